@@ -1,0 +1,46 @@
+# Front door. `make` builds, `make demo` runs the 2-process training demo,
+# `make test` runs every test twice: a normal build and an ASan+UBSan build.
+JOBS ?= $(shell nproc)
+DEB_PACKAGES = build-essential cmake pkg-config libopenblas-dev libopenmpi-dev openmpi-bin \
+               libjansson-dev libyaml-dev
+
+.PHONY: all deps build demo test test-fast test-asan bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build/CMakeCache.txt: | deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps build/CMakeCache.txt
+	cmake --build build -j $(JOBS)
+
+build-asan/CMakeCache.txt: | deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DACCEL_SANITIZE=ON
+
+demo: build
+	./build/bin/accel launch --num_processes 2 --mixed_precision no ./build/bin/train_linear
+
+test-fast: build
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps build-asan/CMakeCache.txt
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -E '_nosan$$'
+
+test: test-fast test-asan
+
+bench: build
+	bash bench/run.sh
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,18 @@
+/*
+ * accel/accel.h — the whole public API of accel, one include.
+ *
+ * Layers, lowest first (a lower header never includes a higher one):
+ *   core.h        status, dtypes, devices, tensors, arenas, RNG
+ *   autograd.h    tape, backward
+ *   ops.h         differentiable ops (CPU kernels, meta shapes)
+ *   nn.h          modules, layers, Llama
+ */
+#ifndef ACCEL_ACCEL_H
+#define ACCEL_ACCEL_H
+
+#include "core.h"
+#include "autograd.h"
+#include "ops.h"
+#include "nn.h"
+
+#endif

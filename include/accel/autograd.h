@@ -1,0 +1,93 @@
+/*
+ * accel/autograd.h — reverse-mode automatic differentiation on a tape.
+ *
+ * Every differentiable op, when grad mode is on and one of its inputs
+ * requires grad, appends a node to the calling thread's tape (in the step
+ * arena). accel_backward(loss) walks the tape from the end: each node turns
+ * the gradient of its output into gradients of its inputs. Gradients of
+ * leaves (tensors created with requires_grad, typically parameters)
+ * accumulate into leaf->grad across backward calls until zeroed; gradients
+ * of intermediate tensors live in the step arena.
+ *
+ * The tape is cleared by accel_step_reset() (and after a backward pass, as
+ * PyTorch frees its graph). A second backward over the same tape is an error.
+ */
+#ifndef ACCEL_AUTOGRAD_H
+#define ACCEL_AUTOGRAD_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACCEL_NODE_MAX_INPUTS 4
+
+typedef struct accel_node accel_node;
+
+/* Computes the gradients of node->inputs[i] from `grad_out` (the gradient of
+ * node->out, same shape) and hands each to accel_grad_accumulate(). Runs in
+ * grad-disabled mode. Returns ACCEL_OK or an error status. */
+typedef accel_status (*accel_backward_fn)(accel_node *node, accel_tensor *grad_out);
+
+struct accel_node {
+    const char *op;                         /* "add", "linear", ... (for errors) */
+    accel_backward_fn backward;
+    accel_tensor *out;
+    int n_inputs;
+    accel_tensor *inputs[ACCEL_NODE_MAX_INPUTS];
+    /* Op-specific saved values. */
+    accel_tensor *saved[4];
+    int64_t iarg[8];
+    double farg[4];
+    void *ctx;                              /* arena memory, op-specific */
+    int32_t index;                          /* position on the tape */
+};
+
+/* Grad mode (thread-local; default on). Returns the previous value. */
+bool accel_set_grad_enabled(bool enabled);
+bool accel_is_grad_enabled(void);
+
+/* Marks a tensor as a leaf that requires grad. */
+void accel_requires_grad_(accel_tensor *t, bool requires);
+
+/* True when an op with these inputs should record a node. */
+bool accel_needs_grad(int n, accel_tensor *const *inputs);
+
+/* Appends a node producing `out` from inputs (NULL entries allowed) and
+ * sets out->requires_grad / out->grad_fn. Returns the node for the op to fill
+ * its saved fields, or NULL when no node is needed (grad off, or no input
+ * requires grad). */
+accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_tensor *out,
+                              int n_inputs, accel_tensor *const *inputs);
+
+/* Adds g (any dtype; converted to t's dtype) into t->grad. For leaves the grad
+ * is persistent (allocated on first use, zero-filled) unless already bound
+ * (e.g. to a view of a flat gradient buffer); for others it lives in the arena.
+ * g may be broadcast-reduced by the caller first; shapes must match. */
+accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g);
+
+/* Runs the backward pass from a one-element tensor (seed gradient 1). */
+accel_status accel_backward(accel_tensor *loss);
+/* Runs the backward pass from `out` with the given seed gradient. */
+accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad);
+
+/* Called once per leaf during a backward pass, as soon as its gradient for this
+ * pass is complete (no later node will add to it). Data-parallel training uses
+ * this to start gradient all-reduces while backward goes on. */
+typedef void (*accel_grad_ready_fn)(accel_tensor *leaf, void *ctx);
+void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx);
+
+/* Number of nodes on the tape (tests). */
+int accel_tape_size(void);
+/* Drops the tape without running it (called by accel_step_reset). */
+void accel_tape_clear(void);
+
+/* Reduces a gradient of a broadcast result back to `shape` (sums over the
+ * broadcast dims). Returns g itself when shapes already match. */
+accel_tensor *accel_sum_to_shape(accel_tensor *g, int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_AUTOGRAD_H */

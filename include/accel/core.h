@@ -1,0 +1,316 @@
+/*
+ * accel/core.h — status codes, dtypes, devices, tensors, arenas, RNG.
+ *
+ * The bottom layer. Everything else in accel is built from what is here.
+ *
+ * Errors. Public functions return an accel_status (or NULL). The first error
+ * of a thread is kept, with a message, until accel_clear_error(): ops given a
+ * NULL input return NULL without overwriting it, so a whole step can be
+ * written without checks and tested once at its end:
+ *
+ *     accel_tensor *loss = accel_mse_loss(accel_linear(x, w, b), y);
+ *     if (!loss) { fprintf(stderr, "%s\n", accel_last_error()); ... }
+ *
+ * Memory. Two kinds of tensors:
+ *   - persistent tensors (parameters, optimizer state, anything that outlives
+ *     a step) come from accel_tensor_new() and are freed by accel_tensor_free();
+ *   - step tensors (every op result, accel_empty/zeros/...) live in the
+ *     thread's step arena and die together at accel_step_reset(). Using one
+ *     after that is detected and reported (a generation counter), not a crash.
+ * Views never own data. accel_tensor_free(NULL) is a no-op.
+ *
+ * Threading: every thread has its own step arena, tape, error and autocast
+ * state. Tensors may be read from any thread; ops run on the calling thread
+ * (kernels use OpenMP inside).
+ */
+#ifndef ACCEL_CORE_H
+#define ACCEL_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACCEL_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum accel_status {
+    ACCEL_OK = 0,
+    ACCEL_ERR_INVALID_ARG,  /* NULL, out of range, bad option */
+    ACCEL_ERR_SHAPE,        /* shapes do not fit */
+    ACCEL_ERR_DTYPE,        /* dtype not supported / mismatched */
+    ACCEL_ERR_DEVICE,       /* device mismatch or device not available */
+    ACCEL_ERR_OOM,          /* allocation failed */
+    ACCEL_ERR_IO,           /* open/read/write/rename failed */
+    ACCEL_ERR_FORMAT,       /* malformed file (safetensors, json, yaml, checkpoint) */
+    ACCEL_ERR_DIST,         /* collective failed, peer died, mismatched collectives */
+    ACCEL_ERR_TIMEOUT,      /* a wait ran out of time */
+    ACCEL_ERR_UNSUPPORTED,  /* not available in this build / on this machine */
+    ACCEL_ERR_STATE,        /* API misuse: wrong order, freed/expired object */
+} accel_status;
+
+/* The message of the pending error of this thread ("" when none). */
+const char *accel_last_error(void);
+/* The status of the pending error of this thread (ACCEL_OK when none). */
+accel_status accel_last_status(void);
+void accel_clear_error(void);
+/* Record an error unless one is already pending; returns `st`. printf-style. */
+accel_status accel_set_error(accel_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Like accel_set_error but replaces a pending error (for wrapping context). */
+accel_status accel_reset_error(accel_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *accel_status_name(accel_status st);
+
+/* Invariant checks inside the library: always on, routed through a handler
+ * (default: print file:line and abort). */
+typedef void (*accel_abort_fn)(const char *file, int line, const char *msg);
+void accel_set_abort_handler(accel_abort_fn fn);
+void accel_abort_at(const char *file, int line, const char *msg) __attribute__((noreturn));
+#define ACCEL_ASSERT(cond) \
+    do { if (!(cond)) accel_abort_at(__FILE__, __LINE__, "assertion failed: " #cond); } while (0)
+
+/* ------------------------------------------------------------------ memory */
+
+/* Every allocation the library makes goes through this allocator, so a test
+ * can count them (the "no malloc after the first step" promise). Set it
+ * before creating anything; memory must be freed by the allocator that made it. */
+typedef struct accel_allocator {
+    void *(*alloc)(void *ctx, size_t bytes, size_t align); /* zero not required */
+    void (*free)(void *ctx, void *ptr);
+    void *ctx;
+} accel_allocator;
+void accel_set_allocator(const accel_allocator *a); /* NULL restores the default */
+void *accel_malloc(size_t bytes);                    /* 64-byte aligned; NULL + error on OOM */
+void *accel_malloc_aligned(size_t bytes, size_t align);
+void *accel_calloc(size_t n, size_t size);
+void accel_free(void *ptr);
+char *accel_strdup(const char *s);
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum accel_dtype {
+    ACCEL_F32 = 0,
+    ACCEL_BF16,
+    ACCEL_F16,
+    ACCEL_F64,
+    ACCEL_I64,
+    ACCEL_I32,
+    ACCEL_U8,
+    ACCEL_BOOL,
+    ACCEL_I8,
+    ACCEL_I16,
+    ACCEL_DTYPE_COUNT
+} accel_dtype;
+
+size_t accel_dtype_size(accel_dtype dt);
+const char *accel_dtype_name(accel_dtype dt);        /* "float32", "bfloat16", ... (torch names) */
+const char *accel_dtype_st_name(accel_dtype dt);     /* safetensors: "F32", "BF16", ... */
+/* Parses "float32"/"torch.float32"/"fp32"/"F32"/"bfloat16"/"bf16"/... ; -1 if unknown. */
+int accel_dtype_parse(const char *s);
+bool accel_dtype_is_float(accel_dtype dt);
+
+/* Scalar conversions, round-to-nearest-even, NaN preserved. */
+uint16_t accel_f32_to_bf16(float f);
+float accel_bf16_to_f32(uint16_t h);
+uint16_t accel_f32_to_f16(float f);
+float accel_f16_to_f32(uint16_t h);
+/* Bulk conversion between any two dtypes (n elements, contiguous). */
+void accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, size_t n);
+
+/* ------------------------------------------------------------------ devices */
+
+typedef enum accel_device_type {
+    ACCEL_DEV_CPU = 0,
+    ACCEL_DEV_META,  /* shape and dtype only; no memory */
+    ACCEL_DEV_CUDA,
+} accel_device_type;
+
+typedef struct accel_device {
+    accel_device_type type;
+    int index;
+} accel_device;
+
+#define ACCEL_CPU_DEVICE  ((accel_device){ACCEL_DEV_CPU, 0})
+#define ACCEL_META_DEVICE ((accel_device){ACCEL_DEV_META, 0})
+
+/* "cpu", "meta", "cuda", "cuda:1". Anything else (npu:0, ...) is an error
+ * naming the device and what this build supports. */
+accel_status accel_device_parse(const char *s, accel_device *out);
+/* "cpu", "meta", "cuda:0" into buf (returns buf). */
+const char *accel_device_str(accel_device d, char *buf, size_t n);
+const char *accel_device_type_name(accel_device_type t); /* "cpu", "meta", "cuda" */
+bool accel_device_eq(accel_device a, accel_device b);
+/* Is this device usable in this build and on this machine? */
+bool accel_device_available(accel_device d);
+
+/* ------------------------------------------------------------------ tensors */
+
+#define ACCEL_MAX_DIMS 8
+
+struct accel_node;
+typedef struct accel_tensor accel_tensor;
+
+/* Flags of accel_tensor.flags */
+enum {
+    ACCEL_TF_OWNS_DATA = 1u << 0, /* data was allocated for this tensor (persistent) */
+    ACCEL_TF_ARENA     = 1u << 1, /* header lives in a step arena */
+    ACCEL_TF_PARAM     = 1u << 2, /* a module parameter */
+    ACCEL_TF_BUFFER    = 1u << 3, /* a module buffer (state, not trained) */
+    ACCEL_TF_MMAP      = 1u << 4, /* data points into a mapped file (read-only) */
+};
+
+struct accel_tensor {
+    uint32_t magic;                  /* ACCEL_TENSOR_MAGIC while alive */
+    uint32_t gen;                    /* arena generation (arena tensors only) */
+    accel_dtype dtype;
+    accel_device device;
+    int ndim;
+    int64_t shape[ACCEL_MAX_DIMS];
+    int64_t stride[ACCEL_MAX_DIMS];  /* in elements */
+    void *data;                      /* first element; NULL on meta */
+    uint32_t flags;
+
+    /* autograd */
+    bool requires_grad;
+    accel_tensor *grad;              /* leaves: persistent (or a view into a flat buffer) */
+    struct accel_node *grad_fn;      /* node that produced this tensor (step tensors) */
+    int32_t ag_first_use;            /* scratch of the backward pass */
+    uint32_t ag_gen;
+
+    const char *name;                /* optional, not owned */
+};
+
+#define ACCEL_TENSOR_MAGIC 0x7e45042au
+
+/* Shape helper: accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3)) */
+#define ACCEL_SHAPE(...) \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+int64_t accel_numel(const accel_tensor *t);
+size_t accel_nbytes(const accel_tensor *t);
+bool accel_is_contiguous(const accel_tensor *t);
+bool accel_same_shape(const accel_tensor *a, const accel_tensor *b);
+/* "[2, 3, 4]" into buf. */
+const char *accel_shape_str(const accel_tensor *t, char *buf, size_t n);
+const char *accel_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n);
+/* Checks a tensor argument: non-NULL, alive, not expired. Sets an error naming
+ * `op` and `arg` and returns false otherwise. */
+bool accel_tensor_check(const accel_tensor *t, const char *op, const char *arg);
+
+/* Persistent tensors (owned memory, zero-filled). Freed with accel_tensor_free. */
+accel_tensor *accel_tensor_new(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev);
+/* A persistent header over memory the caller owns (no copy, not freed). */
+accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int64_t *shape,
+                                accel_device dev);
+/* Persistent deep copy (contiguous) of any tensor, on `dev`. */
+accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
+/* Frees a persistent tensor (and its data if owned, and its .grad if owned). */
+void accel_tensor_free(accel_tensor *t);
+/* Re-point a persistent tensor at other memory (used to flatten parameters into
+ * one buffer). Copies the current contents when copy is true. Frees the old
+ * data if it was owned. */
+void accel_tensor_rebind(accel_tensor *t, void *data, bool copy);
+/* Materialise a meta tensor on dev (allocated, zero-filled); the dtype may
+ * change. For to_empty on modules. */
+accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt);
+/* Move a persistent tensor's data to meta (frees owned data). */
+void accel_tensor_to_meta(accel_tensor *t);
+
+/* Step tensors: allocated in the calling thread's step arena. */
+accel_tensor *accel_empty(accel_dtype dt, int ndim, const int64_t *shape);
+accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape);
+accel_tensor *accel_ones(accel_dtype dt, int ndim, const int64_t *shape);
+accel_tensor *accel_full(accel_dtype dt, int ndim, const int64_t *shape, double value);
+accel_tensor *accel_empty_on(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev);
+accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end);
+/* Copies `data` (contiguous, of dtype dt) into a new step tensor. */
+accel_tensor *accel_from_data(accel_dtype dt, int ndim, const int64_t *shape, const void *data);
+accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *data);
+/* A step-arena header viewing `t`'s memory with a new shape/stride/offset (elements). */
+accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *shape,
+                             const int64_t *stride, int64_t offset);
+/* Same tensor header in the arena with the same data (for returning aliases). */
+accel_tensor *accel_alias(const accel_tensor *t);
+
+/* Value access (CPU; any dtype; any strides). */
+double accel_item(const accel_tensor *t);                 /* one-element tensor */
+double accel_get(const accel_tensor *t, const int64_t *idx);
+void accel_set(accel_tensor *t, const int64_t *idx, double v);
+/* Copy all elements, converted, to a contiguous float/int64 array of numel elements. */
+accel_status accel_to_floats(const accel_tensor *t, float *out);
+accel_status accel_to_int64s(const accel_tensor *t, int64_t *out);
+/* Elementwise copy with dtype conversion and broadcasting-free shape equality.
+ * No autograd. dst may be persistent. */
+accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src);
+accel_status accel_fill_(accel_tensor *t, double v);
+accel_status accel_zero_(accel_tensor *t);
+
+/* Readable print: "tensor([[1.0000, 2.0000], ...], dtype=float32, shape=[2, 2])".
+ * Large tensors are summarised with "..." like PyTorch. */
+void accel_print_tensor(FILE *f, const accel_tensor *t);
+/* Same, into a string in the step arena. */
+const char *accel_tensor_str(const accel_tensor *t);
+
+/* ------------------------------------------------------------------ arenas */
+
+typedef struct accel_arena accel_arena;
+
+accel_arena *accel_arena_create(size_t initial_bytes);
+void accel_arena_destroy(accel_arena *a);
+void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align);
+/* Frees everything allocated since creation. If it grew past its first chunk,
+ * it re-allocates one chunk of the high-water size, so a loop whose steps are
+ * alike allocates nothing from the second step on. */
+void accel_arena_reset(accel_arena *a);
+size_t accel_arena_used(const accel_arena *a);
+size_t accel_arena_capacity(const accel_arena *a);
+uint32_t accel_arena_generation(const accel_arena *a);
+
+/* The calling thread's step arena (created on first use). */
+accel_arena *accel_step_arena(void);
+/* End of a training/eval step: clears the tape and resets the step arena.
+ * Every step tensor of this thread becomes invalid. */
+void accel_step_reset(void);
+/* Release the thread's step arena and tape entirely (at exit; for leak checks). */
+void accel_thread_cleanup(void);
+
+/* ------------------------------------------------------------------ RNG */
+
+/* Counter-based (Philox-4x32-10): a value depends only on (seed, offset), never on
+ * the thread count. Each draw advances the offset by what it consumed. */
+typedef struct accel_rng {
+    uint64_t seed;
+    uint64_t offset;
+} accel_rng;
+
+void accel_rng_init(accel_rng *r, uint64_t seed);
+/* The process default generator, seeded by accel_manual_seed (default seed 0). */
+accel_rng *accel_default_rng(void);
+void accel_manual_seed(uint64_t seed);
+/* Draws into a tensor (f32/bf16/f16/f64), in place. */
+accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std);
+accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double hi);
+/* Bernoulli keep-mask with probability 1-p into u8 tensor. */
+accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_prob);
+/* A random permutation of 0..n-1 into out[n]. */
+void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out);
+uint64_t accel_rng_next_u64(accel_rng *r);
+double accel_rng_next_double(accel_rng *r); /* [0, 1) */
+
+/* ------------------------------------------------------------------ misc */
+
+double accel_now_seconds(void); /* monotonic */
+/* Number of threads kernels use (OpenMP). */
+int accel_num_threads(void);
+void accel_set_num_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_CORE_H */

@@ -1,0 +1,230 @@
+/*
+ * accel/nn.h — modules: named trees of parameters, and the models built from them.
+ *
+ * A module has a type name ("Linear", "LlamaDecoderLayer"), a local name
+ * ("q_proj"), named parameters and buffers (persistent tensors it owns), and
+ * named children (modules it owns). Full names are the dotted paths PyTorch
+ * and transformers produce: "model.layers.0.self_attn.q_proj.weight".
+ * Parameter order is PyTorch's state_dict order: a module's own parameters,
+ * then its buffers, then each child in registration order.
+ *
+ * Ownership: accel_module_free frees the module, its children and its
+ * tensors. Tied parameters (the same accel_tensor registered under two names)
+ * are freed once.
+ *
+ * Defining a module of your own (see examples/custom_module.c):
+ *
+ *     static accel_tensor *mlp_forward(accel_module *m, accel_tensor *x) {
+ *         return accel_module_call(m->children[1],
+ *                  accel_relu(accel_module_call(m->children[0], x)));
+ *     }
+ *     static const accel_module_ops MLP_OPS = { "MLP", mlp_forward, NULL };
+ *     accel_module *m = accel_module_new(&MLP_OPS, NULL);
+ *     accel_module_add_child(m, "fc1", accel_linear_new(4, 8, true, dev, ACCEL_F32));
+ *     accel_module_add_child(m, "fc2", accel_linear_new(8, 1, true, dev, ACCEL_F32));
+ */
+#ifndef ACCEL_NN_H
+#define ACCEL_NN_H
+
+#include "core.h"
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel_module accel_module;
+
+typedef struct accel_module_ops {
+    const char *type_name;
+    /* Single-tensor forward; NULL for modules with their own entry point. */
+    accel_tensor *(*forward)(accel_module *m, accel_tensor *x);
+    /* Frees m->impl (NULL: accel_free(m->impl)). */
+    void (*free_impl)(accel_module *m);
+} accel_module_ops;
+
+/* Hooks run around a module's forward by accel_module_call (and by models
+ * that call their submodules through accel_module_enter/exit). Used by
+ * big-model dispatch to bring offloaded weights in and move activations. */
+typedef struct accel_module_hook {
+    /* May replace *x (e.g. move it to the execution device). */
+    accel_status (*pre_forward)(accel_module *m, accel_tensor **x, void *ctx);
+    /* May replace *y. */
+    accel_status (*post_forward)(accel_module *m, accel_tensor **y, void *ctx);
+    void (*free_ctx)(void *ctx);
+    void *ctx;
+} accel_module_hook;
+
+typedef struct accel_named_tensor {
+    char *name;        /* local name, owned */
+    accel_tensor *t;   /* owned unless tied (see accel_module_tie) */
+    bool is_buffer;
+    bool owned;
+} accel_named_tensor;
+
+struct accel_module {
+    const accel_module_ops *ops;
+    char *name;                    /* local name in the parent ("" for the root), owned */
+    accel_module *parent;
+    int n_children, cap_children;
+    accel_module **children;
+    int n_tensors, cap_tensors;
+    accel_named_tensor *tensors;   /* parameters and buffers, in registration order */
+    accel_module_hook *hook;       /* optional, owned */
+    bool training;
+    void *impl;                    /* module-specific state */
+};
+
+/* ---- building */
+accel_module *accel_module_new(const accel_module_ops *ops, void *impl);
+void accel_module_free(accel_module *m);
+/* Takes ownership of child. Returns child (NULL on error). */
+accel_module *accel_module_add_child(accel_module *m, const char *name, accel_module *child);
+/* Takes ownership of t; marks it a parameter (requires_grad) or buffer. */
+accel_tensor *accel_module_add_param(accel_module *m, const char *name, accel_tensor *t);
+accel_tensor *accel_module_add_buffer(accel_module *m, const char *name, accel_tensor *t);
+/* Makes `dst_name` (full name) refer to the same tensor as `src_name`; the
+ * tensor previously under dst_name is freed. */
+accel_status accel_module_tie(accel_module *root, const char *dst_name, const char *src_name);
+
+/* ---- running */
+/* Runs hooks and ops->forward. */
+accel_tensor *accel_module_call(accel_module *m, accel_tensor *x);
+/* For models with their own forward signatures: run pre/post hooks of m
+ * around a custom call. enter may replace *x; exit may replace *y. */
+accel_status accel_module_enter(accel_module *m, accel_tensor **x);
+accel_status accel_module_exit(accel_module *m, accel_tensor **y);
+void accel_module_set_hook(accel_module *m, const accel_module_hook *hook); /* NULL removes */
+void accel_module_train(accel_module *m, bool training); /* recursive */
+
+/* ---- naming and iteration */
+/* Full dotted name of a module relative to the root ("" for the root). */
+const char *accel_module_path(const accel_module *m, char *buf, size_t n);
+accel_module *accel_module_find(accel_module *root, const char *path); /* "" = root */
+accel_tensor *accel_module_get_tensor(accel_module *root, const char *full_name);
+
+typedef struct accel_state_entry {
+    const char *name;         /* full dotted name (owned by the dict) */
+    accel_tensor *t;
+    accel_module *owner;      /* module that holds it */
+    bool is_buffer;
+    bool is_tied_alias;       /* a second name for a tensor listed earlier */
+} accel_state_entry;
+
+typedef struct accel_state_dict {
+    int n;
+    accel_state_entry *entries;
+    char *names;              /* storage for the names */
+} accel_state_dict;
+
+/* All parameters and buffers in state_dict order, tied aliases included
+ * (marked). Free with accel_state_dict_free. */
+accel_state_dict *accel_module_state_dict(accel_module *root);
+void accel_state_dict_free(accel_state_dict *sd);
+/* Parameters only (requires_grad), each tensor once, in order. */
+int accel_module_parameters(accel_module *root, accel_tensor ***out); /* caller frees *out */
+int64_t accel_module_num_params(accel_module *root); /* unique parameters + buffers numel */
+
+/* ---- memory layout */
+/* Gathers all unique parameters of each dtype into one contiguous 64-byte
+ * aligned buffer (the tensors become views into it), and likewise allocates
+ * flat gradient buffers whose views become each parameter's .grad. Each
+ * parameter starts at a multiple of `align_elems`; each buffer's length is
+ * padded to a multiple of `pad_multiple` elements (ZeRO shards). */
+typedef struct accel_flat_buffer {
+    accel_dtype dtype;
+    int64_t numel;            /* padded length */
+    void *params;             /* owned */
+    void *grads;              /* owned */
+    int n;                    /* parameters in this buffer */
+    accel_tensor **tensors;   /* owned array, borrowed tensors */
+    int64_t *offsets;         /* element offset of each tensor */
+} accel_flat_buffer;
+
+typedef struct accel_flat_params {
+    int n_buffers;
+    accel_flat_buffer buffers[ACCEL_DTYPE_COUNT];
+} accel_flat_params;
+
+accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
+                                        int64_t pad_multiple);
+/* Frees the flat buffers after copying each parameter back into its own
+ * memory (so the module stays usable). */
+void accel_flat_params_free(accel_flat_params *fp);
+
+/* ---- devices and meta */
+/* Moves every tensor to dev (meta -> error: use to_empty). */
+accel_status accel_module_to(accel_module *root, accel_device dev);
+/* Materialises meta tensors on dev with dtype (or their own if dt < 0), zero-filled. */
+accel_status accel_module_to_empty(accel_module *root, accel_device dev, int dt);
+/* Builds modules on the meta device while active (no weight memory). Nestable. */
+void accel_init_empty_weights_begin(void);
+void accel_init_empty_weights_end(void);
+/* The device new parameters are created on (meta inside init_empty_weights). */
+accel_device accel_default_param_device(accel_device requested);
+
+/* ---------------------------------------------------------------- layers */
+
+/* Linear(in, out): weight [out, in], bias [out]; PyTorch's default init
+ * (kaiming-uniform a=sqrt(5): U(-1/sqrt(in), 1/sqrt(in)) for both) from the
+ * default generator. */
+accel_module *accel_linear_new(int64_t in, int64_t out, bool bias, accel_device dev,
+                               accel_dtype dt);
+accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, accel_dtype dt);
+accel_module *accel_rmsnorm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt);
+accel_module *accel_layernorm_new(int64_t dim, double eps, bool affine, accel_device dev,
+                                  accel_dtype dt);
+/* Children named "0", "1", ... run in order. */
+accel_module *accel_sequential_new(int n, accel_module **children);
+/* Activations as modules (no parameters), for Sequential. */
+accel_module *accel_relu_module_new(void);
+accel_module *accel_silu_module_new(void);
+accel_module *accel_gelu_module_new(bool tanh_approx);
+
+/* ---------------------------------------------------------------- Llama */
+
+typedef struct accel_llama_config {
+    int64_t vocab_size;
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t num_key_value_heads;      /* 0 -> num_attention_heads */
+    int64_t head_dim;                 /* 0 -> hidden_size / num_attention_heads */
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    double initializer_range;         /* std of normal init (0.02) */
+    bool tie_word_embeddings;
+    bool attention_bias;
+    bool mlp_bias;
+    accel_dtype torch_dtype;          /* dtype of the weights */
+} accel_llama_config;
+
+/* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
+accel_llama_config accel_llama_config_default(void);
+
+/* KV cache for generation: per layer K and V [B, Hkv, max_len, D]. */
+typedef struct accel_kv_cache accel_kv_cache;
+accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch, int64_t max_len,
+                                   accel_device dev);
+void accel_kv_cache_free(accel_kv_cache *c);
+int64_t accel_kv_cache_len(const accel_kv_cache *c);
+void accel_kv_cache_reset(accel_kv_cache *c);
+
+/* LlamaForCausalLM: children "model" (embed_tokens, layers.N, norm) and
+ * "lm_head". Weights initialised as transformers does (normal(0, initializer_range),
+ * norms 1) from the default generator; inside init_empty_weights on meta. */
+accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
+const accel_llama_config *accel_llama_config_of(accel_module *llama);
+/* ids [B, T] (i64) -> logits [B, T, V] (f32 unless autocast). cache may be NULL;
+ * with a cache, positions continue from accel_kv_cache_len and the cache grows. */
+accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache);
+/* Mean next-token cross-entropy of ids [B, T] (labels = ids shifted, as
+ * transformers does with labels=input_ids). */
+accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_NN_H */

@@ -1,0 +1,153 @@
+/*
+ * accel/ops.h — differentiable tensor operations.
+ *
+ * Every op:
+ *   - returns a new step tensor (or a view, where stated) or NULL on error;
+ *   - given a NULL input returns NULL and keeps the pending error (so a step
+ *     can be checked once at its end);
+ *   - on a shape, dtype or device mismatch sets an error naming the op and
+ *     both shapes, e.g. "accel_matmul: shapes [2, 3] and [4, 5] cannot be
+ *     multiplied (3 != 4)";
+ *   - on meta tensors computes the output shape and allocates nothing;
+ *   - records itself on the tape when grad mode is on and an input requires
+ *     grad (see autograd.h).
+ *
+ * Dtypes: float ops accept f32, bf16 and f16. Mixed inputs promote as PyTorch
+ * does (bf16 + f32 -> f32). Low-precision inputs are computed in f32 and the
+ * result rounded to the output dtype. Under autocast (accel_autocast_begin)
+ * matmul/linear/attention cast their float inputs to the autocast dtype
+ * (output in that dtype, f32 accumulation), while norms, softmax and losses
+ * compute and return f32.
+ */
+#ifndef ACCEL_OPS_H
+#define ACCEL_OPS_H
+
+#include "autograd.h"
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- autocast */
+
+/* Thread-local autocast dtype: ACCEL_F32 means off. Returns the previous one. */
+accel_dtype accel_autocast_begin(accel_dtype dt);
+void accel_autocast_end(accel_dtype previous);
+accel_dtype accel_autocast_dtype(void);
+
+/* ---------------------------------------------------------------- pointwise */
+
+/* Binary ops broadcast as NumPy/PyTorch. */
+accel_tensor *accel_add(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_sub(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_mul(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_div(accel_tensor *a, accel_tensor *b);
+
+accel_tensor *accel_add_scalar(accel_tensor *a, double s);
+accel_tensor *accel_mul_scalar(accel_tensor *a, double s);
+accel_tensor *accel_pow_scalar(accel_tensor *a, double p);   /* a ** p */
+accel_tensor *accel_neg(accel_tensor *a);
+
+accel_tensor *accel_exp(accel_tensor *a);
+accel_tensor *accel_log(accel_tensor *a);
+accel_tensor *accel_sqrt(accel_tensor *a);
+accel_tensor *accel_rsqrt(accel_tensor *a);
+accel_tensor *accel_tanh(accel_tensor *a);
+accel_tensor *accel_sigmoid(accel_tensor *a);
+accel_tensor *accel_relu(accel_tensor *a);
+accel_tensor *accel_silu(accel_tensor *a);
+/* GELU: exact (erf) when tanh_approx is false, else PyTorch's approximate='tanh'. */
+accel_tensor *accel_gelu(accel_tensor *a, bool tanh_approx);
+
+/* Converts dtype (differentiable: the gradient is converted back). Returns
+ * an alias when the dtype is already dt. */
+accel_tensor *accel_to_dtype(accel_tensor *a, accel_dtype dt);
+
+/* ---------------------------------------------------------------- reductions */
+
+/* Sums over the listed dims (negative dims count from the end). n_dims == 0
+ * means all dims. keepdim as in PyTorch. */
+accel_tensor *accel_sum(accel_tensor *a, int n_dims, const int *dims, bool keepdim);
+accel_tensor *accel_mean(accel_tensor *a, int n_dims, const int *dims, bool keepdim);
+accel_tensor *accel_sum_all(accel_tensor *a);   /* 0-dim result */
+accel_tensor *accel_mean_all(accel_tensor *a);  /* 0-dim result */
+/* Max over one dim; indices (i64, no grad) written to *indices when non-NULL. */
+accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **indices);
+
+/* ---------------------------------------------------------------- shapes */
+
+/* View when `a` is contiguous, else a copy. One entry of shape may be -1. */
+accel_tensor *accel_reshape(accel_tensor *a, int ndim, const int64_t *shape);
+accel_tensor *accel_permute(accel_tensor *a, const int *perm);      /* view */
+accel_tensor *accel_transpose(accel_tensor *a, int d0, int d1);    /* view */
+/* Elements start, start+step, ... < end of dim (negative indices allowed). View. */
+accel_tensor *accel_slice(accel_tensor *a, int dim, int64_t start, int64_t end, int64_t step);
+/* Broadcast to shape (size-1 dims and new leading dims). View (stride 0). */
+accel_tensor *accel_expand(accel_tensor *a, int ndim, const int64_t *shape);
+accel_tensor *accel_contiguous(accel_tensor *a);                   /* alias if contiguous */
+accel_tensor *accel_unsqueeze(accel_tensor *a, int dim);           /* view */
+accel_tensor *accel_squeeze(accel_tensor *a, int dim);             /* view */
+accel_tensor *accel_concat(int n, accel_tensor *const *ts, int dim);
+/* Splits dim into n parts of sizes[i] (sum == size of dim); views into outs[]. */
+accel_status accel_split(accel_tensor *a, int dim, int n, const int64_t *sizes, accel_tensor **outs);
+
+/* ---------------------------------------------------------------- linear algebra */
+
+/* Batched matmul with broadcasting of leading dims ([..., M, K] x [..., K, N]).
+ * 1-D operands follow torch.matmul. f32 goes through OpenBLAS sgemm;
+ * bf16/f16 inputs are multiplied with f32 accumulation. */
+accel_tensor *accel_matmul(accel_tensor *a, accel_tensor *b);
+/* y = x W^T + b with W [out, in] (PyTorch layout), x [..., in]; b may be NULL. */
+accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b);
+
+/* ---------------------------------------------------------------- nn */
+
+/* ids: i64/i32 of any shape; weight [V, D] -> [..., D]. Out-of-range id is an error. */
+accel_tensor *accel_embedding(accel_tensor *ids, accel_tensor *weight);
+/* y = x / sqrt(mean(x^2, -1) + eps) * w  (computed in f32; output dtype of w as in
+ * transformers' LlamaRMSNorm: x is cast to f32, then back to the input dtype before * w). */
+accel_tensor *accel_rms_norm(accel_tensor *x, accel_tensor *w, double eps);
+/* LayerNorm over the last dim; w and b may be NULL. */
+accel_tensor *accel_layer_norm(accel_tensor *x, accel_tensor *w, accel_tensor *b, double eps);
+accel_tensor *accel_softmax(accel_tensor *x, int dim);
+accel_tensor *accel_log_softmax(accel_tensor *x, int dim);
+
+/* Rotary position embedding as in transformers' Llama (rotate_half layout):
+ * x [B, H, T, D] (D even), position of row t is pos_offset + t,
+ * inv_freq[i] = theta^(-2i/D). */
+accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta);
+
+/* Scaled dot-product attention. q [B, H, Tq, D], k and v [B, Hkv, Tk, D] with
+ * H % Hkv == 0 (grouped-query: query head h uses kv head h / (H/Hkv)).
+ * causal: query i (of Tq) sees keys j <= i + (Tk - Tq) (bottom-right aligned,
+ * which is what a KV cache needs). scale <= 0 means 1/sqrt(D). Output [B, H, Tq, D]. */
+accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal,
+                         double scale);
+
+/* Cross-entropy over logits [N, C] (or [..., C] flattened) and integer targets
+ * [N]; mean over targets != ignore_index (PyTorch uses -100). 0-dim f32. */
+accel_tensor *accel_cross_entropy(accel_tensor *logits, accel_tensor *targets,
+                                  int64_t ignore_index);
+/* Mean squared error, mean over all elements. 0-dim f32. */
+accel_tensor *accel_mse_loss(accel_tensor *pred, accel_tensor *target);
+/* Inverted dropout: zero with probability p and scale by 1/(1-p); identity when
+ * !training or p == 0. The mask comes from rng (default generator if NULL). */
+accel_tensor *accel_dropout(accel_tensor *x, double p, bool training, accel_rng *rng);
+
+/* ---------------------------------------------------------------- devices */
+
+/* Copy to another device (alias when already there). Differentiable. */
+accel_tensor *accel_to_device(accel_tensor *a, accel_device dev);
+
+/* ---------------------------------------------------------------- reference mode */
+
+/* When on, every kernel runs its plain reference C version (tests compare the
+ * fast paths against it). Thread-local. Returns the previous value. */
+bool accel_set_reference_kernels(bool on);
+bool accel_reference_kernels(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_OPS_H */

@@ -1,0 +1,204 @@
+/* The tape: nodes recorded in the step arena by ops, run backwards by
+ * accel_backward. */
+#include <string.h>
+
+#include "accel/autograd.h"
+#include "accel/ops.h"
+#include "core/core_internal.h"
+
+typedef struct tape {
+    accel_node **nodes; /* arena memory of the generation below */
+    int n, cap;
+    uint32_t gen;       /* arena generation the nodes belong to */
+    uint32_t pass;      /* backward pass counter (leaf scratch stamps) */
+} tape;
+
+static _Thread_local tape tl_tape;
+static _Thread_local bool tl_grad_disabled;
+static _Thread_local accel_grad_ready_fn tl_ready_fn;
+static _Thread_local void *tl_ready_ctx;
+
+bool accel_set_grad_enabled(bool enabled) {
+    bool prev = !tl_grad_disabled;
+    tl_grad_disabled = !enabled;
+    return prev;
+}
+
+bool accel_is_grad_enabled(void) { return !tl_grad_disabled; }
+
+void accel_requires_grad_(accel_tensor *t, bool requires) {
+    if (accel_tensor_check(t, "accel_requires_grad_", "t")) t->requires_grad = requires;
+}
+
+void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx) {
+    tl_ready_fn = fn;
+    tl_ready_ctx = ctx;
+}
+
+/* The tape of the current arena generation (empty after a step reset). */
+static tape *current_tape(void) {
+    uint32_t gen = accel_arena_generation(accel_step_arena());
+    if (tl_tape.gen != gen) {
+        tl_tape.nodes = NULL;
+        tl_tape.n = tl_tape.cap = 0;
+        tl_tape.gen = gen;
+    }
+    return &tl_tape;
+}
+
+int accel_tape_size(void) { return current_tape()->n; }
+
+void accel_tape_clear(void) {
+    tape *t = current_tape();
+    t->n = 0;
+}
+
+bool accel_needs_grad(int n, accel_tensor *const *inputs) {
+    if (tl_grad_disabled) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_tensor *out,
+                              int n_inputs, accel_tensor *const *inputs) {
+    if (!out || !accel_needs_grad(n_inputs, inputs)) return NULL;
+    ACCEL_ASSERT(n_inputs <= ACCEL_NODE_MAX_INPUTS);
+    tape *t = current_tape();
+    accel_arena *a = accel_step_arena();
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 256;
+        accel_node **nodes = accel_arena_alloc(a, (size_t)cap * sizeof *nodes, 64);
+        if (!nodes) return NULL;
+        if (t->n) memcpy(nodes, t->nodes, (size_t)t->n * sizeof *nodes);
+        t->nodes = nodes;
+        t->cap = cap;
+    }
+    accel_node *node = accel_arena_alloc(a, sizeof *node, 64);
+    if (!node) return NULL;
+    memset(node, 0, sizeof *node);
+    node->op = op;
+    node->backward = backward;
+    node->out = out;
+    node->n_inputs = n_inputs;
+    for (int i = 0; i < n_inputs; i++) node->inputs[i] = inputs[i];
+    node->index = t->n;
+    t->nodes[t->n++] = node;
+    out->requires_grad = true;
+    out->grad_fn = node;
+    return node;
+}
+
+static bool is_leaf(const accel_tensor *t) { return t->requires_grad && !t->grad_fn; }
+
+/* dst (contiguous) += src (any strides), converting dtypes. */
+static void add_into(accel_tensor *dst, const accel_tensor *src) {
+    int64_t n = accel_numel(dst);
+    if (dst->dtype == ACCEL_F32 && src->dtype == ACCEL_F32 && accel_is_contiguous(src)) {
+        float *d = dst->data;
+        const float *s = src->data;
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double v = accel__load_elem(dst->data, dst->dtype, (size_t)i) +
+                   accel__load_elem(accel__elem_ptr(src, i), src->dtype, 0);
+        accel__store_elem(dst->data, dst->dtype, (size_t)i, v);
+    }
+}
+
+accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
+    if (!accel_tensor_check(t, "accel_grad_accumulate", "t") ||
+        !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
+        return accel_last_status();
+    if (!t->requires_grad) return ACCEL_OK;
+    if (!accel_same_shape(t, g)) {
+        char a[64], b[64];
+        return accel_set_error(ACCEL_ERR_SHAPE, "autograd: gradient of shape %s for a tensor of shape %s",
+                               accel_shape_str(g, b, sizeof b), accel_shape_str(t, a, sizeof a));
+    }
+    if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
+    if (!t->grad) {
+        bool persistent = is_leaf(t) && !(t->flags & ACCEL_TF_ARENA);
+        t->grad = persistent ? accel_tensor_new(t->dtype, t->ndim, t->shape, t->device)
+                             : accel_zeros(t->dtype, t->ndim, t->shape);
+        if (!t->grad) return accel_last_status();
+    }
+    add_into(t->grad, g);
+    return ACCEL_OK;
+}
+
+static void fire_ready(accel_tensor *leaf) {
+    if (tl_ready_fn) tl_ready_fn(leaf, tl_ready_ctx);
+}
+
+accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
+    if (!accel_tensor_check(out, "accel_backward", "output") ||
+        !accel_tensor_check(grad, "accel_backward", "grad"))
+        return accel_last_status();
+    if (!out->requires_grad)
+        return accel_set_error(ACCEL_ERR_STATE,
+                               "accel_backward: the tensor does not require grad and has no grad_fn "
+                               "(was it computed with grad disabled, or from no parameter?)");
+    tape *t = current_tape();
+    accel_node *root = out->grad_fn;
+    if (root && (root->index >= t->n || t->nodes[root->index] != root))
+        return accel_set_error(ACCEL_ERR_STATE,
+                               "accel_backward: the graph of this tensor was already freed "
+                               "(backward called twice, or after accel_step_reset)");
+    bool prev = accel_set_grad_enabled(false);
+    accel_status st = accel_grad_accumulate(out, grad);
+    if (!root || st != ACCEL_OK) {
+        if (st == ACCEL_OK && is_leaf(out)) fire_ready(out);
+        accel_set_grad_enabled(prev);
+        return st;
+    }
+
+    /* Stamp each leaf with the first tape index that uses it: its gradient is
+     * complete once the reverse walk has passed that node. */
+    uint32_t pass = ++t->pass;
+    for (int i = 0; i <= root->index; i++) {
+        accel_node *n = t->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) {
+            accel_tensor *in = n->inputs[k];
+            if (in && is_leaf(in) && in->ag_gen != pass) {
+                in->ag_gen = pass;
+                in->ag_first_use = i;
+            }
+        }
+    }
+    for (int i = root->index; i >= 0 && st == ACCEL_OK; i--) {
+        accel_node *n = t->nodes[i];
+        if (n->out->grad) {
+            st = n->backward(n, n->out->grad);
+            if (st != ACCEL_OK && accel_last_status() == ACCEL_OK)
+                accel_set_error(st, "accel_backward: backward of '%s' failed", n->op);
+        }
+        for (int k = 0; k < n->n_inputs; k++) {
+            accel_tensor *in = n->inputs[k];
+            if (in && is_leaf(in) && in->ag_gen == pass && in->ag_first_use == i) {
+                in->ag_first_use = -1;
+                fire_ready(in);
+            }
+        }
+    }
+    /* The graph is freed, as in PyTorch; later ops record a new one. */
+    t->n = 0;
+    accel_set_grad_enabled(prev);
+    return st;
+}
+
+accel_status accel_backward(accel_tensor *loss) {
+    if (!accel_tensor_check(loss, "accel_backward", "loss")) return accel_last_status();
+    if (accel_numel(loss) != 1) {
+        char b[64];
+        return accel_set_error(ACCEL_ERR_SHAPE,
+                               "accel_backward: grad can be implicitly created only for one-element "
+                               "outputs, got shape %s", accel_shape_str(loss, b, sizeof b));
+    }
+    accel_tensor *seed = accel_empty_on(loss->dtype, loss->ndim, loss->shape, loss->device);
+    if (!seed) return accel_last_status();
+    if (seed->data) accel_fill_(seed, 1.0);
+    return accel_backward_with(loss, seed);
+}

@@ -1,0 +1,165 @@
+/* Step arenas: bump allocation, reset per step, coalesced to the high-water
+ * mark so steady-state steps allocate nothing. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/core.h"
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t cap, used;
+    char *data;
+} chunk;
+
+struct accel_arena {
+    chunk *head;       /* chunk being filled; older chunks follow via next */
+    size_t initial;
+    uint32_t gen;
+    struct accel_arena *next_live; /* registry of all arenas (freed at exit) */
+    struct accel_arena *prev_live;
+};
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static accel_arena *live_head;
+
+static chunk *chunk_new(size_t cap) {
+    chunk *c = accel_malloc(sizeof *c);
+    if (!c) return NULL;
+    c->data = accel_malloc_aligned(cap, 64);
+    if (!c->data) {
+        accel_free(c);
+        return NULL;
+    }
+    c->cap = cap;
+    c->used = 0;
+    c->next = NULL;
+    return c;
+}
+
+static void chunks_free(chunk *c) {
+    while (c) {
+        chunk *n = c->next;
+        accel_free(c->data);
+        accel_free(c);
+        c = n;
+    }
+}
+
+accel_arena *accel_arena_create(size_t initial_bytes) {
+    accel_arena *a = accel_calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->initial = initial_bytes ? initial_bytes : (1u << 20);
+    a->head = chunk_new(a->initial);
+    if (!a->head) {
+        accel_free(a);
+        return NULL;
+    }
+    a->gen = 1;
+    pthread_mutex_lock(&live_lock);
+    a->next_live = live_head;
+    if (live_head) live_head->prev_live = a;
+    live_head = a;
+    pthread_mutex_unlock(&live_lock);
+    return a;
+}
+
+void accel_arena_destroy(accel_arena *a) {
+    if (!a) return;
+    pthread_mutex_lock(&live_lock);
+    if (a->prev_live) a->prev_live->next_live = a->next_live;
+    else live_head = a->next_live;
+    if (a->next_live) a->next_live->prev_live = a->prev_live;
+    pthread_mutex_unlock(&live_lock);
+    chunks_free(a->head);
+    accel_free(a);
+}
+
+void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align) {
+    if (align < 16) align = 16;
+    chunk *c = a->head;
+    size_t off = (c->used + align - 1) & ~(align - 1);
+    if (off + bytes > c->cap) {
+        size_t cap = c->cap * 2;
+        if (cap < bytes + align) cap = bytes + align;
+        chunk *n = chunk_new(cap);
+        if (!n) return NULL;
+        n->next = c;
+        a->head = n;
+        c = n;
+        off = 0;
+    }
+    c->used = off + bytes;
+    return c->data + off;
+}
+
+size_t accel_arena_used(const accel_arena *a) {
+    size_t u = 0;
+    for (chunk *c = a->head; c; c = c->next) u += c->used;
+    return u;
+}
+
+size_t accel_arena_capacity(const accel_arena *a) {
+    size_t u = 0;
+    for (chunk *c = a->head; c; c = c->next) u += c->cap;
+    return u;
+}
+
+uint32_t accel_arena_generation(const accel_arena *a) { return a->gen; }
+
+void accel_arena_reset(accel_arena *a) {
+    if (!a) return;
+    a->gen++;
+    if (a->head->next) {
+        /* Grew this step: replace the chunks by one of the high-water size plus
+         * slack for alignment, so the next alike step fits without allocating. */
+        size_t want = accel_arena_used(a);
+        want += want / 8 + 4096;
+        chunk *n = chunk_new(want);
+        if (n) {
+            chunks_free(a->head);
+            a->head = n;
+            return;
+        }
+        /* Out of memory: keep the old chunks, all of them reusable. */
+        chunk *keep = a->head->next;
+        a->head->next = NULL;
+        chunks_free(keep);
+    }
+    a->head->used = 0;
+}
+
+static _Thread_local accel_arena *tl_step_arena;
+
+accel_arena *accel_step_arena(void) {
+    if (!tl_step_arena) {
+        tl_step_arena = accel_arena_create(4u << 20);
+        ACCEL_ASSERT(tl_step_arena != NULL);
+    }
+    return tl_step_arena;
+}
+
+void accel_step_reset(void) {
+    /* The tape lives in the arena; it notices the new generation and is empty. */
+    if (tl_step_arena) accel_arena_reset(tl_step_arena);
+}
+
+void accel_thread_cleanup(void) {
+    accel_arena_destroy(tl_step_arena);
+    tl_step_arena = NULL;
+}
+
+__attribute__((destructor)) static void free_live_arenas(void) {
+    /* Arenas of threads that exited without cleanup, and the main thread's. */
+    pthread_mutex_lock(&live_lock);
+    accel_arena *a = live_head;
+    live_head = NULL;
+    pthread_mutex_unlock(&live_lock);
+    while (a) {
+        accel_arena *n = a->next_live;
+        chunks_free(a->head);
+        accel_free(a);
+        a = n;
+    }
+    tl_step_arena = NULL;
+}

@@ -1,0 +1,22 @@
+/* Internals shared by the core files and the layers above (not public API). */
+#ifndef ACCEL_CORE_INTERNAL_H
+#define ACCEL_CORE_INTERNAL_H
+
+#include "accel/core.h"
+
+/* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
+double accel__load_elem(const void *p, accel_dtype dt, size_t i);
+void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);
+
+/* Contiguous strides for shape into stride[]. */
+void accel__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+/* Byte address of element with linear (row-major) index i of t (any strides). */
+void *accel__elem_ptr(const accel_tensor *t, int64_t i);
+/* Allocates a step-arena tensor header (data not set). */
+accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
+                                  accel_device dev);
+
+/* Philox4x32-10: four 32-bit words from (key, counter). */
+void accel__philox(uint64_t key, uint64_t counter, uint32_t out[4]);
+
+#endif

@@ -1,0 +1,104 @@
+/* Readable tensor printing, in the spirit of PyTorch's repr. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "accel/core.h"
+#include "core_internal.h"
+
+typedef struct sbuf {
+    char *p;
+    size_t n, len;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, double v, int use_v) {
+    if (b->len >= b->n) return;
+    int k = use_v ? snprintf(b->p + b->len, b->n - b->len, fmt, v)
+                  : snprintf(b->p + b->len, b->n - b->len, "%s", fmt);
+    if (k > 0) b->len += (size_t)k;
+    if (b->len > b->n) b->len = b->n;
+}
+
+static void put_value(sbuf *b, const accel_tensor *t, int64_t off) {
+    double v = accel__load_elem(t->data, t->dtype, (size_t)off);
+    if (accel_dtype_is_float(t->dtype)) {
+        if (isnan(v)) put(b, "nan", 0, 0);
+        else if (isinf(v)) put(b, v > 0 ? "inf" : "-inf", 0, 0);
+        else if (v != 0 && (fabs(v) >= 1e8 || fabs(v) < 1e-4)) put(b, "%.4e", v, 1);
+        else put(b, "%.4f", v, 1);
+    } else if (t->dtype == ACCEL_BOOL) {
+        put(b, v != 0 ? "True" : "False", 0, 0);
+    } else {
+        put(b, "%.0f", v, 1);
+    }
+}
+
+/* Prints dim d starting at element offset off; summarises dims longer than 6
+ * when the tensor has more than 1000 elements, as PyTorch does. */
+static void put_dim(sbuf *b, const accel_tensor *t, int d, int64_t off, bool summarize) {
+    if (t->ndim == 0) {
+        put_value(b, t, 0);
+        return;
+    }
+    put(b, "[", 0, 0);
+    int64_t n = t->shape[d];
+    for (int64_t i = 0; i < n; i++) {
+        if (summarize && n > 6 && i == 3) {
+            put(b, d == t->ndim - 1 ? "..., " : "...,\n", 0, 0);
+            i = n - 3;
+        }
+        int64_t o = off + i * t->stride[d];
+        if (d == t->ndim - 1) put_value(b, t, o);
+        else put_dim(b, t, d + 1, o, summarize);
+        if (i + 1 < n) {
+            put(b, ",", 0, 0);
+            if (d == t->ndim - 1) put(b, " ", 0, 0);
+            else {
+                for (int k = d; k < t->ndim - 1; k++) put(b, "\n", 0, 0);
+                for (int k = 0; k <= d; k++) put(b, " ", 0, 0);
+                put(b, "       ", 0, 0);
+            }
+        }
+    }
+    put(b, "]", 0, 0);
+}
+
+static size_t format(const accel_tensor *t, char *out, size_t n) {
+    sbuf b = {out, n, 0};
+    char sh[96];
+    if (!t || t->magic != ACCEL_TENSOR_MAGIC) {
+        put(&b, "tensor(<invalid>)", 0, 0);
+    } else if (t->device.type == ACCEL_DEV_META) {
+        put(&b, "tensor(..., device='meta', size=", 0, 0);
+        put(&b, accel_shape_str(t, sh, sizeof sh), 0, 0);
+        put(&b, ", dtype=", 0, 0);
+        put(&b, accel_dtype_name(t->dtype), 0, 0);
+        put(&b, ")", 0, 0);
+    } else {
+        put(&b, "tensor(", 0, 0);
+        put_dim(&b, t, 0, 0, accel_numel(t) > 1000);
+        if (t->dtype != ACCEL_F32 && t->dtype != ACCEL_I64 && t->dtype != ACCEL_BOOL) {
+            put(&b, ", dtype=torch.", 0, 0);
+            put(&b, accel_dtype_name(t->dtype), 0, 0);
+        }
+        if (t->requires_grad) put(&b, ", requires_grad=True", 0, 0);
+        put(&b, ")", 0, 0);
+    }
+    if (b.len >= n) b.len = n - 1;
+    out[b.len] = '\0';
+    return b.len;
+}
+
+void accel_print_tensor(FILE *f, const accel_tensor *t) {
+    char buf[16384];
+    format(t, buf, sizeof buf);
+    fprintf(f, "%s\n", buf);
+}
+
+const char *accel_tensor_str(const accel_tensor *t) {
+    size_t n = 16384;
+    char *buf = accel_arena_alloc(accel_step_arena(), n, 16);
+    if (!buf) return "tensor(<out of memory>)";
+    format(t, buf, n);
+    return buf;
+}

@@ -1,0 +1,119 @@
+/* Counter-based RNG (Philox-4x32-10). Element i of a draw depends only on
+ * (seed, offset + i), so results never depend on the thread count. */
+#include <math.h>
+
+#include "accel/core.h"
+#include "core_internal.h"
+
+void accel__philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+static double u32_to_unit(uint32_t a, uint32_t b) {
+    /* 53 random bits -> [0, 1) */
+    uint64_t v = ((uint64_t)a << 21) ^ (uint64_t)b;
+    return (double)(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+void accel_rng_init(accel_rng *r, uint64_t seed) {
+    r->seed = seed;
+    r->offset = 0;
+}
+
+static accel_rng default_rng = {0, 0};
+
+accel_rng *accel_default_rng(void) { return &default_rng; }
+void accel_manual_seed(uint64_t seed) { accel_rng_init(&default_rng, seed); }
+
+uint64_t accel_rng_next_u64(accel_rng *r) {
+    uint32_t w[4];
+    accel__philox(r->seed, r->offset++, w);
+    return ((uint64_t)w[0] << 32) | w[1];
+}
+
+double accel_rng_next_double(accel_rng *r) {
+    uint32_t w[4];
+    accel__philox(r->seed, r->offset++, w);
+    return u32_to_unit(w[0], w[1]);
+}
+
+static bool check_float_cpu(const accel_tensor *t, const char *op) {
+    if (!accel_tensor_check(t, op, "t")) return false;
+    if (!accel_dtype_is_float(t->dtype) || !accel_is_contiguous(t) || t->device.type != ACCEL_DEV_CPU) {
+        accel_set_error(ACCEL_ERR_DTYPE, "%s: needs a contiguous float tensor on cpu (got %s on %s)",
+                        op, accel_dtype_name(t->dtype), accel_device_type_name(t->device.type));
+        return false;
+    }
+    return true;
+}
+
+accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std) {
+    if (!check_float_cpu(t, "accel_rng_normal_")) return accel_last_status();
+    int64_t n = accel_numel(t);
+    uint64_t base = r->offset;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        accel__philox(r->seed, base + (uint64_t)i, w);
+        double u1 = 1.0 - u32_to_unit(w[0], w[1]); /* (0, 1] */
+        double u2 = u32_to_unit(w[2], w[3]);
+        double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+        accel__store_elem(t->data, t->dtype, (size_t)i, mean + std * z);
+    }
+    r->offset += (uint64_t)n;
+    return ACCEL_OK;
+}
+
+accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double hi) {
+    if (!check_float_cpu(t, "accel_rng_uniform_")) return accel_last_status();
+    int64_t n = accel_numel(t);
+    uint64_t base = r->offset;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        accel__philox(r->seed, base + (uint64_t)i, w);
+        accel__store_elem(t->data, t->dtype, (size_t)i, lo + (hi - lo) * u32_to_unit(w[0], w[1]));
+    }
+    r->offset += (uint64_t)n;
+    return ACCEL_OK;
+}
+
+accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_prob) {
+    if (!accel_tensor_check(mask, "accel_rng_bernoulli_", "mask")) return accel_last_status();
+    if ((mask->dtype != ACCEL_U8 && mask->dtype != ACCEL_BOOL) || !accel_is_contiguous(mask))
+        return accel_set_error(ACCEL_ERR_DTYPE, "accel_rng_bernoulli_: mask must be contiguous u8/bool");
+    int64_t n = accel_numel(mask);
+    uint8_t *m = mask->data;
+    uint64_t base = r->offset;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        accel__philox(r->seed, base + (uint64_t)i, w);
+        m[i] = u32_to_unit(w[0], w[1]) < keep_prob;
+    }
+    r->offset += (uint64_t)n;
+    return ACCEL_OK;
+}
+
+void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(accel_rng_next_u64(r) % (uint64_t)(i + 1));
+        int64_t t = out[i];
+        out[i] = out[j];
+        out[j] = t;
+    }
+}

@@ -1,0 +1,70 @@
+/* Per-thread error state: the first error is kept until cleared. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "accel/core.h"
+
+static _Thread_local accel_status tl_status = ACCEL_OK;
+static _Thread_local char tl_message[1024];
+
+const char *accel_last_error(void) { return tl_message; }
+accel_status accel_last_status(void) { return tl_status; }
+
+void accel_clear_error(void) {
+    tl_status = ACCEL_OK;
+    tl_message[0] = '\0';
+}
+
+static void set_message(accel_status st, const char *fmt, va_list ap) {
+    tl_status = st;
+    vsnprintf(tl_message, sizeof tl_message, fmt, ap);
+}
+
+accel_status accel_set_error(accel_status st, const char *fmt, ...) {
+    if (tl_status != ACCEL_OK) return st;
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+accel_status accel_reset_error(accel_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *accel_status_name(accel_status st) {
+    switch (st) {
+    case ACCEL_OK: return "ok";
+    case ACCEL_ERR_INVALID_ARG: return "invalid argument";
+    case ACCEL_ERR_SHAPE: return "shape error";
+    case ACCEL_ERR_DTYPE: return "dtype error";
+    case ACCEL_ERR_DEVICE: return "device error";
+    case ACCEL_ERR_OOM: return "out of memory";
+    case ACCEL_ERR_IO: return "I/O error";
+    case ACCEL_ERR_FORMAT: return "format error";
+    case ACCEL_ERR_DIST: return "distributed error";
+    case ACCEL_ERR_TIMEOUT: return "timeout";
+    case ACCEL_ERR_UNSUPPORTED: return "unsupported";
+    case ACCEL_ERR_STATE: return "invalid state";
+    }
+    return "unknown status";
+}
+
+static void default_abort(const char *file, int line, const char *msg) {
+    fprintf(stderr, "accel: internal error at %s:%d: %s\n", file, line, msg);
+}
+
+static accel_abort_fn abort_handler = default_abort;
+
+void accel_set_abort_handler(accel_abort_fn fn) { abort_handler = fn ? fn : default_abort; }
+
+void accel_abort_at(const char *file, int line, const char *msg) {
+    abort_handler(file, line, msg);
+    abort();
+}

@@ -1,0 +1,128 @@
+/* Core: dtypes, conversions, tensors, arenas, errors, RNG, printing. */
+#include "accel/accel.h"
+#include "check.h"
+
+static void test_bf16_f16_rounding(void) {
+    /* bf16: 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties to even -> 1. */
+    CHECK(accel_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);
+    CHECK(accel_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82); /* tie, odd below -> up */
+    CHECK(accel_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(isnan(accel_bf16_to_f32(accel_f32_to_bf16(NAN))));
+    /* f16 */
+    CHECK(accel_f32_to_f16(1.0f) == 0x3c00);
+    CHECK(accel_f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(accel_f32_to_f16(65520.0f) == 0x7c00);           /* overflow rounds to inf */
+    CHECK(accel_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00); /* tie to even */
+    CHECK(accel_f32_to_f16(5.960464477539063e-08f) == 0x0001); /* smallest subnormal */
+    CHECK(accel_f32_to_f16(2.9802322387695312e-08f) == 0x0000); /* half of it: tie to even 0 */
+    CHECK(accel_f16_to_f32(0x0001) == 5.960464477539063e-08f);
+    CHECK(accel_f16_to_f32(0xc000) == -2.0f);
+    for (uint32_t h = 0; h < 0x7c00; h++) /* every finite f16 round-trips */
+        CHECK(accel_f32_to_f16(accel_f16_to_f32((uint16_t)h)) == h);
+}
+
+static void test_dtype_names(void) {
+    CHECK(accel_dtype_parse("torch.bfloat16") == ACCEL_BF16);
+    CHECK(accel_dtype_parse("F16") == ACCEL_F16);
+    CHECK(accel_dtype_parse("fp32") == ACCEL_F32);
+    CHECK(accel_dtype_parse("complex64") == -1);
+    CHECK(accel_dtype_size(ACCEL_I64) == 8);
+    CHECK(strcmp(accel_dtype_st_name(ACCEL_BF16), "BF16") == 0);
+}
+
+static void test_tensors_and_views(void) {
+    accel_tensor *t = accel_arange(ACCEL_F32, 0, 6);
+    CHECK(t && accel_numel(t) == 6);
+    int64_t shape[2] = {2, 3}, stride[2] = {1, 2};
+    accel_tensor *v = accel_view_raw(t, 2, shape, stride, 0); /* a transposed view of [3,2] */
+    CHECK(!accel_is_contiguous(v));
+    CHECK(accel_get(v, (int64_t[]){1, 2}) == 5.0);
+    accel_tensor *c = accel_empty(ACCEL_BF16, 2, shape);
+    CHECK(accel_copy_(c, v) == ACCEL_OK);
+    CHECK(accel_get(c, (int64_t[]){0, 1}) == 2.0);
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+    CHECK(p && ((float *)p->data)[3] == 0.0f);
+    accel_tensor_free(p);
+    accel_tensor_free(NULL);
+    accel_tensor *m = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(1000000, 1000000), ACCEL_META_DEVICE);
+    CHECK(m && m->data == NULL && accel_numel(m) == 1000000000000LL);
+    accel_tensor_free(m);
+    accel_step_reset();
+}
+
+static void test_errors(void) {
+    accel_clear_error();
+    CHECK(isnan(accel_item(NULL)));
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_item");
+    accel_clear_error();
+    accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2));
+    accel_step_reset();
+    CHECK(isnan(accel_item(t)));
+    CHECK_STR_CONTAINS(accel_last_error(), "after its step ended");
+    accel_clear_error();
+    accel_device d;
+    CHECK(accel_device_parse("npu:0", &d) == ACCEL_ERR_DEVICE);
+    CHECK_STR_CONTAINS(accel_last_error(), "npu:0");
+    accel_clear_error();
+    CHECK(accel_device_parse("cuda:1", &d) == ACCEL_OK && d.index == 1);
+    CHECK(!accel_device_available(d));
+}
+
+static void test_arena_reuse(void) {
+    accel_arena *a = accel_arena_create(1024);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 100; i++) CHECK(accel_arena_alloc(a, 1000, 64) != NULL);
+        if (step > 0) CHECK(accel_arena_capacity(a) >= accel_arena_used(a));
+        size_t cap = accel_arena_capacity(a);
+        accel_arena_reset(a);
+        if (step > 0) CHECK(accel_arena_capacity(a) == cap); /* no growth after the first step */
+    }
+    accel_arena_destroy(a);
+}
+
+static void test_rng(void) {
+    accel_rng r1, r2;
+    accel_rng_init(&r1, 42);
+    accel_rng_init(&r2, 42);
+    accel_tensor *a = accel_empty(ACCEL_F32, ACCEL_SHAPE(100000));
+    accel_tensor *b = accel_empty(ACCEL_F32, ACCEL_SHAPE(100000));
+    accel_set_num_threads(1);
+    accel_rng_normal_(&r1, a, 0, 1);
+    accel_set_num_threads(2);
+    accel_rng_normal_(&r2, b, 0, 1);
+    CHECK(memcmp(a->data, b->data, 400000) == 0); /* independent of thread count */
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 100000; i++) {
+        double v = ((float *)a->data)[i];
+        s += v;
+        s2 += v * v;
+    }
+    CHECK(fabs(s / 100000) < 0.02 && fabs(s2 / 100000 - 1) < 0.02);
+    int64_t perm[10];
+    accel_rng_randperm(&r1, 10, perm);
+    int seen = 0;
+    for (int i = 0; i < 10; i++) seen |= 1 << perm[i];
+    CHECK(seen == 1023);
+    accel_step_reset();
+}
+
+static void test_print(void) {
+    float v[4] = {1, 2, 3, 4.5f};
+    accel_tensor *t = accel_from_floats(ACCEL_SHAPE(2, 2), v);
+    CHECK(strcmp(accel_tensor_str(t), "tensor([[1.0000, 2.0000],\n        [3.0000, 4.5000]])") == 0);
+    accel_tensor *i = accel_arange(ACCEL_I32, 0, 3);
+    CHECK(strcmp(accel_tensor_str(i), "tensor([0, 1, 2], dtype=torch.int32)") == 0);
+    accel_step_reset();
+}
+
+int main(void) {
+    RUN(test_bf16_f16_rounding);
+    RUN(test_dtype_names);
+    RUN(test_tensors_and_views);
+    RUN(test_errors);
+    RUN(test_arena_reuse);
+    RUN(test_rng);
+    RUN(test_print);
+    return check_summary();
+}
