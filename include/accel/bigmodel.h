@@ -1,0 +1,313 @@
+/*
+ * accel/bigmodel.h — big model inference: sizes, device maps, (dispatch, offload).
+ *
+ * Port of accelerate.utils.modeling (accelerate.md §7). Everything here works
+ * on the module tree only (shapes and dtypes), so models built on the meta
+ * device (accel_init_empty_weights_begin) cost no memory.
+ *
+ * Device strings. A device map assigns a device string to a module prefix:
+ *   "0", "1", ...   accelerator (GPU) index, as Accelerate's integer keys;
+ *   "cuda:N"        the same, spelled as a device;
+ *   "cpu", "meta", "disk".
+ * Prefixes are dotted module (or tensor) names; "" is the whole model. A tensor
+ * belongs to the longest prefix p with name == p or name starting with p + ".".
+ *
+ * Messages. Warnings (keys matching no module; buffers that will not fit a GPU)
+ * go to opts->log, or stderr. Info lines (devices that got nothing) go to
+ * opts->log, or stderr when opts->verbose.
+ */
+#ifndef ACCEL_BIGMODEL_H
+#define ACCEL_BIGMODEL_H
+
+#include <stdio.h>
+
+#include "core.h"
+#include "nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ device maps */
+
+typedef struct accel_device_map_entry {
+    char *prefix;     /* owned */
+    char device[24];  /* "0", "cpu", "disk", "meta", "cuda:1" */
+} accel_device_map_entry;
+
+/* Ordered (insertion order, like a Python dict). */
+typedef struct accel_device_map {
+    int n, cap;
+    accel_device_map_entry *e;
+} accel_device_map;
+
+accel_device_map *accel_device_map_new(void);
+void accel_device_map_free(accel_device_map *m); /* NULL is a no-op */
+/* Replaces the device of an existing prefix in place, else appends. */
+accel_status accel_device_map_set(accel_device_map *m, const char *prefix, const char *device);
+void accel_device_map_remove(accel_device_map *m, const char *prefix);
+/* Exact prefix -> device, NULL when absent. */
+const char *accel_device_map_get(const accel_device_map *m, const char *prefix);
+/* Longest matching prefix for a tensor/module name -> device, NULL when none. */
+const char *accel_device_map_lookup(const accel_device_map *m, const char *name);
+/* Parses "a:0,b:cpu" ("" key written as ":0") — for tests and the CLI. */
+accel_device_map *accel_device_map_parse(const char *spec);
+/* Writes {"a": 0, "b": "cpu"} (integers unquoted, like Python) into buf. */
+const char *accel_device_map_str(const accel_device_map *m, char *buf, size_t n);
+/* The device a map value denotes: "0" -> cuda:0, "cpu", "meta", "cuda:1".
+ * "disk" -> ACCEL_ERR_INVALID_ARG (it is a storage, not a device). */
+accel_status accel_device_map_device(const char *value, accel_device *out);
+/* clean_device_map: collapses every prefix whose entries share one device. */
+void accel_clean_device_map(accel_device_map *m);
+
+/* ------------------------------------------------------------ memory budgets */
+
+#define ACCEL_MAX_MEMORY_DEVICES 16
+
+typedef struct accel_max_memory {
+    int n;
+    struct {
+        char device[24]; /* "0", "1", ..., "cpu", "disk" */
+        int64_t bytes;
+    } e[ACCEL_MAX_MEMORY_DEVICES];
+} accel_max_memory;
+
+/* Adds (or replaces) a budget. size: bytes as an integer string or "10GB",
+ * "2GiB", ... (accel_parse_size). */
+accel_status accel_max_memory_set(accel_max_memory *mm, const char *device, const char *size);
+accel_status accel_max_memory_set_bytes(accel_max_memory *mm, const char *device, int64_t bytes);
+/* -1 when the device has no budget. */
+int64_t accel_max_memory_get(const accel_max_memory *mm, const char *device);
+/* get_max_memory: in == NULL -> this machine ({"cpu": MemAvailable}; accelerators
+ * are added when the build has them); else a copy of `in` validated (unknown
+ * key -> ACCEL_ERR_INVALID_ARG "Device X is not recognized, ...") and ordered:
+ * integer keys ascending, then "cpu", then "disk". */
+accel_status accel_get_max_memory(const accel_max_memory *in, accel_max_memory *out);
+
+/* ------------------------------------------------------------ sizes */
+
+typedef struct accel_name_dtype {
+    const char *name;
+    accel_dtype dtype;
+} accel_name_dtype;
+
+/* Options shared by the size and device-map functions. Zero-init = Accelerate's defaults. */
+typedef struct accel_device_map_options {
+    const char *const *no_split;       /* module type names never split (e.g. "LlamaDecoderLayer") */
+    int n_no_split;
+    bool has_dtype;                    /* weights will be loaded in `dtype` (floating tensors) */
+    accel_dtype dtype;
+    const accel_name_dtype *special_dtypes; /* per full tensor name, overrides dtype */
+    int n_special;
+    bool verbose;                      /* print each step of the allocation to log */
+    bool keep_raw;                     /* skip clean_device_map (Accelerate: clean_result=False) */
+    bool offload_buffers;
+    bool fallback_allocation;
+    FILE *log;                         /* NULL: stderr */
+} accel_device_map_options;
+
+/* Per-prefix sizes in bytes ("" = total), in Accelerate's insertion order
+ * (parameters, then buffers; each tensor counted once even if tied).
+ * Deviation: bool tensors count 1 byte per element (their real size in accel);
+ * Accelerate's dtype_byte_size counts 1/8. */
+typedef struct accel_module_sizes {
+    int n, cap;
+    char **names;
+    int64_t *bytes;
+    int *hash;      /* open addressing over names */
+    int hash_cap;
+} accel_module_sizes;
+
+/* compute_module_sizes(model, dtype, special_dtypes, buffers_only). opts may be NULL. */
+accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_options *opts,
+                                               bool buffers_only);
+void accel_module_sizes_free(accel_module_sizes *s);
+/* 0 when the prefix has no tensors (like the defaultdict). */
+int64_t accel_module_sizes_get(const accel_module_sizes *s, const char *prefix);
+/* compute_module_total_buffer_size. */
+int64_t accel_module_total_buffer_size(accel_module *root, const accel_device_map_options *opts);
+
+/* get_max_layer_size over the root's direct params, children and buffers:
+ * a layer is a leaf module or a module whose type is in no_split (a direct
+ * tensor is a layer of its own). names (optional) receives a malloc'd ("accel_free")
+ * array of accel_malloc'd names achieving the max; *n_names their count. */
+int64_t accel_get_max_layer_size(accel_module *root, const accel_module_sizes *sizes,
+                                 const char *const *no_split, int n_no_split, char ***names,
+                                 int *n_names);
+void accel_free_names(char **names, int n);
+
+/* calculate_maximum_sizes: total size and largest layer. */
+accel_status accel_calculate_maximum_sizes(accel_module *root, const char *const *no_split,
+                                           int n_no_split, int64_t *total, int64_t *largest_layer);
+
+/* ------------------------------------------------------------ tied parameters */
+
+typedef struct accel_tied_params {
+    int n_groups;
+    int *group_size;
+    char ***groups;   /* each group's names sorted; groups sorted by first name */
+} accel_tied_params;
+
+/* find_tied_parameters: parameters registered under several names. */
+accel_tied_params *accel_find_tied_parameters(accel_module *root);
+void accel_tied_params_free(accel_tied_params *tp);
+
+/* ------------------------------------------------------------ device maps from budgets */
+
+/* infer_auto_device_map (accelerate.md §7.4), step by step. max_memory NULL ->
+ * accel_get_max_memory(NULL). Returns a new map (NULL + error). */
+accel_device_map *accel_infer_auto_device_map(accel_module *root, const accel_max_memory *max_memory,
+                                              const accel_device_map_options *opts);
+
+/* get_balanced_memory (§7.5): writes the balanced budgets into out. */
+accel_status accel_get_balanced_memory(accel_module *root, const accel_max_memory *max_memory,
+                                       const accel_device_map_options *opts, bool low_zero,
+                                       accel_max_memory *out);
+
+/* A device_map string: "auto" == "balanced", "balanced_low_0", "sequential".
+ * Anything else -> ACCEL_ERR_INVALID_ARG naming the accepted values. */
+accel_device_map *accel_device_map_from_string(accel_module *root, const char *strategy,
+                                               const accel_max_memory *max_memory,
+                                               const accel_device_map_options *opts);
+
+/* check_device_map (§7.6): keys matching no submodule are a warning (to
+ * opts->log / stderr, opts may be NULL); tensors not covered are an
+ * ACCEL_ERR_INVALID_ARG error listing them. */
+accel_status accel_check_device_map(accel_module *root, const accel_device_map *map,
+                                    const accel_device_map_options *opts);
+
+/* ================================================================
+ * Dispatch, hooks and offload (§7.8–7.11) — declared below by
+ * src/bigmodel/dispatch*.c and offload*.c.
+ * ================================================================ */
+
+/* ------------------------------------------------------------ loading + dispatch
+ *
+ * Where each tensor goes (device of its longest map prefix):
+ *   - the execution device (cpu, or cuda:N in a CUDA build): materialised there,
+ *     read straight from the mapped checkpoint (converted to the param dtype);
+ *   - "disk": offloaded. The parameter stays on meta; the weights map keeps a
+ *     zero-copy view of the mapped checkpoint. A hook points the parameter at
+ *     the mapped bytes just before its module runs (pages fault in on use;
+ *     converted into a scratch buffer when the param dtype differs) and drops
+ *     it afterwards (params back to meta, the pages released from this
+ *     process with MADV_DONTNEED);
+ *   - "cpu" when the main device is not the cpu (or opts->offload_cpu):
+ *     offloaded to a host copy, pointed at by the hook during the forward.
+ * The main (execution) device for offloaded modules is opts->main_device, or
+ * the first map device that is neither cpu nor disk, or cpu (Accelerate's
+ * dispatch_model). The root module gets io_same_device semantics: its output
+ * comes back to the device its input came from.
+ * A device this build or machine lacks (npu:0, cuda:1) fails at load time
+ * with an ACCEL_ERR_DEVICE message naming the map entry. */
+
+typedef struct accel_load_options {
+    bool has_dtype;            /* cast floating tensors to dtype (non-floating keep theirs) */
+    accel_dtype dtype;
+    bool strict;               /* unexpected or missing keys are errors (else warnings) */
+    const char *main_device;   /* execution device of offloaded modules; NULL: see above */
+    bool offload_cpu;          /* "cpu" entries are offloaded (host copy) even when main is cpu */
+    /* Module types whose hook brings in every offloaded weight below them at
+     * once (Accelerate's preload_module_classes); leaves always do. NULL: the
+     * map options' no_split classes. */
+    const char *const *preload_classes;
+    int n_preload;
+    const accel_device_map_options *map_opts; /* for string maps and check_device_map; may be NULL */
+    FILE *log;                 /* warnings (unexpected/missing keys); NULL: stderr */
+} accel_load_options;
+
+/* The loaded state of a dispatched model: the mapped checkpoint, host copies
+ * of cpu-offloaded weights, and the hooks' bookkeeping. OWNERSHIP: free it
+ * with accel_dispatched_free BEFORE accel_module_free(root). */
+typedef struct accel_dispatched accel_dispatched;
+
+typedef struct accel_dispatch_stats {
+    int64_t n_loaded;          /* tensors materialised on their device at load */
+    int64_t n_offloaded_disk;  /* tensors left on meta, read from the mapping on use */
+    int64_t n_offloaded_cpu;   /* tensors left on meta, read from host copies on use */
+    int64_t bytes_resident;    /* bytes materialised at load (execution devices) */
+    int64_t bytes_host_copies; /* bytes of host copies (cpu offload) */
+    int64_t bytes_disk;        /* bytes left in the mapped checkpoint */
+    int64_t peak_onload_bytes; /* most offloaded bytes brought in at once during forwards */
+    int64_t scratch_bytes;     /* of which converted copies (dtype differs from the file) */
+    int n_unexpected;          /* checkpoint tensors the model lacks */
+    int n_missing;             /* model tensors the checkpoint lacks */
+} accel_dispatch_stats;
+
+/* load_checkpoint_in_model (§7.7). checkpoint: a *.safetensors file, a
+ * *.index.json, or a directory (accel_checkpoint_open). map NULL: every
+ * tensor on cpu. Checks the map first (unknown devices, uncovered tensors:
+ * accel_check_device_map). The model's tensors may be on meta (built under
+ * accel_init_empty_weights) or materialised (they are overwritten). No hooks
+ * are attached: accel_dispatch_model does that. NULL + error. */
+accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char *checkpoint,
+                                                 const accel_device_map *map,
+                                                 const accel_load_options *opts);
+/* dispatch_model (§7.9): attaches the hooks for d's map. */
+accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d);
+/* load_checkpoint_and_dispatch (§7.8): map, or strategy ("auto", "balanced",
+ * "balanced_low_0", "sequential") with max_memory (NULL: this machine) when
+ * map is NULL; both NULL: everything on cpu. */
+accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const char *checkpoint,
+                                                     const accel_device_map *map,
+                                                     const char *strategy,
+                                                     const accel_max_memory *max_memory,
+                                                     const accel_load_options *opts);
+/* Removes the hooks, puts offloaded parameters back on meta, frees host
+ * copies and unmaps the checkpoint. Materialised weights stay with the model.
+ * NULL is a no-op. */
+void accel_dispatched_free(accel_dispatched *d);
+void accel_dispatched_stats(const accel_dispatched *d, accel_dispatch_stats *out);
+/* The resolved device map (owned by d) and main device. */
+const accel_device_map *accel_dispatched_map(const accel_dispatched *d);
+accel_device accel_dispatched_main_device(const accel_dispatched *d);
+/* Where a tensor lives: "cpu", "cuda:0", "disk", or "cpu-offload"
+ * (a host copy brought to the main device on use). NULL when unknown. */
+const char *accel_dispatched_placement(const accel_dispatched *d, const char *tensor_name);
+
+/* ------------------------------------------------------------ save_pretrained / from_pretrained */
+
+/* config.json + safetensors (model.safetensors, or shards of at most
+ * max_shard_bytes with model.safetensors.index.json; <= 0: 5 GB, the
+ * transformers default) that transformers.LlamaForCausalLM.from_pretrained
+ * loads. Tied aliases (lm_head.weight with tie_word_embeddings) are dropped
+ * as transformers does. Every tensor must be materialised. */
+accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes);
+/* from_pretrained: dir's config.json, the model built on meta, then
+ * accel_load_checkpoint_and_dispatch(dir, map, strategy, max_memory, opts)
+ * (no_split defaults to LlamaDecoderLayer). *out gets the dispatch state
+ * (free it before the model). NULL + error. */
+accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_map *map,
+                                          const char *strategy, const accel_max_memory *max_memory,
+                                          const accel_load_options *opts, accel_dispatched **out);
+
+/* ------------------------------------------------------------ generation */
+
+typedef struct accel_generate_options {
+    int64_t max_new_tokens;
+    bool do_sample;            /* false: greedy (argmax, first index on ties) */
+    double temperature;        /* <= 0: 1.0 */
+    int64_t top_k;             /* <= 0: off */
+    double top_p;              /* <= 0 or >= 1: off */
+    uint64_t seed;             /* sampling RNG (Philox; same seed, same tokens) */
+    bool has_eos;              /* stop after eos_token_id is generated */
+    int64_t eos_token_id;
+    float *prompt_logits;      /* optional [vocab]: logits at the prompt's last position */
+} accel_generate_options;
+
+/* Decodes with the KV cache (batch 1): one forward over the prompt, then one
+ * per new token. out needs n_prompt + max_new_tokens slots; *n_out gets the
+ * count written (prompt included). Resets the calling thread's step arena
+ * after every forward (step tensors of the caller become invalid). */
+accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
+                            const accel_generate_options *opts, int64_t *out, int64_t *n_out);
+/* One token from logits[n] (modified in place: temperature, top-k, top-p
+ * filtering as transformers' warpers, in that order); greedy unless
+ * opts->do_sample. */
+int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_options *opts,
+                            accel_rng *rng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_BIGMODEL_H */

@@ -1,0 +1,153 @@
+/*
+ * accel/io.h — safetensors files, sharded checkpoints, size strings, HF config.json.
+ *
+ * safetensors (https://github.com/huggingface/safetensors) layout:
+ *     [u64 little-endian N][N bytes JSON header][data section]
+ * header: {"__metadata__": {"format": "pt", ...},
+ *          "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+ * with offsets relative to the data section. The reader checks everything before
+ * handing out a byte (see docs/io.md, "What the reader checks"); every failure is
+ * ACCEL_ERR_FORMAT with a message naming the file and the tensor.
+ *
+ * Zero-copy. accel_safetensors_open maps the file privately (copy-on-write):
+ * tensors returned by accel_safetensors_tensor in their stored dtype point
+ * straight into the mapping (flag ACCEL_TF_MMAP). Writing to them never changes
+ * the file. OWNERSHIP: such tensors borrow the mapping — free them (or rebind
+ * them) BEFORE accel_safetensors_close. Converted copies own their memory.
+ */
+#ifndef ACCEL_IO_H
+#define ACCEL_IO_H
+
+#include "core.h"
+#include "nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ size strings */
+
+/* accelerate's convert_file_size_to_int: "10GB" (decimal), "2GiB" (binary),
+ * "1.5GB", "500", "100Mb" (lowercase b = bits, /8). "5MBB", "5k0MB", "-1GB",
+ * "" -> ACCEL_ERR_INVALID_ARG naming the string. */
+accel_status accel_parse_size(const char *s, int64_t *out);
+
+/* ------------------------------------------------------------ safetensors reader */
+
+typedef struct accel_safetensors accel_safetensors;
+
+typedef struct accel_st_info {
+    const char *name;             /* owned by the file object */
+    accel_dtype dtype;
+    int ndim;
+    int64_t shape[ACCEL_MAX_DIMS];
+    const void *data;             /* into the mapping */
+    size_t nbytes;
+    uint64_t begin, end;          /* data_offsets (relative to the data section) */
+} accel_st_info;
+
+/* Maps and validates `path`. NULL + error (ACCEL_ERR_IO / ACCEL_ERR_FORMAT /
+ * ACCEL_ERR_UNSUPPORTED for dtypes accel lacks, e.g. F8_E4M3). */
+accel_safetensors *accel_safetensors_open(const char *path);
+/* Unmaps. Zero-copy tensors from this file must be freed first. NULL is a no-op. */
+void accel_safetensors_close(accel_safetensors *st);
+const char *accel_safetensors_path(const accel_safetensors *st);
+int accel_safetensors_count(const accel_safetensors *st);
+/* i-th tensor in file order (by data offset), 0 <= i < count. */
+const accel_st_info *accel_safetensors_at(const accel_safetensors *st, int i);
+/* Lookup by name: NULL without error when absent. */
+const accel_st_info *accel_safetensors_find(const accel_safetensors *st, const char *name);
+/* __metadata__ value for key, NULL when absent. */
+const char *accel_safetensors_metadata(const accel_safetensors *st, const char *key);
+
+/* A persistent tensor for `name` (CPU). want = -1 or the stored dtype: zero-copy
+ * view of the mapping when the bytes are aligned to the element size (else an
+ * owned copy); another dtype: an owned, converted copy. Free with accel_tensor_free. */
+accel_tensor *accel_safetensors_tensor(accel_safetensors *st, const char *name, int want);
+/* Copies (converting dtype) the tensor `name` into dst's memory; dst must be a
+ * contiguous CPU tensor of the same shape (error names both shapes). */
+accel_status accel_safetensors_load_into(accel_safetensors *st, const char *name,
+                                         accel_tensor *dst);
+
+/* ------------------------------------------------------------ safetensors writer */
+
+typedef struct accel_kv {
+    const char *key;
+    const char *value;
+} accel_kv;
+
+/* Writes n tensors (CPU, any strides; meta -> error) in the given order, with
+ * metadata {"format": "pt"} plus `meta` pairs (a "format" pair replaces "pt").
+ * The header is padded with spaces to a multiple of 8 as the Python library
+ * does. Written to "<path>.tmp", fsynced, then renamed: readers never see a
+ * half-written file. Tied weights are written under every name given: dropping
+ * an alias (transformers drops lm_head.weight when tied) is the caller's policy.
+ * Duplicate names -> error. */
+accel_status accel_safetensors_save(const char *path, int n, const char *const *names,
+                                    accel_tensor *const *tensors, int n_meta,
+                                    const accel_kv *meta);
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* A checkpoint: one safetensors file, or shards listed by an index
+ * ({"metadata": {...}, "weight_map": {name: file}}). Opened from
+ *   - a *.safetensors file,
+ *   - a *.index.json file,
+ *   - a directory holding exactly one *.index.json, or else model.safetensors.
+ * Shard names with '/', "..", or absolute paths are refused (naming the index
+ * and the entry); missing shards are refused at open (naming the file). Shards
+ * are mapped lazily on first lookup and may be released to bound memory. */
+typedef struct accel_checkpoint accel_checkpoint;
+
+accel_checkpoint *accel_checkpoint_open(const char *path);
+void accel_checkpoint_close(accel_checkpoint *ck); /* NULL is a no-op */
+/* Tensor names (index order / file order). */
+int accel_checkpoint_count(const accel_checkpoint *ck);
+const char *accel_checkpoint_name(const accel_checkpoint *ck, int i);
+int accel_checkpoint_num_shards(const accel_checkpoint *ck);
+const char *accel_checkpoint_shard_path(const accel_checkpoint *ck, int shard);
+/* Shard index of a tensor name, -1 when absent (no error). */
+int accel_checkpoint_shard_of(const accel_checkpoint *ck, const char *name);
+/* The opened shard (mapped on first use). NULL + error. */
+accel_safetensors *accel_checkpoint_shard(accel_checkpoint *ck, int shard);
+/* Unmaps one shard (tensors borrowed from it must be freed first). */
+void accel_checkpoint_release_shard(accel_checkpoint *ck, int shard);
+/* Info for `name`, mapping its shard if needed; *shard_out (optional) gets the
+ * shard. NULL + error naming the tensor (and shard, when the index lies). */
+const accel_st_info *accel_checkpoint_find(accel_checkpoint *ck, const char *name,
+                                           accel_safetensors **shard_out);
+/* Like accel_safetensors_tensor / _load_into through the index. */
+accel_tensor *accel_checkpoint_tensor(accel_checkpoint *ck, const char *name, int want);
+accel_status accel_checkpoint_load_into(accel_checkpoint *ck, const char *name,
+                                        accel_tensor *dst);
+/* "total_size" of the index metadata (-1 when absent or not sharded). */
+int64_t accel_checkpoint_total_size(const accel_checkpoint *ck);
+
+/* Writes tensors into directory `dir` (created if missing) split with the Hub's
+ * rule (huggingface_hub.split_torch_state_dict_into_shards): in order; a tensor
+ * larger than max_shard_bytes gets its own shard; otherwise a new shard starts
+ * when current + size > max. The same accel_tensor under several names goes to
+ * its first name's shard and counts once. One shard -> "model.safetensors", no
+ * index; K shards -> "model-0000i-of-0000K.safetensors" + "model.safetensors.index.json"
+ * (2-space indent, sorted keys, trailing newline). Stale model-*-of-*.safetensors
+ * files (and a stale index when writing one file) are deleted. */
+accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
+                                accel_tensor *const *tensors, int64_t max_shard_bytes);
+/* Convenience: the module's state dict (tied aliases included, as named). */
+accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes);
+
+/* ------------------------------------------------------------ HF config.json (Llama) */
+
+/* Loads config.json (a file, or a directory containing one). Missing keys take
+ * transformers' LlamaConfig defaults; num_key_value_heads defaults to
+ * num_attention_heads; head_dim is kept 0 unless given. rope_scaling must be null
+ * or of type "default". Wrong types -> ACCEL_ERR_FORMAT naming key and file. */
+accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config *out);
+/* Writes what transformers writes (architectures, model_type, hidden_act, ...)
+ * to dir/config.json (or to the path if it ends in ".json"), 2-space indent. */
+accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_IO_H */

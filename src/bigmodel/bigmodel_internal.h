@@ -1,0 +1,43 @@
+/* src/bigmodel/bigmodel_internal.h — shared by the bigmodel files. */
+#ifndef ACCEL_BIGMODEL_INTERNAL_H
+#define ACCEL_BIGMODEL_INTERNAL_H
+
+#include "accel/bigmodel.h"
+
+/* Accelerate's "modules_to_treat": (name, module or tensor) in order. */
+typedef struct accel__work_item {
+    char *name;           /* owned, full dotted name */
+    accel_module *mod;    /* a module, or */
+    accel_tensor *t;      /* a direct parameter/buffer */
+} accel__work_item;
+
+typedef struct accel__work {
+    int n, cap;
+    accel__work_item *items;
+} accel__work;
+
+void accel__work_free(accel__work *w);
+/* Inserts "prefix.local" (or local when prefix is NULL/"") at position at. */
+accel_status accel__work_insert(accel__work *w, int at, const char *prefix, const char *local,
+                                accel_module *m, accel_tensor *t);
+/* Removes item at; its name moves to *out (or is freed when out is NULL). */
+void accel__work_remove(accel__work *w, int at, accel__work_item *out);
+int accel__work_find(const accel__work *w, const char *name);
+/* Inserts named_parameters(recurse=False) (if params) + named_children() +
+ * named_buffers(recurse=False) (if buffers) of m at position at. Count or -1. */
+int accel__work_expand(accel__work *w, int at, const char *prefix, accel_module *m, bool params,
+                       bool buffers);
+bool accel__in_no_split(const accel_module *m, const char *const *no_split, int n);
+/* get_max_layer_size over a work list (only its modules when modules_only). */
+accel_status accel__max_layer_size(const accel__work *start, bool modules_only,
+                                   const accel_module_sizes *sizes, const char *const *no_split,
+                                   int n_no_split, int64_t *max_out, char ***names, int *n_names);
+
+/* Warnings (always; to o->log or stderr) and info lines (to o->log, or stderr when verbose). */
+void accel__bm_log(const accel_device_map_options *o, bool warning, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Is the string a GPU index key ("0", "12")? */
+bool accel__is_gpu_key(const char *s);
+
+#endif

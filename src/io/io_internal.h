@@ -1,0 +1,38 @@
+/* src/io/io_internal.h — helpers shared by the io files (and by bigmodel's
+ * offload code, which writes index.json files the same way).
+ * Internal: prefix accel__, not installed. */
+#ifndef ACCEL_IO_INTERNAL_H
+#define ACCEL_IO_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "accel/core.h"
+
+/* Atomic file writer: bytes go to "<path>.tmp"; commit fsyncs and renames it
+ * over path; abort removes it. Errors name the path. */
+typedef struct accel__afile {
+    int fd;
+    char *path;
+    char *tmp;
+} accel__afile;
+
+accel_status accel__afile_open(accel__afile *f, const char *path);
+accel_status accel__afile_write(accel__afile *f, const void *p, size_t n);
+accel_status accel__afile_commit(accel__afile *f);
+void accel__afile_abort(accel__afile *f);
+
+/* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming
+ * the file, line and column. Caller json_decref()s. */
+json_t *accel__json_load_file(const char *path);
+/* Writes json.dumps(j, indent=2, sort_keys=True) + "\n" atomically. */
+accel_status accel__json_save_file(const char *path, const json_t *j);
+
+/* "dir/name" in accel_malloc'd memory (dir "" -> name). */
+char *accel__path_join(const char *dir, const char *name);
+bool accel__is_dir(const char *path);
+bool accel__is_file(const char *path);
+/* mkdir -p of one level (existing directory is fine). */
+accel_status accel__mkdir(const char *path);
+
+#endif

@@ -1,0 +1,130 @@
+/* src/io/io_util.c — atomic writes, JSON files, paths. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/io_internal.h"
+
+accel_status accel__afile_open(accel__afile *f, const char *path) {
+    f->fd = -1;
+    size_t n = strlen(path);
+    f->path = accel_strdup(path);
+    f->tmp = accel_malloc(n + 5);
+    if (!f->path || !f->tmp) {
+        accel_free(f->path);
+        accel_free(f->tmp);
+        f->path = f->tmp = NULL;
+        return accel_set_error(ACCEL_ERR_OOM, "write %s: out of memory", path);
+    }
+    memcpy(f->tmp, path, n);
+    memcpy(f->tmp + n, ".tmp", 5);
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0) {
+        accel_status st = accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
+        accel_free(f->path);
+        accel_free(f->tmp);
+        f->path = f->tmp = NULL;
+        return st;
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__afile_write(accel__afile *f, const void *p, size_t n) {
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(f->fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return accel_set_error(ACCEL_ERR_IO, "write %s: %s", f->tmp, strerror(errno));
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return ACCEL_OK;
+}
+
+static void afile_release(accel__afile *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    accel_free(f->path);
+    accel_free(f->tmp);
+    f->path = f->tmp = NULL;
+}
+
+accel_status accel__afile_commit(accel__afile *f) {
+    accel_status st = ACCEL_OK;
+    if (fsync(f->fd) != 0)
+        st = accel_set_error(ACCEL_ERR_IO, "fsync %s: %s", f->tmp, strerror(errno));
+    if (close(f->fd) != 0 && st == ACCEL_OK)
+        st = accel_set_error(ACCEL_ERR_IO, "close %s: %s", f->tmp, strerror(errno));
+    f->fd = -1;
+    if (st == ACCEL_OK && rename(f->tmp, f->path) != 0)
+        st = accel_set_error(ACCEL_ERR_IO, "rename %s -> %s: %s", f->tmp, f->path, strerror(errno));
+    if (st != ACCEL_OK) unlink(f->tmp);
+    afile_release(f);
+    return st;
+}
+
+void accel__afile_abort(accel__afile *f) {
+    if (!f->tmp) return;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    unlink(f->tmp);
+    afile_release(f);
+}
+
+json_t *accel__json_load_file(const char *path) {
+    if (!accel__is_file(path)) {
+        accel_set_error(ACCEL_ERR_IO, "%s: no such file", path);
+        return NULL;
+    }
+    json_error_t err;
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (!j)
+        accel_set_error(ACCEL_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", path,
+                        err.line, err.column, err.text);
+    return j;
+}
+
+accel_status accel__json_save_file(const char *path, const json_t *j) {
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    if (!s) return accel_set_error(ACCEL_ERR_OOM, "write %s: cannot serialise JSON", path);
+    accel__afile f;
+    accel_status st = accel__afile_open(&f, path);
+    if (st == ACCEL_OK) {
+        st = accel__afile_write(&f, s, strlen(s));
+        if (st == ACCEL_OK) st = accel__afile_write(&f, "\n", 1);
+        if (st == ACCEL_OK) st = accel__afile_commit(&f);
+        else accel__afile_abort(&f);
+    }
+    free(s);
+    return st;
+}
+
+char *accel__path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    bool slash = a > 0 && dir[a - 1] != '/';
+    char *p = accel_malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    if (slash) p[a++] = '/';
+    memcpy(p + a, name, b + 1);
+    return p;
+}
+
+bool accel__is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+bool accel__is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+accel_status accel__mkdir(const char *path) {
+    if (mkdir(path, 0755) == 0 || (errno == EEXIST && accel__is_dir(path))) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_IO, "cannot create directory %s: %s", path, strerror(errno));
+}

@@ -1,0 +1,32 @@
+/* src/io/safetensors_internal.h — shared by the safetensors reader, the
+ * checkpoint index and the fuzz target. Internal: prefix accel__. */
+#ifndef ACCEL_SAFETENSORS_INTERNAL_H
+#define ACCEL_SAFETENSORS_INTERNAL_H
+
+#include "accel/io.h"
+
+/* "F32" -> ACCEL_F32; -1 when accel has no such dtype. */
+int accel__st_dtype_parse(const char *s);
+/* Validates `size` bytes at `buf` as a safetensors file named `path` (for
+ * messages). The object borrows buf (not unmapped by close). NULL + error. */
+accel_safetensors *accel__safetensors_parse(const char *path, void *buf, size_t size);
+/* Copy/convert a tensor's bytes into dst (contiguous, numel elements of ddt). */
+void accel__st_convert(void *dst, accel_dtype ddt, const accel_st_info *in);
+accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op);
+accel_status accel__st_load_into(const accel_st_info *in, const char *file, accel_tensor *dst,
+                                 const char *op);
+/* Parses an index.json document (already loaded) for `index_path`: fills
+ * names/shards. Used by accel_checkpoint_open and the fuzz target. */
+typedef struct accel__st_index {
+    int n_names;
+    char **names;       /* weight_map keys, document order */
+    int *shard_of;      /* names[i] -> shard index */
+    int n_shards;
+    char **shards;      /* unique shard file names, sorted */
+    int64_t total_size; /* -1 when absent */
+} accel__st_index;
+accel_status accel__st_index_parse(const char *index_path, const char *text, size_t len,
+                                   accel__st_index *out);
+void accel__st_index_free(accel__st_index *ix);
+
+#endif

@@ -1,0 +1,93 @@
+/* src/io/safetensors_write.c — writing safetensors files (atomic). */
+#include <string.h>
+
+#include "accel/io.h"
+#include "io/io_internal.h"
+
+static accel_status check_inputs(const char *path, int n, const char *const *names,
+                                 accel_tensor *const *tensors) {
+    if (!path || n < 0 || (n > 0 && (!names || !tensors)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save: bad arguments");
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0])
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: tensor %d has no name",
+                                   path, i);
+        if (strcmp(names[i], "__metadata__") == 0)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_safetensors_save %s: '__metadata__' is reserved", path);
+        if (!accel_tensor_check(tensors[i], "accel_safetensors_save", names[i])) return accel_last_status();
+        if (tensors[i]->device.type != ACCEL_DEV_CPU || (!tensors[i]->data && accel_numel(tensors[i]) > 0))
+            return accel_set_error(ACCEL_ERR_DEVICE,
+                                   "accel_safetensors_save %s: tensor '%s' is not on the CPU (meta "
+                                   "tensors have no data to save)",
+                                   path, names[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0)
+                return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                       "accel_safetensors_save %s: tensor name '%s' given twice", path,
+                                       names[i]);
+    }
+    return ACCEL_OK;
+}
+
+static json_t *build_header(int n, const char *const *names, accel_tensor *const *tensors, int n_meta,
+                            const accel_kv *meta) {
+    json_t *root = json_object(), *md = json_object();
+    json_object_set_new(md, "format", json_string("pt"));
+    for (int i = 0; i < n_meta; i++)
+        if (meta[i].key && meta[i].value) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
+    json_object_set_new(root, "__metadata__", md);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const accel_tensor *t = tensors[i];
+        json_t *e = json_object(), *sh = json_array(), *of = json_array();
+        for (int d = 0; d < t->ndim; d++) json_array_append_new(sh, json_integer(t->shape[d]));
+        uint64_t nb = accel_nbytes(t);
+        json_array_append_new(of, json_integer((json_int_t)off));
+        json_array_append_new(of, json_integer((json_int_t)(off + nb)));
+        off += nb;
+        json_object_set_new(e, "dtype", json_string(accel_dtype_st_name(t->dtype)));
+        json_object_set_new(e, "shape", sh);
+        json_object_set_new(e, "data_offsets", of);
+        json_object_set_new(root, names[i], e);
+    }
+    return root;
+}
+
+static accel_status write_tensor(accel__afile *f, const accel_tensor *t) {
+    if (accel_numel(t) == 0) return ACCEL_OK;
+    if (accel_is_contiguous(t)) return accel__afile_write(f, t->data, accel_nbytes(t));
+    accel_tensor *c = accel_tensor_clone_persistent(t, ACCEL_CPU_DEVICE);
+    if (!c) return accel_last_status();
+    accel_status st = accel__afile_write(f, c->data, accel_nbytes(c));
+    accel_tensor_free(c);
+    return st;
+}
+
+accel_status accel_safetensors_save(const char *path, int n, const char *const *names,
+                                    accel_tensor *const *tensors, int n_meta, const accel_kv *meta) {
+    if (check_inputs(path, n, names, tensors)) return accel_last_status();
+    if (n_meta < 0 || (n_meta > 0 && !meta))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: bad metadata", path);
+    json_t *root = build_header(n, names, tensors, n_meta, meta);
+    char *hdr = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!hdr) return accel_set_error(ACCEL_ERR_OOM, "accel_safetensors_save %s: cannot build header", path);
+    size_t hl = strlen(hdr), pad = (8 - hl % 8) % 8;
+    unsigned char len8[8];
+    uint64_t total = hl + pad;
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(total >> (8 * i));
+    accel__afile f;
+    accel_status st = accel__afile_open(&f, path);
+    if (st == ACCEL_OK) {
+        static const char spaces[8] = "        ";
+        st = accel__afile_write(&f, len8, 8);
+        if (!st) st = accel__afile_write(&f, hdr, hl);
+        if (!st) st = accel__afile_write(&f, spaces, pad);
+        for (int i = 0; i < n && !st; i++) st = write_tensor(&f, tensors[i]);
+        if (!st) st = accel__afile_commit(&f);
+        else accel__afile_abort(&f);
+    }
+    free(hdr);
+    return st;
+}

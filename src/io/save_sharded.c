@@ -1,0 +1,173 @@
+/* src/io/save_sharded.c — save_pretrained-style sharded safetensors checkpoints. */
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/io.h"
+#include "io/io_internal.h"
+
+#define INDEX_NAME "model.safetensors.index.json"
+#define SINGLE_NAME "model.safetensors"
+
+/* "model-00001-of-00003.safetensors" (any 5-digit numbers). */
+static bool is_shard_name(const char *f) {
+    static const char *pat = "model-#####-of-#####.safetensors";
+    if (strlen(f) != strlen(pat)) return false;
+    for (size_t i = 0; pat[i]; i++)
+        if (pat[i] == '#' ? (f[i] < '0' || f[i] > '9') : f[i] != pat[i]) return false;
+    return true;
+}
+
+static accel_status remove_stale(const char *dir, int n_shards) {
+    DIR *d = opendir(dir);
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s", dir);
+    struct dirent *e;
+    accel_status st = ACCEL_OK;
+    while ((e = readdir(d)) && !st) {
+        bool stale;
+        if (is_shard_name(e->d_name)) {
+            int a = 0, b = 0;
+            sscanf(e->d_name, "model-%5d-of-%5d", &a, &b);
+            stale = n_shards == 1 || b != n_shards || a < 1 || a > n_shards;
+        } else {
+            stale = n_shards == 1 ? strcmp(e->d_name, INDEX_NAME) == 0
+                                  : strcmp(e->d_name, SINGLE_NAME) == 0;
+        }
+        if (!stale) continue;
+        char *p = accel__path_join(dir, e->d_name);
+        if (!p) st = accel_last_status();
+        else if (unlink(p) != 0) st = accel_set_error(ACCEL_ERR_IO, "cannot remove stale %s", p);
+        accel_free(p);
+    }
+    closedir(d);
+    return st;
+}
+
+/* Shard assignment (huggingface_hub.split_state_dict_into_shards_factory). */
+static int split(int n, accel_tensor *const *t, int64_t max, int *shard_of, int64_t *total) {
+    int n_closed = 0, cur = -1; /* cur: shard id of the open shard, -1 none */
+    int64_t cur_size = 0;
+    /* Shard ids are given in creation order; an oversized tensor's shard is
+     * "appended before the open shard", so ids are renumbered by list order. */
+    int *order = shard_of + n; /* scratch: list position of shard id */
+    int next_id = 0;
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        int first = -1;
+        for (int j = 0; j < i && first < 0; j++)
+            if (t[j] == t[i]) first = j;
+        if (first >= 0) {
+            shard_of[i] = shard_of[first];
+            continue;
+        }
+        int64_t sz = (int64_t)accel_nbytes(t[i]);
+        if (sz > max) {
+            *total += sz;
+            order[next_id] = n_closed++;
+            shard_of[i] = next_id++;
+            continue;
+        }
+        if (cur >= 0 && cur_size + sz > max) {
+            order[cur] = n_closed++;
+            cur = -1;
+            cur_size = 0;
+        }
+        if (cur < 0) cur = next_id++;
+        shard_of[i] = cur;
+        cur_size += sz;
+        *total += sz;
+    }
+    if (cur >= 0) order[cur] = n_closed++;
+    for (int i = 0; i < n; i++) shard_of[i] = order[shard_of[i]];
+    return n_closed;
+}
+
+static accel_status write_shard(const char *dir, const char *fname, int n, const char *const *names,
+                                accel_tensor *const *tensors, const int *shard_of, int k,
+                                const char **sub_names, accel_tensor **sub_t) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (shard_of[i] == k) {
+            sub_names[m] = names[i];
+            sub_t[m++] = tensors[i];
+        }
+    char *p = accel__path_join(dir, fname);
+    if (!p) return accel_last_status();
+    accel_status st = accel_safetensors_save(p, m, sub_names, sub_t, 0, NULL);
+    accel_free(p);
+    return st;
+}
+
+accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
+                                accel_tensor *const *tensors, int64_t max_shard_bytes) {
+    if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
+    if (accel__is_file(dir))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_save_sharded: provided path (%s) should be a directory, not a file", dir);
+    for (int i = 0; i < n; i++)
+        if (!accel_tensor_check(tensors[i], "accel_save_sharded", names[i] ? names[i] : "tensor"))
+            return accel_last_status();
+    if (accel__mkdir(dir)) return accel_last_status();
+    int *shard_of = accel_malloc(sizeof(int) * (2 * (size_t)n + 1));
+    const char **sub_names = accel_malloc(sizeof(char *) * ((size_t)n + 1));
+    accel_tensor **sub_t = accel_malloc(sizeof(accel_tensor *) * ((size_t)n + 1));
+    accel_status st = ACCEL_OK;
+    if (!shard_of || !sub_names || !sub_t) {
+        st = ACCEL_ERR_OOM;
+        goto out;
+    }
+    int64_t total;
+    int k = split(n, tensors, max_shard_bytes, shard_of, &total);
+    if (k <= 1) {
+        for (int i = 0; i < n; i++) shard_of[i] = 0;
+        st = write_shard(dir, SINGLE_NAME, n, names, tensors, shard_of, 0, sub_names, sub_t);
+        if (!st) st = remove_stale(dir, 1);
+        goto out;
+    }
+    json_t *wm = json_object();
+    for (int s = 0; s < k && !st; s++) {
+        char fname[64];
+        snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, k);
+        st = write_shard(dir, fname, n, names, tensors, shard_of, s, sub_names, sub_t);
+        for (int i = 0; i < n && !st; i++)
+            if (shard_of[i] == s) json_object_set_new(wm, names[i], json_string(fname));
+    }
+    if (!st) {
+        json_t *root = json_object(), *md = json_object();
+        json_object_set_new(md, "total_size", json_integer(total));
+        json_object_set_new(root, "metadata", md);
+        json_object_set(root, "weight_map", wm);
+        char *ip = accel__path_join(dir, INDEX_NAME);
+        st = ip ? accel__json_save_file(ip, root) : accel_last_status();
+        accel_free(ip);
+        json_decref(root);
+    }
+    json_decref(wm);
+    if (!st) st = remove_stale(dir, k);
+out:
+    accel_free(shard_of);
+    accel_free(sub_names);
+    accel_free(sub_t);
+    return st;
+}
+
+accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
+    accel_state_dict *sd = accel_module_state_dict(root);
+    if (!sd) return accel_last_status();
+    const char **names = accel_malloc(sizeof(char *) * ((size_t)sd->n + 1));
+    accel_tensor **ts = accel_malloc(sizeof(accel_tensor *) * ((size_t)sd->n + 1));
+    accel_status st = ACCEL_ERR_OOM;
+    if (names && ts) {
+        for (int i = 0; i < sd->n; i++) {
+            names[i] = sd->entries[i].name;
+            ts[i] = sd->entries[i].t;
+        }
+        st = accel_save_sharded(dir, sd->n, names, ts, max_shard_bytes);
+    }
+    accel_free(names);
+    accel_free(ts);
+    accel_state_dict_free(sd);
+    return st;
+}

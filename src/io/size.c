@@ -1,0 +1,51 @@
+/* src/io/size.c — accelerate's convert_file_size_to_int. */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/io.h"
+
+/* A plain decimal number ("1.5", "100", "2e3"), nothing else (no sign, no hex, no inf). */
+static bool parse_number(const char *s, size_t len, double *out) {
+    if (len == 0 || len > 63) return false;
+    char buf[64];
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isdigit((unsigned char)buf[i]) && buf[i] != '.' && buf[i] != 'e' && buf[i] != 'E' &&
+            !(i > 0 && (buf[i] == '-' || buf[i] == '+') && (buf[i - 1] == 'e' || buf[i - 1] == 'E')))
+            return false;
+    char *end;
+    *out = strtod(buf, &end);
+    return *end == 0 && end != buf && isfinite(*out);
+}
+
+accel_status accel_parse_size(const char *s, int64_t *out) {
+    static const struct { const char *unit; double mult; bool bits_ok; } U[] = {
+        {"GIB", 1073741824.0, false}, {"MIB", 1048576.0, false}, {"KIB", 1024.0, false},
+        {"GB", 1e9, true},            {"MB", 1e6, true},         {"KB", 1e3, true}};
+    if (!s || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_parse_size: NULL argument");
+    size_t len = strlen(s);
+    double v = -1;
+    bool ok = false;
+    for (size_t u = 0; u < sizeof U / sizeof U[0] && !ok; u++) {
+        size_t ul = strlen(U[u].unit);
+        if (len < ul || strncasecmp(s + len - ul, U[u].unit, ul) != 0) continue;
+        double num;
+        if (!parse_number(s, len - ul, &num)) break;
+        v = trunc(num * U[u].mult);
+        /* Lowercase trailing 'b' means bits (Python: size.endswith("b")). */
+        if (U[u].bits_ok && s[len - 1] == 'b') v = floor(v / 8);
+        ok = true;
+    }
+    /* A bare integer is a byte count (accelerate takes it as an int). */
+    if (!ok && len > 0 && strspn(s, "0123456789") == len && parse_number(s, len, &v)) ok = true;
+    if (!ok || v < 0 || v >= 9.2e18)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "size '%s' is not in a valid format. Use an integer for bytes, or a "
+                               "string with an unit (like '5.0GB').",
+                               s);
+    *out = (int64_t)v;
+    return ACCEL_OK;
+}

@@ -1,0 +1,24 @@
+# io layer: fuzz target for the safetensors header and index parsers.
+# Always: a plain driver replaying tests/data/fuzz_seeds (works with gcc, ASan included).
+add_executable(fuzz_safetensors ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_safetensors.c)
+target_include_directories(fuzz_safetensors PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(fuzz_safetensors PRIVATE accel PkgConfig::JANSSON)
+add_test(NAME fuzz_safetensors_seeds COMMAND fuzz_safetensors ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz_seeds)
+
+# With clang: a real libFuzzer run (20 s). The parser sources are compiled into
+# the target so they carry the fuzzer's coverage instrumentation.
+if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+  add_executable(fuzz_safetensors_libfuzzer ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_safetensors.c
+    ${CMAKE_SOURCE_DIR}/src/io/safetensors_read.c ${CMAKE_SOURCE_DIR}/src/io/checkpoint.c
+    ${CMAKE_SOURCE_DIR}/src/io/io_util.c)
+  target_include_directories(fuzz_safetensors_libfuzzer PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_compile_definitions(fuzz_safetensors_libfuzzer PRIVATE ACCEL_LIBFUZZER)
+  target_compile_options(fuzz_safetensors_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_safetensors_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_safetensors_libfuzzer PRIVATE accel PkgConfig::JANSSON)
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus)
+  add_test(NAME fuzz_safetensors_libfuzzer
+    COMMAND fuzz_safetensors_libfuzzer -max_total_time=20 -rss_limit_mb=1024
+            ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz_seeds)
+  set_tests_properties(fuzz_safetensors_libfuzzer PROPERTIES TIMEOUT 120)
+endif()

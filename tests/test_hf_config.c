@@ -1,0 +1,125 @@
+/* config.json for Llama: defaults, transformers 4.x and 5.x layouts, errors, save. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/io.h"
+#include "check.h"
+
+static char g_dir[64];
+
+static const char *write_cfg(const char *name, const char *text) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_defaults(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("empty.json", "{}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 32000 && c.hidden_size == 4096 && c.intermediate_size == 11008);
+    CHECK(c.num_hidden_layers == 32 && c.num_attention_heads == 32 && c.num_key_value_heads == 32);
+    CHECK(c.max_position_embeddings == 2048 && c.rms_norm_eps == 1e-6 && c.rope_theta == 10000.0);
+    CHECK(!c.tie_word_embeddings && c.initializer_range == 0.02 && c.torch_dtype == ACCEL_F32 && c.head_dim == 0);
+}
+
+static void test_layouts(void) {
+    accel_llama_config c;
+    /* transformers 4.x */
+    CHECK(accel_llama_config_load(write_cfg("v4.json",
+                                            "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4,"
+                                            " \"num_key_value_heads\": 2, \"rope_theta\": 500000, \"torch_dtype\": \"bfloat16\","
+                                            " \"rope_scaling\": null, \"tie_word_embeddings\": true, \"rms_norm_eps\": 1e-5}"),
+                                  &c) == ACCEL_OK);
+    CHECK(c.hidden_size == 64 && c.num_key_value_heads == 2 && c.rope_theta == 500000.0);
+    CHECK(c.torch_dtype == ACCEL_BF16 && c.tie_word_embeddings && c.rms_norm_eps == 1e-5);
+    /* transformers 5.x (dtype, rope_parameters), as written by tools in tests/data */
+    CHECK(accel_llama_config_load(write_cfg("v5.json",
+                                            "{\"dtype\": \"float16\", \"rope_parameters\": {\"rope_theta\": 1000.0,"
+                                            " \"rope_type\": \"default\"}, \"head_dim\": 16, \"bos_token_id\": null}"),
+                                  &c) == ACCEL_OK);
+    CHECK(c.torch_dtype == ACCEL_F16 && c.rope_theta == 1000.0 && c.head_dim == 16);
+    if (access("data/hf_llama_basic/config.json", R_OK) == 0) {
+        CHECK_MSG(accel_llama_config_load("data/hf_llama_basic", &c) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(c.hidden_size > 0 && c.num_hidden_layers > 0);
+    }
+}
+
+static void expect_error(const char *name, const char *text, accel_status code, const char *needle) {
+    accel_llama_config c;
+    accel_clear_error();
+    CHECK_MSG(accel_llama_config_load(write_cfg(name, text), &c) == code, "%s: %s", name, accel_last_error());
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    CHECK_STR_CONTAINS(accel_last_error(), name);
+    accel_clear_error();
+}
+
+static void test_errors(void) {
+    expect_error("t1.json", "{\"hidden_size\": \"64\"}", ACCEL_ERR_FORMAT, "'hidden_size' must be a positive integer");
+    expect_error("t2.json", "{\"rms_norm_eps\": \"x\"}", ACCEL_ERR_FORMAT, "'rms_norm_eps' must be a number");
+    expect_error("t3.json", "{\"tie_word_embeddings\": 1}", ACCEL_ERR_FORMAT, "'tie_word_embeddings' must be true or false");
+    expect_error("t4.json", "{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", ACCEL_ERR_UNSUPPORTED,
+                 "rope_scaling of type \"linear\" is not supported");
+    expect_error("t5.json", "{\"rope_parameters\": {\"rope_type\": \"llama3\"}}", ACCEL_ERR_UNSUPPORTED,
+                 "rope_parameters of type \"llama3\"");
+    expect_error("t6.json", "{\"model_type\": \"qwen2\"}", ACCEL_ERR_UNSUPPORTED, "model_type is \"qwen2\"");
+    expect_error("t7.json", "{\"num_attention_heads\": 6, \"num_key_value_heads\": 4}", ACCEL_ERR_FORMAT,
+                 "not a multiple of num_key_value_heads");
+    expect_error("t8.json", "{\"vocab_size\": 10,}", ACCEL_ERR_FORMAT, "invalid JSON at line 1");
+    expect_error("t9.json", "{\"torch_dtype\": \"int8\"}", ACCEL_ERR_FORMAT, "not a floating dtype");
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("/nonexistent/config.json", &c) == ACCEL_ERR_IO);
+    accel_clear_error();
+}
+
+static void test_save(void) {
+    accel_llama_config c = {.vocab_size = 256, .hidden_size = 64, .intermediate_size = 128,
+                            .num_hidden_layers = 2, .num_attention_heads = 4, .num_key_value_heads = 2,
+                            .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
+                            .initializer_range = 0.02, .tie_word_embeddings = true, .torch_dtype = ACCEL_BF16};
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/out", g_dir);
+    CHECK(accel_llama_config_save(dir, &c) == ACCEL_OK);
+    char path[160];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "r");
+    char text[4096] = {0};
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    const char *head = "{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n  \"attention_bias\": false,\n";
+    CHECK(strncmp(text, head, strlen(head)) == 0);
+    CHECK_STR_CONTAINS(text, "  \"head_dim\": 16,\n");
+    CHECK_STR_CONTAINS(text, "  \"rms_norm_eps\": 1e-06,\n");
+    CHECK_STR_CONTAINS(text, "  \"rope_theta\": 10000.0,\n");
+    CHECK_STR_CONTAINS(text, "  \"initializer_range\": 0.02,\n");
+    CHECK_STR_CONTAINS(text, "  \"rope_scaling\": null,\n");
+    CHECK_STR_CONTAINS(text, "  \"torch_dtype\": \"bfloat16\",\n");
+    CHECK_STR_CONTAINS(text, "  \"vocab_size\": 256\n}\n");
+    accel_llama_config back;
+    CHECK(accel_llama_config_load(dir, &back) == ACCEL_OK);
+    CHECK(back.vocab_size == 256 && back.num_key_value_heads == 2 && back.head_dim == 16);
+    CHECK(back.tie_word_embeddings && back.torch_dtype == ACCEL_BF16 && back.rms_norm_eps == 1e-6);
+    /* an explicit .json path */
+    snprintf(path, sizeof path, "%s/other.json", g_dir);
+    c.rope_theta = 500000.0;
+    c.rms_norm_eps = 1e-5;
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.rope_theta == 500000.0 && back.rms_norm_eps == 1e-5);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/accel_cfg_XXXXXX");
+    if (!mkdtemp(g_dir)) return 2;
+    RUN(test_defaults);
+    RUN(test_layouts);
+    RUN(test_errors);
+    RUN(test_save);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) return 2;
+    accel_thread_cleanup();
+    return check_summary();
+}
