@@ -1,0 +1,110 @@
+/* CPU GEMM: OpenBLAS sgemm, a reference loop, and low-precision operands
+ * converted to f32 panels. */
+#include "backends/cpu/gemm.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "accel/ops.h"
+
+void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *C, int64_t ldc) {
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                float a = trans_a ? A[k * lda + i] : A[i * lda + k];
+                float b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+                s += (double)a * (double)b;
+            }
+            float *c = &C[i * ldc + j];
+            *c = (float)(alpha * s + (beta == 0.0f ? 0.0 : (double)beta * *c));
+        }
+    }
+}
+
+void accel__sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc) {
+    for (int64_t i = 0; i < M; i++) {
+        float *c = C + i * ldc;
+        if (trans_b) { /* rows of op(B) are rows of B: dot products */
+            for (int64_t j = 0; j < N; j++) {
+                const float *b = B + j * ldb;
+                float s = 0.0f;
+                if (trans_a)
+                    for (int64_t k = 0; k < K; k++) s += A[k * lda + i] * b[k];
+                else
+                    for (int64_t k = 0; k < K; k++) s += A[i * lda + k] * b[k];
+                c[j] = alpha * s + (beta == 0.0f ? 0.0f : beta * c[j]);
+            }
+            continue;
+        }
+        if (beta == 0.0f)
+            for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
+        else if (beta != 1.0f)
+            for (int64_t j = 0; j < N; j++) c[j] *= beta;
+        for (int64_t k = 0; k < K; k++) { /* c += a_ik * B[k, :] */
+            float a = alpha * (trans_a ? A[k * lda + i] : A[i * lda + k]);
+            if (a == 0.0f) continue;
+            const float *b = B + k * ldb;
+            for (int64_t j = 0; j < N; j++) c[j] += a * b[j];
+        }
+    }
+}
+
+void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                  int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || accel_reference_kernels()) {
+        accel__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+/* A [rows, cols] panel with leading dim ld of dtype dt as contiguous f32 (ld = cols). */
+static const float *as_f32(const void *p, accel_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
+    if (dt == ACCEL_F32) return p;
+    float *f = accel_arena_alloc(accel_step_arena(), (size_t)(rows * cols) * sizeof(float), 64);
+    if (!f) return NULL;
+    size_t es = accel_dtype_size(dt);
+    const char *src = p;
+    for (int64_t r = 0; r < rows; r++)
+        accel_convert(f + r * cols, ACCEL_F32, src + (size_t)(r * ld) * es, dt, (size_t)cols);
+    return f;
+}
+
+static bool gemm_dtype_ok(accel_dtype dt) {
+    return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16;
+}
+
+accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, accel_dtype a_dt, int64_t lda, const void *B,
+                         accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (!gemm_dtype_ok(a_dt) || !gemm_dtype_ok(b_dt))
+        return accel_set_error(ACCEL_ERR_DTYPE, "accel_gemm: unsupported operand dtypes %s and %s",
+                               accel_dtype_name(a_dt), accel_dtype_name(b_dt));
+    int64_t big = M > N ? M : N;
+    big = big > K ? big : K;
+    int64_t ld = lda > ldb ? lda : ldb;
+    ld = ld > ldc ? ld : ldc;
+    if (big > INT_MAX || ld > INT_MAX)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "accel_gemm: matrix sizes M=%lld N=%lld K=%lld exceed the BLAS int range",
+                               (long long)M, (long long)N, (long long)K);
+    if (M <= 0 || N <= 0) return ACCEL_OK;
+    /* Stored shapes of the operands. */
+    int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
+    int64_t br = trans_b ? N : K, bc = trans_b ? K : N;
+    const float *a = as_f32(A, a_dt, ar, ac, lda);
+    const float *b = as_f32(B, b_dt, br, bc, ldb);
+    if (!a || !b) return accel_last_status();
+    accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, a_dt == ACCEL_F32 ? lda : (ac ? ac : 1), b,
+                 b_dt == ACCEL_F32 ? ldb : (bc ? bc : 1), beta, C, ldc);
+    return ACCEL_OK;
+}

@@ -1,0 +1,289 @@
+/* accel_matmul (batched, broadcasting, 1-D operands as torch.matmul) and
+ * accel_linear (y = x W^T + b). Both run on accel__gemm: f32 operands go to
+ * OpenBLAS sgemm as they are (W is read transposed, never copied). */
+#include <string.h>
+
+#include "backends/cpu/gemm.h"
+#include "nn_internal.h"
+
+/* ------------------------------------------------------------------ matmul */
+
+/* a [abatch..., M, K] x b [bbatch..., K, N] -> [batch..., M, N]. Offsets are
+ * in matrices: a_str[d] is 0 on a broadcast dim. */
+typedef struct mm_plan {
+    int nbd;
+    int64_t batch[ACCEL_MAX_DIMS];
+    int64_t a_str[ACCEL_MAX_DIMS], b_str[ACCEL_MAX_DIMS];
+    int64_t nbatch, a_nmat, b_nmat, M, K, N;
+} mm_plan;
+
+static void mm_offsets(const mm_plan *p, int64_t i, int64_t *ai, int64_t *bi) {
+    int64_t ao = 0, bo = 0;
+    for (int d = p->nbd - 1; d >= 0; d--) {
+        int64_t c = i % p->batch[d];
+        i /= p->batch[d];
+        ao += c * p->a_str[d];
+        bo += c * p->b_str[d];
+    }
+    *ai = ao;
+    *bi = bo;
+}
+
+/* Matrix strides of the batch dims of a tensor (batch dims = all but the last
+ * `mat` dims), right-aligned to nbd output batch dims. */
+static void batch_strides(const accel_tensor *t, int mat, int nbd, int64_t *str) {
+    int tb = t->ndim - mat;
+    int64_t s = 1;
+    for (int d = nbd - 1; d >= 0; d--) {
+        int td = tb - (nbd - d);
+        if (td < 0 || t->shape[td] == 1) {
+            str[d] = 0;
+        } else {
+            str[d] = s;
+        }
+        if (td >= 0) s *= t->shape[td];
+    }
+}
+
+static bool mm_plan_make(accel_tensor *a, accel_tensor *b, mm_plan *p, int *ondim, int64_t *oshape) {
+    static const char *OP = "accel_matmul";
+    if (a->ndim == 0 || b->ndim == 0) {
+        accel__shape_error2(OP, a, b, "cannot be multiplied (both arguments need at least 1 dim)");
+        return false;
+    }
+    int am = a->ndim >= 2 ? 2 : 1, bm = b->ndim >= 2 ? 2 : 1;
+    p->M = am == 2 ? a->shape[a->ndim - 2] : 1;
+    p->K = a->shape[a->ndim - 1];
+    int64_t kb = bm == 2 ? b->shape[b->ndim - 2] : b->shape[0];
+    p->N = bm == 2 ? b->shape[b->ndim - 1] : 1;
+    if (kb != p->K) {
+        char why[96];
+        snprintf(why, sizeof why, "cannot be multiplied (%lld != %lld)", (long long)p->K, (long long)kb);
+        accel__shape_error2(OP, a, b, why);
+        return false;
+    }
+    int anb = a->ndim - am, bnb = b->ndim - bm;
+    p->nbd = anb > bnb ? anb : bnb;
+    for (int d = 0; d < p->nbd; d++) {
+        int ia = anb - p->nbd + d, ib = bnb - p->nbd + d;
+        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            accel__shape_error2(OP, a, b, "cannot be multiplied (batch dims cannot be broadcast)");
+            return false;
+        }
+        p->batch[d] = sa == 1 ? sb : sa;
+    }
+    batch_strides(a, am, p->nbd, p->a_str);
+    batch_strides(b, bm, p->nbd, p->b_str);
+    p->nbatch = accel__prod(p->batch, 0, p->nbd);
+    p->a_nmat = accel__prod(a->shape, 0, anb);
+    p->b_nmat = accel__prod(b->shape, 0, bnb);
+    int n = 0;
+    for (int d = 0; d < p->nbd; d++) oshape[n++] = p->batch[d];
+    if (am == 2) oshape[n++] = p->M;
+    if (bm == 2) oshape[n++] = p->N;
+    *ondim = n;
+    return true;
+}
+
+/* C[nbatch, M, N] (f32) = A B over the plan. */
+static accel_status mm_forward(const mm_plan *p, const accel_tensor *a, const accel_tensor *b, float *c) {
+    int64_t M = p->M, K = p->K, N = p->N;
+    if (p->b_nmat == 1) /* one B for all: fold the batch into M */
+        return accel__gemm(false, false, p->nbatch * M, N, K, 1.0f, a->data, a->dtype, K, b->data,
+                           b->dtype, N, 0.0f, c, N);
+    size_t as = accel_dtype_size(a->dtype), bs = accel_dtype_size(b->dtype);
+    for (int64_t i = 0; i < p->nbatch; i++) {
+        int64_t ai, bi;
+        mm_offsets(p, i, &ai, &bi);
+        accel_status st = accel__gemm(false, false, M, N, K, 1.0f, (const char *)a->data + (size_t)(ai * M * K) * as,
+                                      a->dtype, K, (const char *)b->data + (size_t)(bi * K * N) * bs,
+                                      b->dtype, N, 0.0f, c + i * M * N, N);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
+}
+
+static accel_status matmul_backward(accel_node *node, accel_tensor *grad_out) {
+    const mm_plan *p = node->ctx;
+    accel_tensor *a = node->saved[0], *b = node->saved[1];
+    accel_tensor *dc = accel__f32_contig(grad_out);
+    if (!dc) return accel_last_status();
+    const float *g = dc->data;
+    int64_t M = p->M, K = p->K, N = p->N;
+    size_t as = accel_dtype_size(a->dtype), bs = accel_dtype_size(b->dtype);
+    accel__gbuf ga, gb;
+    if (!accel__gbuf_begin(&ga, node->inputs[0]) || !accel__gbuf_begin(&gb, node->inputs[1]))
+        return accel_last_status();
+    accel_status st = ACCEL_OK;
+    if (p->b_nmat == 1) {
+        int64_t R = p->nbatch * M;
+        if (ga.p) /* dA [R, K] = dC [R, N] B^T */
+            st = accel__gemm(false, true, R, K, N, 1.0f, g, ACCEL_F32, N, b->data, b->dtype, N, ga.beta,
+                             ga.p, K);
+        if (st == ACCEL_OK && gb.p) /* dB [K, N] = A^T [K, R] dC [R, N] */
+            st = accel__gemm(true, false, K, N, R, 1.0f, a->data, a->dtype, K, g, ACCEL_F32, N, gb.beta,
+                             gb.p, N);
+    } else {
+        /* Broadcast operands receive sums over batches: start from zero and add. */
+        if (ga.p && ga.beta == 0.0f && p->a_nmat < p->nbatch) {
+            memset(ga.p, 0, (size_t)(p->a_nmat * M * K) * sizeof(float));
+            ga.beta = 1.0f;
+        }
+        if (gb.p && gb.beta == 0.0f && p->b_nmat < p->nbatch) {
+            memset(gb.p, 0, (size_t)(p->b_nmat * K * N) * sizeof(float));
+            gb.beta = 1.0f;
+        }
+        for (int64_t i = 0; i < p->nbatch && st == ACCEL_OK; i++) {
+            int64_t ai, bi;
+            mm_offsets(p, i, &ai, &bi);
+            const float *gi = g + i * M * N;
+            if (ga.p)
+                st = accel__gemm(false, true, M, K, N, 1.0f, gi, ACCEL_F32, N,
+                                 (const char *)b->data + (size_t)(bi * K * N) * bs, b->dtype, N, ga.beta,
+                                 ga.p + ai * M * K, K);
+            if (st == ACCEL_OK && gb.p)
+                st = accel__gemm(true, false, K, N, M, 1.0f, (const char *)a->data + (size_t)(ai * M * K) * as,
+                                 a->dtype, K, gi, ACCEL_F32, N, gb.beta, gb.p + bi * K * N, N);
+        }
+    }
+    if (st == ACCEL_OK) st = accel__gbuf_end(&ga);
+    if (st == ACCEL_OK) st = accel__gbuf_end(&gb);
+    return st;
+}
+
+accel_tensor *accel_matmul(accel_tensor *a, accel_tensor *b) {
+    accel_tensor *in[2] = {a, b};
+    accel_device dev;
+    if (!accel__op_begin("accel_matmul", 2, in, &dev)) return NULL;
+    int dt = accel__mm_dtype("accel_matmul", 2, in);
+    if (dt < 0) return NULL;
+    mm_plan plan;
+    int ondim;
+    int64_t oshape[ACCEL_MAX_DIMS + 2];
+    if (!mm_plan_make(a, b, &plan, &ondim, oshape)) return NULL;
+    if (ondim > ACCEL_MAX_DIMS) {
+        accel__shape_error2("accel_matmul", a, b, "give a result of too many dims");
+        return NULL;
+    }
+    accel_tensor *out = accel__op_out((accel_dtype)dt, ondim, oshape, dev);
+    if (!out || dev.type == ACCEL_DEV_META) return out;
+    accel_tensor *ua = accel__mm_operand(a, (accel_dtype)dt), *ub = accel__mm_operand(b, (accel_dtype)dt);
+    if (!ua || !ub) return NULL;
+    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty(ACCEL_F32, ondim, oshape);
+    if (!c || mm_forward(&plan, ua, ub, c->data) != ACCEL_OK) return NULL;
+    if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
+    accel_node *n = accel_tape_record("matmul", matmul_backward, out, 2, in);
+    if (n) {
+        mm_plan *pc = accel_arena_alloc(accel_step_arena(), sizeof *pc, 64);
+        if (!pc) return NULL;
+        *pc = plan;
+        n->ctx = pc;
+        n->saved[0] = ua;
+        n->saved[1] = ub;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ linear */
+
+/* dst[r, :] = bias for each of R rows (bias f32 [O]). */
+static void fill_rows(float *dst, const float *bias, int64_t R, int64_t O) {
+#pragma omp parallel for if (R * O > 65536) schedule(static)
+    for (int64_t r = 0; r < R; r++) memcpy(dst + r * O, bias, (size_t)O * sizeof(float));
+}
+
+/* db[O] (+)= sum over rows of g [R, O]. */
+static void col_sums(const float *g, int64_t R, int64_t O, float *db, float beta) {
+    int nt = accel_num_threads();
+    int64_t chunk = (O + nt - 1) / nt;
+    chunk = chunk < 64 ? 64 : (chunk + 15) / 16 * 16;
+#pragma omp parallel for if (R * O > 65536) schedule(static)
+    for (int64_t c0 = 0; c0 < O; c0 += chunk) {
+        int64_t c1 = c0 + chunk < O ? c0 + chunk : O;
+        for (int64_t j = c0; j < c1; j++) db[j] = beta == 0.0f ? 0.0f : db[j];
+        for (int64_t r = 0; r < R; r++) {
+            const float *gr = g + r * O;
+            for (int64_t j = c0; j < c1; j++) db[j] += gr[j];
+        }
+    }
+}
+
+static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
+    accel_tensor *x = node->saved[0], *w = node->saved[1];
+    int64_t R = node->iarg[0], I = node->iarg[1], O = node->iarg[2];
+    accel_tensor *dy = accel__f32_contig(grad_out);
+    if (!dy) return accel_last_status();
+    const float *g = dy->data;
+    accel__gbuf gx, gw, gbias;
+    if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
+        !accel__gbuf_begin(&gbias, node->inputs[2]))
+        return accel_last_status();
+    accel_status st = ACCEL_OK;
+    if (gx.p) /* dX [R, I] = dY [R, O] W [O, I] */
+        st = accel__gemm(false, false, R, I, O, 1.0f, g, ACCEL_F32, O, w->data, w->dtype, I, gx.beta, gx.p, I);
+    if (st == ACCEL_OK && gw.p) /* dW [O, I] = dY^T [O, R] X [R, I] */
+        st = accel__gemm(true, false, O, I, R, 1.0f, g, ACCEL_F32, O, x->data, x->dtype, I, gw.beta, gw.p, I);
+    if (st == ACCEL_OK && gbias.p) col_sums(g, R, O, gbias.p, gbias.beta);
+    if (st == ACCEL_OK) st = accel__gbuf_end(&gx);
+    if (st == ACCEL_OK) st = accel__gbuf_end(&gw);
+    if (st == ACCEL_OK) st = accel__gbuf_end(&gbias);
+    return st;
+}
+
+accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
+    static const char *OP = "accel_linear";
+    accel_tensor *in[3] = {x, w, b};
+    accel_device dev;
+    if (!accel__op_begin_opt(OP, 3, in, 4u, &dev)) return NULL;
+    int dt = accel__mm_dtype(OP, 3, in);
+    if (dt < 0) return NULL;
+    if (w->ndim != 2 || x->ndim < 1) {
+        accel__shape_error2(OP, x, w, "do not fit (x must be [..., in] and weight [out, in])");
+        return NULL;
+    }
+    int64_t I = w->shape[1], O = w->shape[0];
+    if (x->shape[x->ndim - 1] != I) {
+        char why[96];
+        snprintf(why, sizeof why, "cannot be multiplied (%lld != %lld)",
+                 (long long)x->shape[x->ndim - 1], (long long)I);
+        accel__shape_error2(OP, x, w, why);
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != O)) {
+        accel__shape_error2(OP, w, b, "do not fit (bias must be [out])");
+        return NULL;
+    }
+    int64_t oshape[ACCEL_MAX_DIMS];
+    memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    oshape[x->ndim - 1] = O;
+    accel_tensor *out = accel__op_out((accel_dtype)dt, x->ndim, oshape, dev);
+    if (!out || dev.type == ACCEL_DEV_META) return out;
+    int64_t R = accel__prod(x->shape, 0, x->ndim - 1);
+    accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
+    if (!ux || !uw) return NULL;
+    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty(ACCEL_F32, x->ndim, oshape);
+    if (!c) return NULL;
+    float beta = 0.0f;
+    if (b) {
+        accel_tensor *ub = accel__mm_operand(b, (accel_dtype)dt);
+        accel_tensor *bf = ub ? accel__f32_contig(ub) : NULL;
+        if (!bf) return NULL;
+        fill_rows(c->data, bf->data, R, O);
+        beta = 1.0f;
+    }
+    /* Y [R, O] = X [R, I] W^T */
+    if (accel__gemm(false, true, R, O, I, 1.0f, ux->data, ux->dtype, I, uw->data, uw->dtype, I, beta,
+                    c->data, O) != ACCEL_OK)
+        return NULL;
+    if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
+    accel_node *n = accel_tape_record("linear", linear_backward, out, 3, in);
+    if (n) {
+        n->saved[0] = ux;
+        n->saved[1] = uw;
+        n->iarg[0] = R;
+        n->iarg[1] = I;
+        n->iarg[2] = O;
+    }
+    return out;
+}

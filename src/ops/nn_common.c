@@ -1,0 +1,75 @@
+/* Shared helpers of the linear-algebra, nn and loss ops: gradient buffers
+ * that accumulate in place, and GEMM operand preparation under autocast. */
+#include <string.h>
+
+#include "nn_internal.h"
+
+int64_t accel__prod(const int64_t *shape, int from, int to) {
+    int64_t p = 1;
+    for (int i = from; i < to; i++) p *= shape[i];
+    return p;
+}
+
+bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
+    memset(g, 0, sizeof *g);
+    g->t = t;
+    if (!t || !t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
+    accel_tensor *gr = t->grad;
+    if (t->dtype == ACCEL_F32 && gr && gr->dtype == ACCEL_F32 && accel_is_contiguous(gr) &&
+        accel_same_shape(gr, t) && gr->data) {
+        g->p = gr->data;
+        g->beta = 1.0f;
+        return true;
+    }
+    /* A non-leaf (or arena leaf) without a gradient yet gets an arena one, as
+     * accel_grad_accumulate would allocate, written directly. */
+    if (!gr && t->dtype == ACCEL_F32 && (t->grad_fn || (t->flags & ACCEL_TF_ARENA))) {
+        t->grad = accel_empty(ACCEL_F32, t->ndim, t->shape);
+        if (!t->grad) return false;
+        g->p = t->grad->data;
+        return true;
+    }
+    g->tmp = accel_empty(ACCEL_F32, t->ndim, t->shape);
+    if (!g->tmp) return false;
+    g->p = g->tmp->data;
+    return true;
+}
+
+bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t) {
+    if (!accel__gbuf_begin(g, t)) return false;
+    if (g->p && g->beta == 0.0f) {
+        memset(g->p, 0, (size_t)accel_numel(t) * sizeof(float));
+        g->beta = 1.0f;
+    }
+    return true;
+}
+
+accel_status accel__gbuf_end(accel__gbuf *g) {
+    if (!g->tmp) return ACCEL_OK;
+    return accel_grad_accumulate(g->t, g->tmp);
+}
+
+int accel__mm_dtype(const char *op, int n, accel_tensor *const *in) {
+    accel_dtype dt = ACCEL_F32;
+    bool first = true;
+    for (int i = 0; i < n; i++) {
+        if (!in[i]) continue;
+        if (!accel__op_check_float(op, in[i], i == 0 ? "argument 1" : i == 1 ? "argument 2" : "argument 3"))
+            return -1;
+        if (in[i]->dtype == ACCEL_F64) {
+            accel_set_error(ACCEL_ERR_DTYPE, "%s: float64 is not supported (use float32)", op);
+            return -1;
+        }
+        dt = first ? in[i]->dtype : accel__promote(dt, in[i]->dtype);
+        first = false;
+    }
+    accel_dtype ac = accel_autocast_dtype();
+    return ac != ACCEL_F32 ? (int)ac : (int)dt;
+}
+
+accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
+    if (accel_autocast_dtype() == ACCEL_F32 || t->dtype == dt) return accel__contig(t);
+    accel_tensor *c = accel_empty_on(dt, t->ndim, t->shape, t->device);
+    if (c && accel_copy_(c, t) != ACCEL_OK) return NULL;
+    return c;
+}

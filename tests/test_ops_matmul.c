@@ -1,0 +1,257 @@
+/* accel_matmul, accel_linear and the CPU GEMM: fast vs reference, finite
+ * differences, PyTorch fixtures, autocast, meta, errors. */
+#include "accel/accel.h"
+#include "backends/cpu/gemm.h"
+#include "check.h"
+#include "gradcheck.h"
+#include "ops_fixture.h"
+
+static accel_tensor *randn(uint64_t seed, int ndim, const int64_t *shape) {
+    accel_tensor *t = accel_empty(ACCEL_F32, ndim, shape);
+    accel_rng r;
+    accel_rng_init(&r, seed);
+    accel_rng_normal_(&r, t, 0.0, 1.0);
+    return t;
+}
+
+static double max_diff(const accel_tensor *a, const accel_tensor *b) {
+    if (!a || !b || !accel_same_shape(a, b)) return INFINITY;
+    int64_t n = accel_numel(a);
+    float *x = malloc(sizeof(float) * (size_t)(2 * n + 1)), *y = x + n;
+    accel_to_floats(a, x);
+    accel_to_floats(b, y);
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - y[i]);
+        m = d > m || isnan(d) ? d : m;
+    }
+    free(x);
+    return m;
+}
+
+static void test_gemm_fast_vs_reference(void) {
+    int64_t M = 37, N = 29, K = 53;
+    accel_tensor *A = randn(1, ACCEL_SHAPE(K * M)), *B = randn(2, ACCEL_SHAPE(K * N));
+    accel_tensor *C1 = randn(3, ACCEL_SHAPE(M * N)), *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * N));
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            accel_copy_(C2, C1);
+            accel_tensor *C3 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * N));
+            accel_copy_(C3, C1);
+            accel__sgemm(ta, tb, M, N, K, 0.5f, A->data, lda, B->data, ldb, 0.25f, C1->data, N);
+            accel__sgemm_ref(ta, tb, M, N, K, 0.5f, A->data, lda, B->data, ldb, 0.25f, C2->data, N);
+            accel__sgemm_serial(ta, tb, M, N, K, 0.5f, A->data, lda, B->data, ldb, 0.25f, C3->data, N);
+            CHECK(max_diff(C1, C2) < 1e-4);
+            CHECK(max_diff(C3, C2) < 1e-4);
+            accel_copy_(C1, C2);
+        }
+    /* bf16 operands: converted panels, f32 accumulation == f32 GEMM of the rounded values. */
+    accel_tensor *Ab = accel_empty(ACCEL_BF16, ACCEL_SHAPE(M * K)), *Ar = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * K));
+    accel_copy_(Ab, A);
+    accel_copy_(Ar, Ab);
+    CHECK(accel__gemm(false, true, M, N, K, 1.0f, Ab->data, ACCEL_BF16, K, B->data, ACCEL_F32, K, 0.0f, C1->data, N) ==
+          ACCEL_OK);
+    accel__sgemm_ref(false, true, M, N, K, 1.0f, Ar->data, K, B->data, K, 0.0f, C2->data, N);
+    CHECK(max_diff(C1, C2) < 1e-4);
+    CHECK(accel__gemm(false, false, 2, 2, 2, 1.0f, A->data, ACCEL_I64, 2, B->data, ACCEL_F32, 2, 0.0f, C1->data, 2) ==
+          ACCEL_ERR_DTYPE);
+    accel_clear_error();
+    accel_step_reset();
+}
+
+/* out computed by the fast path vs the reference path, and vs a naive loop. */
+static void check_matmul_case(int and, const int64_t *as, int bnd, const int64_t *bs, int ond, const int64_t *os) {
+    accel_tensor *a = randn(10 + and, and, as), *b = randn(20 + bnd, bnd, bs);
+    accel_tensor *fast = accel_matmul(a, b);
+    bool prev = accel_set_reference_kernels(true);
+    accel_tensor *ref = accel_matmul(a, b);
+    accel_set_reference_kernels(prev);
+    CHECK_MSG(fast && ref, "%s", accel_last_error());
+    if (!fast || !ref) return;
+    CHECK(fast->ndim == ond);
+    for (int i = 0; i < ond && i < fast->ndim; i++) CHECK(fast->shape[i] == os[i]);
+    CHECK(max_diff(fast, ref) < 1e-4);
+}
+
+static void test_matmul_shapes(void) {
+    check_matmul_case(ACCEL_SHAPE(2, 3), ACCEL_SHAPE(3, 4), ACCEL_SHAPE(2, 4));
+    check_matmul_case(ACCEL_SHAPE(2, 1, 3, 4), ACCEL_SHAPE(3, 4, 5), ACCEL_SHAPE(2, 3, 3, 5));
+    check_matmul_case(ACCEL_SHAPE(3, 4), ACCEL_SHAPE(2, 4, 5), ACCEL_SHAPE(2, 3, 5));
+    check_matmul_case(ACCEL_SHAPE(4), ACCEL_SHAPE(4, 5), ACCEL_SHAPE(5));
+    check_matmul_case(ACCEL_SHAPE(2, 3, 4), ACCEL_SHAPE(4), ACCEL_SHAPE(2, 3));
+    check_matmul_case(ACCEL_SHAPE(4), ACCEL_SHAPE(2, 4, 5), ACCEL_SHAPE(2, 5));
+    /* dot product: 0-dim */
+    accel_tensor *a = accel_from_floats(ACCEL_SHAPE(3), (float[]){1, 2, 3});
+    accel_tensor *b = accel_from_floats(ACCEL_SHAPE(3), (float[]){4, 5, 6});
+    accel_tensor *c = accel_matmul(a, b);
+    CHECK(c && c->ndim == 0 && accel_item(c) == 32.0);
+    /* exact small case */
+    a = accel_from_floats(ACCEL_SHAPE(2, 2), (float[]){1, 2, 3, 4});
+    b = accel_from_floats(ACCEL_SHAPE(2, 2), (float[]){5, 6, 7, 8});
+    c = accel_matmul(a, b);
+    CHECK(c && accel_get(c, (int64_t[]){0, 0}) == 19 && accel_get(c, (int64_t[]){1, 1}) == 50);
+    /* non-contiguous operand (a transposed view) */
+    accel_tensor *at = accel_view_raw(a, 2, (int64_t[]){2, 2}, (int64_t[]){1, 2}, 0);
+    c = accel_matmul(at, b);
+    CHECK(c && accel_get(c, (int64_t[]){0, 0}) == 1 * 5 + 3 * 7 && accel_get(c, (int64_t[]){0, 1}) == 1 * 6 + 3 * 8);
+    accel_step_reset();
+}
+
+static accel_tensor *mm_loss(accel_tensor *const *in, int n, void *ctx) {
+    return gc_weighted_sum(accel_matmul(in[0], in[1]));
+}
+
+static accel_tensor *linear_loss(accel_tensor *const *in, int n, void *ctx) {
+    return gc_weighted_sum(accel_linear(in[0], in[1], n > 2 ? in[2] : NULL));
+}
+
+static void test_matmul_gradcheck(void) {
+    struct { int an; int64_t as[4]; int bn; int64_t bs[4]; } cases[] = {
+        {2, {3, 4}, 2, {4, 2}},
+        {4, {2, 1, 3, 4}, 3, {3, 4, 2}}, /* both broadcast */
+        {3, {2, 3, 4}, 2, {4, 2}},       /* folded batch */
+        {2, {3, 4}, 3, {2, 4, 2}},       /* a broadcast over b's batch */
+        {1, {4}, 2, {4, 3}},
+        {3, {2, 3, 4}, 1, {4}},
+        {1, {4}, 1, {4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        accel_tensor *a = gc_randn(100 + i, cases[i].an, cases[i].as), *b = gc_randn(200 + i, cases[i].bn, cases[i].bs);
+        CHECK_MSG(gradcheck("matmul", mm_loss, NULL, 2, (accel_tensor *[]){a, b}, NULL) == 0, "case %zu", i);
+        accel_tensor_free(a);
+        accel_tensor_free(b);
+    }
+    /* the same tensor on both sides */
+    accel_tensor *s = gc_randn(7, ACCEL_SHAPE(3, 3));
+    CHECK(gradcheck("matmul_self", mm_loss, NULL, 2, (accel_tensor *[]){s, s}, NULL) == 0);
+    accel_tensor_free(s);
+}
+
+static void test_linear_gradcheck(void) {
+    accel_tensor *x = gc_randn(1, ACCEL_SHAPE(2, 3, 5)), *w = gc_randn(2, ACCEL_SHAPE(4, 5)), *b = gc_randn(3, ACCEL_SHAPE(4));
+    CHECK(gradcheck("linear", linear_loss, NULL, 3, (accel_tensor *[]){x, w, b}, NULL) == 0);
+    CHECK(gradcheck("linear_nobias", linear_loss, NULL, 2, (accel_tensor *[]){x, w}, NULL) == 0);
+    /* x fixed: only the weight gradients are computed */
+    accel_requires_grad_(x, false);
+    CHECK(gradcheck("linear_fixed_x", linear_loss, NULL, 3, (accel_tensor *[]){x, w, b}, NULL) == 0);
+    accel_tensor_free(x);
+    accel_tensor_free(w);
+    accel_tensor_free(b);
+}
+
+static void test_linear_vs_torch(void) {
+    fx_file f;
+    if (fx_load(&f, "data/ops_matmul.bin")) {
+        CHECK(0);
+        return;
+    }
+    accel_tensor *x = fx_get(&f, "linear.x"), *w = fx_get(&f, "linear.w"), *b = fx_get(&f, "linear.b");
+    for (int ref = 0; ref < 2; ref++) {
+        bool prev = accel_set_reference_kernels(ref);
+        accel_requires_grad_(x, true);
+        accel_requires_grad_(w, true);
+        accel_requires_grad_(b, true);
+        accel_tensor *y = accel_linear(x, w, b);
+        CHECK_FX("linear.y", y, fx_get(&f, "linear.y"), 1e-5, 1e-6);
+        CHECK(accel_backward_with(y, fx_get(&f, "linear.gy")) == ACCEL_OK);
+        CHECK_FX("linear.dx", x->grad, fx_get(&f, "linear.dx"), 1e-5, 1e-6);
+        CHECK_FX("linear.dw", w->grad, fx_get(&f, "linear.dw"), 1e-5, 1e-6);
+        CHECK_FX("linear.db", b->grad, fx_get(&f, "linear.db"), 1e-5, 1e-6);
+        /* a second backward accumulates into the existing (persistent) grads */
+        y = accel_linear(x, w, b);
+        CHECK(accel_backward_with(y, fx_get(&f, "linear.gy")) == ACCEL_OK);
+        accel_tensor *dw2 = accel_mul_scalar(fx_get(&f, "linear.dw"), 2.0);
+        CHECK_FX("linear.dw twice", w->grad, dw2, 1e-5, 1e-6);
+        accel_zero_(x->grad);
+        accel_zero_(w->grad);
+        accel_zero_(b->grad);
+        accel_set_reference_kernels(prev);
+        accel_step_reset();
+    }
+    fx_free(&f);
+}
+
+static void test_autocast_and_low_precision(void) {
+    accel_tensor *x = randn(1, ACCEL_SHAPE(4, 8)), *w = randn(2, ACCEL_SHAPE(3, 8));
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *y = accel_linear(x, w, NULL);
+    accel_tensor *m = accel_matmul(x, accel_transpose(w, 0, 1));
+    accel_autocast_end(prev);
+    CHECK(y && y->dtype == ACCEL_BF16 && m && m->dtype == ACCEL_BF16);
+    /* == f32 product of the bf16-rounded inputs, rounded to bf16 */
+    accel_tensor *xb = accel_to_dtype(accel_to_dtype(x, ACCEL_BF16), ACCEL_F32);
+    accel_tensor *wb = accel_to_dtype(accel_to_dtype(w, ACCEL_BF16), ACCEL_F32);
+    accel_tensor *want = accel_to_dtype(accel_linear(xb, wb, NULL), ACCEL_BF16);
+    CHECK(max_diff(y, want) == 0.0);
+    CHECK(max_diff(m, want) == 0.0);
+    /* bf16 inputs without autocast: bf16 out; bf16 x f32 promotes to f32 */
+    accel_tensor *xh = accel_to_dtype(x, ACCEL_BF16);
+    accel_tensor *o = accel_matmul(xh, accel_transpose(accel_to_dtype(w, ACCEL_BF16), 0, 1));
+    CHECK(o && o->dtype == ACCEL_BF16 && max_diff(o, want) == 0.0);
+    o = accel_linear(xh, w, NULL);
+    CHECK(o && o->dtype == ACCEL_F32);
+    accel_tensor *f64 = accel_empty(ACCEL_F64, ACCEL_SHAPE(2, 2));
+    CHECK(accel_matmul(f64, f64) == NULL && accel_last_status() == ACCEL_ERR_DTYPE);
+    accel_clear_error();
+    accel_step_reset();
+
+    /* gradients come back in the input dtype (f32 params under bf16 autocast) */
+    accel_tensor *pw = gc_randn(5, ACCEL_SHAPE(3, 8)), *pb = gc_randn(6, ACCEL_SHAPE(3));
+    prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *out = accel_linear(randn(7, ACCEL_SHAPE(4, 8)), pw, pb);
+    accel_autocast_end(prev);
+    CHECK(out && out->dtype == ACCEL_BF16);
+    CHECK(accel_backward(accel_sum_all(out)) == ACCEL_OK);
+    CHECK(pw->grad && pw->grad->dtype == ACCEL_F32 && pb->grad && pb->grad->dtype == ACCEL_F32);
+    CHECK_CLOSE(accel_get(pb->grad, (int64_t[]){1}), 4.0, 0, 1e-6);
+    accel_tensor_free(pw);
+    accel_tensor_free(pb);
+    accel_step_reset();
+}
+
+static void test_errors_and_meta(void) {
+    accel_clear_error();
+    accel_tensor *a = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3)), *b = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 5));
+    CHECK(accel_matmul(a, b) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_SHAPE);
+    CHECK(strcmp(accel_last_error(), "accel_matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)") == 0);
+    /* NULL in: NULL out, first error kept */
+    CHECK(accel_linear(NULL, b, NULL) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_matmul");
+    accel_clear_error();
+    CHECK(accel_linear(a, b, NULL) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_linear: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 5)");
+    accel_clear_error();
+    CHECK(accel_linear(a, accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 3)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(5))) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "bias");
+    accel_clear_error();
+    CHECK(accel_matmul(accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 4)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(3, 4, 5))) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "batch");
+    accel_clear_error();
+
+    /* meta: shapes only, nothing allocated, even for huge sizes */
+    accel_tensor *w = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(100000, 50000), ACCEL_META_DEVICE);
+    accel_tensor *x = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(8, 4096, 50000), ACCEL_META_DEVICE);
+    size_t used = accel_arena_used(accel_step_arena());
+    accel_tensor *y = accel_linear(x, w, NULL);
+    CHECK(y && y->device.type == ACCEL_DEV_META && y->data == NULL && y->ndim == 3 && y->shape[2] == 100000);
+    CHECK(accel_arena_used(accel_step_arena()) - used < 4096);
+    accel_tensor *z = accel_matmul(x, accel_transpose(w, 0, 1));
+    CHECK(z && z->data == NULL && z->shape[2] == 100000 && z->dtype == ACCEL_BF16);
+    accel_tensor_free(w);
+    accel_tensor_free(x);
+    accel_step_reset();
+}
+
+int main(void) {
+    RUN(test_gemm_fast_vs_reference);
+    RUN(test_matmul_shapes);
+    RUN(test_matmul_gradcheck);
+    RUN(test_linear_gradcheck);
+    RUN(test_linear_vs_torch);
+    RUN(test_autocast_and_low_precision);
+    RUN(test_errors_and_meta);
+    accel_thread_cleanup();
+    return check_summary();
+}
