@@ -1,0 +1,156 @@
+/*
+ * accel/dist.h — process groups and collectives (the torch.distributed of accel).
+ *
+ * A process-wide default group is initialised from the environment that
+ * `accel launch`, torchrun, mpirun or SLURM set (see docs/dist.md for the
+ * contract). With nothing set, the process is a group of one and every
+ * collective is a local copy, so code written for N processes runs unchanged.
+ *
+ *     if (accel_dist_init() != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error()); exit(1); }
+ *     accel_pg *pg = accel_dist_default_group();
+ *     float *g = accel_pg_alloc_shared(pg, n * sizeof(float));   // zero-copy buffer
+ *     accel_work *w = accel_pg_all_reduce_async(pg, g, n, ACCEL_F32, ACCEL_REDUCE_AVG);
+ *     ... overlap ...
+ *     accel_status st = accel_work_wait(w); accel_work_free(w);
+ *     accel_pg_free_shared(pg, g);
+ *     accel_dist_finalize();
+ *
+ * Rules shared by every collective:
+ *   - every rank of the group calls the same collectives in the same order
+ *     with matching dtype/count/root (debug mode checks this and names each
+ *     rank's call when they differ);
+ *   - one thread issues the collectives of a group; asynchronous calls
+ *     complete in issue order, and a synchronous call first waits for the
+ *     asynchronous calls issued before it;
+ *   - every wait is bounded by ACCEL_DIST_TIMEOUT seconds (default 300); a
+ *     timeout gives ACCEL_ERR_TIMEOUT naming the ranks that did not arrive, a
+ *     dead peer gives ACCEL_ERR_DIST naming it. After such a failure the group
+ *     is broken: every later collective fails at once with the first message.
+ *   - buffers are the caller's; nothing is retained after the call (or after
+ *     accel_work_wait for asynchronous calls).
+ */
+#ifndef ACCEL_DIST_H
+#define ACCEL_DIST_H
+
+#include "accel/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel_pg accel_pg;
+typedef struct accel_work accel_work;
+
+typedef enum accel_reduce_op {
+    ACCEL_REDUCE_SUM = 0,
+    ACCEL_REDUCE_AVG, /* sum / world_size; integers divide truncating toward zero */
+    ACCEL_REDUCE_MAX,
+    ACCEL_REDUCE_MIN,
+} accel_reduce_op;
+
+/* ------------------------------------------------------------ default group */
+
+/* Reads the environment, rendezvous with the other ranks (TCP store at
+ * MASTER_ADDR:MASTER_PORT served by rank 0), picks a backend and creates the
+ * default group. Idempotent. A single process when no rank variables are set. */
+accel_status accel_dist_init(void);
+/* Barrier, then tears the default group down (no-op if not initialised). */
+void accel_dist_finalize(void);
+bool accel_dist_is_initialized(void);
+/* Before init these read the environment; never fail (0/1 when nothing set). */
+int accel_dist_rank(void);
+int accel_dist_world_size(void);
+int accel_dist_local_rank(void);
+int accel_dist_local_world_size(void);
+/* ACCEL_DEBUG_MODE / ACCELERATE_DEBUG_MODE is 1/true/yes (case-insensitive). */
+bool accel_dist_debug_mode(void);
+/* The default group (NULL + ACCEL_ERR_STATE before accel_dist_init). */
+accel_pg *accel_dist_default_group(void);
+
+/* Names the next collectives issued by this thread in debug-mode reports and
+ * timeout messages (e.g. "gather_for_metrics"); NULL clears. Copied (47 chars). */
+void accel_dist_set_op_label(const char *label);
+
+/* ------------------------------------------------------------ group queries */
+
+int accel_pg_rank(const accel_pg *pg);
+int accel_pg_size(const accel_pg *pg);
+const char *accel_pg_backend(const accel_pg *pg); /* "self", "shm", ... */
+
+/* Memory that every rank of the group maps (64-byte aligned, zero-filled,
+ * pages already touched). An all_reduce whose buffer comes from here on every
+ * rank is reduced in place with no copy in or out. Works on every backend
+ * (plain accel_malloc memory where nothing is shared). NULL + error on OOM.
+ * Free with accel_pg_free_shared before the group is finalized. */
+void *accel_pg_alloc_shared(accel_pg *pg, size_t bytes);
+void accel_pg_free_shared(accel_pg *pg, void *ptr);
+
+/* ------------------------------------------------------------ collectives
+ * count = elements. Reductions: f32, bf16, f16 (reduced in f32), f64, i32,
+ * i64. Data movement (broadcast/gather): any dtype. */
+
+/* In place on every rank. */
+accel_status accel_pg_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
+                                 accel_reduce_op op);
+/* buf[count] from root to every rank. */
+accel_status accel_pg_broadcast(accel_pg *pg, void *buf, size_t count, accel_dtype dt, int root);
+/* recv[world * count] = every rank's send[count], in rank order. */
+accel_status accel_pg_all_gather(accel_pg *pg, const void *send, void *recv, size_t count,
+                                 accel_dtype dt);
+/* Uneven: rank r contributes counts[r] elements (send_count must equal
+ * counts[rank]); recv holds sum(counts), in rank order. */
+accel_status accel_pg_all_gatherv(accel_pg *pg, const void *send, size_t send_count, void *recv,
+                                  const size_t *counts, accel_dtype dt);
+/* send[world * count]; rank r receives recv[count] = reduce over ranks of
+ * block r of send. */
+accel_status accel_pg_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count,
+                                     accel_dtype dt, accel_reduce_op op);
+/* recv[world * count] on root (recv may be NULL elsewhere). */
+accel_status accel_pg_gather(accel_pg *pg, const void *send, void *recv, size_t count,
+                             accel_dtype dt, int root);
+accel_status accel_pg_barrier(accel_pg *pg);
+
+/* Objects as byte blobs. broadcast_bytes: on root (*data, *len) are the input
+ * (unchanged); elsewhere *data receives a malloc'd (free()) copy and *len its
+ * length. all_gather_bytes: *out receives a malloc'd (free()) concatenation
+ * of every rank's blob in rank order, lens[world] each blob's length. */
+accel_status accel_pg_broadcast_bytes(accel_pg *pg, void **data, size_t *len, int root);
+accel_status accel_pg_all_gather_bytes(accel_pg *pg, const void *data, size_t len, void **out,
+                                       size_t *lens);
+
+/* ------------------------------------------------------------ asynchronous
+ * Run on the group's communication thread, in issue order. NULL + error when
+ * the arguments are invalid (nothing was issued). The buffers must stay valid
+ * and untouched until accel_work_wait returns. */
+accel_work *accel_pg_all_reduce_async(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
+                                      accel_reduce_op op);
+accel_work *accel_pg_broadcast_async(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
+                                     int root);
+accel_work *accel_pg_all_gather_async(accel_pg *pg, const void *send, void *recv, size_t count,
+                                      accel_dtype dt);
+accel_work *accel_pg_reduce_scatter_async(accel_pg *pg, const void *send, void *recv,
+                                          size_t count, accel_dtype dt, accel_reduce_op op);
+/* Blocks until done; returns its status and raises its error on this thread.
+ * May be called more than once. */
+accel_status accel_work_wait(accel_work *w);
+/* true when finished (never blocks). */
+bool accel_work_done(const accel_work *w);
+/* Waits if still running, then frees. NULL is a no-op. */
+void accel_work_free(accel_work *w);
+
+/* ------------------------------------------------------------ build info
+ * For `accel env`: static strings describing this build. */
+typedef enum accel_build_info_kind {
+    ACCEL_INFO_VERSION = 0,
+    ACCEL_INFO_COMPILER,    /* "GNU 12.2.0" */
+    ACCEL_INFO_FLAGS,        /* C flags of the library build */
+    ACCEL_INFO_BLAS,        /* openblas_get_config() */
+    ACCEL_INFO_BLAS_THREADS,/* "2" */
+    ACCEL_INFO_DIST_BACKENDS, /* "self, shm" (+ "mpi" when compiled in) */
+} accel_build_info_kind;
+const char *accel_build_info(accel_build_info_kind which);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_DIST_H */

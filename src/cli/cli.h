@@ -1,0 +1,77 @@
+/* src/cli/cli.h — the `accel` command: subcommands and shared helpers.
+ *
+ * main.c holds the dispatch table (one row per subcommand). Each subcommand
+ * lives in cli_<name>.c as `int accel_cli_<name>(int argc, char **argv)` where
+ * argv[0] is the subcommand name; it returns the process exit code. */
+#ifndef ACCEL_CLI_H
+#define ACCEL_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+int accel_cli_launch(int argc, char **argv);
+int accel_cli_config(int argc, char **argv);
+int accel_cli_env(int argc, char **argv);
+
+/* ---------------------------------------------------------------- options
+ * Long options are spelled with underscores in the table; `--foo-bar` is
+ * accepted for `--foo_bar`; `--name=value` and `--name value` both work;
+ * abbreviations are rejected. */
+typedef struct cli_opt {
+    const char *name;  /* "num_processes" */
+    char short_name;   /* 'q' or 0 */
+    bool takes_value;
+    const char *meta;  /* "N" */
+    const char *help;
+} cli_opt;
+
+enum { CLI_OK = 0, CLI_HELP = 1, CLI_ERROR = 2 };
+
+/* Parses options until the first positional argument when stop_at_positional
+ * (everything after belongs to the program); otherwise a positional is an error.
+ * vals[i] is the value of opts[i] ("1" for flags) or NULL. *first_pos is the
+ * index of the first positional (argc if none). Prints errors and help. */
+int cli_parse(const char *usage, const char *desc, const cli_opt *opts, int nopts, int argc, char **argv,
+              const char **vals, int *first_pos, bool stop_at_positional);
+void cli_print_help(const char *usage, const char *desc, const cli_opt *opts, int nopts);
+/* Index of option `name` in opts (aborts if absent: a programming error). */
+int cli_idx(const cli_opt *opts, int nopts, const char *name);
+
+/* ---------------------------------------------------------------- config values
+ * A small tree for config files read with libyaml / jansson. */
+typedef enum cv_type { CV_NULL, CV_BOOL, CV_INT, CV_FLOAT, CV_STR, CV_SEQ, CV_MAP } cv_type;
+typedef struct cv {
+    cv_type t;
+    bool b;
+    long long i;
+    double f;
+    char *s;            /* CV_STR */
+    char **keys;        /* CV_MAP */
+    struct cv **items;  /* CV_SEQ / CV_MAP values */
+    size_t n;
+} cv;
+
+cv *cv_new(cv_type t);
+cv *cv_str(const char *s);
+cv *cv_bool(bool b);
+cv *cv_int(long long i);
+void cv_free(cv *v);
+cv *cv_get(const cv *map, const char *key);
+/* Replaces or adds (takes ownership of val). */
+void cv_set(cv *map, const char *key, cv *val);
+void cv_del(cv *map, const char *key);
+/* Python repr, as `accelerate env` prints values (True, 'x' inside dicts). */
+void cv_repr(const cv *v, bool top, char *out, size_t n);
+
+/* Config file location: $HF_HOME or ${XDG_CACHE_HOME:-~/.cache}/huggingface,
+ * + /accelerate/default_config.yaml. */
+void cfg_default_path(char *out, size_t n);
+/* Reads YAML (or JSON when the name ends in .json). NULL + message in err. */
+cv *cfg_read(const char *path, char *err, size_t errn);
+/* Accelerate's process_config: defaults, legacy keys, unknown keys, types. */
+bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
+/* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
+ * JSON when the name ends in .json. Creates the parent directory. */
+bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+
+#endif

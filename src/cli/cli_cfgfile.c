@@ -1,0 +1,587 @@
+/* src/cli/cli_cfgfile.c — default_config.yaml: read (libyaml / jansson),
+ * normalise and validate like Accelerate's load_config_from_file, write like
+ * to_dict() + yaml.safe_dump (sorted keys, empty dicts and None dropped). */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#include "cli/cli.h"
+
+/* ---------------------------------------------------------------- tree */
+
+cv *cv_new(cv_type t) {
+    cv *v = calloc(1, sizeof *v);
+    if (!v) {
+        fprintf(stderr, "accel: out of memory\n");
+        exit(1);
+    }
+    v->t = t;
+    return v;
+}
+cv *cv_str(const char *s) {
+    cv *v = cv_new(CV_STR);
+    v->s = strdup(s);
+    return v;
+}
+cv *cv_bool(bool b) {
+    cv *v = cv_new(CV_BOOL);
+    v->b = b;
+    return v;
+}
+cv *cv_int(long long i) {
+    cv *v = cv_new(CV_INT);
+    v->i = i;
+    return v;
+}
+
+void cv_free(cv *v) {
+    if (!v) return;
+    for (size_t i = 0; i < v->n; i++) {
+        cv_free(v->items[i]);
+        if (v->keys) free(v->keys[i]);
+    }
+    free(v->items);
+    free(v->keys);
+    free(v->s);
+    free(v);
+}
+
+cv *cv_get(const cv *map, const char *key) {
+    if (!map || map->t != CV_MAP) return NULL;
+    for (size_t i = 0; i < map->n; i++)
+        if (!strcmp(map->keys[i], key)) return map->items[i];
+    return NULL;
+}
+
+static void cv_push(cv *c, const char *key, cv *val) {
+    c->items = realloc(c->items, (c->n + 1) * sizeof *c->items);
+    if (c->t == CV_MAP) {
+        c->keys = realloc(c->keys, (c->n + 1) * sizeof *c->keys);
+        c->keys[c->n] = strdup(key);
+    }
+    c->items[c->n++] = val;
+}
+
+void cv_set(cv *map, const char *key, cv *val) {
+    for (size_t i = 0; i < map->n; i++)
+        if (!strcmp(map->keys[i], key)) {
+            cv_free(map->items[i]);
+            map->items[i] = val;
+            return;
+        }
+    cv_push(map, key, val);
+}
+
+void cv_del(cv *map, const char *key) {
+    for (size_t i = 0; i < map->n; i++)
+        if (!strcmp(map->keys[i], key)) {
+            cv_free(map->items[i]);
+            free(map->keys[i]);
+            memmove(map->items + i, map->items + i + 1, (map->n - i - 1) * sizeof *map->items);
+            memmove(map->keys + i, map->keys + i + 1, (map->n - i - 1) * sizeof *map->keys);
+            map->n--;
+            return;
+        }
+}
+
+static int key_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorted copy of a map's keys (caller frees the array only). */
+static char **sorted_keys(const cv *m) {
+    char **k = malloc((m->n + 1) * sizeof *k);
+    memcpy(k, m->keys, m->n * sizeof *k);
+    qsort(k, m->n, sizeof *k, key_cmp);
+    return k;
+}
+
+static void app(char *out, size_t n, const char *fmt, ...) {
+    size_t o = strlen(out);
+    if (o >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + o, n - o, fmt, ap);
+    va_end(ap);
+}
+
+void cv_repr(const cv *v, bool top, char *out, size_t n) {
+    if (top) out[0] = 0;
+    if (!v) return;
+    switch (v->t) {
+    case CV_NULL: app(out, n, "None"); break;
+    case CV_BOOL: app(out, n, v->b ? "True" : "False"); break;
+    case CV_INT: app(out, n, "%lld", v->i); break;
+    case CV_FLOAT: app(out, n, "%g", v->f); break;
+    case CV_STR: app(out, n, top ? "%s" : "'%s'", v->s); break;
+    case CV_SEQ:
+        app(out, n, "[");
+        for (size_t i = 0; i < v->n; i++) {
+            if (i) app(out, n, ", ");
+            cv_repr(v->items[i], false, out, n);
+        }
+        app(out, n, "]");
+        break;
+    case CV_MAP: {
+        char **k = sorted_keys(v);
+        app(out, n, "{");
+        for (size_t i = 0; i < v->n; i++) {
+            app(out, n, "%s'%s': ", i ? ", " : "", k[i]);
+            cv_repr(cv_get(v, k[i]), false, out, n);
+        }
+        app(out, n, "}");
+        free(k);
+        break;
+    }
+    }
+}
+
+/* ---------------------------------------------------------------- YAML read */
+
+/* PyYAML's YAML 1.1 resolution of a plain scalar. */
+static cv *resolve_plain(const char *s) {
+    static const char *const T[] = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", NULL};
+    static const char *const F[] = {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", NULL};
+    for (int i = 0; T[i]; i++)
+        if (!strcmp(s, T[i])) return cv_bool(true);
+    for (int i = 0; F[i]; i++)
+        if (!strcmp(s, F[i])) return cv_bool(false);
+    if (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"))
+        return cv_new(CV_NULL);
+    char *end;
+    errno = 0;
+    long long i = strtoll(s, &end, 10);
+    if (!*end && errno == 0) return cv_int(i);
+    double f = strtod(s, &end);
+    if (!*end && strpbrk(s, ".eE") && !strpbrk(s, "xX")) {
+        cv *v = cv_new(CV_FLOAT);
+        v->f = f;
+        return v;
+    }
+    return cv_str(s);
+}
+
+static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, char *err, size_t errn);
+
+static cv *yaml_collection(yaml_parser_t *p, bool is_map, char *err, size_t errn) {
+    cv *c = cv_new(is_map ? CV_MAP : CV_SEQ);
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(p, &ev)) {
+            snprintf(err, errn, "line %zu: %s", p->problem_mark.line + 1, p->problem ? p->problem : "parse error");
+            cv_free(c);
+            return NULL;
+        }
+        if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            return c;
+        }
+        char *key = NULL;
+        if (is_map) {
+            if (ev.type != YAML_SCALAR_EVENT) {
+                snprintf(err, errn, "line %zu: only scalar keys are supported", ev.start_mark.line + 1);
+                yaml_event_delete(&ev);
+                cv_free(c);
+                return NULL;
+            }
+            key = strdup((char *)ev.data.scalar.value);
+            yaml_event_delete(&ev);
+            if (!yaml_parser_parse(p, &ev)) {
+                snprintf(err, errn, "line %zu: %s", p->problem_mark.line + 1, p->problem ? p->problem : "parse error");
+                free(key);
+                cv_free(c);
+                return NULL;
+            }
+        }
+        cv *v = yaml_node(p, &ev, err, errn);
+        yaml_event_delete(&ev);
+        if (!v) {
+            free(key);
+            cv_free(c);
+            return NULL;
+        }
+        if (is_map) cv_set(c, key, v);
+        else cv_push(c, NULL, v);
+        free(key);
+    }
+}
+
+static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, char *err, size_t errn) {
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+        if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) return resolve_plain((char *)ev->data.scalar.value);
+        return cv_str((char *)ev->data.scalar.value);
+    case YAML_MAPPING_START_EVENT: return yaml_collection(p, true, err, errn);
+    case YAML_SEQUENCE_START_EVENT: return yaml_collection(p, false, err, errn);
+    default: snprintf(err, errn, "line %zu: unsupported YAML (anchors/aliases?)", ev->start_mark.line + 1); return NULL;
+    }
+}
+
+static cv *read_yaml(FILE *f, char *err, size_t errn) {
+    yaml_parser_t p;
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_file(&p, f);
+    cv *root = NULL;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) {
+            snprintf(err, errn, "line %zu: %s", p.problem_mark.line + 1, p.problem ? p.problem : "parse error");
+            cv_free(root);
+            root = NULL;
+            break;
+        }
+        yaml_event_type_t t = ev.type;
+        if (t == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (!root && (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT || t == YAML_SCALAR_EVENT)) {
+            root = yaml_node(&p, &ev, err, errn);
+            yaml_event_delete(&ev);
+            if (!root) break;
+            continue;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    if (root && root->t == CV_NULL) {
+        cv_free(root);
+        root = cv_new(CV_MAP);
+    }
+    if (!root && !err[0]) root = cv_new(CV_MAP); /* empty file */
+    if (root && root->t != CV_MAP) {
+        snprintf(err, errn, "the top level is not a mapping of keys to values");
+        cv_free(root);
+        root = NULL;
+    }
+    return root;
+}
+
+/* ---------------------------------------------------------------- JSON read */
+
+static cv *from_json(json_t *j) {
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        cv *m = cv_new(CV_MAP);
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) cv_set(m, k, from_json(v));
+        return m;
+    }
+    case JSON_ARRAY: {
+        cv *s = cv_new(CV_SEQ);
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) cv_push(s, NULL, from_json(v));
+        return s;
+    }
+    case JSON_STRING: return cv_str(json_string_value(j));
+    case JSON_INTEGER: return cv_int(json_integer_value(j));
+    case JSON_REAL: {
+        cv *v = cv_new(CV_FLOAT);
+        v->f = json_real_value(j);
+        return v;
+    }
+    case JSON_TRUE: return cv_bool(true);
+    case JSON_FALSE: return cv_bool(false);
+    default: return cv_new(CV_NULL);
+    }
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+cv *cfg_read(const char *path, char *err, size_t errn) {
+    err[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errn, "The passed configuration file `%s` does not exist. Please pass an existing file to "
+                 "`accel launch`, or use the default one created through `accel config`.", path);
+        return NULL;
+    }
+    cv *root = NULL;
+    char inner[512] = "";
+    if (ends_with(path, ".json")) {
+        json_error_t je;
+        json_t *j = json_loadf(f, 0, &je);
+        if (!j) snprintf(inner, sizeof inner, "line %d: %s", je.line, je.text);
+        else if (!json_is_object(j)) snprintf(inner, sizeof inner, "the top level is not an object");
+        else root = from_json(j);
+        json_decref(j);
+    } else {
+        root = read_yaml(f, inner, sizeof inner);
+    }
+    fclose(f);
+    if (!root) snprintf(err, errn, "The config file at %s could not be parsed: %s", path, inner);
+    return root;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+typedef enum kt { KT_STR, KT_BOOL, KT_INT, KT_MAP, KT_SEQ, KT_STR_OR_INT, KT_BOOL_OR_STR } kt;
+typedef struct key_spec {
+    const char *name;
+    kt type;
+    const char *const *choices; /* for KT_STR, NULL = any */
+} key_spec;
+
+static const char *const COMPUTE_ENVS[] = {"LOCAL_MACHINE", "AMAZON_SAGEMAKER", NULL};
+static const char *const DIST_TYPES[] = {"NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
+                                         "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU", "MULTI_NEURON", "DEEPSPEED",
+                                         "FSDP", "XLA", "MEGATRON_LM", NULL};
+static const char *const PRECISIONS[] = {"no", "fp16", "bf16", "fp8", NULL};
+
+/* ClusterConfig (accelerate.md §1.3), plus ipex_config of older versions. */
+static const key_spec KEYS[] = {
+    {"command_file", KT_STR, NULL},          {"commands", KT_SEQ, NULL},
+    {"compute_environment", KT_STR, COMPUTE_ENVS}, {"debug", KT_BOOL, NULL},
+    {"deepspeed_config", KT_MAP, NULL},      {"distributed_type", KT_STR, DIST_TYPES},
+    {"downcast_bf16", KT_BOOL_OR_STR, NULL}, {"dynamo_config", KT_MAP, NULL},
+    {"enable_cpu_affinity", KT_BOOL, NULL},  {"fp8_config", KT_MAP, NULL},
+    {"fsdp_config", KT_MAP, NULL},           {"gpu_ids", KT_STR_OR_INT, NULL},
+    {"ipex_config", KT_MAP, NULL},           {"machine_rank", KT_INT, NULL},
+    {"main_process_ip", KT_STR, NULL},       {"main_process_port", KT_INT, NULL},
+    {"main_training_function", KT_STR, NULL}, {"megatron_lm_config", KT_MAP, NULL},
+    {"mixed_precision", KT_STR, PRECISIONS}, {"mpirun_config", KT_MAP, NULL},
+    {"num_machines", KT_INT, NULL},          {"num_processes", KT_INT, NULL},
+    {"parallelism_config", KT_MAP, NULL},    {"rdzv_backend", KT_STR, NULL},
+    {"same_network", KT_BOOL, NULL},         {"tpu_env", KT_SEQ, NULL},
+    {"tpu_name", KT_STR, NULL},              {"tpu_use_cluster", KT_BOOL, NULL},
+    {"tpu_use_sudo", KT_BOOL, NULL},         {"tpu_vm", KT_SEQ, NULL},
+    {"tpu_zone", KT_STR, NULL},              {"use_cpu", KT_BOOL, NULL},
+};
+#define NKEYS (sizeof KEYS / sizeof *KEYS)
+
+static const key_spec *spec_of(const char *k) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(KEYS[i].name, k)) return &KEYS[i];
+    return NULL;
+}
+
+static bool type_ok(const key_spec *ks, const cv *v) {
+    if (v->t == CV_NULL) return true; /* None: old files write main_process_ip: null */
+    switch (ks->type) {
+    case KT_STR:
+        if (v->t != CV_STR) return false;
+        if (!ks->choices) return true;
+        for (int i = 0; ks->choices[i]; i++)
+            if (!strcmp(ks->choices[i], v->s)) return true;
+        return false;
+    case KT_BOOL: return v->t == CV_BOOL;
+    case KT_INT: return v->t == CV_INT;
+    case KT_MAP: return v->t == CV_MAP;
+    case KT_SEQ: return v->t == CV_SEQ;
+    case KT_STR_OR_INT: return v->t == CV_STR || v->t == CV_INT;
+    case KT_BOOL_OR_STR: return v->t == CV_BOOL || v->t == CV_STR;
+    }
+    return false;
+}
+
+bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
+    /* Legacy keys first (they are not in the key set). */
+    cv *fp16 = cv_get(root, "fp16");
+    if (fp16) {
+        bool on = fp16->t == CV_BOOL && fp16->b;
+        if (on && !cv_get(root, "mixed_precision")) cv_set(root, "mixed_precision", cv_str("fp16"));
+        cv_del(root, "fp16");
+    }
+    cv *dyn = cv_get(root, "dynamo_backend");
+    if (dyn) {
+        cv *dc = cv_new(CV_MAP);
+        if (dyn->t == CV_STR && strcasecmp(dyn->s, "NO") != 0) cv_set(dc, "dynamo_backend", cv_str(dyn->s));
+        cv_set(root, "dynamo_config", dc);
+        cv_del(root, "dynamo_backend");
+    }
+    cv *ce = cv_get(root, "compute_environment");
+    if (!ce) cv_set(root, "compute_environment", cv_str("LOCAL_MACHINE"));
+    /* Unknown keys: Accelerate's message, sorted Python list. */
+    char **unknown = malloc((root->n + 1) * sizeof *unknown);
+    size_t nu = 0;
+    for (size_t i = 0; i < root->n; i++)
+        if (!spec_of(root->keys[i])) unknown[nu++] = root->keys[i];
+    if (nu) {
+        qsort(unknown, nu, sizeof *unknown, key_cmp);
+        char list[1024] = "";
+        for (size_t i = 0; i < nu; i++) app(list, sizeof list, "%s'%s'", i ? ", " : "", unknown[i]);
+        snprintf(err, errn, "The config file at %s had unknown keys ([%s]), please try upgrading your `accelerate` "
+                 "version or fix (and potentially remove) these keys from your config file.", path, list);
+        free(unknown);
+        return false;
+    }
+    free(unknown);
+    for (size_t i = 0; i < root->n; i++) {
+        const key_spec *ks = spec_of(root->keys[i]);
+        if (!type_ok(ks, root->items[i])) {
+            char val[256];
+            cv_repr(root->items[i], false, val, sizeof val);
+            const char *want = ks->type == KT_BOOL ? "true or false" : ks->type == KT_INT ? "an integer"
+                             : ks->type == KT_MAP ? "a mapping" : ks->type == KT_SEQ ? "a list" : "a string";
+            char choices[512] = "";
+            if (ks->choices)
+                for (int c = 0; ks->choices[c]; c++) app(choices, sizeof choices, "%s%s", c ? ", " : "", ks->choices[c]);
+            snprintf(err, errn, "The config file at %s has a bad value for `%s`: %s (expected %s%s%s)", path,
+                     ks->name, val, ks->choices ? "one of " : want, choices, "");
+            return false;
+        }
+    }
+    ce = cv_get(root, "compute_environment");
+    if (ce->t == CV_STR && !strcmp(ce->s, "AMAZON_SAGEMAKER")) {
+        snprintf(err, errn, "The config file at %s is for Amazon SageMaker (compute_environment: AMAZON_SAGEMAKER), "
+                 "which accel does not support", path);
+        return false;
+    }
+    cv *dt = cv_get(root, "distributed_type");
+    if (!dt || dt->t != CV_STR) {
+        snprintf(err, errn, "A `distributed_type` must be specified in the config file.");
+        return false;
+    }
+    if (!cv_get(root, "num_processes") || cv_get(root, "num_processes")->t == CV_NULL)
+        cv_set(root, "num_processes", cv_int(!strcmp(dt->s, "NO") ? 1 : -1));
+    const char *bools[] = {"use_cpu", "debug", "enable_cpu_affinity"};
+    for (int i = 0; i < 3; i++)
+        if (!cv_get(root, bools[i])) cv_set(root, bools[i], cv_bool(false));
+    return true;
+}
+
+/* ---------------------------------------------------------------- write */
+
+void cfg_default_path(char *out, size_t n) {
+    const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (hf && *hf) snprintf(out, n, "%s/accelerate/default_config.yaml", hf);
+    else if (xdg && *xdg) snprintf(out, n, "%s/huggingface/accelerate/default_config.yaml", xdg);
+    else snprintf(out, n, "%s/.cache/huggingface/accelerate/default_config.yaml", home ? home : "");
+}
+
+/* What to_dict() keeps: no None, no empty dict. */
+static bool kept(const cv *v) { return v && v->t != CV_NULL && !(v->t == CV_MAP && v->n == 0); }
+
+static bool emit(yaml_emitter_t *e, yaml_event_t *ev) { return yaml_emitter_emit(e, ev) != 0; }
+
+static bool emit_scalar(yaml_emitter_t *e, const char *s, yaml_scalar_style_t style) {
+    yaml_event_t ev;
+    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)s, (int)strlen(s), 1, 1, style);
+    return emit(e, &ev);
+}
+
+static bool emit_value(yaml_emitter_t *e, const cv *v) {
+    yaml_event_t ev;
+    char buf[64];
+    switch (v->t) {
+    case CV_NULL: return emit_scalar(e, "null", YAML_PLAIN_SCALAR_STYLE);
+    case CV_BOOL: return emit_scalar(e, v->b ? "true" : "false", YAML_PLAIN_SCALAR_STYLE);
+    case CV_INT: snprintf(buf, sizeof buf, "%lld", v->i); return emit_scalar(e, buf, YAML_PLAIN_SCALAR_STYLE);
+    case CV_FLOAT: snprintf(buf, sizeof buf, "%.17g", v->f); return emit_scalar(e, buf, YAML_PLAIN_SCALAR_STYLE);
+    case CV_STR: {
+        /* A string that would read back as something else is quoted, like PyYAML ('no'). */
+        cv *r = resolve_plain(v->s);
+        bool plain = r->t == CV_STR;
+        cv_free(r);
+        return emit_scalar(e, v->s, plain ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
+    }
+    case CV_SEQ:
+        yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, v->n ? YAML_BLOCK_SEQUENCE_STYLE : YAML_FLOW_SEQUENCE_STYLE);
+        if (!emit(e, &ev)) return false;
+        for (size_t i = 0; i < v->n; i++)
+            if (!emit_value(e, v->items[i])) return false;
+        yaml_sequence_end_event_initialize(&ev);
+        return emit(e, &ev);
+    case CV_MAP: {
+        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
+        if (!emit(e, &ev)) return false;
+        char **k = sorted_keys(v);
+        bool ok = true;
+        for (size_t i = 0; ok && i < v->n; i++) {
+            const cv *x = cv_get(v, k[i]);
+            if (!kept(x)) continue;
+            ok = emit_scalar(e, k[i], YAML_ANY_SCALAR_STYLE) && emit_value(e, x);
+        }
+        free(k);
+        if (!ok) return false;
+        yaml_mapping_end_event_initialize(&ev);
+        return emit(e, &ev);
+    }
+    }
+    return false;
+}
+
+static json_t *to_json(const cv *v) {
+    switch (v->t) {
+    case CV_NULL: return json_null();
+    case CV_BOOL: return json_boolean(v->b);
+    case CV_INT: return json_integer(v->i);
+    case CV_FLOAT: return json_real(v->f);
+    case CV_STR: return json_string(v->s);
+    case CV_SEQ: {
+        json_t *a = json_array();
+        for (size_t i = 0; i < v->n; i++) json_array_append_new(a, to_json(v->items[i]));
+        return a;
+    }
+    case CV_MAP: {
+        json_t *o = json_object();
+        for (size_t i = 0; i < v->n; i++)
+            if (kept(v->items[i])) json_object_set_new(o, v->keys[i], to_json(v->items[i]));
+        return o;
+    }
+    }
+    return json_null();
+}
+
+static void mkdir_p(const char *path) {
+    char d[4096];
+    snprintf(d, sizeof d, "%s", path);
+    char *slash = strrchr(d, '/');
+    if (!slash || slash == d) return;
+    *slash = 0;
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(d, 0755);
+            *p = '/';
+        }
+    mkdir(d, 0755);
+}
+
+bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
+    mkdir_p(path);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, errn, "cannot write %s: %s", tmp, strerror(errno));
+        return false;
+    }
+    bool ok;
+    if (ends_with(path, ".json")) {
+        json_t *j = to_json(root);
+        ok = json_dumpf(j, f, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && fputc('\n', f) != EOF;
+        json_decref(j);
+    } else {
+        yaml_emitter_t e;
+        yaml_event_t ev;
+        yaml_emitter_initialize(&e);
+        yaml_emitter_set_output_file(&e, f);
+        yaml_emitter_set_unicode(&e, 1);
+        yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
+        ok = emit(&e, &ev);
+        yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
+        ok = ok && emit(&e, &ev) && emit_value(&e, root);
+        yaml_document_end_event_initialize(&ev, 1);
+        ok = ok && emit(&e, &ev);
+        yaml_stream_end_event_initialize(&ev);
+        ok = ok && emit(&e, &ev);
+        yaml_emitter_delete(&e);
+    }
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, errn, "cannot write %s: %s", path, strerror(errno));
+        remove(tmp);
+        return false;
+    }
+    return true;
+}

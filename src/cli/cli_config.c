@@ -1,0 +1,266 @@
+/* src/cli/cli_config.c — `accel config` (interactive), `accel config default`,
+ * `accel config update`. Answers are read from stdin line by line, so the
+ * wizard can be driven through a pipe: menus accept the option index or its
+ * text, empty lines take the default, bad answers are asked again. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static const cli_opt OPTS[] = {
+    {"config_file", 0, true, "CONFIG_FILE", "The path to the config file to write (default: the accelerate cache)."},
+    {"mixed_precision", 0, true, "{no,fp16,bf16}", "(default only) Mixed precision of the default config."},
+};
+#define NOPTS ((int)(sizeof OPTS / sizeof *OPTS))
+
+/* ---------------------------------------------------------------- prompts */
+
+/* A line from stdin without the newline; exits 1 at EOF (no answer possible). */
+static void ask_line(const char *prompt, char *out, size_t n) {
+    fputs(prompt, stdout);
+    fflush(stdout);
+    if (!fgets(out, (int)n, stdin)) {
+        fprintf(stderr, "\naccel config: error: no answer (end of input)\n");
+        exit(1);
+    }
+    out[strcspn(out, "\r\n")] = 0;
+    char *s = out;
+    while (*s == ' ' || *s == '\t') s++;
+    memmove(out, s, strlen(s) + 1);
+    for (size_t l = strlen(out); l && (out[l - 1] == ' ' || out[l - 1] == '\t'); l--) out[l - 1] = 0;
+}
+
+static int ask_menu(const char *q, const char *const *opts, int nopts, int dflt) {
+    for (;;) {
+        printf("%s\n", q);
+        for (int i = 0; i < nopts; i++) printf("  [%d] %s%s\n", i, opts[i], i == dflt ? " (default)" : "");
+        char a[256];
+        ask_line("Please select a choice: ", a, sizeof a);
+        if (!*a) return dflt;
+        char *end;
+        long k = strtol(a, &end, 10);
+        if (!*end && k >= 0 && k < nopts) return (int)k;
+        for (int i = 0; i < nopts; i++)
+            if (!strcasecmp(a, opts[i])) return i;
+        printf("Please select one of the %d choices by index or text.\n", nopts);
+    }
+}
+
+static bool ask_yes_no(const char *q, bool dflt) {
+    for (;;) {
+        char a[64];
+        ask_line(q, a, sizeof a);
+        if (!*a) return dflt;
+        if (!strcasecmp(a, "yes")) return true;
+        if (!strcasecmp(a, "no")) return false;
+        printf("Please enter yes or no.\n");
+    }
+}
+
+static long ask_int(const char *q, long dflt, long lo) {
+    for (;;) {
+        char a[64];
+        ask_line(q, a, sizeof a);
+        if (!*a) return dflt;
+        char *end;
+        long v = strtol(a, &end, 10);
+        if (!*end && v >= lo) return v;
+        printf("Please enter an integer >= %ld.\n", lo);
+    }
+}
+
+static void ask_str(const char *q, const char *dflt, char *out, size_t n) {
+    for (;;) {
+        ask_line(q, out, n);
+        if (!*out && dflt) snprintf(out, n, "%s", dflt);
+        if (*out) return;
+        printf("Please enter a value.\n");
+    }
+}
+
+/* ---------------------------------------------------------------- wizard */
+
+static cv *wizard(void) {
+    static const char *const ENVS[] = {"This machine", "AWS (Amazon SageMaker)"};
+    static const char *const MACHINES[] = {"No distributed training", "multi-CPU", "multi-XPU", "multi-HPU", "multi-GPU",
+                                           "multi-NPU", "multi-MLU", "multi-SDAA", "multi-MUSA", "multi-NEURON", "TPU"};
+    static const char *const PRECISION[] = {"no", "fp16", "bf16", "fp8"};
+    static const char *const STAGES[] = {"0", "1", "2", "3"};
+    static const char *const FSDP[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+    while (ask_menu("In which compute environment are you running?", ENVS, 2, 0) != 0)
+        printf("accel supports only `This machine` (no SageMaker).\n");
+    int m;
+    for (;;) {
+        m = ask_menu("Which type of machine are you using?", MACHINES, 11, 0);
+        if (m == 0 || m == 1 || m == 4) break;
+        printf("accel supports `No distributed training`, `multi-CPU` and `multi-GPU` only.\n");
+    }
+    bool multi = m != 0, cpu_type = m == 1;
+    cv *c = cv_new(CV_MAP);
+    cv_set(c, "compute_environment", cv_str("LOCAL_MACHINE"));
+    const char *dtype = m == 0 ? "NO" : m == 1 ? "MULTI_CPU" : "MULTI_GPU";
+    long machines = 1;
+    bool debug = false, use_cpu = cpu_type;
+    if (multi) {
+        machines = ask_int("How many different machines will you use (use more than 1 for multi-node training)? [1]: ", 1, 1);
+        if (machines > 1) {
+            char q[128], ip[256];
+            snprintf(q, sizeof q, "What is the rank of this machine? (0..%ld) [0]: ", machines - 1);
+            long rank;
+            while ((rank = ask_int(q, 0, 0)) >= machines) printf("The rank must be below %ld.\n", machines);
+            cv_set(c, "machine_rank", cv_int(rank));
+            ask_str("What is the IP address of the machine that will host the main process? ", NULL, ip, sizeof ip);
+            cv_set(c, "main_process_ip", cv_str(ip));
+            cv_set(c, "main_process_port",
+                   cv_int(ask_int("What is the port you will use to communicate with the main process? ", 29500, 0)));
+            bool same = ask_yes_no("Are all the machines on the same local network? Answer `no` if nodes are on the "
+                                   "cloud and/or on different network hosts [YES/no]: ", true);
+            cv_set(c, "same_network", cv_bool(same));
+            char rb[64] = "static";
+            if (!same)
+                ask_str("What rendezvous backend will you use? ('static', 'c10d', ...): ", "static", rb, sizeof rb);
+            cv_set(c, "rdzv_backend", cv_str(rb));
+        }
+        debug = ask_yes_no("Should distributed operations be checked while running for errors? This can avoid timeout "
+                           "issues but will be slower. [yes/NO]: ", false);
+    } else {
+        use_cpu = ask_yes_no("Do you want to run your training on CPU only (even if a GPU / Apple Silicon / Ascend NPU "
+                             "device is available)? [yes/NO]:", false);
+    }
+    if (ask_yes_no("Do you want to use DeepSpeed? [yes/NO]: ", false)) {
+        dtype = "DEEPSPEED";
+        cv *ds = cv_new(CV_MAP);
+        int stage = ask_menu("What should be your DeepSpeed's ZeRO optimization stage?", STAGES, 4, 2);
+        cv_set(ds, "zero_stage", cv_int(stage));
+        if (stage >= 2) {
+            cv_set(ds, "offload_optimizer_device", cv_str("none"));
+            cv_set(ds, "offload_param_device", cv_str("none"));
+        }
+        cv_set(ds, "gradient_accumulation_steps",
+               cv_int(ask_int("How many gradient accumulation steps you're passing in your script? [1]: ", 1, 1)));
+        cv_set(ds, "zero3_init_flag", cv_bool(false));
+        cv_set(c, "deepspeed_config", ds);
+    } else if (multi && ask_yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false)) {
+        dtype = "FSDP";
+        cv *fs = cv_new(CV_MAP);
+        cv_set(fs, "fsdp_sharding_strategy", cv_str(FSDP[ask_menu("What should be your sharding strategy?", FSDP, 5, 0)]));
+        cv_set(fs, "fsdp_version", cv_int(1));
+        cv_set(c, "fsdp_config", fs);
+    }
+    long procs = 1;
+    if (multi) {
+        procs = ask_int(cpu_type ? "How many processes should be used for distributed training? [1]: "
+                                 : "How many GPU(s) should be used for distributed training? [1]: ", 1, 1);
+    }
+    if (!strcmp(dtype, "MULTI_GPU") && machines == 1 && procs == 1) {
+        fprintf(stderr, "accel config: error: Specified distributed type MULTI_GPU but only using 1 GPU on a single "
+                        "machine. Please select `No distributed training` for the type of machine you are using.\n");
+        cv_free(c);
+        exit(1);
+    }
+    if (!cpu_type && !use_cpu) {
+        char ids[128];
+        ask_str("What GPU(s) (by id) should be used for training on this machine as a comma-separated list? [all]:",
+                "all", ids, sizeof ids);
+        cv_set(c, "gpu_ids", cv_str(ids));
+    }
+    int mp = ask_menu("Do you wish to use mixed precision?", PRECISION, 4, 0);
+    cv_set(c, "distributed_type", cv_str(dtype));
+    cv_set(c, "debug", cv_bool(debug));
+    cv_set(c, "downcast_bf16", cv_str("no"));
+    cv_set(c, "enable_cpu_affinity", cv_bool(false));
+    if (!cv_get(c, "machine_rank")) cv_set(c, "machine_rank", cv_int(0));
+    cv_set(c, "main_training_function", cv_str("main"));
+    cv_set(c, "mixed_precision", cv_str(PRECISION[mp]));
+    cv_set(c, "num_machines", cv_int(machines));
+    cv_set(c, "num_processes", cv_int(procs * (machines > 1 ? machines : 1)));
+    if (!cv_get(c, "rdzv_backend")) cv_set(c, "rdzv_backend", cv_str("static"));
+    if (!cv_get(c, "same_network")) cv_set(c, "same_network", cv_bool(true));
+    cv_set(c, "tpu_env", cv_new(CV_SEQ));
+    cv_set(c, "tpu_use_cluster", cv_bool(false));
+    cv_set(c, "tpu_use_sudo", cv_bool(false));
+    cv_set(c, "use_cpu", cv_bool(use_cpu));
+    return c;
+}
+
+/* ---------------------------------------------------------------- entry */
+
+int accel_cli_config(int argc, char **argv) {
+    const char *sub = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
+    if (sub && strcmp(sub, "default") && strcmp(sub, "update")) {
+        fprintf(stderr, "accel config: error: invalid choice: '%s' (choose from 'default', 'update')\n", sub);
+        return 2;
+    }
+    char usage[128];
+    snprintf(usage, sizeof usage, "accel config%s%s [--config_file CONFIG_FILE]%s", sub ? " " : " [{default,update}]",
+             sub ? sub : "", sub && !strcmp(sub, "default") ? " [--mixed_precision {no,fp16,bf16}]" : "");
+    const char *desc = !sub ? "Ask questions about this machine and write a config file for `accel launch`."
+                     : !strcmp(sub, "default") ? "Write a basic config file without questions (never overwrites one)."
+                     : "Rewrite an existing config file in the current format (legacy keys converted).";
+    const char *v[NOPTS];
+    int first;
+    int r = cli_parse(usage, desc, OPTS, sub && !strcmp(sub, "default") ? NOPTS : 1, argc - (sub ? 1 : 0),
+                      argv + (sub ? 1 : 0), v, &first, false);
+    if (r == CLI_HELP) return 0;
+    if (r == CLI_ERROR) return 2;
+    char path[4096], err[2048];
+    if (v[0]) snprintf(path, sizeof path, "%s", v[0]);
+    else cfg_default_path(path, sizeof path);
+    if (!sub) {
+        cv *c = wizard();
+        bool ok = cfg_write(path, c, err, sizeof err);
+        cv_free(c);
+        if (!ok) {
+            fprintf(stderr, "accel config: error: %s\n", err);
+            return 1;
+        }
+        printf("accelerate configuration saved at %s\n", path);
+        return 0;
+    }
+    if (!strcmp(sub, "default")) {
+        const char *mp = v[1] ? v[1] : "no";
+        if (strcmp(mp, "no") && strcmp(mp, "fp16") && strcmp(mp, "bf16")) {
+            fprintf(stderr, "accel config default: error: argument --mixed_precision: invalid choice: '%s' "
+                            "(choose from 'no', 'fp16', 'bf16')\n", mp);
+            return 2;
+        }
+        if (access(path, F_OK) == 0) {
+            printf("Configuration already exists at %s, will not override. Run `accel config` manually or pass a "
+                   "different `save_location`.\n", path);
+            return 1;
+        }
+        /* No accelerator in this build: a single CPU process, like Accelerate on a CPU-only box. */
+        cv *c = cv_new(CV_MAP);
+        cv_set(c, "compute_environment", cv_str("LOCAL_MACHINE"));
+        cv_set(c, "debug", cv_bool(false));
+        cv_set(c, "distributed_type", cv_str("NO"));
+        cv_set(c, "enable_cpu_affinity", cv_bool(false));
+        cv_set(c, "mixed_precision", cv_str(mp));
+        cv_set(c, "num_processes", cv_int(1));
+        cv_set(c, "use_cpu", cv_bool(true));
+        bool ok = cfg_write(path, c, err, sizeof err);
+        cv_free(c);
+        if (!ok) {
+            fprintf(stderr, "accel config default: error: %s\n", err);
+            return 1;
+        }
+        printf("accelerate configuration saved at %s\n", path);
+        return 0;
+    }
+    if (access(path, F_OK) != 0) {
+        fprintf(stderr, "accel config update: error: The passed config file located at %s doesn't exist.\n", path);
+        return 1;
+    }
+    cv *c = cfg_read(path, err, sizeof err);
+    if (!c || !cfg_normalize(c, path, err, sizeof err) || !cfg_write(path, c, err, sizeof err)) {
+        fprintf(stderr, "accel config update: error: %s\n", err);
+        cv_free(c);
+        return 1;
+    }
+    cv_free(c);
+    printf("Successfully updated the configuration file at %s.\n", path);
+    return 0;
+}

@@ -1,0 +1,679 @@
+/* src/cli/cli_launch.c — `accel launch`: resolve flags + config, start this
+ * machine's workers with fork+exec, supervise them like torchrun's agent.
+ *
+ * Supervision: each worker runs in its own process group with
+ * PR_SET_PDEATHSIG(SIGKILL) as a backstop. Its stderr always goes through a
+ * pipe (forwarded live, last lines kept for the failure report); stdout is
+ * inherited unless --tee/--log_dir need it. SIGCHLD/SIGINT/SIGTERM wake the
+ * poll loop through a self-pipe. The first worker to fail ends the others
+ * (SIGTERM, SIGKILL after 3 s); the group restarts up to --max_restarts. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/core.h"
+#include "cli/cli.h"
+
+static const cli_opt OPTS[] = {
+    {"config_file", 0, true, "CONFIG_FILE", "The config file to use for the default values in the launching script."},
+    {"quiet", 'q', false, NULL, "Only report a failure with the exit code (no root-cause block)."},
+    {"cpu", 0, false, NULL, "Force the training on the CPU (accel always trains on CPU in this build)."},
+    {"multi_gpu", 0, false, NULL, "Whether or not this should launch a distributed GPU training."},
+    {"mixed_precision", 0, true, "{no,fp16,bf16,fp8}", "Whether or not to use mixed precision training."},
+    {"num_processes", 0, true, "NUM_PROCESSES", "The total number of processes to be launched in parallel."},
+    {"num_machines", 0, true, "NUM_MACHINES", "The total number of machines used in this training."},
+    {"machine_rank", 0, true, "MACHINE_RANK", "The rank of the machine on which this script is launched."},
+    {"main_process_ip", 0, true, "MAIN_PROCESS_IP", "The IP address of the machine of rank 0."},
+    {"main_process_port", 0, true, "MAIN_PROCESS_PORT", "The port used to communicate with rank 0 (0: pick a free one)."},
+    {"num_cpu_threads_per_process", 0, true, "N", "The number of CPU threads per process (OMP_NUM_THREADS)."},
+    {"gradient_accumulation_steps", 0, true, "N", "Number of gradient accumulation steps."},
+    {"max_restarts", 0, true, "MAX_RESTARTS", "Maximum number of worker group restarts before failing."},
+    {"monitor_interval", 0, true, "SECONDS", "Interval, in seconds, to monitor the state of workers (0.1)."},
+    {"tee", 't', true, "TEE", "Tee std streams into a log file and also to console (0 none, 1 stdout, 2 stderr, 3 both)."},
+    {"log_dir", 0, true, "LOG_DIR", "Base directory for per-rank log files."},
+    {"debug", 0, false, NULL, "Check that every rank calls the same collectives (ACCELERATE_DEBUG_MODE)."},
+    {"gpu_ids", 0, true, "GPU_IDS", "What GPUs (by id) should be used for training on this machine."},
+    {"same_network", 0, false, NULL, "Whether all machines used for multinode training exist on the same local network."},
+    {"rdzv_backend", 0, true, "RDZV_BACKEND", "The rendezvous method to use (static, c10d): accel always uses its own store."},
+    {"rdzv_conf", 0, true, "RDZV_CONF", "Additional rendezvous configuration (<key1>=<value1>,...); accepted, unused."},
+    {"role", 0, true, "ROLE", "User-defined role for the workers (ROLE_NAME)."},
+    {"dynamo_backend", 0, true, "DYNAMO_BACKEND", "Only `no` (torch dynamo does not exist in accel)."},
+    {"enable_cpu_affinity", 0, false, NULL, "Pin workers to cores (ACCELERATE_CPU_AFFINITY=1)."},
+    {"use_deepspeed", 0, false, NULL, "Use ZeRO sharding (accel's DeepSpeed-compatible implementation)."},
+    {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
+    {"zero_stage", 0, true, "ZERO_STAGE", "DeepSpeed ZeRO optimization stage (ACCEL_ZERO_STAGE)."},
+    {"fsdp_sharding_strategy", 0, true, "STRATEGY", "FSDP sharding strategy (ACCEL_FSDP_SHARDING_STRATEGY)."},
+    {"module", 'm', false, NULL, "Run PROGRAM as a Python module (python3 -m)."},
+    {"no_python", 0, false, NULL, "Execute PROGRAM directly instead of through python3."},
+};
+#define NOPTS ((int)(sizeof OPTS / sizeof *OPTS))
+#define USAGE "accel launch [options] PROGRAM [ARGS...]"
+#define DESC "Launch PROGRAM on this machine's share of --num_processes workers, torchrun style."
+
+typedef struct launch_cfg {
+    int num_processes, num_machines, machine_rank, port, threads, grad_accum, max_restarts, tee;
+    bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
+    double monitor_interval;
+    const char *mixed_precision, *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
+    char **prog_argv;
+} launch_cfg;
+
+/* ---------------------------------------------------------------- parsing */
+
+static bool parse_int(const char *name, const char *s, int lo, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > INT_MAX) {
+        fprintf(stderr, "accel launch: error: argument --%s: invalid value '%s' (expected an integer >= %d)\n", name, s, lo);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+/* Value of config key as string (for numbers too); NULL when absent/None. */
+static const char *cfg_s(const cv *c, const char *key, char *buf, size_t n) {
+    const cv *v = cv_get(c, key);
+    if (!v) return NULL;
+    switch (v->t) {
+    case CV_STR: return v->s;
+    case CV_INT: snprintf(buf, n, "%lld", v->i); return buf;
+    case CV_BOOL: return v->b ? "1" : NULL;
+    default: return NULL;
+    }
+}
+
+static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
+    const char *v[NOPTS];
+    int first;
+    int r = cli_parse(USAGE, DESC, OPTS, NOPTS, argc, argv, v, &first, true);
+    if (r == CLI_HELP) return 0;
+    if (r == CLI_ERROR) return 2;
+    if (first >= argc) {
+        fprintf(stderr, "usage: %s\naccel launch: error: the following arguments are required: PROGRAM\n", USAGE);
+        return 2;
+    }
+#define V(name) v[cli_idx(OPTS, NOPTS, name)]
+    /* Config: an explicit file, or the default one unless --cpu (Accelerate's precedence quirk). */
+    char def[4096], err[2048];
+    cfg_default_path(def, sizeof def);
+    const char *cfg_path = V("config_file");
+    if (!cfg_path && !V("cpu") && access(def, R_OK) == 0) cfg_path = def;
+    cv *cfg = NULL;
+    if (cfg_path) {
+        cfg = cfg_read(cfg_path, err, sizeof err);
+        if (!cfg || !cfg_normalize(cfg, cfg_path, err, sizeof err)) {
+            fprintf(stderr, "accel launch: error: %s\n", err);
+            cv_free(cfg);
+            return 2;
+        }
+    }
+    *cfg_out = cfg;
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    /* flags > config > defaults (top-level keys fill only what the CLI left unset) */
+    const char *np = V("num_processes") ? V("num_processes") : cfg_s(cfg, "num_processes", b1, sizeof b1);
+    const char *nm = V("num_machines") ? V("num_machines") : cfg_s(cfg, "num_machines", b2, sizeof b2);
+    const char *mr = V("machine_rank") ? V("machine_rank") : cfg_s(cfg, "machine_rank", b3, sizeof b3);
+    const char *port = V("main_process_port") ? V("main_process_port") : cfg_s(cfg, "main_process_port", b4, sizeof b4);
+    L->ip = V("main_process_ip") ? V("main_process_ip") : cfg_s(cfg, "main_process_ip", b5, 0);
+    L->mixed_precision = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision", NULL, 0);
+    if (!L->mixed_precision) L->mixed_precision = "no";
+    L->gpu_ids = V("gpu_ids") ? V("gpu_ids") : cfg_s(cfg, "gpu_ids", NULL, 0);
+    L->debug = V("debug") || (cfg && cv_get(cfg, "debug") && cv_get(cfg, "debug")->b);
+    L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b);
+    L->affinity = V("enable_cpu_affinity") || (cfg && cv_get(cfg, "enable_cpu_affinity") && cv_get(cfg, "enable_cpu_affinity")->b);
+    L->quiet = V("quiet");
+    L->module = V("module");
+    L->no_python = V("no_python");
+    L->log_dir = V("log_dir");
+    L->role = V("role") ? V("role") : "default";
+    const char *dtype = cfg ? cfg_s(cfg, "distributed_type", NULL, 0) : NULL;
+    bool paradigm_flag = V("cpu") || V("multi_gpu") || V("use_deepspeed") || V("use_fsdp");
+    L->deepspeed = V("use_deepspeed") || (!paradigm_flag && dtype && !strcmp(dtype, "DEEPSPEED"));
+    L->fsdp = V("use_fsdp") || (!paradigm_flag && dtype && !strcmp(dtype, "FSDP"));
+    /* nested dicts: copied unless the flag was given */
+    const cv *ds = cfg ? cv_get(cfg, "deepspeed_config") : NULL, *fs = cfg ? cv_get(cfg, "fsdp_config") : NULL;
+    static char zs[32], ga[32];
+    L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage", zs, sizeof zs);
+    if (L->deepspeed && !L->zero_stage) L->zero_stage = "2";
+    L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy") : cfg_s(fs, "fsdp_sharding_strategy", NULL, 0);
+    if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
+    const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
+                                                         : cfg_s(ds, "gradient_accumulation_steps", ga, sizeof ga);
+
+    /* validation (accelerate.md §1.6.2) */
+    int paradigms = !!V("cpu") + !!V("multi_gpu") + !!V("use_deepspeed") + !!V("use_fsdp");
+    if (paradigms > 1) {
+        fprintf(stderr, "accel launch: error: You can only use one of `--cpu`, `--multi_gpu`, `--tpu`, "
+                        "`--use_deepspeed`, `--use_fsdp` at a time.\n");
+        return 2;
+    }
+    if (L->module && L->no_python) {
+        fprintf(stderr, "accel launch: error: --module and --no_python cannot be used together\n");
+        return 2;
+    }
+    if (strcmp(L->mixed_precision, "no") && strcmp(L->mixed_precision, "fp16") && strcmp(L->mixed_precision, "bf16") &&
+        strcmp(L->mixed_precision, "fp8")) {
+        fprintf(stderr, "accel launch: error: Unknown mixed_precision mode: %s. Choose between ['no', 'fp8', 'fp16', 'bf16'].\n",
+                L->mixed_precision);
+        return 2;
+    }
+    if (V("dynamo_backend") && strcasecmp(V("dynamo_backend"), "no")) {
+        fprintf(stderr, "accel launch: error: --dynamo_backend %s is not supported: accel has no torch dynamo; "
+                        "only `no` is accepted\n", V("dynamo_backend"));
+        return 2;
+    }
+    L->num_processes = 1;
+    L->num_machines = 1;
+    L->machine_rank = 0;
+    if (np && !parse_int("num_processes", np, -1, &L->num_processes)) return 2;
+    if (L->num_processes == -1) {
+        fprintf(stderr, "accel launch: error: You need to manually pass in `--num_processes` using this config yaml.\n");
+        return 2;
+    }
+    if (L->num_processes < 1) {
+        fprintf(stderr, "accel launch: error: --num_processes must be at least 1\n");
+        return 2;
+    }
+    if (nm && !parse_int("num_machines", nm, 1, &L->num_machines)) return 2;
+    if (mr && !parse_int("machine_rank", mr, 0, &L->machine_rank)) return 2;
+    if (L->machine_rank >= L->num_machines) {
+        fprintf(stderr, "accel launch: error: --machine_rank %d must be below --num_machines %d\n", L->machine_rank,
+                L->num_machines);
+        return 2;
+    }
+    if (L->num_processes % L->num_machines) {
+        fprintf(stderr, "accel launch: error: --num_processes %d (the total) is not a multiple of --num_machines %d\n",
+                L->num_processes, L->num_machines);
+        return 2;
+    }
+    if (V("multi_gpu") && L->num_processes < 2) {
+        fprintf(stderr, "accel launch: error: You need to use at least 2 processes to use `--multi_gpu`.\n");
+        return 2;
+    }
+    if (L->num_machines > 1 && !L->ip) {
+        fprintf(stderr, "accel launch: error: --main_process_ip is required with --num_machines > 1\n");
+        return 2;
+    }
+    L->port = 29500;
+    L->port_given = port != NULL;
+    if (port && !parse_int("main_process_port", port, 0, &L->port)) return 2;
+    L->threads = 0;
+    if (V("num_cpu_threads_per_process") && !parse_int("num_cpu_threads_per_process", V("num_cpu_threads_per_process"), 1, &L->threads))
+        return 2;
+    L->grad_accum = 1;
+    if (gas && !parse_int("gradient_accumulation_steps", gas, 1, &L->grad_accum)) return 2;
+    L->max_restarts = 0;
+    if (V("max_restarts") && !parse_int("max_restarts", V("max_restarts"), 0, &L->max_restarts)) return 2;
+    L->tee = 0;
+    if (V("tee") && !parse_int("tee", V("tee"), 0, &L->tee)) return 2;
+    if (L->tee > 3) {
+        fprintf(stderr, "accel launch: error: --tee must be 0, 1, 2 or 3\n");
+        return 2;
+    }
+    L->monitor_interval = 0.1;
+    if (V("monitor_interval")) {
+        char *end;
+        L->monitor_interval = strtod(V("monitor_interval"), &end);
+        if (*end || !(L->monitor_interval > 0)) {
+            fprintf(stderr, "accel launch: error: --monitor_interval '%s' is not a positive number\n", V("monitor_interval"));
+            return 2;
+        }
+    }
+    if (cfg) {
+        const cv *dc = cv_get(cfg, "dynamo_config");
+        const cv *db = cv_get(dc, "dynamo_backend");
+        if (db && db->t == CV_STR && strcasecmp(db->s, "no") && !L->quiet)
+            fprintf(stderr, "accel launch: ignoring dynamo_config.dynamo_backend: %s (accel has no torch dynamo)\n", db->s);
+    }
+    if (!cfg && !V("num_processes") && !L->quiet)
+        fprintf(stderr, "The following values were not passed to `accel launch` and had defaults used instead:\n"
+                        "\t`--num_processes` was set to a value of `1`\n"
+                        "To avoid this warning pass in values for each of the problematic parameters or run `accel config`.\n");
+    L->prog_argv = argv + first;
+#undef V
+    return -1; /* resolved: go on */
+}
+
+/* ---------------------------------------------------------------- workers */
+
+typedef struct worker {
+    pid_t pid;
+    int rank, local_rank;
+    int err_fd, out_fd;     /* pipes (-1 when closed / not piped) */
+    int log_out, log_err;   /* files under --log_dir (-1 when none) */
+    bool exited;
+    int status;
+    char ring[8192];        /* last bytes of stderr */
+    size_t ring_len, ring_pos;
+    char line[2][1024];     /* partial lines for prefixing (stdout, stderr) */
+    size_t line_len[2];
+} worker;
+
+static int g_sigpipe[2] = {-1, -1};
+
+static pid_t g_launcher_pid;
+
+static void on_signal(int sig) {
+    if (getpid() != g_launcher_pid) return; /* a just-forked worker before it reset its handlers */
+    int saved = errno;
+    char c = sig == SIGCHLD ? 'C' : sig == SIGINT ? 'I' : 'T';
+    if (write(g_sigpipe[1], &c, 1) < 0) { /* the pipe is full: a wake-up is pending anyway */ }
+    errno = saved;
+}
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static bool port_in_use(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_ANY)};
+    bool used = fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0;
+    if (fd >= 0) close(fd);
+    return used;
+}
+
+static void random_hex(char *out, size_t nbytes) {
+    unsigned char b[32];
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(b, 1, nbytes, f) != nbytes)
+        for (size_t i = 0; i < nbytes; i++) b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(accel_now_seconds() * 1e6));
+    if (f) fclose(f);
+    for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static void setenv_int(const char *k, long v) {
+    char b[32];
+    snprintf(b, sizeof b, "%ld", v);
+    setenv(k, b, 1);
+}
+
+typedef struct job {
+    launch_cfg *L;
+    int local_n;
+    char secret[65], run_id[17], master_addr[256];
+    int port;
+    pid_t launcher;
+} job;
+
+/* In the child, between fork and exec. Only async-signal-safe-ish work: this
+ * process is single-threaded, so setenv is fine. */
+static void child_exec(const job *J, worker *w, int out_w, int err_w, int restart) {
+    const launch_cfg *L = J->L;
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != J->launcher) _exit(1); /* the launcher died before prctl */
+    struct sigaction sa = {.sa_handler = SIG_DFL};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGPIPE, &sa, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (out_w >= 0) dup2(out_w, 1);
+    dup2(err_w, 2);
+    int world = L->num_processes;
+    setenv_int("RANK", w->rank);
+    setenv_int("LOCAL_RANK", w->local_rank);
+    setenv_int("WORLD_SIZE", world);
+    setenv_int("LOCAL_WORLD_SIZE", J->local_n);
+    setenv_int("GROUP_RANK", L->machine_rank);
+    setenv_int("GROUP_WORLD_SIZE", L->num_machines);
+    setenv_int("ROLE_RANK", w->rank);
+    setenv("ROLE_NAME", L->role, 1);
+    setenv_int("ROLE_WORLD_SIZE", world);
+    setenv("MASTER_ADDR", J->master_addr, 1);
+    setenv_int("MASTER_PORT", J->port);
+    setenv_int("TORCHELASTIC_RESTART_COUNT", restart);
+    setenv_int("TORCHELASTIC_MAX_RESTARTS", L->max_restarts);
+    setenv("TORCHELASTIC_RUN_ID", J->run_id, 1);
+    if (L->threads) setenv_int("OMP_NUM_THREADS", L->threads);
+    else if (!getenv("OMP_NUM_THREADS")) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        setenv_int("OMP_NUM_THREADS", cores / J->local_n > 1 ? cores / J->local_n : 1);
+    }
+    setenv("ACCELERATE_MIXED_PRECISION", L->mixed_precision, 1);
+    setenv("ACCEL_MIXED_PRECISION", L->mixed_precision, 1);
+    setenv_int("ACCEL_GRADIENT_ACCUMULATION_STEPS", L->grad_accum);
+    setenv("ACCEL_USE_CPU", L->cpu ? "1" : "0", 1);
+    setenv("ACCELERATE_USE_CPU", L->cpu ? "True" : "False", 1);
+    if (L->debug) {
+        setenv("ACCEL_DEBUG_MODE", "1", 1);
+        setenv("ACCELERATE_DEBUG_MODE", "true", 1);
+    }
+    if (L->affinity) setenv("ACCELERATE_CPU_AFFINITY", "1", 1);
+    if (L->gpu_ids && strcmp(L->gpu_ids, "all")) setenv("CUDA_VISIBLE_DEVICES", L->gpu_ids, 1);
+    if (L->zero_stage) setenv("ACCEL_ZERO_STAGE", L->zero_stage, 1);
+    if (L->fsdp_strategy) setenv("ACCEL_FSDP_SHARDING_STRATEGY", L->fsdp_strategy, 1);
+    setenv("ACCEL_JOB_SECRET", J->secret, 1);
+    /* argv: PROGRAM directly, or through python3 for .py / --module */
+    int n = 0;
+    while (L->prog_argv[n]) n++;
+    char **args = calloc((size_t)n + 3, sizeof *args);
+    int a = 0;
+    const char *prog = L->prog_argv[0];
+    size_t pl = strlen(prog);
+    if (L->module) {
+        args[a++] = "python3";
+        args[a++] = "-m";
+    } else if (!L->no_python && pl > 3 && !strcmp(prog + pl - 3, ".py")) {
+        args[a++] = "python3";
+    }
+    for (int i = 0; i < n; i++) args[a++] = L->prog_argv[i];
+    execvp(args[0], args);
+    fprintf(stderr, "accel launch: cannot run '%s': %s\n", args[0], strerror(errno));
+    _exit(127);
+}
+
+/* Writes `n` bytes of a worker stream to the terminal (prefixed by rank when
+ * --tee selects the stream) and to its log file. */
+static void forward(const job *J, worker *w, int stream, const char *buf, size_t n) {
+    int term = stream == 0 ? 1 : 2;
+    int logfd = stream == 0 ? w->log_out : w->log_err;
+    if (logfd >= 0 && write(logfd, buf, n) < 0) { /* a full disk must not stop the job */ }
+    if (stream == 1) { /* keep the tail of stderr for the report */
+        for (size_t i = 0; i < n; i++) {
+            w->ring[w->ring_pos] = buf[i];
+            w->ring_pos = (w->ring_pos + 1) % sizeof w->ring;
+        }
+        w->ring_len = w->ring_len + n > sizeof w->ring ? sizeof w->ring : w->ring_len + n;
+    }
+    bool prefix = J->L->tee & (stream == 0 ? 1 : 2);
+    if (!prefix) {
+        if (write(term, buf, n) < 0) { /* terminal gone: keep supervising */ }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = buf[i];
+        if (w->line_len[stream] < sizeof w->line[stream] - 1) w->line[stream][w->line_len[stream]++] = c;
+        if (c == '\n' || w->line_len[stream] == sizeof w->line[stream] - 1) {
+            char out[1100];
+            int m = snprintf(out, sizeof out, "[rank%d]: %.*s", w->rank, (int)w->line_len[stream], w->line[stream]);
+            if (write(term, out, (size_t)m) < 0) { /* terminal gone */ }
+            w->line_len[stream] = 0;
+        }
+    }
+}
+
+/* Reads what is available on fd; false at EOF. */
+static bool drain_fd(const job *J, worker *w, int stream) {
+    int *fd = stream == 0 ? &w->out_fd : &w->err_fd;
+    char buf[65536];
+    ssize_t r = read(*fd, buf, sizeof buf);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (r <= 0) {
+        close(*fd);
+        *fd = -1;
+        if (w->line_len[stream]) forward(J, w, stream, "\n", 1);
+        return false;
+    }
+    forward(J, w, stream, buf, (size_t)r);
+    return true;
+}
+
+static void describe_status(int status, char *out, size_t n) {
+    if (WIFEXITED(status)) snprintf(out, n, "exitcode  : %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) {
+        const char *abbrev = sigabbrev_np(WTERMSIG(status));
+        snprintf(out, n, "exitcode  : -%d (signal: SIG%s)", WTERMSIG(status), abbrev ? abbrev : "?");
+    } else snprintf(out, n, "status %d", status);
+}
+
+static void report(const job *J, const worker *w, double when) {
+    char st[96], host[256] = "";
+    describe_status(w->status, st, sizeof st);
+    gethostname(host, sizeof host - 1);
+    time_t t = (time_t)when;
+    char ts[64];
+    strftime(ts, sizeof ts, "%Y-%m-%d_%H:%M:%S", localtime(&t));
+    fprintf(stderr, "============================================================\n"
+                    "accel launch: FAILED (%s)\n"
+                    "Root Cause (first observed failure):\n"
+                    "  time      : %s\n  host      : %s\n  rank      : %d (local_rank: %d)\n  pid       : %d\n  %s\n",
+            J->L->prog_argv[0], ts, host, w->rank, w->local_rank, (int)w->pid, st);
+    /* last 10 lines of its stderr */
+    char tail[sizeof w->ring + 1];
+    size_t n = w->ring_len, start = (w->ring_pos + sizeof w->ring - n) % sizeof w->ring;
+    for (size_t i = 0; i < n; i++) tail[i] = w->ring[(start + i) % sizeof w->ring];
+    while (n && tail[n - 1] == '\n') n--;
+    tail[n] = 0;
+    size_t from = n;
+    for (int lines = 0; from > 0; from--)
+        if (tail[from - 1] == '\n' && ++lines == 10) break;
+    fprintf(stderr, "  stderr (last lines):\n");
+    if (!n) fprintf(stderr, "    <empty>\n");
+    for (char *line = tail + from, *nl; n && line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        fprintf(stderr, "    %s\n", line);
+    }
+    fprintf(stderr, "============================================================\n");
+}
+
+static void open_logs(const job *J, worker *w, bool append) {
+    w->log_out = w->log_err = -1;
+    if (!J->L->log_dir) return;
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/%s", J->L->log_dir, J->run_id);
+    mkdir(J->L->log_dir, 0755);
+    mkdir(dir, 0755);
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+    snprintf(path, sizeof path, "%s/rank%d.stdout", dir, w->rank);
+    w->log_out = open(path, flags, 0644);
+    snprintf(path, sizeof path, "%s/rank%d.stderr", dir, w->rank);
+    w->log_err = open(path, flags, 0644);
+    if (w->log_out < 0 || w->log_err < 0) fprintf(stderr, "accel launch: warning: cannot write logs in %s\n", dir);
+}
+
+static void signal_all(worker *ws, int n, int sig) {
+    for (int i = 0; i < n; i++)
+        if (!ws[i].exited && ws[i].pid > 0) kill(-ws[i].pid, sig);
+}
+
+/* Runs one attempt of the group. Returns 0 on success, 1 on a worker
+ * failure, 128+signal when the launcher was interrupted. */
+static int run_group(job *J, int restart) {
+    const launch_cfg *L = J->L;
+    int n = J->local_n;
+    worker *ws = calloc((size_t)n, sizeof *ws);
+    int ret = 0, interrupted = 0;
+    for (int i = 0; i < n; i++) {
+        worker *w = &ws[i];
+        w->local_rank = i;
+        w->rank = L->machine_rank * n + i;
+        w->out_fd = w->err_fd = -1;
+        open_logs(J, w, restart > 0);
+        int ep[2], op[2] = {-1, -1};
+        bool pipe_out = (L->tee & 1) || L->log_dir;
+        if (pipe2(ep, O_CLOEXEC) != 0 || (pipe_out && pipe2(op, O_CLOEXEC) != 0)) {
+            fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
+            exit(1);
+        }
+        /* Signals stay blocked across fork until the child has reset its handlers. */
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGCHLD);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGTERM);
+        sigprocmask(SIG_BLOCK, &block, &old);
+        pid_t pid = fork();
+        if (pid != 0) sigprocmask(SIG_SETMASK, &old, NULL);
+        if (pid < 0) {
+            fprintf(stderr, "accel launch: fork: %s\n", strerror(errno));
+            signal_all(ws, i, SIGKILL);
+            exit(1);
+        }
+        if (pid == 0) child_exec(J, w, op[1], ep[1], restart);
+        setpgid(pid, pid);
+        w->pid = pid;
+        close(ep[1]);
+        w->err_fd = ep[0];
+        if (pipe_out) {
+            close(op[1]);
+            w->out_fd = op[0];
+        }
+    }
+    int alive = n;
+    worker *first_fail = NULL;
+    double fail_time = 0, kill_deadline = 0;
+    struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
+    int timeout_ms = (int)(L->monitor_interval * 1000);
+    if (timeout_ms < 1) timeout_ms = 1;
+    for (;;) {
+        int np = 0;
+        pf[np++] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
+        for (int i = 0; i < n; i++) {
+            if (ws[i].err_fd >= 0) pf[np++] = (struct pollfd){.fd = ws[i].err_fd, .events = POLLIN};
+            if (ws[i].out_fd >= 0) pf[np++] = (struct pollfd){.fd = ws[i].out_fd, .events = POLLIN};
+        }
+        bool pipes_open = np > 1;
+        if (!alive && !pipes_open) break;
+        /* Once every worker exited, only leftover output (a grandchild may hold a pipe) is read, briefly. */
+        int pr = poll(pf, (nfds_t)np, alive ? timeout_ms : 50);
+        if (pr == 0 && !alive) break;
+        for (int k = 1; k < np; k++) {
+            if (!pf[k].revents) continue;
+            for (int i = 0; i < n; i++) {
+                if (pf[k].fd == ws[i].err_fd) drain_fd(J, &ws[i], 1);
+                else if (pf[k].fd == ws[i].out_fd) drain_fd(J, &ws[i], 0);
+            }
+        }
+        if (pf[0].revents & POLLIN) {
+            char sigs[64];
+            ssize_t r = read(g_sigpipe[0], sigs, sizeof sigs);
+            for (ssize_t i = 0; i < r; i++) {
+                if (sigs[i] == 'C' || interrupted) continue;
+                interrupted = sigs[i] == 'I' ? SIGINT : SIGTERM;
+                fprintf(stderr, "accel launch: received %s, stopping the workers\n",
+                        interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+                signal_all(ws, n, interrupted);
+                kill_deadline = accel_now_seconds() + 3.0;
+            }
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int i = 0; i < n; i++) {
+                if (ws[i].pid != pid) continue;
+                ws[i].exited = true;
+                ws[i].status = status;
+                alive--;
+                /* Its process group may still hold grandchildren: end them with it. */
+                kill(-pid, SIGKILL);
+                bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                if (!ok && !first_fail && !interrupted) {
+                    first_fail = &ws[i];
+                    fail_time = (double)time(NULL);
+                    signal_all(ws, n, SIGTERM);
+                    kill_deadline = accel_now_seconds() + 3.0;
+                }
+            }
+        }
+        if (kill_deadline > 0 && alive && accel_now_seconds() > kill_deadline) {
+            signal_all(ws, n, SIGKILL);
+            kill_deadline = 0;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (ws[i].err_fd >= 0) close(ws[i].err_fd);
+        if (ws[i].out_fd >= 0) close(ws[i].out_fd);
+        if (ws[i].log_out >= 0) close(ws[i].log_out);
+        if (ws[i].log_err >= 0) close(ws[i].log_err);
+    }
+    if (interrupted) ret = 128 + interrupted;
+    else if (first_fail) {
+        ret = 1;
+        if (L->quiet) {
+            char st[96];
+            describe_status(first_fail->status, st, sizeof st);
+            fprintf(stderr, "accel launch: rank %d failed (%s)\n", first_fail->rank, st);
+        } else {
+            report(J, first_fail, fail_time);
+        }
+    }
+    free(pf);
+    free(ws);
+    return ret;
+}
+
+int accel_cli_launch(int argc, char **argv) {
+    launch_cfg L;
+    memset(&L, 0, sizeof L);
+    cv *cfg = NULL;
+    int r = resolve(argc, argv, &L, &cfg);
+    if (r >= 0) {
+        cv_free(cfg);
+        return r;
+    }
+    job J;
+    memset(&J, 0, sizeof J);
+    J.L = &L;
+    J.local_n = L.num_processes / L.num_machines;
+    J.launcher = g_launcher_pid = getpid();
+    random_hex(J.secret, 32);
+    random_hex(J.run_id, 8);
+    snprintf(J.master_addr, sizeof J.master_addr, "%s", L.ip ? L.ip : "127.0.0.1");
+    J.port = L.port;
+    if (L.machine_rank == 0 && (L.port == 0 || port_in_use(L.port))) {
+        if (L.port != 0 && L.num_machines > 1) {
+            fprintf(stderr, "accel launch: error: Tried to launch distributed communication on port `%d`, but another "
+                            "process is utilizing it. Please specify a different port (such as using the "
+                            "`--main_process_port` flag or specifying a different `main_process_port` in your config "
+                            "file) and rerun your script. To automatically use the next open port (on a single node), "
+                            "you can set this to `0`.\n", L.port);
+            cv_free(cfg);
+            return 1;
+        }
+        if (L.port != 0 && L.port_given && !L.quiet)
+            fprintf(stderr, "accel launch: port %d is in use; using a free port instead\n", L.port);
+        J.port = free_port();
+    }
+    if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
+        cv_free(cfg);
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int ret = 0;
+    for (int restart = 0;; restart++) {
+        ret = run_group(&J, restart);
+        if (ret != 1 || restart >= L.max_restarts) break;
+        fprintf(stderr, "accel launch: worker group failed; restarting (restart %d of %d)\n", restart + 1, L.max_restarts);
+    }
+    signal(SIGCHLD, SIG_DFL);
+    close(g_sigpipe[0]);
+    close(g_sigpipe[1]);
+    cv_free(cfg);
+    return ret;
+}

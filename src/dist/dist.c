@@ -1,0 +1,689 @@
+/* src/dist/dist.c — the default group: environment, rendezvous, argument
+ * checks, debug-mode call matching, and the asynchronous queue.
+ *
+ * Every collective is described by a `call` (kind + arguments + label).
+ * Synchronous entry points validate it, wait for earlier asynchronous work,
+ * and run it on the calling thread; asynchronous ones validate it and queue
+ * it for the group's communication thread. Both run it through exec_call(),
+ * so debug checks, error context and the broken-group rule are the same. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "dist/backend.h"
+
+/* ---------------------------------------------------------------- environment */
+
+typedef struct dist_env {
+    int rank, world, local_rank, local_world;
+    const char *addr;
+    int port;
+    double timeout_s;
+} dist_env;
+
+static const char *first_env(const char *const *names, const char **which) {
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) {
+            if (which) *which = *names;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+/* -1 when none set; -2 (+ error) when malformed. */
+static long env_int(const char *const *names, long lo) {
+    const char *which = NULL, *v = first_env(names, &which);
+    if (!v) return -1;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > 1000000) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: %s='%s' is not a valid integer", which, v);
+        return -2;
+    }
+    return x;
+}
+
+static const char *const RANK_VARS[] = {"RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK",
+                                        "SLURM_PROCID", NULL};
+static const char *const WORLD_VARS[] = {"WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                         "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", NULL};
+static const char *const LRANK_VARS[] = {"LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
+static const char *const LWORLD_VARS[] = {"LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                          "MV2_COMM_WORLD_LOCAL_SIZE", NULL};
+
+static accel_status read_env(dist_env *e) {
+    long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
+    long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
+    if (r == -2 || w == -2 || lr == -2 || lw == -2) return accel_last_status();
+    e->world = w < 0 ? 1 : (int)w;
+    e->rank = r < 0 ? 0 : (int)r;
+    if (e->rank >= e->world)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: rank %d is not below the world size %d",
+                               e->rank, e->world);
+    e->local_rank = lr < 0 ? e->rank : (int)lr;
+    e->local_world = lw < 0 ? e->world : (int)lw;
+    const char *addr = getenv("MASTER_ADDR");
+    if ((!addr || !*addr) && e->local_world < e->world)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_dist_init: MASTER_ADDR must be set when ranks span several machines");
+    e->addr = addr && *addr ? addr : "127.0.0.1";
+    const char *port = getenv("MASTER_PORT");
+    e->port = 29500;
+    if (port && *port) {
+        char *end;
+        long p = strtol(port, &end, 10);
+        if (*end || p <= 0 || p > 65535)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: MASTER_PORT='%s' is not a port", port);
+        e->port = (int)p;
+    }
+    const char *t = getenv("ACCEL_DIST_TIMEOUT");
+    e->timeout_s = 300;
+    if (t && *t) {
+        char *end;
+        double x = strtod(t, &end);
+        if (*end || !(x > 0))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_dist_init: ACCEL_DIST_TIMEOUT='%s' is not a positive number of seconds", t);
+        e->timeout_s = x;
+    }
+    return ACCEL_OK;
+}
+
+static bool truthy(const char *v) {
+    return v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
+}
+
+bool accel_dist_debug_mode(void) {
+    return truthy(getenv("ACCEL_DEBUG_MODE")) || truthy(getenv("ACCELERATE_DEBUG_MODE"));
+}
+
+/* ---------------------------------------------------------------- calls */
+
+typedef enum call_kind {
+    K_ALL_REDUCE, K_BROADCAST, K_ALL_GATHER, K_ALL_GATHERV, K_REDUCE_SCATTER, K_GATHER, K_BARRIER,
+    K_BROADCAST_BYTES, K_ALL_GATHER_BYTES,
+} call_kind;
+
+static const char *const KIND_NAME[] = {"all_reduce", "broadcast", "all_gather", "all_gatherv",
+                                        "reduce_scatter", "gather", "barrier", "broadcast_bytes",
+                                        "all_gather_bytes"};
+
+typedef struct call {
+    call_kind kind;
+    const void *send;
+    void *buf;            /* in/out or recv */
+    size_t count;
+    accel_dtype dt;
+    accel_reduce_op op;
+    int root;
+    const size_t *counts; /* all_gatherv */
+    void **data_out;      /* bytes ops */
+    size_t *len_io;
+    size_t *lens_out;
+    char label[48];
+} call;
+
+struct accel_work {
+    accel_pg *pg;
+    call c;
+    atomic_bool done;
+    accel_status st;
+    char msg[512];
+    accel_work *next;
+};
+
+struct accel__work_queue {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* new work or stop */
+    pthread_cond_t done_cv; /* some work finished */
+    accel_work *head, *tail, *free_list;
+    int pending;
+    bool stop;
+};
+
+static _Thread_local char tl_label[48];
+
+void accel_dist_set_op_label(const char *label) {
+    snprintf(tl_label, sizeof tl_label, "%s", label ? label : "");
+}
+
+static void describe(const call *c, char *out, size_t n) {
+    int o;
+    if (c->kind == K_BARRIER) o = snprintf(out, n, "barrier()");
+    else if (c->kind >= K_BROADCAST_BYTES) o = snprintf(out, n, "%s(bytes)", KIND_NAME[c->kind]);
+    else o = snprintf(out, n, "%s(%s, %zu)", KIND_NAME[c->kind], accel__dtype_short(c->dt), c->count);
+    if (c->label[0] && o > 0 && (size_t)o < n) snprintf(out + o, n - (size_t)o, " [%s]", c->label);
+}
+
+/* What debug mode compares: everything that must agree across ranks. */
+typedef struct call_sig {
+    int32_t kind, dtype, op, root;
+    uint64_t count; /* 0 for the uneven (v/bytes) ops */
+    char label[48];
+} call_sig;
+
+static accel_status debug_check(accel_pg *pg, const call *c) {
+    call_sig me;
+    memset(&me, 0, sizeof me);
+    me.kind = (int32_t)c->kind;
+    me.dtype = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? -1 : (int32_t)c->dt;
+    me.op = c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER ? (int32_t)c->op : -1;
+    me.root = c->kind == K_BROADCAST || c->kind == K_GATHER || c->kind == K_BROADCAST_BYTES ? c->root : -1;
+    me.count = c->kind == K_ALL_GATHERV || c->kind >= K_BROADCAST_BYTES ? 0 : c->count;
+    memcpy(me.label, c->label, sizeof me.label);
+    int world = pg->size;
+    call_sig *all = malloc((size_t)world * sizeof *all);
+    size_t *bytes = malloc((size_t)world * sizeof *bytes);
+    if (!all || !bytes) {
+        free(all);
+        free(bytes);
+        return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+    }
+    for (int k = 0; k < world; k++) bytes[k] = sizeof me;
+    accel_status st = pg->be->all_gatherv(pg, &me, all, bytes, -1);
+    bool same = true;
+    for (int k = 1; st == ACCEL_OK && k < world; k++) same = same && memcmp(&all[k], &all[0], sizeof me) == 0;
+    if (st == ACCEL_OK && !same) {
+        char msg[2048], one[256];
+        bool ops_differ = false, roots_differ = false; /* shown only when they are what differs */
+        bool kinds_same = true;
+        for (int k = 1; k < world; k++) kinds_same = kinds_same && all[k].kind == all[0].kind;
+        for (int k = 1; k < world && kinds_same; k++) {
+            ops_differ = ops_differ || all[k].op != all[0].op;
+            roots_differ = roots_differ || all[k].root != all[0].root;
+        }
+        size_t o = (size_t)snprintf(msg, sizeof msg, "mismatched collectives: ");
+        for (int k = 0; k < world && o < sizeof msg; k++) {
+            call ck = {.kind = (call_kind)all[k].kind, .dt = (accel_dtype)all[k].dtype,
+                       .count = (size_t)all[k].count};
+            memcpy(ck.label, all[k].label, sizeof ck.label);
+            ck.label[sizeof ck.label - 1] = 0;
+            if ((unsigned)ck.kind > K_ALL_GATHER_BYTES) snprintf(one, sizeof one, "?");
+            else describe(&ck, one, sizeof one);
+            o += (size_t)snprintf(msg + o, sizeof msg - o, "%srank %d called %s", k ? ", " : "", k, one);
+            if (roots_differ && all[k].root >= 0 && o < sizeof msg)
+                o += (size_t)snprintf(msg + o, sizeof msg - o, " root=%d", all[k].root);
+            if (ops_differ && all[k].op >= 0 && o < sizeof msg)
+                o += (size_t)snprintf(msg + o, sizeof msg - o, " op=%s",
+                                      (const char *[]){"sum", "avg", "max", "min"}[all[k].op & 3]);
+        }
+        st = accel_set_error(ACCEL_ERR_DIST, "%s", msg);
+    }
+    free(all);
+    free(bytes);
+    return st;
+}
+
+static accel_status run_call(accel_pg *pg, const call *c) {
+    const accel__backend *be = pg->be;
+    int world = pg->size;
+    size_t es = c->kind >= K_BARRIER ? 1 : accel_dtype_size(c->dt);
+    switch (c->kind) {
+    case K_ALL_REDUCE: return c->count ? be->all_reduce(pg, c->buf, c->count, c->dt, c->op) : ACCEL_OK;
+    case K_BROADCAST: return be->broadcast(pg, c->buf, c->count * es, c->root);
+    case K_BARRIER: return be->barrier(pg);
+    case K_ALL_GATHER:
+    case K_GATHER:
+    case K_ALL_GATHERV: {
+        size_t *bytes = malloc((size_t)world * sizeof *bytes);
+        if (!bytes) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+        for (int k = 0; k < world; k++) bytes[k] = (c->kind == K_ALL_GATHERV ? c->counts[k] : c->count) * es;
+        accel_status st = be->all_gatherv(pg, c->send, c->buf, bytes, c->kind == K_GATHER ? c->root : -1);
+        free(bytes);
+        return st;
+    }
+    case K_REDUCE_SCATTER: {
+        if (be->reduce_scatter) return be->reduce_scatter(pg, c->send, c->buf, c->count, c->dt, c->op);
+        size_t n = c->count * (size_t)world;
+        char *tmp = accel_malloc(n * es + 1);
+        if (!tmp) return accel_last_status();
+        if (n) memcpy(tmp, c->send, n * es);
+        accel_status st = n ? be->all_reduce(pg, tmp, n, c->dt, c->op) : ACCEL_OK;
+        if (st == ACCEL_OK && c->count) memcpy(c->buf, tmp + (size_t)pg->rank * c->count * es, c->count * es);
+        accel_free(tmp);
+        return st;
+    }
+    case K_BROADCAST_BYTES: {
+        uint64_t len = pg->rank == c->root ? *c->len_io : 0;
+        if (be->broadcast(pg, &len, sizeof len, c->root) != ACCEL_OK) return accel_last_status();
+        void *data = pg->rank == c->root ? *c->data_out : malloc(len + 1);
+        if (!data) return accel_set_error(ACCEL_ERR_OOM, "accel_pg_broadcast_bytes: out of memory (%llu bytes)",
+                                          (unsigned long long)len);
+        if (be->broadcast(pg, data, len, c->root) != ACCEL_OK) {
+            if (pg->rank != c->root) free(data);
+            return accel_last_status();
+        }
+        if (pg->rank != c->root) {
+            ((char *)data)[len] = 0;
+            *c->data_out = data;
+            *c->len_io = len;
+        }
+        return ACCEL_OK;
+    }
+    case K_ALL_GATHER_BYTES: {
+        size_t *lens = c->lens_out, one = sizeof(size_t), total = 0;
+        size_t *eight = malloc((size_t)world * sizeof *eight);
+        if (!eight) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+        for (int k = 0; k < world; k++) eight[k] = one;
+        accel_status st = be->all_gatherv(pg, &c->count, lens, eight, -1);
+        free(eight);
+        if (st != ACCEL_OK) return st;
+        for (int k = 0; k < world; k++) total += lens[k];
+        char *out = malloc(total + 1);
+        if (!out) return accel_set_error(ACCEL_ERR_OOM, "accel_pg_all_gather_bytes: out of memory (%zu bytes)", total);
+        st = be->all_gatherv(pg, c->send, out, lens, -1);
+        if (st != ACCEL_OK) {
+            free(out);
+            return st;
+        }
+        out[total] = 0;
+        *c->data_out = out;
+        return ACCEL_OK;
+    }
+    }
+    return accel_set_error(ACCEL_ERR_STATE, "accel dist: unknown collective");
+}
+
+/* Runs one call on this thread; on a communication failure the group is
+ * marked broken so that every later call fails fast with the same message. */
+static accel_status exec_call(accel_pg *pg, const call *c) {
+    if (pg->broken != ACCEL_OK)
+        return accel_set_error(pg->broken, "accel dist: the process group is unusable after an earlier failure: %s",
+                               pg->broken_msg);
+    describe(c, pg->op_desc, sizeof pg->op_desc);
+    accel_status st = ACCEL_OK;
+    if (pg->debug && pg->size > 1) st = debug_check(pg, c);
+    if (st == ACCEL_OK) st = run_call(pg, c);
+    if (st != ACCEL_OK && st != ACCEL_ERR_OOM) {
+        pg->broken = st;
+        snprintf(pg->broken_msg, sizeof pg->broken_msg, "%s", accel_last_error());
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
+    if (!pg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", fn);
+    memcpy(c->label, tl_label, sizeof c->label);
+    if (c->kind < K_BARRIER) {
+        if ((unsigned)c->dt >= ACCEL_DTYPE_COUNT)
+            return accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)c->dt);
+        if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && !accel__dtype_reducible(c->dt))
+            return accel_set_error(ACCEL_ERR_DTYPE, "%s: cannot reduce %s (supported: float32, bfloat16, float16, "
+                                   "float64, int32, int64)", fn, accel_dtype_name(c->dt));
+        if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && (unsigned)c->op > ACCEL_REDUCE_MIN)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: invalid reduce op %d", fn, (int)c->op);
+        if (c->count > ((size_t)1 << 40))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: count %zu is too large", fn, c->count);
+    }
+    if ((c->kind == K_BROADCAST || c->kind == K_GATHER || c->kind == K_BROADCAST_BYTES) &&
+        (c->root < 0 || c->root >= pg->size))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: root %d is not a rank of a group of %d", fn, c->root,
+                               pg->size);
+    switch (c->kind) {
+    case K_ALL_REDUCE:
+    case K_BROADCAST:
+        if (c->count && !c->buf) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
+        break;
+    case K_ALL_GATHER:
+    case K_REDUCE_SCATTER:
+    case K_GATHER:
+        if (c->count && (!c->send || (!c->buf && (c->kind != K_GATHER || pg->rank == c->root))))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: send or recv buffer is NULL", fn);
+        break;
+    case K_ALL_GATHERV:
+        if (!c->counts) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: counts is NULL", fn);
+        if (c->counts[pg->rank] != c->count)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: send_count %zu differs from counts[%d] = %zu", fn,
+                                   c->count, pg->rank, c->counts[pg->rank]);
+        if ((c->count && !c->send) || !c->buf)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: send or recv buffer is NULL", fn);
+        break;
+    case K_BROADCAST_BYTES:
+        if (!c->data_out || !c->len_io || (pg->rank == c->root && *c->len_io && !*c->data_out))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: data or len is NULL", fn);
+        break;
+    case K_ALL_GATHER_BYTES:
+        if (!c->data_out || !c->lens_out || (c->count && !c->send))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: data, out or lens is NULL", fn);
+        break;
+    case K_BARRIER: break;
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- async queue */
+
+static void *comm_main(void *arg) {
+    accel__work_queue *q = arg;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->head && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
+        if (!q->head) break;
+        accel_work *w = q->head;
+        q->head = w->next;
+        if (!q->head) q->tail = NULL;
+        pthread_mutex_unlock(&q->mu);
+        w->st = exec_call(w->pg, &w->c);
+        snprintf(w->msg, sizeof w->msg, "%s", w->st == ACCEL_OK ? "" : accel_last_error());
+        accel_clear_error();
+        pthread_mutex_lock(&q->mu);
+        atomic_store(&w->done, true);
+        q->pending--;
+        pthread_cond_broadcast(&q->done_cv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    accel_thread_cleanup();
+    return NULL;
+}
+
+static accel__work_queue *queue_of(accel_pg *pg) {
+    if (pg->q) return pg->q;
+    accel__work_queue *q = calloc(1, sizeof *q);
+    if (!q) {
+        accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    pthread_cond_init(&q->done_cv, NULL);
+    if (pthread_create(&q->thread, NULL, comm_main, q) != 0) {
+        free(q);
+        accel_set_error(ACCEL_ERR_STATE, "accel dist: cannot start the communication thread");
+        return NULL;
+    }
+    pg->q = q;
+    return q;
+}
+
+static void drain(accel_pg *pg) {
+    accel__work_queue *q = pg->q;
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    while (q->pending > 0) pthread_cond_wait(&q->done_cv, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void queue_destroy(accel_pg *pg) {
+    accel__work_queue *q = pg->q;
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    q->stop = true;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->thread, NULL);
+    while (q->free_list) {
+        accel_work *w = q->free_list;
+        q->free_list = w->next;
+        free(w);
+    }
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+    pthread_cond_destroy(&q->done_cv);
+    free(q);
+    pg->q = NULL;
+}
+
+static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
+    if (check_call(pg, c, fn) != ACCEL_OK) return NULL;
+    accel__work_queue *q = queue_of(pg);
+    if (!q) return NULL;
+    pthread_mutex_lock(&q->mu);
+    accel_work *w = q->free_list;
+    if (w) q->free_list = w->next;
+    pthread_mutex_unlock(&q->mu);
+    if (!w && !(w = malloc(sizeof *w))) {
+        accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
+        return NULL;
+    }
+    w->pg = pg;
+    w->c = *c;
+    atomic_store(&w->done, false);
+    w->st = ACCEL_OK;
+    w->msg[0] = 0;
+    w->next = NULL;
+    pthread_mutex_lock(&q->mu);
+    if (q->tail) q->tail->next = w;
+    else q->head = w;
+    q->tail = w;
+    q->pending++;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    return w;
+}
+
+static accel_status run_sync(accel_pg *pg, call *c, const char *fn) {
+    if (check_call(pg, c, fn) != ACCEL_OK) return accel_last_status();
+    drain(pg);
+    return exec_call(pg, c);
+}
+
+accel_status accel_work_wait(accel_work *w) {
+    if (!w) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_work_wait: work is NULL");
+    if (!atomic_load(&w->done)) {
+        accel__work_queue *q = w->pg->q;
+        pthread_mutex_lock(&q->mu);
+        while (!atomic_load(&w->done)) pthread_cond_wait(&q->done_cv, &q->mu);
+        pthread_mutex_unlock(&q->mu);
+    }
+    if (w->st != ACCEL_OK) return accel_set_error(w->st, "%s", w->msg);
+    return ACCEL_OK;
+}
+
+bool accel_work_done(const accel_work *w) { return w && atomic_load(&w->done); }
+
+void accel_work_free(accel_work *w) {
+    if (!w) return;
+    accel__work_queue *q = w->pg->q;
+    pthread_mutex_lock(&q->mu);
+    while (!atomic_load(&w->done)) pthread_cond_wait(&q->done_cv, &q->mu);
+    w->next = q->free_list;
+    q->free_list = w;
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+accel_status accel_pg_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
+    call c = {.kind = K_ALL_REDUCE, .buf = buf, .count = count, .dt = dt, .op = op};
+    return run_sync(pg, &c, "accel_pg_all_reduce");
+}
+accel_work *accel_pg_all_reduce_async(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
+    call c = {.kind = K_ALL_REDUCE, .buf = buf, .count = count, .dt = dt, .op = op};
+    return submit(pg, &c, "accel_pg_all_reduce_async");
+}
+accel_status accel_pg_broadcast(accel_pg *pg, void *buf, size_t count, accel_dtype dt, int root) {
+    call c = {.kind = K_BROADCAST, .buf = buf, .count = count, .dt = dt, .root = root};
+    return run_sync(pg, &c, "accel_pg_broadcast");
+}
+accel_work *accel_pg_broadcast_async(accel_pg *pg, void *buf, size_t count, accel_dtype dt, int root) {
+    call c = {.kind = K_BROADCAST, .buf = buf, .count = count, .dt = dt, .root = root};
+    return submit(pg, &c, "accel_pg_broadcast_async");
+}
+accel_status accel_pg_all_gather(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt) {
+    call c = {.kind = K_ALL_GATHER, .send = send, .buf = recv, .count = count, .dt = dt};
+    return run_sync(pg, &c, "accel_pg_all_gather");
+}
+accel_work *accel_pg_all_gather_async(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt) {
+    call c = {.kind = K_ALL_GATHER, .send = send, .buf = recv, .count = count, .dt = dt};
+    return submit(pg, &c, "accel_pg_all_gather_async");
+}
+accel_status accel_pg_all_gatherv(accel_pg *pg, const void *send, size_t send_count, void *recv,
+                                  const size_t *counts, accel_dtype dt) {
+    call c = {.kind = K_ALL_GATHERV, .send = send, .buf = recv, .count = send_count, .counts = counts, .dt = dt};
+    return run_sync(pg, &c, "accel_pg_all_gatherv");
+}
+accel_status accel_pg_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
+                                     accel_reduce_op op) {
+    call c = {.kind = K_REDUCE_SCATTER, .send = send, .buf = recv, .count = count, .dt = dt, .op = op};
+    return run_sync(pg, &c, "accel_pg_reduce_scatter");
+}
+accel_work *accel_pg_reduce_scatter_async(accel_pg *pg, const void *send, void *recv, size_t count,
+                                          accel_dtype dt, accel_reduce_op op) {
+    call c = {.kind = K_REDUCE_SCATTER, .send = send, .buf = recv, .count = count, .dt = dt, .op = op};
+    return submit(pg, &c, "accel_pg_reduce_scatter_async");
+}
+accel_status accel_pg_gather(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt, int root) {
+    call c = {.kind = K_GATHER, .send = send, .buf = recv, .count = count, .dt = dt, .root = root};
+    return run_sync(pg, &c, "accel_pg_gather");
+}
+accel_status accel_pg_barrier(accel_pg *pg) {
+    call c = {.kind = K_BARRIER};
+    return run_sync(pg, &c, "accel_pg_barrier");
+}
+accel_status accel_pg_broadcast_bytes(accel_pg *pg, void **data, size_t *len, int root) {
+    call c = {.kind = K_BROADCAST_BYTES, .data_out = data, .len_io = len, .root = root};
+    return run_sync(pg, &c, "accel_pg_broadcast_bytes");
+}
+accel_status accel_pg_all_gather_bytes(accel_pg *pg, const void *data, size_t len, void **out, size_t *lens) {
+    call c = {.kind = K_ALL_GATHER_BYTES, .send = data, .count = len, .data_out = out, .lens_out = lens};
+    return run_sync(pg, &c, "accel_pg_all_gather_bytes");
+}
+
+int accel_pg_rank(const accel_pg *pg) { return pg ? pg->rank : 0; }
+int accel_pg_size(const accel_pg *pg) { return pg ? pg->size : 1; }
+const char *accel_pg_backend(const accel_pg *pg) { return pg ? pg->be->name : "none"; }
+
+void *accel_pg_alloc_shared(accel_pg *pg, size_t bytes) {
+    if (!pg) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_pg_alloc_shared: process group is NULL");
+        return NULL;
+    }
+    if (pg->be->alloc_shared) return pg->be->alloc_shared(pg, bytes);
+    void *p = accel_malloc(bytes ? bytes : 1);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+void accel_pg_free_shared(accel_pg *pg, void *ptr) {
+    if (!pg || !ptr) return;
+    drain(pg); /* an async all_reduce may still be using it */
+    if (pg->be->free_shared) pg->be->free_shared(pg, ptr);
+    else accel_free(ptr);
+}
+
+/* ---------------------------------------------------------------- default group */
+
+static accel_pg *g_default;
+
+static const accel__backend *backend_by_name(const char *name) {
+    if (!strcmp(name, "shm")) return &accel__backend_shm;
+    if (!strcmp(name, "self")) return &accel__backend_self;
+    return NULL;
+}
+
+/* Every rank publishes its hostname; shm needs them all equal. */
+static accel_status choose_backend(accel__store *st, const dist_env *e, const accel__backend **out) {
+    char host[256] = "", key[64];
+    gethostname(host, sizeof host - 1);
+    snprintf(key, sizeof key, "host/%d", e->rank);
+    if (accel__store_set(st, key, host, strlen(host)) != ACCEL_OK) return accel_last_status();
+    if (accel__store_wait_ranks(st, "host", e->world, "rendezvous") != ACCEL_OK) return accel_last_status();
+    const char *forced = getenv("ACCEL_DIST_BACKEND");
+    if (forced && *forced) {
+        *out = backend_by_name(forced);
+        if (!*out || *out == &accel__backend_self)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: ACCEL_DIST_BACKEND='%s' is not available "
+                                   "for %d processes (this build has: shm)", forced, e->world);
+        return ACCEL_OK;
+    }
+    for (int k = 0; k < e->world; k++) {
+        void *v;
+        snprintf(key, sizeof key, "host/%d", k);
+        if (accel__store_get(st, key, &v, NULL) != ACCEL_OK) return accel_last_status();
+        bool same = strcmp(v, host) == 0;
+        if (!same) {
+            accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                            "accel_dist_init: rank %d runs on '%s' and rank %d on '%s'; this build has only the "
+                            "shared-memory backend, which needs every rank on one machine", e->rank, host, k,
+                            (char *)v);
+            free(v);
+            return accel_last_status();
+        }
+        free(v);
+    }
+    *out = &accel__backend_shm;
+    return ACCEL_OK;
+}
+
+accel_status accel_dist_init(void) {
+    if (g_default) return ACCEL_OK;
+    dist_env e = {0};
+    if (read_env(&e) != ACCEL_OK) return accel_last_status();
+    accel_pg *pg = calloc(1, sizeof *pg);
+    if (!pg) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    pg->rank = e.rank;
+    pg->size = e.world;
+    pg->local_rank = e.local_rank;
+    pg->local_size = e.local_world;
+    pg->timeout_s = e.timeout_s;
+    pg->debug = accel_dist_debug_mode();
+    snprintf(pg->op_desc, sizeof pg->op_desc, "init");
+    accel_status st = ACCEL_OK;
+    if (e.world == 1) {
+        pg->be = &accel__backend_self;
+    } else {
+        accel__store *store = accel__store_open(e.addr, e.port, e.rank == 0, getenv("ACCEL_JOB_SECRET"),
+                                                e.timeout_s);
+        if (!store) st = accel_last_status();
+        if (st == ACCEL_OK) st = choose_backend(store, &e, &pg->be);
+        if (st == ACCEL_OK) {
+            st = pg->be->init(pg, store);
+            /* Every rank is done with the store once all have passed this barrier. */
+            if (st == ACCEL_OK) st = pg->be->barrier(pg);
+            if (st != ACCEL_OK) pg->be->finalize(pg);
+        }
+        accel__store_close(store);
+    }
+    if (st != ACCEL_OK) {
+        free(pg);
+        return st;
+    }
+    g_default = pg;
+    return ACCEL_OK;
+}
+
+void accel_dist_finalize(void) {
+    accel_pg *pg = g_default;
+    if (!pg) return;
+    drain(pg);
+    queue_destroy(pg);
+    if (pg->broken == ACCEL_OK && pg->size > 1) {
+        call c = {.kind = K_BARRIER};
+        describe(&c, pg->op_desc, sizeof pg->op_desc);
+        /* A failure here is reported but cannot stop the teardown. */
+        if (pg->be->barrier(pg) != ACCEL_OK) { /* error stays pending for the caller */ }
+    }
+    pg->be->finalize(pg);
+    free(pg);
+    g_default = NULL;
+}
+
+bool accel_dist_is_initialized(void) { return g_default != NULL; }
+
+accel_pg *accel_dist_default_group(void) {
+    if (!g_default) accel_set_error(ACCEL_ERR_STATE, "accel_dist_default_group: call accel_dist_init() first");
+    return g_default;
+}
+
+static int env_or(const char *const *names, int dflt) {
+    const char *v = first_env(names, NULL);
+    char *end;
+    long x = v ? strtol(v, &end, 10) : -1;
+    return (v && !*end && x >= 0) ? (int)x : dflt;
+}
+
+int accel_dist_rank(void) { return g_default ? g_default->rank : env_or(RANK_VARS, 0); }
+int accel_dist_world_size(void) { return g_default ? g_default->size : env_or(WORLD_VARS, 1); }
+int accel_dist_local_rank(void) { return g_default ? g_default->local_rank : env_or(LRANK_VARS, accel_dist_rank()); }
+int accel_dist_local_world_size(void) {
+    return g_default ? g_default->local_size : env_or(LWORLD_VARS, accel_dist_world_size());
+}

@@ -1,0 +1,477 @@
+/* src/dist/shm.c — the shared-memory backend (all ranks on one machine).
+ *
+ * One POSIX shared-memory segment, created by rank 0 at rendezvous, its name
+ * passed through the store, unlinked as soon as every rank has mapped it (a
+ * crash afterwards leaves nothing in /dev/shm). Layout:
+ *
+ *   [ctrl: header + one 128-byte line per rank (arrival epoch, zero-copy
+ *    offset, pid)]
+ *   [staging: 2 sets x world slots of `chunk` bytes, + 2 result slots]
+ *   [heap: world regions of heap_per_rank bytes, sparse until allocated]
+ *
+ * Synchronisation is a barrier on per-rank epoch counters (C11 atomics, no
+ * shared counter to contend on). Waiters spin briefly, then yield, then
+ * sleep, so 4 ranks on 2 cores still make progress; every 100 ms they check
+ * that the ranks they wait for are alive, and give up after the timeout.
+ *
+ * Data movement is chunked through the staging slots with double buffering:
+ * chunk i uses set i%2 and every chunk has a barrier, so a slot of set s is
+ * rewritten only after every rank passed a barrier that follows its last read
+ * (the parity carries over from one collective to the next).
+ *
+ * all_reduce: each rank reduces a 1/world slice. If every rank's buffer lies
+ * in the shared heap (accel_pg_alloc_shared) the slice is reduced in place
+ * across all buffers — no copies, 2 barriers. Otherwise per chunk: copy the
+ * slices other ranks own into my slot, barrier, reduce my slice (my buffer +
+ * their slots) into my buffer and the result slot, barrier, copy the other
+ * slices back from the result slots. Chunks fit in L2, so only the user
+ * buffers touch DRAM. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/backend.h"
+
+#define SHM_MAGIC 0x61636365u
+#define SLICE_ALIGN 16 /* elements: slices start on 64-byte boundaries for f32 */
+
+typedef struct shm_rank {
+    _Alignas(128) _Atomic uint64_t arrive;
+    _Atomic int64_t zc_off; /* offset of this rank's all_reduce buffer in the heap, or -1 */
+    _Atomic int32_t pid;
+} shm_rank;
+
+typedef struct shm_ctrl {
+    uint32_t magic;
+    int32_t world;
+    shm_rank r[];
+} shm_ctrl;
+
+typedef struct shm_block {
+    size_t off, len; /* within this rank's heap region */
+} shm_block;
+
+typedef struct shm_state {
+    int fd;
+    char *base;
+    size_t map_bytes;
+    shm_ctrl *ctrl;
+    size_t chunk;          /* bytes per staging slot */
+    char *stage;
+    size_t heap_off;       /* offset of heap region 0 in the segment */
+    size_t heap_per_rank;
+    uint64_t epoch;
+    int set;
+    shm_block *blk;
+    size_t nblk, capblk;
+} shm_state;
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static char *slot(shm_state *s, int set, int world, int k) {
+    return s->stage + ((size_t)set * (size_t)world + (size_t)k) * s->chunk;
+}
+static char *res(shm_state *s, int set, int world) {
+    return s->stage + ((size_t)2 * (size_t)world + (size_t)set) * s->chunk;
+}
+
+/* ---------------------------------------------------------------- barrier */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static bool pid_alive(pid_t pid) {
+    if (pid <= 0) return true; /* not registered yet: cannot tell */
+    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+    /* A zombie (exited, not yet reaped by its parent) still answers kill(). */
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+}
+
+static void nap_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
+    int world = pg->size;
+    double start = 0, next_check = 0;
+    for (unsigned spins = 0;; spins++) {
+        int k = 0;
+        while (k < world && atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) k++;
+        if (k == world) return ACCEL_OK;
+        if (spins < 4096) {
+            cpu_relax();
+            continue;
+        }
+        double now = accel_now_seconds();
+        if (start == 0) {
+            start = now;
+            next_check = now + 0.1;
+        }
+        if (now - start < 0.002) sched_yield();
+        else nap_us(now - start < 0.1 ? 20 : 200);
+        if (now < next_check) continue;
+        next_check = now + 0.1;
+        for (k = 0; k < world; k++) {
+            if (atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) continue;
+            pid_t pid = atomic_load(&s->ctrl->r[k].pid);
+            if (!pid_alive(pid))
+                return accel_set_error(ACCEL_ERR_DIST,
+                                       "accel dist: rank %d (pid %d) died while rank %d waited in %s",
+                                       k, (int)pid, pg->rank, pg->op_desc);
+        }
+        if (now - start > pg->timeout_s) {
+            char list[512];
+            size_t o = 0;
+            int missing = 0;
+            for (k = 0; k < world; k++) {
+                if (atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) continue;
+                if (o < sizeof list - 16)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
+                missing++;
+            }
+            return accel_set_error(ACCEL_ERR_TIMEOUT,
+                                   "accel dist: %s timed out after %g s on rank %d: rank%s %s of %d "
+                                   "did not arrive (hung, or calling a different collective; "
+                                   "ACCEL_DEBUG_MODE=1 names each rank's call; ACCEL_DIST_TIMEOUT sets the limit)",
+                                   pg->op_desc, pg->timeout_s, pg->rank, missing > 1 ? "s" : "", list, world);
+        }
+    }
+}
+
+static accel_status shm_barrier(accel_pg *pg) {
+    shm_state *s = pg->impl;
+    uint64_t e = ++s->epoch;
+    atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e, memory_order_release);
+    return wait_epoch(pg, s, e);
+}
+
+/* ---------------------------------------------------------------- init */
+
+static size_t env_size(const char *name, size_t dflt, size_t unit) {
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v) return dflt * unit;
+    unsigned long long x = strtoull(v, &end, 10);
+    return (*end || x == 0) ? dflt * unit : (size_t)x * unit;
+}
+
+static void shm_finalize(accel_pg *pg) {
+    shm_state *s = pg->impl;
+    if (!s) return;
+    if (s->base) munmap(s->base, s->map_bytes);
+    if (s->fd >= 0) close(s->fd);
+    free(s->blk);
+    free(s);
+    pg->impl = NULL;
+}
+
+static accel_status shm_init(accel_pg *pg, accel__store *store) {
+    int world = pg->size, me = pg->rank;
+    if (world > 64)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the shm backend supports at most 64 "
+                               "ranks on one machine (WORLD_SIZE=%d)", world);
+    shm_state *s = calloc(1, sizeof *s);
+    if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    s->fd = -1;
+    pg->impl = s;
+    char name[64], info[160];
+    size_t ctrl_bytes = round_up(sizeof(shm_ctrl) + (size_t)world * sizeof(shm_rank), 4096);
+    if (me == 0) {
+        unsigned long long rnd;
+        FILE *u = fopen("/dev/urandom", "rb");
+        if (!u || fread(&rnd, sizeof rnd, 1, u) != 1) rnd = (unsigned long long)accel_now_seconds() * 1000003u;
+        if (u) fclose(u);
+        snprintf(name, sizeof name, "/accel-%d-%llx", (int)getpid(), rnd);
+        s->chunk = round_up(env_size("ACCEL_SHM_CHUNK_KB", 256, 1024), 4096);
+        s->heap_per_rank = round_up(env_size("ACCEL_SHM_HEAP_MB", 2048, 1u << 20), 1u << 21);
+        snprintf(info, sizeof info, "%s %zu %zu", name, s->chunk, s->heap_per_rank);
+    } else {
+        void *v;
+        if (accel__store_get(store, "shm/info", &v, NULL) != ACCEL_OK) return accel_last_status();
+        int ok = sscanf(v, "%63s %zu %zu", name, &s->chunk, &s->heap_per_rank);
+        free(v);
+        if (ok != 3) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
+    }
+    size_t stage_bytes = (size_t)(2 * world + 2) * s->chunk;
+    s->heap_off = round_up(ctrl_bytes + stage_bytes, 1u << 21);
+    s->map_bytes = s->heap_off + (size_t)world * s->heap_per_rank;
+    if (me == 0) {
+        s->fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (s->fd < 0 || ftruncate(s->fd, (off_t)s->map_bytes) != 0) {
+            if (s->fd >= 0) shm_unlink(name);
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot create shared memory %s (%zu bytes): %s",
+                                   name, s->map_bytes, strerror(errno));
+        }
+    } else {
+        s->fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+        if (s->fd < 0)
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot open shared memory %s: %s "
+                                   "(are all ranks on the same machine?)", name, strerror(errno));
+    }
+    s->base = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        if (me == 0) shm_unlink(name);
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: mmap of %zu bytes failed: %s", s->map_bytes,
+                               strerror(errno));
+    }
+    s->ctrl = (shm_ctrl *)s->base;
+    s->stage = s->base + ctrl_bytes;
+    if (me == 0) {
+        s->ctrl->magic = SHM_MAGIC;
+        s->ctrl->world = world;
+        for (int k = 0; k < world; k++) {
+            atomic_store(&s->ctrl->r[k].arrive, 0);
+            atomic_store(&s->ctrl->r[k].zc_off, -1);
+        }
+    }
+    /* Rank 0 initialised ctrl before publishing the name, so it is valid here. */
+    if (me == 0 && accel__store_set(store, "shm/info", info, strlen(info)) != ACCEL_OK) {
+        shm_unlink(name);
+        return accel_last_status();
+    }
+    atomic_store(&s->ctrl->r[me].pid, (int32_t)getpid());
+    /* Fault the staging pages into this process now, not in the first collective. */
+    for (size_t o = 0; o < stage_bytes; o += 4096) ((volatile char *)s->stage)[o] = 0;
+    char key[64];
+    snprintf(key, sizeof key, "shm/mapped/%d", me);
+    accel_status st = accel__store_set(store, key, "1", 1);
+    if (st == ACCEL_OK) st = accel__store_wait_ranks(store, "shm/mapped", world, "rendezvous (shared memory)");
+    if (me == 0) shm_unlink(name);
+    return st;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Slice k of n elements split over world ranks, starts aligned to SLICE_ALIGN. */
+static void slice_of(size_t n, int world, int k, size_t *lo, size_t *len) {
+    size_t per = round_up((n + (size_t)world - 1) / (size_t)world, SLICE_ALIGN);
+    size_t a = (size_t)k * per < n ? (size_t)k * per : n;
+    size_t b = a + per < n ? a + per : n;
+    *lo = a;
+    *len = b - a;
+}
+
+static int64_t heap_offset_of(shm_state *s, int me, const void *p, size_t bytes) {
+    const char *lo = s->base + s->heap_off + (size_t)me * s->heap_per_rank;
+    const char *c = p;
+    if (c < lo || c + bytes > lo + s->heap_per_rank) return -1;
+    return (int64_t)(c - s->base);
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
+                                   accel_reduce_op op) {
+    shm_state *s = pg->impl;
+    int world = pg->size, me = pg->rank;
+    size_t es = accel_dtype_size(dt);
+    atomic_store_explicit(&s->ctrl->r[me].zc_off, heap_offset_of(s, me, buf, count * es),
+                          memory_order_relaxed);
+    if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+    void *ptrs[64];
+    bool zero_copy = world <= 64;
+    for (int k = 0; k < world && zero_copy; k++) {
+        int64_t off = atomic_load_explicit(&s->ctrl->r[k].zc_off, memory_order_relaxed);
+        zero_copy = off >= 0;
+        if (zero_copy) ptrs[k] = s->base + off;
+    }
+    if (zero_copy) {
+        size_t lo, len;
+        slice_of(count, world, me, &lo, &len);
+        if (len) {
+            for (int k = 0; k < world; k++) ptrs[k] = (char *)ptrs[k] + lo * es;
+            accel__reduce(dt, op, world, world, (const void *const *)ptrs, world, ptrs, len);
+        }
+        return shm_barrier(pg);
+    }
+    size_t chunk_elems = s->chunk / es;
+    char *b = buf;
+    for (size_t c0 = 0; c0 < count; c0 += chunk_elems) {
+        size_t cn = count - c0 < chunk_elems ? count - c0 : chunk_elems, lo, len;
+        for (int k = 0; k < world; k++) {
+            if (k == me) continue;
+            slice_of(cn, world, k, &lo, &len);
+            memcpy(slot(s, s->set, world, me) + lo * es, b + (c0 + lo) * es, len * es);
+        }
+        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        slice_of(cn, world, me, &lo, &len);
+        if (len) {
+            const void *srcs[64];
+            void *dsts[2] = {b + (c0 + lo) * es, res(s, s->set, world) + lo * es};
+            srcs[0] = dsts[0];
+            for (int k = 0, j = 1; k < world; k++)
+                if (k != me) srcs[j++] = slot(s, s->set, world, k) + lo * es;
+            accel__reduce(dt, op, world, world, srcs, 2, dsts, len);
+        }
+        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        for (int k = 0; k < world; k++) {
+            if (k == me) continue;
+            slice_of(cn, world, k, &lo, &len);
+            memcpy(b + (c0 + lo) * es, res(s, s->set, world) + lo * es, len * es);
+        }
+        s->set ^= 1;
+    }
+    return ACCEL_OK;
+}
+
+static accel_status shm_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
+    shm_state *s = pg->impl;
+    int world = pg->size;
+    for (size_t o = 0; o < bytes; o += s->chunk) {
+        size_t n = bytes - o < s->chunk ? bytes - o : s->chunk;
+        if (pg->rank == root) memcpy(slot(s, s->set, world, root), (char *)buf + o, n);
+        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (pg->rank != root) memcpy((char *)buf + o, slot(s, s->set, world, root), n);
+        s->set ^= 1;
+    }
+    return ACCEL_OK;
+}
+
+static accel_status shm_all_gatherv(accel_pg *pg, const void *send, void *recv, const size_t *bytes,
+                                    int root) {
+    shm_state *s = pg->impl;
+    int world = pg->size, me = pg->rank;
+    bool receive = root < 0 || root == me;
+    size_t most = 0, my_off = 0;
+    for (int k = 0; k < world; k++) {
+        if (bytes[k] > most) most = bytes[k];
+        if (k < me) my_off += bytes[k];
+    }
+    if (receive && bytes[me]) memmove((char *)recv + my_off, send, bytes[me]);
+    for (size_t o = 0; o < most; o += s->chunk) {
+        if (o < bytes[me]) {
+            size_t n = bytes[me] - o < s->chunk ? bytes[me] - o : s->chunk;
+            memcpy(slot(s, s->set, world, me), (const char *)send + o, n);
+        }
+        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (receive) {
+            size_t off = 0;
+            for (int k = 0; k < world; k++) {
+                if (k != me && o < bytes[k]) {
+                    size_t n = bytes[k] - o < s->chunk ? bytes[k] - o : s->chunk;
+                    memcpy((char *)recv + off + o, slot(s, s->set, world, k), n);
+                }
+                off += bytes[k];
+            }
+        }
+        s->set ^= 1;
+    }
+    return ACCEL_OK;
+}
+
+static accel_status shm_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count,
+                                       accel_dtype dt, accel_reduce_op op) {
+    shm_state *s = pg->impl;
+    int world = pg->size, me = pg->rank;
+    size_t es = accel_dtype_size(dt);
+    size_t sub = s->chunk / (size_t)world / es / SLICE_ALIGN * SLICE_ALIGN;
+    const char *sb = send;
+    for (size_t j0 = 0; j0 < count; j0 += sub) {
+        size_t cn = count - j0 < sub ? count - j0 : sub;
+        for (int k = 0; k < world; k++)
+            if (k != me)
+                memcpy(slot(s, s->set, world, me) + (size_t)k * sub * es, sb + ((size_t)k * count + j0) * es,
+                       cn * es);
+        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        const void *srcs[64];
+        void *dst = (char *)recv + j0 * es;
+        srcs[0] = sb + ((size_t)me * count + j0) * es;
+        for (int k = 0, j = 1; k < world; k++)
+            if (k != me) srcs[j++] = slot(s, s->set, world, k) + (size_t)me * sub * es;
+        accel__reduce(dt, op, world, world, srcs, 1, &dst, cn);
+        s->set ^= 1;
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- shared heap */
+
+static void *shm_alloc_shared(accel_pg *pg, size_t bytes) {
+    shm_state *s = pg->impl;
+    size_t len = round_up(bytes ? bytes : 1, 4096), off = 0, at = 0;
+    /* First fit in the sorted block list. */
+    for (; at < s->nblk; at++) {
+        if (s->blk[at].off - off >= len) break;
+        off = s->blk[at].off + s->blk[at].len;
+    }
+    if (off + len > s->heap_per_rank) {
+        accel_set_error(ACCEL_ERR_OOM,
+                        "accel_pg_alloc_shared: %zu bytes do not fit in this rank's shared heap (%zu MiB; "
+                        "set ACCEL_SHM_HEAP_MB)", bytes, s->heap_per_rank >> 20);
+        return NULL;
+    }
+    size_t file_off = s->heap_off + (size_t)pg->rank * s->heap_per_rank + off;
+    /* Reserve the pages now: a full /dev/shm gives an error here, not SIGBUS later. */
+    int e = posix_fallocate(s->fd, (off_t)file_off, (off_t)len);
+    if (e != 0) {
+        accel_set_error(ACCEL_ERR_OOM, "accel_pg_alloc_shared: cannot reserve %zu bytes of shared memory: %s",
+                        len, strerror(e));
+        return NULL;
+    }
+    if (s->nblk == s->capblk) {
+        size_t cap = s->capblk ? 2 * s->capblk : 16;
+        shm_block *nb = realloc(s->blk, cap * sizeof *nb);
+        if (!nb) {
+            accel_set_error(ACCEL_ERR_OOM, "accel_pg_alloc_shared: out of memory");
+            return NULL;
+        }
+        s->blk = nb;
+        s->capblk = cap;
+    }
+    memmove(s->blk + at + 1, s->blk + at, (s->nblk - at) * sizeof *s->blk);
+    s->blk[at] = (shm_block){off, len};
+    s->nblk++;
+    char *p = s->base + file_off;
+    memset(p, 0, len); /* zero-filled and every page faulted in */
+    return p;
+}
+
+static void shm_free_shared(accel_pg *pg, void *ptr) {
+    shm_state *s = pg->impl;
+    char *region = s->base + s->heap_off + (size_t)pg->rank * s->heap_per_rank;
+    for (size_t i = 0; i < s->nblk; i++) {
+        if (region + s->blk[i].off != (char *)ptr) continue;
+        fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)(s->heap_off + (size_t)pg->rank * s->heap_per_rank + s->blk[i].off),
+                  (off_t)s->blk[i].len);
+        memmove(s->blk + i, s->blk + i + 1, (s->nblk - i - 1) * sizeof *s->blk);
+        s->nblk--;
+        return;
+    }
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_pg_free_shared: %p was not returned by accel_pg_alloc_shared", ptr);
+}
+
+const accel__backend accel__backend_shm = {
+    .name = "shm",
+    .init = shm_init,
+    .finalize = shm_finalize,
+    .barrier = shm_barrier,
+    .all_reduce = shm_all_reduce,
+    .broadcast = shm_broadcast,
+    .all_gatherv = shm_all_gatherv,
+    .reduce_scatter = shm_reduce_scatter,
+    .alloc_shared = shm_alloc_shared,
+    .free_shared = shm_free_shared,
+};

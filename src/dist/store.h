@@ -1,0 +1,28 @@
+/* src/dist/store.h — the rendezvous key/value store (internal to dist/).
+ *
+ * Rank 0 serves it over TCP in a thread; every rank (rank 0 included) is a
+ * client. Each connection must first present the job secret (ACCEL_JOB_SECRET,
+ * empty when unset), so a stray connection cannot join or read keys.
+ * Only used during init/finalize: collectives never go through it. */
+#ifndef ACCEL_DIST_STORE_H
+#define ACCEL_DIST_STORE_H
+
+#include "accel/core.h"
+
+typedef struct accel__store accel__store;
+
+/* Rank 0 (serve=true) binds addr:port and serves; every rank connects,
+ * retrying until timeout_s. NULL + error on failure. */
+accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret,
+                                double timeout_s);
+void accel__store_close(accel__store *s);
+accel_status accel__store_set(accel__store *s, const char *key, const void *val, size_t len);
+/* Waits (up to the store timeout) until key exists; *val is malloc'd (free()). */
+accel_status accel__store_get(accel__store *s, const char *key, void **val, size_t *len);
+accel_status accel__store_add(accel__store *s, const char *key, int64_t delta, int64_t *out);
+/* Waits until "<prefix>/<k>" exists for every k < world. On timeout the error
+ * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive". */
+accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world,
+                                     const char *what);
+
+#endif

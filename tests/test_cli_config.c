@@ -1,0 +1,191 @@
+/* `accel config` (default, update, interactive through a pipe), config-file
+ * validation through `accel launch`, a real Accelerate-written YAML and a JSON
+ * file, and the fields of `accel env`. Runs build/bin/accel next to itself. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX], CFG[PATH_MAX + 64];
+static char OUT[1 << 16], ERR[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t n) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t r = fread(buf, 1, n - 1, f);
+    buf[r] = 0;
+    fclose(f);
+}
+
+static void spit(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Runs accel with args, stdin from `input` (or /dev/null). */
+static int run(const char *const *args, const char *input) {
+    char o[PATH_MAX + 16], e[PATH_MAX + 16], in[PATH_MAX + 16];
+    snprintf(o, sizeof o, "%s/out", TMP);
+    snprintf(e, sizeof e, "%s/err", TMP);
+    snprintf(in, sizeof in, "%s/in", TMP);
+    spit(in, input ? input : "");
+    const char *argv[32] = {ACCEL};
+    for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fi = open(in, O_RDONLY);
+        dup2(fi, 0);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(ACCEL, (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    slurp(o, OUT, sizeof OUT);
+    slurp(e, ERR, sizeof ERR);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_default_and_update(void) {
+    const char *d[] = {"config", "default", "--mixed_precision", "bf16", NULL};
+    CHECK(run(d, NULL) == 0);
+    char path[PATH_MAX + 64], buf[4096];
+    snprintf(path, sizeof path, "%s/accelerate/default_config.yaml", TMP);
+    CHECK_STR_CONTAINS(OUT, "accelerate configuration saved at");
+    CHECK_STR_CONTAINS(OUT, path);
+    slurp(path, buf, sizeof buf);
+    CHECK(strcmp(buf, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: 'NO'\n"
+                      "enable_cpu_affinity: false\nmixed_precision: bf16\nnum_processes: 1\nuse_cpu: true\n") == 0);
+    CHECK(run(d, NULL) == 1); /* never overwrites */
+    CHECK_STR_CONTAINS(OUT, "will not override");
+    /* update: legacy fp16 key normalised, sorted, defaults filled */
+    spit(CFG, "fp16: true\nnum_processes: 2\ndistributed_type: MULTI_CPU\nmain_process_ip: null\n");
+    const char *u[] = {"config", "update", "--config-file", CFG, NULL};
+    CHECK(run(u, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "Successfully updated the configuration file at");
+    slurp(CFG, buf, sizeof buf);
+    CHECK(strcmp(buf, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MULTI_CPU\n"
+                      "enable_cpu_affinity: false\nmixed_precision: fp16\nnum_processes: 2\nuse_cpu: false\n") == 0);
+    const char *missing[] = {"config", "update", "--config_file", "/nonexistent.yaml", NULL};
+    CHECK(run(missing, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "doesn't exist");
+}
+
+static void test_interactive(void) {
+    /* This machine, multi-CPU, 1 machine, no debug, no DeepSpeed, no FSDP, 4 processes, bf16 (by text) */
+    const char *a[] = {"config", "--config_file", CFG, NULL};
+    CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\n4\nbf16\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "How many processes should be used for distributed training? [1]:");
+    char buf[4096];
+    slurp(CFG, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "distributed_type: MULTI_CPU\n");
+    CHECK_STR_CONTAINS(buf, "num_processes: 4\n");
+    CHECK_STR_CONTAINS(buf, "mixed_precision: bf16\n");
+    CHECK_STR_CONTAINS(buf, "use_cpu: true\n");
+    CHECK_STR_CONTAINS(buf, "downcast_bf16: 'no'\n");
+    CHECK_STR_CONTAINS(buf, "tpu_env: []\n");
+    /* a bad answer is asked again; DeepSpeed stage 3 */
+    CHECK(run(a, "0\n1\n1\nmaybe\nno\nyes\n3\n2\n2\nno\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "Please enter yes or no.");
+    slurp(CFG, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "distributed_type: DEEPSPEED\n");
+    CHECK_STR_CONTAINS(buf, "  zero_stage: 3\n");
+    CHECK_STR_CONTAINS(buf, "  gradient_accumulation_steps: 2\n");
+    CHECK(run(a, "0\n1\n") == 1); /* input ends */
+}
+
+static void launch_rejects(const char *yaml, const char *name, const char *want) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", TMP, name);
+    spit(path, yaml);
+    const char *a[] = {"launch", "--config_file", path, "/bin/true", NULL};
+    CHECK(run(a, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, want);
+}
+
+static void test_rejections(void) {
+    launch_rejects("distributed_type: NO\nfoo: 1\nbar: 2\n", "u.yaml", "had unknown keys (['bar', 'foo'])");
+    launch_rejects("distributed_type: MULTI_CPU\nnum_processes: many\n", "v.yaml",
+                   "bad value for `num_processes`: 'many'");
+    launch_rejects("distributed_type: MULTI_TPU\n", "w.yaml", "bad value for `distributed_type`: 'MULTI_TPU'");
+    launch_rejects("num_processes: 2\n", "x.yaml", "A `distributed_type` must be specified in the config file.");
+    launch_rejects("distributed_type: MULTI_CPU\n", "y.yaml", "You need to manually pass in `--num_processes`");
+    launch_rejects("distributed_type: [unclosed\n", "z.yaml", "could not be parsed");
+    const char *a[] = {"launch", "--config_file", "/nonexistent.yaml", "/bin/true", NULL};
+    CHECK(run(a, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "does not exist");
+}
+
+static void test_accelerate_yaml_and_json(void) {
+    /* accelerate.md §1.3: as written by the Python wizard (4 GPUs, fp16) */
+    spit(CFG, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MULTI_GPU\ndowncast_bf16: 'no'\n"
+              "enable_cpu_affinity: false\ngpu_ids: all\nmachine_rank: 0\nmain_training_function: main\n"
+              "mixed_precision: fp16\nnum_machines: 1\nnum_processes: 4\nrdzv_backend: static\nsame_network: true\n"
+              "tpu_env: []\ntpu_use_cluster: false\ntpu_use_sudo: false\nuse_cpu: false\n");
+    const char *e[] = {"env", "--config_file", CFG, NULL};
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "- `Accel` config passed:\n");
+    CHECK_STR_CONTAINS(OUT, "\t- distributed_type: MULTI_GPU\n");
+    CHECK_STR_CONTAINS(OUT, "\t- num_processes: 4\n");
+    CHECK_STR_CONTAINS(OUT, "\t- same_network: True\n");
+    CHECK_STR_CONTAINS(OUT, "\t- tpu_env: []\n");
+    const char *l[] = {"launch", "--config_file", CFG, "/bin/sh", "-c", "echo ws=$WORLD_SIZE mp=$ACCEL_MIXED_PRECISION", NULL};
+    CHECK(run(l, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ws=4 mp=fp16");
+    char js[PATH_MAX + 64];
+    snprintf(js, sizeof js, "%s/c.json", TMP);
+    spit(js, "{\"distributed_type\": \"MULTI_CPU\", \"num_processes\": 2, \"mixed_precision\": \"bf16\"}");
+    const char *j[] = {"launch", "--config_file", js, "/bin/sh", "-c", "echo ws=$WORLD_SIZE mp=$ACCEL_MIXED_PRECISION", NULL};
+    CHECK(run(j, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ws=2 mp=bf16");
+}
+
+static void test_env_fields(void) {
+    const char *e[] = {"env", NULL};
+    CHECK(run(e, NULL) == 0);
+    const char *want[] = {"\nCopy-and-paste the text below in your GitHub issue\n\n- `Accel` version: ",
+                          "- Platform: Linux", "- `accel` bash location: /", "- Compiler: ", "- Build flags: ",
+                          "- BLAS: OpenBLAS", "- BLAS threads: ", "- MPI available: ", "- CUDA available: ",
+                          "- NCCL available: ", "- Accel accelerator: CPU", "- CPU: ", "- System RAM: ", " GB\n",
+                          "- `Accel` default config:\n"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    const char *h[] = {"env", "--help", NULL};
+    CHECK(run(h, NULL) == 0);
+    const char *c[] = {"config", "--help", NULL};
+    CHECK(run(c, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "--config_file");
+}
+
+int main(void) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
+    if (access(ACCEL, X_OK) != 0) {
+        fprintf(stderr, "missing %s\n", ACCEL);
+        return 1;
+    }
+    snprintf(TMP, sizeof TMP, "/tmp/accel_test_config_XXXXXX");
+    CHECK(mkdtemp(TMP) != NULL);
+    snprintf(CFG, sizeof CFG, "%s/cfg.yaml", TMP);
+    setenv("HF_HOME", TMP, 1);
+    RUN(test_env_fields); /* first: no default config yet */
+    CHECK_STR_CONTAINS(OUT, "");
+    RUN(test_default_and_update);
+    RUN(test_interactive);
+    RUN(test_rejections);
+    RUN(test_accelerate_yaml_and_json);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
+    return check_summary();
+}
