@@ -6,6 +6,7 @@
  *   autograd.h    tape, backward
  *   ops.h         differentiable ops (CPU kernels, meta shapes)
  *   nn.h          modules, layers, Llama
+ *   optim.h       optimizers, gradient clipping, LR schedulers
  */
 #ifndef ACCEL_ACCEL_H
 #define ACCEL_ACCEL_H
@@ -14,5 +15,6 @@
 #include "autograd.h"
 #include "ops.h"
 #include "nn.h"
+#include "optim.h"
 
 #endif

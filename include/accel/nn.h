@@ -148,8 +148,9 @@ typedef struct accel_flat_params {
 
 accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
                                         int64_t pad_multiple);
-/* Frees the flat buffers after copying each parameter back into its own
- * memory (so the module stays usable). */
+/* Frees the flat buffers after copying each parameter (and gradient) back
+ * into its own memory (so the module stays usable). Call it before
+ * accel_module_free of the module it was made from. */
 void accel_flat_params_free(accel_flat_params *fp);
 
 /* ---- devices and meta */

@@ -121,8 +121,14 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
     if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
     if (!t->grad) {
         bool persistent = is_leaf(t) && !(t->flags & ACCEL_TF_ARENA);
-        t->grad = persistent ? accel_tensor_new(t->dtype, t->ndim, t->shape, t->device)
-                             : accel_zeros(t->dtype, t->ndim, t->shape);
+        if (persistent) {
+            t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device);
+        } else {
+            /* First gradient of an intermediate: a copy, not zeros + add. */
+            t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+            if (t->grad && accel_copy_(t->grad, g) != ACCEL_OK) return accel_last_status();
+            return t->grad ? ACCEL_OK : accel_last_status();
+        }
         if (!t->grad) return accel_last_status();
     }
     add_into(t->grad, g);

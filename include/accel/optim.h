@@ -1,0 +1,206 @@
+/*
+ * accel/optim.h — optimizers (SGD, Adam, AdamW), gradient clipping, LR schedulers.
+ *
+ * Semantics are PyTorch's (torch.optim.SGD / Adam / AdamW, single-tensor
+ * "foreach=False" math, computed in f32 with the scalar factors in double):
+ *
+ *   SGD:   g += wd * p; if momentum: buf = step==1 ? g : momentum*buf + (1-dampening)*g,
+ *          g = nesterov ? g + momentum*buf : buf;  p -= lr * g
+ *   Adam:  g += wd * p (L2); m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+ *          p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+ *   AdamW: p *= 1 - lr*wd (decoupled); then Adam's update without the L2 term.
+ *
+ * What an optimizer updates: a list of *segments*, each a contiguous run of f32
+ * parameters with its f32 gradient of the same length:
+ *   - tensor segments (accel_optimizer_add_params): one per parameter tensor;
+ *     data and grad pointers are read from the tensor at every step, so
+ *     parameters may be flattened (accel_module_flatten) or get their grads
+ *     lazily after the optimizer was made. A parameter whose grad is NULL is
+ *     skipped (as PyTorch skips grad None) and its step count does not advance.
+ *   - flat segments (accel_optimizer_add_flat): raw f32 ranges, e.g. a ZeRO
+ *     rank's shard [lo, hi) of a flat parameter buffer and of the flat
+ *     (reduce-scattered) gradients: accel_optimizer_new_flat(kind,
+ *     params + lo, grads + lo, hi - lo, &h).
+ * Each call adding segments makes a new param group with its own
+ * hyperparameters (e.g. no weight decay for norms and biases).
+ *
+ * Memory: optimizer state (exp_avg, exp_avg_sq, momentum_buffer) is allocated,
+ * zeroed, when segments are added; accel_optimizer_step never allocates.
+ *
+ * Dtypes: parameters and gradients must be f32 (contiguous). Mixed precision
+ * keeps f32 master weights (the accelerator's job) and runs the optimizer on
+ * those; a bf16/f16 parameter is refused with ACCEL_ERR_DTYPE.
+ *
+ * Saving: accel_optimizer_state lists the state as named tensors and scalars
+ * in PyTorch's state_dict vocabulary, ready for a safetensors file:
+ *   "step"                          optimizer.step() calls so far (scalar)
+ *   "state.<i>.step"                steps taken by segment i (scalar)
+ *   "state.<i>.exp_avg", "state.<i>.exp_avg_sq"   (Adam/AdamW, f32 [numel])
+ *   "state.<i>.momentum_buffer"     (SGD with momentum, f32 [numel])
+ *   "param_groups.<g>.lr", ".weight_decay", ".momentum", ".dampening",
+ *   ".nesterov", ".beta1", ".beta2", ".eps"      (scalars)
+ * where i numbers segments across groups in the order they were added (as
+ * PyTorch numbers parameters) and "state.<i>.*" is present only once segment i
+ * has taken a step. Scheduler state: "last_epoch", "base_lrs.<g>".
+ */
+#ifndef ACCEL_OPTIM_H
+#define ACCEL_OPTIM_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- optimizers */
+
+typedef enum accel_optim_kind {
+    ACCEL_OPTIM_SGD = 0,
+    ACCEL_OPTIM_ADAM,
+    ACCEL_OPTIM_ADAMW,
+} accel_optim_kind;
+
+typedef struct accel_optim_hparams {
+    double lr;
+    double weight_decay;
+    /* SGD */
+    double momentum;
+    double dampening;
+    bool nesterov;
+    /* Adam / AdamW */
+    double beta1, beta2;
+    double eps;
+} accel_optim_hparams;
+
+/* PyTorch's defaults for kind with learning rate lr: SGD (momentum 0, wd 0),
+ * Adam (betas 0.9/0.999, eps 1e-8, wd 0), AdamW (same, wd 0.01). */
+accel_optim_hparams accel_optim_defaults(accel_optim_kind kind, double lr);
+/* "sgd", "adam", "adamw" (case-insensitive); -1 when unknown. */
+int accel_optim_kind_parse(const char *s);
+const char *accel_optim_kind_name(accel_optim_kind kind);
+
+typedef struct accel_optimizer accel_optimizer;
+
+/* An optimizer with no parameters yet. */
+accel_optimizer *accel_optimizer_new(accel_optim_kind kind);
+/* Convenience: new + add_params / new + add_flat. NULL + error. */
+accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
+                                            accel_tensor *const *params,
+                                            const accel_optim_hparams *h);
+accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, float *params, float *grads,
+                                          int64_t n_elems, const accel_optim_hparams *h);
+void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are not freed */
+
+/* Adds a param group of n parameter tensors (borrowed: they must outlive the
+ * optimizer). Returns the group index, or -1 + error (invalid hparams, a
+ * non-f32 or non-contiguous parameter). */
+int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
+                               const accel_optim_hparams *h);
+/* Adds a param group of one flat f32 segment: params[0..n) updated from
+ * grads[0..n) (both borrowed). Returns the group index or -1. */
+int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, int64_t n,
+                             const accel_optim_hparams *h);
+
+/* One update of every segment. No allocation. */
+accel_status accel_optimizer_step(accel_optimizer *opt);
+/* Zeroes every gradient (PyTorch's zero_grad(set_to_none=False)): one memset
+ * per flat segment, one per tensor that has a grad. */
+void accel_optimizer_zero_grad(accel_optimizer *opt);
+
+int accel_optimizer_num_groups(const accel_optimizer *opt);
+int accel_optimizer_num_segments(const accel_optimizer *opt);
+accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt);
+double accel_optimizer_get_lr(const accel_optimizer *opt, int group);
+void accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr); /* group -1: all */
+/* The group's hyperparameters (live: writes take effect at the next step). */
+accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group);
+int64_t accel_optimizer_step_count(const accel_optimizer *opt);
+
+/* ---------------------------------------------------------------- state save/restore */
+
+typedef struct accel_named_state {
+    char *name;          /* owned */
+    accel_tensor *t;     /* tensor state: a persistent header viewing the live state
+                          * memory (not owning it; freed by accel_named_state_free);
+                          * NULL for a scalar */
+    double value;        /* the scalar when t == NULL */
+} accel_named_state;
+
+/* Lists the optimizer's state (see the top of this file). Returns the count
+ * (>= 0) and sets *out (free with accel_named_state_free), or -1 + error. The
+ * views stay valid while the optimizer lives and see later steps. */
+int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out);
+/* Restores state saved by accel_optimizer_state from an optimizer built the
+ * same way. A tensor entry may be any CPU tensor (f32 or convertible) with the
+ * segment's numel; a scalar entry may instead be a one-element tensor. Unknown
+ * names and size mismatches -> ACCEL_ERR_FORMAT naming the entry. Missing
+ * "state.<i>.*" entries mean segment i has not stepped yet (its state is zeroed). */
+accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st);
+void accel_named_state_free(accel_named_state *st, int n);
+
+/* ---------------------------------------------------------------- gradient clipping */
+
+/* torch.nn.utils.clip_grad_norm_: total = norm_type-norm of all gradients
+ * (norm_type 2, 1, any p > 0, or INFINITY); every grad is multiplied by
+ * min(1, max_norm / (total + 1e-6)). Parameters without a grad are skipped.
+ * Returns the total norm before clipping (NAN + error on failure). */
+double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type);
+/* The same over the optimizer's gradients (tensor and flat segments). */
+double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, double norm_type);
+/* Pieces for distributed clipping (each rank holds part of the gradients):
+ * partial = accel_grad_norm_partial(g, n, p) per rank (sum |g|^p, or max |g|
+ * for INFINITY), combined across ranks (sum, or max for INFINITY), then
+ * total = accel_grad_norm_finish(combined, p) and grads *= accel_clip_coef(total, max_norm). */
+double accel_grad_norm_partial(const float *g, int64_t n, double norm_type);
+double accel_grad_norm_finish(double combined, double norm_type);
+double accel_clip_coef(double total_norm, double max_norm);
+
+/* ---------------------------------------------------------------- LR schedulers */
+
+/* transformers' SchedulerType names: "constant", "constant_with_warmup",
+ * "linear", "cosine". */
+typedef enum accel_sched_kind {
+    ACCEL_SCHED_CONSTANT = 0,
+    ACCEL_SCHED_CONSTANT_WARMUP,
+    ACCEL_SCHED_LINEAR,
+    ACCEL_SCHED_COSINE,
+    ACCEL_SCHED_LAMBDA,
+} accel_sched_kind;
+
+int accel_sched_kind_parse(const char *s); /* -1 when unknown ("lambda" is not a name) */
+const char *accel_sched_kind_name(accel_sched_kind kind);
+
+/* Multiplier of the base lr at step `step` (LambdaLR's lr_lambda). */
+typedef double (*accel_lr_lambda_fn)(int64_t step, void *ctx);
+
+typedef struct accel_lr_scheduler accel_lr_scheduler;
+
+/* A LambdaLR over every group of opt (borrowed) with transformers'
+ * get_<kind>_schedule_with_warmup factor:
+ *   warmup (step < warmup_steps): step / max(1, warmup_steps)
+ *   constant: 1;  linear: max(0, (total - step) / max(1, total - warmup))
+ *   cosine: max(0, 0.5 * (1 + cos(pi * 2 * 0.5 * progress))),
+ *           progress = (step - warmup) / max(1, total - warmup)
+ * As in PyTorch, construction records each group's lr as its base lr and sets
+ * lr = base * factor(0). */
+accel_lr_scheduler *accel_lr_scheduler_new(accel_optimizer *opt, accel_sched_kind kind,
+                                           int64_t warmup_steps, int64_t total_steps);
+/* A LambdaLR with a user factor function (ctx borrowed). */
+accel_lr_scheduler *accel_lr_scheduler_lambda(accel_optimizer *opt, accel_lr_lambda_fn fn,
+                                              void *ctx);
+void accel_lr_scheduler_free(accel_lr_scheduler *s);
+/* scheduler.step(): last_epoch += 1; lr_g = base_g * factor(last_epoch). */
+void accel_lr_scheduler_step(accel_lr_scheduler *s);
+/* get_last_lr()[group]. */
+double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group);
+int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s);
+/* "last_epoch" and "base_lrs.<g>" scalars (free with accel_named_state_free). */
+int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out);
+/* Restores them and sets each group's lr = base * factor(last_epoch). */
+accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
+                                           const accel_named_state *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_OPTIM_H */

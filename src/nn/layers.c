@@ -1,0 +1,204 @@
+/* Standard layers: Linear, Embedding, RMSNorm, LayerNorm, Sequential, activations. */
+#include <math.h>
+#include <string.h>
+
+#include "accel/nn.h"
+#include "nn_internal.h"
+
+accel_tensor *accel__module_tensor(accel_module *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return m->tensors[i].t;
+    return NULL;
+}
+
+/* A new parameter tensor on the default parameter device (meta inside
+ * init_empty_weights). */
+static accel_tensor *new_param(accel_module *m, const char *name, accel_dtype dt, int ndim,
+                               const int64_t *shape, accel_device dev) {
+    if (!m) return NULL;
+    accel_tensor *t = accel_tensor_new(dt, ndim, shape, accel_default_param_device(dev));
+    return t ? accel_module_add_param(m, name, t) : NULL;
+}
+
+static bool has_data(const accel_tensor *t) { return t && t->device.type != ACCEL_DEV_META; }
+
+static bool check_dims(const char *fn, int64_t a, int64_t b) {
+    if (a <= 0 || b <= 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sizes must be positive (got %lld, %lld)", fn,
+                        (long long)a, (long long)b);
+        return false;
+    }
+    return true;
+}
+
+/* ---- Linear */
+
+static accel_tensor *linear_forward(accel_module *m, accel_tensor *x) {
+    return accel_linear(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"));
+}
+
+static const accel_module_ops LINEAR_OPS = {"Linear", linear_forward, NULL};
+
+accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_device dev,
+                                   accel_dtype dt, double init_std) {
+    if (!check_dims("accel_linear_new", in, out)) return NULL;
+    accel_module *m = accel_module_new(&LINEAR_OPS, NULL);
+    accel_tensor *w = new_param(m, "weight", dt, 2, (int64_t[]){out, in}, dev);
+    accel_tensor *b = bias ? new_param(m, "bias", dt, 1, &out, dev) : NULL;
+    if (!w || (bias && !b)) {
+        accel_module_free(m);
+        return NULL;
+    }
+    if (has_data(w)) {
+        double bound = 1.0 / sqrt((double)in);
+        accel_status st = init_std > 0 ? accel_rng_normal_(accel_default_rng(), w, 0.0, init_std)
+                                       : accel_rng_uniform_(accel_default_rng(), w, -bound, bound);
+        if (st == ACCEL_OK && b && init_std <= 0)
+            st = accel_rng_uniform_(accel_default_rng(), b, -bound, bound);
+        if (st != ACCEL_OK) {
+            accel_module_free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+accel_module *accel_linear_new(int64_t in, int64_t out, bool bias, accel_device dev,
+                               accel_dtype dt) {
+    return accel__linear_create(in, out, bias, dev, dt, 0.0);
+}
+
+/* ---- Embedding */
+
+static accel_tensor *embedding_forward(accel_module *m, accel_tensor *ids) {
+    return accel_embedding(ids, accel__module_tensor(m, "weight"));
+}
+
+static const accel_module_ops EMBEDDING_OPS = {"Embedding", embedding_forward, NULL};
+
+accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt,
+                                      double std) {
+    if (!check_dims("accel_embedding_new", num, dim)) return NULL;
+    accel_module *m = accel_module_new(&EMBEDDING_OPS, NULL);
+    accel_tensor *w = new_param(m, "weight", dt, 2, (int64_t[]){num, dim}, dev);
+    if (!w || (has_data(w) && accel_rng_normal_(accel_default_rng(), w, 0.0, std) != ACCEL_OK)) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, accel_dtype dt) {
+    return accel__embedding_create(num, dim, dev, dt, 1.0);
+}
+
+/* ---- norms */
+
+typedef struct norm_impl {
+    double eps;
+} norm_impl;
+
+static double norm_eps(const accel_module *m) { return ((const norm_impl *)m->impl)->eps; }
+
+static accel_tensor *rmsnorm_forward(accel_module *m, accel_tensor *x) {
+    return accel_rms_norm(x, accel__module_tensor(m, "weight"), norm_eps(m));
+}
+
+static const accel_module_ops RMSNORM_OPS = {"RMSNorm", rmsnorm_forward, NULL};
+const accel_module_ops accel__rmsnorm_ops_llama = {"LlamaRMSNorm", rmsnorm_forward, NULL};
+
+static accel_module *norm_module(const accel_module_ops *ops, double eps, const char *fn,
+                                 int64_t dim) {
+    if (!check_dims(fn, dim, 1)) return NULL;
+    norm_impl *impl = accel_malloc(sizeof *impl);
+    if (!impl) return NULL;
+    impl->eps = eps;
+    accel_module *m = accel_module_new(ops, impl);
+    if (!m) accel_free(impl);
+    return m;
+}
+
+accel_module *accel__rmsnorm_create(const accel_module_ops *ops, int64_t dim, double eps,
+                                    accel_device dev, accel_dtype dt) {
+    accel_module *m = norm_module(ops, eps, "accel_rmsnorm_new", dim);
+    accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
+    if (!w || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+accel_module *accel_rmsnorm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt) {
+    return accel__rmsnorm_create(&RMSNORM_OPS, dim, eps, dev, dt);
+}
+
+static accel_tensor *layernorm_forward(accel_module *m, accel_tensor *x) {
+    return accel_layer_norm(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"),
+                            norm_eps(m));
+}
+
+static const accel_module_ops LAYERNORM_OPS = {"LayerNorm", layernorm_forward, NULL};
+
+accel_module *accel_layernorm_new(int64_t dim, double eps, bool affine, accel_device dev,
+                                  accel_dtype dt) {
+    accel_module *m = norm_module(&LAYERNORM_OPS, eps, "accel_layernorm_new", dim);
+    if (!m || !affine) return m;
+    accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
+    accel_tensor *b = w ? new_param(m, "bias", dt, 1, &dim, dev) : NULL;
+    if (!b || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- Sequential */
+
+static accel_tensor *sequential_forward(accel_module *m, accel_tensor *x) {
+    for (int i = 0; i < m->n_children && x; i++) x = accel_module_call(m->children[i], x);
+    return x;
+}
+
+static const accel_module_ops SEQUENTIAL_OPS = {"Sequential", sequential_forward, NULL};
+
+accel_module *accel_sequential_new(int n, accel_module **children) {
+    accel_module *m = accel_module_new(&SEQUENTIAL_OPS, NULL);
+    bool ok = m != NULL && (n == 0 || children);
+    for (int i = 0; i < n && children; i++) {
+        if (!ok) { /* we own the children: free the ones not added */
+            accel_module_free(children[i]);
+            continue;
+        }
+        char name[16];
+        snprintf(name, sizeof name, "%d", i);
+        ok = accel_module_add_child(m, name, children[i]) != NULL;
+    }
+    if (!ok) {
+        if (!children) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sequential_new: children is NULL");
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- activations */
+
+static accel_tensor *relu_forward(accel_module *m, accel_tensor *x) { return accel_relu(x); }
+static accel_tensor *silu_forward(accel_module *m, accel_tensor *x) { return accel_silu(x); }
+static accel_tensor *gelu_forward(accel_module *m, accel_tensor *x) {
+    return accel_gelu(x, m->impl != NULL);
+}
+/* GELU's tanh flag is carried as a non-NULL impl pointer; nothing to free. */
+static void no_free(accel_module *m) {}
+
+static const accel_module_ops RELU_OPS = {"ReLU", relu_forward, NULL};
+static const accel_module_ops SILU_OPS = {"SiLU", silu_forward, NULL};
+static const accel_module_ops GELU_OPS = {"GELU", gelu_forward, no_free};
+
+accel_module *accel_relu_module_new(void) { return accel_module_new(&RELU_OPS, NULL); }
+accel_module *accel_silu_module_new(void) { return accel_module_new(&SILU_OPS, NULL); }
+accel_module *accel_gelu_module_new(bool tanh_approx) {
+    static const char tanh_tag = 1;
+    return accel_module_new(&GELU_OPS, tanh_approx ? (void *)&tanh_tag : NULL);
+}

@@ -1,0 +1,362 @@
+/* LlamaForCausalLM with transformers' module tree, names, init and forward. */
+#include <string.h>
+
+#include "accel/nn.h"
+#include "nn_internal.h"
+
+accel_llama_config accel_llama_config_default(void) {
+    accel_llama_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 32000;
+    c.hidden_size = 4096;
+    c.intermediate_size = 11008;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 32;
+    c.head_dim = 0;
+    c.max_position_embeddings = 2048;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.initializer_range = 0.02;
+    c.tie_word_embeddings = false;
+    c.attention_bias = false;
+    c.mlp_bias = false;
+    c.torch_dtype = ACCEL_F32;
+    return c;
+}
+
+/* The config with defaults resolved (kv heads, head_dim). */
+static bool resolve_config(const accel_llama_config *in, accel_llama_config *c) {
+    *c = *in;
+    if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
+    if (c->head_dim == 0 && c->num_attention_heads > 0)
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    const char *bad = NULL;
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
+        c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
+        bad = "sizes must be positive";
+    else if (c->num_attention_heads % c->num_key_value_heads)
+        bad = "num_attention_heads must be a multiple of num_key_value_heads";
+    else if (c->head_dim <= 0 || c->head_dim % 2)
+        bad = "head_dim (hidden_size / num_attention_heads) must be positive and even";
+    else if (!accel_dtype_is_float(c->torch_dtype))
+        bad = "torch_dtype must be a float dtype";
+    if (bad) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_llama_new: %s (hidden %lld, heads %lld, kv heads %lld, head_dim %lld)",
+                        bad, (long long)c->hidden_size, (long long)c->num_attention_heads,
+                        (long long)c->num_key_value_heads, (long long)c->head_dim);
+        return false;
+    }
+    return true;
+}
+
+/* ---- KV cache */
+
+struct accel_kv_cache {
+    int n_layers;
+    int64_t batch, max_len, len;
+    accel_tensor **k, **v; /* [n_layers], each [B, Hkv, max_len, D] */
+};
+
+accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch, int64_t max_len,
+                                   accel_device dev) {
+    accel_llama_config c;
+    if (!cfg) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_kv_cache_new: config is NULL");
+        return NULL;
+    }
+    if (!resolve_config(cfg, &c)) return NULL;
+    if (batch <= 0 || max_len <= 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_kv_cache_new: batch %lld and max_len %lld must be > 0",
+                        (long long)batch, (long long)max_len);
+        return NULL;
+    }
+    accel_kv_cache *kc = accel_calloc(1, sizeof *kc);
+    if (!kc) return NULL;
+    kc->n_layers = (int)c.num_hidden_layers;
+    kc->batch = batch;
+    kc->max_len = max_len;
+    kc->k = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->k);
+    kc->v = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->v);
+    bool ok = kc->k && kc->v;
+    int64_t shape[4] = {batch, c.num_key_value_heads, max_len, c.head_dim};
+    for (int i = 0; i < kc->n_layers && ok; i++) {
+        kc->k[i] = accel_tensor_new(c.torch_dtype, 4, shape, dev);
+        kc->v[i] = accel_tensor_new(c.torch_dtype, 4, shape, dev);
+        ok = kc->k[i] && kc->v[i];
+    }
+    if (!ok) {
+        accel_kv_cache_free(kc);
+        return NULL;
+    }
+    return kc;
+}
+
+void accel_kv_cache_free(accel_kv_cache *kc) {
+    if (!kc) return;
+    for (int i = 0; i < kc->n_layers; i++) {
+        if (kc->k) accel_tensor_free(kc->k[i]);
+        if (kc->v) accel_tensor_free(kc->v[i]);
+    }
+    accel_free(kc->k);
+    accel_free(kc->v);
+    accel_free(kc);
+}
+
+int64_t accel_kv_cache_len(const accel_kv_cache *kc) { return kc ? kc->len : 0; }
+
+void accel_kv_cache_reset(accel_kv_cache *kc) {
+    if (kc) kc->len = 0;
+}
+
+/* Writes x [B, Hkv, T, D] at positions [pos, pos+T) of cache tensor c and
+ * returns the view of positions [0, pos+T). */
+static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos) {
+    if (!x) return NULL;
+    int64_t T = x->shape[2];
+    int64_t shape[4] = {c->shape[0], c->shape[1], T, c->shape[3]};
+    accel_tensor *slot = accel_view_raw(c, 4, shape, c->stride, pos * c->stride[2]);
+    if (!slot || accel_copy_(slot, x) != ACCEL_OK) return NULL;
+    shape[2] = pos + T;
+    return accel_view_raw(c, 4, shape, c->stride, 0);
+}
+
+/* ---- modules */
+
+typedef struct layer_impl {
+    accel_llama_config cfg; /* resolved */
+    int index;
+} layer_impl;
+
+/* Child indices, fixed by construction order (transformers' order). */
+enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
+enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
+enum { LAYER_ATTN = 0, LAYER_MLP = 1, LAYER_IN_NORM = 2, LAYER_POST_NORM = 3 };
+enum { ATTN_Q = 0, ATTN_K = 1, ATTN_V = 2, ATTN_O = 3 };
+enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
+
+/* q/k/v projection output x [B, T, n*D] -> [B, n, T, D]. */
+static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d) {
+    if (!x) return NULL;
+    int64_t shape[4] = {x->shape[0], x->shape[1], n, d};
+    return accel_transpose(accel_reshape(x, 4, shape), 1, 2);
+}
+
+static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li, accel_tensor *x,
+                                       int64_t pos, accel_kv_cache *cache) {
+    const accel_llama_config *c = &li->cfg;
+    if (accel_module_enter(attn, &x) != ACCEL_OK || !x) return NULL;
+    accel_module **p = attn->children;
+    accel_tensor *q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim);
+    accel_tensor *k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim);
+    accel_tensor *v = split_heads(accel_module_call(p[ATTN_V], x), c->num_key_value_heads, c->head_dim);
+    q = accel_rope(q, pos, c->rope_theta); /* q, k [B, H(kv), T, D] */
+    k = accel_rope(k, pos, c->rope_theta);
+    if (cache && x->device.type != ACCEL_DEV_META) {
+        k = cache_append(cache->k[li->index], k, pos);
+        v = cache_append(cache->v[li->index], v, pos);
+    }
+    accel_tensor *o = accel_sdpa(q, k, v, true, 0.0); /* [B, H, T, D] */
+    if (!o) return NULL;
+    int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
+    o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
+    accel_tensor *y = accel_module_call(p[ATTN_O], o);
+    if (!y || accel_module_exit(attn, &y) != ACCEL_OK) return NULL;
+    return y;
+}
+
+static accel_tensor *mlp_forward(accel_module *mlp, accel_tensor *x) {
+    accel_module **p = mlp->children;
+    accel_tensor *g = accel_silu(accel_module_call(p[MLP_GATE], x));
+    return accel_module_call(p[MLP_DOWN], accel_mul(g, accel_module_call(p[MLP_UP], x)));
+}
+
+/* x [B, T, C] -> [B, T, C]. */
+static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
+                                   accel_kv_cache *cache) {
+    if (accel_module_enter(layer, &x) != ACCEL_OK || !x) return NULL;
+    const layer_impl *li = layer->impl;
+    accel_module **p = layer->children;
+    accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
+                                        accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
+    accel_tensor *h = accel_add(x, a);
+    accel_tensor *y = accel_add(h, accel_module_call(p[LAYER_MLP],
+                                                     accel_module_call(p[LAYER_POST_NORM], h)));
+    if (!y || accel_module_exit(layer, &y) != ACCEL_OK) return NULL;
+    return y;
+}
+
+static accel_tensor *decoder_layer_call(accel_module *layer, accel_tensor *x) {
+    return layer_forward(layer, x, 0, NULL);
+}
+
+static accel_tensor *no_forward(accel_module *m, accel_tensor *x);
+
+static const accel_module_ops LLAMA_OPS = {"LlamaForCausalLM", no_forward, NULL};
+static const accel_module_ops MODEL_OPS = {"LlamaModel", no_forward, NULL};
+static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
+static const accel_module_ops LAYER_OPS = {"LlamaDecoderLayer", decoder_layer_call, NULL};
+static const accel_module_ops ATTN_OPS = {"LlamaAttention", NULL, NULL};
+static const accel_module_ops MLP_OPS = {"LlamaMLP", mlp_forward, NULL};
+
+/* The whole model's single-tensor entry points (ids -> logits / hidden states). */
+static accel_tensor *no_forward(accel_module *m, accel_tensor *ids) {
+    if (m->ops == &LLAMA_OPS) return accel_llama_forward(m, ids, NULL);
+    accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                    "LlamaModel: call accel_llama_forward on the LlamaForCausalLM root");
+    return NULL;
+}
+
+static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out, bool bias,
+                            accel_device dev) {
+    return accel__linear_create(in, out, bias, dev, c->torch_dtype, c->initializer_range);
+}
+
+static accel_module *new_layer(const accel_llama_config *c, int index, accel_device dev) {
+    layer_impl *li = accel_malloc(sizeof *li);
+    if (!li) return NULL;
+    li->cfg = *c;
+    li->index = index;
+    accel_module *layer = accel_module_new(&LAYER_OPS, li);
+    if (!layer) {
+        accel_free(li);
+        return NULL;
+    }
+    int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
+    int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
+    bool ab = c->attention_bias, mb = c->mlp_bias;
+    accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&ATTN_OPS, NULL));
+    accel_module *mlp = accel_module_add_child(layer, "mlp", accel_module_new(&MLP_OPS, NULL));
+    bool ok = attn && mlp &&
+              accel_module_add_child(attn, "q_proj", linear(c, C, qd, ab, dev)) &&
+              accel_module_add_child(attn, "k_proj", linear(c, C, kvd, ab, dev)) &&
+              accel_module_add_child(attn, "v_proj", linear(c, C, kvd, ab, dev)) &&
+              accel_module_add_child(attn, "o_proj", linear(c, qd, C, ab, dev)) &&
+              accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
+              accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev)) &&
+              accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
+              accel_module_add_child(layer, "input_layernorm",
+                                     accel__rmsnorm_create(&accel__rmsnorm_ops_llama, C,
+                                                           c->rms_norm_eps, dev, c->torch_dtype)) &&
+              accel_module_add_child(layer, "post_attention_layernorm",
+                                     accel__rmsnorm_create(&accel__rmsnorm_ops_llama, C,
+                                                           c->rms_norm_eps, dev, c->torch_dtype));
+    if (!ok) {
+        accel_module_free(layer);
+        return NULL;
+    }
+    return layer;
+}
+
+accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
+    if (!cfg) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_new: config is NULL");
+        return NULL;
+    }
+    accel_llama_config *c = accel_malloc(sizeof *c);
+    if (!c) return NULL;
+    if (!resolve_config(cfg, c)) {
+        accel_free(c);
+        return NULL;
+    }
+    accel_module *root = accel_module_new(&LLAMA_OPS, c);
+    if (!root) {
+        accel_free(c);
+        return NULL;
+    }
+    accel_module *model = accel_module_add_child(root, "model", accel_module_new(&MODEL_OPS, NULL));
+    bool ok = model &&
+              accel_module_add_child(model, "embed_tokens",
+                                     accel__embedding_create(c->vocab_size, c->hidden_size, dev,
+                                                             c->torch_dtype, c->initializer_range));
+    accel_module *layers = ok ? accel_module_add_child(model, "layers", accel_module_new(&LIST_OPS, NULL))
+                              : NULL;
+    ok = ok && layers;
+    for (int i = 0; ok && i < c->num_hidden_layers; i++) {
+        char name[24];
+        snprintf(name, sizeof name, "%d", i);
+        ok = accel_module_add_child(layers, name, new_layer(c, i, dev)) != NULL;
+    }
+    /* A tied head gets its weight from embed_tokens: build it on meta. */
+    ok = ok &&
+         accel_module_add_child(model, "norm",
+                                accel__rmsnorm_create(&accel__rmsnorm_ops_llama, c->hidden_size,
+                                                      c->rms_norm_eps, dev, c->torch_dtype)) &&
+         accel_module_add_child(root, "lm_head",
+                                linear(c, c->hidden_size, c->vocab_size, false,
+                                       c->tie_word_embeddings ? ACCEL_META_DEVICE : dev));
+    if (ok && c->tie_word_embeddings)
+        ok = accel_module_tie(root, "lm_head.weight", "model.embed_tokens.weight") == ACCEL_OK;
+    if (!ok) {
+        accel_module_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+const accel_llama_config *accel_llama_config_of(accel_module *llama) {
+    if (!llama || llama->ops != &LLAMA_OPS) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_of: not a LlamaForCausalLM module");
+        return NULL;
+    }
+    return llama->impl;
+}
+
+accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+    const accel_llama_config *c = accel_llama_config_of(llama);
+    if (!c || !accel_tensor_check(ids, "accel_llama_forward", "ids")) return NULL;
+    if (ids->ndim != 2 || (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32)) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_forward: ids must be [B, T] int64/int32, got %s %s",
+                        accel_dtype_name(ids->dtype), accel_shape_str(ids, b, sizeof b));
+        return NULL;
+    }
+    int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
+    if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
+                  pos + T > cache->max_len)) {
+        accel_set_error(ACCEL_ERR_SHAPE,
+                        "accel_llama_forward: KV cache (layers %d, batch %lld, %lld of %lld used) "
+                        "cannot take %lld more positions for batch %lld",
+                        cache->n_layers, (long long)cache->batch, (long long)pos,
+                        (long long)cache->max_len, (long long)T, (long long)ids->shape[0]);
+        return NULL;
+    }
+    accel_module *model = llama->children[ROOT_MODEL];
+    accel_module **mp = model->children;
+    accel_tensor *h = ids;
+    if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
+    h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
+    accel_module *layers = mp[MODEL_LAYERS];
+    for (int i = 0; i < layers->n_children && h; i++)
+        h = layer_forward(layers->children[i], h, pos, cache);
+    h = accel_module_call(mp[MODEL_NORM], h);
+    if (!h || accel_module_exit(model, &h) != ACCEL_OK) return NULL;
+    accel_tensor *logits = accel_module_call(llama->children[ROOT_LM_HEAD], h); /* [B, T, V] */
+    if (logits && cache) cache->len += T;
+    return logits;
+}
+
+accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
+    if (!accel_tensor_check(ids, "accel_llama_loss", "ids")) return NULL;
+    if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type != ACCEL_DEV_CPU) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: ids must be [B, T>=2] on cpu, got %s",
+                        accel_shape_str(ids, b, sizeof b));
+        return NULL;
+    }
+    accel_tensor *logits = accel_llama_forward(llama, ids, NULL);
+    if (!logits) return NULL;
+    /* transformers' ForCausalLMLoss: labels = ids shifted left, padded with
+     * ignore_index at the end, so the logits need no slicing. */
+    int64_t B = ids->shape[0], T = ids->shape[1], n = B * T;
+    accel_tensor *labels = accel_empty(ACCEL_I64, 1, &n);
+    if (!labels || accel_to_int64s(ids, labels->data) != ACCEL_OK) return NULL;
+    int64_t *l = labels->data;
+    for (int64_t b = 0; b < B; b++) {
+        memmove(l + b * T, l + b * T + 1, (size_t)(T - 1) * sizeof *l);
+        l[b * T + T - 1] = -100;
+    }
+    int64_t shape[2] = {n, logits->shape[2]};
+    return accel_cross_entropy(accel_reshape(logits, 2, shape), labels, -100);
+}

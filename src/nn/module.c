@@ -1,0 +1,453 @@
+/* The module tree: building, freeing, naming, hooks, state dicts. */
+#include <string.h>
+
+#include "accel/nn.h"
+#include "nn_internal.h"
+
+accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
+    if (!ops || !ops->type_name) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_new: ops or ops->type_name is NULL");
+        return NULL;
+    }
+    accel_module *m = accel_calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->name = accel_strdup("");
+    if (!m->name) {
+        accel_free(m);
+        return NULL;
+    }
+    m->ops = ops;
+    m->impl = impl;
+    m->training = true;
+    return m;
+}
+
+static void free_hook(accel_module *m) {
+    if (m->hook && m->hook->free_ctx) m->hook->free_ctx(m->hook->ctx);
+    accel_free(m->hook);
+    m->hook = NULL;
+}
+
+void accel_module_free(accel_module *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_children; i++) accel_module_free(m->children[i]);
+    accel_free(m->children);
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (m->tensors[i].owned) accel_tensor_free(m->tensors[i].t);
+        accel_free(m->tensors[i].name);
+    }
+    accel_free(m->tensors);
+    free_hook(m);
+    if (m->ops->free_impl)
+        m->ops->free_impl(m);
+    else
+        accel_free(m->impl);
+    accel_free(m->name);
+    accel_free(m);
+}
+
+static bool valid_local_name(const char *fn, const char *name) {
+    if (!name || !*name || strchr(name, '.')) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: invalid name \"%s\" (empty, NULL or contains '.')",
+                        fn, name ? name : "(null)");
+        return false;
+    }
+    return true;
+}
+
+static bool name_taken(const accel_module *m, const char *name) {
+    for (int i = 0; i < m->n_children; i++)
+        if (strcmp(m->children[i]->name, name) == 0) return true;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return true;
+    return false;
+}
+
+/* Grows *arr (of elem bytes) so that it holds at least n+1 elements. */
+static bool grow(void **arr, int *cap, int n, size_t elem) {
+    if (n < *cap) return true;
+    int nc = *cap ? 2 * *cap : 4;
+    void *p = accel_malloc((size_t)nc * elem);
+    if (!p) return false;
+    if (n) memcpy(p, *arr, (size_t)n * elem);
+    accel_free(*arr);
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
+accel_module *accel_module_add_child(accel_module *m, const char *name, accel_module *child) {
+    if (!m || !child) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_add_child: %s is NULL",
+                        m ? "child" : "module");
+        accel_module_free(child);
+        return NULL;
+    }
+    if (!valid_local_name("accel_module_add_child", name) || child->parent) {
+        if (child->parent)
+            accel_set_error(ACCEL_ERR_INVALID_ARG,
+                            "accel_module_add_child: module \"%s\" already has a parent", child->name);
+        accel_module_free(child);
+        return NULL;
+    }
+    if (name_taken(m, name)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_add_child: %s already has a member \"%s\"",
+                        m->ops->type_name, name);
+        accel_module_free(child);
+        return NULL;
+    }
+    char *nm = accel_strdup(name);
+    if (!nm || !grow((void **)&m->children, &m->cap_children, m->n_children, sizeof *m->children)) {
+        accel_free(nm);
+        accel_module_free(child);
+        return NULL;
+    }
+    accel_free(child->name);
+    child->name = nm;
+    child->parent = m;
+    m->children[m->n_children++] = child;
+    return child;
+}
+
+static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor *t, bool buffer) {
+    const char *fn = buffer ? "accel_module_add_buffer" : "accel_module_add_param";
+    bool persistent = t && t->magic == ACCEL_TENSOR_MAGIC && !(t->flags & ACCEL_TF_ARENA);
+    bool ok = false;
+    if (!m)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module is NULL", fn);
+    else if (!persistent)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\" is not a live persistent tensor "
+                        "(NULL, freed, or a step tensor)", fn, name ? name : "(null)");
+    else if (!valid_local_name(fn, name))
+        ;
+    else if (name_taken(m, name))
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s already has a member \"%s\"", fn,
+                        m->ops->type_name, name);
+    else
+        ok = true;
+    if (!ok) {
+        if (persistent) accel_tensor_free(t);
+        return NULL;
+    }
+    char *nm = accel_strdup(name);
+    if (!nm || !grow((void **)&m->tensors, &m->cap_tensors, m->n_tensors, sizeof *m->tensors)) {
+        accel_free(nm);
+        accel_tensor_free(t);
+        return NULL;
+    }
+    accel_named_tensor *e = &m->tensors[m->n_tensors++];
+    e->name = nm;
+    e->t = t;
+    e->is_buffer = buffer;
+    e->owned = true;
+    t->flags |= buffer ? ACCEL_TF_BUFFER : ACCEL_TF_PARAM;
+    t->requires_grad = !buffer;
+    t->name = nm;
+    return t;
+}
+
+accel_tensor *accel_module_add_param(accel_module *m, const char *name, accel_tensor *t) {
+    return add_tensor(m, name, t, false);
+}
+
+accel_tensor *accel_module_add_buffer(accel_module *m, const char *name, accel_tensor *t) {
+    return add_tensor(m, name, t, true);
+}
+
+/* The entry of a full dotted tensor name, or NULL (no error). */
+static accel_named_tensor *find_entry(accel_module *root, const char *full) {
+    const char *dot = strrchr(full, '.');
+    accel_module *m = root;
+    if (dot) {
+        size_t len = (size_t)(dot - full);
+        char path[512];
+        if (len >= sizeof path) return NULL;
+        memcpy(path, full, len);
+        path[len] = 0;
+        m = accel_module_find(root, path);
+        if (!m) return NULL;
+    }
+    const char *local = dot ? dot + 1 : full;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, local) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+/* An entry other than `except` that refers to t, or NULL. */
+static accel_named_tensor *find_alias(accel_module *m, const accel_tensor *t,
+                                      const accel_named_tensor *except) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].t == t && &m->tensors[i] != except) return &m->tensors[i];
+    for (int i = 0; i < m->n_children; i++) {
+        accel_named_tensor *e = find_alias(m->children[i], t, except);
+        if (e) return e;
+    }
+    return NULL;
+}
+
+accel_status accel_module_tie(accel_module *root, const char *dst_name, const char *src_name) {
+    if (!root || !dst_name || !src_name)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_tie: NULL argument");
+    accel_named_tensor *dst = find_entry(root, dst_name), *src = find_entry(root, src_name);
+    if (!dst || !src)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_tie: no tensor named \"%s\"",
+                               dst ? src_name : dst_name);
+    if (dst == src || dst->t == src->t) return ACCEL_OK;
+    if (!accel_same_shape(dst->t, src->t)) {
+        char a[64], b[64];
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_module_tie: %s %s and %s %s differ in shape",
+                               dst_name, accel_shape_str(dst->t, a, sizeof a), src_name,
+                               accel_shape_str(src->t, b, sizeof b));
+    }
+    if (dst->owned) {
+        /* Another alias of the old tensor inherits it; else it goes. */
+        accel_named_tensor *heir = find_alias(root, dst->t, dst);
+        if (heir)
+            heir->owned = true;
+        else
+            accel_tensor_free(dst->t);
+    }
+    dst->t = src->t;
+    dst->owned = false;
+    dst->is_buffer = src->is_buffer;
+    return ACCEL_OK;
+}
+
+/* ---- running */
+
+accel_status accel_module_enter(accel_module *m, accel_tensor **x) {
+    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_enter: module is NULL");
+    if (m->hook && m->hook->pre_forward) return m->hook->pre_forward(m, x, m->hook->ctx);
+    return ACCEL_OK;
+}
+
+accel_status accel_module_exit(accel_module *m, accel_tensor **y) {
+    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_exit: module is NULL");
+    if (m->hook && m->hook->post_forward) return m->hook->post_forward(m, y, m->hook->ctx);
+    return ACCEL_OK;
+}
+
+accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
+    if (!m) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
+        return NULL;
+    }
+    if (!m->ops->forward) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                        "accel_module_call: %s has no single-tensor forward (use its own entry point)",
+                        m->ops->type_name);
+        return NULL;
+    }
+    if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
+    accel_tensor *y = m->ops->forward(m, x);
+    if (!y) return NULL;
+    if (accel_module_exit(m, &y) != ACCEL_OK) return NULL;
+    return y;
+}
+
+void accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {
+    if (!m) return;
+    free_hook(m);
+    if (!hook) return;
+    m->hook = accel_malloc(sizeof *m->hook);
+    if (m->hook) *m->hook = *hook;
+}
+
+void accel_module_train(accel_module *m, bool training) {
+    if (!m) return;
+    m->training = training;
+    for (int i = 0; i < m->n_children; i++) accel_module_train(m->children[i], training);
+}
+
+/* ---- naming */
+
+const char *accel_module_path(const accel_module *m, char *buf, size_t n) {
+    if (!buf || !n) return buf;
+    buf[0] = 0;
+    if (!m) return buf;
+    /* Collect the chain up to the root, then write it top-down. */
+    const accel_module *chain[128];
+    int depth = 0;
+    for (const accel_module *p = m; p->parent && depth < 128; p = p->parent) chain[depth++] = p;
+    size_t off = 0;
+    for (int i = depth - 1; i >= 0 && off < n; i--)
+        off += (size_t)snprintf(buf + off, n - off, "%s%s", i == depth - 1 ? "" : ".", chain[i]->name);
+    return buf;
+}
+
+accel_module *accel_module_find(accel_module *root, const char *path) {
+    if (!root || !path) return NULL;
+    accel_module *m = root;
+    const char *p = path;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        accel_module *next = NULL;
+        for (int i = 0; i < m->n_children; i++)
+            if (strlen(m->children[i]->name) == len && memcmp(m->children[i]->name, p, len) == 0) {
+                next = m->children[i];
+                break;
+            }
+        if (!next) return NULL;
+        m = next;
+        p = dot ? dot + 1 : p + len;
+    }
+    return m;
+}
+
+accel_tensor *accel_module_get_tensor(accel_module *root, const char *full_name) {
+    if (!root || !full_name) return NULL;
+    accel_named_tensor *e = find_entry(root, full_name);
+    return e ? e->t : NULL;
+}
+
+/* ---- state dict */
+
+typedef struct sd_builder {
+    accel_state_dict *sd;
+    size_t name_off;        /* bytes used in sd->names */
+    size_t names_cap;
+    char prefix[1024];
+} sd_builder;
+
+static void sd_count(const accel_module *m, size_t prefix_len, int *n, size_t *bytes) {
+    *bytes += prefix_len + 1; /* room for prefixes of modules without tensors */
+    for (int i = 0; i < m->n_tensors; i++) {
+        (*n)++;
+        *bytes += prefix_len + strlen(m->tensors[i].name) + 1;
+    }
+    for (int i = 0; i < m->n_children; i++)
+        sd_count(m->children[i], prefix_len + strlen(m->children[i]->name) + 1, n, bytes);
+}
+
+static bool seen_before(const accel_state_dict *sd, const accel_tensor *t) {
+    for (int i = 0; i < sd->n; i++)
+        if (sd->entries[i].t == t) return true;
+    return false;
+}
+
+/* prefix: "a.b." (with the trailing dot), or "" at the root. */
+static void sd_fill(accel_state_dict *sd, size_t *name_off, accel_module *m, const char *prefix,
+                    size_t plen, bool buffers) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        accel_named_tensor *e = &m->tensors[i];
+        if (e->is_buffer != buffers) continue;
+        char *dst = sd->names + *name_off;
+        memcpy(dst, prefix, plen);
+        strcpy(dst + plen, e->name);
+        *name_off += plen + strlen(e->name) + 1;
+        accel_state_entry *se = &sd->entries[sd->n];
+        se->name = dst;
+        se->t = e->t;
+        se->owner = m;
+        se->is_buffer = e->is_buffer;
+        se->is_tied_alias = seen_before(sd, e->t);
+        sd->n++;
+    }
+}
+
+static void sd_walk(accel_state_dict *sd, size_t *name_off, accel_module *m, char *prefix,
+                    size_t plen) {
+    sd_fill(sd, name_off, m, prefix, plen, false);
+    sd_fill(sd, name_off, m, prefix, plen, true);
+    for (int i = 0; i < m->n_children; i++) {
+        size_t cl = strlen(m->children[i]->name);
+        memcpy(prefix + plen, m->children[i]->name, cl);
+        prefix[plen + cl] = '.';
+        prefix[plen + cl + 1] = 0;
+        sd_walk(sd, name_off, m->children[i], prefix, plen + cl + 1);
+        prefix[plen] = 0;
+    }
+}
+
+accel_state_dict *accel_module_state_dict(accel_module *root) {
+    if (!root) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_state_dict: module is NULL");
+        return NULL;
+    }
+    int n = 0;
+    size_t bytes = 0;
+    sd_count(root, 0, &n, &bytes);
+    accel_state_dict *sd = accel_calloc(1, sizeof *sd);
+    char *prefix = accel_malloc(bytes + 2);
+    if (!sd || !prefix) {
+        accel_free(sd);
+        accel_free(prefix);
+        return NULL;
+    }
+    sd->entries = accel_calloc((size_t)(n ? n : 1), sizeof *sd->entries);
+    sd->names = accel_malloc(bytes + 1);
+    if (!sd->entries || !sd->names) {
+        accel_free(prefix);
+        accel_state_dict_free(sd);
+        return NULL;
+    }
+    /* `bytes` counts every module's prefix, so it bounds the longest one. */
+    prefix[0] = 0;
+    size_t off = 0;
+    sd_walk(sd, &off, root, prefix, 0);
+    accel_free(prefix);
+    return sd;
+}
+
+void accel_state_dict_free(accel_state_dict *sd) {
+    if (!sd) return;
+    accel_free(sd->entries);
+    accel_free(sd->names);
+    accel_free(sd);
+}
+
+/* Unique tensors of the tree in state_dict order; params_only keeps parameters
+ * that require grad. Returns the count (or -1); *out is caller-freed. */
+int accel__module_unique_tensors(accel_module *root, bool params_only, accel_tensor ***out) {
+    *out = NULL;
+    accel_state_dict *sd = accel_module_state_dict(root);
+    if (!sd) return -1;
+    accel_tensor **arr = accel_malloc((size_t)(sd->n ? sd->n : 1) * sizeof *arr);
+    if (!arr) {
+        accel_state_dict_free(sd);
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < sd->n; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        if (e->is_tied_alias) continue;
+        if (params_only && (e->is_buffer || !e->t->requires_grad)) continue;
+        arr[k++] = e->t;
+    }
+    accel_state_dict_free(sd);
+    *out = arr;
+    return k;
+}
+
+int accel_module_parameters(accel_module *root, accel_tensor ***out) {
+    if (!out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parameters: out is NULL");
+        return -1;
+    }
+    return accel__module_unique_tensors(root, true, out);
+}
+
+int64_t accel_module_num_params(accel_module *root) {
+    accel_tensor **ts;
+    int n = accel__module_unique_tensors(root, false, &ts);
+    if (n < 0) return -1;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_numel(ts[i]);
+    accel_free(ts);
+    return total;
+}
+
+/* ---- empty weights */
+
+static _Thread_local int tl_empty_depth;
+
+void accel_init_empty_weights_begin(void) { tl_empty_depth++; }
+
+void accel_init_empty_weights_end(void) {
+    if (tl_empty_depth > 0) tl_empty_depth--;
+}
+
+accel_device accel_default_param_device(accel_device requested) {
+    return tl_empty_depth > 0 ? ACCEL_META_DEVICE : requested;
+}

@@ -1,0 +1,205 @@
+/* Where a module's tensors live: flat per-dtype buffers, devices, meta. */
+#include <string.h>
+
+#include "accel/nn.h"
+#include "nn_internal.h"
+
+static int64_t round_up(int64_t x, int64_t m) { return m > 1 ? (x + m - 1) / m * m : x; }
+
+static void free_buffer_arrays(accel_flat_params *fp) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_free(fp->buffers[d].tensors);
+        accel_free(fp->buffers[d].offsets);
+        fp->buffers[d].tensors = NULL;
+        fp->buffers[d].offsets = NULL;
+    }
+}
+
+/* Binds t->grad to a view of the flat gradient memory at g, carrying over
+ * any gradient it already had. */
+static bool bind_grad(accel_tensor *t, void *g) {
+    accel_tensor *view = accel_tensor_wrap(g, t->dtype, t->ndim, t->shape, t->device);
+    if (!view) return false;
+    if (t->grad) {
+        accel_copy_(view, t->grad);
+        if (!(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
+    }
+    t->grad = view;
+    return true;
+}
+
+accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
+                                        int64_t pad_multiple) {
+    if (align_elems < 1 || pad_multiple < 1) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_module_flatten: align_elems (%lld) and pad_multiple (%lld) must be >= 1",
+                        (long long)align_elems, (long long)pad_multiple);
+        return NULL;
+    }
+    accel_tensor **ps;
+    int n = accel__module_unique_tensors(root, true, &ps);
+    if (n < 0) return NULL;
+    for (int i = 0; i < n; i++) {
+        if (ps[i]->device.type != ACCEL_DEV_CPU || !accel_is_contiguous(ps[i])) {
+            accel_set_error(ACCEL_ERR_DEVICE,
+                            "accel_module_flatten: parameter \"%s\" is %s (flatten needs contiguous cpu "
+                            "parameters; materialise meta ones with accel_module_to_empty first)",
+                            ps[i]->name ? ps[i]->name : "?",
+                            ps[i]->device.type == ACCEL_DEV_META ? "on meta" : "not a plain cpu tensor");
+            accel_free(ps);
+            return NULL;
+        }
+    }
+    accel_flat_params *fp = accel_calloc(1, sizeof *fp);
+    if (!fp) {
+        accel_free(ps);
+        return NULL;
+    }
+    /* Layout per dtype first, so that nothing is rebound when an allocation fails. */
+    for (int i = 0; i < n; i++) {
+        accel_flat_buffer *b = &fp->buffers[ps[i]->dtype];
+        b->dtype = ps[i]->dtype;
+        b->numel = round_up(b->numel, align_elems) + accel_numel(ps[i]);
+        b->n++;
+    }
+    bool ok = true;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && ok; d++) {
+        accel_flat_buffer *b = &fp->buffers[d];
+        if (!b->n) continue;
+        fp->n_buffers++;
+        b->numel = round_up(b->numel, pad_multiple);
+        size_t bytes = (size_t)b->numel * accel_dtype_size(b->dtype);
+        b->params = accel_malloc(bytes ? bytes : 1);
+        b->grads = accel_malloc(bytes ? bytes : 1);
+        b->tensors = accel_malloc((size_t)b->n * sizeof *b->tensors);
+        b->offsets = accel_malloc((size_t)b->n * sizeof *b->offsets);
+        ok = b->params && b->grads && b->tensors && b->offsets;
+        if (ok) {
+            memset(b->params, 0, bytes); /* padding must not hold garbage (ZeRO shards) */
+            memset(b->grads, 0, bytes);
+        }
+        b->n = 0;
+    }
+    if (!ok) {
+        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+            accel_free(fp->buffers[d].params);
+            accel_free(fp->buffers[d].grads);
+        }
+        free_buffer_arrays(fp);
+        accel_free(fp);
+        accel_free(ps);
+        return NULL;
+    }
+    int64_t cursor[ACCEL_DTYPE_COUNT] = {0};
+    for (int i = 0; i < n && ok; i++) {
+        accel_tensor *t = ps[i];
+        accel_flat_buffer *b = &fp->buffers[t->dtype];
+        int64_t off = round_up(cursor[t->dtype], align_elems);
+        cursor[t->dtype] = off + accel_numel(t);
+        size_t es = accel_dtype_size(t->dtype);
+        accel_tensor_rebind(t, (char *)b->params + off * (int64_t)es, true);
+        ok = bind_grad(t, (char *)b->grads + off * (int64_t)es);
+        b->tensors[b->n] = t;
+        b->offsets[b->n] = off;
+        b->n++;
+    }
+    accel_free(ps);
+    if (!ok) {
+        accel_flat_params_free(fp);
+        return NULL;
+    }
+    return fp;
+}
+
+void accel_flat_params_free(accel_flat_params *fp) {
+    if (!fp) return;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &fp->buffers[d];
+        for (int i = 0; i < b->n; i++) {
+            accel_tensor *t = b->tensors[i];
+            void *own = accel_malloc(accel_nbytes(t) ? accel_nbytes(t) : 1);
+            if (own) {
+                accel_tensor_rebind(t, own, true);
+                t->flags |= ACCEL_TF_OWNS_DATA;
+            }
+            /* The grad view points into the buffer freed below: give the
+             * parameter a gradient of its own. */
+            accel_tensor *g = t->grad;
+            t->grad = g ? accel_tensor_clone_persistent(g, t->device) : NULL;
+            accel_tensor_free(g);
+            if (!own) t->data = NULL; /* out of memory: better no data than a dangling pointer */
+        }
+        accel_free(b->params);
+        accel_free(b->grads);
+    }
+    free_buffer_arrays(fp);
+    accel_free(fp);
+}
+
+/* ---- devices and meta */
+
+static void drop_grad(accel_tensor *t) {
+    if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
+    t->grad = NULL;
+}
+
+accel_status accel_module_to(accel_module *root, accel_device dev) {
+    if (!accel_device_available(dev)) {
+        char b[32];
+        return accel_set_error(ACCEL_ERR_DEVICE, "accel_module_to: device %s is not available",
+                               accel_device_str(dev, b, sizeof b));
+    }
+    accel_tensor **ts;
+    int n = accel__module_unique_tensors(root, false, &ts);
+    if (n < 0) return accel_last_status();
+    for (int i = 0; i < n; i++)
+        if (ts[i]->device.type == ACCEL_DEV_META && dev.type != ACCEL_DEV_META) {
+            accel_set_error(ACCEL_ERR_DEVICE,
+                            "accel_module_to: \"%s\" is on meta and has no data to move "
+                            "(use accel_module_to_empty, then load weights)",
+                            ts[i]->name ? ts[i]->name : "?");
+            accel_free(ts);
+            return ACCEL_ERR_DEVICE;
+        }
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < n && st == ACCEL_OK; i++) {
+        accel_tensor *t = ts[i];
+        if (accel_device_eq(t->device, dev)) continue;
+        drop_grad(t);
+        if (dev.type == ACCEL_DEV_META) {
+            accel_tensor_to_meta(t);
+            continue;
+        }
+        accel_tensor *c = accel_tensor_clone_persistent(t, dev);
+        if (!c) {
+            st = accel_last_status();
+            break;
+        }
+        /* Steal c's memory into t so that every holder of t sees the move. */
+        if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
+        t->data = c->data;
+        t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
+        t->device = dev;
+        memcpy(t->stride, c->stride, sizeof t->stride);
+        c->flags &= ~(uint32_t)ACCEL_TF_OWNS_DATA;
+        accel_tensor_free(c);
+    }
+    accel_free(ts);
+    return st;
+}
+
+accel_status accel_module_to_empty(accel_module *root, accel_device dev, int dt) {
+    if (dt >= ACCEL_DTYPE_COUNT)
+        return accel_set_error(ACCEL_ERR_DTYPE, "accel_module_to_empty: invalid dtype %d", dt);
+    accel_tensor **ts;
+    int n = accel__module_unique_tensors(root, false, &ts);
+    if (n < 0) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < n && st == ACCEL_OK; i++) {
+        if (ts[i]->device.type != ACCEL_DEV_META) continue;
+        drop_grad(ts[i]);
+        st = accel_tensor_materialize(ts[i], dev, dt < 0 ? ts[i]->dtype : (accel_dtype)dt);
+    }
+    accel_free(ts);
+    return st;
+}

@@ -1,0 +1,29 @@
+/* Internals shared by the files of src/nn (not public API). */
+#ifndef ACCEL_NN_INTERNAL_H
+#define ACCEL_NN_INTERNAL_H
+
+#include "accel/nn.h"
+
+/* Unique tensors of the tree in state_dict order (tied aliases once);
+ * params_only keeps parameters that require grad. Returns the count, or -1
+ * with an error; *out is freed by the caller with accel_free. */
+int accel__module_unique_tensors(accel_module *root, bool params_only, accel_tensor ***out);
+
+/* Linear with a chosen init: init_std > 0 draws the weight from
+ * normal(0, init_std) and zeros the bias (transformers' _init_weights);
+ * init_std <= 0 is PyTorch's default kaiming-uniform. */
+accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_device dev,
+                                   accel_dtype dt, double init_std);
+/* RMSNorm module with the given ops (type name "RMSNorm" or "LlamaRMSNorm"). */
+accel_module *accel__rmsnorm_create(const accel_module_ops *ops, int64_t dim, double eps,
+                                    accel_device dev, accel_dtype dt);
+extern const accel_module_ops accel__rmsnorm_ops_llama;
+/* Embedding with normal(0, std) init. */
+accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt,
+                                      double std);
+
+/* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
+ * its tensors named "weight" and "bias". */
+accel_tensor *accel__module_tensor(accel_module *m, const char *name);
+
+#endif

@@ -1,0 +1,223 @@
+/* Optimizer state as named tensors and scalars (for checkpoints). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim_internal.h"
+
+static const char *state_name(const accel_optimizer *opt, int k) {
+    if (opt->kind == ACCEL_OPTIM_SGD) return "momentum_buffer";
+    return k == 0 ? "exp_avg" : "exp_avg_sq";
+}
+
+void accel_named_state_free(accel_named_state *st, int n) {
+    if (!st) return;
+    for (int i = 0; i < n; i++) {
+        accel_free(st[i].name);
+        accel_tensor_free(st[i].t);
+    }
+    accel_free(st);
+}
+
+typedef struct list {
+    accel_named_state *e;
+    int n, cap;
+    bool failed;
+} list;
+
+static accel_named_state *push(list *l, const char *name) {
+    if (l->failed) return NULL;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        accel_named_state *e = accel_malloc((size_t)cap * sizeof *e);
+        if (!e) {
+            l->failed = true;
+            return NULL;
+        }
+        if (l->n) memcpy(e, l->e, (size_t)l->n * sizeof *e);
+        accel_free(l->e);
+        l->e = e;
+        l->cap = cap;
+    }
+    accel_named_state *s = &l->e[l->n];
+    memset(s, 0, sizeof *s);
+    s->name = accel_strdup(name);
+    if (!s->name) {
+        l->failed = true;
+        return NULL;
+    }
+    l->n++;
+    return s;
+}
+
+static void push_scalar(list *l, const char *name, double v) {
+    accel_named_state *s = push(l, name);
+    if (s) s->value = v;
+}
+
+static int finish(list *l, accel_named_state **out) {
+    if (l->failed) {
+        accel_named_state_free(l->e, l->n);
+        *out = NULL;
+        return -1;
+    }
+    *out = l->e;
+    return l->n;
+}
+
+int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
+    if (!opt || !out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_state: NULL argument");
+        return -1;
+    }
+    list l = {0};
+    char name[96];
+    push_scalar(&l, "step", (double)opt->steps);
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel__segment *s = &opt->segs[i];
+        if (s->step == 0) continue;
+        snprintf(name, sizeof name, "state.%d.step", i);
+        push_scalar(&l, name, (double)s->step);
+        int ns = accel__n_state(opt, &opt->groups[s->group].h);
+        for (int k = 0; k < ns; k++) {
+            snprintf(name, sizeof name, "state.%d.%s", i, state_name(opt, k));
+            accel_named_state *e = push(&l, name);
+            if (!e) break;
+            e->t = accel_tensor_wrap(s->state[k], ACCEL_F32, 1, &s->numel, ACCEL_CPU_DEVICE);
+            if (!e->t) l.failed = true;
+        }
+    }
+    for (int g = 0; g < opt->n_groups; g++) {
+        const accel_optim_hparams *h = &opt->groups[g].h;
+        const struct { const char *key; double v; bool sgd, adam; } fields[] = {
+            {"lr", h->lr, true, true},
+            {"weight_decay", h->weight_decay, true, true},
+            {"momentum", h->momentum, true, false},
+            {"dampening", h->dampening, true, false},
+            {"nesterov", h->nesterov ? 1.0 : 0.0, true, false},
+            {"beta1", h->beta1, false, true},
+            {"beta2", h->beta2, false, true},
+            {"eps", h->eps, false, true},
+        };
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            if (opt->kind == ACCEL_OPTIM_SGD ? !fields[f].sgd : !fields[f].adam) continue;
+            snprintf(name, sizeof name, "param_groups.%d.%s", g, fields[f].key);
+            push_scalar(&l, name, fields[f].v);
+        }
+    }
+    return finish(&l, out);
+}
+
+/* The scalar of an entry (a one-element tensor counts); NAN + error otherwise. */
+static bool entry_scalar(const accel_named_state *e, double *v) {
+    if (!e->t) {
+        *v = e->value;
+        return true;
+    }
+    if (!accel_tensor_check(e->t, "accel_optimizer_load_state", e->name)) return false;
+    if (accel_numel(e->t) != 1) {
+        accel_set_error(ACCEL_ERR_FORMAT, "optimizer state: \"%s\" should be a scalar, has %lld elements",
+                        e->name, (long long)accel_numel(e->t));
+        return false;
+    }
+    *v = accel_item(e->t);
+    return true;
+}
+
+/* Parses "<prefix><int>.<rest>"; returns the int (or -1) and sets *rest. */
+static long parse_indexed(const char *name, const char *prefix, const char **rest) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return -1;
+    char *end;
+    long i = strtol(name + pl, &end, 10);
+    if (end == name + pl || *end != '.' || i < 0) return -1;
+    *rest = end + 1;
+    return i;
+}
+
+static accel_status bad_entry(const char *name, const char *why) {
+    return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: entry \"%s\": %s", name, why);
+}
+
+static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
+                                       const accel_named_state *e, const char *field) {
+    if (strcmp(field, "step") == 0) {
+        double v;
+        if (!entry_scalar(e, &v)) return accel_last_status();
+        if (v < 0) return bad_entry(e->name, "negative step");
+        s->step = (int64_t)v;
+        return ACCEL_OK;
+    }
+    int ns = accel__n_state(opt, &opt->groups[s->group].h);
+    for (int k = 0; k < ns; k++) {
+        if (strcmp(field, state_name(opt, k)) != 0) continue;
+        if (!e->t) return bad_entry(e->name, "is a scalar, expected a tensor");
+        if (!accel_tensor_check(e->t, "accel_optimizer_load_state", e->name)) return accel_last_status();
+        if (accel_numel(e->t) != s->numel) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "has %lld elements, the parameter has %lld",
+                     (long long)accel_numel(e->t), (long long)s->numel);
+            return bad_entry(e->name, msg);
+        }
+        if (e->t->device.type != ACCEL_DEV_CPU) return bad_entry(e->name, "is not on cpu");
+        if (e->t->data == s->state[k]) return ACCEL_OK;
+        return accel_to_floats(e->t, s->state[k]);
+    }
+    return bad_entry(e->name, "unknown state for this optimizer");
+}
+
+static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *h,
+                                     const accel_named_state *e, const char *field) {
+    double v;
+    if (!entry_scalar(e, &v)) return accel_last_status();
+    bool sgd = opt->kind == ACCEL_OPTIM_SGD;
+    if (strcmp(field, "lr") == 0) h->lr = v;
+    else if (strcmp(field, "weight_decay") == 0) h->weight_decay = v;
+    else if (sgd && strcmp(field, "momentum") == 0) {
+        if ((v != 0.0) != (h->momentum != 0.0))
+            return bad_entry(e->name, "momentum on/off differs from this optimizer's");
+        h->momentum = v;
+    } else if (sgd && strcmp(field, "dampening") == 0) h->dampening = v;
+    else if (sgd && strcmp(field, "nesterov") == 0) h->nesterov = v != 0.0;
+    else if (!sgd && strcmp(field, "beta1") == 0) h->beta1 = v;
+    else if (!sgd && strcmp(field, "beta2") == 0) h->beta2 = v;
+    else if (!sgd && strcmp(field, "eps") == 0) h->eps = v;
+    else return bad_entry(e->name, "unknown param group field");
+    return ACCEL_OK;
+}
+
+accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st) {
+    if (!opt || n < 0 || (n > 0 && !st))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
+    /* Segments without entries have not stepped: start them from zero. */
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel__segment *s = &opt->segs[i];
+        s->step = 0;
+        for (int k = 0; k < 2; k++)
+            if (s->state[k]) memset(s->state[k], 0, (size_t)s->numel * sizeof(float));
+    }
+    for (int i = 0; i < n; i++) {
+        const accel_named_state *e = &st[i];
+        if (!e->name) return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: entry %d has no name", i);
+        const char *rest;
+        long idx;
+        accel_status rc;
+        if (strcmp(e->name, "step") == 0) {
+            double v;
+            if (!entry_scalar(e, &v)) return accel_last_status();
+            opt->steps = (int64_t)v;
+            continue;
+        }
+        if ((idx = parse_indexed(e->name, "state.", &rest)) >= 0) {
+            if (idx >= opt->n_segs) return bad_entry(e->name, "no such parameter in this optimizer");
+            rc = load_segment_entry(opt, &opt->segs[idx], e, rest);
+        } else if ((idx = parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
+            if (idx >= opt->n_groups) return bad_entry(e->name, "no such param group in this optimizer");
+            rc = load_group_entry(opt, &opt->groups[idx].h, e, rest);
+        } else {
+            rc = bad_entry(e->name, "unknown name");
+        }
+        if (rc != ACCEL_OK) return rc;
+    }
+    return ACCEL_OK;
+}

@@ -1,0 +1,300 @@
+/* SGD, Adam and AdamW over f32 segments, with PyTorch's update rules. */
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "optim_internal.h"
+
+static const char *KIND_NAMES[] = {"sgd", "adam", "adamw"};
+
+accel_optim_hparams accel_optim_defaults(accel_optim_kind kind, double lr) {
+    accel_optim_hparams h = {0};
+    h.lr = lr;
+    h.beta1 = 0.9;
+    h.beta2 = 0.999;
+    h.eps = 1e-8;
+    h.weight_decay = kind == ACCEL_OPTIM_ADAMW ? 0.01 : 0.0;
+    return h;
+}
+
+int accel_optim_kind_parse(const char *s) {
+    for (int k = 0; s && k < 3; k++)
+        if (strcasecmp(s, KIND_NAMES[k]) == 0) return k;
+    return -1;
+}
+
+const char *accel_optim_kind_name(accel_optim_kind kind) {
+    return (unsigned)kind < 3 ? KIND_NAMES[kind] : "?";
+}
+
+accel_optimizer *accel_optimizer_new(accel_optim_kind kind) {
+    if ((unsigned)kind > ACCEL_OPTIM_ADAMW) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_new: unknown optimizer kind %d",
+                        (int)kind);
+        return NULL;
+    }
+    accel_optimizer *opt = accel_calloc(1, sizeof *opt);
+    if (opt) opt->kind = kind;
+    return opt;
+}
+
+void accel_optimizer_free(accel_optimizer *opt) {
+    if (!opt) return;
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel_free(opt->segs[i].state[0]);
+        accel_free(opt->segs[i].state[1]);
+    }
+    accel_free(opt->segs);
+    accel_free(opt->groups);
+    accel_free(opt);
+}
+
+int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h) {
+    if (opt->kind == ACCEL_OPTIM_SGD) return h->momentum != 0.0 ? 1 : 0;
+    return 2;
+}
+
+float *accel__seg_data(const accel__segment *s) { return s->param ? s->param->data : s->data; }
+
+float *accel__seg_grad(const accel__segment *s) {
+    if (!s->param) return s->grad;
+    return s->param->grad ? s->param->grad->data : NULL;
+}
+
+static bool check_hparams(const char *fn, accel_optim_kind kind, const accel_optim_hparams *h) {
+    const char *bad = NULL;
+    if (!h) bad = "hparams is NULL";
+    else if (!(h->lr >= 0)) bad = "lr must be >= 0";
+    else if (!(h->weight_decay >= 0)) bad = "weight_decay must be >= 0";
+    else if (kind == ACCEL_OPTIM_SGD && !(h->momentum >= 0)) bad = "momentum must be >= 0";
+    else if (kind == ACCEL_OPTIM_SGD && h->nesterov && (h->momentum <= 0 || h->dampening != 0))
+        bad = "nesterov momentum requires a momentum and zero dampening";
+    else if (kind != ACCEL_OPTIM_SGD && !(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1))
+        bad = "betas must be in [0, 1)";
+    else if (kind != ACCEL_OPTIM_SGD && !(h->eps >= 0)) bad = "eps must be >= 0";
+    if (bad) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", fn, bad);
+        return false;
+    }
+    return true;
+}
+
+static bool reserve(accel_optimizer *opt, int extra_segs) {
+    if (opt->n_groups == opt->cap_groups) {
+        int cap = opt->cap_groups ? 2 * opt->cap_groups : 2;
+        accel__group *g = accel_malloc((size_t)cap * sizeof *g);
+        if (!g) return false;
+        if (opt->n_groups) memcpy(g, opt->groups, (size_t)opt->n_groups * sizeof *g);
+        accel_free(opt->groups);
+        opt->groups = g;
+        opt->cap_groups = cap;
+    }
+    if (opt->n_segs + extra_segs > opt->cap_segs) {
+        int cap = opt->cap_segs ? opt->cap_segs : 8;
+        while (cap < opt->n_segs + extra_segs) cap *= 2;
+        accel__segment *s = accel_malloc((size_t)cap * sizeof *s);
+        if (!s) return false;
+        if (opt->n_segs) memcpy(s, opt->segs, (size_t)opt->n_segs * sizeof *s);
+        accel_free(opt->segs);
+        opt->segs = s;
+        opt->cap_segs = cap;
+    }
+    return true;
+}
+
+/* Allocates the new segments' state; on failure frees what it made and
+ * leaves the optimizer unchanged. */
+static int commit_group(accel_optimizer *opt, const accel_optim_hparams *h, int first, int n) {
+    int ns = accel__n_state(opt, h);
+    for (int i = first; i < first + n; i++) {
+        accel__segment *s = &opt->segs[i];
+        size_t bytes = (size_t)(s->numel ? s->numel : 1) * sizeof(float);
+        for (int k = 0; k < ns; k++) {
+            s->state[k] = accel_malloc(bytes);
+            if (!s->state[k]) {
+                for (int j = first; j <= i; j++) {
+                    accel_free(opt->segs[j].state[0]);
+                    accel_free(opt->segs[j].state[1]);
+                }
+                return -1;
+            }
+            memset(s->state[k], 0, bytes);
+        }
+    }
+    opt->groups[opt->n_groups].h = *h;
+    opt->n_segs = first + n;
+    return opt->n_groups++;
+}
+
+int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
+                               const accel_optim_hparams *h) {
+    const char *fn = "accel_optimizer_add_params";
+    if (!opt || n < 0 || (n > 0 && !params)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer or parameter list", fn);
+        return -1;
+    }
+    if (!check_hparams(fn, opt->kind, h)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!accel_tensor_check(params[i], fn, "parameter")) return -1;
+        const accel_tensor *p = params[i];
+        if (p->dtype != ACCEL_F32 || !accel_is_contiguous(p) || p->device.type != ACCEL_DEV_CPU) {
+            accel_set_error(ACCEL_ERR_DTYPE,
+                            "%s: parameter %d (\"%s\") is %s%s on %s; the optimizer needs contiguous "
+                            "float32 cpu parameters (keep f32 master weights for mixed precision)",
+                            fn, i, p->name ? p->name : "?", accel_dtype_name(p->dtype),
+                            accel_is_contiguous(p) ? "" : " non-contiguous",
+                            accel_device_type_name(p->device.type));
+            return -1;
+        }
+    }
+    if (!reserve(opt, n)) return -1;
+    for (int i = 0; i < n; i++) {
+        accel__segment *s = &opt->segs[opt->n_segs + i];
+        memset(s, 0, sizeof *s);
+        s->param = params[i];
+        s->numel = accel_numel(params[i]);
+        s->group = opt->n_groups;
+    }
+    return commit_group(opt, h, opt->n_segs, n);
+}
+
+int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, int64_t n,
+                             const accel_optim_hparams *h) {
+    const char *fn = "accel_optimizer_add_flat";
+    if (!opt || n < 0 || (n > 0 && (!params || !grads))) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer/params/grads or negative length",
+                        fn);
+        return -1;
+    }
+    if (!check_hparams(fn, opt->kind, h) || !reserve(opt, 1)) return -1;
+    accel__segment *s = &opt->segs[opt->n_segs];
+    memset(s, 0, sizeof *s);
+    s->data = params;
+    s->grad = grads;
+    s->numel = n;
+    s->group = opt->n_groups;
+    return commit_group(opt, h, opt->n_segs, 1);
+}
+
+accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
+                                            accel_tensor *const *params,
+                                            const accel_optim_hparams *h) {
+    accel_optimizer *opt = accel_optimizer_new(kind);
+    if (opt && accel_optimizer_add_params(opt, n, params, h) < 0) {
+        accel_optimizer_free(opt);
+        return NULL;
+    }
+    return opt;
+}
+
+accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, float *params, float *grads,
+                                          int64_t n_elems, const accel_optim_hparams *h) {
+    accel_optimizer *opt = accel_optimizer_new(kind);
+    if (opt && accel_optimizer_add_flat(opt, params, grads, n_elems, h) < 0) {
+        accel_optimizer_free(opt);
+        return NULL;
+    }
+    return opt;
+}
+
+/* ---- updates */
+
+static void sgd_update(accel__segment *s, const accel_optim_hparams *h, float *p, const float *g) {
+    const float lr = (float)h->lr, wd = (float)h->weight_decay, mom = (float)h->momentum;
+    const float damp = 1.0f - (float)h->dampening;
+    float *buf = s->state[0];
+    const bool first = s->step == 1, nesterov = h->nesterov;
+    const int64_t n = s->numel;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        if (wd != 0.0f) d += wd * p[i];
+        if (buf) {
+            float b = first ? d : buf[i] * mom + damp * d;
+            buf[i] = b;
+            d = nesterov ? d + mom * b : b;
+        }
+        p[i] += -lr * d;
+    }
+}
+
+static void adam_update(accel__segment *s, const accel_optim_hparams *h, bool decoupled, float *p,
+                        const float *g) {
+    const double t = (double)s->step;
+    const double bc1 = 1.0 - pow(h->beta1, t), bc2 = 1.0 - pow(h->beta2, t);
+    const float step_size = (float)(h->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float w1 = (float)(1.0 - h->beta1), b2 = (float)h->beta2, w2 = (float)(1.0 - h->beta2);
+    const float eps = (float)h->eps, wd = (float)h->weight_decay;
+    const float decay = (float)(1.0 - h->lr * h->weight_decay);
+    float *m = s->state[0], *v = s->state[1];
+    const int64_t n = s->numel;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i], pi = p[i];
+        if (decoupled)
+            pi *= decay;
+        else if (wd != 0.0f)
+            gi += wd * pi;
+        m[i] += w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
+        v[i] = v[i] * b2 + w2 * gi * gi;
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] = pi + -step_size * (m[i] / denom);
+    }
+}
+
+accel_status accel_optimizer_step(accel_optimizer *opt) {
+    if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel__segment *s = &opt->segs[i];
+        float *p = accel__seg_data(s), *g = accel__seg_grad(s);
+        if (!g) continue;
+        if (!p)
+            return accel_set_error(ACCEL_ERR_STATE,
+                                   "accel_optimizer_step: parameter %d has no data (on meta?)", i);
+        s->step++;
+        const accel_optim_hparams *h = &opt->groups[s->group].h;
+        if (opt->kind == ACCEL_OPTIM_SGD)
+            sgd_update(s, h, p, g);
+        else
+            adam_update(s, h, opt->kind == ACCEL_OPTIM_ADAMW, p, g);
+    }
+    opt->steps++;
+    return ACCEL_OK;
+}
+
+void accel_optimizer_zero_grad(accel_optimizer *opt) {
+    if (!opt) return;
+    for (int i = 0; i < opt->n_segs; i++) {
+        float *g = accel__seg_grad(&opt->segs[i]);
+        if (g) memset(g, 0, (size_t)opt->segs[i].numel * sizeof(float));
+    }
+}
+
+/* ---- accessors */
+
+int accel_optimizer_num_groups(const accel_optimizer *opt) { return opt ? opt->n_groups : 0; }
+int accel_optimizer_num_segments(const accel_optimizer *opt) { return opt ? opt->n_segs : 0; }
+accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt) { return opt->kind; }
+int64_t accel_optimizer_step_count(const accel_optimizer *opt) { return opt ? opt->steps : 0; }
+
+double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
+    if (!opt || group < 0 || group >= opt->n_groups) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: no param group %d", group);
+        return NAN;
+    }
+    return opt->groups[group].h.lr;
+}
+
+void accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
+    if (!opt) return;
+    for (int g = 0; g < opt->n_groups; g++)
+        if (group < 0 || g == group) opt->groups[g].h.lr = lr;
+}
+
+accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {
+    if (!opt || group < 0 || group >= opt->n_groups) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_hparams: no param group %d", group);
+        return NULL;
+    }
+    return &opt->groups[group].h;
+}

@@ -1,0 +1,172 @@
+/* LR schedulers: LambdaLR with transformers' warmup schedules. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "optim_internal.h"
+
+struct accel_lr_scheduler {
+    accel_optimizer *opt;        /* borrowed */
+    accel_sched_kind kind;
+    int64_t warmup, total;
+    accel_lr_lambda_fn fn;       /* ACCEL_SCHED_LAMBDA */
+    void *ctx;
+    int64_t last_epoch;
+    int n_groups;
+    double *base_lrs;            /* [n_groups] */
+};
+
+static const char *SCHED_NAMES[] = {"constant", "constant_with_warmup", "linear", "cosine", "lambda"};
+
+int accel_sched_kind_parse(const char *s) {
+    for (int k = 0; s && k < ACCEL_SCHED_LAMBDA; k++)
+        if (strcmp(s, SCHED_NAMES[k]) == 0) return k;
+    return -1;
+}
+
+const char *accel_sched_kind_name(accel_sched_kind kind) {
+    return (unsigned)kind <= ACCEL_SCHED_LAMBDA ? SCHED_NAMES[kind] : "?";
+}
+
+static double max1(int64_t x) { return x > 1 ? (double)x : 1.0; }
+
+static double factor(const accel_lr_scheduler *s, int64_t step) {
+    if (s->kind == ACCEL_SCHED_LAMBDA) return s->fn(step, s->ctx);
+    if (s->kind == ACCEL_SCHED_CONSTANT) return 1.0;
+    if (step < s->warmup) return (double)step / max1(s->warmup);
+    double progress = (double)(step - s->warmup) / max1(s->total - s->warmup);
+    switch (s->kind) {
+    case ACCEL_SCHED_LINEAR:
+        return fmax(0.0, (double)(s->total - step) / max1(s->total - s->warmup));
+    case ACCEL_SCHED_COSINE:
+        return fmax(0.0, 0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * progress)));
+    default:
+        return 1.0;
+    }
+}
+
+static void apply(accel_lr_scheduler *s) {
+    double f = factor(s, s->last_epoch);
+    for (int g = 0; g < s->n_groups; g++) accel_optimizer_set_lr(s->opt, g, s->base_lrs[g] * f);
+}
+
+static accel_lr_scheduler *make(accel_optimizer *opt, accel_sched_kind kind, int64_t warmup,
+                                int64_t total, accel_lr_lambda_fn fn, void *ctx) {
+    if (!opt || opt->n_groups == 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_lr_scheduler_new: optimizer is NULL or has no param groups");
+        return NULL;
+    }
+    if ((unsigned)kind > ACCEL_SCHED_LAMBDA || warmup < 0 || total < 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_lr_scheduler_new: bad kind %d or negative steps (warmup %lld, total %lld)",
+                        (int)kind, (long long)warmup, (long long)total);
+        return NULL;
+    }
+    accel_lr_scheduler *s = accel_calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->base_lrs = accel_malloc((size_t)opt->n_groups * sizeof *s->base_lrs);
+    if (!s->base_lrs) {
+        accel_free(s);
+        return NULL;
+    }
+    s->opt = opt;
+    s->kind = kind;
+    s->warmup = warmup;
+    s->total = total;
+    s->fn = fn;
+    s->ctx = ctx;
+    s->n_groups = opt->n_groups;
+    for (int g = 0; g < s->n_groups; g++) s->base_lrs[g] = opt->groups[g].h.lr;
+    apply(s);
+    return s;
+}
+
+accel_lr_scheduler *accel_lr_scheduler_new(accel_optimizer *opt, accel_sched_kind kind,
+                                           int64_t warmup_steps, int64_t total_steps) {
+    if (kind == ACCEL_SCHED_LAMBDA) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_lr_scheduler_new: use accel_lr_scheduler_lambda for a custom function");
+        return NULL;
+    }
+    return make(opt, kind, warmup_steps, total_steps, NULL, NULL);
+}
+
+accel_lr_scheduler *accel_lr_scheduler_lambda(accel_optimizer *opt, accel_lr_lambda_fn fn,
+                                              void *ctx) {
+    if (!fn) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_lambda: fn is NULL");
+        return NULL;
+    }
+    return make(opt, ACCEL_SCHED_LAMBDA, 0, 0, fn, ctx);
+}
+
+void accel_lr_scheduler_free(accel_lr_scheduler *s) {
+    if (!s) return;
+    accel_free(s->base_lrs);
+    accel_free(s);
+}
+
+void accel_lr_scheduler_step(accel_lr_scheduler *s) {
+    if (!s) return;
+    s->last_epoch++;
+    apply(s);
+}
+
+double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group) {
+    if (!s) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_get_lr: scheduler is NULL");
+        return NAN;
+    }
+    return accel_optimizer_get_lr(s->opt, group);
+}
+
+int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s) { return s ? s->last_epoch : 0; }
+
+int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out) {
+    if (!s || !out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_state: NULL argument");
+        return -1;
+    }
+    int n = 1 + s->n_groups;
+    accel_named_state *e = accel_calloc((size_t)n, sizeof *e);
+    if (!e) return -1;
+    char name[48];
+    for (int i = 0; i < n; i++) {
+        if (i == 0)
+            snprintf(name, sizeof name, "last_epoch");
+        else
+            snprintf(name, sizeof name, "base_lrs.%d", i - 1);
+        e[i].name = accel_strdup(name);
+        e[i].value = i == 0 ? (double)s->last_epoch : s->base_lrs[i - 1];
+        if (!e[i].name) {
+            accel_named_state_free(e, n);
+            return -1;
+        }
+    }
+    *out = e;
+    return n;
+}
+
+accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
+                                           const accel_named_state *st) {
+    if (!s || n < 0 || (n > 0 && !st))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_load_state: NULL argument");
+    for (int i = 0; i < n; i++) {
+        double v = st[i].t ? accel_item(st[i].t) : st[i].value;
+        int g;
+        char extra;
+        if (!st[i].name || isnan(v))
+            return accel_set_error(ACCEL_ERR_FORMAT,
+                                   "accel_lr_scheduler_load_state: entry %d has no name or no scalar", i);
+        if (strcmp(st[i].name, "last_epoch") == 0)
+            s->last_epoch = (int64_t)v;
+        else if (sscanf(st[i].name, "base_lrs.%d%c", &g, &extra) == 1 && g >= 0 && g < s->n_groups)
+            s->base_lrs[g] = v;
+        else
+            return accel_set_error(ACCEL_ERR_FORMAT,
+                                   "accel_lr_scheduler_load_state: unknown entry \"%s\"", st[i].name);
+    }
+    apply(s);
+    return ACCEL_OK;
+}

@@ -1,0 +1,44 @@
+/* tests/nn_fixture.h — helpers for the nn tests that compare against the
+ * safetensors fixtures of tools/gen_llama_fixtures.py. */
+#ifndef ACCEL_TESTS_NN_FIXTURE_H
+#define ACCEL_TESTS_NN_FIXTURE_H
+
+#include "accel/accel.h"
+#include "accel/io.h"
+#include "check.h"
+
+/* Every element of `got` within atol + rtol * |want| of the fixture tensor
+ * `name`; one CHECK per tensor, naming it and the worst element. */
+static inline void check_tensor_close(accel_safetensors *st, const char *name, accel_tensor *got,
+                                      double rtol, double atol) {
+    accel_tensor *want = accel_safetensors_tensor(st, name, ACCEL_F32);
+    check_count_++;
+    if (!want || !got || accel_numel(want) != accel_numel(got)) {
+        check_failures_++;
+        fprintf(stderr, "%s: missing or size mismatch (%s)\n", name, accel_last_error());
+        accel_tensor_free(want);
+        return;
+    }
+    int64_t n = accel_numel(got);
+    float *g = accel_malloc((size_t)n * sizeof(float));
+    accel_to_floats(got, g);
+    const float *w = want->data;
+    int64_t worst = -1;
+    double worst_excess = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double excess = fabs((double)g[i] - w[i]) - (atol + rtol * fabs((double)w[i]));
+        if (excess > worst_excess || isnan(g[i])) {
+            worst_excess = isnan(g[i]) ? INFINITY : excess;
+            worst = i;
+        }
+    }
+    if (worst >= 0) {
+        check_failures_++;
+        fprintf(stderr, "%s: element %lld is %.9g, expected %.9g (rtol %g, atol %g)\n", name,
+                (long long)worst, g[worst], w[worst], rtol, atol);
+    }
+    accel_free(g);
+    accel_tensor_free(want);
+}
+
+#endif

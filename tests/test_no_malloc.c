@@ -1,0 +1,92 @@
+/* The promise of CONVENTIONS.md: a training step allocates nothing after the
+ * first one. A counting allocator watches 4 steps of a small Llama (forward,
+ * loss, backward, clip, AdamW step, zero_grad, step reset), with per-tensor
+ * parameters and with flattened parameters and a flat optimizer. */
+#include <stdlib.h>
+
+#include "accel/accel.h"
+#include "check.h"
+
+static long n_allocs;
+
+static void *count_alloc(void *ctx, size_t bytes, size_t align) {
+    n_allocs++;
+    size_t rounded = (bytes + align - 1) / align * align;
+    return aligned_alloc(align, rounded ? rounded : align);
+}
+
+static void count_free(void *ctx, void *p) { free(p); }
+
+static accel_module *small_llama(void) {
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 48;
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 32;
+    accel_manual_seed(0);
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+/* Runs 4 steps; allocs[s] = allocations made during step s. */
+static void train(accel_module *m, accel_optimizer *opt, long allocs[4]) {
+    int64_t ids_data[2 * 12];
+    for (int i = 0; i < 24; i++) ids_data[i] = (i * 7 + 3) % 48;
+    double first = 0, last = 0;
+    for (int s = 0; s < 4; s++) {
+        long before = n_allocs;
+        accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 12), ids_data);
+        accel_tensor *loss = accel_llama_loss(m, ids);
+        CHECK_MSG(loss != NULL, "%s", accel_last_error());
+        if (!loss) return;
+        *(s == 0 ? &first : &last) = accel_item(loss);
+        CHECK(accel_backward(loss) == ACCEL_OK);
+        CHECK(!isnan(accel_optimizer_clip_grad_norm(opt, 1.0, 2.0)));
+        CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+        accel_optimizer_zero_grad(opt);
+        accel_step_reset();
+        allocs[s] = n_allocs - before;
+    }
+    CHECK(last < first); /* it trains */
+}
+
+static void test_per_tensor_params(void) {
+    accel_module *m = small_llama();
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-2);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, n, ps, &h);
+    long allocs[4];
+    train(m, opt, allocs);
+    CHECK(allocs[0] > 0); /* grads and the step arena appear in step 1 */
+    for (int s = 1; s < 4; s++) CHECK_MSG(allocs[s] == 0, "step %d made %ld allocations", s + 1, allocs[s]);
+    accel_optimizer_free(opt);
+    accel_free(ps);
+    accel_module_free(m);
+}
+
+static void test_flat_params(void) {
+    accel_module *m = small_llama();
+    accel_flat_params *fp = accel_module_flatten(m, 16, 64);
+    accel_flat_buffer *b = &fp->buffers[ACCEL_F32];
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-2);
+    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, b->params, b->grads, b->numel, &h);
+    long allocs[4];
+    train(m, opt, allocs);
+    for (int s = 1; s < 4; s++) CHECK_MSG(allocs[s] == 0, "step %d made %ld allocations", s + 1, allocs[s]);
+    accel_optimizer_free(opt);
+    accel_flat_params_free(fp);
+    accel_module_free(m);
+}
+
+int main(void) {
+    accel_allocator a = {count_alloc, count_free, NULL};
+    accel_set_allocator(&a);
+    RUN(test_per_tensor_params);
+    RUN(test_flat_params);
+    accel_thread_cleanup();
+    accel_set_allocator(NULL);
+    return check_summary();
+}

@@ -1,0 +1,274 @@
+/* Optimizers, clipping and LR schedulers against numbers from PyTorch and
+ * transformers (tools/ref numbers computed with torch 2.x, see comments). */
+#include "accel/accel.h"
+#include "check.h"
+
+static const float P0[4] = {0.5f, -1.25f, 2.0f, 0.125f};
+static const float GRADS[3][4] = {{0.1f, -0.2f, 0.3f, -0.4f},
+                                  {0.05f, 0.5f, -0.25f, 1.0f},
+                                  {-0.3f, 0.2f, 0.1f, 0.0f}};
+
+/* Three steps of the optimizer on a 4-element tensor parameter; compares with
+ * torch.optim.<kind>(...) after the same three gradients. */
+static void run_tensor(accel_optim_kind kind, const accel_optim_hparams *h, const float want[4]) {
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+    memcpy(p->data, P0, sizeof P0);
+    accel_requires_grad_(p, true);
+    accel_optimizer *opt = accel_optimizer_new_params(kind, 1, &p, h);
+    CHECK(opt != NULL);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK); /* no grad yet: skipped, as PyTorch */
+    CHECK(memcmp(p->data, P0, sizeof P0) == 0);
+    p->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+    for (int s = 0; s < 3; s++) {
+        memcpy(p->grad->data, GRADS[s], sizeof GRADS[s]);
+        CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    }
+    for (int i = 0; i < 4; i++) CHECK_CLOSE(((float *)p->data)[i], want[i], 2e-6, 1e-7);
+    accel_optimizer_zero_grad(opt);
+    CHECK(((float *)p->grad->data)[1] == 0.0f);
+    accel_optimizer_free(opt);
+    accel_tensor_free(p);
+}
+
+static void test_sgd(void) {
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    run_tensor(ACCEL_OPTIM_SGD, &h,
+               (float[]){5.150000453e-01f, -1.299999952e+00f, 1.985000014e+00f, 6.500000507e-02f});
+    h.momentum = 0.9;
+    h.dampening = 0.1;
+    h.weight_decay = 0.01;
+    run_tensor(ACCEL_OPTIM_SGD, &h,
+               (float[]){4.887303412e-01f, -1.292683125e+00f, 1.941900849e+00f, 6.167976558e-02f});
+    h.dampening = 0;
+    h.nesterov = true;
+    run_tensor(ACCEL_OPTIM_SGD, &h,
+               (float[]){5.051634312e-01f, -1.344701409e+00f, 1.929728270e+00f, -9.495019913e-03f});
+}
+
+static void test_adam_adamw(void) {
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAM, 0.01);
+    h.weight_decay = 0.1;
+    run_tensor(ACCEL_OPTIM_ADAM, &h,
+               (float[]){4.811621606e-01f, -1.243170857e+00f, 1.976898193e+00f, 1.268399656e-01f});
+    h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    CHECK(h.weight_decay == 0.01 && h.beta2 == 0.999 && h.eps == 1e-8);
+    h.weight_decay = 0.1;
+    run_tensor(ACCEL_OPTIM_ADAMW, &h,
+               (float[]){4.826812744e-01f, -1.246120930e+00f, 1.981773973e+00f, 1.267693192e-01f});
+}
+
+/* The flat (ZeRO shard) form: two shards updated by two optimizers give the
+ * same result as one optimizer over the whole buffer. */
+static void test_flat_shards(void) {
+    float whole[8], sharded[8], g[8];
+    for (int i = 0; i < 8; i++) whole[i] = sharded[i] = P0[i % 4] * (1 + i / 4);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *all = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, whole, g, 8, &h);
+    accel_optimizer *lo = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, sharded, g, 4, &h);
+    accel_optimizer *hi = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, sharded + 4, g + 4, 4, &h);
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < 8; i++) g[i] = GRADS[s][i % 4] * (i < 4 ? 1.0f : -2.0f);
+        CHECK(accel_optimizer_step(all) == ACCEL_OK);
+        CHECK(accel_optimizer_step(lo) == ACCEL_OK);
+        CHECK(accel_optimizer_step(hi) == ACCEL_OK);
+    }
+    CHECK(memcmp(whole, sharded, sizeof whole) == 0);
+    accel_optimizer_zero_grad(lo);
+    CHECK(g[3] == 0.0f && g[4] != 0.0f); /* a shard zeroes only its own range */
+    accel_optimizer_free(all);
+    accel_optimizer_free(lo);
+    accel_optimizer_free(hi);
+}
+
+static void test_errors(void) {
+    accel_clear_error();
+    accel_tensor *p = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-3);
+    CHECK(accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &p, &h) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "bfloat16");
+    accel_clear_error();
+    accel_tensor_free(p);
+    h.beta1 = 1.5;
+    float x[2], g[2];
+    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_ADAM, x, g, 2, &h) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "betas");
+    accel_clear_error();
+    h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    h.nesterov = true;
+    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_SGD, x, g, 2, &h) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "nesterov");
+    accel_clear_error();
+    CHECK(accel_optim_kind_parse("AdamW") == ACCEL_OPTIM_ADAMW && accel_optim_kind_parse("lion") == -1);
+}
+
+/* torch.nn.utils.clip_grad_norm_ on grads [3, -4, 1] and [2, -0.5], max_norm 1.5. */
+static void test_clip(void) {
+    const struct { double type, total; float a0, b1; } cases[] = {
+        {2.0, 5.5, 0.8181817531585693f, -0.13636362552642822f},
+        {INFINITY, 4.0, 1.124999761581421f, -0.18749995529651642f},
+        {1.0, 10.5, 0.4285714030265808f, -0.0714285671710968f},
+    };
+    for (int c = 0; c < 3; c++) {
+        accel_tensor *ps[2] = {accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE),
+                               accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE)};
+        ps[0]->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
+        ps[1]->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+        memcpy(ps[0]->grad->data, (float[]){3, -4, 1}, 12);
+        memcpy(ps[1]->grad->data, (float[]){2, -0.5f}, 8);
+        double total;
+        if (c == 1) { /* the optimizer form */
+            accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+            accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, 2, ps, &h);
+            total = accel_optimizer_clip_grad_norm(opt, 1.5, cases[c].type);
+            accel_optimizer_free(opt);
+        } else {
+            total = accel_clip_grad_norm(2, ps, 1.5, cases[c].type);
+        }
+        CHECK_CLOSE(total, cases[c].total, 1e-12, 0);
+        CHECK_CLOSE(((float *)ps[0]->grad->data)[0], cases[c].a0, 1e-6, 0);
+        CHECK_CLOSE(((float *)ps[1]->grad->data)[1], cases[c].b1, 1e-6, 0);
+        accel_tensor_free(ps[0]);
+        accel_tensor_free(ps[1]);
+    }
+    /* Under the threshold nothing changes (coefficient clamped to 1). */
+    float g[2] = {0.3f, 0.4f};
+    double part = accel_grad_norm_partial(g, 2, 2.0);
+    CHECK_CLOSE(accel_grad_norm_finish(part, 2.0), 0.5, 1e-7, 0);
+    CHECK(accel_clip_coef(0.5, 1.0) == 1.0);
+    CHECK(isnan(accel_clip_grad_norm(0, NULL, 1.0, -1.0)));
+    accel_clear_error();
+}
+
+static double halve(int64_t step, void *ctx) { return *(double *)ctx / (double)(step + 1); }
+
+/* Learning rates from transformers' get_*_schedule_with_warmup(opt(lr 0.5), 3, 10)
+ * over 13 steps: get_last_lr() after construction, then after each step. */
+static void test_schedulers(void) {
+    const struct { accel_sched_kind kind; double lrs[13]; } cases[] = {
+        {ACCEL_SCHED_LINEAR, {0, 0.166666666667, 0.333333333333, 0.5, 0.428571428571, 0.357142857143,
+                              0.285714285714, 0.214285714286, 0.142857142857, 0.0714285714286, 0, 0, 0}},
+        {ACCEL_SCHED_COSINE, {0, 0.166666666667, 0.333333333333, 0.5, 0.475242216976, 0.405872450465,
+                              0.305630233489, 0.194369766511, 0.0941275495353, 0.0247577830244, 0,
+                              0.0247577830244, 0.0941275495353}},
+        {ACCEL_SCHED_CONSTANT_WARMUP, {0, 0.166666666667, 0.333333333333, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5,
+                                       0.5, 0.5, 0.5, 0.5}},
+        {ACCEL_SCHED_CONSTANT, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}},
+    };
+    float x[1], g[1] = {0};
+    for (int c = 0; c < 4; c++) {
+        accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.5);
+        accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_SGD, x, g, 1, &h);
+        accel_lr_scheduler *s = accel_lr_scheduler_new(opt, cases[c].kind, 3, 10);
+        for (int i = 0; i < 13; i++) {
+            CHECK_CLOSE(accel_lr_scheduler_get_lr(s, 0), cases[c].lrs[i], 1e-11, 1e-12);
+            accel_lr_scheduler_step(s);
+        }
+        accel_lr_scheduler_free(s);
+        accel_optimizer_free(opt);
+    }
+    CHECK(accel_sched_kind_parse("cosine") == ACCEL_SCHED_COSINE);
+    CHECK(accel_sched_kind_parse("constant_with_warmup") == ACCEL_SCHED_CONSTANT_WARMUP);
+    CHECK(accel_sched_kind_parse("polynomial") == -1);
+
+    /* LambdaLR with a user function, two param groups with their own base lr. */
+    accel_optimizer *opt = accel_optimizer_new(ACCEL_OPTIM_ADAMW);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.1);
+    CHECK(accel_optimizer_add_flat(opt, x, g, 1, &h) == 0);
+    h.lr = 0.2;
+    h.weight_decay = 0;
+    CHECK(accel_optimizer_add_flat(opt, x, g, 1, &h) == 1);
+    double scale = 1.0;
+    accel_lr_scheduler *s = accel_lr_scheduler_lambda(opt, halve, &scale);
+    accel_lr_scheduler_step(s);
+    accel_lr_scheduler_step(s);
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 0), 0.1 / 3, 1e-15, 0);
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 3, 1e-15, 0);
+    /* Scheduler state round trip into a fresh scheduler. */
+    accel_named_state *st;
+    int n = accel_lr_scheduler_state(s, &st);
+    CHECK(n == 3 && strcmp(st[0].name, "last_epoch") == 0 && st[0].value == 2);
+    accel_optimizer_set_lr(opt, -1, 0.2); /* a fresh run starts from these base lrs */
+    accel_optimizer_hparams(opt, 0)->lr = 0.1;
+    accel_lr_scheduler *s2 = accel_lr_scheduler_lambda(opt, halve, &scale);
+    CHECK(accel_lr_scheduler_load_state(s2, n, st) == ACCEL_OK);
+    CHECK(accel_lr_scheduler_last_epoch(s2) == 2);
+    accel_lr_scheduler_step(s2);
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    accel_named_state_free(st, n);
+    accel_lr_scheduler_free(s);
+    accel_lr_scheduler_free(s2);
+    accel_optimizer_free(opt);
+}
+
+/* AdamW state after 3 steps (PyTorch: exp_avg[0] = -0.0174, exp_avg_sq[3] =
+ * 0.0011586801847442985, step 3); save, continue, and check that a restored
+ * optimizer continues identically. */
+static void test_state_roundtrip(void) {
+    float p[4], p2[4], g[4];
+    memcpy(p, P0, sizeof p);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, p, g, 4, &h);
+    accel_named_state *st;
+    int n = accel_optimizer_state(opt, &st);
+    CHECK(n == 6); /* step + 5 group fields: no per-parameter state before a step */
+    accel_named_state_free(st, n);
+    for (int s = 0; s < 3; s++) {
+        memcpy(g, GRADS[s], sizeof g);
+        accel_optimizer_step(opt);
+    }
+    n = accel_optimizer_state(opt, &st);
+    CHECK(n == 9);
+    CHECK(strcmp(st[0].name, "step") == 0 && st[0].value == 3);
+    CHECK(strcmp(st[1].name, "state.0.step") == 0 && st[1].value == 3);
+    CHECK(strcmp(st[2].name, "state.0.exp_avg") == 0 && st[2].t && accel_numel(st[2].t) == 4);
+    CHECK_CLOSE(((float *)st[2].t->data)[0], -0.017400000244379044, 1e-6, 0);
+    CHECK(strcmp(st[3].name, "state.0.exp_avg_sq") == 0);
+    CHECK_CLOSE(((float *)st[3].t->data)[3], 0.0011586801847442985, 1e-6, 0);
+    CHECK(strcmp(st[4].name, "param_groups.0.lr") == 0 && st[4].value == 0.01);
+
+    /* Copy the tensors as a checkpoint would, and restore into a new optimizer. */
+    accel_tensor *copies[2] = {accel_tensor_clone_persistent(st[2].t, ACCEL_CPU_DEVICE),
+                               accel_tensor_clone_persistent(st[3].t, ACCEL_CPU_DEVICE)};
+    accel_named_state saved[9];
+    memcpy(saved, st, sizeof saved);
+    saved[2].t = copies[0];
+    saved[3].t = copies[1];
+    memcpy(p2, p, sizeof p);
+    h.lr = 0.5; /* overwritten by the saved param group */
+    accel_optimizer *opt2 = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, p2, g, 4, &h);
+    CHECK(accel_optimizer_load_state(opt2, n, saved) == ACCEL_OK);
+    CHECK(accel_optimizer_get_lr(opt2, 0) == 0.01 && accel_optimizer_step_count(opt2) == 3);
+    memcpy(g, GRADS[1], sizeof g);
+    accel_optimizer_step(opt);
+    accel_optimizer_step(opt2);
+    CHECK(memcmp(p, p2, sizeof p) == 0);
+
+    /* Errors name the entry. */
+    accel_tensor *wrong = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
+    saved[2].t = wrong;
+    CHECK(accel_optimizer_load_state(opt2, n, saved) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "state.0.exp_avg");
+    accel_clear_error();
+    accel_named_state bogus = {"state.7.exp_avg", copies[0], 0};
+    CHECK(accel_optimizer_load_state(opt2, 1, &bogus) == ACCEL_ERR_FORMAT);
+    accel_clear_error();
+    accel_tensor_free(wrong);
+    accel_tensor_free(copies[0]);
+    accel_tensor_free(copies[1]);
+    accel_named_state_free(st, n);
+    accel_optimizer_free(opt);
+    accel_optimizer_free(opt2);
+}
+
+int main(void) {
+    RUN(test_sgd);
+    RUN(test_adam_adamw);
+    RUN(test_flat_shards);
+    RUN(test_errors);
+    RUN(test_clip);
+    RUN(test_schedulers);
+    RUN(test_state_roundtrip);
+    accel_thread_cleanup();
+    return check_summary();
+}
