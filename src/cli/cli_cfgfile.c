@@ -418,7 +418,7 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
     for (size_t i = 0; i < root->n; i++) {
         const key_spec *ks = spec_of(root->keys[i]);
         if (!type_ok(ks, root->items[i])) {
-            char val[256];
+            char val[256] = "";
             cv_repr(root->items[i], false, val, sizeof val);
             const char *want = ks->type == KT_BOOL ? "true or false" : ks->type == KT_INT ? "an integer"
                              : ks->type == KT_MAP ? "a mapping" : ks->type == KT_SEQ ? "a list" : "a string";
