@@ -1,0 +1,248 @@
+/*
+ * accel/accelerator.h — Accelerate's Accelerator in C: the same training
+ * script runs on one process or N (under `accel launch`), in f32, bf16 or fp16,
+ * with gradient accumulation and checkpoints.
+ *
+ * The four-line conversion (docs/accelerator.md shows it side by side):
+ *
+ *     accel_accelerator *acc = accel_accelerator_new(NULL);          // 1: reads the launch env
+ *     accel_accelerator_prepare(acc, model, opt, dl, NULL);           // 2: DDP + sharding + autocast
+ *     accel_batch b;
+ *     while (accel_dataloader_next(dl, &b)) {
+ *         accel_tensor *loss = accel_mse_loss(accel_module_call(model, b.fields[0]), b.fields[1]);
+ *         accel_accelerator_backward(acc, loss);                      // 3: instead of accel_backward
+ *         accel_accelerator_optimizer_step(acc, opt);                 // 4: instead of accel_optimizer_step
+ *         accel_accelerator_zero_grad(acc, opt);
+ *         accel_step_reset();
+ *     }
+ *     accel_accelerator_free(acc);                                    // before the model/opt/dl
+ *
+ * prepare works in place: the model's parameters are flattened into one
+ * buffer per dtype (gradients too, in memory shared by the local ranks so the
+ * all-reduce is zero-copy), rank 0's weights are broadcast, a forward hook
+ * runs the model under autocast (bf16/fp16) and returns f32 outputs, the
+ * data loader is sharded (data.h), and the optimizer/scheduler get
+ * accumulation and loss-scaling semantics through the accelerator's
+ * step/zero_grad/scheduler_step functions.
+ *
+ * Gradient synchronisation (DDP): during accel_accelerator_backward the
+ * autograd grad-ready hook counts finished parameters per bucket (~25 MB,
+ * parameters in reverse order); a complete bucket starts an asynchronous
+ * all-reduce (AVG) while backward continues; buckets are launched in a fixed
+ * order on every rank; all are waited for before backward returns. No
+ * all-reduce on non-sync accumulation steps or inside no_sync.
+ *
+ * Ownership: the accelerator borrows everything it prepares; free it before
+ * them (freeing it gives the model back parameters that own their memory).
+ * Every collective here must be called by every rank in the same order.
+ */
+#ifndef ACCEL_ACCELERATOR_H
+#define ACCEL_ACCELERATOR_H
+
+#include <stdarg.h>
+
+#include "core.h"
+#include "data.h"
+#include "nn.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum accel_mixed_precision {
+    ACCEL_MP_NO = 0,
+    ACCEL_MP_FP16,
+    ACCEL_MP_BF16,
+} accel_mixed_precision;
+
+typedef struct accel_accelerator_opts {
+    /* "no", "fp16", "bf16" ("fp8" is refused). NULL: ACCEL_MIXED_PRECISION /
+     * ACCELERATE_MIXED_PRECISION from the environment, else "no". */
+    const char *mixed_precision;
+    /* 0: ACCEL_GRADIENT_ACCUMULATION_STEPS / ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1. */
+    int gradient_accumulation_steps;
+    bool cpu;                       /* force cpu (also ACCEL_USE_CPU / ACCELERATE_USE_CPU) */
+    /* DataLoaderConfiguration */
+    bool split_batches;
+    bool even_batches;              /* default true */
+    /* GradientAccumulationPlugin */
+    bool sync_with_dataloader;      /* default true: sync at the loader's last batch */
+    bool sync_each_batch;           /* all-reduce every micro-batch anyway */
+    bool step_scheduler_with_optimizer; /* default true */
+    /* ProjectConfiguration */
+    const char *project_dir;        /* copied; NULL = "." */
+    bool automatic_checkpoint_naming;
+    int total_limit;                /* keep at most this many checkpoints (0 = all) */
+    /* DDP */
+    int64_t bucket_cap_bytes;       /* default 25 MiB */
+    /* GradScalerKwargs (fp16) */
+    double init_scale;              /* 65536 */
+    double growth_factor;           /* 2 */
+    double backoff_factor;          /* 0.5 */
+    int64_t growth_interval;        /* 2000 */
+} accel_accelerator_opts;
+
+accel_accelerator_opts accel_accelerator_opts_default(void);
+
+typedef struct accel_accelerator accel_accelerator;
+
+/* Initialises the process group from the launch environment (dist.h) and
+ * reads the options. NULL opts = defaults. NULL + error: unknown precision
+ * ("Unknown mixed_precision mode: x. Choose between ['no', 'fp16', 'bf16']"),
+ * fp8, bad accumulation steps, rendezvous failure. */
+accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts);
+/* Un-prepares (models get their own parameter memory back), then tears the
+ * process group down. NULL is a no-op. */
+void accel_accelerator_free(accel_accelerator *acc);
+
+/* ---------------------------------------------------------------- state */
+
+accel_device accel_accelerator_device(const accel_accelerator *acc);
+int accel_accelerator_num_processes(const accel_accelerator *acc);
+int accel_accelerator_process_index(const accel_accelerator *acc);
+int accel_accelerator_local_process_index(const accel_accelerator *acc);
+bool accel_accelerator_is_main_process(const accel_accelerator *acc);
+bool accel_accelerator_is_local_main_process(const accel_accelerator *acc);
+bool accel_accelerator_is_last_process(const accel_accelerator *acc);
+accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator *acc);
+const char *accel_mixed_precision_name(accel_mixed_precision mp); /* "no", "fp16", "bf16" */
+int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc);
+void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
+bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
+/* accelerator.step: the micro-step counter of accumulate. */
+int64_t accel_accelerator_step(const accel_accelerator *acc);
+/* True when any prepared optimizer skipped its last step (fp16 overflow). */
+bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc);
+/* Current fp16 loss scale (1 when not fp16). */
+double accel_accelerator_loss_scale(const accel_accelerator *acc);
+/* "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\n..." into buf. */
+const char *accel_accelerator_describe(const accel_accelerator *acc, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- process control */
+
+/* printf on the local main process only (accelerate's accelerator.print), flushed. */
+void accel_accelerator_print(const accel_accelerator *acc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Barrier (no-op on one process). */
+accel_status accel_accelerator_wait_for_everyone(accel_accelerator *acc);
+/* main_process_first: others wait at begin, main waits at end; every rank
+ * calls both. */
+accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc);
+accel_status accel_accelerator_main_process_first_end(accel_accelerator *acc);
+
+/* split_between_processes over n items: this rank's [start, end); first n % N
+ * ranks get one extra. With apply_padding every rank gets `padded` items, the
+ * missing ones being repeats of the last item of the whole input (n - 1). */
+typedef struct accel_process_split {
+    int64_t start, end;   /* this rank's items */
+    int64_t padded;       /* items with padding: q + (r > 0) */
+} accel_process_split;
+accel_process_split accel_accelerator_split_between_processes(const accel_accelerator *acc, int64_t n);
+
+/* set_seed: the default generator gets seed (+ process index if device_specific). */
+void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
+
+/* ---------------------------------------------------------------- prepare */
+
+/* Any argument may be NULL. Data loaders are sharded in place (their shuffle
+ * seed is rank 0's), models flattened/wrapped, optimizers and schedulers
+ * registered. Preparing an object twice returns ACCEL_OK and does nothing. */
+accel_status accel_accelerator_prepare(accel_accelerator *acc, accel_module *model,
+                                       accel_optimizer *opt, accel_dataloader *dl,
+                                       accel_lr_scheduler *sched);
+accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_module *model);
+accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt);
+accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_lr_scheduler *s);
+accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_dataloader *dl);
+/* free_memory / clear: un-prepares every model and forgets every prepared
+ * object (so they may be freed), resets step and the scaler state. */
+void accel_accelerator_clear(accel_accelerator *acc);
+/* Removes the accelerator's forward hook and flat-buffer wiring from a
+ * prepared model (it keeps its current weights and stays usable). */
+accel_status accel_accelerator_unwrap_model(accel_accelerator *acc, accel_module *model);
+
+/* Autocast for code outside the model's forward (accelerator.autocast()):
+ * begin returns the previous autocast dtype to give to end. No-op without
+ * mixed precision. */
+accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc);
+void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous);
+
+/* ---------------------------------------------------------------- training */
+
+/* loss / gradient_accumulation_steps (x loss scale with fp16), backward, and
+ * the gradient all-reduce when this is a sync step. */
+accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss);
+/* accumulate(model): call once per micro-batch, before forward, after the
+ * batch was fetched. Advances step and sets sync_gradients (accelerate.md §5.1). */
+void accel_accelerator_accumulate(accel_accelerator *acc);
+/* no_sync(model): no gradient all-reduce between begin and end. */
+void accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
+void accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
+/* The prepared optimizer's step / zero_grad: no-ops unless sync_gradients.
+ * fp16: unscales, skips the step on inf/nan gradients and updates the scale. */
+accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
+void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
+/* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step
+ * was not skipped; num_processes times unless split_batches. */
+void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
+/* Unscales (fp16) then clips the model's gradients; returns the global norm
+ * before clipping (gradients are identical on every rank after the
+ * all-reduce), NAN + error on failure. */
+double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
+                                        double max_norm, double norm_type);
+/* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
+void accel_accelerator_unscale_gradients(accel_accelerator *acc);
+
+/* ---------------------------------------------------------------- collectives
+ * Results are step tensors. 0-d inputs become 1-d. */
+
+/* All-gather along dim 0 in rank order: [N * d0, ...]. Shapes must match. */
+accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t);
+/* gather, then at the active data loader's last batch keep only the first
+ * `remainder` rows (accelerate.md §3.4) so the epoch yields exactly the dataset. */
+accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t);
+/* reduction: "sum", "mean" or "max"; the result is scaled by `scale`. Input untouched. */
+accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t,
+                                       const char *reduction, double scale);
+/* Pads dim to the largest size across ranks with pad_index (at the end, or
+ * the start with pad_first). */
+accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t,
+                                                     int dim, double pad_index, bool pad_first);
+/* A copy of from_process's tensor on every rank (shapes must match). */
+accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t,
+                                          int from_process);
+/* Byte blobs (gather_object / broadcast_object_list): see accel_pg_*_bytes.
+ * *out and received data are malloc'd (free()). */
+accel_status accel_accelerator_gather_object(accel_accelerator *acc, const void *data,
+                                             size_t len, void **out, size_t *lens);
+accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **data, size_t *len,
+                                                int from_process);
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* save_state: writes into output_dir (NULL with automatic naming:
+ * <project_dir>/checkpoints/checkpoint_<N>, N one past the highest existing,
+ * so the counter survives restarts; older ones beyond total_limit removed):
+ *   model.safetensors (model_<i>...)       HF names, tied aliases once   (main)
+ *   optimizer.safetensors (optimizer_<i>)  optim.h state vocabulary      (main)
+ *   scheduler.safetensors (scheduler_<i>)                                (main)
+ *   random_states_<rank>.safetensors       RNG seed/offset, step, loaders, scaler (every rank)
+ * Everything goes to a hidden temporary directory first, then replaces the
+ * target in one rename: a crash mid-save leaves any previous checkpoint intact.
+ * Writes the directory used into out_dir (may be NULL). */
+accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir,
+                                          char *out_dir, size_t out_n);
+/* load_state: input_dir NULL with automatic naming = the highest checkpoint_N.
+ * Restores models, optimizers, schedulers, RNG, step, loader positions, scaler:
+ * resuming with the same world size continues bit for bit. */
+accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir);
+/* save_model: the model's state dict as safetensors shards of at most
+ * max_shard_size ("10GB", "500MB", NULL = "10GB") + index (io.h), main process only. */
+accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model,
+                                          const char *dir, const char *max_shard_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_ACCELERATOR_H */

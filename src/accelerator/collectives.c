@@ -1,0 +1,158 @@
+/* Tensor collectives of the Accelerator (accelerate's utils/operations.py):
+ * gather, gather_for_metrics, reduce, pad_across_processes, broadcast, objects. */
+#include <string.h>
+
+#include "accelerator_internal.h"
+
+/* A contiguous cpu copy of t in the step arena, 0-d made 1-d. */
+static accel_tensor *flat_copy(accel_tensor *t, const char *fn) {
+    if (!accel_tensor_check(t, fn, "t")) return NULL;
+    if (t->device.type != ACCEL_DEV_CPU) {
+        accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor is on %s (collectives run on cpu tensors)", fn,
+                        accel_device_type_name(t->device.type));
+        return NULL;
+    }
+    int64_t one = 1;
+    accel_tensor *c = accel_empty(t->dtype, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one);
+    if (!c) return NULL;
+    if (!t->ndim) {
+        accel_set(c, (int64_t[]){0}, accel_item(t));
+        return c;
+    }
+    return accel_copy_(c, t) == ACCEL_OK ? c : NULL;
+}
+
+/* Debug mode: every rank's shape must match (DistributedOperationException). */
+static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, const char *fn) {
+    if (acc->world == 1 || !accel_dist_debug_mode()) return ACCEL_OK;
+    int64_t mine[ACCEL_MAX_DIMS + 1] = {t->ndim};
+    memcpy(mine + 1, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    int64_t *all = accel_arena_alloc(accel_step_arena(),
+                                     (size_t)acc->world * (ACCEL_MAX_DIMS + 1) * sizeof(int64_t), 8);
+    if (!all) return accel_last_status();
+    accel_status st = accel_pg_all_gather(acc->pg, mine, all, ACCEL_MAX_DIMS + 1, ACCEL_I64);
+    if (st) return st;
+    bool same = true;
+    for (int r = 1; r < acc->world; r++)
+        same &= memcmp(all, all + r * (ACCEL_MAX_DIMS + 1), sizeof mine) == 0;
+    if (same) return ACCEL_OK;
+    char msg[1024], sh[96];
+    size_t k = (size_t)snprintf(msg, sizeof msg,
+                                "Cannot apply desired operation due to shape mismatches. All shapes across "
+                                "devices must be valid.\n\nOperation: `%s`\nInput shapes:",
+                                fn);
+    for (int r = 0; r < acc->world && k < sizeof msg; r++) {
+        const int64_t *s = all + r * (ACCEL_MAX_DIMS + 1);
+        k += (size_t)snprintf(msg + k, sizeof msg - k, "\n  - Process %d: %s", r,
+                              accel_shape_str_n((int)s[0], s + 1, sh, sizeof sh));
+    }
+    return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
+}
+
+accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) {
+    accel_tensor *c = flat_copy(t, "accel_accelerator_gather");
+    if (!c || check_shapes(acc, c, "accel_accelerator_gather")) return NULL;
+    if (acc->world == 1) return c;
+    int64_t shape[ACCEL_MAX_DIMS];
+    memcpy(shape, c->shape, sizeof shape);
+    shape[0] *= acc->world;
+    accel_tensor *out = accel_empty(c->dtype, c->ndim, shape);
+    if (!out) return NULL;
+    accel_dist_set_op_label("gather");
+    accel_status st = accel_pg_all_gather(acc->pg, c->data, out->data, (size_t)accel_numel(c), c->dtype);
+    accel_dist_set_op_label(NULL);
+    return st ? NULL : out;
+}
+
+accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
+    accel_tensor *g = accel_accelerator_gather(acc, t);
+    if (!g) return NULL;
+    accel_dataloader *dl = accel__active_dataloader(acc);
+    if (!dl || !accel_dataloader_end_of_dataloader(dl)) return g;
+    int64_t rem = accel_dataloader_remainder(dl);
+    if (rem < 0) {
+        if (acc->rank == 0)
+            fprintf(stderr, "The used dataset had no length, returning gathered tensors. You should drop the "
+                            "remainder yourself.\n");
+        return g;
+    }
+    if (rem == 0 || rem >= g->shape[0]) return g;
+    return accel_slice(g, 0, 0, rem, 1);
+}
+
+accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, const char *reduction,
+                                       double scale) {
+    accel_tensor *c = flat_copy(t, "accel_accelerator_reduce");
+    if (!c || check_shapes(acc, c, "accel_accelerator_reduce")) return NULL;
+    bool is_max = reduction && !strcmp(reduction, "max");
+    bool is_mean = reduction && !strcmp(reduction, "mean");
+    if (acc->world > 1) {
+        accel_dist_set_op_label("reduce");
+        accel_status st = accel_pg_all_reduce(acc->pg, c->data, (size_t)accel_numel(c), c->dtype,
+                                              is_max ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
+        accel_dist_set_op_label(NULL);
+        if (st) return NULL;
+    }
+    double f = scale * (is_mean ? 1.0 / acc->world : 1.0);
+    if (f != 1.0) {
+        int64_t n = accel_numel(c);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t idx[ACCEL_MAX_DIMS], rest = i;
+            for (int d = c->ndim - 1; d >= 0; d--) {
+                idx[d] = rest % c->shape[d];
+                rest /= c->shape[d];
+            }
+            accel_set(c, idx, accel_get(c, idx) * f);
+        }
+    }
+    if (!t->ndim) return accel_reshape(c, 0, NULL);
+    return c;
+}
+
+accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t, int dim,
+                                                     double pad_index, bool pad_first) {
+    if (!accel_tensor_check(t, "accel_accelerator_pad_across_processes", "t")) return NULL;
+    if (dim < 0) dim += t->ndim;
+    if (dim < 0 || dim >= t->ndim) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pad_across_processes: dim out of range for %d dims",
+                        t->ndim);
+        return NULL;
+    }
+    if (acc->world == 1) return accel_alias(t);
+    int64_t size = t->shape[dim];
+    int64_t *sizes = accel_arena_alloc(accel_step_arena(), (size_t)acc->world * sizeof(int64_t), 8);
+    if (!sizes || accel_pg_all_gather(acc->pg, &size, sizes, 1, ACCEL_I64)) return NULL;
+    int64_t max = 0;
+    for (int r = 0; r < acc->world; r++) max = sizes[r] > max ? sizes[r] : max;
+    if (max == size) return accel_alias(t);
+    int64_t shape[ACCEL_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[dim] = max;
+    accel_tensor *out = accel_full(t->dtype, t->ndim, shape, pad_index);
+    if (!out) return NULL;
+    int64_t lo = pad_first ? max - size : 0;
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *view = accel_slice(out, dim, lo, lo + size, 1);
+    accel_set_grad_enabled(prev);
+    if (!view || accel_copy_(view, t)) return NULL;
+    return out;
+}
+
+accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t, int from_process) {
+    accel_tensor *c = flat_copy(t, "accel_accelerator_broadcast");
+    if (!c || check_shapes(acc, c, "accel_accelerator_broadcast")) return NULL;
+    if (acc->world > 1 && accel_pg_broadcast(acc->pg, c->data, (size_t)accel_numel(c), c->dtype, from_process))
+        return NULL;
+    if (!t->ndim) return accel_reshape(c, 0, NULL);
+    return c;
+}
+
+accel_status accel_accelerator_gather_object(accel_accelerator *acc, const void *data, size_t len, void **out,
+                                             size_t *lens) {
+    return accel_pg_all_gather_bytes(acc->pg, data, len, out, lens);
+}
+
+accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **data, size_t *len,
+                                                int from_process) {
+    return accel_pg_broadcast_bytes(acc->pg, data, len, from_process);
+}

@@ -1,0 +1,245 @@
+/* prepare(model): flat parameters, shared gradient buffers, rank 0's weights,
+ * the autocast forward hook, and DDP's bucketed all-reduce overlapping backward. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accelerator_internal.h"
+
+/* ---------------------------------------------------------------- autocast hook */
+
+typedef struct autocast_ctx {
+    accel_dtype dt, prev;
+} autocast_ctx;
+
+static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
+    autocast_ctx *c = ctx;
+    c->prev = accel_autocast_begin(c->dt);
+    return ACCEL_OK;
+}
+
+/* convert_outputs_to_fp32 */
+static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
+    autocast_ctx *c = ctx;
+    accel_autocast_end(c->prev);
+    if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
+        *y = accel_to_dtype(*y, ACCEL_F32);
+        if (!*y) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- buckets */
+
+static int leaf_cmp(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const accel__leaf *)a)->t, y = (uintptr_t)((const accel__leaf *)b)->t;
+    return x < y ? -1 : x > y;
+}
+
+/* Buckets of about cap bytes over each flat buffer, parameters in reverse
+ * order (the order backward finishes them). Together they cover every buffer. */
+static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
+    accel_flat_params *fp = pm->fp;
+    int n_params = 0;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) n_params += fp->buffers[d].n;
+    pm->buckets = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *pm->buckets);
+    pm->leaves = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *pm->leaves);
+    if (!pm->buckets || !pm->leaves) return accel_last_status();
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &fp->buffers[d];
+        if (!b->n) continue;
+        size_t es = accel_dtype_size(b->dtype);
+        int i = b->n - 1;
+        while (i >= 0) {
+            accel__bucket *bk = &pm->buckets[pm->n_buckets];
+            bk->buffer = d;
+            int i_max = i;
+            int64_t bytes = 0;
+            do {
+                bytes += accel_numel(b->tensors[i]) * (int64_t)es;
+                pm->leaves[pm->n_leaves].t = b->tensors[i];
+                pm->leaves[pm->n_leaves++].bucket = pm->n_buckets;
+                bk->n_params++;
+                i--;
+            } while (i >= 0 && bytes < acc->o.bucket_cap_bytes);
+            int i_min = i + 1;
+            bk->lo = i_min == 0 ? 0 : b->offsets[i_min];
+            bk->hi = i_max == b->n - 1 ? b->numel : b->offsets[i_max + 1];
+            pm->n_buckets++;
+        }
+    }
+    qsort(pm->leaves, (size_t)pm->n_leaves, sizeof *pm->leaves, leaf_cmp);
+    return ACCEL_OK;
+}
+
+/* Moves every flat gradient buffer into memory the local ranks share. */
+static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!b->n) continue;
+        size_t es = accel_dtype_size(b->dtype), bytes = (size_t)b->numel * es;
+        void *sh = accel_pg_alloc_shared(acc->pg, bytes ? bytes : 1);
+        if (!sh) return accel_last_status();
+        memcpy(sh, b->grads, bytes);
+        for (int i = 0; i < b->n; i++)
+            accel_tensor_rebind(b->tensors[i]->grad, (char *)sh + b->offsets[i] * (int64_t)es, false);
+        pm->orig_grads[d] = b->grads;
+        b->grads = sh;
+    }
+    return ACCEL_OK;
+}
+
+static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!pm->orig_grads[d]) continue;
+        size_t es = accel_dtype_size(b->dtype);
+        memcpy(pm->orig_grads[d], b->grads, (size_t)b->numel * es);
+        for (int i = 0; i < b->n; i++)
+            accel_tensor_rebind(b->tensors[i]->grad, (char *)pm->orig_grads[d] + b->offsets[i] * (int64_t)es,
+                                false);
+        accel_pg_free_shared(acc->pg, b->grads);
+        b->grads = pm->orig_grads[d];
+        pm->orig_grads[d] = NULL;
+    }
+}
+
+/* Every rank starts from rank 0's parameters and buffers. */
+static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = ACCEL_OK;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (b->n) st = accel_pg_broadcast(acc->pg, b->params, (size_t)b->numel, b->dtype, 0);
+    }
+    if (st) return st;
+    accel_state_dict *sd = accel_module_state_dict(pm->m);
+    if (!sd) return accel_last_status();
+    for (int i = 0; i < sd->n && !st; i++) {
+        accel_tensor *t = sd->entries[i].t;
+        if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || !t->data) continue;
+        if (!accel_is_contiguous(t)) {
+            st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare: buffer %s is not contiguous",
+                                 sd->entries[i].name);
+            break;
+        }
+        st = accel_pg_broadcast(acc->pg, t->data, (size_t)accel_numel(t), t->dtype, 0);
+    }
+    accel_state_dict_free(sd);
+    return st;
+}
+
+accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
+    pm->fp = accel_module_flatten(pm->m, 16, 1);
+    if (!pm->fp) return accel_last_status();
+    pm->ddp = acc->world > 1;
+    accel_status st = ACCEL_OK;
+    if (pm->ddp) {
+        if (!(st = share_grads(acc, pm)) && !(st = broadcast_weights(acc, pm))) st = build_buckets(acc, pm);
+    }
+    if (!st && acc->mp != ACCEL_MP_NO) {
+        autocast_ctx *c = accel_malloc(sizeof *c);
+        if (!c) {
+            st = accel_last_status();
+        } else {
+            c->dt = acc->mp == ACCEL_MP_BF16 ? ACCEL_BF16 : ACCEL_F16;
+            c->prev = ACCEL_F32;
+            accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
+            accel_module_set_hook(pm->m, &h);
+        }
+    }
+    if (st) accel__ddp_release(acc, pm);
+    return st;
+}
+
+static void wait_all(accel__model *pm, accel_status *first) {
+    for (int i = 0; i < pm->n_buckets; i++) {
+        accel__bucket *bk = &pm->buckets[i];
+        if (!bk->work) continue;
+        accel_status st = accel_work_wait(bk->work);
+        if (st && !*first) *first = st;
+        accel_work_free(bk->work);
+        bk->work = NULL;
+    }
+}
+
+void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
+    if (!pm->fp) return;
+    accel_status ignored = ACCEL_OK;
+    wait_all(pm, &ignored);
+    if (acc->mp != ACCEL_MP_NO) accel_module_set_hook(pm->m, NULL);
+    unshare_grads(acc, pm);
+    accel_free(pm->buckets);
+    accel_free(pm->leaves);
+    pm->buckets = NULL;
+    pm->leaves = NULL;
+    pm->n_buckets = pm->n_leaves = 0;
+    accel_flat_params_free(pm->fp);
+    pm->fp = NULL;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm) {
+    return pm->ddp && !pm->no_sync && (acc->sync_gradients || acc->o.sync_each_batch);
+}
+
+static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) {
+    accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
+    size_t es = accel_dtype_size(b->dtype);
+    bk->launched = true;
+    bk->work = accel_pg_all_reduce_async(acc->pg, (char *)b->grads + bk->lo * (int64_t)es,
+                                         (size_t)(bk->hi - bk->lo), b->dtype, ACCEL_REDUCE_AVG);
+}
+
+/* Launches the ready buckets in index order (the same order on every rank). */
+static void launch_ready(accel_accelerator *acc, accel__model *pm, bool all) {
+    while (pm->next_launch < pm->n_buckets &&
+           (all || pm->buckets[pm->next_launch].pending == 0)) {
+        launch(acc, pm, &pm->buckets[pm->next_launch]);
+        pm->next_launch++;
+    }
+}
+
+static void grad_ready(accel_tensor *leaf, void *ctx) {
+    accel_accelerator *acc = ctx;
+    accel__leaf key = {leaf, 0};
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        if (!accel__model_syncs(acc, pm)) continue;
+        accel__leaf *l = bsearch(&key, pm->leaves, (size_t)pm->n_leaves, sizeof key, leaf_cmp);
+        if (!l) continue;
+        accel__bucket *bk = &pm->buckets[l->bucket];
+        if (bk->pending > 0) bk->pending--;
+        launch_ready(acc, pm, false);
+        return;
+    }
+}
+
+void accel__ddp_begin_backward(accel_accelerator *acc) {
+    bool any = false;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        if (!accel__model_syncs(acc, pm)) continue;
+        any = true;
+        pm->next_launch = 0;
+        for (int k = 0; k < pm->n_buckets; k++) {
+            pm->buckets[k].pending = pm->buckets[k].n_params;
+            pm->buckets[k].launched = false;
+        }
+    }
+    if (any) accel_set_grad_ready_hook(grad_ready, acc);
+}
+
+accel_status accel__ddp_end_backward(accel_accelerator *acc) {
+    accel_set_grad_ready_hook(NULL, NULL);
+    accel_status first = ACCEL_OK;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        if (!accel__model_syncs(acc, pm)) continue;
+        /* Buckets whose parameters got no gradient this pass go last, in order. */
+        launch_ready(acc, pm, true);
+        for (int k = 0; k < pm->n_buckets; k++)
+            if (!pm->buckets[k].work && !first) first = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+        wait_all(pm, &first);
+    }
+    return first;
+}

@@ -1,0 +1,146 @@
+/* The training step: backward with accumulation and loss scaling, accumulate /
+ * no_sync, the prepared optimizer and scheduler (accelerate.md §5), clipping. */
+#include <math.h>
+
+#include "accelerator_internal.h"
+
+accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
+    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
+    if (!loss) return accel_last_status() ? accel_last_status()
+                                          : accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                                            "accel_accelerator_backward: loss is NULL");
+    accel_tensor *l = loss;
+    if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
+    if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
+    if (!l) return accel_last_status();
+    accel__ddp_begin_backward(acc);
+    accel_status st = accel_backward(l);
+    accel_status st2 = accel__ddp_end_backward(acc);
+    return st ? st : st2;
+}
+
+void accel_accelerator_accumulate(accel_accelerator *acc) {
+    accel_dataloader *dl = accel__active_dataloader(acc);
+    if (acc->o.sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
+        acc->step = 0;
+        acc->sync_gradients = true;
+    } else {
+        acc->step++;
+        acc->sync_gradients = acc->step % acc->accum_steps == 0;
+    }
+}
+
+void accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model) {
+    accel__model *pm = accel__find_model(acc, model);
+    if (pm) pm->no_sync = true;
+}
+
+void accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model) {
+    accel__model *pm = accel__find_model(acc, model);
+    if (pm) pm->no_sync = false;
+}
+
+static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {
+    for (int i = 0; i < acc->n_opts; i++)
+        if (acc->opts[i] == opt) return i;
+    return -1;
+}
+
+/* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. */
+void accel_accelerator_unscale_gradients(accel_accelerator *acc) {
+    if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return;
+    float inv = (float)(1.0 / acc->scale);
+    bool inf = false;
+    for (int i = 0; i < acc->n_models; i++)
+        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+            accel_flat_buffer *b = &acc->models[i].fp->buffers[d];
+            if (!b->n || b->dtype != ACCEL_F32) continue;
+            float *g = b->grads;
+            for (int64_t k = 0; k < b->numel; k++) {
+                g[k] *= inv;
+                if (!isfinite(g[k])) inf = true;
+            }
+        }
+    acc->found_inf = inf;
+    acc->unscaled = true;
+}
+
+/* GradScaler.update */
+static void update_scale(accel_accelerator *acc) {
+    if (acc->found_inf) {
+        acc->scale *= acc->o.backoff_factor;
+        acc->growth_tracker = 0;
+    } else if (++acc->growth_tracker >= acc->o.growth_interval) {
+        acc->scale *= acc->o.growth_factor;
+        acc->growth_tracker = 0;
+    }
+}
+
+accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt) {
+    int i = acc ? find_opt(acc, opt) : -1;
+    if (i < 0)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_optimizer_step: the optimizer was not prepared");
+    if (!acc->sync_gradients) return ACCEL_OK;
+    accel_status st = ACCEL_OK;
+    if (acc->mp == ACCEL_MP_FP16) {
+        accel_accelerator_unscale_gradients(acc);
+        acc->skipped[i] = acc->found_inf;
+        if (!acc->found_inf) st = accel_optimizer_step(opt);
+        update_scale(acc);
+    } else {
+        acc->skipped[i] = false;
+        st = accel_optimizer_step(opt);
+    }
+    acc->unscaled = false;
+    acc->found_inf = false;
+    return st;
+}
+
+void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt) {
+    if (!acc || find_opt(acc, opt) < 0 || !acc->sync_gradients) return;
+    accel_optimizer_zero_grad(opt);
+    acc->unscaled = false;
+}
+
+void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
+    if (!acc || !s) return;
+    if (!acc->o.step_scheduler_with_optimizer) {
+        accel_lr_scheduler_step(s);
+        return;
+    }
+    if (!acc->sync_gradients || accel_accelerator_optimizer_step_was_skipped(acc)) return;
+    int n = acc->o.split_batches ? 1 : acc->world;
+    for (int k = 0; k < n; k++) accel_lr_scheduler_step(s);
+}
+
+double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model, double max_norm,
+                                        double norm_type) {
+    accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
+    if (!pm) {
+        accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_clip_grad_norm: the model was not prepared");
+        return NAN;
+    }
+    accel_accelerator_unscale_gradients(acc);
+    double combined = 0;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!b->n) continue;
+        if (b->dtype != ACCEL_F32) {
+            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
+                            accel_dtype_name(b->dtype));
+            return NAN;
+        }
+        double part = accel_grad_norm_partial(b->grads, b->numel, norm_type);
+        combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
+    }
+    double total = accel_grad_norm_finish(combined, norm_type);
+    double coef = accel_clip_coef(total, max_norm);
+    float c = (float)coef; /* as accel_clip_grad_norm */
+    if (coef < 1.0)
+        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+            accel_flat_buffer *b = &pm->fp->buffers[d];
+            float *g = b->grads;
+            for (int64_t k = 0; k < (b->n ? b->numel : 0); k++) g[k] *= c;
+        }
+    return total;
+}

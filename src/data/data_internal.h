@@ -1,0 +1,11 @@
+/* Shared between the files of src/data. */
+#ifndef ACCEL_DATA_INTERNAL_H
+#define ACCEL_DATA_INTERNAL_H
+
+#include "accel/data.h"
+
+/* Collates samples idx[0..n) into step tensors out->fields[f] [n, ...]. */
+accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t *idx,
+                                    accel_batch *out);
+
+#endif

@@ -1,0 +1,224 @@
+/* The data loader: epoch of global batches -> this rank's shard -> collated
+ * batches, with accelerate's one-batch lookahead (end_of_dataloader), remainder,
+ * skip_first_batches and a resumable position. */
+#include <string.h>
+
+#include "accel/data.h"
+#include "data_internal.h"
+
+struct accel_dataloader {
+    accel_dataset *ds;
+    accel_dataloader_opts o;
+    int64_t epoch;          /* epoch of the running / next epoch */
+    bool active;
+    int64_t pos;            /* batches of the running epoch already returned */
+    int64_t skip;           /* batches to skip when the next epoch starts */
+    int64_t *order;         /* [len] permutation (shuffle) */
+    accel_batches global, shard;
+};
+
+accel_dataloader_opts accel_dataloader_opts_default(void) {
+    accel_dataloader_opts o;
+    memset(&o, 0, sizeof o);
+    o.batch_size = 1;
+    o.seed = accel_default_rng()->seed;
+    o.num_processes = 1;
+    o.even_batches = true;
+    return o;
+}
+
+static accel_status validate(const accel_dataloader_opts *o, const char *fn) {
+    if (o->batch_size <= 0 && !o->batch_sampler)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: batch_size must be > 0 (got %lld)", fn,
+                               (long long)o->batch_size);
+    if (o->num_processes < 1 || o->process_index < 0 || o->process_index >= o->num_processes)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process_index %d out of range for %d processes",
+                               fn, o->process_index, o->num_processes);
+    if (o->split_batches && o->batch_size != 1 && (o->batch_size <= 0 || o->batch_size % o->num_processes))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: to use a data loader in split_batches mode, the batch size (%lld) "
+                               "needs to be a round multiple of the number of processes (%d)",
+                               fn, (long long)o->batch_size, o->num_processes);
+    return ACCEL_OK;
+}
+
+accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o) {
+    if (!ds || !o) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_new: NULL dataset or options");
+        return NULL;
+    }
+    if (validate(o, "accel_dataloader_new")) return NULL;
+    accel_dataloader *dl = accel_calloc(1, sizeof *dl);
+    if (!dl) return NULL;
+    dl->ds = ds;
+    dl->o = *o;
+    accel_batches_init(&dl->global);
+    accel_batches_init(&dl->shard);
+    int64_t n = accel_dataset_len(ds);
+    if (n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
+        accel_free(dl);
+        return NULL;
+    }
+    return dl;
+}
+
+void accel_dataloader_free(accel_dataloader *dl) {
+    if (!dl) return;
+    accel_batches_free(&dl->global);
+    accel_batches_free(&dl->shard);
+    accel_free(dl->order);
+    accel_free(dl);
+}
+
+const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl) { return &dl->o; }
+accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) { return dl->ds; }
+
+accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int process_index,
+                                    bool split_batches, bool even_batches) {
+    accel_dataloader_opts o = dl->o;
+    o.num_processes = num_processes;
+    o.process_index = process_index;
+    o.split_batches = split_batches;
+    o.even_batches = even_batches;
+    accel_status st = validate(&o, "accel_dataloader_shard");
+    if (st) return st;
+    dl->o = o;
+    dl->active = false;
+    dl->pos = 0;
+    return ACCEL_OK;
+}
+
+void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) { dl->o.seed = seed; }
+
+static accel_shard_opts shard_opts(const accel_dataloader *dl) {
+    /* With split_batches and batch_size 1 (exempt from the check) the batch
+     * sampler is left alone on every rank, as prepare_data_loader does. */
+    accel_shard_opts s = {
+        .num_processes = dl->o.num_processes,
+        .process_index = dl->o.process_index,
+        .split_batches = dl->o.split_batches,
+        .even_batches = dl->o.even_batches,
+        .batch_size = dl->o.batch_sampler ? (dl->o.batch_size > 0 ? dl->o.batch_size : 0)
+                                          : dl->o.batch_size,
+        .drop_last = dl->o.drop_last,
+    };
+    return s;
+}
+
+/* Builds the epoch's global batches and this rank's shard. */
+static accel_status start_epoch(accel_dataloader *dl) {
+    int64_t n = accel_dataset_len(dl->ds);
+    accel_status st;
+    if (dl->o.batch_sampler) {
+        st = dl->o.batch_sampler(dl->o.batch_sampler_ctx, dl->epoch, n, &dl->global);
+    } else {
+        const int64_t *order = NULL;
+        if (dl->o.shuffle && n > 0) {
+            /* SeedableRandomSampler: the generator is seeded with seed + epoch. */
+            accel_rng r;
+            accel_rng_init(&r, dl->o.seed + (uint64_t)dl->epoch);
+            accel_rng_randperm(&r, n, dl->order);
+            order = dl->order;
+        }
+        st = accel_batches_from_order(&dl->global, n, order, dl->o.batch_size, dl->o.drop_last);
+    }
+    if (st) return st;
+    if (dl->o.num_processes == 1 || (dl->o.split_batches && dl->o.batch_size == 1)) {
+        dl->shard.n = 0; /* keep the arrays: no allocation after the first epoch */
+        for (int64_t i = 0; i < dl->global.n; i++)
+            if ((st = accel_batches_push(&dl->shard, accel_batches_size(&dl->global, i),
+                                         accel_batches_at(&dl->global, i))))
+                return st;
+    } else {
+        accel_shard_opts s = shard_opts(dl);
+        if ((st = accel_batch_sampler_shard(&dl->global, &s, &dl->shard))) return st;
+    }
+    dl->active = true;
+    dl->pos = dl->skip < dl->shard.n ? dl->skip : dl->shard.n;
+    dl->skip = 0;
+    return ACCEL_OK;
+}
+
+int64_t accel_dataloader_len(const accel_dataloader *dl) {
+    if (!dl) return 0;
+    int64_t n = accel_dataset_len(dl->ds);
+    if (dl->o.batch_sampler) {
+        /* A custom sampler's length is the number of batches it produces. */
+        accel_batches tmp;
+        accel_batches_init(&tmp);
+        int64_t L = dl->o.batch_sampler(dl->o.batch_sampler_ctx, dl->epoch, n, &tmp) ? 0 : tmp.n;
+        accel_batches_free(&tmp);
+        if (dl->o.num_processes == 1) return L;
+        accel_shard_opts s = shard_opts(dl);
+        return accel_batch_sampler_shard_len(L, &s);
+    }
+    int64_t bs = dl->o.batch_size;
+    int64_t L = dl->o.drop_last ? n / bs : (n + bs - 1) / bs;
+    if (dl->o.num_processes == 1 || (dl->o.split_batches && bs == 1)) return L;
+    accel_shard_opts s = shard_opts(dl);
+    return accel_batch_sampler_shard_len(L, &s);
+}
+
+bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
+    if (!dl || !out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_next: NULL argument");
+        return false;
+    }
+    if (!dl->active && start_epoch(dl)) return false;
+    if (dl->pos >= dl->shard.n) {
+        dl->active = false;
+        dl->pos = 0;
+        dl->epoch++;
+        return false;
+    }
+    int64_t i = dl->pos;
+    memset(out, 0, sizeof *out);
+    if (accel__dataset_collate(dl->ds, accel_batches_size(&dl->shard, i), accel_batches_at(&dl->shard, i),
+                               out))
+        return false;
+    out->indices = accel_batches_at(&dl->shard, i);
+    out->index = i;
+    dl->pos++;
+    return true;
+}
+
+int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return dl->epoch; }
+
+void accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
+    dl->epoch = epoch;
+    dl->active = false;
+    dl->pos = 0;
+}
+
+bool accel_dataloader_active(const accel_dataloader *dl) { return dl && dl->active; }
+
+bool accel_dataloader_end_of_dataloader(const accel_dataloader *dl) {
+    return dl && dl->active && dl->pos >= dl->shard.n;
+}
+
+int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
+    if (dl->o.drop_last) return -1;
+    int64_t total = dl->o.split_batches ? dl->o.batch_size : dl->o.batch_size * dl->o.num_processes;
+    if (total <= 0) return -1;
+    return accel_dataset_len(dl->ds) % total;
+}
+
+int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl->active ? dl->pos : 0; }
+
+void accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
+    dl->skip = n > 0 ? n : 0;
+}
+
+accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
+    /* Not running: a pending skip (restored state) is the position. */
+    accel_dataloader_state st = {dl->epoch, dl->active ? dl->pos : dl->skip, dl->o.seed};
+    return st;
+}
+
+void accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
+    dl->epoch = st->epoch;
+    dl->o.seed = st->seed;
+    dl->active = false;
+    dl->pos = 0;
+    dl->skip = st->position;
+}

@@ -1,0 +1,135 @@
+/* Map-style datasets: a TensorDataset (rows of owned tensors) or a callback. */
+#include <string.h>
+
+#include "accel/data.h"
+#include "data_internal.h"
+
+struct accel_dataset {
+    int64_t len;
+    int n_fields;
+    accel_field_spec specs[ACCEL_BATCH_MAX_FIELDS];
+    size_t sample_bytes[ACCEL_BATCH_MAX_FIELDS];
+    accel_tensor *tensors[ACCEL_BATCH_MAX_FIELDS]; /* TensorDataset: owned contiguous copies */
+    accel_dataset_get_fn get;
+    void *ctx;
+};
+
+static size_t spec_bytes(const accel_field_spec *s) {
+    size_t n = accel_dtype_size(s->dtype);
+    for (int d = 0; d < s->ndim; d++) n *= (size_t)s->shape[d];
+    return n;
+}
+
+static accel_dataset *dataset_alloc(int64_t len, int n_fields, const char *fn) {
+    if (n_fields < 1 || n_fields > ACCEL_BATCH_MAX_FIELDS || len < 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: need 1..%d fields and len >= 0 (got %d, %lld)",
+                        fn, ACCEL_BATCH_MAX_FIELDS, n_fields, (long long)len);
+        return NULL;
+    }
+    accel_dataset *ds = accel_calloc(1, sizeof *ds);
+    if (!ds) return NULL;
+    ds->len = len;
+    ds->n_fields = n_fields;
+    return ds;
+}
+
+accel_dataset *accel_tensor_dataset_new(int n_fields, accel_tensor *const *tensors) {
+    if (!tensors || n_fields < 1) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_dataset_new: no tensors given");
+        return NULL;
+    }
+    for (int f = 0; f < n_fields; f++) {
+        if (!accel_tensor_check(tensors[f], "accel_tensor_dataset_new", "tensors[f]")) return NULL;
+        if (tensors[f]->ndim < 1 || tensors[f]->shape[0] != tensors[0]->shape[0] ||
+            tensors[f]->device.type != ACCEL_DEV_CPU) {
+            char a[64], b[64];
+            accel_set_error(ACCEL_ERR_SHAPE,
+                            "accel_tensor_dataset_new: every tensor needs the same first dim on cpu "
+                            "(tensor 0 %s, tensor %d %s)",
+                            accel_shape_str(tensors[0], a, sizeof a), f,
+                            accel_shape_str(tensors[f], b, sizeof b));
+            return NULL;
+        }
+    }
+    accel_dataset *ds = dataset_alloc(tensors[0]->shape[0], n_fields, "accel_tensor_dataset_new");
+    if (!ds) return NULL;
+    for (int f = 0; f < n_fields; f++) {
+        accel_field_spec *s = &ds->specs[f];
+        s->dtype = tensors[f]->dtype;
+        s->ndim = tensors[f]->ndim - 1;
+        for (int d = 0; d < s->ndim; d++) s->shape[d] = tensors[f]->shape[d + 1];
+        ds->sample_bytes[f] = spec_bytes(s);
+        ds->tensors[f] = accel_tensor_clone_persistent(tensors[f], ACCEL_CPU_DEVICE);
+        if (!ds->tensors[f]) {
+            accel_dataset_free(ds);
+            return NULL;
+        }
+    }
+    return ds;
+}
+
+accel_dataset *accel_map_dataset_new(int64_t len, int n_fields, const accel_field_spec *specs,
+                                     accel_dataset_get_fn get, void *ctx) {
+    if (!specs || !get) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_map_dataset_new: specs and get are required");
+        return NULL;
+    }
+    accel_dataset *ds = dataset_alloc(len, n_fields, "accel_map_dataset_new");
+    if (!ds) return NULL;
+    for (int f = 0; f < n_fields; f++) {
+        if (specs[f].ndim < 0 || specs[f].ndim >= ACCEL_MAX_DIMS || specs[f].dtype >= ACCEL_DTYPE_COUNT) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_map_dataset_new: bad spec for field %d", f);
+            accel_free(ds);
+            return NULL;
+        }
+        ds->specs[f] = specs[f];
+        ds->sample_bytes[f] = spec_bytes(&specs[f]);
+    }
+    ds->get = get;
+    ds->ctx = ctx;
+    return ds;
+}
+
+void accel_dataset_free(accel_dataset *ds) {
+    if (!ds) return;
+    for (int f = 0; f < ds->n_fields; f++) accel_tensor_free(ds->tensors[f]);
+    accel_free(ds);
+}
+
+int64_t accel_dataset_len(const accel_dataset *ds) { return ds ? ds->len : 0; }
+int accel_dataset_num_fields(const accel_dataset *ds) { return ds ? ds->n_fields : 0; }
+const accel_field_spec *accel_dataset_field(const accel_dataset *ds, int f) {
+    return ds && f >= 0 && f < ds->n_fields ? &ds->specs[f] : NULL;
+}
+
+accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t *idx,
+                                    accel_batch *out) {
+    out->n_fields = ds->n_fields;
+    out->size = n;
+    for (int f = 0; f < ds->n_fields; f++) {
+        const accel_field_spec *s = &ds->specs[f];
+        int64_t shape[ACCEL_MAX_DIMS];
+        shape[0] = n;
+        memcpy(shape + 1, s->shape, (size_t)s->ndim * sizeof(int64_t));
+        out->fields[f] = accel_empty(s->dtype, s->ndim + 1, shape);
+        if (!out->fields[f]) return accel_last_status();
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= ds->len)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_dataloader: sample index %lld out of range for a dataset of %lld",
+                                   (long long)idx[i], (long long)ds->len);
+        void *dst[ACCEL_BATCH_MAX_FIELDS];
+        for (int f = 0; f < ds->n_fields; f++)
+            dst[f] = (char *)out->fields[f]->data + (size_t)i * ds->sample_bytes[f];
+        if (ds->get) {
+            accel_status st = ds->get(ds->ctx, idx[i], dst);
+            if (st) return st;
+        } else {
+            for (int f = 0; f < ds->n_fields; f++)
+                memcpy(dst[f], (char *)ds->tensors[f]->data + (size_t)idx[i] * ds->sample_bytes[f],
+                       ds->sample_bytes[f]);
+        }
+    }
+    return ACCEL_OK;
+}

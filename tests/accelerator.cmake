@@ -1,0 +1,67 @@
+# Accelerator and data layer: multi-process tests under the real launcher, and the
+# examples' exact output lines (accelerate.md seeds 000/001).
+# (test_accelerator_*.c and test_data_*.c also run plainly as one process via the glob.)
+if(TARGET accel_cli)
+  set(_accel_env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
+  foreach(n 2 3 4)
+    add_test(NAME accelerator_ddp_${n}
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n} $<TARGET_FILE:test_accelerator_ddp>
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(accelerator_ddp_${n} PROPERTIES TIMEOUT 120 ENVIRONMENT "${_accel_env}")
+  endforeach()
+  add_test(NAME accelerator_ddp_debug_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --debug --num_processes 2 $<TARGET_FILE:test_accelerator_ddp>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(accelerator_ddp_debug_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_accel_env}")
+  foreach(t fp16 checkpoint)
+    add_test(NAME accelerator_${t}_2
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_accelerator_${t}>
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(accelerator_${t}_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_accel_env}")
+  endforeach()
+
+  # The examples print exactly these lines, once (the main process prints).
+  set(_loss_line "device=cpu final_loss=[0-9]+\\.[0-9][0-9][0-9][0-9]\n")
+  add_test(NAME example_train_linear COMMAND $<TARGET_FILE:train_linear>)
+  add_test(NAME example_train_linear_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --mixed_precision no $<TARGET_FILE:train_linear>)
+  add_test(NAME example_train_linear_bf16_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --mixed_precision bf16 $<TARGET_FILE:train_linear>)
+  foreach(t example_train_linear example_train_linear_2 example_train_linear_bf16_2)
+    set_tests_properties(${t} PROPERTIES TIMEOUT 60 ENVIRONMENT "${_accel_env}"
+                         PASS_REGULAR_EXPRESSION "^${_loss_line}$")
+  endforeach()
+  add_test(NAME example_prepare_forward COMMAND $<TARGET_FILE:prepare_forward>)
+  set_tests_properties(example_prepare_forward PROPERTIES TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "^device=cpu\nshape=\\[1, 1\\]\n$")
+  add_test(NAME example_gather_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:gather>)
+  set_tests_properties(example_gather_2 PROPERTIES TIMEOUT 60 ENVIRONMENT "${_accel_env}"
+                       PASS_REGULAR_EXPRESSION "^world=2\ndevice=cpu\ngathered=\\[1, 2, 3, 1, 2, 3\\]\n$")
+endif()
+
+# Kill a 2-process run after step 12 (last checkpoint at step 10), resume it, and
+# compare its final line with an uninterrupted run's.
+if(TARGET accel_cli)
+  set(_cr "${CMAKE_CURRENT_BINARY_DIR}/checkpoint_resume_run")
+  add_test(NAME example_checkpoint_resume_2
+           COMMAND sh -c "rm -rf '${_cr}' && mkdir -p '${_cr}' && \
+L='$<TARGET_FILE:accel_cli> launch --quiet --main_process_port 0 --num_processes 2' && P='$<TARGET_FILE:checkpoint_resume>' && \
+{ $L $P '${_cr}/a' 20 12 >/dev/null 2>&1; test $? -ne 0; } && \
+$L $P '${_cr}/a' 20 2>/dev/null | grep -v saved > '${_cr}/resumed.txt' && \
+$L $P '${_cr}/b' 20 2>/dev/null | grep final_loss > '${_cr}/straight.txt' && \
+grep -q 'resumed at step 10' '${_cr}/resumed.txt' && grep final_loss '${_cr}/resumed.txt' | cmp - '${_cr}/straight.txt' && \
+cat '${_cr}/straight.txt'")
+  set_tests_properties(example_checkpoint_resume_2 PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
+                       PASS_REGULAR_EXPRESSION "step=20 final_loss=")
+endif()
+
+# A few Llama steps on 2 processes (byte-level, bf16): the progress line and the save.
+if(TARGET accel_cli)
+  add_test(NAME example_train_llama_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --mixed_precision bf16
+                   $<TARGET_FILE:train_llama> ${CMAKE_SOURCE_DIR}/docs/CONVENTIONS.md 3
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(example_train_llama_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+                       PASS_REGULAR_EXPRESSION "\rstep 3/3  loss [0-9.]+ .*tokens/s\nfinal_loss=[0-9.]+ saved llama_out/\n$")
+endif()

@@ -1,0 +1,239 @@
+/* save_state / load_state: resuming continues bit for bit (losses identical to an
+ * uninterrupted run, across an epoch boundary, with shuffling, Adam state, an LR
+ * schedule and RNG draws); automatic naming with total_limit whose counter survives a
+ * restart; a save killed midway leaves the previous checkpoint intact and usable;
+ * save_model shards. Runs plainly and under `accel launch`. */
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accel/dist.h"
+#include "accel/io.h"
+#include "check.h"
+
+static int N, R;
+static char DIR_[256];
+
+typedef struct run {
+    accel_module *model;
+    accel_optimizer *opt;
+    accel_lr_scheduler *sched;
+    accel_dataset *ds;
+    accel_dataloader *dl;
+} run;
+
+static void run_make(run *r, uint64_t seed) {
+    float x[40 * 3], y[40];
+    for (int i = 0; i < 40; i++) {
+        for (int j = 0; j < 3; j++) x[i * 3 + j] = (float)((i * 5 + j * 7) % 13) / 13.0f - 0.5f;
+        y[i] = x[i * 3] - 0.5f * x[i * 3 + 2];
+    }
+    accel_tensor *f[2] = {accel_from_floats(ACCEL_SHAPE(40, 3), x), accel_from_floats(ACCEL_SHAPE(40, 1), y)};
+    r->ds = accel_tensor_dataset_new(2, f);
+    accel_dataloader_opts o = accel_dataloader_opts_default();
+    o.batch_size = 4;
+    o.shuffle = true;
+    o.seed = seed;
+    r->dl = accel_dataloader_new(r->ds, &o);
+    accel_manual_seed(seed);
+    accel_module *l[3] = {accel_linear_new(3, 6, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_silu_module_new(),
+                          accel_linear_new(6, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    r->model = accel_sequential_new(3, l);
+    accel_tensor **ps;
+    int n = accel_module_parameters(r->model, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    r->opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, n, ps, &h);
+    accel_free(ps);
+    r->sched = accel_lr_scheduler_new(r->opt, ACCEL_SCHED_COSINE, 3, 40);
+    accel_step_reset();
+}
+
+static void run_free(accel_accelerator *acc, run *r) {
+    accel_accelerator_clear(acc);
+    accel_lr_scheduler_free(r->sched);
+    accel_optimizer_free(r->opt);
+    accel_module_free(r->model);
+    accel_dataloader_free(r->dl);
+    accel_dataset_free(r->ds);
+}
+
+/* `steps` training steps (the data loader restarts at epoch ends); the inputs get
+ * noise from the default generator, so the RNG state matters too. */
+static void train(accel_accelerator *acc, run *r, int steps, double *losses) {
+    accel_batch b;
+    for (int s = 0; s < steps; s++) {
+        while (!accel_dataloader_next(r->dl, &b)) CHECK(accel_last_status() == ACCEL_OK);
+        accel_tensor *noise = accel_empty(ACCEL_F32, ACCEL_SHAPE(b.size, 3));
+        accel_rng_normal_(accel_default_rng(), noise, 0.0, 0.01);
+        accel_tensor *loss = accel_mse_loss(accel_module_call(r->model, accel_add(b.fields[0], noise)), b.fields[1]);
+        CHECK(accel_accelerator_backward(acc, loss) == ACCEL_OK);
+        CHECK(accel_accelerator_optimizer_step(acc, r->opt) == ACCEL_OK);
+        accel_accelerator_scheduler_step(acc, r->sched);
+        accel_accelerator_zero_grad(acc, r->opt);
+        losses[s] = accel_item(loss);
+        accel_step_reset();
+    }
+}
+
+static accel_accelerator *make_acc(int total_limit) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.project_dir = DIR_;
+    o.automatic_checkpoint_naming = true;
+    o.total_limit = total_limit;
+    return accel_accelerator_new(&o);
+}
+
+static bool exists(const char *fmt, int n) {
+    char p[512];
+    snprintf(p, sizeof p, fmt, DIR_, n);
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static accel_accelerator *A;
+
+static void test_resume_bit_for_bit(void) {
+    run a, b;
+    double want[12], got[12], first[5];
+    run_make(&a, 7);
+    CHECK(accel_accelerator_prepare(A, a.model, a.opt, a.dl, a.sched) == ACCEL_OK);
+    train(A, &a, 5, first);
+    char used[512];
+    CHECK(accel_accelerator_save_state(A, NULL, used, sizeof used) == ACCEL_OK);
+    CHECK_STR_CONTAINS(used, "checkpoints/checkpoint_0");
+    CHECK(exists("%s/checkpoints/checkpoint_%d/model.safetensors", 0));
+    CHECK(exists("%s/checkpoints/checkpoint_%d/optimizer.safetensors", 0));
+    CHECK(exists("%s/checkpoints/checkpoint_%d/scheduler.safetensors", 0));
+    char rs[64];
+    snprintf(rs, sizeof rs, "%%s/checkpoints/checkpoint_%%d/random_states_%d.safetensors", R);
+    CHECK(exists(rs, 0));
+    train(A, &a, 12, want); /* uninterrupted: crosses an epoch boundary */
+    run_free(A, &a);
+
+    run_make(&b, 99); /* different weights, seed, order: all restored */
+    CHECK(accel_accelerator_prepare(A, b.model, b.opt, b.dl, b.sched) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(A, NULL) == ACCEL_OK);
+    train(A, &b, 12, got);
+    for (int s = 0; s < 12; s++) CHECK_MSG(want[s] == got[s], "step %d: %.9g vs %.9g", s, want[s], got[s]);
+    /* model.safetensors carries the HF-style names */
+    accel_safetensors *st = accel_safetensors_open(used[0] ? strcat(used, "/model.safetensors") : "");
+    CHECK(st && accel_safetensors_find(st, "0.weight") && accel_safetensors_find(st, "2.bias"));
+    accel_safetensors_close(st);
+    run_free(A, &b);
+}
+
+static void test_total_limit_and_counter(void) {
+    run a;
+    run_make(&a, 3);
+    accel_accelerator *acc = A;
+    if (N == 1) {
+        accel_accelerator_free(A);
+        acc = A = make_acc(2);
+    }
+    CHECK(accel_accelerator_prepare(acc, a.model, a.opt, a.dl, a.sched) == ACCEL_OK);
+    /* checkpoint_0 exists from the previous test: the counter continues at 1 */
+    for (int i = 0; i < 4; i++) CHECK(accel_accelerator_save_state(acc, NULL, NULL, 0) == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(acc);
+    CHECK(!exists("%s/checkpoints/checkpoint_%d", 0) && !exists("%s/checkpoints/checkpoint_%d", 2));
+    CHECK(exists("%s/checkpoints/checkpoint_%d", 3) && exists("%s/checkpoints/checkpoint_%d", 4));
+    run_free(acc, &a);
+}
+
+/* ---- a save killed midway (one process: fork, SIGKILL at the K-th allocation) */
+
+static long kill_at, n_allocs;
+static void *killing_alloc(void *ctx, size_t bytes, size_t align) {
+    if (++n_allocs == kill_at) raise(SIGKILL);
+    void *p = NULL;
+    return posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1) ? NULL : p;
+}
+static void plain_free(void *ctx, void *p) { free(p); }
+
+static void test_killed_save_keeps_previous(void) {
+    run a;
+    run_make(&a, 5);
+    CHECK(accel_accelerator_prepare(A, a.model, a.opt, a.dl, a.sched) == ACCEL_OK);
+    double l[3];
+    train(A, &a, 3, l);
+    char good[512];
+    CHECK(accel_accelerator_save_state(A, NULL, good, sizeof good) == ACCEL_OK);
+    accel_tensor **ps;
+    accel_module_parameters(a.model, &ps);
+    float w_good = ((float *)ps[0]->data)[0];
+    train(A, &a, 2, l);
+    float w_new = ((float *)ps[0]->data)[0];
+    CHECK(w_good != w_new);
+    int killed = 0;
+    const long points[] = {1, 2, 3, 5, 8, 12, 20, 30, 50};
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            kill_at = points[i];
+            accel_allocator al = {killing_alloc, plain_free, NULL};
+            accel_set_allocator(&al);
+            accel_accelerator_save_state(A, NULL, NULL, 0);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        /* whatever happened, the latest checkpoint is complete and loads */
+        CHECK(accel_accelerator_load_state(A, NULL) == ACCEL_OK);
+        float w = ((float *)ps[0]->data)[0];
+        CHECK(w == w_good || w == w_new);
+    }
+    CHECK(killed >= 3); /* the kills really happened mid-save */
+    /* the checkpoint saved before the kills is intact */
+    CHECK(accel_accelerator_load_state(A, good) == ACCEL_OK);
+    CHECK(((float *)ps[0]->data)[0] == w_good);
+    accel_free(ps);
+    run_free(A, &a);
+}
+
+static void test_save_model_sharded(void) {
+    run a;
+    run_make(&a, 9);
+    char d[300];
+    snprintf(d, sizeof d, "%s/model_out", DIR_);
+    CHECK(accel_accelerator_save_model(A, a.model, d, "100") == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    accel_checkpoint *ck = accel_checkpoint_open(d);
+    CHECK(ck && accel_checkpoint_num_shards(ck) > 1 && accel_checkpoint_count(ck) == 4);
+    accel_checkpoint_close(ck);
+    CHECK(accel_accelerator_save_model(A, a.model, d, "5XB") != ACCEL_OK);
+    accel_clear_error();
+    run_free(A, &a);
+}
+
+int main(void) {
+    /* one directory per run: under the launcher every rank has the same parent */
+    snprintf(DIR_, sizeof DIR_, "/tmp/accel_ckpt_test_%d",
+             (int)(accel_dist_world_size() > 1 ? getppid() : getpid()));
+    /* several processes: one accelerator for the whole run (the group is set up once);
+     * one process: test_total_limit_and_counter restarts with total_limit 2 */
+    A = make_acc(accel_dist_world_size() > 1 ? 2 : 0);
+    if (!A) {
+        fprintf(stderr, "%s\n", accel_last_error());
+        return 1;
+    }
+    N = accel_accelerator_num_processes(A);
+    R = accel_accelerator_process_index(A);
+    RUN(test_resume_bit_for_bit);
+    RUN(test_total_limit_and_counter);
+    if (N == 1) RUN(test_killed_save_keeps_previous);
+    RUN(test_save_model_sharded);
+    accel_accelerator_wait_for_everyone(A);
+    if (R == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
+        CHECK(system(cmd) == 0);
+    }
+    accel_accelerator_free(A);
+    accel_thread_cleanup();
+    return check_summary();
+}

@@ -1,0 +1,164 @@
+/* Mixed precision: fp16 GradScaler behaviour (init 65536, skip + backoff on inf/nan,
+ * growth after growth_interval clean steps), bf16 autocast forward with f32 outputs,
+ * fp8 and unknown modes refused. Runs plainly and under `accel launch`. */
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "check.h"
+
+static int N, R;
+static accel_accelerator *A;
+
+static void params_copy(accel_module *m, float *out) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t k = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t j = 0; j < accel_numel(ps[i]); j++) out[k++] = ((float *)ps[i]->data)[j];
+    accel_free(ps);
+}
+
+static double lr_const(int64_t step, void *ctx) { return 1.0; }
+
+static void test_fp16_scaler(void) {
+    CHECK(accel_accelerator_mixed_precision(A) == ACCEL_MP_FP16);
+    CHECK(accel_accelerator_loss_scale(A) == 65536.0);
+    accel_manual_seed(11);
+    accel_module *m = accel_linear_new(2, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor **ps;
+    int np = accel_module_parameters(m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, ps, &h);
+    accel_free(ps);
+    accel_lr_scheduler *s = accel_lr_scheduler_lambda(opt, lr_const, NULL);
+    CHECK(accel_accelerator_prepare(A, m, opt, NULL, s) == ACCEL_OK);
+    float before[3], after[3];
+    for (int step = 0; step < 6; step++) {
+        bool inject = step == 2;
+        accel_tensor *x = accel_from_floats(ACCEL_SHAPE(2, 2), (float[]){0.5f, -0.25f, 0.125f, 1.0f});
+        accel_tensor *y = accel_module_call(m, x);
+        CHECK(y && y->dtype == ACCEL_F32);           /* outputs converted to f32 */
+        CHECK(accel_autocast_dtype() == ACCEL_F32);  /* autocast only inside the forward */
+        accel_tensor *loss = accel_mean_all(accel_mul(y, y));
+        /* an overflow on one rank: the all-reduce spreads it, every rank skips */
+        if (inject && R == 0) loss = accel_mul_scalar(loss, INFINITY);
+        params_copy(m, before);
+        CHECK(accel_accelerator_backward(A, loss) == ACCEL_OK);
+        CHECK(accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
+        accel_accelerator_scheduler_step(A, s);
+        accel_accelerator_zero_grad(A, opt);
+        params_copy(m, after);
+        bool changed = memcmp(before, after, sizeof before) != 0;
+        if (inject) {
+            CHECK(accel_accelerator_optimizer_step_was_skipped(A));
+            CHECK(!changed);
+            CHECK(accel_accelerator_loss_scale(A) == 32768.0);
+            CHECK(accel_lr_scheduler_last_epoch(s) == (int64_t)N * 2); /* no scheduler step either */
+        } else {
+            CHECK(!accel_accelerator_optimizer_step_was_skipped(A));
+            CHECK(changed);
+            for (int i = 0; i < 3; i++) CHECK(isfinite(after[i]));
+        }
+        /* growth_interval 3: three clean steps after the overflow double the scale */
+        if (step == 1) CHECK(accel_accelerator_loss_scale(A) == 65536.0);
+        if (step == 4) CHECK(accel_accelerator_loss_scale(A) == 32768.0);
+        if (step == 5) CHECK(accel_accelerator_loss_scale(A) == 65536.0);
+        accel_step_reset();
+    }
+    accel_accelerator_clear(A);
+    accel_lr_scheduler_free(s);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+/* Unscaled gradients equal the f32 gradients (within fp16 forward rounding). */
+static void test_fp16_unscale_matches_f32(void) {
+    accel_manual_seed(12);
+    accel_module *m = accel_linear_new(3, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor **ps;
+    int np = accel_module_parameters(m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, ps, &h);
+    CHECK(accel_accelerator_prepare(A, m, opt, NULL, NULL) == ACCEL_OK);
+    /* The scaled gradients must stay below the fp16 maximum (65504) in the fp16
+     * backward of the autocast linear, or the step overflows (as with torch's GradScaler). */
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 3), (float[]){0.5f, 0.25f, -0.125f});
+    accel_tensor *loss = accel_mul_scalar(accel_sum_all(accel_module_call(m, x)), 0.5);
+    CHECK(accel_accelerator_backward(A, loss) == ACCEL_OK);
+    /* d(0.5 * (w.x + b))/dw = x / 2, scaled by 65536 until unscaled */
+    CHECK_CLOSE(((float *)ps[0]->grad->data)[2], -0.0625 * 65536, 1e-3, 0);
+    double norm = accel_accelerator_clip_grad_norm(A, m, 100.0, 2.0);
+    CHECK_CLOSE(norm, 0.5 * sqrt(0.25 + 0.0625 + 0.015625 + 1), 1e-3, 0);
+    CHECK_CLOSE(((float *)ps[0]->grad->data)[2], -0.0625, 1e-3, 0);
+    CHECK(accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
+    CHECK(!accel_accelerator_optimizer_step_was_skipped(A));
+    accel_accelerator_zero_grad(A, opt);
+    accel_free(ps);
+    accel_step_reset();
+    accel_accelerator_clear(A);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+static void test_precision_options(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "fp8";
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "fp8 mixed precision is not supported");
+    accel_clear_error();
+    o.mixed_precision = "fp32";
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "Unknown mixed_precision mode: fp32. Choose between ['no', 'fp16', 'bf16']");
+    accel_clear_error();
+    o.mixed_precision = "no";
+    o.gradient_accumulation_steps = -1;
+    CHECK(accel_accelerator_new(&o) == NULL);
+    accel_clear_error();
+}
+
+/* bf16 on one process: a second accelerator after the first is freed. */
+static void test_bf16_forward(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "bf16";
+    accel_accelerator *b = accel_accelerator_new(&o);
+    CHECK(b != NULL);
+    accel_manual_seed(13);
+    accel_module *m = accel_linear_new(4, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel_accelerator_prepare_model(b, m) == ACCEL_OK);
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 4), (float[]){0.3f, 0.1f, -0.7f, 0.9f});
+    accel_tensor *y = accel_module_call(m, x);
+    CHECK(y && y->dtype == ACCEL_F32);
+    accel_dtype prev = accel_accelerator_autocast_begin(b);
+    CHECK(accel_autocast_dtype() == ACCEL_BF16);
+    accel_accelerator_autocast_end(b, prev);
+    CHECK(accel_autocast_dtype() == ACCEL_F32);
+    CHECK(accel_accelerator_backward(b, accel_sum_all(y)) == ACCEL_OK);
+    accel_tensor **ps;
+    accel_module_parameters(m, &ps);
+    CHECK(ps[0]->dtype == ACCEL_F32 && ps[0]->grad->dtype == ACCEL_F32); /* f32 master weights */
+    CHECK_CLOSE(((float *)ps[0]->grad->data)[2], -0.7, 1e-2, 0);
+    accel_free(ps);
+    accel_step_reset();
+    accel_accelerator_free(b);
+    accel_module_free(m);
+}
+
+int main(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "fp16";
+    o.growth_interval = 3;
+    A = accel_accelerator_new(&o);
+    if (!A) {
+        fprintf(stderr, "%s\n", accel_last_error());
+        return 1;
+    }
+    N = accel_accelerator_num_processes(A);
+    R = accel_accelerator_process_index(A);
+    RUN(test_fp16_scaler);
+    RUN(test_fp16_unscale_matches_f32);
+    RUN(test_precision_options);
+    accel_accelerator_free(A);
+    if (N == 1) RUN(test_bf16_forward);
+    accel_thread_cleanup();
+    return check_summary();
+}
