@@ -1,0 +1,151 @@
+/* CPU kernels of the pointwise, reduction and copy ops (not public API).
+ *
+ * Every kernel writes a contiguous output. The fast paths work on f32 with
+ * per-row loops (the op is chosen by a switch once per row, never per
+ * element); the reference paths (accel_reference_kernels()) walk elements one
+ * by one through generic strided loads, in any dtype, so tests can compare.
+ */
+#ifndef ACCEL_CPU_KERNELS_H
+#define ACCEL_CPU_KERNELS_H
+
+#include <math.h>
+
+#include "core/core_internal.h"
+
+/* Sizes above which a kernel uses OpenMP threads. */
+#define ACCEL_CPU_PAR_THRESHOLD 32768
+
+/* ---- strided layouts */
+
+/* A tensor's layout seen through an output shape: broadcast dims have stride 0,
+ * adjacent dims that are contiguous with each other in every operand merged. */
+typedef struct accel__layout {
+    int ndim;                         /* >= 1 */
+    int64_t shape[ACCEL_MAX_DIMS];
+    int64_t stride[3][ACCEL_MAX_DIMS]; /* per operand, in elements */
+} accel__layout;
+
+/* Builds the layout of n_ops operands (strides in `strides[k]`, already aligned
+ * to the output's ndim/shape, 0 on broadcast dims) and merges dims. */
+void accel__layout_init(accel__layout *l, int ndim, const int64_t *shape, int n_ops,
+                        const int64_t *const *strides);
+/* Strides of t aligned to an output of ndim dims and shape (0 where t is
+ * broadcast or missing). */
+void accel__broadcast_strides(const accel_tensor *t, int ndim, const int64_t *shape,
+                              int64_t *stride);
+/* Offsets (elements) of operand k at the start of row r (rows = all dims but the last). */
+int64_t accel__layout_row_offset(const accel__layout *l, int k, int64_t r);
+int64_t accel__layout_rows(const accel__layout *l);
+
+/* dst = src: same dtype and shape, any strides on both sides. */
+void accel__cpu_copy(accel_tensor *dst, const accel_tensor *src);
+/* Copies src (any strides, any dtype) into the contiguous buffer dst of the
+ * same dtype. */
+void accel__cpu_copy_strided(void *dst, const accel_tensor *src);
+
+/* ---- pointwise */
+
+typedef enum accel__binop { ACCEL_B_ADD, ACCEL_B_SUB, ACCEL_B_MUL, ACCEL_B_DIV } accel__binop;
+
+/* out (contiguous f32, shape of the layout) = a op b, with a and b f32 at the
+ * layout's strides (operands 0 and 1). */
+void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float *a, const float *b,
+                           float *out);
+/* Reference: element by element; out of any dtype, a/b any dtype and strides
+ * (broadcast). Float outputs are computed in f32, integer outputs in int64. */
+void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tensor *a,
+                           const accel_tensor *b);
+
+typedef enum accel__unop {
+    ACCEL_U_ADD_SCALAR, ACCEL_U_MUL_SCALAR, ACCEL_U_POW, ACCEL_U_NEG, ACCEL_U_EXP, ACCEL_U_LOG,
+    ACCEL_U_SQRT, ACCEL_U_RSQRT, ACCEL_U_TANH, ACCEL_U_SIGMOID, ACCEL_U_RELU, ACCEL_U_SILU,
+    ACCEL_U_GELU, ACCEL_U_GELU_TANH,
+} accel__unop;
+
+/* y[i] = f(x[i]) on contiguous f32 (p: the scalar of *_scalar / pow). */
+void accel__cpu_unary_f32(accel__unop op, double p, const float *x, float *y, int64_t n);
+/* dx[i] = g[i] * f'(x[i]) (y = f(x) given too), contiguous f32. */
+void accel__cpu_unary_grad_f32(accel__unop op, double p, const float *g, const float *x,
+                               const float *y, float *dx, int64_t n);
+/* Reference versions: any strides and float dtypes; outputs contiguous. */
+void accel__cpu_unary_ref(accel__unop op, double p, accel_tensor *y, const accel_tensor *x);
+void accel__cpu_unary_grad_ref(accel__unop op, double p, accel_tensor *dx, const accel_tensor *g,
+                               const accel_tensor *x, const accel_tensor *y);
+
+/* ---- reductions */
+
+/* out[o] = scale * sum of x over the reduced dims (mask bit d set = dim d
+ * reduced); out is contiguous f32 with the kept dims in order. x f32 any strides. */
+void accel__cpu_sum_f32(const accel_tensor *x, unsigned mask, double scale, float *out);
+/* Reference: any float dtype in and out. */
+void accel__cpu_sum_ref(const accel_tensor *x, unsigned mask, double scale, accel_tensor *out);
+/* Max over dim d: values (dtype of out) and first index of the max (NaN wins). */
+void accel__cpu_max(const accel_tensor *x, int d, accel_tensor *values, int64_t *indices);
+
+/* ---- the scalar functions, shared by the fast and reference paths */
+
+#define ACCEL__SQRT1_2 0.70710678118654752440f
+#define ACCEL__SQRT_2_PI 0.79788456080286535588f  /* sqrt(2/pi) */
+#define ACCEL__INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2*pi) */
+
+static inline float accel__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float accel__geluf(float x) { return 0.5f * x * (1.0f + erff(x * ACCEL__SQRT1_2)); }
+static inline float accel__gelu_gradf(float x) {
+    return 0.5f * (1.0f + erff(x * ACCEL__SQRT1_2)) + x * ACCEL__INV_SQRT_2PI * expf(-0.5f * x * x);
+}
+static inline float accel__gelu_tanhf(float x) {
+    float u = ACCEL__SQRT_2_PI * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+static inline float accel__gelu_tanh_gradf(float x) {
+    float u = ACCEL__SQRT_2_PI * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * ACCEL__SQRT_2_PI * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+static inline float accel__unary_f(accel__unop op, float x, float p) {
+    switch (op) {
+    case ACCEL_U_ADD_SCALAR: return x + p;
+    case ACCEL_U_MUL_SCALAR: return x * p;
+    case ACCEL_U_POW: return powf(x, p);
+    case ACCEL_U_NEG: return -x;
+    case ACCEL_U_EXP: return expf(x);
+    case ACCEL_U_LOG: return logf(x);
+    case ACCEL_U_SQRT: return sqrtf(x);
+    case ACCEL_U_RSQRT: return 1.0f / sqrtf(x);
+    case ACCEL_U_TANH: return tanhf(x);
+    case ACCEL_U_SIGMOID: return accel__sigmoidf(x);
+    case ACCEL_U_RELU: return x > 0.0f ? x : 0.0f;
+    case ACCEL_U_SILU: return x * accel__sigmoidf(x);
+    case ACCEL_U_GELU: return accel__geluf(x);
+    case ACCEL_U_GELU_TANH: return accel__gelu_tanhf(x);
+    }
+    return 0.0f;
+}
+
+/* f'(x), given y = f(x). */
+static inline float accel__unary_df(accel__unop op, float x, float y, float p) {
+    switch (op) {
+    case ACCEL_U_ADD_SCALAR: return 1.0f;
+    case ACCEL_U_MUL_SCALAR: return p;
+    case ACCEL_U_POW: return p == 0.0f ? 0.0f : p * powf(x, p - 1.0f);
+    case ACCEL_U_NEG: return -1.0f;
+    case ACCEL_U_EXP: return y;
+    case ACCEL_U_LOG: return 1.0f / x;
+    case ACCEL_U_SQRT: return 0.5f / y;
+    case ACCEL_U_RSQRT: return -0.5f * y * y * y;
+    case ACCEL_U_TANH: return 1.0f - y * y;
+    case ACCEL_U_SIGMOID: return y * (1.0f - y);
+    case ACCEL_U_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case ACCEL_U_SILU: {
+        float s = accel__sigmoidf(x);
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case ACCEL_U_GELU: return accel__gelu_gradf(x);
+    case ACCEL_U_GELU_TANH: return accel__gelu_tanh_gradf(x);
+    }
+    return 0.0f;
+}
+
+#endif

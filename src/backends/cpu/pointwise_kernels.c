@@ -1,0 +1,187 @@
+/* Pointwise kernels: binary ops with broadcasting, unary ops and their
+ * derivatives (fast f32 paths and element-by-element references). */
+#include "cpu_kernels.h"
+
+/* Inner loop of a binary op over one row, specialised on the common stride
+ * patterns so the compiler vectorises them. */
+#define BIN_ROW(EXPR)                                                                  \
+    do {                                                                               \
+        if (ia == 1 && ib == 1) {                                                      \
+            for (int64_t j = 0; j < n; j++) { float x = pa[j], y = pb[j]; po[j] = EXPR; } \
+        } else if (ia == 1 && ib == 0) {                                               \
+            float y = pb[0];                                                           \
+            for (int64_t j = 0; j < n; j++) { float x = pa[j]; po[j] = EXPR; }         \
+        } else if (ia == 0 && ib == 1) {                                               \
+            float x = pa[0];                                                           \
+            for (int64_t j = 0; j < n; j++) { float y = pb[j]; po[j] = EXPR; }         \
+        } else {                                                                       \
+            for (int64_t j = 0; j < n; j++) {                                          \
+                float x = pa[j * ia], y = pb[j * ib];                                  \
+                po[j] = EXPR;                                                          \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+static void binary_row(accel__binop op, const float *pa, int64_t ia, const float *pb, int64_t ib,
+                       float *po, int64_t n) {
+    switch (op) {
+    case ACCEL_B_ADD: BIN_ROW(x + y); break;
+    case ACCEL_B_SUB: BIN_ROW(x - y); break;
+    case ACCEL_B_MUL: BIN_ROW(x * y); break;
+    case ACCEL_B_DIV: BIN_ROW(x / y); break;
+    }
+}
+
+void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float *a, const float *b,
+                           float *out) {
+    int nd = l->ndim;
+    int64_t n = l->shape[nd - 1], rows = accel__layout_rows(l);
+    int64_t ia = l->stride[0][nd - 1], ib = l->stride[1][nd - 1];
+    if (rows == 1) {
+        /* One long row: split it between threads. */
+        int64_t chunk = 8192, nchunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+        for (int64_t c = 0; c < nchunks; c++) {
+            int64_t s = c * chunk, e = s + chunk < n ? s + chunk : n;
+            binary_row(op, a + s * ia, ia, b + s * ib, ib, out + s, e - s);
+        }
+        return;
+    }
+#pragma omp parallel for if (rows * n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        binary_row(op, a + accel__layout_row_offset(l, 0, r), ia, b + accel__layout_row_offset(l, 1, r),
+                   ib, out + r * n, n);
+}
+
+/* Row-major element i of an output of shape (ndim, shape) -> offset in an
+ * operand with broadcast strides. */
+static int64_t bcast_offset(int ndim, const int64_t *shape, const int64_t *stride, int64_t i) {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        off += (i % shape[d]) * stride[d];
+        i /= shape[d];
+    }
+    return off;
+}
+
+static int64_t load_i64(const void *p, accel_dtype dt, int64_t off) {
+    switch (dt) {
+    case ACCEL_I64: return ((const int64_t *)p)[off];
+    case ACCEL_I32: return ((const int32_t *)p)[off];
+    case ACCEL_I16: return ((const int16_t *)p)[off];
+    case ACCEL_I8: return ((const int8_t *)p)[off];
+    case ACCEL_U8: return ((const uint8_t *)p)[off];
+    case ACCEL_BOOL: return ((const uint8_t *)p)[off] != 0;
+    default: return (int64_t)accel__load_elem(p, dt, (size_t)off);
+    }
+}
+
+static void store_i64(void *p, accel_dtype dt, int64_t off, int64_t v) {
+    switch (dt) {
+    case ACCEL_I64: ((int64_t *)p)[off] = v; break;
+    case ACCEL_I32: ((int32_t *)p)[off] = (int32_t)v; break;
+    case ACCEL_I16: ((int16_t *)p)[off] = (int16_t)v; break;
+    case ACCEL_I8: ((int8_t *)p)[off] = (int8_t)v; break;
+    case ACCEL_U8: ((uint8_t *)p)[off] = (uint8_t)v; break;
+    case ACCEL_BOOL: ((uint8_t *)p)[off] = v != 0; break;
+    default: accel__store_elem(p, dt, (size_t)off, (double)v); break;
+    }
+}
+
+/* Integer arithmetic wraps as in PyTorch (two's complement), without signed-overflow UB. */
+static int64_t int_op(accel__binop op, int64_t x, int64_t y) {
+    uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
+    switch (op) {
+    case ACCEL_B_ADD: return (int64_t)(ux + uy);
+    case ACCEL_B_SUB: return (int64_t)(ux - uy);
+    case ACCEL_B_MUL: return (int64_t)(ux * uy);
+    case ACCEL_B_DIV: return y ? x / y : 0; /* not reached: integer div returns float */
+    }
+    return 0;
+}
+
+static float float_op(accel__binop op, float x, float y) {
+    switch (op) {
+    case ACCEL_B_ADD: return x + y;
+    case ACCEL_B_SUB: return x - y;
+    case ACCEL_B_MUL: return x * y;
+    case ACCEL_B_DIV: return x / y;
+    }
+    return 0.0f;
+}
+
+void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tensor *a,
+                           const accel_tensor *b) {
+    int nd = out->ndim;
+    int64_t sa[ACCEL_MAX_DIMS], sb[ACCEL_MAX_DIMS], n = accel_numel(out);
+    accel__broadcast_strides(a, nd, out->shape, sa);
+    accel__broadcast_strides(b, nd, out->shape, sb);
+    bool is_float = accel_dtype_is_float(out->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t oa = bcast_offset(nd, out->shape, sa, i), ob = bcast_offset(nd, out->shape, sb, i);
+        if (is_float) {
+            float x = (float)accel__load_elem(a->data, a->dtype, (size_t)oa);
+            float y = (float)accel__load_elem(b->data, b->dtype, (size_t)ob);
+            accel__store_elem(out->data, out->dtype, (size_t)i, float_op(op, x, y));
+        } else {
+            store_i64(out->data, out->dtype, i,
+                      int_op(op, load_i64(a->data, a->dtype, oa), load_i64(b->data, b->dtype, ob)));
+        }
+    }
+}
+
+/* ---- unary */
+
+#define UN_CASE(OP)                                                   \
+    case OP:                                                          \
+        _Pragma("omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)") \
+        for (int64_t i = 0; i < n; i++) y[i] = accel__unary_f(OP, x[i], pf); \
+        break
+
+void accel__cpu_unary_f32(accel__unop op, double p, const float *x, float *y, int64_t n) {
+    float pf = (float)p;
+    switch (op) {
+        UN_CASE(ACCEL_U_ADD_SCALAR); UN_CASE(ACCEL_U_MUL_SCALAR); UN_CASE(ACCEL_U_POW);
+        UN_CASE(ACCEL_U_NEG); UN_CASE(ACCEL_U_EXP); UN_CASE(ACCEL_U_LOG); UN_CASE(ACCEL_U_SQRT);
+        UN_CASE(ACCEL_U_RSQRT); UN_CASE(ACCEL_U_TANH); UN_CASE(ACCEL_U_SIGMOID);
+        UN_CASE(ACCEL_U_RELU); UN_CASE(ACCEL_U_SILU); UN_CASE(ACCEL_U_GELU);
+        UN_CASE(ACCEL_U_GELU_TANH);
+    }
+}
+
+#define UNG_CASE(OP)                                                  \
+    case OP:                                                          \
+        _Pragma("omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)") \
+        for (int64_t i = 0; i < n; i++) dx[i] = g[i] * accel__unary_df(OP, x[i], y[i], pf); \
+        break
+
+void accel__cpu_unary_grad_f32(accel__unop op, double p, const float *g, const float *x,
+                               const float *y, float *dx, int64_t n) {
+    float pf = (float)p;
+    switch (op) {
+        UNG_CASE(ACCEL_U_ADD_SCALAR); UNG_CASE(ACCEL_U_MUL_SCALAR); UNG_CASE(ACCEL_U_POW);
+        UNG_CASE(ACCEL_U_NEG); UNG_CASE(ACCEL_U_EXP); UNG_CASE(ACCEL_U_LOG); UNG_CASE(ACCEL_U_SQRT);
+        UNG_CASE(ACCEL_U_RSQRT); UNG_CASE(ACCEL_U_TANH); UNG_CASE(ACCEL_U_SIGMOID);
+        UNG_CASE(ACCEL_U_RELU); UNG_CASE(ACCEL_U_SILU); UNG_CASE(ACCEL_U_GELU);
+        UNG_CASE(ACCEL_U_GELU_TANH);
+    }
+}
+
+static float load_f(const accel_tensor *t, int64_t i) {
+    return (float)accel__load_elem(accel__elem_ptr(t, i), t->dtype, 0);
+}
+
+void accel__cpu_unary_ref(accel__unop op, double p, accel_tensor *y, const accel_tensor *x) {
+    int64_t n = accel_numel(x);
+    for (int64_t i = 0; i < n; i++)
+        accel__store_elem(y->data, y->dtype, (size_t)i, accel__unary_f(op, load_f(x, i), (float)p));
+}
+
+void accel__cpu_unary_grad_ref(accel__unop op, double p, accel_tensor *dx, const accel_tensor *g,
+                               const accel_tensor *x, const accel_tensor *y) {
+    int64_t n = accel_numel(x);
+    for (int64_t i = 0; i < n; i++) {
+        float d = accel__unary_df(op, load_f(x, i), load_f(y, i), (float)p);
+        accel__store_elem(dx->data, dx->dtype, (size_t)i, load_f(g, i) * d);
+    }
+}

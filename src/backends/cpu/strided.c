@@ -1,0 +1,104 @@
+/* Strided layouts (broadcast strides, dim merging) and the strided copy. */
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+void accel__broadcast_strides(const accel_tensor *t, int ndim, const int64_t *shape,
+                              int64_t *stride) {
+    for (int i = 0; i < ndim; i++) {
+        int ti = t->ndim - ndim + i;
+        stride[i] = (ti >= 0 && t->shape[ti] == shape[i] && shape[i] != 1) ? t->stride[ti] : 0;
+    }
+}
+
+void accel__layout_init(accel__layout *l, int ndim, const int64_t *shape, int n_ops,
+                        const int64_t *const *strides) {
+    ACCEL_ASSERT(n_ops >= 1 && n_ops <= 3);
+    /* Drop size-1 dims, then merge dim i into the following one when every
+     * operand steps over dim i exactly as over the whole following block. */
+    int nd = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1) continue;
+        bool merge = nd > 0;
+        for (int k = 0; k < n_ops && merge; k++)
+            merge = l->stride[k][nd - 1] == strides[k][i] * shape[i];
+        if (merge) {
+            l->shape[nd - 1] *= shape[i];
+            for (int k = 0; k < n_ops; k++) l->stride[k][nd - 1] = strides[k][i];
+            continue;
+        }
+        l->shape[nd] = shape[i];
+        for (int k = 0; k < n_ops; k++) l->stride[k][nd] = strides[k][i];
+        nd++;
+    }
+    if (nd == 0) { /* a scalar (or all ones) */
+        l->shape[0] = 1;
+        for (int k = 0; k < n_ops; k++) l->stride[k][0] = 0;
+        nd = 1;
+    }
+    for (int k = n_ops; k < 3; k++)
+        for (int i = 0; i < nd; i++) l->stride[k][i] = 0;
+    l->ndim = nd;
+}
+
+int64_t accel__layout_rows(const accel__layout *l) {
+    int64_t r = 1;
+    for (int i = 0; i < l->ndim - 1; i++) r *= l->shape[i];
+    return r;
+}
+
+int64_t accel__layout_row_offset(const accel__layout *l, int k, int64_t r) {
+    int64_t off = 0;
+    for (int i = l->ndim - 2; i >= 0; i--) {
+        int64_t n = l->shape[i];
+        off += (r % n) * l->stride[k][i];
+        r /= n;
+    }
+    return off;
+}
+
+/* One row of `n` elements of type T: source stride ss, destination stride ds. */
+#define COPY_ROW(T)                                                   \
+    do {                                                              \
+        const T *s_ = (const T *)src->data + so;                      \
+        T *d_ = (T *)dst->data + dof;                                 \
+        for (int64_t j = 0; j < n; j++) d_[j * ds] = s_[j * ss];      \
+    } while (0)
+
+void accel__cpu_copy(accel_tensor *dst, const accel_tensor *src) {
+    int64_t numel = accel_numel(dst);
+    size_t es = accel_dtype_size(dst->dtype);
+    ACCEL_ASSERT(dst->dtype == src->dtype && accel_same_shape(dst, src));
+    if (numel == 0) return;
+    if (accel_is_contiguous(dst) && accel_is_contiguous(src)) {
+        memcpy(dst->data, src->data, (size_t)numel * es);
+        return;
+    }
+    const int64_t *st[2] = {dst->stride, src->stride};
+    accel__layout l;
+    accel__layout_init(&l, dst->ndim, dst->shape, 2, st);
+    int64_t rows = accel__layout_rows(&l), n = l.shape[l.ndim - 1];
+    int64_t ds = l.stride[0][l.ndim - 1], ss = l.stride[1][l.ndim - 1];
+#pragma omp parallel for if (numel > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t dof = accel__layout_row_offset(&l, 0, r), so = accel__layout_row_offset(&l, 1, r);
+        if (ds == 1 && ss == 1) {
+            memcpy((char *)dst->data + (size_t)dof * es, (const char *)src->data + (size_t)so * es,
+                   (size_t)n * es);
+            continue;
+        }
+        switch (es) {
+        case 1: COPY_ROW(uint8_t); break;
+        case 2: COPY_ROW(uint16_t); break;
+        case 4: COPY_ROW(uint32_t); break;
+        default: COPY_ROW(uint64_t); break;
+        }
+    }
+}
+
+void accel__cpu_copy_strided(void *dst, const accel_tensor *src) {
+    accel_tensor d = *src;
+    d.data = dst;
+    accel__contiguous_strides(d.ndim, d.shape, d.stride);
+    accel__cpu_copy(&d, src);
+}
