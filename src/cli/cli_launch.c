@@ -639,7 +639,10 @@ int accel_cli_launch(int argc, char **argv) {
     random_hex(J.run_id, 8);
     snprintf(J.master_addr, sizeof J.master_addr, "%s", L.ip ? L.ip : "127.0.0.1");
     J.port = L.port;
-    if (L.machine_rank == 0 && (L.port == 0 || port_in_use(L.port))) {
+    /* One machine and no port asked for: pick a free port, as torchrun's
+     * --standalone does, so parallel jobs never race for 29500. */
+    bool standalone = L.num_machines == 1 && !L.port_given;
+    if (L.machine_rank == 0 && (L.port == 0 || standalone || port_in_use(L.port))) {
         if (L.port != 0 && L.num_machines > 1) {
             fprintf(stderr, "accel launch: error: Tried to launch distributed communication on port `%d`, but another "
                             "process is utilizing it. Please specify a different port (such as using the "
