@@ -2,11 +2,16 @@
  * accel/accel.h — the whole public API of accel, one include.
  *
  * Layers, lowest first (a lower header never includes a higher one):
- *   core.h        status, dtypes, devices, tensors, arenas, RNG
- *   autograd.h    tape, backward
- *   ops.h         differentiable ops (CPU kernels, meta shapes)
- *   nn.h          modules, layers, Llama
- *   optim.h       optimizers, gradient clipping, LR schedulers
+ *   core.h         status, dtypes, devices, tensors, arenas, RNG
+ *   autograd.h     tape, backward
+ *   ops.h          differentiable ops (CPU kernels, meta shapes)
+ *   nn.h           modules, layers, Llama
+ *   optim.h        optimizers, gradient clipping, LR schedulers
+ *   data.h         datasets, data loaders, Accelerate's batch sharding
+ *   io.h           safetensors, sharded checkpoints, HF config.json
+ *   dist.h         process groups and collectives
+ *   bigmodel.h     module sizes, device maps, dispatch, offload, generation
+ *   accelerator.h  the Accelerator
  */
 #ifndef ACCEL_ACCEL_H
 #define ACCEL_ACCEL_H
@@ -16,5 +21,10 @@
 #include "ops.h"
 #include "nn.h"
 #include "optim.h"
+#include "data.h"
+#include "io.h"
+#include "dist.h"
+#include "bigmodel.h"
+#include "accelerator.h"
 
 #endif

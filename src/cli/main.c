@@ -10,11 +10,13 @@ typedef struct subcommand {
     const char *help;
 } subcommand;
 
-/* One row per subcommand (add estimate-memory, merge-weights, test here). */
+/* One row per subcommand. */
 static const subcommand COMMANDS[] = {
     {"config", accel_cli_config, "Create or update a default_config.yaml (interactive, `default`, `update`)"},
     {"env", accel_cli_env, "Print environment information for bug reports"},
+    {"estimate-memory", accel_cli_estimate_memory, "Estimate the memory needed to load a model (local config.json)"},
     {"launch", accel_cli_launch, "Launch a program on one or more processes"},
+    {"test", accel_cli_test, "Run a short distributed self-check with a config"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof *COMMANDS)
 

@@ -1,0 +1,9 @@
+# `accel test`: the distributed self-check on 1 and 2 processes.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/accel_test_2proc.yaml
+     "distributed_type: MULTI_CPU\nnum_processes: 2\nuse_cpu: true\nmixed_precision: 'no'\n")
+add_test(NAME cli_accel_test_1 COMMAND $<TARGET_FILE:accel_cli> test)
+add_test(NAME cli_accel_test_2 COMMAND $<TARGET_FILE:accel_cli> test
+         --config_file ${CMAKE_CURRENT_BINARY_DIR}/accel_test_2proc.yaml)
+set_tests_properties(cli_accel_test_1 cli_accel_test_2 PROPERTIES
+  PASS_REGULAR_EXPRESSION "Test is a success! You are ready for your distributed training!"
+  ENVIRONMENT "HF_HOME=${CMAKE_CURRENT_BINARY_DIR}/hf_home_empty" TIMEOUT 120)
