@@ -1,0 +1,201 @@
+/* examples/generate.c DIR [options] — text-free generation from token ids.
+ *
+ *   --ids 1,2,3              prompt ids (default 1,2,3)
+ *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
+ *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
+ *                            or inline "prefix:device,..." (default: everything on cpu)
+ *   --max-memory cpu=200MB,disk=10GB   budgets for the strategies
+ *   --new-tokens N           (default 8)
+ *   --sample --temperature T --top-k K --top-p P --seed S   (default greedy)
+ *   --eos ID                 stop after ID
+ *   --dtype bfloat16         load floating weights in this dtype
+ *   --dump-logits FILE.npy   the prompt's last-position logits, float32 .npy
+ * Prints generated_ids=[...], then timings: prompt_ms (load to first logits
+ * excluded) and decode tokens/s. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/bigmodel.h"
+#include "accel/io.h"
+
+static int usage(void) {
+    fprintf(stderr, "usage: generate DIR [--ids 1,2,3] [--device-map auto|balanced|balanced_low_0|sequential|FILE.json|"
+                    "prefix:dev,...] [--max-memory dev=SIZE,...] [--new-tokens N] [--sample] [--temperature T] "
+                    "[--top-k K] [--top-p P] [--seed S] [--eos ID] [--dtype D] [--dump-logits FILE.npy]\n");
+    return 2;
+}
+
+/* {"key": "value" or integer, ...} -> map. Small on purpose: keys and values without escapes. */
+static accel_device_map *map_from_json(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    accel_device_map *m = accel_device_map_new();
+    char *p = strchr(buf, '{');
+    while (m && p && *p) {
+        char *k0 = strchr(p, '"');
+        if (!k0) break;
+        char *k1 = strchr(k0 + 1, '"');
+        char *colon = k1 ? strchr(k1, ':') : NULL;
+        if (!colon) goto bad;
+        char *v = colon + 1;
+        while (isspace((unsigned char)*v)) v++;
+        char val[32];
+        if (*v == '"') {
+            char *v1 = strchr(v + 1, '"');
+            if (!v1 || v1 - v - 1 >= (long)sizeof val) goto bad;
+            snprintf(val, sizeof val, "%.*s", (int)(v1 - v - 1), v + 1);
+            p = v1 + 1;
+        } else {
+            char *e = v;
+            while (isdigit((unsigned char)*e)) e++;
+            if (e == v || e - v >= (long)sizeof val) goto bad;
+            snprintf(val, sizeof val, "%.*s", (int)(e - v), v);
+            p = e;
+        }
+        *k1 = 0;
+        if (accel_device_map_set(m, k0 + 1, val) != ACCEL_OK) goto bad;
+    }
+    return m;
+bad:
+    fprintf(stderr, "generate: %s is not a {\"prefix\": \"device\", ...} JSON object\n", path);
+    accel_device_map_free(m);
+    return NULL;
+}
+
+static int write_npy(const char *path, const float *x, int64_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld,), }",
+                       (long long)n);
+    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    unsigned short hl = (unsigned short)(len + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hl & 0xff, f);
+    fputc(hl >> 8, f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    size_t w = fwrite(x, sizeof(float), (size_t)n, f);
+    return fclose(f) == 0 && w == (size_t)n ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL;
+    accel_generate_options o = {.max_new_tokens = 8};
+    accel_load_options lo = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--sample") == 0) { o.do_sample = true; continue; }
+        if (a[0] != '-') {
+            if (dir) return usage();
+            dir = a;
+            continue;
+        }
+        if (!v) return usage();
+        i++;
+        if (strcmp(a, "--ids") == 0) ids_s = v;
+        else if (strcmp(a, "--device-map") == 0) map_s = v;
+        else if (strcmp(a, "--max-memory") == 0) mm_s = v;
+        else if (strcmp(a, "--new-tokens") == 0) o.max_new_tokens = atoll(v);
+        else if (strcmp(a, "--temperature") == 0) o.temperature = atof(v);
+        else if (strcmp(a, "--top-k") == 0) o.top_k = atoll(v);
+        else if (strcmp(a, "--top-p") == 0) o.top_p = atof(v);
+        else if (strcmp(a, "--seed") == 0) o.seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--eos") == 0) { o.has_eos = true; o.eos_token_id = atoll(v); }
+        else if (strcmp(a, "--dump-logits") == 0) dump = v;
+        else if (strcmp(a, "--dtype") == 0) {
+            int d = accel_dtype_parse(v);
+            if (d < 0) return usage();
+            lo.has_dtype = true;
+            lo.dtype = (accel_dtype)d;
+        } else return usage();
+    }
+    if (!dir || o.max_new_tokens < 0) return usage();
+    int64_t prompt[256], n_prompt = 0;
+    for (const char *p = ids_s; *p && n_prompt < 256;) {
+        char *end;
+        prompt[n_prompt++] = strtoll(p, &end, 10);
+        if (end == p) return usage();
+        p = *end == ',' ? end + 1 : end;
+    }
+    accel_max_memory mm = {0}, *mmp = NULL;
+    if (mm_s) {
+        char *copy = strdup(mm_s), *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            char *eq = strchr(tok, '=');
+            if (!eq) return usage();
+            *eq = 0;
+            if (accel_max_memory_set(&mm, tok, eq + 1) != ACCEL_OK) {
+                fprintf(stderr, "generate: %s\n", accel_last_error());
+                return 1;
+            }
+        }
+        free(copy);
+        mmp = &mm;
+    }
+    accel_device_map *map = NULL;
+    const char *strategy = NULL;
+    if (map_s) {
+        if (strcmp(map_s, "auto") == 0 || strcmp(map_s, "balanced") == 0 || strcmp(map_s, "balanced_low_0") == 0 ||
+            strcmp(map_s, "sequential") == 0)
+            strategy = map_s;
+        else if (strstr(map_s, ".json"))
+            map = map_from_json(map_s);
+        else
+            map = accel_device_map_parse(map_s);
+        if (!strategy && !map) {
+            fprintf(stderr, "generate: bad --device-map '%s': %s\n", map_s, accel_last_error());
+            return 1;
+        }
+    }
+    double t0 = accel_now_seconds();
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_llama_from_pretrained(dir, map, strategy, mmp, &lo, &d);
+    accel_device_map_free(map);
+    if (!m) {
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        return 1;
+    }
+    double t_load = accel_now_seconds();
+    int64_t vocab = accel_llama_config_of(m)->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)vocab);
+    int64_t *out = malloc(sizeof(int64_t) * (size_t)(n_prompt + o.max_new_tokens));
+    int64_t n_out = 0;
+    /* prompt alone first (first logits), then the whole generation */
+    accel_generate_options first = o;
+    first.max_new_tokens = 0;
+    first.prompt_logits = logits;
+    accel_status st = accel_generate(m, prompt, n_prompt, &first, out, &n_out);
+    double t_first = accel_now_seconds();
+    if (st == ACCEL_OK) st = accel_generate(m, prompt, n_prompt, &o, out, &n_out);
+    double t_end = accel_now_seconds();
+    int rc = 0;
+    if (st != ACCEL_OK) {
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        rc = 1;
+    } else {
+        printf("generated_ids=[");
+        for (int64_t i = 0; i < n_out; i++) printf("%s%lld", i ? ", " : "", (long long)out[i]);
+        printf("]\n");
+        double prompt_s = t_first - t_load, decode_s = (t_end - t_first) - prompt_s;
+        int64_t n_new = n_out - n_prompt;
+        printf("load_ms=%.1f prompt_ms=%.1f new_tokens=%lld decode_tokens_per_s=%.1f\n", (t_load - t0) * 1e3,
+               prompt_s * 1e3, (long long)n_new, n_new > 1 && decode_s > 0 ? (double)(n_new - 1) / decode_s : 0.0);
+        if (dump && write_npy(dump, logits, vocab) != 0) {
+            fprintf(stderr, "generate: cannot write %s\n", dump);
+            rc = 1;
+        }
+    }
+    free(logits);
+    free(out);
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    return rc;
+}

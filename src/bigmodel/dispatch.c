@@ -1,0 +1,257 @@
+/* src/bigmodel/dispatch.c — dispatch_model and load_checkpoint_and_dispatch
+ * (accelerate.md §7.8–7.10): one accel_module_hook per module that needs one.
+ *
+ * A hook (Accelerate's AlignDevicesHook) does, around its module's forward:
+ *   pre:  remember the input's device (root only: io_same_device), bring in
+ *         the module's offloaded weights (offload.c), move the input to the
+ *         execution device;
+ *   post: drop the weights (params back to meta), move the output back to
+ *         the input's device (root only).
+ * Which module carries an offloaded weight: the outermost module of a
+ * preload class (default: the no_split classes, e.g. LlamaDecoderLayer) at or
+ * below the weight's map entry — its whole block comes in at once — else the
+ * module that owns the weight (Accelerate's per-submodule hooks). */
+#include <string.h>
+
+#include "bigmodel/offload_internal.h"
+
+typedef struct hook_ctx {
+    accel_dispatched *d;
+    accel_device exec;
+    bool io_same_device;
+    bool have_in;
+    accel_device in_dev;
+    int n, cap;
+    int *idx;               /* offload entries brought in around the forward */
+} hook_ctx;
+
+static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
+    hook_ctx *c = ctx;
+    c->have_in = false;
+    if (c->io_same_device && x && *x) {
+        c->in_dev = (*x)->device;
+        c->have_in = true;
+    }
+    for (int i = 0; i < c->n; i++) {
+        if (accel__off_bring_in(c->d, c->idx[i], c->exec) != ACCEL_OK) {
+            while (i-- > 0) accel__off_drop(c->d, c->idx[i]);
+            return accel_last_status();
+        }
+    }
+    if (x && *x && !accel_device_eq((*x)->device, c->exec)) {
+        accel_tensor *moved = accel_to_device(*x, c->exec);
+        if (!moved) return accel_last_status();
+        *x = moved;
+    }
+    return ACCEL_OK;
+}
+
+static accel_status hook_post(accel_module *m, accel_tensor **y, void *ctx) {
+    hook_ctx *c = ctx;
+    for (int i = 0; i < c->n; i++) accel__off_drop(c->d, c->idx[i]);
+    if (c->have_in && y && *y && !accel_device_eq((*y)->device, c->in_dev)) {
+        accel_tensor *moved = accel_to_device(*y, c->in_dev);
+        if (!moved) return accel_last_status();
+        *y = moved;
+    }
+    return ACCEL_OK;
+}
+
+static void hook_free(void *ctx) {
+    hook_ctx *c = ctx;
+    if (!c) return;
+    accel_free(c->idx);
+    accel_free(c);
+}
+
+static bool is_ours(const accel_module *m, const accel_dispatched *d) {
+    return m->hook && m->hook->pre_forward == hook_pre && ((hook_ctx *)m->hook->ctx)->d == d;
+}
+
+/* The module's hook context, created (replacing any other hook) on first use. */
+static hook_ctx *ctx_of(accel_dispatched *d, accel_module *m) {
+    if (is_ours(m, d)) return m->hook->ctx;
+    if (d->n_hooked == d->cap_hooked) {
+        int cap = d->cap_hooked ? d->cap_hooked * 2 : 32;
+        accel_module **h = accel_malloc(sizeof *h * (size_t)cap);
+        if (!h) return NULL;
+        if (d->n_hooked) memcpy(h, d->hooked, sizeof *h * (size_t)d->n_hooked);
+        accel_free(d->hooked);
+        d->hooked = h;
+        d->cap_hooked = cap;
+    }
+    hook_ctx *c = accel_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->d = d;
+    c->exec = d->main;
+    accel_module_hook h = {hook_pre, hook_post, hook_free, c};
+    accel_module_set_hook(m, &h);
+    if (!m->hook) {
+        hook_free(c);
+        return NULL;
+    }
+    d->hooked[d->n_hooked++] = m;
+    return c;
+}
+
+static accel_status ctx_add(hook_ctx *c, int idx) {
+    for (int i = 0; i < c->n; i++)
+        if (c->idx[i] == idx) return ACCEL_OK;
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 8;
+        int *p = accel_malloc(sizeof *p * (size_t)cap);
+        if (!p) return accel_last_status();
+        if (c->n) memcpy(p, c->idx, sizeof *p * (size_t)c->n);
+        accel_free(c->idx);
+        c->idx = p;
+        c->cap = cap;
+    }
+    c->idx[c->n++] = idx;
+    return ACCEL_OK;
+}
+
+static bool covers(const char *prefix, const char *name) {
+    size_t n = strlen(prefix);
+    return n == 0 || (strncmp(name, prefix, n) == 0 && (name[n] == 0 || name[n] == '.'));
+}
+
+static const char *entry_prefix(const accel_device_map *map, const char *name) {
+    const char *best = NULL;
+    for (int i = 0; i < map->n; i++)
+        if (covers(map->e[i].prefix, name) && (!best || strlen(map->e[i].prefix) > strlen(best)))
+            best = map->e[i].prefix;
+    return best;
+}
+
+static bool is_preload(const accel_dispatched *d, const accel_module *m) {
+    for (int i = 0; i < d->n_preload; i++)
+        if (strcmp(d->preload[i], m->ops->type_name) == 0) return true;
+    return false;
+}
+
+static accel_module *child_named(accel_module *m, const char *name, size_t len) {
+    for (int i = 0; i < m->n_children; i++)
+        if (strlen(m->children[i]->name) == len && strncmp(m->children[i]->name, name, len) == 0)
+            return m->children[i];
+    return NULL;
+}
+
+/* The module whose hook brings in the tensor `name` (see the file comment). */
+static accel_module *unit_for(accel_dispatched *d, accel_module *root, const char *name) {
+    const char *prefix = entry_prefix(d->map, name);
+    accel_module *m = root;
+    const char *rest = name;
+    /* descend to the map entry's module (a tensor-name entry stops at its owner) */
+    size_t plen = prefix ? strlen(prefix) : 0;
+    while (m && (size_t)(rest - name) < plen) {
+        const char *dot = strchr(rest, '.');
+        if (!dot) break;
+        accel_module *c = child_named(m, rest, (size_t)(dot - rest));
+        if (!c) break;
+        m = c;
+        rest = dot + 1;
+    }
+    for (;;) {
+        if (is_preload(d, m)) return m;
+        const char *dot = strchr(rest, '.');
+        if (!dot) return m;
+        accel_module *c = child_named(m, rest, (size_t)(dot - rest));
+        if (!c) return m;
+        m = c;
+        rest = dot + 1;
+    }
+}
+
+accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d) {
+    if (!root || !d) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dispatch_model: NULL argument");
+    bool one_device = d->n_off == 0;
+    for (int i = 0; i < d->map->n && one_device; i++) {
+        accel_device dv;
+        one_device = accel_device_map_device(d->map->e[i].device, &dv) == ACCEL_OK &&
+                     accel_device_eq(dv, d->main);
+    }
+    accel_clear_error();
+    if (one_device) return ACCEL_OK; /* Accelerate: model.to(device), no hooks */
+    /* blocks resident on another device than main: inputs move there */
+    for (int i = 0; i < d->map->n; i++) {
+        accel_device dv;
+        if (accel_device_map_device(d->map->e[i].device, &dv) != ACCEL_OK) {
+            accel_clear_error();
+            continue;
+        }
+        if (accel_device_eq(dv, d->main)) continue;
+        accel_module *m = accel_module_find(root, d->map->e[i].prefix);
+        accel_clear_error();
+        if (!m) continue;
+        hook_ctx *c = ctx_of(d, m);
+        if (!c) return accel_last_status();
+        c->exec = dv;
+    }
+    accel_state_dict *sd = accel_module_state_dict(root);
+    if (!sd) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
+        int idx = accel__off_find(d, sd->entries[i].t);
+        if (idx < 0) continue;
+        hook_ctx *c = ctx_of(d, unit_for(d, root, sd->entries[i].name));
+        st = c ? ctx_add(c, idx) : accel_last_status();
+    }
+    accel_state_dict_free(sd);
+    if (st != ACCEL_OK) return st;
+    hook_ctx *c = ctx_of(d, root);
+    if (!c) return accel_last_status();
+    c->io_same_device = true;
+    return ACCEL_OK;
+}
+
+accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const char *checkpoint,
+                                                     const accel_device_map *map, const char *strategy,
+                                                     const accel_max_memory *max_memory,
+                                                     const accel_load_options *opts) {
+    accel_device_map *built = NULL;
+    if (!map && strategy) {
+        built = accel_device_map_from_string(root, strategy, max_memory, opts ? opts->map_opts : NULL);
+        if (!built) return NULL;
+        map = built;
+    }
+    accel_dispatched *d = accel_load_checkpoint_in_model(root, checkpoint, map, opts);
+    accel_device_map_free(built);
+    if (d && accel_dispatch_model(root, d) != ACCEL_OK) {
+        accel_dispatched_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void accel_dispatched_free(accel_dispatched *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n_hooked; i++)
+        if (is_ours(d->hooked[i], d)) accel_module_set_hook(d->hooked[i], NULL);
+    accel_free(d->hooked);
+    accel__off_free_all(d);
+    accel_checkpoint_close(d->ck);
+    accel_device_map_free(d->map);
+    for (int i = 0; i < d->n_placed; i++) accel_free(d->placed[i].name);
+    accel_free(d->placed);
+    for (int i = 0; i < d->n_preload; i++) accel_free(d->preload[i]);
+    accel_free(d->preload);
+    accel_free(d);
+}
+
+void accel_dispatched_stats(const accel_dispatched *d, accel_dispatch_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (d) *out = d->stats;
+}
+
+const accel_device_map *accel_dispatched_map(const accel_dispatched *d) { return d ? d->map : NULL; }
+
+accel_device accel_dispatched_main_device(const accel_dispatched *d) {
+    return d ? d->main : ACCEL_CPU_DEVICE;
+}
+
+const char *accel_dispatched_placement(const accel_dispatched *d, const char *tensor_name) {
+    for (int i = 0; d && tensor_name && i < d->n_placed; i++)
+        if (strcmp(d->placed[i].name, tensor_name) == 0) return d->placed[i].where;
+    return NULL;
+}

@@ -1,0 +1,147 @@
+/* src/bigmodel/generate.c — greedy and sampled decoding over
+ * accel_llama_forward with the KV cache (transformers' generate for one
+ * sequence: temperature, top-k, top-p warpers in that order, then a draw). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/autograd.h"
+#include "accel/bigmodel.h"
+
+typedef struct scored {
+    float v;
+    int64_t i;
+} scored;
+
+/* ascending by value, ties by index: a total order, so results never depend
+ * on the sort's stability */
+static int cmp_asc(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int64_t argmax(const float *l, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_options *o, accel_rng *rng) {
+    if (!logits || n <= 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: no logits");
+        return -1;
+    }
+    if (!o || !o->do_sample) return argmax(logits, n);
+    if (!rng) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: sampling needs a generator");
+        return -1;
+    }
+    if (o->temperature > 0 && o->temperature != 1.0)
+        for (int64_t i = 0; i < n; i++) logits[i] = (float)(logits[i] / o->temperature);
+    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p > 0 && o->top_p < 1;
+    if (top_k || top_p) {
+        scored *s = accel_malloc(sizeof *s * (size_t)n);
+        if (!s) {
+            accel_set_error(ACCEL_ERR_OOM, "accel_sample_logits: out of memory");
+            return -1;
+        }
+        for (int64_t i = 0; i < n; i++) s[i] = (scored){logits[i], i};
+        qsort(s, (size_t)n, sizeof *s, cmp_asc);
+        int64_t first = 0; /* s[first..n) survive */
+        if (top_k) {
+            /* TopKLogitsWarper: remove logits < the k-th largest (ties kept) */
+            float kth = s[n - o->top_k].v;
+            while (first < n && s[first].v < kth) first++;
+        }
+        if (top_p) {
+            /* TopPLogitsWarper: softmax over the survivors, ascending cumulative
+             * sum; remove while cum <= 1 - top_p, always keeping the largest. */
+            double mx = s[n - 1].v, z = 0;
+            for (int64_t i = first; i < n; i++) z += exp((double)s[i].v - mx);
+            double cum = 0;
+            int64_t cut = first;
+            for (int64_t i = first; i < n - 1; i++) {
+                cum += exp((double)s[i].v - mx) / z;
+                if (cum <= 1.0 - o->top_p) cut = i + 1;
+                else break;
+            }
+            first = cut;
+        }
+        for (int64_t i = 0; i < first; i++) logits[s[i].i] = -INFINITY;
+        accel_free(s);
+    }
+    int64_t best = argmax(logits, n);
+    double mx = logits[best], z = 0;
+    for (int64_t i = 0; i < n; i++) z += exp((double)logits[i] - mx);
+    double u = accel_rng_next_double(rng) * z, cum = 0;
+    int64_t last = best;
+    for (int64_t i = 0; i < n; i++) {
+        double p = exp((double)logits[i] - mx);
+        if (p <= 0) continue;
+        cum += p;
+        last = i;
+        if (u < cum) return i;
+    }
+    return last; /* rounding at the top end */
+}
+
+/* Logits of the last position of y [1, T, V] into buf[V]. */
+static accel_status last_logits(accel_tensor *y, int64_t vocab, float *buf) {
+    if (y->ndim != 3 || y->shape[0] != 1 || y->shape[2] != vocab) {
+        char b[64];
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: logits of shape %s, expected [1, T, %lld]",
+                               accel_shape_str(y, b, sizeof b), (long long)vocab);
+    }
+    accel_tensor *row = accel_slice(y, 1, y->shape[1] - 1, y->shape[1], 1);
+    return row ? accel_to_floats(row, buf) : accel_last_status();
+}
+
+accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
+                            const accel_generate_options *opts, int64_t *out, int64_t *n_out) {
+    if (!llama || !prompt || n_prompt <= 0 || !opts || opts->max_new_tokens < 0 || !out || !n_out)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_generate: needs a model, a non-empty prompt, options, out and n_out");
+    const accel_llama_config *cfg = accel_llama_config_of(llama);
+    if (!cfg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate: the model is not a Llama model");
+    int64_t vocab = cfg->vocab_size;
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= vocab)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate: prompt id %lld at %lld is outside [0, %lld)",
+                                   (long long)prompt[i], (long long)i, (long long)vocab);
+    memcpy(out, prompt, sizeof *out * (size_t)n_prompt);
+    *n_out = n_prompt;
+    accel_kv_cache *cache = accel_kv_cache_new(cfg, 1, n_prompt + opts->max_new_tokens, ACCEL_CPU_DEVICE);
+    float *buf = accel_malloc(sizeof(float) * (size_t)vocab);
+    if (!cache || !buf) {
+        accel_kv_cache_free(cache);
+        accel_free(buf);
+        return accel_last_status();
+    }
+    accel_rng rng;
+    accel_rng_init(&rng, opts->seed);
+    accel_status st = ACCEL_OK;
+    bool grad = accel_set_grad_enabled(false); /* inference: no tape */
+    accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, n_prompt), prompt);
+    for (int64_t step = 0; st == ACCEL_OK; step++) {
+        accel_tensor *y = ids ? accel_llama_forward(llama, ids, cache) : NULL;
+        st = y ? last_logits(y, vocab, buf) : accel_last_status();
+        if (st == ACCEL_OK && step == 0 && opts->prompt_logits)
+            memcpy(opts->prompt_logits, buf, sizeof(float) * (size_t)vocab);
+        accel_step_reset();
+        if (st != ACCEL_OK || step == opts->max_new_tokens) break;
+        int64_t tok = accel_sample_logits(buf, vocab, opts, &rng);
+        if (tok < 0) {
+            st = accel_last_status();
+            break;
+        }
+        out[(*n_out)++] = tok;
+        if ((opts->has_eos && tok == opts->eos_token_id) || step + 1 == opts->max_new_tokens) break;
+        ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 1), &tok);
+    }
+    accel_set_grad_enabled(grad);
+    accel_kv_cache_free(cache);
+    accel_free(buf);
+    return st;
+}

@@ -1,0 +1,413 @@
+/* src/bigmodel/load.c — load_checkpoint_in_model (accelerate.md §7.7).
+ *
+ * Every weight goes from the mapped safetensors file straight to where the
+ * device map puts it, with no full copy of the checkpoint in between:
+ *   execution device -> read (and converted) into the parameter's own memory;
+ *   "cpu" offload    -> converted into a host copy kept by the weights map;
+ *   "disk"           -> nothing is read: the weights map keeps a view of the
+ *                       mapping and the pages come in when the module runs.
+ * Pages of the mapping that were read are released from the process right
+ * after use, so peak RSS stays at what was materialised. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigmodel/offload_internal.h"
+
+typedef enum { PLACE_RESIDENT, PLACE_HOST, PLACE_DISK } place_kind;
+
+typedef struct plan {
+    accel_tensor *t;
+    const char *name;   /* first name (borrowed from the state dict) */
+    place_kind kind;
+    accel_device dev;   /* PLACE_RESIDENT */
+    bool loaded;
+} plan;
+
+static void warn(const accel_load_options *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(const accel_load_options *o, const char *fmt, ...) {
+    FILE *f = o && o->log ? o->log : stderr;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("accel: warning: ", f);
+    vfprintf(f, fmt, ap);
+    fputc('\n', f);
+    va_end(ap);
+}
+
+/* What a map value means for loading. */
+static accel_status classify(const char *entry, const char *value, accel_device main, bool offload_cpu,
+                             place_kind *kind, accel_device *dev) {
+    if (strcmp(value, "disk") == 0) {
+        *kind = PLACE_DISK;
+        return ACCEL_OK;
+    }
+    accel_device dv;
+    if (accel_device_map_device(value, &dv) != ACCEL_OK) {
+        char prev[512];
+        snprintf(prev, sizeof prev, "%s", accel_last_error());
+        return accel_reset_error(ACCEL_ERR_DEVICE,
+                                 "accel_load_checkpoint_in_model: device_map entry '%s' -> '%s': %s", entry,
+                                 value, prev);
+    }
+    if (dv.type == ACCEL_DEV_META)
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_load_checkpoint_in_model: device_map entry '%s' -> 'meta': weights cannot be "
+                               "loaded onto meta",
+                               entry);
+    if (!accel_device_available(dv))
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_load_checkpoint_in_model: device_map entry '%s' -> '%s': this device is not "
+                               "available in this build of accel or on this machine (available: cpu, disk)",
+                               entry, value);
+    *dev = dv;
+    *kind = dv.type == ACCEL_DEV_CPU && (main.type != ACCEL_DEV_CPU || offload_cpu) ? PLACE_HOST
+                                                                                     : PLACE_RESIDENT;
+    return ACCEL_OK;
+}
+
+/* Every map value must be a device this build and machine has (or disk). */
+static accel_status check_devices(const accel_device_map *map) {
+    for (int i = 0; i < map->n; i++) {
+        place_kind k;
+        accel_device dv;
+        if (classify(map->e[i].prefix[0] ? map->e[i].prefix : "\"\"", map->e[i].device, ACCEL_CPU_DEVICE, false,
+                     &k, &dv) != ACCEL_OK)
+            return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+static accel_status resolve_main(const accel_device_map *map, const accel_load_options *o, accel_device *main) {
+    *main = ACCEL_CPU_DEVICE;
+    if (o && o->main_device) {
+        if (accel_device_map_device(o->main_device, main) != ACCEL_OK) return accel_last_status();
+    } else {
+        for (int i = 0; map && i < map->n; i++) {
+            const char *v = map->e[i].device;
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "disk") != 0) {
+                if (accel_device_map_device(v, main) != ACCEL_OK) return accel_last_status();
+                break;
+            }
+        }
+    }
+    if (!accel_device_available(*main) || main->type == ACCEL_DEV_META) {
+        char b[32];
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_load_checkpoint_in_model: main device %s is not available in this build of "
+                               "accel or on this machine",
+                               accel_device_str(*main, b, sizeof b));
+    }
+    return ACCEL_OK;
+}
+
+/* Map keys must name a module or a tensor of the model (an error, where
+ * Accelerate only warns: a typo would otherwise silently change placement). */
+static accel_status check_keys(accel_module *root, const accel_device_map *map) {
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&msg, &len);
+    if (!ms) return accel_set_error(ACCEL_ERR_OOM, "accel_load_checkpoint_in_model: out of memory");
+    int bad = 0;
+    for (int i = 0; i < map->n; i++) {
+        const char *k = map->e[i].prefix;
+        if (!k[0] || accel_module_get_tensor(root, k)) continue;
+        accel_module *m = accel_module_find(root, k);
+        char buf[1024];
+        if (m && strcmp(accel_module_path(m, buf, sizeof buf), k) == 0) continue;
+        fprintf(ms, "%s'%s'", bad++ ? ", " : "", k);
+    }
+    fclose(ms);
+    accel_clear_error(); /* lookups of absent names may have left one */
+    accel_status st = ACCEL_OK;
+    if (bad)
+        st = accel_set_error(ACCEL_ERR_INVALID_ARG,
+                             "accel_load_checkpoint_in_model: the following device_map keys do not match any "
+                             "submodule or tensor of the model: [%s]",
+                             msg);
+    free(msg);
+    return st;
+}
+
+static accel_status add_placed(accel_dispatched *d, int cap, const char *name, const char *where) {
+    if (d->n_placed == cap) return ACCEL_OK;
+    accel__placed *p = &d->placed[d->n_placed];
+    p->name = accel_strdup(name);
+    if (!p->name) return accel_last_status();
+    snprintf(p->where, sizeof p->where, "%s", where);
+    d->n_placed++;
+    return ACCEL_OK;
+}
+
+/* Decides each unique tensor's place: resident when any of its names maps to
+ * an execution device (a tied weight must stay usable there), else a host
+ * copy when any name maps to an offloaded cpu, else disk. */
+static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, const accel_device_map *map,
+                               bool offload_cpu, plan *plans, int *n_plans, int *plan_of) {
+    int np = 0;
+    for (int i = 0; i < sd->n; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        if (e->is_tied_alias) continue;
+        plan p = {.t = e->t, .name = e->name, .kind = PLACE_DISK};
+        bool any_host = false, any_res = false;
+        for (int j = i; j < sd->n; j++) {
+            if (sd->entries[j].t != e->t) continue;
+            const char *v = map ? accel_device_map_lookup(map, sd->entries[j].name) : "cpu";
+            if (!v)
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_load_checkpoint_in_model: %s doesn't have any "
+                                                              "device set.",
+                                       sd->entries[j].name);
+            place_kind k;
+            accel_device dv = ACCEL_CPU_DEVICE;
+            if (classify(sd->entries[j].name, v, d->main, offload_cpu, &k, &dv) != ACCEL_OK)
+                return accel_last_status();
+            if (k == PLACE_RESIDENT && !any_res) {
+                any_res = true;
+                p.dev = dv;
+            }
+            any_host |= k == PLACE_HOST;
+        }
+        p.kind = any_res ? PLACE_RESIDENT : any_host ? PLACE_HOST : PLACE_DISK;
+        plan_of[i] = np;
+        plans[np++] = p;
+    }
+    *n_plans = np;
+    for (int i = 0; i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) /* rare: a linear search is fine */
+            for (int j = 0; j < np; j++)
+                if (plans[j].t == sd->entries[i].t) plan_of[i] = j;
+        const plan *p = &plans[plan_of[i]];
+        char b[32];
+        const char *w = p->kind == PLACE_DISK ? "disk"
+                        : p->kind == PLACE_HOST ? "cpu-offload"
+                                                : accel_device_str(p->dev, b, sizeof b);
+        if (add_placed(d, sd->n, sd->entries[i].name, w) != ACCEL_OK) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+static void contiguous_strides(accel_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        t->stride[i] = s;
+        s *= t->shape[i];
+    }
+}
+
+/* Reads one checkpoint tensor into its place. */
+static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
+                             const char *checkpoint, const accel_load_options *o) {
+    accel_tensor *t = p->t;
+    if (in->ndim != t->ndim || memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
+        char a[128], b[128];
+        return accel_set_error(ACCEL_ERR_SHAPE,
+                               "Trying to set a tensor of shape %s in \"%s\" (which has shape %s), this looks "
+                               "incorrect. (checkpoint %s, file %s)",
+                               accel_shape_str_n(in->ndim, in->shape, a, sizeof a), name,
+                               accel_shape_str_n(t->ndim, t->shape, b, sizeof b), checkpoint,
+                               accel_checkpoint_shard_path(d->ck, accel_checkpoint_shard_of(d->ck, name)));
+    }
+    accel_dtype target = t->dtype;
+    if (o && o->has_dtype && accel_dtype_is_float(in->dtype) && accel_dtype_is_float(t->dtype)) target = o->dtype;
+    size_t nb = (size_t)accel_numel(t) * accel_dtype_size(target);
+    if (p->kind == PLACE_DISK) {
+        accel_tensor_to_meta(t);
+        t->dtype = target;
+        contiguous_strides(t);
+        return accel__off_add(d, t, name, ACCEL__OFF_DISK, in->data, in->dtype, in->nbytes) < 0
+                   ? accel_last_status()
+                   : ACCEL_OK;
+    }
+    if (p->kind == PLACE_HOST) {
+        void *copy = accel_malloc(nb ? nb : 1);
+        if (!copy) return accel_last_status();
+        accel_convert(copy, target, in->data, in->dtype, (size_t)accel_numel(t));
+        accel__release_pages(in->data, in->nbytes);
+        accel_tensor_to_meta(t);
+        t->dtype = target;
+        contiguous_strides(t);
+        if (accel__off_add(d, t, name, ACCEL__OFF_HOST, copy, target, nb) < 0) {
+            accel_free(copy);
+            return accel_last_status();
+        }
+        return ACCEL_OK;
+    }
+    if (t->device.type != p->dev.type || t->dtype != target || !t->data || !(t->flags & ACCEL_TF_OWNS_DATA) ||
+        !accel_is_contiguous(t)) {
+        /* fresh memory, not zero-filled: every byte is written by the load */
+        void *mem = accel_malloc(nb ? nb : 1);
+        if (!mem) return accel_last_status();
+        if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
+        t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
+        t->data = mem;
+        t->dtype = target;
+        t->device = p->dev;
+        contiguous_strides(t);
+    }
+    accel_status st = accel_checkpoint_load_into(d->ck, name, t);
+    accel__release_pages(in->data, in->nbytes);
+    if (st == ACCEL_OK) {
+        d->stats.n_loaded++;
+        d->stats.bytes_resident += (int64_t)nb;
+    }
+    return st;
+}
+
+/* Lists names into a memstream-built string. */
+typedef struct name_list {
+    char *s;
+    size_t len;
+    FILE *f;
+    int n;
+} name_list;
+
+static void list_add(name_list *l, const char *name) {
+    if (!l->f) l->f = open_memstream(&l->s, &l->len);
+    if (l->f) fprintf(l->f, "%s'%s'", l->n ? ", " : "", name);
+    l->n++;
+}
+
+static const char *list_str(name_list *l) {
+    if (l->f) {
+        fclose(l->f);
+        l->f = NULL;
+    }
+    return l->s ? l->s : "";
+}
+
+static void list_free(name_list *l) {
+    if (l->f) fclose(l->f);
+    free(l->s);
+}
+
+static accel_status load_all(accel_dispatched *d, const char *checkpoint, const accel_state_dict *sd,
+                             plan *plans, const int *plan_of, int np, const accel_load_options *o) {
+    bool strict = o && o->strict;
+    name_list unexpected = {0}, missing = {0};
+    accel_status st = ACCEL_OK;
+    int nck = accel_checkpoint_count(d->ck);
+    for (int i = 0; i < nck && st == ACCEL_OK; i++) {
+        const char *name = accel_checkpoint_name(d->ck, i);
+        plan *p = NULL;
+        for (int j = 0; j < sd->n && !p; j++)
+            if (strcmp(sd->entries[j].name, name) == 0) p = &plans[plan_of[j]];
+        if (!p) {
+            list_add(&unexpected, name);
+            continue;
+        }
+        if (p->loaded) continue; /* a tied alias saved under both names */
+        const accel_st_info *in = accel_checkpoint_find(d->ck, name, NULL);
+        if (!in) {
+            st = accel_last_status();
+            break;
+        }
+        st = load_one(d, p, name, in, checkpoint, o);
+        p->loaded = st == ACCEL_OK;
+    }
+    if (st == ACCEL_OK) {
+        for (int k = 0; k < np; k++) {
+            if (plans[k].loaded) continue;
+            list_add(&missing, plans[k].name);
+            if (plans[k].t->device.type == ACCEL_DEV_META || plans[k].kind != PLACE_RESIDENT) strict = true;
+        }
+        d->stats.n_unexpected = unexpected.n;
+        d->stats.n_missing = missing.n;
+        const char *u = list_str(&unexpected), *m = list_str(&missing);
+        if (strict && (unexpected.n || missing.n)) {
+            char *msg = NULL;
+            size_t ml = 0;
+            FILE *f = open_memstream(&msg, &ml);
+            if (f) {
+                if (missing.n) fprintf(f, " missing key(s) (not in the checkpoint): [%s]", m);
+                if (unexpected.n) fprintf(f, " unexpected key(s): [%s]", u);
+                fclose(f);
+            }
+            st = accel_set_error(ACCEL_ERR_FORMAT,
+                                 "accel_load_checkpoint_in_model: error(s) in loading the state dict from %s:%s",
+                                 checkpoint, msg ? msg : " (out of memory)");
+            free(msg);
+        } else {
+            if (unexpected.n)
+                warn(o, "Some weights of the checkpoint at %s were not used when initializing the model: [%s]",
+                     checkpoint, u);
+            if (missing.n)
+                warn(o, "Some weights of the model were not initialized from the checkpoint at %s and keep their "
+                        "current values: [%s]",
+                     checkpoint, m);
+        }
+    }
+    list_free(&unexpected);
+    list_free(&missing);
+    return st;
+}
+
+accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char *checkpoint,
+                                                 const accel_device_map *map,
+                                                 const accel_load_options *opts) {
+    if (!root || !checkpoint) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_load_checkpoint_in_model: NULL model or checkpoint");
+        return NULL;
+    }
+    accel_dispatched *d = accel_calloc(1, sizeof *d);
+    if (!d) return NULL;
+    accel_state_dict *sd = NULL;
+    plan *plans = NULL;
+    int *plan_of = NULL;
+    accel_status st = ACCEL_OK;
+    d->map = accel_device_map_new();
+    if (!d->map) goto fail;
+    if (map) {
+        for (int i = 0; i < map->n; i++)
+            if (accel_device_map_set(d->map, map->e[i].prefix, map->e[i].device) != ACCEL_OK) goto fail;
+    } else if (accel_device_map_set(d->map, "", "cpu") != ACCEL_OK) {
+        goto fail;
+    }
+    if (check_devices(d->map) != ACCEL_OK || resolve_main(d->map, opts, &d->main) != ACCEL_OK) goto fail;
+    if (check_keys(root, d->map) != ACCEL_OK) goto fail;
+    if (accel_check_device_map(root, d->map, opts ? opts->map_opts : NULL) != ACCEL_OK) goto fail;
+    const char *const *pre = opts && opts->preload_classes ? opts->preload_classes
+                             : opts && opts->map_opts      ? opts->map_opts->no_split
+                                                           : NULL;
+    int npre = opts && opts->preload_classes ? opts->n_preload
+               : opts && opts->map_opts      ? opts->map_opts->n_no_split
+                                             : 0;
+    if (npre > 0) {
+        d->preload = accel_calloc((size_t)npre, sizeof(char *));
+        if (!d->preload) goto fail;
+        for (int i = 0; i < npre; i++) {
+            d->preload[i] = accel_strdup(pre[i]);
+            if (!d->preload[i]) goto fail;
+            d->n_preload++;
+        }
+    }
+    d->ck = accel_checkpoint_open(checkpoint);
+    if (!d->ck) goto fail;
+    sd = accel_module_state_dict(root);
+    if (!sd) goto fail;
+    plans = accel_calloc((size_t)sd->n + 1, sizeof *plans);
+    plan_of = accel_calloc((size_t)sd->n + 1, sizeof *plan_of);
+    d->placed = accel_calloc((size_t)sd->n + 1, sizeof *d->placed);
+    if (!plans || !plan_of || !d->placed) goto fail;
+    int np = 0;
+    if (make_plans(d, sd, d->map, opts && opts->offload_cpu, plans, &np, plan_of) != ACCEL_OK) goto fail;
+    st = load_all(d, checkpoint, sd, plans, plan_of, np, opts);
+    if (st != ACCEL_OK) goto fail;
+    /* Shards that no disk-offloaded weight reads from are unmapped now. */
+    for (int s = 0; s < accel_checkpoint_num_shards(d->ck); s++) {
+        bool used = false;
+        for (int i = 0; i < d->n_off && !used; i++)
+            used = d->off[i].kind == ACCEL__OFF_DISK && accel_checkpoint_shard_of(d->ck, d->off[i].name) == s;
+        if (!used) accel_checkpoint_release_shard(d->ck, s);
+    }
+    accel_free(plans);
+    accel_free(plan_of);
+    accel_state_dict_free(sd);
+    return d;
+fail:
+    accel_free(plans);
+    accel_free(plan_of);
+    accel_state_dict_free(sd);
+    accel_dispatched_free(d);
+    return NULL;
+}

@@ -1,0 +1,108 @@
+/* src/bigmodel/offload.c — the weights map of a dispatched model: offloaded
+ * parameters are brought in just before their module runs and dropped after
+ * (Accelerate's AlignDevicesHook with offload=True, §7.10–7.11). Instead of
+ * Accelerate's offload folder of .dat files, "disk" weights are read in place
+ * from the mapped safetensors checkpoint: no copy is written anywhere. */
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bigmodel/offload_internal.h"
+
+void accel__release_pages(const void *p, size_t n) {
+    if (!p || !n) return;
+    /* Outward rounding is safe: the mapping is private and never written, so
+     * a dropped page is simply read again from the file on its next use. */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p & ~(page - 1);
+    uintptr_t b = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+    (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+int accel__off_add(accel_dispatched *d, accel_tensor *t, const char *name, accel__off_kind kind,
+                   const void *src, accel_dtype src_dtype, size_t src_bytes) {
+    if (d->n_off == d->cap_off) {
+        int cap = d->cap_off ? d->cap_off * 2 : 64;
+        accel__off_entry *e = accel_malloc(sizeof *e * (size_t)cap);
+        if (!e) return -1;
+        if (d->n_off) memcpy(e, d->off, sizeof *e * (size_t)d->n_off);
+        accel_free(d->off);
+        d->off = e;
+        d->cap_off = cap;
+    }
+    char *nm = accel_strdup(name);
+    if (!nm) return -1;
+    d->off[d->n_off] = (accel__off_entry){.t = t, .name = nm, .kind = kind, .src = src,
+                                          .src_dtype = src_dtype, .src_bytes = src_bytes};
+    if (kind == ACCEL__OFF_HOST) {
+        d->stats.n_offloaded_cpu++;
+        d->stats.bytes_host_copies += (int64_t)src_bytes;
+    } else {
+        d->stats.n_offloaded_disk++;
+        d->stats.bytes_disk += (int64_t)src_bytes;
+    }
+    return d->n_off++;
+}
+
+int accel__off_find(const accel_dispatched *d, const accel_tensor *t) {
+    for (int i = 0; i < d->n_off; i++)
+        if (d->off[i].t == t) return i;
+    return -1;
+}
+
+accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev) {
+    accel__off_entry *e = &d->off[i];
+    if (e->refs++ > 0) return ACCEL_OK;
+    if (dev.type != ACCEL_DEV_CPU) {
+        e->refs--;
+        char b[32];
+        return accel_set_error(ACCEL_ERR_DEVICE, "accel offload: cannot bring %s onto %s in this build",
+                               e->name, accel_device_str(dev, b, sizeof b));
+    }
+    accel_tensor *t = e->t;
+    size_t esz = accel_dtype_size(t->dtype);
+    size_t nbytes = (size_t)accel_numel(t) * esz;
+    const void *p = e->src;
+    if (e->src_dtype != t->dtype || ((uintptr_t)p % esz) != 0) {
+        e->scratch = accel_malloc(nbytes ? nbytes : 1);
+        if (!e->scratch) {
+            e->refs--;
+            return accel_last_status();
+        }
+        accel_convert(e->scratch, t->dtype, p, e->src_dtype, (size_t)accel_numel(t));
+        d->stats.scratch_bytes += (int64_t)nbytes;
+        p = e->scratch;
+    }
+    t->data = (void *)p;
+    t->device = dev;
+    t->flags &= ~(uint32_t)ACCEL_TF_OWNS_DATA;
+    if (!e->scratch && e->kind == ACCEL__OFF_DISK) t->flags |= ACCEL_TF_MMAP;
+    d->onload_now += (int64_t)nbytes;
+    if (d->onload_now > d->stats.peak_onload_bytes) d->stats.peak_onload_bytes = d->onload_now;
+    return ACCEL_OK;
+}
+
+void accel__off_drop(accel_dispatched *d, int i) {
+    accel__off_entry *e = &d->off[i];
+    if (e->refs <= 0 || --e->refs > 0) return;
+    d->onload_now -= (int64_t)((size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype));
+    accel_tensor_to_meta(e->t);
+    accel_free(e->scratch);
+    e->scratch = NULL;
+    if (e->kind == ACCEL__OFF_DISK) accel__release_pages(e->src, e->src_bytes);
+}
+
+void accel__off_free_all(accel_dispatched *d) {
+    for (int i = 0; i < d->n_off; i++) {
+        accel__off_entry *e = &d->off[i];
+        if (e->t->data && !(e->t->flags & ACCEL_TF_OWNS_DATA)) accel_tensor_to_meta(e->t);
+        accel_free(e->scratch);
+        if (e->kind == ACCEL__OFF_HOST) accel_free((void *)e->src);
+        accel_free(e->name);
+    }
+    accel_free(d->off);
+    d->off = NULL;
+    d->n_off = d->cap_off = 0;
+    d->onload_now = 0;
+}

@@ -1,0 +1,68 @@
+/* src/bigmodel/offload_internal.h — the weights map of a dispatched model,
+ * shared by load.c (fills it), offload.c (brings weights in and out) and
+ * dispatch.c (hooks). Internal: prefix accel__. */
+#ifndef ACCEL_OFFLOAD_INTERNAL_H
+#define ACCEL_OFFLOAD_INTERNAL_H
+
+#include "accel/bigmodel.h"
+#include "accel/io.h"
+
+typedef enum accel__off_kind {
+    ACCEL__OFF_DISK = 1, /* src points into the mapped checkpoint (borrowed) */
+    ACCEL__OFF_HOST = 2, /* src is a host copy in the param dtype (owned) */
+} accel__off_kind;
+
+/* One offloaded tensor: the model's parameter (on meta between forwards) and
+ * where its bytes are. */
+typedef struct accel__off_entry {
+    accel_tensor *t;
+    char *name;             /* first full name, owned */
+    accel__off_kind kind;
+    const void *src;
+    accel_dtype src_dtype;
+    size_t src_bytes;
+    void *scratch;          /* converted copy while brought in (disk, dtype differs) */
+    int refs;               /* active hooks using it */
+} accel__off_entry;
+
+/* Where each state-dict name was placed (for accel_dispatched_placement). */
+typedef struct accel__placed {
+    char *name;             /* owned */
+    char where[24];
+} accel__placed;
+
+struct accel_dispatched {
+    accel_checkpoint *ck;
+    accel_device_map *map;  /* owned copy (or built from a strategy) */
+    accel_device main;
+    int n_off, cap_off;
+    accel__off_entry *off;
+    int n_placed;
+    accel__placed *placed;
+    int n_preload;
+    char **preload;         /* owned copies */
+    int n_hooked, cap_hooked;
+    accel_module **hooked;  /* modules carrying one of our hooks */
+    accel_dispatch_stats stats;
+    int64_t onload_now;     /* offloaded bytes currently brought in */
+};
+
+/* ---- offload.c */
+/* Appends an entry (kind HOST: src owned by the entry). Index or -1. */
+int accel__off_add(accel_dispatched *d, accel_tensor *t, const char *name, accel__off_kind kind,
+                   const void *src, accel_dtype src_dtype, size_t src_bytes);
+/* Index of the entry for tensor t, -1 when t is not offloaded. */
+int accel__off_find(const accel_dispatched *d, const accel_tensor *t);
+/* Points entry i's tensor at its bytes on dev (converting into scratch when
+ * the dtype differs); nested uses are counted. */
+accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev);
+/* Drops one use; at zero the tensor goes back to meta and its pages leave
+ * this process. */
+void accel__off_drop(accel_dispatched *d, int i);
+/* Frees every entry (tensors back on meta, host copies freed). */
+void accel__off_free_all(accel_dispatched *d);
+/* Releases the pages of [p, p+n) of a read-only file mapping from this
+ * process (they stay in the page cache). */
+void accel__release_pages(const void *p, size_t n);
+
+#endif

@@ -1,0 +1,68 @@
+/* src/bigmodel/pretrained.c — save_pretrained / from_pretrained for Llama,
+ * in the layout transformers reads and writes (config.json + safetensors,
+ * sharded with an index past max_shard_size). */
+#include <string.h>
+
+#include "accel/bigmodel.h"
+#include "accel/io.h"
+
+#define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
+
+accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes) {
+    if (!llama || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_pretrained: NULL argument");
+    const accel_llama_config *cfg0 = accel_llama_config_of(llama);
+    if (!cfg0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_pretrained: the model is not a Llama model");
+    accel_llama_config cfg = *cfg0;
+    accel_state_dict *sd = accel_module_state_dict(llama);
+    if (!sd) return accel_last_status();
+    const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
+    accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
+    accel_status st = names && ts ? ACCEL_OK : accel_last_status();
+    int n = 0;
+    for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        if (e->is_tied_alias) continue; /* transformers drops lm_head.weight when tied */
+        if (e->t->device.type == ACCEL_DEV_META)
+            st = accel_set_error(ACCEL_ERR_DEVICE,
+                                 "accel_save_pretrained: %s is on meta (offloaded or never loaded); save needs every "
+                                 "weight materialised",
+                                 e->name);
+        if (accel_dtype_is_float(e->t->dtype)) cfg.torch_dtype = e->t->dtype;
+        names[n] = e->name;
+        ts[n++] = e->t;
+    }
+    if (st == ACCEL_OK)
+        st = accel_save_sharded(dir, n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
+    if (st == ACCEL_OK) st = accel_llama_config_save(dir, &cfg);
+    accel_free(names);
+    accel_free(ts);
+    accel_state_dict_free(sd);
+    return st;
+}
+
+accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_map *map, const char *strategy,
+                                          const accel_max_memory *max_memory, const accel_load_options *opts,
+                                          accel_dispatched **out) {
+    if (!dir || !out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_from_pretrained: NULL dir or out");
+        return NULL;
+    }
+    *out = NULL;
+    accel_llama_config cfg;
+    if (accel_llama_config_load(dir, &cfg) != ACCEL_OK) return NULL;
+    accel_init_empty_weights_begin();
+    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    accel_init_empty_weights_end();
+    if (!m) return NULL;
+    static const char *const no_split[] = {"LlamaDecoderLayer"};
+    accel_device_map_options mo = {.no_split = no_split, .n_no_split = 1};
+    accel_load_options lo = opts ? *opts : (accel_load_options){0};
+    if (!lo.map_opts) lo.map_opts = &mo;
+    accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo);
+    if (!d) {
+        accel_module_free(m);
+        return NULL;
+    }
+    *out = d;
+    return m;
+}

@@ -1,0 +1,55 @@
+# Big-model inference: the seed's examples (accelerate.md §7, seed "大模型推理").
+# The 20-layer toy checkpoint is ~340 MB of random f32 weights: those tests are
+# _nosan (skipped under ASan; the same code paths run in test_dispatch,
+# test_llama_hf and test_generate there).
+set(BIGMODEL_CKPT ${CMAKE_BINARY_DIR}/fake-llama-dispatch)
+
+add_test(NAME bigmodel_empty_weights COMMAND empty_weights)
+set_tests_properties(bigmodel_empty_weights PROPERTIES
+  PASS_REGULAR_EXPRESSION "empty_model_params=32960\ndevice=meta\n")
+
+add_test(NAME bigmodel_seed_save_nosan COMMAND save_fake_llama ${BIGMODEL_CKPT})
+set_tests_properties(bigmodel_seed_save_nosan PROPERTIES FIXTURES_SETUP fake_llama TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "fake-llama-dispatch\n")
+
+add_test(NAME bigmodel_seed_dispatch_nosan COMMAND dispatch ${BIGMODEL_CKPT})
+set_tests_properties(bigmodel_seed_dispatch_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
+  PASS_REGULAR_EXPRESSION "first_layer_device=cpu\nlast_layer_device=disk\nout_device=cpu\nout_shape=\\[1, 3, 32000\\]\n")
+
+add_test(NAME bigmodel_seed_dispatch_cpu_cpu_nosan COMMAND dispatch ${BIGMODEL_CKPT} --devices cpu,cpu)
+set_tests_properties(bigmodel_seed_dispatch_cpu_cpu_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
+  PASS_REGULAR_EXPRESSION "first_layer_device=cpu\nlast_layer_device=cpu\nout_device=cpu\nout_shape=\\[1, 3, 32000\\]\n")
+
+# A device this build lacks fails at load time, naming the map entry.
+add_test(NAME bigmodel_seed_dispatch_npu_nosan COMMAND dispatch ${BIGMODEL_CKPT} --devices npu:0,npu:1)
+set_tests_properties(bigmodel_seed_dispatch_npu_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
+  PASS_REGULAR_EXPRESSION "device_map entry 'model.embed_tokens' -> 'npu:0': unknown device 'npu:0'")
+add_test(NAME bigmodel_seed_dispatch_cuda1_nosan COMMAND dispatch ${BIGMODEL_CKPT} --devices cpu,cuda:1)
+set_tests_properties(bigmodel_seed_dispatch_cuda1_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
+  PASS_REGULAR_EXPRESSION "device_map entry 'model.layers.10' -> 'cuda:1': this device is not available")
+
+# Greedy generation from the transformers fixture equals transformers' greedy
+# (tools/gen_hf_llama_fixtures.py: expected.safetensors "greedy").
+add_test(NAME bigmodel_generate_greedy COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+  --ids 23,49,33,48 --new-tokens 8 --device-map model.embed_tokens:cpu,model.layers:disk,model.norm:cpu,lm_head:disk)
+set_tests_properties(bigmodel_generate_greedy PROPERTIES
+  PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
+
+# accel's save_pretrained output loads in transformers with the same logits.
+execute_process(COMMAND python3 -c "import transformers, safetensors, numpy"
+                RESULT_VARIABLE BIGMODEL_NO_TRANSFORMERS OUTPUT_QUIET ERROR_QUIET)
+if(BIGMODEL_NO_TRANSFORMERS EQUAL 0)
+  add_test(NAME bigmodel_hf_check_accel_nosan COMMAND sh -c
+    "$<TARGET_FILE:generate> ${BIGMODEL_CKPT} --ids 1,2,3 --new-tokens 0 --dump-logits ${CMAKE_BINARY_DIR}/fake-llama-logits.npy && python3 ${CMAKE_SOURCE_DIR}/tools/gen_hf_llama_fixtures.py --check-accel ${BIGMODEL_CKPT} --ids 1,2,3 --logits ${CMAKE_BINARY_DIR}/fake-llama-logits.npy")
+  # exit status 0 only when the logits agree within 1e-4
+  set_tests_properties(bigmodel_hf_check_accel_nosan PROPERTIES FIXTURES_REQUIRED fake_llama TIMEOUT 120)
+endif()
+
+# accel estimate-memory on the seed's 20-layer config: the exact table
+# Accelerate's estimate-memory prints for the same LlamaConfig.
+if(TARGET accel_cli)
+  add_test(NAME bigmodel_estimate_memory COMMAND accel_cli estimate-memory data/llama_seed_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
+    "│ Memory Usage for loading `data/llama_seed_config`  │\n├───────┬─────────────┬──────────┬───────────────────┤\n│ dtype │Largest Layer│Total Size│Training using Adam│\n├───────┼─────────────┼──────────┼───────────────────┤\n│float32│   62.5 MB   │325.08 MB │      1.27 GB      │\n│float16│   31.25 MB  │162.54 MB │     650.16 MB     │\n│  int8 │   15.62 MB  │ 81.27 MB │        N/A        │\n│  int4 │   7.81 MB   │ 40.64 MB │        N/A        │\n└───────┴─────────────┴──────────┴───────────────────┘")
+endif()

@@ -1,0 +1,122 @@
+/* accel_generate and accel_sample_logits: greedy, temperature, top-k, top-p
+ * (transformers' warper semantics), seeds, eos, argument errors. Greedy
+ * against transformers is in test_llama_hf. */
+#include <math.h>
+#include <string.h>
+
+#include "accel/autograd.h"
+#include "accel/bigmodel.h"
+#include "check.h"
+
+static void test_greedy_and_ties(void) {
+    float l[5] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f};
+    accel_generate_options o = {0};
+    CHECK(accel_sample_logits(l, 5, &o, NULL) == 1); /* first index on ties, like torch.argmax */
+    o.do_sample = true;
+    CHECK(accel_sample_logits(l, 5, &o, NULL) == -1); /* sampling needs a generator */
+    CHECK_STR_CONTAINS(accel_last_error(), "generator");
+    accel_clear_error();
+}
+
+/* counts of 4000 draws from logits log(p) with options o */
+static void draw(const float *p, int n, const accel_generate_options *o, uint64_t seed, int *counts) {
+    accel_rng rng;
+    accel_rng_init(&rng, seed);
+    memset(counts, 0, sizeof(int) * (size_t)n);
+    for (int k = 0; k < 4000; k++) {
+        float l[8];
+        for (int i = 0; i < n; i++) l[i] = logf(p[i]);
+        int64_t t = accel_sample_logits(l, n, o, &rng);
+        CHECK(t >= 0 && t < n);
+        if (t >= 0 && t < n) counts[t]++;
+    }
+}
+
+static void test_sampling_distribution(void) {
+    const float p[4] = {0.15f, 0.5f, 0.05f, 0.3f};
+    int c[4];
+    accel_generate_options o = {.do_sample = true};
+    draw(p, 4, &o, 1, c);
+    for (int i = 0; i < 4; i++) CHECK_CLOSE(c[i] / 4000.0, p[i], 0, 0.03);
+    /* top-k 2: only the two largest, renormalised 0.5/0.8 and 0.3/0.8 */
+    o.top_k = 2;
+    draw(p, 4, &o, 2, c);
+    CHECK(c[0] == 0 && c[2] == 0);
+    CHECK_CLOSE(c[1] / 4000.0, 0.625, 0, 0.03);
+    /* top-p 0.7: ascending cumulative 0.05, 0.2, 0.5, 1.0; removed while <= 0.3 */
+    o.top_k = 0;
+    o.top_p = 0.7;
+    draw(p, 4, &o, 3, c);
+    CHECK(c[0] == 0 && c[2] == 0 && c[1] > 0 && c[3] > 0);
+    /* top-p 0.4: only the 0.5 token survives */
+    o.top_p = 0.4;
+    draw(p, 4, &o, 4, c);
+    CHECK(c[1] == 4000);
+    /* temperature: 0.05 sharpens to the argmax, 10 flattens towards uniform */
+    o.top_p = 0;
+    o.temperature = 0.05;
+    draw(p, 4, &o, 5, c);
+    CHECK(c[1] > 3990);
+    o.temperature = 10;
+    draw(p, 4, &o, 6, c);
+    for (int i = 0; i < 4; i++) CHECK(c[i] > 800 && c[i] < 1200);
+}
+
+static accel_module *fixture(accel_dispatched **d) {
+    accel_module *m = accel_llama_from_pretrained("data/hf_llama_basic", NULL, NULL, NULL, NULL, d);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    return m;
+}
+
+static void test_generate_seeds_and_eos(void) {
+    accel_dispatched *d = NULL;
+    accel_module *m = fixture(&d);
+    if (!m) return;
+    const int64_t prompt[3] = {5, 9, 77};
+    int64_t a[32], b[32], c[32], n_a, n_b, n_c;
+    accel_generate_options o = {.max_new_tokens = 12, .do_sample = true, .top_k = 20, .top_p = 0.95,
+                                .temperature = 1.5, .seed = 42};
+    CHECK(accel_generate(m, prompt, 3, &o, a, &n_a) == ACCEL_OK);
+    CHECK(accel_generate(m, prompt, 3, &o, b, &n_b) == ACCEL_OK);
+    o.seed = 43;
+    CHECK(accel_generate(m, prompt, 3, &o, c, &n_c) == ACCEL_OK);
+    CHECK(n_a == 15 && n_b == 15 && n_c == 15);
+    CHECK(memcmp(a, b, sizeof a[0] * 15) == 0);
+    CHECK(memcmp(a, c, sizeof a[0] * 15) != 0);
+    CHECK(a[0] == 5 && a[1] == 9 && a[2] == 77);
+    /* greedy with eos = its own 2nd new token stops right there */
+    accel_generate_options g = {.max_new_tokens = 8};
+    float logits[96];
+    g.prompt_logits = logits;
+    CHECK(accel_generate(m, prompt, 3, &g, a, &n_a) == ACCEL_OK && n_a == 11);
+    int64_t best = 0;
+    for (int i = 1; i < 96; i++)
+        if (logits[i] > logits[best]) best = i;
+    CHECK(best == a[3]); /* the prompt's last logits pick the first new token */
+    g.has_eos = true;
+    g.eos_token_id = a[4];
+    g.prompt_logits = NULL;
+    CHECK(accel_generate(m, prompt, 3, &g, b, &n_b) == ACCEL_OK);
+    CHECK(n_b == 5 && b[4] == a[4]);
+    /* no new tokens: only the prompt's logits */
+    g.max_new_tokens = 0;
+    CHECK(accel_generate(m, prompt, 3, &g, b, &n_b) == ACCEL_OK && n_b == 3);
+    /* errors */
+    const int64_t bad[2] = {1, 96};
+    CHECK(accel_generate(m, bad, 2, &g, b, &n_b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "prompt id 96");
+    accel_clear_error();
+    CHECK(accel_generate(m, prompt, 0, &g, b, &n_b) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    accel_dispatched_free(d);
+    accel_module_free(m);
+}
+
+int main(void) {
+    accel_set_grad_enabled(false); /* inference only */
+    RUN(test_greedy_and_ties);
+    RUN(test_sampling_distribution);
+    RUN(test_generate_seeds_and_eos);
+    accel_thread_cleanup();
+    return check_summary();
+}
