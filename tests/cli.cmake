@@ -7,3 +7,4 @@ add_test(NAME cli_accel_test_2 COMMAND $<TARGET_FILE:accel_cli> test
 set_tests_properties(cli_accel_test_1 cli_accel_test_2 PROPERTIES
   PASS_REGULAR_EXPRESSION "Test is a success! You are ready for your distributed training!"
   ENVIRONMENT "HF_HOME=${CMAKE_CURRENT_BINARY_DIR}/hf_home_empty" TIMEOUT 120)
+add_dependencies(test_cli_merge_weights accel_cli)

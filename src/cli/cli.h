@@ -14,6 +14,7 @@ int accel_cli_config(int argc, char **argv);
 int accel_cli_env(int argc, char **argv);
 int accel_cli_estimate_memory(int argc, char **argv);
 int accel_cli_test(int argc, char **argv);
+int accel_cli_merge_weights(int argc, char **argv);
 
 /* ---------------------------------------------------------------- options
  * Long options are spelled with underscores in the table; `--foo-bar` is

@@ -16,6 +16,7 @@ static const subcommand COMMANDS[] = {
     {"env", accel_cli_env, "Print environment information for bug reports"},
     {"estimate-memory", accel_cli_estimate_memory, "Estimate the memory needed to load a model (local config.json)"},
     {"launch", accel_cli_launch, "Launch a program on one or more processes"},
+    {"merge-weights", accel_cli_merge_weights, "Merge a sharded safetensors checkpoint into one file"},
     {"test", accel_cli_test, "Run a short distributed self-check with a config"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof *COMMANDS)

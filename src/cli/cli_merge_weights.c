@@ -1,0 +1,119 @@
+/* src/cli/cli_merge_weights.c — `accel merge-weights CHECKPOINT_DIRECTORY OUTPUT_PATH`.
+ *
+ * Accelerate's merge-weights turns a sharded checkpoint into one
+ * `model.safetensors`. accel's sharded checkpoints are safetensors shards with
+ * the Hub's `model.safetensors.index.json` (written by save_model and
+ * save_pretrained, or by transformers): this merges them into
+ * OUTPUT_PATH/model.safetensors, tensors in the index's order, straight from
+ * the mapped shards (no copy of a shard is made in memory). The write is
+ * atomic; `--remove_checkpoint_dir` deletes the shards and the index only
+ * after it succeeded. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "accel/io.h"
+#include "cli/cli.h"
+
+static int remove_shards(accel_checkpoint *ck, const char *dir) {
+    int n = accel_checkpoint_num_shards(ck);
+    for (int i = 0; i < n; i++)
+        if (unlink(accel_checkpoint_shard_path(ck, i)) != 0 && errno != ENOENT) {
+            fprintf(stderr, "accel merge-weights: cannot remove %s: %s\n", accel_checkpoint_shard_path(ck, i),
+                    strerror(errno));
+            return 1;
+        }
+    char index[4096];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    unlink(index);
+    if (rmdir(dir) != 0 && errno != ENOTEMPTY && errno != EEXIST)
+        fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", dir, strerror(errno));
+    return 0;
+}
+
+int accel_cli_merge_weights(int argc, char **argv) {
+    static const cli_opt OPTS[] = {
+        {"unsafe_serialization", 0, false, NULL,
+         "Save as pytorch_model.bin (pickle) instead of safetensors: not supported by accel."},
+        {"remove_checkpoint_dir", 0, false, NULL, "Remove the sharded checkpoint after merging."},
+    };
+    enum { NOPTS = sizeof OPTS / sizeof *OPTS };
+    const char *usage = "accel merge-weights [-h] [--unsafe_serialization] [--remove_checkpoint_dir] "
+                        "checkpoint_directory output_path";
+    const char *desc = "Merges a sharded safetensors checkpoint (model.safetensors.index.json + shards) "
+                       "into one OUTPUT_PATH/model.safetensors.";
+    const char *vals[NOPTS] = {0};
+    int first = 0;
+    /* Positionals may come before or after the flags: parse flags wherever they are. */
+    const char *pos[2] = {0};
+    int npos = 0;
+    char *rest[64];
+    int nrest = 0;
+    for (int i = 0; i < argc && nrest < 63; i++) {
+        if (i > 0 && argv[i][0] != '-') {
+            if (npos < 2) pos[npos] = argv[i];
+            npos++;
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    rest[nrest] = NULL;
+    int rc = cli_parse(usage, desc, OPTS, NOPTS, nrest, rest, vals, &first, false);
+    if (rc == CLI_HELP) return 0;
+    if (rc != CLI_OK) return 2;
+    if (npos != 2) {
+        fprintf(stderr, "usage: %s\naccel merge-weights: error: expected CHECKPOINT_DIRECTORY and OUTPUT_PATH\n",
+                usage);
+        return 2;
+    }
+    if (vals[cli_idx(OPTS, NOPTS, "unsafe_serialization")]) {
+        fprintf(stderr, "accel merge-weights: error: --unsafe_serialization (pytorch_model.bin, pickle) is not "
+                        "supported by accel; drop the flag to write model.safetensors\n");
+        return 2;
+    }
+    const char *dir = pos[0], *out_dir = pos[1];
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "accel merge-weights: error: Tried to load from %s but couldn't find a valid metadata file "
+                        "(expected a directory with model.safetensors.index.json and its shards).\n", dir);
+        return 1;
+    }
+    accel_checkpoint *ck = accel_checkpoint_open(dir);
+    if (!ck) {
+        fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        return 1;
+    }
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
+        accel_checkpoint_close(ck);
+        return 1;
+    }
+    int n = accel_checkpoint_count(ck);
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    accel_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    int ok = names && ts;
+    for (int i = 0; ok && i < n; i++) {
+        names[i] = accel_checkpoint_name(ck, i);
+        ts[i] = accel_checkpoint_tensor(ck, names[i], -1); /* zero-copy view of the mapping */
+        ok = ts[i] != NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    if (ok) ok = accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK;
+    for (int i = 0; ts && i < n; i++) accel_tensor_free(ts[i]);
+    free(ts);
+    free(names);
+    if (!ok) {
+        fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        accel_checkpoint_close(ck);
+        return 1;
+    }
+    printf("Weights merged into %s (%d tensors)\n", path, n);
+    rc = 0;
+    if (vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")]) rc = remove_shards(ck, dir);
+    accel_checkpoint_close(ck);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/* `accel merge-weights`: the 8-shard transformers checkpoint in tests/data
+ * merges into one model.safetensors holding the same tensors, byte for byte;
+ * bad input gives a clear error. Runs build/bin/accel next to itself. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/io.h"
+#include "check.h"
+
+static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
+
+static int run(const char *args) {
+    char cmd[4 * PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "%s %s > %s/out 2> %s/err", ACCEL, args, TMP, TMP);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void slurp(const char *name, char *buf, size_t n) {
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/%s", TMP, name);
+    buf[0] = 0;
+    FILE *f = fopen(p, "r");
+    if (!f) return;
+    buf[fread(buf, 1, n - 1, f)] = 0;
+    fclose(f);
+}
+
+static void test_merge(void) {
+    char args[PATH_MAX + 64], buf[4096];
+    snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s/merged", TMP);
+    CHECK(run(args) == 0);
+    slurp("out", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "Weights merged into");
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/merged/model.safetensors", TMP);
+    accel_checkpoint *src = accel_checkpoint_open("data/hf_llama_sharded");
+    accel_safetensors *dst = accel_safetensors_open(path);
+    CHECK(src && dst);
+    if (!src || !dst) return;
+    CHECK(accel_safetensors_count(dst) == accel_checkpoint_count(src));
+    CHECK(strcmp(accel_safetensors_metadata(dst, "format"), "pt") == 0);
+    for (int i = 0; i < accel_checkpoint_count(src); i++) {
+        const char *name = accel_checkpoint_name(src, i);
+        const accel_st_info *a = accel_checkpoint_find(src, name, NULL);
+        const accel_st_info *b = accel_safetensors_find(dst, name);
+        CHECK_MSG(b && a->nbytes == b->nbytes && a->dtype == b->dtype && memcmp(a->data, b->data, a->nbytes) == 0,
+                  "tensor %s differs", name);
+    }
+    accel_safetensors_close(dst);
+    accel_checkpoint_close(src);
+}
+
+static void test_errors(void) {
+    char buf[4096];
+    CHECK(run("merge-weights /nonexistent-dir /tmp/x") == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "couldn't find a valid metadata file");
+    CHECK(run("merge-weights data/hf_llama_sharded /tmp/x --unsafe_serialization") == 2);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "not supported");
+    CHECK(run("merge-weights data/hf_llama_sharded") == 2);
+}
+
+int main(void) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
+    snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
+    if (!mkdtemp(TMP)) return 1;
+    RUN(test_merge);
+    RUN(test_errors);
+    char rm[PATH_MAX + 16];
+    snprintf(rm, sizeof rm, "rm -rf %s", TMP);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);
+    return check_summary();
+}
