@@ -44,11 +44,8 @@ int main(int argc, char **argv) {
     accel_module *layers[3] = {accel_linear_new(2, 16, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_silu_module_new(),
                                accel_linear_new(16, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
     accel_module *model = accel_sequential_new(3, layers);
-    accel_tensor **ps;
-    int np = accel_module_parameters(model, &ps);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 2e-2);
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, ps, &h);
-    accel_free(ps);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h);
     accel_lr_scheduler *sched = accel_lr_scheduler_new(opt, ACCEL_SCHED_COSINE, 2, total);
     accel_step_reset();
 

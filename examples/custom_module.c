@@ -48,11 +48,9 @@ int main(void) {
         ys[i] = sinf(xs[i]);
     }
 
-    accel_tensor **params;
-    int n_params = accel_module_parameters(model, &params);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
     h.momentum = 0.9;
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, n_params, params, &h);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h);
 
     for (int step = 0; step <= 300; step++) {
         accel_tensor *x = accel_from_floats(ACCEL_SHAPE(N, 1), xs);
@@ -69,7 +67,6 @@ int main(void) {
     }
 
     accel_optimizer_free(opt);
-    accel_free(params);
     accel_module_free(model);
     return 0;
 }

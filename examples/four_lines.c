@@ -47,11 +47,8 @@ int main(void) {
     accel_dataloader *dl = accel_dataloader_new(ds, &o);
     accel_manual_seed(0);
     accel_module *model = accel_linear_new(1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
-    accel_tensor **ps;
-    int np = accel_module_parameters(model, &ps);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.2);
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, ps, &h);
-    accel_free(ps);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h);
     accel_step_reset();
 
     int rc = accel_accelerator_prepare(acc, model, opt, dl, NULL) != ACCEL_OK;

@@ -32,11 +32,8 @@ int main(int argc, char **argv) {
     accel_dataloader *dl = accel_dataloader_new(ds, &o);
     accel_manual_seed(2);
     accel_module *model = accel_linear_new(2, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
-    accel_tensor **ps;
-    int np = accel_module_parameters(model, &ps);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.3);
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, ps, &h);
-    accel_free(ps);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h);
     accel_lr_scheduler *sched = accel_lr_scheduler_new(opt, ACCEL_SCHED_LINEAR, 2, 200);
     accel_step_reset();
 

@@ -31,11 +31,8 @@ int main(int argc, char **argv) {
     accel_module *layers[3] = {accel_linear_new(4, 32, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_gelu_module_new(false),
                                accel_linear_new(32, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
     accel_module *model = accel_sequential_new(3, layers);
-    accel_tensor **ps;
-    int np = accel_module_parameters(model, &ps);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-2);
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, ps, &h);
-    accel_free(ps);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h);
     accel_step_reset();
 
     int rc = accel_accelerator_prepare(acc, model, opt, dl, NULL) != ACCEL_OK;

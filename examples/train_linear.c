@@ -30,11 +30,8 @@ int main(void) {
     o.shuffle = true;
     accel_dataloader *loader = accel_dataloader_new(ds, &o);
     accel_module *model = accel_linear_new(1, 1, true, accel_accelerator_device(acc), ACCEL_F32);
-    accel_tensor **params;
-    int np = accel_module_parameters(model, &params);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
-    accel_optimizer *optim = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, params, &h);
-    accel_free(params);
+    accel_optimizer *optim = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h);
     accel_step_reset();
 
     if (accel_accelerator_prepare(acc, model, optim, loader, NULL) != ACCEL_OK) goto fail;

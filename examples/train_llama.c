@@ -79,11 +79,8 @@ int main(int argc, char **argv) {
     cfg.torch_dtype = ACCEL_F32;
     accel_set_seed(acc, 0, false);
     accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
-    accel_tensor **ps;
-    int np = model ? accel_module_parameters(model, &ps) : 0;
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 3e-3);
-    accel_optimizer *opt = model ? accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, ps, &h) : NULL;
-    if (model) accel_free(ps);
+    accel_optimizer *opt = model ? accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h) : NULL;
     accel_lr_scheduler *sched = opt ? accel_lr_scheduler_new(opt, ACCEL_SCHED_COSINE, steps / 10,
                                                              (int64_t)steps * accel_accelerator_num_processes(acc))
                                     : NULL;

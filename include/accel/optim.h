@@ -47,6 +47,7 @@
 #define ACCEL_OPTIM_H
 
 #include "core.h"
+#include "nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,6 +90,11 @@ accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
                                             const accel_optim_hparams *h);
 accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, float *params, float *grads,
                                           int64_t n_elems, const accel_optim_hparams *h);
+/* Convenience, as torch.optim.X(model.parameters(), ...): one group with every
+ * parameter of the module (accel_module_parameters order). h NULL = the
+ * kind's defaults with lr 1e-3. */
+accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module *model,
+                                            const accel_optim_hparams *h);
 void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are not freed */
 
 /* Adds a param group of n parameter tensors (borrowed: they must outlive the
@@ -115,6 +121,18 @@ void accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr); /* grou
 /* The group's hyperparameters (live: writes take effect at the next step). */
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group);
 int64_t accel_optimizer_step_count(const accel_optimizer *opt);
+
+/* For ZeRO (the accelerator re-targets a prepared optimizer to its shard and
+ * back). segment_param: segment i's parameter tensor (NULL for a flat
+ * segment) and its group in *group (may be NULL). set_segments replaces every
+ * segment by n new ones, each a tensor (params[k] != NULL) or a flat run
+ * (data[k], grads[k], numel[k]), in existing group groups[k]; the new state is
+ * zeroed with step counts 0 (restore it with accel_optimizer_load_state), the
+ * groups and the optimizer-wide step count are kept. On error nothing changes. */
+accel_tensor *accel_optimizer_segment_param(const accel_optimizer *opt, int i, int *group);
+accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_tensor *const *params,
+                                          float *const *data, float *const *grads,
+                                          const int64_t *numel, const int *groups);
 
 /* ---------------------------------------------------------------- state save/restore */
 

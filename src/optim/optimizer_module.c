@@ -1,0 +1,18 @@
+/* accel_optimizer_new_module: an optimizer over a module's parameters. */
+#include "accel/nn.h"
+#include "accel/optim.h"
+
+accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module *model,
+                                            const accel_optim_hparams *h) {
+    if (!model) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_new_module: model is NULL");
+        return NULL;
+    }
+    accel_tensor **params = NULL;
+    int n = accel_module_parameters(model, &params);
+    if (n < 0) return NULL;
+    accel_optim_hparams defaults = accel_optim_defaults(kind, 1e-3);
+    accel_optimizer *opt = accel_optimizer_new_params(kind, n, params, h ? h : &defaults);
+    accel_free(params);
+    return opt;
+}
