@@ -81,6 +81,23 @@ typedef struct accel_accelerator_opts {
     double growth_factor;           /* 2 */
     double backoff_factor;          /* 0.5 */
     int64_t growth_interval;        /* 2000 */
+    /* ZeRO sharding (docs/accelerator.md "Sharding (ZeRO / FSDP)"). zero_stage:
+     * 0 = from the environment/config (off when nothing is set), 1 (optimizer
+     * state sharded), 2 (+ gradients reduce-scattered), -1 = off whatever the
+     * environment says; 3 is refused. Resolution order: zero_stage,
+     * fsdp_sharding_strategy, the DeepSpeed JSON, ACCEL_ZERO_STAGE,
+     * ACCEL_FSDP_SHARDING_STRATEGY. */
+    int zero_stage;
+    /* NO_SHARD -> 0, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2 -> 2, FULL_SHARD /
+     * HYBRID_SHARD -> 3 (refused); also 1..5 (torch's enum values). NULL: env. */
+    const char *fsdp_sharding_strategy;
+    /* DeepSpeed JSON (zero_optimization.stage, bf16/fp16.enabled,
+     * gradient_accumulation_steps, gradient_clipping, offload_optimizer).
+     * NULL: ACCEL_DEEPSPEED_CONFIG_FILE. */
+    const char *deepspeed_config_file;
+    /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
+     * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */
+    double gradient_clipping;
 } accel_accelerator_opts;
 
 accel_accelerator_opts accel_accelerator_opts_default(void);
@@ -116,6 +133,14 @@ int64_t accel_accelerator_step(const accel_accelerator *acc);
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc);
 /* Current fp16 loss scale (1 when not fp16). */
 double accel_accelerator_loss_scale(const accel_accelerator *acc);
+/* The ZeRO stage in effect (0: plain DDP) and the clipping norm applied in
+ * optimizer_step (0: none). */
+int accel_accelerator_zero_stage(const accel_accelerator *acc);
+double accel_accelerator_gradient_clipping(const accel_accelerator *acc);
+/* This rank's shard [*lo, *hi) of the prepared model's flat f32 parameter
+ * buffer (*padded: its padded length). Without ZeRO the whole buffer. */
+accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_module *model,
+                                          int64_t *lo, int64_t *hi, int64_t *padded);
 /* "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\n..." into buf. */
 const char *accel_accelerator_describe(const accel_accelerator *acc, char *buf, size_t n);
 

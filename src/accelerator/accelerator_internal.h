@@ -35,7 +35,24 @@ typedef struct accel__model {
     bool no_sync;          /* inside no_sync */
     bool ddp;              /* world > 1 */
     accel_dtype autocast_prev;
+    /* ZeRO (zero.c): the f32 flat buffer is padded to a multiple of 16 x world
+     * and split evenly; this rank owns [zlo, zhi) of it. */
+    int zero_stage;        /* 0, 1 or 2 */
+    int64_t zlo, zhi;
+    float *zgrad;          /* stage 2 on > 1 process: the averaged gradient shard [zhi - zlo] */
 } accel__model;
+
+/* A prepared optimizer re-targeted to its model's shard (zero.c). */
+typedef struct accel__zopt {
+    accel_module *m;
+    int n_user;                 /* the user's tensor segments, restored on release */
+    accel_tensor **user_params;
+    int *user_groups;
+    int64_t *user_off;          /* element offset of each in the flat f32 buffer */
+    int n_runs;                 /* shard segments: runs of one group clipped to [zlo, zhi) */
+    int64_t *run_lo, *run_hi;
+    int *run_group;
+} accel__zopt;
 
 struct accel_accelerator {
     accel_accelerator_opts o;
@@ -48,6 +65,7 @@ struct accel_accelerator {
     accel__model models[ACCEL__MAX_PREPARED];
     int n_models;
     accel_optimizer *opts[ACCEL__MAX_PREPARED];
+    accel__zopt *zopts[ACCEL__MAX_PREPARED]; /* NULL unless ZeRO re-targeted it */
     bool skipped[ACCEL__MAX_PREPARED];
     int n_opts;
     accel_lr_scheduler *scheds[ACCEL__MAX_PREPARED];
@@ -67,6 +85,9 @@ struct accel_accelerator {
     bool found_inf;
 
     int64_t save_iteration; /* save_state calls in this run */
+
+    int zero_stage;         /* 0 (DDP), 1 or 2 */
+    double clip;            /* gradient_clipping applied in optimizer_step (0: none) */
 };
 
 /* ddp.c */
@@ -75,6 +96,32 @@ void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
 void accel__ddp_begin_backward(accel_accelerator *acc);
 accel_status accel__ddp_end_backward(accel_accelerator *acc);
 bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm);
+
+/* zero.c / zero_config.c */
+typedef struct accel__zero_cfg {
+    int stage;               /* 0, 1, 2 */
+    double clip;             /* 0: none */
+    int mp;                  /* -1: no opinion, else accel_mixed_precision */
+    int accum;               /* 0: no opinion */
+    int64_t bucket_bytes;    /* 0: no opinion */
+} accel__zero_cfg;
+accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *out);
+/* Shard bounds and the stage-2 gradient shard of a freshly flattened model. */
+accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm);
+accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
+/* Gives optimizer i back its per-tensor segments with the consolidated state
+ * (collective). */
+void accel__zero_release(accel_accelerator *acc, int i);
+/* Stage 2: reduce-scatter (AVG) of the f32 gradients into zgrad, all-reduce of the rest. */
+accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm);
+/* After the shard step: every rank's updated shard to everyone (in place). */
+accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm);
+void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm);
+/* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
+ * (accel_free each) back the tensors. Returns the count or -1. */
+int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
+/* Restores consolidated state into this rank's shard (local). */
+accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
 
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);

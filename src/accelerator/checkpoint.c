@@ -161,8 +161,15 @@ static accel_status load_file(const char *path, void *obj, load_fn fn) {
     return s;
 }
 
+typedef struct opt_slot {
+    accel_accelerator *acc;
+    int i;
+} opt_slot;
+
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
-    return accel_optimizer_load_state(o, n, st);
+    opt_slot *os = o;
+    if (os->acc->zopts[os->i]) return accel__zero_load_state(os->acc, os->i, n, st);
+    return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
     return accel_lr_scheduler_load_state(s, n, st);
@@ -312,13 +319,6 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
             numbered(path, sizeof path, tmp, "model", i);
             s = save_model_file(path, acc->models[i].m);
         }
-        for (int i = 0; i < acc->n_opts && !s; i++) {
-            accel_named_state *st = NULL;
-            int n = accel_optimizer_state(acc->opts[i], &st);
-            numbered(path, sizeof path, tmp, "optimizer", i);
-            s = n < 0 ? accel_last_status() : save_named(path, n, st);
-            if (n >= 0) accel_named_state_free(st, n);
-        }
         for (int i = 0; i < acc->n_scheds && !s; i++) {
             accel_named_state *st = NULL;
             int n = accel_lr_scheduler_state(acc->scheds[i], &st);
@@ -326,6 +326,21 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
             s = n < 0 ? accel_last_status() : save_named(path, n, st);
             if (n >= 0) accel_named_state_free(st, n);
         }
+    }
+    /* Optimizers: ZeRO state is consolidated first (a collective every rank
+     * joins, even after a local failure), then written in the per-tensor
+     * vocabulary DDP uses, so the file loads at any world size. */
+    for (int i = 0; i < acc->n_opts; i++) {
+        accel_named_state *st = NULL;
+        float *bufs[2] = {NULL, NULL};
+        int n = acc->zopts[i] ? accel__zero_state(acc, i, &st, bufs)
+                              : acc->rank == 0 ? accel_optimizer_state(acc->opts[i], &st) : 0;
+        numbered(path, sizeof path, tmp, "optimizer", i);
+        if (!s && n < 0) s = accel_last_status();
+        else if (!s && acc->rank == 0) s = save_named(path, n, st);
+        if (n >= 0) accel_named_state_free(st, n);
+        accel_free(bufs[0]);
+        accel_free(bufs[1]);
     }
     if (!s) s = save_rank_state(acc, tmp);
     return s;
@@ -421,7 +436,8 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
         numbered(path, sizeof path, dir, "optimizer", i);
-        s = load_file(path, acc->opts[i], load_opt);
+        opt_slot os = {acc, i};
+        s = load_file(path, &os, load_opt);
     }
     for (int i = 0; i < acc->n_scheds && !s; i++) {
         numbered(path, sizeof path, dir, "scheduler", i);

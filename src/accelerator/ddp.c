@@ -128,10 +128,15 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
 }
 
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
-    pm->fp = accel_module_flatten(pm->m, 16, 1);
+    /* ZeRO: pad to 16 x world elements so every shard starts 64-byte aligned. */
+    pm->fp = accel_module_flatten(pm->m, 16, acc->zero_stage ? 16 * (int64_t)acc->world : 1);
     if (!pm->fp) return accel_last_status();
     pm->ddp = acc->world > 1;
-    accel_status st = ACCEL_OK;
+    accel_status st = acc->zero_stage ? accel__zero_model_prepare(acc, pm) : ACCEL_OK;
+    if (st) {
+        accel__ddp_release(acc, pm);
+        return st;
+    }
     if (pm->ddp) {
         if (!(st = share_grads(acc, pm)) && !(st = broadcast_weights(acc, pm))) st = build_buckets(acc, pm);
     }
@@ -167,6 +172,8 @@ void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
     wait_all(pm, &ignored);
     if (acc->mp != ACCEL_MP_NO) accel_module_set_hook(pm->m, NULL);
     unshare_grads(acc, pm);
+    accel_free(pm->zgrad);
+    pm->zgrad = NULL;
     accel_free(pm->buckets);
     accel_free(pm->leaves);
     pm->buckets = NULL;
@@ -180,6 +187,11 @@ void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
 
 bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm) {
     return pm->ddp && !pm->no_sync && (acc->sync_gradients || acc->o.sync_each_batch);
+}
+
+/* Bucketed all-reduce during backward (DDP, ZeRO-1); ZeRO-2 reduce-scatters after it. */
+static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
+    return accel__model_syncs(acc, pm) && pm->zero_stage < 2;
 }
 
 static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) {
@@ -204,7 +216,7 @@ static void grad_ready(accel_tensor *leaf, void *ctx) {
     accel__leaf key = {leaf, 0};
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
-        if (!accel__model_syncs(acc, pm)) continue;
+        if (!bucketed(acc, pm)) continue;
         accel__leaf *l = bsearch(&key, pm->leaves, (size_t)pm->n_leaves, sizeof key, leaf_cmp);
         if (!l) continue;
         accel__bucket *bk = &pm->buckets[l->bucket];
@@ -218,7 +230,7 @@ void accel__ddp_begin_backward(accel_accelerator *acc) {
     bool any = false;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
-        if (!accel__model_syncs(acc, pm)) continue;
+        if (!bucketed(acc, pm)) continue;
         any = true;
         pm->next_launch = 0;
         for (int k = 0; k < pm->n_buckets; k++) {
@@ -235,6 +247,11 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc) {
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
         if (!accel__model_syncs(acc, pm)) continue;
+        if (!bucketed(acc, pm)) {
+            accel_status st = accel__zero_reduce(acc, pm);
+            if (st && !first) first = st;
+            continue;
+        }
         /* Buckets whose parameters got no gradient this pass go last, in order. */
         launch_ready(acc, pm, true);
         for (int k = 0; k < pm->n_buckets; k++)

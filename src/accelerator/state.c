@@ -54,16 +54,40 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     const char *mps = o.mixed_precision ? o.mixed_precision
                                         : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
     if (parse_precision(mps, &mp)) return NULL;
+    accel__zero_cfg zc;
+    if (accel__zero_config(&o, &zc)) return NULL;
+    if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
+        /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
+        if (o.mixed_precision || mp != ACCEL_MP_NO) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG,
+                            "accel_accelerator_new: mixed precision %s disagrees with the DeepSpeed config's %s",
+                            accel_mixed_precision_name(mp), accel_mixed_precision_name((accel_mixed_precision)zc.mp));
+            return NULL;
+        }
+        mp = (accel_mixed_precision)zc.mp;
+    }
     int steps = o.gradient_accumulation_steps;
     if (steps == 0) {
         const char *v = env2("ACCEL_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
         steps = v ? atoi(v) : 1;
+        if (zc.accum) {
+            /* The launcher always sets 1; anything else must agree with the JSON. */
+            if (steps != 1 && steps != zc.accum) {
+                accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                "accel_accelerator_new: gradient_accumulation_steps %d disagrees with the DeepSpeed "
+                                "config's %d", steps, zc.accum);
+                return NULL;
+            }
+            steps = zc.accum;
+        }
     }
     if (steps < 1) {
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "accel_accelerator_new: gradient_accumulation_steps must be >= 1 (got %d)", steps);
         return NULL;
     }
+    if (zc.bucket_bytes && o.bucket_cap_bytes == accel_accelerator_opts_default().bucket_cap_bytes)
+        o.bucket_cap_bytes = zc.bucket_bytes;
     if (o.bucket_cap_bytes <= 0) o.bucket_cap_bytes = 25 << 20;
     if (accel_dist_init() != ACCEL_OK) return NULL;
     accel_accelerator *acc = accel_calloc(1, sizeof *acc);
@@ -84,6 +108,9 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->accum_steps = steps;
     acc->sync_gradients = true;
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;
+    acc->zero_stage = zc.stage;
+    acc->clip = zc.clip;
+    acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
     return acc;
 }
 
@@ -117,6 +144,19 @@ void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, i
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc) { return acc->sync_gradients; }
 int64_t accel_accelerator_step(const accel_accelerator *acc) { return acc->step; }
 double accel_accelerator_loss_scale(const accel_accelerator *acc) { return acc->scale; }
+int accel_accelerator_zero_stage(const accel_accelerator *acc) { return acc->zero_stage; }
+double accel_accelerator_gradient_clipping(const accel_accelerator *acc) { return acc->clip; }
+
+accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_module *model, int64_t *lo,
+                                          int64_t *hi, int64_t *padded) {
+    accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
+    if (!pm) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_shard: the model was not prepared");
+    int64_t n = pm->fp->buffers[ACCEL_F32].numel;
+    *lo = pm->zero_stage ? pm->zlo : 0;
+    *hi = pm->zero_stage ? pm->zhi : n;
+    if (padded) *padded = n;
+    return ACCEL_OK;
+}
 
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc) {
     for (int i = 0; i < acc->n_opts; i++)
@@ -220,7 +260,13 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
         if (acc->opts[i] == opt) return ACCEL_OK;
     if (acc->n_opts == ACCEL__MAX_PREPARED) return too_many("optimizers");
     acc->skipped[acc->n_opts] = false;
-    acc->opts[acc->n_opts++] = opt;
+    acc->opts[acc->n_opts] = opt;
+    acc->zopts[acc->n_opts] = NULL;
+    if (acc->zero_stage) {
+        accel_status st = accel__zero_prepare_optimizer(acc, acc->n_opts);
+        if (st) return st;
+    }
+    acc->n_opts++;
     return ACCEL_OK;
 }
 
@@ -266,6 +312,7 @@ accel_status accel_accelerator_prepare(accel_accelerator *acc, accel_module *mod
 
 void accel_accelerator_clear(accel_accelerator *acc) {
     if (!acc) return;
+    for (int i = 0; i < acc->n_opts; i++) accel__zero_release(acc, i);
     for (int i = 0; i < acc->n_models; i++) accel__ddp_release(acc, &acc->models[i]);
     acc->n_models = acc->n_opts = acc->n_scheds = acc->n_dls = 0;
     acc->step = 0;
@@ -279,6 +326,8 @@ accel_status accel_accelerator_unwrap_model(accel_accelerator *acc, accel_module
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
     if (!pm)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_unwrap_model: the model was not prepared");
+    for (int i = 0; i < acc->n_opts; i++)
+        if (acc->zopts[i] && acc->zopts[i]->m == model) accel__zero_release(acc, i);
     accel__ddp_release(acc, pm);
     int i = (int)(pm - acc->models);
     memmove(&acc->models[i], &acc->models[i + 1], (size_t)(acc->n_models - i - 1) * sizeof *pm);

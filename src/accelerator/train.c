@@ -46,21 +46,38 @@ static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {
     return -1;
 }
 
-/* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. */
+static bool unscale(float *g, int64_t n, float inv) {
+    bool inf = false;
+    for (int64_t k = 0; k < n; k++) {
+        g[k] *= inv;
+        if (!isfinite(g[k])) inf = true;
+    }
+    return inf;
+}
+
+/* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. Under
+ * ZeRO-2 each rank holds only its gradient shard, so the ranks agree on inf. */
 void accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return;
     float inv = (float)(1.0 / acc->scale);
-    bool inf = false;
-    for (int i = 0; i < acc->n_models; i++)
-        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
-            accel_flat_buffer *b = &acc->models[i].fp->buffers[d];
-            if (!b->n || b->dtype != ACCEL_F32) continue;
-            float *g = b->grads;
-            for (int64_t k = 0; k < b->numel; k++) {
-                g[k] *= inv;
-                if (!isfinite(g[k])) inf = true;
-            }
+    bool inf = false, sharded = false;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        if (pm->zgrad) {
+            sharded = true;
+            inf |= unscale(pm->zgrad, pm->zhi - pm->zlo, inv);
+            continue;
         }
+        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+            accel_flat_buffer *b = &pm->fp->buffers[d];
+            if (b->n && b->dtype == ACCEL_F32) inf |= unscale(b->grads, b->numel, inv);
+        }
+    }
+    if (sharded) {
+        int32_t v = inf;
+        if (accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX) == ACCEL_OK) inf = v != 0;
+        else inf = true; /* a broken group: skip the step rather than diverge */
+    }
     acc->found_inf = inf;
     acc->unscaled = true;
 }
@@ -76,6 +93,28 @@ static void update_scale(accel_accelerator *acc) {
     }
 }
 
+/* gradient_clipping (DeepSpeed config): the optimizer's model under ZeRO, else every prepared model. */
+static accel_status clip_for(accel_accelerator *acc, int i) {
+    for (int m = 0; m < acc->n_models; m++) {
+        accel__model *pm = &acc->models[m];
+        if (acc->zopts[i] && acc->zopts[i]->m != pm->m) continue;
+        if (isnan(accel_accelerator_clip_grad_norm(acc, pm->m, acc->clip, 2.0))) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+/* The step proper: the shard's update then its all-gather under ZeRO. */
+static accel_status step(accel_accelerator *acc, int i) {
+    accel_status st = acc->clip > 0 ? clip_for(acc, i) : ACCEL_OK;
+    if (!st) st = accel_optimizer_step(acc->opts[i]);
+    if (acc->zopts[i]) {
+        /* every rank gathers, even after a local failure, so the collectives stay matched */
+        accel_status st2 = accel__zero_gather_params(acc, accel__find_model(acc, acc->zopts[i]->m));
+        if (!st) st = st2;
+    }
+    return st;
+}
+
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt) {
     int i = acc ? find_opt(acc, opt) : -1;
     if (i < 0)
@@ -85,11 +124,11 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
     if (acc->mp == ACCEL_MP_FP16) {
         accel_accelerator_unscale_gradients(acc);
         acc->skipped[i] = acc->found_inf;
-        if (!acc->found_inf) st = accel_optimizer_step(opt);
+        if (!acc->found_inf) st = step(acc, i);
         update_scale(acc);
     } else {
         acc->skipped[i] = false;
-        st = accel_optimizer_step(opt);
+        st = step(acc, i);
     }
     acc->unscaled = false;
     acc->found_inf = false;
@@ -97,8 +136,11 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
 }
 
 void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt) {
-    if (!acc || find_opt(acc, opt) < 0 || !acc->sync_gradients) return;
-    accel_optimizer_zero_grad(opt);
+    int i = acc ? find_opt(acc, opt) : -1;
+    if (i < 0 || !acc->sync_gradients) return;
+    /* Under ZeRO the optimizer sees only its shard: clear the model's whole gradient buffers. */
+    if (acc->zopts[i]) accel__zero_zero_grad(acc, accel__find_model(acc, acc->zopts[i]->m));
+    else accel_optimizer_zero_grad(opt);
     acc->unscaled = false;
 }
 
@@ -113,6 +155,26 @@ void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler
     for (int k = 0; k < n; k++) accel_lr_scheduler_step(s);
 }
 
+/* ZeRO-2: the global norm from every rank's shard (sum of |g|^p, or max), then each clips its own. */
+static double clip_shard(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
+        if (d != ACCEL_F32 && pm->fp->buffers[d].n) {
+            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
+                            accel_dtype_name(pm->fp->buffers[d].dtype));
+            return NAN;
+        }
+    int64_t n = pm->zhi - pm->zlo;
+    double part = accel_grad_norm_partial(pm->zgrad, n, norm_type);
+    if (accel_pg_all_reduce(acc->pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
+        return NAN;
+    double total = accel_grad_norm_finish(part, norm_type);
+    double coef = accel_clip_coef(total, max_norm);
+    float c = (float)coef;
+    if (coef < 1.0)
+        for (int64_t k = 0; k < n; k++) pm->zgrad[k] *= c;
+    return total;
+}
+
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model, double max_norm,
                                         double norm_type) {
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
@@ -121,6 +183,7 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         return NAN;
     }
     accel_accelerator_unscale_gradients(acc);
+    if (pm->zgrad) return clip_shard(acc, pm, max_norm, norm_type);
     double combined = 0;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];

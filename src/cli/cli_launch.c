@@ -56,6 +56,9 @@ static const cli_opt OPTS[] = {
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
     {"zero_stage", 0, true, "ZERO_STAGE", "DeepSpeed ZeRO optimization stage (ACCEL_ZERO_STAGE)."},
     {"fsdp_sharding_strategy", 0, true, "STRATEGY", "FSDP sharding strategy (ACCEL_FSDP_SHARDING_STRATEGY)."},
+    {"deepspeed_config_file", 0, true, "FILE", "DeepSpeed JSON config (zero_optimization.stage, bf16/fp16, ...; ACCEL_DEEPSPEED_CONFIG_FILE)."},
+    {"gradient_clipping", 0, true, "NORM", "DeepSpeed gradient clipping: clip the global grad norm in optimizer.step (ACCEL_GRADIENT_CLIPPING)."},
+    {"offload_optimizer_device", 0, true, "{none,cpu}", "DeepSpeed optimizer offload (cpu: a no-op, state is in CPU memory)."},
     {"module", 'm', false, NULL, "Run PROGRAM as a Python module (python3 -m)."},
     {"no_python", 0, false, NULL, "Execute PROGRAM directly instead of through python3."},
 };
@@ -68,6 +71,7 @@ typedef struct launch_cfg {
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
     double monitor_interval;
     const char *mixed_precision, *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
+    const char *ds_file, *grad_clip, *offload_opt;
     char **prog_argv;
 } launch_cfg;
 
@@ -114,8 +118,16 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     const char *cfg_path = V("config_file");
     if (!cfg_path && !V("cpu") && access(def, R_OK) == 0) cfg_path = def;
     cv *cfg = NULL;
+    const char *ds_as_config = NULL;
     if (cfg_path) {
         cfg = cfg_read(cfg_path, err, sizeof err);
+        if (cfg && cv_get(cfg, "zero_optimization")) {
+            /* A DeepSpeed JSON given as --config_file: use it as --deepspeed_config_file. */
+            ds_as_config = cfg_path;
+            cv_free(cfg);
+            cfg = cv_new(CV_MAP);
+            cv_set(cfg, "distributed_type", cv_str("DEEPSPEED"));
+        }
         if (!cfg || !cfg_normalize(cfg, cfg_path, err, sizeof err)) {
             fprintf(stderr, "accel launch: error: %s\n", err);
             cv_free(cfg);
@@ -148,8 +160,17 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     /* nested dicts: copied unless the flag was given */
     const cv *ds = cfg ? cv_get(cfg, "deepspeed_config") : NULL, *fs = cfg ? cv_get(cfg, "fsdp_config") : NULL;
     static char zs[32], ga[32];
+    static char gc[32];
+    L->ds_file = V("deepspeed_config_file") ? V("deepspeed_config_file")
+                 : ds_as_config                ? ds_as_config
+                                               : cfg_s(ds, "deepspeed_config_file", NULL, 0);
+    L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping", gc, sizeof gc);
+    L->offload_opt = V("offload_optimizer_device") ? V("offload_optimizer_device")
+                                                   : cfg_s(ds, "offload_optimizer_device", NULL, 0);
+    if (L->ds_file) L->deepspeed = true;
     L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage", zs, sizeof zs);
-    if (L->deepspeed && !L->zero_stage) L->zero_stage = "2";
+    /* With a JSON file its zero_optimization.stage decides. */
+    if (L->deepspeed && !L->zero_stage && !L->ds_file) L->zero_stage = "2";
     L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy") : cfg_s(fs, "fsdp_sharding_strategy", NULL, 0);
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
@@ -370,6 +391,12 @@ static void child_exec(const job *J, worker *w, int out_w, int err_w, int restar
     if (L->gpu_ids && strcmp(L->gpu_ids, "all")) setenv("CUDA_VISIBLE_DEVICES", L->gpu_ids, 1);
     if (L->zero_stage) setenv("ACCEL_ZERO_STAGE", L->zero_stage, 1);
     if (L->fsdp_strategy) setenv("ACCEL_FSDP_SHARDING_STRATEGY", L->fsdp_strategy, 1);
+    if (L->ds_file) {
+        char abs[PATH_MAX]; /* workers may run elsewhere (--log_dir, chdir): pass an absolute path */
+        setenv("ACCEL_DEEPSPEED_CONFIG_FILE", realpath(L->ds_file, abs) ? abs : L->ds_file, 1);
+    }
+    if (L->grad_clip) setenv("ACCEL_GRADIENT_CLIPPING", L->grad_clip, 1);
+    if (L->offload_opt) setenv("ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt, 1);
     setenv("ACCEL_JOB_SECRET", J->secret, 1);
     /* argv: PROGRAM directly, or through python3 for .py / --module */
     int n = 0;
@@ -635,7 +662,12 @@ int accel_cli_launch(int argc, char **argv) {
     J.L = &L;
     J.local_n = L.num_processes / L.num_machines;
     J.launcher = g_launcher_pid = getpid();
-    random_hex(J.secret, 32);
+    /* The job secret authenticates connections to the store and between
+     * workers. Machines of one job cannot agree on a random one: they share
+     * ACCEL_JOB_SECRET from the environment (empty when unset). */
+    const char *given_secret = getenv("ACCEL_JOB_SECRET");
+    if (given_secret && *given_secret) snprintf(J.secret, sizeof J.secret, "%s", given_secret);
+    else if (L.num_machines == 1) random_hex(J.secret, 32);
     random_hex(J.run_id, 8);
     snprintf(J.master_addr, sizeof J.master_addr, "%s", L.ip ? L.ip : "127.0.0.1");
     J.port = L.port;

@@ -298,3 +298,57 @@ accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {
     }
     return &opt->groups[group].h;
 }
+
+/* ---- re-targeting (ZeRO) */
+
+accel_tensor *accel_optimizer_segment_param(const accel_optimizer *opt, int i, int *group) {
+    if (!opt || i < 0 || i >= opt->n_segs) return NULL;
+    if (group) *group = opt->segs[i].group;
+    return opt->segs[i].param;
+}
+
+accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_tensor *const *params,
+                                          float *const *data, float *const *grads,
+                                          const int64_t *numel, const int *groups) {
+    const char *fn = "accel_optimizer_set_segments";
+    if (!opt || n < 0 || (n > 0 && (!params || !data || !grads || !numel || !groups)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    for (int k = 0; k < n; k++) {
+        if (groups[k] < 0 || groups[k] >= opt->n_groups)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: segment %d: no param group %d", fn, k, groups[k]);
+        if (!params[k] && (numel[k] < 0 || (numel[k] > 0 && (!data[k] || !grads[k]))))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: segment %d: bad flat run", fn, k);
+    }
+    accel__segment *segs = accel_calloc((size_t)(n ? n : 1), sizeof *segs);
+    if (!segs) return accel_last_status();
+    for (int k = 0; k < n; k++) {
+        accel__segment *s = &segs[k];
+        s->param = params[k];
+        s->data = params[k] ? NULL : data[k];
+        s->grad = params[k] ? NULL : grads[k];
+        s->numel = params[k] ? accel_numel(params[k]) : numel[k];
+        s->group = groups[k];
+        int ns = accel__n_state(opt, &opt->groups[groups[k]].h);
+        size_t bytes = (size_t)(s->numel ? s->numel : 1) * sizeof(float);
+        for (int j = 0; j < ns; j++) {
+            s->state[j] = accel_calloc(1, bytes);
+            if (!s->state[j]) {
+                for (int i = 0; i <= k; i++) {
+                    accel_free(segs[i].state[0]);
+                    accel_free(segs[i].state[1]);
+                }
+                accel_free(segs);
+                return accel_last_status();
+            }
+        }
+    }
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel_free(opt->segs[i].state[0]);
+        accel_free(opt->segs[i].state[1]);
+    }
+    accel_free(opt->segs);
+    opt->segs = segs;
+    opt->cap_segs = n ? n : 1;
+    opt->n_segs = n;
+    return ACCEL_OK;
+}

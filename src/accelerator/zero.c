@@ -1,0 +1,424 @@
+/* ZeRO-1/2 (FSDP SHARD_GRAD_OP): each rank keeps optimizer state for, and
+ * updates, only its contiguous shard [zlo, zhi) of the model's flat f32
+ * parameter buffer (padded to a multiple of 16 x world, split evenly); the
+ * updated shards are then all-gathered in place. Stage 2 reduce-scatters the
+ * gradients into a shard-sized buffer instead of all-reducing them.
+ *
+ * The user's optimizer object is re-targeted: its per-tensor segments are
+ * replaced by flat runs (maximal runs of one param group, clipped to the
+ * shard), so its groups, lr and schedulers keep working and its state shrinks
+ * to 1/N. Saved state is consolidated into the user's per-tensor vocabulary
+ * (the same file DDP writes), so checkpoints load at any world size. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accelerator_internal.h"
+
+static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}};
+
+/* ---------------------------------------------------------------- model */
+
+accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    int64_t shard = b->n ? b->numel / acc->world : 0;
+    pm->zero_stage = acc->zero_stage;
+    pm->zlo = (int64_t)acc->rank * shard;
+    pm->zhi = pm->zlo + shard;
+    if (pm->zero_stage == 2 && pm->ddp && shard) {
+        pm->zgrad = accel_calloc((size_t)shard, sizeof(float));
+        if (!pm->zgrad) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+/* Gradient of the shard, wherever this stage keeps it. */
+static float *shard_grad(accel__model *pm) {
+    return pm->zgrad ? pm->zgrad : (float *)pm->fp->buffers[ACCEL_F32].grads + pm->zlo;
+}
+
+accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = ACCEL_OK;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!b->n) continue;
+        if (d != ACCEL_F32 || !pm->zgrad) {
+            st = accel_pg_all_reduce(acc->pg, b->grads, (size_t)b->numel, b->dtype, ACCEL_REDUCE_AVG);
+            continue;
+        }
+        /* In place into my block, added to the shard (several reductions per
+         * step, e.g. sync_each_batch, accumulate there), then the full buffer
+         * restarts from zero so the next reduction only carries new gradients. */
+        float *g = b->grads, *mine = g + pm->zlo;
+        int64_t n = pm->zhi - pm->zlo;
+        st = accel_pg_reduce_scatter(acc->pg, g, mine, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
+        if (st) break;
+        for (int64_t k = 0; k < n; k++) pm->zgrad[k] += mine[k];
+        memset(g, 0, (size_t)b->numel * sizeof(float));
+    }
+    return st;
+}
+
+accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    if (!b->n || acc->world == 1) return ACCEL_OK;
+    float *p = b->params;
+    return accel_pg_all_gather(acc->pg, p + pm->zlo, p, (size_t)(pm->zhi - pm->zlo), ACCEL_F32);
+}
+
+void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (b->n) memset(b->grads, 0, (size_t)b->numel * accel_dtype_size(b->dtype));
+    }
+    if (pm->zgrad) memset(pm->zgrad, 0, (size_t)(pm->zhi - pm->zlo) * sizeof(float));
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+static void zopt_free(accel__zopt *z) {
+    if (!z) return;
+    accel_free(z->user_params);
+    accel_free(z->user_groups);
+    accel_free(z->user_off);
+    accel_free(z->run_lo);
+    accel_free(z->run_hi);
+    accel_free(z->run_group);
+    accel_free(z);
+}
+
+/* How many state buffers group g keeps (as optim.h allocates them). */
+static int n_kinds(accel_optimizer *opt, int g) {
+    if (accel_optimizer_kind(opt) != ACCEL_OPTIM_SGD) return 2;
+    return accel_optimizer_hparams(opt, g)->momentum != 0.0 ? 1 : 0;
+}
+
+static int max_kinds(accel_optimizer *opt) {
+    int k = 0;
+    for (int g = 0; g < accel_optimizer_num_groups(opt); g++) k = n_kinds(opt, g) > k ? n_kinds(opt, g) : k;
+    return k;
+}
+
+static const char *kind_name(accel_optimizer *opt, int k) {
+    return KIND_NAMES[accel_optimizer_kind(opt) != ACCEL_OPTIM_SGD][k];
+}
+
+/* The user's segments -> the model whose f32 flat buffer holds them, offsets,
+ * and the runs of this rank's shard. */
+static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zopt *z) {
+    const char *fn = "accel_accelerator_prepare_optimizer";
+    int n = accel_optimizer_num_segments(opt);
+    z->n_user = n;
+    z->user_params = accel_calloc((size_t)(n ? n : 1), sizeof *z->user_params);
+    z->user_groups = accel_calloc((size_t)(n ? n : 1), sizeof *z->user_groups);
+    z->user_off = accel_calloc((size_t)(n ? n : 1), sizeof *z->user_off);
+    if (!z->user_params || !z->user_groups || !z->user_off) return accel_last_status();
+    accel__model *pm = NULL;
+    for (int i = 0; i < n; i++) {
+        accel_tensor *p = accel_optimizer_segment_param(opt, i, &z->user_groups[i]);
+        if (!p)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: ZeRO shards optimizers over a model's parameters; "
+                                   "segment %d is a flat range (accel_optimizer_add_flat)", fn, i);
+        accel__model *found = NULL;
+        for (int m = 0; m < acc->n_models && !found; m++) {
+            accel_flat_buffer *b = &acc->models[m].fp->buffers[ACCEL_F32];
+            float *base = b->params;
+            if (b->n && (float *)p->data >= base && (float *)p->data < base + b->numel) found = &acc->models[m];
+        }
+        if (!found || (pm && found != pm))
+            return accel_set_error(ACCEL_ERR_STATE,
+                                   "%s: under ZeRO stage %d the optimizer's parameter %d (\"%s\") must belong to "
+                                   "one model prepared before the optimizer (prepare(model, opt, ...) does that)",
+                                   fn, acc->zero_stage, i, p->name ? p->name : "?");
+        pm = found;
+        z->user_params[i] = p;
+        z->user_off[i] = (float *)p->data - (float *)pm->fp->buffers[ACCEL_F32].params;
+    }
+    if (!pm) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the optimizer has no parameters", fn);
+    z->m = pm->m;
+    /* Walk the flat buffer in order: consecutive tensors of one group form a
+     * run (the alignment padding between them has zero grads and stays zero). */
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    z->run_lo = accel_calloc((size_t)b->n, sizeof *z->run_lo);
+    z->run_hi = accel_calloc((size_t)b->n, sizeof *z->run_hi);
+    z->run_group = accel_calloc((size_t)b->n, sizeof *z->run_group);
+    if (!z->run_lo || !z->run_hi || !z->run_group) return accel_last_status();
+    int64_t prev_end = -1;
+    int prev_group = -1;
+    for (int t = 0; t < b->n; t++) {
+        int g = -1;
+        for (int i = 0; i < n && g < 0; i++)
+            if (z->user_params[i] == b->tensors[t]) g = z->user_groups[i];
+        ACCEL_ASSERT(b->offsets[t] >= prev_end);
+        int64_t lo = b->offsets[t], hi = lo + accel_numel(b->tensors[t]);
+        prev_end = hi;
+        if (g >= 0 && g == prev_group) {
+            z->run_hi[z->n_runs - 1] = hi;
+        } else if (g >= 0) {
+            z->run_lo[z->n_runs] = lo;
+            z->run_hi[z->n_runs] = hi;
+            z->run_group[z->n_runs++] = g;
+        }
+        prev_group = g;
+    }
+    /* Clip to the shard; drop empty runs. */
+    int k = 0;
+    for (int r = 0; r < z->n_runs; r++) {
+        int64_t lo = z->run_lo[r] > pm->zlo ? z->run_lo[r] : pm->zlo;
+        int64_t hi = z->run_hi[r] < pm->zhi ? z->run_hi[r] : pm->zhi;
+        if (lo >= hi) continue;
+        z->run_lo[k] = lo;
+        z->run_hi[k] = hi;
+        z->run_group[k++] = z->run_group[r];
+    }
+    z->n_runs = k;
+    return ACCEL_OK;
+}
+
+accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = accel_calloc(1, sizeof *z);
+    if (!z) return accel_last_status();
+    accel_status st = plan(acc, opt, z);
+    accel_named_state *prior = NULL;
+    int n_prior = st ? -1 : accel_optimizer_state(opt, &prior);
+    if (!st && n_prior < 0) st = accel_last_status();
+    int nr = z->n_runs;
+    accel_tensor **params = accel_calloc((size_t)(nr ? nr : 1), sizeof *params);
+    float **data = accel_calloc((size_t)(nr ? nr : 1), sizeof *data);
+    float **grads = accel_calloc((size_t)(nr ? nr : 1), sizeof *grads);
+    int64_t *numel = accel_calloc((size_t)(nr ? nr : 1), sizeof *numel);
+    if (!st && (!params || !data || !grads || !numel)) st = accel_last_status();
+    if (!st) {
+        accel__model *pm = accel__find_model(acc, z->m);
+        float *p = pm->fp->buffers[ACCEL_F32].params, *g = shard_grad(pm);
+        for (int r = 0; r < nr; r++) {
+            data[r] = p + z->run_lo[r];
+            grads[r] = g + (z->run_lo[r] - pm->zlo);
+            numel[r] = z->run_hi[r] - z->run_lo[r];
+        }
+        st = accel_optimizer_set_segments(opt, nr, params, data, grads, numel, z->run_group);
+    }
+    if (!st) {
+        acc->zopts[i] = z;
+        /* Whatever state the optimizer had (it may have stepped before prepare) moves to the shard. */
+        st = accel__zero_load_state(acc, i, n_prior, prior);
+        if (st) acc->zopts[i] = NULL; /* the user's layout cannot come back without its state */
+    }
+    if (n_prior >= 0) accel_named_state_free(prior, n_prior);
+    accel_free(params);
+    accel_free(data);
+    accel_free(grads);
+    accel_free(numel);
+    if (st) zopt_free(z);
+    return st;
+}
+
+/* ---------------------------------------------------------------- state */
+
+static accel_named_state *add(accel_named_state *out, int *n, const char *name, accel_tensor *t, double v) {
+    accel_named_state *e = &out[(*n)++];
+    e->name = accel_strdup(name);
+    e->t = t;
+    e->value = v;
+    return e->name ? e : NULL;
+}
+
+static accel_tensor *view(float *p, int64_t n) { return accel_tensor_wrap(p, ACCEL_F32, 1, &n, ACCEL_CPU_DEVICE); }
+
+/* "state.<i>.<rest>": i, or -1. */
+static long state_index(const char *name, const char **rest) {
+    if (strncmp(name, "state.", 6)) return -1;
+    char *end;
+    long i = strtol(name + 6, &end, 10);
+    if (end == name + 6 || *end != '.' || i < 0) return -1;
+    *rest = end + 1;
+    return i;
+}
+
+int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->zopts[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    int64_t shard = pm->zhi - pm->zlo;
+    bufs[0] = bufs[1] = NULL;
+    *out = NULL;
+    accel_named_state *st = NULL, *res = NULL;
+    float *local = NULL;
+    int n = accel_optimizer_state(opt, &st), nk = max_kinds(opt), m = 0;
+    accel_status s = n < 0 ? accel_last_status() : ACCEL_OK;
+    /* Every run steps together; a rank whose shard has no run learns the count from the others. */
+    int64_t step = 0;
+    for (int k = 0; k < n; k++) {
+        const char *rest;
+        if (state_index(st[k].name, &rest) >= 0 && !strcmp(rest, "step") && st[k].value > step)
+            step = (int64_t)st[k].value;
+    }
+    if (acc->world > 1) { /* collective: every rank reaches it */
+        accel_status s2 = accel_pg_all_reduce(acc->pg, &step, 1, ACCEL_I64, ACCEL_REDUCE_MAX);
+        if (!s) s = s2;
+    }
+    if (!s) local = accel_calloc((size_t)(shard ? shard : 1), sizeof(float));
+    if (!s && !local) s = accel_last_status();
+    for (int k = 0; k < nk && !s; k++) {
+        memset(local, 0, (size_t)shard * sizeof(float));
+        for (int e = 0; e < n; e++) {
+            const char *rest;
+            long r = state_index(st[e].name, &rest);
+            if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
+                memcpy(local + (z->run_lo[r] - pm->zlo), st[e].t->data,
+                       (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
+        }
+        bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
+        if (!bufs[k]) s = accel_last_status();
+        else if (acc->world > 1) s = accel_pg_all_gather(acc->pg, local, bufs[k], (size_t)shard, ACCEL_F32);
+        else memcpy(bufs[k], local, (size_t)shard * sizeof(float));
+    }
+    if (s) goto fail;
+    res = accel_calloc((size_t)(n + z->n_user * 3 + 1), sizeof *res);
+    if (!res) {
+        s = accel_last_status();
+        goto fail;
+    }
+    char name[96];
+    bool ok = true;
+    for (int e = 0; e < n && ok; e++) /* "step" and "param_groups.*" as they are */
+        if (!strncmp(st[e].name, "step", 5) || !strncmp(st[e].name, "param_groups.", 13))
+            ok = add(res, &m, st[e].name, NULL, st[e].value) != NULL;
+    for (int u = 0; u < z->n_user && step > 0 && ok; u++) {
+        snprintf(name, sizeof name, "state.%d.step", u);
+        ok = add(res, &m, name, NULL, (double)step) != NULL;
+        for (int k = 0; k < n_kinds(opt, z->user_groups[u]) && ok; k++) {
+            snprintf(name, sizeof name, "state.%d.%s", u, kind_name(opt, k));
+            accel_named_state *e = add(res, &m, name, view(bufs[k] + z->user_off[u], accel_numel(z->user_params[u])), 0);
+            ok = e && e->t;
+        }
+    }
+    if (!ok) {
+        s = accel_last_status();
+        goto fail;
+    }
+    accel_named_state_free(st, n);
+    accel_free(local);
+    *out = res;
+    return m;
+fail:
+    if (n >= 0) accel_named_state_free(st, n);
+    if (res) accel_named_state_free(res, m);
+    accel_free(local);
+    accel_free(bufs[0]);
+    accel_free(bufs[1]);
+    bufs[0] = bufs[1] = NULL;
+    {
+        char why[512];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        accel_reset_error(s ? s : ACCEL_ERR_DIST, "accel_accelerator: consolidating the ZeRO optimizer state failed: %s",
+                        why);
+    }
+    return -1;
+}
+
+/* A scalar entry, or a one-element tensor as a file gives it back; NAN otherwise. */
+static double scalar_of(const accel_named_state *e) {
+    const accel_tensor *t = e->t;
+    if (!t) return e->value;
+    if (accel_numel(t) != 1) return NAN;
+    switch (t->dtype) {
+    case ACCEL_F64: return ((const double *)t->data)[0];
+    case ACCEL_F32: return ((const float *)t->data)[0];
+    case ACCEL_I64: return (double)((const int64_t *)t->data)[0];
+    default: return NAN;
+    }
+}
+
+accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
+    const char *fn = "accel_accelerator_load_state";
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->zopts[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    int64_t shard = pm->zhi - pm->zlo;
+    int nk = max_kinds(opt);
+    float *local[2] = {NULL, NULL};
+    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
+    accel_status s = res ? ACCEL_OK : accel_last_status();
+    for (int k = 0; k < nk && !s; k++)
+        if (!(local[k] = accel_calloc((size_t)(shard ? shard : 1), sizeof(float)))) s = accel_last_status();
+    int m = 0;
+    double step = 0;
+    for (int e = 0; e < n && !s; e++) {
+        const char *rest;
+        long u = state_index(st[e].name, &rest);
+        if (u < 0) { /* "step", "param_groups.*", or a bad name the optimizer will reject */
+            double v = scalar_of(&st[e]);
+            if (isnan(v)) s = accel_set_error(ACCEL_ERR_FORMAT, "%s: entry \"%s\" must be a scalar", fn, st[e].name);
+            else if (!add(res, &m, st[e].name, NULL, v)) s = accel_last_status();
+            continue;
+        }
+        if (u >= z->n_user) {
+            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: entry \"%s\": no such parameter in this optimizer", fn,
+                                st[e].name);
+            break;
+        }
+        if (!strcmp(rest, "step")) {
+            double v = scalar_of(&st[e]);
+            if (!(v >= 0)) s = accel_set_error(ACCEL_ERR_FORMAT, "%s: entry \"%s\": bad step", fn, st[e].name);
+            else step = v > step ? v : step;
+            continue;
+        }
+        int k = 0;
+        while (k < nk && strcmp(rest, kind_name(opt, k))) k++;
+        const accel_tensor *t = st[e].t;
+        int64_t numel = accel_numel(z->user_params[u]);
+        if (k == nk || !t || t->dtype != ACCEL_F32 || !accel_is_contiguous(t) || accel_numel(t) != numel) {
+            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: entry \"%s\": expected an f32 state of %lld elements", fn,
+                                st[e].name, (long long)numel);
+            break;
+        }
+        int64_t lo = z->user_off[u], hi = lo + numel;
+        int64_t a = lo > pm->zlo ? lo : pm->zlo, c = hi < pm->zhi ? hi : pm->zhi;
+        if (a < c) memcpy(local[k] + (a - pm->zlo), (const float *)t->data + (a - lo), (size_t)(c - a) * sizeof(float));
+    }
+    char name[96];
+    for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
+        snprintf(name, sizeof name, "state.%d.step", r);
+        if (!add(res, &m, name, NULL, step)) s = accel_last_status();
+        for (int k = 0; k < n_kinds(opt, z->run_group[r]) && !s; k++) {
+            snprintf(name, sizeof name, "state.%d.%s", r, kind_name(opt, k));
+            accel_named_state *e = add(res, &m, name, view(local[k] + (z->run_lo[r] - pm->zlo),
+                                                           z->run_hi[r] - z->run_lo[r]), 0);
+            if (!e || !e->t) s = accel_last_status();
+        }
+    }
+    if (!s) s = accel_optimizer_load_state(opt, m, res);
+    if (res) accel_named_state_free(res, m);
+    accel_free(local[0]);
+    accel_free(local[1]);
+    return s;
+}
+
+void accel__zero_release(accel_accelerator *acc, int i) {
+    accel__zopt *z = acc->zopts[i];
+    if (!z) return;
+    accel_optimizer *opt = acc->opts[i];
+    float *bufs[2];
+    accel_named_state *st = NULL;
+    /* The full state is gathered while the flat buffers still exist; if that
+     * fails (a broken group) the user's parameters come back with fresh state. */
+    int n = accel__zero_state(acc, i, &st, bufs);
+    int nu = z->n_user;
+    float **nulls = accel_calloc((size_t)(nu ? nu : 1), sizeof *nulls);
+    int64_t *zeros = accel_calloc((size_t)(nu ? nu : 1), sizeof *zeros);
+    if (nulls && zeros &&
+        accel_optimizer_set_segments(opt, nu, z->user_params, nulls, nulls, zeros, z->user_groups) == ACCEL_OK &&
+        n >= 0)
+        accel_optimizer_load_state(opt, n, st);
+    if (n >= 0) accel_named_state_free(st, n);
+    accel_free(bufs[0]);
+    accel_free(bufs[1]);
+    accel_free(nulls);
+    accel_free(zeros);
+    zopt_free(z);
+    acc->zopts[i] = NULL;
+}

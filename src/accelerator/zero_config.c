@@ -1,0 +1,175 @@
+/* Which ZeRO stage, and the DeepSpeed JSON's other settings: from the
+ * options, ACCEL_ZERO_STAGE / ACCEL_FSDP_SHARDING_STRATEGY and
+ * ACCEL_DEEPSPEED_CONFIG_FILE (what `accel launch` sets). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "accelerator_internal.h"
+
+#define FN "accel_accelerator_new"
+
+static const char *env(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static accel_status stage3(const char *how) {
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                           FN ": %s asks for ZeRO stage 3 (parameters sharded too, FSDP FULL_SHARD / "
+                           "HYBRID_SHARD), which accel does not implement; use ZeRO stage 2 (FSDP "
+                           "SHARD_GRAD_OP: optimizer state and gradients sharded) or 1",
+                           how);
+}
+
+static accel_status check_stage(long v, const char *how, int *out) {
+    if (v == 3) return stage3(how);
+    if (v < 0 || v > 3)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: ZeRO stage must be 0, 1, 2 or 3 (got %ld)", how, v);
+    *out = (int)v;
+    return ACCEL_OK;
+}
+
+static accel_status parse_stage(const char *s, const char *how, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not a ZeRO stage (0, 1, 2)", how, s);
+    return check_stage(v, how, out);
+}
+
+/* FSDP's ShardingStrategy by name or by torch's enum value (1..5). */
+static accel_status parse_fsdp(const char *s, const char *how, int *out) {
+    static const struct { const char *name; int stage; } MAP[] = {
+        {"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}, {"HYBRID_SHARD", 3}, {"HYBRID_SHARD_ZERO2", 2},
+    };
+    for (int k = 0; k < 5; k++) {
+        char num[2] = {(char)('1' + k), 0};
+        if (strcasecmp(s, MAP[k].name) && strcmp(s, num)) continue;
+        if (MAP[k].stage == 3) {
+            char why[160];
+            snprintf(why, sizeof why, "%s=%s", how, MAP[k].name);
+            return stage3(why);
+        }
+        *out = MAP[k].stage;
+        return ACCEL_OK;
+    }
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           FN ": %s=\"%s\": unknown FSDP sharding strategy (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                           "HYBRID_SHARD, HYBRID_SHARD_ZERO2)",
+                           how, s);
+}
+
+static accel_status offload_device(const char *dev, const char *key, const char *path) {
+    if (!dev || !strcasecmp(dev, "none") || !strcasecmp(dev, "cpu")) return ACCEL_OK; /* cpu: already there */
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                           FN ": %s%s%s: %s device \"%s\" is not supported by accel (only \"none\" or \"cpu\", "
+                           "a no-op: training already runs in CPU memory)",
+                           path ? path : "", path ? ": " : "", key, key, dev);
+}
+
+/* A bool section "bf16": {"enabled": true|false|"auto"}: 1, 0, or -1 (no opinion). */
+static int enabled(json_t *root, const char *section) {
+    json_t *e = json_object_get(json_object_get(root, section), "enabled");
+    if (json_is_boolean(e)) return json_is_true(e);
+    return -1;
+}
+
+static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        return accel_set_error(ACCEL_ERR_IO, FN ": cannot read the DeepSpeed config %s: %s (line %d)", path,
+                               jerr.text, jerr.line);
+    accel_status st = ACCEL_OK;
+    json_t *zo = json_object_get(root, "zero_optimization");
+    if (!json_is_object(root) || !json_is_object(zo)) {
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": the DeepSpeed config %s has no \"zero_optimization\" section",
+                             path);
+        goto out;
+    }
+    json_t *sv = json_object_get(zo, "stage");
+    if (sv) {
+        char how[512];
+        snprintf(how, sizeof how, "%s: zero_optimization.stage", path);
+        if (!json_is_integer(sv)) {
+            st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s must be an integer", how);
+            goto out;
+        }
+        if ((st = check_stage((long)json_integer_value(sv), how, stage))) goto out;
+    } else {
+        *stage = 0; /* DeepSpeed's default */
+    }
+    const char *od = json_string_value(json_object_get(json_object_get(zo, "offload_optimizer"), "device"));
+    if ((st = offload_device(od, "offload_optimizer", path))) goto out;
+    const char *pd = json_string_value(json_object_get(json_object_get(zo, "offload_param"), "device"));
+    if (pd && strcasecmp(pd, "none")) {
+        st = accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": %s: offload_param device \"%s\": parameter offload needs "
+                             "ZeRO stage 3, which accel does not implement", path, pd);
+        goto out;
+    }
+    json_t *rb = json_object_get(zo, "reduce_bucket_size");
+    if (json_is_number(rb) && json_number_value(rb) >= 1) c->bucket_bytes = (int64_t)json_number_value(rb) * 4;
+    int bf = enabled(root, "bf16"), fp = enabled(root, "fp16");
+    if (bf == 1 && fp == 1) {
+        st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s enables both bf16 and fp16", path);
+        goto out;
+    }
+    c->mp = bf == 1 ? ACCEL_MP_BF16 : fp == 1 ? ACCEL_MP_FP16 : (bf == 0 || fp == 0) ? ACCEL_MP_NO : -1;
+    json_t *ga = json_object_get(root, "gradient_accumulation_steps");
+    if (json_is_integer(ga)) {
+        if (json_integer_value(ga) < 1) {
+            st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_accumulation_steps must be >= 1", path);
+            goto out;
+        }
+        c->accum = (int)json_integer_value(ga);
+    } else if (ga && !(json_is_string(ga) && !strcmp(json_string_value(ga), "auto"))) {
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: gradient_accumulation_steps must be an integer or \"auto\"",
+                             path);
+        goto out;
+    }
+    json_t *gc = json_object_get(root, "gradient_clipping");
+    if (json_is_number(gc)) {
+        if (json_number_value(gc) < 0) {
+            st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_clipping must be >= 0", path);
+            goto out;
+        }
+        c->clip = json_number_value(gc);
+    } else if (gc && !(json_is_string(gc) && !strcmp(json_string_value(gc), "auto"))) {
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: gradient_clipping must be a number or \"auto\"", path);
+    }
+out:
+    json_decref(root);
+    return st;
+}
+
+accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->mp = -1;
+    accel_status st = ACCEL_OK;
+    int json_stage = -1, stage = 0;
+    const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
+    if (ds && (st = read_json(ds, c, &json_stage))) return st;
+    const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
+    if (o->zero_stage < 0) stage = 0;
+    else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);
+    else if (o->fsdp_sharding_strategy) st = parse_fsdp(o->fsdp_sharding_strategy, "opts.fsdp_sharding_strategy", &stage);
+    else if (json_stage >= 0) stage = json_stage;
+    else if (zs_env) st = parse_stage(zs_env, "ACCEL_ZERO_STAGE", &stage);
+    else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage);
+    if (st) return st;
+    c->stage = stage;
+    if (o->gradient_clipping < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": gradient_clipping must be >= 0");
+    if (o->gradient_clipping > 0) {
+        c->clip = o->gradient_clipping;
+    } else if (!ds && env("ACCEL_GRADIENT_CLIPPING")) {
+        char *end;
+        const char *v = env("ACCEL_GRADIENT_CLIPPING");
+        c->clip = strtod(v, &end);
+        if (end == v || *end || c->clip < 0)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0", v);
+    }
+    return offload_device(env("ACCEL_OFFLOAD_OPTIMIZER_DEVICE"), "offload_optimizer", NULL);
+}
