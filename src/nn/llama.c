@@ -322,9 +322,12 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
                         (long long)cache->max_len, (long long)T, (long long)ids->shape[0]);
         return NULL;
     }
+    /* The root's hooks run too: the Accelerator's autocast, a dispatch's
+     * return of the logits to the device of the ids. */
+    accel_tensor *h = ids;
+    if (accel_module_enter(llama, &h) != ACCEL_OK) return NULL;
     accel_module *model = llama->children[ROOT_MODEL];
     accel_module **mp = model->children;
-    accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
     accel_module *layers = mp[MODEL_LAYERS];
@@ -333,7 +336,8 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     h = accel_module_call(mp[MODEL_NORM], h);
     if (!h || accel_module_exit(model, &h) != ACCEL_OK) return NULL;
     accel_tensor *logits = accel_module_call(llama->children[ROOT_LM_HEAD], h); /* [B, T, V] */
-    if (logits && cache) cache->len += T;
+    if (!logits || accel_module_exit(llama, &logits) != ACCEL_OK) return NULL;
+    if (cache) cache->len += T;
     return logits;
 }
 
