@@ -1,6 +1,6 @@
 #!/bin/bash
 # Distributed benchmarks: all_reduce busbw (accel shm zero-copy / private vs
-# OpenMPI) and launch cost (accel launch vs mpirun), written to
+# OpenMPI; accel tcp vs OpenMPI's TCP transport) and launch cost (accel launch vs mpirun), written to
 # bench/results/dist.md. Usage: bash bench/dist_bench.sh [BUILD_DIR]
 # BUILD_DIR must hold bin/accel, bin/bench_allreduce and bin/test_dist_faults.
 set -euo pipefail
@@ -16,6 +16,10 @@ export OMP_NUM_THREADS=1
 
 "$BIN/accel" launch --num_processes 2 "$BIN/bench_allreduce" > "$T/accel.txt"
 $MPIRUN "$T/allreduce_mpi" > "$T/mpi.txt"
+# The tcp backend (what several machines use), here over loopback, against
+# OpenMPI restricted to its TCP transport on loopback.
+ACCEL_DIST_BACKEND=tcp "$BIN/accel" launch --num_processes 2 "$BIN/bench_allreduce" > "$T/tcp.txt"
+$MPIRUN --mca btl tcp,self --mca btl_tcp_if_include lo "$T/allreduce_mpi" > "$T/mpi_tcp.txt"
 
 median_ms() { # command... ; median wall time of 20 runs in ms
   local i s e
@@ -41,6 +45,16 @@ LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "|---|---|---|---|---|---|"
   join <(grep -v '^#' "$T/accel.txt") <(grep -v '^#' "$T/mpi.txt") |
     awk '{printf "| %d MiB | %.2f | %.2f | %.2f | %.1fx | %.1fx |\n", $1, $2, $3, $4, $2/$4, $3/$4}'
+  echo
+  echo "## all_reduce over TCP (loopback), bus bandwidth (GB/s)"
+  echo
+  echo "accel tcp backend (ACCEL_DIST_BACKEND=tcp: ring reduce-scatter + all-gather, private buffers) vs OpenMPI"
+  echo "with \`--mca btl tcp,self --mca btl_tcp_if_include lo\`."
+  echo
+  echo "| size | accel tcp | OpenMPI tcp | accel / MPI |"
+  echo "|---|---|---|---|"
+  join <(grep -v '^#' "$T/tcp.txt" | awk '{print $1, $3}') <(grep -v '^#' "$T/mpi_tcp.txt") |
+    awk '{printf "| %d MiB | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $2/$3}'
   echo
   echo "## launch cost (2 processes, median of 20, ms)"
   echo

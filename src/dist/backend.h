@@ -44,6 +44,12 @@ typedef struct accel__backend {
 
 extern const accel__backend accel__backend_self;
 extern const accel__backend accel__backend_shm;
+extern const accel__backend accel__backend_tcp;
+#ifdef ACCEL_HAVE_MPI
+/* init is called with store == NULL: MPI does its own rendezvous and sets
+ * pg->rank / pg->size. */
+extern const accel__backend accel__backend_mpi;
+#endif
 
 typedef struct accel__work_queue accel__work_queue;
 

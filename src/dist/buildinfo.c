@@ -25,7 +25,11 @@ const char *accel_build_info(accel_build_info_kind which) {
     case ACCEL_INFO_BLAS_THREADS:
         snprintf(threads, sizeof threads, "%d", openblas_get_num_threads());
         return threads;
-    case ACCEL_INFO_DIST_BACKENDS: return "self, shm";
+#ifdef ACCEL_HAVE_MPI
+    case ACCEL_INFO_DIST_BACKENDS: return "self, shm, tcp, mpi";
+#else
+    case ACCEL_INFO_DIST_BACKENDS: return "self, shm, tcp";
+#endif
     }
     return "";
 }

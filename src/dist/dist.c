@@ -57,6 +57,20 @@ static const char *const LRANK_VARS[] = {"LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_
 static const char *const LWORLD_VARS[] = {"LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
                                           "MV2_COMM_WORLD_LOCAL_SIZE", NULL};
 
+/* The mpi backend: asked for, or started by mpirun (its rank variables set)
+ * with no MASTER_ADDR for our own rendezvous. Without MPI in the build,
+ * ACCEL_DIST_BACKEND=mpi fails later in choose_backend. */
+static bool want_mpi(void) {
+#ifdef ACCEL_HAVE_MPI
+    const char *forced = getenv("ACCEL_DIST_BACKEND");
+    if (forced && *forced) return !strcmp(forced, "mpi");
+    const char *addr = getenv("MASTER_ADDR");
+    return (!addr || !*addr) && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"));
+#else
+    return false;
+#endif
+}
+
 static accel_status read_env(dist_env *e) {
     long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
     long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
@@ -69,7 +83,7 @@ static accel_status read_env(dist_env *e) {
     e->local_rank = lr < 0 ? e->rank : (int)lr;
     e->local_world = lw < 0 ? e->world : (int)lw;
     const char *addr = getenv("MASTER_ADDR");
-    if ((!addr || !*addr) && e->local_world < e->world)
+    if ((!addr || !*addr) && e->local_world < e->world && !want_mpi())
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_dist_init: MASTER_ADDR must be set when ranks span several machines");
     e->addr = addr && *addr ? addr : "127.0.0.1";
@@ -576,11 +590,24 @@ static accel_pg *g_default;
 
 static const accel__backend *backend_by_name(const char *name) {
     if (!strcmp(name, "shm")) return &accel__backend_shm;
+    if (!strcmp(name, "tcp")) return &accel__backend_tcp;
     if (!strcmp(name, "self")) return &accel__backend_self;
+#ifdef ACCEL_HAVE_MPI
+    if (!strcmp(name, "mpi")) return &accel__backend_mpi;
+#endif
     return NULL;
 }
 
-/* Every rank publishes its hostname; shm needs them all equal. */
+#ifdef ACCEL_HAVE_MPI
+#define BACKEND_LIST "shm, tcp, mpi"
+#else
+#define BACKEND_LIST "shm, tcp"
+#endif
+
+/* Every rank publishes its hostname. shm when every rank is on this host and
+ * the launcher did not say otherwise (LOCAL_WORLD_SIZE < WORLD_SIZE means
+ * several machines, even on one host: e.g. a loopback test of a 2-machine
+ * job); tcp otherwise; ACCEL_DIST_BACKEND overrides. */
 static accel_status choose_backend(accel__store *st, const dist_env *e, const accel__backend **out) {
     char host[256] = "", key[64];
     gethostname(host, sizeof host - 1);
@@ -592,25 +619,18 @@ static accel_status choose_backend(accel__store *st, const dist_env *e, const ac
         *out = backend_by_name(forced);
         if (!*out || *out == &accel__backend_self)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: ACCEL_DIST_BACKEND='%s' is not available "
-                                   "for %d processes (this build has: shm)", forced, e->world);
+                                   "for %d processes (this build has: " BACKEND_LIST ")", forced, e->world);
         return ACCEL_OK;
     }
-    for (int k = 0; k < e->world; k++) {
+    bool one_host = e->local_world == e->world;
+    for (int k = 0; k < e->world && one_host; k++) {
         void *v;
         snprintf(key, sizeof key, "host/%d", k);
         if (accel__store_get(st, key, &v, NULL) != ACCEL_OK) return accel_last_status();
-        bool same = strcmp(v, host) == 0;
-        if (!same) {
-            accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                            "accel_dist_init: rank %d runs on '%s' and rank %d on '%s'; this build has only the "
-                            "shared-memory backend, which needs every rank on one machine", e->rank, host, k,
-                            (char *)v);
-            free(v);
-            return accel_last_status();
-        }
+        one_host = strcmp(v, host) == 0;
         free(v);
     }
-    *out = &accel__backend_shm;
+    *out = one_host ? &accel__backend_shm : &accel__backend_tcp;
     return ACCEL_OK;
 }
 
@@ -630,6 +650,13 @@ accel_status accel_dist_init(void) {
     accel_status st = ACCEL_OK;
     if (e.world == 1) {
         pg->be = &accel__backend_self;
+#ifdef ACCEL_HAVE_MPI
+    } else if (want_mpi()) {
+        pg->be = &accel__backend_mpi;
+        st = pg->be->init(pg, NULL);
+        if (st == ACCEL_OK) st = pg->be->barrier(pg);
+        if (st != ACCEL_OK) pg->be->finalize(pg);
+#endif
     } else {
         accel__store *store = accel__store_open(e.addr, e.port, e.rank == 0, getenv("ACCEL_JOB_SECRET"),
                                                 e.timeout_s);

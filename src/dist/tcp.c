@@ -1,0 +1,644 @@
+/* src/dist/tcp.c — the TCP backend (ranks on several machines).
+ *
+ * Init: every rank listens on an ephemeral port and publishes "ip port"
+ * through the store; rank i connects to every rank j < i and accepts from
+ * every j > i (a full mesh, one socket per pair). Each connection first
+ * presents the job secret, as for the store; the acceptor answers one byte.
+ * Sockets are non-blocking with TCP_NODELAY.
+ *
+ * All I/O goes through run_ops(): a set of sends and receives on peers,
+ * progressed together with poll(). A wait with no progress for the group
+ * timeout gives ACCEL_ERR_TIMEOUT naming the peers it waits for; EOF or a
+ * reset gives ACCEL_ERR_DIST naming the peer that died.
+ *
+ * Failure notices: a rank that finds a peer dead connects to the listening
+ * port of every other rank and sends the culprit and its message, before it
+ * closes anything. Every wait also polls the listening socket, so the whole
+ * group fails promptly with an error naming the culprit — not the neighbour
+ * that merely closed its sockets after its own failure. On a timeout the
+ * waiting ranks tell each other they are waiting (timeout_round), so every
+ * rank names the same ranks that did not arrive.
+ *
+ * Algorithms (W ranks, flat ring r-1 -> r -> r+1):
+ *   all_reduce      ring reduce-scatter + ring all-gather over W slices,
+ *                   each step in chunks (ACCEL_TCP_CHUNK_KB, default 256):
+ *                   chunk c is reduced while the kernel already receives
+ *                   chunk c+1. Every rank moves 2(W-1)/W of the buffer.
+ *                   Partial sums travel in the buffer's dtype (bf16/f16 are
+ *                   widened to f32 for each addition, rounded per hop, as
+ *                   NCCL does); AVG sums and divides at the last hop.
+ *   reduce_scatter  the same ring, block r ending on rank r.
+ *   all_gather(v)   ring; gather: every rank sends straight to the root.
+ *   broadcast       chunked pipeline along the ring starting at the root.
+ *   barrier         star through rank 0 (which can name every missing rank). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dist/backend.h"
+
+#define HELLO_MAGIC "ACT1"
+#define NOTICE_MAGIC "ACTN"
+#define SLICE_ALIGN 16 /* elements */
+
+typedef struct tcp_state {
+    int *fd;          /* [world]; -1 for this rank */
+    int listen_fd;
+    struct sockaddr_in *addr; /* [world]: where each rank listens (for failure notices) */
+    char *secret;
+    char *scratch;    /* one chunk */
+    size_t chunk;
+} tcp_state;
+
+/* ---------------------------------------------------------------- helpers */
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static void slice_of(size_t n, int world, int k, size_t *lo, size_t *len) {
+    size_t per = round_up((n + (size_t)world - 1) / (size_t)world, SLICE_ALIGN);
+    size_t a = (size_t)k * per < n ? (size_t)k * per : n;
+    size_t b = a + per < n ? a + per : n;
+    *lo = a;
+    *len = b - a;
+}
+
+static int mod(int a, int w) { return ((a % w) + w) % w; }
+
+static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static void set_nodelay(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* Blocking-style helpers for init and notices on a non-blocking fd: each
+ * waits at most until `deadline`. */
+static bool io_until(int fd, bool out, void *p, size_t n, double deadline) {
+    char *c = p;
+    while (n) {
+        ssize_t r = out ? send(fd, c, n, MSG_NOSIGNAL) : recv(fd, c, n, 0);
+        if (r > 0) {
+            c += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+        double left = deadline - accel_now_seconds();
+        if (left <= 0) return false;
+        struct pollfd pf = {.fd = fd, .events = out ? POLLOUT : POLLIN};
+        poll(&pf, 1, (int)(left * 1000) + 1);
+    }
+    return true;
+}
+
+static bool send_secret(int fd, const char *magic, const char *secret, double deadline) {
+    uint32_t slen = (uint32_t)strlen(secret);
+    return io_until(fd, true, (void *)magic, 4, deadline) && io_until(fd, true, &slen, 4, deadline) &&
+           io_until(fd, true, (void *)secret, slen, deadline);
+}
+
+/* Reads magic + secret; returns 'H' (hello), 'N' (notice) or 0 (bad peer). */
+static char read_secret(int fd, const char *secret, double deadline) {
+    char magic[4], buf[1025];
+    uint32_t slen;
+    if (!io_until(fd, false, magic, 4, deadline) || !io_until(fd, false, &slen, 4, deadline) || slen > 1024 ||
+        !io_until(fd, false, buf, slen, deadline))
+        return 0;
+    if (slen != strlen(secret) || memcmp(buf, secret, slen) != 0) return 0;
+    return !memcmp(magic, HELLO_MAGIC, 4) ? 'H' : !memcmp(magic, NOTICE_MAGIC, 4) ? 'N' : 0;
+}
+
+/* ---------------------------------------------------------------- failure notices */
+
+enum { NOTICE_DEAD = 1, NOTICE_WAITING = 2 };
+
+typedef struct notice {
+    int32_t kind, culprit, reporter;
+    uint32_t len; /* message bytes that follow (NOTICE_DEAD) */
+} notice;
+
+/* Sends one notice to every other rank except `skip` (best effort: a rank
+ * that already left has nobody listening). */
+static void send_notices(accel_pg *pg, tcp_state *s, int kind, int skip, const char *msg) {
+    notice n = {kind, skip, pg->rank, msg ? (uint32_t)strlen(msg) : 0};
+    for (int k = 0; k < pg->size; k++) {
+        if (k == pg->rank || k == skip) continue;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) continue;
+        double deadline = accel_now_seconds() + 1.0;
+        int r = connect(fd, (struct sockaddr *)&s->addr[k], sizeof s->addr[k]);
+        if (r != 0 && errno == EINPROGRESS) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            int err = 0;
+            socklen_t el = sizeof err;
+            if (poll(&pf, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) r = 0;
+        }
+        if (r == 0 && send_secret(fd, NOTICE_MAGIC, s->secret, deadline) &&
+            io_until(fd, true, &n, sizeof n, deadline) && n.len)
+            io_until(fd, true, (void *)msg, n.len, deadline);
+        close(fd);
+    }
+}
+
+/* Accepts one pending connection on the listening socket: true with *n (and
+ * msg) filled for a valid notice; false when none is pending. Anything else
+ * (a stray or unauthenticated connection) is dropped. */
+static bool read_notice(tcp_state *s, notice *n, char *msg, size_t cap) {
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) return false;
+        double deadline = accel_now_seconds() + 1.0;
+        bool ok = read_secret(fd, s->secret, deadline) == 'N' && io_until(fd, false, n, sizeof *n, deadline) &&
+                  n->len < cap && io_until(fd, false, msg, n->len, deadline);
+        close(fd);
+        if (!ok) continue;
+        msg[n->len] = 0;
+        return true;
+    }
+}
+
+static accel_status adopt_dead(accel_pg *pg, const notice *n, const char *msg) {
+    return accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d failed (reported by rank %d: %s) while rank %d "
+                           "waited in %s", n->culprit, n->reporter, msg, pg->rank, pg->op_desc);
+}
+
+/* A wait timed out here, or another rank said its wait did: every waiting
+ * rank tells all others it is waiting, then listens for a short while. The
+ * ranks not heard from are the ones that did not arrive (hung, dead, busy or
+ * in another collective) - the same list on every rank, not merely the
+ * neighbour each one was waiting for. */
+static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from) {
+    int w = pg->size;
+    bool *alive = calloc((size_t)w, sizeof *alive);
+    if (!alive) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+    alive[pg->rank] = true;
+    if (heard_from >= 0) alive[heard_from] = true;
+    send_notices(pg, s, NOTICE_WAITING, -1, NULL);
+    double deadline = accel_now_seconds() + (pg->timeout_s < 1 ? pg->timeout_s : 1.0);
+    int heard = heard_from >= 0 ? 2 : 1;
+    notice n;
+    char msg[600];
+    while (heard < w) {
+        double left = deadline - accel_now_seconds();
+        struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) break;
+        while (read_notice(s, &n, msg, sizeof msg)) {
+            if (n.kind == NOTICE_DEAD) {
+                free(alive);
+                return adopt_dead(pg, &n, msg);
+            }
+            if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < w && !alive[n.reporter]) {
+                alive[n.reporter] = true;
+                heard++;
+            }
+        }
+    }
+    char list[512];
+    size_t o = 0;
+    int missing = 0;
+    for (int k = 0; k < w; k++) {
+        if (alive[k]) continue;
+        if (o < sizeof list - 16) o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
+        missing++;
+    }
+    free(alive);
+    if (!missing) snprintf(list, sizeof list, "none (all are waiting: mismatched collectives?)");
+    return accel_set_error(ACCEL_ERR_TIMEOUT,
+                           "accel dist: %s timed out after %g s on rank %d: rank%s %s of %d did not arrive "
+                           "(hung, dead, or calling a different collective; ACCEL_DEBUG_MODE=1 names each rank's "
+                           "call; ACCEL_DIST_TIMEOUT sets the limit)",
+                           pg->op_desc, pg->timeout_s, pg->rank, missing > 1 ? "s" : "", list, w);
+}
+
+/* Reads the notices waiting on the listening socket during a collective. */
+static accel_status check_notices(accel_pg *pg, tcp_state *s) {
+    notice n;
+    char msg[600];
+    while (read_notice(s, &n, msg, sizeof msg)) {
+        if (n.kind == NOTICE_DEAD) return adopt_dead(pg, &n, msg);
+        if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < pg->size)
+            return timeout_round(pg, s, n.reporter);
+    }
+    return ACCEL_OK;
+}
+
+/* A peer hung up or reset: unless a notice already names the real culprit
+ * (the peer may only have closed after its own failure), blame the peer and
+ * tell the others. */
+static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
+    struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+    if (poll(&pf, 1, 50) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
+    accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d closed its connection (%s: the process died or exited) "
+                    "while rank %d waited in %s", peer, err ? strerror(err) : "end of stream", pg->rank, pg->op_desc);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", accel_last_error());
+    send_notices(pg, s, NOTICE_DEAD, peer, msg);
+    return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
+}
+
+/* ---------------------------------------------------------------- the I/O engine */
+
+typedef struct io_op {
+    int peer;
+    bool out;
+    char *p;
+    size_t len, done;
+} io_op;
+
+#define MAX_OPS 1024
+
+/* Progresses every op until all are done. Timeout: no progress for
+ * pg->timeout_s. */
+static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
+    struct pollfd pfs[MAX_OPS + 1];
+    ACCEL_ASSERT(nops <= MAX_OPS);
+    double last = accel_now_seconds();
+    for (;;) {
+        bool progress = false, all = true;
+        for (int i = 0; i < nops; i++) {
+            io_op *o = &ops[i];
+            while (o->done < o->len) {
+                int fd = s->fd[o->peer];
+                ssize_t r = o->out ? send(fd, o->p + o->done, o->len - o->done, MSG_NOSIGNAL)
+                                   : recv(fd, o->p + o->done, o->len - o->done, 0);
+                if (r > 0) {
+                    o->done += (size_t)r;
+                    progress = true;
+                    continue;
+                }
+                if (r < 0 && errno == EINTR) continue;
+                if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+                return peer_dead(pg, s, o->peer, r == 0 ? 0 : errno);
+            }
+            all = all && o->done == o->len;
+        }
+        if (all) return ACCEL_OK;
+        double now = accel_now_seconds();
+        if (progress) last = now;
+        int np = 0;
+        for (int i = 0; i < nops; i++) {
+            if (ops[i].done == ops[i].len) continue;
+            pfs[np++] = (struct pollfd){.fd = s->fd[ops[i].peer], .events = ops[i].out ? POLLOUT : POLLIN};
+        }
+        pfs[np] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+        double left = last + pg->timeout_s - now;
+        int ready = left > 0 ? poll(pfs, (nfds_t)np + 1, left > 1 ? 1000 : (int)(left * 1000) + 1) : 0;
+        if (ready > 0 && pfs[np].revents && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
+        if (accel_now_seconds() - last < pg->timeout_s) continue;
+        return timeout_round(pg, s, -1);
+    }
+}
+
+/* Send sn bytes to `to` while receiving rn bytes from `from` (either may be -1). */
+static accel_status xfer(accel_pg *pg, tcp_state *s, int to, const void *sb, size_t sn, int from, void *rb,
+                         size_t rn) {
+    io_op ops[2];
+    int n = 0;
+    if (to >= 0 && sn) ops[n++] = (io_op){to, true, (char *)sb, sn, 0};
+    if (from >= 0 && rn) ops[n++] = (io_op){from, false, rb, rn, 0};
+    return n ? run_ops(pg, s, ops, n) : ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- ring steps */
+
+/* What to do with received bytes: plain (dst == NULL: they land in place) or
+ * reduce chunk-wise: dst = op(mine, received). */
+typedef struct reduce_to {
+    accel_dtype dt;
+    accel_reduce_op op;
+    const char *mine;
+    char *dst;
+} reduce_to;
+
+/* One ring step: send sb[sn] to the right neighbour while receiving rn bytes
+ * from the left one (into rb, or reduced into red->dst through the scratch
+ * chunk). In chunks, so the reduction of one overlaps the arrival of the next. */
+static accel_status ring_step(accel_pg *pg, tcp_state *s, const char *sb, size_t sn, char *rb, size_t rn,
+                              const reduce_to *red) {
+    int right = mod(pg->rank + 1, pg->size), left = mod(pg->rank - 1, pg->size);
+    if (!red) return xfer(pg, s, right, sb, sn, left, rb, rn);
+    size_t es = accel_dtype_size(red->dt), chunk = s->chunk / es * es;
+    for (size_t o = 0; o < sn || o < rn; o += chunk) {
+        size_t a = o < sn ? (sn - o < chunk ? sn - o : chunk) : 0;
+        size_t b = o < rn ? (rn - o < chunk ? rn - o : chunk) : 0;
+        if (xfer(pg, s, right, sb + o, a, left, s->scratch, b) != ACCEL_OK) return accel_last_status();
+        if (b) {
+            const void *srcs[2] = {red->mine + o, s->scratch};
+            void *dst = red->dst + o;
+            accel__reduce(red->dt, red->op, pg->size, 2, srcs, 1, &dst, b / es);
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static accel_status tcp_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
+    tcp_state *s = pg->impl;
+    int w = pg->size, r = pg->rank;
+    size_t es = accel_dtype_size(dt), lo, len, lo2, len2;
+    char *b = buf;
+    /* Reduce-scatter: after step t, slice (r - t - 1) holds the reduction over
+     * ranks r - t - 1 .. r; after W-1 steps rank r owns slice r + 1. */
+    for (int t = 0; t < w - 1; t++) {
+        slice_of(count, w, mod(r - t, w), &lo, &len);
+        slice_of(count, w, mod(r - t - 1, w), &lo2, &len2);
+        accel_reduce_op step_op = t < w - 2 && op == ACCEL_REDUCE_AVG ? ACCEL_REDUCE_SUM : op;
+        reduce_to red = {dt, step_op, b + lo2 * es, b + lo2 * es};
+        if (ring_step(pg, s, b + lo * es, len * es, NULL, len2 * es, &red) != ACCEL_OK) return accel_last_status();
+    }
+    /* All-gather: pass the finished slices around. */
+    for (int t = 0; t < w - 1; t++) {
+        slice_of(count, w, mod(r + 1 - t, w), &lo, &len);
+        slice_of(count, w, mod(r - t, w), &lo2, &len2);
+        if (ring_step(pg, s, b + lo * es, len * es, b + lo2 * es, len2 * es, NULL) != ACCEL_OK)
+            return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+static accel_status tcp_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
+                                       accel_reduce_op op) {
+    tcp_state *s = pg->impl;
+    int w = pg->size, r = pg->rank;
+    size_t bytes = count * accel_dtype_size(dt);
+    const char *sb = send;
+    /* Step t: send the partial of block r - t - 1 (my own block at t = 0),
+     * receive the partial of block r - t - 2 and add my block of it; the
+     * running partial lives in recv, which ends as block r. */
+    for (int t = 0; t < w - 1; t++) {
+        const char *out = t == 0 ? sb + (size_t)mod(r - 1, w) * bytes : recv;
+        int in_blk = mod(r - t - 2, w);
+        accel_reduce_op step_op = t < w - 2 && op == ACCEL_REDUCE_AVG ? ACCEL_REDUCE_SUM : op;
+        reduce_to red = {dt, step_op, sb + (size_t)in_blk * bytes, recv};
+        if (ring_step(pg, s, out, bytes, NULL, bytes, &red) != ACCEL_OK) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+static accel_status tcp_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
+    tcp_state *s = pg->impl;
+    int w = pg->size, pos = mod(pg->rank - root, w); /* position in the chain from the root */
+    int to = pos < w - 1 ? mod(pg->rank + 1, w) : -1, from = pos > 0 ? mod(pg->rank - 1, w) : -1;
+    char *b = buf;
+    size_t n = (bytes + s->chunk - 1) / s->chunk;
+    /* Step c: forward chunk c-1 while receiving chunk c. */
+    for (size_t c = 0; c <= n; c++) {
+        size_t so = (c - 1) * s->chunk, ro = c * s->chunk;
+        size_t sn = c > 0 ? (bytes - so < s->chunk ? bytes - so : s->chunk) : 0;
+        size_t rn = c < n ? (bytes - ro < s->chunk ? bytes - ro : s->chunk) : 0;
+        if (pos == 0) {
+            if (c < n && xfer(pg, s, to, b + ro, rn, -1, NULL, 0) != ACCEL_OK) return accel_last_status();
+            continue;
+        }
+        if (xfer(pg, s, to, b + (c > 0 ? so : 0), sn, from, b + (c < n ? ro : 0), rn) != ACCEL_OK)
+            return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, const size_t *bytes, int root) {
+    tcp_state *s = pg->impl;
+    int w = pg->size, r = pg->rank;
+    size_t *off = malloc((size_t)(w + 1) * sizeof *off);
+    if (!off) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+    off[0] = 0;
+    for (int k = 0; k < w; k++) off[k + 1] = off[k] + bytes[k];
+    char *rb = recv;
+    accel_status st = ACCEL_OK;
+    if (root >= 0) {
+        if (r != root) {
+            st = xfer(pg, s, root, send, bytes[r], -1, NULL, 0);
+        } else {
+            if (bytes[r]) memmove(rb + off[r], send, bytes[r]);
+            io_op *ops = malloc((size_t)w * sizeof *ops);
+            int n = 0;
+            if (!ops) st = accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+            for (int k = 0; ops && k < w; k++)
+                if (k != r && bytes[k]) ops[n++] = (io_op){k, false, rb + off[k], bytes[k], 0};
+            /* all senders at once, so a timeout names every rank that did not send */
+            for (int i = 0; st == ACCEL_OK && i < n; i += MAX_OPS)
+                st = run_ops(pg, s, ops + i, n - i < MAX_OPS ? n - i : MAX_OPS);
+            free(ops);
+        }
+    } else {
+        if (bytes[r]) memmove(rb + off[r], send, bytes[r]);
+        for (int t = 0; st == ACCEL_OK && t < w - 1; t++) {
+            int sk = mod(r - t, w), rk = mod(r - t - 1, w);
+            st = ring_step(pg, s, rb + off[sk], bytes[sk], rb + off[rk], bytes[rk], NULL);
+        }
+    }
+    free(off);
+    return st;
+}
+
+static accel_status tcp_barrier(accel_pg *pg) {
+    tcp_state *s = pg->impl;
+    int w = pg->size;
+    char token[MAX_OPS];
+    io_op ops[MAX_OPS];
+    if (pg->rank != 0) {
+        char t = 1;
+        return xfer(pg, s, 0, &t, 1, 0, &t, 1) != ACCEL_OK ? accel_last_status() : ACCEL_OK;
+    }
+    /* Rank 0: collect every token (in batches of MAX_OPS), then release all. */
+    for (int dir = 0; dir < 2; dir++)
+        for (int k0 = 1; k0 < w; k0 += MAX_OPS) {
+            int n = 0;
+            for (int k = k0; k < w && n < MAX_OPS; k++, n++) ops[n] = (io_op){k, dir == 1, &token[n], 1, 0};
+            if (run_ops(pg, s, ops, n) != ACCEL_OK) return accel_last_status();
+        }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- init */
+
+static void tcp_finalize(accel_pg *pg) {
+    tcp_state *s = pg->impl;
+    if (!s) return;
+    for (int k = 0; s->fd && k < pg->size; k++)
+        if (s->fd[k] >= 0) close(s->fd[k]);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    free(s->fd);
+    free(s->addr);
+    free(s->secret);
+    accel_free(s->scratch);
+    free(s);
+    pg->impl = NULL;
+}
+
+/* The address other machines reach this one at: ACCEL_DIST_HOST_ADDR, else
+ * the local address of the route to MASTER_ADDR (a UDP connect sends nothing). */
+static accel_status local_ip(char *out, size_t n) {
+    const char *forced = getenv("ACCEL_DIST_HOST_ADDR");
+    if (forced && *forced) {
+        snprintf(out, n, "%s", forced);
+        return ACCEL_OK;
+    }
+    const char *master = getenv("MASTER_ADDR");
+    if (!master || !*master) master = "127.0.0.1";
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+    if (getaddrinfo(master, "9", &hints, &res) != 0 || !res)
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot resolve MASTER_ADDR '%s'", master);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in me;
+    socklen_t ml = sizeof me;
+    bool ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+              getsockname(fd, (struct sockaddr *)&me, &ml) == 0;
+    freeaddrinfo(res);
+    if (fd >= 0) close(fd);
+    if (!ok || !inet_ntop(AF_INET, &me.sin_addr, out, (socklen_t)n))
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: no route to MASTER_ADDR '%s' (set "
+                               "ACCEL_DIST_HOST_ADDR to this machine's address)", master);
+    return ACCEL_OK;
+}
+
+static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadline) {
+    char ip[64];
+    inet_ntop(AF_INET, &s->addr[k].sin_addr, ip, sizeof ip);
+    for (double nap = 0.001;; nap = nap < 0.1 ? nap * 2 : nap) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: socket: %s", strerror(errno));
+        int r = connect(fd, (struct sockaddr *)&s->addr[k], sizeof s->addr[k]);
+        if (r != 0 && errno == EINPROGRESS) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            double left = deadline - accel_now_seconds();
+            int err = ETIMEDOUT;
+            socklen_t el = sizeof err;
+            if (left > 0 && poll(&pf, 1, (int)(left * 1000) + 1) == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+            r = err == 0 ? 0 : -1;
+            errno = err;
+        }
+        if (r == 0) {
+            int32_t me = pg->rank;
+            if (!send_secret(fd, HELLO_MAGIC, s->secret, deadline) || !io_until(fd, true, &me, 4, deadline)) {
+                close(fd);
+                return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d lost the connection to rank %d "
+                                       "at %s:%d during the handshake", pg->rank, k, ip, ntohs(s->addr[k].sin_port));
+            }
+            s->fd[k] = fd;
+            return ACCEL_OK;
+        }
+        int e = errno;
+        close(fd);
+        if (accel_now_seconds() + nap > deadline)
+            return accel_set_error(ACCEL_ERR_TIMEOUT, "accel_dist_init: rank %d cannot connect to rank %d at %s:%d "
+                                   "(%s) within %g s (firewall? ACCEL_DIST_HOST_ADDR on that machine?)",
+                                   pg->rank, k, ip, ntohs(s->addr[k].sin_port), strerror(e), pg->timeout_s);
+        struct timespec ts = {0, (long)(nap * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static accel_status tcp_init(accel_pg *pg, accel__store *store) {
+    int w = pg->size, me = pg->rank;
+    if (w > MAX_OPS)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the tcp backend supports at most %d ranks "
+                               "(WORLD_SIZE=%d)", MAX_OPS, w);
+    tcp_state *s = calloc(1, sizeof *s);
+    if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    pg->impl = s;
+    s->listen_fd = -1;
+    s->fd = malloc((size_t)w * sizeof *s->fd);
+    for (int k = 0; s->fd && k < w; k++) s->fd[k] = -1;
+    s->addr = calloc((size_t)w, sizeof *s->addr);
+    const char *sec = getenv("ACCEL_JOB_SECRET");
+    s->secret = strdup(sec ? sec : "");
+    const char *ck = getenv("ACCEL_TCP_CHUNK_KB");
+    long kb = ck && *ck ? strtol(ck, NULL, 10) : 256;
+    s->chunk = (size_t)(kb >= 4 && kb <= (1 << 20) ? kb : 256) << 10;
+    s->scratch = accel_malloc(s->chunk);
+    if (!s->fd || !s->addr || !s->secret || !s->scratch)
+        return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+
+    char ip[64], info[128], key[64];
+    if (local_ip(ip, sizeof ip) != ACCEL_OK) return accel_last_status();
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t sl = sizeof sa;
+    if (!strncmp(ip, "127.", 4)) inet_pton(AF_INET, ip, &sa.sin_addr); /* a loopback job stays on loopback */
+    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(s->listen_fd, w + 16) != 0 || getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d cannot listen: %s", me, strerror(errno));
+    snprintf(info, sizeof info, "%s %d", ip, ntohs(sa.sin_port));
+    snprintf(key, sizeof key, "tcp/addr/%d", me);
+    if (accel__store_set(store, key, info, strlen(info)) != ACCEL_OK ||
+        accel__store_wait_ranks(store, "tcp/addr", w, "rendezvous (tcp addresses)") != ACCEL_OK)
+        return accel_last_status();
+    for (int k = 0; k < w; k++) {
+        void *v;
+        char kip[64];
+        int port;
+        snprintf(key, sizeof key, "tcp/addr/%d", k);
+        if (accel__store_get(store, key, &v, NULL) != ACCEL_OK) return accel_last_status();
+        int ok = sscanf(v, "%63s %d", kip, &port);
+        free(v);
+        s->addr[k].sin_family = AF_INET;
+        s->addr[k].sin_port = htons((uint16_t)port);
+        if (ok != 2 || inet_pton(AF_INET, kip, &s->addr[k].sin_addr) != 1)
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d published a bad address", k);
+    }
+    double deadline = accel_now_seconds() + pg->timeout_s;
+    /* Connects complete in the listener's backlog, so connect-all-then-accept cannot deadlock. */
+    for (int k = 0; k < me; k++)
+        if (connect_to(pg, s, k, deadline) != ACCEL_OK) return accel_last_status();
+    for (int got = 0; got < w - 1 - me;) {
+        struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+        double left = deadline - accel_now_seconds();
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
+            char list[256];
+            size_t o = 0;
+            for (int k = me + 1; k < w; k++)
+                if (s->fd[k] < 0 && o < sizeof list - 16)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", o ? ", " : "", k);
+            return accel_set_error(ACCEL_ERR_TIMEOUT, "accel_dist_init: rank %d timed out after %g s waiting for "
+                                   "ranks %s to connect", me, pg->timeout_s, list);
+        }
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) continue;
+        int32_t k = -1;
+        double hd = accel_now_seconds() + 5;
+        char kind = read_secret(fd, s->secret, hd);
+        if (kind == 'H' && io_until(fd, false, &k, 4, hd) && k > me && k < w && s->fd[k] < 0) {
+            uint8_t ack = 1;
+            if (io_until(fd, true, &ack, 1, hd)) {
+                s->fd[k] = fd;
+                got++;
+                continue;
+            }
+        }
+        close(fd); /* a stray or unauthenticated connection: ignore it */
+    }
+    for (int k = 0; k < me; k++) {
+        uint8_t ack = 0;
+        if (!io_until(s->fd[k], false, &ack, 1, deadline) || ack != 1)
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d refused the connection of rank %d "
+                                   "(ACCEL_JOB_SECRET differs between machines?)", k, me);
+    }
+    for (int k = 0; k < w; k++)
+        if (s->fd[k] >= 0) {
+            set_nonblock(s->fd[k]);
+            set_nodelay(s->fd[k]);
+        }
+    return ACCEL_OK;
+}
+
+const accel__backend accel__backend_tcp = {
+    .name = "tcp",
+    .init = tcp_init,
+    .finalize = tcp_finalize,
+    .barrier = tcp_barrier,
+    .all_reduce = tcp_all_reduce,
+    .broadcast = tcp_broadcast,
+    .all_gatherv = tcp_all_gatherv,
+    .reduce_scatter = tcp_reduce_scatter,
+};

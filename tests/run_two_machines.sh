@@ -1,0 +1,22 @@
+#!/bin/bash
+# A two-"machine" job on loopback: two launchers, --machine_rank 0 and 1, 2
+# workers each, started concurrently like on two hosts. Both must succeed.
+# Usage: run_two_machines.sh ACCEL_BIN WORKER [ARGS...]
+# The two launchers share ACCEL_JOB_SECRET (each machine of a real job must
+# be given the same one; the launcher cannot invent a shared random one).
+set -u
+ACCEL=$1
+shift
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export ACCEL_JOB_SECRET=two-machines-$$-$RANDOM
+export OMP_NUM_THREADS=1
+for m in 0 1; do
+  "$ACCEL" launch --num_machines 2 --machine_rank $m --num_processes 4 \
+    --main_process_ip 127.0.0.1 --main_process_port "$PORT" "$@" &
+  pids[$m]=$!
+done
+rc=0
+for m in 0 1; do
+  wait "${pids[$m]}" || { echo "machine $m failed (exit $?)" >&2; rc=1; }
+done
+exit $rc

@@ -1,0 +1,173 @@
+/* Failures of the tcp backend, in groups of processes forked by this test
+ * (each child gets the launcher's environment contract with LOCAL_WORLD_SIZE=1,
+ * i.e. every rank on its own "machine", and a free MASTER_PORT):
+ *   - a rank SIGKILLed in the middle of a large all_reduce: every other rank
+ *     fails with ACCEL_ERR_DIST naming it, well within the timeout, and the
+ *     group stays broken (a later barrier fails at once with that message);
+ *   - a hung rank: every other rank's barrier / all_reduce times out with
+ *     ACCEL_ERR_TIMEOUT naming exactly the hung rank (not its neighbour);
+ *   - a process with the wrong job secret cannot join.
+ * Collectives themselves are tested by test_dist_collectives run over tcp
+ * (tests/dist_multi.cmake). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/dist.h"
+#include "check.h"
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof sa;
+    bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    getsockname(fd, (struct sockaddr *)&sa, &l);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void setenv_int(const char *k, int v) {
+    char b[16];
+    snprintf(b, sizeof b, "%d", v);
+    setenv(k, b, 1);
+}
+
+/* Child exit codes: 0 = behaved as expected; 10+ = which check failed. */
+typedef int (*body_fn)(int rank, int world);
+
+/* Forks `world` ranks running body; returns each one's wait status. */
+static void run_group(int world, const char *timeout, const char *secret_of_last, body_fn body, int *status) {
+    int port = free_port();
+    pid_t pids[8];
+    fflush(NULL); /* children exit(): buffered output must not be written twice */
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            setenv_int("RANK", r);
+            setenv_int("LOCAL_RANK", 0);
+            setenv_int("WORLD_SIZE", world);
+            setenv_int("LOCAL_WORLD_SIZE", 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv_int("MASTER_PORT", port);
+            setenv("ACCEL_DIST_TIMEOUT", timeout, 1);
+            setenv("ACCEL_JOB_SECRET", secret_of_last && r == world - 1 ? secret_of_last : "s3cret", 1);
+            unsetenv("ACCEL_DIST_BACKEND");
+            unsetenv("ACCEL_DEBUG_MODE");
+            fflush(stderr);
+            exit(body(r, world)); /* exit, not _exit: LeakSanitizer checks each rank */
+        }
+    }
+    for (int r = 0; r < world; r++) waitpid(pids[r], &status[r], 0);
+}
+
+static int init_tcp(void) {
+    if (accel_dist_init() != ACCEL_OK) {
+        fprintf(stderr, "init: %s\n", accel_last_error());
+        return 0;
+    }
+    return strcmp(accel_pg_backend(accel_dist_default_group()), "tcp") == 0;
+}
+
+/* ---------------------------------------------------------------- a rank dies */
+
+#define BIG ((size_t)16 << 20) /* f32 elements: 64 MiB, far longer than the 20 ms before the kill */
+
+static int dies_body(int rank, int world) {
+    if (!init_tcp()) return 10;
+    accel_pg *pg = accel_dist_default_group();
+    float *x = malloc(BIG * sizeof *x);
+    for (size_t i = 0; i < BIG; i++) x[i] = 1;
+    if (accel_pg_barrier(pg) != ACCEL_OK) return 11;
+    if (rank == 1) {
+        accel_work *w = accel_pg_all_reduce_async(pg, x, BIG, ACCEL_F32, ACCEL_REDUCE_SUM);
+        (void)w;
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+        raise(SIGKILL);
+    }
+    double t0 = accel_now_seconds();
+    accel_status st = accel_pg_all_reduce(pg, x, BIG, ACCEL_F32, ACCEL_REDUCE_SUM);
+    double dt = accel_now_seconds() - t0;
+    fprintf(stderr, "rank %d after %.2f s: %s\n", rank, dt, accel_last_error());
+    if (st != ACCEL_ERR_DIST) return 12;
+    if (!strstr(accel_last_error(), "rank 1 ")) return 13;
+    if (dt > 10) return 14; /* the timeout is 30 s: a dead peer is noticed, not waited out */
+    accel_clear_error();
+    if (accel_pg_barrier(pg) != ACCEL_ERR_DIST || !strstr(accel_last_error(), "rank 1 ")) return 15;
+    accel_clear_error();
+    free(x);
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return 0;
+}
+
+static void test_rank_dies_mid_all_reduce(void) {
+    int st[4];
+    run_group(4, "30", NULL, dies_body, st);
+    CHECK(WIFSIGNALED(st[1]) && WTERMSIG(st[1]) == SIGKILL);
+    for (int r = 0; r < 4; r++)
+        if (r != 1) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
+}
+
+/* ---------------------------------------------------------------- a rank hangs */
+
+static int hang_body(int rank, int world) {
+    if (!init_tcp()) return 10;
+    accel_pg *pg = accel_dist_default_group();
+    if (rank == 2) {
+        nanosleep(&(struct timespec){3, 0}, NULL); /* longer than the others wait (1 s + 1 s) */
+        _exit(0);
+    }
+    float x[1000] = {0};
+    double t0 = accel_now_seconds();
+    /* rank 0 waits in a barrier, rank 1 in an all_reduce: both must name rank 2 */
+    accel_status st = rank == 0 ? accel_pg_barrier(pg) : accel_pg_all_reduce(pg, x, 1000, ACCEL_F32, ACCEL_REDUCE_SUM);
+    double dt = accel_now_seconds() - t0;
+    fprintf(stderr, "rank %d after %.2f s: %s\n", rank, dt, accel_last_error());
+    if (st != ACCEL_ERR_TIMEOUT) return 12;
+    if (!strstr(accel_last_error(), "rank 2 of 3 did not arrive")) return 13;
+    if (dt < 1 || dt > 4) return 14;
+    accel_clear_error();
+    accel_dist_finalize();
+    accel_clear_error();
+    accel_thread_cleanup();
+    return 0;
+}
+
+static void test_rank_hangs(void) {
+    int st[3];
+    run_group(3, "1", NULL, hang_body, st);
+    for (int r = 0; r < 3; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
+}
+
+/* ---------------------------------------------------------------- wrong secret */
+
+static int secret_body(int rank, int world) {
+    accel_status st = accel_dist_init();
+    fprintf(stderr, "rank %d: %s\n", rank, st == ACCEL_OK ? "joined" : accel_last_error());
+    if (st == ACCEL_OK) {
+        accel_dist_finalize();
+        return 20;
+    }
+    accel_thread_cleanup();
+    return rank == world - 1 ? (strstr(accel_last_error(), "ACCEL_JOB_SECRET") ? 0 : 21)
+                             : (st == ACCEL_ERR_TIMEOUT ? 0 : 22);
+}
+
+static void test_wrong_secret(void) {
+    int st[2];
+    run_group(2, "1", "not-the-secret", secret_body, st);
+    for (int r = 0; r < 2; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
+}
+
+int main(void) {
+    RUN(test_rank_dies_mid_all_reduce);
+    RUN(test_rank_hangs);
+    RUN(test_wrong_secret);
+    return check_summary();
+}
