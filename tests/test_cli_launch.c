@@ -218,6 +218,29 @@ static void test_config_precedence(void) {
     CHECK(!strstr(OUT, "RANK=2\n"));
 }
 
+/* Unquoted numbers in a config file are values too (review: they were dropped,
+ * so `gpu_ids: 0` set no CUDA_VISIBLE_DEVICES, `gradient_clipping: 1.0` did not
+ * clip and `fsdp_sharding_strategy: 2` became FULL_SHARD). */
+static void test_config_numbers(void) {
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/n.yaml", TMP);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "distributed_type: DEEPSPEED\nnum_processes: 2\ngpu_ids: 0\n"
+               "deepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 1.0\n  gradient_accumulation_steps: 3\n");
+    fclose(f);
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, WORKER, "env", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "CUDA_VISIBLE_DEVICES=0\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_CLIPPING=1\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_ACCUMULATION_STEPS=3\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_ZERO_STAGE=2\n");
+    f = fopen(cfg, "w");
+    fprintf(f, "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: 2\n");
+    fclose(f);
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=2\n");
+}
+
 int main(void) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -236,6 +259,7 @@ int main(void) {
     /* an isolated HF_HOME: no default config of the machine leaks in */
     setenv("HF_HOME", TMP, 1);
     RUN(test_env_contract);
+    RUN(test_config_numbers);
     RUN(test_flag_errors);
     RUN(test_worker_exit1);
     RUN(test_worker_sigkill);

@@ -91,6 +91,8 @@ struct accel_accelerator {
 };
 
 /* ddp.c */
+/* True (and the error set, naming fn) when a public entry point got acc == NULL. */
+bool accel__acc_null(const accel_accelerator *acc, const char *fn);
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm);
 void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
 void accel__ddp_begin_backward(accel_accelerator *acc);

@@ -149,10 +149,12 @@ accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *
 
 accel_status accel_accelerator_gather_object(accel_accelerator *acc, const void *data, size_t len, void **out,
                                              size_t *lens) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     return accel_pg_all_gather_bytes(acc->pg, data, len, out, lens);
 }
 
 accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **data, size_t *len,
                                                 int from_process) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     return accel_pg_broadcast_bytes(acc->pg, data, len, from_process);
 }

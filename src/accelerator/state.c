@@ -124,28 +124,62 @@ void accel_accelerator_free(accel_accelerator *acc) {
 
 /* ---------------------------------------------------------------- queries */
 
-accel_device accel_accelerator_device(const accel_accelerator *acc) { return acc->device; }
-int accel_accelerator_num_processes(const accel_accelerator *acc) { return acc->world; }
-int accel_accelerator_process_index(const accel_accelerator *acc) { return acc->rank; }
-int accel_accelerator_local_process_index(const accel_accelerator *acc) { return acc->local_rank; }
-bool accel_accelerator_is_main_process(const accel_accelerator *acc) { return acc->rank == 0; }
-bool accel_accelerator_is_local_main_process(const accel_accelerator *acc) { return acc->local_rank == 0; }
-bool accel_accelerator_is_last_process(const accel_accelerator *acc) { return acc->rank == acc->world - 1; }
-accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator *acc) { return acc->mp; }
+bool accel__acc_null(const accel_accelerator *acc, const char *fn) {
+    if (acc) return false;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: accelerator is NULL", fn);
+    return true;
+}
+
+accel_device accel_accelerator_device(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? ACCEL_CPU_DEVICE : acc->device;
+}
+int accel_accelerator_num_processes(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 1 : acc->world;
+}
+int accel_accelerator_process_index(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 0 : acc->rank;
+}
+int accel_accelerator_local_process_index(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 0 : acc->local_rank;
+}
+bool accel_accelerator_is_main_process(const accel_accelerator *acc) {
+    return !accel__acc_null(acc, __func__) && acc->rank == 0;
+}
+bool accel_accelerator_is_local_main_process(const accel_accelerator *acc) {
+    return !accel__acc_null(acc, __func__) && acc->local_rank == 0;
+}
+bool accel_accelerator_is_last_process(const accel_accelerator *acc) {
+    return !accel__acc_null(acc, __func__) && acc->rank == acc->world - 1;
+}
+accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? ACCEL_MP_NO : acc->mp;
+}
 
 const char *accel_mixed_precision_name(accel_mixed_precision mp) {
     return mp == ACCEL_MP_BF16 ? "bf16" : mp == ACCEL_MP_FP16 ? "fp16" : "no";
 }
 
-int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc) { return acc->accum_steps; }
-void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
-    if (steps >= 1) acc->accum_steps = steps;
+int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 1 : acc->accum_steps;
 }
-bool accel_accelerator_sync_gradients(const accel_accelerator *acc) { return acc->sync_gradients; }
-int64_t accel_accelerator_step(const accel_accelerator *acc) { return acc->step; }
-double accel_accelerator_loss_scale(const accel_accelerator *acc) { return acc->scale; }
-int accel_accelerator_zero_stage(const accel_accelerator *acc) { return acc->zero_stage; }
-double accel_accelerator_gradient_clipping(const accel_accelerator *acc) { return acc->clip; }
+void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
+    if (!accel__acc_null(acc, __func__) && steps >= 1) acc->accum_steps = steps;
+}
+bool accel_accelerator_sync_gradients(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? false : acc->sync_gradients;
+}
+int64_t accel_accelerator_step(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 0 : acc->step;
+}
+double accel_accelerator_loss_scale(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 1.0 : acc->scale;
+}
+int accel_accelerator_zero_stage(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 0 : acc->zero_stage;
+}
+double accel_accelerator_gradient_clipping(const accel_accelerator *acc) {
+    return accel__acc_null(acc, __func__) ? 0.0 : acc->clip;
+}
 
 accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_module *model, int64_t *lo,
                                           int64_t *hi, int64_t *padded) {
@@ -159,12 +193,18 @@ accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_mo
 }
 
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return false;
     for (int i = 0; i < acc->n_opts; i++)
         if (acc->skipped[i]) return true;
     return false;
 }
 
 const char *accel_accelerator_describe(const accel_accelerator *acc, char *buf, size_t n) {
+    if (accel__acc_null(acc, __func__)) return NULL;
+    if (!buf || !n) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_describe: buf is NULL or empty");
+        return NULL;
+    }
     char dev[32];
     if (acc->world > 1)
         snprintf(buf, n,
@@ -193,18 +233,22 @@ void accel_accelerator_print(const accel_accelerator *acc, const char *fmt, ...)
 }
 
 accel_status accel_accelerator_wait_for_everyone(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     return acc->world > 1 ? accel_pg_barrier(acc->pg) : ACCEL_OK;
 }
 
 accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     return acc->rank != 0 ? accel_accelerator_wait_for_everyone(acc) : ACCEL_OK;
 }
 
 accel_status accel_accelerator_main_process_first_end(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     return acc->rank == 0 ? accel_accelerator_wait_for_everyone(acc) : ACCEL_OK;
 }
 
 accel_process_split accel_accelerator_split_between_processes(const accel_accelerator *acc, int64_t n) {
+    if (accel__acc_null(acc, __func__)) return (accel_process_split){0, 0, 0};
     int64_t N = acc->world, r = acc->rank, q = n / N, rem = n % N;
     accel_process_split s;
     s.start = r * q + (r < rem ? r : rem);
@@ -220,6 +264,7 @@ void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_spe
 /* ---------------------------------------------------------------- prepare */
 
 accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m) {
+    if (!acc) return NULL;
     for (int i = 0; i < acc->n_models; i++)
         if (acc->models[i].m == m) return &acc->models[i];
     return NULL;
@@ -342,10 +387,12 @@ static accel_dtype autocast_dtype(const accel_accelerator *acc) {
 }
 
 accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return accel_autocast_dtype();
     accel_dtype dt = autocast_dtype(acc);
     return dt == ACCEL_F32 ? accel_autocast_dtype() : accel_autocast_begin(dt);
 }
 
 void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
+    if (accel__acc_null(acc, __func__)) return;
     if (autocast_dtype(acc) != ACCEL_F32) accel_autocast_end(previous);
 }

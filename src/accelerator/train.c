@@ -20,6 +20,7 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
 }
 
 void accel_accelerator_accumulate(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return;
     accel_dataloader *dl = accel__active_dataloader(acc);
     if (acc->o.sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
         acc->step = 0;
@@ -58,6 +59,7 @@ static bool unscale(float *g, int64_t n, float inv) {
 /* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. Under
  * ZeRO-2 each rank holds only its gradient shard, so the ranks agree on inf. */
 void accel_accelerator_unscale_gradients(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return;
     if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return;
     float inv = (float)(1.0 / acc->scale);
     bool inf = false, sharded = false;

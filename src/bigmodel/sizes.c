@@ -294,10 +294,14 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only, 
 
 int64_t accel_get_max_layer_size(accel_module *root, const accel_module_sizes *sizes,
                                  const char *const *no_split, int n_no_split, char ***names, int *n_names) {
+    if (!root || !sizes) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_get_max_layer_size: %s is NULL", root ? "sizes" : "root");
+        return -1;
+    }
     accel__work w = {0};
     int64_t max = -1;
     if (accel__work_expand(&w, 0, NULL, root, true, true) < 0) {
-        accel_set_error(ACCEL_ERR_OOM, "get_max_layer_size: out of memory");
+        accel_set_error(ACCEL_ERR_OOM, "accel_get_max_layer_size: out of memory");
     } else if (accel__max_layer_size(&w, false, sizes, no_split, n_no_split, &max, names, n_names)) {
         max = -1;
     }
@@ -307,6 +311,8 @@ int64_t accel_get_max_layer_size(accel_module *root, const accel_module_sizes *s
 
 accel_status accel_calculate_maximum_sizes(accel_module *root, const char *const *no_split, int n_no_split,
                                            int64_t *total, int64_t *largest_layer) {
+    if (!total || !largest_layer)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_calculate_maximum_sizes: output pointer is NULL");
     accel_module_sizes *s = accel_compute_module_sizes(root, NULL, false);
     if (!s) return accel_last_status();
     *total = accel_module_sizes_get(s, "");

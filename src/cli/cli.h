@@ -48,7 +48,7 @@ typedef struct cv {
     bool b;
     long long i;
     double f;
-    char *s;            /* CV_STR */
+    char *s;            /* CV_STR; a number's text once cli_launch.c's cfg_s asked for it */
     char **keys;        /* CV_MAP */
     struct cv **items;  /* CV_SEQ / CV_MAP values */
     size_t n;

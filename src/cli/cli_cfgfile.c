@@ -15,18 +15,26 @@
 
 /* ---------------------------------------------------------------- tree */
 
+static void cv_oom(void) {
+    fprintf(stderr, "accel: out of memory\n");
+    exit(1);
+}
+
+static char *cv_strdup(const char *s) {
+    char *d = strdup(s);
+    if (!d) cv_oom();
+    return d;
+}
+
 cv *cv_new(cv_type t) {
     cv *v = calloc(1, sizeof *v);
-    if (!v) {
-        fprintf(stderr, "accel: out of memory\n");
-        exit(1);
-    }
+    if (!v) cv_oom();
     v->t = t;
     return v;
 }
 cv *cv_str(const char *s) {
     cv *v = cv_new(CV_STR);
-    v->s = strdup(s);
+    v->s = cv_strdup(s);
     return v;
 }
 cv *cv_bool(bool b) {
@@ -59,11 +67,17 @@ cv *cv_get(const cv *map, const char *key) {
     return NULL;
 }
 
+/* Appends val (under key for a map; key is ignored for a sequence). */
 static void cv_push(cv *c, const char *key, cv *val) {
-    c->items = realloc(c->items, (c->n + 1) * sizeof *c->items);
+    cv **items = realloc(c->items, (c->n + 1) * sizeof *c->items);
+    if (!items) cv_oom();
+    c->items = items;
     if (c->t == CV_MAP) {
-        c->keys = realloc(c->keys, (c->n + 1) * sizeof *c->keys);
-        c->keys[c->n] = strdup(key);
+        char **keys = realloc(c->keys, (c->n + 1) * sizeof *c->keys);
+        if (!keys) cv_oom();
+        c->keys = keys;
+        if (!key) abort(); /* internal invariant: every map entry has a key */
+        c->keys[c->n] = cv_strdup(key);
     }
     c->items[c->n++] = val;
 }
@@ -188,7 +202,7 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, char *err, size_t errn
                 cv_free(c);
                 return NULL;
             }
-            key = strdup((char *)ev.data.scalar.value);
+            key = cv_strdup((char *)ev.data.scalar.value);
             yaml_event_delete(&ev);
             if (!yaml_parser_parse(p, &ev)) {
                 snprintf(err, errn, "line %zu: %s", p->problem_mark.line + 1, p->problem ? p->problem : "parse error");

@@ -46,8 +46,8 @@ static const cli_opt OPTS[] = {
     {"log_dir", 0, true, "LOG_DIR", "Base directory for per-rank log files."},
     {"debug", 0, false, NULL, "Check that every rank calls the same collectives (ACCELERATE_DEBUG_MODE)."},
     {"gpu_ids", 0, true, "GPU_IDS", "What GPUs (by id) should be used for training on this machine."},
-    {"same_network", 0, false, NULL, "Whether all machines used for multinode training exist on the same local network."},
-    {"rdzv_backend", 0, true, "RDZV_BACKEND", "The rendezvous method to use (static, c10d): accel always uses its own store."},
+    {"same_network", 0, false, NULL, "Accepted for Accelerate compatibility; no effect: workers always connect to main_process_ip:main_process_port directly (what `true` means)."},
+    {"rdzv_backend", 0, true, "RDZV_BACKEND", "Accepted for Accelerate compatibility; no effect: accel always uses its own store at main_process_ip:main_process_port."},
     {"rdzv_conf", 0, true, "RDZV_CONF", "Additional rendezvous configuration (<key1>=<value1>,...); accepted, unused."},
     {"role", 0, true, "ROLE", "User-defined role for the workers (ROLE_NAME)."},
     {"dynamo_backend", 0, true, "DYNAMO_BACKEND", "Only `no` (torch dynamo does not exist in accel)."},
@@ -89,16 +89,32 @@ static bool parse_int(const char *name, const char *s, int lo, int *out) {
     return true;
 }
 
-/* Value of config key as string (for numbers too); NULL when absent/None. */
-static const char *cfg_s(const cv *c, const char *key, char *buf, size_t n) {
-    const cv *v = cv_get(c, key);
+/* Value of config key as string (for numbers too); NULL when absent/None/false.
+ * A number's text is cached in its node (freed with the tree), so the string
+ * lives as long as the config: `gpu_ids: 0`, `fsdp_sharding_strategy: 2` and
+ * `gradient_clipping: 1.0` are as valid as their quoted forms. */
+static const char *cfg_s(const cv *c, const char *key) {
+    cv *v = cv_get(c, key);
     if (!v) return NULL;
+    char buf[64];
     switch (v->t) {
     case CV_STR: return v->s;
-    case CV_INT: snprintf(buf, n, "%lld", v->i); return buf;
-    case CV_BOOL: return v->b ? "1" : NULL;
+    case CV_INT: snprintf(buf, sizeof buf, "%lld", v->i); break;
+    case CV_FLOAT:
+        snprintf(buf, sizeof buf, "%.15g", v->f);
+        if (strtod(buf, NULL) != v->f) snprintf(buf, sizeof buf, "%.17g", v->f);
+        break;
+    case CV_BOOL:
+        if (!v->b) return NULL;
+        snprintf(buf, sizeof buf, "1");
+        break;
     default: return NULL;
     }
+    if (!v->s && !(v->s = strdup(buf))) {
+        fprintf(stderr, "accel: out of memory\n");
+        exit(1);
+    }
+    return v->s;
 }
 
 static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
@@ -135,16 +151,15 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         }
     }
     *cfg_out = cfg;
-    char b1[32], b2[32], b3[32], b4[32], b5[32];
     /* flags > config > defaults (top-level keys fill only what the CLI left unset) */
-    const char *np = V("num_processes") ? V("num_processes") : cfg_s(cfg, "num_processes", b1, sizeof b1);
-    const char *nm = V("num_machines") ? V("num_machines") : cfg_s(cfg, "num_machines", b2, sizeof b2);
-    const char *mr = V("machine_rank") ? V("machine_rank") : cfg_s(cfg, "machine_rank", b3, sizeof b3);
-    const char *port = V("main_process_port") ? V("main_process_port") : cfg_s(cfg, "main_process_port", b4, sizeof b4);
-    L->ip = V("main_process_ip") ? V("main_process_ip") : cfg_s(cfg, "main_process_ip", b5, 0);
-    L->mixed_precision = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision", NULL, 0);
+    const char *np = V("num_processes") ? V("num_processes") : cfg_s(cfg, "num_processes");
+    const char *nm = V("num_machines") ? V("num_machines") : cfg_s(cfg, "num_machines");
+    const char *mr = V("machine_rank") ? V("machine_rank") : cfg_s(cfg, "machine_rank");
+    const char *port = V("main_process_port") ? V("main_process_port") : cfg_s(cfg, "main_process_port");
+    L->ip = V("main_process_ip") ? V("main_process_ip") : cfg_s(cfg, "main_process_ip");
+    L->mixed_precision = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision");
     if (!L->mixed_precision) L->mixed_precision = "no";
-    L->gpu_ids = V("gpu_ids") ? V("gpu_ids") : cfg_s(cfg, "gpu_ids", NULL, 0);
+    L->gpu_ids = V("gpu_ids") ? V("gpu_ids") : cfg_s(cfg, "gpu_ids");
     L->debug = V("debug") || (cfg && cv_get(cfg, "debug") && cv_get(cfg, "debug")->b);
     L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b);
     L->affinity = V("enable_cpu_affinity") || (cfg && cv_get(cfg, "enable_cpu_affinity") && cv_get(cfg, "enable_cpu_affinity")->b);
@@ -153,28 +168,26 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->no_python = V("no_python");
     L->log_dir = V("log_dir");
     L->role = V("role") ? V("role") : "default";
-    const char *dtype = cfg ? cfg_s(cfg, "distributed_type", NULL, 0) : NULL;
+    const char *dtype = cfg ? cfg_s(cfg, "distributed_type") : NULL;
     bool paradigm_flag = V("cpu") || V("multi_gpu") || V("use_deepspeed") || V("use_fsdp");
     L->deepspeed = V("use_deepspeed") || (!paradigm_flag && dtype && !strcmp(dtype, "DEEPSPEED"));
     L->fsdp = V("use_fsdp") || (!paradigm_flag && dtype && !strcmp(dtype, "FSDP"));
     /* nested dicts: copied unless the flag was given */
     const cv *ds = cfg ? cv_get(cfg, "deepspeed_config") : NULL, *fs = cfg ? cv_get(cfg, "fsdp_config") : NULL;
-    static char zs[32], ga[32];
-    static char gc[32];
     L->ds_file = V("deepspeed_config_file") ? V("deepspeed_config_file")
                  : ds_as_config                ? ds_as_config
-                                               : cfg_s(ds, "deepspeed_config_file", NULL, 0);
-    L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping", gc, sizeof gc);
+                                               : cfg_s(ds, "deepspeed_config_file");
+    L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping");
     L->offload_opt = V("offload_optimizer_device") ? V("offload_optimizer_device")
-                                                   : cfg_s(ds, "offload_optimizer_device", NULL, 0);
+                                                   : cfg_s(ds, "offload_optimizer_device");
     if (L->ds_file) L->deepspeed = true;
-    L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage", zs, sizeof zs);
+    L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage");
     /* With a JSON file its zero_optimization.stage decides. */
     if (L->deepspeed && !L->zero_stage && !L->ds_file) L->zero_stage = "2";
-    L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy") : cfg_s(fs, "fsdp_sharding_strategy", NULL, 0);
+    L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy") : cfg_s(fs, "fsdp_sharding_strategy");
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
-                                                         : cfg_s(ds, "gradient_accumulation_steps", ga, sizeof ga);
+                                                         : cfg_s(ds, "gradient_accumulation_steps");
 
     /* validation (accelerate.md §1.6.2) */
     int paradigms = !!V("cpu") + !!V("multi_gpu") + !!V("use_deepspeed") + !!V("use_fsdp");

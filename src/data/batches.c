@@ -5,7 +5,9 @@
 
 #include "accel/data.h"
 
-void accel_batches_init(accel_batches *b) { memset(b, 0, sizeof *b); }
+void accel_batches_init(accel_batches *b) {
+    if (b) memset(b, 0, sizeof *b);
+}
 
 void accel_batches_free(accel_batches *b) {
     if (!b) return;
@@ -17,10 +19,12 @@ void accel_batches_free(accel_batches *b) {
 static void batches_clear(accel_batches *b) { b->n = 0; }
 
 int64_t accel_batches_size(const accel_batches *b, int64_t i) {
+    if (!b || i < 0 || i >= b->n) return 0;
     return b->offsets[i + 1] - b->offsets[i];
 }
 
 const int64_t *accel_batches_at(const accel_batches *b, int64_t i) {
+    if (!b || i < 0 || i >= b->n) return NULL;
     return b->indices + b->offsets[i];
 }
 
@@ -38,7 +42,7 @@ static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
 }
 
 accel_status accel_batches_push(accel_batches *b, int64_t n, const int64_t *idx) {
-    if (n < 0 || (n > 0 && !idx))
+    if (!b || n < 0 || (n > 0 && !idx))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batches_push: bad batch (n=%lld)",
                                (long long)n);
     int64_t used = b->n ? b->offsets[b->n] : 0;
@@ -106,6 +110,11 @@ static accel_status check_opts(const accel_shard_opts *o, const char *fn) {
 }
 
 int64_t accel_batch_sampler_shard_len(int64_t L, const accel_shard_opts *o) {
+    if (!o) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batch_sampler_shard_len: options are NULL");
+        return 0;
+    }
+    if (check_opts(o, "accel_batch_sampler_shard_len")) return 0; /* num_processes < 1 would divide by 0 */
     int64_t N = o->num_processes;
     if (o->split_batches) return L;
     if (L % N == 0) return L / N;

@@ -70,11 +70,21 @@ void accel_dataloader_free(accel_dataloader *dl) {
     accel_free(dl);
 }
 
-const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl) { return &dl->o; }
-accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) { return dl->ds; }
+/* True (and the error set, naming fn) when a public entry point got dl == NULL. */
+static bool null_dl(const accel_dataloader *dl, const char *fn) {
+    if (dl) return false;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: dataloader is NULL", fn);
+    return true;
+}
+
+const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl) {
+    return null_dl(dl, __func__) ? NULL : &dl->o;
+}
+accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) { return null_dl(dl, __func__) ? NULL : dl->ds; }
 
 accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int process_index,
                                     bool split_batches, bool even_batches) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
     accel_dataloader_opts o = dl->o;
     o.num_processes = num_processes;
     o.process_index = process_index;
@@ -88,7 +98,9 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
     return ACCEL_OK;
 }
 
-void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) { dl->o.seed = seed; }
+void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
+    if (!null_dl(dl, __func__)) dl->o.seed = seed;
+}
 
 static accel_shard_opts shard_opts(const accel_dataloader *dl) {
     /* With split_batches and batch_size 1 (exempt from the check) the batch
@@ -182,9 +194,10 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
     return true;
 }
 
-int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return dl->epoch; }
+int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return null_dl(dl, __func__) ? 0 : dl->epoch; }
 
 void accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
+    if (null_dl(dl, __func__)) return;
     dl->epoch = epoch;
     dl->active = false;
     dl->pos = 0;
@@ -197,25 +210,33 @@ bool accel_dataloader_end_of_dataloader(const accel_dataloader *dl) {
 }
 
 int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
+    if (null_dl(dl, __func__)) return -1;
     if (dl->o.drop_last) return -1;
     int64_t total = dl->o.split_batches ? dl->o.batch_size : dl->o.batch_size * dl->o.num_processes;
     if (total <= 0) return -1;
     return accel_dataset_len(dl->ds) % total;
 }
 
-int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl->active ? dl->pos : 0; }
+int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl && dl->active ? dl->pos : 0; }
 
 void accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
+    if (null_dl(dl, __func__)) return;
     dl->skip = n > 0 ? n : 0;
 }
 
 accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
+    if (null_dl(dl, __func__)) return (accel_dataloader_state){0, 0, 0};
     /* Not running: a pending skip (restored state) is the position. */
     accel_dataloader_state st = {dl->epoch, dl->active ? dl->pos : dl->skip, dl->o.seed};
     return st;
 }
 
 void accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
+    if (null_dl(dl, __func__)) return;
+    if (!st) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
+        return;
+    }
     dl->epoch = st->epoch;
     dl->o.seed = st->seed;
     dl->active = false;

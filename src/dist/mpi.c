@@ -109,8 +109,8 @@ static accel_status mpi_barrier(accel_pg *pg) {
 }
 
 static accel_status mpi_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
-    MPI_Datatype t;
-    MPI_Op o;
+    MPI_Datatype t = MPI_DATATYPE_NULL; /* set by mpi_type on success (initialised for -O3's flow analysis) */
+    MPI_Op o = MPI_OP_NULL;
     if (mpi_type(pg, dt, op, &t, &o) != ACCEL_OK) return accel_last_status();
     size_t es = accel_dtype_size(dt);
     for (size_t i = 0; i < count; i += PIECE) {
@@ -162,8 +162,8 @@ static accel_status mpi_all_gatherv(accel_pg *pg, const void *send, void *recv, 
 
 static accel_status mpi_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
                                        accel_reduce_op op) {
-    MPI_Datatype t;
-    MPI_Op o;
+    MPI_Datatype t = MPI_DATATYPE_NULL; /* set by mpi_type on success (initialised for -O3's flow analysis) */
+    MPI_Op o = MPI_OP_NULL;
     if (mpi_type(pg, dt, op, &t, &o) != ACCEL_OK) return accel_last_status();
     if (count > INT_MAX)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel dist (mpi): %s: %zu elements per rank exceed INT_MAX",
