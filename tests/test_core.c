@@ -116,6 +116,21 @@ static void test_print(void) {
     accel_step_reset();
 }
 
+static void test_null_generators(void) {
+    /* NULL means the default generator, as torch's generator=None. */
+    accel_manual_seed(5);
+    uint64_t a = accel_rng_next_u64(NULL);
+    accel_manual_seed(5);
+    CHECK(accel_rng_next_u64(accel_default_rng()) == a);
+    accel_clear_error();
+    accel_rng_init(NULL, 1);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    accel_rng_randperm(NULL, 3, NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_rng_randperm");
+    accel_clear_error();
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -124,5 +139,6 @@ int main(void) {
     RUN(test_arena_reuse);
     RUN(test_rng);
     RUN(test_print);
+    RUN(test_null_generators);
     return check_summary();
 }

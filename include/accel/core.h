@@ -293,7 +293,8 @@ void accel_rng_init(accel_rng *r, uint64_t seed);
 /* The process default generator, seeded by accel_manual_seed (default seed 0). */
 accel_rng *accel_default_rng(void);
 void accel_manual_seed(uint64_t seed);
-/* Draws into a tensor (f32/bf16/f16/f64), in place. */
+/* Draws into a tensor (f32/bf16/f16/f64), in place. A NULL generator means the
+ * default one (as PyTorch's generator=None), in every accel_rng_* call. */
 accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std);
 accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double hi);
 /* Bernoulli keep-mask with probability 1-p into u8 tensor. */

@@ -92,7 +92,7 @@ static size_t format(const accel_tensor *t, char *out, size_t n) {
 void accel_print_tensor(FILE *f, const accel_tensor *t) {
     char buf[16384];
     format(t, buf, sizeof buf);
-    fprintf(f, "%s\n", buf);
+    fprintf(f ? f : stdout, "%s\n", buf);
 }
 
 const char *accel_tensor_str(const accel_tensor *t) {

@@ -29,6 +29,10 @@ static double u32_to_unit(uint32_t a, uint32_t b) {
 }
 
 void accel_rng_init(accel_rng *r, uint64_t seed) {
+    if (!r) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_init: generator is NULL");
+        return;
+    }
     r->seed = seed;
     r->offset = 0;
 }
@@ -39,12 +43,14 @@ accel_rng *accel_default_rng(void) { return &default_rng; }
 void accel_manual_seed(uint64_t seed) { accel_rng_init(&default_rng, seed); }
 
 uint64_t accel_rng_next_u64(accel_rng *r) {
+    if (!r) r = &default_rng;
     uint32_t w[4];
     accel__philox(r->seed, r->offset++, w);
     return ((uint64_t)w[0] << 32) | w[1];
 }
 
 double accel_rng_next_double(accel_rng *r) {
+    if (!r) r = &default_rng;
     uint32_t w[4];
     accel__philox(r->seed, r->offset++, w);
     return u32_to_unit(w[0], w[1]);
@@ -61,6 +67,7 @@ static bool check_float_cpu(const accel_tensor *t, const char *op) {
 }
 
 accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std) {
+    if (!r) r = &default_rng;
     if (!check_float_cpu(t, "accel_rng_normal_")) return accel_last_status();
     int64_t n = accel_numel(t);
     uint64_t base = r->offset;
@@ -78,6 +85,7 @@ accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, doubl
 }
 
 accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double hi) {
+    if (!r) r = &default_rng;
     if (!check_float_cpu(t, "accel_rng_uniform_")) return accel_last_status();
     int64_t n = accel_numel(t);
     uint64_t base = r->offset;
@@ -92,6 +100,7 @@ accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double
 }
 
 accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_prob) {
+    if (!r) r = &default_rng;
     if (!accel_tensor_check(mask, "accel_rng_bernoulli_", "mask")) return accel_last_status();
     if ((mask->dtype != ACCEL_U8 && mask->dtype != ACCEL_BOOL) || !accel_is_contiguous(mask))
         return accel_set_error(ACCEL_ERR_DTYPE, "accel_rng_bernoulli_: mask must be contiguous u8/bool");
@@ -109,6 +118,11 @@ accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_
 }
 
 void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
+    if (!out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: out is NULL");
+        return;
+    }
+    if (!r) r = &default_rng;
     for (int64_t i = 0; i < n; i++) out[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
         int64_t j = (int64_t)(accel_rng_next_u64(r) % (uint64_t)(i + 1));
