@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "accel/core.h"
 
@@ -23,14 +24,26 @@ struct accel_arena {
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static accel_arena *live_head;
 
+/* Chunks from 4 MiB up are 2 MiB aligned and asked to be backed by
+ * transparent huge pages: a training step's arena is hundreds of MiB, and on
+ * this kind of VM the first touch of 4 KiB pages runs at ~1.5 GB/s against
+ * ~5.7 GB/s with huge pages; fewer TLB misses in the GEMMs' strided packing
+ * too. (THP "madvise" mode; elsewhere the advice is a harmless no-op.) */
+enum { HUGE_ALIGN = 2u << 20, HUGE_MIN = 4u << 20 };
+
 static chunk *chunk_new(size_t cap) {
     chunk *c = accel_malloc(sizeof *c);
     if (!c) return NULL;
-    c->data = accel_malloc_aligned(cap, 64);
+    bool huge = cap >= HUGE_MIN;
+    if (huge) cap = (cap + HUGE_ALIGN - 1) & ~(size_t)(HUGE_ALIGN - 1);
+    c->data = accel_malloc_aligned(cap, huge ? HUGE_ALIGN : 64);
     if (!c->data) {
         accel_free(c);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    if (huge) (void)madvise(c->data, cap, MADV_HUGEPAGE);
+#endif
     c->cap = cap;
     c->used = 0;
     c->next = NULL;

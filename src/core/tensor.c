@@ -379,6 +379,34 @@ accel_status accel_to_int64s(const accel_tensor *t, int64_t *out) {
     return ACCEL_OK;
 }
 
+/* dst = src (same shape, any strides and dtypes), row by row over the last
+ * dim: a row whose elements are adjacent in both is one memcpy/convert (the
+ * transposes of attention heads copy 64-float runs), others go element by
+ * element. Rows are independent: large copies run on the OpenMP threads. */
+static void copy_strided(accel_tensor *dst, const accel_tensor *src, int64_t n) {
+    if (n == 0 || dst->ndim == 0) return;
+    int last = dst->ndim - 1;
+    int64_t W = dst->shape[last], rows = n / W;
+    int64_t ds_ = dst->stride[last], ss = src->stride[last];
+    size_t des = accel_dtype_size(dst->dtype), ses = accel_dtype_size(src->dtype);
+    bool same = dst->dtype == src->dtype;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        char *d = (char *)dst->data + linear_to_offset(dst, r * W) * (int64_t)des;
+        const char *s = (const char *)src->data + linear_to_offset(src, r * W) * (int64_t)ses;
+        if (ds_ == 1 && ss == 1) {
+            if (same) memcpy(d, s, (size_t)W * des);
+            else accel_convert(d, dst->dtype, s, src->dtype, (size_t)W);
+        } else if (same) {
+            for (int64_t j = 0; j < W; j++) memcpy(d + j * ds_ * (int64_t)des, s + j * ss * (int64_t)ses, des);
+        } else {
+            for (int64_t j = 0; j < W; j++)
+                accel__store_elem(d + j * ds_ * (int64_t)des, dst->dtype, 0,
+                                  accel__load_elem(s + j * ss * (int64_t)ses, src->dtype, 0));
+        }
+    }
+}
+
 accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
     if (!accel_tensor_check(dst, "accel_copy_", "dst") || !accel_tensor_check(src, "accel_copy_", "src"))
         return accel_last_status();
@@ -395,15 +423,7 @@ accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
         accel_convert(dst->data, dst->dtype, src->data, src->dtype, (size_t)n);
         return ACCEL_OK;
     }
-    size_t ds = accel_dtype_size(dst->dtype);
-    if (dst->dtype == src->dtype) {
-        for (int64_t i = 0; i < n; i++)
-            memcpy(accel__elem_ptr(dst, i), accel__elem_ptr(src, i), ds);
-        return ACCEL_OK;
-    }
-    for (int64_t i = 0; i < n; i++)
-        accel__store_elem(accel__elem_ptr(dst, i), dst->dtype, 0,
-                          accel__load_elem(accel__elem_ptr(src, i), src->dtype, 0));
+    copy_strided(dst, src, n);
     return ACCEL_OK;
 }
 

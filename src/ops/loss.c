@@ -1,6 +1,7 @@
 /* accel_cross_entropy (mean over targets != ignore_index) and accel_mse_loss.
  * Both compute in f32 and return a 0-dim f32 tensor. */
 #include <math.h>
+#include <string.h>
 
 #include "nn_internal.h"
 
@@ -15,11 +16,22 @@ static double ce_row(const float *x, int64_t C, int64_t t, float *lse, bool ref)
         *lse = (float)(m + log(s));
         return m + log(s) - x[t];
     }
-    float m = -INFINITY, s = 0.0f;
-    for (int64_t j = 0; j < C; j++) m = fmaxf(m, x[j]);
-    for (int64_t j = 0; j < C; j++) s += expf(x[j] - m);
-    *lse = m + logf(s);
+    float m = accel__row_max(x, C);
+    *lse = m + logf(accel__row_sum_exp(x, C, m));
     return (double)*lse - x[t];
+}
+
+/* d (+)= (softmax(x) - onehot(t)) * scale for one row; lse its logsumexp. */
+ACCEL__VEC_MATH static void ce_row_grad(const float *x, float *d, int64_t C, int64_t t, float lse,
+                                        float scale, float beta) {
+    if (beta == 0.0f) {
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++) d[j] = accel__expf(x[j] - lse) * scale;
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++) d[j] += accel__expf(x[j] - lse) * scale;
+    }
+    d[t] -= scale;
 }
 
 static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
@@ -33,13 +45,9 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
     float *dx = gx.p, beta = gx.beta;
 #pragma omp parallel for if (N * C > 16384) schedule(static)
     for (int64_t i = 0; i < N; i++) {
-        const float *xr = x + i * C;
         float *d = dx + i * C;
-        bool skip = t[i] == ignore;
-        for (int64_t j = 0; j < C; j++) {
-            float v = skip ? 0.0f : (expf(xr[j] - lse[i]) - (j == t[i] ? 1.0f : 0.0f)) * scale;
-            d[j] = beta == 0.0f ? v : d[j] + v;
-        }
+        if (t[i] != ignore) ce_row_grad(x + i * C, d, C, t[i], lse[i], scale, beta);
+        else if (beta == 0.0f) memset(d, 0, (size_t)C * sizeof *d);
     }
     return accel__gbuf_end(&gx);
 }

@@ -1,5 +1,6 @@
 /* Shared helpers of the linear-algebra, nn and loss ops: gradient buffers
  * that accumulate in place, and GEMM operand preparation under autocast. */
+#include <math.h>
 #include <string.h>
 
 #include "nn_internal.h"
@@ -72,4 +73,36 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
     accel_tensor *c = accel_empty_on(dt, t->ndim, t->shape, t->device);
     if (c && accel_copy_(c, t) != ACCEL_OK) return NULL;
     return c;
+}
+
+/* Eight running maxima (one AVX register once vectorised; a `simd
+ * reduction(max)` over a float select does not vectorise with clang). */
+ACCEL__VEC_MATH float accel__row_max(const float *x, int64_t n) {
+    float m8[8];
+    for (int k = 0; k < 8; k++) m8[k] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) m8[k] = x[j + k] > m8[k] ? x[j + k] : m8[k];
+    float m = -INFINITY;
+    for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+ACCEL__VEC_MATH float accel__row_exp(float *y, const float *x, int64_t n, float m) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) {
+        float e = accel__expf(x[j] - m);
+        y[j] = e;
+        s += e;
+    }
+    return s;
+}
+
+ACCEL__VEC_MATH float accel__row_sum_exp(const float *x, int64_t n, float m) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += accel__expf(x[j] - m);
+    return s;
 }

@@ -3,6 +3,7 @@
 #ifndef ACCEL_OPS_NN_INTERNAL_H
 #define ACCEL_OPS_NN_INTERNAL_H
 
+#include "backends/cpu/vec_math.h"
 #include "op_internal.h"
 
 /* Where a backward writes the f32 gradient of an input t:
@@ -34,5 +35,14 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt);
 
 /* Product of shape[from..to). */
 int64_t accel__prod(const int64_t *shape, int from, int to);
+
+/* ---- vectorised row math (softmax, attention, cross-entropy) */
+
+/* max of x[0..n) (-inf when n == 0; NaNs are not propagated). */
+float accel__row_max(const float *x, int64_t n);
+/* y[j] = exp(x[j] - m) for j < n (y may be x); returns the sum. */
+float accel__row_exp(float *y, const float *x, int64_t n, float m);
+/* sum of exp(x[j] - m), j < n. */
+float accel__row_sum_exp(const float *x, int64_t n, float m);
 
 #endif

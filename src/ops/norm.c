@@ -1,6 +1,7 @@
 /* accel_rms_norm (transformers' LlamaRMSNorm) and accel_layer_norm (torch),
  * over the last dim, computed in f32. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "nn_internal.h"
@@ -43,6 +44,14 @@ typedef struct norm_saved {
 
 /* ------------------------------------------------------------------ rms_norm */
 
+/* sum of a[j] * b[j] (vectorised: 8 partial sums). */
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t j = 0; j < n; j++) acc += a[j] * b[j];
+    return acc;
+}
+
 /* y[r] = w * round(x[r] * rstd[r]); rstd[r] = 1/sqrt(mean(x^2) + eps). */
 static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64_t R, int64_t D,
                     float eps, accel_dtype xdt, bool ref) {
@@ -56,14 +65,55 @@ static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64
             for (int64_t j = 0; j < D; j++) acc += (double)xr[j] * xr[j];
             s = (float)(1.0 / sqrt(acc / (double)D + eps));
         } else {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < D; j++) acc += xr[j] * xr[j];
-            s = 1.0f / sqrtf(acc / (float)D + eps);
+            s = 1.0f / sqrtf(dot_f32(xr, xr, D) / (float)D + eps);
         }
         rstd[r] = s;
+        if (xdt == ACCEL_F32 && w) { /* the common case, vectorised */
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) yr[j] = w[j] * (xr[j] * s);
+            continue;
+        }
         for (int64_t j = 0; j < D; j++) {
             float v = round_to(xr[j] * s, xdt);
             yr[j] = w ? w[j] * v : v;
+        }
+    }
+}
+
+/* dx[r] (+)= s (gw - x s mean(gw x s)) with gw = g * w, for rows [r0, r1). */
+static void rms_dx_rows(const float *x, const float *g, const float *w, const float *rstd, float *dx,
+                        float beta, int64_t r0, int64_t r1, int64_t D, float *tmp) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float *d = dx + r * D, s = rstd[r];
+        const float *gw = gr;
+        if (w) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) tmp[j] = gr[j] * w[j];
+            gw = tmp;
+        }
+        float c = s * s * dot_f32(gw, xr, D) / (float)D;
+        if (beta == 0.0f) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) d[j] = s * gw[j] - xr[j] * (s * c);
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) d[j] += s * gw[j] - xr[j] * (s * c);
+        }
+    }
+}
+
+/* gw[j] += sum over rows of g * round(x * rstd), for columns [c0, c1). */
+static void rms_dw_cols(const float *x, const float *g, const float *rstd, float *gw, int64_t R, int64_t D,
+                        int64_t c0, int64_t c1, accel_dtype xdt) {
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float s = rstd[r];
+        if (xdt == ACCEL_F32) {
+#pragma omp simd
+            for (int64_t j = c0; j < c1; j++) gw[j] += gr[j] * (xr[j] * s);
+        } else {
+            for (int64_t j = c0; j < c1; j++) gw[j] += gr[j] * round_to(xr[j] * s, xdt);
         }
     }
 }
@@ -79,28 +129,18 @@ static accel_status rms_backward(accel_node *node, accel_tensor *grad_out) {
     accel__gbuf gx, gw;
     if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin_zeroed(&gw, node->inputs[1]))
         return accel_last_status();
-    if (gx.p) {
-        float *dx = gx.p;
-        float beta = gx.beta;
-#pragma omp parallel for if (R * D > 16384) schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            const float *xr = x + r * D, *gr = g + r * D;
-            float s = rstd[r], dot = 0.0f;
-            for (int64_t j = 0; j < D; j++) dot += gr[j] * (w ? w[j] : 1.0f) * xr[j] * s;
-            dot /= (float)D;
-            float *d = dx + r * D;
-            for (int64_t j = 0; j < D; j++) {
-                float v = s * (gr[j] * (w ? w[j] : 1.0f) - xr[j] * s * dot);
-                d[j] = beta == 0.0f ? v : d[j] + v;
-            }
-        }
-    }
-    if (gw.p) {
-        for (int64_t r = 0; r < R; r++) {
-            const float *xr = x + r * D, *gr = g + r * D;
-            float s = rstd[r];
-            for (int64_t j = 0; j < D; j++) gw.p[j] += gr[j] * round_to(xr[j] * s, sv->x_dt);
-        }
+    int nt = R * D > 16384 ? accel_num_threads() : 1;
+    float *tmp = gx.p && w ? accel_arena_alloc(accel_step_arena(), (size_t)(nt * D) * sizeof(float), 64) : NULL;
+    if (gx.p && w && !tmp) return accel_last_status();
+    /* Threads take row blocks for dx and column blocks for the weight grad. */
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16;
+        if (gx.p)
+            rms_dx_rows(x, g, w, rstd, gx.p, gx.beta, R * t / n, R * (t + 1) / n, D, tmp ? tmp + t * D : NULL);
+        int64_t c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
+        if (gw.p && c0 < c1) rms_dw_cols(x, g, rstd, gw.p, R, D, c0, c1, sv->x_dt);
     }
     accel_status st = accel__gbuf_end(&gx);
     return st == ACCEL_OK ? accel__gbuf_end(&gw) : st;

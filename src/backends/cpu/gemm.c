@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
 #include <string.h>
 
 #include "accel/ops.h"
@@ -55,6 +56,23 @@ void accel__sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     }
 }
 
+/* OpenBLAS (Debian's pthread build) keeps its own thread pool, which fights
+ * the OpenMP pool of the other ops for the cores: each spins (sched_yield,
+ * GOMP spin-wait) while the other works. So BLAS runs single-threaded on the
+ * calling thread, and large GEMMs are split into independent row (or
+ * column) blocks that the OpenMP threads compute, one sgemm each: one thread
+ * pool in the process, and each block runs at the 1-thread sgemm speed. */
+void accel__blas_single_thread(void) {
+    if (!omp_in_parallel() && openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+static void blas_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                       int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
 void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc) {
@@ -63,8 +81,34 @@ void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
         accel__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    if (omp_in_parallel()) { /* a caller's thread: BLAS is already single-threaded */
+        blas_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    accel__blas_single_thread();
+    int nt = accel_num_threads();
+    /* Blocks of at least 64 rows/columns and ~4 per thread (dynamic, so a
+     * core slowed by another process does not hold the others up); below
+     * ~1 MFLOP a parallel region costs more than it saves. */
+    bool by_rows = M >= N;
+    int64_t len = by_rows ? M : N;
+    int64_t nb = len / 64 < 4 * nt ? len / 64 : 4 * nt;
+    if (nt <= 1 || nb < 2 || (double)M * (double)N * (double)K < 5e5) {
+        blas_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int64_t blk = ((len + nb - 1) / nb + 15) / 16 * 16;
+    nb = (len + blk - 1) / blk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * blk, n = len - lo < blk ? len - lo : blk;
+        if (by_rows) /* rows [lo, lo+n) of op(A) and C */
+            blas_sgemm(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
+                       C + lo * ldc, ldc);
+        else /* columns [lo, lo+n) of op(B) and C */
+            blas_sgemm(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+                       C + lo, ldc);
+    }
 }
 
 /* A [rows, cols] panel with leading dim ld of dtype dt as contiguous f32 (ld = cols). */

@@ -5,7 +5,11 @@
  * [N, K] when trans_b). With beta == 0, C is overwritten (NaNs in it ignored).
  *
  * The f32 path calls OpenBLAS cblas_sgemm on the buffers as they are (a
- * transposed operand is never copied). Under accel_reference_kernels() a plain
+ * transposed operand is never copied). BLAS runs single-threaded; a large
+ * GEMM is split into row or column blocks computed by the OpenMP threads
+ * (one thread pool: OpenBLAS's pthread pool and the OpenMP pool of the other
+ * ops otherwise spin against each other on the cores). Called inside an
+ * OpenMP parallel region, it computes on the calling thread alone. Under accel_reference_kernels() a plain
  * triple loop (double accumulation) runs instead; tests compare the two.
  */
 #ifndef ACCEL_BACKENDS_CPU_GEMM_H
@@ -21,6 +25,13 @@
 void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc);
+
+/* Makes OpenBLAS run on the calling thread (openblas_set_num_threads(1)),
+ * once, outside parallel regions. accel__sgemm does it itself; an op that
+ * calls accel__sgemm from inside its own OpenMP region calls it before the
+ * region. (A program that also calls BLAS directly and wants it threaded
+ * must set the BLAS thread count again before its own calls.) */
+void accel__blas_single_thread(void);
 
 /* The plain reference loop (always; no dispatch). */
 void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

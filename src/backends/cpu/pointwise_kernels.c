@@ -1,6 +1,7 @@
 /* Pointwise kernels: binary ops with broadcasting, unary ops and their
  * derivatives (fast f32 paths and element-by-element references). */
 #include "cpu_kernels.h"
+#include "vec_math.h"
 
 /* Inner loop of a binary op over one row, specialised on the common stride
  * patterns so the compiler vectorises them. */
@@ -132,6 +133,21 @@ void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tenso
 
 /* ---- unary */
 
+/* SiLU (the Llama MLP's activation) with the vectorised exp: libm's scalar
+ * expf made it ~5% of a training step. Same formulas as accel__unary_f/_df. */
+ACCEL__VEC_MATH static void silu_f32(const float *x, float *y, int64_t n) {
+#pragma omp parallel for simd if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * (1.0f / (1.0f + accel__expf(-x[i])));
+}
+
+ACCEL__VEC_MATH static void silu_grad_f32(const float *g, const float *x, float *dx, int64_t n) {
+#pragma omp parallel for simd if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + accel__expf(-x[i]));
+        dx[i] = g[i] * (s * (1.0f + x[i] * (1.0f - s)));
+    }
+}
+
 #define UN_CASE(OP)                                                   \
     case OP:                                                          \
         _Pragma("omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)") \
@@ -144,7 +160,8 @@ void accel__cpu_unary_f32(accel__unop op, double p, const float *x, float *y, in
         UN_CASE(ACCEL_U_ADD_SCALAR); UN_CASE(ACCEL_U_MUL_SCALAR); UN_CASE(ACCEL_U_POW);
         UN_CASE(ACCEL_U_NEG); UN_CASE(ACCEL_U_EXP); UN_CASE(ACCEL_U_LOG); UN_CASE(ACCEL_U_SQRT);
         UN_CASE(ACCEL_U_RSQRT); UN_CASE(ACCEL_U_TANH); UN_CASE(ACCEL_U_SIGMOID);
-        UN_CASE(ACCEL_U_RELU); UN_CASE(ACCEL_U_SILU); UN_CASE(ACCEL_U_GELU);
+        UN_CASE(ACCEL_U_RELU); UN_CASE(ACCEL_U_GELU);
+    case ACCEL_U_SILU: silu_f32(x, y, n); break;
         UN_CASE(ACCEL_U_GELU_TANH);
     }
 }
@@ -162,7 +179,8 @@ void accel__cpu_unary_grad_f32(accel__unop op, double p, const float *g, const f
         UNG_CASE(ACCEL_U_ADD_SCALAR); UNG_CASE(ACCEL_U_MUL_SCALAR); UNG_CASE(ACCEL_U_POW);
         UNG_CASE(ACCEL_U_NEG); UNG_CASE(ACCEL_U_EXP); UNG_CASE(ACCEL_U_LOG); UNG_CASE(ACCEL_U_SQRT);
         UNG_CASE(ACCEL_U_RSQRT); UNG_CASE(ACCEL_U_TANH); UNG_CASE(ACCEL_U_SIGMOID);
-        UNG_CASE(ACCEL_U_RELU); UNG_CASE(ACCEL_U_SILU); UNG_CASE(ACCEL_U_GELU);
+        UNG_CASE(ACCEL_U_RELU); UNG_CASE(ACCEL_U_GELU);
+    case ACCEL_U_SILU: silu_grad_f32(g, x, dx, n); break;
         UNG_CASE(ACCEL_U_GELU_TANH);
     }
 }

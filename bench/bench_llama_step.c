@@ -1,0 +1,223 @@
+/* bench_llama_step: one Llama training step (forward accel_llama_loss,
+ * accel_backward, AdamW step, zero_grad, accel_step_reset) timed over N steps
+ * after warm-up, with model-FLOPs utilisation against the sgemm peak measured
+ * in the same process (cblas_sgemm 2048x1536x512, the qkv/up-proj shape).
+ *
+ *     bench_llama_step [--steps N] [--warmup W] [--batch B] [--seq T]
+ *                      [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]
+ *                      [--threads P] [--profile]
+ *
+ * Prints one line per timed step and a summary line
+ *     impl=accel threads=P tokens_per_s=... step_ms_median=... sgemm_gflops=...
+ *     sgemm_best_gflops=... mfu=...
+ * that bench/llama_step.sh parses (MFU is against the best of the 15 sgemm
+ * calls, the one least disturbed by other processes on a shared machine). --profile adds the median split of a step
+ * into forward / backward / optimizer / reset.
+ *
+ * FLOPs per step ("model FLOPs", as PaLM counts them): 6 * N_matmul_params *
+ * tokens (forward 2, backward 4; the embedding lookup is not a matmul and is
+ * not counted; lm_head is) plus attention 12 * L * B * T^2 * C (QK^T and PV,
+ * 2 * B * T^2 * C each, forward and backward = 3x; the full T^2 although
+ * the causal mask makes half of it unnecessary). */
+#include <cblas.h>
+#include <sys/resource.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return 0.0;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+/* GFLOP/s of cblas_sgemm NN on [M,K] x [K,N] over 15 calls after 2 warm-ups:
+ * the median, and the best call in *best (the peak: on a shared machine the
+ * median is pulled down by other processes). */
+static double sgemm_peak(int M, int N, int K, double *best) {
+    *best = 0.0;
+    float *a = accel_malloc((size_t)M * K * sizeof(float));
+    float *b = accel_malloc((size_t)K * N * sizeof(float));
+    float *c = accel_malloc((size_t)M * N * sizeof(float));
+    if (!a || !b || !c) {
+        accel_free(a);
+        accel_free(b);
+        accel_free(c);
+        return 0.0;
+    }
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 13) * 0.01f;
+    for (size_t i = 0; i < (size_t)K * N; i++) b[i] = (float)(i % 7) * 0.01f;
+    memset(c, 0, (size_t)M * N * sizeof(float));
+    enum { REPS = 15 };
+    double t[REPS];
+    for (int r = -2; r < REPS; r++) {
+        double t0 = accel_now_seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+        if (r >= 0) t[r] = accel_now_seconds() - t0;
+    }
+    accel_free(a);
+    accel_free(b);
+    accel_free(c);
+    double tmin = t[0];
+    for (int r = 1; r < REPS; r++) tmin = t[r] < tmin ? t[r] : tmin;
+    *best = 2.0 * M * N * K / tmin / 1e9;
+    return 2.0 * M * N * K / median(t, REPS) / 1e9;
+}
+
+/* Process CPU seconds (all threads) and minor page faults so far. */
+static double cpu_seconds(long *minflt) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *minflt = ru.ru_minflt;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+static void fail(const char *what) {
+    fprintf(stderr, "bench_llama_step: %s: %s\n", what, accel_last_error());
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    int steps = 5, warmup = 1, threads = 2;
+    int64_t B = 8, T = 256, C = 512, L = 8, H = 8, F = 1536, V = 8192;
+    bool profile = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--profile")) {
+            profile = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "bench_llama_step: %s needs a value (or unknown flag)\n", a);
+            return 2;
+        }
+        long long x = atoll(v);
+        i++;
+        if (!strcmp(a, "--steps")) steps = (int)x;
+        else if (!strcmp(a, "--warmup")) warmup = (int)x;
+        else if (!strcmp(a, "--threads")) threads = (int)x;
+        else if (!strcmp(a, "--batch")) B = x;
+        else if (!strcmp(a, "--seq")) T = x;
+        else if (!strcmp(a, "--hidden")) C = x;
+        else if (!strcmp(a, "--layers")) L = x;
+        else if (!strcmp(a, "--heads")) H = x;
+        else if (!strcmp(a, "--ffn")) F = x;
+        else if (!strcmp(a, "--vocab")) V = x;
+        else {
+            fprintf(stderr, "bench_llama_step: unknown flag %s\n", a);
+            return 2;
+        }
+    }
+    if (steps < 1 || warmup < 0 || threads < 1 || B < 1 || T < 2 || H < 1 || C % H) {
+        fprintf(stderr, "bench_llama_step: bad sizes\n");
+        return 2;
+    }
+    accel_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    double peak_best, peak = sgemm_peak(2048, 1536, 512, &peak_best);
+
+    accel_manual_seed(0);
+    accel_llama_config cfg = accel_llama_config_default();
+    cfg.vocab_size = V;
+    cfg.hidden_size = C;
+    cfg.intermediate_size = F;
+    cfg.num_hidden_layers = L;
+    cfg.num_attention_heads = H;
+    cfg.num_key_value_heads = H;
+    cfg.max_position_embeddings = T;
+    accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    if (!model) fail("accel_llama_new");
+    accel_tensor **params = NULL;
+    int np = accel_module_parameters(model, &params);
+    if (np <= 0) fail("accel_module_parameters");
+    accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, params, &hp);
+    if (!opt) fail("accel_optimizer_new_params");
+
+    /* Random ids from a fixed seed (an LCG, independent of the library RNG). */
+    int64_t ishape[2] = {B, T};
+    accel_tensor *ids = accel_tensor_new(ACCEL_I64, 2, ishape, ACCEL_CPU_DEVICE);
+    if (!ids) fail("ids");
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < B * T; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        ((int64_t *)ids->data)[i] = (int64_t)((s >> 33) % (uint64_t)V);
+    }
+
+    /* Model FLOPs. Matmul parameters: all but the embedding and the norms. */
+    int64_t n_params = 0;
+    for (int i = 0; i < np; i++) n_params += accel_numel(params[i]);
+    int64_t n_mm = L * (4 * C * C + 3 * C * F) + C * V;
+    double tokens = (double)(B * T);
+    double flops = 6.0 * (double)n_mm * tokens + 6.0 * 2.0 * (double)L * (double)B * (double)T * (double)T * (double)C;
+
+    int total = warmup + steps;
+    double *t_step = calloc((size_t)total, sizeof(double));
+    double *t_fwd = calloc((size_t)total, sizeof(double)), *t_bwd = calloc((size_t)total, sizeof(double));
+    double *t_opt = calloc((size_t)total, sizeof(double)), *t_rst = calloc((size_t)total, sizeof(double));
+    double *t_cpu = calloc((size_t)total, sizeof(double));
+    if (!t_step || !t_fwd || !t_bwd || !t_opt || !t_rst || !t_cpu) fail("calloc");
+    long flt0, flt1;
+    float loss_v = 0.0f;
+    for (int it = 0; it < total; it++) {
+        double c0 = cpu_seconds(&flt0), t0 = accel_now_seconds();
+        accel_tensor *loss = accel_llama_loss(model, ids);
+        if (!loss) fail("accel_llama_loss");
+        double t1 = accel_now_seconds();
+        if (accel_backward(loss) != ACCEL_OK) fail("accel_backward");
+        double t2 = accel_now_seconds();
+        loss_v = *(float *)loss->data;
+        if (accel_optimizer_step(opt) != ACCEL_OK) fail("accel_optimizer_step");
+        accel_optimizer_zero_grad(opt);
+        double t3 = accel_now_seconds();
+        accel_step_reset();
+        double t4 = accel_now_seconds();
+        t_cpu[it] = cpu_seconds(&flt1) - c0;
+        t_step[it] = t4 - t0;
+        t_fwd[it] = t1 - t0;
+        t_bwd[it] = t2 - t1;
+        t_opt[it] = t3 - t2;
+        t_rst[it] = t4 - t3;
+        printf("step %d%s: %.1f ms (fwd %.1f bwd %.1f opt %.1f reset %.1f) cpu %.1f ms, %ld page faults, "
+               "loss %.4f\n", it, it < warmup ? " (warm-up)" : "", t_step[it] * 1e3, t_fwd[it] * 1e3,
+               t_bwd[it] * 1e3, t_opt[it] * 1e3, t_rst[it] * 1e3, t_cpu[it] * 1e3, flt1 - flt0, loss_v);
+        fflush(stdout);
+    }
+    double med = median(t_step + warmup, steps), tmin = t_step[warmup];
+    for (int i = warmup; i < total; i++) tmin = t_step[i] < tmin ? t_step[i] : tmin;
+    double gflops = flops / med / 1e9;
+    if (profile)
+        printf("split_ms_median fwd=%.1f bwd=%.1f opt=%.1f reset=%.1f\n", median(t_fwd + warmup, steps) * 1e3,
+               median(t_bwd + warmup, steps) * 1e3, median(t_opt + warmup, steps) * 1e3,
+               median(t_rst + warmup, steps) * 1e3);
+    printf("model params=%lld matmul_params=%lld gflop_per_step=%.1f\n", (long long)n_params,
+           (long long)n_mm, flops / 1e9);
+    printf("impl=accel threads=%d tokens_per_s=%.1f step_ms_median=%.1f step_ms_min=%.1f "
+           "cpu_ms_median=%.1f achieved_gflops=%.1f sgemm_gflops=%.1f sgemm_best_gflops=%.1f mfu=%.3f "
+           "loss=%.4f\n",
+           threads, tokens / med, med * 1e3, tmin * 1e3, median(t_cpu + warmup, steps) * 1e3, gflops, peak,
+           peak_best, gflops / peak_best, loss_v);
+    free(t_step);
+    free(t_fwd);
+    free(t_bwd);
+    free(t_opt);
+    free(t_rst);
+    free(t_cpu);
+    accel_optimizer_free(opt);
+    accel_free(params);
+    accel_tensor_free(ids);
+    accel_module_free(model);
+    return 0;
+}

@@ -1,0 +1,82 @@
+"""PyTorch eager peer for bench_llama_step: the same Llama training step
+(forward, backward, AdamW) on the same config and thread count.
+
+Prints one line per measured step and a final summary line:
+    peer=pytorch tokens_per_s=... step_ms_median=...
+Usage: python3 bench/llama_step_peer.py --threads 2 --steps 5 [--batch 8 --seq 256]
+With --ddp it runs under `accel launch`/torchrun env as PyTorch + Accelerate (gloo).
+"""
+import argparse
+import os
+import statistics
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--ffn", type=int, default=1536)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--accelerate", action="store_true",
+                    help="wrap with accelerate.Accelerator (gloo DDP under a launcher)")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                      intermediate_size=args.ffn, num_hidden_layers=args.layers,
+                      num_attention_heads=args.heads, num_key_value_heads=args.heads,
+                      max_position_embeddings=args.seq, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    accelerator = None
+    if args.accelerate:
+        from accelerate import Accelerator
+        accelerator = Accelerator(cpu=True)
+        model, opt = accelerator.prepare(model, opt)
+        if accelerator.is_main_process:
+            # Proof of the mode actually run (MULTI_CPU + gloo under 2 processes, DDP-wrapped model).
+            print(f"accelerate state: {str(accelerator.state).strip()}".replace("\n", " | "), flush=True)
+            print(f"accelerate model: {type(model).__name__} "
+                  f"torch_threads={torch.get_num_threads()} "
+                  f"backend={accelerator.state.backend}", flush=True)
+    # Each rank its own batch (data parallel), the same for a given rank on every run.
+    gen = torch.Generator().manual_seed(1234 + int(os.environ.get("RANK", "0")))
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
+    times, cpus = [], []  # wall and process CPU (all threads) seconds per step
+    for step in range(args.warmup + args.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = model(input_ids=ids, labels=ids)
+        if accelerator is not None:
+            accelerator.backward(out.loss)
+        else:
+            out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        if step >= args.warmup:
+            times.append(dt)
+            cpus.append(dc)
+    med = statistics.median(times)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        tok = args.batch * args.seq * world / med
+        print(f"peer=pytorch{'+accelerate' if args.accelerate else ''} world={world} "
+              f"threads={args.threads} tokens_per_s={tok:.1f} step_ms_median={med * 1e3:.1f} "
+              f"cpu_ms_median={statistics.median(cpus) * 1e3:.1f} "
+              f"loss={out.loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+/* The multi-threaded, vectorised paths of the training step's kernels on
+ * sizes that take them, against plain double-precision loops written here:
+ * RMSNorm backward (row blocks for dx, column blocks for the weight grad),
+ * cross-entropy with the vectorised exp, SiLU, and the strided copy of
+ * transposed views (row runs of memcpy). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "gradcheck.h"
+#include "ops_fixture.h"
+
+static void test_rms_norm_backward(void) {
+    enum { R = 96, D = 320 }; /* R*D > the OpenMP threshold; D not a multiple of the blocks */
+    accel_tensor *x = gc_randn(1, ACCEL_SHAPE(R, D)), *w = gc_randn(2, ACCEL_SHAPE(D));
+    accel_tensor *u = gc_randn(3, ACCEL_SHAPE(R, D));
+    accel_requires_grad_(u, false);
+    const double eps = 1e-6;
+    accel_tensor *y = accel_rms_norm(x, w, eps);
+    CHECK(y && accel_backward(accel_sum_all(accel_mul(y, u))) == ACCEL_OK);
+    const float *xp = x->data, *wp = w->data, *up = u->data;
+    double *dw = calloc(D, sizeof *dw);
+    double max_dx = 0.0, max_y = 0.0;
+    for (int r = 0; r < R; r++) {
+        double ss = 0.0, dot = 0.0;
+        for (int j = 0; j < D; j++) ss += (double)xp[r * D + j] * xp[r * D + j];
+        double s = 1.0 / sqrt(ss / D + eps);
+        for (int j = 0; j < D; j++) dot += (double)up[r * D + j] * wp[j] * xp[r * D + j];
+        for (int j = 0; j < D; j++) {
+            double yv = wp[j] * xp[r * D + j] * s;
+            double dx = s * up[r * D + j] * wp[j] - xp[r * D + j] * s * s * s * dot / D;
+            dw[j] += up[r * D + j] * xp[r * D + j] * s;
+            max_y = fmax(max_y, fabs(accel_get(y, (int64_t[]){r, j}) - yv) / (1e-5 + fabs(yv)));
+            max_dx = fmax(max_dx, fabs(accel_get(x->grad, (int64_t[]){r, j}) - dx) / (1e-4 + fabs(dx)));
+        }
+    }
+    double max_dw = 0.0;
+    for (int j = 0; j < D; j++)
+        max_dw = fmax(max_dw, fabs(accel_get(w->grad, (int64_t[]){j}) - dw[j]) / (1e-4 + fabs(dw[j])));
+    CHECK_MSG(max_y < 1e-4, "y rel err %g", max_y);
+    CHECK_MSG(max_dx < 1e-3, "dx rel err %g", max_dx);
+    CHECK_MSG(max_dw < 1e-3, "dw rel err %g", max_dw);
+    free(dw);
+    accel_tensor_free(x);
+    accel_tensor_free(w);
+    accel_tensor_free(u);
+    accel_step_reset();
+}
+
+static void test_cross_entropy_large(void) {
+    enum { N = 40, C = 1000 };
+    accel_tensor *x = gc_randn(4, ACCEL_SHAPE(N, C));
+    int64_t t[N];
+    for (int i = 0; i < N; i++) t[i] = i % 7 == 3 ? -100 : (i * 37) % C;
+    accel_tensor *tt = accel_from_data(ACCEL_I64, ACCEL_SHAPE(N), t);
+    accel_tensor *loss = accel_cross_entropy(x, tt, -100);
+    CHECK(loss && accel_backward(loss) == ACCEL_OK);
+    const float *xp = x->data;
+    double total = 0.0, max_g = 0.0;
+    int count = 0;
+    for (int i = 0; i < N; i++) count += t[i] != -100;
+    for (int i = 0; i < N; i++) {
+        double m = -INFINITY, s = 0.0;
+        for (int j = 0; j < C; j++) m = fmax(m, xp[i * C + j]);
+        for (int j = 0; j < C; j++) s += exp(xp[i * C + j] - m);
+        double lse = m + log(s);
+        if (t[i] != -100) total += lse - xp[i * C + t[i]];
+        for (int j = 0; j < C; j++) {
+            double g = t[i] == -100 ? 0.0 : (exp(xp[i * C + j] - lse) - (j == t[i])) / count;
+            max_g = fmax(max_g, fabs(accel_get(x->grad, (int64_t[]){i, j}) - g));
+        }
+    }
+    CHECK_CLOSE(accel_item(loss), total / count, 1e-5, 1e-6);
+    CHECK_MSG(max_g < 1e-7, "grad abs err %g", max_g);
+    accel_tensor_free(x);
+    accel_tensor_free(tt);
+    accel_step_reset();
+}
+
+static void test_silu_large(void) {
+    enum { N = 50000 };
+    accel_tensor *x = gc_randn(5, ACCEL_SHAPE(N));
+    float *xp = x->data;
+    xp[0] = -100.0f; /* saturated ends */
+    xp[1] = 100.0f;
+    xp[2] = -90.0f;
+    accel_tensor *y = accel_silu(x);
+    CHECK(y && accel_backward(accel_sum_all(y)) == ACCEL_OK);
+    double max_y = 0.0, max_g = 0.0;
+    for (int i = 0; i < N; i++) {
+        double v = xp[i], s = 1.0 / (1.0 + exp(-v));
+        double yv = v * s, gv = s * (1.0 + v * (1.0 - s));
+        max_y = fmax(max_y, fabs(accel_get(y, (int64_t[]){i}) - yv) / (1e-30 + fabs(yv)));
+        /* silu' crosses 0 near x = -1.28: an absolute floor of a few float ulps */
+        max_g = fmax(max_g, fabs(accel_get(x->grad, (int64_t[]){i}) - gv) / (2e-6 / 1e-5 + fabs(gv)));
+    }
+    CHECK_MSG(max_y < 1e-5, "silu rel err %g", max_y);
+    CHECK_MSG(max_g < 1e-5, "silu grad err %g (rtol 1e-5, atol 2e-6)", max_g);
+    accel_tensor_free(x);
+    accel_step_reset();
+}
+
+static void test_strided_copy(void) {
+    /* [B, T, H, D] -> transpose(1, 2) -> contiguous: rows of D are memcpy runs;
+     * transposing the last two dims makes element strides on both sides. */
+    accel_tensor *a = gc_randn(6, ACCEL_SHAPE(3, 40, 5, 16));
+    accel_requires_grad_(a, false);
+    accel_tensor *views[2] = {accel_transpose(a, 1, 2), accel_transpose(a, 2, 3)};
+    for (int k = 0; k < 2; k++) {
+        accel_tensor *v = views[k];
+        accel_tensor *c = accel_empty(ACCEL_F32, v->ndim, v->shape);
+        accel_tensor *h = accel_empty(ACCEL_BF16, v->ndim, v->shape);
+        CHECK(c && h && accel_copy_(c, v) == ACCEL_OK && accel_copy_(h, v) == ACCEL_OK);
+        int bad = 0, bad_h = 0;
+        int64_t i[4];
+        for (i[0] = 0; i[0] < v->shape[0]; i[0]++)
+            for (i[1] = 0; i[1] < v->shape[1]; i[1]++)
+                for (i[2] = 0; i[2] < v->shape[2]; i[2]++)
+                    for (i[3] = 0; i[3] < v->shape[3]; i[3]++) {
+                        double want = accel_get(v, i);
+                        bad += accel_get(c, i) != want;
+                        bad_h += fabs(accel_get(h, i) - want) > 1e-2 * (1.0 + fabs(want));
+                    }
+        CHECK_MSG(bad == 0 && bad_h == 0, "view %d: %d f32 / %d bf16 mismatches", k, bad, bad_h);
+    }
+    accel_tensor_free(a);
+    accel_step_reset();
+}
+
+int main(void) {
+    RUN(test_rms_norm_backward);
+    RUN(test_cross_entropy_large);
+    RUN(test_silu_large);
+    RUN(test_strided_copy);
+    accel_thread_cleanup();
+    return check_summary();
+}
