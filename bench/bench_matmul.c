@@ -25,6 +25,9 @@ static const char *PIECE[] = {"forward Y = X W^T (NT)", "dX = dY W (NN)", "dW +=
 
 /* Seconds of one raw sgemm of the piece. */
 static double raw_once(piece p, int64_t R, int64_t NIN, int64_t NOUT, float *x, float *w, float *y) {
+    /* accel leaves OpenBLAS single-threaded (it runs GEMM blocks on its own
+     * OpenMP threads); the raw baseline gets OpenBLAS's own threads back. */
+    openblas_set_num_threads(accel_num_threads());
     double t0 = accel_now_seconds();
     if (p == FWD)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)NOUT, (int)NIN, 1.0f, x, (int)NIN, w, (int)NIN, 0.0f, y, (int)NOUT);

@@ -225,16 +225,17 @@ static void adam_update(accel__segment *s, const accel_optim_hparams *h, bool de
     const float step_size = (float)(h->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float w1 = (float)(1.0 - h->beta1), b2 = (float)h->beta2, w2 = (float)(1.0 - h->beta2);
     const float eps = (float)h->eps, wd = (float)h->weight_decay;
-    const float decay = (float)(1.0 - h->lr * h->weight_decay);
+    /* Branch-free so the loop vectorises: AdamW decays the parameter
+     * (p *= 1 - lr*wd), Adam adds wd*p to the gradient (L2). */
+    const float decay = decoupled ? (float)(1.0 - h->lr * h->weight_decay) : 1.0f;
+    const float l2 = decoupled ? 0.0f : wd;
     float *m = s->state[0], *v = s->state[1];
     const int64_t n = s->numel;
-#pragma omp parallel for if (n > 65536) schedule(static)
+#pragma omp parallel for simd if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i], pi = p[i];
-        if (decoupled)
-            pi *= decay;
-        else if (wd != 0.0f)
-            gi += wd * pi;
+        float pi = p[i];
+        float gi = g[i] + l2 * pi;
+        pi *= decay;
         m[i] += w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
         v[i] = v[i] * b2 + w2 * gi * gi;
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;

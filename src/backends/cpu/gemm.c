@@ -26,36 +26,6 @@ void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     }
 }
 
-void accel__sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc) {
-    for (int64_t i = 0; i < M; i++) {
-        float *c = C + i * ldc;
-        if (trans_b) { /* rows of op(B) are rows of B: dot products */
-            for (int64_t j = 0; j < N; j++) {
-                const float *b = B + j * ldb;
-                float s = 0.0f;
-                if (trans_a)
-                    for (int64_t k = 0; k < K; k++) s += A[k * lda + i] * b[k];
-                else
-                    for (int64_t k = 0; k < K; k++) s += A[i * lda + k] * b[k];
-                c[j] = alpha * s + (beta == 0.0f ? 0.0f : beta * c[j]);
-            }
-            continue;
-        }
-        if (beta == 0.0f)
-            for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
-        else if (beta != 1.0f)
-            for (int64_t j = 0; j < N; j++) c[j] *= beta;
-        for (int64_t k = 0; k < K; k++) { /* c += a_ik * B[k, :] */
-            float a = alpha * (trans_a ? A[k * lda + i] : A[i * lda + k]);
-            if (a == 0.0f) continue;
-            const float *b = B + k * ldb;
-            for (int64_t j = 0; j < N; j++) c[j] += a * b[j];
-        }
-    }
-}
-
 /* OpenBLAS (Debian's pthread build) keeps its own thread pool, which fights
  * the OpenMP pool of the other ops for the cores: each spins (sched_yield,
  * GOMP spin-wait) while the other works. So BLAS runs single-threaded on the

@@ -38,13 +38,6 @@ void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                       float *C, int64_t ldc);
 
-/* A single-threaded loop kernel (float accumulation, vectorisable) for small
- * matrices inside an OpenMP parallel region, where calling the threaded BLAS
- * would oversubscribe the cores. No dispatch: callers choose. */
-void accel__sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc);
-
 /* GEMM with operands of dtype f32, bf16 or f16 and an f32 result (f32
  * accumulation). Low-precision operands are converted to f32 panels in the
  * step arena, then accel__sgemm runs. Returns ACCEL_OK or an error (OOM, a
