@@ -131,6 +131,26 @@ static void test_null_generators(void) {
     accel_clear_error();
 }
 
+static void test_null_queries(void) {
+    char b[16];
+    CHECK(accel_numel(NULL) == 0 && accel_nbytes(NULL) == 0);
+    CHECK(!accel_is_contiguous(NULL) && !accel_same_shape(NULL, NULL));
+    CHECK(strcmp(accel_shape_str(NULL, b, sizeof b), "(null)") == 0);
+    CHECK(accel_arena_alloc(NULL, 8, 16) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(accel_arena_used(NULL) == 0 && accel_arena_capacity(NULL) == 0 && accel_arena_generation(NULL) == 0);
+    accel_tensor_rebind(NULL, NULL, false);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_rebind");
+    accel_clear_error();
+    accel_tensor *s = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2));
+    float other[2];
+    accel_tensor_rebind(s, other, true); /* a step tensor cannot be re-pointed */
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -140,5 +160,6 @@ int main(void) {
     RUN(test_rng);
     RUN(test_print);
     RUN(test_null_generators);
+    RUN(test_null_queries);
     return check_summary();
 }

@@ -89,6 +89,10 @@ void accel_arena_destroy(accel_arena *a) {
 }
 
 void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align) {
+    if (!a) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_arena_alloc: arena is NULL");
+        return NULL;
+    }
     if (align < 16) align = 16;
     chunk *c = a->head;
     size_t off = (c->used + align - 1) & ~(align - 1);
@@ -107,18 +111,20 @@ void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align) {
 }
 
 size_t accel_arena_used(const accel_arena *a) {
+    if (!a) return 0;
     size_t u = 0;
     for (chunk *c = a->head; c; c = c->next) u += c->used;
     return u;
 }
 
 size_t accel_arena_capacity(const accel_arena *a) {
+    if (!a) return 0;
     size_t u = 0;
     for (chunk *c = a->head; c; c = c->next) u += c->cap;
     return u;
 }
 
-uint32_t accel_arena_generation(const accel_arena *a) { return a->gen; }
+uint32_t accel_arena_generation(const accel_arena *a) { return a ? a->gen : 0; }
 
 void accel_arena_reset(accel_arena *a) {
     if (!a) return;

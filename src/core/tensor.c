@@ -7,12 +7,14 @@
 #include "core_internal.h"
 
 int64_t accel_numel(const accel_tensor *t) {
+    if (!t) return 0;
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
 
 size_t accel_nbytes(const accel_tensor *t) {
+    if (!t) return 0;
     return (size_t)accel_numel(t) * accel_dtype_size(t->dtype);
 }
 
@@ -25,6 +27,7 @@ void accel__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) 
 }
 
 bool accel_is_contiguous(const accel_tensor *t) {
+    if (!t) return false;
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s) return false;
@@ -34,7 +37,7 @@ bool accel_is_contiguous(const accel_tensor *t) {
 }
 
 bool accel_same_shape(const accel_tensor *a, const accel_tensor *b) {
-    if (a->ndim != b->ndim) return false;
+    if (!a || !b || a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;
     return true;
@@ -50,6 +53,10 @@ const char *accel_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t 
 }
 
 const char *accel_shape_str(const accel_tensor *t, char *buf, size_t n) {
+    if (!t) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
     return accel_shape_str_n(t->ndim, t->shape, buf, n);
 }
 
@@ -172,7 +179,12 @@ accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_devic
 }
 
 void accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
-    ACCEL_ASSERT(t && t->magic == ACCEL_TENSOR_MAGIC && accel_is_contiguous(t));
+    if (!accel_tensor_check(t, "accel_tensor_rebind", "t")) return;
+    if (!accel_is_contiguous(t) || (t->flags & ACCEL_TF_ARENA)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_tensor_rebind: only a contiguous persistent tensor can be re-pointed");
+        return;
+    }
     if (copy && t->data && data != t->data) memcpy(data, t->data, accel_nbytes(t));
     if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
