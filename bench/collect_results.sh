@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Rebuilds bench/RESULTS.md from the per-topic result files that each bench
+# script writes into bench/results/ (llama_step.sh, bench_matmul, ddp.sh,
+# dist_bench.sh, bench_bigmodel.sh).
+#     bash bench/collect_results.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+{
+  echo "# Benchmark results"
+  echo
+  echo "Every number here was produced by a script in bench/ on the project machine (2 vCPUs, AMD EPYC"
+  echo "Zen 3, shared; ../shared/reference/limits.md has its measured limits). Each section names the"
+  echo "script that regenerates it, the machine load during the run, and the peer run beside accel in"
+  echo "the same script. The machine is shared with other jobs: single runs jitter by 2x under load;"
+  echo "ratios from interleaved runs are the robust figures. Regenerate a section with its script, then"
+  echo "run \`bash bench/collect_results.sh\`."
+  echo
+  for f in llama_step matmul ddp dist bigmodel; do
+    [ -f "results/$f.md" ] || continue
+    echo
+    sed -e 's/^### /#### /' -e 's/^## /### /' -e 's/^# /## /' "results/$f.md"
+  done
+} > RESULTS.md
+echo "wrote bench/RESULTS.md"
