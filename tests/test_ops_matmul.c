@@ -57,6 +57,42 @@ static void test_gemm_fast_vs_reference(void) {
 }
 
 /* out computed by the fast path vs the reference path, and vs a naive loop. */
+/* Small M (1..4: one matrix-vector product per row of op(A)) against the
+ * reference: all transposes, odd sizes, padded leading dims, beta 0 over
+ * NaNs and beta != 0, and a product large enough to be split across the
+ * threads (N * K >= 4M multiply-adds). */
+static void test_gemm_small_m_vs_reference(void) {
+    const int64_t sizes[][2] = {{1, 1}, {37, 29}, {5, 131}, {4099, 1001}};
+    for (int s = 0; s < 4; s++) {
+        int64_t N = sizes[s][0], K = sizes[s][1];
+        bool big = N * K > 1000000;
+        for (int64_t M = 1; M <= 4; M++) {
+            if (big && M > 1) continue; /* keep the reference loop short */
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    for (int bz = 0; bz < 2; bz++) {
+                        int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+                        int64_t arows = ta ? K : M, brows = tb ? N : K;
+                        accel_tensor *A = randn(10 + (uint64_t)M, ACCEL_SHAPE(arows * lda));
+                        accel_tensor *B = randn(20 + (uint64_t)s, ACCEL_SHAPE(brows * ldb));
+                        accel_tensor *C1 = randn(30, ACCEL_SHAPE(M * ldc));
+                        accel_tensor *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * ldc));
+                        float beta = bz ? 0.0f : -0.75f;
+                        if (bz) /* beta == 0: whatever C holds is ignored, NaN included */
+                            for (int64_t i = 0; i < M; i++) ((float *)C1->data)[i * ldc + i % N] = NAN;
+                        accel_copy_(C2, C1);
+                        accel__sgemm(ta, tb, M, N, K, 1.5f, A->data, lda, B->data, ldb, beta, C1->data, ldc);
+                        accel__sgemm_ref(ta, tb, M, N, K, 1.5f, A->data, lda, B->data, ldb, beta, C2->data, ldc);
+                        /* padding columns of C (ldc > N) are not written: compared too */
+                        CHECK_MSG(max_diff(C1, C2) < 1e-3 * (1 + sqrt((double)K)),
+                                  "M=%lld N=%lld K=%lld ta=%d tb=%d beta=%g", (long long)M, (long long)N,
+                                  (long long)K, ta, tb, (double)beta);
+                        accel_step_reset();
+                    }
+        }
+    }
+}
+
 static void check_matmul_case(int and, const int64_t *as, int bnd, const int64_t *bs, int ond, const int64_t *os) {
     accel_tensor *a = randn(10 + and, and, as), *b = randn(20 + bnd, bnd, bs);
     accel_tensor *fast = accel_matmul(a, b);
@@ -242,6 +278,7 @@ static void test_errors_and_meta(void) {
 
 int main(void) {
     RUN(test_gemm_fast_vs_reference);
+    RUN(test_gemm_small_m_vs_reference);
     RUN(test_matmul_shapes);
     RUN(test_matmul_gradcheck);
     RUN(test_linear_gradcheck);

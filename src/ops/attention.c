@@ -16,6 +16,11 @@ typedef struct sdpa_dims {
     int64_t B, H, Hkv, Tq, Tk, D, Dv;
     float scale;
     bool causal;
+    /* Forward only: element strides of k and v over batch, kv head and key
+     * (the head dim is contiguous). A KV-cache view ([0, pos+T) of a
+     * [B, Hkv, max_len, D] buffer) is read in place when no grad is
+     * recorded; otherwise k and v are made contiguous first. */
+    int64_t ks[3], vs[3];
 } sdpa_dims;
 
 /* Queries per block. Under the causal mask the query block [i0, i0+QB) sees
@@ -55,8 +60,9 @@ static void masked_softmax(const sdpa_dims *d, int64_t i0, int64_t nq, int64_t k
  * written) and O [Tq, Dv]. */
 static void head_forward(const sdpa_dims *d, int64_t bh, const float *q, const float *k, const float *v,
                          float *p, float *o) {
-    int64_t b = bh / d->H, h = bh % d->H, kvh = b * d->Hkv + h / (d->H / d->Hkv);
-    const float *qh = q + bh * d->Tq * d->D, *kh = k + kvh * d->Tk * d->D, *vh = v + kvh * d->Tk * d->Dv;
+    int64_t b = bh / d->H, h = bh % d->H, hk = h / (d->H / d->Hkv);
+    const float *qh = q + bh * d->Tq * d->D, *kh = k + b * d->ks[0] + hk * d->ks[1],
+                *vh = v + b * d->vs[0] + hk * d->vs[1];
     float *ph = p + bh * d->Tq * d->Tk, *oh = o + bh * d->Tq * d->Dv;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
         int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
@@ -66,10 +72,10 @@ static void head_forward(const sdpa_dims *d, int64_t bh, const float *q, const f
             continue;
         }
         /* S = s Q K^T */
-        accel__sgemm(false, true, nq, kend, d->D, d->scale, qh + i0 * d->D, d->D, kh, d->D, 0.0f, pb, d->Tk);
+        accel__sgemm(false, true, nq, kend, d->D, d->scale, qh + i0 * d->D, d->D, kh, d->ks[2], 0.0f, pb, d->Tk);
         masked_softmax(d, i0, nq, kend, pb, d->Tk);
         /* O = P V */
-        accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, vh, d->Dv, 0.0f, ob, d->Dv);
+        accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, vh, d->vs[2], 0.0f, ob, d->Dv);
     }
 }
 
@@ -193,7 +199,8 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
         accel__shape_error2(OP, q, k, "do not fit (q [B, H, Tq, D], k and v [B, Hkv, Tk, D] expected)");
         return false;
     }
-    *d = (sdpa_dims){q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3], 0, false};
+    *d = (sdpa_dims){q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3],
+                     0, false, {0, 0, 0}, {0, 0, 0}};
     if (k->shape[0] != d->B || k->shape[3] != d->D) {
         accel__shape_error2(OP, q, k, "do not fit (batch and head dim of q and k must match)");
         return false;
@@ -207,6 +214,14 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
         return false;
     }
     return true;
+}
+
+/* An f32 k or v [B, Hkv, Tk, n] that the GEMMs can read in place: rows of n
+ * contiguous elements, a row stride of at least n (the BLAS leading dim). */
+static bool strided_ok(const accel_tensor *t, int64_t n) {
+    if (t->dtype != ACCEL_F32 || t->device.type != ACCEL_DEV_CPU) return false;
+    if (n > 1 && t->stride[3] != 1) return false;
+    return t->stride[2] >= (n > 1 ? n : 1) && t->stride[1] >= 0 && t->stride[0] >= 0;
 }
 
 accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
@@ -223,12 +238,28 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
     int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv};
     accel_tensor *out = accel__op_out((accel_dtype)dt, 4, oshape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    accel_tensor *qf = accel__mm_operand(q, (accel_dtype)dt), *kf = accel__mm_operand(k, (accel_dtype)dt),
-                 *vf = accel__mm_operand(v, (accel_dtype)dt);
+    /* Decode reads the KV cache in place (no copy of the whole cache per
+     * token) when nothing is recorded for the backward. */
+    bool in_place = dt == ACCEL_F32 && !accel_reference_kernels() && !accel_needs_grad(3, in) &&
+                    strided_ok(k, dims.D) && strided_ok(v, dims.Dv);
+    accel_tensor *qf = accel__mm_operand(q, (accel_dtype)dt),
+                 *kf = in_place ? k : accel__mm_operand(k, (accel_dtype)dt),
+                 *vf = in_place ? v : accel__mm_operand(v, (accel_dtype)dt);
     if (!qf || !kf || !vf) return NULL;
     qf = accel__f32_contig(qf);
-    kf = accel__f32_contig(kf);
-    vf = accel__f32_contig(vf);
+    if (!in_place) {
+        kf = accel__f32_contig(kf);
+        vf = accel__f32_contig(vf);
+    }
+    if (!qf || !kf || !vf) return NULL;
+    /* Dense strides unless in place (a contiguous tensor's strides of size-1
+     * dims may be anything; the dense ones are what the backward uses). */
+    const int64_t kd[3] = {dims.Hkv * dims.Tk * dims.D, dims.Tk * dims.D, dims.D},
+                  vd[3] = {dims.Hkv * dims.Tk * dims.Dv, dims.Tk * dims.Dv, dims.Dv};
+    for (int i = 0; i < 3; i++) {
+        dims.ks[i] = in_place ? kf->stride[i] : kd[i];
+        dims.vs[i] = in_place ? vf->stride[i] : vd[i];
+    }
     accel_tensor *p = accel_empty(ACCEL_F32, ACCEL_SHAPE(dims.B, dims.H, dims.Tq, dims.Tk));
     accel_tensor *o = (accel_dtype)dt == ACCEL_F32 ? out : accel_empty(ACCEL_F32, 4, oshape);
     sdpa_dims *dc = accel_arena_alloc(accel_step_arena(), sizeof *dc, 64);

@@ -43,12 +43,62 @@ static void blas_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
+/* Columns [lo, lo+n) of C rows [0, M) for small M, one sgemv per row of
+ * op(A): sgemm would pack all of B for a handful of rows, which costs more
+ * than the product itself (decode: one token, M = 1, against the weights). */
+static void small_m_block(bool trans_a, bool trans_b, int64_t M, int64_t lo, int64_t n, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc) {
+    for (int64_t i = 0; i < M; i++) {
+        const float *x = trans_a ? A + i : A + i * lda; /* row i of op(A) */
+        int incx = trans_a ? (int)lda : 1;
+        float *y = C + i * ldc + lo;
+        if (beta == 0.0f) memset(y, 0, (size_t)n * sizeof(float)); /* NaNs in C are ignored */
+        if (trans_b) /* B [N, K]: y = alpha B[lo:lo+n] x + beta y */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)K, alpha, B + lo * ldb, (int)ldb, x, incx,
+                        beta, y, 1);
+        else /* B [K, N]: y = alpha B[:, lo:lo+n]^T x + beta y */
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)n, alpha, B + lo, (int)ldb, x, incx, beta, y,
+                        1);
+    }
+}
+
+/* Rows of op(A) up to which accel__sgemm computes one matrix-vector product
+ * per row. */
+enum { SMALL_M = 4 };
+
 void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || accel_reference_kernels()) {
         accel__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (M <= SMALL_M) {
+        if (omp_in_parallel()) {
+            small_m_block(trans_a, trans_b, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        accel__blas_single_thread();
+        int nt = accel_num_threads();
+        /* Column blocks of B (rows of the weight for a linear), at least 64
+         * wide, ~2 per thread. A matrix-vector product is memory bound: on
+         * the 2-core box one thread streams a 512x1024 weight as fast as two
+         * (~11 GB/s, either way) and skips the wake-up of the other, so
+         * only products of 4M+ multiply-adds (an lm_head) are split. */
+        int64_t nb = N / 64 < 2 * nt ? N / 64 : 2 * nt;
+        if (nt <= 1 || nb < 2 || (double)M * (double)N * (double)K < 4e6) {
+            small_m_block(trans_a, trans_b, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        int64_t blk = ((N + nb - 1) / nb + 15) / 16 * 16;
+        nb = (N + blk - 1) / blk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t lo = b * blk, n = N - lo < blk ? N - lo : blk;
+            small_m_block(trans_a, trans_b, M, lo, n, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        }
         return;
     }
     if (omp_in_parallel()) { /* a caller's thread: BLAS is already single-threaded */

@@ -5,7 +5,9 @@
  * [N, K] when trans_b). With beta == 0, C is overwritten (NaNs in it ignored).
  *
  * The f32 path calls OpenBLAS cblas_sgemm on the buffers as they are (a
- * transposed operand is never copied). BLAS runs single-threaded; a large
+ * transposed operand is never copied); with M <= 4 rows (decoding one token)
+ * it calls one cblas_sgemv per row instead, which packs nothing. BLAS runs
+ * single-threaded; a large
  * GEMM is split into row or column blocks computed by the OpenMP threads
  * (one thread pool: OpenBLAS's pthread pool and the OpenMP pool of the other
  * ops otherwise spin against each other on the cores). Called inside an
