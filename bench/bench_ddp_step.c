@@ -24,32 +24,8 @@
 #include <sys/resource.h>
 
 #include "accel/accel.h"
+#include "bench_util.h"
 #include "accel/accelerator.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-    double *c = malloc((size_t)n * sizeof *c);
-    if (!c) return 0.0;
-    memcpy(c, v, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
-}
-
-/* Process CPU seconds (all threads, the communication thread included) and
- * minor page faults so far. */
-static double cpu_seconds(long *minflt) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    *minflt = ru.ru_minflt;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
-}
 
 static void fail(const char *what) {
     fprintf(stderr, "bench_ddp_step: %s: %s\n", what, accel_last_error());
@@ -57,41 +33,12 @@ static void fail(const char *what) {
 }
 
 int main(int argc, char **argv) {
-    int steps = 5, warmup = 1;
-    int64_t B = 8, T = 256, C = 512, L = 8, H = 8, F = 1536, V = 8192, bucket_mb = 0;
-    bool no_sync = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--no-sync")) {
-            no_sync = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "bench_ddp_step: %s needs a value (or unknown flag)\n", a);
-            return 2;
-        }
-        long long x = atoll(v);
-        i++;
-        if (!strcmp(a, "--steps")) steps = (int)x;
-        else if (!strcmp(a, "--warmup")) warmup = (int)x;
-        else if (!strcmp(a, "--batch")) B = x;
-        else if (!strcmp(a, "--seq")) T = x;
-        else if (!strcmp(a, "--hidden")) C = x;
-        else if (!strcmp(a, "--layers")) L = x;
-        else if (!strcmp(a, "--heads")) H = x;
-        else if (!strcmp(a, "--ffn")) F = x;
-        else if (!strcmp(a, "--vocab")) V = x;
-        else if (!strcmp(a, "--bucket-mb")) bucket_mb = x;
-        else {
-            fprintf(stderr, "bench_ddp_step: unknown flag %s\n", a);
-            return 2;
-        }
-    }
-    if (steps < 1 || warmup < 0 || B < 1 || T < 2 || H < 1 || C % H || V < 2 || bucket_mb < 0) {
-        fprintf(stderr, "bench_ddp_step: bad sizes\n");
-        return 2;
-    }
+    bench_llama_args a;
+    if (bench_llama_parse("bench_ddp_step", "bucket-mb no-sync", argc, argv, &a)) return 2;
+    int steps = a.steps, warmup = a.warmup;
+    int64_t bucket_mb = a.bucket_mb;
+    bool no_sync = a.no_sync;
+    int64_t B = a.B, T = a.T, C = a.C, L = a.L, H = a.H, F = a.F, V = a.V;
 
     accel_accelerator_opts ao = accel_accelerator_opts_default();
     if (bucket_mb) ao.bucket_cap_bytes = bucket_mb << 20;
@@ -155,7 +102,7 @@ int main(int argc, char **argv) {
     float loss_v = 0.0f;
     long flt0, flt1;
     for (int it = 0; it < total; it++) {
-        double c0 = cpu_seconds(&flt0), t0 = accel_now_seconds();
+        double c0 = bench_cpu_seconds(&flt0), t0 = accel_now_seconds();
         if (no_sync) accel_accelerator_no_sync_begin(acc, model);
         accel_tensor *loss = accel_llama_loss(model, ids);
         if (!loss) fail("accel_llama_loss");
@@ -168,7 +115,7 @@ int main(int argc, char **argv) {
         if (no_sync) accel_accelerator_no_sync_end(acc, model);
         accel_step_reset();
         double t3 = accel_now_seconds();
-        t_cpu[it] = cpu_seconds(&flt1) - c0;
+        t_cpu[it] = bench_cpu_seconds(&flt1) - c0;
         t_step[it] = t3 - t0;
         t_fwd[it] = t1 - t0;
         t_bwd[it] = t2 - t1;
@@ -183,11 +130,11 @@ int main(int argc, char **argv) {
     accel_tensor *mine = accel_tensor_new(ACCEL_F32, 1, &one, ACCEL_CPU_DEVICE);
     if (!mine) fail("medians");
     float *m = mine->data;
-    m[0] = (float)median(t_step + warmup, steps);
-    m[1] = (float)median(t_fwd + warmup, steps);
-    m[2] = (float)median(t_bwd + warmup, steps);
-    m[3] = (float)median(t_opt + warmup, steps);
-    float cpu_med = (float)median(t_cpu + warmup, steps);
+    m[0] = (float)bench_median(t_step + warmup, steps);
+    m[1] = (float)bench_median(t_fwd + warmup, steps);
+    m[2] = (float)bench_median(t_bwd + warmup, steps);
+    m[3] = (float)bench_median(t_opt + warmup, steps);
+    float cpu_med = (float)bench_median(t_cpu + warmup, steps);
     accel_tensor *all = accel_accelerator_gather(acc, mine);
     if (!all) fail("gather");
     if (accel_accelerator_is_main_process(acc)) {

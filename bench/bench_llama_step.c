@@ -25,21 +25,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-    double *c = malloc((size_t)n * sizeof *c);
-    if (!c) return 0.0;
-    memcpy(c, v, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
-}
+#include "bench_util.h"
 
 /* GFLOP/s of cblas_sgemm NN on [M,K] x [K,N] over 15 calls after 2 warm-ups:
  * the median, and the best call in *best (the peak: on a shared machine the
@@ -71,16 +57,7 @@ static double sgemm_peak(int M, int N, int K, double *best) {
     double tmin = t[0];
     for (int r = 1; r < REPS; r++) tmin = t[r] < tmin ? t[r] : tmin;
     *best = 2.0 * M * N * K / tmin / 1e9;
-    return 2.0 * M * N * K / median(t, REPS) / 1e9;
-}
-
-/* Process CPU seconds (all threads) and minor page faults so far. */
-static double cpu_seconds(long *minflt) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    *minflt = ru.ru_minflt;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
+    return 2.0 * M * N * K / bench_median(t, REPS) / 1e9;
 }
 
 static void fail(const char *what) {
@@ -89,41 +66,11 @@ static void fail(const char *what) {
 }
 
 int main(int argc, char **argv) {
-    int steps = 5, warmup = 1, threads = 2;
-    int64_t B = 8, T = 256, C = 512, L = 8, H = 8, F = 1536, V = 8192;
-    bool profile = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--profile")) {
-            profile = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "bench_llama_step: %s needs a value (or unknown flag)\n", a);
-            return 2;
-        }
-        long long x = atoll(v);
-        i++;
-        if (!strcmp(a, "--steps")) steps = (int)x;
-        else if (!strcmp(a, "--warmup")) warmup = (int)x;
-        else if (!strcmp(a, "--threads")) threads = (int)x;
-        else if (!strcmp(a, "--batch")) B = x;
-        else if (!strcmp(a, "--seq")) T = x;
-        else if (!strcmp(a, "--hidden")) C = x;
-        else if (!strcmp(a, "--layers")) L = x;
-        else if (!strcmp(a, "--heads")) H = x;
-        else if (!strcmp(a, "--ffn")) F = x;
-        else if (!strcmp(a, "--vocab")) V = x;
-        else {
-            fprintf(stderr, "bench_llama_step: unknown flag %s\n", a);
-            return 2;
-        }
-    }
-    if (steps < 1 || warmup < 0 || threads < 1 || B < 1 || T < 2 || H < 1 || C % H) {
-        fprintf(stderr, "bench_llama_step: bad sizes\n");
-        return 2;
-    }
+    bench_llama_args a;
+    if (bench_llama_parse("bench_llama_step", "threads profile", argc, argv, &a)) return 2;
+    int steps = a.steps, warmup = a.warmup, threads = a.threads;
+    bool profile = a.profile;
+    int64_t B = a.B, T = a.T, C = a.C, L = a.L, H = a.H, F = a.F, V = a.V;
     accel_set_num_threads(threads);
     openblas_set_num_threads(threads);
     double peak_best, peak = sgemm_peak(2048, 1536, 512, &peak_best);
@@ -172,7 +119,7 @@ int main(int argc, char **argv) {
     long flt0, flt1;
     float loss_v = 0.0f;
     for (int it = 0; it < total; it++) {
-        double c0 = cpu_seconds(&flt0), t0 = accel_now_seconds();
+        double c0 = bench_cpu_seconds(&flt0), t0 = accel_now_seconds();
         accel_tensor *loss = accel_llama_loss(model, ids);
         if (!loss) fail("accel_llama_loss");
         double t1 = accel_now_seconds();
@@ -184,7 +131,7 @@ int main(int argc, char **argv) {
         double t3 = accel_now_seconds();
         accel_step_reset();
         double t4 = accel_now_seconds();
-        t_cpu[it] = cpu_seconds(&flt1) - c0;
+        t_cpu[it] = bench_cpu_seconds(&flt1) - c0;
         t_step[it] = t4 - t0;
         t_fwd[it] = t1 - t0;
         t_bwd[it] = t2 - t1;
@@ -195,19 +142,19 @@ int main(int argc, char **argv) {
                t_bwd[it] * 1e3, t_opt[it] * 1e3, t_rst[it] * 1e3, t_cpu[it] * 1e3, flt1 - flt0, loss_v);
         fflush(stdout);
     }
-    double med = median(t_step + warmup, steps), tmin = t_step[warmup];
+    double med = bench_median(t_step + warmup, steps), tmin = t_step[warmup];
     for (int i = warmup; i < total; i++) tmin = t_step[i] < tmin ? t_step[i] : tmin;
     double gflops = flops / med / 1e9;
     if (profile)
-        printf("split_ms_median fwd=%.1f bwd=%.1f opt=%.1f reset=%.1f\n", median(t_fwd + warmup, steps) * 1e3,
-               median(t_bwd + warmup, steps) * 1e3, median(t_opt + warmup, steps) * 1e3,
-               median(t_rst + warmup, steps) * 1e3);
+        printf("split_ms_median fwd=%.1f bwd=%.1f opt=%.1f reset=%.1f\n", bench_median(t_fwd + warmup, steps) * 1e3,
+               bench_median(t_bwd + warmup, steps) * 1e3, bench_median(t_opt + warmup, steps) * 1e3,
+               bench_median(t_rst + warmup, steps) * 1e3);
     printf("model params=%lld matmul_params=%lld gflop_per_step=%.1f\n", (long long)n_params,
            (long long)n_mm, flops / 1e9);
     printf("impl=accel threads=%d tokens_per_s=%.1f step_ms_median=%.1f step_ms_min=%.1f "
            "cpu_ms_median=%.1f achieved_gflops=%.1f sgemm_gflops=%.1f sgemm_best_gflops=%.1f mfu=%.3f "
            "loss=%.4f\n",
-           threads, tokens / med, med * 1e3, tmin * 1e3, median(t_cpu + warmup, steps) * 1e3, gflops, peak,
+           threads, tokens / med, med * 1e3, tmin * 1e3, bench_median(t_cpu + warmup, steps) * 1e3, gflops, peak,
            peak_best, gflops / peak_best, loss_v);
     free(t_step);
     free(t_fwd);

@@ -1,0 +1,88 @@
+/* bench/bench_util.h — pieces shared by the Llama step benchmarks
+ * (bench_llama_step, bench_ddp_step): medians, process CPU time, and the
+ * model/step flags both accept. Header-only: each bench is one program. */
+#ifndef ACCEL_BENCH_UTIL_H
+#define ACCEL_BENCH_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double bench_median(const double *v, int n) {
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return 0.0;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, bench_cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+/* Process CPU seconds (all threads) and minor page faults so far. */
+static double bench_cpu_seconds(long *minflt) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *minflt = ru.ru_minflt;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The Llama step of the engine issue: hidden 512, 8 layers, 8 heads, ffn
+ * 1536, vocab 8192, batch 8 x seq 256. */
+typedef struct bench_llama_args {
+    int steps, warmup, threads;
+    int64_t B, T, C, L, H, F, V, bucket_mb;
+    bool profile, no_sync;
+} bench_llama_args;
+
+/* Parses --steps --warmup --batch --seq --hidden --layers --heads --ffn
+ * --vocab, plus the program's own flags named in `extra` (a subset of
+ * "threads", "bucket-mb", "profile", "no-sync"). Returns 0, or 2 after
+ * printing what is wrong. */
+static int bench_llama_parse(const char *prog, const char *extra, int argc, char **argv,
+                             bench_llama_args *a) {
+    *a = (bench_llama_args){.steps = 5, .warmup = 1, .threads = 2, .B = 8, .T = 256, .C = 512,
+                            .L = 8, .H = 8, .F = 1536, .V = 8192};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        bool own = strncmp(f, "--", 2) == 0 && strstr(extra, f + 2) != NULL;
+        if (own && !strcmp(f, "--profile")) { a->profile = true; continue; }
+        if (own && !strcmp(f, "--no-sync")) { a->no_sync = true; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value (or is unknown)\n", prog, f);
+            return 2;
+        }
+        long long x = atoll(argv[++i]);
+        if (!strcmp(f, "--steps")) a->steps = (int)x;
+        else if (!strcmp(f, "--warmup")) a->warmup = (int)x;
+        else if (own && !strcmp(f, "--threads")) a->threads = (int)x;
+        else if (own && !strcmp(f, "--bucket-mb")) a->bucket_mb = x;
+        else if (!strcmp(f, "--batch")) a->B = x;
+        else if (!strcmp(f, "--seq")) a->T = x;
+        else if (!strcmp(f, "--hidden")) a->C = x;
+        else if (!strcmp(f, "--layers")) a->L = x;
+        else if (!strcmp(f, "--heads")) a->H = x;
+        else if (!strcmp(f, "--ffn")) a->F = x;
+        else if (!strcmp(f, "--vocab")) a->V = x;
+        else {
+            fprintf(stderr, "%s: unknown flag %s\n", prog, f);
+            return 2;
+        }
+    }
+    if (a->steps < 1 || a->warmup < 0 || a->threads < 1 || a->B < 1 || a->T < 2 || a->H < 1 ||
+        a->C % a->H || a->V < 2 || a->bucket_mb < 0) {
+        fprintf(stderr, "%s: bad sizes\n", prog);
+        return 2;
+    }
+    return 0;
+}
+
+#endif
