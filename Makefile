@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DEB_PACKAGES = build-essential cmake pkg-config libopenblas-dev libopenmpi-dev openmpi-bin \
                libjansson-dev libyaml-dev
 
-.PHONY: all deps build demo test test-fast test-asan bench clean
+.PHONY: all deps build demo test test-fast test-asan fuzz bench clean
 
 all: build
 
@@ -39,8 +39,17 @@ test-asan: deps build-asan/CMakeCache.txt
 
 test: test-fast test-asan
 
+# clang build of everything (-Werror) + the safetensors/index parser fuzzer for 20 s.
+fuzz: deps
+	@dpkg-query -W -f='$${Status}' clang 2>/dev/null | grep -q "install ok installed" && \
+	  dpkg-query -W -f='$${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed" || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev)
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCEL_NATIVE=OFF
+	cmake --build build-fuzz -j $(JOBS)
+	cd build-fuzz && ctest --output-on-failure -R fuzz_safetensors
+
 bench: build
 	bash bench/run.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
