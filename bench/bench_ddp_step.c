@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     int steps = a.steps, warmup = a.warmup;
     int64_t bucket_mb = a.bucket_mb;
     bool no_sync = a.no_sync;
-    int64_t B = a.B, T = a.T, C = a.C, L = a.L, H = a.H, F = a.F, V = a.V;
+    int64_t B = a.B, T = a.T, V = a.V;
 
     accel_accelerator_opts ao = accel_accelerator_opts_default();
     if (bucket_mb) ao.bucket_cap_bytes = bucket_mb << 20;
@@ -60,15 +60,7 @@ int main(int argc, char **argv) {
 
     /* The same initial weights on every rank (prepare broadcasts rank 0's anyway). */
     accel_set_seed(acc, 0, false);
-    accel_llama_config cfg = accel_llama_config_default();
-    cfg.vocab_size = V;
-    cfg.hidden_size = C;
-    cfg.intermediate_size = F;
-    cfg.num_hidden_layers = L;
-    cfg.num_attention_heads = H;
-    cfg.num_key_value_heads = H;
-    cfg.max_position_embeddings = T;
-    cfg.torch_dtype = ACCEL_F32;
+    accel_llama_config cfg = bench_llama_config(&a);
     accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     if (!model) fail("accel_llama_new");
     accel_tensor **params = NULL;

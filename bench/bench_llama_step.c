@@ -70,20 +70,13 @@ int main(int argc, char **argv) {
     if (bench_llama_parse("bench_llama_step", "threads profile", argc, argv, &a)) return 2;
     int steps = a.steps, warmup = a.warmup, threads = a.threads;
     bool profile = a.profile;
-    int64_t B = a.B, T = a.T, C = a.C, L = a.L, H = a.H, F = a.F, V = a.V;
+    int64_t B = a.B, T = a.T, C = a.C, L = a.L, F = a.F, V = a.V;
     accel_set_num_threads(threads);
     openblas_set_num_threads(threads);
     double peak_best, peak = sgemm_peak(2048, 1536, 512, &peak_best);
 
     accel_manual_seed(0);
-    accel_llama_config cfg = accel_llama_config_default();
-    cfg.vocab_size = V;
-    cfg.hidden_size = C;
-    cfg.intermediate_size = F;
-    cfg.num_hidden_layers = L;
-    cfg.num_attention_heads = H;
-    cfg.num_key_value_heads = H;
-    cfg.max_position_embeddings = T;
+    accel_llama_config cfg = bench_llama_config(&a);
     accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     if (!model) fail("accel_llama_new");
     accel_tensor **params = NULL;

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "accel/nn.h"
+
 static int bench_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -83,6 +85,20 @@ static int bench_llama_parse(const char *prog, const char *extra, int argc, char
         return 2;
     }
     return 0;
+}
+
+/* The f32 Llama config of the parsed sizes (kv heads = heads). */
+static accel_llama_config bench_llama_config(const bench_llama_args *a) {
+    accel_llama_config cfg = accel_llama_config_default();
+    cfg.vocab_size = a->V;
+    cfg.hidden_size = a->C;
+    cfg.intermediate_size = a->F;
+    cfg.num_hidden_layers = a->L;
+    cfg.num_attention_heads = a->H;
+    cfg.num_key_value_heads = a->H;
+    cfg.max_position_embeddings = a->T;
+    cfg.torch_dtype = ACCEL_F32;
+    return cfg;
 }
 
 #endif
