@@ -3,9 +3,11 @@
  * schedule and RNG draws); automatic naming with total_limit whose counter survives a
  * restart; a save killed midway leaves the previous checkpoint intact and usable;
  * save_model shards. Runs plainly and under `accel launch`. */
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -195,6 +197,153 @@ static void test_killed_save_keeps_previous(void) {
     run_free(A, &a);
 }
 
+/* ---- SIGKILLed from outside at many different times (one process): a child saves
+ * in a loop, each save marked in a weight and in the RNG seed; kill offsets sweep
+ * about three saves. After each kill the newest checkpoint loads whole. */
+
+static void mark_save(accel_tensor *w, int id) {
+    ((float *)w->data)[0] = 1000.0f + (float)id;
+    accel_manual_seed((uint64_t)id);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sweep_external_kills(int total_limit) {
+    char project[300];
+    snprintf(project, sizeof project, "%s/kills_%d", DIR_, total_limit);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.project_dir = project;
+    o.automatic_checkpoint_naming = true;
+    o.total_limit = total_limit;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    run a;
+    run_make(&a, 11);
+    CHECK(accel_accelerator_prepare(acc, a.model, a.opt, a.dl, a.sched) == ACCEL_OK);
+    accel_tensor **ps;
+    accel_module_parameters(a.model, &ps);
+    double t0 = now_s();
+    for (int i = 0; i < total_limit; i++) {
+        mark_save(ps[0], i);
+        CHECK(accel_accelerator_save_state(acc, NULL, NULL, 0) == ACCEL_OK);
+    }
+    double save_s = (now_s() - t0) / total_limit;
+    const int kills = 24;
+    for (int k = 0; k < kills; k++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int id = 100 * (k + 1);; id++) {
+                mark_save(ps[0], id);
+                accel_accelerator_save_state(acc, NULL, NULL, 0);
+            }
+        }
+        double delay = 3.0 * save_s * k / kills;
+        usleep((useconds_t)(1e6 * delay));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        CHECK_MSG(accel_accelerator_load_state(acc, NULL) == ACCEL_OK, "total_limit %d, kill after %.0f us: %s",
+                  total_limit, 1e6 * delay, accel_last_error());
+        int id = (int)accel_default_rng()->seed;
+        CHECK_MSG(((float *)ps[0]->data)[0] == 1000.0f + (float)id, "total_limit %d: model and RNG state of "
+                  "different saves", total_limit);
+    }
+    accel_free(ps);
+    run_free(acc, &a);
+    accel_accelerator_free(acc);
+}
+
+static void test_killed_at_many_times(void) {
+    for (int limit = 1; limit <= 3; limit++) sweep_external_kills(limit);
+}
+
+/* ---- load_state(NULL) skips what is not a complete checkpoint, saying so; an
+ * explicit path to one is an error naming what is missing. */
+
+static void make_entries(const char *root, const char *good, int64_t g) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "echo x > %s/checkpoint_%lld && mkdir %s/checkpoint_%lld && "
+             "cp -r %s %s/checkpoint_%lld && rm %s/checkpoint_%lld/model.safetensors && "
+             "cp -r %s %s/truncated && truncate -s 100 %s/truncated/optimizer.safetensors",
+             root, (long long)g + 1, root, (long long)g + 2, good, root, (long long)g + 3, root, (long long)g + 3,
+             good, DIR_, DIR_);
+    CHECK(system(cmd) == 0);
+}
+
+/* load_state(NULL) with stderr going to a file; what it wrote, in out. */
+static accel_status load_capturing_stderr(char *out, size_t n) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/stderr.txt", DIR_);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    accel_status s = accel_accelerator_load_state(A, NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(out, 1, n - 1, f) : 0;
+    out[got] = 0;
+    if (f) fclose(f);
+    return s;
+}
+
+static void test_load_skips_incomplete(void) {
+    run a;
+    run_make(&a, 13);
+    CHECK(accel_accelerator_prepare(A, a.model, a.opt, a.dl, a.sched) == ACCEL_OK);
+    accel_tensor **ps;
+    accel_module_parameters(a.model, &ps);
+    mark_save(ps[0], 7);
+    char good[512], root[300], p[600];
+    CHECK(accel_accelerator_save_state(A, NULL, good, sizeof good) == ACCEL_OK);
+    int64_t g = atoll(strrchr(good, '_') + 1);
+    snprintf(root, sizeof root, "%s/checkpoints", DIR_);
+    if (R == 0) make_entries(root, good, g);
+    accel_accelerator_wait_for_everyone(A);
+    mark_save(ps[0], 8);
+    char err[4096] = "";
+    accel_status s = R == 0 ? load_capturing_stderr(err, sizeof err) : accel_accelerator_load_state(A, NULL);
+    CHECK_MSG(s == ACCEL_OK, "%s", accel_last_error());
+    CHECK(((float *)ps[0]->data)[0] == 1007.0f && accel_default_rng()->seed == 7);
+    for (int i = 1; i <= 3 && R == 0; i++) {
+        snprintf(p, sizeof p, "warning: skipping incomplete checkpoint %s/checkpoint_%lld", root, (long long)g + i);
+        CHECK_STR_CONTAINS(err, p);
+    }
+    snprintf(p, sizeof p, "%s/checkpoint_%lld", root, (long long)g + 3);
+    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "model.safetensors is missing");
+    accel_clear_error();
+    snprintf(p, sizeof p, "%s/checkpoint_%lld", root, (long long)g + 2);
+    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "has no completion marker accel_checkpoint.json");
+    accel_clear_error();
+    snprintf(p, sizeof p, "%s/checkpoint_%lld", root, (long long)g + 1);
+    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "does not exist");
+    accel_clear_error();
+    snprintf(p, sizeof p, "%s/truncated", DIR_);
+    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "optimizer.safetensors has 100 bytes");
+    accel_clear_error();
+    /* the counter goes past the strays; total_limit 2 keeps the two newest
+     * complete checkpoints and leaves the strays alone */
+    char next[512];
+    CHECK(accel_accelerator_save_state(A, NULL, next, sizeof next) == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    CHECK(atoll(strrchr(next, '_') + 1) == g + 4);
+    CHECK(exists("%s/checkpoints/checkpoint_%d", (int)g) && !exists("%s/checkpoints/checkpoint_%d", (int)g - 1));
+    for (int i = 1; i <= 3; i++) CHECK(exists("%s/checkpoints/checkpoint_%d", (int)g + i));
+    accel_free(ps);
+    run_free(A, &a);
+}
+
 static void test_save_model_sharded(void) {
     run a;
     run_make(&a, 9);
@@ -226,6 +375,8 @@ int main(void) {
     RUN(test_resume_bit_for_bit);
     RUN(test_total_limit_and_counter);
     if (N == 1) RUN(test_killed_save_keeps_previous);
+    if (N == 1) RUN(test_killed_at_many_times);
+    RUN(test_load_skips_incomplete);
     RUN(test_save_model_sharded);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {

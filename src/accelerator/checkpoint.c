@@ -1,6 +1,14 @@
-/* save_state / load_state / save_model (accelerate.md §6) with crash-safe
- * directory replacement: everything is written into a hidden sibling
- * directory, which then takes the target's place in one rename. */
+/* save_state / load_state / save_model (accelerate.md §6), crash-safe: at every
+ * instant of a save there is a complete checkpoint to load.
+ *   - A checkpoint is written into a hidden sibling directory, which gets a
+ *     completion marker (the list of its files and their sizes) last, is
+ *     fsynced and then takes its name with one rename: a directory named like a
+ *     checkpoint is never half-written.
+ *   - total_limit deletes old checkpoints only after the new one is in place, and
+ *     each victim is first renamed to a hidden name, so a half-deleted directory
+ *     never carries a checkpoint name either.
+ *   - load_state trusts only directories whose marker matches their files; with
+ *     automatic naming it skips (and names on stderr) anything else. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,13 +21,28 @@
 
 #include "accel/io.h"
 #include "accelerator_internal.h"
+#include "io/io_internal.h"
 
 #define PATHN 4096
+#define MARKER "accel_checkpoint.json"
+
+/* Fault injection: tests/checkpoint_kill_points.c compiles this file with
+ * ACCEL__CKPT_KILL_POINTS and SIGKILLs itself at the k-th point, for every k.
+ * A point marks each step of a save after which the disk state changes. In the
+ * library the points compile to nothing. */
+#ifdef ACCEL__CKPT_KILL_POINTS
+void accel__ckpt_kill_point(const char *step);
+#define KILL_POINT(step) accel__ckpt_kill_point(step)
+#else
+#define KILL_POINT(step) ((void)0)
+#endif
 
 /* ---------------------------------------------------------------- files */
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-    return remove(p);
+    int r = remove(p);
+    KILL_POINT("rm_rf: one entry removed");
+    return r;
 }
 
 static void rm_rf(const char *path) {
@@ -77,32 +100,181 @@ static void numbered(char *out, size_t n, const char *dir, const char *name, int
     else snprintf(out, n, "%s/%s_%d.safetensors", dir, name, i);
 }
 
-/* checkpoint_<N> entries of dir: the highest N (-1 when none) and, sorted
- * ascending, their numbers into nums (count in *count, at most cap). */
-static int64_t list_checkpoints(const char *dir, int64_t *nums, int cap, int *count) {
-    int64_t best = -1;
-    int k = 0;
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strncmp(e->d_name, "checkpoint_", 11)) continue;
-            char *end;
-            long long v = strtoll(e->d_name + 11, &end, 10);
-            if (*end || end == e->d_name + 11 || v < 0) continue;
-            if (v > best) best = v;
-            if (nums && k < cap) nums[k++] = v;
-        }
-        closedir(d);
+/* ---------------------------------------------------------------- checkpoint directories */
+
+/* N for an entry named "checkpoint_<N>", else -1. */
+static int64_t checkpoint_number(const char *name) {
+    if (strncmp(name, "checkpoint_", 11)) return -1;
+    char *end;
+    long long v = strtoll(name + 11, &end, 10);
+    return *end || end == name + 11 || v < 0 ? -1 : v;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The numbers of root's checkpoint_<N> entries (of any kind), ascending, in
+ * *nums (accel_free it). Returns their count (0 when root does not exist), -1
+ * when out of memory. */
+static int list_checkpoints(const char *root, int64_t **nums) {
+    DIR *d = opendir(root);
+    int n = 0, cap = 0;
+    for (struct dirent *e; d && (e = readdir(d));) cap += checkpoint_number(e->d_name) >= 0;
+    *nums = accel_malloc((size_t)(cap ? cap : 1) * sizeof **nums);
+    if (d && *nums) rewinddir(d);
+    for (struct dirent *e; d && *nums && n < cap && (e = readdir(d));) {
+        int64_t v = checkpoint_number(e->d_name);
+        if (v >= 0) (*nums)[n++] = v;
     }
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && nums[j - 1] > nums[j]; j--) {
-            int64_t t = nums[j];
-            nums[j] = nums[j - 1];
-            nums[j - 1] = t;
+    if (d) closedir(d);
+    if (!*nums) return -1;
+    qsort(*nums, (size_t)n, sizeof **nums, cmp_i64);
+    return n;
+}
+
+static void checkpoint_path(char *out, size_t n, const char *root, int64_t num) {
+    snprintf(out, n, "%s/checkpoint_%lld", root, (long long)num);
+}
+
+/* The completion marker, written last: {"files": {name: bytes}, "num_processes": N}
+ * for every file in dir. */
+static accel_status write_marker(const char *dir, int world) {
+    json_t *files = json_object(), *root = json_object();
+    accel_status s = files && root ? ACCEL_OK
+                                   : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
+    DIR *d = s ? NULL : opendir(dir);
+    if (!s && !d)
+        s = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot list %s: %s", dir, strerror(errno));
+    for (struct dirent *e; !s && (e = readdir(d));) {
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, 0) || !S_ISREG(sb.st_mode)) continue;
+        if (json_object_set_new(files, e->d_name, json_integer((json_int_t)sb.st_size)))
+            s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
+    }
+    if (d) closedir(d);
+    if (!s && (json_object_set(root, "files", files) ||
+               json_object_set_new(root, "num_processes", json_integer(world))))
+        s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
+    if (!s) {
+        char path[3 * PATHN];
+        snprintf(path, sizeof path, "%s/%s", dir, MARKER);
+        s = accel__json_save_file(path, root);
+    }
+    json_decref(files);
+    json_decref(root);
+    return s;
+}
+
+/* OK when dir is a complete checkpoint: its marker exists and every file it
+ * lists is there with its size. Otherwise an error naming what is missing. */
+static accel_status check_complete(const char *dir) {
+    const char *fn = "accel_accelerator_load_state";
+    char path[2 * PATHN];
+    if (!is_dir(dir)) return accel_set_error(ACCEL_ERR_IO, "%s: Tried to find %s but folder does not exist", fn, dir);
+    snprintf(path, sizeof path, "%s/%s", dir, MARKER);
+    if (!accel__is_file(path))
+        return accel_set_error(ACCEL_ERR_FORMAT,
+                               "%s: %s is not a complete checkpoint: it has no completion marker %s (its save "
+                               "did not finish, or save_state did not write it)",
+                               fn, dir, MARKER);
+    json_t *root = accel__json_load_file(path);
+    if (!root) return accel_last_status(); /* names the file */
+    json_t *files = json_object_get(root, "files");
+    accel_status s = json_is_object(files) ? ACCEL_OK
+                                           : accel_set_error(ACCEL_ERR_FORMAT, "%s: %s has no \"files\" object",
+                                                             fn, path);
+    const char *name;
+    json_t *size;
+    json_object_foreach(files, name, size) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (s) break;
+        if (!json_is_integer(size))
+            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s/%s: the size of %s is not an integer", fn, dir, MARKER,
+                                name);
+        else if (stat(path, &sb))
+            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s is not a complete checkpoint: %s is missing", fn, dir,
+                                name);
+        else if ((json_int_t)sb.st_size != json_integer_value(size))
+            s = accel_set_error(ACCEL_ERR_FORMAT,
+                                "%s: %s is not a complete checkpoint: %s has %lld bytes, its marker says %lld", fn,
+                                dir, name, (long long)sb.st_size, (long long)json_integer_value(size));
+    }
+    json_decref(root);
+    return s;
+}
+
+/* The highest N whose checkpoint_<N> is complete (-1 when none, -2 when out of
+ * memory); every newer entry it skips is named on stderr. */
+static int64_t newest_complete(const char *root) {
+    int64_t *nums;
+    int n = list_checkpoints(root, &nums);
+    if (n < 0) return -2;
+    int64_t found = -1;
+    for (int i = n - 1; i >= 0 && found < 0; i--) {
+        char dir[PATHN + 32];
+        checkpoint_path(dir, sizeof dir, root, nums[i]);
+        if (check_complete(dir) == ACCEL_OK) {
+            found = nums[i];
+        } else {
+            fprintf(stderr, "accel: warning: skipping incomplete checkpoint %s (%s)\n", dir, accel_last_error());
+            accel_clear_error();
         }
-    if (count) *count = k;
-    return best;
+    }
+    accel_free(nums);
+    return found;
+}
+
+/* Deletes a checkpoint so that no half-deleted directory keeps its name: it is
+ * renamed to ".checkpoint_<N>.deleting" first (swept by the next rotation when
+ * a kill interrupts the removal). */
+static void remove_checkpoint(const char *root, int64_t num) {
+    char dir[PATHN + 32], doomed[PATHN + 48];
+    checkpoint_path(dir, sizeof dir, root, num);
+    snprintf(doomed, sizeof doomed, "%s/.checkpoint_%lld.deleting", root, (long long)num);
+    if (rename(dir, doomed)) {
+        fprintf(stderr, "accel: warning: cannot delete old checkpoint %s: %s\n", dir, strerror(errno));
+        return;
+    }
+    fsync_dir(root);
+    KILL_POINT("rotation: checkpoint renamed for deletion");
+    rm_rf(doomed);
+}
+
+/* Deletions interrupted by a kill: ".checkpoint_<N>.deleting" entries. */
+static void sweep_deletions(const char *root) {
+    DIR *d = opendir(root);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, ".checkpoint_", 12) || n < 9 || strcmp(e->d_name + n - 9, ".deleting")) continue;
+        char path[2 * PATHN];
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        rm_rf(path);
+    }
+    if (d) closedir(d);
+}
+
+/* total_limit, once the new checkpoint is in place: the oldest complete
+ * checkpoints beyond the limit go (entries that are not complete checkpoints
+ * are left alone: they do not count and are not ours to delete). */
+static void rotate(const char *root, int limit) {
+    int64_t *nums;
+    int n = list_checkpoints(root, &nums);
+    if (n < 0) return;
+    int complete = 0;
+    for (int i = 0; i < n; i++) {
+        char dir[PATHN + 32];
+        checkpoint_path(dir, sizeof dir, root, nums[i]);
+        if (check_complete(dir) == ACCEL_OK) nums[complete++] = nums[i];
+    }
+    accel_clear_error();
+    int excess = complete - limit;
+    if (excess > 0) fprintf(stderr, "Deleting %d checkpoints to make room for new checkpoint.\n", excess);
+    for (int i = 0; i < excess; i++) remove_checkpoint(root, nums[i]);
+    accel_free(nums);
+    sweep_deletions(root);
 }
 
 /* ---------------------------------------------------------------- named state <-> safetensors */
@@ -318,6 +490,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         for (int i = 0; i < acc->n_models && !s; i++) {
             numbered(path, sizeof path, tmp, "model", i);
             s = save_model_file(path, acc->models[i].m);
+            KILL_POINT("save: model file written");
         }
         for (int i = 0; i < acc->n_scheds && !s; i++) {
             accel_named_state *st = NULL;
@@ -325,6 +498,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
             numbered(path, sizeof path, tmp, "scheduler", i);
             s = n < 0 ? accel_last_status() : save_named(path, n, st);
             if (n >= 0) accel_named_state_free(st, n);
+            KILL_POINT("save: scheduler file written");
         }
     }
     /* Optimizers: ZeRO state is consolidated first (a collective every rank
@@ -341,36 +515,57 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         if (n >= 0) accel_named_state_free(st, n);
         accel_free(bufs[0]);
         accel_free(bufs[1]);
+        KILL_POINT("save: optimizer file written");
     }
     if (!s) s = save_rank_state(acc, tmp);
+    KILL_POINT("save: random states written");
     return s;
+}
+
+/* Rank 0, once every rank's files are in tmp: the marker, then tmp takes dir's
+ * name in one rename (or, when dir exists, swaps with it: renameat2 EXCHANGE),
+ * which is the commit point of the save. */
+static accel_status commit(const char *tmp, const char *dir, const char *parent, int world) {
+    accel_status s = write_marker(tmp, world);
+    if (s) return s;
+    fsync_dir(tmp);
+    KILL_POINT("commit: marker written");
+    if (is_dir(dir)) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE))
+            return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot replace %s: %s", dir,
+                                   strerror(errno));
+        fsync_dir(parent);
+        KILL_POINT("commit: directories exchanged");
+        rm_rf(tmp); /* the previous content */
+    } else if (rename(tmp, dir)) {
+        return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot rename %s to %s: %s", tmp, dir,
+                               strerror(errno));
+    }
+    fsync_dir(parent);
+    KILL_POINT("commit: renamed into place");
+    return ACCEL_OK;
 }
 
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    char dir[PATHN + 64], parent[PATHN + 64], base[PATHN + 64], tmp[2 * PATHN + 160];
+    char root[PATHN], dir[PATHN + 64], parent[PATHN + 64], base[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
-    if (acc->o.automatic_checkpoint_naming) {
-        char root[PATHN];
+    bool automatic = acc->o.automatic_checkpoint_naming;
+    if (automatic) {
         snprintf(root, sizeof root, "%s/checkpoints", acc->project_dir);
-        /* The next number comes from the directory (so it survives restarts), as rank 0 sees it. */
-        int64_t next = list_checkpoints(root, NULL, 0, NULL) + 1;
-        if (acc->world > 1 && (s = accel_pg_broadcast(acc->pg, &next, 1, ACCEL_I64, 0))) return s;
-        snprintf(dir, sizeof dir, "%s/checkpoint_%lld", root, (long long)next);
-        if (acc->rank == 0 && acc->o.total_limit > 0) {
-            int64_t nums[1024];
-            int count = 0;
-            list_checkpoints(root, nums, 1024, &count);
-            int excess = count + 1 - acc->o.total_limit;
-            if (excess > 0)
-                fprintf(stderr, "Deleting %d checkpoints to make room for new checkpoint.\n", excess);
-            for (int i = 0; i < excess; i++) {
-                char old[PATHN + 32];
-                snprintf(old, sizeof old, "%s/checkpoint_%lld", root, (long long)nums[i]);
-                rm_rf(old);
-            }
+        /* One past the highest number of any entry (so it survives restarts and
+         * never meets a stray), as rank 0 sees it. */
+        int64_t *nums = NULL, next = 0;
+        int n = acc->rank == 0 ? list_checkpoints(root, &nums) : 0;
+        if (n < 0) next = -1;
+        else if (acc->rank == 0) {
+            next = n ? nums[n - 1] + 1 : 0;
+            accel_free(nums);
         }
+        if (acc->world > 1 && (s = accel_pg_broadcast(acc->pg, &next, 1, ACCEL_I64, 0))) return s;
+        if (next < 0) return accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
+        checkpoint_path(dir, sizeof dir, root, next);
     } else if (output_dir) {
         snprintf(dir, sizeof dir, "%s", output_dir);
     } else {
@@ -384,22 +579,13 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
         rm_rf(tmp); /* left over by a crashed save */
         s = mkdir_p(parent);
         if (!s) s = mkdir_p(tmp);
+        KILL_POINT("save: temporary directory made");
     }
     if ((s = agree(acc, s))) return s;
     s = agree(acc, write_all(acc, tmp));
     if (!s && acc->rank == 0) {
-        /* Swap the complete new directory into place atomically. */
-        if (is_dir(dir)) {
-            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE))
-                s = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot replace %s: %s", dir,
-                                    strerror(errno));
-            else
-                rm_rf(tmp);
-        } else if (rename(tmp, dir)) {
-            s = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot rename %s to %s: %s", tmp, dir,
-                                strerror(errno));
-        }
-        fsync_dir(parent);
+        s = commit(tmp, dir, parent, acc->world);
+        if (!s && automatic && acc->o.total_limit > 0) rotate(root, acc->o.total_limit);
     }
     if ((s = agree(acc, s))) return s;
     acc->save_iteration++;
@@ -409,27 +595,32 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
 
 /* ---------------------------------------------------------------- load_state */
 
+/* With automatic naming: the newest complete checkpoint, as rank 0 finds it. */
+static accel_status pick_newest(accel_accelerator *acc, char *dir, size_t n) {
+    char root[PATHN];
+    snprintf(root, sizeof root, "%s/checkpoints", acc->project_dir);
+    int64_t num = acc->rank == 0 ? newest_complete(root) : 0;
+    accel_status s = acc->world > 1 ? accel_pg_broadcast(acc->pg, &num, 1, ACCEL_I64, 0) : ACCEL_OK;
+    if (s) return s;
+    if (num == -2) return accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_load_state: out of memory");
+    if (num < 0)
+        return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_load_state: no complete checkpoint_* in %s", root);
+    checkpoint_path(dir, n, root, num);
+    return ACCEL_OK;
+}
+
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
     char dir[PATHN + 64], path[2 * PATHN];
-    if (input_dir) {
-        snprintf(dir, sizeof dir, "%s", input_dir);
-    } else if (acc->o.automatic_checkpoint_naming) {
-        char root[PATHN];
-        snprintf(root, sizeof root, "%s/checkpoints", acc->project_dir);
-        int64_t last = list_checkpoints(root, NULL, 0, NULL);
-        if (last < 0)
-            return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_load_state: no checkpoint_* in %s", root);
-        snprintf(dir, sizeof dir, "%s/checkpoint_%lld", root, (long long)last);
-    } else {
+    accel_status s = ACCEL_OK;
+    if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
+    else if (acc->o.automatic_checkpoint_naming) s = pick_newest(acc, dir, sizeof dir);
+    else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_accelerator_load_state: No input_dir provided and automatic checkpoint "
                                "naming is disabled.");
-    }
-    if (!is_dir(dir))
-        return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_load_state: Tried to find %s but folder does not exist",
-                               dir);
-    accel_status s = ACCEL_OK;
+    if (s) return s;
+    s = check_complete(dir);
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         s = load_model_file(path, acc->models[i].m);

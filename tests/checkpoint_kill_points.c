@@ -1,0 +1,196 @@
+/* A save killed at every one of its steps leaves a loadable checkpoint, for
+ * total_limit 1, 2 and 3 and for a save over an existing directory.
+ *
+ * Built with src/accelerator/checkpoint.c compiled in and its fault-injection
+ * points on (tests/checkpoint.cmake): accel__ckpt_kill_point below runs at each
+ * step of a save after which the disk changes (temporary directory made, each
+ * file written, marker written, renamed into place, each old checkpoint renamed
+ * away, each entry removed). For k = 1, 2, ... a forked child saves and SIGKILLs
+ * itself at the k-th point, on top of whatever the previous kills left, until a
+ * save finishes before reaching k. After every kill: load_state(NULL) succeeds
+ * and gives the newest save or the one before it, whole (model and RNG state
+ * from the same save), and every entry named checkpoint_<N> loads. */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "check.h"
+
+static long kill_at, points_seen;
+
+void accel__ckpt_kill_point(const char *step);
+void accel__ckpt_kill_point(const char *step) {
+    if (++points_seen == kill_at) raise(SIGKILL);
+}
+
+typedef struct run {
+    accel_accelerator *acc;
+    accel_module *model;
+    accel_optimizer *opt;
+    accel_lr_scheduler *sched;
+    accel_tensor *w; /* the first parameter */
+} run;
+
+static void run_make(run *r, const char *project_dir, int total_limit) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.project_dir = project_dir;
+    o.automatic_checkpoint_naming = total_limit > 0;
+    o.total_limit = total_limit;
+    r->acc = accel_accelerator_new(&o);
+    accel_manual_seed(1);
+    r->model = accel_linear_new(3, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor **ps;
+    int n = accel_module_parameters(r->model, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    r->opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, n, ps, &h);
+    accel_free(ps);
+    r->sched = accel_lr_scheduler_new(r->opt, ACCEL_SCHED_COSINE, 3, 40);
+    CHECK(r->acc && accel_accelerator_prepare(r->acc, r->model, r->opt, NULL, r->sched) == ACCEL_OK);
+    accel_module_parameters(r->model, &ps);
+    r->w = ps[0];
+    accel_free(ps);
+}
+
+static void run_free(run *r) {
+    accel_accelerator_clear(r->acc);
+    accel_lr_scheduler_free(r->sched);
+    accel_optimizer_free(r->opt);
+    accel_module_free(r->model);
+    accel_accelerator_free(r->acc);
+}
+
+/* Save number `id` carries id in a weight (model file) and in the RNG seed
+ * (random_states file). */
+static void mark(run *r, int id) {
+    ((float *)r->w->data)[0] = 1000.0f + (float)id;
+    accel_manual_seed((uint64_t)id);
+}
+
+/* The id of the state now loaded; -1 when the two files disagree. */
+static int loaded_id(run *r) {
+    int id = (int)accel_default_rng()->seed;
+    return ((float *)r->w->data)[0] == 1000.0f + (float)id ? id : -1;
+}
+
+/* Saves in a child killed at its k-th kill point; true when it was killed. */
+static bool save_killed_at(run *r, long k, int id, const char *dir) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        mark(r, id);
+        points_seen = 0;
+        kill_at = k;
+        accel_status s = accel_accelerator_save_state(r->acc, dir, NULL, 0);
+        _exit(s == ACCEL_OK ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    CHECK_MSG(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "save %d (kill point %ld) failed", id, k);
+    return killed;
+}
+
+/* Every checkpoint_<N> in root loads when named explicitly; returns how many
+ * there are and whether any other entry is left. */
+static int check_all_load(run *r, const char *root, bool *leftovers) {
+    int n = 0;
+    *leftovers = false;
+    DIR *d = opendir(root);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (strncmp(e->d_name, "checkpoint_", 11)) {
+            *leftovers = true;
+            continue;
+        }
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", root, e->d_name);
+        CHECK_MSG(accel_accelerator_load_state(r->acc, p) == ACCEL_OK, "%s", accel_last_error());
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void rm_tree(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+static void sweep_kills(int total_limit) {
+    char project[300], root[340];
+    snprintf(project, sizeof project, "/tmp/accel_ckpt_kill_%d_%d", (int)getpid(), total_limit);
+    snprintf(root, sizeof root, "%s/checkpoints", project);
+    rm_tree(project);
+    run r;
+    run_make(&r, project, total_limit);
+    int id = 0;
+    for (; id < total_limit; id++) { /* full: the next save rotates */
+        mark(&r, id);
+        CHECK(accel_accelerator_save_state(r.acc, NULL, NULL, 0) == ACCEL_OK);
+    }
+    int newest = id - 1, kills = 0;
+    for (long k = 1;; k++, id++) {
+        bool killed = save_killed_at(&r, k, id, NULL);
+        kills += killed;
+        CHECK_MSG(accel_accelerator_load_state(r.acc, NULL) == ACCEL_OK, "total_limit %d, kill point %ld: %s",
+                  total_limit, k, accel_last_error());
+        int got = loaded_id(&r);
+        CHECK_MSG(got == newest || got == id, "total_limit %d, kill point %ld: loaded save %d, want %d or %d",
+                  total_limit, k, got, newest, id);
+        newest = got;
+        bool leftovers;
+        int n = check_all_load(&r, root, &leftovers);
+        if (!killed) { /* a whole save: exactly total_limit checkpoints, nothing else */
+            CHECK_MSG(n == total_limit && !leftovers, "total_limit %d: %d checkpoints%s after a whole save",
+                      total_limit, n, leftovers ? " and leftovers" : "");
+            break;
+        }
+    }
+    CHECK_MSG(kills >= 12, "total_limit %d: only %d kill points", total_limit, kills);
+    run_free(&r);
+    rm_tree(project);
+}
+
+static void test_kill_every_point_total_limit_1(void) { sweep_kills(1); }
+static void test_kill_every_point_total_limit_2(void) { sweep_kills(2); }
+static void test_kill_every_point_total_limit_3(void) { sweep_kills(3); }
+
+/* save_state(dir) over an existing dir: killed anywhere, dir holds the old or
+ * the new state. */
+static void test_kill_every_point_overwrite(void) {
+    char project[300];
+    snprintf(project, sizeof project, "/tmp/accel_ckpt_kill_%d_dir", (int)getpid());
+    rm_tree(project);
+    run r;
+    run_make(&r, project, 0);
+    mark(&r, 0);
+    CHECK(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK);
+    int newest = 0, kills = 0;
+    for (long k = 1;; k++) {
+        bool killed = save_killed_at(&r, k, (int)k, project);
+        kills += killed;
+        CHECK_MSG(accel_accelerator_load_state(r.acc, project) == ACCEL_OK, "kill point %ld: %s", k,
+                  accel_last_error());
+        int got = loaded_id(&r);
+        CHECK_MSG(got == newest || got == k, "kill point %ld: loaded save %d, want %d or %ld", k, got, newest, k);
+        newest = got;
+        if (!killed) break;
+    }
+    CHECK_MSG(kills >= 8, "only %d kill points", kills);
+    run_free(&r);
+    rm_tree(project);
+}
+
+int main(void) {
+    RUN(test_kill_every_point_total_limit_1);
+    RUN(test_kill_every_point_total_limit_2);
+    RUN(test_kill_every_point_total_limit_3);
+    RUN(test_kill_every_point_overwrite);
+    accel_thread_cleanup();
+    return check_summary();
+}
