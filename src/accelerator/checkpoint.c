@@ -102,12 +102,14 @@ static void numbered(char *out, size_t n, const char *dir, const char *name, int
 
 /* ---------------------------------------------------------------- checkpoint directories */
 
-/* N for an entry named "checkpoint_<N>", else -1. */
+/* N for an entry named exactly "checkpoint_<N>" (decimal, no sign or leading
+ * zero, so that checkpoint_path(N) names the same entry), else -1. */
 static int64_t checkpoint_number(const char *name) {
     if (strncmp(name, "checkpoint_", 11)) return -1;
-    char *end;
-    long long v = strtoll(name + 11, &end, 10);
-    return *end || end == name + 11 || v < 0 ? -1 : v;
+    const char *digits = name + 11;
+    size_t n = strspn(digits, "0123456789");
+    if (n == 0 || n > 18 || digits[n] || (digits[0] == '0' && n > 1)) return -1;
+    return strtoll(digits, NULL, 10);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -188,9 +190,9 @@ static accel_status check_complete(const char *dir) {
     const char *name;
     json_t *size;
     json_object_foreach(files, name, size) {
+        if (s) break;
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        if (s) break;
         if (!json_is_integer(size))
             s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s/%s: the size of %s is not an integer", fn, dir, MARKER,
                                 name);
