@@ -139,8 +139,9 @@ accel_dataloader_opts accel_dataloader_opts_default(void);
 
 typedef struct accel_dataloader accel_dataloader;
 
-/* The loader borrows ds. Options are validated (split_batches needs
- * batch_size % num_processes == 0, as accelerate's prepare_data_loader). */
+/* The loader borrows ds. Options are validated: split_batches on several
+ * processes needs batch_size % num_processes == 0, batch size 1 included (the
+ * BatchSamplerShard that prepare_data_loader builds raises ValueError). */
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o);
 void accel_dataloader_free(accel_dataloader *dl);
 const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl);
