@@ -1,6 +1,7 @@
 /* The sharding sweep: tests/data/sharding_sweep.json holds what accelerate's own
  * BatchSamplerShard and prepare_data_loader yield on every rank for a grid of
- * (dataset size, batch size, processes, split_batches, even_batches, drop_last)
+ * (dataset size, batch size, processes, split_batches, even_batches, drop_last),
+ * and for variable-size batch samplers (batch_size None) on 1..4 processes
  * (tools/gen_sharding_fixtures.py). Every case is compared batch by batch with
  * accel_batch_sampler_shard and with a sharded accel_dataloader (its len, remainder
  * and end_of_dataloader too); where accelerate raises, accel must refuse with the
@@ -13,19 +14,45 @@
 
 #define SWEEP_FILE "data/sharding_sweep.json"
 
+/* bs > 0: BatchSampler(range(n), bs, drop_last). bs == 0: a variable-size
+ * sampler of n_sizes batches, batch i the next sizes[i] indices of range(n). */
 typedef struct sweep_case {
     int64_t n, bs;
     int procs;
     bool split, even, drop_last;
+    int64_t sizes[16];
+    int n_sizes;
 } sweep_case;
 
 static int64_t int_at(const json_t *array, size_t i) { return json_integer_value(json_array_get(array, i)); }
 
 static const char *label(const sweep_case *c, int rank) {
-    static char buf[128];
-    snprintf(buf, sizeof buf, "n=%lld bs=%lld procs=%d split=%d even=%d drop_last=%d rank %d", (long long)c->n,
-             (long long)c->bs, c->procs, c->split, c->even, c->drop_last, rank);
+    static char buf[256];
+    size_t k = (size_t)snprintf(buf, sizeof buf, "n=%lld bs=%lld procs=%d split=%d even=%d drop_last=%d rank %d",
+                                (long long)c->n, (long long)c->bs, c->procs, c->split, c->even, c->drop_last, rank);
+    for (int i = 0; i < c->n_sizes && k < sizeof buf; i++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%lld%s", i ? "," : " sizes [", (long long)c->sizes[i],
+                              i + 1 == c->n_sizes ? "]" : "");
     return buf;
+}
+
+/* The epoch's global batches: the torch BatchSampler, or the variable sizes. */
+static accel_status global_batches(const sweep_case *c, accel_batches *out) {
+    if (c->bs > 0) return accel_batches_from_order(out, c->n, NULL, c->bs, c->drop_last);
+    out->n = 0;
+    int64_t idx[64], off = 0;
+    for (int i = 0; i < c->n_sizes; i++) {
+        for (int64_t j = 0; j < c->sizes[i]; j++) idx[j] = off + j;
+        accel_status st = accel_batches_push(out, c->sizes[i], idx);
+        if (st) return st;
+        off += c->sizes[i];
+    }
+    return ACCEL_OK;
+}
+
+static accel_status variable_sampler(void *ctx, int64_t epoch, int64_t dataset_len, accel_batches *out) {
+    (void)epoch, (void)dataset_len;
+    return global_batches(ctx, out);
 }
 
 /* The fixture's encoding of a rank's batches: ';' between batches, ',' between
@@ -78,7 +105,7 @@ static void check_shard(const sweep_case *c, json_t *shard, json_t *errors) {
     accel_batches g, out;
     accel_batches_init(&g);
     accel_batches_init(&out);
-    CHECK(accel_batches_from_order(&g, c->n, NULL, c->bs, c->drop_last) == ACCEL_OK);
+    CHECK(global_batches(c, &g) == ACCEL_OK);
     for (int r = 0; r < c->procs; r++) {
         accel_shard_opts o = {c->procs, r, c->split, c->even, c->bs, c->drop_last};
         accel_status st = accel_batch_sampler_shard(&g, &o, &out);
@@ -123,8 +150,8 @@ static void run_epoch(accel_dataloader *dl, accel_batches *got, const sweep_case
 }
 
 /* gather_for_metrics over the ranks' epochs: each step concatenates every rank's
- * batch, the last one cut to the remainder. Without drop_last this must give the
- * dataset once, in order. */
+ * batch, the last one cut to the remainder. Without drop_last, and with a
+ * remainder (a sized batch sampler), this must give the dataset once, in order. */
 static void check_gather_for_metrics(const accel_batches *ranks, int64_t remainder, const sweep_case *c) {
     int64_t steps = ranks[0].n, next = 0;
     for (int r = 1; r < c->procs; r++)
@@ -151,6 +178,10 @@ static bool check_loader_rank(accel_dataset *ds, const sweep_case *c, int r, jso
     o.process_index = r;
     o.split_batches = c->split;
     o.even_batches = c->even;
+    if (c->bs == 0) {
+        o.batch_sampler = variable_sampler;
+        o.batch_sampler_ctx = (void *)c;
+    }
     accel_dataloader *dl = accel_dataloader_new(ds, &o);
     if (json_is_integer(loader)) {
         check_refused(dl ? ACCEL_OK : accel_last_status(),
@@ -181,15 +212,29 @@ static void check_loader(const sweep_case *c, json_t *shard, json_t *loader, jso
     bool loaded = true;
     for (int r = 0; r < c->procs && loaded; r++)
         loaded = check_loader_rank(ds, c, r, shard, loader, errors, &ranks[r]);
-    if (loaded && !c->drop_last) check_gather_for_metrics(ranks, int_at(loader, 0), c);
+    int64_t remainder = loaded ? int_at(loader, 0) : -1;
+    if (remainder >= 0 && !c->drop_last) check_gather_for_metrics(ranks, remainder, c);
     for (int r = 0; r < c->procs; r++) accel_batches_free(&ranks[r]);
     accel_dataset_free(ds);
 }
 
-static void test_sharding_sweep(void) {
+static json_t *load_sweep(void) {
     json_error_t jerr;
     json_t *doc = json_load_file(SWEEP_FILE, 0, &jerr);
     CHECK_MSG(doc != NULL, "%s: %s (line %d)", SWEEP_FILE, jerr.text, jerr.line);
+    return doc;
+}
+
+static void check_case(sweep_case *c, json_t *shard, json_t *loader, json_t *errors) {
+    CHECK_MSG(c->procs >= 1 && c->procs <= 4 && c->n_sizes >= 0, "bad case %s", label(c, 0));
+    if (c->procs < 1 || c->procs > 4 || c->n_sizes < 0) return;
+    check_shard(c, shard, errors);
+    check_loader(c, shard, loader, errors);
+}
+
+/* [n, bs, procs, split, even, drop_last, shard, loader] */
+static void test_fixed_size_sweep(void) {
+    json_t *doc = load_sweep();
     if (!doc) return;
     json_t *errors = json_object_get(doc, "errors"), *cases = json_object_get(doc, "cases");
     CHECK(json_array_size(cases) > 10000);
@@ -197,20 +242,39 @@ static void test_sharding_sweep(void) {
     json_t *e;
     json_array_foreach(cases, i, e) {
         sweep_case c = {int_at(e, 0), int_at(e, 1), (int)int_at(e, 2), int_at(e, 3) != 0, int_at(e, 4) != 0,
-                        int_at(e, 5) != 0};
-        CHECK(c.procs >= 1 && c.procs <= 4);
-        if (c.procs < 1 || c.procs > 4) continue;
-        json_t *shard = json_array_get(e, 6), *loader = json_array_get(e, 7);
-        refused += json_is_integer(shard);
-        check_shard(&c, shard, errors);
-        check_loader(&c, shard, loader, errors);
+                        int_at(e, 5) != 0, {0}, 0};
+        refused += json_is_integer(json_array_get(e, 6));
+        check_case(&c, json_array_get(e, 6), json_array_get(e, 7), errors);
     }
     CHECK(refused > 0); /* the grid holds refused cases: the error path is exercised */
     json_decref(doc);
 }
 
+/* [sizes, procs, even, shard, loader] */
+static void test_variable_size_sweep(void) {
+    json_t *doc = load_sweep();
+    if (!doc) return;
+    json_t *errors = json_object_get(doc, "errors"), *cases = json_object_get(doc, "variable");
+    CHECK(json_array_size(cases) >= 800);
+    size_t i;
+    json_t *e;
+    json_array_foreach(cases, i, e) {
+        json_t *sizes = json_array_get(e, 0);
+        sweep_case c = {0, 0, (int)int_at(e, 1), false, int_at(e, 2) != 0, false, {0}, (int)json_array_size(sizes)};
+        if (c.n_sizes > 16) c.n_sizes = -1; /* refused by check_case */
+        for (int k = 0; k < c.n_sizes; k++) {
+            c.sizes[k] = int_at(sizes, (size_t)k);
+            if (c.sizes[k] < 1 || c.sizes[k] > 64) c.n_sizes = -1;
+            else c.n += c.sizes[k];
+        }
+        check_case(&c, json_array_get(e, 3), json_array_get(e, 4), errors);
+    }
+    json_decref(doc);
+}
+
 int main(void) {
-    RUN(test_sharding_sweep);
+    RUN(test_fixed_size_sweep);
+    RUN(test_variable_size_sweep);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -37,6 +37,7 @@ SIZES = list(range(0, 41)) + [47, 64, 100]
 BATCH_SIZES = range(1, 11)
 PROCESSES = range(1, 5)
 FLAGS = [(split, even, drop) for split in (0, 1) for even in (0, 1) for drop in (0, 1)]
+VARIABLE_SIZES = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
 OUT = "tests/data/sharding_sweep.json"
 
 
@@ -69,12 +70,11 @@ def error_index(e):
     return ERRORS.index(text)
 
 
-def shard_case(n, bs, procs, split, even, drop):
+def shard_case(make_sampler, procs, split, even):
     lens, ranks = [], []
     for r in range(procs):
-        sampler = BatchSampler(SequentialSampler(range(n)), bs, bool(drop))
         try:
-            shard = BatchSamplerShard(sampler, procs, r, split_batches=bool(split), even_batches=bool(even))
+            shard = BatchSamplerShard(make_sampler(), procs, r, split_batches=bool(split), even_batches=bool(even))
         except ValueError as e:
             return error_index(e)
         lens.append(len(shard))
@@ -82,12 +82,11 @@ def shard_case(n, bs, procs, split, even, drop):
     return [lens, ranks]
 
 
-def loader_case(n, bs, procs, split, even, drop):
+def loader_case(make_loader, procs, split, even):
     lens, ranks, remainders = [], [], set()
     for r in range(procs):
-        base = DataLoader(list(range(n)), batch_size=bs, drop_last=bool(drop), collate_fn=list)
         try:
-            dl = prepare_data_loader(base, num_processes=procs, process_index=r, split_batches=bool(split),
+            dl = prepare_data_loader(make_loader(), num_processes=procs, process_index=r, split_batches=bool(split),
                                      even_batches=bool(even), put_on_device=False)
         except ValueError as e:
             return error_index(e)
@@ -103,24 +102,54 @@ def loader_case(n, bs, procs, split, even, drop):
     return [remainders.pop(), lens, ranks]
 
 
-def main():
-    PartialState(cpu=True)  # prepare_data_loader reads the (single-process) state
-    cases = []
+def both(make_sampler, make_loader, procs, split, even):
+    shard = shard_case(make_sampler, procs, split, even)
+    loader = loader_case(make_loader, procs, split, even)
+    if isinstance(shard, list) and isinstance(loader, list) and loader[2] == shard[1]:
+        loader.pop()
+    return [shard, loader]
+
+
+def fixed_cases():
     for n in SIZES:
         for bs in BATCH_SIZES:
             for procs in PROCESSES:
                 for split, even, drop in FLAGS:
-                    args = (n, bs, procs, split, even, drop)
-                    shard, loader = shard_case(*args), loader_case(*args)
-                    if isinstance(shard, list) and isinstance(loader, list) and loader[2] == shard[1]:
-                        loader.pop()
-                    cases.append([*args, shard, loader])
+                    sampler = lambda: BatchSampler(SequentialSampler(range(n)), bs, bool(drop))
+                    loader = lambda: DataLoader(list(range(n)), batch_size=bs, drop_last=bool(drop), collate_fn=list)
+                    yield [n, bs, procs, split, even, drop, *both(sampler, loader, procs, split, even)]
+
+
+def variable_cases():
+    """A batch sampler without batch_size (a list of lists): batch i holds the next
+    VARIABLE_SIZES[(start + i) % 10] indices."""
+    for count in range(0, 10):
+        for start in range(0, 10):
+            sizes = [VARIABLE_SIZES[(start + i) % len(VARIABLE_SIZES)] for i in range(count)]
+            bounds = [sum(sizes[:i]) for i in range(count + 1)]
+            batches = [list(range(bounds[i], bounds[i + 1])) for i in range(count)]
+            for procs in PROCESSES:
+                for even in (0, 1):
+                    sampler = lambda: [list(b) for b in batches]
+                    loader = lambda: DataLoader(list(range(bounds[-1])), batch_sampler=sampler(), collate_fn=list)
+                    yield [sizes, procs, even, *both(sampler, loader, procs, 0, even)]
+
+
+def write_cases(f, name, cases):
+    f.write(f'"{name}": [\n' + ",\n".join(json.dumps(c, separators=(",", ":")) for c in cases) + "\n]")
+
+
+def main():
+    PartialState(cpu=True)  # prepare_data_loader reads the (single-process) state
+    cases, variable = list(fixed_cases()), list(variable_cases())
     versions = {"accelerate": accelerate.__version__, "torch": torch.__version__.split("+")[0]}
     with open(OUT, "w") as f:
-        f.write(json.dumps(versions)[:-1] + ',\n"errors": ' + json.dumps(ERRORS, indent=0) + ',\n"cases": [\n')
-        f.write(",\n".join(json.dumps(c, separators=(",", ":")) for c in cases))
-        f.write("\n]}\n")
-    print(f"{OUT}: {len(cases)} cases")
+        f.write(json.dumps(versions)[:-1] + ',\n"errors": ' + json.dumps(ERRORS, indent=0) + ",\n")
+        write_cases(f, "cases", cases)
+        f.write(",\n")
+        write_cases(f, "variable", variable)
+        f.write("}\n")
+    print(f"{OUT}: {len(cases)} fixed-size cases, {len(variable)} variable-size")
 
 
 if __name__ == "__main__":
