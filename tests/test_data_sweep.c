@@ -51,7 +51,6 @@ static accel_status global_batches(const sweep_case *c, accel_batches *out) {
 }
 
 static accel_status variable_sampler(void *ctx, int64_t epoch, int64_t dataset_len, accel_batches *out) {
-    (void)epoch, (void)dataset_len;
     return global_batches(ctx, out);
 }
 
