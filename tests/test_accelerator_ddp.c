@@ -183,6 +183,10 @@ static void test_gather_for_metrics(void) {
     gather_epoch(22, 4, false, false, false);
     gather_epoch(22, 4, false, false, true);
     gather_epoch(10 * N + 1, 5, false, true, false);
+    /* smaller than one round, even_batches: the padding cycles the epoch's start
+     * (issue #8: it read freed memory once it outgrew its first allocation) */
+    gather_epoch(2, 8, false, false, false);
+    if (12 % N == 0) gather_epoch(1, 12, true, false, false);
 }
 
 static void test_collectives(void) {

@@ -174,6 +174,20 @@ static void test_map_dataset_collate(void) {
     CHECK(accel_dataloader_new(d3, &o) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "round multiple of the number of processes (2)");
     accel_clear_error();
+    /* batch size 1 is no exception (BatchSamplerShard raises; issue #8: every rank
+     * got the whole batch and gather_for_metrics counted each sample twice) */
+    o.batch_size = 1;
+    CHECK(accel_dataloader_new(d3, &o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "the batch size (1) needs to be a round multiple of the number of processes (2)");
+    accel_clear_error();
+    o.num_processes = 1; /* one process: nothing is split, nothing to refuse */
+    accel_dataloader *one = accel_dataloader_new(d3, &o);
+    CHECK(one != NULL);
+    CHECK(accel_dataloader_shard(one, 3, 0, true, true) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "the batch size (1) needs to be a round multiple of the number of processes (3)");
+    accel_clear_error();
+    CHECK(accel_dataloader_len(one) == 8);
+    accel_dataloader_free(one);
     accel_dataset_free(d3);
     accel_step_reset();
 }
@@ -233,6 +247,10 @@ static void test_custom_batch_sampler(void) {
     CHECK(vals[0] == 3 && vals[2] == 9 && vals[5] == 0 && vals[7] == 2); /* [3,4],[9,10,11],[0,1,2] */
     CHECK(accel_dataloader_len(dl) == 3);
     accel_dataloader_free(dl);
+    o.split_batches = true; /* variable sizes cannot be cut in slices */
+    CHECK(accel_dataloader_new(ds, &o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "needs a batch size that is a natural number (got 0)");
+    accel_clear_error();
     accel_dataset_free(ds);
 }
 

@@ -63,6 +63,10 @@ static const struct {
     {1, 0, 20, 1, 4, "{{0,1},{4,5},{8,9},{12,13},{16,17}}", "{{2,3},{6,7},{10,11},{14,15},{18,19}}"},
     {1, 0, 2, 0, 4, "{{0,1}}", "{}"},
     {1, 0, 2, 1, 4, "{}", "{}"},
+    /* smaller than one round: the epoch's start is doubled past the first
+     * allocation (issue #8: read freed memory, "sample index ... out of range") */
+    {0, 1, 2, 0, 8, "{{0,1,0,1,0,1,0,1}}", "{{0,1,0,1,0,1,0,1}}"},
+    {1, 1, 1, 0, 10, "{{0,0,0,0,0}}", "{{0,0,0,0,0}}"},
 };
 
 static void test_shard_tables(void) {
@@ -109,6 +113,22 @@ static void test_variable_size_batch_sampler(void) {
             CHECK_MSG(strcmp(fmt(&out, buf, sizeof buf), want[even][r]) == 0, "even=%d rank %d: %s", even,
                       r, buf);
         }
+    /* one batch of 9 for 3 processes: initial_data doubled past 16 indices
+     * (upstream: every rank gets [0..8]) */
+    accel_batches one;
+    accel_batches_init(&one);
+    CHECK(accel_batches_push(&one, 9, idx) == ACCEL_OK);
+    for (int r = 0; r < 3; r++) {
+        accel_shard_opts o3 = {3, r, false, true, 0, false};
+        CHECK(accel_batch_sampler_shard(&one, &o3, &out) == ACCEL_OK);
+        CHECK_MSG(strcmp(fmt(&out, buf, sizeof buf), "{{0,1,2,3,4,5,6,7,8}}") == 0, "rank %d: %s", r, buf);
+        CHECK(accel_batch_sampler_shard_len(one.n, &o3) == 1);
+    }
+    accel_shard_opts o3 = {3, 0, false, true, 0, false};
+    CHECK(accel_batch_sampler_shard(&one, &o3, &one) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "another list than global");
+    accel_clear_error();
+    accel_batches_free(&one);
     accel_shard_opts o = {2, 0, false, false, 0, false};
     CHECK(accel_batch_sampler_shard_len(5, &o) == 3);
     o.process_index = 1;
@@ -120,6 +140,20 @@ static void test_variable_size_batch_sampler(void) {
     accel_clear_error();
     accel_batches_free(&g);
     accel_batches_free(&out);
+}
+
+/* Re-pushing a list's own batch while it grows reads from the moved storage. */
+static void test_push_own_batch(void) {
+    int64_t first[16];
+    for (int i = 0; i < 16; i++) first[i] = 100 + i;
+    accel_batches b;
+    accel_batches_init(&b);
+    CHECK(accel_batches_push(&b, 16, first) == ACCEL_OK);
+    for (int k = 0; k < 3; k++) CHECK(accel_batches_push(&b, 16, accel_batches_at(&b, k)) == ACCEL_OK);
+    CHECK(b.n == 4);
+    for (int64_t k = 0; k < b.n; k++)
+        for (int i = 0; i < 16; i++) CHECK_MSG(accel_batches_at(&b, k)[i] == 100 + i, "batch %lld [%d]", (long long)k, i);
+    accel_batches_free(&b);
 }
 
 /* Simulates gather_for_metrics across N ranks: every step, all ranks' batches are
@@ -209,6 +243,7 @@ static void test_gather_for_metrics_remainder(void) {
 int main(void) {
     RUN(test_shard_tables);
     RUN(test_variable_size_batch_sampler);
+    RUN(test_push_own_batch);
     RUN(test_gather_for_metrics_remainder);
     accel_thread_cleanup();
     return check_summary();

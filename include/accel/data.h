@@ -49,7 +49,7 @@ void accel_batches_init(accel_batches *b);        /* empty */
 void accel_batches_free(accel_batches *b);        /* frees the arrays; b becomes empty */
 int64_t accel_batches_size(const accel_batches *b, int64_t i); /* length of batch i */
 const int64_t *accel_batches_at(const accel_batches *b, int64_t i);
-/* Appends one batch of n indices. */
+/* Appends one batch of n indices; idx may point into b (re-pushing one of its batches). */
 accel_status accel_batches_push(accel_batches *b, int64_t n, const int64_t *idx);
 /* torch's BatchSampler over `order` (n indices; NULL = 0..n-1): chunks of
  * batch_size, the short tail kept unless drop_last. Replaces b's contents. */
@@ -70,8 +70,9 @@ typedef struct accel_shard_opts {
 } accel_shard_opts;
 
 /* accelerate's BatchSamplerShard: the batches process_index yields, in order,
- * from the epoch's global batches. Replaces out's contents. split_batches
- * with batch_size not a multiple of num_processes -> ACCEL_ERR_INVALID_ARG. */
+ * from the epoch's global batches. Replaces out's contents (out != global).
+ * split_batches with batch_size not a multiple of num_processes (batch size 1
+ * included) -> ACCEL_ERR_INVALID_ARG, as BatchSamplerShard raises ValueError. */
 accel_status accel_batch_sampler_shard(const accel_batches *global, const accel_shard_opts *o,
                                        accel_batches *out);
 /* len(BatchSamplerShard) for a batch sampler of n_global batches. */
@@ -138,8 +139,9 @@ accel_dataloader_opts accel_dataloader_opts_default(void);
 
 typedef struct accel_dataloader accel_dataloader;
 
-/* The loader borrows ds. Options are validated (split_batches needs
- * batch_size % num_processes == 0, as accelerate's prepare_data_loader). */
+/* The loader borrows ds. Options are validated: split_batches on several
+ * processes needs batch_size % num_processes == 0, batch size 1 included (the
+ * BatchSamplerShard that prepare_data_loader builds raises ValueError). */
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o);
 void accel_dataloader_free(accel_dataloader *dl);
 const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl);

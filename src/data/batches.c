@@ -28,12 +28,17 @@ const int64_t *accel_batches_at(const accel_batches *b, int64_t i) {
     return b->indices + b->offsets[i];
 }
 
-static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+/* Grows *p (cap elements of elem bytes) to hold need. *src, when not NULL and
+ * pointing into the old block, follows the move: a list appended to itself
+ * (Python's `x += x`) must copy from the new block, the old one is freed. */
+static bool grow(void **p, int64_t *cap, int64_t need, size_t elem, const int64_t **src) {
     if (need <= *cap) return true;
     int64_t nc = *cap ? *cap : 16;
     while (nc < need) nc *= 2;
     void *q = accel_malloc((size_t)nc * elem);
     if (!q) return false;
+    uintptr_t old = (uintptr_t)*p, s = src ? (uintptr_t)*src : 0;
+    if (src && *p && s >= old && s < old + (size_t)*cap * elem) *src = (const int64_t *)((char *)q + (s - old));
     if (*p) memcpy(q, *p, (size_t)*cap * elem);
     accel_free(*p);
     *p = q;
@@ -46,8 +51,8 @@ accel_status accel_batches_push(accel_batches *b, int64_t n, const int64_t *idx)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batches_push: bad batch (n=%lld)",
                                (long long)n);
     int64_t used = b->n ? b->offsets[b->n] : 0;
-    if (!grow((void **)&b->offsets, &b->cap_batches, b->n + 2, sizeof(int64_t)) ||
-        !grow((void **)&b->indices, &b->cap_indices, used + n + 1, sizeof(int64_t)))
+    if (!grow((void **)&b->offsets, &b->cap_batches, b->n + 2, sizeof(int64_t), NULL) ||
+        !grow((void **)&b->indices, &b->cap_indices, used + n + 1, sizeof(int64_t), &idx))
         return accel_last_status();
     b->offsets[0] = 0;
     if (n) memcpy(b->indices + used, idx, (size_t)n * sizeof(int64_t));
@@ -90,8 +95,9 @@ typedef struct ivec {
     int64_t n, cap;
 } ivec;
 
+/* Appends x[0..n); x may point into a itself (`initial_data += initial_data`). */
 static bool ivec_push(ivec *a, const int64_t *x, int64_t n) {
-    if (!grow((void **)&a->v, &a->cap, a->n + n + 1, sizeof(int64_t))) return false;
+    if (!grow((void **)&a->v, &a->cap, a->n + n + 1, sizeof(int64_t), &x)) return false;
     if (n) memcpy(a->v + a->n, x, (size_t)n * sizeof(int64_t));
     a->n += n;
     return true;
@@ -259,6 +265,9 @@ accel_status accel_batch_sampler_shard(const accel_batches *global, const accel_
                                        accel_batches *out) {
     if (!global || !o || !out)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batch_sampler_shard: NULL argument");
+    if (global == out) /* out is cleared before global is read */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_batch_sampler_shard: out must be another list than global");
     accel_status st = check_opts(o, "accel_batch_sampler_shard");
     if (st) return st;
     batches_clear(out);

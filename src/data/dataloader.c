@@ -34,7 +34,15 @@ static accel_status validate(const accel_dataloader_opts *o, const char *fn) {
     if (o->num_processes < 1 || o->process_index < 0 || o->process_index >= o->num_processes)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process_index %d out of range for %d processes",
                                fn, o->process_index, o->num_processes);
-    if (o->split_batches && o->batch_size != 1 && (o->batch_size <= 0 || o->batch_size % o->num_processes))
+    /* prepare_data_loader exempts batch size 1 from its own check, but then wraps
+     * the sampler in BatchSamplerShard, which raises for any batch size that the
+     * number of processes does not divide: 1 included. One process: no wrapping. */
+    if (o->split_batches && o->batch_size <= 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: in order to use split_batches, the batch sampler needs a batch size "
+                               "that is a natural number (got %lld)",
+                               fn, (long long)o->batch_size);
+    if (o->split_batches && o->batch_size % o->num_processes)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: to use a data loader in split_batches mode, the batch size (%lld) "
                                "needs to be a round multiple of the number of processes (%d)",
@@ -103,8 +111,6 @@ void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
 }
 
 static accel_shard_opts shard_opts(const accel_dataloader *dl) {
-    /* With split_batches and batch_size 1 (exempt from the check) the batch
-     * sampler is left alone on every rank, as prepare_data_loader does. */
     accel_shard_opts s = {
         .num_processes = dl->o.num_processes,
         .process_index = dl->o.process_index,
@@ -135,7 +141,7 @@ static accel_status start_epoch(accel_dataloader *dl) {
         st = accel_batches_from_order(&dl->global, n, order, dl->o.batch_size, dl->o.drop_last);
     }
     if (st) return st;
-    if (dl->o.num_processes == 1 || (dl->o.split_batches && dl->o.batch_size == 1)) {
+    if (dl->o.num_processes == 1) { /* prepare_data_loader leaves the batch sampler alone */
         dl->shard.n = 0; /* keep the arrays: no allocation after the first epoch */
         for (int64_t i = 0; i < dl->global.n; i++)
             if ((st = accel_batches_push(&dl->shard, accel_batches_size(&dl->global, i),
@@ -166,7 +172,7 @@ int64_t accel_dataloader_len(const accel_dataloader *dl) {
     }
     int64_t bs = dl->o.batch_size;
     int64_t L = dl->o.drop_last ? n / bs : (n + bs - 1) / bs;
-    if (dl->o.num_processes == 1 || (dl->o.split_batches && bs == 1)) return L;
+    if (dl->o.num_processes == 1) return L;
     accel_shard_opts s = shard_opts(dl);
     return accel_batch_sampler_shard_len(L, &s);
 }
