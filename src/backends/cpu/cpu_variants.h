@@ -10,8 +10,8 @@
  *
  * Rules for those files: every function of theirs with external linkage is
  * listed here (a missing one is a duplicate symbol at link time), listed
- * functions return void, and the files define no variables with static
- * storage (each variant would get its own copy). Their static functions, and
+ * functions return void, and the files define no writable variables with
+ * static storage (each variant would get its own copy). Their static functions, and
  * the inline helpers they include (vec_math.h), are compiled into each
  * variant as they are: nothing in the kernels' code knows about variants.
  *
