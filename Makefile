@@ -1,10 +1,14 @@
 # Front door. `make` builds, `make demo` runs the 2-process training demo,
-# `make test` runs every test twice: a normal build and an ASan+UBSan build.
+# `make test` runs every test twice: a normal build and an ASan+UBSan build,
+# `make install [PREFIX=/usr/local] [DESTDIR=]` installs headers, libaccel.so.0,
+# libaccel.a, accel.pc, the CMake package and the `accel` CLI.
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
+DESTDIR ?=
 DEB_PACKAGES = build-essential cmake pkg-config libopenblas-dev libopenmpi-dev openmpi-bin \
                libjansson-dev libyaml-dev
 
-.PHONY: all deps build demo test test-fast test-asan fuzz bench clean
+.PHONY: all deps build install demo test test-fast test-asan fuzz bench clean
 
 all: build
 
@@ -23,6 +27,9 @@ build/CMakeCache.txt: | deps
 
 build: deps build/CMakeCache.txt
 	cmake --build build -j $(JOBS)
+
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
 
 build-asan/CMakeCache.txt: | deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DACCEL_SANITIZE=ON

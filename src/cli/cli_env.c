@@ -9,6 +9,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "accel/cpu.h"
 #include "accel/dist.h"
 #include "cli/cli.h"
 
@@ -89,6 +90,9 @@ int accel_cli_env(int argc, char **argv) {
     printf("- NCCL available: %s%s%s\n", has_nccl ? "True (" : "False", has_nccl ? nccl : "", has_nccl ? ")" : "");
     printf("- Accel accelerator: CPU\n");
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
+    char isa[256];
+    printf("- ISA: %s\n", accel_cpu_isa_string(isa, sizeof isa));
+    printf("- CPU kernels: %s\n", accel_cpu_kernels());
     printf("- System RAM: %.2f GB\n", ram_gb);
     char path[4096], err[2048];
     if (v[0]) snprintf(path, sizeof path, "%s", v[0]);

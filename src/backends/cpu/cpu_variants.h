@@ -1,0 +1,49 @@
+/* The CPU kernels compiled once per instruction-set variant (not public API).
+ *
+ * The kernel files named in ACCEL_CPU_VARIANT_SOURCES (CMakeLists.txt) are
+ * compiled once per variant of core/cpuinfo.h (baseline x86-64; AVX2 + FMA;
+ * AVX-512) with that variant's -m flags and with cpu_variant_rename.h
+ * force-included, which gives every function listed here the symbol
+ * NAME_<variant> (baseline, avx2, avx512). cpu_dispatch.c defines NAME
+ * itself: it calls NAME_<variant> of the variant core/cpuinfo.c chose at the
+ * first call (the best one the CPU and OS allow). Callers see one function.
+ *
+ * Rules for those files: every function of theirs with external linkage is
+ * listed here (a missing one is a duplicate symbol at link time), listed
+ * functions return void, and the files define no writable variables with
+ * static storage (each variant would get its own copy). Their static functions, and
+ * the inline helpers they include (vec_math.h), are compiled into each
+ * variant as they are: nothing in the kernels' code knows about variants.
+ *
+ * To vectorise another kernel file per ISA: add it to
+ * ACCEL_CPU_VARIANT_SOURCES and its functions to this list.
+ *
+ * X(name, parameter list, argument list): the parameter list must match the
+ * declaration in cpu_kernels.h (the compiler checks it in cpu_dispatch.c). */
+#ifndef ACCEL_BACKENDS_CPU_VARIANTS_H
+#define ACCEL_BACKENDS_CPU_VARIANTS_H
+
+#include "backends/cpu/cpu_kernels.h"
+
+#define ACCEL__CPU_VARIANT_KERNELS(X)                                                          \
+    /* pointwise_kernels.c */                                                                  \
+    X(accel__cpu_binary_f32,                                                                   \
+      (accel__binop op, const accel__layout *l, const float *a, const float *b, float *out),   \
+      (op, l, a, b, out))                                                                      \
+    X(accel__cpu_binary_ref,                                                                   \
+      (accel__binop op, accel_tensor *out, const accel_tensor *a, const accel_tensor *b),      \
+      (op, out, a, b))                                                                         \
+    X(accel__cpu_unary_f32, (accel__unop op, double p, const float *x, float *y, int64_t n),   \
+      (op, p, x, y, n))                                                                        \
+    X(accel__cpu_unary_grad_f32,                                                               \
+      (accel__unop op, double p, const float *g, const float *x, const float *y, float *dx,    \
+       int64_t n),                                                                             \
+      (op, p, g, x, y, dx, n))                                                                 \
+    X(accel__cpu_unary_ref, (accel__unop op, double p, accel_tensor *y, const accel_tensor *x), \
+      (op, p, y, x))                                                                           \
+    X(accel__cpu_unary_grad_ref,                                                               \
+      (accel__unop op, double p, accel_tensor *dx, const accel_tensor *g,                      \
+       const accel_tensor *x, const accel_tensor *y),                                          \
+      (op, p, dx, g, x, y))
+
+#endif

@@ -1,0 +1,34 @@
+/* The CPU kernel variants and the choice between them (not public API).
+ *
+ * A variant is one compile of the hot kernel files (src/backends/cpu, see
+ * cpu_variants.h there) for an instruction-set level. The build says which
+ * were compiled (ACCEL_CPU_VARIANT_AVX2, ACCEL_CPU_VARIANT_AVX512; baseline
+ * always); the first kernel call picks the best compiled one whose features
+ * the CPU and OS give this process (accel_cpu_info_get). */
+#ifndef ACCEL_CORE_CPUINFO_H
+#define ACCEL_CORE_CPUINFO_H
+
+#include <stdbool.h>
+
+#include "accel/core.h"
+#include "accel/cpu.h"
+
+typedef enum accel__cpu_variant {
+    ACCEL__CPU_BASELINE, /* x86-64 (SSE2), or -march=native in an ACCEL_NATIVE build */
+    ACCEL__CPU_AVX2,     /* -mavx2 -mfma */
+    ACCEL__CPU_AVX512,   /* -mavx512f -mavx512bw -mavx512vl (and AVX2, FMA) */
+    ACCEL__CPU_N_VARIANTS,
+} accel__cpu_variant;
+
+/* The variant in use: chosen at the first call, then a relaxed atomic load. */
+accel__cpu_variant accel__cpu_variant_current(void);
+/* Whether v is compiled into this build and this process may run it. */
+bool accel__cpu_variant_runnable(accel__cpu_variant v);
+/* Makes v the variant in use (tests compare the variants). ACCEL_ERR_UNSUPPORTED
+ * (naming v and what it needs) when v is not runnable. Kernels already running
+ * finish in the variant they started in. */
+accel_status accel__cpu_variant_use(accel__cpu_variant v);
+/* "baseline", "avx2", "avx512"; "native" for the baseline of an ACCEL_NATIVE build. */
+const char *accel__cpu_variant_name(accel__cpu_variant v);
+
+#endif

@@ -1,0 +1,216 @@
+/* CPU detection and the per-ISA kernel variants: what is reported matches
+ * the kernel's view (/proc/cpuinfo), the variant in use is the best one the
+ * CPU runs, every runnable variant computes what the baseline computes, and
+ * a variant the CPU cannot run is refused with an error naming it. */
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accel/cpu.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "check.h"
+#include "core/cpuinfo.h"
+
+#define N 4099 /* not a multiple of any vector width: the loops' tails run too */
+
+static const char *const NAMES[] = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                                    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16"};
+
+/* The "flags" line of /proc/cpuinfo, or "" off Linux/x86. */
+static void proc_flags(char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    static char line[8192];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5) && strchr(line, ':')) {
+            snprintf(out, n, " %s", strchr(line, ':') + 1);
+            out[strcspn(out, "\n")] = ' ';
+            break;
+        }
+    fclose(f);
+}
+
+static bool has_word(const char *flags, const char *w) {
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s ", w);
+    return strstr(flags, pat) != NULL;
+}
+
+static void test_features_match_the_kernel(void) {
+    static char flags[8192];
+    proc_flags(flags, sizeof flags);
+    const accel_cpu_info *ci = accel_cpu_info_get();
+    CHECK(ci != NULL && ci->model[0] != 0);
+    CHECK(accel_cpu_info_get() == ci);
+    if (!flags[0]) return;
+    for (int i = 0; i < 10; i++) {
+        bool ours = ci->features & (1u << i), linux_says = has_word(flags, NAMES[i]);
+        /* Linux lists a feature only when it enabled its state; AMX needs the
+         * permission request too, which may be refused (valgrind does), so
+         * for AMX only "reported => listed" must hold. */
+        if (i >= 7) CHECK_MSG(!ours || linux_says, "%s reported but not in /proc/cpuinfo", NAMES[i]);
+        else CHECK_MSG(ours == linux_says, "%s: accel says %d, /proc/cpuinfo says %d", NAMES[i], ours, linux_says);
+    }
+}
+
+static void test_strings(void) {
+    char isa[256], small[6], desc[512];
+    const char *s = accel_cpu_isa_string(isa, sizeof isa);
+    CHECK(s == isa);
+    uint32_t f = accel_cpu_info_get()->features;
+    if (f == 0) CHECK(strcmp(isa, "none") == 0);
+    for (int i = 0; i < 10; i++) {
+        char w[64];
+        snprintf(w, sizeof w, " %s ", NAMES[i]);
+        char padded[300];
+        snprintf(padded, sizeof padded, " %s ", isa);
+        CHECK_MSG(((f >> i) & 1u) == (strstr(padded, w) != NULL), "%s in \"%s\"", NAMES[i], isa);
+    }
+    CHECK(accel_cpu_isa_string(small, sizeof small) == small && strlen(small) < sizeof small);
+    CHECK(strncmp(small, isa, strlen(small)) == 0);
+    CHECK(accel_cpu_describe(desc, sizeof desc) == desc);
+    char want[512];
+    snprintf(want, sizeof want, "CPU: %s\nISA: %s\nCPU kernels: %s\n", accel_cpu_info_get()->model, isa,
+             accel_cpu_kernels());
+    CHECK_MSG(strcmp(desc, want) == 0, "%s", desc);
+    accel_clear_error();
+    CHECK(accel_cpu_describe(NULL, 10) == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_cpu_describe");
+    accel_clear_error();
+    CHECK(accel_cpu_isa_string(isa, 0) == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    /* The accelerator's description ends with the same three lines. */
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    CHECK(acc != NULL);
+    char adesc[2048];
+    const char *a = accel_accelerator_describe(acc, adesc, sizeof adesc);
+    CHECK(a && strlen(a) >= strlen(want) && strcmp(a + strlen(a) - strlen(want), want) == 0);
+    accel_accelerator_free(acc);
+}
+
+static void test_best_variant_is_chosen(void) {
+    uint32_t f = accel_cpu_info_get()->features;
+    const uint32_t avx2 = ACCEL_CPU_AVX2 | ACCEL_CPU_FMA;
+    const uint32_t avx512 = avx2 | ACCEL_CPU_AVX512F | ACCEL_CPU_AVX512BW | ACCEL_CPU_AVX512VL;
+    const char *want = (f & avx512) == avx512 ? "avx512" : (f & avx2) == avx2 ? "avx2" : "baseline";
+#if !defined(__x86_64__)
+    want = "baseline"; /* the variants are x86-64 ones */
+#endif
+    /* An ACCEL_NATIVE build has one variant, compiled for the build machine. */
+    if (strcmp(accel__cpu_variant_name(ACCEL__CPU_BASELINE), "native") == 0) want = "native";
+    CHECK_MSG(strcmp(accel_cpu_kernels(), want) == 0, "in use %s, expected %s", accel_cpu_kernels(), want);
+    CHECK(accel__cpu_variant_runnable(ACCEL__CPU_BASELINE));
+}
+
+/* Every kernel of cpu_variants.h on f32 data; the results go to out[]. */
+typedef struct results {
+    float unary[ACCEL_U_GELU_TANH + 1][N], grad[ACCEL_U_GELU_TANH + 1][N];
+    float binary[4][N], unary_ref[ACCEL_U_GELU_TANH + 1][N], binary_ref[N];
+} results;
+
+static void run_kernels(const float *x, const float *g, results *r) {
+    for (int op = 0; op <= ACCEL_U_GELU_TANH; op++) {
+        float p = op == ACCEL_U_POW ? 2.0f : 0.5f;
+        const float *in = x;
+        static float pos[N]; /* log/sqrt/rsqrt/pow on positive inputs */
+        if (op == ACCEL_U_LOG || op == ACCEL_U_SQRT || op == ACCEL_U_RSQRT || op == ACCEL_U_POW) {
+            for (int i = 0; i < N; i++) pos[i] = fabsf(x[i]) + 0.1f;
+            in = pos;
+        }
+        accel__cpu_unary_f32((accel__unop)op, p, in, r->unary[op], N);
+        accel__cpu_unary_grad_f32((accel__unop)op, p, g, in, r->unary[op], r->grad[op], N);
+    }
+    /* a [N] op b [1] (broadcast) and a op b, same shape. */
+    int64_t shape[1] = {N}, s1[1] = {1}, s0[1] = {0};
+    const int64_t *bc[2] = {s1, s0}, *same[2] = {s1, s1};
+    accel__layout lb, ls;
+    accel__layout_init(&lb, 1, shape, 2, bc);
+    accel__layout_init(&ls, 1, shape, 2, same);
+    accel__cpu_binary_f32(ACCEL_B_ADD, &lb, x, g, r->binary[0]);
+    accel__cpu_binary_f32(ACCEL_B_SUB, &ls, x, g, r->binary[1]);
+    accel__cpu_binary_f32(ACCEL_B_MUL, &ls, x, g, r->binary[2]);
+    accel__cpu_binary_f32(ACCEL_B_DIV, &ls, x, g, r->binary[3]);
+    /* The reference kernels (compiled per variant too, as in the same file). */
+    accel_tensor *tx = accel_from_floats(ACCEL_SHAPE(N), x), *tg = accel_from_floats(ACCEL_SHAPE(N), g);
+    accel_tensor *ty = accel_empty(ACCEL_F32, ACCEL_SHAPE(N)), *tdx = accel_empty(ACCEL_F32, ACCEL_SHAPE(N));
+    for (int op = 0; op <= ACCEL_U_GELU_TANH; op++) {
+        accel__cpu_unary_ref((accel__unop)op, 0.5, ty, tx);
+        accel__cpu_unary_grad_ref((accel__unop)op, 0.5, tdx, tg, tx, ty);
+        memcpy(r->unary_ref[op], tdx->data, sizeof r->unary_ref[op]);
+    }
+    accel__cpu_binary_ref(ACCEL_B_MUL, ty, tx, tg);
+    memcpy(r->binary_ref, ty->data, sizeof r->binary_ref);
+    accel_step_reset();
+}
+
+/* Bitwise equality would be too strict (a compiler may contract a*b+c into
+ * an FMA in one variant only); a wrong table entry or a miscompiled loop is
+ * far off. */
+static bool close_all(const float *a, const float *b, int n, const char *what, const char *variant) {
+    for (int i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]), tol = 1e-6f + 1e-6f * fabsf(b[i]);
+        if (!(d <= tol) && !(isnan(a[i]) && isnan(b[i])) && !(isinf(a[i]) && a[i] == b[i])) {
+            fprintf(stderr, "%s (%s) [%d]: %.9g vs baseline %.9g\n", what, variant, i, a[i], b[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void test_variants_agree(void) {
+    static float x[N], g[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = -12.0f + 24.0f * (float)((i * 7919) % N) / N;
+        g[i] = 0.5f + (float)(i % 17) / 8.0f;
+    }
+    static results base, other;
+    accel__cpu_variant start = accel__cpu_variant_current();
+    CHECK(accel__cpu_variant_use(ACCEL__CPU_BASELINE) == ACCEL_OK);
+    run_kernels(x, g, &base);
+    int compared = 0;
+    for (int v = ACCEL__CPU_BASELINE + 1; v < ACCEL__CPU_N_VARIANTS; v++) {
+        if (!accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
+        CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_OK);
+        CHECK(strcmp(accel_cpu_kernels(), accel__cpu_variant_name((accel__cpu_variant)v)) == 0);
+        const char *name = accel__cpu_variant_name((accel__cpu_variant)v);
+        memset(&other, 0, sizeof other);
+        run_kernels(x, g, &other);
+        for (int op = 0; op <= ACCEL_U_GELU_TANH; op++) {
+            CHECK_MSG(close_all(other.unary[op], base.unary[op], N, "unary", name), "unary op %d", op);
+            CHECK_MSG(close_all(other.grad[op], base.grad[op], N, "grad", name), "grad op %d", op);
+        }
+        for (int op = 0; op < 4; op++)
+            CHECK_MSG(close_all(other.binary[op], base.binary[op], N, "binary", name), "binary op %d", op);
+        for (int op = 0; op <= ACCEL_U_GELU_TANH; op++)
+            CHECK_MSG(close_all(other.unary_ref[op], base.unary_ref[op], N, "unary ref", name), "unary ref op %d", op);
+        CHECK(close_all(other.binary_ref, base.binary_ref, N, "binary ref", name));
+        compared++;
+    }
+    printf("compared %d variant(s) with the baseline (in use at start: %s)\n", compared,
+           accel__cpu_variant_name(start));
+    CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
+}
+
+static void test_unrunnable_variant_is_refused(void) {
+    accel__cpu_variant before = accel__cpu_variant_current();
+    for (int v = 0; v < ACCEL__CPU_N_VARIANTS; v++) {
+        if (accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
+        accel_clear_error();
+        CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(accel_last_error(), accel__cpu_variant_name((accel__cpu_variant)v));
+        CHECK(accel__cpu_variant_current() == before);
+    }
+    accel_clear_error();
+    CHECK(accel__cpu_variant_use(ACCEL__CPU_N_VARIANTS) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "not compiled into this build");
+    CHECK(accel__cpu_variant_current() == before);
+    accel_clear_error();
+}
+
+int main(void) {
+    RUN(test_features_match_the_kernel);
+    RUN(test_strings);
+    RUN(test_best_variant_is_chosen);
+    RUN(test_variants_agree);
+    RUN(test_unrunnable_variant_is_refused);
+    return check_summary();
+}
