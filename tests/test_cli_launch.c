@@ -7,8 +7,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +73,92 @@ static bool no_survivors(void) {
 }
 
 static char PIDENV[PATH_MAX + 32];
+
+/* Writes an executable script TMP/name from a printf format; returns its path. */
+static const char *script(const char *name, const char *fmt, ...) {
+    static char path[8][PATH_MAX + 64];
+    static int next;
+    char *p = path[next++ % 8];
+    snprintf(p, PATH_MAX + 64, "%s/%s", TMP, name);
+    FILE *f = fopen(p, "w");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+    chmod(p, 0755);
+    return p;
+}
+
+/* Starts argv in the background (stdout/stderr to TMP/bg.out|err), env "K=V" entries added. */
+static pid_t start(const char *const *argv, const char *const *env) {
+    char o[PATH_MAX + 16], e[PATH_MAX + 16];
+    snprintf(o, sizeof o, "%s/bg.out", TMP);
+    snprintf(e, sizeof e, "%s/bg.err", TMP);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Pid written by rank r (0 until the file holds one). */
+static pid_t rank_pid(int r) {
+    char path[PATH_MAX + 32], buf[32];
+    snprintf(path, sizeof path, "%s/rank%d.pid", TMP, r);
+    slurp(path, buf, sizeof buf);
+    return buf[0] && strchr(buf, '\n') ? atoi(buf) : 0;
+}
+
+/* Issue #8: after `kill -9` of the launcher nothing of the job may keep running,
+ * also when the worker is a wrapper script that forks the real trainer
+ * (PDEATHSIG reaches the wrapper only). This test is the orphans' subreaper
+ * while it runs, so it can reap them and tell a live process from a zombie. */
+static void test_launcher_sigkill_wrapper(void) {
+    const char *wrap = script("wrap.sh", "#!/bin/sh\n\"%s\" \"$@\"\nexit $?\n", WORKER);
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", wrap, "hang", NULL};
+    const char *env[] = {PIDENV, "ACCEL_DIST_TIMEOUT=120", NULL};
+    CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+    pid_t launcher = start(a, env);
+    double t0 = accel_now_seconds();
+    while ((!rank_pid(0) || !rank_pid(1)) && accel_now_seconds() - t0 < 30) usleep(20000);
+    pid_t trainer[2] = {rank_pid(0), rank_pid(1)};
+    CHECK(trainer[0] > 0 && trainer[1] > 0);
+    kill(launcher, SIGKILL);
+    waitpid(launcher, NULL, 0);
+    bool alive = true;
+    for (t0 = accel_now_seconds(); alive && accel_now_seconds() - t0 < 5; usleep(20000)) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        alive = false;
+        for (int r = 0; r < 2; r++) alive |= trainer[r] > 0 && kill(trainer[r], 0) == 0;
+    }
+    CHECK_MSG(!alive, "a wrapped trainer outlived the SIGKILLed launcher by 5 s");
+    CHECK(no_survivors());
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* Issue #14: the SIGKILL escalation comes 3 s after SIGTERM whatever
+ * --monitor_interval says (10 delayed it to 10 s); an infinite interval is an error. */
+static void test_monitor_interval(void) {
+    const char *stubborn = script("stubborn.sh", "#!/bin/sh\n[ \"$RANK\" = 1 ] && exit 1\ntrap '' TERM\nexec sleep 30\n");
+    const char *intervals[] = {"10", "1e300"};
+    for (int i = 0; i < 2; i++) {
+        const char *a[] = {ACCEL, "launch", "-q", "--num_processes", "2", "--monitor_interval", intervals[i], stubborn, NULL};
+        double t0 = accel_now_seconds();
+        CHECK(run(a, NULL) == 1);
+        double took = accel_now_seconds() - t0;
+        CHECK_MSG(took > 2.5 && took < 6, "--monitor_interval %s: the job ended after %.1f s, not ~3 s", intervals[i], took);
+    }
+    const char *inf[] = {ACCEL, "launch", "--monitor_interval", "inf", WORKER, "env", NULL};
+    CHECK(run(inf, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--monitor_interval 'inf' is not a positive number");
+}
 
 static void test_env_contract(void) {
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", "--mixed-precision", "bf16",
@@ -269,6 +357,8 @@ int main(void) {
     RUN(test_restart);
     RUN(test_tee_logs);
     RUN(test_config_precedence);
+    RUN(test_launcher_sigkill_wrapper);
+    RUN(test_monitor_interval);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

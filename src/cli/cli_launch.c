@@ -2,7 +2,8 @@
  * machine's workers with fork+exec, supervise them like torchrun's agent.
  *
  * Supervision: each worker runs in its own process group with
- * PR_SET_PDEATHSIG(SIGKILL) as a backstop. Its stderr always goes through a
+ * PR_SET_PDEATHSIG(SIGKILL) as a backstop, and a watchdog process kills those
+ * groups if the launcher itself is killed (see start_watchdog). Its stderr always goes through a
  * pipe (forwarded live, last lines kept for the failure report); stdout is
  * inherited unless --tee/--log_dir need it. SIGCHLD/SIGINT/SIGTERM wake the
  * poll loop through a self-pipe. The first worker to fail ends the others
@@ -10,9 +11,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,7 +266,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     if (V("monitor_interval")) {
         char *end;
         L->monitor_interval = strtod(V("monitor_interval"), &end);
-        if (*end || !(L->monitor_interval > 0)) {
+        if (*end || !(L->monitor_interval > 0) || !isfinite(L->monitor_interval)) {
             fprintf(stderr, "accel launch: error: --monitor_interval '%s' is not a positive number\n", V("monitor_interval"));
             return 2;
         }
@@ -338,6 +341,83 @@ static void random_hex(char *out, size_t nbytes) {
         for (size_t i = 0; i < nbytes; i++) b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(accel_now_seconds() * 1e6));
     if (f) fclose(f);
     for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+/* ---------------------------------------------------------------- watchdog
+ * After `kill -9` of the launcher its workers die of PDEATHSIG, but what they
+ * started does not (a wrapper script's real trainer): PDEATHSIG covers the
+ * direct child only, and a subreaper is no help once it is dead itself. So
+ * before any worker starts, the launcher forks a watchdog: in its own session
+ * (a signal to the launcher's process group does not reach it), holding the
+ * read end of a pipe whose only write end is the launcher's. The launcher
+ * sends each worker's process group on it (+pgid at fork, -pgid once the
+ * worker is reaped and its group killed). End of file means the launcher is
+ * gone, however it died: the watchdog SIGKILLs every group still listed. */
+
+static int g_watchdog_fd = -1; /* the launcher's write end */
+static pid_t g_watchdog_pid = -1;
+
+static _Noreturn void watchdog_main(int fd) {
+    setsid();
+    prctl(PR_SET_NAME, "accel-watchdog");
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1); /* stderr stays: the one message below */
+    dup2(fd, 3);
+    close_range(4, ~0U, 0); /* nothing else of the launcher's: no pipe stays open because of us */
+    pid_t *groups = NULL;
+    size_t n = 0, cap = 0;
+    int32_t rec;
+    for (;;) {
+        ssize_t r = read(3, &rec, sizeof rec);
+        if (r < 0 && errno == EINTR) continue;
+        if (r != (ssize_t)sizeof rec) break; /* EOF: the launcher is gone */
+        if (rec > 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                pid_t *g = realloc(groups, cap * sizeof *g);
+                if (!g) break; /* cannot track more: act now rather than lose a group */
+                groups = g;
+            }
+            groups[n++] = rec;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (groups[i] == -rec) {
+                    groups[i] = groups[--n];
+                    break;
+                }
+        }
+    }
+    for (size_t i = 0; i < n; i++) kill(-groups[i], SIGKILL);
+    if (n) fprintf(stderr, "accel launch: the launcher died; killed the process groups of its %zu workers\n", n);
+    _exit(0);
+}
+
+static bool start_watchdog(void) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return false;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return false;
+    }
+    if (pid == 0) watchdog_main(p[0]);
+    close(p[0]);
+    g_watchdog_fd = p[1];
+    g_watchdog_pid = pid;
+    return true;
+}
+
+static void watchdog_track(pid_t pgid, bool add) {
+    int32_t rec = add ? (int32_t)pgid : -(int32_t)pgid;
+    if (write(g_watchdog_fd, &rec, sizeof rec) < 0) { /* the watchdog is gone: the workers' PDEATHSIG remains */ }
+}
+
+/* A normal end: every group is already dead; the watchdog exits at EOF. */
+static void stop_watchdog(void) {
+    close(g_watchdog_fd);
+    waitpid(g_watchdog_pid, NULL, 0);
 }
 
 static void setenv_int(const char *k, long v) {
@@ -535,6 +615,19 @@ static void signal_all(worker *ws, int n, int sig) {
         if (!ws[i].exited && ws[i].pid > 0) kill(-ws[i].pid, sig);
 }
 
+/* How long the supervision loop may sleep: --monitor_interval, but never past
+ * the SIGKILL deadline (the documented 3 s escalation must not wait for a
+ * slow monitor), computed in double so that huge intervals cannot overflow. */
+static int poll_timeout_ms(double monitor_interval, double kill_deadline) {
+    double ms = monitor_interval * 1000;
+    if (kill_deadline > 0) {
+        double left = (kill_deadline - accel_now_seconds()) * 1000 + 1;
+        if (left < ms) ms = left;
+    }
+    if (ms < 1) return 1;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 /* Runs one attempt of the group. Returns 0 on success, 1 on a worker
  * failure, 128+signal when the launcher was interrupted. */
 static int run_group(job *J, int restart) {
@@ -569,6 +662,7 @@ static int run_group(job *J, int restart) {
             exit(1);
         }
         if (pid == 0) child_exec(J, w, op[1], ep[1], restart);
+        watchdog_track(pid, true);
         setpgid(pid, pid);
         w->pid = pid;
         close(ep[1]);
@@ -582,8 +676,6 @@ static int run_group(job *J, int restart) {
     worker *first_fail = NULL;
     double fail_time = 0, kill_deadline = 0;
     struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
-    int timeout_ms = (int)(L->monitor_interval * 1000);
-    if (timeout_ms < 1) timeout_ms = 1;
     for (;;) {
         int np = 0;
         pf[np++] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
@@ -594,7 +686,7 @@ static int run_group(job *J, int restart) {
         bool pipes_open = np > 1;
         if (!alive && !pipes_open) break;
         /* Once every worker exited, only leftover output (a grandchild may hold a pipe) is read, briefly. */
-        int pr = poll(pf, (nfds_t)np, alive ? timeout_ms : 50);
+        int pr = poll(pf, (nfds_t)np, alive ? poll_timeout_ms(L->monitor_interval, kill_deadline) : 50);
         if (pr == 0 && !alive) break;
         for (int k = 1; k < np; k++) {
             if (!pf[k].revents) continue;
@@ -625,6 +717,7 @@ static int run_group(job *J, int restart) {
                 alive--;
                 /* Its process group may still hold grandchildren: end them with it. */
                 kill(-pid, SIGKILL);
+                watchdog_track(pid, false);
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
                 if (!ok && !first_fail && !interrupted) {
                     first_fail = &ws[i];
@@ -701,8 +794,15 @@ int accel_cli_launch(int argc, char **argv) {
             fprintf(stderr, "accel launch: port %d is in use; using a free port instead\n", L.port);
         J.port = free_port();
     }
+    signal(SIGPIPE, SIG_IGN);
+    if (!start_watchdog()) {
+        fprintf(stderr, "accel launch: cannot start the watchdog: %s\n", strerror(errno));
+        cv_free(cfg);
+        return 1;
+    }
     if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
+        stop_watchdog();
         cv_free(cfg);
         return 1;
     }
@@ -712,7 +812,6 @@ int accel_cli_launch(int argc, char **argv) {
     sigaction(SIGCHLD, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     int ret = 0;
     for (int restart = 0;; restart++) {
         ret = run_group(&J, restart);
@@ -722,6 +821,7 @@ int accel_cli_launch(int argc, char **argv) {
     signal(SIGCHLD, SIG_DFL);
     close(g_sigpipe[0]);
     close(g_sigpipe[1]);
+    stop_watchdog();
     cv_free(cfg);
     return ret;
 }
