@@ -144,7 +144,8 @@ static void test_launcher_sigkill_wrapper(void) {
 }
 
 /* Issue #14: the SIGKILL escalation comes 3 s after SIGTERM whatever
- * --monitor_interval says (10 delayed it to 10 s); an infinite interval is an error. */
+ * --monitor_interval says (10 delayed it to 10 s); an infinite interval is an
+ * error, and so are a port above 65535 and a non-finite gradient clipping norm. */
 static void test_monitor_interval(void) {
     const char *stubborn = script("stubborn.sh", "#!/bin/sh\n[ \"$RANK\" = 1 ] && exit 1\ntrap '' TERM\nexec sleep 30\n");
     const char *intervals[] = {"10", "1e300"};
@@ -155,6 +156,12 @@ static void test_monitor_interval(void) {
         double took = accel_now_seconds() - t0;
         CHECK_MSG(took > 2.5 && took < 6, "--monitor_interval %s: the job ended after %.1f s, not ~3 s", intervals[i], took);
     }
+    const char *port[] = {ACCEL, "launch", "--main_process_port", "70000", WORKER, "env", NULL};
+    CHECK(run(port, NULL) == 2); /* was truncated to 16 bits (4464) for the bind and passed on whole */
+    CHECK_STR_CONTAINS(ERR, "--main_process_port: invalid value '70000' (expected an integer from 0 to 65535)");
+    const char *clip[] = {ACCEL, "launch", "--gradient_clipping", "1e999", WORKER, "env", NULL};
+    CHECK(run(clip, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--gradient_clipping: invalid value '1e999'");
     const char *inf[] = {ACCEL, "launch", "--monitor_interval", "inf", WORKER, "env", NULL};
     CHECK(run(inf, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "--monitor_interval 'inf' is not a positive number");

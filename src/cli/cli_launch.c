@@ -80,12 +80,13 @@ typedef struct launch_cfg {
 
 /* ---------------------------------------------------------------- parsing */
 
-static bool parse_int(const char *name, const char *s, int lo, int *out) {
+static bool parse_int(const char *name, const char *s, int lo, int hi, int *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > INT_MAX) {
-        fprintf(stderr, "accel launch: error: argument --%s: invalid value '%s' (expected an integer >= %d)\n", name, s, lo);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "accel launch: error: argument --%s: invalid value '%s' (expected an integer from %d to %d)\n",
+                name, s, lo, hi);
         return false;
     }
     *out = (int)v;
@@ -217,7 +218,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->num_processes = 1;
     L->num_machines = 1;
     L->machine_rank = 0;
-    if (np && !parse_int("num_processes", np, -1, &L->num_processes)) return 2;
+    if (np && !parse_int("num_processes", np, -1, INT_MAX, &L->num_processes)) return 2;
     if (L->num_processes == -1) {
         fprintf(stderr, "accel launch: error: You need to manually pass in `--num_processes` using this config yaml.\n");
         return 2;
@@ -226,8 +227,8 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         fprintf(stderr, "accel launch: error: --num_processes must be at least 1\n");
         return 2;
     }
-    if (nm && !parse_int("num_machines", nm, 1, &L->num_machines)) return 2;
-    if (mr && !parse_int("machine_rank", mr, 0, &L->machine_rank)) return 2;
+    if (nm && !parse_int("num_machines", nm, 1, INT_MAX, &L->num_machines)) return 2;
+    if (mr && !parse_int("machine_rank", mr, 0, INT_MAX, &L->machine_rank)) return 2;
     if (L->machine_rank >= L->num_machines) {
         fprintf(stderr, "accel launch: error: --machine_rank %d must be below --num_machines %d\n", L->machine_rank,
                 L->num_machines);
@@ -248,19 +249,24 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     }
     L->port = 29500;
     L->port_given = port != NULL;
-    if (port && !parse_int("main_process_port", port, 0, &L->port)) return 2;
+    if (port && !parse_int("main_process_port", port, 0, 65535, &L->port)) return 2;
     L->threads = 0;
-    if (V("num_cpu_threads_per_process") && !parse_int("num_cpu_threads_per_process", V("num_cpu_threads_per_process"), 1, &L->threads))
+    if (V("num_cpu_threads_per_process") && !parse_int("num_cpu_threads_per_process", V("num_cpu_threads_per_process"), 1, INT_MAX, &L->threads))
         return 2;
     L->grad_accum = 1;
-    if (gas && !parse_int("gradient_accumulation_steps", gas, 1, &L->grad_accum)) return 2;
+    if (gas && !parse_int("gradient_accumulation_steps", gas, 1, INT_MAX, &L->grad_accum)) return 2;
     L->max_restarts = 0;
-    if (V("max_restarts") && !parse_int("max_restarts", V("max_restarts"), 0, &L->max_restarts)) return 2;
+    if (V("max_restarts") && !parse_int("max_restarts", V("max_restarts"), 0, INT_MAX, &L->max_restarts)) return 2;
     L->tee = 0;
-    if (V("tee") && !parse_int("tee", V("tee"), 0, &L->tee)) return 2;
-    if (L->tee > 3) {
-        fprintf(stderr, "accel launch: error: --tee must be 0, 1, 2 or 3\n");
-        return 2;
+    if (V("tee") && !parse_int("tee", V("tee"), 0, 3, &L->tee)) return 2;
+    if (L->grad_clip) {
+        char *end;
+        double norm = strtod(L->grad_clip, &end);
+        if (!*L->grad_clip || *end || !isfinite(norm) || norm < 0) {
+            fprintf(stderr, "accel launch: error: argument --gradient_clipping: invalid value '%s' (expected a finite "
+                            "number >= 0)\n", L->grad_clip);
+            return 2;
+        }
     }
     L->monitor_interval = 0.1;
     if (V("monitor_interval")) {
@@ -634,6 +640,11 @@ static int run_group(job *J, int restart) {
     const launch_cfg *L = J->L;
     int n = J->local_n;
     worker *ws = calloc((size_t)n, sizeof *ws);
+    struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
+    if (!ws || !pf) {
+        fprintf(stderr, "accel launch: error: cannot allocate the state of %d local workers\n", n);
+        exit(1);
+    }
     int ret = 0, interrupted = 0;
     for (int i = 0; i < n; i++) {
         worker *w = &ws[i];
@@ -675,7 +686,6 @@ static int run_group(job *J, int restart) {
     int alive = n;
     worker *first_fail = NULL;
     double fail_time = 0, kill_deadline = 0;
-    struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
     for (;;) {
         int np = 0;
         pf[np++] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
