@@ -474,13 +474,14 @@ static void random_hex(char *out, size_t nbytes) {
 static int g_watchdog_fd = -1; /* the launcher's write end */
 static pid_t g_watchdog_pid = -1;
 
-static _Noreturn void watchdog_main(int fd) {
+static _Noreturn void watchdog_main(int rd, int wr) {
     setsid();
     prctl(PR_SET_NAME, "accel-watchdog");
+    close(wr); /* else the end of file would never come */
+    dup2(rd, 3);
     int null = open("/dev/null", O_RDWR);
     dup2(null, 0);
     dup2(null, 1); /* stderr stays: the one message below */
-    dup2(fd, 3);
     close_range(4, ~0U, 0); /* nothing else of the launcher's: no pipe stays open because of us */
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
@@ -519,7 +520,7 @@ static bool start_watchdog(void) {
         close(p[1]);
         return false;
     }
-    if (pid == 0) watchdog_main(p[0]);
+    if (pid == 0) watchdog_main(p[0], p[1]);
     close(p[0]);
     g_watchdog_fd = p[1];
     g_watchdog_pid = pid;
