@@ -51,7 +51,7 @@ typedef struct cv {
     char *s;            /* CV_STR; a number's text once cli_launch.c's cfg_s asked for it */
     char **keys;        /* CV_MAP */
     struct cv **items;  /* CV_SEQ / CV_MAP values */
-    size_t n;
+    size_t n, cap;      /* entries used / allocated (grown geometrically) */
 } cv;
 
 cv *cv_new(cv_type t);

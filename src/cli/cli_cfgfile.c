@@ -67,15 +67,23 @@ cv *cv_get(const cv *map, const char *key) {
     return NULL;
 }
 
-/* Appends val (under key for a map; key is ignored for a sequence). */
+/* Appends val (under key for a map; key is ignored for a sequence). The
+ * arrays double when full: growing by one copied them each time (quadratic
+ * where realloc cannot grow in place). */
 static void cv_push(cv *c, const char *key, cv *val) {
-    cv **items = realloc(c->items, (c->n + 1) * sizeof *c->items);
-    if (!items) cv_oom();
-    c->items = items;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 8;
+        cv **items = realloc(c->items, cap * sizeof *c->items);
+        if (!items) cv_oom();
+        c->items = items;
+        if (c->t == CV_MAP) {
+            char **keys = realloc(c->keys, cap * sizeof *c->keys);
+            if (!keys) cv_oom();
+            c->keys = keys;
+        }
+        c->cap = cap;
+    }
     if (c->t == CV_MAP) {
-        char **keys = realloc(c->keys, (c->n + 1) * sizeof *c->keys);
-        if (!keys) cv_oom();
-        c->keys = keys;
         if (!key) abort(); /* internal invariant: every map entry has a key */
         c->keys[c->n] = cv_strdup(key);
     }
