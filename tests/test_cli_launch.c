@@ -386,11 +386,11 @@ static void test_accelerate_deepspeed_env(void) {
                                    "deepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: CPU\n"
                                    "  zero3_init_flag: true\n  gradient_accumulation_steps: 2\n");
     const char *a[] = {ACCEL, "launch", "--config_file", cfg, "--gradient_clipping", "1", "/usr/bin/env", NULL};
-    const char *env[] = {"PYTHONPATH=/opt/lib", NULL};
+    const char *env[] = {"PYTHONPATH=/opt/lib::/opt/more:", NULL};
     CHECK(run(a, env) == 0);
     char cwd[PATH_MAX], pythonpath[PATH_MAX + 32];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
-    snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=/opt/lib:%s\n", cwd);
+    snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=/opt/lib:/opt/more:%s\n", cwd);
     const char *want[] = {"ACCELERATE_USE_DEEPSPEED=true\n", "ACCELERATE_DEEPSPEED_ZERO_STAGE=3\n",
                           "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=cpu\n", "ACCELERATE_DEEPSPEED_ZERO3_INIT=true\n",
                           "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=2\n", "ACCELERATE_GRADIENT_CLIPPING=1.0\n",

@@ -201,11 +201,17 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
             fprintf(stderr, "accel launch: error: %s\n", err);
             return false;
         }
-        /* prepare_deepspeed_cmd_env: the working directory is importable */
-        char cwd[PATH_MAX], path[2 * PATH_MAX + 2];
+        /* prepare_deepspeed_cmd_env: the working directory is importable
+         * (env_var_path_add: the old entries, empty ones dropped, then it) */
+        char cwd[PATH_MAX], path[4 * PATH_MAX] = "";
         const char *old = getenv("PYTHONPATH");
+        for (const char *p = old ? old : ""; *p;) {
+            size_t len = strcspn(p, ":");
+            if (len) snprintf(path + strlen(path), sizeof path - strlen(path), "%.*s:", (int)len, p);
+            p += len + (p[len] == ':');
+        }
         if (getcwd(cwd, sizeof cwd)) {
-            snprintf(path, sizeof path, "%s%s%s", old && *old ? old : "", old && *old ? ":" : "", cwd);
+            snprintf(path + strlen(path), sizeof path - strlen(path), "%s", cwd);
             env_add(e, "PYTHONPATH", path);
         }
     }
