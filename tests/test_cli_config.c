@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "accel/core.h"
 #include "check.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX], CFG[PATH_MAX + 64];
@@ -124,6 +125,55 @@ static void test_rejections(void) {
     CHECK_STR_CONTAINS(ERR, "does not exist");
 }
 
+/* Text of `prefix` + `open` n times + `close` n times + `suffix` (caller frees). */
+static char *nested(const char *prefix, const char *open, const char *close, int n, const char *suffix) {
+    size_t lo = strlen(open), lc = strlen(close), lp = strlen(prefix);
+    char *t = malloc(lp + (lo + lc) * (size_t)n + strlen(suffix) + 1), *p = t;
+    memcpy(p, prefix, lp);
+    p += lp;
+    for (int i = 0; i < n; i++, p += lo) memcpy(p, open, lo);
+    for (int i = 0; i < n; i++, p += lc) memcpy(p, close, lc);
+    strcpy(p, suffix);
+    return t;
+}
+
+/* Issue #16: a config nested 50,000 deep crashed the launcher (recursion);
+ * 80k keys (1 MB) took seconds (a duplicate check per key, quadratic). Depth and
+ * size are bounded, parsing is n log n, and duplicate keys keep the last value
+ * at the first key's place (PyYAML's dict). */
+static void test_config_limits(void) {
+    char *deep = nested("distributed_type: MULTI_CPU\nfsdp_config: ", "[", "]", 50000, "\n");
+    launch_rejects(deep, "deep.yaml", "line 2: nested deeper than 64 levels");
+    free(deep);
+    deep = nested("{\"distributed_type\": \"MULTI_CPU\", \"fsdp_config\": ", "[", "]", 100, "}");
+    launch_rejects(deep, "deep.json", "nested deeper than 64 levels");
+    free(deep);
+    size_t cap = 1 << 21, len = 0;
+    char *wide = malloc(cap);
+    len += (size_t)snprintf(wide, cap, "distributed_type: MULTI_CPU\nnum_processes: 2\ndeepspeed_config:\n");
+    for (int i = 0; i < 80000; i++) len += (size_t)snprintf(wide + len, cap - len, "  k%d: %d\n", i, i % 10);
+    snprintf(CFG, sizeof CFG, "%s/wide.yaml", TMP);
+    spit(CFG, wide);
+    const char *e[] = {"env", "--config_file", CFG, NULL};
+    double t0 = accel_now_seconds();
+    CHECK(run(e, NULL) == 0);
+    CHECK_MSG(accel_now_seconds() - t0 < 3, "80k keys took %.1f s", accel_now_seconds() - t0);
+    CHECK_STR_CONTAINS(OUT, "\t- deepspeed_config: {'k0': 0, 'k1': 1, 'k10': 0, ");
+    spit(CFG, "distributed_type: MULTI_CPU\nnum_processes: 2\nnum_processes: 3\n"
+              "fsdp_config:\n  b: 1\n  a: 2\n  b: 3\n");
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "\t- distributed_type: MULTI_CPU\n\t- num_processes: 3\n\t- fsdp_config: {'a': 2, 'b': 3}\n");
+    for (size_t i = 0; i < cap - 1; i++) wide[i] = i % 64 ? ' ' : '\n';
+    wide[cap - 1] = 0;
+    snprintf(CFG, sizeof CFG, "%s/huge.yaml", TMP);
+    spit(CFG, wide);
+    free(wide);
+    const char *h[] = {"launch", "--config_file", CFG, "/bin/true", NULL};
+    CHECK(run(h, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "it is 2097151 bytes, over the limit of 1048576");
+    snprintf(CFG, sizeof CFG, "%s/cfg.yaml", TMP);
+}
+
 static void test_accelerate_yaml_and_json(void) {
     /* accelerate.md §1.3: as written by the Python wizard (4 GPUs, fp16) */
     spit(CFG, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MULTI_GPU\ndowncast_bf16: 'no'\n"
@@ -157,6 +207,13 @@ static void test_env_fields(void) {
                           "- NCCL available: ", "- Accel accelerator: CPU", "- CPU: ", "- System RAM: ", " GB\n",
                           "- `Accel` default config:\n"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    /* Issue #13: the build's real flags (the line was empty), and what accel can
+     * use: a loadable libcudart is no CUDA support in a build without a CUDA backend. */
+    const char *flags = strstr(OUT, "- Build flags: ");
+    CHECK(flags && strstr(flags, "-Wall") && strstr(flags, "-Wall") < strchr(flags, '\n'));
+    CHECK_STR_CONTAINS(OUT, "- CUDA available: False (this build has no CUDA backend)\n");
+    CHECK_STR_CONTAINS(OUT, "- NCCL available: False (this build has no NCCL backend)\n");
+    CHECK_STR_CONTAINS(OUT, "- GPUs on this machine: ");
     const char *h[] = {"env", "--help", NULL};
     CHECK(run(h, NULL) == 0);
     const char *c[] = {"config", "--help", NULL};
@@ -184,6 +241,7 @@ int main(void) {
     RUN(test_interactive);
     RUN(test_rejections);
     RUN(test_accelerate_yaml_and_json);
+    RUN(test_config_limits);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

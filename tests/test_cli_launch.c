@@ -7,8 +7,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +73,105 @@ static bool no_survivors(void) {
 }
 
 static char PIDENV[PATH_MAX + 32];
+
+/* Writes an executable script TMP/name from a printf format; returns its path. */
+static const char *script(const char *name, const char *fmt, ...) {
+    static char path[8][PATH_MAX + 64];
+    static int next;
+    char *p = path[next++ % 8];
+    snprintf(p, PATH_MAX + 64, "%s/%s", TMP, name);
+    FILE *f = fopen(p, "w");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+    chmod(p, 0755);
+    return p;
+}
+
+/* Starts argv in the background (stdout/stderr to TMP/bg.out|err), env "K=V" entries added. */
+static pid_t start(const char *const *argv, const char *const *env) {
+    char o[PATH_MAX + 16], e[PATH_MAX + 16];
+    snprintf(o, sizeof o, "%s/bg.out", TMP);
+    snprintf(e, sizeof e, "%s/bg.err", TMP);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Pid written by rank r (0 until the file holds one). */
+static pid_t rank_pid(int r) {
+    char path[PATH_MAX + 32], buf[32];
+    snprintf(path, sizeof path, "%s/rank%d.pid", TMP, r);
+    slurp(path, buf, sizeof buf);
+    return buf[0] && strchr(buf, '\n') ? atoi(buf) : 0;
+}
+
+/* Issue #8: after `kill -9` of the launcher nothing of the job may keep running,
+ * also when the worker is a wrapper script that forks the real trainer
+ * (PDEATHSIG reaches the wrapper only). This test is the orphans' subreaper
+ * while it runs, so it can reap them and tell a live process from a zombie. */
+static void test_launcher_sigkill_wrapper(void) {
+    const char *wrap = script("wrap.sh", "#!/bin/sh\n\"%s\" \"$@\"\nexit $?\n", WORKER);
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", wrap, "hang", NULL};
+    const char *env[] = {PIDENV, "ACCEL_DIST_TIMEOUT=120", NULL};
+    CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+    pid_t launcher = start(a, env);
+    double t0 = accel_now_seconds();
+    while ((!rank_pid(0) || !rank_pid(1)) && accel_now_seconds() - t0 < 30) usleep(20000);
+    pid_t trainer[2] = {rank_pid(0), rank_pid(1)};
+    CHECK(trainer[0] > 0 && trainer[1] > 0);
+    kill(launcher, SIGKILL);
+    waitpid(launcher, NULL, 0);
+    bool alive = true;
+    for (t0 = accel_now_seconds(); alive && accel_now_seconds() - t0 < 5; usleep(20000)) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        alive = false;
+        for (int r = 0; r < 2; r++) alive |= trainer[r] > 0 && kill(trainer[r], 0) == 0;
+    }
+    CHECK_MSG(!alive, "a wrapped trainer outlived the SIGKILLed launcher by 5 s");
+    CHECK(no_survivors());
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* Issue #14: the SIGKILL escalation comes 3 s after SIGTERM whatever
+ * --monitor_interval says (10 delayed it to 10 s); an infinite interval is an
+ * error, and so are a port above 65535 and a non-finite gradient clipping norm. */
+static void test_monitor_interval(void) {
+    /* rank 0 ignores SIGTERM (only SIGKILL ends it); rank 1 fails once rank 0 is ready */
+    char ready[PATH_MAX + 16];
+    snprintf(ready, sizeof ready, "%s/trapped", TMP);
+    const char *stubborn = script("stubborn.sh", "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then\n"
+                                  "  while [ ! -e %s ]; do sleep 0.05; done\n  exit 1\nfi\n"
+                                  "trap '' TERM\ntouch %s\nexec sleep 30\n", ready, ready);
+    const char *intervals[] = {"10", "1e300"};
+    for (int i = 0; i < 2; i++) {
+        unlink(ready);
+        const char *a[] = {ACCEL, "launch", "-q", "--num_processes", "2", "--monitor_interval", intervals[i], stubborn, NULL};
+        double t0 = accel_now_seconds();
+        CHECK(run(a, NULL) == 1);
+        double took = accel_now_seconds() - t0;
+        CHECK_MSG(took > 2.5 && took < 6, "--monitor_interval %s: the job ended after %.1f s, not ~3 s", intervals[i], took);
+    }
+    const char *port[] = {ACCEL, "launch", "--main_process_port", "70000", WORKER, "env", NULL};
+    CHECK(run(port, NULL) == 2); /* was truncated to 16 bits (4464) for the bind and passed on whole */
+    CHECK_STR_CONTAINS(ERR, "--main_process_port: invalid value '70000' (expected an integer from 0 to 65535)");
+    const char *clip[] = {ACCEL, "launch", "--gradient_clipping", "1e999", WORKER, "env", NULL};
+    CHECK(run(clip, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--gradient_clipping: invalid value '1e999'");
+    const char *inf[] = {ACCEL, "launch", "--monitor_interval", "inf", WORKER, "env", NULL};
+    CHECK(run(inf, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--monitor_interval 'inf' is not a positive number");
+}
 
 static void test_env_contract(void) {
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", "--mixed-precision", "bf16",
@@ -241,6 +342,140 @@ static void test_config_numbers(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=2\n");
 }
 
+static const char *write_config(const char *name, const char *text) {
+    static char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", TMP, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Issue #10: the fsdp_config / deepspeed_config settings reach a launched
+ * PyTorch script as `accelerate launch` exports them (only the sharding
+ * strategy did, as ACCEL_FSDP_SHARDING_STRATEGY; the rest was dropped). */
+static void test_accelerate_fsdp_env(void) {
+    const char *cfg = write_config("fsdp.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                   "  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_offload_params: true\n"
+                                   "  min_num_params: 2000\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                   "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  fsdp_version: 2\n"
+                                   "  fsdp_use_orig_params: false\n  fsdp_typo: 1\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, "--fsdp_forward_prefetch", "True", "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"ACCELERATE_USE_FSDP=true\n", "FSDP_VERSION=2\n", "FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP\n",
+                          "FSDP_OFFLOAD_PARAMS=true\n", "FSDP_MIN_NUM_PARAMS=2000\n",
+                          "FSDP_AUTO_WRAP_POLICY=TRANSFORMER_BASED_WRAP\n",
+                          "FSDP_TRANSFORMER_CLS_TO_WRAP=LlamaDecoderLayer\n", "FSDP_USE_ORIG_PARAMS=false\n",
+                          "FSDP_FORWARD_PREFETCH=true\n", "FSDP_RESHARD_AFTER_FORWARD=true\n",
+                          "FSDP_CPU_RAM_EFFICIENT_LOADING=true\n", "FSDP_SYNC_MODULE_STATES=true\n",
+                          "FSDP_ACTIVATION_CHECKPOINTING=false\n", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD=false\n",
+                          "ACCEL_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP\n"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    CHECK(!strstr(OUT, "FSDP_STATE_DICT_TYPE=")); /* no default: only when set */
+    CHECK_STR_CONTAINS(ERR, "fsdp_config.fsdp_typo is not an FSDP setting; ignored");
+    const char *bad[] = {ACCEL, "launch", "--use_fsdp", "--fsdp_sync_module_states", "false", "/usr/bin/env", NULL};
+    CHECK(run(bad, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
+    const char *none[] = {ACCEL, "launch", "--num_processes", "1", "/usr/bin/env", NULL};
+    CHECK(run(none, NULL) == 0);
+    CHECK(!strstr(OUT, "FSDP_") && !strstr(OUT, "ACCELERATE_USE_DEEPSPEED"));
+}
+
+static void test_accelerate_deepspeed_env(void) {
+    const char *cfg = write_config("ds.yaml", "distributed_type: DEEPSPEED\nnum_processes: 1\nmixed_precision: fp16\n"
+                                   "deepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: CPU\n"
+                                   "  zero3_init_flag: true\n  gradient_accumulation_steps: 2\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, "--gradient_clipping", "1", "/usr/bin/env", NULL};
+    const char *env[] = {"PYTHONPATH=/opt/lib::/opt/more:", NULL};
+    CHECK(run(a, env) == 0);
+    char cwd[PATH_MAX], pythonpath[PATH_MAX + 32];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=/opt/lib:/opt/more:%s\n", cwd);
+    const char *want[] = {"ACCELERATE_USE_DEEPSPEED=true\n", "ACCELERATE_DEEPSPEED_ZERO_STAGE=3\n",
+                          "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=cpu\n", "ACCELERATE_DEEPSPEED_ZERO3_INIT=true\n",
+                          "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=2\n", "ACCELERATE_GRADIENT_CLIPPING=1.0\n",
+                          "ACCELERATE_CONFIG_DS_FIELDS=zero_stage,offload_optimizer_device,zero3_init_flag,"
+                          "gradient_accumulation_steps,mixed_precision\n",
+                          "ACCELERATE_MIXED_PRECISION=fp16\n", "ACCEL_ZERO_STAGE=3\n", pythonpath};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    CHECK(!strstr(OUT, "ACCELERATE_DEEPSPEED_CONFIG_FILE=")); /* no JSON given */
+    CHECK(!strstr(OUT, "FSDP_"));
+    const char *bad[] = {ACCEL, "launch", "--use_deepspeed", "--zero_stage", "two", "/usr/bin/env", NULL};
+    CHECK(run(bad, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --zero_stage: invalid int value: 'two'");
+}
+
+static bool machine_has_gpu(void) {
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (d) closedir(d);
+    return d || access("/dev/nvidia0", F_OK) == 0 || access("/dev/kfd", F_OK) == 0;
+}
+
+/* Issue #9: without --cpu, ACCELERATE_USE_CPU was False on a machine with no
+ * GPU (a launched Accelerate program then trained alone on every rank), and a
+ * caller's ACCELERATE_USE_CPU=True was overwritten. */
+static void test_accelerate_use_cpu(void) {
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", "/usr/bin/env", NULL};
+    const char *env[] = {"ACCELERATE_USE_CPU=true", NULL};
+    CHECK(run(a, env) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_USE_CPU=1\n");
+    CHECK(run(a, NULL) == 0);
+    if (!machine_has_gpu()) CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
+}
+
+/* Issue #12: mixed_precision in any case, as Accelerate lowercases it. */
+static void test_mixed_precision_case(void) {
+    const char *cfg = write_config("bf16.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\nmixed_precision: BF16\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_MIXED_PRECISION=bf16\n");
+    const char *b[] = {ACCEL, "launch", "--mixed_precision", "Fp16", "/usr/bin/env", NULL};
+    CHECK(run(b, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_MIXED_PRECISION=fp16\n");
+}
+
+/* Issue #11: a .py PROGRAM runs with --python, else $PYTHON, else the
+ * virtualenv's interpreter, else python3 on PATH; a missing module is
+ * reported with the interpreter that could not import it. Fake interpreters
+ * (shell scripts) stand in for Python. */
+static void test_python_interpreter(void) {
+    const char *fake = script("fakepy", "#!/bin/sh\necho \"interpreter=$0 args=$*\"\n");
+    char venv[PATH_MAX + 16], venv_env[PATH_MAX + 32];
+    snprintf(venv, sizeof venv, "%s/venv", TMP);
+    mkdir(venv, 0755);
+    strcat(venv, "/bin");
+    mkdir(venv, 0755);
+    script("venv/bin/python", "#!/bin/sh\necho \"venv-python args=$*\"\n");
+    snprintf(venv_env, sizeof venv_env, "VIRTUAL_ENV=%s/venv", TMP);
+    char python_env[PATH_MAX + 80];
+    snprintf(python_env, sizeof python_env, "PYTHON=%s", fake);
+    const char *flag[] = {ACCEL, "launch", "--python", fake, "train.py", "--lr", "1", NULL};
+    CHECK(run(flag, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "args=train.py --lr 1\n");
+    CHECK_STR_CONTAINS(OUT, "interpreter=");
+    const char *mod[] = {ACCEL, "launch", "-m", "pkg.train", NULL};
+    const char *penv[] = {python_env, venv_env, NULL};
+    CHECK(run(mod, penv) == 0); /* $PYTHON before the virtualenv */
+    CHECK_STR_CONTAINS(OUT, "args=-m pkg.train\n");
+    const char *venv_only[] = {venv_env, NULL};
+    CHECK(run(mod, venv_only) == 0);
+    CHECK_STR_CONTAINS(OUT, "venv-python args=-m pkg.train\n");
+    const char *noimport = script("noimport", "#!/bin/sh\necho \"Traceback (most recent call last):\" >&2\n"
+                                  "echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n");
+    const char *fail[] = {ACCEL, "launch", "--python", noimport, "train.py", NULL};
+    CHECK(run(fail, NULL) == 1);
+    char want[PATH_MAX + 128];
+    snprintf(want, sizeof want, "  python    : %s (chosen by --python) could not import 'torch'", noimport);
+    CHECK_STR_CONTAINS(ERR, want);
+    const char *quiet[] = {ACCEL, "launch", "-q", "--python", noimport, "train.py", NULL};
+    CHECK(run(quiet, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "could not import 'torch'");
+    const char *missing[] = {ACCEL, "launch", "--python", "/nonexistent/python", "train.py", NULL};
+    CHECK(run(missing, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "cannot run the Python interpreter '/nonexistent/python' (chosen by --python)");
+}
+
 int main(void) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -269,6 +504,13 @@ int main(void) {
     RUN(test_restart);
     RUN(test_tee_logs);
     RUN(test_config_precedence);
+    RUN(test_launcher_sigkill_wrapper);
+    RUN(test_monitor_interval);
+    RUN(test_accelerate_fsdp_env);
+    RUN(test_accelerate_deepspeed_env);
+    RUN(test_accelerate_use_cpu);
+    RUN(test_mixed_precision_case);
+    RUN(test_python_interpreter);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

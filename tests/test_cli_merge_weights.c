@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accel/io.h"
@@ -64,6 +65,29 @@ static void test_errors(void) {
     CHECK(run("merge-weights data/hf_llama_sharded") == 2);
 }
 
+static void spit(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Issue #19: an index with an empty weight_map merged "successfully" into an
+ * empty file and, with --remove_checkpoint_dir, lost the index. */
+static void test_empty_weight_map(void) {
+    char dir[PATH_MAX + 16], index[PATH_MAX + 64], args[3 * PATH_MAX], buf[4096];
+    snprintf(dir, sizeof dir, "%s/empty", TMP);
+    mkdir(dir, 0755);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    spit(index, "{\"metadata\": {}, \"weight_map\": {}}");
+    snprintf(args, sizeof args, "merge-weights %s %s/out --remove_checkpoint_dir", dir, TMP);
+    CHECK(run(args) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "holds no tensors (an empty weight_map?): nothing to merge");
+    CHECK(access(index, F_OK) == 0);
+    snprintf(index, sizeof index, "%s/out/model.safetensors", TMP);
+    CHECK(access(index, F_OK) != 0);
+}
+
 int main(void) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -75,6 +99,7 @@ int main(void) {
     if (!mkdtemp(TMP)) return 1;
     RUN(test_merge);
     RUN(test_errors);
+    RUN(test_empty_weight_map);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

@@ -51,7 +51,7 @@ typedef struct cv {
     char *s;            /* CV_STR; a number's text once cli_launch.c's cfg_s asked for it */
     char **keys;        /* CV_MAP */
     struct cv **items;  /* CV_SEQ / CV_MAP values */
-    size_t n;
+    size_t n, cap;      /* entries used / allocated (grown geometrically) */
 } cv;
 
 cv *cv_new(cv_type t);
@@ -76,5 +76,41 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
 /* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
  * JSON when the name ends in .json. Creates the parent directory. */
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+
+/* ---------------------------------------------------------------- launch (cli_launch_env.c)
+ * The FSDP / DeepSpeed settings of `accel launch` and the variables
+ * `accelerate launch` exports for them. */
+typedef struct env_list {
+    char **kv; /* "KEY=value" strings, NULL-terminated; owned */
+    size_t n;
+} env_list;
+void env_add(env_list *e, const char *key, const char *value);
+void env_free(env_list *e);
+
+/* The parsed flags of `accel launch` (vals[i] belongs to opts[i]). */
+typedef struct launch_settings {
+    const cli_opt *opts;
+    int nopts;
+    const char *const *vals;
+} launch_settings;
+
+#define LAUNCH_MAX_SETTINGS 32
+/* Writes the settings' options (--fsdp_*, --zero_stage, ...) to out; returns how many. */
+int launch_setting_opts(cli_opt *out);
+/* ACCELERATE_USE_FSDP and FSDP_* (flag > fsdp_config > default). False + err on a bad value. */
+bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err,
+                        size_t errn);
+/* ACCELERATE_USE_DEEPSPEED, ACCELERATE_CONFIG_DS_FIELDS, ACCELERATE_DEEPSPEED_* (flag > deepspeed_config). */
+bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,
+                             const char *ds_file_abs, char *err, size_t errn);
+
+/* Accelerate's str_to_bool true (y, yes, t, true, on, 1; any case); NULL is false. */
+bool cli_truthy(const char *s);
+
+/* ---------------------------------------------------------------- machine (cli_env.c) */
+/* Whether this machine has a GPU (NVIDIA or AMD device nodes / driver
+ * entries); what was found, or why none, in `what`. accel itself has no GPU
+ * backend: this is for launched PyTorch programs. */
+bool cli_machine_gpus(char *what, size_t n);
 
 #endif

@@ -67,15 +67,23 @@ cv *cv_get(const cv *map, const char *key) {
     return NULL;
 }
 
-/* Appends val (under key for a map; key is ignored for a sequence). */
+/* Appends val (under key for a map; key is ignored for a sequence). The
+ * arrays double when full: growing by one copied them each time (quadratic
+ * where realloc cannot grow in place). */
 static void cv_push(cv *c, const char *key, cv *val) {
-    cv **items = realloc(c->items, (c->n + 1) * sizeof *c->items);
-    if (!items) cv_oom();
-    c->items = items;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 8;
+        cv **items = realloc(c->items, cap * sizeof *c->items);
+        if (!items) cv_oom();
+        c->items = items;
+        if (c->t == CV_MAP) {
+            char **keys = realloc(c->keys, cap * sizeof *c->keys);
+            if (!keys) cv_oom();
+            c->keys = keys;
+        }
+        c->cap = cap;
+    }
     if (c->t == CV_MAP) {
-        char **keys = realloc(c->keys, (c->n + 1) * sizeof *c->keys);
-        if (!keys) cv_oom();
-        c->keys = keys;
         if (!key) abort(); /* internal invariant: every map entry has a key */
         c->keys[c->n] = cv_strdup(key);
     }
@@ -106,11 +114,24 @@ void cv_del(cv *map, const char *key) {
 
 static int key_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Sorted copy of a map's keys (caller frees the array only). */
-static char **sorted_keys(const cv *m) {
-    char **k = malloc((m->n + 1) * sizeof *k);
-    memcpy(k, m->keys, m->n * sizeof *k);
-    qsort(k, m->n, sizeof *k, key_cmp);
+typedef struct key_at {
+    const char *key;
+    size_t at;
+} key_at;
+
+static int key_at_cmp(const void *a, const void *b) {
+    const key_at *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* A map's entries in key order (ties: file order), without a lookup per key;
+ * the caller frees the array. */
+static key_at *sorted_entries(const cv *m) {
+    key_at *k = malloc((m->n + 1) * sizeof *k);
+    if (!k) cv_oom();
+    for (size_t i = 0; i < m->n; i++) k[i] = (key_at){m->keys[i], i};
+    qsort(k, m->n, sizeof *k, key_at_cmp);
     return k;
 }
 
@@ -141,11 +162,11 @@ void cv_repr(const cv *v, bool top, char *out, size_t n) {
         app(out, n, "]");
         break;
     case CV_MAP: {
-        char **k = sorted_keys(v);
+        key_at *k = sorted_entries(v);
         app(out, n, "{");
         for (size_t i = 0; i < v->n; i++) {
-            app(out, n, "%s'%s': ", i ? ", " : "", k[i]);
-            cv_repr(cv_get(v, k[i]), false, out, n);
+            app(out, n, "%s'%s': ", i ? ", " : "", k[i].key);
+            cv_repr(v->items[k[i].at], false, out, n);
         }
         app(out, n, "}");
         free(k);
@@ -179,9 +200,48 @@ static cv *resolve_plain(const char *s) {
     return cv_str(s);
 }
 
-static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, char *err, size_t errn);
+/* Limits on a config file: a real one is a few hundred bytes and three levels
+ * deep. Without them a 100 KB file nested 50,000 deep overflowed the stack. */
+enum { CFG_MAX_DEPTH = 64, CFG_MAX_BYTES = 1 << 20 };
 
-static cv *yaml_collection(yaml_parser_t *p, bool is_map, char *err, size_t errn) {
+/* Duplicate keys of a mapping: the first position keeps the last value, as a
+ * Python dict built by PyYAML does. By sorting, so that n keys cost n log n
+ * (replacing on insertion was quadratic: 200k keys took over 20 s). */
+static void merge_duplicate_keys(cv *m) {
+    if (m->n < 2) return;
+    key_at *k = sorted_entries(m);
+    bool *drop = calloc(m->n, sizeof *drop);
+    if (!drop) cv_oom();
+    for (size_t g = 0, e; g < m->n; g = e) {
+        for (e = g + 1; e < m->n && !strcmp(k[e].key, k[g].key); e++) drop[k[e].at] = true;
+        if (e - g == 1) continue;
+        size_t first = k[g].at, last = k[e - 1].at;
+        cv_free(m->items[first]);
+        m->items[first] = m->items[last];
+        m->items[last] = NULL;
+    }
+    size_t out = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        if (drop[i]) {
+            cv_free(m->items[i]);
+            free(m->keys[i]);
+            continue;
+        }
+        m->keys[out] = m->keys[i];
+        m->items[out++] = m->items[i];
+    }
+    m->n = out;
+    free(drop);
+    free(k);
+}
+
+static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, char *err, size_t errn);
+
+static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, size_t errn) {
+    if (depth > CFG_MAX_DEPTH) {
+        snprintf(err, errn, "line %zu: nested deeper than %d levels", p->mark.line + 1, CFG_MAX_DEPTH);
+        return NULL;
+    }
     cv *c = cv_new(is_map ? CV_MAP : CV_SEQ);
     for (;;) {
         yaml_event_t ev;
@@ -192,6 +252,7 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, char *err, size_t errn
         }
         if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT) {
             yaml_event_delete(&ev);
+            if (is_map) merge_duplicate_keys(c);
             return c;
         }
         char *key = NULL;
@@ -211,26 +272,26 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, char *err, size_t errn
                 return NULL;
             }
         }
-        cv *v = yaml_node(p, &ev, err, errn);
+        cv *v = yaml_node(p, &ev, depth, err, errn);
         yaml_event_delete(&ev);
         if (!v) {
             free(key);
             cv_free(c);
             return NULL;
         }
-        if (is_map) cv_set(c, key, v);
-        else cv_push(c, NULL, v);
+        cv_push(c, key, v);
         free(key);
     }
 }
 
-static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, char *err, size_t errn) {
+/* depth: how many collections enclose this node */
+static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, char *err, size_t errn) {
     switch (ev->type) {
     case YAML_SCALAR_EVENT:
         if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) return resolve_plain((char *)ev->data.scalar.value);
         return cv_str((char *)ev->data.scalar.value);
-    case YAML_MAPPING_START_EVENT: return yaml_collection(p, true, err, errn);
-    case YAML_SEQUENCE_START_EVENT: return yaml_collection(p, false, err, errn);
+    case YAML_MAPPING_START_EVENT: return yaml_collection(p, true, depth + 1, err, errn);
+    case YAML_SEQUENCE_START_EVENT: return yaml_collection(p, false, depth + 1, err, errn);
     default: snprintf(err, errn, "line %zu: unsupported YAML (anchors/aliases?)", ev->start_mark.line + 1); return NULL;
     }
 }
@@ -254,7 +315,7 @@ static cv *read_yaml(FILE *f, char *err, size_t errn) {
             break;
         }
         if (!root && (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT || t == YAML_SCALAR_EVENT)) {
-            root = yaml_node(&p, &ev, err, errn);
+            root = yaml_node(&p, &ev, 0, err, errn);
             yaml_event_delete(&ev);
             if (!root) break;
             continue;
@@ -277,21 +338,35 @@ static cv *read_yaml(FILE *f, char *err, size_t errn) {
 
 /* ---------------------------------------------------------------- JSON read */
 
-static cv *from_json(json_t *j) {
+/* NULL when nested deeper than CFG_MAX_DEPTH (jansson's keys are already unique). */
+static cv *from_json(json_t *j, int depth) {
     switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        cv *m = cv_new(CV_MAP);
-        const char *k;
-        json_t *v;
-        json_object_foreach(j, k, v) cv_set(m, k, from_json(v));
-        return m;
-    }
+    case JSON_OBJECT:
     case JSON_ARRAY: {
-        cv *s = cv_new(CV_SEQ);
+        if (depth >= CFG_MAX_DEPTH) return NULL;
+        cv *c = cv_new(json_is_object(j) ? CV_MAP : CV_SEQ);
+        const char *k;
         size_t i;
         json_t *v;
-        json_array_foreach(j, i, v) cv_push(s, NULL, from_json(v));
-        return s;
+        bool ok = true;
+        if (json_is_object(j)) {
+            json_object_foreach(j, k, v) {
+                cv *x = ok ? from_json(v, depth + 1) : NULL;
+                if (x) cv_push(c, k, x);
+                ok = x != NULL;
+            }
+        } else {
+            json_array_foreach(j, i, v) {
+                cv *x = ok ? from_json(v, depth + 1) : NULL;
+                if (x) cv_push(c, NULL, x);
+                ok = x != NULL;
+            }
+        }
+        if (!ok) {
+            cv_free(c);
+            return NULL;
+        }
+        return c;
     }
     case JSON_STRING: return cv_str(json_string_value(j));
     case JSON_INTEGER: return cv_int(json_integer_value(j));
@@ -321,12 +396,16 @@ cv *cfg_read(const char *path, char *err, size_t errn) {
     }
     cv *root = NULL;
     char inner[512] = "";
-    if (ends_with(path, ".json")) {
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && st.st_size > CFG_MAX_BYTES) {
+        snprintf(inner, sizeof inner, "it is %lld bytes, over the limit of %d (a config is a few hundred)",
+                 (long long)st.st_size, CFG_MAX_BYTES);
+    } else if (ends_with(path, ".json")) {
         json_error_t je;
         json_t *j = json_loadf(f, 0, &je);
         if (!j) snprintf(inner, sizeof inner, "line %d: %s", je.line, je.text);
         else if (!json_is_object(j)) snprintf(inner, sizeof inner, "the top level is not an object");
-        else root = from_json(j);
+        else if (!(root = from_json(j, 0))) snprintf(inner, sizeof inner, "nested deeper than %d levels", CFG_MAX_DEPTH);
         json_decref(j);
     } else {
         root = read_yaml(f, inner, sizeof inner);
@@ -384,8 +463,9 @@ static bool type_ok(const key_spec *ks, const cv *v) {
     case KT_STR:
         if (v->t != CV_STR) return false;
         if (!ks->choices) return true;
+        /* Accelerate lowercases mixed_precision (BF16 is bf16); the enums are exact */
         for (int i = 0; ks->choices[i]; i++)
-            if (!strcmp(ks->choices[i], v->s)) return true;
+            if (!(ks->choices == PRECISIONS ? strcasecmp : strcmp)(ks->choices[i], v->s)) return true;
         return false;
     case KT_BOOL: return v->t == CV_BOOL;
     case KT_INT: return v->t == CV_INT;
@@ -508,12 +588,12 @@ static bool emit_value(yaml_emitter_t *e, const cv *v) {
     case CV_MAP: {
         yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
         if (!emit(e, &ev)) return false;
-        char **k = sorted_keys(v);
+        key_at *k = sorted_entries(v);
         bool ok = true;
         for (size_t i = 0; ok && i < v->n; i++) {
-            const cv *x = cv_get(v, k[i]);
+            const cv *x = v->items[k[i].at];
             if (!kept(x)) continue;
-            ok = emit_scalar(e, k[i], YAML_ANY_SCALAR_STYLE) && emit_value(e, x);
+            ok = emit_scalar(e, k[i].key, YAML_ANY_SCALAR_STYLE) && emit_value(e, x);
         }
         free(k);
         if (!ok) return false;

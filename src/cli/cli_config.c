@@ -2,6 +2,8 @@
  * `accel config update`. Answers are read from stdin line by line, so the
  * wizard can be driven through a pipe: menus accept the option index or its
  * text, empty lines take the default, bad answers are asked again. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,15 +62,16 @@ static bool ask_yes_no(const char *q, bool dflt) {
     }
 }
 
-static long ask_int(const char *q, long dflt, long lo) {
+static long ask_int(const char *q, long dflt, long lo, long hi) {
     for (;;) {
         char a[64];
         ask_line(q, a, sizeof a);
         if (!*a) return dflt;
         char *end;
+        errno = 0;
         long v = strtol(a, &end, 10);
-        if (!*end && v >= lo) return v;
-        printf("Please enter an integer >= %ld.\n", lo);
+        if (!*end && !errno && v >= lo && v <= hi) return v;
+        printf("Please enter an integer from %ld to %ld.\n", lo, hi);
     }
 }
 
@@ -105,17 +108,17 @@ static cv *wizard(void) {
     long machines = 1;
     bool debug = false, use_cpu = cpu_type;
     if (multi) {
-        machines = ask_int("How many different machines will you use (use more than 1 for multi-node training)? [1]: ", 1, 1);
+        machines = ask_int("How many different machines will you use (use more than 1 for multi-node training)? [1]: ", 1, 1, INT_MAX);
         if (machines > 1) {
             char q[128], ip[256];
             snprintf(q, sizeof q, "What is the rank of this machine? (0..%ld) [0]: ", machines - 1);
             long rank;
-            while ((rank = ask_int(q, 0, 0)) >= machines) printf("The rank must be below %ld.\n", machines);
+            while ((rank = ask_int(q, 0, 0, INT_MAX)) >= machines) printf("The rank must be below %ld.\n", machines);
             cv_set(c, "machine_rank", cv_int(rank));
             ask_str("What is the IP address of the machine that will host the main process? ", NULL, ip, sizeof ip);
             cv_set(c, "main_process_ip", cv_str(ip));
             cv_set(c, "main_process_port",
-                   cv_int(ask_int("What is the port you will use to communicate with the main process? ", 29500, 0)));
+                   cv_int(ask_int("What is the port you will use to communicate with the main process? ", 29500, 0, 65535)));
             bool same = ask_yes_no("Are all the machines on the same local network? Answer `no` if nodes are on the "
                                    "cloud and/or on different network hosts [YES/no]: ", true);
             cv_set(c, "same_network", cv_bool(same));
@@ -140,7 +143,7 @@ static cv *wizard(void) {
             cv_set(ds, "offload_param_device", cv_str("none"));
         }
         cv_set(ds, "gradient_accumulation_steps",
-               cv_int(ask_int("How many gradient accumulation steps you're passing in your script? [1]: ", 1, 1)));
+               cv_int(ask_int("How many gradient accumulation steps you're passing in your script? [1]: ", 1, 1, INT_MAX)));
         cv_set(ds, "zero3_init_flag", cv_bool(false));
         cv_set(c, "deepspeed_config", ds);
     } else if (multi && ask_yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false)) {
@@ -153,7 +156,7 @@ static cv *wizard(void) {
     long procs = 1;
     if (multi) {
         procs = ask_int(cpu_type ? "How many processes should be used for distributed training? [1]: "
-                                 : "How many GPU(s) should be used for distributed training? [1]: ", 1, 1);
+                                 : "How many GPU(s) should be used for distributed training? [1]: ", 1, 1, INT_MAX);
     }
     if (!strcmp(dtype, "MULTI_GPU") && machines == 1 && procs == 1) {
         fprintf(stderr, "accel config: error: Specified distributed type MULTI_GPU but only using 1 GPU on a single "

@@ -1,6 +1,6 @@
 /* src/cli/cli_env.c — `accel env`: environment information for bug reports,
  * in the format of `accelerate env`. */
-#include <dlfcn.h>
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,15 +17,37 @@ static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
 };
 
-static bool loadable(const char *const *names, char *which, size_t n) {
-    for (; *names; names++) {
-        void *h = dlopen(*names, RTLD_LAZY | RTLD_LOCAL);
-        if (h) {
-            snprintf(which, n, "%s", *names);
-            dlclose(h);
-            return true;
+/* Entries of directory `dir` named prefix + digits (any name when prefix is NULL). */
+static int count_entries(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (!prefix) {
+            n++;
+            continue;
         }
+        size_t pl = strlen(prefix);
+        const char *rest = e->d_name + pl;
+        if (!strncmp(e->d_name, prefix, pl) && *rest && strspn(rest, "0123456789") == strlen(rest)) n++;
     }
+    closedir(d);
+    return n;
+}
+
+bool cli_machine_gpus(char *what, size_t n) {
+    int nvidia = count_entries("/proc/driver/nvidia/gpus", NULL);
+    if (!nvidia) nvidia = count_entries("/dev", "nvidia");
+    if (nvidia) {
+        snprintf(what, n, "%d NVIDIA", nvidia);
+        return true;
+    }
+    if (access("/dev/kfd", F_OK) == 0) {
+        snprintf(what, n, "AMD (/dev/kfd)");
+        return true;
+    }
+    snprintf(what, n, "none found (looked for /proc/driver/nvidia/gpus, /dev/nvidia*, /dev/kfd)");
     return false;
 }
 
@@ -67,12 +89,11 @@ int accel_cli_env(int argc, char **argv) {
     char self[PATH_MAX] = "unknown";
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl > 0) self[sl] = 0;
-    char mpi[256], model[256], cuda[128], nccl[128];
+    char mpi[256], model[256], gpus[128];
     first_line("mpirun --version 2>/dev/null", mpi, sizeof mpi);
     cpu_model(model, sizeof model);
-    static const char *const CUDA[] = {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0", NULL};
-    static const char *const NCCL[] = {"libnccl.so", "libnccl.so.2", NULL};
-    bool has_cuda = loadable(CUDA, cuda, sizeof cuda), has_nccl = loadable(NCCL, nccl, sizeof nccl);
+    cli_machine_gpus(gpus, sizeof gpus);
+    bool mpi_backend = strstr(accel_build_info(ACCEL_INFO_DIST_BACKENDS), "mpi") != NULL;
     struct sysinfo si;
     sysinfo(&si);
     double ram_gb = (double)si.totalram * si.mem_unit / (1024.0 * 1024.0 * 1024.0);
@@ -85,10 +106,15 @@ int accel_cli_env(int argc, char **argv) {
     printf("- BLAS: %s\n", accel_build_info(ACCEL_INFO_BLAS));
     printf("- BLAS threads: %s\n", accel_build_info(ACCEL_INFO_BLAS_THREADS));
     printf("- Distributed backends: %s\n", accel_build_info(ACCEL_INFO_DIST_BACKENDS));
-    printf("- MPI available: %s%s%s\n", mpi[0] ? "True (" : "False", mpi, mpi[0] ? ")" : "");
-    printf("- CUDA available: %s%s%s\n", has_cuda ? "True (" : "False", has_cuda ? cuda : "", has_cuda ? ")" : "");
-    printf("- NCCL available: %s%s%s\n", has_nccl ? "True (" : "False", has_nccl ? nccl : "", has_nccl ? ")" : "");
+    /* What accel can use, not what happens to be installed: a loadable
+     * libcudart is no CUDA support when the build has no CUDA backend. */
+    if (mpi_backend && mpi[0]) printf("- MPI available: True (%s)\n", mpi);
+    else if (mpi_backend) printf("- MPI available: False (built with MPI, but no mpirun on PATH)\n");
+    else printf("- MPI available: False (this build has no MPI backend)\n");
+    printf("- CUDA available: False (this build has no CUDA backend)\n");
+    printf("- NCCL available: False (this build has no NCCL backend)\n");
     printf("- Accel accelerator: CPU\n");
+    printf("- GPUs on this machine: %s; accel itself trains on the CPU\n", gpus);
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
     char isa[256];
     printf("- ISA: %s\n", accel_cpu_isa_string(isa, sizeof isa));

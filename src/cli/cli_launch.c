@@ -2,7 +2,8 @@
  * machine's workers with fork+exec, supervise them like torchrun's agent.
  *
  * Supervision: each worker runs in its own process group with
- * PR_SET_PDEATHSIG(SIGKILL) as a backstop. Its stderr always goes through a
+ * PR_SET_PDEATHSIG(SIGKILL) as a backstop, and a watchdog process kills those
+ * groups if the launcher itself is killed (see start_watchdog). Its stderr always goes through a
  * pipe (forwarded live, last lines kept for the failure report); stdout is
  * inherited unless --tee/--log_dir need it. SIGCHLD/SIGINT/SIGTERM wake the
  * poll loop through a self-pipe. The first worker to fail ends the others
@@ -10,9 +11,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +42,6 @@ static const cli_opt OPTS[] = {
     {"main_process_ip", 0, true, "MAIN_PROCESS_IP", "The IP address of the machine of rank 0."},
     {"main_process_port", 0, true, "MAIN_PROCESS_PORT", "The port used to communicate with rank 0 (0: pick a free one)."},
     {"num_cpu_threads_per_process", 0, true, "N", "The number of CPU threads per process (OMP_NUM_THREADS)."},
-    {"gradient_accumulation_steps", 0, true, "N", "Number of gradient accumulation steps."},
     {"max_restarts", 0, true, "MAX_RESTARTS", "Maximum number of worker group restarts before failing."},
     {"monitor_interval", 0, true, "SECONDS", "Interval, in seconds, to monitor the state of workers (0.1)."},
     {"tee", 't', true, "TEE", "Tee std streams into a log file and also to console (0 none, 1 stdout, 2 stderr, 3 both)."},
@@ -54,14 +56,11 @@ static const cli_opt OPTS[] = {
     {"enable_cpu_affinity", 0, false, NULL, "Pin workers to cores (ACCELERATE_CPU_AFFINITY=1)."},
     {"use_deepspeed", 0, false, NULL, "Use ZeRO sharding (accel's DeepSpeed-compatible implementation)."},
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
-    {"zero_stage", 0, true, "ZERO_STAGE", "DeepSpeed ZeRO optimization stage (ACCEL_ZERO_STAGE)."},
-    {"fsdp_sharding_strategy", 0, true, "STRATEGY", "FSDP sharding strategy (ACCEL_FSDP_SHARDING_STRATEGY)."},
-    {"deepspeed_config_file", 0, true, "FILE", "DeepSpeed JSON config (zero_optimization.stage, bf16/fp16, ...; ACCEL_DEEPSPEED_CONFIG_FILE)."},
-    {"gradient_clipping", 0, true, "NORM", "DeepSpeed gradient clipping: clip the global grad norm in optimizer.step (ACCEL_GRADIENT_CLIPPING)."},
-    {"offload_optimizer_device", 0, true, "{none,cpu}", "DeepSpeed optimizer offload (cpu: a no-op, state is in CPU memory)."},
-    {"module", 'm', false, NULL, "Run PROGRAM as a Python module (python3 -m)."},
-    {"no_python", 0, false, NULL, "Execute PROGRAM directly instead of through python3."},
+    {"module", 'm', false, NULL, "Run PROGRAM as a Python module (PYTHON -m)."},
+    {"no_python", 0, false, NULL, "Execute PROGRAM directly instead of through Python."},
+    {"python", 0, true, "PYTHON", "Interpreter of a .py PROGRAM or --module (default: $PYTHON, else $VIRTUAL_ENV/bin/python, else python3 on PATH)."},
 };
+/* + the FSDP / DeepSpeed settings of cli_launch_env.c */
 #define NOPTS ((int)(sizeof OPTS / sizeof *OPTS))
 #define USAGE "accel launch [options] PROGRAM [ARGS...]"
 #define DESC "Launch PROGRAM on this machine's share of --num_processes workers, torchrun style."
@@ -70,19 +69,24 @@ typedef struct launch_cfg {
     int num_processes, num_machines, machine_rank, port, threads, grad_accum, max_restarts, tee;
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
     double monitor_interval;
-    const char *mixed_precision, *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
+    char mixed_precision[8]; /* lower case, as Accelerate reads it */
+    const char *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
     const char *ds_file, *grad_clip, *offload_opt;
+    char python[PATH_MAX];   /* interpreter of a Python PROGRAM ("" when PROGRAM runs directly) */
+    const char *python_from; /* where that choice came from, for error messages */
+    env_list env;            /* the job-wide worker environment (owned) */
     char **prog_argv;
 } launch_cfg;
 
 /* ---------------------------------------------------------------- parsing */
 
-static bool parse_int(const char *name, const char *s, int lo, int *out) {
+static bool parse_int(const char *name, const char *s, int lo, int hi, int *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > INT_MAX) {
-        fprintf(stderr, "accel launch: error: argument --%s: invalid value '%s' (expected an integer >= %d)\n", name, s, lo);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "accel launch: error: argument --%s: invalid value '%s' (expected an integer from %d to %d)\n",
+                name, s, lo, hi);
         return false;
     }
     *out = (int)v;
@@ -117,17 +121,117 @@ static const char *cfg_s(const cv *c, const char *key) {
     return v->s;
 }
 
+/* The interpreter of a .py PROGRAM or --module: Accelerate runs them with the
+ * Python it runs under; accel has none, so --python, else $PYTHON, else the
+ * active virtualenv's, else python3 on PATH (made absolute for the reports). */
+static void choose_python(launch_cfg *L, const char *flag) {
+    const char *prog = L->prog_argv[0];
+    size_t pl = strlen(prog);
+    L->python[0] = 0;
+    if (!L->module && (L->no_python || pl <= 3 || strcmp(prog + pl - 3, ".py"))) return;
+    const char *venv = getenv("VIRTUAL_ENV"), *env = getenv("PYTHON");
+    if (flag) {
+        snprintf(L->python, sizeof L->python, "%s", flag);
+        L->python_from = "--python";
+    } else if (env && *env) {
+        snprintf(L->python, sizeof L->python, "%s", env);
+        L->python_from = "$PYTHON";
+    } else if (venv && *venv) {
+        snprintf(L->python, sizeof L->python, "%s/bin/python", venv);
+        L->python_from = "$VIRTUAL_ENV";
+    } else {
+        snprintf(L->python, sizeof L->python, "python3");
+        L->python_from = "PATH";
+    }
+    if (strchr(L->python, '/')) return;
+    const char *path = getenv("PATH");
+    for (const char *dir = path; dir && *dir;) {
+        size_t dl = strcspn(dir, ":");
+        char cand[PATH_MAX];
+        if (dl && snprintf(cand, sizeof cand, "%.*s/%s", (int)dl, dir, L->python) < (int)sizeof cand &&
+            access(cand, X_OK) == 0) {
+            snprintf(L->python, sizeof L->python, "%s", cand);
+            return;
+        }
+        dir += dl + (dir[dl] == ':');
+    }
+}
+
+static void env_int(env_list *e, const char *key, long v) {
+    char b[32];
+    snprintf(b, sizeof b, "%ld", v);
+    env_add(e, key, b);
+}
+
+/* The variables every worker of the job gets (the per-rank ones are set in
+ * child_exec): accel's ACCEL_* contract and what `accelerate launch` exports. */
+static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, bool mp_from_config) {
+    env_list *e = &L->env;
+    int local_n = L->num_processes / L->num_machines;
+    if (L->threads) env_int(e, "OMP_NUM_THREADS", L->threads);
+    else if (!getenv("OMP_NUM_THREADS")) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        env_int(e, "OMP_NUM_THREADS", cores / local_n > 1 ? cores / local_n : 1);
+    }
+    env_add(e, "ACCELERATE_MIXED_PRECISION", L->mixed_precision);
+    env_add(e, "ACCEL_MIXED_PRECISION", L->mixed_precision);
+    env_int(e, "ACCEL_GRADIENT_ACCUMULATION_STEPS", L->grad_accum);
+    env_add(e, "ACCEL_USE_CPU", L->cpu ? "1" : "0");
+    env_add(e, "ACCELERATE_USE_CPU", L->cpu ? "True" : "False");
+    if (L->debug) {
+        env_add(e, "ACCEL_DEBUG_MODE", "1");
+        env_add(e, "ACCELERATE_DEBUG_MODE", "true");
+    }
+    if (L->affinity) env_add(e, "ACCELERATE_CPU_AFFINITY", "1");
+    if (L->gpu_ids && strcmp(L->gpu_ids, "all")) env_add(e, "CUDA_VISIBLE_DEVICES", L->gpu_ids);
+    if (L->zero_stage) env_add(e, "ACCEL_ZERO_STAGE", L->zero_stage);
+    if (L->fsdp_strategy) env_add(e, "ACCEL_FSDP_SHARDING_STRATEGY", L->fsdp_strategy);
+    char abs[PATH_MAX]; /* workers may run elsewhere (--log_dir, chdir): pass an absolute path */
+    const char *ds_abs = L->ds_file ? (realpath(L->ds_file, abs) ? abs : L->ds_file) : NULL;
+    if (ds_abs) env_add(e, "ACCEL_DEEPSPEED_CONFIG_FILE", ds_abs);
+    if (L->grad_clip) env_add(e, "ACCEL_GRADIENT_CLIPPING", L->grad_clip);
+    if (L->offload_opt) env_add(e, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt);
+    char err[1024];
+    if (L->fsdp && !launch_export_fsdp(e, ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
+        fprintf(stderr, "accel launch: error: %s\n", err);
+        return false;
+    }
+    if (L->deepspeed) {
+        if (!launch_export_deepspeed(e, ls, cv_get(cfg, "deepspeed_config"), mp_from_config, ds_abs, err, sizeof err)) {
+            fprintf(stderr, "accel launch: error: %s\n", err);
+            return false;
+        }
+        /* prepare_deepspeed_cmd_env: the working directory is importable
+         * (env_var_path_add: the old entries, empty ones dropped, then it) */
+        char cwd[PATH_MAX], path[4 * PATH_MAX] = "";
+        const char *old = getenv("PYTHONPATH");
+        for (const char *p = old ? old : ""; *p;) {
+            size_t len = strcspn(p, ":");
+            if (len) snprintf(path + strlen(path), sizeof path - strlen(path), "%.*s:", (int)len, p);
+            p += len + (p[len] == ':');
+        }
+        if (getcwd(cwd, sizeof cwd)) {
+            snprintf(path + strlen(path), sizeof path - strlen(path), "%s", cwd);
+            env_add(e, "PYTHONPATH", path);
+        }
+    }
+    return true;
+}
+
 static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
-    const char *v[NOPTS];
+    cli_opt opts[NOPTS + LAUNCH_MAX_SETTINGS];
+    memcpy(opts, OPTS, sizeof OPTS);
+    int nopts = NOPTS + launch_setting_opts(opts + NOPTS);
+    const char *v[NOPTS + LAUNCH_MAX_SETTINGS];
     int first;
-    int r = cli_parse(USAGE, DESC, OPTS, NOPTS, argc, argv, v, &first, true);
+    int r = cli_parse(USAGE, DESC, opts, nopts, argc, argv, v, &first, true);
     if (r == CLI_HELP) return 0;
     if (r == CLI_ERROR) return 2;
     if (first >= argc) {
         fprintf(stderr, "usage: %s\naccel launch: error: the following arguments are required: PROGRAM\n", USAGE);
         return 2;
     }
-#define V(name) v[cli_idx(OPTS, NOPTS, name)]
+#define V(name) v[cli_idx(opts, nopts, name)]
     /* Config: an explicit file, or the default one unless --cpu (Accelerate's precedence quirk). */
     char def[4096], err[2048];
     cfg_default_path(def, sizeof def);
@@ -157,11 +261,19 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     const char *mr = V("machine_rank") ? V("machine_rank") : cfg_s(cfg, "machine_rank");
     const char *port = V("main_process_port") ? V("main_process_port") : cfg_s(cfg, "main_process_port");
     L->ip = V("main_process_ip") ? V("main_process_ip") : cfg_s(cfg, "main_process_ip");
-    L->mixed_precision = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision");
-    if (!L->mixed_precision) L->mixed_precision = "no";
+    const char *mp = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision");
+    bool mp_from_config = !V("mixed_precision") && mp;
+    if (!mp) mp = "no";
     L->gpu_ids = V("gpu_ids") ? V("gpu_ids") : cfg_s(cfg, "gpu_ids");
     L->debug = V("debug") || (cfg && cv_get(cfg, "debug") && cv_get(cfg, "debug")->b);
-    L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b);
+    /* CPU training: asked for (flag, config, or the caller's own ACCELERATE_USE_CPU /
+     * ACCEL_USE_CPU), or nothing else there: on a machine without a GPU a
+     * launched Accelerate program must form one world over gloo, not train
+     * alone on every rank. */
+    char gpus[128];
+    L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b) ||
+             cli_truthy(getenv("ACCELERATE_USE_CPU")) || cli_truthy(getenv("ACCEL_USE_CPU")) ||
+             !cli_machine_gpus(gpus, sizeof gpus);
     L->affinity = V("enable_cpu_affinity") || (cfg && cv_get(cfg, "enable_cpu_affinity") && cv_get(cfg, "enable_cpu_affinity")->b);
     L->quiet = V("quiet");
     L->module = V("module");
@@ -184,7 +296,9 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage");
     /* With a JSON file its zero_optimization.stage decides. */
     if (L->deepspeed && !L->zero_stage && !L->ds_file) L->zero_stage = "2";
-    L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy") : cfg_s(fs, "fsdp_sharding_strategy");
+    L->fsdp_strategy = V("fsdp_sharding_strategy")   ? V("fsdp_sharding_strategy")
+                       : cfg_s(fs, "fsdp_sharding_strategy") ? cfg_s(fs, "fsdp_sharding_strategy")
+                                                             : cfg_s(fs, "sharding_strategy"); /* Accelerate adds the fsdp_ */
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
                                                          : cfg_s(ds, "gradient_accumulation_steps");
@@ -200,10 +314,14 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         fprintf(stderr, "accel launch: error: --module and --no_python cannot be used together\n");
         return 2;
     }
-    if (strcmp(L->mixed_precision, "no") && strcmp(L->mixed_precision, "fp16") && strcmp(L->mixed_precision, "bf16") &&
-        strcmp(L->mixed_precision, "fp8")) {
+    /* Any case, as Accelerate's mixed_precision.lower() */
+    static const char *const PRECISIONS[] = {"no", "fp16", "bf16", "fp8"};
+    L->mixed_precision[0] = 0;
+    for (size_t i = 0; i < sizeof PRECISIONS / sizeof *PRECISIONS; i++)
+        if (!strcasecmp(mp, PRECISIONS[i])) snprintf(L->mixed_precision, sizeof L->mixed_precision, "%s", PRECISIONS[i]);
+    if (!L->mixed_precision[0]) {
         fprintf(stderr, "accel launch: error: Unknown mixed_precision mode: %s. Choose between ['no', 'fp8', 'fp16', 'bf16'].\n",
-                L->mixed_precision);
+                mp);
         return 2;
     }
     if (V("dynamo_backend") && strcasecmp(V("dynamo_backend"), "no")) {
@@ -214,7 +332,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->num_processes = 1;
     L->num_machines = 1;
     L->machine_rank = 0;
-    if (np && !parse_int("num_processes", np, -1, &L->num_processes)) return 2;
+    if (np && !parse_int("num_processes", np, -1, INT_MAX, &L->num_processes)) return 2;
     if (L->num_processes == -1) {
         fprintf(stderr, "accel launch: error: You need to manually pass in `--num_processes` using this config yaml.\n");
         return 2;
@@ -223,8 +341,8 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         fprintf(stderr, "accel launch: error: --num_processes must be at least 1\n");
         return 2;
     }
-    if (nm && !parse_int("num_machines", nm, 1, &L->num_machines)) return 2;
-    if (mr && !parse_int("machine_rank", mr, 0, &L->machine_rank)) return 2;
+    if (nm && !parse_int("num_machines", nm, 1, INT_MAX, &L->num_machines)) return 2;
+    if (mr && !parse_int("machine_rank", mr, 0, INT_MAX, &L->machine_rank)) return 2;
     if (L->machine_rank >= L->num_machines) {
         fprintf(stderr, "accel launch: error: --machine_rank %d must be below --num_machines %d\n", L->machine_rank,
                 L->num_machines);
@@ -245,25 +363,30 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     }
     L->port = 29500;
     L->port_given = port != NULL;
-    if (port && !parse_int("main_process_port", port, 0, &L->port)) return 2;
+    if (port && !parse_int("main_process_port", port, 0, 65535, &L->port)) return 2;
     L->threads = 0;
-    if (V("num_cpu_threads_per_process") && !parse_int("num_cpu_threads_per_process", V("num_cpu_threads_per_process"), 1, &L->threads))
+    if (V("num_cpu_threads_per_process") && !parse_int("num_cpu_threads_per_process", V("num_cpu_threads_per_process"), 1, INT_MAX, &L->threads))
         return 2;
     L->grad_accum = 1;
-    if (gas && !parse_int("gradient_accumulation_steps", gas, 1, &L->grad_accum)) return 2;
+    if (gas && !parse_int("gradient_accumulation_steps", gas, 1, INT_MAX, &L->grad_accum)) return 2;
     L->max_restarts = 0;
-    if (V("max_restarts") && !parse_int("max_restarts", V("max_restarts"), 0, &L->max_restarts)) return 2;
+    if (V("max_restarts") && !parse_int("max_restarts", V("max_restarts"), 0, INT_MAX, &L->max_restarts)) return 2;
     L->tee = 0;
-    if (V("tee") && !parse_int("tee", V("tee"), 0, &L->tee)) return 2;
-    if (L->tee > 3) {
-        fprintf(stderr, "accel launch: error: --tee must be 0, 1, 2 or 3\n");
-        return 2;
+    if (V("tee") && !parse_int("tee", V("tee"), 0, 3, &L->tee)) return 2;
+    if (L->grad_clip) {
+        char *end;
+        double norm = strtod(L->grad_clip, &end);
+        if (!*L->grad_clip || *end || !isfinite(norm) || norm < 0) {
+            fprintf(stderr, "accel launch: error: argument --gradient_clipping: invalid value '%s' (expected a finite "
+                            "number >= 0)\n", L->grad_clip);
+            return 2;
+        }
     }
     L->monitor_interval = 0.1;
     if (V("monitor_interval")) {
         char *end;
         L->monitor_interval = strtod(V("monitor_interval"), &end);
-        if (*end || !(L->monitor_interval > 0)) {
+        if (*end || !(L->monitor_interval > 0) || !isfinite(L->monitor_interval)) {
             fprintf(stderr, "accel launch: error: --monitor_interval '%s' is not a positive number\n", V("monitor_interval"));
             return 2;
         }
@@ -279,6 +402,9 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                         "\t`--num_processes` was set to a value of `1`\n"
                         "To avoid this warning pass in values for each of the problematic parameters or run `accel config`.\n");
     L->prog_argv = argv + first;
+    choose_python(L, V("python"));
+    launch_settings ls = {opts, nopts, v};
+    if (!job_env(L, &ls, cfg, mp_from_config)) return 2;
 #undef V
     return -1; /* resolved: go on */
 }
@@ -340,6 +466,84 @@ static void random_hex(char *out, size_t nbytes) {
     for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
 }
 
+/* ---------------------------------------------------------------- watchdog
+ * After `kill -9` of the launcher its workers die of PDEATHSIG, but what they
+ * started does not (a wrapper script's real trainer): PDEATHSIG covers the
+ * direct child only, and a subreaper is no help once it is dead itself. So
+ * before any worker starts, the launcher forks a watchdog: in its own session
+ * (a signal to the launcher's process group does not reach it), holding the
+ * read end of a pipe whose only write end is the launcher's. The launcher
+ * sends each worker's process group on it (+pgid at fork, -pgid once the
+ * worker is reaped and its group killed). End of file means the launcher is
+ * gone, however it died: the watchdog SIGKILLs every group still listed. */
+
+static int g_watchdog_fd = -1; /* the launcher's write end */
+static pid_t g_watchdog_pid = -1;
+
+static _Noreturn void watchdog_main(int rd, int wr) {
+    setsid();
+    prctl(PR_SET_NAME, "accel-watchdog");
+    close(wr); /* else the end of file would never come */
+    dup2(rd, 3);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1); /* stderr stays: the one message below */
+    close_range(4, ~0U, 0); /* nothing else of the launcher's: no pipe stays open because of us */
+    pid_t *groups = NULL;
+    size_t n = 0, cap = 0;
+    int32_t rec;
+    for (;;) {
+        ssize_t r = read(3, &rec, sizeof rec);
+        if (r < 0 && errno == EINTR) continue;
+        if (r != (ssize_t)sizeof rec) break; /* EOF: the launcher is gone */
+        if (rec > 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                pid_t *g = realloc(groups, cap * sizeof *g);
+                if (!g) break; /* cannot track more: act now rather than lose a group */
+                groups = g;
+            }
+            groups[n++] = rec;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (groups[i] == -rec) {
+                    groups[i] = groups[--n];
+                    break;
+                }
+        }
+    }
+    for (size_t i = 0; i < n; i++) kill(-groups[i], SIGKILL);
+    if (n) fprintf(stderr, "accel launch: the launcher died; killed the process groups of its %zu workers\n", n);
+    _exit(0);
+}
+
+static bool start_watchdog(void) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return false;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return false;
+    }
+    if (pid == 0) watchdog_main(p[0], p[1]);
+    close(p[0]);
+    g_watchdog_fd = p[1];
+    g_watchdog_pid = pid;
+    return true;
+}
+
+static void watchdog_track(pid_t pgid, bool add) {
+    int32_t rec = add ? (int32_t)pgid : -(int32_t)pgid;
+    if (write(g_watchdog_fd, &rec, sizeof rec) < 0) { /* the watchdog is gone: the workers' PDEATHSIG remains */ }
+}
+
+/* A normal end: every group is already dead; the watchdog exits at EOF. */
+static void stop_watchdog(void) {
+    close(g_watchdog_fd);
+    waitpid(g_watchdog_pid, NULL, 0);
+}
+
 static void setenv_int(const char *k, long v) {
     char b[32];
     snprintf(b, sizeof b, "%ld", v);
@@ -386,47 +590,22 @@ static void child_exec(const job *J, worker *w, int out_w, int err_w, int restar
     setenv_int("TORCHELASTIC_RESTART_COUNT", restart);
     setenv_int("TORCHELASTIC_MAX_RESTARTS", L->max_restarts);
     setenv("TORCHELASTIC_RUN_ID", J->run_id, 1);
-    if (L->threads) setenv_int("OMP_NUM_THREADS", L->threads);
-    else if (!getenv("OMP_NUM_THREADS")) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        setenv_int("OMP_NUM_THREADS", cores / J->local_n > 1 ? cores / J->local_n : 1);
-    }
-    setenv("ACCELERATE_MIXED_PRECISION", L->mixed_precision, 1);
-    setenv("ACCEL_MIXED_PRECISION", L->mixed_precision, 1);
-    setenv_int("ACCEL_GRADIENT_ACCUMULATION_STEPS", L->grad_accum);
-    setenv("ACCEL_USE_CPU", L->cpu ? "1" : "0", 1);
-    setenv("ACCELERATE_USE_CPU", L->cpu ? "True" : "False", 1);
-    if (L->debug) {
-        setenv("ACCEL_DEBUG_MODE", "1", 1);
-        setenv("ACCELERATE_DEBUG_MODE", "true", 1);
-    }
-    if (L->affinity) setenv("ACCELERATE_CPU_AFFINITY", "1", 1);
-    if (L->gpu_ids && strcmp(L->gpu_ids, "all")) setenv("CUDA_VISIBLE_DEVICES", L->gpu_ids, 1);
-    if (L->zero_stage) setenv("ACCEL_ZERO_STAGE", L->zero_stage, 1);
-    if (L->fsdp_strategy) setenv("ACCEL_FSDP_SHARDING_STRATEGY", L->fsdp_strategy, 1);
-    if (L->ds_file) {
-        char abs[PATH_MAX]; /* workers may run elsewhere (--log_dir, chdir): pass an absolute path */
-        setenv("ACCEL_DEEPSPEED_CONFIG_FILE", realpath(L->ds_file, abs) ? abs : L->ds_file, 1);
-    }
-    if (L->grad_clip) setenv("ACCEL_GRADIENT_CLIPPING", L->grad_clip, 1);
-    if (L->offload_opt) setenv("ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt, 1);
+    for (size_t i = 0; i < L->env.n; i++) putenv(L->env.kv[i]);
     setenv("ACCEL_JOB_SECRET", J->secret, 1);
-    /* argv: PROGRAM directly, or through python3 for .py / --module */
+    /* argv: PROGRAM directly, or through the interpreter for .py / --module */
     int n = 0;
     while (L->prog_argv[n]) n++;
     char **args = calloc((size_t)n + 3, sizeof *args);
     int a = 0;
-    const char *prog = L->prog_argv[0];
-    size_t pl = strlen(prog);
-    if (L->module) {
-        args[a++] = "python3";
-        args[a++] = "-m";
-    } else if (!L->no_python && pl > 3 && !strcmp(prog + pl - 3, ".py")) {
-        args[a++] = "python3";
-    }
+    if (L->python[0]) args[a++] = (char *)L->python;
+    if (L->module) args[a++] = "-m";
     for (int i = 0; i < n; i++) args[a++] = L->prog_argv[i];
     execvp(args[0], args);
-    fprintf(stderr, "accel launch: cannot run '%s': %s\n", args[0], strerror(errno));
+    if (L->python[0])
+        fprintf(stderr, "accel launch: cannot run the Python interpreter '%s' (chosen by %s): %s\n", args[0],
+                L->python_from, strerror(errno));
+    else
+        fprintf(stderr, "accel launch: cannot run '%s': %s\n", args[0], strerror(errno));
     _exit(127);
 }
 
@@ -484,6 +663,28 @@ static void describe_status(int status, char *out, size_t n) {
     } else snprintf(out, n, "status %d", status);
 }
 
+/* The last bytes of a worker's stderr, as one string. */
+static void stderr_tail(const worker *w, char *tail) {
+    size_t n = w->ring_len, start = (w->ring_pos + sizeof w->ring - n) % sizeof w->ring;
+    for (size_t i = 0; i < n; i++) tail[i] = w->ring[(start + i) % sizeof w->ring];
+    while (n && tail[n - 1] == '\n') n--;
+    tail[n] = 0;
+}
+
+/* "PYTHON (chosen by HOW) could not import 'MOD'" when a Python worker's
+ * stderr ends in a ModuleNotFoundError: the usual cause is the wrong
+ * interpreter (not the virtualenv that has torch / accelerate). "" otherwise. */
+static void import_failure(const launch_cfg *L, const char *tail, char *out, size_t n) {
+    static const char NEEDLE[] = "No module named '";
+    out[0] = 0;
+    if (!L->python[0]) return;
+    const char *m = NULL;
+    for (const char *p = tail; (p = strstr(p, NEEDLE)); p++) m = p + strlen(NEEDLE);
+    if (!m) return;
+    snprintf(out, n, "%s (chosen by %s) could not import '%.*s'; choose the interpreter with --python, $PYTHON or "
+             "$VIRTUAL_ENV", L->python, L->python_from, (int)strcspn(m, "'\n"), m);
+}
+
 static void report(const job *J, const worker *w, double when) {
     char st[96], host[256] = "";
     describe_status(w->status, st, sizeof st);
@@ -496,13 +697,12 @@ static void report(const job *J, const worker *w, double when) {
                     "Root Cause (first observed failure):\n"
                     "  time      : %s\n  host      : %s\n  rank      : %d (local_rank: %d)\n  pid       : %d\n  %s\n",
             J->L->prog_argv[0], ts, host, w->rank, w->local_rank, (int)w->pid, st);
+    char tail[sizeof w->ring + 1], hint[PATH_MAX + 256];
+    stderr_tail(w, tail);
+    import_failure(J->L, tail, hint, sizeof hint);
+    if (hint[0]) fprintf(stderr, "  python    : %s\n", hint);
     /* last 10 lines of its stderr */
-    char tail[sizeof w->ring + 1];
-    size_t n = w->ring_len, start = (w->ring_pos + sizeof w->ring - n) % sizeof w->ring;
-    for (size_t i = 0; i < n; i++) tail[i] = w->ring[(start + i) % sizeof w->ring];
-    while (n && tail[n - 1] == '\n') n--;
-    tail[n] = 0;
-    size_t from = n;
+    size_t n = strlen(tail), from = n;
     for (int lines = 0; from > 0; from--)
         if (tail[from - 1] == '\n' && ++lines == 10) break;
     fprintf(stderr, "  stderr (last lines):\n");
@@ -513,6 +713,15 @@ static void report(const job *J, const worker *w, double when) {
         fprintf(stderr, "    %s\n", line);
     }
     fprintf(stderr, "============================================================\n");
+}
+
+/* -q: one line, with the import failure when there is one. */
+static void report_quiet(const job *J, const worker *w) {
+    char st[96], tail[sizeof w->ring + 1], hint[PATH_MAX + 256];
+    describe_status(w->status, st, sizeof st);
+    stderr_tail(w, tail);
+    import_failure(J->L, tail, hint, sizeof hint);
+    fprintf(stderr, "accel launch: rank %d failed (%s)%s%s\n", w->rank, st, hint[0] ? "; " : "", hint);
 }
 
 static void open_logs(const job *J, worker *w, bool append) {
@@ -535,12 +744,30 @@ static void signal_all(worker *ws, int n, int sig) {
         if (!ws[i].exited && ws[i].pid > 0) kill(-ws[i].pid, sig);
 }
 
+/* How long the supervision loop may sleep: --monitor_interval, but never past
+ * the SIGKILL deadline (the documented 3 s escalation must not wait for a
+ * slow monitor), computed in double so that huge intervals cannot overflow. */
+static int poll_timeout_ms(double monitor_interval, double kill_deadline) {
+    double ms = monitor_interval * 1000;
+    if (kill_deadline > 0) {
+        double left = (kill_deadline - accel_now_seconds()) * 1000 + 1;
+        if (left < ms) ms = left;
+    }
+    if (ms < 1) return 1;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 /* Runs one attempt of the group. Returns 0 on success, 1 on a worker
  * failure, 128+signal when the launcher was interrupted. */
 static int run_group(job *J, int restart) {
     const launch_cfg *L = J->L;
     int n = J->local_n;
     worker *ws = calloc((size_t)n, sizeof *ws);
+    struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
+    if (!ws || !pf) {
+        fprintf(stderr, "accel launch: error: cannot allocate the state of %d local workers\n", n);
+        exit(1);
+    }
     int ret = 0, interrupted = 0;
     for (int i = 0; i < n; i++) {
         worker *w = &ws[i];
@@ -569,6 +796,7 @@ static int run_group(job *J, int restart) {
             exit(1);
         }
         if (pid == 0) child_exec(J, w, op[1], ep[1], restart);
+        watchdog_track(pid, true);
         setpgid(pid, pid);
         w->pid = pid;
         close(ep[1]);
@@ -581,9 +809,6 @@ static int run_group(job *J, int restart) {
     int alive = n;
     worker *first_fail = NULL;
     double fail_time = 0, kill_deadline = 0;
-    struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
-    int timeout_ms = (int)(L->monitor_interval * 1000);
-    if (timeout_ms < 1) timeout_ms = 1;
     for (;;) {
         int np = 0;
         pf[np++] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
@@ -594,7 +819,7 @@ static int run_group(job *J, int restart) {
         bool pipes_open = np > 1;
         if (!alive && !pipes_open) break;
         /* Once every worker exited, only leftover output (a grandchild may hold a pipe) is read, briefly. */
-        int pr = poll(pf, (nfds_t)np, alive ? timeout_ms : 50);
+        int pr = poll(pf, (nfds_t)np, alive ? poll_timeout_ms(L->monitor_interval, kill_deadline) : 50);
         if (pr == 0 && !alive) break;
         for (int k = 1; k < np; k++) {
             if (!pf[k].revents) continue;
@@ -625,6 +850,7 @@ static int run_group(job *J, int restart) {
                 alive--;
                 /* Its process group may still hold grandchildren: end them with it. */
                 kill(-pid, SIGKILL);
+                watchdog_track(pid, false);
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
                 if (!ok && !first_fail && !interrupted) {
                     first_fail = &ws[i];
@@ -648,17 +874,19 @@ static int run_group(job *J, int restart) {
     if (interrupted) ret = 128 + interrupted;
     else if (first_fail) {
         ret = 1;
-        if (L->quiet) {
-            char st[96];
-            describe_status(first_fail->status, st, sizeof st);
-            fprintf(stderr, "accel launch: rank %d failed (%s)\n", first_fail->rank, st);
-        } else {
-            report(J, first_fail, fail_time);
-        }
+        if (L->quiet) report_quiet(J, first_fail);
+        else report(J, first_fail, fail_time);
     }
     free(pf);
     free(ws);
     return ret;
+}
+
+/* Frees what resolve() built and returns rc. */
+static int finish(launch_cfg *L, cv *cfg, int rc) {
+    env_free(&L->env);
+    cv_free(cfg);
+    return rc;
 }
 
 int accel_cli_launch(int argc, char **argv) {
@@ -667,8 +895,7 @@ int accel_cli_launch(int argc, char **argv) {
     cv *cfg = NULL;
     int r = resolve(argc, argv, &L, &cfg);
     if (r >= 0) {
-        cv_free(cfg);
-        return r;
+        return finish(&L, cfg, r);
     }
     job J;
     memset(&J, 0, sizeof J);
@@ -694,17 +921,21 @@ int accel_cli_launch(int argc, char **argv) {
                             "`--main_process_port` flag or specifying a different `main_process_port` in your config "
                             "file) and rerun your script. To automatically use the next open port (on a single node), "
                             "you can set this to `0`.\n", L.port);
-            cv_free(cfg);
-            return 1;
+            return finish(&L, cfg, 1);
         }
         if (L.port != 0 && L.port_given && !L.quiet)
             fprintf(stderr, "accel launch: port %d is in use; using a free port instead\n", L.port);
         J.port = free_port();
     }
+    signal(SIGPIPE, SIG_IGN);
+    if (!start_watchdog()) {
+        fprintf(stderr, "accel launch: cannot start the watchdog: %s\n", strerror(errno));
+        return finish(&L, cfg, 1);
+    }
     if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
-        cv_free(cfg);
-        return 1;
+        stop_watchdog();
+        return finish(&L, cfg, 1);
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -712,7 +943,6 @@ int accel_cli_launch(int argc, char **argv) {
     sigaction(SIGCHLD, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     int ret = 0;
     for (int restart = 0;; restart++) {
         ret = run_group(&J, restart);
@@ -722,6 +952,6 @@ int accel_cli_launch(int argc, char **argv) {
     signal(SIGCHLD, SIG_DFL);
     close(g_sigpipe[0]);
     close(g_sigpipe[1]);
-    cv_free(cfg);
-    return ret;
+    stop_watchdog();
+    return finish(&L, cfg, ret);
 }

@@ -86,12 +86,18 @@ int accel_cli_merge_weights(int argc, char **argv) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
+    int n = accel_checkpoint_count(ck);
+    if (n == 0) { /* nothing to merge is a broken index, not a success (and never a reason to delete it) */
+        fprintf(stderr, "accel merge-weights: error: the checkpoint in %s holds no tensors (an empty weight_map?): "
+                        "nothing to merge\n", dir);
+        accel_checkpoint_close(ck);
+        return 1;
+    }
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
         accel_checkpoint_close(ck);
         return 1;
     }
-    int n = accel_checkpoint_count(ck);
     const char **names = calloc((size_t)n + 1, sizeof *names);
     accel_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
     int ok = names && ts;

@@ -1,0 +1,117 @@
+/* `accel launch` of real Python programs: the interpreter choice and an
+ * Accelerate program forming one world. Building and testing accel never
+ * needs Python: without python3 (or without torch + accelerate for the world
+ * test) the checks are skipped and the test exits 77, which ctest reports as
+ * skipped. Runs build/bin/accel next to itself. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
+static char OUT[1 << 16], ERR[1 << 16];
+static int skipped;
+
+static void slurp(const char *path, char *buf, size_t n) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    buf[fread(buf, 1, n - 1, f)] = 0;
+    fclose(f);
+}
+
+static const char *spit(const char *name, const char *text) {
+    static char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", TMP, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Runs argv (argv[0] searched on PATH); stdout/stderr into OUT/ERR. */
+static int run(const char *const *argv) {
+    char o[PATH_MAX + 16], e[PATH_MAX + 16];
+    snprintf(o, sizeof o, "%s/out", TMP);
+    snprintf(e, sizeof e, "%s/err", TMP);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    slurp(o, OUT, sizeof OUT);
+    slurp(e, ERR, sizeof ERR);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* python3 on PATH (what accel launch uses without --python, $PYTHON, $VIRTUAL_ENV) can import `modules`. */
+static bool python_has(const char *modules) {
+    char code[256];
+    snprintf(code, sizeof code, "import %s", modules);
+    const char *a[] = {"python3", "-c", code, NULL};
+    if (run(a) == 0) return true;
+    fprintf(stderr, "skipped: python3 cannot `%s`\n", code);
+    skipped++;
+    return false;
+}
+
+/* Issue #11: --python chooses the interpreter of a .py program. */
+static void test_python_flag(void) {
+    if (!python_has("sys")) return;
+    const char *which[] = {"python3", "-c", "import sys, os; print(os.path.realpath(sys.executable))", NULL};
+    CHECK(run(which) == 0);
+    char python[PATH_MAX], want[PATH_MAX + 16];
+    snprintf(python, sizeof python, "%.*s", (int)strcspn(OUT, "\n"), OUT);
+    snprintf(want, sizeof want, "exe=%s\n", python);
+    const char *prog = spit("exe.py", "import sys, os\nprint('exe=' + os.path.realpath(sys.executable))\n");
+    const char *a[] = {ACCEL, "launch", "--python", python, prog, NULL};
+    CHECK(run(a) == 0);
+    CHECK_STR_CONTAINS(OUT, want);
+}
+
+/* Issue #9: without --cpu, on a machine without a GPU, an Accelerate program
+ * under `accel launch --num_processes 2` trained alone on each rank (world 1,
+ * twice): ACCELERATE_USE_CPU=False made Accelerate look for a GPU backend. */
+static void test_accelerate_world(void) {
+    if (!python_has("torch, accelerate")) return;
+    const char *prog = spit("world.py", "from accelerate import Accelerator\n"
+                                        "acc = Accelerator()\n"
+                                        "print(f'rank={acc.process_index} world={acc.num_processes}', flush=True)\n"
+                                        "acc.wait_for_everyone()\n");
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", prog, NULL};
+    CHECK(run(a) == 0);
+    CHECK_STR_CONTAINS(OUT, "rank=0 world=2\n");
+    CHECK_STR_CONTAINS(OUT, "rank=1 world=2\n");
+    if (!strstr(OUT, "world=2")) fprintf(stderr, "stderr:\n%s\n", ERR);
+}
+
+int main(void) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
+    snprintf(TMP, sizeof TMP, "/tmp/accel_test_python_XXXXXX");
+    if (!mkdtemp(TMP)) return 1;
+    setenv("HF_HOME", TMP, 1); /* no default config of the machine */
+    unsetenv("PYTHON");
+    unsetenv("VIRTUAL_ENV");
+    RUN(test_python_flag);
+    RUN(test_accelerate_world);
+    char rm[PATH_MAX + 16];
+    snprintf(rm, sizeof rm, "rm -rf %s", TMP);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);
+    int rc = check_summary();
+    return rc ? rc : skipped ? 77 : 0;
+}
