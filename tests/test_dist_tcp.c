@@ -21,49 +21,12 @@
 
 #include "accel/dist.h"
 #include "check.h"
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof sa;
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &l);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static void setenv_int(const char *k, int v) {
-    char b[16];
-    snprintf(b, sizeof b, "%d", v);
-    setenv(k, b, 1);
-}
+#include "dist_group.h"
 
 /* Child exit codes: 0 = behaved as expected; 10+ = which check failed. */
-typedef int (*body_fn)(int rank, int world);
-
-/* Forks `world` ranks running body; returns each one's wait status. */
-static void run_group(int world, const char *timeout, const char *secret_of_last, body_fn body, int *status) {
-    int port = free_port();
-    pid_t pids[8];
-    fflush(NULL); /* children exit(): buffered output must not be written twice */
-    for (int r = 0; r < world; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            setenv_int("RANK", r);
-            setenv_int("LOCAL_RANK", 0);
-            setenv_int("WORLD_SIZE", world);
-            setenv_int("LOCAL_WORLD_SIZE", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv_int("MASTER_PORT", port);
-            setenv("ACCEL_DIST_TIMEOUT", timeout, 1);
-            setenv("ACCEL_JOB_SECRET", secret_of_last && r == world - 1 ? secret_of_last : "s3cret", 1);
-            unsetenv("ACCEL_DIST_BACKEND");
-            unsetenv("ACCEL_DEBUG_MODE");
-            fflush(stderr);
-            exit(body(r, world)); /* exit, not _exit: LeakSanitizer checks each rank */
-        }
-    }
-    for (int r = 0; r < world; r++) waitpid(pids[r], &status[r], 0);
+static void run_group(int world, const char *timeout, const char *secret_of_last, dist_body_fn body, int *status) {
+    dist_group g = {.world = world, .timeout = timeout, .secret_of_last = secret_of_last};
+    dist_group_run(&g, body, status);
 }
 
 static int init_tcp(void) {

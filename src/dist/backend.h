@@ -67,6 +67,14 @@ struct accel_pg {
     accel__work_queue *q; /* async machinery, created on the first async call */
 };
 
+/* The largest ACCEL_DIST_TIMEOUT (11.6 days): every deadline in ms then fits
+ * an int (poll) and a time_t. */
+#define ACCEL__MAX_TIMEOUT_S 1e6
+
+/* Integer tunable `name` (unset or empty: dflt); malformed or outside
+ * [lo, hi] is an error naming the variable and the range. */
+accel_status accel__env_long(const char *name, long dflt, long lo, long hi, long *out);
+
 /* Reduction kernel: dst_j[i] = op over k of srcs[k][i] for every dst j, i < n.
  * dsts may alias srcs (each block is reduced into a temporary first). AVG
  * divides by `world`. */

@@ -101,9 +101,9 @@ static accel_status read_env(dist_env *e) {
     if (t && *t) {
         char *end;
         double x = strtod(t, &end);
-        if (*end || !(x > 0))
-            return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                   "accel_dist_init: ACCEL_DIST_TIMEOUT='%s' is not a positive number of seconds", t);
+        if (*end || !(x > 0 && x <= ACCEL__MAX_TIMEOUT_S)) /* bounded: deadlines become ints of ms and time_t */
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_TIMEOUT='%s' is not a number "
+                                   "of seconds in (0, %g]", t, ACCEL__MAX_TIMEOUT_S);
         e->timeout_s = x;
     }
     return ACCEL_OK;

@@ -168,14 +168,6 @@ static accel_status shm_barrier(accel_pg *pg) {
 
 /* ---------------------------------------------------------------- init */
 
-static size_t env_size(const char *name, size_t dflt, size_t unit) {
-    const char *v = getenv(name);
-    char *end;
-    if (!v || !*v) return dflt * unit;
-    unsigned long long x = strtoull(v, &end, 10);
-    return (*end || x == 0) ? dflt * unit : (size_t)x * unit;
-}
-
 static void shm_finalize(accel_pg *pg) {
     shm_state *s = pg->impl;
     if (!s) return;
@@ -191,6 +183,12 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
     if (world > 64)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the shm backend supports at most 64 "
                                "ranks on one machine (WORLD_SIZE=%d)", world);
+    /* Every rank checks the tunables (the launcher gives all the same), so a
+     * bad value fails the whole group at once; rank 0's values are used. */
+    long chunk_kb, heap_mb;
+    if (accel__env_long("ACCEL_SHM_CHUNK_KB", 256, 4, 1L << 20, &chunk_kb) != ACCEL_OK ||
+        accel__env_long("ACCEL_SHM_HEAP_MB", 2048, 1, 1L << 20, &heap_mb) != ACCEL_OK)
+        return accel_last_status();
     shm_state *s = calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     s->fd = -1;
@@ -203,8 +201,8 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
         if (!u || fread(&rnd, sizeof rnd, 1, u) != 1) rnd = (unsigned long long)accel_now_seconds() * 1000003u;
         if (u) fclose(u);
         snprintf(name, sizeof name, "/accel-%d-%llx", (int)getpid(), rnd);
-        s->chunk = round_up(env_size("ACCEL_SHM_CHUNK_KB", 256, 1024), 4096);
-        s->heap_per_rank = round_up(env_size("ACCEL_SHM_HEAP_MB", 2048, 1u << 20), 1u << 21);
+        s->chunk = round_up((size_t)chunk_kb << 10, 4096);
+        s->heap_per_rank = round_up((size_t)heap_mb << 20, 1u << 21);
         snprintf(info, sizeof info, "%s %zu %zu", name, s->chunk, s->heap_per_rank);
     } else {
         void *v;

@@ -553,9 +553,9 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     s->addr = calloc((size_t)w, sizeof *s->addr);
     const char *sec = getenv("ACCEL_JOB_SECRET");
     s->secret = strdup(sec ? sec : "");
-    const char *ck = getenv("ACCEL_TCP_CHUNK_KB");
-    long kb = ck && *ck ? strtol(ck, NULL, 10) : 256;
-    s->chunk = (size_t)(kb >= 4 && kb <= (1 << 20) ? kb : 256) << 10;
+    long kb;
+    if (accel__env_long("ACCEL_TCP_CHUNK_KB", 256, 4, 1L << 20, &kb) != ACCEL_OK) return accel_last_status();
+    s->chunk = (size_t)kb << 10;
     s->scratch = accel_malloc(s->chunk);
     if (!s->fd || !s->addr || !s->secret || !s->scratch)
         return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
