@@ -28,7 +28,8 @@ typedef struct dist_group {
     int world;
     bool one_machine;           /* LOCAL_WORLD_SIZE = world (shm) rather than 1 (tcp) */
     const char *timeout;        /* ACCEL_DIST_TIMEOUT */
-    const char *secret_of_last; /* the last rank's ACCEL_JOB_SECRET, when not the group's */
+    const char *secret;         /* ACCEL_JOB_SECRET; NULL: "s3cret" */
+    const char *secret_of_last; /* the last rank's, when not the group's */
     const char *env_name;       /* one more variable for every rank, or NULL */
     const char *env_value;
     double kill_after_s;        /* 0: 60 */
@@ -65,7 +66,9 @@ static pid_t dist_group_fork(dist_group *g, int r, dist_body_fn body) {
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     dist_setenv_int("MASTER_PORT", g->port);
     setenv("ACCEL_DIST_TIMEOUT", g->timeout, 1);
-    setenv("ACCEL_JOB_SECRET", g->secret_of_last && r == g->world - 1 ? g->secret_of_last : "s3cret", 1);
+    const char *secret = g->secret ? g->secret : "s3cret";
+    setenv("ACCEL_JOB_SECRET", g->secret_of_last && r == g->world - 1 ? g->secret_of_last : secret, 1);
+    unsetenv("ACCEL_INSECURE_NO_SECRET");
     unsetenv("ACCEL_DIST_BACKEND");
     unsetenv("ACCEL_DEBUG_MODE");
     if (g->env_name) setenv(g->env_name, g->env_value, 1);
