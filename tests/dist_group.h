@@ -38,7 +38,7 @@ typedef struct dist_group {
     pid_t pid[DIST_GROUP_MAX];
 } dist_group;
 
-static int dist_free_port(void) {
+static inline int dist_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof sa;
@@ -48,14 +48,14 @@ static int dist_free_port(void) {
     return ntohs(sa.sin_port);
 }
 
-static void dist_setenv_int(const char *k, int v) {
+static inline void dist_setenv_int(const char *k, int v) {
     char b[16];
     snprintf(b, sizeof b, "%d", v);
     setenv(k, b, 1);
 }
 
 /* Forks rank r of g (port already chosen). */
-static pid_t dist_group_fork(dist_group *g, int r, dist_body_fn body) {
+static inline pid_t dist_group_fork(dist_group *g, int r, dist_body_fn body) {
     fflush(NULL); /* children exit(): buffered output must not be written twice */
     pid_t pid = fork();
     if (pid != 0) return pid;
@@ -76,7 +76,7 @@ static pid_t dist_group_fork(dist_group *g, int r, dist_body_fn body) {
 }
 
 /* Waits for every rank (SIGKILL after the deadline); status[r] as waitpid's. */
-static void dist_group_wait(dist_group *g, int *status) {
+static inline void dist_group_wait(dist_group *g, int *status) {
     double deadline = accel_now_seconds() + (g->kill_after_s > 0 ? g->kill_after_s : 60);
     for (int r = 0; r < g->world; r++) {
         while (waitpid(g->pid[r], &status[r], WNOHANG) == 0) {
@@ -91,7 +91,7 @@ static void dist_group_wait(dist_group *g, int *status) {
     }
 }
 
-static void dist_group_run(dist_group *g, dist_body_fn body, int *status) {
+static inline void dist_group_run(dist_group *g, dist_body_fn body, int *status) {
     g->port = dist_free_port();
     for (int r = 0; r < g->world; r++) g->pid[r] = dist_group_fork(g, r, body);
     dist_group_wait(g, status);
