@@ -10,7 +10,11 @@
  *   [heap: world regions of heap_per_rank bytes, sparse until allocated]
  *
  * Synchronisation is a barrier on per-rank epoch counters (C11 atomics, no
- * shared counter to contend on). Waiters spin briefly, then yield, then
+ * shared counter to contend on). Each arrival word carries the epoch (high
+ * 48 bits) and the tag of the collective it belongs to (low 16,
+ * accel__op_tag): a rank that finds another at its epoch with another tag
+ * fails with "mismatched collectives", so a barrier never completes a step of
+ * an all_reduce. A rank past the epoch had matched it already. Waiters spin briefly, then yield, then
  * sleep, so 4 ranks on 2 cores still make progress; every 100 ms they check
  * that the ranks they wait for are alive, and give up after the timeout.
  *
@@ -70,6 +74,7 @@ typedef struct shm_state {
     size_t heap_off;       /* offset of heap region 0 in the segment */
     size_t heap_per_rank;
     uint64_t epoch;
+    uint16_t tag;          /* the current collective's */
     int set;
     shm_block *blk;
     size_t nblk, capblk;
@@ -112,12 +117,28 @@ static void nap_us(long us) {
     nanosleep(&ts, NULL);
 }
 
+#define EPOCH_OF(word) ((word) >> 16)
+
+/* Ranks below *k have arrived at epoch e; false (error set) when one of them
+ * is at e in another collective. */
+static bool count_arrived(accel_pg *pg, shm_state *s, uint64_t e, int *k) {
+    for (; *k < pg->size; ++*k) {
+        uint64_t a = atomic_load_explicit(&s->ctrl->r[*k].arrive, memory_order_acquire);
+        if (EPOCH_OF(a) < e) return true;
+        if (EPOCH_OF(a) == e && (uint16_t)a != s->tag) {
+            accel__op_mismatch(pg, *k, s->tag, (uint16_t)a);
+            return false;
+        }
+    }
+    return true;
+}
+
 static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
     int world = pg->size;
     double start = 0, next_check = 0;
     for (unsigned spins = 0;; spins++) {
         int k = 0;
-        while (k < world && atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) k++;
+        if (!count_arrived(pg, s, e, &k)) return accel_last_status();
         if (k == world) return ACCEL_OK;
         if (spins < 4096) {
             cpu_relax();
@@ -133,7 +154,7 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
         if (now < next_check) continue;
         next_check = now + 0.1;
         for (k = 0; k < world; k++) {
-            if (atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) continue;
+            if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire)) >= e) continue;
             pid_t pid = atomic_load(&s->ctrl->r[k].pid);
             if (!pid_alive(pid))
                 return accel_set_error(ACCEL_ERR_DIST,
@@ -145,7 +166,7 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
             size_t o = 0;
             int missing = 0;
             for (k = 0; k < world; k++) {
-                if (atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) continue;
+                if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire)) >= e) continue;
                 if (o < sizeof list - 16)
                     o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
                 missing++;
@@ -159,11 +180,17 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
     }
 }
 
-static accel_status shm_barrier(accel_pg *pg) {
+/* One synchronisation step of the current collective (s->tag). */
+static accel_status sync_ranks(accel_pg *pg) {
     shm_state *s = pg->impl;
     uint64_t e = ++s->epoch;
-    atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e, memory_order_release);
+    atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e << 16 | s->tag, memory_order_release);
     return wait_epoch(pg, s, e);
+}
+
+static accel_status shm_barrier(accel_pg *pg) {
+    ((shm_state *)pg->impl)->tag = accel__op_tag(ACCEL__SLOT_BARRIER, 0, 0);
+    return sync_ranks(pg);
 }
 
 /* ---------------------------------------------------------------- init */
@@ -285,9 +312,10 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
     shm_state *s = pg->impl;
     int world = pg->size, me = pg->rank;
     size_t es = accel_dtype_size(dt);
+    s->tag = accel__op_tag(ACCEL__SLOT_ALL_REDUCE, count, (uint64_t)dt | (uint64_t)op << 8);
     atomic_store_explicit(&s->ctrl->r[me].zc_off, heap_offset_of(s, me, buf, count * es),
                           memory_order_relaxed);
-    if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+    if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
     void *ptrs[64];
     bool zero_copy = world <= 64;
     for (int k = 0; k < world && zero_copy; k++) {
@@ -302,7 +330,7 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
             for (int k = 0; k < world; k++) ptrs[k] = (char *)ptrs[k] + lo * es;
             accel__reduce(dt, op, world, world, (const void *const *)ptrs, world, ptrs, len);
         }
-        return shm_barrier(pg);
+        return sync_ranks(pg);
     }
     size_t chunk_elems = s->chunk / es;
     char *b = buf;
@@ -313,7 +341,7 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
             slice_of(cn, world, k, &lo, &len);
             memcpy(slot(s, s->set, world, me) + lo * es, b + (c0 + lo) * es, len * es);
         }
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         slice_of(cn, world, me, &lo, &len);
         if (len) {
             const void *srcs[64];
@@ -323,7 +351,7 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
                 if (k != me) srcs[j++] = slot(s, s->set, world, k) + lo * es;
             accel__reduce(dt, op, world, world, srcs, 2, dsts, len);
         }
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         for (int k = 0; k < world; k++) {
             if (k == me) continue;
             slice_of(cn, world, k, &lo, &len);
@@ -337,10 +365,11 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
 static accel_status shm_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
     shm_state *s = pg->impl;
     int world = pg->size;
+    s->tag = accel__op_tag(ACCEL__SLOT_BROADCAST, bytes, (uint64_t)root);
     for (size_t o = 0; o < bytes; o += s->chunk) {
         size_t n = bytes - o < s->chunk ? bytes - o : s->chunk;
         if (pg->rank == root) memcpy(slot(s, s->set, world, root), (char *)buf + o, n);
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         if (pg->rank != root) memcpy((char *)buf + o, slot(s, s->set, world, root), n);
         s->set ^= 1;
     }
@@ -353,6 +382,7 @@ static accel_status shm_all_gatherv(accel_pg *pg, const void *send, void *recv, 
     int world = pg->size, me = pg->rank;
     bool receive = root < 0 || root == me;
     size_t most = 0, my_off = 0;
+    s->tag = accel__gatherv_tag(bytes, world, root);
     for (int k = 0; k < world; k++) {
         if (bytes[k] > most) most = bytes[k];
         if (k < me) my_off += bytes[k];
@@ -363,7 +393,7 @@ static accel_status shm_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             size_t n = bytes[me] - o < s->chunk ? bytes[me] - o : s->chunk;
             memcpy(slot(s, s->set, world, me), (const char *)send + o, n);
         }
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         if (receive) {
             size_t off = 0;
             for (int k = 0; k < world; k++) {
@@ -385,6 +415,7 @@ static accel_status shm_reduce_scatter(accel_pg *pg, const void *send, void *rec
     int world = pg->size, me = pg->rank;
     size_t es = accel_dtype_size(dt);
     size_t sub = s->chunk / (size_t)world / es / SLICE_ALIGN * SLICE_ALIGN;
+    s->tag = accel__op_tag(ACCEL__SLOT_REDUCE_SCATTER, count, (uint64_t)dt | (uint64_t)op << 8);
     const char *sb = send;
     for (size_t j0 = 0; j0 < count; j0 += sub) {
         size_t cn = count - j0 < sub ? count - j0 : sub;
@@ -392,7 +423,7 @@ static accel_status shm_reduce_scatter(accel_pg *pg, const void *send, void *rec
             if (k != me)
                 memcpy(slot(s, s->set, world, me) + (size_t)k * sub * es, sb + ((size_t)k * count + j0) * es,
                        cn * es);
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         const void *srcs[64];
         void *dst = (char *)recv + j0 * es;
         srcs[0] = sb + ((size_t)me * count + j0) * es;

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "dist/backend.h"
@@ -103,6 +104,9 @@ typedef struct tcp_state {
     char *secret;
     char *scratch;    /* one chunk */
     size_t chunk;
+    uint32_t seq;     /* collectives begun, this one included */
+    uint16_t tag;     /* the current collective's (accel__op_tag) */
+    uint32_t *sent_seq, *recv_seq; /* [world]: the last collective whose header went out to / came from k */
     gate g;
 } tcp_state;
 
@@ -437,14 +441,84 @@ static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
 
 /* ---------------------------------------------------------------- the I/O engine */
 
+/* Travels before a collective's first bytes on each connection it uses. */
+typedef struct op_hdr {
+    uint32_t seq;
+    uint16_t tag, zero;
+} op_hdr;
+
 typedef struct io_op {
     int peer;
     bool out;
     char *p;
     size_t len, done;
+    op_hdr hdr; /* sent or received first when hdr_len > 0 */
+    size_t hdr_len, hdr_done;
 } io_op;
 
 #define MAX_OPS 1024
+
+/* Starts a collective: its header goes before its first bytes on every
+ * connection (marks in sent_seq / recv_seq). */
+static void begin(tcp_state *s, uint16_t tag) {
+    s->seq++;
+    s->tag = tag;
+}
+
+static void attach_header(tcp_state *s, io_op *o) {
+    uint32_t *mark = o->out ? &s->sent_seq[o->peer] : &s->recv_seq[o->peer];
+    o->hdr_done = o->hdr_len = 0;
+    if (*mark == s->seq) return;
+    *mark = s->seq;
+    o->hdr_len = sizeof o->hdr;
+    o->hdr = (op_hdr){s->seq, s->tag, 0};
+}
+
+static bool op_done(const io_op *o) { return o->done == o->len && o->hdr_done == o->hdr_len; }
+
+/* One send (header and data in one sendmsg) or recv (the header alone first,
+ * so that it is checked before any data lands) on o. */
+static ssize_t io_once(int fd, io_op *o) {
+    ssize_t r;
+    size_t hleft = o->hdr_len - o->hdr_done;
+    if (o->out) {
+        struct iovec iov[2];
+        int n = 0;
+        if (hleft) iov[n++] = (struct iovec){(char *)&o->hdr + o->hdr_done, hleft};
+        iov[n++] = (struct iovec){o->p + o->done, o->len - o->done};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        r = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (r > 0) {
+            size_t h = (size_t)r < hleft ? (size_t)r : hleft;
+            o->hdr_done += h;
+            o->done += (size_t)r - h;
+        }
+        return r;
+    }
+    if (hleft) {
+        r = recv(fd, (char *)&o->hdr + o->hdr_done, hleft, 0);
+        if (r > 0) o->hdr_done += (size_t)r;
+        return r;
+    }
+    r = recv(fd, o->p + o->done, o->len - o->done, 0);
+    if (r > 0) o->done += (size_t)r;
+    return r;
+}
+
+/* A peer's header names another collective: fail, and tell every rank (the
+ * peer may wait for data this rank will never send). */
+static accel_status op_mismatch(accel_pg *pg, tcp_state *s, int peer, const op_hdr *h) {
+    if (h->seq != s->seq)
+        accel_set_error(ACCEL_ERR_DIST, "accel dist: mismatched collectives: rank %d called %s (its collective #%u) "
+                        "while rank %d sent data of its collective #%u (a rank skipped or added a collective; "
+                        "ACCEL_DEBUG_MODE=1 names each rank's call)", pg->rank, pg->op_desc, s->seq, peer, h->seq);
+    else
+        accel__op_mismatch(pg, peer, s->tag, h->tag);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", accel_last_error());
+    send_notices(pg, s, NOTICE_DEAD, pg->rank, msg);
+    return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
+}
 
 /* Progresses every op until all are done. Timeout: no progress for
  * pg->timeout_s. */
@@ -452,31 +526,32 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
     struct pollfd pfs[MAX_OPS + 1];
     ACCEL_ASSERT(nops <= MAX_OPS);
     double last = accel_now_seconds();
+    for (int i = 0; i < nops; i++) attach_header(s, &ops[i]);
     for (;;) {
         bool progress = false, all = true;
         for (int i = 0; i < nops; i++) {
             io_op *o = &ops[i];
-            while (o->done < o->len) {
-                int fd = s->fd[o->peer];
-                ssize_t r = o->out ? send(fd, o->p + o->done, o->len - o->done, MSG_NOSIGNAL)
-                                   : recv(fd, o->p + o->done, o->len - o->done, 0);
+            while (!op_done(o)) {
+                bool checking = !o->out && o->hdr_done < o->hdr_len;
+                ssize_t r = io_once(s->fd[o->peer], o);
                 if (r > 0) {
-                    o->done += (size_t)r;
                     progress = true;
+                    if (checking && o->hdr_done == o->hdr_len && (o->hdr.seq != s->seq || o->hdr.tag != s->tag))
+                        return op_mismatch(pg, s, o->peer, &o->hdr);
                     continue;
                 }
                 if (r < 0 && errno == EINTR) continue;
                 if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
                 return peer_dead(pg, s, o->peer, r == 0 ? 0 : errno);
             }
-            all = all && o->done == o->len;
+            all = all && op_done(o);
         }
         if (all) return ACCEL_OK;
         double now = accel_now_seconds();
         if (progress) last = now;
         int np = 0;
         for (int i = 0; i < nops; i++) {
-            if (ops[i].done == ops[i].len) continue;
+            if (op_done(&ops[i])) continue;
             pfs[np++] = (struct pollfd){.fd = s->fd[ops[i].peer], .events = ops[i].out ? POLLOUT : POLLIN};
         }
         pfs[np] = (struct pollfd){.fd = s->g.pipe[0], .events = POLLIN};
@@ -493,8 +568,8 @@ static accel_status xfer(accel_pg *pg, tcp_state *s, int to, const void *sb, siz
                          size_t rn) {
     io_op ops[2];
     int n = 0;
-    if (to >= 0 && sn) ops[n++] = (io_op){to, true, (char *)sb, sn, 0};
-    if (from >= 0 && rn) ops[n++] = (io_op){from, false, rb, rn, 0};
+    if (to >= 0 && sn) ops[n++] = (io_op){.peer = to, .out = true, .p = (char *)sb, .len = sn};
+    if (from >= 0 && rn) ops[n++] = (io_op){.peer = from, .p = rb, .len = rn};
     return n ? run_ops(pg, s, ops, n) : ACCEL_OK;
 }
 
@@ -534,6 +609,7 @@ static accel_status ring_step(accel_pg *pg, tcp_state *s, const char *sb, size_t
 
 static accel_status tcp_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_ALL_REDUCE, count, (uint64_t)dt | (uint64_t)op << 8));
     int w = pg->size, r = pg->rank;
     size_t es = accel_dtype_size(dt), lo, len, lo2, len2;
     char *b = buf;
@@ -559,6 +635,7 @@ static accel_status tcp_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
 static accel_status tcp_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
                                        accel_reduce_op op) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_REDUCE_SCATTER, count, (uint64_t)dt | (uint64_t)op << 8));
     int w = pg->size, r = pg->rank;
     size_t bytes = count * accel_dtype_size(dt);
     const char *sb = send;
@@ -577,6 +654,7 @@ static accel_status tcp_reduce_scatter(accel_pg *pg, const void *send, void *rec
 
 static accel_status tcp_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_BROADCAST, bytes, (uint64_t)root));
     int w = pg->size, pos = mod(pg->rank - root, w); /* position in the chain from the root */
     int to = pos < w - 1 ? mod(pg->rank + 1, w) : -1, from = pos > 0 ? mod(pg->rank - 1, w) : -1;
     char *b = buf;
@@ -598,6 +676,7 @@ static accel_status tcp_broadcast(accel_pg *pg, void *buf, size_t bytes, int roo
 
 static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, const size_t *bytes, int root) {
     tcp_state *s = pg->impl;
+    begin(s, accel__gatherv_tag(bytes, pg->size, root));
     int w = pg->size, r = pg->rank;
     size_t *off = malloc((size_t)(w + 1) * sizeof *off);
     if (!off) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
@@ -614,7 +693,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             int n = 0;
             if (!ops) st = accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
             for (int k = 0; ops && k < w; k++)
-                if (k != r && bytes[k]) ops[n++] = (io_op){k, false, rb + off[k], bytes[k], 0};
+                if (k != r && bytes[k]) ops[n++] = (io_op){.peer = k, .p = rb + off[k], .len = bytes[k]};
             /* all senders at once, so a timeout names every rank that did not send */
             for (int i = 0; st == ACCEL_OK && i < n; i += MAX_OPS)
                 st = run_ops(pg, s, ops + i, n - i < MAX_OPS ? n - i : MAX_OPS);
@@ -633,6 +712,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
 
 static accel_status tcp_barrier(accel_pg *pg) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_BARRIER, 0, 0));
     int w = pg->size;
     char token[MAX_OPS];
     io_op ops[MAX_OPS];
@@ -644,7 +724,8 @@ static accel_status tcp_barrier(accel_pg *pg) {
     for (int dir = 0; dir < 2; dir++)
         for (int k0 = 1; k0 < w; k0 += MAX_OPS) {
             int n = 0;
-            for (int k = k0; k < w && n < MAX_OPS; k++, n++) ops[n] = (io_op){k, dir == 1, &token[n], 1, 0};
+            for (int k = k0; k < w && n < MAX_OPS; k++, n++)
+                ops[n] = (io_op){.peer = k, .out = dir == 1, .p = &token[n], .len = 1};
             if (run_ops(pg, s, ops, n) != ACCEL_OK) return accel_last_status();
         }
     return ACCEL_OK;
@@ -659,6 +740,8 @@ static void tcp_finalize(accel_pg *pg) {
         if (s->fd[k] >= 0) close(s->fd[k]);
     gate_stop(&s->g);
     free(s->fd);
+    free(s->sent_seq);
+    free(s->recv_seq);
     free(s->addr);
     free(s->secret);
     accel_free(s->scratch);
@@ -741,13 +824,15 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     s->fd = malloc((size_t)w * sizeof *s->fd);
     for (int k = 0; s->fd && k < w; k++) s->fd[k] = -1;
     s->addr = calloc((size_t)w, sizeof *s->addr);
+    s->sent_seq = calloc((size_t)w, sizeof *s->sent_seq);
+    s->recv_seq = calloc((size_t)w, sizeof *s->recv_seq);
     const char *sec = getenv("ACCEL_JOB_SECRET");
     s->secret = strdup(sec ? sec : "");
     long kb;
     if (accel__env_long("ACCEL_TCP_CHUNK_KB", 256, 4, 1L << 20, &kb) != ACCEL_OK) return accel_last_status();
     s->chunk = (size_t)kb << 10;
     s->scratch = accel_malloc(s->chunk);
-    if (!s->fd || !s->addr || !s->secret || !s->scratch)
+    if (!s->fd || !s->addr || !s->sent_seq || !s->recv_seq || !s->secret || !s->scratch)
         return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
 
     char ip[64], info[128], key[64];
