@@ -32,6 +32,7 @@ typedef struct dist_group {
     const char *secret_of_last; /* the last rank's, when not the group's */
     const char *env_name;       /* one more variable for every rank, or NULL */
     const char *env_value;
+    bool env_last_only;         /* ... for the last rank only */
     double kill_after_s;        /* 0: 60 */
     /* filled by dist_group_start */
     int port;
@@ -71,7 +72,7 @@ static inline pid_t dist_group_fork(dist_group *g, int r, dist_body_fn body) {
     unsetenv("ACCEL_INSECURE_NO_SECRET");
     unsetenv("ACCEL_DIST_BACKEND");
     unsetenv("ACCEL_DEBUG_MODE");
-    if (g->env_name) setenv(g->env_name, g->env_value, 1);
+    if (g->env_name && (!g->env_last_only || r == g->world - 1)) setenv(g->env_name, g->env_value, 1);
     exit(body(r, g->world)); /* exit, not _exit: LeakSanitizer checks each rank */
 }
 

@@ -1,8 +1,10 @@
 /* src/dist/shm.c — the shared-memory backend (all ranks on one machine).
  *
- * One POSIX shared-memory segment, created by rank 0 at rendezvous, its name
- * passed through the store, unlinked as soon as every rank has mapped it (a
- * crash afterwards leaves nothing in /dev/shm). Layout:
+ * One shared-memory segment: an anonymous memfd of rank 0, which the others
+ * open as /proc/<pid>/fd/<fd> (published through the store). It never has a
+ * name, so nothing can leak into /dev/shm, whichever rank dies whenever (a
+ * named segment leaked when rank 0 was killed while waiting in rendezvous for
+ * a rank that had died), and /dev/shm's size limit does not apply. Layout:
  *
  *   [ctrl: header + one 128-byte line per rank (arrival epoch, zero-copy
  *    offset, pid)]
@@ -220,44 +222,40 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     s->fd = -1;
     pg->impl = s;
-    char name[64], info[160];
+    char info[160];
     size_t ctrl_bytes = round_up(sizeof(shm_ctrl) + (size_t)world * sizeof(shm_rank), 4096);
+    int owner_pid = (int)getpid(), owner_fd = -1;
     if (me == 0) {
-        unsigned long long rnd;
-        FILE *u = fopen("/dev/urandom", "rb");
-        if (!u || fread(&rnd, sizeof rnd, 1, u) != 1) rnd = (unsigned long long)accel_now_seconds() * 1000003u;
-        if (u) fclose(u);
-        snprintf(name, sizeof name, "/accel-%d-%llx", (int)getpid(), rnd);
         s->chunk = round_up((size_t)chunk_kb << 10, 4096);
         s->heap_per_rank = round_up((size_t)heap_mb << 20, 1u << 21);
-        snprintf(info, sizeof info, "%s %zu %zu", name, s->chunk, s->heap_per_rank);
     } else {
         void *v;
         if (accel__store_get(store, "shm/info", &v, NULL) != ACCEL_OK) return accel_last_status();
-        int ok = sscanf(v, "%63s %zu %zu", name, &s->chunk, &s->heap_per_rank);
+        int ok = sscanf(v, "%d %d %zu %zu", &owner_pid, &owner_fd, &s->chunk, &s->heap_per_rank);
         free(v);
-        if (ok != 3) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
+        if (ok != 4) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
     }
     size_t stage_bytes = (size_t)(2 * world + 2) * s->chunk;
     s->heap_off = round_up(ctrl_bytes + stage_bytes, 1u << 21);
     s->map_bytes = s->heap_off + (size_t)world * s->heap_per_rank;
     if (me == 0) {
-        s->fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        if (s->fd < 0 || ftruncate(s->fd, (off_t)s->map_bytes) != 0) {
-            if (s->fd >= 0) shm_unlink(name);
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot create shared memory %s (%zu bytes): %s",
-                                   name, s->map_bytes, strerror(errno));
-        }
+        s->fd = memfd_create("accel-shm", MFD_CLOEXEC);
+        if (s->fd < 0 || ftruncate(s->fd, (off_t)s->map_bytes) != 0)
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot create shared memory (%zu bytes): %s",
+                                   s->map_bytes, strerror(errno));
+        snprintf(info, sizeof info, "%d %d %zu %zu", owner_pid, s->fd, s->chunk, s->heap_per_rank);
     } else {
-        s->fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", owner_pid, owner_fd);
+        s->fd = open(path, O_RDWR | O_CLOEXEC);
         if (s->fd < 0)
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot open shared memory %s: %s "
-                                   "(are all ranks on the same machine?)", name, strerror(errno));
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot open rank 0's shared memory %s: %s "
+                                   "(all ranks of a machine must share one PID namespace and user; "
+                                   "ACCEL_DIST_BACKEND=tcp works without)", path, strerror(errno));
     }
     s->base = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        if (me == 0) shm_unlink(name);
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: mmap of %zu bytes failed: %s", s->map_bytes,
                                strerror(errno));
     }
@@ -271,20 +269,12 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
             atomic_store(&s->ctrl->r[k].zc_off, -1);
         }
     }
-    /* Rank 0 initialised ctrl before publishing the name, so it is valid here. */
-    if (me == 0 && accel__store_set(store, "shm/info", info, strlen(info)) != ACCEL_OK) {
-        shm_unlink(name);
-        return accel_last_status();
-    }
+    /* Rank 0 initialised ctrl before publishing where it is, so it is valid here. */
+    if (me == 0 && accel__store_set(store, "shm/info", info, strlen(info)) != ACCEL_OK) return accel_last_status();
     atomic_store(&s->ctrl->r[me].pid, (int32_t)getpid());
     /* Fault the staging pages into this process now, not in the first collective. */
     for (size_t o = 0; o < stage_bytes; o += 4096) ((volatile char *)s->stage)[o] = 0;
-    char key[64];
-    snprintf(key, sizeof key, "shm/mapped/%d", me);
-    accel_status st = accel__store_set(store, key, "1", 1);
-    if (st == ACCEL_OK) st = accel__store_wait_ranks(store, "shm/mapped", world, "rendezvous (shared memory)");
-    if (me == 0) shm_unlink(name);
-    return st;
+    return ACCEL_OK; /* dist.c's barrier after init waits until every rank has mapped it */
 }
 
 /* ---------------------------------------------------------------- helpers */
