@@ -157,6 +157,7 @@ static bool reply(conn *c, const void *p, size_t n) {
 }
 
 static bool flush_out(conn *c) {
+    if (!c->out_len) return true;
     size_t sent = 0;
     while (sent < c->out_len) {
         ssize_t w = send(c->fd, c->out + sent, c->out_len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
