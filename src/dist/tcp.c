@@ -6,6 +6,12 @@
  * presents the job secret, as for the store; the acceptor answers one byte.
  * Sockets are non-blocking with TCP_NODELAY.
  *
+ * Every collective begins (begin()) with a sequence number and a tag (kind
+ * + arguments, accel__op_tag): an 8-byte op_hdr precedes its first bytes on
+ * each connection it uses, and a peer's header that differs fails the rank
+ * with "mismatched collectives" and tells the others (a barrier used to
+ * complete with one step of another rank's all_reduce).
+ *
  * All I/O goes through run_ops(): a set of sends and receives on peers,
  * progressed together with poll(). A wait with no progress for the group
  * timeout gives ACCEL_ERR_TIMEOUT naming the peers it waits for; EOF or a
@@ -476,32 +482,22 @@ static void attach_header(tcp_state *s, io_op *o) {
 
 static bool op_done(const io_op *o) { return o->done == o->len && o->hdr_done == o->hdr_len; }
 
-/* One send (header and data in one sendmsg) or recv (the header alone first,
- * so that it is checked before any data lands) on o. */
+/* One sendmsg / recvmsg of o: its header (if still due) and its data in one
+ * call, so the header costs no extra system call. The caller checks a
+ * received header as soon as it is complete, before the data is used. */
 static ssize_t io_once(int fd, io_op *o) {
-    ssize_t r;
+    struct iovec iov[2];
+    int n = 0;
     size_t hleft = o->hdr_len - o->hdr_done;
-    if (o->out) {
-        struct iovec iov[2];
-        int n = 0;
-        if (hleft) iov[n++] = (struct iovec){(char *)&o->hdr + o->hdr_done, hleft};
-        iov[n++] = (struct iovec){o->p + o->done, o->len - o->done};
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        r = sendmsg(fd, &m, MSG_NOSIGNAL);
-        if (r > 0) {
-            size_t h = (size_t)r < hleft ? (size_t)r : hleft;
-            o->hdr_done += h;
-            o->done += (size_t)r - h;
-        }
-        return r;
+    if (hleft) iov[n++] = (struct iovec){(char *)&o->hdr + o->hdr_done, hleft};
+    iov[n++] = (struct iovec){o->p + o->done, o->len - o->done};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t r = o->out ? sendmsg(fd, &m, MSG_NOSIGNAL) : recvmsg(fd, &m, 0);
+    if (r > 0) {
+        size_t h = (size_t)r < hleft ? (size_t)r : hleft;
+        o->hdr_done += h;
+        o->done += (size_t)r - h;
     }
-    if (hleft) {
-        r = recv(fd, (char *)&o->hdr + o->hdr_done, hleft, 0);
-        if (r > 0) o->hdr_done += (size_t)r;
-        return r;
-    }
-    r = recv(fd, o->p + o->done, o->len - o->done, 0);
-    if (r > 0) o->done += (size_t)r;
     return r;
 }
 
