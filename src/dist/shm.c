@@ -442,7 +442,7 @@ static void *shm_alloc_shared(accel_pg *pg, size_t bytes) {
         return NULL;
     }
     size_t file_off = s->heap_off + (size_t)pg->rank * s->heap_per_rank + off;
-    /* Reserve the pages now: a full /dev/shm gives an error here, not SIGBUS later. */
+    /* Reserve the pages now: out of memory (or a memory cgroup limit) gives an error here, not SIGBUS later. */
     int e = posix_fallocate(s->fd, (off_t)file_off, (off_t)len);
     if (e != 0) {
         accel_set_error(ACCEL_ERR_OOM, "accel_pg_alloc_shared: cannot reserve %zu bytes of shared memory: %s",
