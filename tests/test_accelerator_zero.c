@@ -273,6 +273,31 @@ static void test_stage3_refused(void) {
     accel_clear_error();
 }
 
+/* reduce_bucket_size out of range (1e30 was undefined behaviour in the
+ * int64 conversion, -5 was silently ignored) or of the wrong type is an
+ * error naming the field. */
+static void test_bad_reduce_bucket_size(void) {
+    const char *bad[] = {"1e30", "-5", "0", "\"big\""};
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/accel_zero_ds_%d.json", (int)getpid());
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (!f) return;
+        fprintf(f, "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": %s}}", bad[i]);
+        fclose(f);
+        accel_clear_error();
+        accel_accelerator_opts o = accel_accelerator_opts_default();
+        o.deepspeed_config_file = path;
+        accel_accelerator *B = accel_accelerator_new(&o);
+        CHECK_MSG(B == NULL, "reduce_bucket_size %s was accepted", bad[i]);
+        accel_accelerator_free(B);
+        CHECK_STR_CONTAINS(accel_last_error(), "reduce_bucket_size");
+    }
+    accel_clear_error();
+    remove(path);
+}
+
 int main(void) {
     bool from_env = getenv("ACCEL_ZERO_STAGE") || getenv("ACCEL_DEEPSPEED_CONFIG_FILE") ||
                     getenv("ACCEL_FSDP_SHARDING_STRATEGY");
@@ -289,6 +314,7 @@ int main(void) {
     RUN(test_clipped); /* clipping bites: the norm is well above 0.05 */
     RUN(test_checkpoint_resume);
     RUN(test_stage3_refused);
+    RUN(test_bad_reduce_bucket_size);
     accel_accelerator_free(A);
     return check_summary();
 }

@@ -476,6 +476,17 @@ static void test_python_interpreter(void) {
     CHECK_STR_CONTAINS(ERR, "cannot run the Python interpreter '/nonexistent/python' (chosen by --python)");
 }
 
+/* Several machines without ACCEL_JOB_SECRET: refused before any worker starts. */
+static void test_several_machines_need_secret(void) {
+    const char *a[] = {ACCEL, "launch", "--num_machines", "2", "--machine_rank", "0", "--num_processes", "2",
+                       "--main_process_ip", "127.0.0.1", "--main_process_port", "0", WORKER, "env", NULL};
+    const char *no_secret[] = {"ACCEL_JOB_SECRET=", NULL};
+    CHECK(run(a, no_secret) == 1);
+    CHECK_STR_CONTAINS(ERR, "needs ACCEL_JOB_SECRET");
+    CHECK_STR_CONTAINS(ERR, "ACCEL_INSECURE_NO_SECRET=1");
+    CHECK(!strstr(OUT, "RANK="));
+}
+
 int main(void) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -496,6 +507,7 @@ int main(void) {
     RUN(test_env_contract);
     RUN(test_config_numbers);
     RUN(test_flag_errors);
+    RUN(test_several_machines_need_secret);
     RUN(test_worker_exit1);
     RUN(test_worker_sigkill);
     RUN(test_worker_hang);

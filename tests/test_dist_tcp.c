@@ -6,7 +6,8 @@
  *     group stays broken (a later barrier fails at once with that message);
  *   - a hung rank: every other rank's barrier / all_reduce times out with
  *     ACCEL_ERR_TIMEOUT naming exactly the hung rank (not its neighbour);
- *   - a process with the wrong job secret cannot join.
+ *   - a process with the wrong job secret cannot join;
+ *   - a "store" that accepts but never answers is reported as such.
  * Collectives themselves are tested by test_dist_collectives run over tcp
  * (tests/dist_multi.cmake). */
 #include <arpa/inet.h>
@@ -21,49 +22,12 @@
 
 #include "accel/dist.h"
 #include "check.h"
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof sa;
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &l);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static void setenv_int(const char *k, int v) {
-    char b[16];
-    snprintf(b, sizeof b, "%d", v);
-    setenv(k, b, 1);
-}
+#include "dist_group.h"
 
 /* Child exit codes: 0 = behaved as expected; 10+ = which check failed. */
-typedef int (*body_fn)(int rank, int world);
-
-/* Forks `world` ranks running body; returns each one's wait status. */
-static void run_group(int world, const char *timeout, const char *secret_of_last, body_fn body, int *status) {
-    int port = free_port();
-    pid_t pids[8];
-    fflush(NULL); /* children exit(): buffered output must not be written twice */
-    for (int r = 0; r < world; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            setenv_int("RANK", r);
-            setenv_int("LOCAL_RANK", 0);
-            setenv_int("WORLD_SIZE", world);
-            setenv_int("LOCAL_WORLD_SIZE", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv_int("MASTER_PORT", port);
-            setenv("ACCEL_DIST_TIMEOUT", timeout, 1);
-            setenv("ACCEL_JOB_SECRET", secret_of_last && r == world - 1 ? secret_of_last : "s3cret", 1);
-            unsetenv("ACCEL_DIST_BACKEND");
-            unsetenv("ACCEL_DEBUG_MODE");
-            fflush(stderr);
-            exit(body(r, world)); /* exit, not _exit: LeakSanitizer checks each rank */
-        }
-    }
-    for (int r = 0; r < world; r++) waitpid(pids[r], &status[r], 0);
+static void run_group(int world, const char *timeout, const char *secret_of_last, dist_body_fn body, int *status) {
+    dist_group g = {.world = world, .timeout = timeout, .secret_of_last = secret_of_last};
+    dist_group_run(&g, body, status);
 }
 
 static int init_tcp(void) {
@@ -165,9 +129,39 @@ static void test_wrong_secret(void) {
     for (int r = 0; r < 2; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
 }
 
+/* ---------------------------------------------------------------- a store that never answers */
+
+static int silent_store_body(int rank, int world) {
+    accel_status st = accel_dist_init();
+    fprintf(stderr, "rank %d: %s\n", rank, st == ACCEL_OK ? "joined" : accel_last_error());
+    if (st == ACCEL_OK) return 20;
+    bool named = strstr(accel_last_error(), "never answered the store handshake") &&
+                 !strstr(accel_last_error(), "ACCEL_JOB_SECRET");
+    accel_clear_error();
+    accel_thread_cleanup();
+    return st == ACCEL_ERR_TIMEOUT && named ? 0 : 21;
+}
+
+/* Something on MASTER_PORT accepts connections but never answers: rank 1
+ * must say so, not blame the secret (it did whenever the store dropped it). */
+static void test_store_that_never_answers(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof sa;
+    CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 64) == 0 &&
+          getsockname(lfd, (struct sockaddr *)&sa, &l) == 0);
+    dist_group g = {.world = 2, .timeout = "3", .kill_after_s = 20, .port = ntohs(sa.sin_port)};
+    g.pid[1] = dist_group_fork(&g, 1, silent_store_body); /* only rank 1: the "store" is ours */
+    int st;
+    waitpid(g.pid[1], &st, 0);
+    close(lfd);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank 1: status %#x", st);
+}
+
 int main(void) {
     RUN(test_rank_dies_mid_all_reduce);
     RUN(test_rank_hangs);
     RUN(test_wrong_secret);
+    RUN(test_store_that_never_answers);
     return check_summary();
 }

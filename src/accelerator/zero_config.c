@@ -76,6 +76,23 @@ static int enabled(json_t *root, const char *section) {
     return -1;
 }
 
+/* zero_optimization.reduce_bucket_size: elements (DeepSpeed counts fp32
+ * elements, hence x4 bytes) or "auto" (no opinion). Bounded before the
+ * conversion: a double beyond int64 is undefined behaviour, not a big bucket. */
+#define MAX_BUCKET_ELEMS ((double)((int64_t)1 << 40))
+static accel_status read_bucket_size(const json_t *rb, const char *path, accel__zero_cfg *c) {
+    if (!rb || (json_is_string(rb) && !strcmp(json_string_value(rb), "auto"))) return ACCEL_OK;
+    if (!json_is_number(rb))
+        return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.reduce_bucket_size must be a number or "
+                               "\"auto\"", path);
+    double v = json_number_value(rb);
+    if (!(v >= 1 && v <= MAX_BUCKET_ELEMS))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: zero_optimization.reduce_bucket_size=%g must be "
+                               "between 1 and 2^40 elements", path, v);
+    c->bucket_bytes = (int64_t)v * 4;
+    return ACCEL_OK;
+}
+
 static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage) {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
@@ -109,8 +126,7 @@ static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage) 
                              "ZeRO stage 3, which accel does not implement", path, pd);
         goto out;
     }
-    json_t *rb = json_object_get(zo, "reduce_bucket_size");
-    if (json_is_number(rb) && json_number_value(rb) >= 1) c->bucket_bytes = (int64_t)json_number_value(rb) * 4;
+    if ((st = read_bucket_size(json_object_get(zo, "reduce_bucket_size"), path, c))) goto out;
     int bf = enabled(root, "bf16"), fp = enabled(root, "fp16");
     if (bf == 1 && fp == 1) {
         st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s enables both bf16 and fp16", path);

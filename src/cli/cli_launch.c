@@ -904,10 +904,20 @@ int accel_cli_launch(int argc, char **argv) {
     J.launcher = g_launcher_pid = getpid();
     /* The job secret authenticates connections to the store and between
      * workers. Machines of one job cannot agree on a random one: they share
-     * ACCEL_JOB_SECRET from the environment (empty when unset). */
+     * ACCEL_JOB_SECRET from the environment (required unless
+     * ACCEL_INSECURE_NO_SECRET=1). */
     const char *given_secret = getenv("ACCEL_JOB_SECRET");
     if (given_secret && *given_secret) snprintf(J.secret, sizeof J.secret, "%s", given_secret);
     else if (L.num_machines == 1) random_hex(J.secret, 32);
+    else if (!getenv("ACCEL_INSECURE_NO_SECRET") || strcmp(getenv("ACCEL_INSECURE_NO_SECRET"), "1")) {
+        /* the workers would refuse it too (src/dist/dist.c): say so before starting any */
+        fprintf(stderr, "accel launch: error: --num_machines %d needs ACCEL_JOB_SECRET: export the same secret on "
+                        "every machine, e.g. export ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), "
+                        "or set ACCEL_INSECURE_NO_SECRET=1 to run without one (anyone who can reach the ports could "
+                        "join the job)\n", L.num_machines);
+        cv_free(cfg);
+        return 1;
+    }
     random_hex(J.run_id, 8);
     snprintf(J.master_addr, sizeof J.master_addr, "%s", L.ip ? L.ip : "127.0.0.1");
     J.port = L.port;

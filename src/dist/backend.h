@@ -67,6 +67,30 @@ struct accel_pg {
     accel__work_queue *q; /* async machinery, created on the first async call */
 };
 
+/* A collective's identity as the shm and tcp backends compare it across
+ * ranks, always (not only in debug mode), so a rank in another collective - a
+ * barrier against an all_reduce, or other arguments - fails instead of
+ * completing it: the slot in the top 3 bits, a hash of the rank-independent
+ * arguments in the low 13. */
+typedef enum accel__slot {
+    ACCEL__SLOT_BARRIER = 1, ACCEL__SLOT_ALL_REDUCE, ACCEL__SLOT_BROADCAST, ACCEL__SLOT_ALL_GATHERV,
+    ACCEL__SLOT_REDUCE_SCATTER,
+} accel__slot;
+uint16_t accel__op_tag(accel__slot slot, uint64_t a, uint64_t b);
+/* The tag of all_gatherv(bytes[world], root). */
+uint16_t accel__gatherv_tag(const size_t *bytes, int world, int root);
+/* Sets (and returns) the error for rank `peer` being in the collective
+ * `theirs` while this rank runs pg->op_desc (tag `mine`). */
+accel_status accel__op_mismatch(const accel_pg *pg, int peer, uint16_t mine, uint16_t theirs);
+
+/* The largest ACCEL_DIST_TIMEOUT (11.6 days): every deadline in ms then fits
+ * an int (poll) and a time_t. */
+#define ACCEL__MAX_TIMEOUT_S 1e6
+
+/* Integer tunable `name` (unset or empty: dflt); malformed or outside
+ * [lo, hi] is an error naming the variable and the range. */
+accel_status accel__env_long(const char *name, long dflt, long lo, long hi, long *out);
+
 /* Reduction kernel: dst_j[i] = op over k of srcs[k][i] for every dst j, i < n.
  * dsts may alias srcs (each block is reduced into a temporary first). AVG
  * divides by `world`. */

@@ -71,6 +71,28 @@ static bool want_mpi(void) {
 #endif
 }
 
+/* A job on several machines listens on every interface: without a shared
+ * secret anyone who reaches the ports could join it or read its keys. So it
+ * needs ACCEL_JOB_SECRET, or an explicit ACCEL_INSECURE_NO_SECRET=1 (loudly
+ * warned about, once per machine). One machine: `accel launch` makes one up. */
+static accel_status check_job_secret(const dist_env *e) {
+    const char *secret = getenv("ACCEL_JOB_SECRET"), *insecure = getenv("ACCEL_INSECURE_NO_SECRET");
+    if (e->local_world == e->world || (secret && *secret) || want_mpi()) return ACCEL_OK;
+    if (insecure && !strcmp(insecure, "1")) {
+        if (e->local_rank == 0)
+            fprintf(stderr, "accel: WARNING: ACCEL_INSECURE_NO_SECRET=1: this job on several machines has no "
+                            "ACCEL_JOB_SECRET; any process that can reach %s:%d or the workers' ports can join it\n",
+                    e->addr, e->port);
+        return ACCEL_OK;
+    }
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           "accel_dist_init: this job spans several machines (LOCAL_WORLD_SIZE=%d < WORLD_SIZE=%d) but "
+                           "ACCEL_JOB_SECRET is not set, so anyone who can reach its ports could join it: export the "
+                           "same secret on every machine, e.g. ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | "
+                           "tr -d ' \\n'), or set ACCEL_INSECURE_NO_SECRET=1 to run without one",
+                           e->local_world, e->world);
+}
+
 static accel_status read_env(dist_env *e) {
     long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
     long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
@@ -101,12 +123,12 @@ static accel_status read_env(dist_env *e) {
     if (t && *t) {
         char *end;
         double x = strtod(t, &end);
-        if (*end || !(x > 0))
-            return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                   "accel_dist_init: ACCEL_DIST_TIMEOUT='%s' is not a positive number of seconds", t);
+        if (*end || !(x > 0 && x <= ACCEL__MAX_TIMEOUT_S)) /* bounded: deadlines become ints of ms and time_t */
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_TIMEOUT='%s' is not a number "
+                                   "of seconds in (0, %g]", t, ACCEL__MAX_TIMEOUT_S);
         e->timeout_s = x;
     }
-    return ACCEL_OK;
+    return check_job_secret(e);
 }
 
 static bool truthy(const char *v) {

@@ -1,8 +1,10 @@
 /* src/dist/shm.c — the shared-memory backend (all ranks on one machine).
  *
- * One POSIX shared-memory segment, created by rank 0 at rendezvous, its name
- * passed through the store, unlinked as soon as every rank has mapped it (a
- * crash afterwards leaves nothing in /dev/shm). Layout:
+ * One shared-memory segment: an anonymous memfd of rank 0, which the others
+ * open as /proc/<pid>/fd/<fd> (published through the store). It never has a
+ * name, so nothing can leak into /dev/shm, whichever rank dies whenever (a
+ * named segment leaked when rank 0 was killed while waiting in rendezvous for
+ * a rank that had died), and /dev/shm's size limit does not apply. Layout:
  *
  *   [ctrl: header + one 128-byte line per rank (arrival epoch, zero-copy
  *    offset, pid)]
@@ -10,7 +12,11 @@
  *   [heap: world regions of heap_per_rank bytes, sparse until allocated]
  *
  * Synchronisation is a barrier on per-rank epoch counters (C11 atomics, no
- * shared counter to contend on). Waiters spin briefly, then yield, then
+ * shared counter to contend on). Each arrival word carries the epoch (high
+ * 48 bits) and the tag of the collective it belongs to (low 16,
+ * accel__op_tag): a rank that finds another at its epoch with another tag
+ * fails with "mismatched collectives", so a barrier never completes a step of
+ * an all_reduce. A rank past the epoch had matched it already. Waiters spin briefly, then yield, then
  * sleep, so 4 ranks on 2 cores still make progress; every 100 ms they check
  * that the ranks they wait for are alive, and give up after the timeout.
  *
@@ -70,6 +76,7 @@ typedef struct shm_state {
     size_t heap_off;       /* offset of heap region 0 in the segment */
     size_t heap_per_rank;
     uint64_t epoch;
+    uint16_t tag;          /* the current collective's */
     int set;
     shm_block *blk;
     size_t nblk, capblk;
@@ -112,12 +119,28 @@ static void nap_us(long us) {
     nanosleep(&ts, NULL);
 }
 
+#define EPOCH_OF(word) ((word) >> 16)
+
+/* Ranks below *k have arrived at epoch e; false (error set) when one of them
+ * is at e in another collective. */
+static bool count_arrived(accel_pg *pg, shm_state *s, uint64_t e, int *k) {
+    for (; *k < pg->size; ++*k) {
+        uint64_t a = atomic_load_explicit(&s->ctrl->r[*k].arrive, memory_order_acquire);
+        if (EPOCH_OF(a) < e) return true;
+        if (EPOCH_OF(a) == e && (uint16_t)a != s->tag) {
+            accel__op_mismatch(pg, *k, s->tag, (uint16_t)a);
+            return false;
+        }
+    }
+    return true;
+}
+
 static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
     int world = pg->size;
     double start = 0, next_check = 0;
     for (unsigned spins = 0;; spins++) {
         int k = 0;
-        while (k < world && atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) k++;
+        if (!count_arrived(pg, s, e, &k)) return accel_last_status();
         if (k == world) return ACCEL_OK;
         if (spins < 4096) {
             cpu_relax();
@@ -133,7 +156,7 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
         if (now < next_check) continue;
         next_check = now + 0.1;
         for (k = 0; k < world; k++) {
-            if (atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) continue;
+            if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire)) >= e) continue;
             pid_t pid = atomic_load(&s->ctrl->r[k].pid);
             if (!pid_alive(pid))
                 return accel_set_error(ACCEL_ERR_DIST,
@@ -145,7 +168,7 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
             size_t o = 0;
             int missing = 0;
             for (k = 0; k < world; k++) {
-                if (atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire) >= e) continue;
+                if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire)) >= e) continue;
                 if (o < sizeof list - 16)
                     o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
                 missing++;
@@ -159,22 +182,20 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
     }
 }
 
-static accel_status shm_barrier(accel_pg *pg) {
+/* One synchronisation step of the current collective (s->tag). */
+static accel_status sync_ranks(accel_pg *pg) {
     shm_state *s = pg->impl;
     uint64_t e = ++s->epoch;
-    atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e, memory_order_release);
+    atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e << 16 | s->tag, memory_order_release);
     return wait_epoch(pg, s, e);
 }
 
-/* ---------------------------------------------------------------- init */
-
-static size_t env_size(const char *name, size_t dflt, size_t unit) {
-    const char *v = getenv(name);
-    char *end;
-    if (!v || !*v) return dflt * unit;
-    unsigned long long x = strtoull(v, &end, 10);
-    return (*end || x == 0) ? dflt * unit : (size_t)x * unit;
+static accel_status shm_barrier(accel_pg *pg) {
+    ((shm_state *)pg->impl)->tag = accel__op_tag(ACCEL__SLOT_BARRIER, 0, 0);
+    return sync_ranks(pg);
 }
+
+/* ---------------------------------------------------------------- init */
 
 static void shm_finalize(accel_pg *pg) {
     shm_state *s = pg->impl;
@@ -191,48 +212,50 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
     if (world > 64)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the shm backend supports at most 64 "
                                "ranks on one machine (WORLD_SIZE=%d)", world);
+    /* Every rank checks the tunables (the launcher gives all the same), so a
+     * bad value fails the whole group at once; rank 0's values are used. */
+    long chunk_kb, heap_mb;
+    if (accel__env_long("ACCEL_SHM_CHUNK_KB", 256, 4, 1L << 20, &chunk_kb) != ACCEL_OK ||
+        accel__env_long("ACCEL_SHM_HEAP_MB", 2048, 1, 1L << 20, &heap_mb) != ACCEL_OK)
+        return accel_last_status();
     shm_state *s = calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     s->fd = -1;
     pg->impl = s;
-    char name[64], info[160];
+    char info[160];
     size_t ctrl_bytes = round_up(sizeof(shm_ctrl) + (size_t)world * sizeof(shm_rank), 4096);
+    int owner_pid = (int)getpid(), owner_fd = -1;
     if (me == 0) {
-        unsigned long long rnd;
-        FILE *u = fopen("/dev/urandom", "rb");
-        if (!u || fread(&rnd, sizeof rnd, 1, u) != 1) rnd = (unsigned long long)accel_now_seconds() * 1000003u;
-        if (u) fclose(u);
-        snprintf(name, sizeof name, "/accel-%d-%llx", (int)getpid(), rnd);
-        s->chunk = round_up(env_size("ACCEL_SHM_CHUNK_KB", 256, 1024), 4096);
-        s->heap_per_rank = round_up(env_size("ACCEL_SHM_HEAP_MB", 2048, 1u << 20), 1u << 21);
-        snprintf(info, sizeof info, "%s %zu %zu", name, s->chunk, s->heap_per_rank);
+        s->chunk = round_up((size_t)chunk_kb << 10, 4096);
+        s->heap_per_rank = round_up((size_t)heap_mb << 20, 1u << 21);
     } else {
         void *v;
         if (accel__store_get(store, "shm/info", &v, NULL) != ACCEL_OK) return accel_last_status();
-        int ok = sscanf(v, "%63s %zu %zu", name, &s->chunk, &s->heap_per_rank);
+        int ok = sscanf(v, "%d %d %zu %zu", &owner_pid, &owner_fd, &s->chunk, &s->heap_per_rank);
         free(v);
-        if (ok != 3) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
+        if (ok != 4) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
     }
     size_t stage_bytes = (size_t)(2 * world + 2) * s->chunk;
     s->heap_off = round_up(ctrl_bytes + stage_bytes, 1u << 21);
     s->map_bytes = s->heap_off + (size_t)world * s->heap_per_rank;
     if (me == 0) {
-        s->fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        if (s->fd < 0 || ftruncate(s->fd, (off_t)s->map_bytes) != 0) {
-            if (s->fd >= 0) shm_unlink(name);
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot create shared memory %s (%zu bytes): %s",
-                                   name, s->map_bytes, strerror(errno));
-        }
+        s->fd = memfd_create("accel-shm", MFD_CLOEXEC);
+        if (s->fd < 0 || ftruncate(s->fd, (off_t)s->map_bytes) != 0)
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot create shared memory (%zu bytes): %s",
+                                   s->map_bytes, strerror(errno));
+        snprintf(info, sizeof info, "%d %d %zu %zu", owner_pid, s->fd, s->chunk, s->heap_per_rank);
     } else {
-        s->fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", owner_pid, owner_fd);
+        s->fd = open(path, O_RDWR | O_CLOEXEC);
         if (s->fd < 0)
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot open shared memory %s: %s "
-                                   "(are all ranks on the same machine?)", name, strerror(errno));
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot open rank 0's shared memory %s: %s "
+                                   "(all ranks of a machine must share one PID namespace and user; "
+                                   "ACCEL_DIST_BACKEND=tcp works without)", path, strerror(errno));
     }
     s->base = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        if (me == 0) shm_unlink(name);
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: mmap of %zu bytes failed: %s", s->map_bytes,
                                strerror(errno));
     }
@@ -246,20 +269,12 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
             atomic_store(&s->ctrl->r[k].zc_off, -1);
         }
     }
-    /* Rank 0 initialised ctrl before publishing the name, so it is valid here. */
-    if (me == 0 && accel__store_set(store, "shm/info", info, strlen(info)) != ACCEL_OK) {
-        shm_unlink(name);
-        return accel_last_status();
-    }
+    /* Rank 0 initialised ctrl before publishing where it is, so it is valid here. */
+    if (me == 0 && accel__store_set(store, "shm/info", info, strlen(info)) != ACCEL_OK) return accel_last_status();
     atomic_store(&s->ctrl->r[me].pid, (int32_t)getpid());
     /* Fault the staging pages into this process now, not in the first collective. */
     for (size_t o = 0; o < stage_bytes; o += 4096) ((volatile char *)s->stage)[o] = 0;
-    char key[64];
-    snprintf(key, sizeof key, "shm/mapped/%d", me);
-    accel_status st = accel__store_set(store, key, "1", 1);
-    if (st == ACCEL_OK) st = accel__store_wait_ranks(store, "shm/mapped", world, "rendezvous (shared memory)");
-    if (me == 0) shm_unlink(name);
-    return st;
+    return ACCEL_OK; /* dist.c's barrier after init waits until every rank has mapped it */
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -287,9 +302,10 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
     shm_state *s = pg->impl;
     int world = pg->size, me = pg->rank;
     size_t es = accel_dtype_size(dt);
+    s->tag = accel__op_tag(ACCEL__SLOT_ALL_REDUCE, count, (uint64_t)dt | (uint64_t)op << 8);
     atomic_store_explicit(&s->ctrl->r[me].zc_off, heap_offset_of(s, me, buf, count * es),
                           memory_order_relaxed);
-    if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+    if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
     void *ptrs[64];
     bool zero_copy = world <= 64;
     for (int k = 0; k < world && zero_copy; k++) {
@@ -304,7 +320,7 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
             for (int k = 0; k < world; k++) ptrs[k] = (char *)ptrs[k] + lo * es;
             accel__reduce(dt, op, world, world, (const void *const *)ptrs, world, ptrs, len);
         }
-        return shm_barrier(pg);
+        return sync_ranks(pg);
     }
     size_t chunk_elems = s->chunk / es;
     char *b = buf;
@@ -315,7 +331,7 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
             slice_of(cn, world, k, &lo, &len);
             memcpy(slot(s, s->set, world, me) + lo * es, b + (c0 + lo) * es, len * es);
         }
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         slice_of(cn, world, me, &lo, &len);
         if (len) {
             const void *srcs[64];
@@ -325,7 +341,7 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
                 if (k != me) srcs[j++] = slot(s, s->set, world, k) + lo * es;
             accel__reduce(dt, op, world, world, srcs, 2, dsts, len);
         }
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         for (int k = 0; k < world; k++) {
             if (k == me) continue;
             slice_of(cn, world, k, &lo, &len);
@@ -339,10 +355,11 @@ static accel_status shm_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
 static accel_status shm_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
     shm_state *s = pg->impl;
     int world = pg->size;
+    s->tag = accel__op_tag(ACCEL__SLOT_BROADCAST, bytes, (uint64_t)root);
     for (size_t o = 0; o < bytes; o += s->chunk) {
         size_t n = bytes - o < s->chunk ? bytes - o : s->chunk;
         if (pg->rank == root) memcpy(slot(s, s->set, world, root), (char *)buf + o, n);
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         if (pg->rank != root) memcpy((char *)buf + o, slot(s, s->set, world, root), n);
         s->set ^= 1;
     }
@@ -355,6 +372,7 @@ static accel_status shm_all_gatherv(accel_pg *pg, const void *send, void *recv, 
     int world = pg->size, me = pg->rank;
     bool receive = root < 0 || root == me;
     size_t most = 0, my_off = 0;
+    s->tag = accel__gatherv_tag(bytes, world, root);
     for (int k = 0; k < world; k++) {
         if (bytes[k] > most) most = bytes[k];
         if (k < me) my_off += bytes[k];
@@ -365,7 +383,7 @@ static accel_status shm_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             size_t n = bytes[me] - o < s->chunk ? bytes[me] - o : s->chunk;
             memcpy(slot(s, s->set, world, me), (const char *)send + o, n);
         }
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         if (receive) {
             size_t off = 0;
             for (int k = 0; k < world; k++) {
@@ -387,6 +405,7 @@ static accel_status shm_reduce_scatter(accel_pg *pg, const void *send, void *rec
     int world = pg->size, me = pg->rank;
     size_t es = accel_dtype_size(dt);
     size_t sub = s->chunk / (size_t)world / es / SLICE_ALIGN * SLICE_ALIGN;
+    s->tag = accel__op_tag(ACCEL__SLOT_REDUCE_SCATTER, count, (uint64_t)dt | (uint64_t)op << 8);
     const char *sb = send;
     for (size_t j0 = 0; j0 < count; j0 += sub) {
         size_t cn = count - j0 < sub ? count - j0 : sub;
@@ -394,7 +413,7 @@ static accel_status shm_reduce_scatter(accel_pg *pg, const void *send, void *rec
             if (k != me)
                 memcpy(slot(s, s->set, world, me) + (size_t)k * sub * es, sb + ((size_t)k * count + j0) * es,
                        cn * es);
-        if (shm_barrier(pg) != ACCEL_OK) return accel_last_status();
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
         const void *srcs[64];
         void *dst = (char *)recv + j0 * es;
         srcs[0] = sb + ((size_t)me * count + j0) * es;
@@ -423,7 +442,7 @@ static void *shm_alloc_shared(accel_pg *pg, size_t bytes) {
         return NULL;
     }
     size_t file_off = s->heap_off + (size_t)pg->rank * s->heap_per_rank + off;
-    /* Reserve the pages now: a full /dev/shm gives an error here, not SIGBUS later. */
+    /* Reserve the pages now: out of memory (or a memory cgroup limit) gives an error here, not SIGBUS later. */
     int e = posix_fallocate(s->fd, (off_t)file_off, (off_t)len);
     if (e != 0) {
         accel_set_error(ACCEL_ERR_OOM, "accel_pg_alloc_shared: cannot reserve %zu bytes of shared memory: %s",

@@ -2,13 +2,19 @@
  *
  * Wire format (little-endian host order; both ends are this code on one
  * architecture):
- *   hello:    "ACS1" u32 secret_len, secret          -> u8 1 (or the server closes)
+ *   hello:    "ACS1" u32 secret_len, secret          -> u8 HELLO_OK or HELLO_BAD_SECRET
  *   request:  u8 op, u32 klen, key, u64 vlen, value
  *   replies:  SET -> u8 0; CHECK/GET -> u8 found [, u64 vlen, value]; ADD -> i64 new value
  * Waiting is done by the client (poll CHECK with a growing sleep), so the
  * server never holds a request open and a client timeout never leaves a
- * half-read reply on the connection. Accepted sockets have a 2 s receive
- * timeout: a stray peer that stalls mid-message is dropped, not waited for. */
+ * half-read reply on the connection.
+ *
+ * The server is one thread multiplexing every connection with poll(): each
+ * has input/output buffers and is served as its bytes arrive, so no client,
+ * however slow or silent, delays another. Connections that have not presented
+ * the secret are bounded in time (HELLO_DEADLINE_S) and in number
+ * (MAX_UNAUTHED: a new one evicts the oldest), so idle strangers can neither
+ * exhaust the descriptors nor keep the listening socket readable. */
 #include "dist/store.h"
 
 #include <arpa/inet.h>
@@ -26,15 +32,29 @@
 #include <unistd.h>
 
 enum { OP_SET = 1, OP_GET = 2, OP_ADD = 3 };
+enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2 };
 #define STORE_MAX_KEY 256
 #define STORE_MAX_VAL (16u << 20)
-#define STORE_MAX_CLIENTS 1024
+#define MAX_SECRET 1024
+#define MAX_UNAUTHED 64
+#define HELLO_DEADLINE_S 2.0
 
 typedef struct kv {
     char *key;
     void *val;
     size_t len;
 } kv;
+
+/* Server side of one connection. */
+typedef struct conn {
+    int fd;
+    bool authed;
+    double deadline; /* unauthenticated: dropped after this */
+    char *in;
+    size_t in_len, in_cap;
+    char *out;
+    size_t out_len, out_cap;
+} conn;
 
 struct accel__store {
     int fd;                 /* client connection */
@@ -47,6 +67,8 @@ struct accel__store {
     char *secret;
     kv *items;
     size_t n_items, cap_items;
+    conn *conns;
+    size_t n_conns, cap_conns;
 };
 
 /* ---------------------------------------------------------------- io helpers */
@@ -73,6 +95,14 @@ static bool read_all(int fd, void *p, size_t n) {
         n -= (size_t)r;
     }
     return true;
+}
+
+bool accel__secret_matches(const void *got, size_t len, const char *secret) {
+    size_t n = strlen(secret);
+    unsigned char diff = len != n;
+    const unsigned char *g = got, *w = (const unsigned char *)secret;
+    for (size_t i = 0; i < len && i < n; i++) diff |= g[i] ^ w[i]; /* no early exit: no timing hint */
+    return diff == 0;
 }
 
 /* ---------------------------------------------------------------- server */
@@ -104,107 +134,265 @@ static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
     return true;
 }
 
-static bool serve_hello(accel__store *s, int fd) {
-    char magic[4];
-    uint32_t slen;
-    if (!read_all(fd, magic, 4) || memcmp(magic, "ACS1", 4) != 0) return false;
-    if (!read_all(fd, &slen, 4) || slen > 1024) return false;
-    char buf[1025];
-    if (!read_all(fd, buf, slen)) return false;
-    buf[slen] = 0;
-    if (slen != strlen(s->secret) || memcmp(buf, s->secret, slen) != 0) return false;
-    uint8_t ok = 1;
-    return write_all(fd, &ok, 1);
+/* ---------------------------------------------------------------- connections */
+
+static bool reserve(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *n = realloc(*buf, c);
+    if (!n) return false;
+    *buf = n;
+    *cap = c;
+    return true;
 }
 
-/* One request from fd; false drops the connection. */
-static bool serve_request(accel__store *s, int fd) {
-    uint8_t op;
+/* Queues a reply and sends what the socket takes now; the rest goes out when
+ * poll says it is writable. */
+static bool reply(conn *c, const void *p, size_t n) {
+    if (!reserve(&c->out, &c->out_cap, c->out_len + n)) return false;
+    memcpy(c->out + c->out_len, p, n);
+    c->out_len += n;
+    return true;
+}
+
+static bool flush_out(conn *c) {
+    if (!c->out_len) return true;
+    size_t sent = 0;
+    while (sent < c->out_len) {
+        ssize_t w = send(c->fd, c->out + sent, c->out_len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            sent += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        return false;
+    }
+    memmove(c->out, c->out + sent, c->out_len - sent);
+    c->out_len -= sent;
+    return true;
+}
+
+static void drop_conn(accel__store *s, size_t i) {
+    close(s->conns[i].fd);
+    free(s->conns[i].in);
+    free(s->conns[i].out);
+    s->conns[i] = s->conns[--s->n_conns];
+}
+
+/* ---------------------------------------------------------------- requests */
+
+/* Bytes of the complete message at the head of c->in, 0 while incomplete,
+ * -1 for a malformed one (the connection is dropped). */
+static long message_size(const conn *c) {
+    const char *p = c->in;
+    size_t n = c->in_len;
+    if (!c->authed) {
+        uint32_t slen;
+        if (n < 8) return 0;
+        memcpy(&slen, p + 4, 4);
+        if (memcmp(p, "ACS1", 4) != 0 || slen > MAX_SECRET) return -1;
+        return n >= 8 + (size_t)slen ? (long)(8 + slen) : 0;
+    }
     uint32_t klen;
     uint64_t vlen;
+    if (n < 5) return 0;
+    memcpy(&klen, p + 1, 4);
+    if (klen > STORE_MAX_KEY) return -1;
+    if (n < 13 + (size_t)klen) return 0;
+    memcpy(&vlen, p + 5 + klen, 8);
+    if (vlen > STORE_MAX_VAL) return -1;
+    size_t total = 13 + (size_t)klen + (size_t)vlen;
+    return n >= total ? (long)total : 0;
+}
+
+/* The hello: right secret -> authenticated; wrong -> told so (the client can
+ * then name the real problem), then dropped. */
+static bool serve_hello(accel__store *s, conn *c) {
+    uint32_t slen;
+    memcpy(&slen, c->in + 4, 4);
+    uint8_t code = accel__secret_matches(c->in + 8, slen, s->secret) ? HELLO_OK : HELLO_BAD_SECRET;
+    if (code != HELLO_OK) {
+        send(c->fd, &code, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        return false;
+    }
+    c->authed = true;
+    return reply(c, &code, 1);
+}
+
+static bool serve_request(accel__store *s, conn *c) {
+    uint8_t op = (uint8_t)c->in[0];
+    uint32_t klen;
+    uint64_t vlen;
+    memcpy(&klen, c->in + 1, 4);
     char key[STORE_MAX_KEY + 1];
-    if (!read_all(fd, &op, 1) || !read_all(fd, &klen, 4) || klen > STORE_MAX_KEY) return false;
-    if (!read_all(fd, key, klen)) return false;
+    memcpy(key, c->in + 5, klen);
     key[klen] = 0;
-    if (!read_all(fd, &vlen, 8) || vlen > STORE_MAX_VAL) return false;
-    void *val = malloc(vlen ? vlen : 1);
-    if (!val) return false;
-    if (!read_all(fd, val, vlen)) { free(val); return false; }
+    memcpy(&vlen, c->in + 5 + klen, 8);
+    const char *val = c->in + 13 + klen;
     if (op == OP_SET) {
+        void *v = malloc(vlen ? vlen : 1);
+        if (!v) return false;
+        memcpy(v, val, vlen);
+        if (!put_kv(s, key, v, vlen)) {
+            free(v);
+            return false;
+        }
         uint8_t z = 0;
-        if (!put_kv(s, key, val, vlen)) { free(val); return false; }
-        return write_all(fd, &z, 1);
+        return reply(c, &z, 1);
     }
     if (op == OP_GET) {
-        free(val);
         kv *e = find_kv(s, key);
         uint8_t found = e != NULL;
-        if (!write_all(fd, &found, 1)) return false;
+        if (!reply(c, &found, 1)) return false;
         if (!e) return true;
         uint64_t n = e->len;
-        return write_all(fd, &n, 8) && write_all(fd, e->val, e->len);
+        return reply(c, &n, 8) && reply(c, e->val, e->len);
     }
     if (op == OP_ADD && vlen == 8) {
         int64_t delta, cur = 0;
         memcpy(&delta, val, 8);
-        free(val);
         kv *e = find_kv(s, key);
         if (e && e->len == 8) memcpy(&cur, e->val, 8);
         cur += delta;
         int64_t *nv = malloc(8);
         if (!nv) return false;
         *nv = cur;
-        if (!put_kv(s, key, nv, 8)) { free(nv); return false; }
-        return write_all(fd, &cur, 8);
+        if (!put_kv(s, key, nv, 8)) {
+            free(nv);
+            return false;
+        }
+        return reply(c, &cur, 8);
     }
-    free(val);
     return false;
+}
+
+static bool serve_messages(accel__store *s, conn *c) {
+    for (;;) {
+        long m = message_size(c);
+        if (m <= 0) return m == 0;
+        if (!(c->authed ? serve_request(s, c) : serve_hello(s, c))) return false;
+        memmove(c->in, c->in + m, c->in_len - (size_t)m);
+        c->in_len -= (size_t)m;
+    }
+}
+
+/* Reads what arrived and serves every complete message; false drops c. The
+ * input never grows past one message: a stranger cannot make us buffer. */
+static bool serve_input(accel__store *s, conn *c) {
+    for (;;) {
+        size_t limit = c->authed ? 13 + STORE_MAX_KEY + STORE_MAX_VAL : 8 + MAX_SECRET;
+        if (c->in_len >= limit) return false; /* a valid message would have completed */
+        size_t want = limit - c->in_len < 65536 ? limit - c->in_len : 65536;
+        if (!reserve(&c->in, &c->in_cap, c->in_len + want)) return false;
+        ssize_t r = recv(c->fd, c->in + c->in_len, want, MSG_DONTWAIT);
+        if (r > 0) {
+            c->in_len += (size_t)r;
+            if (!serve_messages(s, c)) return false;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        return false; /* end of stream or error */
+    }
+    return flush_out(c);
+}
+
+/* ---------------------------------------------------------------- server loop */
+
+/* The unauthenticated connection closest to its deadline (the oldest), or -1. */
+static long oldest_unauthed(const accel__store *s, size_t *count) {
+    long best = -1;
+    *count = 0;
+    for (size_t i = 0; i < s->n_conns; i++) {
+        if (s->conns[i].authed) continue;
+        ++*count;
+        if (best < 0 || s->conns[i].deadline < s->conns[best].deadline) best = (long)i;
+    }
+    return best;
+}
+
+/* Accepts the pending connections (a bounded batch, so the others are served
+ * meanwhile); a newcomer beyond MAX_UNAUTHED strangers evicts the oldest.
+ * Returns false when out of descriptors with nobody to evict: the caller
+ * stops listening for a moment rather than spin on a listening socket that
+ * stays readable. */
+static bool accept_new(accel__store *s) {
+    for (int batch = 0; batch < 256; batch++) {
+        size_t unauthed;
+        long old;
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM) return true;
+            if ((old = oldest_unauthed(s, &unauthed)) < 0) return false;
+            drop_conn(s, (size_t)old); /* a stranger's descriptor for this newcomer */
+            continue;
+        }
+        if ((old = oldest_unauthed(s, &unauthed)) >= 0 && unauthed >= MAX_UNAUTHED) drop_conn(s, (size_t)old);
+        if (s->n_conns == s->cap_conns) {
+            size_t cap = s->cap_conns ? 2 * s->cap_conns : 64;
+            conn *n = realloc(s->conns, cap * sizeof *n);
+            if (!n) {
+                close(fd);
+                return true;
+            }
+            s->conns = n;
+            s->cap_conns = cap;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        s->conns[s->n_conns++] = (conn){.fd = fd, .deadline = accel_now_seconds() + HELLO_DEADLINE_S};
+    }
+    return true;
+}
+
+static int poll_timeout_ms(const accel__store *s, double listen_paused_until) {
+    double now = accel_now_seconds(), next = listen_paused_until > now ? listen_paused_until : 0;
+    for (size_t i = 0; i < s->n_conns; i++)
+        if (!s->conns[i].authed && (next == 0 || s->conns[i].deadline < next)) next = s->conns[i].deadline;
+    if (next == 0) return -1;
+    return next <= now ? 0 : (int)((next - now) * 1000) + 1;
 }
 
 static void *server_main(void *arg) {
     accel__store *s = arg;
-    struct pollfd *pf = calloc(STORE_MAX_CLIENTS + 2, sizeof *pf);
-    bool *authed = calloc(STORE_MAX_CLIENTS + 2, sizeof *authed);
-    if (!pf || !authed) { free(pf); free(authed); return NULL; }
-    size_t n = 2;
-    pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-    pf[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+    struct pollfd *pf = NULL;
+    size_t cap_pf = 0;
+    double listen_paused_until = 0;
     for (;;) {
-        if (poll(pf, n, -1) < 0) {
-            if (errno == EINTR) continue;
-            break;
+        size_t n = s->n_conns + 2;
+        if (n > cap_pf) {
+            struct pollfd *np = realloc(pf, n * sizeof *np);
+            if (!np) break;
+            pf = np;
+            cap_pf = n;
         }
+        bool listening = accel_now_seconds() >= listen_paused_until;
+        pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+        pf[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
+        for (size_t i = 0; i < s->n_conns; i++)
+            pf[i + 2] = (struct pollfd){.fd = s->conns[i].fd,
+                                        .events = (short)(POLLIN | (s->conns[i].out_len ? POLLOUT : 0))};
+        int ready = poll(pf, n, poll_timeout_ms(s, listen_paused_until));
+        if (ready < 0 && errno != EINTR) break;
         if (pf[0].revents) break;
-        if ((pf[1].revents & POLLIN) && n < STORE_MAX_CLIENTS + 2) {
-            int c = accept(s->listen_fd, NULL, NULL);
-            if (c >= 0) {
-                struct timeval tv = {2, 0};
-                setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-                int one = 1;
-                setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                pf[n] = (struct pollfd){.fd = c, .events = POLLIN};
-                authed[n] = false;
-                n++;
-            }
+        /* Serve from the back so that drop_conn's swap-with-last never skips one. */
+        for (size_t i = n - 2; ready > 0 && i-- > 0;) {
+            conn *c = &s->conns[i];
+            short ev = pf[i + 2].revents;
+            if (!ev) continue;
+            bool ok = !(ev & POLLNVAL) && ((ev & (POLLIN | POLLHUP | POLLERR)) ? serve_input(s, c) : flush_out(c));
+            if (!ok) drop_conn(s, i);
         }
-        for (size_t i = 2; i < n; i++) {
-            if (!pf[i].revents) continue;
-            bool ok = (pf[i].revents & POLLIN) &&
-                      (authed[i] ? serve_request(s, pf[i].fd) : serve_hello(s, pf[i].fd));
-            if (ok) {
-                authed[i] = true;
-                continue;
-            }
-            close(pf[i].fd);
-            pf[i] = pf[n - 1];
-            authed[i] = authed[n - 1];
-            n--;
-            i--;
-        }
+        double now = accel_now_seconds();
+        for (size_t i = s->n_conns; i-- > 0;)
+            if (!s->conns[i].authed && s->conns[i].deadline <= now) drop_conn(s, i);
+        if (ready > 0 && (pf[1].revents & POLLIN) && !accept_new(s)) listen_paused_until = now + 0.1;
     }
-    for (size_t i = 2; i < n; i++) close(pf[i].fd);
+    while (s->n_conns) drop_conn(s, s->n_conns - 1);
     free(pf);
-    free(authed);
     return NULL;
 }
 
@@ -224,11 +412,11 @@ static accel_status start_server(accel__store *s, const char *addr, int port) {
     /* Loopback masters serve only loopback; otherwise every interface, since
      * MASTER_ADDR may be a name the other machines use for us. */
     if ((ntohl(sa.sin_addr.s_addr) >> 24) != 127) sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int one = 1;
     setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        listen(s->listen_fd, 128) != 0)
+        listen(s->listen_fd, SOMAXCONN) != 0)
         return accel_set_error(ACCEL_ERR_DIST,
                                "accel_dist_init: rank 0 cannot listen on %s:%d (%s); is another "
                                "job using MASTER_PORT=%d? (accel launch --main_process_port 0 picks a free port)",
@@ -248,37 +436,62 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
+static void set_rcvtimeo(int fd, double seconds) {
+    struct timeval tv = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+/* One connection + hello: HELLO_OK / HELLO_BAD_SECRET, 0 when the store took
+ * the connection but dropped it without an answer, -1 when it cannot connect. */
+static int try_hello(int fd, const struct sockaddr_in *sa, const char *secret) {
+    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) return -1;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_rcvtimeo(fd, HELLO_DEADLINE_S);
+    uint32_t slen = (uint32_t)strlen(secret);
+    uint8_t code = 0;
+    if (!write_all(fd, "ACS1", 4) || !write_all(fd, &slen, 4) || !write_all(fd, secret, slen) ||
+        !read_all(fd, &code, 1))
+        return 0;
+    return code == HELLO_OK || code == HELLO_BAD_SECRET ? code : 0;
+}
+
+/* Connects and authenticates, retrying until the timeout: rank 0 may not
+ * listen yet, or may have dropped us among a flood of other connections.
+ * Only an explicit refusal is reported as a wrong secret. */
 static accel_status connect_client(accel__store *s, const char *addr, int port, const char *secret) {
     struct sockaddr_in sa;
     if (!resolve(addr, port, &sa))
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot resolve MASTER_ADDR '%s'", addr);
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.001;
+    int dropped = 0;
     for (;;) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            struct timeval tv = {(time_t)s->timeout_s + 1, 0};
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-            uint32_t slen = (uint32_t)strlen(secret);
-            uint8_t ok = 0;
-            if (write_all(fd, "ACS1", 4) && write_all(fd, &slen, 4) && write_all(fd, secret, slen) &&
-                read_all(fd, &ok, 1) && ok == 1) {
-                s->fd = fd;
-                return ACCEL_OK;
-            }
-            close(fd);
+        int r = fd >= 0 ? try_hello(fd, &sa, secret) : -1;
+        if (r == HELLO_OK) {
+            set_rcvtimeo(fd, s->timeout_s + 1); /* replies come at once; this only bounds a dead rank 0 */
+            s->fd = fd;
+            return ACCEL_OK;
+        }
+        if (fd >= 0) close(fd);
+        if (r == HELLO_BAD_SECRET)
             return accel_set_error(ACCEL_ERR_DIST,
                                    "accel_dist_init: the store at %s:%d refused this process: "
                                    "ACCEL_JOB_SECRET does not match (another job on that port?)",
                                    addr, port);
-        }
-        if (fd >= 0) close(fd);
-        if (accel_now_seconds() > deadline)
+        if (r == 0) dropped++;
+        if (accel_now_seconds() > deadline) {
+            if (dropped)
+                return accel_set_error(ACCEL_ERR_TIMEOUT,
+                                       "accel_dist_init: rendezvous timed out after %g s: %s:%d accepted %d "
+                                       "connection%s but never answered the store handshake (another service on "
+                                       "MASTER_PORT, or rank 0 flooded by other connections?)",
+                                       s->timeout_s, addr, port, dropped, dropped > 1 ? "s" : "");
             return accel_set_error(ACCEL_ERR_TIMEOUT,
                                    "accel_dist_init: rendezvous timed out after %g s: cannot connect "
                                    "to rank 0 at %s:%d (MASTER_ADDR/MASTER_PORT)",
                                    s->timeout_s, addr, port);
+        }
         sleep_s(nap);
         if (nap < 0.05) nap *= 2;
     }
@@ -314,6 +527,7 @@ void accel__store_close(accel__store *s) {
         free(s->items[i].val);
     }
     free(s->items);
+    free(s->conns);
     free(s->secret);
     free(s);
 }

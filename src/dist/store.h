@@ -2,7 +2,9 @@
  *
  * Rank 0 serves it over TCP in a thread; every rank (rank 0 included) is a
  * client. Each connection must first present the job secret (ACCEL_JOB_SECRET,
- * empty when unset), so a stray connection cannot join or read keys.
+ * empty when unset), so a stray connection cannot join or read keys; the
+ * server multiplexes every connection and bounds the unauthenticated ones in
+ * number and time, so strangers cannot delay or lock out the ranks.
  * Only used during init/finalize: collectives never go through it. */
 #ifndef ACCEL_DIST_STORE_H
 #define ACCEL_DIST_STORE_H
@@ -13,6 +15,9 @@ typedef struct accel__store accel__store;
 
 /* Rank 0 (serve=true) binds addr:port and serves; every rank connects,
  * retrying until timeout_s. NULL + error on failure. */
+/* Constant-time comparison of len received bytes with the job secret. */
+bool accel__secret_matches(const void *got, size_t len, const char *secret);
+
 accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret,
                                 double timeout_s);
 void accel__store_close(accel__store *s);

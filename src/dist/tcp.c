@@ -6,14 +6,27 @@
  * presents the job secret, as for the store; the acceptor answers one byte.
  * Sockets are non-blocking with TCP_NODELAY.
  *
+ * Every collective begins (begin()) with a sequence number and a tag (kind
+ * + arguments, accel__op_tag): an 8-byte op_hdr precedes its first bytes on
+ * each connection it uses, and a peer's header that differs fails the rank
+ * with "mismatched collectives" and tells the others (a barrier used to
+ * complete with one step of another rank's all_reduce).
+ *
  * All I/O goes through run_ops(): a set of sends and receives on peers,
  * progressed together with poll(). A wait with no progress for the group
  * timeout gives ACCEL_ERR_TIMEOUT naming the peers it waits for; EOF or a
  * reset gives ACCEL_ERR_DIST naming the peer that died.
  *
+ * The gatekeeper: a thread owns the listening socket. It accepts every
+ * connection and reads its handshake without blocking, at most MAX_STRANGERS
+ * at once (a newcomer evicts the oldest) and each for HANDSHAKE_DEADLINE_S,
+ * and passes only authenticated ones to the collective thread through a pipe
+ * (gate_msg). So a silent, slow or wrong-secret connection costs the data
+ * path nothing: the pipe becomes readable only for a genuine peer.
+ *
  * Failure notices: a rank that finds a peer dead connects to the listening
  * port of every other rank and sends the culprit and its message, before it
- * closes anything. Every wait also polls the listening socket, so the whole
+ * closes anything. Every wait also polls the gate pipe, so the whole
  * group fails promptly with an error naming the culprit — not the neighbour
  * that merely closed its sockets after its own failure. On a timeout the
  * waiting ranks tell each other they are waiting (timeout_round), so every
@@ -38,10 +51,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "dist/backend.h"
@@ -49,14 +64,56 @@
 #define HELLO_MAGIC "ACT1"
 #define NOTICE_MAGIC "ACTN"
 #define SLICE_ALIGN 16 /* elements */
+#define MAX_SECRET 1024
+#define MAX_NOTICE_MSG 600
+#define MAX_STRANGERS 128
+#define HANDSHAKE_DEADLINE_S 2.0
+
+enum { NOTICE_DEAD = 1, NOTICE_WAITING = 2 };
+
+typedef struct notice {
+    int32_t kind, culprit, reporter;
+    uint32_t len; /* message bytes that follow (NOTICE_DEAD) */
+} notice;
+
+/* What the gatekeeper hands over: 'H' a peer's authenticated connection (fd,
+ * rank; during init), 'N' a notice. One pipe write of < PIPE_BUF: atomic. */
+typedef struct gate_msg {
+    char kind;
+    int32_t fd, rank;
+    notice n;
+    char msg[MAX_NOTICE_MSG];
+} gate_msg;
+
+/* A connection whose handshake is being read. */
+typedef struct stranger {
+    int fd;
+    double deadline;
+    size_t len;
+    char buf[8 + MAX_SECRET + sizeof(notice) + MAX_NOTICE_MSG];
+} stranger;
+
+typedef struct gate {
+    pthread_t thread;
+    bool running;
+    int listen_fd;
+    int pipe[2]; /* [0]: the collectives poll it; [1]: the gatekeeper writes gate_msgs */
+    int stop[2]; /* a byte (or EOF) stops the gatekeeper */
+    const char *secret;
+    stranger *st; /* [MAX_STRANGERS] */
+    int n;
+} gate;
 
 typedef struct tcp_state {
     int *fd;          /* [world]; -1 for this rank */
-    int listen_fd;
     struct sockaddr_in *addr; /* [world]: where each rank listens (for failure notices) */
     char *secret;
     char *scratch;    /* one chunk */
     size_t chunk;
+    uint32_t seq;     /* collectives begun, this one included */
+    uint16_t tag;     /* the current collective's (accel__op_tag) */
+    uint32_t *sent_seq, *recv_seq; /* [world]: the last collective whose header went out to / came from k */
+    gate g;
 } tcp_state;
 
 /* ---------------------------------------------------------------- helpers */
@@ -106,25 +163,160 @@ static bool send_secret(int fd, const char *magic, const char *secret, double de
            io_until(fd, true, (void *)secret, slen, deadline);
 }
 
-/* Reads magic + secret; returns 'H' (hello), 'N' (notice) or 0 (bad peer). */
-static char read_secret(int fd, const char *secret, double deadline) {
-    char magic[4], buf[1025];
+/* ---------------------------------------------------------------- the gatekeeper */
+
+static void drop_stranger(gate *g, int i) {
+    close(g->st[i].fd);
+    g->st[i] = g->st[--g->n];
+}
+
+/* Bytes the handshake in x->buf needs in all (grows as its header is read),
+ * or 0 when it is malformed or presents the wrong secret. */
+static size_t handshake_size(const gate *g, const stranger *x) {
     uint32_t slen;
-    if (!io_until(fd, false, magic, 4, deadline) || !io_until(fd, false, &slen, 4, deadline) || slen > 1024 ||
-        !io_until(fd, false, buf, slen, deadline))
-        return 0;
-    if (slen != strlen(secret) || memcmp(buf, secret, slen) != 0) return 0;
-    return !memcmp(magic, HELLO_MAGIC, 4) ? 'H' : !memcmp(magic, NOTICE_MAGIC, 4) ? 'N' : 0;
+    if (x->len < 8) return 8;
+    memcpy(&slen, x->buf + 4, 4);
+    bool hello = !memcmp(x->buf, HELLO_MAGIC, 4);
+    if ((!hello && memcmp(x->buf, NOTICE_MAGIC, 4)) || slen > MAX_SECRET) return 0;
+    size_t head = 8 + slen;
+    if (x->len < head) return head;
+    if (!accel__secret_matches(x->buf + 8, slen, g->secret)) return 0;
+    if (hello) return head + 4;
+    if (x->len < head + sizeof(notice)) return head + sizeof(notice);
+    notice n;
+    memcpy(&n, x->buf + head, sizeof n);
+    return n.len < MAX_NOTICE_MSG ? head + sizeof n + n.len : 0;
+}
+
+/* Hands a complete handshake to the collectives (a full pipe drops it). */
+static void pass_on(gate *g, stranger *x) {
+    gate_msg m;
+    memset(&m, 0, sizeof m);
+    uint32_t slen;
+    memcpy(&slen, x->buf + 4, 4);
+    const char *body = x->buf + 8 + slen;
+    m.fd = -1;
+    if (!memcmp(x->buf, HELLO_MAGIC, 4)) {
+        m.kind = 'H';
+        m.fd = x->fd;
+        memcpy(&m.rank, body, 4);
+        x->fd = -1; /* now the collectives' */
+    } else {
+        m.kind = 'N';
+        memcpy(&m.n, body, sizeof m.n);
+        memcpy(m.msg, body + sizeof m.n, m.n.len);
+        m.msg[m.n.len] = 0;
+    }
+    if (write(g->pipe[1], &m, sizeof m) != (ssize_t)sizeof m && m.fd >= 0) close(m.fd);
+}
+
+/* Reads what x sent; false when it is done with (handed over or dropped). */
+static bool progress_stranger(gate *g, stranger *x) {
+    for (;;) {
+        size_t need = handshake_size(g, x);
+        if (need == 0) return false;
+        if (x->len == need) {
+            pass_on(g, x);
+            return false;
+        }
+        ssize_t r = recv(x->fd, x->buf + x->len, need - x->len, MSG_DONTWAIT);
+        if (r > 0) {
+            x->len += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+}
+
+static void admit(gate *g, int fd) {
+    if (g->n == MAX_STRANGERS) { /* evict the oldest: a stranger cannot hold the gate */
+        int old = 0;
+        for (int i = 1; i < g->n; i++)
+            if (g->st[i].deadline < g->st[old].deadline) old = i;
+        drop_stranger(g, old);
+    }
+    stranger *x = &g->st[g->n++];
+    x->fd = fd;
+    x->len = 0;
+    x->deadline = accel_now_seconds() + HANDSHAKE_DEADLINE_S;
+    if (!progress_stranger(g, x)) { /* a peer's handshake is usually there already */
+        if (x->fd >= 0) close(x->fd);
+        g->n--;
+    }
+}
+
+static void *gate_main(void *arg) {
+    gate *g = arg;
+    struct pollfd pf[MAX_STRANGERS + 2];
+    double paused_until = 0; /* out of descriptors: stop accepting for a moment rather than spin */
+    for (;;) {
+        double now = accel_now_seconds(), next = paused_until > now ? paused_until : 0;
+        pf[0] = (struct pollfd){.fd = g->stop[0], .events = POLLIN};
+        pf[1] = (struct pollfd){.fd = now >= paused_until ? g->listen_fd : -1, .events = POLLIN};
+        for (int i = 0; i < g->n; i++) {
+            pf[i + 2] = (struct pollfd){.fd = g->st[i].fd, .events = POLLIN};
+            if (next == 0 || g->st[i].deadline < next) next = g->st[i].deadline;
+        }
+        int n = g->n, ms = next == 0 ? -1 : next <= now ? 0 : (int)((next - now) * 1000) + 1;
+        if (poll(pf, (nfds_t)n + 2, ms) < 0 && errno != EINTR) break;
+        if (pf[0].revents) break;
+        for (int i = n; i-- > 0;) /* from the back: drop_stranger moves the last one into i */
+            if (pf[i + 2].revents && !progress_stranger(g, &g->st[i])) {
+                if (g->st[i].fd >= 0) close(g->st[i].fd);
+                g->st[i] = g->st[--g->n];
+            }
+        now = accel_now_seconds();
+        for (int i = g->n; i-- > 0;)
+            if (g->st[i].deadline <= now) drop_stranger(g, i);
+        for (int batch = 0; (pf[1].revents & POLLIN) && batch < 64; batch++) {
+            int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0) {
+                admit(g, fd);
+                continue;
+            }
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                if (g->n) drop_stranger(g, 0);
+                else paused_until = now + 0.1;
+            }
+            break;
+        }
+    }
+    while (g->n) drop_stranger(g, g->n - 1);
+    return NULL;
+}
+
+static accel_status gate_start(gate *g, int listen_fd, const char *secret) {
+    g->listen_fd = listen_fd;
+    g->secret = secret;
+    g->st = malloc(MAX_STRANGERS * sizeof *g->st);
+    if (!g->st) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    if (pipe2(g->pipe, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(g->stop, O_CLOEXEC) != 0)
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: pipe: %s", strerror(errno));
+    if (pthread_create(&g->thread, NULL, gate_main, g) != 0)
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot start the tcp gatekeeper thread");
+    g->running = true;
+    return ACCEL_OK;
+}
+
+static void gate_stop(gate *g) {
+    if (g->running) {
+        if (write(g->stop[1], "x", 1) != 1) { /* the thread also stops when the pipe closes */ }
+        pthread_join(g->thread, NULL);
+    }
+    gate_msg m;
+    while (g->pipe[0] >= 0 && read(g->pipe[0], &m, sizeof m) == (ssize_t)sizeof m)
+        if (m.fd >= 0) close(m.fd);
+    for (int i = 0; i < 2; i++) {
+        if (g->pipe[i] >= 0) close(g->pipe[i]);
+        if (g->stop[i] >= 0) close(g->stop[i]);
+    }
+    if (g->listen_fd >= 0) close(g->listen_fd);
+    free(g->st);
 }
 
 /* ---------------------------------------------------------------- failure notices */
-
-enum { NOTICE_DEAD = 1, NOTICE_WAITING = 2 };
-
-typedef struct notice {
-    int32_t kind, culprit, reporter;
-    uint32_t len; /* message bytes that follow (NOTICE_DEAD) */
-} notice;
 
 /* Sends one notice to every other rank except `skip` (best effort: a rank
  * that already left has nobody listening). */
@@ -149,21 +341,29 @@ static void send_notices(accel_pg *pg, tcp_state *s, int kind, int skip, const c
     }
 }
 
-/* Accepts one pending connection on the listening socket: true with *n (and
- * msg) filled for a valid notice; false when none is pending. Anything else
- * (a stray or unauthenticated connection) is dropped. */
-static bool read_notice(tcp_state *s, notice *n, char *msg, size_t cap) {
+/* The next message from the gatekeeper, false when none is waiting. */
+static bool next_gate_msg(tcp_state *s, gate_msg *m) {
     for (;;) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) return false;
-        double deadline = accel_now_seconds() + 1.0;
-        bool ok = read_secret(fd, s->secret, deadline) == 'N' && io_until(fd, false, n, sizeof *n, deadline) &&
-                  n->len < cap && io_until(fd, false, msg, n->len, deadline);
-        close(fd);
-        if (!ok) continue;
-        msg[n->len] = 0;
+        ssize_t r = read(s->g.pipe[0], m, sizeof *m);
+        if (r == (ssize_t)sizeof *m) return true;
+        if (r < 0 && errno == EINTR) continue;
+        return false;
+    }
+}
+
+/* The next notice; a hello after init (a duplicate or late peer) is closed. */
+static bool read_notice(tcp_state *s, notice *n, char *msg) {
+    gate_msg m;
+    while (next_gate_msg(s, &m)) {
+        if (m.kind != 'N') {
+            close(m.fd);
+            continue;
+        }
+        *n = m.n;
+        memcpy(msg, m.msg, sizeof m.msg);
         return true;
     }
+    return false;
 }
 
 static accel_status adopt_dead(accel_pg *pg, const notice *n, const char *msg) {
@@ -186,12 +386,12 @@ static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from) {
     double deadline = accel_now_seconds() + (pg->timeout_s < 1 ? pg->timeout_s : 1.0);
     int heard = heard_from >= 0 ? 2 : 1;
     notice n;
-    char msg[600];
+    char msg[MAX_NOTICE_MSG];
     while (heard < w) {
         double left = deadline - accel_now_seconds();
-        struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+        struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
         if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) break;
-        while (read_notice(s, &n, msg, sizeof msg)) {
+        while (read_notice(s, &n, msg)) {
             if (n.kind == NOTICE_DEAD) {
                 free(alive);
                 return adopt_dead(pg, &n, msg);
@@ -222,8 +422,8 @@ static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from) {
 /* Reads the notices waiting on the listening socket during a collective. */
 static accel_status check_notices(accel_pg *pg, tcp_state *s) {
     notice n;
-    char msg[600];
-    while (read_notice(s, &n, msg, sizeof msg)) {
+    char msg[MAX_NOTICE_MSG];
+    while (read_notice(s, &n, msg)) {
         if (n.kind == NOTICE_DEAD) return adopt_dead(pg, &n, msg);
         if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < pg->size)
             return timeout_round(pg, s, n.reporter);
@@ -235,7 +435,7 @@ static accel_status check_notices(accel_pg *pg, tcp_state *s) {
  * (the peer may only have closed after its own failure), blame the peer and
  * tell the others. */
 static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
-    struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+    struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
     if (poll(&pf, 1, 50) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
     accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d closed its connection (%s: the process died or exited) "
                     "while rank %d waited in %s", peer, err ? strerror(err) : "end of stream", pg->rank, pg->op_desc);
@@ -247,14 +447,74 @@ static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
 
 /* ---------------------------------------------------------------- the I/O engine */
 
+/* Travels before a collective's first bytes on each connection it uses. */
+typedef struct op_hdr {
+    uint32_t seq;
+    uint16_t tag, zero;
+} op_hdr;
+
 typedef struct io_op {
     int peer;
     bool out;
     char *p;
     size_t len, done;
+    op_hdr hdr; /* sent or received first when hdr_len > 0 */
+    size_t hdr_len, hdr_done;
 } io_op;
 
 #define MAX_OPS 1024
+
+/* Starts a collective: its header goes before its first bytes on every
+ * connection (marks in sent_seq / recv_seq). */
+static void begin(tcp_state *s, uint16_t tag) {
+    s->seq++;
+    s->tag = tag;
+}
+
+static void attach_header(tcp_state *s, io_op *o) {
+    uint32_t *mark = o->out ? &s->sent_seq[o->peer] : &s->recv_seq[o->peer];
+    o->hdr_done = o->hdr_len = 0;
+    if (*mark == s->seq) return;
+    *mark = s->seq;
+    o->hdr_len = sizeof o->hdr;
+    o->hdr = (op_hdr){s->seq, s->tag, 0};
+}
+
+static bool op_done(const io_op *o) { return o->done == o->len && o->hdr_done == o->hdr_len; }
+
+/* One sendmsg / recvmsg of o: its header (if still due) and its data in one
+ * call, so the header costs no extra system call. The caller checks a
+ * received header as soon as it is complete, before the data is used. */
+static ssize_t io_once(int fd, io_op *o) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t hleft = o->hdr_len - o->hdr_done;
+    if (hleft) iov[n++] = (struct iovec){(char *)&o->hdr + o->hdr_done, hleft};
+    iov[n++] = (struct iovec){o->p + o->done, o->len - o->done};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t r = o->out ? sendmsg(fd, &m, MSG_NOSIGNAL) : recvmsg(fd, &m, 0);
+    if (r > 0) {
+        size_t h = (size_t)r < hleft ? (size_t)r : hleft;
+        o->hdr_done += h;
+        o->done += (size_t)r - h;
+    }
+    return r;
+}
+
+/* A peer's header names another collective: fail, and tell every rank (the
+ * peer may wait for data this rank will never send). */
+static accel_status op_mismatch(accel_pg *pg, tcp_state *s, int peer, const op_hdr *h) {
+    if (h->seq != s->seq)
+        accel_set_error(ACCEL_ERR_DIST, "accel dist: mismatched collectives: rank %d called %s (its collective #%u) "
+                        "while rank %d sent data of its collective #%u (a rank skipped or added a collective; "
+                        "ACCEL_DEBUG_MODE=1 names each rank's call)", pg->rank, pg->op_desc, s->seq, peer, h->seq);
+    else
+        accel__op_mismatch(pg, peer, s->tag, h->tag);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", accel_last_error());
+    send_notices(pg, s, NOTICE_DEAD, pg->rank, msg);
+    return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
+}
 
 /* Progresses every op until all are done. Timeout: no progress for
  * pg->timeout_s. */
@@ -262,34 +522,35 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
     struct pollfd pfs[MAX_OPS + 1];
     ACCEL_ASSERT(nops <= MAX_OPS);
     double last = accel_now_seconds();
+    for (int i = 0; i < nops; i++) attach_header(s, &ops[i]);
     for (;;) {
         bool progress = false, all = true;
         for (int i = 0; i < nops; i++) {
             io_op *o = &ops[i];
-            while (o->done < o->len) {
-                int fd = s->fd[o->peer];
-                ssize_t r = o->out ? send(fd, o->p + o->done, o->len - o->done, MSG_NOSIGNAL)
-                                   : recv(fd, o->p + o->done, o->len - o->done, 0);
+            while (!op_done(o)) {
+                bool checking = !o->out && o->hdr_done < o->hdr_len;
+                ssize_t r = io_once(s->fd[o->peer], o);
                 if (r > 0) {
-                    o->done += (size_t)r;
                     progress = true;
+                    if (checking && o->hdr_done == o->hdr_len && (o->hdr.seq != s->seq || o->hdr.tag != s->tag))
+                        return op_mismatch(pg, s, o->peer, &o->hdr);
                     continue;
                 }
                 if (r < 0 && errno == EINTR) continue;
                 if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
                 return peer_dead(pg, s, o->peer, r == 0 ? 0 : errno);
             }
-            all = all && o->done == o->len;
+            all = all && op_done(o);
         }
         if (all) return ACCEL_OK;
         double now = accel_now_seconds();
         if (progress) last = now;
         int np = 0;
         for (int i = 0; i < nops; i++) {
-            if (ops[i].done == ops[i].len) continue;
+            if (op_done(&ops[i])) continue;
             pfs[np++] = (struct pollfd){.fd = s->fd[ops[i].peer], .events = ops[i].out ? POLLOUT : POLLIN};
         }
-        pfs[np] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+        pfs[np] = (struct pollfd){.fd = s->g.pipe[0], .events = POLLIN};
         double left = last + pg->timeout_s - now;
         int ready = left > 0 ? poll(pfs, (nfds_t)np + 1, left > 1 ? 1000 : (int)(left * 1000) + 1) : 0;
         if (ready > 0 && pfs[np].revents && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
@@ -303,8 +564,8 @@ static accel_status xfer(accel_pg *pg, tcp_state *s, int to, const void *sb, siz
                          size_t rn) {
     io_op ops[2];
     int n = 0;
-    if (to >= 0 && sn) ops[n++] = (io_op){to, true, (char *)sb, sn, 0};
-    if (from >= 0 && rn) ops[n++] = (io_op){from, false, rb, rn, 0};
+    if (to >= 0 && sn) ops[n++] = (io_op){.peer = to, .out = true, .p = (char *)sb, .len = sn};
+    if (from >= 0 && rn) ops[n++] = (io_op){.peer = from, .p = rb, .len = rn};
     return n ? run_ops(pg, s, ops, n) : ACCEL_OK;
 }
 
@@ -344,6 +605,7 @@ static accel_status ring_step(accel_pg *pg, tcp_state *s, const char *sb, size_t
 
 static accel_status tcp_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_ALL_REDUCE, count, (uint64_t)dt | (uint64_t)op << 8));
     int w = pg->size, r = pg->rank;
     size_t es = accel_dtype_size(dt), lo, len, lo2, len2;
     char *b = buf;
@@ -369,6 +631,7 @@ static accel_status tcp_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
 static accel_status tcp_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
                                        accel_reduce_op op) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_REDUCE_SCATTER, count, (uint64_t)dt | (uint64_t)op << 8));
     int w = pg->size, r = pg->rank;
     size_t bytes = count * accel_dtype_size(dt);
     const char *sb = send;
@@ -387,6 +650,7 @@ static accel_status tcp_reduce_scatter(accel_pg *pg, const void *send, void *rec
 
 static accel_status tcp_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_BROADCAST, bytes, (uint64_t)root));
     int w = pg->size, pos = mod(pg->rank - root, w); /* position in the chain from the root */
     int to = pos < w - 1 ? mod(pg->rank + 1, w) : -1, from = pos > 0 ? mod(pg->rank - 1, w) : -1;
     char *b = buf;
@@ -408,6 +672,7 @@ static accel_status tcp_broadcast(accel_pg *pg, void *buf, size_t bytes, int roo
 
 static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, const size_t *bytes, int root) {
     tcp_state *s = pg->impl;
+    begin(s, accel__gatherv_tag(bytes, pg->size, root));
     int w = pg->size, r = pg->rank;
     size_t *off = malloc((size_t)(w + 1) * sizeof *off);
     if (!off) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
@@ -424,7 +689,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             int n = 0;
             if (!ops) st = accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
             for (int k = 0; ops && k < w; k++)
-                if (k != r && bytes[k]) ops[n++] = (io_op){k, false, rb + off[k], bytes[k], 0};
+                if (k != r && bytes[k]) ops[n++] = (io_op){.peer = k, .p = rb + off[k], .len = bytes[k]};
             /* all senders at once, so a timeout names every rank that did not send */
             for (int i = 0; st == ACCEL_OK && i < n; i += MAX_OPS)
                 st = run_ops(pg, s, ops + i, n - i < MAX_OPS ? n - i : MAX_OPS);
@@ -443,6 +708,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
 
 static accel_status tcp_barrier(accel_pg *pg) {
     tcp_state *s = pg->impl;
+    begin(s, accel__op_tag(ACCEL__SLOT_BARRIER, 0, 0));
     int w = pg->size;
     char token[MAX_OPS];
     io_op ops[MAX_OPS];
@@ -454,7 +720,8 @@ static accel_status tcp_barrier(accel_pg *pg) {
     for (int dir = 0; dir < 2; dir++)
         for (int k0 = 1; k0 < w; k0 += MAX_OPS) {
             int n = 0;
-            for (int k = k0; k < w && n < MAX_OPS; k++, n++) ops[n] = (io_op){k, dir == 1, &token[n], 1, 0};
+            for (int k = k0; k < w && n < MAX_OPS; k++, n++)
+                ops[n] = (io_op){.peer = k, .out = dir == 1, .p = &token[n], .len = 1};
             if (run_ops(pg, s, ops, n) != ACCEL_OK) return accel_last_status();
         }
     return ACCEL_OK;
@@ -467,8 +734,10 @@ static void tcp_finalize(accel_pg *pg) {
     if (!s) return;
     for (int k = 0; s->fd && k < pg->size; k++)
         if (s->fd[k] >= 0) close(s->fd[k]);
-    if (s->listen_fd >= 0) close(s->listen_fd);
+    gate_stop(&s->g);
     free(s->fd);
+    free(s->sent_seq);
+    free(s->recv_seq);
     free(s->addr);
     free(s->secret);
     accel_free(s->scratch);
@@ -547,17 +816,19 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     tcp_state *s = calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     pg->impl = s;
-    s->listen_fd = -1;
+    s->g.listen_fd = s->g.pipe[0] = s->g.pipe[1] = s->g.stop[0] = s->g.stop[1] = -1;
     s->fd = malloc((size_t)w * sizeof *s->fd);
     for (int k = 0; s->fd && k < w; k++) s->fd[k] = -1;
     s->addr = calloc((size_t)w, sizeof *s->addr);
+    s->sent_seq = calloc((size_t)w, sizeof *s->sent_seq);
+    s->recv_seq = calloc((size_t)w, sizeof *s->recv_seq);
     const char *sec = getenv("ACCEL_JOB_SECRET");
     s->secret = strdup(sec ? sec : "");
-    const char *ck = getenv("ACCEL_TCP_CHUNK_KB");
-    long kb = ck && *ck ? strtol(ck, NULL, 10) : 256;
-    s->chunk = (size_t)(kb >= 4 && kb <= (1 << 20) ? kb : 256) << 10;
+    long kb;
+    if (accel__env_long("ACCEL_TCP_CHUNK_KB", 256, 4, 1L << 20, &kb) != ACCEL_OK) return accel_last_status();
+    s->chunk = (size_t)kb << 10;
     s->scratch = accel_malloc(s->chunk);
-    if (!s->fd || !s->addr || !s->secret || !s->scratch)
+    if (!s->fd || !s->addr || !s->sent_seq || !s->recv_seq || !s->secret || !s->scratch)
         return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
 
     char ip[64], info[128], key[64];
@@ -565,10 +836,11 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t sl = sizeof sa;
     if (!strncmp(ip, "127.", 4)) inet_pton(AF_INET, ip, &sa.sin_addr); /* a loopback job stays on loopback */
-    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        listen(s->listen_fd, w + 16) != 0 || getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
+    int lfd = s->g.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, SOMAXCONN) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0)
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d cannot listen: %s", me, strerror(errno));
+    if (gate_start(&s->g, lfd, s->secret) != ACCEL_OK) return accel_last_status();
     snprintf(info, sizeof info, "%s %d", ip, ntohs(sa.sin_port));
     snprintf(key, sizeof key, "tcp/addr/%d", me);
     if (accel__store_set(store, key, info, strlen(info)) != ACCEL_OK ||
@@ -592,7 +864,7 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     for (int k = 0; k < me; k++)
         if (connect_to(pg, s, k, deadline) != ACCEL_OK) return accel_last_status();
     for (int got = 0; got < w - 1 - me;) {
-        struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+        struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
         double left = deadline - accel_now_seconds();
         if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
             char list[256];
@@ -603,20 +875,18 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
             return accel_set_error(ACCEL_ERR_TIMEOUT, "accel_dist_init: rank %d timed out after %g s waiting for "
                                    "ranks %s to connect", me, pg->timeout_s, list);
         }
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) continue;
-        int32_t k = -1;
-        double hd = accel_now_seconds() + 5;
-        char kind = read_secret(fd, s->secret, hd);
-        if (kind == 'H' && io_until(fd, false, &k, 4, hd) && k > me && k < w && s->fd[k] < 0) {
+        gate_msg m;
+        while (next_gate_msg(s, &m)) {
+            int32_t k = m.rank;
             uint8_t ack = 1;
-            if (io_until(fd, true, &ack, 1, hd)) {
-                s->fd[k] = fd;
+            if (m.kind == 'H' && k > me && k < w && s->fd[k] < 0 &&
+                io_until(m.fd, true, &ack, 1, accel_now_seconds() + HANDSHAKE_DEADLINE_S)) {
+                s->fd[k] = m.fd;
                 got++;
-                continue;
+            } else if (m.fd >= 0) {
+                close(m.fd); /* a duplicate or impossible rank */
             }
         }
-        close(fd); /* a stray or unauthenticated connection: ignore it */
     }
     for (int k = 0; k < me; k++) {
         uint8_t ack = 0;

@@ -1,0 +1,277 @@
+/* Strangers against a 2-rank tcp job on loopback (two "machines"): the job
+ * must complete, and its step rate must not collapse.
+ *
+ * Rank 1 joins only once the store on MASTER_PORT is under attack: 1,100 idle
+ * connections, 20 clients that sent one byte, a client dripping a byte every
+ * 0.3 s and wrong-secret hellos (rank 0 served one client at a time with
+ * blocking reads: rank 1 got "ACCEL_JOB_SECRET does not match" or could not
+ * get in at all). While the ranks then run all_reduce steps for a fixed time,
+ * their tcp listening ports (found in /proc) get 1,000 idle connections, a new
+ * silent connection every 20 ms, dripping clients and wrong-secret hellos and
+ * notices (every wait polled the listening socket and read a newcomer with a
+ * blocking 1 s read: 0 steps/s). The step count must stay >= 50% of a run
+ * without attackers (generous: the bug made it ~0). Every attack loop is
+ * bounded in count and time. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "accel/dist.h"
+#include "check.h"
+#include "dist_group.h"
+
+#define STEP_SECONDS 2.5
+#define STEP_FLOATS (64 * 1024)
+#define STORE_IDLE 1100
+#define TCP_IDLE 1000
+#define MAX_HELD 4000 /* every attack socket this process holds at once */
+
+typedef struct shared {
+    atomic_int go;        /* rank 1 may join */
+    atomic_int inited[2];
+    atomic_long steps;    /* rank 0's step count */
+} shared;
+
+static shared *SH;
+
+static void nap_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
+
+/* ---------------------------------------------------------------- the job */
+
+static int job_body(int rank, int world) {
+    for (double t0 = accel_now_seconds(); rank == 1 && !atomic_load(&SH->go);) {
+        if (accel_now_seconds() - t0 > 30) return 9;
+        nap_ms(5);
+    }
+    if (accel_dist_init() != ACCEL_OK) {
+        fprintf(stderr, "rank %d: init: %s\n", rank, accel_last_error());
+        return 10;
+    }
+    accel_pg *pg = accel_dist_default_group();
+    if (strcmp(accel_pg_backend(pg), "tcp")) return 11;
+    atomic_store(&SH->inited[rank], 1);
+    float *x = malloc(STEP_FLOATS * sizeof *x);
+    long steps = 0;
+    double end = accel_now_seconds() + STEP_SECONDS;
+    int rc = 0;
+    for (;;) {
+        for (size_t i = 0; i < STEP_FLOATS; i++) x[i] = (float)(rank + 1);
+        x[0] = rank == 0 && accel_now_seconds() < end; /* rank 0 decides when all stop */
+        if (accel_pg_all_reduce(pg, x, STEP_FLOATS, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) {
+            fprintf(stderr, "rank %d: step %ld: %s\n", rank, steps, accel_last_error());
+            rc = 12;
+            break;
+        }
+        if (x[STEP_FLOATS - 1] != 3) {
+            rc = 13;
+            break;
+        }
+        if (x[0] == 0) break;
+        steps++;
+    }
+    free(x);
+    if (rank == 0) atomic_store(&SH->steps, steps);
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return rc;
+}
+
+/* ---------------------------------------------------------------- attackers */
+
+typedef struct attack {
+    int held[MAX_HELD];
+    int n_held;
+    int drip[8]; /* clients sending one byte at a time */
+    int n_drip;
+} attack;
+
+static int connect_nb(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void hold(attack *a, int fd) {
+    if (fd < 0) return;
+    if (a->n_held == MAX_HELD) close(fd);
+    else a->held[a->n_held++] = fd;
+}
+
+/* Connects and, once connected, sends bytes (a stranger's "handshake"). */
+static void send_when_connected(int fd, const void *p, size_t n) {
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    if (poll(&pf, 1, 200) == 1) send(fd, p, n, MSG_NOSIGNAL);
+}
+
+/* magic + a wrong secret (+ a notice-sized tail), then hang up. */
+static void wrong_secret(const char *magic, int port) {
+    char msg[4 + 4 + 5 + 16] = {0};
+    uint32_t len = 5;
+    memcpy(msg, magic, 4);
+    memcpy(msg + 4, &len, 4);
+    memcpy(msg + 8, "WRONG", 5);
+    int fd = connect_nb(port);
+    if (fd < 0) return;
+    send_when_connected(fd, msg, sizeof msg);
+    close(fd);
+}
+
+static void start_drip(attack *a, int port) {
+    int fd = connect_nb(port);
+    if (fd >= 0 && a->n_drip < 8) a->drip[a->n_drip++] = fd;
+    else if (fd >= 0) close(fd);
+}
+
+static void drip(attack *a) {
+    for (int i = 0; i < a->n_drip; i++) send(a->drip[i], "A", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static void stop_attack(attack *a) {
+    for (int i = 0; i < a->n_held; i++) close(a->held[i]);
+    for (int i = 0; i < a->n_drip; i++) close(a->drip[i]);
+    a->n_held = a->n_drip = 0;
+}
+
+static bool port_listening(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The TCP ports pid listens on (/proc/<pid>/fd socket inodes, /proc/net/tcp LISTEN rows). */
+static int listening_ports(pid_t pid, int *ports, int max) {
+    char path[64], link[64];
+    unsigned long inodes[256];
+    int ni = 0, np = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d)) && ni < 256;) {
+        char fdpath[320];
+        snprintf(fdpath, sizeof fdpath, "%s/%s", path, e->d_name);
+        ssize_t n = readlink(fdpath, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = 0;
+        if (sscanf(link, "socket:[%lu]", &inodes[ni]) == 1) ni++;
+    }
+    if (d) closedir(d);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f) && np < max) {
+        unsigned port, st;
+        unsigned long inode;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*d %*d %lu", &port, &st, &inode) != 3) continue;
+        for (int i = 0; i < ni; i++)
+            if (st == 0x0A && inode == inodes[i]) ports[np++] = (int)port;
+    }
+    if (f) fclose(f);
+    return np;
+}
+
+/* Until both ranks joined (bounded): the store under every attack at once. */
+static void attack_store(attack *a, dist_group *g) {
+    for (double t0 = accel_now_seconds(); !port_listening(g->port) && accel_now_seconds() - t0 < 10;) nap_ms(5);
+    for (int i = 0; i < STORE_IDLE; i++) hold(a, connect_nb(g->port));
+    for (int i = 0; i < 20; i++) {
+        int fd = connect_nb(g->port);
+        send_when_connected(fd, "A", 1);
+        hold(a, fd);
+    }
+    start_drip(a, g->port);
+    wrong_secret("ACS1", g->port);
+    atomic_store(&SH->go, 1);
+    double t0 = accel_now_seconds(), last_drip = 0;
+    while (!(atomic_load(&SH->inited[0]) && atomic_load(&SH->inited[1])) && accel_now_seconds() - t0 < 30) {
+        if (accel_now_seconds() - last_drip > 0.3) {
+            drip(a);
+            last_drip = accel_now_seconds();
+        }
+        hold(a, connect_nb(g->port)); /* bounded by MAX_HELD */
+        wrong_secret("ACS1", g->port);
+        nap_ms(20);
+    }
+    stop_attack(a);
+}
+
+/* While the ranks run their steps (bounded): their tcp listening ports. */
+static void attack_workers(attack *a, dist_group *g) {
+    int ports[8], np = 0;
+    for (int r = 0; r < 2; r++) np += listening_ports(g->pid[r], ports + np, 4);
+    CHECK_MSG(np >= 2, "found %d listening ports of the ranks", np);
+    if (np == 0) return;
+    for (int i = 0; i < TCP_IDLE; i++) hold(a, connect_nb(ports[i % np]));
+    for (int k = 0; k < np; k++) start_drip(a, ports[k]);
+    double t0 = accel_now_seconds(), last_drip = 0;
+    int alive = 2;
+    while (alive && accel_now_seconds() - t0 < 3 * STEP_SECONDS + 10) {
+        if (accel_now_seconds() - last_drip > 0.3) {
+            drip(a);
+            last_drip = accel_now_seconds();
+        }
+        for (int k = 0; k < np; k++) {
+            hold(a, connect_nb(ports[k])); /* silent */
+            wrong_secret("ACT1", ports[k]);
+            wrong_secret("ACTN", ports[k]);
+        }
+        nap_ms(20);
+        alive = 0;
+        for (int r = 0; r < 2; r++) alive += kill(g->pid[r], 0) == 0 && waitpid(g->pid[r], NULL, WNOHANG) == 0;
+    }
+    stop_attack(a);
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static long run_job(bool attacked) {
+    static attack a;
+    dist_group g = {.world = 2, .timeout = "20", .kill_after_s = 60};
+    g.port = dist_free_port();
+    atomic_store(&SH->go, !attacked);
+    atomic_store(&SH->inited[0], 0);
+    atomic_store(&SH->inited[1], 0);
+    atomic_store(&SH->steps, -1);
+    for (int r = 0; r < 2; r++) g.pid[r] = dist_group_fork(&g, r, job_body);
+    if (attacked) {
+        attack_store(&a, &g);
+        CHECK_MSG(atomic_load(&SH->inited[1]), "rank 1 could not join under the store attack");
+        if (atomic_load(&SH->inited[1])) attack_workers(&a, &g);
+    }
+    int st[2];
+    dist_group_wait(&g, st);
+    for (int r = 0; r < 2; r++)
+        CHECK_MSG(dist_exited_ok(st[r]), "%s run: rank %d: status %#x", attacked ? "attacked" : "quiet", r, st[r]);
+    return atomic_load(&SH->steps);
+}
+
+static void test_job_keeps_its_speed(void) {
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max < MAX_HELD + 256 ? rl.rlim_max : MAX_HELD + 256;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    CHECK_MSG(rl.rlim_cur >= STORE_IDLE + 256, "need %d descriptors, the limit is %lu", STORE_IDLE + 256,
+              (unsigned long)rl.rlim_cur);
+    long quiet = run_job(false), attacked = run_job(true);
+    fprintf(stderr, "all_reduce steps in %.1f s: %ld quiet, %ld attacked\n", STEP_SECONDS, quiet, attacked);
+    CHECK(quiet > 0);
+    CHECK_MSG(attacked >= quiet / 2, "%ld steps under attack vs %ld quiet", attacked, quiet);
+}
+
+int main(void) {
+    SH = mmap(NULL, sizeof *SH, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (SH == MAP_FAILED) return 1;
+    RUN(test_job_keeps_its_speed);
+    munmap(SH, sizeof *SH);
+    return check_summary();
+}

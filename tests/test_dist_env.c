@@ -1,0 +1,106 @@
+/* Bad values of the dist layer's environment tunables, one test each: init
+ * fails with ACCEL_ERR_INVALID_ARG and an error naming the variable (rank 0
+ * always; another rank may instead report that rank 0 left the rendezvous),
+ * within seconds - never a hang, a wrapped size or a silently used default.
+ *   ACCEL_SHM_CHUNK_KB=2^54   wrapped to a 0-byte chunk: every collective hung
+ *   ACCEL_SHM_HEAP_MB=2^43    overflowed the segment size
+ *   ACCEL_SHM_HEAP_MB=abc     was ignored (default used)
+ *   ACCEL_TCP_CHUNK_KB=abc    was ignored (default used)
+ *   ACCEL_DIST_TIMEOUT=1e19   overflowed time_t / the poll timeout in ms
+ * and a job on several machines without ACCEL_JOB_SECRET (it accepted anyone):
+ * refused, naming ACCEL_JOB_SECRET, unless ACCEL_INSECURE_NO_SECRET=1, which
+ * runs it with a warning on stderr. */
+#include <fcntl.h>
+#include <string.h>
+
+#include "accel/dist.h"
+#include "check.h"
+#include "dist_group.h"
+
+static const char *g_var;
+
+static int bad_env_body(int rank, int world) {
+    double t0 = accel_now_seconds();
+    accel_status st = accel_dist_init();
+    double dt = accel_now_seconds() - t0;
+    fprintf(stderr, "rank %d (%s) after %.2f s: %s\n", rank, g_var, dt, st == ACCEL_OK ? "joined" : accel_last_error());
+    if (st == ACCEL_OK) {
+        accel_dist_finalize();
+        return 10;
+    }
+    bool named = strstr(accel_last_error(), g_var) != NULL;
+    accel_clear_error();
+    accel_thread_cleanup();
+    if (dt > 10) return 11;
+    if (rank == 0 && (st != ACCEL_ERR_INVALID_ARG || !named)) return 12;
+    return 0;
+}
+
+static void check_bad_env(const char *var, const char *value, bool one_machine) {
+    g_var = var;
+    dist_group g = {.world = 2, .one_machine = one_machine, .timeout = "20", .env_name = var, .env_value = value,
+                    .kill_after_s = 30, .secret = one_machine ? "" : NULL};
+    int st[2];
+    dist_group_run(&g, bad_env_body, st);
+    for (int r = 0; r < 2; r++)
+        CHECK_MSG(dist_exited_ok(st[r]), "%s=%s: rank %d: status %#x", var, value, r, st[r]);
+}
+
+static void test_shm_chunk_2p54(void) { check_bad_env("ACCEL_SHM_CHUNK_KB", "18014398509481984", true); }
+static void test_shm_heap_2p43(void) { check_bad_env("ACCEL_SHM_HEAP_MB", "8796093022208", true); }
+static void test_shm_heap_abc(void) { check_bad_env("ACCEL_SHM_HEAP_MB", "abc", true); }
+static void test_tcp_chunk_abc(void) { check_bad_env("ACCEL_TCP_CHUNK_KB", "abc", false); }
+static void test_timeout_1e19(void) { check_bad_env("ACCEL_DIST_TIMEOUT", "1e19", false); }
+
+static void test_no_secret_several_machines(void) {
+    g_var = "ACCEL_JOB_SECRET";
+    dist_group g = {.world = 2, .timeout = "20", .secret = "", .kill_after_s = 30};
+    int st[2];
+    dist_group_run(&g, bad_env_body, st);
+    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
+}
+
+/* Joins, and (local rank 0, i.e. every rank here) warns on stderr. */
+static int insecure_body(int rank, int world) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/accel_insecure_%d.err", (int)getpid());
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+    accel_status st = accel_dist_init();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[1024] = "";
+    FILE *f = fopen(path, "r");
+    if (f) {
+        buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
+        fclose(f);
+    }
+    remove(path);
+    fprintf(stdout, "rank %d: %s | %s", rank, st == ACCEL_OK ? "joined" : accel_last_error(), buf);
+    if (st != ACCEL_OK) return 10;
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return strstr(buf, "WARNING: ACCEL_INSECURE_NO_SECRET=1") ? 0 : 11;
+}
+
+static void test_insecure_opt_out(void) {
+    dist_group g = {.world = 2, .timeout = "20", .secret = "", .env_name = "ACCEL_INSECURE_NO_SECRET",
+                    .env_value = "1", .kill_after_s = 30};
+    int st[2];
+    dist_group_run(&g, insecure_body, st);
+    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
+}
+
+int main(void) {
+    RUN(test_shm_chunk_2p54);
+    RUN(test_shm_heap_2p43);
+    RUN(test_shm_heap_abc);
+    RUN(test_tcp_chunk_abc);
+    RUN(test_timeout_1e19);
+    RUN(test_no_secret_several_machines);
+    RUN(test_insecure_opt_out);
+    return check_summary();
+}
