@@ -59,11 +59,14 @@ const char *accel_last_error(void);
 /* The status of the pending error of this thread (ACCEL_OK when none). */
 accel_status accel_last_status(void);
 void accel_clear_error(void);
-/* Record an error unless one is already pending; returns `st`. printf-style. */
+/* Records a failure that originates here: replaces any pending error (the
+ * most recent failure owns the message). Returns `st`. printf-style. */
 accel_status accel_set_error(accel_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Like accel_set_error but replaces a pending error (for wrapping context). */
-accel_status accel_reset_error(accel_status st, const char *fmt, ...)
+/* For an input that an earlier failure made NULL (or a callee that already
+ * said why it failed): keeps the pending error and returns its status; sets
+ * this one only when none is pending. */
+accel_status accel_propagate_error(accel_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *accel_status_name(accel_status st);
 

@@ -6,9 +6,7 @@
 
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
-    if (!loss) return accel_last_status() ? accel_last_status()
-                                          : accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                                            "accel_accelerator_backward: loss is NULL");
+    if (!loss) return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: loss is NULL");
     accel_tensor *l = loss;
     if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);

@@ -314,7 +314,7 @@ fail:
     {
         char why[512];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        accel_reset_error(s ? s : ACCEL_ERR_DIST, "accel_accelerator: consolidating the ZeRO optimizer state failed: %s",
+        accel_set_error(s ? s : ACCEL_ERR_DIST, "accel_accelerator: consolidating the ZeRO optimizer state failed: %s",
                         why);
     }
     return -1;

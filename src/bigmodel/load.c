@@ -47,9 +47,9 @@ static accel_status classify(const char *entry, const char *value, accel_device 
     if (accel_device_map_device(value, &dv) != ACCEL_OK) {
         char prev[512];
         snprintf(prev, sizeof prev, "%s", accel_last_error());
-        return accel_reset_error(ACCEL_ERR_DEVICE,
-                                 "accel_load_checkpoint_in_model: device_map entry '%s' -> '%s': %s", entry,
-                                 value, prev);
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_load_checkpoint_in_model: device_map entry '%s' -> '%s': %s", entry,
+                               value, prev);
     }
     if (dv.type == ACCEL_DEV_META)
         return accel_set_error(ACCEL_ERR_DEVICE,
