@@ -89,9 +89,12 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     if (zc.bucket_bytes && o.bucket_cap_bytes == accel_accelerator_opts_default().bucket_cap_bytes)
         o.bucket_cap_bytes = zc.bucket_bytes;
     if (o.bucket_cap_bytes <= 0) o.bucket_cap_bytes = 25 << 20;
-    if (accel_dist_init() != ACCEL_OK) return NULL;
+    if (accel_dist_init() != ACCEL_OK) return NULL; /* this accelerator's reference to the group */
     accel_accelerator *acc = accel_calloc(1, sizeof *acc);
-    if (!acc) return NULL;
+    if (!acc) {
+        accel_dist_finalize();
+        return NULL;
+    }
     acc->o = o;
     acc->o.mixed_precision = NULL;
     acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : ".");
