@@ -84,7 +84,7 @@ static void test_data_null(void) {
     accel_shard_opts zero = {0};
     CHECK(accel_batch_sampler_shard_len(10, &zero) == 0 && invalid("accel_batch_sampler_shard_len"));
     CHECK(accel_batch_sampler_shard_len(10, NULL) == 0 && invalid("accel_batch_sampler_shard_len"));
-    accel_shard_opts two = {.num_processes = 2, .process_index = 1, .even_batches = true, .batch_size = 4};
+    accel_shard_opts two = {.num_processes = 2, .process_index = 1, .batch_size = 4};
     CHECK(accel_batch_sampler_shard_len(5, &two) == 3 && accel_last_status() == ACCEL_OK);
 
     CHECK(accel_dataloader_options(NULL) == NULL && invalid("accel_dataloader_options"));

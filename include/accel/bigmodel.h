@@ -217,8 +217,9 @@ typedef struct accel_load_options {
 } accel_load_options;
 
 /* The loaded state of a dispatched model: the mapped checkpoint, host copies
- * of cpu-offloaded weights, and the hooks' bookkeeping. OWNERSHIP: free it
- * with accel_dispatched_free BEFORE accel_module_free(root). */
+ * of cpu-offloaded weights, and the hooks' bookkeeping. Free it and the model
+ * in either order: freeing the model first makes it let go of the model's
+ * hooks and tensors (docs/contract.md "Lifetimes"). */
 typedef struct accel_dispatched accel_dispatched;
 
 typedef struct accel_dispatch_stats {

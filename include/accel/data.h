@@ -62,7 +62,9 @@ typedef struct accel_shard_opts {
     int num_processes;
     int process_index;
     bool split_batches;   /* cut every global batch into num_processes slices */
-    bool even_batches;    /* cycle from the epoch start so every rank gets as many batches */
+    /* even_batches=False: no cycling from the epoch start, so ranks may get
+     * fewer batches (by default every rank gets as many). */
+    bool no_even_batches;
     /* The wrapped batch sampler's attributes. batch_size <= 0 means "None": a
      * variable-size batch sampler (only without split_batches). */
     int64_t batch_size;
@@ -120,20 +122,22 @@ typedef struct accel_batch {
 typedef accel_status (*accel_batch_sampler_fn)(void *ctx, int64_t epoch, int64_t dataset_len,
                                                accel_batches *out);
 
+/* Every zero field means its default: `{.batch_size = 8, .shuffle = true}`. */
 typedef struct accel_dataloader_opts {
-    int64_t batch_size;       /* default 1 */
+    int64_t batch_size;       /* 0: 1 (with a batch_sampler: <= 0 is variable sizes) */
     bool shuffle;
     bool drop_last;
-    uint64_t seed;            /* shuffle seed (default: the default generator's seed) */
+    uint64_t seed;            /* shuffle seed; 0: the default generator's seed when the loader is made */
     accel_batch_sampler_fn batch_sampler; /* NULL: BatchSampler(Random|Sequential) */
     void *batch_sampler_ctx;
-    /* Sharding: what Accelerator.prepare sets. Defaults: 1 process. */
+    /* Sharding: what Accelerator.prepare sets. 0 processes: 1. */
     int num_processes;
     int process_index;
     bool split_batches;
-    bool even_batches;        /* default true */
+    bool no_even_batches;     /* even_batches=False (see accel_shard_opts) */
 } accel_dataloader_opts;
 
+/* Every option at its default: the zeroed struct. */
 accel_dataloader_opts accel_dataloader_opts_default(void);
 
 typedef struct accel_dataloader accel_dataloader;

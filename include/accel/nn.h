@@ -10,7 +10,8 @@
  *
  * Ownership: accel_module_free frees the module, its children and its
  * tensors. Tied parameters (the same accel_tensor registered under two names)
- * are freed once.
+ * are freed once. Freeing a model that an accelerator prepared or a dispatch
+ * hooked first detaches it from them (docs/contract.md "Lifetimes").
  *
  * Defining a module of your own (see examples/custom_module.c):
  *
@@ -34,6 +35,7 @@ extern "C" {
 #endif
 
 typedef struct accel_module accel_module;
+struct accel__link;
 
 typedef struct accel_module_ops {
     const char *type_name;
@@ -73,6 +75,7 @@ struct accel_module {
     accel_module_hook *hook;       /* optional, owned */
     bool training;
     void *impl;                    /* module-specific state */
+    struct accel__link *links;     /* internal: who depends on it (an accelerator, a dispatch) */
 };
 
 /* ---- building */

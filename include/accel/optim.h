@@ -61,6 +61,10 @@ typedef enum accel_optim_kind {
     ACCEL_OPTIM_ADAMW,
 } accel_optim_kind;
 
+/* A zero field means PyTorch's default (betas 0.9/0.999, eps 1e-8, momentum
+ * and dampening 0, no nesterov), except two that have none: lr must be > 0,
+ * and weight_decay is taken as given (0: none; accel_optim_defaults gives
+ * AdamW's 0.01). `{.lr = 1e-3}` is Adam's defaults. */
 typedef struct accel_optim_hparams {
     double lr;
     double weight_decay;

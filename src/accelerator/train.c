@@ -20,7 +20,7 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
 void accel_accelerator_accumulate(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return;
     accel_dataloader *dl = accel__active_dataloader(acc);
-    if (acc->o.sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
+    if (!acc->o.no_sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
         acc->step = 0;
         acc->sync_gradients = true;
     } else {
@@ -146,7 +146,7 @@ void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt) {
 
 void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
     if (!acc || !s) return;
-    if (!acc->o.step_scheduler_with_optimizer) {
+    if (acc->o.no_step_scheduler_with_optimizer) {
         accel_lr_scheduler_step(s);
         return;
     }

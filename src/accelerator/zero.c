@@ -398,6 +398,11 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     return s;
 }
 
+void accel__zero_forget(accel_accelerator *acc, int i) {
+    zopt_free(acc->zopts[i]);
+    acc->zopts[i] = NULL;
+}
+
 void accel__zero_release(accel_accelerator *acc, int i) {
     accel__zopt *z = acc->zopts[i];
     if (!z) return;

@@ -355,6 +355,7 @@ accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char 
     plan *plans = NULL;
     int *plan_of = NULL;
     accel_status st = ACCEL_OK;
+    if (accel__dispatched_attach(d, root) != ACCEL_OK) goto fail;
     d->map = accel_device_map_new();
     if (!d->map) goto fail;
     if (map) {

@@ -15,15 +15,20 @@ struct accel_dataloader {
     int64_t skip;           /* batches to skip when the next epoch starts */
     int64_t *order;         /* [len] permutation (shuffle) */
     accel_batches global, shard;
+    accel__link *links;     /* the accelerator that prepared it */
 };
 
 accel_dataloader_opts accel_dataloader_opts_default(void) {
     accel_dataloader_opts o;
-    memset(&o, 0, sizeof o);
-    o.batch_size = 1;
-    o.seed = accel_default_rng()->seed;
-    o.num_processes = 1;
-    o.even_batches = true;
+    memset(&o, 0, sizeof o); /* every zero field means its default */
+    return o;
+}
+
+static accel_dataloader_opts resolve(const accel_dataloader_opts *given) {
+    accel_dataloader_opts o = *given;
+    if (o.batch_size == 0 && !o.batch_sampler) o.batch_size = 1;
+    if (o.seed == 0) o.seed = accel_default_rng()->seed;
+    if (o.num_processes == 0) o.num_processes = 1;
     return o;
 }
 
@@ -47,11 +52,12 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_new: NULL dataset or options");
         return NULL;
     }
-    if (validate(o, "accel_dataloader_new")) return NULL;
+    accel_dataloader_opts r = resolve(o);
+    if (validate(&r, "accel_dataloader_new")) return NULL;
     accel_dataloader *dl = accel_calloc(1, sizeof *dl);
     if (!dl) return NULL;
     dl->ds = ds;
-    dl->o = *o;
+    dl->o = r;
     accel_batches_init(&dl->global);
     accel_batches_init(&dl->shard);
     int64_t n = accel_dataset_len(ds);
@@ -62,8 +68,11 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     return dl;
 }
 
+accel__link **accel__dataloader_links(accel_dataloader *dl) { return &dl->links; }
+
 void accel_dataloader_free(accel_dataloader *dl) {
     if (!dl) return;
+    accel__link_detach_all(&dl->links, dl);
     accel_batches_free(&dl->global);
     accel_batches_free(&dl->shard);
     accel_free(dl->order);
@@ -89,7 +98,7 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
     o.num_processes = num_processes;
     o.process_index = process_index;
     o.split_batches = split_batches;
-    o.even_batches = even_batches;
+    o.no_even_batches = !even_batches;
     accel_status st = validate(&o, "accel_dataloader_shard");
     if (st) return st;
     dl->o = o;
@@ -109,7 +118,7 @@ static accel_shard_opts shard_opts(const accel_dataloader *dl) {
         .num_processes = dl->o.num_processes,
         .process_index = dl->o.process_index,
         .split_batches = dl->o.split_batches,
-        .even_batches = dl->o.even_batches,
+        .no_even_batches = dl->o.no_even_batches,
         .batch_size = dl->o.batch_sampler ? (dl->o.batch_size > 0 ? dl->o.batch_size : 0)
                                           : dl->o.batch_size,
         .drop_last = dl->o.drop_last,
@@ -172,6 +181,8 @@ int64_t accel_dataloader_len(const accel_dataloader *dl) {
 }
 
 bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
+    /* false means the end or a failure: accel_last_status() tells which, for this call alone. */
+    accel_clear_error();
     if (!dl || !out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_next: NULL argument");
         return false;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "core/link.h"
 #include "nn_internal.h"
 
 accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
@@ -30,6 +31,7 @@ static void free_hook(accel_module *m) {
 
 void accel_module_free(accel_module *m) {
     if (!m) return;
+    accel__link_detach_all(&m->links, m); /* dependants let go while it is whole */
     for (int i = 0; i < m->n_children; i++) accel_module_free(m->children[i]);
     accel_free(m->children);
     for (int i = 0; i < m->n_tensors; i++) {
