@@ -202,7 +202,7 @@ static void test_handled_failure_leaves_nothing(void) {
     accel_dataset *ds = dataset(8);
     accel_dataloader *dl = loader(ds, 2);
     CHECK(accel_accelerator_prepare(acc, NULL, NULL, dl, NULL) == ACCEL_OK);
-    CHECK(accel_accelerator_load_state(acc, dir) != ACCEL_OK); /* handled: start from scratch */
+    CHECK(accel_accelerator_load_state(acc, dir, NULL) != ACCEL_OK); /* handled: start from scratch */
     accel_batch b;
     int batches = 0;
     while (accel_dataloader_next(dl, &b)) {

@@ -295,10 +295,20 @@ accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **d
  * Writes the directory used into out_dir (may be NULL). */
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir,
                                           char *out_dir, size_t out_n);
+/* Where a loaded checkpoint resumes training. */
+typedef struct accel_resume_point {
+    int64_t epoch;  /* the first prepared data loader's epoch (0 without one) */
+    int64_t batch;  /* batches of that epoch already done: the loader skips them */
+    int64_t step;   /* accel_accelerator_step() when it was saved */
+} accel_resume_point;
 /* load_state: input_dir NULL with automatic naming = the highest checkpoint_N.
  * Restores models, optimizers, schedulers, RNG, step, loader positions, scaler:
- * resuming with the same world size continues bit for bit. */
-accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir);
+ * resuming with the same world size continues bit for bit. On success *at
+ * (may be NULL) tells where training resumes. No checkpoint yet is
+ * ACCEL_ERR_IO, which the caller may handle by starting fresh: nothing of it
+ * stays behind (docs/contract.md "Errors"). */
+accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir,
+                                          accel_resume_point *at);
 /* save_model: the model's state dict as safetensors shards of at most
  * max_shard_size ("10GB", "500MB", NULL = "10GB") + index (io.h), main process only. */
 accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model,
