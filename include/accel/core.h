@@ -286,7 +286,11 @@ void accel_thread_cleanup(void);
 /* ------------------------------------------------------------------ RNG */
 
 /* Counter-based (Philox-4x32-10): a value depends only on (seed, offset), never on
- * the thread count. Each draw advances the offset by what it consumed. */
+ * the thread count. Each draw advances the offset by what it consumed, in one
+ * atomic step: threads may draw from one generator (the default one) at once
+ * and get disjoint values (which thread gets which depends on timing). Seeding
+ * (accel_rng_init, accel_manual_seed) is not atomic with drawing: seed before
+ * other threads draw. Fields: read-only, except to restore a saved state. */
 typedef struct accel_rng {
     uint64_t seed;
     uint64_t offset;
