@@ -273,6 +273,44 @@ static void test_prepare_many_objects(void) {
     accel_dataset_free(eval);
 }
 
+/* No silent void on misuse: what used to return nothing (and do nothing)
+ * reports the misuse. zero_grad of an optimizer that was never prepared left
+ * the gradients accumulating forever. */
+static void test_misuse_is_reported(void) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_module *model = mlp();
+    accel_optimizer *opt = sgd(model);
+    accel_lr_scheduler *s = accel_lr_scheduler_new(opt, ACCEL_SCHED_CONSTANT, 0, 0);
+    accel_dataset *ds = dataset(4);
+    accel_dataloader *dl = loader(ds, 2);
+    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "not prepared");
+    CHECK(accel_accelerator_scheduler_step(acc, s) == ACCEL_ERR_STATE);
+    CHECK(accel_accelerator_no_sync_begin(acc, model) == ACCEL_ERR_STATE);
+    CHECK(accel_accelerator_set_gradient_accumulation_steps(acc, 0) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_accelerator_gradient_accumulation_steps(acc) == 1);
+    CHECK(accel_dataloader_skip_first_batches(dl, -1) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_dataloader_set_epoch(dl, -2) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_optimizer_set_lr(opt, 5, 0.1) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_accelerator_prepare(acc, model, opt, s) == ACCEL_OK);
+    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+    CHECK(accel_accelerator_scheduler_step(acc, s) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_begin(acc, model) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_end(acc, model) == ACCEL_OK);
+    /* an object has one accelerator */
+    accel_accelerator *other = accel_accelerator_new(NULL);
+    CHECK(accel_accelerator_prepare(other, model) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "another accelerator");
+    accel_accelerator_free(other);
+    accel_accelerator_free(acc);
+    accel_lr_scheduler_free(s);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+    accel_clear_error();
+}
+
 /* argv[1], when given, runs only the test of that name. */
 #define RUN_SELECTED(fn) \
     do { if (argc < 2 || !strcmp(argv[1], #fn)) RUN(fn); } while (0)
@@ -286,6 +324,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_handled_failure_leaves_nothing);
     RUN_SELECTED(test_unwrap_model_is_an_accessor);
     RUN_SELECTED(test_prepare_many_objects);
+    RUN_SELECTED(test_misuse_is_reported);
     accel_thread_cleanup();
     return check_summary();
 }

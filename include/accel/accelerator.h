@@ -132,7 +132,7 @@ bool accel_accelerator_is_last_process(const accel_accelerator *acc);
 accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator *acc);
 const char *accel_mixed_precision_name(accel_mixed_precision mp); /* "no", "fp16", "bf16" */
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc);
-void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
+accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
 /* accelerator.step: the micro-step counter of accumulate. */
 int64_t accel_accelerator_step(const accel_accelerator *acc);
@@ -228,7 +228,7 @@ accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_mod
  * begin returns the previous autocast dtype to give to end. No-op without
  * mixed precision. */
 accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc);
-void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous);
+accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous);
 
 /* ---------------------------------------------------------------- training */
 
@@ -237,24 +237,24 @@ void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype pr
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss);
 /* accumulate(model): call once per micro-batch, before forward, after the
  * batch was fetched. Advances step and sets sync_gradients (accelerate.md §5.1). */
-void accel_accelerator_accumulate(accel_accelerator *acc);
+accel_status accel_accelerator_accumulate(accel_accelerator *acc);
 /* no_sync(model): no gradient all-reduce between begin and end. */
-void accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
-void accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
+accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
+accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
 /* The prepared optimizer's step / zero_grad: no-ops unless sync_gradients.
  * fp16: unscales, skips the step on inf/nan gradients and updates the scale. */
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
-void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
+accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
 /* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step
  * was not skipped; num_processes times unless split_batches. */
-void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
+accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
 /* Unscales (fp16) then clips the model's gradients; returns the global norm
  * before clipping (gradients are identical on every rank after the
  * all-reduce), NAN + error on failure. */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
 /* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
-void accel_accelerator_unscale_gradients(accel_accelerator *acc);
+accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 
 /* ---------------------------------------------------------------- collectives
  * Results are step tensors. 0-d inputs become 1-d. */

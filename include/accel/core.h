@@ -296,7 +296,7 @@ typedef struct accel_rng {
     uint64_t offset;
 } accel_rng;
 
-void accel_rng_init(accel_rng *r, uint64_t seed);
+accel_status accel_rng_init(accel_rng *r, uint64_t seed);
 /* The process default generator, seeded by accel_manual_seed (default seed 0). */
 accel_rng *accel_default_rng(void);
 void accel_manual_seed(uint64_t seed);
@@ -307,7 +307,7 @@ accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double
 /* Bernoulli keep-mask with probability 1-p into u8 tensor. */
 accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_prob);
 /* A random permutation of 0..n-1 into out[n]. */
-void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out);
+accel_status accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out);
 uint64_t accel_rng_next_u64(accel_rng *r);
 double accel_rng_next_double(accel_rng *r); /* [0, 1) */
 

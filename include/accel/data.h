@@ -153,7 +153,7 @@ accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl);
  * accel_dataloader_new. Ends a running epoch. */
 accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int process_index,
                                     bool split_batches, bool even_batches);
-void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed);
+accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed);
 
 /* Batches this rank yields per epoch (len of the sharded loader). */
 int64_t accel_dataloader_len(const accel_dataloader *dl);
@@ -164,7 +164,7 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out);
 /* The epoch used by the next (or running) epoch. */
 int64_t accel_dataloader_epoch(const accel_dataloader *dl);
 /* Sets the epoch of the next epoch (ends a running one). */
-void accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch);
+accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch);
 /* True while an epoch is running (between its first next() and its end). */
 bool accel_dataloader_active(const accel_dataloader *dl);
 /* True when the batch last returned is the last of the epoch (one-batch lookahead). */
@@ -176,7 +176,7 @@ int64_t accel_dataloader_remainder(const accel_dataloader *dl);
 int64_t accel_dataloader_position(const accel_dataloader *dl);
 /* The next epoch started skips its first n batches (skip_first_batches);
  * applies to one epoch only. */
-void accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n);
+accel_status accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n);
 
 /* Iteration state for checkpoints: the epoch, the batches already returned in
  * it, and the shuffle seed. Restoring makes the next next() return the batch
@@ -187,7 +187,7 @@ typedef struct accel_dataloader_state {
     uint64_t seed;
 } accel_dataloader_state;
 accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl);
-void accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st);
+accel_status accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st);
 
 #ifdef __cplusplus
 }

@@ -282,7 +282,7 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
         snprintf(name, sizeof name, "dataloader_%d", i);
         if ((s = read_i64(f, name, d, 3))) break;
         accel_dataloader_state st = {d[0], d[1], (uint64_t)d[2]};
-        accel_dataloader_set_state(acc->dls[i], &st);
+        if ((s = accel_dataloader_set_state(acc->dls[i], &st))) break;
     }
     if (!s) {
         accel_rng *r = accel_default_rng();

@@ -176,8 +176,13 @@ const char *accel_mixed_precision_name(accel_mixed_precision mp) {
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? 1 : acc->accum_steps;
 }
-void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
-    if (!accel__acc_null(acc, __func__) && steps >= 1) acc->accum_steps = steps;
+accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (steps < 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_set_gradient_accumulation_steps: steps must be >= 1 (got %d)", steps);
+    acc->accum_steps = steps;
+    return ACCEL_OK;
 }
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? false : acc->sync_gradients;
@@ -511,7 +516,8 @@ accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
     return dt == ACCEL_F32 ? accel_autocast_dtype() : accel_autocast_begin(dt);
 }
 
-void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
-    if (accel__acc_null(acc, __func__)) return;
+accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     if (autocast_dtype(acc) != ACCEL_F32) accel_autocast_end(previous);
+    return ACCEL_OK;
 }

@@ -30,13 +30,11 @@ static double u32_to_unit(uint32_t a, uint32_t b) {
     return (double)(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
-void accel_rng_init(accel_rng *r, uint64_t seed) {
-    if (!r) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_init: generator is NULL");
-        return;
-    }
+accel_status accel_rng_init(accel_rng *r, uint64_t seed) {
+    if (!r) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_init: generator is NULL");
     __atomic_store_n(&r->seed, seed, __ATOMIC_RELAXED);
     __atomic_store_n(&r->offset, 0, __ATOMIC_RELAXED);
+    return ACCEL_OK;
 }
 
 /* The first of n consecutive offsets, taken for the caller alone. */
@@ -46,7 +44,7 @@ static uint64_t seed_of(const accel_rng *r) { return __atomic_load_n(&r->seed, _
 static accel_rng default_rng = {0, 0};
 
 accel_rng *accel_default_rng(void) { return &default_rng; }
-void accel_manual_seed(uint64_t seed) { accel_rng_init(&default_rng, seed); }
+void accel_manual_seed(uint64_t seed) { (void)accel_rng_init(&default_rng, seed); }
 
 uint64_t accel_rng_next_u64(accel_rng *r) {
     if (!r) r = &default_rng;
@@ -120,11 +118,9 @@ accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_
     return ACCEL_OK;
 }
 
-void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
-    if (!out) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: out is NULL");
-        return;
-    }
+accel_status accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
+    if (!out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: out is NULL");
+    if (n < 0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: n must be >= 0 (got %lld)", (long long)n);
     if (!r) r = &default_rng;
     for (int64_t i = 0; i < n; i++) out[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
@@ -133,4 +129,5 @@ void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
         out[i] = out[j];
         out[j] = t;
     }
+    return ACCEL_OK;
 }

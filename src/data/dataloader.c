@@ -107,8 +107,10 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
     return ACCEL_OK;
 }
 
-void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
-    if (!null_dl(dl, __func__)) dl->o.seed = seed;
+accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    dl->o.seed = seed;
+    return ACCEL_OK;
 }
 
 static accel_shard_opts shard_opts(const accel_dataloader *dl) {
@@ -207,11 +209,15 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
 
 int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return null_dl(dl, __func__) ? 0 : dl->epoch; }
 
-void accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
-    if (null_dl(dl, __func__)) return;
+accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (epoch < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_epoch: epoch must be >= 0 (got %lld)",
+                               (long long)epoch);
     dl->epoch = epoch;
     dl->active = false;
     dl->pos = 0;
+    return ACCEL_OK;
 }
 
 bool accel_dataloader_active(const accel_dataloader *dl) { return dl && dl->active; }
@@ -230,9 +236,13 @@ int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
 
 int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl && dl->active ? dl->pos : 0; }
 
-void accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
-    if (null_dl(dl, __func__)) return;
-    dl->skip = n > 0 ? n : 0;
+accel_status accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (n < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_dataloader_skip_first_batches: n must be >= 0 (got %lld)", (long long)n);
+    dl->skip = n;
+    return ACCEL_OK;
 }
 
 accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
@@ -242,15 +252,17 @@ accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
     return st;
 }
 
-void accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
-    if (null_dl(dl, __func__)) return;
-    if (!st) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
-        return;
-    }
+accel_status accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (!st) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
+    if (st->epoch < 0 || st->position < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_dataloader_set_state: epoch %lld and position %lld must be >= 0",
+                               (long long)st->epoch, (long long)st->position);
     dl->epoch = st->epoch;
     dl->o.seed = st->seed;
     dl->active = false;
     dl->pos = 0;
     dl->skip = st->position;
+    return ACCEL_OK;
 }

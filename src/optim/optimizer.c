@@ -278,12 +278,13 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
     return ACCEL_OK;
 }
 
-void accel_optimizer_zero_grad(accel_optimizer *opt) {
-    if (!opt) return;
+accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
+    if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_zero_grad: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
         float *g = accel__seg_grad(&opt->segs[i]);
         if (g) memset(g, 0, (size_t)opt->segs[i].numel * sizeof(float));
     }
+    return ACCEL_OK;
 }
 
 /* ---- accessors */
@@ -304,10 +305,14 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
     return opt->groups[group].h.lr;
 }
 
-void accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
-    if (!opt) return;
+accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
+    if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: optimizer is NULL");
+    if (group >= opt->n_groups)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: no param group %d (%d groups)", group,
+                               opt->n_groups);
     for (int g = 0; g < opt->n_groups; g++)
         if (group < 0 || g == group) opt->groups[g].h.lr = lr;
+    return ACCEL_OK;
 }
 
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {

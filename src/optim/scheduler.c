@@ -111,10 +111,11 @@ void accel_lr_scheduler_free(accel_lr_scheduler *s) {
     accel_free(s);
 }
 
-void accel_lr_scheduler_step(accel_lr_scheduler *s) {
-    if (!s) return;
+accel_status accel_lr_scheduler_step(accel_lr_scheduler *s) {
+    if (!s) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_step: scheduler is NULL");
     s->last_epoch++;
     apply(s);
+    return ACCEL_OK;
 }
 
 double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group) {
