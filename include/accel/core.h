@@ -168,23 +168,30 @@ enum {
     ACCEL_TF_MMAP      = 1u << 4, /* data points into a mapped file (read-only) */
 };
 
+/* Read the fields; write none of them. dtype, device, ndim, shape, stride,
+ * data (the elements may be written through it), requires_grad (set it on a
+ * leaf before the forward) and grad are the user's to read; name is the one
+ * field a user may set. magic, gen, flags, grad_fn, ag_first_use and ag_gen
+ * are the library's bookkeeping (liveness checks, step expiry, autograd):
+ * changing them breaks those checks. Change shape/stride/data only through
+ * the API (views, accel_tensor_rebind). */
 struct accel_tensor {
-    uint32_t magic;                  /* ACCEL_TENSOR_MAGIC while alive */
-    uint32_t gen;                    /* arena generation (arena tensors only) */
+    uint32_t magic;                  /* internal: ACCEL_TENSOR_MAGIC while alive */
+    uint32_t gen;                    /* internal: arena generation (arena tensors only) */
     accel_dtype dtype;
     accel_device device;
     int ndim;
     int64_t shape[ACCEL_MAX_DIMS];
     int64_t stride[ACCEL_MAX_DIMS];  /* in elements */
     void *data;                      /* first element; NULL on meta */
-    uint32_t flags;
+    uint32_t flags;                  /* internal: ACCEL_TF_* */
 
     /* autograd */
     bool requires_grad;
     accel_tensor *grad;              /* leaves: persistent (or a view into a flat buffer) */
-    struct accel_node *grad_fn;      /* node that produced this tensor (step tensors) */
-    int32_t ag_first_use;            /* scratch of the backward pass */
-    uint32_t ag_gen;
+    struct accel_node *grad_fn;      /* internal: node that produced this tensor (step tensors) */
+    int32_t ag_first_use;            /* internal: scratch of the backward pass */
+    uint32_t ag_gen;                 /* internal */
 
     const char *name;                /* optional, not owned */
 };

@@ -146,7 +146,7 @@ typedef struct accel_dataloader accel_dataloader;
  * batch_size % num_processes == 0, as accelerate's prepare_data_loader). */
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o);
 void accel_dataloader_free(accel_dataloader *dl);
-const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl);
+const accel_dataloader_opts *accel_dataloader_get_opts(const accel_dataloader *dl);
 accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl);
 
 /* Re-shards a loader (what Accelerator.prepare does): same validation as

@@ -64,6 +64,9 @@ typedef struct accel_named_tensor {
     bool owned;
 } accel_named_tensor;
 
+/* Fields are read-only: a forward reads children/tensors/impl/training;
+ * change the tree only through accel_module_add_child/add_param/add_buffer/
+ * tie/set_hook/train (hook and links are the library's). */
 struct accel_module {
     const accel_module_ops *ops;
     char *name;                    /* local name in the parent ("" for the root), owned */
@@ -175,8 +178,8 @@ accel_device accel_default_param_device(accel_device requested);
 accel_module *accel_linear_new(int64_t in, int64_t out, bool bias, accel_device dev,
                                accel_dtype dt);
 accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, accel_dtype dt);
-accel_module *accel_rmsnorm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt);
-accel_module *accel_layernorm_new(int64_t dim, double eps, bool affine, accel_device dev,
+accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt);
+accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
                                   accel_dtype dt);
 /* Children named "0", "1", ... run in order. */
 accel_module *accel_sequential_new(int n, accel_module **children);

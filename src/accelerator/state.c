@@ -437,7 +437,7 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
     if (st) return st;
     if (acc->world > 1) {
         /* synchronize_rng_states: every rank shuffles with rank 0's seed. */
-        uint64_t seed = accel_dataloader_options(dl)->seed;
+        uint64_t seed = accel_dataloader_get_opts(dl)->seed;
         if ((st = accel_pg_broadcast(acc->pg, &seed, 1, ACCEL_I64, 0))) return st;
         accel_dataloader_set_seed(dl, seed);
     }

@@ -207,7 +207,7 @@ accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d) {
 accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const char *checkpoint,
                                                      const accel_device_map *map, const char *strategy,
                                                      const accel_max_memory *max_memory,
-                                                     const accel_load_options *opts) {
+                                                     const accel_load_opts *opts) {
     accel_device_map *built = NULL;
     if (!map && strategy) {
         built = accel_device_map_from_string(root, strategy, max_memory, opts ? opts->map_opts : NULL);

@@ -86,7 +86,7 @@ static bool null_dl(const accel_dataloader *dl, const char *fn) {
     return true;
 }
 
-const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl) {
+const accel_dataloader_opts *accel_dataloader_get_opts(const accel_dataloader *dl) {
     return null_dl(dl, __func__) ? NULL : &dl->o;
 }
 accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) { return null_dl(dl, __func__) ? NULL : dl->ds; }

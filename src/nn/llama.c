@@ -237,10 +237,10 @@ static accel_module *new_layer(const accel_llama_config *c, int index, accel_dev
               accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev)) &&
               accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
               accel_module_add_child(layer, "input_layernorm",
-                                     accel__rmsnorm_create(&accel__rmsnorm_ops_llama, C,
+                                     accel__rms_norm_create(&accel__rms_norm_ops_llama, C,
                                                            c->rms_norm_eps, dev, c->torch_dtype)) &&
               accel_module_add_child(layer, "post_attention_layernorm",
-                                     accel__rmsnorm_create(&accel__rmsnorm_ops_llama, C,
+                                     accel__rms_norm_create(&accel__rms_norm_ops_llama, C,
                                                            c->rms_norm_eps, dev, c->torch_dtype));
     if (!ok) {
         accel_module_free(layer);
@@ -281,7 +281,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     /* A tied head gets its weight from embed_tokens: build it on meta. */
     ok = ok &&
          accel_module_add_child(model, "norm",
-                                accel__rmsnorm_create(&accel__rmsnorm_ops_llama, c->hidden_size,
+                                accel__rms_norm_create(&accel__rms_norm_ops_llama, c->hidden_size,
                                                       c->rms_norm_eps, dev, c->torch_dtype)) &&
          accel_module_add_child(root, "lm_head",
                                 linear(c, c->hidden_size, c->vocab_size, false,
