@@ -311,6 +311,24 @@ static void test_misuse_is_reported(void) {
     accel_clear_error();
 }
 
+/* Per-thread state is reset at well-defined points: a forward of a bf16
+ * model that fails (wrong input width) used to leave the thread in bf16
+ * autocast, so every later op on it silently ran in bf16. */
+static void test_failed_forward_leaves_no_autocast(void) {
+    accel_accelerator *acc = accel_accelerator_new(&(accel_accelerator_opts){.mixed_precision = "bf16"});
+    accel_module *model = mlp();
+    CHECK(accel_accelerator_prepare(acc, model) == ACCEL_OK);
+    CHECK(accel_module_call(model, accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 5))) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "5");
+    CHECK(accel_autocast_dtype() == ACCEL_F32);
+    accel_tensor *y = accel_module_call(model, accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4)));
+    CHECK(y && y->dtype == ACCEL_F32);
+    CHECK(accel_autocast_dtype() == ACCEL_F32);
+    accel_step_reset();
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
 /* argv[1], when given, runs only the test of that name. */
 #define RUN_SELECTED(fn) \
     do { if (argc < 2 || !strcmp(argv[1], #fn)) RUN(fn); } while (0)
@@ -325,6 +343,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_unwrap_model_is_an_accessor);
     RUN_SELECTED(test_prepare_many_objects);
     RUN_SELECTED(test_misuse_is_reported);
+    RUN_SELECTED(test_failed_forward_leaves_no_autocast);
     accel_thread_cleanup();
     return check_summary();
 }

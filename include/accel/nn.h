@@ -51,7 +51,8 @@ typedef struct accel_module_ops {
 typedef struct accel_module_hook {
     /* May replace *x (e.g. move it to the execution device). */
     accel_status (*pre_forward)(accel_module *m, accel_tensor **x, void *ctx);
-    /* May replace *y. */
+    /* May replace *y. Runs whenever pre_forward succeeded, also after a failed
+     * forward (*y NULL), so it can undo what pre_forward set up. */
     accel_status (*post_forward)(accel_module *m, accel_tensor **y, void *ctx);
     void (*free_ctx)(void *ctx);
     void *ctx;
@@ -97,7 +98,8 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
 /* Runs hooks and ops->forward. */
 accel_tensor *accel_module_call(accel_module *m, accel_tensor *x);
 /* For models with their own forward signatures: run pre/post hooks of m
- * around a custom call. enter may replace *x; exit may replace *y. */
+ * around a custom call. enter may replace *x; exit may replace *y. Once enter
+ * succeeded, call exit even when the call failed (*y NULL). */
 accel_status accel_module_enter(accel_module *m, accel_tensor **x);
 accel_status accel_module_exit(accel_module *m, accel_tensor **y);
 void accel_module_set_hook(accel_module *m, const accel_module_hook *hook); /* NULL removes */

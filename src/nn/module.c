@@ -242,9 +242,9 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
     }
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
     accel_tensor *y = m->ops->forward(m, x);
-    if (!y) return NULL;
-    if (accel_module_exit(m, &y) != ACCEL_OK) return NULL;
-    return y;
+    /* Even after a failed forward: the post hook undoes what the pre hook set
+     * up (autocast, brought-in weights), which later calls must not inherit. */
+    return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
 void accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {
