@@ -3,10 +3,12 @@
  *
  * The bottom layer. Everything else in accel is built from what is here.
  *
- * Errors. Public functions return an accel_status (or NULL). The first error
- * of a thread is kept, with a message, until accel_clear_error(): ops given a
- * NULL input return NULL without overwriting it, so a whole step can be
- * written without checks and tested once at its end:
+ * Errors. Public functions return an accel_status (or NULL, NAN, -1: see
+ * docs/contract.md "Errors"). A failure records a message for its thread;
+ * the most recent failure owns it, so one the caller handled never shows up
+ * later. Ops given a NULL input return NULL and keep the message of the
+ * failure that produced it, so a whole step can be written without checks
+ * and tested once at its end:
  *
  *     accel_tensor *loss = accel_mse_loss(accel_linear(x, w, b), y);
  *     if (!loss) { fprintf(stderr, "%s\n", accel_last_error()); ... }
