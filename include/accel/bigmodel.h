@@ -277,7 +277,7 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
 /* from_pretrained: dir's config.json, the model built on meta, then
  * accel_load_checkpoint_and_dispatch(dir, map, strategy, max_memory, opts)
  * (no_split defaults to LlamaDecoderLayer). *out gets the dispatch state
- * (free it before the model). NULL + error. */
+ * (free it and the model in either order). NULL + error. */
 accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_map *map,
                                           const char *strategy, const accel_max_memory *max_memory,
                                           const accel_load_opts *opts, accel_dispatched **out);

@@ -23,7 +23,8 @@
  * counter (accelerate's `iteration`). Shuffling draws a permutation from
  * Philox(seed + epoch): identical on every rank for the same seed and epoch.
  *
- * Ownership: the loader borrows the dataset (free the loader first). Datasets
+ * Ownership: the loader borrows the dataset: free them in either order, but
+ * iterate a loader only while its dataset lives. Datasets
  * own copies of their tensors. accel_batches arrays are owned by the struct.
  */
 #ifndef ACCEL_DATA_H
