@@ -124,6 +124,22 @@ static void test_every_free_order(void) {
     CHECK(count == 720 * 2);
 }
 
+/* accel_module_flatten's buffers and their module, both orders. */
+static void test_flat_params_either_order(void) {
+    for (int module_first = 0; module_first < 2; module_first++) {
+        accel_module *m = mlp();
+        accel_flat_params *fp = accel_module_flatten(m, 16, 1);
+        CHECK(fp != NULL);
+        if (module_first) accel_module_free(m);
+        accel_flat_params_free(fp);
+        if (!module_first) {
+            CHECK(accel_module_call(m, accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 4))) != NULL); /* whole again */
+            accel_step_reset();
+            accel_module_free(m);
+        }
+    }
+}
+
 static void save_checkpoint(void) {
     accel_manual_seed(7);
     accel_module *m = mlp();
@@ -155,6 +171,7 @@ int main(void) {
     save_checkpoint();
     g_ds = dataset();
     RUN(test_every_free_order);
+    RUN(test_flat_params_either_order);
     accel_dataset_free(g_ds);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -152,13 +152,14 @@ typedef struct accel_flat_buffer {
 typedef struct accel_flat_params {
     int n_buffers;
     accel_flat_buffer buffers[ACCEL_DTYPE_COUNT];
+    accel_module *root;       /* internal: the module it was made from, NULL once freed */
 } accel_flat_params;
 
 accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
                                         int64_t pad_multiple);
 /* Frees the flat buffers after copying each parameter (and gradient) back
- * into its own memory (so the module stays usable). Call it before
- * accel_module_free of the module it was made from. */
+ * into its own memory (so the module stays usable). The module may be freed
+ * first: then only the buffers are left to free. */
 void accel_flat_params_free(accel_flat_params *fp);
 
 /* ---- devices and meta */

@@ -23,7 +23,9 @@ accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *
 void accel__link_remove(accel__link **head, const void *owner);
 /* The owner of the first link made with detach, or NULL. */
 void *accel__link_owner(const accel__link *head, accel__detach_fn detach);
-/* The object is going away: unlinks and calls every detach(owner, obj). */
+/* The object is going away: unlinks and calls every detach(owner, obj), the
+ * newest link first (a dependant made later, e.g. an accelerator over the flat
+ * buffers it made, lets go before what it was built on). */
 void accel__link_detach_all(accel__link **head, void *obj);
 
 #endif
