@@ -50,15 +50,13 @@ int main(int argc, char **argv) {
     accel_step_reset();
 
     int rc = accel_accelerator_prepare(acc, model, opt, dl, sched) != ACCEL_OK;
-    /* Resume when a checkpoint exists (every rank sees the same directory). */
-    if (!rc && accel_accelerator_load_state(acc, NULL) == ACCEL_OK) {
-        accel_dataloader_state st = accel_dataloader_get_state(dl);
+    /* Resume when a checkpoint exists (every rank sees the same directory);
+     * none yet is a fresh start, and that handled failure leaves nothing behind. */
+    accel_resume_point at = {0, 0, 0};
+    if (!rc && accel_accelerator_load_state(acc, NULL, &at) == ACCEL_OK)
         accel_accelerator_print(acc, "resumed at step %lld\n",
-                                (long long)(st.epoch * accel_dataloader_len(dl) + st.position));
-    }
-    accel_clear_error(); /* no checkpoint yet: a fresh start */
-    accel_dataloader_state st = accel_dataloader_get_state(dl);
-    int step = (int)(st.epoch * accel_dataloader_len(dl) + st.position);
+                                (long long)(at.epoch * accel_dataloader_len(dl) + at.batch));
+    int step = (int)(at.epoch * accel_dataloader_len(dl) + at.batch);
     double last = 0;
     accel_batch b;
     while (!rc && step < total) {

@@ -80,8 +80,8 @@ int main(int argc, char **argv) {
     accel_device_map_set(map, "lm_head", b);
 
     static const char *const no_split[] = {"LlamaDecoderLayer"};
-    accel_device_map_options mo = {.no_split = no_split, .n_no_split = 1};
-    accel_load_options lo = {.map_opts = &mo};
+    accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
+    accel_load_opts lo = {.map_opts = &mo};
     accel_dispatched *d = accel_load_checkpoint_and_dispatch(skeleton, dir, map, NULL, NULL, &lo);
     int rc = 0;
     if (!d) {

@@ -88,8 +88,8 @@ static int write_npy(const char *path, const float *x, int64_t n) {
 
 int main(int argc, char **argv) {
     const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL;
-    accel_generate_options o = {.max_new_tokens = 8};
-    accel_load_options lo = {0};
+    accel_generate_opts o = {.max_new_tokens = 8};
+    accel_load_opts lo = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--sample") == 0) { o.do_sample = true; continue; }
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     int64_t *out = malloc(sizeof(int64_t) * (size_t)(n_prompt + o.max_new_tokens));
     int64_t n_out = 0;
     /* prompt alone first (first logits), then the whole generation */
-    accel_generate_options first = o;
+    accel_generate_opts first = o;
     first.max_new_tokens = 0;
     first.prompt_logits = logits;
     accel_status st = accel_generate(m, prompt, n_prompt, &first, out, &n_out);

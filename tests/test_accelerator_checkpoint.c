@@ -118,7 +118,12 @@ static void test_resume_bit_for_bit(void) {
 
     run_make(&b, 99); /* different weights, seed, order: all restored */
     CHECK(accel_accelerator_prepare(A, b.model, b.opt, b.dl, b.sched) == ACCEL_OK);
-    CHECK(accel_accelerator_load_state(A, NULL) == ACCEL_OK);
+    accel_resume_point at = {-1, -1, -1};
+    CHECK(accel_accelerator_load_state(A, NULL, &at) == ACCEL_OK);
+    /* saved after 5 batches: the loader stays on an epoch's last batch until the next call */
+    int64_t per_epoch = accel_dataloader_len(b.dl);
+    CHECK(at.epoch == 4 / per_epoch && at.batch == 5 - at.epoch * per_epoch);
+    CHECK(at.step == accel_accelerator_step(A));
     train(A, &b, 12, got);
     for (int s = 0; s < 12; s++) CHECK_MSG(want[s] == got[s], "step %d: %.9g vs %.9g", s, want[s], got[s]);
     /* model.safetensors carries the HF-style names */
@@ -185,13 +190,13 @@ static void test_killed_save_keeps_previous(void) {
         waitpid(pid, &status, 0);
         killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
         /* whatever happened, the latest checkpoint is complete and loads */
-        CHECK(accel_accelerator_load_state(A, NULL) == ACCEL_OK);
+        CHECK(accel_accelerator_load_state(A, NULL, NULL) == ACCEL_OK);
         float w = ((float *)ps[0]->data)[0];
         CHECK(w == w_good || w == w_new);
     }
     CHECK(killed >= 3); /* the kills really happened mid-save */
     /* the checkpoint saved before the kills is intact */
-    CHECK(accel_accelerator_load_state(A, good) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(A, good, NULL) == ACCEL_OK);
     CHECK(((float *)ps[0]->data)[0] == w_good);
     accel_free(ps);
     run_free(A, &a);

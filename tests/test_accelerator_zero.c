@@ -234,7 +234,7 @@ static void test_checkpoint_resume(void) {
 
     run_make(&b, 77); /* other weights: all restored */
     CHECK(accel_accelerator_prepare(A, b.model, b.opt, NULL, b.sched) == ACCEL_OK);
-    CHECK(accel_accelerator_load_state(A, dir) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(A, dir, NULL) == ACCEL_OK);
     for (int64_t s = 2; s < 5; s++) acc_step(&b, s, 0.5);
     params_of(b.model, got);
     CHECK(memcmp(want, got, sizeof want) == 0);

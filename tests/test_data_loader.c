@@ -205,7 +205,7 @@ static void test_even_batches_sizes(void) {
             o.batch_size = cases[c].bs;
             o.num_processes = 2;
             o.process_index = r;
-            o.even_batches = cases[c].even;
+            o.no_even_batches = !cases[c].even;
             accel_dataloader *dl = accel_dataloader_new(ds, &o);
             int64_t vals[16], sizes[4] = {0};
             int64_t nb = run_epoch(dl, vals, sizes, NULL);

@@ -77,7 +77,7 @@ static void test_shard_tables(void) {
     for (size_t t = 0; t < sizeof TABLE / sizeof TABLE[0]; t++) {
         CHECK(accel_batches_from_order(&g, TABLE[t].n, NULL, TABLE[t].bs, TABLE[t].drop_last) == ACCEL_OK);
         for (int r = 0; r < 2; r++) {
-            accel_shard_opts o = {2, r, TABLE[t].split, TABLE[t].even, TABLE[t].bs, TABLE[t].drop_last};
+            accel_shard_opts o = {2, r, TABLE[t].split, !TABLE[t].even, TABLE[t].bs, TABLE[t].drop_last};
             CHECK(accel_batch_sampler_shard(&g, &o, &out) == ACCEL_OK);
             const char *want = r ? TABLE[t].p1 : TABLE[t].p0;
             CHECK_MSG(strcmp(fmt(&out, buf, sizeof buf), want) == 0,
@@ -108,7 +108,7 @@ static void test_variable_size_batch_sampler(void) {
                               {"{{0,1,2},{5,6,7,8},{12,13}}", "{{3,4},{9,10,11},{0,1,2}}"}};
     for (int even = 0; even < 2; even++)
         for (int r = 0; r < 2; r++) {
-            accel_shard_opts o = {2, r, false, even, 0, false};
+            accel_shard_opts o = {2, r, false, !even, 0, false};
             CHECK(accel_batch_sampler_shard(&g, &o, &out) == ACCEL_OK);
             CHECK_MSG(strcmp(fmt(&out, buf, sizeof buf), want[even][r]) == 0, "even=%d rank %d: %s", even,
                       r, buf);
@@ -119,22 +119,22 @@ static void test_variable_size_batch_sampler(void) {
     accel_batches_init(&one);
     CHECK(accel_batches_push(&one, 9, idx) == ACCEL_OK);
     for (int r = 0; r < 3; r++) {
-        accel_shard_opts o3 = {3, r, false, true, 0, false};
+        accel_shard_opts o3 = {3, r, false, false, 0, false};
         CHECK(accel_batch_sampler_shard(&one, &o3, &out) == ACCEL_OK);
         CHECK_MSG(strcmp(fmt(&out, buf, sizeof buf), "{{0,1,2,3,4,5,6,7,8}}") == 0, "rank %d: %s", r, buf);
         CHECK(accel_batch_sampler_shard_len(one.n, &o3) == 1);
     }
-    accel_shard_opts o3 = {3, 0, false, true, 0, false};
+    accel_shard_opts o3 = {3, 0, false, false, 0, false};
     CHECK(accel_batch_sampler_shard(&one, &o3, &one) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "another list than global");
     accel_clear_error();
     accel_batches_free(&one);
-    accel_shard_opts o = {2, 0, false, false, 0, false};
+    accel_shard_opts o = {2, 0, false, true, 0, false};
     CHECK(accel_batch_sampler_shard_len(5, &o) == 3);
     o.process_index = 1;
     CHECK(accel_batch_sampler_shard_len(5, &o) == 2);
     /* split_batches needs a fixed batch size that N divides */
-    accel_shard_opts bad = {2, 0, true, true, 3, false};
+    accel_shard_opts bad = {2, 0, true, false, 3, false};
     CHECK(accel_batch_sampler_shard(&g, &bad, &out) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "round multiple");
     accel_clear_error();

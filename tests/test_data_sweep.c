@@ -106,7 +106,7 @@ static void check_shard(const sweep_case *c, json_t *shard, json_t *errors) {
     accel_batches_init(&out);
     CHECK(global_batches(c, &g) == ACCEL_OK);
     for (int r = 0; r < c->procs; r++) {
-        accel_shard_opts o = {c->procs, r, c->split, c->even, c->bs, c->drop_last};
+        accel_shard_opts o = {c->procs, r, c->split, !c->even, c->bs, c->drop_last};
         accel_status st = accel_batch_sampler_shard(&g, &o, &out);
         if (json_is_integer(shard)) {
             check_refused(st, json_string_value(json_array_get(errors, (size_t)json_integer_value(shard))),
@@ -176,7 +176,7 @@ static bool check_loader_rank(accel_dataset *ds, const sweep_case *c, int r, jso
     o.num_processes = c->procs;
     o.process_index = r;
     o.split_batches = c->split;
-    o.even_batches = c->even;
+    o.no_even_batches = !c->even;
     if (c->bs == 0) {
         o.batch_sampler = variable_sampler;
         o.batch_sampler_ctx = (void *)c;

@@ -61,7 +61,7 @@ static void mm_set(accel_max_memory *mm, const char *spec) {
 }
 
 /* The map as a string, compared exactly (order included). */
-static void check_map(accel_module *model, const char *mem, const accel_device_map_options *o,
+static void check_map(accel_module *model, const char *mem, const accel_device_map_opts *o,
                       const char *expect) {
     accel_max_memory mm = {0};
     mm_set(&mm, mem);
@@ -100,7 +100,7 @@ static void test_module_sizes(void) {
     CHECK(strcmp(s->names[s->n - 1], "batchnorm.num_batches_tracked") == 0);
     accel_module_sizes_free(s);
     /* .half(): every float halves, num_batches_tracked keeps 8 */
-    accel_device_map_options o = {.has_dtype = true, .dtype = ACCEL_F16};
+    accel_device_map_opts o = {.has_dtype = true, .dtype = ACCEL_F16};
     s = accel_compute_module_sizes(m, &o, false);
     CHECK(accel_module_sizes_get(s, "") == 122);
     CHECK(accel_module_sizes_get(s, "batchnorm") == 40);
@@ -114,7 +114,7 @@ static void test_module_sizes(void) {
     accel_module_sizes_free(s);
     /* special dtypes override per name */
     accel_name_dtype sp[] = {{"linear2.weight", ACCEL_F64}};
-    accel_device_map_options o2 = {.has_dtype = true, .dtype = ACCEL_F16, .special_dtypes = sp, .n_special = 1};
+    accel_device_map_opts o2 = {.has_dtype = true, .dtype = ACCEL_F16, .special_dtypes = sp, .n_special = 1};
     s = accel_compute_module_sizes(m, &o2, false);
     CHECK(accel_module_sizes_get(s, "linear2.weight") == 160);
     CHECK(accel_module_sizes_get(s, "") == 122 - 40 + 160);
@@ -240,7 +240,7 @@ static void test_infer_basic(void) {
     accel_module *m = model_for_test();
     check_map(m, "0=200,1=200", NULL, "{\"linear1\": 0, \"batchnorm\": 1, \"linear2\": 1}");
     check_map(m, "0=200,1=172,2=200", NULL, "{\"linear1\": 0, \"batchnorm\": 1, \"linear2\": 1}");
-    accel_device_map_options f16 = {.has_dtype = true, .dtype = ACCEL_F16};
+    accel_device_map_opts f16 = {.has_dtype = true, .dtype = ACCEL_F16};
     check_map(m, "0=200,1=200", &f16, "{\"\": 0}");
     accel_module_free(m);
 
@@ -248,12 +248,12 @@ static void test_infer_basic(void) {
     check_map(m, "0=500,1=500", NULL,
               "{\"0\": 0, \"1.linear1\": 0, \"1.batchnorm\": 0, \"1.linear2\": 1, \"2\": 1}");
     const char *ns[] = {"ModelForTest"};
-    accel_device_map_options o = {.no_split = ns, .n_no_split = 1};
+    accel_device_map_opts o = {.no_split = ns, .n_no_split = 1};
     check_map(m, "0=500,1=500", &o, "{\"0\": 0, \"1\": 1, \"2\": 1}");
     check_map(m, "0=300,cpu=400", NULL,
               "{\"0.linear1\": 0, \"0.batchnorm\": 0, \"0.linear2\": \"cpu\", \"1.linear1\": \"cpu\", "
               "\"1.batchnorm\": \"cpu\", \"1.linear2\": \"disk\", \"2\": \"disk\"}");
-    accel_device_map_options raw = {.keep_raw = true};
+    accel_device_map_opts raw = {.keep_raw = true};
     check_map(m, "0=500,1=500", &raw,
               "{\"0\": 0, \"1.linear1\": 0, \"1.batchnorm\": 0, \"1.linear2\": 1, \"2\": 1}");
     accel_module_free(m);
@@ -283,7 +283,7 @@ static void test_infer_tied(void) {
               "{\"layer1\": 0, \"layer3.linear2\": 0, \"layer3.linear1\": 1, \"layer3.batchnorm\": 1, "
               "\"layer2\": 1}");
     const char *ns[] = {"ModelForTest"};
-    accel_device_map_options o = {.no_split = ns, .n_no_split = 1};
+    accel_device_map_opts o = {.no_split = ns, .n_no_split = 1};
     check_map(m, "0=400,1=500", &o, "{\"layer1\": 1, \"layer3\": 1, \"layer2\": \"disk\"}");
     check_map(m, "0=250,1=250,cpu=300", NULL,
               "{\"layer1.linear1\": 0, \"layer1.batchnorm\": 0, \"layer1.linear2\": 1, \"layer3.linear2\": 1, "
@@ -298,7 +298,7 @@ static void test_infer_buffers_and_fallback(void) {
     accel_module_add_buffer(accel_module_find(m, "batchnorm"), "test_buffer2", meta(ACCEL_F32, ACCEL_SHAPE(10, 3)));
     accel_module_add_buffer(accel_module_find(m, "linear2"), "test_buffer3", meta(ACCEL_F32, ACCEL_SHAPE(10, 3)));
     FILE *log = tmpfile();
-    accel_device_map_options o = {.log = log};
+    accel_device_map_opts o = {.log = log};
     check_map(m, "0=400,cpu=1GB", &o, "{\"linear1\": 0, \"batchnorm\": \"cpu\", \"linear2\": \"cpu\"}");
     char text[2048] = {0};
     rewind(log);
@@ -306,7 +306,7 @@ static void test_infer_buffers_and_fallback(void) {
     CHECK_STR_CONTAINS(text, "Current model requires 280 bytes of buffer for offloaded layers");
     fclose(log);
     log = tmpfile();
-    accel_device_map_options ob = {.log = log, .offload_buffers = true};
+    accel_device_map_opts ob = {.log = log, .offload_buffers = true};
     check_map(m, "0=400,cpu=1GB", &ob, "{\"linear1\": 0, \"batchnorm\": \"cpu\", \"linear2\": \"cpu\"}");
     CHECK(ftell(log) == 0);
     fclose(log);
@@ -319,14 +319,14 @@ static void test_infer_buffers_and_fallback(void) {
     accel_module_add_child(inner, "linear2", linear(4, 4));
     accel_module_add_child(inner, "linear3", linear(4, 8));
     log = tmpfile();
-    accel_device_map_options nf = {.log = log};
+    accel_device_map_opts nf = {.log = log};
     check_map(m, "0=256", &nf, "{\"\": \"disk\"}");
     memset(text, 0, sizeof text);
     rewind(log);
     CHECK(fread(text, 1, sizeof text - 1, log) > 0);
     CHECK_STR_CONTAINS(text, "no modules could be assigned to device 0 due to insufficient memory");
     fclose(log);
-    accel_device_map_options fb = {.fallback_allocation = true, .log = NULL};
+    accel_device_map_opts fb = {.fallback_allocation = true, .log = NULL};
     check_map(m, "0=256", &fb,
               "{\"module.linear2\": 0, \"module.linear1\": \"disk\", \"module.linear3\": \"disk\"}");
     accel_module_free(m);
@@ -354,7 +354,7 @@ static void test_balanced_memory(void) {
     /* no_split buffer and low_zero (values from accelerate) */
     m = seq3("0", "1", "2");
     const char *ns[] = {"ModelForTest"};
-    accel_device_map_options o = {.no_split = ns, .n_no_split = 1};
+    accel_device_map_opts o = {.no_split = ns, .n_no_split = 1};
     accel_max_memory in = {0}, out;
     mm_set(&in, "0=500,1=500,2=500");
     CHECK(accel_get_balanced_memory(m, &in, &o, false, &out) == ACCEL_OK);
@@ -394,7 +394,7 @@ static void test_check_device_map(void) {
     accel_device_map_free(map);
     map = accel_device_map_parse(":0,typo:1");
     FILE *log = tmpfile();
-    accel_device_map_options o = {.log = log};
+    accel_device_map_opts o = {.log = log};
     CHECK(accel_check_device_map(m, map, &o) == ACCEL_OK);
     char text[512] = {0};
     rewind(log);

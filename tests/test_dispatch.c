@@ -26,8 +26,8 @@ static accel_module *skeleton(const char *cfg_dir, bool meta) {
 static accel_dispatched *load(const char *dir, const char *map_spec, accel_module **out) {
     accel_module *m = skeleton(dir, true);
     accel_device_map *map = map_spec ? accel_device_map_parse(map_spec) : NULL;
-    accel_device_map_options mo = {.no_split = NO_SPLIT, .n_no_split = 1};
-    accel_load_options lo = {.map_opts = &mo};
+    accel_device_map_opts mo = {.no_split = NO_SPLIT, .n_no_split = 1};
+    accel_load_opts lo = {.map_opts = &mo};
     accel_dispatched *d = m ? accel_load_checkpoint_and_dispatch(m, dir, map, NULL, NULL, &lo) : NULL;
     accel_device_map_free(map);
     if (!d) {
@@ -201,7 +201,7 @@ static void test_strict_and_key_reports(void) {
     FILE *log = open_memstream(&msg, &len);
     /* 3-layer checkpoint into a 2-layer model: unexpected keys */
     accel_module *m = skeleton("data/hf_llama_basic", true);
-    accel_load_options lo = {.log = log};
+    accel_load_opts lo = {.log = log};
     accel_dispatched *d = accel_load_checkpoint_in_model(m, "data/hf_llama_sharded", NULL, &lo);
     fflush(log);
     CHECK(d != NULL);

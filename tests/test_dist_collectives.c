@@ -273,7 +273,7 @@ int main(void) {
         fprintf(stderr, "accel_dist_init: %s\n", accel_last_error());
         return 1;
     }
-    CHECK(accel_dist_init() == ACCEL_OK); /* idempotent */
+    CHECK(accel_dist_init() == ACCEL_OK); /* a second reference to the same group */
     PG = accel_dist_default_group();
     R = accel_pg_rank(PG);
     N = accel_pg_size(PG);
@@ -291,6 +291,9 @@ int main(void) {
     RUN(test_bytes);
     RUN(test_async);
     RUN(test_arg_errors);
+    accel_dist_finalize();
+    CHECK(accel_dist_is_initialized()); /* one reference left */
+    CHECK(accel_pg_barrier(PG) == ACCEL_OK);
     accel_dist_finalize();
     CHECK(!accel_dist_is_initialized());
     accel_thread_cleanup();

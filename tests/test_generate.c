@@ -10,7 +10,7 @@
 
 static void test_greedy_and_ties(void) {
     float l[5] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f};
-    accel_generate_options o = {0};
+    accel_generate_opts o = {0};
     CHECK(accel_sample_logits(l, 5, &o, NULL) == 1); /* first index on ties, like torch.argmax */
     o.do_sample = true;
     CHECK(accel_sample_logits(l, 5, &o, NULL) == -1); /* sampling needs a generator */
@@ -19,7 +19,7 @@ static void test_greedy_and_ties(void) {
 }
 
 /* counts of 4000 draws from logits log(p) with options o */
-static void draw(const float *p, int n, const accel_generate_options *o, uint64_t seed, int *counts) {
+static void draw(const float *p, int n, const accel_generate_opts *o, uint64_t seed, int *counts) {
     accel_rng rng;
     accel_rng_init(&rng, seed);
     memset(counts, 0, sizeof(int) * (size_t)n);
@@ -35,7 +35,7 @@ static void draw(const float *p, int n, const accel_generate_options *o, uint64_
 static void test_sampling_distribution(void) {
     const float p[4] = {0.15f, 0.5f, 0.05f, 0.3f};
     int c[4];
-    accel_generate_options o = {.do_sample = true};
+    accel_generate_opts o = {.do_sample = true};
     draw(p, 4, &o, 1, c);
     for (int i = 0; i < 4; i++) CHECK_CLOSE(c[i] / 4000.0, p[i], 0, 0.03);
     /* top-k 2: only the two largest, renormalised 0.5/0.8 and 0.3/0.8 */
@@ -74,7 +74,7 @@ static void test_generate_seeds_and_eos(void) {
     if (!m) return;
     const int64_t prompt[3] = {5, 9, 77};
     int64_t a[32], b[32], c[32], n_a, n_b, n_c;
-    accel_generate_options o = {.max_new_tokens = 12, .do_sample = true, .top_k = 20, .top_p = 0.95,
+    accel_generate_opts o = {.max_new_tokens = 12, .do_sample = true, .top_k = 20, .top_p = 0.95,
                                 .temperature = 1.5, .seed = 42};
     CHECK(accel_generate(m, prompt, 3, &o, a, &n_a) == ACCEL_OK);
     CHECK(accel_generate(m, prompt, 3, &o, b, &n_b) == ACCEL_OK);
@@ -85,7 +85,7 @@ static void test_generate_seeds_and_eos(void) {
     CHECK(memcmp(a, c, sizeof a[0] * 15) != 0);
     CHECK(a[0] == 5 && a[1] == 9 && a[2] == 77);
     /* greedy with eos = its own 2nd new token stops right there */
-    accel_generate_options g = {.max_new_tokens = 8};
+    accel_generate_opts g = {.max_new_tokens = 8};
     float logits[96];
     g.prompt_logits = logits;
     CHECK(accel_generate(m, prompt, 3, &g, a, &n_a) == ACCEL_OK && n_a == 11);

@@ -66,7 +66,7 @@ static void check_greedy(accel_module *m, const expected *e, const char *name) {
     int64_t prompt[16], want[32], got[32], n_out = 0;
     accel_to_int64s(e->prompt, prompt);
     accel_to_int64s(e->greedy, want);
-    accel_generate_options o = {.max_new_tokens = ng - np};
+    accel_generate_opts o = {.max_new_tokens = ng - np};
     CHECK_MSG(accel_generate(m, prompt, np, &o, got, &n_out) == ACCEL_OK, "%s", accel_last_error());
     CHECK(n_out == ng);
     bool same = n_out == ng;
@@ -80,7 +80,7 @@ static void run_fixture(const char *name, const char *map_spec, bool offload_cpu
     expected e;
     CHECK_MSG(expected_open(dir, &e), "%s: %s", dir, accel_last_error());
     accel_device_map *map = map_spec ? accel_device_map_parse(map_spec) : NULL;
-    accel_load_options lo = {.offload_cpu = offload_cpu};
+    accel_load_opts lo = {.offload_cpu = offload_cpu};
     accel_dispatched *d = NULL;
     accel_module *m = accel_llama_from_pretrained(dir, map, NULL, NULL, &lo, &d);
     CHECK_MSG(m && d, "%s: %s", dir, accel_last_error());
@@ -152,7 +152,7 @@ static void test_strategy_maps(void) {
 static void test_dtype_cast_load(void) {
     expected e;
     CHECK(expected_open("data/hf_llama_basic", &e));
-    accel_load_options lo = {.has_dtype = true, .dtype = ACCEL_BF16};
+    accel_load_opts lo = {.has_dtype = true, .dtype = ACCEL_BF16};
     accel_dispatched *d = NULL;
     accel_module *m = accel_llama_from_pretrained("data/hf_llama_basic", NULL, NULL, NULL, &lo, &d);
     CHECK_MSG(m, "%s", accel_last_error());

@@ -51,7 +51,7 @@ static void test_embedding_and_norms(void) {
     for (int j = 0; e && j < 4; j++)
         CHECK(accel_get(e, (int64_t[]){0, j}) == accel_get(w, (int64_t[]){5, j}));
 
-    accel_module *rms = accel_rmsnorm_new(4, 1e-6, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_module *rms = accel_rms_norm_new(4, 1e-6, ACCEL_CPU_DEVICE, ACCEL_F32);
     accel_set(accel_module_get_tensor(rms, "weight"), (int64_t[]){2}, 3.0);
     accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 4), (float[]){1, 2, 3, 4});
     accel_tensor *y = accel_module_call(rms, x);
@@ -62,12 +62,12 @@ static void test_embedding_and_norms(void) {
         CHECK_CLOSE(accel_get(y, (int64_t[]){0, 2}), 3 * r * 3, 1e-6, 0);
     }
 
-    accel_module *ln = accel_layernorm_new(4, 1e-5, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_module *ln = accel_layer_norm_new(4, 1e-5, true, ACCEL_CPU_DEVICE, ACCEL_F32);
     CHECK(ln->n_tensors == 2 && strcmp(ln->tensors[1].name, "bias") == 0);
     y = accel_module_call(ln, x);
     double sd = sqrt(1.25 + 1e-5);
     if (y) CHECK_CLOSE(accel_get(y, (int64_t[]){0, 3}), 1.5 / sd, 1e-5, 0);
-    accel_module *ln_plain = accel_layernorm_new(4, 1e-5, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_module *ln_plain = accel_layer_norm_new(4, 1e-5, false, ACCEL_CPU_DEVICE, ACCEL_F32);
     CHECK(ln_plain->n_tensors == 0);
     y = accel_module_call(ln_plain, x);
     if (y) CHECK_CLOSE(accel_get(y, (int64_t[]){0, 0}), -1.5 / sd, 1e-5, 0);

@@ -11,7 +11,7 @@ static accel_module *make_block(void) {
     accel_module_add_param(m, "scale", accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE));
     accel_module_add_buffer(m, "count", accel_tensor_new(ACCEL_I64, ACCEL_SHAPE(1), ACCEL_CPU_DEVICE));
     accel_module_add_child(m, "fc", accel_linear_new(3, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32));
-    accel_module_add_child(m, "norm", accel_rmsnorm_new(2, 1e-6, ACCEL_CPU_DEVICE, ACCEL_F32));
+    accel_module_add_child(m, "norm", accel_rms_norm_new(2, 1e-6, ACCEL_CPU_DEVICE, ACCEL_F32));
     return m;
 }
 

@@ -40,7 +40,7 @@ static char g_dir[64];
 static void run(const char *spec, bool offload_cpu, const float want[6], double tol, accel_dispatch_stats *s) {
     accel_module *m = skeleton();
     accel_device_map *map = accel_device_map_parse(spec);
-    accel_load_options lo = {.offload_cpu = offload_cpu};
+    accel_load_opts lo = {.offload_cpu = offload_cpu};
     accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, g_dir, map, NULL, NULL, &lo);
     CHECK_MSG(d != NULL, "%s: %s", spec, accel_last_error());
     float got[6] = {0};
@@ -78,7 +78,7 @@ static void test_offload_maps(void) {
     accel_module *m = skeleton();
     accel_device_map *map = accel_device_map_parse(":disk");
     const char *const pre[] = {"Sequential"};
-    accel_load_options lo = {.preload_classes = pre, .n_preload = 1};
+    accel_load_opts lo = {.preload_classes = pre, .n_preload = 1};
     accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, g_dir, map, NULL, NULL, &lo);
     float got[6];
     forward(m, got);

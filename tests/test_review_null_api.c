@@ -84,10 +84,10 @@ static void test_data_null(void) {
     accel_shard_opts zero = {0};
     CHECK(accel_batch_sampler_shard_len(10, &zero) == 0 && invalid("accel_batch_sampler_shard_len"));
     CHECK(accel_batch_sampler_shard_len(10, NULL) == 0 && invalid("accel_batch_sampler_shard_len"));
-    accel_shard_opts two = {.num_processes = 2, .process_index = 1, .even_batches = true, .batch_size = 4};
+    accel_shard_opts two = {.num_processes = 2, .process_index = 1, .batch_size = 4};
     CHECK(accel_batch_sampler_shard_len(5, &two) == 3 && accel_last_status() == ACCEL_OK);
 
-    CHECK(accel_dataloader_options(NULL) == NULL && invalid("accel_dataloader_options"));
+    CHECK(accel_dataloader_get_opts(NULL) == NULL && invalid("accel_dataloader_get_opts"));
     CHECK(accel_dataloader_dataset(NULL) == NULL && invalid("accel_dataloader_dataset"));
     CHECK(accel_dataloader_shard(NULL, 1, 0, false, true) == ACCEL_ERR_INVALID_ARG && invalid("accel_dataloader_shard"));
     accel_dataloader_set_seed(NULL, 1);

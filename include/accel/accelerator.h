@@ -15,7 +15,7 @@
  *         accel_accelerator_zero_grad(acc, opt);
  *         accel_step_reset();
  *     }
- *     accel_accelerator_free(acc);                                    // before the model/opt/dl
+ *     accel_accelerator_free(acc);                                    // any order
  *
  * prepare works in place: the model's parameters are flattened into one
  * buffer per dtype (gradients too, in memory shared by the local ranks so the
@@ -32,8 +32,10 @@
  * order on every rank; all are waited for before backward returns. No
  * all-reduce on non-sync accumulation steps or inside no_sync.
  *
- * Ownership: the accelerator borrows everything it prepares; free it before
- * them (freeing it gives the model back parameters that own their memory).
+ * Ownership: the accelerator borrows everything it prepares. Any free order
+ * is safe: freeing the accelerator first un-prepares everything (models get
+ * parameters that own their memory back); freeing a prepared object first
+ * detaches it from the accelerator (docs/contract.md "Lifetimes").
  * Every collective here must be called by every rank in the same order.
  */
 #ifndef ACCEL_ACCELERATOR_H
@@ -56,6 +58,10 @@ typedef enum accel_mixed_precision {
     ACCEL_MP_BF16,
 } accel_mixed_precision;
 
+/* Every zero field means its default, so `{0}` and designated initialisers
+ * work: `accel_accelerator_opts o = {.mixed_precision = "fp16"};`. Accelerate's
+ * options that default to True are spelled negated here (no_X = true is
+ * Accelerate's X=False). */
 typedef struct accel_accelerator_opts {
     /* "no", "fp16", "bf16" ("fp8" is refused). NULL: ACCEL_MIXED_PRECISION /
      * ACCELERATE_MIXED_PRECISION from the environment, else "no". */
@@ -65,18 +71,18 @@ typedef struct accel_accelerator_opts {
     bool cpu;                       /* force cpu (also ACCEL_USE_CPU / ACCELERATE_USE_CPU) */
     /* DataLoaderConfiguration */
     bool split_batches;
-    bool even_batches;              /* default true */
+    bool no_even_batches;           /* even_batches=False: ranks may get fewer batches */
     /* GradientAccumulationPlugin */
-    bool sync_with_dataloader;      /* default true: sync at the loader's last batch */
+    bool no_sync_with_dataloader;   /* sync_with_dataloader=False: no sync at the loader's last batch */
     bool sync_each_batch;           /* all-reduce every micro-batch anyway */
-    bool step_scheduler_with_optimizer; /* default true */
+    bool no_step_scheduler_with_optimizer; /* step_scheduler_with_optimizer=False: step every call */
     /* ProjectConfiguration */
     const char *project_dir;        /* copied; NULL = "." */
     bool automatic_checkpoint_naming;
     int total_limit;                /* keep at most this many checkpoints (0 = all) */
     /* DDP */
-    int64_t bucket_cap_bytes;       /* default 25 MiB */
-    /* GradScalerKwargs (fp16) */
+    int64_t bucket_cap_bytes;       /* 0: the DeepSpeed JSON's reduce_bucket_size, else 25 MiB */
+    /* GradScalerKwargs (fp16); 0: the default */
     double init_scale;              /* 65536 */
     double growth_factor;           /* 2 */
     double backoff_factor;          /* 0.5 */
@@ -100,6 +106,7 @@ typedef struct accel_accelerator_opts {
     double gradient_clipping;
 } accel_accelerator_opts;
 
+/* Every option at its default: the zeroed struct. */
 accel_accelerator_opts accel_accelerator_opts_default(void);
 
 typedef struct accel_accelerator accel_accelerator;
@@ -125,7 +132,7 @@ bool accel_accelerator_is_last_process(const accel_accelerator *acc);
 accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator *acc);
 const char *accel_mixed_precision_name(accel_mixed_precision mp); /* "no", "fp16", "bf16" */
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc);
-void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
+accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
 /* accelerator.step: the micro-step counter of accumulate. */
 int64_t accel_accelerator_step(const accel_accelerator *acc);
@@ -170,28 +177,58 @@ void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_spe
 
 /* ---------------------------------------------------------------- prepare */
 
-/* Any argument may be NULL. Data loaders are sharded in place (their shuffle
- * seed is rank 0's), models flattened/wrapped, optimizers and schedulers
- * registered. Preparing an object twice returns ACCEL_OK and does nothing. */
-accel_status accel_accelerator_prepare(accel_accelerator *acc, accel_module *model,
-                                       accel_optimizer *opt, accel_dataloader *dl,
-                                       accel_lr_scheduler *sched);
+/* accelerator.prepare(*args): any number (up to 12) of models, optimizers,
+ * data loaders and schedulers, in any order, NULL ones skipped:
+ *
+ *     accel_accelerator_prepare(acc, model, opt, train_dl, eval_dl, sched);
+ *
+ * Data loaders are sharded in place (their shuffle seed is rank 0's), models
+ * flattened/wrapped, optimizers and schedulers registered. A data loader that
+ * is not prepared is not sharded (as in Accelerate): on N processes every
+ * process iterates all of it, and gather_for_metrics returns every sample N
+ * times. Preparing an object twice returns ACCEL_OK and does nothing; an
+ * object prepared by another accelerator is refused (ACCEL_ERR_STATE). On a
+ * failure the objects before the failing one stay prepared. The macro maps
+ * each argument by its type (C11 _Generic); C++ or longer lists use the array
+ * form. */
+typedef enum accel_prepare_kind {
+    ACCEL_PREPARE_NONE = 0, /* a NULL argument */
+    ACCEL_PREPARE_MODEL,
+    ACCEL_PREPARE_OPTIMIZER,
+    ACCEL_PREPARE_DATALOADER,
+    ACCEL_PREPARE_SCHEDULER,
+} accel_prepare_kind;
+typedef struct accel_preparable {
+    accel_prepare_kind kind;
+    void *obj;              /* NULL: skipped */
+} accel_preparable;
+accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, const accel_preparable *objs);
+#define accel_accelerator_prepare(acc, ...)                                                         \
+    accel_accelerator_prepare_array((acc),                                                          \
+                                    (int)(sizeof((accel_preparable[]){ACCEL__PREP_ALL(__VA_ARGS__)}) / \
+                                          sizeof(accel_preparable)),                                \
+                                    (accel_preparable[]){ACCEL__PREP_ALL(__VA_ARGS__)})
 accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_module *model);
 accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt);
 accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_lr_scheduler *s);
 accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_dataloader *dl);
 /* free_memory / clear: un-prepares every model and forgets every prepared
- * object (so they may be freed), resets step and the scaler state. */
+ * object, resets step and the scaler state. */
 void accel_accelerator_clear(accel_accelerator *acc);
-/* Removes the accelerator's forward hook and flat-buffer wiring from a
- * prepared model (it keeps its current weights and stays usable). */
-accel_status accel_accelerator_unwrap_model(accel_accelerator *acc, accel_module *model);
+/* unwrap_model: the plain model, to save or inspect (Accelerate calls it at
+ * every checkpoint). prepare works in place, so this is `model` itself, and it
+ * stays prepared. NULL + error when acc or model is NULL. */
+accel_module *accel_accelerator_unwrap_model(const accel_accelerator *acc, accel_module *model);
+/* Un-prepares a model: removes the accelerator's forward hook and flat-buffer
+ * wiring (it keeps its current weights and stays usable; its gradients are no
+ * longer all-reduced). ACCEL_ERR_STATE when acc did not prepare it. */
+accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_module *model);
 
 /* Autocast for code outside the model's forward (accelerator.autocast()):
  * begin returns the previous autocast dtype to give to end. No-op without
  * mixed precision. */
 accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc);
-void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous);
+accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous);
 
 /* ---------------------------------------------------------------- training */
 
@@ -200,24 +237,24 @@ void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype pr
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss);
 /* accumulate(model): call once per micro-batch, before forward, after the
  * batch was fetched. Advances step and sets sync_gradients (accelerate.md §5.1). */
-void accel_accelerator_accumulate(accel_accelerator *acc);
+accel_status accel_accelerator_accumulate(accel_accelerator *acc);
 /* no_sync(model): no gradient all-reduce between begin and end. */
-void accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
-void accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
+accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
+accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
 /* The prepared optimizer's step / zero_grad: no-ops unless sync_gradients.
  * fp16: unscales, skips the step on inf/nan gradients and updates the scale. */
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
-void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
+accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
 /* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step
  * was not skipped; num_processes times unless split_batches. */
-void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
+accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
 /* Unscales (fp16) then clips the model's gradients; returns the global norm
  * before clipping (gradients are identical on every rank after the
  * all-reduce), NAN + error on failure. */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
 /* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
-void accel_accelerator_unscale_gradients(accel_accelerator *acc);
+accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 
 /* ---------------------------------------------------------------- collectives
  * Results are step tensors. 0-d inputs become 1-d. */
@@ -258,14 +295,61 @@ accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **d
  * Writes the directory used into out_dir (may be NULL). */
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir,
                                           char *out_dir, size_t out_n);
+/* Where a loaded checkpoint resumes training. */
+typedef struct accel_resume_point {
+    int64_t epoch;  /* the first prepared data loader's epoch (0 without one) */
+    int64_t batch;  /* batches of that epoch already done: the loader skips them */
+    int64_t step;   /* accel_accelerator_step() when it was saved */
+} accel_resume_point;
 /* load_state: input_dir NULL with automatic naming = the highest checkpoint_N.
  * Restores models, optimizers, schedulers, RNG, step, loader positions, scaler:
- * resuming with the same world size continues bit for bit. */
-accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir);
+ * resuming with the same world size continues bit for bit. On success *at
+ * (may be NULL) tells where training resumes. No checkpoint yet is
+ * ACCEL_ERR_IO, which the caller may handle by starting fresh: nothing of it
+ * stays behind (docs/contract.md "Errors"). */
+accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir,
+                                          accel_resume_point *at);
 /* save_model: the model's state dict as safetensors shards of at most
  * max_shard_size ("10GB", "500MB", NULL = "10GB") + index (io.h), main process only. */
 accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model,
                                           const char *dir, const char *max_shard_size);
+
+/* ---------------------------------------------------------------- prepare's argument mapping */
+
+static inline accel_preparable accel__prep_model(accel_module *m) {
+    return (accel_preparable){ACCEL_PREPARE_MODEL, m};
+}
+static inline accel_preparable accel__prep_optimizer(accel_optimizer *o) {
+    return (accel_preparable){ACCEL_PREPARE_OPTIMIZER, o};
+}
+static inline accel_preparable accel__prep_dataloader(accel_dataloader *d) {
+    return (accel_preparable){ACCEL_PREPARE_DATALOADER, d};
+}
+static inline accel_preparable accel__prep_scheduler(accel_lr_scheduler *s) {
+    return (accel_preparable){ACCEL_PREPARE_SCHEDULER, s};
+}
+static inline accel_preparable accel__prep_none(void *null) { return (accel_preparable){ACCEL_PREPARE_NONE, null}; }
+#define ACCEL__PREP(x)                                                                          \
+    _Generic((x), accel_module *: accel__prep_model, accel_optimizer *: accel__prep_optimizer,  \
+             accel_dataloader *: accel__prep_dataloader, accel_lr_scheduler *: accel__prep_scheduler, \
+             void *: accel__prep_none)(x)
+#define ACCEL__NARGS(...) ACCEL__NARGS_(__VA_ARGS__, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define ACCEL__NARGS_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, n, ...) n
+#define ACCEL__CAT(a, b) ACCEL__CAT_(a, b)
+#define ACCEL__CAT_(a, b) a##b
+#define ACCEL__PREP_ALL(...) ACCEL__CAT(ACCEL__PREP_, ACCEL__NARGS(__VA_ARGS__))(__VA_ARGS__)
+#define ACCEL__PREP_1(a) ACCEL__PREP(a)
+#define ACCEL__PREP_2(a, ...) ACCEL__PREP(a), ACCEL__PREP_1(__VA_ARGS__)
+#define ACCEL__PREP_3(a, ...) ACCEL__PREP(a), ACCEL__PREP_2(__VA_ARGS__)
+#define ACCEL__PREP_4(a, ...) ACCEL__PREP(a), ACCEL__PREP_3(__VA_ARGS__)
+#define ACCEL__PREP_5(a, ...) ACCEL__PREP(a), ACCEL__PREP_4(__VA_ARGS__)
+#define ACCEL__PREP_6(a, ...) ACCEL__PREP(a), ACCEL__PREP_5(__VA_ARGS__)
+#define ACCEL__PREP_7(a, ...) ACCEL__PREP(a), ACCEL__PREP_6(__VA_ARGS__)
+#define ACCEL__PREP_8(a, ...) ACCEL__PREP(a), ACCEL__PREP_7(__VA_ARGS__)
+#define ACCEL__PREP_9(a, ...) ACCEL__PREP(a), ACCEL__PREP_8(__VA_ARGS__)
+#define ACCEL__PREP_10(a, ...) ACCEL__PREP(a), ACCEL__PREP_9(__VA_ARGS__)
+#define ACCEL__PREP_11(a, ...) ACCEL__PREP(a), ACCEL__PREP_10(__VA_ARGS__)
+#define ACCEL__PREP_12(a, ...) ACCEL__PREP(a), ACCEL__PREP_11(__VA_ARGS__)
 
 #ifdef __cplusplus
 }

@@ -92,7 +92,7 @@ typedef struct accel_name_dtype {
 } accel_name_dtype;
 
 /* Options shared by the size and device-map functions. Zero-init = Accelerate's defaults. */
-typedef struct accel_device_map_options {
+typedef struct accel_device_map_opts {
     const char *const *no_split;       /* module type names never split (e.g. "LlamaDecoderLayer") */
     int n_no_split;
     bool has_dtype;                    /* weights will be loaded in `dtype` (floating tensors) */
@@ -104,7 +104,7 @@ typedef struct accel_device_map_options {
     bool offload_buffers;
     bool fallback_allocation;
     FILE *log;                         /* NULL: stderr */
-} accel_device_map_options;
+} accel_device_map_opts;
 
 /* Per-prefix sizes in bytes ("" = total), in Accelerate's insertion order
  * (parameters, then buffers; each tensor counted once even if tied).
@@ -119,13 +119,13 @@ typedef struct accel_module_sizes {
 } accel_module_sizes;
 
 /* compute_module_sizes(model, dtype, special_dtypes, buffers_only). opts may be NULL. */
-accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_options *opts,
+accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_opts *opts,
                                                bool buffers_only);
 void accel_module_sizes_free(accel_module_sizes *s);
 /* 0 when the prefix has no tensors (like the defaultdict). */
 int64_t accel_module_sizes_get(const accel_module_sizes *s, const char *prefix);
 /* compute_module_total_buffer_size. */
-int64_t accel_module_total_buffer_size(accel_module *root, const accel_device_map_options *opts);
+int64_t accel_module_total_buffer_size(accel_module *root, const accel_device_map_opts *opts);
 
 /* get_max_layer_size over the root's direct params, children and buffers:
  * a layer is a leaf module or a module whose type is in no_split (a direct
@@ -157,24 +157,24 @@ void accel_tied_params_free(accel_tied_params *tp);
 /* infer_auto_device_map (accelerate.md §7.4), step by step. max_memory NULL ->
  * accel_get_max_memory(NULL). Returns a new map (NULL + error). */
 accel_device_map *accel_infer_auto_device_map(accel_module *root, const accel_max_memory *max_memory,
-                                              const accel_device_map_options *opts);
+                                              const accel_device_map_opts *opts);
 
 /* get_balanced_memory (§7.5): writes the balanced budgets into out. */
 accel_status accel_get_balanced_memory(accel_module *root, const accel_max_memory *max_memory,
-                                       const accel_device_map_options *opts, bool low_zero,
+                                       const accel_device_map_opts *opts, bool low_zero,
                                        accel_max_memory *out);
 
 /* A device_map string: "auto" == "balanced", "balanced_low_0", "sequential".
  * Anything else -> ACCEL_ERR_INVALID_ARG naming the accepted values. */
 accel_device_map *accel_device_map_from_string(accel_module *root, const char *strategy,
                                                const accel_max_memory *max_memory,
-                                               const accel_device_map_options *opts);
+                                               const accel_device_map_opts *opts);
 
 /* check_device_map (§7.6): keys matching no submodule are a warning (to
  * opts->log / stderr, opts may be NULL); tensors not covered are an
  * ACCEL_ERR_INVALID_ARG error listing them. */
 accel_status accel_check_device_map(accel_module *root, const accel_device_map *map,
-                                    const accel_device_map_options *opts);
+                                    const accel_device_map_opts *opts);
 
 /* ================================================================
  * Dispatch, hooks and offload (§7.8–7.11) — declared below by
@@ -201,7 +201,7 @@ accel_status accel_check_device_map(accel_module *root, const accel_device_map *
  * A device this build or machine lacks (npu:0, cuda:1) fails at load time
  * with an ACCEL_ERR_DEVICE message naming the map entry. */
 
-typedef struct accel_load_options {
+typedef struct accel_load_opts {
     bool has_dtype;            /* cast floating tensors to dtype (non-floating keep theirs) */
     accel_dtype dtype;
     bool strict;               /* unexpected or missing keys are errors (else warnings) */
@@ -212,13 +212,14 @@ typedef struct accel_load_options {
      * map options' no_split classes. */
     const char *const *preload_classes;
     int n_preload;
-    const accel_device_map_options *map_opts; /* for string maps and check_device_map; may be NULL */
+    const accel_device_map_opts *map_opts; /* for string maps and check_device_map; may be NULL */
     FILE *log;                 /* warnings (unexpected/missing keys); NULL: stderr */
-} accel_load_options;
+} accel_load_opts;
 
 /* The loaded state of a dispatched model: the mapped checkpoint, host copies
- * of cpu-offloaded weights, and the hooks' bookkeeping. OWNERSHIP: free it
- * with accel_dispatched_free BEFORE accel_module_free(root). */
+ * of cpu-offloaded weights, and the hooks' bookkeeping. Free it and the model
+ * in either order: freeing the model first makes it let go of the model's
+ * hooks and tensors (docs/contract.md "Lifetimes"). */
 typedef struct accel_dispatched accel_dispatched;
 
 typedef struct accel_dispatch_stats {
@@ -242,7 +243,7 @@ typedef struct accel_dispatch_stats {
  * are attached: accel_dispatch_model does that. NULL + error. */
 accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char *checkpoint,
                                                  const accel_device_map *map,
-                                                 const accel_load_options *opts);
+                                                 const accel_load_opts *opts);
 /* dispatch_model (§7.9): attaches the hooks for d's map. */
 accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d);
 /* load_checkpoint_and_dispatch (§7.8): map, or strategy ("auto", "balanced",
@@ -252,7 +253,7 @@ accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const c
                                                      const accel_device_map *map,
                                                      const char *strategy,
                                                      const accel_max_memory *max_memory,
-                                                     const accel_load_options *opts);
+                                                     const accel_load_opts *opts);
 /* Removes the hooks, puts offloaded parameters back on meta, frees host
  * copies and unmaps the checkpoint. Materialised weights stay with the model.
  * NULL is a no-op. */
@@ -276,14 +277,14 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
 /* from_pretrained: dir's config.json, the model built on meta, then
  * accel_load_checkpoint_and_dispatch(dir, map, strategy, max_memory, opts)
  * (no_split defaults to LlamaDecoderLayer). *out gets the dispatch state
- * (free it before the model). NULL + error. */
+ * (free it and the model in either order). NULL + error. */
 accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_map *map,
                                           const char *strategy, const accel_max_memory *max_memory,
-                                          const accel_load_options *opts, accel_dispatched **out);
+                                          const accel_load_opts *opts, accel_dispatched **out);
 
 /* ------------------------------------------------------------ generation */
 
-typedef struct accel_generate_options {
+typedef struct accel_generate_opts {
     int64_t max_new_tokens;
     bool do_sample;            /* false: greedy (argmax, first index on ties) */
     double temperature;        /* <= 0: 1.0 */
@@ -293,18 +294,18 @@ typedef struct accel_generate_options {
     bool has_eos;              /* stop after eos_token_id is generated */
     int64_t eos_token_id;
     float *prompt_logits;      /* optional [vocab]: logits at the prompt's last position */
-} accel_generate_options;
+} accel_generate_opts;
 
 /* Decodes with the KV cache (batch 1): one forward over the prompt, then one
  * per new token. out needs n_prompt + max_new_tokens slots; *n_out gets the
  * count written (prompt included). Resets the calling thread's step arena
  * after every forward (step tensors of the caller become invalid). */
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
-                            const accel_generate_options *opts, int64_t *out, int64_t *n_out);
+                            const accel_generate_opts *opts, int64_t *out, int64_t *n_out);
 /* One token from logits[n] (modified in place: temperature, top-k, top-p
  * filtering as transformers' warpers, in that order); greedy unless
  * opts->do_sample. */
-int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_options *opts,
+int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts *opts,
                             accel_rng *rng);
 
 #ifdef __cplusplus

@@ -3,10 +3,12 @@
  *
  * The bottom layer. Everything else in accel is built from what is here.
  *
- * Errors. Public functions return an accel_status (or NULL). The first error
- * of a thread is kept, with a message, until accel_clear_error(): ops given a
- * NULL input return NULL without overwriting it, so a whole step can be
- * written without checks and tested once at its end:
+ * Errors. Public functions return an accel_status (or NULL, NAN, -1: see
+ * docs/contract.md "Errors"). A failure records a message for its thread;
+ * the most recent failure owns it, so one the caller handled never shows up
+ * later. Ops given a NULL input return NULL and keep the message of the
+ * failure that produced it, so a whole step can be written without checks
+ * and tested once at its end:
  *
  *     accel_tensor *loss = accel_mse_loss(accel_linear(x, w, b), y);
  *     if (!loss) { fprintf(stderr, "%s\n", accel_last_error()); ... }
@@ -59,11 +61,14 @@ const char *accel_last_error(void);
 /* The status of the pending error of this thread (ACCEL_OK when none). */
 accel_status accel_last_status(void);
 void accel_clear_error(void);
-/* Record an error unless one is already pending; returns `st`. printf-style. */
+/* Records a failure that originates here: replaces any pending error (the
+ * most recent failure owns the message). Returns `st`. printf-style. */
 accel_status accel_set_error(accel_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Like accel_set_error but replaces a pending error (for wrapping context). */
-accel_status accel_reset_error(accel_status st, const char *fmt, ...)
+/* For an input that an earlier failure made NULL (or a callee that already
+ * said why it failed): keeps the pending error and returns its status; sets
+ * this one only when none is pending. */
+accel_status accel_propagate_error(accel_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *accel_status_name(accel_status st);
 
@@ -165,23 +170,30 @@ enum {
     ACCEL_TF_MMAP      = 1u << 4, /* data points into a mapped file (read-only) */
 };
 
+/* Read the fields; write none of them. dtype, device, ndim, shape, stride,
+ * data (the elements may be written through it), requires_grad (set it on a
+ * leaf before the forward) and grad are the user's to read; name is the one
+ * field a user may set. magic, gen, flags, grad_fn, ag_first_use and ag_gen
+ * are the library's bookkeeping (liveness checks, step expiry, autograd):
+ * changing them breaks those checks. Change shape/stride/data only through
+ * the API (views, accel_tensor_rebind). */
 struct accel_tensor {
-    uint32_t magic;                  /* ACCEL_TENSOR_MAGIC while alive */
-    uint32_t gen;                    /* arena generation (arena tensors only) */
+    uint32_t magic;                  /* internal: ACCEL_TENSOR_MAGIC while alive */
+    uint32_t gen;                    /* internal: arena generation (arena tensors only) */
     accel_dtype dtype;
     accel_device device;
     int ndim;
     int64_t shape[ACCEL_MAX_DIMS];
     int64_t stride[ACCEL_MAX_DIMS];  /* in elements */
     void *data;                      /* first element; NULL on meta */
-    uint32_t flags;
+    uint32_t flags;                  /* internal: ACCEL_TF_* */
 
     /* autograd */
     bool requires_grad;
     accel_tensor *grad;              /* leaves: persistent (or a view into a flat buffer) */
-    struct accel_node *grad_fn;      /* node that produced this tensor (step tensors) */
-    int32_t ag_first_use;            /* scratch of the backward pass */
-    uint32_t ag_gen;
+    struct accel_node *grad_fn;      /* internal: node that produced this tensor (step tensors) */
+    int32_t ag_first_use;            /* internal: scratch of the backward pass */
+    uint32_t ag_gen;                 /* internal */
 
     const char *name;                /* optional, not owned */
 };
@@ -283,13 +295,17 @@ void accel_thread_cleanup(void);
 /* ------------------------------------------------------------------ RNG */
 
 /* Counter-based (Philox-4x32-10): a value depends only on (seed, offset), never on
- * the thread count. Each draw advances the offset by what it consumed. */
+ * the thread count. Each draw advances the offset by what it consumed, in one
+ * atomic step: threads may draw from one generator (the default one) at once
+ * and get disjoint values (which thread gets which depends on timing). Seeding
+ * (accel_rng_init, accel_manual_seed) is not atomic with drawing: seed before
+ * other threads draw. Fields: read-only, except to restore a saved state. */
 typedef struct accel_rng {
     uint64_t seed;
     uint64_t offset;
 } accel_rng;
 
-void accel_rng_init(accel_rng *r, uint64_t seed);
+accel_status accel_rng_init(accel_rng *r, uint64_t seed);
 /* The process default generator, seeded by accel_manual_seed (default seed 0). */
 accel_rng *accel_default_rng(void);
 void accel_manual_seed(uint64_t seed);
@@ -300,7 +316,7 @@ accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double
 /* Bernoulli keep-mask with probability 1-p into u8 tensor. */
 accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_prob);
 /* A random permutation of 0..n-1 into out[n]. */
-void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out);
+accel_status accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out);
 uint64_t accel_rng_next_u64(accel_rng *r);
 double accel_rng_next_double(accel_rng *r); /* [0, 1) */
 

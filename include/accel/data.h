@@ -23,7 +23,8 @@
  * counter (accelerate's `iteration`). Shuffling draws a permutation from
  * Philox(seed + epoch): identical on every rank for the same seed and epoch.
  *
- * Ownership: the loader borrows the dataset (free the loader first). Datasets
+ * Ownership: the loader borrows the dataset: free them in either order, but
+ * iterate a loader only while its dataset lives. Datasets
  * own copies of their tensors. accel_batches arrays are owned by the struct.
  */
 #ifndef ACCEL_DATA_H
@@ -62,7 +63,9 @@ typedef struct accel_shard_opts {
     int num_processes;
     int process_index;
     bool split_batches;   /* cut every global batch into num_processes slices */
-    bool even_batches;    /* cycle from the epoch start so every rank gets as many batches */
+    /* even_batches=False: no cycling from the epoch start, so ranks may get
+     * fewer batches (by default every rank gets as many). */
+    bool no_even_batches;
     /* The wrapped batch sampler's attributes. batch_size <= 0 means "None": a
      * variable-size batch sampler (only without split_batches). */
     int64_t batch_size;
@@ -121,20 +124,22 @@ typedef struct accel_batch {
 typedef accel_status (*accel_batch_sampler_fn)(void *ctx, int64_t epoch, int64_t dataset_len,
                                                accel_batches *out);
 
+/* Every zero field means its default: `{.batch_size = 8, .shuffle = true}`. */
 typedef struct accel_dataloader_opts {
-    int64_t batch_size;       /* default 1 */
+    int64_t batch_size;       /* 0: 1 (with a batch_sampler: <= 0 is variable sizes) */
     bool shuffle;
     bool drop_last;
-    uint64_t seed;            /* shuffle seed (default: the default generator's seed) */
+    uint64_t seed;            /* shuffle seed; 0: the default generator's seed when the loader is made */
     accel_batch_sampler_fn batch_sampler; /* NULL: BatchSampler(Random|Sequential) */
     void *batch_sampler_ctx;
-    /* Sharding: what Accelerator.prepare sets. Defaults: 1 process. */
+    /* Sharding: what Accelerator.prepare sets. 0 processes: 1. */
     int num_processes;
     int process_index;
     bool split_batches;
-    bool even_batches;        /* default true */
+    bool no_even_batches;     /* even_batches=False (see accel_shard_opts) */
 } accel_dataloader_opts;
 
+/* Every option at its default: the zeroed struct. */
 accel_dataloader_opts accel_dataloader_opts_default(void);
 
 typedef struct accel_dataloader accel_dataloader;
@@ -144,14 +149,14 @@ typedef struct accel_dataloader accel_dataloader;
  * BatchSamplerShard that prepare_data_loader builds raises ValueError). */
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o);
 void accel_dataloader_free(accel_dataloader *dl);
-const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl);
+const accel_dataloader_opts *accel_dataloader_get_opts(const accel_dataloader *dl);
 accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl);
 
 /* Re-shards a loader (what Accelerator.prepare does): same validation as
  * accel_dataloader_new. Ends a running epoch. */
 accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int process_index,
                                     bool split_batches, bool even_batches);
-void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed);
+accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed);
 
 /* Batches this rank yields per epoch (len of the sharded loader). */
 int64_t accel_dataloader_len(const accel_dataloader *dl);
@@ -162,7 +167,7 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out);
 /* The epoch used by the next (or running) epoch. */
 int64_t accel_dataloader_epoch(const accel_dataloader *dl);
 /* Sets the epoch of the next epoch (ends a running one). */
-void accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch);
+accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch);
 /* True while an epoch is running (between its first next() and its end). */
 bool accel_dataloader_active(const accel_dataloader *dl);
 /* True when the batch last returned is the last of the epoch (one-batch lookahead). */
@@ -174,7 +179,7 @@ int64_t accel_dataloader_remainder(const accel_dataloader *dl);
 int64_t accel_dataloader_position(const accel_dataloader *dl);
 /* The next epoch started skips its first n batches (skip_first_batches);
  * applies to one epoch only. */
-void accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n);
+accel_status accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n);
 
 /* Iteration state for checkpoints: the epoch, the batches already returned in
  * it, and the shuffle seed. Restoring makes the next next() return the batch
@@ -185,7 +190,7 @@ typedef struct accel_dataloader_state {
     uint64_t seed;
 } accel_dataloader_state;
 accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl);
-void accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st);
+accel_status accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st);
 
 #ifdef __cplusplus
 }

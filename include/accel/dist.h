@@ -50,11 +50,15 @@ typedef enum accel_reduce_op {
 
 /* ------------------------------------------------------------ default group */
 
-/* Reads the environment, rendezvous with the other ranks (TCP store at
- * MASTER_ADDR:MASTER_PORT served by rank 0), picks a backend and creates the
- * default group. Idempotent. A single process when no rank variables are set. */
+/* Takes a reference to the default group, creating it on the first call:
+ * reads the environment, rendezvous with the other ranks (TCP store at
+ * MASTER_ADDR:MASTER_PORT served by rank 0) and picks a backend. A single
+ * process when no rank variables are set. Every successful call is paired
+ * with one accel_dist_finalize; each accelerator holds its own reference, so
+ * accelerators and direct users of the group may be freed in any order. */
 accel_status accel_dist_init(void);
-/* Barrier, then tears the default group down (no-op if not initialised). */
+/* Drops one reference; the last one runs a barrier and tears the default
+ * group down (no-op when no reference is held). */
 void accel_dist_finalize(void);
 bool accel_dist_is_initialized(void);
 /* Before init these read the environment; never fail (0/1 when nothing set). */

@@ -10,7 +10,8 @@
  *
  * Ownership: accel_module_free frees the module, its children and its
  * tensors. Tied parameters (the same accel_tensor registered under two names)
- * are freed once.
+ * are freed once. Freeing a model that an accelerator prepared or a dispatch
+ * hooked first detaches it from them (docs/contract.md "Lifetimes").
  *
  * Defining a module of your own (see examples/custom_module.c):
  *
@@ -34,6 +35,7 @@ extern "C" {
 #endif
 
 typedef struct accel_module accel_module;
+struct accel__link;
 
 typedef struct accel_module_ops {
     const char *type_name;
@@ -49,7 +51,8 @@ typedef struct accel_module_ops {
 typedef struct accel_module_hook {
     /* May replace *x (e.g. move it to the execution device). */
     accel_status (*pre_forward)(accel_module *m, accel_tensor **x, void *ctx);
-    /* May replace *y. */
+    /* May replace *y. Runs whenever pre_forward succeeded, also after a failed
+     * forward (*y NULL), so it can undo what pre_forward set up. */
     accel_status (*post_forward)(accel_module *m, accel_tensor **y, void *ctx);
     void (*free_ctx)(void *ctx);
     void *ctx;
@@ -62,6 +65,9 @@ typedef struct accel_named_tensor {
     bool owned;
 } accel_named_tensor;
 
+/* Fields are read-only: a forward reads children/tensors/impl/training;
+ * change the tree only through accel_module_add_child/add_param/add_buffer/
+ * tie/set_hook/train (hook and links are the library's). */
 struct accel_module {
     const accel_module_ops *ops;
     char *name;                    /* local name in the parent ("" for the root), owned */
@@ -73,6 +79,7 @@ struct accel_module {
     accel_module_hook *hook;       /* optional, owned */
     bool training;
     void *impl;                    /* module-specific state */
+    struct accel__link *links;     /* internal: who depends on it (an accelerator, a dispatch) */
 };
 
 /* ---- building */
@@ -91,7 +98,8 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
 /* Runs hooks and ops->forward. */
 accel_tensor *accel_module_call(accel_module *m, accel_tensor *x);
 /* For models with their own forward signatures: run pre/post hooks of m
- * around a custom call. enter may replace *x; exit may replace *y. */
+ * around a custom call. enter may replace *x; exit may replace *y. Once enter
+ * succeeded, call exit even when the call failed (*y NULL). */
 accel_status accel_module_enter(accel_module *m, accel_tensor **x);
 accel_status accel_module_exit(accel_module *m, accel_tensor **y);
 void accel_module_set_hook(accel_module *m, const accel_module_hook *hook); /* NULL removes */
@@ -144,13 +152,14 @@ typedef struct accel_flat_buffer {
 typedef struct accel_flat_params {
     int n_buffers;
     accel_flat_buffer buffers[ACCEL_DTYPE_COUNT];
+    accel_module *root;       /* internal: the module it was made from, NULL once freed */
 } accel_flat_params;
 
 accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
                                         int64_t pad_multiple);
 /* Frees the flat buffers after copying each parameter (and gradient) back
- * into its own memory (so the module stays usable). Call it before
- * accel_module_free of the module it was made from. */
+ * into its own memory (so the module stays usable). The module may be freed
+ * first: then only the buffers are left to free. */
 void accel_flat_params_free(accel_flat_params *fp);
 
 /* ---- devices and meta */
@@ -172,8 +181,8 @@ accel_device accel_default_param_device(accel_device requested);
 accel_module *accel_linear_new(int64_t in, int64_t out, bool bias, accel_device dev,
                                accel_dtype dt);
 accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, accel_dtype dt);
-accel_module *accel_rmsnorm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt);
-accel_module *accel_layernorm_new(int64_t dim, double eps, bool affine, accel_device dev,
+accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt);
+accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
                                   accel_dtype dt);
 /* Children named "0", "1", ... run in order. */
 accel_module *accel_sequential_new(int n, accel_module **children);

@@ -61,6 +61,10 @@ typedef enum accel_optim_kind {
     ACCEL_OPTIM_ADAMW,
 } accel_optim_kind;
 
+/* A zero field means PyTorch's default (betas 0.9/0.999, eps 1e-8, momentum
+ * and dampening 0, no nesterov), except two that have none: lr must be > 0,
+ * and weight_decay is taken as given (0: none; accel_optim_defaults gives
+ * AdamW's 0.01). `{.lr = 1e-3}` is Adam's defaults. */
 typedef struct accel_optim_hparams {
     double lr;
     double weight_decay;
@@ -111,13 +115,13 @@ int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, 
 accel_status accel_optimizer_step(accel_optimizer *opt);
 /* Zeroes every gradient (PyTorch's zero_grad(set_to_none=False)): one memset
  * per flat segment, one per tensor that has a grad. */
-void accel_optimizer_zero_grad(accel_optimizer *opt);
+accel_status accel_optimizer_zero_grad(accel_optimizer *opt);
 
 int accel_optimizer_num_groups(const accel_optimizer *opt);
 int accel_optimizer_num_segments(const accel_optimizer *opt);
 accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt);
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group);
-void accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr); /* group -1: all */
+accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr); /* group -1: all */
 /* The group's hyperparameters (live: writes take effect at the next step). */
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group);
 int64_t accel_optimizer_step_count(const accel_optimizer *opt);
@@ -208,7 +212,7 @@ accel_lr_scheduler *accel_lr_scheduler_lambda(accel_optimizer *opt, accel_lr_lam
                                               void *ctx);
 void accel_lr_scheduler_free(accel_lr_scheduler *s);
 /* scheduler.step(): last_epoch += 1; lr_g = base_g * factor(last_epoch). */
-void accel_lr_scheduler_step(accel_lr_scheduler *s);
+accel_status accel_lr_scheduler_step(accel_lr_scheduler *s);
 /* get_last_lr()[group]. */
 double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group);
 int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s);

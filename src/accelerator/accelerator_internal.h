@@ -4,6 +4,8 @@
 
 #include "accel/accelerator.h"
 #include "accel/dist.h"
+#include "data/data_internal.h"
+#include "optim/optim_internal.h"
 
 #define ACCEL__MAX_PREPARED 8
 
@@ -114,6 +116,8 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
 /* Gives optimizer i back its per-tensor segments with the consolidated state
  * (collective). */
 void accel__zero_release(accel_accelerator *acc, int i);
+/* Drops optimizer i's shard bookkeeping without touching the optimizer (it is being freed). */
+void accel__zero_forget(accel_accelerator *acc, int i);
 /* Stage 2: reduce-scatter (AVG) of the f32 gradients into zgrad, all-reduce of the rest. */
 accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm);
 /* After the shard step: every rank's updated shard to everyone (in place). */

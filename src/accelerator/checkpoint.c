@@ -456,7 +456,7 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
         snprintf(name, sizeof name, "dataloader_%d", i);
         if ((s = read_i64(f, name, d, 3))) break;
         accel_dataloader_state st = {d[0], d[1], (uint64_t)d[2]};
-        accel_dataloader_set_state(acc->dls[i], &st);
+        if ((s = accel_dataloader_set_state(acc->dls[i], &st))) break;
     }
     if (!s) {
         accel_rng *r = accel_default_rng();
@@ -611,7 +611,18 @@ static accel_status pick_newest(accel_accelerator *acc, char *dir, size_t n) {
     return ACCEL_OK;
 }
 
-accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir) {
+/* Where training resumes: the first prepared loader's epoch and position, the step counter. */
+static accel_resume_point resume_point(const accel_accelerator *acc) {
+    accel_resume_point at = {0, 0, acc->step};
+    if (acc->n_dls) {
+        accel_dataloader_state st = accel_dataloader_get_state(acc->dls[0]);
+        at.epoch = st.epoch;
+        at.batch = st.position;
+    }
+    return at;
+}
+
+accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
@@ -637,7 +648,9 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         s = load_file(path, acc->scheds[i], load_sched);
     }
     if (!s) s = load_rank_state(acc, dir);
-    return agree(acc, s);
+    s = agree(acc, s);
+    if (!s && at) *at = resume_point(acc);
+    return s;
 }
 
 /* ---------------------------------------------------------------- save_model */

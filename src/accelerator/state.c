@@ -10,16 +10,23 @@
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
     accel_accelerator_opts o;
-    memset(&o, 0, sizeof o);
-    o.even_batches = true;
-    o.sync_with_dataloader = true;
-    o.step_scheduler_with_optimizer = true;
-    o.bucket_cap_bytes = 25 << 20;
-    o.init_scale = 65536.0;
-    o.growth_factor = 2.0;
-    o.backoff_factor = 0.5;
-    o.growth_interval = 2000;
+    memset(&o, 0, sizeof o); /* every zero field means its default */
     return o;
+}
+
+/* The zero fields get their defaults; a value no default can fix is refused. */
+static accel_status resolve_scaler(accel_accelerator_opts *o) {
+    if (o->init_scale == 0) o->init_scale = 65536.0;
+    if (o->growth_factor == 0) o->growth_factor = 2.0;
+    if (o->backoff_factor == 0) o->backoff_factor = 0.5;
+    if (o->growth_interval == 0) o->growth_interval = 2000;
+    if (!(o->init_scale > 0) || !(o->growth_factor >= 1) || !(o->backoff_factor > 0 && o->backoff_factor <= 1) ||
+        o->growth_interval < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_new: bad fp16 scaler options (init_scale %g must be > 0, "
+                               "growth_factor %g >= 1, backoff_factor %g in (0, 1], growth_interval %lld > 0)",
+                               o->init_scale, o->growth_factor, o->backoff_factor, (long long)o->growth_interval);
+    return ACCEL_OK;
 }
 
 static const char *env2(const char *a, const char *b) {
@@ -51,6 +58,7 @@ static accel_status parse_precision(const char *s, accel_mixed_precision *out) {
 
 accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     accel_accelerator_opts o = opts ? *opts : accel_accelerator_opts_default();
+    if (resolve_scaler(&o)) return NULL;
     accel_mixed_precision mp = ACCEL_MP_NO;
     const char *mps = o.mixed_precision ? o.mixed_precision
                                         : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
@@ -87,12 +95,18 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
                         "accel_accelerator_new: gradient_accumulation_steps must be >= 1 (got %d)", steps);
         return NULL;
     }
-    if (zc.bucket_bytes && o.bucket_cap_bytes == accel_accelerator_opts_default().bucket_cap_bytes)
-        o.bucket_cap_bytes = zc.bucket_bytes;
-    if (o.bucket_cap_bytes <= 0) o.bucket_cap_bytes = 25 << 20;
-    if (accel_dist_init() != ACCEL_OK) return NULL;
+    if (o.bucket_cap_bytes < 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: bucket_cap_bytes must be >= 0 (got %lld)",
+                        (long long)o.bucket_cap_bytes);
+        return NULL;
+    }
+    if (o.bucket_cap_bytes == 0) o.bucket_cap_bytes = zc.bucket_bytes ? zc.bucket_bytes : 25 << 20;
+    if (accel_dist_init() != ACCEL_OK) return NULL; /* this accelerator's reference to the group */
     accel_accelerator *acc = accel_calloc(1, sizeof *acc);
-    if (!acc) return NULL;
+    if (!acc) {
+        accel_dist_finalize();
+        return NULL;
+    }
     acc->o = o;
     acc->o.mixed_precision = NULL;
     acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : ".");
@@ -163,8 +177,13 @@ const char *accel_mixed_precision_name(accel_mixed_precision mp) {
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? 1 : acc->accum_steps;
 }
-void accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
-    if (!accel__acc_null(acc, __func__) && steps >= 1) acc->accum_steps = steps;
+accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (steps < 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_set_gradient_accumulation_steps: steps must be >= 1 (got %d)", steps);
+    acc->accum_steps = steps;
+    return ACCEL_OK;
 }
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? false : acc->sync_gradients;
@@ -263,7 +282,7 @@ void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_spe
     accel_manual_seed(seed + (device_specific && acc ? (uint64_t)acc->rank : 0));
 }
 
-/* ---------------------------------------------------------------- prepare */
+/* ---------------------------------------------------------------- prepared objects */
 
 accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m) {
     if (!acc) return NULL;
@@ -283,46 +302,126 @@ static accel_status too_many(const char *what) {
                            ACCEL__MAX_PREPARED, what);
 }
 
+/* Removes element i of an array of n elements of the given size. */
+static void remove_at(void *array, int *n, int i, size_t size) {
+    char *a = array;
+    memmove(a + (size_t)i * size, a + (size_t)(i + 1) * size, (size_t)(*n - i - 1) * size);
+    (*n)--;
+}
+
+/* ---------------------------------------------------------------- forgetting
+ * Each prepared object carries a link back to its accelerator (core/link.h):
+ * freeing the object first calls the *_detached function below, freeing the
+ * accelerator first removes the links. */
+
+static void forget_model(accel_accelerator *acc, accel__model *pm) {
+    for (int i = 0; i < acc->n_opts; i++)
+        if (acc->zopts[i] && acc->zopts[i]->m == pm->m) accel__zero_release(acc, i);
+    accel__ddp_release(acc, pm);
+    remove_at(acc->models, &acc->n_models, (int)(pm - acc->models), sizeof *pm);
+}
+
+/* consolidate: give a ZeRO-sharded optimizer its full state back (collective);
+ * false when the optimizer is being freed. */
+static void forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
+    if (consolidate) accel__zero_release(acc, i);
+    else accel__zero_forget(acc, i);
+    int n = acc->n_opts;
+    remove_at(acc->zopts, &n, i, sizeof acc->zopts[0]);
+    n = acc->n_opts;
+    remove_at(acc->skipped, &n, i, sizeof acc->skipped[0]);
+    remove_at(acc->opts, &acc->n_opts, i, sizeof acc->opts[0]);
+}
+
+static int index_of(void *const *objs, int n, const void *obj) {
+    for (int i = 0; i < n; i++)
+        if (objs[i] == obj) return i;
+    return -1;
+}
+
+static void model_detached(void *owner, void *obj) {
+    accel_accelerator *acc = owner;
+    accel__model *pm = accel__find_model(acc, obj);
+    if (pm) forget_model(acc, pm);
+}
+
+static void optimizer_detached(void *owner, void *obj) {
+    accel_accelerator *acc = owner;
+    int i = index_of((void *const *)acc->opts, acc->n_opts, obj);
+    if (i >= 0) forget_optimizer(acc, i, false);
+}
+
+static void dataloader_detached(void *owner, void *obj) {
+    accel_accelerator *acc = owner;
+    int i = index_of((void *const *)acc->dls, acc->n_dls, obj);
+    if (i >= 0) remove_at(acc->dls, &acc->n_dls, i, sizeof acc->dls[0]);
+}
+
+static void scheduler_detached(void *owner, void *obj) {
+    accel_accelerator *acc = owner;
+    int i = index_of((void *const *)acc->scheds, acc->n_scheds, obj);
+    if (i >= 0) remove_at(acc->scheds, &acc->n_scheds, i, sizeof acc->scheds[0]);
+}
+
+/* ACCEL_OK with *mine set when acc already prepared the object; an error when
+ * another accelerator did (an object has one accelerator, as in Accelerate). */
+static accel_status check_owner(const accel_accelerator *acc, accel__link *links, accel__detach_fn fn,
+                                const char *fn_name, const char *what, bool *mine) {
+    void *owner = accel__link_owner(links, fn);
+    *mine = owner == acc;
+    if (owner && !*mine)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: the %s is already prepared by another accelerator "
+                               "(un-prepare it there first)", fn_name, what);
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- prepare */
+
 accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_module *model) {
     if (!acc || !model)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_model: NULL argument");
-    if (accel__find_model(acc, model)) return ACCEL_OK;
+    bool mine;
+    accel_status st = check_owner(acc, model->links, model_detached, __func__, "model", &mine);
+    if (st || mine) return st;
     if (acc->n_models == ACCEL__MAX_PREPARED) return too_many("models");
     accel__model *pm = &acc->models[acc->n_models];
     memset(pm, 0, sizeof *pm);
     pm->m = model;
-    accel_status st = accel__ddp_prepare(acc, pm);
-    if (st) {
+    if ((st = accel__ddp_prepare(acc, pm))) {
         memset(pm, 0, sizeof *pm);
         return st;
     }
     acc->n_models++;
-    return ACCEL_OK;
+    if ((st = accel__link_add(&model->links, model_detached, acc))) forget_model(acc, pm);
+    return st;
 }
 
 accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
     if (!acc || !opt)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_optimizer: NULL argument");
-    for (int i = 0; i < acc->n_opts; i++)
-        if (acc->opts[i] == opt) return ACCEL_OK;
+    bool mine;
+    accel__link **links = accel__optimizer_links(opt);
+    accel_status st = check_owner(acc, *links, optimizer_detached, __func__, "optimizer", &mine);
+    if (st || mine) return st;
     if (acc->n_opts == ACCEL__MAX_PREPARED) return too_many("optimizers");
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
     acc->zopts[acc->n_opts] = NULL;
-    if (acc->zero_stage) {
-        accel_status st = accel__zero_prepare_optimizer(acc, acc->n_opts);
-        if (st) return st;
-    }
+    if (acc->zero_stage && (st = accel__zero_prepare_optimizer(acc, acc->n_opts))) return st;
     acc->n_opts++;
-    return ACCEL_OK;
+    if ((st = accel__link_add(links, optimizer_detached, acc))) forget_optimizer(acc, acc->n_opts - 1, true);
+    return st;
 }
 
 accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_lr_scheduler *s) {
     if (!acc || !s)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_scheduler: NULL argument");
-    for (int i = 0; i < acc->n_scheds; i++)
-        if (acc->scheds[i] == s) return ACCEL_OK;
+    bool mine;
+    accel__link **links = accel__scheduler_links(s);
+    accel_status st = check_owner(acc, *links, scheduler_detached, __func__, "scheduler", &mine);
+    if (st || mine) return st;
     if (acc->n_scheds == ACCEL__MAX_PREPARED) return too_many("schedulers");
+    if ((st = accel__link_add(links, scheduler_detached, acc))) return st;
     acc->scheds[acc->n_scheds++] = s;
     return ACCEL_OK;
 }
@@ -330,38 +429,61 @@ accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_l
 accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_dataloader *dl) {
     if (!acc || !dl)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_dataloader: NULL argument");
-    for (int i = 0; i < acc->n_dls; i++)
-        if (acc->dls[i] == dl) return ACCEL_OK;
+    bool mine;
+    accel__link **links = accel__dataloader_links(dl);
+    accel_status st = check_owner(acc, *links, dataloader_detached, __func__, "data loader", &mine);
+    if (st || mine) return st;
     if (acc->n_dls == ACCEL__MAX_PREPARED) return too_many("data loaders");
-    accel_status st = accel_dataloader_shard(dl, acc->world, acc->rank, acc->o.split_batches,
-                                             acc->o.even_batches);
+    st = accel_dataloader_shard(dl, acc->world, acc->rank, acc->o.split_batches,
+                               !acc->o.no_even_batches);
     if (st) return st;
     if (acc->world > 1) {
         /* synchronize_rng_states: every rank shuffles with rank 0's seed. */
-        uint64_t seed = accel_dataloader_options(dl)->seed;
+        uint64_t seed = accel_dataloader_get_opts(dl)->seed;
         if ((st = accel_pg_broadcast(acc->pg, &seed, 1, ACCEL_I64, 0))) return st;
         accel_dataloader_set_seed(dl, seed);
     }
+    if ((st = accel__link_add(links, dataloader_detached, acc))) return st;
     acc->dls[acc->n_dls++] = dl;
     return ACCEL_OK;
 }
 
-accel_status accel_accelerator_prepare(accel_accelerator *acc, accel_module *model, accel_optimizer *opt,
-                                       accel_dataloader *dl, accel_lr_scheduler *sched) {
+static accel_status prepare_one(accel_accelerator *acc, const accel_preparable *p) {
+    if (!p->obj) return ACCEL_OK; /* a NULL argument: nothing to prepare */
+    switch (p->kind) {
+    case ACCEL_PREPARE_MODEL: return accel_accelerator_prepare_model(acc, p->obj);
+    case ACCEL_PREPARE_OPTIMIZER: return accel_accelerator_prepare_optimizer(acc, p->obj);
+    case ACCEL_PREPARE_DATALOADER: return accel_accelerator_prepare_dataloader(acc, p->obj);
+    case ACCEL_PREPARE_SCHEDULER: return accel_accelerator_prepare_scheduler(acc, p->obj);
+    case ACCEL_PREPARE_NONE: break;
+    }
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: object of unknown kind %d",
+                           (int)p->kind);
+}
+
+accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, const accel_preparable *objs) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: accelerator is NULL");
+    if (n < 0 || (n > 0 && !objs))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: bad object list (%d objects)", n);
     accel_status st = ACCEL_OK;
-    if (model && (st = accel_accelerator_prepare_model(acc, model))) return st;
-    if (opt && (st = accel_accelerator_prepare_optimizer(acc, opt))) return st;
-    if (dl && (st = accel_accelerator_prepare_dataloader(acc, dl))) return st;
-    if (sched && (st = accel_accelerator_prepare_scheduler(acc, sched))) return st;
-    return ACCEL_OK;
+    for (int i = 0; i < n && !st; i++) st = prepare_one(acc, &objs[i]);
+    return st;
 }
 
 void accel_accelerator_clear(accel_accelerator *acc) {
     if (!acc) return;
-    for (int i = 0; i < acc->n_opts; i++) accel__zero_release(acc, i);
-    for (int i = 0; i < acc->n_models; i++) accel__ddp_release(acc, &acc->models[i]);
-    acc->n_models = acc->n_opts = acc->n_scheds = acc->n_dls = 0;
+    /* Optimizers first: a ZeRO optimizer's state is consolidated from its model's flat buffers. */
+    while (acc->n_opts) {
+        accel__link_remove(accel__optimizer_links(acc->opts[0]), acc);
+        forget_optimizer(acc, 0, true);
+    }
+    while (acc->n_models) {
+        accel__link_remove(&acc->models[0].m->links, acc);
+        forget_model(acc, &acc->models[0]);
+    }
+    for (int i = 0; i < acc->n_scheds; i++) accel__link_remove(accel__scheduler_links(acc->scheds[i]), acc);
+    for (int i = 0; i < acc->n_dls; i++) accel__link_remove(accel__dataloader_links(acc->dls[i]), acc);
+    acc->n_scheds = acc->n_dls = 0;
     acc->step = 0;
     acc->sync_gradients = true;
     acc->scale = acc->mp == ACCEL_MP_FP16 ? acc->o.init_scale : 1.0;
@@ -369,16 +491,18 @@ void accel_accelerator_clear(accel_accelerator *acc) {
     acc->unscaled = acc->found_inf = false;
 }
 
-accel_status accel_accelerator_unwrap_model(accel_accelerator *acc, accel_module *model) {
+accel_module *accel_accelerator_unwrap_model(const accel_accelerator *acc, accel_module *model) {
+    if (accel__acc_null(acc, __func__)) return NULL;
+    if (!model) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_unwrap_model: model is NULL");
+    return model; /* prepare works in place: the prepared model is the plain model */
+}
+
+accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_module *model) {
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
     if (!pm)
-        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_unwrap_model: the model was not prepared");
-    for (int i = 0; i < acc->n_opts; i++)
-        if (acc->zopts[i] && acc->zopts[i]->m == model) accel__zero_release(acc, i);
-    accel__ddp_release(acc, pm);
-    int i = (int)(pm - acc->models);
-    memmove(&acc->models[i], &acc->models[i + 1], (size_t)(acc->n_models - i - 1) * sizeof *pm);
-    acc->n_models--;
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_unprepare_model: the model was not prepared");
+    accel__link_remove(&model->links, acc);
+    forget_model(acc, pm);
     return ACCEL_OK;
 }
 
@@ -394,7 +518,8 @@ accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
     return dt == ACCEL_F32 ? accel_autocast_dtype() : accel_autocast_begin(dt);
 }
 
-void accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
-    if (accel__acc_null(acc, __func__)) return;
+accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     if (autocast_dtype(acc) != ACCEL_F32) accel_autocast_end(previous);
+    return ACCEL_OK;
 }

@@ -6,9 +6,7 @@
 
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
-    if (!loss) return accel_last_status() ? accel_last_status()
-                                          : accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                                            "accel_accelerator_backward: loss is NULL");
+    if (!loss) return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: loss is NULL");
     accel_tensor *l = loss;
     if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
@@ -19,26 +17,32 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
     return st ? st : st2;
 }
 
-void accel_accelerator_accumulate(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return;
+accel_status accel_accelerator_accumulate(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     accel_dataloader *dl = accel__active_dataloader(acc);
-    if (acc->o.sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
+    if (!acc->o.no_sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
         acc->step = 0;
         acc->sync_gradients = true;
     } else {
         acc->step++;
         acc->sync_gradients = acc->step % acc->accum_steps == 0;
     }
+    return ACCEL_OK;
 }
 
-void accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model) {
+static accel_status set_no_sync(accel_accelerator *acc, accel_module *model, bool on, const char *fn) {
     accel__model *pm = accel__find_model(acc, model);
-    if (pm) pm->no_sync = true;
+    if (!pm) return accel_set_error(ACCEL_ERR_STATE, "%s: the model was not prepared", fn);
+    pm->no_sync = on;
+    return ACCEL_OK;
 }
 
-void accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model) {
-    accel__model *pm = accel__find_model(acc, model);
-    if (pm) pm->no_sync = false;
+accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model) {
+    return set_no_sync(acc, model, true, __func__);
+}
+
+accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model) {
+    return set_no_sync(acc, model, false, __func__);
 }
 
 static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {
@@ -58,9 +62,9 @@ static bool unscale(float *g, int64_t n, float inv) {
 
 /* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. Under
  * ZeRO-2 each rank holds only its gradient shard, so the ranks agree on inf. */
-void accel_accelerator_unscale_gradients(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return;
-    if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return;
+accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return ACCEL_OK;
     float inv = (float)(1.0 / acc->scale);
     bool inf = false, sharded = false;
     for (int i = 0; i < acc->n_models; i++) {
@@ -82,6 +86,7 @@ void accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     }
     acc->found_inf = inf;
     acc->unscaled = true;
+    return ACCEL_OK;
 }
 
 /* GradScaler.update */
@@ -137,24 +142,29 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
     return st;
 }
 
-void accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt) {
+accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt) {
     int i = acc ? find_opt(acc, opt) : -1;
-    if (i < 0 || !acc->sync_gradients) return;
+    if (i < 0) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_grad: the optimizer was not prepared");
+    if (!acc->sync_gradients) return ACCEL_OK;
     /* Under ZeRO the optimizer sees only its shard: clear the model's whole gradient buffers. */
     if (acc->zopts[i]) accel__zero_zero_grad(acc, accel__find_model(acc, acc->zopts[i]->m));
     else accel_optimizer_zero_grad(opt);
     acc->unscaled = false;
+    return ACCEL_OK;
 }
 
-void accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
-    if (!acc || !s) return;
-    if (!acc->o.step_scheduler_with_optimizer) {
-        accel_lr_scheduler_step(s);
-        return;
-    }
-    if (!acc->sync_gradients || accel_accelerator_optimizer_step_was_skipped(acc)) return;
+accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
+    if (!acc || !s) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_scheduler_step: NULL argument");
+    bool prepared = false;
+    for (int i = 0; i < acc->n_scheds && !prepared; i++) prepared = acc->scheds[i] == s;
+    if (!prepared)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_scheduler_step: the scheduler was not prepared");
+    if (acc->o.no_step_scheduler_with_optimizer) return accel_lr_scheduler_step(s);
+    if (!acc->sync_gradients || accel_accelerator_optimizer_step_was_skipped(acc)) return ACCEL_OK;
     int n = acc->o.split_batches ? 1 : acc->world;
-    for (int k = 0; k < n; k++) accel_lr_scheduler_step(s);
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < n && !st; k++) st = accel_lr_scheduler_step(s);
+    return st;
 }
 
 /* ZeRO-2: the global norm from every rank's shard (sum of |g|^p, or max), then each clips its own. */

@@ -314,7 +314,7 @@ fail:
     {
         char why[512];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        accel_reset_error(s ? s : ACCEL_ERR_DIST, "accel_accelerator: consolidating the ZeRO optimizer state failed: %s",
+        accel_set_error(s ? s : ACCEL_ERR_DIST, "accel_accelerator: consolidating the ZeRO optimizer state failed: %s",
                         why);
     }
     return -1;
@@ -396,6 +396,11 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     accel_free(local[0]);
     accel_free(local[1]);
     return s;
+}
+
+void accel__zero_forget(accel_accelerator *acc, int i) {
+    zopt_free(acc->zopts[i]);
+    acc->zopts[i] = NULL;
 }
 
 void accel__zero_release(accel_accelerator *acc, int i) {

@@ -34,7 +34,7 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only,
                                    int n_no_split, int64_t *max_out, char ***names, int *n_names);
 
 /* Warnings (always; to o->log or stderr) and info lines (to o->log, or stderr when verbose). */
-void accel__bm_log(const accel_device_map_options *o, bool warning, const char *fmt, ...)
+void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Is the string a GPU index key ("0", "12")? */

@@ -287,7 +287,7 @@ accel_status accel_get_max_memory(const accel_max_memory *in, accel_max_memory *
 
 /* ------------------------------------------------------------ check_device_map */
 
-void accel__bm_log(const accel_device_map_options *o, bool warning, const char *fmt, ...) {
+void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt, ...) {
     FILE *f = o && o->log ? o->log : (warning || (o && o->verbose) ? stderr : NULL);
     if (!f) return;
     va_list ap;
@@ -309,7 +309,7 @@ static bool is_module_path(accel_module *root, const char *key) {
 }
 
 accel_status accel_check_device_map(accel_module *root, const accel_device_map *map,
-                                    const accel_device_map_options *opts) {
+                                    const accel_device_map_opts *opts) {
     if (!root || !map) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_check_device_map: NULL argument");
     char *msg = NULL;
     size_t len = 0;

@@ -207,7 +207,7 @@ accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d) {
 accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const char *checkpoint,
                                                      const accel_device_map *map, const char *strategy,
                                                      const accel_max_memory *max_memory,
-                                                     const accel_load_options *opts) {
+                                                     const accel_load_opts *opts) {
     accel_device_map *built = NULL;
     if (!map && strategy) {
         built = accel_device_map_from_string(root, strategy, max_memory, opts ? opts->map_opts : NULL);
@@ -223,12 +223,34 @@ accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const c
     return d;
 }
 
-void accel_dispatched_free(accel_dispatched *d) {
-    if (!d) return;
+/* Removes d's hooks and gives its offloaded tensors back to meta. */
+static void release_model(accel_dispatched *d) {
     for (int i = 0; i < d->n_hooked; i++)
         if (is_ours(d->hooked[i], d)) accel_module_set_hook(d->hooked[i], NULL);
     accel_free(d->hooked);
+    d->hooked = NULL;
+    d->n_hooked = d->cap_hooked = 0;
     accel__off_free_all(d);
+}
+
+/* The model is being freed before d: let go of it while it is whole. */
+static void model_detached(void *owner, void *root) {
+    accel_dispatched *d = owner;
+    (void)root;
+    release_model(d);
+    d->root = NULL;
+}
+
+accel_status accel__dispatched_attach(accel_dispatched *d, accel_module *root) {
+    accel_status st = accel__link_add(&root->links, model_detached, d);
+    if (st == ACCEL_OK) d->root = root;
+    return st;
+}
+
+void accel_dispatched_free(accel_dispatched *d) {
+    if (!d) return;
+    if (d->root) accel__link_remove(&d->root->links, d);
+    release_model(d);
     accel_checkpoint_close(d->ck);
     accel_device_map_free(d->map);
     for (int i = 0; i < d->n_placed; i++) accel_free(d->placed[i].name);

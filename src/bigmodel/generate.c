@@ -28,7 +28,7 @@ static int64_t argmax(const float *l, int64_t n) {
     return best;
 }
 
-int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_options *o, accel_rng *rng) {
+int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts *o, accel_rng *rng) {
     if (!logits || n <= 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: no logits");
         return -1;
@@ -99,7 +99,7 @@ static accel_status last_logits(accel_tensor *y, int64_t vocab, float *buf) {
 }
 
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
-                            const accel_generate_options *opts, int64_t *out, int64_t *n_out) {
+                            const accel_generate_opts *opts, int64_t *out, int64_t *n_out) {
     if (!llama || !prompt || n_prompt <= 0 || !opts || opts->max_new_tokens < 0 || !out || !n_out)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_generate: needs a model, a non-empty prompt, options, out and n_out");

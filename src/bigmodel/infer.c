@@ -15,7 +15,7 @@
 #define INF_SIZE INT64_MAX
 
 typedef struct ctx {
-    const accel_device_map_options *o;
+    const accel_device_map_opts *o;
     accel_module_sizes *sizes;
     accel_tied_params *tied;
 } ctx;
@@ -184,10 +184,10 @@ static void final_messages(const ctx *c, const devstate *d, bool any_gpu) {
 }
 
 accel_device_map *accel_infer_auto_device_map(accel_module *root, const accel_max_memory *max_memory,
-                                              const accel_device_map_options *opts) {
-    static const accel_device_map_options defaults = {0};
+                                              const accel_device_map_opts *opts) {
+    static const accel_device_map_opts defaults = {0};
     ctx c = {opts ? opts : &defaults, NULL, NULL};
-    const accel_device_map_options *o = c.o;
+    const accel_device_map_opts *o = c.o;
     accel_max_memory mm;
     if (!root) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_infer_auto_device_map: model is NULL");
@@ -366,10 +366,10 @@ static bool is_leaf(const accel_module_sizes *s, const bool *removed, int i) {
 }
 
 accel_status accel_get_balanced_memory(accel_module *root, const accel_max_memory *max_memory,
-                                       const accel_device_map_options *opts, bool low_zero,
+                                       const accel_device_map_opts *opts, bool low_zero,
                                        accel_max_memory *out) {
-    static const accel_device_map_options defaults = {0};
-    const accel_device_map_options *o = opts ? opts : &defaults;
+    static const accel_device_map_opts defaults = {0};
+    const accel_device_map_opts *o = opts ? opts : &defaults;
     if (!root || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_get_balanced_memory: NULL argument");
     accel_max_memory mm;
     if (accel_get_max_memory(max_memory, &mm)) return accel_last_status();
@@ -458,7 +458,7 @@ accel_status accel_get_balanced_memory(accel_module *root, const accel_max_memor
 
 accel_device_map *accel_device_map_from_string(accel_module *root, const char *strategy,
                                                const accel_max_memory *max_memory,
-                                               const accel_device_map_options *opts) {
+                                               const accel_device_map_opts *opts) {
     if (!strategy || (strcmp(strategy, "auto") && strcmp(strategy, "balanced") &&
                       strcmp(strategy, "balanced_low_0") && strcmp(strategy, "sequential"))) {
         accel_set_error(ACCEL_ERR_INVALID_ARG,

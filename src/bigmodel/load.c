@@ -25,8 +25,8 @@ typedef struct plan {
     bool loaded;
 } plan;
 
-static void warn(const accel_load_options *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(const accel_load_options *o, const char *fmt, ...) {
+static void warn(const accel_load_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(const accel_load_opts *o, const char *fmt, ...) {
     FILE *f = o && o->log ? o->log : stderr;
     va_list ap;
     va_start(ap, fmt);
@@ -47,9 +47,9 @@ static accel_status classify(const char *entry, const char *value, accel_device 
     if (accel_device_map_device(value, &dv) != ACCEL_OK) {
         char prev[512];
         snprintf(prev, sizeof prev, "%s", accel_last_error());
-        return accel_reset_error(ACCEL_ERR_DEVICE,
-                                 "accel_load_checkpoint_in_model: device_map entry '%s' -> '%s': %s", entry,
-                                 value, prev);
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_load_checkpoint_in_model: device_map entry '%s' -> '%s': %s", entry,
+                               value, prev);
     }
     if (dv.type == ACCEL_DEV_META)
         return accel_set_error(ACCEL_ERR_DEVICE,
@@ -79,7 +79,7 @@ static accel_status check_devices(const accel_device_map *map) {
     return ACCEL_OK;
 }
 
-static accel_status resolve_main(const accel_device_map *map, const accel_load_options *o, accel_device *main) {
+static accel_status resolve_main(const accel_device_map *map, const accel_load_opts *o, accel_device *main) {
     *main = ACCEL_CPU_DEVICE;
     if (o && o->main_device) {
         if (accel_device_map_device(o->main_device, main) != ACCEL_OK) return accel_last_status();
@@ -197,7 +197,7 @@ static void contiguous_strides(accel_tensor *t) {
 
 /* Reads one checkpoint tensor into its place. */
 static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
-                             const char *checkpoint, const accel_load_options *o) {
+                             const char *checkpoint, const accel_load_opts *o) {
     accel_tensor *t = p->t;
     if (in->ndim != t->ndim || memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
         char a[128], b[128];
@@ -282,7 +282,7 @@ static void list_free(name_list *l) {
 }
 
 static accel_status load_all(accel_dispatched *d, const char *checkpoint, const accel_state_dict *sd,
-                             plan *plans, const int *plan_of, int np, const accel_load_options *o) {
+                             plan *plans, const int *plan_of, int np, const accel_load_opts *o) {
     bool strict = o && o->strict;
     name_list unexpected = {0}, missing = {0};
     accel_status st = ACCEL_OK;
@@ -344,7 +344,7 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
 
 accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char *checkpoint,
                                                  const accel_device_map *map,
-                                                 const accel_load_options *opts) {
+                                                 const accel_load_opts *opts) {
     if (!root || !checkpoint) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_load_checkpoint_in_model: NULL model or checkpoint");
         return NULL;
@@ -355,6 +355,7 @@ accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char 
     plan *plans = NULL;
     int *plan_of = NULL;
     accel_status st = ACCEL_OK;
+    if (accel__dispatched_attach(d, root) != ACCEL_OK) goto fail;
     d->map = accel_device_map_new();
     if (!d->map) goto fail;
     if (map) {

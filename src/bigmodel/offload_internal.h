@@ -6,6 +6,7 @@
 
 #include "accel/bigmodel.h"
 #include "accel/io.h"
+#include "core/link.h"
 
 typedef enum accel__off_kind {
     ACCEL__OFF_DISK = 1, /* src points into the mapped checkpoint (borrowed) */
@@ -32,6 +33,7 @@ typedef struct accel__placed {
 } accel__placed;
 
 struct accel_dispatched {
+    accel_module *root;     /* the model whose tensors it placed; NULL once that was freed */
     accel_checkpoint *ck;
     accel_device_map *map;  /* owned copy (or built from a strategy) */
     accel_device main;
@@ -46,6 +48,10 @@ struct accel_dispatched {
     accel_dispatch_stats stats;
     int64_t onload_now;     /* offloaded bytes currently brought in */
 };
+
+/* ---- dispatch.c */
+/* Ties d to root: freeing root first makes d let go of root's hooks and tensors. */
+accel_status accel__dispatched_attach(accel_dispatched *d, accel_module *root);
 
 /* ---- offload.c */
 /* Appends an entry (kind HOST: src owned by the entry). Index or -1. */

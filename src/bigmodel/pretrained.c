@@ -41,7 +41,7 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
 }
 
 accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_map *map, const char *strategy,
-                                          const accel_max_memory *max_memory, const accel_load_options *opts,
+                                          const accel_max_memory *max_memory, const accel_load_opts *opts,
                                           accel_dispatched **out) {
     if (!dir || !out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_from_pretrained: NULL dir or out");
@@ -55,8 +55,8 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
     accel_init_empty_weights_end();
     if (!m) return NULL;
     static const char *const no_split[] = {"LlamaDecoderLayer"};
-    accel_device_map_options mo = {.no_split = no_split, .n_no_split = 1};
-    accel_load_options lo = opts ? *opts : (accel_load_options){0};
+    accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
+    accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.map_opts) lo.map_opts = &mo;
     accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo);
     if (!d) {

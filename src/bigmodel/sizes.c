@@ -94,7 +94,7 @@ void accel_module_sizes_free(accel_module_sizes *s) {
 
 /* ------------------------------------------------------------ sizes */
 
-static int64_t tensor_size(const accel_tensor *t, const char *name, const accel_device_map_options *o) {
+static int64_t tensor_size(const accel_tensor *t, const char *name, const accel_device_map_opts *o) {
     int64_t numel = accel_numel(t);
     for (int i = 0; o && i < o->n_special; i++)
         if (strcmp(o->special_dtypes[i].name, name) == 0)
@@ -118,7 +118,7 @@ static accel_status add_tensor(accel_module_sizes *s, const char *name, int64_t 
     return ACCEL_OK;
 }
 
-accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_options *opts,
+accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_opts *opts,
                                                bool buffers_only) {
     if (!root) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_compute_module_sizes: model is NULL");
@@ -147,7 +147,7 @@ accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_d
     return s;
 }
 
-int64_t accel_module_total_buffer_size(accel_module *root, const accel_device_map_options *opts) {
+int64_t accel_module_total_buffer_size(accel_module *root, const accel_device_map_opts *opts) {
     accel_module_sizes *s = accel_compute_module_sizes(root, opts, true);
     int64_t v = accel_module_sizes_get(s, "");
     accel_module_sizes_free(s);

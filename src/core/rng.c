@@ -1,5 +1,7 @@
 /* Counter-based RNG (Philox-4x32-10). Element i of a draw depends only on
- * (seed, offset + i), so results never depend on the thread count. */
+ * (seed, offset + i), so results never depend on the thread count. A draw
+ * reserves its offsets with one atomic add, so threads sharing a generator
+ * (the default one) get disjoint values; seeding is not atomic with drawing. */
 #include <math.h>
 
 #include "accel/core.h"
@@ -28,31 +30,33 @@ static double u32_to_unit(uint32_t a, uint32_t b) {
     return (double)(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
-void accel_rng_init(accel_rng *r, uint64_t seed) {
-    if (!r) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_init: generator is NULL");
-        return;
-    }
-    r->seed = seed;
-    r->offset = 0;
+accel_status accel_rng_init(accel_rng *r, uint64_t seed) {
+    if (!r) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_init: generator is NULL");
+    __atomic_store_n(&r->seed, seed, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->offset, 0, __ATOMIC_RELAXED);
+    return ACCEL_OK;
 }
+
+/* The first of n consecutive offsets, taken for the caller alone. */
+static uint64_t reserve(accel_rng *r, uint64_t n) { return __atomic_fetch_add(&r->offset, n, __ATOMIC_RELAXED); }
+static uint64_t seed_of(const accel_rng *r) { return __atomic_load_n(&r->seed, __ATOMIC_RELAXED); }
 
 static accel_rng default_rng = {0, 0};
 
 accel_rng *accel_default_rng(void) { return &default_rng; }
-void accel_manual_seed(uint64_t seed) { accel_rng_init(&default_rng, seed); }
+void accel_manual_seed(uint64_t seed) { (void)accel_rng_init(&default_rng, seed); }
 
 uint64_t accel_rng_next_u64(accel_rng *r) {
     if (!r) r = &default_rng;
     uint32_t w[4];
-    accel__philox(r->seed, r->offset++, w);
+    accel__philox(seed_of(r), reserve(r, 1), w);
     return ((uint64_t)w[0] << 32) | w[1];
 }
 
 double accel_rng_next_double(accel_rng *r) {
     if (!r) r = &default_rng;
     uint32_t w[4];
-    accel__philox(r->seed, r->offset++, w);
+    accel__philox(seed_of(r), reserve(r, 1), w);
     return u32_to_unit(w[0], w[1]);
 }
 
@@ -70,17 +74,16 @@ accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, doubl
     if (!r) r = &default_rng;
     if (!check_float_cpu(t, "accel_rng_normal_")) return accel_last_status();
     int64_t n = accel_numel(t);
-    uint64_t base = r->offset;
+    uint64_t base = reserve(r, (uint64_t)n), seed = seed_of(r);
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         uint32_t w[4];
-        accel__philox(r->seed, base + (uint64_t)i, w);
+        accel__philox(seed, base + (uint64_t)i, w);
         double u1 = 1.0 - u32_to_unit(w[0], w[1]); /* (0, 1] */
         double u2 = u32_to_unit(w[2], w[3]);
         double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
         accel__store_elem(t->data, t->dtype, (size_t)i, mean + std * z);
     }
-    r->offset += (uint64_t)n;
     return ACCEL_OK;
 }
 
@@ -88,14 +91,13 @@ accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double
     if (!r) r = &default_rng;
     if (!check_float_cpu(t, "accel_rng_uniform_")) return accel_last_status();
     int64_t n = accel_numel(t);
-    uint64_t base = r->offset;
+    uint64_t base = reserve(r, (uint64_t)n), seed = seed_of(r);
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         uint32_t w[4];
-        accel__philox(r->seed, base + (uint64_t)i, w);
+        accel__philox(seed, base + (uint64_t)i, w);
         accel__store_elem(t->data, t->dtype, (size_t)i, lo + (hi - lo) * u32_to_unit(w[0], w[1]));
     }
-    r->offset += (uint64_t)n;
     return ACCEL_OK;
 }
 
@@ -106,22 +108,19 @@ accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_
         return accel_set_error(ACCEL_ERR_DTYPE, "accel_rng_bernoulli_: mask must be contiguous u8/bool");
     int64_t n = accel_numel(mask);
     uint8_t *m = mask->data;
-    uint64_t base = r->offset;
+    uint64_t base = reserve(r, (uint64_t)n), seed = seed_of(r);
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         uint32_t w[4];
-        accel__philox(r->seed, base + (uint64_t)i, w);
+        accel__philox(seed, base + (uint64_t)i, w);
         m[i] = u32_to_unit(w[0], w[1]) < keep_prob;
     }
-    r->offset += (uint64_t)n;
     return ACCEL_OK;
 }
 
-void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
-    if (!out) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: out is NULL");
-        return;
-    }
+accel_status accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
+    if (!out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: out is NULL");
+    if (n < 0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_randperm: n must be >= 0 (got %lld)", (long long)n);
     if (!r) r = &default_rng;
     for (int64_t i = 0; i < n; i++) out[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
@@ -130,4 +129,5 @@ void accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {
         out[i] = out[j];
         out[j] = t;
     }
+    return ACCEL_OK;
 }

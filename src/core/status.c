@@ -1,4 +1,7 @@
-/* Per-thread error state: the first error is kept until cleared. */
+/* Per-thread error state. A failure that originates in a call replaces the
+ * pending message (the most recent failure owns it); accel_propagate_error
+ * only fills in a message when none is pending, for a NULL input that an
+ * earlier failure produced. docs/contract.md "Errors". */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +25,6 @@ static void set_message(accel_status st, const char *fmt, va_list ap) {
 }
 
 accel_status accel_set_error(accel_status st, const char *fmt, ...) {
-    if (tl_status != ACCEL_OK) return st;
     va_list ap;
     va_start(ap, fmt);
     set_message(st, fmt, ap);
@@ -30,14 +32,14 @@ accel_status accel_set_error(accel_status st, const char *fmt, ...) {
     return st;
 }
 
-accel_status accel_reset_error(accel_status st, const char *fmt, ...) {
+accel_status accel_propagate_error(accel_status st, const char *fmt, ...) {
+    if (tl_status != ACCEL_OK) return tl_status;
     va_list ap;
     va_start(ap, fmt);
     set_message(st, fmt, ap);
     va_end(ap);
     return st;
 }
-
 const char *accel_status_name(accel_status st) {
     switch (st) {
     case ACCEL_OK: return "ok";

@@ -63,7 +63,7 @@ const char *accel_shape_str(const accel_tensor *t, char *buf, size_t n) {
 bool accel_tensor_check(const accel_tensor *t, const char *op, const char *arg) {
     if (!t) {
         /* Keep an earlier error: a NULL usually comes from a failed op. */
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", op, arg);
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", op, arg);
         return false;
     }
     if (t->magic != ACCEL_TENSOR_MAGIC) {

@@ -125,7 +125,7 @@ int64_t accel_batch_sampler_shard_len(int64_t L, const accel_shard_opts *o) {
     if (o->split_batches) return L;
     if (L % N == 0) return L / N;
     if (o->drop_last) return L / N;
-    if (o->even_batches) return L / N + 1;
+    if (!o->no_even_batches) return L / N + 1;
     return L / N + (o->process_index < L % N ? 1 : 0);
 }
 
@@ -141,7 +141,7 @@ static accel_status shard_split(const accel_batches *g, const accel_shard_opts *
     int64_t last_n = accel_batches_size(g, g->n - 1);
     if (o->drop_last || last_n >= bs) return ACCEL_OK;
     const int64_t *last = accel_batches_at(g, g->n - 1);
-    if (!o->even_batches) {
+    if (o->no_even_batches) {
         if (last_n > bl * r) {
             int64_t end = bl * (r + 1) < last_n ? bl * (r + 1) : last_n;
             return accel_batches_push(out, end - bl * r, last + bl * r);
@@ -186,7 +186,7 @@ static accel_status shard_no_split(const accel_batches *g, const accel_shard_opt
         }
     }
     if (o->drop_last || n_init_batches == 0 || (!var && init.n == 0)) goto done;
-    if (!o->even_batches) {
+    if (o->no_even_batches) {
         if (yield_i >= 0 && accel_batches_size(g, yield_i) > 0)
             st = accel_batches_push(out, accel_batches_size(g, yield_i), accel_batches_at(g, yield_i));
         goto done;

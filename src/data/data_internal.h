@@ -3,9 +3,12 @@
 #define ACCEL_DATA_INTERNAL_H
 
 #include "accel/data.h"
+#include "core/link.h"
 
 /* Collates samples idx[0..n) into step tensors out->fields[f] [n, ...]. */
 accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t *idx,
                                     accel_batch *out);
+/* The links of a data loader (core/link.h): the accelerator that prepared it. */
+accel__link **accel__dataloader_links(accel_dataloader *dl);
 
 #endif

@@ -15,15 +15,20 @@ struct accel_dataloader {
     int64_t skip;           /* batches to skip when the next epoch starts */
     int64_t *order;         /* [len] permutation (shuffle) */
     accel_batches global, shard;
+    accel__link *links;     /* the accelerator that prepared it */
 };
 
 accel_dataloader_opts accel_dataloader_opts_default(void) {
     accel_dataloader_opts o;
-    memset(&o, 0, sizeof o);
-    o.batch_size = 1;
-    o.seed = accel_default_rng()->seed;
-    o.num_processes = 1;
-    o.even_batches = true;
+    memset(&o, 0, sizeof o); /* every zero field means its default */
+    return o;
+}
+
+static accel_dataloader_opts resolve(const accel_dataloader_opts *given) {
+    accel_dataloader_opts o = *given;
+    if (o.batch_size == 0 && !o.batch_sampler) o.batch_size = 1;
+    if (o.seed == 0) o.seed = accel_default_rng()->seed;
+    if (o.num_processes == 0) o.num_processes = 1;
     return o;
 }
 
@@ -55,11 +60,12 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_new: NULL dataset or options");
         return NULL;
     }
-    if (validate(o, "accel_dataloader_new")) return NULL;
+    accel_dataloader_opts r = resolve(o);
+    if (validate(&r, "accel_dataloader_new")) return NULL;
     accel_dataloader *dl = accel_calloc(1, sizeof *dl);
     if (!dl) return NULL;
     dl->ds = ds;
-    dl->o = *o;
+    dl->o = r;
     accel_batches_init(&dl->global);
     accel_batches_init(&dl->shard);
     int64_t n = accel_dataset_len(ds);
@@ -70,8 +76,11 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     return dl;
 }
 
+accel__link **accel__dataloader_links(accel_dataloader *dl) { return &dl->links; }
+
 void accel_dataloader_free(accel_dataloader *dl) {
     if (!dl) return;
+    accel__link_detach_all(&dl->links, dl);
     accel_batches_free(&dl->global);
     accel_batches_free(&dl->shard);
     accel_free(dl->order);
@@ -85,7 +94,7 @@ static bool null_dl(const accel_dataloader *dl, const char *fn) {
     return true;
 }
 
-const accel_dataloader_opts *accel_dataloader_options(const accel_dataloader *dl) {
+const accel_dataloader_opts *accel_dataloader_get_opts(const accel_dataloader *dl) {
     return null_dl(dl, __func__) ? NULL : &dl->o;
 }
 accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) { return null_dl(dl, __func__) ? NULL : dl->ds; }
@@ -97,7 +106,7 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
     o.num_processes = num_processes;
     o.process_index = process_index;
     o.split_batches = split_batches;
-    o.even_batches = even_batches;
+    o.no_even_batches = !even_batches;
     accel_status st = validate(&o, "accel_dataloader_shard");
     if (st) return st;
     dl->o = o;
@@ -106,8 +115,10 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
     return ACCEL_OK;
 }
 
-void accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
-    if (!null_dl(dl, __func__)) dl->o.seed = seed;
+accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    dl->o.seed = seed;
+    return ACCEL_OK;
 }
 
 static accel_shard_opts shard_opts(const accel_dataloader *dl) {
@@ -115,7 +126,7 @@ static accel_shard_opts shard_opts(const accel_dataloader *dl) {
         .num_processes = dl->o.num_processes,
         .process_index = dl->o.process_index,
         .split_batches = dl->o.split_batches,
-        .even_batches = dl->o.even_batches,
+        .no_even_batches = dl->o.no_even_batches,
         .batch_size = dl->o.batch_sampler ? (dl->o.batch_size > 0 ? dl->o.batch_size : 0)
                                           : dl->o.batch_size,
         .drop_last = dl->o.drop_last,
@@ -178,6 +189,8 @@ int64_t accel_dataloader_len(const accel_dataloader *dl) {
 }
 
 bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
+    /* false means the end or a failure: accel_last_status() tells which, for this call alone. */
+    accel_clear_error();
     if (!dl || !out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_next: NULL argument");
         return false;
@@ -202,11 +215,15 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
 
 int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return null_dl(dl, __func__) ? 0 : dl->epoch; }
 
-void accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
-    if (null_dl(dl, __func__)) return;
+accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (epoch < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_epoch: epoch must be >= 0 (got %lld)",
+                               (long long)epoch);
     dl->epoch = epoch;
     dl->active = false;
     dl->pos = 0;
+    return ACCEL_OK;
 }
 
 bool accel_dataloader_active(const accel_dataloader *dl) { return dl && dl->active; }
@@ -225,9 +242,13 @@ int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
 
 int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl && dl->active ? dl->pos : 0; }
 
-void accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
-    if (null_dl(dl, __func__)) return;
-    dl->skip = n > 0 ? n : 0;
+accel_status accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (n < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_dataloader_skip_first_batches: n must be >= 0 (got %lld)", (long long)n);
+    dl->skip = n;
+    return ACCEL_OK;
 }
 
 accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
@@ -237,15 +258,17 @@ accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
     return st;
 }
 
-void accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
-    if (null_dl(dl, __func__)) return;
-    if (!st) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
-        return;
-    }
+accel_status accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
+    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (!st) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
+    if (st->epoch < 0 || st->position < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_dataloader_set_state: epoch %lld and position %lld must be >= 0",
+                               (long long)st->epoch, (long long)st->position);
     dl->epoch = st->epoch;
     dl->o.seed = st->seed;
     dl->active = false;
     dl->pos = 0;
     dl->skip = st->position;
+    return ACCEL_OK;
 }

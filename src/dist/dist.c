@@ -608,7 +608,12 @@ void accel_pg_free_shared(accel_pg *pg, void *ptr) {
 
 /* ---------------------------------------------------------------- default group */
 
+/* The process's place in the job, shared by everything that took a reference
+ * with accel_dist_init (each accelerator holds one): the last
+ * accel_dist_finalize tears it down, so owners may go in any order. */
 static accel_pg *g_default;
+static int g_refs;
+static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const accel__backend *backend_by_name(const char *name) {
     if (!strcmp(name, "shm")) return &accel__backend_shm;
@@ -656,8 +661,7 @@ static accel_status choose_backend(accel__store *st, const dist_env *e, const ac
     return ACCEL_OK;
 }
 
-accel_status accel_dist_init(void) {
-    if (g_default) return ACCEL_OK;
+static accel_status create_default_group(void) {
     dist_env e = {0};
     if (read_env(&e) != ACCEL_OK) return accel_last_status();
     accel_pg *pg = calloc(1, sizeof *pg);
@@ -700,9 +704,16 @@ accel_status accel_dist_init(void) {
     return ACCEL_OK;
 }
 
-void accel_dist_finalize(void) {
+accel_status accel_dist_init(void) {
+    pthread_mutex_lock(&g_default_lock);
+    accel_status st = g_default ? ACCEL_OK : create_default_group();
+    if (st == ACCEL_OK) g_refs++;
+    pthread_mutex_unlock(&g_default_lock);
+    return st;
+}
+
+static void destroy_default_group(void) {
     accel_pg *pg = g_default;
-    if (!pg) return;
     drain(pg);
     queue_destroy(pg);
     if (pg->broken == ACCEL_OK && pg->size > 1) {
@@ -714,6 +725,12 @@ void accel_dist_finalize(void) {
     pg->be->finalize(pg);
     free(pg);
     g_default = NULL;
+}
+
+void accel_dist_finalize(void) {
+    pthread_mutex_lock(&g_default_lock);
+    if (g_refs > 0 && --g_refs == 0) destroy_default_group();
+    pthread_mutex_unlock(&g_default_lock);
 }
 
 bool accel_dist_is_initialized(void) { return g_default != NULL; }

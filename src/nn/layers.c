@@ -105,7 +105,7 @@ static accel_tensor *rmsnorm_forward(accel_module *m, accel_tensor *x) {
 }
 
 static const accel_module_ops RMSNORM_OPS = {"RMSNorm", rmsnorm_forward, NULL};
-const accel_module_ops accel__rmsnorm_ops_llama = {"LlamaRMSNorm", rmsnorm_forward, NULL};
+const accel_module_ops accel__rms_norm_ops_llama = {"LlamaRMSNorm", rmsnorm_forward, NULL};
 
 static accel_module *norm_module(const accel_module_ops *ops, double eps, const char *fn,
                                  int64_t dim) {
@@ -118,9 +118,9 @@ static accel_module *norm_module(const accel_module_ops *ops, double eps, const 
     return m;
 }
 
-accel_module *accel__rmsnorm_create(const accel_module_ops *ops, int64_t dim, double eps,
+accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
                                     accel_device dev, accel_dtype dt) {
-    accel_module *m = norm_module(ops, eps, "accel_rmsnorm_new", dim);
+    accel_module *m = norm_module(ops, eps, "accel_rms_norm_new", dim);
     accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
     if (!w || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
         accel_module_free(m);
@@ -129,8 +129,8 @@ accel_module *accel__rmsnorm_create(const accel_module_ops *ops, int64_t dim, do
     return m;
 }
 
-accel_module *accel_rmsnorm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt) {
-    return accel__rmsnorm_create(&RMSNORM_OPS, dim, eps, dev, dt);
+accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt) {
+    return accel__rms_norm_create(&RMSNORM_OPS, dim, eps, dev, dt);
 }
 
 static accel_tensor *layernorm_forward(accel_module *m, accel_tensor *x) {
@@ -140,9 +140,9 @@ static accel_tensor *layernorm_forward(accel_module *m, accel_tensor *x) {
 
 static const accel_module_ops LAYERNORM_OPS = {"LayerNorm", layernorm_forward, NULL};
 
-accel_module *accel_layernorm_new(int64_t dim, double eps, bool affine, accel_device dev,
+accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
                                   accel_dtype dt) {
-    accel_module *m = norm_module(&LAYERNORM_OPS, eps, "accel_layernorm_new", dim);
+    accel_module *m = norm_module(&LAYERNORM_OPS, eps, "accel_layer_norm_new", dim);
     if (!m || !affine) return m;
     accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
     accel_tensor *b = w ? new_param(m, "bias", dt, 1, &dim, dev) : NULL;

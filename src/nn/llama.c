@@ -143,10 +143,9 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d) {
     return accel_transpose(accel_reshape(x, 4, shape), 1, 2);
 }
 
-static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li, accel_tensor *x,
-                                       int64_t pos, accel_kv_cache *cache) {
+static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
+                                    accel_kv_cache *cache) {
     const accel_llama_config *c = &li->cfg;
-    if (accel_module_enter(attn, &x) != ACCEL_OK || !x) return NULL;
     accel_module **p = attn->children;
     accel_tensor *q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim);
     accel_tensor *k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim);
@@ -161,9 +160,15 @@ static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li,
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
-    accel_tensor *y = accel_module_call(p[ATTN_O], o);
-    if (!y || accel_module_exit(attn, &y) != ACCEL_OK) return NULL;
-    return y;
+    return accel_module_call(p[ATTN_O], o);
+}
+
+/* The hooks of attn around its body; exit runs after a failure too (nn.h). */
+static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li, accel_tensor *x,
+                                       int64_t pos, accel_kv_cache *cache) {
+    if (accel_module_enter(attn, &x) != ACCEL_OK) return NULL;
+    accel_tensor *y = x ? attention_body(attn, li, x, pos, cache) : NULL;
+    return accel_module_exit(attn, &y) == ACCEL_OK ? y : NULL;
 }
 
 static accel_tensor *mlp_forward(accel_module *mlp, accel_tensor *x) {
@@ -173,18 +178,33 @@ static accel_tensor *mlp_forward(accel_module *mlp, accel_tensor *x) {
 }
 
 /* x [B, T, C] -> [B, T, C]. */
-static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
-                                   accel_kv_cache *cache) {
-    if (accel_module_enter(layer, &x) != ACCEL_OK || !x) return NULL;
+static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache) {
     const layer_impl *li = layer->impl;
     accel_module **p = layer->children;
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
     accel_tensor *h = accel_add(x, a);
-    accel_tensor *y = accel_add(h, accel_module_call(p[LAYER_MLP],
-                                                     accel_module_call(p[LAYER_POST_NORM], h)));
-    if (!y || accel_module_exit(layer, &y) != ACCEL_OK) return NULL;
-    return y;
+    return accel_add(h, accel_module_call(p[LAYER_MLP], accel_module_call(p[LAYER_POST_NORM], h)));
+}
+
+static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
+                                   accel_kv_cache *cache) {
+    if (accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
+    accel_tensor *y = x ? layer_body(layer, x, pos, cache) : NULL;
+    return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
+}
+
+/* LlamaModel: embeddings, layers, final norm, inside the model's hooks. */
+static accel_tensor *model_forward(accel_module *model, accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
+    accel_tensor *h = ids;
+    if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
+    accel_module **mp = model->children;
+    h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
+    accel_module *layers = mp[MODEL_LAYERS];
+    for (int i = 0; i < layers->n_children && h; i++)
+        h = layer_forward(layers->children[i], h, pos, cache);
+    h = accel_module_call(mp[MODEL_NORM], h);
+    return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
 }
 
 static accel_tensor *decoder_layer_call(accel_module *layer, accel_tensor *x) {
@@ -237,10 +257,10 @@ static accel_module *new_layer(const accel_llama_config *c, int index, accel_dev
               accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev)) &&
               accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
               accel_module_add_child(layer, "input_layernorm",
-                                     accel__rmsnorm_create(&accel__rmsnorm_ops_llama, C,
+                                     accel__rms_norm_create(&accel__rms_norm_ops_llama, C,
                                                            c->rms_norm_eps, dev, c->torch_dtype)) &&
               accel_module_add_child(layer, "post_attention_layernorm",
-                                     accel__rmsnorm_create(&accel__rmsnorm_ops_llama, C,
+                                     accel__rms_norm_create(&accel__rms_norm_ops_llama, C,
                                                            c->rms_norm_eps, dev, c->torch_dtype));
     if (!ok) {
         accel_module_free(layer);
@@ -281,7 +301,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     /* A tied head gets its weight from embed_tokens: build it on meta. */
     ok = ok &&
          accel_module_add_child(model, "norm",
-                                accel__rmsnorm_create(&accel__rmsnorm_ops_llama, c->hidden_size,
+                                accel__rms_norm_create(&accel__rms_norm_ops_llama, c->hidden_size,
                                                       c->rms_norm_eps, dev, c->torch_dtype)) &&
          accel_module_add_child(root, "lm_head",
                                 linear(c, c->hidden_size, c->vocab_size, false,
@@ -326,17 +346,9 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
      * return of the logits to the device of the ids. */
     accel_tensor *h = ids;
     if (accel_module_enter(llama, &h) != ACCEL_OK) return NULL;
-    accel_module *model = llama->children[ROOT_MODEL];
-    accel_module **mp = model->children;
-    if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
-    h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
-    accel_module *layers = mp[MODEL_LAYERS];
-    for (int i = 0; i < layers->n_children && h; i++)
-        h = layer_forward(layers->children[i], h, pos, cache);
-    h = accel_module_call(mp[MODEL_NORM], h);
-    if (!h || accel_module_exit(model, &h) != ACCEL_OK) return NULL;
+    h = model_forward(llama->children[ROOT_MODEL], h, pos, cache);
     accel_tensor *logits = accel_module_call(llama->children[ROOT_LM_HEAD], h); /* [B, T, V] */
-    if (!logits || accel_module_exit(llama, &logits) != ACCEL_OK) return NULL;
+    if (accel_module_exit(llama, &logits) != ACCEL_OK || !logits) return NULL;
     if (cache) cache->len += T;
     return logits;
 }

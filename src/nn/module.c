@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "core/link.h"
 #include "nn_internal.h"
 
 accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
@@ -30,6 +31,7 @@ static void free_hook(accel_module *m) {
 
 void accel_module_free(accel_module *m) {
     if (!m) return;
+    accel__link_detach_all(&m->links, m); /* dependants let go while it is whole */
     for (int i = 0; i < m->n_children; i++) accel_module_free(m->children[i]);
     accel_free(m->children);
     for (int i = 0; i < m->n_tensors; i++) {
@@ -240,9 +242,9 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
     }
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
     accel_tensor *y = m->ops->forward(m, x);
-    if (!y) return NULL;
-    if (accel_module_exit(m, &y) != ACCEL_OK) return NULL;
-    return y;
+    /* Even after a failed forward: the post hook undoes what the pre hook set
+     * up (autocast, brought-in weights), which later calls must not inherit. */
+    return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
 void accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "core/link.h"
 #include "nn_internal.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return m > 1 ? (x + m - 1) / m * m : x; }
@@ -26,6 +27,15 @@ static bool bind_grad(accel_tensor *t, void *g) {
     }
     t->grad = view;
     return true;
+}
+
+/* The module is being freed first: its tensors go with it, the buffers stay
+ * for accel_flat_params_free. */
+static void flat_detached(void *owner, void *root) {
+    accel_flat_params *fp = owner;
+    (void)root;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) fp->buffers[d].n = 0;
+    fp->root = NULL;
 }
 
 accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
@@ -104,6 +114,8 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
         b->n++;
     }
     accel_free(ps);
+    if (ok && accel__link_add(&root->links, flat_detached, fp) == ACCEL_OK) fp->root = root;
+    else ok = false;
     if (!ok) {
         accel_flat_params_free(fp);
         return NULL;
@@ -113,6 +125,7 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
 
 void accel_flat_params_free(accel_flat_params *fp) {
     if (!fp) return;
+    if (fp->root) accel__link_remove(&fp->root->links, fp);
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &fp->buffers[d];
         for (int i = 0; i < b->n; i++) {

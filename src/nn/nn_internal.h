@@ -15,9 +15,9 @@ int accel__module_unique_tensors(accel_module *root, bool params_only, accel_ten
 accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_device dev,
                                    accel_dtype dt, double init_std);
 /* RMSNorm module with the given ops (type name "RMSNorm" or "LlamaRMSNorm"). */
-accel_module *accel__rmsnorm_create(const accel_module_ops *ops, int64_t dim, double eps,
+accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
                                     accel_device dev, accel_dtype dt);
-extern const accel_module_ops accel__rmsnorm_ops_llama;
+extern const accel_module_ops accel__rms_norm_ops_llama;
 /* Embedding with normal(0, std) init. */
 accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt,
                                       double std);

@@ -3,6 +3,7 @@
 #define ACCEL_OPTIM_INTERNAL_H
 
 #include "accel/optim.h"
+#include "core/link.h"
 
 /* A contiguous f32 run of parameters and its gradient. */
 typedef struct accel__segment {
@@ -25,7 +26,12 @@ struct accel_optimizer {
     int n_segs, cap_segs;
     accel__segment *segs;
     int64_t steps;
+    accel__link *links;    /* the accelerator that prepared it */
 };
+
+/* The links of an optimizer / a scheduler (core/link.h). */
+accel__link **accel__optimizer_links(accel_optimizer *opt);
+accel__link **accel__scheduler_links(accel_lr_scheduler *s);
 
 /* Current parameter and gradient memory of a segment (grad NULL: no gradient). */
 float *accel__seg_data(const accel__segment *s);

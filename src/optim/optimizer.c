@@ -38,8 +38,11 @@ accel_optimizer *accel_optimizer_new(accel_optim_kind kind) {
     return opt;
 }
 
+accel__link **accel__optimizer_links(accel_optimizer *opt) { return &opt->links; }
+
 void accel_optimizer_free(accel_optimizer *opt) {
     if (!opt) return;
+    accel__link_detach_all(&opt->links, opt);
     for (int i = 0; i < opt->n_segs; i++) {
         accel_free(opt->segs[i].state[0]);
         accel_free(opt->segs[i].state[1]);
@@ -61,10 +64,20 @@ float *accel__seg_grad(const accel__segment *s) {
     return s->param->grad ? s->param->grad->data : NULL;
 }
 
-static bool check_hparams(const char *fn, accel_optim_kind kind, const accel_optim_hparams *h) {
+/* *out = *given with its zero betas/eps at their defaults; false + error when a value is bad. */
+static bool resolve_hparams(const char *fn, accel_optim_kind kind, const accel_optim_hparams *given,
+                            accel_optim_hparams *out) {
     const char *bad = NULL;
-    if (!h) bad = "hparams is NULL";
-    else if (!(h->lr >= 0)) bad = "lr must be >= 0";
+    if (!given) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: hparams is NULL", fn);
+        return false;
+    }
+    accel_optim_hparams *h = out;
+    *h = *given;
+    if (h->beta1 == 0) h->beta1 = 0.9;
+    if (h->beta2 == 0) h->beta2 = 0.999;
+    if (h->eps == 0) h->eps = 1e-8;
+    if (!(h->lr > 0)) bad = "lr must be > 0 (a zeroed accel_optim_hparams needs .lr)";
     else if (!(h->weight_decay >= 0)) bad = "weight_decay must be >= 0";
     else if (kind == ACCEL_OPTIM_SGD && !(h->momentum >= 0)) bad = "momentum must be >= 0";
     else if (kind == ACCEL_OPTIM_SGD && h->nesterov && (h->momentum <= 0 || h->dampening != 0))
@@ -133,7 +146,8 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer or parameter list", fn);
         return -1;
     }
-    if (!check_hparams(fn, opt->kind, h)) return -1;
+    accel_optim_hparams rh;
+    if (!resolve_hparams(fn, opt->kind, h, &rh)) return -1;
     for (int i = 0; i < n; i++) {
         if (!accel_tensor_check(params[i], fn, "parameter")) return -1;
         const accel_tensor *p = params[i];
@@ -155,7 +169,7 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
         s->numel = accel_numel(params[i]);
         s->group = opt->n_groups;
     }
-    return commit_group(opt, h, opt->n_segs, n);
+    return commit_group(opt, &rh, opt->n_segs, n);
 }
 
 int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, int64_t n,
@@ -166,14 +180,15 @@ int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, 
                         fn);
         return -1;
     }
-    if (!check_hparams(fn, opt->kind, h) || !reserve(opt, 1)) return -1;
+    accel_optim_hparams rh;
+    if (!resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1)) return -1;
     accel__segment *s = &opt->segs[opt->n_segs];
     memset(s, 0, sizeof *s);
     s->data = params;
     s->grad = grads;
     s->numel = n;
     s->group = opt->n_groups;
-    return commit_group(opt, h, opt->n_segs, 1);
+    return commit_group(opt, &rh, opt->n_segs, 1);
 }
 
 accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
@@ -263,12 +278,13 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
     return ACCEL_OK;
 }
 
-void accel_optimizer_zero_grad(accel_optimizer *opt) {
-    if (!opt) return;
+accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
+    if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_zero_grad: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
         float *g = accel__seg_grad(&opt->segs[i]);
         if (g) memset(g, 0, (size_t)opt->segs[i].numel * sizeof(float));
     }
+    return ACCEL_OK;
 }
 
 /* ---- accessors */
@@ -289,10 +305,14 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
     return opt->groups[group].h.lr;
 }
 
-void accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
-    if (!opt) return;
+accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
+    if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: optimizer is NULL");
+    if (group >= opt->n_groups)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: no param group %d (%d groups)", group,
+                               opt->n_groups);
     for (int g = 0; g < opt->n_groups; g++)
         if (group < 0 || g == group) opt->groups[g].h.lr = lr;
+    return ACCEL_OK;
 }
 
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {

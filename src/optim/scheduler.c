@@ -14,6 +14,7 @@ struct accel_lr_scheduler {
     int64_t last_epoch;
     int n_groups;
     double *base_lrs;            /* [n_groups] */
+    accel__link *links;          /* the accelerator that prepared it */
 };
 
 static const char *SCHED_NAMES[] = {"constant", "constant_with_warmup", "linear", "cosine", "lambda"};
@@ -101,16 +102,20 @@ accel_lr_scheduler *accel_lr_scheduler_lambda(accel_optimizer *opt, accel_lr_lam
     return make(opt, ACCEL_SCHED_LAMBDA, 0, 0, fn, ctx);
 }
 
+accel__link **accel__scheduler_links(accel_lr_scheduler *s) { return &s->links; }
+
 void accel_lr_scheduler_free(accel_lr_scheduler *s) {
     if (!s) return;
+    accel__link_detach_all(&s->links, s);
     accel_free(s->base_lrs);
     accel_free(s);
 }
 
-void accel_lr_scheduler_step(accel_lr_scheduler *s) {
-    if (!s) return;
+accel_status accel_lr_scheduler_step(accel_lr_scheduler *s) {
+    if (!s) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_step: scheduler is NULL");
     s->last_epoch++;
     apply(s);
+    return ACCEL_OK;
 }
 
 double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group) {

@@ -1,0 +1,37 @@
+/* Links from an object to its dependants (link.h). */
+#include "core/link.h"
+
+accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *owner) {
+    accel__link *l = accel_malloc(sizeof *l);
+    if (!l) return accel_last_status();
+    l->detach = detach;
+    l->owner = owner;
+    l->next = *head;
+    *head = l;
+    return ACCEL_OK;
+}
+
+void accel__link_remove(accel__link **head, const void *owner) {
+    for (accel__link **p = head; *p; p = &(*p)->next) {
+        if ((*p)->owner != owner) continue;
+        accel__link *l = *p;
+        *p = l->next;
+        accel_free(l);
+        return;
+    }
+}
+
+void *accel__link_owner(const accel__link *head, accel__detach_fn detach) {
+    for (const accel__link *l = head; l; l = l->next)
+        if (l->detach == detach) return l->owner;
+    return NULL;
+}
+
+void accel__link_detach_all(accel__link **head, void *obj) {
+    while (*head) {
+        accel__link *l = *head;
+        *head = l->next; /* unlinked first: detach may look at the list */
+        l->detach(l->owner, obj);
+        accel_free(l);
+    }
+}

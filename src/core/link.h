@@ -1,0 +1,31 @@
+/* Links from an object to those that depend on it (internal). A model an
+ * accelerator prepared or a dispatch hooked, an optimizer, a data loader or a
+ * scheduler an accelerator holds: each keeps a list of links, and freeing it
+ * first calls every link's detach, so the dependant lets go while the object
+ * is still whole (docs/contract.md "Lifetimes"). The dependant removes its
+ * link when it is freed first. */
+#ifndef ACCEL_CORE_LINK_H
+#define ACCEL_CORE_LINK_H
+
+#include "accel/core.h"
+
+typedef void (*accel__detach_fn)(void *owner, void *obj);
+
+typedef struct accel__link {
+    accel__detach_fn detach;
+    void *owner;
+    struct accel__link *next;
+} accel__link;
+
+/* Adds owner's link (NULL + error on OOM). */
+accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *owner);
+/* Removes owner's link; no-op when it has none. */
+void accel__link_remove(accel__link **head, const void *owner);
+/* The owner of the first link made with detach, or NULL. */
+void *accel__link_owner(const accel__link *head, accel__detach_fn detach);
+/* The object is going away: unlinks and calls every detach(owner, obj), the
+ * newest link first (a dependant made later, e.g. an accelerator over the flat
+ * buffers it made, lets go before what it was built on). */
+void accel__link_detach_all(accel__link **head, void *obj);
+
+#endif
