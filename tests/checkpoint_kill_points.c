@@ -108,7 +108,7 @@ static int check_all_load(run *r, const char *root, bool *leftovers) {
         }
         char p[600];
         snprintf(p, sizeof p, "%s/%s", root, e->d_name);
-        CHECK_MSG(accel_accelerator_load_state(r->acc, p) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(accel_accelerator_load_state(r->acc, p, NULL) == ACCEL_OK, "%s", accel_last_error());
         n++;
     }
     if (d) closedir(d);
@@ -137,7 +137,7 @@ static void sweep_kills(int total_limit) {
     for (long k = 1;; k++, id++) {
         bool killed = save_killed_at(&r, k, id, NULL);
         kills += killed;
-        CHECK_MSG(accel_accelerator_load_state(r.acc, NULL) == ACCEL_OK, "total_limit %d, kill point %ld: %s",
+        CHECK_MSG(accel_accelerator_load_state(r.acc, NULL, NULL) == ACCEL_OK, "total_limit %d, kill point %ld: %s",
                   total_limit, k, accel_last_error());
         int got = loaded_id(&r);
         CHECK_MSG(got == newest || got == id, "total_limit %d, kill point %ld: loaded save %d, want %d or %d",
@@ -174,7 +174,7 @@ static void test_kill_every_point_overwrite(void) {
     for (long k = 1;; k++) {
         bool killed = save_killed_at(&r, k, (int)k, project);
         kills += killed;
-        CHECK_MSG(accel_accelerator_load_state(r.acc, project) == ACCEL_OK, "kill point %ld: %s", k,
+        CHECK_MSG(accel_accelerator_load_state(r.acc, project, NULL) == ACCEL_OK, "kill point %ld: %s", k,
                   accel_last_error());
         int got = loaded_id(&r);
         CHECK_MSG(got == newest || got == k, "kill point %ld: loaded save %d, want %d or %ld", k, got, newest, k);

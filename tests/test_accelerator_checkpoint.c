@@ -251,7 +251,7 @@ static void sweep_external_kills(int total_limit) {
         usleep((useconds_t)(1e6 * delay));
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        CHECK_MSG(accel_accelerator_load_state(acc, NULL) == ACCEL_OK, "total_limit %d, kill after %.0f us: %s",
+        CHECK_MSG(accel_accelerator_load_state(acc, NULL, NULL) == ACCEL_OK, "total_limit %d, kill after %.0f us: %s",
                   total_limit, 1e6 * delay, accel_last_error());
         int id = (int)accel_default_rng()->seed;
         CHECK_MSG(((float *)ps[0]->data)[0] == 1000.0f + (float)id, "total_limit %d: model and RNG state of "
@@ -288,7 +288,7 @@ static accel_status load_capturing_stderr(char *out, size_t n) {
     int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 2);
     close(fd);
-    accel_status s = accel_accelerator_load_state(A, NULL);
+    accel_status s = accel_accelerator_load_state(A, NULL, NULL);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -314,7 +314,7 @@ static void test_load_skips_incomplete(void) {
     accel_accelerator_wait_for_everyone(A);
     mark_save(ps[0], 8);
     char err[4096] = "";
-    accel_status s = R == 0 ? load_capturing_stderr(err, sizeof err) : accel_accelerator_load_state(A, NULL);
+    accel_status s = R == 0 ? load_capturing_stderr(err, sizeof err) : accel_accelerator_load_state(A, NULL, NULL);
     CHECK_MSG(s == ACCEL_OK, "%s", accel_last_error());
     CHECK(((float *)ps[0]->data)[0] == 1007.0f && accel_default_rng()->seed == 7);
     for (int i = 1; i <= 3 && R == 0; i++) {
@@ -322,19 +322,19 @@ static void test_load_skips_incomplete(void) {
         CHECK_STR_CONTAINS(err, p);
     }
     snprintf(p, sizeof p, "%s/checkpoint_%lld", root, (long long)g + 3);
-    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_FORMAT);
+    CHECK(accel_accelerator_load_state(A, p, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "model.safetensors is missing");
     accel_clear_error();
     snprintf(p, sizeof p, "%s/checkpoint_%lld", root, (long long)g + 2);
-    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_FORMAT);
+    CHECK(accel_accelerator_load_state(A, p, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "has no completion marker accel_checkpoint.json");
     accel_clear_error();
     snprintf(p, sizeof p, "%s/checkpoint_%lld", root, (long long)g + 1);
-    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_IO);
+    CHECK(accel_accelerator_load_state(A, p, NULL) == ACCEL_ERR_IO);
     CHECK_STR_CONTAINS(accel_last_error(), "does not exist");
     accel_clear_error();
     snprintf(p, sizeof p, "%s/truncated", DIR_);
-    CHECK(accel_accelerator_load_state(A, p) == ACCEL_ERR_FORMAT);
+    CHECK(accel_accelerator_load_state(A, p, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "optimizer.safetensors has 100 bytes");
     accel_clear_error();
     /* the counter goes past the strays; total_limit 2 keeps the two newest
