@@ -70,7 +70,26 @@ static void test_errors(void) {
                  "not a multiple of num_key_value_heads");
     expect_error("t8.json", "{\"vocab_size\": 10,}", ACCEL_ERR_FORMAT, "invalid JSON at line 1");
     expect_error("t9.json", "{\"torch_dtype\": \"int8\"}", ACCEL_ERR_FORMAT, "not a floating dtype");
+    /* sizes from a file: capped and overflow-checked, never a hang or a wrapped product */
+    expect_error("t10.json", "{\"num_hidden_layers\": 1000000}", ACCEL_ERR_FORMAT,
+                 "num_hidden_layers 1000000 is over accel's limit of 65536");
+    expect_error("t11.json", "{\"num_hidden_layers\": 2147483648}", ACCEL_ERR_FORMAT,
+                 "num_hidden_layers 2147483648 is over accel's limit");
+    expect_error("t12.json", "{\"vocab_size\": 68719476736, \"hidden_size\": 1073741824, \"num_attention_heads\": 1}",
+                 ACCEL_ERR_FORMAT, "the weights would take more than 2^63 bytes (vocab_size 68719476736");
+    expect_error("t13.json", "{\"intermediate_size\": 4611686018427387904}", ACCEL_ERR_FORMAT,
+                 "more than 2^63 bytes");
+    expect_error("t14.json", "{\"hidden_size\": 64.0}", ACCEL_ERR_FORMAT, "'hidden_size' must be a positive integer");
+    expect_error("t15.json", "{\"num_key_value_heads\": -2}", ACCEL_ERR_FORMAT,
+                 "'num_key_value_heads' must be a positive integer");
+    expect_error("t16.json", "{\"num_attention_heads\": 4, \"num_key_value_heads\": 8, \"hidden_size\": 64}",
+                 ACCEL_ERR_FORMAT, "not a multiple of num_key_value_heads");
+    expect_error("t17.json", "{\"hidden_size\": 60, \"num_attention_heads\": 8}", ACCEL_ERR_FORMAT,
+                 "hidden_size (60) is not a multiple of num_attention_heads (8)");
+    expect_error("t18.json", "{\"head_dim\": 7}", ACCEL_ERR_FORMAT, "head_dim");
+    expect_error("t19.json", "{\"vocab_size\": 0}", ACCEL_ERR_FORMAT, "'vocab_size' must be a positive integer");
     accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("t20.json", "{\"num_hidden_layers\": 65536}"), &c) == ACCEL_OK);
     CHECK(accel_llama_config_load("/nonexistent/config.json", &c) == ACCEL_ERR_IO);
     accel_clear_error();
 }

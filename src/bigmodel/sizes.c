@@ -234,9 +234,11 @@ void accel_free_names(char **names, int n) {
 accel_status accel__max_layer_size(const accel__work *start, bool modules_only, const accel_module_sizes *sizes,
                                    const char *const *no_split, int n_no_split, int64_t *max_out,
                                    char ***names, int *n_names) {
+    /* depth first, in order: a stack (next item last), so that a ModuleList of
+     * N layers costs O(N), not the O(N^2) of taking items off the front */
     accel__work todo = {0};
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < start->n && !st; i++)
+    for (int i = start->n - 1; i >= 0 && !st; i--)
         if (!modules_only || start->items[i].mod)
             st = accel__work_insert(&todo, todo.n, NULL, start->items[i].name, start->items[i].mod,
                                     start->items[i].t);
@@ -245,7 +247,7 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only, 
     char **out = NULL;
     while (todo.n > 0 && !st) {
         accel__work_item it;
-        accel__work_remove(&todo, 0, &it);
+        accel__work_remove(&todo, todo.n - 1, &it);
         accel_module *m = it.mod;
         if (!m || m->n_children == 0 || accel__in_no_split(m, no_split, n_no_split)) {
             int64_t size = accel_module_sizes_get(sizes, it.name);
@@ -271,9 +273,9 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only, 
                 it.name = NULL;
             }
         } else {
-            /* children first, in order (params and buffers are not descended into) */
-            for (int i = 0; i < m->n_children && !st; i++)
-                st = accel__work_insert(&todo, i, it.name, m->children[i]->name, m->children[i], NULL);
+            /* children next, in order (params and buffers are not descended into) */
+            for (int i = m->n_children - 1; i >= 0 && !st; i--)
+                st = accel__work_insert(&todo, todo.n, it.name, m->children[i]->name, m->children[i], NULL);
         }
         accel_free(it.name);
     }

@@ -14,8 +14,6 @@
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
-/* The Python library refuses headers over 100 MB; so do we. */
-#define ST_MAX_HEADER (100u * 1000u * 1000u)
 
 struct accel_safetensors {
     char *path;
@@ -257,7 +255,7 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *map, size_t 
                         path, (unsigned long long)hlen, size);
         return st_fail(st, NULL);
     }
-    if (hlen > ST_MAX_HEADER) {
+    if (hlen > ACCEL__ST_MAX_HEADER) {
         accel_set_error(ACCEL_ERR_FORMAT, "%s: header length %llu exceeds the 100 MB limit", path,
                         (unsigned long long)hlen);
         return st_fail(st, NULL);
