@@ -59,3 +59,20 @@ endif()
 # num_hidden_layers comes from a file). The plain many_members runs 2000.
 add_test(NAME many_members_large_nosan COMMAND test_many_members 200000)
 set_tests_properties(many_members_large_nosan PROPERTIES TIMEOUT 120)
+
+# Sizes from config.json are capped and overflow-checked: an error at once,
+# never a hang (10^6 layers) or a wrapped size (an lm_head of 2^66 bytes).
+if(TARGET accel_cli)
+  add_test(NAME bigmodel_estimate_memory_layers COMMAND accel_cli estimate-memory data/llama_bad_configs/layers_1e6.json
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_layers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "accel estimate-memory: data/llama_bad_configs/layers_1e6.json: num_hidden_layers 1000000 is over accel's limit of 65536\n")
+  add_test(NAME bigmodel_estimate_memory_overflow COMMAND accel_cli estimate-memory data/llama_bad_configs/lm_head_2e66.json
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "lm_head_2e66.json: the weights would take more than 2\\^63 bytes")
+endif()
+add_test(NAME bigmodel_generate_layers COMMAND generate data/llama_bad_configs/layers_1e6.json
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+set_tests_properties(bigmodel_generate_layers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+  "generate: data/llama_bad_configs/layers_1e6.json: num_hidden_layers 1000000 is over accel's limit")

@@ -51,7 +51,8 @@ static accel_status sizes_grow(accel_module_sizes *s) {
     return ACCEL_OK;
 }
 
-/* Adds `bytes` to the entry `name` (len chars of it), creating it. */
+/* Adds `bytes` to the entry `name` (len chars of it), creating it.
+ * ACCEL_ERR_OOM, or ACCEL_ERR_SHAPE when the sum passes int64. */
 static accel_status sizes_add(accel_module_sizes *s, const char *name, size_t len, int64_t bytes) {
     char stackbuf[256];
     char *key = len < sizeof stackbuf ? stackbuf : accel_malloc(len + 1);
@@ -63,7 +64,8 @@ static accel_status sizes_add(accel_module_sizes *s, const char *name, size_t le
     if (!st) {
         int slot = sizes_slot(s, key);
         if (s->hash[slot] >= 0) {
-            s->bytes[s->hash[slot]] += bytes;
+            int64_t *sum = &s->bytes[s->hash[slot]];
+            if (__builtin_add_overflow(*sum, bytes, sum)) st = ACCEL_ERR_SHAPE; /* past 2^63 bytes */
         } else {
             s->names[s->n] = accel_strdup(key);
             if (!s->names[s->n]) st = ACCEL_ERR_OOM;
@@ -109,13 +111,12 @@ static int64_t tensor_size(const accel_tensor *t, const char *name, const accel_
 
 static accel_status add_tensor(accel_module_sizes *s, const char *name, int64_t size) {
     /* every prefix of the dotted name, "" included */
-    if (sizes_add(s, "", 0, size)) return ACCEL_ERR_OOM;
-    for (const char *p = name;; p++) {
-        if (*p == '.' || *p == 0)
-            if (sizes_add(s, name, (size_t)(p - name), size)) return ACCEL_ERR_OOM;
+    accel_status st = sizes_add(s, "", 0, size);
+    for (const char *p = name; !st; p++) {
+        if (*p == '.' || *p == 0) st = sizes_add(s, name, (size_t)(p - name), size);
         if (*p == 0) break;
     }
-    return ACCEL_OK;
+    return st;
 }
 
 accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_options *opts,
@@ -140,7 +141,10 @@ accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_d
         }
     accel_state_dict_free(sd);
     if (st) {
-        accel_set_error(ACCEL_ERR_OOM, "accel_compute_module_sizes: out of memory");
+        if (st == ACCEL_ERR_SHAPE)
+            accel_set_error(st, "accel_compute_module_sizes: the model's tensors take more than 2^63 bytes");
+        else
+            accel_set_error(ACCEL_ERR_OOM, "accel_compute_module_sizes: out of memory");
         accel_module_sizes_free(s);
         return NULL;
     }
