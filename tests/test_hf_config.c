@@ -1,6 +1,7 @@
 /* config.json for Llama: defaults, transformers 4.x and 5.x layouts, errors, save. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accel/io.h"
@@ -91,6 +92,25 @@ static void test_errors(void) {
     accel_llama_config c;
     CHECK(accel_llama_config_load(write_cfg("t20.json", "{\"num_hidden_layers\": 65536}"), &c) == ACCEL_OK);
     CHECK(accel_llama_config_load("/nonexistent/config.json", &c) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "/nonexistent/config.json: no such file");
+    accel_clear_error();
+    /* a path that exists but is no JSON file says what it is, never "no such file" */
+    char dir[128], path[160];
+    snprintf(dir, sizeof dir, "%s/as_dir", g_dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(mkdir(dir, 0755) == 0 && mkdir(path, 0755) == 0);
+    CHECK(accel_llama_config_load(dir, &c) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "as_dir/config.json: is a directory, not a JSON file");
+    accel_clear_error();
+    snprintf(dir, sizeof dir, "%s/as_fifo", g_dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(mkdir(dir, 0755) == 0 && mkfifo(path, 0644) == 0);
+    CHECK(accel_llama_config_load(dir, &c) == ACCEL_ERR_IO); /* at once: no wait for a writer */
+    CHECK_STR_CONTAINS(accel_last_error(), "as_fifo/config.json: is a FIFO, not a JSON file");
+    accel_clear_error();
+    snprintf(path, sizeof path, "%s/config.json", write_cfg("plain.json", "{}"));
+    CHECK(accel_llama_config_load(path, &c) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "plain.json/config.json: cannot be read: Not a directory");
     accel_clear_error();
 }
 

@@ -297,6 +297,13 @@ static void test_corrupt_files(void) {
     accel_clear_error();
     CHECK(accel_safetensors_open(tmp_path("does-not-exist")) == NULL && accel_last_status() == ACCEL_ERR_IO);
     accel_clear_error();
+    CHECK(mkfifo(tmp_path("fifo.st"), 0644) == 0);
+    CHECK(accel_safetensors_open(tmp_path("fifo.st")) == NULL); /* at once: no wait for a writer */
+    CHECK_STR_CONTAINS(accel_last_error(), "fifo.st: is a FIFO, not a safetensors file");
+    accel_clear_error();
+    CHECK(accel_safetensors_open(g_dir) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "is a directory, not a safetensors file");
+    accel_clear_error();
 
     /* absent metadata, unpadded header (misaligned data), zero-sized tensors: accepted */
     write_st(tmp_path("ok.st"),

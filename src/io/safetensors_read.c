@@ -279,15 +279,18 @@ accel_safetensors *accel_safetensors_open(const char *path) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_open: path is NULL");
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         accel_set_error(ACCEL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    const char *why = fstat(fd, &sb) != 0 ? strerror(errno) : NULL;
+    if (why || !S_ISREG(sb.st_mode)) {
         close(fd);
-        accel_set_error(ACCEL_ERR_IO, "%s: not a regular file", path);
+        if (why) accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, why);
+        else accel_set_error(ACCEL_ERR_IO, "%s: is %s, not a safetensors file", path, accel__file_kind(sb.st_mode));
         return NULL;
     }
     size_t size = (size_t)sb.st_size;
