@@ -76,3 +76,20 @@ add_test(NAME bigmodel_generate_layers COMMAND generate data/llama_bad_configs/l
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
 set_tests_properties(bigmodel_generate_layers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
   "generate: data/llama_bad_configs/layers_1e6.json: num_hidden_layers 1000000 is over accel's limit")
+
+# Sampling parameters out of range are refused before the model loads, naming
+# the parameter (transformers' warpers raise); numbers must be whole numbers.
+foreach(bad "top-p;5;`top_p` has to be a float in \\(0, 1\\]" "temperature;0;`temperature` \\(=0\\) has to be a strictly positive"
+            "temperature;-1;`temperature` \\(=-1\\)" "top-k;-3;`top_k` has to be a non-negative integer")
+  list(GET bad 0 flag)
+  list(GET bad 1 value)
+  list(GET bad 2 regex)
+  add_test(NAME bigmodel_generate_bad_${flag}_${value} COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+           --sample --${flag} ${value})
+  set_tests_properties(bigmodel_generate_bad_${flag}_${value} PROPERTIES PASS_REGULAR_EXPRESSION "generate: accel_generate: ${regex}")
+endforeach()
+add_test(NAME bigmodel_generate_bad_number COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic --sample --temperature 0.5x)
+set_tests_properties(bigmodel_generate_bad_number PROPERTIES PASS_REGULAR_EXPRESSION "generate: --temperature: '0.5x' is not a number")
+add_test(NAME bigmodel_generate_sample_ok COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+         --ids 23,49 --new-tokens 3 --sample --temperature 0.7 --top-k 5 --top-p 0.9 --seed 3)
+set_tests_properties(bigmodel_generate_sample_ok PROPERTIES PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, [0-9]+, [0-9]+, [0-9]+\\]\n")
