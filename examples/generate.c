@@ -6,13 +6,16 @@
  *                            or inline "prefix:device,..." (default: everything on cpu)
  *   --max-memory cpu=200MB,disk=10GB   budgets for the strategies
  *   --new-tokens N           (default 8)
- *   --sample --temperature T --top-k K --top-p P --seed S   (default greedy)
+ *   --sample --temperature T --top-k K --top-p P --seed S   (default greedy; when sampling
+ *                            T > 0 (default 1), K >= 0 (0: off), P in (0, 1] (1: off), as
+ *                            transformers; a bad value is an error naming it)
  *   --eos ID                 stop after ID
  *   --dtype bfloat16         load floating weights in this dtype
  *   --dump-logits FILE.npy   the prompt's last-position logits, float32 .npy
  * Prints generated_ids=[...], then timings: prompt_ms (load to first logits
  * excluded) and decode tokens/s. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,36 @@ static int usage(void) {
                     "prefix:dev,...] [--max-memory dev=SIZE,...] [--new-tokens N] [--sample] [--temperature T] "
                     "[--top-k K] [--top-p P] [--seed S] [--eos ID] [--dtype D] [--dump-logits FILE.npy]\n");
     return 2;
+}
+
+/* The whole of v as a number, or usage: "5x", "" and out-of-range values are
+ * errors, not atof's silent 5, 0 or wrap. The range checks are the library's
+ * (accel_generate names the parameter). */
+static bool parse_i64(const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno) return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_f64(const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno) return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_u64(const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (end == v || *end || errno || v[0] == '-') return false;
+    *out = x;
+    return true;
 }
 
 /* {"key": "value" or integer, ...} -> map. Small on purpose: keys and values without escapes. */
@@ -100,15 +133,16 @@ int main(int argc, char **argv) {
         }
         if (!v) return usage();
         i++;
+        bool ok = true;
         if (strcmp(a, "--ids") == 0) ids_s = v;
         else if (strcmp(a, "--device-map") == 0) map_s = v;
         else if (strcmp(a, "--max-memory") == 0) mm_s = v;
-        else if (strcmp(a, "--new-tokens") == 0) o.max_new_tokens = atoll(v);
-        else if (strcmp(a, "--temperature") == 0) o.temperature = atof(v);
-        else if (strcmp(a, "--top-k") == 0) o.top_k = atoll(v);
-        else if (strcmp(a, "--top-p") == 0) o.top_p = atof(v);
-        else if (strcmp(a, "--seed") == 0) o.seed = strtoull(v, NULL, 10);
-        else if (strcmp(a, "--eos") == 0) { o.has_eos = true; o.eos_token_id = atoll(v); }
+        else if (strcmp(a, "--new-tokens") == 0) ok = parse_i64(v, &o.max_new_tokens);
+        else if (strcmp(a, "--temperature") == 0) ok = parse_f64(v, &o.temperature);
+        else if (strcmp(a, "--top-k") == 0) ok = parse_i64(v, &o.top_k);
+        else if (strcmp(a, "--top-p") == 0) ok = parse_f64(v, &o.top_p);
+        else if (strcmp(a, "--seed") == 0) ok = parse_u64(v, &o.seed);
+        else if (strcmp(a, "--eos") == 0) { o.has_eos = true; ok = parse_i64(v, &o.eos_token_id); }
         else if (strcmp(a, "--dump-logits") == 0) dump = v;
         else if (strcmp(a, "--dtype") == 0) {
             int d = accel_dtype_parse(v);
@@ -116,14 +150,36 @@ int main(int argc, char **argv) {
             lo.has_dtype = true;
             lo.dtype = (accel_dtype)d;
         } else return usage();
+        if (!ok) {
+            fprintf(stderr, "generate: %s: '%s' is not a number\n", a, v);
+            return 2;
+        }
+        /* On the command line 0 is a value, not "the default" (as in the
+         * library's zero-initialised options): transformers refuses it. */
+        if ((strcmp(a, "--temperature") == 0 && o.temperature == 0) ||
+            (strcmp(a, "--top-p") == 0 && o.top_p == 0)) {
+            fprintf(stderr, "generate: %s 0: has to be > 0%s\n", a,
+                    a[2] == 't' && a[3] == 'e' ? " (for greedy decoding leave out --sample)" : "");
+            return 2;
+        }
     }
-    if (!dir || o.max_new_tokens < 0) return usage();
-    int64_t prompt[256], n_prompt = 0;
-    for (const char *p = ids_s; *p && n_prompt < 256;) {
+    if (!dir) return usage();
+    enum { MAX_PROMPT = 256 };
+    int64_t prompt[MAX_PROMPT], n_prompt = 0;
+    for (const char *p = ids_s; *p;) {
         char *end;
+        if (n_prompt == MAX_PROMPT) {
+            fprintf(stderr, "generate: --ids: more than %d ids\n", MAX_PROMPT);
+            return 2;
+        }
+        errno = 0;
         prompt[n_prompt++] = strtoll(p, &end, 10);
-        if (end == p) return usage();
+        if (end == p || errno || (*end && *end != ',')) return usage();
         p = *end == ',' ? end + 1 : end;
+    }
+    if (accel_generate_opts_check(&o, n_prompt) != ACCEL_OK) { /* before the (slow) load */
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        return 2;
     }
     accel_max_memory mm = {0}, *mmp = NULL;
     if (mm_s) {
@@ -168,6 +224,14 @@ int main(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)vocab);
     int64_t *out = malloc(sizeof(int64_t) * (size_t)(n_prompt + o.max_new_tokens));
     int64_t n_out = 0;
+    if (!logits || !out) {
+        fprintf(stderr, "generate: out of memory for %lld new tokens\n", (long long)o.max_new_tokens);
+        free(logits);
+        free(out);
+        accel_dispatched_free(d);
+        accel_module_free(m);
+        return 1;
+    }
     /* prompt alone first (first logits), then the whole generation */
     accel_generate_opts first = o;
     first.max_new_tokens = 0;

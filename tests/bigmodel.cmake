@@ -53,3 +53,44 @@ if(TARGET accel_cli)
   set_tests_properties(bigmodel_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
     "│ Memory Usage for loading `data/llama_seed_config`  │\n├───────┬─────────────┬──────────┬───────────────────┤\n│ dtype │Largest Layer│Total Size│Training using Adam│\n├───────┼─────────────┼──────────┼───────────────────┤\n│float32│   62.5 MB   │325.08 MB │      1.27 GB      │\n│float16│   31.25 MB  │162.54 MB │     650.16 MB     │\n│  int8 │   15.62 MB  │ 81.27 MB │        N/A        │\n│  int4 │   7.81 MB   │ 40.64 MB │        N/A        │\n└───────┴─────────────┴──────────┴───────────────────┘")
 endif()
+
+# 200000 members built, addressed, measured, saved and loaded: linear in the
+# member count (the quadratic versions took many minutes; config.json's
+# num_hidden_layers comes from a file). The plain many_members runs 2000.
+add_test(NAME many_members_large_nosan COMMAND test_many_members 200000)
+set_tests_properties(many_members_large_nosan PROPERTIES TIMEOUT 120)
+
+# Sizes from config.json are capped and overflow-checked: an error at once,
+# never a hang (10^6 layers) or a wrapped size (an lm_head of 2^66 bytes).
+if(TARGET accel_cli)
+  add_test(NAME bigmodel_estimate_memory_layers COMMAND accel_cli estimate-memory data/llama_bad_configs/layers_1e6.json
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_layers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "accel estimate-memory: data/llama_bad_configs/layers_1e6.json: num_hidden_layers 1000000 is over accel's limit of 65536\n")
+  add_test(NAME bigmodel_estimate_memory_overflow COMMAND accel_cli estimate-memory data/llama_bad_configs/lm_head_2e66.json
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "lm_head_2e66.json: the weights would take more than 2\\^63 bytes")
+endif()
+add_test(NAME bigmodel_generate_layers COMMAND generate data/llama_bad_configs/layers_1e6.json
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+set_tests_properties(bigmodel_generate_layers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+  "generate: data/llama_bad_configs/layers_1e6.json: num_hidden_layers 1000000 is over accel's limit")
+
+# Sampling parameters out of range are refused before the model loads, naming
+# the parameter (transformers' warpers raise); numbers must be whole numbers.
+foreach(bad "top-p;5;accel_generate: `top_p` has to be a float in \\(0, 1\\]" "temperature;0;--temperature 0: has to be > 0"
+            "top-p;0;--top-p 0: has to be > 0" "temperature;-1;accel_generate: `temperature` \\(=-1\\)"
+            "top-k;-3;accel_generate: `top_k` has to be a non-negative integer")
+  list(GET bad 0 flag)
+  list(GET bad 1 value)
+  list(GET bad 2 regex)
+  add_test(NAME bigmodel_generate_bad_${flag}_${value} COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+           --sample --${flag} ${value})
+  set_tests_properties(bigmodel_generate_bad_${flag}_${value} PROPERTIES PASS_REGULAR_EXPRESSION "generate: ${regex}")
+endforeach()
+add_test(NAME bigmodel_generate_bad_number COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic --sample --temperature 0.5x)
+set_tests_properties(bigmodel_generate_bad_number PROPERTIES PASS_REGULAR_EXPRESSION "generate: --temperature: '0.5x' is not a number")
+add_test(NAME bigmodel_generate_sample_ok COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+         --ids 23,49 --new-tokens 3 --sample --temperature 0.7 --top-k 5 --top-p 0.9 --seed 3)
+set_tests_properties(bigmodel_generate_sample_ok PROPERTIES PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, [0-9]+, [0-9]+, [0-9]+\\]\n")

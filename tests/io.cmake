@@ -4,6 +4,8 @@ add_executable(fuzz_safetensors ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_safetensors.c)
 target_include_directories(fuzz_safetensors PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(fuzz_safetensors PRIVATE accel PkgConfig::JANSSON)
 add_test(NAME fuzz_safetensors_seeds COMMAND fuzz_safetensors ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz_seeds)
+# and the valid and corrupt files judged by Python safetensors (tools/gen_safetensors_verdicts.py)
+add_test(NAME fuzz_safetensors_verdicts COMMAND fuzz_safetensors ${CMAKE_CURRENT_SOURCE_DIR}/data/st_verdicts)
 
 # With clang: a real libFuzzer run (20 s). The parser sources are compiled into
 # the target so they carry the fuzzer's coverage instrumentation.
@@ -19,6 +21,7 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus)
   add_test(NAME fuzz_safetensors_libfuzzer
     COMMAND fuzz_safetensors_libfuzzer -max_total_time=20 -rss_limit_mb=1024
-            ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz_seeds)
+            ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz_seeds
+            ${CMAKE_CURRENT_SOURCE_DIR}/data/st_verdicts)
   set_tests_properties(fuzz_safetensors_libfuzzer PROPERTIES TIMEOUT 120)
 endif()

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +124,17 @@ static void test_rejections(void) {
     const char *a[] = {"launch", "--config_file", "/nonexistent.yaml", "/bin/true", NULL};
     CHECK(run(a, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "does not exist");
+    /* one that exists but is no file says so (a FIFO used to block launch) */
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/fifo.yaml", TMP);
+    CHECK(mkfifo(path, 0644) == 0);
+    const char *b[] = {"launch", "--config_file", path, "/bin/true", NULL};
+    CHECK(run(b, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "fifo.yaml` is a FIFO, not a config file.");
+    const char *c[] = {"launch", "--config_file", TMP, "/bin/true", NULL};
+    CHECK(run(c, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "is a directory, not a config file.");
+    unlink(path);
 }
 
 /* Text of `prefix` + `open` n times + `close` n times + `suffix` (caller frees). */

@@ -69,6 +69,25 @@ static void test_errors(void) {
     CHECK(!accel_device_available(d));
 }
 
+/* Shapes from files: a product past int64 is an error, never a wrapped size. */
+static void test_shape_overflow(void) {
+    accel_clear_error();
+    int64_t huge[2] = {(int64_t)1 << 33, (int64_t)1 << 33};
+    CHECK(accel_tensor_new(ACCEL_F32, 2, huge, ACCEL_META_DEVICE) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_new: shape [8589934592, 8589934592] has too many elements");
+    accel_clear_error();
+    CHECK(accel_empty(ACCEL_U8, 2, huge) == NULL && accel_last_status() == ACCEL_ERR_SHAPE);
+    accel_clear_error();
+    int64_t with_empty[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40}; /* its strides would overflow */
+    CHECK(accel_tensor_new(ACCEL_F32, 3, with_empty, ACCEL_META_DEVICE) == NULL);
+    accel_clear_error();
+    int64_t big[2] = {(int64_t)1 << 29, (int64_t)1 << 30}; /* 2^59 elements: fine on meta */
+    accel_tensor *t = accel_tensor_new(ACCEL_F64, 2, big, ACCEL_META_DEVICE);
+    CHECK(t && accel_numel(t) == (int64_t)1 << 59 && accel_nbytes(t) == (size_t)1 << 62);
+    accel_tensor_free(t);
+}
+
 static void test_arena_reuse(void) {
     accel_arena *a = accel_arena_create(1024);
     for (int step = 0; step < 3; step++) {
@@ -156,6 +175,7 @@ int main(void) {
     RUN(test_dtype_names);
     RUN(test_tensors_and_views);
     RUN(test_errors);
+    RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_rng);
     RUN(test_print);

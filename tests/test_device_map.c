@@ -128,6 +128,24 @@ static void test_module_sizes(void) {
     accel_module_free(m);
 }
 
+/* Two meta tensors of 2^62 bytes: the sum is an error, not a negative size. */
+static void test_module_sizes_overflow(void) {
+    static const accel_module_ops OPS = {"Huge", NULL, NULL};
+    accel_module *m = accel_module_new(&OPS, NULL);
+    int64_t shape[2] = {(int64_t)1 << 29, (int64_t)1 << 30};
+    CHECK(accel_module_add_param(m, "a", accel_tensor_new(ACCEL_F64, 2, shape, ACCEL_META_DEVICE)));
+    CHECK(accel_module_add_param(m, "b", accel_tensor_new(ACCEL_F64, 2, shape, ACCEL_META_DEVICE)));
+    accel_clear_error();
+    CHECK(accel_compute_module_sizes(m, NULL, false) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "the model's tensors take more than 2^63 bytes");
+    accel_clear_error();
+    int64_t total, largest;
+    CHECK(accel_calculate_maximum_sizes(m, NULL, 0, &total, &largest) == ACCEL_ERR_SHAPE);
+    accel_clear_error();
+    accel_module_free(m);
+}
+
 static void test_max_layer_size(void) {
     accel_module *m = seq3("0", "1", "2");
     accel_module_sizes *s = accel_compute_module_sizes(m, NULL, false);
@@ -407,6 +425,7 @@ static void test_check_device_map(void) {
 
 int main(void) {
     RUN(test_module_sizes);
+    RUN(test_module_sizes_overflow);
     RUN(test_max_layer_size);
     RUN(test_tied_parameters);
     RUN(test_clean_device_map);

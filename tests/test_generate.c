@@ -12,7 +12,7 @@ static void test_greedy_and_ties(void) {
     float l[5] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f};
     accel_generate_opts o = {0};
     CHECK(accel_sample_logits(l, 5, &o, NULL) == 1); /* first index on ties, like torch.argmax */
-    o.do_sample = true;
+    o = (accel_generate_opts){.do_sample = true};
     CHECK(accel_sample_logits(l, 5, &o, NULL) == -1); /* sampling needs a generator */
     CHECK_STR_CONTAINS(accel_last_error(), "generator");
     accel_clear_error();
@@ -53,13 +53,58 @@ static void test_sampling_distribution(void) {
     draw(p, 4, &o, 4, c);
     CHECK(c[1] == 4000);
     /* temperature: 0.05 sharpens to the argmax, 10 flattens towards uniform */
-    o.top_p = 0;
+    o.top_p = 1;
     o.temperature = 0.05;
     draw(p, 4, &o, 5, c);
     CHECK(c[1] > 3990);
     o.temperature = 10;
     draw(p, 4, &o, 6, c);
     for (int i = 0; i < 4; i++) CHECK(c[i] > 800 && c[i] < 1200);
+}
+
+/* Out-of-range sampling parameters: an error naming the parameter, as
+ * transformers' warpers raise; greedy decoding ignores them. */
+static void expect_bad_option(accel_generate_opts o, const char *needle) {
+    float l[3] = {0.f, 1.f, 2.f};
+    accel_rng rng;
+    accel_rng_init(&rng, 1);
+    accel_clear_error();
+    CHECK_MSG(accel_sample_logits(l, 3, &o, &rng) == -1, "%s", needle);
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    accel_clear_error();
+    CHECK(accel_generate_opts_check(&o, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    accel_clear_error();
+    o.do_sample = false;
+    CHECK(accel_generate_opts_check(&o, 1) == ACCEL_OK);
+}
+
+static void test_bad_options(void) {
+    accel_generate_opts o = {.do_sample = true};
+    CHECK(accel_generate_opts_check(&o, 3) == ACCEL_OK); /* zero fields: the defaults */
+    accel_generate_opts b = o;
+    b.temperature = -1;
+    expect_bad_option(b, "`temperature` (=-1)");
+    b.temperature = NAN;
+    expect_bad_option(b, "`temperature` (=nan)");
+    b = o;
+    b.top_k = -3;
+    expect_bad_option(b, "`top_k` has to be a non-negative integer (0: off), but is -3");
+    b = o;
+    b.top_p = 5;
+    expect_bad_option(b, "`top_p` has to be a float in (0, 1] (0: the default, 1: off), but is 5");
+    b.top_p = -0.5;
+    expect_bad_option(b, "but is -0.5");
+    b.top_p = NAN;
+    expect_bad_option(b, "but is nan");
+    b = o;
+    b.max_new_tokens = -1;
+    CHECK(accel_generate_opts_check(&b, 3) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "`max_new_tokens` (=-1)");
+    accel_clear_error();
+    b.max_new_tokens = INT64_MAX - 1; /* n_prompt + max_new_tokens slots: not addressable */
+    CHECK(accel_generate_opts_check(&b, 3) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
 }
 
 static accel_module *fixture(accel_dispatched **d) {
@@ -76,6 +121,11 @@ static void test_generate_seeds_and_eos(void) {
     int64_t a[32], b[32], c[32], n_a, n_b, n_c;
     accel_generate_opts o = {.max_new_tokens = 12, .do_sample = true, .top_k = 20, .top_p = 0.95,
                                 .temperature = 1.5, .seed = 42};
+    accel_generate_opts wrong = o;
+    wrong.top_p = 5;
+    CHECK(accel_generate(m, prompt, 3, &wrong, a, &n_a) == ACCEL_ERR_INVALID_ARG); /* before any work */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate: `top_p`");
+    accel_clear_error();
     CHECK(accel_generate(m, prompt, 3, &o, a, &n_a) == ACCEL_OK);
     CHECK(accel_generate(m, prompt, 3, &o, b, &n_b) == ACCEL_OK);
     o.seed = 43;
@@ -116,6 +166,7 @@ int main(void) {
     accel_set_grad_enabled(false); /* inference only */
     RUN(test_greedy_and_ties);
     RUN(test_sampling_distribution);
+    RUN(test_bad_options);
     RUN(test_generate_seeds_and_eos);
     accel_thread_cleanup();
     return check_summary();

@@ -1,6 +1,7 @@
 /* config.json for Llama: defaults, transformers 4.x and 5.x layouts, errors, save. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accel/io.h"
@@ -70,8 +71,46 @@ static void test_errors(void) {
                  "not a multiple of num_key_value_heads");
     expect_error("t8.json", "{\"vocab_size\": 10,}", ACCEL_ERR_FORMAT, "invalid JSON at line 1");
     expect_error("t9.json", "{\"torch_dtype\": \"int8\"}", ACCEL_ERR_FORMAT, "not a floating dtype");
+    /* sizes from a file: capped and overflow-checked, never a hang or a wrapped product */
+    expect_error("t10.json", "{\"num_hidden_layers\": 1000000}", ACCEL_ERR_FORMAT,
+                 "num_hidden_layers 1000000 is over accel's limit of 65536");
+    expect_error("t11.json", "{\"num_hidden_layers\": 2147483648}", ACCEL_ERR_FORMAT,
+                 "num_hidden_layers 2147483648 is over accel's limit");
+    expect_error("t12.json", "{\"vocab_size\": 68719476736, \"hidden_size\": 1073741824, \"num_attention_heads\": 1}",
+                 ACCEL_ERR_FORMAT, "the weights would take more than 2^63 bytes (vocab_size 68719476736");
+    expect_error("t13.json", "{\"intermediate_size\": 4611686018427387904}", ACCEL_ERR_FORMAT,
+                 "more than 2^63 bytes");
+    expect_error("t14.json", "{\"hidden_size\": 64.0}", ACCEL_ERR_FORMAT, "'hidden_size' must be a positive integer");
+    expect_error("t15.json", "{\"num_key_value_heads\": -2}", ACCEL_ERR_FORMAT,
+                 "'num_key_value_heads' must be a positive integer");
+    expect_error("t16.json", "{\"num_attention_heads\": 4, \"num_key_value_heads\": 8, \"hidden_size\": 64}",
+                 ACCEL_ERR_FORMAT, "not a multiple of num_key_value_heads");
+    expect_error("t17.json", "{\"hidden_size\": 60, \"num_attention_heads\": 8}", ACCEL_ERR_FORMAT,
+                 "hidden_size (60) is not a multiple of num_attention_heads (8)");
+    expect_error("t18.json", "{\"head_dim\": 7}", ACCEL_ERR_FORMAT, "head_dim");
+    expect_error("t19.json", "{\"vocab_size\": 0}", ACCEL_ERR_FORMAT, "'vocab_size' must be a positive integer");
     accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("t20.json", "{\"num_hidden_layers\": 65536}"), &c) == ACCEL_OK);
     CHECK(accel_llama_config_load("/nonexistent/config.json", &c) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "/nonexistent/config.json: no such file");
+    accel_clear_error();
+    /* a path that exists but is no JSON file says what it is, never "no such file" */
+    char dir[128], path[160];
+    snprintf(dir, sizeof dir, "%s/as_dir", g_dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(mkdir(dir, 0755) == 0 && mkdir(path, 0755) == 0);
+    CHECK(accel_llama_config_load(dir, &c) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "as_dir/config.json: is a directory, not a JSON file");
+    accel_clear_error();
+    snprintf(dir, sizeof dir, "%s/as_fifo", g_dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(mkdir(dir, 0755) == 0 && mkfifo(path, 0644) == 0);
+    CHECK(accel_llama_config_load(dir, &c) == ACCEL_ERR_IO); /* at once: no wait for a writer */
+    CHECK_STR_CONTAINS(accel_last_error(), "as_fifo/config.json: is a FIFO, not a JSON file");
+    accel_clear_error();
+    snprintf(path, sizeof path, "%s/config.json", write_cfg("plain.json", "{}"));
+    CHECK(accel_llama_config_load(path, &c) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "plain.json/config.json: cannot be read: Not a directory");
     accel_clear_error();
 }
 

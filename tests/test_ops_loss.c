@@ -83,6 +83,17 @@ static void test_values_and_errors(void) {
     CHECK(accel_cross_entropy(x, accel_zeros(ACCEL_I64, ACCEL_SHAPE(299)), -100) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_cross_entropy: shapes [300, 100] and [299]");
     accel_clear_error();
+    /* the right count in the wrong shape: refused, as torch refuses it */
+    accel_tensor *x43 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 3));
+    CHECK(accel_cross_entropy(x43, accel_zeros(ACCEL_I64, ACCEL_SHAPE(4, 1)), -100) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_cross_entropy: shapes [4, 3] and [4, 1] do not fit");
+    accel_clear_error();
+    accel_tensor *x243 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 3));
+    CHECK(accel_cross_entropy(x243, accel_zeros(ACCEL_I64, ACCEL_SHAPE(4, 2)), -100) == NULL);
+    accel_clear_error();
+    CHECK(accel_cross_entropy(x243, accel_zeros(ACCEL_I64, ACCEL_SHAPE(2, 4)), -100) != NULL); /* torch's shape */
+    CHECK(accel_cross_entropy(x243, accel_zeros(ACCEL_I64, ACCEL_SHAPE(8)), -100) != NULL);    /* flat */
+    CHECK(accel_cross_entropy(accel_zeros(ACCEL_F32, ACCEL_SHAPE(3)), accel_zeros(ACCEL_I64, 0, NULL), -100) != NULL);
     CHECK(accel_cross_entropy(x, x, -100) == NULL && accel_last_status() == ACCEL_ERR_DTYPE);
     accel_clear_error();
     CHECK(accel_mse_loss(x, t) == NULL && accel_last_status() == ACCEL_ERR_DTYPE);

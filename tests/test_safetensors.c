@@ -174,6 +174,38 @@ static void test_python_fixture(void) {
     accel_safetensors_close(st);
 }
 
+/* Every file of tools/gen_safetensors_verdicts.py: accel accepts exactly the
+ * files the Python safetensors library accepts, and loads all their tensors. */
+static void test_python_verdicts(void) {
+    json_t *doc = json_load_file("data/st_verdicts/verdicts.json", 0, NULL);
+    json_t *verdicts = json_object_get(doc, "verdicts");
+    CHECK(json_object_size(verdicts) > 40);
+    const char *name;
+    json_t *v;
+    json_object_foreach(verdicts, name, v) {
+        char path[256];
+        snprintf(path, sizeof path, "data/st_verdicts/%s.safetensors", name);
+        bool python_ok = strcmp(json_string_value(v), "ok") == 0;
+        accel_clear_error();
+        accel_safetensors *st = accel_safetensors_open(path);
+        if (python_ok) {
+            CHECK_MSG(st != NULL, "%s: Python accepts it, accel: %s", name, accel_last_error());
+            for (int i = 0; st && i < accel_safetensors_count(st); i++) {
+                accel_tensor *t = accel_safetensors_tensor(st, accel_safetensors_at(st, i)->name, ACCEL_F64);
+                CHECK_MSG(t != NULL, "%s: %s", name, accel_last_error());
+                accel_tensor_free(t);
+            }
+        } else {
+            CHECK_MSG(st == NULL, "%s: accel accepts it, Python: %s", name, json_string_value(v));
+            CHECK_MSG(accel_last_status() == ACCEL_ERR_FORMAT, "%s: %s", name, accel_last_error());
+            CHECK_STR_CONTAINS(accel_last_error(), name);
+        }
+        accel_safetensors_close(st);
+    }
+    accel_clear_error();
+    json_decref(doc);
+}
+
 static void expect_open_error(const char *file, accel_status code, const char *needle) {
     accel_clear_error();
     accel_safetensors *st = accel_safetensors_open(tmp_path(file));
@@ -209,6 +241,17 @@ static void test_corrupt_files(void) {
              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
              12);
     expect_open_error("overlap.st", ACCEL_ERR_FORMAT, "tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]");
+
+    /* the data section exactly covered, as the safetensors crate demands */
+    write_st(tmp_path("gap.st"),
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[10,12]}}",
+             12);
+    expect_open_error("gap.st", ACCEL_ERR_FORMAT,
+                      "tensor 'b': data_offsets [10, 12] leave bytes [8, 10) of the data section in no tensor");
+    write_st(tmp_path("tail.st"), "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 9);
+    expect_open_error("tail.st", ACCEL_ERR_FORMAT,
+                      "the data section has 9 bytes but the tensors cover 8: the file is not fully covered");
 
     write_st(tmp_path("oob.st"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[100,104]}}", 8);
     expect_open_error("oob.st", ACCEL_ERR_FORMAT, "data_offsets [100, 104] run past the end of the data section");
@@ -253,6 +296,13 @@ static void test_corrupt_files(void) {
 
     accel_clear_error();
     CHECK(accel_safetensors_open(tmp_path("does-not-exist")) == NULL && accel_last_status() == ACCEL_ERR_IO);
+    accel_clear_error();
+    CHECK(mkfifo(tmp_path("fifo.st"), 0644) == 0);
+    CHECK(accel_safetensors_open(tmp_path("fifo.st")) == NULL); /* at once: no wait for a writer */
+    CHECK_STR_CONTAINS(accel_last_error(), "fifo.st: is a FIFO, not a safetensors file");
+    accel_clear_error();
+    CHECK(accel_safetensors_open(g_dir) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "is a directory, not a safetensors file");
     accel_clear_error();
 
     /* absent metadata, unpadded header (misaligned data), zero-sized tensors: accepted */
@@ -468,6 +518,7 @@ int main(void) {
     if (!mkdtemp(g_dir)) return 2;
     RUN(test_roundtrip);
     RUN(test_python_fixture);
+    RUN(test_python_verdicts);
     RUN(test_corrupt_files);
     RUN(test_sharded);
     RUN(test_index_errors);

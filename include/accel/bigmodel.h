@@ -286,15 +286,26 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
 
 typedef struct accel_generate_opts {
     int64_t max_new_tokens;
-    bool do_sample;            /* false: greedy (argmax, first index on ties) */
-    double temperature;        /* <= 0: 1.0 */
-    int64_t top_k;             /* <= 0: off */
-    double top_p;              /* <= 0 or >= 1: off */
+    bool do_sample;            /* false: greedy (argmax, first index on ties); the three
+                                * below are used (and checked) only when sampling: */
+    double temperature;        /* > 0; 0: the default, 1.0 (unchanged) */
+    int64_t top_k;             /* >= 0 (0: off) */
+    double top_p;              /* in (0, 1]; 0: the default, 1.0 (off) */
     uint64_t seed;             /* sampling RNG (Philox; same seed, same tokens) */
     bool has_eos;              /* stop after eos_token_id is generated */
     int64_t eos_token_id;
     float *prompt_logits;      /* optional [vocab]: logits at the prompt's last position */
 } accel_generate_opts;
+
+/* A zero-initialised struct is greedy decoding; with do_sample, plain draws
+ * from the softmax (transformers' GenerationConfig has top_k 50). When
+ * sampling, a value out of range (negative or NaN temperature, top_k < 0,
+ * top_p outside [0, 1]) is ACCEL_ERR_INVALID_ARG naming the parameter, as
+ * transformers' warpers raise. */
+/* What accel_generate checks before it runs: max_new_tokens >= 0 (and the
+ * n_prompt + max_new_tokens slots of out addressable), then the sampling
+ * parameters above. ACCEL_ERR_INVALID_ARG naming the parameter. */
+accel_status accel_generate_opts_check(const accel_generate_opts *opts, int64_t n_prompt);
 
 /* Decodes with the KV cache (batch 1): one forward over the prompt, then one
  * per new token. out needs n_prompt + max_new_tokens slots; *n_out gets the

@@ -80,6 +80,7 @@ struct accel_module {
     bool training;
     void *impl;                    /* module-specific state */
     struct accel__link *links;     /* internal: who depends on it (an accelerator, a dispatch) */
+    struct accel__member_index *member_index; /* internal (module.c): member names hashed */
 };
 
 /* ---- building */
@@ -213,6 +214,15 @@ typedef struct accel_llama_config {
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
 accel_llama_config accel_llama_config_default(void);
+
+/* The most decoder layers accel builds: the module tree is held in memory
+ * (13 modules a layer); real checkpoints have well under 200. */
+#define ACCEL_LLAMA_MAX_LAYERS 65536
+/* ACCEL_OK when accel_llama_new can build cfg: sizes positive, heads a multiple
+ * of kv heads, head_dim even, at most ACCEL_LLAMA_MAX_LAYERS layers, and the
+ * weights' bytes fit in int64 (every product overflow-checked). Else
+ * ACCEL_ERR_INVALID_ARG, the message starting with `who` (a file name, say). */
+accel_status accel_llama_config_check(const accel_llama_config *cfg, const char *who);
 
 /* KV cache for generation: per layer K and V [B, Hkv, max_len, D]. */
 typedef struct accel_kv_cache accel_kv_cache;

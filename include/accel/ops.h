@@ -125,8 +125,11 @@ accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta);
 accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal,
                          double scale);
 
-/* Cross-entropy over logits [N, C] (or [..., C] flattened) and integer targets
- * [N]; mean over targets != ignore_index (PyTorch uses -100). 0-dim f32. */
+/* Cross-entropy over logits [..., C] and integer targets of the logits' shape
+ * without C (PyTorch's rule with the classes last: [N] for [N, C], [] for [C])
+ * or the same N targets flat; any other shape is a shape error, even with the
+ * right count ([4, 1] for [4, 3]). Mean over targets != ignore_index (PyTorch
+ * uses -100). 0-dim f32. */
 accel_tensor *accel_cross_entropy(accel_tensor *logits, accel_tensor *targets,
                                   int64_t ignore_index);
 /* Mean squared error, mean over all elements. 0-dim f32. */

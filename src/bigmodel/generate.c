@@ -2,6 +2,7 @@
  * accel_llama_forward with the KV cache (transformers' generate for one
  * sequence: temperature, top-k, top-p warpers in that order, then a draw). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,37 @@ static int64_t argmax(const float *l, int64_t n) {
     return best;
 }
 
+/* transformers' warpers refuse these (TemperatureLogitsWarper, TopKLogitsWarper,
+ * TopPLogitsWarper), naming the parameter; only sampling uses them. A zero
+ * field means its default (docs/contract.md): temperature 1.0, top_p 1.0. */
+static accel_status check_sampling(const accel_generate_opts *o, const char *op) {
+    if (!o->do_sample) return ACCEL_OK;
+    if (!(o->temperature >= 0))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: `temperature` (=%g) has to be a strictly positive float when sampling "
+                               "(0: the default, 1.0)",
+                               op, o->temperature);
+    if (o->top_k < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: `top_k` has to be a non-negative integer (0: off), but is %lld", op,
+                               (long long)o->top_k);
+    if (!(o->top_p >= 0 && o->top_p <= 1))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: `top_p` has to be a float in (0, 1] (0: the default, 1: off), but is %g", op,
+                               o->top_p);
+    return ACCEL_OK;
+}
+
+accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_prompt) {
+    if (!o) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate: options are NULL");
+    if (o->max_new_tokens < 0 || o->max_new_tokens > INT64_MAX / 16 - (n_prompt > 0 ? n_prompt : 0))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_generate: `max_new_tokens` (=%lld) has to be a non-negative integer whose "
+                               "output buffer fits in memory",
+                               (long long)o->max_new_tokens);
+    return check_sampling(o, "accel_generate");
+}
+
 int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts *o, accel_rng *rng) {
     if (!logits || n <= 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: no logits");
@@ -38,9 +70,10 @@ int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts 
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: sampling needs a generator");
         return -1;
     }
-    if (o->temperature > 0 && o->temperature != 1.0)
+    if (check_sampling(o, "accel_sample_logits")) return -1;
+    if (o->temperature != 1.0)
         for (int64_t i = 0; i < n; i++) logits[i] = (float)(logits[i] / o->temperature);
-    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p > 0 && o->top_p < 1;
+    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p < 1;
     if (top_k || top_p) {
         scored *s = accel_malloc(sizeof *s * (size_t)n);
         if (!s) {
@@ -100,9 +133,10 @@ static accel_status last_logits(accel_tensor *y, int64_t vocab, float *buf) {
 
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out) {
-    if (!llama || !prompt || n_prompt <= 0 || !opts || opts->max_new_tokens < 0 || !out || !n_out)
+    if (!llama || !prompt || n_prompt <= 0 || !opts || !out || !n_out)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_generate: needs a model, a non-empty prompt, options, out and n_out");
+    if (accel_generate_opts_check(opts, n_prompt)) return accel_last_status();
     const accel_llama_config *cfg = accel_llama_config_of(llama);
     if (!cfg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate: the model is not a Llama model");
     int64_t vocab = cfg->vocab_size;

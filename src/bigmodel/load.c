@@ -140,28 +140,69 @@ static accel_status add_placed(accel_dispatched *d, int cap, const char *name, c
     return ACCEL_OK;
 }
 
+/* State-dict entries sorted by tensor or by name: the lookups below must stay
+ * O(n log n) for models of many layers, not O(n^2). */
+typedef struct entry_key {
+    uintptr_t t;
+    const char *name;
+    int i;
+} entry_key;
+
+static int cmp_key_tensor(const void *a, const void *b) {
+    const entry_key *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+static int cmp_key_name(const void *a, const void *b) {
+    return strcmp(((const entry_key *)a)->name, ((const entry_key *)b)->name);
+}
+
+/* The entries sorted with cmp; caller frees. */
+static entry_key *sorted_entries(const accel_state_dict *sd, int (*cmp)(const void *, const void *)) {
+    entry_key *k = accel_malloc(sizeof *k * ((size_t)sd->n + 1));
+    if (!k) return NULL;
+    for (int i = 0; i < sd->n; i++) k[i] = (entry_key){(uintptr_t)sd->entries[i].t, sd->entries[i].name, i};
+    qsort(k, (size_t)sd->n, sizeof *k, cmp);
+    return k;
+}
+
 /* Decides each unique tensor's place: resident when any of its names maps to
  * an execution device (a tied weight must stay usable there), else a host
  * copy when any name maps to an offloaded cpu, else disk. */
 static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, const accel_device_map *map,
                                bool offload_cpu, plan *plans, int *n_plans, int *plan_of) {
+    /* next_name[i]: the next entry naming entry i's tensor (a tied alias), or -1 */
+    entry_key *by_t = sorted_entries(sd, cmp_key_tensor);
+    int *next_name = accel_malloc(sizeof(int) * ((size_t)sd->n + 1));
+    if (!by_t || !next_name) {
+        accel_free(by_t);
+        accel_free(next_name);
+        return accel_last_status();
+    }
+    for (int k = 0; k < sd->n; k++)
+        next_name[by_t[k].i] = k + 1 < sd->n && by_t[k + 1].t == by_t[k].t ? by_t[k + 1].i : -1;
+    accel_free(by_t);
+    accel_status st = ACCEL_OK;
     int np = 0;
-    for (int i = 0; i < sd->n; i++) {
+    for (int i = 0; i < sd->n && !st; i++) {
         const accel_state_entry *e = &sd->entries[i];
         if (e->is_tied_alias) continue;
         plan p = {.t = e->t, .name = e->name, .kind = PLACE_DISK};
         bool any_host = false, any_res = false;
-        for (int j = i; j < sd->n; j++) {
-            if (sd->entries[j].t != e->t) continue;
+        for (int j = i; j >= 0; j = next_name[j]) {
+            plan_of[j] = np;
             const char *v = map ? accel_device_map_lookup(map, sd->entries[j].name) : "cpu";
-            if (!v)
-                return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_load_checkpoint_in_model: %s doesn't have any "
-                                                              "device set.",
-                                       sd->entries[j].name);
+            if (!v) {
+                st = accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                     "accel_load_checkpoint_in_model: %s doesn't have any device set.",
+                                     sd->entries[j].name);
+                break;
+            }
             place_kind k;
             accel_device dv = ACCEL_CPU_DEVICE;
-            if (classify(sd->entries[j].name, v, d->main, offload_cpu, &k, &dv) != ACCEL_OK)
-                return accel_last_status();
+            st = classify(sd->entries[j].name, v, d->main, offload_cpu, &k, &dv);
+            if (st) break;
             if (k == PLACE_RESIDENT && !any_res) {
                 any_res = true;
                 p.dev = dv;
@@ -169,14 +210,12 @@ static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, 
             any_host |= k == PLACE_HOST;
         }
         p.kind = any_res ? PLACE_RESIDENT : any_host ? PLACE_HOST : PLACE_DISK;
-        plan_of[i] = np;
         plans[np++] = p;
     }
+    accel_free(next_name);
+    if (st) return st;
     *n_plans = np;
     for (int i = 0; i < sd->n; i++) {
-        if (sd->entries[i].is_tied_alias) /* rare: a linear search is fine */
-            for (int j = 0; j < np; j++)
-                if (plans[j].t == sd->entries[i].t) plan_of[i] = j;
         const plan *p = &plans[plan_of[i]];
         char b[32];
         const char *w = p->kind == PLACE_DISK ? "disk"
@@ -286,12 +325,14 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
     bool strict = o && o->strict;
     name_list unexpected = {0}, missing = {0};
     accel_status st = ACCEL_OK;
+    entry_key *by_name = sorted_entries(sd, cmp_key_name);
+    if (!by_name) return accel_last_status();
     int nck = accel_checkpoint_count(d->ck);
     for (int i = 0; i < nck && st == ACCEL_OK; i++) {
-        const char *name = accel_checkpoint_name(d->ck, i);
-        plan *p = NULL;
-        for (int j = 0; j < sd->n && !p; j++)
-            if (strcmp(sd->entries[j].name, name) == 0) p = &plans[plan_of[j]];
+        entry_key key = {.name = accel_checkpoint_name(d->ck, i)};
+        const char *name = key.name;
+        const entry_key *hit = bsearch(&key, by_name, (size_t)sd->n, sizeof key, cmp_key_name);
+        plan *p = hit ? &plans[plan_of[hit->i]] : NULL;
         if (!p) {
             list_add(&unexpected, name);
             continue;
@@ -337,6 +378,7 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
                      checkpoint, m);
         }
     }
+    accel_free(by_name);
     list_free(&unexpected);
     list_free(&missing);
     return st;

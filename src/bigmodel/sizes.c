@@ -51,7 +51,8 @@ static accel_status sizes_grow(accel_module_sizes *s) {
     return ACCEL_OK;
 }
 
-/* Adds `bytes` to the entry `name` (len chars of it), creating it. */
+/* Adds `bytes` to the entry `name` (len chars of it), creating it.
+ * ACCEL_ERR_OOM, or ACCEL_ERR_SHAPE when the sum passes int64. */
 static accel_status sizes_add(accel_module_sizes *s, const char *name, size_t len, int64_t bytes) {
     char stackbuf[256];
     char *key = len < sizeof stackbuf ? stackbuf : accel_malloc(len + 1);
@@ -63,7 +64,8 @@ static accel_status sizes_add(accel_module_sizes *s, const char *name, size_t le
     if (!st) {
         int slot = sizes_slot(s, key);
         if (s->hash[slot] >= 0) {
-            s->bytes[s->hash[slot]] += bytes;
+            int64_t *sum = &s->bytes[s->hash[slot]];
+            if (__builtin_add_overflow(*sum, bytes, sum)) st = ACCEL_ERR_SHAPE; /* past 2^63 bytes */
         } else {
             s->names[s->n] = accel_strdup(key);
             if (!s->names[s->n]) st = ACCEL_ERR_OOM;
@@ -109,13 +111,12 @@ static int64_t tensor_size(const accel_tensor *t, const char *name, const accel_
 
 static accel_status add_tensor(accel_module_sizes *s, const char *name, int64_t size) {
     /* every prefix of the dotted name, "" included */
-    if (sizes_add(s, "", 0, size)) return ACCEL_ERR_OOM;
-    for (const char *p = name;; p++) {
-        if (*p == '.' || *p == 0)
-            if (sizes_add(s, name, (size_t)(p - name), size)) return ACCEL_ERR_OOM;
+    accel_status st = sizes_add(s, "", 0, size);
+    for (const char *p = name; !st; p++) {
+        if (*p == '.' || *p == 0) st = sizes_add(s, name, (size_t)(p - name), size);
         if (*p == 0) break;
     }
-    return ACCEL_OK;
+    return st;
 }
 
 accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_device_map_opts *opts,
@@ -140,7 +141,10 @@ accel_module_sizes *accel_compute_module_sizes(accel_module *root, const accel_d
         }
     accel_state_dict_free(sd);
     if (st) {
-        accel_set_error(ACCEL_ERR_OOM, "accel_compute_module_sizes: out of memory");
+        if (st == ACCEL_ERR_SHAPE)
+            accel_set_error(st, "accel_compute_module_sizes: the model's tensors take more than 2^63 bytes");
+        else
+            accel_set_error(ACCEL_ERR_OOM, "accel_compute_module_sizes: out of memory");
         accel_module_sizes_free(s);
         return NULL;
     }
@@ -234,9 +238,11 @@ void accel_free_names(char **names, int n) {
 accel_status accel__max_layer_size(const accel__work *start, bool modules_only, const accel_module_sizes *sizes,
                                    const char *const *no_split, int n_no_split, int64_t *max_out,
                                    char ***names, int *n_names) {
+    /* depth first, in order: a stack (next item last), so that a ModuleList of
+     * N layers costs O(N), not the O(N^2) of taking items off the front */
     accel__work todo = {0};
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < start->n && !st; i++)
+    for (int i = start->n - 1; i >= 0 && !st; i--)
         if (!modules_only || start->items[i].mod)
             st = accel__work_insert(&todo, todo.n, NULL, start->items[i].name, start->items[i].mod,
                                     start->items[i].t);
@@ -245,7 +251,7 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only, 
     char **out = NULL;
     while (todo.n > 0 && !st) {
         accel__work_item it;
-        accel__work_remove(&todo, 0, &it);
+        accel__work_remove(&todo, todo.n - 1, &it);
         accel_module *m = it.mod;
         if (!m || m->n_children == 0 || accel__in_no_split(m, no_split, n_no_split)) {
             int64_t size = accel_module_sizes_get(sizes, it.name);
@@ -271,9 +277,9 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only, 
                 it.name = NULL;
             }
         } else {
-            /* children first, in order (params and buffers are not descended into) */
-            for (int i = 0; i < m->n_children && !st; i++)
-                st = accel__work_insert(&todo, i, it.name, m->children[i]->name, m->children[i], NULL);
+            /* children next, in order (params and buffers are not descended into) */
+            for (int i = m->n_children - 1; i >= 0 && !st; i--)
+                st = accel__work_insert(&todo, todo.n, it.name, m->children[i]->name, m->children[i], NULL);
         }
         accel_free(it.name);
     }

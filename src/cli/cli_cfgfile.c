@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "cli/cli.h"
+#include "io/io_internal.h"
 
 /* ---------------------------------------------------------------- tree */
 
@@ -388,12 +389,21 @@ static bool ends_with(const char *s, const char *suf) {
 
 cv *cfg_read(const char *path, char *err, size_t errn) {
     err[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* only a missing file "does not exist"; a FIFO is refused before fopen would wait on it */
+    struct stat sb;
+    bool stat_ok = stat(path, &sb) == 0;
+    if (!stat_ok && errno == ENOENT) {
         snprintf(err, errn, "The passed configuration file `%s` does not exist. Please pass an existing file to "
                  "`accel launch`, or use the default one created through `accel config`.", path);
         return NULL;
     }
+    FILE *f = NULL;
+    if (stat_ok && !S_ISREG(sb.st_mode))
+        snprintf(err, errn, "The passed configuration file `%s` is %s, not a config file.", path,
+                 accel__file_kind(sb.st_mode));
+    else if (!(f = fopen(path, "rb")))
+        snprintf(err, errn, "The passed configuration file `%s` cannot be read: %s", path, strerror(errno));
+    if (!f) return NULL;
     cv *root = NULL;
     char inner[512] = "";
     struct stat st;

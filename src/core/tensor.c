@@ -79,6 +79,9 @@ bool accel_tensor_check(const accel_tensor *t, const char *op, const char *arg) 
     return true;
 }
 
+/* Shapes come from files and configs: the bytes of the tensor (the product of
+ * the sizes, empty ones counted as 1, x the largest element, 8) must fit in
+ * int64, so that numel, nbytes and strides never overflow. */
 static bool check_shape(const char *op, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > ACCEL_MAX_DIMS) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: %d dims (at most %d)", op, ndim, ACCEL_MAX_DIMS);
@@ -88,12 +91,22 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: shape is NULL", op);
         return false;
     }
-    for (int i = 0; i < ndim; i++)
+    int64_t bytes = 8;
+    bool overflow = false;
+    for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             accel_set_error(ACCEL_ERR_SHAPE, "%s: negative size %lld in dim %d", op,
                             (long long)shape[i], i);
             return false;
         }
+        overflow = overflow || __builtin_mul_overflow(bytes, shape[i] ? shape[i] : 1, &bytes);
+    }
+    if (overflow) {
+        char b[160];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: shape %s has too many elements (over 2^60)", op,
+                        accel_shape_str_n(ndim, shape, b, sizeof b));
+        return false;
+    }
     return true;
 }
 

@@ -124,6 +124,12 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
     if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0) || !(c->initializer_range >= 0))
         return accel_set_error(ACCEL_ERR_FORMAT,
                                "%s: rms_norm_eps and rope_theta must be > 0, initializer_range >= 0", file);
+    /* what the model build needs (layer cap, overflow-checked sizes), as a format error of the file */
+    if (accel_llama_config_check(c, file)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        return accel_reset_error(ACCEL_ERR_FORMAT, "%s", why);
+    }
     return ACCEL_OK;
 }
 

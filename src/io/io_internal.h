@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "accel/core.h"
 
@@ -22,6 +23,8 @@ accel_status accel__afile_write(accel__afile *f, const void *p, size_t n);
 accel_status accel__afile_commit(accel__afile *f);
 void accel__afile_abort(accel__afile *f);
 
+/* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
+const char *accel__file_kind(mode_t mode);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming
  * the file, line and column. Caller json_decref()s. */
 json_t *accel__json_load_file(const char *path);

@@ -75,13 +75,30 @@ void accel__afile_abort(accel__afile *f) {
     afile_release(f);
 }
 
+const char *accel__file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
 json_t *accel__json_load_file(const char *path) {
-    if (!accel__is_file(path)) {
-        accel_set_error(ACCEL_ERR_IO, "%s: no such file", path);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT) accel_set_error(ACCEL_ERR_IO, "%s: no such file", path);
+        else accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    const char *why = fstat(fd, &sb) != 0 ? strerror(errno) : NULL;
+    if (why || !S_ISREG(sb.st_mode)) {
+        if (why) accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, why);
+        else accel_set_error(ACCEL_ERR_IO, "%s: is %s, not a JSON file", path, accel__file_kind(sb.st_mode));
+        close(fd);
         return NULL;
     }
     json_error_t err;
-    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    json_t *j = json_loadfd(fd, JSON_REJECT_DUPLICATES, &err);
+    close(fd);
     if (!j)
         accel_set_error(ACCEL_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", path,
                         err.line, err.column, err.text);

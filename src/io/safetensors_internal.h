@@ -5,6 +5,9 @@
 
 #include "accel/io.h"
 
+/* The Python library refuses headers over 100 MB; so do accel's reader and writer. */
+#define ACCEL__ST_MAX_HEADER (100u * 1000u * 1000u)
+
 /* "F32" -> ACCEL_F32; -1 when accel has no such dtype. */
 int accel__st_dtype_parse(const char *s);
 /* Validates `size` bytes at `buf` as a safetensors file named `path` (for

@@ -14,8 +14,6 @@
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
-/* The Python library refuses headers over 100 MB; so do we. */
-#define ST_MAX_HEADER (100u * 1000u * 1000u)
 
 struct accel_safetensors {
     char *path;
@@ -171,6 +169,41 @@ static accel_status parse_tensor(accel_safetensors *st, const char *name, json_t
     return out->name ? ACCEL_OK : accel_last_status();
 }
 
+/* The safetensors crate's rule (Metadata::validate, then read_metadata): in
+ * offset order every tensor begins where the previous one ended (the first at
+ * 0), and the last end is the end of the file. A gap, an overlap or a stray
+ * byte means the header and the data disagree, e.g. a header length one byte
+ * off (still valid JSON thanks to the padding) that shifts every weight. */
+static accel_status check_coverage(const accel_safetensors *st) {
+    uint64_t at = 0;
+    const accel_st_info *prev = NULL;
+    for (int i = 0; i < st->n; i++) {
+        const accel_st_info *c = &st->info[i];
+        if (c->begin < at)
+            return accel_set_error(ACCEL_ERR_FORMAT,
+                                   "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' "
+                                   "[%llu, %llu]",
+                                   st->path, c->name, (unsigned long long)c->begin,
+                                   (unsigned long long)c->end, prev->name,
+                                   (unsigned long long)prev->begin, (unsigned long long)prev->end);
+        if (c->begin > at)
+            return accel_set_error(ACCEL_ERR_FORMAT,
+                                   "%s: tensor '%s': data_offsets [%llu, %llu] leave bytes [%llu, %llu) "
+                                   "of the data section in no tensor (offsets must be contiguous from 0)",
+                                   st->path, c->name, (unsigned long long)c->begin,
+                                   (unsigned long long)c->end, (unsigned long long)at,
+                                   (unsigned long long)c->begin);
+        at = c->end;
+        prev = c;
+    }
+    if (at != st->data_size)
+        return accel_set_error(ACCEL_ERR_FORMAT,
+                               "%s: the data section has %llu bytes but the tensors cover %llu: the file is "
+                               "not fully covered (a wrong header length, or bytes appended)",
+                               st->path, (unsigned long long)st->data_size, (unsigned long long)at);
+    return ACCEL_OK;
+}
+
 static accel_status parse_header(accel_safetensors *st, json_t *root) {
     if (!json_is_object(root))
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: header must be a JSON object", st->path);
@@ -181,28 +214,14 @@ static accel_status parse_header(accel_safetensors *st, json_t *root) {
     json_t *v;
     json_object_foreach(root, k, v) {
         if (strcmp(k, "__metadata__") == 0) {
-            if (parse_metadata(st, v)) return accel_last_status();
+            if (!json_is_null(v) && parse_metadata(st, v)) return accel_last_status();
             continue;
         }
         if (parse_tensor(st, k, v, &st->info[st->n])) return accel_last_status();
         st->n++;
     }
     qsort(st->info, (size_t)st->n, sizeof(accel_st_info), cmp_begin);
-    /* Overlap: in begin order, a non-empty tensor must start at or after the
-     * end of every earlier non-empty one. */
-    const accel_st_info *prev = NULL;
-    for (int i = 0; i < st->n; i++) {
-        const accel_st_info *c = &st->info[i];
-        if (c->nbytes == 0) continue;
-        if (prev && c->begin < prev->end)
-            return accel_set_error(ACCEL_ERR_FORMAT,
-                                   "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' "
-                                   "[%llu, %llu]",
-                                   st->path, c->name, (unsigned long long)c->begin,
-                                   (unsigned long long)c->end, prev->name,
-                                   (unsigned long long)prev->begin, (unsigned long long)prev->end);
-        if (!prev || c->end > prev->end) prev = c;
-    }
+    if (check_coverage(st)) return accel_last_status();
     st->by_name = accel_malloc(sizeof(int) * (size_t)(st->n ? st->n : 1));
     if (!st->by_name) return accel_last_status();
     for (int i = 0; i < st->n; i++) st->by_name[i] = i;
@@ -236,7 +255,7 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *map, size_t 
                         path, (unsigned long long)hlen, size);
         return st_fail(st, NULL);
     }
-    if (hlen > ST_MAX_HEADER) {
+    if (hlen > ACCEL__ST_MAX_HEADER) {
         accel_set_error(ACCEL_ERR_FORMAT, "%s: header length %llu exceeds the 100 MB limit", path,
                         (unsigned long long)hlen);
         return st_fail(st, NULL);
@@ -260,15 +279,18 @@ accel_safetensors *accel_safetensors_open(const char *path) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_open: path is NULL");
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         accel_set_error(ACCEL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    const char *why = fstat(fd, &sb) != 0 ? strerror(errno) : NULL;
+    if (why || !S_ISREG(sb.st_mode)) {
         close(fd);
-        accel_set_error(ACCEL_ERR_IO, "%s: not a regular file", path);
+        if (why) accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, why);
+        else accel_set_error(ACCEL_ERR_IO, "%s: is %s, not a safetensors file", path, accel__file_kind(sb.st_mode));
         return NULL;
     }
     size_t size = (size_t)sb.st_size;

@@ -3,6 +3,7 @@
 
 #include "accel/io.h"
 #include "io/io_internal.h"
+#include "io/safetensors_internal.h"
 
 static accel_status check_inputs(const char *path, int n, const char *const *names,
                                  accel_tensor *const *tensors) {
@@ -21,24 +22,34 @@ static accel_status check_inputs(const char *path, int n, const char *const *nam
                                    "accel_safetensors_save %s: tensor '%s' is not on the CPU (meta "
                                    "tensors have no data to save)",
                                    path, names[i]);
-        for (int j = 0; j < i; j++)
-            if (strcmp(names[i], names[j]) == 0)
-                return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                       "accel_safetensors_save %s: tensor name '%s' given twice", path,
-                                       names[i]);
     }
     return ACCEL_OK;
 }
 
-static json_t *build_header(int n, const char *const *names, accel_tensor *const *tensors, int n_meta,
-                            const accel_kv *meta) {
+/* The header object; NULL + error for a name given twice (found through the
+ * object's hash: a scan of the earlier names would make saving a model of many
+ * layers quadratic) or out of memory. */
+static json_t *build_header(const char *path, int n, const char *const *names, accel_tensor *const *tensors,
+                            int n_meta, const accel_kv *meta) {
     json_t *root = json_object(), *md = json_object();
+    if (!root || !md) {
+        json_decref(root);
+        json_decref(md);
+        accel_set_error(ACCEL_ERR_OOM, "accel_safetensors_save %s: cannot build header", path);
+        return NULL;
+    }
     json_object_set_new(md, "format", json_string("pt"));
     for (int i = 0; i < n_meta; i++)
         if (meta[i].key && meta[i].value) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
     json_object_set_new(root, "__metadata__", md);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
+        if (json_object_get(root, names[i])) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: tensor name '%s' given twice", path,
+                            names[i]);
+            json_decref(root);
+            return NULL;
+        }
         const accel_tensor *t = tensors[i];
         json_t *e = json_object(), *sh = json_array(), *of = json_array();
         for (int d = 0; d < t->ndim; d++) json_array_append_new(sh, json_integer(t->shape[d]));
@@ -69,11 +80,19 @@ accel_status accel_safetensors_save(const char *path, int n, const char *const *
     if (check_inputs(path, n, names, tensors)) return accel_last_status();
     if (n_meta < 0 || (n_meta > 0 && !meta))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: bad metadata", path);
-    json_t *root = build_header(n, names, tensors, n_meta, meta);
-    char *hdr = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_t *root = build_header(path, n, names, tensors, n_meta, meta);
+    if (!root) return accel_last_status();
+    char *hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (!hdr) return accel_set_error(ACCEL_ERR_OOM, "accel_safetensors_save %s: cannot build header", path);
     size_t hl = strlen(hdr), pad = (8 - hl % 8) % 8;
+    if (hl + pad > ACCEL__ST_MAX_HEADER) {
+        free(hdr);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_safetensors_save %s: the header of %d tensors takes %zu bytes, over the 100 MB "
+                               "that readers accept: save in shards",
+                               path, n, hl + pad);
+    }
     unsigned char len8[8];
     uint64_t total = hl + pad;
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(total >> (8 * i));

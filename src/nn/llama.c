@@ -25,8 +25,27 @@ accel_llama_config accel_llama_config_default(void) {
     return c;
 }
 
-/* The config with defaults resolved (kv heads, head_dim). */
-static bool resolve_config(const accel_llama_config *in, accel_llama_config *c) {
+/* Bytes of all the weights (the head counted even when tied), or -1 when that
+ * overflows int64: every size here comes from a file. */
+static int64_t weight_bytes(const accel_llama_config *c) {
+    int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, layer, t, total;
+    /* || sequences the steps and stops at the first overflow */
+    bool of = __builtin_mul_overflow(c->num_attention_heads, D, &qd) ||
+              __builtin_mul_overflow(c->num_key_value_heads, D, &kvd) ||
+              __builtin_add_overflow(qd, kvd, &t) || __builtin_add_overflow(t, kvd, &t) ||
+              __builtin_add_overflow(t, qd, &t) || __builtin_mul_overflow(t, C, &attn) ||
+              __builtin_mul_overflow(c->intermediate_size, C, &t) || __builtin_mul_overflow(t, 3, &mlp) ||
+              __builtin_add_overflow(attn, mlp, &layer) || __builtin_add_overflow(layer, C, &layer) ||
+              __builtin_add_overflow(layer, C, &layer) ||
+              __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
+              __builtin_mul_overflow(c->vocab_size, C, &t) || __builtin_mul_overflow(t, 2, &t) ||
+              __builtin_add_overflow(total, t, &total) || __builtin_add_overflow(total, C, &total) ||
+              __builtin_mul_overflow(total, (int64_t)accel_dtype_size(c->torch_dtype), &total);
+    return of ? -1 : total;
+}
+
+/* The config with defaults resolved (kv heads, head_dim), checked. */
+static accel_status resolve_config(const accel_llama_config *in, accel_llama_config *c, const char *who) {
     *c = *in;
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->head_dim == 0 && c->num_attention_heads > 0)
@@ -41,14 +60,28 @@ static bool resolve_config(const accel_llama_config *in, accel_llama_config *c) 
         bad = "head_dim (hidden_size / num_attention_heads) must be positive and even";
     else if (!accel_dtype_is_float(c->torch_dtype))
         bad = "torch_dtype must be a float dtype";
-    if (bad) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "accel_llama_new: %s (hidden %lld, heads %lld, kv heads %lld, head_dim %lld)",
-                        bad, (long long)c->hidden_size, (long long)c->num_attention_heads,
-                        (long long)c->num_key_value_heads, (long long)c->head_dim);
-        return false;
-    }
-    return true;
+    if (bad)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: %s (hidden %lld, heads %lld, kv heads %lld, head_dim %lld)", who, bad,
+                               (long long)c->hidden_size, (long long)c->num_attention_heads,
+                               (long long)c->num_key_value_heads, (long long)c->head_dim);
+    if (c->num_hidden_layers > ACCEL_LLAMA_MAX_LAYERS)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: num_hidden_layers %lld is over accel's limit of %d",
+                               who, (long long)c->num_hidden_layers, ACCEL_LLAMA_MAX_LAYERS);
+    if (weight_bytes(c) < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: the weights would take more than 2^63 bytes (vocab_size %lld, hidden_size "
+                               "%lld, intermediate_size %lld, heads %lld x head_dim %lld, %lld layers)",
+                               who, (long long)c->vocab_size, (long long)c->hidden_size,
+                               (long long)c->intermediate_size, (long long)c->num_attention_heads,
+                               (long long)c->head_dim, (long long)c->num_hidden_layers);
+    return ACCEL_OK;
+}
+
+accel_status accel_llama_config_check(const accel_llama_config *cfg, const char *who) {
+    accel_llama_config c;
+    if (!cfg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_check: config is NULL");
+    return resolve_config(cfg, &c, who ? who : "accel_llama_config_check");
 }
 
 /* ---- KV cache */
@@ -66,7 +99,7 @@ accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch,
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_kv_cache_new: config is NULL");
         return NULL;
     }
-    if (!resolve_config(cfg, &c)) return NULL;
+    if (resolve_config(cfg, &c, "accel_kv_cache_new")) return NULL;
     if (batch <= 0 || max_len <= 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_kv_cache_new: batch %lld and max_len %lld must be > 0",
                         (long long)batch, (long long)max_len);
@@ -276,7 +309,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     }
     accel_llama_config *c = accel_malloc(sizeof *c);
     if (!c) return NULL;
-    if (!resolve_config(cfg, c)) {
+    if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(c);
         return NULL;
     }

@@ -23,6 +23,80 @@ accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
     return m;
 }
 
+/* ---- member names
+ *
+ * Adding a member refuses a duplicate name, and dotted names are resolved one
+ * member at a time: with a linear scan a ModuleList of N layers costs O(N^2) to
+ * build and to address. A module with more than INDEX_FROM members keeps an
+ * open-addressing table of its member ids (2*i: children[i]; 2*i+1: tensors[i]). */
+enum { INDEX_FROM = 8 };
+
+typedef struct accel__member_index {
+    int cap;   /* power of two, more than twice the members */
+    int *slot; /* 0: empty, else id + 1 */
+} accel__member_index;
+
+static const char *member_name(const accel_module *m, int id) {
+    return id & 1 ? m->tensors[id >> 1].name : m->children[id >> 1]->name;
+}
+
+static bool name_is(const char *s, const char *name, size_t len) {
+    return strncmp(s, name, len) == 0 && s[len] == 0;
+}
+
+static uint64_t name_hash(const char *s, size_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The id of the member called name[0, len), or -1. */
+static int member_lookup(const accel_module *m, const char *name, size_t len) {
+    const accel__member_index *ix = m->member_index;
+    if (!ix) {
+        for (int i = 0; i < m->n_children; i++)
+            if (name_is(m->children[i]->name, name, len)) return 2 * i;
+        for (int i = 0; i < m->n_tensors; i++)
+            if (name_is(m->tensors[i].name, name, len)) return 2 * i + 1;
+        return -1;
+    }
+    for (uint64_t h = name_hash(name, len);; h++) {
+        int id = ix->slot[h & (uint64_t)(ix->cap - 1)] - 1;
+        if (id < 0 || name_is(member_name(m, id), name, len)) return id;
+    }
+}
+
+static void index_put(accel__member_index *ix, const accel_module *m, int id) {
+    const char *name = member_name(m, id);
+    uint64_t h = name_hash(name, strlen(name));
+    while (ix->slot[h & (uint64_t)(ix->cap - 1)]) h++;
+    ix->slot[h & (uint64_t)(ix->cap - 1)] = id + 1;
+}
+
+/* Makes room in the index for one more member (building it when the module
+ * grows past INDEX_FROM). false on OOM. */
+static bool index_reserve(accel_module *m) {
+    int members = m->n_children + m->n_tensors + 1;
+    accel__member_index *ix = m->member_index;
+    if (members <= INDEX_FROM || (ix && 2 * members < ix->cap)) return true;
+    int cap = ix ? ix->cap : 32;
+    while (2 * members >= cap) cap *= 2;
+    int *slot = accel_calloc((size_t)cap, sizeof *slot);
+    if (!ix) ix = accel_calloc(1, sizeof *ix);
+    if (!slot || !ix) {
+        accel_free(slot);
+        if (ix != m->member_index) accel_free(ix);
+        return false;
+    }
+    accel_free(ix->slot);
+    ix->cap = cap;
+    ix->slot = slot;
+    m->member_index = ix;
+    for (int i = 0; i < m->n_children; i++) index_put(ix, m, 2 * i);
+    for (int i = 0; i < m->n_tensors; i++) index_put(ix, m, 2 * i + 1);
+    return true;
+}
+
 static void free_hook(accel_module *m) {
     if (m->hook && m->hook->free_ctx) m->hook->free_ctx(m->hook->ctx);
     accel_free(m->hook);
@@ -39,6 +113,8 @@ void accel_module_free(accel_module *m) {
         accel_free(m->tensors[i].name);
     }
     accel_free(m->tensors);
+    if (m->member_index) accel_free(m->member_index->slot);
+    accel_free(m->member_index);
     free_hook(m);
     if (m->ops->free_impl)
         m->ops->free_impl(m);
@@ -58,11 +134,7 @@ static bool valid_local_name(const char *fn, const char *name) {
 }
 
 static bool name_taken(const accel_module *m, const char *name) {
-    for (int i = 0; i < m->n_children; i++)
-        if (strcmp(m->children[i]->name, name) == 0) return true;
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) return true;
-    return false;
+    return member_lookup(m, name, strlen(name)) >= 0;
 }
 
 /* Grows *arr (of elem bytes) so that it holds at least n+1 elements. */
@@ -99,7 +171,8 @@ accel_module *accel_module_add_child(accel_module *m, const char *name, accel_mo
         return NULL;
     }
     char *nm = accel_strdup(name);
-    if (!nm || !grow((void **)&m->children, &m->cap_children, m->n_children, sizeof *m->children)) {
+    if (!nm || !grow((void **)&m->children, &m->cap_children, m->n_children, sizeof *m->children) ||
+        !index_reserve(m)) {
         accel_free(nm);
         accel_module_free(child);
         return NULL;
@@ -108,6 +181,7 @@ accel_module *accel_module_add_child(accel_module *m, const char *name, accel_mo
     child->name = nm;
     child->parent = m;
     m->children[m->n_children++] = child;
+    if (m->member_index) index_put(m->member_index, m, 2 * (m->n_children - 1));
     return child;
 }
 
@@ -132,13 +206,15 @@ static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor 
         return NULL;
     }
     char *nm = accel_strdup(name);
-    if (!nm || !grow((void **)&m->tensors, &m->cap_tensors, m->n_tensors, sizeof *m->tensors)) {
+    if (!nm || !grow((void **)&m->tensors, &m->cap_tensors, m->n_tensors, sizeof *m->tensors) ||
+        !index_reserve(m)) {
         accel_free(nm);
         accel_tensor_free(t);
         return NULL;
     }
     accel_named_tensor *e = &m->tensors[m->n_tensors++];
     e->name = nm;
+    if (m->member_index) index_put(m->member_index, m, 2 * (m->n_tensors - 1) + 1);
     e->t = t;
     e->is_buffer = buffer;
     e->owned = true;
@@ -170,9 +246,8 @@ static accel_named_tensor *find_entry(accel_module *root, const char *full) {
         if (!m) return NULL;
     }
     const char *local = dot ? dot + 1 : full;
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i].name, local) == 0) return &m->tensors[i];
-    return NULL;
+    int id = member_lookup(m, local, strlen(local));
+    return id >= 0 && (id & 1) ? &m->tensors[id >> 1] : NULL;
 }
 
 /* An entry other than `except` that refers to t, or NULL. */
@@ -284,14 +359,9 @@ accel_module *accel_module_find(accel_module *root, const char *path) {
     while (*p) {
         const char *dot = strchr(p, '.');
         size_t len = dot ? (size_t)(dot - p) : strlen(p);
-        accel_module *next = NULL;
-        for (int i = 0; i < m->n_children; i++)
-            if (strlen(m->children[i]->name) == len && memcmp(m->children[i]->name, p, len) == 0) {
-                next = m->children[i];
-                break;
-            }
-        if (!next) return NULL;
-        m = next;
+        int id = member_lookup(m, p, len);
+        if (id < 0 || (id & 1)) return NULL;
+        m = m->children[id >> 1];
         p = dot ? dot + 1 : p + len;
     }
     return m;
@@ -305,13 +375,6 @@ accel_tensor *accel_module_get_tensor(accel_module *root, const char *full_name)
 
 /* ---- state dict */
 
-typedef struct sd_builder {
-    accel_state_dict *sd;
-    size_t name_off;        /* bytes used in sd->names */
-    size_t names_cap;
-    char prefix[1024];
-} sd_builder;
-
 static void sd_count(const accel_module *m, size_t prefix_len, int *n, size_t *bytes) {
     *bytes += prefix_len + 1; /* room for prefixes of modules without tensors */
     for (int i = 0; i < m->n_tensors; i++) {
@@ -322,15 +385,29 @@ static void sd_count(const accel_module *m, size_t prefix_len, int *n, size_t *b
         sd_count(m->children[i], prefix_len + strlen(m->children[i]->name) + 1, n, bytes);
 }
 
-static bool seen_before(const accel_state_dict *sd, const accel_tensor *t) {
-    for (int i = 0; i < sd->n; i++)
-        if (sd->entries[i].t == t) return true;
-    return false;
+/* The tensors listed so far, hashed by address: marking tied aliases stays
+ * linear in the number of tensors. */
+typedef struct seen_set {
+    size_t cap; /* power of two, more than twice the entries */
+    const accel_tensor **slot;
+} seen_set;
+
+/* Adds t; true when it was already there. */
+static bool seen_before(seen_set *s, const accel_tensor *t) {
+    uint64_t h = (uint64_t)(uintptr_t)t * 0x9E3779B97F4A7C15ull;
+    for (size_t i = (size_t)(h >> 32);; i++) {
+        const accel_tensor **e = &s->slot[i & (s->cap - 1)];
+        if (*e == t) return true;
+        if (!*e) {
+            *e = t;
+            return false;
+        }
+    }
 }
 
 /* prefix: "a.b." (with the trailing dot), or "" at the root. */
-static void sd_fill(accel_state_dict *sd, size_t *name_off, accel_module *m, const char *prefix,
-                    size_t plen, bool buffers) {
+static void sd_fill(accel_state_dict *sd, seen_set *seen, size_t *name_off, accel_module *m,
+                    const char *prefix, size_t plen, bool buffers) {
     for (int i = 0; i < m->n_tensors; i++) {
         accel_named_tensor *e = &m->tensors[i];
         if (e->is_buffer != buffers) continue;
@@ -343,21 +420,21 @@ static void sd_fill(accel_state_dict *sd, size_t *name_off, accel_module *m, con
         se->t = e->t;
         se->owner = m;
         se->is_buffer = e->is_buffer;
-        se->is_tied_alias = seen_before(sd, e->t);
+        se->is_tied_alias = seen_before(seen, e->t);
         sd->n++;
     }
 }
 
-static void sd_walk(accel_state_dict *sd, size_t *name_off, accel_module *m, char *prefix,
-                    size_t plen) {
-    sd_fill(sd, name_off, m, prefix, plen, false);
-    sd_fill(sd, name_off, m, prefix, plen, true);
+static void sd_walk(accel_state_dict *sd, seen_set *seen, size_t *name_off, accel_module *m,
+                    char *prefix, size_t plen) {
+    sd_fill(sd, seen, name_off, m, prefix, plen, false);
+    sd_fill(sd, seen, name_off, m, prefix, plen, true);
     for (int i = 0; i < m->n_children; i++) {
         size_t cl = strlen(m->children[i]->name);
         memcpy(prefix + plen, m->children[i]->name, cl);
         prefix[plen + cl] = '.';
         prefix[plen + cl + 1] = 0;
-        sd_walk(sd, name_off, m->children[i], prefix, plen + cl + 1);
+        sd_walk(sd, seen, name_off, m->children[i], prefix, plen + cl + 1);
         prefix[plen] = 0;
     }
 }
@@ -377,9 +454,13 @@ accel_state_dict *accel_module_state_dict(accel_module *root) {
         accel_free(prefix);
         return NULL;
     }
+    seen_set seen = {16, NULL};
+    while (seen.cap <= 2 * (size_t)n) seen.cap *= 2;
+    seen.slot = accel_calloc(seen.cap, sizeof *seen.slot);
     sd->entries = accel_calloc((size_t)(n ? n : 1), sizeof *sd->entries);
     sd->names = accel_malloc(bytes + 1);
-    if (!sd->entries || !sd->names) {
+    if (!seen.slot || !sd->entries || !sd->names) {
+        accel_free(seen.slot);
         accel_free(prefix);
         accel_state_dict_free(sd);
         return NULL;
@@ -387,7 +468,8 @@ accel_state_dict *accel_module_state_dict(accel_module *root) {
     /* `bytes` counts every module's prefix, so it bounds the longest one. */
     prefix[0] = 0;
     size_t off = 0;
-    sd_walk(sd, &off, root, prefix, 0);
+    sd_walk(sd, &seen, &off, root, prefix, 0);
+    accel_free(seen.slot);
     accel_free(prefix);
     return sd;
 }

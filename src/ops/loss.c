@@ -52,6 +52,17 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
     return accel__gbuf_end(&gx);
 }
 
+/* Targets of the logits' shape less the class dim (PyTorch's rule), or the
+ * same N targets flat: [4, 1] for logits [4, 3] has the right count but is
+ * neither, and is refused as PyTorch refuses it. */
+static bool targets_fit(const accel_tensor *logits, const accel_tensor *targets, int64_t N) {
+    if (targets->ndim == 1 && targets->shape[0] == N) return true;
+    if (targets->ndim != logits->ndim - 1) return false;
+    for (int i = 0; i < targets->ndim; i++)
+        if (targets->shape[i] != logits->shape[i]) return false;
+    return true;
+}
+
 accel_tensor *accel_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t ignore_index) {
     static const char *OP = "accel_cross_entropy";
     accel_tensor *in[2] = {logits, targets};
@@ -64,8 +75,9 @@ accel_tensor *accel_cross_entropy(accel_tensor *logits, accel_tensor *targets, i
     }
     int64_t C = logits->ndim ? logits->shape[logits->ndim - 1] : 0;
     int64_t N = C ? accel_numel(logits) / C : 0;
-    if (logits->ndim < 1 || C == 0 || accel_numel(targets) != N) {
-        accel__shape_error2(OP, logits, targets, "do not fit (logits [N, C] or [..., C] and targets of N elements)");
+    if (logits->ndim < 1 || C == 0 || !targets_fit(logits, targets, N)) {
+        accel__shape_error2(OP, logits, targets,
+                            "do not fit (logits [..., C]; targets of the logits' shape without C, or [N] flat)");
         return NULL;
     }
     accel_tensor *out = accel__op_out(ACCEL_F32, 0, NULL, dev);
