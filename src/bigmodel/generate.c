@@ -71,9 +71,9 @@ int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts 
         return -1;
     }
     if (check_sampling(o, "accel_sample_logits")) return -1;
-    if (o->temperature != 1.0)
+    if (o->temperature > 0 && o->temperature != 1.0) /* 0: the default, 1.0 */
         for (int64_t i = 0; i < n; i++) logits[i] = (float)(logits[i] / o->temperature);
-    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p < 1;
+    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p > 0 && o->top_p < 1; /* 0: 1.0 */
     if (top_k || top_p) {
         scored *s = accel_malloc(sizeof *s * (size_t)n);
         if (!s) {

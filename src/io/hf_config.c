@@ -128,7 +128,7 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
     if (accel_llama_config_check(c, file)) {
         char why[512];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        return accel_reset_error(ACCEL_ERR_FORMAT, "%s", why);
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s", why);
     }
     return ACCEL_OK;
 }
