@@ -2,7 +2,7 @@
 # `make test` runs every test twice: a normal build and an ASan+UBSan build.
 JOBS ?= $(shell nproc)
 DEB_PACKAGES = build-essential cmake pkg-config libopenblas-dev libopenmpi-dev openmpi-bin \
-               libjansson-dev libyaml-dev
+               libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler
 
 .PHONY: all deps build demo test test-fast test-asan fuzz bench clean
 

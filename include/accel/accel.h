@@ -3,6 +3,7 @@
  *
  * Layers, lowest first (a lower header never includes a higher one):
  *   core.h         status, dtypes, devices, tensors, arenas, RNG
+ *   tracking.h     logging, progress bars, experiment trackers (needs core.h only)
  *   autograd.h     tape, backward
  *   ops.h          differentiable ops (CPU kernels, meta shapes)
  *   nn.h           modules, layers, Llama
@@ -17,6 +18,7 @@
 #define ACCEL_ACCEL_H
 
 #include "core.h"
+#include "tracking.h"
 #include "autograd.h"
 #include "ops.h"
 #include "nn.h"

@@ -45,6 +45,7 @@
 #include "data.h"
 #include "nn.h"
 #include "optim.h"
+#include "tracking.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -98,6 +99,10 @@ typedef struct accel_accelerator_opts {
     /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
      * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */
     double gradient_clipping;
+    /* Trackers for init_trackers (accelerate's log_with): a comma list of
+     * "tensorboard", "jsonl", "csv", or "all". NULL: ACCEL_LOG_WITH /
+     * ACCELERATE_LOG_WITH, else none. Unknown names fail accel_accelerator_new. */
+    const char *log_with;
 } accel_accelerator_opts;
 
 accel_accelerator_opts accel_accelerator_opts_default(void);
@@ -266,6 +271,65 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
  * max_shard_size ("10GB", "500MB", NULL = "10GB") + index (io.h), main process only. */
 accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model,
                                           const char *dir, const char *max_shard_size);
+
+/* ---------------------------------------------------------------- trackers (tracking.h)
+ * Trackers write under project_dir (opts.project_dir, else ACCEL_PROJECT_DIR,
+ * else "."), Accelerate's logging_dir. Everything here acts on the main
+ * process only; the other ranks return ACCEL_OK. */
+
+/* Adds a tracker of your own (log_with=[MyTracker(...)]); the accelerator owns
+ * it from here (on every rank: it is finished by end_training or free). Call
+ * before init_trackers, which gives it the config. */
+accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker *t);
+/* init_trackers(project_name, config): opens the log_with trackers in
+ * <project_dir>/<project_name>/ and stores config in every tracker. Once per
+ * accelerator (ACCEL_ERR_STATE the second time). */
+accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
+                                             const accel_value *config);
+/* log(values, step): to every tracker; step < 0 = none. */
+accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_value *values, int64_t step);
+/* get_tracker(name): NULL (no error) when none has that name, and on other ranks. */
+accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char *name);
+/* end_training: finishes every tracker (flushed, closed). The process group
+ * goes with accel_accelerator_free. Idempotent. */
+accel_status accel_accelerator_end_training(accel_accelerator *acc);
+
+/* ---------------------------------------------------------------- saving anything */
+
+/* register_for_checkpointing: save_state writes custom_checkpoint_<i>.bin
+ * (main process) with what save returned, load_state gives those bytes back
+ * to load on every rank, i in registration order. *data from malloc (accel
+ * frees it). A count mismatch at load is ACCEL_ERR_FORMAT as Accelerate's
+ * "Number of custom checkpoints in folder ... does not match". */
+typedef accel_status (*accel_state_save_fn)(void *obj, void **data, size_t *len);
+typedef accel_status (*accel_state_load_fn)(void *obj, const void *data, size_t len);
+accel_status accel_accelerator_register_for_checkpointing(accel_accelerator *acc, void *obj,
+                                                          accel_state_save_fn save, accel_state_load_fn load);
+/* The same for a fixed-size byte blob: saved verbatim, restored in place
+ * (a saved size other than len is ACCEL_ERR_FORMAT). Borrowed. */
+accel_status accel_accelerator_register_blob_for_checkpointing(accel_accelerator *acc, void *data, size_t len);
+/* accelerator.save(obj, f): on the main process only, atomically (written to
+ * "<path>.tmp", fsynced, renamed). Tensors as safetensors with metadata
+ * {"format": "pt"} (read back with accel_safetensors_open, io.h); bytes verbatim. */
+accel_status accel_accelerator_save_tensors(accel_accelerator *acc, const char *path, int n,
+                                            const char *const *names, accel_tensor *const *tensors);
+accel_status accel_accelerator_save_bytes(accel_accelerator *acc, const char *path, const void *data, size_t len);
+/* A file's bytes into *data (malloc'd; free()) on any rank. */
+accel_status accel_load_bytes(const char *path, void **data, size_t *len);
+
+/* ---------------------------------------------------------------- find_executable_batch_size */
+
+/* Runs fn(ctx, batch_size) from starting_batch_size; when it returns
+ * ACCEL_ERR_OOM (an allocation failed: accel_malloc and the step arena report
+ * it as a status), the error is cleared, the step arena released, and fn is
+ * run again with reduce(ctx, batch_size) (NULL: int(batch_size * 0.9), as
+ * Accelerate 1.x). Any other status is returned as is. Reaching 0 is
+ * ACCEL_ERR_OOM "No executable batch size found, reached zero.". *found
+ * (may be NULL) gets the batch size that ran. */
+typedef accel_status (*accel_batch_size_fn)(void *ctx, int64_t batch_size);
+typedef int64_t (*accel_reduce_batch_size_fn)(void *ctx, int64_t batch_size);
+accel_status accel_find_executable_batch_size(accel_batch_size_fn fn, void *ctx, int64_t starting_batch_size,
+                                              accel_reduce_batch_size_fn reduce, int64_t *found);
 
 #ifdef __cplusplus
 }

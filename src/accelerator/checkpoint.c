@@ -519,6 +519,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         accel_free(bufs[1]);
         KILL_POINT("save: optimizer file written");
     }
+    if (!s) s = accel__custom_save(acc, tmp);
     if (!s) s = save_rank_state(acc, tmp);
     KILL_POINT("save: random states written");
     return s;
@@ -636,6 +637,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         numbered(path, sizeof path, dir, "scheduler", i);
         s = load_file(path, acc->scheds[i], load_sched);
     }
+    if (!s) s = accel__custom_load(acc, dir);
     if (!s) s = load_rank_state(acc, dir);
     return agree(acc, s);
 }
