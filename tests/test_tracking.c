@@ -682,7 +682,62 @@ static void test_find_executable_batch_size(void) {
     accel_clear_error();
 }
 
-int main(void) {
+/* ---------------------------------------------------------------- under accel launch */
+
+/* Run by tests/tracking.cmake as `accel launch --num_processes 2 [--log_with
+ * ... | --config_file ...] test_tracking launched TRACKERS`: the flags reach
+ * the Accelerator, only rank 0 writes tracker files, and in_order logging
+ * comes out rank by rank. */
+static int launched(const char *trackers) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    const char *pd = getenv("ACCEL_PROJECT_DIR");
+    CHECK_MSG(acc && pd, "%s", accel_last_error());
+    if (!acc || !pd) return check_summary();
+    int rank = accel_accelerator_process_index(acc);
+    CHECK(accel_accelerator_num_processes(acc) == 2);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/launched", pd);
+    if (rank == 0) rm_rf(path); /* jsonl appends to an earlier run's log */
+    accel_accelerator_wait_for_everyone(acc);
+    CHECK(accel_accelerator_init_trackers(acc, "launched", N_CONFIG, CONFIG) == ACCEL_OK);
+    accel_value v[] = {ACCEL_VALUE_I("rank", rank)};
+    CHECK(accel_accelerator_log(acc, 1, v, 1) == ACCEL_OK);
+    CHECK(accel_accelerator_end_training(acc) == ACCEL_OK);
+
+    snprintf(path, sizeof path, "%s/order.log", pd);
+    if (rank == 0) fclose(fopen(path, "w"));
+    accel_accelerator_wait_for_everyone(acc);
+    FILE *f = fopen(path, "a");
+    accel_logger *lg = accel_get_logger("launched");
+    accel_logger_set_level(lg, ACCEL_LOG_INFO);
+    accel_logger_set_stream(lg, f);
+    for (int i = 0; i < 3; i++) CHECK(accel_logger_log(lg, ACCEL_LOG_INFO, ACCEL_LOG_IN_ORDER, "line %d", i) == ACCEL_OK);
+    accel_logger_set_stream(lg, NULL);
+    fclose(f);
+    accel_accelerator_wait_for_everyone(acc);
+    if (rank == 0) {
+        char *s = slurp(path);
+        CHECK_MSG(s && !strcmp(s, "INFO:launched:[RANK 0] line 0\nINFO:launched:[RANK 1] line 0\n"
+                                  "INFO:launched:[RANK 0] line 1\nINFO:launched:[RANK 1] line 1\n"
+                                  "INFO:launched:[RANK 0] line 2\nINFO:launched:[RANK 1] line 2\n"), "%s", s);
+        free(s);
+        bool want_csv = strstr(trackers, "csv") != NULL, want_jsonl = strstr(trackers, "jsonl") != NULL;
+        snprintf(path, sizeof path, "%s/launched/log.csv", pd);
+        s = slurp(path);
+        CHECK_MSG(want_csv ? s && !strcmp(s, "step,rank\n1,0\n") : !s, "%s: %s", path, s);
+        free(s);
+        snprintf(path, sizeof path, "%s/launched/log.jsonl", pd);
+        s = slurp(path);
+        CHECK_MSG(want_jsonl ? s && !strcmp(s, "{\"step\":1,\"rank\":0}\n") : !s, "%s: %s", path, s);
+        free(s);
+    }
+    accel_accelerator_free(acc);
+    accel_clear_error();
+    return check_summary();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "launched")) return launched(argv[2]);
     unsetenv("ACCEL_LOG_WITH");
     unsetenv("ACCEL_DISABLE_PROGRESS");
     RUN(test_crc32c);

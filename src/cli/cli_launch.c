@@ -59,6 +59,8 @@ static const cli_opt OPTS[] = {
     {"deepspeed_config_file", 0, true, "FILE", "DeepSpeed JSON config (zero_optimization.stage, bf16/fp16, ...; ACCEL_DEEPSPEED_CONFIG_FILE)."},
     {"gradient_clipping", 0, true, "NORM", "DeepSpeed gradient clipping: clip the global grad norm in optimizer.step (ACCEL_GRADIENT_CLIPPING)."},
     {"offload_optimizer_device", 0, true, "{none,cpu}", "DeepSpeed optimizer offload (cpu: a no-op, state is in CPU memory)."},
+    {"log_with", 0, true, "{tensorboard,jsonl,csv,all}", "Trackers for init_trackers, a comma list (ACCEL_LOG_WITH)."},
+    {"project_dir", 0, true, "DIR", "Project directory: trackers' logs and automatic checkpoints (ACCEL_PROJECT_DIR)."},
     {"module", 'm', false, NULL, "Run PROGRAM as a Python module (python3 -m)."},
     {"no_python", 0, false, NULL, "Execute PROGRAM directly instead of through python3."},
 };
@@ -71,7 +73,7 @@ typedef struct launch_cfg {
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
     double monitor_interval;
     const char *mixed_precision, *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
-    const char *ds_file, *grad_clip, *offload_opt;
+    const char *ds_file, *grad_clip, *offload_opt, *log_with, *project_dir;
     char **prog_argv;
 } launch_cfg;
 
@@ -180,6 +182,8 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping");
     L->offload_opt = V("offload_optimizer_device") ? V("offload_optimizer_device")
                                                    : cfg_s(ds, "offload_optimizer_device");
+    L->log_with = V("log_with") ? V("log_with") : cfg_s(cfg, "log_with");
+    L->project_dir = V("project_dir") ? V("project_dir") : cfg_s(cfg, "project_dir");
     if (L->ds_file) L->deepspeed = true;
     L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage");
     /* With a JSON file its zero_optimization.stage decides. */
@@ -410,6 +414,8 @@ static void child_exec(const job *J, worker *w, int out_w, int err_w, int restar
     }
     if (L->grad_clip) setenv("ACCEL_GRADIENT_CLIPPING", L->grad_clip, 1);
     if (L->offload_opt) setenv("ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt, 1);
+    if (L->log_with) setenv("ACCEL_LOG_WITH", L->log_with, 1);
+    if (L->project_dir) setenv("ACCEL_PROJECT_DIR", L->project_dir, 1);
     setenv("ACCEL_JOB_SECRET", J->secret, 1);
     /* argv: PROGRAM directly, or through python3 for .py / --module */
     int n = 0;
