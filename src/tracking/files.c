@@ -1,11 +1,20 @@
 /* Directories and atomic file writes for the trackers and accelerator.save. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "tracking/tracking_internal.h"
+
+const char *accel__shortest_double(char *buf, size_t n, double v) {
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
 
 accel_status accel__mkdirs(const char *path) {
     char p[4096];

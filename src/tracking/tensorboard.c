@@ -283,7 +283,7 @@ static accel_status write_hparams_yml(const char *path, int n, const accel_value
         case ACCEL_VALUE_FLOAT:
             if (isnan(c->f)) text = ".nan";
             else if (isinf(c->f)) text = c->f > 0 ? ".inf" : "-.inf";
-            else snprintf(num, sizeof num, "%.17g", c->f);
+            else accel__shortest_double(num, sizeof num, c->f);
             break;
         case ACCEL_VALUE_INT: snprintf(num, sizeof num, "%lld", (long long)c->i); break;
         case ACCEL_VALUE_BOOL: text = c->i ? "true" : "false"; break;

@@ -334,7 +334,11 @@ static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t
             if (!strcmp(values[i].key, c->cols[col])) v = &values[i];
         if (!v) continue;
         switch (v->kind) {
-        case ACCEL_VALUE_FLOAT: fprintf(f, "%.17g", v->f); break;
+        case ACCEL_VALUE_FLOAT: {
+            char num[40];
+            fputs(accel__shortest_double(num, sizeof num, v->f), f);
+            break;
+        }
         case ACCEL_VALUE_INT: fprintf(f, "%lld", (long long)v->i); break;
         case ACCEL_VALUE_BOOL: fputs(v->i ? "True" : "False", f); break;
         case ACCEL_VALUE_STRING: csv_field(f, v->s); break;

@@ -16,6 +16,9 @@ void accel__log_detach(struct accel_pg *pg);
 void accel__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void accel__warnv(const char *fmt, va_list ap);
 
+/* The shortest text that reads back as v (Python's repr of a float). */
+const char *accel__shortest_double(char *buf, size_t n, double v);
+
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
 /* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
