@@ -435,6 +435,33 @@ static void test_logger(void) {
     fclose(f);
 }
 
+/* The library's warnings (here bigmodel's, when the caller gave no stream)
+ * go through the "accel" logger, on every rank. */
+static void test_library_warnings(void) {
+    FILE *f = tmpfile();
+    accel_logger *lg = accel_get_logger("accel");
+    accel_logger_set_stream(lg, f);
+    accel_module *m = accel_linear_new(2, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_device_map *map = accel_device_map_new();
+    accel_device_map_set(map, "", "cpu");
+    accel_device_map_set(map, "nowhere", "cpu");
+    CHECK(accel_check_device_map(m, map, NULL) == ACCEL_OK);
+    char *s = read_stream(f);
+    CHECK_MSG(!strcmp(s, "WARNING:accel:[RANK 0] The following device_map keys do not match any submodules in "
+                         "the model: ['nowhere']\n"), "%s", s);
+    free(s);
+    accel_logger_set_level(lg, ACCEL_LOG_ERROR);
+    CHECK(accel_check_device_map(m, map, NULL) == ACCEL_OK);
+    s = read_stream(f);
+    CHECK(!*s); /* ACCEL_LOG_LEVEL=error silences them */
+    free(s);
+    accel_logger_set_level(lg, ACCEL_LOG_WARNING);
+    accel_logger_set_stream(lg, NULL);
+    accel_device_map_free(map);
+    accel_module_free(m);
+    fclose(f);
+}
+
 /* ---------------------------------------------------------------- progress */
 
 static void test_progress_plain_lines(void) {
@@ -748,6 +775,7 @@ int main(int argc, char **argv) {
     RUN(test_tracker_errors);
     RUN(test_accelerator_trackers);
     RUN(test_logger);
+    RUN(test_library_warnings);
     RUN(test_progress_plain_lines);
     RUN(test_progress_over_loader);
     RUN(test_register_for_checkpointing);

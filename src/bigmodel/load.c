@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bigmodel/offload_internal.h"
+#include "tracking/tracking_internal.h"
 
 typedef enum { PLACE_RESIDENT, PLACE_HOST, PLACE_DISK } place_kind;
 
@@ -30,6 +31,11 @@ static void warn(const accel_load_options *o, const char *fmt, ...) {
     FILE *f = o && o->log ? o->log : stderr;
     va_list ap;
     va_start(ap, fmt);
+    if (f == stderr) { /* no stream of the caller's: the library's logger */
+        accel__warnv(fmt, ap);
+        va_end(ap);
+        return;
+    }
     fputs("accel: warning: ", f);
     vfprintf(f, fmt, ap);
     fputc('\n', f);
