@@ -293,7 +293,9 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
     name_list unexpected = {0}, missing = {0};
     accel_status st = ACCEL_OK;
     int nck = accel_checkpoint_count(d->ck);
+    accel_progress *bar = accel_progress_new(nck, &(accel_progress_opts){.desc = "Loading weights", .unit = "tensor"});
     for (int i = 0; i < nck && st == ACCEL_OK; i++) {
+        accel_progress_update(bar, 1);
         const char *name = accel_checkpoint_name(d->ck, i);
         plan *p = NULL;
         for (int j = 0; j < sd->n && !p; j++)
@@ -311,6 +313,7 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
         st = load_one(d, p, name, in, checkpoint, o);
         p->loaded = st == ACCEL_OK;
     }
+    accel_progress_close(bar);
     if (st == ACCEL_OK) {
         for (int k = 0; k < np; k++) {
             if (plans[k].loaded) continue;
