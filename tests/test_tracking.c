@@ -498,7 +498,7 @@ static void test_progress_plain_lines(void) {
     CHECK_STR_CONTAINS(s, "train: 5it [00:00, ");
     free(s);
 
-    /* Off: the environment, the flag, another rank. */
+    /* Off: the environment, the flag, a delay not reached, another rank. */
     setenv("ACCEL_DISABLE_PROGRESS", "1", 1);
     p = accel_progress_new(4, &o);
     accel_progress_update(p, 4);
@@ -509,6 +509,11 @@ static void test_progress_plain_lines(void) {
     accel_progress_update(p, 4);
     accel_progress_close(p);
     o.disable = false;
+    o.delay = 3600; /* work shorter than the delay stays quiet, also at the close */
+    p = accel_progress_new(4, &o);
+    accel_progress_update(p, 4);
+    accel_progress_close(p);
+    o.delay = 0;
     setenv("RANK", "1", 1);
     p = accel_progress_new(4, &o);
     accel_progress_update(p, 4);

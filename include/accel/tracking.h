@@ -100,6 +100,7 @@ typedef struct accel_progress_opts {
     const char *unit;       /* "it" */
     FILE *stream;           /* stderr */
     double min_interval;    /* seconds between redraws: 0.1 on a terminal, 10 elsewhere; <0 = every update */
+    double delay;           /* draw nothing before this many seconds (tqdm's delay): short work stays quiet */
     bool disable;           /* also ACCEL_DISABLE_PROGRESS=1 */
     bool all_processes;     /* draw on every rank (default: main process only) */
 } accel_progress_opts;

@@ -293,7 +293,8 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
     name_list unexpected = {0}, missing = {0};
     accel_status st = ACCEL_OK;
     int nck = accel_checkpoint_count(d->ck);
-    accel_progress *bar = accel_progress_new(nck, &(accel_progress_opts){.desc = "Loading weights", .unit = "tensor"});
+    accel_progress *bar =
+        accel_progress_new(nck, &(accel_progress_opts){.desc = "Loading weights", .unit = "tensor", .delay = 1});
     for (int i = 0; i < nck && st == ACCEL_OK; i++) {
         accel_progress_update(bar, 1);
         const char *name = accel_checkpoint_name(d->ck, i);

@@ -16,7 +16,8 @@ struct accel_progress {
     int64_t total, n, tokens;
     double loss;
     bool have_loss;
-    double start, last_draw, min_interval;
+    double start, last_draw, min_interval, delay;
+    bool drawn;         /* anything drawn yet (a delayed bar that never drew stays silent) */
     size_t last_len;    /* terminal: characters drawn last time (to blank the rest) */
 };
 
@@ -40,6 +41,7 @@ accel_progress *accel_progress_new(int64_t total, const accel_progress_opts *opt
     snprintf(p->unit, sizeof p->unit, "%s", o.unit ? o.unit : "it");
     p->total = total > 0 ? total : 0;
     p->min_interval = o.min_interval != 0 ? o.min_interval : p->tty ? 0.1 : 10.0;
+    p->delay = o.delay;
     p->start = p->last_draw = accel_now_seconds();
     return p;
 }
@@ -107,6 +109,7 @@ static void draw(accel_progress *p, double now, bool final) {
     }
     fflush(p->f);
     p->last_draw = now;
+    p->drawn = true;
 }
 
 void accel_progress_update(accel_progress *p, int64_t n) {
@@ -114,7 +117,9 @@ void accel_progress_update(accel_progress *p, int64_t n) {
     p->n += n;
     if (!p->on) return;
     double now = accel_now_seconds();
-    if (now - p->last_draw >= p->min_interval) draw(p, now, false);
+    if (now - p->start < p->delay) return;
+    /* A delayed bar shows itself as soon as its delay is over. */
+    if (now - p->last_draw >= p->min_interval || (p->delay > 0 && !p->drawn)) draw(p, now, false);
 }
 
 void accel_progress_set_loss(accel_progress *p, double loss) {
@@ -137,7 +142,7 @@ int64_t accel_progress_count(const accel_progress *p) { return p ? p->n : 0; }
 
 void accel_progress_close(accel_progress *p) {
     if (!p) return;
-    if (p->on) draw(p, accel_now_seconds(), true);
+    if (p->on && (p->drawn || p->delay <= 0)) draw(p, accel_now_seconds(), true);
     accel_free(p);
 }
 
