@@ -72,7 +72,7 @@ typedef struct accel_accelerator_opts {
     bool sync_each_batch;           /* all-reduce every micro-batch anyway */
     bool step_scheduler_with_optimizer; /* default true */
     /* ProjectConfiguration */
-    const char *project_dir;        /* copied; NULL = "." */
+    const char *project_dir;        /* copied; NULL = ACCEL_PROJECT_DIR, else "." */
     bool automatic_checkpoint_naming;
     int total_limit;                /* keep at most this many checkpoints (0 = all) */
     /* DDP */
