@@ -285,6 +285,8 @@ static void test_csv_widens(void) {
 
 static void test_tracker_errors(void) {
     accel_clear_error();
+    CHECK(!strcmp(accel_tracker_builtin(0), "tensorboard") && !strcmp(accel_tracker_builtin(2), "csv"));
+    CHECK(!accel_tracker_builtin(3) && !accel_tracker_builtin(-1));
     CHECK(!accel_tracker_open("wandb", "p", "/tmp"));
     CHECK_STR_CONTAINS(accel_last_error(), "unknown tracker 'wandb'");
     accel_clear_error();

@@ -180,8 +180,8 @@ accel_status accel_tracker_store_init_configuration(accel_tracker *t, int n, con
 accel_status accel_tracker_log(accel_tracker *t, int n, const accel_value *values, int64_t step);
 /* Finishes (flush, close) and frees. NULL is a no-op. */
 accel_status accel_tracker_finish(accel_tracker *t);
-/* Is `name` a built-in tracker? ("all" is not: it means every built-in.) */
-bool accel_tracker_is_builtin(const char *name);
+/* The i-th built-in tracker's name ("tensorboard", "jsonl", "csv"), NULL past the last. */
+const char *accel_tracker_builtin(int i);
 
 #ifdef __cplusplus
 }

@@ -7,19 +7,14 @@
 #include "accelerator/tracking_internal.h"
 #include "tracking/tracking_internal.h"
 
-#define MAX_TRACKERS 16
-
-static const char *const BUILTIN[] = {"tensorboard", "jsonl", "csv"};
-#define N_BUILTIN ((int)(sizeof BUILTIN / sizeof *BUILTIN))
-
 const char *accel__default_project_dir(void) {
     const char *v = getenv("ACCEL_PROJECT_DIR");
     return v && *v ? v : ".";
 }
 
-/* log_with ("tensorboard,csv", "all", "") into the wanted built-ins. */
-static accel_status parse_log_with(const char *s, bool want[N_BUILTIN]) {
-    memset(want, 0, N_BUILTIN * sizeof *want);
+/* log_with ("tensorboard,csv", "all", "") into a mask of the wanted built-ins. */
+static accel_status parse_log_with(const char *s, unsigned *want) {
+    *want = 0;
     while (s && *s) {
         size_t n = strcspn(s, ",");
         char name[64];
@@ -28,8 +23,8 @@ static accel_status parse_log_with(const char *s, bool want[N_BUILTIN]) {
         while (*a == ' ') a++;
         while (b > a && b[-1] == ' ') *--b = '\0';
         bool known = !*a;
-        for (int i = 0; i < N_BUILTIN; i++)
-            if (!strcmp(a, "all") || !strcmp(a, BUILTIN[i])) want[i] = known = true;
+        for (int i = 0; accel_tracker_builtin(i); i++)
+            if (!strcmp(a, "all") || !strcmp(a, accel_tracker_builtin(i))) *want |= 1u << i, known = true;
         if (!known)
             return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                    "accel_accelerator_new: unknown tracker '%s' in log_with (choose from "
@@ -47,7 +42,7 @@ accel_status accel__tracking_attach(accel_accelerator *acc) {
     acc->o.log_with = NULL; /* borrowed: not kept */
     acc->tracking = accel_calloc(1, sizeof *acc->tracking);
     if (!acc->tracking) return accel_last_status();
-    accel_status st = parse_log_with(lw, acc->tracking->want);
+    accel_status st = parse_log_with(lw, &acc->tracking->want);
     if (st) return st;
     accel__log_attach(acc->rank, acc->world, acc->pg);
     return ACCEL_OK;
@@ -69,11 +64,6 @@ void accel__tracking_detach(accel_accelerator *acc) {
 }
 
 static accel_status add(accel__tracking *tk, accel_tracker *t) {
-    if (tk->n >= MAX_TRACKERS) {
-        accel_tracker_finish(t);
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_add_tracker: at most %d trackers",
-                               MAX_TRACKERS);
-    }
     accel_tracker **grown = accel_calloc((size_t)tk->n + 1, sizeof *grown);
     if (!grown) {
         accel_tracker_finish(t);
@@ -103,9 +93,9 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
     tk->initialized = true;
     if (acc->rank != 0) return ACCEL_OK;
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < N_BUILTIN && !st; i++) {
-        if (!tk->want[i]) continue;
-        accel_tracker *t = accel_tracker_open(BUILTIN[i], project_name, acc->project_dir);
+    for (int i = 0; accel_tracker_builtin(i) && !st; i++) {
+        if (!(tk->want & 1u << i)) continue;
+        accel_tracker *t = accel_tracker_open(accel_tracker_builtin(i), project_name, acc->project_dir);
         st = t ? add(tk, t) : accel_last_status();
     }
     for (int i = 0; i < tk->n && !st && n > 0; i++) st = accel_tracker_store_init_configuration(tk->trackers[i], n, config);

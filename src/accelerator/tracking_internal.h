@@ -13,7 +13,7 @@ typedef struct accel__custom {
 } accel__custom;
 
 typedef struct accel__tracking {
-    bool want[3];             /* log_with: tensorboard, jsonl, csv */
+    unsigned want;            /* log_with: bit i = accel_tracker_builtin(i) */
     bool initialized;         /* init_trackers ran */
     int n;
     accel_tracker **trackers; /* the main process's (custom ones on every rank) */

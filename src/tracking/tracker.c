@@ -24,11 +24,7 @@ static const struct builtin {
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof *builtins))
 
-bool accel_tracker_is_builtin(const char *name) {
-    for (int i = 0; name && i < N_BUILTINS; i++)
-        if (!strcmp(name, builtins[i].ops->name)) return true;
-    return false;
-}
+const char *accel_tracker_builtin(int i) { return i >= 0 && i < N_BUILTINS ? builtins[i].ops->name : NULL; }
 
 accel_tracker *accel_tracker_new(const accel_tracker_ops *ops, void *ctx) {
     if (!ops || !ops->name || !*ops->name) {
