@@ -1,9 +1,12 @@
 /* Train a small Llama on a text file, byte-level (vocab 256):
- *     accel launch --num_processes 2 [--mixed_precision bf16] build/bin/train_llama FILE [STEPS=60]
+ *     accel launch --num_processes 2 [--mixed_precision bf16] [--log_with tensorboard,csv]
+ *                  [--project_dir DIR] build/bin/train_llama FILE [STEPS=60]
  * The text is cut into windows of SEQ+1... bytes; each process trains on its shard of
  * them (AdamW, warmup + cosine schedule, gradient clipping). The main process shows a
- * live progress line (loss, tokens/s over all processes), updated in place with '\r'.
- * The model is saved to ./llama_out (safetensors + config.json) at the end. */
+ * progress bar (rate, ETA, loss and tokens/s over all processes; ACCEL_DISABLE_PROGRESS=1
+ * hides it) and logs loss and lr per step to TensorBoard (unless --log_with says
+ * otherwise) in <project_dir>/train_llama/, the run's config as hparams. The model is
+ * saved to ./llama_out (safetensors + config.json) at the end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +57,9 @@ int main(int argc, char **argv) {
         free(t.bytes);
         return 1;
     }
-    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_accelerator_opts ao = accel_accelerator_opts_default();
+    if (!getenv("ACCEL_LOG_WITH")) ao.log_with = "tensorboard";
+    accel_accelerator *acc = accel_accelerator_new(&ao);
     if (!acc) {
         fprintf(stderr, "train_llama: %s\n", accel_last_error());
         free(t.bytes);
@@ -87,8 +92,22 @@ int main(int argc, char **argv) {
     accel_step_reset();
 
     int rc = !sched || accel_accelerator_prepare(acc, model, opt, dl, sched) != ACCEL_OK;
-    double t0 = accel_now_seconds(), loss_v = 0;
-    int64_t tokens = 0;
+    const accel_value config[] = {
+        ACCEL_VALUE_F("lr", h.lr),
+        ACCEL_VALUE_I("steps", steps),
+        ACCEL_VALUE_I("batch_size", o.batch_size),
+        ACCEL_VALUE_I("seq_len", SEQ),
+        ACCEL_VALUE_I("hidden_size", cfg.hidden_size),
+        ACCEL_VALUE_I("num_hidden_layers", cfg.num_hidden_layers),
+        ACCEL_VALUE_I("num_processes", accel_accelerator_num_processes(acc)),
+        ACCEL_VALUE_S("mixed_precision", accel_mixed_precision_name(accel_accelerator_mixed_precision(acc))),
+    };
+    if (!rc) rc = accel_accelerator_init_trackers(acc, "train_llama", 8, config) != ACCEL_OK;
+    accel_progress_opts po = accel_progress_opts_default();
+    po.desc = "train";
+    po.stream = stdout;
+    accel_progress *bar = accel_progress_new(steps, &po);
+    double loss_v = 0;
     accel_batch b;
     for (int step = 1; step <= steps && !rc;) {
         if (!accel_dataloader_next(dl, &b)) {
@@ -106,14 +125,16 @@ int main(int argc, char **argv) {
         /* the mean loss over all processes, for the progress line */
         accel_tensor *mean = accel_accelerator_reduce(acc, accel_unsqueeze(loss, 0), "mean", 1.0);
         loss_v = mean ? accel_item(mean) : loss_v;
-        tokens += b.size * SEQ * accel_accelerator_num_processes(acc);
-        double dt = accel_now_seconds() - t0;
-        accel_accelerator_print(acc, "\rstep %d/%d  loss %.4f  lr %.2e  %.0f tokens/s", step, steps, loss_v,
-                                accel_optimizer_get_lr(opt, 0), dt > 0 ? (double)tokens / dt : 0.0);
+        const accel_value logged[] = {ACCEL_VALUE_F("loss", loss_v), ACCEL_VALUE_F("lr", accel_optimizer_get_lr(opt, 0))};
+        rc |= accel_accelerator_log(acc, 2, logged, step) != ACCEL_OK;
+        accel_progress_set_loss(bar, loss_v);
+        accel_progress_add_tokens(bar, b.size * SEQ * accel_accelerator_num_processes(acc));
+        accel_progress_update(bar, 1);
         accel_step_reset();
         step++;
     }
-    accel_accelerator_print(acc, "\n");
+    accel_progress_close(bar);
+    if (accel_accelerator_end_training(acc) != ACCEL_OK) rc = 1;
     if (!rc) rc = accel_accelerator_save_model(acc, model, "llama_out", "10GB") != ACCEL_OK;
     if (!rc && accel_accelerator_is_main_process(acc))
         rc = accel_llama_config_save("llama_out", &cfg) != ACCEL_OK;

@@ -56,12 +56,12 @@ cat '${_cr}/straight.txt'")
                        PASS_REGULAR_EXPRESSION "step=20 final_loss=")
 endif()
 
-# A few Llama steps on 2 processes (byte-level, bf16): the progress line and the save.
+# A few Llama steps on 2 processes (byte-level, bf16): the progress bar, TensorBoard logs and the save.
 if(TARGET accel_cli)
   add_test(NAME example_train_llama_2
            COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --mixed_precision bf16
                    $<TARGET_FILE:train_llama> ${CMAKE_SOURCE_DIR}/docs/CONVENTIONS.md 3
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(example_train_llama_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
-                       PASS_REGULAR_EXPRESSION "\rstep 3/3  loss [0-9.]+ .*tokens/s\nfinal_loss=[0-9.]+ saved llama_out/\n$")
+                       PASS_REGULAR_EXPRESSION "train: 100%\\|##########\\| 3/3 \\[[0-9:]+<00:00, [0-9.]+it/s, loss=[0-9.]+, tok/s=[0-9]+\\]\nfinal_loss=[0-9.]+ saved llama_out/\n$")
 endif()

@@ -4,6 +4,7 @@
  * Layers, lowest first (a lower header never includes a higher one):
  *   core.h         status, dtypes, devices, tensors, arenas, RNG
  *   cpu.h          the CPU: model, instruction sets, kernel variant in use
+ *   tracking.h     logging, progress bars, experiment trackers (needs core.h only)
  *   autograd.h     tape, backward
  *   ops.h          differentiable ops (CPU kernels, meta shapes)
  *   nn.h           modules, layers, Llama
@@ -19,6 +20,7 @@
 
 #include "core.h"
 #include "cpu.h"
+#include "tracking.h"
 #include "autograd.h"
 #include "ops.h"
 #include "nn.h"

@@ -47,6 +47,7 @@
 #include "data.h"
 #include "nn.h"
 #include "optim.h"
+#include "tracking.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,7 +78,7 @@ typedef struct accel_accelerator_opts {
     bool sync_each_batch;           /* all-reduce every micro-batch anyway */
     bool no_step_scheduler_with_optimizer; /* step_scheduler_with_optimizer=False: step every call */
     /* ProjectConfiguration */
-    const char *project_dir;        /* copied; NULL = "." */
+    const char *project_dir;        /* copied; NULL = ACCEL_PROJECT_DIR, else "." */
     bool automatic_checkpoint_naming;
     int total_limit;                /* keep at most this many checkpoints (0 = all) */
     /* DDP */
@@ -104,6 +105,10 @@ typedef struct accel_accelerator_opts {
     /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
      * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */
     double gradient_clipping;
+    /* Trackers for init_trackers (accelerate's log_with): a comma list of
+     * "tensorboard", "jsonl", "csv", or "all". NULL: ACCEL_LOG_WITH /
+     * ACCELERATE_LOG_WITH, else none. Unknown names fail accel_accelerator_new. */
+    const char *log_with;
 } accel_accelerator_opts;
 
 /* Every option at its default: the zeroed struct. */
@@ -350,6 +355,64 @@ static inline accel_preparable accel__prep_none(void *null) { return (accel_prep
 #define ACCEL__PREP_10(a, ...) ACCEL__PREP(a), ACCEL__PREP_9(__VA_ARGS__)
 #define ACCEL__PREP_11(a, ...) ACCEL__PREP(a), ACCEL__PREP_10(__VA_ARGS__)
 #define ACCEL__PREP_12(a, ...) ACCEL__PREP(a), ACCEL__PREP_11(__VA_ARGS__)
+/* ---------------------------------------------------------------- trackers (tracking.h)
+ * Trackers write under project_dir (opts.project_dir, else ACCEL_PROJECT_DIR,
+ * else "."), Accelerate's logging_dir. Everything here acts on the main
+ * process only; the other ranks return ACCEL_OK. */
+
+/* Adds a tracker of your own (log_with=[MyTracker(...)]); the accelerator owns
+ * it from here (on every rank: it is finished by end_training or free). Call
+ * before init_trackers, which gives it the config. */
+accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker *t);
+/* init_trackers(project_name, config): opens the log_with trackers in
+ * <project_dir>/<project_name>/ and stores config in every tracker. Once per
+ * accelerator (ACCEL_ERR_STATE the second time). */
+accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
+                                             const accel_value *config);
+/* log(values, step): to every tracker; step < 0 = none. */
+accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_value *values, int64_t step);
+/* get_tracker(name): NULL (no error) when none has that name, and on other ranks. */
+accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char *name);
+/* end_training: finishes every tracker (flushed, closed). The process group
+ * goes with accel_accelerator_free. Idempotent. */
+accel_status accel_accelerator_end_training(accel_accelerator *acc);
+
+/* ---------------------------------------------------------------- saving anything */
+
+/* register_for_checkpointing: save_state writes custom_checkpoint_<i>.bin
+ * (main process) with what save returned, load_state gives those bytes back
+ * to load on every rank, i in registration order. *data from malloc (accel
+ * frees it). A count mismatch at load is ACCEL_ERR_FORMAT as Accelerate's
+ * "Number of custom checkpoints in folder ... does not match". */
+typedef accel_status (*accel_state_save_fn)(void *obj, void **data, size_t *len);
+typedef accel_status (*accel_state_load_fn)(void *obj, const void *data, size_t len);
+accel_status accel_accelerator_register_for_checkpointing(accel_accelerator *acc, void *obj,
+                                                          accel_state_save_fn save, accel_state_load_fn load);
+/* The same for a fixed-size byte blob: saved verbatim, restored in place
+ * (a saved size other than len is ACCEL_ERR_FORMAT). Borrowed. */
+accel_status accel_accelerator_register_blob_for_checkpointing(accel_accelerator *acc, void *data, size_t len);
+/* accelerator.save(obj, f): on the main process only, atomically (written to
+ * "<path>.tmp", fsynced, renamed). Tensors as safetensors with metadata
+ * {"format": "pt"} (read back with accel_safetensors_open, io.h); bytes verbatim. */
+accel_status accel_accelerator_save_tensors(accel_accelerator *acc, const char *path, int n,
+                                            const char *const *names, accel_tensor *const *tensors);
+accel_status accel_accelerator_save_bytes(accel_accelerator *acc, const char *path, const void *data, size_t len);
+/* A file's bytes into *data (malloc'd; free()) on any rank. */
+accel_status accel_load_bytes(const char *path, void **data, size_t *len);
+
+/* ---------------------------------------------------------------- find_executable_batch_size */
+
+/* Runs fn(ctx, batch_size) from starting_batch_size; when it returns
+ * ACCEL_ERR_OOM (an allocation failed: accel_malloc and the step arena report
+ * it as a status), the error is cleared, the step arena released, and fn is
+ * run again with reduce(ctx, batch_size) (NULL: int(batch_size * 0.9), as
+ * Accelerate 1.x). Any other status is returned as is. Reaching 0 is
+ * ACCEL_ERR_OOM "No executable batch size found, reached zero.". *found
+ * (may be NULL) gets the batch size that ran. */
+typedef accel_status (*accel_batch_size_fn)(void *ctx, int64_t batch_size);
+typedef int64_t (*accel_reduce_batch_size_fn)(void *ctx, int64_t batch_size);
+accel_status accel_find_executable_batch_size(accel_batch_size_fn fn, void *ctx, int64_t starting_batch_size,
+                                              accel_reduce_batch_size_fn reduce, int64_t *found);
 
 #ifdef __cplusplus
 }

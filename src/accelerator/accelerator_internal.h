@@ -90,6 +90,8 @@ struct accel_accelerator {
 
     int zero_stage;         /* 0 (DDP), 1 or 2 */
     double clip;            /* gradient_clipping applied in optimizer_step (0: none) */
+
+    struct accel__tracking *tracking; /* trackers and registered state (tracking.c) */
 };
 
 /* ddp.c */
@@ -132,5 +134,17 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);
 accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
+
+/* tracking.c: attach (in accel_accelerator_new: log_with, the logger's
+ * process group) and detach (first thing in accel_accelerator_free: trackers
+ * finished, registrations dropped). */
+accel_status accel__tracking_attach(accel_accelerator *acc);
+void accel__tracking_detach(accel_accelerator *acc);
+/* project_dir when opts give none: ACCEL_PROJECT_DIR, else ".". */
+const char *accel__default_project_dir(void);
+/* save.c: registered objects into / out of a checkpoint directory (save_state
+ * and load_state call these). */
+accel_status accel__custom_save(accel_accelerator *acc, const char *dir);
+accel_status accel__custom_load(accel_accelerator *acc, const char *dir);
 
 #endif

@@ -485,14 +485,22 @@ static accel_status agree(accel_accelerator *acc, accel_status mine) {
     return mine;
 }
 
+/* A bar over a save's or load's files, shown when it takes more than a second. */
+static accel_progress *files_bar(const accel_accelerator *acc, const char *desc) {
+    int64_t n = acc->n_models + acc->n_opts + acc->n_scheds + 1;
+    return accel_progress_new(n, &(accel_progress_opts){.desc = desc, .unit = "file", .delay = 1});
+}
+
 static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     char path[3 * PATHN];
     accel_status s = ACCEL_OK;
+    accel_progress *bar = files_bar(acc, "save_state");
     if (acc->rank == 0) {
         for (int i = 0; i < acc->n_models && !s; i++) {
             numbered(path, sizeof path, tmp, "model", i);
             s = save_model_file(path, acc->models[i].m);
             KILL_POINT("save: model file written");
+            accel_progress_update(bar, 1);
         }
         for (int i = 0; i < acc->n_scheds && !s; i++) {
             accel_named_state *st = NULL;
@@ -501,6 +509,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
             s = n < 0 ? accel_last_status() : save_named(path, n, st);
             if (n >= 0) accel_named_state_free(st, n);
             KILL_POINT("save: scheduler file written");
+            accel_progress_update(bar, 1);
         }
     }
     /* Optimizers: ZeRO state is consolidated first (a collective every rank
@@ -518,9 +527,13 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         accel_free(bufs[0]);
         accel_free(bufs[1]);
         KILL_POINT("save: optimizer file written");
+        accel_progress_update(bar, 1);
     }
+    if (!s) s = accel__custom_save(acc, tmp);
     if (!s) s = save_rank_state(acc, tmp);
     KILL_POINT("save: random states written");
+    accel_progress_update(bar, 1);
+    accel_progress_close(bar);
     return s;
 }
 
@@ -634,20 +647,27 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
                                "naming is disabled.");
     if (s) return s;
     s = check_complete(dir);
+    accel_progress *bar = files_bar(acc, "load_state");
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         s = load_model_file(path, acc->models[i].m);
+        accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
         s = load_file(path, &os, load_opt);
+        accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_scheds && !s; i++) {
         numbered(path, sizeof path, dir, "scheduler", i);
         s = load_file(path, acc->scheds[i], load_sched);
+        accel_progress_update(bar, 1);
     }
+    if (!s) s = accel__custom_load(acc, dir);
     if (!s) s = load_rank_state(acc, dir);
+    accel_progress_update(bar, 1);
+    accel_progress_close(bar);
     s = agree(acc, s);
     if (!s && at) *at = resume_point(acc);
     return s;

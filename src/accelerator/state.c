@@ -109,7 +109,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     }
     acc->o = o;
     acc->o.mixed_precision = NULL;
-    acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : ".");
+    acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : accel__default_project_dir());
     acc->o.project_dir = acc->project_dir;
     acc->mp = mp;
     acc->pg = accel_dist_default_group();
@@ -126,11 +126,13 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->zero_stage = zc.stage;
     acc->clip = zc.clip;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
+    if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;
 }
 
 void accel_accelerator_free(accel_accelerator *acc) {
     if (!acc) return;
+    accel__tracking_detach(acc);
     accel_accelerator_clear(acc);
     accel_free(acc->project_dir);
     accel_free(acc);

@@ -9,6 +9,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "bigmodel/bigmodel_internal.h"
+#include "tracking/tracking_internal.h"
 
 bool accel__is_gpu_key(const char *s) {
     if (!s || !*s) return false;
@@ -292,6 +293,11 @@ void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt
     if (!f) return;
     va_list ap;
     va_start(ap, fmt);
+    if (warning && f == stderr) { /* no stream of the caller's: the library's logger */
+        accel__warnv(fmt, ap);
+        va_end(ap);
+        return;
+    }
     fputs(warning ? "accel: warning: " : "accel: ", f);
     vfprintf(f, fmt, ap);
     fputc('\n', f);

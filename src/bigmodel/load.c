@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bigmodel/offload_internal.h"
+#include "tracking/tracking_internal.h"
 
 typedef enum { PLACE_RESIDENT, PLACE_HOST, PLACE_DISK } place_kind;
 
@@ -30,6 +31,11 @@ static void warn(const accel_load_opts *o, const char *fmt, ...) {
     FILE *f = o && o->log ? o->log : stderr;
     va_list ap;
     va_start(ap, fmt);
+    if (f == stderr) { /* no stream of the caller's: the library's logger */
+        accel__warnv(fmt, ap);
+        va_end(ap);
+        return;
+    }
     fputs("accel: warning: ", f);
     vfprintf(f, fmt, ap);
     fputc('\n', f);
@@ -328,7 +334,10 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
     entry_key *by_name = sorted_entries(sd, cmp_key_name);
     if (!by_name) return accel_last_status();
     int nck = accel_checkpoint_count(d->ck);
+    accel_progress *bar =
+        accel_progress_new(nck, &(accel_progress_opts){.desc = "Loading weights", .unit = "tensor", .delay = 1});
     for (int i = 0; i < nck && st == ACCEL_OK; i++) {
+        accel_progress_update(bar, 1);
         entry_key key = {.name = accel_checkpoint_name(d->ck, i)};
         const char *name = key.name;
         const entry_key *hit = bsearch(&key, by_name, (size_t)sd->n, sizeof key, cmp_key_name);
@@ -346,6 +355,7 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
         st = load_one(d, p, name, in, checkpoint, o);
         p->loaded = st == ACCEL_OK;
     }
+    accel_progress_close(bar);
     if (st == ACCEL_OK) {
         for (int k = 0; k < np; k++) {
             if (plans[k].loaded) continue;

@@ -449,6 +449,7 @@ static const key_spec KEYS[] = {
     {"enable_cpu_affinity", KT_BOOL, NULL},  {"fp8_config", KT_MAP, NULL},
     {"fsdp_config", KT_MAP, NULL},           {"gpu_ids", KT_STR_OR_INT, NULL},
     {"ipex_config", KT_MAP, NULL},           {"machine_rank", KT_INT, NULL},
+    {"log_with", KT_STR, NULL},              {"project_dir", KT_STR, NULL},
     {"main_process_ip", KT_STR, NULL},       {"main_process_port", KT_INT, NULL},
     {"main_training_function", KT_STR, NULL}, {"megatron_lm_config", KT_MAP, NULL},
     {"mixed_precision", KT_STR, PRECISIONS}, {"mpirun_config", KT_MAP, NULL},

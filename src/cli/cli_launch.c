@@ -56,6 +56,8 @@ static const cli_opt OPTS[] = {
     {"enable_cpu_affinity", 0, false, NULL, "Pin workers to cores (ACCELERATE_CPU_AFFINITY=1)."},
     {"use_deepspeed", 0, false, NULL, "Use ZeRO sharding (accel's DeepSpeed-compatible implementation)."},
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
+    {"log_with", 0, true, "{tensorboard,jsonl,csv,all}", "Trackers for init_trackers, a comma list (ACCEL_LOG_WITH)."},
+    {"project_dir", 0, true, "DIR", "Project directory: trackers' logs and automatic checkpoints (ACCEL_PROJECT_DIR)."},
     {"module", 'm', false, NULL, "Run PROGRAM as a Python module (PYTHON -m)."},
     {"no_python", 0, false, NULL, "Execute PROGRAM directly instead of through Python."},
     {"python", 0, true, "PYTHON", "Interpreter of a .py PROGRAM or --module (default: $PYTHON, else $VIRTUAL_ENV/bin/python, else python3 on PATH)."},
@@ -71,7 +73,7 @@ typedef struct launch_cfg {
     double monitor_interval;
     char mixed_precision[8]; /* lower case, as Accelerate reads it */
     const char *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
-    const char *ds_file, *grad_clip, *offload_opt;
+    const char *ds_file, *grad_clip, *offload_opt, *log_with, *project_dir;
     char python[PATH_MAX];   /* interpreter of a Python PROGRAM ("" when PROGRAM runs directly) */
     const char *python_from; /* where that choice came from, for error messages */
     env_list env;            /* the job-wide worker environment (owned) */
@@ -191,6 +193,8 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (ds_abs) env_add(e, "ACCEL_DEEPSPEED_CONFIG_FILE", ds_abs);
     if (L->grad_clip) env_add(e, "ACCEL_GRADIENT_CLIPPING", L->grad_clip);
     if (L->offload_opt) env_add(e, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt);
+    if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
+    if (L->project_dir) env_add(e, "ACCEL_PROJECT_DIR", L->project_dir);
     char err[1024];
     if (L->fsdp && !launch_export_fsdp(e, ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
         fprintf(stderr, "accel launch: error: %s\n", err);
@@ -292,6 +296,8 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping");
     L->offload_opt = V("offload_optimizer_device") ? V("offload_optimizer_device")
                                                    : cfg_s(ds, "offload_optimizer_device");
+    L->log_with = V("log_with") ? V("log_with") : cfg_s(cfg, "log_with");
+    L->project_dir = V("project_dir") ? V("project_dir") : cfg_s(cfg, "project_dir");
     if (L->ds_file) L->deepspeed = true;
     L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage");
     /* With a JSON file its zero_optimization.stage decides. */

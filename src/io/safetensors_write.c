@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/io.h"
+#include "accel/tracking.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
@@ -103,7 +104,13 @@ accel_status accel_safetensors_save(const char *path, int n, const char *const *
         st = accel__afile_write(&f, len8, 8);
         if (!st) st = accel__afile_write(&f, hdr, hl);
         if (!st) st = accel__afile_write(&f, spaces, pad);
-        for (int i = 0; i < n && !st; i++) st = write_tensor(&f, tensors[i]);
+        /* merge-weights, save_model and save_state spend their time here. */
+        const char *base = strrchr(path, '/');
+        char desc[96];
+        snprintf(desc, sizeof desc, "Writing %s", base ? base + 1 : path);
+        accel_progress *bar = accel_progress_new(n, &(accel_progress_opts){.desc = desc, .unit = "tensor", .delay = 1});
+        for (int i = 0; i < n && !st; i++, accel_progress_update(bar, 1)) st = write_tensor(&f, tensors[i]);
+        accel_progress_close(bar);
         if (!st) st = accel__afile_commit(&f);
         else accel__afile_abort(&f);
     }

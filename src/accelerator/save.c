@@ -1,0 +1,155 @@
+/* register_for_checkpointing, accelerator.save, and reading a file back. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "accel/io.h"
+#include "accelerator/accelerator_internal.h"
+#include "accelerator/tracking_internal.h"
+#include "tracking/tracking_internal.h"
+
+static accel_status register_one(accel_accelerator *acc, accel__custom c) {
+    accel__tracking *tk = acc->tracking;
+    accel__custom *grown = accel_calloc((size_t)tk->n_objs + 1, sizeof *grown);
+    if (!grown) return accel_last_status();
+    if (tk->n_objs) memcpy(grown, tk->objs, (size_t)tk->n_objs * sizeof *grown);
+    accel_free(tk->objs);
+    tk->objs = grown;
+    tk->objs[tk->n_objs++] = c;
+    return ACCEL_OK;
+}
+
+accel_status accel_accelerator_register_for_checkpointing(accel_accelerator *acc, void *obj,
+                                                          accel_state_save_fn save, accel_state_load_fn load) {
+    if (accel__acc_null(acc, "accel_accelerator_register_for_checkpointing")) return accel_last_status();
+    if (!save || !load)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+                               "stored. The following inputs are invalid:\n\t- Item at index %d, `%s`",
+                               acc->tracking->n_objs, !save ? "save is NULL" : "load is NULL");
+    return register_one(acc, (accel__custom){.obj = obj, .save = save, .load = load});
+}
+
+accel_status accel_accelerator_register_blob_for_checkpointing(accel_accelerator *acc, void *data, size_t len) {
+    if (accel__acc_null(acc, "accel_accelerator_register_blob_for_checkpointing")) return accel_last_status();
+    if (!data || !len)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_register_blob_for_checkpointing: blob is NULL or empty");
+    return register_one(acc, (accel__custom){.obj = data, .blob_len = len});
+}
+
+static void custom_path(char *out, size_t n, const char *dir, int i) {
+    snprintf(out, n, "%s/custom_checkpoint_%d.bin", dir, i);
+}
+
+accel_status accel__custom_save(accel_accelerator *acc, const char *dir) {
+    accel__tracking *tk = acc->tracking;
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < tk->n_objs && !st && acc->rank == 0; i++) {
+        accel__custom *c = &tk->objs[i];
+        char path[4200];
+        custom_path(path, sizeof path, dir, i);
+        if (!c->save) {
+            st = accel__write_file_atomic(path, c->obj, c->blob_len);
+            continue;
+        }
+        void *data = NULL;
+        size_t len = 0;
+        st = c->save(c->obj, &data, &len);
+        if (!st && !data && len)
+            st = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: registered object %d "
+                                                        "returned %zu bytes at NULL", i, len);
+        if (!st) st = accel__write_file_atomic(path, data ? data : "", len);
+        free(data);
+    }
+    return st;
+}
+
+/* How many custom_checkpoint_<N>.bin files dir holds (Accelerate counts
+ * ^custom_checkpoint_\d+\.pkl$). */
+static int count_custom(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *s = e->d_name;
+        if (strncmp(s, "custom_checkpoint_", 18)) continue;
+        s += 18;
+        size_t digits = strspn(s, "0123456789");
+        if (digits && !strcmp(s + digits, ".bin")) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+accel_status accel__custom_load(accel_accelerator *acc, const char *dir) {
+    accel__tracking *tk = acc->tracking;
+    int found = count_custom(dir);
+    if (found < 0) return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_load_state: cannot list %s", dir);
+    if (found != tk->n_objs)
+        return accel_set_error(ACCEL_ERR_FORMAT,
+                               "Number of custom checkpoints in folder %s does not match the number of registered "
+                               "objects:\n\tFound checkpoints: %d\n\tRegistered objects: %d\nPlease make sure to "
+                               "only load checkpoints from folders that were created with the same set of "
+                               "registered objects, or avoid using `custom_checkpoint` in the filename for files "
+                               "in that same directory and load them in manually.",
+                               dir, found, tk->n_objs);
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < tk->n_objs && !st; i++) {
+        accel__custom *c = &tk->objs[i];
+        char path[4200];
+        custom_path(path, sizeof path, dir, i);
+        void *data = NULL;
+        size_t len = 0;
+        if ((st = accel_load_bytes(path, &data, &len))) break;
+        if (c->save) st = c->load(c->obj, data, len);
+        else if (len != c->blob_len)
+            st = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s holds %zu bytes, the registered "
+                                                   "blob %d is %zu", path, len, i, c->blob_len);
+        else memcpy(c->obj, data, len);
+        free(data);
+    }
+    return st;
+}
+
+accel_status accel_accelerator_save_tensors(accel_accelerator *acc, const char *path, int n,
+                                            const char *const *names, accel_tensor *const *tensors) {
+    if (accel__acc_null(acc, "accel_accelerator_save_tensors")) return accel_last_status();
+    if (!path) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_tensors: path is NULL");
+    return acc->rank == 0 ? accel_safetensors_save(path, n, names, tensors, 0, NULL) : ACCEL_OK;
+}
+
+accel_status accel_accelerator_save_bytes(accel_accelerator *acc, const char *path, const void *data, size_t len) {
+    if (accel__acc_null(acc, "accel_accelerator_save_bytes")) return accel_last_status();
+    if (!path || (!data && len))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_bytes: path or data is NULL");
+    return acc->rank == 0 ? accel__write_file_atomic(path, len ? data : "", len) : ACCEL_OK;
+}
+
+accel_status accel_load_bytes(const char *path, void **data, size_t *len) {
+    if (!path || !data || !len) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_load_bytes: NULL argument");
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        int e = errno;
+        if (f) fclose(f);
+        return accel_set_error(ACCEL_ERR_IO, "accel_load_bytes: cannot read %s: %s", path,
+                               f ? "not a regular file" : strerror(e));
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n ? n : 1);
+    size_t got = buf ? fread(buf, 1, n, f) : 0;
+    fclose(f);
+    if (!buf) return accel_set_error(ACCEL_ERR_OOM, "accel_load_bytes: out of memory (%zu bytes)", n);
+    if (got != n) {
+        free(buf);
+        return accel_set_error(ACCEL_ERR_IO, "accel_load_bytes: %s: short read (%zu of %zu bytes)", path, got, n);
+    }
+    *data = buf;
+    *len = n;
+    return ACCEL_OK;
+}

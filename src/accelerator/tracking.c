@@ -1,0 +1,132 @@
+/* The Accelerator's trackers (log_with, init_trackers, log, end_training) and
+ * its hook-up with the logger. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accelerator/accelerator_internal.h"
+#include "accelerator/tracking_internal.h"
+#include "tracking/tracking_internal.h"
+
+const char *accel__default_project_dir(void) {
+    const char *v = getenv("ACCEL_PROJECT_DIR");
+    return v && *v ? v : ".";
+}
+
+/* log_with ("tensorboard,csv", "all", "") into a mask of the wanted built-ins. */
+static accel_status parse_log_with(const char *s, unsigned *want) {
+    *want = 0;
+    while (s && *s) {
+        size_t n = strcspn(s, ",");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), s);
+        char *a = name, *b = name + strlen(name);
+        while (*a == ' ') a++;
+        while (b > a && b[-1] == ' ') *--b = '\0';
+        bool known = !*a;
+        for (int i = 0; accel_tracker_builtin(i); i++)
+            if (!strcmp(a, "all") || !strcmp(a, accel_tracker_builtin(i))) *want |= 1u << i, known = true;
+        if (!known)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_accelerator_new: unknown tracker '%s' in log_with (choose from "
+                                   "tensorboard, jsonl, csv, all; add your own with accel_accelerator_add_tracker)",
+                                   a);
+        s += n + (s[n] == ',');
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__tracking_attach(accel_accelerator *acc) {
+    const char *lw = acc->o.log_with;
+    if (!lw) lw = getenv("ACCEL_LOG_WITH");
+    if (!lw) lw = getenv("ACCELERATE_LOG_WITH");
+    acc->o.log_with = NULL; /* borrowed: not kept */
+    acc->tracking = accel_calloc(1, sizeof *acc->tracking);
+    if (!acc->tracking) return accel_last_status();
+    accel_status st = parse_log_with(lw, &acc->tracking->want);
+    if (st) return st;
+    accel__log_attach(acc->rank, acc->world, acc->pg);
+    return ACCEL_OK;
+}
+
+static void drop_registrations(accel__tracking *tk) {
+    accel_free(tk->objs);
+    tk->objs = NULL;
+    tk->n_objs = 0;
+}
+
+void accel__tracking_detach(accel_accelerator *acc) {
+    if (!acc->tracking) return;
+    accel_accelerator_end_training(acc);
+    accel__log_detach(acc->pg);
+    drop_registrations(acc->tracking);
+    accel_free(acc->tracking);
+    acc->tracking = NULL;
+}
+
+static accel_status add(accel__tracking *tk, accel_tracker *t) {
+    accel_tracker **grown = accel_calloc((size_t)tk->n + 1, sizeof *grown);
+    if (!grown) {
+        accel_tracker_finish(t);
+        return accel_last_status();
+    }
+    if (tk->n) memcpy(grown, tk->trackers, (size_t)tk->n * sizeof *grown);
+    accel_free(tk->trackers);
+    tk->trackers = grown;
+    tk->trackers[tk->n++] = t;
+    return ACCEL_OK;
+}
+
+accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker *t) {
+    if (accel__acc_null(acc, "accel_accelerator_add_tracker")) return accel_last_status();
+    if (!t) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_add_tracker: tracker is NULL");
+    return add(acc->tracking, t);
+}
+
+accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
+                                             const accel_value *config) {
+    if (accel__acc_null(acc, "accel_accelerator_init_trackers")) return accel_last_status();
+    accel__tracking *tk = acc->tracking;
+    if (!project_name || !*project_name)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_init_trackers: project_name is empty");
+    if (tk->initialized)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_init_trackers: trackers were already initialized");
+    tk->initialized = true;
+    if (acc->rank != 0) return ACCEL_OK;
+    accel_status st = ACCEL_OK;
+    for (int i = 0; accel_tracker_builtin(i) && !st; i++) {
+        if (!(tk->want & 1u << i)) continue;
+        accel_tracker *t = accel_tracker_open(accel_tracker_builtin(i), project_name, acc->project_dir);
+        st = t ? add(tk, t) : accel_last_status();
+    }
+    for (int i = 0; i < tk->n && !st && n > 0; i++) st = accel_tracker_store_init_configuration(tk->trackers[i], n, config);
+    return st;
+}
+
+accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_value *values, int64_t step) {
+    if (accel__acc_null(acc, "accel_accelerator_log")) return accel_last_status();
+    if (acc->rank != 0) return ACCEL_OK;
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < acc->tracking->n && !st; i++) st = accel_tracker_log(acc->tracking->trackers[i], n, values, step);
+    return st;
+}
+
+accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char *name) {
+    if (!acc || !name || acc->rank != 0) return NULL;
+    for (int i = 0; i < acc->tracking->n; i++)
+        if (!strcmp(accel_tracker_name(acc->tracking->trackers[i]), name)) return acc->tracking->trackers[i];
+    return NULL;
+}
+
+accel_status accel_accelerator_end_training(accel_accelerator *acc) {
+    if (accel__acc_null(acc, "accel_accelerator_end_training")) return accel_last_status();
+    accel__tracking *tk = acc->tracking;
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < tk->n; i++) {
+        accel_status s = accel_tracker_finish(tk->trackers[i]);
+        if (!st) st = s;
+    }
+    accel_free(tk->trackers);
+    tk->trackers = NULL;
+    tk->n = 0;
+    return st;
+}

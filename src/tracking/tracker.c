@@ -1,0 +1,366 @@
+/* Trackers: the generic object, the built-in registry, and the "jsonl" and
+ * "csv" trackers. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tracking/tb_internal.h"
+
+struct accel_tracker {
+    const accel_tracker_ops *ops;
+    void *ctx;
+    bool builtin;
+};
+
+static const struct builtin {
+    const accel_tracker_ops *ops;
+    void *(*open)(const char *run_dir);
+} builtins[] = {
+    {&accel__tb_ops, accel__tb_open},
+    {&accel__jsonl_ops, accel__jsonl_open},
+    {&accel__csv_ops, accel__csv_open},
+};
+#define N_BUILTINS ((int)(sizeof builtins / sizeof *builtins))
+
+const char *accel_tracker_builtin(int i) { return i >= 0 && i < N_BUILTINS ? builtins[i].ops->name : NULL; }
+
+accel_tracker *accel_tracker_new(const accel_tracker_ops *ops, void *ctx) {
+    if (!ops || !ops->name || !*ops->name) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_new: ops or ops->name is NULL or empty");
+        return NULL;
+    }
+    accel_tracker *t = accel_calloc(1, sizeof *t);
+    if (t) t->ops = ops, t->ctx = ctx;
+    return t;
+}
+
+accel_tracker *accel_tracker_open(const char *name, const char *project, const char *logging_dir) {
+    if (!name || !project || !*project) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_open: tracker name or project name is NULL or empty");
+        return NULL;
+    }
+    int k = 0;
+    while (k < N_BUILTINS && strcmp(name, builtins[k].ops->name)) k++;
+    if (k == N_BUILTINS) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_tracker_open: unknown tracker '%s' (built in: tensorboard, jsonl, csv; add your "
+                        "own with accel_tracker_new)", name);
+        return NULL;
+    }
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s/%s", logging_dir && *logging_dir ? logging_dir : ".", project) >=
+        (int)sizeof dir) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_open: logging directory too long");
+        return NULL;
+    }
+    if (accel__mkdirs(dir)) return NULL;
+    void *ctx = builtins[k].open(dir);
+    if (!ctx) return NULL;
+    accel_tracker *t = accel_tracker_new(builtins[k].ops, ctx);
+    if (!t) {
+        builtins[k].ops->finish(ctx);
+        return NULL;
+    }
+    t->builtin = true;
+    return t;
+}
+
+const char *accel_tracker_name(const accel_tracker *t) { return t ? t->ops->name : NULL; }
+void *accel_tracker_context(const accel_tracker *t) { return t && !t->builtin ? t->ctx : NULL; }
+
+accel_status accel__values_check(const char *fn, int n, const accel_value *v) {
+    if (n < 0 || (n > 0 && !v)) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d values at NULL", fn, n);
+    for (int i = 0; i < n; i++) {
+        if (!v[i].key || !*v[i].key)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: value %d has no key", fn, i);
+        if ((unsigned)v[i].kind > ACCEL_VALUE_STRING)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: '%s' has an unknown kind %d", fn, v[i].key,
+                                   (int)v[i].kind);
+        if (v[i].kind == ACCEL_VALUE_STRING && !v[i].s)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: string '%s' is NULL", fn, v[i].key);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_tracker_store_init_configuration(accel_tracker *t, int n, const accel_value *config) {
+    if (!t) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_store_init_configuration: tracker is NULL");
+    accel_status st = accel__values_check("accel_tracker_store_init_configuration", n, config);
+    return st || !t->ops->store_init_configuration ? st : t->ops->store_init_configuration(t->ctx, n, config);
+}
+
+accel_status accel_tracker_log(accel_tracker *t, int n, const accel_value *values, int64_t step) {
+    if (!t) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_log: tracker is NULL");
+    accel_status st = accel__values_check("accel_tracker_log", n, values);
+    return st || !t->ops->log ? st : t->ops->log(t->ctx, n, values, step);
+}
+
+accel_status accel_tracker_finish(accel_tracker *t) {
+    if (!t) return ACCEL_OK;
+    accel_status st = t->ops->finish ? t->ops->finish(t->ctx) : ACCEL_OK;
+    accel_free(t);
+    return st;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+/* A JSON value; non-finite floats become null (JSON has no NaN). */
+static json_t *json_of(const accel_value *v) {
+    switch (v->kind) {
+    case ACCEL_VALUE_FLOAT: return isfinite(v->f) ? json_real(v->f) : json_null();
+    case ACCEL_VALUE_INT: return json_integer(v->i);
+    case ACCEL_VALUE_BOOL: return json_boolean(v->i);
+    case ACCEL_VALUE_STRING: return json_string(v->s);
+    }
+    return json_null();
+}
+
+static json_t *json_object_of(int n, const accel_value *v) {
+    json_t *o = json_object();
+    for (int i = 0; o && i < n; i++)
+        if (json_object_set_new(o, v[i].key, json_of(&v[i]))) {
+            json_decref(o);
+            return NULL;
+        }
+    return o;
+}
+
+accel_status accel__config_json(const char *path, int n, const accel_value *config) {
+    json_t *o = json_object_of(n, config);
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    if (!text) return accel_set_error(ACCEL_ERR_INVALID_ARG, "tracker: config is not valid UTF-8 JSON");
+    size_t len = strlen(text);
+    char *withnl = realloc(text, len + 2);
+    if (!withnl) {
+        free(text);
+        return accel_set_error(ACCEL_ERR_OOM, "tracker: out of memory");
+    }
+    withnl[len] = '\n';
+    withnl[len + 1] = '\0';
+    accel_status st = accel__write_file_atomic(path, withnl, len + 1);
+    free(withnl);
+    return st;
+}
+
+typedef struct run_file {
+    char *dir;
+    char path[4200];
+    FILE *f;
+} run_file;
+
+static run_file *run_file_open(const char *dir, const char *name) {
+    run_file *r = accel_calloc(1, sizeof *r);
+    if (!r) return NULL;
+    snprintf(r->path, sizeof r->path, "%s/%s", dir, name);
+    if (!(r->dir = accel_strdup(dir)) || !(r->f = fopen(r->path, "a"))) {
+        if (r->dir) accel_set_error(ACCEL_ERR_IO, "tracker: cannot open %s: %s", r->path, strerror(errno));
+        accel_free(r->dir);
+        accel_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static accel_status run_file_close(run_file *r) {
+    accel_status st = r->f && fclose(r->f) ? accel_set_error(ACCEL_ERR_IO, "tracker: cannot close %s", r->path)
+                                           : ACCEL_OK;
+    accel_free(r->dir);
+    accel_free(r);
+    return st;
+}
+
+static accel_status store_config_json(void *ctx, int n, const accel_value *config) {
+    run_file *r = ctx;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", r->dir);
+    return accel__config_json(path, n, config);
+}
+
+/* ---------------------------------------------------------------- jsonl */
+
+void *accel__jsonl_open(const char *run_dir) { return run_file_open(run_dir, "log.jsonl"); }
+
+static accel_status jsonl_log(void *ctx, int n, const accel_value *values, int64_t step) {
+    run_file *r = ctx;
+    json_t *o = json_object();
+    if (o && step >= 0) json_object_set_new(o, "step", json_integer(step));
+    for (int i = 0; o && i < n; i++)
+        if (json_object_set_new(o, values[i].key, json_of(&values[i]))) json_decref(o), o = NULL;
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    if (!line) return accel_set_error(ACCEL_ERR_INVALID_ARG, "jsonl tracker: values are not valid UTF-8 JSON");
+    int bad = fprintf(r->f, "%s\n", line) < 0 || fflush(r->f);
+    free(line);
+    return bad ? accel_set_error(ACCEL_ERR_IO, "jsonl tracker: cannot write %s: %s", r->path, strerror(errno))
+               : ACCEL_OK;
+}
+
+static accel_status jsonl_finish(void *ctx) { return run_file_close(ctx); }
+
+const accel_tracker_ops accel__jsonl_ops = {
+    .name = "jsonl",
+    .store_init_configuration = store_config_json,
+    .log = jsonl_log,
+    .finish = jsonl_finish,
+};
+
+/* ---------------------------------------------------------------- csv */
+
+/* Columns: "step", then every key in the order first logged. A row leaves
+ * the keys it does not have empty. */
+typedef struct csv {
+    run_file *r;
+    int n_cols;
+    char **cols;
+} csv;
+
+void *accel__csv_open(const char *run_dir) {
+    csv *c = accel_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    /* A new file each run: columns are known only for what this run wrote. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log.csv", run_dir);
+    remove(path);
+    if (!(c->r = run_file_open(run_dir, "log.csv"))) {
+        accel_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* RFC 4180: quote a field holding a comma, quote or line break. */
+static void csv_field(FILE *f, const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void csv_header(FILE *f, const csv *c) {
+    fputs("step", f);
+    for (int i = 0; i < c->n_cols; i++) {
+        fputc(',', f);
+        csv_field(f, c->cols[i]);
+    }
+    fputc('\n', f);
+}
+
+/* New keys widen the header: the file is rewritten with `added` empty fields
+ * at the end of every old record (records may hold quoted line breaks). */
+static accel_status csv_widen(csv *c, int added) {
+    run_file *r = c->r;
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
+    FILE *in = fopen(r->path, "r"), *out = fopen(tmp, "w");
+    if (!in || !out) {
+        if (in) fclose(in);
+        if (out) fclose(out);
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s: %s", r->path, strerror(errno));
+    }
+    csv_header(out, c);
+    bool in_header = true, quoted = false;
+    for (int ch; (ch = fgetc(in)) != EOF;) {
+        if (ch == '"') quoted = !quoted;
+        bool record_end = ch == '\n' && !quoted;
+        if (in_header) {
+            in_header = !record_end;
+            continue;
+        }
+        if (record_end)
+            for (int i = 0; i < added; i++) fputc(',', out);
+        fputc(ch, out);
+    }
+    fclose(in);
+    bool bad = fclose(out) != 0;
+    fclose(r->f);
+    r->f = NULL;
+    if (bad || rename(tmp, r->path) || !(r->f = fopen(r->path, "a")))
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s: %s", r->path, strerror(errno));
+    return ACCEL_OK;
+}
+
+static int csv_col(const csv *c, const char *key) {
+    for (int i = 0; i < c->n_cols; i++)
+        if (!strcmp(c->cols[i], key)) return i;
+    return -1;
+}
+
+static accel_status csv_add_columns(csv *c, int n, const accel_value *values) {
+    int before = c->n_cols;
+    for (int i = 0; i < n; i++) {
+        if (csv_col(c, values[i].key) >= 0 || !strcmp(values[i].key, "step")) continue;
+        char **grown = accel_calloc((size_t)c->n_cols + 1, sizeof *grown);
+        char *key = accel_strdup(values[i].key);
+        if (!grown || !key) {
+            accel_free(grown);
+            accel_free(key);
+            return accel_last_status();
+        }
+        if (c->n_cols) memcpy(grown, c->cols, (size_t)c->n_cols * sizeof *grown);
+        accel_free(c->cols);
+        c->cols = grown;
+        c->cols[c->n_cols++] = key;
+    }
+    if (c->n_cols == before) return ACCEL_OK;
+    if (before == 0) {
+        csv_header(c->r->f, c);
+        return ACCEL_OK;
+    }
+    return csv_widen(c, c->n_cols - before);
+}
+
+static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t step) {
+    csv *c = ctx;
+    accel_status st = csv_add_columns(c, n, values);
+    if (st) return st;
+    FILE *f = c->r->f;
+    if (step >= 0) fprintf(f, "%lld", (long long)step);
+    for (int col = 0; col < c->n_cols; col++) {
+        fputc(',', f);
+        const accel_value *v = NULL;
+        for (int i = n - 1; i >= 0 && !v; i--)
+            if (!strcmp(values[i].key, c->cols[col])) v = &values[i];
+        if (!v) continue;
+        switch (v->kind) {
+        case ACCEL_VALUE_FLOAT: {
+            char num[40];
+            fputs(accel__shortest_double(num, sizeof num, v->f), f);
+            break;
+        }
+        case ACCEL_VALUE_INT: fprintf(f, "%lld", (long long)v->i); break;
+        case ACCEL_VALUE_BOOL: fputs(v->i ? "True" : "False", f); break;
+        case ACCEL_VALUE_STRING: csv_field(f, v->s); break;
+        }
+    }
+    if (fputc('\n', f) == EOF || fflush(f))
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot write %s: %s", c->r->path, strerror(errno));
+    return ACCEL_OK;
+}
+
+static accel_status csv_store_config(void *ctx, int n, const accel_value *config) {
+    return store_config_json(((csv *)ctx)->r, n, config);
+}
+
+static accel_status csv_finish(void *ctx) {
+    csv *c = ctx;
+    accel_status st = run_file_close(c->r);
+    for (int i = 0; i < c->n_cols; i++) accel_free(c->cols[i]);
+    accel_free(c->cols);
+    accel_free(c);
+    return st;
+}
+
+const accel_tracker_ops accel__csv_ops = {
+    .name = "csv",
+    .store_init_configuration = csv_store_config,
+    .log = csv_log,
+    .finish = csv_finish,
+};

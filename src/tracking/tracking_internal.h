@@ -1,0 +1,27 @@
+/* Shared between src/tracking and the layers that attach to or use it. */
+#ifndef ACCEL_TRACKING_INTERNAL_H
+#define ACCEL_TRACKING_INTERNAL_H
+
+#include "accel/tracking.h"
+
+struct accel_pg;
+
+/* The Accelerator tells the logger and progress bars who this process is;
+ * in_order logging uses pg's barrier. Detach only forgets a matching pg. */
+void accel__log_attach(int rank, int world, struct accel_pg *pg);
+void accel__log_detach(struct accel_pg *pg);
+
+/* The library's own warnings: the "accel" logger at WARNING, every process
+ * (a problem one rank hit must not be hidden by the main-process filter). */
+void accel__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void accel__warnv(const char *fmt, va_list ap);
+
+/* The shortest text that reads back as v (Python's repr of a float). */
+const char *accel__shortest_double(char *buf, size_t n, double v);
+
+/* mkdir -p; ACCEL_ERR_IO naming the path. */
+accel_status accel__mkdirs(const char *path);
+/* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
+accel_status accel__write_file_atomic(const char *path, const void *data, size_t len);
+
+#endif
