@@ -616,14 +616,14 @@ static void test_register_for_checkpointing(void) {
     CHECK(accel_accelerator_save_state(acc, ck, NULL, 0) == ACCEL_OK);
     c.value = 0;
     memcpy(blob, "xxxxx", 6);
-    CHECK(accel_accelerator_load_state(acc, ck) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_OK);
     CHECK(c.value == 41 && !strcmp(blob, "hello"));
     accel_accelerator_free(acc);
 
     /* Loading with fewer registered objects than saved ones. */
     acc = accel_accelerator_new(NULL);
     CHECK(accel_accelerator_register_for_checkpointing(acc, &c, counter_save, counter_load) == ACCEL_OK);
-    CHECK(accel_accelerator_load_state(acc, ck) == ACCEL_ERR_FORMAT);
+    CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "Found checkpoints: 2\n\tRegistered objects: 1");
     accel_clear_error();
     accel_accelerator_free(acc);
@@ -633,7 +633,7 @@ static void test_register_for_checkpointing(void) {
     char small[3];
     accel_accelerator_register_for_checkpointing(acc, &c, counter_save, counter_load);
     accel_accelerator_register_blob_for_checkpointing(acc, small, sizeof small);
-    CHECK(accel_accelerator_load_state(acc, ck) == ACCEL_ERR_FORMAT);
+    CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "holds 6 bytes, the registered blob 1 is 3");
     accel_clear_error();
     accel_accelerator_free(acc);
