@@ -15,16 +15,15 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
-static accel_status stage3(const char *how) {
+static accel_status hybrid(const char *how) {
     return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           FN ": %s asks for ZeRO stage 3 (parameters sharded too, FSDP FULL_SHARD / "
-                           "HYBRID_SHARD), which accel does not implement; use ZeRO stage 2 (FSDP "
-                           "SHARD_GRAD_OP: optimizer state and gradients sharded) or 1",
+                           FN ": %s asks for HYBRID_SHARD (shard within a machine, replicate across machines), "
+                           "which accel does not implement yet; use FULL_SHARD (ZeRO stage 3) or SHARD_GRAD_OP "
+                           "(ZeRO stage 2)",
                            how);
 }
 
 static accel_status check_stage(long v, const char *how, int *out) {
-    if (v == 3) return stage3(how);
     if (v < 0 || v > 3)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: ZeRO stage must be 0, 1, 2 or 3 (got %ld)", how, v);
     *out = (int)v;
@@ -35,22 +34,22 @@ static accel_status parse_stage(const char *s, const char *how, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
     if (end == s || *end)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not a ZeRO stage (0, 1, 2)", how, s);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not a ZeRO stage (0, 1, 2, 3)", how, s);
     return check_stage(v, how, out);
 }
 
 /* FSDP's ShardingStrategy by name or by torch's enum value (1..5). */
 static accel_status parse_fsdp(const char *s, const char *how, int *out) {
     static const struct { const char *name; int stage; } MAP[] = {
-        {"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}, {"HYBRID_SHARD", 3}, {"HYBRID_SHARD_ZERO2", 2},
+        {"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}, {"HYBRID_SHARD", -1}, {"HYBRID_SHARD_ZERO2", 2},
     };
     for (int k = 0; k < 5; k++) {
         char num[2] = {(char)('1' + k), 0};
         if (strcasecmp(s, MAP[k].name) && strcmp(s, num)) continue;
-        if (MAP[k].stage == 3) {
+        if (MAP[k].stage < 0) {
             char why[160];
             snprintf(why, sizeof why, "%s=%s", how, MAP[k].name);
-            return stage3(why);
+            return hybrid(why);
         }
         *out = MAP[k].stage;
         return ACCEL_OK;
@@ -144,6 +143,48 @@ out:
     return st;
 }
 
+/* Stage 3's knobs in the DeepSpeed JSON: the ones accel does not implement
+ * yet are refused unless left to "auto" (never ignored). */
+static accel_status read_json_stage3(const char *path) {
+    static const char *KEYS[] = {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                                 "stage3_max_live_parameters", "stage3_max_reuse_distance"};
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *zo = json_object_get(root, "zero_optimization");
+    accel_status st = ACCEL_OK;
+    for (size_t k = 0; k < sizeof KEYS / sizeof *KEYS && !st; k++) {
+        json_t *v = json_object_get(zo, KEYS[k]);
+        if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "auto")))
+            st = accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                                 FN ": %s: zero_optimization.%s is not implemented by accel's stage 3 yet "
+                                 "(it prefetches one wrap unit ahead and shards every parameter); remove it "
+                                 "or set it to \"auto\"",
+                                 path, KEYS[k]);
+    }
+    json_decref(root);
+    return st;
+}
+
+static accel_status env_bool(const char *name, bool *out) {
+    const char *v = env(name);
+    if (!v) return ACCEL_OK;
+    if (!strcasecmp(v, "true") || !strcmp(v, "1")) *out = true;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0")) *out = false;
+    else return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not true or false", name, v);
+    return ACCEL_OK;
+}
+
+/* FSDP's prefetch and reshard settings, as `accel launch` passes them. */
+static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
+    *f = (accel__fsdp_cfg){.backward_prefetch = true, .reshard_after_forward = true};
+    const char *bp = env("ACCEL_FSDP_BACKWARD_PREFETCH");
+    if (bp && !strcasecmp(bp, "NO_PREFETCH")) f->backward_prefetch = false;
+    else if (bp && strcasecmp(bp, "BACKWARD_PRE"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ACCEL_FSDP_BACKWARD_PREFETCH=\"%s\": accel implements "
+                               "BACKWARD_PRE and NO_PREFETCH", bp);
+    accel_status st = env_bool("ACCEL_FSDP_FORWARD_PREFETCH", &f->forward_prefetch);
+    return st ? st : env_bool("ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
+}
+
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
     memset(c, 0, sizeof *c);
     c->mp = -1;
@@ -151,6 +192,8 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     int json_stage = -1, stage = 0;
     const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
     if (ds && (st = read_json(ds, c, &json_stage))) return st;
+    if (json_stage == 3 && (st = read_json_stage3(ds))) return st;
+    if ((st = read_fsdp_env(&c->fsdp))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
     else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);

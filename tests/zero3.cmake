@@ -1,0 +1,31 @@
+# ZeRO-3 / FSDP FULL_SHARD through the launcher: FULL_SHARD training equals
+# DDP by hand (losses and final weights) on 2, 3 and 4 processes, with
+# accumulation, clipping, bf16 autocast and each prefetch/reshard setting.
+if(TARGET accel_cli)
+  set(_z3 "$<TARGET_FILE:accel_cli>;launch;--main_process_port;0")
+  set(_z3p $<TARGET_FILE:test_accelerator_zero3>)
+  add_test(NAME accelerator_zero3_fsdp_2 COMMAND ${_z3} --num_processes 2 --use_fsdp ${_z3p})
+  add_test(NAME accelerator_zero3_ds_accum_3
+           COMMAND ${_z3} --num_processes 3 --deepspeed_config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero/ds_zero3_accum.json ${_z3p})
+  add_test(NAME accelerator_zero3_flag_3
+           COMMAND ${_z3} --num_processes 3 --use_deepspeed --zero_stage 3 --gradient_accumulation_steps 2 ${_z3p})
+  add_test(NAME accelerator_zero3_bf16_clip_4
+           COMMAND ${_z3} --num_processes 4 --use_fsdp --fsdp_sharding_strategy FULL_SHARD --mixed_precision bf16 ${_z3p})
+  add_test(NAME accelerator_zero3_noreshard_2 COMMAND ${_z3} --num_processes 2 --use_fsdp ${_z3p})
+  set(_z3env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
+  foreach(t fsdp_2:2:no:1:0: ds_accum_3:3:no:2:0: flag_3:3:no:2:0: bf16_clip_4:4:bf16:1:0.05:ACCEL_GRADIENT_CLIPPING=0.05,ACCEL_FSDP_FORWARD_PREFETCH=true
+            noreshard_2:2:no:1:0:ACCEL_FSDP_RESHARD_AFTER_FORWARD=false,ACCEL_FSDP_BACKWARD_PREFETCH=NO_PREFETCH)
+    string(REPLACE ":" ";" f "${t}")
+    list(GET f 0 name)
+    list(GET f 1 world)
+    list(GET f 2 mp)
+    list(GET f 3 accum)
+    list(GET f 4 clip)
+    list(GET f 5 extra)
+    string(REPLACE "," ";" extra "${extra}")
+    set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180
+      ENVIRONMENT "${_z3env};${extra}"
+      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip}\n"
+      FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+  endforeach()
+endif()
