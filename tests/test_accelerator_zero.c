@@ -291,6 +291,16 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_FSDP_FORWARD_PREFETCH=\"maybe\" is not true or false");
     unsetenv("ACCEL_FSDP_FORWARD_PREFETCH");
     accel_clear_error();
+    setenv("ACCEL_FSDP_AUTO_WRAP_POLICY", "LAYER_WRAP", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "unknown policy (TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)");
+    unsetenv("ACCEL_FSDP_AUTO_WRAP_POLICY");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_MIN_NUM_PARAMS", "1e8x", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_FSDP_MIN_NUM_PARAMS=\"1e8x\" is not a count");
+    unsetenv("ACCEL_FSDP_MIN_NUM_PARAMS");
+    accel_clear_error();
 }
 
 int main(void) {

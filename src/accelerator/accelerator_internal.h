@@ -63,6 +63,9 @@ typedef struct accel__model {
     float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates) */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
     bool order_done;
+    int unhooked;          /* stage 3: 1 + a unit whose gradient came while it was not gathered, else 0 */
+    int reducing;          /* stage 3: the unit whose reduce-scatter is in flight, or -1 */
+    accel_status reduce_status; /* stage 3: the first failure of this backward's reductions */
     int n_hooked;          /* stage 3: the modules whose forward gathers a unit */
     accel_module **hooked;
     int *hooked_unit;
@@ -82,8 +85,18 @@ typedef struct accel__zopt {
 
 /* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /
  * fsdp_reshard_after_forward; defaults as FSDP's: BACKWARD_PRE, false, true). */
+typedef enum {
+    ACCEL__WRAP_DEFAULT,     /* transformer blocks, and the topmost modules holding parameters */
+    ACCEL__WRAP_TRANSFORMER, /* TRANSFORMER_BASED_WRAP: modules of the types in wrap_cls */
+    ACCEL__WRAP_SIZE,        /* SIZE_BASED_WRAP: min_num_params */
+    ACCEL__WRAP_NONE,        /* NO_WRAP: the whole model is one unit */
+} accel__wrap_policy;
+
 typedef struct accel__fsdp_cfg {
     bool backward_prefetch, forward_prefetch, reshard_after_forward;
+    accel__wrap_policy wrap;
+    char wrap_cls[512];      /* comma-separated module type names */
+    int64_t min_num_params;
 } accel__fsdp_cfg;
 
 struct accel_accelerator {

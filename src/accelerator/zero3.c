@@ -69,14 +69,108 @@ static bool owns_params(const accel_module *m) {
     return false;
 }
 
-/* The unit module of a tensor owned by `owner`: the topmost module below
- * the root on the way to it that is a block or holds parameters itself;
- * the root when none is. */
-static accel_module *unit_module(accel_module *root, accel_module *owner) {
-    accel_module *pick = root;
+/* type_name is one of the comma-separated names of list. */
+static bool type_listed(const char *list, const char *type_name) {
+    size_t n = strlen(type_name);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t len = strcspn(p, ", ");
+        if (len == n && !strncmp(p, type_name, n)) return true;
+        p += len;
+    }
+    return false;
+}
+
+/* The wrapped modules (the root is implicitly one), collected by a policy. */
+typedef struct wrap_set {
+    int n, cap;
+    accel_module **mods;
+} wrap_set;
+
+static bool wrap_add(wrap_set *w, accel_module *m) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 16;
+        accel_module **mods = accel_calloc((size_t)cap, sizeof *mods);
+        if (!mods) return false;
+        if (w->n) memcpy(mods, w->mods, (size_t)w->n * sizeof *mods);
+        accel_free(w->mods);
+        w->mods = mods;
+        w->cap = cap;
+    }
+    w->mods[w->n++] = m;
+    return true;
+}
+
+static bool wrapped(const wrap_set *w, const accel_module *m) {
+    for (int i = 0; i < w->n; i++)
+        if (w->mods[i] == m) return true;
+    return false;
+}
+
+/* Default: below m, the topmost modules that are blocks or hold parameters. */
+static bool wrap_default(wrap_set *w, accel_module *m) {
+    for (int i = 0; i < m->n_children; i++) {
+        accel_module *c = m->children[i];
+        bool ok = is_block(c) || owns_params(c) ? wrap_add(w, c) : wrap_default(w, c);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* TRANSFORMER_BASED_WRAP: every module of a listed type (nested ones too). */
+static bool wrap_transformer(wrap_set *w, accel_module *m, const char *cls, int *found) {
+    for (int i = 0; i < m->n_children; i++) {
+        accel_module *c = m->children[i];
+        if (type_listed(cls, c->ops->type_name)) {
+            ++*found;
+            if (!wrap_add(w, c)) return false;
+        }
+        if (!wrap_transformer(w, c, cls, found)) return false;
+    }
+    return true;
+}
+
+/* SIZE_BASED_WRAP (torch's size_based_auto_wrap_policy): bottom-up, a module
+ * whose parameters not yet in a unit number at least min is wrapped;
+ * ModuleList containers never are. Returns that count for m, or -1. */
+static int64_t wrap_size(wrap_set *w, accel_module *m, int64_t min, bool is_root) {
+    int64_t left = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!m->tensors[i].is_buffer && m->tensors[i].owned) left += accel_numel(m->tensors[i].t);
+    for (int i = 0; i < m->n_children; i++) {
+        int64_t c = wrap_size(w, m->children[i], min, false);
+        if (c < 0) return -1;
+        left += c;
+    }
+    if (is_root || left < min || !left || !strcmp(m->ops->type_name, "ModuleList")) return left;
+    return wrap_add(w, m) ? 0 : -1;
+}
+
+static accel_status wrap_policy(const accel__fsdp_cfg *f, accel_module *root, wrap_set *w) {
+    int found = 0;
+    bool ok = true;
+    switch (f->wrap) {
+    case ACCEL__WRAP_DEFAULT: ok = wrap_default(w, root); break;
+    case ACCEL__WRAP_TRANSFORMER:
+        ok = wrap_transformer(w, root, f->wrap_cls, &found);
+        if (ok && !found)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_accelerator_prepare: fsdp_transformer_layer_cls_to_wrap \"%s\": could not "
+                                   "find the transformer layer class in the model (%s)",
+                                   f->wrap_cls, root->ops->type_name);
+        break;
+    case ACCEL__WRAP_SIZE: ok = wrap_size(w, root, f->min_num_params, true) >= 0; break;
+    case ACCEL__WRAP_NONE: break;
+    }
+    return ok ? ACCEL_OK : accel_last_status();
+}
+
+/* The unit module of a tensor owned by `owner`: its innermost wrapped
+ * ancestor (itself included), else the root. */
+static accel_module *unit_module(const wrap_set *w, accel_module *root, accel_module *owner) {
     for (accel_module *m = owner; m && m != root; m = m->parent)
-        if (is_block(m) || owns_params(m)) pick = m;
-    return pick;
+        if (wrapped(w, m)) return m;
+    return root;
 }
 
 static int find_root(int *parent, int i) {
@@ -101,15 +195,21 @@ static int plan_mod(unit_plan *p, accel_module *m) {
     return p->n_mods++;
 }
 
-static accel_status plan_units(accel__model *pm, unit_plan *p) {
+static accel_status plan_units(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    accel_state_dict *sd = accel_module_state_dict(pm->m);
-    if (!sd) return accel_last_status();
+    wrap_set w = {0};
+    accel_status st = wrap_policy(&acc->fsdp, pm->m, &w);
+    accel_state_dict *sd = st ? NULL : accel_module_state_dict(pm->m);
+    if (!sd) {
+        accel_free(w.mods);
+        return accel_last_status();
+    }
     int cap = sd->n + 1;
     p->mods = accel_calloc((size_t)cap, sizeof *p->mods);
     p->parent = accel_calloc((size_t)cap, sizeof *p->parent);
     p->of_tensor = accel_calloc((size_t)(b->n + 1), sizeof *p->of_tensor);
     if (!p->mods || !p->parent || !p->of_tensor) {
+        accel_free(w.mods);
         accel_state_dict_free(sd);
         return accel_last_status();
     }
@@ -117,7 +217,7 @@ static accel_status plan_units(accel__model *pm, unit_plan *p) {
         int e = 0;
         while (e < sd->n && sd->entries[e].t != b->tensors[t]) e++;
         ACCEL_ASSERT(e < sd->n);
-        p->of_tensor[t] = plan_mod(p, unit_module(pm->m, sd->entries[e].owner));
+        p->of_tensor[t] = plan_mod(p, unit_module(&w, pm->m, sd->entries[e].owner));
     }
     for (int e = 0; e < sd->n; e++) {
         const accel_state_entry *se = &sd->entries[e];
@@ -125,10 +225,11 @@ static accel_status plan_units(accel__model *pm, unit_plan *p) {
         int t = 0;
         while (t < b->n && b->tensors[t] != se->t) t++;
         if (t == b->n) continue; /* a frozen tensor: not flattened */
-        int a = find_root(p->parent, plan_mod(p, unit_module(pm->m, se->owner)));
+        int a = find_root(p->parent, plan_mod(p, unit_module(&w, pm->m, se->owner)));
         int c = find_root(p->parent, p->of_tensor[t]);
         if (a != c) p->parent[a > c ? a : c] = a < c ? a : c;
     }
+    accel_free(w.mods);
     accel_state_dict_free(sd);
     return ACCEL_OK;
 }
@@ -228,13 +329,14 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
                                    "keeps f32 masters); this model has %s parameters",
                                    accel_dtype_name(pm->fp->buffers[d].dtype));
     unit_plan p = {0};
-    accel_status st = plan_units(pm, &p);
+    accel_status st = plan_units(acc, pm, &p);
     if (!st) st = relayout(acc, pm, &p);
     plan_free(&p);
     if (st) return st;
     pm->zparams = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
     pm->zgrad = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
     pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
+    pm->reducing = -1;
     if (!pm->zparams || !pm->zgrad || !pm->order) return accel_last_status();
     return ACCEL_OK;
 }
@@ -404,6 +506,107 @@ accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
     return install_hooks(acc, pm);
 }
 
+/* ---------------------------------------------------------------- backward */
+
+void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
+    for (int k = 0; k < pm->n_units; k++) pm->units[k].pending = pm->units[k].count;
+    pm->reducing = -1;
+    pm->reduce_status = ACCEL_OK;
+}
+
+/* Waits for unit u's reduce-scatter, adds this rank's piece into the
+ * gradient shard and gives the full gradient pages back. */
+static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel_status st = ACCEL_OK;
+    if (u->reduce) {
+        st = accel_work_wait(u->reduce);
+        accel_work_free(u->reduce);
+        u->reduce = NULL;
+    }
+    if (!st) host_add(pm->zgrad + u->zoff, my_piece(acc, full_grads(pm), u), u->shard);
+    host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
+    return st;
+}
+
+/* Unit u's gradients are complete: its parameters go, its reduce-scatter
+ * starts. At most one reduction is in flight, so at most two units' full
+ * gradients exist at a time. */
+static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int k) {
+    accel__unit *u = &pm->units[k];
+    accel_status st = release(acc, pm, u);
+    u->pending = 0;
+    if (pm->reducing >= 0) {
+        accel_status st2 = finish_reduce(acc, pm, &pm->units[pm->reducing]);
+        if (!st) st = st2;
+        pm->reducing = -1;
+    }
+    if (acc->world == 1) {
+        accel_status st2 = finish_reduce(acc, pm, u);
+        return st ? st : st2;
+    }
+    u->reduce = accel_pg_reduce_scatter_async(acc->pg, full_grads(pm) + u->lo, my_piece(acc, full_grads(pm), u),
+                                              (size_t)u->shard, ACCEL_F32, ACCEL_REDUCE_AVG);
+    if (!u->reduce) return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    pm->reducing = k;
+    return st;
+}
+
+bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
+    const float *p = leaf->data, *base = full_params(pm);
+    if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
+    int64_t pos = p - base;
+    for (int k = pm->n_units - 1; k >= 0; k--) {
+        accel__unit *u = &pm->units[k];
+        if (pos < u->lo) continue;
+        if (u->state != ACCEL__UNIT_GATHERED && !pm->unhooked) pm->unhooked = k + 1;
+        if (u->pending > 0 && --u->pending == 0) {
+            accel_status st = launch_reduce(acc, pm, k);
+            if (st && !pm->reduce_status) pm->reduce_status = st;
+        }
+        break;
+    }
+    return true;
+}
+
+/* A unit used without its hooks running (a module called around
+ * accel_module_call / enter / exit) computed with released parameters. */
+static accel_status unhooked_error(accel__model *pm, int u) {
+    char path[256] = "(root)";
+    for (int i = 0; i < pm->n_hooked; i++)
+        if (pm->hooked_unit[i] == u && pm->hooked[i] != pm->m) accel_module_path(pm->hooked[i], path, sizeof path);
+    return accel_set_error(ACCEL_ERR_STATE,
+                           "accel_accelerator_backward: ZeRO-3 unit \"%s\" was used without its forward hooks "
+                           "running (its module is not called through accel_module_call or accel_module_enter/exit), "
+                           "so it computed with sharded-away parameters; choose another fsdp_auto_wrap_policy",
+                           path);
+}
+
+accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm) {
+    accel_status first = pm->reduce_status;
+    for (int k = 0; k < pm->n_units; k++) { /* units whose leaves got no gradient: same order everywhere */
+        if (pm->units[k].pending <= 0) continue;
+        accel_status st = launch_reduce(acc, pm, k);
+        if (!first) first = st;
+    }
+    if (pm->reducing >= 0) {
+        accel_status st = finish_reduce(acc, pm, &pm->units[pm->reducing]);
+        if (!first) first = st;
+        pm->reducing = -1;
+    }
+    pm->order_done = true;
+    if (!first && pm->unhooked) first = unhooked_error(pm, pm->unhooked - 1);
+    return first;
+}
+
+accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
+    accel_status first = ACCEL_OK;
+    for (int k = 0; k < pm->n_units; k++) {
+        accel_status st = release(acc, pm, &pm->units[k]);
+        if (!first) first = st;
+    }
+    return first;
+}
+
 void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     remove_hooks(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
@@ -420,11 +623,7 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
         float *params = accel_calloc((size_t)b->numel, sizeof(float)), *grads = accel_calloc((size_t)b->numel, sizeof(float));
         for (int k = 0; k < pm->n_units; k++) {
             accel__unit *u = &pm->units[k];
-            if (u->reduce) {
-                accel_work_wait(u->reduce);
-                accel_work_free(u->reduce);
-                u->reduce = NULL;
-            }
+            if (u->reduce) finish_reduce(acc, pm, u);
             if (pm->zparams) gather(acc, pm, u); /* collective: on a broken group the weights stay as they are */
         }
         if (params && grads) {
@@ -444,65 +643,6 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     }
     accel_free(pm->zparams);
     pm->zparams = NULL;
-}
-
-/* ---------------------------------------------------------------- backward */
-
-void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
-    for (int k = 0; k < pm->n_units; k++) pm->units[k].pending = pm->units[k].count;
-}
-
-static void launch_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    u->pending = 0;
-    if (acc->world == 1 || u->reduce) return;
-    float *g = full_grads(pm) + u->lo;
-    u->reduce = accel_pg_reduce_scatter_async(acc->pg, g, my_piece(acc, full_grads(pm), u), (size_t)u->shard,
-                                              ACCEL_F32, ACCEL_REDUCE_AVG);
-}
-
-bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
-    const float *p = leaf->data, *base = full_params(pm);
-    if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
-    int64_t pos = p - base;
-    for (int k = pm->n_units - 1; k >= 0; k--) {
-        accel__unit *u = &pm->units[k];
-        if (pos < u->lo) continue;
-        if (u->pending > 0 && --u->pending == 0) launch_reduce(acc, pm, u);
-        break;
-    }
-    return true;
-}
-
-accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm) {
-    accel_status first = ACCEL_OK;
-    for (int k = 0; k < pm->n_units; k++) /* units whose leaves got no gradient: same order everywhere */
-        if (pm->units[k].pending > 0) launch_reduce(acc, pm, &pm->units[k]);
-    for (int k = 0; k < pm->n_units; k++) {
-        accel__unit *u = &pm->units[k];
-        accel_status st = ACCEL_OK;
-        if (u->reduce) {
-            st = accel_work_wait(u->reduce);
-            accel_work_free(u->reduce);
-            u->reduce = NULL;
-        } else if (acc->world > 1) {
-            st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST; /* the launch failed */
-        }
-        if (!st) host_add(pm->zgrad + u->zoff, my_piece(acc, full_grads(pm), u), u->shard);
-        host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
-        accel_status st2 = release(acc, pm, u);
-        if (!first) first = st ? st : st2;
-    }
-    pm->order_done = true;
-    return first;
-}
-
-accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
-    accel_status first = ACCEL_OK;
-    for (int k = 0; k < pm->n_units; k++) {
-        accel_status st = release(acc, pm, &pm->units[k]);
-        if (!first) first = st;
-    }
-    return first;
 }
 
 accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn) {

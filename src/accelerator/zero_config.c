@@ -173,9 +173,37 @@ static accel_status env_bool(const char *name, bool *out) {
     return ACCEL_OK;
 }
 
-/* FSDP's prefetch and reshard settings, as `accel launch` passes them. */
+/* fsdp_auto_wrap_policy and its parameters. */
+static accel_status read_wrap_env(accel__fsdp_cfg *f) {
+    const char *p = env("ACCEL_FSDP_AUTO_WRAP_POLICY"), *cls = env("ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP");
+    const char *min = env("ACCEL_FSDP_MIN_NUM_PARAMS");
+    f->min_num_params = 100000000; /* Accelerate's default, 1e8 */
+    if (min) {
+        char *end;
+        double v = strtod(min, &end);
+        if (end == min || *end || !(v >= 0) || v > 9e18)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_MIN_NUM_PARAMS=\"%s\" is not a count", min);
+        f->min_num_params = (int64_t)v;
+    }
+    if (cls && strlen(cls) >= sizeof f->wrap_cls)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP is longer than %d "
+                               "characters", (int)sizeof f->wrap_cls - 1);
+    snprintf(f->wrap_cls, sizeof f->wrap_cls, "%s", cls ? cls : "LlamaDecoderLayer"); /* Llama's _no_split_modules */
+    if (!p) f->wrap = ACCEL__WRAP_DEFAULT;
+    else if (!strcasecmp(p, "TRANSFORMER_BASED_WRAP")) f->wrap = ACCEL__WRAP_TRANSFORMER;
+    else if (!strcasecmp(p, "SIZE_BASED_WRAP")) f->wrap = ACCEL__WRAP_SIZE;
+    else if (!strcasecmp(p, "NO_WRAP")) f->wrap = ACCEL__WRAP_NONE;
+    else
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_AUTO_WRAP_POLICY=\"%s\": unknown policy "
+                               "(TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)", p);
+    return ACCEL_OK;
+}
+
+/* FSDP's prefetch, reshard and wrap settings, as `accel launch` passes them. */
 static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
     *f = (accel__fsdp_cfg){.backward_prefetch = true, .reshard_after_forward = true};
+    accel_status wst = read_wrap_env(f);
+    if (wst) return wst;
     const char *bp = env("ACCEL_FSDP_BACKWARD_PREFETCH");
     if (bp && !strcasecmp(bp, "NO_PREFETCH")) f->backward_prefetch = false;
     else if (bp && strcasecmp(bp, "BACKWARD_PRE"))
