@@ -301,6 +301,21 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_FSDP_MIN_NUM_PARAMS=\"1e8x\" is not a count");
     unsetenv("ACCEL_FSDP_MIN_NUM_PARAMS");
     accel_clear_error();
+    setenv("ACCEL_FSDP_OFFLOAD_PARAMS", "true", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_offload_params=true: parameter offload is not implemented");
+    unsetenv("ACCEL_FSDP_OFFLOAD_PARAMS");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_SYNC_MODULE_STATES", "false", 1); /* with cpu_ram_efficient_loading's default true */
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
+    unsetenv("ACCEL_FSDP_SYNC_MODULE_STATES");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_VERSION", "3", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_version=\"3\" (1 or 2)");
+    unsetenv("ACCEL_FSDP_VERSION");
+    accel_clear_error();
 }
 
 int main(void) {

@@ -7,7 +7,7 @@
  * two-layer Llama with tied embeddings (embedding and head share a unit). The
  * full parameters take no memory between steps (pages counted with mincore),
  * and the optimizer state is ~1/N. Prints one line the launcher tests match:
- * "zero3 world=N mp=M accum=A clip=C". */
+ * "zero3 world=N mp=M accum=A clip=C wrap=W fwd_prefetch=F bwd_prefetch=B reshard=S". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,13 +205,20 @@ static void check_equivalence(bool is_llama, int want_units) {
     accel_module_free(ref);
 }
 
-static void test_mlp(void) { check_equivalence(false, 3); }
+/* Three Linear units (by default; one root unit when no module type matches a transformer layer class). */
+static void test_mlp(void) {
+    if (A->fsdp.wrap == ACCEL__WRAP_DEFAULT) check_equivalence(false, 3);
+}
 
-/* Default: embed_tokens + the tied lm_head, two decoder layers, norm. */
+/* Units of the Llama under the policy in effect: by default embed_tokens +
+ * the tied lm_head, two decoder layers, norm; TRANSFORMER_BASED_WRAP: the
+ * layers and the root's unit. */
+static int llama_units(void) { return A->fsdp.wrap == ACCEL__WRAP_TRANSFORMER ? 3 : 4; }
+
 static void test_llama(void) {
-    check_equivalence(true, 4);
+    check_equivalence(true, llama_units());
     KIND = ACCEL_OPTIM_SGD;
-    check_equivalence(true, 4);
+    check_equivalence(true, llama_units());
     KIND = ACCEL_OPTIM_ADAMW;
 }
 
@@ -252,6 +259,8 @@ static const accel_module_ops BYPASS_OPS = {"Bypass", bypass_forward, NULL};
 
 /* Training through it is an error naming the unit, not a silently wrong step. */
 static void test_unhooked_unit_is_an_error(void) {
+    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
     accel_manual_seed(9);
     accel_module *m = accel_module_new(&BYPASS_OPS, NULL);
     accel_module_add_child(m, "inner", accel_linear_new(5, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32));
@@ -264,10 +273,13 @@ static void test_unhooked_unit_is_an_error(void) {
     accel_step_reset();
     accel_accelerator_clear(A);
     accel_module_free(m);
+    A->fsdp = saved;
 }
 
 /* A forward without backward (evaluation) leaves nothing gathered (the MLP's root holds no parameters). */
 static void test_eval_forward_reshards(void) {
+    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
     accel_module *m = mlp(3);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     bool prev = accel_set_grad_enabled(false);
@@ -280,10 +292,13 @@ static void test_eval_forward_reshards(void) {
     accel_step_reset();
     accel_accelerator_clear(A);
     accel_module_free(m);
+    A->fsdp = saved;
 }
 
 /* What stage 3 does not do yet is refused, naming what to use. */
 static void test_checkpoints_refused(void) {
+    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
     accel_module *m = mlp(4);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     accel_clear_error();
@@ -297,6 +312,7 @@ static void test_checkpoints_refused(void) {
     accel_clear_error();
     accel_accelerator_clear(A);
     accel_module_free(m);
+    A->fsdp = saved;
 }
 
 int main(void) {
@@ -319,9 +335,10 @@ int main(void) {
     RUN(test_eval_forward_reshards);
     RUN(test_checkpoints_refused);
     if (R == 0)
-        printf("zero3 world=%d mp=%s accum=%d clip=%g\n", N,
+        printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d\n", N,
                accel_mixed_precision_name(accel_accelerator_mixed_precision(A)),
-               accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A));
+               accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A),
+               (int)A->fsdp.wrap, A->fsdp.forward_prefetch, A->fsdp.backward_prefetch, A->fsdp.reshard_after_forward);
     fflush(stdout);
     accel_accelerator_free(A);
     return check_summary();

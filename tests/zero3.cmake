@@ -12,20 +12,42 @@ if(TARGET accel_cli)
   add_test(NAME accelerator_zero3_bf16_clip_4
            COMMAND ${_z3} --num_processes 4 --use_fsdp --fsdp_sharding_strategy FULL_SHARD --mixed_precision bf16 ${_z3p})
   add_test(NAME accelerator_zero3_noreshard_2 COMMAND ${_z3} --num_processes 2 --use_fsdp ${_z3p})
+  # Accelerate's fsdp_config YAML keys reach the library through the launcher
+  add_test(NAME accelerator_zero3_cfg_2
+           COMMAND ${_z3} --config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero/fsdp_full_shard.yaml ${_z3p})
   set(_z3env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
-  foreach(t fsdp_2:2:no:1:0: ds_accum_3:3:no:2:0: flag_3:3:no:2:0: bf16_clip_4:4:bf16:1:0.05:ACCEL_GRADIENT_CLIPPING=0.05,ACCEL_FSDP_FORWARD_PREFETCH=true
-            noreshard_2:2:no:1:0:ACCEL_FSDP_RESHARD_AFTER_FORWARD=false,ACCEL_FSDP_BACKWARD_PREFETCH=NO_PREFETCH)
+  # name:world:mp:accum:clip:wrap:fwd_prefetch:bwd_prefetch:reshard:extra environment
+  foreach(t fsdp_2:2:no:1:0:0:0:1:1: ds_accum_3:3:no:2:0:0:0:1:1: flag_3:3:no:2:0:0:0:1:1:
+            bf16_clip_4:4:bf16:1:0.05:0:1:1:1:ACCEL_GRADIENT_CLIPPING=0.05,ACCEL_FSDP_FORWARD_PREFETCH=true
+            noreshard_2:2:no:1:0:0:0:0:0:ACCEL_FSDP_RESHARD_AFTER_FORWARD=false,ACCEL_FSDP_BACKWARD_PREFETCH=NO_PREFETCH
+            cfg_2:2:no:1:0:1:1:0:0:)
     string(REPLACE ":" ";" f "${t}")
     list(GET f 0 name)
     list(GET f 1 world)
     list(GET f 2 mp)
     list(GET f 3 accum)
     list(GET f 4 clip)
-    list(GET f 5 extra)
+    list(GET f 5 wrap)
+    list(GET f 6 fwd)
+    list(GET f 7 bwd)
+    list(GET f 8 reshard)
+    list(GET f 9 extra)
     string(REPLACE "," ";" extra "${extra}")
     set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "${_z3env};${extra}"
-      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip}\n"
+      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard}\n"
       FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
   endforeach()
+endif()
+
+# fsdp_config values accel does not implement are refused by the library, named.
+if(TARGET accel_cli)
+  add_test(NAME accelerator_zero3_ckpt_refused
+           COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_activation_checkpointing true ${_z3p})
+  set_tests_properties(accelerator_zero3_ckpt_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "fsdp_activation_checkpointing=true: activation checkpointing is not implemented")
+  add_test(NAME accelerator_zero3_sharded_sd_refused
+           COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_state_dict_type SHARDED_STATE_DICT ${_z3p})
+  set_tests_properties(accelerator_zero3_sharded_sd_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "fsdp_state_dict_type=SHARDED_STATE_DICT is not implemented by accel yet")
 endif()

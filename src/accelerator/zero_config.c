@@ -173,6 +173,34 @@ static accel_status env_bool(const char *name, bool *out) {
     return ACCEL_OK;
 }
 
+/* The other fsdp_config keys: checked, and refused where accel does not do
+ * what they ask (never ignored). */
+static accel_status read_fsdp_rest(void) {
+    bool offload = false, ckpt = false, ram_efficient = true, sync = true, orig = true;
+    accel_status st = env_bool("ACCEL_FSDP_OFFLOAD_PARAMS", &offload);
+    if (!st) st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &ckpt);
+    if (!st) st = env_bool("ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
+    if (!st) st = env_bool("ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
+    if (!st) st = env_bool("ACCEL_FSDP_USE_ORIG_PARAMS", &orig); /* either way: the parameters stay the user's tensors */
+    if (st) return st;
+    if (offload)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true: parameter offload is not "
+                               "implemented by accel (training runs in CPU memory already)");
+    if (ckpt)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true: activation "
+                               "checkpointing is not implemented by accel yet");
+    if (ram_efficient && !sync)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
+                               "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
+    const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE"), *ver = env("ACCEL_FSDP_VERSION");
+    if (sdt && strcasecmp(sdt, "FULL_STATE_DICT"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=%s is not implemented by accel "
+                               "yet (FULL_STATE_DICT is: checkpoints hold the full model)", sdt);
+    if (ver && strcmp(ver, "1") && strcmp(ver, "2"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_version=\"%s\" (1 or 2)", ver);
+    return ACCEL_OK;
+}
+
 /* fsdp_auto_wrap_policy and its parameters. */
 static accel_status read_wrap_env(accel__fsdp_cfg *f) {
     const char *p = env("ACCEL_FSDP_AUTO_WRAP_POLICY"), *cls = env("ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP");
@@ -210,7 +238,12 @@ static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ACCEL_FSDP_BACKWARD_PREFETCH=\"%s\": accel implements "
                                "BACKWARD_PRE and NO_PREFETCH", bp);
     accel_status st = env_bool("ACCEL_FSDP_FORWARD_PREFETCH", &f->forward_prefetch);
-    return st ? st : env_bool("ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
+    const char *raf = env("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
+    if (!st && raf && (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) /* FSDP1 spelling */
+        f->reshard_after_forward = !strcasecmp(raf, "FULL_SHARD");
+    else if (!st)
+        st = env_bool("ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
+    return st ? st : read_fsdp_rest();
 }
 
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {

@@ -56,6 +56,19 @@ static const cli_opt OPTS[] = {
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
     {"zero_stage", 0, true, "ZERO_STAGE", "DeepSpeed ZeRO optimization stage (ACCEL_ZERO_STAGE)."},
     {"fsdp_sharding_strategy", 0, true, "STRATEGY", "FSDP sharding strategy (ACCEL_FSDP_SHARDING_STRATEGY)."},
+    {"fsdp_auto_wrap_policy", 0, true, "POLICY", "FSDP wrap policy: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP."},
+    {"fsdp_transformer_layer_cls_to_wrap", 0, true, "CLASSES", "Module types wrapped by TRANSFORMER_BASED_WRAP (comma-separated)."},
+    {"fsdp_min_num_params", 0, true, "N", "SIZE_BASED_WRAP's minimum parameters per unit (1e8)."},
+    {"fsdp_backward_prefetch", 0, true, "PREFETCH", "BACKWARD_PRE (default) or NO_PREFETCH."},
+    {"fsdp_forward_prefetch", 0, true, "BOOL", "Prefetch the next unit's parameters in forward (false)."},
+    {"fsdp_reshard_after_forward", 0, true, "BOOL", "Free a unit's gathered parameters after its forward (true)."},
+    {"fsdp_state_dict_type", 0, true, "TYPE", "FULL_STATE_DICT (others refused for now)."},
+    {"fsdp_offload_params", 0, true, "BOOL", "Parameter offload (true is refused)."},
+    {"fsdp_cpu_ram_efficient_loading", 0, true, "BOOL", "Rank 0's weights reach the others (true)."},
+    {"fsdp_sync_module_states", 0, true, "BOOL", "Broadcast rank 0's weights (true)."},
+    {"fsdp_use_orig_params", 0, true, "BOOL", "Accepted: parameters always stay the user's tensors."},
+    {"fsdp_activation_checkpointing", 0, true, "BOOL", "Activation checkpointing (true is refused for now)."},
+    {"fsdp_version", 0, true, "{1,2}", "FSDP version (1)."},
     {"deepspeed_config_file", 0, true, "FILE", "DeepSpeed JSON config (zero_optimization.stage, bf16/fp16, ...; ACCEL_DEEPSPEED_CONFIG_FILE)."},
     {"gradient_clipping", 0, true, "NORM", "DeepSpeed gradient clipping: clip the global grad norm in optimizer.step (ACCEL_GRADIENT_CLIPPING)."},
     {"offload_optimizer_device", 0, true, "{none,cpu}", "DeepSpeed optimizer offload (cpu: a no-op, state is in CPU memory)."},
@@ -66,12 +79,31 @@ static const cli_opt OPTS[] = {
 #define USAGE "accel launch [options] PROGRAM [ARGS...]"
 #define DESC "Launch PROGRAM on this machine's share of --num_processes workers, torchrun style."
 
+/* The fsdp_config keys (and flags) passed to the library, as Accelerate's FSDP_* variables. */
+static const struct { const char *key, *env; } FSDP_KEYS[] = {
+    {"fsdp_auto_wrap_policy", "ACCEL_FSDP_AUTO_WRAP_POLICY"},
+    {"fsdp_transformer_layer_cls_to_wrap", "ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP"},
+    {"fsdp_min_num_params", "ACCEL_FSDP_MIN_NUM_PARAMS"},
+    {"fsdp_backward_prefetch", "ACCEL_FSDP_BACKWARD_PREFETCH"},
+    {"fsdp_forward_prefetch", "ACCEL_FSDP_FORWARD_PREFETCH"},
+    {"fsdp_reshard_after_forward", "ACCEL_FSDP_RESHARD_AFTER_FORWARD"},
+    {"fsdp_state_dict_type", "ACCEL_FSDP_STATE_DICT_TYPE"},
+    {"fsdp_offload_params", "ACCEL_FSDP_OFFLOAD_PARAMS"},
+    {"fsdp_cpu_ram_efficient_loading", "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING"},
+    {"fsdp_sync_module_states", "ACCEL_FSDP_SYNC_MODULE_STATES"},
+    {"fsdp_use_orig_params", "ACCEL_FSDP_USE_ORIG_PARAMS"},
+    {"fsdp_activation_checkpointing", "ACCEL_FSDP_ACTIVATION_CHECKPOINTING"},
+    {"fsdp_version", "ACCEL_FSDP_VERSION"},
+};
+#define N_FSDP_KEYS ((int)(sizeof FSDP_KEYS / sizeof *FSDP_KEYS))
+
 typedef struct launch_cfg {
     int num_processes, num_machines, machine_rank, port, threads, grad_accum, max_restarts, tee;
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
     double monitor_interval;
     const char *mixed_precision, *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
     const char *ds_file, *grad_clip, *offload_opt;
+    const char *fsdp_vals[N_FSDP_KEYS]; /* flag, else fsdp_config key, else NULL */
     char **prog_argv;
 } launch_cfg;
 
@@ -186,6 +218,13 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     if (L->deepspeed && !L->zero_stage && !L->ds_file) L->zero_stage = "2";
     L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy") : cfg_s(fs, "fsdp_sharding_strategy");
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
+    for (int k = 0; k < N_FSDP_KEYS; k++) {
+        const char *key = FSDP_KEYS[k].key;
+        const cv *b = cv_get(fs, key);
+        L->fsdp_vals[k] = V(key)                  ? V(key)
+                          : b && b->t == CV_BOOL ? (b->b ? "true" : "false") /* cfg_s drops false */
+                                                 : cfg_s(fs, key);
+    }
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
                                                          : cfg_s(ds, "gradient_accumulation_steps");
 
@@ -404,6 +443,8 @@ static void child_exec(const job *J, worker *w, int out_w, int err_w, int restar
     if (L->gpu_ids && strcmp(L->gpu_ids, "all")) setenv("CUDA_VISIBLE_DEVICES", L->gpu_ids, 1);
     if (L->zero_stage) setenv("ACCEL_ZERO_STAGE", L->zero_stage, 1);
     if (L->fsdp_strategy) setenv("ACCEL_FSDP_SHARDING_STRATEGY", L->fsdp_strategy, 1);
+    for (int k = 0; k < N_FSDP_KEYS && L->fsdp; k++)
+        if (L->fsdp_vals[k]) setenv(FSDP_KEYS[k].env, L->fsdp_vals[k], 1);
     if (L->ds_file) {
         char abs[PATH_MAX]; /* workers may run elsewhere (--log_dir, chdir): pass an absolute path */
         setenv("ACCEL_DEEPSPEED_CONFIG_FILE", realpath(L->ds_file, abs) ? abs : L->ds_file, 1);
