@@ -593,6 +593,10 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
         if (!first) first = st;
         pm->reducing = -1;
     }
+    for (int k = 0; k < pm->n_units; k++) { /* a prefetch that found no use: no gather outlives backward */
+        accel_status st = pm->units[k].state == ACCEL__UNIT_RELEASED ? ACCEL_OK : release(acc, pm, &pm->units[k]);
+        if (!first) first = st;
+    }
     pm->order_done = true;
     if (!first && pm->unhooked) first = unhooked_error(pm, pm->unhooked - 1);
     return first;
