@@ -51,3 +51,16 @@ if(TARGET accel_cli)
   set_tests_properties(accelerator_zero3_sharded_sd_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
     PASS_REGULAR_EXPRESSION "fsdp_state_dict_type=SHARDED_STATE_DICT is not implemented by accel yet")
 endif()
+
+# accel estimate-memory --num_processes: per-rank training memory of each
+# sharding strategy (seed config: 85.2M parameters, largest unit 62.5 MB in f32).
+if(TARGET accel_cli)
+  add_test(NAME zero3_estimate_memory COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 4
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
+    "Training using Adam on 4 processes, per rank.*│   NO_SHARD  │  650.16 MB   │650.16 MB│ 1.27 GB │\n│SHARD_GRAD_OP│  731.43 MB   │162.54 MB│893.97 MB│\n│  FULL_SHARD │  412.54 MB   │162.54 MB│575.08 MB│")
+  add_test(NAME zero3_estimate_memory_bad_count
+           COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 0 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory_bad_count PROPERTIES
+    PASS_REGULAR_EXPRESSION "argument --num_processes: expected a count >= 1")
+endif()
