@@ -165,6 +165,45 @@ static int64_t resident_param_bytes(accel_module *m) {
     return bytes;
 }
 
+/* Bytes of the model's gradient memory that are resident. */
+static int64_t resident_grad_bytes(accel_module *m) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        uintptr_t lo = (uintptr_t)ps[i]->grad->data & ~(uintptr_t)(page - 1);
+        uintptr_t hi = (uintptr_t)ps[i]->grad->data + accel_nbytes(ps[i]);
+        for (uintptr_t p = lo; p < hi; p += (uintptr_t)page) {
+            unsigned char v = 0;
+            CHECK(mincore((void *)p, (size_t)page, &v) == 0);
+            if (v & 1) bytes += page;
+        }
+    }
+    accel_free(ps);
+    return bytes;
+}
+
+/* A probe between units: its backward runs between theirs and records the
+ * most parameter and gradient memory resident at those points. */
+static accel_module *PROBED;
+static int64_t PEAK_PARAMS, PEAK_GRADS;
+
+static accel_status probe_backward(accel_node *n, accel_tensor *g) {
+    int64_t p = resident_param_bytes(PROBED), q = resident_grad_bytes(PROBED);
+    PEAK_PARAMS = p > PEAK_PARAMS ? p : PEAK_PARAMS;
+    PEAK_GRADS = q > PEAK_GRADS ? q : PEAK_GRADS;
+    return accel_grad_accumulate(n->inputs[0], g);
+}
+
+static accel_tensor *probe_forward(accel_module *m, accel_tensor *x) {
+    accel_tensor *y = accel_alias(x);
+    accel_tape_record("probe", probe_backward, y, 1, &x);
+    return y;
+}
+
+static const accel_module_ops PROBE_OPS = {"Probe", probe_forward, NULL};
+
 static int64_t state_floats(accel_optimizer *o) {
     accel_named_state *st;
     int n = accel_optimizer_state(o, &st);
@@ -276,6 +315,49 @@ static void test_unhooked_unit_is_an_error(void) {
     A->fsdp = saved;
 }
 
+/* Six 256x256 Linear units with probes between them: during backward at most
+ * two units' full parameters (the current one's prefetch; all the units not
+ * yet differentiated without reshard_after_forward) and two units' full
+ * gradients (one reducing) are resident, where DDP holds all six of each; the
+ * shards are 1/N. */
+static void test_backward_memory(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel_manual_seed(11);
+    accel_module *l[12];
+    for (int i = 0; i < 6; i++) {
+        l[2 * i] = accel_linear_new(256, 256, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+        l[2 * i + 1] = accel_module_new(&PROBE_OPS, NULL);
+    }
+    accel_module *m = accel_sequential_new(12, l);
+    int64_t unit_bytes = (256 * 256 + 256) * 4, total = 6 * unit_bytes;
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    CHECK(A->models[0].n_units == 6);
+    CHECK(A->models[0].zn * N >= 6 * (256 * 256 + 256) && A->models[0].zn * N < 6 * (256 * 256 + 256 + 16 * N));
+    PROBED = m;
+    float xs[2 * 256];
+    for (int i = 0; i < 2 * 256; i++) xs[i] = (float)sin(i * 0.1 + R);
+    for (int pass = 0; pass < 2; pass++) { /* the second knows the execution order: it prefetches */
+        PEAK_PARAMS = PEAK_GRADS = 0;
+        accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 256), xs));
+        CHECK(accel_accelerator_backward(A, accel_sum(y, 0, NULL, false)) == ACCEL_OK);
+        accel_step_reset();
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t two_units = 2 * (unit_bytes + 2 * page);
+    /* without reshard_after_forward the units stay gathered from their forward to their backward */
+    int64_t params_bound = saved.reshard_after_forward ? two_units : 6 * (unit_bytes + 2 * page);
+    CHECK_MSG(PEAK_PARAMS > 0 && PEAK_PARAMS <= params_bound, "peak full parameters %lld bytes of %lld",
+              (long long)PEAK_PARAMS, (long long)total);
+    /* one process reduces at once; more keep one reduce-scatter in flight */
+    CHECK_MSG((N == 1 || PEAK_GRADS > 0) && PEAK_GRADS <= two_units, "peak full gradients %lld bytes of %lld",
+              (long long)PEAK_GRADS, (long long)total);
+    CHECK(resident_param_bytes(m) == 0 && resident_grad_bytes(m) == 0); /* after backward: only the shards */
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
 /* A forward without backward (evaluation) leaves nothing gathered (the MLP's root holds no parameters). */
 static void test_eval_forward_reshards(void) {
     accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
@@ -332,6 +414,7 @@ int main(void) {
     RUN(test_llama);
     RUN(test_llama_wrap_policies);
     RUN(test_unhooked_unit_is_an_error);
+    RUN(test_backward_memory);
     RUN(test_eval_forward_reshards);
     RUN(test_checkpoints_refused);
     if (R == 0)
