@@ -7,7 +7,7 @@
  * two-layer Llama with tied embeddings (embedding and head share a unit). The
  * full parameters take no memory between steps (pages counted with mincore),
  * and the optimizer state is ~1/N. Prints one line the launcher tests match:
- * "zero3 world=N mp=M accum=A clip=C wrap=W fwd_prefetch=F bwd_prefetch=B reshard=S". */
+ * "zero3 world=N mp=M accum=A clip=C wrap=W fwd_prefetch=F bwd_prefetch=B reshard=S persist=T". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,45 +143,29 @@ static double rel_diff(accel_module *a, accel_module *b) {
     return d;
 }
 
-/* Bytes of the model's parameter memory that are resident (mincore, whole pages, each once). */
-static int64_t resident_param_bytes(accel_module *m) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
+/* Resident bytes of [p, p + n floats), whole pages (mincore). */
+static int64_t resident(const void *p, int64_t n) {
     long page = sysconf(_SC_PAGESIZE);
-    uintptr_t last = 0;
+    uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1), hi = (uintptr_t)p + (uintptr_t)n * sizeof(float);
+    size_t pages = (hi - lo + (uintptr_t)page - 1) / (uintptr_t)page;
+    unsigned char *v = calloc(pages ? pages : 1, 1);
+    CHECK(v && mincore((void *)lo, hi - lo, v) == 0);
     int64_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        uintptr_t lo = (uintptr_t)ps[i]->data & ~(uintptr_t)(page - 1);
-        uintptr_t hi = (uintptr_t)ps[i]->data + accel_nbytes(ps[i]);
-        for (uintptr_t p = lo; p < hi; p += (uintptr_t)page) {
-            unsigned char v = 0;
-            if (p == last) continue;
-            last = p;
-            CHECK(mincore((void *)p, (size_t)page, &v) == 0);
-            if (v & 1) bytes += page;
-        }
-    }
-    accel_free(ps);
+    for (size_t i = 0; v && i < pages; i++) bytes += (v[i] & 1) ? page : 0;
+    free(v);
     return bytes;
 }
 
-/* Bytes of the model's gradient memory that are resident. */
+/* Resident bytes of the prepared model's full parameter / gradient buffers
+ * (the memory its parameter tensors and their .grad views point into). */
+static int64_t resident_param_bytes(accel_module *m) {
+    accel__model *pm = accel__find_model(A, m);
+    return resident(pm->fp->buffers[ACCEL_F32].params, pm->fp->buffers[ACCEL_F32].numel);
+}
+
 static int64_t resident_grad_bytes(accel_module *m) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    long page = sysconf(_SC_PAGESIZE);
-    int64_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        uintptr_t lo = (uintptr_t)ps[i]->grad->data & ~(uintptr_t)(page - 1);
-        uintptr_t hi = (uintptr_t)ps[i]->grad->data + accel_nbytes(ps[i]);
-        for (uintptr_t p = lo; p < hi; p += (uintptr_t)page) {
-            unsigned char v = 0;
-            CHECK(mincore((void *)p, (size_t)page, &v) == 0);
-            if (v & 1) bytes += page;
-        }
-    }
-    accel_free(ps);
-    return bytes;
+    accel__model *pm = accel__find_model(A, m);
+    return resident(pm->fp->buffers[ACCEL_F32].grads, pm->fp->buffers[ACCEL_F32].numel);
 }
 
 /* A probe between units: its backward runs between theirs and records the
@@ -214,6 +198,17 @@ static int64_t state_floats(accel_optimizer *o) {
     return f;
 }
 
+/* Bytes of the persistent unit (stage3_param_persistence_threshold): always resident. */
+static int64_t persistent_bytes(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t b = 0;
+    for (int k = 0; k < A->models[0].n_units; k++) {
+        const accel__unit *u = &A->models[0].units[k];
+        if (u->persistent) b += (u->shard * N * 4 + page - 1) / page * page;
+    }
+    return b;
+}
+
 static void check_equivalence(bool is_llama, int want_units) {
     const char *what = is_llama ? "llama" : "mlp";
     accel_module *z = is_llama ? llama(100 + (uint64_t)R) : mlp(100 + (uint64_t)R), *ref = is_llama ? llama(100) : mlp(100);
@@ -222,12 +217,13 @@ static void check_equivalence(bool is_llama, int want_units) {
     CHECK(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK);
     CHECK_MSG(A->models[0].n_units == want_units, "%s, wrap policy %d: %d units, want %d", what, (int)A->fsdp.wrap,
               A->models[0].n_units, want_units);
-    CHECK_MSG(resident_param_bytes(z) == 0, "%s: full parameters resident after prepare", what);
+    int64_t kept = persistent_bytes();
+    CHECK_MSG(resident_param_bytes(z) == kept, "%s: full parameters resident after prepare", what);
     for (int64_t s = 0; s < 4; s++) {
         double a = acc_step(z, zo, is_llama, s), b = ref_step(ref, ro, is_llama, s);
         CHECK_MSG(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6, "%s step %lld: loss %.9g, DDP %.9g", what, (long long)s, a, b);
     }
-    CHECK_MSG(resident_param_bytes(z) == 0, "%s: full parameters resident between steps", what);
+    CHECK_MSG(resident_param_bytes(z) == kept, "%s: full parameters resident between steps", what);
     int64_t mine = state_floats(zo), full = state_floats(ro);
     CHECK_MSG(N == 1 || mine * N <= full + 2 * 16 * N * 8, "%s: optimizer state %lld of %lld floats on %d ranks", what,
               (long long)mine, (long long)full, N);
@@ -283,6 +279,25 @@ static void test_llama_wrap_policies(void) {
     snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "Foo,LlamaDecoderLayer");
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     CHECK(A->models[0].n_units == 3);
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+/* stage3_param_persistence_threshold 20: the five norms (16 each) form one
+ * unit that stays gathered (the norm module's unit disappears). */
+static void test_persistence_threshold(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    A->fsdp.persistence_threshold = 20;
+    check_equivalence(true, 4);
+    accel_module *m = llama(2);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    int persistent = -1;
+    for (int k = 0; k < A->models[0].n_units; k++)
+        if (A->models[0].units[k].persistent) persistent = k;
+    CHECK(persistent >= 0 && A->models[0].units[persistent].count == 5);
+    CHECK(persistent_bytes() > 0);
     accel_accelerator_clear(A);
     accel_module_free(m);
     A->fsdp = saved;
@@ -410,18 +425,24 @@ int main(void) {
     N = accel_accelerator_num_processes(A);
     R = accel_accelerator_process_index(A);
     CHECK(accel_accelerator_zero_stage(A) == 3);
+    /* The unit counts below assume no persistence threshold; test_persistence_threshold sets its own. */
+    int64_t persist = A->fsdp.persistence_threshold;
+    A->fsdp.persistence_threshold = 0;
     RUN(test_mlp);
     RUN(test_llama);
     RUN(test_llama_wrap_policies);
+    RUN(test_persistence_threshold);
     RUN(test_unhooked_unit_is_an_error);
     RUN(test_backward_memory);
     RUN(test_eval_forward_reshards);
     RUN(test_checkpoints_refused);
     if (R == 0)
-        printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d\n", N,
+        printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d persist=%lld\n",
+               N,
                accel_mixed_precision_name(accel_accelerator_mixed_precision(A)),
                accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A),
-               (int)A->fsdp.wrap, A->fsdp.forward_prefetch, A->fsdp.backward_prefetch, A->fsdp.reshard_after_forward);
+               (int)A->fsdp.wrap, A->fsdp.forward_prefetch, A->fsdp.backward_prefetch, A->fsdp.reshard_after_forward,
+               (long long)persist);
     fflush(stdout);
     accel_accelerator_free(A);
     return check_summary();

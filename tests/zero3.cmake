@@ -35,9 +35,18 @@ if(TARGET accel_cli)
     string(REPLACE "," ";" extra "${extra}")
     set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "${_z3env};${extra}"
-      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard}\n"
+      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard} persist=0\n"
       FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
   endforeach()
+endif()
+
+# DeepSpeed's stage3_param_persistence_threshold: the Llama's norms stay gathered.
+if(TARGET accel_cli)
+  add_test(NAME accelerator_zero3_ds_persist_2
+           COMMAND ${_z3} --num_processes 2 --deepspeed_config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero/ds_zero3_persist.json ${_z3p})
+  set_tests_properties(accelerator_zero3_ds_persist_2 PROPERTIES TIMEOUT 180 ENVIRONMENT "${_z3env}"
+    PASS_REGULAR_EXPRESSION "zero3 world=2 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=20\n"
+    FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
 endif()
 
 # fsdp_config values accel does not implement are refused by the library, named.

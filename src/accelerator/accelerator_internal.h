@@ -34,6 +34,7 @@ typedef struct accel__unit {
     int64_t lo, shard, zoff;
     int first, count;      /* its tensors in the f32 buffer's tensor list */
     bool is_root;          /* stays gathered from forward to the end of backward */
+    bool persistent;       /* the tensors under persistence_threshold: always gathered, re-gathered after a step */
     accel__unit_state state;
     accel_work *gather;    /* in flight while GATHERING */
     accel_work *reduce;    /* the gradient reduce-scatter in flight */
@@ -97,6 +98,7 @@ typedef struct accel__fsdp_cfg {
     accel__wrap_policy wrap;
     char wrap_cls[512];      /* comma-separated module type names */
     int64_t min_num_params;
+    int64_t persistence_threshold; /* DeepSpeed stage3_param_persistence_threshold: smaller tensors stay gathered */
 } accel__fsdp_cfg;
 
 struct accel_accelerator {

@@ -217,14 +217,15 @@ static accel_status plan_units(accel_accelerator *acc, accel__model *pm, unit_pl
         int e = 0;
         while (e < sd->n && sd->entries[e].t != b->tensors[t]) e++;
         ACCEL_ASSERT(e < sd->n);
-        p->of_tensor[t] = plan_mod(p, unit_module(&w, pm->m, sd->entries[e].owner));
+        bool small = accel_numel(b->tensors[t]) < acc->fsdp.persistence_threshold;
+        p->of_tensor[t] = plan_mod(p, small ? NULL : unit_module(&w, pm->m, sd->entries[e].owner)); /* NULL: persistent */
     }
     for (int e = 0; e < sd->n; e++) {
         const accel_state_entry *se = &sd->entries[e];
         if (!se->is_tied_alias || se->is_buffer) continue;
         int t = 0;
         while (t < b->n && b->tensors[t] != se->t) t++;
-        if (t == b->n) continue; /* a frozen tensor: not flattened */
+        if (t == b->n || !p->mods[p->of_tensor[t]]) continue; /* frozen: not flattened; persistent: always there */
         int a = find_root(p->parent, plan_mod(p, unit_module(&w, pm->m, se->owner)));
         int c = find_root(p->parent, p->of_tensor[t]);
         if (a != c) p->parent[a > c ? a : c] = a < c ? a : c;
@@ -303,6 +304,10 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
     for (int i = 0; i < p->n_mods; i++) {
         int u = unit_of_mod[find_root(p->parent, i)];
         if (u < 0) continue;
+        if (!p->mods[i]) { /* the persistent unit: no hook */
+            pm->units[u].persistent = true;
+            continue;
+        }
         pm->hooked[pm->n_hooked] = p->mods[i];
         pm->hooked_unit[pm->n_hooked++] = u;
         if (p->mods[i] == pm->m) pm->units[u].is_root = true;
@@ -383,8 +388,10 @@ static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit
     return st;
 }
 
+/* Gives unit u's full parameters back (the persistent unit keeps them). */
 static accel_status release(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(u) : ACCEL_OK;
+    if (u->persistent) return st;
     host_drop(full_params(pm) + u->lo, unit_span(acc, u));
     u->state = ACCEL__UNIT_RELEASED;
     return st;
@@ -605,7 +612,12 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
     accel_status first = ACCEL_OK;
     for (int k = 0; k < pm->n_units; k++) {
-        accel_status st = release(acc, pm, &pm->units[k]);
+        accel__unit *u = &pm->units[k];
+        accel_status st = release(acc, pm, u);
+        if (!st && u->persistent) { /* the updated shards, to every rank now */
+            u->state = ACCEL__UNIT_RELEASED;
+            st = gather(acc, pm, u);
+        }
         if (!first) first = st;
     }
     return first;

@@ -143,11 +143,12 @@ out:
     return st;
 }
 
-/* Stage 3's knobs in the DeepSpeed JSON: the ones accel does not implement
- * yet are refused unless left to "auto" (never ignored). */
-static accel_status read_json_stage3(const char *path) {
-    static const char *KEYS[] = {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                                 "stage3_max_live_parameters", "stage3_max_reuse_distance"};
+/* Stage 3's knobs in the DeepSpeed JSON: stage3_param_persistence_threshold
+ * is read; the ones accel does not implement yet are refused unless left to
+ * "auto" (never ignored). */
+static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
+    static const char *KEYS[] = {"stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+                                 "stage3_max_reuse_distance"};
     json_t *root = json_load_file(path, 0, NULL);
     json_t *zo = json_object_get(root, "zero_optimization");
     accel_status st = ACCEL_OK;
@@ -156,10 +157,15 @@ static accel_status read_json_stage3(const char *path) {
         if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "auto")))
             st = accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                  FN ": %s: zero_optimization.%s is not implemented by accel's stage 3 yet "
-                                 "(it prefetches one wrap unit ahead and shards every parameter); remove it "
-                                 "or set it to \"auto\"",
+                                 "(it prefetches one wrap unit ahead); remove it or set it to \"auto\"",
                                  path, KEYS[k]);
     }
+    json_t *pt = json_object_get(zo, "stage3_param_persistence_threshold");
+    if (!st && json_is_number(pt) && json_number_value(pt) >= 0 && json_number_value(pt) < 9e18)
+        f->persistence_threshold = (int64_t)json_number_value(pt);
+    else if (!st && pt && !(json_is_string(pt) && !strcmp(json_string_value(pt), "auto")))
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_param_persistence_threshold must "
+                             "be a count >= 0 or \"auto\"", path);
     json_decref(root);
     return st;
 }
@@ -253,8 +259,8 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     int json_stage = -1, stage = 0;
     const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
     if (ds && (st = read_json(ds, c, &json_stage))) return st;
-    if (json_stage == 3 && (st = read_json_stage3(ds))) return st;
     if ((st = read_fsdp_env(&c->fsdp))) return st;
+    if (json_stage == 3 && (st = read_json_stage3(ds, &c->fsdp))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
     else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);
