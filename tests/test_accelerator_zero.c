@@ -248,18 +248,13 @@ static void test_checkpoint_resume(void) {
     }
 }
 
-/* Stage 3 is refused before any rendezvous, with a message saying what to use. */
-static void test_stage3_refused(void) {
+/* What accel does not implement is refused before any rendezvous, with a message saying what to use. */
+static void test_refusals(void) {
     accel_clear_error();
     accel_accelerator_opts o = accel_accelerator_opts_default();
-    o.zero_stage = 3;
+    o.fsdp_sharding_strategy = "HYBRID_SHARD";
     CHECK(accel_accelerator_new(&o) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "ZeRO stage 3");
-    CHECK_STR_CONTAINS(accel_last_error(), "SHARD_GRAD_OP");
-    accel_clear_error();
-    o = accel_accelerator_opts_default();
-    o.fsdp_sharding_strategy = "FULL_SHARD";
-    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "HYBRID_SHARD");
     CHECK_STR_CONTAINS(accel_last_error(), "FULL_SHARD");
     accel_clear_error();
     o.fsdp_sharding_strategy = "bogus";
@@ -270,6 +265,56 @@ static void test_stage3_refused(void) {
     o.deepspeed_config_file = "/nonexistent/ds.json";
     CHECK(accel_accelerator_new(&o) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "DeepSpeed config");
+    accel_clear_error();
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/accel_zero3_prefetch_%d_%d.json", (int)getpid(), R);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 50000000}}\n", f);
+        fclose(f);
+    }
+    o.deepspeed_config_file = path; /* a stage-3 knob accel does not implement: refused, not ignored */
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "stage3_prefetch_bucket_size");
+    unlink(path);
+    accel_clear_error();
+    o = accel_accelerator_opts_default();
+    o.zero_stage = 3;
+    setenv("ACCEL_FSDP_BACKWARD_PREFETCH", "BACKWARD_POST", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "BACKWARD_PRE and NO_PREFETCH");
+    unsetenv("ACCEL_FSDP_BACKWARD_PREFETCH");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_FORWARD_PREFETCH", "maybe", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_FSDP_FORWARD_PREFETCH=\"maybe\" is not true or false");
+    unsetenv("ACCEL_FSDP_FORWARD_PREFETCH");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_AUTO_WRAP_POLICY", "LAYER_WRAP", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "unknown policy (TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)");
+    unsetenv("ACCEL_FSDP_AUTO_WRAP_POLICY");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_MIN_NUM_PARAMS", "1e8x", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_FSDP_MIN_NUM_PARAMS=\"1e8x\" is not a count");
+    unsetenv("ACCEL_FSDP_MIN_NUM_PARAMS");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_OFFLOAD_PARAMS", "true", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_offload_params=true: parameter offload is not implemented");
+    unsetenv("ACCEL_FSDP_OFFLOAD_PARAMS");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_SYNC_MODULE_STATES", "false", 1); /* with cpu_ram_efficient_loading's default true */
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
+    unsetenv("ACCEL_FSDP_SYNC_MODULE_STATES");
+    accel_clear_error();
+    setenv("ACCEL_FSDP_VERSION", "3", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_version=\"3\" (1 or 2)");
+    unsetenv("ACCEL_FSDP_VERSION");
     accel_clear_error();
 }
 
@@ -313,7 +358,7 @@ int main(void) {
     RUN(test_plain);
     RUN(test_clipped); /* clipping bites: the norm is well above 0.05 */
     RUN(test_checkpoint_resume);
-    RUN(test_stage3_refused);
+    RUN(test_refusals);
     RUN(test_bad_reduce_bucket_size);
     accel_accelerator_free(A);
     return check_summary();

@@ -34,10 +34,11 @@ if(TARGET accel_cli)
       PASS_REGULAR_EXPRESSION "zero_stage=${stage} world=${world} shard=${shard} padded=${padded} state_floats=[0-9]+/132 mp=${mp} accum=${accum} clip=${clip}\n.*0 failed"
       FAIL_REGULAR_EXPRESSION "${_zfail}")
   endforeach()
-  # Stage 3 (FSDP's default FULL_SHARD) is refused with a message naming what to use.
-  add_test(NAME accelerator_zero_stage3_refused COMMAND ${_z} --quiet --num_processes 2 --use_fsdp ${_zp})
-  set_tests_properties(accelerator_zero_stage3_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
-    PASS_REGULAR_EXPRESSION "ACCEL_FSDP_SHARDING_STRATEGY=FULL_SHARD asks for ZeRO stage 3.*use ZeRO stage 2 \\(FSDP SHARD_GRAD_OP")
+  # HYBRID_SHARD is refused with a message naming what to use.
+  add_test(NAME accelerator_zero_hybrid_refused
+           COMMAND ${_z} --quiet --num_processes 2 --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD ${_zp})
+  set_tests_properties(accelerator_zero_hybrid_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "ACCEL_FSDP_SHARDING_STRATEGY=HYBRID_SHARD asks for HYBRID_SHARD.*use FULL_SHARD \\(ZeRO stage 3\\)")
 endif()
 
 # The seed's workflow 3: bf16 + ZeRO-2 + accumulation 4 on 2 processes

@@ -91,12 +91,13 @@ typedef struct accel_accelerator_opts {
     /* ZeRO sharding (docs/accelerator.md "Sharding (ZeRO / FSDP)"). zero_stage:
      * 0 = from the environment/config (off when nothing is set), 1 (optimizer
      * state sharded), 2 (+ gradients reduce-scattered), -1 = off whatever the
-     * environment says; 3 is refused. Resolution order: zero_stage,
+     * environment says; 3 (+ parameters sharded per wrap unit, FSDP
+     * FULL_SHARD). Resolution order: zero_stage,
      * fsdp_sharding_strategy, the DeepSpeed JSON, ACCEL_ZERO_STAGE,
      * ACCEL_FSDP_SHARDING_STRATEGY. */
     int zero_stage;
     /* NO_SHARD -> 0, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2 -> 2, FULL_SHARD /
-     * HYBRID_SHARD -> 3 (refused); also 1..5 (torch's enum values). NULL: env. */
+     * -> 3, HYBRID_SHARD (refused); also 1..5 (torch's enum values). NULL: env. */
     const char *fsdp_sharding_strategy;
     /* DeepSpeed JSON (zero_optimization.stage, bf16/fp16.enabled,
      * gradient_accumulation_steps, gradient_clipping, offload_optimizer).
@@ -150,7 +151,8 @@ double accel_accelerator_loss_scale(const accel_accelerator *acc);
 int accel_accelerator_zero_stage(const accel_accelerator *acc);
 double accel_accelerator_gradient_clipping(const accel_accelerator *acc);
 /* This rank's shard [*lo, *hi) of the prepared model's flat f32 parameter
- * buffer (*padded: its padded length). Without ZeRO the whole buffer. */
+ * buffer (*padded: its padded length). Without ZeRO the whole buffer; under
+ * stage 3 an error (a rank's shard is one piece per wrap unit). */
 accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_module *model,
                                           int64_t *lo, int64_t *hi, int64_t *padded);
 /* "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\n..." into buf. */

@@ -25,6 +25,24 @@ typedef struct accel__leaf {
     int bucket;
 } accel__leaf;
 
+/* A ZeRO wrap unit: a range [lo, lo + world * shard) of the flat f32 buffer
+ * whose piece [lo + rank * shard, + shard) this rank owns, stored at zoff of
+ * the shard. Stages 1-2 have one unit covering the buffer; stage 3 (zero3.c)
+ * one per wrapped module (a transformer block, an embedding, ...), whose
+ * parameters are gathered around its forward and backward only. */
+typedef enum { ACCEL__UNIT_RELEASED, ACCEL__UNIT_GATHERING, ACCEL__UNIT_GATHERED } accel__unit_state;
+
+typedef struct accel__unit {
+    int64_t lo, shard, zoff;
+    int first, count;      /* its tensors in the f32 buffer's tensor list */
+    bool is_root;          /* stays gathered from forward to the end of backward */
+    bool persistent;       /* the tensors under persistence_threshold: always gathered, re-gathered after a step */
+    accel__unit_state state;
+    accel_work *gather;    /* in flight while GATHERING */
+    accel_work *reduce;    /* the gradient reduce-scatter in flight */
+    int pending;           /* leaves whose gradient this backward has not finished */
+} accel__unit;
+
 typedef struct accel__model {
     accel_module *m;
     accel_flat_params *fp;
@@ -38,10 +56,22 @@ typedef struct accel__model {
     bool ddp;              /* world > 1 */
     accel_dtype autocast_prev;
     /* ZeRO (zero.c): the f32 flat buffer is padded to a multiple of 16 x world
-     * and split evenly; this rank owns [zlo, zhi) of it. */
-    int zero_stage;        /* 0, 1 or 2 */
+     * and split evenly; this rank owns [zlo, zhi) of it (stages 1-2). */
+    int zero_stage;        /* 0, 1, 2 or 3 */
     int64_t zlo, zhi;
-    float *zgrad;          /* stage 2 on > 1 process: the averaged gradient shard [zhi - zlo] */
+    int n_units;
+    accel__unit *units;
+    int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
+    float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] */
+    float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates) */
+    int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
+    bool order_done;
+    int unhooked;          /* stage 3: 1 + a unit whose gradient came while it was not gathered, else 0 */
+    int reducing;          /* stage 3: the unit whose reduce-scatter is in flight, or -1 */
+    accel_status reduce_status; /* stage 3: the first failure of this backward's reductions */
+    int n_hooked;          /* stage 3: the modules whose forward gathers a unit */
+    accel_module **hooked;
+    int *hooked_unit;
 } accel__model;
 
 /* A prepared optimizer re-targeted to its model's shard (zero.c). */
@@ -55,6 +85,23 @@ typedef struct accel__zopt {
     int64_t *run_lo, *run_hi;
     int *run_group;
 } accel__zopt;
+
+/* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /
+ * fsdp_reshard_after_forward; defaults as FSDP's: BACKWARD_PRE, false, true). */
+typedef enum {
+    ACCEL__WRAP_DEFAULT,     /* transformer blocks, and the topmost modules holding parameters */
+    ACCEL__WRAP_TRANSFORMER, /* TRANSFORMER_BASED_WRAP: modules of the types in wrap_cls */
+    ACCEL__WRAP_SIZE,        /* SIZE_BASED_WRAP: min_num_params */
+    ACCEL__WRAP_NONE,        /* NO_WRAP: the whole model is one unit */
+} accel__wrap_policy;
+
+typedef struct accel__fsdp_cfg {
+    bool backward_prefetch, forward_prefetch, reshard_after_forward;
+    accel__wrap_policy wrap;
+    char wrap_cls[512];      /* comma-separated module type names */
+    int64_t min_num_params;
+    int64_t persistence_threshold; /* DeepSpeed stage3_param_persistence_threshold: smaller tensors stay gathered */
+} accel__fsdp_cfg;
 
 struct accel_accelerator {
     accel_accelerator_opts o;
@@ -88,7 +135,8 @@ struct accel_accelerator {
 
     int64_t save_iteration; /* save_state calls in this run */
 
-    int zero_stage;         /* 0 (DDP), 1 or 2 */
+    int zero_stage;         /* 0 (DDP), 1, 2 or 3 */
+    accel__fsdp_cfg fsdp;
     double clip;            /* gradient_clipping applied in optimizer_step (0: none) */
 
     struct accel__tracking *tracking; /* trackers and registered state (tracking.c) */
@@ -105,15 +153,19 @@ bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {
-    int stage;               /* 0, 1, 2 */
+    int stage;               /* 0, 1, 2, 3 */
     double clip;             /* 0: none */
     int mp;                  /* -1: no opinion, else accel_mixed_precision */
     int accum;               /* 0: no opinion */
     int64_t bucket_bytes;    /* 0: no opinion */
+    accel__fsdp_cfg fsdp;    /* stage 3 */
 } accel__zero_cfg;
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *out);
 /* Shard bounds and the stage-2 gradient shard of a freshly flattened model. */
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm);
+/* Frees what zero_model_prepare made; under stage 3 the full parameters come
+ * back into the flat buffer first (collective). */
+void accel__zero_model_release(accel_accelerator *acc, accel__model *pm);
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
 /* Gives optimizer i back its per-tensor segments with the consolidated state
  * (collective). */
@@ -130,6 +182,25 @@ void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm);
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
 /* Restores consolidated state into this rank's shard (local). */
 accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+
+/* zero3.c: ZeRO-3 / FSDP FULL_SHARD */
+/* Lays the flat f32 buffer out unit by unit (each page-aligned, padded to
+ * 16 x world) in reserved memory whose pages can be dropped. */
+accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm);
+/* After rank 0's weights reached every rank: keeps this rank's pieces, drops
+ * the full parameters, hooks the unit modules (after any autocast hook). */
+accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm);
+/* Gathers every unit back (collective), unhooks, returns a plain flat buffer. */
+void accel__zero3_release(accel_accelerator *acc, accel__model *pm);
+void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm);
+/* True when leaf belongs to pm (its unit's gradient may then start reducing). */
+bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
+/* Reduce-scatters what is left, adds every unit's piece into zgrad, drops the full buffers. */
+accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm);
+/* After the shard step: every unit released, so the next forward gathers the new weights. */
+accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
+/* Refuses what stage 3 does not implement yet (checkpoints), naming fn. */
+accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn);
 
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);

@@ -564,6 +564,7 @@ static accel_status commit(const char *tmp, const char *dir, const char *parent,
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
+    if (accel__zero3_refuse(acc, __func__)) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], parent[PATHN + 64], base[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -637,6 +638,7 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
+    if (accel__zero3_refuse(acc, __func__)) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
@@ -679,6 +681,7 @@ accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *
                                           const char *max_shard_size) {
     if (!acc || !model || !dir)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_model: NULL argument");
+    if (accel__zero3_refuse(acc, __func__)) return accel_last_status();
     int64_t max = 0;
     accel_status s = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
     if (!s && acc->rank == 0) {

@@ -137,7 +137,9 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
         accel__ddp_release(acc, pm);
         return st;
     }
-    if (pm->ddp) {
+    if (pm->ddp && acc->zero_stage == 3) { /* no shared or bucketed full gradients: zero3.c reduces per unit */
+        st = broadcast_weights(acc, pm);
+    } else if (pm->ddp) {
         if (!(st = share_grads(acc, pm)) && !(st = broadcast_weights(acc, pm))) st = build_buckets(acc, pm);
     }
     if (!st && acc->mp != ACCEL_MP_NO) {
@@ -151,6 +153,7 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
             accel_module_set_hook(pm->m, &h);
         }
     }
+    if (!st && acc->zero_stage == 3) st = accel__zero3_start(acc, pm);
     if (st) accel__ddp_release(acc, pm);
     return st;
 }
@@ -170,10 +173,9 @@ void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
     if (!pm->fp) return;
     accel_status ignored = ACCEL_OK;
     wait_all(pm, &ignored);
+    accel__zero_model_release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
     if (acc->mp != ACCEL_MP_NO) accel_module_set_hook(pm->m, NULL);
     unshare_grads(acc, pm);
-    accel_free(pm->zgrad);
-    pm->zgrad = NULL;
     accel_free(pm->buckets);
     accel_free(pm->leaves);
     pm->buckets = NULL;
@@ -216,6 +218,7 @@ static void grad_ready(accel_tensor *leaf, void *ctx) {
     accel__leaf key = {leaf, 0};
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
+        if (pm->zero_stage == 3 && accel__zero3_grad_ready(acc, pm, leaf)) return;
         if (!bucketed(acc, pm)) continue;
         accel__leaf *l = bsearch(&key, pm->leaves, (size_t)pm->n_leaves, sizeof key, leaf_cmp);
         if (!l) continue;
@@ -230,6 +233,11 @@ void accel__ddp_begin_backward(accel_accelerator *acc) {
     bool any = false;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
+        if (pm->zero_stage == 3) {
+            accel__zero3_begin_backward(acc, pm);
+            any = true;
+            continue;
+        }
         if (!bucketed(acc, pm)) continue;
         any = true;
         pm->next_launch = 0;
@@ -246,6 +254,11 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc) {
     accel_status first = ACCEL_OK;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
+        if (pm->zero_stage == 3) { /* every backward: stage 3 keeps no full gradients between micro-batches */
+            accel_status st = accel__zero3_end_backward(acc, pm);
+            if (st && !first) first = st;
+            continue;
+        }
         if (!accel__model_syncs(acc, pm)) continue;
         if (!bucketed(acc, pm)) {
             accel_status st = accel__zero_reduce(acc, pm);

@@ -124,6 +124,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->sync_gradients = true;
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;
     acc->zero_stage = zc.stage;
+    acc->fsdp = zc.fsdp;
     acc->clip = zc.clip;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
@@ -207,6 +208,9 @@ accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_mo
                                           int64_t *hi, int64_t *padded) {
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_shard: the model was not prepared");
+    if (pm->zero_stage == 3)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_shard: under ZeRO stage 3 a rank's shard is "
+                               "one piece per wrap unit, not one range");
     int64_t n = pm->fp->buffers[ACCEL_F32].numel;
     *lo = pm->zero_stage ? pm->zlo : 0;
     *hi = pm->zero_stage ? pm->zhi : n;

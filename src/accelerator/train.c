@@ -71,7 +71,7 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
         accel__model *pm = &acc->models[i];
         if (pm->zgrad) {
             sharded = true;
-            inf |= unscale(pm->zgrad, pm->zhi - pm->zlo, inv);
+            inf |= unscale(pm->zgrad, pm->zn, inv);
             continue;
         }
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
@@ -175,7 +175,7 @@ static double clip_shard(accel_accelerator *acc, accel__model *pm, double max_no
                             accel_dtype_name(pm->fp->buffers[d].dtype));
             return NAN;
         }
-    int64_t n = pm->zhi - pm->zlo;
+    int64_t n = pm->zn;
     double part = accel_grad_norm_partial(pm->zgrad, n, norm_type);
     if (accel_pg_all_reduce(acc->pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
         return NAN;

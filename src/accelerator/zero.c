@@ -21,11 +21,17 @@ static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "e
 /* ---------------------------------------------------------------- model */
 
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
+    pm->zero_stage = acc->zero_stage;
+    if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int64_t shard = b->n ? b->numel / acc->world : 0;
-    pm->zero_stage = acc->zero_stage;
+    pm->units = accel_calloc(1, sizeof *pm->units);
+    if (!pm->units) return accel_last_status();
+    pm->n_units = 1;
+    pm->units[0] = (accel__unit){.shard = shard, .count = b->n, .state = ACCEL__UNIT_GATHERED};
     pm->zlo = (int64_t)acc->rank * shard;
     pm->zhi = pm->zlo + shard;
+    pm->zn = shard;
     if (pm->zero_stage == 2 && pm->ddp && shard) {
         pm->zgrad = accel_calloc((size_t)shard, sizeof(float));
         if (!pm->zgrad) return accel_last_status();
@@ -33,9 +39,48 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
     return ACCEL_OK;
 }
 
+void accel__zero_model_release(accel_accelerator *acc, accel__model *pm) {
+    if (pm->zero_stage == 3) accel__zero3_release(acc, pm);
+    accel_free(pm->units);
+    accel_free(pm->zgrad);
+    pm->units = NULL;
+    pm->zgrad = NULL;
+    pm->n_units = 0;
+}
+
+/* Start of this rank's piece of unit u in the flat buffer. */
+static int64_t piece_lo(const accel_accelerator *acc, const accel__unit *u) {
+    return u->lo + (int64_t)acc->rank * u->shard;
+}
+
+/* Where flat-buffer element pos lives in this rank's shard, or -1 (another rank's). */
+static int64_t shard_pos(const accel_accelerator *acc, const accel__model *pm, int64_t pos) {
+    for (int k = 0; k < pm->n_units; k++) {
+        int64_t lo = piece_lo(acc, &pm->units[k]);
+        if (pos >= lo && pos < lo + pm->units[k].shard) return pm->units[k].zoff + (pos - lo);
+    }
+    return -1;
+}
+
 /* Gradient of the shard, wherever this stage keeps it. */
 static float *shard_grad(accel__model *pm) {
     return pm->zgrad ? pm->zgrad : (float *)pm->fp->buffers[ACCEL_F32].grads + pm->zlo;
+}
+
+/* Parameters of the shard: stage 3's own buffer, else this rank's range of the flat buffer. */
+static float *shard_params(accel__model *pm) {
+    return pm->zparams ? pm->zparams : (float *)pm->fp->buffers[ACCEL_F32].params + pm->zlo;
+}
+
+/* Every rank's shard of `local` into its place in `full` (collective). */
+static accel_status gather_shards(accel_accelerator *acc, accel__model *pm, const float *local, float *full) {
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < pm->n_units && !st; k++) {
+        const accel__unit *u = &pm->units[k];
+        if (acc->world > 1) st = accel_pg_all_gather(acc->pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
+        else memcpy(full + u->lo, local + u->zoff, (size_t)u->shard * sizeof(float));
+    }
+    return st;
 }
 
 accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
@@ -61,6 +106,7 @@ accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
 }
 
 accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm) {
+    if (pm->zero_stage == 3) return accel__zero3_after_step(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     if (!b->n || acc->world == 1) return ACCEL_OK;
     float *p = b->params;
@@ -68,11 +114,12 @@ accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm)
 }
 
 void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm) {
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+    /* Stage 3's full gradient buffers are dropped after each reduction: touching them would bring the pages back. */
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && pm->zero_stage < 3; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (b->n) memset(b->grads, 0, (size_t)b->numel * accel_dtype_size(b->dtype));
     }
-    if (pm->zgrad) memset(pm->zgrad, 0, (size_t)(pm->zhi - pm->zlo) * sizeof(float));
+    if (pm->zgrad) memset(pm->zgrad, 0, (size_t)pm->zn * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- optimizer */
@@ -162,16 +209,34 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
         }
         prev_group = g;
     }
-    /* Clip to the shard; drop empty runs. */
-    int k = 0;
-    for (int r = 0; r < z->n_runs; r++) {
-        int64_t lo = z->run_lo[r] > pm->zlo ? z->run_lo[r] : pm->zlo;
-        int64_t hi = z->run_hi[r] < pm->zhi ? z->run_hi[r] : pm->zhi;
-        if (lo >= hi) continue;
-        z->run_lo[k] = lo;
-        z->run_hi[k] = hi;
-        z->run_group[k++] = z->run_group[r];
+    /* Clip to each unit's piece of this rank; drop empty runs. A run may
+     * span several units (stage 3), so the clipped runs get arrays of their own. */
+    int cap = z->n_runs + pm->n_units;
+    int64_t *lo_ = accel_calloc((size_t)cap, sizeof *lo_), *hi_ = accel_calloc((size_t)cap, sizeof *hi_);
+    int *group_ = accel_calloc((size_t)cap, sizeof *group_);
+    if (!lo_ || !hi_ || !group_) {
+        accel_free(lo_);
+        accel_free(hi_);
+        accel_free(group_);
+        return accel_last_status();
     }
+    int k = 0;
+    for (int r = 0; r < z->n_runs; r++)
+        for (int u = 0; u < pm->n_units; u++) {
+            int64_t plo = piece_lo(acc, &pm->units[u]), phi = plo + pm->units[u].shard;
+            int64_t lo = z->run_lo[r] > plo ? z->run_lo[r] : plo;
+            int64_t hi = z->run_hi[r] < phi ? z->run_hi[r] : phi;
+            if (lo >= hi) continue;
+            lo_[k] = lo;
+            hi_[k] = hi;
+            group_[k++] = z->run_group[r];
+        }
+    accel_free(z->run_lo);
+    accel_free(z->run_hi);
+    accel_free(z->run_group);
+    z->run_lo = lo_;
+    z->run_hi = hi_;
+    z->run_group = group_;
     z->n_runs = k;
     return ACCEL_OK;
 }
@@ -192,10 +257,10 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     if (!st && (!params || !data || !grads || !numel)) st = accel_last_status();
     if (!st) {
         accel__model *pm = accel__find_model(acc, z->m);
-        float *p = pm->fp->buffers[ACCEL_F32].params, *g = shard_grad(pm);
+        float *p = shard_params(pm), *g = shard_grad(pm);
         for (int r = 0; r < nr; r++) {
-            data[r] = p + z->run_lo[r];
-            grads[r] = g + (z->run_lo[r] - pm->zlo);
+            data[r] = p + shard_pos(acc, pm, z->run_lo[r]);
+            grads[r] = g + shard_pos(acc, pm, z->run_lo[r]);
             numel[r] = z->run_hi[r] - z->run_lo[r];
         }
         st = accel_optimizer_set_segments(opt, nr, params, data, grads, numel, z->run_group);
@@ -242,7 +307,7 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
     accel__zopt *z = acc->zopts[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    int64_t shard = pm->zhi - pm->zlo;
+    int64_t shard = pm->zn;
     bufs[0] = bufs[1] = NULL;
     *out = NULL;
     accel_named_state *st = NULL, *res = NULL;
@@ -268,13 +333,12 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
             const char *rest;
             long r = state_index(st[e].name, &rest);
             if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
-                memcpy(local + (z->run_lo[r] - pm->zlo), st[e].t->data,
+                memcpy(local + shard_pos(acc, pm, z->run_lo[r]), st[e].t->data,
                        (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
         }
         bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
         if (!bufs[k]) s = accel_last_status();
-        else if (acc->world > 1) s = accel_pg_all_gather(acc->pg, local, bufs[k], (size_t)shard, ACCEL_F32);
-        else memcpy(bufs[k], local, (size_t)shard * sizeof(float));
+        else s = gather_shards(acc, pm, local, bufs[k]);
     }
     if (s) goto fail;
     res = accel_calloc((size_t)(n + z->n_user * 3 + 1), sizeof *res);
@@ -338,7 +402,7 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = acc->zopts[i];
     accel__model *pm = accel__find_model(acc, z->m);
-    int64_t shard = pm->zhi - pm->zlo;
+    int64_t shard = pm->zn;
     int nk = max_kinds(opt);
     float *local[2] = {NULL, NULL};
     accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
@@ -377,8 +441,13 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
             break;
         }
         int64_t lo = z->user_off[u], hi = lo + numel;
-        int64_t a = lo > pm->zlo ? lo : pm->zlo, c = hi < pm->zhi ? hi : pm->zhi;
-        if (a < c) memcpy(local[k] + (a - pm->zlo), (const float *)t->data + (a - lo), (size_t)(c - a) * sizeof(float));
+        for (int v = 0; v < pm->n_units; v++) {
+            int64_t plo = piece_lo(acc, &pm->units[v]), phi = plo + pm->units[v].shard;
+            int64_t a = lo > plo ? lo : plo, c = hi < phi ? hi : phi;
+            if (a < c)
+                memcpy(local[k] + pm->units[v].zoff + (a - plo), (const float *)t->data + (a - lo),
+                       (size_t)(c - a) * sizeof(float));
+        }
     }
     char name[96];
     for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
@@ -386,7 +455,7 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
         if (!add(res, &m, name, NULL, step)) s = accel_last_status();
         for (int k = 0; k < n_kinds(opt, z->run_group[r]) && !s; k++) {
             snprintf(name, sizeof name, "state.%d.%s", r, kind_name(opt, k));
-            accel_named_state *e = add(res, &m, name, view(local[k] + (z->run_lo[r] - pm->zlo),
+            accel_named_state *e = add(res, &m, name, view(local[k] + shard_pos(acc, pm, z->run_lo[r]),
                                                            z->run_hi[r] - z->run_lo[r]), 0);
             if (!e || !e->t) s = accel_last_status();
         }

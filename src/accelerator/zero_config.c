@@ -15,16 +15,15 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
-static accel_status stage3(const char *how) {
+static accel_status hybrid(const char *how) {
     return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           FN ": %s asks for ZeRO stage 3 (parameters sharded too, FSDP FULL_SHARD / "
-                           "HYBRID_SHARD), which accel does not implement; use ZeRO stage 2 (FSDP "
-                           "SHARD_GRAD_OP: optimizer state and gradients sharded) or 1",
+                           FN ": %s asks for HYBRID_SHARD (shard within a machine, replicate across machines), "
+                           "which accel does not implement yet; use FULL_SHARD (ZeRO stage 3) or SHARD_GRAD_OP "
+                           "(ZeRO stage 2)",
                            how);
 }
 
 static accel_status check_stage(long v, const char *how, int *out) {
-    if (v == 3) return stage3(how);
     if (v < 0 || v > 3)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: ZeRO stage must be 0, 1, 2 or 3 (got %ld)", how, v);
     *out = (int)v;
@@ -35,22 +34,22 @@ static accel_status parse_stage(const char *s, const char *how, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
     if (end == s || *end)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not a ZeRO stage (0, 1, 2)", how, s);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not a ZeRO stage (0, 1, 2, 3)", how, s);
     return check_stage(v, how, out);
 }
 
 /* FSDP's ShardingStrategy by name or by torch's enum value (1..5). */
 static accel_status parse_fsdp(const char *s, const char *how, int *out) {
     static const struct { const char *name; int stage; } MAP[] = {
-        {"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}, {"HYBRID_SHARD", 3}, {"HYBRID_SHARD_ZERO2", 2},
+        {"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}, {"HYBRID_SHARD", -1}, {"HYBRID_SHARD_ZERO2", 2},
     };
     for (int k = 0; k < 5; k++) {
         char num[2] = {(char)('1' + k), 0};
         if (strcasecmp(s, MAP[k].name) && strcmp(s, num)) continue;
-        if (MAP[k].stage == 3) {
+        if (MAP[k].stage < 0) {
             char why[160];
             snprintf(why, sizeof why, "%s=%s", how, MAP[k].name);
-            return stage3(why);
+            return hybrid(why);
         }
         *out = MAP[k].stage;
         return ACCEL_OK;
@@ -160,6 +159,115 @@ out:
     return st;
 }
 
+/* Stage 3's knobs in the DeepSpeed JSON: stage3_param_persistence_threshold
+ * is read; the ones accel does not implement yet are refused unless left to
+ * "auto" (never ignored). */
+static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
+    static const char *KEYS[] = {"stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+                                 "stage3_max_reuse_distance"};
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *zo = json_object_get(root, "zero_optimization");
+    accel_status st = ACCEL_OK;
+    for (size_t k = 0; k < sizeof KEYS / sizeof *KEYS && !st; k++) {
+        json_t *v = json_object_get(zo, KEYS[k]);
+        if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "auto")))
+            st = accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                                 FN ": %s: zero_optimization.%s is not implemented by accel's stage 3 yet "
+                                 "(it prefetches one wrap unit ahead); remove it or set it to \"auto\"",
+                                 path, KEYS[k]);
+    }
+    json_t *pt = json_object_get(zo, "stage3_param_persistence_threshold");
+    if (!st && json_is_number(pt) && json_number_value(pt) >= 0 && json_number_value(pt) < 9e18)
+        f->persistence_threshold = (int64_t)json_number_value(pt);
+    else if (!st && pt && !(json_is_string(pt) && !strcmp(json_string_value(pt), "auto")))
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_param_persistence_threshold must "
+                             "be a count >= 0 or \"auto\"", path);
+    json_decref(root);
+    return st;
+}
+
+static accel_status env_bool(const char *name, bool *out) {
+    const char *v = env(name);
+    if (!v) return ACCEL_OK;
+    if (!strcasecmp(v, "true") || !strcmp(v, "1")) *out = true;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0")) *out = false;
+    else return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not true or false", name, v);
+    return ACCEL_OK;
+}
+
+/* The other fsdp_config keys: checked, and refused where accel does not do
+ * what they ask (never ignored). */
+static accel_status read_fsdp_rest(void) {
+    bool offload = false, ckpt = false, ram_efficient = true, sync = true, orig = true;
+    accel_status st = env_bool("ACCEL_FSDP_OFFLOAD_PARAMS", &offload);
+    if (!st) st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &ckpt);
+    if (!st) st = env_bool("ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
+    if (!st) st = env_bool("ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
+    if (!st) st = env_bool("ACCEL_FSDP_USE_ORIG_PARAMS", &orig); /* either way: the parameters stay the user's tensors */
+    if (st) return st;
+    if (offload)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true: parameter offload is not "
+                               "implemented by accel (training runs in CPU memory already)");
+    if (ckpt)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true: activation "
+                               "checkpointing is not implemented by accel yet");
+    if (ram_efficient && !sync)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
+                               "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
+    const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE"), *ver = env("ACCEL_FSDP_VERSION");
+    if (sdt && strcasecmp(sdt, "FULL_STATE_DICT"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=%s is not implemented by accel "
+                               "yet (FULL_STATE_DICT is: checkpoints hold the full model)", sdt);
+    if (ver && strcmp(ver, "1") && strcmp(ver, "2"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_version=\"%s\" (1 or 2)", ver);
+    return ACCEL_OK;
+}
+
+/* fsdp_auto_wrap_policy and its parameters. */
+static accel_status read_wrap_env(accel__fsdp_cfg *f) {
+    const char *p = env("ACCEL_FSDP_AUTO_WRAP_POLICY"), *cls = env("ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP");
+    const char *min = env("ACCEL_FSDP_MIN_NUM_PARAMS");
+    f->min_num_params = 100000000; /* Accelerate's default, 1e8 */
+    if (min) {
+        char *end;
+        double v = strtod(min, &end);
+        if (end == min || *end || !(v >= 0) || v > 9e18)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_MIN_NUM_PARAMS=\"%s\" is not a count", min);
+        f->min_num_params = (int64_t)v;
+    }
+    if (cls && strlen(cls) >= sizeof f->wrap_cls)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP is longer than %d "
+                               "characters", (int)sizeof f->wrap_cls - 1);
+    snprintf(f->wrap_cls, sizeof f->wrap_cls, "%s", cls ? cls : "LlamaDecoderLayer"); /* Llama's _no_split_modules */
+    if (!p) f->wrap = ACCEL__WRAP_DEFAULT;
+    else if (!strcasecmp(p, "TRANSFORMER_BASED_WRAP")) f->wrap = ACCEL__WRAP_TRANSFORMER;
+    else if (!strcasecmp(p, "SIZE_BASED_WRAP")) f->wrap = ACCEL__WRAP_SIZE;
+    else if (!strcasecmp(p, "NO_WRAP")) f->wrap = ACCEL__WRAP_NONE;
+    else
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_AUTO_WRAP_POLICY=\"%s\": unknown policy "
+                               "(TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)", p);
+    return ACCEL_OK;
+}
+
+/* FSDP's prefetch, reshard and wrap settings, as `accel launch` passes them. */
+static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
+    *f = (accel__fsdp_cfg){.backward_prefetch = true, .reshard_after_forward = true};
+    accel_status wst = read_wrap_env(f);
+    if (wst) return wst;
+    const char *bp = env("ACCEL_FSDP_BACKWARD_PREFETCH");
+    if (bp && !strcasecmp(bp, "NO_PREFETCH")) f->backward_prefetch = false;
+    else if (bp && strcasecmp(bp, "BACKWARD_PRE"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ACCEL_FSDP_BACKWARD_PREFETCH=\"%s\": accel implements "
+                               "BACKWARD_PRE and NO_PREFETCH", bp);
+    accel_status st = env_bool("ACCEL_FSDP_FORWARD_PREFETCH", &f->forward_prefetch);
+    const char *raf = env("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
+    if (!st && raf && (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) /* FSDP1 spelling */
+        f->reshard_after_forward = !strcasecmp(raf, "FULL_SHARD");
+    else if (!st)
+        st = env_bool("ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
+    return st ? st : read_fsdp_rest();
+}
+
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
     memset(c, 0, sizeof *c);
     c->mp = -1;
@@ -167,6 +275,8 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     int json_stage = -1, stage = 0;
     const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
     if (ds && (st = read_json(ds, c, &json_stage))) return st;
+    if ((st = read_fsdp_env(&c->fsdp))) return st;
+    if (json_stage == 3 && (st = read_json_stage3(ds, &c->fsdp))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
     else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);

@@ -3,7 +3,9 @@
  * MODEL is a local directory holding config.json or a config.json path (no Hub
  * access here). The model is built on the meta device (no weight memory) and
  * measured with calculate_maximum_sizes (no_split: LlamaDecoderLayer); the
- * table is Accelerate's create_ascii_table, sizes formatted by convert_bytes. */
+ * table is Accelerate's create_ascii_table, sizes formatted by convert_bytes.
+ * accel's addition: --num_processes N adds the per-rank training memory of
+ * each sharding strategy (docs/accelerator.md "Memory per rank"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +19,11 @@ static const char *const DTYPES[] = {"float32", "float16", "int8", "int4"};
 static void usage(FILE *f) {
     fprintf(f, "usage: accel estimate-memory [-h] [--library_name {timm,transformers}]\n"
                "                             [--dtypes {float32,float16,int8,int4} [{float32,float16,int8,int4} ...]]\n"
-               "                             [--trust_remote_code]\n"
+               "                             [--trust_remote_code] [--num_processes N]\n"
                "                             model_name\n\n"
                "Model size estimator for fitting a model onto device memory. model_name is a local\n"
-               "directory with a config.json (or the config.json itself).\n");
+               "directory with a config.json (or the config.json itself). --num_processes N adds\n"
+               "the per-rank memory of training with Adam under NO_SHARD, SHARD_GRAD_OP and FULL_SHARD.\n");
 }
 
 /* convert_bytes: powers of 1024, f"{round(size, 2)} {unit}" (Python prints a
@@ -113,6 +116,44 @@ static void print_table(const char *title, const char *headers[4], char rows[][4
     make_row("└", "┴", "┘", w, nc, 0);
 }
 
+/* Per-rank bytes of Adam training with f32 master weights, P parameters,
+ * the largest unit L, N ranks, as accel's sharding lays memory out:
+ * parameters + gradients, and the optimizer state (exp_avg + exp_avg_sq). */
+static void strategy_bytes(int strategy, double P, double L, int N, double *pg, double *opt) {
+    switch (strategy) {
+    case 0: /* NO_SHARD (DDP): everything replicated */
+        *pg = 8 * P;
+        *opt = 8 * P;
+        break;
+    case 1: /* SHARD_GRAD_OP (ZeRO-2): full parameters and gradient buffer, plus the gradient shard */
+        *pg = 8 * P + 4 * P / N;
+        *opt = 8 * P / N;
+        break;
+    default: /* FULL_SHARD (ZeRO-3): shards, plus two units' full parameters and gradients (prefetch, reduction in flight) */
+        *pg = 8 * P / N + 16 * L;
+        *opt = 8 * P / N;
+        break;
+    }
+}
+
+static void print_sharding_table(int64_t total, int64_t largest, int N) {
+    static const char *const NAMES[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"};
+    char rows[3][4][32];
+    double P = (double)total / 4, L = (double)largest / 4; /* the sizes are float32 bytes */
+    for (int r = 0; r < 3; r++) {
+        double pg, opt;
+        strategy_bytes(r, P, L, N, &pg, &opt);
+        snprintf(rows[r][0], 32, "%s", NAMES[r]);
+        convert_bytes(pg, false, rows[r][1], 32);
+        convert_bytes(opt, false, rows[r][2], 32);
+        convert_bytes(pg + opt, false, rows[r][3], 32);
+    }
+    char title[128];
+    snprintf(title, sizeof title, "Training using Adam on %d processes, per rank", N);
+    const char *headers[4] = {"strategy", "Params + grads", "Optimizer", "Total"};
+    print_table(title, headers, rows, 3);
+}
+
 static int dtype_index(const char *s) {
     for (int i = 0; i < 4; i++)
         if (strcmp(s, DTYPES[i]) == 0) return i;
@@ -121,7 +162,7 @@ static int dtype_index(const char *s) {
 
 int accel_cli_estimate_memory(int argc, char **argv) {
     const char *model = NULL;
-    int dts[16], ndt = 0;
+    int dts[16], ndt = 0, nproc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -149,6 +190,16 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                                 "transformers Llama configs)\n");
                 return 1;
             }
+        } else if (!strcmp(a, "--num_processes") || !strcmp(a, "--num-processes")) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end || v < 1 || v > 1 << 20) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument --num_processes: expected a count >= 1\n");
+                return 2;
+            }
+            nproc = (int)v;
+            i++;
         } else if (!strcmp(a, "--trust_remote_code") || !strcmp(a, "--trust-remote-code")) {
             /* nothing runs remote code here */
         } else if (a[0] == '-' || model) {
@@ -198,5 +249,6 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
     print_table(title, headers, rows, ndt);
+    if (nproc) print_sharding_table(total, largest, nproc);
     return 0;
 }

@@ -67,6 +67,24 @@ static const cli_opt OPTS[] = {
 #define USAGE "accel launch [options] PROGRAM [ARGS...]"
 #define DESC "Launch PROGRAM on this machine's share of --num_processes workers, torchrun style."
 
+/* The fsdp_config keys (and flags) passed to the library, as Accelerate's FSDP_* variables. */
+static const struct { const char *key, *env; } FSDP_KEYS[] = {
+    {"fsdp_auto_wrap_policy", "ACCEL_FSDP_AUTO_WRAP_POLICY"},
+    {"fsdp_transformer_layer_cls_to_wrap", "ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP"},
+    {"fsdp_min_num_params", "ACCEL_FSDP_MIN_NUM_PARAMS"},
+    {"fsdp_backward_prefetch", "ACCEL_FSDP_BACKWARD_PREFETCH"},
+    {"fsdp_forward_prefetch", "ACCEL_FSDP_FORWARD_PREFETCH"},
+    {"fsdp_reshard_after_forward", "ACCEL_FSDP_RESHARD_AFTER_FORWARD"},
+    {"fsdp_state_dict_type", "ACCEL_FSDP_STATE_DICT_TYPE"},
+    {"fsdp_offload_params", "ACCEL_FSDP_OFFLOAD_PARAMS"},
+    {"fsdp_cpu_ram_efficient_loading", "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING"},
+    {"fsdp_sync_module_states", "ACCEL_FSDP_SYNC_MODULE_STATES"},
+    {"fsdp_use_orig_params", "ACCEL_FSDP_USE_ORIG_PARAMS"},
+    {"fsdp_activation_checkpointing", "ACCEL_FSDP_ACTIVATION_CHECKPOINTING"},
+    {"fsdp_version", "ACCEL_FSDP_VERSION"},
+};
+#define N_FSDP_KEYS ((int)(sizeof FSDP_KEYS / sizeof *FSDP_KEYS))
+
 typedef struct launch_cfg {
     int num_processes, num_machines, machine_rank, port, threads, grad_accum, max_restarts, tee;
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
@@ -76,6 +94,7 @@ typedef struct launch_cfg {
     const char *ds_file, *grad_clip, *offload_opt, *log_with, *project_dir;
     char python[PATH_MAX];   /* interpreter of a Python PROGRAM ("" when PROGRAM runs directly) */
     const char *python_from; /* where that choice came from, for error messages */
+    const char *fsdp_vals[N_FSDP_KEYS]; /* flag, else fsdp_config key, else NULL */
     env_list env;            /* the job-wide worker environment (owned) */
     char **prog_argv;
 } launch_cfg;
@@ -188,6 +207,8 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (L->gpu_ids && strcmp(L->gpu_ids, "all")) env_add(e, "CUDA_VISIBLE_DEVICES", L->gpu_ids);
     if (L->zero_stage) env_add(e, "ACCEL_ZERO_STAGE", L->zero_stage);
     if (L->fsdp_strategy) env_add(e, "ACCEL_FSDP_SHARDING_STRATEGY", L->fsdp_strategy);
+    for (int k = 0; k < N_FSDP_KEYS && L->fsdp; k++)
+        if (L->fsdp_vals[k]) env_add(e, FSDP_KEYS[k].env, L->fsdp_vals[k]);
     char abs[PATH_MAX]; /* workers may run elsewhere (--log_dir, chdir): pass an absolute path */
     const char *ds_abs = L->ds_file ? (realpath(L->ds_file, abs) ? abs : L->ds_file) : NULL;
     if (ds_abs) env_add(e, "ACCEL_DEEPSPEED_CONFIG_FILE", ds_abs);
@@ -306,6 +327,13 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                        : cfg_s(fs, "fsdp_sharding_strategy") ? cfg_s(fs, "fsdp_sharding_strategy")
                                                              : cfg_s(fs, "sharding_strategy"); /* Accelerate adds the fsdp_ */
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
+    for (int k = 0; k < N_FSDP_KEYS; k++) {
+        const char *key = FSDP_KEYS[k].key;
+        const cv *b = cv_get(fs, key);
+        L->fsdp_vals[k] = V(key)                  ? V(key)
+                          : b && b->t == CV_BOOL ? (b->b ? "true" : "false") /* cfg_s drops false */
+                                                 : cfg_s(fs, key);
+    }
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
                                                          : cfg_s(ds, "gradient_accumulation_steps");
 

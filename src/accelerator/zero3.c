@@ -1,0 +1,671 @@
+/* ZeRO-3 (FSDP FULL_SHARD): parameters sharded too. The model's flat f32
+ * buffer is laid out unit by unit (a unit: a transformer block, or a module
+ * holding parameters of its own, e.g. an embedding or the head); each rank
+ * keeps only its piece of every unit's parameters (zparams, the masters the
+ * optimizer updates), gradients (zgrad) and optimizer state.
+ *
+ * The full buffer is reserved address space whose pages are dropped while a
+ * unit is released, so the tensors (and the views autograd saved in forward)
+ * keep their addresses: a unit's forward hook all-gathers its parameters back
+ * in place, its post-forward drops them again (reshard_after_forward) and
+ * records a node on its output whose backward gathers them once more, before
+ * any of the unit's own backward nodes run. When every leaf of a unit has its
+ * gradient, the unit's gradients are reduce-scattered (AVG) asynchronously,
+ * and added to zgrad when backward ends; the full gradient pages are dropped.
+ * The next unit in execution order is prefetched asynchronously while the
+ * current one computes (backward always, forward with ACCEL_FSDP_FORWARD_PREFETCH).
+ *
+ * Gradient accumulation reduces every micro-batch (no full gradients are kept
+ * between them), as DeepSpeed's stage 3 does. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "accelerator_internal.h"
+
+/* ---------------------------------------------------------------- host memory
+ * The only raw host-memory code of stage 3: a device backend replaces these. */
+
+static int64_t page_elems(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return (p > 0 ? p : 4096) / (int64_t)sizeof(float);
+}
+
+/* Zero-filled address range of n floats; pages take memory only once touched. */
+static float *host_reserve(int64_t n) {
+    void *p = mmap(NULL, (size_t)n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        accel_set_error(ACCEL_ERR_OOM, "ZeRO-3: cannot reserve %lld floats", (long long)n);
+        return NULL;
+    }
+    return p;
+}
+
+static void host_unreserve(float *p, int64_t n) {
+    if (p) munmap(p, (size_t)n * sizeof(float));
+}
+
+/* Gives the pages of [p, p + n) back; they read as zeros afterwards. p and n are page-aligned. */
+static void host_drop(float *p, int64_t n) {
+    if (n) madvise(p, (size_t)n * sizeof(float), MADV_DONTNEED);
+}
+
+static void host_add(float *dst, const float *src, int64_t n) {
+    for (int64_t k = 0; k < n; k++) dst[k] += src[k];
+}
+
+/* ---------------------------------------------------------------- units */
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* A module wrapped on its own by default: a transformer block. */
+static bool is_block(const accel_module *m) { return !strcmp(m->ops->type_name, "LlamaDecoderLayer"); }
+
+static bool owns_params(const accel_module *m) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!m->tensors[i].is_buffer) return true;
+    return false;
+}
+
+/* type_name is one of the comma-separated names of list. */
+static bool type_listed(const char *list, const char *type_name) {
+    size_t n = strlen(type_name);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t len = strcspn(p, ", ");
+        if (len == n && !strncmp(p, type_name, n)) return true;
+        p += len;
+    }
+    return false;
+}
+
+/* The wrapped modules (the root is implicitly one), collected by a policy. */
+typedef struct wrap_set {
+    int n, cap;
+    accel_module **mods;
+} wrap_set;
+
+static bool wrap_add(wrap_set *w, accel_module *m) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 16;
+        accel_module **mods = accel_calloc((size_t)cap, sizeof *mods);
+        if (!mods) return false;
+        if (w->n) memcpy(mods, w->mods, (size_t)w->n * sizeof *mods);
+        accel_free(w->mods);
+        w->mods = mods;
+        w->cap = cap;
+    }
+    w->mods[w->n++] = m;
+    return true;
+}
+
+static bool wrapped(const wrap_set *w, const accel_module *m) {
+    for (int i = 0; i < w->n; i++)
+        if (w->mods[i] == m) return true;
+    return false;
+}
+
+/* Default: below m, the topmost modules that are blocks or hold parameters. */
+static bool wrap_default(wrap_set *w, accel_module *m) {
+    for (int i = 0; i < m->n_children; i++) {
+        accel_module *c = m->children[i];
+        bool ok = is_block(c) || owns_params(c) ? wrap_add(w, c) : wrap_default(w, c);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* TRANSFORMER_BASED_WRAP: every module of a listed type (nested ones too). */
+static bool wrap_transformer(wrap_set *w, accel_module *m, const char *cls, int *found) {
+    for (int i = 0; i < m->n_children; i++) {
+        accel_module *c = m->children[i];
+        if (type_listed(cls, c->ops->type_name)) {
+            ++*found;
+            if (!wrap_add(w, c)) return false;
+        }
+        if (!wrap_transformer(w, c, cls, found)) return false;
+    }
+    return true;
+}
+
+/* SIZE_BASED_WRAP (torch's size_based_auto_wrap_policy): bottom-up, a module
+ * whose parameters not yet in a unit number at least min is wrapped;
+ * ModuleList containers never are. Returns that count for m, or -1. */
+static int64_t wrap_size(wrap_set *w, accel_module *m, int64_t min, bool is_root) {
+    int64_t left = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!m->tensors[i].is_buffer && m->tensors[i].owned) left += accel_numel(m->tensors[i].t);
+    for (int i = 0; i < m->n_children; i++) {
+        int64_t c = wrap_size(w, m->children[i], min, false);
+        if (c < 0) return -1;
+        left += c;
+    }
+    if (is_root || left < min || !left || !strcmp(m->ops->type_name, "ModuleList")) return left;
+    return wrap_add(w, m) ? 0 : -1;
+}
+
+static accel_status wrap_policy(const accel__fsdp_cfg *f, accel_module *root, wrap_set *w) {
+    int found = 0;
+    bool ok = true;
+    switch (f->wrap) {
+    case ACCEL__WRAP_DEFAULT: ok = wrap_default(w, root); break;
+    case ACCEL__WRAP_TRANSFORMER:
+        ok = wrap_transformer(w, root, f->wrap_cls, &found);
+        if (ok && !found)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_accelerator_prepare: fsdp_transformer_layer_cls_to_wrap \"%s\": could not "
+                                   "find the transformer layer class in the model (%s)",
+                                   f->wrap_cls, root->ops->type_name);
+        break;
+    case ACCEL__WRAP_SIZE: ok = wrap_size(w, root, f->min_num_params, true) >= 0; break;
+    case ACCEL__WRAP_NONE: break;
+    }
+    return ok ? ACCEL_OK : accel_last_status();
+}
+
+/* The unit module of a tensor owned by `owner`: its innermost wrapped
+ * ancestor (itself included), else the root. */
+static accel_module *unit_module(const wrap_set *w, accel_module *root, accel_module *owner) {
+    for (accel_module *m = owner; m && m != root; m = m->parent)
+        if (wrapped(w, m)) return m;
+    return root;
+}
+
+static int find_root(int *parent, int i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* The distinct unit modules, each tensor's index among them; tied tensors
+ * whose aliases live in another unit merge the two (union-find in parent). */
+typedef struct unit_plan {
+    int n_mods;
+    accel_module **mods;
+    int *parent;
+    int *of_tensor; /* b->n */
+} unit_plan;
+
+static int plan_mod(unit_plan *p, accel_module *m) {
+    for (int i = 0; i < p->n_mods; i++)
+        if (p->mods[i] == m) return i;
+    p->mods[p->n_mods] = m;
+    p->parent[p->n_mods] = p->n_mods;
+    return p->n_mods++;
+}
+
+static accel_status plan_units(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    wrap_set w = {0};
+    accel_status st = wrap_policy(&acc->fsdp, pm->m, &w);
+    accel_state_dict *sd = st ? NULL : accel_module_state_dict(pm->m);
+    if (!sd) {
+        accel_free(w.mods);
+        return accel_last_status();
+    }
+    int cap = sd->n + 1;
+    p->mods = accel_calloc((size_t)cap, sizeof *p->mods);
+    p->parent = accel_calloc((size_t)cap, sizeof *p->parent);
+    p->of_tensor = accel_calloc((size_t)(b->n + 1), sizeof *p->of_tensor);
+    if (!p->mods || !p->parent || !p->of_tensor) {
+        accel_free(w.mods);
+        accel_state_dict_free(sd);
+        return accel_last_status();
+    }
+    for (int t = 0; t < b->n; t++) {
+        int e = 0;
+        while (e < sd->n && sd->entries[e].t != b->tensors[t]) e++;
+        ACCEL_ASSERT(e < sd->n);
+        bool small = accel_numel(b->tensors[t]) < acc->fsdp.persistence_threshold;
+        p->of_tensor[t] = plan_mod(p, small ? NULL : unit_module(&w, pm->m, sd->entries[e].owner)); /* NULL: persistent */
+    }
+    for (int e = 0; e < sd->n; e++) {
+        const accel_state_entry *se = &sd->entries[e];
+        if (!se->is_tied_alias || se->is_buffer) continue;
+        int t = 0;
+        while (t < b->n && b->tensors[t] != se->t) t++;
+        if (t == b->n || !p->mods[p->of_tensor[t]]) continue; /* frozen: not flattened; persistent: always there */
+        int a = find_root(p->parent, plan_mod(p, unit_module(&w, pm->m, se->owner)));
+        int c = find_root(p->parent, p->of_tensor[t]);
+        if (a != c) p->parent[a > c ? a : c] = a < c ? a : c;
+    }
+    accel_free(w.mods);
+    accel_state_dict_free(sd);
+    return ACCEL_OK;
+}
+
+static void plan_free(unit_plan *p) {
+    accel_free(p->mods);
+    accel_free(p->parent);
+    accel_free(p->of_tensor);
+}
+
+/* Moves the f32 buffer into reserved memory, unit after unit. */
+static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    int n = b->n, nu = 0;
+    int *unit_of_mod = accel_calloc((size_t)(p->n_mods + 1), sizeof *unit_of_mod);
+    accel_tensor **tensors = accel_calloc((size_t)(n + 1), sizeof *tensors);
+    int64_t *offsets = accel_calloc((size_t)(n + 1), sizeof *offsets);
+    pm->units = accel_calloc((size_t)(p->n_mods + 1), sizeof *pm->units);
+    if (!unit_of_mod || !tensors || !offsets || !pm->units) goto fail;
+    /* Units numbered by their first tensor, in buffer order. */
+    for (int i = 0; i < p->n_mods; i++) unit_of_mod[i] = -1;
+    for (int t = 0; t < n; t++) {
+        int r = find_root(p->parent, p->of_tensor[t]);
+        if (unit_of_mod[r] < 0) unit_of_mod[r] = nu++;
+    }
+    int64_t page = page_elems(), pad = 16 * (int64_t)acc->world, cursor = 0, zoff = 0;
+    int k = 0;
+    for (int u = 0; u < nu; u++) {
+        accel__unit *un = &pm->units[u];
+        un->lo = round_up(cursor, page);
+        un->first = k;
+        int64_t end = un->lo;
+        for (int t = 0; t < n; t++) {
+            if (unit_of_mod[find_root(p->parent, p->of_tensor[t])] != u) continue;
+            tensors[k] = b->tensors[t];
+            offsets[k++] = round_up(end, 16);
+            end = offsets[k - 1] + accel_numel(b->tensors[t]);
+        }
+        un->count = k - un->first;
+        un->shard = round_up(end - un->lo, pad) / acc->world;
+        un->zoff = zoff;
+        un->state = ACCEL__UNIT_GATHERED;
+        zoff += un->shard;
+        cursor = un->lo + un->shard * acc->world;
+    }
+    int64_t numel = round_up(cursor ? cursor : 1, page);
+    float *params = host_reserve(numel), *grads = params ? host_reserve(numel) : NULL;
+    if (!grads) {
+        host_unreserve(params, numel);
+        goto fail;
+    }
+    for (int t = 0; t < n; t++) {
+        accel_tensor_rebind(tensors[t], params + offsets[t], true);
+        accel_tensor_rebind(tensors[t]->grad, grads + offsets[t], true);
+    }
+    accel_free(b->params);
+    accel_free(b->grads);
+    accel_free(b->tensors);
+    accel_free(b->offsets);
+    b->params = params;
+    b->grads = grads;
+    b->tensors = tensors;
+    b->offsets = offsets;
+    b->numel = numel;
+    pm->n_units = nu;
+    pm->zn = zoff;
+    /* The hook points: every module of the plan, to its unit. */
+    pm->hooked = accel_calloc((size_t)(p->n_mods + 1), sizeof *pm->hooked);
+    pm->hooked_unit = accel_calloc((size_t)(p->n_mods + 1), sizeof *pm->hooked_unit);
+    if (!pm->hooked || !pm->hooked_unit) goto fail_late;
+    for (int i = 0; i < p->n_mods; i++) {
+        int u = unit_of_mod[find_root(p->parent, i)];
+        if (u < 0) continue;
+        if (!p->mods[i]) { /* the persistent unit: no hook */
+            pm->units[u].persistent = true;
+            continue;
+        }
+        pm->hooked[pm->n_hooked] = p->mods[i];
+        pm->hooked_unit[pm->n_hooked++] = u;
+        if (p->mods[i] == pm->m) pm->units[u].is_root = true;
+    }
+    accel_free(unit_of_mod);
+    return ACCEL_OK;
+fail:
+    accel_free(tensors);
+    accel_free(offsets);
+    accel_free(unit_of_mod);
+    accel_free(pm->units);
+    pm->units = NULL;
+    return accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
+fail_late: /* the buffer is ours now: release() takes it back */
+    accel_free(unit_of_mod);
+    return accel_last_status();
+}
+
+accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
+        if (d != ACCEL_F32 && pm->fp->buffers[d].n)
+            return accel_set_error(ACCEL_ERR_DTYPE,
+                                   "accel_accelerator_prepare: ZeRO stage 3 shards f32 parameters (mixed precision "
+                                   "keeps f32 masters); this model has %s parameters",
+                                   accel_dtype_name(pm->fp->buffers[d].dtype));
+    unit_plan p = {0};
+    accel_status st = plan_units(acc, pm, &p);
+    if (!st) st = relayout(acc, pm, &p);
+    plan_free(&p);
+    if (st) return st;
+    pm->zparams = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+    pm->zgrad = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+    pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
+    pm->reducing = -1;
+    if (!pm->zparams || !pm->zgrad || !pm->order) return accel_last_status();
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- gather / release */
+
+static float *full_params(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].params; }
+static float *full_grads(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].grads; }
+
+static int64_t unit_span(const accel_accelerator *acc, const accel__unit *u) {
+    return round_up(u->shard * acc->world, page_elems());
+}
+
+static float *my_piece(const accel_accelerator *acc, float *full, const accel__unit *u) {
+    return full + u->lo + (int64_t)acc->rank * u->shard;
+}
+
+static accel_status finish_gather(accel__unit *u) {
+    accel_status st = accel_work_wait(u->gather);
+    accel_work_free(u->gather);
+    u->gather = NULL;
+    u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
+    return st;
+}
+
+/* Starts unit u's all-gather (a no-op unless released). */
+static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (u->state != ACCEL__UNIT_RELEASED) return ACCEL_OK;
+    const float *mine = pm->zparams + u->zoff;
+    if (acc->world == 1) {
+        memcpy(full_params(pm) + u->lo, mine, (size_t)u->shard * sizeof(float));
+        u->state = ACCEL__UNIT_GATHERED;
+        return ACCEL_OK;
+    }
+    u->gather = accel_pg_all_gather_async(acc->pg, mine, full_params(pm) + u->lo, (size_t)u->shard, ACCEL_F32);
+    if (!u->gather) return accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    u->state = ACCEL__UNIT_GATHERING;
+    return ACCEL_OK;
+}
+
+static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel_status st = launch_gather(acc, pm, u);
+    if (!st && u->state == ACCEL__UNIT_GATHERING) st = finish_gather(u);
+    return st;
+}
+
+/* Gives unit u's full parameters back (the persistent unit keeps them). */
+static accel_status release(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(u) : ACCEL_OK;
+    if (u->persistent) return st;
+    host_drop(full_params(pm) + u->lo, unit_span(acc, u));
+    u->state = ACCEL__UNIT_RELEASED;
+    return st;
+}
+
+/* The unit that runs `step` places after u in forward order (-1 before u), or NULL. */
+static accel__unit *order_neighbour(accel__model *pm, int u, int step) {
+    if (!pm->order_done) return NULL;
+    for (int i = 0; i < pm->n_order; i++)
+        if (pm->order[i] == u) {
+            int j = i + step;
+            return j >= 0 && j < pm->n_order ? &pm->units[pm->order[j]] : NULL;
+        }
+    return NULL;
+}
+
+static void record_order(accel__model *pm, int u) {
+    if (pm->order_done) return;
+    for (int i = 0; i < pm->n_order; i++)
+        if (pm->order[i] == u) return;
+    pm->order[pm->n_order++] = u;
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+typedef struct hook_ctx {
+    accel_accelerator *acc;
+    accel_module *model;
+    int unit;
+    accel_module_hook chained; /* the hook the module had (autocast on the root), run outside ours */
+} hook_ctx;
+
+static accel_status pre_backward(accel_node *n, accel_tensor *g) {
+    hook_ctx *c = n->ctx;
+    accel__model *pm = accel__find_model(c->acc, c->model);
+    if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
+    accel_status st = gather(c->acc, pm, &pm->units[c->unit]);
+    accel__unit *next = order_neighbour(pm, c->unit, -1); /* backward runs the units in reverse */
+    if (!st && next && c->acc->fsdp.backward_prefetch) st = launch_gather(c->acc, pm, next);
+    return st ? st : accel_grad_accumulate(n->inputs[0], g);
+}
+
+static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
+    hook_ctx *c = ctx;
+    accel_status st = c->chained.pre_forward ? c->chained.pre_forward(m, x, c->chained.ctx) : ACCEL_OK;
+    accel__model *pm = accel__find_model(c->acc, c->model);
+    if (st || !pm) return st;
+    record_order(pm, c->unit);
+    st = gather(c->acc, pm, &pm->units[c->unit]);
+    accel__unit *next = order_neighbour(pm, c->unit, 1);
+    if (!st && next && c->acc->fsdp.forward_prefetch) st = launch_gather(c->acc, pm, next);
+    return st;
+}
+
+static accel_status hook_post(accel_module *m, accel_tensor **y, void *ctx) {
+    hook_ctx *c = ctx;
+    accel__model *pm = accel__find_model(c->acc, c->model);
+    accel_status st = ACCEL_OK;
+    if (pm && *y) {
+        accel__unit *u = &pm->units[c->unit];
+        accel_tensor *in = *y, *out = accel_alias(in);
+        if (!out) return accel_last_status();
+        accel_node *node = accel_tape_record("zero3_pre_backward", pre_backward, out, 1, &in);
+        if (node) {
+            node->ctx = c;
+            *y = out;
+        }
+        if (!u->is_root && c->acc->fsdp.reshard_after_forward) st = release(c->acc, pm, u);
+    }
+    if (!st && c->chained.post_forward) st = c->chained.post_forward(m, y, c->chained.ctx);
+    return st;
+}
+
+static void hook_free(void *ctx) {
+    hook_ctx *c = ctx;
+    if (c->chained.free_ctx) c->chained.free_ctx(c->chained.ctx);
+    accel_free(c);
+}
+
+static accel_status install_hooks(accel_accelerator *acc, accel__model *pm) {
+    for (int i = 0; i < pm->n_hooked; i++) {
+        accel_module *m = pm->hooked[i];
+        hook_ctx *c = accel_calloc(1, sizeof *c);
+        if (!c) return accel_last_status();
+        *c = (hook_ctx){acc, pm->m, pm->hooked_unit[i], {0}};
+        if (m->hook) { /* ours now: it runs (and is freed) through ours */
+            c->chained = *m->hook;
+            m->hook->free_ctx = NULL;
+        }
+        accel_module_hook h = {hook_pre, hook_post, hook_free, c};
+        accel_module_set_hook(m, &h);
+        if (!m->hook) {
+            hook_free(c);
+            return accel_last_status();
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* Takes our hooks off, giving each module back the hook it had. */
+static void remove_hooks(accel__model *pm) {
+    for (int i = 0; i < pm->n_hooked; i++) {
+        accel_module *m = pm->hooked[i];
+        if (!m->hook || m->hook->pre_forward != hook_pre) continue;
+        hook_ctx *c = m->hook->ctx;
+        accel_module_hook prev = c->chained;
+        c->chained.free_ctx = NULL;
+        accel_module_set_hook(m, prev.pre_forward || prev.post_forward || prev.free_ctx ? &prev : NULL);
+    }
+}
+
+accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
+    for (int k = 0; k < pm->n_units; k++) {
+        accel__unit *u = &pm->units[k];
+        memcpy(pm->zparams + u->zoff, my_piece(acc, full_params(pm), u), (size_t)u->shard * sizeof(float));
+        release(acc, pm, u);
+        host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
+    }
+    return install_hooks(acc, pm);
+}
+
+/* ---------------------------------------------------------------- backward */
+
+void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
+    for (int k = 0; k < pm->n_units; k++) pm->units[k].pending = pm->units[k].count;
+    pm->reducing = -1;
+    pm->reduce_status = ACCEL_OK;
+}
+
+/* Waits for unit u's reduce-scatter, adds this rank's piece into the
+ * gradient shard and gives the full gradient pages back. */
+static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel_status st = ACCEL_OK;
+    if (u->reduce) {
+        st = accel_work_wait(u->reduce);
+        accel_work_free(u->reduce);
+        u->reduce = NULL;
+    }
+    if (!st) host_add(pm->zgrad + u->zoff, my_piece(acc, full_grads(pm), u), u->shard);
+    host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
+    return st;
+}
+
+/* Unit u's gradients are complete: its parameters go, its reduce-scatter
+ * starts. At most one reduction is in flight, so at most two units' full
+ * gradients exist at a time. */
+static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int k) {
+    accel__unit *u = &pm->units[k];
+    accel_status st = release(acc, pm, u);
+    u->pending = 0;
+    if (pm->reducing >= 0) {
+        accel_status st2 = finish_reduce(acc, pm, &pm->units[pm->reducing]);
+        if (!st) st = st2;
+        pm->reducing = -1;
+    }
+    if (acc->world == 1) {
+        accel_status st2 = finish_reduce(acc, pm, u);
+        return st ? st : st2;
+    }
+    u->reduce = accel_pg_reduce_scatter_async(acc->pg, full_grads(pm) + u->lo, my_piece(acc, full_grads(pm), u),
+                                              (size_t)u->shard, ACCEL_F32, ACCEL_REDUCE_AVG);
+    if (!u->reduce) return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    pm->reducing = k;
+    return st;
+}
+
+bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
+    const float *p = leaf->data, *base = full_params(pm);
+    if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
+    int64_t pos = p - base;
+    for (int k = pm->n_units - 1; k >= 0; k--) {
+        accel__unit *u = &pm->units[k];
+        if (pos < u->lo) continue;
+        if (u->state != ACCEL__UNIT_GATHERED && !pm->unhooked) pm->unhooked = k + 1;
+        if (u->pending > 0 && --u->pending == 0) {
+            accel_status st = launch_reduce(acc, pm, k);
+            if (st && !pm->reduce_status) pm->reduce_status = st;
+        }
+        break;
+    }
+    return true;
+}
+
+/* A unit used without its hooks running (a module called around
+ * accel_module_call / enter / exit) computed with released parameters. */
+static accel_status unhooked_error(accel__model *pm, int u) {
+    char path[256] = "(root)";
+    for (int i = 0; i < pm->n_hooked; i++)
+        if (pm->hooked_unit[i] == u && pm->hooked[i] != pm->m) accel_module_path(pm->hooked[i], path, sizeof path);
+    return accel_set_error(ACCEL_ERR_STATE,
+                           "accel_accelerator_backward: ZeRO-3 unit \"%s\" was used without its forward hooks "
+                           "running (its module is not called through accel_module_call or accel_module_enter/exit), "
+                           "so it computed with sharded-away parameters; choose another fsdp_auto_wrap_policy",
+                           path);
+}
+
+accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm) {
+    accel_status first = pm->reduce_status;
+    for (int k = 0; k < pm->n_units; k++) { /* units whose leaves got no gradient: same order everywhere */
+        if (pm->units[k].pending <= 0) continue;
+        accel_status st = launch_reduce(acc, pm, k);
+        if (!first) first = st;
+    }
+    if (pm->reducing >= 0) {
+        accel_status st = finish_reduce(acc, pm, &pm->units[pm->reducing]);
+        if (!first) first = st;
+        pm->reducing = -1;
+    }
+    for (int k = 0; k < pm->n_units; k++) { /* a prefetch that found no use: no gather outlives backward */
+        accel_status st = pm->units[k].state == ACCEL__UNIT_RELEASED ? ACCEL_OK : release(acc, pm, &pm->units[k]);
+        if (!first) first = st;
+    }
+    pm->order_done = true;
+    if (!first && pm->unhooked) first = unhooked_error(pm, pm->unhooked - 1);
+    return first;
+}
+
+accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
+    accel_status first = ACCEL_OK;
+    for (int k = 0; k < pm->n_units; k++) {
+        accel__unit *u = &pm->units[k];
+        accel_status st = release(acc, pm, u);
+        if (!st && u->persistent) { /* the updated shards, to every rank now */
+            u->state = ACCEL__UNIT_RELEASED;
+            st = gather(acc, pm, u);
+        }
+        if (!first) first = st;
+    }
+    return first;
+}
+
+void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
+    remove_hooks(pm);
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    accel_free(pm->hooked);
+    accel_free(pm->hooked_unit);
+    accel_free(pm->order);
+    pm->hooked = NULL;
+    pm->hooked_unit = NULL;
+    pm->order = NULL;
+    pm->n_hooked = pm->n_order = 0;
+    pm->order_done = false;
+    if (pm->units && b->params) {
+        /* Back into plain memory, with the full weights, for accel_flat_params_free. */
+        float *params = accel_calloc((size_t)b->numel, sizeof(float)), *grads = accel_calloc((size_t)b->numel, sizeof(float));
+        for (int k = 0; k < pm->n_units; k++) {
+            accel__unit *u = &pm->units[k];
+            if (u->reduce) finish_reduce(acc, pm, u);
+            if (pm->zparams) gather(acc, pm, u); /* collective: on a broken group the weights stay as they are */
+        }
+        if (params && grads) {
+            memcpy(params, b->params, (size_t)b->numel * sizeof(float));
+            for (int t = 0; t < b->n; t++) {
+                accel_tensor_rebind(b->tensors[t], params + b->offsets[t], false);
+                accel_tensor_rebind(b->tensors[t]->grad, grads + b->offsets[t], false);
+            }
+            host_unreserve(b->params, b->numel);
+            host_unreserve(b->grads, b->numel);
+            b->params = params;
+            b->grads = grads;
+        } else { /* out of memory: the tensors keep the reserved memory, which then stays mapped */
+            accel_free(params);
+            accel_free(grads);
+        }
+    }
+    accel_free(pm->zparams);
+    pm->zparams = NULL;
+}
+
+accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn) {
+    if (acc->zero_stage != 3) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                           "%s: checkpoints under ZeRO stage 3 / FULL_SHARD (SHARDED_STATE_DICT, FULL_STATE_DICT) "
+                           "are not implemented yet; unwrap the model (accel_accelerator_unwrap_model) to save "
+                           "its full weights, or train with ZeRO stage 2 (SHARD_GRAD_OP)",
+                           fn);
+}

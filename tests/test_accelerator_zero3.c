@@ -1,0 +1,449 @@
+/* ZeRO-3 / FSDP FULL_SHARD in the Accelerator (run plainly: stage 3 on one
+ * process; under `accel launch` the stage, accumulation, precision, clipping
+ * and prefetch settings come from the launcher's environment). Each run is
+ * checked against DDP done by hand on the same process group (a second model
+ * whose gradients are all-reduced tensor by tensor): the same losses every
+ * step and the same final weights, for an MLP (three Linear units) and a
+ * two-layer Llama with tied embeddings (embedding and head share a unit). The
+ * full parameters take no memory between steps (pages counted with mincore),
+ * and the optimizer state is ~1/N. Prints one line the launcher tests match:
+ * "zero3 world=N mp=M accum=A clip=C wrap=W fwd_prefetch=F bwd_prefetch=B reshard=S persist=T". */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accel/dist.h"
+#include "accelerator/accelerator_internal.h" /* the wrap units a policy made */
+#include "check.h"
+
+static int N, R;
+static accel_accelerator *A;
+
+/* 5 -> 7 -> 7 -> 3: three units of 42, 56 and 24 parameters. */
+static accel_module *mlp(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_module *l[5] = {accel_linear_new(5, 7, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_relu_module_new(),
+                          accel_linear_new(7, 7, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_relu_module_new(),
+                          accel_linear_new(7, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    return accel_sequential_new(5, l);
+}
+
+static accel_module *llama(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 16;
+    c.tie_word_embeddings = true;
+    c.torch_dtype = ACCEL_F32;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+/* The reductions sum in different orders (reduce-scatter per unit and micro-
+ * batch vs an all-reduce per tensor): SGD with momentum keeps the weights
+ * within 2e-7 (relative) of DDP's after four steps, in f32 and bf16, every
+ * wrap policy. AdamW (eps 1e-3, and more so the default 1e-8) turns
+ * last-bit differences of small gradients into differences of the
+ * normalised update: ~4e-6 in f32; under bf16 a weight whose bf16 cast then
+ * rounds the other way moves it further (1.9e-4 measured on 4 ranks). */
+static accel_optim_kind KIND = ACCEL_OPTIM_ADAMW;
+
+static double tolerance(void) {
+    if (KIND == ACCEL_OPTIM_SGD) return 1e-6;
+    return accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16 ? 1e-3 : 2e-5;
+}
+
+static accel_optimizer *optimizer(accel_module *m) {
+    accel_optim_hparams h = accel_optim_defaults(KIND, 0.02);
+    h.eps = 1e-3;
+    h.momentum = 0.9;
+    return accel_optimizer_new_module(KIND, m, &h);
+}
+
+/* The loss of (step, micro-batch, rank) on model m: deterministic everywhere. */
+static accel_tensor *loss_of(accel_module *m, bool is_llama, int64_t step, int micro, int rank) {
+    int64_t k = step * 31 + micro * 7 + rank * 13;
+    if (is_llama) {
+        int64_t ids[2 * 6];
+        for (int i = 0; i < 12; i++) ids[i] = (k * 5 + i * 11) % 40;
+        return accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 6), ids));
+    }
+    float xs[4 * 5], ys[4 * 3];
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < 5; j++) xs[i * 5 + j] = (float)sin((double)(k + i * 5 + j));
+        for (int j = 0; j < 3; j++) ys[i * 3 + j] = 0.5f * xs[i * 5 + j] - 0.25f * xs[i * 5 + 4 - j] + 0.1f * (float)j;
+    }
+    return accel_mse_loss(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(4, 5), xs)),
+                          accel_from_floats(ACCEL_SHAPE(4, 3), ys));
+}
+
+static double scalar(accel_tensor *t) { return t ? accel_item(t) : NAN; }
+
+/* One optimizer step through the accelerator; returns the last micro-batch's loss. */
+static double acc_step(accel_module *m, accel_optimizer *o, bool is_llama, int64_t step) {
+    double l = NAN;
+    for (int k = 0; k < accel_accelerator_gradient_accumulation_steps(A); k++) {
+        accel_accelerator_accumulate(A);
+        accel_tensor *loss = loss_of(m, is_llama, step, k, R);
+        l = scalar(loss);
+        CHECK(accel_accelerator_backward(A, loss) == ACCEL_OK);
+        CHECK(accel_accelerator_optimizer_step(A, o) == ACCEL_OK);
+        accel_accelerator_zero_grad(A, o);
+        accel_step_reset();
+    }
+    return l;
+}
+
+/* The same step as DDP by hand (autocast as the accelerator does it). */
+static double ref_step(accel_module *m, accel_optimizer *o, bool is_llama, int64_t step) {
+    int accum = accel_accelerator_gradient_accumulation_steps(A);
+    bool bf16 = accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16;
+    double l = NAN;
+    for (int k = 0; k < accum; k++) {
+        accel_dtype prev = bf16 ? accel_autocast_begin(ACCEL_BF16) : ACCEL_F32;
+        accel_tensor *loss = loss_of(m, is_llama, step, k, R);
+        if (bf16) accel_autocast_end(prev);
+        l = scalar(loss);
+        CHECK(accel_backward(accum > 1 ? accel_mul_scalar(loss, 1.0 / accum) : loss) == ACCEL_OK);
+        accel_step_reset();
+    }
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    for (int i = 0; i < n; i++)
+        CHECK(accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
+                                  ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
+    if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
+    CHECK(accel_optimizer_step(o) == ACCEL_OK);
+    accel_optimizer_zero_grad(o);
+    accel_free(ps);
+    return l;
+}
+
+static double rel_diff(accel_module *a, accel_module *b) {
+    accel_tensor **pa, **pb;
+    int n = accel_module_parameters(a, &pa);
+    CHECK(accel_module_parameters(b, &pb) == n);
+    double d = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t k = 0; k < accel_numel(pa[i]); k++) {
+            double u = ((float *)pa[i]->data)[k], v = ((float *)pb[i]->data)[k];
+            double e = fabs(u - v) / (fabs(v) > 1e-2 ? fabs(v) : 1e-2);
+            d = e > d ? e : d;
+        }
+    accel_free(pa);
+    accel_free(pb);
+    return d;
+}
+
+/* Resident bytes of [p, p + n floats), whole pages (mincore). */
+static int64_t resident(const void *p, int64_t n) {
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1), hi = (uintptr_t)p + (uintptr_t)n * sizeof(float);
+    size_t pages = (hi - lo + (uintptr_t)page - 1) / (uintptr_t)page;
+    unsigned char *v = calloc(pages ? pages : 1, 1);
+    CHECK(v && mincore((void *)lo, hi - lo, v) == 0);
+    int64_t bytes = 0;
+    for (size_t i = 0; v && i < pages; i++) bytes += (v[i] & 1) ? page : 0;
+    free(v);
+    return bytes;
+}
+
+/* Resident bytes of the prepared model's full parameter / gradient buffers
+ * (the memory its parameter tensors and their .grad views point into). */
+static int64_t resident_param_bytes(accel_module *m) {
+    accel__model *pm = accel__find_model(A, m);
+    return resident(pm->fp->buffers[ACCEL_F32].params, pm->fp->buffers[ACCEL_F32].numel);
+}
+
+static int64_t resident_grad_bytes(accel_module *m) {
+    accel__model *pm = accel__find_model(A, m);
+    return resident(pm->fp->buffers[ACCEL_F32].grads, pm->fp->buffers[ACCEL_F32].numel);
+}
+
+/* A probe between units: its backward runs between theirs and records the
+ * most parameter and gradient memory resident at those points. */
+static accel_module *PROBED;
+static int64_t PEAK_PARAMS, PEAK_GRADS;
+
+static accel_status probe_backward(accel_node *n, accel_tensor *g) {
+    int64_t p = resident_param_bytes(PROBED), q = resident_grad_bytes(PROBED);
+    PEAK_PARAMS = p > PEAK_PARAMS ? p : PEAK_PARAMS;
+    PEAK_GRADS = q > PEAK_GRADS ? q : PEAK_GRADS;
+    return accel_grad_accumulate(n->inputs[0], g);
+}
+
+static accel_tensor *probe_forward(accel_module *m, accel_tensor *x) {
+    accel_tensor *y = accel_alias(x);
+    accel_tape_record("probe", probe_backward, y, 1, &x);
+    return y;
+}
+
+static const accel_module_ops PROBE_OPS = {"Probe", probe_forward, NULL};
+
+static int64_t state_floats(accel_optimizer *o) {
+    accel_named_state *st;
+    int n = accel_optimizer_state(o, &st);
+    int64_t f = 0;
+    for (int i = 0; i < n; i++)
+        if (st[i].t) f += accel_numel(st[i].t);
+    accel_named_state_free(st, n);
+    return f;
+}
+
+/* Bytes of the persistent unit (stage3_param_persistence_threshold): always resident. */
+static int64_t persistent_bytes(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t b = 0;
+    for (int k = 0; k < A->models[0].n_units; k++) {
+        const accel__unit *u = &A->models[0].units[k];
+        if (u->persistent) b += (u->shard * N * 4 + page - 1) / page * page;
+    }
+    return b;
+}
+
+static void check_equivalence(bool is_llama, int want_units) {
+    const char *what = is_llama ? "llama" : "mlp";
+    accel_module *z = is_llama ? llama(100 + (uint64_t)R) : mlp(100 + (uint64_t)R), *ref = is_llama ? llama(100) : mlp(100);
+    accel_optimizer *zo = optimizer(z), *ro = optimizer(ref);
+    int64_t total = accel_module_num_params(ref);
+    CHECK(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK);
+    CHECK_MSG(A->models[0].n_units == want_units, "%s, wrap policy %d: %d units, want %d", what, (int)A->fsdp.wrap,
+              A->models[0].n_units, want_units);
+    int64_t kept = persistent_bytes();
+    CHECK_MSG(resident_param_bytes(z) == kept, "%s: full parameters resident after prepare", what);
+    for (int64_t s = 0; s < 4; s++) {
+        double a = acc_step(z, zo, is_llama, s), b = ref_step(ref, ro, is_llama, s);
+        CHECK_MSG(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6, "%s step %lld: loss %.9g, DDP %.9g", what, (long long)s, a, b);
+    }
+    CHECK_MSG(resident_param_bytes(z) == kept, "%s: full parameters resident between steps", what);
+    int64_t mine = state_floats(zo), full = state_floats(ro);
+    CHECK_MSG(N == 1 || mine * N <= full + 2 * 16 * N * 8, "%s: optimizer state %lld of %lld floats on %d ranks", what,
+              (long long)mine, (long long)full, N);
+    CHECK(total > 0);
+    /* clear(): full weights back in the model, the optimizer's per-tensor state back too */
+    accel_accelerator_clear(A);
+    double d = rel_diff(z, ref);
+    CHECK_MSG(d <= tolerance(), "%s, wrap policy %d, optimizer %d: weights differ from DDP by %.3g (relative)", what,
+              (int)A->fsdp.wrap, (int)KIND, d);
+    CHECK(state_floats(zo) == full);
+    accel_optimizer_free(zo);
+    accel_optimizer_free(ro);
+    accel_module_free(z);
+    accel_module_free(ref);
+}
+
+/* Three Linear units (by default; one root unit when no module type matches a transformer layer class). */
+static void test_mlp(void) {
+    if (A->fsdp.wrap == ACCEL__WRAP_DEFAULT) check_equivalence(false, 3);
+}
+
+/* Units of the Llama under the policy in effect: by default embed_tokens +
+ * the tied lm_head, two decoder layers, norm; TRANSFORMER_BASED_WRAP: the
+ * layers and the root's unit. */
+static int llama_units(void) { return A->fsdp.wrap == ACCEL__WRAP_TRANSFORMER ? 3 : 4; }
+
+static void test_llama(void) {
+    check_equivalence(true, llama_units());
+    KIND = ACCEL_OPTIM_SGD;
+    check_equivalence(true, llama_units());
+    KIND = ACCEL_OPTIM_ADAMW;
+}
+
+/* Each fsdp_auto_wrap_policy on the Llama (tied embeddings). */
+static void test_llama_wrap_policies(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER; /* the decoder layers; the rest in the root's unit */
+    check_equivalence(true, 3);
+    /* 500: each attention (768) and MLP (1152) and embed_tokens (640); the
+     * root keeps the norms and merges with embed_tokens through the tied head */
+    A->fsdp.wrap = ACCEL__WRAP_SIZE;
+    A->fsdp.min_num_params = 500;
+    check_equivalence(true, 5);
+    A->fsdp.wrap = ACCEL__WRAP_NONE;
+    check_equivalence(true, 1);
+    A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
+    snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "GPT2Block, Block");
+    accel_module *m = llama(1);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "could not find the transformer layer class");
+    CHECK_STR_CONTAINS(accel_last_error(), "GPT2Block, Block");
+    accel_clear_error();
+    snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "Foo,LlamaDecoderLayer");
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    CHECK(A->models[0].n_units == 3);
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+/* stage3_param_persistence_threshold 20: the five norms (16 each) form one
+ * unit that stays gathered (the norm module's unit disappears). */
+static void test_persistence_threshold(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    A->fsdp.persistence_threshold = 20;
+    check_equivalence(true, 4);
+    accel_module *m = llama(2);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    int persistent = -1;
+    for (int k = 0; k < A->models[0].n_units; k++)
+        if (A->models[0].units[k].persistent) persistent = k;
+    CHECK(persistent >= 0 && A->models[0].units[persistent].count == 5);
+    CHECK(persistent_bytes() > 0);
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+/* A module that runs its child's forward directly, so the child's hooks never run. */
+static accel_tensor *bypass_forward(accel_module *m, accel_tensor *x) {
+    accel_module *c = m->children[0];
+    return c->ops->forward(c, x);
+}
+
+static const accel_module_ops BYPASS_OPS = {"Bypass", bypass_forward, NULL};
+
+/* Training through it is an error naming the unit, not a silently wrong step. */
+static void test_unhooked_unit_is_an_error(void) {
+    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel_manual_seed(9);
+    accel_module *m = accel_module_new(&BYPASS_OPS, NULL);
+    accel_module_add_child(m, "inner", accel_linear_new(5, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32));
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    float xs[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 5), xs));
+    CHECK(accel_accelerator_backward(A, accel_sum(y, 0, NULL, false)) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "unit \"inner\" was used without its forward hooks");
+    accel_clear_error();
+    accel_step_reset();
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+/* Six 256x256 Linear units with probes between them: during backward at most
+ * two units' full parameters (the current one's prefetch; all the units not
+ * yet differentiated without reshard_after_forward) and two units' full
+ * gradients (one reducing) are resident, where DDP holds all six of each; the
+ * shards are 1/N. */
+static void test_backward_memory(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel_manual_seed(11);
+    accel_module *l[12];
+    for (int i = 0; i < 6; i++) {
+        l[2 * i] = accel_linear_new(256, 256, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+        l[2 * i + 1] = accel_module_new(&PROBE_OPS, NULL);
+    }
+    accel_module *m = accel_sequential_new(12, l);
+    int64_t unit_bytes = (256 * 256 + 256) * 4, total = 6 * unit_bytes;
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    CHECK(A->models[0].n_units == 6);
+    CHECK(A->models[0].zn * N >= 6 * (256 * 256 + 256) && A->models[0].zn * N < 6 * (256 * 256 + 256 + 16 * N));
+    PROBED = m;
+    float xs[2 * 256];
+    for (int i = 0; i < 2 * 256; i++) xs[i] = (float)sin(i * 0.1 + R);
+    for (int pass = 0; pass < 2; pass++) { /* the second knows the execution order: it prefetches */
+        PEAK_PARAMS = PEAK_GRADS = 0;
+        accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 256), xs));
+        CHECK(accel_accelerator_backward(A, accel_sum(y, 0, NULL, false)) == ACCEL_OK);
+        accel_step_reset();
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t two_units = 2 * (unit_bytes + 2 * page);
+    /* without reshard_after_forward the units stay gathered from their forward to their backward */
+    int64_t params_bound = saved.reshard_after_forward ? two_units : 6 * (unit_bytes + 2 * page);
+    CHECK_MSG(PEAK_PARAMS > 0 && PEAK_PARAMS <= params_bound, "peak full parameters %lld bytes of %lld",
+              (long long)PEAK_PARAMS, (long long)total);
+    /* one process reduces at once; more keep one reduce-scatter in flight */
+    CHECK_MSG((N == 1 || PEAK_GRADS > 0) && PEAK_GRADS <= two_units, "peak full gradients %lld bytes of %lld",
+              (long long)PEAK_GRADS, (long long)total);
+    CHECK(resident_param_bytes(m) == 0 && resident_grad_bytes(m) == 0); /* after backward: only the shards */
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+/* A forward without backward (evaluation) leaves nothing gathered (the MLP's root holds no parameters). */
+static void test_eval_forward_reshards(void) {
+    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel_module *m = mlp(3);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *l = loss_of(m, false, 0, 0, R);
+    accel_set_grad_enabled(prev);
+    CHECK(l && isfinite(accel_item(l)));
+    const char *reshard = getenv("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
+    if (!reshard || strcmp(reshard, "false")) CHECK(resident_param_bytes(m) == 0);
+    else CHECK(resident_param_bytes(m) > 0); /* kept gathered until the step */
+    accel_step_reset();
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+/* What stage 3 does not do yet is refused, naming what to use. */
+static void test_checkpoints_refused(void) {
+    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel_module *m = mlp(4);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    accel_clear_error();
+    CHECK(accel_accelerator_save_state(A, "/tmp/accel_zero3_never", NULL, 0) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "ZeRO stage 3");
+    accel_clear_error();
+    CHECK(accel_accelerator_save_model(A, m, "/tmp/accel_zero3_never", NULL) == ACCEL_ERR_UNSUPPORTED);
+    CHECK(accel_accelerator_load_state(A, "/tmp/accel_zero3_never") == ACCEL_ERR_UNSUPPORTED);
+    int64_t lo, hi, padded;
+    CHECK(accel_accelerator_zero_shard(A, m, &lo, &hi, &padded) == ACCEL_ERR_STATE);
+    accel_clear_error();
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
+int main(void) {
+    bool from_env = getenv("ACCEL_ZERO_STAGE") || getenv("ACCEL_DEEPSPEED_CONFIG_FILE") ||
+                    getenv("ACCEL_FSDP_SHARDING_STRATEGY");
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    if (!from_env) o.zero_stage = 3; /* run plainly: ZeRO-3 on one process */
+    A = accel_accelerator_new(&o);
+    if (!A) {
+        fprintf(stderr, "error: %s\n", accel_last_error());
+        return 1;
+    }
+    N = accel_accelerator_num_processes(A);
+    R = accel_accelerator_process_index(A);
+    CHECK(accel_accelerator_zero_stage(A) == 3);
+    /* The unit counts below assume no persistence threshold; test_persistence_threshold sets its own. */
+    int64_t persist = A->fsdp.persistence_threshold;
+    A->fsdp.persistence_threshold = 0;
+    RUN(test_mlp);
+    RUN(test_llama);
+    RUN(test_llama_wrap_policies);
+    RUN(test_persistence_threshold);
+    RUN(test_unhooked_unit_is_an_error);
+    RUN(test_backward_memory);
+    RUN(test_eval_forward_reshards);
+    RUN(test_checkpoints_refused);
+    if (R == 0)
+        printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d persist=%lld\n",
+               N,
+               accel_mixed_precision_name(accel_accelerator_mixed_precision(A)),
+               accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A),
+               (int)A->fsdp.wrap, A->fsdp.forward_prefetch, A->fsdp.backward_prefetch, A->fsdp.reshard_after_forward,
+               (long long)persist);
+    fflush(stdout);
+    accel_accelerator_free(A);
+    return check_summary();
+}
