@@ -403,7 +403,7 @@ static void test_checkpoints_refused(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "ZeRO stage 3");
     accel_clear_error();
     CHECK(accel_accelerator_save_model(A, m, "/tmp/accel_zero3_never", NULL) == ACCEL_ERR_UNSUPPORTED);
-    CHECK(accel_accelerator_load_state(A, "/tmp/accel_zero3_never") == ACCEL_ERR_UNSUPPORTED);
+    CHECK(accel_accelerator_load_state(A, "/tmp/accel_zero3_never", NULL) == ACCEL_ERR_UNSUPPORTED);
     int64_t lo, hi, padded;
     CHECK(accel_accelerator_zero_shard(A, m, &lo, &hi, &padded) == ACCEL_ERR_STATE);
     accel_clear_error();
