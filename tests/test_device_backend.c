@@ -172,6 +172,50 @@ static void test_missing_kernel(void) {
     accel_tensor_free(t);
 }
 
+/* AdamW steps, gradient clipping and state save/restore on a device give
+ * what they give on the cpu. */
+static accel_tensor *param_with_grad(accel_device d, const float *v, const float *g) {
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), d);
+    p->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), d);
+    accel_tensor_from_host(p, v);
+    accel_tensor_from_host(p->grad, g);
+    accel_requires_grad_(p, true);
+    return p;
+}
+
+static void test_optimizer_on_device(void) {
+    const float v[4] = {1, -2, 3, 0.5f}, g[4] = {0.3f, -0.1f, 2.0f, 0.0f};
+    accel_tensor *pc = param_with_grad(ACCEL_CPU_DEVICE, v, g), *ph = param_with_grad(H1, v, g);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.1);
+    accel_optimizer *oc = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &pc, &h);
+    accel_optimizer *oh = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &ph, &h);
+    CHECK(oc && oh);
+    for (int s = 0; s < 3; s++) {
+        CHECK(accel_optimizer_clip_grad_norm(oc, 1.0, 2.0) == accel_optimizer_clip_grad_norm(oh, 1.0, 2.0));
+        CHECK(accel_optimizer_step(oc) == ACCEL_OK && accel_optimizer_step(oh) == ACCEL_OK);
+    }
+    float a[4], b[4];
+    CHECK(accel_to_floats(pc, a) == ACCEL_OK && accel_to_floats(ph, b) == ACCEL_OK && memcmp(a, b, sizeof a) == 0);
+    CHECK(accel_clip_grad_norm(1, &ph, 1e9, INFINITY) == accel_clip_grad_norm(1, &pc, 1e9, INFINITY));
+    /* The cpu optimizer's state restores the device one (state lives on the device). */
+    accel_named_state *st;
+    int n = accel_optimizer_state(oc, &st);
+    accel_optimizer *o2 = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &ph, &h);
+    CHECK(n > 0 && accel_optimizer_load_state(o2, n, st) == ACCEL_OK);
+    accel_named_state_free(st, n);
+    n = accel_optimizer_state(o2, &st);
+    CHECK(n > 2 && st[2].t && accel_device_eq(st[2].t->device, H1));
+    accel_named_state_free(st, n);
+    accel_optimizer_zero_grad(oh);
+    CHECK(accel_to_floats(ph->grad, b) == ACCEL_OK && b[2] == 0.0f);
+    accel_optimizer_free(oc);
+    accel_optimizer_free(oh);
+    accel_optimizer_free(o2);
+    accel_tensor_free(pc);
+    accel_tensor_free(ph);
+    accel_step_reset();
+}
+
 int main(void) {
     CHECK(accel__hostless_register(2) == ACCEL_OK);
     RUN(test_registry_and_names);
@@ -182,6 +226,7 @@ int main(void) {
     RUN(test_rng_same_on_every_device);
     RUN(test_default_device);
     RUN(test_mixed_devices_error);
+    RUN(test_optimizer_on_device);
     RUN(test_missing_kernel);
     return check_summary();
 }

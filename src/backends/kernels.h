@@ -91,7 +91,8 @@ typedef struct accel_k_binary {
 } accel_k_binary;
 
 /* out (contiguous) = f(x) elementwise, p the scalar of *_SCALAR / POW. Fast
- * path: x contiguous f32 and out f32; otherwise any float dtypes/strides. */
+ * path: x contiguous f32 and out f32; otherwise any float dtypes/strides.
+ * out may be x (in place). */
 typedef struct accel_k_unary {
     ACCEL_KERNEL_TENSORS(2, *out, *x);
     accel__unop op;
@@ -299,6 +300,34 @@ typedef struct accel_k_sdpa_backward {
     float dq_beta;
 } accel_k_sdpa_backward;
 
+/* ---------------------------------------------------------------- optimizers */
+
+/* One SGD step on f32 contiguous p from g (PyTorch's rule): d = g + wd p;
+ * with momentum (buf non-NULL) buf = first ? d : mom buf + (1 - dampening) d
+ * and d = nesterov ? d + mom buf : buf; then p -= lr d. */
+typedef struct accel_k_sgd {
+    ACCEL_KERNEL_TENSORS(3, *p, *g, *buf);
+    float lr, weight_decay, momentum, dampening;
+    bool first, nesterov;
+} accel_k_sgd;
+
+/* One Adam/AdamW step on f32 contiguous p from g with moments m and v
+ * (PyTorch's rule); step is the step number after this one (>= 1), decoupled
+ * selects AdamW's weight decay. */
+typedef struct accel_k_adam {
+    ACCEL_KERNEL_TENSORS(4, *p, *g, *m, *v);
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    bool decoupled;
+} accel_k_adam;
+
+/* out (f64, 0-dim) = sum |g|^norm_type over g (f32 contiguous), or max |g|
+ * when norm_type is infinite: one rank's or one tensor's part of a grad norm. */
+typedef struct accel_k_norm_partial {
+    ACCEL_KERNEL_TENSORS(2, *out, *g);
+    double norm_type;
+} accel_k_norm_partial;
+
 /* ---------------------------------------------------------------- the table */
 
 /* X(name, args type) for every kernel. */
@@ -332,7 +361,10 @@ typedef struct accel_k_sdpa_backward {
     X(mse, accel_k_mse)                                   \
     X(mse_backward, accel_k_mse_backward)                 \
     X(sdpa, accel_k_sdpa)                                 \
-    X(sdpa_backward, accel_k_sdpa_backward)
+    X(sdpa_backward, accel_k_sdpa_backward)               \
+    X(sgd, accel_k_sgd)                                   \
+    X(adam, accel_k_adam)                                 \
+    X(norm_partial, accel_k_norm_partial)
 
 typedef struct accel_kernel_table {
 #define ACCEL__KERNEL_SLOT(name, T) accel_status (*name)(T *args);

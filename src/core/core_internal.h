@@ -15,6 +15,10 @@ void *accel__elem_ptr(const accel_tensor *t, int64_t i);
 /* Copies n bytes from src on device `from` to dst on device `to` (any two
  * registered devices; contiguous bytes), through their backends. */
 accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n);
+/* A tensor header over caller memory `data` on dev, initialised in place (a
+ * stack header for a kernel call on a raw buffer: nothing is allocated). */
+void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
+                          accel_device dev);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);

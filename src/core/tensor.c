@@ -115,6 +115,12 @@ static void init_header(accel_tensor *t, accel_dtype dt, int ndim, const int64_t
     t->ag_first_use = -1;
 }
 
+void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
+                          accel_device dev) {
+    init_header(t, dt, ndim, shape, dev);
+    t->data = data;
+}
+
 static bool check_dtype(const char *op, accel_dtype dt) {
     if ((unsigned)dt >= ACCEL_DTYPE_COUNT) {
         accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dt);
