@@ -123,7 +123,8 @@ static void test_kv_cache_matches_full(void) {
     }
     accel_module *m = load_model(st);
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
-    accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(m), 2, 16, ACCEL_CPU_DEVICE);
+    CHECK(ids && accel_tensor_to_device_(ids, accel_default_device()) == ACCEL_OK);
+    accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(m), 2, 16, accel_default_device());
     bool prev = accel_set_grad_enabled(false);
     const int64_t cuts[5] = {0, 5, 6, 7, 8};
     for (int c = 0; c < 4; c++) {
@@ -178,9 +179,7 @@ int main(void) {
     RUN(test_untied_theta_1e4);
     RUN(test_tied_theta_5e5);
     RUN(test_adamw_10_steps);
-    if (accel_default_device().type == ACCEL_DEV_CPU) RUN(test_kv_cache_matches_full);
-    else /* the KV cache is host memory until src/nn moves onto the device layer (issue #9) */
-        printf("skip test_kv_cache_matches_full (host-only: the KV cache)\n");
+    RUN(test_kv_cache_matches_full);
     RUN(test_meta_forward);
     accel_thread_cleanup();
     return check_summary();
