@@ -51,9 +51,13 @@ typedef struct gradcheck_opts {
     int max_report; /* mismatches printed (default 5) */
 } gradcheck_opts;
 
+/* Inputs live on the default device (accel_default_device()), so that the op
+ * tests run unchanged on the hostless test device; elements are read and
+ * written through accel_get/accel_set. */
+
 /* A persistent f32 tensor of N(0, 1) values from `seed`, requiring grad. */
 static inline accel_tensor *gc_randn(uint64_t seed, int ndim, const int64_t *shape) {
-    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, ACCEL_CPU_DEVICE);
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, accel_default_device());
     if (!t) return NULL;
     accel_rng r;
     accel_rng_init(&r, seed);
@@ -64,10 +68,9 @@ static inline accel_tensor *gc_randn(uint64_t seed, int ndim, const int64_t *sha
 
 /* A persistent f32 tensor with the given values, requiring grad. */
 static inline accel_tensor *gc_from_floats(int ndim, const int64_t *shape, const float *v) {
-    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, ACCEL_CPU_DEVICE);
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, accel_default_device());
     if (!t) return NULL;
-    int64_t n = accel_numel(t);
-    for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] = v[i];
+    accel_tensor_from_host(t, v);
     accel_requires_grad_(t, true);
     return t;
 }
@@ -76,20 +79,34 @@ static inline accel_tensor *gc_from_floats(int ndim, const int64_t *shape, const
  * 0-dim f32 loss. NULL in, NULL out. Works for any dtype (w in t's float dtype). */
 static inline accel_tensor *gc_weighted_sum(accel_tensor *t) {
     if (!t) return NULL;
-    accel_tensor *w = accel_empty(ACCEL_F32, t->ndim, t->shape);
-    if (!w) return NULL;
     int64_t n = accel_numel(t);
-    for (int64_t i = 0; i < n; i++) ((float *)w->data)[i] = (float)(0.5 + 0.8 * sin(1.7 * (double)i + 0.3));
+    float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!v) return NULL;
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(0.5 + 0.8 * sin(1.7 * (double)i + 0.3));
+    accel_tensor *w = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
+    if (w && accel_tensor_from_host(w, v) != ACCEL_OK) w = NULL;
+    free(v);
     return accel_sum_all(accel_mul(t, w));
 }
 
+/* The index of row-major element i of a contiguous t. */
+static inline void gc_index_(const accel_tensor *t, int64_t i, int64_t *idx) {
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = i % t->shape[d];
+        i /= t->shape[d];
+    }
+}
+
 static inline double gc_elem_(const accel_tensor *t, int64_t i) {
-    return t->dtype == ACCEL_F64 ? ((const double *)t->data)[i] : (double)((const float *)t->data)[i];
+    int64_t idx[ACCEL_MAX_DIMS];
+    gc_index_(t, i, idx);
+    return accel_get(t, idx);
 }
 
 static inline void gc_set_elem_(accel_tensor *t, int64_t i, double v) {
-    if (t->dtype == ACCEL_F64) ((double *)t->data)[i] = v;
-    else ((float *)t->data)[i] = (float)v;
+    int64_t idx[ACCEL_MAX_DIMS];
+    gc_index_(t, i, idx);
+    accel_set(t, idx, v);
 }
 
 /* Loss value with grad off; NAN (after printing the error) on failure. */

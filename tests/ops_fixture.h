@@ -3,8 +3,9 @@
  *
  * Format (little-endian): "AOPF" | u32 count | count x (u32 name_len | name |
  * u32 ndim | i64 shape[ndim] | f32 data[numel]). The loader checks every size
- * against the file length. Tensors are returned as persistent f32 tensors
- * (the caller frees them with fx_free).
+ * against the file length. Tensors are returned as persistent f32 tensors on
+ * the default device (accel_default_device(): the op tests run on the hostless
+ * test device too); the caller frees them with fx_free.
  */
 #ifndef ACCEL_TESTS_OPS_FIXTURE_H
 #define ACCEL_TESTS_OPS_FIXTURE_H
@@ -55,9 +56,11 @@ static inline int fx_load(fx_file *f, const char *path) {
             numel *= shape[d];
         }
         if (rc || numel > (1 << 20)) break;
-        f->t[i] = accel_tensor_new(ACCEL_F32, (int)ndim, shape, ACCEL_CPU_DEVICE);
+        f->t[i] = accel_tensor_new(ACCEL_F32, (int)ndim, shape, accel_default_device());
         f->n = (int)i + 1;
-        rc = !f->t[i] || fx_read_(fp, f->t[i]->data, 4 * (size_t)numel);
+        float *buf = malloc(4 * (size_t)(numel ? numel : 1));
+        rc = !f->t[i] || !buf || fx_read_(fp, buf, 4 * (size_t)numel) || accel_tensor_from_host(f->t[i], buf);
+        free(buf);
     }
     fclose(fp);
     if (rc) {
@@ -85,9 +88,9 @@ static inline int fx_compare(const char *what, const accel_tensor *got, const ac
         return 1;
     }
     int64_t n = accel_numel(want);
-    float *g = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    float *g = malloc(sizeof(float) * (size_t)(n ? n : 1)), *w = malloc(sizeof(float) * (size_t)(n ? n : 1));
     accel_to_floats(got, g);
-    const float *w = want->data;
+    accel_to_floats(want, w);
     int bad = 0;
     for (int64_t i = 0; i < n; i++)
         if (!(fabs((double)g[i] - w[i]) <= atol + rtol * fabs((double)w[i]))) {
@@ -95,6 +98,7 @@ static inline int fx_compare(const char *what, const accel_tensor *got, const ac
             bad++;
         }
     free(g);
+    free(w);
     return bad;
 }
 

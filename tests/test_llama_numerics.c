@@ -20,7 +20,9 @@ static accel_llama_config tiny_config(accel_safetensors *st) {
     return c;
 }
 
-/* The model with the fixture's weights, loaded by transformers' names. */
+/* The model with the fixture's weights, loaded by transformers' names, on the
+ * default device (the forward/backward fixtures run on the hostless test
+ * device too: ctest's llama_numerics_hostless). */
 static accel_module *load_model(accel_safetensors *st) {
     accel_llama_config c = tiny_config(st);
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
@@ -37,6 +39,7 @@ static accel_module *load_model(accel_safetensors *st) {
     }
     CHECK(loaded == (c.tie_word_embeddings ? 20 : 21));
     accel_state_dict_free(sd);
+    CHECK_MSG(accel_module_to(m, accel_default_device()) == ACCEL_OK, "%s", accel_last_error());
     return m;
 }
 
@@ -57,7 +60,7 @@ static void run_fixture(const char *path) {
     if (!st) return;
     accel_module *m = load_model(st);
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
-    CHECK(m && ids && ids->dtype == ACCEL_I64);
+    CHECK(m && ids && ids->dtype == ACCEL_I64 && accel_tensor_to_device_(ids, accel_default_device()) == ACCEL_OK);
 
     accel_tensor *logits = accel_llama_forward(m, ids, NULL);
     CHECK_MSG(logits && logits->ndim == 3 && logits->shape[2] == 64, "%s", accel_last_error());
@@ -66,7 +69,7 @@ static void run_fixture(const char *path) {
 
     accel_tensor *loss = accel_llama_loss(m, ids);
     check_tensor_close(st, "loss", loss, 1e-6, 0);
-    CHECK(accel_backward(loss) == ACCEL_OK);
+    CHECK_MSG(accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
     check_grads(st, m);
     accel_step_reset();
 
@@ -88,6 +91,7 @@ static void test_adamw_10_steps(void) {
     accel_module *m = load_model(st);
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
     accel_tensor *want = accel_safetensors_tensor(st, "adamw_losses", ACCEL_F32);
+    CHECK(ids && accel_tensor_to_device_(ids, accel_default_device()) == ACCEL_OK);
     accel_tensor **ps;
     int n = accel_module_parameters(m, &ps);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-3);
@@ -119,7 +123,8 @@ static void test_kv_cache_matches_full(void) {
     }
     accel_module *m = load_model(st);
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
-    accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(m), 2, 16, ACCEL_CPU_DEVICE);
+    CHECK(ids && accel_tensor_to_device_(ids, accel_default_device()) == ACCEL_OK);
+    accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(m), 2, 16, accel_default_device());
     bool prev = accel_set_grad_enabled(false);
     const int64_t cuts[5] = {0, 5, 6, 7, 8};
     for (int c = 0; c < 4; c++) {

@@ -30,6 +30,8 @@ static double max_diff(const accel_tensor *a, const accel_tensor *b) {
 }
 
 static void test_gemm_fast_vs_reference(void) {
+    /* The CPU GEMM itself, on host memory whatever the default device. */
+    accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
     int64_t M = 37, N = 29, K = 53;
     accel_tensor *A = randn(1, ACCEL_SHAPE(K * M)), *B = randn(2, ACCEL_SHAPE(K * N));
     accel_tensor *C1 = randn(3, ACCEL_SHAPE(M * N)), *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * N));
@@ -54,6 +56,7 @@ static void test_gemm_fast_vs_reference(void) {
           ACCEL_ERR_DTYPE);
     accel_clear_error();
     accel_step_reset();
+    accel_set_default_device(prev);
 }
 
 /* out computed by the fast path vs the reference path, and vs a naive loop. */
@@ -62,6 +65,8 @@ static void test_gemm_fast_vs_reference(void) {
  * NaNs and beta != 0, and a product large enough to be split across the
  * threads (N * K >= 4M multiply-adds). */
 static void test_gemm_small_m_vs_reference(void) {
+    /* The CPU GEMM itself, on host memory whatever the default device. */
+    accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
     const int64_t sizes[][2] = {{1, 1}, {37, 29}, {5, 131}, {4099, 1001}};
     for (int s = 0; s < 4; s++) {
         int64_t N = sizes[s][0], K = sizes[s][1];
@@ -91,6 +96,7 @@ static void test_gemm_small_m_vs_reference(void) {
                     }
         }
     }
+    accel_set_default_device(prev);
 }
 
 static void check_matmul_case(int and, const int64_t *as, int bnd, const int64_t *bs, int ond, const int64_t *os) {

@@ -319,7 +319,7 @@ static void test_gradients(void) {
 
 /* Low-precision inputs get their gradients in their own dtype. */
 static void test_low_precision_grad(void) {
-    accel_tensor *w = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
+    accel_tensor *w = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(3), accel_default_device());
     accel_tensor *tmp = accel_from_floats(ACCEL_SHAPE(3), (float[]){1, 2, 3});
     accel_copy_(w, tmp);
     accel_requires_grad_(w, true);

@@ -129,7 +129,7 @@ static void test_concat_split(void) {
 
 static void test_to_device(void) {
     accel_tensor *x = accel_ones(ACCEL_F32, ACCEL_SHAPE(2, 3));
-    accel_tensor *y = accel_to_device(x, ACCEL_CPU_DEVICE);
+    accel_tensor *y = accel_to_device(x, x->device);
     CHECK(y && y->data == x->data);
     accel_tensor *m = accel_to_device(x, ACCEL_META_DEVICE);
     CHECK(m && m->device.type == ACCEL_DEV_META && m->data == NULL && has_shape(m, ACCEL_SHAPE(2, 3)));

@@ -130,10 +130,19 @@ void accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype s
 
 /* ------------------------------------------------------------------ devices */
 
+/* A device is (type, index), named as PyTorch/Accelerate name them: "cpu",
+ * "cuda:0", "npu:1", "meta". Each type with memory is served by a backend
+ * (src/backends/): cpu always; others when built in and present. "hostless:N"
+ * is the test backend (registered only under ACCEL_TEST_DEVICES=N): its
+ * memory cannot be read by the host, as a GPU's, so a host access above the
+ * backends faults there. */
 typedef enum accel_device_type {
     ACCEL_DEV_CPU = 0,
-    ACCEL_DEV_META,  /* shape and dtype only; no memory */
+    ACCEL_DEV_META,     /* shape and dtype only; no memory */
     ACCEL_DEV_CUDA,
+    ACCEL_DEV_NPU,
+    ACCEL_DEV_HOSTLESS, /* the test backend (non-host pointers) */
+    ACCEL_DEV_TYPE_COUNT
 } accel_device_type;
 
 typedef struct accel_device {
@@ -144,15 +153,30 @@ typedef struct accel_device {
 #define ACCEL_CPU_DEVICE  ((accel_device){ACCEL_DEV_CPU, 0})
 #define ACCEL_META_DEVICE ((accel_device){ACCEL_DEV_META, 0})
 
-/* "cpu", "meta", "cuda", "cuda:1". Anything else (npu:0, ...) is an error
- * naming the device and what this build supports. */
+/* "cpu", "meta", "cuda", "cuda:1", and "<type>:N" of every registered backend
+ * ("hostless:0" under ACCEL_TEST_DEVICES). Anything else (npu:0 in a build
+ * without NPU, ...) is an error naming the device and what this build supports. */
 accel_status accel_device_parse(const char *s, accel_device *out);
 /* "cpu", "meta", "cuda:0" into buf (returns buf). */
 const char *accel_device_str(accel_device d, char *buf, size_t n);
-const char *accel_device_type_name(accel_device_type t); /* "cpu", "meta", "cuda" */
+const char *accel_device_type_name(accel_device_type t); /* "cpu", "meta", "cuda", ... */
 bool accel_device_eq(accel_device a, accel_device b);
-/* Is this device usable in this build and on this machine? */
+/* Is this device usable in this build and on this machine (a registered
+ * backend with a device of that index, or meta)? */
 bool accel_device_available(accel_device d);
+/* Devices of a type present (cpu: 1; meta: 1; others: what their backend counts). */
+int accel_device_count(accel_device_type t);
+/* Total and free memory of a device in bytes (cpu: the machine's RAM). */
+accel_status accel_device_mem_info(accel_device d, size_t *free_bytes, size_t *total_bytes);
+/* Waits until all queued work of the device is done (no-op on cpu). */
+accel_status accel_device_synchronize(accel_device d);
+
+/* The device that creators without a device argument (accel_empty, accel_zeros,
+ * accel_from_data, ...) allocate on, for the calling thread: cpu unless set,
+ * or what ACCEL_DEFAULT_DEVICE names in the environment (as
+ * torch.set_default_device). Returns the previous one. */
+accel_device accel_set_default_device(accel_device d);
+accel_device accel_default_device(void);
 
 /* ------------------------------------------------------------------ tensors */
 
@@ -231,17 +255,23 @@ void accel_tensor_rebind(accel_tensor *t, void *data, bool copy);
 /* Materialise a meta tensor on dev (allocated, zero-filled); the dtype may
  * change. For to_empty on modules. */
 accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt);
+/* Moves a persistent tensor's data to dev (any two registered devices; a copy
+ * through the backends), in place: every holder of t sees the move. The
+ * tensor owns the new memory (contiguous); the old is freed if it was owned. */
+accel_status accel_tensor_to_device_(accel_tensor *t, accel_device dev);
 /* Move a persistent tensor's data to meta (frees owned data). */
 void accel_tensor_to_meta(accel_tensor *t);
 
-/* Step tensors: allocated in the calling thread's step arena. */
+/* Step tensors: headers in the calling thread's step arena, data in the step
+ * pool of their device. The creators without a device argument allocate on
+ * accel_default_device() (cpu unless set). */
 accel_tensor *accel_empty(accel_dtype dt, int ndim, const int64_t *shape);
 accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape);
 accel_tensor *accel_ones(accel_dtype dt, int ndim, const int64_t *shape);
 accel_tensor *accel_full(accel_dtype dt, int ndim, const int64_t *shape, double value);
 accel_tensor *accel_empty_on(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev);
 accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end);
-/* Copies `data` (contiguous, of dtype dt) into a new step tensor. */
+/* Copies host `data` (contiguous, of dtype dt) into a new step tensor. */
 accel_tensor *accel_from_data(accel_dtype dt, int ndim, const int64_t *shape, const void *data);
 accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *data);
 /* A step-arena header viewing `t`'s memory with a new shape/stride/offset (elements). */
@@ -250,15 +280,21 @@ accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *sha
 /* Same tensor header in the arena with the same data (for returning aliases). */
 accel_tensor *accel_alias(const accel_tensor *t);
 
-/* Value access (CPU; any dtype; any strides). */
+/* Host access. These work on every device: a tensor that is not on the cpu is
+ * read or written through its backend's copies (one transfer per call).
+ * The contiguous row-major bytes of t, in t's dtype (accel_nbytes(t) of them),
+ * to/from host memory. */
+accel_status accel_tensor_to_host(const accel_tensor *t, void *dst);
+accel_status accel_tensor_from_host(accel_tensor *t, const void *src);
+/* Value access (any device; any dtype; any strides). */
 double accel_item(const accel_tensor *t);                 /* one-element tensor */
 double accel_get(const accel_tensor *t, const int64_t *idx);
 void accel_set(accel_tensor *t, const int64_t *idx, double v);
 /* Copy all elements, converted, to a contiguous float/int64 array of numel elements. */
 accel_status accel_to_floats(const accel_tensor *t, float *out);
 accel_status accel_to_int64s(const accel_tensor *t, int64_t *out);
-/* Elementwise copy with dtype conversion and broadcasting-free shape equality.
- * No autograd. dst may be persistent. */
+/* Elementwise copy with dtype conversion and broadcasting-free shape equality,
+ * between any two devices. No autograd. dst may be persistent. */
 accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src);
 accel_status accel_fill_(accel_tensor *t, double v);
 accel_status accel_zero_(accel_tensor *t);

@@ -153,8 +153,8 @@ typedef struct accel_named_state {
  * views stay valid while the optimizer lives and see later steps. */
 int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out);
 /* Restores state saved by accel_optimizer_state from an optimizer built the
- * same way. A tensor entry may be any CPU tensor (f32 or convertible) with the
- * segment's numel; a scalar entry may instead be a one-element tensor. Unknown
+ * same way. A tensor entry may be any tensor with data (any device, f32 or
+ * convertible) with the segment's numel; a scalar entry may instead be a one-element tensor. Unknown
  * names and size mismatches -> ACCEL_ERR_FORMAT naming the entry. Missing
  * "state.<i>.*" entries mean segment i has not stepped yet (its state is zeroed). */
 accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st);

@@ -4,6 +4,7 @@
 
 #include "accel/autograd.h"
 #include "accel/ops.h"
+#include "backends/backend.h"
 #include "core/core_internal.h"
 
 typedef struct tape {
@@ -91,23 +92,6 @@ accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_
 
 static bool is_leaf(const accel_tensor *t) { return t->requires_grad && !t->grad_fn; }
 
-/* dst (contiguous) += src (any strides), converting dtypes. */
-static void add_into(accel_tensor *dst, const accel_tensor *src) {
-    int64_t n = accel_numel(dst);
-    if (dst->dtype == ACCEL_F32 && src->dtype == ACCEL_F32 && accel_is_contiguous(src)) {
-        float *d = dst->data;
-        const float *s = src->data;
-#pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        double v = accel__load_elem(dst->data, dst->dtype, (size_t)i) +
-                   accel__load_elem(accel__elem_ptr(src, i), src->dtype, 0);
-        accel__store_elem(dst->data, dst->dtype, (size_t)i, v);
-    }
-}
-
 accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
     if (!accel_tensor_check(t, "accel_grad_accumulate", "t") ||
         !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
@@ -119,6 +103,11 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
                                accel_shape_str(g, b, sizeof b), accel_shape_str(t, a, sizeof a));
     }
     if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
+    if (!accel_device_eq(t->device, g->device)) {
+        char a[32], b[32];
+        return accel_set_error(ACCEL_ERR_DEVICE, "autograd: gradient on %s for a tensor on %s",
+                               accel_device_str(g->device, b, sizeof b), accel_device_str(t->device, a, sizeof a));
+    }
     if (!t->grad) {
         bool persistent = is_leaf(t) && !(t->flags & ACCEL_TF_ARENA);
         if (persistent) {
@@ -131,8 +120,8 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
         }
         if (!t->grad) return accel_last_status();
     }
-    add_into(t->grad, g);
-    return ACCEL_OK;
+    accel_k_accumulate k = {.out = t->grad, .in = (accel_tensor *)g};
+    return ACCEL_KERNEL("accel_grad_accumulate", t->device, accumulate, &k);
 }
 
 static void fire_ready(accel_tensor *leaf) {
@@ -205,6 +194,6 @@ accel_status accel_backward(accel_tensor *loss) {
     }
     accel_tensor *seed = accel_empty_on(loss->dtype, loss->ndim, loss->shape, loss->device);
     if (!seed) return accel_last_status();
-    if (seed->data) accel_fill_(seed, 1.0);
+    if (accel_fill_(seed, 1.0) != ACCEL_OK) return accel_last_status();
     return accel_backward_with(loss, seed);
 }

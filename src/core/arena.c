@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "accel/core.h"
+#include "backends/backend.h"
 
 typedef struct chunk {
     struct chunk *next;
@@ -159,7 +160,13 @@ accel_arena *accel_step_arena(void) {
 }
 
 void accel_step_reset(void) {
-    /* The tape lives in the arena; it notices the new generation and is empty. */
+    /* Device step pools first (cpu's is this arena), then the arena with
+     * every step header; the tape lives in the arena too, it notices the new
+     * generation and is empty. */
+    const accel_backend *b[ACCEL_DEV_TYPE_COUNT];
+    int n = accel__backends(b, ACCEL_DEV_TYPE_COUNT);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < b[i]->device_count(); d++) b[i]->mem.step_reset(d);
     if (tl_step_arena) accel_arena_reset(tl_step_arena);
 }
 

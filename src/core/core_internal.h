@@ -12,11 +12,20 @@ void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);
 void accel__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* Byte address of element with linear (row-major) index i of t (any strides). */
 void *accel__elem_ptr(const accel_tensor *t, int64_t i);
+/* Copies n bytes from src on device `from` to dst on device `to` (any two
+ * registered devices; contiguous bytes), through their backends. */
+accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n);
+/* A tensor header over caller memory `data` on dev, initialised in place (a
+ * stack header for a kernel call on a raw buffer: nothing is allocated). */
+void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
+                          accel_device dev);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);
 
 /* Philox4x32-10: four 32-bit words from (key, counter). */
 void accel__philox(uint64_t key, uint64_t counter, uint32_t out[4]);
+/* 53 bits of two Philox words as a double in [0, 1). */
+double accel__u32_to_unit(uint32_t a, uint32_t b);
 
 #endif

@@ -63,6 +63,12 @@ static void put_dim(sbuf *b, const accel_tensor *t, int d, int64_t off, bool sum
     put(b, "]", 0, 0);
 }
 
+static size_t finish(sbuf *b, char *out, size_t n) {
+    if (b->len >= n) b->len = n - 1;
+    out[b->len] = '\0';
+    return b->len;
+}
+
 static size_t format(const accel_tensor *t, char *out, size_t n) {
     sbuf b = {out, n, 0};
     char sh[96];
@@ -75,8 +81,22 @@ static size_t format(const accel_tensor *t, char *out, size_t n) {
         put(&b, accel_dtype_name(t->dtype), 0, 0);
         put(&b, ")", 0, 0);
     } else {
+        /* Off the cpu, the values are read from a host copy (step memory). */
+        accel_tensor *h = t->device.type == ACCEL_DEV_CPU ? NULL : accel_empty_on(t->dtype, t->ndim, t->shape, ACCEL_CPU_DEVICE);
+        if (t->device.type != ACCEL_DEV_CPU && (!h || accel_copy_(h, t) != ACCEL_OK)) {
+            put(&b, "tensor(<unreadable: ", 0, 0);
+            put(&b, accel_last_error(), 0, 0);
+            put(&b, ">)", 0, 0);
+            return finish(&b, out, n);
+        }
         put(&b, "tensor(", 0, 0);
-        put_dim(&b, t, 0, 0, accel_numel(t) > 1000);
+        put_dim(&b, h ? h : t, 0, 0, accel_numel(t) > 1000);
+        if (h) {
+            char d[32];
+            put(&b, ", device='", 0, 0);
+            put(&b, accel_device_str(t->device, d, sizeof d), 0, 0);
+            put(&b, "'", 0, 0);
+        }
         if (t->dtype != ACCEL_F32 && t->dtype != ACCEL_I64 && t->dtype != ACCEL_BOOL) {
             put(&b, ", dtype=torch.", 0, 0);
             put(&b, accel_dtype_name(t->dtype), 0, 0);
@@ -84,9 +104,7 @@ static size_t format(const accel_tensor *t, char *out, size_t n) {
         if (t->requires_grad) put(&b, ", requires_grad=True", 0, 0);
         put(&b, ")", 0, 0);
     }
-    if (b.len >= n) b.len = n - 1;
-    out[b.len] = '\0';
-    return b.len;
+    return finish(&b, out, n);
 }
 
 void accel_print_tensor(FILE *f, const accel_tensor *t) {

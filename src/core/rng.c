@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "accel/core.h"
+#include "backends/backend.h"
 #include "core_internal.h"
 
 void accel__philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
@@ -24,7 +25,7 @@ void accel__philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
-static double u32_to_unit(uint32_t a, uint32_t b) {
+double accel__u32_to_unit(uint32_t a, uint32_t b) {
     /* 53 random bits -> [0, 1) */
     uint64_t v = ((uint64_t)a << 21) ^ (uint64_t)b;
     return (double)(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
@@ -57,65 +58,46 @@ double accel_rng_next_double(accel_rng *r) {
     if (!r) r = &default_rng;
     uint32_t w[4];
     accel__philox(seed_of(r), reserve(r, 1), w);
-    return u32_to_unit(w[0], w[1]);
+    return accel__u32_to_unit(w[0], w[1]);
 }
 
-static bool check_float_cpu(const accel_tensor *t, const char *op) {
+static bool check_float(const accel_tensor *t, const char *op) {
     if (!accel_tensor_check(t, op, "t")) return false;
-    if (!accel_dtype_is_float(t->dtype) || !accel_is_contiguous(t) || t->device.type != ACCEL_DEV_CPU) {
-        accel_set_error(ACCEL_ERR_DTYPE, "%s: needs a contiguous float tensor on cpu (got %s on %s)",
-                        op, accel_dtype_name(t->dtype), accel_device_type_name(t->device.type));
+    if (!accel_dtype_is_float(t->dtype) || !accel_is_contiguous(t) || t->device.type == ACCEL_DEV_META) {
+        char d[32];
+        accel_set_error(ACCEL_ERR_DTYPE, "%s: needs a contiguous float tensor with data (got %s on %s)",
+                        op, accel_dtype_name(t->dtype), accel_device_str(t->device, d, sizeof d));
         return false;
     }
     return true;
 }
 
-accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std) {
+/* One draw of the device's rng kernel; advances the generator by numel. */
+static accel_status draw(const char *op, accel_rng *r, accel_tensor *t, accel_k_rng_kind kind, double a,
+                         double b) {
     if (!r) r = &default_rng;
-    if (!check_float_cpu(t, "accel_rng_normal_")) return accel_last_status();
-    int64_t n = accel_numel(t);
-    uint64_t base = reserve(r, (uint64_t)n), seed = seed_of(r);
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w[4];
-        accel__philox(seed, base + (uint64_t)i, w);
-        double u1 = 1.0 - u32_to_unit(w[0], w[1]); /* (0, 1] */
-        double u2 = u32_to_unit(w[2], w[3]);
-        double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-        accel__store_elem(t->data, t->dtype, (size_t)i, mean + std * z);
-    }
-    return ACCEL_OK;
+    /* the offsets are taken before the kernel runs, so concurrent draws get disjoint values */
+    uint64_t base = reserve(r, (uint64_t)accel_numel(t));
+    accel_k_rng k = {.out = t, .kind = kind, .seed = seed_of(r), .offset = base, .a = a, .b = b};
+    return ACCEL_KERNEL(op, t->device, rng, &k);
+}
+
+accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std) {
+    if (!check_float(t, "accel_rng_normal_")) return accel_last_status();
+    return draw("accel_rng_normal_", r, t, ACCEL_K_RNG_NORMAL, mean, std);
 }
 
 accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double hi) {
-    if (!r) r = &default_rng;
-    if (!check_float_cpu(t, "accel_rng_uniform_")) return accel_last_status();
-    int64_t n = accel_numel(t);
-    uint64_t base = reserve(r, (uint64_t)n), seed = seed_of(r);
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w[4];
-        accel__philox(seed, base + (uint64_t)i, w);
-        accel__store_elem(t->data, t->dtype, (size_t)i, lo + (hi - lo) * u32_to_unit(w[0], w[1]));
-    }
-    return ACCEL_OK;
+    if (!check_float(t, "accel_rng_uniform_")) return accel_last_status();
+    return draw("accel_rng_uniform_", r, t, ACCEL_K_RNG_UNIFORM, lo, hi);
 }
 
 accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_prob) {
-    if (!r) r = &default_rng;
     if (!accel_tensor_check(mask, "accel_rng_bernoulli_", "mask")) return accel_last_status();
     if ((mask->dtype != ACCEL_U8 && mask->dtype != ACCEL_BOOL) || !accel_is_contiguous(mask))
         return accel_set_error(ACCEL_ERR_DTYPE, "accel_rng_bernoulli_: mask must be contiguous u8/bool");
-    int64_t n = accel_numel(mask);
-    uint8_t *m = mask->data;
-    uint64_t base = reserve(r, (uint64_t)n), seed = seed_of(r);
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w[4];
-        accel__philox(seed, base + (uint64_t)i, w);
-        m[i] = u32_to_unit(w[0], w[1]) < keep_prob;
-    }
-    return ACCEL_OK;
+    if (mask->device.type == ACCEL_DEV_META) return ACCEL_OK;
+    return draw("accel_rng_bernoulli_", r, mask, ACCEL_K_RNG_BERNOULLI, keep_prob, 0);
 }
 
 accel_status accel_rng_randperm(accel_rng *r, int64_t n, int64_t *out) {

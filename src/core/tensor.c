@@ -1,9 +1,15 @@
-/* Tensor headers: persistent and step-arena tensors, views, element access. */
+/* Tensor headers: persistent and step-arena tensors, views, element access.
+ *
+ * Storage comes from the tensor's device backend (backends/backend.h):
+ * persistent data from mem.alloc, step data from mem.step_alloc. Nothing here
+ * dereferences a tensor's data: reads and writes go through the backend's
+ * copies and kernels, so every function works on every device. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "accel/core.h"
+#include "backends/backend.h"
 #include "core_internal.h"
 
 int64_t accel_numel(const accel_tensor *t) {
@@ -122,6 +128,12 @@ static void init_header(accel_tensor *t, accel_dtype dt, int ndim, const int64_t
     t->ag_first_use = -1;
 }
 
+void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
+                          accel_device dev) {
+    init_header(t, dt, ndim, shape, dev);
+    t->data = data;
+}
+
 static bool check_dtype(const char *op, accel_dtype dt) {
     if ((unsigned)dt >= ACCEL_DTYPE_COUNT) {
         accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dt);
@@ -130,26 +142,38 @@ static bool check_dtype(const char *op, accel_dtype dt) {
     return true;
 }
 
+/* Zero-filled persistent storage of nb bytes on dev (not meta); NULL + error. */
+static void *alloc_zeroed(const accel_backend *be, accel_device dev, size_t nb) {
+    void *p = be->mem.alloc(dev.index, nb ? nb : 1, 64);
+    if (p && be->mem.memset(dev.index, p, 0, nb) != ACCEL_OK) {
+        be->mem.free(dev.index, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Frees t's data if t owns it (persistent tensors), through its device's backend. */
+static void free_owned(accel_tensor *t) {
+    if (!(t->flags & ACCEL_TF_OWNS_DATA)) return;
+    const accel_backend *be = accel__backend_of(t->device);
+    ACCEL_ASSERT(be != NULL);
+    be->mem.free(t->device.index, t->data);
+}
+
 accel_tensor *accel_tensor_new(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev) {
     if (!check_shape("accel_tensor_new", ndim, shape) || !check_dtype("accel_tensor_new", dt))
         return NULL;
-    if (!accel_device_available(dev)) {
-        char b[32];
-        accel_set_error(ACCEL_ERR_DEVICE, "accel_tensor_new: device %s is not available",
-                        accel_device_str(dev, b, sizeof b));
-        return NULL;
-    }
+    const accel_backend *be = NULL;
+    if (dev.type != ACCEL_DEV_META && !(be = accel__backend_for(dev, "accel_tensor_new"))) return NULL;
     accel_tensor *t = accel_malloc(sizeof *t);
     if (!t) return NULL;
     init_header(t, dt, ndim, shape, dev);
-    if (dev.type != ACCEL_DEV_META) {
-        size_t nb = accel_nbytes(t);
-        t->data = accel_malloc(nb ? nb : 1);
+    if (be) {
+        t->data = alloc_zeroed(be, dev, accel_nbytes(t));
         if (!t->data) {
             accel_free(t);
             return NULL;
         }
-        memset(t->data, 0, nb);
         t->flags |= ACCEL_TF_OWNS_DATA;
     }
     return t;
@@ -173,7 +197,7 @@ void accel_tensor_free(accel_tensor *t) {
         return;
     }
     if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
-    if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
+    free_owned(t);
     t->magic = 0;
     accel_free(t);
 }
@@ -198,24 +222,25 @@ void accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
                         "accel_tensor_rebind: only a contiguous persistent tensor can be re-pointed");
         return;
     }
-    if (copy && t->data && data != t->data) memcpy(data, t->data, accel_nbytes(t));
-    if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
+    if (copy && t->data && data != t->data &&
+        accel__copy_bytes(t->device, data, t->device, t->data, accel_nbytes(t)) != ACCEL_OK)
+        return;
+    free_owned(t);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
     t->data = data;
 }
 
 accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt) {
     if (!accel_tensor_check(t, "accel_tensor_materialize", "t")) return accel_last_status();
-    if (!accel_device_available(dev) || dev.type == ACCEL_DEV_META) {
+    const accel_backend *be = dev.type == ACCEL_DEV_META ? NULL : accel__backend_of(dev);
+    if (!be || !accel_device_available(dev)) {
         char b[32];
         return accel_set_error(ACCEL_ERR_DEVICE, "accel_tensor_materialize: cannot materialise on %s",
                                accel_device_str(dev, b, sizeof b));
     }
-    size_t nb = (size_t)accel_numel(t) * accel_dtype_size(dt);
-    void *p = accel_malloc(nb ? nb : 1);
-    if (!p) return ACCEL_ERR_OOM;
-    memset(p, 0, nb);
-    if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
+    void *p = alloc_zeroed(be, dev, (size_t)accel_numel(t) * accel_dtype_size(dt));
+    if (!p) return accel_last_status();
+    free_owned(t);
     t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
     t->data = p;
     t->dtype = dt;
@@ -224,9 +249,31 @@ accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_d
     return ACCEL_OK;
 }
 
+accel_status accel_tensor_to_device_(accel_tensor *t, accel_device dev) {
+    if (!accel_tensor_check(t, "accel_tensor_to_device_", "t")) return accel_last_status();
+    if (t->flags & ACCEL_TF_ARENA)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_to_device_: t is a step tensor (use accel_to_device)");
+    if (accel_device_eq(t->device, dev)) return ACCEL_OK;
+    if (dev.type == ACCEL_DEV_META) {
+        accel_tensor_to_meta(t);
+        return ACCEL_OK;
+    }
+    accel_tensor *c = accel_tensor_clone_persistent(t, dev);
+    if (!c) return accel_last_status();
+    /* Steal c's memory into t. */
+    free_owned(t);
+    t->data = c->data;
+    t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
+    t->device = dev;
+    memcpy(t->stride, c->stride, sizeof t->stride);
+    c->flags &= ~(uint32_t)ACCEL_TF_OWNS_DATA;
+    accel_tensor_free(c);
+    return ACCEL_OK;
+}
+
 void accel_tensor_to_meta(accel_tensor *t) {
     if (!t) return;
-    if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
+    free_owned(t);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
     t->data = NULL;
     t->device = ACCEL_META_DEVICE;
@@ -247,29 +294,25 @@ accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape
 
 accel_tensor *accel_empty_on(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev) {
     if (!check_shape("accel_empty", ndim, shape) || !check_dtype("accel_empty", dt)) return NULL;
-    if (!accel_device_available(dev)) {
-        char b[32];
-        accel_set_error(ACCEL_ERR_DEVICE, "accel_empty: device %s is not available",
-                        accel_device_str(dev, b, sizeof b));
-        return NULL;
-    }
+    const accel_backend *be = NULL;
+    if (dev.type != ACCEL_DEV_META && !(be = accel__backend_for(dev, "accel_empty"))) return NULL;
     accel_tensor *t = accel__arena_header(dt, ndim, shape, dev);
     if (!t) return NULL;
-    if (dev.type != ACCEL_DEV_META) {
+    if (be) {
         size_t nb = accel_nbytes(t);
-        t->data = accel_arena_alloc(accel_step_arena(), nb ? nb : 1, 64);
+        t->data = be->mem.step_alloc(dev.index, nb ? nb : 1, 64);
         if (!t->data) return NULL;
     }
     return t;
 }
 
 accel_tensor *accel_empty(accel_dtype dt, int ndim, const int64_t *shape) {
-    return accel_empty_on(dt, ndim, shape, ACCEL_CPU_DEVICE);
+    return accel_empty_on(dt, ndim, shape, accel_default_device());
 }
 
 accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape) {
     accel_tensor *t = accel_empty(dt, ndim, shape);
-    if (t) memset(t->data, 0, accel_nbytes(t));
+    if (t && accel_zero_(t) != ACCEL_OK) return NULL;
     return t;
 }
 
@@ -285,20 +328,22 @@ accel_tensor *accel_ones(accel_dtype dt, int ndim, const int64_t *shape) {
 
 accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end) {
     int64_t n = end > start ? end - start : 0;
-    accel_tensor *t = accel_empty(dt, 1, &n);
-    if (!t) return NULL;
-    for (int64_t i = 0; i < n; i++) accel__store_elem(t->data, dt, (size_t)i, (double)(start + i));
-    return t;
+    accel_tensor *host = accel_empty_on(dt, 1, &n, ACCEL_CPU_DEVICE);
+    if (!host) return NULL;
+    for (int64_t i = 0; i < n; i++) accel__store_elem(host->data, dt, (size_t)i, (double)(start + i));
+    accel_device dev = accel_default_device();
+    if (dev.type == ACCEL_DEV_CPU) return host;
+    accel_tensor *t = accel_empty_on(dt, 1, &n, dev);
+    return t && accel_copy_(t, host) == ACCEL_OK ? t : NULL;
 }
 
 accel_tensor *accel_from_data(accel_dtype dt, int ndim, const int64_t *shape, const void *data) {
-    accel_tensor *t = accel_empty(dt, ndim, shape);
-    if (!t) return NULL;
     if (!data) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_from_data: data is NULL");
         return NULL;
     }
-    memcpy(t->data, data, accel_nbytes(t));
+    accel_tensor *t = accel_empty(dt, ndim, shape);
+    if (!t || accel_tensor_from_host(t, data) != ACCEL_OK) return NULL;
     return t;
 }
 
@@ -322,45 +367,97 @@ accel_tensor *accel_alias(const accel_tensor *t) {
     return accel_view_raw(t, t->ndim, t->shape, t->stride, 0);
 }
 
+/* ---- moving bytes between devices */
+
+/* n bytes from src (on device from) to dst (on device to), contiguous both. */
+accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n) {
+    const accel_backend *bt = accel__backend_for(to, "accel_copy_"), *bf = accel__backend_for(from, "accel_copy_");
+    if (!bt || !bf) return accel_last_status();
+    if (n == 0) return ACCEL_OK;
+    if (from.type == ACCEL_DEV_CPU) return bt->mem.copy_to_device(to.index, dst, src, n);
+    if (to.type == ACCEL_DEV_CPU) return bf->mem.copy_to_host(from.index, dst, src, n);
+    if (bt == bf) return bt->mem.copy_device(to.index, dst, from.index, src, n);
+    /* Two backends: stage through host memory. */
+    void *h = accel_malloc(n);
+    if (!h) return accel_last_status();
+    accel_status st = bf->mem.copy_to_host(from.index, h, src, n);
+    if (st == ACCEL_OK) st = bt->mem.copy_to_device(to.index, dst, h, n);
+    accel_free(h);
+    return st;
+}
+
+/* t itself when contiguous, else a contiguous step copy on t's device. */
+static const accel_tensor *dense_on_device(const accel_tensor *t) {
+    if (accel_is_contiguous(t)) return t;
+    accel_tensor *c = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+    return c && accel_copy_(c, t) == ACCEL_OK ? c : NULL;
+}
+
+static bool check_data(const accel_tensor *t, const char *op) {
+    if (!accel_tensor_check(t, op, "t")) return false;
+    if (t->device.type == ACCEL_DEV_META) {
+        accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor is on meta (it has no data)", op);
+        return false;
+    }
+    return true;
+}
+
+accel_status accel_tensor_to_host(const accel_tensor *t, void *dst) {
+    if (!check_data(t, "accel_tensor_to_host")) return accel_last_status();
+    if (!dst) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_to_host: dst is NULL");
+    const accel_tensor *d = dense_on_device(t);
+    if (!d) return accel_last_status();
+    return accel__copy_bytes(ACCEL_CPU_DEVICE, dst, d->device, d->data, accel_nbytes(d));
+}
+
+accel_status accel_tensor_from_host(accel_tensor *t, const void *src) {
+    if (!check_data(t, "accel_tensor_from_host")) return accel_last_status();
+    if (!src) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_from_host: src is NULL");
+    if (accel_is_contiguous(t)) return accel__copy_bytes(t->device, t->data, ACCEL_CPU_DEVICE, src, accel_nbytes(t));
+    accel_tensor h; /* a header on the stack: host access allocates nothing */
+    init_header(&h, t->dtype, t->ndim, t->shape, ACCEL_CPU_DEVICE);
+    h.data = (void *)src;
+    return accel_copy_(t, &h);
+}
+
 /* ---- element access */
 
-static int64_t linear_to_offset(const accel_tensor *t, int64_t i) {
+void *accel__elem_ptr(const accel_tensor *t, int64_t i) {
     int64_t off = 0;
     for (int d = t->ndim - 1; d >= 0; d--) {
         int64_t n = t->shape[d];
         off += (i % n) * t->stride[d];
         i /= n;
     }
-    return off;
+    return (char *)t->data + off * (int64_t)accel_dtype_size(t->dtype);
 }
 
-void *accel__elem_ptr(const accel_tensor *t, int64_t i) {
-    return (char *)t->data + linear_to_offset(t, i) * (int64_t)accel_dtype_size(t->dtype);
-}
-
-static bool check_readable(const accel_tensor *t, const char *op) {
-    if (!accel_tensor_check(t, op, "t")) return false;
-    if (t->device.type != ACCEL_DEV_CPU) {
-        accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor is on %s, not cpu", op,
-                        accel_device_type_name(t->device.type));
-        return false;
-    }
-    return true;
+/* Element at element offset off of t, through a copy of its bytes. */
+static double load_at(const accel_tensor *t, int64_t off) {
+    uint64_t v = 0;
+    size_t es = accel_dtype_size(t->dtype);
+    if (accel__copy_bytes(ACCEL_CPU_DEVICE, &v, t->device, (const char *)t->data + off * (int64_t)es, es) != ACCEL_OK)
+        return NAN;
+    return accel__load_elem(&v, t->dtype, 0);
 }
 
 double accel_item(const accel_tensor *t) {
-    if (!check_readable(t, "accel_item")) return NAN;
+    if (!check_data(t, "accel_item")) return NAN;
     if (accel_numel(t) != 1) {
         char b[64];
         accel_set_error(ACCEL_ERR_SHAPE, "accel_item: tensor of shape %s has %lld elements, not 1",
                         accel_shape_str(t, b, sizeof b), (long long)accel_numel(t));
         return NAN;
     }
-    return accel__load_elem(t->data, t->dtype, 0);
+    return load_at(t, 0);
 }
 
 static bool index_offset(const accel_tensor *t, const int64_t *idx, int64_t *off, const char *op) {
     *off = 0;
+    if (t->ndim && !idx) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: index is NULL", op);
+        return false;
+    }
     for (int d = 0; d < t->ndim; d++) {
         if (idx[d] < 0 || idx[d] >= t->shape[d]) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: index %lld out of range for dim %d of size %lld",
@@ -374,62 +471,49 @@ static bool index_offset(const accel_tensor *t, const int64_t *idx, int64_t *off
 
 double accel_get(const accel_tensor *t, const int64_t *idx) {
     int64_t off;
-    if (!check_readable(t, "accel_get") || !index_offset(t, idx, &off, "accel_get")) return NAN;
-    return accel__load_elem(t->data, t->dtype, (size_t)off);
+    if (!check_data(t, "accel_get") || !index_offset(t, idx, &off, "accel_get")) return NAN;
+    return load_at(t, off);
 }
 
 void accel_set(accel_tensor *t, const int64_t *idx, double v) {
     int64_t off;
-    if (!check_readable(t, "accel_set") || !index_offset(t, idx, &off, "accel_set")) return;
-    accel__store_elem(t->data, t->dtype, (size_t)off, v);
+    if (!check_data(t, "accel_set") || !index_offset(t, idx, &off, "accel_set")) return;
+    uint64_t b = 0;
+    size_t es = accel_dtype_size(t->dtype);
+    accel__store_elem(&b, t->dtype, 0, v);
+    accel__copy_bytes(t->device, (char *)t->data + off * (int64_t)es, ACCEL_CPU_DEVICE, &b, es);
+}
+
+/* All of t's elements, converted to dtype dt, into the contiguous host array out. */
+static accel_status to_host_as(const accel_tensor *t, accel_dtype dt, void *out, const char *op) {
+    if (!check_data(t, op)) return accel_last_status();
+    if (!out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: out is NULL", op);
+    accel_tensor o;
+    init_header(&o, dt, t->ndim, t->shape, ACCEL_CPU_DEVICE);
+    o.data = out;
+    return accel_copy_(&o, t);
 }
 
 accel_status accel_to_floats(const accel_tensor *t, float *out) {
-    if (!check_readable(t, "accel_to_floats")) return accel_last_status();
-    int64_t n = accel_numel(t);
-    if (accel_is_contiguous(t)) {
-        accel_convert(out, ACCEL_F32, t->data, t->dtype, (size_t)n);
-        return ACCEL_OK;
-    }
-    for (int64_t i = 0; i < n; i++)
-        out[i] = (float)accel__load_elem(t->data, t->dtype, (size_t)linear_to_offset(t, i));
-    return ACCEL_OK;
+    return to_host_as(t, ACCEL_F32, out, "accel_to_floats");
 }
 
 accel_status accel_to_int64s(const accel_tensor *t, int64_t *out) {
-    if (!check_readable(t, "accel_to_int64s")) return accel_last_status();
-    int64_t n = accel_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = (int64_t)accel__load_elem(t->data, t->dtype, (size_t)linear_to_offset(t, i));
-    return ACCEL_OK;
+    return to_host_as(t, ACCEL_I64, out, "accel_to_int64s");
 }
 
-/* dst = src (same shape, any strides and dtypes), row by row over the last
- * dim: a row whose elements are adjacent in both is one memcpy/convert (the
- * transposes of attention heads copy 64-float runs), others go element by
- * element. Rows are independent: large copies run on the OpenMP threads. */
-static void copy_strided(accel_tensor *dst, const accel_tensor *src, int64_t n) {
-    if (n == 0 || dst->ndim == 0) return;
-    int last = dst->ndim - 1;
-    int64_t W = dst->shape[last], rows = n / W;
-    int64_t ds_ = dst->stride[last], ss = src->stride[last];
-    size_t des = accel_dtype_size(dst->dtype), ses = accel_dtype_size(src->dtype);
-    bool same = dst->dtype == src->dtype;
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        char *d = (char *)dst->data + linear_to_offset(dst, r * W) * (int64_t)des;
-        const char *s = (const char *)src->data + linear_to_offset(src, r * W) * (int64_t)ses;
-        if (ds_ == 1 && ss == 1) {
-            if (same) memcpy(d, s, (size_t)W * des);
-            else accel_convert(d, dst->dtype, s, src->dtype, (size_t)W);
-        } else if (same) {
-            for (int64_t j = 0; j < W; j++) memcpy(d + j * ds_ * (int64_t)des, s + j * ss * (int64_t)ses, des);
-        } else {
-            for (int64_t j = 0; j < W; j++)
-                accel__store_elem(d + j * ds_ * (int64_t)des, dst->dtype, 0,
-                                  accel__load_elem(s + j * ss * (int64_t)ses, src->dtype, 0));
-        }
-    }
+/* dst = src across two devices: src made contiguous on its device, its bytes
+ * moved, then converted/scattered on dst's device when dst needs it. */
+static accel_status copy_across(accel_tensor *dst, const accel_tensor *src) {
+    const accel_tensor *s = dense_on_device(src);
+    if (!s) return accel_last_status();
+    if (dst->dtype == s->dtype && accel_is_contiguous(dst))
+        return accel__copy_bytes(dst->device, dst->data, s->device, s->data, accel_nbytes(s));
+    accel_tensor *tmp = accel_empty_on(s->dtype, s->ndim, s->shape, dst->device);
+    if (!tmp || accel__copy_bytes(dst->device, tmp->data, s->device, s->data, accel_nbytes(s)) != ACCEL_OK)
+        return accel_last_status();
+    accel_k_copy k = {.out = dst, .in = tmp};
+    return ACCEL_KERNEL("accel_copy_", dst->device, copy, &k);
 }
 
 accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
@@ -443,34 +527,25 @@ accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
     if (dst->device.type == ACCEL_DEV_META) return ACCEL_OK;
     if (src->device.type == ACCEL_DEV_META)
         return accel_set_error(ACCEL_ERR_DEVICE, "accel_copy_: source is on meta (it has no data)");
-    int64_t n = accel_numel(dst);
-    if (accel_is_contiguous(dst) && accel_is_contiguous(src)) {
-        accel_convert(dst->data, dst->dtype, src->data, src->dtype, (size_t)n);
-        return ACCEL_OK;
-    }
-    copy_strided(dst, src, n);
-    return ACCEL_OK;
+    if (accel_numel(dst) == 0) return ACCEL_OK;
+    if (!accel_device_eq(dst->device, src->device)) return copy_across(dst, src);
+    accel_k_copy k = {.out = dst, .in = (accel_tensor *)src};
+    return ACCEL_KERNEL("accel_copy_", dst->device, copy, &k);
 }
 
 accel_status accel_fill_(accel_tensor *t, double v) {
     if (!accel_tensor_check(t, "accel_fill_", "t")) return accel_last_status();
-    if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
-    int64_t n = accel_numel(t);
-    if (accel_is_contiguous(t) && t->dtype == ACCEL_F32) {
-        float *p = t->data;
-        for (int64_t i = 0; i < n; i++) p[i] = (float)v;
-        return ACCEL_OK;
-    }
-    for (int64_t i = 0; i < n; i++) accel__store_elem(accel__elem_ptr(t, i), t->dtype, 0, v);
-    return ACCEL_OK;
+    if (t->device.type == ACCEL_DEV_META || accel_numel(t) == 0) return ACCEL_OK;
+    accel_k_fill k = {.out = t, .value = v};
+    return ACCEL_KERNEL("accel_fill_", t->device, fill, &k);
 }
 
 accel_status accel_zero_(accel_tensor *t) {
     if (!accel_tensor_check(t, "accel_zero_", "t")) return accel_last_status();
     if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
     if (accel_is_contiguous(t)) {
-        memset(t->data, 0, accel_nbytes(t));
-        return ACCEL_OK;
+        const accel_backend *be = accel__backend_for(t->device, "accel_zero_");
+        return be ? be->mem.memset(t->device.index, t->data, 0, accel_nbytes(t)) : accel_last_status();
     }
     return accel_fill_(t, 0.0);
 }

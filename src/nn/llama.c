@@ -388,9 +388,9 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
 
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     if (!accel_tensor_check(ids, "accel_llama_loss", "ids")) return NULL;
-    if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type != ACCEL_DEV_CPU) {
+    if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type == ACCEL_DEV_META) {
         char b[64];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: ids must be [B, T>=2] on cpu, got %s",
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: ids must be [B, T>=2] with data, got %s",
                         accel_shape_str(ids, b, sizeof b));
         return NULL;
     }
@@ -399,13 +399,9 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     /* transformers' ForCausalLMLoss: labels = ids shifted left, padded with
      * ignore_index at the end, so the logits need no slicing. */
     int64_t B = ids->shape[0], T = ids->shape[1], n = B * T;
-    accel_tensor *labels = accel_empty(ACCEL_I64, 1, &n);
-    if (!labels || accel_to_int64s(ids, labels->data) != ACCEL_OK) return NULL;
-    int64_t *l = labels->data;
-    for (int64_t b = 0; b < B; b++) {
-        memmove(l + b * T, l + b * T + 1, (size_t)(T - 1) * sizeof *l);
-        l[b * T + T - 1] = -100;
-    }
+    accel_tensor *pad = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, 1), ids->device);
+    if (!pad || accel_fill_(pad, -100) != ACCEL_OK) return NULL;
+    accel_tensor *labels = accel_concat(2, (accel_tensor *[]){accel_slice(ids, 1, 1, T, 1), pad}, 1);
     int64_t shape[2] = {n, logits->shape[2]};
-    return accel_cross_entropy(accel_reshape(logits, 2, shape), labels, -100);
+    return accel_cross_entropy(accel_reshape(logits, 2, shape), accel_reshape(labels, 1, &n), -100);
 }

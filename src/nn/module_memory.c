@@ -179,23 +179,7 @@ accel_status accel_module_to(accel_module *root, accel_device dev) {
         accel_tensor *t = ts[i];
         if (accel_device_eq(t->device, dev)) continue;
         drop_grad(t);
-        if (dev.type == ACCEL_DEV_META) {
-            accel_tensor_to_meta(t);
-            continue;
-        }
-        accel_tensor *c = accel_tensor_clone_persistent(t, dev);
-        if (!c) {
-            st = accel_last_status();
-            break;
-        }
-        /* Steal c's memory into t so that every holder of t sees the move. */
-        if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
-        t->data = c->data;
-        t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
-        t->device = dev;
-        memcpy(t->stride, c->stride, sizeof t->stride);
-        c->flags &= ~(uint32_t)ACCEL_TF_OWNS_DATA;
-        accel_tensor_free(c);
+        st = accel_tensor_to_device_(t, dev); /* in place: every holder of t sees the move */
     }
     accel_free(ts);
     return st;

@@ -1,30 +1,18 @@
 /* accel_embedding: rows of weight [V, D] picked by integer ids of any shape. */
-#include <omp.h>
 #include <string.h>
 
 #include "nn_internal.h"
 
 static accel_status embedding_backward(accel_node *node, accel_tensor *grad_out) {
-    const int64_t *ids = node->saved[0]->data;
-    int64_t n = node->iarg[0], D = node->iarg[1];
     accel_tensor *gt = accel__f32_contig(grad_out);
     if (!gt) return accel_last_status();
-    const float *g = gt->data;
     accel__gbuf gw;
     if (!accel__gbuf_begin_zeroed(&gw, node->inputs[1])) return accel_last_status();
-    if (!gw.p) return ACCEL_OK;
-    /* Scatter-add; ids may repeat, so threads split the columns, not the ids. */
-#pragma omp parallel if (n * D > 65536)
-    {
-        int nt = omp_get_num_threads(), me = omp_get_thread_num();
-        int64_t c0 = D * me / nt, c1 = D * (me + 1) / nt;
-        for (int64_t i = 0; i < n; i++) {
-            float *dst = gw.p + ids[i] * D;
-            const float *src = g + i * D;
-            for (int64_t j = c0; j < c1; j++) dst[j] += src[j];
-        }
-    }
-    return accel__gbuf_end(&gw);
+    if (!gw.dst) return ACCEL_OK;
+    accel_k_embedding_backward k = {.gw = gw.dst, .g = gt, .ids = node->saved[0], .n = node->iarg[0],
+                                    .D = node->iarg[1]};
+    accel_status st = ACCEL_KERNEL("embedding backward", gt->device, embedding_backward, &k);
+    return st == ACCEL_OK ? accel__gbuf_end(&gw) : st;
 }
 
 accel_tensor *accel_embedding(accel_tensor *ids, accel_tensor *weight) {
@@ -48,29 +36,11 @@ accel_tensor *accel_embedding(accel_tensor *ids, accel_tensor *weight) {
     accel_tensor *out = accel__op_out(weight->dtype, ids->ndim + 1, oshape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
     int64_t n = accel_numel(ids);
-    accel_tensor *idt = accel_empty(ACCEL_I64, ids->ndim, ids->shape);
-    if (!idt || accel_to_int64s(ids, idt->data) != ACCEL_OK) return NULL;
-    const int64_t *id = idt->data;
-    for (int64_t i = 0; i < n; i++)
-        if (id[i] < 0 || id[i] >= V) {
-            accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range for %lld embeddings",
-                            OP, (long long)id[i], (long long)i, (long long)V);
-            return NULL;
-        }
-    accel_tensor *w = accel__contig(weight);
-    if (!w) return NULL;
-    size_t es = accel_dtype_size(w->dtype), row = (size_t)D * es;
-    const char *wp = w->data;
-    char *op = out->data;
-    if (accel_reference_kernels()) {
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < D; j++)
-                accel__store_elem(op, w->dtype, (size_t)(i * D + j),
-                                  accel__load_elem(wp, w->dtype, (size_t)(id[i] * D + j)));
-    } else {
-#pragma omp parallel for if (n * D > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) memcpy(op + (size_t)i * row, wp + (size_t)id[i] * row, row);
-    }
+    accel_tensor *i64 = ids->dtype == ACCEL_I64 ? ids : accel_to_dtype(ids, ACCEL_I64);
+    accel_tensor *idt = i64 ? accel__contig(i64) : NULL, *w = accel__contig(weight);
+    if (!idt || !w) return NULL;
+    accel_k_embedding k = {.out = out, .w = w, .ids = idt, .n = n, .D = D, .V = V};
+    if (ACCEL_KERNEL(OP, dev, embedding, &k) != ACCEL_OK) return NULL;
     accel_node *nd = accel_tape_record("embedding", embedding_backward, out, 2, in);
     if (nd) {
         nd->saved[0] = idt;

@@ -3,8 +3,17 @@
  * OpenBLAS sgemm as they are (W is read transposed, never copied). */
 #include <string.h>
 
-#include "backends/cpu/gemm.h"
 #include "nn_internal.h"
+
+/* C[c_off..] = alpha op(A[a_off..]) op(B[b_off..]) + beta C on the device's gemm kernel. */
+static accel_status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, accel_tensor *a,
+                         int64_t a_off, int64_t lda, accel_tensor *b, int64_t b_off, int64_t ldb, float beta,
+                         accel_tensor *c, int64_t c_off, int64_t ldc) {
+    accel_k_gemm k = {.c = c, .a = a, .b = b, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                      .lda = lda, .ldb = ldb, .ldc = ldc, .a_off = a_off, .b_off = b_off, .c_off = c_off,
+                      .alpha = alpha, .beta = beta};
+    return ACCEL_KERNEL("gemm", c->device, gemm, &k);
+}
 
 /* ------------------------------------------------------------------ matmul */
 
@@ -87,18 +96,14 @@ static bool mm_plan_make(accel_tensor *a, accel_tensor *b, mm_plan *p, int *ondi
 }
 
 /* C[nbatch, M, N] (f32) = A B over the plan. */
-static accel_status mm_forward(const mm_plan *p, const accel_tensor *a, const accel_tensor *b, float *c) {
+static accel_status mm_forward(const mm_plan *p, accel_tensor *a, accel_tensor *b, accel_tensor *c) {
     int64_t M = p->M, K = p->K, N = p->N;
     if (p->b_nmat == 1) /* one B for all: fold the batch into M */
-        return accel__gemm(false, false, p->nbatch * M, N, K, 1.0f, a->data, a->dtype, K, b->data,
-                           b->dtype, N, 0.0f, c, N);
-    size_t as = accel_dtype_size(a->dtype), bs = accel_dtype_size(b->dtype);
+        return gemm(false, false, p->nbatch * M, N, K, 1.0f, a, 0, K, b, 0, N, 0.0f, c, 0, N);
     for (int64_t i = 0; i < p->nbatch; i++) {
         int64_t ai, bi;
         mm_offsets(p, i, &ai, &bi);
-        accel_status st = accel__gemm(false, false, M, N, K, 1.0f, (const char *)a->data + (size_t)(ai * M * K) * as,
-                                      a->dtype, K, (const char *)b->data + (size_t)(bi * K * N) * bs,
-                                      b->dtype, N, 0.0f, c + i * M * N, N);
+        accel_status st = gemm(false, false, M, N, K, 1.0f, a, ai * M * K, K, b, bi * K * N, N, 0.0f, c, i * M * N, N);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
@@ -107,44 +112,36 @@ static accel_status mm_forward(const mm_plan *p, const accel_tensor *a, const ac
 static accel_status matmul_backward(accel_node *node, accel_tensor *grad_out) {
     const mm_plan *p = node->ctx;
     accel_tensor *a = node->saved[0], *b = node->saved[1];
-    accel_tensor *dc = accel__f32_contig(grad_out);
-    if (!dc) return accel_last_status();
-    const float *g = dc->data;
+    accel_tensor *g = accel__f32_contig(grad_out);
+    if (!g) return accel_last_status();
     int64_t M = p->M, K = p->K, N = p->N;
-    size_t as = accel_dtype_size(a->dtype), bs = accel_dtype_size(b->dtype);
     accel__gbuf ga, gb;
     if (!accel__gbuf_begin(&ga, node->inputs[0]) || !accel__gbuf_begin(&gb, node->inputs[1]))
         return accel_last_status();
     accel_status st = ACCEL_OK;
     if (p->b_nmat == 1) {
         int64_t R = p->nbatch * M;
-        if (ga.p) /* dA [R, K] = dC [R, N] B^T */
-            st = accel__gemm(false, true, R, K, N, 1.0f, g, ACCEL_F32, N, b->data, b->dtype, N, ga.beta,
-                             ga.p, K);
-        if (st == ACCEL_OK && gb.p) /* dB [K, N] = A^T [K, R] dC [R, N] */
-            st = accel__gemm(true, false, K, N, R, 1.0f, a->data, a->dtype, K, g, ACCEL_F32, N, gb.beta,
-                             gb.p, N);
+        if (ga.dst) /* dA [R, K] = dC [R, N] B^T */
+            st = gemm(false, true, R, K, N, 1.0f, g, 0, N, b, 0, N, ga.beta, ga.dst, 0, K);
+        if (st == ACCEL_OK && gb.dst) /* dB [K, N] = A^T [K, R] dC [R, N] */
+            st = gemm(true, false, K, N, R, 1.0f, a, 0, K, g, 0, N, gb.beta, gb.dst, 0, N);
     } else {
         /* Broadcast operands receive sums over batches: start from zero and add. */
-        if (ga.p && ga.beta == 0.0f && p->a_nmat < p->nbatch) {
-            memset(ga.p, 0, (size_t)(p->a_nmat * M * K) * sizeof(float));
+        if (ga.dst && ga.beta == 0.0f && p->a_nmat < p->nbatch) {
+            if (accel_zero_(ga.dst) != ACCEL_OK) return accel_last_status();
             ga.beta = 1.0f;
         }
-        if (gb.p && gb.beta == 0.0f && p->b_nmat < p->nbatch) {
-            memset(gb.p, 0, (size_t)(p->b_nmat * K * N) * sizeof(float));
+        if (gb.dst && gb.beta == 0.0f && p->b_nmat < p->nbatch) {
+            if (accel_zero_(gb.dst) != ACCEL_OK) return accel_last_status();
             gb.beta = 1.0f;
         }
         for (int64_t i = 0; i < p->nbatch && st == ACCEL_OK; i++) {
             int64_t ai, bi;
             mm_offsets(p, i, &ai, &bi);
-            const float *gi = g + i * M * N;
-            if (ga.p)
-                st = accel__gemm(false, true, M, K, N, 1.0f, gi, ACCEL_F32, N,
-                                 (const char *)b->data + (size_t)(bi * K * N) * bs, b->dtype, N, ga.beta,
-                                 ga.p + ai * M * K, K);
-            if (st == ACCEL_OK && gb.p)
-                st = accel__gemm(true, false, K, N, M, 1.0f, (const char *)a->data + (size_t)(ai * M * K) * as,
-                                 a->dtype, K, gi, ACCEL_F32, N, gb.beta, gb.p + bi * K * N, N);
+            if (ga.dst)
+                st = gemm(false, true, M, K, N, 1.0f, g, i * M * N, N, b, bi * K * N, N, ga.beta, ga.dst, ai * M * K, K);
+            if (st == ACCEL_OK && gb.dst)
+                st = gemm(true, false, K, N, M, 1.0f, a, ai * M * K, K, g, i * M * N, N, gb.beta, gb.dst, bi * K * N, N);
         }
     }
     if (st == ACCEL_OK) st = accel__gbuf_end(&ga);
@@ -170,8 +167,8 @@ accel_tensor *accel_matmul(accel_tensor *a, accel_tensor *b) {
     if (!out || dev.type == ACCEL_DEV_META) return out;
     accel_tensor *ua = accel__mm_operand(a, (accel_dtype)dt), *ub = accel__mm_operand(b, (accel_dtype)dt);
     if (!ua || !ub) return NULL;
-    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty(ACCEL_F32, ondim, oshape);
-    if (!c || mm_forward(&plan, ua, ub, c->data) != ACCEL_OK) return NULL;
+    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, ondim, oshape, dev);
+    if (!c || mm_forward(&plan, ua, ub, c) != ACCEL_OK) return NULL;
     if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("matmul", matmul_backward, out, 2, in);
     if (n) {
@@ -187,44 +184,24 @@ accel_tensor *accel_matmul(accel_tensor *a, accel_tensor *b) {
 
 /* ------------------------------------------------------------------ linear */
 
-/* dst[r, :] = bias for each of R rows (bias f32 [O]). */
-static void fill_rows(float *dst, const float *bias, int64_t R, int64_t O) {
-#pragma omp parallel for if (R * O > 65536) schedule(static)
-    for (int64_t r = 0; r < R; r++) memcpy(dst + r * O, bias, (size_t)O * sizeof(float));
-}
-
-/* db[O] (+)= sum over rows of g [R, O]. */
-static void col_sums(const float *g, int64_t R, int64_t O, float *db, float beta) {
-    int nt = accel_num_threads();
-    int64_t chunk = (O + nt - 1) / nt;
-    chunk = chunk < 64 ? 64 : (chunk + 15) / 16 * 16;
-#pragma omp parallel for if (R * O > 65536) schedule(static)
-    for (int64_t c0 = 0; c0 < O; c0 += chunk) {
-        int64_t c1 = c0 + chunk < O ? c0 + chunk : O;
-        for (int64_t j = c0; j < c1; j++) db[j] = beta == 0.0f ? 0.0f : db[j];
-        for (int64_t r = 0; r < R; r++) {
-            const float *gr = g + r * O;
-            for (int64_t j = c0; j < c1; j++) db[j] += gr[j];
-        }
-    }
-}
-
 static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *x = node->saved[0], *w = node->saved[1];
     int64_t R = node->iarg[0], I = node->iarg[1], O = node->iarg[2];
-    accel_tensor *dy = accel__f32_contig(grad_out);
-    if (!dy) return accel_last_status();
-    const float *g = dy->data;
+    accel_tensor *g = accel__f32_contig(grad_out);
+    if (!g) return accel_last_status();
     accel__gbuf gx, gw, gbias;
     if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
         !accel__gbuf_begin(&gbias, node->inputs[2]))
         return accel_last_status();
     accel_status st = ACCEL_OK;
-    if (gx.p) /* dX [R, I] = dY [R, O] W [O, I] */
-        st = accel__gemm(false, false, R, I, O, 1.0f, g, ACCEL_F32, O, w->data, w->dtype, I, gx.beta, gx.p, I);
-    if (st == ACCEL_OK && gw.p) /* dW [O, I] = dY^T [O, R] X [R, I] */
-        st = accel__gemm(true, false, O, I, R, 1.0f, g, ACCEL_F32, O, x->data, x->dtype, I, gw.beta, gw.p, I);
-    if (st == ACCEL_OK && gbias.p) col_sums(g, R, O, gbias.p, gbias.beta);
+    if (gx.dst) /* dX [R, I] = dY [R, O] W [O, I] */
+        st = gemm(false, false, R, I, O, 1.0f, g, 0, O, w, 0, I, gx.beta, gx.dst, 0, I);
+    if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] X [R, I] */
+        st = gemm(true, false, O, I, R, 1.0f, g, 0, O, x, 0, I, gw.beta, gw.dst, 0, I);
+    if (st == ACCEL_OK && gbias.dst) {
+        accel_k_col_sum k = {.out = gbias.dst, .g = g, .R = R, .O = O, .beta = gbias.beta};
+        st = ACCEL_KERNEL("linear backward", g->device, col_sum, &k);
+    }
     if (st == ACCEL_OK) st = accel__gbuf_end(&gx);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gw);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gbias);
@@ -262,20 +239,19 @@ accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
     int64_t R = accel__prod(x->shape, 0, x->ndim - 1);
     accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
     if (!ux || !uw) return NULL;
-    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty(ACCEL_F32, x->ndim, oshape);
+    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
     if (!c) return NULL;
     float beta = 0.0f;
     if (b) {
         accel_tensor *ub = accel__mm_operand(b, (accel_dtype)dt);
         accel_tensor *bf = ub ? accel__f32_contig(ub) : NULL;
         if (!bf) return NULL;
-        fill_rows(c->data, bf->data, R, O);
+        accel_k_bias_rows k = {.out = c, .bias = bf, .R = R, .O = O};
+        if (ACCEL_KERNEL(OP, dev, bias_rows, &k) != ACCEL_OK) return NULL;
         beta = 1.0f;
     }
     /* Y [R, O] = X [R, I] W^T */
-    if (accel__gemm(false, true, R, O, I, 1.0f, ux->data, ux->dtype, I, uw->data, uw->dtype, I, beta,
-                    c->data, O) != ACCEL_OK)
-        return NULL;
+    if (gemm(false, true, R, O, I, 1.0f, ux, 0, I, uw, 0, I, beta, c, 0, O) != ACCEL_OK) return NULL;
     if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("linear", linear_backward, out, 3, in);
     if (n) {

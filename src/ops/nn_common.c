@@ -17,29 +17,29 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
     if (!t || !t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
     accel_tensor *gr = t->grad;
     if (t->dtype == ACCEL_F32 && gr && gr->dtype == ACCEL_F32 && accel_is_contiguous(gr) &&
-        accel_same_shape(gr, t) && gr->data) {
-        g->p = gr->data;
+        accel_same_shape(gr, t) && accel_device_eq(gr->device, t->device)) {
+        g->dst = gr;
         g->beta = 1.0f;
         return true;
     }
     /* A non-leaf (or arena leaf) without a gradient yet gets an arena one, as
      * accel_grad_accumulate would allocate, written directly. */
     if (!gr && t->dtype == ACCEL_F32 && (t->grad_fn || (t->flags & ACCEL_TF_ARENA))) {
-        t->grad = accel_empty(ACCEL_F32, t->ndim, t->shape);
+        t->grad = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
         if (!t->grad) return false;
-        g->p = t->grad->data;
+        g->dst = t->grad;
         return true;
     }
-    g->tmp = accel_empty(ACCEL_F32, t->ndim, t->shape);
+    g->tmp = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
     if (!g->tmp) return false;
-    g->p = g->tmp->data;
+    g->dst = g->tmp;
     return true;
 }
 
 bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t) {
     if (!accel__gbuf_begin(g, t)) return false;
-    if (g->p && g->beta == 0.0f) {
-        memset(g->p, 0, (size_t)accel_numel(t) * sizeof(float));
+    if (g->dst && g->beta == 0.0f) {
+        if (accel_zero_(g->dst) != ACCEL_OK) return false;
         g->beta = 1.0f;
     }
     return true;
@@ -73,36 +73,4 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
     accel_tensor *c = accel_empty_on(dt, t->ndim, t->shape, t->device);
     if (c && accel_copy_(c, t) != ACCEL_OK) return NULL;
     return c;
-}
-
-/* Eight running maxima (one AVX register once vectorised; a `simd
- * reduction(max)` over a float select does not vectorise with clang). */
-ACCEL__VEC_MATH float accel__row_max(const float *x, int64_t n) {
-    float m8[8];
-    for (int k = 0; k < 8; k++) m8[k] = -INFINITY;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) m8[k] = x[j + k] > m8[k] ? x[j + k] : m8[k];
-    float m = -INFINITY;
-    for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
-    for (; j < n; j++) m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-ACCEL__VEC_MATH float accel__row_exp(float *y, const float *x, int64_t n, float m) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) {
-        float e = accel__expf(x[j] - m);
-        y[j] = e;
-        s += e;
-    }
-    return s;
-}
-
-ACCEL__VEC_MATH float accel__row_sum_exp(const float *x, int64_t n, float m) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += accel__expf(x[j] - m);
-    return s;
 }

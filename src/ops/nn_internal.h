@@ -3,18 +3,19 @@
 #ifndef ACCEL_OPS_NN_INTERNAL_H
 #define ACCEL_OPS_NN_INTERNAL_H
 
-#include "backends/cpu/vec_math.h"
+#include "backends/backend.h"
 #include "op_internal.h"
 
-/* Where a backward writes the f32 gradient of an input t:
- *   - p == NULL: t does not need a gradient (skip the work);
- *   - beta == 1: p is t->grad itself (f32, contiguous): add into it;
- *   - beta == 0: p is fresh memory to overwrite (t->grad of a non-leaf that
- *     had none yet, or a scratch buffer that accel__gbuf_end accumulates). */
+/* Where a backward's kernel writes the f32 gradient of an input t (a
+ * contiguous f32 tensor of t's shape on t's device):
+ *   - dst == NULL: t does not need a gradient (skip the work);
+ *   - beta == 1: dst is t->grad itself: the kernel adds into it;
+ *   - beta == 0: dst is fresh memory to overwrite (t->grad of a non-leaf that
+ *     had none yet, or a scratch tensor that accel__gbuf_end accumulates). */
 typedef struct accel__gbuf {
     accel_tensor *t;
     accel_tensor *tmp; /* scratch to accumulate at the end, or NULL */
-    float *p;
+    accel_tensor *dst;
     float beta;
 } accel__gbuf;
 
@@ -35,14 +36,5 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt);
 
 /* Product of shape[from..to). */
 int64_t accel__prod(const int64_t *shape, int from, int to);
-
-/* ---- vectorised row math (softmax, attention, cross-entropy) */
-
-/* max of x[0..n) (-inf when n == 0; NaNs are not propagated). */
-float accel__row_max(const float *x, int64_t n);
-/* y[j] = exp(x[j] - m) for j < n (y may be x); returns the sum. */
-float accel__row_exp(float *y, const float *x, int64_t n, float m);
-/* sum of exp(x[j] - m), j < n. */
-float accel__row_sum_exp(const float *x, int64_t n, float m);
 
 #endif

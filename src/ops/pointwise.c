@@ -57,25 +57,17 @@ static accel_tensor *binary(const char *op, const char *name, accel__binop bop, 
     if (!accel__broadcast_shape(op, a, b, &ndim, shape)) return NULL;
     accel_tensor *out = accel__op_out(dt, ndim, shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    int64_t numel = accel_numel(out);
-    if (numel > 0) {
-        if (accel_reference_kernels() || !accel_dtype_is_float(dt)) {
-            accel__cpu_binary_ref(bop, out, a, b);
-        } else {
+    if (accel_numel(out) > 0) {
+        accel_k_binary k = {.out = out, .a = a, .b = b, .op = bop};
+        if (!accel_reference_kernels() && accel_dtype_is_float(dt)) {
             /* f32 operands are read in place (any strides); others converted once. */
-            accel_tensor *fa = a->dtype == ACCEL_F32 ? a : accel__dense_f32(a);
-            accel_tensor *fb = b->dtype == ACCEL_F32 ? b : accel__dense_f32(b);
-            accel_tensor *fo = dt == ACCEL_F32 ? out : accel_empty(ACCEL_F32, ndim, shape);
-            if (!fa || !fb || !fo) return NULL;
-            int64_t sa[ACCEL_MAX_DIMS], sb[ACCEL_MAX_DIMS];
-            accel__broadcast_strides(fa, ndim, shape, sa);
-            accel__broadcast_strides(fb, ndim, shape, sb);
-            const int64_t *st[2] = {sa, sb};
-            accel__layout l;
-            accel__layout_init(&l, ndim, shape, 2, st);
-            accel__cpu_binary_f32(bop, &l, fa->data, fb->data, fo->data);
-            if (fo != out) accel_convert(out->data, dt, fo->data, ACCEL_F32, (size_t)numel);
+            k.a = a->dtype == ACCEL_F32 ? a : accel__dense_f32(a);
+            k.b = b->dtype == ACCEL_F32 ? b : accel__dense_f32(b);
+            k.out = dt == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, ndim, shape, dev);
+            if (!k.a || !k.b || !k.out) return NULL;
         }
+        if (ACCEL_KERNEL(op, dev, binary, &k) != ACCEL_OK) return NULL;
+        if (k.out != out && accel_copy_(out, k.out) != ACCEL_OK) return NULL;
     }
     if (accel_dtype_is_float(dt)) {
         accel_node *n = accel_tape_record(name, bw, out, 2, in);
@@ -103,16 +95,17 @@ static accel_status unary_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0], *y = n->out;
     accel__unop op = (accel__unop)n->iarg[0];
     double p = n->farg[0];
-    accel_tensor *dx = accel_empty(ACCEL_F32, x->ndim, x->shape);
+    accel_tensor *dx = accel_empty_on(ACCEL_F32, x->ndim, x->shape, x->device);
     if (!dx) return accel_last_status();
-    if (accel_reference_kernels()) {
-        accel__cpu_unary_grad_ref(op, p, dx, g, x, y);
-    } else {
-        accel_tensor *fg = accel__dense_f32(g), *fx = accel__dense_f32(x), *fy = accel__dense_f32(y);
-        if (!fg || !fx || !fy) return accel_last_status();
-        accel__cpu_unary_grad_f32(op, p, fg->data, fx->data, fy->data, dx->data, accel_numel(x));
+    accel_k_unary_grad k = {.dx = dx, .g = g, .x = x, .y = y, .op = op, .p = p};
+    if (!accel_reference_kernels()) {
+        k.g = accel__dense_f32(g);
+        k.x = accel__dense_f32(x);
+        k.y = accel__dense_f32(y);
+        if (!k.g || !k.x || !k.y) return accel_last_status();
     }
-    return accel_grad_accumulate(x, dx);
+    accel_status st = ACCEL_KERNEL(n->op, x->device, unary_grad, &k);
+    return st == ACCEL_OK ? accel_grad_accumulate(x, dx) : st;
 }
 
 static accel_tensor *unary(const char *op, const char *name, accel__unop uop, double p,
@@ -121,16 +114,14 @@ static accel_tensor *unary(const char *op, const char *name, accel__unop uop, do
     if (!accel__op_begin(op, 1, &a, &dev) || !accel__op_check_float(op, a, "input")) return NULL;
     accel_tensor *out = accel__op_out(a->dtype, a->ndim, a->shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    int64_t numel = accel_numel(out);
-    if (accel_reference_kernels()) {
-        accel__cpu_unary_ref(uop, p, out, a);
-    } else if (numel > 0) {
-        accel_tensor *x = accel__dense_f32(a);
-        accel_tensor *y = a->dtype == ACCEL_F32 ? out : accel_empty(ACCEL_F32, a->ndim, a->shape);
-        if (!x || !y) return NULL;
-        accel__cpu_unary_f32(uop, p, x->data, y->data, numel);
-        if (y != out) accel_convert(out->data, out->dtype, y->data, ACCEL_F32, (size_t)numel);
+    accel_k_unary k = {.out = out, .x = a, .op = uop, .p = p};
+    if (!accel_reference_kernels() && accel_numel(out) > 0) {
+        k.x = accel__dense_f32(a);
+        k.out = a->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, a->ndim, a->shape, dev);
+        if (!k.x || !k.out) return NULL;
     }
+    if (accel_numel(out) > 0 && ACCEL_KERNEL(op, dev, unary, &k) != ACCEL_OK) return NULL;
+    if (k.out != out && accel_copy_(out, k.out) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record(name, unary_backward, out, 1, &a);
     if (n) {
         n->iarg[0] = uop;
@@ -183,16 +174,7 @@ accel_tensor *accel_to_dtype(accel_tensor *a, accel_dtype dt) {
     if (a->dtype == dt) return accel__alias_op("to_dtype", a);
     accel_tensor *out = accel__op_out(dt, a->ndim, a->shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    if (accel_reference_kernels()) {
-        int64_t n = accel_numel(a);
-        for (int64_t i = 0; i < n; i++)
-            accel__store_elem(out->data, dt, (size_t)i,
-                              accel__load_elem(accel__elem_ptr(a, i), a->dtype, 0));
-    } else {
-        accel_tensor *d = accel__dense(a);
-        if (!d) return NULL;
-        accel_convert(out->data, dt, d->data, a->dtype, (size_t)accel_numel(a));
-    }
+    if (accel_copy_(out, a) != ACCEL_OK) return NULL;
     if (accel_dtype_is_float(dt) && accel_dtype_is_float(a->dtype))
         accel_tape_record("to_dtype", to_dtype_backward, out, 1, &a);
     return out;

@@ -59,15 +59,14 @@ static accel_tensor *reduce_sum(const char *op, const char *name, bool mean, acc
     accel_dtype dt = is_float ? a->dtype : ACCEL_I64; /* integer sums are int64, as in PyTorch */
     accel_tensor *out = accel__op_out(dt, nd, shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    if (accel_reference_kernels() || !is_float) {
-        accel__cpu_sum_ref(a, mask, scale, out);
-    } else {
-        accel_tensor *x = a->dtype == ACCEL_F32 ? a : accel__dense_f32(a);
-        accel_tensor *fo = dt == ACCEL_F32 ? out : accel_empty(ACCEL_F32, nd, shape);
-        if (!x || !fo) return NULL;
-        accel__cpu_sum_f32(x, mask, scale, fo->data);
-        if (fo != out) accel_convert(out->data, dt, fo->data, ACCEL_F32, (size_t)accel_numel(out));
+    accel_k_sum k = {.out = out, .x = a, .mask = mask, .scale = scale};
+    if (!accel_reference_kernels() && is_float) {
+        k.x = a->dtype == ACCEL_F32 ? a : accel__dense_f32(a);
+        k.out = dt == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, nd, shape, dev);
+        if (!k.x || !k.out) return NULL;
     }
+    if (ACCEL_KERNEL(op, dev, sum, &k) != ACCEL_OK) return NULL;
+    if (k.out != out && accel_copy_(out, k.out) != ACCEL_OK) return NULL;
     if (is_float) {
         accel_node *n = accel_tape_record(name, sum_backward, out, 1, &a);
         if (n) {
@@ -96,20 +95,12 @@ accel_tensor *accel_mean_all(accel_tensor *a) {
 /* The gradient goes to the argmax of each reduced row. */
 static accel_status max_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0];
-    const int64_t *idx = n->saved[0]->data;
-    int d = (int)n->iarg[0];
-    int64_t outer = 1, inner = 1, len = x->shape[d];
-    for (int i = 0; i < d; i++) outer *= x->shape[i];
-    for (int i = d + 1; i < x->ndim; i++) inner *= x->shape[i];
-    accel_tensor *gx = accel_zeros(ACCEL_F32, x->ndim, x->shape);
+    accel_tensor *gx = accel_empty_on(ACCEL_F32, x->ndim, x->shape, x->device);
     accel_tensor *fg = accel__dense_f32(g);
     if (!gx || !fg) return accel_last_status();
-    float *px = gx->data;
-    const float *pg = fg->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++)
-            px[(o * len + idx[o * inner + i]) * inner + i] = pg[o * inner + i];
-    return accel_grad_accumulate(x, gx);
+    accel_k_max_backward k = {.gx = gx, .g = fg, .indices = n->saved[0], .dim = (int)n->iarg[0]};
+    accel_status st = ACCEL_KERNEL("max backward", x->device, max_backward, &k);
+    return st == ACCEL_OK ? accel_grad_accumulate(x, gx) : st;
 }
 
 accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **indices) {
@@ -136,7 +127,8 @@ accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **i
     if (!out || !idx) return NULL;
     if (indices) *indices = idx;
     if (dev.type == ACCEL_DEV_META) return out;
-    accel__cpu_max(a, d, out, idx->data);
+    accel_k_max k = {.values = out, .indices = idx, .x = a, .dim = d};
+    if (ACCEL_KERNEL("accel_max", dev, max, &k) != ACCEL_OK) return NULL;
     if (accel_dtype_is_float(a->dtype)) {
         accel_node *n = accel_tape_record("max", max_backward, out, 1, &a);
         if (n) {

@@ -112,11 +112,10 @@ accel_tensor *accel_transpose(accel_tensor *a, int d0, int d1) {
 /* Scatters the gradient into zeros of the input's shape. */
 static accel_status slice_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0];
-    accel_tensor *gx = accel_zeros(g->dtype, x->ndim, x->shape);
-    if (!gx) return accel_last_status();
+    accel_tensor *gx = accel_empty_on(g->dtype, x->ndim, x->shape, x->device);
+    if (!gx || accel_zero_(gx) != ACCEL_OK) return accel_last_status();
     accel_tensor *v = accel_slice(gx, (int)n->iarg[0], n->iarg[1], n->iarg[2], n->iarg[3]);
-    if (!v) return accel_last_status();
-    accel__cpu_copy(v, g);
+    if (!v || accel_copy_(v, g) != ACCEL_OK) return accel_last_status();
     return accel_grad_accumulate(x, gx);
 }
 
@@ -250,7 +249,7 @@ accel_tensor *accel_contiguous(accel_tensor *a) {
     if (accel_is_contiguous(a)) return accel__alias_op("contiguous", a);
     accel_tensor *out = accel__op_out(a->dtype, a->ndim, a->shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    accel__cpu_copy(out, a);
+    if (accel_copy_(out, a) != ACCEL_OK) return NULL;
     accel_tape_record("contiguous", accel__reshape_backward, out, 1, &a);
     return out;
 }
@@ -352,7 +351,6 @@ accel_tensor *accel_concat(int n, accel_tensor *const *ts, int dim) {
     for (int i = 0; i < n && out; i++) {
         accel_tensor *v = accel_slice(out, d, off, off + ts[i]->shape[d], 1);
         if (!v) out = NULL;
-        else if (ts[i]->dtype == dt) accel__cpu_copy(v, ts[i]);
         else if (accel_copy_(v, ts[i]) != ACCEL_OK) out = NULL;
         off += ts[i]->shape[d];
     }

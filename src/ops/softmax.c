@@ -1,64 +1,19 @@
 /* accel_softmax and accel_log_softmax over any dim, computed in f32 with the
  * row maximum subtracted. The tensor is seen as [outer, D, inner] with the
  * reduced dim in the middle. */
-#include <math.h>
-
 #include "nn_internal.h"
 
-/* One line of D elements at stride `inc`. */
-static void softmax_line(const float *x, float *y, int64_t D, int64_t inc, bool use_log, bool ref) {
-    if (ref) {
-        double m = -INFINITY, s = 0.0;
-        for (int64_t j = 0; j < D; j++) m = fmax(m, x[j * inc]);
-        for (int64_t j = 0; j < D; j++) s += exp((double)x[j * inc] - m);
-        for (int64_t j = 0; j < D; j++)
-            y[j * inc] = use_log ? (float)((double)x[j * inc] - m - log(s)) : (float)(exp((double)x[j * inc] - m) / s);
-        return;
-    }
-    float m = -INFINITY, s = 0.0f;
-    for (int64_t j = 0; j < D; j++) m = fmaxf(m, x[j * inc]);
-    if (use_log) {
-        for (int64_t j = 0; j < D; j++) s += expf(x[j * inc] - m);
-        float lse = m + logf(s);
-        for (int64_t j = 0; j < D; j++) y[j * inc] = x[j * inc] - lse;
-    } else {
-        for (int64_t j = 0; j < D; j++) {
-            float e = expf(x[j * inc] - m);
-            y[j * inc] = e;
-            s += e;
-        }
-        float inv = 1.0f / s;
-        for (int64_t j = 0; j < D; j++) y[j * inc] *= inv;
-    }
-}
-
 static accel_status softmax_backward(accel_node *node, accel_tensor *grad_out) {
-    int64_t outer = node->iarg[0], D = node->iarg[1], inner = node->iarg[2];
-    bool use_log = node->iarg[3] != 0;
-    const float *y = node->saved[0]->data;
     accel_tensor *gt = accel__f32_contig(grad_out);
     if (!gt) return accel_last_status();
-    const float *g = gt->data;
     accel__gbuf gx;
     if (!accel__gbuf_begin(&gx, node->inputs[0])) return accel_last_status();
-    if (!gx.p) return ACCEL_OK;
-    float *dx = gx.p;
-    float beta = gx.beta;
-#pragma omp parallel for if (outer * D * inner > 16384) schedule(static)
-    for (int64_t l = 0; l < outer * inner; l++) {
-        int64_t base = (l / inner) * D * inner + l % inner;
-        const float *yl = y + base, *gl = g + base;
-        float *dl = dx + base;
-        float s = 0.0f;
-        /* softmax: dx = y (g - sum(g y));  log_softmax: dx = g - exp(y) sum(g) */
-        for (int64_t j = 0; j < D; j++) s += use_log ? gl[j * inner] : gl[j * inner] * yl[j * inner];
-        for (int64_t j = 0; j < D; j++) {
-            int64_t o = j * inner;
-            float v = use_log ? gl[o] - expf(yl[o]) * s : yl[o] * (gl[o] - s);
-            dl[o] = beta == 0.0f ? v : dl[o] + v;
-        }
-    }
-    return accel__gbuf_end(&gx);
+    if (!gx.dst) return ACCEL_OK;
+    accel_k_softmax_backward k = {.dx = gx.dst, .g = gt, .y = node->saved[0], .outer = node->iarg[0],
+                                  .D = node->iarg[1], .inner = node->iarg[2], .log = node->iarg[3] != 0,
+                                  .beta = gx.beta};
+    accel_status st = ACCEL_KERNEL("softmax backward", gt->device, softmax_backward, &k);
+    return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
 }
 
 static accel_tensor *softmax_op(const char *op, accel_tensor *x, int dim, bool use_log) {
@@ -73,16 +28,10 @@ static accel_tensor *softmax_op(const char *op, accel_tensor *x, int dim, bool u
     int64_t D = x->ndim ? x->shape[d] : 1;
     int64_t outer = accel__prod(x->shape, 0, d), inner = x->ndim ? accel__prod(x->shape, d + 1, x->ndim) : 1;
     accel_tensor *xf = accel__f32_contig(x);
-    accel_tensor *y = odt == ACCEL_F32 ? out : accel_empty(ACCEL_F32, x->ndim, x->shape);
+    accel_tensor *y = odt == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, x->shape, dev);
     if (!xf || !y) return NULL;
-    const float *xp = xf->data;
-    float *yp = y->data;
-    bool ref = accel_reference_kernels();
-#pragma omp parallel for if (!ref && outer * D * inner > 16384) schedule(static)
-    for (int64_t l = 0; l < outer * inner; l++) {
-        int64_t base = (l / inner) * D * inner + l % inner;
-        softmax_line(xp + base, yp + base, D, inner, use_log, ref);
-    }
+    accel_k_softmax k = {.y = y, .x = xf, .outer = outer, .D = D, .inner = inner, .log = use_log};
+    if (ACCEL_KERNEL(op, dev, softmax, &k) != ACCEL_OK) return NULL;
     if (y != out && accel_copy_(out, y) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record(use_log ? "log_softmax" : "softmax", softmax_backward, out, 1, in);
     if (n) {

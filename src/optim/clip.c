@@ -3,23 +3,23 @@
 
 #include "optim_internal.h"
 
+/* The partial norm of g (f32 contiguous, any device) on its device's kernel; NAN + error. */
+static double norm_partial(accel_tensor *g, double norm_type) {
+    double part = NAN;
+    accel_tensor out;
+    accel_tensor *o = &out;
+    if (g->device.type == ACCEL_DEV_CPU) accel__tensor_header(&out, &part, ACCEL_F64, 0, NULL, ACCEL_CPU_DEVICE);
+    else o = accel_empty_on(ACCEL_F64, 0, NULL, g->device); /* a step tensor; read back below */
+    if (!o) return NAN;
+    accel_k_norm_partial k = {.out = o, .g = g, .norm_type = norm_type};
+    if (ACCEL_KERNEL("grad norm", g->device, norm_partial, &k) != ACCEL_OK) return NAN;
+    return o == &out ? part : accel_item(o);
+}
+
 double accel_grad_norm_partial(const float *g, int64_t n, double norm_type) {
-    double acc = 0.0;
-    if (isinf(norm_type)) {
-        for (int64_t i = 0; i < n; i++) acc = fmax(acc, fabs((double)g[i]));
-        return acc;
-    }
-    if (norm_type == 2.0) {
-#pragma omp parallel for if (n > 65536) reduction(+ : acc) schedule(static)
-        for (int64_t i = 0; i < n; i++) acc += (double)g[i] * g[i];
-        return acc;
-    }
-    if (norm_type == 1.0) {
-        for (int64_t i = 0; i < n; i++) acc += fabs((double)g[i]);
-        return acc;
-    }
-    for (int64_t i = 0; i < n; i++) acc += pow(fabs((double)g[i]), norm_type);
-    return acc;
+    accel_tensor h;
+    accel__tensor_header(&h, (void *)g, ACCEL_F32, 1, &n, ACCEL_CPU_DEVICE);
+    return norm_partial(&h, norm_type);
 }
 
 double accel_grad_norm_finish(double combined, double norm_type) {
@@ -46,9 +46,10 @@ static double combine(double acc, double part, double norm_type) {
     return isinf(norm_type) ? fmax(acc, part) : acc + part;
 }
 
-static void scale(float *g, int64_t n, float c) {
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) g[i] *= c;
+/* g *= c in place on g's device. */
+static accel_status scale(accel_tensor *g, float c) {
+    accel_k_unary k = {.out = g, .x = g, .op = ACCEL_U_MUL_SCALAR, .p = c};
+    return ACCEL_KERNEL("clip_grad_norm", g->device, unary, &k);
 }
 
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type) {
@@ -61,8 +62,8 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
     for (int i = 0; i < n; i++) {
         if (!accel_tensor_check(params[i], fn, "parameter")) return NAN;
         const accel_tensor *g = params[i]->grad;
-        if (g && (g->dtype != ACCEL_F32 || !accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)) {
-            accel_set_error(ACCEL_ERR_DTYPE, "%s: the grad of parameter %d is not a contiguous f32 cpu tensor",
+        if (g && (g->dtype != ACCEL_F32 || !accel_is_contiguous(g) || g->device.type == ACCEL_DEV_META)) {
+            accel_set_error(ACCEL_ERR_DTYPE, "%s: the grad of parameter %d is not a contiguous f32 tensor with data",
                             fn, i);
             return NAN;
         }
@@ -70,13 +71,11 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
     double acc = 0.0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad)
-            acc = combine(acc, accel_grad_norm_partial(params[i]->grad->data,
-                                                       accel_numel(params[i]->grad), norm_type),
-                          norm_type);
+            acc = combine(acc, norm_partial(params[i]->grad, norm_type), norm_type);
     double total = accel_grad_norm_finish(acc, norm_type);
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < n; i++)
-        if (params[i]->grad) scale(params[i]->grad->data, accel_numel(params[i]->grad), c);
+        if (params[i]->grad && scale(params[i]->grad, c) != ACCEL_OK) return NAN;
     return total;
 }
 
@@ -88,14 +87,16 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
     if (!check_norm_type("accel_optimizer_clip_grad_norm", norm_type)) return NAN;
     double acc = 0.0;
     for (int i = 0; i < opt->n_segs; i++) {
-        const float *g = accel__seg_grad(&opt->segs[i]);
-        if (g) acc = combine(acc, accel_grad_norm_partial(g, opt->segs[i].numel, norm_type), norm_type);
+        accel_tensor ph, gh, *p, *g;
+        accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
+        if (g) acc = combine(acc, norm_partial(g, norm_type), norm_type);
     }
     double total = accel_grad_norm_finish(acc, norm_type);
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < opt->n_segs; i++) {
-        float *g = accel__seg_grad(&opt->segs[i]);
-        if (g) scale(g, opt->segs[i].numel, c);
+        accel_tensor ph, gh, *p, *g;
+        accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
+        if (g && scale(g, c) != ACCEL_OK) return NAN;
     }
     return total;
 }

@@ -3,16 +3,21 @@
 #define ACCEL_OPTIM_INTERNAL_H
 
 #include "accel/optim.h"
+#include "backends/backend.h"
+#include "core/core_internal.h"
 #include "core/link.h"
 
-/* A contiguous f32 run of parameters and its gradient. */
+/* A contiguous f32 run of parameters and its gradient: a parameter tensor on
+ * any device, or a flat run of host memory (cpu). */
 typedef struct accel__segment {
     accel_tensor *param;   /* tensor segment (data/grad read at each step), or NULL */
-    float *data, *grad;    /* flat segment */
+    float *data, *grad;    /* flat segment (host memory) */
     int64_t numel;
     int group;
     int64_t step;          /* steps this segment has taken */
-    float *state[2];       /* exp_avg/exp_avg_sq, or momentum_buffer in [0]; owned */
+    /* exp_avg/exp_avg_sq, or momentum_buffer in [0]: persistent f32 [numel]
+     * tensors on the segment's device; owned. */
+    accel_tensor *state[2];
 } accel__segment;
 
 typedef struct accel__group {
@@ -33,9 +38,16 @@ struct accel_optimizer {
 accel__link **accel__optimizer_links(accel_optimizer *opt);
 accel__link **accel__scheduler_links(accel_lr_scheduler *s);
 
-/* Current parameter and gradient memory of a segment (grad NULL: no gradient). */
-float *accel__seg_data(const accel__segment *s);
-float *accel__seg_grad(const accel__segment *s);
+/* The device a segment's parameters, gradients and state live on. */
+accel_device accel__seg_device(const accel__segment *s);
+/* The segment's parameters and gradient as tensors for a kernel: the
+ * parameter tensor and its grad, or headers in *p_hdr / *g_hdr over the flat
+ * run. *g is NULL when there is no gradient (yet). */
+void accel__seg_tensors(accel__segment *s, accel_tensor *p_hdr, accel_tensor *g_hdr, accel_tensor **p,
+                        accel_tensor **g);
+/* Allocates the segment's ns zeroed state tensors; false (state freed) on failure. */
+bool accel__seg_alloc_state(accel__segment *s, int ns);
+void accel__seg_free_state(accel__segment *s);
 /* How many state buffers a segment of this optimizer holds (0, 1 or 2). */
 int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h);
 

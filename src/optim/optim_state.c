@@ -83,7 +83,7 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
             snprintf(name, sizeof name, "state.%d.%s", i, state_name(opt, k));
             accel_named_state *e = push(&l, name);
             if (!e) break;
-            e->t = accel_tensor_wrap(s->state[k], ACCEL_F32, 1, &s->numel, ACCEL_CPU_DEVICE);
+            e->t = accel_tensor_wrap(s->state[k]->data, ACCEL_F32, 1, &s->numel, s->state[k]->device);
             if (!e->t) l.failed = true;
         }
     }
@@ -159,9 +159,9 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
                      (long long)accel_numel(e->t), (long long)s->numel);
             return bad_entry(e->name, msg);
         }
-        if (e->t->device.type != ACCEL_DEV_CPU) return bad_entry(e->name, "is not on cpu");
-        if (e->t->data == s->state[k]) return ACCEL_OK;
-        return accel_to_floats(e->t, s->state[k]);
+        if (e->t->device.type == ACCEL_DEV_META) return bad_entry(e->name, "is on meta (it has no data)");
+        if (e->t->data == s->state[k]->data) return ACCEL_OK;
+        return accel_copy_(s->state[k], accel_reshape(e->t, 1, &s->numel));
     }
     return bad_entry(e->name, "unknown state for this optimizer");
 }
@@ -194,7 +194,7 @@ accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel
         accel__segment *s = &opt->segs[i];
         s->step = 0;
         for (int k = 0; k < 2; k++)
-            if (s->state[k]) memset(s->state[k], 0, (size_t)s->numel * sizeof(float));
+            if (s->state[k] && accel_zero_(s->state[k]) != ACCEL_OK) return accel_last_status();
     }
     for (int i = 0; i < n; i++) {
         const accel_named_state *e = &st[i];

@@ -43,10 +43,7 @@ accel__link **accel__optimizer_links(accel_optimizer *opt) { return &opt->links;
 void accel_optimizer_free(accel_optimizer *opt) {
     if (!opt) return;
     accel__link_detach_all(&opt->links, opt);
-    for (int i = 0; i < opt->n_segs; i++) {
-        accel_free(opt->segs[i].state[0]);
-        accel_free(opt->segs[i].state[1]);
-    }
+    for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(&opt->segs[i]);
     accel_free(opt->segs);
     accel_free(opt->groups);
     accel_free(opt);
@@ -57,11 +54,36 @@ int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h) {
     return 2;
 }
 
-float *accel__seg_data(const accel__segment *s) { return s->param ? s->param->data : s->data; }
+accel_device accel__seg_device(const accel__segment *s) { return s->param ? s->param->device : ACCEL_CPU_DEVICE; }
 
-float *accel__seg_grad(const accel__segment *s) {
-    if (!s->param) return s->grad;
-    return s->param->grad ? s->param->grad->data : NULL;
+void accel__seg_tensors(accel__segment *s, accel_tensor *p_hdr, accel_tensor *g_hdr, accel_tensor **p,
+                        accel_tensor **g) {
+    if (s->param) {
+        *p = s->param;
+        *g = s->param->grad;
+        return;
+    }
+    accel__tensor_header(p_hdr, s->data, ACCEL_F32, 1, &s->numel, ACCEL_CPU_DEVICE);
+    accel__tensor_header(g_hdr, s->grad, ACCEL_F32, 1, &s->numel, ACCEL_CPU_DEVICE);
+    *p = p_hdr;
+    *g = s->grad ? g_hdr : NULL;
+}
+
+bool accel__seg_alloc_state(accel__segment *s, int ns) {
+    int64_t n = s->numel;
+    for (int k = 0; k < ns; k++)
+        if (!(s->state[k] = accel_tensor_new(ACCEL_F32, 1, &n, accel__seg_device(s)))) {
+            accel__seg_free_state(s);
+            return false;
+        }
+    return true;
+}
+
+void accel__seg_free_state(accel__segment *s) {
+    for (int k = 0; k < 2; k++) {
+        accel_tensor_free(s->state[k]);
+        s->state[k] = NULL;
+    }
 }
 
 /* *out = *given with its zero betas/eps at their defaults; false + error when a value is bad. */
@@ -119,21 +141,11 @@ static bool reserve(accel_optimizer *opt, int extra_segs) {
  * leaves the optimizer unchanged. */
 static int commit_group(accel_optimizer *opt, const accel_optim_hparams *h, int first, int n) {
     int ns = accel__n_state(opt, h);
-    for (int i = first; i < first + n; i++) {
-        accel__segment *s = &opt->segs[i];
-        size_t bytes = (size_t)(s->numel ? s->numel : 1) * sizeof(float);
-        for (int k = 0; k < ns; k++) {
-            s->state[k] = accel_malloc(bytes);
-            if (!s->state[k]) {
-                for (int j = first; j <= i; j++) {
-                    accel_free(opt->segs[j].state[0]);
-                    accel_free(opt->segs[j].state[1]);
-                }
-                return -1;
-            }
-            memset(s->state[k], 0, bytes);
+    for (int i = first; i < first + n; i++)
+        if (!accel__seg_alloc_state(&opt->segs[i], ns)) {
+            for (int j = first; j < i; j++) accel__seg_free_state(&opt->segs[j]);
+            return -1;
         }
-    }
     opt->groups[opt->n_groups].h = *h;
     opt->n_segs = first + n;
     return opt->n_groups++;
@@ -151,13 +163,14 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     for (int i = 0; i < n; i++) {
         if (!accel_tensor_check(params[i], fn, "parameter")) return -1;
         const accel_tensor *p = params[i];
-        if (p->dtype != ACCEL_F32 || !accel_is_contiguous(p) || p->device.type != ACCEL_DEV_CPU) {
+        if (p->dtype != ACCEL_F32 || !accel_is_contiguous(p) || p->device.type == ACCEL_DEV_META) {
+            char d[32];
             accel_set_error(ACCEL_ERR_DTYPE,
                             "%s: parameter %d (\"%s\") is %s%s on %s; the optimizer needs contiguous "
-                            "float32 cpu parameters (keep f32 master weights for mixed precision)",
+                            "float32 parameters with data (keep f32 master weights for mixed precision)",
                             fn, i, p->name ? p->name : "?", accel_dtype_name(p->dtype),
                             accel_is_contiguous(p) ? "" : " non-contiguous",
-                            accel_device_type_name(p->device.type));
+                            accel_device_str(p->device, d, sizeof d));
             return -1;
         }
     }
@@ -214,65 +227,41 @@ accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, float *params, 
 
 /* ---- updates */
 
-static void sgd_update(accel__segment *s, const accel_optim_hparams *h, float *p, const float *g) {
-    const float lr = (float)h->lr, wd = (float)h->weight_decay, mom = (float)h->momentum;
-    const float damp = 1.0f - (float)h->dampening;
-    float *buf = s->state[0];
-    const bool first = s->step == 1, nesterov = h->nesterov;
-    const int64_t n = s->numel;
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float d = g[i];
-        if (wd != 0.0f) d += wd * p[i];
-        if (buf) {
-            float b = first ? d : buf[i] * mom + damp * d;
-            buf[i] = b;
-            d = nesterov ? d + mom * b : b;
-        }
-        p[i] += -lr * d;
+/* One update of segment s (its step already counted) on its device's kernel. */
+static accel_status update(const accel_optimizer *opt, accel__segment *s, accel_tensor *p, accel_tensor *g) {
+    const accel_optim_hparams *h = &opt->groups[s->group].h;
+    if (opt->kind == ACCEL_OPTIM_SGD) {
+        accel_k_sgd k = {.p = p, .g = g, .buf = s->state[0], .lr = (float)h->lr,
+                         .weight_decay = (float)h->weight_decay, .momentum = (float)h->momentum,
+                         .dampening = (float)h->dampening, .first = s->step == 1, .nesterov = h->nesterov};
+        return ACCEL_KERNEL("accel_optimizer_step", p->device, sgd, &k);
     }
-}
-
-static void adam_update(accel__segment *s, const accel_optim_hparams *h, bool decoupled, float *p,
-                        const float *g) {
-    const double t = (double)s->step;
-    const double bc1 = 1.0 - pow(h->beta1, t), bc2 = 1.0 - pow(h->beta2, t);
-    const float step_size = (float)(h->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    const float w1 = (float)(1.0 - h->beta1), b2 = (float)h->beta2, w2 = (float)(1.0 - h->beta2);
-    const float eps = (float)h->eps, wd = (float)h->weight_decay;
-    /* Branch-free so the loop vectorises: AdamW decays the parameter
-     * (p *= 1 - lr*wd), Adam adds wd*p to the gradient (L2). */
-    const float decay = decoupled ? (float)(1.0 - h->lr * h->weight_decay) : 1.0f;
-    const float l2 = decoupled ? 0.0f : wd;
-    float *m = s->state[0], *v = s->state[1];
-    const int64_t n = s->numel;
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i];
-        float gi = g[i] + l2 * pi;
-        pi *= decay;
-        m[i] += w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
-        v[i] = v[i] * b2 + w2 * gi * gi;
-        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-        p[i] = pi + -step_size * (m[i] / denom);
-    }
+    accel_k_adam k = {.p = p, .g = g, .m = s->state[0], .v = s->state[1], .lr = h->lr, .beta1 = h->beta1,
+                      .beta2 = h->beta2, .eps = h->eps, .weight_decay = h->weight_decay, .step = s->step,
+                      .decoupled = opt->kind == ACCEL_OPTIM_ADAMW};
+    return ACCEL_KERNEL("accel_optimizer_step", p->device, adam, &k);
 }
 
 accel_status accel_optimizer_step(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
-        float *p = accel__seg_data(s), *g = accel__seg_grad(s);
+        accel_tensor ph, gh, *p, *g;
+        accel__seg_tensors(s, &ph, &gh, &p, &g);
         if (!g) continue;
-        if (!p)
+        if (!p->data)
             return accel_set_error(ACCEL_ERR_STATE,
                                    "accel_optimizer_step: parameter %d has no data (on meta?)", i);
+        if (!accel_device_eq(g->device, p->device) || g->dtype != ACCEL_F32 || !accel_is_contiguous(g)) {
+            char a[32], b[32];
+            return accel_set_error(ACCEL_ERR_DEVICE,
+                                   "accel_optimizer_step: the grad of parameter %d is %s on %s, the parameter "
+                                   "float32 on %s", i, accel_dtype_name(g->dtype),
+                                   accel_device_str(g->device, b, sizeof b), accel_device_str(p->device, a, sizeof a));
+        }
         s->step++;
-        const accel_optim_hparams *h = &opt->groups[s->group].h;
-        if (opt->kind == ACCEL_OPTIM_SGD)
-            sgd_update(s, h, p, g);
-        else
-            adam_update(s, h, opt->kind == ACCEL_OPTIM_ADAMW, p, g);
+        accel_status st = update(opt, s, p, g);
+        if (st != ACCEL_OK) return st;
     }
     opt->steps++;
     return ACCEL_OK;
@@ -281,8 +270,9 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
 accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_zero_grad: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
-        float *g = accel__seg_grad(&opt->segs[i]);
-        if (g) memset(g, 0, (size_t)opt->segs[i].numel * sizeof(float));
+        accel_tensor ph, gh, *p, *g;
+        accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
+        if (g) accel_zero_(g);
     }
     return ACCEL_OK;
 }
@@ -352,24 +342,13 @@ accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_ten
         s->grad = params[k] ? NULL : grads[k];
         s->numel = params[k] ? accel_numel(params[k]) : numel[k];
         s->group = groups[k];
-        int ns = accel__n_state(opt, &opt->groups[groups[k]].h);
-        size_t bytes = (size_t)(s->numel ? s->numel : 1) * sizeof(float);
-        for (int j = 0; j < ns; j++) {
-            s->state[j] = accel_calloc(1, bytes);
-            if (!s->state[j]) {
-                for (int i = 0; i <= k; i++) {
-                    accel_free(segs[i].state[0]);
-                    accel_free(segs[i].state[1]);
-                }
-                accel_free(segs);
-                return accel_last_status();
-            }
+        if (!accel__seg_alloc_state(s, accel__n_state(opt, &opt->groups[groups[k]].h))) {
+            for (int i = 0; i < k; i++) accel__seg_free_state(&segs[i]);
+            accel_free(segs);
+            return accel_last_status();
         }
     }
-    for (int i = 0; i < opt->n_segs; i++) {
-        accel_free(opt->segs[i].state[0]);
-        accel_free(opt->segs[i].state[1]);
-    }
+    for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(&opt->segs[i]);
     accel_free(opt->segs);
     opt->segs = segs;
     opt->cap_segs = n ? n : 1;

@@ -10,7 +10,22 @@
 
 #include <math.h>
 
+#include "backends/kernels.h"
 #include "core/core_internal.h"
+
+/* The CPU kernels of the table (backends/kernels.h), one per entry:
+ * accel_status accel__cpuk_<name>(accel_k_<...> *args). Each one's plain
+ * reference version sits beside its fast one in the same file, selected by
+ * accel_reference_kernels(). */
+#define ACCEL__CPU_KERNEL_DECL(name, T) accel_status accel__cpuk_##name(T *args);
+ACCEL_KERNELS(ACCEL__CPU_KERNEL_DECL)
+#undef ACCEL__CPU_KERNEL_DECL
+
+/* The machine's RAM (the CPU backend's mem_info). */
+accel_status accel__cpu_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* Whether the reference kernels are selected on this thread (accel_set_reference_kernels). */
+bool accel_reference_kernels(void);
 
 /* Sizes above which a kernel uses OpenMP threads. */
 #define ACCEL_CPU_PAR_THRESHOLD 32768
@@ -45,8 +60,6 @@ void accel__cpu_copy_strided(void *dst, const accel_tensor *src);
 
 /* ---- pointwise */
 
-typedef enum accel__binop { ACCEL_B_ADD, ACCEL_B_SUB, ACCEL_B_MUL, ACCEL_B_DIV } accel__binop;
-
 /* out (contiguous f32, shape of the layout) = a op b, with a and b f32 at the
  * layout's strides (operands 0 and 1). */
 void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float *a, const float *b,
@@ -55,12 +68,6 @@ void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float 
  * (broadcast). Float outputs are computed in f32, integer outputs in int64. */
 void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tensor *a,
                            const accel_tensor *b);
-
-typedef enum accel__unop {
-    ACCEL_U_ADD_SCALAR, ACCEL_U_MUL_SCALAR, ACCEL_U_POW, ACCEL_U_NEG, ACCEL_U_EXP, ACCEL_U_LOG,
-    ACCEL_U_SQRT, ACCEL_U_RSQRT, ACCEL_U_TANH, ACCEL_U_SIGMOID, ACCEL_U_RELU, ACCEL_U_SILU,
-    ACCEL_U_GELU, ACCEL_U_GELU_TANH,
-} accel__unop;
 
 /* y[i] = f(x[i]) on contiguous f32 (p: the scalar of *_scalar / pow). */
 void accel__cpu_unary_f32(accel__unop op, double p, const float *x, float *y, int64_t n);
@@ -81,6 +88,15 @@ void accel__cpu_sum_f32(const accel_tensor *x, unsigned mask, double scale, floa
 void accel__cpu_sum_ref(const accel_tensor *x, unsigned mask, double scale, accel_tensor *out);
 /* Max over dim d: values (dtype of out) and first index of the max (NaN wins). */
 void accel__cpu_max(const accel_tensor *x, int d, accel_tensor *values, int64_t *indices);
+
+/* ---- vectorised row math (softmax, attention, cross-entropy) */
+
+/* max of x[0..n) (-inf when n == 0; NaNs are not propagated). */
+float accel__row_max(const float *x, int64_t n);
+/* y[j] = exp(x[j] - m) for j < n (y may be x); returns the sum. */
+float accel__row_exp(float *y, const float *x, int64_t n, float m);
+/* sum of exp(x[j] - m), j < n. */
+float accel__row_sum_exp(const float *x, int64_t n, float m);
 
 /* ---- the scalar functions, shared by the fast and reference paths */
 

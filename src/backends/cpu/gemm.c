@@ -1,6 +1,7 @@
 /* CPU GEMM: OpenBLAS sgemm, a reference loop, and low-precision operands
  * converted to f32 panels. */
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/cpu_kernels.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -170,5 +171,43 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     if (!a || !b) return accel_last_status();
     accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, a_dt == ACCEL_F32 ? lda : (ac ? ac : 1), b,
                  b_dt == ACCEL_F32 ? ldb : (bc ? bc : 1), beta, C, ldc);
+    return ACCEL_OK;
+}
+
+/* ---- the table's matrix kernels */
+
+accel_status accel__cpuk_gemm(accel_k_gemm *k) {
+    size_t as = accel_dtype_size(k->a->dtype), bs = accel_dtype_size(k->b->dtype);
+    return accel__gemm(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha,
+                       (const char *)k->a->data + (size_t)k->a_off * as, k->a->dtype, k->lda,
+                       (const char *)k->b->data + (size_t)k->b_off * bs, k->b->dtype, k->ldb, k->beta,
+                       (float *)k->c->data + k->c_off, k->ldc);
+}
+
+accel_status accel__cpuk_bias_rows(accel_k_bias_rows *k) {
+    float *dst = k->out->data;
+    const float *bias = k->bias->data;
+    int64_t R = k->R, O = k->O;
+#pragma omp parallel for if (R * O > 65536) schedule(static)
+    for (int64_t r = 0; r < R; r++) memcpy(dst + r * O, bias, (size_t)O * sizeof(float));
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_col_sum(accel_k_col_sum *k) {
+    const float *g = k->g->data;
+    float *db = k->out->data, beta = k->beta;
+    int64_t R = k->R, O = k->O;
+    int nt = accel_num_threads();
+    int64_t chunk = (O + nt - 1) / nt;
+    chunk = chunk < 64 ? 64 : (chunk + 15) / 16 * 16;
+#pragma omp parallel for if (R * O > 65536) schedule(static)
+    for (int64_t c0 = 0; c0 < O; c0 += chunk) {
+        int64_t c1 = c0 + chunk < O ? c0 + chunk : O;
+        for (int64_t j = c0; j < c1; j++) db[j] = beta == 0.0f ? 0.0f : db[j];
+        for (int64_t r = 0; r < R; r++) {
+            const float *gr = g + r * O;
+            for (int64_t j = c0; j < c1; j++) db[j] += gr[j];
+        }
+    }
     return ACCEL_OK;
 }

@@ -1,4 +1,6 @@
 /* Reduction kernels: sum over a set of dims, max over one dim. */
+#include <string.h>
+
 #include "cpu_kernels.h"
 
 /* Splits x's dims into kept (outer, in order) and reduced ones. */
@@ -119,4 +121,34 @@ void accel__cpu_max(const accel_tensor *x, int d, accel_tensor *values, int64_t 
         accel__store_elem(values->data, values->dtype, (size_t)o, best);
         indices[o] = bi;
     }
+}
+
+/* ---- the table's reduction kernels */
+
+accel_status accel__cpuk_sum(accel_k_sum *k) {
+    if (accel_reference_kernels() || k->x->dtype != ACCEL_F32 || k->out->dtype != ACCEL_F32)
+        accel__cpu_sum_ref(k->x, k->mask, k->scale, k->out);
+    else accel__cpu_sum_f32(k->x, k->mask, k->scale, k->out->data);
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_max(accel_k_max *k) {
+    accel__cpu_max(k->x, k->dim, k->values, k->indices->data);
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_max_backward(accel_k_max_backward *k) {
+    const accel_tensor *x = k->gx;
+    int d = k->dim;
+    int64_t outer = 1, inner = 1, len = x->shape[d];
+    for (int i = 0; i < d; i++) outer *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++) inner *= x->shape[i];
+    float *px = k->gx->data;
+    const float *pg = k->g->data;
+    const int64_t *idx = k->indices->data;
+    memset(px, 0, (size_t)accel_numel(x) * sizeof(float));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            px[(o * len + idx[o * inner + i]) * inner + i] = pg[o * inner + i];
+    return ACCEL_OK;
 }

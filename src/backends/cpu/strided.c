@@ -102,3 +102,85 @@ void accel__cpu_copy_strided(void *dst, const accel_tensor *src) {
     accel__contiguous_strides(d.ndim, d.shape, d.stride);
     accel__cpu_copy(&d, src);
 }
+
+/* ---- the copy, fill and accumulate kernels */
+
+static int64_t linear_to_offset(const accel_tensor *t, int64_t i) {
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t n = t->shape[d];
+        off += (i % n) * t->stride[d];
+        i /= n;
+    }
+    return off;
+}
+
+/* dst = src converting dtypes (same shape, any strides), row by row over the
+ * last dim: a row whose elements are adjacent in both is one convert (the
+ * transposes of attention heads copy 64-float runs), others go element by
+ * element. Rows are independent: large copies run on the OpenMP threads. */
+static void convert_strided(accel_tensor *dst, const accel_tensor *src, int64_t n) {
+    if (n == 0 || dst->ndim == 0) return;
+    int last = dst->ndim - 1;
+    int64_t W = dst->shape[last], rows = n / W;
+    int64_t ds_ = dst->stride[last], ss = src->stride[last];
+    size_t des = accel_dtype_size(dst->dtype), ses = accel_dtype_size(src->dtype);
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        char *d = (char *)dst->data + linear_to_offset(dst, r * W) * (int64_t)des;
+        const char *s = (const char *)src->data + linear_to_offset(src, r * W) * (int64_t)ses;
+        if (ds_ == 1 && ss == 1) {
+            accel_convert(d, dst->dtype, s, src->dtype, (size_t)W);
+        } else {
+            for (int64_t j = 0; j < W; j++)
+                accel__store_elem(d + j * ds_ * (int64_t)des, dst->dtype, 0,
+                                  accel__load_elem(s + j * ss * (int64_t)ses, src->dtype, 0));
+        }
+    }
+}
+
+accel_status accel__cpuk_copy(accel_k_copy *a) {
+    accel_tensor *dst = a->out, *src = a->in;
+    int64_t n = accel_numel(dst);
+    if (dst->dtype == src->dtype) accel__cpu_copy(dst, src);
+    else if (accel_is_contiguous(dst) && accel_is_contiguous(src))
+        accel_convert(dst->data, dst->dtype, src->data, src->dtype, (size_t)n);
+    else convert_strided(dst, src, n);
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_fill(accel_k_fill *a) {
+    accel_tensor *t = a->out;
+    int64_t n = accel_numel(t);
+    if (accel_is_contiguous(t) && t->dtype == ACCEL_F32) {
+        float *p = t->data, v = (float)a->value;
+        for (int64_t i = 0; i < n; i++) p[i] = v;
+    } else if (accel_is_contiguous(t) && a->value == 0.0) {
+        memset(t->data, 0, (size_t)n * accel_dtype_size(t->dtype));
+    } else {
+        size_t es = accel_dtype_size(t->dtype);
+        for (int64_t i = 0; i < n; i++)
+            accel__store_elem((char *)t->data + linear_to_offset(t, i) * (int64_t)es, t->dtype, 0, a->value);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_accumulate(accel_k_accumulate *a) {
+    accel_tensor *dst = a->out, *src = a->in;
+    int64_t n = accel_numel(dst);
+    if (dst->dtype == ACCEL_F32 && src->dtype == ACCEL_F32 && accel_is_contiguous(src)) {
+        float *d = dst->data;
+        const float *s = src->data;
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+        return ACCEL_OK;
+    }
+    size_t es = accel_dtype_size(src->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        double v = accel__load_elem(dst->data, dst->dtype, (size_t)i) +
+                   accel__load_elem((const char *)src->data + linear_to_offset(src, i) * (int64_t)es,
+                                    src->dtype, 0);
+        accel__store_elem(dst->data, dst->dtype, (size_t)i, v);
+    }
+    return ACCEL_OK;
+}

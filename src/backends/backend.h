@@ -1,0 +1,146 @@
+/* The device backend interface (internal; the one header a new backend implements).
+ *
+ * A backend is one folder of src/backends/ (cpu/, hostless/, later cuda/, npu/)
+ * that fills one `accel_backend` table and registers it. Everything above
+ * src/backends/ reaches device memory and device compute only through these
+ * tables: core allocates tensor storage with `mem.alloc`/`mem.step_alloc`,
+ * moves bytes with `mem.copy_*`, and ops call `kernels.<name>`.
+ *
+ * Devices. A device is (type, index) (`accel_device` in core.h), named as
+ * PyTorch and Accelerate name them: "cpu", "cuda:0", "npu:1", "meta". A
+ * backend serves one device type and `device_count()` devices of it. `cpu` is
+ * always registered; a backend built in registers itself at start-up
+ * (accel__backends_init) when its devices are present. `meta` has no backend:
+ * it has no memory and runs no kernel (ops compute shapes only).
+ *
+ * Pointers. `accel_tensor.data` of a tensor on device d is a *device pointer*
+ * of d's backend: an opaque address that only that backend can read. Code
+ * above src/backends/ may do pointer arithmetic on it (views add byte
+ * offsets) but never dereferences it. Tensor headers (shape, strides, dtype)
+ * always live in host memory.
+ *
+ * Errors. Every entry that can fail returns accel_status and sets the
+ * thread's error (accel_set_error) with a message naming the operation and
+ * the device. A NULL entry in `kernels` means the backend lacks that kernel:
+ * accel__kernel_missing() reports "<op>: kernel <name> is not implemented on
+ * <device>", never a crash.
+ *
+ * Threading. Memory entries may be called from any thread. `step_alloc` and
+ * `step_reset` act on the calling thread's step pool (one per thread and
+ * device, like the step arena). Kernels run on the calling thread (the CPU
+ * backend uses OpenMP inside); on an asynchronous device a kernel is enqueued
+ * on the thread's current stream and returns.
+ *
+ * Adding a backend: docs/architecture.md, "Adding a device backend".
+ */
+#ifndef ACCEL_BACKENDS_BACKEND_H
+#define ACCEL_BACKENDS_BACKEND_H
+
+#include "accel/core.h"
+#include "backends/kernels.h"
+
+/* ---------------------------------------------------------------- memory */
+
+typedef struct accel_stream accel_stream; /* backend-defined queue of work */
+typedef struct accel_event accel_event;   /* backend-defined point in a stream */
+
+typedef struct accel_backend_mem {
+    /* Persistent memory (parameters, optimizer state, anything outliving a
+     * step): `bytes` > 0, align a power of two <= 2 MiB. Contents undefined.
+     * NULL (error set) on OOM. Required. */
+    void *(*alloc)(int index, size_t bytes, size_t align);
+    void (*free)(int index, void *p); /* NULL is a no-op. Required. */
+    /* Step memory: valid until the calling thread's accel_step_reset(), which
+     * calls step_reset for every registered device. A loop whose steps are
+     * alike must not allocate from the system after its first step. Required. */
+    void *(*step_alloc)(int index, size_t bytes, size_t align);
+    void (*step_reset)(int index);
+    /* n bytes of device memory at p set to `byte`. Required. */
+    accel_status (*memset)(int index, void *p, int byte, size_t n);
+    /* Synchronous copies: host -> device, device -> host, and device -> device
+     * within this backend (src on device src_index, dst on dst_index). On an
+     * asynchronous device they wait for the thread's current stream. Required. */
+    accel_status (*copy_to_device)(int index, void *dst, const void *host_src, size_t n);
+    accel_status (*copy_to_host)(int index, void *host_dst, const void *src, size_t n);
+    accel_status (*copy_device)(int dst_index, void *dst, int src_index, const void *src, size_t n);
+    /* Total and free bytes of the device (device maps, estimate-memory).
+     * Required. */
+    accel_status (*mem_info)(int index, size_t *free_bytes, size_t *total_bytes);
+    /* Host memory that the device can copy from/to at full speed (pinned),
+     * for staging. Optional: NULL means plain accel_malloc'd memory is fine. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+} accel_backend_mem;
+
+/* Asynchronous work. Optional as a whole: a synchronous backend (cpu) leaves
+ * every slot NULL, and accel__device_synchronize() is then a no-op. A backend
+ * that fills one slot fills them all. */
+typedef struct accel_backend_async {
+    accel_stream *(*stream_new)(int index);
+    void (*stream_free)(int index, accel_stream *s);
+    /* The stream kernels and copies of the calling thread are enqueued on
+     * (NULL: the device's default stream). */
+    void (*set_stream)(int index, accel_stream *s);
+    accel_status (*copy_to_device_async)(int index, void *dst, const void *host_src, size_t n,
+                                         accel_stream *s);
+    accel_status (*copy_to_host_async)(int index, void *host_dst, const void *src, size_t n,
+                                       accel_stream *s);
+    accel_event *(*event_record)(int index, accel_stream *s);
+    accel_status (*event_wait)(int index, accel_stream *s, accel_event *e); /* s waits for e */
+    accel_status (*event_synchronize)(int index, accel_event *e);          /* host waits */
+    void (*event_free)(int index, accel_event *e);
+    accel_status (*synchronize)(int index); /* host waits for all work of the device */
+} accel_backend_async;
+
+/* ---------------------------------------------------------------- backend */
+
+typedef struct accel_backend {
+    const char *name;         /* the device type's name: "cpu", "cuda", "hostless" */
+    accel_device_type type;   /* the accel_device.type it serves */
+    int (*device_count)(void); /* devices present; index is 0..count-1 */
+    /* True when device pointers of this backend are host addresses (the CPU
+     * backend): callers may then skip staging copies. */
+    bool host_addressable;
+    accel_backend_mem mem;
+    accel_backend_async async;
+    accel_kernel_table kernels;
+} accel_backend;
+
+/* Registers a backend for its device type (replacing none: a second backend
+ * for a registered type is an error). Tables are not copied: `b` must outlive
+ * the process. Thread-safe; normally called once at start-up. */
+accel_status accel__backend_register(const accel_backend *b);
+/* The backend of device d, or NULL (meta, or a type nothing registered). */
+const accel_backend *accel__backend_of(accel_device d);
+/* The backend of d when d is a registered device with memory; otherwise NULL
+ * and an error "<op>: device <d> ..." naming why. */
+const accel_backend *accel__backend_for(accel_device d, const char *op);
+/* Every registered backend, in registration order; returns the count. */
+int accel__backends(const accel_backend **out, int max);
+
+/* The registered test backend with non-host pointers (src/backends/hostless):
+ * registers `n` devices "hostless:0".."hostless:n-1". Also done at start-up
+ * when the environment has ACCEL_TEST_DEVICES=n. Returns an error if a
+ * different count was registered before. */
+accel_status accel__hostless_register(int n);
+
+/* The error of an absent kernel: "<op>: kernel <name> is not implemented on <device>". */
+accel_status accel__kernel_missing(const char *op, const char *kernel, accel_device d);
+
+/* Calls kernel `name` of device `dev`'s backend with `args` (a pointer to the
+ * kernel's argument struct); evaluates to its accel_status, or to the
+ * missing-kernel error (naming `op`) when the backend has none. */
+#define ACCEL_KERNEL(op, dev, name, args)                                               \
+    (accel__kernel_table_of(dev, op) == NULL                                            \
+         ? accel_last_status()                                                          \
+     : accel__kernel_table_of(dev, op)->name == NULL                                    \
+         ? accel__kernel_missing(op, #name, dev)                                        \
+         : accel__kernel_table_of(dev, op)->name(args))
+
+/* The kernel table of dev (NULL and error set when dev has no backend). */
+const accel_kernel_table *accel__kernel_table_of(accel_device dev, const char *op);
+
+/* The CPU backend's table (the reference every other backend is tested against). */
+extern const accel_backend accel__cpu_backend;
+
+#endif

@@ -1,0 +1,188 @@
+/* RMSNorm (transformers' LlamaRMSNorm) and LayerNorm over the last dim, in
+ * f32, forward and backward. */
+#include <math.h>
+#include <omp.h>
+
+#include "cpu_kernels.h"
+
+/* Rounds v to dtype dt and back (identity for f32). */
+static inline float round_to(float v, accel_dtype dt) {
+    if (dt == ACCEL_BF16) return accel_bf16_to_f32(accel_f32_to_bf16(v));
+    if (dt == ACCEL_F16) return accel_f16_to_f32(accel_f32_to_f16(v));
+    return v;
+}
+
+/* sum of a[j] * b[j] (vectorised: 8 partial sums). */
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t j = 0; j < n; j++) acc += a[j] * b[j];
+    return acc;
+}
+
+/* y[r] = w * round(x[r] * rstd[r]); rstd[r] = 1/sqrt(mean(x^2) + eps). */
+static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64_t R, int64_t D,
+                    float eps, accel_dtype xdt, bool ref) {
+#pragma omp parallel for if (!ref && R * D > 16384) schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * D;
+        float *yr = y + r * D;
+        float s;
+        if (ref) {
+            double acc = 0.0;
+            for (int64_t j = 0; j < D; j++) acc += (double)xr[j] * xr[j];
+            s = (float)(1.0 / sqrt(acc / (double)D + eps));
+        } else {
+            s = 1.0f / sqrtf(dot_f32(xr, xr, D) / (float)D + eps);
+        }
+        rstd[r] = s;
+        if (xdt == ACCEL_F32 && w) { /* the common case, vectorised */
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) yr[j] = w[j] * (xr[j] * s);
+            continue;
+        }
+        for (int64_t j = 0; j < D; j++) {
+            float v = round_to(xr[j] * s, xdt);
+            yr[j] = w ? w[j] * v : v;
+        }
+    }
+}
+
+/* dx[r] (+)= s (gw - x s mean(gw x s)) with gw = g * w, for rows [r0, r1). */
+static void rms_dx_rows(const float *x, const float *g, const float *w, const float *rstd, float *dx,
+                        float beta, int64_t r0, int64_t r1, int64_t D, float *tmp) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float *d = dx + r * D, s = rstd[r];
+        const float *gw = gr;
+        if (w) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) tmp[j] = gr[j] * w[j];
+            gw = tmp;
+        }
+        float c = s * s * dot_f32(gw, xr, D) / (float)D;
+        if (beta == 0.0f) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) d[j] = s * gw[j] - xr[j] * (s * c);
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) d[j] += s * gw[j] - xr[j] * (s * c);
+        }
+    }
+}
+
+/* gw[j] += sum over rows of g * round(x * rstd), for columns [c0, c1). */
+static void rms_dw_cols(const float *x, const float *g, const float *rstd, float *gw, int64_t R, int64_t D,
+                        int64_t c0, int64_t c1, accel_dtype xdt) {
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float s = rstd[r];
+        if (xdt == ACCEL_F32) {
+#pragma omp simd
+            for (int64_t j = c0; j < c1; j++) gw[j] += gr[j] * (xr[j] * s);
+        } else {
+            for (int64_t j = c0; j < c1; j++) gw[j] += gr[j] * round_to(xr[j] * s, xdt);
+        }
+    }
+}
+
+accel_status accel__cpuk_rms_norm(accel_k_rms_norm *k) {
+    rms_fwd(k->x->data, k->w ? k->w->data : NULL, k->y->data, k->rstd->data, k->R, k->D, k->eps, k->x_dt,
+            accel_reference_kernels());
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_rms_norm_backward(accel_k_rms_norm_backward *k) {
+    int64_t R = k->R, D = k->D;
+    const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data;
+    const float *w = k->w ? k->w->data : NULL;
+    float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
+    int nt = R * D > 16384 ? accel_num_threads() : 1;
+    float *tmp = dx && w ? accel_arena_alloc(accel_step_arena(), (size_t)(nt * D) * sizeof(float), 64) : NULL;
+    if (dx && w && !tmp) return accel_last_status();
+    /* Threads take row blocks for dx and column blocks for the weight grad. */
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16;
+        if (dx) rms_dx_rows(x, g, w, rstd, dx, k->dx_beta, R * t / n, R * (t + 1) / n, D, tmp ? tmp + t * D : NULL);
+        int64_t c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
+        if (dw && c0 < c1) rms_dw_cols(x, g, rstd, dw, R, D, c0, c1, k->x_dt);
+    }
+    return ACCEL_OK;
+}
+
+static void ln_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                   int64_t R, int64_t D, float eps, bool ref) {
+#pragma omp parallel for if (!ref && R * D > 16384) schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * D;
+        float *yr = y + r * D;
+        float mu, s;
+        if (ref) {
+            double m = 0.0, v = 0.0;
+            for (int64_t j = 0; j < D; j++) m += xr[j];
+            m /= (double)D;
+            for (int64_t j = 0; j < D; j++) v += ((double)xr[j] - m) * ((double)xr[j] - m);
+            mu = (float)m;
+            s = (float)(1.0 / sqrt(v / (double)D + eps));
+        } else {
+            float m = 0.0f, v = 0.0f;
+            for (int64_t j = 0; j < D; j++) m += xr[j];
+            m /= (float)D;
+            for (int64_t j = 0; j < D; j++) v += (xr[j] - m) * (xr[j] - m);
+            mu = m;
+            s = 1.0f / sqrtf(v / (float)D + eps);
+        }
+        mean[r] = mu;
+        rstd[r] = s;
+        for (int64_t j = 0; j < D; j++) {
+            float v = (xr[j] - mu) * s;
+            if (w) v *= w[j];
+            if (b) v += b[j];
+            yr[j] = v;
+        }
+    }
+}
+
+accel_status accel__cpuk_layer_norm(accel_k_layer_norm *k) {
+    ln_fwd(k->x->data, k->w ? k->w->data : NULL, k->b ? k->b->data : NULL, k->y->data, k->mean->data,
+           k->rstd->data, k->R, k->D, k->eps, accel_reference_kernels());
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_layer_norm_backward(accel_k_layer_norm_backward *k) {
+    int64_t R = k->R, D = k->D;
+    const float *x = k->x->data, *mean = k->mean->data, *rstd = k->rstd->data, *g = k->g->data;
+    const float *w = k->w ? k->w->data : NULL;
+    float *gw = k->dw ? k->dw->data : NULL, *gb = k->db ? k->db->data : NULL;
+    if (k->dx) {
+        float *dx = k->dx->data;
+        float beta = k->dx_beta;
+#pragma omp parallel for if (R * D > 16384) schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x + r * D, *gr = g + r * D;
+            float mu = mean[r], s = rstd[r], sum_g = 0.0f, sum_gx = 0.0f;
+            for (int64_t j = 0; j < D; j++) {
+                float dxn = gr[j] * (w ? w[j] : 1.0f);
+                sum_g += dxn;
+                sum_gx += dxn * (xr[j] - mu) * s;
+            }
+            sum_g /= (float)D;
+            sum_gx /= (float)D;
+            float *d = dx + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                float v = s * (gr[j] * (w ? w[j] : 1.0f) - sum_g - (xr[j] - mu) * s * sum_gx);
+                d[j] = beta == 0.0f ? v : d[j] + v;
+            }
+        }
+    }
+    for (int64_t r = 0; r < R && (gw || gb); r++) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        for (int64_t j = 0; j < D; j++) {
+            if (gw) gw[j] += gr[j] * (xr[j] - mean[r]) * rstd[r];
+            if (gb) gb[j] += gr[j];
+        }
+    }
+    return ACCEL_OK;
+}

@@ -1,0 +1,70 @@
+/* Optimizer updates (SGD, Adam/AdamW with PyTorch's rules) and the partial
+ * gradient norm of gradient clipping. */
+#include <math.h>
+
+#include "cpu_kernels.h"
+
+accel_status accel__cpuk_sgd(accel_k_sgd *k) {
+    const float lr = k->lr, wd = k->weight_decay, mom = k->momentum, damp = 1.0f - k->dampening;
+    float *p = k->p->data, *buf = k->buf ? k->buf->data : NULL;
+    const float *g = k->g->data;
+    const bool first = k->first, nesterov = k->nesterov;
+    const int64_t n = accel_numel(k->p);
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        if (wd != 0.0f) d += wd * p[i];
+        if (buf) {
+            float b = first ? d : buf[i] * mom + damp * d;
+            buf[i] = b;
+            d = nesterov ? d + mom * b : b;
+        }
+        p[i] += -lr * d;
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_adam(accel_k_adam *k) {
+    const double t = (double)k->step;
+    const double bc1 = 1.0 - pow(k->beta1, t), bc2 = 1.0 - pow(k->beta2, t);
+    const float step_size = (float)(k->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float w1 = (float)(1.0 - k->beta1), b2 = (float)k->beta2, w2 = (float)(1.0 - k->beta2);
+    const float eps = (float)k->eps, wd = (float)k->weight_decay;
+    /* Branch-free so the loop vectorises: AdamW decays the parameter
+     * (p *= 1 - lr*wd), Adam adds wd*p to the gradient (L2). */
+    const float decay = k->decoupled ? (float)(1.0 - k->lr * k->weight_decay) : 1.0f;
+    const float l2 = k->decoupled ? 0.0f : wd;
+    float *p = k->p->data, *m = k->m->data, *v = k->v->data;
+    const float *g = k->g->data;
+    const int64_t n = accel_numel(k->p);
+#pragma omp parallel for simd if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i];
+        float gi = g[i] + l2 * pi;
+        pi *= decay;
+        m[i] += w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
+        v[i] = v[i] * b2 + w2 * gi * gi;
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] = pi + -step_size * (m[i] / denom);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_norm_partial(accel_k_norm_partial *k) {
+    const float *g = k->g->data;
+    const int64_t n = accel_numel(k->g);
+    const double norm_type = k->norm_type;
+    double acc = 0.0;
+    if (isinf(norm_type)) {
+        for (int64_t i = 0; i < n; i++) acc = fmax(acc, fabs((double)g[i]));
+    } else if (norm_type == 2.0) {
+#pragma omp parallel for if (n > 65536) reduction(+ : acc) schedule(static)
+        for (int64_t i = 0; i < n; i++) acc += (double)g[i] * g[i];
+    } else if (norm_type == 1.0) {
+        for (int64_t i = 0; i < n; i++) acc += fabs((double)g[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) acc += pow(fabs((double)g[i]), norm_type);
+    }
+    *(double *)k->out->data = acc;
+    return ACCEL_OK;
+}

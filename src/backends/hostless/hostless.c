@@ -1,0 +1,189 @@
+/* The hostless test backend: devices "hostless:0".."hostless:N-1" whose
+ * memory the host cannot read, as a GPU's.
+ *
+ * Memory is host memory, but every device pointer it hands out is the host
+ * address XOR a tag in bits 48..55 (0xA0 + device index): a non-canonical
+ * address on x86-64 (and not a top-byte-ignored one on AArch64), so any
+ * dereference above the backends faults exactly as a dereference of a CUDA
+ * pointer would. Pointer arithmetic on tagged pointers (views) is fine: the
+ * tag sits far above any offset.
+ *
+ * Kernels are the CPU kernels. One wrapper per table entry, generated from
+ * ACCEL_KERNELS, translates the kernel's tensors (the t[] array every
+ * argument struct starts with) to host addresses on a private copy of their
+ * headers, checks that each pointer belongs to this device, calls the CPU
+ * kernel, and restores the caller's tensors.
+ *
+ * Registered by accel__hostless_register(n), or at start-up with
+ * ACCEL_TEST_DEVICES=n in the environment (tests run whole binaries on it
+ * with ACCEL_DEFAULT_DEVICE=hostless:0). Never for production use. */
+#include <pthread.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+
+enum { HOSTLESS_MAX = 8 };
+
+static int g_count; /* devices registered; 0 until accel__hostless_register */
+
+static uint64_t tag_of(int index) { return (uint64_t)(0xA0 + index) << 48; }
+
+static void *to_device_ptr(int index, void *host) {
+    return host ? (void *)((uintptr_t)host ^ tag_of(index)) : NULL;
+}
+
+/* The host address of device pointer p of device `index`; NULL when p is not
+ * one of that device's (a pointer of another device, or a host address). */
+static void *to_host_ptr(int index, const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    if ((u & ((uint64_t)0xFF << 48)) != tag_of(index)) return NULL;
+    return (void *)(u ^ tag_of(index));
+}
+
+static accel_status bad_pointer(int index, const char *what, const void *p) {
+    return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: %s %p is not a pointer of this device", index,
+                           what, p);
+}
+
+static int hostless_count(void) { return g_count; }
+
+static void *hostless_alloc(int index, size_t bytes, size_t align) {
+    return to_device_ptr(index, accel_malloc_aligned(bytes, align));
+}
+
+static void hostless_free(int index, void *p) {
+    if (p) accel_free(to_host_ptr(index, p));
+}
+
+/* Each thread's step pool of each device: an arena of its own, so that the
+ * step memory of a device is not the cpu's. */
+static _Thread_local accel_arena *tl_pool[HOSTLESS_MAX];
+
+static void *hostless_step_alloc(int index, size_t bytes, size_t align) {
+    if (!tl_pool[index] && !(tl_pool[index] = accel_arena_create(1u << 20))) return NULL;
+    return to_device_ptr(index, accel_arena_alloc(tl_pool[index], bytes, align));
+}
+
+static void hostless_step_reset(int index) {
+    if (tl_pool[index]) accel_arena_reset(tl_pool[index]);
+}
+
+static accel_status hostless_memset(int index, void *p, int byte, size_t n) {
+    void *h = to_host_ptr(index, p);
+    if (!h) return bad_pointer(index, "memset of", p);
+    if (n) memset(h, byte, n);
+    return ACCEL_OK;
+}
+
+static accel_status hostless_copy_to_device(int index, void *dst, const void *src, size_t n) {
+    void *h = to_host_ptr(index, dst);
+    if (!h) return bad_pointer(index, "copy to", dst);
+    if (n) memcpy(h, src, n);
+    return ACCEL_OK;
+}
+
+static accel_status hostless_copy_to_host(int index, void *dst, const void *src, size_t n) {
+    const void *h = to_host_ptr(index, src);
+    if (!h) return bad_pointer(index, "copy from", src);
+    if (n) memcpy(dst, h, n);
+    return ACCEL_OK;
+}
+
+static accel_status hostless_copy_device(int dst_index, void *dst, int src_index, const void *src, size_t n) {
+    void *d = to_host_ptr(dst_index, dst);
+    const void *s = to_host_ptr(src_index, src);
+    if (!d) return bad_pointer(dst_index, "copy to", dst);
+    if (!s) return bad_pointer(src_index, "copy from", src);
+    if (n && d != s) memmove(d, s, n);
+    return ACCEL_OK;
+}
+
+static accel_status hostless_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+    return accel__cpu_mem_info(free_bytes, total_bytes);
+}
+
+/* ---- kernels: the CPU kernels on translated tensors */
+
+typedef struct frame {
+    accel_tensor host[ACCEL_KERNEL_MAX_TENSORS];
+    accel_tensor *saved[ACCEL_KERNEL_MAX_TENSORS];
+} frame;
+
+/* Points t[i] at host copies of the headers with host data pointers. */
+static accel_status enter(frame *f, accel_tensor **t, int n) {
+    for (int i = 0; i < n; i++) {
+        f->saved[i] = t[i];
+        if (!t[i]) continue;
+        if (t[i]->device.type != ACCEL_DEV_HOSTLESS || t[i]->device.index >= g_count) {
+            char d[32];
+            for (int j = 0; j < i; j++) t[j] = f->saved[j];
+            return accel_set_error(ACCEL_ERR_DEVICE, "hostless kernel given a tensor on %s",
+                                   accel_device_str(t[i]->device, d, sizeof d));
+        }
+        int index = t[i]->device.index;
+        f->host[i] = *t[i];
+        f->host[i].device = ACCEL_CPU_DEVICE;
+        f->host[i].data = to_host_ptr(index, t[i]->data);
+        if (!f->host[i].data && t[i]->data) {
+            for (int j = 0; j < i; j++) t[j] = f->saved[j];
+            return bad_pointer(index, "kernel tensor", t[i]->data);
+        }
+        t[i] = &f->host[i];
+    }
+    return ACCEL_OK;
+}
+
+static void leave(frame *f, accel_tensor **t, int n) {
+    for (int i = 0; i < n; i++) t[i] = f->saved[i];
+}
+
+#define HOSTLESS_KERNEL(name, T)                                           \
+    static accel_status hostless_##name(T *a) {                           \
+        frame f;                                                           \
+        accel_status st = enter(&f, a->t, ACCEL_KERNEL_NTENSORS(T));       \
+        if (st != ACCEL_OK) return st;                                     \
+        st = accel__cpu_backend.kernels.name(a);                           \
+        leave(&f, a->t, ACCEL_KERNEL_NTENSORS(T));                         \
+        return st;                                                         \
+    }
+ACCEL_KERNELS(HOSTLESS_KERNEL)
+#undef HOSTLESS_KERNEL
+
+static const accel_backend hostless_backend = {
+    .name = "hostless",
+    .type = ACCEL_DEV_HOSTLESS,
+    .device_count = hostless_count,
+    .host_addressable = false,
+    .mem = {
+        .alloc = hostless_alloc,
+        .free = hostless_free,
+        .step_alloc = hostless_step_alloc,
+        .step_reset = hostless_step_reset,
+        .memset = hostless_memset,
+        .copy_to_device = hostless_copy_to_device,
+        .copy_to_host = hostless_copy_to_host,
+        .copy_device = hostless_copy_device,
+        .mem_info = hostless_mem_info,
+    },
+    .kernels = {
+#define HOSTLESS_SLOT(name, T) .name = hostless_##name,
+        ACCEL_KERNELS(HOSTLESS_SLOT)
+#undef HOSTLESS_SLOT
+    },
+};
+
+accel_status accel__hostless_register(int n) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    if (n < 1 || n > HOSTLESS_MAX)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__hostless_register: %d devices (1..%d)", n,
+                               HOSTLESS_MAX);
+    pthread_mutex_lock(&lock);
+    bool clash = g_count && g_count != n;
+    if (!g_count) g_count = n;
+    pthread_mutex_unlock(&lock);
+    if (clash)
+        return accel_set_error(ACCEL_ERR_STATE, "accel__hostless_register: %d devices already registered",
+                               g_count);
+    return accel__backend_register(&hostless_backend);
+}

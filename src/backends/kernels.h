@@ -1,0 +1,375 @@
+/* The kernel table: one typed entry per kernel the ops need (internal).
+ *
+ * Every kernel takes one pointer to its argument struct and returns an
+ * accel_status. Every argument struct starts with the tensors the kernel
+ * reads or writes, as a union of an array `t[]` and named members:
+ *
+ *     typedef struct accel_k_fill {
+ *         ACCEL_KERNEL_TENSORS(1, *out);
+ *         double value;
+ *     } accel_k_fill;
+ *
+ * The tensors are host headers (dtype, shape, strides in elements) whose
+ * `data` is a device pointer of the device the kernel runs on. Because the
+ * tensors always come first in one array, a backend can rewrite every
+ * tensor of any kernel with one mechanism (the hostless test backend
+ * translates its pointers this way and then calls the CPU kernels); the
+ * kernel list below (ACCEL_KERNELS) generates the table and such wrappers.
+ * Entries of t[] may be NULL where a kernel documents an optional tensor.
+ *
+ * Conventions: outputs come first; an output is written whole (its old
+ * contents are ignored) unless the kernel says it accumulates; inputs are
+ * not written. Unless a kernel says otherwise, any dtype and any strides are
+ * accepted; a kernel that needs contiguous or f32 operands says so, and the
+ * op prepares them. A kernel never allocates tensors; scratch memory is its
+ * backend's business.
+ */
+#ifndef ACCEL_BACKENDS_KERNELS_H
+#define ACCEL_BACKENDS_KERNELS_H
+
+#include "accel/core.h"
+
+/* The leading tensors of an argument struct: ACCEL_KERNEL_TENSORS(2, *out, *in)
+ * declares `accel_tensor *t[2]` overlaid with `accel_tensor *out, *in`. */
+#define ACCEL_KERNEL_TENSORS(n, ...) \
+    union { accel_tensor *t[n]; struct { accel_tensor __VA_ARGS__; }; }
+/* The number of tensors of kernel args struct T (its t[] array). */
+#define ACCEL_KERNEL_NTENSORS(T) ((int)(sizeof(((T *)0)->t) / sizeof(accel_tensor *)))
+/* The most tensors any kernel takes. */
+#define ACCEL_KERNEL_MAX_TENSORS 8
+
+/* ---------------------------------------------------------------- memory-like */
+
+/* out = in, same shape; any dtypes (converted, round-to-nearest-even) and strides. */
+typedef struct accel_k_copy {
+    ACCEL_KERNEL_TENSORS(2, *out, *in);
+} accel_k_copy;
+
+/* out[...] = value (converted to out's dtype), any strides. */
+typedef struct accel_k_fill {
+    ACCEL_KERNEL_TENSORS(1, *out);
+    double value;
+} accel_k_fill;
+
+/* out += in (same shape; out contiguous, any float dtypes; in any strides). */
+typedef struct accel_k_accumulate {
+    ACCEL_KERNEL_TENSORS(2, *out, *in);
+} accel_k_accumulate;
+
+/* ---------------------------------------------------------------- random */
+
+typedef enum accel_k_rng_kind { ACCEL_K_RNG_NORMAL, ACCEL_K_RNG_UNIFORM, ACCEL_K_RNG_BERNOULLI } accel_k_rng_kind;
+
+/* Philox-4x32-10 draws: element i (row-major) comes from counter offset + i
+ * under key seed, so every device gives the same numbers.
+ *   NORMAL:    out (float, contiguous) = a + b * z (Box-Muller)
+ *   UNIFORM:   out (float, contiguous) = a + (b - a) * u, u in [0, 1)
+ *   BERNOULLI: out (u8/bool, contiguous) = u < a */
+typedef struct accel_k_rng {
+    ACCEL_KERNEL_TENSORS(1, *out);
+    accel_k_rng_kind kind;
+    uint64_t seed, offset;
+    double a, b;
+} accel_k_rng;
+
+/* ---------------------------------------------------------------- pointwise */
+
+typedef enum accel__binop { ACCEL_B_ADD, ACCEL_B_SUB, ACCEL_B_MUL, ACCEL_B_DIV } accel__binop;
+
+typedef enum accel__unop {
+    ACCEL_U_ADD_SCALAR, ACCEL_U_MUL_SCALAR, ACCEL_U_POW, ACCEL_U_NEG, ACCEL_U_EXP, ACCEL_U_LOG,
+    ACCEL_U_SQRT, ACCEL_U_RSQRT, ACCEL_U_TANH, ACCEL_U_SIGMOID, ACCEL_U_RELU, ACCEL_U_SILU,
+    ACCEL_U_GELU, ACCEL_U_GELU_TANH,
+} accel__unop;
+
+/* out (contiguous) = a op b, a and b broadcast to out's shape (any strides).
+ * Fast path: all f32. Other dtypes: float outputs computed in f32, integer
+ * outputs in int64. */
+typedef struct accel_k_binary {
+    ACCEL_KERNEL_TENSORS(3, *out, *a, *b);
+    accel__binop op;
+} accel_k_binary;
+
+/* out (contiguous) = f(x) elementwise, p the scalar of *_SCALAR / POW. Fast
+ * path: x contiguous f32 and out f32; otherwise any float dtypes/strides.
+ * out may be x (in place). */
+typedef struct accel_k_unary {
+    ACCEL_KERNEL_TENSORS(2, *out, *x);
+    accel__unop op;
+    double p;
+} accel_k_unary;
+
+/* dx (contiguous f32) = g * f'(x), y = f(x) given too. Fast path: g, x, y
+ * contiguous f32; otherwise any float dtypes/strides. */
+typedef struct accel_k_unary_grad {
+    ACCEL_KERNEL_TENSORS(4, *dx, *g, *x, *y);
+    accel__unop op;
+    double p;
+} accel_k_unary_grad;
+
+/* out = x * mask * scale (mask u8, all contiguous; x and out f32): dropout
+ * forward and backward. */
+typedef struct accel_k_mask_scale {
+    ACCEL_KERNEL_TENSORS(3, *out, *x, *mask);
+    float scale;
+} accel_k_mask_scale;
+
+/* ---------------------------------------------------------------- reductions */
+
+/* out (contiguous, kept dims in order) = scale * sum of x over the dims whose
+ * bit is set in mask. Fast path: x f32 (any strides), out f32. */
+typedef struct accel_k_sum {
+    ACCEL_KERNEL_TENSORS(2, *out, *x);
+    unsigned mask;
+    double scale;
+} accel_k_sum;
+
+/* values (x's dtype) and indices (i64) of the max over dim of x (first index
+ * of the max; NaN wins). Outputs contiguous, x any strides. */
+typedef struct accel_k_max {
+    ACCEL_KERNEL_TENSORS(3, *values, *indices, *x);
+    int dim;
+} accel_k_max;
+
+/* gx (contiguous f32, x's shape) = 0 except g at the argmax of each row of dim. */
+typedef struct accel_k_max_backward {
+    ACCEL_KERNEL_TENSORS(3, *gx, *g, *indices);
+    int dim;
+} accel_k_max_backward;
+
+/* ---------------------------------------------------------------- matrices */
+
+/* C = alpha op(A) op(B) + beta C on row-major matrices starting at element
+ * offsets a_off, b_off, c_off of the tensors' data: op(A) [M, K] (A stored
+ * [K, M] when trans_a), op(B) [K, N], C [M, N] with leading dims lda, ldb,
+ * ldc. A and B f32/bf16/f16, C f32; beta 0 overwrites C (NaNs ignored). */
+typedef struct accel_k_gemm {
+    ACCEL_KERNEL_TENSORS(3, *c, *a, *b);
+    bool trans_a, trans_b;
+    int64_t M, N, K, lda, ldb, ldc;
+    int64_t a_off, b_off, c_off;
+    float alpha, beta;
+} accel_k_gemm;
+
+/* out [R, O] (f32 contiguous) = bias [O] (f32) in every row. */
+typedef struct accel_k_bias_rows {
+    ACCEL_KERNEL_TENSORS(2, *out, *bias);
+    int64_t R, O;
+} accel_k_bias_rows;
+
+/* out [O] = beta * out + column sums of g [R, O] (f32 contiguous). */
+typedef struct accel_k_col_sum {
+    ACCEL_KERNEL_TENSORS(2, *out, *g);
+    int64_t R, O;
+    float beta;
+} accel_k_col_sum;
+
+/* ---------------------------------------------------------------- nn */
+
+/* y = softmax (or log_softmax) of x over the middle dim of [outer, D, inner]
+ * (f32 contiguous). */
+typedef struct accel_k_softmax {
+    ACCEL_KERNEL_TENSORS(2, *y, *x);
+    int64_t outer, D, inner;
+    bool log;
+} accel_k_softmax;
+
+/* dx (+)= the gradient through softmax given its output y and the gradient g
+ * (f32 contiguous [outer, D, inner]); beta 0 overwrites, 1 adds. */
+typedef struct accel_k_softmax_backward {
+    ACCEL_KERNEL_TENSORS(3, *dx, *g, *y);
+    int64_t outer, D, inner;
+    bool log;
+    float beta;
+} accel_k_softmax_backward;
+
+/* cos/sin [T, half] (f32) of angle (pos0 + t) * theta^(-2i / 2 half), in f32 as transformers. */
+typedef struct accel_k_rope_tables {
+    ACCEL_KERNEL_TENSORS(2, *cos, *sin);
+    int64_t T, half, pos0;
+    double theta;
+} accel_k_rope_tables;
+
+/* y [BH, T, 2 half] (+)= x rotated by sign * angle (rotate_half layout), all
+ * f32 contiguous; beta 0 overwrites, 1 adds. */
+typedef struct accel_k_rope {
+    ACCEL_KERNEL_TENSORS(4, *y, *x, *cos, *sin);
+    int64_t BH, T, half;
+    float sign, beta;
+} accel_k_rope;
+
+/* out [n, D] = rows of w [V, D] (contiguous, any dtype) picked by ids (i64
+ * contiguous); an id outside [0, V) is an error naming it. */
+typedef struct accel_k_embedding {
+    ACCEL_KERNEL_TENSORS(3, *out, *w, *ids);
+    int64_t n, D, V;
+} accel_k_embedding;
+
+/* gw [V, D] += scatter of g [n, D] rows to ids (f32 contiguous; ids repeat). */
+typedef struct accel_k_embedding_backward {
+    ACCEL_KERNEL_TENSORS(3, *gw, *g, *ids);
+    int64_t n, D;
+} accel_k_embedding_backward;
+
+/* RMSNorm over rows [R, D] (f32 contiguous; w optional [D]):
+ * y = w * round(x * rstd), rstd[r] = 1/sqrt(mean(x^2) + eps), the rounding
+ * to x_dt as transformers' LlamaRMSNorm does. */
+typedef struct accel_k_rms_norm {
+    ACCEL_KERNEL_TENSORS(4, *y, *rstd, *x, *w);
+    int64_t R, D;
+    float eps;
+    accel_dtype x_dt;
+} accel_k_rms_norm;
+
+/* dx (optional; dx_beta 0 overwrites, 1 adds) and dw (optional; accumulated)
+ * of RMSNorm. */
+typedef struct accel_k_rms_norm_backward {
+    ACCEL_KERNEL_TENSORS(6, *dx, *dw, *g, *x, *w, *rstd);
+    int64_t R, D;
+    accel_dtype x_dt;
+    float dx_beta;
+} accel_k_rms_norm_backward;
+
+/* LayerNorm over rows [R, D] (f32 contiguous; w, b optional [D]). */
+typedef struct accel_k_layer_norm {
+    ACCEL_KERNEL_TENSORS(6, *y, *mean, *rstd, *x, *w, *b);
+    int64_t R, D;
+    float eps;
+} accel_k_layer_norm;
+
+/* dx (optional, dx_beta), dw and db (optional; accumulated) of LayerNorm. */
+typedef struct accel_k_layer_norm_backward {
+    ACCEL_KERNEL_TENSORS(8, *dx, *dw, *db, *g, *x, *w, *mean, *rstd);
+    int64_t R, D;
+    float dx_beta;
+} accel_k_layer_norm_backward;
+
+/* out (f32, 0-dim) = mean over rows whose target != ignore of
+ * logsumexp(x[i]) - x[i, t[i]]; lse [N] written for the backward, count
+ * (i64, 0-dim) the rows counted. x [N, C] f32, targets [N] i64, contiguous.
+ * A target outside [0, C) (and not ignore) is an error naming it. */
+typedef struct accel_k_cross_entropy {
+    ACCEL_KERNEL_TENSORS(5, *out, *lse, *count, *x, *targets);
+    int64_t N, C, ignore;
+} accel_k_cross_entropy;
+
+/* dx (+)= (softmax(x) - onehot(t)) * g / count on counted rows (0 elsewhere). */
+typedef struct accel_k_cross_entropy_backward {
+    ACCEL_KERNEL_TENSORS(6, *dx, *g, *x, *lse, *targets, *count);
+    int64_t N, C, ignore;
+    float beta;
+} accel_k_cross_entropy_backward;
+
+/* out (f32, 0-dim) = mean (pred - target)^2, both f32 contiguous. */
+typedef struct accel_k_mse {
+    ACCEL_KERNEL_TENSORS(3, *out, *pred, *target);
+} accel_k_mse;
+
+/* d (+)= sign * 2 g (pred - target) / numel (g 0-dim f32). */
+typedef struct accel_k_mse_backward {
+    ACCEL_KERNEL_TENSORS(4, *d, *g, *pred, *target);
+    float sign, beta;
+} accel_k_mse_backward;
+
+/* ---------------------------------------------------------------- attention */
+
+/* Scaled dot-product attention dims: q [B, H, Tq, D], k [B, Hkv, Tk, D],
+ * v [B, Hkv, Tk, Dv]; bottom-right aligned causal mask. ks/vs: element
+ * strides of k and v over batch, kv head and key (the head dim contiguous). */
+typedef struct accel_k_sdpa_dims {
+    int64_t B, H, Hkv, Tq, Tk, D, Dv;
+    float scale;
+    bool causal;
+    int64_t ks[3], vs[3];
+} accel_k_sdpa_dims;
+
+/* o [B, H, Tq, Dv] and the probabilities p [B, H, Tq, Tk] (f32; under the
+ * causal mask only the columns a query block sees are written) from f32 q
+ * (contiguous), k and v (strides in dims). */
+typedef struct accel_k_sdpa {
+    ACCEL_KERNEL_TENSORS(5, *o, *p, *q, *k, *v);
+    accel_k_sdpa_dims dims;
+} accel_k_sdpa;
+
+/* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional;
+ * accumulated into, zeroed by the op) from g = dO and the forward's saved
+ * q, k, v (contiguous) and p. */
+typedef struct accel_k_sdpa_backward {
+    ACCEL_KERNEL_TENSORS(8, *dq, *dk, *dv, *g, *q, *k, *v, *p);
+    accel_k_sdpa_dims dims;
+    float dq_beta;
+} accel_k_sdpa_backward;
+
+/* ---------------------------------------------------------------- optimizers */
+
+/* One SGD step on f32 contiguous p from g (PyTorch's rule): d = g + wd p;
+ * with momentum (buf non-NULL) buf = first ? d : mom buf + (1 - dampening) d
+ * and d = nesterov ? d + mom buf : buf; then p -= lr d. */
+typedef struct accel_k_sgd {
+    ACCEL_KERNEL_TENSORS(3, *p, *g, *buf);
+    float lr, weight_decay, momentum, dampening;
+    bool first, nesterov;
+} accel_k_sgd;
+
+/* One Adam/AdamW step on f32 contiguous p from g with moments m and v
+ * (PyTorch's rule); step is the step number after this one (>= 1), decoupled
+ * selects AdamW's weight decay. */
+typedef struct accel_k_adam {
+    ACCEL_KERNEL_TENSORS(4, *p, *g, *m, *v);
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    bool decoupled;
+} accel_k_adam;
+
+/* out (f64, 0-dim) = sum |g|^norm_type over g (f32 contiguous), or max |g|
+ * when norm_type is infinite: one rank's or one tensor's part of a grad norm. */
+typedef struct accel_k_norm_partial {
+    ACCEL_KERNEL_TENSORS(2, *out, *g);
+    double norm_type;
+} accel_k_norm_partial;
+
+/* ---------------------------------------------------------------- the table */
+
+/* X(name, args type) for every kernel. */
+#define ACCEL_KERNELS(X)                                  \
+    X(copy, accel_k_copy)                                 \
+    X(fill, accel_k_fill)                                 \
+    X(accumulate, accel_k_accumulate)                     \
+    X(rng, accel_k_rng)                                   \
+    X(binary, accel_k_binary)                             \
+    X(unary, accel_k_unary)                               \
+    X(unary_grad, accel_k_unary_grad)                     \
+    X(mask_scale, accel_k_mask_scale)                     \
+    X(sum, accel_k_sum)                                   \
+    X(max, accel_k_max)                                   \
+    X(max_backward, accel_k_max_backward)                 \
+    X(gemm, accel_k_gemm)                                 \
+    X(bias_rows, accel_k_bias_rows)                       \
+    X(col_sum, accel_k_col_sum)                           \
+    X(softmax, accel_k_softmax)                           \
+    X(softmax_backward, accel_k_softmax_backward)         \
+    X(rope_tables, accel_k_rope_tables)                   \
+    X(rope, accel_k_rope)                                 \
+    X(embedding, accel_k_embedding)                       \
+    X(embedding_backward, accel_k_embedding_backward)     \
+    X(rms_norm, accel_k_rms_norm)                         \
+    X(rms_norm_backward, accel_k_rms_norm_backward)       \
+    X(layer_norm, accel_k_layer_norm)                     \
+    X(layer_norm_backward, accel_k_layer_norm_backward)   \
+    X(cross_entropy, accel_k_cross_entropy)               \
+    X(cross_entropy_backward, accel_k_cross_entropy_backward) \
+    X(mse, accel_k_mse)                                   \
+    X(mse_backward, accel_k_mse_backward)                 \
+    X(sdpa, accel_k_sdpa)                                 \
+    X(sdpa_backward, accel_k_sdpa_backward)               \
+    X(sgd, accel_k_sgd)                                   \
+    X(adam, accel_k_adam)                                 \
+    X(norm_partial, accel_k_norm_partial)
+
+typedef struct accel_kernel_table {
+#define ACCEL__KERNEL_SLOT(name, T) accel_status (*name)(T *args);
+    ACCEL_KERNELS(ACCEL__KERNEL_SLOT)
+#undef ACCEL__KERNEL_SLOT
+} accel_kernel_table;
+
+#endif
