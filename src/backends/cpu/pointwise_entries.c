@@ -1,0 +1,49 @@
+/* The kernel-table entries of the pointwise ops (binary, unary, unary_grad,
+ * dropout's mask_scale): they pick the fast f32 loop or the reference one of
+ * pointwise_kernels.c. Kept apart from that file because it is compiled once
+ * per ISA variant (cpu_variants.h) and these entries return a status. */
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+
+static bool dense_f32(const accel_tensor *t) { return t->dtype == ACCEL_F32 && accel_is_contiguous(t); }
+
+accel_status accel__cpuk_binary(accel_k_binary *k) {
+    accel_tensor *out = k->out, *a = k->a, *b = k->b;
+    if (accel_numel(out) == 0) return ACCEL_OK;
+    if (accel_reference_kernels() || a->dtype != ACCEL_F32 || b->dtype != ACCEL_F32 || out->dtype != ACCEL_F32) {
+        accel__cpu_binary_ref(k->op, out, a, b);
+        return ACCEL_OK;
+    }
+    int64_t sa[ACCEL_MAX_DIMS], sb[ACCEL_MAX_DIMS];
+    accel__broadcast_strides(a, out->ndim, out->shape, sa);
+    accel__broadcast_strides(b, out->ndim, out->shape, sb);
+    const int64_t *st[2] = {sa, sb};
+    accel__layout l;
+    accel__layout_init(&l, out->ndim, out->shape, 2, st);
+    accel__cpu_binary_f32(k->op, &l, a->data, b->data, out->data);
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_unary(accel_k_unary *k) {
+    if (accel_reference_kernels() || !dense_f32(k->x) || k->out->dtype != ACCEL_F32)
+        accel__cpu_unary_ref(k->op, k->p, k->out, k->x);
+    else accel__cpu_unary_f32(k->op, k->p, k->x->data, k->out->data, accel_numel(k->x));
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_unary_grad(accel_k_unary_grad *k) {
+    if (accel_reference_kernels() || !dense_f32(k->g) || !dense_f32(k->x) || !dense_f32(k->y))
+        accel__cpu_unary_grad_ref(k->op, k->p, k->dx, k->g, k->x, k->y);
+    else accel__cpu_unary_grad_f32(k->op, k->p, k->g->data, k->x->data, k->y->data, k->dx->data, accel_numel(k->x));
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_mask_scale(accel_k_mask_scale *k) {
+    const float *px = k->x->data, scale = k->scale;
+    const uint8_t *m = k->mask->data;
+    float *po = k->out->data;
+    int64_t n = accel_numel(k->x);
+#pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t i = 0; i < n; i++) po[i] = m[i] ? px[i] * scale : 0.0f;
+    return ACCEL_OK;
+}
