@@ -222,6 +222,7 @@ int main(int argc, char **argv) {
     double t_load = accel_now_seconds();
     int64_t vocab = accel_llama_config_of(m)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
+    accel_tensor *first_logits = accel_tensor_new(ACCEL_F32, 1, &vocab, ACCEL_CPU_DEVICE);
     int64_t *out = malloc(sizeof(int64_t) * (size_t)(n_prompt + o.max_new_tokens));
     int64_t n_out = 0;
     if (!logits || !out) {
@@ -235,8 +236,9 @@ int main(int argc, char **argv) {
     /* prompt alone first (first logits), then the whole generation */
     accel_generate_opts first = o;
     first.max_new_tokens = 0;
-    first.prompt_logits = logits;
-    accel_status st = accel_generate(m, prompt, n_prompt, &first, out, &n_out);
+    first.prompt_logits = first_logits;
+    accel_status st = first_logits ? accel_generate(m, prompt, n_prompt, &first, out, &n_out) : accel_last_status();
+    if (st == ACCEL_OK) st = accel_to_floats(first_logits, logits);
     double t_first = accel_now_seconds();
     if (st == ACCEL_OK) st = accel_generate(m, prompt, n_prompt, &o, out, &n_out);
     double t_end = accel_now_seconds();
@@ -257,6 +259,7 @@ int main(int argc, char **argv) {
             rc = 1;
         }
     }
+    accel_tensor_free(first_logits);
     free(logits);
     free(out);
     accel_dispatched_free(d);

@@ -20,6 +20,12 @@ add_test(NAME bigmodel_seed_dispatch_cpu_cpu_nosan COMMAND dispatch ${BIGMODEL_C
 set_tests_properties(bigmodel_seed_dispatch_cpu_cpu_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
   PASS_REGULAR_EXPRESSION "first_layer_device=cpu\nlast_layer_device=cpu\nout_device=cpu\nout_shape=\\[1, 3, 32000\\]\n")
 
+# The seed's split over two devices whose memory the host cannot touch.
+add_test(NAME bigmodel_seed_dispatch_hostless_nosan COMMAND dispatch ${BIGMODEL_CKPT} --devices hostless:0,hostless:1)
+set_tests_properties(bigmodel_seed_dispatch_hostless_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
+  ENVIRONMENT "ACCEL_TEST_DEVICES=2"
+  PASS_REGULAR_EXPRESSION "first_layer_device=hostless:0\nlast_layer_device=hostless:1\nout_device=cpu\nout_shape=\\[1, 3, 32000\\]\n")
+
 # A device this build lacks fails at load time, naming the map entry.
 add_test(NAME bigmodel_seed_dispatch_npu_nosan COMMAND dispatch ${BIGMODEL_CKPT} --devices npu:0,npu:1)
 set_tests_properties(bigmodel_seed_dispatch_npu_nosan PROPERTIES FIXTURES_REQUIRED fake_llama
@@ -33,6 +39,14 @@ set_tests_properties(bigmodel_seed_dispatch_cuda1_nosan PROPERTIES FIXTURES_REQU
 add_test(NAME bigmodel_generate_greedy COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
   --ids 23,49,33,48 --new-tokens 8 --device-map model.embed_tokens:cpu,model.layers:disk,model.norm:cpu,lm_head:disk)
 set_tests_properties(bigmodel_generate_greedy PROPERTIES
+  PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
+
+# The same greedy ids with the resident modules on two hostless devices and
+# the offloaded ones streamed from disk onto them.
+add_test(NAME bigmodel_generate_greedy_hostless COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+  --ids 23,49,33,48 --new-tokens 8
+  --device-map model.embed_tokens:hostless:0,model.layers:disk,model.norm:hostless:1,lm_head:disk)
+set_tests_properties(bigmodel_generate_greedy_hostless PROPERTIES ENVIRONMENT "ACCEL_TEST_DEVICES=2"
   PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
 
 # accel's save_pretrained output loads in transformers with the same logits.

@@ -47,7 +47,7 @@ static void test_merge(void) {
         const char *name = accel_checkpoint_name(src, i);
         const accel_st_info *a = accel_checkpoint_find(src, name, NULL);
         const accel_st_info *b = accel_safetensors_find(dst, name);
-        CHECK_MSG(b && a->nbytes == b->nbytes && a->dtype == b->dtype && memcmp(a->data, b->data, a->nbytes) == 0,
+        CHECK_MSG(b && a->nbytes == b->nbytes && a->dtype == b->dtype && memcmp(a->bytes, b->bytes, a->nbytes) == 0,
                   "tensor %s differs", name);
     }
     accel_safetensors_close(dst);

@@ -234,6 +234,14 @@ static void test_device_map_basics(void) {
     CHECK(accel_device_map_lookup(m, "other.weight") == NULL);
     accel_device_map_set(m, "", "cpu");
     CHECK(strcmp(accel_device_map_lookup(m, "other.weight"), "cpu") == 0);
+    accel_device_map_free(m);
+    /* any "type:N" value keeps its colon; the key never has one */
+    m = accel_device_map_parse("a:hostless:0,b:npu:12,:7");
+    const char *a = m ? accel_device_map_get(m, "a") : NULL, *b = m ? accel_device_map_get(m, "b") : NULL;
+    const char *all = m ? accel_device_map_get(m, "") : NULL;
+    CHECK(a && strcmp(a, "hostless:0") == 0);
+    CHECK(b && strcmp(b, "npu:12") == 0);
+    CHECK(all && strcmp(all, "7") == 0);
     accel_device d;
     CHECK(accel_device_map_device("1", &d) == ACCEL_OK && d.type == ACCEL_DEV_CUDA && d.index == 1);
     CHECK(accel_device_map_device("cpu", &d) == ACCEL_OK && d.type == ACCEL_DEV_CPU);

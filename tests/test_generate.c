@@ -9,13 +9,18 @@
 #include "check.h"
 
 static void test_greedy_and_ties(void) {
-    float l[5] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f};
+    accel_tensor *l = accel_from_floats(ACCEL_SHAPE(5), (const float[]){0.1f, 2.0f, -1.0f, 2.0f, 0.5f});
     accel_generate_opts o = {0};
-    CHECK(accel_sample_logits(l, 5, &o, NULL) == 1); /* first index on ties, like torch.argmax */
-    o = (accel_generate_opts){.do_sample = true};
-    CHECK(accel_sample_logits(l, 5, &o, NULL) == -1); /* sampling needs a generator */
+    CHECK(accel_sample_logits(l, &o, NULL) == 1); /* first index on ties, like torch.argmax */
+    o.do_sample = true;
+    CHECK(accel_sample_logits(l, &o, NULL) == -1); /* sampling needs a generator */
     CHECK_STR_CONTAINS(accel_last_error(), "generator");
     accel_clear_error();
+    /* logits are one row */
+    CHECK(accel_sample_logits(accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 5)), &o, NULL) == -1);
+    CHECK_STR_CONTAINS(accel_last_error(), "expected one non-empty row");
+    accel_clear_error();
+    accel_step_reset();
 }
 
 /* counts of 4000 draws from logits log(p) with options o */
@@ -26,9 +31,10 @@ static void draw(const float *p, int n, const accel_generate_opts *o, uint64_t s
     for (int k = 0; k < 4000; k++) {
         float l[8];
         for (int i = 0; i < n; i++) l[i] = logf(p[i]);
-        int64_t t = accel_sample_logits(l, n, o, &rng);
+        int64_t t = accel_sample_logits(accel_from_floats(1, (const int64_t[]){n}, l), o, &rng);
         CHECK(t >= 0 && t < n);
         if (t >= 0 && t < n) counts[t]++;
+        accel_step_reset();
     }
 }
 
@@ -65,11 +71,11 @@ static void test_sampling_distribution(void) {
 /* Out-of-range sampling parameters: an error naming the parameter, as
  * transformers' warpers raise; greedy decoding ignores them. */
 static void expect_bad_option(accel_generate_opts o, const char *needle) {
-    float l[3] = {0.f, 1.f, 2.f};
+    accel_tensor *l = accel_from_floats(ACCEL_SHAPE(3), (const float[]){0.f, 1.f, 2.f});
     accel_rng rng;
     accel_rng_init(&rng, 1);
     accel_clear_error();
-    CHECK_MSG(accel_sample_logits(l, 3, &o, &rng) == -1, "%s", needle);
+    CHECK_MSG(accel_sample_logits(l, &o, &rng) == -1, "%s", needle);
     CHECK_STR_CONTAINS(accel_last_error(), needle);
     accel_clear_error();
     CHECK(accel_generate_opts_check(&o, 1) == ACCEL_ERR_INVALID_ARG);
@@ -137,8 +143,10 @@ static void test_generate_seeds_and_eos(void) {
     /* greedy with eos = its own 2nd new token stops right there */
     accel_generate_opts g = {.max_new_tokens = 8};
     float logits[96];
-    g.prompt_logits = logits;
+    g.prompt_logits = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(96), ACCEL_CPU_DEVICE);
     CHECK(accel_generate(m, prompt, 3, &g, a, &n_a) == ACCEL_OK && n_a == 11);
+    CHECK(accel_to_floats(g.prompt_logits, logits) == ACCEL_OK);
+    accel_tensor_free(g.prompt_logits);
     int64_t best = 0;
     for (int i = 1; i < 96; i++)
         if (logits[i] > logits[best]) best = i;
@@ -158,6 +166,11 @@ static void test_generate_seeds_and_eos(void) {
     accel_clear_error();
     CHECK(accel_generate(m, prompt, 0, &g, b, &n_b) == ACCEL_ERR_INVALID_ARG);
     accel_clear_error();
+    g.prompt_logits = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(5), ACCEL_CPU_DEVICE);
+    CHECK(accel_generate(m, prompt, 3, &g, b, &n_b) == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "prompt_logits of shape [5], expected 96 elements");
+    accel_clear_error();
+    accel_tensor_free(g.prompt_logits);
     accel_dispatched_free(d);
     accel_module_free(m);
 }

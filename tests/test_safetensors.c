@@ -96,7 +96,7 @@ static void test_roundtrip(void) {
 
     /* zero-copy in the stored dtype */
     accel_tensor *za = accel_safetensors_tensor(st, "w.a", -1);
-    CHECK(za && (za->flags & ACCEL_TF_MMAP) && za->data == ia->data);
+    CHECK(za && (za->flags & ACCEL_TF_MMAP) && za->data == ia->bytes);
     CHECK(za && memcmp(za->data, a->data, 24) == 0);
     /* writing to a zero-copy tensor is private (copy on write) */
     ((float *)za->data)[0] = 99.0f;
@@ -127,7 +127,7 @@ static void test_roundtrip(void) {
 
     /* the file itself was not changed by the write through the mapping */
     st = accel_safetensors_open(path);
-    CHECK(st && ((const float *)accel_safetensors_find(st, "w.a")->data)[0] == -1.0f);
+    CHECK(st && ((const float *)accel_safetensors_find(st, "w.a")->bytes)[0] == -1.0f);
     accel_safetensors_close(st);
 
     const char *dup[] = {"x", "x"};
@@ -315,7 +315,7 @@ static void test_corrupt_files(void) {
     CHECK(st && accel_safetensors_metadata(st, "format") == NULL);
     accel_tensor *t = st ? accel_safetensors_tensor(st, "a", -1) : NULL;
     CHECK(t != NULL);
-    if (t && ((uintptr_t)accel_safetensors_find(st, "a")->data % 4) != 0) CHECK(!(t->flags & ACCEL_TF_MMAP));
+    if (t && ((uintptr_t)accel_safetensors_find(st, "a")->bytes % 4) != 0) CHECK(!(t->flags & ACCEL_TF_MMAP));
     float v = 0;
     memset(&v, 0x11, 4);
     CHECK(t && ((float *)t->data)[1] == v);

@@ -50,7 +50,8 @@ void accel_device_map_remove(accel_device_map *m, const char *prefix);
 const char *accel_device_map_get(const accel_device_map *m, const char *prefix);
 /* Longest matching prefix for a tensor/module name -> device, NULL when none. */
 const char *accel_device_map_lookup(const accel_device_map *m, const char *name);
-/* Parses "a:0,b:cpu" ("" key written as ":0") — for tests and the CLI. */
+/* Parses "a:0,b:cpu,c:cuda:1,d:hostless:0" ("" key written as ":0"; a value
+ * "type:N" keeps its colon) — for tests and the CLI. */
 accel_device_map *accel_device_map_parse(const char *spec);
 /* Writes {"a": 0, "b": "cpu"} (integers unquoted, like Python) into buf. */
 const char *accel_device_map_str(const accel_device_map *m, char *buf, size_t n);
@@ -184,8 +185,10 @@ accel_status accel_check_device_map(accel_module *root, const accel_device_map *
 /* ------------------------------------------------------------ loading + dispatch
  *
  * Where each tensor goes (device of its longest map prefix):
- *   - the execution device (cpu, or cuda:N in a CUDA build): materialised there,
- *     read straight from the mapped checkpoint (converted to the param dtype);
+ *   - a device (cpu, cuda:N in a CUDA build, any registered backend's
+ *     device): materialised there from its allocator, read straight from the
+ *     mapped checkpoint (through the backend's copies off the cpu; converted
+ *     to the param dtype);
  *   - "disk": offloaded. The parameter stays on meta; the weights map keeps a
  *     zero-copy view of the mapped checkpoint. A hook points the parameter at
  *     the mapped bytes just before its module runs (pages fault in on use;
@@ -194,6 +197,9 @@ accel_status accel_check_device_map(accel_module *root, const accel_device_map *
  *     process with MADV_DONTNEED);
  *   - "cpu" when the main device is not the cpu (or opts->offload_cpu):
  *     offloaded to a host copy, pointed at by the hook during the forward.
+ * Offloaded weights are used in place when the execution device is the cpu;
+ * on another device the hook copies them in through its backend and frees
+ * the copy after the forward.
  * The main (execution) device for offloaded modules is opts->main_device, or
  * the first map device that is neither cpu nor disk, or cpu (Accelerate's
  * dispatch_model). The root module gets io_same_device semantics: its output
@@ -294,7 +300,8 @@ typedef struct accel_generate_opts {
     uint64_t seed;             /* sampling RNG (Philox; same seed, same tokens) */
     bool has_eos;              /* stop after eos_token_id is generated */
     int64_t eos_token_id;
-    float *prompt_logits;      /* optional [vocab]: logits at the prompt's last position */
+    accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device,
+                                  * float dtype): gets the logits at the prompt's last position */
 } accel_generate_opts;
 
 /* A zero-initialised struct is greedy decoding; with do_sample, plain draws
@@ -313,11 +320,11 @@ accel_status accel_generate_opts_check(const accel_generate_opts *opts, int64_t 
  * after every forward (step tensors of the caller become invalid). */
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out);
-/* One token from logits[n] (modified in place: temperature, top-k, top-p
- * filtering as transformers' warpers, in that order); greedy unless
- * opts->do_sample. */
-int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts *opts,
-                            accel_rng *rng);
+/* One token from logits [V] (any device and float dtype; not modified: a
+ * host copy goes through temperature, top-k, top-p filtering as
+ * transformers' warpers, in that order); greedy unless opts->do_sample.
+ * -1 + error on bad arguments. */
+int64_t accel_sample_logits(const accel_tensor *logits, const accel_generate_opts *opts, accel_rng *rng);
 
 #ifdef __cplusplus
 }

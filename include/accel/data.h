@@ -97,7 +97,8 @@ typedef struct accel_field_spec {
 typedef accel_status (*accel_dataset_get_fn)(void *ctx, int64_t index, void *const *fields);
 
 /* TensorDataset: n_fields tensors sharing their first dim N; sample i is
- * row i of each. The tensors are copied (any strides/dtypes; CPU). */
+ * row i of each. The tensors are copied into host memory (any strides,
+ * dtypes and devices; meta -> error). */
 accel_dataset *accel_tensor_dataset_new(int n_fields, accel_tensor *const *tensors);
 /* A map-style dataset of `len` samples produced by `get` (ctx borrowed). */
 accel_dataset *accel_map_dataset_new(int64_t len, int n_fields, const accel_field_spec *specs,
@@ -113,7 +114,8 @@ const accel_field_spec *accel_dataset_field(const accel_dataset *ds, int f);
 
 typedef struct accel_batch {
     int n_fields;
-    accel_tensor *fields[ACCEL_BATCH_MAX_FIELDS]; /* step tensors [size, ...] */
+    accel_tensor *fields[ACCEL_BATCH_MAX_FIELDS]; /* step tensors [size, ...] on the cpu
+                                                   * (accel_to_device moves them) */
     int64_t size;                 /* samples in this batch */
     const int64_t *indices;       /* dataset indices (valid until the next call) */
     int64_t index;                /* position of this batch in this rank's epoch */

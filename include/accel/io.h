@@ -41,7 +41,7 @@ typedef struct accel_st_info {
     accel_dtype dtype;
     int ndim;
     int64_t shape[ACCEL_MAX_DIMS];
-    const void *data;             /* into the mapping */
+    const void *bytes;            /* the stored bytes, in the file mapping (host memory) */
     size_t nbytes;
     uint64_t begin, end;          /* data_offsets (relative to the data section) */
 } accel_st_info;
@@ -65,7 +65,11 @@ const char *accel_safetensors_metadata(const accel_safetensors *st, const char *
  * owned copy); another dtype: an owned, converted copy. Free with accel_tensor_free. */
 accel_tensor *accel_safetensors_tensor(accel_safetensors *st, const char *name, int want);
 /* Copies (converting dtype) the tensor `name` into dst's memory; dst must be a
- * contiguous CPU tensor of the same shape (error names both shapes). */
+ * contiguous tensor of the same shape (error names both shapes) on any device
+ * with memory: a CPU dst is filled from the mapping directly, another device's
+ * through its backend, straight from the mapping when the dtypes match and
+ * through a small conversion buffer (chunks, never a whole host copy) when
+ * they differ. */
 accel_status accel_safetensors_load_into(accel_safetensors *st, const char *name,
                                          accel_tensor *dst);
 
@@ -76,7 +80,8 @@ typedef struct accel_kv {
     const char *value;
 } accel_kv;
 
-/* Writes n tensors (CPU, any strides; meta -> error) in the given order, with
+/* Writes n tensors (any device with memory, any strides; meta -> error; a
+ * device tensor is staged through host memory in chunks) in the given order, with
  * metadata {"format": "pt"} plus `meta` pairs (a "format" pair replaces "pt").
  * The header is padded with spaces to a multiple of 8 as the Python library
  * does. Written to "<path>.tmp", fsynced, then renamed: readers never see a

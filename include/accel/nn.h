@@ -136,15 +136,18 @@ int64_t accel_module_num_params(accel_module *root); /* unique parameters + buff
 
 /* ---- memory layout */
 /* Gathers all unique parameters of each dtype into one contiguous 64-byte
- * aligned buffer (the tensors become views into it), and likewise allocates
+ * aligned buffer on their device (all must be contiguous and on one device;
+ * the memory comes from that device's backend; the tensors become views into
+ * it), and likewise allocates
  * flat gradient buffers whose views become each parameter's .grad. Each
  * parameter starts at a multiple of `align_elems`; each buffer's length is
  * padded to a multiple of `pad_multiple` elements (ZeRO shards). */
 typedef struct accel_flat_buffer {
     accel_dtype dtype;
+    accel_device device;      /* the parameters' device; params/grads are its memory */
     int64_t numel;            /* padded length */
-    void *params;             /* owned */
-    void *grads;              /* owned */
+    void *params;             /* owned, a device pointer of `device` */
+    void *grads;              /* owned, a device pointer of `device` */
     int n;                    /* parameters in this buffer */
     accel_tensor **tensors;   /* owned array, borrowed tensors */
     int64_t *offsets;         /* element offset of each tensor */
@@ -224,7 +227,8 @@ accel_llama_config accel_llama_config_default(void);
  * ACCEL_ERR_INVALID_ARG, the message starting with `who` (a file name, say). */
 accel_status accel_llama_config_check(const accel_llama_config *cfg, const char *who);
 
-/* KV cache for generation: per layer K and V [B, Hkv, max_len, D]. */
+/* KV cache for generation: per layer K and V [B, Hkv, max_len, D], made on
+ * dev; a layer's pair moves (once) to the device its layer runs on. */
 typedef struct accel_kv_cache accel_kv_cache;
 accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch, int64_t max_len,
                                    accel_device dev);

@@ -102,9 +102,9 @@ accel_device_map *accel_device_map_parse(const char *spec) {
     char *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *colon = strrchr(tok, ':');
-        /* "cuda:1" as a value: the separator is the first ':' unless the value is cuda:N */
+        /* a value "type:N" (cuda:1, hostless:0): the separator is the first ':' */
         char *first = strchr(tok, ':');
-        if (first && strncmp(first + 1, "cuda:", 5) == 0) colon = first;
+        if (first != colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) colon = first;
         if (!colon) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_device_map_parse: '%s' is not prefix:device", tok);
             accel_device_map_free(m);

@@ -2,7 +2,6 @@
  * accel_llama_forward with the KV cache (transformers' generate for one
  * sequence: temperature, top-k, top-p warpers in that order, then a draw). */
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,20 +59,16 @@ accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_p
     return check_sampling(o, "accel_generate");
 }
 
-int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts *o, accel_rng *rng) {
-    if (!logits || n <= 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: no logits");
-        return -1;
-    }
+/* One token from host logits[n] (modified in place by the warpers). */
+static int64_t sample_host(float *logits, int64_t n, const accel_generate_opts *o, accel_rng *rng) {
     if (!o || !o->do_sample) return argmax(logits, n);
     if (!rng) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: sampling needs a generator");
         return -1;
     }
-    if (check_sampling(o, "accel_sample_logits")) return -1;
-    if (o->temperature > 0 && o->temperature != 1.0) /* 0: the default, 1.0 */
+    if (o->temperature > 0 && o->temperature != 1.0)
         for (int64_t i = 0; i < n; i++) logits[i] = (float)(logits[i] / o->temperature);
-    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p > 0 && o->top_p < 1; /* 0: 1.0 */
+    bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p > 0 && o->top_p < 1;
     if (top_k || top_p) {
         scored *s = accel_malloc(sizeof *s * (size_t)n);
         if (!s) {
@@ -120,15 +115,62 @@ int64_t accel_sample_logits(float *logits, int64_t n, const accel_generate_opts 
     return last; /* rounding at the top end */
 }
 
-/* Logits of the last position of y [1, T, V] into buf[V]. */
-static accel_status last_logits(accel_tensor *y, int64_t vocab, float *buf) {
+int64_t accel_sample_logits(const accel_tensor *logits, const accel_generate_opts *o, accel_rng *rng) {
+    if (!accel_tensor_check(logits, "accel_sample_logits", "logits")) return -1;
+    int64_t n = accel_numel(logits);
+    if (logits->ndim != 1 || n <= 0) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_sample_logits: logits of shape %s, expected one non-empty row [V]",
+                        accel_shape_str(logits, b, sizeof b));
+        return -1;
+    }
+    if (o && check_sampling(o, "accel_sample_logits")) return -1;
+    float *host = accel_malloc(sizeof(float) * (size_t)n);
+    if (!host) return -1;
+    int64_t tok = accel_to_floats(logits, host) == ACCEL_OK ? sample_host(host, n, o, rng) : -1;
+    accel_free(host);
+    return tok;
+}
+
+/* Logits of the last position of y [1, T, V] as a [V] view (on y's device). */
+static accel_tensor *last_logits(accel_tensor *y, int64_t vocab) {
     if (y->ndim != 3 || y->shape[0] != 1 || y->shape[2] != vocab) {
         char b[64];
-        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: logits of shape %s, expected [1, T, %lld]",
-                               accel_shape_str(y, b, sizeof b), (long long)vocab);
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: logits of shape %s, expected [1, T, %lld]",
+                        accel_shape_str(y, b, sizeof b), (long long)vocab);
+        return NULL;
     }
     accel_tensor *row = accel_slice(y, 1, y->shape[1] - 1, y->shape[1], 1);
-    return row ? accel_to_floats(row, buf) : accel_last_status();
+    return row ? accel_reshape(row, 1, &vocab) : NULL;
+}
+
+/* The device the prompt's ids go to: the model's first parameter's (the
+ * embedding), or the cpu when it is offloaded (the dispatch hooks then move
+ * the ids to where the embedding runs). */
+static accel_device ids_device(accel_module *llama) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(llama, &ps);
+    accel_device dev = n > 0 && ps[0]->device.type != ACCEL_DEV_META ? ps[0]->device : ACCEL_CPU_DEVICE;
+    if (n >= 0) accel_free(ps);
+    return dev;
+}
+
+/* ids [1, n] on dev. */
+static accel_tensor *ids_tensor(const int64_t *ids, int64_t n, accel_device dev) {
+    accel_tensor *t = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(1, n), dev);
+    return t && accel_tensor_from_host(t, ids) == ACCEL_OK ? t : NULL;
+}
+
+/* One forward step: the last position's logits into buf[vocab] (and into
+ * opts->prompt_logits on the first step). */
+static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, int64_t vocab,
+                                const accel_generate_opts *opts, bool first, float *buf) {
+    accel_tensor *y = ids ? accel_llama_forward(llama, ids, cache) : NULL;
+    accel_tensor *row = y ? last_logits(y, vocab) : NULL;
+    if (!row) return accel_last_status();
+    if (first && opts->prompt_logits && accel_copy_(opts->prompt_logits, row) != ACCEL_OK)
+        return accel_last_status();
+    return accel_to_floats(row, buf);
 }
 
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
@@ -146,7 +188,15 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
                                    (long long)prompt[i], (long long)i, (long long)vocab);
     memcpy(out, prompt, sizeof *out * (size_t)n_prompt);
     *n_out = n_prompt;
-    accel_kv_cache *cache = accel_kv_cache_new(cfg, 1, n_prompt + opts->max_new_tokens, ACCEL_CPU_DEVICE);
+    if (opts->prompt_logits && (!accel_tensor_check(opts->prompt_logits, "accel_generate", "prompt_logits") ||
+                                accel_numel(opts->prompt_logits) != vocab)) {
+        char b[64];
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: prompt_logits of shape %s, expected %lld elements",
+                               opts->prompt_logits ? accel_shape_str(opts->prompt_logits, b, sizeof b) : "?",
+                               (long long)vocab);
+    }
+    accel_device dev = ids_device(llama);
+    accel_kv_cache *cache = accel_kv_cache_new(cfg, 1, n_prompt + opts->max_new_tokens, dev);
     float *buf = accel_malloc(sizeof(float) * (size_t)vocab);
     if (!cache || !buf) {
         accel_kv_cache_free(cache);
@@ -157,22 +207,19 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
     accel_rng_init(&rng, opts->seed);
     accel_status st = ACCEL_OK;
     bool grad = accel_set_grad_enabled(false); /* inference: no tape */
-    accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, n_prompt), prompt);
+    accel_tensor *ids = ids_tensor(prompt, n_prompt, dev);
     for (int64_t step = 0; st == ACCEL_OK; step++) {
-        accel_tensor *y = ids ? accel_llama_forward(llama, ids, cache) : NULL;
-        st = y ? last_logits(y, vocab, buf) : accel_last_status();
-        if (st == ACCEL_OK && step == 0 && opts->prompt_logits)
-            memcpy(opts->prompt_logits, buf, sizeof(float) * (size_t)vocab);
+        st = step_logits(llama, ids, cache, vocab, opts, step == 0, buf);
         accel_step_reset();
         if (st != ACCEL_OK || step == opts->max_new_tokens) break;
-        int64_t tok = accel_sample_logits(buf, vocab, opts, &rng);
+        int64_t tok = sample_host(buf, vocab, opts, &rng);
         if (tok < 0) {
             st = accel_last_status();
             break;
         }
         out[(*n_out)++] = tok;
         if ((opts->has_eos && tok == opts->eos_token_id) || step + 1 == opts->max_new_tokens) break;
-        ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 1), &tok);
+        ids = ids_tensor(&tok, 1, dev);
     }
     accel_set_grad_enabled(grad);
     accel_kv_cache_free(cache);

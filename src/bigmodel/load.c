@@ -15,6 +15,7 @@
 
 #include "bigmodel/offload_internal.h"
 #include "tracking/tracking_internal.h"
+#include "core/core_internal.h"
 
 typedef enum { PLACE_RESIDENT, PLACE_HOST, PLACE_DISK } place_kind;
 
@@ -232,14 +233,6 @@ static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, 
     return ACCEL_OK;
 }
 
-static void contiguous_strides(accel_tensor *t) {
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        t->stride[i] = s;
-        s *= t->shape[i];
-    }
-}
-
 /* Reads one checkpoint tensor into its place. */
 static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
                              const char *checkpoint, const accel_load_opts *o) {
@@ -259,39 +252,33 @@ static accel_status load_one(accel_dispatched *d, plan *p, const char *name, con
     if (p->kind == PLACE_DISK) {
         accel_tensor_to_meta(t);
         t->dtype = target;
-        contiguous_strides(t);
-        return accel__off_add(d, t, name, ACCEL__OFF_DISK, in->data, in->dtype, in->nbytes) < 0
+        accel__contiguous_strides(t->ndim, t->shape, t->stride);
+        return accel__off_add(d, t, name, ACCEL__OFF_DISK, in->bytes, in->dtype, in->nbytes) < 0
                    ? accel_last_status()
                    : ACCEL_OK;
     }
     if (p->kind == PLACE_HOST) {
         void *copy = accel_malloc(nb ? nb : 1);
         if (!copy) return accel_last_status();
-        accel_convert(copy, target, in->data, in->dtype, (size_t)accel_numel(t));
-        accel__release_pages(in->data, in->nbytes);
+        accel_convert(copy, target, in->bytes, in->dtype, (size_t)accel_numel(t));
+        accel__release_pages(in->bytes, in->nbytes);
         accel_tensor_to_meta(t);
         t->dtype = target;
-        contiguous_strides(t);
+        accel__contiguous_strides(t->ndim, t->shape, t->stride);
         if (accel__off_add(d, t, name, ACCEL__OFF_HOST, copy, target, nb) < 0) {
             accel_free(copy);
             return accel_last_status();
         }
         return ACCEL_OK;
     }
-    if (t->device.type != p->dev.type || t->dtype != target || !t->data || !(t->flags & ACCEL_TF_OWNS_DATA) ||
+    if (!accel_device_eq(t->device, p->dev) || t->dtype != target || !(t->flags & ACCEL_TF_OWNS_DATA) ||
         !accel_is_contiguous(t)) {
-        /* fresh memory, not zero-filled: every byte is written by the load */
-        void *mem = accel_malloc(nb ? nb : 1);
-        if (!mem) return accel_last_status();
-        if (t->flags & ACCEL_TF_OWNS_DATA) accel_free(t->data);
-        t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
-        t->data = mem;
-        t->dtype = target;
-        t->device = p->dev;
-        contiguous_strides(t);
+        /* fresh memory on the target device, not zero-filled: every byte is
+         * written by the load */
+        if (accel__tensor_alloc_uninit(t, p->dev, target) != ACCEL_OK) return accel_last_status();
     }
     accel_status st = accel_checkpoint_load_into(d->ck, name, t);
-    accel__release_pages(in->data, in->nbytes);
+    accel__release_pages(in->bytes, in->nbytes);
     if (st == ACCEL_OK) {
         d->stats.n_loaded++;
         d->stats.bytes_resident += (int64_t)nb;

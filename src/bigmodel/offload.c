@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bigmodel/offload_internal.h"
+#include "core/core_internal.h"
 
 void accel__release_pages(const void *p, size_t n) {
     if (!p || !n) return;
@@ -51,33 +52,52 @@ int accel__off_find(const accel_dispatched *d, const accel_tensor *t) {
     return -1;
 }
 
+/* Entry e's bytes in the tensor's dtype, in host memory: the source itself
+ * when it already is that (aligned), else a converted copy in e->scratch. */
+static const void *host_bytes(accel_dispatched *d, accel__off_entry *e) {
+    accel_tensor *t = e->t;
+    size_t esz = accel_dtype_size(t->dtype), nbytes = (size_t)accel_numel(t) * esz;
+    if (e->src_dtype == t->dtype && ((uintptr_t)e->src % esz) == 0) return e->src;
+    e->scratch = accel_malloc(nbytes ? nbytes : 1);
+    if (!e->scratch) return NULL;
+    accel_convert(e->scratch, t->dtype, e->src, e->src_dtype, (size_t)accel_numel(t));
+    d->stats.scratch_bytes += (int64_t)nbytes;
+    return e->scratch;
+}
+
+/* On the cpu the tensor views the host bytes in place (the mapping or the
+ * host copy: no copy at all); on another device it gets memory of its own
+ * there and the bytes are copied in through the backend. */
+static accel_status point_at(accel__off_entry *e, const void *p, accel_device dev) {
+    accel_tensor *t = e->t;
+    if (dev.type == ACCEL_DEV_CPU) {
+        /* t is a persistent, contiguous meta tensor (load_one made it so):
+         * the rebind cannot fail */
+        t->device = dev;
+        accel_tensor_rebind(t, (void *)p, false);
+        if (!e->scratch && e->kind == ACCEL__OFF_DISK) t->flags |= ACCEL_TF_MMAP;
+        return ACCEL_OK;
+    }
+    if (accel__tensor_alloc_uninit(t, dev, t->dtype) != ACCEL_OK) return accel_last_status();
+    accel_status st = accel__tensor_write_bytes(t, 0, p, accel_nbytes(t));
+    if (st != ACCEL_OK) accel_tensor_to_meta(t);
+    return st;
+}
+
 accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev) {
     accel__off_entry *e = &d->off[i];
     if (e->refs++ > 0) return ACCEL_OK;
-    if (dev.type != ACCEL_DEV_CPU) {
+    const void *p = host_bytes(d, e);
+    accel_status st = p ? point_at(e, p, dev) : accel_last_status();
+    if (dev.type != ACCEL_DEV_CPU || st != ACCEL_OK) { /* the device holds its own copy now */
+        accel_free(e->scratch);
+        e->scratch = NULL;
+    }
+    if (st != ACCEL_OK) {
         e->refs--;
-        char b[32];
-        return accel_set_error(ACCEL_ERR_DEVICE, "accel offload: cannot bring %s onto %s in this build",
-                               e->name, accel_device_str(dev, b, sizeof b));
+        return st;
     }
-    accel_tensor *t = e->t;
-    size_t esz = accel_dtype_size(t->dtype);
-    size_t nbytes = (size_t)accel_numel(t) * esz;
-    const void *p = e->src;
-    if (e->src_dtype != t->dtype || ((uintptr_t)p % esz) != 0) {
-        e->scratch = accel_malloc(nbytes ? nbytes : 1);
-        if (!e->scratch) {
-            e->refs--;
-            return accel_last_status();
-        }
-        accel_convert(e->scratch, t->dtype, p, e->src_dtype, (size_t)accel_numel(t));
-        d->stats.scratch_bytes += (int64_t)nbytes;
-        p = e->scratch;
-    }
-    t->data = (void *)p;
-    t->device = dev;
-    t->flags &= ~(uint32_t)ACCEL_TF_OWNS_DATA;
-    if (!e->scratch && e->kind == ACCEL__OFF_DISK) t->flags |= ACCEL_TF_MMAP;
+    size_t nbytes = accel_nbytes(e->t);
     d->onload_now += (int64_t)nbytes;
     if (d->onload_now > d->stats.peak_onload_bytes) d->stats.peak_onload_bytes = d->onload_now;
     return ACCEL_OK;
@@ -96,7 +116,7 @@ void accel__off_drop(accel_dispatched *d, int i) {
 void accel__off_free_all(accel_dispatched *d) {
     for (int i = 0; i < d->n_off; i++) {
         accel__off_entry *e = &d->off[i];
-        if (e->t->data && !(e->t->flags & ACCEL_TF_OWNS_DATA)) accel_tensor_to_meta(e->t);
+        if (e->refs > 0) accel_tensor_to_meta(e->t); /* brought in: the bytes go with d */
         accel_free(e->scratch);
         if (e->kind == ACCEL__OFF_HOST) accel_free((void *)e->src);
         accel_free(e->name);

@@ -19,6 +19,24 @@ accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, co
  * stack header for a kernel call on a raw buffer: nothing is allocated). */
 void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
                           accel_device dev);
+/* The host address of a tensor's first element when its device's memory is
+ * host memory (the cpu: file mappings, batch collation, writing files read
+ * and fill CPU tensors in place); NULL with an error naming `op` otherwise. */
+void *accel__host_ptr(const accel_tensor *t, const char *op);
+/* n bytes between host memory and contiguous t's storage, starting byte_off
+ * bytes after t's first element, through t's backend (chunked loads, staged
+ * writes of device tensors). The range must lie inside t. */
+accel_status accel__tensor_write_bytes(accel_tensor *t, size_t byte_off, const void *src, size_t n);
+accel_status accel__tensor_read_bytes(const accel_tensor *t, size_t byte_off, void *dst, size_t n);
+/* Gives persistent tensor t fresh, uninitialised, owned, contiguous storage
+ * of dtype dt on dev (for a load that writes every byte next); frees what it
+ * owned before. */
+accel_status accel__tensor_alloc_uninit(accel_tensor *t, accel_device dev, accel_dtype dt);
+/* Persistent memory of `bytes` on dev from its backend (flat parameter
+ * buffers), zero-filled when `zeroed`; NULL + error naming op. Freed with
+ * accel__device_free. */
+void *accel__device_alloc(accel_device dev, size_t bytes, bool zeroed, const char *op);
+void accel__device_free(accel_device dev, void *p);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);

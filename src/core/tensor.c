@@ -230,23 +230,65 @@ void accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
     t->data = data;
 }
 
-accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt) {
-    if (!accel_tensor_check(t, "accel_tensor_materialize", "t")) return accel_last_status();
+/* The backend of dev when dev has memory and is present; NULL + error naming op. */
+static const accel_backend *storage_backend(accel_device dev, const char *op) {
     const accel_backend *be = dev.type == ACCEL_DEV_META ? NULL : accel__backend_of(dev);
     if (!be || !accel_device_available(dev)) {
         char b[32];
-        return accel_set_error(ACCEL_ERR_DEVICE, "accel_tensor_materialize: cannot materialise on %s",
-                               accel_device_str(dev, b, sizeof b));
+        accel_set_error(ACCEL_ERR_DEVICE, "%s: cannot materialise on %s", op, accel_device_str(dev, b, sizeof b));
+        return NULL;
     }
-    void *p = alloc_zeroed(be, dev, (size_t)accel_numel(t) * accel_dtype_size(dt));
-    if (!p) return accel_last_status();
+    return be;
+}
+
+/* Points t at owned contiguous storage p of dtype dt on dev (freeing the old). */
+static void adopt_storage(accel_tensor *t, void *p, accel_device dev, accel_dtype dt) {
     free_owned(t);
     t->flags = (t->flags & ~(uint32_t)ACCEL_TF_MMAP) | ACCEL_TF_OWNS_DATA;
     t->data = p;
     t->dtype = dt;
     t->device = dev;
     accel__contiguous_strides(t->ndim, t->shape, t->stride);
+}
+
+accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt) {
+    if (!accel_tensor_check(t, "accel_tensor_materialize", "t")) return accel_last_status();
+    const accel_backend *be = storage_backend(dev, "accel_tensor_materialize");
+    if (!be) return accel_last_status();
+    void *p = alloc_zeroed(be, dev, (size_t)accel_numel(t) * accel_dtype_size(dt));
+    if (!p) return accel_last_status();
+    adopt_storage(t, p, dev, dt);
     return ACCEL_OK;
+}
+
+accel_status accel__tensor_alloc_uninit(accel_tensor *t, accel_device dev, accel_dtype dt) {
+    const accel_backend *be = storage_backend(dev, "accel_tensor_alloc");
+    if (!be) return accel_last_status();
+    size_t nb = (size_t)accel_numel(t) * accel_dtype_size(dt);
+    void *p = be->mem.alloc(dev.index, nb ? nb : 1, 64);
+    if (!p) return accel_last_status();
+    adopt_storage(t, p, dev, dt);
+    return ACCEL_OK;
+}
+
+void *accel__device_alloc(accel_device dev, size_t bytes, bool zeroed, const char *op) {
+    const accel_backend *be = storage_backend(dev, op);
+    if (!be) return NULL;
+    return zeroed ? alloc_zeroed(be, dev, bytes) : be->mem.alloc(dev.index, bytes ? bytes : 1, 64);
+}
+
+void accel__device_free(accel_device dev, void *p) {
+    const accel_backend *be = accel__backend_of(dev);
+    if (be && p) be->mem.free(dev.index, p);
+}
+
+void *accel__host_ptr(const accel_tensor *t, const char *op) {
+    const accel_backend *be = accel__backend_of(t->device);
+    if (be && be->host_addressable) return t->data;
+    char b[32];
+    accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor on %s is not in host memory", op,
+                    accel_device_str(t->device, b, sizeof b));
+    return NULL;
 }
 
 accel_status accel_tensor_to_device_(accel_tensor *t, accel_device dev) {
@@ -418,6 +460,29 @@ accel_status accel_tensor_from_host(accel_tensor *t, const void *src) {
     init_header(&h, t->dtype, t->ndim, t->shape, ACCEL_CPU_DEVICE);
     h.data = (void *)src;
     return accel_copy_(t, &h);
+}
+
+/* Checks that [byte_off, byte_off + n) lies inside contiguous tensor t with data. */
+static bool check_range(const accel_tensor *t, size_t byte_off, size_t n, const char *op) {
+    if (!check_data(t, op)) return false;
+    if (!accel_is_contiguous(t) || byte_off > accel_nbytes(t) || n > accel_nbytes(t) - byte_off) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: bytes [%zu, %zu) of a %s tensor of %zu bytes%s", op, byte_off,
+                        byte_off + n, accel_shape_str(t, b, sizeof b), accel_nbytes(t),
+                        accel_is_contiguous(t) ? "" : " (not contiguous)");
+        return false;
+    }
+    return true;
+}
+
+accel_status accel__tensor_write_bytes(accel_tensor *t, size_t byte_off, const void *src, size_t n) {
+    if (!check_range(t, byte_off, n, "accel_tensor_write_bytes")) return accel_last_status();
+    return accel__copy_bytes(t->device, (char *)t->data + byte_off, ACCEL_CPU_DEVICE, src, n);
+}
+
+accel_status accel__tensor_read_bytes(const accel_tensor *t, size_t byte_off, void *dst, size_t n) {
+    if (!check_range(t, byte_off, n, "accel_tensor_read_bytes")) return accel_last_status();
+    return accel__copy_bytes(ACCEL_CPU_DEVICE, dst, t->device, (const char *)t->data + byte_off, n);
 }
 
 /* ---- element access */

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/data.h"
+#include "core/core_internal.h"
 #include "data_internal.h"
 
 struct accel_dataset {
@@ -41,10 +42,10 @@ accel_dataset *accel_tensor_dataset_new(int n_fields, accel_tensor *const *tenso
     for (int f = 0; f < n_fields; f++) {
         if (!accel_tensor_check(tensors[f], "accel_tensor_dataset_new", "tensors[f]")) return NULL;
         if (tensors[f]->ndim < 1 || tensors[f]->shape[0] != tensors[0]->shape[0] ||
-            tensors[f]->device.type != ACCEL_DEV_CPU) {
+            tensors[f]->device.type == ACCEL_DEV_META) {
             char a[64], b[64];
             accel_set_error(ACCEL_ERR_SHAPE,
-                            "accel_tensor_dataset_new: every tensor needs the same first dim on cpu "
+                            "accel_tensor_dataset_new: every tensor needs data and the same first dim "
                             "(tensor 0 %s, tensor %d %s)",
                             accel_shape_str(tensors[0], a, sizeof a), f,
                             accel_shape_str(tensors[f], b, sizeof b));
@@ -111,8 +112,15 @@ accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t 
         int64_t shape[ACCEL_MAX_DIMS];
         shape[0] = n;
         memcpy(shape + 1, s->shape, (size_t)s->ndim * sizeof(int64_t));
-        out->fields[f] = accel_empty(s->dtype, s->ndim + 1, shape);
+        /* batches are built in host memory, on the cpu, whatever the default
+         * device: the model's device gets them by an explicit accel_to_device */
+        out->fields[f] = accel_empty_on(s->dtype, s->ndim + 1, shape, ACCEL_CPU_DEVICE);
         if (!out->fields[f]) return accel_last_status();
+    }
+    char *rows[ACCEL_BATCH_MAX_FIELDS], *samples[ACCEL_BATCH_MAX_FIELDS];
+    for (int f = 0; f < ds->n_fields; f++) {
+        rows[f] = accel__host_ptr(out->fields[f], "accel_dataloader");
+        samples[f] = ds->get ? NULL : accel__host_ptr(ds->tensors[f], "accel_dataloader");
     }
     for (int64_t i = 0; i < n; i++) {
         if (idx[i] < 0 || idx[i] >= ds->len)
@@ -120,15 +128,13 @@ accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t 
                                    "accel_dataloader: sample index %lld out of range for a dataset of %lld",
                                    (long long)idx[i], (long long)ds->len);
         void *dst[ACCEL_BATCH_MAX_FIELDS];
-        for (int f = 0; f < ds->n_fields; f++)
-            dst[f] = (char *)out->fields[f]->data + (size_t)i * ds->sample_bytes[f];
+        for (int f = 0; f < ds->n_fields; f++) dst[f] = rows[f] + (size_t)i * ds->sample_bytes[f];
         if (ds->get) {
             accel_status st = ds->get(ds->ctx, idx[i], dst);
             if (st) return st;
         } else {
             for (int f = 0; f < ds->n_fields; f++)
-                memcpy(dst[f], (char *)ds->tensors[f]->data + (size_t)idx[i] * ds->sample_bytes[f],
-                       ds->sample_bytes[f]);
+                memcpy(dst[f], samples[f] + (size_t)idx[i] * ds->sample_bytes[f], ds->sample_bytes[f]);
         }
     }
     return ACCEL_OK;

@@ -13,8 +13,6 @@ int accel__st_dtype_parse(const char *s);
 /* Validates `size` bytes at `buf` as a safetensors file named `path` (for
  * messages). The object borrows buf (not unmapped by close). NULL + error. */
 accel_safetensors *accel__safetensors_parse(const char *path, void *buf, size_t size);
-/* Copy/convert a tensor's bytes into dst (contiguous, numel elements of ddt). */
-void accel__st_convert(void *dst, accel_dtype ddt, const accel_st_info *in);
 accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op);
 accel_status accel__st_load_into(const accel_st_info *in, const char *file, accel_tensor *dst,
                                  const char *op);

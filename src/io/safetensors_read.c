@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "accel/io.h"
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
@@ -20,7 +21,7 @@ struct accel_safetensors {
     unsigned char *map;       /* whole file */
     size_t map_size;
     bool mapped;              /* map came from mmap (else a caller's buffer) */
-    const unsigned char *data; /* data section */
+    const unsigned char *section; /* the data section */
     uint64_t data_size;
     int n;
     accel_st_info *info;      /* sorted by begin (file order) */
@@ -164,7 +165,7 @@ static accel_status parse_tensor(accel_safetensors *st, const char *name, json_t
                                (unsigned long long)have, sh, ds, (unsigned long long)need);
     }
     out->nbytes = (size_t)have;
-    out->data = st->data + out->begin;
+    out->bytes = st->section + out->begin;
     out->name = accel_strdup(name);
     return out->name ? ACCEL_OK : accel_last_status();
 }
@@ -260,7 +261,7 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *map, size_t 
                         (unsigned long long)hlen);
         return st_fail(st, NULL);
     }
-    st->data = st->map + 8 + hlen;
+    st->section = st->map + 8 + hlen;
     st->data_size = size - 8 - hlen;
     json_error_t err;
     json_t *root = json_loadb((const char *)st->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &err);
@@ -370,26 +371,52 @@ static const accel_st_info *st_lookup(const accel_safetensors *st, const char *n
     return in;
 }
 
-/* Element-wise copy/convert that tolerates a source not aligned to its element
- * size (files written by other tools may not pad their header). */
-void accel__st_convert(void *dst, accel_dtype ddt, const accel_st_info *in) {
-    size_t esz = accel_dtype_size(in->dtype), n = in->nbytes / (esz ? esz : 1);
+/* Elements [first, first + n) of in, converted to ddt, into host memory dst.
+ * Tolerates a source not aligned to its element size (files written by other
+ * tools may not pad their header). */
+static void convert_range(void *dst, accel_dtype ddt, const accel_st_info *in, size_t first, size_t n) {
+    size_t esz = accel_dtype_size(in->dtype), dsz = accel_dtype_size(ddt);
+    const unsigned char *src = (const unsigned char *)in->bytes + first * esz;
     if (ddt == in->dtype) {
-        memcpy(dst, in->data, in->nbytes);
+        memcpy(dst, src, n * esz);
         return;
     }
-    if (((uintptr_t)in->data % esz) == 0) {
-        accel_convert(dst, ddt, in->data, in->dtype, n);
+    if (((uintptr_t)src % esz) == 0) {
+        accel_convert(dst, ddt, src, in->dtype, n);
         return;
     }
     enum { CHUNK = 4096 };
     _Alignas(64) unsigned char bounce[CHUNK * 8];
-    size_t per = sizeof bounce / esz, dsz = accel_dtype_size(ddt);
+    size_t per = sizeof bounce / esz;
     for (size_t i = 0; i < n; i += per) {
         size_t m = n - i < per ? n - i : per;
-        memcpy(bounce, (const unsigned char *)in->data + i * esz, m * esz);
+        memcpy(bounce, src + i * esz, m * esz);
         accel_convert((unsigned char *)dst + i * dsz, ddt, bounce, in->dtype, m);
     }
+}
+
+static size_t st_numel(const accel_st_info *in) {
+    size_t esz = accel_dtype_size(in->dtype);
+    return in->nbytes / (esz ? esz : 1);
+}
+
+/* in's elements converted to dst's dtype into dst (contiguous, not on the
+ * cpu): the mapping's bytes go to the device as they are when the dtypes
+ * match, else through a host conversion buffer, one chunk at a time. */
+static accel_status load_to_device(accel_tensor *dst, const accel_st_info *in) {
+    if (dst->dtype == in->dtype) return accel__tensor_write_bytes(dst, 0, in->bytes, in->nbytes);
+    enum { STAGE_BYTES = 4 << 20 };
+    size_t n = st_numel(in), dsz = accel_dtype_size(dst->dtype), per = STAGE_BYTES / dsz;
+    void *stage = accel_malloc(STAGE_BYTES);
+    if (!stage) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (size_t i = 0; i < n && st == ACCEL_OK; i += per) {
+        size_t m = n - i < per ? n - i : per;
+        convert_range(stage, dst->dtype, in, i, m);
+        st = accel__tensor_write_bytes(dst, i * dsz, stage, m * dsz);
+    }
+    accel_free(stage);
+    return st;
 }
 
 accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op) {
@@ -398,22 +425,23 @@ accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op
         return NULL;
     }
     accel_dtype dt = want < 0 ? in->dtype : (accel_dtype)want;
-    if (dt == in->dtype && ((uintptr_t)in->data % accel_dtype_size(dt)) == 0) {
-        accel_tensor *t = accel_tensor_wrap((void *)in->data, dt, in->ndim, in->shape, ACCEL_CPU_DEVICE);
+    if (dt == in->dtype && ((uintptr_t)in->bytes % accel_dtype_size(dt)) == 0) {
+        accel_tensor *t = accel_tensor_wrap((void *)in->bytes, dt, in->ndim, in->shape, ACCEL_CPU_DEVICE);
         if (t) t->flags |= ACCEL_TF_MMAP;
         return t;
     }
     accel_tensor *t = accel_tensor_new(dt, in->ndim, in->shape, ACCEL_CPU_DEVICE);
-    if (t) accel__st_convert(t->data, dt, in);
+    if (t) convert_range(accel__host_ptr(t, op), dt, in, 0, st_numel(in));
     return t;
 }
 
 accel_status accel__st_load_into(const accel_st_info *in, const char *file, accel_tensor *dst,
                                  const char *op) {
     if (!accel_tensor_check(dst, op, "dst")) return accel_last_status();
-    if (dst->device.type != ACCEL_DEV_CPU || !dst->data || !accel_is_contiguous(dst))
+    if (dst->device.type == ACCEL_DEV_META || !accel_is_contiguous(dst))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "%s: destination for '%s' must be a contiguous CPU tensor", op, in->name);
+                               "%s: destination for '%s' must be a contiguous tensor with memory (not meta)",
+                               op, in->name);
     bool same = dst->ndim == in->ndim;
     for (int i = 0; same && i < in->ndim; i++) same = dst->shape[i] == in->shape[i];
     if (!same) {
@@ -423,7 +451,11 @@ accel_status accel__st_load_into(const accel_st_info *in, const char *file, acce
                                op, in->name, file, accel_shape_str_n(in->ndim, in->shape, a, sizeof a),
                                accel_shape_str(dst, b, sizeof b));
     }
-    accel__st_convert(dst->data, dst->dtype, in);
+    if (dst->device.type != ACCEL_DEV_CPU) return load_to_device(dst, in);
+    void *host = accel__host_ptr(dst, op);
+    if (!host && in->nbytes > 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: destination for '%s' has no memory", op, in->name);
+    convert_range(host, dst->dtype, in, 0, st_numel(in));
     return ACCEL_OK;
 }
 

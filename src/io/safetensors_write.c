@@ -3,6 +3,7 @@
 
 #include "accel/io.h"
 #include "accel/tracking.h"
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
@@ -18,10 +19,9 @@ static accel_status check_inputs(const char *path, int n, const char *const *nam
             return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                    "accel_safetensors_save %s: '__metadata__' is reserved", path);
         if (!accel_tensor_check(tensors[i], "accel_safetensors_save", names[i])) return accel_last_status();
-        if (tensors[i]->device.type != ACCEL_DEV_CPU || (!tensors[i]->data && accel_numel(tensors[i]) > 0))
+        if (tensors[i]->device.type == ACCEL_DEV_META && accel_numel(tensors[i]) > 0)
             return accel_set_error(ACCEL_ERR_DEVICE,
-                                   "accel_safetensors_save %s: tensor '%s' is not on the CPU (meta "
-                                   "tensors have no data to save)",
+                                   "accel_safetensors_save %s: tensor '%s' is on meta (it has no data to save)",
                                    path, names[i]);
     }
     return ACCEL_OK;
@@ -66,12 +66,33 @@ static json_t *build_header(const char *path, int n, const char *const *names, a
     return root;
 }
 
+/* Writes contiguous t's bytes: a CPU tensor's straight from its memory, any
+ * other device's through a host staging buffer, one chunk at a time. */
+static accel_status write_dense(accel__afile *f, const accel_tensor *t) {
+    size_t n = accel_nbytes(t);
+    if (t->device.type == ACCEL_DEV_CPU) {
+        const void *host = accel__host_ptr(t, "accel_safetensors_save");
+        return host ? accel__afile_write(f, host, n) : accel_last_status();
+    }
+    enum { STAGE_BYTES = 4 << 20 };
+    void *stage = accel_malloc(n < STAGE_BYTES ? n : STAGE_BYTES);
+    if (!stage) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (size_t off = 0; off < n && st == ACCEL_OK; off += STAGE_BYTES) {
+        size_t m = n - off < STAGE_BYTES ? n - off : STAGE_BYTES;
+        st = accel__tensor_read_bytes(t, off, stage, m);
+        if (st == ACCEL_OK) st = accel__afile_write(f, stage, m);
+    }
+    accel_free(stage);
+    return st;
+}
+
 static accel_status write_tensor(accel__afile *f, const accel_tensor *t) {
     if (accel_numel(t) == 0) return ACCEL_OK;
-    if (accel_is_contiguous(t)) return accel__afile_write(f, t->data, accel_nbytes(t));
-    accel_tensor *c = accel_tensor_clone_persistent(t, ACCEL_CPU_DEVICE);
+    if (accel_is_contiguous(t)) return write_dense(f, t);
+    accel_tensor *c = accel_tensor_clone_persistent(t, t->device); /* dense on its own device */
     if (!c) return accel_last_status();
-    accel_status st = accel__afile_write(f, c->data, accel_nbytes(c));
+    accel_status st = write_dense(f, c);
     accel_tensor_free(c);
     return st;
 }

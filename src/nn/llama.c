@@ -144,9 +144,13 @@ void accel_kv_cache_reset(accel_kv_cache *kc) {
 }
 
 /* Writes x [B, Hkv, T, D] at positions [pos, pos+T) of cache tensor c and
- * returns the view of positions [0, pos+T). */
+ * returns the view of positions [0, pos+T). A layer's cache lives where the
+ * layer runs: the first append from another device moves it there (a model
+ * dispatched across devices gets each layer's cache on that layer's device). */
 static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos) {
     if (!x) return NULL;
+    if (!accel_device_eq(c->device, x->device) && accel_tensor_to_device_(c, x->device) != ACCEL_OK)
+        return NULL;
     int64_t T = x->shape[2];
     int64_t shape[4] = {c->shape[0], c->shape[1], T, c->shape[3]};
     accel_tensor *slot = accel_view_raw(c, 4, shape, c->stride, pos * c->stride[2]);

@@ -3,9 +3,17 @@
 
 #include "accel/nn.h"
 #include "core/link.h"
+#include "core/core_internal.h"
 #include "nn_internal.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return m > 1 ? (x + m - 1) / m * m : x; }
+
+/* The flat parameter and gradient memory of b, back to its device. */
+static void free_buffer_memory(accel_flat_buffer *b) {
+    accel__device_free(b->device, b->params);
+    accel__device_free(b->device, b->grads);
+    b->params = b->grads = NULL;
+}
 
 static void free_buffer_arrays(accel_flat_params *fp) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
@@ -49,13 +57,17 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
     accel_tensor **ps;
     int n = accel__module_unique_tensors(root, true, &ps);
     if (n < 0) return NULL;
+    accel_device dev = n ? ps[0]->device : ACCEL_CPU_DEVICE;
     for (int i = 0; i < n; i++) {
-        if (ps[i]->device.type != ACCEL_DEV_CPU || !accel_is_contiguous(ps[i])) {
+        const char *why = ps[i]->device.type == ACCEL_DEV_META ? "on meta"
+                          : !accel_is_contiguous(ps[i])        ? "not contiguous"
+                          : !accel_device_eq(ps[i]->device, dev) ? "on another device than the first parameter"
+                                                                 : NULL;
+        if (why) {
             accel_set_error(ACCEL_ERR_DEVICE,
-                            "accel_module_flatten: parameter \"%s\" is %s (flatten needs contiguous cpu "
-                            "parameters; materialise meta ones with accel_module_to_empty first)",
-                            ps[i]->name ? ps[i]->name : "?",
-                            ps[i]->device.type == ACCEL_DEV_META ? "on meta" : "not a plain cpu tensor");
+                            "accel_module_flatten: parameter \"%s\" is %s (flatten needs contiguous "
+                            "parameters on one device; materialise meta ones with accel_module_to_empty first)",
+                            ps[i]->name ? ps[i]->name : "?", why);
             accel_free(ps);
             return NULL;
         }
@@ -79,22 +91,17 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
         fp->n_buffers++;
         b->numel = round_up(b->numel, pad_multiple);
         size_t bytes = (size_t)b->numel * accel_dtype_size(b->dtype);
-        b->params = accel_malloc(bytes ? bytes : 1);
-        b->grads = accel_malloc(bytes ? bytes : 1);
+        b->device = dev;
+        /* zero-filled: padding must not hold garbage (ZeRO shards) */
+        b->params = accel__device_alloc(dev, bytes, true, "accel_module_flatten");
+        b->grads = accel__device_alloc(dev, bytes, true, "accel_module_flatten");
         b->tensors = accel_malloc((size_t)b->n * sizeof *b->tensors);
         b->offsets = accel_malloc((size_t)b->n * sizeof *b->offsets);
         ok = b->params && b->grads && b->tensors && b->offsets;
-        if (ok) {
-            memset(b->params, 0, bytes); /* padding must not hold garbage (ZeRO shards) */
-            memset(b->grads, 0, bytes);
-        }
         b->n = 0;
     }
     if (!ok) {
-        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
-            accel_free(fp->buffers[d].params);
-            accel_free(fp->buffers[d].grads);
-        }
+        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) free_buffer_memory(&fp->buffers[d]);
         free_buffer_arrays(fp);
         accel_free(fp);
         accel_free(ps);
@@ -130,20 +137,17 @@ void accel_flat_params_free(accel_flat_params *fp) {
         accel_flat_buffer *b = &fp->buffers[d];
         for (int i = 0; i < b->n; i++) {
             accel_tensor *t = b->tensors[i];
-            void *own = accel_malloc(accel_nbytes(t) ? accel_nbytes(t) : 1);
-            if (own) {
-                accel_tensor_rebind(t, own, true);
-                t->flags |= ACCEL_TF_OWNS_DATA;
-            }
+            void *own = accel__device_alloc(t->device, accel_nbytes(t), false, "accel_flat_params_free");
+            /* out of memory: better no data than a dangling pointer */
+            accel_tensor_rebind(t, own, own != NULL);
+            if (own) t->flags |= ACCEL_TF_OWNS_DATA;
             /* The grad view points into the buffer freed below: give the
              * parameter a gradient of its own. */
             accel_tensor *g = t->grad;
             t->grad = g ? accel_tensor_clone_persistent(g, t->device) : NULL;
             accel_tensor_free(g);
-            if (!own) t->data = NULL; /* out of memory: better no data than a dangling pointer */
         }
-        accel_free(b->params);
-        accel_free(b->grads);
+        free_buffer_memory(b);
     }
     free_buffer_arrays(fp);
     accel_free(fp);
