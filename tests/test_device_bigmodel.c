@@ -154,15 +154,15 @@ typedef struct loaded {
     accel_dispatched *d;
 } loaded;
 
-static loaded load(accel_device_map *map, const accel_load_options *extra) {
+static loaded load(accel_device_map *map, const accel_load_opts *extra) {
     accel_llama_config cfg;
     loaded l = {0};
     if (accel_llama_config_load(g_model, &cfg) != ACCEL_OK) return l;
     accel_init_empty_weights_begin();
     l.m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
-    accel_device_map_options mo = {.no_split = NO_SPLIT, .n_no_split = 1};
-    accel_load_options lo = extra ? *extra : (accel_load_options){0};
+    accel_device_map_opts mo = {.no_split = NO_SPLIT, .n_no_split = 1};
+    accel_load_opts lo = extra ? *extra : (accel_load_opts){0};
     lo.map_opts = &mo;
     l.d = l.m ? accel_load_checkpoint_and_dispatch(l.m, g_model, map, NULL, NULL, &lo) : NULL;
     CHECK_MSG(l.d != NULL, "%s", accel_last_error());
@@ -210,7 +210,7 @@ static void test_dispatch_two_devices(void) {
  * checkpoint), everything executing on hostless:0; then the same with the
  * weights cast to bf16 (conversions on the way in) against bf16 on the cpu. */
 static void test_offload_executes_on_device(void) {
-    loaded l = load(seed_map("cpu", "disk"), &(accel_load_options){.main_device = "hostless:0"});
+    loaded l = load(seed_map("cpu", "disk"), &(accel_load_opts){.main_device = "hostless:0"});
     if (!l.d) return;
     accel_dispatch_stats s;
     accel_dispatched_stats(l.d, &s);
@@ -222,7 +222,7 @@ static void test_offload_executes_on_device(void) {
     accel_tensor_free(y);
     unload(&l);
 
-    accel_load_options bf = {.has_dtype = true, .dtype = ACCEL_BF16};
+    accel_load_opts bf = {.has_dtype = true, .dtype = ACCEL_BF16};
     loaded c = load(NULL, &bf);
     accel_tensor *want = logits_of(&c);
     unload(&c);
