@@ -163,6 +163,8 @@ typedef struct call {
     size_t *len_io;
     size_t *lens_out;
     char label[48];
+    const char *file; /* the caller's call site (accel_dist_set_call_site), NULL when none */
+    int line;
 } call;
 
 struct accel_work {
@@ -170,7 +172,7 @@ struct accel_work {
     call c;
     atomic_bool done;
     accel_status st;
-    char msg[512];
+    char msg[1024];
     accel_work *next;
 };
 
@@ -196,6 +198,44 @@ static void describe(const call *c, char *out, size_t n) {
     else if (c->kind >= K_BROADCAST_BYTES) o = snprintf(out, n, "%s(bytes)", KIND_NAME[c->kind]);
     else o = snprintf(out, n, "%s(%s, %zu)", KIND_NAME[c->kind], accel__dtype_short(c->dt), c->count);
     if (c->label[0] && o > 0 && (size_t)o < n) snprintf(out + o, n - (size_t)o, " [%s]", c->label);
+}
+
+/* pg->site and pg->op_desc for the call c this rank begins now. */
+static void note_call(accel_pg *pg, const call *c) {
+    accel__site *s = &pg->site;
+    s->seq++;
+    s->kind = (uint8_t)c->kind;
+    s->dtype = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0xff : (uint8_t)c->dt;
+    s->count = c->kind == K_BARRIER ? 0 : c->kind == K_BROADCAST_BYTES ? (c->len_io ? *c->len_io : 0) : c->count;
+    s->line = c->file ? c->line : 0;
+    const char *f = c->file ? c->file : "", *slash = strrchr(f, '/');
+    f = slash ? slash + 1 : f;
+    size_t len = strlen(f), keep = len < sizeof s->file - 1 ? len : sizeof s->file - 1;
+    memcpy(s->file, f + len - keep, keep);
+    s->file[keep] = 0;
+    describe(c, pg->op_desc, sizeof pg->op_desc);
+    size_t o = strlen(pg->op_desc);
+    if (s->line && o < sizeof pg->op_desc)
+        snprintf(pg->op_desc + o, sizeof pg->op_desc - o, " at %s:%d", s->file, (int)s->line);
+}
+
+void accel__site_describe(const accel__site *s, char *out, size_t n) {
+    if (s->seq == 0) {
+        snprintf(out, n, "no collective yet");
+        return;
+    }
+    int o;
+    const char *kind = s->kind <= K_ALL_GATHER_BYTES ? KIND_NAME[s->kind] : "?";
+    if (s->kind == K_BARRIER) o = snprintf(out, n, "#%u barrier()", s->seq);
+    else if (s->kind >= K_BROADCAST_BYTES)
+        o = snprintf(out, n, "#%u %s(%llu bytes)", s->seq, kind, (unsigned long long)s->count);
+    else
+        o = snprintf(out, n, "#%u %s(%s, %llu)", s->seq, kind,
+                     s->dtype < ACCEL_DTYPE_COUNT ? accel__dtype_short((accel_dtype)s->dtype) : "?",
+                     (unsigned long long)s->count);
+    if (s->line > 0 && o > 0 && (size_t)o < n)
+        snprintf(out + o, n - (size_t)o, " at %.*s:%d", (int)strnlen(s->file, sizeof s->file - 1), s->file,
+                 (int)s->line);
 }
 
 /* What debug mode compares: everything that must agree across ranks. */
@@ -333,7 +373,7 @@ static accel_status exec_call(accel_pg *pg, const call *c) {
     if (pg->broken != ACCEL_OK)
         return accel_set_error(pg->broken, "accel dist: the process group is unusable after an earlier failure: %s",
                                pg->broken_msg);
-    describe(c, pg->op_desc, sizeof pg->op_desc);
+    note_call(pg, c);
     accel_status st = ACCEL_OK;
     if (pg->debug && pg->size > 1) st = debug_check(pg, c);
     if (st == ACCEL_OK) st = run_call(pg, c);
@@ -349,6 +389,7 @@ static accel_status exec_call(accel_pg *pg, const call *c) {
 static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
     if (!pg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", fn);
     memcpy(c->label, tl_label, sizeof c->label);
+    accel__site_of_caller(&c->file, &c->line);
     if (c->kind < K_BARRIER) {
         if ((unsigned)c->dt >= ACCEL_DTYPE_COUNT)
             return accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)c->dt);
@@ -707,7 +748,8 @@ void accel_dist_finalize(void) {
     queue_destroy(pg);
     if (pg->broken == ACCEL_OK && pg->size > 1) {
         call c = {.kind = K_BARRIER};
-        describe(&c, pg->op_desc, sizeof pg->op_desc);
+        accel__site_of_caller(&c.file, &c.line);
+        note_call(pg, &c);
         /* A failure here is reported but cannot stop the teardown. */
         if (pg->be->barrier(pg) != ACCEL_OK) { /* error stays pending for the caller */ }
     }
