@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dist/backend.h"
+#include "dist/slurm.h"
 
 /* ---------------------------------------------------------------- environment */
 
@@ -51,7 +52,7 @@ static long env_int(const char *const *names, long lo) {
 static const char *const RANK_VARS[] = {"RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK",
                                         "SLURM_PROCID", NULL};
 static const char *const WORLD_VARS[] = {"WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                         "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", NULL};
+                                         "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL};
 static const char *const LRANK_VARS[] = {"LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
                                          "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
 static const char *const LWORLD_VARS[] = {"LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -97,6 +98,12 @@ static accel_status read_env(dist_env *e) {
     long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
     long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
     if (r == -2 || w == -2 || lr == -2 || lw == -2) return accel_last_status();
+    bool slurm = accel__slurm_started(); /* srun: SLURM says how many tasks share this machine */
+    int slurm_local;
+    if (slurm && lw < 0) {
+        if (accel__slurm_local_world(&slurm_local) != ACCEL_OK) return accel_last_status();
+        lw = slurm_local;
+    }
     e->world = w < 0 ? 1 : (int)w;
     e->rank = r < 0 ? 0 : (int)r;
     if (e->rank >= e->world)
@@ -105,6 +112,14 @@ static accel_status read_env(dist_env *e) {
     e->local_rank = lr < 0 ? e->rank : (int)lr;
     e->local_world = lw < 0 ? e->world : (int)lw;
     const char *addr = getenv("MASTER_ADDR");
+    if ((!addr || !*addr) && slurm && e->local_world < e->world) {
+        /* Exported, so that the tcp backend finds its route to it as for a launcher's MASTER_ADDR. */
+        char host[256];
+        if (accel__slurm_main_host(host, sizeof host) != ACCEL_OK) return accel_last_status();
+        if (setenv("MASTER_ADDR", host, 1) != 0)
+            return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: cannot set MASTER_ADDR=%s", host);
+        addr = getenv("MASTER_ADDR");
+    }
     if ((!addr || !*addr) && e->local_world < e->world && !want_mpi())
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_dist_init: MASTER_ADDR must be set when ranks span several machines");
