@@ -6,7 +6,10 @@
  *   - srun, simulated on loopback: 2 tasks on one node (shm), and 2 nodes of
  *     1 task each (tcp; SLURM_JOB_NODELIST=127.0.0.[1-2] gives the main
  *     address 127.0.0.1, exported as MASTER_ADDR);
- *   - mpirun's OpenMPI variables and PMI's (MPICH, Intel MPI). */
+ *   - mpirun's OpenMPI variables and PMI's (MPICH, Intel MPI);
+ *   - at rendezvous, two processes claiming one rank (two launchers given
+ *     the same machine_rank) and a world size that differs from rank 0's
+ *     are refused with a message naming the machines. */
 #include <string.h>
 
 #include "accel/dist.h"
@@ -159,6 +162,73 @@ static void test_srun_two_nodes(void) { check_launcher(SRUN_TWO_NODES, "srun, 2 
 static void test_mpirun(void) { check_launcher(MPIRUN, "mpirun (OpenMPI variables)"); }
 static void test_pmi(void) { check_launcher(PMI, "PMI_RANK/PMI_SIZE"); }
 
+/* ---------------------------------------------------------------- refused at rendezvous */
+
+typedef struct proc_spec {
+    int rank, world, machine, delay_ms;
+} proc_spec;
+
+static int claim_body(const proc_spec *p) {
+    accel_status st = accel_dist_init();
+    const char *msg = accel_last_error();
+    fprintf(stderr, "rank %d of %d (machine %d): %s\n", p->rank, p->world, p->machine,
+            st == ACCEL_OK ? "joined" : msg);
+    int rc = st == ACCEL_OK ? 0
+             : strstr(msg, "claimed by 2 processes") && strstr(msg, "machine_rank 1") ? 1
+             : strstr(msg, "WORLD_SIZE is 3 on") && strstr(msg, "but 2 on the main machine") ? 2
+                                                                                              : 3;
+    if (st == ACCEL_OK) {
+        if (accel_pg_barrier(accel_dist_default_group()) != ACCEL_OK) rc = 4;
+        accel_dist_finalize();
+    }
+    accel_clear_error();
+    accel_thread_cleanup();
+    return rc;
+}
+
+/* Runs the processes (one machine each: tcp); their exit codes into rc. */
+static void run_procs(const proc_spec *procs, int n, const char *timeout, int *rc) {
+    int port = dist_free_port();
+    dist_group g = {.world = n, .kill_after_s = 40};
+    for (int i = 0; i < n; i++) {
+        fflush(NULL);
+        g.pid[i] = fork();
+        if (g.pid[i] != 0) continue;
+        clear_launch_env();
+        nanosleep(&(struct timespec){0, procs[i].delay_ms * 1000000L}, NULL);
+        dist_setenv_int("RANK", procs[i].rank);
+        dist_setenv_int("WORLD_SIZE", procs[i].world);
+        setenv("LOCAL_RANK", "0", 1);
+        setenv("LOCAL_WORLD_SIZE", "1", 1);
+        dist_setenv_int("GROUP_RANK", procs[i].machine);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        dist_setenv_int("MASTER_PORT", port);
+        setenv("ACCEL_DIST_TIMEOUT", timeout, 1);
+        setenv("ACCEL_JOB_SECRET", "s3cret", 1);
+        exit(claim_body(&procs[i]));
+    }
+    int st[DIST_GROUP_MAX];
+    dist_group_wait(&g, st);
+    for (int i = 0; i < n; i++) rc[i] = WIFEXITED(st[i]) ? WEXITSTATUS(st[i]) : 100;
+}
+
+static void test_duplicate_machine_rank(void) {
+    /* the two rank 1s wait for rank 0's store, so both claim while it serves */
+    const proc_spec procs[] = {{0, 2, 0, 300}, {1, 2, 1, 0}, {1, 2, 1, 0}};
+    int rc[3];
+    run_procs(procs, 3, "20", rc);
+    CHECK_MSG(rc[0] == 0, "rank 0: %d", rc[0]);
+    CHECK_MSG((rc[1] == 0 && rc[2] == 1) || (rc[1] == 1 && rc[2] == 0), "the rank 1s: %d, %d", rc[1], rc[2]);
+}
+
+static void test_world_size_mismatch(void) {
+    const proc_spec procs[] = {{0, 2, 0, 0}, {1, 3, 1, 0}};
+    int rc[2];
+    run_procs(procs, 2, "3", rc);
+    CHECK_MSG(rc[1] == 2, "rank 1: %d", rc[1]);
+    CHECK_MSG(rc[0] == 3, "rank 0 (waits for the refused rank, then fails): %d", rc[0]);
+}
+
 int main(void) {
     RUN(test_first_host);
     RUN(test_tasks_per_node);
@@ -166,5 +236,7 @@ int main(void) {
     RUN(test_srun_two_nodes);
     RUN(test_mpirun);
     RUN(test_pmi);
+    RUN(test_duplicate_machine_rank);
+    RUN(test_world_size_mismatch);
     return check_summary();
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dist/backend.h"
+#include "dist/claim.h"
 #include "dist/slurm.h"
 
 /* ---------------------------------------------------------------- environment */
@@ -688,6 +689,7 @@ static const accel__backend *backend_by_name(const char *name) {
  * job); tcp otherwise; ACCEL_DIST_BACKEND overrides. */
 static accel_status choose_backend(accel__store *st, const dist_env *e, const accel__backend **out) {
     char host[256] = "", key[64];
+    if (accel__claim_rank(st, e->rank, e->world) != ACCEL_OK) return accel_last_status();
     gethostname(host, sizeof host - 1);
     snprintf(key, sizeof key, "host/%d", e->rank);
     if (accel__store_set(st, key, host, strlen(host)) != ACCEL_OK) return accel_last_status();
