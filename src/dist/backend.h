@@ -64,7 +64,7 @@ typedef struct accel__site {
     uint32_t seq;          /* collectives this rank has begun, this one included (0: none yet) */
     uint8_t kind, dtype;   /* dist.c's call kind; dtype 0xff when the call has none */
     uint16_t reserved;
-    uint64_t count;        /* elements (bytes for the *_bytes calls) */
+    uint64_t count;        /* elements (0 for barrier and the *_bytes calls) */
     int32_t line;          /* 0: no call site recorded */
     char file[44];         /* the end of the caller's file name, NUL-terminated */
 } accel__site;

@@ -222,7 +222,7 @@ static void note_call(accel_pg *pg, const call *c) {
     s->seq++;
     s->kind = (uint8_t)c->kind;
     s->dtype = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0xff : (uint8_t)c->dt;
-    s->count = c->kind == K_BARRIER ? 0 : c->kind == K_BROADCAST_BYTES ? (c->len_io ? *c->len_io : 0) : c->count;
+    s->count = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0 : c->count; /* blob sizes differ by rank */
     s->line = c->file ? c->line : 0;
     const char *f = c->file ? c->file : "", *slash = strrchr(f, '/');
     f = slash ? slash + 1 : f;
@@ -243,8 +243,7 @@ void accel__site_describe(const accel__site *s, char *out, size_t n) {
     int o;
     const char *kind = s->kind <= K_ALL_GATHER_BYTES ? KIND_NAME[s->kind] : "?";
     if (s->kind == K_BARRIER) o = snprintf(out, n, "#%u barrier()", s->seq);
-    else if (s->kind >= K_BROADCAST_BYTES)
-        o = snprintf(out, n, "#%u %s(%llu bytes)", s->seq, kind, (unsigned long long)s->count);
+    else if (s->kind >= K_BROADCAST_BYTES) o = snprintf(out, n, "#%u %s(bytes)", s->seq, kind);
     else
         o = snprintf(out, n, "#%u %s(%s, %llu)", s->seq, kind,
                      s->dtype < ACCEL_DTYPE_COUNT ? accel__dtype_short((accel_dtype)s->dtype) : "?",
