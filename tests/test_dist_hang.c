@@ -2,8 +2,8 @@
  *
  * A skipped collective: rank 0 reduces a metric only it computes (the
  * Accelerate classic: a collective inside `if is_main_process`), then every
- * rank meets at a barrier. Rank 1 skipped the all_reduce and arrived at the
- * barrier: both ranks must fail within 2 s (the timeout is 30 s), each with
+ * rank meets at a barrier. The others skipped the all_reduce and arrived at
+ * the barrier: every rank must fail within 2 s (the timeout is 30 s), each with
  * a message naming what each rank called - kind, dtype, count - and the
  * file:line of each call.
  *
@@ -117,12 +117,17 @@ static void check_group(const char *what, int world, bool one_machine, const cha
 
 static void test_shm_skipped_collective(void) { check_group("skipped", 2, true, "30", skipped_body); }
 static void test_tcp_skipped_collective(void) { check_group("skipped", 2, false, "30", skipped_body); }
+/* 3 ranks: on tcp, a rank whose peers never send it the other collective's data learns from a notice */
+static void test_shm_skipped_collective_3(void) { check_group("skipped, 3 ranks", 3, true, "30", skipped_body); }
+static void test_tcp_skipped_collective_3(void) { check_group("skipped, 3 ranks", 3, false, "30", skipped_body); }
 static void test_shm_absent_rank(void) { check_group("absent", 3, true, "2", absent_body); }
 static void test_tcp_absent_rank(void) { check_group("absent", 3, false, "2", absent_body); }
 
 int main(void) {
     RUN(test_shm_skipped_collective);
     RUN(test_tcp_skipped_collective);
+    RUN(test_shm_skipped_collective_3);
+    RUN(test_tcp_skipped_collective_3);
     RUN(test_shm_absent_rank);
     RUN(test_tcp_absent_rank);
     return check_summary();
