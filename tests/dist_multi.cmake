@@ -22,6 +22,13 @@ if(TARGET accel_cli)
                    $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_two_machines PROPERTIES TIMEOUT 120 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60")
+  # two SLURM "nodes" in two network namespaces (root + iproute2, else skipped):
+  # srun without accel launch, and srun accel launch
+  add_test(NAME dist_netns_slurm
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_netns_slurm.sh $<TARGET_FILE:accel_cli>
+                   $<TARGET_FILE:test_dist_collectives>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_netns_slurm PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   # _nosan: OpenMPI's own allocations (never freed by MPI_Finalize) trip

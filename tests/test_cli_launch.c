@@ -244,6 +244,27 @@ static void test_worker_sigkill(void) {
     CHECK(no_survivors());
 }
 
+/* Inside a SLURM job step, num_machines, machine_rank and main_process_ip
+ * come from SLURM's variables unless flags give them. */
+static void test_slurm_machines(void) {
+    const char *three[] = {ACCEL, "launch", "--num_processes", "3", WORKER, "env", NULL};
+    const char *env[] = {"SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=1", "SLURM_JOB_NODELIST=127.0.0.[1-2]", NULL};
+    CHECK(run(three, env) == 2);
+    CHECK_STR_CONTAINS(ERR, "--num_processes 3 (the total) is not a multiple of --num_machines 2");
+    const char *far[] = {"SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=5", "SLURM_JOB_NODELIST=127.0.0.[1-2]", NULL};
+    const char *two[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "env", NULL};
+    CHECK(run(two, far) == 2);
+    CHECK_STR_CONTAINS(ERR, "--machine_rank 5 must be below --num_machines 2");
+    const char *bad[] = {"SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=1", "SLURM_JOB_NODELIST=node[01", NULL};
+    CHECK(run(two, bad) == 2);
+    CHECK_STR_CONTAINS(ERR, "SLURM node list 'node[01'");
+    /* flags win */
+    const char *flags[] = {ACCEL, "launch", "--num_processes", "2", "--num_machines", "1", "--machine_rank", "0",
+                           WORKER, "env", NULL};
+    CHECK(run(flags, env) == 0);
+    CHECK_STR_CONTAINS(OUT, "GROUP_WORLD_SIZE=1\n");
+}
+
 static void test_worker_hang(void) {
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "hang", NULL};
     const char *env[] = {PIDENV, "ACCEL_DIST_TIMEOUT=1", NULL};
@@ -252,7 +273,8 @@ static void test_worker_hang(void) {
     CHECK(accel_now_seconds() - t0 < 15);
     CHECK_STR_CONTAINS(ERR, "rank      : 0 (local_rank: 0)");
     CHECK_STR_CONTAINS(ERR, "exitcode  : 3");
-    CHECK_STR_CONTAINS(ERR, "all_reduce(f32, 4) timed out after 1 s on rank 0: rank 1 of 2 did not arrive");
+    CHECK_STR_CONTAINS(ERR, "all_reduce(f32, 4) at test_dist_faults.c:");
+    CHECK_STR_CONTAINS(ERR, "timed out after 1 s on rank 0: rank 1 of 2 did not arrive");
     CHECK(no_survivors());
 }
 
@@ -510,6 +532,7 @@ int main(void) {
     RUN(test_several_machines_need_secret);
     RUN(test_worker_exit1);
     RUN(test_worker_sigkill);
+    RUN(test_slurm_machines);
     RUN(test_worker_hang);
     RUN(test_dead_peer);
     RUN(test_debug_mismatch);

@@ -279,6 +279,9 @@ int main(void) {
     N = accel_pg_size(PG);
     CHECK(R == accel_dist_rank() && N == accel_dist_world_size());
     CHECK(N <= 8);
+    /* a world formed from a cluster's variables (tests/run_netns_slurm.sh) says what it must be */
+    const char *want_n = getenv("ACCEL_TEST_WORLD");
+    if (want_n) CHECK(N == atoi(want_n));
     /* tests/dist_multi.cmake runs it again with ACCEL_DIST_BACKEND=tcp / mpi,
      * and as a two-machine job (tcp chosen since LOCAL_WORLD_SIZE < WORLD_SIZE) */
     const char *want_be = getenv("ACCEL_DIST_BACKEND");

@@ -45,6 +45,7 @@
 
 #include "core.h"
 #include "data.h"
+#include "dist.h"
 #include "nn.h"
 #include "optim.h"
 #include "tracking.h"
@@ -415,6 +416,35 @@ typedef accel_status (*accel_batch_size_fn)(void *ctx, int64_t batch_size);
 typedef int64_t (*accel_reduce_batch_size_fn)(void *ctx, int64_t batch_size);
 accel_status accel_find_executable_batch_size(accel_batch_size_fn fn, void *ctx, int64_t starting_batch_size,
                                               accel_reduce_batch_size_fn reduce, int64_t *found);
+
+/* ---------------------------------------------------------------- call sites
+ * The functions above that may run collectives record the caller's
+ * __FILE__/__LINE__ first (accel/dist.h, "call sites"), so a mismatch or
+ * timeout report names the line of the user's program. */
+#ifdef ACCEL_AT_CALL_SITE
+#define accel_accelerator_new(...) ACCEL_AT_CALL_SITE(accel_accelerator_new(__VA_ARGS__))
+#define accel_accelerator_free(...) ACCEL_AT_CALL_SITE(accel_accelerator_free(__VA_ARGS__))
+#define accel_accelerator_wait_for_everyone(...) ACCEL_AT_CALL_SITE(accel_accelerator_wait_for_everyone(__VA_ARGS__))
+#define accel_accelerator_main_process_first_begin(...) ACCEL_AT_CALL_SITE(accel_accelerator_main_process_first_begin(__VA_ARGS__))
+#define accel_accelerator_main_process_first_end(...) ACCEL_AT_CALL_SITE(accel_accelerator_main_process_first_end(__VA_ARGS__))
+#define accel_accelerator_prepare_array(...) ACCEL_AT_CALL_SITE(accel_accelerator_prepare_array(__VA_ARGS__))
+#define accel_accelerator_prepare_model(...) ACCEL_AT_CALL_SITE(accel_accelerator_prepare_model(__VA_ARGS__))
+#define accel_accelerator_prepare_optimizer(...) ACCEL_AT_CALL_SITE(accel_accelerator_prepare_optimizer(__VA_ARGS__))
+#define accel_accelerator_prepare_dataloader(...) ACCEL_AT_CALL_SITE(accel_accelerator_prepare_dataloader(__VA_ARGS__))
+#define accel_accelerator_backward(...) ACCEL_AT_CALL_SITE(accel_accelerator_backward(__VA_ARGS__))
+#define accel_accelerator_optimizer_step(...) ACCEL_AT_CALL_SITE(accel_accelerator_optimizer_step(__VA_ARGS__))
+#define accel_accelerator_clip_grad_norm(...) ACCEL_AT_CALL_SITE(accel_accelerator_clip_grad_norm(__VA_ARGS__))
+#define accel_accelerator_gather(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather(__VA_ARGS__))
+#define accel_accelerator_gather_for_metrics(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather_for_metrics(__VA_ARGS__))
+#define accel_accelerator_reduce(...) ACCEL_AT_CALL_SITE(accel_accelerator_reduce(__VA_ARGS__))
+#define accel_accelerator_pad_across_processes(...) ACCEL_AT_CALL_SITE(accel_accelerator_pad_across_processes(__VA_ARGS__))
+#define accel_accelerator_broadcast(...) ACCEL_AT_CALL_SITE(accel_accelerator_broadcast(__VA_ARGS__))
+#define accel_accelerator_gather_object(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather_object(__VA_ARGS__))
+#define accel_accelerator_broadcast_object(...) ACCEL_AT_CALL_SITE(accel_accelerator_broadcast_object(__VA_ARGS__))
+#define accel_accelerator_save_state(...) ACCEL_AT_CALL_SITE(accel_accelerator_save_state(__VA_ARGS__))
+#define accel_accelerator_load_state(...) ACCEL_AT_CALL_SITE(accel_accelerator_load_state(__VA_ARGS__))
+#define accel_accelerator_save_model(...) ACCEL_AT_CALL_SITE(accel_accelerator_save_model(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

@@ -142,6 +142,35 @@ bool accel_work_done(const accel_work *w);
 /* Waits if still running, then frees. NULL is a no-op. */
 void accel_work_free(accel_work *w);
 
+/* ------------------------------------------------------------ call sites
+ * Mismatch and timeout reports name each rank's call and where it was made
+ * ("#3 all_reduce(f32, 1024) at train.c:42"), always, not only in debug
+ * mode. The collectives above (and the Accelerator's, accel/accelerator.h)
+ * are macros that record __FILE__/__LINE__ first; the functions themselves
+ * keep their names and work through a function pointer, or in parentheses:
+ * (accel_pg_barrier)(pg). Define ACCEL_NO_CALL_SITES before including to
+ * get the plain functions. A site stays the thread's until the next one is
+ * recorded; `file` must be a string that outlives the call (a literal). */
+void accel_dist_set_call_site(const char *file, int line);
+
+#if !defined(ACCEL_NO_CALL_SITES) && !defined(ACCEL__INSIDE_LIBRARY)
+#define ACCEL_AT_CALL_SITE(...) (accel_dist_set_call_site(__FILE__, __LINE__), __VA_ARGS__)
+#define accel_pg_all_reduce(...) ACCEL_AT_CALL_SITE(accel_pg_all_reduce(__VA_ARGS__))
+#define accel_pg_broadcast(...) ACCEL_AT_CALL_SITE(accel_pg_broadcast(__VA_ARGS__))
+#define accel_pg_all_gather(...) ACCEL_AT_CALL_SITE(accel_pg_all_gather(__VA_ARGS__))
+#define accel_pg_all_gatherv(...) ACCEL_AT_CALL_SITE(accel_pg_all_gatherv(__VA_ARGS__))
+#define accel_pg_reduce_scatter(...) ACCEL_AT_CALL_SITE(accel_pg_reduce_scatter(__VA_ARGS__))
+#define accel_pg_gather(...) ACCEL_AT_CALL_SITE(accel_pg_gather(__VA_ARGS__))
+#define accel_pg_barrier(...) ACCEL_AT_CALL_SITE(accel_pg_barrier(__VA_ARGS__))
+#define accel_pg_broadcast_bytes(...) ACCEL_AT_CALL_SITE(accel_pg_broadcast_bytes(__VA_ARGS__))
+#define accel_pg_all_gather_bytes(...) ACCEL_AT_CALL_SITE(accel_pg_all_gather_bytes(__VA_ARGS__))
+#define accel_pg_all_reduce_async(...) ACCEL_AT_CALL_SITE(accel_pg_all_reduce_async(__VA_ARGS__))
+#define accel_pg_broadcast_async(...) ACCEL_AT_CALL_SITE(accel_pg_broadcast_async(__VA_ARGS__))
+#define accel_pg_all_gather_async(...) ACCEL_AT_CALL_SITE(accel_pg_all_gather_async(__VA_ARGS__))
+#define accel_pg_reduce_scatter_async(...) ACCEL_AT_CALL_SITE(accel_pg_reduce_scatter_async(__VA_ARGS__))
+#define accel_dist_finalize() ACCEL_AT_CALL_SITE(accel_dist_finalize())
+#endif
+
 /* ------------------------------------------------------------ build info
  * For `accel env`: static strings describing this build. */
 typedef enum accel_build_info_kind {

@@ -29,6 +29,7 @@
 
 #include "accel/core.h"
 #include "cli/cli.h"
+#include "dist/slurm.h"
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to use for the default values in the launching script."},
@@ -243,6 +244,28 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     return true;
 }
 
+
+/* Inside a SLURM job step (`srun accel launch ...`, one launcher per node),
+ * the machines of the job come from SLURM where no flag names them: it
+ * knows them better than a config file, whose machine_rank cannot be right
+ * on every node. Values live in static storage (the environment). */
+static bool slurm_machines(const char *nm_flag, const char *mr_flag, const char *ip_flag, const char **nm,
+                           const char **mr, const char **ip) {
+    static char host[256];
+    const char *nodes = getenv("SLURM_STEP_NUM_NODES"), *node_id = getenv("SLURM_NODEID");
+    if (!nodes || !*nodes || !node_id || !*node_id) return true;
+    if (!nm_flag) *nm = nodes;
+    if (!mr_flag) *mr = node_id;
+    if (!ip_flag && strcmp(nodes, "1")) {
+        if (accel__slurm_main_host(host, sizeof host) != ACCEL_OK) {
+            fprintf(stderr, "accel launch: error: %s\n", accel_last_error());
+            accel_clear_error();
+            return false;
+        }
+        *ip = host;
+    }
+    return true;
+}
 static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     cli_opt opts[NOPTS + LAUNCH_MAX_SETTINGS];
     memcpy(opts, OPTS, sizeof OPTS);
@@ -363,6 +386,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                         "only `no` is accepted\n", V("dynamo_backend"));
         return 2;
     }
+    if (!slurm_machines(V("num_machines"), V("machine_rank"), V("main_process_ip"), &nm, &mr, &L->ip)) return 2;
     L->num_processes = 1;
     L->num_machines = 1;
     L->machine_rank = 0;

@@ -53,6 +53,28 @@ extern const accel__backend accel__backend_mpi;
 
 typedef struct accel__work_queue accel__work_queue;
 
+/* Where a rank is: the collective it runs (or ran last), what it called and
+ * from where (the file:line the collective macros of accel/dist.h and
+ * accel/accelerator.h record). dist.c fills pg->site for every call; the
+ * backends publish it where their peers can read it when something goes
+ * wrong (shm: the rank's control line; tcp: each collective's header), so a
+ * mismatch or timeout report says what every rank called, and where. A
+ * plain 64-byte record: it crosses processes and machines as it is. */
+typedef struct accel__site {
+    uint32_t seq;          /* collectives this rank has begun, this one included (0: none yet) */
+    uint8_t kind, dtype;   /* dist.c's call kind; dtype 0xff when the call has none */
+    uint16_t reserved;
+    uint64_t count;        /* elements (0 for barrier and the *_bytes calls) */
+    int32_t line;          /* 0: no call site recorded */
+    char file[44];         /* the end of the caller's file name, NUL-terminated */
+} accel__site;
+
+/* "#3 all_reduce(f32, 1024) at train.c:42" (dist.c; never more than n - 1
+ * chars; tolerates a torn record read from another process). */
+void accel__site_describe(const accel__site *s, char *out, size_t n);
+/* The call site the calling thread recorded last (accel_dist_set_call_site). */
+void accel__site_of_caller(const char **file, int *line);
+
 struct accel_pg {
     int rank, size, local_rank, local_size;
     const accel__backend *be;
@@ -61,9 +83,10 @@ struct accel_pg {
     bool debug;
     /* "all_reduce(f32, 1024) [label]": context for timeout/dead-peer messages. */
     char op_desc[192];
+    accel__site site; /* this rank's current (or last) collective */
     /* After a failure the group is unusable: later calls fail with this. */
     accel_status broken;
-    char broken_msg[512];
+    char broken_msg[1024];
     accel__work_queue *q; /* async machinery, created on the first async call */
 };
 
@@ -79,9 +102,6 @@ typedef enum accel__slot {
 uint16_t accel__op_tag(accel__slot slot, uint64_t a, uint64_t b);
 /* The tag of all_gatherv(bytes[world], root). */
 uint16_t accel__gatherv_tag(const size_t *bytes, int world, int root);
-/* Sets (and returns) the error for rank `peer` being in the collective
- * `theirs` while this rank runs pg->op_desc (tag `mine`). */
-accel_status accel__op_mismatch(const accel_pg *pg, int peer, uint16_t mine, uint16_t theirs);
 
 /* The largest ACCEL_DIST_TIMEOUT (11.6 days): every deadline in ms then fits
  * an int (poll) and a time_t. */

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "dist/backend.h"
+#include "dist/claim.h"
+#include "dist/slurm.h"
 
 /* ---------------------------------------------------------------- environment */
 
@@ -51,7 +53,7 @@ static long env_int(const char *const *names, long lo) {
 static const char *const RANK_VARS[] = {"RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK",
                                         "SLURM_PROCID", NULL};
 static const char *const WORLD_VARS[] = {"WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                         "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", NULL};
+                                         "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL};
 static const char *const LRANK_VARS[] = {"LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
                                          "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
 static const char *const LWORLD_VARS[] = {"LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -97,6 +99,12 @@ static accel_status read_env(dist_env *e) {
     long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
     long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
     if (r == -2 || w == -2 || lr == -2 || lw == -2) return accel_last_status();
+    bool slurm = accel__slurm_started(); /* srun: SLURM says how many tasks share this machine */
+    int slurm_local;
+    if (slurm && lw < 0) {
+        if (accel__slurm_local_world(&slurm_local) != ACCEL_OK) return accel_last_status();
+        lw = slurm_local;
+    }
     e->world = w < 0 ? 1 : (int)w;
     e->rank = r < 0 ? 0 : (int)r;
     if (e->rank >= e->world)
@@ -105,6 +113,14 @@ static accel_status read_env(dist_env *e) {
     e->local_rank = lr < 0 ? e->rank : (int)lr;
     e->local_world = lw < 0 ? e->world : (int)lw;
     const char *addr = getenv("MASTER_ADDR");
+    if ((!addr || !*addr) && slurm && e->local_world < e->world) {
+        /* Exported, so that the tcp backend finds its route to it as for a launcher's MASTER_ADDR. */
+        char host[256];
+        if (accel__slurm_main_host(host, sizeof host) != ACCEL_OK) return accel_last_status();
+        if (setenv("MASTER_ADDR", host, 1) != 0)
+            return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: cannot set MASTER_ADDR=%s", host);
+        addr = getenv("MASTER_ADDR");
+    }
     if ((!addr || !*addr) && e->local_world < e->world && !want_mpi())
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_dist_init: MASTER_ADDR must be set when ranks span several machines");
@@ -163,6 +179,8 @@ typedef struct call {
     size_t *len_io;
     size_t *lens_out;
     char label[48];
+    const char *file; /* the caller's call site (accel_dist_set_call_site), NULL when none */
+    int line;
 } call;
 
 struct accel_work {
@@ -170,7 +188,7 @@ struct accel_work {
     call c;
     atomic_bool done;
     accel_status st;
-    char msg[512];
+    char msg[1024];
     accel_work *next;
 };
 
@@ -196,6 +214,43 @@ static void describe(const call *c, char *out, size_t n) {
     else if (c->kind >= K_BROADCAST_BYTES) o = snprintf(out, n, "%s(bytes)", KIND_NAME[c->kind]);
     else o = snprintf(out, n, "%s(%s, %zu)", KIND_NAME[c->kind], accel__dtype_short(c->dt), c->count);
     if (c->label[0] && o > 0 && (size_t)o < n) snprintf(out + o, n - (size_t)o, " [%s]", c->label);
+}
+
+/* pg->site and pg->op_desc for the call c this rank begins now. */
+static void note_call(accel_pg *pg, const call *c) {
+    accel__site *s = &pg->site;
+    s->seq++;
+    s->kind = (uint8_t)c->kind;
+    s->dtype = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0xff : (uint8_t)c->dt;
+    s->count = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0 : c->count; /* blob sizes differ by rank */
+    s->line = c->file ? c->line : 0;
+    const char *f = c->file ? c->file : "", *slash = strrchr(f, '/');
+    f = slash ? slash + 1 : f;
+    size_t len = strlen(f), keep = len < sizeof s->file - 1 ? len : sizeof s->file - 1;
+    memcpy(s->file, f + len - keep, keep);
+    s->file[keep] = 0;
+    describe(c, pg->op_desc, sizeof pg->op_desc);
+    size_t o = strlen(pg->op_desc);
+    if (s->line && o < sizeof pg->op_desc)
+        snprintf(pg->op_desc + o, sizeof pg->op_desc - o, " at %s:%d", s->file, (int)s->line);
+}
+
+void accel__site_describe(const accel__site *s, char *out, size_t n) {
+    if (s->seq == 0) {
+        snprintf(out, n, "no collective yet");
+        return;
+    }
+    int o;
+    const char *kind = s->kind <= K_ALL_GATHER_BYTES ? KIND_NAME[s->kind] : "?";
+    if (s->kind == K_BARRIER) o = snprintf(out, n, "#%u barrier()", s->seq);
+    else if (s->kind >= K_BROADCAST_BYTES) o = snprintf(out, n, "#%u %s(bytes)", s->seq, kind);
+    else
+        o = snprintf(out, n, "#%u %s(%s, %llu)", s->seq, kind,
+                     s->dtype < ACCEL_DTYPE_COUNT ? accel__dtype_short((accel_dtype)s->dtype) : "?",
+                     (unsigned long long)s->count);
+    if (s->line > 0 && o > 0 && (size_t)o < n)
+        snprintf(out + o, n - (size_t)o, " at %.*s:%d", (int)strnlen(s->file, sizeof s->file - 1), s->file,
+                 (int)s->line);
 }
 
 /* What debug mode compares: everything that must agree across ranks. */
@@ -333,7 +388,7 @@ static accel_status exec_call(accel_pg *pg, const call *c) {
     if (pg->broken != ACCEL_OK)
         return accel_set_error(pg->broken, "accel dist: the process group is unusable after an earlier failure: %s",
                                pg->broken_msg);
-    describe(c, pg->op_desc, sizeof pg->op_desc);
+    note_call(pg, c);
     accel_status st = ACCEL_OK;
     if (pg->debug && pg->size > 1) st = debug_check(pg, c);
     if (st == ACCEL_OK) st = run_call(pg, c);
@@ -349,6 +404,7 @@ static accel_status exec_call(accel_pg *pg, const call *c) {
 static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
     if (!pg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", fn);
     memcpy(c->label, tl_label, sizeof c->label);
+    accel__site_of_caller(&c->file, &c->line);
     if (c->kind < K_BARRIER) {
         if ((unsigned)c->dt >= ACCEL_DTYPE_COUNT)
             return accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)c->dt);
@@ -637,6 +693,7 @@ static const accel__backend *backend_by_name(const char *name) {
  * job); tcp otherwise; ACCEL_DIST_BACKEND overrides. */
 static accel_status choose_backend(accel__store *st, const dist_env *e, const accel__backend **out) {
     char host[256] = "", key[64];
+    if (accel__claim_rank(st, e->rank, e->world) != ACCEL_OK) return accel_last_status();
     gethostname(host, sizeof host - 1);
     snprintf(key, sizeof key, "host/%d", e->rank);
     if (accel__store_set(st, key, host, strlen(host)) != ACCEL_OK) return accel_last_status();
@@ -718,7 +775,8 @@ static void destroy_default_group(void) {
     queue_destroy(pg);
     if (pg->broken == ACCEL_OK && pg->size > 1) {
         call c = {.kind = K_BARRIER};
-        describe(&c, pg->op_desc, sizeof pg->op_desc);
+        accel__site_of_caller(&c.file, &c.line);
+        note_call(pg, &c);
         /* A failure here is reported but cannot stop the teardown. */
         if (pg->be->barrier(pg) != ACCEL_OK) { /* error stays pending for the caller */ }
     }

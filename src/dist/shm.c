@@ -7,7 +7,7 @@
  * a rank that had died), and /dev/shm's size limit does not apply. Layout:
  *
  *   [ctrl: header + one 128-byte line per rank (arrival epoch, zero-copy
- *    offset, pid)]
+ *    offset, pid, the collective it is in: accel__site)]
  *   [staging: 2 sets x world slots of `chunk` bytes, + 2 result slots]
  *   [heap: world regions of heap_per_rank bytes, sparse until allocated]
  *
@@ -16,7 +16,11 @@
  * 48 bits) and the tag of the collective it belongs to (low 16,
  * accel__op_tag): a rank that finds another at its epoch with another tag
  * fails with "mismatched collectives", so a barrier never completes a step of
- * an all_reduce. A rank past the epoch had matched it already. Waiters spin briefly, then yield, then
+ * an all_reduce. A rank past the epoch had matched it already. Beside the
+ * word, each rank keeps the record of its current collective (what it
+ * called, from where: written once per collective, before the arrival that
+ * publishes it), so a mismatch or a timeout lists every rank's call and
+ * call site, and the last one of a rank that did not arrive. Waiters spin briefly, then yield, then
  * sleep, so 4 ranks on 2 cores still make progress; every 100 ms they check
  * that the ranks they wait for are alive, and give up after the timeout.
  *
@@ -54,6 +58,7 @@ typedef struct shm_rank {
     _Alignas(128) _Atomic uint64_t arrive;
     _Atomic int64_t zc_off; /* offset of this rank's all_reduce buffer in the heap, or -1 */
     _Atomic int32_t pid;
+    accel__site site; /* read by the others only to report */
 } shm_rank;
 
 typedef struct shm_ctrl {
@@ -77,6 +82,7 @@ typedef struct shm_state {
     size_t heap_per_rank;
     uint64_t epoch;
     uint16_t tag;          /* the current collective's */
+    uint32_t site_seq;     /* the pg->site.seq last copied into ctrl */
     int set;
     shm_block *blk;
     size_t nblk, capblk;
@@ -121,6 +127,35 @@ static void nap_us(long us) {
 
 #define EPOCH_OF(word) ((word) >> 16)
 
+/* "rank 0 is in #3 all_reduce(f32, 1024) at train.c:40; rank 1 has not
+ * arrived (last seen in #2 barrier() at train.c:38)" for every rank, as seen
+ * while waiting at epoch e. */
+static void report_ranks(accel_pg *pg, shm_state *s, uint64_t e, char *out, size_t n) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < pg->size && o < n; k++) {
+        uint64_t a = atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire);
+        accel__site site;
+        memcpy(&site, &s->ctrl->r[k].site, sizeof site);
+        char d[128];
+        accel__site_describe(&site, d, sizeof d);
+        int w = EPOCH_OF(a) >= e ? snprintf(out + o, n - o, "%srank %d is in %s", k ? "; " : "", k, d)
+                                 : snprintf(out + o, n - o, "%srank %d has not arrived (last seen in %s)",
+                                            k ? "; " : "", k, d);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}
+
+static accel_status mismatch_error(accel_pg *pg, shm_state *s, uint64_t e) {
+    char ranks[800];
+    report_ranks(pg, s, e, ranks, sizeof ranks);
+    return accel_set_error(ACCEL_ERR_DIST,
+                           "accel dist: mismatched collectives (seen by rank %d): %s (every rank must call the same "
+                           "collectives in the same order with the same arguments; ACCEL_DEBUG_MODE=1 also "
+                           "compares roots and reduce ops)", pg->rank, ranks);
+}
+
 /* Ranks below *k have arrived at epoch e; false (error set) when one of them
  * is at e in another collective. */
 static bool count_arrived(accel_pg *pg, shm_state *s, uint64_t e, int *k) {
@@ -128,7 +163,7 @@ static bool count_arrived(accel_pg *pg, shm_state *s, uint64_t e, int *k) {
         uint64_t a = atomic_load_explicit(&s->ctrl->r[*k].arrive, memory_order_acquire);
         if (EPOCH_OF(a) < e) return true;
         if (EPOCH_OF(a) == e && (uint16_t)a != s->tag) {
-            accel__op_mismatch(pg, *k, s->tag, (uint16_t)a);
+            mismatch_error(pg, s, e);
             return false;
         }
     }
@@ -164,7 +199,7 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
                                        k, (int)pid, pg->rank, pg->op_desc);
         }
         if (now - start > pg->timeout_s) {
-            char list[512];
+            char list[256], ranks[700];
             size_t o = 0;
             int missing = 0;
             for (k = 0; k < world; k++) {
@@ -173,11 +208,11 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
                     o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
                 missing++;
             }
+            report_ranks(pg, s, e, ranks, sizeof ranks);
             return accel_set_error(ACCEL_ERR_TIMEOUT,
-                                   "accel dist: %s timed out after %g s on rank %d: rank%s %s of %d "
-                                   "did not arrive (hung, or calling a different collective; "
-                                   "ACCEL_DEBUG_MODE=1 names each rank's call; ACCEL_DIST_TIMEOUT sets the limit)",
-                                   pg->op_desc, pg->timeout_s, pg->rank, missing > 1 ? "s" : "", list, world);
+                                   "accel dist: %s timed out after %g s on rank %d: rank%s %s of %d did not "
+                                   "arrive: %s (ACCEL_DIST_TIMEOUT sets the limit)",
+                                   pg->op_desc, pg->timeout_s, pg->rank, missing > 1 ? "s" : "", list, world, ranks);
         }
     }
 }
@@ -186,6 +221,10 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
 static accel_status sync_ranks(accel_pg *pg) {
     shm_state *s = pg->impl;
     uint64_t e = ++s->epoch;
+    if (s->site_seq != pg->site.seq) { /* once per collective, before the arrival that publishes it */
+        memcpy(&s->ctrl->r[pg->rank].site, &pg->site, sizeof pg->site);
+        s->site_seq = pg->site.seq;
+    }
     atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e << 16 | s->tag, memory_order_release);
     return wait_epoch(pg, s, e);
 }

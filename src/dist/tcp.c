@@ -7,10 +7,14 @@
  * Sockets are non-blocking with TCP_NODELAY.
  *
  * Every collective begins (begin()) with a sequence number and a tag (kind
- * + arguments, accel__op_tag): an 8-byte op_hdr precedes its first bytes on
- * each connection it uses, and a peer's header that differs fails the rank
- * with "mismatched collectives" and tells the others (a barrier used to
- * complete with one step of another rank's all_reduce).
+ * + arguments, accel__op_tag): an op_hdr precedes its first bytes on each
+ * connection it uses, and a peer's header that differs fails the rank with
+ * "mismatched collectives" naming both ranks' calls and call sites, and
+ * tells the others (a barrier used to complete with one step of another
+ * rank's all_reduce). The header also carries the sender's accel__site (72
+ * bytes in all, in the same sendmsg as the data); the last one received
+ * from each peer is kept, so a timeout report says where a rank that did
+ * not arrive was last seen.
  *
  * All I/O goes through run_ops(): a set of sends and receives on peers,
  * progressed together with poll(). A wait with no progress for the group
@@ -30,7 +34,8 @@
  * group fails promptly with an error naming the culprit — not the neighbour
  * that merely closed its sockets after its own failure. On a timeout the
  * waiting ranks tell each other they are waiting (timeout_round), so every
- * rank names the same ranks that did not arrive.
+ * rank names the same ranks that did not arrive, and where each waiting
+ * rank waits (its notice carries its call and call site).
  *
  * Algorithms (W ranks, flat ring r-1 -> r -> r+1):
  *   all_reduce      ring reduce-scatter + ring all-gather over W slices,
@@ -65,7 +70,7 @@
 #define NOTICE_MAGIC "ACTN"
 #define SLICE_ALIGN 16 /* elements */
 #define MAX_SECRET 1024
-#define MAX_NOTICE_MSG 600
+#define MAX_NOTICE_MSG 900 /* a gate_msg stays below PIPE_BUF */
 #define MAX_STRANGERS 128
 #define HANDSHAKE_DEADLINE_S 2.0
 
@@ -113,6 +118,8 @@ typedef struct tcp_state {
     uint32_t seq;     /* collectives begun, this one included */
     uint16_t tag;     /* the current collective's (accel__op_tag) */
     uint32_t *sent_seq, *recv_seq; /* [world]: the last collective whose header went out to / came from k */
+    accel__site *peer_site;        /* [world]: the site in the last header from k */
+    const accel__site *site;       /* this rank's: &pg->site */
     gate g;
 } tcp_state;
 
@@ -320,8 +327,8 @@ static void gate_stop(gate *g) {
 
 /* Sends one notice to every other rank except `skip` (best effort: a rank
  * that already left has nobody listening). */
-static void send_notices(accel_pg *pg, tcp_state *s, int kind, int skip, const char *msg) {
-    notice n = {kind, skip, pg->rank, msg ? (uint32_t)strlen(msg) : 0};
+static void send_notices(accel_pg *pg, tcp_state *s, int kind, int skip, const void *msg, size_t len) {
+    notice n = {kind, skip, pg->rank, (uint32_t)len};
     for (int k = 0; k < pg->size; k++) {
         if (k == pg->rank || k == skip) continue;
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -367,6 +374,9 @@ static bool read_notice(tcp_state *s, notice *n, char *msg) {
 }
 
 static accel_status adopt_dead(accel_pg *pg, const notice *n, const char *msg) {
+    if (strstr(msg, "mismatched collectives"))
+        return accel_set_error(ACCEL_ERR_DIST, "%s (reported by rank %d; rank %d was in %s)", msg, n->reporter,
+                               pg->rank, pg->op_desc);
     return accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d failed (reported by rank %d: %s) while rank %d "
                            "waited in %s", n->culprit, n->reporter, msg, pg->rank, pg->op_desc);
 }
@@ -376,47 +386,100 @@ static accel_status adopt_dead(accel_pg *pg, const notice *n, const char *msg) {
  * ranks not heard from are the ones that did not arrive (hung, dead, busy or
  * in another collective) - the same list on every rank, not merely the
  * neighbour each one was waiting for. */
-static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from) {
+/* What a waiting rank tells the others in a timeout round: where it waits,
+ * and the last collective it saw its left neighbour in (on a ring, the rank
+ * that did not arrive is some waiting rank's left neighbour). */
+typedef struct waiting_msg {
+    accel__site mine;
+    int32_t left;
+    accel__site left_seen;
+} waiting_msg;
+
+/* Keeps the later of what is known of a rank and a new sighting. */
+static void saw(accel__site *known, const accel__site *seen) {
+    if (seen->seq > known->seq) *known = *seen;
+}
+
+static void note_waiting(accel_pg *pg, bool *waits, accel__site *site, int reporter, const char *msg, uint32_t len) {
+    waiting_msg m;
+    if (reporter < 0 || reporter >= pg->size || waits[reporter] || len != sizeof m) return;
+    memcpy(&m, msg, sizeof m);
+    waits[reporter] = true;
+    site[reporter] = m.mine;
+    if (m.left >= 0 && m.left < pg->size && !waits[m.left]) saw(&site[m.left], &m.left_seen);
+}
+
+/* "rank 0 is in #2 barrier() at t.c:9; rank 1 has not arrived (last seen in
+ * #1 all_reduce(f32, 4) at t.c:7); ..." */
+static void report_ranks(accel_pg *pg, const bool *waits, const accel__site *site, char *out, size_t n) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < pg->size && o < n; k++) {
+        char d[128];
+        accel__site_describe(&site[k], d, sizeof d);
+        int w = waits[k] ? snprintf(out + o, n - o, "%srank %d is in %s", k ? "; " : "", k, d)
+                         : snprintf(out + o, n - o, "%srank %d has not arrived (last seen in %s)", k ? "; " : "", k, d);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}
+
+static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from, const char *heard_msg,
+                                  uint32_t heard_len) {
     int w = pg->size;
-    bool *alive = calloc((size_t)w, sizeof *alive);
-    if (!alive) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
-    alive[pg->rank] = true;
-    if (heard_from >= 0) alive[heard_from] = true;
-    send_notices(pg, s, NOTICE_WAITING, -1, NULL);
+    bool *waits = calloc((size_t)w, sizeof *waits);
+    accel__site *site = malloc((size_t)w * sizeof *site);
+    if (!waits || !site) {
+        free(waits);
+        free(site);
+        return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+    }
+    memcpy(site, s->peer_site, (size_t)w * sizeof *site);
+    int left = (pg->rank + w - 1) % w;
+    waiting_msg me = {.mine = *s->site, .left = left, .left_seen = s->peer_site[left]};
+    waits[pg->rank] = true;
+    site[pg->rank] = *s->site;
+    note_waiting(pg, waits, site, heard_from, heard_msg, heard_len);
+    send_notices(pg, s, NOTICE_WAITING, -1, &me, sizeof me);
     double deadline = accel_now_seconds() + (pg->timeout_s < 1 ? pg->timeout_s : 1.0);
     int heard = heard_from >= 0 ? 2 : 1;
     notice n;
     char msg[MAX_NOTICE_MSG];
     while (heard < w) {
-        double left = deadline - accel_now_seconds();
+        double tleft = deadline - accel_now_seconds();
         struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
-        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) break;
+        if (tleft <= 0 || poll(&pf, 1, (int)(tleft * 1000) + 1) <= 0) break;
         while (read_notice(s, &n, msg)) {
             if (n.kind == NOTICE_DEAD) {
-                free(alive);
+                free(waits);
+                free(site);
                 return adopt_dead(pg, &n, msg);
             }
-            if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < w && !alive[n.reporter]) {
-                alive[n.reporter] = true;
+            if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < w && !waits[n.reporter]) {
+                note_waiting(pg, waits, site, n.reporter, msg, n.len);
                 heard++;
             }
         }
     }
-    char list[512];
+    char list[128], ranks[700];
     size_t o = 0;
     int missing = 0;
     for (int k = 0; k < w; k++) {
-        if (alive[k]) continue;
+        if (waits[k]) continue;
         if (o < sizeof list - 16) o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
         missing++;
     }
-    free(alive);
-    if (!missing) snprintf(list, sizeof list, "none (all are waiting: mismatched collectives?)");
+    report_ranks(pg, waits, site, ranks, sizeof ranks);
+    free(waits);
+    free(site);
+    if (!missing)
+        return accel_set_error(ACCEL_ERR_TIMEOUT, "accel dist: %s timed out after %g s on rank %d: every rank is "
+                               "waiting (mismatched collectives?): %s (ACCEL_DIST_TIMEOUT sets the limit)",
+                               pg->op_desc, pg->timeout_s, pg->rank, ranks);
     return accel_set_error(ACCEL_ERR_TIMEOUT,
-                           "accel dist: %s timed out after %g s on rank %d: rank%s %s of %d did not arrive "
-                           "(hung, dead, or calling a different collective; ACCEL_DEBUG_MODE=1 names each rank's "
-                           "call; ACCEL_DIST_TIMEOUT sets the limit)",
-                           pg->op_desc, pg->timeout_s, pg->rank, missing > 1 ? "s" : "", list, w);
+                           "accel dist: %s timed out after %g s on rank %d: rank%s %s of %d did not arrive: %s "
+                           "(ACCEL_DIST_TIMEOUT sets the limit)",
+                           pg->op_desc, pg->timeout_s, pg->rank, missing > 1 ? "s" : "", list, w, ranks);
 }
 
 /* Reads the notices waiting on the listening socket during a collective. */
@@ -426,7 +489,7 @@ static accel_status check_notices(accel_pg *pg, tcp_state *s) {
     while (read_notice(s, &n, msg)) {
         if (n.kind == NOTICE_DEAD) return adopt_dead(pg, &n, msg);
         if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < pg->size)
-            return timeout_round(pg, s, n.reporter);
+            return timeout_round(pg, s, n.reporter, msg, n.len);
     }
     return ACCEL_OK;
 }
@@ -437,11 +500,14 @@ static accel_status check_notices(accel_pg *pg, tcp_state *s) {
 static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
     struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
     if (poll(&pf, 1, 50) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
-    accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d closed its connection (%s: the process died or exited) "
-                    "while rank %d waited in %s", peer, err ? strerror(err) : "end of stream", pg->rank, pg->op_desc);
+    char last[128];
+    accel__site_describe(&s->peer_site[peer], last, sizeof last);
+    accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d closed its connection (%s: the process died or exited; "
+                    "last seen here in %s) while rank %d waited in %s", peer, err ? strerror(err) : "end of stream",
+                    last, pg->rank, pg->op_desc);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", accel_last_error());
-    send_notices(pg, s, NOTICE_DEAD, peer, msg);
+    send_notices(pg, s, NOTICE_DEAD, peer, msg, strlen(msg));
     return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
 }
 
@@ -451,6 +517,7 @@ static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
 typedef struct op_hdr {
     uint32_t seq;
     uint16_t tag, zero;
+    accel__site site;
 } op_hdr;
 
 typedef struct io_op {
@@ -477,7 +544,7 @@ static void attach_header(tcp_state *s, io_op *o) {
     if (*mark == s->seq) return;
     *mark = s->seq;
     o->hdr_len = sizeof o->hdr;
-    o->hdr = (op_hdr){s->seq, s->tag, 0};
+    o->hdr = (op_hdr){s->seq, s->tag, 0, *s->site};
 }
 
 static bool op_done(const io_op *o) { return o->done == o->len && o->hdr_done == o->hdr_len; }
@@ -504,15 +571,16 @@ static ssize_t io_once(int fd, io_op *o) {
 /* A peer's header names another collective: fail, and tell every rank (the
  * peer may wait for data this rank will never send). */
 static accel_status op_mismatch(accel_pg *pg, tcp_state *s, int peer, const op_hdr *h) {
-    if (h->seq != s->seq)
-        accel_set_error(ACCEL_ERR_DIST, "accel dist: mismatched collectives: rank %d called %s (its collective #%u) "
-                        "while rank %d sent data of its collective #%u (a rank skipped or added a collective; "
-                        "ACCEL_DEBUG_MODE=1 names each rank's call)", pg->rank, pg->op_desc, s->seq, peer, h->seq);
-    else
-        accel__op_mismatch(pg, peer, s->tag, h->tag);
-    char msg[512];
+    char mine[128], theirs[128];
+    accel__site_describe(s->site, mine, sizeof mine);
+    accel__site_describe(&h->site, theirs, sizeof theirs);
+    accel_set_error(ACCEL_ERR_DIST, "accel dist: mismatched collectives (seen by rank %d): rank %d is in %s; rank %d "
+                    "is in %s%s (every rank must call the same collectives in the same order with the same "
+                    "arguments; ACCEL_DEBUG_MODE=1 also compares roots and reduce ops)", pg->rank, pg->rank, mine,
+                    peer, theirs, h->seq == s->seq && h->site.kind == s->site->kind ? " with other arguments" : "");
+    char msg[MAX_NOTICE_MSG];
     snprintf(msg, sizeof msg, "%s", accel_last_error());
-    send_notices(pg, s, NOTICE_DEAD, pg->rank, msg);
+    send_notices(pg, s, NOTICE_DEAD, pg->rank, msg, strlen(msg));
     return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
 }
 
@@ -532,8 +600,10 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
                 ssize_t r = io_once(s->fd[o->peer], o);
                 if (r > 0) {
                     progress = true;
-                    if (checking && o->hdr_done == o->hdr_len && (o->hdr.seq != s->seq || o->hdr.tag != s->tag))
-                        return op_mismatch(pg, s, o->peer, &o->hdr);
+                    if (checking && o->hdr_done == o->hdr_len) {
+                        s->peer_site[o->peer] = o->hdr.site;
+                        if (o->hdr.seq != s->seq || o->hdr.tag != s->tag) return op_mismatch(pg, s, o->peer, &o->hdr);
+                    }
                     continue;
                 }
                 if (r < 0 && errno == EINTR) continue;
@@ -555,7 +625,7 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
         int ready = left > 0 ? poll(pfs, (nfds_t)np + 1, left > 1 ? 1000 : (int)(left * 1000) + 1) : 0;
         if (ready > 0 && pfs[np].revents && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
         if (accel_now_seconds() - last < pg->timeout_s) continue;
-        return timeout_round(pg, s, -1);
+        return timeout_round(pg, s, -1, NULL, 0);
     }
 }
 
@@ -738,6 +808,7 @@ static void tcp_finalize(accel_pg *pg) {
     free(s->fd);
     free(s->sent_seq);
     free(s->recv_seq);
+    free(s->peer_site);
     free(s->addr);
     free(s->secret);
     accel_free(s->scratch);
@@ -822,13 +893,15 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     s->addr = calloc((size_t)w, sizeof *s->addr);
     s->sent_seq = calloc((size_t)w, sizeof *s->sent_seq);
     s->recv_seq = calloc((size_t)w, sizeof *s->recv_seq);
+    s->peer_site = calloc((size_t)w, sizeof *s->peer_site);
+    s->site = &pg->site;
     const char *sec = getenv("ACCEL_JOB_SECRET");
     s->secret = strdup(sec ? sec : "");
     long kb;
     if (accel__env_long("ACCEL_TCP_CHUNK_KB", 256, 4, 1L << 20, &kb) != ACCEL_OK) return accel_last_status();
     s->chunk = (size_t)kb << 10;
     s->scratch = accel_malloc(s->chunk);
-    if (!s->fd || !s->addr || !s->sent_seq || !s->recv_seq || !s->secret || !s->scratch)
+    if (!s->fd || !s->addr || !s->sent_seq || !s->recv_seq || !s->peer_site || !s->secret || !s->scratch)
         return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
 
     char ip[64], info[128], key[64];
