@@ -11,6 +11,9 @@
 
 #include "accel/dist.h"
 #include "cli/cli.h"
+#ifdef ACCEL_HAVE_CUDA
+#include "backends/cuda/cuda_env.h"
+#endif
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
@@ -85,8 +88,13 @@ int accel_cli_env(int argc, char **argv) {
     printf("- BLAS threads: %s\n", accel_build_info(ACCEL_INFO_BLAS_THREADS));
     printf("- Distributed backends: %s\n", accel_build_info(ACCEL_INFO_DIST_BACKENDS));
     printf("- MPI available: %s%s%s\n", mpi[0] ? "True (" : "False", mpi, mpi[0] ? ")" : "");
+#ifdef ACCEL_HAVE_CUDA
+    accel__cuda_env_print(stdout); /* what the backend finds, not which libraries load */
+    (void)has_cuda, (void)has_nccl;
+#else
     printf("- CUDA available: %s%s%s\n", has_cuda ? "True (" : "False", has_cuda ? cuda : "", has_cuda ? ")" : "");
     printf("- NCCL available: %s%s%s\n", has_nccl ? "True (" : "False", has_nccl ? nccl : "", has_nccl ? ")" : "");
+#endif
     printf("- Accel accelerator: CPU\n");
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
     printf("- System RAM: %.2f GB\n", ram_gb);
