@@ -46,7 +46,9 @@ size_t accel__cuda_reserved_bytes(int index);
     X(softmax_backward, accel_k_softmax_backward) X(rope_tables, accel_k_rope_tables)       \
     X(rope, accel_k_rope) X(embedding, accel_k_embedding)                                   \
     X(embedding_backward, accel_k_embedding_backward) X(rms_norm, accel_k_rms_norm)         \
-    X(rms_norm_backward, accel_k_rms_norm_backward) X(cross_entropy, accel_k_cross_entropy) \
+    X(rms_norm_backward, accel_k_rms_norm_backward) X(layer_norm, accel_k_layer_norm)       \
+    X(layer_norm_backward, accel_k_layer_norm_backward)                                     \
+    X(cross_entropy, accel_k_cross_entropy)                                                 \
     X(cross_entropy_backward, accel_k_cross_entropy_backward) X(mse, accel_k_mse)           \
     X(mse_backward, accel_k_mse_backward)
 #define ACCEL__CUDA_KERNEL_DECL(name, T) accel_status accel__cudak_##name(T *args);

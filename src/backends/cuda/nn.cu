@@ -1,4 +1,4 @@
-/* Philox draws, RoPE, embedding and RMSNorm, forward and backward. */
+/* Philox draws, RoPE, embedding, RMSNorm and LayerNorm, forward and backward. */
 #include "cuda_common.cuh"
 
 /* ---- random: Philox-4x32-10, the same function as src/core/rng.c's
@@ -234,4 +234,92 @@ extern "C" accel_status accel__cudak_rms_norm_backward(accel_k_rms_norm_backward
     if (k->dx) rms_dx_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->dx->data, g, x, w, rstd, k->R, k->D, k->dx_beta);
     if (k->dw) rms_dw_k<<<blocks_for(k->D), KTHREADS, 0, s>>>((float *)k->dw->data, g, x, rstd, k->R, k->D, k->x_dt);
     return launched(index, "rms_norm_backward");
+}
+
+/* ---- LayerNorm: one block per row, two passes (mean, then variance) as the CPU */
+
+__global__ void layer_norm_k(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                             int64_t R, int64_t D, float eps) {
+    ROW_LOOP(r, R) {
+        const float *xr = x + r * D;
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) acc += xr[j];
+        float mu = block_sum(acc) / (float)D;
+        acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) acc += (xr[j] - mu) * (xr[j] - mu);
+        float s = 1.0f / sqrtf(block_sum(acc) / (float)D + eps);
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = s;
+        }
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float v = (xr[j] - mu) * s;
+            if (w) v *= w[j];
+            if (b) v += b[j];
+            y[r * D + j] = v;
+        }
+    }
+}
+
+extern "C" accel_status accel__cudak_layer_norm(accel_k_layer_norm *k) {
+    int index = k->y->device.index;
+    if (!k->R) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    layer_norm_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->y->data, (float *)k->mean->data,
+                                                      (float *)k->rstd->data, (const float *)k->x->data,
+                                                      k->w ? (const float *)k->w->data : NULL,
+                                                      k->b ? (const float *)k->b->data : NULL, k->R, k->D, k->eps);
+    return launched(index, "layer_norm");
+}
+
+/* dx (+)= s (g w - mean(g w) - xhat mean(g w xhat)), xhat = (x - mu) s. */
+__global__ void ln_dx_k(float *dx, const float *g, const float *x, const float *w, const float *mean,
+                        const float *rstd, int64_t R, int64_t D, float beta) {
+    ROW_LOOP(r, R) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float mu = mean[r], s = rstd[r], sg = 0.0f, sgx = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float dxn = gr[j] * (w ? w[j] : 1.0f);
+            sg += dxn;
+            sgx += dxn * (xr[j] - mu) * s;
+        }
+        sg = block_sum(sg) / (float)D;
+        sgx = block_sum(sgx) / (float)D;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float v = s * (gr[j] * (w ? w[j] : 1.0f) - sg - (xr[j] - mu) * s * sgx);
+            dx[r * D + j] = beta == 0.0f ? v : dx[r * D + j] + v;
+        }
+    }
+}
+
+/* dw[j] += sum of g xhat, db[j] += sum of g: one thread per column. */
+__global__ void ln_dwdb_k(float *dw, float *db, const float *g, const float *x, const float *mean, const float *rstd,
+                          int64_t R, int64_t D) {
+    GRID_STRIDE(j, D) {
+        float aw = 0.0f, ab = 0.0f;
+        for (int64_t r = 0; r < R; r++) {
+            float gv = g[r * D + j];
+            aw += gv * (x[r * D + j] - mean[r]) * rstd[r];
+            ab += gv;
+        }
+        if (dw) dw[j] += aw;
+        if (db) db[j] += ab;
+    }
+}
+
+extern "C" accel_status accel__cudak_layer_norm_backward(accel_k_layer_norm_backward *k) {
+    int index = k->g->device.index;
+    if (!k->R || !k->D) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const float *g = (const float *)k->g->data, *x = (const float *)k->x->data;
+    const float *mean = (const float *)k->mean->data, *rstd = (const float *)k->rstd->data;
+    if (k->dx)
+        ln_dx_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->dx->data, g, x,
+                                                     k->w ? (const float *)k->w->data : NULL, mean, rstd, k->R, k->D,
+                                                     k->dx_beta);
+    if (k->dw || k->db)
+        ln_dwdb_k<<<blocks_for(k->D), KTHREADS, 0, s>>>(k->dw ? (float *)k->dw->data : NULL,
+                                                        k->db ? (float *)k->db->data : NULL, g, x, mean, rstd, k->R,
+                                                        k->D);
+    return launched(index, "layer_norm_backward");
 }
