@@ -12,6 +12,9 @@
 #include "accel/cpu.h"
 #include "accel/dist.h"
 #include "cli/cli.h"
+#ifdef ACCEL_HAVE_CUDA
+#include "backends/cuda/cuda_env.h"
+#endif
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
@@ -111,8 +114,12 @@ int accel_cli_env(int argc, char **argv) {
     if (mpi_backend && mpi[0]) printf("- MPI available: True (%s)\n", mpi);
     else if (mpi_backend) printf("- MPI available: False (built with MPI, but no mpirun on PATH)\n");
     else printf("- MPI available: False (this build has no MPI backend)\n");
+#ifdef ACCEL_HAVE_CUDA
+    accel__cuda_env_print(stdout); /* what the backend finds on this machine */
+#else
     printf("- CUDA available: False (this build has no CUDA backend)\n");
     printf("- NCCL available: False (this build has no NCCL backend)\n");
+#endif
     printf("- Accel accelerator: CPU\n");
     printf("- GPUs on this machine: %s; accel itself trains on the CPU\n", gpus);
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));

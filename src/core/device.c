@@ -6,6 +6,9 @@
 
 #include "accel/core.h"
 #include "backends/backend.h"
+#ifdef ACCEL_HAVE_CUDA
+#include "backends/cuda/cuda_internal.h"
+#endif
 
 /* ---------------------------------------------------------------- registry */
 
@@ -18,6 +21,9 @@ static const accel_backend *registry_get(int t) { return __atomic_load_n(&regist
 
 static void register_builtin(void) {
     accel__backend_register(&accel__cpu_backend);
+#ifdef ACCEL_HAVE_CUDA
+    accel__cuda_register(); /* only when a GPU is present */
+#endif
     const char *n = getenv("ACCEL_TEST_DEVICES");
     if (n && *n) {
         char *end;

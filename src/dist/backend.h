@@ -51,6 +51,11 @@ extern const accel__backend accel__backend_tcp;
 extern const accel__backend accel__backend_mpi;
 #endif
 
+#ifdef ACCEL_HAVE_NCCL
+/* GPU collectives (ACCEL_DIST_BACKEND=nccl); see nccl.c. */
+extern const accel__backend accel__backend_nccl;
+#endif
+
 typedef struct accel__work_queue accel__work_queue;
 
 /* Where a rank is: the collective it runs (or ran last), what it called and

@@ -678,14 +678,23 @@ static const accel__backend *backend_by_name(const char *name) {
 #ifdef ACCEL_HAVE_MPI
     if (!strcmp(name, "mpi")) return &accel__backend_mpi;
 #endif
+#ifdef ACCEL_HAVE_NCCL
+    if (!strcmp(name, "nccl")) return &accel__backend_nccl;
+#endif
     return NULL;
 }
 
 #ifdef ACCEL_HAVE_MPI
-#define BACKEND_LIST "shm, tcp, mpi"
+#define BACKEND_LIST_MPI ", mpi"
 #else
-#define BACKEND_LIST "shm, tcp"
+#define BACKEND_LIST_MPI ""
 #endif
+#ifdef ACCEL_HAVE_NCCL
+#define BACKEND_LIST_NCCL ", nccl"
+#else
+#define BACKEND_LIST_NCCL ""
+#endif
+#define BACKEND_LIST "shm, tcp" BACKEND_LIST_MPI BACKEND_LIST_NCCL
 
 /* Every rank publishes its hostname. shm when every rank is on this host and
  * the launcher did not say otherwise (LOCAL_WORLD_SIZE < WORLD_SIZE means

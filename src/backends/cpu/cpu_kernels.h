@@ -98,29 +98,37 @@ float accel__row_exp(float *y, const float *x, int64_t n, float m);
 /* sum of exp(x[j] - m), j < n. */
 float accel__row_sum_exp(const float *x, int64_t n, float m);
 
-/* ---- the scalar functions, shared by the fast and reference paths */
+/* ---- the scalar functions, shared by the fast and reference paths (and the
+ * CUDA kernels, which include this header: ACCEL__HD makes them device
+ * functions too) */
+
+#ifdef __CUDACC__
+#define ACCEL__HD __host__ __device__
+#else
+#define ACCEL__HD
+#endif
 
 #define ACCEL__SQRT1_2 0.70710678118654752440f
 #define ACCEL__SQRT_2_PI 0.79788456080286535588f  /* sqrt(2/pi) */
 #define ACCEL__INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2*pi) */
 
-static inline float accel__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float accel__geluf(float x) { return 0.5f * x * (1.0f + erff(x * ACCEL__SQRT1_2)); }
-static inline float accel__gelu_gradf(float x) {
+ACCEL__HD static inline float accel__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+ACCEL__HD static inline float accel__geluf(float x) { return 0.5f * x * (1.0f + erff(x * ACCEL__SQRT1_2)); }
+ACCEL__HD static inline float accel__gelu_gradf(float x) {
     return 0.5f * (1.0f + erff(x * ACCEL__SQRT1_2)) + x * ACCEL__INV_SQRT_2PI * expf(-0.5f * x * x);
 }
-static inline float accel__gelu_tanhf(float x) {
+ACCEL__HD static inline float accel__gelu_tanhf(float x) {
     float u = ACCEL__SQRT_2_PI * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
 }
-static inline float accel__gelu_tanh_gradf(float x) {
+ACCEL__HD static inline float accel__gelu_tanh_gradf(float x) {
     float u = ACCEL__SQRT_2_PI * (x + 0.044715f * x * x * x);
     float t = tanhf(u);
     return 0.5f * (1.0f + t) +
            0.5f * x * (1.0f - t * t) * ACCEL__SQRT_2_PI * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-static inline float accel__unary_f(accel__unop op, float x, float p) {
+ACCEL__HD static inline float accel__unary_f(accel__unop op, float x, float p) {
     switch (op) {
     case ACCEL_U_ADD_SCALAR: return x + p;
     case ACCEL_U_MUL_SCALAR: return x * p;
@@ -141,7 +149,7 @@ static inline float accel__unary_f(accel__unop op, float x, float p) {
 }
 
 /* f'(x), given y = f(x). */
-static inline float accel__unary_df(accel__unop op, float x, float y, float p) {
+ACCEL__HD static inline float accel__unary_df(accel__unop op, float x, float y, float p) {
     switch (op) {
     case ACCEL_U_ADD_SCALAR: return 1.0f;
     case ACCEL_U_MUL_SCALAR: return p;

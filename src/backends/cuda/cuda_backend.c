@@ -1,0 +1,233 @@
+/* The CUDA backend: devices "cuda:0".."cuda:N-1".
+ *
+ * Memory comes from the caching allocator (allocator.c); copies and memsets
+ * are enqueued on the calling thread's current stream, and the synchronous
+ * copies of the table wait for that stream. Kernels (*.cu, gemm.c) are
+ * enqueued on the same stream and return.
+ *
+ * Registered at start-up (accel__cuda_register, from device.c) only when
+ * cudaGetDeviceCount() finds a device: on a machine without a GPU a CUDA
+ * build behaves as one without. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static int g_count;
+static char g_reason[160]; /* why g_count is 0 */
+static pthread_once_t g_count_once = PTHREAD_ONCE_INIT;
+
+static void count_devices(void) {
+    int n = 0, driver = 0, runtime = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        if (driver == 0)
+            snprintf(g_reason, sizeof g_reason, "no NVIDIA driver is loaded (no GPU on this machine?)");
+        else if (e == cudaErrorInsufficientDriver)
+            snprintf(g_reason, sizeof g_reason, "the driver supports CUDA %d.%d, this build needs CUDA %d.%d",
+                     driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        else snprintf(g_reason, sizeof g_reason, "%s", cudaGetErrorString(e));
+        n = 0;
+    } else if (n == 0) {
+        snprintf(g_reason, sizeof g_reason, "no CUDA device found");
+    }
+    g_count = n < ACCEL_CUDA_MAX_DEVICES ? n : ACCEL_CUDA_MAX_DEVICES;
+}
+
+static int cuda_count(void) {
+    pthread_once(&g_count_once, count_devices);
+    return g_count;
+}
+
+const char *accel__cuda_unavailable_reason(void) {
+    cuda_count();
+    return g_reason;
+}
+
+accel_status accel__cuda_check(cudaError_t e, int index, const char *op) {
+    if (e == cudaSuccess) return ACCEL_OK;
+    cudaGetLastError(); /* clears a non-sticky error so that later calls do not report it */
+    accel_status code = e == cudaErrorMemoryAllocation ? ACCEL_ERR_OOM : ACCEL_ERR_DEVICE;
+    return accel_set_error(code, "cuda:%d: %s: %s", index, op, cudaGetErrorString(e));
+}
+
+/* ---- streams: the thread's current stream per device */
+
+static _Thread_local cudaStream_t tl_stream[ACCEL_CUDA_MAX_DEVICES];
+
+cudaStream_t accel__cuda_enter(int index) {
+    cudaSetDevice(index);
+    return tl_stream[index];
+}
+
+static accel_stream *cuda_stream_new(int index) {
+    cudaStream_t s;
+    cudaSetDevice(index);
+    if (accel__cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), index, "stream_new") != ACCEL_OK)
+        return NULL;
+    return (accel_stream *)s;
+}
+
+static void cuda_stream_free(int index, accel_stream *s) {
+    if (!s) return;
+    cudaSetDevice(index);
+    if (tl_stream[index] == (cudaStream_t)s) tl_stream[index] = 0;
+    cudaStreamDestroy((cudaStream_t)s);
+}
+
+static void cuda_set_stream(int index, accel_stream *s) { tl_stream[index] = (cudaStream_t)s; }
+
+/* The stream of an explicit argument, else the thread's current one. */
+static cudaStream_t stream_or_current(int index, accel_stream *s) {
+    cudaStream_t cur = accel__cuda_enter(index);
+    return s ? (cudaStream_t)s : cur;
+}
+
+static accel_event *cuda_event_record(int index, accel_stream *s) {
+    cudaStream_t st = stream_or_current(index, s);
+    cudaEvent_t e;
+    if (accel__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), index, "event_record") != ACCEL_OK)
+        return NULL;
+    if (accel__cuda_check(cudaEventRecord(e, st), index, "event_record") != ACCEL_OK) {
+        cudaEventDestroy(e);
+        return NULL;
+    }
+    return (accel_event *)e;
+}
+
+static accel_status cuda_event_wait(int index, accel_stream *s, accel_event *e) {
+    cudaStream_t st = stream_or_current(index, s);
+    return accel__cuda_check(cudaStreamWaitEvent(st, (cudaEvent_t)e, 0), index, "event_wait");
+}
+
+static accel_status cuda_event_synchronize(int index, accel_event *e) {
+    cudaSetDevice(index);
+    return accel__cuda_check(cudaEventSynchronize((cudaEvent_t)e), index, "event_synchronize");
+}
+
+static void cuda_event_free(int index, accel_event *e) {
+    if (!e) return;
+    cudaSetDevice(index);
+    cudaEventDestroy((cudaEvent_t)e);
+}
+
+static accel_status cuda_synchronize(int index) {
+    cudaSetDevice(index);
+    return accel__cuda_check(cudaDeviceSynchronize(), index, "synchronize");
+}
+
+/* ---- copies */
+
+static accel_status copy_async(int index, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                               cudaStream_t s, const char *op) {
+    if (!n) return ACCEL_OK;
+    return accel__cuda_check(cudaMemcpyAsync(dst, src, n, kind, s), index, op);
+}
+
+/* Enqueues on the thread's stream and waits for it (the table's synchronous copies). */
+static accel_status copy_sync(int index, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                              const char *op) {
+    cudaStream_t s = accel__cuda_enter(index);
+    accel_status st = copy_async(index, dst, src, n, kind, s, op);
+    if (st != ACCEL_OK || !n) return st;
+    return accel__cuda_check(cudaStreamSynchronize(s), index, op);
+}
+
+static accel_status cuda_copy_to_device(int index, void *dst, const void *src, size_t n) {
+    return copy_sync(index, dst, src, n, cudaMemcpyHostToDevice, "copy_to_device");
+}
+
+static accel_status cuda_copy_to_host(int index, void *dst, const void *src, size_t n) {
+    return copy_sync(index, dst, src, n, cudaMemcpyDeviceToHost, "copy_to_host");
+}
+
+static accel_status cuda_copy_device(int dst_index, void *dst, int src_index, const void *src, size_t n) {
+    if (!n || dst == src) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(dst_index);
+    accel_status st = dst_index == src_index
+                          ? copy_async(dst_index, dst, src, n, cudaMemcpyDeviceToDevice, s, "copy_device")
+                          : accel__cuda_check(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, n, s),
+                                              dst_index, "copy_device");
+    if (st != ACCEL_OK) return st;
+    return accel__cuda_check(cudaStreamSynchronize(s), dst_index, "copy_device");
+}
+
+static accel_status cuda_copy_to_device_async(int index, void *dst, const void *src, size_t n, accel_stream *s) {
+    return copy_async(index, dst, src, n, cudaMemcpyHostToDevice, stream_or_current(index, s),
+                      "copy_to_device_async");
+}
+
+static accel_status cuda_copy_to_host_async(int index, void *dst, const void *src, size_t n, accel_stream *s) {
+    return copy_async(index, dst, src, n, cudaMemcpyDeviceToHost, stream_or_current(index, s),
+                      "copy_to_host_async");
+}
+
+static accel_status cuda_memset(int index, void *p, int byte, size_t n) {
+    if (!n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    return accel__cuda_check(cudaMemsetAsync(p, byte, n, s), index, "memset");
+}
+
+static accel_status cuda_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+    cudaSetDevice(index);
+    return accel__cuda_check(cudaMemGetInfo(free_bytes, total_bytes), index, "mem_info");
+}
+
+/* Pinned host memory: transfers from it run at full PCIe/NVLink speed and
+ * asynchronously. */
+static void *cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (accel__cuda_check(cudaMallocHost(&p, bytes), 0, "host_alloc") != ACCEL_OK) return NULL;
+    return p;
+}
+
+static void cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+static const accel_backend cuda_backend = {
+    .name = "cuda",
+    .type = ACCEL_DEV_CUDA,
+    .device_count = cuda_count,
+    .host_addressable = false,
+    .mem = {
+        .alloc = accel__cuda_alloc,
+        .free = accel__cuda_free,
+        .step_alloc = accel__cuda_step_alloc,
+        .step_reset = accel__cuda_step_reset,
+        .memset = cuda_memset,
+        .copy_to_device = cuda_copy_to_device,
+        .copy_to_host = cuda_copy_to_host,
+        .copy_device = cuda_copy_device,
+        .mem_info = cuda_mem_info,
+        .host_alloc = cuda_host_alloc,
+        .host_free = cuda_host_free,
+    },
+    .async = {
+        .stream_new = cuda_stream_new,
+        .stream_free = cuda_stream_free,
+        .set_stream = cuda_set_stream,
+        .copy_to_device_async = cuda_copy_to_device_async,
+        .copy_to_host_async = cuda_copy_to_host_async,
+        .event_record = cuda_event_record,
+        .event_wait = cuda_event_wait,
+        .event_synchronize = cuda_event_synchronize,
+        .event_free = cuda_event_free,
+        .synchronize = cuda_synchronize,
+    },
+    /* Slots missing from ACCEL__CUDA_KERNELS stay NULL: the op reports
+     * "kernel <name> is not implemented on cuda:N". */
+    .kernels = {
+#define CUDA_SLOT(name, T) .name = accel__cudak_##name,
+        ACCEL__CUDA_KERNELS(CUDA_SLOT)
+#undef CUDA_SLOT
+    },
+};
+
+void accel__cuda_register(void) {
+    if (cuda_count() > 0) accel__backend_register(&cuda_backend);
+}

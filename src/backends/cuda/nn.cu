@@ -1,0 +1,325 @@
+/* Philox draws, RoPE, embedding, RMSNorm and LayerNorm, forward and backward. */
+#include "cuda_common.cuh"
+
+/* ---- random: Philox-4x32-10, the same function as src/core/rng.c's
+ * accel__philox and accel__u32_to_unit (the GPU test compares the draws with
+ * the CPU's bit for bit). */
+
+__device__ inline void philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+__device__ inline double u32_to_unit(uint32_t a, uint32_t b) {
+    uint64_t v = ((uint64_t)a << 21) ^ (uint64_t)b; /* 53 random bits -> [0, 1) */
+    return (double)(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+__global__ void rng_k(void *out, accel_dtype dt, int64_t n, accel_k_rng_kind kind, uint64_t seed, uint64_t base,
+                      double a, double b) {
+    GRID_STRIDE(i, n) {
+        uint32_t w[4];
+        philox(seed, base + (uint64_t)i, w);
+        switch (kind) {
+        case ACCEL_K_RNG_NORMAL: {
+            double u1 = 1.0 - u32_to_unit(w[0], w[1]), u2 = u32_to_unit(w[2], w[3]);
+            store_d(out, dt, i, a + b * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)));
+            break;
+        }
+        case ACCEL_K_RNG_UNIFORM: store_d(out, dt, i, a + (b - a) * u32_to_unit(w[0], w[1])); break;
+        case ACCEL_K_RNG_BERNOULLI: ((uint8_t *)out)[i] = u32_to_unit(w[0], w[1]) < a; break;
+        }
+    }
+}
+
+extern "C" accel_status accel__cudak_rng(accel_k_rng *k) {
+    int index = k->out->device.index;
+    int64_t n = accel_numel(k->out);
+    if (!n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    rng_k<<<blocks_for(n), KTHREADS, 0, s>>>(k->out->data, k->out->dtype, n, k->kind, k->seed, k->offset, k->a, k->b);
+    return launched(index, "rng");
+}
+
+/* ---- RoPE (transformers' rotate_half layout) */
+
+/* inv_freq in f32 from a double power, angle = f32(pos) * inv_freq, as the CPU. */
+__global__ void rope_tables_k(float *c, float *sn, int64_t T, int64_t half, int64_t pos0, double theta) {
+    GRID_STRIDE(e, T * half) {
+        int64_t t = e / half, i = e % half;
+        float inv = (float)(1.0 / pow(theta, (double)(2 * i) / (double)(2 * half)));
+        float ang = (float)(pos0 + t) * inv;
+        c[e] = cosf(ang);
+        sn[e] = sinf(ang);
+    }
+}
+
+extern "C" accel_status accel__cudak_rope_tables(accel_k_rope_tables *k) {
+    int index = k->cos->device.index;
+    if (!k->T || !k->half) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    rope_tables_k<<<blocks_for(k->T * k->half), KTHREADS, 0, s>>>((float *)k->cos->data, (float *)k->sin->data, k->T,
+                                                                  k->half, k->pos0, k->theta);
+    return launched(index, "rope_tables");
+}
+
+__global__ void rope_k(float *y, const float *x, const float *cs, const float *sn, int64_t BH, int64_t T, int64_t half,
+                       float sign, float beta) {
+    GRID_STRIDE(e, BH * T * half) {
+        int64_t r = e / half, i = e % half, t = r % T;
+        const float *xr = x + r * 2 * half;
+        float *yr = y + r * 2 * half;
+        float c = cs[t * half + i], si = sign * sn[t * half + i], x1 = xr[i], x2 = xr[i + half];
+        float a = x1 * c - x2 * si, b = x2 * c + x1 * si;
+        yr[i] = beta == 0.0f ? a : yr[i] + a;
+        yr[i + half] = beta == 0.0f ? b : yr[i + half] + b;
+    }
+}
+
+extern "C" accel_status accel__cudak_rope(accel_k_rope *k) {
+    int index = k->y->device.index;
+    int64_t n = k->BH * k->T * k->half;
+    if (!n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    rope_k<<<blocks_for(n), KTHREADS, 0, s>>>((float *)k->y->data, (const float *)k->x->data,
+                                              (const float *)k->cos->data, (const float *)k->sin->data, k->BH, k->T,
+                                              k->half, k->sign, k->beta);
+    return launched(index, "rope");
+}
+
+/* ---- embedding */
+
+/* First position whose id is outside [0, V) (INT64_MAX when none). */
+__global__ void bad_id_k(const int64_t *ids, int64_t n, int64_t V, long long *bad) {
+    GRID_STRIDE(i, n) if (ids[i] < 0 || ids[i] >= V) atomicMin(bad, (long long)i);
+}
+
+__global__ void init_ll_k(long long *p, long long v) { *p = v; }
+
+/* The ids are checked before the lookup (one small read back): an id out of
+ * range is an error naming it, never a read outside w. */
+static accel_status check_ids(int index, cudaStream_t s, const int64_t *ids, int64_t n, int64_t V) {
+    long long *bad = (long long *)accel__cuda_step_alloc(index, sizeof *bad, 256), host_bad;
+    if (!bad) return accel_last_status();
+    init_ll_k<<<1, 1, 0, s>>>(bad, INT64_MAX);
+    bad_id_k<<<blocks_for(n), KTHREADS, 0, s>>>(ids, n, V, bad);
+    if (launched(index, "embedding") != ACCEL_OK ||
+        accel__cuda_check(cudaMemcpyAsync(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost, s), index,
+                          "embedding") != ACCEL_OK ||
+        accel__cuda_check(cudaStreamSynchronize(s), index, "embedding") != ACCEL_OK)
+        return accel_last_status();
+    if (host_bad == INT64_MAX) return ACCEL_OK;
+    int64_t id;
+    if (accel__cuda_check(cudaMemcpy(&id, ids + host_bad, sizeof id, cudaMemcpyDeviceToHost), index, "embedding") !=
+        ACCEL_OK)
+        return accel_last_status();
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           "accel_embedding: id %lld at position %lld is out of range for %lld embeddings",
+                           (long long)id, host_bad, (long long)V);
+}
+
+__global__ void embedding_k(char *out, const char *w, const int64_t *ids, int64_t n, int64_t D, int es) {
+    GRID_STRIDE(e, n * D * es) {
+        int64_t row_bytes = D * es, i = e / row_bytes, b = e % row_bytes;
+        out[e] = w[ids[i] * row_bytes + b];
+    }
+}
+
+extern "C" accel_status accel__cudak_embedding(accel_k_embedding *k) {
+    int index = k->out->device.index;
+    if (!k->n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const int64_t *ids = (const int64_t *)k->ids->data;
+    if (check_ids(index, s, ids, k->n, k->V) != ACCEL_OK) return accel_last_status();
+    int es = (int)accel_dtype_size(k->w->dtype);
+    embedding_k<<<blocks_for(k->n * k->D * es), KTHREADS, 0, s>>>((char *)k->out->data, (const char *)k->w->data, ids,
+                                                                  k->n, k->D, es);
+    return launched(index, "embedding");
+}
+
+/* Scatter-add with atomics: ids repeat. */
+__global__ void embedding_backward_k(float *gw, const float *g, const int64_t *ids, int64_t n, int64_t D) {
+    GRID_STRIDE(e, n * D) atomicAdd(&gw[ids[e / D] * D + e % D], g[e]);
+}
+
+extern "C" accel_status accel__cudak_embedding_backward(accel_k_embedding_backward *k) {
+    int index = k->gw->device.index;
+    if (!k->n || !k->D) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    embedding_backward_k<<<blocks_for(k->n * k->D), KTHREADS, 0, s>>>((float *)k->gw->data, (const float *)k->g->data,
+                                                                      (const int64_t *)k->ids->data, k->n, k->D);
+    return launched(index, "embedding_backward");
+}
+
+/* ---- RMSNorm (transformers' LlamaRMSNorm): one block per row */
+
+/* Rounds v to dtype dt and back (identity for f32), as the CPU's round_to. */
+__device__ inline float round_to(float v, accel_dtype dt) {
+    if (dt == ACCEL_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (dt == ACCEL_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+__global__ void rms_norm_k(float *y, float *rstd, const float *x, const float *w, int64_t R, int64_t D, float eps,
+                           accel_dtype xdt) {
+    ROW_LOOP(r, R) {
+        const float *xr = x + r * D;
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) acc += xr[j] * xr[j];
+        float s = 1.0f / sqrtf(block_sum(acc) / (float)D + eps);
+        if (threadIdx.x == 0) rstd[r] = s;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float v = round_to(xr[j] * s, xdt);
+            y[r * D + j] = w ? w[j] * v : v;
+        }
+    }
+}
+
+extern "C" accel_status accel__cudak_rms_norm(accel_k_rms_norm *k) {
+    int index = k->y->device.index;
+    if (!k->R) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    rms_norm_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->y->data, (float *)k->rstd->data,
+                                                    (const float *)k->x->data, k->w ? (const float *)k->w->data : NULL,
+                                                    k->R, k->D, k->eps, k->x_dt);
+    return launched(index, "rms_norm");
+}
+
+/* dx[r] (+)= s (gw - x s mean(gw x s)), gw = g * w. */
+__global__ void rms_dx_k(float *dx, const float *g, const float *x, const float *w, const float *rstd, int64_t R,
+                         int64_t D, float beta) {
+    ROW_LOOP(r, R) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float s = rstd[r], acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) acc += (w ? gr[j] * w[j] : gr[j]) * xr[j];
+        float c = s * s * block_sum(acc) / (float)D;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float v = s * (w ? gr[j] * w[j] : gr[j]) - xr[j] * (s * c);
+            dx[r * D + j] = beta == 0.0f ? v : dx[r * D + j] + v;
+        }
+    }
+}
+
+/* dw[j] += sum over rows of g * round(x * rstd): one thread per column. */
+__global__ void rms_dw_k(float *dw, const float *g, const float *x, const float *rstd, int64_t R, int64_t D,
+                         accel_dtype xdt) {
+    GRID_STRIDE(j, D) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < R; r++) acc += g[r * D + j] * round_to(x[r * D + j] * rstd[r], xdt);
+        dw[j] += acc;
+    }
+}
+
+extern "C" accel_status accel__cudak_rms_norm_backward(accel_k_rms_norm_backward *k) {
+    int index = k->g->device.index;
+    if (!k->R || !k->D) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const float *g = (const float *)k->g->data, *x = (const float *)k->x->data, *rstd = (const float *)k->rstd->data;
+    const float *w = k->w ? (const float *)k->w->data : NULL;
+    if (k->dx) rms_dx_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->dx->data, g, x, w, rstd, k->R, k->D, k->dx_beta);
+    if (k->dw) rms_dw_k<<<blocks_for(k->D), KTHREADS, 0, s>>>((float *)k->dw->data, g, x, rstd, k->R, k->D, k->x_dt);
+    return launched(index, "rms_norm_backward");
+}
+
+/* ---- LayerNorm: one block per row, two passes (mean, then variance) as the CPU */
+
+__global__ void layer_norm_k(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                             int64_t R, int64_t D, float eps) {
+    ROW_LOOP(r, R) {
+        const float *xr = x + r * D;
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) acc += xr[j];
+        float mu = block_sum(acc) / (float)D;
+        acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) acc += (xr[j] - mu) * (xr[j] - mu);
+        float s = 1.0f / sqrtf(block_sum(acc) / (float)D + eps);
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = s;
+        }
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float v = (xr[j] - mu) * s;
+            if (w) v *= w[j];
+            if (b) v += b[j];
+            y[r * D + j] = v;
+        }
+    }
+}
+
+extern "C" accel_status accel__cudak_layer_norm(accel_k_layer_norm *k) {
+    int index = k->y->device.index;
+    if (!k->R) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    layer_norm_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->y->data, (float *)k->mean->data,
+                                                      (float *)k->rstd->data, (const float *)k->x->data,
+                                                      k->w ? (const float *)k->w->data : NULL,
+                                                      k->b ? (const float *)k->b->data : NULL, k->R, k->D, k->eps);
+    return launched(index, "layer_norm");
+}
+
+/* dx (+)= s (g w - mean(g w) - xhat mean(g w xhat)), xhat = (x - mu) s. */
+__global__ void ln_dx_k(float *dx, const float *g, const float *x, const float *w, const float *mean,
+                        const float *rstd, int64_t R, int64_t D, float beta) {
+    ROW_LOOP(r, R) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float mu = mean[r], s = rstd[r], sg = 0.0f, sgx = 0.0f;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float dxn = gr[j] * (w ? w[j] : 1.0f);
+            sg += dxn;
+            sgx += dxn * (xr[j] - mu) * s;
+        }
+        sg = block_sum(sg) / (float)D;
+        sgx = block_sum(sgx) / (float)D;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float v = s * (gr[j] * (w ? w[j] : 1.0f) - sg - (xr[j] - mu) * s * sgx);
+            dx[r * D + j] = beta == 0.0f ? v : dx[r * D + j] + v;
+        }
+    }
+}
+
+/* dw[j] += sum of g xhat, db[j] += sum of g: one thread per column. */
+__global__ void ln_dwdb_k(float *dw, float *db, const float *g, const float *x, const float *mean, const float *rstd,
+                          int64_t R, int64_t D) {
+    GRID_STRIDE(j, D) {
+        float aw = 0.0f, ab = 0.0f;
+        for (int64_t r = 0; r < R; r++) {
+            float gv = g[r * D + j];
+            aw += gv * (x[r * D + j] - mean[r]) * rstd[r];
+            ab += gv;
+        }
+        if (dw) dw[j] += aw;
+        if (db) db[j] += ab;
+    }
+}
+
+extern "C" accel_status accel__cudak_layer_norm_backward(accel_k_layer_norm_backward *k) {
+    int index = k->g->device.index;
+    if (!k->R || !k->D) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const float *g = (const float *)k->g->data, *x = (const float *)k->x->data;
+    const float *mean = (const float *)k->mean->data, *rstd = (const float *)k->rstd->data;
+    if (k->dx)
+        ln_dx_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->dx->data, g, x,
+                                                     k->w ? (const float *)k->w->data : NULL, mean, rstd, k->R, k->D,
+                                                     k->dx_beta);
+    if (k->dw || k->db)
+        ln_dwdb_k<<<blocks_for(k->D), KTHREADS, 0, s>>>(k->dw ? (float *)k->dw->data : NULL,
+                                                        k->db ? (float *)k->db->data : NULL, g, x, mean, rstd, k->R,
+                                                        k->D);
+    return launched(index, "layer_norm_backward");
+}

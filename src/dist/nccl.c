@@ -1,0 +1,328 @@
+/* src/dist/nccl.c — the NCCL backend (ACCEL_DIST_BACKEND=nccl): collectives
+ * between GPUs, one per rank (cuda:<local_rank mod GPUs of the host>).
+ *
+ * Rendezvous: rank 0 creates the NCCL unique id and publishes it in the
+ * store ("nccl/id"); every rank reads it and joins the communicator.
+ *
+ * Buffers are device pointers of the rank's GPU; a host pointer (the flat
+ * host buffers the layers above use today) is staged through a device
+ * buffer of this backend. Collectives run on a communication stream of their
+ * own, ordered after the work already enqueued on the calling thread's
+ * compute stream (an event the communication stream waits for), and the
+ * compute stream waits for the collective in turn. The call returns when the
+ * collective has finished (dist.c's contract), polling its event.
+ *
+ * Errors: the communicator is non-blocking, so a dead or stuck peer never
+ * hangs the caller: the poll checks ncclCommGetAsyncError and the group
+ * timeout (ACCEL_DIST_TIMEOUT); on either the communicator is aborted
+ * (ncclCommAbort) and the error names the collective, the rank and the cause.
+ *
+ * Compiled when CMake finds CUDA and NCCL (ACCEL_HAVE_NCCL). */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cuda/cuda_internal.h"
+#include "dist/backend.h"
+
+typedef struct nccl_state {
+    ncclComm_t comm;
+    int device;
+    cudaStream_t stream;
+    cudaEvent_t before, after;
+    void *stage; /* device staging buffer for host pointers */
+    size_t stage_bytes;
+    bool aborted;
+} nccl_state;
+
+static nccl_state *state_of(accel_pg *pg) { return pg->impl; }
+
+static accel_status nccl_fail(accel_pg *pg, const char *what, const char *why) {
+    return accel_set_error(ACCEL_ERR_DIST, "accel dist (nccl): %s failed on rank %d: %s: %s", pg->op_desc, pg->rank,
+                           what, why);
+}
+
+static accel_status cuda_fail(accel_pg *pg, const char *what, cudaError_t e) {
+    cudaGetLastError();
+    return nccl_fail(pg, what, cudaGetErrorString(e));
+}
+
+static void abort_comm(nccl_state *s) {
+    if (s->comm && !s->aborted) ncclCommAbort(s->comm);
+    s->aborted = true;
+}
+
+/* Waits for the communicator to leave ncclInProgress (init and enqueues of a
+ * non-blocking communicator) or for `ev` to complete, within the timeout. */
+static accel_status wait_done(accel_pg *pg, cudaEvent_t ev) {
+    nccl_state *s = state_of(pg);
+    double start = accel_now_seconds();
+    for (unsigned spins = 0;; spins++) {
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(s->comm, &async);
+        if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+            const char *why = ncclGetErrorString(r != ncclSuccess ? r : async);
+            abort_comm(s);
+            return nccl_fail(pg, "communicator error (a peer died or failed; communicator aborted)", why);
+        }
+        if (async == ncclSuccess) {
+            cudaError_t e = ev ? cudaEventQuery(ev) : cudaSuccess;
+            if (e == cudaSuccess) return ACCEL_OK;
+            if (e != cudaErrorNotReady) return cuda_fail(pg, "waiting for the collective", e);
+        }
+        double el = accel_now_seconds() - start;
+        if (el > pg->timeout_s) {
+            abort_comm(s);
+            return accel_set_error(ACCEL_ERR_TIMEOUT,
+                                   "accel dist (nccl): %s timed out after %g s on rank %d (communicator aborted; "
+                                   "ACCEL_DEBUG_MODE=1 names each rank's call; ACCEL_DIST_TIMEOUT sets the limit)",
+                                   pg->op_desc, pg->timeout_s, pg->rank);
+        }
+        if (spins < 2000) continue;
+        if (el < 0.002) sched_yield();
+        else nanosleep(&(struct timespec){0, el < 0.1 ? 20000 : 200000}, NULL);
+    }
+}
+
+/* A non-blocking communicator may answer ncclInProgress: the call completes
+ * (or fails) asynchronously, and the next call waits for it. */
+static accel_status check_nccl(accel_pg *pg, ncclResult_t r, const char *what) {
+    if (r == ncclSuccess) return ACCEL_OK;
+    if (r == ncclInProgress) return wait_done(pg, NULL);
+    abort_comm(state_of(pg));
+    return nccl_fail(pg, what, ncclGetErrorString(r));
+}
+
+static accel_status nccl_init(accel_pg *pg, accel__store *store) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        cudaGetLastError();
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel dist (nccl): rank %d has no CUDA device (%s)", pg->rank,
+                               accel__cuda_unavailable_reason());
+    }
+    nccl_state *s = calloc(1, sizeof *s);
+    if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel dist (nccl): out of memory");
+    pg->impl = s;
+    s->device = pg->local_rank % ndev;
+    cudaSetDevice(s->device);
+    ncclUniqueId id;
+    if (pg->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) return nccl_fail(pg, "ncclGetUniqueId", ncclGetErrorString(r));
+        if (accel__store_set(store, "nccl/id", &id, sizeof id) != ACCEL_OK) return accel_last_status();
+    } else {
+        void *v;
+        size_t len = 0;
+        if (accel__store_get(store, "nccl/id", &v, &len) != ACCEL_OK) return accel_last_status();
+        if (len != sizeof id) {
+            free(v);
+            return nccl_fail(pg, "rendezvous", "the NCCL id in the store has the wrong size");
+        }
+        memcpy(&id, v, sizeof id);
+        free(v);
+    }
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->before, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->after, cudaEventDisableTiming);
+    if (e != cudaSuccess) return cuda_fail(pg, "creating the communication stream", e);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* asynchronous errors and timeouts instead of hangs */
+    if (check_nccl(pg, ncclCommInitRankConfig(&s->comm, pg->size, id, pg->rank, &cfg), "ncclCommInitRank") != ACCEL_OK)
+        return accel_last_status();
+    return wait_done(pg, NULL);
+}
+
+static void nccl_finalize(accel_pg *pg) {
+    nccl_state *s = state_of(pg);
+    if (!s) return;
+    cudaSetDevice(s->device);
+    if (s->comm) {
+        if (s->aborted || pg->broken) ncclCommAbort(s->comm);
+        else ncclCommDestroy(s->comm);
+    }
+    if (s->stage) cudaFree(s->stage);
+    if (s->after) cudaEventDestroy(s->after);
+    if (s->before) cudaEventDestroy(s->before);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    free(s);
+    pg->impl = NULL;
+}
+
+/* ---- buffers */
+
+static bool on_device(const void *p) {
+    struct cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static void *stage(accel_pg *pg, size_t bytes) {
+    nccl_state *s = state_of(pg);
+    if (bytes <= s->stage_bytes) return s->stage;
+    if (s->stage) cudaFree(s->stage);
+    s->stage = NULL;
+    s->stage_bytes = 0;
+    cudaError_t e = cudaMalloc(&s->stage, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cuda_fail(pg, "allocating the staging buffer", e);
+        return NULL;
+    }
+    s->stage_bytes = bytes;
+    return s->stage;
+}
+
+/* The communication stream waits for the caller's compute stream. */
+static accel_status begin(accel_pg *pg) {
+    nccl_state *s = state_of(pg);
+    if (s->aborted) return nccl_fail(pg, "communicator", "aborted by an earlier failure");
+    cudaStream_t compute = accel__cuda_enter(s->device);
+    cudaError_t e = cudaEventRecord(s->before, compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s->stream, s->before, 0);
+    return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "ordering after the compute stream", e);
+}
+
+/* The compute stream waits for the collective; the host waits for it too. */
+static accel_status end(accel_pg *pg) {
+    nccl_state *s = state_of(pg);
+    cudaError_t e = cudaEventRecord(s->after, s->stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(accel__cuda_enter(s->device), s->after, 0);
+    if (e != cudaSuccess) return cuda_fail(pg, "ordering the compute stream after the collective", e);
+    return wait_done(pg, s->after);
+}
+
+static accel_status copy(accel_pg *pg, void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
+    if (!n) return ACCEL_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, k, state_of(pg)->stream);
+    return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "staging copy", e);
+}
+
+static bool nccl_type(accel_dtype dt, ncclDataType_t *t) {
+    switch (dt) {
+    case ACCEL_F32: *t = ncclFloat32; return true;
+    case ACCEL_F64: *t = ncclFloat64; return true;
+    case ACCEL_F16: *t = ncclFloat16; return true;
+    case ACCEL_BF16: *t = ncclBfloat16; return true;
+    case ACCEL_I32: *t = ncclInt32; return true;
+    case ACCEL_I64: *t = ncclInt64; return true;
+    default: return false;
+    }
+}
+
+static ncclRedOp_t nccl_op(accel_reduce_op op) {
+    switch (op) {
+    case ACCEL_REDUCE_AVG: return ncclAvg;
+    case ACCEL_REDUCE_MAX: return ncclMax;
+    case ACCEL_REDUCE_MIN: return ncclMin;
+    default: return ncclSum;
+    }
+}
+
+/* ---- collectives */
+
+static accel_status nccl_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
+    nccl_state *s = state_of(pg);
+    ncclDataType_t t;
+    if (!nccl_type(dt, &t)) return nccl_fail(pg, "all_reduce", "dtype not reducible by NCCL");
+    size_t bytes = count * accel_dtype_size(dt);
+    bool dev = on_device(buf);
+    void *d = dev ? buf : stage(pg, bytes);
+    if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
+    if (!dev && copy(pg, d, buf, bytes, cudaMemcpyHostToDevice) != ACCEL_OK) return accel_last_status();
+    if (check_nccl(pg, ncclAllReduce(d, d, count, t, nccl_op(op), s->comm, s->stream), "ncclAllReduce") != ACCEL_OK)
+        return accel_last_status();
+    if (!dev && copy(pg, buf, d, bytes, cudaMemcpyDeviceToHost) != ACCEL_OK) return accel_last_status();
+    return end(pg);
+}
+
+static accel_status nccl_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
+    nccl_state *s = state_of(pg);
+    bool dev = on_device(buf);
+    void *d = dev ? buf : stage(pg, bytes);
+    if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
+    if (!dev && pg->rank == root && copy(pg, d, buf, bytes, cudaMemcpyHostToDevice) != ACCEL_OK)
+        return accel_last_status();
+    if (check_nccl(pg, ncclBroadcast(d, d, bytes, ncclUint8, root, s->comm, s->stream), "ncclBroadcast") != ACCEL_OK)
+        return accel_last_status();
+    if (!dev && copy(pg, buf, d, bytes, cudaMemcpyDeviceToHost) != ACCEL_OK) return accel_last_status();
+    return end(pg);
+}
+
+static accel_status nccl_barrier(accel_pg *pg) {
+    nccl_state *s = state_of(pg);
+    void *d = stage(pg, sizeof(float));
+    if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
+    if (check_nccl(pg, ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, s->comm, s->stream), "barrier") != ACCEL_OK)
+        return accel_last_status();
+    return end(pg);
+}
+
+/* Variable sizes: NCCL has no all-gatherv, so one grouped broadcast per rank
+ * (every rank receives) or grouped send/recv to the root. */
+static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv, const size_t *bytes, int root) {
+    nccl_state *s = state_of(pg);
+    size_t total = 0;
+    for (int k = 0; k < pg->size; k++) total += bytes[k];
+    bool receives = root < 0 || pg->rank == root;
+    bool dev = on_device(send) && (!receives || on_device(recv));
+    char *d = dev ? NULL : stage(pg, total + bytes[pg->rank]);
+    if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
+    const char *dsend = dev ? send : d + total;
+    char *drecv = dev ? recv : d;
+    if (!dev && copy(pg, (void *)dsend, send, bytes[pg->rank], cudaMemcpyHostToDevice) != ACCEL_OK)
+        return accel_last_status();
+    accel_status st = check_nccl(pg, ncclGroupStart(), "ncclGroupStart");
+    size_t off = 0;
+    for (int k = 0; k < pg->size && st == ACCEL_OK; off += bytes[k], k++) {
+        if (root < 0) {
+            const void *src = k == pg->rank ? dsend : drecv + off;
+            st = check_nccl(pg, ncclBroadcast(src, drecv + off, bytes[k], ncclUint8, k, s->comm, s->stream),
+                            "ncclBroadcast");
+        } else if (pg->rank == root && k != root) {
+            st = check_nccl(pg, ncclRecv(drecv + off, bytes[k], ncclUint8, k, s->comm, s->stream), "ncclRecv");
+        } else if (pg->rank == root) {
+            st = copy(pg, drecv + off, dsend, bytes[k], cudaMemcpyDeviceToDevice);
+        } else if (k == pg->rank) {
+            st = check_nccl(pg, ncclSend(dsend, bytes[k], ncclUint8, root, s->comm, s->stream), "ncclSend");
+        }
+    }
+    if (check_nccl(pg, ncclGroupEnd(), "ncclGroupEnd") != ACCEL_OK || st != ACCEL_OK) return accel_last_status();
+    if (!dev && receives && copy(pg, recv, drecv, total, cudaMemcpyDeviceToHost) != ACCEL_OK)
+        return accel_last_status();
+    return end(pg);
+}
+
+static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
+                                        accel_reduce_op op) {
+    nccl_state *s = state_of(pg);
+    ncclDataType_t t;
+    if (!nccl_type(dt, &t)) return nccl_fail(pg, "reduce_scatter", "dtype not reducible by NCCL");
+    size_t bytes = count * accel_dtype_size(dt), all = bytes * (size_t)pg->size;
+    bool dev = on_device(send) && on_device(recv);
+    char *d = dev ? NULL : stage(pg, all + bytes);
+    if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
+    const void *dsend = dev ? send : d;
+    void *drecv = dev ? recv : d + all;
+    if (!dev && copy(pg, d, send, all, cudaMemcpyHostToDevice) != ACCEL_OK) return accel_last_status();
+    if (check_nccl(pg, ncclReduceScatter(dsend, drecv, count, t, nccl_op(op), s->comm, s->stream),
+                   "ncclReduceScatter") != ACCEL_OK)
+        return accel_last_status();
+    if (!dev && copy(pg, recv, drecv, bytes, cudaMemcpyDeviceToHost) != ACCEL_OK) return accel_last_status();
+    return end(pg);
+}
+
+const accel__backend accel__backend_nccl = {
+    .name = "nccl",
+    .init = nccl_init,
+    .finalize = nccl_finalize,
+    .barrier = nccl_barrier,
+    .all_reduce = nccl_all_reduce,
+    .broadcast = nccl_broadcast,
+    .all_gatherv = nccl_all_gatherv,
+    .reduce_scatter = nccl_reduce_scatter,
+};

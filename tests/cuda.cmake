@@ -1,0 +1,13 @@
+# The GPU tests (ctest -L gpu): the CUDA backend against the CPU reference.
+# Built in every build; without a GPU (or without the CUDA backend) the test
+# prints the reason and exits 77, which ctest reports as skipped.
+set_tests_properties(cuda_kernels PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+if(ACCEL_CUDA)
+  target_include_directories(test_cuda_kernels PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+endif()
+# The same harness on the hostless test device (the CPU kernels behind
+# non-host pointers): proves, without a GPU, that the comparison, the
+# poisoning and the views of the GPU test work.
+add_test(NAME cuda_kernels_harness COMMAND test_cuda_kernels WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(cuda_kernels_harness PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_TEST_KERNELS_ON=hostless")

@@ -1,0 +1,601 @@
+/* The CUDA backend against the CPU reference (ctest label `gpu`).
+ *
+ * Every kernel of the device layer's table runs on the same random inputs on
+ * the cpu and on cuda:0, and the outputs are compared element by element by
+ * relative error. Inputs include non-contiguous views (transposed, strided,
+ * offset), odd sizes and each dtype a kernel takes. Outputs the kernel must
+ * overwrite are poisoned on the GPU (every byte 0xFF: NaN in float dtypes)
+ * and zero on the CPU, so an element the kernel forgets to write fails;
+ * outputs a kernel accumulates into start equal on both sides.
+ *
+ * Also: the memory entries (caching allocator, step pool, copies, streams,
+ * events, mem_info) and the errors of bad ids and targets.
+ *
+ * Without a GPU (or in a build without the CUDA backend) it prints the reason
+ * and exits with 77, which ctest reports as skipped. */
+#include <stdint.h>
+
+#include "accel/core.h"
+#include "backends/backend.h"
+#include "check.h"
+#include "core/core_internal.h"
+#ifdef ACCEL_HAVE_CUDA
+#include "backends/cuda/cuda_internal.h"
+#endif
+
+enum { SKIP = 77, MAX_PAIRS = 16 };
+
+static const accel_backend *g_cuda;
+/* cuda:0; the hostless test device with ACCEL_TEST_KERNELS_ON=hostless, which
+ * checks this harness itself without a GPU (its kernels are the CPU's). */
+static accel_device g_dev = {ACCEL_DEV_CUDA, 0};
+
+/* ---- tensor pairs: the same tensor on the cpu and on cuda:0 */
+
+typedef enum role { IN, OUT, ACC } role; /* read; overwritten (poisoned on the GPU); accumulated into */
+typedef enum layout { CONTIG, TRANSPOSED, STRIDED } layout;
+
+typedef struct pair {
+    accel_tensor c, g;      /* the views the kernels see */
+    void *cbase, *gbase;    /* the buffers */
+    size_t bytes;
+    role role;
+} pair;
+
+static pair g_pairs[MAX_PAIRS];
+static int g_npairs;
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static double rnd(void) { /* uniform [-1, 1) */
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static void pairs_free(void) {
+    for (int i = 0; i < g_npairs; i++) {
+        accel_free(g_pairs[i].cbase);
+        g_cuda->mem.free(0, g_pairs[i].gbase);
+    }
+    g_npairs = 0;
+}
+
+/* A tensor of `shape` seen as `lay`: TRANSPOSED swaps the strides of the last
+ * two dims of a base of swapped shape; STRIDED takes every second element of
+ * the last dim starting at element 1. Float contents uniform in [-2, 2),
+ * integers in [0, 7). */
+static pair *mk(accel_dtype dt, int ndim, const int64_t *shape, layout lay, role r) {
+    pair *p = &g_pairs[g_npairs++];
+    memset(p, 0, sizeof *p);
+    accel_tensor *t = &p->c;
+    t->magic = ACCEL_TENSOR_MAGIC;
+    t->dtype = dt;
+    t->device = ACCEL_CPU_DEVICE;
+    t->ndim = ndim;
+    int64_t base_shape[ACCEL_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) t->shape[d] = base_shape[d] = shape[d];
+    if (lay == TRANSPOSED && ndim >= 2) {
+        base_shape[ndim - 1] = shape[ndim - 2];
+        base_shape[ndim - 2] = shape[ndim - 1];
+    }
+    if (lay == STRIDED && ndim >= 1) base_shape[ndim - 1] = 2 * shape[ndim - 1] + 1;
+    int64_t n = 1, bstride[ACCEL_MAX_DIMS] = {0};
+    for (int d = ndim - 1; d >= 0; d--) {
+        bstride[d] = n;
+        n *= base_shape[d];
+    }
+    memcpy(t->stride, bstride, sizeof bstride);
+    size_t off = 0;
+    if (lay == TRANSPOSED && ndim >= 2) {
+        t->stride[ndim - 1] = bstride[ndim - 2];
+        t->stride[ndim - 2] = bstride[ndim - 1];
+    }
+    if (lay == STRIDED && ndim >= 1) {
+        t->stride[ndim - 1] = 2;
+        off = 1;
+    }
+    size_t es = accel_dtype_size(dt);
+    p->bytes = (size_t)(n > 0 ? n : 1) * es;
+    p->role = r;
+    p->cbase = accel_malloc(p->bytes);
+    p->gbase = g_cuda->mem.alloc(0, p->bytes, 256);
+    for (int64_t i = 0; i < n; i++) {
+        double v = accel_dtype_is_float(dt) ? 2.0 * rnd() : (double)(int64_t)((rnd() + 1.0) * 3.5);
+        accel__store_elem(p->cbase, dt, (size_t)i, r == OUT ? 0.0 : v);
+    }
+    t->data = (char *)p->cbase + off * es;
+    p->g = *t;
+    p->g.device = g_dev;
+    p->g.data = (char *)p->gbase + off * es;
+    CHECK(g_cuda->mem.copy_to_device(0, p->gbase, p->cbase, p->bytes) == ACCEL_OK);
+    if (r == OUT) CHECK(g_cuda->mem.memset(0, p->gbase, 0xFF, p->bytes) == ACCEL_OK);
+    return p;
+}
+
+static pair *mk1(accel_dtype dt, int64_t n0, role r) { return mk(dt, 1, (int64_t[]){n0}, CONTIG, r); }
+static pair *mk2(accel_dtype dt, int64_t n0, int64_t n1, layout lay, role r) {
+    return mk(dt, 2, (int64_t[]){n0, n1}, lay, r);
+}
+static pair *mk0(accel_dtype dt, role r) { return mk(dt, 0, NULL, CONTIG, r); }
+
+/* Sets element i (row-major over the view) of both sides. */
+static void set_elem(pair *p, int64_t i, double v) {
+    accel__store_elem(accel__elem_ptr(&p->c, i), p->c.dtype, 0, v);
+    void *dst = (char *)p->gbase + ((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase);
+    char tmp[8];
+    accel__store_elem(tmp, p->c.dtype, 0, v);
+    CHECK(g_cuda->mem.copy_to_device(0, dst, tmp, accel_dtype_size(p->c.dtype)) == ACCEL_OK);
+}
+
+/* The cuda twin of each tensor in t[] (NULL stays NULL). */
+static void to_cuda(accel_tensor **t, int n) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; t[i] && k < g_npairs; k++)
+            if (t[i] == &g_pairs[k].c) {
+                t[i] = &g_pairs[k].g;
+                break;
+            }
+}
+
+/* Compares every written pair over its view by relative error, relative to
+ * |cpu| + the mean |cpu| of the tensor (so that an element near zero of a
+ * long sum is not judged alone). */
+static void compare(const char *label, double rtol) {
+    if (g_cuda->async.synchronize)
+        CHECK_MSG(g_cuda->async.synchronize(0) == ACCEL_OK, "%s: %s", label, accel_last_error());
+    for (int k = 0; k < g_npairs; k++) {
+        pair *p = &g_pairs[k];
+        if (p->role == IN) continue;
+        char *host = accel_malloc(p->bytes);
+        CHECK(g_cuda->mem.copy_to_host(0, host, p->gbase, p->bytes) == ACCEL_OK);
+        int64_t n = accel_numel(&p->c), bad = 0;
+        double worst = 0.0, mean_abs = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            double c = accel__load_elem(accel__elem_ptr(&p->c, i), p->c.dtype, 0);
+            if (isfinite(c)) mean_abs += fabs(c) / (double)n;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            size_t off = (size_t)((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase);
+            double c = accel__load_elem((char *)p->cbase + off, p->c.dtype, 0);
+            double g = accel__load_elem(host + off, p->c.dtype, 0);
+            double err = isnan(c) && isnan(g) ? 0.0 : c == g ? 0.0 : fabs(g - c) / (fabs(c) + mean_abs + 1e-30);
+            if (!(err <= rtol)) bad++;
+            if (!(err <= worst)) worst = err;
+        }
+        CHECK_MSG(bad == 0, "%s: tensor %d: %lld of %lld elements differ, worst relative error %.3g", label, k,
+                  (long long)bad, (long long)n, worst);
+        accel_free(host);
+    }
+    pairs_free();
+}
+
+/* Runs kernel `name` with `args` (on cpu tensors) on both backends and compares. */
+#define KRUN(label, name, T, args, rtol)                                                             \
+    do {                                                                                             \
+        if (!g_cuda->kernels.name) {                                                                 \
+            fprintf(stderr, "note: kernel " #name " is not implemented on cuda (not compared)\n");   \
+            pairs_free();                                                                            \
+            break;                                                                                   \
+        }                                                                                            \
+        T g_ = (args);                                                                               \
+        to_cuda(g_.t, ACCEL_KERNEL_NTENSORS(T));                                                     \
+        accel_status cs_ = accel__cpu_backend.kernels.name(&(args));                                 \
+        accel_status gs_ = g_cuda->kernels.name(&g_);                                                \
+        CHECK_MSG(cs_ == ACCEL_OK && gs_ == ACCEL_OK, "%s: cpu %d, cuda %d: %s", label, cs_, gs_,     \
+                  accel_last_error());                                                               \
+        compare(label, rtol);                                                                        \
+    } while (0)
+
+static const accel_dtype FLOATS[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
+/* Relative error allowed for results stored in dt (one rounding of the dtype, twice). */
+static double tol_of(accel_dtype dt) { return dt == ACCEL_BF16 ? 2e-2 : dt == ACCEL_F16 ? 2e-3 : 1e-5; }
+
+/* ---- memory */
+
+static void test_memory(void) {
+    /* The cache hands a freed block back for the same size class. */
+    void *a = g_cuda->mem.alloc(0, 1000, 64);
+    CHECK(a != NULL);
+    g_cuda->mem.free(0, a);
+    void *b = g_cuda->mem.alloc(0, 900, 64);
+    CHECK(b == a || g_dev.type != ACCEL_DEV_CUDA);
+    g_cuda->mem.free(0, b);
+    /* 2 MiB alignment, as the contract allows. */
+    void *big = g_cuda->mem.alloc(0, 4096, 2u << 20);
+    CHECK(big && ((uintptr_t)big & ((2u << 20) - 1)) == 0);
+    g_cuda->mem.free(0, big);
+
+    /* Round trip host -> device -> device -> host, and memset. */
+    enum { N = 100003 };
+    unsigned char *h = accel_malloc(N), *back = accel_malloc(N);
+    for (int i = 0; i < N; i++) h[i] = (unsigned char)(i * 7 + 3);
+    void *d1 = g_cuda->mem.alloc(0, N, 256), *d2 = g_cuda->mem.alloc(0, N, 256);
+    CHECK(g_cuda->mem.copy_to_device(0, d1, h, N) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_device(0, d2, 0, d1, N) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, back, d2, N) == ACCEL_OK);
+    CHECK(memcmp(h, back, N) == 0);
+    CHECK(g_cuda->mem.memset(0, (char *)d2 + 10, 0xAB, 5) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, back, d2, N) == ACCEL_OK);
+    CHECK(back[9] == h[9] && back[10] == 0xAB && back[14] == 0xAB && back[15] == h[15]);
+
+    size_t fr = 0, tot = 0;
+    CHECK(g_cuda->mem.mem_info(0, &fr, &tot) == ACCEL_OK);
+    CHECK(tot > 0 && fr <= tot);
+    accel_free(h);
+    accel_free(back);
+    g_cuda->mem.free(0, d2);
+    if (!g_cuda->async.synchronize) {
+        g_cuda->mem.free(0, d1);
+        return;
+    }
+
+    /* Async copies on a stream, through pinned memory, ordered by an event. */
+    unsigned char *pin = g_cuda->mem.host_alloc(N);
+    CHECK(pin != NULL);
+    accel_stream *s = g_cuda->async.stream_new(0);
+    CHECK(s != NULL);
+    memset(pin, 0x5C, N);
+    CHECK(g_cuda->async.copy_to_device_async(0, d1, pin, N, s) == ACCEL_OK);
+    accel_event *e = g_cuda->async.event_record(0, s);
+    CHECK(e != NULL);
+    CHECK(g_cuda->async.event_wait(0, NULL, e) == ACCEL_OK); /* the default stream waits for s */
+    CHECK(g_cuda->async.event_synchronize(0, e) == ACCEL_OK);
+    memset(pin, 0, N); /* the upload is done: the download must bring 0x5C back */
+    CHECK(g_cuda->async.copy_to_host_async(0, pin, d1, N, s) == ACCEL_OK);
+    CHECK(g_cuda->async.synchronize(0) == ACCEL_OK);
+    CHECK(pin[0] == 0x5C && pin[N - 1] == 0x5C);
+    g_cuda->async.event_free(0, e);
+    g_cuda->async.stream_free(0, s);
+    g_cuda->mem.host_free(pin);
+    g_cuda->mem.free(0, d1);
+}
+
+/* A second step of the same shape allocates nothing new (the CUDA step
+ * pool; hostless's is the core arena, tested in test_core). */
+static void test_step_pool(void) {
+    if (g_dev.type != ACCEL_DEV_CUDA) return;
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 20; i++) {
+            void *p = g_cuda->mem.step_alloc(0, (size_t)(1u << 20) + (size_t)i, 4096);
+            CHECK(p && ((uintptr_t)p & 4095) == 0);
+        }
+#ifdef ACCEL_HAVE_CUDA
+        size_t before = accel__cuda_reserved_bytes(0);
+        g_cuda->mem.step_reset(0);
+        if (step > 0) CHECK(accel__cuda_reserved_bytes(0) == before);
+#else
+        g_cuda->mem.step_reset(0);
+#endif
+    }
+}
+
+/* ---- memory-like kernels */
+
+static void test_copy_fill_accumulate(void) {
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            pair *o = mk2(FLOATS[i], 37, 29, STRIDED, OUT), *x = mk2(FLOATS[j], 37, 29, TRANSPOSED, IN);
+            accel_k_copy a = {.out = &o->c, .in = &x->c};
+            KRUN("copy float", copy, accel_k_copy, a, tol_of(FLOATS[i]));
+        }
+    pair *o = mk2(ACCEL_I64, 5, 33, TRANSPOSED, OUT), *x = mk2(ACCEL_I64, 5, 33, STRIDED, IN);
+    accel_k_copy ci = {.out = &o->c, .in = &x->c};
+    KRUN("copy i64 strided", copy, accel_k_copy, ci, 0.0);
+    o = mk2(ACCEL_I32, 7, 9, CONTIG, OUT), x = mk2(ACCEL_F32, 7, 9, CONTIG, IN);
+    accel_k_copy cc = {.out = &o->c, .in = &x->c};
+    KRUN("copy f32 -> i32", copy, accel_k_copy, cc, 0.0);
+
+    o = mk2(ACCEL_BF16, 13, 17, STRIDED, OUT);
+    accel_k_fill f = {.out = &o->c, .value = -1.7};
+    KRUN("fill bf16 strided", fill, accel_k_fill, f, 0.0);
+    o = mk2(ACCEL_F32, 13, 17, CONTIG, OUT);
+    accel_k_fill f0 = {.out = &o->c, .value = 0.0};
+    KRUN("fill zero", fill, accel_k_fill, f0, 0.0);
+
+    o = mk2(ACCEL_F32, 31, 7, CONTIG, ACC), x = mk2(ACCEL_BF16, 31, 7, TRANSPOSED, IN);
+    accel_k_accumulate ac = {.out = &o->c, .in = &x->c};
+    KRUN("accumulate", accumulate, accel_k_accumulate, ac, 1e-6);
+}
+
+static void test_rng(void) {
+    const accel_k_rng_kind kinds[] = {ACCEL_K_RNG_NORMAL, ACCEL_K_RNG_UNIFORM, ACCEL_K_RNG_BERNOULLI};
+    for (int k = 0; k < 3; k++) {
+        pair *o = mk1(kinds[k] == ACCEL_K_RNG_BERNOULLI ? ACCEL_U8 : ACCEL_F32, 10007, OUT);
+        accel_k_rng a = {.out = &o->c, .kind = kinds[k], .seed = 1234, .offset = 99, .a = 0.3, .b = 2.0};
+        /* Same draws: only libm's last bits may differ (log/cos of Box-Muller). */
+        KRUN("rng", rng, accel_k_rng, a, 1e-5);
+    }
+}
+
+/* ---- pointwise */
+
+static void test_binary(void) {
+    const accel__binop ops[] = {ACCEL_B_ADD, ACCEL_B_SUB, ACCEL_B_MUL, ACCEL_B_DIV};
+    for (int op = 0; op < 4; op++)
+        for (int i = 0; i < 3; i++) {
+            pair *o = mk(FLOATS[i], 3, (int64_t[]){3, 19, 23}, CONTIG, OUT);
+            pair *a = mk(FLOATS[i], 3, (int64_t[]){3, 19, 23}, TRANSPOSED, IN);
+            pair *b = mk(ACCEL_F32, 2, (int64_t[]){1, 23}, STRIDED, IN); /* broadcast over two dims */
+            accel_k_binary k = {.out = &o->c, .a = &a->c, .b = &b->c, .op = ops[op]};
+            KRUN("binary float broadcast", binary, accel_k_binary, k, ops[op] == ACCEL_B_DIV ? 1e-3 : tol_of(FLOATS[i]));
+        }
+    pair *o = mk2(ACCEL_I64, 11, 5, CONTIG, OUT), *a = mk2(ACCEL_I64, 11, 5, STRIDED, IN), *b = mk1(ACCEL_I32, 5, IN);
+    accel_k_binary k = {.out = &o->c, .a = &a->c, .b = &b->c, .op = ACCEL_B_MUL};
+    KRUN("binary i64", binary, accel_k_binary, k, 0.0);
+}
+
+static void test_unary(void) {
+    for (int op = ACCEL_U_ADD_SCALAR; op <= ACCEL_U_GELU_TANH; op++) {
+        bool positive = op == ACCEL_U_LOG || op == ACCEL_U_SQRT || op == ACCEL_U_RSQRT || op == ACCEL_U_POW;
+        for (int i = 0; i < 3; i++) {
+            pair *o = mk2(ACCEL_F32, 33, 65, CONTIG, OUT), *x = mk2(FLOATS[i], 33, 65, TRANSPOSED, IN);
+            if (positive)
+                for (int64_t e = 0; e < 33 * 65; e++) set_elem(x, e, 0.1 + 0.001 * (double)e);
+            accel_k_unary u = {.out = &o->c, .x = &x->c, .op = (accel__unop)op, .p = 1.5};
+            KRUN("unary", unary, accel_k_unary, u, 1e-5);
+        }
+        pair *dx = mk2(ACCEL_F32, 17, 31, CONTIG, OUT), *g = mk2(ACCEL_F32, 17, 31, STRIDED, IN);
+        pair *x = mk2(ACCEL_F32, 17, 31, CONTIG, IN), *y = mk2(ACCEL_F32, 17, 31, CONTIG, IN);
+        for (int64_t e = 0; positive && e < 17 * 31; e++) set_elem(x, e, 0.1 + 0.002 * (double)e);
+        accel_k_unary_grad ug = {.dx = &dx->c, .g = &g->c, .x = &x->c, .y = &y->c, .op = (accel__unop)op, .p = 1.5};
+        KRUN("unary_grad", unary_grad, accel_k_unary_grad, ug, 1e-5);
+    }
+    pair *o = mk1(ACCEL_F32, 1001, OUT), *x = mk1(ACCEL_F32, 1001, IN), *m = mk1(ACCEL_U8, 1001, IN);
+    accel_k_mask_scale ms = {.out = &o->c, .x = &x->c, .mask = &m->c, .scale = 1.25f};
+    KRUN("mask_scale", mask_scale, accel_k_mask_scale, ms, 1e-7);
+}
+
+/* ---- reductions */
+
+static void test_sum_max(void) {
+    const unsigned masks[] = {1u, 2u, 4u, 5u, 7u};
+    for (int m = 0; m < 5; m++)
+        for (int i = 0; i < 3; i++) {
+            int64_t xs[3] = {5, 37, 9}, os[3];
+            int on = 0;
+            for (int d = 0; d < 3; d++)
+                if (!((masks[m] >> d) & 1u)) os[on++] = xs[d];
+            pair *o = mk(ACCEL_F32, on, os, CONTIG, OUT), *x = mk(FLOATS[i], 3, xs, TRANSPOSED, IN);
+            accel_k_sum s = {.out = &o->c, .x = &x->c, .mask = masks[m], .scale = 0.5};
+            KRUN("sum", sum, accel_k_sum, s, 1e-4);
+        }
+    for (int d = 0; d < 2; d++) {
+        pair *v = mk1(ACCEL_F32, d ? 41 : 29, OUT), *ix = mk1(ACCEL_I64, d ? 41 : 29, OUT);
+        pair *x = mk2(ACCEL_F32, 41, 29, TRANSPOSED, IN);
+        set_elem(x, 3, NAN);
+        accel_k_max mx = {.values = &v->c, .indices = &ix->c, .x = &x->c, .dim = d};
+        KRUN("max", max, accel_k_max, mx, 0.0);
+    }
+    pair *gx = mk2(ACCEL_F32, 23, 13, CONTIG, OUT), *g = mk1(ACCEL_F32, 23, IN), *ix = mk1(ACCEL_I64, 23, IN);
+    for (int64_t r = 0; r < 23; r++) set_elem(ix, r, (double)((r * 5) % 13));
+    accel_k_max_backward mb = {.gx = &gx->c, .g = &g->c, .indices = &ix->c, .dim = 1};
+    KRUN("max_backward", max_backward, accel_k_max_backward, mb, 0.0);
+}
+
+/* ---- matrices */
+
+/* The GEMM's C is compared as an [M, N] view of the buffer (the gaps of ldc
+ * are not written). */
+static void test_gemm_views(void) {
+    const int64_t sizes[][3] = {{1, 1, 1}, {17, 33, 9}, {64, 128, 96}, {129, 65, 257}};
+    for (int s = 0; s < 4; s++)
+        for (int i = 0; i < 3; i++)
+            for (int tr = 0; tr < 4; tr++)
+                for (int beta = 0; beta < 2; beta++) {
+                    int64_t M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                    bool ta = tr & 1, tb = tr & 2;
+                    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1;
+                    pair *c = mk2(ACCEL_F32, M, N, STRIDED, beta ? ACC : OUT); /* ldc = 2N + 1, offset 1 */
+                    pair *a = mk1(FLOATS[i], (ta ? K : M) * lda + 7, IN), *b = mk1(FLOATS[i], (tb ? N : K) * ldb + 2, IN);
+                    /* Element (m, n) of the strided view is at 1 + m (2N+1) + 2n: not a GEMM layout, so C is the
+                     * contiguous part: rows of ldc = 2N + 1 starting at the view's data. */
+                    c->c.stride[1] = c->g.stride[1] = 1;
+                    accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .trans_a = ta, .trans_b = tb, .M = M, .N = N,
+                                      .K = K, .lda = lda, .ldb = ldb, .ldc = 2 * N + 1, .a_off = 7, .b_off = 2,
+                                      .c_off = 0, .alpha = 0.75f, .beta = beta ? 1.0f : 0.0f};
+                    double tol = FLOATS[i] == ACCEL_F32 ? 1e-4 : 1e-2; /* summation order; f16/bf16 products are exact in f32 */
+                    KRUN("gemm", gemm, accel_k_gemm, g, tol);
+                }
+}
+
+static void test_bias(void) {
+    pair *o = mk2(ACCEL_F32, 19, 37, CONTIG, OUT), *b = mk1(ACCEL_F32, 37, IN);
+    accel_k_bias_rows br = {.out = &o->c, .bias = &b->c, .R = 19, .O = 37};
+    KRUN("bias_rows", bias_rows, accel_k_bias_rows, br, 0.0);
+    for (int beta = 0; beta < 2; beta++) {
+        pair *s = mk1(ACCEL_F32, 37, beta ? ACC : OUT), *g = mk2(ACCEL_F32, 1025, 37, CONTIG, IN);
+        accel_k_col_sum cs = {.out = &s->c, .g = &g->c, .R = 1025, .O = 37, .beta = (float)beta};
+        KRUN("col_sum", col_sum, accel_k_col_sum, cs, 1e-4);
+    }
+}
+
+/* ---- nn */
+
+static void test_softmax(void) {
+    const int64_t dims[][3] = {{7, 1000, 1}, {3, 17, 5}, {1, 50257, 1}};
+    for (int d = 0; d < 3; d++)
+        for (int lg = 0; lg < 2; lg++) {
+            int64_t o = dims[d][0], D = dims[d][1], in = dims[d][2];
+            pair *y = mk1(ACCEL_F32, o * D * in, OUT), *x = mk1(ACCEL_F32, o * D * in, IN);
+            accel_k_softmax s = {.y = &y->c, .x = &x->c, .outer = o, .D = D, .inner = in, .log = lg};
+            KRUN("softmax", softmax, accel_k_softmax, s, 1e-4);
+            for (int beta = 0; beta < 2; beta++) {
+                pair *dx = mk1(ACCEL_F32, o * D * in, beta ? ACC : OUT), *g = mk1(ACCEL_F32, o * D * in, IN);
+                pair *yy = mk1(ACCEL_F32, o * D * in, IN);
+                accel_k_softmax_backward sb = {.dx = &dx->c, .g = &g->c, .y = &yy->c, .outer = o, .D = D, .inner = in,
+                                               .log = lg, .beta = (float)beta};
+                KRUN("softmax_backward", softmax_backward, accel_k_softmax_backward, sb, 1e-3);
+            }
+        }
+}
+
+static void test_rope(void) {
+    int64_t T = 37, half = 32, BH = 6;
+    pair *c = mk2(ACCEL_F32, T, half, CONTIG, OUT), *s = mk2(ACCEL_F32, T, half, CONTIG, OUT);
+    accel_k_rope_tables rt = {.cos = &c->c, .sin = &s->c, .T = T, .half = half, .pos0 = 5, .theta = 10000.0};
+    KRUN("rope_tables", rope_tables, accel_k_rope_tables, rt, 1e-5);
+    for (int beta = 0; beta < 2; beta++) {
+        pair *y = mk(ACCEL_F32, 3, (int64_t[]){BH, T, 2 * half}, CONTIG, beta ? ACC : OUT);
+        pair *x = mk(ACCEL_F32, 3, (int64_t[]){BH, T, 2 * half}, CONTIG, IN);
+        pair *cs = mk2(ACCEL_F32, T, half, CONTIG, IN), *sn = mk2(ACCEL_F32, T, half, CONTIG, IN);
+        accel_k_rope r = {.y = &y->c, .x = &x->c, .cos = &cs->c, .sin = &sn->c, .BH = BH, .T = T, .half = half,
+                          .sign = beta ? -1.0f : 1.0f, .beta = (float)beta};
+        KRUN("rope", rope, accel_k_rope, r, 1e-5);
+    }
+}
+
+static void test_embedding(void) {
+    int64_t V = 101, D = 19, n = 77;
+    for (int i = 0; i < 3; i++) {
+        pair *o = mk2(FLOATS[i], n, D, CONTIG, OUT), *w = mk2(FLOATS[i], V, D, CONTIG, IN), *ids = mk1(ACCEL_I64, n, IN);
+        for (int64_t k = 0; k < n; k++) set_elem(ids, k, (double)((k * 37) % V));
+        accel_k_embedding e = {.out = &o->c, .w = &w->c, .ids = &ids->c, .n = n, .D = D, .V = V};
+        KRUN("embedding", embedding, accel_k_embedding, e, 0.0);
+    }
+    pair *gw = mk2(ACCEL_F32, V, D, CONTIG, ACC), *g = mk2(ACCEL_F32, n, D, CONTIG, IN), *ids = mk1(ACCEL_I64, n, IN);
+    for (int64_t k = 0; k < n; k++) set_elem(ids, k, (double)(k % 5)); /* repeated ids */
+    accel_k_embedding_backward eb = {.gw = &gw->c, .g = &g->c, .ids = &ids->c, .n = n, .D = D};
+    KRUN("embedding_backward", embedding_backward, accel_k_embedding_backward, eb, 1e-5);
+
+    /* An id out of range is an error naming it. */
+    if (!g_cuda->kernels.embedding) return;
+    pair *o = mk2(ACCEL_F32, 4, D, CONTIG, OUT), *w = mk2(ACCEL_F32, V, D, CONTIG, IN), *bad = mk1(ACCEL_I64, 4, IN);
+    set_elem(bad, 2, (double)V);
+    accel_k_embedding e = {.out = &o->g, .w = &w->g, .ids = &bad->g, .n = 4, .D = D, .V = V};
+    CHECK(g_cuda->kernels.embedding(&e) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "id 101 at position 2 is out of range for 101 embeddings");
+    accel_clear_error();
+    pairs_free();
+}
+
+static void test_rms_norm(void) {
+    int64_t R = 13, D = 1031;
+    const accel_dtype xdts[] = {ACCEL_F32, ACCEL_BF16};
+    for (int i = 0; i < 2; i++)
+        for (int hw = 0; hw < 2; hw++) {
+            pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *rs = mk1(ACCEL_F32, R, OUT);
+            pair *x = mk2(ACCEL_F32, R, D, CONTIG, IN), *w = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+            accel_k_rms_norm k = {.y = &y->c, .rstd = &rs->c, .x = &x->c, .w = w ? &w->c : NULL, .R = R, .D = D,
+                                  .eps = 1e-6f, .x_dt = xdts[i]};
+            KRUN("rms_norm", rms_norm, accel_k_rms_norm, k, xdts[i] == ACCEL_BF16 ? 1e-2 : 1e-4);
+            pair *dx = mk2(ACCEL_F32, R, D, CONTIG, hw ? ACC : OUT), *dw = hw ? mk1(ACCEL_F32, D, ACC) : NULL;
+            pair *g = mk2(ACCEL_F32, R, D, CONTIG, IN), *xx = mk2(ACCEL_F32, R, D, CONTIG, IN);
+            pair *ww = hw ? mk1(ACCEL_F32, D, IN) : NULL, *rr = mk1(ACCEL_F32, R, IN);
+            accel_k_rms_norm_backward kb = {.dx = &dx->c, .dw = dw ? &dw->c : NULL, .g = &g->c, .x = &xx->c,
+                                            .w = ww ? &ww->c : NULL, .rstd = &rr->c, .R = R, .D = D,
+                                            .x_dt = xdts[i], .dx_beta = (float)hw};
+            KRUN("rms_norm_backward", rms_norm_backward, accel_k_rms_norm_backward, kb,
+                 xdts[i] == ACCEL_BF16 ? 1e-2 : 1e-3);
+        }
+}
+
+static void test_layer_norm(void) {
+    int64_t R = 11, D = 769;
+    for (int hw = 0; hw < 2; hw++) {
+        pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *mu = mk1(ACCEL_F32, R, OUT), *rs = mk1(ACCEL_F32, R, OUT);
+        pair *x = mk2(ACCEL_F32, R, D, CONTIG, IN), *w = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+        pair *b = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+        accel_k_layer_norm k = {.y = &y->c, .mean = &mu->c, .rstd = &rs->c, .x = &x->c, .w = w ? &w->c : NULL,
+                                .b = b ? &b->c : NULL, .R = R, .D = D, .eps = 1e-5f};
+        KRUN("layer_norm", layer_norm, accel_k_layer_norm, k, 1e-4);
+        pair *dx = mk2(ACCEL_F32, R, D, CONTIG, hw ? ACC : OUT), *dw = hw ? mk1(ACCEL_F32, D, ACC) : NULL;
+        pair *db = hw ? mk1(ACCEL_F32, D, ACC) : NULL, *g = mk2(ACCEL_F32, R, D, CONTIG, IN);
+        pair *xx = mk2(ACCEL_F32, R, D, CONTIG, IN), *ww = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+        pair *m2 = mk1(ACCEL_F32, R, IN), *r2 = mk1(ACCEL_F32, R, IN);
+        accel_k_layer_norm_backward kb = {.dx = &dx->c, .dw = dw ? &dw->c : NULL, .db = db ? &db->c : NULL, .g = &g->c,
+                                          .x = &xx->c, .w = ww ? &ww->c : NULL, .mean = &m2->c, .rstd = &r2->c,
+                                          .R = R, .D = D, .dx_beta = (float)hw};
+        KRUN("layer_norm_backward", layer_norm_backward, accel_k_layer_norm_backward, kb, 1e-3);
+    }
+}
+
+static void test_losses(void) {
+    int64_t N = 29, C = 50257, ignore = -100;
+    pair *out = mk0(ACCEL_F32, OUT), *lse = mk1(ACCEL_F32, N, OUT), *cnt = mk0(ACCEL_I64, OUT);
+    pair *x = mk2(ACCEL_F32, N, C, CONTIG, IN), *t = mk1(ACCEL_I64, N, IN);
+    for (int64_t i = 0; i < N; i++) set_elem(t, i, i % 7 == 3 ? (double)ignore : (double)((i * 7919) % C));
+    /* lse of ignored rows is not written: the CPU's 0 and the GPU's poison differ, so compare counted rows */
+    accel_k_cross_entropy ce = {.out = &out->c, .lse = &lse->c, .count = &cnt->c, .x = &x->c, .targets = &t->c,
+                                .N = N, .C = C, .ignore = ignore};
+    for (int64_t i = 0; i < N; i++)
+        if (i % 7 == 3) set_elem(lse, i, 0.0);
+    lse->role = ACC;
+    KRUN("cross_entropy", cross_entropy, accel_k_cross_entropy, ce, 1e-5);
+
+    for (int beta = 0; beta < 2; beta++) {
+        pair *dx = mk2(ACCEL_F32, N, C, CONTIG, beta ? ACC : OUT), *g = mk0(ACCEL_F32, IN);
+        pair *xx = mk2(ACCEL_F32, N, C, CONTIG, IN), *l = mk1(ACCEL_F32, N, IN), *tt = mk1(ACCEL_I64, N, IN);
+        pair *n = mk0(ACCEL_I64, IN);
+        set_elem(n, 0, 25.0);
+        for (int64_t i = 0; i < N; i++) {
+            set_elem(tt, i, i % 7 == 3 ? (double)ignore : (double)((i * 31) % C));
+            set_elem(l, i, 11.5);
+        }
+        accel_k_cross_entropy_backward cb = {.dx = &dx->c, .g = &g->c, .x = &xx->c, .lse = &l->c, .targets = &tt->c,
+                                             .count = &n->c, .N = N, .C = C, .ignore = ignore, .beta = (float)beta};
+        KRUN("cross_entropy_backward", cross_entropy_backward, accel_k_cross_entropy_backward, cb, 1e-4);
+    }
+
+    pair *m = mk0(ACCEL_F32, OUT), *p = mk1(ACCEL_F32, 100003, IN), *q = mk1(ACCEL_F32, 100003, IN);
+    accel_k_mse ms = {.out = &m->c, .pred = &p->c, .target = &q->c};
+    KRUN("mse", mse, accel_k_mse, ms, 1e-5);
+    pair *d = mk1(ACCEL_F32, 1003, OUT), *g = mk0(ACCEL_F32, IN), *pp = mk1(ACCEL_F32, 1003, IN), *qq = mk1(ACCEL_F32, 1003, IN);
+    accel_k_mse_backward mb = {.d = &d->c, .g = &g->c, .pred = &pp->c, .target = &qq->c, .sign = -1.0f, .beta = 0.0f};
+    KRUN("mse_backward", mse_backward, accel_k_mse_backward, mb, 1e-6);
+
+    /* A target out of range is an error naming it. */
+    if (!g_cuda->kernels.cross_entropy) return;
+    pair *o2 = mk0(ACCEL_F32, OUT), *l2 = mk1(ACCEL_F32, 3, OUT), *c2 = mk0(ACCEL_I64, OUT);
+    pair *x2 = mk2(ACCEL_F32, 3, 10, CONTIG, IN), *t2 = mk1(ACCEL_I64, 3, IN);
+    set_elem(t2, 0, 1), set_elem(t2, 1, 10), set_elem(t2, 2, 2);
+    accel_k_cross_entropy bad = {.out = &o2->g, .lse = &l2->g, .count = &c2->g, .x = &x2->g, .targets = &t2->g,
+                                 .N = 3, .C = 10, .ignore = ignore};
+    CHECK(g_cuda->kernels.cross_entropy(&bad) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "target 10 at position 1 is out of range for 10 classes");
+    accel_clear_error();
+    pairs_free();
+}
+
+/* The kernels without a CUDA implementation yet are listed, not compared. */
+static void test_missing_reported(void) {
+    int missing = 0, total = 0;
+#define NOTE_MISSING(name, T)                                                             \
+    total++;                                                                              \
+    if (!g_cuda->kernels.name) fprintf(stderr, "note: cuda has no kernel %s\n", #name), missing++;
+    ACCEL_KERNELS(NOTE_MISSING)
+#undef NOTE_MISSING
+    fprintf(stderr, "cuda implements %d of %d kernels\n", total - missing, total);
+    CHECK(missing < total);
+}
+
+int main(void) {
+    const char *on = getenv("ACCEL_TEST_KERNELS_ON");
+    if (on && !strcmp(on, "hostless")) {
+        if (accel__hostless_register(1) != ACCEL_OK) return fprintf(stderr, "%s\n", accel_last_error()), 1;
+        g_dev = (accel_device){ACCEL_DEV_HOSTLESS, 0};
+    } else if (accel_device_count(ACCEL_DEV_CUDA) == 0) {
+#ifdef ACCEL_HAVE_CUDA
+        printf("SKIP: no CUDA device: %s\n", accel__cuda_unavailable_reason());
+#else
+        printf("SKIP: this build has no CUDA backend (ACCEL_CUDA=OFF or no CUDA toolkit)\n");
+#endif
+        return SKIP;
+    }
+    g_cuda = accel__backend_of(g_dev);
+    RUN(test_memory);
+    RUN(test_step_pool);
+    RUN(test_copy_fill_accumulate);
+    RUN(test_rng);
+    RUN(test_binary);
+    RUN(test_unary);
+    RUN(test_sum_max);
+    RUN(test_gemm_views);
+    RUN(test_bias);
+    RUN(test_softmax);
+    RUN(test_rope);
+    RUN(test_embedding);
+    RUN(test_rms_norm);
+    RUN(test_layer_norm);
+    RUN(test_losses);
+    RUN(test_missing_reported);
+    return check_summary();
+}
