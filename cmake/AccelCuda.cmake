@@ -44,16 +44,25 @@ if(ACCEL_CUDA)
     CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
   target_include_directories(accel_cuda_kernels PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
   target_sources(accel PRIVATE $<TARGET_OBJECTS:accel_cuda_kernels>)
+  # libaccel.so is made of accel's own objects: it needs the kernels' too.
+  set(ACCEL_CUDA_OBJECTS $<TARGET_OBJECTS:accel_cuda_kernels>)
   # accel was created before CUDA was enabled: it did not pick the list up.
   set_target_properties(accel PROPERTIES CUDA_ARCHITECTURES "${ACCEL_CUDA_ARCHITECTURES}")
 
   # cudart static: the binaries need only the driver (libcuda) and cuBLASLt at run time.
-  target_link_libraries(accel PRIVATE CUDA::cudart_static CUDA::cublasLt)
+  # ACCEL_PRIVATE_LIBS: libaccel.so links them too. ACCEL_CUDA_PC_LIBS: what a
+  # static link needs besides (accel.pc's Libs.private; the kernels' host code
+  # uses the C++ runtime).
+  list(APPEND ACCEL_PRIVATE_LIBS CUDA::cudart_static CUDA::cublasLt)
+  target_link_libraries(accel PRIVATE CUDA::cudart_static CUDA::cublasLt stdc++ dl)
+  set(ACCEL_CUDA_PC_LIBS ${CUDA_cudart_static_LIBRARY} ${CUDA_cublasLt_LIBRARY} stdc++ dl)
   # PUBLIC: the CLI and the GPU test print what the backend finds.
   target_compile_definitions(accel PUBLIC ACCEL_HAVE_CUDA)
   if(ACCEL_NCCL_LIB AND ACCEL_NCCL_INCLUDE)
     target_include_directories(accel PRIVATE ${ACCEL_NCCL_INCLUDE})
     target_link_libraries(accel PRIVATE ${ACCEL_NCCL_LIB})
+    list(APPEND ACCEL_PRIVATE_LIBS ${ACCEL_NCCL_LIB})
+    list(APPEND ACCEL_CUDA_PC_LIBS ${ACCEL_NCCL_LIB})
     target_compile_definitions(accel PUBLIC ACCEL_HAVE_NCCL)
   else()
     get_target_property(ACCEL__SRCS accel SOURCES)

@@ -13,14 +13,17 @@ static void print_version(FILE *out, const char *what, int v) {
     fprintf(out, "- %s: %d.%d\n", what, v / 1000, (v % 1000) / 10);
 }
 
-static void print_libraries(FILE *out) {
+/* n: the GPUs the backend found; NCCL is usable only with one. */
+static void print_libraries(FILE *out, int n) {
     size_t lt = cublasLtGetVersion(); /* major * 10000 + minor * 100 + patch */
     fprintf(out, "- cuBLASLt version: %zu.%zu.%zu\n", lt / 10000, (lt / 100) % 100, lt % 100);
 #ifdef ACCEL_HAVE_NCCL
     int nv = 0;
-    if (ncclGetVersion(&nv) == ncclSuccess) /* major * 10000 + minor * 100 + patch (NCCL >= 2.9) */
-        fprintf(out, "- NCCL available: True (version %d.%d.%d)\n", nv / 10000, (nv / 100) % 100, nv % 100);
-    else fprintf(out, "- NCCL available: False (ncclGetVersion failed)\n");
+    if (ncclGetVersion(&nv) != ncclSuccess) /* major * 10000 + minor * 100 + patch (NCCL >= 2.9) */
+        fprintf(out, "- NCCL available: False (ncclGetVersion failed)\n");
+    else
+        fprintf(out, "- NCCL available: %s (version %d.%d.%d%s)\n", n > 0 ? "True" : "False", nv / 10000,
+                (nv / 100) % 100, nv % 100, n > 0 ? "" : "; no GPU to run it on");
 #else
     fprintf(out, "- NCCL available: False (this build found no NCCL)\n");
 #endif
@@ -34,7 +37,7 @@ void accel__cuda_env_print(FILE *out) {
     else fprintf(out, "- CUDA driver version: none (no NVIDIA driver loaded)\n");
     cudaGetLastError();
     if (cudaRuntimeGetVersion(&rt) == cudaSuccess) print_version(out, "CUDA runtime version", rt);
-    print_libraries(out);
+    print_libraries(out, n);
     for (int i = 0; i < n; i++) {
         struct cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
