@@ -41,9 +41,6 @@ void accel__device_free(accel_device dev, void *p);
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);
 
-/* Philox4x32-10: four 32-bit words from (key, counter). */
-void accel__philox(uint64_t key, uint64_t counter, uint32_t out[4]);
-/* 53 bits of two Philox words as a double in [0, 1). */
-double accel__u32_to_unit(uint32_t a, uint32_t b);
+#include "core/philox.h" /* accel__philox, accel__u32_to_unit */
 
 #endif

@@ -1,48 +1,23 @@
 /* Philox draws, RoPE, embedding, RMSNorm and LayerNorm, forward and backward. */
+#include "core/philox.h"
 #include "cuda_common.cuh"
 
-/* ---- random: Philox-4x32-10, the same function as src/core/rng.c's
- * accel__philox and accel__u32_to_unit (the GPU test compares the draws with
- * the CPU's bit for bit). */
-
-__device__ inline void philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-__device__ inline double u32_to_unit(uint32_t a, uint32_t b) {
-    uint64_t v = ((uint64_t)a << 21) ^ (uint64_t)b; /* 53 random bits -> [0, 1) */
-    return (double)(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
-}
+/* ---- random: Philox-4x32-10 from core/philox.h, the function the CPU
+ * draws with (the GPU test compares the draws with the CPU's bit for bit). */
 
 __global__ void rng_k(void *out, accel_dtype dt, int64_t n, accel_k_rng_kind kind, uint64_t seed, uint64_t base,
                       double a, double b) {
     GRID_STRIDE(i, n) {
         uint32_t w[4];
-        philox(seed, base + (uint64_t)i, w);
+        accel__philox(seed, base + (uint64_t)i, w);
         switch (kind) {
         case ACCEL_K_RNG_NORMAL: {
-            double u1 = 1.0 - u32_to_unit(w[0], w[1]), u2 = u32_to_unit(w[2], w[3]);
+            double u1 = 1.0 - accel__u32_to_unit(w[0], w[1]), u2 = accel__u32_to_unit(w[2], w[3]);
             store_d(out, dt, i, a + b * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)));
             break;
         }
-        case ACCEL_K_RNG_UNIFORM: store_d(out, dt, i, a + (b - a) * u32_to_unit(w[0], w[1])); break;
-        case ACCEL_K_RNG_BERNOULLI: ((uint8_t *)out)[i] = u32_to_unit(w[0], w[1]) < a; break;
+        case ACCEL_K_RNG_UNIFORM: store_d(out, dt, i, a + (b - a) * accel__u32_to_unit(w[0], w[1])); break;
+        case ACCEL_K_RNG_BERNOULLI: ((uint8_t *)out)[i] = accel__u32_to_unit(w[0], w[1]) < a; break;
         }
     }
 }
