@@ -20,8 +20,25 @@ static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "e
 
 /* ---------------------------------------------------------------- model */
 
+/* The shards are the optimizer's flat segments, which are host memory (optim.h). */
+static accel_status refuse_device_buffers(const accel_accelerator *acc, const accel__model *pm) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        const accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!b->n || !accel__needs_staging(b->device)) continue;
+        char dev[32];
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_accelerator_prepare: ZeRO stage %d needs the model in host memory (its shards "
+                               "are the optimizer's flat segments) but the model is on %s; use DDP (zero_stage 0) "
+                               "there",
+                               acc->zero_stage, accel_device_str(b->device, dev, sizeof dev));
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
     pm->zero_stage = acc->zero_stage;
+    accel_status st = refuse_device_buffers(acc, pm);
+    if (st) return st;
     if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int64_t shard = b->n ? b->numel / acc->world : 0;
