@@ -346,12 +346,12 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
     if (!s && !local) s = accel_last_status();
     for (int k = 0; k < nk && !s; k++) {
         memset(local, 0, (size_t)shard * sizeof(float));
-        for (int e = 0; e < n; e++) {
+        for (int e = 0; e < n && !s; e++) {
             const char *rest;
             long r = state_index(st[e].name, &rest);
             if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
-                memcpy(local + shard_pos(acc, pm, z->run_lo[r]), st[e].t->data,
-                       (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
+                s = accel__tensor_read_bytes(st[e].t, 0, local + shard_pos(acc, pm, z->run_lo[r]),
+                                             (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
         }
         bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
         if (!bufs[k]) s = accel_last_status();
@@ -407,9 +407,9 @@ static double scalar_of(const accel_named_state *e) {
     if (!t) return e->value;
     if (accel_numel(t) != 1) return NAN;
     switch (t->dtype) {
-    case ACCEL_F64: return ((const double *)t->data)[0];
-    case ACCEL_F32: return ((const float *)t->data)[0];
-    case ACCEL_I64: return (double)((const int64_t *)t->data)[0];
+    case ACCEL_F64:
+    case ACCEL_F32:
+    case ACCEL_I64: return accel_item(t);
     default: return NAN;
     }
 }
@@ -461,9 +461,9 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
         for (int v = 0; v < pm->n_units; v++) {
             int64_t plo = piece_lo(acc, &pm->units[v]), phi = plo + pm->units[v].shard;
             int64_t a = lo > plo ? lo : plo, c = hi < phi ? hi : phi;
-            if (a < c)
-                memcpy(local[k] + pm->units[v].zoff + (a - plo), (const float *)t->data + (a - lo),
-                       (size_t)(c - a) * sizeof(float));
+            if (a < c && !s)
+                s = accel__tensor_read_bytes(t, (size_t)(a - lo) * sizeof(float), local[k] + pm->units[v].zoff + (a - plo),
+                                             (size_t)(c - a) * sizeof(float));
         }
     }
     char name[96];
