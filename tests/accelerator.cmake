@@ -65,3 +65,13 @@ if(TARGET accel_cli)
   set_tests_properties(example_train_llama_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
                        PASS_REGULAR_EXPRESSION "train: 100%\\|##########\\| 3/3 \\[[0-9:]+<00:00, [0-9.]+it/s, loss=[0-9.]+, tok/s=[0-9]+\\]\nfinal_loss=[0-9.]+ saved llama_out/\n$")
 endif()
+
+# The Accelerator on a device the host cannot address (hostless:0, src/backends/hostless):
+# 2-process DDP equal to one cpu process, collectives, checkpoint resume, ZeRO's refusal.
+if(TARGET accel_cli)
+  add_test(NAME accelerator_device_hostless_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_accelerator_device>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(accelerator_device_hostless_2 PROPERTIES TIMEOUT 120
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
+endif()

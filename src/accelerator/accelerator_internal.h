@@ -47,6 +47,7 @@ typedef struct accel__model {
     accel_module *m;
     accel_flat_params *fp;
     void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
+    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
     int n_buckets;
     accel__bucket *buckets;
     int n_leaves;
@@ -201,6 +202,26 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
 /* Refuses what stage 3 does not implement yet (checkpoints), naming fn. */
 accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn);
+
+/* staging.c: collectives on device memory (docs/dist.md "Device buffers").
+ * The group reads host memory, so a buffer on a device that is not
+ * host-addressable goes through a host copy; on the cpu no copy is made. */
+bool accel__needs_staging(accel_device dev);
+/* p itself on a host-addressable device; else a host copy of its bytes, in
+ * `scratch` when given (e.g. a shared-memory buffer), else a new accel_malloc
+ * buffer. NULL + error when the copy fails. */
+void *accel__stage_to_host(accel_device dev, const void *p, size_t bytes, void *scratch);
+/* Ends a staging: copies host back into p when write_back, frees host when
+ * owned (a buffer accel__stage_to_host allocated). No-op when host == p. */
+accel_status accel__stage_to_device(accel_device dev, void *p, void *host, size_t bytes, bool write_back,
+                                    bool owned);
+/* The group's collectives on a buffer of dev (staged when dev needs it). */
+accel_status accel__staged_broadcast(accel_pg *pg, accel_device dev, void *p, size_t count, accel_dtype dt,
+                                     int root);
+accel_status accel__staged_all_reduce(accel_pg *pg, accel_device dev, void *p, size_t count, accel_dtype dt,
+                                      accel_reduce_op op);
+accel_status accel__staged_all_gather(accel_pg *pg, accel_device dev, const void *send, void *recv, size_t count,
+                                      accel_dtype dt, int world);
 
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);

@@ -21,6 +21,7 @@
 
 #include "accel/io.h"
 #include "accelerator_internal.h"
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 
 #define PATHN 4096
@@ -293,7 +294,7 @@ static accel_status save_named(const char *path, int n, accel_named_state *st) {
         } else {
             owned[i] = ts[i] = accel_tensor_new(ACCEL_F64, ACCEL_SHAPE(1), ACCEL_CPU_DEVICE);
             if (!ts[i]) s = accel_last_status();
-            else ((double *)ts[i]->data)[0] = st[i].value;
+            else s = accel__tensor_write_bytes(ts[i], 0, &st[i].value, sizeof(double));
         }
     }
     if (!s) s = accel_safetensors_save(path, n, names, ts, 0, NULL);
@@ -434,9 +435,9 @@ static accel_status read_i64(accel_safetensors *f, const char *name, int64_t *ou
         return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s: bad or missing \"%s\"",
                                accel_safetensors_path(f), name);
     }
-    memcpy(out, t->data, (size_t)n * sizeof(int64_t));
+    accel_status s = accel__tensor_read_bytes(t, 0, out, (size_t)n * sizeof(int64_t));
     accel_tensor_free(t);
-    return ACCEL_OK;
+    return s;
 }
 
 static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
@@ -448,8 +449,10 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
     accel_status s = read_i64(f, "rng", rng, 2);
     if (!s) s = read_i64(f, "step", step, 2);
     accel_tensor *sc = s ? NULL : accel_safetensors_tensor(f, "scaler", ACCEL_F64);
+    double scaler[2];
     if (!s && (!sc || accel_numel(sc) != 2))
         s = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s: bad or missing \"scaler\"", path);
+    if (!s) s = accel__tensor_read_bytes(sc, 0, scaler, sizeof scaler);
     for (int i = 0; i < acc->n_dls && !s; i++) {
         char name[32];
         int64_t d[3];
@@ -464,8 +467,8 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
         r->offset = (uint64_t)rng[1];
         acc->step = step[0];
         acc->sync_gradients = step[1] != 0;
-        acc->scale = ((double *)sc->data)[0];
-        acc->growth_tracker = (int64_t)((double *)sc->data)[1];
+        acc->scale = scaler[0];
+        acc->growth_tracker = (int64_t)scaler[1];
     }
     accel_tensor_free(sc);
     accel_safetensors_close(f);

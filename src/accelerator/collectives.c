@@ -4,16 +4,16 @@
 
 #include "accelerator_internal.h"
 
-/* A contiguous cpu copy of t in the step arena, 0-d made 1-d. */
+/* A contiguous copy of t on t's device in the step arena, 0-d made 1-d. The
+ * collectives on it stage through host memory when the device needs it. */
 static accel_tensor *flat_copy(accel_tensor *t, const char *fn) {
     if (!accel_tensor_check(t, fn, "t")) return NULL;
-    if (t->device.type != ACCEL_DEV_CPU) {
-        accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor is on %s (collectives run on cpu tensors)", fn,
-                        accel_device_type_name(t->device.type));
+    if (t->device.type == ACCEL_DEV_META) {
+        accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor is on meta (it has no data to communicate)", fn);
         return NULL;
     }
     int64_t one = 1;
-    accel_tensor *c = accel_empty(t->dtype, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one);
+    accel_tensor *c = accel_empty_on(t->dtype, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one, t->device);
     if (!c) return NULL;
     if (!t->ndim) {
         accel_set(c, (int64_t[]){0}, accel_item(t));
@@ -56,10 +56,11 @@ accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) 
     int64_t shape[ACCEL_MAX_DIMS];
     memcpy(shape, c->shape, sizeof shape);
     shape[0] *= acc->world;
-    accel_tensor *out = accel_empty(c->dtype, c->ndim, shape);
+    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
     if (!out) return NULL;
     accel_dist_set_op_label("gather");
-    accel_status st = accel_pg_all_gather(acc->pg, c->data, out->data, (size_t)accel_numel(c), c->dtype);
+    accel_status st = accel__staged_all_gather(acc->pg, c->device, c->data, out->data, (size_t)accel_numel(c),
+                                               c->dtype, acc->world);
     accel_dist_set_op_label(NULL);
     return st ? NULL : out;
 }
@@ -88,8 +89,8 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
     bool is_mean = reduction && !strcmp(reduction, "mean");
     if (acc->world > 1) {
         accel_dist_set_op_label("reduce");
-        accel_status st = accel_pg_all_reduce(acc->pg, c->data, (size_t)accel_numel(c), c->dtype,
-                                              is_max ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
+        accel_status st = accel__staged_all_reduce(acc->pg, c->device, c->data, (size_t)accel_numel(c), c->dtype,
+                                                   is_max ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
         accel_dist_set_op_label(NULL);
         if (st) return NULL;
     }
@@ -141,7 +142,8 @@ accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, acc
 accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t, int from_process) {
     accel_tensor *c = flat_copy(t, "accel_accelerator_broadcast");
     if (!c || check_shapes(acc, c, "accel_accelerator_broadcast")) return NULL;
-    if (acc->world > 1 && accel_pg_broadcast(acc->pg, c->data, (size_t)accel_numel(c), c->dtype, from_process))
+    if (acc->world > 1 &&
+        accel__staged_broadcast(acc->pg, c->device, c->data, (size_t)accel_numel(c), c->dtype, from_process))
         return NULL;
     if (!t->ndim) return accel_reshape(c, 0, NULL);
     return c;

@@ -71,7 +71,9 @@ static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
     return ACCEL_OK;
 }
 
-/* Moves every flat gradient buffer into memory the local ranks share. */
+/* Moves every flat gradient buffer into memory the local ranks share. A
+ * buffer on a device the host cannot address stays there: the shared memory
+ * becomes its host staging buffer (see launch and finish_bucket). */
 static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
@@ -79,6 +81,10 @@ static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
         size_t es = accel_dtype_size(b->dtype), bytes = (size_t)b->numel * es;
         void *sh = accel_pg_alloc_shared(acc->pg, bytes ? bytes : 1);
         if (!sh) return accel_last_status();
+        if (accel__needs_staging(b->device)) {
+            pm->grad_stage[d] = sh;
+            continue;
+        }
         memcpy(sh, b->grads, bytes);
         for (int i = 0; i < b->n; i++)
             accel_tensor_rebind(b->tensors[i]->grad, (char *)sh + b->offsets[i] * (int64_t)es, false);
@@ -91,6 +97,8 @@ static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
 static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (pm->grad_stage[d]) accel_pg_free_shared(acc->pg, pm->grad_stage[d]);
+        pm->grad_stage[d] = NULL;
         if (!pm->orig_grads[d]) continue;
         size_t es = accel_dtype_size(b->dtype);
         memcpy(pm->orig_grads[d], b->grads, (size_t)b->numel * es);
@@ -108,7 +116,7 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
     accel_status st = ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (b->n) st = accel_pg_broadcast(acc->pg, b->params, (size_t)b->numel, b->dtype, 0);
+        if (b->n) st = accel__staged_broadcast(acc->pg, b->device, b->params, (size_t)b->numel, b->dtype, 0);
     }
     if (st) return st;
     accel_state_dict *sd = accel_module_state_dict(pm->m);
@@ -121,7 +129,7 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
                                  sd->entries[i].name);
             break;
         }
-        st = accel_pg_broadcast(acc->pg, t->data, (size_t)accel_numel(t), t->dtype, 0);
+        st = accel__staged_broadcast(acc->pg, t->device, t->data, (size_t)accel_numel(t), t->dtype, 0);
     }
     accel_state_dict_free(sd);
     return st;
@@ -158,11 +166,27 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
     return st;
 }
 
+/* A bucket's gradients as the group reads them: in place on the cpu, else
+ * their range of the host staging buffer. */
+static char *bucket_host(const accel__model *pm, const accel__bucket *bk) {
+    const accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
+    size_t off = (size_t)bk->lo * accel_dtype_size(b->dtype);
+    return pm->grad_stage[bk->buffer] ? (char *)pm->grad_stage[bk->buffer] + off : (char *)b->grads + off;
+}
+
+static size_t bucket_bytes(const accel__model *pm, const accel__bucket *bk) {
+    return (size_t)(bk->hi - bk->lo) * accel_dtype_size(pm->fp->buffers[bk->buffer].dtype);
+}
+
 static void wait_all(accel__model *pm, accel_status *first) {
     for (int i = 0; i < pm->n_buckets; i++) {
         accel__bucket *bk = &pm->buckets[i];
         if (!bk->work) continue;
         accel_status st = accel_work_wait(bk->work);
+        accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
+        if (!st) /* staged: the averaged gradients back onto the device */
+            st = accel__stage_to_device(b->device, (char *)b->grads + (size_t)bk->lo * accel_dtype_size(b->dtype),
+                                        bucket_host(pm, bk), bucket_bytes(pm, bk), true, false);
         if (st && !*first) *first = st;
         accel_work_free(bk->work);
         bk->work = NULL;
@@ -198,10 +222,11 @@ static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
 
 static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) {
     accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
-    size_t es = accel_dtype_size(b->dtype);
+    size_t off = (size_t)bk->lo * accel_dtype_size(b->dtype);
     bk->launched = true;
-    bk->work = accel_pg_all_reduce_async(acc->pg, (char *)b->grads + bk->lo * (int64_t)es,
-                                         (size_t)(bk->hi - bk->lo), b->dtype, ACCEL_REDUCE_AVG);
+    void *host = accel__stage_to_host(b->device, (char *)b->grads + off, bucket_bytes(pm, bk), bucket_host(pm, bk));
+    bk->work = host ? accel_pg_all_reduce_async(acc->pg, host, (size_t)(bk->hi - bk->lo), b->dtype, ACCEL_REDUCE_AVG)
+                    : NULL;
 }
 
 /* Launches the ready buckets in index order (the same order on every rank). */

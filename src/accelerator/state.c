@@ -117,9 +117,15 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->world = accel_pg_size(acc->pg);
     acc->local_rank = accel_dist_local_rank();
     acc->local_world = accel_dist_local_world_size();
-    bool cpu = o.cpu || truthy(env2("ACCEL_USE_CPU", "ACCELERATE_USE_CPU"));
-    accel_device cuda = {ACCEL_DEV_CUDA, acc->local_rank};
-    acc->device = !cpu && accel_device_available(cuda) ? cuda : ACCEL_CPU_DEVICE;
+    /* The device: cpu when the code asks; else the one ACCEL_DEFAULT_DEVICE names
+     * (an explicit choice, so it wins over the ACCEL_USE_CPU that `accel launch`
+     * sets on a machine without a GPU); else cuda:<local_rank> when present. */
+    bool cpu_env = truthy(env2("ACCEL_USE_CPU", "ACCELERATE_USE_CPU"));
+    accel_device cuda = {ACCEL_DEV_CUDA, acc->local_rank}, dflt = accel_default_device();
+    acc->device = o.cpu                                    ? ACCEL_CPU_DEVICE
+                  : dflt.type != ACCEL_DEV_CPU             ? dflt
+                  : !cpu_env && accel_device_available(cuda) ? cuda
+                                                           : ACCEL_CPU_DEVICE;
     acc->accum_steps = steps;
     acc->sync_gradients = true;
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;

@@ -51,13 +51,19 @@ static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {
     return -1;
 }
 
-static bool unscale(float *g, int64_t n, float inv) {
-    bool inf = false;
-    for (int64_t k = 0; k < n; k++) {
-        g[k] *= inv;
-        if (!isfinite(g[k])) inf = true;
-    }
-    return inf;
+/* The n f32 gradients at g (memory of dev) as a 1-d tensor header. */
+static accel_tensor *grad_view(accel_tensor *h, void *g, int64_t n, accel_device dev) {
+    accel__tensor_header(h, g, ACCEL_F32, 1, &n, dev);
+    return h;
+}
+
+/* grads *= inv on their device; true when a result is inf or nan (or the kernel failed). */
+static bool unscale(void *g, int64_t n, accel_device dev, float inv) {
+    accel_tensor h;
+    accel_tensor *found = accel_empty_on(ACCEL_F32, 0, NULL, dev);
+    accel_k_unscale k = {.g = grad_view(&h, g, n, dev), .found = found, .inv = inv};
+    if (!found || ACCEL_KERNEL("accel_accelerator_unscale_gradients", dev, unscale, &k)) return true;
+    return accel_item(found) != 0.0;
 }
 
 /* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. Under
@@ -71,12 +77,12 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
         accel__model *pm = &acc->models[i];
         if (pm->zgrad) {
             sharded = true;
-            inf |= unscale(pm->zgrad, pm->zn, inv);
+            inf |= unscale(pm->zgrad, pm->zn, ACCEL_CPU_DEVICE, inv);
             continue;
         }
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
             accel_flat_buffer *b = &pm->fp->buffers[d];
-            if (b->n && b->dtype == ACCEL_F32) inf |= unscale(b->grads, b->numel, inv);
+            if (b->n && b->dtype == ACCEL_F32) inf |= unscale(b->grads, b->numel, b->device, inv);
         }
     }
     if (sharded) {
@@ -205,7 +211,8 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
                             accel_dtype_name(b->dtype));
             return NAN;
         }
-        double part = accel_grad_norm_partial(b->grads, b->numel, norm_type);
+        accel_tensor h;
+        double part = accel__grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
         combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
     }
     double total = accel_grad_norm_finish(combined, norm_type);
@@ -214,8 +221,8 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
     if (coef < 1.0)
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
             accel_flat_buffer *b = &pm->fp->buffers[d];
-            float *g = b->grads;
-            for (int64_t k = 0; k < (b->n ? b->numel : 0); k++) g[k] *= c;
+            accel_tensor h;
+            if (b->n && accel__grad_scale(grad_view(&h, b->grads, b->numel, b->device), c)) return NAN;
         }
     return total;
 }

@@ -20,8 +20,25 @@ static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "e
 
 /* ---------------------------------------------------------------- model */
 
+/* The shards are the optimizer's flat segments, which are host memory (optim.h). */
+static accel_status refuse_device_buffers(const accel_accelerator *acc, const accel__model *pm) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        const accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!b->n || !accel__needs_staging(b->device)) continue;
+        char dev[32];
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_accelerator_prepare: ZeRO stage %d needs the model in host memory (its shards "
+                               "are the optimizer's flat segments) but the model is on %s; use DDP (zero_stage 0) "
+                               "there",
+                               acc->zero_stage, accel_device_str(b->device, dev, sizeof dev));
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
     pm->zero_stage = acc->zero_stage;
+    accel_status st = refuse_device_buffers(acc, pm);
+    if (st) return st;
     if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int64_t shard = b->n ? b->numel / acc->world : 0;
@@ -329,12 +346,12 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
     if (!s && !local) s = accel_last_status();
     for (int k = 0; k < nk && !s; k++) {
         memset(local, 0, (size_t)shard * sizeof(float));
-        for (int e = 0; e < n; e++) {
+        for (int e = 0; e < n && !s; e++) {
             const char *rest;
             long r = state_index(st[e].name, &rest);
             if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
-                memcpy(local + shard_pos(acc, pm, z->run_lo[r]), st[e].t->data,
-                       (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
+                s = accel__tensor_read_bytes(st[e].t, 0, local + shard_pos(acc, pm, z->run_lo[r]),
+                                             (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
         }
         bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
         if (!bufs[k]) s = accel_last_status();
@@ -390,9 +407,9 @@ static double scalar_of(const accel_named_state *e) {
     if (!t) return e->value;
     if (accel_numel(t) != 1) return NAN;
     switch (t->dtype) {
-    case ACCEL_F64: return ((const double *)t->data)[0];
-    case ACCEL_F32: return ((const float *)t->data)[0];
-    case ACCEL_I64: return (double)((const int64_t *)t->data)[0];
+    case ACCEL_F64:
+    case ACCEL_F32:
+    case ACCEL_I64: return accel_item(t);
     default: return NAN;
     }
 }
@@ -444,9 +461,9 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
         for (int v = 0; v < pm->n_units; v++) {
             int64_t plo = piece_lo(acc, &pm->units[v]), phi = plo + pm->units[v].shard;
             int64_t a = lo > plo ? lo : plo, c = hi < phi ? hi : phi;
-            if (a < c)
-                memcpy(local[k] + pm->units[v].zoff + (a - plo), (const float *)t->data + (a - lo),
-                       (size_t)(c - a) * sizeof(float));
+            if (a < c && !s)
+                s = accel__tensor_read_bytes(t, (size_t)(a - lo) * sizeof(float), local[k] + pm->units[v].zoff + (a - plo),
+                                             (size_t)(c - a) * sizeof(float));
         }
     }
     char name[96];

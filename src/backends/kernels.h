@@ -328,6 +328,13 @@ typedef struct accel_k_norm_partial {
     double norm_type;
 } accel_k_norm_partial;
 
+/* GradScaler's unscale_: g (f32 contiguous) *= inv in place; found (f32,
+ * 0-dim) = 1 when an element of the result is inf or nan, else 0. */
+typedef struct accel_k_unscale {
+    ACCEL_KERNEL_TENSORS(2, *g, *found);
+    float inv;
+} accel_k_unscale;
+
 /* ---------------------------------------------------------------- the table */
 
 /* X(name, args type) for every kernel. */
@@ -364,7 +371,8 @@ typedef struct accel_k_norm_partial {
     X(sdpa_backward, accel_k_sdpa_backward)               \
     X(sgd, accel_k_sgd)                                   \
     X(adam, accel_k_adam)                                 \
-    X(norm_partial, accel_k_norm_partial)
+    X(norm_partial, accel_k_norm_partial)                 \
+    X(unscale, accel_k_unscale)
 
 typedef struct accel_kernel_table {
 #define ACCEL__KERNEL_SLOT(name, T) accel_status (*name)(T *args);

@@ -3,8 +3,7 @@
 
 #include "optim_internal.h"
 
-/* The partial norm of g (f32 contiguous, any device) on its device's kernel; NAN + error. */
-static double norm_partial(accel_tensor *g, double norm_type) {
+double accel__grad_norm_partial(accel_tensor *g, double norm_type) {
     double part = NAN;
     accel_tensor out;
     accel_tensor *o = &out;
@@ -19,7 +18,7 @@ static double norm_partial(accel_tensor *g, double norm_type) {
 double accel_grad_norm_partial(const float *g, int64_t n, double norm_type) {
     accel_tensor h;
     accel__tensor_header(&h, (void *)g, ACCEL_F32, 1, &n, ACCEL_CPU_DEVICE);
-    return norm_partial(&h, norm_type);
+    return accel__grad_norm_partial(&h, norm_type);
 }
 
 double accel_grad_norm_finish(double combined, double norm_type) {
@@ -46,8 +45,7 @@ static double combine(double acc, double part, double norm_type) {
     return isinf(norm_type) ? fmax(acc, part) : acc + part;
 }
 
-/* g *= c in place on g's device. */
-static accel_status scale(accel_tensor *g, float c) {
+accel_status accel__grad_scale(accel_tensor *g, float c) {
     accel_k_unary k = {.out = g, .x = g, .op = ACCEL_U_MUL_SCALAR, .p = c};
     return ACCEL_KERNEL("clip_grad_norm", g->device, unary, &k);
 }
@@ -71,11 +69,11 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
     double acc = 0.0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad)
-            acc = combine(acc, norm_partial(params[i]->grad, norm_type), norm_type);
+            acc = combine(acc, accel__grad_norm_partial(params[i]->grad, norm_type), norm_type);
     double total = accel_grad_norm_finish(acc, norm_type);
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < n; i++)
-        if (params[i]->grad && scale(params[i]->grad, c) != ACCEL_OK) return NAN;
+        if (params[i]->grad && accel__grad_scale(params[i]->grad, c) != ACCEL_OK) return NAN;
     return total;
 }
 
@@ -89,14 +87,14 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor ph, gh, *p, *g;
         accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
-        if (g) acc = combine(acc, norm_partial(g, norm_type), norm_type);
+        if (g) acc = combine(acc, accel__grad_norm_partial(g, norm_type), norm_type);
     }
     double total = accel_grad_norm_finish(acc, norm_type);
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor ph, gh, *p, *g;
         accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
-        if (g && scale(g, c) != ACCEL_OK) return NAN;
+        if (g && accel__grad_scale(g, c) != ACCEL_OK) return NAN;
     }
     return total;
 }

@@ -43,6 +43,11 @@ accel_device accel__seg_device(const accel__segment *s);
 /* The segment's parameters and gradient as tensors for a kernel: the
  * parameter tensor and its grad, or headers in *p_hdr / *g_hdr over the flat
  * run. *g is NULL when there is no gradient (yet). */
+/* The partial norm of g (f32 contiguous, any device) on its device's kernel
+ * (sum |g|^p, or max |g|); NAN + error. */
+double accel__grad_norm_partial(accel_tensor *g, double norm_type);
+/* g *= c in place on g's device. */
+accel_status accel__grad_scale(accel_tensor *g, float c);
 void accel__seg_tensors(accel__segment *s, accel_tensor *p_hdr, accel_tensor *g_hdr, accel_tensor **p,
                         accel_tensor **g);
 /* Allocates the segment's ns zeroed state tensors; false (state freed) on failure. */

@@ -68,3 +68,17 @@ accel_status accel__cpuk_norm_partial(accel_k_norm_partial *k) {
     *(double *)k->out->data = acc;
     return ACCEL_OK;
 }
+
+accel_status accel__cpuk_unscale(accel_k_unscale *k) {
+    float *g = k->g->data;
+    const int64_t n = accel_numel(k->g);
+    const float inv = k->inv;
+    int bad = 0;
+#pragma omp parallel for if (n > 65536) reduction(| : bad) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        g[i] *= inv;
+        bad |= !isfinite(g[i]);
+    }
+    *(float *)k->found->data = bad ? 1.0f : 0.0f;
+    return ACCEL_OK;
+}
