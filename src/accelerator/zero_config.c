@@ -283,6 +283,11 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage);
     if (st) return st;
     c->stage = stage;
+    /* Its units are FULL_SHARD's wrap units: elsewhere it would do nothing. */
+    if (c->fsdp.activation_checkpointing && stage != 3)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true checkpoints the "
+                               "FULL_SHARD (ZeRO-3) wrap units, and this run is stage %d: checkpoint the model's "
+                               "layers with accel_module_set_gradient_checkpointing instead", stage);
     if (o->gradient_clipping < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": gradient_clipping must be >= 0");
     if (o->gradient_clipping > 0) {
