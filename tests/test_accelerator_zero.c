@@ -311,6 +311,13 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
     unsetenv("ACCEL_FSDP_SYNC_MODULE_STATES");
     accel_clear_error();
+    o.zero_stage = 2; /* without wrap units it would do nothing: refused, not ignored */
+    setenv("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", "true", 1);
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fsdp_activation_checkpointing=true checkpoints the FULL_SHARD");
+    unsetenv("ACCEL_FSDP_ACTIVATION_CHECKPOINTING");
+    accel_clear_error();
+    o.zero_stage = 3;
     setenv("ACCEL_FSDP_VERSION", "3", 1);
     CHECK(accel_accelerator_new(&o) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "fsdp_version=\"3\" (1 or 2)");

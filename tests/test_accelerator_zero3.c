@@ -257,6 +257,41 @@ static void test_llama(void) {
     KIND = ACCEL_OPTIM_ADAMW;
 }
 
+static bool same_weights(accel_module *a, accel_module *b) {
+    accel_tensor **pa, **pb;
+    int n = accel_module_parameters(a, &pa), m = accel_module_parameters(b, &pb);
+    bool same = n > 0 && n == m;
+    for (int i = 0; same && i < n; i++) same = !memcmp(pa[i]->data, pb[i]->data, (size_t)accel_numel(pa[i]) * 4);
+    accel_free(pa);
+    accel_free(pb);
+    return same;
+}
+
+/* fsdp_activation_checkpointing: the decoder layers (every unit but the
+ * root's) recompute their forward in backward, after their unit's gather;
+ * training is bit-identical to FULL_SHARD without it (test_llama: and equal to DDP). */
+static void test_activation_checkpointing(void) {
+    if (!A->fsdp.activation_checkpointing) return;
+    accel_module *m[2];
+    double loss[2][3];
+    for (int run = 0; run < 2; run++) {
+        A->fsdp.activation_checkpointing = run == 0;
+        m[run] = llama(100 + (uint64_t)R);
+        accel_optimizer *o = optimizer(m[run]);
+        CHECK(accel_accelerator_prepare(A, m[run], o, NULL, NULL) == ACCEL_OK);
+        CHECK(accel_module_find(m[run], "model.layers.1")->gradient_checkpointing == (run == 0));
+        for (int s = 0; s < 3; s++) loss[run][s] = acc_step(m[run], o, true, s);
+        accel_accelerator_clear(A);
+        accel_optimizer_free(o);
+    }
+    A->fsdp.activation_checkpointing = true;
+    for (int s = 0; s < 3; s++)
+        CHECK_MSG(loss[0][s] == loss[1][s], "step %d: loss %.9g checkpointed, %.9g not", s, loss[0][s], loss[1][s]);
+    CHECK_MSG(same_weights(m[0], m[1]), "weights differ with activation checkpointing");
+    accel_module_free(m[0]);
+    accel_module_free(m[1]);
+}
+
 /* Each fsdp_auto_wrap_policy on the Llama (tied embeddings). */
 static void test_llama_wrap_policies(void) {
     accel__fsdp_cfg saved = A->fsdp;
@@ -430,6 +465,7 @@ int main(void) {
     A->fsdp.persistence_threshold = 0;
     RUN(test_mlp);
     RUN(test_llama);
+    RUN(test_activation_checkpointing);
     RUN(test_llama_wrap_policies);
     RUN(test_persistence_threshold);
     RUN(test_unhooked_unit_is_an_error);
@@ -437,12 +473,12 @@ int main(void) {
     RUN(test_eval_forward_reshards);
     RUN(test_checkpoints_refused);
     if (R == 0)
-        printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d persist=%lld\n",
+        printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d persist=%lld ckpt=%d\n",
                N,
                accel_mixed_precision_name(accel_accelerator_mixed_precision(A)),
                accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A),
                (int)A->fsdp.wrap, A->fsdp.forward_prefetch, A->fsdp.backward_prefetch, A->fsdp.reshard_after_forward,
-               (long long)persist);
+               (long long)persist, A->fsdp.activation_checkpointing);
     fflush(stdout);
     accel_accelerator_free(A);
     return check_summary();

@@ -15,12 +15,18 @@ if(TARGET accel_cli)
   # Accelerate's fsdp_config YAML keys reach the library through the launcher
   add_test(NAME accelerator_zero3_cfg_2
            COMMAND ${_z3} --config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero/fsdp_full_shard.yaml ${_z3p})
+  # fsdp_activation_checkpointing: the decoder layers recompute in backward,
+  # equal to DDP and bit-identical to FULL_SHARD without it (f32, bf16)
+  add_test(NAME accelerator_zero3_actckpt_2
+           COMMAND ${_z3} --num_processes 2 --use_fsdp --fsdp_activation_checkpointing true ${_z3p})
+  add_test(NAME accelerator_zero3_actckpt_bf16_2
+           COMMAND ${_z3} --num_processes 2 --use_fsdp --fsdp_activation_checkpointing true --mixed_precision bf16 ${_z3p})
   set(_z3env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
-  # name:world:mp:accum:clip:wrap:fwd_prefetch:bwd_prefetch:reshard:extra environment
-  foreach(t fsdp_2:2:no:1:0:0:0:1:1: ds_accum_3:3:no:2:0:0:0:1:1: flag_3:3:no:2:0:0:0:1:1:
-            bf16_clip_4:4:bf16:1:0.05:0:1:1:1:ACCEL_GRADIENT_CLIPPING=0.05,ACCEL_FSDP_FORWARD_PREFETCH=true
-            noreshard_2:2:no:1:0:0:0:0:0:ACCEL_FSDP_RESHARD_AFTER_FORWARD=false,ACCEL_FSDP_BACKWARD_PREFETCH=NO_PREFETCH
-            cfg_2:2:no:1:0:1:1:0:0:)
+  # name:world:mp:accum:clip:wrap:fwd_prefetch:bwd_prefetch:reshard:activation_checkpointing:extra environment
+  foreach(t fsdp_2:2:no:1:0:0:0:1:1:0: ds_accum_3:3:no:2:0:0:0:1:1:0: flag_3:3:no:2:0:0:0:1:1:0:
+            bf16_clip_4:4:bf16:1:0.05:0:1:1:1:0:ACCEL_GRADIENT_CLIPPING=0.05,ACCEL_FSDP_FORWARD_PREFETCH=true
+            noreshard_2:2:no:1:0:0:0:0:0:0:ACCEL_FSDP_RESHARD_AFTER_FORWARD=false,ACCEL_FSDP_BACKWARD_PREFETCH=NO_PREFETCH
+            cfg_2:2:no:1:0:1:1:0:0:0: actckpt_2:2:no:1:0:0:0:1:1:1: actckpt_bf16_2:2:bf16:1:0:0:0:1:1:1:)
     string(REPLACE ":" ";" f "${t}")
     list(GET f 0 name)
     list(GET f 1 world)
@@ -31,11 +37,12 @@ if(TARGET accel_cli)
     list(GET f 6 fwd)
     list(GET f 7 bwd)
     list(GET f 8 reshard)
-    list(GET f 9 extra)
+    list(GET f 9 ckpt)
+    list(GET f 10 extra)
     string(REPLACE "," ";" extra "${extra}")
     set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "${_z3env};${extra}"
-      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard} persist=0\n"
+      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard} persist=0 ckpt=${ckpt}\n"
       FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
   endforeach()
 endif()
@@ -45,16 +52,12 @@ if(TARGET accel_cli)
   add_test(NAME accelerator_zero3_ds_persist_2
            COMMAND ${_z3} --num_processes 2 --deepspeed_config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero/ds_zero3_persist.json ${_z3p})
   set_tests_properties(accelerator_zero3_ds_persist_2 PROPERTIES TIMEOUT 180 ENVIRONMENT "${_z3env}"
-    PASS_REGULAR_EXPRESSION "zero3 world=2 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=20\n"
+    PASS_REGULAR_EXPRESSION "zero3 world=2 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=20 ckpt=0\n"
     FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
 endif()
 
 # fsdp_config values accel does not implement are refused by the library, named.
 if(TARGET accel_cli)
-  add_test(NAME accelerator_zero3_ckpt_refused
-           COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_activation_checkpointing true ${_z3p})
-  set_tests_properties(accelerator_zero3_ckpt_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
-    PASS_REGULAR_EXPRESSION "fsdp_activation_checkpointing=true: activation checkpointing is not implemented")
   add_test(NAME accelerator_zero3_sharded_sd_refused
            COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_state_dict_type SHARDED_STATE_DICT ${_z3p})
   set_tests_properties(accelerator_zero3_sharded_sd_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"

@@ -42,6 +42,10 @@ struct accel_node {
     double farg[4];
     void *ctx;                              /* arena memory, op-specific */
     int32_t index;                          /* position on the tape */
+    /* Leaves used besides inputs[] (a checkpoint node's parameters): an
+     * arena array, counted like inputs for grad-ready hooks. */
+    int n_more;
+    accel_tensor **more;
 };
 
 /* Grad mode (thread-local; default on). Returns the previous value. */
@@ -77,6 +81,22 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad);
  * this to start gradient all-reduces while backward goes on. */
 typedef void (*accel_grad_ready_fn)(accel_tensor *leaf, void *ctx);
 void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx);
+
+/* Activation (gradient) checkpointing, as torch.utils.checkpoint: runs
+ * fn(ctx, x) with grad disabled, so none of its intermediates is saved on the
+ * tape, and records ONE node producing its output, with inputs x and
+ * params[0..n_params) (the leaves fn uses: a module's parameters). Its
+ * backward re-runs fn(ctx, x) with grad on, on a tape of its own, under the
+ * default RNG state and autocast dtype of the first run (dropout draws the
+ * same mask), and back-propagates through that: gradients are bit-identical
+ * to a run without checkpointing. Grad-ready hooks fire for params as for
+ * any node's inputs, once the walk has passed their first use; fn must not
+ * use leaves requiring grad other than x and params. ctx must live until the
+ * backward (e.g. in the step arena). Without grad to record, it is fn(ctx, x).
+ * Returns the output (a step tensor), NULL on error. */
+typedef accel_tensor *(*accel_activation_checkpoint_fn)(void *ctx, accel_tensor *x);
+accel_tensor *accel_activation_checkpoint(accel_activation_checkpoint_fn fn, void *ctx, accel_tensor *x, int n_params,
+                               accel_tensor *const *params);
 
 /* Number of nodes on the tape (tests). */
 int accel_tape_size(void);

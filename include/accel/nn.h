@@ -78,6 +78,7 @@ struct accel_module {
     accel_named_tensor *tensors;   /* parameters and buffers, in registration order */
     accel_module_hook *hook;       /* optional, owned */
     bool training;
+    bool gradient_checkpointing;   /* see accel_module_set_gradient_checkpointing */
     void *impl;                    /* module-specific state */
     struct accel__link *links;     /* internal: who depends on it (an accelerator, a dispatch) */
     struct accel__member_index *member_index; /* internal (module.c): member names hashed */
@@ -105,6 +106,15 @@ accel_status accel_module_enter(accel_module *m, accel_tensor **x);
 accel_status accel_module_exit(accel_module *m, accel_tensor **y);
 void accel_module_set_hook(accel_module *m, const accel_module_hook *hook); /* NULL removes */
 void accel_module_train(accel_module *m, bool training); /* recursive */
+/* Activation (gradient) checkpointing: m's forward runs under
+ * accel_activation_checkpoint (autograd.h) with m's parameters, inside m's hooks, so its
+ * intermediates are not kept for backward but recomputed there; gradients are
+ * bit-identical. Honoured by accel_module_call and by a LlamaDecoderLayer run
+ * inside the model (not with a KV cache: generation records no graph). On a
+ * LlamaForCausalLM or LlamaModel it is set on every decoder layer, as
+ * transformers' model.gradient_checkpointing_enable(). Refused
+ * (ACCEL_ERR_UNSUPPORTED) on a module without a single-tensor forward. */
+accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable);
 
 /* ---- naming and iteration */
 /* Full dotted name of a module relative to the root ("" for the root). */

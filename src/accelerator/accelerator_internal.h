@@ -102,6 +102,7 @@ typedef struct accel__fsdp_cfg {
     char wrap_cls[512];      /* comma-separated module type names */
     int64_t min_num_params;
     int64_t persistence_threshold; /* DeepSpeed stage3_param_persistence_threshold: smaller tensors stay gathered */
+    bool activation_checkpointing; /* fsdp_activation_checkpointing: every unit but the root's is checkpointed */
 } accel__fsdp_cfg;
 
 struct accel_accelerator {

@@ -481,6 +481,7 @@ static accel_status install_hooks(accel_accelerator *acc, accel__model *pm) {
             c->chained = *m->hook;
             m->hook->free_ctx = NULL;
         }
+        m->gradient_checkpointing |= acc->fsdp.activation_checkpointing && !pm->units[pm->hooked_unit[i]].is_root;
         accel_module_hook h = {hook_pre, hook_post, hook_free, c};
         accel_module_set_hook(m, &h);
         if (!m->hook) {

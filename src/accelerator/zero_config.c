@@ -197,10 +197,10 @@ static accel_status env_bool(const char *name, bool *out) {
 
 /* The other fsdp_config keys: checked, and refused where accel does not do
  * what they ask (never ignored). */
-static accel_status read_fsdp_rest(void) {
-    bool offload = false, ckpt = false, ram_efficient = true, sync = true, orig = true;
+static accel_status read_fsdp_rest(accel__fsdp_cfg *f) {
+    bool offload = false, ram_efficient = true, sync = true, orig = true;
     accel_status st = env_bool("ACCEL_FSDP_OFFLOAD_PARAMS", &offload);
-    if (!st) st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &ckpt);
+    if (!st) st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &f->activation_checkpointing);
     if (!st) st = env_bool("ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
     if (!st) st = env_bool("ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
     if (!st) st = env_bool("ACCEL_FSDP_USE_ORIG_PARAMS", &orig); /* either way: the parameters stay the user's tensors */
@@ -208,9 +208,6 @@ static accel_status read_fsdp_rest(void) {
     if (offload)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true: parameter offload is not "
                                "implemented by accel (training runs in CPU memory already)");
-    if (ckpt)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true: activation "
-                               "checkpointing is not implemented by accel yet");
     if (ram_efficient && !sync)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
                                "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
@@ -265,7 +262,7 @@ static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
         f->reshard_after_forward = !strcasecmp(raf, "FULL_SHARD");
     else if (!st)
         st = env_bool("ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
-    return st ? st : read_fsdp_rest();
+    return st ? st : read_fsdp_rest(f);
 }
 
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
@@ -286,6 +283,11 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage);
     if (st) return st;
     c->stage = stage;
+    /* Its units are FULL_SHARD's wrap units: elsewhere it would do nothing. */
+    if (c->fsdp.activation_checkpointing && stage != 3)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true checkpoints the "
+                               "FULL_SHARD (ZeRO-3) wrap units, and this run is stage %d: checkpoint the model's "
+                               "layers with accel_module_set_gradient_checkpointing instead", stage);
     if (o->gradient_clipping < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": gradient_clipping must be >= 0");
     if (o->gradient_clipping > 0) {

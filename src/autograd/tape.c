@@ -61,9 +61,16 @@ bool accel_needs_grad(int n, accel_tensor *const *inputs) {
     return false;
 }
 
-accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_tensor *out,
-                              int n_inputs, accel_tensor *const *inputs) {
-    if (!out || !accel_needs_grad(n_inputs, inputs)) return NULL;
+static int node_arity(const accel_node *n) { return n->n_inputs + n->n_more; }
+
+static accel_tensor *node_input(const accel_node *n, int k) {
+    return k < n->n_inputs ? n->inputs[k] : n->more[k - n->n_inputs];
+}
+
+/* Appends a node; `more` is already arena memory (or NULL). */
+static accel_node *record_node(const char *op, accel_backward_fn backward, accel_tensor *out, int n_inputs,
+                               accel_tensor *const *inputs, int n_more, accel_tensor **more) {
+    if (!out || !(accel_needs_grad(n_inputs, inputs) || accel_needs_grad(n_more, more))) return NULL;
     ACCEL_ASSERT(n_inputs <= ACCEL_NODE_MAX_INPUTS);
     tape *t = current_tape();
     accel_arena *a = accel_step_arena();
@@ -83,11 +90,18 @@ accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_
     node->out = out;
     node->n_inputs = n_inputs;
     for (int i = 0; i < n_inputs; i++) node->inputs[i] = inputs[i];
+    node->n_more = n_more;
+    node->more = more;
     node->index = t->n;
     t->nodes[t->n++] = node;
     out->requires_grad = true;
     out->grad_fn = node;
     return node;
+}
+
+accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_tensor *out,
+                              int n_inputs, accel_tensor *const *inputs) {
+    return record_node(op, backward, out, n_inputs, inputs, 0, NULL);
 }
 
 static bool is_leaf(const accel_tensor *t) { return t->requires_grad && !t->grad_fn; }
@@ -155,8 +169,8 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
     uint32_t pass = ++t->pass;
     for (int i = 0; i <= root->index; i++) {
         accel_node *n = t->nodes[i];
-        for (int k = 0; k < n->n_inputs; k++) {
-            accel_tensor *in = n->inputs[k];
+        for (int k = 0; k < node_arity(n); k++) {
+            accel_tensor *in = node_input(n, k);
             if (in && is_leaf(in) && in->ag_gen != pass) {
                 in->ag_gen = pass;
                 in->ag_first_use = i;
@@ -170,8 +184,8 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
             if (st != ACCEL_OK && accel_last_status() == ACCEL_OK)
                 accel_set_error(st, "accel_backward: backward of '%s' failed", n->op);
         }
-        for (int k = 0; k < n->n_inputs; k++) {
-            accel_tensor *in = n->inputs[k];
+        for (int k = 0; k < node_arity(n); k++) {
+            accel_tensor *in = node_input(n, k);
             if (in && is_leaf(in) && in->ag_gen == pass && in->ag_first_use == i) {
                 in->ag_first_use = -1;
                 fire_ready(in);
@@ -196,4 +210,93 @@ accel_status accel_backward(accel_tensor *loss) {
     if (!seed) return accel_last_status();
     if (accel_fill_(seed, 1.0) != ACCEL_OK) return accel_last_status();
     return accel_backward_with(loss, seed);
+}
+
+/* ---- activation checkpointing */
+
+typedef struct checkpoint_ctx {
+    accel_activation_checkpoint_fn fn;
+    void *ctx;
+    accel_rng rng;        /* the default generator before the first run */
+    accel_dtype autocast; /* the autocast dtype of the first run */
+} checkpoint_ctx;
+
+/* A leaf's backward-pass scratch, kept across the recompute's own pass. */
+typedef struct leaf_stamp {
+    int32_t first_use;
+    uint32_t gen;
+} leaf_stamp;
+
+/* Re-runs the checkpointed function as it ran in the forward (same RNG state,
+ * autocast, grad on), from xs. The caller has given it a tape of its own. */
+static accel_tensor *recompute(const checkpoint_ctx *c, accel_tensor *xs) {
+    accel_rng *rng = accel_default_rng(), now = *rng;
+    *rng = c->rng;
+    accel_dtype autocast = accel_autocast_begin(c->autocast);
+    bool grad = accel_set_grad_enabled(true);
+    accel_tensor *ys = c->fn(c->ctx, xs);
+    accel_set_grad_enabled(grad);
+    accel_autocast_end(autocast);
+    *rng = now;
+    if (!ys && accel_last_status() == ACCEL_OK)
+        accel_set_error(ACCEL_ERR_STATE, "accel_activation_checkpoint: the recomputed forward returned NULL");
+    return ys;
+}
+
+/* Backward of a checkpoint node: recompute on a nested tape, back-propagate g
+ * through it, hand x its gradient. The nested pass fires no grad-ready hook
+ * (the outer walk fires them for node->more, the parameters) and leaves the
+ * outer pass's leaf stamps as they were. */
+static accel_status checkpoint_backward(accel_node *n, accel_tensor *g) {
+    const checkpoint_ctx *c = n->ctx;
+    accel_tensor *x = n->inputs[0], *xs = accel_alias(x); /* a leaf of the recomputed graph */
+    leaf_stamp *stamps = accel_arena_alloc(accel_step_arena(), (size_t)node_arity(n) * sizeof *stamps, 8);
+    if (!xs || !stamps) return accel_last_status();
+    xs->requires_grad = x->requires_grad;
+    for (int k = 0; k < node_arity(n); k++)
+        if (node_input(n, k)) stamps[k] = (leaf_stamp){node_input(n, k)->ag_first_use, node_input(n, k)->ag_gen};
+
+    tape outer = tl_tape;
+    tl_tape = (tape){.gen = outer.gen, .pass = outer.pass};
+    accel_grad_ready_fn ready = tl_ready_fn;
+    tl_ready_fn = NULL;
+    accel_tensor *ys = recompute(c, xs);
+    accel_status st = ys ? accel_backward_with(ys, g) : accel_last_status();
+    tl_ready_fn = ready;
+    outer.pass = tl_tape.pass;
+    tl_tape = outer;
+
+    for (int k = 0; k < node_arity(n); k++)
+        if (node_input(n, k)) {
+            node_input(n, k)->ag_first_use = stamps[k].first_use;
+            node_input(n, k)->ag_gen = stamps[k].gen;
+        }
+    if (st == ACCEL_OK && xs->grad) st = accel_grad_accumulate(x, xs->grad);
+    return st;
+}
+
+accel_tensor *accel_activation_checkpoint(accel_activation_checkpoint_fn fn, void *ctx, accel_tensor *x, int n_params,
+                               accel_tensor *const *params) {
+    if (!fn || n_params < 0 || (n_params > 0 && !params)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_activation_checkpoint: %s", !fn ? "fn is NULL" : "bad params array");
+        return NULL;
+    }
+    if (!accel_tensor_check(x, "accel_activation_checkpoint", "x")) return NULL;
+    if (!accel_needs_grad(1, &x) && !accel_needs_grad(n_params, params)) return fn(ctx, x);
+    accel_arena *a = accel_step_arena();
+    checkpoint_ctx *c = accel_arena_alloc(a, sizeof *c, 8);
+    accel_tensor **more = accel_arena_alloc(a, (size_t)(n_params ? n_params : 1) * sizeof *more, 8);
+    if (!c || !more) return NULL;
+    *c = (checkpoint_ctx){fn, ctx, *accel_default_rng(), accel_autocast_dtype()};
+    for (int i = 0; i < n_params; i++) more[i] = params[i];
+    bool grad = accel_set_grad_enabled(false);
+    accel_tensor *y = fn(ctx, x);
+    accel_set_grad_enabled(grad);
+    /* The node needs an output of its own: y may be x itself, or a parameter. */
+    accel_tensor *out = y ? accel_alias(y) : NULL;
+    if (!out) return NULL;
+    accel_node *node = record_node("checkpoint", checkpoint_backward, out, 1, &x, n_params, more);
+    if (!node) return NULL;
+    node->ctx = c;
+    return out;
 }

@@ -224,10 +224,19 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
     return accel_add(h, accel_module_call(p[LAYER_MLP], accel_module_call(p[LAYER_POST_NORM], h)));
 }
 
+static accel_tensor *training_layer_body(void *layer, accel_tensor *x) {
+    return layer_body(layer, x, 0, NULL);
+}
+
+/* Checkpointing (when set) runs inside the layer's hooks: a ZeRO-3 unit's
+ * parameters are gathered for the recompute by its backward node, which runs
+ * before the checkpoint node. Generation (a cache) records no graph. */
 static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
                                    accel_kv_cache *cache) {
     if (accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
-    accel_tensor *y = x ? layer_body(layer, x, pos, cache) : NULL;
+    accel_tensor *y = !x ? NULL
+                      : cache ? layer_body(layer, x, pos, cache)
+                              : accel__module_run(layer, training_layer_body, layer, x);
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
@@ -244,8 +253,9 @@ static accel_tensor *model_forward(accel_module *model, accel_tensor *ids, int64
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
 }
 
+/* accel_module_call runs the hooks and the checkpointing around it. */
 static accel_tensor *decoder_layer_call(accel_module *layer, accel_tensor *x) {
-    return layer_forward(layer, x, 0, NULL);
+    return layer_body(layer, x, 0, NULL);
 }
 
 static accel_tensor *no_forward(accel_module *m, accel_tensor *x);
@@ -256,6 +266,14 @@ static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
 static const accel_module_ops LAYER_OPS = {"LlamaDecoderLayer", decoder_layer_call, NULL};
 static const accel_module_ops ATTN_OPS = {"LlamaAttention", NULL, NULL};
 static const accel_module_ops MLP_OPS = {"LlamaMLP", mlp_forward, NULL};
+
+bool accel__llama_checkpoint_layers(accel_module *m, bool enable) {
+    if (m->ops == &LLAMA_OPS) m = m->children[ROOT_MODEL];
+    if (m->ops != &MODEL_OPS) return false;
+    accel_module *layers = m->children[MODEL_LAYERS];
+    for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
+    return true;
+}
 
 /* The whole model's single-tensor entry points (ids -> logits / hidden states). */
 static accel_tensor *no_forward(accel_module *m, accel_tensor *ids) {

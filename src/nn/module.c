@@ -304,6 +304,31 @@ accel_status accel_module_exit(accel_module *m, accel_tensor **y) {
     return ACCEL_OK;
 }
 
+static accel_tensor *ops_forward(void *m, accel_tensor *x) {
+    return ((accel_module *)m)->ops->forward(m, x);
+}
+
+accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn body, void *ctx, accel_tensor *x) {
+    if (!m->gradient_checkpointing || !x) return body(ctx, x);
+    accel_tensor **params;
+    int n = accel__module_unique_tensors(m, true, &params);
+    if (n < 0) return NULL;
+    accel_tensor *y = accel_activation_checkpoint(body, ctx, x, n, params);
+    accel_free(params);
+    return y;
+}
+
+accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable) {
+    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_set_gradient_checkpointing: module is NULL");
+    if (accel__llama_checkpoint_layers(m, enable)) return ACCEL_OK;
+    if (!m->ops->forward)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "accel_module_set_gradient_checkpointing: %s has no single-tensor forward to "
+                               "recompute (checkpoint the module that calls it)", m->ops->type_name);
+    m->gradient_checkpointing = enable;
+    return ACCEL_OK;
+}
+
 accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
     if (!m) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
@@ -316,7 +341,7 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
         return NULL;
     }
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
-    accel_tensor *y = m->ops->forward(m, x);
+    accel_tensor *y = accel__module_run(m, ops_forward, m, x);
     /* Even after a failed forward: the post hook undoes what the pre hook set
      * up (autocast, brought-in weights), which later calls must not inherit. */
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;

@@ -2,6 +2,7 @@
 #ifndef ACCEL_NN_INTERNAL_H
 #define ACCEL_NN_INTERNAL_H
 
+#include "accel/autograd.h"
 #include "accel/nn.h"
 
 /* Unique tensors of the tree in state_dict order (tied aliases once);
@@ -25,5 +26,13 @@ accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
 accel_tensor *accel__module_tensor(accel_module *m, const char *name);
+
+/* Runs body(ctx, x) for module m: under accel_activation_checkpoint with m's
+ * parameters when m->gradient_checkpointing, else as is. */
+accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn body, void *ctx, accel_tensor *x);
+
+/* Sets gradient checkpointing on every decoder layer of m when m is a
+ * LlamaForCausalLM or LlamaModel (true), else does nothing (false). */
+bool accel__llama_checkpoint_layers(accel_module *m, bool enable);
 
 #endif
