@@ -4,7 +4,7 @@
 # crash. Same binaries; ACCEL_DEFAULT_DEVICE makes every tensor the tests
 # create live on hostless:0.
 foreach(t ops_attention ops_attention_blocked ops_errors ops_loss ops_matmul ops_nn ops_perf_paths
-          ops_pointwise ops_reduce ops_shape llama_numerics)
+          ops_pointwise ops_reduce ops_shape ops_compare llama_numerics)
   add_test(NAME ${t}_hostless COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(${t}_hostless PROPERTIES TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_TEST_DEVICES=2;ACCEL_DEFAULT_DEVICE=hostless:0")

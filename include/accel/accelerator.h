@@ -272,9 +272,20 @@ accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t);
 /* gather, then at the active data loader's last batch keep only the first
  * `remainder` rows (accelerate.md §3.4) so the epoch yields exactly the dataset. */
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t);
+/* gather_for_metrics of n tensors (e.g. predictions and labels) in one
+ * collective: their bytes travel packed in a single all-gather (debug mode
+ * adds its shape check per tensor). outs[i] is what gather_for_metrics(ts[i])
+ * returns, the same remainder rule included; tensors may differ in dtype and
+ * shape, each must match its peers on the other ranks. On error every outs[i]
+ * is NULL. */
+accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int n, accel_tensor *const *ts,
+                                                    accel_tensor **outs);
 /* reduction: "sum", "mean" or "max"; the result is scaled by `scale`. Input untouched. */
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t,
                                        const char *reduction, double scale);
+/* reduce of one number (a metric's partial sum or count), in f64: "sum",
+ * "mean" or "max" over the processes. NAN + error on failure. */
+double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const char *reduction);
 /* Pads dim to the largest size across ranks with pad_index (at the end, or
  * the start with pad_first). */
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t,
@@ -436,7 +447,9 @@ accel_status accel_find_executable_batch_size(accel_batch_size_fn fn, void *ctx,
 #define accel_accelerator_clip_grad_norm(...) ACCEL_AT_CALL_SITE(accel_accelerator_clip_grad_norm(__VA_ARGS__))
 #define accel_accelerator_gather(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather(__VA_ARGS__))
 #define accel_accelerator_gather_for_metrics(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather_for_metrics(__VA_ARGS__))
+#define accel_accelerator_gather_for_metrics_n(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather_for_metrics_n(__VA_ARGS__))
 #define accel_accelerator_reduce(...) ACCEL_AT_CALL_SITE(accel_accelerator_reduce(__VA_ARGS__))
+#define accel_accelerator_reduce_scalar(...) ACCEL_AT_CALL_SITE(accel_accelerator_reduce_scalar(__VA_ARGS__))
 #define accel_accelerator_pad_across_processes(...) ACCEL_AT_CALL_SITE(accel_accelerator_pad_across_processes(__VA_ARGS__))
 #define accel_accelerator_broadcast(...) ACCEL_AT_CALL_SITE(accel_accelerator_broadcast(__VA_ARGS__))
 #define accel_accelerator_gather_object(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather_object(__VA_ARGS__))

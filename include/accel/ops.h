@@ -72,8 +72,37 @@ accel_tensor *accel_sum(accel_tensor *a, int n_dims, const int *dims, bool keepd
 accel_tensor *accel_mean(accel_tensor *a, int n_dims, const int *dims, bool keepdim);
 accel_tensor *accel_sum_all(accel_tensor *a);   /* 0-dim result */
 accel_tensor *accel_mean_all(accel_tensor *a);  /* 0-dim result */
+/* Sums of integer or bool tensors are i64 (a bool sum counts the trues, as
+ * torch's `(pred == labels).sum()`); mean needs a float input. */
 /* Max over one dim; indices (i64, no grad) written to *indices when non-NULL. */
 accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **indices);
+/* torch.argmax(a, dim, keepdim): i64 indices of the max over dim, the first
+ * one on ties, a NaN counting as the max. Not differentiable. */
+accel_tensor *accel_argmax(accel_tensor *a, int dim, bool keepdim);
+
+/* ---------------------------------------------------------------- comparisons
+ * Bool results, not differentiable. The tensor forms broadcast and compare
+ * in the promoted dtype as PyTorch (an i64 and an f32 compare as f32s). The
+ * _scalar forms compare with s as torch does with a Python number: a float
+ * tensor compares in its own dtype (bf16 == 0.1 rounds 0.1 to bf16 first);
+ * an integer or bool tensor compares exactly with an integral s, else in
+ * f32. NaN compares unequal to everything (only ne is true). */
+accel_tensor *accel_eq(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_ne(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_lt(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_le(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_gt(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_ge(accel_tensor *a, accel_tensor *b);
+accel_tensor *accel_eq_scalar(accel_tensor *a, double s);
+accel_tensor *accel_ne_scalar(accel_tensor *a, double s);
+accel_tensor *accel_lt_scalar(accel_tensor *a, double s);
+accel_tensor *accel_le_scalar(accel_tensor *a, double s);
+accel_tensor *accel_gt_scalar(accel_tensor *a, double s);
+accel_tensor *accel_ge_scalar(accel_tensor *a, double s);
+/* torch.where(cond, a, b): cond bool; cond, a and b broadcast together; the
+ * dtype is a's and b's promoted one. Differentiable in a and b (each gets
+ * the gradient where it was picked, 0 elsewhere). */
+accel_tensor *accel_where(accel_tensor *cond, accel_tensor *a, accel_tensor *b);
 
 /* ---------------------------------------------------------------- shapes */
 

@@ -1,5 +1,6 @@
 /* Tensor collectives of the Accelerator (accelerate's utils/operations.py):
  * gather, gather_for_metrics, reduce, pad_across_processes, broadcast, objects. */
+#include <math.h>
 #include <string.h>
 
 #include "accelerator_internal.h"
@@ -65,20 +66,87 @@ accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) 
     return st ? NULL : out;
 }
 
-accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
-    accel_tensor *g = accel_accelerator_gather(acc, t);
-    if (!g) return NULL;
+/* The rows gather_for_metrics keeps of every gathered tensor: the active
+ * loader's remainder at its last batch, 0 (all of them) otherwise. */
+static int64_t metrics_remainder(accel_accelerator *acc) {
     accel_dataloader *dl = accel__active_dataloader(acc);
-    if (!dl || !accel_dataloader_end_of_dataloader(dl)) return g;
+    if (!dl || !accel_dataloader_end_of_dataloader(dl)) return 0;
     int64_t rem = accel_dataloader_remainder(dl);
     if (rem < 0) {
         if (acc->rank == 0)
             fprintf(stderr, "The used dataset had no length, returning gathered tensors. You should drop the "
                             "remainder yourself.\n");
-        return g;
+        return 0;
     }
-    if (rem == 0 || rem >= g->shape[0]) return g;
-    return accel_slice(g, 0, 0, rem, 1);
+    return rem;
+}
+
+/* g's first `rows` rows (all of g when rows is 0 or not smaller). */
+static accel_tensor *first_rows(accel_tensor *g, int64_t rows) {
+    if (rows == 0 || rows >= g->shape[0]) return g;
+    return accel_slice(g, 0, 0, rows, 1);
+}
+
+accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
+    accel_tensor *g = accel_accelerator_gather(acc, t);
+    return g ? first_rows(g, metrics_remainder(acc)) : NULL;
+}
+
+/* Gathers the contiguous cpu tensors c[0..n) with one all-gather of their
+ * bytes packed back to back, then unpacks rank r's part of tensor i into
+ * rows r * d0 .. (r + 1) * d0 of outs[i]. */
+static accel_status gather_packed(accel_accelerator *acc, int n, accel_tensor *const *c, accel_tensor **outs) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_nbytes(c[i]);
+    accel_arena *arena = accel_step_arena();
+    uint8_t *send = accel_arena_alloc(arena, total ? total : 1, 64);
+    uint8_t *recv = accel_arena_alloc(arena, (size_t)acc->world * total + 1, 64);
+    if (!send || !recv) return accel_last_status();
+    for (size_t i = 0, off = 0; i < (size_t)n; off += accel_nbytes(c[i]), i++)
+        memcpy(send + off, c[i]->data, accel_nbytes(c[i]));
+    accel_dist_set_op_label("gather_for_metrics");
+    accel_status st = accel_pg_all_gather(acc->pg, send, recv, total, ACCEL_U8);
+    accel_dist_set_op_label(NULL);
+    if (st) return st;
+    for (size_t i = 0, off = 0; i < (size_t)n; off += accel_nbytes(c[i]), i++) {
+        int64_t shape[ACCEL_MAX_DIMS];
+        memcpy(shape, c[i]->shape, sizeof shape);
+        shape[0] *= acc->world;
+        outs[i] = accel_empty_on(c[i]->dtype, c[i]->ndim, shape, ACCEL_CPU_DEVICE);
+        if (!outs[i]) return accel_last_status();
+        size_t nb = accel_nbytes(c[i]);
+        for (int r = 0; r < acc->world; r++)
+            memcpy((uint8_t *)outs[i]->data + (size_t)r * nb, recv + (size_t)r * total + off, nb);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int n, accel_tensor *const *ts,
+                                                    accel_tensor **outs) {
+    static const char fn[] = "accel_accelerator_gather_for_metrics_n";
+    if (accel__acc_null(acc, fn)) return ACCEL_ERR_INVALID_ARG;
+    if (n < 1 || !ts || !outs)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: needs n >= 1 tensors and an outs array (n %d, ts %s, outs %s)",
+                               fn, n, ts ? "set" : "NULL", outs ? "set" : "NULL");
+    for (int i = 0; i < n; i++) outs[i] = NULL;
+    accel_tensor **c = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *c, 8);
+    if (!c) return accel_last_status();
+    for (int i = 0; i < n; i++) {
+        c[i] = flat_copy(ts[i], fn);
+        if (!c[i]) return accel_last_status();
+    }
+    /* Debug mode's shape check is one collective per tensor: it is debug mode's price. */
+    for (int i = 0; i < n; i++)
+        if (check_shapes(acc, c[i], fn)) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    if (acc->world == 1) memcpy(outs, c, (size_t)n * sizeof *c);
+    else st = gather_packed(acc, n, c, outs);
+    int64_t rem = metrics_remainder(acc);
+    for (int i = 0; st == ACCEL_OK && i < n; i++)
+        if (!(outs[i] = first_rows(outs[i], rem))) st = accel_last_status();
+    if (st != ACCEL_OK)
+        for (int i = 0; i < n; i++) outs[i] = NULL;
+    return st;
 }
 
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, const char *reduction,
@@ -108,6 +176,20 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
     }
     if (!t->ndim) return accel_reshape(c, 0, NULL);
     return c;
+}
+
+double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const char *reduction) {
+    static const char fn[] = "accel_accelerator_reduce_scalar";
+    if (accel__acc_null(acc, fn)) return NAN;
+    if (!reduction || (strcmp(reduction, "sum") && strcmp(reduction, "mean") && strcmp(reduction, "max"))) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: reduction must be \"sum\", \"mean\" or \"max\", got %s%s%s", fn,
+                        reduction ? "\"" : "", reduction ? reduction : "NULL", reduction ? "\"" : "");
+        return NAN;
+    }
+    accel_tensor *t = accel_empty_on(ACCEL_F64, 0, NULL, ACCEL_CPU_DEVICE);
+    if (!t || accel_fill_(t, v) != ACCEL_OK) return NAN;
+    accel_tensor *r = accel_accelerator_reduce(acc, t, reduction, 1.0);
+    return r ? accel_item(r) : NAN;
 }
 
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t, int dim,

@@ -114,6 +114,28 @@ typedef struct accel_k_mask_scale {
     float scale;
 } accel_k_mask_scale;
 
+/* ---------------------------------------------------------------- metrics */
+
+typedef enum accel__cmpop { ACCEL_C_EQ, ACCEL_C_NE, ACCEL_C_LT, ACCEL_C_LE, ACCEL_C_GT, ACCEL_C_GE } accel__cmpop;
+
+/* out (bool, contiguous) = a op b with a and b broadcast to out's shape (any
+ * dtypes and strides). b NULL compares with `scalar` instead. Both sides are
+ * first rounded to `dt` (the promoted dtype, as PyTorch compares): integer
+ * dt compares as int64, float dt as doubles (NaN: only NE is true). */
+typedef struct accel_k_compare {
+    ACCEL_KERNEL_TENSORS(3, *out, *a, *b);
+    accel__cmpop op;
+    accel_dtype dt;
+    double scalar;
+} accel_k_compare;
+
+/* out (contiguous) = cond ? a : b elementwise, cond (bool/u8, nonzero is
+ * true), a and b broadcast to out's shape (any dtypes and strides; values
+ * converted to out's dtype). */
+typedef struct accel_k_where {
+    ACCEL_KERNEL_TENSORS(4, *out, *cond, *a, *b);
+} accel_k_where;
+
 /* ---------------------------------------------------------------- reductions */
 
 /* out (contiguous, kept dims in order) = scale * sum of x over the dims whose
@@ -347,6 +369,8 @@ typedef struct accel_k_unscale {
     X(unary, accel_k_unary)                               \
     X(unary_grad, accel_k_unary_grad)                     \
     X(mask_scale, accel_k_mask_scale)                     \
+    X(compare, accel_k_compare)                           \
+    X(where, accel_k_where)                               \
     X(sum, accel_k_sum)                                   \
     X(max, accel_k_max)                                   \
     X(max_backward, accel_k_max_backward)                 \

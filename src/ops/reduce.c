@@ -1,4 +1,4 @@
-/* Reductions: sum/mean over dims, max over a dim, and sum-to-shape for
+/* Reductions: sum/mean over dims, max and argmax over a dim, and sum-to-shape for
  * broadcast gradients. */
 #include <string.h>
 
@@ -103,12 +103,15 @@ static accel_status max_backward(accel_node *n, accel_tensor *g) {
     return st == ACCEL_OK ? accel_grad_accumulate(x, gx) : st;
 }
 
-accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **indices) {
+/* The max of a over dim and its indices (*indices, i64): the body of max
+ * (which records its gradient) and argmax (which does not). */
+static accel_tensor *max_over_dim(const char *op, accel_tensor *a, int dim, bool keepdim, accel_tensor **indices,
+                                  bool differentiable) {
     if (indices) *indices = NULL;
     accel_device dev;
-    if (!accel__op_begin("accel_max", 1, &a, &dev)) return NULL;
+    if (!accel__op_begin(op, 1, &a, &dev)) return NULL;
     int d;
-    if (!accel__norm_dim("accel_max", dim, a->ndim, &d)) return NULL;
+    if (!accel__norm_dim(op, dim, a->ndim, &d)) return NULL;
     if (a->ndim == 0) { /* a scalar is its own max, at index 0 */
         a = accel_reshape(a, 1, (const int64_t[]){1});
         if (!a) return NULL;
@@ -116,7 +119,7 @@ accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **i
     }
     if (a->shape[d] == 0) {
         char b[96];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_max: cannot reduce dim %d of size 0 (shape %s)", d,
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: cannot reduce dim %d of size 0 (shape %s)", op, d,
                         accel_shape_str(a, b, sizeof b));
         return NULL;
     }
@@ -128,8 +131,8 @@ accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **i
     if (indices) *indices = idx;
     if (dev.type == ACCEL_DEV_META) return out;
     accel_k_max k = {.values = out, .indices = idx, .x = a, .dim = d};
-    if (ACCEL_KERNEL("accel_max", dev, max, &k) != ACCEL_OK) return NULL;
-    if (accel_dtype_is_float(a->dtype)) {
+    if (ACCEL_KERNEL(op, dev, max, &k) != ACCEL_OK) return NULL;
+    if (differentiable && accel_dtype_is_float(a->dtype)) {
         accel_node *n = accel_tape_record("max", max_backward, out, 1, &a);
         if (n) {
             n->saved[0] = idx;
@@ -137,6 +140,15 @@ accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **i
         }
     }
     return out;
+}
+
+accel_tensor *accel_max(accel_tensor *a, int dim, bool keepdim, accel_tensor **indices) {
+    return max_over_dim("accel_max", a, dim, keepdim, indices, true);
+}
+
+accel_tensor *accel_argmax(accel_tensor *a, int dim, bool keepdim) {
+    accel_tensor *indices;
+    return max_over_dim("accel_argmax", a, dim, keepdim, &indices, false) ? indices : NULL;
 }
 
 /* ---------------------------------------------------------------- sum to shape */

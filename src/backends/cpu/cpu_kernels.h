@@ -52,6 +52,42 @@ void accel__broadcast_strides(const accel_tensor *t, int ndim, const int64_t *sh
 int64_t accel__layout_row_offset(const accel__layout *l, int k, int64_t r);
 int64_t accel__layout_rows(const accel__layout *l);
 
+/* Element access of the reference loops, integers kept exact (int64). */
+/* Row-major element i of an output of shape (ndim, shape) -> offset in an
+ * operand with broadcast strides. */
+static inline int64_t accel__bcast_offset(int ndim, const int64_t *shape, const int64_t *stride, int64_t i) {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        off += (i % shape[d]) * stride[d];
+        i /= shape[d];
+    }
+    return off;
+}
+
+static inline int64_t accel__load_i64(const void *p, accel_dtype dt, int64_t off) {
+    switch (dt) {
+    case ACCEL_I64: return ((const int64_t *)p)[off];
+    case ACCEL_I32: return ((const int32_t *)p)[off];
+    case ACCEL_I16: return ((const int16_t *)p)[off];
+    case ACCEL_I8: return ((const int8_t *)p)[off];
+    case ACCEL_U8: return ((const uint8_t *)p)[off];
+    case ACCEL_BOOL: return ((const uint8_t *)p)[off] != 0;
+    default: return (int64_t)accel__load_elem(p, dt, (size_t)off);
+    }
+}
+
+static inline void accel__store_i64(void *p, accel_dtype dt, int64_t off, int64_t v) {
+    switch (dt) {
+    case ACCEL_I64: ((int64_t *)p)[off] = v; break;
+    case ACCEL_I32: ((int32_t *)p)[off] = (int32_t)v; break;
+    case ACCEL_I16: ((int16_t *)p)[off] = (int16_t)v; break;
+    case ACCEL_I8: ((int8_t *)p)[off] = (int8_t)v; break;
+    case ACCEL_U8: ((uint8_t *)p)[off] = (uint8_t)v; break;
+    case ACCEL_BOOL: ((uint8_t *)p)[off] = v != 0; break;
+    default: accel__store_elem(p, dt, (size_t)off, (double)v); break;
+    }
+}
+
 /* dst = src: same dtype and shape, any strides on both sides. */
 void accel__cpu_copy(accel_tensor *dst, const accel_tensor *src);
 /* Copies src (any strides, any dtype) into the contiguous buffer dst of the

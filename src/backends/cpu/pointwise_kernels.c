@@ -54,41 +54,6 @@ void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float 
                    ib, out + r * n, n);
 }
 
-/* Row-major element i of an output of shape (ndim, shape) -> offset in an
- * operand with broadcast strides. */
-static int64_t bcast_offset(int ndim, const int64_t *shape, const int64_t *stride, int64_t i) {
-    int64_t off = 0;
-    for (int d = ndim - 1; d >= 0; d--) {
-        off += (i % shape[d]) * stride[d];
-        i /= shape[d];
-    }
-    return off;
-}
-
-static int64_t load_i64(const void *p, accel_dtype dt, int64_t off) {
-    switch (dt) {
-    case ACCEL_I64: return ((const int64_t *)p)[off];
-    case ACCEL_I32: return ((const int32_t *)p)[off];
-    case ACCEL_I16: return ((const int16_t *)p)[off];
-    case ACCEL_I8: return ((const int8_t *)p)[off];
-    case ACCEL_U8: return ((const uint8_t *)p)[off];
-    case ACCEL_BOOL: return ((const uint8_t *)p)[off] != 0;
-    default: return (int64_t)accel__load_elem(p, dt, (size_t)off);
-    }
-}
-
-static void store_i64(void *p, accel_dtype dt, int64_t off, int64_t v) {
-    switch (dt) {
-    case ACCEL_I64: ((int64_t *)p)[off] = v; break;
-    case ACCEL_I32: ((int32_t *)p)[off] = (int32_t)v; break;
-    case ACCEL_I16: ((int16_t *)p)[off] = (int16_t)v; break;
-    case ACCEL_I8: ((int8_t *)p)[off] = (int8_t)v; break;
-    case ACCEL_U8: ((uint8_t *)p)[off] = (uint8_t)v; break;
-    case ACCEL_BOOL: ((uint8_t *)p)[off] = v != 0; break;
-    default: accel__store_elem(p, dt, (size_t)off, (double)v); break;
-    }
-}
-
 /* Integer arithmetic wraps as in PyTorch (two's complement), without signed-overflow UB. */
 static int64_t int_op(accel__binop op, int64_t x, int64_t y) {
     uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
@@ -119,14 +84,14 @@ void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tenso
     accel__broadcast_strides(b, nd, out->shape, sb);
     bool is_float = accel_dtype_is_float(out->dtype);
     for (int64_t i = 0; i < n; i++) {
-        int64_t oa = bcast_offset(nd, out->shape, sa, i), ob = bcast_offset(nd, out->shape, sb, i);
+        int64_t oa = accel__bcast_offset(nd, out->shape, sa, i), ob = accel__bcast_offset(nd, out->shape, sb, i);
         if (is_float) {
             float x = (float)accel__load_elem(a->data, a->dtype, (size_t)oa);
             float y = (float)accel__load_elem(b->data, b->dtype, (size_t)ob);
             accel__store_elem(out->data, out->dtype, (size_t)i, float_op(op, x, y));
         } else {
-            store_i64(out->data, out->dtype, i,
-                      int_op(op, load_i64(a->data, a->dtype, oa), load_i64(b->data, b->dtype, ob)));
+            accel__store_i64(out->data, out->dtype, i,
+                      int_op(op, accel__load_i64(a->data, a->dtype, oa), accel__load_i64(b->data, b->dtype, ob)));
         }
     }
 }
