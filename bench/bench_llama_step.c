@@ -5,7 +5,12 @@
  *
  *     bench_llama_step [--steps N] [--warmup W] [--batch B] [--seq T]
  *                      [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]
- *                      [--threads P] [--profile]
+ *                      [--threads P] [--profile] [--mixed_precision no|bf16|fp16]
+ *
+ * The step runs through an accel_accelerator (opts.mixed_precision; the
+ * loss under its autocast, accel_accelerator_backward / optimizer_step /
+ * zero_grad), as a training script would. The first lines name the CPU, its
+ * usable ISA and the CPU kernel variant (accel_cpu_describe).
  *
  * Prints one line per timed step and a summary line
  *     impl=accel threads=P tokens_per_s=... step_ms_median=... sgemm_gflops=...
@@ -67,12 +72,17 @@ static void fail(const char *what) {
 
 int main(int argc, char **argv) {
     bench_llama_args a;
-    if (bench_llama_parse("bench_llama_step", "threads profile", argc, argv, &a)) return 2;
+    if (bench_llama_parse("bench_llama_step", "threads profile mixed_precision", argc, argv, &a)) return 2;
     int steps = a.steps, warmup = a.warmup, threads = a.threads;
     bool profile = a.profile;
     int64_t B = a.B, T = a.T, C = a.C, L = a.L, F = a.F, V = a.V;
     accel_set_num_threads(threads);
     openblas_set_num_threads(threads);
+    char cpu[512];
+    printf("%s", accel_cpu_describe(cpu, sizeof cpu));
+    accel_accelerator_opts ao = {.mixed_precision = a.mixed_precision};
+    accel_accelerator *acc = accel_accelerator_new(&ao);
+    if (!acc) fail("accel_accelerator_new");
     double peak_best, peak = sgemm_peak(2048, 1536, 512, &peak_best);
 
     accel_manual_seed(0);
@@ -85,6 +95,8 @@ int main(int argc, char **argv) {
     accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
     accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, params, &hp);
     if (!opt) fail("accel_optimizer_new_params");
+    if (accel_accelerator_prepare_model(acc, model) != ACCEL_OK) fail("accel_accelerator_prepare_model");
+    if (accel_accelerator_prepare_optimizer(acc, opt) != ACCEL_OK) fail("accel_accelerator_prepare_optimizer");
 
     /* Random ids from a fixed seed (an LCG, independent of the library RNG). */
     int64_t ishape[2] = {B, T};
@@ -113,14 +125,16 @@ int main(int argc, char **argv) {
     float loss_v = 0.0f;
     for (int it = 0; it < total; it++) {
         double c0 = bench_cpu_seconds(&flt0), t0 = accel_now_seconds();
+        accel_dtype prev = accel_accelerator_autocast_begin(acc);
         accel_tensor *loss = accel_llama_loss(model, ids);
+        accel_accelerator_autocast_end(acc, prev);
         if (!loss) fail("accel_llama_loss");
         double t1 = accel_now_seconds();
-        if (accel_backward(loss) != ACCEL_OK) fail("accel_backward");
+        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) fail("accel_accelerator_backward");
         double t2 = accel_now_seconds();
         loss_v = *(float *)loss->data;
-        if (accel_optimizer_step(opt) != ACCEL_OK) fail("accel_optimizer_step");
-        accel_optimizer_zero_grad(opt);
+        if (accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK) fail("accel_accelerator_optimizer_step");
+        if (accel_accelerator_zero_grad(acc, opt) != ACCEL_OK) fail("accel_accelerator_zero_grad");
         double t3 = accel_now_seconds();
         accel_step_reset();
         double t4 = accel_now_seconds();
@@ -144,10 +158,10 @@ int main(int argc, char **argv) {
                bench_median(t_rst + warmup, steps) * 1e3);
     printf("model params=%lld matmul_params=%lld gflop_per_step=%.1f\n", (long long)n_params,
            (long long)n_mm, flops / 1e9);
-    printf("impl=accel threads=%d tokens_per_s=%.1f step_ms_median=%.1f step_ms_min=%.1f "
+    printf("impl=accel mixed_precision=%s threads=%d tokens_per_s=%.1f step_ms_median=%.1f step_ms_min=%.1f "
            "cpu_ms_median=%.1f achieved_gflops=%.1f sgemm_gflops=%.1f sgemm_best_gflops=%.1f mfu=%.3f "
            "loss=%.4f\n",
-           threads, tokens / med, med * 1e3, tmin * 1e3, bench_median(t_cpu + warmup, steps) * 1e3, gflops, peak,
+           a.mixed_precision, threads, tokens / med, med * 1e3, tmin * 1e3, bench_median(t_cpu + warmup, steps) * 1e3, gflops, peak,
            peak_best, gflops / peak_best, loss_v);
     free(t_step);
     free(t_fwd);
@@ -158,6 +172,7 @@ int main(int argc, char **argv) {
     accel_optimizer_free(opt);
     accel_free(params);
     accel_tensor_free(ids);
+    accel_accelerator_free(acc);
     accel_module_free(model);
     return 0;
 }

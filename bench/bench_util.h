@@ -43,16 +43,17 @@ typedef struct bench_llama_args {
     int steps, warmup, threads;
     int64_t B, T, C, L, H, F, V, bucket_mb;
     bool profile, no_sync;
+    const char *mixed_precision; /* --mixed_precision no|bf16|fp16 (given to the Accelerator) */
 } bench_llama_args;
 
 /* Parses --steps --warmup --batch --seq --hidden --layers --heads --ffn
  * --vocab, plus the program's own flags named in `extra` (a subset of
- * "threads", "bucket-mb", "profile", "no-sync"). Returns 0, or 2 after
+ * "threads", "bucket-mb", "profile", "no-sync", "mixed_precision"). Returns 0, or 2 after
  * printing what is wrong. */
 static int bench_llama_parse(const char *prog, const char *extra, int argc, char **argv,
                              bench_llama_args *a) {
     *a = (bench_llama_args){.steps = 5, .warmup = 1, .threads = 2, .B = 8, .T = 256, .C = 512,
-                            .L = 8, .H = 8, .F = 1536, .V = 8192};
+                            .L = 8, .H = 8, .F = 1536, .V = 8192, .mixed_precision = "no"};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         bool own = strncmp(f, "--", 2) == 0 && strstr(extra, f + 2) != NULL;
@@ -61,6 +62,10 @@ static int bench_llama_parse(const char *prog, const char *extra, int argc, char
         if (i + 1 >= argc) {
             fprintf(stderr, "%s: %s needs a value (or is unknown)\n", prog, f);
             return 2;
+        }
+        if (own && !strcmp(f, "--mixed_precision")) {
+            a->mixed_precision = argv[++i];
+            continue;
         }
         long long x = atoll(argv[++i]);
         if (!strcmp(f, "--steps")) a->steps = (int)x;

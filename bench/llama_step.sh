@@ -7,7 +7,9 @@
 #
 # Env: BUILD_DIR (default build), THREADS (2), OUT (bench/results/llama_step.md),
 #      EXTRA (extra flags for both, e.g. "--layers 2 --seq 64" for a quick run),
-#      QUIET_WAIT (seconds to wait for an idle CPU before each run, default 120).
+#      QUIET_WAIT (seconds to wait for an idle CPU before each run, default 120),
+#      MIXED_PRECISION (no|bf16|fp16, default no: accel's Accelerator mode and
+#      torch.autocast on the PyTorch side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -16,6 +18,7 @@ THREADS=${THREADS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 OUT=${OUT:-bench/results/llama_step.md}
 EXTRA=${EXTRA:-}
+MP=${MIXED_PRECISION:-no}
 
 cmake -S . -B "$BUILD_DIR" >/dev/null
 cmake --build "$BUILD_DIR" -j2 --target bench_llama_step >/dev/null
@@ -49,18 +52,18 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "== round $r/$ROUNDS: accel (cpu idle before: $idle)" >&2
     echo "idle=$idle" > "$LOG/idle_accel.$r"
     # shellcheck disable=SC2086
-    "$BIN" --threads "$THREADS" --steps "$STEPS" --profile $EXTRA | tee "$LOG/accel.$r" >&2
+    "$BIN" --threads "$THREADS" --steps "$STEPS" --profile --mixed_precision "$MP" $EXTRA | tee "$LOG/accel.$r" >&2
     idle=$(quiet)
     echo "== round $r/$ROUNDS: pytorch (cpu idle before: $idle)" >&2
     echo "idle=$idle" > "$LOG/idle_torch.$r"
     # shellcheck disable=SC2086
-    python3 bench/llama_step_peer.py --threads "$THREADS" --steps "$STEPS" $EXTRA | tee "$LOG/torch.$r" >&2
+    python3 bench/llama_step_peer.py --threads "$THREADS" --steps "$STEPS" --mixed_precision "$MP" $EXTRA | tee "$LOG/torch.$r" >&2
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$LOG" "$ROUNDS" "$STEPS" "$THREADS" "$OUT" "$load_before" "$load_after" "$EXTRA" <<'EOF'
+python3 - "$LOG" "$ROUNDS" "$STEPS" "$THREADS" "$OUT" "$load_before" "$load_after" "$EXTRA" "$MP" <<'EOF'
 import glob, os, re, statistics, sys, datetime
-log, rounds, steps, threads, out, lb, la, extra = sys.argv[1:]
+log, rounds, steps, threads, out, lb, la, extra, mp = sys.argv[1:]
 
 def kv(path, key):
     for line in open(path):
@@ -89,8 +92,12 @@ tv = __import__("torch").__version__
 row = lambda name, ms: (f"| {name} | {ms:.0f} | {B_T / (ms / 1e3):.0f} | {gflop / (ms / 1e3):.1f} | "
                         f"{gflop / (ms / 1e3) / peak:.2f} | {gflop / (ms / 1e3) / 180.0:.2f} |")
 cfg = extra.strip() or "hidden 512, 8 layers, 8 heads, ffn 1536, vocab 8192, batch 8 x seq 256"
+cpu = [l.strip() for l in open(files("accel")[0]) if l.startswith(("CPU:", "ISA:", "CPU kernels:"))]
+mode = "f32" if mp == "no" else f"mixed_precision {mp} (PyTorch: torch.autocast cpu {mp})"
 lines = [
-    "# Llama training step: accel vs PyTorch eager (f32)",
+    f"# Llama training step: accel vs PyTorch eager ({mode})",
+    "",
+    "; ".join(cpu),
     "",
     f"Config: {cfg}; forward + backward + AdamW (lr 1e-4, wd 0.01) + zero_grad, "
     f"{threads} threads each (OMP_NUM_THREADS={threads}, torch.set_num_threads({threads})). "

@@ -4,6 +4,10 @@
 Prints one line per measured step and a final summary line:
     peer=pytorch tokens_per_s=... step_ms_median=...
 Usage: python3 bench/llama_step_peer.py --threads 2 --steps 5 [--batch 8 --seq 256]
+    [--mixed_precision no|bf16|fp16] [--compile]
+--mixed_precision bf16|fp16 runs forward and loss under torch.autocast("cpu",
+dtype) (f32 master weights, as Accelerate does); --compile runs
+torch.compile(model) (its compilation happens in the warm-up steps).
 With --ddp it runs under `accel launch`/torchrun env as PyTorch + Accelerate (gloo).
 """
 import argparse
@@ -29,7 +33,10 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--accelerate", action="store_true",
                     help="wrap with accelerate.Accelerator (gloo DDP under a launcher)")
+    ap.add_argument("--mixed_precision", choices=["no", "bf16", "fp16"], default="no")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = ap.parse_args()
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -39,6 +46,8 @@ def main():
                       max_position_embeddings=args.seq, attn_implementation="sdpa")
     model = LlamaForCausalLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    if args.compile:
+        model = torch.compile(model)
     accelerator = None
     if args.accelerate:
         from accelerate import Accelerator
@@ -56,7 +65,8 @@ def main():
     times, cpus = [], []  # wall and process CPU (all threads) seconds per step
     for step in range(args.warmup + args.steps):
         t0, c0 = time.perf_counter(), time.process_time()
-        out = model(input_ids=ids, labels=ids)
+        with torch.autocast("cpu", dtype=amp_dtype, enabled=amp_dtype is not None):
+            out = model(input_ids=ids, labels=ids)
         if accelerator is not None:
             accelerator.backward(out.loss)
         else:
@@ -73,6 +83,7 @@ def main():
     if rank == 0:
         tok = args.batch * args.seq * world / med
         print(f"peer=pytorch{'+accelerate' if args.accelerate else ''} world={world} "
+              f"mixed_precision={args.mixed_precision} compile={int(args.compile)} "
               f"threads={args.threads} tokens_per_s={tok:.1f} step_ms_median={med * 1e3:.1f} "
               f"cpu_ms_median={statistics.median(cpus) * 1e3:.1f} "
               f"loss={out.loss.item():.4f}", flush=True)

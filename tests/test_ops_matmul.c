@@ -248,6 +248,35 @@ static void test_autocast_and_low_precision(void) {
     accel_step_reset();
 }
 
+/* Step-arena bytes a linear + matmul backward (x [64, 512], W [512, 512], f32
+ * leaves) allocates when the forward ran under autocast dtype ac. */
+static size_t backward_arena_bytes(accel_dtype ac) {
+    accel_tensor *w = gc_randn(11, ACCEL_SHAPE(512, 512)), *x = gc_randn(12, ACCEL_SHAPE(64, 512));
+    accel_dtype prev = accel_autocast_begin(ac);
+    accel_tensor *y = accel_linear(x, w, NULL);
+    accel_tensor *m = accel_matmul(x, accel_transpose(w, 0, 1));
+    accel_autocast_end(prev);
+    CHECK(y && m && y->dtype == ac && m->dtype == ac);
+    accel_tensor *loss = accel_sum_all(accel_add(y, m));
+    size_t used = accel_arena_used(accel_step_arena());
+    CHECK(accel_backward(loss) == ACCEL_OK && w->grad && x->grad);
+    size_t bytes = accel_arena_used(accel_step_arena()) - used;
+    accel_tensor_free(w);
+    accel_tensor_free(x);
+    accel_step_reset();
+    return bytes;
+}
+
+/* The CPU GEMM multiplies in f32, so under bf16 autocast the operands are
+ * made once, in forward, as f32 of the rounded values: the backward GEMMs
+ * convert no panel (1 MiB for W) and allocate what an f32 backward does. */
+static void test_autocast_cpu_backward_converts_nothing(void) {
+    if (accel_default_device().type != ACCEL_DEV_CPU) return; /* other devices keep bf16 operands */
+    accel_step_reset();
+    size_t f32 = backward_arena_bytes(ACCEL_F32), bf16 = backward_arena_bytes(ACCEL_BF16);
+    CHECK(bf16 < f32 + 64 * 1024);
+}
+
 static void test_errors_and_meta(void) {
     accel_clear_error();
     accel_tensor *a = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3)), *b = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 5));
@@ -290,6 +319,7 @@ int main(void) {
     RUN(test_linear_gradcheck);
     RUN(test_linear_vs_torch);
     RUN(test_autocast_and_low_precision);
+    RUN(test_autocast_cpu_backward_converts_nothing);
     RUN(test_errors_and_meta);
     accel_thread_cleanup();
     return check_summary();

@@ -68,9 +68,24 @@ int accel__mm_dtype(const char *op, int n, accel_tensor *const *in) {
     return ac != ACCEL_F32 ? (int)ac : (int)dt;
 }
 
-accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
-    if (accel_autocast_dtype() == ACCEL_F32 || t->dtype == dt) return accel__contig(t);
+/* t converted to dtype dt (step arena). */
+static accel_tensor *converted(accel_tensor *t, accel_dtype dt) {
     accel_tensor *c = accel_empty_on(dt, t->ndim, t->shape, t->device);
     if (c && accel_copy_(c, t) != ACCEL_OK) return NULL;
     return c;
+}
+
+accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
+    if (accel_autocast_dtype() == ACCEL_F32) return accel__contig(t);
+    /* The CPU GEMM multiplies in f32 (it has no bf16/f16 kernel and would
+     * convert a low-precision operand to an f32 panel at every call: once
+     * in forward, again in each backward GEMM that reads the saved operand).
+     * So on the CPU the operand is made once, as f32 holding the values
+     * rounded to dt (what torch.autocast multiplies), and forward and
+     * backward run sgemm on it without conversions. */
+    if (t->device.type == ACCEL_DEV_CPU) {
+        accel_tensor *r = t->dtype == dt ? t : converted(t, dt);
+        return r ? converted(r, ACCEL_F32) : NULL;
+    }
+    return t->dtype == dt ? accel__contig(t) : converted(t, dt);
 }
