@@ -92,7 +92,7 @@ accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel
     return g ? first_rows(g, metrics_remainder(acc)) : NULL;
 }
 
-/* Gathers the contiguous cpu tensors c[0..n) with one all-gather of their
+/* Gathers the contiguous tensors c[0..n) with one all-gather of their
  * bytes packed back to back, then unpacks rank r's part of tensor i into
  * rows r * d0 .. (r + 1) * d0 of outs[i]. */
 static accel_status gather_packed(accel_accelerator *acc, int n, accel_tensor *const *c, accel_tensor **outs) {
@@ -102,10 +102,12 @@ static accel_status gather_packed(accel_accelerator *acc, int n, accel_tensor *c
     uint8_t *send = accel_arena_alloc(arena, total ? total : 1, 64);
     uint8_t *recv = accel_arena_alloc(arena, (size_t)acc->world * total + 1, 64);
     if (!send || !recv) return accel_last_status();
-    for (size_t i = 0, off = 0; i < (size_t)n; off += accel_nbytes(c[i]), i++)
-        memcpy(send + off, c[i]->data, accel_nbytes(c[i]));
+    accel_status st = ACCEL_OK;
+    for (size_t i = 0, off = 0; i < (size_t)n && !st; off += accel_nbytes(c[i]), i++)
+        st = accel__tensor_read_bytes(c[i], 0, send + off, accel_nbytes(c[i]));
+    if (st) return st;
     accel_dist_set_op_label("gather_for_metrics");
-    accel_status st = accel_pg_all_gather(acc->pg, send, recv, total, ACCEL_U8);
+    st = accel_pg_all_gather(acc->pg, send, recv, total, ACCEL_U8);
     accel_dist_set_op_label(NULL);
     if (st) return st;
     for (size_t i = 0, off = 0; i < (size_t)n; off += accel_nbytes(c[i]), i++) {
@@ -115,8 +117,9 @@ static accel_status gather_packed(accel_accelerator *acc, int n, accel_tensor *c
         outs[i] = accel_empty_on(c[i]->dtype, c[i]->ndim, shape, ACCEL_CPU_DEVICE);
         if (!outs[i]) return accel_last_status();
         size_t nb = accel_nbytes(c[i]);
-        for (int r = 0; r < acc->world; r++)
-            memcpy((uint8_t *)outs[i]->data + (size_t)r * nb, recv + (size_t)r * total + off, nb);
+        for (int r = 0; r < acc->world && !st; r++)
+            st = accel__tensor_write_bytes(outs[i], (size_t)r * nb, recv + (size_t)r * total + off, nb);
+        if (st) return st;
     }
     return ACCEL_OK;
 }
