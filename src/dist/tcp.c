@@ -496,10 +496,14 @@ static accel_status check_notices(accel_pg *pg, tcp_state *s) {
 
 /* A peer hung up or reset: unless a notice already names the real culprit
  * (the peer may only have closed after its own failure), blame the peer and
- * tell the others. */
+ * tell the others. A peer that failed sent its notice before closing, but
+ * the gatekeeper thread must still be scheduled to pass it on: on a loaded
+ * machine that took more than 50 ms (a mismatch then read as a death), so
+ * it gets PEER_NOTICE_GRACE_MS. */
+#define PEER_NOTICE_GRACE_MS 500
 static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
     struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
-    if (poll(&pf, 1, 50) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
+    if (poll(&pf, 1, PEER_NOTICE_GRACE_MS) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
     char last[128];
     accel__site_describe(&s->peer_site[peer], last, sizeof last);
     accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d closed its connection (%s: the process died or exited; "
