@@ -314,13 +314,32 @@ static accel_status retarget(accel_accelerator *acc, accel_optimizer *opt, const
     return st;
 }
 
+/* The optimizer's state with every tensor copied to host memory of its own:
+ * the listing's views die when retarget replaces the state buffers. */
+static int state_snapshot(accel_optimizer *opt, accel_named_state **out) {
+    int n = accel_optimizer_state(opt, out);
+    for (int e = 0; e < n; e++) {
+        accel_named_state *s = &(*out)[e];
+        if (!s->t) continue;
+        accel_tensor *copy = accel_tensor_clone_persistent(s->t, ACCEL_CPU_DEVICE);
+        if (!copy) {
+            accel_named_state_free(*out, n);
+            *out = NULL;
+            return -1;
+        }
+        accel_tensor_free(s->t);
+        s->t = copy;
+    }
+    return n;
+}
+
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = accel_calloc(1, sizeof *z);
     if (!z) return accel_last_status();
     accel_status st = plan(acc, opt, z);
     accel_named_state *prior = NULL;
-    int n_prior = st ? -1 : accel_optimizer_state(opt, &prior);
+    int n_prior = st ? -1 : state_snapshot(opt, &prior);
     if (!st && n_prior < 0) st = accel_last_status();
     if (!st) st = retarget(acc, opt, z);
     if (!st) {
