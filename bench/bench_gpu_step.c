@@ -112,9 +112,12 @@ int main(int argc, char **argv) {
     int total = a.warmup + a.steps;
     double *t_step = calloc((size_t)total, sizeof(double));
     if (!t_step) fail("calloc");
+    double *t_cpu = calloc((size_t)total, sizeof(double));
+    if (!t_cpu) fail("calloc");
     double loss_v = 0.0;
+    long faults0, faults1;
     for (int it = 0; it < total; it++) {
-        double t0 = accel_now_seconds();
+        double c0 = bench_cpu_seconds(&faults0), t0 = accel_now_seconds();
         accel_dtype prev = accel_accelerator_autocast_begin(acc);
         accel_tensor *loss = accel_llama_loss(model, ids);
         accel_accelerator_autocast_end(acc, prev);
@@ -126,15 +129,19 @@ int main(int argc, char **argv) {
         if (accel_device_synchronize(dev) != ACCEL_OK) fail("synchronize");
         accel_step_reset();
         t_step[it] = accel_now_seconds() - t0;
-        printf("step %d%s: %.1f ms loss %.4f\n", it, it < a.warmup ? " (warm-up)" : "", t_step[it] * 1e3, loss_v);
+        t_cpu[it] = bench_cpu_seconds(&faults1) - c0; /* host time: launch and framework overhead */
+        printf("step %d%s: %.1f ms (host cpu %.1f ms, %ld page faults) loss %.4f\n", it, it < a.warmup ? " (warm-up)" : "",
+               t_step[it] * 1e3, t_cpu[it] * 1e3, faults1 - faults0, loss_v);
         fflush(stdout);
     }
     double med = bench_median(t_step + a.warmup, a.steps), achieved = flops / med / 1e12;
     printf("model matmul_params=%lld tflop_per_step=%.3f\n", (long long)n_mm, flops / 1e12);
-    printf("impl=accel device=%s mixed_precision=%s tokens_per_s=%.1f step_ms_median=%.2f gemm_peak_tflops=%.2f "
-           "achieved_tflops=%.2f mfu=%.3f loss=%.4f\n",
-           dname, a.mixed_precision, tokens / med, med * 1e3, peak, achieved, achieved / peak, loss_v);
+    printf("impl=accel device=%s mixed_precision=%s tokens_per_s=%.1f step_ms_median=%.2f cpu_ms_median=%.2f "
+           "gemm_peak_tflops=%.2f achieved_tflops=%.2f mfu=%.3f loss=%.4f\n",
+           dname, a.mixed_precision, tokens / med, med * 1e3, bench_median(t_cpu + a.warmup, a.steps) * 1e3, peak,
+           achieved, achieved / peak, loss_v);
     free(t_step);
+    free(t_cpu);
     accel_optimizer_free(opt);
     accel_free(params);
     accel_tensor_free(ids);

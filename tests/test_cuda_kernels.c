@@ -15,6 +15,7 @@
  * and exits with 77, which ctest reports as skipped. */
 #include <stdint.h>
 
+#include "accel/bigmodel.h"
 #include "accel/core.h"
 #include "backends/backend.h"
 #include "check.h"
@@ -824,6 +825,25 @@ static void test_fp8(void) {
 }
 #endif
 
+/* Device maps' default budgets: each GPU's free memory from the driver, then
+ * the cpu (accelerate.md 7.3). */
+static void test_max_memory(void) {
+    if (g_dev.type != ACCEL_DEV_CUDA) return;
+    int n = accel_device_count(ACCEL_DEV_CUDA);
+    accel_max_memory mm;
+    CHECK(accel_get_max_memory(NULL, &mm) == ACCEL_OK);
+    CHECK(mm.n == (n < ACCEL_MAX_MEMORY_DEVICES - 1 ? n : ACCEL_MAX_MEMORY_DEVICES - 1) + 1);
+    for (int i = 0; i < mm.n - 1; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        size_t fr = 0, tot = 0;
+        CHECK(accel_device_mem_info((accel_device){ACCEL_DEV_CUDA, i}, &fr, &tot) == ACCEL_OK);
+        CHECK_MSG(!strcmp(mm.e[i].device, key) && mm.e[i].bytes > 0 && (size_t)mm.e[i].bytes <= tot,
+                  "budget %d: %s = %lld of %zu", i, mm.e[i].device, (long long)mm.e[i].bytes, tot);
+    }
+    CHECK(!strcmp(mm.e[mm.n - 1].device, "cpu"));
+}
+
 /* Every entry of the table has a CUDA kernel; one added to the table later
  * without its kernel is listed and fails here (the hostless device has all). */
 static void test_missing_reported(void) {
@@ -873,6 +893,7 @@ int main(void) {
 #ifdef ACCEL_HAVE_CUDA
     RUN(test_fp8);
 #endif
+    RUN(test_max_memory);
     RUN(test_missing_reported);
     return check_summary();
 }

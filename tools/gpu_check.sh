@@ -176,8 +176,8 @@ bench() {
     {
         echo "# Llama training step, bf16, accel vs PyTorch on $device ($(date -u +%Y-%m-%dT%H:%MZ))"
         echo
-        echo "tools/gpu_check.sh; MFU against each process's own bf16 GEMM peak (${peak}^3: cuBLASLt through"
-        echo "accel's backend table, torch.matmul for PyTorch); FLOPs as bench_llama_step counts them."
+        echo "tools/gpu_check.sh; MFU against each process's own bf16 GEMM peak (${peak}^3: the backend table's gemm (cuBLASLt on cuda)"
+        echo "for accel, torch.matmul for PyTorch); FLOPs as bench_llama_step counts them."
         echo
         echo '| impl | config | tokens/s | step ms (median) | achieved TFLOP/s | GEMM peak TFLOP/s | MFU |'
         echo '|---|---|---|---|---|---|---|'
