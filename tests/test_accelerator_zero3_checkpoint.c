@@ -12,6 +12,7 @@
  *     another resumes on M != N (resharding at load): losses and final weights
  *     equal the uninterrupted run within tolerance.
  * Prints "zero3 checkpoint world=N" for the launcher tests to match. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,6 +262,27 @@ static void expect_load_error(const char *dir, const char *what) {
     if (R == 0) CHECK_STR_CONTAINS(accel_last_error(), what);
 }
 
+/* merge-weights reads no marker: the sharded reader itself names the missing
+ * file, and the unit whose range no file holds. */
+static void expect_merge_errors(const char *broken) {
+    char sub[700], out[700];
+    int n = 0;
+    snprintf(sub, sizeof sub, "%s/pytorch_model_fsdp_0", broken);
+    path_of(out, sizeof out, "merged_broken");
+    CHECK(mkdir(out, 0755) == 0);
+    CHECK(accel__zero3_merge(sub, out, &n) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "shard_0.safetensors is missing (it holds unit 0's range [0, ");
+    char index[800];
+    snprintf(index, sizeof index, "%s/sharded_index.json", sub);
+    json_t *ix = json_load_file(index, 0, NULL);
+    CHECK(ix && json_array_clear(json_object_get(json_array_get(json_object_get(ix, "files"), 0), "ranges")) == 0);
+    CHECK(json_dump_file(ix, index, 0) == 0);
+    json_decref(ix);
+    CHECK(accel__zero3_merge(sub, out, &n) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "(parameter 0.weight) are in none of its files or in several: the index "
+                                           "does not cover the model");
+}
+
 static void test_bad_checkpoints(void) {
     char ckpt[600], broken[600], cmd[4096];
     path_of(ckpt, sizeof ckpt, "small_ckpt");
@@ -283,6 +305,17 @@ static void test_bad_checkpoints(void) {
     r = start(false, 5, 17);
     expect_load_error(ckpt, "parameter 0.weight has shape [33, 8] there, [17, 8] in this model");
     finish(&r);
+    /* a model that is not sharded (DDP) is told what to do */
+    accel_accelerator_opts ddp_opts = accel_accelerator_opts_default();
+    ddp_opts.zero_stage = -1;
+    accel_accelerator *ddp = accel_accelerator_new(&ddp_opts);
+    accel_module *plain = mlp(5, 33);
+    CHECK(ddp && accel_accelerator_prepare_model(ddp, plain) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(ddp, ckpt, NULL) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "as a SHARDED_STATE_DICT");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel merge-weights");
+    accel_accelerator_free(ddp);
+    accel_module_free(plain);
     /* a missing rank file: the marker names it */
     if (R == 0) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && rm '%s/pytorch_model_fsdp_0/shard_0.safetensors'",
@@ -293,6 +326,7 @@ static void test_bad_checkpoints(void) {
     r = start(false, 5, 33);
     expect_load_error(broken, "pytorch_model_fsdp_0/shard_0.safetensors is missing");
     finish(&r);
+    if (R == 0) expect_merge_errors(broken);
 }
 
 /* ---------------------------------------------------------------- across world sizes */

@@ -238,6 +238,8 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
  * consolidated file is then loaded as under stage 2. */
 accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir);
 accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
+/* An error naming what to do when dir holds model i sharded (a model that is not stage 3 is loading it). */
+accel_status accel__zero3_refuse_sharded(const char *dir, int i);
 /* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
  * shards + index) written by rank 0, gathered one unit at a time. */
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,

@@ -685,8 +685,8 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     accel_progress *bar = files_bar(acc, "load_state");
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
-        s = acc->models[i].zero_stage == 3 ? accel__zero3_load_model_state(acc, i, dir)
-                                           : load_model_file(path, acc->models[i].m);
+        if (acc->models[i].zero_stage == 3) s = accel__zero3_load_model_state(acc, i, dir);
+        else if (!(s = accel__zero3_refuse_sharded(dir, i))) s = load_model_file(path, acc->models[i].m);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {

@@ -776,6 +776,15 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
     return st;
 }
 
+accel_status accel__zero3_refuse_sharded(const char *dir, int i) {
+    char sub[PATHN + 64];
+    model_subdir(sub, sizeof sub, dir, i);
+    if (!accel__is_dir(sub)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s holds model %d as a SHARDED_STATE_DICT (%s, from ZeRO-3 "
+                           "/ FULL_SHARD): load it with ZeRO stage 3, or merge it into a model with `accel "
+                           "merge-weights %s OUTPUT`", dir, i, sub, dir);
+}
+
 typedef struct optim_index {
     json_t *root;
     const char *model;

@@ -284,9 +284,10 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage);
     if (st) return st;
     c->stage = stage;
-    /* Stages 0-2 always write the full model and consolidated optimizer state. */
+    /* Stages 1-2 write the full model and consolidated optimizer state, not
+     * the shards asked for (stage 0 has nothing sharded). */
     const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE");
-    if (stage != 3 && sdt && !strcasecmp(sdt, "SHARDED_STATE_DICT"))
+    if ((stage == 1 || stage == 2) && sdt && !strcasecmp(sdt, "SHARDED_STATE_DICT"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=SHARDED_STATE_DICT shards the "
                                "checkpoints of FULL_SHARD (ZeRO stage 3); this run is stage %d, whose checkpoints "
                                "hold the full model: use FULL_STATE_DICT", stage);
