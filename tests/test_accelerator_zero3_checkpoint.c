@@ -247,6 +247,8 @@ static void test_save_model_equals_ddp(void) {
         CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
         CHECK_MSG(accel__zero3_merge(sub, merged, &n) == ACCEL_OK, "%s", accel_last_error());
         CHECK_MSG(dirs_equal(merged, ddp), "merge-weights of %s differs from DDP's save_model", ckpt);
+        CHECK(accel__zero3_remove_sharded(sub) == ACCEL_OK); /* --remove_checkpoint_dir */
+        CHECK_MSG(access(sub, F_OK) != 0, "%s is still there", sub);
     }
     accel_optimizer_free(r.o);
     accel_module_free(r.m);
