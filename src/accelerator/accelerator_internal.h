@@ -203,6 +203,10 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
 /* Refuses what stage 3 does not implement yet (checkpoints), naming fn. */
 accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn);
+/* Every rank's status becomes the worst one (one all-reduce; `mine` as is on
+ * one process): a rank whose own part succeeded gets ACCEL_ERR_IO "<op>:
+ * another rank failed to write its state". Collective. */
+accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op);
 
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").
  * The group reads host memory, so a buffer on a device that is not
