@@ -305,29 +305,37 @@ static char *archive_name(const char *path) {
 
 static accel_status zip_sink(void *z, const void *p, size_t n) { return accel__zip_write(z, p, n); }
 
+/* A small record "<archive>/<rec>". */
+static accel_status record(accel__zip *z, const char *arch, const char *rec, const void *bytes, size_t len) {
+    char name[4200];
+    snprintf(name, sizeof name, "%s/%s", arch, rec);
+    return accel__zip_record(z, name, bytes, len);
+}
+
+/* Storage k's record "<archive>/data/<k>", streamed from its tensor. */
+static accel_status storage_record(accel__zip *z, const char *arch, int k, const accel_tensor *t) {
+    char name[4200];
+    snprintf(name, sizeof name, "%s/data/%d", arch, k);
+    accel_status st = accel__zip_begin(z, name, accel_nbytes(t));
+    if (!st) st = accel__tensor_stream(t, zip_sink, z, "accel_torch_save");
+    return st ? st : accel__zip_end(z);
+}
+
+/* The records in torch's order. */
 static accel_status write_records(accel__zip *z, const char *arch, const pickler *pk, int n_storages,
                                   accel_tensor *const *tensors, const int *first, const char *path) {
-    char name[4200];
-#define RECORD(rec, bytes, len) \
-    (snprintf(name, sizeof name, "%s/%s", arch, rec), accel__zip_record(z, name, bytes, len))
-    accel_status st = RECORD("data.pkl", pk->buf, pk->len);
-    if (!st) st = RECORD(".format_version", "1", 1);
-    if (!st) st = RECORD(".storage_alignment", "64", 2);
-    if (!st) st = RECORD("byteorder", "little", 6);
+    accel_status st = record(z, arch, "data.pkl", pk->buf, pk->len);
+    if (!st) st = record(z, arch, ".format_version", "1", 1);
+    if (!st) st = record(z, arch, ".storage_alignment", "64", 2);
+    if (!st) st = record(z, arch, "byteorder", "little", 6);
     const char *base = strrchr(path, '/');
     char desc[96];
     snprintf(desc, sizeof desc, "Writing %s", base ? base + 1 : path);
     accel_progress *bar = accel_progress_new(n_storages, &(accel_progress_opts){.desc = desc, .unit = "tensor", .delay = 1});
-    for (int k = 0; k < n_storages && !st; k++, accel_progress_update(bar, 1)) {
-        snprintf(name, sizeof name, "%s/data/%d", arch, k);
-        st = accel__zip_begin(z, name, accel_nbytes(tensors[first[k]]));
-        if (!st) st = accel__tensor_stream(tensors[first[k]], zip_sink, z, "accel_torch_save");
-        if (!st) st = accel__zip_end(z);
-    }
+    for (int k = 0; k < n_storages && !st; k++, accel_progress_update(bar, 1))
+        st = storage_record(z, arch, k, tensors[first[k]]);
     accel_progress_close(bar);
-    if (!st) st = RECORD("version", "3\n", 2);
-#undef RECORD
-    return st;
+    return st ? st : record(z, arch, "version", "3\n", 2);
 }
 
 accel_status accel_torch_save(const char *path, int n, const char *const *names, accel_tensor *const *tensors) {
