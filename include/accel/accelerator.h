@@ -350,8 +350,9 @@ typedef struct accel_save_model_opts {
  * parents), in shards of at most max_shard_size + an index when there are
  * several (io.h accel_save_sharded_as), stale shards of that format removed;
  * main process only, every rank returns the same status. A prepared model
- * saves its full weights under the HF names (DDP, mixed precision, ZeRO 1/2);
- * ZeRO-3 is refused. NULL opts = defaults. */
+ * saves its full weights under the HF names (DDP, mixed precision, ZeRO 1/2;
+ * ZeRO-3 gathers them unit by unit into safetensors, every rank joining, and
+ * refuses no_safe_serialization). NULL opts = defaults. */
 accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
                                                const accel_save_model_opts *opts);
 /* save_model with max_shard_size only ("10GB", "500MB", NULL = "10GB"), safetensors. */

@@ -197,18 +197,26 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
                                                const accel_save_model_opts *opts) {
     if (accel__acc_null(acc, "accel_accelerator_save_model")) return accel_last_status();
     if (!model || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_model: NULL argument");
-    if (accel__zero3_refuse(acc, "accel_accelerator_save_model")) return accel_last_status();
     accel_save_model_opts o = opts ? *opts : (accel_save_model_opts){0};
     int64_t max = 0;
     accel_status st = shard_bytes(&o, &max);
+    accel__model *pm = accel__find_model(acc, model);
+    bool zero3 = pm && pm->zero_stage == 3;
+    if (!st && zero3 && o.no_safe_serialization)
+        st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: safe_serialization=False of a "
+                                                    "ZeRO-3 model is not written yet: save safetensors");
     if (!st && acc->rank == 0) {
         struct stat sb;
         if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
             st = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
                                                "directory, not a file", dir);
-        else if (!(st = accel__mkdirs(dir)))
-            st = write_model(model, dir, max, o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH
-                                                                      : ACCEL_WEIGHTS_SAFETENSORS);
+        else st = accel__mkdirs(dir);
+    }
+    if (zero3) { /* the real weights, gathered unit by unit (collective: every rank joins) */
+        accel_status gathered = accel__zero3_save_model(acc, pm, dir, max, st != ACCEL_OK);
+        if (!st) st = gathered;
+    } else if (!st && acc->rank == 0) {
+        st = write_model(model, dir, max, o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS);
     }
     return accel__ranks_agree(acc, st, "accel_accelerator_save_model");
 }
