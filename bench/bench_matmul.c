@@ -111,11 +111,14 @@ static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece
     return 2.0 * (double)g->M * (double)g->N * (double)g->K / median(t, reps) * 1e-9;
 }
 
-/* "218.4 (brg:avx2)", or "-" when oneDNN is not built in. */
+/* "218.4 (brg:avx2)"; "-" when oneDNN is not built in; a dtype oneDNN has
+ * no matmul for on this CPU ran as f32 (ACCEL_GEMM=dnnl widens it). */
 static void dnnl_cell(double gflops, accel_dtype dt, const piece_gemm *g, char *out, size_t n) {
     const char *impl = gflops > 0 ? accel__dnnl_impl(dt, g->ta, g->tb, g->M, g->N, g->K) : NULL;
-    if (gflops > 0) snprintf(out, n, "%.1f (%s)", gflops, impl ? impl : "?");
+    if (gflops > 0 && impl) snprintf(out, n, "%.1f (%s)", gflops, impl);
+    else if (gflops > 0) snprintf(out, n, "%.1f (as f32: no %s matmul here)", gflops, accel_dtype_name(dt));
     else snprintf(out, n, "-");
+    accel_clear_error();
 }
 
 static void provider_table(FILE *md, int reps, int64_t R, const char *const *names, const int64_t (*dims)[2],
