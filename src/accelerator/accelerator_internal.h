@@ -205,24 +205,29 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
 accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn);
 
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").
- * The group reads host memory, so a buffer on a device that is not
- * host-addressable goes through a host copy; on the cpu no copy is made. */
+ * The group reads host memory, so a tensor on a device that is not
+ * host-addressable goes through a host copy; on the cpu no copy is made.
+ * Tensors are contiguous. */
 bool accel__needs_staging(accel_device dev);
-/* p itself on a host-addressable device; else a host copy of its bytes, in
- * `scratch` when given (e.g. a shared-memory buffer), else a new accel_malloc
- * buffer. NULL + error when the copy fails. */
-void *accel__stage_to_host(accel_device dev, const void *p, size_t bytes, void *scratch);
-/* Ends a staging: copies host back into p when write_back, frees host when
- * owned (a buffer accel__stage_to_host allocated). No-op when host == p. */
-accel_status accel__stage_to_device(accel_device dev, void *p, void *host, size_t bytes, bool write_back,
-                                    bool owned);
-/* The group's collectives on a buffer of dev (staged when dev needs it). */
-accel_status accel__staged_broadcast(accel_pg *pg, accel_device dev, void *p, size_t count, accel_dtype dt,
-                                     int root);
-accel_status accel__staged_all_reduce(accel_pg *pg, accel_device dev, void *p, size_t count, accel_dtype dt,
-                                      accel_reduce_op op);
-accel_status accel__staged_all_gather(accel_pg *pg, accel_device dev, const void *send, void *recv, size_t count,
-                                      accel_dtype dt, int world);
+/* The host bytes the group reads and writes for t: t's own memory on a
+ * host-addressable device; else `scratch` when given (e.g. a shared-memory
+ * buffer) or a new accel_malloc buffer, holding t's bytes when `fill` (an
+ * output skips the copy). NULL + error when the copy fails. */
+void *accel__stage_to_host(const accel_tensor *t, void *scratch, bool fill);
+/* Ends the staging of t in `host` after a collective that returned st: on a
+ * staged device, host's bytes go back into t when st is ACCEL_OK and
+ * write_back, and host is freed when owned (stage_to_host allocated it: no
+ * scratch). Returns st, else the copy's status. */
+accel_status accel__stage_end(accel_tensor *t, void *host, accel_status st, bool write_back, bool owned);
+/* The group's collectives on tensors of any device (staged when it needs it).
+ * all_gather: recv holds world x numel(send) elements (send may lie in it). */
+accel_status accel__staged_broadcast(accel_pg *pg, accel_tensor *t, int root);
+accel_status accel__staged_all_reduce(accel_pg *pg, accel_tensor *t, accel_reduce_op op);
+accel_status accel__staged_all_gather(accel_pg *pg, const accel_tensor *send, accel_tensor *recv);
+/* A 1-d header (on the caller's stack, in *h) over elements [off, off + n) of
+ * the flat buffer memory `base` (b->params or b->grads, device pointers of
+ * b->device); returns h. */
+accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n);
 
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);

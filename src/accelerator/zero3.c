@@ -560,7 +560,7 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
 }
 
 bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
-    const float *p = leaf->data, *base = full_params(pm);
+    const float *p = accel__device_ptr(leaf), *base = full_params(pm);
     if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
     int64_t pos = p - base;
     for (int k = pm->n_units - 1; k >= 0; k--) {
