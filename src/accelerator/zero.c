@@ -375,43 +375,66 @@ static long state_index(const char *name, const char **rest) {
     return i;
 }
 
+int accel__zero_kinds(accel_accelerator *acc, int i) { return max_kinds(acc->opts[i]); }
+
+const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k) { return kind_name(acc->opts[i], k); }
+
+accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->zopts[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    int64_t shard = pm->zn;
+    accel_named_state *st = NULL;
+    int n = accel_optimizer_state(opt, &st), nk = max_kinds(opt);
+    accel_status s = n < 0 ? accel_last_status() : ACCEL_OK;
+    local[0] = local[1] = NULL;
+    *step = 0;
+    for (int k = 0; k < n; k++) {
+        const char *rest;
+        if (state_index(st[k].name, &rest) >= 0 && !strcmp(rest, "step") && st[k].value > *step)
+            *step = (int64_t)st[k].value;
+    }
+    for (int k = 0; k < nk && !s; k++) {
+        if (!(local[k] = accel_calloc((size_t)(shard ? shard : 1), sizeof(float)))) s = accel_last_status();
+        for (int e = 0; e < n && !s; e++) {
+            const char *rest;
+            long r = state_index(st[e].name, &rest);
+            if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
+                s = accel__tensor_read_bytes(st[e].t, 0, local[k] + shard_pos(acc, pm, z->run_lo[r]),
+                                             (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
+        }
+    }
+    if (n >= 0) accel_named_state_free(st, n);
+    if (s) {
+        accel_free(local[0]);
+        accel_free(local[1]);
+        local[0] = local[1] = NULL;
+    }
+    return s;
+}
+
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = acc->zopts[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    int64_t shard = pm->zn;
     bufs[0] = bufs[1] = NULL;
     *out = NULL;
     accel_named_state *st = NULL, *res = NULL;
-    float *local = NULL;
+    float *local[2] = {NULL, NULL};
     int n = accel_optimizer_state(opt, &st), nk = max_kinds(opt), m = 0;
     accel_status s = n < 0 ? accel_last_status() : ACCEL_OK;
     /* Every run steps together; a rank whose shard has no run learns the count from the others. */
     int64_t step = 0;
-    for (int k = 0; k < n; k++) {
-        const char *rest;
-        if (state_index(st[k].name, &rest) >= 0 && !strcmp(rest, "step") && st[k].value > step)
-            step = (int64_t)st[k].value;
-    }
+    if (!s) s = accel__zero_local_state(acc, i, local, &step);
     if (acc->world > 1) { /* collective: every rank reaches it */
         accel_status s2 = accel_pg_all_reduce(acc->pg, &step, 1, ACCEL_I64, ACCEL_REDUCE_MAX);
         if (!s) s = s2;
     }
-    if (!s) local = accel_calloc((size_t)(shard ? shard : 1), sizeof(float));
-    if (!s && !local) s = accel_last_status();
     for (int k = 0; k < nk && !s; k++) {
-        memset(local, 0, (size_t)shard * sizeof(float));
-        for (int e = 0; e < n && !s; e++) {
-            const char *rest;
-            long r = state_index(st[e].name, &rest);
-            if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
-                s = accel__tensor_read_bytes(st[e].t, 0, local + shard_pos(acc, pm, z->run_lo[r]),
-                                             (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
-        }
         bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
         if (!bufs[k]) s = accel_last_status();
-        else s = gather_shards(acc, pm, local, bufs[k]);
+        else s = gather_shards(acc, pm, local[k], bufs[k]);
     }
     if (s) goto fail;
     res = accel_calloc((size_t)(n + z->n_user * 3 + 1), sizeof *res);
@@ -438,13 +461,15 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
         goto fail;
     }
     accel_named_state_free(st, n);
-    accel_free(local);
+    accel_free(local[0]);
+    accel_free(local[1]);
     *out = res;
     return m;
 fail:
     if (n >= 0) accel_named_state_free(st, n);
     if (res) accel_named_state_free(res, m);
-    accel_free(local);
+    accel_free(local[0]);
+    accel_free(local[1]);
     accel_free(bufs[0]);
     accel_free(bufs[1]);
     bufs[0] = bufs[1] = NULL;
@@ -478,7 +503,7 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     int64_t shard = pm->zn;
     int nk = max_kinds(opt);
     float *local[2] = {NULL, NULL};
-    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
+    accel_named_state *res = accel_calloc((size_t)(n + 1), sizeof *res); /* its scalar entries */
     accel_status s = res ? ACCEL_OK : accel_last_status();
     for (int k = 0; k < nk && !s; k++)
         if (!(local[k] = accel_calloc((size_t)(shard ? shard : 1), sizeof(float)))) s = accel_last_status();
@@ -522,6 +547,23 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
                                              (size_t)(c - a) * sizeof(float));
         }
     }
+    if (!s) s = accel__zero_load_local(acc, i, m, res, local, step);
+    if (res) accel_named_state_free(res, m);
+    accel_free(local[0]);
+    accel_free(local[1]);
+    return s;
+}
+
+accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                    float *const local[2], double step) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->zopts[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
+    accel_status s = res ? ACCEL_OK : accel_last_status();
+    int m = 0;
+    for (int e = 0; e < n && !s; e++)
+        if (!add(res, &m, scalars[e].name, NULL, scalars[e].value)) s = accel_last_status();
     char name[96];
     for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
         snprintf(name, sizeof name, "state.%d.step", r);
@@ -535,8 +577,6 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     }
     if (!s) s = accel_optimizer_load_state(opt, m, res);
     if (res) accel_named_state_free(res, m);
-    accel_free(local[0]);
-    accel_free(local[1]);
     return s;
 }
 
