@@ -1,6 +1,11 @@
-/* bench_matmul: accel_linear forward / dX / dW vs raw cblas_sgemm on the
- * GEMM shapes of a Llama training step (hidden 512, ffn 1536, vocab 8192,
- * B*T = 2048 tokens). Prints and writes a markdown table of medians.
+/* bench_matmul: the GEMM shapes of a Llama training step (hidden 512, ffn
+ * 1536, vocab 8192, B*T = 2048 tokens), two tables of medians:
+ *   1. accel_linear forward / dX / dW vs raw cblas_sgemm (f32): the
+ *      overhead of the op around its GEMM;
+ *   2. the GEMM providers per shape (src/backends/cpu/gemm.h): OpenBLAS
+ *      f32, oneDNN f32 and oneDNN bf16 (bf16 operands, f32 result) through
+ *      accel__gemm with the provider forced, and what auto picks here.
+ * The CPU model and ISA are printed on top.
  *
  *     build/bin/bench_matmul [out.md] [repeats]   (default bench/results/matmul.md, 7)
  */
@@ -9,6 +14,8 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "accel/cpu.h"
+#include "backends/cpu/gemm.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -65,6 +72,97 @@ static double accel_once(piece p, accel_tensor *x, accel_tensor *w, accel_tensor
     return t;
 }
 
+/* ---- the GEMM providers per shape */
+
+/* The operands of a piece over x [R, NIN], w [NOUT, NIN], y [R, NOUT]
+ * (f32 or bf16 copies), C being a separate f32 buffer. */
+typedef struct piece_gemm {
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb;
+    const void *a, *b;
+    float beta;
+} piece_gemm;
+
+static piece_gemm piece_operands(piece p, int64_t R, int64_t NIN, int64_t NOUT, const void *x, const void *w,
+                                 const void *y) {
+    if (p == FWD) /* Y [R, NOUT] = X W^T */
+        return (piece_gemm){false, true, R, NOUT, NIN, NIN, NIN, x, w, 0.0f};
+    if (p == DX) /* dX [R, NIN] = dY W */
+        return (piece_gemm){false, false, R, NIN, NOUT, NOUT, NIN, y, w, 0.0f};
+    return (piece_gemm){true, false, NOUT, NIN, R, NOUT, NIN, y, x, 1.0f}; /* dW += dY^T X */
+}
+
+/* Median GFLOP/s of accel__gemm in the mode on dtype dt, or 0 when it fails. */
+static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece_gemm *g, float *c, int reps) {
+    if (accel__gemm_set_mode(mode) != ACCEL_OK) return 0.0;
+    double t[100];
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up (creates oneDNN's primitive) */
+        double t0 = accel_now_seconds();
+        accel_status st = accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
+                                      g->beta, c, g->N);
+        double dt_s = accel_now_seconds() - t0;
+        accel_step_reset();
+        if (st != ACCEL_OK) {
+            fprintf(stderr, "bench_matmul: %s\n", accel_last_error());
+            return 0.0;
+        }
+        if (r >= 0) t[r] = dt_s;
+    }
+    return 2.0 * (double)g->M * (double)g->N * (double)g->K / median(t, reps) * 1e-9;
+}
+
+/* "218.4 (brg:avx2)"; "-" when oneDNN is not built in; a dtype oneDNN has
+ * no matmul for on this CPU ran as f32 (ACCEL_GEMM=dnnl widens it). */
+static void dnnl_cell(double gflops, accel_dtype dt, const piece_gemm *g, char *out, size_t n) {
+    const char *impl = gflops > 0 ? accel__dnnl_impl(dt, g->ta, g->tb, g->M, g->N, g->K) : NULL;
+    if (gflops > 0 && impl) snprintf(out, n, "%.1f (%s)", gflops, impl);
+    else if (gflops > 0) snprintf(out, n, "%.1f (as f32: no %s matmul here)", gflops, accel_dtype_name(dt));
+    else snprintf(out, n, "-");
+    accel_clear_error();
+}
+
+static void provider_table(FILE *md, int reps, int64_t R, const char *const *names, const int64_t (*dims)[2],
+                           int nshapes) {
+    fprintf(md, "\n## GEMM providers per shape\n\n"
+                "accel__gemm with the provider forced (ACCEL_GEMM=openblas / dnnl), %d threads, median of %d "
+                "calls after one warm-up, GFLOP/s; oneDNN's implementation in parentheses. bf16: bf16 "
+                "operands, f32 accumulation and result. \"auto\" is the provider ACCEL_GEMM=auto picks "
+                "here for f32 / bf16. The machine is shared: expect +-15%% jitter.\n\n"
+                "| layer | piece | M x N x K | OpenBLAS f32 | oneDNN f32 | oneDNN bf16 | auto f32 / bf16 |\n"
+                "|---|---|---|---|---|---|---|\n",
+            accel_num_threads(), reps);
+    for (int s = 0; s < nshapes; s++) {
+        int64_t NIN = dims[s][0], NOUT = dims[s][1];
+        size_t big = (size_t)(R * (NIN > NOUT ? NIN : NOUT));
+        float *x = malloc(sizeof(float) * big * 3 + sizeof(float) * (size_t)(NIN * NOUT)), *y = x + big,
+              *c = y + big, *w = c + big;
+        uint16_t *xb = malloc(sizeof(uint16_t) * (2 * big + (size_t)(NIN * NOUT))), *yb = xb + big, *wb = yb + big;
+        for (size_t i = 0; i < big; i++) x[i] = (float)((int)(i % 13) - 6) * 0.1f, y[i] = (float)((int)(i % 7) - 3) * 0.1f;
+        for (int64_t i = 0; i < NIN * NOUT; i++) w[i] = (float)((int)(i % 11) - 5) * 0.02f;
+        accel_convert(xb, ACCEL_BF16, x, ACCEL_F32, big);
+        accel_convert(yb, ACCEL_BF16, y, ACCEL_F32, big);
+        accel_convert(wb, ACCEL_BF16, w, ACCEL_F32, (size_t)(NIN * NOUT));
+        for (int p = FWD; p <= DW; p++) {
+            piece_gemm gf = piece_operands(p, R, NIN, NOUT, x, w, y), gb = piece_operands(p, R, NIN, NOUT, xb, wb, yb);
+            double ob = provider_gflops(ACCEL__GEMM_OPENBLAS, ACCEL_F32, &gf, c, reps);
+            double df = provider_gflops(ACCEL__GEMM_DNNL, ACCEL_F32, &gf, c, reps);
+            double db = provider_gflops(ACCEL__GEMM_DNNL, ACCEL_BF16, &gb, c, reps);
+            accel__gemm_set_mode(ACCEL__GEMM_AUTO);
+            const char *af = accel__gemm_provider_name(accel__gemm_provider_for(ACCEL_F32, gf.ta, gf.tb, gf.M, gf.N, gf.K));
+            const char *ab = accel__gemm_provider_name(accel__gemm_provider_for(ACCEL_BF16, gb.ta, gb.tb, gb.M, gb.N, gb.K));
+            char dfs[96], dbs[96];
+            dnnl_cell(df, ACCEL_F32, &gf, dfs, sizeof dfs);
+            dnnl_cell(db, ACCEL_BF16, &gb, dbs, sizeof dbs);
+            fprintf(md, "| %s | %s | %lld x %lld x %lld | %.1f | %s | %s | %s / %s |\n", names[s], PIECE[p],
+                    (long long)gf.M, (long long)gf.N, (long long)gf.K, ob, dfs, dbs, af, ab);
+            printf("%-14s %-24s openblas f32 %7.1f  dnnl f32 %-26s dnnl bf16 %-30s auto %s/%s\n", names[s], PIECE[p],
+                   ob, dfs, dbs, af, ab);
+        }
+        free(x);
+        free(xb);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *out_path = argc > 1 ? argv[1] : "bench/results/matmul.md";
     int reps = argc > 2 ? atoi(argv[2]) : 7;
@@ -77,13 +175,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_matmul: cannot write %s\n", out_path);
         return 1;
     }
-    fprintf(md, "# accel_linear vs raw cblas_sgemm (f32)\n\n"
+    char cpu[512], gemm[512];
+    accel_cpu_describe(cpu, sizeof cpu);
+    accel__gemm_describe(gemm, sizeof gemm);
+    printf("%s%s\n", cpu, gemm);
+    fprintf(md, "# Llama step GEMMs\n\n```\n%s%s```\n\n## accel_linear vs raw cblas_sgemm (f32)\n\n"
                 "Llama training-step GEMMs, B*T = %lld tokens, %d threads, median of %d runs "
                 "(after one warm-up). Ratio = raw time / accel time (1.00 = no overhead). "
                 "The machine is shared: expect +-15%% jitter between runs.\n\n"
                 "| layer | piece | M x N x K | raw GFLOP/s | accel GFLOP/s | ratio |\n"
                 "|---|---|---|---|---|---|\n",
-            (long long)R, accel_num_threads(), reps);
+            cpu, gemm, (long long)R, accel_num_threads(), reps);
     double worst = 1e9;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t NIN = shapes[s].in, NOUT = shapes[s].out;
@@ -125,6 +227,10 @@ int main(int argc, char **argv) {
         accel_tensor_free(w);
     }
     fprintf(md, "\nWorst ratio: %.2f\n", worst);
+    const char *names[4];
+    int64_t dims[4][2];
+    for (int s = 0; s < 4; s++) names[s] = shapes[s].name, dims[s][0] = shapes[s].in, dims[s][1] = shapes[s].out;
+    provider_table(md, reps, R, names, (const int64_t(*)[2])dims, 4);
     fclose(md);
     printf("worst ratio %.2f; table written to %s\n", worst, out_path);
     accel_thread_cleanup();

@@ -8,6 +8,7 @@
 #include "accelerator_internal.h"
 #include "backends/fp8.h"
 #include "accel/cpu.h"
+#include "backends/cpu/gemm.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
     accel_accelerator_opts o;
@@ -266,6 +267,7 @@ const char *accel_accelerator_describe(const accel_accelerator *acc, char *buf, 
                  "Distributed environment: NO\nNum processes: 1\nProcess index: 0\nLocal process index: 0\n"
                  "Device: %s\nMixed precision type: %s\n",
                  accel_device_str(acc->device, dev, sizeof dev), accel_mixed_precision_name(acc->mp));
+    accel__gemm_describe(buf + strlen(buf), n - strlen(buf)); /* "GEMM f32: ...\nGEMM bf16: ...\n..." */
     accel_cpu_describe(buf + strlen(buf), n - strlen(buf)); /* "CPU: ...\nISA: ...\nCPU kernels: ...\n" */
     return buf;
 }

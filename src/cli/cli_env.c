@@ -11,6 +11,7 @@
 
 #include "accel/cpu.h"
 #include "accel/dist.h"
+#include "backends/cpu/gemm.h"
 #include "cli/cli.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "backends/cuda/cuda_env.h"
@@ -126,6 +127,12 @@ int accel_cli_env(int argc, char **argv) {
     char isa[256];
     printf("- ISA: %s\n", accel_cpu_isa_string(isa, sizeof isa));
     printf("- CPU kernels: %s\n", accel_cpu_kernels());
+    char gemm[1024];
+    accel__gemm_describe(gemm, sizeof gemm); /* "GEMM f32: ...\n" per dtype */
+    for (char *line = gemm, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        printf("- %.*s\n", (int)(end - line), line);
+    }
     printf("- System RAM: %.2f GB\n", ram_gb);
     char path[4096], err[2048];
     if (v[0]) snprintf(path, sizeof path, "%s", v[0]);

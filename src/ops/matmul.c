@@ -1,6 +1,7 @@
 /* accel_matmul (batched, broadcasting, 1-D operands as torch.matmul) and
- * accel_linear (y = x W^T + b). Both run on accel__gemm: f32 operands go to
- * OpenBLAS sgemm as they are (W is read transposed, never copied). */
+ * accel_linear (y = x W^T + b). Both run on the device's GEMM (on the CPU
+ * accel__gemm: operands are read as they are, W transposed, never copied;
+ * the provider per dtype and shape is chosen there). */
 #include <string.h>
 
 #include "nn_internal.h"
@@ -112,7 +113,7 @@ static accel_status mm_forward(const mm_plan *p, accel_tensor *a, accel_tensor *
 static accel_status matmul_backward(accel_node *node, accel_tensor *grad_out) {
     const mm_plan *p = node->ctx;
     accel_tensor *a = node->saved[0], *b = node->saved[1];
-    accel_tensor *g = accel__f32_contig(grad_out);
+    accel_tensor *g = accel__mm_grad(grad_out, a, b);
     if (!g) return accel_last_status();
     int64_t M = p->M, K = p->K, N = p->N;
     accel__gbuf ga, gb;
@@ -187,7 +188,7 @@ accel_tensor *accel_matmul(accel_tensor *a, accel_tensor *b) {
 static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *x = node->saved[0], *w = node->saved[1];
     int64_t R = node->iarg[0], I = node->iarg[1], O = node->iarg[2];
-    accel_tensor *g = accel__f32_contig(grad_out);
+    accel_tensor *g = accel__mm_grad(grad_out, x, w);
     if (!g) return accel_last_status();
     accel__gbuf gx, gw, gbias;
     if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
@@ -198,9 +199,11 @@ static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
         st = gemm(false, false, R, I, O, 1.0f, g, 0, O, w, 0, I, gx.beta, gx.dst, 0, I);
     if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] X [R, I] */
         st = gemm(true, false, O, I, R, 1.0f, g, 0, O, x, 0, I, gw.beta, gw.dst, 0, I);
-    if (st == ACCEL_OK && gbias.dst) {
-        accel_k_col_sum k = {.out = gbias.dst, .g = g, .R = R, .O = O, .beta = gbias.beta};
-        st = ACCEL_KERNEL("linear backward", g->device, col_sum, &k);
+    if (st == ACCEL_OK && gbias.dst) { /* the column sums read f32 */
+        accel_tensor *gf = g->dtype == ACCEL_F32 ? g : accel__f32_contig(grad_out);
+        if (!gf) return accel_last_status();
+        accel_k_col_sum k = {.out = gbias.dst, .g = gf, .R = R, .O = O, .beta = gbias.beta};
+        st = ACCEL_KERNEL("linear backward", gf->device, col_sum, &k);
     }
     if (st == ACCEL_OK) st = accel__gbuf_end(&gx);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gw);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/gemm.h"
 #include "nn_internal.h"
 
 int64_t accel__prod(const int64_t *shape, int from, int to) {
@@ -77,15 +78,24 @@ static accel_tensor *converted(accel_tensor *t, accel_dtype dt) {
 
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
     if (accel_autocast_dtype() == ACCEL_F32) return accel__contig(t);
-    /* The CPU GEMM multiplies in f32 (it has no bf16/f16 kernel and would
-     * convert a low-precision operand to an f32 panel at every call: once
-     * in forward, again in each backward GEMM that reads the saved operand).
-     * So on the CPU the operand is made once, as f32 holding the values
-     * rounded to dt (what torch.autocast multiplies), and forward and
-     * backward run sgemm on it without conversions. */
-    if (t->device.type == ACCEL_DEV_CPU) {
+    /* Where the CPU GEMM provider of dt multiplies in f32 (OpenBLAS: no
+     * bf16 units, or no oneDNN), it would convert a low-precision operand
+     * to an f32 panel at every call: once in forward, again in each backward
+     * GEMM that reads the saved operand. So on the CPU the operand is then
+     * made once, as f32 holding the values rounded to dt (what
+     * torch.autocast multiplies), and forward and backward run sgemm on it
+     * without conversions. A provider that multiplies dt itself (oneDNN on
+     * AMX / AVX512-BF16) gets dt. */
+    if (t->device.type == ACCEL_DEV_CPU && !accel__gemm_native(dt)) {
         accel_tensor *r = t->dtype == dt ? t : converted(t, dt);
         return r ? converted(r, ACCEL_F32) : NULL;
     }
     return t->dtype == dt ? accel__contig(t) : converted(t, dt);
+}
+
+accel_tensor *accel__mm_grad(accel_tensor *grad_out, const accel_tensor *a, const accel_tensor *b) {
+    accel_dtype dt = a->dtype;
+    if (dt != ACCEL_F32 && b->dtype == dt && a->device.type == ACCEL_DEV_CPU && accel__gemm_native(dt))
+        return grad_out->dtype == dt ? accel__contig(grad_out) : converted(grad_out, dt);
+    return accel__f32_contig(grad_out);
 }

@@ -33,6 +33,12 @@ int accel__mm_dtype(const char *op, int n, accel_tensor *const *in);
 /* A contiguous version of t in dtype dt for a GEMM to read (t itself when it
  * already is). Under autocast this is the rounding of the input. */
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt);
+/* The output gradient of a GEMM op, for its backward GEMMs against the
+ * saved operands a and b: in their dtype when both are the same
+ * low-precision dtype that the CPU GEMM provider multiplies itself
+ * (accel__gemm_native; torch.autocast's backward GEMMs run in bf16 too),
+ * f32 otherwise (exact for the widened operands). Step arena. */
+accel_tensor *accel__mm_grad(accel_tensor *grad_out, const accel_tensor *a, const accel_tensor *b);
 
 /* Product of shape[from..to). */
 int64_t accel__prod(const int64_t *shape, int from, int to);

@@ -1,13 +1,18 @@
-/* CPU GEMM: OpenBLAS sgemm, a reference loop, and low-precision operands
- * converted to f32 panels. */
+/* CPU GEMM: OpenBLAS sgemm, a reference loop, the choice of provider per
+ * dtype and shape (oneDNN's matmul is gemm_dnnl.c), and operands converted
+ * to the compute dtype. */
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/cpu_kernels.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "accel/cpu.h"
 #include "accel/ops.h"
 
 void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -132,21 +137,232 @@ void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     }
 }
 
-/* A [rows, cols] panel with leading dim ld of dtype dt as contiguous f32 (ld = cols). */
-static const float *as_f32(const void *p, accel_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
-    if (dt == ACCEL_F32) return p;
-    float *f = accel_arena_alloc(accel_step_arena(), (size_t)(rows * cols) * sizeof(float), 64);
+/* ---- providers */
+
+/* Shapes on which oneDNN's f32 matmul measured faster than OpenBLAS's
+ * sgemm with 2 threads (bench_matmul; docs/cpu.md), per CPU kind: a CPU
+ * with every feature in `needs` and none in `lacks`. An entry matches the
+ * transposes, N and K exactly (the weight of a layer) and M >= min_m (the
+ * tokens of a batch). Shapes not listed stay on OpenBLAS. */
+typedef struct f32_dnnl_shape {
+    uint32_t needs, lacks;
+    bool trans_a, trans_b;
+    int64_t N, K, min_m;
+} f32_dnnl_shape;
+
+static const f32_dnnl_shape F32_DNNL_SHAPES[] = {
+    /* Sapphire Rapids class (AVX-512 with AMX), 2 vCPUs
+     * (../shared/reference/limits.md): 2048 x 512 x 1536 NN, the dX of the
+     * MLP up projection: oneDNN brg:avx512_core 258 GFLOP/s, OpenBLAS 178.
+     * The three other shapes measured there were faster on OpenBLAS. */
+    {ACCEL_CPU_AVX512F | ACCEL_CPU_AMX_BF16, 0, false, false, 512, 1536, 1024},
+};
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static int env_mode; /* accel__gemm_mode, or -1 when ACCEL_GEMM is not a mode */
+static char env_value[48];
+static _Atomic int set_mode = -1; /* accel__gemm_set_mode's, or -1 */
+
+static void env_read(void) {
+    const char *v = getenv("ACCEL_GEMM");
+    snprintf(env_value, sizeof env_value, "%s", v ? v : "");
+    if (!v || !*v || !strcmp(v, "auto")) env_mode = ACCEL__GEMM_AUTO;
+    else if (!strcmp(v, "openblas")) env_mode = ACCEL__GEMM_OPENBLAS;
+    else if (!strcmp(v, "dnnl") && accel__gemm_have_dnnl()) env_mode = ACCEL__GEMM_DNNL;
+    else env_mode = -1;
+}
+
+bool accel__gemm_have_dnnl(void) {
+#ifdef ACCEL_HAVE_DNNL
+    return true;
+#else
+    return false;
+#endif
+}
+
+accel_status accel__gemm_set_mode(accel__gemm_mode mode) {
+    if (mode != ACCEL__GEMM_AUTO && mode != ACCEL__GEMM_OPENBLAS && mode != ACCEL__GEMM_DNNL)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__gemm_set_mode: %d is not a GEMM mode", (int)mode);
+    if (mode == ACCEL__GEMM_DNNL && !accel__gemm_have_dnnl())
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel__gemm_set_mode: this build has no oneDNN");
+    set_mode = mode;
+    return ACCEL_OK;
+}
+
+/* Why ACCEL_GEMM holds no mode, into out. */
+static void env_mode_error(char *out, size_t n) {
+    if (!strcmp(env_value, "dnnl"))
+        snprintf(out, n, "ACCEL_GEMM=dnnl: this build has no oneDNN (install libdnnl-dev and reconfigure)");
+    else
+        snprintf(out, n, "ACCEL_GEMM=%s: expected auto, openblas or dnnl", env_value);
+}
+
+/* The mode in force, or -1 when ACCEL_GEMM holds no mode. */
+static int mode_now(void) {
+    int m = set_mode;
+    if (m >= 0) return m;
+    pthread_once(&env_once, env_read);
+    return env_mode;
+}
+
+/* oneDNN's implementation of a dt GEMM on this CPU, probed once per dtype:
+ * its name into impl, or false when oneDNN has none (or is not built in). */
+static bool dnnl_probe(accel_dtype dt, const char **impl) {
+#ifdef ACCEL_HAVE_DNNL
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static bool probed[3], ok[3];
+    static char name[3][64];
+    int i = dt == ACCEL_BF16 ? 1 : dt == ACCEL_F16 ? 2 : 0;
+    pthread_mutex_lock(&lock);
+    if (!probed[i]) {
+        ok[i] = accel__dnnl_supports(dt, name[i], sizeof name[i]);
+        probed[i] = true;
+    }
+    pthread_mutex_unlock(&lock);
+    *impl = name[i];
+    return ok[i];
+#else
+    (void)dt;
+    *impl = "";
+    return false;
+#endif
+}
+
+/* The CPU multiplies dt in hardware: AMX or AVX512 units for it. */
+static bool cpu_has_units(accel_dtype dt) {
+    uint32_t f = accel_cpu_info_get()->features;
+    if (dt == ACCEL_BF16) return (f & (ACCEL_CPU_AMX_BF16 | ACCEL_CPU_AVX512_BF16)) != 0;
+    if (dt == ACCEL_F16) return (f & (ACCEL_CPU_AMX_FP16 | ACCEL_CPU_AVX512_FP16)) != 0;
+    return false;
+}
+
+/* In auto: a low-precision dtype goes to oneDNN when the CPU has units for
+ * it and oneDNN uses them (its choice is no reference loop). */
+static bool auto_dnnl_lowp(accel_dtype dt) {
+    const char *impl;
+    return cpu_has_units(dt) && dnnl_probe(dt, &impl) && strncmp(impl, "ref", 3) != 0;
+}
+
+static const f32_dnnl_shape *f32_table_entry(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    uint32_t f = accel_cpu_info_get()->features;
+    for (size_t i = 0; i < sizeof F32_DNNL_SHAPES / sizeof F32_DNNL_SHAPES[0]; i++) {
+        const f32_dnnl_shape *e = &F32_DNNL_SHAPES[i];
+        if ((f & e->needs) == e->needs && !(f & e->lacks) && e->trans_a == trans_a && e->trans_b == trans_b &&
+            e->N == N && e->K == K && M >= e->min_m)
+            return e;
+    }
+    return NULL;
+}
+
+/* Entries of the f32 table that apply to this CPU. */
+static int f32_table_entries_here(void) {
+    uint32_t f = accel_cpu_info_get()->features;
+    int n = 0;
+    for (size_t i = 0; i < sizeof F32_DNNL_SHAPES / sizeof F32_DNNL_SHAPES[0]; i++)
+        n += (f & F32_DNNL_SHAPES[i].needs) == F32_DNNL_SHAPES[i].needs && !(f & F32_DNNL_SHAPES[i].lacks);
+    return n;
+}
+
+int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    int mode = mode_now();
+    if (mode < 0) {
+        char why[128];
+        env_mode_error(why, sizeof why);
+        accel_set_error(strcmp(env_value, "dnnl") ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED, "%s", why);
+        return -1;
+    }
+    if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
+    const char *impl;
+    bool dnnl;
+    if (mode == ACCEL__GEMM_OPENBLAS) dnnl = false;
+    else if (mode == ACCEL__GEMM_DNNL) dnnl = true; /* the f32 matmul exists on every CPU */
+    else if (dt == ACCEL_F32) dnnl = f32_table_entry(trans_a, trans_b, M, N, K) && dnnl_probe(dt, &impl);
+    else dnnl = auto_dnnl_lowp(dt);
+    return dnnl ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+}
+
+const char *accel__gemm_provider_name(accel__gemm_provider p) {
+    return p == ACCEL__GEMM_PROVIDER_REFERENCE ? "reference" : p == ACCEL__GEMM_PROVIDER_DNNL ? "dnnl" : "openblas";
+}
+
+bool accel__gemm_native(accel_dtype dt) {
+    if (dt == ACCEL_F32) return true;
+    return accel__gemm_provider_for(dt, false, true, 1, 1, 1) == ACCEL__GEMM_PROVIDER_DNNL;
+}
+
+/* What the f32 GEMM runs on, in the mode. */
+static void describe_f32(int mode, char *out, size_t n) {
+    const char *impl;
+    if (mode == ACCEL__GEMM_DNNL && dnnl_probe(ACCEL_F32, &impl)) {
+        snprintf(out, n, "dnnl (%s; ACCEL_GEMM=dnnl)", impl);
+        return;
+    }
+    int entries = mode == ACCEL__GEMM_AUTO && dnnl_probe(ACCEL_F32, &impl) ? f32_table_entries_here() : 0;
+    if (entries)
+        snprintf(out, n, "openblas; dnnl (%s) on %d measured shape%s (docs/cpu.md)", impl, entries,
+                 entries == 1 ? "" : "s");
+    else
+        snprintf(out, n, "openblas%s", mode == ACCEL__GEMM_OPENBLAS ? " (ACCEL_GEMM=openblas)" : "");
+}
+
+/* What a GEMM of low-precision dtype dt runs on, in the mode. */
+static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
+    const char *impl, *name = accel_dtype_name(dt);
+    bool can = dnnl_probe(dt, &impl);
+    if (mode == ACCEL__GEMM_DNNL && can) snprintf(out, n, "dnnl (%s; ACCEL_GEMM=dnnl)", impl);
+    else if (mode == ACCEL__GEMM_DNNL)
+        snprintf(out, n, "dnnl on f32 operands (oneDNN has no %s matmul here; ACCEL_GEMM=dnnl)", name);
+    else if (mode == ACCEL__GEMM_AUTO && can && auto_dnnl_lowp(dt)) snprintf(out, n, "dnnl (%s)", impl);
+    else if (mode == ACCEL__GEMM_OPENBLAS) snprintf(out, n, "openblas on f32 operands (ACCEL_GEMM=openblas)");
+    else if (!accel__gemm_have_dnnl()) snprintf(out, n, "openblas on f32 operands (oneDNN not built in)");
+    else if (!can) snprintf(out, n, "openblas on f32 operands (oneDNN has no %s matmul here)", name);
+    else if (!cpu_has_units(dt)) snprintf(out, n, "openblas on f32 operands (no %s units)", name);
+    else snprintf(out, n, "openblas on f32 operands (oneDNN would run %s)", impl);
+}
+
+const char *accel__gemm_describe(char *buf, size_t size) {
+    if (!buf || size == 0) return buf;
+    int mode = mode_now();
+    if (mode < 0) {
+        char why[128];
+        env_mode_error(why, sizeof why);
+        snprintf(buf, size, "GEMM: none (%s)\n", why);
+        return buf;
+    }
+    if (accel_reference_kernels()) {
+        snprintf(buf, size, "GEMM: reference (accel_set_reference_kernels)\n");
+        return buf;
+    }
+    char f32[160], bf16[160], f16[160];
+    describe_f32(mode, f32, sizeof f32);
+    describe_lowp(mode, ACCEL_BF16, bf16, sizeof bf16);
+    describe_lowp(mode, ACCEL_F16, f16, sizeof f16);
+    snprintf(buf, size, "GEMM f32: %s\nGEMM bf16: %s\nGEMM f16: %s\n", f32, bf16, f16);
+    return buf;
+}
+
+/* ---- accel__gemm */
+
+/* A [rows, cols] panel with leading dim ld of dtype from as contiguous
+ * dtype to (ld = cols), in the step arena; p itself when the dtypes match. */
+static const void *as_dtype(const void *p, accel_dtype from, accel_dtype to, int64_t rows, int64_t cols,
+                            int64_t ld) {
+    if (from == to) return p;
+    size_t ts = accel_dtype_size(to), fs = accel_dtype_size(from);
+    char *f = accel_arena_alloc(accel_step_arena(), (size_t)(rows * cols) * ts, 64);
     if (!f) return NULL;
-    size_t es = accel_dtype_size(dt);
     const char *src = p;
     for (int64_t r = 0; r < rows; r++)
-        accel_convert(f + r * cols, ACCEL_F32, src + (size_t)(r * ld) * es, dt, (size_t)cols);
+        accel_convert(f + (size_t)(r * cols) * ts, to, src + (size_t)(r * ld) * fs, from, (size_t)cols);
     return f;
 }
 
 static bool gemm_dtype_ok(accel_dtype dt) {
     return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16;
 }
+
+/* The operands' dtype when they share one, f32 otherwise. */
+static accel_dtype compute_dtype(accel_dtype a, accel_dtype b) { return a == b ? a : ACCEL_F32; }
 
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
@@ -163,14 +379,27 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                                "accel_gemm: matrix sizes M=%lld N=%lld K=%lld exceed the BLAS int range",
                                (long long)M, (long long)N, (long long)K);
     if (M <= 0 || N <= 0) return ACCEL_OK;
+    accel_dtype dt = compute_dtype(a_dt, b_dt);
+    int provider = accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K);
+    if (provider < 0) return accel_last_status();
     /* Stored shapes of the operands. */
     int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
     int64_t br = trans_b ? N : K, bc = trans_b ? K : N;
-    const float *a = as_f32(A, a_dt, ar, ac, lda);
-    const float *b = as_f32(B, b_dt, br, bc, ldb);
+    /* OpenBLAS multiplies f32; so does oneDNN on a CPU where it has no
+     * matmul of dt (ACCEL_GEMM=dnnl only); for K = 0 oneDNN computes
+     * nothing, and the reference loop scales C by beta. */
+    const char *impl;
+    if (provider != ACCEL__GEMM_PROVIDER_DNNL || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    const void *a = as_dtype(A, a_dt, dt, ar, ac, lda);
+    const void *b = as_dtype(B, b_dt, dt, br, bc, ldb);
     if (!a || !b) return accel_last_status();
-    accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, a_dt == ACCEL_F32 ? lda : (ac ? ac : 1), b,
-                 b_dt == ACCEL_F32 ? ldb : (bc ? bc : 1), beta, C, ldc);
+    lda = a_dt == dt ? lda : (ac ? ac : 1);
+    ldb = b_dt == dt ? ldb : (bc ? bc : 1);
+#ifdef ACCEL_HAVE_DNNL
+    if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
+        return accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+#endif
+    accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     return ACCEL_OK;
 }
 

@@ -41,11 +41,97 @@ void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       float *C, int64_t ldc);
 
 /* GEMM with operands of dtype f32, bf16 or f16 and an f32 result (f32
- * accumulation). Low-precision operands are converted to f32 panels in the
- * step arena, then accel__sgemm runs. Returns ACCEL_OK or an error (OOM, a
- * size that does not fit the BLAS int, a non-float dtype). */
+ * accumulation), on the provider chosen for its dtype and shape (below).
+ * The compute dtype is bf16 (f16) when both operands are bf16 (f16), f32
+ * otherwise: a low-precision operand beside an f32 one is widened exactly
+ * (an f32 panel in the step arena), never the f32 one rounded. OpenBLAS gets
+ * every low-precision operand as such a panel. Returns ACCEL_OK or an error
+ * (OOM, a size that does not fit the BLAS int, a non-float dtype, a bad
+ * ACCEL_GEMM). */
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
                          accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* ---- GEMM providers (docs/cpu.md)
+ *
+ * accel__gemm sends each GEMM to one provider, chosen per compute dtype and
+ * shape from the mode (ACCEL_GEMM in the environment, read at the first
+ * GEMM: auto, the default, | openblas | dnnl; or accel__gemm_set_mode) and
+ * the CPU (accel/cpu.h):
+ *   f32        OpenBLAS (accel__sgemm); in auto, oneDNN on the shapes that
+ *              the table in gemm.c lists as measured faster on this CPU kind;
+ *   bf16, f16  oneDNN matmul with f32 accumulation where the CPU has units
+ *              for the dtype (AMX-BF16 or AVX512-BF16; AMX-FP16 or
+ *              AVX512-FP16); without them, OpenBLAS on f32 panels, and the
+ *              ops hand over operands already widened once per op
+ *              (accel__gemm_native, accel__mm_operand).
+ * ACCEL_GEMM=openblas sends everything to OpenBLAS; ACCEL_GEMM=dnnl sends
+ * everything to oneDNN, a dtype it has no matmul for on this CPU (bf16 and
+ * f16 on AVX2-only CPUs, in oneDNN 2.6) as f32 operands: tests use it to
+ * run the oneDNN path, and the ops' low-precision operand path, on CPUs
+ * whose auto choice is OpenBLAS. Under accel_reference_kernels() the
+ * reference loop runs, whatever the mode. The choice depends only on the
+ * mode, the CPU and the shape, so a run repeats its numerics exactly.
+ * Kernels that call accel__sgemm themselves (attention's per-head blocks)
+ * stay on OpenBLAS. */
+typedef enum accel__gemm_mode {
+    ACCEL__GEMM_AUTO,
+    ACCEL__GEMM_OPENBLAS,
+    ACCEL__GEMM_DNNL,
+} accel__gemm_mode;
+
+typedef enum accel__gemm_provider {
+    ACCEL__GEMM_PROVIDER_REFERENCE,
+    ACCEL__GEMM_PROVIDER_OPENBLAS,
+    ACCEL__GEMM_PROVIDER_DNNL,
+} accel__gemm_provider;
+
+/* Sets the mode for the process (overriding ACCEL_GEMM). ACCEL__GEMM_DNNL
+ * in a build without oneDNN is ACCEL_ERR_UNSUPPORTED. Thread-safe; a GEMM
+ * already running keeps the provider it started on. */
+accel_status accel__gemm_set_mode(accel__gemm_mode mode);
+
+/* True when the library was built with oneDNN. */
+bool accel__gemm_have_dnnl(void);
+
+/* The provider accel__gemm uses for compute dtype dt on this shape, or -1
+ * (error set) when ACCEL_GEMM holds no valid mode. */
+int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+/* The provider's name: "reference", "openblas", "dnnl". */
+const char *accel__gemm_provider_name(accel__gemm_provider p);
+
+/* True when operands of dtype dt reach a GEMM provider that multiplies dt
+ * itself (oneDNN for bf16/f16); false when they would be widened to f32 at
+ * every call, so an op had better widen them once (accel__mm_operand). */
+bool accel__gemm_native(accel_dtype dt);
+
+/* One line per dtype, "GEMM f32: openblas ...\nGEMM bf16: ...\nGEMM f16:
+ * ...\n", naming the provider of each dtype in the current mode (and
+ * "oneDNN not built in" when it is not), into buf (truncated to size).
+ * Returns buf. */
+const char *accel__gemm_describe(char *buf, size_t size);
+
+/* ---- the oneDNN provider (gemm_dnnl.c; only in a build with ACCEL_HAVE_DNNL) */
+
+/* C [M, N] f32 = alpha op(A) op(B) + beta C with A and B of dtype dt (f32,
+ * bf16 or f16), f32 accumulation, on a cached oneDNN matmul primitive.
+ * ACCEL_OK, or an error naming the shape and oneDNN's status (a dtype the
+ * CPU has no implementation for: ACCEL_ERR_UNSUPPORTED). Thread-safe. */
+accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                              float *C, int64_t ldc);
+
+/* oneDNN's implementation name for a dense GEMM of that signature (e.g.
+ * "brg:avx512_core_amx", "ref:any"), creating its primitive; NULL (error
+ * set) when oneDNN has none. The string is the calling thread's until its
+ * next call. */
+const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+/* True when oneDNN implements a dt GEMM on this CPU, with the name of the
+ * implementation it picks for a 256 x 256 x 256 NT product into impl.
+ * Sets no error (a missing implementation is an answer); gemm.c probes
+ * once per dtype. */
+bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size);
 
 #endif
