@@ -560,7 +560,7 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
 }
 
 bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
-    const float *p = leaf->data, *base = full_params(pm);
+    const float *p = accel__device_ptr(leaf), *base = full_params(pm);
     if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
     int64_t pos = p - base;
     for (int k = pm->n_units - 1; k >= 0; k--) {
@@ -662,11 +662,10 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     pm->zparams = NULL;
 }
 
-accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn) {
-    if (acc->zero_stage != 3) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           "%s: checkpoints under ZeRO stage 3 / FULL_SHARD (SHARDED_STATE_DICT, FULL_STATE_DICT) "
-                           "are not implemented yet; unwrap the model (accel_accelerator_unwrap_model) to save "
-                           "its full weights, or train with ZeRO stage 2 (SHARD_GRAD_OP)",
-                           fn);
+accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {
+    return gather(acc, pm, &pm->units[u]);
+}
+
+accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u) {
+    return release(acc, pm, &pm->units[u]);
 }
