@@ -6,7 +6,9 @@
  * stops the run abruptly after that many steps, to try it:
  *     checkpoint_resume /tmp/run 20 12    # dies at step 12 (last checkpoint: step 10)
  *     checkpoint_resume /tmp/run 20       # resumes at step 10, prints the same final
- *                                         # loss as an uninterrupted run */
+ *                                         # loss as an uninterrupted run
+ * Each save is logged at INFO on stderr (accel_get_logger, main process only),
+ * the resume point and the final loss are printed on stdout (accelerator.print). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,6 +30,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "checkpoint_resume: %s\n", accel_last_error());
         return 1;
     }
+    /* logging.basicConfig(level=INFO) of Accelerate's examples (ACCEL_LOG_LEVEL overrides) */
+    accel_logger *log = accel_get_logger("checkpoint_resume");
+    if (!getenv("ACCEL_LOG_LEVEL") && !getenv("ACCELERATE_LOG_LEVEL")) accel_logger_set_level(log, ACCEL_LOG_INFO);
     float x[64 * 2], y[64];
     for (int i = 0; i < 64; i++) {
         x[2 * i] = (float)(i % 8) / 4.0f - 1.0f;
@@ -79,7 +84,7 @@ int main(int argc, char **argv) {
         if (step % 5 == 0 && !rc) {
             char dir[512];
             rc |= accel_accelerator_save_state(acc, NULL, dir, sizeof dir) != ACCEL_OK;
-            if (!rc) accel_accelerator_print(acc, "step %d: saved %s\n", step, dir);
+            if (!rc) accel_log_info(log, "step %d: saved %s", step, dir);
         }
     }
     if (rc) fprintf(stderr, "checkpoint_resume: %s\n", accel_last_error());

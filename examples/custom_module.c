@@ -1,6 +1,8 @@
 /* Defining your own module: a 2-layer MLP, trained with SGD to fit y = sin(x).
  *
- *   build/bin/custom_module      prints the loss every 50 steps; it goes down.
+ *   build/bin/custom_module      prints the state dict's names and shapes, then trains
+ *                                under a progress bar (loss field) and logs the loss
+ *                                every 50 steps (INFO, stderr); it goes down.
  *
  * A module is a type (accel_module_ops: a name and a forward function) plus
  * named children and parameters. Registering children gives the parameters
@@ -8,6 +10,7 @@
  * checkpoints and optimizers use. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "accel/accel.h"
 
@@ -52,7 +55,14 @@ int main(void) {
     h.momentum = 0.9;
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h);
 
-    for (int step = 0; step <= 300; step++) {
+    /* logging.basicConfig(level=INFO), as Accelerate's examples (ACCEL_LOG_LEVEL overrides) */
+    accel_logger *log = accel_get_logger("custom_module");
+    if (!getenv("ACCEL_LOG_LEVEL") && !getenv("ACCELERATE_LOG_LEVEL")) accel_logger_set_level(log, ACCEL_LOG_INFO);
+    enum { STEPS = 300 };
+    accel_progress_opts po = accel_progress_opts_default();
+    po.desc = "train";
+    accel_progress *bar = accel_progress_new(STEPS + 1, &po);
+    for (int step = 0; step <= STEPS; step++) {
         accel_tensor *x = accel_from_floats(ACCEL_SHAPE(N, 1), xs);
         accel_tensor *y = accel_from_floats(ACCEL_SHAPE(N, 1), ys);
         accel_tensor *loss = accel_mse_loss(accel_module_call(model, x), y);
@@ -60,12 +70,16 @@ int main(void) {
             fprintf(stderr, "step %d: %s\n", step, accel_last_error());
             return 1;
         }
-        if (step % 50 == 0) printf("step %3d  loss %.5f\n", step, accel_item(loss));
+        double l = accel_item(loss);
+        if (step % 50 == 0) accel_log_info(log, "step %3d  loss %.5f", step, l);
+        accel_progress_set_loss(bar, l);
+        accel_progress_update(bar, 1);
         accel_optimizer_step(opt);
         accel_optimizer_zero_grad(opt);
         accel_step_reset(); /* every step tensor (x, y, loss, ...) ends here */
     }
 
+    accel_progress_close(bar);
     accel_optimizer_free(opt);
     accel_module_free(model);
     return 0;

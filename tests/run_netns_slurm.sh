@@ -44,7 +44,7 @@ run_pair() { # what, then the command for node $NODE (as a string evaluated in e
 }
 
 rc=0
-run_pair "srun, no launcher" "SLURM_PROCID=\$NODE SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NODEID=\$NODE \
+run_pair "srun, no launcher" "SLURM_STEP_ID=0 SLURM_PROCID=\$NODE SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NODEID=\$NODE \
   SLURM_TASKS_PER_NODE='1(x2)' MASTER_PORT=$PORT ACCEL_TEST_WORLD=2 '$WORKER'" || rc=1
 run_pair "srun accel launch" "SLURM_STEP_NUM_NODES=2 SLURM_NODEID=\$NODE ACCEL_TEST_WORLD=4 \
   '$ACCEL' launch --num_processes 4 --main_process_port $((PORT + 1)) '$WORKER'" || rc=1

@@ -328,8 +328,34 @@ typedef struct accel_resume_point {
  * stays behind (docs/contract.md "Errors"). */
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir,
                                           accel_resume_point *at);
-/* save_model: the model's state dict as safetensors shards of at most
- * max_shard_size ("10GB", "500MB", NULL = "10GB") + index (io.h), main process only. */
+/* save_model's keyword arguments (Accelerate's save_model); {0} = defaults. */
+typedef struct accel_save_model_opts {
+    /* Largest shard: "10GB", "500MB", "2GiB", "100Mb" (bits), "1000" (bytes);
+     * NULL = "10GB" (accel_parse_size). */
+    const char *max_shard_size;
+    /* ... or as a number of bytes (Accelerate's int form); 0 = the string.
+     * Both set -> ACCEL_ERR_INVALID_ARG. */
+    int64_t max_shard_bytes;
+    /* safe_serialization=False: PyTorch's format, the files torch.save writes
+     * (pytorch_model.bin, or pytorch_model-0000i-of-0000N.bin shards +
+     * pytorch_model.bin.index.json), tied weights under every name over one
+     * storage. Default (safe_serialization=True): model.safetensors (shards +
+     * model.safetensors.index.json), a tensor shared by several names written
+     * once under its first name, as Accelerate removes the aliases
+     * (transformers ties them again on load). */
+    bool no_safe_serialization;
+} accel_save_model_opts;
+
+/* save_model: the model's state dict into directory dir (created with its
+ * parents), in shards of at most max_shard_size + an index when there are
+ * several (io.h accel_save_sharded_as), stale shards of that format removed;
+ * main process only, every rank returns the same status. A prepared model
+ * saves its full weights under the HF names (DDP, mixed precision, ZeRO 1/2;
+ * ZeRO-3 gathers them unit by unit into safetensors, every rank joining, and
+ * refuses no_safe_serialization). NULL opts = defaults. */
+accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
+                                               const accel_save_model_opts *opts);
+/* save_model with max_shard_size only ("10GB", "500MB", NULL = "10GB"), safetensors. */
 accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model,
                                           const char *dir, const char *max_shard_size);
 
@@ -457,6 +483,7 @@ accel_status accel_find_executable_batch_size(accel_batch_size_fn fn, void *ctx,
 #define accel_accelerator_save_state(...) ACCEL_AT_CALL_SITE(accel_accelerator_save_state(__VA_ARGS__))
 #define accel_accelerator_load_state(...) ACCEL_AT_CALL_SITE(accel_accelerator_load_state(__VA_ARGS__))
 #define accel_accelerator_save_model(...) ACCEL_AT_CALL_SITE(accel_accelerator_save_model(__VA_ARGS__))
+#define accel_accelerator_save_model_with(...) ACCEL_AT_CALL_SITE(accel_accelerator_save_model_with(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

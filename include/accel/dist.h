@@ -150,8 +150,20 @@ void accel_work_free(accel_work *w);
  * keep their names and work through a function pointer, or in parentheses:
  * (accel_pg_barrier)(pg). Define ACCEL_NO_CALL_SITES before including to
  * get the plain functions. A site stays the thread's until the next one is
- * recorded; `file` must be a string that outlives the call (a literal). */
+ * recorded; `file` must be a string that outlives the call (a literal).
+ *
+ * The ranks of a collective also compare their call sites, always: one
+ * reached from another line on some rank (same kind and arguments) fails
+ * every rank at once as a mismatch naming each rank's site - a collective
+ * skipped on some ranks otherwise completes with the wrong partner and hangs
+ * later. A program that makes one call from different lines on purpose
+ * (an if/else with the same broadcast or load_state on both sides) calls
+ * accel_dist_allow_other_call_sites() just before it, on any rank: it
+ * applies to the thread's next call and every collective that call issues
+ * (main_process_first uses it inside). ACCEL_DIST_CHECK_CALL_SITES=0 turns
+ * the comparison off for the job. */
 void accel_dist_set_call_site(const char *file, int line);
+void accel_dist_allow_other_call_sites(void);
 
 #if !defined(ACCEL_NO_CALL_SITES) && !defined(ACCEL__INSIDE_LIBRARY)
 #define ACCEL_AT_CALL_SITE(...) (accel_dist_set_call_site(__FILE__, __LINE__), __VA_ARGS__)

@@ -1,5 +1,6 @@
 /*
- * accel/io.h — safetensors files, sharded checkpoints, size strings, HF config.json.
+ * accel/io.h — safetensors files, PyTorch (torch.save) files, sharded checkpoints,
+ * size strings, HF config.json.
  *
  * safetensors (https://github.com/huggingface/safetensors) layout:
  *     [u64 little-endian N][N bytes JSON header][data section]
@@ -92,6 +93,21 @@ accel_status accel_safetensors_save(const char *path, int n, const char *const *
                                     accel_tensor *const *tensors, int n_meta,
                                     const accel_kv *meta);
 
+/* ------------------------------------------------------------ PyTorch format writer */
+
+/* Writes {names[i]: tensors[i]} as torch.save writes a state dict (the zip
+ * archive of torch >= 1.6: data.pkl in pickle protocol 2 with each tensor as
+ * torch._utils._rebuild_tensor_v2 over a persistent storage, data/<k> records
+ * 64-byte aligned, version, byteorder; docs/io.md "PyTorch files"), in the
+ * given order, loadable by torch.load(path, weights_only=True). The same
+ * accel_tensor under several names is one storage, written once (tied weights,
+ * as torch writes them); tensors on any device with memory, any strides (a
+ * strided one is written dense). A file past 4 GiB (ZIP64) is refused: shard.
+ * Atomic like accel_safetensors_save. Duplicate names, meta tensors -> error.
+ * accel reads safetensors only: its loaders refuse these files by name. */
+accel_status accel_torch_save(const char *path, int n, const char *const *names,
+                              accel_tensor *const *tensors);
+
 /* ------------------------------------------------------------ checkpoints */
 
 /* A checkpoint: one safetensors file, or shards listed by an index
@@ -128,6 +144,12 @@ accel_status accel_checkpoint_load_into(accel_checkpoint *ck, const char *name,
 /* "total_size" of the index metadata (-1 when absent or not sharded). */
 int64_t accel_checkpoint_total_size(const accel_checkpoint *ck);
 
+/* The two weight formats of save_pretrained / save_model. */
+typedef enum accel_weights_format {
+    ACCEL_WEIGHTS_SAFETENSORS = 0, /* model.safetensors, model-0000i-of-0000K.safetensors */
+    ACCEL_WEIGHTS_PYTORCH,         /* pytorch_model.bin, pytorch_model-0000i-of-0000K.bin (torch.save) */
+} accel_weights_format;
+
 /* Writes tensors into directory `dir` (created if missing) split with the Hub's
  * rule (huggingface_hub.split_torch_state_dict_into_shards): in order; a tensor
  * larger than max_shard_bytes gets its own shard; otherwise a new shard starts
@@ -138,6 +160,12 @@ int64_t accel_checkpoint_total_size(const accel_checkpoint *ck);
  * files (and a stale index when writing one file) are deleted. */
 accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
                                 accel_tensor *const *tensors, int64_t max_shard_bytes);
+/* The same in either format: ACCEL_WEIGHTS_PYTORCH writes "pytorch_model.bin" or
+ * "pytorch_model-0000i-of-0000K.bin" + "pytorch_model.bin.index.json" (each
+ * shard a torch.save file: accel_torch_save) and removes stale ones likewise. */
+accel_status accel_save_sharded_as(const char *dir, int n, const char *const *names,
+                                   accel_tensor *const *tensors, int64_t max_shard_bytes,
+                                   accel_weights_format format);
 /* Convenience: the module's state dict (tied aliases included, as named). */
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes);
 

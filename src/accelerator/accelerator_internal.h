@@ -252,6 +252,10 @@ accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, c
 bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n);
 accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_tensors);
 accel_status accel__zero3_remove_sharded(const char *sub);
+/* Every rank's status becomes the worst one (one all-reduce; `mine` as is on
+ * one process): a rank whose own part succeeded gets ACCEL_ERR_IO "<op>:
+ * another rank failed to write its state". Collective. */
+accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op);
 
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").
  * The group reads host memory, so a tensor on a device that is not

@@ -498,14 +498,17 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
 /* ---------------------------------------------------------------- save_state */
 
 /* Every rank learns whether any rank failed (a collective all ranks reach). */
-static accel_status agree(accel_accelerator *acc, accel_status mine) {
+accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op) {
     if (acc->world == 1) return mine;
     int32_t v = mine != ACCEL_OK;
     accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
     if (st) return st;
-    if (v && !mine)
-        return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: another rank failed to write its state");
+    if (v && !mine) return accel_set_error(ACCEL_ERR_IO, "%s: another rank failed to write its state", op);
     return mine;
+}
+
+static accel_status agree(accel_accelerator *acc, accel_status mine) {
+    return accel__ranks_agree(acc, mine, "accel_accelerator_save_state");
 }
 
 /* A bar over a save's or load's files, shown when it takes more than a second. */
@@ -709,29 +712,4 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     s = agree(acc, s);
     if (!s && at) *at = resume_point(acc);
     return s;
-}
-
-/* ---------------------------------------------------------------- save_model */
-
-accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model, const char *dir,
-                                          const char *max_shard_size) {
-    if (!acc || !model || !dir)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_model: NULL argument");
-    int64_t max = 0;
-    accel_status s = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
-    if (!s && acc->rank == 0) {
-        struct stat sb;
-        if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-            s = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
-                                              "directory, not a file", dir);
-        else s = mkdir_p(dir);
-    }
-    accel__model *pm = accel__find_model(acc, model);
-    if (pm && pm->zero_stage == 3) { /* the real weights, gathered unit by unit (collective) */
-        accel_status s2 = accel__zero3_save_model(acc, pm, dir, max, s != ACCEL_OK);
-        if (!s) s = s2;
-    } else if (!s && acc->rank == 0) {
-        s = accel_save_module(dir, model, max);
-    }
-    return agree(acc, s);
 }

@@ -153,3 +153,76 @@ accel_status accel_load_bytes(const char *path, void **data, size_t *len) {
     *len = n;
     return ACCEL_OK;
 }
+
+/* ---------------------------------------------------------------- save_model */
+
+/* max_shard_size as bytes: the int form, else the string, else Accelerate's "10GB". */
+static accel_status shard_bytes(const accel_save_model_opts *o, int64_t *out) {
+    if (o->max_shard_bytes < 0 || (o->max_shard_bytes && o->max_shard_size))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_save_model: give max_shard_size as a string or as a byte count "
+                               "(max_shard_bytes > 0), not both (got \"%s\" and %lld)",
+                               o->max_shard_size ? o->max_shard_size : "", (long long)o->max_shard_bytes);
+    *out = o->max_shard_bytes;
+    return o->max_shard_bytes ? ACCEL_OK : accel_parse_size(o->max_shard_size ? o->max_shard_size : "10GB", out);
+}
+
+/* Writes the state dict in order. safetensors cannot alias: the later names of
+ * a shared tensor are dropped with Accelerate's warning; torch.save keeps them
+ * all over one storage. */
+static accel_status write_model(accel_module *model, const char *dir, int64_t max, accel_weights_format fmt) {
+    accel_state_dict *sd = accel_module_state_dict(model);
+    if (!sd) return accel_last_status();
+    const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
+    accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
+    accel_status st = names && ts ? ACCEL_OK : accel_last_status();
+    int k = 0;
+    for (int i = 0; i < sd->n && !st; i++) {
+        if (fmt == ACCEL_WEIGHTS_SAFETENSORS && sd->entries[i].is_tied_alias) {
+            accel_log_warning(accel_get_logger(NULL), "Removed shared tensor {'%s'} while saving. This should be "
+                              "OK, but check by loading the model back.", sd->entries[i].name);
+            continue;
+        }
+        names[k] = sd->entries[i].name;
+        ts[k++] = sd->entries[i].t;
+    }
+    if (!st) st = accel_save_sharded_as(dir, k, names, ts, max, fmt);
+    accel_free(names);
+    accel_free(ts);
+    accel_state_dict_free(sd);
+    return st;
+}
+
+accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
+                                               const accel_save_model_opts *opts) {
+    if (accel__acc_null(acc, "accel_accelerator_save_model")) return accel_last_status();
+    if (!model || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_model: NULL argument");
+    accel_save_model_opts o = opts ? *opts : (accel_save_model_opts){0};
+    int64_t max = 0;
+    accel_status st = shard_bytes(&o, &max);
+    accel__model *pm = accel__find_model(acc, model);
+    bool zero3 = pm && pm->zero_stage == 3;
+    if (!st && zero3 && o.no_safe_serialization)
+        st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: safe_serialization=False of a "
+                                                    "ZeRO-3 model is not written yet: save safetensors");
+    if (!st && acc->rank == 0) {
+        struct stat sb;
+        if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            st = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
+                                               "directory, not a file", dir);
+        else st = accel__mkdirs(dir);
+    }
+    if (zero3) { /* the real weights, gathered unit by unit (collective: every rank joins) */
+        accel_status gathered = accel__zero3_save_model(acc, pm, dir, max, st != ACCEL_OK);
+        if (!st) st = gathered;
+    } else if (!st && acc->rank == 0) {
+        st = write_model(model, dir, max, o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS);
+    }
+    return accel__ranks_agree(acc, st, "accel_accelerator_save_model");
+}
+
+accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *model, const char *dir,
+                                          const char *max_shard_size) {
+    return accel_accelerator_save_model_with(acc, model, dir,
+                                             &(accel_save_model_opts){.max_shard_size = max_shard_size});
+}

@@ -286,14 +286,20 @@ accel_status accel_accelerator_wait_for_everyone(accel_accelerator *acc) {
     return acc->world > 1 ? accel_pg_barrier(acc->pg) : ACCEL_OK;
 }
 
+/* The others' barrier in begin meets the main process's in end: from other
+ * lines by design, so its call site is not compared across ranks. */
 accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
-    return acc->rank != 0 ? accel_accelerator_wait_for_everyone(acc) : ACCEL_OK;
+    if (acc->rank == 0) return ACCEL_OK;
+    accel_dist_allow_other_call_sites();
+    return accel_accelerator_wait_for_everyone(acc);
 }
 
 accel_status accel_accelerator_main_process_first_end(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
-    return acc->rank == 0 ? accel_accelerator_wait_for_everyone(acc) : ACCEL_OK;
+    if (acc->rank != 0) return ACCEL_OK;
+    accel_dist_allow_other_call_sites();
+    return accel_accelerator_wait_for_everyone(acc);
 }
 
 accel_process_split accel_accelerator_split_between_processes(const accel_accelerator *acc, int64_t n) {

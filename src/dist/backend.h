@@ -68,7 +68,7 @@ typedef struct accel__work_queue accel__work_queue;
 typedef struct accel__site {
     uint32_t seq;          /* collectives this rank has begun, this one included (0: none yet) */
     uint8_t kind, dtype;   /* dist.c's call kind; dtype 0xff when the call has none */
-    uint16_t reserved;
+    uint16_t site_hash;    /* accel__site_hash(file, line); 0: not compared across ranks */
     uint64_t count;        /* elements (0 for barrier and the *_bytes calls) */
     int32_t line;          /* 0: no call site recorded */
     char file[44];         /* the end of the caller's file name, NUL-terminated */
@@ -79,6 +79,23 @@ typedef struct accel__site {
 void accel__site_describe(const accel__site *s, char *out, size_t n);
 /* The call site the calling thread recorded last (accel_dist_set_call_site). */
 void accel__site_of_caller(const char **file, int *line);
+/* Whether the thread's current call may come from other lines on other
+ * ranks (accel_dist_allow_other_call_sites before it, or inside it). */
+bool accel__other_sites_allowed(void);
+/* A 16-bit digest of file:line, never 0. */
+uint16_t accel__site_hash(const char *file, int line);
+/* Two ranks' records of one collective name the same call (kind, dtype,
+ * count) from different call sites, and both are compared (site_hash != 0):
+ * the same call from two lines, which is what
+ * a collective skipped on some ranks looks like when the next one has the
+ * same kind and arguments. */
+bool accel__sites_differ(const accel__site *a, const accel__site *b);
+/* The end of a call-site mismatch message. */
+#define ACCEL__SITES_DIFFER_HINT                                                                                \
+    "the same collective from different call sites: was a collective skipped on some ranks (one inside "     \
+    "`if is_main_process`, a save on one rank only, loops of different lengths)? A call that differs on "     \
+    "purpose: accel_dist_allow_other_call_sites() before it, or ACCEL_DIST_CHECK_CALL_SITES=0"
+
 
 struct accel_pg {
     int rank, size, local_rank, local_size;
@@ -89,10 +106,21 @@ struct accel_pg {
     /* "all_reduce(f32, 1024) [label]": context for timeout/dead-peer messages. */
     char op_desc[192];
     accel__site site; /* this rank's current (or last) collective */
+    bool check_sites; /* ACCEL_DIST_CHECK_CALL_SITES (default 1): compare call sites across ranks */
+    struct { /* the last call site seen and its hash: a loop copies and hashes it once */
+        const char *file;
+        int line;
+        uint16_t hash;
+    } hashed;
     /* After a failure the group is unusable: later calls fail with this. */
     accel_status broken;
     char broken_msg[1024];
     accel__work_queue *q; /* async machinery, created on the first async call */
+    /* Rank 0: the rendezvous store, still serving after init so that a late
+     * duplicate rank or a launcher with another world size gets the refusal
+     * naming the machines (claim.c) instead of a timeout; closed at finalize.
+     * NULL elsewhere. */
+    accel__store *store;
 };
 
 /* A collective's identity as the shm and tcp backends compare it across
@@ -107,6 +135,8 @@ typedef enum accel__slot {
 uint16_t accel__op_tag(accel__slot slot, uint64_t a, uint64_t b);
 /* The tag of all_gatherv(bytes[world], root). */
 uint16_t accel__gatherv_tag(const size_t *bytes, int world, int root);
+/* A 16-bit digest of a record's call (kind, dtype, count), not of its site. */
+uint16_t accel__call_digest(const accel__site *site);
 
 /* The largest ACCEL_DIST_TIMEOUT (11.6 days): every deadline in ms then fits
  * an int (poll) and a time_t. */

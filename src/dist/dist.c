@@ -26,8 +26,13 @@ typedef struct dist_env {
     double timeout_s;
 } dist_env;
 
+/* The first of names that is set. SLURM's variables count only in a task of
+ * an srun step: a program run by an sbatch script itself sees the job's
+ * SLURM_NTASKS and SLURM_PROCID=0 but is one process (slurm.h). */
 static const char *first_env(const char *const *names, const char **which) {
+    bool slurm_step = accel__slurm_in_step();
     for (; *names; names++) {
+        if (!slurm_step && !strncmp(*names, "SLURM_", 6)) continue;
         const char *v = getenv(*names);
         if (v && *v) {
             if (which) *which = *names;
@@ -95,6 +100,22 @@ static accel_status check_job_secret(const dist_env *e) {
                            e->local_world, e->world);
 }
 
+/* Says once why a program in a SLURM job of several tasks runs alone: no
+ * launcher gave it a world and it is not a task of an srun step, so the
+ * batch script started it (what Accelerate users get there too: one
+ * process). */
+static void note_batch_script(const dist_env *e) {
+    static bool said;
+    const char *ntasks = getenv("SLURM_NTASKS");
+    if (said || e->world != 1 || accel__slurm_in_step() || first_env(WORLD_VARS, NULL) || !ntasks || !*ntasks ||
+        !strcmp(ntasks, "1"))
+        return;
+    said = true;
+    fprintf(stderr, "accel: SLURM_NTASKS=%s but this process is not a task of an srun step (no SLURM_STEP_ID: "
+                    "started by the batch script itself?), so it runs as 1 process; start it with srun (or "
+                    "`srun accel launch`) to run the job's %s tasks\n", ntasks, ntasks);
+}
+
 static accel_status read_env(dist_env *e) {
     long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
     long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
@@ -112,6 +133,7 @@ static accel_status read_env(dist_env *e) {
                                e->rank, e->world);
     e->local_rank = lr < 0 ? e->rank : (int)lr;
     e->local_world = lw < 0 ? e->world : (int)lw;
+    note_batch_script(e);
     const char *addr = getenv("MASTER_ADDR");
     if ((!addr || !*addr) && slurm && e->local_world < e->world) {
         /* Exported, so that the tcp backend finds its route to it as for a launcher's MASTER_ADDR. */
@@ -181,6 +203,7 @@ typedef struct call {
     char label[48];
     const char *file; /* the caller's call site (accel_dist_set_call_site), NULL when none */
     int line;
+    bool other_sites_allowed; /* the site is reported but not compared across ranks */
 } call;
 
 struct accel_work {
@@ -224,11 +247,17 @@ static void note_call(accel_pg *pg, const call *c) {
     s->dtype = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0xff : (uint8_t)c->dt;
     s->count = c->kind == K_BARRIER || c->kind >= K_BROADCAST_BYTES ? 0 : c->count; /* blob sizes differ by rank */
     s->line = c->file ? c->line : 0;
-    const char *f = c->file ? c->file : "", *slash = strrchr(f, '/');
-    f = slash ? slash + 1 : f;
-    size_t len = strlen(f), keep = len < sizeof s->file - 1 ? len : sizeof s->file - 1;
-    memcpy(s->file, f + len - keep, keep);
-    s->file[keep] = 0;
+    if (c->file != pg->hashed.file || c->line != pg->hashed.line) { /* a new site: once, not per call of a loop */
+        const char *f = c->file ? c->file : "", *slash = strrchr(f, '/');
+        f = slash ? slash + 1 : f;
+        size_t len = strlen(f), keep = len < sizeof s->file - 1 ? len : sizeof s->file - 1;
+        memcpy(s->file, f + len - keep, keep);
+        memset(s->file + keep, 0, sizeof s->file - keep); /* the whole record crosses to the peers */
+        pg->hashed.file = c->file;
+        pg->hashed.line = c->line;
+        pg->hashed.hash = accel__site_hash(s->file, s->line);
+    }
+    s->site_hash = c->file && !c->other_sites_allowed && pg->check_sites ? pg->hashed.hash : 0;
     describe(c, pg->op_desc, sizeof pg->op_desc);
     size_t o = strlen(pg->op_desc);
     if (s->line && o < sizeof pg->op_desc)
@@ -405,6 +434,7 @@ static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
     if (!pg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", fn);
     memcpy(c->label, tl_label, sizeof c->label);
     accel__site_of_caller(&c->file, &c->line);
+    c->other_sites_allowed = accel__other_sites_allowed();
     if (c->kind < K_BARRIER) {
         if ((unsigned)c->dt >= ACCEL_DTYPE_COUNT)
             return accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)c->dt);
@@ -738,6 +768,13 @@ static accel_status create_default_group(void) {
     pg->local_size = e.local_world;
     pg->timeout_s = e.timeout_s;
     pg->debug = accel_dist_debug_mode();
+    pg->hashed.line = -1;
+    long check_sites;
+    if (accel__env_long("ACCEL_DIST_CHECK_CALL_SITES", 1, 0, 1, &check_sites) != ACCEL_OK) {
+        free(pg);
+        return accel_last_status();
+    }
+    pg->check_sites = check_sites == 1;
     snprintf(pg->op_desc, sizeof pg->op_desc, "init");
     accel_status st = ACCEL_OK;
     /* One process is the local "self" group, unless it asks for nccl: a
@@ -764,7 +801,8 @@ static accel_status create_default_group(void) {
             if (st == ACCEL_OK) st = pg->be->barrier(pg);
             if (st != ACCEL_OK) pg->be->finalize(pg);
         }
-        accel__store_close(store);
+        if (st == ACCEL_OK && e.rank == 0) pg->store = store; /* serves late claims until finalize */
+        else accel__store_close(store);
     }
     if (st != ACCEL_OK) {
         free(pg);
@@ -786,8 +824,14 @@ static void destroy_default_group(void) {
     accel_pg *pg = g_default;
     drain(pg);
     queue_destroy(pg);
+    /* Before the barrier: a rank past it may init a new group at once, and
+     * must find no store or the new one, not this group's (which would
+     * refuse its claim as a duplicate). */
+    accel__store_close(pg->store);
+    pg->store = NULL;
     if (pg->broken == ACCEL_OK && pg->size > 1) {
-        call c = {.kind = K_BARRIER};
+        /* Ranks may leave from different lines (an early return on one): the site is not compared. */
+        call c = {.kind = K_BARRIER, .other_sites_allowed = true};
         accel__site_of_caller(&c.file, &c.line);
         note_call(pg, &c);
         /* A failure here is reported but cannot stop the teardown. */

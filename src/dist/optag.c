@@ -18,3 +18,7 @@ uint16_t accel__gatherv_tag(const size_t *bytes, int world, int root) {
     for (int k = 0; k < world; k++) h = mix(h ^ bytes[k]);
     return accel__op_tag(ACCEL__SLOT_ALL_GATHERV, h, (uint64_t)(root + 1));
 }
+
+uint16_t accel__call_digest(const accel__site *site) {
+    return (uint16_t)mix(site->count ^ mix((uint64_t)site->kind << 8 | site->dtype));
+}

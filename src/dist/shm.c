@@ -20,7 +20,11 @@
  * word, each rank keeps the record of its current collective (what it
  * called, from where: written once per collective, before the arrival that
  * publishes it), so a mismatch or a timeout lists every rank's call and
- * call site, and the last one of a rank that did not arrive. Waiters spin briefly, then yield, then
+ * call site, and the last one of a rank that did not arrive. At a
+ * collective's first step each rank also compares its call site with every
+ * peer's (a 64-bit word beside the arrival: seq and a hash of file:line), so
+ * a collective reached from another line (one skipped elsewhere, the next
+ * one alike) fails at once on every rank. Waiters spin briefly, then yield, then
  * sleep, so 4 ranks on 2 cores still make progress; every 100 ms they check
  * that the ranks they wait for are alive, and give up after the timeout.
  *
@@ -56,6 +60,10 @@
 
 typedef struct shm_rank {
     _Alignas(128) _Atomic uint64_t arrive;
+    /* Collective q's site_key() in slot q & 1, written before the
+     * arrival that begins q: a peer reading it at q's first step finds q
+     * there, since no rank can begin q + 2 before every rank left q. */
+    _Atomic uint64_t site_key[2];
     _Atomic int64_t zc_off; /* offset of this rank's all_reduce buffer in the heap, or -1 */
     _Atomic int32_t pid;
     accel__site site; /* read by the others only to report */
@@ -83,6 +91,7 @@ typedef struct shm_state {
     uint64_t epoch;
     uint16_t tag;          /* the current collective's */
     uint32_t site_seq;     /* the pg->site.seq last copied into ctrl */
+    uint64_t first_epoch;  /* the current collective's first step: where call sites are compared */
     int set;
     shm_block *blk;
     size_t nblk, capblk;
@@ -147,23 +156,43 @@ static void report_ranks(accel_pg *pg, shm_state *s, uint64_t e, char *out, size
     }
 }
 
-static accel_status mismatch_error(accel_pg *pg, shm_state *s, uint64_t e) {
+static accel_status mismatch_error(accel_pg *pg, shm_state *s, uint64_t e, const char *why) {
     char ranks[800];
     report_ranks(pg, s, e, ranks, sizeof ranks);
     return accel_set_error(ACCEL_ERR_DIST,
-                           "accel dist: mismatched collectives (seen by rank %d): %s (every rank must call the same "
+                           "accel dist: mismatched collectives (seen by rank %d): %s%s (every rank must call the same "
                            "collectives in the same order with the same arguments; ACCEL_DEBUG_MODE=1 also "
-                           "compares roots and reduce ops)", pg->rank, ranks);
+                           "compares roots and reduce ops)", pg->rank, ranks, why);
 }
 
-/* Ranks below *k have arrived at epoch e; false (error set) when one of them
- * is at e in another collective. */
+/* seq << 32 | a digest of the call (kind, dtype, count) << 16 | site_hash. */
+static uint64_t site_key(const accel__site *site) {
+    return (uint64_t)site->seq << 32 | (uint32_t)accel__call_digest(site) << 16 | site->site_hash;
+}
+
+/* Rank k (arrived at the first step of this rank's collective q) makes the
+ * same call in q from another call site (as accel__sites_differ, with the
+ * site's hash). */
+static bool other_site(const accel_pg *pg, const shm_state *s, int k) {
+    uint64_t mine = site_key(&pg->site);
+    uint64_t theirs = atomic_load_explicit(&s->ctrl->r[k].site_key[pg->site.seq & 1], memory_order_relaxed);
+    bool same_call = (theirs >> 16) == (mine >> 16); /* seq and call digest */
+    return same_call && (theirs & 0xffff) && (mine & 0xffff) && theirs != mine;
+}
+
+/* Ranks below *k have arrived at epoch e (arrivals only grow, so the caller
+ * resumes from *k); false (error set) when one of them is at e in another
+ * collective, or in this one from another call site. */
 static bool count_arrived(accel_pg *pg, shm_state *s, uint64_t e, int *k) {
     for (; *k < pg->size; ++*k) {
         uint64_t a = atomic_load_explicit(&s->ctrl->r[*k].arrive, memory_order_acquire);
         if (EPOCH_OF(a) < e) return true;
         if (EPOCH_OF(a) == e && (uint16_t)a != s->tag) {
-            mismatch_error(pg, s, e);
+            mismatch_error(pg, s, e, "");
+            return false;
+        }
+        if (e == s->first_epoch && other_site(pg, s, *k)) {
+            mismatch_error(pg, s, e, " (" ACCEL__SITES_DIFFER_HINT ")");
             return false;
         }
     }
@@ -171,10 +200,9 @@ static bool count_arrived(accel_pg *pg, shm_state *s, uint64_t e, int *k) {
 }
 
 static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
-    int world = pg->size;
+    int world = pg->size, k = 0;
     double start = 0, next_check = 0;
     for (unsigned spins = 0;; spins++) {
-        int k = 0;
         if (!count_arrived(pg, s, e, &k)) return accel_last_status();
         if (k == world) return ACCEL_OK;
         if (spins < 4096) {
@@ -190,22 +218,22 @@ static accel_status wait_epoch(accel_pg *pg, shm_state *s, uint64_t e) {
         else nap_us(now - start < 0.1 ? 20 : 200);
         if (now < next_check) continue;
         next_check = now + 0.1;
-        for (k = 0; k < world; k++) {
-            if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire)) >= e) continue;
-            pid_t pid = atomic_load(&s->ctrl->r[k].pid);
+        for (int j = k; j < world; j++) {
+            if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[j].arrive, memory_order_acquire)) >= e) continue;
+            pid_t pid = atomic_load(&s->ctrl->r[j].pid);
             if (!pid_alive(pid))
                 return accel_set_error(ACCEL_ERR_DIST,
                                        "accel dist: rank %d (pid %d) died while rank %d waited in %s",
-                                       k, (int)pid, pg->rank, pg->op_desc);
+                                       j, (int)pid, pg->rank, pg->op_desc);
         }
         if (now - start > pg->timeout_s) {
             char list[256], ranks[700];
             size_t o = 0;
             int missing = 0;
-            for (k = 0; k < world; k++) {
-                if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[k].arrive, memory_order_acquire)) >= e) continue;
+            for (int j = 0; j < world; j++) {
+                if (EPOCH_OF(atomic_load_explicit(&s->ctrl->r[j].arrive, memory_order_acquire)) >= e) continue;
                 if (o < sizeof list - 16)
-                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", k);
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", missing ? ", " : "", j);
                 missing++;
             }
             report_ranks(pg, s, e, ranks, sizeof ranks);
@@ -222,8 +250,11 @@ static accel_status sync_ranks(accel_pg *pg) {
     shm_state *s = pg->impl;
     uint64_t e = ++s->epoch;
     if (s->site_seq != pg->site.seq) { /* once per collective, before the arrival that publishes it */
-        memcpy(&s->ctrl->r[pg->rank].site, &pg->site, sizeof pg->site);
+        shm_rank *me = &s->ctrl->r[pg->rank];
+        memcpy(&me->site, &pg->site, sizeof pg->site);
+        atomic_store_explicit(&me->site_key[pg->site.seq & 1], site_key(&pg->site), memory_order_relaxed);
         s->site_seq = pg->site.seq;
+        s->first_epoch = e;
     }
     atomic_store_explicit(&s->ctrl->r[pg->rank].arrive, e << 16 | s->tag, memory_order_release);
     return wait_epoch(pg, s, e);

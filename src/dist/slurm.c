@@ -7,7 +7,12 @@
  * (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST: "node[01-03,07],gpu5") and its
  * tasks per node (SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE:
  * "2(x3),1"). Rank 0 runs on the first node of the list (SLURM's block
- * distribution), so that host is the main address. */
+ * distribution), so that host is the main address.
+ *
+ * Only a task of an srun step is described by them: a program run by the
+ * batch script itself (sbatch without srun) sees the job's SLURM_NTASKS and
+ * SLURM_PROCID=0 too, but no SLURM_STEP_ID (Slurm's env.c sets it for steps
+ * only), and runs as one process. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +83,14 @@ accel_status accel__slurm_tasks_on_node(const char *tasks_per_node, int node, in
                            "SLURM_NODEID=%d", tasks_per_node, node);
 }
 
+/* slurmstepd sets the step id for every task of a step; the batch step
+ * (and the interactive and extern ones) have special ids it leaves out. */
+bool accel__slurm_in_step(void) { return env_first("SLURM_STEP_ID", "SLURM_STEPID") != NULL; }
+
 bool accel__slurm_started(void) {
     const char *v = getenv("SLURM_PROCID");
-    return v && *v && !getenv("RANK") && !getenv("PMI_RANK") && !getenv("OMPI_COMM_WORLD_RANK");
+    return v && *v && accel__slurm_in_step() && !getenv("RANK") && !getenv("PMI_RANK") &&
+           !getenv("OMPI_COMM_WORLD_RANK");
 }
 
 accel_status accel__slurm_main_host(char *out, size_t n) {

@@ -14,8 +14,13 @@
 accel_status accel__slurm_first_host(const char *list, char *out, size_t n);
 /* Tasks on node `node` (0-based) of "2(x3),1": 2 for nodes 0-2, 1 for node 3. */
 accel_status accel__slurm_tasks_on_node(const char *tasks_per_node, int node, int *out);
-/* The process was started by srun: SLURM_PROCID set, and no launcher's
- * (RANK) or MPI's rank variables, which take precedence. */
+/* The process is a task of an srun step: SLURM_STEP_ID (or SLURM_STEPID)
+ * is set. The batch script of sbatch, salloc's shell and the interactive
+ * step also see the job's SLURM_NTASKS, SLURM_PROCID=0 ..., but no step id:
+ * there SLURM's variables describe the allocation, not this process. */
+bool accel__slurm_in_step(void);
+/* The process was started by srun: a task of a step with SLURM_PROCID, and
+ * no launcher's (RANK) or MPI's rank variables, which take precedence. */
 bool accel__slurm_started(void);
 /* The main machine: the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST). */
 accel_status accel__slurm_main_host(char *out, size_t n);

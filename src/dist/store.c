@@ -38,6 +38,12 @@ enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2 };
 #define MAX_SECRET 1024
 #define MAX_UNAUTHED 64
 #define HELLO_DEADLINE_S 2.0
+/* What the store holds at most. Rank 0 serves it for the job's lifetime (late
+ * claims, claim.c), so retrying duplicates must not grow it without bound; a
+ * job uses a few small keys per rank. Past a limit the request's connection
+ * is dropped. */
+#define MAX_ITEMS 65536
+#define MAX_BYTES (64u << 20)
 
 typedef struct kv {
     char *key;
@@ -66,7 +72,7 @@ struct accel__store {
     pthread_t thread;
     char *secret;
     kv *items;
-    size_t n_items, cap_items;
+    size_t n_items, cap_items, bytes; /* bytes: of the values held */
     conn *conns;
     size_t n_conns, cap_conns;
 };
@@ -115,10 +121,13 @@ static kv *find_kv(accel__store *s, const char *key) {
 
 static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
     kv *e = find_kv(s, key);
+    size_t held = s->bytes - (e ? e->len : 0);
+    if (len > MAX_BYTES - held || (!e && s->n_items >= MAX_ITEMS)) return false;
     if (e) {
         free(e->val);
         e->val = val;
         e->len = len;
+        s->bytes = held + len;
         return true;
     }
     if (s->n_items == s->cap_items) {
@@ -131,6 +140,7 @@ static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
     char *k = strdup(key);
     if (!k) return false;
     s->items[s->n_items++] = (kv){k, val, len};
+    s->bytes = held + len;
     return true;
 }
 

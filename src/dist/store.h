@@ -5,7 +5,9 @@
  * empty when unset), so a stray connection cannot join or read keys; the
  * server multiplexes every connection and bounds the unauthenticated ones in
  * number and time, so strangers cannot delay or lock out the ranks.
- * Only used during init/finalize: collectives never go through it. */
+ * Used during init; rank 0 keeps serving it until finalize (pg->store), so
+ * that a process claiming a rank late is refused by name. Collectives never
+ * go through it. */
 #ifndef ACCEL_DIST_STORE_H
 #define ACCEL_DIST_STORE_H
 

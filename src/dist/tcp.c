@@ -8,9 +8,9 @@
  *
  * Every collective begins (begin()) with a sequence number and a tag (kind
  * + arguments, accel__op_tag): an op_hdr precedes its first bytes on each
- * connection it uses, and a peer's header that differs fails the rank with
- * "mismatched collectives" naming both ranks' calls and call sites, and
- * tells the others (a barrier used to complete with one step of another
+ * connection it uses, and a peer's header that differs - or names another
+ * call site for the same call - fails the rank with "mismatched
+ * collectives" naming both ranks' calls and call sites, and tells the others (a barrier used to complete with one step of another
  * rank's all_reduce). The header also carries the sender's accel__site (72
  * bytes in all, in the same sendmsg as the data); the last one received
  * from each peer is kept, so a timeout report says where a rank that did
@@ -496,10 +496,14 @@ static accel_status check_notices(accel_pg *pg, tcp_state *s) {
 
 /* A peer hung up or reset: unless a notice already names the real culprit
  * (the peer may only have closed after its own failure), blame the peer and
- * tell the others. */
+ * tell the others. A peer that failed sent its notice before closing, but
+ * the gatekeeper thread must still be scheduled to pass it on: on a loaded
+ * machine that took more than 50 ms (a mismatch then read as a death), so
+ * it gets PEER_NOTICE_GRACE_MS. */
+#define PEER_NOTICE_GRACE_MS 500
 static accel_status peer_dead(accel_pg *pg, tcp_state *s, int peer, int err) {
     struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
-    if (poll(&pf, 1, 50) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
+    if (poll(&pf, 1, PEER_NOTICE_GRACE_MS) == 1 && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
     char last[128];
     accel__site_describe(&s->peer_site[peer], last, sizeof last);
     accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d closed its connection (%s: the process died or exited; "
@@ -574,10 +578,14 @@ static accel_status op_mismatch(accel_pg *pg, tcp_state *s, int peer, const op_h
     char mine[128], theirs[128];
     accel__site_describe(s->site, mine, sizeof mine);
     accel__site_describe(&h->site, theirs, sizeof theirs);
+    bool same_call = h->seq == s->seq && h->tag == s->tag; /* then only the call sites differ */
+    const char *why = same_call ? " (" ACCEL__SITES_DIFFER_HINT ")"
+                      : h->seq == s->seq && h->site.kind == s->site->kind ? " with other arguments"
+                                                                          : "";
     accel_set_error(ACCEL_ERR_DIST, "accel dist: mismatched collectives (seen by rank %d): rank %d is in %s; rank %d "
                     "is in %s%s (every rank must call the same collectives in the same order with the same "
                     "arguments; ACCEL_DEBUG_MODE=1 also compares roots and reduce ops)", pg->rank, pg->rank, mine,
-                    peer, theirs, h->seq == s->seq && h->site.kind == s->site->kind ? " with other arguments" : "");
+                    peer, theirs, why);
     char msg[MAX_NOTICE_MSG];
     snprintf(msg, sizeof msg, "%s", accel_last_error());
     send_notices(pg, s, NOTICE_DEAD, pg->rank, msg, strlen(msg));
@@ -602,7 +610,8 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
                     progress = true;
                     if (checking && o->hdr_done == o->hdr_len) {
                         s->peer_site[o->peer] = o->hdr.site;
-                        if (o->hdr.seq != s->seq || o->hdr.tag != s->tag) return op_mismatch(pg, s, o->peer, &o->hdr);
+                        if (o->hdr.seq != s->seq || o->hdr.tag != s->tag || accel__sites_differ(&o->hdr.site, s->site))
+                            return op_mismatch(pg, s, o->peer, &o->hdr);
                     }
                     continue;
                 }

@@ -170,8 +170,17 @@ static char *resolve_dir(const char *dir) {
     }
     closedir(d);
     if (count == 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "%s is not a folder containing a `.index.json` file or a model.safetensors file", dir);
+        char *bin = accel__path_join(dir, "pytorch_model.bin");
+        bool torch_only = bin && accel__is_file(bin);
+        accel_free(bin);
+        if (torch_only)
+            accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                            "%s holds pytorch_model.bin (PyTorch format) and no model.safetensors: accel loads "
+                            "safetensors only; save with safe_serialization (the default) or convert the file",
+                            dir);
+        else
+            accel_set_error(ACCEL_ERR_INVALID_ARG,
+                            "%s is not a folder containing a `.index.json` file or a model.safetensors file", dir);
         return NULL;
     }
     if (count > 1) {

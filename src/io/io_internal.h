@@ -23,6 +23,13 @@ accel_status accel__afile_write(accel__afile *f, const void *p, size_t n);
 accel_status accel__afile_commit(accel__afile *f);
 void accel__afile_abort(accel__afile *f);
 
+/* Hands t's bytes (row-major, dense) to sink in order: a contiguous CPU
+ * tensor's straight from its memory, another device's through a host staging
+ * buffer one chunk at a time, a strided one through a dense clone on its own
+ * device. Nothing for an empty tensor. `op` names the caller in errors. */
+typedef accel_status (*accel__byte_sink)(void *ctx, const void *p, size_t n);
+accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op);
+
 /* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
 const char *accel__file_kind(mode_t mode);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 
 accel_status accel__afile_open(accel__afile *f, const char *path) {
@@ -73,6 +74,35 @@ void accel__afile_abort(accel__afile *f) {
     f->fd = -1;
     unlink(f->tmp);
     afile_release(f);
+}
+
+static accel_status stream_dense(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op) {
+    size_t n = accel_nbytes(t);
+    if (t->device.type == ACCEL_DEV_CPU) {
+        const void *host = accel__host_ptr(t, op);
+        return host ? sink(ctx, host, n) : accel_last_status();
+    }
+    enum { STAGE_BYTES = 4 << 20 };
+    void *stage = accel_malloc(n < STAGE_BYTES ? n : STAGE_BYTES);
+    if (!stage) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (size_t off = 0; off < n && st == ACCEL_OK; off += STAGE_BYTES) {
+        size_t m = n - off < STAGE_BYTES ? n - off : STAGE_BYTES;
+        st = accel__tensor_read_bytes(t, off, stage, m);
+        if (st == ACCEL_OK) st = sink(ctx, stage, m);
+    }
+    accel_free(stage);
+    return st;
+}
+
+accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op) {
+    if (accel_numel(t) == 0) return ACCEL_OK;
+    if (accel_is_contiguous(t)) return stream_dense(t, sink, ctx, op);
+    accel_tensor *c = accel_tensor_clone_persistent(t, t->device); /* dense on its own device */
+    if (!c) return accel_last_status();
+    accel_status st = stream_dense(c, sink, ctx, op);
+    accel_tensor_free(c);
+    return st;
 }
 
 const char *accel__file_kind(mode_t m) {

@@ -44,6 +44,15 @@ int accel__st_dtype_parse(const char *s) {
     return -1;
 }
 
+/* torch.save's output: a zip archive (local header "PK\3\4"), or the legacy
+ * format's pickled magic number (protocol 2, LONG1 of 10 bytes, 0x1950a86a20f9469cfc6c). */
+static bool is_torch_file(const unsigned char *p, size_t n) {
+    static const unsigned char zip[4] = {'P', 'K', 3, 4};
+    static const unsigned char legacy[14] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                             0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    return (n >= sizeof zip && !memcmp(p, zip, sizeof zip)) || (n >= sizeof legacy && !memcmp(p, legacy, sizeof legacy));
+}
+
 static accel_safetensors *st_fail(accel_safetensors *st, json_t *root) {
     if (root) json_decref(root);
     accel_safetensors_close(st);
@@ -245,6 +254,14 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *map, size_t 
     if (size < 8) {
         accel_set_error(ACCEL_ERR_FORMAT, "%s: file is %zu bytes, too short for the 8-byte header length",
                         path, size);
+        return st_fail(st, NULL);
+    }
+    if (is_torch_file(st->map, size)) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                        "%s: is a PyTorch file (torch.save's %s, like pytorch_model.bin), not safetensors: accel "
+                        "loads safetensors only; save it with safe_serialization (the default), or convert it "
+                        "with safetensors.torch.save_file(torch.load(path), ...)",
+                        path, st->map[0] == 'P' ? "zip archive" : "legacy pickle");
         return st_fail(st, NULL);
     }
     uint64_t hlen = 0;

@@ -3,7 +3,6 @@
 
 #include "accel/io.h"
 #include "accel/tracking.h"
-#include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
@@ -66,36 +65,7 @@ static json_t *build_header(const char *path, int n, const char *const *names, a
     return root;
 }
 
-/* Writes contiguous t's bytes: a CPU tensor's straight from its memory, any
- * other device's through a host staging buffer, one chunk at a time. */
-static accel_status write_dense(accel__afile *f, const accel_tensor *t) {
-    size_t n = accel_nbytes(t);
-    if (t->device.type == ACCEL_DEV_CPU) {
-        const void *host = accel__host_ptr(t, "accel_safetensors_save");
-        return host ? accel__afile_write(f, host, n) : accel_last_status();
-    }
-    enum { STAGE_BYTES = 4 << 20 };
-    void *stage = accel_malloc(n < STAGE_BYTES ? n : STAGE_BYTES);
-    if (!stage) return accel_last_status();
-    accel_status st = ACCEL_OK;
-    for (size_t off = 0; off < n && st == ACCEL_OK; off += STAGE_BYTES) {
-        size_t m = n - off < STAGE_BYTES ? n - off : STAGE_BYTES;
-        st = accel__tensor_read_bytes(t, off, stage, m);
-        if (st == ACCEL_OK) st = accel__afile_write(f, stage, m);
-    }
-    accel_free(stage);
-    return st;
-}
-
-static accel_status write_tensor(accel__afile *f, const accel_tensor *t) {
-    if (accel_numel(t) == 0) return ACCEL_OK;
-    if (accel_is_contiguous(t)) return write_dense(f, t);
-    accel_tensor *c = accel_tensor_clone_persistent(t, t->device); /* dense on its own device */
-    if (!c) return accel_last_status();
-    accel_status st = write_dense(f, c);
-    accel_tensor_free(c);
-    return st;
-}
+static accel_status afile_sink(void *f, const void *p, size_t n) { return accel__afile_write(f, p, n); }
 
 accel_status accel_safetensors_save(const char *path, int n, const char *const *names,
                                     accel_tensor *const *tensors, int n_meta, const accel_kv *meta) {
@@ -138,7 +108,7 @@ accel_status accel__safetensors_save_with(const char *path, int n, const char *c
         accel_progress *bar = accel_progress_new(n, &(accel_progress_opts){.desc = desc, .unit = "tensor", .delay = 1});
         for (int i = 0; i < n && !st; i++, accel_progress_update(bar, 1)) {
             if (ready) st = ready(ctx, tensors[i]);
-            if (!st) st = write_tensor(&f, tensors[i]);
+            if (!st) st = accel__tensor_stream(tensors[i], afile_sink, &f, "accel_safetensors_save");
         }
         accel_progress_close(bar);
         if (!st) st = accel__afile_commit(&f);

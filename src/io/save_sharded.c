@@ -1,6 +1,7 @@
-/* src/io/save_sharded.c — save_pretrained-style sharded safetensors checkpoints. */
+/* src/io/save_sharded.c — save_pretrained-style sharded checkpoints (safetensors or torch.save files). */
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -8,33 +9,46 @@
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
-#define INDEX_NAME "model.safetensors.index.json"
-#define SINGLE_NAME "model.safetensors"
+/* File names of one weights format (transformers' SAFE_WEIGHTS_NAME and
+ * WEIGHTS_NAME families). */
+typedef struct weights_names {
+    const char *single;  /* "model.safetensors" */
+    const char *index;   /* "model.safetensors.index.json" */
+    const char *stem;    /* shards: "<stem>-00001-of-00003<ext>" */
+    const char *ext;
+} weights_names;
 
-/* "model-00001-of-00003.safetensors" (any 5-digit numbers). */
-static bool is_shard_name(const char *f) {
-    static const char *pat = "model-#####-of-#####.safetensors";
-    if (strlen(f) != strlen(pat)) return false;
-    for (size_t i = 0; pat[i]; i++)
-        if (pat[i] == '#' ? (f[i] < '0' || f[i] > '9') : f[i] != pat[i]) return false;
+static const weights_names NAMES[] = {
+    [ACCEL_WEIGHTS_SAFETENSORS] = {"model.safetensors", "model.safetensors.index.json", "model", ".safetensors"},
+    [ACCEL_WEIGHTS_PYTORCH] = {"pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model", ".bin"},
+};
+
+/* "<stem>-00001-of-00003<ext>" (any 5-digit numbers): its two numbers. */
+static bool is_shard_name(const weights_names *w, const char *f, int *a, int *b) {
+    size_t stem = strlen(w->stem), ext = strlen(w->ext), len = strlen(f);
+    if (len != stem + 15 + ext || strncmp(f, w->stem, stem) || strcmp(f + len - ext, w->ext)) return false;
+    static const char *pat = "-#####-of-#####";
+    for (size_t i = 0; pat[i]; i++) {
+        char c = f[stem + i];
+        if (pat[i] == '#' ? (c < '0' || c > '9') : c != pat[i]) return false;
+    }
+    *a = atoi(f + stem + 1);
+    *b = atoi(f + stem + 10);
     return true;
 }
 
-static accel_status remove_stale(const char *dir, int n_shards) {
+static accel_status remove_stale(const weights_names *w, const char *dir, int n_shards) {
     DIR *d = opendir(dir);
     if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s", dir);
     struct dirent *e;
     accel_status st = ACCEL_OK;
     while ((e = readdir(d)) && !st) {
         bool stale;
-        if (is_shard_name(e->d_name)) {
-            int a = 0, b = 0;
-            sscanf(e->d_name, "model-%5d-of-%5d", &a, &b);
+        int a, b;
+        if (is_shard_name(w, e->d_name, &a, &b))
             stale = n_shards == 1 || b != n_shards || a < 1 || a > n_shards;
-        } else {
-            stale = n_shards == 1 ? strcmp(e->d_name, INDEX_NAME) == 0
-                                  : strcmp(e->d_name, SINGLE_NAME) == 0;
-        }
+        else
+            stale = strcmp(e->d_name, n_shards == 1 ? w->index : w->single) == 0;
         if (!stale) continue;
         char *p = accel__path_join(dir, e->d_name);
         if (!p) st = accel_last_status();
@@ -90,8 +104,8 @@ typedef struct tensor_source {
     void *ctx;
 } tensor_source;
 
-static accel_status write_shard(const char *dir, const char *fname, int n, const char *const *names,
-                                accel_tensor *const *tensors, const int *shard_of, int k,
+static accel_status write_shard(accel_weights_format format, const char *dir, const char *fname, int n,
+                                const char *const *names, accel_tensor *const *tensors, const int *shard_of, int k,
                                 const char **sub_names, accel_tensor **sub_t, tensor_source src) {
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -101,15 +115,20 @@ static accel_status write_shard(const char *dir, const char *fname, int n, const
         }
     char *p = accel__path_join(dir, fname);
     if (!p) return accel_last_status();
-    accel_status st = accel__safetensors_save_with(p, m, sub_names, sub_t, 0, NULL, src.ready, src.ctx);
+    /* PyTorch files are written from tensors at hand (src is for ZeRO-3's safetensors save_model) */
+    accel_status st = format == ACCEL_WEIGHTS_PYTORCH
+                          ? accel_torch_save(p, m, sub_names, sub_t)
+                          : accel__safetensors_save_with(p, m, sub_names, sub_t, 0, NULL, src.ready, src.ctx);
     accel_free(p);
     return st;
 }
 
 static accel_status save_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
-                                 int64_t max_shard_bytes, tensor_source src) {
-    if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0)
+                                 int64_t max_shard_bytes, accel_weights_format format, tensor_source src) {
+    if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0 ||
+        (format != ACCEL_WEIGHTS_SAFETENSORS && format != ACCEL_WEIGHTS_PYTORCH))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
+    const weights_names *w = &NAMES[format];
     if (accel__is_file(dir))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_save_sharded: provided path (%s) should be a directory, not a file", dir);
@@ -129,15 +148,15 @@ static accel_status save_sharded(const char *dir, int n, const char *const *name
     int k = split(n, tensors, max_shard_bytes, shard_of, &total);
     if (k <= 1) {
         for (int i = 0; i < n; i++) shard_of[i] = 0;
-        st = write_shard(dir, SINGLE_NAME, n, names, tensors, shard_of, 0, sub_names, sub_t, src);
-        if (!st) st = remove_stale(dir, 1);
+        st = write_shard(format, dir, w->single, n, names, tensors, shard_of, 0, sub_names, sub_t, src);
+        if (!st) st = remove_stale(w, dir, 1);
         goto out;
     }
     json_t *wm = json_object();
     for (int s = 0; s < k && !st; s++) {
         char fname[64];
-        snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, k);
-        st = write_shard(dir, fname, n, names, tensors, shard_of, s, sub_names, sub_t, src);
+        snprintf(fname, sizeof fname, "%s-%05d-of-%05d%s", w->stem, s + 1, k, w->ext);
+        st = write_shard(format, dir, fname, n, names, tensors, shard_of, s, sub_names, sub_t, src);
         for (int i = 0; i < n && !st; i++)
             if (shard_of[i] == s) json_object_set_new(wm, names[i], json_string(fname));
     }
@@ -146,13 +165,13 @@ static accel_status save_sharded(const char *dir, int n, const char *const *name
         json_object_set_new(md, "total_size", json_integer(total));
         json_object_set_new(root, "metadata", md);
         json_object_set(root, "weight_map", wm);
-        char *ip = accel__path_join(dir, INDEX_NAME);
+        char *ip = accel__path_join(dir, w->index);
         st = ip ? accel__json_save_file(ip, root) : accel_last_status();
         accel_free(ip);
         json_decref(root);
     }
     json_decref(wm);
-    if (!st) st = remove_stale(dir, k);
+    if (!st) st = remove_stale(w, dir, k);
 out:
     accel_free(shard_of);
     accel_free(sub_names);
@@ -162,7 +181,13 @@ out:
 
 accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
                                 accel_tensor *const *tensors, int64_t max_shard_bytes) {
-    return save_sharded(dir, n, names, tensors, max_shard_bytes, (tensor_source){NULL, NULL});
+    return save_sharded(dir, n, names, tensors, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS, (tensor_source){NULL, NULL});
+}
+
+accel_status accel_save_sharded_as(const char *dir, int n, const char *const *names,
+                                   accel_tensor *const *tensors, int64_t max_shard_bytes,
+                                   accel_weights_format format) {
+    return save_sharded(dir, n, names, tensors, max_shard_bytes, format, (tensor_source){NULL, NULL});
 }
 
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
@@ -181,7 +206,8 @@ accel_status accel__save_module_with(const char *dir, accel_module *root, int64_
             names[i] = sd->entries[i].name;
             ts[i] = sd->entries[i].t;
         }
-        st = save_sharded(dir, sd->n, names, ts, max_shard_bytes, (tensor_source){ready, ctx});
+        st = save_sharded(dir, sd->n, names, ts, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS,
+                          (tensor_source){ready, ctx});
     }
     accel_free(names);
     accel_free(ts);
