@@ -9,7 +9,13 @@
 #      EXTRA (extra flags for both, e.g. "--layers 2 --seq 64" for a quick run),
 #      QUIET_WAIT (seconds to wait for an idle CPU before each run, default 120),
 #      MIXED_PRECISION (no|bf16|fp16, default no: accel's Accelerator mode and
-#      torch.autocast on the PyTorch side).
+#      torch.autocast on the PyTorch side), PEER_COMPILE (1: a torch.compile run
+#      of the peer in every round too; default 1 for MIXED_PRECISION=no),
+#      OMP_WAIT_POLICY (default PASSIVE, for both sides: OpenMP workers that
+#      spin after each parallel region compete with OpenBLAS's own threads and,
+#      on a shared machine, with everyone else; measured on the 2-vCPU box
+#      under load, both accel's and PyTorch's steps took about 2x longer with
+#      libgomp's default spinning).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -19,6 +25,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 OUT=${OUT:-bench/results/llama_step.md}
 EXTRA=${EXTRA:-}
 MP=${MIXED_PRECISION:-no}
+COMPILE=${PEER_COMPILE:-$([ "$MP" = no ] && echo 1 || echo 0)}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 cmake -S . -B "$BUILD_DIR" >/dev/null
 cmake --build "$BUILD_DIR" -j2 --target bench_llama_step >/dev/null
@@ -53,17 +61,31 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "idle=$idle" > "$LOG/idle_accel.$r"
     # shellcheck disable=SC2086
     "$BIN" --threads "$THREADS" --steps "$STEPS" --profile --mixed_precision "$MP" $EXTRA | tee "$LOG/accel.$r" >&2
+    if [ "$MP" != no ]; then
+        # accel's own f32 step beside it: the goal for a CPU without bf16 units is relative to it.
+        echo "== round $r/$ROUNDS: accel f32" >&2
+        # shellcheck disable=SC2086
+        "$BIN" --threads "$THREADS" --steps "$STEPS" --mixed_precision no $EXTRA | tee "$LOG/accel32.$r" >&2
+    fi
     idle=$(quiet)
     echo "== round $r/$ROUNDS: pytorch (cpu idle before: $idle)" >&2
     echo "idle=$idle" > "$LOG/idle_torch.$r"
     # shellcheck disable=SC2086
     python3 bench/llama_step_peer.py --threads "$THREADS" --steps "$STEPS" --mixed_precision "$MP" $EXTRA | tee "$LOG/torch.$r" >&2
+    if [ "$COMPILE" = 1 ]; then
+        idle=$(quiet)
+        echo "== round $r/$ROUNDS: pytorch torch.compile (cpu idle before: $idle)" >&2
+        echo "idle=$idle" > "$LOG/idle_compile.$r"
+        # shellcheck disable=SC2086
+        python3 bench/llama_step_peer.py --threads "$THREADS" --steps "$STEPS" --warmup 2 --compile \
+            --mixed_precision "$MP" $EXTRA | tee "$LOG/compile.$r" >&2
+    fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$LOG" "$ROUNDS" "$STEPS" "$THREADS" "$OUT" "$load_before" "$load_after" "$EXTRA" "$MP" <<'EOF'
+python3 - "$LOG" "$ROUNDS" "$STEPS" "$THREADS" "$OUT" "$load_before" "$load_after" "$EXTRA" "$MP" "$OMP_WAIT_POLICY" <<'EOF'
 import glob, os, re, statistics, sys, datetime
-log, rounds, steps, threads, out, lb, la, extra, mp = sys.argv[1:]
+log, rounds, steps, threads, out, lb, la, extra, mp, wait = sys.argv[1:]
 
 def kv(path, key):
     for line in open(path):
@@ -74,6 +96,8 @@ def kv(path, key):
 files = lambda pat: sorted(glob.glob(f"{log}/{pat}.*"), key=lambda p: int(p.rsplit(".", 1)[1]))
 acc = [kv(p, "impl=accel") for p in files("accel")]
 tor = [kv(p, "peer=pytorch") for p in files("torch")]
+com = [kv(p, "peer=pytorch") for p in files("compile")]
+a32 = [kv(p, "impl=accel") for p in files("accel32")]
 split = [kv(p, "split_ms_median") for p in files("accel")]
 idle_a = [kv(p, "idle=")["idle"] for p in files("idle_accel")]
 idle_t = [kv(p, "idle=")["idle"] for p in files("idle_torch")]
@@ -87,15 +111,22 @@ t_ms = [float(t["step_ms_median"]) for t in tor]
 ratio = [t / a for a, t in zip(a_ms, t_ms)]
 B_T = float(acc[0]["tokens_per_s"]) * a_ms[0] / 1e3  # tokens per step
 med_a, med_t, med_r = statistics.median(a_ms), statistics.median(t_ms), statistics.median(ratio)
+# CPU time per step (all threads): less disturbed by other processes than wall time.
+a_cpu = [float(a["cpu_ms_median"]) for a in acc]
+t_cpu = [float(t["cpu_ms_median"]) for t in tor]
+c_ms = [float(c["step_ms_median"]) for c in com]
+c_cpu = [float(c["cpu_ms_median"]) for c in com]
+cpu_ratio = statistics.median([t / a for a, t in zip(a_cpu, t_cpu)])
 q = min(range(len(acc)), key=lambda i: a_ms[i] + t_ms[i])  # the quietest round
 tv = __import__("torch").__version__
+peer = "eager" if mp == "no" else f"torch.autocast {mp}"
 row = lambda name, ms: (f"| {name} | {ms:.0f} | {B_T / (ms / 1e3):.0f} | {gflop / (ms / 1e3):.1f} | "
                         f"{gflop / (ms / 1e3) / peak:.2f} | {gflop / (ms / 1e3) / 180.0:.2f} |")
 cfg = extra.strip() or "hidden 512, 8 layers, 8 heads, ffn 1536, vocab 8192, batch 8 x seq 256"
 cpu = [l.strip() for l in open(files("accel")[0]) if l.startswith(("CPU:", "ISA:", "CPU kernels:"))]
 mode = "f32" if mp == "no" else f"mixed_precision {mp} (PyTorch: torch.autocast cpu {mp})"
 lines = [
-    f"# Llama training step: accel vs PyTorch eager ({mode})",
+    f"# Llama training step: accel vs PyTorch {peer} ({mode})",
     "",
     "; ".join(cpu),
     "",
@@ -113,22 +144,34 @@ lines = [
     "| run | step (ms) | tokens/s | model GFLOP/s | MFU vs sgemm peak | MFU vs FMA peak |",
     "|---|---|---|---|---|---|",
     row("accel, median of rounds", med_a),
-    row(f"PyTorch {tv} eager, median of rounds", med_t),
+    row(f"PyTorch {tv} {peer}, median of rounds", med_t),
     row(f"accel, quietest round ({q + 1})", a_ms[q]),
     row(f"PyTorch, quietest round ({q + 1})", t_ms[q]),
+] + ([row(f"PyTorch {tv} torch.compile, median of rounds", statistics.median(c_ms))] if com else []) + [
     "",
-    f"**accel is {med_r:.2f}x PyTorch's throughput** (median of the per-round ratios "
-    f"PyTorch step / accel step: {', '.join(f'{r:.2f}' for r in ratio)}).",
+    f"**accel is {med_r:.2f}x PyTorch {peer}'s throughput** (median of the per-round ratios "
+    f"PyTorch step / accel step: {', '.join(f'{r:.2f}' for r in ratio)}); "
+    f"in CPU time per step {cpu_ratio:.2f}x (median of PyTorch CPU ms / accel CPU ms per round)"
+    + (f"; against torch.compile {statistics.median([c / a for a, c in zip(a_ms, c_ms)]):.2f}x "
+       f"(CPU time {statistics.median([c / a for a, c in zip(a_cpu, c_cpu)]):.2f}x)" if com else "") + ".",
     "",
+] + ([f"**accel {mp} step / accel f32 step: {statistics.median([float(a['step_ms_median']) / float(b['step_ms_median']) for a, b in zip(acc, a32)]):.2f}x** "
+      f"(median of the per-round ratios; in CPU time per step "
+      f"{statistics.median([float(a['cpu_ms_median']) / float(b['cpu_ms_median']) for a, b in zip(acc, a32)]):.2f}x; "
+      f"accel f32 per round, step / CPU ms: "
+      + ", ".join(f"{float(b['step_ms_median']):.0f} / {float(b['cpu_ms_median']):.0f}" for b in a32) + ").", ""]
+     if a32 else []) + [
     "Per round:",
     "",
     "| round | CPU idle before (accel / torch) | accel step ms | accel fwd / bwd / opt ms | "
-    "accel CPU ms per step | PyTorch step ms | ratio | sgemm median / best GFLOP/s |",
-    "|---|---|---|---|---|---|---|---|",
+    "accel CPU ms per step | PyTorch eager step ms / CPU ms | torch.compile step ms / CPU ms | "
+    "ratio (eager / accel) | sgemm median / best GFLOP/s |",
+    "|---|---|---|---|---|---|---|---|---|",
 ]
 for i, (a, t, s_) in enumerate(zip(acc, tor, split)):
+    cc = f"{c_ms[i]:.0f} / {c_cpu[i]:.0f}" if i < len(com) else "-"
     lines.append(f"| {i + 1} | {idle_a[i]} / {idle_t[i]} | {a_ms[i]:.0f} | {s_['fwd']} / {s_['bwd']} / "
-                 f"{s_['opt']} | {float(a['cpu_ms_median']):.0f} | {t_ms[i]:.0f} | {ratio[i]:.2f} | "
+                 f"{s_['opt']} | {a_cpu[i]:.0f} | {t_ms[i]:.0f} / {t_cpu[i]:.0f} | {cc} | {ratio[i]:.2f} | "
                  f"{float(a['sgemm_gflops']):.1f} / {float(a['sgemm_best_gflops']):.1f} |")
 lines += [
     "",
@@ -136,7 +179,8 @@ lines += [
     "(2 vCPUs): when other processes run, both implementations get a fraction of the cores, "
     "wall-clock times swing by 2-4x between runs, and the paired per-round ratio is the robust "
     "figure. accel's CPU ms per step (both threads, waits included) does not depend on the "
-    "load as much: on an idle machine a step takes about half of it.",
+    "load as much: on an idle machine a step takes about half of it. "
+    f"OMP_WAIT_POLICY={wait} for both sides; torch.compile runs take 2 warm-up steps (compilation).",
     "",
     f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by bench/llama_step.sh.",
     "",

@@ -59,6 +59,12 @@ accel_tensor *accel_relu(accel_tensor *a);
 accel_tensor *accel_silu(accel_tensor *a);
 /* GELU: exact (erf) when tanh_approx is false, else PyTorch's approximate='tanh'. */
 accel_tensor *accel_gelu(accel_tensor *a, bool tanh_approx);
+/* SwiGLU, silu(gate) * up, in one pass forward and one backward (the Llama
+ * MLP's activation; what accel_mul(accel_silu(gate), up) gives, rounded the
+ * same way, without the intermediates). gate and up of one shape, float
+ * dtypes; the result has their promoted dtype. bf16 operands are read and
+ * written in place (computed in f32). */
+accel_tensor *accel_swiglu(accel_tensor *gate, accel_tensor *up);
 
 /* Converts dtype (differentiable: the gradient is converted back). Returns
  * an alias when the dtype is already dt. */

@@ -107,6 +107,24 @@ typedef struct accel_k_unary_grad {
     double p;
 } accel_k_unary_grad;
 
+/* SwiGLU, the Llama MLP's activation in one pass: out = silu(gate) * up
+ * (same shapes, all contiguous; each f32, bf16 or f16, read and written in
+ * its own dtype: the fast path converts bf16 in registers and computes in
+ * f32). silu(gate) is rounded to gate's dtype before the product, as the
+ * unfused silu then mul round it. */
+typedef struct accel_k_swiglu {
+    ACCEL_KERNEL_TENSORS(3, *out, *gate, *up);
+} accel_k_swiglu;
+
+/* The SwiGLU backward from g = d out: dgate (+)= g * up * silu'(gate) and
+ * dup (+)= g * silu(gate) (each optional; beta 0 overwrites, 1 adds), all
+ * contiguous, dtypes as the forward. g * up and silu(gate) are rounded to
+ * gate's dtype first, as the unfused backwards of mul and silu round them. */
+typedef struct accel_k_swiglu_backward {
+    ACCEL_KERNEL_TENSORS(5, *dgate, *dup, *g, *gate, *up);
+    float dgate_beta, dup_beta;
+} accel_k_swiglu_backward;
+
 /* out = x * mask * scale (mask u8, all contiguous; x and out f32): dropout
  * forward and backward. */
 typedef struct accel_k_mask_scale {
@@ -282,6 +300,17 @@ typedef struct accel_k_cross_entropy_backward {
     float beta;
 } accel_k_cross_entropy_backward;
 
+/* Cross-entropy and its gradient in one pass over the logits: out and count
+ * as cross_entropy, and dx [N, C] = (softmax(x) - onehot(t)) / count on
+ * counted rows, 0 on ignored ones (the backward only scales it by the
+ * incoming gradient, so no second pass of exponentials). x and dx
+ * contiguous, f32, bf16 or f16 each (computed in f32, dx rounded once);
+ * targets [N] i64 contiguous. */
+typedef struct accel_k_cross_entropy_fused {
+    ACCEL_KERNEL_TENSORS(5, *out, *count, *dx, *x, *targets);
+    int64_t N, C, ignore;
+} accel_k_cross_entropy_fused;
+
 /* out (f32, 0-dim) = mean (pred - target)^2, both f32 contiguous. */
 typedef struct accel_k_mse {
     ACCEL_KERNEL_TENSORS(3, *out, *pred, *target);
@@ -369,6 +398,8 @@ typedef struct accel_k_unscale {
     X(unary, accel_k_unary)                               \
     X(unary_grad, accel_k_unary_grad)                     \
     X(mask_scale, accel_k_mask_scale)                     \
+    X(swiglu, accel_k_swiglu)                             \
+    X(swiglu_backward, accel_k_swiglu_backward)           \
     X(compare, accel_k_compare)                           \
     X(where, accel_k_where)                               \
     X(sum, accel_k_sum)                                   \
@@ -389,6 +420,7 @@ typedef struct accel_k_unscale {
     X(layer_norm_backward, accel_k_layer_norm_backward)   \
     X(cross_entropy, accel_k_cross_entropy)               \
     X(cross_entropy_backward, accel_k_cross_entropy_backward) \
+    X(cross_entropy_fused, accel_k_cross_entropy_fused)   \
     X(mse, accel_k_mse)                                   \
     X(mse_backward, accel_k_mse_backward)                 \
     X(sdpa, accel_k_sdpa)                                 \

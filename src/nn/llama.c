@@ -210,8 +210,9 @@ static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li,
 
 static accel_tensor *mlp_forward(accel_module *mlp, accel_tensor *x) {
     accel_module **p = mlp->children;
-    accel_tensor *g = accel_silu(accel_module_call(p[MLP_GATE], x));
-    return accel_module_call(p[MLP_DOWN], accel_mul(g, accel_module_call(p[MLP_UP], x)));
+    /* act_fn(gate_proj(x)) * up_proj(x) with act_fn = silu, fused. */
+    accel_tensor *h = accel_swiglu(accel_module_call(p[MLP_GATE], x), accel_module_call(p[MLP_UP], x));
+    return accel_module_call(p[MLP_DOWN], h);
 }
 
 /* x [B, T, C] -> [B, T, C]. */
@@ -420,10 +421,12 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     if (!logits) return NULL;
     /* transformers' ForCausalLMLoss: labels = ids shifted left, padded with
      * ignore_index at the end, so the logits need no slicing. */
-    int64_t B = ids->shape[0], T = ids->shape[1], n = B * T;
+    int64_t B = ids->shape[0], T = ids->shape[1];
     accel_tensor *pad = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, 1), ids->device);
     if (!pad || accel_fill_(pad, -100) != ACCEL_OK) return NULL;
     accel_tensor *labels = accel_concat(2, (accel_tensor *[]){accel_slice(ids, 1, 1, T, 1), pad}, 1);
-    int64_t shape[2] = {n, logits->shape[2]};
-    return accel_cross_entropy(accel_reshape(logits, 2, shape), accel_reshape(labels, 1, &n), -100);
+    /* logits [B, T, V] with labels [B, T]: no reshape between the head and
+     * the loss, so the loss's gradient becomes the head's output gradient as
+     * it is (no copy of [B T, V]). */
+    return accel_cross_entropy(logits, labels, -100);
 }

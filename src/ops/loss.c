@@ -17,6 +17,46 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
     return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
 }
 
+/* The fused forward saved the gradient for g = 1: with that g (the loss's
+ * own backward) it becomes the logits' gradient as it is, else it is scaled. */
+static accel_status ce_fused_backward(accel_node *node, accel_tensor *grad_out) {
+    accel_tensor *x = node->inputs[0], *dx = node->saved[0];
+    if (accel_item(grad_out) != 1.0) return accel_grad_accumulate(x, accel_mul(dx, grad_out));
+    if (!x->grad && x->dtype == dx->dtype && (x->grad_fn || (x->flags & ACCEL_TF_ARENA))) {
+        x->grad = dx;
+        return ACCEL_OK;
+    }
+    return accel_grad_accumulate(x, dx);
+}
+
+/* Loss and gradient in one pass over the logits (f32 or bf16: bf16 has f32's
+ * range, so the gradient rounded before it is scaled by a loss scale cannot
+ * underflow; f16 logits take the two kernels). The reference kernels take
+ * the two kernels too: they are this kernel's reference. */
+static bool ce_fuses(accel_tensor *logits, accel_device dev) {
+    if (accel_reference_kernels() || !accel_needs_grad(1, &logits)) return false;
+    if (logits->dtype != ACCEL_F32 && logits->dtype != ACCEL_BF16) return false;
+    const accel_kernel_table *kt = accel__kernel_table_of(dev, "accel_cross_entropy");
+    return kt && kt->cross_entropy_fused;
+}
+
+/* in: logits, targets; tt the targets as [N] i64. */
+static accel_tensor *ce_fused(accel_tensor *const *in, accel_tensor *tt, accel_tensor *out, int64_t N, int64_t C,
+                              int64_t ignore_index) {
+    accel_tensor *logits = in[0];
+    accel_device dev = out->device;
+    accel_tensor *xc = accel__contig(logits);
+    accel_tensor *dx = accel_empty_on(logits->dtype, logits->ndim, logits->shape, dev);
+    accel_tensor *count = accel_empty_on(ACCEL_I64, 0, NULL, dev);
+    if (!xc || !dx || !count) return NULL;
+    accel_k_cross_entropy_fused k = {.out = out, .count = count, .dx = dx, .x = xc, .targets = tt, .N = N,
+                                     .C = C, .ignore = ignore_index};
+    if (ACCEL_KERNEL("accel_cross_entropy", dev, cross_entropy_fused, &k) != ACCEL_OK) return NULL;
+    accel_node *n = accel_tape_record("cross_entropy", ce_fused_backward, out, 2, in);
+    if (n) n->saved[0] = dx;
+    return out;
+}
+
 /* Targets of the logits' shape less the class dim (PyTorch's rule), or the
  * same N targets flat: [4, 1] for logits [4, 3] has the right count but is
  * neither, and is refused as PyTorch refuses it. */
@@ -47,11 +87,13 @@ accel_tensor *accel_cross_entropy(accel_tensor *logits, accel_tensor *targets, i
     }
     accel_tensor *out = accel__op_out(ACCEL_F32, 0, NULL, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    accel_tensor *xf = accel__f32_contig(logits);
     accel_tensor *tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(N), dev);
+    if (!tt || accel_copy_(tt, accel_reshape(targets, 1, &N)) != ACCEL_OK) return NULL;
+    if (ce_fuses(logits, dev)) return ce_fused(in, tt, out, N, C, ignore_index);
+    accel_tensor *xf = accel__f32_contig(logits);
     accel_tensor *lse = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(N), dev);
     accel_tensor *count = accel_empty_on(ACCEL_I64, 0, NULL, dev);
-    if (!xf || !tt || !lse || !count || accel_copy_(tt, accel_reshape(targets, 1, &N)) != ACCEL_OK) return NULL;
+    if (!xf || !lse || !count) return NULL;
     accel_k_cross_entropy k = {.out = out, .lse = lse, .count = count, .x = xf, .targets = tt, .N = N, .C = C,
                                .ignore = ignore_index};
     if (ACCEL_KERNEL(OP, dev, cross_entropy, &k) != ACCEL_OK) return NULL;

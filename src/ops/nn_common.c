@@ -46,6 +46,26 @@ bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t) {
     return true;
 }
 
+bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) {
+    if (!t || (t->dtype != ACCEL_BF16 && t->dtype != ACCEL_F16)) return accel__gbuf_begin(g, t);
+    memset(g, 0, sizeof *g);
+    g->t = t;
+    if (!t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
+    accel_tensor *gr = t->grad;
+    if (gr && gr->dtype == t->dtype && accel_is_contiguous(gr) && accel_same_shape(gr, t) &&
+        accel_device_eq(gr->device, t->device)) {
+        g->dst = gr;
+        g->beta = 1.0f;
+        return true;
+    }
+    if (!gr && (t->grad_fn || (t->flags & ACCEL_TF_ARENA))) {
+        t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+        g->dst = t->grad;
+        return t->grad != NULL;
+    }
+    return accel__gbuf_begin(g, t);
+}
+
 accel_status accel__gbuf_end(accel__gbuf *g) {
     if (!g->tmp) return ACCEL_OK;
     return accel_grad_accumulate(g->t, g->tmp);

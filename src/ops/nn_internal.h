@@ -25,6 +25,10 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t);
  * scatter-adds and loops that accumulate). */
 bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t);
 accel_status accel__gbuf_end(accel__gbuf *g);
+/* As accel__gbuf_begin, for kernels that also write bf16/f16 gradients: a
+ * bf16 or f16 t gets dst in its own dtype (its gradient's dtype) when that
+ * can be written directly, so no f32 buffer and conversion pass. */
+bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t);
 
 /* The dtype matmul/linear/sdpa compute in: the autocast dtype when autocast is
  * on, else the promotion of the inputs. Errors (naming op) on non-float or

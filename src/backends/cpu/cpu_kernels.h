@@ -93,6 +93,24 @@ void accel__cpu_unary_ref(accel__unop op, double p, accel_tensor *y, const accel
 void accel__cpu_unary_grad_ref(accel__unop op, double p, accel_tensor *dx, const accel_tensor *g,
                                const accel_tensor *x, const accel_tensor *y);
 
+/* ---- bf16 directly (fused_kernels.c) */
+
+/* dst (f32) = the n values of src (dtype dt), contiguous, one thread. */
+void accel__cpu_to_f32(float *dst, const void *src, accel_dtype dt, int64_t n);
+/* dst (dtype dt) = src (f32) rounded to nearest even, contiguous, one thread. */
+void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n);
+/* accel_convert with vectorised bf16 <-> f32 (OpenMP threads when large). */
+void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n);
+/* The fast paths of the swiglu kernels (backends/kernels.h): contiguous
+ * operands of f32, bf16 or f16 each. */
+void accel__cpu_swiglu(const accel_k_swiglu *k);
+void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k);
+/* The rows of cross_entropy_fused given the count of counted targets (all
+ * targets already checked), on nt threads with C floats of scratch each;
+ * *total = the sum of the counted rows' losses. */
+void accel__cpu_cross_entropy_fused(const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch,
+                                    double *total);
+
 /* ---- reductions */
 
 /* out[o] = scale * sum of x over the reduced dims (mask bit d set = dim d

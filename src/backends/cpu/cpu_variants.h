@@ -44,6 +44,17 @@
     X(accel__cpu_unary_grad_ref,                                                               \
       (accel__unop op, double p, accel_tensor *dx, const accel_tensor *g,                      \
        const accel_tensor *x, const accel_tensor *y),                                          \
-      (op, p, dx, g, x, y))
+      (op, p, dx, g, x, y))                                                                   \
+    /* fused_kernels.c */                                                                      \
+    X(accel__cpu_to_f32, (float *dst, const void *src, accel_dtype dt, int64_t n), (dst, src, dt, n)) \
+    X(accel__cpu_from_f32, (void *dst, accel_dtype dt, const float *src, int64_t n), (dst, dt, src, n)) \
+    X(accel__cpu_convert,                                                                      \
+      (void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n),         \
+      (dst, dst_dt, src, src_dt, n))                                                           \
+    X(accel__cpu_swiglu, (const accel_k_swiglu *k), (k))                                       \
+    X(accel__cpu_swiglu_backward, (const accel_k_swiglu_backward *k), (k))                     \
+    X(accel__cpu_cross_entropy_fused,                                                          \
+      (const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch, double *total), \
+      (k, count, nt, scratch, total))
 
 #endif

@@ -33,17 +33,25 @@ ACCEL__VEC_MATH static void ce_row_grad(const float *x, float *d, int64_t C, int
     d[t] -= scale;
 }
 
-accel_status accel__cpuk_cross_entropy(accel_k_cross_entropy *k) {
-    int64_t N = k->N, C = k->C, ignore = k->ignore, count = 0;
-    const int64_t *t = k->targets->data;
+/* *count = the targets that are not ignore; an error names the first one
+ * outside [0, C). */
+static accel_status count_targets(const int64_t *t, int64_t N, int64_t C, int64_t ignore, int64_t *count) {
+    *count = 0;
     for (int64_t i = 0; i < N; i++) {
         if (t[i] == ignore) continue;
         if (t[i] < 0 || t[i] >= C)
             return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                    "accel_cross_entropy: target %lld at position %lld is out of range for %lld classes",
                                    (long long)t[i], (long long)i, (long long)C);
-        count++;
+        ++*count;
     }
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_cross_entropy(accel_k_cross_entropy *k) {
+    int64_t N = k->N, C = k->C, ignore = k->ignore, count;
+    const int64_t *t = k->targets->data;
+    if (count_targets(t, N, C, ignore, &count) != ACCEL_OK) return accel_last_status();
     const float *x = k->x->data;
     float *lp = k->lse->data;
     bool ref = accel_reference_kernels();
@@ -69,6 +77,23 @@ accel_status accel__cpuk_cross_entropy_backward(accel_k_cross_entropy_backward *
         if (t[i] != ignore) ce_row_grad(x + i * C, d, C, t[i], lse[i], scale, beta);
         else if (beta == 0.0f) memset(d, 0, (size_t)C * sizeof *d);
     }
+    return ACCEL_OK;
+}
+
+/* The rows run in fused_kernels.c (per ISA); the reference of this kernel
+ * is the pair cross_entropy + cross_entropy_backward, which the op uses under
+ * accel_set_reference_kernels(true). */
+accel_status accel__cpuk_cross_entropy_fused(accel_k_cross_entropy_fused *k) {
+    int64_t count;
+    if (count_targets(k->targets->data, k->N, k->C, k->ignore, &count) != ACCEL_OK) return accel_last_status();
+    int nt = accel_num_threads();
+    float *scratch = accel_arena_alloc(accel_step_arena(), (size_t)nt * (size_t)k->C * sizeof(float), 64);
+    if (!scratch) return accel_last_status();
+    double total = 0.0;
+    accel__cpu_cross_entropy_fused(k, count, nt, scratch, &total);
+    /* All targets ignored: 0/0 = nan, as PyTorch. */
+    *(float *)k->out->data = count ? (float)(total / (double)count) : NAN;
+    *(int64_t *)k->count->data = count;
     return ACCEL_OK;
 }
 

@@ -47,3 +47,60 @@ accel_status accel__cpuk_mask_scale(accel_k_mask_scale *k) {
     for (int64_t i = 0; i < n; i++) po[i] = m[i] ? px[i] * scale : 0.0f;
     return ACCEL_OK;
 }
+
+/* ---- SwiGLU (the fast path is in fused_kernels.c) */
+
+static bool swiglu_dtype(const accel_tensor *t) {
+    return !t || t->dtype == ACCEL_F32 || t->dtype == ACCEL_BF16 || t->dtype == ACCEL_F16;
+}
+
+/* v as a tensor of dtype dt holds it. */
+static float rounded(float v, accel_dtype dt) {
+    if (dt == ACCEL_BF16) return accel_bf16_to_f32(accel_f32_to_bf16(v));
+    if (dt == ACCEL_F16) return accel_f16_to_f32(accel_f32_to_f16(v));
+    return v;
+}
+
+static float elem(const accel_tensor *t, int64_t i) { return (float)accel__load_elem(t->data, t->dtype, (size_t)i); }
+
+/* d[i] (+)= v, in d's dtype. */
+static void put(accel_tensor *d, int64_t i, float v, float beta) {
+    accel__store_elem(d->data, d->dtype, (size_t)i, beta != 0.0f ? elem(d, i) + v : v);
+}
+
+/* The references: element by element, libm's expf. */
+static void swiglu_ref(const accel_k_swiglu *k) {
+    int64_t n = accel_numel(k->out);
+    for (int64_t i = 0; i < n; i++) {
+        float x = elem(k->gate, i);
+        accel__store_elem(k->out->data, k->out->dtype, (size_t)i,
+                          rounded(x * accel__sigmoidf(x), k->gate->dtype) * elem(k->up, i));
+    }
+}
+
+static void swiglu_backward_ref(const accel_k_swiglu_backward *k) {
+    int64_t n = accel_numel(k->gate);
+    accel_dtype gdt = k->gate->dtype;
+    for (int64_t i = 0; i < n; i++) {
+        float x = elem(k->gate, i), g = elem(k->g, i), s = accel__sigmoidf(x);
+        if (k->dgate) put(k->dgate, i, rounded(g * elem(k->up, i), gdt) * (s * (1.0f + x * (1.0f - s))), k->dgate_beta);
+        if (k->dup) put(k->dup, i, g * rounded(x * s, gdt), k->dup_beta);
+    }
+}
+
+accel_status accel__cpuk_swiglu(accel_k_swiglu *k) {
+    if (accel_numel(k->out) == 0) return ACCEL_OK;
+    if (accel_reference_kernels() || !swiglu_dtype(k->out) || !swiglu_dtype(k->gate) || !swiglu_dtype(k->up))
+        swiglu_ref(k);
+    else accel__cpu_swiglu(k);
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_swiglu_backward(accel_k_swiglu_backward *k) {
+    if (accel_numel(k->gate) == 0) return ACCEL_OK;
+    if (accel_reference_kernels() || !swiglu_dtype(k->dgate) || !swiglu_dtype(k->dup) || !swiglu_dtype(k->g) ||
+        !swiglu_dtype(k->gate) || !swiglu_dtype(k->up))
+        swiglu_backward_ref(k);
+    else accel__cpu_swiglu_backward(k);
+    return ACCEL_OK;
+}

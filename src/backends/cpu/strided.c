@@ -130,7 +130,7 @@ static void convert_strided(accel_tensor *dst, const accel_tensor *src, int64_t 
         char *d = (char *)dst->data + linear_to_offset(dst, r * W) * (int64_t)des;
         const char *s = (const char *)src->data + linear_to_offset(src, r * W) * (int64_t)ses;
         if (ds_ == 1 && ss == 1) {
-            accel_convert(d, dst->dtype, s, src->dtype, (size_t)W);
+            accel__cpu_convert(d, dst->dtype, s, src->dtype, W);
         } else {
             for (int64_t j = 0; j < W; j++)
                 accel__store_elem(d + j * ds_ * (int64_t)des, dst->dtype, 0,
@@ -144,7 +144,7 @@ accel_status accel__cpuk_copy(accel_k_copy *a) {
     int64_t n = accel_numel(dst);
     if (dst->dtype == src->dtype) accel__cpu_copy(dst, src);
     else if (accel_is_contiguous(dst) && accel_is_contiguous(src))
-        accel_convert(dst->data, dst->dtype, src->data, src->dtype, (size_t)n);
+        accel__cpu_convert(dst->data, dst->dtype, src->data, src->dtype, n);
     else convert_strided(dst, src, n);
     return ACCEL_OK;
 }

@@ -1,0 +1,195 @@
+/* Kernels that read and write bf16 (and f16) directly, compiled per ISA
+ * (cpu_variants.h): dtype conversion of contiguous runs, SwiGLU forward and
+ * backward, and the cross-entropy rows with their gradient. They work on
+ * blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
+ * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
+ * the result is rounded once into its dtype. */
+#include <omp.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "vec_math.h"
+
+enum { BLOCK = 512 };
+
+/* ---- conversions */
+
+ACCEL__VEC_MATH static void bf16_to_f32_run(float *d, const uint16_t *s, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) d[i] = accel__bf16_float(s[i]);
+}
+
+ACCEL__VEC_MATH static void f32_to_bf16_run(uint16_t *d, const float *s, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) d[i] = accel__bf16_bits(s[i]);
+}
+
+void accel__cpu_to_f32(float *dst, const void *src, accel_dtype dt, int64_t n) {
+    if (dt == ACCEL_F32) memcpy(dst, src, (size_t)n * sizeof *dst);
+    else if (dt == ACCEL_BF16) bf16_to_f32_run(dst, src, n);
+    else accel_convert(dst, ACCEL_F32, src, dt, (size_t)n);
+}
+
+void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n) {
+    if (dt == ACCEL_F32) memcpy(dst, src, (size_t)n * sizeof *src);
+    else if (dt == ACCEL_BF16) f32_to_bf16_run(dst, src, n);
+    else accel_convert(dst, dt, src, ACCEL_F32, (size_t)n);
+}
+
+/* Elements [off, off + n) of a contiguous float array of dtype dt as f32:
+ * in place for f32, else widened into buf. */
+static const float *f32_view(const void *base, accel_dtype dt, int64_t off, int64_t n, float *buf) {
+    if (dt == ACCEL_F32) return (const float *)base + off;
+    accel__cpu_to_f32(buf, (const char *)base + off * (int64_t)accel_dtype_size(dt), dt, n);
+    return buf;
+}
+
+/* dst[off, off + n) (+)= v, rounded into dst's dtype; buf scratch for beta 1. */
+ACCEL__VEC_MATH static void store_block(void *base, accel_dtype dt, int64_t off, int64_t n, float *v, float beta,
+                                        float *buf) {
+    if (beta != 0.0f) {
+        const float *old = f32_view(base, dt, off, n, buf);
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] += old[i];
+    }
+    accel__cpu_from_f32((char *)base + off * (int64_t)accel_dtype_size(dt), dt, v, n);
+}
+
+/* v rounded to dtype dt in place (what a tensor of dt would hold). */
+ACCEL__VEC_MATH static void round_block(float *v, accel_dtype dt, int64_t n) {
+    if (dt == ACCEL_BF16) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = accel__bf16_float(accel__bf16_bits(v[i]));
+    } else if (dt == ACCEL_F16) {
+        for (int64_t i = 0; i < n; i++) v[i] = accel_f16_to_f32(accel_f32_to_f16(v[i]));
+    }
+}
+
+void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n) {
+    bool fast = (dst_dt == ACCEL_F32 && src_dt == ACCEL_BF16) || (dst_dt == ACCEL_BF16 && src_dt == ACCEL_F32);
+    if (!fast) {
+        accel_convert(dst, dst_dt, src, src_dt, (size_t)n);
+        return;
+    }
+    int64_t chunk = 16384, nchunks = (n + chunk - 1) / chunk;
+    size_t des = accel_dtype_size(dst_dt), ses = accel_dtype_size(src_dt);
+#pragma omp parallel for if (n > 4 * ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t s = c * chunk, m = s + chunk < n ? chunk : n - s;
+        void *d = (char *)dst + s * (int64_t)des;
+        const void *p = (const char *)src + s * (int64_t)ses;
+        if (dst_dt == ACCEL_F32) bf16_to_f32_run(d, p, m);
+        else f32_to_bf16_run(d, p, m);
+    }
+}
+
+/* ---- SwiGLU */
+
+ACCEL__VEC_MATH static void silu_block(const float *x, float *s, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) s[i] = x[i] * (1.0f / (1.0f + accel__expf(-x[i])));
+}
+
+void accel__cpu_swiglu(const accel_k_swiglu *k) {
+    const accel_tensor *gate = k->gate, *up = k->up, *out = k->out;
+    int64_t n = accel_numel(out), nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        float bx[BLOCK], bu[BLOCK], y[BLOCK];
+        int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
+        const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
+        const float *u = f32_view(up->data, up->dtype, off, m, bu);
+        silu_block(x, y, m);
+        round_block(y, gate->dtype, m);
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) y[i] *= u[i];
+        store_block(out->data, out->dtype, off, m, y, 0.0f, NULL);
+    }
+}
+
+/* d[i] = t[i] * silu'(x[i]) */
+ACCEL__VEC_MATH static void silu_grad_block(const float *x, const float *t, float *d, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + accel__expf(-x[i]));
+        d[i] = t[i] * (s * (1.0f + x[i] * (1.0f - s)));
+    }
+}
+
+void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
+    const accel_tensor *gate = k->gate, *up = k->up, *g = k->g, *dgate = k->dgate, *dup = k->dup;
+    int64_t n = accel_numel(gate), nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        float bx[BLOCK], bu[BLOCK], bg[BLOCK], t[BLOCK], d[BLOCK], old[BLOCK];
+        int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
+        const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
+        const float *gg = f32_view(g->data, g->dtype, off, m, bg);
+        if (dgate) {
+            const float *u = f32_view(up->data, up->dtype, off, m, bu);
+#pragma omp simd
+            for (int64_t i = 0; i < m; i++) t[i] = gg[i] * u[i];
+            round_block(t, gate->dtype, m);
+            silu_grad_block(x, t, d, m);
+            store_block(dgate->data, dgate->dtype, off, m, d, k->dgate_beta, old);
+        }
+        if (dup) {
+            silu_block(x, t, m);
+            round_block(t, gate->dtype, m);
+#pragma omp simd
+            for (int64_t i = 0; i < m; i++) d[i] = gg[i] * t[i];
+            store_block(dup->data, dup->dtype, off, m, d, k->dup_beta, old);
+        }
+    }
+}
+
+/* ---- cross-entropy with its gradient */
+
+/* One counted row: writes dx = (softmax(x) - onehot(t)) * inv_count into
+ * drow (dtype ddt) and returns logsumexp(x) - x[t]. row: C floats of scratch. */
+ACCEL__VEC_MATH static double ce_row_fused(const void *xrow, accel_dtype xdt, void *drow, accel_dtype ddt, int64_t C,
+                                           int64_t t, float inv_count, float *row) {
+    const float *x = xdt == ACCEL_F32 ? xrow : row;
+    if (xdt != ACCEL_F32) accel__cpu_to_f32(row, xrow, xdt, C);
+    float xt = x[t];
+    /* e may be x itself (the scratch row): exp is taken element by element. */
+    float *e = ddt == ACCEL_F32 ? drow : row;
+    float mx = accel__row_max(x, C), s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; j++) {
+        float v = accel__expf(x[j] - mx);
+        e[j] = v;
+        s += v;
+    }
+    float scale = inv_count / s;
+#pragma omp simd
+    for (int64_t j = 0; j < C; j++) e[j] *= scale;
+    e[t] -= inv_count;
+    if (ddt != ACCEL_F32) accel__cpu_from_f32(drow, ddt, e, C);
+    return (double)(mx + logf(s)) - xt;
+}
+
+void accel__cpu_cross_entropy_fused(const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch,
+                                    double *total) {
+    int64_t N = k->N, C = k->C, ignore = k->ignore;
+    const int64_t *t = k->targets->data;
+    accel_dtype xdt = k->x->dtype, ddt = k->dx->dtype;
+    size_t xes = accel_dtype_size(xdt), des = accel_dtype_size(ddt);
+    float inv_count = count ? (float)(1.0 / (double)count) : 0.0f;
+    double sum = 0.0;
+#pragma omp parallel num_threads(nt) if (N * C > 16384) reduction(+ : sum)
+    {
+        float *row = scratch + (size_t)omp_get_thread_num() * (size_t)C;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < N; i++) {
+            char *d = (char *)k->dx->data + (size_t)(i * C) * des;
+            if (t[i] == ignore) {
+                memset(d, 0, (size_t)C * des);
+                continue;
+            }
+            sum += ce_row_fused((const char *)k->x->data + (size_t)(i * C) * xes, xdt, d, ddt, C, t[i], inv_count,
+                                row);
+        }
+    }
+    *total = sum;
+}
