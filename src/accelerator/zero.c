@@ -41,12 +41,12 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
     if (st) return st;
     if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    int64_t shard = b->n ? b->numel / acc->world : 0;
+    int64_t shard = b->n ? b->numel / acc->shard_world : 0;
     pm->units = accel_calloc(1, sizeof *pm->units);
     if (!pm->units) return accel_last_status();
     pm->n_units = 1;
     pm->units[0] = (accel__unit){.shard = shard, .count = b->n, .state = ACCEL__UNIT_GATHERED};
-    pm->zlo = (int64_t)acc->rank * shard;
+    pm->zlo = (int64_t)acc->shard_rank * shard;
     pm->zhi = pm->zlo + shard;
     pm->zn = shard;
     if (pm->zero_stage == 2 && pm->ddp && shard) {
@@ -67,7 +67,7 @@ void accel__zero_model_release(accel_accelerator *acc, accel__model *pm) {
 
 /* Start of this rank's piece of unit u in the flat buffer. */
 static int64_t piece_lo(const accel_accelerator *acc, const accel__unit *u) {
-    return u->lo + (int64_t)acc->rank * u->shard;
+    return u->lo + (int64_t)acc->shard_rank * u->shard;
 }
 
 /* Where flat-buffer element pos lives in this rank's shard, or -1 (another rank's). */
@@ -94,10 +94,16 @@ static accel_status gather_shards(accel_accelerator *acc, accel__model *pm, cons
     accel_status st = ACCEL_OK;
     for (int k = 0; k < pm->n_units && !st; k++) {
         const accel__unit *u = &pm->units[k];
-        if (acc->world > 1) st = accel_pg_all_gather(acc->pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
+        if (acc->shard_world > 1)
+            st = accel_pg_all_gather(acc->shard_pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
         else memcpy(full + u->lo, local + u->zoff, (size_t)u->shard * sizeof(float));
     }
     return st;
+}
+
+accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n) {
+    if (!acc->replica_pg || !n) return ACCEL_OK;
+    return accel_pg_all_reduce(acc->replica_pg, piece, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
 }
 
 accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
@@ -114,7 +120,8 @@ accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
          * restarts from zero so the next reduction only carries new gradients. */
         float *g = b->grads, *mine = g + pm->zlo;
         int64_t n = pm->zhi - pm->zlo;
-        st = accel_pg_reduce_scatter(acc->pg, g, mine, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
+        st = accel_pg_reduce_scatter(acc->shard_pg, g, mine, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
+        if (!st) st = accel__zero_replica_average(acc, mine, n);
         if (st) break;
         for (int64_t k = 0; k < n; k++) pm->zgrad[k] += mine[k];
         memset(g, 0, (size_t)b->numel * sizeof(float));
@@ -125,9 +132,9 @@ accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm) {
     if (pm->zero_stage == 3) return accel__zero3_after_step(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    if (!b->n || acc->world == 1) return ACCEL_OK;
+    if (!b->n || acc->shard_world == 1) return ACCEL_OK;
     float *p = b->params;
-    return accel_pg_all_gather(acc->pg, p + pm->zlo, p, (size_t)(pm->zhi - pm->zlo), ACCEL_F32);
+    return accel_pg_all_gather(acc->shard_pg, p + pm->zlo, p, (size_t)(pm->zhi - pm->zlo), ACCEL_F32);
 }
 
 void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm) {
