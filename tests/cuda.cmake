@@ -11,3 +11,12 @@ endif()
 add_test(NAME cuda_kernels_harness COMMAND test_cuda_kernels WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(cuda_kernels_harness PROPERTIES TIMEOUT 300
   ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_TEST_KERNELS_ON=hostless")
+# The NCCL process group through the Accelerator: one rank (a one-rank NCCL
+# communicator on cuda:0) and one rank per GPU (skipped below 2 GPUs: NCCL
+# allows one rank per GPU).
+set_tests_properties(nccl PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 180)
+add_test(NAME nccl_multi COMMAND test_nccl multi WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(nccl_multi PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 180)
+if(ACCEL_CUDA)
+  target_include_directories(test_nccl PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+endif()

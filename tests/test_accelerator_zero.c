@@ -249,6 +249,44 @@ static void test_checkpoint_resume(void) {
     }
 }
 
+/* The tensor state of o (exp_avg, exp_avg_sq) as host floats, in listing order; returns the count. */
+static int64_t state_values(accel_optimizer *o, float *out, int64_t cap) {
+    accel_named_state *st;
+    int n = accel_optimizer_state(o, &st);
+    int64_t k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!st[i].t) continue;
+        int64_t c = accel_numel(st[i].t);
+        CHECK(k + c <= cap);
+        if (k + c <= cap) CHECK(accel_to_floats(st[i].t, out + k) == ACCEL_OK);
+        k += c;
+    }
+    accel_named_state_free(st, n);
+    return k;
+}
+
+/* An optimizer that stepped before prepare keeps its state: prepare moves it
+ * into the shard (after the optimizer's own state buffers were replaced), and
+ * clear() gives it back whole. */
+static void test_state_from_before_prepare(void) {
+    run r;
+    run_make(&r, 9);
+    accel_tensor *x, *y;
+    batch(0, 0, 0, &x, &y); /* one batch on every rank: the same state everywhere, consolidated or not */
+    CHECK(accel_backward(accel_mse_loss(accel_module_call(r.model, x), y)) == ACCEL_OK);
+    CHECK(accel_optimizer_step(r.opt) == ACCEL_OK);
+    accel_optimizer_zero_grad(r.opt);
+    accel_step_reset();
+    float before[132], after[132];
+    int64_t n = state_values(r.opt, before, 132);
+    CHECK(n == 132); /* exp_avg and exp_avg_sq of 66 parameters */
+    CHECK(accel_accelerator_prepare(A, r.model, r.opt, NULL, r.sched) == ACCEL_OK);
+    accel_accelerator_clear(A);
+    CHECK(state_values(r.opt, after, 132) == n);
+    CHECK_MSG(memcmp(before, after, sizeof before) == 0, "the state of the step before prepare was lost");
+    run_free(&r);
+}
+
 /* What accel does not implement is refused before any rendezvous, with a message saying what to use. */
 static void test_refusals(void) {
     accel_clear_error();
@@ -365,6 +403,7 @@ int main(void) {
     RUN(test_plain);
     RUN(test_clipped); /* clipping bites: the norm is well above 0.05 */
     RUN(test_checkpoint_resume);
+    RUN(test_state_from_before_prepare);
     RUN(test_refusals);
     RUN(test_bad_reduce_bucket_size);
     accel_accelerator_free(A);

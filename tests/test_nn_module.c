@@ -136,7 +136,11 @@ static void test_flatten(void) {
     CHECK(((float *)b->grads)[4] == 0.5f && ((float *)b->grads)[8] == 7.5f);
     /* An optimizer over the flat buffer moves the module's parameters. */
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 1.0);
-    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_SGD, b->params, b->grads, b->numel, &h);
+    accel_tensor *fp_params = accel_tensor_wrap(b->params, ACCEL_F32, 1, &b->numel, b->device);
+    accel_tensor *fp_grads = accel_tensor_wrap(b->grads, ACCEL_F32, 1, &b->numel, b->device);
+    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_SGD, fp_params, fp_grads, &h);
+    accel_tensor_free(fp_params);
+    accel_tensor_free(fp_grads);
     accel_optimizer_step(opt);
     CHECK_CLOSE(((float *)w->data)[4], before[4] - 7.5f, 1e-6, 0);
     accel_optimizer_free(opt);

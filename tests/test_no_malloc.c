@@ -72,7 +72,11 @@ static void test_flat_params(void) {
     accel_flat_params *fp = accel_module_flatten(m, 16, 64);
     accel_flat_buffer *b = &fp->buffers[ACCEL_F32];
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-2);
-    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, b->params, b->grads, b->numel, &h);
+    accel_tensor *params = accel_tensor_wrap(b->params, ACCEL_F32, 1, &b->numel, b->device);
+    accel_tensor *grads = accel_tensor_wrap(b->grads, ACCEL_F32, 1, &b->numel, b->device);
+    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, params, grads, &h);
+    accel_tensor_free(params);
+    accel_tensor_free(grads);
     long allocs[4];
     train(m, opt, allocs);
     for (int s = 1; s < 4; s++) CHECK_MSG(allocs[s] == 0, "step %d made %ld allocations", s + 1, allocs[s]);

@@ -1,12 +1,34 @@
 /* Optimizers, clipping and LR schedulers against numbers from PyTorch and
  * transformers (tools/ref numbers computed with torch 2.x, see comments). */
 #include "accel/accel.h"
+#include "backends/backend.h"
 #include "check.h"
 
 static const float P0[4] = {0.5f, -1.25f, 2.0f, 0.125f};
 static const float GRADS[3][4] = {{0.1f, -0.2f, 0.3f, -0.4f},
                                   {0.05f, 0.5f, -0.25f, 1.0f},
                                   {-0.3f, 0.2f, 0.1f, 0.0f}};
+
+/* n host floats at p as a cpu tensor (the flat-segment form takes tensors). */
+static accel_tensor *host_f32(float *p, int64_t n) { return accel_tensor_wrap(p, ACCEL_F32, 1, &n, ACCEL_CPU_DEVICE); }
+
+/* An optimizer of one flat segment over host floats p, g [n]. The headers are
+ * freed at once: the optimizer keeps views of the memory, not the tensors. */
+static accel_optimizer *flat_opt(accel_optim_kind kind, float *p, float *g, int64_t n, const accel_optim_hparams *h) {
+    accel_tensor *tp = host_f32(p, n), *tg = host_f32(g, n);
+    accel_optimizer *opt = accel_optimizer_new_flat(kind, tp, tg, h);
+    accel_tensor_free(tp);
+    accel_tensor_free(tg);
+    return opt;
+}
+
+static int flat_add(accel_optimizer *opt, float *p, float *g, int64_t n, const accel_optim_hparams *h) {
+    accel_tensor *tp = host_f32(p, n), *tg = host_f32(g, n);
+    int group = accel_optimizer_add_flat(opt, tp, tg, h);
+    accel_tensor_free(tp);
+    accel_tensor_free(tg);
+    return group;
+}
 
 /* Three steps of the optimizer on a 4-element tensor parameter; compares with
  * torch.optim.<kind>(...) after the same three gradients. */
@@ -63,9 +85,9 @@ static void test_flat_shards(void) {
     float whole[8], sharded[8], g[8];
     for (int i = 0; i < 8; i++) whole[i] = sharded[i] = P0[i % 4] * (1 + i / 4);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
-    accel_optimizer *all = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, whole, g, 8, &h);
-    accel_optimizer *lo = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, sharded, g, 4, &h);
-    accel_optimizer *hi = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, sharded + 4, g + 4, 4, &h);
+    accel_optimizer *all = flat_opt(ACCEL_OPTIM_ADAMW, whole, g, 8, &h);
+    accel_optimizer *lo = flat_opt(ACCEL_OPTIM_ADAMW, sharded, g, 4, &h);
+    accel_optimizer *hi = flat_opt(ACCEL_OPTIM_ADAMW, sharded + 4, g + 4, 4, &h);
     for (int s = 0; s < 3; s++) {
         for (int i = 0; i < 8; i++) g[i] = GRADS[s][i % 4] * (i < 4 ? 1.0f : -2.0f);
         CHECK(accel_optimizer_step(all) == ACCEL_OK);
@@ -91,14 +113,31 @@ static void test_errors(void) {
     accel_tensor_free(p);
     h.beta1 = 1.5;
     float x[2], g[2];
-    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_ADAM, x, g, 2, &h) == NULL);
+    CHECK(flat_opt(ACCEL_OPTIM_ADAM, x, g, 2, &h) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "betas");
     accel_clear_error();
     h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
     h.nesterov = true;
-    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_SGD, x, g, 2, &h) == NULL);
+    CHECK(flat_opt(ACCEL_OPTIM_SGD, x, g, 2, &h) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "nesterov");
     accel_clear_error();
+    /* A flat segment is a pair of contiguous f32 tensors of one numel on one device. */
+    h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_tensor *tx = host_f32(x, 2), *tg1 = host_f32(g, 1), *bf = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_SGD, tx, tg1, &h) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "same number of elements");
+    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_SGD, tx, bf, &h) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "bfloat16");
+    CHECK(accel_optimizer_new_flat(ACCEL_OPTIM_SGD, tx, NULL, &h) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "grads");
+    CHECK(isnan(accel_grad_norm_partial(bf, 2.0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_grad_norm_partial");
+    accel_clear_error();
+    accel_tensor_free(tx);
+    accel_tensor_free(tg1);
+    accel_tensor_free(bf);
     CHECK(accel_optim_kind_parse("AdamW") == ACCEL_OPTIM_ADAMW && accel_optim_kind_parse("lion") == -1);
 }
 
@@ -133,7 +172,9 @@ static void test_clip(void) {
     }
     /* Under the threshold nothing changes (coefficient clamped to 1). */
     float g[2] = {0.3f, 0.4f};
-    double part = accel_grad_norm_partial(g, 2, 2.0);
+    accel_tensor *tg = host_f32(g, 2);
+    double part = accel_grad_norm_partial(tg, 2.0);
+    accel_tensor_free(tg);
     CHECK_CLOSE(accel_grad_norm_finish(part, 2.0), 0.5, 1e-7, 0);
     CHECK(accel_clip_coef(0.5, 1.0) == 1.0);
     CHECK(isnan(accel_clip_grad_norm(0, NULL, 1.0, -1.0)));
@@ -158,7 +199,7 @@ static void test_schedulers(void) {
     float x[1], g[1] = {0};
     for (int c = 0; c < 4; c++) {
         accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.5);
-        accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_SGD, x, g, 1, &h);
+        accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, x, g, 1, &h);
         accel_lr_scheduler *s = accel_lr_scheduler_new(opt, cases[c].kind, 3, 10);
         for (int i = 0; i < 13; i++) {
             CHECK_CLOSE(accel_lr_scheduler_get_lr(s, 0), cases[c].lrs[i], 1e-11, 1e-12);
@@ -174,10 +215,10 @@ static void test_schedulers(void) {
     /* LambdaLR with a user function, two param groups with their own base lr. */
     accel_optimizer *opt = accel_optimizer_new(ACCEL_OPTIM_ADAMW);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.1);
-    CHECK(accel_optimizer_add_flat(opt, x, g, 1, &h) == 0);
+    CHECK(flat_add(opt, x, g, 1, &h) == 0);
     h.lr = 0.2;
     h.weight_decay = 0;
-    CHECK(accel_optimizer_add_flat(opt, x, g, 1, &h) == 1);
+    CHECK(flat_add(opt, x, g, 1, &h) == 1);
     double scale = 1.0;
     accel_lr_scheduler *s = accel_lr_scheduler_lambda(opt, halve, &scale);
     accel_lr_scheduler_step(s);
@@ -208,7 +249,7 @@ static void test_state_roundtrip(void) {
     float p[4], p2[4], g[4];
     memcpy(p, P0, sizeof p);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
-    accel_optimizer *opt = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, p, g, 4, &h);
+    accel_optimizer *opt = flat_opt(ACCEL_OPTIM_ADAMW, p, g, 4, &h);
     accel_named_state *st;
     int n = accel_optimizer_state(opt, &st);
     CHECK(n == 6); /* step + 5 group fields: no per-parameter state before a step */
@@ -236,7 +277,7 @@ static void test_state_roundtrip(void) {
     saved[3].t = copies[1];
     memcpy(p2, p, sizeof p);
     h.lr = 0.5; /* overwritten by the saved param group */
-    accel_optimizer *opt2 = accel_optimizer_new_flat(ACCEL_OPTIM_ADAMW, p2, g, 4, &h);
+    accel_optimizer *opt2 = flat_opt(ACCEL_OPTIM_ADAMW, p2, g, 4, &h);
     CHECK(accel_optimizer_load_state(opt2, n, saved) == ACCEL_OK);
     CHECK(accel_optimizer_get_lr(opt2, 0) == 0.01 && accel_optimizer_step_count(opt2) == 3);
     memcpy(g, GRADS[1], sizeof g);
@@ -261,6 +302,70 @@ static void test_state_roundtrip(void) {
     accel_optimizer_free(opt2);
 }
 
+/* Flat segments on a device the host cannot address (hostless:0) give what
+ * the same segments give on the cpu, bit for bit (the same kernels): AdamW
+ * and SGD with momentum over two groups, clipping, the norm partial, zero_grad
+ * and the state views. Any host access to the device memory would fault. */
+static void test_flat_on_device(void) {
+    if (accel_device_count(ACCEL_DEV_HOSTLESS) < 1) CHECK(accel__hostless_register(1) == ACCEL_OK);
+    accel_device dev = {ACCEL_DEV_HOSTLESS, 0};
+    for (int kind = ACCEL_OPTIM_SGD; kind <= ACCEL_OPTIM_ADAMW; kind++) {
+        float hp[8], hg[8], got[8];
+        for (int i = 0; i < 8; i++) hp[i] = P0[i % 4] * (1 + i / 4);
+        accel_tensor *dp = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(8), dev);
+        accel_tensor *dg = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(8), dev);
+        CHECK(accel_tensor_from_host(dp, hp) == ACCEL_OK);
+        accel_optim_hparams h = accel_optim_defaults((accel_optim_kind)kind, 0.05);
+        h.momentum = 0.9;
+        h.weight_decay = 0.01;
+        accel_optimizer *host = flat_opt((accel_optim_kind)kind, hp, hg, 5, &h);
+        CHECK(flat_add(host, hp + 5, hg + 5, 3, &h) == 1);
+        accel_optimizer *on_dev = accel_optimizer_new((accel_optim_kind)kind);
+        int64_t five = 5, three = 3, one = 1;
+        accel_tensor *p_lo = accel_view_raw(dp, 1, &five, &one, 0), *g_lo = accel_view_raw(dg, 1, &five, &one, 0);
+        accel_tensor *p_hi = accel_view_raw(dp, 1, &three, &one, 5), *g_hi = accel_view_raw(dg, 1, &three, &one, 5);
+        CHECK(accel_optimizer_add_flat(on_dev, p_lo, g_lo, &h) == 0);
+        CHECK(accel_optimizer_add_flat(on_dev, p_hi, g_hi, &h) == 1);
+        accel_step_reset(); /* the views' headers expire; the optimizer kept views of the memory */
+        for (int s = 0; s < 3; s++) {
+            for (int i = 0; i < 8; i++) hg[i] = GRADS[s][i % 4] * (i < 4 ? 1.0f : -2.0f);
+            CHECK(accel_tensor_from_host(dg, hg) == ACCEL_OK);
+            double nh = accel_optimizer_clip_grad_norm(host, 0.5, 2.0);
+            double nd = accel_optimizer_clip_grad_norm(on_dev, 0.5, 2.0);
+            CHECK_MSG(nh == nd, "step %d: norm %.17g on the cpu, %.17g on hostless:0", s, nh, nd);
+            accel_tensor *th = host_f32(hg, 8); /* the clipped gradients, on both sides */
+            CHECK(accel_grad_norm_partial(dg, INFINITY) == accel_grad_norm_partial(th, INFINITY));
+            CHECK(accel_grad_norm_partial(dg, 2.0) == accel_grad_norm_partial(th, 2.0));
+            accel_tensor_free(th);
+            CHECK(accel_optimizer_step(host) == ACCEL_OK);
+            CHECK_MSG(accel_optimizer_step(on_dev) == ACCEL_OK, "%s", accel_last_error());
+        }
+        CHECK(accel_tensor_to_host(dp, got) == ACCEL_OK);
+        CHECK_MSG(memcmp(got, hp, sizeof got) == 0, "%s: the device update differs from the cpu's",
+                  accel_optim_kind_name((accel_optim_kind)kind));
+        accel_named_state *sh, *sd;
+        int nh = accel_optimizer_state(host, &sh), nd = accel_optimizer_state(on_dev, &sd);
+        CHECK(nh == nd && nh > 0);
+        for (int i = 0; i < nh && nh == nd; i++) {
+            CHECK(strcmp(sh[i].name, sd[i].name) == 0);
+            if (!sh[i].t) continue;
+            CHECK(sd[i].t && accel_device_eq(sd[i].t->device, dev));
+            float a[8], b[8];
+            CHECK(accel_to_floats(sh[i].t, a) == ACCEL_OK && accel_to_floats(sd[i].t, b) == ACCEL_OK);
+            CHECK_MSG(memcmp(a, b, (size_t)accel_numel(sh[i].t) * sizeof(float)) == 0, "%s differs", sh[i].name);
+        }
+        accel_named_state_free(sh, nh);
+        accel_named_state_free(sd, nd);
+        CHECK(accel_optimizer_zero_grad(on_dev) == ACCEL_OK);
+        CHECK(accel_grad_norm_partial(dg, 1.0) == 0.0);
+        accel_optimizer_free(host);
+        accel_optimizer_free(on_dev);
+        accel_tensor_free(dp);
+        accel_tensor_free(dg);
+        accel_step_reset();
+    }
+}
+
 int main(void) {
     RUN(test_sgd);
     RUN(test_adam_adamw);
@@ -269,6 +374,7 @@ int main(void) {
     RUN(test_clip);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);
+    RUN(test_flat_on_device);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -58,10 +58,55 @@ endif()
 
 # fsdp_config values accel does not implement are refused by the library, named.
 if(TARGET accel_cli)
-  add_test(NAME accelerator_zero3_sharded_sd_refused
-           COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_state_dict_type SHARDED_STATE_DICT ${_z3p})
-  set_tests_properties(accelerator_zero3_sharded_sd_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
-    PASS_REGULAR_EXPRESSION "fsdp_state_dict_type=SHARDED_STATE_DICT is not implemented by accel yet")
+  add_test(NAME accelerator_zero3_local_sd_refused
+           COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_state_dict_type LOCAL_STATE_DICT ${_z3p})
+  set_tests_properties(accelerator_zero3_local_sd_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "fsdp_state_dict_type=LOCAL_STATE_DICT is not implemented by accel")
+  add_test(NAME accelerator_zero2_sharded_sd_refused
+           COMMAND ${_z3} --quiet --num_processes 2 --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP
+                   --fsdp_state_dict_type SHARDED_STATE_DICT ${_z3p})
+  set_tests_properties(accelerator_zero2_sharded_sd_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "SHARDED_STATE_DICT shards the checkpoints of FULL_SHARD")
+endif()
+
+# Checkpoints under FULL_SHARD (tests/test_accelerator_zero3_checkpoint.c):
+# SHARDED_STATE_DICT and FULL_STATE_DICT resume bit for bit on the same world
+# size, save_model equals DDP's byte for byte, bad checkpoints are named; then
+# a checkpoint saved on N processes resumes on M (resharded at load), and
+# `accel merge-weights` turns it into a Hugging Face model.
+if(TARGET accel_cli)
+  set(_z3c $<TARGET_FILE:test_accelerator_zero3_checkpoint>)
+  set(_z3cfail "FAIL|[1-9][0-9]* failed|error:")
+  add_test(NAME accelerator_zero3_checkpoint_2
+           COMMAND ${_z3} --num_processes 2 --use_fsdp --fsdp_state_dict_type SHARDED_STATE_DICT ${_z3c})
+  add_test(NAME accelerator_zero3_checkpoint_3 COMMAND ${_z3} --num_processes 3 --use_fsdp ${_z3c})
+  foreach(t 2:3 4:2)
+    string(REPLACE ":" ";" f "${t}")
+    list(GET f 0 from)
+    list(GET f 1 to)
+    set(_d ${CMAKE_CURRENT_BINARY_DIR}/zero3_ckpt_${from}_to_${to})
+    add_test(NAME accelerator_zero3_ckpt_save_${from}_for_${to}
+             COMMAND ${_z3} --num_processes ${from} --use_fsdp ${_z3c} save ${_d})
+    add_test(NAME accelerator_zero3_ckpt_resume_${from}_on_${to}
+             COMMAND ${_z3} --num_processes ${to} --use_fsdp ${_z3c} resume ${_d})
+    add_test(NAME accelerator_zero3_ckpt_merge_${from}
+             COMMAND accel_cli merge-weights ${_d}/ckpt ${_d}/merged)
+    set_tests_properties(accelerator_zero3_ckpt_save_${from}_for_${to} PROPERTIES FIXTURES_SETUP z3ckpt_${from}_${to})
+    set_tests_properties(accelerator_zero3_ckpt_resume_${from}_on_${to} accelerator_zero3_ckpt_merge_${from}
+                         PROPERTIES FIXTURES_REQUIRED z3ckpt_${from}_${to})
+    set_tests_properties(accelerator_zero3_ckpt_save_${from}_for_${to} PROPERTIES
+      PASS_REGULAR_EXPRESSION "zero3 checkpoint world=${from}\n")
+    set_tests_properties(accelerator_zero3_ckpt_resume_${from}_on_${to} PROPERTIES
+      PASS_REGULAR_EXPRESSION "zero3 checkpoint world=${to}\n")
+    set_tests_properties(accelerator_zero3_ckpt_merge_${from} PROPERTIES
+      PASS_REGULAR_EXPRESSION "Weights merged into .*/merged/model.safetensors \\([0-9]+ tensors\\)")
+  endforeach()
+  set_tests_properties(accelerator_zero3_checkpoint_2 PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=2\n")
+  set_tests_properties(accelerator_zero3_checkpoint_3 PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=3\n")
+  set_tests_properties(accelerator_zero3_checkpoint_2 accelerator_zero3_checkpoint_3
+    accelerator_zero3_ckpt_save_2_for_3 accelerator_zero3_ckpt_resume_2_on_3
+    accelerator_zero3_ckpt_save_4_for_2 accelerator_zero3_ckpt_resume_4_on_2
+    PROPERTIES TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "${_z3cfail}")
 endif()
 
 # accel estimate-memory --num_processes: per-rank training memory of each

@@ -12,10 +12,22 @@
 #
 #   tools/gpu_check.sh run       (there, from the repository root, one command)
 #       With build-gpu/bundle.tar.xz carried over (unpacked on first use): prints `accel env`, runs the GPU
-#       test (ctest label gpu: test_cuda_kernels), the op tests with every
-#       tensor on cuda:0, the seed examples with ACCEL_DEFAULT_DEVICE=cuda:0,
-#       and times them; writes bench/results/gpu_check-<UTC time>.md. Exits
-#       non-zero when the GPU test fails. Keeps to about 8 minutes.
+#       tests (ctest label gpu: test_cuda_kernels, test_nccl one rank and one
+#       rank per GPU), test_fp8, the op tests with every tensor on cuda:0, the
+#       seed examples with ACCEL_DEFAULT_DEVICE=cuda:0, and times them; then
+#       the benchmark: the Llama training step in bf16 (the bench config and a
+#       large one: hidden 2048, 16 layers, seq 1024) by accel (bench_gpu_step)
+#       and by PyTorch on the same GPU in the same run (bench/gpu_step_peer.py),
+#       tokens/s and MFU against each one's bf16 GEMM peak measured in its own
+#       process. Writes bench/results/gpu_check-<UTC time>.md and
+#       bench/results/gpu.md (the benchmark table). Exits non-zero when a GPU
+#       test fails. Keeps to about 8 minutes (each step has its time limit).
+#
+#   tools/gpu_check.sh dry       (here: no GPU needed)
+#       The benchmark half on the cpu with a tiny config, from build/ (or
+#       BUILD_DIR): runs bench_gpu_step and the PyTorch peer with --device cpu,
+#       and writes the table to ${OUT:-/tmp}/gpu-dry.md, so the script's
+#       parsing and table are tested without a GPU.
 #
 # The GPU machine must have the NVIDIA driver (for CUDA 13 binaries: >= 580)
 # and cuBLASLt 13 (libcublasLt.so.13, ~500 MB, too big to carry): the check
@@ -24,8 +36,13 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-gpu
 BUNDLE=$BUILD/bundle
-PROGRAMS="test_cuda_kernels test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn test_ops_loss
-          test_ops_attention test_ops_shape test_llama_numerics accel train_linear four_lines"
+PROGRAMS="test_cuda_kernels test_nccl test_fp8 test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn
+          test_ops_loss test_ops_attention test_ops_shape test_llama_numerics accel train_linear four_lines
+          bench_gpu_step"
+# The benchmark's two configs: the bench config (bench_util.h's defaults) and
+# a large one that fills more of the GPU.
+BENCH_SMALL=""
+BENCH_LARGE="--hidden 2048 --layers 16 --heads 16 --ffn 5632 --vocab 32000 --seq 1024 --batch 8"
 
 prepare() {
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DACCEL_NATIVE=OFF -DACCEL_CUDA=ON || exit 1
@@ -117,6 +134,11 @@ run() {
     for e in four_lines train_linear; do
         (cd "$ROOT" && ACCEL_DEFAULT_DEVICE=cuda:0 step "example_${e}_cuda" 60 "$BUNDLE/bin/$e")
     done
+    (cd "$ROOT/tests" && step nccl_1rank 60 "$BUNDLE/bin/test_nccl") || [ $? -eq 77 ] || status=1
+    (cd "$ROOT/tests" && step nccl_multi 90 "$BUNDLE/bin/test_nccl" multi) || [ $? -eq 77 ] || status=1
+    (cd "$ROOT/tests" && step fp8 30 "$BUNDLE/bin/test_fp8") || status=1
+    bench "$BUNDLE/bin/bench_gpu_step" cuda "--steps 10 --warmup 2" "--steps 4 --warmup 1" \
+        "$ROOT/bench/results/gpu.md"
     {
         echo
         echo "Logs: $LOGDIR. The op tests and examples on cuda:0 fail where a layer is not on the device layer"
@@ -127,13 +149,73 @@ run() {
         tail -40 "$LOGDIR/cuda_kernels.log"
         echo '```'
     } >> "$RESULTS"
-    [ -n "${OUT:-}" ] && cp "$RESULTS" "$OUT/"
+    [ -n "${OUT:-}" ] && cp "$RESULTS" "$ROOT/bench/results/gpu.md" "$OUT/"
     cat "$RESULTS"
     exit $status
+}
+
+# key=value of the summary line that starts with $1 in log $2.
+field() { grep "^$1" "$3" | tail -1 | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+# One benchmark row: impl, config, then the summary line's numbers (or the failure).
+bench_row() {
+    local who=$1 cfg=$2 log=$3 prefix=$4
+    if grep -q "^$prefix" "$log"; then
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$who" "$cfg" "$(field "$prefix" tokens_per_s "$log")" \
+            "$(field "$prefix" step_ms_median "$log")" "$(field "$prefix" achieved_tflops "$log")" \
+            "$(field "$prefix" gemm_peak_tflops "$log")" "$(field "$prefix" mfu "$log")"
+    else
+        printf '| %s | %s | failed: %s | | | | |\n' "$who" "$cfg" "$(tail -1 "$log" | tr '|' '/')"
+    fi
+}
+
+# bench BIN DEVICE SMALL_STEPS LARGE_STEPS OUTFILE [EXTRA for both configs]:
+# accel and PyTorch, alternating, on each config; the table goes to OUTFILE.
+bench() {
+    local bin=$1 device=$2 small_steps=$3 large_steps=$4 out=$5 extra=${6:-} peak=${PEAK_SIZE:-8192}
+    {
+        echo "# Llama training step, bf16, accel vs PyTorch on $device ($(date -u +%Y-%m-%dT%H:%MZ))"
+        echo
+        echo "tools/gpu_check.sh; MFU against each process's own bf16 GEMM peak (${peak}^3: the backend table's gemm (cuBLASLt on cuda)"
+        echo "for accel, torch.matmul for PyTorch); FLOPs as bench_llama_step counts them."
+        echo
+        echo '| impl | config | tokens/s | step ms (median) | achieved TFLOP/s | GEMM peak TFLOP/s | MFU |'
+        echo '|---|---|---|---|---|---|---|'
+    } > "$out"
+    local name cfg steps
+    for name in small large; do
+        if [ $name = small ]; then cfg=$BENCH_SMALL steps=$small_steps; else cfg=$BENCH_LARGE steps=$large_steps; fi
+        [ -n "$extra" ] && cfg=$extra
+        local label=${cfg:-bench config (hidden 512, 8 layers, seq 256, batch 8)}
+        # shellcheck disable=SC2086
+        timeout 90 "$bin" $cfg $steps --mixed_precision bf16 --peak-size "$peak" > "$LOGDIR/bench_accel_$name.log" 2>&1
+        # shellcheck disable=SC2086
+        timeout 90 python3 "$ROOT/bench/gpu_step_peer.py" --device "$device" $cfg $steps --mixed_precision bf16 \
+            --peak-size "$peak" > "$LOGDIR/bench_torch_$name.log" 2>&1
+        bench_row accel "$label" "$LOGDIR/bench_accel_$name.log" impl=accel >> "$out"
+        bench_row "pytorch $(field peer=pytorch torch "$LOGDIR/bench_torch_$name.log")" "$label" \
+            "$LOGDIR/bench_torch_$name.log" peer=pytorch >> "$out"
+        [ -n "$extra" ] && break
+    done
+    echo >> "$out"
+    echo "Logs: $LOGDIR/bench_*.log" >> "$out"
+    cat "$out"
+}
+
+# The benchmark half on the cpu with a tiny config (no GPU): the script's logic.
+dry() {
+    local build=${BUILD_DIR:-$ROOT/build}
+    cmake --build "$build" -j2 --target bench_gpu_step > /dev/null || exit 1
+    LOGDIR=${OUT:-/tmp}/gpu_check-dry-logs
+    mkdir -p "$LOGDIR"
+    PEAK_SIZE=128 bench "$build/bin/bench_gpu_step" cpu "--steps 2 --warmup 1" "" "${OUT:-/tmp}/gpu-dry.md" \
+        "--hidden 64 --layers 1 --heads 2 --ffn 128 --vocab 256 --seq 16 --batch 2"
+    ! grep -q failed "${OUT:-/tmp}/gpu-dry.md"
 }
 
 case "${1:-}" in
     prepare) prepare ;;
     run) run ;;
-    *) echo "usage: tools/gpu_check.sh prepare|run" >&2; exit 2 ;;
+    dry) dry ;;
+    *) echo "usage: tools/gpu_check.sh prepare|run|dry" >&2; exit 2 ;;
 esac

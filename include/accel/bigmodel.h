@@ -79,8 +79,9 @@ accel_status accel_max_memory_set(accel_max_memory *mm, const char *device, cons
 accel_status accel_max_memory_set_bytes(accel_max_memory *mm, const char *device, int64_t bytes);
 /* -1 when the device has no budget. */
 int64_t accel_max_memory_get(const accel_max_memory *mm, const char *device);
-/* get_max_memory: in == NULL -> this machine ({"cpu": MemAvailable}; accelerators
- * are added when the build has them); else a copy of `in` validated (unknown
+/* get_max_memory: in == NULL -> this machine: {"0": free bytes of cuda:0, ...,
+ * "cpu": MemAvailable} (the GPUs' free memory from the driver; just "cpu"
+ * without a GPU); else a copy of `in` validated (unknown
  * key -> ACCEL_ERR_INVALID_ARG "Device X is not recognized, ...") and ordered:
  * integer keys ascending, then "cpu", then "disk". */
 accel_status accel_get_max_memory(const accel_max_memory *in, accel_max_memory *out);

@@ -17,10 +17,15 @@
  *     parameters may be flattened (accel_module_flatten) or get their grads
  *     lazily after the optimizer was made. A parameter whose grad is NULL is
  *     skipped (as PyTorch skips grad None) and its step count does not advance.
- *   - flat segments (accel_optimizer_add_flat): raw f32 ranges, e.g. a ZeRO
- *     rank's shard [lo, hi) of a flat parameter buffer and of the flat
- *     (reduce-scattered) gradients: accel_optimizer_new_flat(kind,
- *     params + lo, grads + lo, hi - lo, &h).
+ *   - flat segments (accel_optimizer_add_flat): a contiguous f32 tensor of
+ *     parameters and one of gradients with as many elements, on one device
+ *     (any: cpu, cuda:N, ...), e.g. a ZeRO rank's shard [lo, hi) of a flat
+ *     parameter buffer and of the flat (reduce-scattered) gradients, as 1-d
+ *     views of those buffers. The optimizer keeps views of their memory, not
+ *     the tensors: the memory must outlive the optimizer, the headers need not.
+ * Updates, norms and clipping run on the segment's device through its
+ * backend's kernels (sgd, adam, norm_partial): a backend without one fails
+ * with "kernel <name> is not implemented on <device>".
  * Each call adding segments makes a new param group with its own
  * hyperparameters (e.g. no weight decay for norms and biases).
  *
@@ -92,8 +97,8 @@ accel_optimizer *accel_optimizer_new(accel_optim_kind kind);
 accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
                                             accel_tensor *const *params,
                                             const accel_optim_hparams *h);
-accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, float *params, float *grads,
-                                          int64_t n_elems, const accel_optim_hparams *h);
+accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_tensor *params,
+                                          const accel_tensor *grads, const accel_optim_hparams *h);
 /* Convenience, as torch.optim.X(model.parameters(), ...): one group with every
  * parameter of the module (accel_module_parameters order). h NULL = the
  * kind's defaults with lr 1e-3. */
@@ -106,9 +111,11 @@ void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are 
  * non-f32 or non-contiguous parameter). */
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h);
-/* Adds a param group of one flat f32 segment: params[0..n) updated from
- * grads[0..n) (both borrowed). Returns the group index or -1. */
-int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, int64_t n,
+/* Adds a param group of one flat segment: params updated from grads, both
+ * contiguous f32 tensors of the same numel on one device (not meta), viewed
+ * as 1-d runs (their memory borrowed, see the top of this file). Returns the
+ * group index, or -1 + error naming what does not fit. */
+int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h);
 
 /* One update of every segment. No allocation. */
@@ -129,14 +136,17 @@ int64_t accel_optimizer_step_count(const accel_optimizer *opt);
 /* For ZeRO (the accelerator re-targets a prepared optimizer to its shard and
  * back). segment_param: segment i's parameter tensor (NULL for a flat
  * segment) and its group in *group (may be NULL). set_segments replaces every
- * segment by n new ones, each a tensor (params[k] != NULL) or a flat run
- * (data[k], grads[k], numel[k]), in existing group groups[k]; the new state is
- * zeroed with step counts 0 (restore it with accel_optimizer_load_state), the
- * groups and the optimizer-wide step count are kept. On error nothing changes. */
+ * segment by n new ones, each a tensor segment (params[k] != NULL: borrowed,
+ * as add_params) or a flat one (flat_params[k], flat_grads[k]: as add_flat),
+ * in existing group groups[k]. params may be NULL when every segment is flat,
+ * flat_params and flat_grads when none is. The new state is zeroed, on each
+ * segment's device, with step counts 0 (restore it with
+ * accel_optimizer_load_state); the groups and the optimizer-wide step count
+ * are kept. On error nothing changes. */
 accel_tensor *accel_optimizer_segment_param(const accel_optimizer *opt, int i, int *group);
 accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_tensor *const *params,
-                                          float *const *data, float *const *grads,
-                                          const int64_t *numel, const int *groups);
+                                          const accel_tensor *const *flat_params,
+                                          const accel_tensor *const *flat_grads, const int *groups);
 
 /* ---------------------------------------------------------------- state save/restore */
 
@@ -170,10 +180,12 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
 /* The same over the optimizer's gradients (tensor and flat segments). */
 double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, double norm_type);
 /* Pieces for distributed clipping (each rank holds part of the gradients):
- * partial = accel_grad_norm_partial(g, n, p) per rank (sum |g|^p, or max |g|
- * for INFINITY), combined across ranks (sum, or max for INFINITY), then
- * total = accel_grad_norm_finish(combined, p) and grads *= accel_clip_coef(total, max_norm). */
-double accel_grad_norm_partial(const float *g, int64_t n, double norm_type);
+ * partial = accel_grad_norm_partial(g, p) per rank (sum |g|^p, or max |g|
+ * for INFINITY; g a contiguous f32 tensor on any device, reduced there by its
+ * backend's norm_partial kernel), combined across ranks (sum, or max for
+ * INFINITY), then total = accel_grad_norm_finish(combined, p) and
+ * grads *= accel_clip_coef(total, max_norm). NAN + error on failure. */
+double accel_grad_norm_partial(const accel_tensor *g, double norm_type);
 double accel_grad_norm_finish(double combined, double norm_type);
 double accel_clip_coef(double total_norm, double max_norm);
 

@@ -105,6 +105,7 @@ typedef struct accel__fsdp_cfg {
     int64_t min_num_params;
     int64_t persistence_threshold; /* DeepSpeed stage3_param_persistence_threshold: smaller tensors stay gathered */
     bool activation_checkpointing; /* fsdp_activation_checkpointing: every unit but the root's is checkpointed */
+    bool full_state_dict;    /* fsdp_state_dict_type=FULL_STATE_DICT (else SHARDED_STATE_DICT) */
 } accel__fsdp_cfg;
 
 struct accel_accelerator {
@@ -199,6 +200,17 @@ void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm);
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
 /* Restores consolidated state into this rank's shard (local). */
 accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+/* Optimizer i's state kinds (0, 1 or 2) and their names ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
+int accel__zero_kinds(accel_accelerator *acc, int i);
+const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k);
+/* This rank's optimizer state laid out like its parameter shard: local[k]
+ * [zn] for each kind (accel_free each; NULL past the kinds) and the most steps
+ * a run of this rank took (local: no collective). */
+accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step);
+/* Restores optimizer i from shard-shaped state local[k] [zn] taken `step`
+ * steps, and its scalar entries ("step", "param_groups.*"). Local. */
+accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                    float *const local[2], double step);
 
 /* zero3.c: ZeRO-3 / FSDP FULL_SHARD */
 /* Lays the flat f32 buffer out unit by unit (each page-aligned, padded to
@@ -216,28 +228,70 @@ bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const acc
 accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm);
 /* After the shard step: every unit released, so the next forward gathers the new weights. */
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
-/* Refuses what stage 3 does not implement yet (checkpoints), naming fn. */
-accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn);
+/* Unit u's full parameters into the module's tensors (collective), and
+ * their pages given back (the persistent unit keeps them). For checkpoints. */
+accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u);
+accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u);
+
+/* zero3_checkpoint.c: checkpoints of stage-3 models (docs/accelerator.md
+ * "Checkpoints under ZeRO-3"). The save/load functions are collective: every
+ * rank calls them, in the same order, even after a local failure (`failed`:
+ * the rank only joins the collectives). */
+/* save_state's model i: SHARDED_STATE_DICT (every rank its shard, rank 0 the
+ * index) into dir/pytorch_model_fsdp_<i>/, else FULL_STATE_DICT
+ * dir/model[_<i>].safetensors gathered unit by unit. */
+accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed);
+/* True when optimizer i (re-targeted to a stage-3 model) saves SHARDED_STATE_DICT. */
+bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i);
+/* save_state's optimizer i under SHARDED_STATE_DICT: dir/optimizer_<i>/
+ * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT the
+ * consolidated optimizer[_<i>].safetensors is written as under stage 2. */
+accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed);
+/* load_state: whichever format dir holds, onto this world size (resharding
+ * when it differs). Local reads, no collective. The optimizer's *found is
+ * false (and nothing done) when dir holds no optimizer_<i>/: the
+ * consolidated file is then loaded as under stage 2. */
+accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir);
+accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
+/* An error naming what to do when dir holds model i sharded (a model that is not stage 3 is loading it). */
+accel_status accel__zero3_refuse_sharded(const char *dir, int i);
+/* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
+ * shards + index) written by rank 0, gathered one unit at a time. */
+accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
+                                     int64_t max_shard_bytes, bool failed);
+/* accel merge-weights: true when dir is a SHARDED_STATE_DICT model directory
+ * or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
+ * writes that model whole (Hugging Face names, tied aliases included) into
+ * out_dir/model.safetensors and says how many tensors; remove deletes sub's
+ * files of the format, then sub. */
+bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n);
+accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_tensors);
+accel_status accel__zero3_remove_sharded(const char *sub);
 
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").
- * The group reads host memory, so a buffer on a device that is not
- * host-addressable goes through a host copy; on the cpu no copy is made. */
+ * The group reads host memory, so a tensor on a device that is not
+ * host-addressable goes through a host copy; on the cpu no copy is made.
+ * Tensors are contiguous. */
 bool accel__needs_staging(accel_device dev);
-/* p itself on a host-addressable device; else a host copy of its bytes, in
- * `scratch` when given (e.g. a shared-memory buffer), else a new accel_malloc
- * buffer. NULL + error when the copy fails. */
-void *accel__stage_to_host(accel_device dev, const void *p, size_t bytes, void *scratch);
-/* Ends a staging: copies host back into p when write_back, frees host when
- * owned (a buffer accel__stage_to_host allocated). No-op when host == p. */
-accel_status accel__stage_to_device(accel_device dev, void *p, void *host, size_t bytes, bool write_back,
-                                    bool owned);
-/* The group's collectives on a buffer of dev (staged when dev needs it). */
-accel_status accel__staged_broadcast(accel_pg *pg, accel_device dev, void *p, size_t count, accel_dtype dt,
-                                     int root);
-accel_status accel__staged_all_reduce(accel_pg *pg, accel_device dev, void *p, size_t count, accel_dtype dt,
-                                      accel_reduce_op op);
-accel_status accel__staged_all_gather(accel_pg *pg, accel_device dev, const void *send, void *recv, size_t count,
-                                      accel_dtype dt, int world);
+/* The host bytes the group reads and writes for t: t's own memory on a
+ * host-addressable device; else `scratch` when given (e.g. a shared-memory
+ * buffer) or a new accel_malloc buffer, holding t's bytes when `fill` (an
+ * output skips the copy). NULL + error when the copy fails. */
+void *accel__stage_to_host(const accel_tensor *t, void *scratch, bool fill);
+/* Ends the staging of t in `host` after a collective that returned st: on a
+ * staged device, host's bytes go back into t when st is ACCEL_OK and
+ * write_back, and host is freed when owned (stage_to_host allocated it: no
+ * scratch). Returns st, else the copy's status. */
+accel_status accel__stage_end(accel_tensor *t, void *host, accel_status st, bool write_back, bool owned);
+/* The group's collectives on tensors of any device (staged when it needs it).
+ * all_gather: recv holds world x numel(send) elements (send may lie in it). */
+accel_status accel__staged_broadcast(accel_pg *pg, accel_tensor *t, int root);
+accel_status accel__staged_all_reduce(accel_pg *pg, accel_tensor *t, accel_reduce_op op);
+accel_status accel__staged_all_gather(accel_pg *pg, const accel_tensor *send, accel_tensor *recv);
+/* A 1-d header (on the caller's stack, in *h) over elements [off, off + n) of
+ * the flat buffer memory `base` (b->params or b->grads, device pointers of
+ * b->device); returns h. */
+accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n);
 
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);

@@ -141,22 +141,38 @@ static void checkpoint_path(char *out, size_t n, const char *root, int64_t num) 
     snprintf(out, n, "%s/checkpoint_%lld", root, (long long)num);
 }
 
+/* Every regular file of dir (and, one level down, of its subdirectories: a
+ * sharded model's pytorch_model_fsdp_<i>/) into files as "prefix/name": bytes;
+ * each subdirectory is fsynced. */
+static accel_status list_files(json_t *files, const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot list %s: %s", dir, strerror(errno));
+    accel_status s = ACCEL_OK;
+    for (struct dirent *e; !s && (e = readdir(d));) {
+        struct stat sb;
+        char name[2 * PATHN];
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || fstatat(dirfd(d), e->d_name, &sb, 0)) continue;
+        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
+        if (S_ISDIR(sb.st_mode) && !*prefix) {
+            char sub[3 * PATHN];
+            snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+            s = list_files(files, sub, e->d_name);
+            fsync_dir(sub);
+        } else if (S_ISREG(sb.st_mode) && json_object_set_new(files, name, json_integer((json_int_t)sb.st_size))) {
+            s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
+        }
+    }
+    closedir(d);
+    return s;
+}
+
 /* The completion marker, written last: {"files": {name: bytes}, "num_processes": N}
- * for every file in dir. */
+ * for every file of the checkpoint. */
 static accel_status write_marker(const char *dir, int world) {
     json_t *files = json_object(), *root = json_object();
     accel_status s = files && root ? ACCEL_OK
                                    : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-    DIR *d = s ? NULL : opendir(dir);
-    if (!s && !d)
-        s = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot list %s: %s", dir, strerror(errno));
-    for (struct dirent *e; !s && (e = readdir(d));) {
-        struct stat sb;
-        if (fstatat(dirfd(d), e->d_name, &sb, 0) || !S_ISREG(sb.st_mode)) continue;
-        if (json_object_set_new(files, e->d_name, json_integer((json_int_t)sb.st_size)))
-            s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-    }
-    if (d) closedir(d);
+    if (!s) s = list_files(files, dir, "");
     if (!s && (json_object_set(root, "files", files) ||
                json_object_set_new(root, "num_processes", json_integer(world))))
         s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
@@ -443,6 +459,10 @@ static accel_status read_i64(accel_safetensors *f, const char *name, int64_t *ou
 static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
     char path[3 * PATHN];
     snprintf(path, sizeof path, "%s/random_states_%d.safetensors", dir, acc->rank);
+    /* A complete checkpoint saved on fewer processes (a ZeRO-3 sharded one
+     * loads at any world size): the ranks it did not have take rank 0's
+     * step, loaders and generator state, as Accelerate goes on without them. */
+    if (!accel__is_file(path)) snprintf(path, sizeof path, "%s/random_states_0.safetensors", dir);
     accel_safetensors *f = accel_safetensors_open(path);
     if (!f) return accel_last_status();
     int64_t rng[2], step[2];
@@ -498,13 +518,18 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     char path[3 * PATHN];
     accel_status s = ACCEL_OK;
     accel_progress *bar = files_bar(acc, "save_state");
-    if (acc->rank == 0) {
-        for (int i = 0; i < acc->n_models && !s; i++) {
+    for (int i = 0; i < acc->n_models; i++) {
+        if (acc->models[i].zero_stage == 3) { /* collective: every rank its shards, or its part of the gathers */
+            accel_status s2 = accel__zero3_save_model_state(acc, i, tmp, s != ACCEL_OK);
+            if (!s) s = s2;
+        } else if (acc->rank == 0 && !s) {
             numbered(path, sizeof path, tmp, "model", i);
             s = save_model_file(path, acc->models[i].m);
-            KILL_POINT("save: model file written");
-            accel_progress_update(bar, 1);
         }
+        KILL_POINT("save: model file written");
+        accel_progress_update(bar, 1);
+    }
+    if (acc->rank == 0) {
         for (int i = 0; i < acc->n_scheds && !s; i++) {
             accel_named_state *st = NULL;
             int n = accel_lr_scheduler_state(acc->scheds[i], &st);
@@ -519,6 +544,13 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
      * joins, even after a local failure), then written in the per-tensor
      * vocabulary DDP uses, so the file loads at any world size. */
     for (int i = 0; i < acc->n_opts; i++) {
+        if (accel__zero3_sharded_optimizer(acc, i)) { /* every rank its shard */
+            accel_status s2 = accel__zero3_save_optimizer_state(acc, i, tmp, s != ACCEL_OK);
+            if (!s) s = s2;
+            KILL_POINT("save: optimizer file written");
+            accel_progress_update(bar, 1);
+            continue;
+        }
         accel_named_state *st = NULL;
         float *bufs[2] = {NULL, NULL};
         int n = acc->zopts[i] ? accel__zero_state(acc, i, &st, bufs)
@@ -567,7 +599,6 @@ static accel_status commit(const char *tmp, const char *dir, const char *parent,
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    if (accel__zero3_refuse(acc, __func__)) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], parent[PATHN + 64], base[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -641,7 +672,6 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
-    if (accel__zero3_refuse(acc, __func__)) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
@@ -655,13 +685,16 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     accel_progress *bar = files_bar(acc, "load_state");
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
-        s = load_model_file(path, acc->models[i].m);
+        if (acc->models[i].zero_stage == 3) s = accel__zero3_load_model_state(acc, i, dir);
+        else if (!(s = accel__zero3_refuse_sharded(dir, i))) s = load_model_file(path, acc->models[i].m);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
+        bool sharded = false;
+        if (acc->zopts[i]) s = accel__zero3_load_optimizer_state(acc, i, dir, &sharded);
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
-        s = load_file(path, &os, load_opt);
+        if (!s && !sharded) s = load_file(path, &os, load_opt);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_scheds && !s; i++) {
@@ -684,7 +717,6 @@ accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *
                                           const char *max_shard_size) {
     if (!acc || !model || !dir)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_model: NULL argument");
-    if (accel__zero3_refuse(acc, __func__)) return accel_last_status();
     int64_t max = 0;
     accel_status s = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
     if (!s && acc->rank == 0) {
@@ -692,8 +724,14 @@ accel_status accel_accelerator_save_model(accel_accelerator *acc, accel_module *
         if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
             s = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
                                               "directory, not a file", dir);
-        else if (!(s = mkdir_p(dir)))
-            s = accel_save_module(dir, model, max);
+        else s = mkdir_p(dir);
+    }
+    accel__model *pm = accel__find_model(acc, model);
+    if (pm && pm->zero_stage == 3) { /* the real weights, gathered unit by unit (collective) */
+        accel_status s2 = accel__zero3_save_model(acc, pm, dir, max, s != ACCEL_OK);
+        if (!s) s = s2;
+    } else if (!s && acc->rank == 0) {
+        s = accel_save_module(dir, model, max);
     }
     return agree(acc, s);
 }

@@ -60,8 +60,7 @@ accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) 
     accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
     if (!out) return NULL;
     accel_dist_set_op_label("gather");
-    accel_status st = accel__staged_all_gather(acc->pg, c->device, c->data, out->data, (size_t)accel_numel(c),
-                                               c->dtype, acc->world);
+    accel_status st = accel__staged_all_gather(acc->pg, c, out);
     accel_dist_set_op_label(NULL);
     return st ? NULL : out;
 }
@@ -160,8 +159,7 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
     bool is_mean = reduction && !strcmp(reduction, "mean");
     if (acc->world > 1) {
         accel_dist_set_op_label("reduce");
-        accel_status st = accel__staged_all_reduce(acc->pg, c->device, c->data, (size_t)accel_numel(c), c->dtype,
-                                                   is_max ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
+        accel_status st = accel__staged_all_reduce(acc->pg, c, is_max ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
         accel_dist_set_op_label(NULL);
         if (st) return NULL;
     }
@@ -228,7 +226,7 @@ accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *
     accel_tensor *c = flat_copy(t, "accel_accelerator_broadcast");
     if (!c || check_shapes(acc, c, "accel_accelerator_broadcast")) return NULL;
     if (acc->world > 1 &&
-        accel__staged_broadcast(acc->pg, c->device, c->data, (size_t)accel_numel(c), c->dtype, from_process))
+        accel__staged_broadcast(acc->pg, c, from_process))
         return NULL;
     if (!t->ndim) return accel_reshape(c, 0, NULL);
     return c;

@@ -85,7 +85,11 @@ static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
             pm->grad_stage[d] = sh;
             continue;
         }
-        memcpy(sh, b->grads, bytes);
+        accel_status st = accel__copy_bytes(ACCEL_CPU_DEVICE, sh, b->device, b->grads, bytes);
+        if (st) {
+            accel_pg_free_shared(acc->pg, sh);
+            return st;
+        }
         for (int i = 0; i < b->n; i++)
             accel_tensor_rebind(b->tensors[i]->grad, (char *)sh + b->offsets[i] * (int64_t)es, false);
         pm->orig_grads[d] = b->grads;
@@ -101,7 +105,7 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
         pm->grad_stage[d] = NULL;
         if (!pm->orig_grads[d]) continue;
         size_t es = accel_dtype_size(b->dtype);
-        memcpy(pm->orig_grads[d], b->grads, (size_t)b->numel * es);
+        accel__copy_bytes(b->device, pm->orig_grads[d], ACCEL_CPU_DEVICE, b->grads, (size_t)b->numel * es);
         for (int i = 0; i < b->n; i++)
             accel_tensor_rebind(b->tensors[i]->grad, (char *)pm->orig_grads[d] + b->offsets[i] * (int64_t)es,
                                 false);
@@ -111,25 +115,31 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
     }
 }
 
+accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n) {
+    accel__tensor_header(h, (char *)base + (size_t)off * accel_dtype_size(b->dtype), b->dtype, 1, &n, b->device);
+    return h;
+}
+
 /* Every rank starts from rank 0's parameters and buffers. */
 static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
     accel_status st = ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (b->n) st = accel__staged_broadcast(acc->pg, b->device, b->params, (size_t)b->numel, b->dtype, 0);
+        accel_tensor h;
+        if (b->n) st = accel__staged_broadcast(acc->pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
     }
     if (st) return st;
     accel_state_dict *sd = accel_module_state_dict(pm->m);
     if (!sd) return accel_last_status();
     for (int i = 0; i < sd->n && !st; i++) {
         accel_tensor *t = sd->entries[i].t;
-        if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || !t->data) continue;
+        if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || t->device.type == ACCEL_DEV_META) continue;
         if (!accel_is_contiguous(t)) {
             st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare: buffer %s is not contiguous",
                                  sd->entries[i].name);
             break;
         }
-        st = accel__staged_broadcast(acc->pg, t->device, t->data, (size_t)accel_numel(t), t->dtype, 0);
+        st = accel__staged_broadcast(acc->pg, t, 0);
     }
     accel_state_dict_free(sd);
     return st;
@@ -168,25 +178,26 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
 
 /* A bucket's gradients as the group reads them: in place on the cpu, else
  * their range of the host staging buffer. */
-static char *bucket_host(const accel__model *pm, const accel__bucket *bk) {
+static void *bucket_host(const accel__model *pm, const accel__bucket *bk) {
     const accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
-    size_t off = (size_t)bk->lo * accel_dtype_size(b->dtype);
-    return pm->grad_stage[bk->buffer] ? (char *)pm->grad_stage[bk->buffer] + off : (char *)b->grads + off;
+    char *stage = pm->grad_stage[bk->buffer];
+    return stage ? stage + (size_t)bk->lo * accel_dtype_size(b->dtype) : NULL;
 }
 
-static size_t bucket_bytes(const accel__model *pm, const accel__bucket *bk) {
-    return (size_t)(bk->hi - bk->lo) * accel_dtype_size(pm->fp->buffers[bk->buffer].dtype);
+/* The bucket's range of its flat gradient buffer, as a header in *h. */
+static accel_tensor *bucket_grads(accel_tensor *h, const accel__model *pm, const accel__bucket *bk) {
+    const accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
+    return accel__flat_view(h, b, b->grads, bk->lo, bk->hi - bk->lo);
 }
 
 static void wait_all(accel__model *pm, accel_status *first) {
     for (int i = 0; i < pm->n_buckets; i++) {
         accel__bucket *bk = &pm->buckets[i];
         if (!bk->work) continue;
-        accel_status st = accel_work_wait(bk->work);
-        accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
-        if (!st) /* staged: the averaged gradients back onto the device */
-            st = accel__stage_to_device(b->device, (char *)b->grads + (size_t)bk->lo * accel_dtype_size(b->dtype),
-                                        bucket_host(pm, bk), bucket_bytes(pm, bk), true, false);
+        accel_tensor h;
+        /* staged: the averaged gradients back onto the device */
+        accel_status st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), accel_work_wait(bk->work),
+                                           true, false);
         if (st && !*first) *first = st;
         accel_work_free(bk->work);
         bk->work = NULL;
@@ -221,11 +232,10 @@ static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
 }
 
 static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) {
-    accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
-    size_t off = (size_t)bk->lo * accel_dtype_size(b->dtype);
+    accel_tensor h;
     bk->launched = true;
-    void *host = accel__stage_to_host(b->device, (char *)b->grads + off, bucket_bytes(pm, bk), bucket_host(pm, bk));
-    bk->work = host ? accel_pg_all_reduce_async(acc->pg, host, (size_t)(bk->hi - bk->lo), b->dtype, ACCEL_REDUCE_AVG)
+    void *host = accel__stage_to_host(bucket_grads(&h, pm, bk), bucket_host(pm, bk), true);
+    bk->work = host ? accel_pg_all_reduce_async(acc->pg, host, (size_t)(bk->hi - bk->lo), h.dtype, ACCEL_REDUCE_AVG)
                     : NULL;
 }
 

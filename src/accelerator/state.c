@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "accelerator_internal.h"
+#include "backends/fp8.h"
 #include "accel/cpu.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
@@ -40,14 +41,37 @@ static bool truthy(const char *v) {
     return v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
 }
 
-static accel_status parse_precision(const char *s, accel_mixed_precision *out) {
+/* The device: cpu when the code asks; else the one ACCEL_DEFAULT_DEVICE names
+ * (an explicit choice, so it wins over the ACCEL_USE_CPU that `accel launch`
+ * sets on a machine without a GPU); else cuda:<local_rank> when present. */
+static accel_device pick_device(const accel_accelerator_opts *o, int local_rank) {
+    bool cpu_env = truthy(env2("ACCEL_USE_CPU", "ACCELERATE_USE_CPU"));
+    accel_device cuda = {ACCEL_DEV_CUDA, local_rank}, dflt = accel_default_device();
+    return o->cpu                                    ? ACCEL_CPU_DEVICE
+           : dflt.type != ACCEL_DEV_CPU             ? dflt
+           : !cpu_env && accel_device_available(cuda) ? cuda
+                                                     : ACCEL_CPU_DEVICE;
+}
+
+/* fp8 is refused: with the device's reason where it has no fp8 (the cpu, a
+ * GPU below compute capability 8.9), and on an fp8 GPU because the layers do
+ * not run the CUDA backend's fp8 GEMMs yet (docs/cuda.md). */
+static accel_status refuse_fp8(const accel_accelerator_opts *o) {
+    accel_device d = pick_device(o, accel_dist_local_rank());
+    if (accel__fp8_device_check(d, "accel_accelerator_new") != ACCEL_OK) return accel_last_status();
+    char dev[32];
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                           "accel_accelerator_new: fp8 mixed precision is not supported on %s yet: the CUDA "
+                           "backend has its fp8 GEMMs (E4M3/E5M2, delayed scaling) but the layers do not run "
+                           "them; use bf16",
+                           accel_device_str(d, dev, sizeof dev));
+}
+
+static accel_status parse_precision(const char *s, const accel_accelerator_opts *o, accel_mixed_precision *out) {
     if (!s || !strcasecmp(s, "no")) *out = ACCEL_MP_NO;
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
-    else if (!strcasecmp(s, "fp8"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                               "accel_accelerator_new: fp8 mixed precision is not supported by accel "
-                               "(no fp8 kernels on this build); use bf16 or fp16");
+    else if (!strcasecmp(s, "fp8")) return refuse_fp8(o);
     else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_accelerator_new: Unknown mixed_precision mode: %s. Choose between "
@@ -62,7 +86,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     accel_mixed_precision mp = ACCEL_MP_NO;
     const char *mps = o.mixed_precision ? o.mixed_precision
                                         : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
-    if (parse_precision(mps, &mp)) return NULL;
+    if (parse_precision(mps, &o, &mp)) return NULL;
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
     if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
@@ -117,15 +141,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->world = accel_pg_size(acc->pg);
     acc->local_rank = accel_dist_local_rank();
     acc->local_world = accel_dist_local_world_size();
-    /* The device: cpu when the code asks; else the one ACCEL_DEFAULT_DEVICE names
-     * (an explicit choice, so it wins over the ACCEL_USE_CPU that `accel launch`
-     * sets on a machine without a GPU); else cuda:<local_rank> when present. */
-    bool cpu_env = truthy(env2("ACCEL_USE_CPU", "ACCELERATE_USE_CPU"));
-    accel_device cuda = {ACCEL_DEV_CUDA, acc->local_rank}, dflt = accel_default_device();
-    acc->device = o.cpu                                    ? ACCEL_CPU_DEVICE
-                  : dflt.type != ACCEL_DEV_CPU             ? dflt
-                  : !cpu_env && accel_device_available(cuda) ? cuda
-                                                           : ACCEL_CPU_DEVICE;
+    acc->device = pick_device(&o, acc->local_rank);
     acc->accum_steps = steps;
     acc->sync_gradients = true;
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;

@@ -77,7 +77,7 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
         accel__model *pm = &acc->models[i];
         if (pm->zgrad) {
             sharded = true;
-            inf |= unscale(pm->zgrad, pm->zn, ACCEL_CPU_DEVICE, inv);
+            inf |= unscale(pm->zgrad, pm->zn, pm->fp->buffers[ACCEL_F32].device, inv);
             continue;
         }
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
@@ -181,16 +181,15 @@ static double clip_shard(accel_accelerator *acc, accel__model *pm, double max_no
                             accel_dtype_name(pm->fp->buffers[d].dtype));
             return NAN;
         }
-    int64_t n = pm->zn;
-    double part = accel_grad_norm_partial(pm->zgrad, n, norm_type);
+    accel_tensor h;
+    accel_tensor *g = grad_view(&h, pm->zgrad, pm->zn, pm->fp->buffers[ACCEL_F32].device);
+    double part = accel_grad_norm_partial(g, norm_type);
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
     if (accel_pg_all_reduce(acc->shard_pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
         return NAN;
     double total = accel_grad_norm_finish(part, norm_type);
     double coef = accel_clip_coef(total, max_norm);
-    float c = (float)coef;
-    if (coef < 1.0)
-        for (int64_t k = 0; k < n; k++) pm->zgrad[k] *= c;
+    if (coef < 1.0 && accel__grad_scale(g, (float)coef)) return NAN;
     return total;
 }
 
@@ -213,7 +212,7 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
             return NAN;
         }
         accel_tensor h;
-        double part = accel__grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
+        double part = accel_grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
         combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
     }
     double total = accel_grad_norm_finish(combined, norm_type);

@@ -8,7 +8,12 @@
  * replaced by flat runs (maximal runs of one param group, clipped to the
  * shard), so its groups, lr and schedulers keep working and its state shrinks
  * to 1/N. Saved state is consolidated into the user's per-tensor vocabulary
- * (the same file DDP writes), so checkpoints load at any world size. */
+ * (the same file DDP writes), so checkpoints load at any world size.
+ *
+ * Stages 1-2 run on any device: the shard's parameters, gradients and state
+ * live on the model's device and are updated by its backend's kernels; the
+ * collectives stage through host memory where the device needs it
+ * (staging.c), and the consolidated state is host memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +25,17 @@ static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "e
 
 /* ---------------------------------------------------------------- model */
 
-/* The shards are the optimizer's flat segments, which are host memory (optim.h). */
+/* Stage 3 keeps its shards and drops the pages of its full buffers in host
+ * memory (zero3.c): it runs on the cpu only. */
 static accel_status refuse_device_buffers(const accel_accelerator *acc, const accel__model *pm) {
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && acc->zero_stage == 3; d++) {
         const accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n || !accel__needs_staging(b->device)) continue;
         char dev[32];
         return accel_set_error(ACCEL_ERR_DEVICE,
-                               "accel_accelerator_prepare: ZeRO stage %d needs the model in host memory (its shards "
-                               "are the optimizer's flat segments) but the model is on %s; use DDP (zero_stage 0) "
-                               "there",
-                               acc->zero_stage, accel_device_str(b->device, dev, sizeof dev));
+                               "accel_accelerator_prepare: ZeRO stage 3 needs the model in host memory (it releases "
+                               "the pages of its host buffers) but the model is on %s; use ZeRO stage 1 or 2 there",
+                               accel_device_str(b->device, dev, sizeof dev));
     }
     return ACCEL_OK;
 }
@@ -50,7 +55,7 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
     pm->zhi = pm->zlo + shard;
     pm->zn = shard;
     if (pm->zero_stage == 2 && pm->ddp && shard) {
-        pm->zgrad = accel_calloc((size_t)shard, sizeof(float));
+        pm->zgrad = accel__device_alloc(b->device, (size_t)shard * sizeof(float), true, "accel_accelerator_prepare");
         if (!pm->zgrad) return accel_last_status();
     }
     return ACCEL_OK;
@@ -59,7 +64,8 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
 void accel__zero_model_release(accel_accelerator *acc, accel__model *pm) {
     if (pm->zero_stage == 3) accel__zero3_release(acc, pm);
     accel_free(pm->units);
-    accel_free(pm->zgrad);
+    if (pm->zero_stage == 3) accel_free(pm->zgrad); /* host memory of zero3.c's */
+    else accel__device_free(pm->fp->buffers[ACCEL_F32].device, pm->zgrad);
     pm->units = NULL;
     pm->zgrad = NULL;
     pm->n_units = 0;
@@ -79,14 +85,19 @@ static int64_t shard_pos(const accel_accelerator *acc, const accel__model *pm, i
     return -1;
 }
 
-/* Gradient of the shard, wherever this stage keeps it. */
+/* The shard's gradients, wherever this stage keeps them (device memory of the f32 buffer's device). */
 static float *shard_grad(accel__model *pm) {
     return pm->zgrad ? pm->zgrad : (float *)pm->fp->buffers[ACCEL_F32].grads + pm->zlo;
 }
 
-/* Parameters of the shard: stage 3's own buffer, else this rank's range of the flat buffer. */
+/* The shard's parameters: stage 3's own buffer, else this rank's range of the flat buffer. */
 static float *shard_params(accel__model *pm) {
     return pm->zparams ? pm->zparams : (float *)pm->fp->buffers[ACCEL_F32].params + pm->zlo;
+}
+
+/* n elements at position pos of the shard (from shard_params or shard_grad) as a header in *h. */
+static accel_tensor *shard_view(accel_tensor *h, accel__model *pm, float *shard, int64_t pos, int64_t n) {
+    return accel__flat_view(h, &pm->fp->buffers[ACCEL_F32], shard, pos, n);
 }
 
 /* Every rank's shard of `local` into its place in `full` (collective). */
@@ -106,25 +117,44 @@ accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, i
     return accel_pg_all_reduce(acc->replica_pg, piece, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
 }
 
+/* Stage 2: the f32 gradients reduce-scattered (AVG) in place, so this rank's
+ * block [zlo, zhi) of `full` holds its averaged shard. On a staged device the
+ * group works on the shared host buffer ddp.c made (grad_stage), and only the
+ * block comes back. Under hybrid sharding the block is then averaged across
+ * the machines. */
+static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *pm, accel_tensor *full,
+                                         accel_tensor *mine) {
+    void *stage = pm->grad_stage[ACCEL_F32];
+    ACCEL_ASSERT(stage || !accel__needs_staging(full->device));
+    float *host = accel__stage_to_host(full, stage, true);
+    if (!host) return accel_last_status();
+    accel_status st =
+        accel_pg_reduce_scatter(acc->shard_pg, host, host + pm->zlo, (size_t)accel_numel(mine), ACCEL_F32,
+                                ACCEL_REDUCE_AVG);
+    if (!st) st = accel__zero_replica_average(acc, host + pm->zlo, accel_numel(mine));
+    return accel__stage_end(mine, host + pm->zlo, st, true, false);
+}
+
 accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
     accel_status st = ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
+        accel_tensor full, mine, shard;
+        accel__flat_view(&full, b, b->grads, 0, b->numel);
         if (d != ACCEL_F32 || !pm->zgrad) {
-            st = accel_pg_all_reduce(acc->pg, b->grads, (size_t)b->numel, b->dtype, ACCEL_REDUCE_AVG);
+            st = accel__staged_all_reduce(acc->pg, &full, ACCEL_REDUCE_AVG);
             continue;
         }
-        /* In place into my block, added to the shard (several reductions per
-         * step, e.g. sync_each_batch, accumulate there), then the full buffer
-         * restarts from zero so the next reduction only carries new gradients. */
-        float *g = b->grads, *mine = g + pm->zlo;
-        int64_t n = pm->zhi - pm->zlo;
-        st = accel_pg_reduce_scatter(acc->shard_pg, g, mine, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
-        if (!st) st = accel__zero_replica_average(acc, mine, n);
+        /* Added to the shard (several reductions per step, e.g.
+         * sync_each_batch, accumulate there), then the full buffer restarts
+         * from zero so the next reduction only carries new gradients. */
+        accel__flat_view(&mine, b, b->grads, pm->zlo, pm->zhi - pm->zlo);
+        st = reduce_scatter_block(acc, pm, &full, &mine);
         if (st) break;
-        for (int64_t k = 0; k < n; k++) pm->zgrad[k] += mine[k];
-        memset(g, 0, (size_t)b->numel * sizeof(float));
+        accel_k_accumulate k = {.out = shard_view(&shard, pm, pm->zgrad, 0, pm->zn), .in = &mine};
+        st = ACCEL_KERNEL("accel_accelerator_backward", b->device, accumulate, &k);
+        if (!st) st = accel_zero_(&full);
     }
     return st;
 }
@@ -133,17 +163,20 @@ accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm)
     if (pm->zero_stage == 3) return accel__zero3_after_step(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     if (!b->n || acc->shard_world == 1) return ACCEL_OK;
-    float *p = b->params;
-    return accel_pg_all_gather(acc->shard_pg, p + pm->zlo, p, (size_t)(pm->zhi - pm->zlo), ACCEL_F32);
+    accel_tensor mine, full;
+    return accel__staged_all_gather(acc->shard_pg, accel__flat_view(&mine, b, b->params, pm->zlo, pm->zhi - pm->zlo),
+                                    accel__flat_view(&full, b, b->params, 0, b->numel));
 }
 
 void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm) {
     /* Stage 3's full gradient buffers are dropped after each reduction: touching them would bring the pages back. */
     for (int d = 0; d < ACCEL_DTYPE_COUNT && pm->zero_stage < 3; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (b->n) memset(b->grads, 0, (size_t)b->numel * accel_dtype_size(b->dtype));
+        accel_tensor h;
+        if (b->n) accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
     }
-    if (pm->zgrad) memset(pm->zgrad, 0, (size_t)pm->zn * sizeof(float));
+    accel_tensor h;
+    if (pm->zgrad) accel_zero_(shard_view(&h, pm, pm->zgrad, 0, pm->zn));
 }
 
 /* ---------------------------------------------------------------- optimizer */
@@ -193,9 +226,12 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
                                    "segment %d is a flat range (accel_optimizer_add_flat)", fn, i);
         accel__model *found = NULL;
         for (int m = 0; m < acc->n_models && !found; m++) {
-            accel_flat_buffer *b = &acc->models[m].fp->buffers[ACCEL_F32];
-            float *base = b->params;
-            if (b->n && (float *)p->data >= base && (float *)p->data < base + b->numel) found = &acc->models[m];
+            const accel_flat_buffer *b = &acc->models[m].fp->buffers[ACCEL_F32];
+            for (int t = 0; t < b->n && !found; t++)
+                if (b->tensors[t] == p) {
+                    found = &acc->models[m];
+                    z->user_off[i] = b->offsets[t];
+                }
         }
         if (!found || (pm && found != pm))
             return accel_set_error(ACCEL_ERR_STATE,
@@ -204,7 +240,6 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
                                    fn, acc->zero_stage, i, p->name ? p->name : "?");
         pm = found;
         z->user_params[i] = p;
-        z->user_off[i] = (float *)p->data - (float *)pm->fp->buffers[ACCEL_F32].params;
     }
     if (!pm) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the optimizer has no parameters", fn);
     z->m = pm->m;
@@ -265,30 +300,57 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
     return ACCEL_OK;
 }
 
+/* Re-targets optimizer i to the runs of its model's shard: one flat segment
+ * per run, viewing the shard's parameters and gradients on the model's device. */
+static accel_status retarget(accel_accelerator *acc, accel_optimizer *opt, const accel__zopt *z) {
+    int nr = z->n_runs;
+    accel_tensor *views = accel_calloc((size_t)(2 * nr + 1), sizeof *views);
+    const accel_tensor **data = accel_calloc((size_t)(nr + 1), sizeof *data);
+    const accel_tensor **grads = accel_calloc((size_t)(nr + 1), sizeof *grads);
+    accel_status st = views && data && grads ? ACCEL_OK : accel_last_status();
+    if (!st) {
+        accel__model *pm = accel__find_model(acc, z->m);
+        for (int r = 0; r < nr; r++) {
+            int64_t pos = shard_pos(acc, pm, z->run_lo[r]), n = z->run_hi[r] - z->run_lo[r];
+            data[r] = shard_view(&views[2 * r], pm, shard_params(pm), pos, n);
+            grads[r] = shard_view(&views[2 * r + 1], pm, shard_grad(pm), pos, n);
+        }
+        st = accel_optimizer_set_segments(opt, nr, NULL, data, grads, z->run_group);
+    }
+    accel_free(views);
+    accel_free(data);
+    accel_free(grads);
+    return st;
+}
+
+/* The optimizer's state with every tensor copied to host memory of its own:
+ * the listing's views die when retarget replaces the state buffers. */
+static int state_snapshot(accel_optimizer *opt, accel_named_state **out) {
+    int n = accel_optimizer_state(opt, out);
+    for (int e = 0; e < n; e++) {
+        accel_named_state *s = &(*out)[e];
+        if (!s->t) continue;
+        accel_tensor *copy = accel_tensor_clone_persistent(s->t, ACCEL_CPU_DEVICE);
+        if (!copy) {
+            accel_named_state_free(*out, n);
+            *out = NULL;
+            return -1;
+        }
+        accel_tensor_free(s->t);
+        s->t = copy;
+    }
+    return n;
+}
+
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = accel_calloc(1, sizeof *z);
     if (!z) return accel_last_status();
     accel_status st = plan(acc, opt, z);
     accel_named_state *prior = NULL;
-    int n_prior = st ? -1 : accel_optimizer_state(opt, &prior);
+    int n_prior = st ? -1 : state_snapshot(opt, &prior);
     if (!st && n_prior < 0) st = accel_last_status();
-    int nr = z->n_runs;
-    accel_tensor **params = accel_calloc((size_t)(nr ? nr : 1), sizeof *params);
-    float **data = accel_calloc((size_t)(nr ? nr : 1), sizeof *data);
-    float **grads = accel_calloc((size_t)(nr ? nr : 1), sizeof *grads);
-    int64_t *numel = accel_calloc((size_t)(nr ? nr : 1), sizeof *numel);
-    if (!st && (!params || !data || !grads || !numel)) st = accel_last_status();
-    if (!st) {
-        accel__model *pm = accel__find_model(acc, z->m);
-        float *p = shard_params(pm), *g = shard_grad(pm);
-        for (int r = 0; r < nr; r++) {
-            data[r] = p + shard_pos(acc, pm, z->run_lo[r]);
-            grads[r] = g + shard_pos(acc, pm, z->run_lo[r]);
-            numel[r] = z->run_hi[r] - z->run_lo[r];
-        }
-        st = accel_optimizer_set_segments(opt, nr, params, data, grads, numel, z->run_group);
-    }
+    if (!st) st = retarget(acc, opt, z);
     if (!st) {
         acc->zopts[i] = z;
         /* Whatever state the optimizer had (it may have stepped before prepare) moves to the shard. */
@@ -296,10 +358,6 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
         if (st) acc->zopts[i] = NULL; /* the user's layout cannot come back without its state */
     }
     if (n_prior >= 0) accel_named_state_free(prior, n_prior);
-    accel_free(params);
-    accel_free(data);
-    accel_free(grads);
-    accel_free(numel);
     if (st) zopt_free(z);
     return st;
 }
@@ -326,43 +384,66 @@ static long state_index(const char *name, const char **rest) {
     return i;
 }
 
+int accel__zero_kinds(accel_accelerator *acc, int i) { return max_kinds(acc->opts[i]); }
+
+const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k) { return kind_name(acc->opts[i], k); }
+
+accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->zopts[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    int64_t shard = pm->zn;
+    accel_named_state *st = NULL;
+    int n = accel_optimizer_state(opt, &st), nk = max_kinds(opt);
+    accel_status s = n < 0 ? accel_last_status() : ACCEL_OK;
+    local[0] = local[1] = NULL;
+    *step = 0;
+    for (int k = 0; k < n; k++) {
+        const char *rest;
+        if (state_index(st[k].name, &rest) >= 0 && !strcmp(rest, "step") && st[k].value > *step)
+            *step = (int64_t)st[k].value;
+    }
+    for (int k = 0; k < nk && !s; k++) {
+        if (!(local[k] = accel_calloc((size_t)(shard ? shard : 1), sizeof(float)))) s = accel_last_status();
+        for (int e = 0; e < n && !s; e++) {
+            const char *rest;
+            long r = state_index(st[e].name, &rest);
+            if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
+                s = accel__tensor_read_bytes(st[e].t, 0, local[k] + shard_pos(acc, pm, z->run_lo[r]),
+                                             (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
+        }
+    }
+    if (n >= 0) accel_named_state_free(st, n);
+    if (s) {
+        accel_free(local[0]);
+        accel_free(local[1]);
+        local[0] = local[1] = NULL;
+    }
+    return s;
+}
+
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = acc->zopts[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    int64_t shard = pm->zn;
     bufs[0] = bufs[1] = NULL;
     *out = NULL;
     accel_named_state *st = NULL, *res = NULL;
-    float *local = NULL;
+    float *local[2] = {NULL, NULL};
     int n = accel_optimizer_state(opt, &st), nk = max_kinds(opt), m = 0;
     accel_status s = n < 0 ? accel_last_status() : ACCEL_OK;
     /* Every run steps together; a rank whose shard has no run learns the count from the others. */
     int64_t step = 0;
-    for (int k = 0; k < n; k++) {
-        const char *rest;
-        if (state_index(st[k].name, &rest) >= 0 && !strcmp(rest, "step") && st[k].value > step)
-            step = (int64_t)st[k].value;
-    }
+    if (!s) s = accel__zero_local_state(acc, i, local, &step);
     if (acc->world > 1) { /* collective: every rank reaches it */
         accel_status s2 = accel_pg_all_reduce(acc->pg, &step, 1, ACCEL_I64, ACCEL_REDUCE_MAX);
         if (!s) s = s2;
     }
-    if (!s) local = accel_calloc((size_t)(shard ? shard : 1), sizeof(float));
-    if (!s && !local) s = accel_last_status();
     for (int k = 0; k < nk && !s; k++) {
-        memset(local, 0, (size_t)shard * sizeof(float));
-        for (int e = 0; e < n && !s; e++) {
-            const char *rest;
-            long r = state_index(st[e].name, &rest);
-            if (r >= 0 && r < z->n_runs && st[e].t && !strcmp(rest, kind_name(opt, k)))
-                s = accel__tensor_read_bytes(st[e].t, 0, local + shard_pos(acc, pm, z->run_lo[r]),
-                                             (size_t)(z->run_hi[r] - z->run_lo[r]) * sizeof(float));
-        }
         bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
         if (!bufs[k]) s = accel_last_status();
-        else s = gather_shards(acc, pm, local, bufs[k]);
+        else s = gather_shards(acc, pm, local[k], bufs[k]);
     }
     if (s) goto fail;
     res = accel_calloc((size_t)(n + z->n_user * 3 + 1), sizeof *res);
@@ -389,13 +470,15 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
         goto fail;
     }
     accel_named_state_free(st, n);
-    accel_free(local);
+    accel_free(local[0]);
+    accel_free(local[1]);
     *out = res;
     return m;
 fail:
     if (n >= 0) accel_named_state_free(st, n);
     if (res) accel_named_state_free(res, m);
-    accel_free(local);
+    accel_free(local[0]);
+    accel_free(local[1]);
     accel_free(bufs[0]);
     accel_free(bufs[1]);
     bufs[0] = bufs[1] = NULL;
@@ -429,7 +512,7 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     int64_t shard = pm->zn;
     int nk = max_kinds(opt);
     float *local[2] = {NULL, NULL};
-    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
+    accel_named_state *res = accel_calloc((size_t)(n + 1), sizeof *res); /* its scalar entries */
     accel_status s = res ? ACCEL_OK : accel_last_status();
     for (int k = 0; k < nk && !s; k++)
         if (!(local[k] = accel_calloc((size_t)(shard ? shard : 1), sizeof(float)))) s = accel_last_status();
@@ -473,6 +556,23 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
                                              (size_t)(c - a) * sizeof(float));
         }
     }
+    if (!s) s = accel__zero_load_local(acc, i, m, res, local, step);
+    if (res) accel_named_state_free(res, m);
+    accel_free(local[0]);
+    accel_free(local[1]);
+    return s;
+}
+
+accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                    float *const local[2], double step) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->zopts[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
+    accel_status s = res ? ACCEL_OK : accel_last_status();
+    int m = 0;
+    for (int e = 0; e < n && !s; e++)
+        if (!add(res, &m, scalars[e].name, NULL, scalars[e].value)) s = accel_last_status();
     char name[96];
     for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
         snprintf(name, sizeof name, "state.%d.step", r);
@@ -486,8 +586,6 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     }
     if (!s) s = accel_optimizer_load_state(opt, m, res);
     if (res) accel_named_state_free(res, m);
-    accel_free(local[0]);
-    accel_free(local[1]);
     return s;
 }
 
@@ -505,18 +603,11 @@ void accel__zero_release(accel_accelerator *acc, int i) {
     /* The full state is gathered while the flat buffers still exist; if that
      * fails (a broken group) the user's parameters come back with fresh state. */
     int n = accel__zero_state(acc, i, &st, bufs);
-    int nu = z->n_user;
-    float **nulls = accel_calloc((size_t)(nu ? nu : 1), sizeof *nulls);
-    int64_t *zeros = accel_calloc((size_t)(nu ? nu : 1), sizeof *zeros);
-    if (nulls && zeros &&
-        accel_optimizer_set_segments(opt, nu, z->user_params, nulls, nulls, zeros, z->user_groups) == ACCEL_OK &&
-        n >= 0)
+    if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK && n >= 0)
         accel_optimizer_load_state(opt, n, st);
     if (n >= 0) accel_named_state_free(st, n);
     accel_free(bufs[0]);
     accel_free(bufs[1]);
-    accel_free(nulls);
-    accel_free(zeros);
     zopt_free(z);
     acc->zopts[i] = NULL;
 }

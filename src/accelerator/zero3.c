@@ -599,7 +599,7 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
 }
 
 bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
-    const float *p = leaf->data, *base = full_params(pm);
+    const float *p = accel__device_ptr(leaf), *base = full_params(pm);
     if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
     int64_t pos = p - base;
     for (int k = pm->n_units - 1; k >= 0; k--) {
@@ -705,11 +705,14 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     pm->zsend16 = NULL;
 }
 
-accel_status accel__zero3_refuse(accel_accelerator *acc, const char *fn) {
-    if (acc->zero_stage != 3) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           "%s: checkpoints under ZeRO stage 3 / FULL_SHARD (SHARDED_STATE_DICT, FULL_STATE_DICT) "
-                           "are not implemented yet; unwrap the model (accel_accelerator_unwrap_model) to save "
-                           "its full weights, or train with ZeRO stage 2 (SHARD_GRAD_OP)",
-                           fn);
+accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {
+    accel__unit *un = &pm->units[u];
+    accel_status st = un->gather ? finish_gather(acc, pm, un) : ACCEL_OK;
+    un->state = ACCEL__UNIT_RELEASED; /* the f32 masters, even where a bf16 gather left rounded values */
+    accel_status st2 = gather(acc, pm, un, true);
+    return st ? st : st2;
+}
+
+accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u) {
+    return release(acc, pm, &pm->units[u]);
 }

@@ -202,9 +202,10 @@ static accel_status read_fsdp_rest(accel__fsdp_cfg *f) {
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
                                "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
     const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE"), *ver = env("ACCEL_FSDP_VERSION");
-    if (sdt && strcasecmp(sdt, "FULL_STATE_DICT"))
+    f->full_state_dict = sdt && !strcasecmp(sdt, "FULL_STATE_DICT");
+    if (sdt && !f->full_state_dict && strcasecmp(sdt, "SHARDED_STATE_DICT"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=%s is not implemented by accel "
-                               "yet (FULL_STATE_DICT is: checkpoints hold the full model)", sdt);
+                               "(SHARDED_STATE_DICT and FULL_STATE_DICT are)", sdt);
     if (ver && strcmp(ver, "1") && strcmp(ver, "2"))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_version=\"%s\" (1 or 2)", ver);
     return ACCEL_OK;
@@ -274,6 +275,13 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage, &c->hybrid);
     if (st) return st;
     c->stage = stage;
+    /* Stages 1-2 write the full model and consolidated optimizer state, not
+     * the shards asked for (stage 0 has nothing sharded). */
+    const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE");
+    if ((stage == 1 || stage == 2) && sdt && !strcasecmp(sdt, "SHARDED_STATE_DICT"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=SHARDED_STATE_DICT shards the "
+                               "checkpoints of FULL_SHARD (ZeRO stage 3); this run is stage %d, whose checkpoints "
+                               "hold the full model: use FULL_STATE_DICT", stage);
     /* Its units are FULL_SHARD's wrap units: elsewhere it would do nothing. */
     if (c->fsdp.activation_checkpointing && stage != 3)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true checkpoints the "

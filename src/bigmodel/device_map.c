@@ -252,10 +252,29 @@ static int64_t mem_available(void) {
     return kb < 0 ? 0 : (int64_t)kb * 1024;
 }
 
+/* Accelerate's default budgets of the GPUs: {i: free bytes of cuda:i}, as
+ * torch.cuda.mem_get_info reports them (the driver's cudaMemGetInfo, through
+ * the backend's mem_info); a GPU that cannot answer is left out, as
+ * Accelerate skips a device it cannot allocate on. None without a GPU. */
+static void add_gpu_budgets(accel_max_memory *r) {
+    int n = accel_device_count(ACCEL_DEV_CUDA);
+    for (int i = 0; i < n && r->n < ACCEL_MAX_MEMORY_DEVICES - 1; i++) {
+        size_t free_bytes = 0, total = 0;
+        if (accel_device_mem_info((accel_device){ACCEL_DEV_CUDA, i}, &free_bytes, &total) != ACCEL_OK) {
+            accel_clear_error();
+            continue;
+        }
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        accel_max_memory_set_bytes(r, key, (int64_t)free_bytes);
+    }
+}
+
 accel_status accel_get_max_memory(const accel_max_memory *in, accel_max_memory *out) {
     if (!out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_get_max_memory: out is NULL");
     accel_max_memory r = {0};
     if (!in) {
+        add_gpu_budgets(&r);
         accel_max_memory_set_bytes(&r, "cpu", mem_available());
         *out = r;
         return ACCEL_OK;

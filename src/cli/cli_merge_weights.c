@@ -5,9 +5,13 @@
  * the Hub's `model.safetensors.index.json` (written by save_model and
  * save_pretrained, or by transformers): this merges them into
  * OUTPUT_PATH/model.safetensors, tensors in the index's order, straight from
- * the mapped shards (no copy of a shard is made in memory). The write is
- * atomic; `--remove_checkpoint_dir` deletes the shards and the index only
- * after it succeeded. */
+ * the mapped shards (no copy of a shard is made in memory). A ZeRO-3 / FSDP
+ * SHARDED_STATE_DICT checkpoint (a save_state directory holding
+ * pytorch_model_fsdp_0/, or that directory itself: per-rank flat shards and
+ * sharded_index.json) is merged the way Accelerate's merge-weights does for
+ * FSDP: the full model, Hugging Face names, one parameter at a time. The
+ * write is atomic; `--remove_checkpoint_dir` deletes the shards and the index
+ * only after it succeeded. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include "accel/io.h"
+#include "accelerator/accelerator_internal.h"
 #include "cli/cli.h"
 
 static int remove_shards(accel_checkpoint *ck, const char *dir) {
@@ -31,6 +36,21 @@ static int remove_shards(accel_checkpoint *ck, const char *dir) {
     unlink(index);
     if (rmdir(dir) != 0 && errno != ENOTEMPTY && errno != EEXIST)
         fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", dir, strerror(errno));
+    return 0;
+}
+
+/* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors. */
+static int merge_sharded(const char *sub, const char *out_dir, bool remove) {
+    int n = 0;
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
+        return 1;
+    }
+    if (accel__zero3_merge(sub, out_dir, &n) || (remove && accel__zero3_remove_sharded(sub))) {
+        fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        return 1;
+    }
+    printf("Weights merged into %s/model.safetensors (%d tensors)\n", out_dir, n);
     return 0;
 }
 
@@ -81,6 +101,8 @@ int accel_cli_merge_weights(int argc, char **argv) {
                         "(expected a directory with model.safetensors.index.json and its shards).\n", dir);
         return 1;
     }
+    char sub[8192];
+    if (accel__zero3_find_sharded(dir, sub, sizeof sub)) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
     accel_checkpoint *ck = accel_checkpoint_open(dir);
     if (!ck) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());

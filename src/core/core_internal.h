@@ -23,6 +23,12 @@ void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim,
  * host memory (the cpu: file mappings, batch collation, writing files read
  * and fill CPU tensors in place); NULL with an error naming `op` otherwise. */
 void *accel__host_ptr(const accel_tensor *t, const char *op);
+/* The device pointer of t's first element (NULL on meta), for code that hands
+ * t's memory on without reading it: a header viewing it (accel__tensor_header
+ * at an element offset), a backend or process-group call, an identity test.
+ * Above src/backends/ it is an opaque address of t's device: never
+ * dereferenced (docs/architecture.md, "The device layer"). */
+void *accel__device_ptr(const accel_tensor *t);
 /* n bytes between host memory and contiguous t's storage, starting byte_off
  * bytes after t's first element, through t's backend (chunked loads, staged
  * writes of device tensors). The range must lie inside t. */

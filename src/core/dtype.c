@@ -1,8 +1,10 @@
-/* dtypes: sizes, names, and conversions (round-to-nearest-even for bf16/f16). */
-#include <math.h>
+/* dtypes: sizes, names, and conversions (round-to-nearest-even for bf16/f16;
+ * the element conversions themselves are core/dtype_elem.h, shared with the
+ * CUDA kernels). */
 #include <string.h>
 
 #include "accel/core.h"
+#include "core/dtype_elem.h"
 
 typedef struct dtype_info {
     const char *name;    /* torch name */
@@ -41,94 +43,13 @@ int accel_dtype_parse(const char *s) {
     return -1;
 }
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
+uint16_t accel_f32_to_bf16(float f) { return accel__f32_to_bf16(f); }
+float accel_bf16_to_f32(uint16_t h) { return accel__bf16_to_f32(h); }
+uint16_t accel_f32_to_f16(float f) { return accel__f32_to_f16(f); }
+float accel_f16_to_f32(uint16_t h) { return accel__f16_to_f32(h); }
 
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t accel_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float accel_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-uint16_t accel_f32_to_f16(float f) {
-    uint32_t x = f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (ax < 0x38800000u) {
-        /* Below 2^-14 the result is subnormal: round |f| * 2^24 to an integer
-         * (exact in float, rounded to nearest even by the default mode). 1024
-         * carries into the smallest normal, which is the right encoding. */
-        return (uint16_t)(sign | (uint16_t)nearbyintf(bits_f32(ax) * 16777216.0f));
-    }
-    uint32_t r = (ax >> 13) - (112u << 10); /* rebias the exponent 127 -> 15 */
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
-    return (uint16_t)(sign | r);
-}
-
-float accel_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0) {
-        if (mant == 0) return bits_f32(sign);
-        float v = ldexpf((float)mant, -24);
-        return sign ? -v : v;
-    }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-/* Loads element i of a buffer as double / stores a double. Integer stores
- * truncate toward zero like a C cast (torch's .to(int) does the same). */
-static double load_elem(const void *p, accel_dtype dt, size_t i) {
-    switch (dt) {
-    case ACCEL_F32: return ((const float *)p)[i];
-    case ACCEL_BF16: return accel_bf16_to_f32(((const uint16_t *)p)[i]);
-    case ACCEL_F16: return accel_f16_to_f32(((const uint16_t *)p)[i]);
-    case ACCEL_F64: return ((const double *)p)[i];
-    case ACCEL_I64: return (double)((const int64_t *)p)[i];
-    case ACCEL_I32: return ((const int32_t *)p)[i];
-    case ACCEL_U8: return ((const uint8_t *)p)[i];
-    case ACCEL_BOOL: return ((const uint8_t *)p)[i] != 0;
-    case ACCEL_I8: return ((const int8_t *)p)[i];
-    case ACCEL_I16: return ((const int16_t *)p)[i];
-    default: return 0;
-    }
-}
-
-static void store_elem(void *p, accel_dtype dt, size_t i, double v) {
-    switch (dt) {
-    case ACCEL_F32: ((float *)p)[i] = (float)v; break;
-    case ACCEL_BF16: ((uint16_t *)p)[i] = accel_f32_to_bf16((float)v); break;
-    case ACCEL_F16: ((uint16_t *)p)[i] = accel_f32_to_f16((float)v); break;
-    case ACCEL_F64: ((double *)p)[i] = v; break;
-    case ACCEL_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case ACCEL_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case ACCEL_U8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
-    case ACCEL_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    case ACCEL_I8: ((int8_t *)p)[i] = (int8_t)(int64_t)v; break;
-    case ACCEL_I16: ((int16_t *)p)[i] = (int16_t)(int64_t)v; break;
-    default: break;
-    }
-}
-
-double accel__load_elem(const void *p, accel_dtype dt, size_t i) { return load_elem(p, dt, i); }
-void accel__store_elem(void *p, accel_dtype dt, size_t i, double v) { store_elem(p, dt, i, v); }
+double accel__load_elem(const void *p, accel_dtype dt, size_t i) { return accel__elem_get(p, dt, (int64_t)i); }
+void accel__store_elem(void *p, accel_dtype dt, size_t i, double v) { accel__elem_set(p, dt, (int64_t)i, v); }
 
 void accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, size_t n) {
     if (dst_dt == src_dt) {
@@ -140,29 +61,29 @@ void accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype s
         const float *s = src;
         uint16_t *d = dst;
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] = accel_f32_to_bf16(s[i]);
+        for (size_t i = 0; i < n; i++) d[i] = accel__f32_to_bf16(s[i]);
         return;
     }
     if (src_dt == ACCEL_BF16 && dst_dt == ACCEL_F32) {
         const uint16_t *s = src;
         float *d = dst;
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] = accel_bf16_to_f32(s[i]);
+        for (size_t i = 0; i < n; i++) d[i] = accel__bf16_to_f32(s[i]);
         return;
     }
     if (src_dt == ACCEL_F32 && dst_dt == ACCEL_F16) {
         const float *s = src;
         uint16_t *d = dst;
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] = accel_f32_to_f16(s[i]);
+        for (size_t i = 0; i < n; i++) d[i] = accel__f32_to_f16(s[i]);
         return;
     }
     if (src_dt == ACCEL_F16 && dst_dt == ACCEL_F32) {
         const uint16_t *s = src;
         float *d = dst;
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] = accel_f16_to_f32(s[i]);
+        for (size_t i = 0; i < n; i++) d[i] = accel__f16_to_f32(s[i]);
         return;
     }
-    for (size_t i = 0; i < n; i++) store_elem(dst, dst_dt, i, load_elem(src, src_dt, i));
+    for (size_t i = 0; i < n; i++) accel__elem_set(dst, dst_dt, (int64_t)i, accel__elem_get(src, src_dt, (int64_t)i));
 }

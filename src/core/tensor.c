@@ -291,6 +291,8 @@ void *accel__host_ptr(const accel_tensor *t, const char *op) {
     return NULL;
 }
 
+void *accel__device_ptr(const accel_tensor *t) { return t->data; }
+
 accel_status accel_tensor_to_device_(accel_tensor *t, accel_device dev) {
     if (!accel_tensor_check(t, "accel_tensor_to_device_", "t")) return accel_last_status();
     if (t->flags & ACCEL_TF_ARENA)

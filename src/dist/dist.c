@@ -740,7 +740,11 @@ static accel_status create_default_group(void) {
     pg->debug = accel_dist_debug_mode();
     snprintf(pg->op_desc, sizeof pg->op_desc, "init");
     accel_status st = ACCEL_OK;
-    if (e.world == 1) {
+    /* One process is the local "self" group, unless it asks for nccl: a
+     * one-rank NCCL communicator (torch's init_process_group("nccl",
+     * world_size=1)), which puts the collectives on the GPU all the same. */
+    const char *forced = getenv("ACCEL_DIST_BACKEND");
+    if (e.world == 1 && !(forced && !strcmp(forced, "nccl"))) {
         pg->be = &accel__backend_self;
 #ifdef ACCEL_HAVE_MPI
     } else if (want_mpi()) {

@@ -99,6 +99,12 @@ static accel_status write_tensor(accel__afile *f, const accel_tensor *t) {
 
 accel_status accel_safetensors_save(const char *path, int n, const char *const *names,
                                     accel_tensor *const *tensors, int n_meta, const accel_kv *meta) {
+    return accel__safetensors_save_with(path, n, names, tensors, n_meta, meta, NULL, NULL);
+}
+
+accel_status accel__safetensors_save_with(const char *path, int n, const char *const *names,
+                                          accel_tensor *const *tensors, int n_meta, const accel_kv *meta,
+                                          accel__tensor_ready_fn ready, void *ctx) {
     if (check_inputs(path, n, names, tensors)) return accel_last_status();
     if (n_meta < 0 || (n_meta > 0 && !meta))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: bad metadata", path);
@@ -130,7 +136,10 @@ accel_status accel_safetensors_save(const char *path, int n, const char *const *
         char desc[96];
         snprintf(desc, sizeof desc, "Writing %s", base ? base + 1 : path);
         accel_progress *bar = accel_progress_new(n, &(accel_progress_opts){.desc = desc, .unit = "tensor", .delay = 1});
-        for (int i = 0; i < n && !st; i++, accel_progress_update(bar, 1)) st = write_tensor(&f, tensors[i]);
+        for (int i = 0; i < n && !st; i++, accel_progress_update(bar, 1)) {
+            if (ready) st = ready(ctx, tensors[i]);
+            if (!st) st = write_tensor(&f, tensors[i]);
+        }
         accel_progress_close(bar);
         if (!st) st = accel__afile_commit(&f);
         else accel__afile_abort(&f);

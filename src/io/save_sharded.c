@@ -6,6 +6,7 @@
 
 #include "accel/io.h"
 #include "io/io_internal.h"
+#include "io/safetensors_internal.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -83,9 +84,15 @@ static int split(int n, accel_tensor *const *t, int64_t max, int *shard_of, int6
     return n_closed;
 }
 
+/* Where the tensors come from: accel_save_sharded's callers may gather each first. */
+typedef struct tensor_source {
+    accel__tensor_ready_fn ready;
+    void *ctx;
+} tensor_source;
+
 static accel_status write_shard(const char *dir, const char *fname, int n, const char *const *names,
                                 accel_tensor *const *tensors, const int *shard_of, int k,
-                                const char **sub_names, accel_tensor **sub_t) {
+                                const char **sub_names, accel_tensor **sub_t, tensor_source src) {
     int m = 0;
     for (int i = 0; i < n; i++)
         if (shard_of[i] == k) {
@@ -94,13 +101,13 @@ static accel_status write_shard(const char *dir, const char *fname, int n, const
         }
     char *p = accel__path_join(dir, fname);
     if (!p) return accel_last_status();
-    accel_status st = accel_safetensors_save(p, m, sub_names, sub_t, 0, NULL);
+    accel_status st = accel__safetensors_save_with(p, m, sub_names, sub_t, 0, NULL, src.ready, src.ctx);
     accel_free(p);
     return st;
 }
 
-accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
-                                accel_tensor *const *tensors, int64_t max_shard_bytes) {
+static accel_status save_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
+                                 int64_t max_shard_bytes, tensor_source src) {
     if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
     if (accel__is_file(dir))
@@ -122,7 +129,7 @@ accel_status accel_save_sharded(const char *dir, int n, const char *const *names
     int k = split(n, tensors, max_shard_bytes, shard_of, &total);
     if (k <= 1) {
         for (int i = 0; i < n; i++) shard_of[i] = 0;
-        st = write_shard(dir, SINGLE_NAME, n, names, tensors, shard_of, 0, sub_names, sub_t);
+        st = write_shard(dir, SINGLE_NAME, n, names, tensors, shard_of, 0, sub_names, sub_t, src);
         if (!st) st = remove_stale(dir, 1);
         goto out;
     }
@@ -130,7 +137,7 @@ accel_status accel_save_sharded(const char *dir, int n, const char *const *names
     for (int s = 0; s < k && !st; s++) {
         char fname[64];
         snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, k);
-        st = write_shard(dir, fname, n, names, tensors, shard_of, s, sub_names, sub_t);
+        st = write_shard(dir, fname, n, names, tensors, shard_of, s, sub_names, sub_t, src);
         for (int i = 0; i < n && !st; i++)
             if (shard_of[i] == s) json_object_set_new(wm, names[i], json_string(fname));
     }
@@ -153,7 +160,17 @@ out:
     return st;
 }
 
+accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
+                                accel_tensor *const *tensors, int64_t max_shard_bytes) {
+    return save_sharded(dir, n, names, tensors, max_shard_bytes, (tensor_source){NULL, NULL});
+}
+
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
+    return accel__save_module_with(dir, root, max_shard_bytes, NULL, NULL);
+}
+
+accel_status accel__save_module_with(const char *dir, accel_module *root, int64_t max_shard_bytes,
+                                     accel__tensor_ready_fn ready, void *ctx) {
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();
     const char **names = accel_malloc(sizeof(char *) * ((size_t)sd->n + 1));
@@ -164,7 +181,7 @@ accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_
             names[i] = sd->entries[i].name;
             ts[i] = sd->entries[i].t;
         }
-        st = accel_save_sharded(dir, sd->n, names, ts, max_shard_bytes);
+        st = save_sharded(dir, sd->n, names, ts, max_shard_bytes, (tensor_source){ready, ctx});
     }
     accel_free(names);
     accel_free(ts);

@@ -3,22 +3,35 @@
 
 #include "optim_internal.h"
 
-double accel__grad_norm_partial(accel_tensor *g, double norm_type) {
+/* sum |g|^p (or max |g|) of contiguous f32 g on its device's norm_partial
+ * kernel: into a host double on the cpu, else into a step tensor of g's
+ * device read back. NAN + error. */
+static double norm_partial(accel_tensor *g, double norm_type) {
     double part = NAN;
     accel_tensor out;
     accel_tensor *o = &out;
     if (g->device.type == ACCEL_DEV_CPU) accel__tensor_header(&out, &part, ACCEL_F64, 0, NULL, ACCEL_CPU_DEVICE);
-    else o = accel_empty_on(ACCEL_F64, 0, NULL, g->device); /* a step tensor; read back below */
+    else o = accel_empty_on(ACCEL_F64, 0, NULL, g->device);
     if (!o) return NAN;
     accel_k_norm_partial k = {.out = o, .g = g, .norm_type = norm_type};
     if (ACCEL_KERNEL("grad norm", g->device, norm_partial, &k) != ACCEL_OK) return NAN;
     return o == &out ? part : accel_item(o);
 }
 
-double accel_grad_norm_partial(const float *g, int64_t n, double norm_type) {
-    accel_tensor h;
-    accel__tensor_header(&h, (void *)g, ACCEL_F32, 1, &n, ACCEL_CPU_DEVICE);
-    return accel__grad_norm_partial(&h, norm_type);
+double accel_grad_norm_partial(const accel_tensor *g, double norm_type) {
+    const char *fn = "accel_grad_norm_partial";
+    if (!accel_tensor_check(g, fn, "g")) return NAN;
+    if (g->dtype != ACCEL_F32 || !accel_is_contiguous(g) || g->device.type == ACCEL_DEV_META) {
+        char d[32];
+        accel_set_error(ACCEL_ERR_DTYPE, "%s: g is %s%s on %s; it must be a contiguous float32 tensor with data", fn,
+                        accel_dtype_name(g->dtype), accel_is_contiguous(g) ? "" : " non-contiguous",
+                        accel_device_str(g->device, d, sizeof d));
+        return NAN;
+    }
+    int64_t n = accel_numel(g);
+    accel_tensor flat; /* a 1-d view of g's memory: the kernel's operand */
+    accel__tensor_header(&flat, accel__device_ptr(g), ACCEL_F32, 1, &n, g->device);
+    return norm_partial(&flat, norm_type);
 }
 
 double accel_grad_norm_finish(double combined, double norm_type) {
@@ -69,7 +82,7 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
     double acc = 0.0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad)
-            acc = combine(acc, accel__grad_norm_partial(params[i]->grad, norm_type), norm_type);
+            acc = combine(acc, norm_partial(params[i]->grad, norm_type), norm_type);
     double total = accel_grad_norm_finish(acc, norm_type);
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < n; i++)
@@ -85,15 +98,15 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
     if (!check_norm_type("accel_optimizer_clip_grad_norm", norm_type)) return NAN;
     double acc = 0.0;
     for (int i = 0; i < opt->n_segs; i++) {
-        accel_tensor ph, gh, *p, *g;
-        accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
-        if (g) acc = combine(acc, accel__grad_norm_partial(g, norm_type), norm_type);
+        accel_tensor *p, *g;
+        accel__seg_tensors(&opt->segs[i], &p, &g);
+        if (g) acc = combine(acc, norm_partial(g, norm_type), norm_type);
     }
     double total = accel_grad_norm_finish(acc, norm_type);
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < opt->n_segs; i++) {
-        accel_tensor ph, gh, *p, *g;
-        accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
+        accel_tensor *p, *g;
+        accel__seg_tensors(&opt->segs[i], &p, &g);
         if (g && accel__grad_scale(g, c) != ACCEL_OK) return NAN;
     }
     return total;

@@ -7,11 +7,13 @@
 #include "core/core_internal.h"
 #include "core/link.h"
 
-/* A contiguous f32 run of parameters and its gradient: a parameter tensor on
- * any device, or a flat run of host memory (cpu). */
+/* A contiguous f32 run of parameters and its gradient on one device: a
+ * parameter tensor, or a flat run (views of caller memory). */
 typedef struct accel__segment {
     accel_tensor *param;   /* tensor segment (data/grad read at each step), or NULL */
-    float *data, *grad;    /* flat segment (host memory) */
+    /* flat segment: 1-d headers viewing the caller's parameters and gradients
+     * (device pointers; the memory is borrowed) */
+    accel_tensor flat_data, flat_grad;
     int64_t numel;
     int group;
     int64_t step;          /* steps this segment has taken */
@@ -41,15 +43,11 @@ accel__link **accel__scheduler_links(accel_lr_scheduler *s);
 /* The device a segment's parameters, gradients and state live on. */
 accel_device accel__seg_device(const accel__segment *s);
 /* The segment's parameters and gradient as tensors for a kernel: the
- * parameter tensor and its grad, or headers in *p_hdr / *g_hdr over the flat
- * run. *g is NULL when there is no gradient (yet). */
-/* The partial norm of g (f32 contiguous, any device) on its device's kernel
- * (sum |g|^p, or max |g|); NAN + error. */
-double accel__grad_norm_partial(accel_tensor *g, double norm_type);
-/* g *= c in place on g's device. */
+ * parameter tensor and its grad, or the flat run's headers. *g is NULL when
+ * there is no gradient (yet). */
+void accel__seg_tensors(accel__segment *s, accel_tensor **p, accel_tensor **g);
+/* g *= c in place on g's device (contiguous f32). */
 accel_status accel__grad_scale(accel_tensor *g, float c);
-void accel__seg_tensors(accel__segment *s, accel_tensor *p_hdr, accel_tensor *g_hdr, accel_tensor **p,
-                        accel_tensor **g);
 /* Allocates the segment's ns zeroed state tensors; false (state freed) on failure. */
 bool accel__seg_alloc_state(accel__segment *s, int ns);
 void accel__seg_free_state(accel__segment *s);

@@ -83,7 +83,7 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
             snprintf(name, sizeof name, "state.%d.%s", i, state_name(opt, k));
             accel_named_state *e = push(&l, name);
             if (!e) break;
-            e->t = accel_tensor_wrap(s->state[k]->data, ACCEL_F32, 1, &s->numel, s->state[k]->device);
+            e->t = accel_tensor_wrap(accel__device_ptr(s->state[k]), ACCEL_F32, 1, &s->numel, s->state[k]->device);
             if (!e->t) l.failed = true;
         }
     }
@@ -160,7 +160,7 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
             return bad_entry(e->name, msg);
         }
         if (e->t->device.type == ACCEL_DEV_META) return bad_entry(e->name, "is on meta (it has no data)");
-        if (e->t->data == s->state[k]->data) return ACCEL_OK;
+        if (accel__device_ptr(e->t) == accel__device_ptr(s->state[k])) return ACCEL_OK; /* its own view */
         return accel_copy_(s->state[k], accel_reshape(e->t, 1, &s->numel));
     }
     return bad_entry(e->name, "unknown state for this optimizer");

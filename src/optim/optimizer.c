@@ -54,19 +54,40 @@ int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h) {
     return 2;
 }
 
-accel_device accel__seg_device(const accel__segment *s) { return s->param ? s->param->device : ACCEL_CPU_DEVICE; }
+accel_device accel__seg_device(const accel__segment *s) {
+    return s->param ? s->param->device : s->flat_data.device;
+}
 
-void accel__seg_tensors(accel__segment *s, accel_tensor *p_hdr, accel_tensor *g_hdr, accel_tensor **p,
-                        accel_tensor **g) {
-    if (s->param) {
-        *p = s->param;
-        *g = s->param->grad;
-        return;
-    }
-    accel__tensor_header(p_hdr, s->data, ACCEL_F32, 1, &s->numel, ACCEL_CPU_DEVICE);
-    accel__tensor_header(g_hdr, s->grad, ACCEL_F32, 1, &s->numel, ACCEL_CPU_DEVICE);
-    *p = p_hdr;
-    *g = s->grad ? g_hdr : NULL;
+void accel__seg_tensors(accel__segment *s, accel_tensor **p, accel_tensor **g) {
+    *p = s->param ? s->param : &s->flat_data;
+    *g = s->param ? s->param->grad : &s->flat_grad;
+}
+
+/* A flat run (params, grads) the optimizer can update: contiguous f32 pairs
+ * of one numel on one device with memory. False + error naming segment k. */
+static bool check_flat(const char *fn, int k, const accel_tensor *p, const accel_tensor *g) {
+    if (!accel_tensor_check(p, fn, "params") || !accel_tensor_check(g, fn, "grads")) return false;
+    char dp[32], dg[32];
+    const char *bad = NULL;
+    if (p->dtype != ACCEL_F32 || g->dtype != ACCEL_F32) bad = "both must be float32";
+    else if (!accel_is_contiguous(p) || !accel_is_contiguous(g)) bad = "both must be contiguous";
+    else if (accel_numel(p) != accel_numel(g)) bad = "they must have the same number of elements";
+    else if (!accel_device_eq(p->device, g->device)) bad = "they must be on one device";
+    else if (p->device.type == ACCEL_DEV_META) bad = "they are on meta (no data)";
+    if (!bad) return true;
+    accel_set_error(p->dtype != ACCEL_F32 || g->dtype != ACCEL_F32 ? ACCEL_ERR_DTYPE : ACCEL_ERR_INVALID_ARG,
+                    "%s: flat segment %d: params %s [%lld] on %s, grads %s [%lld] on %s: %s", fn, k,
+                    accel_dtype_name(p->dtype), (long long)accel_numel(p), accel_device_str(p->device, dp, sizeof dp),
+                    accel_dtype_name(g->dtype), (long long)accel_numel(g), accel_device_str(g->device, dg, sizeof dg),
+                    bad);
+    return false;
+}
+
+/* s becomes a flat segment viewing p and g (checked by check_flat). */
+static void set_flat(accel__segment *s, const accel_tensor *p, const accel_tensor *g) {
+    s->numel = accel_numel(p);
+    accel__tensor_header(&s->flat_data, accel__device_ptr(p), ACCEL_F32, 1, &s->numel, p->device);
+    accel__tensor_header(&s->flat_grad, accel__device_ptr(g), ACCEL_F32, 1, &s->numel, g->device);
 }
 
 bool accel__seg_alloc_state(accel__segment *s, int ns) {
@@ -185,21 +206,19 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     return commit_group(opt, &rh, opt->n_segs, n);
 }
 
-int accel_optimizer_add_flat(accel_optimizer *opt, float *params, float *grads, int64_t n,
+int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h) {
     const char *fn = "accel_optimizer_add_flat";
-    if (!opt || n < 0 || (n > 0 && (!params || !grads))) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer/params/grads or negative length",
-                        fn);
+    if (!opt) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
         return -1;
     }
     accel_optim_hparams rh;
-    if (!resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1)) return -1;
+    if (!check_flat(fn, 0, params, grads) || !resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1))
+        return -1;
     accel__segment *s = &opt->segs[opt->n_segs];
     memset(s, 0, sizeof *s);
-    s->data = params;
-    s->grad = grads;
-    s->numel = n;
+    set_flat(s, params, grads);
     s->group = opt->n_groups;
     return commit_group(opt, &rh, opt->n_segs, 1);
 }
@@ -215,10 +234,10 @@ accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
     return opt;
 }
 
-accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, float *params, float *grads,
-                                          int64_t n_elems, const accel_optim_hparams *h) {
+accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_tensor *params,
+                                          const accel_tensor *grads, const accel_optim_hparams *h) {
     accel_optimizer *opt = accel_optimizer_new(kind);
-    if (opt && accel_optimizer_add_flat(opt, params, grads, n_elems, h) < 0) {
+    if (opt && accel_optimizer_add_flat(opt, params, grads, h) < 0) {
         accel_optimizer_free(opt);
         return NULL;
     }
@@ -246,10 +265,10 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
-        accel_tensor ph, gh, *p, *g;
-        accel__seg_tensors(s, &ph, &gh, &p, &g);
+        accel_tensor *p, *g;
+        accel__seg_tensors(s, &p, &g);
         if (!g) continue;
-        if (!p->data)
+        if (p->device.type == ACCEL_DEV_META)
             return accel_set_error(ACCEL_ERR_STATE,
                                    "accel_optimizer_step: parameter %d has no data (on meta?)", i);
         if (!accel_device_eq(g->device, p->device) || g->dtype != ACCEL_F32 || !accel_is_contiguous(g)) {
@@ -270,8 +289,8 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
 accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_zero_grad: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
-        accel_tensor ph, gh, *p, *g;
-        accel__seg_tensors(&opt->segs[i], &ph, &gh, &p, &g);
+        accel_tensor *p, *g;
+        accel__seg_tensors(&opt->segs[i], &p, &g);
         if (g) accel_zero_(g);
     }
     return ACCEL_OK;
@@ -322,25 +341,30 @@ accel_tensor *accel_optimizer_segment_param(const accel_optimizer *opt, int i, i
 }
 
 accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_tensor *const *params,
-                                          float *const *data, float *const *grads,
-                                          const int64_t *numel, const int *groups) {
+                                          const accel_tensor *const *flat_params,
+                                          const accel_tensor *const *flat_grads, const int *groups) {
     const char *fn = "accel_optimizer_set_segments";
-    if (!opt || n < 0 || (n > 0 && (!params || !data || !grads || !numel || !groups)))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (!opt || n < 0 || (n > 0 && !groups))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer or groups, or n < 0", fn);
     for (int k = 0; k < n; k++) {
         if (groups[k] < 0 || groups[k] >= opt->n_groups)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: segment %d: no param group %d", fn, k, groups[k]);
-        if (!params[k] && (numel[k] < 0 || (numel[k] > 0 && (!data[k] || !grads[k]))))
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: segment %d: bad flat run", fn, k);
+        if (params && params[k]) continue;
+        if (!flat_params || !flat_grads)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: segment %d has no parameter tensor and no flat run",
+                                   fn, k);
+        if (!check_flat(fn, k, flat_params[k], flat_grads[k])) return accel_last_status();
     }
     accel__segment *segs = accel_calloc((size_t)(n ? n : 1), sizeof *segs);
     if (!segs) return accel_last_status();
     for (int k = 0; k < n; k++) {
         accel__segment *s = &segs[k];
-        s->param = params[k];
-        s->data = params[k] ? NULL : data[k];
-        s->grad = params[k] ? NULL : grads[k];
-        s->numel = params[k] ? accel_numel(params[k]) : numel[k];
+        if (params && params[k]) {
+            s->param = params[k];
+            s->numel = accel_numel(params[k]);
+        } else {
+            set_flat(s, flat_params[k], flat_grads[k]);
+        }
         s->group = groups[k];
         if (!accel__seg_alloc_state(s, accel__n_state(opt, &opt->groups[groups[k]].h))) {
             for (int i = 0; i < k; i++) accel__seg_free_state(&segs[i]);

@@ -1,33 +1,9 @@
 /* CPU kernels of the metrics ops: comparisons and where. One element loop
  * each, through the generic strided loads in any dtype (they serve as their
- * own reference versions: metrics tensors are small next to a step's). */
+ * own reference versions: metrics tensors are small next to a step's). The
+ * scalar rules (accel__round_to, accel__cmp_f/i) are shared with the CUDA kernels. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
-
-/* v rounded to the float dtype dt, as PyTorch rounds an operand when it
- * promotes it (an i64 compared with an f32 is compared as an f32). */
-static double round_to(double v, accel_dtype dt) {
-    switch (dt) {
-    case ACCEL_F32: return (float)v;
-    case ACCEL_BF16: return accel_bf16_to_f32(accel_f32_to_bf16((float)v));
-    case ACCEL_F16: return accel_f16_to_f32(accel_f32_to_f16((float)v));
-    default: return v;
-    }
-}
-
-#define CMP_CASES(x, y)                    \
-    switch (op) {                          \
-    case ACCEL_C_EQ: return (x) == (y);    \
-    case ACCEL_C_NE: return (x) != (y);    \
-    case ACCEL_C_LT: return (x) < (y);     \
-    case ACCEL_C_LE: return (x) <= (y);    \
-    case ACCEL_C_GT: return (x) > (y);     \
-    case ACCEL_C_GE: return (x) >= (y);    \
-    }                                      \
-    return false
-
-static bool cmp_f(accel__cmpop op, double x, double y) { CMP_CASES(x, y); }
-static bool cmp_i(accel__cmpop op, int64_t x, int64_t y) { CMP_CASES(x, y); }
 
 accel_status accel__cpuk_compare(accel_k_compare *k) {
     accel_tensor *out = k->out, *a = k->a, *b = k->b;
@@ -37,19 +13,19 @@ accel_status accel__cpuk_compare(accel_k_compare *k) {
     if (b) accel__broadcast_strides(b, nd, out->shape, sb);
     bool is_float = accel_dtype_is_float(k->dt);
     int64_t si = is_float ? 0 : (int64_t)k->scalar;
-    double sf = round_to(k->scalar, k->dt);
+    double sf = accel__round_to(k->scalar, k->dt);
     uint8_t *po = out->data;
     for (int64_t i = 0; i < n; i++) {
         int64_t oa = accel__bcast_offset(nd, out->shape, sa, i);
         int64_t ob = b ? accel__bcast_offset(nd, out->shape, sb, i) : 0;
         bool r;
         if (is_float) {
-            double x = round_to(accel__load_elem(a->data, a->dtype, (size_t)oa), k->dt);
-            double y = b ? round_to(accel__load_elem(b->data, b->dtype, (size_t)ob), k->dt) : sf;
-            r = cmp_f(k->op, x, y);
+            double x = accel__round_to(accel__load_elem(a->data, a->dtype, (size_t)oa), k->dt);
+            double y = b ? accel__round_to(accel__load_elem(b->data, b->dtype, (size_t)ob), k->dt) : sf;
+            r = accel__cmp_f(k->op, x, y);
         } else {
             int64_t x = accel__load_i64(a->data, a->dtype, oa);
-            r = cmp_i(k->op, x, b ? accel__load_i64(b->data, b->dtype, ob) : si);
+            r = accel__cmp_i(k->op, x, b ? accel__load_i64(b->data, b->dtype, ob) : si);
         }
         po[i] = r;
     }

@@ -12,6 +12,7 @@
 
 #include "backends/kernels.h"
 #include "core/core_internal.h"
+#include "core/dtype_elem.h"
 
 /* The CPU kernels of the table (backends/kernels.h), one per entry:
  * accel_status accel__cpuk_<name>(accel_k_<...> *args). Each one's plain
@@ -52,7 +53,8 @@ void accel__broadcast_strides(const accel_tensor *t, int ndim, const int64_t *sh
 int64_t accel__layout_row_offset(const accel__layout *l, int k, int64_t r);
 int64_t accel__layout_rows(const accel__layout *l);
 
-/* Element access of the reference loops, integers kept exact (int64). */
+/* Element access of the reference loops: core/dtype_elem.h (accel__load_i64
+ * and accel__store_i64 keep integers exact). */
 /* Row-major element i of an output of shape (ndim, shape) -> offset in an
  * operand with broadcast strides. */
 static inline int64_t accel__bcast_offset(int ndim, const int64_t *shape, const int64_t *stride, int64_t i) {
@@ -62,30 +64,6 @@ static inline int64_t accel__bcast_offset(int ndim, const int64_t *shape, const 
         i /= shape[d];
     }
     return off;
-}
-
-static inline int64_t accel__load_i64(const void *p, accel_dtype dt, int64_t off) {
-    switch (dt) {
-    case ACCEL_I64: return ((const int64_t *)p)[off];
-    case ACCEL_I32: return ((const int32_t *)p)[off];
-    case ACCEL_I16: return ((const int16_t *)p)[off];
-    case ACCEL_I8: return ((const int8_t *)p)[off];
-    case ACCEL_U8: return ((const uint8_t *)p)[off];
-    case ACCEL_BOOL: return ((const uint8_t *)p)[off] != 0;
-    default: return (int64_t)accel__load_elem(p, dt, (size_t)off);
-    }
-}
-
-static inline void accel__store_i64(void *p, accel_dtype dt, int64_t off, int64_t v) {
-    switch (dt) {
-    case ACCEL_I64: ((int64_t *)p)[off] = v; break;
-    case ACCEL_I32: ((int32_t *)p)[off] = (int32_t)v; break;
-    case ACCEL_I16: ((int16_t *)p)[off] = (int16_t)v; break;
-    case ACCEL_I8: ((int8_t *)p)[off] = (int8_t)v; break;
-    case ACCEL_U8: ((uint8_t *)p)[off] = (uint8_t)v; break;
-    case ACCEL_BOOL: ((uint8_t *)p)[off] = v != 0; break;
-    default: accel__store_elem(p, dt, (size_t)off, (double)v); break;
-    }
 }
 
 /* dst = src: same dtype and shape, any strides on both sides. */
@@ -135,14 +113,8 @@ float accel__row_exp(float *y, const float *x, int64_t n, float m);
 float accel__row_sum_exp(const float *x, int64_t n, float m);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the
- * CUDA kernels, which include this header: ACCEL__HD makes them device
- * functions too) */
-
-#ifdef __CUDACC__
-#define ACCEL__HD __host__ __device__
-#else
-#define ACCEL__HD
-#endif
+ * CUDA kernels, which include this header: ACCEL__HD, from core/dtype_elem.h,
+ * makes them device functions too) */
 
 #define ACCEL__SQRT1_2 0.70710678118654752440f
 #define ACCEL__SQRT_2_PI 0.79788456080286535588f  /* sqrt(2/pi) */
@@ -207,5 +179,20 @@ ACCEL__HD static inline float accel__unary_df(accel__unop op, float x, float y, 
     }
     return 0.0f;
 }
+
+/* x op y of the metrics comparisons (compare). */
+#define ACCEL__CMP_CASES(op, x, y)         \
+    switch (op) {                          \
+    case ACCEL_C_EQ: return (x) == (y);    \
+    case ACCEL_C_NE: return (x) != (y);    \
+    case ACCEL_C_LT: return (x) < (y);     \
+    case ACCEL_C_LE: return (x) <= (y);    \
+    case ACCEL_C_GT: return (x) > (y);     \
+    case ACCEL_C_GE: return (x) >= (y);    \
+    }                                      \
+    return false
+
+ACCEL__HD static inline bool accel__cmp_f(accel__cmpop op, double x, double y) { ACCEL__CMP_CASES(op, x, y); }
+ACCEL__HD static inline bool accel__cmp_i(accel__cmpop op, int64_t x, int64_t y) { ACCEL__CMP_CASES(op, x, y); }
 
 #endif

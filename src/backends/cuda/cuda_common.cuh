@@ -1,15 +1,13 @@
-/* Device-side helpers of the CUDA kernels: element loads and stores in every
- * dtype (the conversions of src/core/dtype.c: through double, round to
- * nearest even, integer stores truncate), strided indexing, and launch
+/* Device-side helpers of the CUDA kernels: element loads (the conversions of
+ * core/dtype_elem.h, shared with the host), strided indexing, and launch
  * helpers. Included by the .cu files only. */
 #ifndef ACCEL_BACKENDS_CUDA_COMMON_CUH
 #define ACCEL_BACKENDS_CUDA_COMMON_CUH
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
+#include "core/dtype_elem.h"
 #include "cuda_internal.h"
 
 /* A tensor's shape and element strides, passed to kernels by value. */
@@ -53,64 +51,11 @@ __device__ inline int64_t offset_of(const kview &v, int64_t i) {
     return off;
 }
 
-__device__ inline double load_d(const void *p, accel_dtype dt, int64_t i) {
-    switch (dt) {
-    case ACCEL_F32: return ((const float *)p)[i];
-    case ACCEL_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    case ACCEL_F16: return __half2float(((const __half *)p)[i]);
-    case ACCEL_F64: return ((const double *)p)[i];
-    case ACCEL_I64: return (double)((const int64_t *)p)[i];
-    case ACCEL_I32: return ((const int32_t *)p)[i];
-    case ACCEL_U8: return ((const uint8_t *)p)[i];
-    case ACCEL_BOOL: return ((const uint8_t *)p)[i] != 0;
-    case ACCEL_I8: return ((const int8_t *)p)[i];
-    case ACCEL_I16: return ((const int16_t *)p)[i];
-    default: return 0;
-    }
-}
-
+/* Element loads and stores in every dtype are core/dtype_elem.h's
+ * (accel__elem_get/set, accel__load_i64/store_i64), the host's own functions;
+ * load_f keeps f32 loads free of the dtype switch's double round trip. */
 __device__ inline float load_f(const void *p, accel_dtype dt, int64_t i) {
-    return dt == ACCEL_F32 ? ((const float *)p)[i] : (float)load_d(p, dt, i);
-}
-
-__device__ inline void store_d(void *p, accel_dtype dt, int64_t i, double v) {
-    switch (dt) {
-    case ACCEL_F32: ((float *)p)[i] = (float)v; break;
-    case ACCEL_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
-    case ACCEL_F16: ((__half *)p)[i] = __float2half_rn((float)v); break;
-    case ACCEL_F64: ((double *)p)[i] = v; break;
-    case ACCEL_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case ACCEL_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case ACCEL_U8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
-    case ACCEL_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    case ACCEL_I8: ((int8_t *)p)[i] = (int8_t)(int64_t)v; break;
-    case ACCEL_I16: ((int16_t *)p)[i] = (int16_t)(int64_t)v; break;
-    default: break;
-    }
-}
-
-__device__ inline int64_t load_i64(const void *p, accel_dtype dt, int64_t i) {
-    switch (dt) {
-    case ACCEL_I64: return ((const int64_t *)p)[i];
-    case ACCEL_I32: return ((const int32_t *)p)[i];
-    case ACCEL_I16: return ((const int16_t *)p)[i];
-    case ACCEL_I8: return ((const int8_t *)p)[i];
-    case ACCEL_U8: return ((const uint8_t *)p)[i];
-    case ACCEL_BOOL: return ((const uint8_t *)p)[i] != 0;
-    default: return (int64_t)load_d(p, dt, i);
-    }
-}
-
-__device__ inline void store_i64(void *p, accel_dtype dt, int64_t i, int64_t v) {
-    switch (dt) {
-    case ACCEL_I64: ((int64_t *)p)[i] = v; break;
-    case ACCEL_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case ACCEL_I16: ((int16_t *)p)[i] = (int16_t)v; break;
-    case ACCEL_I8: ((int8_t *)p)[i] = (int8_t)v; break;
-    case ACCEL_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    case ACCEL_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    default: store_d(p, dt, i, (double)v); break;
-    }
+    return dt == ACCEL_F32 ? ((const float *)p)[i] : (float)accel__elem_get(p, dt, i);
 }
 
 /* ---- launches */

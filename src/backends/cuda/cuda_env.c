@@ -48,3 +48,15 @@ void accel__cuda_env_print(FILE *out) {
                 (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.major, p.minor);
     }
 }
+
+bool accel__cuda_capability(int index, int *major, int *minor, char *name, size_t name_len) {
+    struct cudaDeviceProp p;
+    if (index < 0 || index >= accel_device_count(ACCEL_DEV_CUDA) || cudaGetDeviceProperties(&p, index) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    *major = p.major;
+    *minor = p.minor;
+    if (name_len) snprintf(name, name_len, "%s", p.name);
+    return true;
+}

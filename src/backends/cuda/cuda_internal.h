@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backends/backend.h"
+#include "backends/fp8.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,8 +36,9 @@ void accel__cuda_step_reset(int index);
 /* Bytes cudaMalloc'd and held (in use or cached) on device index. */
 size_t accel__cuda_reserved_bytes(int index);
 
-/* The kernels this backend has (one per file of kernels; the table in
- * cuda_backend.c lists them). */
+/* The kernels this backend has (the table in cuda_backend.c lists them):
+ * today every entry of backends/kernels.h. An entry added there later stays
+ * NULL here until its kernel exists (the op then names it as missing). */
 #define ACCEL__CUDA_KERNELS(X)                                                             \
     X(copy, accel_k_copy) X(fill, accel_k_fill) X(accumulate, accel_k_accumulate)           \
     X(rng, accel_k_rng) X(binary, accel_k_binary) X(unary, accel_k_unary)                  \
@@ -50,13 +52,48 @@ size_t accel__cuda_reserved_bytes(int index);
     X(layer_norm_backward, accel_k_layer_norm_backward)                                     \
     X(cross_entropy, accel_k_cross_entropy)                                                 \
     X(cross_entropy_backward, accel_k_cross_entropy_backward) X(mse, accel_k_mse)           \
-    X(mse_backward, accel_k_mse_backward)
+    X(mse_backward, accel_k_mse_backward) X(compare, accel_k_compare) X(where, accel_k_where)     \
+    X(sdpa, accel_k_sdpa) X(sdpa_backward, accel_k_sdpa_backward) X(sgd, accel_k_sgd)        \
+    X(adam, accel_k_adam) X(norm_partial, accel_k_norm_partial) X(unscale, accel_k_unscale)
 #define ACCEL__CUDA_KERNEL_DECL(name, T) accel_status accel__cudak_##name(T *args);
 ACCEL__CUDA_KERNELS(ACCEL__CUDA_KERNEL_DECL)
 #undef ACCEL__CUDA_KERNEL_DECL
 
 /* C[M, N] (leading dim ldc, f32) *= beta (0 overwrites NaNs): a GEMM with K = 0. */
 accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta);
+
+/* ---- fp8 (fp8.cu, fp8_gemm.c; the formats and the delayed-scaling rule
+ * are backends/fp8.h). Device pointers throughout; enqueued on the thread's
+ * stream. Compiled and tested against the CPU reference on a GPU; not yet
+ * used by the layers (mixed_precision='fp8' is refused). */
+
+/* q [rows, cols] (fp8 bits of format f, row-major) = fp8(x * *scale),
+ * saturating, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
+ * transpose when non-NULL (the K-contiguous operand of the gradient GEMMs);
+ * *amax = max(*amax, max |x|). */
+accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
+                                      int64_t cols, accel__fp8_format f, const float *scale, float *amax);
+/* After the casts of a step: records *amax in history (len floats), sets *s
+ * (its scale and scale_inv) by accel__fp8_update, and clears *amax. */
+accel_status accel__cuda_fp8_update(int index, accel__fp8_scaling *s, float *history, float *amax,
+                                    accel__fp8_format f);
+
+/* C [M, N] (row-major, leading dim ldc; f32 or bf16) = alpha * (a_inv A)
+ * (b_inv B)^T + beta C with A [M, K] and B [N, K] fp8 (row-major, K
+ * contiguous: cuBLASLt's fp8 "TN" layout; K, lda, ldb multiples of 16; not
+ * both E5M2), a_inv and b_inv the device scale_inv of each, f32 accumulation.
+ * y = x W^T is (A = x, B = W); dX = dY W is (A = dY, B = W^T) and dW = dY^T X
+ * is (A = dY^T, B = X^T) from the transposed casts. */
+typedef struct accel__fp8_gemm {
+    void *c;
+    accel_dtype c_dtype;
+    const uint8_t *a, *b;
+    accel__fp8_format a_fmt, b_fmt;
+    const float *a_inv, *b_inv;
+    int64_t M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+} accel__fp8_gemm;
+accel_status accel__cuda_fp8_gemm(int index, const accel__fp8_gemm *g);
 
 /* Why there is no usable CUDA device ("" when there is one): for accel env. */
 const char *accel__cuda_unavailable_reason(void);

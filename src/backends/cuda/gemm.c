@@ -5,7 +5,10 @@
  *
  * Row-major to column-major: a row-major X with leading dim ld is the
  * column-major X^T with the same ld, so C = op(A) op(B) is computed as
- * C^T = op(B)^T op(A)^T with B as cuBLASLt's first operand. */
+ * C^T = op(B)^T op(A)^T with B as cuBLASLt's first operand.
+ *
+ * Also the fp8 GEMMs (E4M3/E5M2 with per-tensor scales) of backends/fp8.h,
+ * at the end of the file. */
 #include <cublasLt.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -140,6 +143,74 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
         st = lt_check(cublasLtMatmul(lt->handle, p.op, &g->alpha, b, p.b, a, p.a,
                                      &g->beta, c, p.c, c, p.c, &h.algo, lt->workspace, WORKSPACE_BYTES, stream),
                       index, "cublasLtMatmul");
+    plan_free(&p);
+    return st;
+}
+
+/* ---- fp8 GEMMs (cuda_internal.h: accel__cuda_fp8_gemm): E4M3/E5M2
+ * operands with their per-tensor scale_inv, f32 accumulation, in cuBLASLt's
+ * fp8 "TN" layout. Row-major C = A B^T is column-major C^T = (B^T)^T A^T:
+ * the first operand is B (stored [K, N] column-major, transposed), the
+ * second A (stored [K, M], not transposed). */
+
+static cudaDataType_t fp8_type(accel__fp8_format f) { return f == ACCEL_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+static accel_status fp8_check(int index, const accel__fp8_gemm *g) {
+    if (g->a_fmt == ACCEL_FP8_E5M2 && g->b_fmt == ACCEL_FP8_E5M2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "cuda:%d: fp8_gemm: E5M2 x E5M2 has no cuBLASLt kernel", index);
+    if (g->c_dtype != ACCEL_F32 && g->c_dtype != ACCEL_BF16)
+        return accel_set_error(ACCEL_ERR_DTYPE, "cuda:%d: fp8_gemm: C must be f32 or bf16 (got %s)", index,
+                               accel_dtype_name(g->c_dtype));
+    if (g->K % 16 || g->lda % 16 || g->ldb % 16 || g->lda < g->K || g->ldb < g->K)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "cuda:%d: fp8_gemm: K=%lld, lda=%lld, ldb=%lld: fp8 operands need K and leading dims "
+                               "that are multiples of 16 (and >= K)",
+                               index, (long long)g->K, (long long)g->lda, (long long)g->ldb);
+    return ACCEL_OK;
+}
+
+static cublasStatus_t fp8_plan_init(lt_plan *p, const accel__fp8_gemm *g) {
+    cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    cudaDataType_t ct = g->c_dtype == ACCEL_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+    /* cuBLASLt's A is our B: its scale_inv is the A scale pointer */
+    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->b_inv, sizeof g->b_inv);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->a_inv, sizeof g->a_inv);
+    if (!s) s = cublasLtMatrixLayoutCreate(&p->b, fp8_type(g->b_fmt), g->K, g->N, g->ldb);
+    if (!s) s = cublasLtMatrixLayoutCreate(&p->a, fp8_type(g->a_fmt), g->K, g->M, g->lda);
+    if (!s) s = cublasLtMatrixLayoutCreate(&p->c, ct, g->N, g->M, g->ldc);
+    if (!s) s = cublasLtMatmulPreferenceCreate(&p->pref);
+    size_t ws = WORKSPACE_BYTES;
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    return s;
+}
+
+accel_status accel__cuda_fp8_gemm(int index, const accel__fp8_gemm *g) {
+    accel_status st = fp8_check(index, g);
+    if (st != ACCEL_OK || g->M == 0 || g->N == 0) return st;
+    cudaStream_t stream = accel__cuda_enter(index);
+    lt_thread *lt = lt_of(index);
+    if (!lt) return accel_last_status();
+    lt_plan p = {0};
+    cublasStatus_t cs = fp8_plan_init(&p, g);
+    if (!cs) cs = plan_align(&p, g->b, g->a, g->c);
+    st = lt_check(cs, index, "fp8 descriptors");
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    if (st == ACCEL_OK)
+        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, p.op, p.b, p.a, p.c, p.c, p.pref, 1, &h, &found),
+                      index, "fp8 heuristic");
+    if (st == ACCEL_OK && !found)
+        st = accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                             "cuda:%d: fp8_gemm: no cuBLASLt fp8 algorithm for M=%lld N=%lld K=%lld (fp8 GEMMs need "
+                             "compute capability >= 8.9)",
+                             index, (long long)g->M, (long long)g->N, (long long)g->K);
+    if (st == ACCEL_OK)
+        st = lt_check(cublasLtMatmul(lt->handle, p.op, &g->alpha, g->b, p.b, g->a, p.a, &g->beta, g->c, p.c, g->c, p.c,
+                                     &h.algo, lt->workspace, WORKSPACE_BYTES, stream),
+                      index, "fp8 cublasLtMatmul");
     plan_free(&p);
     return st;
 }

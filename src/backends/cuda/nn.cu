@@ -13,10 +13,10 @@ __global__ void rng_k(void *out, accel_dtype dt, int64_t n, accel_k_rng_kind kin
         switch (kind) {
         case ACCEL_K_RNG_NORMAL: {
             double u1 = 1.0 - accel__u32_to_unit(w[0], w[1]), u2 = accel__u32_to_unit(w[2], w[3]);
-            store_d(out, dt, i, a + b * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)));
+            accel__elem_set(out, dt, i, a + b * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)));
             break;
         }
-        case ACCEL_K_RNG_UNIFORM: store_d(out, dt, i, a + (b - a) * accel__u32_to_unit(w[0], w[1])); break;
+        case ACCEL_K_RNG_UNIFORM: accel__elem_set(out, dt, i, a + (b - a) * accel__u32_to_unit(w[0], w[1])); break;
         case ACCEL_K_RNG_BERNOULLI: ((uint8_t *)out)[i] = accel__u32_to_unit(w[0], w[1]) < a; break;
         }
     }
@@ -143,13 +143,6 @@ extern "C" accel_status accel__cudak_embedding_backward(accel_k_embedding_backwa
 
 /* ---- RMSNorm (transformers' LlamaRMSNorm): one block per row */
 
-/* Rounds v to dtype dt and back (identity for f32), as the CPU's round_to. */
-__device__ inline float round_to(float v, accel_dtype dt) {
-    if (dt == ACCEL_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (dt == ACCEL_F16) return __half2float(__float2half_rn(v));
-    return v;
-}
-
 __global__ void rms_norm_k(float *y, float *rstd, const float *x, const float *w, int64_t R, int64_t D, float eps,
                            accel_dtype xdt) {
     ROW_LOOP(r, R) {
@@ -159,7 +152,7 @@ __global__ void rms_norm_k(float *y, float *rstd, const float *x, const float *w
         float s = 1.0f / sqrtf(block_sum(acc) / (float)D + eps);
         if (threadIdx.x == 0) rstd[r] = s;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-            float v = round_to(xr[j] * s, xdt);
+            float v = (float)accel__round_to(xr[j] * s, xdt);
             y[r * D + j] = w ? w[j] * v : v;
         }
     }
@@ -195,7 +188,7 @@ __global__ void rms_dw_k(float *dw, const float *g, const float *x, const float 
                          accel_dtype xdt) {
     GRID_STRIDE(j, D) {
         float acc = 0.0f;
-        for (int64_t r = 0; r < R; r++) acc += g[r * D + j] * round_to(x[r * D + j] * rstd[r], xdt);
+        for (int64_t r = 0; r < R; r++) acc += g[r * D + j] * (float)accel__round_to(x[r * D + j] * rstd[r], xdt);
         dw[j] += acc;
     }
 }

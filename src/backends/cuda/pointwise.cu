@@ -1,5 +1,6 @@
 /* Copy, fill, accumulate, the pointwise kernels (binary with broadcasting,
- * unary and its gradient, dropout's mask-scale) and the bias kernels.
+ * unary and its gradient, dropout's mask-scale), the metrics kernels
+ * (compare, where) and the bias kernels.
  * Grid-stride loops over the output in row-major order; strided and
  * broadcast operands are indexed through their views. f32 math as the CPU
  * kernels (the scalar functions of cpu_kernels.h are shared). */
@@ -20,7 +21,7 @@ __global__ void copy_same_k(char *dst, kview dv, const char *src, kview sv, int6
 
 __global__ void convert_k(void *dst, accel_dtype ddt, kview dv, const void *src, accel_dtype sdt, kview sv,
                           int64_t n) {
-    GRID_STRIDE(i, n) store_d(dst, ddt, offset_of(dv, i), load_d(src, sdt, offset_of(sv, i)));
+    GRID_STRIDE(i, n) accel__elem_set(dst, ddt, offset_of(dv, i), accel__elem_get(src, sdt, offset_of(sv, i)));
 }
 
 extern "C" accel_status accel__cudak_copy(accel_k_copy *a) {
@@ -42,7 +43,7 @@ extern "C" accel_status accel__cudak_copy(accel_k_copy *a) {
 }
 
 __global__ void fill_k(void *dst, accel_dtype dt, kview v, int64_t n, double value) {
-    GRID_STRIDE(i, n) store_d(dst, dt, offset_of(v, i), value);
+    GRID_STRIDE(i, n) accel__elem_set(dst, dt, offset_of(v, i), value);
 }
 
 extern "C" accel_status accel__cudak_fill(accel_k_fill *a) {
@@ -58,7 +59,7 @@ extern "C" accel_status accel__cudak_fill(accel_k_fill *a) {
 }
 
 __global__ void accumulate_k(void *dst, accel_dtype ddt, const void *src, accel_dtype sdt, kview sv, int64_t n) {
-    GRID_STRIDE(i, n) store_d(dst, ddt, i, load_d(dst, ddt, i) + load_d(src, sdt, offset_of(sv, i)));
+    GRID_STRIDE(i, n) accel__elem_set(dst, ddt, i, accel__elem_get(dst, ddt, i) + accel__elem_get(src, sdt, offset_of(sv, i)));
 }
 
 extern "C" accel_status accel__cudak_accumulate(accel_k_accumulate *a) {
@@ -99,8 +100,8 @@ __global__ void binary_k(accel__binop op, void *out, accel_dtype odt, const void
                          const void *b, accel_dtype bdt, kview bv, int64_t n, bool is_float) {
     GRID_STRIDE(i, n) {
         int64_t oa = offset_of(av, i), ob = offset_of(bv, i);
-        if (is_float) store_d(out, odt, i, float_op(op, load_f(a, adt, oa), load_f(b, bdt, ob)));
-        else store_i64(out, odt, i, int_op(op, load_i64(a, adt, oa), load_i64(b, bdt, ob)));
+        if (is_float) accel__elem_set(out, odt, i, float_op(op, load_f(a, adt, oa), load_f(b, bdt, ob)));
+        else accel__store_i64(out, odt, i, int_op(op, accel__load_i64(a, adt, oa), accel__load_i64(b, bdt, ob)));
     }
 }
 
@@ -121,7 +122,7 @@ extern "C" accel_status accel__cudak_binary(accel_k_binary *k) {
 
 __global__ void unary_k(accel__unop op, float p, void *y, accel_dtype ydt, const void *x, accel_dtype xdt, kview xv,
                         int64_t n) {
-    GRID_STRIDE(i, n) store_d(y, ydt, i, accel__unary_f(op, load_f(x, xdt, offset_of(xv, i)), p));
+    GRID_STRIDE(i, n) accel__elem_set(y, ydt, i, accel__unary_f(op, load_f(x, xdt, offset_of(xv, i)), p));
 }
 
 extern "C" accel_status accel__cudak_unary(accel_k_unary *k) {
@@ -139,7 +140,7 @@ __global__ void unary_grad_k(accel__unop op, float p, void *dx, accel_dtype dxdt
                              kview yv, int64_t n) {
     GRID_STRIDE(i, n) {
         float d = accel__unary_df(op, load_f(x, xdt, offset_of(xv, i)), load_f(y, ydt, offset_of(yv, i)), p);
-        store_d(dx, dxdt, i, load_f(g, gdt, offset_of(gv, i)) * d);
+        accel__elem_set(dx, dxdt, i, load_f(g, gdt, offset_of(gv, i)) * d);
     }
 }
 
@@ -166,6 +167,66 @@ extern "C" accel_status accel__cudak_mask_scale(accel_k_mask_scale *k) {
     mask_scale_k<<<blocks_for(n), KTHREADS, 0, s>>>((float *)k->out->data, (const float *)k->x->data,
                                                     (const uint8_t *)k->mask->data, k->scale, n);
     return launched(index, "mask_scale");
+}
+
+/* ---- metrics: compare and where (the CPU's rules: core/dtype_elem.h's
+ * accel__round_to and cpu_kernels.h's accel__cmp_f/i) */
+
+__global__ void compare_k(accel__cmpop op, uint8_t *out, const void *a, accel_dtype adt, kview av, const void *b,
+                          accel_dtype bdt, kview bv, int64_t n, bool is_float, accel_dtype dt, double sf, int64_t si) {
+    GRID_STRIDE(i, n) {
+        int64_t oa = offset_of(av, i), ob = b ? offset_of(bv, i) : 0;
+        bool r;
+        if (is_float) {
+            double x = accel__round_to(accel__elem_get(a, adt, oa), dt);
+            r = accel__cmp_f(op, x, b ? accel__round_to(accel__elem_get(b, bdt, ob), dt) : sf);
+        } else {
+            r = accel__cmp_i(op, accel__load_i64(a, adt, oa), b ? accel__load_i64(b, bdt, ob) : si);
+        }
+        out[i] = r;
+    }
+}
+
+extern "C" accel_status accel__cudak_compare(accel_k_compare *k) {
+    int index = k->out->device.index;
+    int64_t n = accel_numel(k->out);
+    if (!n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const accel_tensor *o = k->out;
+    bool is_float = accel_dtype_is_float(k->dt);
+    kview bv = k->b ? broadcast_view(k->b, o->ndim, o->shape) : kview{};
+    compare_k<<<blocks_for(n), KTHREADS, 0, s>>>(k->op, (uint8_t *)o->data, k->a->data, k->a->dtype,
+                                                 broadcast_view(k->a, o->ndim, o->shape), k->b ? k->b->data : NULL,
+                                                 k->b ? k->b->dtype : ACCEL_F32, bv, n, is_float, k->dt,
+                                                 accel__round_to(k->scalar, k->dt),
+                                                 is_float ? 0 : (int64_t)k->scalar);
+    return launched(index, "compare");
+}
+
+__global__ void where_k(void *out, accel_dtype odt, const void *c, accel_dtype cdt, kview cv, const void *a,
+                        accel_dtype adt, kview av, const void *b, accel_dtype bdt, kview bv, int64_t n, bool is_float) {
+    GRID_STRIDE(i, n) {
+        bool pick_a = accel__load_i64(c, cdt, offset_of(cv, i)) != 0;
+        const void *src = pick_a ? a : b;
+        accel_dtype sdt = pick_a ? adt : bdt;
+        int64_t off = offset_of(pick_a ? av : bv, i);
+        if (is_float) accel__elem_set(out, odt, i, accel__elem_get(src, sdt, off));
+        else accel__store_i64(out, odt, i, accel__load_i64(src, sdt, off));
+    }
+}
+
+extern "C" accel_status accel__cudak_where(accel_k_where *k) {
+    int index = k->out->device.index;
+    int64_t n = accel_numel(k->out);
+    if (!n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const accel_tensor *o = k->out;
+    where_k<<<blocks_for(n), KTHREADS, 0, s>>>(o->data, o->dtype, k->cond->data, k->cond->dtype,
+                                               broadcast_view(k->cond, o->ndim, o->shape), k->a->data, k->a->dtype,
+                                               broadcast_view(k->a, o->ndim, o->shape), k->b->data, k->b->dtype,
+                                               broadcast_view(k->b, o->ndim, o->shape), n,
+                                               accel_dtype_is_float(o->dtype));
+    return launched(index, "where");
 }
 
 /* ---- bias */

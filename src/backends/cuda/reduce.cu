@@ -13,7 +13,7 @@ __global__ void sum_k(float *out, accel_dtype odt, const void *x, accel_dtype xd
         float acc = 0.0f;
         for (int64_t j = threadIdx.x; j < rn; j += blockDim.x) acc += load_f(x, xdt, base + offset_of(red, j));
         acc = block_sum(acc);
-        if (threadIdx.x == 0) store_d(out, odt, o, (double)(acc * scale));
+        if (threadIdx.x == 0) accel__elem_set(out, odt, o, (double)(acc * scale));
     }
 }
 
@@ -42,16 +42,16 @@ __global__ void max_k(void *values, accel_dtype vdt, int64_t *indices, const voi
                       int64_t kn, int64_t len, int64_t st) {
     GRID_STRIDE(o, kn) {
         int64_t base = offset_of(kept, o);
-        double best = load_d(x, xdt, base);
+        double best = accel__elem_get(x, xdt, base);
         int64_t bi = 0;
         for (int64_t j = 1; j < len && !isnan(best); j++) {
-            double v = load_d(x, xdt, base + j * st);
+            double v = accel__elem_get(x, xdt, base + j * st);
             if (v > best || isnan(v)) {
                 best = v;
                 bi = j;
             }
         }
-        store_d(values, vdt, o, best);
+        accel__elem_set(values, vdt, o, best);
         indices[o] = bi;
     }
 }

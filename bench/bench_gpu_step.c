@@ -1,0 +1,151 @@
+/* bench_gpu_step: the Llama training step (forward accel_llama_loss under the
+ * Accelerator's autocast, backward, AdamW, zero_grad, step reset) on the
+ * Accelerator's device (cuda:0 on a GPU machine), timed over N steps after
+ * warm-up, with MFU against the peak of the device's own GEMM kernel (the
+ * backend table's gemm: cuBLASLt on cuda; bf16 operands, f32 accumulation)
+ * measured in the same process.
+ *
+ *     bench_gpu_step [--steps N] [--warmup W] [--batch B] [--seq T] [--hidden C]
+ *                    [--layers L] [--heads H] [--ffn F] [--vocab V]
+ *                    [--mixed_precision no|bf16|fp16] [--peak-size S]
+ *
+ * The device is the Accelerator's: cuda:LOCAL_RANK when a GPU is present,
+ * else the cpu (tools/gpu_check.sh dry runs it there with a tiny config so
+ * the script's logic is tested without a GPU). Every timing ends with a
+ * device synchronisation. Prints one line per step and the summary line
+ *     impl=accel device=... mixed_precision=... tokens_per_s=... step_ms_median=...
+ *     gemm_peak_tflops=... achieved_tflops=... mfu=... loss=...
+ * that tools/gpu_check.sh parses. FLOPs per step as bench_llama_step counts
+ * them (6 * matmul params * tokens + 12 * L * B * T^2 * C). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "backends/backend.h"
+#include "bench_util.h"
+
+static void fail(const char *what) {
+    fprintf(stderr, "bench_gpu_step: %s: %s\n", what, accel_last_error());
+    exit(1);
+}
+
+static accel_tensor *device_tensor(accel_dtype dt, int64_t r, int64_t c, accel_device dev, double v) {
+    accel_tensor *t = accel_tensor_new(dt, 2, (int64_t[]){r, c}, dev);
+    if (!t || accel_fill_(t, v) != ACCEL_OK) fail("peak operands");
+    return t;
+}
+
+/* TFLOP/s of the device's GEMM kernel on S x S x S, bf16 A and B, f32 C: the
+ * best of 10 calls after 2 warm-ups (each call synchronised). */
+static double gemm_peak(accel_device dev, int64_t S) {
+    accel_tensor *a = device_tensor(ACCEL_BF16, S, S, dev, 0.01), *b = device_tensor(ACCEL_BF16, S, S, dev, 0.02);
+    accel_tensor *c = device_tensor(ACCEL_F32, S, S, dev, 0.0);
+    accel_k_gemm g = {.c = c, .a = a, .b = b, .M = S, .N = S, .K = S, .lda = S, .ldb = S, .ldc = S,
+                      .alpha = 1.0f, .beta = 0.0f};
+    double best = 1e30;
+    for (int r = -2; r < 10; r++) {
+        double t0 = accel_now_seconds();
+        if (ACCEL_KERNEL("gemm_peak", dev, gemm, &g) != ACCEL_OK || accel_device_synchronize(dev) != ACCEL_OK)
+            fail("gemm_peak");
+        double t = accel_now_seconds() - t0;
+        if (r >= 0 && t < best) best = t;
+    }
+    accel_tensor_free(a);
+    accel_tensor_free(b);
+    accel_tensor_free(c);
+    return 2.0 * (double)S * S * S / best / 1e12;
+}
+
+int main(int argc, char **argv) {
+    int64_t peak_size = 8192;
+    /* --peak-size is this program's own; the rest are bench_llama_parse's */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int n = 0;
+    if (!rest) return 1;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--peak-size") && i + 1 < argc) peak_size = atoll(argv[++i]);
+        else rest[n++] = argv[i];
+    }
+    bench_llama_args a;
+    int bad = bench_llama_parse("bench_gpu_step", "mixed_precision", n, rest, &a);
+    free(rest);
+    if (bad || peak_size < 16) return 2;
+    accel_accelerator_opts ao = accel_accelerator_opts_default();
+    ao.mixed_precision = a.mixed_precision;
+    accel_accelerator *acc = accel_accelerator_new(&ao);
+    if (!acc) fail("accel_accelerator_new");
+    accel_device dev = accel_accelerator_device(acc);
+    char dname[32];
+    accel_device_str(dev, dname, sizeof dname);
+    double peak = gemm_peak(dev, peak_size);
+    printf("device=%s gemm_peak_tflops=%.2f (bf16 %lld^3 through the %s backend's gemm)\n", dname, peak,
+           (long long)peak_size, dname);
+
+    accel_manual_seed(0);
+    accel_llama_config cfg = bench_llama_config(&a);
+    accel_module *model = accel_llama_new(&cfg, dev);
+    if (!model) fail("accel_llama_new");
+    accel_tensor **params = NULL;
+    int np = accel_module_parameters(model, &params);
+    if (np <= 0) fail("accel_module_parameters");
+    accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, params, &hp);
+    if (!opt) fail("accel_optimizer_new_params");
+    if (accel_accelerator_prepare_model(acc, model) != ACCEL_OK) fail("accel_accelerator_prepare_model");
+    if (accel_accelerator_prepare_optimizer(acc, opt) != ACCEL_OK) fail("accel_accelerator_prepare_optimizer");
+
+    int64_t B = a.B, T = a.T, C = a.C, L = a.L, F = a.F, V = a.V;
+    int64_t *host_ids = malloc((size_t)(B * T) * sizeof *host_ids);
+    if (!host_ids) fail("ids");
+    uint64_t s = 12345; /* an LCG, independent of the library RNG, as bench_llama_step */
+    for (int64_t i = 0; i < B * T; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        host_ids[i] = (int64_t)((s >> 33) % (uint64_t)V);
+    }
+    accel_tensor *ids = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){B, T}, dev);
+    if (!ids || accel_tensor_from_host(ids, host_ids) != ACCEL_OK) fail("ids");
+    free(host_ids);
+
+    int64_t n_mm = L * (4 * C * C + 3 * C * F) + C * V;
+    double tokens = (double)(B * T);
+    double flops = 6.0 * (double)n_mm * tokens + 12.0 * (double)L * (double)B * (double)T * (double)T * (double)C;
+    int total = a.warmup + a.steps;
+    double *t_step = calloc((size_t)total, sizeof(double));
+    if (!t_step) fail("calloc");
+    double *t_cpu = calloc((size_t)total, sizeof(double));
+    if (!t_cpu) fail("calloc");
+    double loss_v = 0.0;
+    long faults0, faults1;
+    for (int it = 0; it < total; it++) {
+        double c0 = bench_cpu_seconds(&faults0), t0 = accel_now_seconds();
+        accel_dtype prev = accel_accelerator_autocast_begin(acc);
+        accel_tensor *loss = accel_llama_loss(model, ids);
+        accel_accelerator_autocast_end(acc, prev);
+        if (!loss) fail("accel_llama_loss");
+        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) fail("accel_accelerator_backward");
+        loss_v = accel_item(loss);
+        if (accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK) fail("accel_accelerator_optimizer_step");
+        if (accel_accelerator_zero_grad(acc, opt) != ACCEL_OK) fail("accel_accelerator_zero_grad");
+        if (accel_device_synchronize(dev) != ACCEL_OK) fail("synchronize");
+        accel_step_reset();
+        t_step[it] = accel_now_seconds() - t0;
+        t_cpu[it] = bench_cpu_seconds(&faults1) - c0; /* host time: launch and framework overhead */
+        printf("step %d%s: %.1f ms (host cpu %.1f ms, %ld page faults) loss %.4f\n", it, it < a.warmup ? " (warm-up)" : "",
+               t_step[it] * 1e3, t_cpu[it] * 1e3, faults1 - faults0, loss_v);
+        fflush(stdout);
+    }
+    double med = bench_median(t_step + a.warmup, a.steps), achieved = flops / med / 1e12;
+    printf("model matmul_params=%lld tflop_per_step=%.3f\n", (long long)n_mm, flops / 1e12);
+    printf("impl=accel device=%s mixed_precision=%s tokens_per_s=%.1f step_ms_median=%.2f cpu_ms_median=%.2f "
+           "gemm_peak_tflops=%.2f achieved_tflops=%.2f mfu=%.3f loss=%.4f\n",
+           dname, a.mixed_precision, tokens / med, med * 1e3, bench_median(t_cpu + a.warmup, a.steps) * 1e3, peak,
+           achieved, achieved / peak, loss_v);
+    free(t_step);
+    free(t_cpu);
+    accel_optimizer_free(opt);
+    accel_free(params);
+    accel_tensor_free(ids);
+    accel_accelerator_free(acc);
+    accel_module_free(model);
+    return 0;
+}

@@ -1,0 +1,988 @@
+/* Checkpoints of ZeRO-3 (FSDP FULL_SHARD) models: docs/accelerator.md
+ * "Checkpoints under ZeRO-3".
+ *
+ * SHARDED_STATE_DICT (the default): every rank writes its own pieces, with no
+ * gather, into <checkpoint>/pytorch_model_fsdp_<i>/shard_<rank>.safetensors
+ * (tensor "unit_<k>": this rank's flat range of unit k) and
+ * <checkpoint>/optimizer_<i>/shard_<rank>.safetensors ("unit_<k>.exp_avg",
+ * ...); rank 0 adds sharded_index.json (which flat ranges of which unit each
+ * file holds, and where every named parameter lies in its unit) and
+ * replicated.safetensors (buffers and frozen parameters, which every rank
+ * holds whole). Loading maps each parameter by name: a rank reads, from the
+ * files that hold them, exactly the elements of its own pieces, so a
+ * checkpoint loads onto any world size (and any wrap policy).
+ *
+ * FULL_STATE_DICT: model[_<i>].safetensors as DDP writes it, and save_model's
+ * Hugging Face files: rank 0 writes the file tensor by tensor while the unit
+ * holding the next tensor is gathered (rank 0 announces which unit, every rank
+ * joins its all-gather), so at most one unit is ever whole.
+ *
+ * The files go through checkpoint.c's crash-safe machinery (temporary
+ * directory, completion marker listing them, one rename). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/io.h"
+#include "accelerator_internal.h"
+#include "core/core_internal.h"
+#include "io/io_internal.h"
+#include "io/safetensors_internal.h"
+
+#define PATHN 4096
+#define INDEX "sharded_index.json"
+#define REPLICATED "replicated.safetensors"
+#define MODEL_FORMAT "accel.sharded_state_dict"
+#define OPTIM_FORMAT "accel.sharded_optimizer_state"
+#define FN_SAVE "accel_accelerator_save_state"
+#define FN_LOAD "accel_accelerator_load_state"
+
+static void model_subdir(char *out, size_t n, const char *dir, int i) {
+    snprintf(out, n, "%s/pytorch_model_fsdp_%d", dir, i);
+}
+
+static void optim_subdir(char *out, size_t n, const char *dir, int i) { snprintf(out, n, "%s/optimizer_%d", dir, i); }
+
+static void shard_name(char *out, size_t n, int rank) { snprintf(out, n, "shard_%d.safetensors", rank); }
+
+static int model_index(const accel_accelerator *acc, const accel__model *pm) { return (int)(pm - acc->models); }
+
+static accel_flat_buffer *flat(accel__model *pm) { return &pm->fp->buffers[ACCEL_F32]; }
+
+/* ---------------------------------------------------------------- the model's names */
+
+/* The state-dict name of every sharded tensor (b->tensors order), borrowed
+ * from sd, and whether each state-dict entry is sharded. */
+typedef struct names {
+    accel_state_dict *sd;
+    const char **of_tensor; /* [b->n] */
+    int *unit_of_entry;     /* [sd->n]: the unit of a sharded entry, -1 for the rest */
+} names;
+
+static void names_free(names *nm) {
+    accel_state_dict_free(nm->sd);
+    accel_free(nm->of_tensor);
+    accel_free(nm->unit_of_entry);
+    memset(nm, 0, sizeof *nm);
+}
+
+static accel_status names_of(accel__model *pm, names *nm) {
+    accel_flat_buffer *b = flat(pm);
+    memset(nm, 0, sizeof *nm);
+    nm->sd = accel_module_state_dict(pm->m);
+    if (!nm->sd) return accel_last_status();
+    nm->of_tensor = accel_calloc((size_t)b->n + 1, sizeof *nm->of_tensor);
+    nm->unit_of_entry = accel_calloc((size_t)nm->sd->n + 1, sizeof *nm->unit_of_entry);
+    if (!nm->of_tensor || !nm->unit_of_entry) {
+        names_free(nm);
+        return accel_last_status();
+    }
+    for (int e = 0; e < nm->sd->n; e++) {
+        const accel_state_entry *se = &nm->sd->entries[e];
+        nm->unit_of_entry[e] = -1;
+        for (int k = 0; k < pm->n_units && !se->is_tied_alias; k++)
+            for (int j = 0; j < pm->units[k].count; j++)
+                if (b->tensors[pm->units[k].first + j] == se->t) {
+                    nm->of_tensor[pm->units[k].first + j] = se->name;
+                    nm->unit_of_entry[e] = k;
+                }
+    }
+    return ACCEL_OK;
+}
+
+/* The entry an alias repeats. */
+static int aliased_entry(const accel_state_dict *sd, int e) {
+    for (int a = 0; a < e; a++)
+        if (sd->entries[a].t == sd->entries[e].t && !sd->entries[a].is_tied_alias) return a;
+    return e;
+}
+
+/* ---------------------------------------------------------------- reading pieces */
+
+/* Elements [e0, e1) of the parameter `name` (the model's tensor `like`) into dst. */
+typedef accel_status (*read_fn)(void *src, const char *name, const accel_tensor *like, int64_t e0, int64_t e1,
+                                float *dst);
+
+/* This rank's pieces of every unit, zero padding included, read from src. */
+static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src,
+                               float *dst) {
+    accel_flat_buffer *b = flat(pm);
+    memset(dst, 0, (size_t)pm->zn * sizeof(float));
+    for (int k = 0; k < pm->n_units; k++) {
+        const accel__unit *u = &pm->units[k];
+        int64_t plo = u->lo + (int64_t)acc->rank * u->shard, phi = plo + u->shard;
+        for (int j = 0; j < u->count; j++) {
+            int t = u->first + j;
+            int64_t off = b->offsets[t], end = off + accel_numel(b->tensors[t]);
+            int64_t a = off > plo ? off : plo, c = end < phi ? end : phi;
+            if (a >= c) continue;
+            accel_status st = rd(src, nm->of_tensor[t], b->tensors[t], a - off, c - off, dst + u->zoff + (a - plo));
+            if (st) return st;
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* The units that stay gathered (the persistent one) hold the loaded values in
+ * full; every other unit is released, so the next forward gathers the new shards. */
+static accel_status refresh_gathered(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd,
+                                     void *src) {
+    accel_flat_buffer *b = flat(pm);
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < pm->n_units && !st; k++) {
+        accel__unit *u = &pm->units[k];
+        if (!u->persistent) {
+            st = accel__zero3_release_unit(acc, pm, k);
+            continue;
+        }
+        for (int j = 0; j < u->count && !st; j++) {
+            accel_tensor *t = b->tensors[u->first + j];
+            int64_t n = accel_numel(t);
+            float *buf = accel_malloc((size_t)(n ? n : 1) * sizeof(float));
+            st = buf ? rd(src, nm->of_tensor[u->first + j], t, 0, n, buf) : accel_last_status();
+            if (!st) st = accel__tensor_write_bytes(t, 0, buf, (size_t)n * sizeof(float));
+            accel_free(buf);
+        }
+    }
+    return st;
+}
+
+static bool same_shape(int nd, const int64_t *shape, const accel_tensor *t) {
+    if (nd != t->ndim) return false;
+    for (int d = 0; d < nd; d++)
+        if (shape[d] != t->shape[d]) return false;
+    return true;
+}
+
+static void shape_str(char *out, size_t n, int nd, const int64_t *shape) {
+    size_t k = (size_t)snprintf(out, n, "[");
+    for (int d = 0; d < nd && k < n; d++) k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < n) snprintf(out + k, n - k, "]");
+}
+
+static accel_status shape_mismatch(const char *where, const char *name, int nd, const int64_t *shape,
+                                   const accel_tensor *like) {
+    char a[128], b[128];
+    shape_str(a, sizeof a, nd, shape);
+    shape_str(b, sizeof b, like->ndim, like->shape);
+    return accel_set_error(ACCEL_ERR_SHAPE, FN_LOAD ": %s: parameter %s has shape %s there, %s in this model (the "
+                           "checkpoint is of another model)", where, name, a, b);
+}
+
+/* A FULL_STATE_DICT file (model.safetensors) as a source. */
+static accel_status read_full(void *src, const char *name, const accel_tensor *like, int64_t e0, int64_t e1,
+                              float *dst) {
+    accel_safetensors *f = src;
+    const accel_st_info *in = accel_safetensors_find(f, name);
+    if (!in)
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s has no tensor %s", accel_safetensors_path(f), name);
+    if (!same_shape(in->ndim, in->shape, like)) return shape_mismatch(accel_safetensors_path(f), name, in->ndim, in->shape, like);
+    if (in->dtype != ACCEL_F32)
+        return accel_set_error(ACCEL_ERR_DTYPE, FN_LOAD ": %s: %s is %s; ZeRO-3 loads f32 parameters",
+                               accel_safetensors_path(f), name, accel_dtype_name(in->dtype));
+    memcpy(dst, (const char *)in->bytes + e0 * (int64_t)sizeof(float), (size_t)(e1 - e0) * sizeof(float));
+    return ACCEL_OK;
+}
+
+/* The non-sharded entries (buffers, frozen parameters) of the state dict from f. */
+static accel_status load_replicated(accel_safetensors *f, const names *nm) {
+    accel_status st = ACCEL_OK;
+    for (int e = 0; e < nm->sd->n && !st; e++) {
+        const accel_state_entry *se = &nm->sd->entries[e];
+        if (se->is_tied_alias || nm->unit_of_entry[e] >= 0) continue;
+        if (!accel_safetensors_find(f, se->name))
+            return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s has no tensor %s", accel_safetensors_path(f),
+                                   se->name);
+        st = accel_safetensors_load_into(f, se->name, se->t);
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- the sharded index */
+
+typedef struct saved_param {
+    const char *name;
+    int unit;
+    int64_t offset, numel;
+    int ndim;
+    int64_t shape[ACCEL_MAX_DIMS];
+} saved_param;
+
+typedef struct saved_range {
+    int unit, file;
+    int64_t lo, hi;
+    const char *tensor;
+} saved_range;
+
+typedef struct sharded_index {
+    char path[PATHN + 64];
+    json_t *root;           /* owns the strings below */
+    int world, n_units;
+    int n_params, n_ranges, n_files;
+    saved_param *params;
+    saved_range *ranges;
+    const char **files;
+    json_t *state_dict;     /* [{"name", "unit"|"replicated"|"alias_of"}] in state-dict order */
+} sharded_index;
+
+static void index_free(sharded_index *ix) {
+    json_decref(ix->root);
+    accel_free(ix->params);
+    accel_free(ix->ranges);
+    accel_free(ix->files);
+    memset(ix, 0, sizeof *ix);
+}
+
+static accel_status bad_index(const sharded_index *ix, const char *what) {
+    return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: %s", ix->path, what);
+}
+
+static bool get_i64(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) return false;
+    *out = json_integer_value(v);
+    return true;
+}
+
+static accel_status parse_param(sharded_index *ix, json_t *e, saved_param *p) {
+    json_t *shape = json_object_get(e, "shape");
+    int64_t unit;
+    p->name = json_string_value(json_object_get(e, "name"));
+    if (!p->name || !get_i64(e, "unit", 0, ix->n_units - 1, &unit) || !get_i64(e, "offset", 0, INT64_MAX / 2, &p->offset) ||
+        !json_is_array(shape) || json_array_size(shape) > ACCEL_MAX_DIMS)
+        return bad_index(ix, "a \"state_dict\" entry with a unit needs \"name\", \"unit\" (a unit of \"units\"), "
+                             "\"offset\" and \"shape\"");
+    p->unit = (int)unit;
+    p->ndim = (int)json_array_size(shape);
+    p->numel = 1;
+    for (int d = 0; d < p->ndim; d++) {
+        json_t *v = json_array_get(shape, (size_t)d);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1ll << 40))
+            return bad_index(ix, "a \"shape\" holds something that is not a dimension");
+        p->shape[d] = json_integer_value(v);
+        p->numel *= p->shape[d];
+    }
+    return ACCEL_OK;
+}
+
+static accel_status parse_files(sharded_index *ix, json_t *files) {
+    size_t n = 0;
+    json_t *f;
+    size_t i;
+    json_array_foreach(files, i, f) n += json_array_size(json_object_get(f, "ranges"));
+    ix->n_files = (int)json_array_size(files);
+    ix->files = accel_calloc(json_array_size(files) + 1, sizeof *ix->files);
+    ix->ranges = accel_calloc(n + 1, sizeof *ix->ranges);
+    if (!ix->files || !ix->ranges) return accel_last_status();
+    json_array_foreach(files, i, f) {
+        ix->files[i] = json_string_value(json_object_get(f, "file"));
+        json_t *ranges = json_object_get(f, "ranges"), *r;
+        if (!ix->files[i] || strchr(ix->files[i], '/') || !strcmp(ix->files[i], "..") || !json_is_array(ranges))
+            return bad_index(ix, "every \"files\" entry needs \"file\" (a plain file name) and \"ranges\"");
+        size_t j;
+        json_array_foreach(ranges, j, r) {
+            saved_range *sr = &ix->ranges[ix->n_ranges++];
+            int64_t unit;
+            sr->file = (int)i;
+            sr->tensor = json_string_value(json_object_get(r, "tensor"));
+            if (!sr->tensor || !get_i64(r, "unit", 0, ix->n_units - 1, &unit) || !get_i64(r, "lo", 0, INT64_MAX / 2, &sr->lo) ||
+                !get_i64(r, "hi", sr->lo, INT64_MAX / 2, &sr->hi))
+                return bad_index(ix, "every range needs \"unit\", \"tensor\", \"lo\" and \"hi\" >= lo");
+            sr->unit = (int)unit;
+        }
+    }
+    return ACCEL_OK;
+}
+
+static accel_status index_open(sharded_index *ix, const char *sub) {
+    memset(ix, 0, sizeof *ix);
+    snprintf(ix->path, sizeof ix->path, "%s/%s", sub, INDEX);
+    ix->root = accel__json_load_file(ix->path); /* names the file */
+    if (!ix->root) return accel_last_status();
+    json_t *units = json_object_get(ix->root, "units"), *files = json_object_get(ix->root, "files");
+    ix->state_dict = json_object_get(ix->root, "state_dict");
+    const char *format = json_string_value(json_object_get(ix->root, "format"));
+    int64_t world;
+    if (!format || strcmp(format, MODEL_FORMAT))
+        return bad_index(ix, "not an accel sharded model index (its \"format\" is not \"" MODEL_FORMAT "\")");
+    if (!get_i64(ix->root, "num_processes", 1, 1 << 20, &world) || !json_is_array(units) || !json_is_array(files) ||
+        !json_is_array(ix->state_dict))
+        return bad_index(ix, "it needs \"num_processes\", \"units\", \"files\" and \"state_dict\"");
+    ix->world = (int)world;
+    ix->n_units = (int)json_array_size(units);
+    ix->params = accel_calloc(json_array_size(ix->state_dict) + 1, sizeof *ix->params);
+    if (!ix->params) return accel_last_status();
+    size_t i;
+    json_t *e;
+    json_array_foreach(ix->state_dict, i, e) {
+        if (!json_is_string(json_object_get(e, "name")))
+            return bad_index(ix, "every \"state_dict\" entry needs a \"name\"");
+        if (!json_object_get(e, "unit")) continue; /* replicated, or an alias */
+        accel_status st = parse_param(ix, e, &ix->params[ix->n_params++]);
+        if (st) return st;
+    }
+    return parse_files(ix, files);
+}
+
+static const saved_param *find_param(const sharded_index *ix, const char *name) {
+    for (int i = 0; i < ix->n_params; i++)
+        if (!strcmp(ix->params[i].name, name)) return &ix->params[i];
+    return NULL;
+}
+
+/* The files of one sharded directory (the model's or an optimizer's), opened
+ * when first needed: a rank opens only those holding its pieces. */
+typedef struct shard_files {
+    const sharded_index *ix;
+    const char *dir;
+    const char *suffix;     /* appended to a range's tensor name: "" or ".exp_avg", ... */
+    accel_safetensors **open;
+} shard_files;
+
+static accel_status files_init(shard_files *fs, const sharded_index *ix, const char *dir, const char *suffix) {
+    *fs = (shard_files){ix, dir, suffix, accel_calloc((size_t)ix->n_files + 1, sizeof *fs->open)};
+    return fs->open ? ACCEL_OK : accel_last_status();
+}
+
+static void files_close(shard_files *fs) {
+    for (int i = 0; fs->open && i < fs->ix->n_files; i++) accel_safetensors_close(fs->open[i]);
+    accel_free(fs->open);
+    fs->open = NULL;
+}
+
+/* Range r's elements [a, c) (unit coordinates) into dst. */
+static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a, int64_t c, float *dst) {
+    if (!fs->open[r->file]) {
+        char path[2 * PATHN];
+        snprintf(path, sizeof path, "%s/%s", fs->dir, fs->ix->files[r->file]);
+        if (!accel__is_file(path))
+            return accel_set_error(ACCEL_ERR_IO, FN_LOAD ": %s is missing (it holds unit %d's range [%lld, %lld) of "
+                                   "the sharded checkpoint)", path, r->unit, (long long)r->lo, (long long)r->hi);
+        if (!(fs->open[r->file] = accel_safetensors_open(path))) return accel_last_status();
+    }
+    accel_safetensors *f = fs->open[r->file];
+    char name[256];
+    snprintf(name, sizeof name, "%s%s", r->tensor, fs->suffix);
+    const accel_st_info *in = accel_safetensors_find(f, name);
+    if (!in || in->dtype != ACCEL_F32 || in->nbytes != (size_t)(r->hi - r->lo) * sizeof(float))
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: the index says it holds unit %d's range [%lld, %lld) "
+                               "as tensor %s (f32, %lld elements); it does not", accel_safetensors_path(f), r->unit,
+                               (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
+    memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
+    return ACCEL_OK;
+}
+
+/* A SHARDED_STATE_DICT directory as a source: the parameter's elements from
+ * whichever files hold them. */
+static accel_status read_sharded(void *src, const char *name, const accel_tensor *like, int64_t e0, int64_t e1,
+                                 float *dst) {
+    shard_files *fs = src;
+    const saved_param *p = find_param(fs->ix, name);
+    if (!p)
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s has no parameter %s: the checkpoint does not cover "
+                               "this model", fs->ix->path, name);
+    if (like && !same_shape(p->ndim, p->shape, like)) return shape_mismatch(fs->ix->path, name, p->ndim, p->shape, like);
+    int64_t lo = p->offset + e0, hi = p->offset + e1, got = 0;
+    for (int i = 0; i < fs->ix->n_ranges; i++) {
+        const saved_range *r = &fs->ix->ranges[i];
+        int64_t a = lo > r->lo ? lo : r->lo, c = hi < r->hi ? hi : r->hi;
+        if (r->unit != p->unit || a >= c) continue;
+        accel_status st = read_piece(fs, r, a, c, dst + (a - lo));
+        if (st) return st;
+        got += c - a;
+    }
+    if (got != hi - lo)
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: unit %d's elements [%lld, %lld) (parameter %s) are "
+                               "in none of its files or in several: the index does not cover the model",
+                               fs->ix->path, p->unit, (long long)lo, (long long)hi, name);
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- writing shards */
+
+/* Tensors "unit_<k><suffix>" viewing this rank's piece of every unit in src [zn]. */
+static accel_status add_unit_views(const accel__model *pm, float *src, const char *suffix, int *n, char **names,
+                                   accel_tensor **ts) {
+    for (int k = 0; k < pm->n_units; k++) {
+        char name[128];
+        snprintf(name, sizeof name, "unit_%d%s", k, suffix);
+        int64_t len = pm->units[k].shard;
+        names[*n] = accel_strdup(name);
+        ts[*n] = accel_tensor_wrap(src + pm->units[k].zoff, ACCEL_F32, 1, &len, ACCEL_CPU_DEVICE);
+        if (!names[(*n)++] || !ts[*n - 1]) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+static void free_views(int n, char **names, accel_tensor **ts) {
+    for (int i = 0; i < n; i++) {
+        accel_free(names[i]);
+        accel_tensor_free(ts[i]);
+    }
+    accel_free(names);
+    accel_free(ts);
+}
+
+/* srcs[k] [zn] as "unit_<j>.<suffix k>" (suffixes NULL: one source, "unit_<j>") into dir/shard_<rank>. */
+static accel_status write_rank_file(accel_accelerator *acc, accel__model *pm, const char *dir, int n_src,
+                                    float *const *srcs, const char *const *suffixes) {
+    int cap = pm->n_units * (n_src ? n_src : 1) + 1, n = 0;
+    char **names = accel_calloc((size_t)cap, sizeof *names), file[64], path[2 * PATHN];
+    accel_tensor **ts = accel_calloc((size_t)cap, sizeof *ts);
+    accel_status st = names && ts ? ACCEL_OK : accel_last_status();
+    for (int s = 0; s < n_src && !st; s++) {
+        char suffix[64] = "";
+        if (suffixes) snprintf(suffix, sizeof suffix, ".%s", suffixes[s]);
+        st = add_unit_views(pm, srcs[s], suffix, &n, names, ts);
+    }
+    shard_name(file, sizeof file, acc->rank);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (!st) st = accel_safetensors_save(path, n, (const char *const *)names, ts, 0, NULL);
+    free_views(n, names, ts);
+    return st;
+}
+
+static json_t *shape_json(const accel_tensor *t) {
+    json_t *a = json_array();
+    for (int d = 0; a && d < t->ndim; d++) json_array_append_new(a, json_integer(t->shape[d]));
+    return a;
+}
+
+/* Rank 0's index: the units, where each named parameter lies, what every rank's file holds. */
+static json_t *model_index_json(accel_accelerator *acc, accel__model *pm, const names *nm) {
+    accel_flat_buffer *b = flat(pm);
+    json_t *root = json_object(), *sd = json_array(), *units = json_array(), *files = json_array();
+    json_object_set_new(root, "format", json_string(MODEL_FORMAT));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "num_processes", json_integer(acc->world));
+    json_object_set_new(root, "replicated", json_string(REPLICATED));
+    for (int e = 0; e < nm->sd->n; e++) {
+        const accel_state_entry *se = &nm->sd->entries[e];
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(se->name));
+        int k = nm->unit_of_entry[e];
+        if (se->is_tied_alias) {
+            json_object_set_new(o, "alias_of", json_string(nm->sd->entries[aliased_entry(nm->sd, e)].name));
+        } else if (k < 0) {
+            json_object_set_new(o, "replicated", json_true());
+        } else {
+            int t = pm->units[k].first;
+            while (b->tensors[t] != se->t) t++;
+            json_object_set_new(o, "unit", json_integer(k));
+            json_object_set_new(o, "offset", json_integer(b->offsets[t] - pm->units[k].lo));
+            json_object_set_new(o, "shape", shape_json(se->t));
+        }
+        json_array_append_new(sd, o);
+    }
+    for (int k = 0; k < pm->n_units; k++) {
+        json_t *u = json_object();
+        json_object_set_new(u, "shard", json_integer(pm->units[k].shard));
+        json_object_set_new(u, "numel", json_integer(pm->units[k].shard * acc->world));
+        json_array_append_new(units, u);
+    }
+    for (int r = 0; r < acc->world; r++) {
+        json_t *f = json_object(), *ranges = json_array();
+        char file[64];
+        shard_name(file, sizeof file, r);
+        json_object_set_new(f, "file", json_string(file));
+        json_object_set_new(f, "rank", json_integer(r));
+        for (int k = 0; k < pm->n_units; k++) {
+            const accel__unit *u = &pm->units[k];
+            int64_t lo = (int64_t)r * u->shard, hi = lo + u->shard;
+            json_t *rg = json_object(), *covers = json_array();
+            char tensor[32];
+            snprintf(tensor, sizeof tensor, "unit_%d", k);
+            for (int j = 0; j < u->count; j++) {
+                int64_t off = b->offsets[u->first + j] - u->lo, end = off + accel_numel(b->tensors[u->first + j]);
+                if (off < hi && end > lo) json_array_append_new(covers, json_string(nm->of_tensor[u->first + j]));
+            }
+            json_object_set_new(rg, "unit", json_integer(k));
+            json_object_set_new(rg, "tensor", json_string(tensor));
+            json_object_set_new(rg, "lo", json_integer(lo));
+            json_object_set_new(rg, "hi", json_integer(hi));
+            json_object_set_new(rg, "params", covers);
+            json_array_append_new(ranges, rg);
+        }
+        json_object_set_new(f, "ranges", ranges);
+        json_array_append_new(files, f);
+    }
+    json_object_set_new(root, "state_dict", sd);
+    json_object_set_new(root, "units", units);
+    json_object_set_new(root, "files", files);
+    return root;
+}
+
+static accel_status save_json(const char *dir, const char *name, json_t *j) {
+    char path[2 * PATHN];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    accel_status st = j ? accel__json_save_file(path, j) : accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+    json_decref(j);
+    return st;
+}
+
+/* The non-sharded entries of the state dict (buffers, frozen parameters). */
+static accel_status save_replicated(const char *dir, const names *nm) {
+    int n = 0;
+    const char **nms = accel_calloc((size_t)nm->sd->n + 1, sizeof *nms);
+    accel_tensor **ts = accel_calloc((size_t)nm->sd->n + 1, sizeof *ts);
+    accel_status st = nms && ts ? ACCEL_OK : accel_last_status();
+    for (int e = 0; e < nm->sd->n && !st; e++)
+        if (!nm->sd->entries[e].is_tied_alias && nm->unit_of_entry[e] < 0) {
+            nms[n] = nm->sd->entries[e].name;
+            ts[n++] = nm->sd->entries[e].t;
+        }
+    char path[2 * PATHN];
+    snprintf(path, sizeof path, "%s/%s", dir, REPLICATED);
+    if (!st) st = accel_safetensors_save(path, n, nms, ts, 0, NULL);
+    accel_free(nms);
+    accel_free(ts);
+    return st;
+}
+
+static accel_status save_model_sharded(accel_accelerator *acc, accel__model *pm, const char *dir) {
+    char sub[PATHN + 64];
+    model_subdir(sub, sizeof sub, dir, model_index(acc, pm));
+    accel_status st = accel__mkdir(sub);
+    if (!st) st = write_rank_file(acc, pm, sub, 1, &pm->zparams, NULL);
+    if (st || acc->rank != 0) return st;
+    names nm;
+    if ((st = names_of(pm, &nm))) return st;
+    st = save_replicated(sub, &nm);
+    if (!st) st = save_json(sub, INDEX, model_index_json(acc, pm, &nm));
+    names_free(&nm);
+    return st;
+}
+
+/* ---------------------------------------------------------------- gathered writes (FULL_STATE_DICT) */
+
+/* Rank 0 writes; before each tensor it announces the unit holding it and
+ * every rank joins that unit's all-gather. -1 ends. */
+typedef struct gathering {
+    accel_accelerator *acc;
+    accel__model *pm;
+    int held;           /* the unit gathered for the writer, or -1 */
+    bool held_was_released;
+} gathering;
+
+static int unit_of(accel__model *pm, const accel_tensor *t) {
+    accel_flat_buffer *b = flat(pm);
+    for (int k = 0; k < pm->n_units; k++)
+        for (int j = 0; j < pm->units[k].count; j++)
+            if (b->tensors[pm->units[k].first + j] == t) return k;
+    return -1;
+}
+
+/* Holds unit u (-1: none), giving back the one held before unless it was gathered anyway. */
+static accel_status hold(gathering *g, int u) {
+    accel_status st = ACCEL_OK;
+    if (g->held >= 0 && g->held != u && g->held_was_released) st = accel__zero3_release_unit(g->acc, g->pm, g->held);
+    if (g->held != u) g->held = -1;
+    if (u < 0 || g->held == u) return st;
+    g->held_was_released = g->pm->units[u].state == ACCEL__UNIT_RELEASED;
+    accel_status st2 = accel__zero3_gather_unit(g->acc, g->pm, u);
+    g->held = st2 ? -1 : u;
+    return st ? st : st2;
+}
+
+static accel_status announce(gathering *g, int32_t u) {
+    if (g->acc->world > 1) {
+        accel_status st = accel_pg_broadcast(g->acc->pg, &u, 1, ACCEL_I32, 0);
+        if (st) return st;
+    }
+    return hold(g, u);
+}
+
+static accel_status before_tensor(void *ctx, const accel_tensor *t) {
+    gathering *g = ctx;
+    int u = unit_of(g->pm, t);
+    return u < 0 || u == g->held ? ACCEL_OK : announce(g, u);
+}
+
+/* Ranks but 0: join the gathers rank 0 announces until it announces -1. */
+static accel_status follow(gathering *g) {
+    accel_status first = ACCEL_OK;
+    for (;;) {
+        int32_t u = -1;
+        accel_status st = accel_pg_broadcast(g->acc->pg, &u, 1, ACCEL_I32, 0);
+        if (st) return st;
+        st = hold(g, u);
+        if (!first) first = st;
+        if (u < 0) return first;
+    }
+}
+
+typedef accel_status (*writer_fn)(void *args, accel__tensor_ready_fn ready, void *ctx);
+
+/* Runs w on rank 0 (unless failed) with the gathers it needs; the other ranks serve them. */
+static accel_status gathered_write(accel_accelerator *acc, accel__model *pm, bool failed, writer_fn w, void *args) {
+    gathering g = {acc, pm, -1, false};
+    if (acc->rank != 0) return follow(&g);
+    accel_status st = failed ? ACCEL_OK : w(args, before_tensor, &g);
+    accel_status end = announce(&g, -1);
+    return st ? st : end;
+}
+
+typedef struct module_args {
+    const char *dir;
+    accel_module *m;
+    int64_t max;
+} module_args;
+
+static accel_status write_module(void *a, accel__tensor_ready_fn ready, void *ctx) {
+    module_args *ma = a;
+    return accel__save_module_with(ma->dir, ma->m, ma->max, ready, ctx);
+}
+
+accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
+                                     int64_t max_shard_bytes, bool failed) {
+    module_args a = {dir, pm->m, max_shard_bytes};
+    return gathered_write(acc, pm, failed, write_module, &a);
+}
+
+typedef struct file_args {
+    const char *path;
+    accel_module *m;
+} file_args;
+
+/* model.safetensors as save_state writes it for DDP: tied aliases once. */
+static accel_status write_state_file(void *a, accel__tensor_ready_fn ready, void *ctx) {
+    file_args *fa = a;
+    accel_state_dict *sd = accel_module_state_dict(fa->m);
+    if (!sd) return accel_last_status();
+    const char **nms = accel_calloc((size_t)sd->n + 1, sizeof *nms);
+    accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
+    accel_status st = nms && ts ? ACCEL_OK : accel_last_status();
+    int k = 0;
+    for (int i = 0; i < sd->n && !st; i++)
+        if (!sd->entries[i].is_tied_alias) {
+            nms[k] = sd->entries[i].name;
+            ts[k++] = sd->entries[i].t;
+        }
+    if (!st) st = accel__safetensors_save_with(fa->path, k, nms, ts, 0, NULL, ready, ctx);
+    accel_free(nms);
+    accel_free(ts);
+    accel_state_dict_free(sd);
+    return st;
+}
+
+static void full_file(char *out, size_t n, const char *dir, int i) {
+    if (i == 0) snprintf(out, n, "%s/model.safetensors", dir);
+    else snprintf(out, n, "%s/model_%d.safetensors", dir, i);
+}
+
+/* The formats here are laid out by global rank; under HYBRID_SHARD on several
+ * machines a rank's shard is its machine's (docs/accelerator.md). */
+static accel_status refuse_hybrid(const accel_accelerator *acc, const char *fn) {
+    if (!acc->replica_pg) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO-3 checkpoints under HYBRID_SHARD on several machines are "
+                           "not implemented; save the weights with accel_accelerator_save_model, or train with "
+                           "FULL_SHARD", fn);
+}
+
+accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed) {
+    accel__model *pm = &acc->models[i];
+    if (refuse_hybrid(acc, "accel_accelerator_save_state")) return accel_last_status();
+    if (!acc->fsdp.full_state_dict) return failed ? ACCEL_OK : save_model_sharded(acc, pm, dir);
+    char path[PATHN + 64];
+    full_file(path, sizeof path, dir, i);
+    file_args a = {path, pm->m};
+    return gathered_write(acc, pm, failed, write_state_file, &a);
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i) {
+    if (!acc->zopts[i] || acc->fsdp.full_state_dict) return false;
+    for (int m = 0; m < acc->n_models; m++)
+        if (acc->models[m].m == acc->zopts[i]->m) return acc->models[m].zero_stage == 3;
+    return false;
+}
+
+static accel__model *optimizer_model(accel_accelerator *acc, int i) { return accel__find_model(acc, acc->zopts[i]->m); }
+
+/* "step", "param_groups.*": the optimizer's scalar entries as a JSON object. */
+static json_t *scalars_json(accel_optimizer *opt) {
+    accel_named_state *st = NULL;
+    int n = accel_optimizer_state(opt, &st);
+    if (n < 0) return NULL;
+    json_t *o = json_object();
+    for (int e = 0; e < n && o; e++)
+        if (!st[e].t && strncmp(st[e].name, "state.", 6)) json_object_set_new(o, st[e].name, json_real(st[e].value));
+    accel_named_state_free(st, n);
+    return o;
+}
+
+static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
+    json_t *root = json_object(), *kinds = json_array();
+    char model[64];
+    snprintf(model, sizeof model, "pytorch_model_fsdp_%d", model_index(acc, optimizer_model(acc, i)));
+    for (int k = 0; k < accel__zero_kinds(acc, i); k++) json_array_append_new(kinds, json_string(accel__zero_kind_name(acc, i, k)));
+    json_object_set_new(root, "format", json_string(OPTIM_FORMAT));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "num_processes", json_integer(acc->world));
+    json_object_set_new(root, "model", json_string(model));
+    json_object_set_new(root, "step", json_integer(step));
+    json_object_set_new(root, "kinds", kinds);
+    json_object_set_new(root, "scalars", scalars_json(acc->opts[i]));
+    return root;
+}
+
+accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed) {
+    float *local[2] = {NULL, NULL};
+    int64_t step = 0;
+    accel_status st = failed ? ACCEL_OK : accel__zero_local_state(acc, i, local, &step);
+    if (acc->world > 1) { /* every rank joins, even after a failure */
+        accel_status s2 = accel_pg_all_reduce(acc->pg, &step, 1, ACCEL_I64, ACCEL_REDUCE_MAX);
+        if (!st) st = s2;
+    }
+    char sub[PATHN + 64];
+    optim_subdir(sub, sizeof sub, dir, i);
+    const char *kinds[2] = {NULL, NULL};
+    int nk = accel__zero_kinds(acc, i);
+    for (int k = 0; k < nk; k++) kinds[k] = accel__zero_kind_name(acc, i, k);
+    if (!st && !failed) st = accel__mkdir(sub);
+    if (!st && !failed) st = write_rank_file(acc, optimizer_model(acc, i), sub, nk, local, kinds);
+    if (!st && !failed && acc->rank == 0) st = save_json(sub, INDEX, optim_index_json(acc, i, step));
+    accel_free(local[0]);
+    accel_free(local[1]);
+    return st;
+}
+
+/* ---------------------------------------------------------------- load */
+
+accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir) {
+    accel__model *pm = &acc->models[i];
+    if (refuse_hybrid(acc, "accel_accelerator_load_state")) return accel_last_status();
+    char sub[PATHN + 64], path[2 * PATHN];
+    model_subdir(sub, sizeof sub, dir, i);
+    names nm;
+    accel_status st = names_of(pm, &nm);
+    if (st) return st;
+    if (accel__is_dir(sub)) {
+        sharded_index ix;
+        shard_files fs = {0};
+        st = index_open(&ix, sub);
+        if (!st) st = files_init(&fs, &ix, sub, "");
+        if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, pm->zparams);
+        if (!st) st = refresh_gathered(acc, pm, &nm, read_sharded, &fs);
+        snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
+        accel_safetensors *rf = st ? NULL : accel_safetensors_open(path);
+        if (!st && !rf) st = accel_last_status();
+        if (!st) st = load_replicated(rf, &nm);
+        accel_safetensors_close(rf);
+        files_close(&fs);
+        index_free(&ix);
+    } else {
+        full_file(path, sizeof path, dir, i);
+        accel_safetensors *f = accel_safetensors_open(path);
+        st = f ? fill_shard(acc, pm, &nm, read_full, f, pm->zparams) : accel_last_status();
+        if (!st) st = refresh_gathered(acc, pm, &nm, read_full, f);
+        if (!st) st = load_replicated(f, &nm);
+        accel_safetensors_close(f);
+    }
+    names_free(&nm);
+    return st;
+}
+
+accel_status accel__zero3_refuse_sharded(const char *dir, int i) {
+    char sub[PATHN + 64];
+    model_subdir(sub, sizeof sub, dir, i);
+    if (!accel__is_dir(sub)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s holds model %d as a SHARDED_STATE_DICT (%s, from ZeRO-3 "
+                           "/ FULL_SHARD): load it with ZeRO stage 3, or merge it into a model with `accel "
+                           "merge-weights %s OUTPUT`", dir, i, sub, dir);
+}
+
+typedef struct optim_index {
+    json_t *root;
+    const char *model;
+    int64_t step;
+    json_t *kinds, *scalars;
+} optim_index;
+
+static accel_status optim_index_open(optim_index *oi, const char *sub, accel_accelerator *acc, int i) {
+    char path[2 * PATHN];
+    snprintf(path, sizeof path, "%s/%s", sub, INDEX);
+    memset(oi, 0, sizeof *oi);
+    if (!(oi->root = accel__json_load_file(path))) return accel_last_status();
+    const char *format = json_string_value(json_object_get(oi->root, "format"));
+    oi->model = json_string_value(json_object_get(oi->root, "model"));
+    oi->kinds = json_object_get(oi->root, "kinds");
+    oi->scalars = json_object_get(oi->root, "scalars");
+    if (!format || strcmp(format, OPTIM_FORMAT) || !oi->model || strchr(oi->model, '/') ||
+        !get_i64(oi->root, "step", 0, INT64_MAX, &oi->step) || !json_is_array(oi->kinds) || !json_is_object(oi->scalars))
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s is not an accel sharded optimizer index (\"format\" "
+                               "\"" OPTIM_FORMAT "\", \"model\", \"step\", \"kinds\", \"scalars\")", path);
+    bool same = (int)json_array_size(oi->kinds) == accel__zero_kinds(acc, i);
+    for (int k = 0; same && k < accel__zero_kinds(acc, i); k++) {
+        const char *s = json_string_value(json_array_get(oi->kinds, (size_t)k));
+        same = s && !strcmp(s, accel__zero_kind_name(acc, i, k));
+    }
+    if (!same)
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: its state kinds are not this optimizer's (another "
+                               "optimizer type saved it)", path);
+    return ACCEL_OK;
+}
+
+static int scalars_of(json_t *scalars, accel_named_state **out) {
+    int n = (int)json_object_size(scalars), m = 0;
+    accel_named_state *st = accel_calloc((size_t)n + 1, sizeof *st);
+    const char *key;
+    json_t *v;
+    if (!st) return -1;
+    json_object_foreach(scalars, key, v) {
+        if (!json_is_number(v)) continue;
+        st[m].name = accel_strdup(key);
+        st[m].value = json_number_value(v);
+        if (!st[m++].name) {
+            accel_named_state_free(st, m);
+            return -1;
+        }
+    }
+    *out = st;
+    return m;
+}
+
+accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found) {
+    char sub[PATHN + 64], msub[2 * PATHN];
+    optim_subdir(sub, sizeof sub, dir, i);
+    *found = accel__is_dir(sub);
+    if (!*found) return ACCEL_OK;
+    accel__model *pm = optimizer_model(acc, i);
+    optim_index oi;
+    sharded_index ix = {0};
+    names nm = {0};
+    float *local[2] = {NULL, NULL};
+    accel_named_state *sc = NULL;
+    int nsc = -1;
+    accel_status st = optim_index_open(&oi, sub, acc, i);
+    snprintf(msub, sizeof msub, "%s/%s", dir, st ? "" : oi.model);
+    if (!st) st = index_open(&ix, msub);
+    if (!st) st = names_of(pm, &nm);
+    for (int k = 0; k < accel__zero_kinds(acc, i) && !st; k++) {
+        char suffix[64];
+        shard_files fs;
+        snprintf(suffix, sizeof suffix, ".%s", accel__zero_kind_name(acc, i, k));
+        local[k] = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+        st = local[k] ? files_init(&fs, &ix, sub, suffix) : accel_last_status();
+        if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, local[k]);
+        if (local[k]) files_close(&fs);
+    }
+    if (!st && (nsc = scalars_of(oi.scalars, &sc)) < 0) st = accel_last_status();
+    if (!st) st = accel__zero_load_local(acc, i, nsc, sc, local, (double)oi.step);
+    if (nsc >= 0) accel_named_state_free(sc, nsc);
+    accel_free(local[0]);
+    accel_free(local[1]);
+    names_free(&nm);
+    index_free(&ix);
+    json_decref(oi.root);
+    return st;
+}
+
+/* ---------------------------------------------------------------- merge-weights */
+
+bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n) {
+    char path[2 * PATHN];
+    snprintf(path, sizeof path, "%s/%s", dir, INDEX);
+    if (accel__is_file(path)) {
+        snprintf(sub, n, "%s", dir);
+        return true;
+    }
+    snprintf(path, sizeof path, "%s/pytorch_model_fsdp_0/%s", dir, INDEX);
+    if (!accel__is_file(path)) return false;
+    snprintf(sub, n, "%s/pytorch_model_fsdp_0", dir);
+    return true;
+}
+
+accel_status accel__zero3_remove_sharded(const char *sub) {
+    DIR *d = opendir(sub);
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s: %s", sub, strerror(errno));
+    accel_status st = ACCEL_OK;
+    for (struct dirent *e; !st && (e = readdir(d));) {
+        int r, end = 0;
+        bool ours = !strcmp(e->d_name, INDEX) || !strcmp(e->d_name, REPLICATED) ||
+                    (sscanf(e->d_name, "shard_%d.safetensors%n", &r, &end) == 1 && !e->d_name[end]);
+        char path[2 * PATHN];
+        snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+        if (ours && unlink(path)) st = accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (!st && rmdir(sub)) fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", sub, strerror(errno));
+    return st;
+}
+
+/* The saved parameter, whole, in a new tensor. */
+static accel_tensor *whole_param(shard_files *fs, const saved_param *p) {
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, p->ndim, p->shape, ACCEL_CPU_DEVICE);
+    float *buf = accel_malloc((size_t)(p->numel ? p->numel : 1) * sizeof(float));
+    accel_status st = t && buf ? read_sharded(fs, p->name, NULL, 0, p->numel, buf) : accel_last_status();
+    if (!st) st = accel__tensor_write_bytes(t, 0, buf, (size_t)p->numel * sizeof(float));
+    accel_free(buf);
+    if (st) {
+        accel_tensor_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Entry e of the index's state dict as a tensor: a parameter read whole, a
+ * replicated entry viewed in rf, an alias the tensor of its original. */
+static accel_tensor *merged_entry(shard_files *fs, accel_safetensors *rf, json_t *e, const char *const *nms,
+                                  accel_tensor *const *ts, int e_index, bool *owned) {
+    const char *name = json_string_value(json_object_get(e, "name"));
+    const char *alias = json_string_value(json_object_get(e, "alias_of"));
+    *owned = false;
+    if (alias) {
+        for (int a = 0; a < e_index; a++)
+            if (!strcmp(nms[a], alias)) return ts[a];
+        accel_set_error(ACCEL_ERR_FORMAT, "%s: %s is an alias of %s, which comes nowhere before it", fs->ix->path,
+                        name, alias);
+        return NULL;
+    }
+    if (!json_object_get(e, "unit")) {
+        accel_tensor *t = accel_safetensors_tensor(rf, name, -1);
+        if (!t)
+            accel_set_error(ACCEL_ERR_FORMAT, "%s: %s has no tensor %s", fs->ix->path, accel_safetensors_path(rf), name);
+        *owned = t != NULL;
+        return t;
+    }
+    *owned = true;
+    return whole_param(fs, find_param(fs->ix, name));
+}
+
+accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_tensors) {
+    char path[2 * PATHN];
+    sharded_index ix;
+    shard_files fs = {0};
+    accel_safetensors *rf = NULL;
+    accel_status st = index_open(&ix, sub);
+    if (!st) st = files_init(&fs, &ix, sub, "");
+    snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
+    if (!st && !(rf = accel_safetensors_open(path))) st = accel_last_status();
+    int n = st ? 0 : (int)json_array_size(ix.state_dict), made = 0;
+    const char **nms = accel_calloc((size_t)n + 1, sizeof *nms);
+    accel_tensor **ts = accel_calloc((size_t)n + 1, sizeof *ts);
+    bool *owned = accel_calloc((size_t)n + 1, sizeof *owned);
+    if (!st && (!nms || !ts || !owned)) st = accel_last_status();
+    for (; made < n && !st; made++) {
+        json_t *e = json_array_get(ix.state_dict, (size_t)made);
+        nms[made] = json_string_value(json_object_get(e, "name"));
+        ts[made] = merged_entry(&fs, rf, e, nms, ts, made, &owned[made]);
+        if (!ts[made]) st = accel_last_status();
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    if (!st) st = accel_safetensors_save(path, n, nms, ts, 0, NULL);
+    for (int k = 0; k < made; k++)
+        if (owned[k]) accel_tensor_free(ts[k]);
+    accel_free(nms);
+    accel_free(ts);
+    accel_free(owned);
+    accel_safetensors_close(rf);
+    files_close(&fs);
+    index_free(&ix);
+    if (!st) *n_tensors = n;
+    return st;
+}

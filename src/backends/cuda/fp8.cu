@@ -1,0 +1,51 @@
+/* fp8 casts with their amax, and the delayed-scaling update on the device
+ * (backends/fp8.h). The casts use the GPU's conversion instructions
+ * (saturating, round to nearest even); the GPU test checks them against
+ * fp8.h's software conversions. */
+#include <cuda_fp8.h>
+
+#include "cuda_common.cuh"
+
+__device__ inline uint8_t to_fp8(float v, accel__fp8_format f) {
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == ACCEL_FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+/* amax: one integer atomicMax per warp on the f32 bits (they order as
+ * integers for values >= 0); a NaN of x is not counted. */
+__global__ void fp8_quantize_k(uint8_t *q, uint8_t *qt, const float *x, int64_t rows, int64_t cols,
+                               accel__fp8_format f, const float *scale, float *amax) {
+    const float s = *scale;
+    float m = 0.0f;
+    GRID_STRIDE(i, rows * cols) {
+        float v = x[i];
+        m = fmaxf(m, fabsf(v));
+        uint8_t b = to_fp8(v * s, f);
+        q[i] = b;
+        if (qt) qt[(i % cols) * rows + i / cols] = b;
+    }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) atomicMax((unsigned int *)amax, __float_as_uint(m));
+}
+
+extern "C" accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
+                                                 int64_t cols, accel__fp8_format f, const float *scale, float *amax) {
+    if (!rows || !cols) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    fp8_quantize_k<<<blocks_for(rows * cols), KTHREADS, 0, s>>>(q, q_t, x, rows, cols, f, scale, amax);
+    return launched(index, "fp8_quantize");
+}
+
+/* One thread: the history is at most a few thousand floats. */
+__global__ void fp8_update_k(accel__fp8_scaling *s, float *history, float *amax, accel__fp8_format f) {
+    accel__fp8_scaling st = *s;
+    accel__fp8_update(&st, history, *amax, f);
+    *s = st;
+    *amax = 0.0f;
+}
+
+extern "C" accel_status accel__cuda_fp8_update(int index, accel__fp8_scaling *s, float *history, float *amax,
+                                               accel__fp8_format f) {
+    cudaStream_t st = accel__cuda_enter(index);
+    fp8_update_k<<<1, 1, 0, st>>>(s, history, amax, f);
+    return launched(index, "fp8_update");
+}

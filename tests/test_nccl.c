@@ -1,0 +1,133 @@
+/* The NCCL process-group backend through the Accelerator (ctest label gpu).
+ *
+ *   test_nccl          one rank: ACCEL_DIST_BACKEND=nccl with WORLD_SIZE=1
+ *                      (a real one-rank NCCL communicator, not the local
+ *                      "self" group): reduce, broadcast and gather of tensors
+ *                      on cuda:0.
+ *   test_nccl multi    N ranks, N = the number of GPUs (NCCL refuses two
+ *                      ranks on one GPU), one per GPU, forked on loopback:
+ *                      the same collectives, checked against every rank's
+ *                      known contribution. Skipped with fewer than 2 GPUs.
+ *
+ * A rank is a fresh process (fork, then exec of this program): CUDA cannot be
+ * used in a child forked after the parent touched it. Without a GPU or
+ * without NCCL in the build it prints the reason and exits 77 (skipped). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/accelerator.h"
+#include "accel/core.h"
+#include "accel/dist.h"
+#include "check.h"
+#include "dist_group.h"
+#ifdef ACCEL_HAVE_CUDA
+#include "backends/cuda/cuda_internal.h"
+#endif
+
+enum { SKIP = 77, N = 1031 };
+
+/* x[i] = rank + i / N on the accelerator's device. */
+static accel_tensor *rank_tensor(accel_device dev, int rank) {
+    float host[N];
+    for (int i = 0; i < N; i++) host[i] = (float)rank + (float)i / N;
+    accel_tensor *t = accel_empty_on(ACCEL_F32, 1, (int64_t[]){N}, dev);
+    CHECK(t && accel_tensor_from_host(t, host) == ACCEL_OK);
+    return t;
+}
+
+/* The collectives of one rank of a group of `world`. */
+static void check_collectives(int world) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return;
+    int rank = accel_accelerator_process_index(acc);
+    accel_device dev = accel_accelerator_device(acc);
+    CHECK(accel_accelerator_num_processes(acc) == world);
+    CHECK_MSG(dev.type == ACCEL_DEV_CUDA && dev.index == rank, "rank %d runs on %s", rank,
+              accel_device_str(dev, (char[16]){0}, 16));
+    CHECK_STR_CONTAINS(accel_pg_backend(accel_dist_default_group()), "nccl");
+    accel_tensor *x = rank_tensor(dev, rank);
+    float got[N * DIST_GROUP_MAX];
+
+    /* sum over ranks: world * i / N + world (world - 1) / 2 */
+    accel_tensor *s = accel_accelerator_reduce(acc, x, "sum", 1.0);
+    CHECK_MSG(s != NULL, "%s", accel_last_error());
+    if (s && accel_to_floats(s, got) == ACCEL_OK)
+        for (int i = 0; i < N; i += 97)
+            CHECK_CLOSE(got[i], world * ((float)i / N) + world * (world - 1) / 2.0f, 1e-5, 1e-5);
+
+    /* broadcast from the last rank */
+    accel_tensor *b = accel_accelerator_broadcast(acc, x, world - 1);
+    CHECK_MSG(b != NULL, "%s", accel_last_error());
+    if (b && accel_to_floats(b, got) == ACCEL_OK)
+        for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[i], (float)(world - 1) + (float)i / N, 0, 0);
+
+    /* gather: every rank's tensor in rank order */
+    accel_tensor *g = accel_accelerator_gather(acc, x);
+    CHECK_MSG(g != NULL, "%s", accel_last_error());
+    if (g) {
+        CHECK(accel_numel(g) == (int64_t)world * N);
+        if (accel_to_floats(g, got) == ACCEL_OK)
+            for (int r = 0; r < world; r++)
+                for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[r * N + i], (float)r + (float)i / N, 0, 0);
+    }
+    accel_step_reset();
+    accel_accelerator_free(acc);
+}
+
+/* ---- one process per rank */
+
+static int rank_main(void) {
+    check_collectives(accel_dist_world_size());
+    return check_summary();
+}
+
+static char g_self[4096];
+
+/* The child of dist_group_fork: becomes a fresh rank process. */
+static int exec_rank(int rank, int world) {
+    (void)rank, (void)world;
+    execl(g_self, g_self, "rank", (char *)NULL);
+    perror("test_nccl: exec");
+    return 1;
+}
+
+static int run_group(int world) {
+    dist_group g = {.world = world, .one_machine = true, .timeout = "60", .env_name = "ACCEL_DIST_BACKEND",
+                    .env_value = "nccl", .kill_after_s = 120};
+    int st[DIST_GROUP_MAX];
+    dist_group_run(&g, exec_rank, st);
+    int failed = 0;
+    for (int r = 0; r < world; r++)
+        if (!dist_exited_ok(st[r])) fprintf(stderr, "rank %d failed (status %d)\n", r, st[r]), failed++;
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "rank")) return rank_main();
+#if !defined(ACCEL_HAVE_NCCL)
+    (void)run_group;
+    printf("SKIP: this build has no NCCL process-group backend (no CUDA toolkit or no NCCL found)\n");
+    return SKIP;
+#else
+    ssize_t len = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
+    if (len <= 0) return perror("readlink /proc/self/exe"), 1;
+    g_self[len] = 0;
+    /* The parent only counts the GPUs: every rank is a new process. */
+    int gpus = accel_device_count(ACCEL_DEV_CUDA);
+    if (gpus == 0) {
+        printf("SKIP: no CUDA device: %s\n", accel__cuda_unavailable_reason());
+        return SKIP;
+    }
+    bool multi = argc > 1 && !strcmp(argv[1], "multi");
+    if (multi && gpus < 2) {
+        printf("SKIP: %d GPU: the multi-rank NCCL test needs 2 or more (NCCL allows one rank per GPU)\n", gpus);
+        return SKIP;
+    }
+    int world = multi ? (gpus < DIST_GROUP_MAX ? gpus : DIST_GROUP_MAX) : 1;
+    printf("test_nccl: %d rank%s over %d GPU%s\n", world, world > 1 ? "s" : "", gpus, gpus > 1 ? "s" : "");
+    return run_group(world);
+#endif
+}
