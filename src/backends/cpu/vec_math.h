@@ -16,24 +16,6 @@
 #define ACCEL__VEC_MATH __attribute__((optimize("no-trapping-math")))
 #else
 #define ACCEL__VEC_MATH
-/* bf16 bits of f rounded to nearest even, NaN kept quiet: the same bits as
- * accel_f32_to_bf16, written with integer selects only so that `omp simd`
- * loops over it vectorise. ACCEL__VEC_MATH as its callers: GCC does not
- * inline between functions whose optimize attributes differ. */
-ACCEL__VEC_MATH static inline uint16_t accel__bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
-}
-
-ACCEL__VEC_MATH static inline float accel__bf16_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 #endif
 
 /* expf without a call: x = n ln2 + r (Cody-Waite), Cephes' degree-6
