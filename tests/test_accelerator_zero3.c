@@ -19,6 +19,7 @@
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the wrap units a policy made */
 #include "check.h"
+#include "tiny_llama.h"
 
 static int N, R;
 static int S; /* the ranks a unit is sharded over: N, or this machine's under HYBRID_SHARD */
@@ -31,21 +32,6 @@ static accel_module *mlp(uint64_t seed) {
                           accel_linear_new(7, 7, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_relu_module_new(),
                           accel_linear_new(7, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
     return accel_sequential_new(5, l);
-}
-
-static accel_module *llama(uint64_t seed) {
-    accel_manual_seed(seed);
-    accel_llama_config c = accel_llama_config_default();
-    c.vocab_size = 40;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.max_position_embeddings = 16;
-    c.tie_word_embeddings = true;
-    c.torch_dtype = ACCEL_F32;
-    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
 /* The reductions sum in different orders (reduce-scatter per unit and micro-
@@ -271,7 +257,7 @@ static double bf16_plain_loss(accel_module *ref, bool is_llama) {
 
 static void check_equivalence(bool is_llama, int want_units) {
     const char *what = is_llama ? "llama" : "mlp";
-    accel_module *z = is_llama ? llama(100 + (uint64_t)R) : mlp(100 + (uint64_t)R), *ref = is_llama ? llama(100) : mlp(100);
+    accel_module *z = is_llama ? tiny_llama(100 + (uint64_t)R) : mlp(100 + (uint64_t)R), *ref = is_llama ? tiny_llama(100) : mlp(100);
     accel_optimizer *zo = optimizer(z), *ro = optimizer(ref);
     int64_t total = accel_module_num_params(ref);
     CHECK(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK);
@@ -342,7 +328,7 @@ static void test_activation_checkpointing(void) {
     double loss[2][3];
     for (int run = 0; run < 2; run++) {
         A->fsdp.activation_checkpointing = run == 0;
-        m[run] = llama(100 + (uint64_t)R);
+        m[run] = tiny_llama(100 + (uint64_t)R);
         accel_optimizer *o = optimizer(m[run]);
         CHECK(accel_accelerator_prepare(A, m[run], o, NULL, NULL) == ACCEL_OK);
         CHECK(accel_module_find(m[run], "model.layers.1")->gradient_checkpointing == (run == 0));
@@ -372,7 +358,7 @@ static void test_llama_wrap_policies(void) {
     check_equivalence(true, 1);
     A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
     snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "GPT2Block, Block");
-    accel_module *m = llama(1);
+    accel_module *m = tiny_llama(1);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "could not find the transformer layer class");
     CHECK_STR_CONTAINS(accel_last_error(), "GPT2Block, Block");
@@ -392,7 +378,7 @@ static void test_persistence_threshold(void) {
     A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
     A->fsdp.persistence_threshold = 20;
     check_equivalence(true, 4);
-    accel_module *m = llama(2);
+    accel_module *m = tiny_llama(2);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     int persistent = -1;
     for (int k = 0; k < A->models[0].n_units; k++)

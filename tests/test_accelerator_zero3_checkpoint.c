@@ -25,6 +25,7 @@
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the state-dict type, the merge */
 #include "check.h"
+#include "tiny_llama.h"
 #include "core/core_internal.h" /* accel__tensor_write_bytes */
 
 static int N, R;
@@ -40,22 +41,6 @@ static accel_module *mlp(uint64_t seed, int hidden) {
                           accel_linear_new(hidden, hidden, true, ACCEL_CPU_DEVICE, ACCEL_F32),
                           accel_relu_module_new(), accel_linear_new(hidden, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
     return accel_sequential_new(5, l);
-}
-
-/* A two-layer Llama with tied embeddings (an alias in its state dict). */
-static accel_module *llama(uint64_t seed) {
-    accel_manual_seed(seed);
-    accel_llama_config c = accel_llama_config_default();
-    c.vocab_size = 40;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.max_position_embeddings = 16;
-    c.tie_word_embeddings = true;
-    c.torch_dtype = ACCEL_F32;
-    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
 static accel_optimizer *optimizer(accel_module *m) {
@@ -101,7 +86,7 @@ typedef struct run {
 } run;
 
 static run start(bool is_llama, uint64_t seed, int hidden) {
-    run r = {is_llama ? llama(seed) : mlp(seed, hidden), NULL, is_llama};
+    run r = {is_llama ? tiny_llama(seed) : mlp(seed, hidden), NULL, is_llama};
     r.o = optimizer(r.m);
     CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK);
     CHECK(accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
