@@ -82,17 +82,11 @@ int main(int argc, char **argv) {
            (long long)peak_size, dname);
 
     accel_manual_seed(0);
-    accel_llama_config cfg = bench_llama_config(&a);
-    accel_module *model = accel_llama_new(&cfg, dev);
-    if (!model) fail("accel_llama_new");
-    accel_tensor **params = NULL;
-    int np = accel_module_parameters(model, &params);
-    if (np <= 0) fail("accel_module_parameters");
-    accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, params, &hp);
-    if (!opt) fail("accel_optimizer_new_params");
-    if (accel_accelerator_prepare_model(acc, model) != ACCEL_OK) fail("accel_accelerator_prepare_model");
-    if (accel_accelerator_prepare_optimizer(acc, opt) != ACCEL_OK) fail("accel_accelerator_prepare_optimizer");
+    accel_module *model;
+    accel_optimizer *opt;
+    int64_t n_params;
+    const char *failed = bench_llama_training(acc, &a, dev, &model, &opt, &n_params);
+    if (failed) fail(failed);
 
     int64_t B = a.B, T = a.T, C = a.C, L = a.L, F = a.F, V = a.V;
     int64_t *host_ids = malloc((size_t)(B * T) * sizeof *host_ids);
@@ -143,7 +137,6 @@ int main(int argc, char **argv) {
     free(t_step);
     free(t_cpu);
     accel_optimizer_free(opt);
-    accel_free(params);
     accel_tensor_free(ids);
     accel_accelerator_free(acc);
     accel_module_free(model);

@@ -86,17 +86,11 @@ int main(int argc, char **argv) {
     double peak_best, peak = sgemm_peak(2048, 1536, 512, &peak_best);
 
     accel_manual_seed(0);
-    accel_llama_config cfg = bench_llama_config(&a);
-    accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
-    if (!model) fail("accel_llama_new");
-    accel_tensor **params = NULL;
-    int np = accel_module_parameters(model, &params);
-    if (np <= 0) fail("accel_module_parameters");
-    accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
-    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, params, &hp);
-    if (!opt) fail("accel_optimizer_new_params");
-    if (accel_accelerator_prepare_model(acc, model) != ACCEL_OK) fail("accel_accelerator_prepare_model");
-    if (accel_accelerator_prepare_optimizer(acc, opt) != ACCEL_OK) fail("accel_accelerator_prepare_optimizer");
+    accel_module *model;
+    accel_optimizer *opt;
+    int64_t n_params;
+    const char *failed = bench_llama_training(acc, &a, ACCEL_CPU_DEVICE, &model, &opt, &n_params);
+    if (failed) fail(failed);
 
     /* Random ids from a fixed seed (an LCG, independent of the library RNG). */
     int64_t ishape[2] = {B, T};
@@ -109,8 +103,6 @@ int main(int argc, char **argv) {
     }
 
     /* Model FLOPs. Matmul parameters: all but the embedding and the norms. */
-    int64_t n_params = 0;
-    for (int i = 0; i < np; i++) n_params += accel_numel(params[i]);
     int64_t n_mm = L * (4 * C * C + 3 * C * F) + C * V;
     double tokens = (double)(B * T);
     double flops = 6.0 * (double)n_mm * tokens + 6.0 * 2.0 * (double)L * (double)B * (double)T * (double)T * (double)C;
@@ -170,7 +162,6 @@ int main(int argc, char **argv) {
     free(t_rst);
     free(t_cpu);
     accel_optimizer_free(opt);
-    accel_free(params);
     accel_tensor_free(ids);
     accel_accelerator_free(acc);
     accel_module_free(model);

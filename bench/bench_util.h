@@ -106,4 +106,26 @@ static accel_llama_config bench_llama_config(const bench_llama_args *a) {
     return cfg;
 }
 
+/* The bench's Llama (cfg of the parsed sizes; seed it first) on dev with its
+ * AdamW (lr 1e-4), both prepared by acc. Returns NULL, or the name of the
+ * call that failed. *n_params: the parameter count. The caller frees both. */
+static inline const char *bench_llama_training(accel_accelerator *acc, const bench_llama_args *a, accel_device dev,
+                                               accel_module **model, accel_optimizer **opt, int64_t *n_params) {
+    accel_llama_config cfg = bench_llama_config(a);
+    *opt = NULL;
+    if (!(*model = accel_llama_new(&cfg, dev))) return "accel_llama_new";
+    accel_tensor **params = NULL;
+    int np = accel_module_parameters(*model, &params);
+    if (np <= 0) return "accel_module_parameters";
+    *n_params = 0;
+    for (int i = 0; i < np; i++) *n_params += accel_numel(params[i]);
+    accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
+    *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, params, &hp);
+    accel_free(params);
+    if (!*opt) return "accel_optimizer_new_params";
+    if (accel_accelerator_prepare_model(acc, *model) != ACCEL_OK) return "accel_accelerator_prepare_model";
+    if (accel_accelerator_prepare_optimizer(acc, *opt) != ACCEL_OK) return "accel_accelerator_prepare_optimizer";
+    return NULL;
+}
+
 #endif
