@@ -1,28 +1,33 @@
 /* Activation checkpointing: gradients bit-identical to the run without it
- * (f32, bf16 autocast, dropout), fewer nodes saved, grad-ready hooks once per
- * parameter, refusals. */
+ * (f32, bf16 autocast, dropout), fewer nodes saved, a lower step-arena peak,
+ * grad-ready hooks once per parameter, refusals. */
 #include "accel/accel.h"
 #include "check.h"
 
-static accel_module *small_llama(void) {
+static accel_module *llama(int layers, int hidden, int intermediate) {
     accel_manual_seed(7);
     accel_llama_config c = accel_llama_config_default();
     c.vocab_size = 40;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_hidden_layers = 3;
+    c.hidden_size = hidden;
+    c.intermediate_size = intermediate;
+    c.num_hidden_layers = layers;
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
-    c.max_position_embeddings = 16;
+    c.max_position_embeddings = 64;
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
-static accel_tensor *ids(void) {
-    int64_t v[2 * 7];
-    for (int i = 0; i < 14; i++) v[i] = (i * 11 + 3) % 40;
-    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 7), v);
+static accel_module *small_llama(void) { return llama(3, 16, 24); }
+
+/* A [B, T] batch of token ids (B * T <= 256). */
+static accel_tensor *tokens(int64_t B, int64_t T) {
+    int64_t v[256];
+    for (int i = 0; i < B * T; i++) v[i] = (i * 11 + 3) % 40;
+    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), v);
 }
+
+static accel_tensor *ids(void) { return tokens(2, 7); }
 
 /* Every parameter's gradient of a and b, byte for byte. */
 static bool same_grads(accel_module *a, accel_module *b) {
@@ -70,6 +75,37 @@ static void check_llama(accel_dtype dt) {
 
 static void test_llama_f32(void) { check_llama(ACCEL_F32); }
 static void test_llama_bf16_autocast(void) { check_llama(ACCEL_BF16); }
+
+/* The step arena's high-water mark over one training step of m. */
+static size_t step_peak(accel_module *m) {
+    accel_step_reset();
+    accel_tensor *loss = accel_llama_loss(m, tokens(4, 64));
+    CHECK(loss != NULL && accel_backward(loss) == ACCEL_OK);
+    size_t peak = accel_arena_peak(accel_step_arena());
+    accel_step_reset();
+    return peak;
+}
+
+/* Checkpointed, the forward keeps each layer's output only (its
+ * intermediates are freed as it returns) and the backward holds one layer's
+ * recompute and its gradients at a time. Plain, a layer keeps ~20 [B, T, C]
+ * tensors' worth (two norms, q/k/v and their RoPE, the attention
+ * probabilities [B, H, T, T] = 4 of them here, the MLP's gate/up/product at
+ * 2C each, the residual sums) against 1 checkpointed: with 4 layers the plain
+ * peak is ~4 layers' activations plus the last one's gradients, the
+ * checkpointed ~4 outputs plus one layer's recompute and gradients, about a
+ * third (the embedding, logits and loss are common to both). 60% is the bound
+ * with margin; it was 147% before the arena rewinds. */
+static void test_arena_peak_lower(void) {
+    accel_module *plain = llama(4, 64, 128), *ckpt = llama(4, 64, 128);
+    CHECK(accel_module_set_gradient_checkpointing(ckpt, true) == ACCEL_OK);
+    size_t p = step_peak(plain), c = step_peak(ckpt);
+    fprintf(stderr, "step arena peak: %zu plain, %zu checkpointed (%.1f%%)\n", p, c, 100.0 * c / p);
+    CHECK_MSG(c < p * 6 / 10, "checkpointed peak %zu bytes is not below 60%% of the plain %zu", c, p);
+    CHECK(same_grads(plain, ckpt));
+    accel_module_free(plain);
+    accel_module_free(ckpt);
+}
 
 /* fc1 -> relu -> dropout(0.3) -> fc2 */
 static accel_tensor *drop_forward(accel_module *m, accel_tensor *x) {
@@ -176,6 +212,7 @@ static void test_refusals(void) {
 int main(void) {
     RUN(test_llama_f32);
     RUN(test_llama_bf16_autocast);
+    RUN(test_arena_peak_lower);
     RUN(test_dropout_same_mask);
     RUN(test_grad_ready_once);
     RUN(test_no_grad_records_nothing);

@@ -100,6 +100,29 @@ static void test_arena_reuse(void) {
     accel_arena_destroy(a);
 }
 
+/* A rewind frees what came after its mark, chunks pushed since included; the
+ * peak remembers it, and the reset sizes the next step's chunk from the peak,
+ * so an alike step that rewinds does not grow the arena again. */
+static void test_arena_mark_rewind(void) {
+    accel_arena *a = accel_arena_create(1024);
+    for (int step = 0; step < 3; step++) {
+        char *keep = accel_arena_alloc(a, 100, 16);
+        size_t used = accel_arena_used(a);
+        accel_arena_mark m = accel_arena_mark_now(a);
+        for (int i = 0; i < 50; i++) CHECK(accel_arena_alloc(a, 1000, 64) != NULL);
+        CHECK(accel_arena_peak(a) >= 50000);
+        accel_arena_rewind(a, m);
+        CHECK(accel_arena_used(a) == used && accel_arena_peak(a) >= 50000);
+        CHECK((char *)accel_arena_alloc(a, 8, 16) == keep + 112); /* the freed memory is handed out again */
+        size_t cap = accel_arena_capacity(a);
+        if (step > 0) CHECK(cap >= 50000);
+        accel_arena_reset(a);
+        CHECK(accel_arena_peak(a) == 0 && accel_arena_used(a) == 0);
+        if (step > 0) CHECK(accel_arena_capacity(a) == cap); /* no growth after the first step */
+    }
+    accel_arena_destroy(a);
+}
+
 static void test_rng(void) {
     accel_rng r1, r2;
     accel_rng_init(&r1, 42);
@@ -177,6 +200,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
+    RUN(test_arena_mark_rewind);
     RUN(test_rng);
     RUN(test_print);
     RUN(test_null_generators);

@@ -1,7 +1,8 @@
 /* The promise of CONVENTIONS.md: a training step allocates nothing after the
  * first one. A counting allocator watches 4 steps of a small Llama (forward,
  * loss, backward, clip, AdamW step, zero_grad, step reset), with per-tensor
- * parameters and with flattened parameters and a flat optimizer. */
+ * parameters, with flattened parameters and a flat optimizer, and with
+ * activation checkpointing (its arena rewinds and its bounce buffer). */
 #include <stdlib.h>
 
 #include "accel/accel.h"
@@ -52,8 +53,9 @@ static void train(accel_module *m, accel_optimizer *opt, long allocs[4]) {
     CHECK(last < first); /* it trains */
 }
 
-static void test_per_tensor_params(void) {
+static void check_per_tensor_params(bool checkpointing) {
     accel_module *m = small_llama();
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
     accel_tensor **ps;
     int n = accel_module_parameters(m, &ps);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-2);
@@ -66,6 +68,9 @@ static void test_per_tensor_params(void) {
     accel_free(ps);
     accel_module_free(m);
 }
+
+static void test_per_tensor_params(void) { check_per_tensor_params(false); }
+static void test_checkpointed(void) { check_per_tensor_params(true); }
 
 static void test_flat_params(void) {
     accel_module *m = small_llama();
@@ -90,6 +95,7 @@ int main(void) {
     accel_set_allocator(&a);
     RUN(test_per_tensor_params);
     RUN(test_flat_params);
+    RUN(test_checkpointed);
     accel_thread_cleanup();
     accel_set_allocator(NULL);
     return check_summary();

@@ -91,9 +91,13 @@ void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx);
  * same mask), and back-propagates through that: gradients are bit-identical
  * to a run without checkpointing. Grad-ready hooks fire for params as for
  * any node's inputs, once the walk has passed their first use; fn must not
- * use leaves requiring grad other than x and params. ctx must live until the
- * backward (e.g. in the step arena). Without grad to record, it is fn(ctx, x).
- * Returns the output (a step tensor), NULL on error. */
+ * use tensors requiring grad other than x and params. Step memory: what fn
+ * allocates in the step arena is freed when it returns (an arena rewind; the
+ * output is a copy made after it), and the recompute's when its backward is
+ * done, so one call's intermediates live at a time. ctx must live until the
+ * backward (e.g. in the step arena, allocated before the call). Without grad
+ * to record, it is fn(ctx, x). Returns the output (a step tensor), NULL on
+ * error. */
 typedef accel_tensor *(*accel_activation_checkpoint_fn)(void *ctx, accel_tensor *x);
 accel_tensor *accel_activation_checkpoint(accel_activation_checkpoint_fn fn, void *ctx, accel_tensor *x, int n_params,
                                accel_tensor *const *params);

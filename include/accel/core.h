@@ -317,8 +317,23 @@ void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align);
  * alike allocates nothing from the second step on. */
 void accel_arena_reset(accel_arena *a);
 size_t accel_arena_used(const accel_arena *a);
+/* The high-water mark of accel_arena_used since creation or the last reset. */
+size_t accel_arena_peak(const accel_arena *a);
 size_t accel_arena_capacity(const accel_arena *a);
 uint32_t accel_arena_generation(const accel_arena *a);
+
+/* A position in an arena. accel_arena_rewind(a, m) frees everything allocated
+ * since accel_arena_mark_now(a) returned m (marks nest like a stack; m and
+ * every later mark must be of the current generation, not yet rewound past).
+ * Memory from after the mark is invalid afterwards: step tensors too. The
+ * peak keeps counting what was freed. */
+typedef struct accel_arena_mark {
+    void *chunk;
+    size_t used, below;
+    uint32_t gen;
+} accel_arena_mark;
+accel_arena_mark accel_arena_mark_now(const accel_arena *a);
+void accel_arena_rewind(accel_arena *a, accel_arena_mark m);
 
 /* The calling thread's step arena (created on first use). */
 accel_arena *accel_step_arena(void);

@@ -243,19 +243,30 @@ static accel_tensor *recompute(const checkpoint_ctx *c, accel_tensor *xs) {
     return ys;
 }
 
-/* Backward of a checkpoint node: recompute on a nested tape, back-propagate g
- * through it, hand x its gradient. The nested pass fires no grad-ready hook
- * (the outer walk fires them for node->more, the parameters) and leaves the
- * outer pass's leaf stamps as they were. */
-static accel_status checkpoint_backward(accel_node *n, accel_tensor *g) {
-    const checkpoint_ctx *c = n->ctx;
-    accel_tensor *x = n->inputs[0], *xs = accel_alias(x); /* a leaf of the recomputed graph */
-    leaf_stamp *stamps = accel_arena_alloc(accel_step_arena(), (size_t)node_arity(n) * sizeof *stamps, 8);
-    if (!xs || !stamps) return accel_last_status();
-    xs->requires_grad = x->requires_grad;
-    for (int k = 0; k < node_arity(n); k++)
-        if (node_input(n, k)) stamps[k] = (leaf_stamp){node_input(n, k)->ag_first_use, node_input(n, k)->ag_gen};
+/* *slot: the step-arena gradient t would get from the recompute's pass (an
+ * input without one yet that is not a persistent leaf), allocated before the
+ * arena mark so that it outlives the rewind; NULL when t needs none. False on
+ * out of memory. */
+static bool grad_slot(const accel_tensor *t, accel_tensor **slot) {
+    *slot = NULL;
+    if (!t || !t->requires_grad || t->grad || (is_leaf(t) && !(t->flags & ACCEL_TF_ARENA))) return true;
+    *slot = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+    return *slot != NULL;
+}
 
+/* Moves t's gradient from the recompute's arena memory into its slot. */
+static accel_status keep_grad(accel_tensor *t, accel_tensor *slot) {
+    if (!slot || !t->grad) return ACCEL_OK;
+    accel_status st = accel_copy_(slot, t->grad);
+    t->grad = slot;
+    return st;
+}
+
+/* The recompute and its backward, on a tape of their own, firing no
+ * grad-ready hook (the outer walk fires them for node->more, the parameters).
+ * x gets its gradient from xs's. */
+static accel_status recompute_backward(const checkpoint_ctx *c, accel_tensor *x, accel_tensor *xs, accel_tensor *g,
+                                       accel_tensor *x_slot) {
     tape outer = tl_tape;
     tl_tape = (tape){.gen = outer.gen, .pass = outer.pass};
     accel_grad_ready_fn ready = tl_ready_fn;
@@ -265,13 +276,45 @@ static accel_status checkpoint_backward(accel_node *n, accel_tensor *g) {
     tl_ready_fn = ready;
     outer.pass = tl_tape.pass;
     tl_tape = outer;
+    if (st != ACCEL_OK || !xs->grad) return st;
+    if (!x_slot) return accel_grad_accumulate(x, xs->grad);
+    if (accel_copy_(x_slot, xs->grad) != ACCEL_OK) return accel_last_status();
+    x->grad = x_slot; /* the first gradient of x: a copy, as accel_grad_accumulate does */
+    return ACCEL_OK;
+}
 
-    for (int k = 0; k < node_arity(n); k++)
+/* Backward of a checkpoint node: recompute on a nested tape, back-propagate g
+ * through it, hand x its gradient; then free the recompute's step memory (an
+ * arena rewind), so that one unit's activations live at a time. The gradients
+ * that outlive it (x's, and those of arena parameters) get slots allocated
+ * before the mark. The outer pass's leaf stamps are left as they were. */
+static accel_status checkpoint_backward(accel_node *n, accel_tensor *g) {
+    const checkpoint_ctx *c = n->ctx;
+    int arity = node_arity(n);
+    accel_arena *a = accel_step_arena();
+    accel_tensor *x = n->inputs[0], *xs = accel_alias(x); /* a leaf of the recomputed graph */
+    leaf_stamp *stamps = accel_arena_alloc(a, (size_t)arity * sizeof *stamps, 8);
+    accel_tensor **slots = accel_arena_alloc(a, (size_t)arity * sizeof *slots, 8);
+    if (!xs || !stamps || !slots) return accel_last_status();
+    xs->requires_grad = x->requires_grad;
+    for (int k = 0; k < arity; k++) {
+        accel_tensor *in = node_input(n, k);
+        if (!grad_slot(in, &slots[k])) return accel_last_status();
+        if (in) stamps[k] = (leaf_stamp){in->ag_first_use, in->ag_gen};
+    }
+
+    accel_arena_mark mark = accel_arena_mark_now(a);
+    accel_status st = recompute_backward(c, x, xs, g, slots[0]);
+    for (int k = 1; k < arity && st == ACCEL_OK; k++)
+        if (node_input(n, k)) st = keep_grad(node_input(n, k), slots[k]);
+    xs->grad = NULL;
+    accel_arena_rewind(a, mark);
+
+    for (int k = 0; k < arity; k++)
         if (node_input(n, k)) {
             node_input(n, k)->ag_first_use = stamps[k].first_use;
             node_input(n, k)->ag_gen = stamps[k].gen;
         }
-    if (st == ACCEL_OK && xs->grad) st = accel_grad_accumulate(x, xs->grad);
     return st;
 }
 
@@ -289,11 +332,14 @@ accel_tensor *accel_activation_checkpoint(accel_activation_checkpoint_fn fn, voi
     if (!c || !more) return NULL;
     *c = (checkpoint_ctx){fn, ctx, *accel_default_rng(), accel_autocast_dtype()};
     for (int i = 0; i < n_params; i++) more[i] = params[i];
+    /* The forward's intermediates are freed at once: only the output is kept
+     * (a tensor of the node's own; y may be x itself, or a parameter). */
+    accel_arena_mark mark = accel_arena_mark_now(a);
     bool grad = accel_set_grad_enabled(false);
     accel_tensor *y = fn(ctx, x);
     accel_set_grad_enabled(grad);
-    /* The node needs an output of its own: y may be x itself, or a parameter. */
-    accel_tensor *out = y ? accel_alias(y) : NULL;
+    accel_tensor *out = y ? accel__rewind_keeping(mark, y) : NULL;
+    if (!y) accel_arena_rewind(a, mark);
     if (!out) return NULL;
     accel_node *node = record_node("checkpoint", checkpoint_backward, out, 1, &x, n_params, more);
     if (!node) return NULL;

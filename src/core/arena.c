@@ -7,6 +7,7 @@
 
 #include "accel/core.h"
 #include "backends/backend.h"
+#include "core/core_internal.h"
 
 typedef struct chunk {
     struct chunk *next;
@@ -17,6 +18,8 @@ typedef struct chunk {
 struct accel_arena {
     chunk *head;       /* chunk being filled; older chunks follow via next */
     size_t initial;
+    size_t below;      /* bytes used in the chunks after head */
+    size_t peak;       /* high-water of accel_arena_used since the last reset */
     uint32_t gen;
     struct accel_arena *next_live; /* registry of all arenas (freed at exit) */
     struct accel_arena *prev_live;
@@ -103,19 +106,39 @@ void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align) {
         chunk *n = chunk_new(cap);
         if (!n) return NULL;
         n->next = c;
+        a->below += c->used;
         a->head = n;
         c = n;
         off = 0;
     }
     c->used = off + bytes;
+    if (a->below + c->used > a->peak) a->peak = a->below + c->used;
     return c->data + off;
 }
 
-size_t accel_arena_used(const accel_arena *a) {
-    if (!a) return 0;
-    size_t u = 0;
-    for (chunk *c = a->head; c; c = c->next) u += c->used;
-    return u;
+size_t accel_arena_used(const accel_arena *a) { return a ? a->below + a->head->used : 0; }
+
+size_t accel_arena_peak(const accel_arena *a) { return a ? a->peak : 0; }
+
+accel_arena_mark accel_arena_mark_now(const accel_arena *a) {
+    return a ? (accel_arena_mark){a->head, a->head->used, a->below, a->gen} : (accel_arena_mark){0};
+}
+
+void accel_arena_rewind(accel_arena *a, accel_arena_mark m) {
+    if (!a || !m.chunk) return;
+    ACCEL_ASSERT(m.gen == a->gen);
+    /* Chunks pushed since the mark go; the reset after the step sizes its one
+     * chunk from the peak, so the next step does not push them again. */
+    while (a->head != m.chunk) {
+        chunk *c = a->head;
+        ACCEL_ASSERT(c->next != NULL);
+        a->head = c->next;
+        accel_free(c->data);
+        accel_free(c);
+    }
+    ACCEL_ASSERT(m.used <= a->head->used);
+    a->head->used = m.used;
+    a->below = m.below;
 }
 
 size_t accel_arena_capacity(const accel_arena *a) {
@@ -130,10 +153,12 @@ uint32_t accel_arena_generation(const accel_arena *a) { return a ? a->gen : 0; }
 void accel_arena_reset(accel_arena *a) {
     if (!a) return;
     a->gen++;
-    if (a->head->next) {
-        /* Grew this step: replace the chunks by one of the high-water size plus
-         * slack for alignment, so the next alike step fits without allocating. */
-        size_t want = accel_arena_used(a);
+    size_t want = a->peak;
+    a->below = a->peak = 0;
+    if (a->head->next || want > a->head->cap) {
+        /* Grew this step (a rewind may have freed the chunks already): replace
+         * the chunks by one of the high-water size plus slack for alignment, so
+         * the next alike step fits without allocating. */
         want += want / 8 + 4096;
         chunk *n = chunk_new(want);
         if (n) {
@@ -171,6 +196,7 @@ void accel_step_reset(void) {
 }
 
 void accel_thread_cleanup(void) {
+    accel__bounce_free();
     accel_arena_destroy(tl_step_arena);
     tl_step_arena = NULL;
 }

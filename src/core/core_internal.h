@@ -43,6 +43,13 @@ accel_status accel__tensor_alloc_uninit(accel_tensor *t, accel_device dev, accel
  * accel__device_free. */
 void *accel__device_alloc(accel_device dev, size_t bytes, bool zeroed, const char *op);
 void accel__device_free(accel_device dev, void *p);
+/* Rewinds the step arena to m, keeping y (which may lie in the memory freed):
+ * returns a new contiguous step tensor with y's values, allocated after the
+ * rewind. The copy goes through a per-thread persistent buffer that grows to
+ * the largest y, so alike steps allocate nothing; accel__bounce_free releases
+ * it (accel_thread_cleanup). NULL + error on failure (the arena is rewound). */
+accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y);
+void accel__bounce_free(void);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);

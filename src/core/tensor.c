@@ -411,6 +411,58 @@ accel_tensor *accel_alias(const accel_tensor *t) {
     return accel_view_raw(t, t->ndim, t->shape, t->stride, 0);
 }
 
+/* ---- keeping a step tensor across an arena rewind */
+
+/* The calling thread's bounce buffer: persistent memory on one device, grown
+ * to the largest tensor kept so far, so that alike steps allocate nothing. */
+static _Thread_local struct {
+    void *data;
+    size_t cap;
+    accel_device dev;
+} tl_bounce;
+
+void accel__bounce_free(void) {
+    accel__device_free(tl_bounce.dev, tl_bounce.data);
+    tl_bounce.data = NULL;
+    tl_bounce.cap = 0;
+}
+
+/* A step header over the bounce buffer, shaped like t. */
+static accel_tensor *bounce_like(const accel_tensor *t) {
+    size_t nb = accel_nbytes(t);
+    if (!tl_bounce.data || tl_bounce.cap < nb || !accel_device_eq(tl_bounce.dev, t->device)) {
+        accel__bounce_free();
+        tl_bounce.data = accel__device_alloc(t->device, nb, false, "accel__rewind_keeping");
+        if (!tl_bounce.data) return NULL;
+        tl_bounce.cap = nb;
+        tl_bounce.dev = t->device;
+    }
+    accel_tensor *b = accel__arena_header(t->dtype, t->ndim, t->shape, t->device);
+    if (b) b->data = tl_bounce.data;
+    return b;
+}
+
+accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y) {
+    accel_arena *a = accel_step_arena();
+    if (!accel_tensor_check(y, "accel__rewind_keeping", "y")) {
+        accel_arena_rewind(a, m);
+        return NULL;
+    }
+    bool meta = y->device.type == ACCEL_DEV_META;
+    accel_tensor *b = meta ? NULL : bounce_like(y);
+    bool ok = meta || (b && accel_copy_(b, y) == ACCEL_OK);
+    accel_dtype dt = y->dtype;
+    int ndim = y->ndim;
+    int64_t shape[ACCEL_MAX_DIMS];
+    memcpy(shape, y->shape, (size_t)ndim * sizeof *shape);
+    accel_device dev = y->device;
+    accel_arena_rewind(a, m); /* y and b die here; the bounce memory does not */
+    accel_tensor *out = ok ? accel_empty_on(dt, ndim, shape, dev) : NULL;
+    if (!out || meta) return out;
+    b = bounce_like(out);
+    return b && accel_copy_(out, b) == ACCEL_OK ? out : NULL;
+}
+
 /* ---- moving bytes between devices */
 
 /* n bytes from src (on device from) to dst (on device to), contiguous both. */

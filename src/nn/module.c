@@ -308,14 +308,34 @@ static accel_tensor *ops_forward(void *m, accel_tensor *x) {
     return ((accel_module *)m)->ops->forward(m, x);
 }
 
+static int count_tensors(const accel_module *m) {
+    int n = m->n_tensors;
+    for (int i = 0; i < m->n_children; i++) n += count_tensors(m->children[i]);
+    return n;
+}
+
+/* Appends m's parameters requiring grad not in arr[0..n) yet (a tied one
+ * once), m's own first, then its children's, as the state dict orders them. */
+static int collect_params(const accel_module *m, accel_tensor **arr, int n) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        accel_tensor *t = m->tensors[i].t;
+        if (m->tensors[i].is_buffer || !t || !t->requires_grad) continue;
+        bool seen = false;
+        for (int k = 0; k < n && !seen; k++) seen = arr[k] == t;
+        if (!seen) arr[n++] = t;
+    }
+    for (int i = 0; i < m->n_children; i++) n = collect_params(m->children[i], arr, n);
+    return n;
+}
+
+/* The parameter list goes in the step arena: a checkpointed module runs
+ * every step, and a step allocates nothing from the system after the first. */
 accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn body, void *ctx, accel_tensor *x) {
     if (!m->gradient_checkpointing || !x) return body(ctx, x);
-    accel_tensor **params;
-    int n = accel__module_unique_tensors(m, true, &params);
-    if (n < 0) return NULL;
-    accel_tensor *y = accel_activation_checkpoint(body, ctx, x, n, params);
-    accel_free(params);
-    return y;
+    int cap = count_tensors(m);
+    accel_tensor **params = accel_arena_alloc(accel_step_arena(), (size_t)(cap ? cap : 1) * sizeof *params, 8);
+    if (!params) return NULL;
+    return accel_activation_checkpoint(body, ctx, x, collect_params(m, params, 0), params);
 }
 
 accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable) {
