@@ -17,7 +17,8 @@
  *     impl=accel mode=sync|no_sync world=N threads=P tokens_per_s=... step_ms_median=...
  * where step_ms_median is the largest of the ranks' median step times and
  * tokens_per_s = world * B * T / step_ms_median (tokens of all ranks).
- * bench/ddp.sh parses it. */
+ * bench/ddp.sh parses it. Every rank also prints "rank R peak_rss_mb=M zero_stage=S"
+ * (its getrusage peak; the ZeRO stage comes from the launcher, bench/zero.sh). */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,11 @@ int main(int argc, char **argv) {
                t_bwd[it] * 1e3, t_opt[it] * 1e3, t_cpu[it] * 1e3, flt1 - flt0, loss_v);
         fflush(stdout);
     }
+    /* Peak resident memory of this rank (the ZeRO bench compares strategies by it). */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("rank %d peak_rss_mb=%.1f zero_stage=%d\n", rank, ru.ru_maxrss / 1024.0, accel_accelerator_zero_stage(acc));
+    fflush(stdout);
     /* Per-rank medians, gathered: the job is as fast as its slowest rank. */
     int64_t one = 4;
     accel_tensor *mine = accel_tensor_new(ACCEL_F32, 1, &one, ACCEL_CPU_DEVICE);

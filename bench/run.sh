@@ -9,6 +9,7 @@ cmake --build build -j2 >/dev/null
 BUILD_DIR=build bash bench/llama_step.sh
 ./build/bin/bench_matmul bench/results/matmul.md
 bash bench/ddp.sh
+bash bench/zero.sh
 bash bench/device_layer.sh
 bash bench/dist_bench.sh build
 bash bench/bench_bigmodel.sh build

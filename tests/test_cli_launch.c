@@ -188,6 +188,14 @@ static void test_env_contract(void) {
                           "ACCEL_GRADIENT_ACCUMULATION_STEPS=4\n", "ACCEL_ZERO_STAGE=3\n", "ACCEL_JOB_SECRET="};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
     CHECK(!strstr(OUT, "ACCEL_DEBUG_MODE=1"));
+    /* OMP_WAIT_POLICY: PASSIVE unless the user chose (libgomp's spinning beside OpenBLAS) */
+    const char *unset[] = {"OMP_WAIT_POLICY", NULL};
+    CHECK(run(a, unset) == 0);
+    CHECK_STR_CONTAINS(OUT, "OMP_WAIT_POLICY=PASSIVE\n");
+    const char *active[] = {"OMP_WAIT_POLICY=ACTIVE", NULL};
+    CHECK(run(a, active) == 0);
+    CHECK_STR_CONTAINS(OUT, "OMP_WAIT_POLICY=ACTIVE\n");
+    CHECK(!strstr(OUT, "OMP_WAIT_POLICY=PASSIVE"));
     /* --debug, --cpu */
     const char *b[] = {ACCEL, "launch", "--cpu", "--debug", "--num-processes=3", WORKER, "env", NULL};
     CHECK(run(b, NULL) == 0);

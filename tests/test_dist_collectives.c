@@ -267,6 +267,49 @@ static void test_arg_errors(void) {
     CHECK(accel_pg_barrier(PG) == ACCEL_OK);
 }
 
+/* The backend a subgroup must get: self alone, shm on one machine, tcp across (or when forced). */
+static const char *sub_backend(int size, bool one_machine) {
+    const char *forced = getenv("ACCEL_DIST_BACKEND");
+    if (size == 1) return "self";
+    if (forced && !strcmp(forced, "tcp")) return "tcp";
+    return one_machine ? "shm" : "tcp";
+}
+
+/* accel_pg_split: the ranks of one parity, ranked in reverse (key -rank);
+ * then the ranks of each machine. Sums and an asynchronous all_gather stay
+ * within the subgroup, which lives beside the parent. */
+static void test_split(void) {
+    if (!strcmp(accel_pg_backend(PG), "mpi")) {
+        CHECK(accel_pg_split(PG, 0, 0) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "subgroups of a mpi group are not implemented");
+        accel_clear_error();
+        return;
+    }
+    int parity = R % 2, top = (N - 1) % 2 == parity ? N - 1 : N - 2, size = (top - parity) / 2 + 1;
+    int machine_first = R - accel_dist_local_rank(), local_n = accel_dist_local_world_size();
+    accel_pg *sub = accel_pg_split(PG, parity, -R);
+    CHECK_MSG(sub != NULL, "accel_pg_split: %s", accel_last_error());
+    if (!sub) return;
+    CHECK(accel_pg_size(sub) == size && accel_pg_rank(sub) == (top - R) / 2);
+    bool one_machine = local_n == N; /* the parity groups span the machines of a multi-machine job */
+    CHECK_MSG(!strcmp(accel_pg_backend(sub), sub_backend(size, one_machine)), "subgroup backend %s",
+              accel_pg_backend(sub));
+    double v = R + 1, want = 0;
+    for (int r = parity; r < N; r += 2) want += r + 1;
+    CHECK(accel_pg_all_reduce(sub, &v, 1, ACCEL_F64, ACCEL_REDUCE_SUM) == ACCEL_OK && v == want);
+    int32_t me = R, all[8] = {0};
+    accel_work *w = accel_pg_all_gather_async(sub, &me, all, 1, ACCEL_I32);
+    CHECK(accel_pg_barrier(PG) == ACCEL_OK); /* the parent works while the subgroup's gather is in flight */
+    CHECK(w && accel_work_wait(w) == ACCEL_OK);
+    accel_work_free(w);
+    for (int k = 0; k < size; k++) CHECK(all[k] == top - 2 * k);
+    accel_pg_free(sub);
+    accel_pg *machine = accel_pg_split(PG, machine_first, R);
+    CHECK(machine && accel_pg_size(machine) == local_n && accel_pg_rank(machine) == R - machine_first);
+    if (machine) CHECK(!strcmp(accel_pg_backend(machine), sub_backend(local_n, true)));
+    accel_pg_free(machine);
+}
+
 int main(void) {
     CHECK(!accel_dist_is_initialized());
     if (accel_dist_init() != ACCEL_OK) {
@@ -294,6 +337,7 @@ int main(void) {
     RUN(test_bytes);
     RUN(test_async);
     RUN(test_arg_errors);
+    RUN(test_split);
     accel_dist_finalize();
     CHECK(accel_dist_is_initialized()); /* one reference left */
     CHECK(accel_pg_barrier(PG) == ACCEL_OK);

@@ -34,11 +34,14 @@ if(TARGET accel_cli)
       PASS_REGULAR_EXPRESSION "zero_stage=${stage} world=${world} shard=${shard} padded=${padded} state_floats=[0-9]+/132 mp=${mp} accum=${accum} clip=${clip}\n.*0 failed"
       FAIL_REGULAR_EXPRESSION "${_zfail}")
   endforeach()
-  # HYBRID_SHARD is refused with a message naming what to use.
-  add_test(NAME accelerator_zero_hybrid_refused
-           COMMAND ${_z} --quiet --num_processes 2 --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD ${_zp})
-  set_tests_properties(accelerator_zero_hybrid_refused PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1"
-    PASS_REGULAR_EXPRESSION "ACCEL_FSDP_SHARDING_STRATEGY=HYBRID_SHARD asks for HYBRID_SHARD.*use FULL_SHARD \\(ZeRO stage 3\\)")
+  # HYBRID_SHARD_ZERO2 on two "machines" over loopback (2 processes each):
+  # shards of 64 (this machine's 2 ranks), not 32 (all 4); equal to DDP.
+  add_test(NAME accelerator_zero_hybrid_2x2
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines.sh $<TARGET_FILE:accel_cli>
+                   --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD_ZERO2 ${_zp})
+  set_tests_properties(accelerator_zero_hybrid_2x2 PROPERTIES TIMEOUT 180 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60"
+    PASS_REGULAR_EXPRESSION "zero_stage=2 world=4 shard=64 padded=128 state_floats=[0-9]+/132 mp=no accum=1 clip=0\n"
+    FAIL_REGULAR_EXPRESSION "${_zfail}|machine [01] failed")
 endif()
 
 # The seed's workflow 3: bf16 + ZeRO-2 + accumulation 4 on 2 processes

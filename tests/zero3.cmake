@@ -40,12 +40,9 @@ if(TARGET accel_cli)
     list(GET f 9 ckpt)
     list(GET f 10 extra)
     string(REPLACE "," ";" extra "${extra}")
-    # RUN_SERIAL: test_backward_memory reads which pages the asynchronous
-    # gathers have written at points between units; another test's load
-    # decided it twice.
-    set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE
+    set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "${_z3env};${extra}"
-      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard} persist=0 ckpt=${ckpt}\n"
+      PASS_REGULAR_EXPRESSION "zero3 world=${world} mp=${mp} accum=${accum} clip=${clip} wrap=${wrap} fwd_prefetch=${fwd} bwd_prefetch=${bwd} reshard=${reshard} persist=0 ckpt=${ckpt} shard_world=${world}\n"
       FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
   endforeach()
 endif()
@@ -55,7 +52,7 @@ if(TARGET accel_cli)
   add_test(NAME accelerator_zero3_ds_persist_2
            COMMAND ${_z3} --num_processes 2 --deepspeed_config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero/ds_zero3_persist.json ${_z3p})
   set_tests_properties(accelerator_zero3_ds_persist_2 PROPERTIES TIMEOUT 180 ENVIRONMENT "${_z3env}"
-    PASS_REGULAR_EXPRESSION "zero3 world=2 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=20 ckpt=0\n"
+    PASS_REGULAR_EXPRESSION "zero3 world=2 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=20 ckpt=0 shard_world=2\n"
     FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
 endif()
 
@@ -123,4 +120,22 @@ if(TARGET accel_cli)
            COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 0 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory_bad_count PROPERTIES
     PASS_REGULAR_EXPRESSION "argument --num_processes: expected a count >= 1")
+endif()
+
+# HYBRID_SHARD on two "machines" over loopback (2 processes each): units
+# sharded over a machine's 2 ranks, gradients averaged across the machines;
+# training equals DDP over all 4 (f32, and bf16 with bf16 gathers).
+if(TARGET accel_cli)
+  set(_z3two bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines.sh $<TARGET_FILE:accel_cli>)
+  add_test(NAME accelerator_zero3_hybrid_2x2 COMMAND ${_z3two} --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD ${_z3p})
+  add_test(NAME accelerator_zero3_hybrid_bf16_2x2
+           COMMAND ${_z3two} --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD --mixed_precision bf16 ${_z3p})
+  foreach(t hybrid_2x2:no hybrid_bf16_2x2:bf16)
+    string(REPLACE ":" ";" f "${t}")
+    list(GET f 0 name)
+    list(GET f 1 mp)
+    set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 240 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60"
+      PASS_REGULAR_EXPRESSION "zero3 world=4 mp=${mp} accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=0 ckpt=0 shard_world=2\n"
+      FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:|machine [01] failed")
+  endforeach()
 endif()

@@ -75,6 +75,20 @@ accel_pg *accel_dist_default_group(void);
  * timeout messages (e.g. "gather_for_metrics"); NULL clears. Copied (47 chars). */
 void accel_dist_set_op_label(const char *label);
 
+/* ------------------------------------------------------------ subgroups */
+
+/* Splits `parent` as MPI_Comm_split does (collective over parent: every rank
+ * calls it, in the same order as its other collectives): the ranks passing
+ * the same `color` form a new group, ranked by `key` then by parent rank.
+ * Its members on one machine talk through shared memory, across machines
+ * through tcp; a subgroup of one is a local group. The caller owns the result
+ * (accel_pg_free); NULL + error on failure (every member then fails, none
+ * hangs past ACCEL_DIST_TIMEOUT). The parent's backend must be shm, tcp or self. */
+accel_pg *accel_pg_split(accel_pg *parent, int color, int key);
+/* Waits for its asynchronous work, a final barrier (collective over pg), frees
+ * it. NULL and the default group (accel_dist_finalize's) are no-ops. */
+void accel_pg_free(accel_pg *pg);
+
 /* ------------------------------------------------------------ group queries */
 
 int accel_pg_rank(const accel_pg *pg);

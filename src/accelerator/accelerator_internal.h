@@ -39,6 +39,7 @@ typedef struct accel__unit {
     bool persistent;       /* the tensors under persistence_threshold: always gathered, re-gathered after a step */
     accel__unit_state state;
     accel_work *gather;    /* in flight while GATHERING */
+    bool gather16;         /* that gather moves bf16 (widened to f32 in place when it finishes) */
     accel_work *reduce;    /* the gradient reduce-scatter in flight */
     int pending;           /* leaves whose gradient this backward has not finished */
 } accel__unit;
@@ -65,6 +66,7 @@ typedef struct accel__model {
     int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
     float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] */
     float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates) */
+    uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
     bool order_done;
     int unhooked;          /* stage 3: 1 + a unit whose gradient came while it was not gathered, else 0 */
@@ -139,6 +141,12 @@ struct accel_accelerator {
     int64_t save_iteration; /* save_state calls in this run */
 
     int zero_stage;         /* 0 (DDP), 1, 2 or 3 */
+    /* The ranks ZeRO shards over: every rank, or under HYBRID_SHARD(_ZERO2)
+     * the ranks of this machine; replica_pg (NULL unless hybrid on several
+     * machines) holds this rank's counterparts on the other machines, whose
+     * shards equal this one's (gradients averaged across it). */
+    accel_pg *shard_pg, *replica_pg;
+    int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
     double clip;            /* gradient_clipping applied in optimizer_step (0: none) */
 
@@ -161,9 +169,13 @@ typedef struct accel__zero_cfg {
     int mp;                  /* -1: no opinion, else accel_mixed_precision */
     int accum;               /* 0: no opinion */
     int64_t bucket_bytes;    /* 0: no opinion */
+    bool hybrid;             /* HYBRID_SHARD(_ZERO2): shard within a machine */
     accel__fsdp_cfg fsdp;    /* stage 3 */
 } accel__zero_cfg;
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *out);
+/* shard_pg / replica_pg (collective: hybrid splits the group into machines). */
+accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid);
+void accel__zero_groups_free(accel_accelerator *acc);
 /* Shard bounds and the stage-2 gradient shard of a freshly flattened model. */
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm);
 /* Frees what zero_model_prepare made; under stage 3 the full parameters come
@@ -175,6 +187,9 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
 void accel__zero_release(accel_accelerator *acc, int i);
 /* Drops optimizer i's shard bookkeeping without touching the optimizer (it is being freed). */
 void accel__zero_forget(accel_accelerator *acc, int i);
+/* Hybrid sharding: a piece of the gradient shard, averaged in place with the
+ * same piece on the other machines (collective over replica_pg; no-op without). */
+accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n);
 /* Stage 2: reduce-scatter (AVG) of the f32 gradients into zgrad, all-reduce of the rest. */
 accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm);
 /* After the shard step: every rank's updated shard to everyone (in place). */

@@ -150,6 +150,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->fsdp = zc.fsdp;
     acc->clip = zc.clip;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
+    if (accel__zero_groups(acc, zc.hybrid)) return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;
 }
@@ -158,6 +159,7 @@ void accel_accelerator_free(accel_accelerator *acc) {
     if (!acc) return;
     accel__tracking_detach(acc);
     accel_accelerator_clear(acc);
+    accel__zero_groups_free(acc);
     accel_free(acc->project_dir);
     accel_free(acc);
     accel_dist_finalize();

@@ -184,7 +184,8 @@ static double clip_shard(accel_accelerator *acc, accel__model *pm, double max_no
     accel_tensor h;
     accel_tensor *g = grad_view(&h, pm->zgrad, pm->zn, pm->fp->buffers[ACCEL_F32].device);
     double part = accel_grad_norm_partial(g, norm_type);
-    if (accel_pg_all_reduce(acc->pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
+    /* over the shard group: under hybrid sharding the other machines hold the same shards */
+    if (accel_pg_all_reduce(acc->shard_pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
         return NAN;
     double total = accel_grad_norm_finish(part, norm_type);
     double coef = accel_clip_coef(total, max_norm);

@@ -46,12 +46,12 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
     if (st) return st;
     if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    int64_t shard = b->n ? b->numel / acc->world : 0;
+    int64_t shard = b->n ? b->numel / acc->shard_world : 0;
     pm->units = accel_calloc(1, sizeof *pm->units);
     if (!pm->units) return accel_last_status();
     pm->n_units = 1;
     pm->units[0] = (accel__unit){.shard = shard, .count = b->n, .state = ACCEL__UNIT_GATHERED};
-    pm->zlo = (int64_t)acc->rank * shard;
+    pm->zlo = (int64_t)acc->shard_rank * shard;
     pm->zhi = pm->zlo + shard;
     pm->zn = shard;
     if (pm->zero_stage == 2 && pm->ddp && shard) {
@@ -73,7 +73,7 @@ void accel__zero_model_release(accel_accelerator *acc, accel__model *pm) {
 
 /* Start of this rank's piece of unit u in the flat buffer. */
 static int64_t piece_lo(const accel_accelerator *acc, const accel__unit *u) {
-    return u->lo + (int64_t)acc->rank * u->shard;
+    return u->lo + (int64_t)acc->shard_rank * u->shard;
 }
 
 /* Where flat-buffer element pos lives in this rank's shard, or -1 (another rank's). */
@@ -105,16 +105,23 @@ static accel_status gather_shards(accel_accelerator *acc, accel__model *pm, cons
     accel_status st = ACCEL_OK;
     for (int k = 0; k < pm->n_units && !st; k++) {
         const accel__unit *u = &pm->units[k];
-        if (acc->world > 1) st = accel_pg_all_gather(acc->pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
+        if (acc->shard_world > 1)
+            st = accel_pg_all_gather(acc->shard_pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
         else memcpy(full + u->lo, local + u->zoff, (size_t)u->shard * sizeof(float));
     }
     return st;
 }
 
+accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n) {
+    if (!acc->replica_pg || !n) return ACCEL_OK;
+    return accel_pg_all_reduce(acc->replica_pg, piece, (size_t)n, ACCEL_F32, ACCEL_REDUCE_AVG);
+}
+
 /* Stage 2: the f32 gradients reduce-scattered (AVG) in place, so this rank's
  * block [zlo, zhi) of `full` holds its averaged shard. On a staged device the
  * group works on the shared host buffer ddp.c made (grad_stage), and only the
- * block comes back. */
+ * block comes back. Under hybrid sharding the block is then averaged across
+ * the machines. */
 static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *pm, accel_tensor *full,
                                          accel_tensor *mine) {
     void *stage = pm->grad_stage[ACCEL_F32];
@@ -122,7 +129,9 @@ static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *p
     float *host = accel__stage_to_host(full, stage, true);
     if (!host) return accel_last_status();
     accel_status st =
-        accel_pg_reduce_scatter(acc->pg, host, host + pm->zlo, (size_t)accel_numel(mine), ACCEL_F32, ACCEL_REDUCE_AVG);
+        accel_pg_reduce_scatter(acc->shard_pg, host, host + pm->zlo, (size_t)accel_numel(mine), ACCEL_F32,
+                                ACCEL_REDUCE_AVG);
+    if (!st) st = accel__zero_replica_average(acc, host + pm->zlo, accel_numel(mine));
     return accel__stage_end(mine, host + pm->zlo, st, true, false);
 }
 
@@ -153,9 +162,9 @@ accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm) {
     if (pm->zero_stage == 3) return accel__zero3_after_step(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    if (!b->n || acc->world == 1) return ACCEL_OK;
+    if (!b->n || acc->shard_world == 1) return ACCEL_OK;
     accel_tensor mine, full;
-    return accel__staged_all_gather(acc->pg, accel__flat_view(&mine, b, b->params, pm->zlo, pm->zhi - pm->zlo),
+    return accel__staged_all_gather(acc->shard_pg, accel__flat_view(&mine, b, b->params, pm->zlo, pm->zhi - pm->zlo),
                                     accel__flat_view(&full, b, b->params, 0, b->numel));
 }
 

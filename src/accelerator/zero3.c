@@ -256,7 +256,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
         int r = find_root(p->parent, p->of_tensor[t]);
         if (unit_of_mod[r] < 0) unit_of_mod[r] = nu++;
     }
-    int64_t page = page_elems(), pad = 16 * (int64_t)acc->world, cursor = 0, zoff = 0;
+    int64_t page = page_elems(), pad = 16 * (int64_t)acc->shard_world, cursor = 0, zoff = 0;
     int k = 0;
     for (int u = 0; u < nu; u++) {
         accel__unit *un = &pm->units[u];
@@ -270,11 +270,11 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
             end = offsets[k - 1] + accel_numel(b->tensors[t]);
         }
         un->count = k - un->first;
-        un->shard = round_up(end - un->lo, pad) / acc->world;
+        un->shard = round_up(end - un->lo, pad) / acc->shard_world;
         un->zoff = zoff;
         un->state = ACCEL__UNIT_GATHERED;
         zoff += un->shard;
-        cursor = un->lo + un->shard * acc->world;
+        cursor = un->lo + un->shard * acc->shard_world;
     }
     int64_t numel = round_up(cursor ? cursor : 1, page);
     float *params = host_reserve(numel), *grads = params ? host_reserve(numel) : NULL;
@@ -343,6 +343,8 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
     pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
     pm->reducing = -1;
     if (!pm->zparams || !pm->zgrad || !pm->order) return accel_last_status();
+    if (acc->mp == ACCEL_MP_BF16 && !(pm->zsend16 = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(uint16_t))))
+        return accel_last_status();
     return ACCEL_OK;
 }
 
@@ -352,45 +354,78 @@ static float *full_params(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].
 static float *full_grads(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].grads; }
 
 static int64_t unit_span(const accel_accelerator *acc, const accel__unit *u) {
-    return round_up(u->shard * acc->world, page_elems());
+    return round_up(u->shard * acc->shard_world, page_elems());
 }
 
 static float *my_piece(const accel_accelerator *acc, float *full, const accel__unit *u) {
-    return full + u->lo + (int64_t)acc->rank * u->shard;
+    return full + u->lo + (int64_t)acc->shard_rank * u->shard;
 }
 
-static accel_status finish_gather(accel__unit *u) {
+/* A bf16 gather lands in the upper half of the unit's f32 range: h[k] at
+ * byte 2n + 2k of the range's 4n. Widening upward in place never overwrites
+ * what is still to be read (f[k] ends at byte 4k + 3 < 2n + 2(k + 1)). */
+static uint16_t *bf16_landing(float *unit, int64_t n) { return (uint16_t *)unit + n; }
+
+static void host_widen_bf16(float *unit, int64_t n) {
+    const uint16_t *h = bf16_landing(unit, n);
+    for (int64_t k = 0; k < n; k++) unit[k] = accel_bf16_to_f32(h[k]);
+}
+
+static void host_narrow_bf16(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t k = 0; k < n; k++) dst[k] = accel_f32_to_bf16(src[k]);
+}
+
+static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = accel_work_wait(u->gather);
     accel_work_free(u->gather);
     u->gather = NULL;
+    if (!st && u->gather16) host_widen_bf16(full_params(pm) + u->lo, u->shard * acc->shard_world);
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
     return st;
 }
 
-/* Starts unit u's all-gather (a no-op unless released). */
-static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+/* Whether a gather for compute moves bf16 (FSDP's MixedPrecision(param_dtype=
+ * bf16)): the forward and backward then see the masters rounded to bf16. */
+static bool gathers_bf16(const accel__model *pm) { return pm->zsend16 != NULL; }
+
+/* Starts unit u's all-gather (a no-op unless released): in bf16 when `exact`
+ * is false and the run is bf16 (half the traffic), else the f32 masters. */
+static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, bool exact) {
     if (u->state != ACCEL__UNIT_RELEASED) return ACCEL_OK;
     const float *mine = pm->zparams + u->zoff;
-    if (acc->world == 1) {
-        memcpy(full_params(pm) + u->lo, mine, (size_t)u->shard * sizeof(float));
+    float *dst = full_params(pm) + u->lo;
+    u->gather16 = !exact && gathers_bf16(pm);
+    if (u->gather16) host_narrow_bf16(pm->zsend16 + u->zoff, mine, u->shard);
+    if (acc->shard_world == 1) {
+        if (u->gather16) {
+            memcpy(bf16_landing(dst, u->shard), pm->zsend16 + u->zoff, (size_t)u->shard * sizeof(uint16_t));
+            host_widen_bf16(dst, u->shard);
+        } else {
+            memcpy(dst, mine, (size_t)u->shard * sizeof(float));
+        }
         u->state = ACCEL__UNIT_GATHERED;
         return ACCEL_OK;
     }
-    u->gather = accel_pg_all_gather_async(acc->pg, mine, full_params(pm) + u->lo, (size_t)u->shard, ACCEL_F32);
+    if (u->gather16)
+        u->gather = accel_pg_all_gather_async(acc->shard_pg, pm->zsend16 + u->zoff,
+                                              bf16_landing(dst, u->shard * acc->shard_world), (size_t)u->shard,
+                                              ACCEL_BF16);
+    else
+        u->gather = accel_pg_all_gather_async(acc->shard_pg, mine, dst, (size_t)u->shard, ACCEL_F32);
     if (!u->gather) return accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
     u->state = ACCEL__UNIT_GATHERING;
     return ACCEL_OK;
 }
 
-static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    accel_status st = launch_gather(acc, pm, u);
-    if (!st && u->state == ACCEL__UNIT_GATHERING) st = finish_gather(u);
+static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, bool exact) {
+    accel_status st = launch_gather(acc, pm, u, exact);
+    if (!st && u->state == ACCEL__UNIT_GATHERING) st = finish_gather(acc, pm, u);
     return st;
 }
 
 /* Gives unit u's full parameters back (the persistent unit keeps them). */
 static accel_status release(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(u) : ACCEL_OK;
+    accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, u) : ACCEL_OK;
     if (u->persistent) return st;
     host_drop(full_params(pm) + u->lo, unit_span(acc, u));
     u->state = ACCEL__UNIT_RELEASED;
@@ -428,9 +463,9 @@ static accel_status pre_backward(accel_node *n, accel_tensor *g) {
     hook_ctx *c = n->ctx;
     accel__model *pm = accel__find_model(c->acc, c->model);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
-    accel_status st = gather(c->acc, pm, &pm->units[c->unit]);
+    accel_status st = gather(c->acc, pm, &pm->units[c->unit], false);
     accel__unit *next = order_neighbour(pm, c->unit, -1); /* backward runs the units in reverse */
-    if (!st && next && c->acc->fsdp.backward_prefetch) st = launch_gather(c->acc, pm, next);
+    if (!st && next && c->acc->fsdp.backward_prefetch) st = launch_gather(c->acc, pm, next, false);
     return st ? st : accel_grad_accumulate(n->inputs[0], g);
 }
 
@@ -440,9 +475,9 @@ static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
     accel__model *pm = accel__find_model(c->acc, c->model);
     if (st || !pm) return st;
     record_order(pm, c->unit);
-    st = gather(c->acc, pm, &pm->units[c->unit]);
+    st = gather(c->acc, pm, &pm->units[c->unit], false);
     accel__unit *next = order_neighbour(pm, c->unit, 1);
-    if (!st && next && c->acc->fsdp.forward_prefetch) st = launch_gather(c->acc, pm, next);
+    if (!st && next && c->acc->fsdp.forward_prefetch) st = launch_gather(c->acc, pm, next, false);
     return st;
 }
 
@@ -522,8 +557,9 @@ void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
     pm->reduce_status = ACCEL_OK;
 }
 
-/* Waits for unit u's reduce-scatter, adds this rank's piece into the
- * gradient shard and gives the full gradient pages back. */
+/* Waits for unit u's reduce-scatter, averages this rank's piece across the
+ * machines under hybrid sharding, adds it into the gradient shard and gives
+ * the full gradient pages back. */
 static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = ACCEL_OK;
     if (u->reduce) {
@@ -531,6 +567,9 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
         accel_work_free(u->reduce);
         u->reduce = NULL;
     }
+    /* even after a failure here, so the other machines' ranks are not left waiting */
+    accel_status rst = accel__zero_replica_average(acc, my_piece(acc, full_grads(pm), u), u->shard);
+    if (!st) st = rst;
     if (!st) host_add(pm->zgrad + u->zoff, my_piece(acc, full_grads(pm), u), u->shard);
     host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
     return st;
@@ -548,11 +587,11 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
         if (!st) st = st2;
         pm->reducing = -1;
     }
-    if (acc->world == 1) {
+    if (acc->shard_world == 1) {
         accel_status st2 = finish_reduce(acc, pm, u);
         return st ? st : st2;
     }
-    u->reduce = accel_pg_reduce_scatter_async(acc->pg, full_grads(pm) + u->lo, my_piece(acc, full_grads(pm), u),
+    u->reduce = accel_pg_reduce_scatter_async(acc->shard_pg, full_grads(pm) + u->lo, my_piece(acc, full_grads(pm), u),
                                               (size_t)u->shard, ACCEL_F32, ACCEL_REDUCE_AVG);
     if (!u->reduce) return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
     pm->reducing = k;
@@ -617,7 +656,7 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
         accel_status st = release(acc, pm, u);
         if (!st && u->persistent) { /* the updated shards, to every rank now */
             u->state = ACCEL__UNIT_RELEASED;
-            st = gather(acc, pm, u);
+            st = gather(acc, pm, u, false);
         }
         if (!first) first = st;
     }
@@ -641,7 +680,9 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
         for (int k = 0; k < pm->n_units; k++) {
             accel__unit *u = &pm->units[k];
             if (u->reduce) finish_reduce(acc, pm, u);
-            if (pm->zparams) gather(acc, pm, u); /* collective: on a broken group the weights stay as they are */
+            if (u->gather) finish_gather(acc, pm, u);
+            u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
+            if (pm->zparams) gather(acc, pm, u, true); /* collective: on a broken group the weights stay as they are */
         }
         if (params && grads) {
             memcpy(params, b->params, (size_t)b->numel * sizeof(float));
@@ -659,11 +700,17 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
         }
     }
     accel_free(pm->zparams);
+    accel_free(pm->zsend16);
     pm->zparams = NULL;
+    pm->zsend16 = NULL;
 }
 
 accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {
-    return gather(acc, pm, &pm->units[u]);
+    accel__unit *un = &pm->units[u];
+    accel_status st = un->gather ? finish_gather(acc, pm, un) : ACCEL_OK;
+    un->state = ACCEL__UNIT_RELEASED; /* the f32 masters, even where a bf16 gather left rounded values */
+    accel_status st2 = gather(acc, pm, un, true);
+    return st ? st : st2;
 }
 
 accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u) {

@@ -673,8 +673,18 @@ static void full_file(char *out, size_t n, const char *dir, int i) {
     else snprintf(out, n, "%s/model_%d.safetensors", dir, i);
 }
 
+/* The formats here are laid out by global rank; under HYBRID_SHARD on several
+ * machines a rank's shard is its machine's (docs/accelerator.md). */
+static accel_status refuse_hybrid(const accel_accelerator *acc, const char *fn) {
+    if (!acc->replica_pg) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO-3 checkpoints under HYBRID_SHARD on several machines are "
+                           "not implemented; save the weights with accel_accelerator_save_model, or train with "
+                           "FULL_SHARD", fn);
+}
+
 accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed) {
     accel__model *pm = &acc->models[i];
+    if (refuse_hybrid(acc, "accel_accelerator_save_state")) return accel_last_status();
     if (!acc->fsdp.full_state_dict) return failed ? ACCEL_OK : save_model_sharded(acc, pm, dir);
     char path[PATHN + 64];
     full_file(path, sizeof path, dir, i);
@@ -745,6 +755,7 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
 
 accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir) {
     accel__model *pm = &acc->models[i];
+    if (refuse_hybrid(acc, "accel_accelerator_load_state")) return accel_last_status();
     char sub[PATHN + 64], path[2 * PATHN];
     model_subdir(sub, sizeof sub, dir, i);
     names nm;

@@ -15,14 +15,6 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
-static accel_status hybrid(const char *how) {
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           FN ": %s asks for HYBRID_SHARD (shard within a machine, replicate across machines), "
-                           "which accel does not implement yet; use FULL_SHARD (ZeRO stage 3) or SHARD_GRAD_OP "
-                           "(ZeRO stage 2)",
-                           how);
-}
-
 static accel_status check_stage(long v, const char *how, int *out) {
     if (v < 0 || v > 3)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: ZeRO stage must be 0, 1, 2 or 3 (got %ld)", how, v);
@@ -38,20 +30,18 @@ static accel_status parse_stage(const char *s, const char *how, int *out) {
     return check_stage(v, how, out);
 }
 
-/* FSDP's ShardingStrategy by name or by torch's enum value (1..5). */
-static accel_status parse_fsdp(const char *s, const char *how, int *out) {
-    static const struct { const char *name; int stage; } MAP[] = {
-        {"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}, {"HYBRID_SHARD", -1}, {"HYBRID_SHARD_ZERO2", 2},
+/* FSDP's ShardingStrategy by name or by torch's enum value (1..5); the
+ * HYBRID ones shard within a machine and replicate across machines. */
+static accel_status parse_fsdp(const char *s, const char *how, int *out, bool *hybrid) {
+    static const struct { const char *name; int stage; bool hybrid; } MAP[] = {
+        {"FULL_SHARD", 3, false}, {"SHARD_GRAD_OP", 2, false}, {"NO_SHARD", 0, false},
+        {"HYBRID_SHARD", 3, true}, {"HYBRID_SHARD_ZERO2", 2, true},
     };
     for (int k = 0; k < 5; k++) {
         char num[2] = {(char)('1' + k), 0};
         if (strcasecmp(s, MAP[k].name) && strcmp(s, num)) continue;
-        if (MAP[k].stage < 0) {
-            char why[160];
-            snprintf(why, sizeof why, "%s=%s", how, MAP[k].name);
-            return hybrid(why);
-        }
         *out = MAP[k].stage;
+        *hybrid = MAP[k].hybrid;
         return ACCEL_OK;
     }
     return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -278,10 +268,11 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
     else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);
-    else if (o->fsdp_sharding_strategy) st = parse_fsdp(o->fsdp_sharding_strategy, "opts.fsdp_sharding_strategy", &stage);
+    else if (o->fsdp_sharding_strategy)
+        st = parse_fsdp(o->fsdp_sharding_strategy, "opts.fsdp_sharding_strategy", &stage, &c->hybrid);
     else if (json_stage >= 0) stage = json_stage;
     else if (zs_env) st = parse_stage(zs_env, "ACCEL_ZERO_STAGE", &stage);
-    else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage);
+    else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage, &c->hybrid);
     if (st) return st;
     c->stage = stage;
     /* Stages 1-2 write the full model and consolidated optimizer state, not
@@ -308,4 +299,45 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0", v);
     }
     return offload_device(env("ACCEL_OFFLOAD_OPTIMIZER_DEVICE"), "offload_optimizer", NULL);
+}
+
+/* ---------------------------------------------------------------- groups */
+
+accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid) {
+    acc->shard_pg = acc->pg;
+    acc->shard_rank = acc->rank;
+    acc->shard_world = acc->world;
+    acc->replica_pg = NULL;
+    /* One machine: nothing to replicate across, HYBRID is FULL_SHARD / SHARD_GRAD_OP (as in torch). */
+    if (!hybrid || acc->local_world >= acc->world) return ACCEL_OK;
+    if (acc->local_world < 1 || acc->world % acc->local_world)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               FN ": HYBRID_SHARD needs the same number of processes on every machine (%d processes, "
+                               "%d on this machine)", acc->world, acc->local_world);
+    /* Within a machine (its first rank names it), then across machines (one per local rank). */
+    accel_pg *within = accel_pg_split(acc->pg, acc->rank - acc->local_rank, acc->local_rank);
+    accel_pg *across = within ? accel_pg_split(acc->pg, acc->local_rank, acc->rank) : NULL;
+    if (!across) {
+        accel_pg_free(within);
+        return accel_last_status();
+    }
+    if (accel_pg_size(within) != acc->local_world) {
+        accel_pg_free(across);
+        accel_pg_free(within);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               FN ": HYBRID_SHARD: this machine's group has %d processes, LOCAL_WORLD_SIZE says %d "
+                               "(the ranks of a machine must be consecutive)", accel_pg_size(within), acc->local_world);
+    }
+    acc->shard_pg = within;
+    acc->shard_rank = accel_pg_rank(within);
+    acc->shard_world = accel_pg_size(within);
+    acc->replica_pg = across;
+    return ACCEL_OK;
+}
+
+void accel__zero_groups_free(accel_accelerator *acc) {
+    if (acc->replica_pg) accel_pg_free(acc->shard_pg);
+    accel_pg_free(acc->replica_pg);
+    acc->shard_pg = acc->pg;
+    acc->replica_pg = NULL;
 }

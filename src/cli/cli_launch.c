@@ -195,6 +195,11 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         env_int(e, "OMP_NUM_THREADS", cores / local_n > 1 ? cores / local_n : 1);
     }
+    /* libgomp's default spin-wait after each parallel region keeps an OpenMP
+     * thread busy beside OpenBLAS's own threads: measured 2x slower Llama steps
+     * on 2 cores (bench/results/llama_step_profile.md). OpenMP reads this at
+     * load time, so only the launcher can set it; the user's value wins. */
+    if (!getenv("OMP_WAIT_POLICY")) env_add(e, "OMP_WAIT_POLICY", "PASSIVE");
     env_add(e, "ACCELERATE_MIXED_PRECISION", L->mixed_precision);
     env_add(e, "ACCEL_MIXED_PRECISION", L->mixed_precision);
     env_int(e, "ACCEL_GRADIENT_ACCUMULATION_STEPS", L->grad_accum);

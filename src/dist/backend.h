@@ -56,6 +56,10 @@ extern const accel__backend accel__backend_mpi;
 extern const accel__backend accel__backend_nccl;
 #endif
 
+/* The address other machines reach this one at (tcp.c): ACCEL_DIST_HOST_ADDR,
+ * else the local address of the route to MASTER_ADDR (127.0.0.1 on loopback). */
+accel_status accel__tcp_local_ip(char *out, size_t n);
+
 typedef struct accel__work_queue accel__work_queue;
 
 /* Where a rank is: the collective it runs (or ran last), what it called and

@@ -820,8 +820,8 @@ accel_status accel_dist_init(void) {
     return st;
 }
 
-static void destroy_default_group(void) {
-    accel_pg *pg = g_default;
+/* Waits for its asynchronous work, a final barrier (collective), frees it. */
+static void destroy_group(accel_pg *pg) {
     drain(pg);
     queue_destroy(pg);
     /* Before the barrier: a rank past it may init a new group at once, and
@@ -839,6 +839,10 @@ static void destroy_default_group(void) {
     }
     pg->be->finalize(pg);
     free(pg);
+}
+
+static void destroy_default_group(void) {
+    destroy_group(g_default);
     g_default = NULL;
 }
 
@@ -867,4 +871,135 @@ int accel_dist_world_size(void) { return g_default ? g_default->size : env_or(WO
 int accel_dist_local_rank(void) { return g_default ? g_default->local_rank : env_or(LRANK_VARS, accel_dist_rank()); }
 int accel_dist_local_world_size(void) {
     return g_default ? g_default->local_size : env_or(LWORLD_VARS, accel_dist_world_size());
+}
+
+/* ---------------------------------------------------------------- subgroups */
+
+/* What each rank of the parent tells the others when it splits. */
+typedef struct split_rec {
+    int32_t color, key, rank, machine; /* machine: the parent rank of its machine's first rank */
+    char host[64];
+} split_rec;
+
+/* Where a subgroup's leader serves the rendezvous store for its members. */
+typedef struct split_addr {
+    char ip[64];
+    int32_t port;
+} split_addr;
+
+/* a before b in the subgroup: by key, then by parent rank. */
+static bool split_before(const split_rec *a, const split_rec *b) {
+    return a->key != b->key ? a->key < b->key : a->rank < b->rank;
+}
+
+/* The members of `me`'s colour: the subgroup's rank and size, its leader's
+ * parent rank, whether they share one machine, and this rank's place on its
+ * machine among them. */
+static void split_place(const split_rec *all, int world, const split_rec *me, accel_pg *sub, int *leader,
+                        bool *one_machine) {
+    *leader = -1;
+    *one_machine = true;
+    for (int k = 0; k < world; k++) {
+        const split_rec *r = &all[k];
+        if (r->color != me->color) continue;
+        if (*leader < 0 || split_before(r, &all[*leader])) *leader = k;
+        *one_machine &= r->machine == me->machine && !strcmp(r->host, me->host);
+        sub->size++;
+        sub->rank += split_before(r, me);
+        bool mine = r->machine == me->machine && !strcmp(r->host, me->host);
+        sub->local_size += mine;
+        sub->local_rank += mine && split_before(r, me);
+    }
+}
+
+/* The leader opens the subgroup's store (on loopback when its members share
+ * a machine); every parent rank learns every leader's address (collective:
+ * every rank takes part, even after a local failure, so the parent stays
+ * matched). A subgroup of one needs none: *out stays NULL. */
+static accel_status split_store(accel_pg *parent, const accel_pg *sub, int leader, bool one_machine,
+                                accel__store **out) {
+    split_addr mine = {{0}, 0}, *addrs = calloc((size_t)parent->size, sizeof *addrs);
+    accel__store *store = NULL;
+    accel_status st = addrs ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, "accel_pg_split: out of memory");
+    if (!st && sub->rank == 0 && sub->size > 1) {
+        if (one_machine) snprintf(mine.ip, sizeof mine.ip, "127.0.0.1");
+        else st = accel__tcp_local_ip(mine.ip, sizeof mine.ip);
+        store = st ? NULL : accel__store_open(mine.ip, 0, true, getenv("ACCEL_JOB_SECRET"), parent->timeout_s);
+        if (!st && !store) st = accel_last_status();
+        if (store) mine.port = accel__store_port(store);
+    }
+    if (!addrs) return st;
+    accel_status gst = accel_pg_all_gather(parent, &mine, addrs, sizeof mine, ACCEL_U8);
+    if (!st) st = gst;
+    if (!st && sub->size > 1 && !addrs[leader].port)
+        st = accel_set_error(ACCEL_ERR_DIST, "accel_pg_split: rank %d (its subgroup's first) could not serve the "
+                             "subgroup's rendezvous", leader);
+    if (!st && sub->rank != 0) {
+        store = accel__store_open(addrs[leader].ip, addrs[leader].port, false, getenv("ACCEL_JOB_SECRET"),
+                                  parent->timeout_s);
+        if (!store) st = accel_last_status();
+    }
+    free(addrs);
+    if (st) accel__store_close(store);
+    else *out = store;
+    return st;
+}
+
+/* Shared memory when the members share a machine (ACCEL_DIST_BACKEND=tcp
+ * forces tcp), tcp otherwise; one member: self. */
+static const accel__backend *split_backend(const accel_pg *sub, bool one_machine) {
+    const char *forced = getenv("ACCEL_DIST_BACKEND");
+    if (sub->size == 1) return &accel__backend_self;
+    if (forced && !strcmp(forced, "tcp")) return &accel__backend_tcp;
+    return one_machine ? &accel__backend_shm : &accel__backend_tcp;
+}
+
+accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
+    if (!parent) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_pg_split: process group is NULL");
+        return NULL;
+    }
+    if (parent->be != &accel__backend_shm && parent->be != &accel__backend_tcp && parent->be != &accel__backend_self) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_pg_split: subgroups of a %s group are not implemented (shm, "
+                        "tcp and self groups split)", parent->be->name);
+        return NULL;
+    }
+    split_rec me = {color, key, parent->rank, parent->rank - parent->local_rank, {0}};
+    gethostname(me.host, sizeof me.host - 1);
+    split_rec *all = calloc((size_t)parent->size, sizeof *all);
+    accel_pg *sub = calloc(1, sizeof *sub);
+    if (!all || !sub) {
+        free(all);
+        free(sub);
+        accel_set_error(ACCEL_ERR_OOM, "accel_pg_split: out of memory");
+        return NULL;
+    }
+    accel_status st = accel_pg_all_gather(parent, &me, all, sizeof me, ACCEL_U8);
+    int leader = -1;
+    bool one_machine = true;
+    accel__store *store = NULL;
+    if (!st) {
+        split_place(all, parent->size, &me, sub, &leader, &one_machine);
+        sub->timeout_s = parent->timeout_s;
+        sub->debug = parent->debug;
+        sub->be = split_backend(sub, one_machine);
+        snprintf(sub->op_desc, sizeof sub->op_desc, "accel_pg_split");
+        st = split_store(parent, sub, leader, one_machine, &store);
+    }
+    free(all);
+    if (!st) {
+        st = sub->be->init(sub, store);
+        if (!st) st = sub->be->barrier(sub); /* every member is done with the store after it */
+        if (st) sub->be->finalize(sub);
+    }
+    accel__store_close(store);
+    if (st) {
+        free(sub);
+        return NULL;
+    }
+    return sub;
+}
+
+void accel_pg_free(accel_pg *pg) {
+    if (pg && pg != g_default) destroy_group(pg); /* the default group is accel_dist_finalize's */
 }

@@ -65,6 +65,7 @@ typedef struct conn {
 struct accel__store {
     int fd;                 /* client connection */
     double timeout_s;
+    int port;               /* where the server listens (the kernel's pick when opened with port 0) */
     /* server side (rank 0 only) */
     bool serving;
     int listen_fd;
@@ -425,12 +426,14 @@ static accel_status start_server(accel__store *s, const char *addr, int port) {
     s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int one = 1;
     setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t sl = sizeof sa;
     if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        listen(s->listen_fd, SOMAXCONN) != 0)
+        listen(s->listen_fd, SOMAXCONN) != 0 || getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
         return accel_set_error(ACCEL_ERR_DIST,
                                "accel_dist_init: rank 0 cannot listen on %s:%d (%s); is another "
                                "job using MASTER_PORT=%d? (accel launch --main_process_port 0 picks a free port)",
                                addr, port, strerror(errno), port);
+    s->port = ntohs(sa.sin_port);
     if (pipe2(s->wake, O_CLOEXEC) != 0)
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: pipe: %s", strerror(errno));
     if (pthread_create(&s->thread, NULL, server_main, s) != 0)
@@ -514,13 +517,16 @@ accel__store *accel__store_open(const char *addr, int port, bool serve, const ch
     s->fd = s->listen_fd = s->wake[0] = s->wake[1] = -1;
     s->timeout_s = timeout_s;
     s->secret = strdup(secret ? secret : "");
+    s->port = port;
     if (!s->secret || (serve && start_server(s, addr, port) != ACCEL_OK) ||
-        connect_client(s, addr, port, s->secret) != ACCEL_OK) {
+        connect_client(s, addr, s->port, s->secret) != ACCEL_OK) {
         accel__store_close(s);
         return NULL;
     }
     return s;
 }
+
+int accel__store_port(const accel__store *s) { return s->port; }
 
 void accel__store_close(accel__store *s) {
     if (!s) return;

@@ -16,12 +16,14 @@
 typedef struct accel__store accel__store;
 
 /* Rank 0 (serve=true) binds addr:port and serves; every rank connects,
- * retrying until timeout_s. NULL + error on failure. */
+ * retrying until timeout_s. NULL + error on failure. A server opened with
+ * port 0 listens where the kernel picks (accel__store_port says where). */
 /* Constant-time comparison of len received bytes with the job secret. */
 bool accel__secret_matches(const void *got, size_t len, const char *secret);
 
 accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret,
                                 double timeout_s);
+int accel__store_port(const accel__store *s);
 void accel__store_close(accel__store *s);
 accel_status accel__store_set(accel__store *s, const char *key, const void *val, size_t len);
 /* Waits (up to the store timeout) until key exists; *val is malloc'd (free()). */

@@ -827,7 +827,7 @@ static void tcp_finalize(accel_pg *pg) {
 
 /* The address other machines reach this one at: ACCEL_DIST_HOST_ADDR, else
  * the local address of the route to MASTER_ADDR (a UDP connect sends nothing). */
-static accel_status local_ip(char *out, size_t n) {
+accel_status accel__tcp_local_ip(char *out, size_t n) {
     const char *forced = getenv("ACCEL_DIST_HOST_ADDR");
     if (forced && *forced) {
         snprintf(out, n, "%s", forced);
@@ -914,7 +914,7 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
         return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
 
     char ip[64], info[128], key[64];
-    if (local_ip(ip, sizeof ip) != ACCEL_OK) return accel_last_status();
+    if (accel__tcp_local_ip(ip, sizeof ip) != ACCEL_OK) return accel_last_status();
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t sl = sizeof sa;
     if (!strncmp(ip, "127.", 4)) inet_pton(AF_INET, ip, &sa.sin_addr); /* a loopback job stays on loopback */
