@@ -350,6 +350,29 @@ static void test_unary(void) {
     KRUN("mask_scale", mask_scale, accel_k_mask_scale, ms, 1e-7);
 }
 
+/* SwiGLU forward and backward in each dtype, and gate in bf16 under f32 up
+ * and outputs (silu(gate) rounded to bf16, the rest f32). The backward with
+ * both gradients overwritten, both accumulated, then dgate alone and dup
+ * alone (the other NULL). */
+static void test_swiglu(void) {
+    const int64_t R = 33, C = 65;
+    for (int c = 0; c < 4; c++) {
+        accel_dtype xdt = c < 3 ? FLOATS[c] : ACCEL_BF16, dt = c < 3 ? FLOATS[c] : ACCEL_F32;
+        pair *o = mk2(dt, R, C, CONTIG, OUT), *x = mk2(xdt, R, C, CONTIG, IN), *u = mk2(dt, R, C, CONTIG, IN);
+        accel_k_swiglu f = {.out = &o->c, .gate = &x->c, .up = &u->c};
+        KRUN("swiglu", swiglu, accel_k_swiglu, f, tol_of(xdt));
+        for (int v = 0; v < 4; v++) {
+            role r = v == 1 || v == 3 ? ACC : OUT;
+            pair *dg = v != 3 ? mk2(dt, R, C, CONTIG, r) : NULL, *du = v != 2 ? mk2(dt, R, C, CONTIG, r) : NULL;
+            pair *g = mk2(dt, R, C, CONTIG, IN), *gx = mk2(xdt, R, C, CONTIG, IN), *gu = mk2(dt, R, C, CONTIG, IN);
+            float beta = r == ACC ? 1.0f : 0.0f;
+            accel_k_swiglu_backward b = {.dgate = dg ? &dg->c : NULL, .dup = du ? &du->c : NULL, .g = &g->c,
+                                         .gate = &gx->c, .up = &gu->c, .dgate_beta = beta, .dup_beta = beta};
+            KRUN("swiglu_backward", swiglu_backward, accel_k_swiglu_backward, b, tol_of(xdt));
+        }
+    }
+}
+
 /* ---- reductions */
 
 static void test_sum_max(void) {
@@ -541,6 +564,26 @@ static void test_losses(void) {
         KRUN("cross_entropy_backward", cross_entropy_backward, accel_k_cross_entropy_backward, cb, 1e-4);
     }
 
+    /* The fused loss + gradient: x and dx in each dtype, and bf16 logits with an
+     * f32 gradient; dx of ignored rows is written (0), so all of it is compared.
+     * Then every row ignored: nan loss, count 0, dx all 0. */
+    for (int c = 0; c < 4; c++) {
+        accel_dtype xdt = c < 3 ? FLOATS[c] : ACCEL_BF16, ddt = c < 3 ? FLOATS[c] : ACCEL_F32;
+        pair *fo = mk0(ACCEL_F32, OUT), *fc = mk0(ACCEL_I64, OUT), *fd = mk2(ddt, N, C, CONTIG, OUT);
+        pair *fx = mk2(xdt, N, C, CONTIG, IN), *ft = mk1(ACCEL_I64, N, IN);
+        for (int64_t i = 0; i < N; i++) set_elem(ft, i, i % 7 == 3 ? (double)ignore : (double)((i * 104729) % C));
+        accel_k_cross_entropy_fused cf = {.out = &fo->c, .count = &fc->c, .dx = &fd->c, .x = &fx->c,
+                                          .targets = &ft->c, .N = N, .C = C, .ignore = ignore};
+        KRUN("cross_entropy_fused", cross_entropy_fused, accel_k_cross_entropy_fused, cf,
+             ddt == ACCEL_F32 ? 1e-4 : tol_of(ddt));
+    }
+    pair *ao = mk0(ACCEL_F32, OUT), *ac = mk0(ACCEL_I64, OUT), *ad = mk2(ACCEL_F32, 3, 17, CONTIG, OUT);
+    pair *ax = mk2(ACCEL_F32, 3, 17, CONTIG, IN), *at = mk1(ACCEL_I64, 3, IN);
+    for (int64_t i = 0; i < 3; i++) set_elem(at, i, (double)ignore);
+    accel_k_cross_entropy_fused all_ignored = {.out = &ao->c, .count = &ac->c, .dx = &ad->c, .x = &ax->c,
+                                               .targets = &at->c, .N = 3, .C = 17, .ignore = ignore};
+    KRUN("cross_entropy_fused all ignored", cross_entropy_fused, accel_k_cross_entropy_fused, all_ignored, 0.0);
+
     pair *m = mk0(ACCEL_F32, OUT), *p = mk1(ACCEL_F32, 100003, IN), *q = mk1(ACCEL_F32, 100003, IN);
     accel_k_mse ms = {.out = &m->c, .pred = &p->c, .target = &q->c};
     KRUN("mse", mse, accel_k_mse, ms, 1e-5);
@@ -558,6 +601,14 @@ static void test_losses(void) {
     CHECK(g_cuda->kernels.cross_entropy(&bad) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "target 10 at position 1 is out of range for 10 classes");
     accel_clear_error();
+    if (g_cuda->kernels.cross_entropy_fused) {
+        pair *d2 = mk2(ACCEL_F32, 3, 10, CONTIG, OUT);
+        accel_k_cross_entropy_fused bad_fused = {.out = &o2->g, .count = &c2->g, .dx = &d2->g, .x = &x2->g,
+                                                 .targets = &t2->g, .N = 3, .C = 10, .ignore = ignore};
+        CHECK(g_cuda->kernels.cross_entropy_fused(&bad_fused) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "target 10 at position 1 is out of range for 10 classes");
+        accel_clear_error();
+    }
     pairs_free();
 }
 
@@ -877,6 +928,7 @@ int main(void) {
     RUN(test_rng);
     RUN(test_binary);
     RUN(test_unary);
+    RUN(test_swiglu);
     RUN(test_sum_max);
     RUN(test_gemm_views);
     RUN(test_bias);

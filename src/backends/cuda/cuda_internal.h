@@ -42,7 +42,8 @@ size_t accel__cuda_reserved_bytes(int index);
 #define ACCEL__CUDA_KERNELS(X)                                                             \
     X(copy, accel_k_copy) X(fill, accel_k_fill) X(accumulate, accel_k_accumulate)           \
     X(rng, accel_k_rng) X(binary, accel_k_binary) X(unary, accel_k_unary)                  \
-    X(unary_grad, accel_k_unary_grad) X(mask_scale, accel_k_mask_scale) X(sum, accel_k_sum) \
+    X(unary_grad, accel_k_unary_grad) X(swiglu, accel_k_swiglu)                            \
+    X(swiglu_backward, accel_k_swiglu_backward) X(mask_scale, accel_k_mask_scale) X(sum, accel_k_sum) \
     X(max, accel_k_max) X(max_backward, accel_k_max_backward) X(gemm, accel_k_gemm)         \
     X(bias_rows, accel_k_bias_rows) X(col_sum, accel_k_col_sum) X(softmax, accel_k_softmax)  \
     X(softmax_backward, accel_k_softmax_backward) X(rope_tables, accel_k_rope_tables)       \
@@ -51,7 +52,8 @@ size_t accel__cuda_reserved_bytes(int index);
     X(rms_norm_backward, accel_k_rms_norm_backward) X(layer_norm, accel_k_layer_norm)       \
     X(layer_norm_backward, accel_k_layer_norm_backward)                                     \
     X(cross_entropy, accel_k_cross_entropy)                                                 \
-    X(cross_entropy_backward, accel_k_cross_entropy_backward) X(mse, accel_k_mse)           \
+    X(cross_entropy_backward, accel_k_cross_entropy_backward)                               \
+    X(cross_entropy_fused, accel_k_cross_entropy_fused) X(mse, accel_k_mse)                 \
     X(mse_backward, accel_k_mse_backward) X(compare, accel_k_compare) X(where, accel_k_where)     \
     X(sdpa, accel_k_sdpa) X(sdpa_backward, accel_k_sdpa_backward) X(sgd, accel_k_sgd)        \
     X(adam, accel_k_adam) X(norm_partial, accel_k_norm_partial) X(unscale, accel_k_unscale)

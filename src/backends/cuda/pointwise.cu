@@ -169,6 +169,60 @@ extern "C" accel_status accel__cudak_mask_scale(accel_k_mask_scale *k) {
     return launched(index, "mask_scale");
 }
 
+/* ---- SwiGLU (kernels.h's rules: silu(gate) and g * up rounded to gate's
+ * dtype, as the unfused ops round them; each tensor in its own dtype) */
+
+__device__ inline float rounded_to(float v, accel_dtype dt) { return (float)accel__round_to(v, dt); }
+
+/* d[i] (+)= v in d's dtype (beta 0 overwrites, 1 adds). */
+__device__ inline void store_beta(void *d, accel_dtype dt, int64_t i, float v, float beta) {
+    accel__elem_set(d, dt, i, beta != 0.0f ? load_f(d, dt, i) + v : v);
+}
+
+__global__ void swiglu_k(void *out, accel_dtype odt, const void *gate, accel_dtype gdt, const void *up,
+                         accel_dtype udt, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float x = load_f(gate, gdt, i);
+        accel__elem_set(out, odt, i, rounded_to(x * accel__sigmoidf(x), gdt) * load_f(up, udt, i));
+    }
+}
+
+extern "C" accel_status accel__cudak_swiglu(accel_k_swiglu *k) {
+    int index = k->out->device.index;
+    int64_t n = accel_numel(k->out);
+    if (!n) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    swiglu_k<<<blocks_for(n), KTHREADS, 0, s>>>(k->out->data, k->out->dtype, k->gate->data, k->gate->dtype,
+                                                k->up->data, k->up->dtype, n);
+    return launched(index, "swiglu");
+}
+
+/* dgate, dup optional (NULL: not computed); their dtypes are read only when present. */
+__global__ void swiglu_backward_k(void *dgate, accel_dtype dgdt, float dgate_beta, void *dup, accel_dtype dudt,
+                                  float dup_beta, const void *g, accel_dtype gdt, const void *gate,
+                                  accel_dtype xdt, const void *up, accel_dtype udt, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float x = load_f(gate, xdt, i), gi = load_f(g, gdt, i), s = accel__sigmoidf(x);
+        if (dgate)
+            store_beta(dgate, dgdt, i, rounded_to(gi * load_f(up, udt, i), xdt) * (s * (1.0f + x * (1.0f - s))),
+                       dgate_beta);
+        if (dup) store_beta(dup, dudt, i, gi * rounded_to(x * s, xdt), dup_beta);
+    }
+}
+
+extern "C" accel_status accel__cudak_swiglu_backward(accel_k_swiglu_backward *k) {
+    int index = k->gate->device.index;
+    int64_t n = accel_numel(k->gate);
+    if (!n || (!k->dgate && !k->dup)) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    const accel_tensor *dg = k->dgate, *du = k->dup;
+    swiglu_backward_k<<<blocks_for(n), KTHREADS, 0, s>>>(
+        dg ? dg->data : NULL, dg ? dg->dtype : ACCEL_F32, k->dgate_beta, du ? du->data : NULL,
+        du ? du->dtype : ACCEL_F32, k->dup_beta, k->g->data, k->g->dtype, k->gate->data, k->gate->dtype,
+        k->up->data, k->up->dtype, n);
+    return launched(index, "swiglu_backward");
+}
+
 /* ---- metrics: compare and where (the CPU's rules: core/dtype_elem.h's
  * accel__round_to and cpu_kernels.h's accel__cmp_f/i) */
 

@@ -204,6 +204,25 @@ __global__ void ce_finish_k(float *out, int64_t *count, const loss_scratch *sc) 
     *out = sc->count ? (float)(sc->total / (double)sc->count) : NAN; /* all ignored: 0/0, as PyTorch */
 }
 
+/* A bad target is an error naming it: one small read back of sc->bad_row
+ * (the loss is read soon anyway), after the kernels enqueued on s. */
+static accel_status check_targets(int index, cudaStream_t s, const loss_scratch *sc, const int64_t *targets,
+                                  int64_t C, const char *op) {
+    long long bad;
+    if (accel__cuda_check(cudaMemcpyAsync(&bad, &sc->bad_row, sizeof bad, cudaMemcpyDeviceToHost, s), index, op) !=
+            ACCEL_OK ||
+        accel__cuda_check(cudaStreamSynchronize(s), index, op) != ACCEL_OK)
+        return accel_last_status();
+    if (bad == INT64_MAX) return ACCEL_OK;
+    int64_t target;
+    if (accel__cuda_check(cudaMemcpy(&target, targets + bad, sizeof target, cudaMemcpyDeviceToHost), index, op) !=
+        ACCEL_OK)
+        return accel_last_status();
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           "accel_cross_entropy: target %lld at position %lld is out of range for %lld classes",
+                           (long long)target, bad, (long long)C);
+}
+
 extern "C" accel_status accel__cudak_cross_entropy(accel_k_cross_entropy *k) {
     int index = k->out->device.index;
     cudaStream_t s = accel__cuda_enter(index);
@@ -215,21 +234,7 @@ extern "C" accel_status accel__cudak_cross_entropy(accel_k_cross_entropy *k) {
                                                        (float *)k->lse->data, sc, k->N, k->C, k->ignore);
     ce_finish_k<<<1, 1, 0, s>>>((float *)k->out->data, (int64_t *)k->count->data, sc);
     if (launched(index, "cross_entropy") != ACCEL_OK) return accel_last_status();
-    /* A bad target is an error naming it: one small read back (the loss is read soon anyway). */
-    long long bad;
-    if (accel__cuda_check(cudaMemcpyAsync(&bad, &sc->bad_row, sizeof bad, cudaMemcpyDeviceToHost, s), index,
-                          "cross_entropy") != ACCEL_OK ||
-        accel__cuda_check(cudaStreamSynchronize(s), index, "cross_entropy") != ACCEL_OK)
-        return accel_last_status();
-    if (bad == INT64_MAX) return ACCEL_OK;
-    int64_t target;
-    if (accel__cuda_check(cudaMemcpy(&target, (const int64_t *)k->targets->data + bad, sizeof target,
-                                     cudaMemcpyDeviceToHost),
-                          index, "cross_entropy") != ACCEL_OK)
-        return accel_last_status();
-    return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                           "accel_cross_entropy: target %lld at position %lld is out of range for %lld classes",
-                           (long long)target, bad, (long long)k->C);
+    return check_targets(index, s, sc, (const int64_t *)k->targets->data, k->C, "cross_entropy");
 }
 
 __global__ void ce_backward_k(float *dx, const float *g, const float *x, const float *lse, const int64_t *t,
@@ -255,6 +260,64 @@ extern "C" accel_status accel__cudak_cross_entropy_backward(accel_k_cross_entrop
                                                        (const int64_t *)k->targets->data,
                                                        (const int64_t *)k->count->data, k->N, k->C, k->ignore, k->beta);
     return launched(index, "cross_entropy_backward");
+}
+
+/* ---- cross-entropy with its gradient in one pass (cross_entropy_fused):
+ * the counted rows first (dx is scaled by 1 / count), then one block per row
+ * computes the loss and writes dx. x and dx in their own float dtypes. */
+
+__global__ void ce_count_k(const int64_t *t, loss_scratch *sc, int64_t N, int64_t C, int64_t ignore) {
+    unsigned long long counted = 0;
+    GRID_STRIDE(i, N) {
+        int64_t ti = t[i];
+        if (ti == ignore) continue;
+        if (ti < 0 || ti >= C) atomicMin(&sc->bad_row, (long long)i);
+        else counted++;
+    }
+    if (counted) atomicAdd(&sc->count, counted);
+}
+
+__global__ void ce_fused_rows_k(void *dx, accel_dtype ddt, const void *x, accel_dtype xdt, const int64_t *t,
+                                loss_scratch *sc, int64_t N, int64_t C, int64_t ignore) {
+    float inv_count = sc->count ? (float)(1.0 / (double)sc->count) : 0.0f;
+    ROW_LOOP(i, N) {
+        int64_t ti = t[i], base = i * C;
+        if (ti == ignore) {
+            for (int64_t j = threadIdx.x; j < C; j += blockDim.x) accel__elem_set(dx, ddt, base + j, 0.0);
+            continue;
+        }
+        if (ti < 0 || ti >= C) continue; /* reported by ce_count_k */
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) m = fmaxf(m, load_f(x, xdt, base + j));
+        m = block_max(m);
+        float s = 0.0f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) s += expf(load_f(x, xdt, base + j) - m);
+        s = block_sum(s);
+        float scale = inv_count / s;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            float v = expf(load_f(x, xdt, base + j) - m) * scale;
+            accel__elem_set(dx, ddt, base + j, j == ti ? v - inv_count : v);
+        }
+        if (threadIdx.x == 0) atomicAdd(&sc->total, (double)(m + logf(s)) - load_f(x, xdt, base + ti));
+    }
+}
+
+extern "C" accel_status accel__cudak_cross_entropy_fused(accel_k_cross_entropy_fused *k) {
+    int index = k->out->device.index;
+    cudaStream_t s = accel__cuda_enter(index);
+    loss_scratch *sc = (loss_scratch *)accel__cuda_step_alloc(index, sizeof *sc, 256);
+    if (!sc) return accel_last_status();
+    const int64_t *t = (const int64_t *)k->targets->data;
+    scratch_init_k<<<1, 1, 0, s>>>(sc);
+    if (k->N) {
+        ce_count_k<<<blocks_for(k->N), KTHREADS, 0, s>>>(t, sc, k->N, k->C, k->ignore);
+        if (k->C)
+            ce_fused_rows_k<<<row_blocks(k->N), KTHREADS, 0, s>>>(k->dx->data, k->dx->dtype, k->x->data,
+                                                                 k->x->dtype, t, sc, k->N, k->C, k->ignore);
+    }
+    ce_finish_k<<<1, 1, 0, s>>>((float *)k->out->data, (int64_t *)k->count->data, sc);
+    if (launched(index, "cross_entropy_fused") != ACCEL_OK) return accel_last_status();
+    return check_targets(index, s, sc, t, k->C, "cross_entropy_fused");
 }
 
 /* ---- MSE */
