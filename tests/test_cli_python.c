@@ -89,10 +89,12 @@ static void test_accelerate_world(void) {
                                         "print(f'rank={acc.process_index} world={acc.num_processes}', flush=True)\n"
                                         "acc.wait_for_everyone()\n");
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", prog, NULL};
-    CHECK(run(a) == 0);
+    int rc = run(a);
+    CHECK(rc == 0);
     CHECK_STR_CONTAINS(OUT, "rank=0 world=2\n");
     CHECK_STR_CONTAINS(OUT, "rank=1 world=2\n");
-    if (!strstr(OUT, "world=2")) fprintf(stderr, "stderr:\n%s\n", ERR);
+    if (rc != 0 || !strstr(OUT, "rank=0 world=2\n") || !strstr(OUT, "rank=1 world=2\n"))
+        fprintf(stderr, "rc %d, stdout:\n%s\nstderr:\n%s\n", rc, OUT, ERR);
 }
 
 int main(void) {
