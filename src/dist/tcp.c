@@ -632,7 +632,14 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
         pfs[np] = (struct pollfd){.fd = s->g.pipe[0], .events = POLLIN};
         double left = last + pg->timeout_s - now;
         int ready = left > 0 ? poll(pfs, (nfds_t)np + 1, left > 1 ? 1000 : (int)(left * 1000) + 1) : 0;
-        if (ready > 0 && pfs[np].revents && check_notices(pg, s) != ACCEL_OK) return accel_last_status();
+        /* Data before notices: a peer that completed this collective and failed
+         * in its next one may send its notice along with this one's last bytes,
+         * which must complete it (a rank still in init's barrier would else
+         * report its init as failed). The notice is read at the next wait. */
+        bool data_ready = false;
+        for (int i = 0; i < np && ready > 0; i++) data_ready = data_ready || pfs[i].revents;
+        if (ready > 0 && !data_ready && pfs[np].revents && check_notices(pg, s) != ACCEL_OK)
+            return accel_last_status();
         if (accel_now_seconds() - last < pg->timeout_s) continue;
         return timeout_round(pg, s, -1, NULL, 0);
     }
