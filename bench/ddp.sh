@@ -56,36 +56,13 @@ else
 fi
 
 # run NAME CMD...: gate on an idle machine, run, log stdout+stderr to $LOG/NAME.R
-# and append "wall own_cpu machine_busy" seconds to $LOG/NAME.R.meta.
+# and "wall own_cpu machine_busy load1 rc" to $LOG/NAME.R.meta (bench/metered_run.py).
 run() {
     local name=$1
     shift
     echo "== round $r/$ROUNDS: $name" >&2
-    python3 - "$LOG/$name.$r" "$IDLE_WAIT" "$@" <<'EOF'
-import os, resource, subprocess, sys, time
-out, idle_wait, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-HZ = os.sysconf("SC_CLK_TCK")
-def busy():
-    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return (sum(v[:8]) - v[3] - v[4]) / HZ, sum(v[:8]) / HZ
-t0 = time.time()
-while time.time() - t0 < idle_wait:
-    b0, a0 = busy(); time.sleep(2); b1, a1 = busy()
-    if b1 - b0 <= 0.10 * (a1 - a0):
-        break
-load = open("/proc/loadavg").read().split()[0]
-ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-b0, _ = busy(); w0 = time.time()
-with open(out, "w") as f:
-    rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-w1 = time.time(); b1, _ = busy()
-ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-own = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-open(out + ".meta", "w").write(f"{w1 - w0:.2f} {own:.2f} {b1 - b0:.2f} {load}\n")
-sys.stderr.write(open(out).read()[-600:])
-if rc:
-    sys.exit(f"ddp.sh: {' '.join(cmd)} failed (rc {rc}); log above")
-EOF
+    python3 bench/metered_run.py "$LOG/$name.$r" "$IDLE_WAIT" "$@" ||
+        { echo "ddp.sh: $* failed; log above" >&2; exit 1; }
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -122,7 +99,7 @@ def summary(path):
     raise SystemExit(f"ddp.sh: no summary line in {path}")
 
 def meta(path):
-    wall, own, busy, load = open(path + ".meta").read().split()
+    wall, own, busy, load = open(path + ".meta").read().split()[:4]
     wall, own, busy = float(wall), float(own), float(busy)
     return {"wall": wall, "foreign": max(0.0, busy - own) / (2 * wall), "load": float(load)}
 

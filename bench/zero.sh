@@ -30,29 +30,13 @@ else
     trap 'rm -rf "$LOG"' EXIT
 fi
 
-# run NAME CMD...: log to $LOG/NAME.R, "wall_s own_cpu_s machine_busy_s load1" to NAME.R.meta.
+# run NAME CMD...: log to $LOG/NAME.R, "wall_s own_cpu_s machine_busy_s load1 rc" to NAME.R.meta
+# (bench/metered_run.py).
 run() {
     local name=$1
     shift
     echo "== round $r/$ROUNDS: $name" >&2
-    python3 - "$LOG/$name.$r" "$@" <<'EOF'
-import os, resource, subprocess, sys, time
-out, cmd = sys.argv[1], sys.argv[2:]
-HZ = os.sysconf("SC_CLK_TCK")
-def busy():
-    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return (sum(v[:8]) - v[3] - v[4]) / HZ
-load = open("/proc/loadavg").read().split()[0]
-ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-b0, w0 = busy(), time.time()
-with open(out, "w") as f:
-    rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-w1, b1 = time.time(), busy()
-ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-own = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-open(out + ".meta", "w").write(f"{w1 - w0:.2f} {own:.2f} {b1 - b0:.2f} {load} {rc}\n")
-sys.stderr.write(open(out).read()[-400:])
-EOF
+    python3 bench/metered_run.py "$LOG/$name.$r" 0 "$@" || true # its rc is in the .meta
 }
 
 LAUNCH=(env -u OMP_NUM_THREADS "$ACCEL" launch --num_processes 2 --num_cpu_threads_per_process 1
