@@ -88,6 +88,58 @@ static void test_empty_weight_map(void) {
     CHECK(access(index, F_OK) != 0);
 }
 
+/* --remove_checkpoint_dir unlinked the shards by their bare file names, i.e.
+ * relative to the current directory, not to CHECKPOINT_DIRECTORY: run from a
+ * folder holding files of the same names (another checkpoint), it deleted
+ * those and left the checkpoint's own shards in place. */
+static void test_remove_checkpoint_dir_from_elsewhere(void) {
+    char ck[PATH_MAX + 16], decoy[PATH_MAX + 16], cmd[8 * PATH_MAX], path[2 * PATH_MAX];
+    snprintf(ck, sizeof ck, "%s/ck", TMP);
+    snprintf(decoy, sizeof decoy, "%s/decoy", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && mkdir -p %s", ck, decoy);
+    CHECK(system(cmd) == 0);
+    accel_checkpoint *src = accel_checkpoint_open(ck);
+    CHECK(src != NULL);
+    if (!src) return;
+    int shards = accel_checkpoint_num_shards(src);
+    CHECK(shards == 8);
+    for (int i = 0; i < shards; i++) {
+        snprintf(path, sizeof path, "%s/%s", decoy, accel_checkpoint_shard_path(src, i));
+        spit(path, "another checkpoint's shard");
+    }
+    snprintf(cmd, sizeof cmd, "cd %s && %s merge-weights %s %s/removed --remove_checkpoint_dir > %s/out 2> %s/err",
+             decoy, ACCEL, ck, TMP, TMP, TMP);
+    CHECK(system(cmd) == 0);
+    for (int i = 0; i < shards; i++) {
+        snprintf(path, sizeof path, "%s/%s", decoy, accel_checkpoint_shard_path(src, i));
+        CHECK_MSG(access(path, F_OK) == 0, "%s (in the current directory) was deleted", path);
+        snprintf(path, sizeof path, "%s/%s", ck, accel_checkpoint_shard_path(src, i));
+        CHECK_MSG(access(path, F_OK) != 0, "%s (the checkpoint's shard) was not deleted", path);
+    }
+    accel_checkpoint_close(src);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", ck);
+    CHECK(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/removed/model.safetensors", TMP);
+    accel_safetensors *out = accel_safetensors_open(path);
+    CHECK(out && accel_safetensors_count(out) > 0);
+    accel_safetensors_close(out);
+}
+
+/* A folder's single model.safetensors merged into that same folder with
+ * --remove_checkpoint_dir: the "shard" is the merged file, which must stay. */
+static void test_remove_keeps_the_merged_file(void) {
+    char ck[PATH_MAX + 16], cmd[3 * PATH_MAX + 64], path[PATH_MAX + 64];
+    snprintf(ck, sizeof ck, "%s/single", TMP);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp data/st_small.safetensors %s/model.safetensors", ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s --remove_checkpoint_dir", ck, ck);
+    CHECK(run(cmd) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    accel_safetensors *st = accel_safetensors_open(path);
+    CHECK_MSG(st && accel_safetensors_count(st) > 0, "%s was removed after merging into it", path);
+    accel_safetensors_close(st);
+}
+
 int main(void) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -100,6 +152,8 @@ int main(void) {
     RUN(test_merge);
     RUN(test_errors);
     RUN(test_empty_weight_map);
+    RUN(test_remove_checkpoint_dir_from_elsewhere);
+    RUN(test_remove_keeps_the_merged_file);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

@@ -23,14 +23,25 @@
 #include "accelerator/accelerator_internal.h"
 #include "cli/cli.h"
 
-static int remove_shards(accel_checkpoint *ck, const char *dir) {
+static bool same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The shards are named relative to dir (the index's folder), not to the
+ * current directory. The merged file itself is never removed: merging a
+ * folder's model.safetensors into that folder leaves it in place. */
+static int remove_shards(accel_checkpoint *ck, const char *dir, const char *merged) {
     int n = accel_checkpoint_num_shards(ck);
-    for (int i = 0; i < n; i++)
-        if (unlink(accel_checkpoint_shard_path(ck, i)) != 0 && errno != ENOENT) {
-            fprintf(stderr, "accel merge-weights: cannot remove %s: %s\n", accel_checkpoint_shard_path(ck, i),
-                    strerror(errno));
+    for (int i = 0; i < n; i++) {
+        char shard[8192];
+        snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
+        if (same_file(shard, merged)) continue;
+        if (unlink(shard) != 0 && errno != ENOENT) {
+            fprintf(stderr, "accel merge-weights: cannot remove %s: %s\n", shard, strerror(errno));
             return 1;
         }
+    }
     char index[4096];
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
     unlink(index);
@@ -141,7 +152,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     printf("Weights merged into %s (%d tensors)\n", path, n);
     rc = 0;
-    if (vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")]) rc = remove_shards(ck, dir);
+    if (vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")]) rc = remove_shards(ck, dir, path);
     accel_checkpoint_close(ck);
     return rc;
 }
