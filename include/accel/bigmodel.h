@@ -324,7 +324,8 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
 /* One token from logits [V] (any device and float dtype; not modified: a
  * host copy goes through temperature, top-k, top-p filtering as
  * transformers' warpers, in that order); greedy unless opts->do_sample.
- * -1 + error on bad arguments. */
+ * -1 + error on bad arguments, and when sampling from logits holding NaN or
+ * +inf (torch.multinomial raises there too). */
 int64_t accel_sample_logits(const accel_tensor *logits, const accel_generate_opts *opts, accel_rng *rng);
 
 #ifdef __cplusplus

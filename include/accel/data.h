@@ -160,7 +160,8 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
                                     bool split_batches, bool even_batches);
 accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed);
 
-/* Batches this rank yields per epoch (len of the sharded loader). */
+/* Batches this rank yields per epoch (len of the sharded loader); -1 + error
+ * for a NULL loader or when its batch_sampler fails. */
 int64_t accel_dataloader_len(const accel_dataloader *dl);
 /* The next batch (collated in the step arena), starting an epoch if none is
  * running. Returns false at the end of the epoch (epoch += 1) or on error

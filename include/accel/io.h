@@ -88,7 +88,7 @@ typedef struct accel_kv {
  * does. Written to "<path>.tmp", fsynced, then renamed: readers never see a
  * half-written file. Tied weights are written under every name given: dropping
  * an alias (transformers drops lm_head.weight when tied) is the caller's policy.
- * Duplicate names -> error. */
+ * Duplicate names, or a name or metadata that is not UTF-8 (JSON) -> error. */
 accel_status accel_safetensors_save(const char *path, int n, const char *const *names,
                                     accel_tensor *const *tensors, int n_meta,
                                     const accel_kv *meta);
@@ -103,7 +103,8 @@ accel_status accel_safetensors_save(const char *path, int n, const char *const *
  * accel_tensor under several names is one storage, written once (tied weights,
  * as torch writes them); tensors on any device with memory, any strides (a
  * strided one is written dense). A file past 4 GiB (ZIP64) is refused: shard.
- * Atomic like accel_safetensors_save. Duplicate names, meta tensors -> error.
+ * Atomic like accel_safetensors_save. Duplicate or non-UTF-8 names, meta
+ * tensors -> error.
  * accel reads safetensors only: its loaders refuse these files by name. */
 accel_status accel_torch_save(const char *path, int n, const char *const *names,
                               accel_tensor *const *tensors);
@@ -177,7 +178,10 @@ accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_
  * or of type "default". Wrong types -> ACCEL_ERR_FORMAT naming key and file. */
 accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config *out);
 /* Writes what transformers writes (architectures, model_type, hidden_act, ...)
- * to dir/config.json (or to the path if it ends in ".json"), 2-space indent. */
+ * to dir/config.json (or to the path if it ends in ".json"), 2-space indent.
+ * What load would refuse is not written: rms_norm_eps and rope_theta must be
+ * finite and > 0, initializer_range finite and >= 0 (ACCEL_ERR_INVALID_ARG
+ * naming the key). */
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *cfg);
 
 #ifdef __cplusplus

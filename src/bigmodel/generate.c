@@ -68,6 +68,23 @@ static int64_t sample_host(float *logits, int64_t n, const accel_generate_opts *
     }
     if (o->temperature > 0 && o->temperature != 1.0)
         for (int64_t i = 0; i < n; i++) logits[i] = (float)(logits[i] / o->temperature);
+    /* torch.multinomial raises on such probabilities; every comparison with
+     * NaN being false, the draw below returned the last id. (-inf: a token
+     * filtered out, as the warpers write it; not all of them.) */
+    bool any_finite = false;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(logits[i]) || logits[i] == INFINITY) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: logit %lld is %g: cannot sample from logits "
+                            "holding NaN or +inf (a diverged model, or a temperature that overflows them?)",
+                            (long long)i, (double)logits[i]);
+            return -1;
+        }
+        any_finite |= logits[i] > -INFINITY;
+    }
+    if (!any_finite) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_sample_logits: every logit is -inf: no token to sample");
+        return -1;
+    }
     bool top_k = o->top_k > 0 && o->top_k < n, top_p = o->top_p > 0 && o->top_p < 1;
     if (top_k || top_p) {
         scored *s = accel_malloc(sizeof *s * (size_t)n);

@@ -1,6 +1,7 @@
 /* The data loader: epoch of global batches -> this rank's shard -> collated
  * batches, with accelerate's one-batch lookahead (end_of_dataloader), remainder,
  * skip_first_batches and a resumable position. */
+#include <stdio.h>
 #include <string.h>
 
 #include "accel/data.h"
@@ -169,20 +170,28 @@ static accel_status start_epoch(accel_dataloader *dl) {
 }
 
 int64_t accel_dataloader_len(const accel_dataloader *dl) {
-    if (!dl) return 0;
+    if (null_dl(dl, __func__)) return -1;
     int64_t n = accel_dataset_len(dl->ds);
     if (dl->o.batch_sampler) {
-        /* A custom sampler's length is the number of batches it produces. */
+        /* A custom sampler's length is the number of batches it produces; its
+         * failure is -1 (it was 0: an empty epoch, for a sampler that failed). */
         accel_batches tmp;
         accel_batches_init(&tmp);
-        int64_t L = dl->o.batch_sampler(dl->o.batch_sampler_ctx, dl->epoch, n, &tmp) ? 0 : tmp.n;
+        accel_status st = dl->o.batch_sampler(dl->o.batch_sampler_ctx, dl->epoch, n, &tmp);
+        int64_t L = tmp.n;
         accel_batches_free(&tmp);
+        if (st) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", accel_last_error());
+            accel_set_error(st, "accel_dataloader_len: the batch sampler failed: %s", why);
+            return -1;
+        }
         if (dl->o.num_processes == 1) return L;
         accel_shard_opts s = shard_opts(dl);
         return accel_batch_sampler_shard_len(L, &s);
     }
     int64_t bs = dl->o.batch_size;
-    int64_t L = dl->o.drop_last ? n / bs : (n + bs - 1) / bs;
+    int64_t L = n / bs + (!dl->o.drop_last && n % bs != 0); /* not (n + bs - 1) / bs: it wraps for a huge bs */
     if (dl->o.num_processes == 1) return L;
     accel_shard_opts s = shard_opts(dl);
     return accel_batch_sampler_shard_len(L, &s);
@@ -235,9 +244,11 @@ bool accel_dataloader_end_of_dataloader(const accel_dataloader *dl) {
 int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
     if (null_dl(dl, __func__)) return -1;
     if (dl->o.drop_last) return -1;
-    int64_t total = dl->o.split_batches ? dl->o.batch_size : dl->o.batch_size * dl->o.num_processes;
+    int64_t total, n = accel_dataset_len(dl->ds);
+    if (dl->o.split_batches) total = dl->o.batch_size;
+    else if (__builtin_mul_overflow(dl->o.batch_size, (int64_t)dl->o.num_processes, &total)) return n; /* > n */
     if (total <= 0) return -1;
-    return accel_dataset_len(dl->ds) % total;
+    return n % total;
 }
 
 int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl && dl->active ? dl->pos : 0; }

@@ -21,6 +21,15 @@ static size_t spec_bytes(const accel_field_spec *s) {
     return n;
 }
 
+/* A sample's dims are >= 0 and its bytes fit in int64 (a negative dim made a
+ * huge size_t, products wrapped: found only at the first batch, or never). */
+static bool spec_sizes_ok(const accel_field_spec *s) {
+    int64_t n = (int64_t)accel_dtype_size(s->dtype);
+    for (int d = 0; d < s->ndim; d++)
+        if (s->shape[d] < 0 || __builtin_mul_overflow(n, s->shape[d], &n)) return false;
+    return true;
+}
+
 static accel_dataset *dataset_alloc(int64_t len, int n_fields, const char *fn) {
     if (n_fields < 1 || n_fields > ACCEL_BATCH_MAX_FIELDS || len < 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: need 1..%d fields and len >= 0 (got %d, %lld)",
@@ -78,8 +87,13 @@ accel_dataset *accel_map_dataset_new(int64_t len, int n_fields, const accel_fiel
     accel_dataset *ds = dataset_alloc(len, n_fields, "accel_map_dataset_new");
     if (!ds) return NULL;
     for (int f = 0; f < n_fields; f++) {
-        if (specs[f].ndim < 0 || specs[f].ndim >= ACCEL_MAX_DIMS || specs[f].dtype >= ACCEL_DTYPE_COUNT) {
-            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_map_dataset_new: bad spec for field %d", f);
+        if (specs[f].ndim < 0 || specs[f].ndim >= ACCEL_MAX_DIMS || specs[f].dtype >= ACCEL_DTYPE_COUNT ||
+            !spec_sizes_ok(&specs[f])) {
+            char sh[160];
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_map_dataset_new: bad spec for field %d (ndim %d, shape %s: "
+                            "dims must be >= 0 and a sample's bytes fit in int64)", f, specs[f].ndim,
+                            specs[f].ndim >= 0 && specs[f].ndim < ACCEL_MAX_DIMS
+                                ? accel_shape_str_n(specs[f].ndim, specs[f].shape, sh, sizeof sh) : "?");
             accel_free(ds);
             return NULL;
         }

@@ -133,6 +133,15 @@ static accel_status read_env(dist_env *e) {
                                e->rank, e->world);
     e->local_rank = lr < 0 ? e->rank : (int)lr;
     e->local_world = lw < 0 ? e->world : (int)lw;
+    /* Taken as given, a local rank past its machine picked a wrong GPU, and a
+     * local world above the world read as "several machines". (A local rank
+     * that no variable gives is the rank, whatever the local world.) */
+    if (e->local_world > e->world)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: LOCAL_WORLD_SIZE=%d is larger than "
+                               "WORLD_SIZE=%d", e->local_world, e->world);
+    if (lr >= 0 && e->local_rank >= e->local_world)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: LOCAL_RANK=%d is not below "
+                               "LOCAL_WORLD_SIZE=%d", e->local_rank, e->local_world);
     note_batch_script(e);
     const char *addr = getenv("MASTER_ADDR");
     if ((!addr || !*addr) && slurm && e->local_world < e->world) {

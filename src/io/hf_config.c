@@ -2,6 +2,7 @@
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both read. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,8 +161,23 @@ static void py_float(char *buf, size_t n, double v) {
     if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
+/* The reals load accepts (JSON has no NaN or infinity; py_float needs finite values). */
+static accel_status check_reals(const accel_llama_config *c) {
+    const struct { const char *key; double v; bool zero_ok; } R[] = {
+        {"rms_norm_eps", c->rms_norm_eps, false},
+        {"rope_theta", c->rope_theta, false},
+        {"initializer_range", c->initializer_range, true},
+    };
+    for (size_t i = 0; i < sizeof R / sizeof *R; i++)
+        if (!isfinite(R[i].v) || R[i].v < 0 || (R[i].v == 0 && !R[i].zero_ok))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: %s is %g: it must be a finite "
+                                   "number %s 0", R[i].key, R[i].v, R[i].zero_ok ? ">=" : ">");
+    return ACCEL_OK;
+}
+
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *c) {
     if (!dir_or_path || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: NULL argument");
+    if (check_reals(c)) return accel_last_status();
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();

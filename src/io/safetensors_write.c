@@ -28,7 +28,7 @@ static accel_status check_inputs(const char *path, int n, const char *const *nam
 
 /* The header object; NULL + error for a name given twice (found through the
  * object's hash: a scan of the earlier names would make saving a model of many
- * layers quadratic) or out of memory. */
+ * layers quadratic), a name or metadata that is not UTF-8, or out of memory. */
 static json_t *build_header(const char *path, int n, const char *const *names, accel_tensor *const *tensors,
                             int n_meta, const accel_kv *meta) {
     json_t *root = json_object(), *md = json_object();
@@ -39,9 +39,17 @@ static json_t *build_header(const char *path, int n, const char *const *names, a
         return NULL;
     }
     json_object_set_new(md, "format", json_string("pt"));
-    for (int i = 0; i < n_meta; i++)
-        if (meta[i].key && meta[i].value) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
     json_object_set_new(root, "__metadata__", md);
+    /* JSON holds UTF-8 only: jansson refuses other keys and strings, which
+     * were dropped without a word (a tensor's bytes then in no entry: a file
+     * every reader refuses). */
+    for (int i = 0; i < n_meta; i++)
+        if (meta[i].key && meta[i].value && json_object_set_new(md, meta[i].key, json_string(meta[i].value))) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: metadata '%s' is not valid UTF-8",
+                            path, meta[i].key);
+            json_decref(root);
+            return NULL;
+        }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         if (json_object_get(root, names[i])) {
@@ -60,7 +68,12 @@ static json_t *build_header(const char *path, int n, const char *const *names, a
         json_object_set_new(e, "dtype", json_string(accel_dtype_st_name(t->dtype)));
         json_object_set_new(e, "shape", sh);
         json_object_set_new(e, "data_offsets", of);
-        json_object_set_new(root, names[i], e);
+        if (json_object_set_new(root, names[i], e)) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_safetensors_save %s: tensor name '%s' is not valid UTF-8",
+                            path, names[i]);
+            json_decref(root);
+            return NULL;
+        }
     }
     return root;
 }

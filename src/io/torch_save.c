@@ -264,8 +264,9 @@ static accel_status check_inputs(const char *path, int n, const char *const *nam
         else if (tensors[i]->device.type == ACCEL_DEV_META && accel_numel(tensors[i]) > 0)
             st = accel_set_error(ACCEL_ERR_DEVICE, "accel_torch_save %s: tensor '%s' is on meta (it has no data to save)",
                                  path, names[i]);
-        else
-            json_object_set_new(seen, names[i], json_true());
+        else if (json_object_set_new(seen, names[i], json_true())) /* refuses what is not UTF-8 */
+            st = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_torch_save %s: tensor name '%s' is not valid UTF-8 "
+                                 "(torch.load would fail to decode it)", path, names[i]);
     }
     json_decref(seen);
     return st;

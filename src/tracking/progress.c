@@ -60,6 +60,9 @@ static void interval(char *out, size_t n, double s) {
 /* A 10-cell bar: eighths of a block on a terminal, '#' in plain lines. */
 static void bar(char *out, size_t n, double frac, bool tty) {
     enum { W = 10 };
+    /* As tqdm's Bar: a count below 0 (update(-n)) draws an empty bar; the
+     * negative remainder indexed before eighths[]. */
+    frac = frac < 0 ? 0 : frac > 1 ? 1 : frac;
     static const char *eighths[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
     int cells8 = (int)(frac * W * 8), full = cells8 / 8, part = cells8 % 8;
     size_t k = 0;
