@@ -19,6 +19,9 @@
  *     and so did logits that are all -inf;
  *   a progress bar on a terminal given a negative update read before its
  *     table of eighths (tqdm allows update(-n));
+ *   a tracker key (or string) that is not UTF-8 went into the tensorboard
+ *     event file, whose reader then fails on the whole file ("String field
+ *     had bad UTF-8"), and into the csv; jsonl alone refused it;
  *   LOCAL_RANK >= LOCAL_WORLD_SIZE was taken as given (a wrong GPU and a
  *     wrong machine for splits), and LOCAL_WORLD_SIZE > WORLD_SIZE was
  *     reported as a job on several machines without a secret ("2 < 1"). */
@@ -242,6 +245,30 @@ static void test_progress_negative_update(void) {
     CHECK_STR_CONTAINS(buf, "\rneg:  -3%|          | -3/100 [");
 }
 
+static void test_tracker_non_utf8(void) {
+    for (int k = 0; accel_tracker_builtin(k); k++) {
+        const char *name = accel_tracker_builtin(k);
+        accel_tracker *t = accel_tracker_open(name, "run", TMP);
+        CHECK(t != NULL);
+        accel_value bad_key = ACCEL_VALUE_F("loss\xff", 1.0), bad_str = ACCEL_VALUE_S("note", "caf\xe9");
+        CHECK_MSG(accel_tracker_log(t, 1, &bad_key, 0) == ACCEL_ERR_INVALID_ARG, "%s took a non-UTF-8 key", name);
+        CHECK_STR_CONTAINS(accel_last_error(), "is not valid UTF-8");
+        accel_clear_error();
+        CHECK_MSG(accel_tracker_log(t, 1, &bad_str, 0) == ACCEL_ERR_INVALID_ARG, "%s took a non-UTF-8 string", name);
+        CHECK_STR_CONTAINS(accel_last_error(), "'note'");
+        accel_clear_error();
+        CHECK_MSG(accel_tracker_store_init_configuration(t, 1, &bad_str) == ACCEL_ERR_INVALID_ARG,
+                  "%s took a non-UTF-8 config string", name);
+        accel_clear_error();
+        accel_value fine = ACCEL_VALUE_S("caf\xc3\xa9", "\xe2\x9c\x93");
+        CHECK_MSG(accel_tracker_log(t, 1, &fine, 0) == ACCEL_OK, "%s: %s", name, accel_last_error());
+        CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/run", TMP);
+    CHECK(system(cmd) == 0);
+}
+
 static void check_bad_local(const char *rank, const char *world, const char *lrank, const char *lworld,
                             const char *want) {
     setenv("RANK", rank, 1);
@@ -286,6 +313,7 @@ int main(void) {
     RUN(test_loader_len_of_failing_sampler);
     RUN(test_sample_non_finite_logits);
     RUN(test_progress_negative_update);
+    RUN(test_tracker_non_utf8);
     RUN(test_local_rank_out_of_range);
     rmdir(TMP);
     accel_thread_cleanup();
