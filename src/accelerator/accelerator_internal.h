@@ -106,6 +106,9 @@ typedef struct accel__fsdp_cfg {
     int64_t persistence_threshold; /* DeepSpeed stage3_param_persistence_threshold: smaller tensors stay gathered */
     bool activation_checkpointing; /* fsdp_activation_checkpointing: every unit but the root's is checkpointed */
     bool full_state_dict;    /* fsdp_state_dict_type=FULL_STATE_DICT (else SHARDED_STATE_DICT) */
+    /* DeepSpeed's stage3_gather_16bit_weights_on_model_save (Accelerate's
+     * zero3_save_16bit_model): save_model writes the mixed-precision dtype */
+    bool save_16bit;
 } accel__fsdp_cfg;
 
 struct accel_accelerator {

@@ -172,6 +172,11 @@ static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
     else if (!st && pt && !(json_is_string(pt) && !strcmp(json_string_value(pt), "auto")))
         st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_param_persistence_threshold must "
                              "be a count >= 0 or \"auto\"", path);
+    json_t *g16 = json_object_get(zo, "stage3_gather_16bit_weights_on_model_save"); /* "auto": the launcher's */
+    if (!st && json_is_boolean(g16)) f->save_16bit = json_is_true(g16);
+    else if (!st && g16 && !(json_is_string(g16) && !strcmp(json_string_value(g16), "auto")))
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_gather_16bit_weights_on_model_save "
+                             "must be true, false or \"auto\"", path);
     json_decref(root);
     return st;
 }
@@ -264,6 +269,8 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
     if (ds && (st = read_json(ds, c, &json_stage))) return st;
     if ((st = read_fsdp_env(&c->fsdp))) return st;
+    /* DeepSpeedPlugin's zero3_save_16bit_model (`accel launch --zero3_save_16bit_model`); the JSON's value wins */
+    if ((st = env_bool("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", &c->fsdp.save_16bit))) return st;
     if (json_stage == 3 && (st = read_json_stage3(ds, &c->fsdp))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
