@@ -133,6 +133,23 @@ static bool dirs_equal(const char *a, const char *b) {
 
 /* ---------------------------------------------------------------- same world size */
 
+/* The uninterrupted run: K + M steps (their losses into want), its final
+ * weights by save_model into ROOT/ref_model; then the same start trained K
+ * steps (the same losses) and saved by save_state into ROOT/ckpt. */
+static void train_and_checkpoint(bool is_llama, double want[K_STEPS + M_STEPS]) {
+    char ckpt[600], ref[600];
+    path_of(ckpt, sizeof ckpt, "ckpt");
+    path_of(ref, sizeof ref, "ref_model");
+    run r = start(is_llama, 1, 33);
+    for (int s = 0; s < K_STEPS + M_STEPS; s++) want[s] = train_step(r.m, r.o, is_llama, s);
+    CHECK(accel_accelerator_save_model(A, r.m, ref, NULL) == ACCEL_OK);
+    finish(&r);
+    r = start(is_llama, 1, 33);
+    for (int s = 0; s < K_STEPS; s++) CHECK(train_step(r.m, r.o, is_llama, s) == want[s]);
+    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
+    finish(&r);
+}
+
 /* Train K, save, resume a differently initialised model, train M: the same
  * losses and the same final weights (save_model files) as K + M uninterrupted. */
 static void resume_exactly(bool is_llama, bool full_state_dict) {
@@ -142,20 +159,12 @@ static void resume_exactly(bool is_llama, bool full_state_dict) {
     path_of(ref, sizeof ref, "ref_model");
     path_of(got, sizeof got, "resumed_model");
     double want[K_STEPS + M_STEPS];
-    run r = start(is_llama, 1, 33);
-    for (int s = 0; s < K_STEPS + M_STEPS; s++) want[s] = train_step(r.m, r.o, is_llama, s);
-    CHECK(accel_accelerator_save_model(A, r.m, ref, NULL) == ACCEL_OK);
-    finish(&r);
-
-    r = start(is_llama, 1, 33);
-    for (int s = 0; s < K_STEPS; s++) CHECK(train_step(r.m, r.o, is_llama, s) == want[s]);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    finish(&r);
+    train_and_checkpoint(is_llama, want);
     char probe[700];
     snprintf(probe, sizeof probe, "%s/%s", ckpt, full_state_dict ? "model.safetensors" : "pytorch_model_fsdp_0/shard_0.safetensors");
     CHECK_MSG(access(probe, F_OK) == 0, "%s", probe);
 
-    r = start(is_llama, 99, 33); /* other weights: all of them must come from the checkpoint */
+    run r = start(is_llama, 99, 33); /* other weights: all of them must come from the checkpoint */
     CHECK_MSG(accel_accelerator_load_state(A, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
     for (int s = K_STEPS; s < K_STEPS + M_STEPS; s++) {
         double l = train_step(r.m, r.o, is_llama, s);
@@ -202,6 +211,28 @@ static void export_for_transformers(accel_module *m, const char *dir) {
     accel_step_reset();
 }
 
+/* A Llama trained two steps, written by save_model into `model` (and in 12 KB
+ * shards into `shards` unless NULL) and by save_state into `ckpt`, then
+ * gathered back into its module (clear). The caller frees the run. */
+static run trained_and_saved(const char *model, const char *shards, const char *ckpt) {
+    run r = start(true, 3, 0);
+    for (int s = 0; s < 2; s++) train_step(r.m, r.o, true, s);
+    CHECK(accel_accelerator_save_model(A, r.m, model, NULL) == ACCEL_OK);
+    if (shards) CHECK(accel_accelerator_save_model(A, r.m, shards, "12KB") == ACCEL_OK);
+    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
+    accel_accelerator_clear(A);
+    return r;
+}
+
+/* accel merge-weights of the SHARDED_STATE_DICT checkpoint ckpt into
+ * merged/model.safetensors; its model directory into sub [n]. */
+static void merge_checkpoint(const char *ckpt, const char *merged, char *sub, size_t n) {
+    int count = 0;
+    CHECK(accel__zero3_find_sharded(ckpt, sub, n));
+    CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
+    CHECK_MSG(accel__zero3_merge(sub, merged, &count) == ACCEL_OK, "%s", accel_last_error());
+}
+
 /* save_model under ZeRO-3 writes what DDP's save_model writes for the same
  * weights: accel_save_module of the gathered model (after clear), byte for
  * byte, in one file and in shards; merge-weights of the sharded checkpoint
@@ -214,12 +245,7 @@ static void test_save_model_equals_ddp(void) {
     path_of(ddps, sizeof ddps, "ddp_model_shards");
     path_of(ckpt, sizeof ckpt, "merge_ckpt");
     path_of(merged, sizeof merged, "merged");
-    run r = start(true, 3, 0);
-    for (int s = 0; s < 2; s++) train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_model(A, r.m, z3, NULL) == ACCEL_OK);
-    CHECK(accel_accelerator_save_model(A, r.m, z3s, "12KB") == ACCEL_OK);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    accel_accelerator_clear(A); /* the full weights back in the module */
+    run r = trained_and_saved(z3, z3s, ckpt);
     if (R == 0) {
         export_for_transformers(r.m, z3);
         CHECK(accel_save_module(ddp, r.m, 10000000000ll) == ACCEL_OK);
@@ -230,10 +256,7 @@ static void test_save_model_equals_ddp(void) {
         snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", z3s);
         CHECK_MSG(access(idx, F_OK) == 0, "12KB shards: %s", idx);
         char sub[1024];
-        int n = 0;
-        CHECK(accel__zero3_find_sharded(ckpt, sub, sizeof sub));
-        CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
-        CHECK_MSG(accel__zero3_merge(sub, merged, &n) == ACCEL_OK, "%s", accel_last_error());
+        merge_checkpoint(ckpt, merged, sub, sizeof sub);
         CHECK_MSG(dirs_equal(merged, ddp), "merge-weights of %s differs from DDP's save_model", ckpt);
         CHECK(accel__zero3_remove_sharded(sub) == ACCEL_OK); /* --remove_checkpoint_dir */
         CHECK_MSG(access(sub, F_OK) != 0, "%s is still there", sub);
@@ -355,20 +378,13 @@ static int save16_phase(const char *dtype_name) {
     path_of(masters, sizeof masters, "masters");
     path_of(ckpt, sizeof ckpt, "ckpt");
     path_of(merged, sizeof merged, "merged");
-    run r = start(true, 3, 0);
-    for (int s = 0; s < 2; s++) train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_model(A, r.m, model, NULL) == ACCEL_OK);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    accel_accelerator_clear(A); /* the f32 masters back in the module */
+    run r = trained_and_saved(model, NULL, ckpt); /* the f32 masters back in the module */
     if (R == 0 && dt >= 0) {
-        int n = 0;
         CHECK(accel_save_module(masters, r.m, 10000000000ll) == ACCEL_OK);
         snprintf(a, sizeof a, "%s/model.safetensors", model);
         snprintf(b, sizeof b, "%s/model.safetensors", masters);
         CHECK_MSG(rounded_equal(a, b, (accel_dtype)dt), "save_model is not the masters rounded to %s", dtype_name);
-        CHECK(accel__zero3_find_sharded(ckpt, sub, sizeof sub));
-        CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
-        CHECK_MSG(accel__zero3_merge(sub, merged, &n) == ACCEL_OK, "%s", accel_last_error());
+        merge_checkpoint(ckpt, merged, sub, sizeof sub);
         snprintf(b, sizeof b, "%s/model.safetensors", merged);
         CHECK_MSG(rounded_equal(a, b, (accel_dtype)dt), "save_model is not merge-weights' model rounded to %s",
                   dtype_name);
@@ -462,20 +478,11 @@ static void test_bad_checkpoints(void) {
 /* `save DIR`: the uninterrupted run's losses and final weights, and a
  * checkpoint after K steps, all on this world size. */
 static int save_phase(void) {
-    char ref[600], ckpt[600], losses[600];
-    path_of(ref, sizeof ref, "ref_model");
-    path_of(ckpt, sizeof ckpt, "ckpt");
+    char losses[600];
     path_of(losses, sizeof losses, "losses.bin");
     double want[K_STEPS + M_STEPS];
-    run r = start(true, 1, 0);
-    for (int s = 0; s < K_STEPS + M_STEPS; s++) want[s] = train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_model(A, r.m, ref, NULL) == ACCEL_OK);
+    train_and_checkpoint(true, want);
     CHECK(accel_accelerator_save_bytes(A, losses, want, sizeof want) == ACCEL_OK);
-    finish(&r);
-    r = start(true, 1, 0);
-    for (int s = 0; s < K_STEPS; s++) train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    finish(&r);
     return 0;
 }
 

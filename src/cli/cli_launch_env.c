@@ -72,7 +72,7 @@ static const setting DEEPSPEED[] = {
     {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", NULL, K_STR, true, "{true,false}",
      "deepspeed.zero.Init for ZeRO-3 (for launched PyTorch scripts)."},
     {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", NULL, K_STR, true, "{true,false}",
-     "Save 16-bit weights with ZeRO-3 (for launched PyTorch scripts)."},
+     "Save 16-bit weights with ZeRO-3: save_model writes bf16/fp16 under that mixed precision."},
     {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", NULL, K_STR, false, "FILE",
      "DeepSpeed JSON config (zero_optimization.stage, bf16/fp16, ...; ACCEL_DEEPSPEED_CONFIG_FILE)."},
     {"deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", NULL, K_STR, false, "CLASSES",
