@@ -146,12 +146,12 @@ static bool reserve(accel_optimizer *opt, int extra_segs) {
  * leaves the optimizer unchanged. */
 static int commit_group(accel_optimizer *opt, const accel_optim_hparams *h, int first, int n) {
     int ns = accel__n_state(opt, h);
+    opt->groups[opt->n_groups].h = *h; /* before the state: freeing a segment's state reads its group */
     for (int i = first; i < first + n; i++)
         if (!accel__seg_alloc_state(opt, &opt->segs[i], ns)) {
             for (int j = first; j < i; j++) accel__seg_free_state(opt, &opt->segs[j]);
             return -1;
         }
-    opt->groups[opt->n_groups].h = *h;
     opt->n_segs = first + n;
     return opt->n_groups++;
 }
