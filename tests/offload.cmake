@@ -25,6 +25,13 @@ if(TARGET accel_cli)
                    --offload_optimizer_nvme_path ${_od} ${_op} flags ${_od})
   set_tests_properties(accelerator_offload_flags_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_oenv}"
     PASS_REGULAR_EXPRESSION "offload zero_stage=3 state_file_in_dir=1\n" FAIL_REGULAR_EXPRESSION "${_ofail}")
+  # ... and the deepspeed_config: keys of a config file (ZeRO-2 here)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/offload_nvme.yaml
+       "distributed_type: DEEPSPEED\nnum_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n  zero_stage: 2\n"
+       "  offload_optimizer_device: nvme\n  offload_optimizer_nvme_path: ${_od}\n  offload_param_device: none\n")
+  add_test(NAME accelerator_offload_cfg_2 COMMAND ${_o} --config_file ${CMAKE_CURRENT_BINARY_DIR}/offload_nvme.yaml ${_op} flags ${_od})
+  set_tests_properties(accelerator_offload_cfg_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_oenv}"
+    PASS_REGULAR_EXPRESSION "offload zero_stage=2 state_file_in_dir=1\n" FAIL_REGULAR_EXPRESSION "${_ofail}")
   add_test(NAME accelerator_offload_enospc
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/run_offload_enospc.sh ${CMAKE_CURRENT_BINARY_DIR}/offload_tmpfs ${_op})
   set_tests_properties(accelerator_offload_enospc PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 ENVIRONMENT "${_oenv}"
