@@ -215,7 +215,8 @@ static void check_zero3_rank(accel_accelerator *acc, bool checkpointing) {
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, total, largest, world, bf16, act, &r) == ACCEL_OK);
     const accel__model *pm = accel__find_model(acc, m);
     double shard = 4.0 * (double)pm->zn, weights = shard + (bf16 ? shard / 2 : 0), adam = (double)state_bytes(opt);
-    fprintf(stderr, "rank %d%s: step arena peak %zu, estimated %lld; shard %.0f/%lld weights, %.0f/%lld grads, Adam %.0f/%lld\n",
+    fprintf(stderr,
+            "rank %d%s: step arena peak %zu, estimate %lld; shard %.0f/%lld weights, %.0f/%lld grads, Adam %.0f/%lld\n",
             rank, checkpointing ? " checkpointed" : "", peak, (long long)act, weights, (long long)r.weights, shard,
             (long long)r.grads, adam, (long long)r.optimizer);
     CHECK_MSG(rel((double)act, (double)peak) <= 0.10, "rank %d: activations %lld estimated, %zu measured", rank,

@@ -113,7 +113,8 @@ static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt)
 static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad) {
     double n = l->d->n;
     l->bytes += mm_grad(l->k, n * out, odt) + gbuf(n * in, xdt, x_has_grad);
-    if (l->k->widens_per_call) l->bytes += 4 * (n * out + in * out) + 4 * (n * out + n * in); /* dX = dY W, dW = dY^T X */
+    if (l->k->widens_per_call) /* dX = dY W, dW = dY^T X */
+        l->bytes += 4 * (n * out + in * out) + 4 * (n * out + n * in);
 }
 
 /* accel_rms_norm forward of x [n, C] f32 (an embedding's or an add's output):
@@ -183,7 +184,8 @@ static void layer_step(ledger *fwd, ledger *bwd) {
     linear_bwd(bwd, d->C, d->I, u, n2, false); /* up_proj: the norm's output gets its gradient */
     linear_bwd(bwd, d->C, d->I, g, n2, true);  /* gate_proj adds into it */
     /* post_attention_layernorm adds into h's gradient: nothing new */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, o, false); /* add: the layer input, attention output */
+    /* add: the layer input's, the attention output's */
+    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, o, false);
     linear_bwd(bwd, d->Q, d->C, o, s, false);                                /* o_proj */
     /* the reshape's view, the transpose's dense gradient, sdpa's output's */
     bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, false) + grad_copy(eQ, s, false);
@@ -253,9 +255,10 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     if (!cfg || !o || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
     memset(out, 0, sizeof *out);
     if (o->batch_size < 1 || o->seq_len < 2)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: batch_size %lld and seq_len %lld: need batch_size >= 1 and seq_len >= 2 "
-                               "(the loss shifts the labels by one)", FN,
-                               (long long)o->batch_size, (long long)o->seq_len);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: batch_size %lld and seq_len %lld: need batch_size >= 1 and seq_len >= 2 (the "
+                               "loss shifts the labels by one)",
+                               FN, (long long)o->batch_size, (long long)o->seq_len);
     if (o->autocast != ACCEL_F32 && o->autocast != ACCEL_BF16 && o->autocast != ACCEL_F16)
         return accel_set_error(ACCEL_ERR_DTYPE, "%s: autocast must be float32 (none), bfloat16 or float16, got %s",
                                FN, accel_dtype_name(o->autocast));
