@@ -115,7 +115,7 @@ if(TARGET accel_cli)
   add_test(NAME zero3_estimate_memory COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 4
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
-    "Training using Adam on 4 processes, per rank.*│   NO_SHARD  │  650.16 MB   │650.16 MB│ 1.27 GB │\n│SHARD_GRAD_OP│  731.43 MB   │162.54 MB│893.97 MB│\n│  FULL_SHARD │  412.54 MB   │162.54 MB│575.08 MB│")
+    "Training using Adam on 4 processes, per rank.*│    DDP \\(NO_SHARD\\)    │325.08 MB│325.08 MB│650.16 MB│   0 bytes    │ 1.27 GB │\n│        ZeRO-1        │325.08 MB│325.08 MB│162.54 MB│   0 bytes    │ 812.7 MB│\n│ZeRO-2 \\(SHARD_GRAD_OP\\)│325.08 MB│406.35 MB│162.54 MB│   0 bytes    │893.97 MB│\n│ ZeRO-3 \\(FULL_SHARD\\)  │ 81.27 MB│ 81.27 MB│162.54 MB│   250.0 MB   │575.08 MB│")
   add_test(NAME zero3_estimate_memory_bad_count
            COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 0 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory_bad_count PROPERTIES
