@@ -2,7 +2,8 @@
 # one cpu process): offload_optimizer cpu / nvme and fsdp_offload_params equal
 # training without offload on 2 processes, on the cpu (ZeRO-1, -2, -3) and on
 # hostless:0 (ZeRO-1, -2; 1 and 2 processes), resume, bounded state memory and
-# the named errors; the launcher's flags reach the library; a full tmpfs.
+# the named errors; offload_param nvme under ZeRO-3 (cpu); the launcher's flags
+# reach the library; a full tmpfs.
 if(TARGET accel_cli)
   set(_o "$<TARGET_FILE:accel_cli>;launch;--main_process_port;0")
   set(_op $<TARGET_FILE:test_accelerator_offload>)
@@ -25,6 +26,12 @@ if(TARGET accel_cli)
                    --offload_optimizer_nvme_path ${_od} ${_op} flags ${_od})
   set_tests_properties(accelerator_offload_flags_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_oenv}"
     PASS_REGULAR_EXPRESSION "offload zero_stage=3 state_file_in_dir=1\n" FAIL_REGULAR_EXPRESSION "${_ofail}")
+  # offload_param nvme (ZeRO-3): the shard file under the launcher's --offload_param_nvme_path
+  add_test(NAME accelerator_offload_param_flags_2
+           COMMAND ${_o} --num_processes 2 --use_deepspeed --zero_stage 3 --offload_param_device nvme
+                   --offload_param_nvme_path ${_od} ${_op} pflags ${_od})
+  set_tests_properties(accelerator_offload_param_flags_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_oenv}"
+    PASS_REGULAR_EXPRESSION "offload zero_stage=3 shard_file_in_dir=1\n" FAIL_REGULAR_EXPRESSION "${_ofail}")
   # ... and the deepspeed_config: keys of a config file (ZeRO-2 here)
   file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/offload_nvme.yaml
        "distributed_type: DEEPSPEED\nnum_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n  zero_stage: 2\n"

@@ -12,6 +12,10 @@
  *   run without offload); checkpoints hold the full state in the normal
  *   format and resume bit for bit, with or without offload.
  * - cpu on a device model: the state is in host memory.
+ * - offload_param nvme (stage 3): the shard in accel_param_shard_rank<R>_*
+ *   under nvme_path while prepared, removed after; after a backward and after
+ *   a step few of its pages are resident (mincore); training and resume equal
+ *   the run without offload, with offload_optimizer nvme too.
  * - Named errors: missing / non-directory nvme_path, a full disk (EFBIG from
  *   RLIMIT_FSIZE here; ENOSPC on a tiny tmpfs in the "enospc DIR" mode), the
  *   state file removed under us, and the settings refused by stage. */
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -124,6 +129,7 @@ typedef struct mode {
     int64_t block;      /* aio.block_size (nvme) */
     int buffers;        /* offload_optimizer.buffer_count (nvme) */
     bool fsdp;          /* fsdp_offload_params instead */
+    bool param_nvme;    /* offload_param nvme too (stage 3) */
 } mode;
 
 static accel_accelerator *accelerator_for(int stage, const mode *md) {
@@ -139,6 +145,10 @@ static accel_accelerator *accelerator_for(int stage, const mode *md) {
     } else if (md) {
         o.offload_optimizer_device = md->device;
         o.fsdp_offload_params = md->fsdp;
+    }
+    if (md && md->param_nvme) {
+        o.offload_param_device = "nvme";
+        o.offload_param_nvme_path = DIR_;
     }
     accel_accelerator *acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "stage %d %s: %s", stage, md ? md->name : "plain", accel_last_error());
@@ -180,8 +190,10 @@ static void equals_plain(int stage, const mode *md, accel_optim_kind kind) {
 }
 
 /* Blocks of 16 floats: the 6x24 / 24 / 24x1 / 1 shards span several blocks and end inside one. */
-static const mode CPU_MODE = {"cpu", "cpu", 0, 0, false}, NVME_MODE = {"nvme", "nvme", 64, 2, false},
-                  FSDP_MODE = {"fsdp_offload_params", NULL, 0, 0, true};
+static const mode CPU_MODE = {"cpu", "cpu", 0, 0, false, false}, NVME_MODE = {"nvme", "nvme", 64, 2, false, false},
+                  FSDP_MODE = {"fsdp_offload_params", NULL, 0, 0, true, false},
+                  PARAM_MODE = {"param_nvme", NULL, 0, 0, false, true},
+                  BOTH_MODE = {"param_and_optimizer_nvme", "nvme", 64, 2, false, true};
 
 static void test_offload_equals_plain(void) {
     int top = DEV.type == ACCEL_DEV_CPU ? 3 : 2; /* stage 3 runs on host memory only (refused on a device) */
@@ -189,6 +201,11 @@ static void test_offload_equals_plain(void) {
         equals_plain(stage, &CPU_MODE, ACCEL_OPTIM_ADAMW);
         equals_plain(stage, &NVME_MODE, ACCEL_OPTIM_ADAMW);
         equals_plain(stage, &FSDP_MODE, ACCEL_OPTIM_ADAMW);
+    }
+    if (top == 3) { /* offload_param: stage 3 */
+        equals_plain(3, &PARAM_MODE, ACCEL_OPTIM_ADAMW);
+        equals_plain(3, &BOTH_MODE, ACCEL_OPTIM_ADAMW);
+        equals_plain(3, &PARAM_MODE, ACCEL_OPTIM_SGD);
     }
     equals_plain(2, &NVME_MODE, ACCEL_OPTIM_SGD); /* one state kind (momentum_buffer) */
 }
@@ -294,7 +311,7 @@ static rss_run measure(const mode *md) {
 
 static void test_nvme_memory_bounded(void) {
     if (DEV.type != ACCEL_DEV_CPU) return; /* the cpu run measures it */
-    const mode big = {"nvme_big", "nvme", 64 << 10, 2, false}; /* 2 blocks of 64 KiB: 128 KiB of buffer */
+    const mode big = {"nvme_big", "nvme", 64 << 10, 2, false, false}; /* 2 blocks of 64 KiB: 128 KiB of buffer */
     rss_run plain = measure(NULL), paged = measure(&big);
     /* the shard's state, less the padding between and after the tensors (no state there) */
     CHECK_MSG(plain.counted <= plain.state && plain.counted > plain.state / 100 * 99,
@@ -315,12 +332,12 @@ static void test_nvme_memory_bounded(void) {
                (long long)plain.total, (long long)paged.total, (long long)paged.steps);
 }
 
-/* save_state under nvme, two more steps; then load_state into fresh weights
- * (under nvme, and without offload) and the same two steps: equal bit for bit. */
-static void test_nvme_resume(void) {
+/* save_state under md at `stage`, two more steps; then load_state into fresh
+ * weights (under md, and without offload) and the same two steps: equal bit for bit. */
+static void resume(int stage, const mode *md) {
     char ckpt[300];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", DIR_);
-    accel_accelerator *acc = accelerator_for(2, &NVME_MODE);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt_%s_%d", DIR_, md->name, stage);
+    accel_accelerator *acc = accelerator_for(stage, md);
     if (!acc) return;
     accel_optimizer *o;
     accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
@@ -331,7 +348,7 @@ static void test_nvme_resume(void) {
     int64_t n = params_to_host(m, want, 256);
     release(acc, o, m);
     for (int k = 0; k < 2; k++) {
-        acc = accelerator_for(2, k ? NULL : &NVME_MODE);
+        acc = accelerator_for(stage, k ? NULL : md);
         if (!acc) return;
         m = prepared(acc, 99, 6, 24, ACCEL_OPTIM_ADAMW, &o); /* other weights: the load replaces them */
         CHECK_MSG(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
@@ -339,10 +356,70 @@ static void test_nvme_resume(void) {
         CHECK(params_to_host(m, got, 256) == n);
         int64_t diff = 0;
         for (int64_t i = 0; i < n; i++) diff += got[i] != want[i];
-        CHECK_MSG(diff == 0, "resumed %s: %lld of %lld weights differ", k ? "without offload" : "under nvme",
-                  (long long)diff, (long long)n);
+        CHECK_MSG(diff == 0, "stage %d resumed %s: %lld of %lld weights differ", stage,
+                  k ? "without offload" : md->name, (long long)diff, (long long)n);
         release(acc, o, m);
     }
+}
+
+static void test_nvme_resume(void) {
+    resume(2, &NVME_MODE);
+    if (DEV.type != ACCEL_DEV_CPU) return; /* stage 3 */
+    resume(3, &PARAM_MODE);
+    resume(3, &BOTH_MODE);
+}
+
+/* Pages of [p, p + bytes) resident in memory (mincore: for a file we own,
+ * its pages in the page cache too). */
+static int64_t resident_pages(void *p, int64_t bytes, int64_t *pages) {
+    int64_t page = sysconf(_SC_PAGESIZE), n = (bytes + page - 1) / page, in = 0;
+    unsigned char *vec = calloc((size_t)n, 1);
+    CHECK(vec && mincore(p, (size_t)bytes, vec) == 0);
+    for (int64_t k = 0; vec && k < n; k++) in += vec[k] & 1;
+    free(vec);
+    *pages = n;
+    return in;
+}
+
+/* offload_param nvme: the shard is accel_param_shard_rank<R>_* under
+ * nvme_path while prepared, gone after; after a step (and after a forward and
+ * backward) only a few of its pages are in memory, against all of them when
+ * they were not released. A 1024 -> 512 -> 1 MLP: 2 MB of shard over N ranks. */
+static void test_param_shard_file(void) {
+    if (DEV.type != ACCEL_DEV_CPU) return; /* stage 3 */
+    accel_accelerator *acc = accelerator_for(3, &PARAM_MODE);
+    if (!acc) return;
+    accel_optimizer *o;
+    accel_module *m = prepared(acc, 3, 1024, 512, ACCEL_OPTIM_ADAMW, &o);
+    accel__model *pm = accel__find_model(acc, m);
+    CHECK(pm && pm->zpath && pm->zparams);
+    if (!pm || !pm->zpath || !pm->zparams) {
+        release(acc, o, m);
+        return;
+    }
+    char want[300], file[512];
+    snprintf(want, sizeof want, "%s/accel_param_shard_rank%d_", DIR_, R);
+    snprintf(file, sizeof file, "%s", pm->zpath);
+    CHECK_MSG(strstr(file, want) == file, "shard file %s, want %s*", file, want);
+    CHECK_MSG(access(file, F_OK) == 0, "shard file %s is missing while prepared", file);
+    struct stat sb;
+    CHECK(stat(file, &sb) == 0 && sb.st_size >= pm->zn * (int64_t)sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        accel_tensor *loss = loss_of(m, 1024, k, R);
+        CHECK(accel_accelerator_backward(acc, loss) == ACCEL_OK);
+        int64_t pages, in = resident_pages(pm->zparams, pm->zn * (int64_t)sizeof(float), &pages);
+        CHECK_MSG(in <= 2 * pm->n_units, "after backward %lld of the shard's %lld pages are resident", (long long)in,
+                  (long long)pages);
+        CHECK(accel_accelerator_optimizer_step(acc, o) == ACCEL_OK);
+        CHECK(accel_accelerator_zero_grad(acc, o) == ACCEL_OK);
+        accel_step_reset();
+        in = resident_pages(pm->zparams, pm->zn * (int64_t)sizeof(float), &pages);
+        CHECK_MSG(pages > 100 && in <= 2 * pm->n_units,
+                  "after step %d %lld of the shard's %lld pages are resident", k, (long long)in, (long long)pages);
+    }
+    accel_accelerator_clear(acc); /* un-prepared: the file goes */
+    CHECK_MSG(access(file, F_OK) != 0, "shard file %s still there after the accelerator let go", file);
+    release(acc, o, m);
 }
 
 /* The state file removed while training: the next step says so; save_state still works. */
@@ -399,7 +476,12 @@ static void test_settings_refused(void) {
     refused(o, "offload_param.device=cpu offloads the parameter shards of ZeRO stage 3");
     o.zero_stage = 3;
     o.offload_param_device = "nvme";
-    refused(o, "offload_param.device=nvme is not implemented by accel");
+    refused(o, "offload_param.device=nvme needs nvme_path (a directory for each rank's parameter shard file; "
+               "launcher flag --offload_param_nvme_path)");
+    o.offload_param_nvme_path = "/nonexistent/accel_nvme";
+    refused(o, "offload_param.nvme_path \"/nonexistent/accel_nvme\": No such file or directory");
+    o.offload_param_nvme_path = "/proc/self/status";
+    refused(o, "offload_param.nvme_path \"/proc/self/status\" is not a directory");
     o = accel_accelerator_opts_default();
     o.deepspeed_config_file = ds_json("typo", 2, "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memroy\": true}", NULL);
     refused(o, "zero_optimization.offload_optimizer.pin_memroy is not a DeepSpeed key accel knows");
@@ -425,7 +507,7 @@ static void test_settings_refused(void) {
 /* A full disk at prepare (the state's space is reserved there): the error
  * names the file and the cause, the file is gone, and the optimizer is the
  * user's again (its own segments, stepping its parameters). */
-static void full_disk(const char *path, const char *why) {
+static void full_disk_optimizer(const char *path, const char *why) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.zero_stage = 2;
     o.offload_optimizer_device = "nvme";
@@ -449,6 +531,38 @@ static void full_disk(const char *path, const char *why) {
     CHECK_MSG(system(cmd) == 0, "a state file was left in %s", path);
     release(acc, opt, m);
     accel_step_reset();
+}
+
+/* The same for offload_param nvme: the shard's space is reserved when the
+ * model is prepared, which fails naming the file and the cause; no file is left. */
+static void full_disk_param(const char *path, const char *why) {
+    if (DEV.type != ACCEL_DEV_CPU) return; /* stage 3 */
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 3;
+    o.offload_param_device = "nvme";
+    o.offload_param_nvme_path = path;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return;
+    accel_manual_seed(5);
+    accel_module *m = mlp(DEV, 256, 128); /* 132 KB of f32 shard on 1 rank, 66 KB on 2 */
+    CHECK(accel_accelerator_prepare(acc, m, NULL) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "parameter shard file");
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot reserve");
+    CHECK_STR_CONTAINS(accel_last_error(), "offload_param.nvme_path needs room");
+    CHECK_STR_CONTAINS(accel_last_error(), why);
+    CHECK_STR_CONTAINS(accel_last_error(), path);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls %s | grep accel_param_shard_rank%d_)\"", path, R);
+    CHECK_MSG(system(cmd) == 0, "a shard file was left in %s", path);
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    accel_step_reset();
+}
+
+static void full_disk(const char *path, const char *why) {
+    full_disk_optimizer(path, why);
+    full_disk_param(path, why);
 }
 
 /* EFBIG: a file-size limit below the state (RLIMIT_FSIZE; SIGXFSZ ignored so the write reports it). */
@@ -483,6 +597,25 @@ static void test_launcher_flags(const char *dir) {
     accel_module_free(m);
 }
 
+/* Under `accel launch --zero_stage 3 --offload_param_device nvme --offload_param_nvme_path DIR`. */
+static void test_launcher_param_flags(const char *dir) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return;
+    accel_optimizer *o;
+    accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
+    train(acc, m, o, 6, 0, 1, NULL);
+    accel__model *pm = accel__find_model(acc, m);
+    char real[4096];
+    bool in_dir = pm && pm->zpath && realpath(dir, real) && strstr(pm->zpath, real) == pm->zpath;
+    CHECK_MSG(in_dir, "shard file %s, want one under %s", pm && pm->zpath ? pm->zpath : "(none)", dir);
+    if (R == 0) printf("offload zero_stage=%d shard_file_in_dir=%d\n", accel_accelerator_zero_stage(acc), in_dir);
+    fflush(stdout);
+    accel_accelerator_free(acc);
+    accel_optimizer_free(o);
+    accel_module_free(m);
+}
+
 static void make_dir(accel_accelerator *a) {
     const char *base = getenv("ACCEL_OFFLOAD_TEST_DIR");
     snprintf(DIR_, sizeof DIR_, "%s/accel_offload_%d", base ? base : "/tmp", (int)(N > 1 ? getppid() : getpid()));
@@ -499,6 +632,7 @@ int main(int argc, char **argv) {
     if (argc == 3) { /* "enospc DIR": DIR is a 64 KiB tmpfs (tests/zero.cmake); "flags DIR": launcher flags */
         snprintf(DIR_, sizeof DIR_, "%s", argv[2]);
         if (!strcmp(argv[1], "enospc")) full_disk(DIR_, "No space left on device");
+        else if (!strcmp(argv[1], "pflags")) test_launcher_param_flags(DIR_);
         else test_launcher_flags(DIR_);
         accel_accelerator_free(a);
         accel_thread_cleanup();
@@ -509,6 +643,7 @@ int main(int argc, char **argv) {
     RUN(test_state_home);
     RUN(test_nvme_memory_bounded);
     RUN(test_nvme_resume);
+    RUN(test_param_shard_file);
     RUN(test_file_removed);
     RUN(test_settings_refused);
     RUN(test_file_too_large);

@@ -115,9 +115,12 @@ typedef struct accel_accelerator_opts {
     const char *offload_optimizer_device;
     const char *offload_optimizer_nvme_path;
     /* offload_param, stage 3 only: "none" or "cpu" (stage 3 keeps its
-     * parameter shards in host memory: a no-op); "nvme" is refused. NULL: the
-     * JSON's offload_param.device, else ACCEL_OFFLOAD_PARAM_DEVICE. */
+     * parameter shards in host memory: a no-op); "nvme" (each rank's shard in
+     * a file under offload_param_nvme_path, a directory, mapped and its pages
+     * released after each use). NULL: the JSON's offload_param, else
+     * ACCEL_OFFLOAD_PARAM_DEVICE / ACCEL_OFFLOAD_PARAM_NVME_PATH. */
     const char *offload_param_device;
+    const char *offload_param_nvme_path;
     /* FSDP's fsdp_offload_params=true (also ACCEL_FSDP_OFFLOAD_PARAMS):
      * FULL_SHARD as offload_param "cpu", SHARD_GRAD_OP as offload_optimizer
      * "cpu" (the step on the host, as torch's CPUOffload). */

@@ -66,6 +66,8 @@ typedef struct accel__model {
     int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
     float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] */
     float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates) */
+    char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
+    int zfd;               /* its descriptor, while zpath is set */
     uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
     bool order_done;
@@ -118,6 +120,7 @@ typedef enum { ACCEL__OFFLOAD_NONE, ACCEL__OFFLOAD_CPU, ACCEL__OFFLOAD_NVME } ac
 typedef struct accel__offload_cfg {
     accel__offload_device optimizer, param;
     char optimizer_path[1024]; /* nvme_path of offload_optimizer (a directory) */
+    char param_path[1024];     /* nvme_path of offload_param (a directory) */
     int buffer_count;          /* offload_optimizer.buffer_count: blocks of the host paging buffer (4) */
     int64_t block_bytes;       /* aio.block_size: bytes of a block (1 MiB) */
     bool fsdp_params;          /* fsdp_offload_params: the step on the host, as torch's CPUOffload */

@@ -16,7 +16,16 @@
  * current one computes (backward always, forward with ACCEL_FSDP_FORWARD_PREFETCH).
  *
  * Gradient accumulation reduces every micro-batch (no full gradients are kept
- * between them), as DeepSpeed's stage 3 does. */
+ * between them), as DeepSpeed's stage 3 does.
+ *
+ * Under offload_param nvme the shard (zparams) is a file under nvme_path
+ * mapped MAP_SHARED; its pages are written back and dropped, from the process
+ * and from the page cache, after each use (a unit's gather read its piece,
+ * the optimizer step wrote the shard), so its resident memory between uses
+ * is a few pages whatever its size. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -32,6 +41,8 @@ static int64_t page_elems(void) {
     long p = sysconf(_SC_PAGESIZE);
     return (p > 0 ? p : 4096) / (int64_t)sizeof(float);
 }
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* Zero-filled address range of n floats; pages take memory only once touched. */
 static float *host_reserve(int64_t n) {
@@ -52,13 +63,73 @@ static void host_drop(float *p, int64_t n) {
     if (n) madvise(p, (size_t)n * sizeof(float), MADV_DONTNEED);
 }
 
+/* ---------------------------------------------------------------- the shard
+ * In host memory, or (offload_param nvme) in a file: one of each per model. */
+
+static int64_t shard_bytes(const accel__model *pm) {
+    int64_t page = page_elems() * (int64_t)sizeof(float);
+    return round_up((pm->zn ? pm->zn : 1) * (int64_t)sizeof(float), page);
+}
+
+/* <nvme_path>/accel_param_shard_rank<R>_<pid>_<n>.swp, its space reserved, mapped over pm->zparams. */
+static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
+    char tag[32];
+    snprintf(tag, sizeof tag, "rank%d", acc->rank);
+    int64_t bytes = shard_bytes(pm);
+    pm->zfd = accel__swap_create(acc->offload.param_path, "accel_param_shard", tag, "offload_param",
+                                 "parameter shard", &pm->zpath);
+    accel_status st = pm->zfd < 0 ? accel_last_status()
+                                  : accel__swap_reserve(pm->zfd, pm->zpath, 0, bytes, "offload_param", "parameter shard");
+    if (st) return st;
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pm->zfd, 0);
+    if (p == MAP_FAILED)
+        return accel_set_error(ACCEL_ERR_IO, "offload_param: cannot map the parameter shard file %s (%lld bytes): %s",
+                               pm->zpath, (long long)bytes, strerror(errno));
+    pm->zparams = p; /* zeros, as posix_fallocate left them */
+    return ACCEL_OK;
+}
+
+static accel_status shard_alloc(accel_accelerator *acc, accel__model *pm) {
+    if (acc->offload.param == ACCEL__OFFLOAD_NVME) return shard_map_file(acc, pm);
+    pm->zparams = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+    return pm->zparams ? ACCEL_OK : accel_last_status();
+}
+
+static void shard_free(accel__model *pm) {
+    if (!pm->zpath) {
+        accel_free(pm->zparams);
+    } else {
+        if (pm->zparams) munmap(pm->zparams, (size_t)shard_bytes(pm));
+        if (pm->zfd >= 0) {
+            close(pm->zfd);
+            unlink(pm->zpath);
+        }
+        accel_free(pm->zpath);
+        pm->zpath = NULL;
+    }
+    pm->zparams = NULL;
+}
+
+/* Under offload_param nvme, elements [at, at + n) of the shard leave memory:
+ * written back (msync), unmapped from the process (MADV_DONTNEED keeps a
+ * shared file mapping's data) and dropped from the page cache (fadvise), the
+ * pages at the ends whole. They come back from the file on their next use. */
+static void shard_evict(accel__model *pm, int64_t at, int64_t n) {
+    if (!pm->zpath || n <= 0) return;
+    int64_t page = page_elems() * (int64_t)sizeof(float);
+    int64_t lo = at * (int64_t)sizeof(float) / page * page;
+    int64_t hi = round_up((at + n) * (int64_t)sizeof(float), page);
+    char *base = (char *)pm->zparams;
+    msync(base + lo, (size_t)(hi - lo), MS_SYNC);
+    madvise(base + lo, (size_t)(hi - lo), MADV_DONTNEED);
+    posix_fadvise(pm->zfd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+}
+
 static void host_add(float *dst, const float *src, int64_t n) {
     for (int64_t k = 0; k < n; k++) dst[k] += src[k];
 }
 
 /* ---------------------------------------------------------------- units */
-
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* A module wrapped on its own by default: a transformer block. */
 static bool is_block(const accel_module *m) { return !strcmp(m->ops->type_name, "LlamaDecoderLayer"); }
@@ -338,11 +409,11 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
     if (!st) st = relayout(acc, pm, &p);
     plan_free(&p);
     if (st) return st;
-    pm->zparams = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+    if ((st = shard_alloc(acc, pm))) return st;
     pm->zgrad = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
     pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
     pm->reducing = -1;
-    if (!pm->zparams || !pm->zgrad || !pm->order) return accel_last_status();
+    if (!pm->zgrad || !pm->order) return accel_last_status();
     if (acc->mp == ACCEL_MP_BF16 && !(pm->zsend16 = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(uint16_t))))
         return accel_last_status();
     return ACCEL_OK;
@@ -381,6 +452,7 @@ static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, acce
     u->gather = NULL;
     if (!st && u->gather16) host_widen_bf16(full_params(pm) + u->lo, u->shard * acc->shard_world);
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
+    shard_evict(pm, u->zoff, u->shard);
     return st;
 }
 
@@ -404,6 +476,7 @@ static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, acce
             memcpy(dst, mine, (size_t)u->shard * sizeof(float));
         }
         u->state = ACCEL__UNIT_GATHERED;
+        shard_evict(pm, u->zoff, u->shard);
         return ACCEL_OK;
     }
     if (u->gather16)
@@ -546,6 +619,7 @@ accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
         release(acc, pm, u);
         host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
     }
+    shard_evict(pm, 0, pm->zn);
     return install_hooks(acc, pm);
 }
 
@@ -651,6 +725,7 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
 
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
     accel_status first = ACCEL_OK;
+    shard_evict(pm, 0, pm->zn); /* the step wrote it */
     for (int k = 0; k < pm->n_units; k++) {
         accel__unit *u = &pm->units[k];
         accel_status st = release(acc, pm, u);
@@ -699,9 +774,8 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
             accel_free(grads);
         }
     }
-    accel_free(pm->zparams);
+    shard_free(pm);
     accel_free(pm->zsend16);
-    pm->zparams = NULL;
     pm->zsend16 = NULL;
 }
 

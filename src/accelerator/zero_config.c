@@ -67,7 +67,7 @@ static accel_status env_bool(const char *name, bool *out) {
 /* The offload settings as given, before they are checked against the stage. */
 typedef struct offload_given {
     char opt_dev[16], param_dev[16]; /* "" when absent */
-    char opt_path[1024];
+    char opt_path[1024], param_path[1024];
     int buffer_count;                /* 0: absent */
     int64_t block_bytes;             /* 0: absent */
 } offload_given;
@@ -116,7 +116,9 @@ static accel_status read_json_offload(json_t *root, json_t *zo, const char *path
     }
     json_t *opt = json_object_get(zo, "offload_optimizer");
     if (!json_str(json_object_get(opt, "nvme_path"), path, "offload_optimizer.nvme_path", g->opt_path,
-                  sizeof g->opt_path))
+                  sizeof g->opt_path) ||
+        !json_str(json_object_get(json_object_get(zo, "offload_param"), "nvme_path"), path,
+                  "offload_param.nvme_path", g->param_path, sizeof g->param_path))
         return accel_last_status();
     json_t *bc = json_object_get(opt, "buffer_count"), *ratio = json_object_get(opt, "ratio");
     if (bc && (!json_is_integer(bc) || json_integer_value(bc) < 1 || json_integer_value(bc) > 1024))
@@ -160,27 +162,41 @@ static accel_status pick(const char *api, const char *json, const char *env_name
 static const char *DEV_NAMES[] = {"none", "cpu", "nvme"};
 
 /* nvme_path: an existing directory this process can create files in. */
-static accel_status check_nvme_dir(const char *dir) {
+static accel_status check_nvme_dir(const char *dir, const char *section) {
     struct stat sb;
     if (stat(dir, &sb))
-        return accel_set_error(ACCEL_ERR_IO, FN ": offload_optimizer.nvme_path \"%s\": %s", dir, strerror(errno));
+        return accel_set_error(ACCEL_ERR_IO, FN ": %s.nvme_path \"%s\": %s", section, dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return accel_set_error(ACCEL_ERR_IO, FN ": offload_optimizer.nvme_path \"%s\" is not a directory", dir);
+        return accel_set_error(ACCEL_ERR_IO, FN ": %s.nvme_path \"%s\" is not a directory", section, dir);
     if (access(dir, W_OK | X_OK))
-        return accel_set_error(ACCEL_ERR_IO, FN ": offload_optimizer.nvme_path \"%s\" is not writable: %s", dir,
+        return accel_set_error(ACCEL_ERR_IO, FN ": %s.nvme_path \"%s\" is not writable: %s", section, dir,
                                strerror(errno));
     return ACCEL_OK;
+}
+
+/* An nvme device's path (dir, from pick) into out, checked; section and whose name it in errors. */
+static accel_status nvme_path(const char *dir, const char *section, const char *whose, char *out, size_t n) {
+    if (!dir)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s.device=nvme needs nvme_path (a directory for each "
+                               "rank's %s file; launcher flag --%s_nvme_path)", section, whose, section);
+    if (strlen(dir) >= n)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s.nvme_path is longer than %d characters", section,
+                               (int)n - 1);
+    snprintf(out, n, "%s", dir);
+    return check_nvme_dir(dir, section);
 }
 
 /* The offload settings of every source, checked against the stage. */
 static accel_status read_offload(const accel_accelerator_opts *o, const offload_given *g, int stage,
                                  accel__offload_cfg *c) {
-    const char *od, *op, *pd;
+    const char *od, *op, *pd, *pp;
     accel_status st = pick(o->offload_optimizer_device, g->opt_dev, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE",
                            "offload_optimizer.device", &od);
     if (!st) st = pick(o->offload_optimizer_nvme_path, g->opt_path, "ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH",
                        "offload_optimizer.nvme_path", &op);
     if (!st) st = pick(o->offload_param_device, g->param_dev, "ACCEL_OFFLOAD_PARAM_DEVICE", "offload_param.device", &pd);
+    if (!st) st = pick(o->offload_param_nvme_path, g->param_path, "ACCEL_OFFLOAD_PARAM_NVME_PATH",
+                       "offload_param.nvme_path", &pp);
     if (!st) st = offload_parse(od, "offload_optimizer.device", &c->optimizer);
     if (!st) st = offload_parse(pd, "offload_param.device", &c->param);
     c->fsdp_params = o->fsdp_offload_params;
@@ -196,21 +212,12 @@ static accel_status read_offload(const accel_accelerator_opts *o, const offload_
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_param.device=%s offloads the parameter shards of "
                                "ZeRO stage 3 (as in DeepSpeed), and this run is stage %d: use offload_optimizer",
                                DEV_NAMES[c->param], stage);
-    if (c->param == ACCEL__OFFLOAD_NVME)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": offload_param.device=nvme is not implemented by accel: "
-                               "stage 3 keeps its parameter shards in host memory (offload_param.device=cpu); "
-                               "offload_optimizer.device=nvme pages the optimizer state (2/3 of a shard under "
-                               "Adam) from disk");
+    if (c->param == ACCEL__OFFLOAD_NVME &&
+        (st = nvme_path(pp, "offload_param", "parameter shard", c->param_path, sizeof c->param_path)))
+        return st;
     if (c->optimizer == ACCEL__OFFLOAD_NVME) {
-        if (!op)
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.device=nvme needs nvme_path (a "
-                                   "directory for each rank's optimizer state file; launcher flag "
-                                   "--offload_optimizer_nvme_path)");
-        if (strlen(op) >= sizeof c->optimizer_path)
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.nvme_path is longer than %d "
-                                   "characters", (int)sizeof c->optimizer_path - 1);
-        snprintf(c->optimizer_path, sizeof c->optimizer_path, "%s", op);
-        if ((st = check_nvme_dir(op))) return st;
+        if ((st = nvme_path(op, "offload_optimizer", "optimizer state", c->optimizer_path, sizeof c->optimizer_path)))
+            return st;
         int kinds = 2; /* Adam's: the optimizer is not known yet */
         if (c->buffer_count < kinds)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.buffer_count=%d: the nvme step "

@@ -80,12 +80,9 @@ static accel_status file_write(const accel__offload *o, int64_t elem, const floa
 
 /* The next n elements of the file, their disk space reserved. */
 static accel_status file_reserve(accel__offload *o, int64_t n, int64_t *at) {
-    int err = n ? posix_fallocate(o->fd, (off_t)(o->file_elems * 4), (off_t)(n * 4)) : 0;
-    if (err)
-        return accel_set_error(err == ENOSPC || err == EDQUOT ? ACCEL_ERR_OOM : ACCEL_ERR_IO,
-                               "optimizer state file %s: cannot reserve %lld bytes of optimizer state (up to byte "
-                               "%lld): %s (offload_optimizer.nvme_path needs room for this rank's optimizer state)",
-                               o->path, (long long)n * 4, (long long)(o->file_elems + n) * 4, strerror(err));
+    accel_status st = accel__swap_reserve(o->fd, o->path, o->file_elems * 4, n * 4, "offload_optimizer",
+                                          "optimizer state");
+    if (st) return st;
     *at = o->file_elems;
     o->file_elems += n;
     return ACCEL_OK;
@@ -97,15 +94,35 @@ static void file_release(const accel__offload *o, int64_t elem, int64_t n) {
 }
 
 static accel_status file_open(accel__offload *o, const char *dir, const char *tag) {
-    static int serial; /* several optimizers of one process: one file each */
-    size_t len = strlen(dir) + strlen(tag ? tag : "") + 64;
-    o->path = accel_malloc(len);
-    if (!o->path) return accel_last_status();
-    snprintf(o->path, len, "%s/accel_optimizer_state_%s_%ld_%d.swp", dir, tag ? tag : "", (long)getpid(), serial++);
-    o->fd = open(o->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (o->fd < 0)
-        return accel_set_error(ACCEL_ERR_IO, "offload_optimizer: cannot create the optimizer state file %s: %s "
-                               "(nvme_path must be a writable directory)", o->path, strerror(errno));
+    o->fd = accel__swap_create(dir, "accel_optimizer_state", tag, "offload_optimizer", "optimizer state", &o->path);
+    return o->fd < 0 ? accel_last_status() : ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- swap files
+ * Shared with ZeRO-3's parameter shard under offload_param nvme (zero3.c). */
+
+int accel__swap_create(const char *dir, const char *prefix, const char *tag, const char *section, const char *what,
+                       char **path) {
+    static int serial; /* several files of one process: one name each */
+    size_t len = strlen(dir) + strlen(prefix) + strlen(tag ? tag : "") + 64;
+    *path = accel_malloc(len);
+    if (!*path) return -1;
+    snprintf(*path, len, "%s/%s_%s_%ld_%d.swp", dir, prefix, tag ? tag : "", (long)getpid(), serial++);
+    int fd = open(*path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        accel_set_error(ACCEL_ERR_IO, "%s: cannot create the %s file %s: %s (nvme_path must be a writable "
+                        "directory)", section, what, *path, strerror(errno));
+    return fd;
+}
+
+accel_status accel__swap_reserve(int fd, const char *path, int64_t at, int64_t n, const char *section,
+                                 const char *what) {
+    int err = n ? posix_fallocate(fd, (off_t)at, (off_t)n) : 0;
+    if (err)
+        return accel_set_error(err == ENOSPC || err == EDQUOT ? ACCEL_ERR_OOM : ACCEL_ERR_IO,
+                               "%s file %s: cannot reserve %lld bytes of %s (up to byte %lld): %s (%s.nvme_path "
+                               "needs room for this rank's %s)", what, path, (long long)n, what, (long long)(at + n),
+                               strerror(err), section, what);
     return ACCEL_OK;
 }
 

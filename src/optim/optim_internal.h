@@ -78,6 +78,18 @@ typedef struct accel__offload_opts {
     int n_blocks;        /* blocks of the host buffer: at least the state kinds (+ 2 on a device the host cannot address) */
 } accel__offload_opts;
 
+/* A swap file for state kept on disk (offload_optimizer / offload_param
+ * nvme): creates <dir>/<prefix>_<tag>_<pid>_<n>.swp, new, mode 0600, and
+ * returns its descriptor with its name in *path (owned by the caller, set even
+ * on failure), or -1 and an error naming section ("offload_optimizer"), what
+ * ("optimizer state") and the file. */
+int accel__swap_create(const char *dir, const char *prefix, const char *tag, const char *section, const char *what,
+                       char **path);
+/* Reserves bytes [at, at + n) of the file (posix_fallocate), so a full disk
+ * (ENOSPC, EDQUOT: ACCEL_ERR_OOM) or a size limit (EFBIG) fails here. */
+accel_status accel__swap_reserve(int fd, const char *path, int64_t at, int64_t n, const char *section,
+                                 const char *what);
+
 /* Moves every segment's state to o's home (NULL: back onto the segments'
  * devices) and keeps it there for segments set later. On failure nothing
  * changed. */
