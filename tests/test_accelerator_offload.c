@@ -577,9 +577,10 @@ static void test_file_too_large(void) {
     signal(SIGXFSZ, prev);
 }
 
-/* Under `accel launch --offload_optimizer_device nvme --offload_optimizer_nvme_path DIR`:
- * the library takes both from the launcher (the state file is under DIR). */
-static void test_launcher_flags(const char *dir) {
+/* Under `accel launch --offload_optimizer_device nvme --offload_optimizer_nvme_path DIR` (param: under
+ * `--zero_stage 3 --offload_param_device nvme --offload_param_nvme_path DIR`): the library takes both
+ * from the launcher (the optimizer state file, or the parameter shard file, is under DIR). */
+static void test_launcher_flags(const char *dir, bool param) {
     accel_accelerator *acc = accel_accelerator_new(NULL);
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     if (!acc) return;
@@ -587,29 +588,13 @@ static void test_launcher_flags(const char *dir) {
     accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
     train(acc, m, o, 6, 0, 1, NULL);
     char real[4096];
-    const char *path = accel__optimizer_state_path(o);
-    bool in_dir = path && realpath(dir, real) && strstr(path, real) == path;
-    CHECK_MSG(in_dir, "state file %s, want one under %s", path ? path : "(none)", dir);
-    if (R == 0) printf("offload zero_stage=%d state_file_in_dir=%d\n", accel_accelerator_zero_stage(acc), in_dir);
-    fflush(stdout);
-    accel_accelerator_free(acc);
-    accel_optimizer_free(o);
-    accel_module_free(m);
-}
-
-/* Under `accel launch --zero_stage 3 --offload_param_device nvme --offload_param_nvme_path DIR`. */
-static void test_launcher_param_flags(const char *dir) {
-    accel_accelerator *acc = accel_accelerator_new(NULL);
-    CHECK_MSG(acc != NULL, "%s", accel_last_error());
-    if (!acc) return;
-    accel_optimizer *o;
-    accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
-    train(acc, m, o, 6, 0, 1, NULL);
     accel__model *pm = accel__find_model(acc, m);
-    char real[4096];
-    bool in_dir = pm && pm->zpath && realpath(dir, real) && strstr(pm->zpath, real) == pm->zpath;
-    CHECK_MSG(in_dir, "shard file %s, want one under %s", pm && pm->zpath ? pm->zpath : "(none)", dir);
-    if (R == 0) printf("offload zero_stage=%d shard_file_in_dir=%d\n", accel_accelerator_zero_stage(acc), in_dir);
+    const char *path = param ? (pm ? pm->zpath : NULL) : accel__optimizer_state_path(o);
+    bool in_dir = path && realpath(dir, real) && strstr(path, real) == path;
+    CHECK_MSG(in_dir, "%s file %s, want one under %s", param ? "shard" : "state", path ? path : "(none)", dir);
+    if (R == 0)
+        printf("offload zero_stage=%d %s_file_in_dir=%d\n", accel_accelerator_zero_stage(acc),
+               param ? "shard" : "state", in_dir);
     fflush(stdout);
     accel_accelerator_free(acc);
     accel_optimizer_free(o);
@@ -629,11 +614,11 @@ int main(int argc, char **argv) {
     N = accel_accelerator_num_processes(a);
     R = accel_accelerator_process_index(a);
     DEV = accel_accelerator_device(a);
-    if (argc == 3) { /* "enospc DIR": DIR is a 64 KiB tmpfs (tests/zero.cmake); "flags DIR": launcher flags */
+    if (argc == 3) { /* "enospc DIR": DIR is a 64 KiB tmpfs (tests/offload.cmake); "flags DIR", "pflags DIR": */
+        /* the launcher flags of the optimizer state file, of the parameter shard file */
         snprintf(DIR_, sizeof DIR_, "%s", argv[2]);
         if (!strcmp(argv[1], "enospc")) full_disk(DIR_, "No space left on device");
-        else if (!strcmp(argv[1], "pflags")) test_launcher_param_flags(DIR_);
-        else test_launcher_flags(DIR_);
+        else test_launcher_flags(DIR_, !strcmp(argv[1], "pflags"));
         accel_accelerator_free(a);
         accel_thread_cleanup();
         return check_summary();

@@ -78,8 +78,8 @@ static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
     int64_t bytes = shard_bytes(pm);
     pm->zfd = accel__swap_create(acc->offload.param_path, "accel_param_shard", tag, "offload_param",
                                  "parameter shard", &pm->zpath);
-    accel_status st = pm->zfd < 0 ? accel_last_status()
-                                  : accel__swap_reserve(pm->zfd, pm->zpath, 0, bytes, "offload_param", "parameter shard");
+    if (pm->zfd < 0) return accel_last_status();
+    accel_status st = accel__swap_reserve(pm->zfd, pm->zpath, 0, bytes, "offload_param", "parameter shard");
     if (st) return st;
     void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pm->zfd, 0);
     if (p == MAP_FAILED)
