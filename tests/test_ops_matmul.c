@@ -99,6 +99,46 @@ static void test_gemm_small_m_vs_reference(void) {
     accel_set_default_device(prev);
 }
 
+/* GEMMs large enough to be split across the threads (accel__sgemm: row
+ * blocks when M >= N, column blocks otherwise; one block per thread, or up
+ * to four per thread from 1024 rows each, the last one shorter) against the
+ * reference: all transposes, padded leading dims, beta 0 over NaNs and
+ * beta != 0. */
+static void test_gemm_split_vs_reference(void) {
+    accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
+    int threads = accel_num_threads();
+    accel_set_num_threads(2);
+    /* M x N x K: 2 row blocks of 1056 and 1044; 2 column blocks; 4 row blocks
+     * of 1056, the last 1032; 3 row blocks on 3 threads */
+    const int64_t shapes[][4] = {{2100, 70, 40, 2}, {70, 2100, 40, 2}, {4200, 20, 30, 2}, {700, 30, 50, 3}};
+    for (int s = 0; s < 4; s++) {
+        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        accel_set_num_threads((int)shapes[s][3]);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int bz = 0; bz < 2; bz++) {
+                    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+                    accel_tensor *A = randn(40 + (uint64_t)s, ACCEL_SHAPE((ta ? K : M) * lda));
+                    accel_tensor *B = randn(50 + (uint64_t)s, ACCEL_SHAPE((tb ? N : K) * ldb));
+                    accel_tensor *C1 = randn(60, ACCEL_SHAPE(M * ldc));
+                    accel_tensor *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * ldc));
+                    float beta = bz ? 0.0f : 0.5f;
+                    if (bz) /* beta == 0: NaNs in C are ignored, one in every block */
+                        for (int64_t i = 0; i < M; i++) ((float *)C1->data)[i * ldc + i % N] = NAN;
+                    accel_copy_(C2, C1);
+                    accel__sgemm(ta, tb, M, N, K, 1.25f, A->data, lda, B->data, ldb, beta, C1->data, ldc);
+                    accel__sgemm_ref(ta, tb, M, N, K, 1.25f, A->data, lda, B->data, ldb, beta, C2->data, ldc);
+                    /* the padding column of C (ldc > N) is compared too: not written */
+                    CHECK_MSG(max_diff(C1, C2) < 1e-4 * (1 + sqrt((double)K)),
+                              "M=%lld N=%lld K=%lld ta=%d tb=%d beta=%g", (long long)M, (long long)N,
+                              (long long)K, ta, tb, (double)beta);
+                    accel_step_reset();
+                }
+    }
+    accel_set_num_threads(threads);
+    accel_set_default_device(prev);
+}
+
 static void check_matmul_case(int and, const int64_t *as, int bnd, const int64_t *bs, int ond, const int64_t *os) {
     accel_tensor *a = randn(10 + and, and, as), *b = randn(20 + bnd, bnd, bs);
     accel_tensor *fast = accel_matmul(a, b);
@@ -316,6 +356,7 @@ static void test_errors_and_meta(void) {
 int main(void) {
     RUN(test_gemm_fast_vs_reference);
     RUN(test_gemm_small_m_vs_reference);
+    RUN(test_gemm_split_vs_reference);
     RUN(test_matmul_shapes);
     RUN(test_matmul_gradcheck);
     RUN(test_linear_gradcheck);
