@@ -78,9 +78,9 @@ enum { SMALL_M = 4 };
  * a row block), which costs about 8 / rows of the block's multiply-adds
  * (packing ~0.5 cycle a float, 16 multiply-adds a cycle on AVX2 + FMA): 12%
  * for the 64-row blocks a dW = dY^T X of 512 rows over 2048 tokens was cut
- * into before, under 1% from 1024 rows. Measured on the Llama step (Zen3,
- * 2 threads, interleaved, under load): 64-row blocks -> one per thread cut
- * the step's CPU time by ~9% (bench/results/llama_step_profile.md). */
+ * into before, under 1% from 1024 rows. On the Llama step (Zen3, 2
+ * threads) the packing fell from 8.7% to 6.9% of the samples
+ * (bench/results/llama_step_profile.md). */
 enum { MIN_BLOCK = 1024 };
 
 /* Blocks of a split GEMM over len rows (columns) on nt threads: a multiple
