@@ -29,7 +29,7 @@
 
 /* One reference of the fixture and how close accel must be to it:
  * relative errors of the logits (the loss: a quarter of it) and of the
- * gradients (0: not stored). */
+ * gradients (f16: logits and loss only). */
 typedef struct reference {
     const char *tag;
     double logits_tol, grad_tol;
@@ -124,65 +124,68 @@ static void check_logits_loss(accel_safetensors *st, const reference *r, accel_t
     check_close(st, name, loss, r->logits_tol / 4);
 }
 
-static accel_tensor *fixture_ids(accel_safetensors *st) {
-    accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
-    CHECK(ids && ids->dtype == ACCEL_I64 && ids->shape[1] == 12);
-    return ids;
+/* The fixture file, the model on its weights and its ids. */
+typedef struct fixture {
+    accel_safetensors *st;
+    accel_module *model;
+    accel_tensor *ids;
+} fixture;
+
+/* Opens the fixture and checks that reference r's tolerance separates it from f32. */
+static bool fixture_open(fixture *f, const reference *r) {
+    f->st = accel_safetensors_open(FIXTURE);
+    CHECK_MSG(f->st != NULL, "%s", accel_last_error());
+    if (!f->st) return false;
+    check_tolerance_separates(f->st, r);
+    f->model = load_model(f->st);
+    f->ids = accel_safetensors_tensor(f->st, "ids", -1);
+    CHECK(f->model && f->ids && f->ids->dtype == ACCEL_I64 && f->ids->shape[1] == 12);
+    return true;
+}
+
+static void fixture_close(fixture *f) {
+    accel_step_reset();
+    accel_tensor_free(f->ids);
+    accel_module_free(f->model);
+    accel_safetensors_close(f->st);
 }
 
 /* Accelerate's --mixed_precision bf16: the prepared model's forward under
  * autocast, its outputs f32, the loss inside accelerator.autocast(). */
 static void test_bf16_accelerator(void) {
     const reference refs[2] = {{"bf16_attn32", 6e-3, 1.6e-2}, {"bf16", 1.5e-2, 4e-2}};
-    accel_safetensors *st = accel_safetensors_open(FIXTURE);
-    CHECK_MSG(st != NULL, "%s", accel_last_error());
-    if (!st) return;
-    check_tolerance_separates(st, &refs[0]);
-    accel_module *m = load_model(st);
-    accel_tensor *ids = fixture_ids(st);
+    fixture f;
+    if (!fixture_open(&f, &refs[0])) return;
     accel_accelerator_opts o = {.mixed_precision = "bf16"};
     accel_accelerator *acc = accel_accelerator_new(&o);
-    CHECK_MSG(acc && accel_accelerator_prepare(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(acc && accel_accelerator_prepare(acc, f.model) == ACCEL_OK, "%s", accel_last_error());
 
-    accel_tensor *logits = accel_llama_forward(m, ids, NULL);
+    accel_tensor *logits = accel_llama_forward(f.model, f.ids, NULL);
     CHECK_MSG(logits && logits->dtype == ACCEL_F32, "%s", accel_last_error());
     accel_dtype prev = accel_accelerator_autocast_begin(acc);
-    accel_tensor *loss = accel_llama_loss(m, ids);
+    accel_tensor *loss = accel_llama_loss(f.model, f.ids);
     accel_accelerator_autocast_end(acc, prev);
     CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
     for (int i = 0; i < 2; i++) {
-        check_logits_loss(st, &refs[i], logits, loss);
-        check_grads(st, m, refs[i].tag, refs[i].grad_tol);
+        check_logits_loss(f.st, &refs[i], logits, loss);
+        check_grads(f.st, f.model, refs[i].tag, refs[i].grad_tol);
     }
-    accel_step_reset();
-
+    fixture_close(&f);
     accel_accelerator_free(acc);
-    accel_tensor_free(ids);
-    accel_module_free(m);
-    accel_safetensors_close(st);
 }
 
 /* torch.autocast("cpu", dtype=torch.float16) around forward and loss. */
 static void test_f16_autocast(void) {
     const reference refs[2] = {{"f16_attn32", 8e-4, 0}, {"f16", 2e-3, 0}};
-    accel_safetensors *st = accel_safetensors_open(FIXTURE);
-    CHECK_MSG(st != NULL, "%s", accel_last_error());
-    if (!st) return;
-    check_tolerance_separates(st, &refs[0]);
-    accel_module *m = load_model(st);
-    accel_tensor *ids = fixture_ids(st);
-
+    fixture f;
+    if (!fixture_open(&f, &refs[0])) return;
     accel_dtype prev = accel_autocast_begin(ACCEL_F16);
-    accel_tensor *logits = accel_llama_forward(m, ids, NULL);
-    accel_tensor *loss = accel_llama_loss(m, ids);
+    accel_tensor *logits = accel_llama_forward(f.model, f.ids, NULL);
+    accel_tensor *loss = accel_llama_loss(f.model, f.ids);
     accel_autocast_end(prev);
     CHECK_MSG(logits && logits->dtype == ACCEL_F16, "%s", accel_last_error());
-    for (int i = 0; i < 2; i++) check_logits_loss(st, &refs[i], logits, loss);
-    accel_step_reset();
-
-    accel_tensor_free(ids);
-    accel_module_free(m);
-    accel_safetensors_close(st);
+    for (int i = 0; i < 2; i++) check_logits_loss(f.st, &refs[i], logits, loss);
+    fixture_close(&f);
 }
 
 int main(void) {

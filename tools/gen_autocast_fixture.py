@@ -27,7 +27,9 @@ import os
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig
+
+from gen_llama_fixtures import seeded_llama
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
                    "llama_autocast.safetensors")
@@ -43,14 +45,7 @@ def f32(t):
 
 
 def build():
-    cfg = LlamaConfig(**CONFIG, attn_implementation="sdpa")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith("norm.weight"):
-                p.copy_(1 + 0.1 * torch.randn_like(p))
-    return model
+    return seeded_llama(LlamaConfig(**CONFIG, attn_implementation="sdpa"))
 
 
 @contextlib.contextmanager
