@@ -457,19 +457,32 @@ static void test_softmax(void) {
         }
 }
 
+/* Dims 1 and 2 of a 4-D pair swapped: a [B, T, H, D] projection output seen as [B, H, T, D]. */
+static void heads_view(pair *p) {
+    accel_tensor *v[2] = {&p->c, &p->g};
+    for (int i = 0; i < 2; i++) {
+        int64_t s = v[i]->shape[1], st = v[i]->stride[1];
+        v[i]->shape[1] = v[i]->shape[2], v[i]->stride[1] = v[i]->stride[2];
+        v[i]->shape[2] = s, v[i]->stride[2] = st;
+    }
+}
+
 static void test_rope(void) {
-    int64_t T = 37, half = 32, BH = 6;
+    int64_t T = 37, half = 32, B = 2, H = 3;
     pair *c = mk2(ACCEL_F32, T, half, CONTIG, OUT), *s = mk2(ACCEL_F32, T, half, CONTIG, OUT);
     accel_k_rope_tables rt = {.cos = &c->c, .sin = &s->c, .T = T, .half = half, .pos0 = 5, .theta = 10000.0};
     KRUN("rope_tables", rope_tables, accel_k_rope_tables, rt, 1e-5);
-    for (int beta = 0; beta < 2; beta++) {
-        pair *y = mk(ACCEL_F32, 3, (int64_t[]){BH, T, 2 * half}, CONTIG, beta ? ACC : OUT);
-        pair *x = mk(ACCEL_F32, 3, (int64_t[]){BH, T, 2 * half}, CONTIG, IN);
-        pair *cs = mk2(ACCEL_F32, T, half, CONTIG, IN), *sn = mk2(ACCEL_F32, T, half, CONTIG, IN);
-        accel_k_rope r = {.y = &y->c, .x = &x->c, .cos = &cs->c, .sin = &sn->c, .BH = BH, .T = T, .half = half,
-                          .sign = beta ? -1.0f : 1.0f, .beta = (float)beta};
-        KRUN("rope", rope, accel_k_rope, r, 1e-5);
-    }
+    for (int i = 0; i < 3; i++)
+        for (int beta = 0; beta < 2; beta++) {
+            accel_dtype dt = FLOATS[i];
+            pair *y = mk(dt, 4, (int64_t[]){B, H, T, 2 * half}, CONTIG, beta ? ACC : OUT);
+            pair *x = mk(dt, 4, (int64_t[]){B, T, H, 2 * half}, CONTIG, IN);
+            heads_view(x);
+            pair *cs = mk2(ACCEL_F32, T, half, CONTIG, IN), *sn = mk2(ACCEL_F32, T, half, CONTIG, IN);
+            accel_k_rope r = {.y = &y->c, .x = &x->c, .cos = &cs->c, .sin = &sn->c, .BH = B * H, .T = T,
+                              .half = half, .sign = beta ? -1.0f : 1.0f, .beta = (float)beta};
+            KRUN("rope", rope, accel_k_rope, r, tol_of(dt));
+        }
 }
 
 static void test_embedding(void) {
