@@ -376,9 +376,13 @@ static const void *as_dtype(const void *p, accel_dtype from, accel_dtype to, int
     size_t ts = accel_dtype_size(to), fs = accel_dtype_size(from);
     char *f = accel_arena_alloc(accel_step_arena(), (size_t)(rows * cols) * ts, 64);
     if (!f) return NULL;
+    /* The vectorised, threaded conversion: a bf16 weight widened for every
+     * call costs as much as the GEMM itself at decode's M = 1. */
     const char *src = p;
-    for (int64_t r = 0; r < rows; r++)
-        accel_convert(f + (size_t)(r * cols) * ts, to, src + (size_t)(r * ld) * fs, from, (size_t)cols);
+    if (ld == cols) accel__cpu_convert(f, to, src, from, rows * cols);
+    else
+        for (int64_t r = 0; r < rows; r++)
+            accel__cpu_convert(f + (size_t)(r * cols) * ts, to, src + (size_t)(r * ld) * fs, from, cols);
     return f;
 }
 
