@@ -17,7 +17,8 @@ import statistics
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
+from llama_peer import adamw, add_model_args, build_llama
 
 
 def sync(device):
@@ -45,13 +46,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--ffn", type=int, default=1536)
-    ap.add_argument("--vocab", type=int, default=8192)
+    add_model_args(ap)
     ap.add_argument("--mixed_precision", choices=["no", "bf16", "fp16"], default="bf16")
     ap.add_argument("--peak-size", type=int, default=8192)
     args = ap.parse_args()
@@ -60,13 +55,8 @@ def main():
 
     peak = gemm_peak(device, args.peak_size)
     print(f"device={device} gemm_peak_tflops={peak:.2f} (torch.matmul bf16 {args.peak_size}^3)", flush=True)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.heads, max_position_embeddings=args.seq,
-                      attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    model = build_llama(args).to(device)
+    opt = adamw(model)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
 
     C, L, F, V, B, T = args.hidden, args.layers, args.ffn, args.vocab, args.batch, args.seq

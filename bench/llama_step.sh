@@ -11,6 +11,8 @@
 #      MIXED_PRECISION (no|bf16|fp16, default no: accel's Accelerator mode and
 #      torch.autocast on the PyTorch side), PEER_COMPILE (1: a torch.compile run
 #      of the peer in every round too; default 1 for MIXED_PRECISION=no),
+#      PEER (1: run the PyTorch peer, the default; 0: accel only, e.g. bf16 on
+#      a CPU without bf16 units, where torch.autocast's step takes minutes),
 #      OMP_WAIT_POLICY (default PASSIVE, for both sides: OpenMP workers that
 #      spin after each parallel region compete with OpenBLAS's own threads and,
 #      on a shared machine, with everyone else; measured on the 2-vCPU box
@@ -25,7 +27,9 @@ BUILD_DIR=${BUILD_DIR:-build}
 OUT=${OUT:-bench/results/llama_step.md}
 EXTRA=${EXTRA:-}
 MP=${MIXED_PRECISION:-no}
+PEER=${PEER:-1}
 COMPILE=${PEER_COMPILE:-$([ "$MP" = no ] && echo 1 || echo 0)}
+[ "$PEER" = 1 ] || COMPILE=0
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 cmake -S . -B "$BUILD_DIR" >/dev/null
@@ -67,11 +71,13 @@ for r in $(seq 1 "$ROUNDS"); do
         # shellcheck disable=SC2086
         "$BIN" --threads "$THREADS" --steps "$STEPS" --mixed_precision no $EXTRA | tee "$LOG/accel32.$r" >&2
     fi
-    idle=$(quiet)
-    echo "== round $r/$ROUNDS: pytorch (cpu idle before: $idle)" >&2
-    echo "idle=$idle" > "$LOG/idle_torch.$r"
-    # shellcheck disable=SC2086
-    python3 bench/llama_step_peer.py --threads "$THREADS" --steps "$STEPS" --mixed_precision "$MP" $EXTRA | tee "$LOG/torch.$r" >&2
+    if [ "$PEER" = 1 ]; then
+        idle=$(quiet)
+        echo "== round $r/$ROUNDS: pytorch (cpu idle before: $idle)" >&2
+        echo "idle=$idle" > "$LOG/idle_torch.$r"
+        # shellcheck disable=SC2086
+        python3 bench/llama_step_peer.py --threads "$THREADS" --steps "$STEPS" --mixed_precision "$MP" $EXTRA | tee "$LOG/torch.$r" >&2
+    fi
     if [ "$COMPILE" = 1 ]; then
         idle=$(quiet)
         echo "== round $r/$ROUNDS: pytorch torch.compile (cpu idle before: $idle)" >&2
@@ -110,14 +116,15 @@ a_ms = [float(a["step_ms_median"]) for a in acc]
 t_ms = [float(t["step_ms_median"]) for t in tor]
 ratio = [t / a for a, t in zip(a_ms, t_ms)]
 B_T = float(acc[0]["tokens_per_s"]) * a_ms[0] / 1e3  # tokens per step
-med_a, med_t, med_r = statistics.median(a_ms), statistics.median(t_ms), statistics.median(ratio)
+med = lambda v: statistics.median(v) if v else float("nan")  # no peer rounds under PEER=0
+med_a, med_t, med_r = med(a_ms), med(t_ms), med(ratio)
 # CPU time per step (all threads): less disturbed by other processes than wall time.
 a_cpu = [float(a["cpu_ms_median"]) for a in acc]
 t_cpu = [float(t["cpu_ms_median"]) for t in tor]
 c_ms = [float(c["step_ms_median"]) for c in com]
 c_cpu = [float(c["cpu_ms_median"]) for c in com]
-cpu_ratio = statistics.median([t / a for a, t in zip(a_cpu, t_cpu)])
-q = min(range(len(acc)), key=lambda i: a_ms[i] + t_ms[i])  # the quietest round
+cpu_ratio = med([t / a for a, t in zip(a_cpu, t_cpu)])
+q = min(range(len(acc)), key=lambda i: a_ms[i] + (t_ms[i] if tor else 0))  # the quietest round
 tv = __import__("torch").__version__
 peer = "eager" if mp == "no" else f"torch.autocast {mp}"
 row = lambda name, ms: (f"| {name} | {ms:.0f} | {B_T / (ms / 1e3):.0f} | {gflop / (ms / 1e3):.1f} | "
@@ -126,7 +133,7 @@ cfg = extra.strip() or "hidden 512, 8 layers, 8 heads, ffn 1536, vocab 8192, bat
 cpu = [l.strip() for l in open(files("accel")[0]) if l.startswith(("CPU:", "ISA:", "CPU kernels:"))]
 mode = "f32" if mp == "no" else f"mixed_precision {mp} (PyTorch: torch.autocast cpu {mp})"
 lines = [
-    f"# Llama training step: accel vs PyTorch {peer} ({mode})",
+    f"# Llama training step: accel vs PyTorch {peer} ({mode})" if tor else f"# Llama training step: accel ({mode})",
     "",
     "; ".join(cpu),
     "",
@@ -144,11 +151,12 @@ lines = [
     "| run | step (ms) | tokens/s | model GFLOP/s | MFU vs sgemm peak | MFU vs FMA peak |",
     "|---|---|---|---|---|---|",
     row("accel, median of rounds", med_a),
-    row(f"PyTorch {tv} {peer}, median of rounds", med_t),
+] + ([row(f"PyTorch {tv} {peer}, median of rounds", med_t)] if tor else []) + [
     row(f"accel, quietest round ({q + 1})", a_ms[q]),
-    row(f"PyTorch, quietest round ({q + 1})", t_ms[q]),
-] + ([row(f"PyTorch {tv} torch.compile, median of rounds", statistics.median(c_ms))] if com else []) + [
+] + ([row(f"PyTorch, quietest round ({q + 1})", t_ms[q])] if tor else []) + (
+    [row(f"PyTorch {tv} torch.compile, median of rounds", statistics.median(c_ms))] if com else []) + [
     "",
+    "The PyTorch peer was not run (PEER=0)." if not tor else
     f"**accel is {med_r:.2f}x PyTorch {peer}'s throughput** (median of the per-round ratios "
     f"PyTorch step / accel step: {', '.join(f'{r:.2f}' for r in ratio)}); "
     f"in CPU time per step {cpu_ratio:.2f}x (median of PyTorch CPU ms / accel CPU ms per round)"
@@ -168,10 +176,11 @@ lines = [
     "ratio (eager / accel) | sgemm median / best GFLOP/s |",
     "|---|---|---|---|---|---|---|---|---|",
 ]
-for i, (a, t, s_) in enumerate(zip(acc, tor, split)):
+for i, (a, s_) in enumerate(zip(acc, split)):
     cc = f"{c_ms[i]:.0f} / {c_cpu[i]:.0f}" if i < len(com) else "-"
-    lines.append(f"| {i + 1} | {idle_a[i]} / {idle_t[i]} | {a_ms[i]:.0f} | {s_['fwd']} / {s_['bwd']} / "
-                 f"{s_['opt']} | {a_cpu[i]:.0f} | {t_ms[i]:.0f} / {t_cpu[i]:.0f} | {cc} | {ratio[i]:.2f} | "
+    eager = (f"{t_ms[i]:.0f} / {t_cpu[i]:.0f} | {cc} | {ratio[i]:.2f}" if i < len(tor) else f"- | {cc} | -")
+    lines.append(f"| {i + 1} | {idle_a[i]} / {idle_t[i] if i < len(tor) else '-'} | {a_ms[i]:.0f} | "
+                 f"{s_['fwd']} / {s_['bwd']} / {s_['opt']} | {a_cpu[i]:.0f} | {eager} | "
                  f"{float(a['sgemm_gflops']):.1f} / {float(a['sgemm_best_gflops']):.1f} |")
 lines += [
     "",

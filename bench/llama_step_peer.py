@@ -16,7 +16,8 @@ import statistics
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
+from llama_peer import adamw, add_model_args, build_llama
 
 
 def main():
@@ -24,13 +25,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--ffn", type=int, default=1536)
-    ap.add_argument("--vocab", type=int, default=8192)
+    add_model_args(ap)
     ap.add_argument("--accelerate", action="store_true",
                     help="wrap with accelerate.Accelerator (gloo DDP under a launcher)")
     ap.add_argument("--mixed_precision", choices=["no", "bf16", "fp16"], default="no")
@@ -39,13 +34,8 @@ def main():
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision)
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
-                      intermediate_size=args.ffn, num_hidden_layers=args.layers,
-                      num_attention_heads=args.heads, num_key_value_heads=args.heads,
-                      max_position_embeddings=args.seq, attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    model = build_llama(args)
+    opt = adamw(model)
     if args.compile:
         model = torch.compile(model)
     accelerator = None

@@ -22,8 +22,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+from llama_peer import adamw, add_model_args, build_llama
 
 
 def shard_fsdp2(model):
@@ -53,26 +54,15 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--ffn", type=int, default=1536)
-    ap.add_argument("--vocab", type=int, default=8192)
+    add_model_args(ap)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.heads, max_position_embeddings=args.seq,
-                      attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg)
+    model = build_llama(args)
     model = shard_fsdp2(model) if args.fsdp == "2" else shard_fsdp1(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    opt = adamw(model)
     gen = torch.Generator().manual_seed(1234 + rank)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
     times, cpus = [], []
