@@ -344,6 +344,21 @@ static void test_activation_checkpointing(void) {
     accel_module_free(m[1]);
 }
 
+/* A's stage-3 settings with the default wrap units (what MLP-sized models
+ * get); returns the settings before, for done(). */
+static accel__fsdp_cfg default_units(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    return saved;
+}
+
+/* Ends a test of the prepared model m: unprepared, freed, A's settings back. */
+static void done(accel_module *m, accel__fsdp_cfg saved) {
+    accel_accelerator_clear(A);
+    accel_module_free(m);
+    A->fsdp = saved;
+}
+
 /* Each fsdp_auto_wrap_policy on the Llama (tied embeddings). */
 static void test_llama_wrap_policies(void) {
     accel__fsdp_cfg saved = A->fsdp;
@@ -366,16 +381,13 @@ static void test_llama_wrap_policies(void) {
     snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "Foo,LlamaDecoderLayer");
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     CHECK(A->models[0].n_units == 3);
-    accel_accelerator_clear(A);
-    accel_module_free(m);
-    A->fsdp = saved;
+    done(m, saved);
 }
 
 /* stage3_param_persistence_threshold 20: the five norms (16 each) form one
  * unit that stays gathered (the norm module's unit disappears). */
 static void test_persistence_threshold(void) {
-    accel__fsdp_cfg saved = A->fsdp;
-    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel__fsdp_cfg saved = default_units();
     A->fsdp.persistence_threshold = 20;
     check_equivalence(true, 4);
     accel_module *m = tiny_llama(2);
@@ -385,9 +397,7 @@ static void test_persistence_threshold(void) {
         if (A->models[0].units[k].persistent) persistent = k;
     CHECK(persistent >= 0 && A->models[0].units[persistent].count == 5);
     CHECK(persistent_bytes() > 0);
-    accel_accelerator_clear(A);
-    accel_module_free(m);
-    A->fsdp = saved;
+    done(m, saved);
 }
 
 /* A module that runs its child's forward directly, so the child's hooks never run. */
@@ -400,8 +410,7 @@ static const accel_module_ops BYPASS_OPS = {"Bypass", bypass_forward, NULL};
 
 /* Training through it is an error naming the unit, not a silently wrong step. */
 static void test_unhooked_unit_is_an_error(void) {
-    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
-    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel__fsdp_cfg saved = default_units();
     accel_manual_seed(9);
     accel_module *m = accel_module_new(&BYPASS_OPS, NULL);
     accel_module_add_child(m, "inner", accel_linear_new(5, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32));
@@ -412,9 +421,7 @@ static void test_unhooked_unit_is_an_error(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "unit \"inner\" was used without its forward hooks");
     accel_clear_error();
     accel_step_reset();
-    accel_accelerator_clear(A);
-    accel_module_free(m);
-    A->fsdp = saved;
+    done(m, saved);
 }
 
 /* Six 256x256 Linear units with probes between them: during backward at most
@@ -423,8 +430,7 @@ static void test_unhooked_unit_is_an_error(void) {
  * gradients (one reducing) are resident, where DDP holds all six of each; the
  * shards are 1/N. */
 static void test_backward_memory(void) {
-    accel__fsdp_cfg saved = A->fsdp;
-    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel__fsdp_cfg saved = default_units();
     accel_manual_seed(11);
     accel_module *l[12];
     for (int i = 0; i < 6; i++) {
@@ -460,15 +466,12 @@ static void test_backward_memory(void) {
     CHECK_MSG((S == 1 || PEAK_GRADS > 0) && PEAK_GRADS <= two_units, "peak full gradients %lld bytes of %lld",
               (long long)PEAK_GRADS, (long long)total);
     CHECK(resident_param_bytes(m) == 0 && resident_grad_bytes(m) == 0); /* after backward: only the shards */
-    accel_accelerator_clear(A);
-    accel_module_free(m);
-    A->fsdp = saved;
+    done(m, saved);
 }
 
 /* A forward without backward (evaluation) leaves nothing gathered (the MLP's root holds no parameters). */
 static void test_eval_forward_reshards(void) {
-    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
-    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel__fsdp_cfg saved = default_units();
     accel_module *m = mlp(3);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     bool prev = accel_set_grad_enabled(false);
@@ -479,23 +482,18 @@ static void test_eval_forward_reshards(void) {
     if (!reshard || strcmp(reshard, "false")) CHECK(resident_param_bytes(m) == 0);
     else CHECK(resident_param_bytes(m) > 0); /* kept gathered until the step */
     accel_step_reset();
-    accel_accelerator_clear(A);
-    accel_module_free(m);
-    A->fsdp = saved;
+    done(m, saved);
 }
 
 /* A rank's shard is one piece per unit under stage 3: there is no one range to report. */
 static void test_zero_shard_refused(void) {
-    accel__fsdp_cfg saved = A->fsdp; /* MLP-sized models: the default units */
-    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    accel__fsdp_cfg saved = default_units();
     accel_module *m = mlp(4);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     int64_t lo, hi, padded;
     CHECK(accel_accelerator_zero_shard(A, m, &lo, &hi, &padded) == ACCEL_ERR_STATE);
     accel_clear_error();
-    accel_accelerator_clear(A);
-    accel_module_free(m);
-    A->fsdp = saved;
+    done(m, saved);
 }
 
 int main(void) {

@@ -10,8 +10,11 @@
  *   - bad checkpoints fail naming the file, unit or parameter;
  *   - `save DIR` / `resume DIR`: one launch trains and saves on N processes,
  *     another resumes on M != N (resharding at load): losses and final weights
- *     equal the uninterrupted run within tolerance.
- * Prints "zero3 checkpoint world=N" for the launcher tests to match. */
+ *     equal the uninterrupted run within tolerance;
+ *   - `save16 DIR DTYPE`: save_model under the launch's 16-bit setting writes
+ *     DTYPE tensors, the masters rounded (stage3_gather_16bit_weights_on_model_save);
+ *   - all of it under HYBRID_SHARD on two "machines" too (tests/zero3.cmake).
+ * Prints "zero3 checkpoint world=N shard_world=S" for the launcher tests to match. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -130,6 +133,23 @@ static bool dirs_equal(const char *a, const char *b) {
 
 /* ---------------------------------------------------------------- same world size */
 
+/* The uninterrupted run: K + M steps (their losses into want), its final
+ * weights by save_model into ROOT/ref_model; then the same start trained K
+ * steps (the same losses) and saved by save_state into ROOT/ckpt. */
+static void train_and_checkpoint(bool is_llama, double want[K_STEPS + M_STEPS]) {
+    char ckpt[600], ref[600];
+    path_of(ckpt, sizeof ckpt, "ckpt");
+    path_of(ref, sizeof ref, "ref_model");
+    run r = start(is_llama, 1, 33);
+    for (int s = 0; s < K_STEPS + M_STEPS; s++) want[s] = train_step(r.m, r.o, is_llama, s);
+    CHECK(accel_accelerator_save_model(A, r.m, ref, NULL) == ACCEL_OK);
+    finish(&r);
+    r = start(is_llama, 1, 33);
+    for (int s = 0; s < K_STEPS; s++) CHECK(train_step(r.m, r.o, is_llama, s) == want[s]);
+    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
+    finish(&r);
+}
+
 /* Train K, save, resume a differently initialised model, train M: the same
  * losses and the same final weights (save_model files) as K + M uninterrupted. */
 static void resume_exactly(bool is_llama, bool full_state_dict) {
@@ -139,20 +159,12 @@ static void resume_exactly(bool is_llama, bool full_state_dict) {
     path_of(ref, sizeof ref, "ref_model");
     path_of(got, sizeof got, "resumed_model");
     double want[K_STEPS + M_STEPS];
-    run r = start(is_llama, 1, 33);
-    for (int s = 0; s < K_STEPS + M_STEPS; s++) want[s] = train_step(r.m, r.o, is_llama, s);
-    CHECK(accel_accelerator_save_model(A, r.m, ref, NULL) == ACCEL_OK);
-    finish(&r);
-
-    r = start(is_llama, 1, 33);
-    for (int s = 0; s < K_STEPS; s++) CHECK(train_step(r.m, r.o, is_llama, s) == want[s]);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    finish(&r);
+    train_and_checkpoint(is_llama, want);
     char probe[700];
     snprintf(probe, sizeof probe, "%s/%s", ckpt, full_state_dict ? "model.safetensors" : "pytorch_model_fsdp_0/shard_0.safetensors");
     CHECK_MSG(access(probe, F_OK) == 0, "%s", probe);
 
-    r = start(is_llama, 99, 33); /* other weights: all of them must come from the checkpoint */
+    run r = start(is_llama, 99, 33); /* other weights: all of them must come from the checkpoint */
     CHECK_MSG(accel_accelerator_load_state(A, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
     for (int s = K_STEPS; s < K_STEPS + M_STEPS; s++) {
         double l = train_step(r.m, r.o, is_llama, s);
@@ -199,6 +211,28 @@ static void export_for_transformers(accel_module *m, const char *dir) {
     accel_step_reset();
 }
 
+/* A Llama trained two steps, written by save_model into `model` (and in 12 KB
+ * shards into `shards` unless NULL) and by save_state into `ckpt`, then
+ * gathered back into its module (clear). The caller frees the run. */
+static run trained_and_saved(const char *model, const char *shards, const char *ckpt) {
+    run r = start(true, 3, 0);
+    for (int s = 0; s < 2; s++) train_step(r.m, r.o, true, s);
+    CHECK(accel_accelerator_save_model(A, r.m, model, NULL) == ACCEL_OK);
+    if (shards) CHECK(accel_accelerator_save_model(A, r.m, shards, "12KB") == ACCEL_OK);
+    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
+    accel_accelerator_clear(A);
+    return r;
+}
+
+/* accel merge-weights of the SHARDED_STATE_DICT checkpoint ckpt into
+ * merged/model.safetensors; its model directory into sub [n]. */
+static void merge_checkpoint(const char *ckpt, const char *merged, char *sub, size_t n) {
+    int count = 0;
+    CHECK(accel__zero3_find_sharded(ckpt, sub, n));
+    CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
+    CHECK_MSG(accel__zero3_merge(sub, merged, &count) == ACCEL_OK, "%s", accel_last_error());
+}
+
 /* save_model under ZeRO-3 writes what DDP's save_model writes for the same
  * weights: accel_save_module of the gathered model (after clear), byte for
  * byte, in one file and in shards; merge-weights of the sharded checkpoint
@@ -211,12 +245,7 @@ static void test_save_model_equals_ddp(void) {
     path_of(ddps, sizeof ddps, "ddp_model_shards");
     path_of(ckpt, sizeof ckpt, "merge_ckpt");
     path_of(merged, sizeof merged, "merged");
-    run r = start(true, 3, 0);
-    for (int s = 0; s < 2; s++) train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_model(A, r.m, z3, NULL) == ACCEL_OK);
-    CHECK(accel_accelerator_save_model(A, r.m, z3s, "12KB") == ACCEL_OK);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    accel_accelerator_clear(A); /* the full weights back in the module */
+    run r = trained_and_saved(z3, z3s, ckpt);
     if (R == 0) {
         export_for_transformers(r.m, z3);
         CHECK(accel_save_module(ddp, r.m, 10000000000ll) == ACCEL_OK);
@@ -227,16 +256,144 @@ static void test_save_model_equals_ddp(void) {
         snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", z3s);
         CHECK_MSG(access(idx, F_OK) == 0, "12KB shards: %s", idx);
         char sub[1024];
-        int n = 0;
-        CHECK(accel__zero3_find_sharded(ckpt, sub, sizeof sub));
-        CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
-        CHECK_MSG(accel__zero3_merge(sub, merged, &n) == ACCEL_OK, "%s", accel_last_error());
+        merge_checkpoint(ckpt, merged, sub, sizeof sub);
         CHECK_MSG(dirs_equal(merged, ddp), "merge-weights of %s differs from DDP's save_model", ckpt);
         CHECK(accel__zero3_remove_sharded(sub) == ACCEL_OK); /* --remove_checkpoint_dir */
         CHECK_MSG(access(sub, F_OK) != 0, "%s is still there", sub);
     }
     accel_optimizer_free(r.o);
     accel_module_free(r.m);
+}
+
+/* ---------------------------------------------------------------- 16-bit save_model */
+
+/* stage3_gather_16bit_weights_on_model_save as a DeepSpeed JSON gives it
+ * (json_value NULL: absent) beside ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL
+ * (env NULL: unset), as accel_accelerator_new reads them. */
+static accel_status save_16bit_of(const char *json_value, const char *env, bool *out) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/accel_z3_save16_%d_%d.json", (int)getpid(), R);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return ACCEL_ERR_IO;
+    fprintf(f, "{\"zero_optimization\": {\"stage\": 3%s%s}}\n",
+            json_value ? ", \"stage3_gather_16bit_weights_on_model_save\": " : "", json_value ? json_value : "");
+    fclose(f);
+    if (env) setenv("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", env, 1);
+    else unsetenv("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL");
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.deepspeed_config_file = path;
+    accel__zero_cfg c;
+    accel_status st = accel__zero_config(&o, &c);
+    *out = c.fsdp.save_16bit;
+    unsetenv("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL");
+    unlink(path);
+    return st;
+}
+
+/* The JSON's true / false decides; absent or "auto", Accelerate's
+ * zero3_save_16bit_model (the launcher's variable); other values are named. */
+static void test_save_16bit_settings(void) {
+    const struct { const char *json, *env; bool want; } OK[] = {
+        {"true", NULL, true}, {"false", "true", false}, {"\"auto\"", "true", true}, {NULL, "TRUE", true},
+        {NULL, "false", false}, {NULL, NULL, false}, {"\"auto\"", NULL, false},
+    };
+    for (size_t i = 0; i < sizeof OK / sizeof *OK; i++) {
+        bool got = !OK[i].want;
+        CHECK_MSG(save_16bit_of(OK[i].json, OK[i].env, &got) == ACCEL_OK && got == OK[i].want,
+                  "json %s, env %s: %d (%s)", OK[i].json ? OK[i].json : "-", OK[i].env ? OK[i].env : "-", got,
+                  accel_last_error());
+    }
+    bool got;
+    accel_clear_error();
+    CHECK(save_16bit_of("\"yes\"", NULL, &got) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "stage3_gather_16bit_weights_on_model_save must be true, false or \"auto\"");
+    accel_clear_error();
+    CHECK(save_16bit_of(NULL, "maybe", &got) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL=\"maybe\" is not true or false");
+}
+
+/* f rounded to bf16, to nearest even (finite values), written out on its own
+ * rather than through accel's conversion. */
+static uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The f32 values at src rounded to dt into dst. */
+static void round_to(void *dst, accel_dtype dt, const float *src, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        if (dt == ACCEL_BF16) ((uint16_t *)dst)[k] = bf16_of(src[k]);
+        else if (dt == ACCEL_F16) ((uint16_t *)dst)[k] = accel_f32_to_f16(src[k]);
+        else ((float *)dst)[k] = src[k];
+    }
+}
+
+/* Every tensor of the safetensors file `got` is `dt` and holds the f32
+ * tensor of the same name in `ref` rounded to dt, byte for byte; the two
+ * files name the same tensors. */
+static bool rounded_equal(const char *got, const char *ref, accel_dtype dt) {
+    accel_safetensors *fg = accel_safetensors_open(got), *fr = accel_safetensors_open(ref);
+    bool ok = fg && fr && accel_safetensors_count(fg) == accel_safetensors_count(fr);
+    for (int i = 0; ok && i < accel_safetensors_count(fg); i++) {
+        const accel_st_info *g = accel_safetensors_at(fg, i), *r = accel_safetensors_find(fr, g->name);
+        size_t n = r ? r->nbytes / sizeof(float) : 0;
+        void *want = malloc(n * accel_dtype_size(dt) + 1);
+        ok = r && want && r->dtype == ACCEL_F32 && g->dtype == dt && g->nbytes == n * accel_dtype_size(dt);
+        if (ok) round_to(want, dt, r->bytes, n);
+        ok = ok && !memcmp(want, g->bytes, g->nbytes);
+        if (!ok) fprintf(stderr, "%s: %s is not %s's rounded to %s\n", got, g->name, ref, accel_dtype_name(dt));
+        free(want);
+    }
+    accel_safetensors_close(fg);
+    accel_safetensors_close(fr);
+    return ok;
+}
+
+/* The module's f32 tensors rounded to dt in place: the weights a 16-bit save holds. */
+static void round_module(accel_module *m, accel_dtype dt) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    for (int e = 0; sd && dt != ACCEL_F32 && e < sd->n; e++) {
+        accel_tensor *t = sd->entries[e].t;
+        if (t->dtype != ACCEL_F32 || sd->entries[e].is_tied_alias) continue;
+        accel_tensor *h = accel_tensor_new(dt, t->ndim, t->shape, ACCEL_CPU_DEVICE);
+        CHECK(h && accel_copy_(h, t) == ACCEL_OK && accel_copy_(t, h) == ACCEL_OK);
+        accel_tensor_free(h);
+    }
+    accel_state_dict_free(sd);
+}
+
+/* `save16 DIR DTYPE`, under this launch's mixed precision and 16-bit setting:
+ * save_model of a Llama trained two steps holds DTYPE tensors, the f32
+ * masters rounded to DTYPE (DIR/masters: accel_save_module of the gathered
+ * model), and so does merge-weights of a SHARDED_STATE_DICT checkpoint of the
+ * same weights once rounded. DIR/z3_model keeps config.json and accel's
+ * logits of the rounded weights for tools/check_zero3_hf_logits.py. */
+static int save16_phase(const char *dtype_name) {
+    int dt = accel_dtype_parse(dtype_name);
+    CHECK_MSG(dt >= 0, "%s is not a dtype", dtype_name);
+    char model[600], masters[600], ckpt[600], merged[600], a[700], b[700], sub[1024];
+    path_of(model, sizeof model, "z3_model");
+    path_of(masters, sizeof masters, "masters");
+    path_of(ckpt, sizeof ckpt, "ckpt");
+    path_of(merged, sizeof merged, "merged");
+    run r = trained_and_saved(model, NULL, ckpt); /* the f32 masters back in the module */
+    if (R == 0 && dt >= 0) {
+        CHECK(accel_save_module(masters, r.m, 10000000000ll) == ACCEL_OK);
+        snprintf(a, sizeof a, "%s/model.safetensors", model);
+        snprintf(b, sizeof b, "%s/model.safetensors", masters);
+        CHECK_MSG(rounded_equal(a, b, (accel_dtype)dt), "save_model is not the masters rounded to %s", dtype_name);
+        merge_checkpoint(ckpt, merged, sub, sizeof sub);
+        snprintf(b, sizeof b, "%s/model.safetensors", merged);
+        CHECK_MSG(rounded_equal(a, b, (accel_dtype)dt), "save_model is not merge-weights' model rounded to %s",
+                  dtype_name);
+        round_module(r.m, (accel_dtype)dt);
+        export_for_transformers(r.m, model);
+    }
+    accel_optimizer_free(r.o);
+    accel_module_free(r.m);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- bad checkpoints */
@@ -321,20 +478,11 @@ static void test_bad_checkpoints(void) {
 /* `save DIR`: the uninterrupted run's losses and final weights, and a
  * checkpoint after K steps, all on this world size. */
 static int save_phase(void) {
-    char ref[600], ckpt[600], losses[600];
-    path_of(ref, sizeof ref, "ref_model");
-    path_of(ckpt, sizeof ckpt, "ckpt");
+    char losses[600];
     path_of(losses, sizeof losses, "losses.bin");
     double want[K_STEPS + M_STEPS];
-    run r = start(true, 1, 0);
-    for (int s = 0; s < K_STEPS + M_STEPS; s++) want[s] = train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_model(A, r.m, ref, NULL) == ACCEL_OK);
+    train_and_checkpoint(true, want);
     CHECK(accel_accelerator_save_bytes(A, losses, want, sizeof want) == ACCEL_OK);
-    finish(&r);
-    r = start(true, 1, 0);
-    for (int s = 0; s < K_STEPS; s++) train_step(r.m, r.o, true, s);
-    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    finish(&r);
     return 0;
 }
 
@@ -364,7 +512,9 @@ static int resume_phase(void) {
     path_of(ref, sizeof ref, "ref_model");
     path_of(ckpt, sizeof ckpt, "ckpt");
     path_of(losses, sizeof losses, "losses.bin");
-    path_of(got, sizeof got, "resumed_model");
+    char mine[64]; /* resumes of one checkpoint on several world sizes may run at once */
+    snprintf(mine, sizeof mine, "resumed_on_%d", N);
+    path_of(got, sizeof got, mine);
     void *want = NULL;
     size_t len = 0;
     CHECK(accel_load_bytes(losses, &want, &len) == ACCEL_OK && len == (K_STEPS + M_STEPS) * sizeof(double));
@@ -401,7 +551,10 @@ int main(int argc, char **argv) {
     CHECK(accel_accelerator_zero_stage(A) == 3);
     A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
     A->fsdp.persistence_threshold = 0;
-    if (argc == 3) {
+    if (argc == 4 && !strcmp(argv[1], "save16")) {
+        snprintf(ROOT, sizeof ROOT, "%s", argv[2]);
+        save16_phase(argv[3]);
+    } else if (argc == 3) {
         snprintf(ROOT, sizeof ROOT, "%s", argv[2]);
         if (!strcmp(argv[1], "save")) save_phase();
         else resume_phase();
@@ -414,6 +567,7 @@ int main(int argc, char **argv) {
         RUN(test_full_resume_mlp);
         RUN(test_sharded_resume_persistent);
         RUN(test_save_model_equals_ddp);
+        RUN(test_save_16bit_settings);
         RUN(test_bad_checkpoints);
         if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
         if (R == 0 && getenv("ACCEL_Z3_KEEP")) printf("kept %s\n", ROOT);
@@ -423,7 +577,7 @@ int main(int argc, char **argv) {
             CHECK(system(cmd) == 0);
         }
     }
-    if (R == 0) printf("zero3 checkpoint world=%d\n", N);
+    if (R == 0) printf("zero3 checkpoint world=%d shard_world=%d\n", N, A->shard_world);
     fflush(stdout);
     accel_accelerator_free(A);
     return check_summary();

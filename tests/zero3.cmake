@@ -95,14 +95,14 @@ if(TARGET accel_cli)
     set_tests_properties(accelerator_zero3_ckpt_resume_${from}_on_${to} accelerator_zero3_ckpt_merge_${from}
                          PROPERTIES FIXTURES_REQUIRED z3ckpt_${from}_${to})
     set_tests_properties(accelerator_zero3_ckpt_save_${from}_for_${to} PROPERTIES
-      PASS_REGULAR_EXPRESSION "zero3 checkpoint world=${from}\n")
+      PASS_REGULAR_EXPRESSION "zero3 checkpoint world=${from} shard_world=${from}\n")
     set_tests_properties(accelerator_zero3_ckpt_resume_${from}_on_${to} PROPERTIES
-      PASS_REGULAR_EXPRESSION "zero3 checkpoint world=${to}\n")
+      PASS_REGULAR_EXPRESSION "zero3 checkpoint world=${to} shard_world=${to}\n")
     set_tests_properties(accelerator_zero3_ckpt_merge_${from} PROPERTIES
       PASS_REGULAR_EXPRESSION "Weights merged into .*/merged/model.safetensors \\([0-9]+ tensors\\)")
   endforeach()
-  set_tests_properties(accelerator_zero3_checkpoint_2 PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=2\n")
-  set_tests_properties(accelerator_zero3_checkpoint_3 PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=3\n")
+  set_tests_properties(accelerator_zero3_checkpoint_2 PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=2 shard_world=2\n")
+  set_tests_properties(accelerator_zero3_checkpoint_3 PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=3 shard_world=3\n")
   set_tests_properties(accelerator_zero3_checkpoint_2 accelerator_zero3_checkpoint_3
     accelerator_zero3_ckpt_save_2_for_3 accelerator_zero3_ckpt_resume_2_on_3
     accelerator_zero3_ckpt_save_4_for_2 accelerator_zero3_ckpt_resume_4_on_2
@@ -115,7 +115,7 @@ if(TARGET accel_cli)
   add_test(NAME zero3_estimate_memory COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 4
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
-    "Training using Adam on 4 processes, per rank.*│   NO_SHARD  │  650.16 MB   │650.16 MB│ 1.27 GB │\n│SHARD_GRAD_OP│  731.43 MB   │162.54 MB│893.97 MB│\n│  FULL_SHARD │  412.54 MB   │162.54 MB│575.08 MB│")
+    "Training using Adam on 4 processes, per rank.*│    DDP \\(NO_SHARD\\)    │325.08 MB│325.08 MB│650.16 MB│   0 bytes    │ 1.27 GB │\n│        ZeRO-1        │325.08 MB│325.08 MB│162.54 MB│   0 bytes    │ 812.7 MB│\n│ZeRO-2 \\(SHARD_GRAD_OP\\)│325.08 MB│406.35 MB│162.54 MB│   0 bytes    │893.97 MB│\n│ ZeRO-3 \\(FULL_SHARD\\)  │ 81.27 MB│ 81.27 MB│162.54 MB│   250.0 MB   │575.08 MB│")
   add_test(NAME zero3_estimate_memory_bad_count
            COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 0 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory_bad_count PROPERTIES
@@ -138,4 +138,63 @@ if(TARGET accel_cli)
       PASS_REGULAR_EXPRESSION "zero3 world=4 mp=${mp} accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=0 ckpt=0 shard_world=2\n"
       FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:|machine [01] failed")
   endforeach()
+endif()
+
+# save_model under stage3_gather_16bit_weights_on_model_save (`--zero3_save_16bit_model`,
+# the DeepSpeed JSON key): bf16 / fp16 weights under that mixed precision, the
+# masters rounded, one tensor at a time; without it, or without mixed
+# precision, the f32 masters. merge-weights of a sharded checkpoint rounded
+# gives the same bytes.
+if(TARGET accel_cli)
+  set(_ds3 ${_z3} --num_processes 2 --use_deepspeed --zero_stage 3)
+  # name:expected dtype:launcher arguments (commas between them)
+  foreach(t bf16:BF16:--zero3_save_16bit_model,true,--mixed_precision,bf16
+            fp16:F16:--zero3_save_16bit_model,true,--mixed_precision,fp16
+            off_bf16:F32:--mixed_precision,bf16
+            nomp:F32:--zero3_save_16bit_model,true)
+    string(REPLACE ":" ";" f "${t}")
+    list(GET f 0 name)
+    list(GET f 1 dtype)
+    list(GET f 2 args)
+    string(REPLACE "," ";" args "${args}")
+    add_test(NAME accelerator_zero3_save16_${name}_2
+             COMMAND ${_ds3} ${args} ${_z3c} save16 ${CMAKE_CURRENT_BINARY_DIR}/zero3_save16_${name} ${dtype})
+  endforeach()
+  add_test(NAME accelerator_zero3_save16_json_2
+           COMMAND ${_z3} --num_processes 2 --deepspeed_config_file ${CMAKE_CURRENT_SOURCE_DIR}/data/zero3/ds_zero3_save16_bf16.json
+                   ${_z3c} save16 ${CMAKE_CURRENT_BINARY_DIR}/zero3_save16_json BF16)
+  set_tests_properties(accelerator_zero3_save16_bf16_2 accelerator_zero3_save16_fp16_2 accelerator_zero3_save16_off_bf16_2
+    accelerator_zero3_save16_nomp_2 accelerator_zero3_save16_json_2 PROPERTIES TIMEOUT 180
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "${_z3cfail}"
+    PASS_REGULAR_EXPRESSION "zero3 checkpoint world=2 shard_world=2\n")
+endif()
+
+# Checkpoints under HYBRID_SHARD on two "machines" over loopback (2 processes
+# each): machine 0's ranks write the shards (the index says shard world 2);
+# the whole checkpoint suite on that topology (bit-for-bit resumes, save_model
+# and merge-weights equal DDP's, bad checkpoints named); a hybrid checkpoint
+# resumed on 3 processes under FULL_SHARD and merged, and the 4-process
+# FULL_SHARD checkpoint above resumed under HYBRID_SHARD.
+if(TARGET accel_cli)
+  set(_z3h ${_z3two} --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD ${_z3c})
+  set(_dh ${CMAKE_CURRENT_BINARY_DIR}/zero3_ckpt_hybrid_to_3)
+  add_test(NAME accelerator_zero3_checkpoint_hybrid_2x2 COMMAND ${_z3h})
+  add_test(NAME accelerator_zero3_ckpt_save_hybrid_for_3 COMMAND ${_z3h} save ${_dh})
+  add_test(NAME accelerator_zero3_ckpt_resume_hybrid_on_3 COMMAND ${_z3} --num_processes 3 --use_fsdp ${_z3c} resume ${_dh})
+  add_test(NAME accelerator_zero3_ckpt_merge_hybrid COMMAND accel_cli merge-weights ${_dh}/ckpt ${_dh}/merged)
+  add_test(NAME accelerator_zero3_ckpt_resume_4_on_hybrid
+           COMMAND ${_z3h} resume ${CMAKE_CURRENT_BINARY_DIR}/zero3_ckpt_4_to_2)
+  set_tests_properties(accelerator_zero3_ckpt_save_hybrid_for_3 PROPERTIES FIXTURES_SETUP z3ckpt_hybrid_3)
+  set_tests_properties(accelerator_zero3_ckpt_resume_hybrid_on_3 accelerator_zero3_ckpt_merge_hybrid
+                       PROPERTIES FIXTURES_REQUIRED z3ckpt_hybrid_3)
+  set_tests_properties(accelerator_zero3_ckpt_resume_4_on_hybrid PROPERTIES FIXTURES_REQUIRED z3ckpt_4_2)
+  set_tests_properties(accelerator_zero3_checkpoint_hybrid_2x2 accelerator_zero3_ckpt_save_hybrid_for_3
+    accelerator_zero3_ckpt_resume_4_on_hybrid PROPERTIES PASS_REGULAR_EXPRESSION "zero3 checkpoint world=4 shard_world=2\n")
+  set_tests_properties(accelerator_zero3_ckpt_resume_hybrid_on_3 PROPERTIES
+    PASS_REGULAR_EXPRESSION "zero3 checkpoint world=3 shard_world=3\n")
+  set_tests_properties(accelerator_zero3_ckpt_merge_hybrid PROPERTIES
+    PASS_REGULAR_EXPRESSION "Weights merged into .*/merged/model.safetensors \\([0-9]+ tensors\\)")
+  set_tests_properties(accelerator_zero3_checkpoint_hybrid_2x2 accelerator_zero3_ckpt_save_hybrid_for_3
+    accelerator_zero3_ckpt_resume_hybrid_on_3 accelerator_zero3_ckpt_resume_4_on_hybrid PROPERTIES TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "${_z3cfail}|machine [01] failed")
 endif()

@@ -14,6 +14,19 @@ the gathered model). The script loads the folder with
 LlamaForCausalLM.from_pretrained, runs the ids and compares. Exit status 0 when
 every logit matches within 1e-4 and no weight is missing or unexpected; --verdict writes the result as JSON
 (tests/data/zero3/hf_logits_verdict.json is one such run).
+
+A 16-bit save (stage3_gather_16bit_weights_on_model_save under bf16/fp16):
+
+    accel launch --num_processes 2 --use_deepspeed --zero_stage 3 \
+        --zero3_save_16bit_model true --mixed_precision bf16 \
+        build/tests/test_accelerator_zero3_checkpoint save16 DIR BF16
+    python3 tools/check_zero3_hf_logits.py DIR/z3_model --masters DIR/masters \
+        --expect-dtype bfloat16 --verdict OUT.json
+
+accel's logits are then those of the weights rounded to 16 bits; --masters
+names the f32 masters (accel_save_module of the gathered model): every saved
+tensor must equal torch's rounding of its master (.to(dtype)), and
+--expect-dtype the saved tensors' dtype (tests/data/zero3/hf_logits_16bit_verdict.json).
 """
 import argparse
 import json
@@ -29,8 +42,17 @@ def main():
     ap.add_argument("model_dir")
     ap.add_argument("--verdict")
     ap.add_argument("--saved-by", default="", help="how DIR was made, recorded in the verdict")
+    ap.add_argument("--masters", help="a folder with the f32 masters' model.safetensors")
+    ap.add_argument("--expect-dtype", help="the dtype every saved tensor must have (e.g. bfloat16)")
     args = ap.parse_args()
     want = load_file(f"{args.model_dir}/accel_logits.safetensors")
+    saved = load_file(f"{args.model_dir}/model.safetensors")
+    dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in saved.values()})
+    rounded = None
+    if args.masters:
+        masters = load_file(f"{args.masters}/model.safetensors")
+        rounded = saved.keys() == masters.keys() and all(
+            torch.equal(masters[k].to(t.dtype), t) for k, t in saved.items())
     model, info = LlamaForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32,
                                                    output_loading_info=True)
     model.eval()
@@ -48,8 +70,14 @@ def main():
         "logits_shape": list(got.shape),
         "max_abs_diff": diff,
         "tolerance": 1e-4,
+        "saved_dtypes": dtypes,
         "ok": diff <= 1e-4 and not missing and not info["unexpected_keys"],
     }
+    if args.expect_dtype:
+        verdict["ok"] = verdict["ok"] and dtypes == [args.expect_dtype]
+    if rounded is not None:
+        verdict["masters_rounded_by_torch_equal_saved"] = rounded
+        verdict["ok"] = verdict["ok"] and rounded
     print(json.dumps(verdict, indent=2))
     if args.verdict:
         with open(args.verdict, "w") as f:

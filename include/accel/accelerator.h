@@ -103,9 +103,27 @@ typedef struct accel_accelerator_opts {
      * -> 3, HYBRID_SHARD (refused); also 1..5 (torch's enum values). NULL: env. */
     const char *fsdp_sharding_strategy;
     /* DeepSpeed JSON (zero_optimization.stage, bf16/fp16.enabled,
-     * gradient_accumulation_steps, gradient_clipping, offload_optimizer).
+     * gradient_accumulation_steps, gradient_clipping, offload_optimizer,
+     * offload_param).
      * NULL: ACCEL_DEEPSPEED_CONFIG_FILE. */
     const char *deepspeed_config_file;
+    /* ZeRO-Offload (docs/accelerator.md "Offload"), ZeRO stages 1-3 only.
+     * offload_optimizer_device: "none"; "cpu" (a model on a device keeps its
+     * optimizer state in host memory and steps there; a no-op on the cpu); or
+     * "nvme" (the state of each rank in a file under
+     * offload_optimizer_nvme_path, a directory, paged through a host buffer of
+     * bounded size). NULL: the DeepSpeed JSON's offload_optimizer, else
+     * ACCEL_OFFLOAD_OPTIMIZER_DEVICE / ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH. */
+    const char *offload_optimizer_device;
+    const char *offload_optimizer_nvme_path;
+    /* offload_param, stage 3 only: "none" or "cpu" (stage 3 keeps its
+     * parameter shards in host memory: a no-op); "nvme" is refused. NULL: the
+     * JSON's offload_param.device, else ACCEL_OFFLOAD_PARAM_DEVICE. */
+    const char *offload_param_device;
+    /* FSDP's fsdp_offload_params=true (also ACCEL_FSDP_OFFLOAD_PARAMS):
+     * FULL_SHARD as offload_param "cpu", SHARD_GRAD_OP as offload_optimizer
+     * "cpu" (the step on the host, as torch's CPUOffload). */
+    bool fsdp_offload_params;
     /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
      * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */
     double gradient_clipping;

@@ -154,6 +154,68 @@ typedef struct accel_tied_params {
 accel_tied_params *accel_find_tied_parameters(accel_module *root);
 void accel_tied_params_free(accel_tied_params *tp);
 
+/* ------------------------------------------------------------ training memory
+ * What a training step of accel's Llama holds, counted from the tensors its
+ * ops allocate (docs/bigmodel.md "Training memory"; src/bigmodel/
+ * training_memory.c). accel estimate-memory prints these. */
+
+typedef struct accel_activation_opts {
+    int64_t batch_size;   /* per rank, >= 1 */
+    int64_t seq_len;      /* >= 2 (the loss shifts the labels by one) */
+    accel_dtype autocast; /* ACCEL_F32 (no autocast), ACCEL_BF16 or ACCEL_F16 */
+    bool checkpointing;   /* activation checkpointing of every decoder layer */
+    bool accelerator;     /* through an Accelerator: under autocast its hook returns the logits in f32
+                           * (Accelerate's convert_outputs_to_fp32) */
+    bool zero3;           /* ZeRO-3 with the default wrap (the embedding, each decoder layer, the final
+                           * norm, lm_head): each unit's output gradient is copied once more by the
+                           * node that gathers the unit for its backward */
+} accel_activation_opts;
+
+/* Bytes of the step arena (the CPU step tensors: activations, their
+ * gradients, autocast's low-precision weight copies). */
+typedef struct accel_activation_bytes {
+    int64_t peak;           /* the high-water mark over one step (accel_arena_peak) */
+    int64_t layer_forward;  /* one decoder layer's forward with grad */
+    int64_t layer_backward; /* its backward */
+    int64_t kept_per_layer; /* what a layer holds until the step ends: all of the above,
+                             * or checkpointed its output and its input's gradient */
+    int64_t outer;          /* ids, embedding, final norm, head, loss, and their backward */
+} accel_activation_bytes;
+
+/* The step arena of a steady-state training step (parameter gradients already
+ * allocated, as after the first step or under an Accelerator) of the Llama
+ * cfg on this machine's CPU (whether its GEMM multiplies autocast's dtype
+ * itself is read from it). Errors: bad cfg or options, sizes past 2^62 bytes. */
+accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
+                                          accel_activation_bytes *out);
+
+typedef enum accel_shard_strategy {
+    ACCEL_SHARD_DDP,   /* NO_SHARD */
+    ACCEL_SHARD_ZERO1, /* optimizer state sharded */
+    ACCEL_SHARD_ZERO2, /* SHARD_GRAD_OP: and gradients */
+    ACCEL_SHARD_ZERO3, /* FULL_SHARD: and parameters */
+    ACCEL_SHARD_STRATEGIES
+} accel_shard_strategy;
+
+/* "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3". */
+const char *accel_shard_strategy_name(accel_shard_strategy s);
+
+/* Per-rank bytes of training with Adam on f32 parameters. */
+typedef struct accel_rank_memory {
+    int64_t weights;     /* parameters (a shard under ZeRO-3) */
+    int64_t grads;       /* the gradient buffer, and ZeRO-2's reduced shard */
+    int64_t optimizer;   /* exp_avg + exp_avg_sq */
+    int64_t gathered;    /* ZeRO-3: two units' full parameters and two units' full gradients */
+    int64_t activations; /* as passed (accel_llama_activation_bytes().peak) */
+    int64_t total;
+} accel_rank_memory;
+
+/* param_bytes: the f32 parameters' bytes; largest_unit_bytes: the largest wrap
+ * unit's (a decoder layer, or the embedding); bf16: bf16 mixed precision. DDP's
+ * buckets are ranges of the gradient buffer itself (no copy on the CPU). */
+accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_bytes, int64_t largest_unit_bytes,
+                                        int world, bool bf16, int64_t activation_bytes, accel_rank_memory *out);
+
 /* ------------------------------------------------------------ device maps from budgets */
 
 /* infer_auto_device_map (accelerate.md §7.4), step by step. max_memory NULL ->

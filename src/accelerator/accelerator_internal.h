@@ -107,7 +107,22 @@ typedef struct accel__fsdp_cfg {
     int64_t persistence_threshold; /* DeepSpeed stage3_param_persistence_threshold: smaller tensors stay gathered */
     bool activation_checkpointing; /* fsdp_activation_checkpointing: every unit but the root's is checkpointed */
     bool full_state_dict;    /* fsdp_state_dict_type=FULL_STATE_DICT (else SHARDED_STATE_DICT) */
+    /* DeepSpeed's stage3_gather_16bit_weights_on_model_save (Accelerate's
+     * zero3_save_16bit_model): save_model writes the mixed-precision dtype */
+    bool save_16bit;
 } accel__fsdp_cfg;
+
+/* DeepSpeed's offload_optimizer / offload_param and FSDP's
+ * fsdp_offload_params (zero_config.c; docs/accelerator.md "Offload"). */
+typedef enum { ACCEL__OFFLOAD_NONE, ACCEL__OFFLOAD_CPU, ACCEL__OFFLOAD_NVME } accel__offload_device;
+
+typedef struct accel__offload_cfg {
+    accel__offload_device optimizer, param;
+    char optimizer_path[1024]; /* nvme_path of offload_optimizer (a directory) */
+    int buffer_count;          /* offload_optimizer.buffer_count: blocks of the host paging buffer (4) */
+    int64_t block_bytes;       /* aio.block_size: bytes of a block (1 MiB) */
+    bool fsdp_params;          /* fsdp_offload_params: the step on the host, as torch's CPUOffload */
+} accel__offload_cfg;
 
 struct accel_accelerator {
     accel_accelerator_opts o;
@@ -150,6 +165,7 @@ struct accel_accelerator {
     accel_pg *shard_pg, *replica_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
+    accel__offload_cfg offload;
     double clip;            /* gradient_clipping applied in optimizer_step (0: none) */
 
     struct accel__tracking *tracking; /* trackers and registered state (tracking.c) */
@@ -176,8 +192,11 @@ typedef struct accel__zero_cfg {
     int64_t bucket_bytes;    /* 0: no opinion */
     bool hybrid;             /* HYBRID_SHARD(_ZERO2): shard within a machine */
     accel__fsdp_cfg fsdp;    /* stage 3 */
+    accel__offload_cfg offload;
 } accel__zero_cfg;
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *out);
+/* The offload settings against the accelerator's device (known after the config is read). */
+accel_status accel__offload_check_device(const accel_accelerator *acc);
 /* shard_pg / replica_pg (collective: hybrid splits the group into machines). */
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid);
 void accel__zero_groups_free(accel_accelerator *acc);

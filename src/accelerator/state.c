@@ -208,9 +208,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;
     acc->zero_stage = zc.stage;
     acc->fsdp = zc.fsdp;
+    acc->offload = zc.offload;
     acc->clip = zc.clip;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
-    if (accel__zero_groups(acc, zc.hybrid)) return accel_accelerator_free(acc), NULL;
+    if (accel__offload_check_device(acc) || accel__zero_groups(acc, zc.hybrid)) return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;
 }

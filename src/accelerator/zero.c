@@ -342,6 +342,34 @@ static int state_snapshot(accel_optimizer *opt, accel_named_state **out) {
     return n;
 }
 
+/* ZeRO-Offload (docs/accelerator.md "Offload"): the shard's optimizer state
+ * goes to a file under nvme_path, or to host memory when the model is on a
+ * device the host cannot address (offload_optimizer cpu, or
+ * fsdp_offload_params below stage 3, which steps on the host as torch's
+ * CPUOffload does); elsewhere it stays with the shard, in host memory. */
+static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *opt, const accel__zopt *z) {
+    const accel__offload_cfg *c = &acc->offload;
+    bool staged = accel__needs_staging(accel__find_model(acc, z->m)->fp->buffers[ACCEL_F32].device);
+    bool to_host = c->optimizer == ACCEL__OFFLOAD_CPU || (c->fsdp_params && acc->zero_stage < 3);
+    accel__state_home home = c->optimizer == ACCEL__OFFLOAD_NVME ? ACCEL__HOME_FILE
+                             : staged && to_host                 ? ACCEL__HOME_HOST
+                                                                 : ACCEL__HOME_DEVICE;
+    if (home == ACCEL__HOME_DEVICE) return ACCEL_OK;
+    char tag[32];
+    snprintf(tag, sizeof tag, "rank%d", acc->rank);
+    /* buffer_count blocks hold the paged state; a device's parameters and gradients are staged in two more */
+    int blocks = (home == ACCEL__HOME_FILE ? c->buffer_count : 0) + (staged ? 2 : 0);
+    accel__offload_opts o = {home, c->optimizer_path, tag, c->block_bytes, blocks ? blocks : 1};
+    return accel__optimizer_set_offload(opt, &o);
+}
+
+/* The optimizer's own segments and state again, after a failed prepare. */
+static void restore_user(accel_optimizer *opt, const accel__zopt *z, int n_prior, const accel_named_state *prior) {
+    if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK &&
+        n_prior > 0)
+        accel_optimizer_load_state(opt, n_prior, prior);
+}
+
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = accel_calloc(1, sizeof *z);
@@ -351,6 +379,12 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     int n_prior = st ? -1 : state_snapshot(opt, &prior);
     if (!st && n_prior < 0) st = accel_last_status();
     if (!st) st = retarget(acc, opt, z);
+    if (!st && (st = offload_optimizer(acc, opt, z))) { /* e.g. no room under nvme_path: nothing changed */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        restore_user(opt, z, n_prior, prior);
+        accel_set_error(st, "accel_accelerator_prepare: %s", why);
+    }
     if (!st) {
         acc->zopts[i] = z;
         /* Whatever state the optimizer had (it may have stepped before prepare) moves to the shard. */
@@ -603,6 +637,7 @@ void accel__zero_release(accel_accelerator *acc, int i) {
     /* The full state is gathered while the flat buffers still exist; if that
      * fails (a broken group) the user's parameters come back with fresh state. */
     int n = accel__zero_state(acc, i, &st, bufs);
+    accel__optimizer_set_offload(opt, NULL); /* the state file goes: the user's optimizer holds its state again */
     if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK && n >= 0)
         accel_optimizer_load_state(opt, n, st);
     if (n >= 0) accel_named_state_free(st, n);

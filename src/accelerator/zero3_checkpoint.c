@@ -3,7 +3,9 @@
  *
  * SHARDED_STATE_DICT (the default): every rank writes its own pieces, with no
  * gather, into <checkpoint>/pytorch_model_fsdp_<i>/shard_<rank>.safetensors
- * (tensor "unit_<k>": this rank's flat range of unit k) and
+ * (tensor "unit_<k>": this rank's flat range of unit k; under HYBRID_SHARD on
+ * several machines, <rank> is the rank within the machine and only machine
+ * 0's ranks write, as every machine holds the same shards) and
  * <checkpoint>/optimizer_<i>/shard_<rank>.safetensors ("unit_<k>.exp_avg",
  * ...); rank 0 adds sharded_index.json (which flat ranges of which unit each
  * file holds, and where every named parameter lies in its unit) and
@@ -15,7 +17,9 @@
  * FULL_STATE_DICT: model[_<i>].safetensors as DDP writes it, and save_model's
  * Hugging Face files: rank 0 writes the file tensor by tensor while the unit
  * holding the next tensor is gathered (rank 0 announces which unit, every rank
- * joins its all-gather), so at most one unit is ever whole.
+ * of its machine joins its all-gather), so at most one unit is ever whole;
+ * save_model writes 16-bit weights under DeepSpeed's
+ * stage3_gather_16bit_weights_on_model_save, one tensor rounded at a time.
  *
  * The files go through checkpoint.c's crash-safe machinery (temporary
  * directory, completion marker listing them, one rename). */
@@ -51,6 +55,13 @@ static void shard_name(char *out, size_t n, int rank) { snprintf(out, n, "shard_
 static int model_index(const accel_accelerator *acc, const accel__model *pm) { return (int)(pm - acc->models); }
 
 static accel_flat_buffer *flat(accel__model *pm) { return &pm->fp->buffers[ACCEL_F32]; }
+
+/* Under HYBRID_SHARD on several machines every machine holds the same shards:
+ * machine 0's ranks (replica rank 0) write the sharded files and serve rank
+ * 0's gathers; the other machines' ranks only join the collectives. */
+static bool on_first_machine(const accel_accelerator *acc) {
+    return !acc->replica_pg || accel_pg_rank(acc->replica_pg) == 0;
+}
 
 /* ---------------------------------------------------------------- the model's names */
 
@@ -113,7 +124,7 @@ static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const n
     memset(dst, 0, (size_t)pm->zn * sizeof(float));
     for (int k = 0; k < pm->n_units; k++) {
         const accel__unit *u = &pm->units[k];
-        int64_t plo = u->lo + (int64_t)acc->rank * u->shard, phi = plo + u->shard;
+        int64_t plo = u->lo + (int64_t)acc->shard_rank * u->shard, phi = plo + u->shard;
         for (int j = 0; j < u->count; j++) {
             int t = u->first + j;
             int64_t off = b->offsets[t], end = off + accel_numel(b->tensors[t]);
@@ -438,7 +449,7 @@ static accel_status write_rank_file(accel_accelerator *acc, accel__model *pm, co
         if (suffixes) snprintf(suffix, sizeof suffix, ".%s", suffixes[s]);
         st = add_unit_views(pm, srcs[s], suffix, &n, names, ts);
     }
-    shard_name(file, sizeof file, acc->rank);
+    shard_name(file, sizeof file, acc->shard_rank);
     snprintf(path, sizeof path, "%s/%s", dir, file);
     if (!st) st = accel_safetensors_save(path, n, (const char *const *)names, ts, 0, NULL);
     free_views(n, names, ts);
@@ -458,6 +469,7 @@ static json_t *model_index_json(accel_accelerator *acc, accel__model *pm, const 
     json_object_set_new(root, "format", json_string(MODEL_FORMAT));
     json_object_set_new(root, "version", json_integer(1));
     json_object_set_new(root, "num_processes", json_integer(acc->world));
+    json_object_set_new(root, "shard_world_size", json_integer(acc->shard_world));
     json_object_set_new(root, "replicated", json_string(REPLICATED));
     for (int e = 0; e < nm->sd->n; e++) {
         const accel_state_entry *se = &nm->sd->entries[e];
@@ -480,10 +492,10 @@ static json_t *model_index_json(accel_accelerator *acc, accel__model *pm, const 
     for (int k = 0; k < pm->n_units; k++) {
         json_t *u = json_object();
         json_object_set_new(u, "shard", json_integer(pm->units[k].shard));
-        json_object_set_new(u, "numel", json_integer(pm->units[k].shard * acc->world));
+        json_object_set_new(u, "numel", json_integer(pm->units[k].shard * acc->shard_world));
         json_array_append_new(units, u);
     }
-    for (int r = 0; r < acc->world; r++) {
+    for (int r = 0; r < acc->shard_world; r++) {
         json_t *f = json_object(), *ranges = json_array();
         char file[64];
         shard_name(file, sizeof file, r);
@@ -546,7 +558,7 @@ static accel_status save_model_sharded(accel_accelerator *acc, accel__model *pm,
     char sub[PATHN + 64];
     model_subdir(sub, sizeof sub, dir, model_index(acc, pm));
     accel_status st = accel__mkdir(sub);
-    if (!st) st = write_rank_file(acc, pm, sub, 1, &pm->zparams, NULL);
+    if (!st && on_first_machine(acc)) st = write_rank_file(acc, pm, sub, 1, &pm->zparams, NULL);
     if (st || acc->rank != 0) return st;
     names nm;
     if ((st = names_of(pm, &nm))) return st;
@@ -556,10 +568,10 @@ static accel_status save_model_sharded(accel_accelerator *acc, accel__model *pm,
     return st;
 }
 
-/* ---------------------------------------------------------------- gathered writes (FULL_STATE_DICT) */
+/* ---------------------------------------------------------------- gathered writes (FULL_STATE_DICT, save_model) */
 
 /* Rank 0 writes; before each tensor it announces the unit holding it and
- * every rank joins that unit's all-gather. -1 ends. */
+ * every rank of its machine joins that unit's all-gather. -1 ends. */
 typedef struct gathering {
     accel_accelerator *acc;
     accel__model *pm;
@@ -575,8 +587,11 @@ static int unit_of(accel__model *pm, const accel_tensor *t) {
     return -1;
 }
 
-/* Holds unit u (-1: none), giving back the one held before unless it was gathered anyway. */
+/* Holds unit u (-1: none), giving back the one held before unless it was
+ * gathered anyway. Only rank 0's machine gathers: the others hold the same
+ * shards and only follow the announcements. */
 static accel_status hold(gathering *g, int u) {
+    if (!on_first_machine(g->acc)) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     if (g->held >= 0 && g->held != u && g->held_was_released) st = accel__zero3_release_unit(g->acc, g->pm, g->held);
     if (g->held != u) g->held = -1;
@@ -614,31 +629,113 @@ static accel_status follow(gathering *g) {
     }
 }
 
-typedef accel_status (*writer_fn)(void *args, accel__tensor_ready_fn ready, void *ctx);
+/* Writes files on rank 0, calling before_tensor(g, t) before each tensor t
+ * of the model is written. */
+typedef accel_status (*writer_fn)(void *args, gathering *g);
 
 /* Runs w on rank 0 (unless failed) with the gathers it needs; the other ranks serve them. */
 static accel_status gathered_write(accel_accelerator *acc, accel__model *pm, bool failed, writer_fn w, void *args) {
     gathering g = {acc, pm, -1, false};
     if (acc->rank != 0) return follow(&g);
-    accel_status st = failed ? ACCEL_OK : w(args, before_tensor, &g);
+    accel_status st = failed ? ACCEL_OK : w(args, &g);
     accel_status end = announce(&g, -1);
     return st ? st : end;
 }
 
+/* The dtype save_model writes the f32 tensors in. With
+ * stage3_gather_16bit_weights_on_model_save, DeepSpeed's consolidated 16-bit
+ * state dict: the engine module's dtype (bf16 or fp16 under that mixed
+ * precision, f32 without). Without it Accelerate refuses to save; accel
+ * writes the f32 masters. */
+static accel_dtype saved_dtype(const accel_accelerator *acc) {
+    if (!acc->fsdp.save_16bit) return ACCEL_F32;
+    return acc->mp == ACCEL_MP_BF16 ? ACCEL_BF16 : acc->mp == ACCEL_MP_FP16 ? ACCEL_F16 : ACCEL_F32;
+}
+
+/* save_model's tensors as the writer sees them: the state dict's own, or in
+ * a 16-bit save, stand-ins of their shapes in that dtype over one scratch
+ * buffer (the largest tensor's size), each filled from its gathered tensor
+ * just before it is written: one tensor is converted at a time. */
+typedef struct model_files {
+    accel_state_dict *sd;
+    const char **names;     /* [sd->n], borrowed from sd */
+    accel_tensor **written; /* [sd->n]: sd's tensor or a stand-in (owned by the entry that is no alias) */
+    void *scratch;          /* the stand-ins' memory */
+    int next;               /* where the search for the tensor being written starts */
+    gathering *g;
+} model_files;
+
+static bool converted(const accel_tensor *t, accel_dtype dt) { return dt != ACCEL_F32 && t->dtype == ACCEL_F32; }
+
+/* The entry whose tensor entry e shares: an earlier one for a tied alias, else e. */
+static int original_of(const accel_state_dict *sd, int e) {
+    return sd->entries[e].is_tied_alias ? aliased_entry(sd, e) : e;
+}
+
+static void model_files_free(model_files *mf) {
+    for (int e = 0; mf->sd && mf->written && e < mf->sd->n; e++)
+        if (original_of(mf->sd, e) == e && mf->written[e] != mf->sd->entries[e].t) accel_tensor_free(mf->written[e]);
+    accel_free(mf->written);
+    accel_free(mf->names);
+    accel_free(mf->scratch);
+    accel_state_dict_free(mf->sd);
+}
+
+static accel_status model_files_of(accel__model *pm, accel_dtype dt, gathering *g, model_files *mf) {
+    *mf = (model_files){.sd = accel_module_state_dict(pm->m), .g = g};
+    if (!mf->sd) return accel_last_status();
+    int n = mf->sd->n;
+    int64_t most = 1;
+    for (int e = 0; e < n; e++)
+        if (converted(mf->sd->entries[e].t, dt) && accel_numel(mf->sd->entries[e].t) > most)
+            most = accel_numel(mf->sd->entries[e].t);
+    mf->names = accel_calloc((size_t)n + 1, sizeof *mf->names);
+    mf->written = accel_calloc((size_t)n + 1, sizeof *mf->written);
+    mf->scratch = accel_malloc((size_t)most * accel_dtype_size(dt));
+    if (!mf->names || !mf->written || !mf->scratch) return accel_last_status();
+    for (int e = 0; e < n; e++) {
+        accel_tensor *t = mf->sd->entries[e].t;
+        int o = original_of(mf->sd, e);
+        mf->names[e] = mf->sd->entries[e].name;
+        if (o < e) mf->written[e] = mf->written[o];
+        else if (converted(t, dt)) mf->written[e] = accel_tensor_wrap(mf->scratch, dt, t->ndim, t->shape, ACCEL_CPU_DEVICE);
+        else mf->written[e] = t;
+        if (!mf->written[e]) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+/* The writer's ready hook: the tensor written is entry e's; its unit is
+ * gathered, and a stand-in gets its values rounded (to nearest even). */
+static accel_status before_model_tensor(void *ctx, const accel_tensor *t) {
+    model_files *mf = ctx;
+    int n = mf->sd->n, e = mf->next;
+    for (int k = 0; k < n && mf->written[e] != t; k++) e = (e + 1) % n;
+    mf->next = e;
+    accel_tensor *own = mf->sd->entries[e].t;
+    accel_status st = before_tensor(mf->g, own);
+    return st || mf->written[e] == own ? st : accel_copy_(mf->written[e], own);
+}
+
 typedef struct module_args {
     const char *dir;
-    accel_module *m;
+    accel__model *pm;
     int64_t max;
+    accel_dtype dtype;
 } module_args;
 
-static accel_status write_module(void *a, accel__tensor_ready_fn ready, void *ctx) {
+static accel_status write_module(void *a, gathering *g) {
     module_args *ma = a;
-    return accel__save_module_with(ma->dir, ma->m, ma->max, ready, ctx);
+    model_files mf;
+    accel_status st = model_files_of(ma->pm, ma->dtype, g, &mf);
+    if (!st) st = accel__save_sharded_with(ma->dir, mf.sd->n, mf.names, mf.written, ma->max, before_model_tensor, &mf);
+    model_files_free(&mf);
+    return st;
 }
 
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed) {
-    module_args a = {dir, pm->m, max_shard_bytes};
+    module_args a = {dir, pm, max_shard_bytes, saved_dtype(acc)};
     return gathered_write(acc, pm, failed, write_module, &a);
 }
 
@@ -648,7 +745,7 @@ typedef struct file_args {
 } file_args;
 
 /* model.safetensors as save_state writes it for DDP: tied aliases once. */
-static accel_status write_state_file(void *a, accel__tensor_ready_fn ready, void *ctx) {
+static accel_status write_state_file(void *a, gathering *g) {
     file_args *fa = a;
     accel_state_dict *sd = accel_module_state_dict(fa->m);
     if (!sd) return accel_last_status();
@@ -661,7 +758,7 @@ static accel_status write_state_file(void *a, accel__tensor_ready_fn ready, void
             nms[k] = sd->entries[i].name;
             ts[k++] = sd->entries[i].t;
         }
-    if (!st) st = accel__safetensors_save_with(fa->path, k, nms, ts, 0, NULL, ready, ctx);
+    if (!st) st = accel__safetensors_save_with(fa->path, k, nms, ts, 0, NULL, before_tensor, g);
     accel_free(nms);
     accel_free(ts);
     accel_state_dict_free(sd);
@@ -673,18 +770,8 @@ static void full_file(char *out, size_t n, const char *dir, int i) {
     else snprintf(out, n, "%s/model_%d.safetensors", dir, i);
 }
 
-/* The formats here are laid out by global rank; under HYBRID_SHARD on several
- * machines a rank's shard is its machine's (docs/accelerator.md). */
-static accel_status refuse_hybrid(const accel_accelerator *acc, const char *fn) {
-    if (!acc->replica_pg) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO-3 checkpoints under HYBRID_SHARD on several machines are "
-                           "not implemented; save the weights with accel_accelerator_save_model, or train with "
-                           "FULL_SHARD", fn);
-}
-
 accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed) {
     accel__model *pm = &acc->models[i];
-    if (refuse_hybrid(acc, "accel_accelerator_save_state")) return accel_last_status();
     if (!acc->fsdp.full_state_dict) return failed ? ACCEL_OK : save_model_sharded(acc, pm, dir);
     char path[PATHN + 64];
     full_file(path, sizeof path, dir, i);
@@ -723,6 +810,7 @@ static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
     json_object_set_new(root, "format", json_string(OPTIM_FORMAT));
     json_object_set_new(root, "version", json_integer(1));
     json_object_set_new(root, "num_processes", json_integer(acc->world));
+    json_object_set_new(root, "shard_world_size", json_integer(acc->shard_world));
     json_object_set_new(root, "model", json_string(model));
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "kinds", kinds);
@@ -744,7 +832,8 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
     int nk = accel__zero_kinds(acc, i);
     for (int k = 0; k < nk; k++) kinds[k] = accel__zero_kind_name(acc, i, k);
     if (!st && !failed) st = accel__mkdir(sub);
-    if (!st && !failed) st = write_rank_file(acc, optimizer_model(acc, i), sub, nk, local, kinds);
+    if (!st && !failed && on_first_machine(acc))
+        st = write_rank_file(acc, optimizer_model(acc, i), sub, nk, local, kinds);
     if (!st && !failed && acc->rank == 0) st = save_json(sub, INDEX, optim_index_json(acc, i, step));
     accel_free(local[0]);
     accel_free(local[1]);
@@ -755,7 +844,6 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
 
 accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir) {
     accel__model *pm = &acc->models[i];
-    if (refuse_hybrid(acc, "accel_accelerator_load_state")) return accel_last_status();
     char sub[PATHN + 64], path[2 * PATHN];
     model_subdir(sub, sizeof sub, dir, i);
     names nm;

@@ -1,10 +1,13 @@
 /* Which ZeRO stage, and the DeepSpeed JSON's other settings: from the
  * options, ACCEL_ZERO_STAGE / ACCEL_FSDP_SHARDING_STRATEGY and
  * ACCEL_DEEPSPEED_CONFIG_FILE (what `accel launch` sets). */
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "accelerator_internal.h"
 
@@ -50,12 +53,181 @@ static accel_status parse_fsdp(const char *s, const char *how, int *out, bool *h
                            how, s);
 }
 
-static accel_status offload_device(const char *dev, const char *key, const char *path) {
-    if (!dev || !strcasecmp(dev, "none") || !strcasecmp(dev, "cpu")) return ACCEL_OK; /* cpu: already there */
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           FN ": %s%s%s: %s device \"%s\" is not supported by accel (only \"none\" or \"cpu\", "
-                           "a no-op: training already runs in CPU memory)",
-                           path ? path : "", path ? ": " : "", key, key, dev);
+static accel_status env_bool(const char *name, bool *out) {
+    const char *v = env(name);
+    if (!v) return ACCEL_OK;
+    if (!strcasecmp(v, "true") || !strcmp(v, "1")) *out = true;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0")) *out = false;
+    else return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not true or false", name, v);
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- offload */
+
+/* The offload settings as given, before they are checked against the stage. */
+typedef struct offload_given {
+    char opt_dev[16], param_dev[16]; /* "" when absent */
+    char opt_path[1024];
+    int buffer_count;                /* 0: absent */
+    int64_t block_bytes;             /* 0: absent */
+} offload_given;
+
+/* Copies a JSON string value into out (n bytes); false + error when it is not a string or too long. */
+static bool json_str(json_t *v, const char *path, const char *key, char *out, size_t n) {
+    if (!v || json_is_null(v)) return true; /* Accelerate writes nvme_path: null when unused */
+    if (!json_is_string(v) || strlen(json_string_value(v)) >= n) {
+        accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.%s must be a string of fewer than %zu "
+                        "characters", path, key, n);
+        return false;
+    }
+    snprintf(out, n, "%s", json_string_value(v));
+    return true;
+}
+
+/* zero_optimization.offload_optimizer / offload_param: DeepSpeed's keys. The
+ * ones accel has no use for (pinned memory, pipelined or asynchronous I/O)
+ * are accepted; an unknown key or a partial offload (ratio < 1) is refused. */
+static accel_status read_json_offload(json_t *root, json_t *zo, const char *path, offload_given *g) {
+    static const char *OPT_KEYS[] = {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read",
+                                     "pipeline_write", "fast_init", "ratio", NULL};
+    static const char *PARAM_KEYS[] = {"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu",
+                                       "pin_memory", NULL};
+    const char *sections[2] = {"offload_optimizer", "offload_param"};
+    const char *const *keys[2] = {OPT_KEYS, PARAM_KEYS};
+    for (int k = 0; k < 2; k++) {
+        json_t *sec = json_object_get(zo, sections[k]);
+        if (!sec || json_is_null(sec)) continue;
+        if (!json_is_object(sec))
+            return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.%s must be an object", path,
+                                   sections[k]);
+        const char *key;
+        json_t *v;
+        json_object_foreach(sec, key, v) {
+            int i = 0;
+            while (keys[k][i] && strcmp(keys[k][i], key)) i++;
+            if (!keys[k][i])
+                return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": %s: zero_optimization.%s.%s is not a DeepSpeed "
+                                       "key accel knows", path, sections[k], key);
+        }
+        char dk[64];
+        snprintf(dk, sizeof dk, "%s.device", sections[k]);
+        if (!json_str(json_object_get(sec, "device"), path, dk, k ? g->param_dev : g->opt_dev, sizeof g->opt_dev))
+            return accel_last_status();
+    }
+    json_t *opt = json_object_get(zo, "offload_optimizer");
+    if (!json_str(json_object_get(opt, "nvme_path"), path, "offload_optimizer.nvme_path", g->opt_path,
+                  sizeof g->opt_path))
+        return accel_last_status();
+    json_t *bc = json_object_get(opt, "buffer_count"), *ratio = json_object_get(opt, "ratio");
+    if (bc && (!json_is_integer(bc) || json_integer_value(bc) < 1 || json_integer_value(bc) > 1024))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: zero_optimization.offload_optimizer.buffer_count must "
+                               "be an integer from 1 to 1024", path);
+    if (bc) g->buffer_count = (int)json_integer_value(bc);
+    if (ratio && (!json_is_number(ratio) || json_number_value(ratio) != 1.0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": %s: zero_optimization.offload_optimizer.ratio: accel "
+                               "offloads all of the optimizer state or none (only 1 is accepted)", path);
+    json_t *bs = json_object_get(json_object_get(root, "aio"), "block_size");
+    if (bs && (!json_is_integer(bs) || json_integer_value(bs) < 4 || json_integer_value(bs) % 4 ||
+               json_integer_value(bs) > ((json_int_t)1 << 34)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: aio.block_size must be a multiple of 4 bytes from 4 "
+                               "to 2^34", path);
+    if (bs) g->block_bytes = (int64_t)json_integer_value(bs);
+    return ACCEL_OK;
+}
+
+static accel_status offload_parse(const char *dev, const char *what, accel__offload_device *out) {
+    if (!dev || !*dev || !strcasecmp(dev, "none")) *out = ACCEL__OFFLOAD_NONE;
+    else if (!strcasecmp(dev, "cpu")) *out = ACCEL__OFFLOAD_CPU;
+    else if (!strcasecmp(dev, "nvme")) *out = ACCEL__OFFLOAD_NVME;
+    else return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\": offload device must be none, cpu or nvme",
+                                what, dev);
+    return ACCEL_OK;
+}
+
+/* One setting from the code, else the JSON, else the environment; the JSON
+ * and the environment (the launcher's flags) must agree when both give it. */
+static accel_status pick(const char *api, const char *json, const char *env_name, const char *what,
+                         const char **out) {
+    const char *e = env(env_name);
+    json = json && *json ? json : NULL;
+    *out = api ? api : json ? json : e;
+    if (!api && json && e && strcasecmp(json, e))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: the DeepSpeed config says \"%s\", %s says \"%s\"",
+                               what, json, env_name, e);
+    return ACCEL_OK;
+}
+
+static const char *DEV_NAMES[] = {"none", "cpu", "nvme"};
+
+/* nvme_path: an existing directory this process can create files in. */
+static accel_status check_nvme_dir(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb))
+        return accel_set_error(ACCEL_ERR_IO, FN ": offload_optimizer.nvme_path \"%s\": %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return accel_set_error(ACCEL_ERR_IO, FN ": offload_optimizer.nvme_path \"%s\" is not a directory", dir);
+    if (access(dir, W_OK | X_OK))
+        return accel_set_error(ACCEL_ERR_IO, FN ": offload_optimizer.nvme_path \"%s\" is not writable: %s", dir,
+                               strerror(errno));
+    return ACCEL_OK;
+}
+
+/* The offload settings of every source, checked against the stage. */
+static accel_status read_offload(const accel_accelerator_opts *o, const offload_given *g, int stage,
+                                 accel__offload_cfg *c) {
+    const char *od, *op, *pd;
+    accel_status st = pick(o->offload_optimizer_device, g->opt_dev, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE",
+                           "offload_optimizer.device", &od);
+    if (!st) st = pick(o->offload_optimizer_nvme_path, g->opt_path, "ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH",
+                       "offload_optimizer.nvme_path", &op);
+    if (!st) st = pick(o->offload_param_device, g->param_dev, "ACCEL_OFFLOAD_PARAM_DEVICE", "offload_param.device", &pd);
+    if (!st) st = offload_parse(od, "offload_optimizer.device", &c->optimizer);
+    if (!st) st = offload_parse(pd, "offload_param.device", &c->param);
+    c->fsdp_params = o->fsdp_offload_params;
+    if (!st && !c->fsdp_params) st = env_bool("ACCEL_FSDP_OFFLOAD_PARAMS", &c->fsdp_params);
+    if (st) return st;
+    c->buffer_count = g->buffer_count ? g->buffer_count : 4;      /* DeepSpeed's default */
+    c->block_bytes = g->block_bytes ? g->block_bytes : 1 << 20;   /* aio.block_size's default */
+    if (c->optimizer != ACCEL__OFFLOAD_NONE && stage == 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.device=%s offloads the optimizer state "
+                               "of ZeRO (DeepSpeed's ZeRO-Offload): it needs ZeRO stage 1, 2 or 3, and this run is "
+                               "stage 0", DEV_NAMES[c->optimizer]);
+    if (c->param != ACCEL__OFFLOAD_NONE && stage != 3)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_param.device=%s offloads the parameter shards of "
+                               "ZeRO stage 3 (as in DeepSpeed), and this run is stage %d: use offload_optimizer",
+                               DEV_NAMES[c->param], stage);
+    if (c->param == ACCEL__OFFLOAD_NVME)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": offload_param.device=nvme is not implemented by accel: "
+                               "stage 3 keeps its parameter shards in host memory (offload_param.device=cpu); "
+                               "offload_optimizer.device=nvme pages the optimizer state (2/3 of a shard under "
+                               "Adam) from disk");
+    if (c->optimizer == ACCEL__OFFLOAD_NVME) {
+        if (!op)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.device=nvme needs nvme_path (a "
+                                   "directory for each rank's optimizer state file; launcher flag "
+                                   "--offload_optimizer_nvme_path)");
+        if (strlen(op) >= sizeof c->optimizer_path)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.nvme_path is longer than %d "
+                                   "characters", (int)sizeof c->optimizer_path - 1);
+        snprintf(c->optimizer_path, sizeof c->optimizer_path, "%s", op);
+        if ((st = check_nvme_dir(op))) return st;
+        int kinds = 2; /* Adam's: the optimizer is not known yet */
+        if (c->buffer_count < kinds)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": offload_optimizer.buffer_count=%d: the nvme step "
+                                   "needs a buffer per state kind (%d for Adam)", c->buffer_count, kinds);
+    }
+    if (c->fsdp_params && stage == 3 && c->param == ACCEL__OFFLOAD_NONE) c->param = ACCEL__OFFLOAD_CPU;
+    return ACCEL_OK;
+}
+
+accel_status accel__offload_check_device(const accel_accelerator *acc) {
+    const accel__offload_cfg *c = &acc->offload;
+    char dev[32];
+    if (c->fsdp_params && acc->zero_stage == 0 && accel__needs_staging(acc->device))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true with NO_SHARD on %s: accel "
+                               "offloads the sharded strategies' state; use SHARD_GRAD_OP",
+                               accel_device_str(acc->device, dev, sizeof dev));
+    return ACCEL_OK;
 }
 
 /* A bool section "bf16": {"enabled": true|false|"auto"}: 1, 0, or -1 (no opinion). */
@@ -82,7 +254,7 @@ static accel_status read_bucket_size(const json_t *rb, const char *path, accel__
     return ACCEL_OK;
 }
 
-static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage) {
+static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage, offload_given *og) {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root)
@@ -107,14 +279,7 @@ static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage) 
     } else {
         *stage = 0; /* DeepSpeed's default */
     }
-    const char *od = json_string_value(json_object_get(json_object_get(zo, "offload_optimizer"), "device"));
-    if ((st = offload_device(od, "offload_optimizer", path))) goto out;
-    const char *pd = json_string_value(json_object_get(json_object_get(zo, "offload_param"), "device"));
-    if (pd && strcasecmp(pd, "none")) {
-        st = accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": %s: offload_param device \"%s\": parameter offload needs "
-                             "ZeRO stage 3, which accel does not implement", path, pd);
-        goto out;
-    }
+    if ((st = read_json_offload(root, zo, path, og))) goto out;
     if ((st = read_bucket_size(json_object_get(zo, "reduce_bucket_size"), path, c))) goto out;
     int bf = enabled(root, "bf16"), fp = enabled(root, "fp16");
     if (bf == 1 && fp == 1) {
@@ -172,32 +337,25 @@ static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
     else if (!st && pt && !(json_is_string(pt) && !strcmp(json_string_value(pt), "auto")))
         st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_param_persistence_threshold must "
                              "be a count >= 0 or \"auto\"", path);
+    json_t *g16 = json_object_get(zo, "stage3_gather_16bit_weights_on_model_save"); /* "auto": the launcher's */
+    if (!st && json_is_boolean(g16)) f->save_16bit = json_is_true(g16);
+    else if (!st && g16 && !(json_is_string(g16) && !strcmp(json_string_value(g16), "auto")))
+        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_gather_16bit_weights_on_model_save "
+                             "must be true, false or \"auto\"", path);
     json_decref(root);
     return st;
 }
 
-static accel_status env_bool(const char *name, bool *out) {
-    const char *v = env(name);
-    if (!v) return ACCEL_OK;
-    if (!strcasecmp(v, "true") || !strcmp(v, "1")) *out = true;
-    else if (!strcasecmp(v, "false") || !strcmp(v, "0")) *out = false;
-    else return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not true or false", name, v);
-    return ACCEL_OK;
-}
 
 /* The other fsdp_config keys: checked, and refused where accel does not do
  * what they ask (never ignored). */
 static accel_status read_fsdp_rest(accel__fsdp_cfg *f) {
-    bool offload = false, ram_efficient = true, sync = true, orig = true;
-    accel_status st = env_bool("ACCEL_FSDP_OFFLOAD_PARAMS", &offload);
-    if (!st) st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &f->activation_checkpointing);
+    bool ram_efficient = true, sync = true, orig = true; /* fsdp_offload_params: read_offload */
+    accel_status st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &f->activation_checkpointing);
     if (!st) st = env_bool("ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
     if (!st) st = env_bool("ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
     if (!st) st = env_bool("ACCEL_FSDP_USE_ORIG_PARAMS", &orig); /* either way: the parameters stay the user's tensors */
     if (st) return st;
-    if (offload)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true: parameter offload is not "
-                               "implemented by accel (training runs in CPU memory already)");
     if (ram_efficient && !sync)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
                                "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
@@ -261,9 +419,12 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     c->mp = -1;
     accel_status st = ACCEL_OK;
     int json_stage = -1, stage = 0;
+    offload_given og = {0};
     const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
-    if (ds && (st = read_json(ds, c, &json_stage))) return st;
+    if (ds && (st = read_json(ds, c, &json_stage, &og))) return st;
     if ((st = read_fsdp_env(&c->fsdp))) return st;
+    /* DeepSpeedPlugin's zero3_save_16bit_model (`accel launch --zero3_save_16bit_model`); the JSON's value wins */
+    if ((st = env_bool("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", &c->fsdp.save_16bit))) return st;
     if (json_stage == 3 && (st = read_json_stage3(ds, &c->fsdp))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
@@ -298,7 +459,7 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
         if (end == v || *end || c->clip < 0)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0", v);
     }
-    return offload_device(env("ACCEL_OFFLOAD_OPTIMIZER_DEVICE"), "offload_optimizer", NULL);
+    return read_offload(o, &og, stage, &c->offload);
 }
 
 /* ---------------------------------------------------------------- groups */

@@ -4,11 +4,17 @@
  * access here). The model is built on the meta device (no weight memory) and
  * measured with calculate_maximum_sizes (no_split: LlamaDecoderLayer); the
  * table is Accelerate's create_ascii_table, sizes formatted by convert_bytes.
- * accel's addition: --num_processes N adds the per-rank training memory of
- * each sharding strategy (docs/accelerator.md "Memory per rank"). */
+ * accel's addition: --num_processes N, --batch_size B --seq_len T,
+ * --mixed_precision, --activation_checkpointing and --strategy add the
+ * per-rank training memory of each sharding strategy: weights, gradients,
+ * Adam state, ZeRO-3's gathered units and the step's activations
+ * (docs/bigmodel.md "Training memory"). */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "accel/bigmodel.h"
 #include "accel/io.h"
@@ -20,10 +26,16 @@ static void usage(FILE *f) {
     fprintf(f, "usage: accel estimate-memory [-h] [--library_name {timm,transformers}]\n"
                "                             [--dtypes {float32,float16,int8,int4} [{float32,float16,int8,int4} ...]]\n"
                "                             [--trust_remote_code] [--num_processes N]\n"
+               "                             [--batch_size B --seq_len T] [--mixed_precision {no,fp16,bf16}]\n"
+               "                             [--activation_checkpointing] [--strategy {DDP,ZERO1,ZERO2,ZERO3}]\n"
                "                             model_name\n\n"
                "Model size estimator for fitting a model onto device memory. model_name is a local\n"
-               "directory with a config.json (or the config.json itself). --num_processes N adds\n"
-               "the per-rank memory of training with Adam under NO_SHARD, SHARD_GRAD_OP and FULL_SHARD.\n");
+               "directory with a config.json (or the config.json itself). --num_processes N (or any of\n"
+               "the options after it) adds the per-rank memory of training with Adam under DDP, ZeRO-1,\n"
+               "ZeRO-2 (SHARD_GRAD_OP) and ZeRO-3 (FULL_SHARD): weights, gradients, optimizer state,\n"
+               "ZeRO-3's gathered units, and with --batch_size B --seq_len T (per rank) the step's\n"
+               "activations (the CPU step arena's peak), under autocast with --mixed_precision, with\n"
+               "every decoder layer checkpointed with --activation_checkpointing. --strategy: one row.\n");
 }
 
 /* convert_bytes: powers of 1024, f"{round(size, 2)} {unit}" (Python prints a
@@ -76,8 +88,13 @@ static void make_row(const char *l, const char *mid, const char *r, const int *w
     fputs("\n", stdout);
 }
 
-static void print_table(const char *title, const char *headers[4], char rows[][4][32], int nr) {
-    int w[4], nc = 4, sum = 0;
+enum { TABLE_MAX_COLS = 8 };
+
+/* Accelerate's create_ascii_table: nc columns, each as wide as its widest
+ * cell; a title wider than the columns widens the last one. */
+static void print_table(const char *title, const char *const *headers, int nc, char rows[][TABLE_MAX_COLS][32],
+                        int nr) {
+    int w[TABLE_MAX_COLS], sum = 0;
     for (int c = 0; c < nc; c++) {
         w[c] = (int)strlen(headers[c]);
         for (int r = 0; r < nr; r++)
@@ -95,7 +112,7 @@ static void print_table(const char *title, const char *headers[4], char rows[][4
     put_centered(title, sep2 - 2);
     fputs("│\n", stdout);
     make_row("├", "┬", "┤", w, nc, diff);
-    int sepw[4];
+    int sepw[TABLE_MAX_COLS];
     memcpy(sepw, w, sizeof w);
     w[nc - 1] += diff;
     fputs("│", stdout);
@@ -116,42 +133,75 @@ static void print_table(const char *title, const char *headers[4], char rows[][4
     make_row("└", "┴", "┘", w, nc, 0);
 }
 
-/* Per-rank bytes of Adam training with f32 master weights, P parameters,
- * the largest unit L, N ranks, as accel's sharding lays memory out:
- * parameters + gradients, and the optimizer state (exp_avg + exp_avg_sq). */
-static void strategy_bytes(int strategy, double P, double L, int N, double *pg, double *opt) {
-    switch (strategy) {
-    case 0: /* NO_SHARD (DDP): everything replicated */
-        *pg = 8 * P;
-        *opt = 8 * P;
-        break;
-    case 1: /* SHARD_GRAD_OP (ZeRO-2): full parameters and gradient buffer, plus the gradient shard */
-        *pg = 8 * P + 4 * P / N;
-        *opt = 8 * P / N;
-        break;
-    default: /* FULL_SHARD (ZeRO-3): shards, plus two units' full parameters and gradients (prefetch, reduction in flight) */
-        *pg = 8 * P / N + 16 * L;
-        *opt = 8 * P / N;
-        break;
-    }
+/* The per-rank request: world size, and the activation options when a
+ * batch is given (--batch_size and --seq_len). */
+typedef struct rank_request {
+    int nproc;
+    int strategy; /* one accel_shard_strategy, or -1: all */
+    bool have_batch;
+    accel_activation_opts act;
+} rank_request;
+
+static const char *const STRATEGY_LABELS[ACCEL_SHARD_STRATEGIES] = {
+    "DDP (NO_SHARD)", "ZeRO-1", "ZeRO-2 (SHARD_GRAD_OP)", "ZeRO-3 (FULL_SHARD)"};
+
+static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const accel_rank_memory *r, bool act) {
+    int c = 0;
+    snprintf(row[c++], 32, "%s", STRATEGY_LABELS[s]);
+    convert_bytes((double)r->weights, true, row[c++], 32);
+    convert_bytes((double)r->grads, true, row[c++], 32);
+    convert_bytes((double)r->optimizer, true, row[c++], 32);
+    convert_bytes((double)r->gathered, true, row[c++], 32);
+    if (act) convert_bytes((double)r->activations, true, row[c++], 32);
+    convert_bytes((double)r->total, true, row[c++], 32);
+    *nc = c;
 }
 
-static void print_sharding_table(int64_t total, int64_t largest, int N) {
-    static const char *const NAMES[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"};
-    char rows[3][4][32];
-    double P = (double)total / 4, L = (double)largest / 4; /* the sizes are float32 bytes */
-    for (int r = 0; r < 3; r++) {
-        double pg, opt;
-        strategy_bytes(r, P, L, N, &pg, &opt);
-        snprintf(rows[r][0], 32, "%s", NAMES[r]);
-        convert_bytes(pg, false, rows[r][1], 32);
-        convert_bytes(opt, false, rows[r][2], 32);
-        convert_bytes(pg + opt, false, rows[r][3], 32);
+/* The per-rank table: Adam on f32 parameters under each strategy (docs/
+ * bigmodel.md "Training memory"), with the step's activations when a batch
+ * is given. */
+static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_t largest, const rank_request *q) {
+    char rows[ACCEL_SHARD_STRATEGIES][TABLE_MAX_COLS][32];
+    int nr = 0, nc = 0;
+    for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++) {
+        if (q->strategy >= 0 && s != q->strategy) continue;
+        /* training through an Accelerator; ZeRO-3's units copy their outputs' gradients */
+        accel_activation_opts o = q->act;
+        o.accelerator = true;
+        o.zero3 = s == ACCEL_SHARD_ZERO3;
+        accel_activation_bytes ab = {0};
+        accel_rank_memory r;
+        if ((q->have_batch && accel_llama_activation_bytes(cfg, &o, &ab) != ACCEL_OK) ||
+            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->nproc,
+                                       q->act.autocast == ACCEL_BF16, ab.peak, &r) != ACCEL_OK) {
+            fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
+            return 1;
+        }
+        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->have_batch);
     }
-    char title[128];
-    snprintf(title, sizeof title, "Training using Adam on %d processes, per rank", N);
-    const char *headers[4] = {"strategy", "Params + grads", "Optimizer", "Total"};
-    print_table(title, headers, rows, 3);
+    char title[256];
+    int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
+                       q->nproc == 1 ? "" : "es");
+    if (q->have_batch)
+        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %lld, %s%s)", (long long)q->act.batch_size,
+                 (long long)q->act.seq_len,
+                 q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
+                 q->act.checkpointing ? ", checkpointed" : "");
+    const char *with[] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units", "Activations", "Total"};
+    const char *without[] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units", "Total"};
+    print_table(title, q->have_batch ? with : without, nc, rows, nr);
+    return 0;
+}
+
+/* --strategy: accel's names and FSDP's, any case. */
+static int strategy_index(const char *s) {
+    static const char *const NAMES[][2] = {{"DDP", "NO_SHARD"}, {"ZERO1", "ZeRO-1"},
+                                           {"ZERO2", "SHARD_GRAD_OP"}, {"ZERO3", "FULL_SHARD"}};
+    for (int i = 0; i < ACCEL_SHARD_STRATEGIES; i++)
+        if (!strcasecmp(s, NAMES[i][0]) || !strcasecmp(s, NAMES[i][1]) ||
+            !strcasecmp(s, accel_shard_strategy_name((accel_shard_strategy)i)))
+            return i;
+    return -1;
 }
 
 static int dtype_index(const char *s) {
@@ -160,9 +210,35 @@ static int dtype_index(const char *s) {
     return -1;
 }
 
+/* A positive integer option value (at most max), or -1 after printing the
+ * error naming the option. */
+static int64_t count_arg(const char *opt, const char *v, int64_t max) {
+    char *end = NULL;
+    errno = 0;
+    long long n = v ? strtoll(v, &end, 10) : 0;
+    if (!v || end == v || *end || errno || n < 1 || n > max) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: argument %s: expected a count >= 1%s (got %s)\n", opt,
+                max < INT64_MAX ? " and <= 2^20" : " (at most 2^63 - 1)", v ? v : "nothing");
+        return -1;
+    }
+    return n;
+}
+
+/* --foo_bar or --foo-bar. */
+static bool is_opt(const char *a, const char *name) {
+    if (strncmp(a, "--", 2)) return false;
+    a += 2;
+    for (; *a && *name; a++, name++)
+        if (*a != *name && !(*a == '-' && *name == '_')) return false;
+    return !*a && !*name;
+}
+
 int accel_cli_estimate_memory(int argc, char **argv) {
     const char *model = NULL;
-    int dts[16], ndt = 0, nproc = 0;
+    int dts[16], ndt = 0;
+    rank_request q = {.strategy = -1, .act = {.autocast = ACCEL_F32}};
+    bool have_seq = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -178,7 +254,7 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                                 "float16, int8, int4\n");
                 return 2;
             }
-        } else if (!strcmp(a, "--library_name") || !strcmp(a, "--library-name")) {
+        } else if (is_opt(a, "library_name")) {
             if (i + 1 >= argc || (strcmp(argv[i + 1], "transformers") && strcmp(argv[i + 1], "timm"))) {
                 usage(stderr);
                 fprintf(stderr, "accel estimate-memory: error: argument --library_name: invalid choice (choose from "
@@ -190,17 +266,39 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                                 "transformers Llama configs)\n");
                 return 1;
             }
-        } else if (!strcmp(a, "--num_processes") || !strcmp(a, "--num-processes")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || end == argv[i + 1] || *end || v < 1 || v > 1 << 20) {
+        } else if (is_opt(a, "num_processes")) {
+            int64_t v = count_arg("--num_processes", i + 1 < argc ? argv[++i] : NULL, 1 << 20);
+            if (v < 0) return 2;
+            q.nproc = (int)v;
+        } else if (is_opt(a, "batch_size")) {
+            if ((q.act.batch_size = count_arg("--batch_size", i + 1 < argc ? argv[++i] : NULL, INT64_MAX)) < 0)
+                return 2;
+            q.have_batch = true;
+        } else if (is_opt(a, "seq_len")) {
+            if ((q.act.seq_len = count_arg("--seq_len", i + 1 < argc ? argv[++i] : NULL, INT64_MAX)) < 0) return 2;
+            have_seq = true;
+        } else if (is_opt(a, "mixed_precision")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (!strcmp(v, "no")) q.act.autocast = ACCEL_F32;
+            else if (!strcmp(v, "bf16")) q.act.autocast = ACCEL_BF16;
+            else if (!strcmp(v, "fp16")) q.act.autocast = ACCEL_F16;
+            else {
                 usage(stderr);
-                fprintf(stderr, "accel estimate-memory: error: argument --num_processes: expected a count >= 1\n");
+                fprintf(stderr, "accel estimate-memory: error: argument --mixed_precision: invalid choice: '%s' "
+                                "(choose from 'no', 'fp16', 'bf16')\n", v);
                 return 2;
             }
-            nproc = (int)v;
-            i++;
-        } else if (!strcmp(a, "--trust_remote_code") || !strcmp(a, "--trust-remote-code")) {
+        } else if (is_opt(a, "activation_checkpointing")) {
+            q.act.checkpointing = true;
+        } else if (is_opt(a, "strategy")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if ((q.strategy = strategy_index(v)) < 0) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument --strategy: invalid choice: '%s' (choose "
+                                "from DDP/NO_SHARD, ZERO1, ZERO2/SHARD_GRAD_OP, ZERO3/FULL_SHARD)\n", v);
+                return 2;
+            }
+        } else if (is_opt(a, "trust_remote_code")) {
             /* nothing runs remote code here */
         } else if (a[0] == '-' || model) {
             usage(stderr);
@@ -215,6 +313,14 @@ int accel_cli_estimate_memory(int argc, char **argv) {
         fprintf(stderr, "accel estimate-memory: error: the following arguments are required: model_name\n");
         return 2;
     }
+    if (q.have_batch != have_seq) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: --batch_size and --seq_len go together (the activations "
+                        "need both)\n");
+        return 2;
+    }
+    bool per_rank = q.nproc || q.have_batch || q.strategy >= 0;
+    if (!q.nproc) q.nproc = 1;
     if (ndt == 0)
         for (ndt = 0; ndt < 4; ndt++) dts[ndt] = ndt;
     accel_llama_config cfg;
@@ -234,7 +340,7 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     }
     accel_module_free(m);
     static const double div[] = {1, 2, 4, 8};
-    char rows[16][4][32];
+    char rows[16][TABLE_MAX_COLS][32];
     for (int r = 0; r < ndt; r++) {
         int k = dts[r];
         snprintf(rows[r][0], 32, "%s", DTYPES[k]);
@@ -248,7 +354,6 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     char title[600];
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
-    print_table(title, headers, rows, ndt);
-    if (nproc) print_sharding_table(total, largest, nproc);
-    return 0;
+    print_table(title, headers, 4, rows, ndt);
+    return per_rank ? print_rank_table(&cfg, total, largest, &q) : 0;
 }

@@ -93,6 +93,7 @@ typedef struct launch_cfg {
     char mixed_precision[8]; /* lower case, as Accelerate reads it */
     const char *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
     const char *ds_file, *grad_clip, *offload_opt, *log_with, *project_dir;
+    const char *offload_param, *offload_opt_path, *offload_param_path;
     char python[PATH_MAX];   /* interpreter of a Python PROGRAM ("" when PROGRAM runs directly) */
     const char *python_from; /* where that choice came from, for error messages */
     const char *fsdp_vals[N_FSDP_KEYS]; /* flag, else fsdp_config key, else NULL */
@@ -220,6 +221,12 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (ds_abs) env_add(e, "ACCEL_DEEPSPEED_CONFIG_FILE", ds_abs);
     if (L->grad_clip) env_add(e, "ACCEL_GRADIENT_CLIPPING", L->grad_clip);
     if (L->offload_opt) env_add(e, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt);
+    if (L->offload_param) env_add(e, "ACCEL_OFFLOAD_PARAM_DEVICE", L->offload_param);
+    const char *paths[2] = {L->offload_opt_path, L->offload_param_path};
+    const char *path_envs[2] = {"ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH", "ACCEL_OFFLOAD_PARAM_NVME_PATH"};
+    char dir[PATH_MAX];
+    for (int k = 0; k < 2; k++) /* absolute too; a missing directory is the library's to name */
+        if (paths[k]) env_add(e, path_envs[k], realpath(paths[k], dir) ? dir : paths[k]);
     if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
     if (L->project_dir) env_add(e, "ACCEL_PROJECT_DIR", L->project_dir);
     char err[1024];
@@ -345,6 +352,11 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping");
     L->offload_opt = V("offload_optimizer_device") ? V("offload_optimizer_device")
                                                    : cfg_s(ds, "offload_optimizer_device");
+    L->offload_param = V("offload_param_device") ? V("offload_param_device") : cfg_s(ds, "offload_param_device");
+    L->offload_opt_path = V("offload_optimizer_nvme_path") ? V("offload_optimizer_nvme_path")
+                                                           : cfg_s(ds, "offload_optimizer_nvme_path");
+    L->offload_param_path = V("offload_param_nvme_path") ? V("offload_param_nvme_path")
+                                                         : cfg_s(ds, "offload_param_nvme_path");
     L->log_with = V("log_with") ? V("log_with") : cfg_s(cfg, "log_with");
     L->project_dir = V("project_dir") ? V("project_dir") : cfg_s(cfg, "project_dir");
     if (L->ds_file) L->deepspeed = true;

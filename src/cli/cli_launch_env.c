@@ -17,7 +17,7 @@ typedef enum kind { K_STR, K_INT, K_FLOAT } kind;
 
 typedef struct setting {
     const char *name; /* flag, and key in fsdp_config / deepspeed_config */
-    const char *env;  /* variable Accelerate exports */
+    const char *env;  /* variable Accelerate exports (NULL: none, the flag is the library's only) */
     const char *dflt; /* Accelerate's default; NULL: exported only when set */
     kind type;        /* a flag's argparse type: str(int(v)), str(float(v)) */
     bool lower;       /* Accelerate exports str(v).lower() */
@@ -65,14 +65,22 @@ static const setting DEEPSPEED[] = {
      "Number of gradient accumulation steps (ACCEL_GRADIENT_ACCUMULATION_STEPS)."},
     {"gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", NULL, K_FLOAT, true, "NORM",
      "DeepSpeed gradient clipping: clip the global grad norm in optimizer.step (ACCEL_GRADIENT_CLIPPING)."},
-    {"offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", NULL, K_STR, true, "{none,cpu}",
-     "DeepSpeed optimizer offload (cpu: a no-op for accel, state is in CPU memory)."},
-    {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", NULL, K_STR, true, "{none,cpu}",
-     "DeepSpeed parameter offload (for launched PyTorch scripts)."},
+    {"offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", NULL, K_STR, true,
+     "{none,cpu,nvme}",
+     "ZeRO-Offload of the optimizer state: cpu (host memory; a no-op for a cpu model), nvme (a file per rank "
+     "under --offload_optimizer_nvme_path) (ACCEL_OFFLOAD_OPTIMIZER_DEVICE)."},
+    {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", NULL, K_STR, true, "{none,cpu,nvme}",
+     "ZeRO-3 parameter offload: cpu (a no-op for accel: its shards are in host memory; nvme is refused) "
+     "(ACCEL_OFFLOAD_PARAM_DEVICE)."},
+    {"offload_optimizer_nvme_path", NULL, NULL, K_STR, false, "DIR",
+     "Directory of the optimizer state files under --offload_optimizer_device nvme "
+     "(ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH)."},
+    {"offload_param_nvme_path", NULL, NULL, K_STR, false, "DIR",
+     "Directory for --offload_param_device nvme (ACCEL_OFFLOAD_PARAM_NVME_PATH)."},
     {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", NULL, K_STR, true, "{true,false}",
      "deepspeed.zero.Init for ZeRO-3 (for launched PyTorch scripts)."},
     {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", NULL, K_STR, true, "{true,false}",
-     "Save 16-bit weights with ZeRO-3 (for launched PyTorch scripts)."},
+     "Save 16-bit weights with ZeRO-3: save_model writes bf16/fp16 under that mixed precision."},
     {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", NULL, K_STR, false, "FILE",
      "DeepSpeed JSON config (zero_optimization.stage, bf16/fp16, ...; ACCEL_DEEPSPEED_CONFIG_FILE)."},
     {"deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", NULL, K_STR, false, "CLASSES",
@@ -255,7 +263,7 @@ bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *d
         bool is_file = !strcmp(DEEPSPEED[i].name, "deepspeed_config_file");
         if (is_file) snprintf(val, sizeof val, "%s", ds_file_abs ? ds_file_abs : "");
         else if (!value_of(&DEEPSPEED[i], ls, ds_config, false, val, sizeof val, err, errn)) return false;
-        if (val[0]) env_add(e, DEEPSPEED[i].env, val);
+        if (val[0] && DEEPSPEED[i].env) env_add(e, DEEPSPEED[i].env, val);
     }
     return true;
 }

@@ -190,12 +190,13 @@ accel_status accel_save_sharded_as(const char *dir, int n, const char *const *na
     return save_sharded(dir, n, names, tensors, max_shard_bytes, format, (tensor_source){NULL, NULL});
 }
 
-accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
-    return accel__save_module_with(dir, root, max_shard_bytes, NULL, NULL);
+accel_status accel__save_sharded_with(const char *dir, int n, const char *const *names,
+                                      accel_tensor *const *tensors, int64_t max_shard_bytes,
+                                      accel__tensor_ready_fn ready, void *ctx) {
+    return save_sharded(dir, n, names, tensors, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS, (tensor_source){ready, ctx});
 }
 
-accel_status accel__save_module_with(const char *dir, accel_module *root, int64_t max_shard_bytes,
-                                     accel__tensor_ready_fn ready, void *ctx) {
+accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();
     const char **names = accel_malloc(sizeof(char *) * ((size_t)sd->n + 1));
@@ -206,8 +207,7 @@ accel_status accel__save_module_with(const char *dir, accel_module *root, int64_
             names[i] = sd->entries[i].name;
             ts[i] = sd->entries[i].t;
         }
-        st = save_sharded(dir, sd->n, names, ts, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS,
-                          (tensor_source){ready, ctx});
+        st = accel_save_sharded(dir, sd->n, names, ts, max_shard_bytes);
     }
     accel_free(names);
     accel_free(ts);

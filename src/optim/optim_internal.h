@@ -18,8 +18,10 @@ typedef struct accel__segment {
     int group;
     int64_t step;          /* steps this segment has taken */
     /* exp_avg/exp_avg_sq, or momentum_buffer in [0]: persistent f32 [numel]
-     * tensors on the segment's device; owned. */
+     * tensors on the segment's device (in host memory under an offload to
+     * the host); owned. NULL when the state lives in a file. */
     accel_tensor *state[2];
+    int64_t file_off;      /* state in a file: element offset of kind 0 (kind k at file_off + k * numel) */
 } accel__segment;
 
 typedef struct accel__group {
@@ -34,6 +36,7 @@ struct accel_optimizer {
     accel__segment *segs;
     int64_t steps;
     accel__link *links;    /* the accelerator that prepared it */
+    struct accel__offload *off; /* where the state lives when not on the segments' device (offload.c); owned */
 };
 
 /* The links of an optimizer / a scheduler (core/link.h). */
@@ -48,10 +51,51 @@ accel_device accel__seg_device(const accel__segment *s);
 void accel__seg_tensors(accel__segment *s, accel_tensor **p, accel_tensor **g);
 /* g *= c in place on g's device (contiguous f32). */
 accel_status accel__grad_scale(accel_tensor *g, float c);
-/* Allocates the segment's ns zeroed state tensors; false (state freed) on failure. */
-bool accel__seg_alloc_state(accel__segment *s, int ns);
-void accel__seg_free_state(accel__segment *s);
+/* Allocates the segment's ns zeroed state buffers where opt keeps its state
+ * (offload.c); false (state freed) on failure. */
+bool accel__seg_alloc_state(accel_optimizer *opt, accel__segment *s, int ns);
+void accel__seg_free_state(accel_optimizer *opt, accel__segment *s);
 /* How many state buffers a segment of this optimizer holds (0, 1 or 2). */
 int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h);
+/* One update of segment s (its step already counted) with its state buffers
+ * m (momentum_buffer or exp_avg) and v (exp_avg_sq), on p's device's kernel. */
+accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment *s, accel_tensor *p, accel_tensor *g,
+                               accel_tensor *m, accel_tensor *v);
+
+/* ---- offload.c: optimizer state off the parameters' device (ZeRO-Offload) */
+
+typedef enum {
+    ACCEL__HOME_DEVICE, /* on each segment's device (the default) */
+    ACCEL__HOME_HOST,   /* host memory; the step runs on the host, parameters and gradients staged in blocks */
+    ACCEL__HOME_FILE,   /* a file, paged through a host buffer of n_blocks blocks in the step */
+} accel__state_home;
+
+typedef struct accel__offload_opts {
+    accel__state_home home;
+    const char *dir;     /* HOME_FILE: the directory the state file is created in (removed when the state leaves it) */
+    const char *tag;     /* in the file's name, e.g. "rank1" */
+    int64_t block_bytes; /* one block: this many bytes of one state kind, or of the staged parameters / gradients */
+    int n_blocks;        /* blocks of the host buffer: at least the state kinds (+ 2 on a device the host cannot address) */
+} accel__offload_opts;
+
+/* Moves every segment's state to o's home (NULL: back onto the segments'
+ * devices) and keeps it there for segments set later. On failure nothing
+ * changed. */
+accel_status accel__optimizer_set_offload(accel_optimizer *opt, const accel__offload_opts *o);
+void accel__offload_free(struct accel__offload *o);
+/* The step of segment s through its home: block by block on the host. */
+accel_status accel__offload_update(accel_optimizer *opt, accel__segment *s, accel_tensor *p, accel_tensor *g);
+/* Before a step: the state file still exists (it was not removed under us). */
+accel_status accel__offload_check(const accel_optimizer *opt);
+/* State kind k of segment s as a tensor: a view of its buffer, or (in a
+ * file) a host copy of its own. NULL + error. */
+accel_tensor *accel__seg_state_tensor(accel_optimizer *opt, accel__segment *s, int k);
+/* src (f32, s->numel elements, any device) into state kind k of s; all state of s to zero. */
+accel_status accel__seg_state_load(accel_optimizer *opt, accel__segment *s, int k, accel_tensor *src);
+accel_status accel__seg_state_zero(accel_optimizer *opt, accel__segment *s);
+/* Bytes of memory holding opt's state: its state buffers, or the paging buffer of a file home. */
+int64_t accel__optimizer_state_bytes(const accel_optimizer *opt);
+/* The state file's path, or NULL when the state is not in a file. */
+const char *accel__optimizer_state_path(const accel_optimizer *opt);
 
 #endif

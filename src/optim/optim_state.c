@@ -83,7 +83,7 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
             snprintf(name, sizeof name, "state.%d.%s", i, state_name(opt, k));
             accel_named_state *e = push(&l, name);
             if (!e) break;
-            e->t = accel_tensor_wrap(accel__device_ptr(s->state[k]), ACCEL_F32, 1, &s->numel, s->state[k]->device);
+            e->t = accel__seg_state_tensor(opt, s, k);
             if (!e->t) l.failed = true;
         }
     }
@@ -160,8 +160,7 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
             return bad_entry(e->name, msg);
         }
         if (e->t->device.type == ACCEL_DEV_META) return bad_entry(e->name, "is on meta (it has no data)");
-        if (accel__device_ptr(e->t) == accel__device_ptr(s->state[k])) return ACCEL_OK; /* its own view */
-        return accel_copy_(s->state[k], accel_reshape(e->t, 1, &s->numel));
+        return accel__seg_state_load(opt, s, k, e->t);
     }
     return bad_entry(e->name, "unknown state for this optimizer");
 }
@@ -193,8 +192,7 @@ accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
         s->step = 0;
-        for (int k = 0; k < 2; k++)
-            if (s->state[k] && accel_zero_(s->state[k]) != ACCEL_OK) return accel_last_status();
+        if (accel__seg_state_zero(opt, s) != ACCEL_OK) return accel_last_status();
     }
     for (int i = 0; i < n; i++) {
         const accel_named_state *e = &st[i];

@@ -43,7 +43,8 @@ accel__link **accel__optimizer_links(accel_optimizer *opt) { return &opt->links;
 void accel_optimizer_free(accel_optimizer *opt) {
     if (!opt) return;
     accel__link_detach_all(&opt->links, opt);
-    for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(&opt->segs[i]);
+    for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(opt, &opt->segs[i]);
+    accel__offload_free(opt->off);
     accel_free(opt->segs);
     accel_free(opt->groups);
     accel_free(opt);
@@ -88,23 +89,6 @@ static void set_flat(accel__segment *s, const accel_tensor *p, const accel_tenso
     s->numel = accel_numel(p);
     accel__tensor_header(&s->flat_data, accel__device_ptr(p), ACCEL_F32, 1, &s->numel, p->device);
     accel__tensor_header(&s->flat_grad, accel__device_ptr(g), ACCEL_F32, 1, &s->numel, g->device);
-}
-
-bool accel__seg_alloc_state(accel__segment *s, int ns) {
-    int64_t n = s->numel;
-    for (int k = 0; k < ns; k++)
-        if (!(s->state[k] = accel_tensor_new(ACCEL_F32, 1, &n, accel__seg_device(s)))) {
-            accel__seg_free_state(s);
-            return false;
-        }
-    return true;
-}
-
-void accel__seg_free_state(accel__segment *s) {
-    for (int k = 0; k < 2; k++) {
-        accel_tensor_free(s->state[k]);
-        s->state[k] = NULL;
-    }
 }
 
 /* *out = *given with its zero betas/eps at their defaults; false + error when a value is bad. */
@@ -162,12 +146,12 @@ static bool reserve(accel_optimizer *opt, int extra_segs) {
  * leaves the optimizer unchanged. */
 static int commit_group(accel_optimizer *opt, const accel_optim_hparams *h, int first, int n) {
     int ns = accel__n_state(opt, h);
+    opt->groups[opt->n_groups].h = *h; /* before the state: freeing a segment's state reads its group */
     for (int i = first; i < first + n; i++)
-        if (!accel__seg_alloc_state(&opt->segs[i], ns)) {
-            for (int j = first; j < i; j++) accel__seg_free_state(&opt->segs[j]);
+        if (!accel__seg_alloc_state(opt, &opt->segs[i], ns)) {
+            for (int j = first; j < i; j++) accel__seg_free_state(opt, &opt->segs[j]);
             return -1;
         }
-    opt->groups[opt->n_groups].h = *h;
     opt->n_segs = first + n;
     return opt->n_groups++;
 }
@@ -246,16 +230,16 @@ accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_ten
 
 /* ---- updates */
 
-/* One update of segment s (its step already counted) on its device's kernel. */
-static accel_status update(const accel_optimizer *opt, accel__segment *s, accel_tensor *p, accel_tensor *g) {
+accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment *s, accel_tensor *p, accel_tensor *g,
+                               accel_tensor *m, accel_tensor *v) {
     const accel_optim_hparams *h = &opt->groups[s->group].h;
     if (opt->kind == ACCEL_OPTIM_SGD) {
-        accel_k_sgd k = {.p = p, .g = g, .buf = s->state[0], .lr = (float)h->lr,
+        accel_k_sgd k = {.p = p, .g = g, .buf = m, .lr = (float)h->lr,
                          .weight_decay = (float)h->weight_decay, .momentum = (float)h->momentum,
                          .dampening = (float)h->dampening, .first = s->step == 1, .nesterov = h->nesterov};
         return ACCEL_KERNEL("accel_optimizer_step", p->device, sgd, &k);
     }
-    accel_k_adam k = {.p = p, .g = g, .m = s->state[0], .v = s->state[1], .lr = h->lr, .beta1 = h->beta1,
+    accel_k_adam k = {.p = p, .g = g, .m = m, .v = v, .lr = h->lr, .beta1 = h->beta1,
                       .beta2 = h->beta2, .eps = h->eps, .weight_decay = h->weight_decay, .step = s->step,
                       .decoupled = opt->kind == ACCEL_OPTIM_ADAMW};
     return ACCEL_KERNEL("accel_optimizer_step", p->device, adam, &k);
@@ -263,6 +247,8 @@ static accel_status update(const accel_optimizer *opt, accel__segment *s, accel_
 
 accel_status accel_optimizer_step(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
+    accel_status ok = accel__offload_check(opt);
+    if (ok) return ok;
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
         accel_tensor *p, *g;
@@ -279,7 +265,8 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
                                    accel_device_str(g->device, b, sizeof b), accel_device_str(p->device, a, sizeof a));
         }
         s->step++;
-        accel_status st = update(opt, s, p, g);
+        accel_status st = opt->off ? accel__offload_update(opt, s, p, g)
+                                   : accel__seg_update(opt, s, p, g, s->state[0], s->state[1]);
         if (st != ACCEL_OK) return st;
     }
     opt->steps++;
@@ -366,13 +353,13 @@ accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_ten
             set_flat(s, flat_params[k], flat_grads[k]);
         }
         s->group = groups[k];
-        if (!accel__seg_alloc_state(s, accel__n_state(opt, &opt->groups[groups[k]].h))) {
-            for (int i = 0; i < k; i++) accel__seg_free_state(&segs[i]);
+        if (!accel__seg_alloc_state(opt, s, accel__n_state(opt, &opt->groups[groups[k]].h))) {
+            for (int i = 0; i < k; i++) accel__seg_free_state(opt, &segs[i]);
             accel_free(segs);
             return accel_last_status();
         }
     }
-    for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(&opt->segs[i]);
+    for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(opt, &opt->segs[i]);
     accel_free(opt->segs);
     opt->segs = segs;
     opt->cap_segs = n ? n : 1;

@@ -290,6 +290,11 @@ bool accel__gemm_native(accel_dtype dt) {
     return accel__gemm_provider_for(dt, false, true, 1, 1, 1) == ACCEL__GEMM_PROVIDER_DNNL;
 }
 
+bool accel__gemm_widens_per_call(accel_dtype dt) {
+    const char *impl;
+    return dt != ACCEL_F32 && accel__gemm_native(dt) && !dnnl_probe(dt, &impl);
+}
+
 /* What the f32 GEMM runs on, in the mode. */
 static void describe_f32(int mode, char *out, size_t n) {
     const char *impl;

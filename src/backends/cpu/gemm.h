@@ -105,6 +105,10 @@ const char *accel__gemm_provider_name(accel__gemm_provider p);
  * itself (oneDNN for bf16/f16); false when they would be widened to f32 at
  * every call, so an op had better widen them once (accel__mm_operand). */
 bool accel__gemm_native(accel_dtype dt);
+/* True when operands of dtype dt reach oneDNN (accel__gemm_native) on a CPU
+ * where it has no matmul of dt (ACCEL_GEMM=dnnl without the units): each
+ * GEMM then widens them to f32 panels in the step arena. */
+bool accel__gemm_widens_per_call(accel_dtype dt);
 
 /* One line per dtype, "GEMM f32: openblas ...\nGEMM bf16: ...\nGEMM f16:
  * ...\n", naming the provider of each dtype in the current mode (and

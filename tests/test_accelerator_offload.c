@@ -1,0 +1,524 @@
+/* ZeRO-Offload (docs/accelerator.md "Offload"): offload_optimizer cpu / nvme
+ * and offload_param / fsdp_offload_params. Runs plainly (one cpu process) and
+ * under `accel launch` (2 processes; on hostless:0 too, tests/zero.cmake).
+ *
+ * - Training with each offload mode equals training without it bit for bit
+ *   (losses and final weights) under ZeRO-1, -2 and -3 (stage 3 on the cpu
+ *   only): the update kernels are elementwise, so a step paged through
+ *   blocks is the same arithmetic.
+ * - nvme: one state file per rank under nvme_path while prepared, removed
+ *   after; the memory holding the optimizer state is the paging buffer
+ *   (internal counter, and the resident set measured across steps against a
+ *   run without offload); checkpoints hold the full state in the normal
+ *   format and resume bit for bit, with or without offload.
+ * - cpu on a device model: the state is in host memory.
+ * - Named errors: missing / non-directory nvme_path, a full disk (EFBIG from
+ *   RLIMIT_FSIZE here; ENOSPC on a tiny tmpfs in the "enospc DIR" mode), the
+ *   state file removed under us, and the settings refused by stage. */
+#include <malloc.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accel/dist.h"
+#include "accelerator/accelerator_internal.h" /* the optimizer's state home and its byte counter */
+#include "check.h"
+
+static int N, R;
+static accel_device DEV;
+static char DIR_[256]; /* nvme_path of this run (one per launch) */
+
+static accel_module *mlp(accel_device dev, int64_t in, int64_t hidden) {
+    accel_module *l[3] = {accel_linear_new(in, hidden, true, dev, ACCEL_F32), accel_relu_module_new(),
+                          accel_linear_new(hidden, 1, true, dev, ACCEL_F32)};
+    return accel_sequential_new(3, l);
+}
+
+static accel_optimizer *optimizer(accel_module *m, accel_optim_kind kind) {
+    accel_optim_hparams h = accel_optim_defaults(kind, kind == ACCEL_OPTIM_SGD ? 0.1 : 0.01);
+    h.momentum = 0.9;
+    return accel_optimizer_new_module(kind, m, &h);
+}
+
+/* Batch s of rank r: n rows of `in` features and their targets, on dev. */
+static accel_tensor *loss_of(accel_module *m, int64_t in, int64_t s, int r) {
+    enum { B = 4 };
+    float x[B * 2048], y[B];
+    for (int64_t i = 0; i < B; i++) {
+        for (int64_t j = 0; j < in; j++) x[i * in + j] = (float)(((s * 13 + r * 5 + i * 7 + j * 3) % 11) / 11.0 - 0.5);
+        y[i] = (float)((s + r + i) % 5) * 0.2f - 0.4f;
+    }
+    accel_tensor *xt = accel_to_device(accel_from_floats(ACCEL_SHAPE(B, in), x), DEV);
+    accel_tensor *yt = accel_to_device(accel_from_floats(ACCEL_SHAPE(B, 1), y), DEV);
+    return accel_mse_loss(accel_module_call(m, xt), yt);
+}
+
+/* Steps [from, from + k) through acc; each loss into losses[s] when given. */
+static void train(accel_accelerator *acc, accel_module *m, accel_optimizer *o, int64_t in, int64_t from, int64_t k,
+                  double *losses) {
+    for (int64_t s = from; s < from + k; s++) {
+        accel_tensor *loss = loss_of(m, in, s, R);
+        CHECK(loss != NULL);
+        if (losses && loss) losses[s] = accel_item(loss);
+        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(accel_accelerator_optimizer_step(acc, o) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(accel_accelerator_zero_grad(acc, o) == ACCEL_OK);
+        accel_step_reset();
+    }
+}
+
+static int64_t params_to_host(accel_module *m, float *out, int64_t cap) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t k = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t c = accel_numel(ps[i]);
+        CHECK(k + c <= cap);
+        if (k + c <= cap) CHECK(accel_to_floats(ps[i], out + k) == ACCEL_OK);
+        k += c;
+    }
+    accel_free(ps);
+    return k;
+}
+
+/* Freeing the accelerator un-prepares what it holds (the state file goes); then the objects. */
+static void release(accel_accelerator *acc, accel_optimizer *o, accel_module *m) {
+    accel_accelerator_free(acc);
+    accel_optimizer_free(o);
+    accel_module_free(m);
+}
+
+/* A fresh MLP (seed) and its optimizer, prepared by acc. */
+static accel_module *prepared(accel_accelerator *acc, uint64_t seed, int64_t in, int64_t hidden, accel_optim_kind kind,
+                              accel_optimizer **o) {
+    accel_manual_seed(seed);
+    accel_module *m = mlp(DEV, in, hidden);
+    *o = optimizer(m, kind);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, *o, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    return m;
+}
+
+/* A DeepSpeed JSON for stage `stage` with the given offload_optimizer section (and extra top-level keys). */
+static const char *ds_json(const char *name, int stage, const char *offload, const char *extra) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s_r%d.json", DIR_, name, R);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return path;
+    fprintf(f, "{%s\"zero_optimization\": {\"stage\": %d%s%s}}\n", extra ? extra : "", stage, offload ? ", " : "",
+            offload ? offload : "");
+    fclose(f);
+    return path;
+}
+
+typedef struct mode {
+    const char *name;
+    const char *device; /* offload_optimizer.device, or NULL: none */
+    int64_t block;      /* aio.block_size (nvme) */
+    int buffers;        /* offload_optimizer.buffer_count (nvme) */
+    bool fsdp;          /* fsdp_offload_params instead */
+} mode;
+
+static accel_accelerator *accelerator_for(int stage, const mode *md) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.zero_stage = stage;
+    char off[512] = "", aio[64] = "";
+    if (md && md->device && !strcmp(md->device, "nvme")) {
+        snprintf(off, sizeof off, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
+                 "\"buffer_count\": %d, \"pin_memory\": true, \"pipeline_read\": false}", DIR_, md->buffers);
+        snprintf(aio, sizeof aio, "\"aio\": {\"block_size\": %lld, \"queue_depth\": 8}, ", (long long)md->block);
+        o.deepspeed_config_file = ds_json(md->name, stage, off, aio);
+    } else if (md) {
+        o.offload_optimizer_device = md->device;
+        o.fsdp_offload_params = md->fsdp;
+    }
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "stage %d %s: %s", stage, md ? md->name : "plain", accel_last_error());
+    if (o.deepspeed_config_file) unlink(o.deepspeed_config_file);
+    return acc;
+}
+
+/* Four steps of a fresh model (seed 7) under acc: losses and final weights. */
+static int64_t run(accel_accelerator *acc, accel_optim_kind kind, double *losses, float *w, int64_t cap) {
+    accel_optimizer *o;
+    accel_module *m = prepared(acc, 7, 6, 24, kind, &o);
+    train(acc, m, o, 6, 0, 4, losses);
+    int64_t n = params_to_host(m, w, cap);
+    accel_accelerator_clear(acc);
+    accel_optimizer_free(o);
+    accel_module_free(m);
+    return n;
+}
+
+static void equals_plain(int stage, const mode *md, accel_optim_kind kind) {
+    accel_accelerator *plain = accelerator_for(stage, NULL), *off = accelerator_for(stage, md);
+    if (!plain || !off) {
+        accel_accelerator_free(plain);
+        accel_accelerator_free(off);
+        return;
+    }
+    double la[4], lb[4];
+    float wa[256], wb[256];
+    int64_t n = run(plain, kind, la, wa, 256);
+    CHECK(run(off, kind, lb, wb, 256) == n);
+    for (int s = 0; s < 4; s++)
+        CHECK_MSG(la[s] == lb[s], "stage %d %s step %d: loss %.9g vs %.9g", stage, md->name, s, lb[s], la[s]);
+    int64_t diff = 0;
+    for (int64_t k = 0; k < n; k++) diff += wa[k] != wb[k];
+    CHECK_MSG(diff == 0, "stage %d %s %s: %lld of %lld weights differ from training without offload", stage,
+              md->name, accel_optim_kind_name(kind), (long long)diff, (long long)n);
+    accel_accelerator_free(plain);
+    accel_accelerator_free(off);
+}
+
+/* Blocks of 16 floats: the 6x24 / 24 / 24x1 / 1 shards span several blocks and end inside one. */
+static const mode CPU_MODE = {"cpu", "cpu", 0, 0, false}, NVME_MODE = {"nvme", "nvme", 64, 2, false},
+                  FSDP_MODE = {"fsdp_offload_params", NULL, 0, 0, true};
+
+static void test_offload_equals_plain(void) {
+    int top = DEV.type == ACCEL_DEV_CPU ? 3 : 2; /* stage 3 runs on host memory only (refused on a device) */
+    for (int stage = 1; stage <= top; stage++) {
+        equals_plain(stage, &CPU_MODE, ACCEL_OPTIM_ADAMW);
+        equals_plain(stage, &NVME_MODE, ACCEL_OPTIM_ADAMW);
+        equals_plain(stage, &FSDP_MODE, ACCEL_OPTIM_ADAMW);
+    }
+    equals_plain(2, &NVME_MODE, ACCEL_OPTIM_SGD); /* one state kind (momentum_buffer) */
+}
+
+/* The state's home: host memory under cpu offload (or fsdp_offload_params)
+ * of a device model, the file under nvme. */
+static void test_state_home(void) {
+    const mode *modes[3] = {&CPU_MODE, &NVME_MODE, &FSDP_MODE};
+    for (int i = 0; i < 3; i++) {
+        bool k = modes[i] == &NVME_MODE;
+        accel_accelerator *acc = accelerator_for(2, modes[i]);
+        if (!acc) return;
+        accel_optimizer *o;
+        accel_module *m = prepared(acc, 3, 6, 24, ACCEL_OPTIM_ADAMW, &o);
+        train(acc, m, o, 6, 0, 1, NULL);
+        const char *path = accel__optimizer_state_path(o);
+        if (k) {
+            CHECK_MSG(path && strstr(path, DIR_) == path, "state file %s, want one under %s", path ? path : "(none)",
+                      DIR_);
+            char want[64];
+            snprintf(want, sizeof want, "accel_optimizer_state_rank%d_", R);
+            CHECK(path && strstr(path, want));
+            CHECK(path && access(path, F_OK) == 0);
+        } else {
+            CHECK(path == NULL);
+        }
+        char file[512];
+        snprintf(file, sizeof file, "%s", path ? path : "");
+        accel_named_state *st = NULL;
+        int n = accel_optimizer_state(o, &st);
+        int tensors = 0;
+        for (int e = 0; e < n; e++) {
+            if (!st[e].t) continue;
+            tensors++;
+            /* a device model keeps its state on the device unless offloaded: host memory for both modes */
+            CHECK_MSG(st[e].t->device.type == ACCEL_DEV_CPU, "%s: state %s is not in host memory", modes[i]->name,
+                      st[e].name);
+        }
+        CHECK(tensors > 0);
+        accel_named_state_free(st, n);
+        accel_accelerator_clear(acc); /* un-prepared: the file goes */
+        if (k) CHECK_MSG(access(file, F_OK) != 0, "state file %s still there after the accelerator let go", file);
+        CHECK(accel__optimizer_state_path(o) == NULL);
+        accel_accelerator_free(acc);
+        accel_optimizer_free(o);
+        accel_module_free(m);
+    }
+}
+
+/* The resident set, after free heap pages went back to the system (glibc's
+ * malloc_trim), so freed state does not count. */
+static int64_t rss_bytes(void) {
+    malloc_trim(0);
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+typedef struct rss_run {
+    int64_t state;   /* bytes of this rank's Adam state */
+    int64_t total;   /* resident growth from before prepare to after the steps */
+    int64_t steps;   /* resident growth over two optimizer steps */
+    int64_t counted; /* accel__optimizer_state_bytes after them */
+} rss_run;
+
+/* A 2048 -> 1024 -> 1 MLP (2.1M parameters: 16.8 MB of Adam state over N
+ * ranks) prepared under ZeRO-2, a backward that grows the step arena, then
+ * two steps. */
+static rss_run measure(const mode *md) {
+    rss_run r = {0};
+    accel_accelerator *acc = accelerator_for(2, md);
+    if (!acc) return r;
+    accel_manual_seed(11);
+    accel_module *m = mlp(DEV, 2048, 1024);
+    accel_optimizer *o = optimizer(m, ACCEL_OPTIM_ADAMW);
+    int64_t before = rss_bytes();
+    CHECK(accel_accelerator_prepare(acc, m, o, NULL, NULL) == ACCEL_OK);
+    int64_t lo, hi;
+    CHECK(accel_accelerator_zero_shard(acc, m, &lo, &hi, NULL) == ACCEL_OK);
+    r.state = 2 * (hi - lo) * (int64_t)sizeof(float);
+    CHECK(accel_accelerator_backward(acc, loss_of(m, 2048, 0, R)) == ACCEL_OK);
+    CHECK(accel_accelerator_zero_grad(acc, o) == ACCEL_OK);
+    accel_step_reset();
+    int64_t ready = rss_bytes();
+    train(acc, m, o, 2048, 1, 2, NULL);
+    int64_t after = rss_bytes();
+    r.total = after - before;
+    r.steps = after - ready;
+    r.counted = accel__optimizer_state_bytes(o);
+    release(acc, o, m);
+    return r;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_MEANINGFUL 0 /* freed memory stays in the sanitizer's quarantine */
+#else
+#define RSS_MEANINGFUL 1
+#endif
+
+static void test_nvme_memory_bounded(void) {
+    if (DEV.type != ACCEL_DEV_CPU) return; /* the cpu run measures it */
+    const mode big = {"nvme_big", "nvme", 64 << 10, 2, false}; /* 2 blocks of 64 KiB: 128 KiB of buffer */
+    rss_run plain = measure(NULL), paged = measure(&big);
+    /* the shard's state, less the padding between and after the tensors (no state there) */
+    CHECK_MSG(plain.counted <= plain.state && plain.counted > plain.state / 100 * 99,
+              "without offload the shard's state takes %lld bytes, counted %lld", (long long)plain.state,
+              (long long)plain.counted);
+    CHECK_MSG(paged.counted == 128 << 10, "under nvme the state memory is the buffer: counted %lld bytes",
+              (long long)paged.counted);
+    if (!RSS_MEANINGFUL) return;
+    CHECK_MSG(plain.total - paged.total > plain.state * 3 / 4,
+              "nvme saved %lld resident bytes of %lld bytes of state (growth %lld without offload, %lld with)",
+              (long long)(plain.total - paged.total), (long long)plain.state, (long long)plain.total,
+              (long long)paged.total);
+    CHECK_MSG(paged.steps < plain.state / 8, "under nvme two steps grew the resident set by %lld bytes (state %lld)",
+              (long long)paged.steps, (long long)plain.state);
+    if (R == 0)
+        printf("offload memory: %lld bytes of state per rank; resident growth from prepare through 2 steps: %lld "
+               "without offload, %lld under nvme (buffer 131072; %lld over the steps)\n", (long long)plain.state,
+               (long long)plain.total, (long long)paged.total, (long long)paged.steps);
+}
+
+/* save_state under nvme, two more steps; then load_state into fresh weights
+ * (under nvme, and without offload) and the same two steps: equal bit for bit. */
+static void test_nvme_resume(void) {
+    char ckpt[300];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", DIR_);
+    accel_accelerator *acc = accelerator_for(2, &NVME_MODE);
+    if (!acc) return;
+    accel_optimizer *o;
+    accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
+    train(acc, m, o, 6, 0, 2, NULL);
+    CHECK_MSG(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    train(acc, m, o, 6, 2, 2, NULL);
+    float want[256], got[256];
+    int64_t n = params_to_host(m, want, 256);
+    release(acc, o, m);
+    for (int k = 0; k < 2; k++) {
+        acc = accelerator_for(2, k ? NULL : &NVME_MODE);
+        if (!acc) return;
+        m = prepared(acc, 99, 6, 24, ACCEL_OPTIM_ADAMW, &o); /* other weights: the load replaces them */
+        CHECK_MSG(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
+        train(acc, m, o, 6, 2, 2, NULL);
+        CHECK(params_to_host(m, got, 256) == n);
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n; i++) diff += got[i] != want[i];
+        CHECK_MSG(diff == 0, "resumed %s: %lld of %lld weights differ", k ? "without offload" : "under nvme",
+                  (long long)diff, (long long)n);
+        release(acc, o, m);
+    }
+}
+
+/* The state file removed while training: the next step says so; save_state still works. */
+static void test_file_removed(void) {
+    accel_accelerator *acc = accelerator_for(2, &NVME_MODE);
+    if (!acc) return;
+    accel_optimizer *o;
+    accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
+    train(acc, m, o, 6, 0, 1, NULL);
+    const char *path = accel__optimizer_state_path(o);
+    CHECK(path && unlink(path) == 0);
+    if (!path) {
+        release(acc, o, m);
+        return;
+    }
+    CHECK(accel_accelerator_backward(acc, loss_of(m, 6, 1, R)) == ACCEL_OK);
+    CHECK(accel_accelerator_optimizer_step(acc, o) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "was removed while training");
+    CHECK_STR_CONTAINS(accel_last_error(), path);
+    accel_step_reset();
+    char ckpt[300];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt_removed", DIR_);
+    CHECK_MSG(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    release(acc, o, m);
+}
+
+/* accel_accelerator_new refuses, naming the problem. */
+static void refused(accel_accelerator_opts o, const char *needle) {
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc == NULL, "accepted; expected \"%s\"", needle);
+    accel_accelerator_free(acc);
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    accel_clear_error();
+}
+
+static void test_settings_refused(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 2;
+    o.offload_optimizer_device = "nvme";
+    o.offload_optimizer_nvme_path = "/nonexistent/accel_nvme";
+    refused(o, "offload_optimizer.nvme_path \"/nonexistent/accel_nvme\": No such file or directory");
+    o.offload_optimizer_nvme_path = "/proc/self/status";
+    refused(o, "is not a directory");
+    o.offload_optimizer_nvme_path = NULL;
+    refused(o, "offload_optimizer.device=nvme needs nvme_path");
+    o.offload_optimizer_device = "disk";
+    refused(o, "offload_optimizer.device=\"disk\": offload device must be none, cpu or nvme");
+    o.offload_optimizer_device = "cpu";
+    o.zero_stage = -1;
+    refused(o, "it needs ZeRO stage 1, 2 or 3, and this run is stage 0");
+    o = accel_accelerator_opts_default();
+    o.zero_stage = 2;
+    o.offload_param_device = "cpu";
+    refused(o, "offload_param.device=cpu offloads the parameter shards of ZeRO stage 3");
+    o.zero_stage = 3;
+    o.offload_param_device = "nvme";
+    refused(o, "offload_param.device=nvme is not implemented by accel");
+    o = accel_accelerator_opts_default();
+    o.deepspeed_config_file = ds_json("typo", 2, "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memroy\": true}", NULL);
+    refused(o, "zero_optimization.offload_optimizer.pin_memroy is not a DeepSpeed key accel knows");
+    o.deepspeed_config_file = ds_json("ratio", 3, "\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}", NULL);
+    refused(o, "offload_optimizer.ratio: accel offloads all of the optimizer state or none");
+    char off[512];
+    snprintf(off, sizeof off, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 1}",
+             DIR_);
+    o.deepspeed_config_file = ds_json("count", 2, off, NULL);
+    refused(o, "offload_optimizer.buffer_count=1: the nvme step needs a buffer per state kind");
+    snprintf(off, sizeof off, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}", DIR_);
+    o.deepspeed_config_file = ds_json("disagree", 2, off, NULL);
+    setenv("ACCEL_OFFLOAD_OPTIMIZER_DEVICE", "cpu", 1);
+    refused(o, "offload_optimizer.device: the DeepSpeed config says \"nvme\", ACCEL_OFFLOAD_OPTIMIZER_DEVICE says \"cpu\"");
+    unsetenv("ACCEL_OFFLOAD_OPTIMIZER_DEVICE");
+    o.deepspeed_config_file = ds_json("param3", 3, "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}", NULL);
+    accel_accelerator *acc = accel_accelerator_new(&o); /* FULL_SHARD's shards are in host memory: a no-op */
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    accel_accelerator_free(acc);
+    accel_clear_error();
+}
+
+/* A full disk at prepare (the state's space is reserved there): the error
+ * names the file and the cause, the file is gone, and the optimizer is the
+ * user's again (its own segments, stepping its parameters). */
+static void full_disk(const char *path, const char *why) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 2;
+    o.offload_optimizer_device = "nvme";
+    o.offload_optimizer_nvme_path = path;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return;
+    accel_manual_seed(5);
+    accel_module *m = mlp(DEV, 256, 128); /* 33k parameters: 264 KB of Adam state, over 64 KB on 2 ranks too */
+    accel_optimizer *opt = optimizer(m, ACCEL_OPTIM_ADAMW);
+    int segs = accel_optimizer_num_segments(opt);
+    CHECK(accel_accelerator_prepare(acc, m, NULL) == ACCEL_OK);
+    CHECK(accel_accelerator_prepare(acc, opt, NULL) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot reserve");
+    CHECK_STR_CONTAINS(accel_last_error(), why);
+    CHECK_STR_CONTAINS(accel_last_error(), path);
+    CHECK(accel_optimizer_num_segments(opt) == segs);
+    CHECK(accel__optimizer_state_path(opt) == NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls %s | grep accel_optimizer_state_rank%d_)\"", path, R);
+    CHECK_MSG(system(cmd) == 0, "a state file was left in %s", path);
+    release(acc, opt, m);
+    accel_step_reset();
+}
+
+/* EFBIG: a file-size limit below the state (RLIMIT_FSIZE; SIGXFSZ ignored so the write reports it). */
+static void test_file_too_large(void) {
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {64 << 10, old.rlim_max};
+    CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    full_disk(DIR_, "File too large");
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, prev);
+}
+
+/* Under `accel launch --offload_optimizer_device nvme --offload_optimizer_nvme_path DIR`:
+ * the library takes both from the launcher (the state file is under DIR). */
+static void test_launcher_flags(const char *dir) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return;
+    accel_optimizer *o;
+    accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
+    train(acc, m, o, 6, 0, 1, NULL);
+    char real[4096];
+    const char *path = accel__optimizer_state_path(o);
+    bool in_dir = path && realpath(dir, real) && strstr(path, real) == path;
+    CHECK_MSG(in_dir, "state file %s, want one under %s", path ? path : "(none)", dir);
+    if (R == 0) printf("offload zero_stage=%d state_file_in_dir=%d\n", accel_accelerator_zero_stage(acc), in_dir);
+    fflush(stdout);
+    accel_accelerator_free(acc);
+    accel_optimizer_free(o);
+    accel_module_free(m);
+}
+
+static void make_dir(accel_accelerator *a) {
+    const char *base = getenv("ACCEL_OFFLOAD_TEST_DIR");
+    snprintf(DIR_, sizeof DIR_, "%s/accel_offload_%d", base ? base : "/tmp", (int)(N > 1 ? getppid() : getpid()));
+    mkdir(DIR_, 0700); /* every rank: EEXIST is fine */
+    accel_accelerator_wait_for_everyone(a);
+}
+
+int main(int argc, char **argv) {
+    accel_accelerator *a = accel_accelerator_new(NULL);
+    if (!a) return 1;
+    N = accel_accelerator_num_processes(a);
+    R = accel_accelerator_process_index(a);
+    DEV = accel_accelerator_device(a);
+    if (argc == 3) { /* "enospc DIR": DIR is a 64 KiB tmpfs (tests/zero.cmake); "flags DIR": launcher flags */
+        snprintf(DIR_, sizeof DIR_, "%s", argv[2]);
+        if (!strcmp(argv[1], "enospc")) full_disk(DIR_, "No space left on device");
+        else test_launcher_flags(DIR_);
+        accel_accelerator_free(a);
+        accel_thread_cleanup();
+        return check_summary();
+    }
+    make_dir(a);
+    RUN(test_offload_equals_plain);
+    RUN(test_state_home);
+    RUN(test_nvme_memory_bounded);
+    RUN(test_nvme_resume);
+    RUN(test_file_removed);
+    RUN(test_settings_refused);
+    RUN(test_file_too_large);
+    accel_accelerator_wait_for_everyone(a);
+    if (R == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
+        CHECK(system(cmd) == 0);
+    }
+    accel_accelerator_free(a);
+    accel_thread_cleanup();
+    return check_summary();
+}

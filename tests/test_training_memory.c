@@ -1,0 +1,261 @@
+/* accel_llama_activation_bytes and accel_rank_memory_estimate against a real
+ * training step: the step arena's high-water mark (accel_arena_peak) of a
+ * 4-layer Llama, with and without activation checkpointing, f32 and bf16
+ * autocast (both CPU GEMM paths for bf16), within 10%; the persistent
+ * parameters, gradients and Adam state against the DDP row exactly; bad
+ * options refused by name. Under `accel launch --use_fsdp` (ZeRO-3 on N
+ * processes) instead: each rank's step arena peak, parameter and gradient
+ * shards and Adam state against the ZeRO-3 row, within 10%; prints
+ * "training memory zero3 world=N mp=M" on rank 0. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accelerator/accelerator_internal.h" /* the shard sizes */
+#include "backends/cpu/gemm.h"
+#include "check.h"
+
+enum { LAYERS = 4, HIDDEN = 128, FFN = 256, VOCAB = 256, BATCH = 4, SEQ = 64 };
+
+static accel_llama_config config(void) {
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = VOCAB;
+    c.hidden_size = HIDDEN;
+    c.intermediate_size = FFN;
+    c.num_hidden_layers = LAYERS;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = SEQ;
+    c.torch_dtype = ACCEL_F32;
+    return c;
+}
+
+static accel_module *llama(bool checkpointing) {
+    accel_manual_seed(11);
+    accel_llama_config c = config();
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK(m != NULL);
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    return m;
+}
+
+/* The step arena's peak over one loss + backward under autocast dt; the
+ * batch is made inside the step, as a data loader's would be. */
+static size_t step_peak(accel_module *m, accel_dtype dt) {
+    accel_step_reset();
+    int64_t v[BATCH * SEQ];
+    for (int i = 0; i < BATCH * SEQ; i++) v[i] = (i * 37 + 5) % VOCAB;
+    accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), v);
+    accel_dtype prev = accel_autocast_begin(dt);
+    accel_tensor *loss = accel_llama_loss(m, ids);
+    accel_autocast_end(prev);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "step: %s", accel_last_error());
+    size_t peak = accel_arena_peak(accel_step_arena());
+    accel_step_reset();
+    return peak;
+}
+
+static int64_t estimate_as(accel_dtype dt, bool checkpointing, bool accelerator, bool zero3) {
+    accel_llama_config c = config();
+    accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = checkpointing,
+                               .accelerator = accelerator, .zero3 = zero3};
+    accel_activation_bytes b;
+    CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s", accel_last_error());
+    return b.peak;
+}
+
+static int64_t estimate(accel_dtype dt, bool checkpointing) { return estimate_as(dt, checkpointing, false, false); }
+
+static double rel(double est, double measured) { return fabs(est - measured) / measured; }
+
+/* The second step is the steady one: the first also allocates each
+ * parameter's gradient (persistent) through arena scratch. */
+static void check_dtype(accel_dtype dt, const char *what) {
+    size_t peak[2];
+    for (int ck = 0; ck < 2; ck++) {
+        accel_module *m = llama(ck);
+        step_peak(m, dt);
+        peak[ck] = step_peak(m, dt);
+        accel_module_free(m);
+        int64_t est = estimate(dt, ck);
+        fprintf(stderr, "%s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", what,
+                ck ? " checkpointed" : "", peak[ck], (long long)est, 100.0 * ((double)est - peak[ck]) / peak[ck]);
+        CHECK_MSG(rel((double)est, (double)peak[ck]) <= 0.10, "%s%s: estimate %lld bytes vs measured %zu", what,
+                  ck ? " checkpointed" : "", (long long)est, peak[ck]);
+    }
+    /* The test tells the two apart: the plain figure misses the
+     * checkpointed peak by far more than the tolerance. */
+    CHECK_MSG(rel((double)estimate(dt, false), (double)peak[1]) > 0.5,
+              "%s: the plain estimate is close to the checkpointed peak; the comparison cannot fail", what);
+}
+
+static void test_f32(void) { check_dtype(ACCEL_F32, "f32"); }
+
+static void test_bf16_autocast(void) {
+    CHECK(!accel__gemm_native(ACCEL_BF16) || accel__gemm_have_dnnl());
+    check_dtype(ACCEL_BF16, accel__gemm_native(ACCEL_BF16) ? "bf16 (bf16 operands)" : "bf16 (operands widened once)");
+}
+
+/* ACCEL_GEMM=dnnl sends bf16 operands to oneDNN as they are: the other
+ * operand path (accel__mm_operand keeps them bf16) on any CPU. */
+static void test_bf16_other_gemm_path(void) {
+    if (!accel__gemm_have_dnnl()) {
+        fprintf(stderr, "oneDNN not built in: only the f32-panel path runs here\n");
+        return;
+    }
+    bool was_native = accel__gemm_native(ACCEL_BF16);
+    CHECK(accel__gemm_set_mode(was_native ? ACCEL__GEMM_OPENBLAS : ACCEL__GEMM_DNNL) == ACCEL_OK);
+    CHECK(accel__gemm_native(ACCEL_BF16) != was_native);
+    check_dtype(ACCEL_BF16, was_native ? "bf16 (operands widened once)" : "bf16 (bf16 operands)");
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+}
+
+static int64_t state_bytes(accel_optimizer *opt) {
+    accel_named_state *st;
+    int n = accel_optimizer_state(opt, &st);
+    CHECK(n > 0);
+    int64_t b = 0;
+    for (int i = 0; i < n; i++)
+        if (st[i].t) b += (int64_t)accel_nbytes(st[i].t);
+    accel_named_state_free(st, n);
+    return b;
+}
+
+/* Parameters, gradients and Adam's state as the tensors hold them against
+ * the one-process DDP row. */
+static void test_persistent_ddp(void) {
+    accel_module *m = llama(false);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAM, m, NULL);
+    CHECK(opt != NULL);
+    step_peak(m, ACCEL_F32);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t params = 0, grads = 0;
+    for (int i = 0; i < n; i++) {
+        params += (int64_t)accel_nbytes(ps[i]);
+        grads += ps[i]->grad ? (int64_t)accel_nbytes(ps[i]->grad) : 0;
+    }
+    accel_free(ps);
+    static const char *const no_split[] = {"LlamaDecoderLayer"};
+    int64_t total, largest;
+    CHECK(accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) == ACCEL_OK);
+    accel_rank_memory r;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, total, largest, 1, false, 1000, &r) == ACCEL_OK);
+    CHECK_MSG(r.weights == params && r.grads == grads, "weights %lld vs %lld, grads %lld vs %lld",
+              (long long)r.weights, (long long)params, (long long)r.grads, (long long)grads);
+    int64_t adam = state_bytes(opt);
+    CHECK_MSG(r.optimizer == adam, "optimizer %lld vs Adam's state %lld", (long long)r.optimizer, (long long)adam);
+    CHECK(r.gathered == 0 && r.activations == 1000 && r.total == params + grads + adam + 1000);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+/* The sharded rows: 1/N of the state, ZeRO-3 two units' full parameters and gradients. */
+static void test_sharded_rows(void) {
+    accel_rank_memory r[ACCEL_SHARD_STRATEGIES];
+    for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++)
+        CHECK(accel_rank_memory_estimate((accel_shard_strategy)s, 4000, 1000, 4, false, 0, &r[s]) == ACCEL_OK);
+    CHECK(r[ACCEL_SHARD_DDP].total == 16000);
+    CHECK(r[ACCEL_SHARD_ZERO1].optimizer == 2000 && r[ACCEL_SHARD_ZERO1].grads == 4000);
+    CHECK(r[ACCEL_SHARD_ZERO2].grads == 5000 && r[ACCEL_SHARD_ZERO2].weights == 4000);
+    CHECK(r[ACCEL_SHARD_ZERO3].weights == 1000 && r[ACCEL_SHARD_ZERO3].grads == 1000 &&
+          r[ACCEL_SHARD_ZERO3].gathered == 4000 && r[ACCEL_SHARD_ZERO3].total == 8000);
+    CHECK(strcmp(accel_shard_strategy_name(ACCEL_SHARD_ZERO3), "ZeRO-3") == 0);
+}
+
+static void test_refusals(void) {
+    accel_llama_config c = config();
+    accel_activation_bytes b;
+    accel_activation_opts o = {.batch_size = 0, .seq_len = SEQ, .autocast = ACCEL_F32};
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "batch_size 0 and seq_len 64: need batch_size >= 1");
+    o = (accel_activation_opts){.batch_size = 1LL << 40, .seq_len = 1LL << 40, .autocast = ACCEL_F32};
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "would take more than 2^62 bytes");
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = SEQ, .autocast = ACCEL_I32};
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_DTYPE);
+    c.num_attention_heads = 3;
+    o.autocast = ACCEL_F32;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads must be a multiple of num_key_value_heads");
+    accel_rank_memory r;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, 100, 200, 2, false, 0, &r) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, INT64_MAX / 2, 0, 1, false, 0, &r) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "more than 2^62 bytes per rank");
+    accel_clear_error();
+}
+
+/* One ZeRO-3 training step per rank, plain and checkpointed, the second of
+ * each measured: the step arena's peak, the shards and the Adam state. */
+static void check_zero3_rank(accel_accelerator *acc, bool checkpointing) {
+    int world = accel_accelerator_num_processes(acc), rank = accel_accelerator_process_index(acc);
+    bool bf16 = accel_accelerator_mixed_precision(acc) == ACCEL_MP_BF16;
+    accel_module *m = llama(checkpointing);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAM, m, NULL);
+    static const char *const no_split[] = {"LlamaDecoderLayer"};
+    int64_t total, largest;
+    CHECK(accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) == ACCEL_OK);
+    CHECK(accel_accelerator_prepare(acc, m, opt, NULL, NULL) == ACCEL_OK);
+    size_t peak = 0;
+    for (int step = 0; step < 2; step++) {
+        accel_step_reset();
+        int64_t v[BATCH * SEQ];
+        for (int i = 0; i < BATCH * SEQ; i++) v[i] = (i * 37 + 5 + rank) % VOCAB;
+        accel_tensor *loss = accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), v));
+        CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "step: %s", accel_last_error());
+        peak = accel_arena_peak(accel_step_arena());
+        CHECK(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK);
+        accel_accelerator_zero_grad(acc, opt);
+        accel_step_reset();
+    }
+    int64_t act = estimate_as(bf16 ? ACCEL_BF16 : ACCEL_F32, checkpointing, true, true);
+    accel_rank_memory r;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, total, largest, world, bf16, act, &r) == ACCEL_OK);
+    const accel__model *pm = accel__find_model(acc, m);
+    double shard = 4.0 * (double)pm->zn, weights = shard + (bf16 ? shard / 2 : 0), adam = (double)state_bytes(opt);
+    fprintf(stderr,
+            "rank %d%s: step arena peak %zu, estimate %lld; shard %.0f/%lld weights, %.0f/%lld grads, Adam %.0f/%lld\n",
+            rank, checkpointing ? " checkpointed" : "", peak, (long long)act, weights, (long long)r.weights, shard,
+            (long long)r.grads, adam, (long long)r.optimizer);
+    CHECK_MSG(rel((double)act, (double)peak) <= 0.10, "rank %d: activations %lld estimated, %zu measured", rank,
+              (long long)act, peak);
+    CHECK_MSG(rel((double)r.weights, weights) <= 0.10 && rel((double)r.grads, shard) <= 0.10 &&
+                  rel((double)r.optimizer, adam) <= 0.10,
+              "rank %d: shards or Adam state off the estimate", rank);
+    accel_accelerator_clear(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+static int zero3_main(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "error: %s\n", accel_last_error());
+        return 1;
+    }
+    CHECK(accel_accelerator_zero_stage(acc) == 3 && accel_accelerator_gradient_accumulation_steps(acc) == 1);
+    check_zero3_rank(acc, false);
+    check_zero3_rank(acc, true);
+    if (accel_accelerator_process_index(acc) == 0)
+        printf("training memory zero3 world=%d mp=%s\n", accel_accelerator_num_processes(acc),
+               accel_mixed_precision_name(accel_accelerator_mixed_precision(acc)));
+    fflush(stdout);
+    accel_accelerator_free(acc);
+    accel_thread_cleanup();
+    return check_summary();
+}
+
+int main(void) {
+    if (getenv("ACCEL_FSDP_SHARDING_STRATEGY") || getenv("ACCEL_ZERO_STAGE")) return zero3_main();
+    RUN(test_f32);
+    RUN(test_bf16_autocast);
+    RUN(test_bf16_other_gemm_path);
+    RUN(test_persistent_ddp);
+    RUN(test_sharded_rows);
+    RUN(test_refusals);
+    accel_thread_cleanup();
+    return check_summary();
+}

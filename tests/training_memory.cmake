@@ -1,0 +1,45 @@
+# accel estimate-memory's per-rank figures against a measured ZeRO-3 step on
+# 2 processes (f32 and bf16): each rank's step arena peak, shards and Adam
+# state within 10% (tests/test_training_memory.c); the CLI's per-rank table
+# and its refusals.
+if(TARGET accel_cli)
+  set(_tm "$<TARGET_FILE:accel_cli>;launch;--main_process_port;0")
+  add_test(NAME training_memory_zero3_2
+           COMMAND ${_tm} --num_processes 2 --use_fsdp $<TARGET_FILE:test_training_memory>)
+  add_test(NAME training_memory_zero3_bf16_2
+           COMMAND ${_tm} --num_processes 2 --use_fsdp --mixed_precision bf16 $<TARGET_FILE:test_training_memory>)
+  set_tests_properties(training_memory_zero3_2 PROPERTIES PASS_REGULAR_EXPRESSION "training memory zero3 world=2 mp=no\n")
+  set_tests_properties(training_memory_zero3_bf16_2 PROPERTIES PASS_REGULAR_EXPRESSION "training memory zero3 world=2 mp=bf16\n")
+  set_tests_properties(training_memory_zero3_2 training_memory_zero3_bf16_2 PROPERTIES
+    TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+endif()
+if(TARGET accel_cli)
+  # the per-rank table with the step's activations (f32: the same figure on every CPU)
+  add_test(NAME training_memory_cli
+           COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 2 --batch_size 8 --seq_len 64
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(training_memory_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" PASS_REGULAR_EXPRESSION
+    "Training using Adam on 2 processes, per rank \\(batch 8 x 64, f32\\).*│Gathered units│Activations│ Total │.*│    DDP \\(NO_SHARD\\)    │325.08 MB│325.08 MB│650.16 MB│   0 bytes    │  1.16 GB  │2.43 GB│\n.*│ ZeRO-3 \\(FULL_SHARD\\)  │162.54 MB│162.54 MB│325.08 MB│   250.0 MB   │  1.24 GB  │2.12 GB│")
+  add_test(NAME training_memory_cli_checkpointed
+           COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 2 --batch_size 8 --seq_len 64
+                   --activation_checkpointing --strategy FULL_SHARD
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(training_memory_cli_checkpointed PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" PASS_REGULAR_EXPRESSION
+    "checkpointed\\).*│ZeRO-3 \\(FULL_SHARD\\)│162.54 MB│162.54 MB│325.08 MB│   250.0 MB   │ 306.79 MB │1.18 GB│")
+  # bad input, named: a zero batch, a lone --batch_size, sizes past 2^62 bytes, past int64, unknown names
+  function(training_memory_bad name expect)
+    add_test(NAME training_memory_cli_bad_${name}
+             COMMAND accel_cli estimate-memory data/llama_seed_config ${ARGN} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+    set_tests_properties(training_memory_cli_bad_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${expect}")
+  endfunction()
+  training_memory_bad(zero_batch "argument --batch_size: expected a count >= 1" --batch_size 0 --seq_len 4)
+  training_memory_bad(lone_batch "--batch_size and --seq_len go together" --batch_size 8)
+  training_memory_bad(overflow
+    "the activations of batch 1099511627776 x seq_len 1099511627776 would take more than 2\\^62 bytes"
+    --batch_size 1099511627776 --seq_len 1099511627776)
+  training_memory_bad(int64 "argument --batch_size: expected a count >= 1 \\(at most 2\\^63 - 1\\)"
+    --batch_size 99999999999999999999 --seq_len 2)
+  training_memory_bad(short_seq "need batch_size >= 1 and seq_len >= 2" --batch_size 1 --seq_len 1)
+  training_memory_bad(strategy "argument --strategy: invalid choice: 'zero4'" --strategy zero4)
+  training_memory_bad(precision "argument --mixed_precision: invalid choice: 'fp8'" --mixed_precision fp8)
+endif()
