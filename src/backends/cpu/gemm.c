@@ -358,7 +358,7 @@ const char *accel__gemm_describe(char *buf, size_t size) {
         snprintf(buf, size, "GEMM: reference (accel_set_reference_kernels)\n");
         return buf;
     }
-    char f32[160], bf16[160], f16[160];
+    char f32[256], bf16[256], f16[256]; /* a oneDNN implementation name is up to 191 bytes */
     describe_f32(mode, f32, sizeof f32);
     describe_lowp(mode, ACCEL_BF16, bf16, sizeof bf16);
     describe_lowp(mode, ACCEL_F16, f16, sizeof f16);
