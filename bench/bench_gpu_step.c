@@ -15,8 +15,8 @@
  * device synchronisation. Prints one line per step and the summary line
  *     impl=accel device=... mixed_precision=... tokens_per_s=... step_ms_median=...
  *     gemm_peak_tflops=... achieved_tflops=... mfu=... loss=...
- * that tools/gpu_check.sh parses. FLOPs per step as bench_llama_step counts
- * them (6 * matmul params * tokens + 12 * L * B * T^2 * C). */
+ * that tools/gpu_check.sh parses. The ids, the FLOPs count and the timed
+ * step are bench_util.h's, shared with bench_llama_step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,44 +88,22 @@ int main(int argc, char **argv) {
     const char *failed = bench_llama_training(acc, &a, dev, &model, &opt, &n_params);
     if (failed) fail(failed);
 
-    int64_t B = a.B, T = a.T, C = a.C, L = a.L, F = a.F, V = a.V;
-    int64_t *host_ids = malloc((size_t)(B * T) * sizeof *host_ids);
-    if (!host_ids) fail("ids");
-    uint64_t s = 12345; /* an LCG, independent of the library RNG, as bench_llama_step */
-    for (int64_t i = 0; i < B * T; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        host_ids[i] = (int64_t)((s >> 33) % (uint64_t)V);
-    }
-    accel_tensor *ids = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){B, T}, dev);
-    if (!ids || accel_tensor_from_host(ids, host_ids) != ACCEL_OK) fail("ids");
-    free(host_ids);
-
-    int64_t n_mm = L * (4 * C * C + 3 * C * F) + C * V;
-    double tokens = (double)(B * T);
-    double flops = 6.0 * (double)n_mm * tokens + 12.0 * (double)L * (double)B * (double)T * (double)T * (double)C;
+    accel_tensor *ids = bench_llama_ids(&a, 12345, dev);
+    if (!ids) fail("ids");
+    int64_t n_mm;
+    double flops = bench_llama_flops(&a, &n_mm), tokens = (double)(a.B * a.T);
     int total = a.warmup + a.steps;
-    double *t_step = calloc((size_t)total, sizeof(double));
-    if (!t_step) fail("calloc");
-    double *t_cpu = calloc((size_t)total, sizeof(double));
-    if (!t_cpu) fail("calloc");
+    double *t_step = calloc((size_t)total, sizeof(double)), *t_cpu = calloc((size_t)total, sizeof(double));
+    if (!t_step || !t_cpu) fail("calloc");
     double loss_v = 0.0;
-    long faults0, faults1;
     for (int it = 0; it < total; it++) {
-        double c0 = bench_cpu_seconds(&faults0), t0 = accel_now_seconds();
-        accel_dtype prev = accel_accelerator_autocast_begin(acc);
-        accel_tensor *loss = accel_llama_loss(model, ids);
-        accel_accelerator_autocast_end(acc, prev);
-        if (!loss) fail("accel_llama_loss");
-        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) fail("accel_accelerator_backward");
-        loss_v = accel_item(loss);
-        if (accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK) fail("accel_accelerator_optimizer_step");
-        if (accel_accelerator_zero_grad(acc, opt) != ACCEL_OK) fail("accel_accelerator_zero_grad");
-        if (accel_device_synchronize(dev) != ACCEL_OK) fail("synchronize");
-        accel_step_reset();
-        t_step[it] = accel_now_seconds() - t0;
-        t_cpu[it] = bench_cpu_seconds(&faults1) - c0; /* host time: launch and framework overhead */
+        bench_step_time st;
+        if ((failed = bench_llama_step(acc, model, opt, ids, &st))) fail(failed);
+        t_step[it] = st.total;
+        t_cpu[it] = st.cpu; /* host time: launch and framework overhead */
+        loss_v = st.loss;
         printf("step %d%s: %.1f ms (host cpu %.1f ms, %ld page faults) loss %.4f\n", it, it < a.warmup ? " (warm-up)" : "",
-               t_step[it] * 1e3, t_cpu[it] * 1e3, faults1 - faults0, loss_v);
+               t_step[it] * 1e3, t_cpu[it] * 1e3, st.faults, loss_v);
         fflush(stdout);
     }
     double med = bench_median(t_step + a.warmup, a.steps), achieved = flops / med / 1e12;

@@ -19,11 +19,9 @@
  * calls, the one least disturbed by other processes on a shared machine). --profile adds the median split of a step
  * into forward / backward / optimizer / reset.
  *
- * FLOPs per step ("model FLOPs", as PaLM counts them): 6 * N_matmul_params *
- * tokens (forward 2, backward 4; the embedding lookup is not a matmul and is
- * not counted; lm_head is) plus attention 12 * L * B * T^2 * C (QK^T and PV,
- * 2 * B * T^2 * C each, forward and backward = 3x; the full T^2 although
- * the causal mask makes half of it unnecessary). */
+ * FLOPs per step: "model FLOPs" as PaLM counts them (bench_llama_flops in
+ * bench_util.h). The ids, the model and the timed step are bench_util.h's,
+ * shared with bench_gpu_step. */
 #include <cblas.h>
 #include <sys/resource.h>
 #include <stdlib.h>
@@ -75,7 +73,7 @@ int main(int argc, char **argv) {
     if (bench_llama_parse("bench_llama_step", "threads profile mixed_precision", argc, argv, &a)) return 2;
     int steps = a.steps, warmup = a.warmup, threads = a.threads;
     bool profile = a.profile;
-    int64_t B = a.B, T = a.T, C = a.C, L = a.L, F = a.F, V = a.V;
+    int64_t B = a.B, T = a.T;
     accel_set_num_threads(threads);
     openblas_set_num_threads(threads);
     char cpu[512];
@@ -92,20 +90,10 @@ int main(int argc, char **argv) {
     const char *failed = bench_llama_training(acc, &a, ACCEL_CPU_DEVICE, &model, &opt, &n_params);
     if (failed) fail(failed);
 
-    /* Random ids from a fixed seed (an LCG, independent of the library RNG). */
-    int64_t ishape[2] = {B, T};
-    accel_tensor *ids = accel_tensor_new(ACCEL_I64, 2, ishape, ACCEL_CPU_DEVICE);
+    accel_tensor *ids = bench_llama_ids(&a, 12345, ACCEL_CPU_DEVICE);
     if (!ids) fail("ids");
-    uint64_t s = 12345;
-    for (int64_t i = 0; i < B * T; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        ((int64_t *)ids->data)[i] = (int64_t)((s >> 33) % (uint64_t)V);
-    }
-
-    /* Model FLOPs. Matmul parameters: all but the embedding and the norms. */
-    int64_t n_mm = L * (4 * C * C + 3 * C * F) + C * V;
-    double tokens = (double)(B * T);
-    double flops = 6.0 * (double)n_mm * tokens + 6.0 * 2.0 * (double)L * (double)B * (double)T * (double)T * (double)C;
+    int64_t n_mm;
+    double flops = bench_llama_flops(&a, &n_mm), tokens = (double)(B * T);
 
     int total = warmup + steps;
     double *t_step = calloc((size_t)total, sizeof(double));
@@ -113,32 +101,16 @@ int main(int argc, char **argv) {
     double *t_opt = calloc((size_t)total, sizeof(double)), *t_rst = calloc((size_t)total, sizeof(double));
     double *t_cpu = calloc((size_t)total, sizeof(double));
     if (!t_step || !t_fwd || !t_bwd || !t_opt || !t_rst || !t_cpu) fail("calloc");
-    long flt0, flt1;
     float loss_v = 0.0f;
     for (int it = 0; it < total; it++) {
-        double c0 = bench_cpu_seconds(&flt0), t0 = accel_now_seconds();
-        accel_dtype prev = accel_accelerator_autocast_begin(acc);
-        accel_tensor *loss = accel_llama_loss(model, ids);
-        accel_accelerator_autocast_end(acc, prev);
-        if (!loss) fail("accel_llama_loss");
-        double t1 = accel_now_seconds();
-        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) fail("accel_accelerator_backward");
-        double t2 = accel_now_seconds();
-        loss_v = *(float *)loss->data;
-        if (accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK) fail("accel_accelerator_optimizer_step");
-        if (accel_accelerator_zero_grad(acc, opt) != ACCEL_OK) fail("accel_accelerator_zero_grad");
-        double t3 = accel_now_seconds();
-        accel_step_reset();
-        double t4 = accel_now_seconds();
-        t_cpu[it] = bench_cpu_seconds(&flt1) - c0;
-        t_step[it] = t4 - t0;
-        t_fwd[it] = t1 - t0;
-        t_bwd[it] = t2 - t1;
-        t_opt[it] = t3 - t2;
-        t_rst[it] = t4 - t3;
+        bench_step_time st;
+        if ((failed = bench_llama_step(acc, model, opt, ids, &st))) fail(failed);
+        t_step[it] = st.total, t_fwd[it] = st.fwd, t_bwd[it] = st.bwd, t_opt[it] = st.opt, t_rst[it] = st.reset;
+        t_cpu[it] = st.cpu;
+        loss_v = st.loss;
         printf("step %d%s: %.1f ms (fwd %.1f bwd %.1f opt %.1f reset %.1f) cpu %.1f ms, %ld page faults, "
                "loss %.4f\n", it, it < warmup ? " (warm-up)" : "", t_step[it] * 1e3, t_fwd[it] * 1e3,
-               t_bwd[it] * 1e3, t_opt[it] * 1e3, t_rst[it] * 1e3, t_cpu[it] * 1e3, flt1 - flt0, loss_v);
+               t_bwd[it] * 1e3, t_opt[it] * 1e3, t_rst[it] * 1e3, t_cpu[it] * 1e3, st.faults, loss_v);
         fflush(stdout);
     }
     double med = bench_median(t_step + warmup, steps), tmin = t_step[warmup];

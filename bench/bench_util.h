@@ -1,6 +1,7 @@
 /* bench/bench_util.h — pieces shared by the Llama step benchmarks
- * (bench_llama_step, bench_ddp_step): medians, process CPU time, and the
- * model/step flags both accept. Header-only: each bench is one program. */
+ * (bench_llama_step, bench_gpu_step, bench_ddp_step): medians, process CPU
+ * time, the model/step flags they accept, the model and its ids, the FLOPs
+ * count and the timed training step. Header-only: each bench is one program. */
 #ifndef ACCEL_BENCH_UTIL_H
 #define ACCEL_BENCH_UTIL_H
 
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "accel/accelerator.h"
 #include "accel/nn.h"
 
 static int bench_cmp_double(const void *a, const void *b) {
@@ -125,6 +127,73 @@ static inline const char *bench_llama_training(accel_accelerator *acc, const ben
     if (!*opt) return "accel_optimizer_new_params";
     if (accel_accelerator_prepare_model(acc, *model) != ACCEL_OK) return "accel_accelerator_prepare_model";
     if (accel_accelerator_prepare_optimizer(acc, *opt) != ACCEL_OK) return "accel_accelerator_prepare_optimizer";
+    return NULL;
+}
+
+/* Token ids [B, T] on dev, uniform over the vocabulary from an LCG seeded
+ * by `seed` (independent of the library RNG, so every bench and run sees the
+ * same ids). NULL on failure (the error set). */
+static inline accel_tensor *bench_llama_ids(const bench_llama_args *a, uint64_t seed, accel_device dev) {
+    int64_t n = a->B * a->T;
+    int64_t *host = malloc((size_t)n * sizeof *host);
+    accel_tensor *ids = host ? accel_tensor_new(ACCEL_I64, 2, (int64_t[]){a->B, a->T}, dev) : NULL;
+    for (int64_t i = 0; ids && i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        host[i] = (int64_t)((seed >> 33) % (uint64_t)a->V);
+    }
+    if (ids && accel_tensor_from_host(ids, host) != ACCEL_OK) {
+        accel_tensor_free(ids);
+        ids = NULL;
+    }
+    free(host);
+    return ids;
+}
+
+/* Model FLOPs of one step, as PaLM counts them: 6 * matmul params * tokens
+ * (forward 2, backward 4; the embedding lookup is not a matmul, lm_head is)
+ * plus attention 12 * L * B * T^2 * C (QK^T and PV, 2 * B * T^2 * C each,
+ * forward and backward = 3x; the full T^2 although the causal mask makes
+ * half of it unnecessary). *n_mm: the matmul parameters. */
+static inline double bench_llama_flops(const bench_llama_args *a, int64_t *n_mm) {
+    *n_mm = a->L * (4 * a->C * a->C + 3 * a->C * a->F) + a->C * a->V;
+    double tokens = (double)(a->B * a->T);
+    return 6.0 * (double)*n_mm * tokens + 12.0 * (double)a->L * (double)a->B * (double)a->T * (double)a->T * (double)a->C;
+}
+
+/* Where one step's time went (seconds) and what it saw. */
+typedef struct bench_step_time {
+    double fwd, bwd, opt, reset, total; /* opt: optimizer step, zero_grad and the device synchronisation */
+    double cpu;                         /* process CPU seconds (all threads) */
+    long faults;                        /* minor page faults */
+    float loss;
+} bench_step_time;
+
+/* One training step through acc, as a training script runs it: the loss
+ * under the Accelerator's autocast, backward, optimizer step, zero_grad, a
+ * synchronisation of the Accelerator's device (so a GPU's work is inside
+ * the time), the step reset. Returns NULL, or the name of the call that
+ * failed. */
+static inline const char *bench_llama_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt,
+                                           accel_tensor *ids, bench_step_time *t) {
+    long f0, f1;
+    double c0 = bench_cpu_seconds(&f0), t0 = accel_now_seconds();
+    accel_dtype prev = accel_accelerator_autocast_begin(acc);
+    accel_tensor *loss = accel_llama_loss(model, ids);
+    accel_accelerator_autocast_end(acc, prev);
+    if (!loss) return "accel_llama_loss";
+    double t1 = accel_now_seconds();
+    if (accel_accelerator_backward(acc, loss) != ACCEL_OK) return "accel_accelerator_backward";
+    double t2 = accel_now_seconds();
+    t->loss = (float)accel_item(loss);
+    if (accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK) return "accel_accelerator_optimizer_step";
+    if (accel_accelerator_zero_grad(acc, opt) != ACCEL_OK) return "accel_accelerator_zero_grad";
+    if (accel_device_synchronize(accel_accelerator_device(acc)) != ACCEL_OK) return "accel_device_synchronize";
+    double t3 = accel_now_seconds();
+    accel_step_reset();
+    double t4 = accel_now_seconds();
+    t->cpu = bench_cpu_seconds(&f1) - c0;
+    t->faults = f1 - f0;
+    t->fwd = t1 - t0, t->bwd = t2 - t1, t->opt = t3 - t2, t->reset = t4 - t3, t->total = t4 - t0;
     return NULL;
 }
 

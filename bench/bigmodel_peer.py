@@ -8,9 +8,12 @@
         norm + lm_head on B; "disk" needs an offload folder: a temp dir), one
         forward on [[1, 2, 3]]; prints process_to_logits_ms (since the process
         started, imports included, like the C example).
-    bigmodel_peer.py decode CKPT [--new-tokens 32]
-        LlamaForCausalLM.from_pretrained, greedy generate; prints
-        decode_tokens_per_s (new tokens after the first / their time).
+    bigmodel_peer.py decode CKPT [--new-tokens 32] [--dtype float32|bfloat16] [--ids 1,2,3]
+        LlamaForCausalLM.from_pretrained in that dtype, greedy generate with
+        the KV cache; prints load_ms (from_pretrained), generated_ids and
+        decode_tokens_per_s (new tokens after the first / their time, the
+        prompt's forward and first token taken out as examples/generate does).
+        Used by bench/bench_bigmodel.sh and bench/decode.sh.
 """
 import argparse
 import os
@@ -49,12 +52,14 @@ def first_logits(ckpt, devices):
     print(f"process_to_logits_ms={t * 1e3:.1f}")
 
 
-def decode(ckpt, new_tokens):
+def decode(ckpt, new_tokens, dtype, prompt):
     import torch
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
-    ids = torch.tensor([[1, 2, 3]])
+    t_load = time.perf_counter()
+    model = LlamaForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
+    print(f"load_ms={(time.perf_counter() - t_load) * 1e3:.1f}")
+    ids = torch.tensor([[int(t) for t in prompt.split(",")]])
     kw = dict(do_sample=False, attention_mask=torch.ones_like(ids), pad_token_id=0, eos_token_id=None)
     with torch.no_grad():
         model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
@@ -74,11 +79,13 @@ def main():
     ap.add_argument("ckpt")
     ap.add_argument("--devices", default="cpu,disk")
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--ids", default="1,2,3")
     a = ap.parse_args()
     if a.mode == "first-logits":
         first_logits(a.ckpt, a.devices)
     else:
-        decode(a.ckpt, a.new_tokens)
+        decode(a.ckpt, a.new_tokens, a.dtype, a.ids)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ foreach(m ${_gemm_env_modes})
 endforeach()
 list(REMOVE_ITEM _gemm_env_modes bogus)
 foreach(m ${_gemm_env_modes})
-  foreach(t llama_numerics llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc)
+  foreach(t llama_numerics llama_autocast llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc)
     add_test(NAME ${t}_gemm_${m} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${t}_gemm_${m} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_GEMM=${m}")

@@ -108,7 +108,7 @@ static void test_precision_options(void) {
     accel_clear_error();
     o.mixed_precision = "fp32";
     CHECK(accel_accelerator_new(&o) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "Unknown mixed_precision mode: fp32. Choose between ['no', 'fp16', 'bf16']");
+    CHECK_STR_CONTAINS(accel_last_error(), "Unknown mixed_precision mode: fp32. Choose between ['no', 'fp8', 'fp16', 'bf16']");
     accel_clear_error();
     o.mixed_precision = "no";
     o.gradient_accumulation_steps = -1;

@@ -21,7 +21,9 @@
 #include "check.h"
 #include "core/core_internal.h"
 #ifdef ACCEL_HAVE_CUDA
+#include "accel/autograd.h"
 #include "backends/cuda/cuda_internal.h"
+#include "ops/fp8_linear.h"
 #endif
 
 enum { SKIP = 77, MAX_PAIRS = 16 };
@@ -457,19 +459,32 @@ static void test_softmax(void) {
         }
 }
 
+/* Dims 1 and 2 of a 4-D pair swapped: a [B, T, H, D] projection output seen as [B, H, T, D]. */
+static void heads_view(pair *p) {
+    accel_tensor *v[2] = {&p->c, &p->g};
+    for (int i = 0; i < 2; i++) {
+        int64_t s = v[i]->shape[1], st = v[i]->stride[1];
+        v[i]->shape[1] = v[i]->shape[2], v[i]->stride[1] = v[i]->stride[2];
+        v[i]->shape[2] = s, v[i]->stride[2] = st;
+    }
+}
+
 static void test_rope(void) {
-    int64_t T = 37, half = 32, BH = 6;
+    int64_t T = 37, half = 32, B = 2, H = 3;
     pair *c = mk2(ACCEL_F32, T, half, CONTIG, OUT), *s = mk2(ACCEL_F32, T, half, CONTIG, OUT);
     accel_k_rope_tables rt = {.cos = &c->c, .sin = &s->c, .T = T, .half = half, .pos0 = 5, .theta = 10000.0};
     KRUN("rope_tables", rope_tables, accel_k_rope_tables, rt, 1e-5);
-    for (int beta = 0; beta < 2; beta++) {
-        pair *y = mk(ACCEL_F32, 3, (int64_t[]){BH, T, 2 * half}, CONTIG, beta ? ACC : OUT);
-        pair *x = mk(ACCEL_F32, 3, (int64_t[]){BH, T, 2 * half}, CONTIG, IN);
-        pair *cs = mk2(ACCEL_F32, T, half, CONTIG, IN), *sn = mk2(ACCEL_F32, T, half, CONTIG, IN);
-        accel_k_rope r = {.y = &y->c, .x = &x->c, .cos = &cs->c, .sin = &sn->c, .BH = BH, .T = T, .half = half,
-                          .sign = beta ? -1.0f : 1.0f, .beta = (float)beta};
-        KRUN("rope", rope, accel_k_rope, r, 1e-5);
-    }
+    for (int i = 0; i < 3; i++)
+        for (int beta = 0; beta < 2; beta++) {
+            accel_dtype dt = FLOATS[i];
+            pair *y = mk(dt, 4, (int64_t[]){B, H, T, 2 * half}, CONTIG, beta ? ACC : OUT);
+            pair *x = mk(dt, 4, (int64_t[]){B, T, H, 2 * half}, CONTIG, IN);
+            heads_view(x);
+            pair *cs = mk2(ACCEL_F32, T, half, CONTIG, IN), *sn = mk2(ACCEL_F32, T, half, CONTIG, IN);
+            accel_k_rope r = {.y = &y->c, .x = &x->c, .cos = &cs->c, .sin = &sn->c, .BH = B * H, .T = T,
+                              .half = half, .sign = beta ? -1.0f : 1.0f, .beta = (float)beta};
+            KRUN("rope", rope, accel_k_rope, r, tol_of(dt));
+        }
 }
 
 static void test_embedding(void) {
@@ -776,50 +791,66 @@ static void *dev_copy(const void *host, size_t n) {
     return d;
 }
 
-/* C [M, N] = (a_inv A) (b_inv B)^T from fp8 bytes, in double. */
-static void fp8_gemm_ref(double *c, const uint8_t *a, accel__fp8_format fa, float a_inv, const uint8_t *b,
+/* C [M, N] = (a_inv A) (b_inv B)^T from fp8 bytes: the CPU reference of
+ * backends/fp8.c (decoded values, a GEMM in double). */
+static void fp8_gemm_ref(float *c, const uint8_t *a, accel__fp8_format fa, float a_inv, const uint8_t *b,
                          accel__fp8_format fb, float b_inv, int M, int N, int K) {
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double acc = 0.0;
-            for (int k = 0; k < K; k++)
-                acc += (double)accel__fp8_decode(a[m * K + k], fa) * accel__fp8_decode(b[n * K + k], fb);
-            c[m * N + n] = acc * a_inv * b_inv;
-        }
+    accel_tensor *ta = accel_from_data(ACCEL_U8, 2, (int64_t[]){M, K}, a);
+    accel_tensor *tb = accel_from_data(ACCEL_U8, 2, (int64_t[]){N, K}, b);
+    accel_tensor *inv = accel_from_floats(1, (int64_t[]){2}, (float[]){a_inv, b_inv});
+    accel_tensor *tc = accel_empty_on(ACCEL_F32, 2, (int64_t[]){M, N}, ACCEL_CPU_DEVICE);
+    CHECK(accel__fp8_gemm(tc, 0.0f, (accel__fp8_operand){ta, fa, inv, 0}, (accel__fp8_operand){tb, fb, inv, 1}) ==
+          ACCEL_OK);
+    CHECK(accel_tensor_to_host(tc, c) == ACCEL_OK);
+    accel_step_reset();
+}
+
+/* The worst |got - want| relative to |want| + mean |want|. */
+static double rel_error(const float *got, const float *want, int n) {
+    double mean = 0.0, worst = 0.0;
+    for (int i = 0; i < n; i++) mean += fabs(want[i]) / n;
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want[i]) / (fabs(want[i]) + mean));
+    return worst;
+}
+
+/* Whether cuda:0 runs fp8 (else the note says why and the test returns). */
+static bool fp8_testable(const char *test) {
+    if (g_dev.type != ACCEL_DEV_CUDA) return false;
+    if (accel__fp8_device_check(g_dev, test) == ACCEL_OK) return true;
+    fprintf(stderr, "note: %s not run: %s\n", test, accel_last_error());
+    accel_clear_error();
+    return false;
 }
 
 /* The casts (bytes equal to the software conversion, the transpose, amax),
  * the delayed-scaling update and the fp8 GEMMs, on GPUs with fp8. */
 static void test_fp8(void) {
-    if (g_dev.type != ACCEL_DEV_CUDA) return;
-    if (accel__fp8_device_check(g_dev, "test_fp8") != ACCEL_OK) {
-        fprintf(stderr, "note: fp8 not tested: %s\n", accel_last_error());
-        accel_clear_error();
-        return;
-    }
-    enum { M = 67, N = 48, K = 96 };
+    if (!fp8_testable("test_fp8")) return;
+    enum { M = 67, N = 48, K = 96, LEN = 4, S = ACCEL__FP8_SLOTS };
     static float x[M * K], w[N * K];
     static uint8_t qx[M * K], qxt[K * M], qw[N * K];
-    float xmax = 0.0f;
+    float xmax = 0.0f, wmax = 0.0f;
     for (int i = 0; i < M * K; i++) x[i] = (float)(3.0 * rnd()), xmax = fmaxf(xmax, fabsf(x[i]));
-    for (int i = 0; i < N * K; i++) w[i] = (float)(0.05 * rnd());
-    float zero = 0.0f, hist[4] = {0};
-    accel__fp8_scaling sx = accel__fp8_scaling_init(4, false, 0), sw = sx;
-    sx.scale = 16.0f, sx.scale_inv = 1.0f / 16.0f;
-    sw.scale = 4096.0f, sw.scale_inv = 1.0f / 4096.0f;
-    float *dx = dev_copy(x, sizeof x), *dw = dev_copy(w, sizeof w), *amax = dev_copy(&zero, sizeof zero);
-    float *dhist = dev_copy(hist, sizeof hist);
-    accel__fp8_scaling *dsx = dev_copy(&sx, sizeof sx), *dsw = dev_copy(&sw, sizeof sw);
+    for (int i = 0; i < N * K; i++) w[i] = (float)(0.05 * rnd()), wmax = fmaxf(wmax, fabsf(w[i]));
+    /* an fp8 meta (backends/fp8.h) with scales 16 (x) and 4096 (w) */
+    float meta[ACCEL__FP8_META_ROWS(LEN) * S] = {0}, meta0[ACCEL__FP8_META_ROWS(LEN) * S], inv[2] = {0};
+    meta[ACCEL__FP8_X] = 16.0f, meta[S + ACCEL__FP8_X] = 1.0f / 16.0f;
+    meta[ACCEL__FP8_W] = 4096.0f, meta[S + ACCEL__FP8_W] = 1.0f / 4096.0f;
+    meta[ACCEL__FP8_DY] = meta[S + ACCEL__FP8_DY] = 1.0f;
+    memcpy(meta0, meta, sizeof meta);
+    float *dx = dev_copy(x, sizeof x), *dw = dev_copy(w, sizeof w), *dm = dev_copy(meta, sizeof meta);
+    float *dinv = dev_copy(inv, sizeof inv);
     uint8_t *dqx = g_cuda->mem.alloc(0, sizeof qx, 256), *dqxt = g_cuda->mem.alloc(0, sizeof qxt, 256);
     uint8_t *dqw = g_cuda->mem.alloc(0, sizeof qw, 256);
-    CHECK(accel__cuda_fp8_quantize(0, dqx, dqxt, dx, M, K, ACCEL_FP8_E4M3, &dsx->scale, amax) == ACCEL_OK);
-    /* one amax for both: |w| < 0.05 leaves x's */
-    CHECK(accel__cuda_fp8_quantize(0, dqw, NULL, dw, N, K, ACCEL_FP8_E4M3, &dsw->scale, amax) == ACCEL_OK);
-    float got_amax = 0.0f;
+    CHECK(accel__cuda_fp8_quantize(0, dqx, dqxt, dx, M, K, ACCEL_FP8_E4M3, dm + ACCEL__FP8_X, dm + S + ACCEL__FP8_X,
+                                   accel__fp8_meta_amax(dm, ACCEL__FP8_X), dinv) == ACCEL_OK);
+    CHECK(accel__cuda_fp8_quantize(0, dqw, NULL, dw, N, K, ACCEL_FP8_E4M3, dm + ACCEL__FP8_W, dm + S + ACCEL__FP8_W,
+                                   accel__fp8_meta_amax(dm, ACCEL__FP8_W), dinv + 1) == ACCEL_OK);
     CHECK(g_cuda->mem.copy_to_host(0, qx, dqx, sizeof qx) == ACCEL_OK);
     CHECK(g_cuda->mem.copy_to_host(0, qxt, dqxt, sizeof qxt) == ACCEL_OK);
     CHECK(g_cuda->mem.copy_to_host(0, qw, dqw, sizeof qw) == ACCEL_OK);
-    CHECK(g_cuda->mem.copy_to_host(0, &got_amax, amax, sizeof got_amax) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, meta, dm, sizeof meta) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, inv, dinv, sizeof inv) == ACCEL_OK);
     int bad = 0;
     for (int i = 0; i < M * K; i++) {
         bad += qx[i] != accel__fp8_encode(x[i] * 16.0f, ACCEL_FP8_E4M3);
@@ -827,30 +858,32 @@ static void test_fp8(void) {
     }
     for (int i = 0; i < N * K; i++) bad += qw[i] != accel__fp8_encode(w[i] * 4096.0f, ACCEL_FP8_E4M3);
     CHECK_MSG(bad == 0, "fp8 casts: %d bytes differ from the software conversion", bad);
-    CHECK(got_amax == xmax);
+    CHECK(*accel__fp8_meta_amax(meta, ACCEL__FP8_X) == xmax && *accel__fp8_meta_amax(meta, ACCEL__FP8_W) == wmax);
+    CHECK(inv[0] == 1.0f / 16.0f && inv[1] == 1.0f / 4096.0f);
 
-    /* the update: the device's scale is the CPU rule's, and amax is cleared */
-    CHECK(accel__cuda_fp8_update(0, dsx, dhist, amax, ACCEL_FP8_E4M3) == ACCEL_OK);
-    accel__fp8_scaling want = sx, got;
-    accel__fp8_update(&want, hist, xmax, ACCEL_FP8_E4M3);
-    CHECK(g_cuda->mem.copy_to_host(0, &got, dsx, sizeof got) == ACCEL_OK);
-    CHECK(g_cuda->mem.copy_to_host(0, &got_amax, amax, sizeof got_amax) == ACCEL_OK);
-    CHECK(got.scale == want.scale && got.scale_inv == want.scale_inv && got.pos == want.pos && got_amax == 0.0f);
+    /* the update of slots X and W on the device is the CPU rule, bit for bit */
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = LEN, r.use_max = true, r.margin = 1;
+    float want[sizeof meta / sizeof meta[0]];
+    memcpy(want, meta, sizeof meta);
+    accel__fp8_update(want, ACCEL__FP8_X, r);
+    accel__fp8_update(want, ACCEL__FP8_W, r);
+    CHECK(accel__cuda_fp8_update(0, dm, ACCEL__FP8_X, 2, r) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, meta, dm, sizeof meta) == ACCEL_OK);
+    CHECK_MSG(!memcmp(meta, want, sizeof meta), "fp8 update: the device's meta differs from the CPU rule's");
+    CHECK(meta[ACCEL__FP8_X] == 448.0f / xmax / 2.0f);
 
     /* y = x w^T (E4M3 x E4M3 -> f32), then E5M2 x E4M3 -> bf16 (a gradient GEMM's formats) */
-    static double ref[M * N];
-    static float c[M * N];
+    static float ref[M * N], c[M * N];
     float *dc = g_cuda->mem.alloc(0, sizeof c, 256);
-    CHECK(g_cuda->mem.copy_to_device(0, dsx, &sx, sizeof sx) == ACCEL_OK); /* back to scale 16 */
-    accel__fp8_gemm g = {.c = dc, .c_dtype = ACCEL_F32, .a = dqx, .b = dqw, .a_fmt = ACCEL_FP8_E4M3,
-                         .b_fmt = ACCEL_FP8_E4M3, .a_inv = &dsx->scale_inv, .b_inv = &dsw->scale_inv, .M = M, .N = N,
-                         .K = K, .lda = K, .ldb = K, .ldc = N, .alpha = 1.0f, .beta = 0.0f};
+    CHECK(g_cuda->mem.copy_to_device(0, dm, meta0, sizeof meta0) == ACCEL_OK); /* back to scales 16 and 4096 */
+    accel__cuda_fp8_args g = {.c = dc, .c_dtype = ACCEL_F32, .a = dqx, .b = dqw, .a_fmt = ACCEL_FP8_E4M3,
+                              .b_fmt = ACCEL_FP8_E4M3, .a_inv = dm + S + ACCEL__FP8_X, .b_inv = dm + S + ACCEL__FP8_W,
+                              .M = M, .N = N, .K = K, .lda = K, .ldb = K, .ldc = N, .alpha = 1.0f, .beta = 0.0f};
     CHECK_MSG(accel__cuda_fp8_gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
     CHECK(g_cuda->mem.copy_to_host(0, c, dc, sizeof c) == ACCEL_OK);
-    fp8_gemm_ref(ref, qx, ACCEL_FP8_E4M3, sx.scale_inv, qw, ACCEL_FP8_E4M3, sw.scale_inv, M, N, K);
-    double mean = 0.0, worst = 0.0;
-    for (int i = 0; i < M * N; i++) mean += fabs(ref[i]) / (M * N);
-    for (int i = 0; i < M * N; i++) worst = fmax(worst, fabs(c[i] - ref[i]) / (fabs(ref[i]) + mean));
+    fp8_gemm_ref(ref, qx, ACCEL_FP8_E4M3, 1.0f / 16.0f, qw, ACCEL_FP8_E4M3, 1.0f / 4096.0f, M, N, K);
+    double worst = rel_error(c, ref, M * N);
     CHECK_MSG(worst < 1e-5, "fp8 gemm E4M3 x E4M3: worst relative error %.3g", worst);
 
     for (int i = 0; i < M * K; i++) qx[i] = accel__fp8_encode(x[i] * 16.0f, ACCEL_FP8_E5M2);
@@ -859,11 +892,9 @@ static void test_fp8(void) {
     CHECK_MSG(accel__cuda_fp8_gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
     static uint16_t cb[M * N];
     CHECK(g_cuda->mem.copy_to_host(0, cb, dc, sizeof cb) == ACCEL_OK);
-    fp8_gemm_ref(ref, qx, ACCEL_FP8_E5M2, sx.scale_inv, qw, ACCEL_FP8_E4M3, sw.scale_inv, M, N, K);
-    mean = worst = 0.0;
-    for (int i = 0; i < M * N; i++) mean += fabs(ref[i]) / (M * N);
-    for (int i = 0; i < M * N; i++)
-        worst = fmax(worst, fabs(accel_bf16_to_f32(cb[i]) - ref[i]) / (fabs(ref[i]) + mean));
+    fp8_gemm_ref(ref, qx, ACCEL_FP8_E5M2, 1.0f / 16.0f, qw, ACCEL_FP8_E4M3, 1.0f / 4096.0f, M, N, K);
+    for (int i = 0; i < M * N; i++) c[i] = accel_bf16_to_f32(cb[i]);
+    worst = rel_error(c, ref, M * N);
     CHECK_MSG(worst < 1e-2, "fp8 gemm E5M2 x E4M3 -> bf16: worst relative error %.3g", worst);
 
     /* both E5M2 has no kernel: refused by name */
@@ -871,8 +902,81 @@ static void test_fp8(void) {
     CHECK(accel__cuda_fp8_gemm(0, &g) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "E5M2 x E5M2");
     accel_clear_error();
-    void *bufs[] = {dx, dw, amax, dhist, dsx, dsw, dqx, dqxt, dqw, dc};
+    void *bufs[] = {dx, dw, dm, dinv, dqx, dqxt, dqw, dc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_cuda->mem.free(0, bufs[i]);
+}
+
+/* A host copy of tensor t (n floats). */
+static void to_host(float *dst, const accel_tensor *t, int64_t n) {
+    CHECK(t && accel_numel(t) == n && accel_tensor_to_host(t, dst) == ACCEL_OK);
+}
+
+static accel_tensor *leaf_on(accel_device dev, int ndim, const int64_t *shape, const float *v) {
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, dev);
+    CHECK(t && accel_tensor_from_host(t, v) == ACCEL_OK);
+    if (t) t->requires_grad = true;
+    return t;
+}
+
+enum { LR = 64, LI = 96, LO = 48, LLEN = 16, LSTEPS = 3 };
+
+/* What one side of test_fp8_linear saw: per step y and the gradients, then
+ * the meta. */
+typedef struct fp8_run {
+    float y[LSTEPS][LR * LO], dx[LSTEPS][LR * LI], dw[LSTEPS][LO * LI], db[LSTEPS][LO];
+    float meta[ACCEL__FP8_META_ROWS(LLEN) * ACCEL__FP8_SLOTS];
+} fp8_run;
+
+/* LSTEPS steps of the fp8 Linear (forward, backward with dy) on dev. */
+static void fp8_linear_run(accel_device dev, const float *x, const float *w, const float *b, const float *dy,
+                           fp8_run *out) {
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = LLEN;
+    const int64_t xs[3] = {4, LR / 4, LI}, ws[2] = {LO, LI}, bs[1] = {LO}, ys[3] = {4, LR / 4, LO};
+    accel_tensor *tx = leaf_on(dev, 3, xs, x), *tw = leaf_on(dev, 2, ws, w), *tb = leaf_on(dev, 1, bs, b);
+    accel_tensor *meta = accel__fp8_meta_new(LLEN, dev);
+    CHECK_MSG(meta != NULL, "%s", accel_last_error());
+    for (int s = 0; s < LSTEPS && tx && tw && tb && meta; s++) {
+        accel_tensor *y = accel__fp8_linear(tx, tw, tb, meta, r);
+        CHECK_MSG(y != NULL, "fp8 linear on %s: %s", dev.type == ACCEL_DEV_CPU ? "cpu" : "cuda:0", accel_last_error());
+        if (!y) break;
+        to_host(out->y[s], y, LR * LO);
+        accel_tensor *g = accel_empty_on(ACCEL_F32, 3, ys, dev);
+        CHECK(g && accel_tensor_from_host(g, dy) == ACCEL_OK && accel_backward_with(y, g) == ACCEL_OK);
+        to_host(out->dx[s], tx->grad, LR * LI);
+        to_host(out->dw[s], tw->grad, LO * LI);
+        to_host(out->db[s], tb->grad, LO);
+        CHECK(accel_zero_(tx->grad) == ACCEL_OK && accel_zero_(tw->grad) == ACCEL_OK && accel_zero_(tb->grad) == ACCEL_OK);
+        accel_step_reset();
+    }
+    if (meta) to_host(out->meta, meta, (int64_t)(sizeof out->meta / sizeof out->meta[0]));
+    accel_tensor *ts[] = {tx, tw, tb, meta};
+    for (int i = 0; i < 4; i++) accel_tensor_free(ts[i]);
+}
+
+/* The fp8 Linear (ops/fp8_linear.h) on cuda:0 against its CPU reference
+ * (backends/fp8.c: software casts, a GEMM in double): three steps from the
+ * same inputs, so the delayed scales move on alike. The casts are the same
+ * bytes, so outputs and gradients differ only by the GEMMs' f32
+ * accumulation, and the metas (scales, amax histories) are equal. */
+static void test_fp8_linear(void) {
+    if (!fp8_testable("test_fp8_linear")) return;
+    static float x[LR * LI], w[LO * LI], b[LO], dy[LR * LO];
+    for (int i = 0; i < LR * LI; i++) x[i] = (float)(3.0 * rnd());
+    for (int i = 0; i < LO * LI; i++) w[i] = (float)(0.05 * rnd());
+    for (int i = 0; i < LO; i++) b[i] = (float)(0.5 * rnd());
+    for (int i = 0; i < LR * LO; i++) dy[i] = (float)(1e-3 * rnd());
+    static fp8_run cpu, gpu;
+    memset(&gpu, 0xFF, sizeof gpu); /* NaN until written */
+    fp8_linear_run(ACCEL_CPU_DEVICE, x, w, b, dy, &cpu);
+    fp8_linear_run(g_dev, x, w, b, dy, &gpu);
+    for (int s = 0; s < LSTEPS; s++) {
+        double ey = rel_error(gpu.y[s], cpu.y[s], LR * LO), ex = rel_error(gpu.dx[s], cpu.dx[s], LR * LI);
+        double ew = rel_error(gpu.dw[s], cpu.dw[s], LO * LI), eb = rel_error(gpu.db[s], cpu.db[s], LO);
+        CHECK_MSG(ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
+                  "step %d: fp8 linear cuda vs cpu: y %.3g, dx %.3g, dw %.3g, db %.3g", s, ey, ex, ew, eb);
+    }
+    CHECK_MSG(!memcmp(gpu.meta, cpu.meta, sizeof cpu.meta), "fp8 linear: the metas (scales, amax histories) differ");
 }
 #endif
 
@@ -944,6 +1048,7 @@ int main(void) {
     RUN(test_optimizers);
 #ifdef ACCEL_HAVE_CUDA
     RUN(test_fp8);
+    RUN(test_fp8_linear);
 #endif
     RUN(test_max_memory);
     RUN(test_missing_reported);

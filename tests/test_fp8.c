@@ -1,13 +1,19 @@
 /* fp8 without a GPU: the E4M3/E5M2 conversions (the software reference the
  * GPU's casts are tested against in test_cuda_kernels), the delayed-scaling
- * rule of TransformerEngine's recipe, and mixed_precision='fp8' refused with
- * the device's reason. */
+ * rule of TransformerEngine's recipe, the fp8 Linear's CPU reference path
+ * (against a reference written here from the formats alone), the model
+ * conversion and dispatch, and mixed_precision='fp8' refused with the
+ * device's reason (accepted on an fp8 GPU). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "accel/accelerator.h"
+#include "accel/nn.h"
 #include "backends/fp8.h"
 #include "check.h"
+#include "nn/fp8_modules.h"
+#include "nn/nn_internal.h"
+#include "ops/fp8_linear.h"
 
 static void test_known_codes(void) {
     const accel__fp8_format E4 = ACCEL_FP8_E4M3, E5 = ACCEL_FP8_E5M2;
@@ -47,35 +53,235 @@ static void test_round_trips(void) {
     }
 }
 
+/* The delayed-scaling rule on an fp8 meta (TransformerEngine's layout and
+ * rotation): the next scale from the history, then the history rotated. */
 static void test_delayed_scaling(void) {
-    float h[3] = {0};
-    accel__fp8_scaling s = accel__fp8_scaling_init(3, false, 0);
-    CHECK(s.scale == 1.0f && s.scale_inv == 1.0f);
-    accel__fp8_update(&s, h, 2.0f, ACCEL_FP8_E4M3); /* most_recent: 448 / 2 */
-    CHECK(s.scale == 224.0f && s.scale_inv == 1.0f / 224.0f);
-    accel__fp8_update(&s, h, 8.0f, ACCEL_FP8_E4M3);
-    CHECK(s.scale == 56.0f);
-    accel__fp8_update(&s, h, 0.0f, ACCEL_FP8_E4M3); /* nothing seen: the scale stays */
-    CHECK(s.scale == 56.0f);
-    accel__fp8_update(&s, h, NAN, ACCEL_FP8_E4M3);
-    accel__fp8_update(&s, h, INFINITY, ACCEL_FP8_E4M3);
-    CHECK(s.scale == 56.0f);
+    enum { LEN = 3, S = ACCEL__FP8_SLOTS };
+    float m[ACCEL__FP8_META_ROWS(LEN) * S] = {0};
+    for (int i = 0; i < 2 * S; i++) m[i] = 1.0f;
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = LEN;
+    float *amax = accel__fp8_meta_amax(m, ACCEL__FP8_X);
+    *amax = 2.0f; /* most_recent: 448 / 2 */
+    accel__fp8_update(m, ACCEL__FP8_X, r);
+    CHECK(m[ACCEL__FP8_X] == 224.0f && m[S + ACCEL__FP8_X] == 1.0f / 224.0f);
+    CHECK(amax[0] == 0.0f && amax[(LEN - 1) * S] == 2.0f); /* rotated by -1, the current row zeroed */
+    *amax = 8.0f;
+    accel__fp8_update(m, ACCEL__FP8_X, r);
+    CHECK(m[ACCEL__FP8_X] == 56.0f && amax[(LEN - 2) * S] == 2.0f && amax[(LEN - 1) * S] == 8.0f);
+    accel__fp8_update(m, ACCEL__FP8_X, r); /* nothing seen: the scale stays */
+    CHECK(m[ACCEL__FP8_X] == 56.0f);
+    *amax = NAN;
+    accel__fp8_update(m, ACCEL__FP8_X, r);
+    *amax = INFINITY;
+    accel__fp8_update(m, ACCEL__FP8_X, r);
+    CHECK(m[ACCEL__FP8_X] == 56.0f && m[S + ACCEL__FP8_X] == 1.0f / 56.0f);
+    CHECK(m[ACCEL__FP8_W] == 1.0f && m[ACCEL__FP8_DY] == 1.0f); /* other slots untouched */
 
-    /* "max" over a history of 3, margin 1: the largest amax decides until it falls out */
-    float hm[3] = {0};
-    accel__fp8_scaling m = accel__fp8_scaling_init(3, true, 1);
-    accel__fp8_update(&m, hm, 8.0f, ACCEL_FP8_E5M2);
-    CHECK(m.scale == 57344.0f / 8.0f / 2.0f);
-    accel__fp8_update(&m, hm, 1.0f, ACCEL_FP8_E5M2);
-    accel__fp8_update(&m, hm, 2.0f, ACCEL_FP8_E5M2);
-    CHECK(m.scale == 57344.0f / 8.0f / 2.0f);
-    accel__fp8_update(&m, hm, 1.0f, ACCEL_FP8_E5M2); /* 8 left the history: max(1, 2, 1) */
-    CHECK(m.scale == 57344.0f / 2.0f / 2.0f);
+    /* "max" over a history of 3, margin 1, the gradient slot in E5M2: the
+     * largest amax decides until it leaves the window of 3 steps */
+    float h[ACCEL__FP8_META_ROWS(LEN) * S] = {0};
+    for (int i = 0; i < 2 * S; i++) h[i] = 1.0f;
+    r.use_max = true, r.margin = 1;
+    float *dy = accel__fp8_meta_amax(h, ACCEL__FP8_DY);
+    const float seen[4] = {8.0f, 1.0f, 2.0f, 1.0f};
+    const float want[4] = {57344.0f / 8 / 2, 57344.0f / 8 / 2, 57344.0f / 8 / 2, 57344.0f / 2 / 2};
+    for (int i = 0; i < 4; i++) {
+        *dy = seen[i];
+        accel__fp8_update(h, ACCEL__FP8_DY, r);
+        CHECK_MSG(h[ACCEL__FP8_DY] == want[i], "step %d: scale %g, want %g", i, h[ACCEL__FP8_DY], want[i]);
+    }
+    r.hybrid = false; /* fp8_format E4M3: gradients in E4M3 too */
+    *dy = 7.0f;
+    accel__fp8_update(h, ACCEL__FP8_DY, r);
+    CHECK(h[ACCEL__FP8_DY] == 448.0f / 7.0f / 2.0f);
+}
+
+/* ---- the fp8 Linear against a reference written here from the formats alone */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float rnd(void) { /* uniform in [-1, 1) */
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((g_rng >> 40) / (double)(1u << 24)) * 2.0f - 1.0f;
+}
+
+static float fp8_round(float v, float scale, accel__fp8_format f) {
+    return accel__fp8_decode(accel__fp8_encode(v * scale, f), f);
+}
+
+/* C [M, N] = sum_k fp8(A[m, k]) fp8(B[n, k]) inv_a inv_b, with element
+ * (m, k) of A at a[m * ars + k * acs] (likewise B): the three GEMMs of the
+ * Linear read their operands through these strides. */
+typedef struct ref_operand {
+    const float *p;
+    int rs, cs;
+    float scale;
+    accel__fp8_format f;
+} ref_operand;
+
+static void ref_gemm(double *c, ref_operand a, ref_operand b, int M, int N, int K) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++)
+                acc += (double)fp8_round(a.p[m * a.rs + k * a.cs], a.scale, a.f) *
+                       fp8_round(b.p[n * b.rs + k * b.cs], b.scale, b.f);
+            c[m * N + n] = acc * (1.0f / a.scale) * (1.0f / b.scale);
+        }
+}
+
+static double worst_error(const float *got, const double *want, int n) {
+    double mean = 0.0, worst = 0.0;
+    for (int i = 0; i < n; i++) mean += fabs(want[i]) / n;
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want[i]) / (fabs(want[i]) + mean));
+    return worst;
+}
+
+static float max_abs(const float *v, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(v[i]));
+    return m;
+}
+
+enum { R = 32, I = 48, O = 32, LEN = 4 };
+
+/* One forward and backward of the fp8 Linear on the cpu reference, checked
+ * against ref_gemm with the scales the meta held before the step; returns
+ * the meta's scales after it in next[SLOTS]. */
+static void linear_step(accel_tensor *x, accel_tensor *w, accel_tensor *b, const float *dy, accel_tensor *meta,
+                        accel__fp8_recipe r, float *next) {
+    const float *xv = x->data, *wv = w->data, *mv = meta->data;
+    const float sx = mv[ACCEL__FP8_X], sw = mv[ACCEL__FP8_W], sdy = mv[ACCEL__FP8_DY];
+    const accel__fp8_format E4 = ACCEL_FP8_E4M3, fdy = r.hybrid ? ACCEL_FP8_E5M2 : ACCEL_FP8_E4M3;
+    accel_tensor *y = accel__fp8_linear(x, w, b, meta, r);
+    CHECK_MSG(y != NULL, "%s", accel_last_error());
+    if (!y) return;
+    CHECK(y->dtype == ACCEL_F32 && y->ndim == 3 && y->shape[2] == O);
+    static double want[R * I > O * I ? R * I : O * I];
+    ref_gemm(want, (ref_operand){xv, I, 1, sx, E4}, (ref_operand){wv, I, 1, sw, E4}, R, O, I);
+    for (int i = 0; i < R * O; i++) want[i] += ((const float *)b->data)[i % O];
+    CHECK_MSG(worst_error(y->data, want, R * O) < 1e-6, "forward: %g", worst_error(y->data, want, R * O));
+    /* the forward's scales moved on, the gradient's not yet */
+    CHECK(mv[ACCEL__FP8_X] == 448.0f / max_abs(xv, R * I) && mv[ACCEL__FP8_W] == 448.0f / max_abs(wv, O * I));
+    CHECK(mv[ACCEL__FP8_DY] == sdy);
+
+    accel_tensor *g = accel_from_floats(3, y->shape, dy);
+    CHECK(g && accel_backward_with(y, g) == ACCEL_OK);
+    ref_gemm(want, (ref_operand){dy, O, 1, sdy, fdy}, (ref_operand){wv, 1, I, sw, E4}, R, I, O); /* dX = dY W */
+    CHECK_MSG(worst_error(x->grad->data, want, R * I) < 1e-6, "dX: %g", worst_error(x->grad->data, want, R * I));
+    ref_gemm(want, (ref_operand){dy, 1, O, sdy, fdy}, (ref_operand){xv, 1, I, sx, E4}, O, I, R); /* dW = dY^T X */
+    CHECK_MSG(worst_error(w->grad->data, want, O * I) < 1e-6, "dW: %g", worst_error(w->grad->data, want, O * I));
+    for (int o = 0; o < O; o++) { /* the bias gradient from the unquantised dY */
+        double s = 0.0;
+        for (int i = 0; i < R; i++) s += dy[i * O + o];
+        CHECK_CLOSE(((const float *)b->grad->data)[o], s, 1e-5, 1e-7);
+    }
+    CHECK(mv[ACCEL__FP8_DY] == accel__fp8_max(fdy) / max_abs(dy, R * O));
+    for (int s = 0; s < ACCEL__FP8_SLOTS; s++) next[s] = mv[s];
+    accel_step_reset();
+    accel_zero_(x->grad), accel_zero_(w->grad), accel_zero_(b->grad);
+}
+
+static accel_tensor *param(int ndim, const int64_t *shape, float amp) {
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, ACCEL_CPU_DEVICE);
+    float *v = t->data;
+    for (int64_t i = 0; i < accel_numel(t); i++) v[i] = amp * rnd();
+    t->requires_grad = true;
+    return t;
+}
+
+/* Two steps, HYBRID and E4M3: the first with the initial scales of 1 (as
+ * TransformerEngine starts), the second with the scales from the first
+ * step's amaxes; with those the fp8 Linear is near the f32 one. */
+static void test_fp8_linear_reference(void) {
+    for (int hybrid = 1; hybrid >= 0; hybrid--) {
+        accel__fp8_recipe r = accel__fp8_recipe_default();
+        r.history_len = LEN, r.hybrid = hybrid;
+        accel_tensor *x = param(3, (int64_t[]){2, R / 2, I}, 3.0f), *w = param(2, (int64_t[]){O, I}, 0.05f);
+        accel_tensor *b = param(1, (int64_t[]){O}, 0.5f), *meta = accel__fp8_meta_new(LEN, ACCEL_CPU_DEVICE);
+        static float dy[R * O];
+        for (int i = 0; i < R * O; i++) dy[i] = 1e-3f * rnd();
+        float scales[ACCEL__FP8_SLOTS];
+        linear_step(x, w, b, dy, meta, r, scales);
+        /* the step's amaxes are the history's newest row, the current row is clear */
+        const float seen[ACCEL__FP8_SLOTS] = {max_abs(x->data, R * I), max_abs(w->data, O * I), max_abs(dy, R * O)};
+        for (int s = 0; s < ACCEL__FP8_SLOTS; s++) {
+            const float *h = accel__fp8_meta_amax(meta->data, s);
+            CHECK(h[(LEN - 1) * ACCEL__FP8_SLOTS] == seen[s] && h[0] == 0.0f);
+            CHECK(scales[s] == accel__fp8_max(accel__fp8_slot_format(r, s)) / seen[s]);
+        }
+        linear_step(x, w, b, dy, meta, r, scales);
+
+        /* scaled, the fp8 forward is within E4M3's precision of the f32 one:
+         * each operand rounds by at most 2^-4, so a product by about 2^-3 */
+        accel_tensor *y8 = accel__fp8_linear(x, w, b, meta, r), *y = accel_linear(x, w, b);
+        static double exact[R * O];
+        for (int i = 0; i < R * O; i++) exact[i] = ((const float *)y->data)[i];
+        double e = worst_error(y8->data, exact, R * O);
+        CHECK_MSG(e < 0.125, "fp8 vs f32 linear: worst relative error %g", e);
+        accel_step_reset();
+        accel_tensor *ts[] = {x, w, b, meta};
+        for (int i = 0; i < 4; i++) accel_tensor_free(ts[i]);
+    }
+}
+
+static void test_fp8_linear_errors(void) {
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    accel_tensor *meta = accel__fp8_meta_new(2, ACCEL_CPU_DEVICE);
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(17, 32)), *w = accel_zeros(ACCEL_F32, ACCEL_SHAPE(16, 32));
+    CHECK(accel__fp8_linear(x, w, NULL, meta, r) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "multiples of 16 (got 17, 32, 16)");
+    accel_clear_error();
+    accel_tensor *x16 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(16, 32)), *bad = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 2));
+    CHECK(accel__fp8_linear(x16, w, NULL, bad, r) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "the fp8 meta must be f32 [2 + amax_history_len, 3]");
+    accel_clear_error();
+    CHECK(accel__fp8_linear(x16, w, NULL, meta, r) != NULL); /* all zeros: fine, and the scales stay */
+    CHECK(((const float *)meta->data)[ACCEL__FP8_X] == 1.0f);
+    CHECK(accel__fp8_meta_new(0, ACCEL_CPU_DEVICE) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "amax_history_len must be >= 1");
+    accel_clear_error();
+    accel_step_reset();
+    accel_tensor_free(meta);
+}
+
+/* convert_model gives the Linears with dims multiple of 16 their fp8 meta
+ * (in the state_dict); they run fp8 only under an fp8 autocast. */
+static void test_convert_model(void) {
+    accel_module *kids[2] = {accel_linear_new(32, 48, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                             accel_linear_new(48, 17, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *seq = accel_sequential_new(2, kids);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = 8;
+    CHECK(accel__fp8_convert_model(seq, r) == ACCEL_OK);
+    CHECK(accel__fp8_convert_model(seq, r) == ACCEL_OK); /* twice: the meta is kept, not added again */
+    accel_state_dict *sd = accel_module_state_dict(seq);
+    int metas = 0;
+    for (int i = 0; i < sd->n; i++) {
+        if (!strstr(sd->entries[i].name, "fp8_meta")) continue;
+        metas++;
+        CHECK(!strcmp(sd->entries[i].name, "0.fp8_meta") && sd->entries[i].is_buffer);
+        CHECK(sd->entries[i].t->shape[0] == ACCEL__FP8_META_ROWS(8) && sd->entries[i].t->shape[1] == 3);
+    }
+    CHECK(metas == 1);
+    accel_state_dict_free(sd);
+    accel_tensor *meta = accel__module_tensor(seq->children[0], "fp8_meta");
+    accel_tensor *x = accel_ones(ACCEL_F32, ACCEL_SHAPE(16, 32));
+    CHECK(accel_module_call(seq, x) != NULL); /* no fp8 autocast: plain, the scales stay */
+    CHECK(((const float *)meta->data)[ACCEL__FP8_X] == 1.0f);
+    const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
+    CHECK(accel_module_call(seq, x) != NULL);
+    accel__fp8_autocast_end(prev);
+    CHECK(accel__fp8_autocast() == NULL);
+    CHECK(((const float *)meta->data)[ACCEL__FP8_X] == 448.0f); /* fp8: amax 1 */
+    accel_step_reset();
+    accel_module_free(seq);
 }
 
 /* fp8 is refused, naming the device and why: here the cpu (no GPU, or no
- * CUDA backend); on a GPU below compute capability 8.9 its capability; on an
- * fp8 GPU the missing layer support. */
+ * CUDA backend); on a GPU below compute capability 8.9 its capability. On
+ * an fp8 GPU it is accepted, with its recipe. A bad recipe is refused first,
+ * on every machine. */
 static void test_refused(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "fp8";
@@ -87,12 +293,36 @@ static void test_refused(void) {
     accel_clear_error();
 
     setenv("ACCEL_MIXED_PRECISION", "fp8", 1);
-    CHECK(accel_accelerator_new(NULL) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "fp8 mixed precision is not supported on");
-    if (accel_device_count(ACCEL_DEV_CUDA) == 0) CHECK_STR_CONTAINS(accel_last_error(), "on cpu");
-    else CHECK_STR_CONTAINS(accel_last_error(), "on cuda:0");
-    unsetenv("ACCEL_MIXED_PRECISION");
+    accel_device cuda0 = {ACCEL_DEV_CUDA, 0};
+    if (accel__fp8_device_check(cuda0, "test") == ACCEL_OK) {
+        accel_accelerator *acc = accel_accelerator_new(NULL);
+        CHECK_MSG(acc && accel_accelerator_mixed_precision(acc) == ACCEL_MP_FP8, "%s", accel_last_error());
+        CHECK(acc && !strcmp(accel_mixed_precision_name(accel_accelerator_mixed_precision(acc)), "fp8"));
+        accel_accelerator_free(acc);
+    } else {
+        accel_clear_error();
+        CHECK(accel_accelerator_new(NULL) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "fp8 mixed precision is not supported on");
+        if (accel_device_count(ACCEL_DEV_CUDA) == 0) CHECK_STR_CONTAINS(accel_last_error(), "on cpu");
+        else CHECK_STR_CONTAINS(accel_last_error(), "on cuda:0");
+    }
     accel_clear_error();
+    static const char *const BAD[][3] = {
+        {"ACCELERATE_FP8_FORMAT", "E5M2", "pure E5M2 training is not supported"},
+        {"ACCELERATE_FP8_FORMAT", "E3M4", "fp8_format E3M4: choose HYBRID or E4M3"},
+        {"ACCELERATE_FP8_AMAX_COMPUTE_ALGO", "mean", "choose 'max' or 'most_recent'"},
+        {"ACCELERATE_FP8_AMAX_HISTORY_LEN", "0", "ACCELERATE_FP8_AMAX_HISTORY_LEN=0 must be an integer >= 1"},
+        {"ACCELERATE_FP8_MARGIN", "x", "ACCELERATE_FP8_MARGIN=x must be an integer >= 0"},
+        {"ACCELERATE_FP8_BACKEND", "MSAMP", "fp8_backend MSAMP is not supported"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        setenv(BAD[i][0], BAD[i][1], 1);
+        CHECK(accel_accelerator_new(NULL) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), BAD[i][2]);
+        unsetenv(BAD[i][0]);
+        accel_clear_error();
+    }
+    unsetenv("ACCEL_MIXED_PRECISION");
 
     CHECK(accel__fp8_device_check(ACCEL_CPU_DEVICE, "op") == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "op: fp8 mixed precision is not supported on cpu");
@@ -103,6 +333,9 @@ int main(void) {
     RUN(test_known_codes);
     RUN(test_round_trips);
     RUN(test_delayed_scaling);
+    RUN(test_fp8_linear_reference);
+    RUN(test_fp8_linear_errors);
+    RUN(test_convert_model);
     RUN(test_refused);
     return check_summary();
 }

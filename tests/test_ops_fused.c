@@ -2,8 +2,9 @@
  * forward also writes its gradient. Each against the unfused ops it
  * replaces (values and input gradients, f32 and bf16), the fast kernels
  * against the reference ones in every CPU variant this machine runs, finite
- * differences, errors and meta; and the vectorised bf16 conversions of the
- * copy kernel against accel_f32_to_bf16, bit for bit. */
+ * differences, errors and meta; RoPE read from the q/k projection's layout in
+ * its dtype (fast vs reference, strided vs contiguous); and the vectorised
+ * bf16 conversions of the copy kernel against accel_f32_to_bf16, bit for bit. */
 #include "accel/accel.h"
 #include "check.h"
 #include "core/cpuinfo.h"
@@ -273,6 +274,55 @@ static void conversions(const char *variant) {
     accel_step_reset();
 }
 
+/* ---- RoPE on the projection's layout */
+
+/* y = rope(q) with q the [B, T, H * D] projection p (rounded to dt) seen as
+ * [B, H, T, D] (strided), or a contiguous copy of that view; the loss a
+ * weighted sum of y. Returns y (f32, persistent); p->grad holds dp. */
+static accel_tensor *rope_run(accel_tensor *p, int64_t H, accel_dtype dt, bool contiguous) {
+    if (p->grad) accel_zero_(p->grad);
+    int64_t B = p->shape[0], T = p->shape[1], D = p->shape[2] / H;
+    accel_tensor *q = accel_transpose(accel_reshape(accel_to_dtype(accel_mul_scalar(p, 1.0), dt), ACCEL_SHAPE(B, T, H, D)), 1, 2);
+    accel_tensor *y = accel_rope(contiguous ? accel_contiguous(q) : q, 7, 10000.0);
+    CHECK(y && y->dtype == dt && accel_is_contiguous(y));
+    accel_tensor *loss = gc_weighted_sum(y);
+    CHECK(loss && accel_backward(loss) == ACCEL_OK);
+    accel_tensor *kept = keep(y);
+    accel_step_reset();
+    return kept;
+}
+
+/* The fast rope kernel against the reference, forward and backward, at
+ * half 4 and half 300 (blocks of 256 and a tail, OpenMP threads); and the
+ * strided read against a contiguous input. */
+static void rope_fast_vs_ref(accel_dtype dt, const char *variant) {
+    const int64_t shapes[2][4] = {{1, 5, 4, 8}, {2, 37, 3, 600}}; /* B, T, H, D */
+    for (int s = 0; s < 2; s++) {
+        const int64_t *sh = shapes[s];
+        accel_tensor *p = gc_randn(40 + s, ACCEL_SHAPE(sh[0], sh[1], sh[2] * sh[3]));
+        accel_tensor *y[3], *dp[3];
+        for (int run = 0; run < 3; run++) {
+            bool prev = accel_set_reference_kernels(run == 1);
+            y[run] = rope_run(p, sh[2], dt, run == 2);
+            dp[run] = keep(p->grad);
+            accel_set_reference_kernels(prev);
+        }
+        double tol = ulp(dt);
+        for (int other = 1; other < 3; other++) {
+            const char *what = other == 1 ? "vs reference" : "vs contiguous input";
+            CHECK_MSG(mismatches(y[0], y[other], tol, 1e-6, "rope y") == 0, "%s %s %s, shape %d", variant,
+                      accel_dtype_name(dt), what, s);
+            CHECK_MSG(mismatches(dp[0], dp[other], 2 * tol, 1e-6, "rope dx") == 0, "%s %s %s, shape %d", variant,
+                      accel_dtype_name(dt), what, s);
+        }
+        for (int i = 0; i < 3; i++) {
+            accel_tensor_free(y[i]);
+            accel_tensor_free(dp[i]);
+        }
+        accel_tensor_free(p);
+    }
+}
+
 int main(void) {
     RUN(test_swiglu_matches_unfused);
     RUN(test_swiglu_gradcheck);
@@ -289,6 +339,9 @@ int main(void) {
         swiglu_fast_vs_ref(ACCEL_F32, name);
         swiglu_fast_vs_ref(ACCEL_BF16, name);
         swiglu_fast_vs_ref(ACCEL_F16, name);
+        rope_fast_vs_ref(ACCEL_F32, name);
+        rope_fast_vs_ref(ACCEL_BF16, name);
+        rope_fast_vs_ref(ACCEL_F16, name);
         ce_fast_vs_ref(ACCEL_F32, name);
         ce_fast_vs_ref(ACCEL_BF16, name);
         conversions(name);

@@ -60,10 +60,35 @@ static void test_gemm_fast_vs_reference(void) {
 }
 
 /* out computed by the fast path vs the reference path, and vs a naive loop. */
+/* accel__sgemm against the reference on one shape, every transpose, padded
+ * leading dims, beta 0 over NaNs (one in every row of C) and beta != 0;
+ * the padding columns of C (ldc > N) are not written, and compared too.
+ * Operands from seeds sa, sb; the error bound is tol (1 + sqrt(K)). */
+static void check_sgemm_vs_reference(int64_t M, int64_t N, int64_t K, float alpha, float beta_nz, uint64_t sa,
+                                     uint64_t sb, double tol) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int bz = 0; bz < 2; bz++) {
+                int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+                accel_tensor *A = randn(sa, ACCEL_SHAPE((ta ? K : M) * lda));
+                accel_tensor *B = randn(sb, ACCEL_SHAPE((tb ? N : K) * ldb));
+                accel_tensor *C1 = randn(30, ACCEL_SHAPE(M * ldc));
+                accel_tensor *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * ldc));
+                float beta = bz ? 0.0f : beta_nz;
+                if (bz) /* beta == 0: whatever C holds is ignored, NaN included */
+                    for (int64_t i = 0; i < M; i++) ((float *)C1->data)[i * ldc + i % N] = NAN;
+                accel_copy_(C2, C1);
+                accel__sgemm(ta, tb, M, N, K, alpha, A->data, lda, B->data, ldb, beta, C1->data, ldc);
+                accel__sgemm_ref(ta, tb, M, N, K, alpha, A->data, lda, B->data, ldb, beta, C2->data, ldc);
+                CHECK_MSG(max_diff(C1, C2) < tol * (1 + sqrt((double)K)), "M=%lld N=%lld K=%lld ta=%d tb=%d beta=%g",
+                          (long long)M, (long long)N, (long long)K, ta, tb, (double)beta);
+                accel_step_reset();
+            }
+}
+
 /* Small M (1..4: one matrix-vector product per row of op(A)) against the
- * reference: all transposes, odd sizes, padded leading dims, beta 0 over
- * NaNs and beta != 0, and a product large enough to be split across the
- * threads (N * K >= 4M multiply-adds). */
+ * reference on odd sizes, and a product large enough to be split across
+ * the threads (N * K >= 4M multiply-adds). */
 static void test_gemm_small_m_vs_reference(void) {
     /* The CPU GEMM itself, on host memory whatever the default device. */
     accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
@@ -73,29 +98,28 @@ static void test_gemm_small_m_vs_reference(void) {
         bool big = N * K > 1000000;
         for (int64_t M = 1; M <= 4; M++) {
             if (big && M > 1) continue; /* keep the reference loop short */
-            for (int ta = 0; ta < 2; ta++)
-                for (int tb = 0; tb < 2; tb++)
-                    for (int bz = 0; bz < 2; bz++) {
-                        int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
-                        int64_t arows = ta ? K : M, brows = tb ? N : K;
-                        accel_tensor *A = randn(10 + (uint64_t)M, ACCEL_SHAPE(arows * lda));
-                        accel_tensor *B = randn(20 + (uint64_t)s, ACCEL_SHAPE(brows * ldb));
-                        accel_tensor *C1 = randn(30, ACCEL_SHAPE(M * ldc));
-                        accel_tensor *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * ldc));
-                        float beta = bz ? 0.0f : -0.75f;
-                        if (bz) /* beta == 0: whatever C holds is ignored, NaN included */
-                            for (int64_t i = 0; i < M; i++) ((float *)C1->data)[i * ldc + i % N] = NAN;
-                        accel_copy_(C2, C1);
-                        accel__sgemm(ta, tb, M, N, K, 1.5f, A->data, lda, B->data, ldb, beta, C1->data, ldc);
-                        accel__sgemm_ref(ta, tb, M, N, K, 1.5f, A->data, lda, B->data, ldb, beta, C2->data, ldc);
-                        /* padding columns of C (ldc > N) are not written: compared too */
-                        CHECK_MSG(max_diff(C1, C2) < 1e-3 * (1 + sqrt((double)K)),
-                                  "M=%lld N=%lld K=%lld ta=%d tb=%d beta=%g", (long long)M, (long long)N,
-                                  (long long)K, ta, tb, (double)beta);
-                        accel_step_reset();
-                    }
+            check_sgemm_vs_reference(M, N, K, 1.5f, -0.75f, 10 + (uint64_t)M, 20 + (uint64_t)s, 1e-3);
         }
     }
+    accel_set_default_device(prev);
+}
+
+/* GEMMs large enough to be split across the threads (accel__sgemm: row
+ * blocks when M >= N, column blocks otherwise; one block per thread, or up
+ * to four per thread from 1024 rows each, the last one shorter) against the
+ * reference. */
+static void test_gemm_split_vs_reference(void) {
+    accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
+    int threads = accel_num_threads();
+    /* M, N, K, threads: 2 row blocks of 1056 and 1044; 2 column blocks; 4 row
+     * blocks of 1056, the last 1032; 3 row blocks on 3 threads */
+    const int64_t shapes[][4] = {{2100, 70, 40, 2}, {70, 2100, 40, 2}, {4200, 20, 30, 2}, {700, 30, 50, 3}};
+    for (int s = 0; s < 4; s++) {
+        accel_set_num_threads((int)shapes[s][3]);
+        check_sgemm_vs_reference(shapes[s][0], shapes[s][1], shapes[s][2], 1.25f, 0.5f, 40 + (uint64_t)s,
+                                 50 + (uint64_t)s, 1e-4);
+    }
+    accel_set_num_threads(threads);
     accel_set_default_device(prev);
 }
 
@@ -316,6 +340,7 @@ static void test_errors_and_meta(void) {
 int main(void) {
     RUN(test_gemm_fast_vs_reference);
     RUN(test_gemm_small_m_vs_reference);
+    RUN(test_gemm_split_vs_reference);
     RUN(test_matmul_shapes);
     RUN(test_matmul_gradcheck);
     RUN(test_linear_gradcheck);

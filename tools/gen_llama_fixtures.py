@@ -44,17 +44,24 @@ def gen_linear():
               os.path.join(OUT, "llama_linear.safetensors"), metadata={"format": "pt"})
 
 
-def gen_llama(name, rope_theta, tied, adamw_steps):
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      rope_theta=rope_theta, tie_word_embeddings=tied, initializer_range=0.1,
-                      rms_norm_eps=1e-6, attn_implementation="eager")
+def seeded_llama(cfg):
+    """LlamaForCausalLM(cfg) with transformers' init from torch seed 0, its norm weights
+    perturbed to 1 + 0.1 N(0, 1) so that they matter (also tools/gen_autocast_fixture.py)."""
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.endswith("norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
+    return model
+
+
+def gen_llama(name, rope_theta, tied, adamw_steps):
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      rope_theta=rope_theta, tie_word_embeddings=tied, initializer_range=0.1,
+                      rms_norm_eps=1e-6, attn_implementation="eager")
+    model = seeded_llama(cfg)
     weights = {n: f32(p) for n, p in model.state_dict().items()
                if not (tied and n == "lm_head.weight")}
     ids = torch.randint(0, cfg.vocab_size, (2, 8), generator=torch.Generator().manual_seed(2))

@@ -7,13 +7,17 @@
 #       build-gpu/bundle/ the programs the check runs and the shared libraries
 #       they need that a bare GPU image lacks (OpenBLAS, jansson, libyaml, MPI,
 #       OpenMP runtime, ...: everything ldd resolves outside the C library and
-#       the NVIDIA driver/toolkit), compressed into build-gpu/bundle.tar.xz,
-#       which must stay under 64 MiB (the carry limit).
+#       the NVIDIA driver/toolkit), stripped, compressed (xz -9) into
+#       build-gpu/bundle.tar.xz, which must stay under 64 MiB (the device
+#       tool's carry limit): prepare fails, naming the sizes, when it does not.
+#       Compiles with ccache when it is installed; JOBS (default 2) and XZ_THREADS
+#       (default 2) bound its CPU use.
 #
 #   tools/gpu_check.sh run       (there, from the repository root, one command)
 #       With build-gpu/bundle.tar.xz carried over (unpacked on first use): prints `accel env`, runs the GPU
 #       tests (ctest label gpu: test_cuda_kernels, test_nccl one rank and one
-#       rank per GPU), test_fp8, the op tests with every tensor on cuda:0, the
+#       rank per GPU), test_fp8, a few fp8 training steps of the bench's Llama
+#       (mixed_precision='fp8', end to end), the op tests with every tensor on cuda:0, the
 #       seed examples with ACCEL_DEFAULT_DEVICE=cuda:0, and times them; then
 #       the benchmark: the Llama training step in bf16 (the bench config and a
 #       large one: hidden 2048, 16 layers, seq 1024) by accel (bench_gpu_step)
@@ -43,9 +47,14 @@ PROGRAMS="test_cuda_kernels test_nccl test_fp8 test_ops_pointwise test_ops_reduc
 # a large one that fills more of the GPU.
 BENCH_SMALL=""
 BENCH_LARGE="--hidden 2048 --layers 16 --heads 16 --ffn 5632 --vocab 32000 --seq 1024 --batch 8"
+# What the device tool carries at the most (all carried paths together).
+CARRY_LIMIT_BYTES=$((64 * 1024 * 1024))
 
 prepare() {
-    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DACCEL_NATIVE=OFF -DACCEL_CUDA=ON || exit 1
+    local launcher=()
+    command -v ccache > /dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+                                               -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DACCEL_NATIVE=OFF -DACCEL_CUDA=ON "${launcher[@]}" || exit 1
     local targets
     targets=$(echo $PROGRAMS | sed 's/\baccel\b/accel_cli/')
     # shellcheck disable=SC2086
@@ -62,16 +71,23 @@ prepare() {
     ldd "$BUNDLE"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
         case "$(basename "$lib")" in
             libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libcudart*|libnccl*|libnvidia*) ;;
-            *) cp -L "$lib" "$BUNDLE/lib/" ;;
+            *) cp -L "$lib" "$BUNDLE/lib/" && strip --strip-unneeded "$BUNDLE/lib/$(basename "$lib")" ;;
         esac
     done
     # Compressed for the trip (OpenBLAS alone is ~35 MiB): carry build-gpu/bundle.tar.xz.
-    tar -C "$BUILD" -cf - bundle | xz -T0 -6 > "$BUILD/bundle.tar.xz" || exit 1
-    local size
-    size=$(du -sm "$BUILD/bundle.tar.xz" | cut -f1)
-    echo "gpu_check: $BUILD/bundle.tar.xz: ${size} MiB ($(du -sm "$BUNDLE" | cut -f1) MiB unpacked," \
-         "$(ls "$BUNDLE/lib" | wc -l) libraries); carry build-gpu/bundle.tar.xz, then: tools/gpu_check.sh run"
-    [ "$size" -lt 64 ] || { echo "gpu_check: the bundle is over 64 MiB" >&2; exit 1; }
+    tar -C "$BUILD" -cf - bundle | xz -T"${XZ_THREADS:-2}" -9 > "$BUILD/bundle.tar.xz" || exit 1
+    local bytes
+    bytes=$(stat -c %s "$BUILD/bundle.tar.xz")
+    echo "gpu_check: $BUILD/bundle.tar.xz: $((bytes / 1024)) KiB ($(du -sm "$BUNDLE" | cut -f1) MiB unpacked," \
+         "$(ls "$BUNDLE/lib" | wc -l) libraries; the carry limit is $((CARRY_LIMIT_BYTES / 1024)) KiB)"
+    if [ "$bytes" -ge "$CARRY_LIMIT_BYTES" ]; then
+        echo "gpu_check: ERROR: the bundle is $bytes bytes, over the device tool's carry limit of" \
+             "$CARRY_LIMIT_BYTES bytes (64 MiB): it cannot be carried to the GPU machine." >&2
+        echo "gpu_check: the largest files in it:" >&2
+        du -ab "$BUNDLE" | sort -rn | sed -n '2,9p' >&2
+        exit 1
+    fi
+    echo "gpu_check: carry build-gpu/bundle.tar.xz, then: tools/gpu_check.sh run"
 }
 
 # Runs "$@" with a time limit, appending its outcome to the results file.
@@ -137,6 +153,9 @@ run() {
     (cd "$ROOT/tests" && step nccl_1rank 60 "$BUNDLE/bin/test_nccl") || [ $? -eq 77 ] || status=1
     (cd "$ROOT/tests" && step nccl_multi 90 "$BUNDLE/bin/test_nccl" multi) || [ $? -eq 77 ] || status=1
     (cd "$ROOT/tests" && step fp8 30 "$BUNDLE/bin/test_fp8") || status=1
+    # mixed_precision='fp8' end to end: the bench's Llama trains a few steps with fp8 Linears
+    step fp8_llama_steps 60 "$BUNDLE/bin/bench_gpu_step" --mixed_precision fp8 --steps 3 --warmup 1 --peak-size 1024 ||
+        status=1
     bench "$BUNDLE/bin/bench_gpu_step" cuda "--steps 10 --warmup 2" "--steps 4 --warmup 1" \
         "$ROOT/bench/results/gpu.md"
     {
@@ -169,10 +188,21 @@ bench_row() {
     fi
 }
 
+# Runs "$@" under `timeout $1`, output to log $2; a timeout is the log's last line.
+timed_log() {
+    local limit=$1 log=$2
+    shift 2
+    timeout "$limit" "$@" > "$log" 2>&1
+    [ $? -ne 124 ] || echo "timed out after $limit s" >> "$log"
+}
+
 # bench BIN DEVICE SMALL_STEPS LARGE_STEPS OUTFILE [EXTRA for both configs]:
 # accel and PyTorch, alternating, on each config; the table goes to OUTFILE.
+# BENCH_LIMIT: seconds per run (90 on the GPU; the dry run on a loaded cpu
+# needs more: importing torch alone can take minutes there).
 bench() {
     local bin=$1 device=$2 small_steps=$3 large_steps=$4 out=$5 extra=${6:-} peak=${PEAK_SIZE:-8192}
+    local limit=${BENCH_LIMIT:-90}
     {
         echo "# Llama training step, bf16, accel vs PyTorch on $device ($(date -u +%Y-%m-%dT%H:%MZ))"
         echo
@@ -188,10 +218,10 @@ bench() {
         [ -n "$extra" ] && cfg=$extra
         local label=${cfg:-bench config (hidden 512, 8 layers, seq 256, batch 8)}
         # shellcheck disable=SC2086
-        timeout 90 "$bin" $cfg $steps --mixed_precision bf16 --peak-size "$peak" > "$LOGDIR/bench_accel_$name.log" 2>&1
+        timed_log "$limit" "$LOGDIR/bench_accel_$name.log" "$bin" $cfg $steps --mixed_precision bf16 --peak-size "$peak"
         # shellcheck disable=SC2086
-        timeout 90 python3 "$ROOT/bench/gpu_step_peer.py" --device "$device" $cfg $steps --mixed_precision bf16 \
-            --peak-size "$peak" > "$LOGDIR/bench_torch_$name.log" 2>&1
+        timed_log "$limit" "$LOGDIR/bench_torch_$name.log" python3 "$ROOT/bench/gpu_step_peer.py" --device "$device" \
+            $cfg $steps --mixed_precision bf16 --peak-size "$peak"
         bench_row accel "$label" "$LOGDIR/bench_accel_$name.log" impl=accel >> "$out"
         bench_row "pytorch $(field peer=pytorch torch "$LOGDIR/bench_torch_$name.log")" "$label" \
             "$LOGDIR/bench_torch_$name.log" peer=pytorch >> "$out"
@@ -208,7 +238,7 @@ dry() {
     cmake --build "$build" -j2 --target bench_gpu_step > /dev/null || exit 1
     LOGDIR=${OUT:-/tmp}/gpu_check-dry-logs
     mkdir -p "$LOGDIR"
-    PEAK_SIZE=128 bench "$build/bin/bench_gpu_step" cpu "--steps 2 --warmup 1" "" "${OUT:-/tmp}/gpu-dry.md" \
+    PEAK_SIZE=128 BENCH_LIMIT=${BENCH_LIMIT:-600} bench "$build/bin/bench_gpu_step" cpu "--steps 2 --warmup 1" "" "${OUT:-/tmp}/gpu-dry.md" \
         "--hidden 64 --layers 1 --heads 2 --ffn 128 --vocab 256 --seq 16 --batch 2"
     ! grep -q failed "${OUT:-/tmp}/gpu-dry.md"
 }

@@ -58,6 +58,7 @@ typedef enum accel_mixed_precision {
     ACCEL_MP_NO = 0,
     ACCEL_MP_FP16,
     ACCEL_MP_BF16,
+    ACCEL_MP_FP8, /* TransformerEngine's delayed scaling on the Linears, bf16 autocast elsewhere */
 } accel_mixed_precision;
 
 /* Every zero field means its default, so `{0}` and designated initialisers
@@ -65,7 +66,8 @@ typedef enum accel_mixed_precision {
  * options that default to True are spelled negated here (no_X = true is
  * Accelerate's X=False). */
 typedef struct accel_accelerator_opts {
-    /* "no", "fp16", "bf16" ("fp8" is refused). NULL: ACCEL_MIXED_PRECISION /
+    /* "no", "fp16", "bf16", "fp8" (a CUDA GPU of compute capability >= 8.9
+     * only; its recipe from ACCEL_FP8_* / ACCELERATE_FP8_*, docs/cuda.md). NULL: ACCEL_MIXED_PRECISION /
      * ACCELERATE_MIXED_PRECISION from the environment, else "no". */
     const char *mixed_precision;
     /* 0: ACCEL_GRADIENT_ACCUMULATION_STEPS / ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1. */
@@ -141,8 +143,9 @@ typedef struct accel_accelerator accel_accelerator;
 
 /* Initialises the process group from the launch environment (dist.h) and
  * reads the options. NULL opts = defaults. NULL + error: unknown precision
- * ("Unknown mixed_precision mode: x. Choose between ['no', 'fp16', 'bf16']"),
- * fp8, bad accumulation steps, rendezvous failure. */
+ * ("Unknown mixed_precision mode: x. Choose between ['no', 'fp8', 'fp16', 'bf16']"),
+ * fp8 where the device has none or with a bad recipe, bad accumulation steps,
+ * rendezvous failure. */
 accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts);
 /* Un-prepares (models get their own parameter memory back), then tears the
  * process group down. NULL is a no-op. */
@@ -158,7 +161,7 @@ bool accel_accelerator_is_main_process(const accel_accelerator *acc);
 bool accel_accelerator_is_local_main_process(const accel_accelerator *acc);
 bool accel_accelerator_is_last_process(const accel_accelerator *acc);
 accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator *acc);
-const char *accel_mixed_precision_name(accel_mixed_precision mp); /* "no", "fp16", "bf16" */
+const char *accel_mixed_precision_name(accel_mixed_precision mp); /* "no", "fp16", "bf16", "fp8" */
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc);
 accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc);

@@ -4,6 +4,7 @@
 
 #include "accel/accelerator.h"
 #include "accel/dist.h"
+#include "backends/fp8.h"
 #include "data/data_internal.h"
 #include "optim/optim_internal.h"
 
@@ -130,6 +131,7 @@ struct accel_accelerator {
     accel_accelerator_opts o;
     char *project_dir;
     accel_mixed_precision mp;
+    accel__fp8_recipe fp8; /* mp == ACCEL_MP_FP8: its recipe (state.c) */
     accel_device device;
     accel_pg *pg;
     int rank, world, local_rank, local_world;
@@ -175,6 +177,9 @@ struct accel_accelerator {
 /* ddp.c */
 /* True (and the error set, naming fn) when a public entry point got acc == NULL. */
 bool accel__acc_null(const accel_accelerator *acc, const char *fn);
+/* The dtype the model's forward autocasts to: bf16 (also under fp8), f16, or
+ * f32 (none). state.c */
+accel_dtype accel__acc_autocast_dtype(const accel_accelerator *acc);
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm);
 void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
 void accel__ddp_begin_backward(accel_accelerator *acc);

@@ -4,16 +4,21 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
+#include "nn/fp8_modules.h"
+#include "ops/fp8_linear.h"
 
 /* ---------------------------------------------------------------- autocast hook */
 
 typedef struct autocast_ctx {
     accel_dtype dt, prev;
+    const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
 } autocast_ctx;
 
 static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
     autocast_ctx *c = ctx;
     c->prev = accel_autocast_begin(c->dt);
+    /* use_autocast_during_eval=False: an eval forward runs bf16 */
+    c->fp8_prev = accel__fp8_autocast_begin(c->fp8 && (m->training || c->fp8->during_eval) ? c->fp8 : NULL);
     return ACCEL_OK;
 }
 
@@ -21,6 +26,7 @@ static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
 static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
     autocast_ctx *c = ctx;
     accel_autocast_end(c->prev);
+    accel__fp8_autocast_end(c->fp8_prev);
     if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
         *y = accel_to_dtype(*y, ACCEL_F32);
         if (!*y) return accel_last_status();
@@ -146,6 +152,8 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
 }
 
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
+    /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
+    if (acc->mp == ACCEL_MP_FP8 && accel__fp8_convert_model(pm->m, acc->fp8) != ACCEL_OK) return accel_last_status();
     /* ZeRO: pad to 16 x world elements so every shard starts 64-byte aligned. */
     pm->fp = accel_module_flatten(pm->m, 16, acc->zero_stage ? 16 * (int64_t)acc->world : 1);
     if (!pm->fp) return accel_last_status();
@@ -165,8 +173,8 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
         if (!c) {
             st = accel_last_status();
         } else {
-            c->dt = acc->mp == ACCEL_MP_BF16 ? ACCEL_BF16 : ACCEL_F16;
-            c->prev = ACCEL_F32;
+            *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
+                                .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL};
             accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
             accel_module_set_hook(pm->m, &h);
         }

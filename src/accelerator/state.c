@@ -1,6 +1,7 @@
 /* The Accelerator's state: options and environment, process queries and
  * control, prepare of optimizers/schedulers/loaders, autocast. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -54,29 +55,79 @@ static accel_device pick_device(const accel_accelerator_opts *o, int local_rank)
                                                      : ACCEL_CPU_DEVICE;
 }
 
-/* fp8 is refused: with the device's reason where it has no fp8 (the cpu, a
- * GPU below compute capability 8.9), and on an fp8 GPU because the layers do
- * not run the CUDA backend's fp8 GEMMs yet (docs/cuda.md). */
-static accel_status refuse_fp8(const accel_accelerator_opts *o) {
-    accel_device d = pick_device(o, accel_dist_local_rank());
-    if (accel__fp8_device_check(d, "accel_accelerator_new") != ACCEL_OK) return accel_last_status();
-    char dev[32];
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           "accel_accelerator_new: fp8 mixed precision is not supported on %s yet: the CUDA "
-                           "backend has its fp8 GEMMs (E4M3/E5M2, delayed scaling) but the layers do not run "
-                           "them; use bf16",
-                           accel_device_str(d, dev, sizeof dev));
+/* ---------------------------------------------------------------- fp8 */
+
+/* ACCEL_FP8_<name> / ACCELERATE_FP8_<name> (the launcher's fp8_config). */
+static const char *fp8_env(const char *name) {
+    char a[64], b[64];
+    snprintf(a, sizeof a, "ACCEL_FP8_%s", name);
+    snprintf(b, sizeof b, "ACCELERATE_FP8_%s", name);
+    return env2(a, b);
 }
 
-static accel_status parse_precision(const char *s, const accel_accelerator_opts *o, accel_mixed_precision *out) {
+/* An integer fp8 option >= lo, or def when unset. */
+static accel_status fp8_int(const char *name, int lo, int def, int *out) {
+    const char *v = fp8_env(name);
+    char *end = NULL;
+    long n = v ? strtol(v, &end, 10) : def;
+    if (v && (end == v || *end || n < lo || n > 1 << 20))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: ACCELERATE_FP8_%s=%s must be an integer >= %d",
+                               name, v, lo);
+    *out = (int)n;
+    return ACCEL_OK;
+}
+
+/* TERecipeKwargs from the environment (Accelerate's defaults when unset):
+ * FORMAT HYBRID|E4M3, MARGIN, INTERVAL (accepted; TransformerEngine ignores
+ * it), AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO most_recent|max,
+ * USE_AUTOCAST_DURING_EVAL; BACKEND, when set, must be TE. */
+static accel_status fp8_recipe_from_env(accel__fp8_recipe *r) {
+    *r = accel__fp8_recipe_default();
+    const char *backend = fp8_env("BACKEND"), *fmt = fp8_env("FORMAT"), *algo = fp8_env("AMAX_COMPUTE_ALGO");
+    if (backend && strcasecmp(backend, "te"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "accel_accelerator_new: fp8_backend %s is not supported: accel runs TransformerEngine's "
+                               "recipe (TE)",
+                               backend);
+    if (fmt && !strcasecmp(fmt, "E5M2"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_new: fp8_format E5M2: pure E5M2 training is "
+                                                      "not supported (use HYBRID or E4M3, as TransformerEngine)");
+    if (fmt && strcasecmp(fmt, "HYBRID") && strcasecmp(fmt, "E4M3"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: fp8_format %s: choose HYBRID or E4M3", fmt);
+    if (algo && strcmp(algo, "max") && strcmp(algo, "most_recent"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_new: fp8_amax_compute_algo %s: choose 'max' or 'most_recent'", algo);
+    r->hybrid = !fmt || !strcasecmp(fmt, "HYBRID");
+    r->use_max = algo && !strcmp(algo, "max");
+    r->during_eval = truthy(fp8_env("USE_AUTOCAST_DURING_EVAL"));
+    int interval;
+    if (fp8_int("MARGIN", 0, 0, &r->margin) || fp8_int("INTERVAL", 1, 1, &interval) ||
+        fp8_int("AMAX_HISTORY_LEN", 1, r->history_len, &r->history_len))
+        return accel_last_status();
+    return ACCEL_OK;
+}
+
+/* fp8 runs where the device has fp8 GEMMs (a CUDA GPU of compute capability
+ * >= 8.9) and is refused elsewhere with the device's reason: the cpu, a GPU
+ * below 8.9 (Accelerate falls back to fp16 there; accel refuses). A bad
+ * recipe is refused first, on any device. */
+static accel_status accept_fp8(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
+    if (fp8_recipe_from_env(r) != ACCEL_OK) return accel_last_status();
+    return accel__fp8_device_check(pick_device(o, accel_dist_local_rank()), "accel_accelerator_new");
+}
+
+static accel_status parse_precision(const char *s, const accel_accelerator_opts *o, accel_mixed_precision *out,
+                                    accel__fp8_recipe *fp8) {
     if (!s || !strcasecmp(s, "no")) *out = ACCEL_MP_NO;
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
-    else if (!strcasecmp(s, "fp8")) return refuse_fp8(o);
-    else
+    else if (!strcasecmp(s, "fp8")) {
+        if (accept_fp8(o, fp8) != ACCEL_OK) return accel_last_status();
+        *out = ACCEL_MP_FP8;
+    } else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_accelerator_new: Unknown mixed_precision mode: %s. Choose between "
-                               "['no', 'fp16', 'bf16']",
+                               "['no', 'fp8', 'fp16', 'bf16']",
                                s);
     return ACCEL_OK;
 }
@@ -87,9 +138,17 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     accel_mixed_precision mp = ACCEL_MP_NO;
     const char *mps = o.mixed_precision ? o.mixed_precision
                                         : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
-    if (parse_precision(mps, &o, &mp)) return NULL;
+    accel__fp8_recipe fp8;
+    if (parse_precision(mps, &o, &mp, &fp8)) return NULL;
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
+    if (mp == ACCEL_MP_FP8 && zc.stage) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                        "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is not "
+                        "supported; use fp8 with DDP or a single process",
+                        zc.stage);
+        return NULL;
+    }
     if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
         /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
         if (o.mixed_precision || mp != ACCEL_MP_NO) {
@@ -137,6 +196,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : accel__default_project_dir());
     acc->o.project_dir = acc->project_dir;
     acc->mp = mp;
+    if (mp == ACCEL_MP_FP8) acc->fp8 = fp8;
     acc->pg = accel_dist_default_group();
     acc->rank = accel_pg_rank(acc->pg);
     acc->world = accel_pg_size(acc->pg);
@@ -200,7 +260,7 @@ accel_mixed_precision accel_accelerator_mixed_precision(const accel_accelerator 
 }
 
 const char *accel_mixed_precision_name(accel_mixed_precision mp) {
-    return mp == ACCEL_MP_BF16 ? "bf16" : mp == ACCEL_MP_FP16 ? "fp16" : "no";
+    return mp == ACCEL_MP_BF16 ? "bf16" : mp == ACCEL_MP_FP16 ? "fp16" : mp == ACCEL_MP_FP8 ? "fp8" : "no";
 }
 
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc) {
@@ -547,18 +607,21 @@ accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_mod
 
 /* ---------------------------------------------------------------- autocast */
 
-static accel_dtype autocast_dtype(const accel_accelerator *acc) {
-    return acc->mp == ACCEL_MP_BF16 ? ACCEL_BF16 : acc->mp == ACCEL_MP_FP16 ? ACCEL_F16 : ACCEL_F32;
+/* fp8 also runs bf16 autocast (Accelerate: native_amp with bf16). */
+accel_dtype accel__acc_autocast_dtype(const accel_accelerator *acc) {
+    return acc->mp == ACCEL_MP_BF16 || acc->mp == ACCEL_MP_FP8 ? ACCEL_BF16
+           : acc->mp == ACCEL_MP_FP16                       ? ACCEL_F16
+                                                             : ACCEL_F32;
 }
 
 accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return accel_autocast_dtype();
-    accel_dtype dt = autocast_dtype(acc);
+    accel_dtype dt = accel__acc_autocast_dtype(acc);
     return dt == ACCEL_F32 ? accel_autocast_dtype() : accel_autocast_begin(dt);
 }
 
 accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
-    if (autocast_dtype(acc) != ACCEL_F32) accel_autocast_end(previous);
+    if (accel__acc_autocast_dtype(acc) != ACCEL_F32) accel_autocast_end(previous);
     return ACCEL_OK;
 }

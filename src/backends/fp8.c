@@ -1,7 +1,10 @@
-/* Which devices can run mixed_precision='fp8' (backends/fp8.h). */
+/* Which devices can run mixed_precision='fp8', and the fp8 Linear's
+ * primitives (backends/fp8.h): the CPU reference here, the CUDA kernels
+ * behind accel__cuda_fp8_* on a GPU. */
 #include "backends/fp8.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #ifdef ACCEL_HAVE_CUDA
 #include "backends/cuda/cuda_env.h"
@@ -32,4 +35,127 @@ accel_status accel__fp8_device_check(accel_device d, const char *op) {
                            "%s: fp8 mixed precision is not supported on %s%s%s%s: it needs a CUDA GPU of compute "
                            "capability >= 8.9 (Ada Lovelace, Hopper); use bf16 or fp16",
                            op, dev, *why ? " (" : "", why, *why ? ")" : "");
+}
+
+/* ---- primitives */
+
+static int meta_len(const accel_tensor *meta) { return (int)meta->shape[0] - 2; }
+
+#ifdef ACCEL_HAVE_CUDA
+static bool is_cuda(const accel_tensor *t) { return t->device.type == ACCEL_DEV_CUDA; }
+#endif
+
+/* t is a contiguous [rows, cols] tensor of dtype dt (cols < 0: any 1-D). */
+static bool fits(const accel_tensor *t, accel_dtype dt, int64_t rows, int64_t cols) {
+    if (!t || t->dtype != dt || !accel_is_contiguous(t)) return false;
+    if (cols < 0) return t->ndim == 1 && t->shape[0] >= rows;
+    return t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols;
+}
+
+static accel_status bad(const char *fn, const char *what) {
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", fn, what);
+}
+
+accel_tensor *accel__fp8_meta_new(int len, accel_device dev) {
+    if (len < 1) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "fp8: amax_history_len must be >= 1 (got %d)", len);
+        return NULL;
+    }
+    const int64_t shape[2] = {ACCEL__FP8_META_ROWS(len), ACCEL__FP8_SLOTS};
+    accel_tensor *host = accel_tensor_new(ACCEL_F32, 2, shape, ACCEL_CPU_DEVICE);
+    if (!host) return NULL;
+    float *m = host->data;
+    memset(m, 0, sizeof(float) * (size_t)(shape[0] * shape[1]));
+    for (int s = 0; s < 2 * ACCEL__FP8_SLOTS; s++) m[s] = 1.0f; /* scale and scale_inv */
+    if (dev.type == ACCEL_DEV_CPU) return host;
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, 2, shape, dev);
+    if (t && accel_copy_(t, host) != ACCEL_OK) {
+        accel_tensor_free(t);
+        t = NULL;
+    }
+    accel_tensor_free(host);
+    return t;
+}
+
+static void quantize_cpu(uint8_t *q, uint8_t *q_t, const float *x, int64_t rows, int64_t cols, float *meta,
+                         int slot, accel__fp8_format f) {
+    const float s = meta[slot];
+    float m = *accel__fp8_meta_amax(meta, slot);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        m = fmaxf(m, fabsf(x[i])); /* fmaxf drops a NaN, as the GPU's */
+        q[i] = accel__fp8_encode(x[i] * s, f);
+        if (q_t) q_t[(i % cols) * rows + i / cols] = q[i];
+    }
+    *accel__fp8_meta_amax(meta, slot) = m;
+}
+
+accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
+                                 accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f) {
+    static const char *FN = "accel__fp8_quantize";
+    if (!x || x->ndim != 2 || slot < 0 || slot >= ACCEL__FP8_SLOTS) return bad(FN, "x must be 2-D, slot 0..2");
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    if (!fits(x, ACCEL_F32, rows, cols) || !fits(q, ACCEL_U8, rows, cols) || (q_t && !fits(q_t, ACCEL_U8, cols, rows)) ||
+        !fits(inv, ACCEL_F32, inv_at + 1, -1) || !meta || meta->ndim != 2 || meta->shape[0] < 3 ||
+        !fits(meta, ACCEL_F32, meta->shape[0], ACCEL__FP8_SLOTS))
+        return bad(FN, "x f32 [rows, cols], q u8 [rows, cols], q_t u8 [cols, rows], inv f32 and meta f32 "
+                       "[2 + len, 3], all contiguous");
+    float *m = meta->data;
+#ifdef ACCEL_HAVE_CUDA
+    if (is_cuda(x))
+        return accel__cuda_fp8_quantize(x->device.index, q->data, q_t ? q_t->data : NULL, x->data, rows, cols, f,
+                                        m + slot, m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot),
+                                        (float *)inv->data + inv_at);
+#endif
+    if (x->device.type != ACCEL_DEV_CPU) return bad(FN, "fp8 runs on cuda devices (and the cpu reference)");
+    quantize_cpu(q->data, q_t ? q_t->data : NULL, x->data, rows, cols, m, slot, f);
+    ((float *)inv->data)[inv_at] = m[ACCEL__FP8_SLOTS + slot];
+    return ACCEL_OK;
+}
+
+static void gemm_cpu(float *c, float beta, const uint8_t *a, accel__fp8_format fa, float a_inv, const uint8_t *b,
+                     accel__fp8_format fb, float b_inv, int64_t M, int64_t N, int64_t K) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; k++)
+                acc += (double)accel__fp8_decode(a[i * K + k], fa) * accel__fp8_decode(b[j * K + k], fb);
+            float v = (float)(acc * a_inv * b_inv);
+            c[i * N + j] = beta == 0.0f ? v : v + beta * c[i * N + j];
+        }
+}
+
+accel_status accel__fp8_gemm(accel_tensor *c, float beta, accel__fp8_operand a, accel__fp8_operand b) {
+    static const char *FN = "accel__fp8_gemm";
+    if (!a.q || !b.q || !c || a.q->ndim != 2 || b.q->ndim != 2) return bad(FN, "A and B must be 2-D");
+    int64_t M = a.q->shape[0], K = a.q->shape[1], N = b.q->shape[0];
+    if (!fits(a.q, ACCEL_U8, M, K) || !fits(b.q, ACCEL_U8, N, K) || !fits(c, ACCEL_F32, M, N) ||
+        !fits(a.inv, ACCEL_F32, a.inv_at + 1, -1) || !fits(b.inv, ACCEL_F32, b.inv_at + 1, -1))
+        return bad(FN, "A u8 [M, K], B u8 [N, K], C f32 [M, N] and the scale_invs f32, all contiguous");
+    if (a.fmt == ACCEL_FP8_E5M2 && b.fmt == ACCEL_FP8_E5M2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: E5M2 x E5M2 has no fp8 GEMM (cuBLASLt has none)", FN);
+    const float *ai = (const float *)a.inv->data + a.inv_at, *bi = (const float *)b.inv->data + b.inv_at;
+#ifdef ACCEL_HAVE_CUDA
+    if (is_cuda(c)) {
+        accel__cuda_fp8_args g = {.c = c->data, .c_dtype = ACCEL_F32, .a = a.q->data, .b = b.q->data, .a_fmt = a.fmt,
+                             .b_fmt = b.fmt, .a_inv = ai, .b_inv = bi, .M = M, .N = N, .K = K, .lda = K, .ldb = K,
+                             .ldc = N, .alpha = 1.0f, .beta = beta};
+        return accel__cuda_fp8_gemm(c->device.index, &g);
+    }
+#endif
+    if (c->device.type != ACCEL_DEV_CPU) return bad(FN, "fp8 runs on cuda devices (and the cpu reference)");
+    gemm_cpu(c->data, beta, a.q->data, a.fmt, *ai, b.q->data, b.fmt, *bi, M, N, K);
+    return ACCEL_OK;
+}
+
+accel_status accel__fp8_meta_update(accel_tensor *meta, int first, int n, accel__fp8_recipe r) {
+    if (!meta || meta->ndim != 2 || meta->shape[0] < 3 || !fits(meta, ACCEL_F32, meta->shape[0], ACCEL__FP8_SLOTS) ||
+        first < 0 || n < 0 || first + n > ACCEL__FP8_SLOTS)
+        return bad("accel__fp8_meta_update", "meta must be f32 [2 + len, 3] and the slots within 0..2");
+    r.history_len = meta_len(meta); /* the meta's rows (a loaded checkpoint's) decide */
+#ifdef ACCEL_HAVE_CUDA
+    if (is_cuda(meta)) return accel__cuda_fp8_update(meta->device.index, meta->data, first, n, r);
+#endif
+    if (meta->device.type != ACCEL_DEV_CPU) return bad("accel__fp8_meta_update", "fp8 runs on cuda devices");
+    for (int s = first; s < first + n; s++) accel__fp8_update(meta->data, s, r);
+    return ACCEL_OK;
 }

@@ -61,42 +61,59 @@ ACCEL__HD static inline float accel__fp8_decode(uint8_t v, accel__fp8_format f) 
     return s * ldexpf((float)((1u << mbits) + m), (int)e - bias - mbits);
 }
 
-/* The delayed-scaling state of one tensor: the amax of its last `len` casts
- * (a ring, newest at `pos`) and the scale the next cast uses. */
-typedef struct accel__fp8_scaling {
-    float scale;     /* q = fp8(x * scale); starts at 1 */
-    float scale_inv; /* 1 / scale: the GEMM's dequantisation factor */
-    int len, pos;    /* history length (>= 1) and the newest entry */
-    bool use_max;    /* amax_compute_algo "max" (else "most_recent") */
+/* Accelerate's TERecipeKwargs / FP8RecipeKwargs (TransformerEngine's
+ * DelayedScaling). `interval` is not here: TransformerEngine deprecated it
+ * and updates every step. */
+typedef struct accel__fp8_recipe {
+    bool hybrid;     /* fp8_format HYBRID: E5M2 gradients (else "E4M3": E4M3 everywhere) */
     int margin;      /* scale = fp8_max / amax / 2^margin */
-} accel__fp8_scaling;
+    int history_len; /* amax_history_len (>= 1) */
+    bool use_max;    /* amax_compute_algo "max" (else "most_recent") */
+    bool during_eval; /* use_autocast_during_eval: fp8 also when the module is not training */
+} accel__fp8_recipe;
 
-/* After a cast that saw `amax`: records it in `history` (len floats) and sets
- * the next scale from the history (TransformerEngine's default scaling
- * function). An amax of 0, inf or NaN keeps the scale as it is. */
-ACCEL__HD static inline void accel__fp8_update(accel__fp8_scaling *s, float *history, float amax,
-                                               accel__fp8_format f) {
-    s->pos = (s->pos + 1) % s->len;
-    history[s->pos] = amax;
-    float a = history[s->pos];
-    for (int i = 0; s->use_max && i < s->len; i++) /* a NaN anywhere wins, as torch.max */
-        if (isnan(history[i]) || history[i] > a) a = history[i];
-    if (!(a > 0.0f) || isinf(a)) return;
-    float sf = accel__fp8_max(f) / a / ldexpf(1.0f, s->margin);
-    s->scale = sf;
-    s->scale_inv = 1.0f / sf;
+/* HYBRID, margin 0, amax_history_len 1024, "most_recent": Accelerate's defaults. */
+static inline accel__fp8_recipe accel__fp8_recipe_default(void) {
+    accel__fp8_recipe r = {true, 0, 1024, false, false};
+    return r;
 }
 
-/* The state of a new tensor (history zeroed by the caller). */
-ACCEL__HD static inline accel__fp8_scaling accel__fp8_scaling_init(int len, bool use_max, int margin) {
-    accel__fp8_scaling s;
-    s.scale = 1.0f;
-    s.scale_inv = 1.0f;
-    s.len = len > 0 ? len : 1;
-    s.pos = 0;
-    s.use_max = use_max;
-    s.margin = margin;
-    return s;
+/* The tensors an fp8 Linear casts, each with its own delayed scaling: the
+ * input and the weight (forward, E4M3) and the output gradient (backward). */
+enum { ACCEL__FP8_X, ACCEL__FP8_W, ACCEL__FP8_DY, ACCEL__FP8_SLOTS };
+
+ACCEL__HD static inline accel__fp8_format accel__fp8_slot_format(accel__fp8_recipe r, int slot) {
+    return slot == ACCEL__FP8_DY && r.hybrid ? ACCEL_FP8_E5M2 : ACCEL_FP8_E4M3;
+}
+
+/* An fp8 Linear's scaling state ("fp8 meta"), f32 [2 + history_len, SLOTS]
+ * row-major, as TransformerEngine keeps it (scale, scale_inv, amax_history):
+ *   row 0: scale per slot (q = fp8(x * scale); starts at 1);
+ *   row 1: scale_inv = 1 / scale (the GEMMs' dequantisation factor);
+ *   rows 2..: the amax history, row 2 the amax of the current step (the casts
+ *   raise it), the older rows after it. */
+#define ACCEL__FP8_META_ROWS(len) (2 + (len))
+ACCEL__HD static inline float *accel__fp8_meta_amax(float *meta, int slot) { return meta + 2 * ACCEL__FP8_SLOTS + slot; }
+
+/* After a step's casts of `slot`: the next scale from the amax history
+ * (TransformerEngine's default scaling function: the history's max or its
+ * newest entry; an amax of 0, inf or NaN keeps the scale), then the history
+ * rotated by -1 with a zeroed row for the next step
+ * (nvte_delayed_scaling_recipe_amax_and_scale_update). */
+ACCEL__HD static inline void accel__fp8_update(float *meta, int slot, accel__fp8_recipe r) {
+    float *h = accel__fp8_meta_amax(meta, slot);
+    const int S = ACCEL__FP8_SLOTS, len = r.history_len;
+    float a = h[0];
+    for (int i = 1; r.use_max && i < len && !isnan(a); i++) /* a NaN anywhere wins, as torch.max */
+        if (isnan(h[i * S]) || h[i * S] > a) a = h[i * S];
+    float first = h[0];
+    for (int i = 0; i + 1 < len; i++) h[i * S] = h[(i + 1) * S];
+    h[(len - 1) * S] = first;
+    h[0] = 0.0f;
+    if (!(a > 0.0f) || isinf(a)) return;
+    float sf = accel__fp8_max(accel__fp8_slot_format(r, slot)) / a / ldexpf(1.0f, r.margin);
+    meta[slot] = sf;
+    meta[S + slot] = 1.0f / sf;
 }
 
 #ifdef __cplusplus
@@ -108,6 +125,40 @@ extern "C" {
  * ACCEL_ERR_UNSUPPORTED error "<op>: fp8 mixed precision is not supported on
  * <device> (...)" naming why (fp8.c). */
 accel_status accel__fp8_device_check(accel_device d, const char *op);
+
+/* ---- The fp8 Linear's primitives (fp8.c): on the cpu the software reference
+ * (the conversions above, a GEMM in double on the decoded values), on a CUDA
+ * device the backend's kernels (the GPU's conversions, cuBLASLt's fp8 GEMM).
+ * Every tensor contiguous and on one device; enqueued on a GPU's stream. */
+
+/* A new fp8 meta (scales 1, history zero) for amax_history_len `len`, on
+ * dev: a persistent f32 [2 + len, SLOTS] tensor the caller owns. */
+accel_tensor *accel__fp8_meta_new(int len, accel_device dev);
+
+/* q [rows, cols] (u8: fp8 bits of format f) = fp8(x * scale[slot]),
+ * saturating; q_t [cols, rows] its transpose unless NULL (the K-contiguous
+ * operand of the gradient GEMMs); inv[inv_at] = scale_inv[slot], the
+ * dequantisation factor of q, kept after the scale moves on; the slot's
+ * current amax raised to max |x| (a NaN in x is not counted). x: f32 [rows,
+ * cols]; meta: an fp8 meta. */
+accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
+                                 accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f);
+
+/* One fp8 operand: bytes [rows, K] of format fmt, dequantised by inv[inv_at]. */
+typedef struct accel__fp8_operand {
+    accel_tensor *q;
+    accel__fp8_format fmt;
+    accel_tensor *inv;
+    int inv_at;
+} accel__fp8_operand;
+
+/* c [M, N] (f32) = (a.inv A) (b.inv B)^T + beta c, A [M, K] and B [N, K]
+ * (not both E5M2; K a multiple of 16 on a GPU), f32 accumulation; beta 0
+ * never reads c. */
+accel_status accel__fp8_gemm(accel_tensor *c, float beta, accel__fp8_operand a, accel__fp8_operand b);
+
+/* accel__fp8_update of slots [first, first + n) of meta, on its device. */
+accel_status accel__fp8_meta_update(accel_tensor *meta, int first, int n, accel__fp8_recipe r);
 
 #ifdef __cplusplus
 }

@@ -230,8 +230,12 @@ typedef struct accel_k_rope_tables {
     double theta;
 } accel_k_rope_tables;
 
-/* y [BH, T, 2 half] (+)= x rotated by sign * angle (rotate_half layout), all
- * f32 contiguous; beta 0 overwrites, 1 adds. */
+/* y [B, H, T, 2 half] (+)= x [B, H, T, 2 half] rotated by sign * angle
+ * (rotate_half layout), computed in f32 from cos/sin [T, half] (f32
+ * contiguous); BH = B * H. x and y of any float dtype each (read and written
+ * in it, y rounded once); x at any strides (a [B, T, H, D] projection output
+ * seen as [B, H, T, D] is read in place: the rotation and the head transpose
+ * in one pass), y contiguous. beta 0 overwrites, 1 adds. */
 typedef struct accel_k_rope {
     ACCEL_KERNEL_TENSORS(4, *y, *x, *cos, *sin);
     int64_t BH, T, half;

@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "nn/fp8_modules.h"
 #include "nn_internal.h"
+#include "ops/fp8_linear.h"
 
 accel_tensor *accel__module_tensor(accel_module *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -34,7 +36,9 @@ static bool check_dims(const char *fn, int64_t a, int64_t b) {
 /* ---- Linear */
 
 static accel_tensor *linear_forward(accel_module *m, accel_tensor *x) {
-    return accel_linear(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"));
+    accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
+    accel_tensor *fp8 = accel__fp8_linear_meta(m); /* mixed_precision='fp8' (nn/fp8_modules.h) */
+    return fp8 ? accel__fp8_linear(x, w, b, fp8, *accel__fp8_autocast()) : accel_linear(x, w, b);
 }
 
 static const accel_module_ops LINEAR_OPS = {"Linear", linear_forward, NULL};

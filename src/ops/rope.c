@@ -1,13 +1,21 @@
 /* accel_rope: rotary position embedding, transformers' Llama rotate_half
  * layout: out = x * cos + rotate_half(x) * sin with rotate_half(x) =
- * cat(-x2, x1), cos/sin of angle pos * inv_freq[i] duplicated over both halves. */
+ * cat(-x2, x1), cos/sin of angle pos * inv_freq[i] duplicated over both halves.
+ * The rope kernel reads x in its dtype and layout (the q/k projection's
+ * [B, T, H, D] seen as [B, H, T, D]) and writes the contiguous output in x's
+ * dtype: no f32 or contiguous copies around it, forward or backward. */
 #include "nn_internal.h"
 
+/* t itself when the rope kernel reads it in place (its last dim contiguous), else a contiguous copy. */
+static accel_tensor *rope_input(accel_tensor *t) {
+    return t && t->stride[3] != 1 && t->shape[3] > 1 ? accel__contig(t) : t;
+}
+
 static accel_status rope_backward(accel_node *node, accel_tensor *grad_out) {
-    accel_tensor *gt = accel__f32_contig(grad_out);
+    accel_tensor *gt = rope_input(grad_out);
     if (!gt) return accel_last_status();
     accel__gbuf gx;
-    if (!accel__gbuf_begin(&gx, node->inputs[0])) return accel_last_status();
+    if (!accel__gbuf_begin_native(&gx, node->inputs[0])) return accel_last_status();
     if (!gx.dst) return ACCEL_OK;
     /* The inverse rotation. */
     accel_k_rope k = {.y = gx.dst, .x = gt, .cos = node->saved[0], .sin = node->saved[1], .BH = node->iarg[0],
@@ -37,14 +45,12 @@ accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {
     int64_t BH = x->shape[0] * x->shape[1], T = x->shape[2], half = x->shape[3] / 2;
     accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
     accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
-    accel_tensor *xf = accel__f32_contig(x);
-    accel_tensor *y = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, 4, x->shape, dev);
-    if (!xf || !y || !cst || !snt) return NULL;
+    accel_tensor *xs = rope_input(x);
+    if (!xs || !cst || !snt) return NULL;
     accel_k_rope_tables kt = {.cos = cst, .sin = snt, .T = T, .half = half, .pos0 = pos_offset, .theta = theta};
-    accel_k_rope k = {.y = y, .x = xf, .cos = cst, .sin = snt, .BH = BH, .T = T, .half = half, .sign = 1.0f};
+    accel_k_rope k = {.y = out, .x = xs, .cos = cst, .sin = snt, .BH = BH, .T = T, .half = half, .sign = 1.0f};
     if (ACCEL_KERNEL(OP, dev, rope_tables, &kt) != ACCEL_OK || ACCEL_KERNEL(OP, dev, rope, &k) != ACCEL_OK)
         return NULL;
-    if (y != out && accel_copy_(out, y) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("rope", rope_backward, out, 1, in);
     if (n) {
         n->saved[0] = cst;

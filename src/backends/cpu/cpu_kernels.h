@@ -105,6 +105,9 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
  * operands of f32, bf16 or f16 each. */
 void accel__cpu_swiglu(const accel_k_swiglu *k);
 void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k);
+/* The fast path of the rope kernel: x and y f32, bf16 or f16, the last dim
+ * of x contiguous (backends/kernels.h). */
+void accel__cpu_rope(const accel_k_rope *k);
 /* The rows of cross_entropy_fused given the count of counted targets (all
  * targets already checked), on nt threads with C floats of scratch each;
  * *total = the sum of the counted rows' losses. */

@@ -53,6 +53,7 @@
       (dst, dst_dt, src, src_dt, n))                                                           \
     X(accel__cpu_swiglu, (const accel_k_swiglu *k), (k))                                       \
     X(accel__cpu_swiglu_backward, (const accel_k_swiglu_backward *k), (k))                     \
+    X(accel__cpu_rope, (const accel_k_rope *k), (k))                                           \
     X(accel__cpu_cross_entropy_fused,                                                          \
       (const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch, double *total), \
       (k, count, nt, scratch, total))

@@ -1,6 +1,6 @@
 /* Kernels that read and write bf16 (and f16) directly, compiled per ISA
  * (cpu_variants.h): dtype conversion of contiguous runs, SwiGLU forward and
- * backward, and the cross-entropy rows with their gradient. They work on
+ * backward, RoPE, and the cross-entropy rows with their gradient. They work on
  * blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
  * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
  * the result is rounded once into its dtype. */
@@ -139,6 +139,41 @@ void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
 #pragma omp simd
             for (int64_t i = 0; i < m; i++) d[i] = gg[i] * t[i];
             store_block(dup->data, dup->dtype, off, m, d, k->dup_beta, old);
+        }
+    }
+}
+
+/* ---- RoPE */
+
+/* o1 = x1 c - x2 s, o2 = x2 c + x1 s with s = sign * sin: one block of a row's halves. */
+ACCEL__VEC_MATH static void rotate_block(const float *x1, const float *x2, const float *c, const float *sn, float sign,
+                                         float *o1, float *o2, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float si = sign * sn[i];
+        o1[i] = x1[i] * c[i] - x2[i] * si;
+        o2[i] = x2[i] * c[i] + x1[i] * si;
+    }
+}
+
+void accel__cpu_rope(const accel_k_rope *k) {
+    const accel_tensor *x = k->x, *y = k->y;
+    int64_t H = x->shape[1], T = k->T, half = k->half, D = 2 * half, rows = k->BH * T;
+    const float *cs = k->cos->data, *sn = k->sin->data;
+    size_t xes = accel_dtype_size(x->dtype);
+    enum { HB = BLOCK / 2 };
+#pragma omp parallel for if (rows * D > 16384) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float b1[HB], b2[HB], o1[HB], o2[HB], old[HB];
+        int64_t t = r % T, bh = r / T;
+        const char *xr = (const char *)x->data +
+                         (size_t)((bh / H) * x->stride[0] + (bh % H) * x->stride[1] + t * x->stride[2]) * xes;
+        for (int64_t i0 = 0; i0 < half; i0 += HB) {
+            int64_t m = half - i0 < HB ? half - i0 : HB;
+            const float *x1 = f32_view(xr, x->dtype, i0, m, b1), *x2 = f32_view(xr, x->dtype, half + i0, m, b2);
+            rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, o1, o2, m);
+            store_block(y->data, y->dtype, r * D + i0, m, o1, k->beta, old);
+            store_block(y->data, y->dtype, r * D + half + i0, m, o2, k->beta, old);
         }
     }
 }

@@ -73,6 +73,28 @@ static void small_m_block(bool trans_a, bool trans_b, int64_t M, int64_t lo, int
  * per row. */
 enum { SMALL_M = 4 };
 
+/* Rows (columns) of C per block of a split GEMM, at least. Every block's
+ * sgemm packs the whole other operand again (all of op(B), K x N floats, for
+ * a row block), which costs about 8 / rows of the block's multiply-adds
+ * (packing ~0.5 cycle a float, 16 multiply-adds a cycle on AVX2 + FMA): 12%
+ * for the 64-row blocks a dW = dY^T X of 512 rows over 2048 tokens was cut
+ * into before, under 1% from 1024 rows. On the Llama step (Zen3, 2
+ * threads) the packing fell from 8.7% to 6.9% of the samples
+ * (bench/results/llama_step_profile.md). */
+enum { MIN_BLOCK = 1024 };
+
+/* Blocks of a split GEMM over len rows (columns) on nt threads: a multiple
+ * of nt (equal shares), at most 4 per thread (dynamic, so a core slowed by
+ * another process does not hold the others up), each of MIN_BLOCK or more
+ * where len allows it, else one per thread. With fewer than 64 rows per
+ * thread, one block per 64 rows (0 or 1: not split). */
+static int64_t gemm_blocks(int64_t len, int nt) {
+    if (len / 64 < nt) return len / 64;
+    int64_t per_thread = len / ((int64_t)nt * MIN_BLOCK);
+    per_thread = per_thread < 1 ? 1 : per_thread > 4 ? 4 : per_thread;
+    return per_thread * nt;
+}
+
 void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc) {
@@ -113,12 +135,10 @@ void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     }
     accel__blas_single_thread();
     int nt = accel_num_threads();
-    /* Blocks of at least 64 rows/columns and ~4 per thread (dynamic, so a
-     * core slowed by another process does not hold the others up); below
-     * ~1 MFLOP a parallel region costs more than it saves. */
     bool by_rows = M >= N;
     int64_t len = by_rows ? M : N;
-    int64_t nb = len / 64 < 4 * nt ? len / 64 : 4 * nt;
+    int64_t nb = gemm_blocks(len, nt);
+    /* below ~1 MFLOP a parallel region costs more than it saves */
     if (nt <= 1 || nb < 2 || (double)M * (double)N * (double)K < 5e5) {
         blas_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -338,7 +358,7 @@ const char *accel__gemm_describe(char *buf, size_t size) {
         snprintf(buf, size, "GEMM: reference (accel_set_reference_kernels)\n");
         return buf;
     }
-    char f32[160], bf16[160], f16[160];
+    char f32[256], bf16[256], f16[256]; /* a oneDNN implementation name is up to 191 bytes */
     describe_f32(mode, f32, sizeof f32);
     describe_lowp(mode, ACCEL_BF16, bf16, sizeof bf16);
     describe_lowp(mode, ACCEL_F16, f16, sizeof f16);
@@ -356,9 +376,13 @@ static const void *as_dtype(const void *p, accel_dtype from, accel_dtype to, int
     size_t ts = accel_dtype_size(to), fs = accel_dtype_size(from);
     char *f = accel_arena_alloc(accel_step_arena(), (size_t)(rows * cols) * ts, 64);
     if (!f) return NULL;
+    /* The vectorised, threaded conversion: a bf16 weight widened for every
+     * call costs as much as the GEMM itself at decode's M = 1. */
     const char *src = p;
-    for (int64_t r = 0; r < rows; r++)
-        accel_convert(f + (size_t)(r * cols) * ts, to, src + (size_t)(r * ld) * fs, from, (size_t)cols);
+    if (ld == cols) accel__cpu_convert(f, to, src, from, rows * cols);
+    else
+        for (int64_t r = 0; r < rows; r++)
+            accel__cpu_convert(f + (size_t)(r * cols) * ts, to, src + (size_t)(r * ld) * fs, from, cols);
     return f;
 }
 

@@ -8,7 +8,9 @@
  * transposed operand is never copied); with M <= 4 rows (decoding one token)
  * it calls one cblas_sgemv per row instead, which packs nothing. BLAS runs
  * single-threaded; a large
- * GEMM is split into row or column blocks computed by the OpenMP threads
+ * GEMM is split into row or column blocks (one per thread, or up to 4 per
+ * thread of 1024+ rows: each block packs the other operand again) computed
+ * by the OpenMP threads
  * (one thread pool: OpenBLAS's pthread pool and the OpenMP pool of the other
  * ops otherwise spin against each other on the cores). Called inside an
  * OpenMP parallel region, it computes on the calling thread alone. Under accel_reference_kernels() a plain

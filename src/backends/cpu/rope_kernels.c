@@ -1,5 +1,7 @@
 /* Rotary position embedding (transformers' Llama rotate_half layout): the
- * cos/sin tables and the rotation, forward (+angle) and backward (-angle). */
+ * cos/sin tables and the rotation, forward (+angle) and backward (-angle).
+ * The rotation's fast path (bf16 read and written in registers) is in
+ * fused_kernels.c. */
 #include <math.h>
 
 #include "cpu_kernels.h"
@@ -19,39 +21,35 @@ accel_status accel__cpuk_rope_tables(accel_k_rope_tables *k) {
     return ACCEL_OK;
 }
 
-/* Rotates every row [D] of x [BH, T, D] by sign * angle; y may accumulate (beta 1). */
-static void rope_apply(const float *x, float *y, int64_t BH, int64_t T, int64_t half, const float *cs,
-                       const float *sn, float sign, float beta) {
-    int64_t D = 2 * half;
-#pragma omp parallel for if (BH * T * D > 16384) schedule(static)
-    for (int64_t r = 0; r < BH * T; r++) {
-        const float *xr = x + r * D, *c = cs + (r % T) * half, *s = sn + (r % T) * half;
-        float *yr = y + r * D;
-        for (int64_t i = 0; i < half; i++) {
-            float x1 = xr[i], x2 = xr[i + half], si = sign * s[i];
-            float a = x1 * c[i] - x2 * si, b = x2 * c[i] + x1 * si;
-            yr[i] = beta == 0.0f ? a : yr[i] + a;
-            yr[i + half] = beta == 0.0f ? b : yr[i + half] + b;
+static bool fast_dtype(accel_dtype dt) { return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16; }
+
+/* The reference: the textbook form x * cos + rotate_half(x) * sign * sin,
+ * element by element through generic loads (any float dtypes and strides). */
+static void rope_reference(const accel_k_rope *k) {
+    const accel_tensor *x = k->x;
+    const float *cs = k->cos->data, *sn = k->sin->data;
+    int64_t H = x->shape[1], T = k->T, half = k->half, D = 2 * half, s3 = x->stride[3];
+    for (int64_t r = 0; r < k->BH * T; r++) {
+        int64_t t = r % T, bh = r / T;
+        int64_t row = (bh / H) * x->stride[0] + (bh % H) * x->stride[1] + t * x->stride[2];
+        for (int64_t j = 0; j < D; j++) {
+            int64_t i = j % half;
+            float xj = (float)accel__load_elem(x->data, x->dtype, (size_t)(row + j * s3));
+            float rot = j < half ? -(float)accel__load_elem(x->data, x->dtype, (size_t)(row + (j + half) * s3))
+                                 : (float)accel__load_elem(x->data, x->dtype, (size_t)(row + (j - half) * s3));
+            float v = xj * cs[t * half + i] + rot * (k->sign * sn[t * half + i]);
+            size_t o = (size_t)(r * D + j);
+            if (k->beta != 0.0f) v += (float)accel__load_elem(k->y->data, k->y->dtype, o);
+            accel__store_elem(k->y->data, k->y->dtype, o, v);
         }
     }
 }
 
-/* The reference: the textbook form x * cos + rotate_half(x) * sin, element by element. */
-static void rope_reference(const float *xp, float *yp, int64_t BH, int64_t T, int64_t half, const float *cs,
-                           const float *sn) {
-    int64_t D = 2 * half;
-    for (int64_t r = 0; r < BH * T; r++)
-        for (int64_t j = 0; j < D; j++) {
-            int64_t i = j % half, t = r % T;
-            float rot = j < half ? -xp[r * D + j + half] : xp[r * D + j - half];
-            yp[r * D + j] = xp[r * D + j] * cs[t * half + i] + rot * sn[t * half + i];
-        }
-}
-
 accel_status accel__cpuk_rope(accel_k_rope *k) {
-    if (accel_reference_kernels() && k->sign == 1.0f && k->beta == 0.0f)
-        rope_reference(k->x->data, k->y->data, k->BH, k->T, k->half, k->cos->data, k->sin->data);
+    if (k->BH * k->T * k->half == 0) return ACCEL_OK;
+    if (accel_reference_kernels() || !fast_dtype(k->x->dtype) || !fast_dtype(k->y->dtype) || k->x->stride[3] != 1)
+        rope_reference(k);
     else
-        rope_apply(k->x->data, k->y->data, k->BH, k->T, k->half, k->cos->data, k->sin->data, k->sign, k->beta);
+        accel__cpu_rope(k);
     return ACCEL_OK;
 }

@@ -64,21 +64,20 @@ ACCEL__CUDA_KERNELS(ACCEL__CUDA_KERNEL_DECL)
 /* C[M, N] (leading dim ldc, f32) *= beta (0 overwrites NaNs): a GEMM with K = 0. */
 accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta);
 
-/* ---- fp8 (fp8.cu, fp8_gemm.c; the formats and the delayed-scaling rule
- * are backends/fp8.h). Device pointers throughout; enqueued on the thread's
- * stream. Compiled and tested against the CPU reference on a GPU; not yet
- * used by the layers (mixed_precision='fp8' is refused). */
+/* ---- fp8 (fp8.cu, gemm.c; the formats, the fp8 meta and the
+ * delayed-scaling rule are backends/fp8.h, whose primitives call these).
+ * Device pointers throughout; enqueued on the thread's stream. */
 
 /* q [rows, cols] (fp8 bits of format f, row-major) = fp8(x * *scale),
  * saturating, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
  * transpose when non-NULL (the K-contiguous operand of the gradient GEMMs);
- * *amax = max(*amax, max |x|). */
+ * *amax = max(*amax, max |x|); *inv_out = *scale_inv unless NULL. */
 accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
-                                      int64_t cols, accel__fp8_format f, const float *scale, float *amax);
-/* After the casts of a step: records *amax in history (len floats), sets *s
- * (its scale and scale_inv) by accel__fp8_update, and clears *amax. */
-accel_status accel__cuda_fp8_update(int index, accel__fp8_scaling *s, float *history, float *amax,
-                                    accel__fp8_format f);
+                                      int64_t cols, accel__fp8_format f, const float *scale, const float *scale_inv,
+                                      float *amax, float *inv_out);
+/* accel__fp8_update of slots [first, first + n) of the fp8 meta `meta`
+ * (f32 [2 + r.history_len, ACCEL__FP8_SLOTS]). */
+accel_status accel__cuda_fp8_update(int index, float *meta, int first, int n, accel__fp8_recipe r);
 
 /* C [M, N] (row-major, leading dim ldc; f32 or bf16) = alpha * (a_inv A)
  * (b_inv B)^T + beta C with A [M, K] and B [N, K] fp8 (row-major, K
@@ -86,7 +85,7 @@ accel_status accel__cuda_fp8_update(int index, accel__fp8_scaling *s, float *his
  * both E5M2), a_inv and b_inv the device scale_inv of each, f32 accumulation.
  * y = x W^T is (A = x, B = W); dX = dY W is (A = dY, B = W^T) and dW = dY^T X
  * is (A = dY^T, B = X^T) from the transposed casts. */
-typedef struct accel__fp8_gemm {
+typedef struct accel__cuda_fp8_args {
     void *c;
     accel_dtype c_dtype;
     const uint8_t *a, *b;
@@ -94,8 +93,8 @@ typedef struct accel__fp8_gemm {
     const float *a_inv, *b_inv;
     int64_t M, N, K, lda, ldb, ldc;
     float alpha, beta;
-} accel__fp8_gemm;
-accel_status accel__cuda_fp8_gemm(int index, const accel__fp8_gemm *g);
+} accel__cuda_fp8_args;
+accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g);
 
 /* Why there is no usable CUDA device ("" when there is one): for accel env. */
 const char *accel__cuda_unavailable_reason(void);

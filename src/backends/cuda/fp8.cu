@@ -11,9 +11,11 @@ __device__ inline uint8_t to_fp8(float v, accel__fp8_format f) {
 }
 
 /* amax: one integer atomicMax per warp on the f32 bits (they order as
- * integers for values >= 0); a NaN of x is not counted. */
+ * integers for values >= 0); a NaN of x is not counted. Thread 0 also keeps
+ * the scale_inv this cast used (*inv_out). */
 __global__ void fp8_quantize_k(uint8_t *q, uint8_t *qt, const float *x, int64_t rows, int64_t cols,
-                               accel__fp8_format f, const float *scale, float *amax) {
+                               accel__fp8_format f, const float *scale, const float *scale_inv, float *amax,
+                               float *inv_out) {
     const float s = *scale;
     float m = 0.0f;
     GRID_STRIDE(i, rows * cols) {
@@ -25,27 +27,28 @@ __global__ void fp8_quantize_k(uint8_t *q, uint8_t *qt, const float *x, int64_t 
     }
     m = warp_max(m);
     if ((threadIdx.x & 31) == 0) atomicMax((unsigned int *)amax, __float_as_uint(m));
+    if (inv_out && blockIdx.x == 0 && threadIdx.x == 0) *inv_out = *scale_inv;
 }
 
 extern "C" accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
-                                                 int64_t cols, accel__fp8_format f, const float *scale, float *amax) {
+                                                 int64_t cols, accel__fp8_format f, const float *scale,
+                                                 const float *scale_inv, float *amax, float *inv_out) {
     if (!rows || !cols) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
-    fp8_quantize_k<<<blocks_for(rows * cols), KTHREADS, 0, s>>>(q, q_t, x, rows, cols, f, scale, amax);
+    fp8_quantize_k<<<blocks_for(rows * cols), KTHREADS, 0, s>>>(q, q_t, x, rows, cols, f, scale, scale_inv, amax,
+                                                                inv_out);
     return launched(index, "fp8_quantize");
 }
 
-/* One thread: the history is at most a few thousand floats. */
-__global__ void fp8_update_k(accel__fp8_scaling *s, float *history, float *amax, accel__fp8_format f) {
-    accel__fp8_scaling st = *s;
-    accel__fp8_update(&st, history, *amax, f);
-    *s = st;
-    *amax = 0.0f;
+/* One thread per slot: a history is at most a few thousand floats. */
+__global__ void fp8_update_k(float *meta, int first, int n, accel__fp8_recipe r) {
+    int slot = first + (int)threadIdx.x;
+    if ((int)threadIdx.x < n) accel__fp8_update(meta, slot, r);
 }
 
-extern "C" accel_status accel__cuda_fp8_update(int index, accel__fp8_scaling *s, float *history, float *amax,
-                                               accel__fp8_format f) {
+extern "C" accel_status accel__cuda_fp8_update(int index, float *meta, int first, int n, accel__fp8_recipe r) {
+    if (n <= 0) return ACCEL_OK;
     cudaStream_t st = accel__cuda_enter(index);
-    fp8_update_k<<<1, 1, 0, st>>>(s, history, amax, f);
+    fp8_update_k<<<1, ACCEL__FP8_SLOTS, 0, st>>>(meta, first, n, r);
     return launched(index, "fp8_update");
 }

@@ -155,7 +155,7 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
 
 static cudaDataType_t fp8_type(accel__fp8_format f) { return f == ACCEL_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 
-static accel_status fp8_check(int index, const accel__fp8_gemm *g) {
+static accel_status fp8_check(int index, const accel__cuda_fp8_args *g) {
     if (g->a_fmt == ACCEL_FP8_E5M2 && g->b_fmt == ACCEL_FP8_E5M2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "cuda:%d: fp8_gemm: E5M2 x E5M2 has no cuBLASLt kernel", index);
     if (g->c_dtype != ACCEL_F32 && g->c_dtype != ACCEL_BF16)
@@ -169,7 +169,7 @@ static accel_status fp8_check(int index, const accel__fp8_gemm *g) {
     return ACCEL_OK;
 }
 
-static cublasStatus_t fp8_plan_init(lt_plan *p, const accel__fp8_gemm *g) {
+static cublasStatus_t fp8_plan_init(lt_plan *p, const accel__cuda_fp8_args *g) {
     cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
     cudaDataType_t ct = g->c_dtype == ACCEL_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -187,7 +187,7 @@ static cublasStatus_t fp8_plan_init(lt_plan *p, const accel__fp8_gemm *g) {
     return s;
 }
 
-accel_status accel__cuda_fp8_gemm(int index, const accel__fp8_gemm *g) {
+accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g) {
     accel_status st = fp8_check(index, g);
     if (st != ACCEL_OK || g->M == 0 || g->N == 0) return st;
     cudaStream_t stream = accel__cuda_enter(index);

@@ -53,16 +53,22 @@ extern "C" accel_status accel__cudak_rope_tables(accel_k_rope_tables *k) {
     return launched(index, "rope_tables");
 }
 
-__global__ void rope_k(float *y, const float *x, const float *cs, const float *sn, int64_t BH, int64_t T, int64_t half,
+/* x [B, H, T, D] at strides xs (any float dtype), y contiguous (any float dtype). */
+__global__ void rope_k(void *y, accel_dtype ydt, const void *x, accel_dtype xdt, int64_t H, int64_t xs0, int64_t xs1,
+                       int64_t xs2, int64_t xs3, const float *cs, const float *sn, int64_t BH, int64_t T, int64_t half,
                        float sign, float beta) {
     GRID_STRIDE(e, BH * T * half) {
-        int64_t r = e / half, i = e % half, t = r % T;
-        const float *xr = x + r * 2 * half;
-        float *yr = y + r * 2 * half;
-        float c = cs[t * half + i], si = sign * sn[t * half + i], x1 = xr[i], x2 = xr[i + half];
+        int64_t r = e / half, i = e % half, t = r % T, bh = r / T;
+        int64_t xr = (bh / H) * xs0 + (bh % H) * xs1 + t * xs2, yr = r * 2 * half;
+        float c = cs[t * half + i], si = sign * sn[t * half + i];
+        float x1 = load_f(x, xdt, xr + i * xs3), x2 = load_f(x, xdt, xr + (i + half) * xs3);
         float a = x1 * c - x2 * si, b = x2 * c + x1 * si;
-        yr[i] = beta == 0.0f ? a : yr[i] + a;
-        yr[i + half] = beta == 0.0f ? b : yr[i + half] + b;
+        if (beta != 0.0f) {
+            a += load_f(y, ydt, yr + i);
+            b += load_f(y, ydt, yr + i + half);
+        }
+        accel__elem_set(y, ydt, yr + i, a);
+        accel__elem_set(y, ydt, yr + i + half, b);
     }
 }
 
@@ -71,9 +77,10 @@ extern "C" accel_status accel__cudak_rope(accel_k_rope *k) {
     int64_t n = k->BH * k->T * k->half;
     if (!n) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
-    rope_k<<<blocks_for(n), KTHREADS, 0, s>>>((float *)k->y->data, (const float *)k->x->data,
-                                              (const float *)k->cos->data, (const float *)k->sin->data, k->BH, k->T,
-                                              k->half, k->sign, k->beta);
+    const accel_tensor *x = k->x;
+    rope_k<<<blocks_for(n), KTHREADS, 0, s>>>(k->y->data, k->y->dtype, x->data, x->dtype, x->shape[1], x->stride[0],
+                                              x->stride[1], x->stride[2], x->stride[3], (const float *)k->cos->data,
+                                              (const float *)k->sin->data, k->BH, k->T, k->half, k->sign, k->beta);
     return launched(index, "rope");
 }
 

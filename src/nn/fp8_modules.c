@@ -1,0 +1,32 @@
+/* mixed_precision='fp8' on modules (nn/fp8_modules.h). */
+#include "nn/fp8_modules.h"
+
+#include <string.h>
+
+#include "nn_internal.h"
+#include "ops/fp8_linear.h"
+
+static const char META_NAME[] = "fp8_meta";
+
+static bool fp8_eligible(accel_module *m) {
+    if (strcmp(m->ops->type_name, "Linear") != 0) return false;
+    accel_tensor *w = accel__module_tensor(m, "weight");
+    return w && w->ndim == 2 && w->shape[0] % 16 == 0 && w->shape[1] % 16 == 0 && w->device.type != ACCEL_DEV_META;
+}
+
+accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r) {
+    if (!root) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__fp8_convert_model: module is NULL");
+    if (fp8_eligible(root) && !accel__module_tensor(root, META_NAME)) {
+        accel_tensor *meta = accel__fp8_meta_new(r.history_len, accel__module_tensor(root, "weight")->device);
+        if (!meta || !accel_module_add_buffer(root, META_NAME, meta)) return accel_last_status();
+    }
+    for (int i = 0; i < root->n_children; i++) {
+        accel_status st = accel__fp8_convert_model(root->children[i], r);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
+}
+
+accel_tensor *accel__fp8_linear_meta(accel_module *m) {
+    return accel__fp8_autocast() ? accel__module_tensor(m, META_NAME) : NULL;
+}

@@ -1,0 +1,21 @@
+/* mixed_precision='fp8' on modules: which Linears run the fp8 Linear
+ * (ops/fp8_linear.h) and where their scaling state lives. Not public API. */
+#ifndef ACCEL_NN_FP8_MODULES_H
+#define ACCEL_NN_FP8_MODULES_H
+
+#include "accel/nn.h"
+#include "backends/fp8.h"
+
+/* Accelerate's convert_model for TransformerEngine: every Linear of the
+ * tree whose weight dims are both multiples of 16 gets its fp8 meta, the
+ * buffer "fp8_meta" (backends/fp8.h: scales, scale_invs, amax history of
+ * r.history_len steps) on its weight's device, so the scaling state is in
+ * the state_dict and the checkpoints as TE's _extra_state is. Linears that
+ * have one keep it; others (odd dims, weights on meta) stay bf16. */
+accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r);
+
+/* The fp8 meta Linear m runs with: its "fp8_meta" when the thread is under
+ * an fp8 autocast (accel__fp8_autocast_begin), else NULL (plain Linear). */
+accel_tensor *accel__fp8_linear_meta(accel_module *m);
+
+#endif

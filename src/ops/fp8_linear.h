@@ -1,0 +1,33 @@
+/* The fp8 Linear (mixed_precision='fp8', TransformerEngine's te.Linear under
+ * fp8_autocast with delayed scaling) and the thread's fp8 autocast. Not
+ * public API: the Accelerator turns it on for the Linears it converted
+ * (nn/fp8_modules.h). */
+#ifndef ACCEL_OPS_FP8_LINEAR_H
+#define ACCEL_OPS_FP8_LINEAR_H
+
+#include "accel/core.h"
+#include "backends/fp8.h"
+
+/* The recipe of the calling thread's fp8 autocast, NULL when off. begin
+ * returns the previous one for end (nests like accel_autocast_begin); the
+ * recipe must outlive the autocast. */
+const accel__fp8_recipe *accel__fp8_autocast(void);
+const accel__fp8_recipe *accel__fp8_autocast_begin(const accel__fp8_recipe *r);
+void accel__fp8_autocast_end(const accel__fp8_recipe *previous);
+
+/* y = x W^T + b as accel_linear, with the GEMMs in fp8 (backends/fp8.h):
+ * x [..., in] and W [out, in] cast to E4M3 with the scales of `meta`'s
+ * slots X and W, y in f32 from the fp8 GEMM (bias added in f32), returned in
+ * the autocast dtype (f32 without one); backward casts dY to E5M2 (E4M3
+ * unless r.hybrid) with slot DY's scale, dX = dY W and dW = dY^T X in fp8,
+ * the bias gradient from the unquantised dY. Each cast records its amax in
+ * meta's history and the slot's scale is updated after it (forward: X and
+ * W; backward: DY), so the next step uses scales of this one (delayed
+ * scaling). The rows (product of x's dims but the last), in and out must be
+ * multiples of 16 (the fp8 GEMMs' rule, as TransformerEngine's). meta: an
+ * fp8 meta on x's device (accel__fp8_meta_new); a cpu meta runs the CPU
+ * reference. */
+accel_tensor *accel__fp8_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b, accel_tensor *meta,
+                                accel__fp8_recipe r);
+
+#endif
