@@ -501,6 +501,13 @@ static void test_settings_refused(void) {
     accel_accelerator *acc = accel_accelerator_new(&o); /* FULL_SHARD's shards are in host memory: a no-op */
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     accel_accelerator_free(acc);
+    snprintf(off, sizeof off, "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 5, "
+             "\"buffer_size\": 100000000, \"max_in_cpu\": 1000000000}", DIR_);
+    o.deepspeed_config_file = ds_json("param_nvme", 3, off, NULL);
+    acc = accel_accelerator_new(&o); /* the JSON's nvme_path is the shard file's directory */
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    CHECK(acc && acc->offload.param == ACCEL__OFFLOAD_NVME && !strcmp(acc->offload.param_path, DIR_));
+    accel_accelerator_free(acc);
     accel_clear_error();
 }
 

@@ -113,16 +113,20 @@ static void shard_free(accel__model *pm) {
 /* Under offload_param nvme, elements [at, at + n) of the shard leave memory:
  * written back (msync), unmapped from the process (MADV_DONTNEED keeps a
  * shared file mapping's data) and dropped from the page cache (fadvise), the
- * pages at the ends whole. They come back from the file on their next use. */
-static void shard_evict(accel__model *pm, int64_t at, int64_t n) {
-    if (!pm->zpath || n <= 0) return;
+ * pages at the ends whole. They come back from the file on their next use.
+ * A failed write-back keeps them (dropping them would lose the updates). */
+static accel_status shard_evict(accel__model *pm, int64_t at, int64_t n) {
+    if (!pm->zpath || n <= 0) return ACCEL_OK;
     int64_t page = page_elems() * (int64_t)sizeof(float);
     int64_t lo = at * (int64_t)sizeof(float) / page * page;
     int64_t hi = round_up((at + n) * (int64_t)sizeof(float), page);
     char *base = (char *)pm->zparams;
-    msync(base + lo, (size_t)(hi - lo), MS_SYNC);
+    if (msync(base + lo, (size_t)(hi - lo), MS_SYNC))
+        return accel_set_error(ACCEL_ERR_IO, "offload_param: writing bytes %lld to %lld of the parameter shard file %s "
+                               "back failed: %s", (long long)lo, (long long)hi, pm->zpath, strerror(errno));
     madvise(base + lo, (size_t)(hi - lo), MADV_DONTNEED);
     posix_fadvise(pm->zfd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+    return ACCEL_OK;
 }
 
 static void host_add(float *dst, const float *src, int64_t n) {
@@ -452,8 +456,8 @@ static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, acce
     u->gather = NULL;
     if (!st && u->gather16) host_widen_bf16(full_params(pm) + u->lo, u->shard * acc->shard_world);
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
-    shard_evict(pm, u->zoff, u->shard);
-    return st;
+    accel_status est = shard_evict(pm, u->zoff, u->shard);
+    return st ? st : est;
 }
 
 /* Whether a gather for compute moves bf16 (FSDP's MixedPrecision(param_dtype=
@@ -476,8 +480,7 @@ static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, acce
             memcpy(dst, mine, (size_t)u->shard * sizeof(float));
         }
         u->state = ACCEL__UNIT_GATHERED;
-        shard_evict(pm, u->zoff, u->shard);
-        return ACCEL_OK;
+        return shard_evict(pm, u->zoff, u->shard);
     }
     if (u->gather16)
         u->gather = accel_pg_all_gather_async(acc->shard_pg, pm->zsend16 + u->zoff,
@@ -619,8 +622,8 @@ accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
         release(acc, pm, u);
         host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
     }
-    shard_evict(pm, 0, pm->zn);
-    return install_hooks(acc, pm);
+    accel_status st = shard_evict(pm, 0, pm->zn);
+    return st ? st : install_hooks(acc, pm);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -724,8 +727,7 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
 }
 
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
-    accel_status first = ACCEL_OK;
-    shard_evict(pm, 0, pm->zn); /* the step wrote it */
+    accel_status first = shard_evict(pm, 0, pm->zn); /* the step wrote it */
     for (int k = 0; k < pm->n_units; k++) {
         accel__unit *u = &pm->units[k];
         accel_status st = release(acc, pm, u);
