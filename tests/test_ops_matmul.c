@@ -104,6 +104,38 @@ static void test_gemm_small_m_vs_reference(void) {
     accel_set_default_device(prev);
 }
 
+/* A few rows against a bf16 weight (Y = X W^T, the decode shape): the skinny
+ * kernel that reads the weight as bf16, against the reference GEMM of the
+ * bf16-rounded values, for f32 and bf16 rows of A, padded leading dims, K
+ * over one block of the kernel, beta 0 over NaNs and beta != 0, and an
+ * lm_head-sized product split across the threads. */
+static void test_gemm_bf16_weight_small_m(void) {
+    accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
+    const int64_t sizes[][2] = {{1, 1}, {37, 29}, {5, 1031}, {4099, 1001}};
+    for (int s = 0; s < 4; s++)
+        for (int64_t M = 1; M <= 4; M++)
+            for (int a_bf16 = 0; a_bf16 < 2; a_bf16++)
+                for (int bz = 0; bz < 2; bz++) {
+                    int64_t N = sizes[s][0], K = sizes[s][1], lda = K + 3, ldb = K + 2, ldc = N + 1;
+                    accel_dtype adt = a_bf16 ? ACCEL_BF16 : ACCEL_F32;
+                    accel_tensor *A = accel_to_dtype(randn(60 + (uint64_t)M, ACCEL_SHAPE(M * lda)), adt);
+                    accel_tensor *W = accel_to_dtype(randn(70 + (uint64_t)s, ACCEL_SHAPE(N * ldb)), ACCEL_BF16);
+                    accel_tensor *Ar = accel_to_dtype(A, ACCEL_F32), *Wr = accel_to_dtype(W, ACCEL_F32);
+                    accel_tensor *C1 = randn(80, ACCEL_SHAPE(M * ldc)), *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * ldc));
+                    float beta = bz ? 0.0f : -0.75f;
+                    if (bz)
+                        for (int64_t i = 0; i < M; i++) ((float *)C1->data)[i * ldc + i % N] = NAN;
+                    accel_copy_(C2, C1);
+                    CHECK(accel__gemm(false, true, M, N, K, 1.5f, A->data, adt, lda, W->data, ACCEL_BF16, ldb, beta,
+                                      C1->data, ldc) == ACCEL_OK);
+                    accel__sgemm_ref(false, true, M, N, K, 1.5f, Ar->data, lda, Wr->data, ldb, beta, C2->data, ldc);
+                    CHECK_MSG(max_diff(C1, C2) < 1e-3 * (1 + sqrt((double)K)), "M=%lld N=%lld K=%lld a=%s beta=%g",
+                              (long long)M, (long long)N, (long long)K, accel_dtype_name(adt), (double)beta);
+                    accel_step_reset();
+                }
+    accel_set_default_device(prev);
+}
+
 /* GEMMs large enough to be split across the threads (accel__sgemm: row
  * blocks when M >= N, column blocks otherwise; one block per thread, or up
  * to four per thread from 1024 rows each, the last one shorter) against the
@@ -341,6 +373,7 @@ int main(void) {
     RUN(test_gemm_fast_vs_reference);
     RUN(test_gemm_small_m_vs_reference);
     RUN(test_gemm_split_vs_reference);
+    RUN(test_gemm_bf16_weight_small_m);
     RUN(test_matmul_shapes);
     RUN(test_matmul_gradcheck);
     RUN(test_linear_gradcheck);

@@ -101,6 +101,11 @@ void accel__cpu_to_f32(float *dst, const void *src, accel_dtype dt, int64_t n);
 void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n);
 /* accel_convert with vectorised bf16 <-> f32 (OpenMP threads when large). */
 void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n);
+/* C[M, n] = alpha A[M, K] W[n, K]^T + beta C for a few rows M (decode): A
+ * f32 rows of lda, W bf16 rows of ldw read as stored (never an f32 copy),
+ * f32 accumulation; beta 0 ignores what C holds. One thread. */
+void accel__cpu_gemm_bf16w_nt(int64_t M, int64_t n, int64_t K, float alpha, const float *A, int64_t lda,
+                              const uint16_t *W, int64_t ldw, float beta, float *C, int64_t ldc);
 /* The fast paths of the swiglu kernels (backends/kernels.h): contiguous
  * operands of f32, bf16 or f16 each. */
 void accel__cpu_swiglu(const accel_k_swiglu *k);

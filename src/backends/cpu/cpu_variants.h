@@ -51,6 +51,10 @@
     X(accel__cpu_convert,                                                                      \
       (void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n),         \
       (dst, dst_dt, src, src_dt, n))                                                           \
+    X(accel__cpu_gemm_bf16w_nt,                                                                \
+      (int64_t M, int64_t n, int64_t K, float alpha, const float *A, int64_t lda,             \
+       const uint16_t *W, int64_t ldw, float beta, float *C, int64_t ldc),                     \
+      (M, n, K, alpha, A, lda, W, ldw, beta, C, ldc))                                          \
     X(accel__cpu_swiglu, (const accel_k_swiglu *k), (k))                                       \
     X(accel__cpu_swiglu_backward, (const accel_k_swiglu_backward *k), (k))                     \
     X(accel__cpu_rope, (const accel_k_rope *k), (k))                                           \

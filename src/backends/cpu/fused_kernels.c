@@ -1,7 +1,7 @@
 /* Kernels that read and write bf16 (and f16) directly, compiled per ISA
- * (cpu_variants.h): dtype conversion of contiguous runs, SwiGLU forward and
- * backward, RoPE, and the cross-entropy rows with their gradient. They work on
- * blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
+ * (cpu_variants.h): dtype conversion of contiguous runs, a few rows against a
+ * bf16 weight, SwiGLU forward and backward, RoPE, and the cross-entropy rows
+ * with their gradient. They work on blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
  * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
  * the result is rounded once into its dtype. */
 #include <omp.h>
@@ -80,6 +80,38 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
         const void *p = (const char *)src + s * (int64_t)ses;
         if (dst_dt == ACCEL_F32) bf16_to_f32_run(d, p, m);
         else f32_to_bf16_run(d, p, m);
+    }
+}
+
+/* ---- a few rows against a bf16 weight */
+
+/* Rows of A the kernel keeps accumulators for at once. */
+enum { GEMV_ROWS = 4 };
+
+void accel__cpu_gemm_bf16w_nt(int64_t M, int64_t n, int64_t K, float alpha, const float *A, int64_t lda,
+                              const uint16_t *W, int64_t ldw, float beta, float *C, int64_t ldc) {
+    for (int64_t m0 = 0; m0 < M; m0 += GEMV_ROWS) {
+        int64_t rows = M - m0 < GEMV_ROWS ? M - m0 : GEMV_ROWS;
+        for (int64_t j = 0; j < n; j++) {
+            /* Row j of W widened a block at a time (in cache), each block
+             * used by every row of A. */
+            float acc[GEMV_ROWS] = {0}, w[BLOCK];
+            for (int64_t k0 = 0; k0 < K; k0 += BLOCK) {
+                int64_t len = K - k0 < BLOCK ? K - k0 : BLOCK;
+                bf16_to_f32_run(w, W + j * ldw + k0, len);
+                for (int64_t r = 0; r < rows; r++) {
+                    const float *a = A + (m0 + r) * lda + k0;
+                    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                    for (int64_t k = 0; k < len; k++) s += a[k] * w[k];
+                    acc[r] += s;
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                float *c = C + (m0 + r) * ldc + j;
+                *c = beta == 0.0f ? alpha * acc[r] : alpha * acc[r] + beta * *c;
+            }
+        }
     }
 }
 

@@ -49,29 +49,76 @@ static void blas_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
-/* Columns [lo, lo+n) of C rows [0, M) for small M, one sgemv per row of
- * op(A): sgemm would pack all of B for a handful of rows, which costs more
- * than the product itself (decode: one token, M = 1, against the weights). */
-static void small_m_block(bool trans_a, bool trans_b, int64_t M, int64_t lo, int64_t n, int64_t K,
-                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                          float beta, float *C, int64_t ldc) {
-    for (int64_t i = 0; i < M; i++) {
-        const float *x = trans_a ? A + i : A + i * lda; /* row i of op(A) */
-        int incx = trans_a ? (int)lda : 1;
-        float *y = C + i * ldc + lo;
-        if (beta == 0.0f) memset(y, 0, (size_t)n * sizeof(float)); /* NaNs in C are ignored */
-        if (trans_b) /* B [N, K]: y = alpha B[lo:lo+n] x + beta y */
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)K, alpha, B + lo * ldb, (int)ldb, x, incx,
-                        beta, y, 1);
-        else /* B [K, N]: y = alpha B[:, lo:lo+n]^T x + beta y */
-            cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)n, alpha, B + lo, (int)ldb, x, incx, beta, y,
-                        1);
-    }
-}
-
 /* Rows of op(A) up to which accel__sgemm computes one matrix-vector product
  * per row. */
 enum { SMALL_M = 4 };
+
+/* A GEMM of a few rows of op(A) (M <= SMALL_M): one matrix-vector product
+ * per row, over column blocks of C. B is f32, or, with trans_b only, bf16
+ * (a bf16 weight read as it is stored: accel__cpu_gemm_bf16w_nt). */
+typedef struct small_gemm {
+    bool trans_a, trans_b;
+    int64_t M, K;
+    float alpha, beta;
+    const float *A;
+    int64_t lda;
+    const void *B;
+    accel_dtype b_dt;
+    int64_t ldb;
+    float *C;
+    int64_t ldc;
+} small_gemm;
+
+/* Columns [lo, lo+n) of C rows [0, M): sgemm would pack all of B for a
+ * handful of rows, which costs more than the product itself (decode: one
+ * token, M = 1, against the weights). */
+static void small_m_block(const small_gemm *g, int64_t lo, int64_t n) {
+    if (g->b_dt == ACCEL_BF16) {
+        accel__cpu_gemm_bf16w_nt(g->M, n, g->K, g->alpha, g->A, g->lda, (const uint16_t *)g->B + lo * g->ldb,
+                                 g->ldb, g->beta, g->C + lo, g->ldc);
+        return;
+    }
+    const float *B = g->B;
+    for (int64_t i = 0; i < g->M; i++) {
+        const float *x = g->trans_a ? g->A + i : g->A + i * g->lda; /* row i of op(A) */
+        int incx = g->trans_a ? (int)g->lda : 1;
+        float *y = g->C + i * g->ldc + lo;
+        if (g->beta == 0.0f) memset(y, 0, (size_t)n * sizeof(float)); /* NaNs in C are ignored */
+        if (g->trans_b) /* B [N, K]: y = alpha B[lo:lo+n] x + beta y */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)g->K, g->alpha, B + lo * g->ldb, (int)g->ldb, x,
+                        incx, g->beta, y, 1);
+        else /* B [K, N]: y = alpha B[:, lo:lo+n]^T x + beta y */
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)g->K, (int)n, g->alpha, B + lo, (int)g->ldb, x, incx,
+                        g->beta, y, 1);
+    }
+}
+
+/* All N columns of a small-M GEMM, split across the threads when large. */
+static void small_m_gemm(const small_gemm *g, int64_t N) {
+    if (omp_in_parallel()) {
+        small_m_block(g, 0, N);
+        return;
+    }
+    accel__blas_single_thread();
+    int nt = accel_num_threads();
+    /* Column blocks of B (rows of the weight for a linear), at least 64
+     * wide, ~2 per thread. A matrix-vector product is memory bound: on
+     * the 2-core box one thread streams a 512x1024 weight as fast as two
+     * (~11 GB/s, either way) and skips the wake-up of the other, so
+     * only products of 4M+ multiply-adds (an lm_head) are split. */
+    int64_t nb = N / 64 < 2 * nt ? N / 64 : 2 * nt;
+    if (nt <= 1 || nb < 2 || (double)g->M * (double)N * (double)g->K < 4e6) {
+        small_m_block(g, 0, N);
+        return;
+    }
+    int64_t blk = ((N + nb - 1) / nb + 15) / 16 * 16;
+    nb = (N + blk - 1) / blk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * blk, n = N - lo < blk ? N - lo : blk;
+        small_m_block(g, lo, n);
+    }
+}
 
 /* Rows (columns) of C per block of a split GEMM, at least. Every block's
  * sgemm packs the whole other operand again (all of op(B), K x N floats, for
@@ -104,29 +151,7 @@ void accel__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
         return;
     }
     if (M <= SMALL_M) {
-        if (omp_in_parallel()) {
-            small_m_block(trans_a, trans_b, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-            return;
-        }
-        accel__blas_single_thread();
-        int nt = accel_num_threads();
-        /* Column blocks of B (rows of the weight for a linear), at least 64
-         * wide, ~2 per thread. A matrix-vector product is memory bound: on
-         * the 2-core box one thread streams a 512x1024 weight as fast as two
-         * (~11 GB/s, either way) and skips the wake-up of the other, so
-         * only products of 4M+ multiply-adds (an lm_head) are split. */
-        int64_t nb = N / 64 < 2 * nt ? N / 64 : 2 * nt;
-        if (nt <= 1 || nb < 2 || (double)M * (double)N * (double)K < 4e6) {
-            small_m_block(trans_a, trans_b, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-            return;
-        }
-        int64_t blk = ((N + nb - 1) / nb + 15) / 16 * 16;
-        nb = (N + blk - 1) / blk;
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t lo = b * blk, n = N - lo < blk ? N - lo : blk;
-            small_m_block(trans_a, trans_b, M, lo, n, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        }
+        small_m_gemm(&(small_gemm){trans_a, trans_b, M, K, alpha, beta, A, lda, B, ACCEL_F32, ldb, C, ldc}, N);
         return;
     }
     if (omp_in_parallel()) { /* a caller's thread: BLAS is already single-threaded */
@@ -386,6 +411,16 @@ static const void *as_dtype(const void *p, accel_dtype from, accel_dtype to, int
     return f;
 }
 
+/* A few rows against a bf16 weight (Y = X W^T at decode) where OpenBLAS
+ * would run on an f32 copy of the whole weight made for the call: the
+ * skinny kernel reads the weight as bf16 instead, half the bytes of the f32
+ * weight and a fifth of the widen-then-sgemv traffic. In auto mode only
+ * (ACCEL_GEMM=openblas keeps OpenBLAS). */
+static bool bf16_weight_path(int provider, bool trans_a, bool trans_b, int64_t M, int64_t K, accel_dtype b_dt) {
+    return provider == ACCEL__GEMM_PROVIDER_OPENBLAS && mode_now() == ACCEL__GEMM_AUTO && b_dt == ACCEL_BF16 &&
+           !trans_a && trans_b && M <= SMALL_M && K > 0;
+}
+
 static bool gemm_dtype_ok(accel_dtype dt) {
     return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16;
 }
@@ -419,6 +454,15 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
      * nothing, and the reference loop scales C by beta. */
     const char *impl;
     if (provider != ACCEL__GEMM_PROVIDER_DNNL || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    if (bf16_weight_path(provider, trans_a, trans_b, M, K, b_dt)) {
+        /* Only the few rows of A are widened; the weight is read as bf16. */
+        const float *a = as_dtype(A, a_dt, ACCEL_F32, M, K, lda);
+        if (!a) return accel_last_status();
+        small_m_gemm(&(small_gemm){false, true, M, K, alpha, beta, a, a_dt == ACCEL_F32 ? lda : K, B, ACCEL_BF16,
+                                   ldb, C, ldc},
+                     N);
+        return ACCEL_OK;
+    }
     const void *a = as_dtype(A, a_dt, dt, ar, ac, lda);
     const void *b = as_dtype(B, b_dt, dt, br, bc, ldb);
     if (!a || !b) return accel_last_status();
