@@ -302,22 +302,32 @@ static void test_refusals(void) {
     accel_clear_error();
     char path[96];
     snprintf(path, sizeof path, "/tmp/accel_zero3_prefetch_%d_%d.json", (int)getpid(), R);
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs("{\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 50000000}}\n", f);
+    /* stage3_prefetch_bucket_size: a count of elements, else named; the knobs accel does not implement: refused */
+    static const char *BAD[][2] = {{"\"stage3_prefetch_bucket_size\": -1", "stage3_prefetch_bucket_size must be a count"},
+                                   {"\"stage3_prefetch_bucket_size\": 1.5", "stage3_prefetch_bucket_size must be a count"},
+                                   {"\"stage3_prefetch_bucket_size\": 1e19", "stage3_prefetch_bucket_size must be a count"},
+                                   {"\"stage3_prefetch_bucket_size\": \"big\"", "stage3_prefetch_bucket_size must be a count"},
+                                   {"\"stage3_max_live_parameters\": 1000", "stage3_max_live_parameters is not implemented"},
+                                   {"\"stage3_prefetch_bucket_size\": 50000000", NULL}};
+    for (size_t k = 0; k < sizeof BAD / sizeof *BAD; k++) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (!f) break;
+        fprintf(f, "{\"zero_optimization\": {\"stage\": 3, %s}}\n", BAD[k][0]);
         fclose(f);
+        o.deepspeed_config_file = path;
+        accel_accelerator *a = accel_accelerator_new(&o);
+        CHECK_MSG((a != NULL) == !BAD[k][1], "%s: %s", BAD[k][0], a ? "accepted" : accel_last_error());
+        if (BAD[k][1]) CHECK_STR_CONTAINS(accel_last_error(), BAD[k][1]);
+        accel_accelerator_free(a);
+        accel_clear_error();
     }
-    o.deepspeed_config_file = path; /* a stage-3 knob accel does not implement: refused, not ignored */
-    CHECK(accel_accelerator_new(&o) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "stage3_prefetch_bucket_size");
     unlink(path);
-    accel_clear_error();
     o = accel_accelerator_opts_default();
     o.zero_stage = 3;
-    setenv("ACCEL_FSDP_BACKWARD_PREFETCH", "BACKWARD_POST", 1);
+    setenv("ACCEL_FSDP_BACKWARD_PREFETCH", "BACKWARD_SIDEWAYS", 1);
     CHECK(accel_accelerator_new(&o) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "BACKWARD_PRE and NO_PREFETCH");
+    CHECK_STR_CONTAINS(accel_last_error(), "BACKWARD_SIDEWAYS\": unknown policy (BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH)");
     unsetenv("ACCEL_FSDP_BACKWARD_PREFETCH");
     accel_clear_error();
     setenv("ACCEL_FSDP_FORWARD_PREFETCH", "maybe", 1);

@@ -199,6 +199,7 @@ static int64_t resident_grad_bytes(accel_module *m) {
  * has come in writing its pages. */
 static accel_module *PROBED;
 static int64_t PEAK_PARAMS, PEAK_GRADS;
+static int GATHERED[16], N_PROBES; /* at each probe, in backward order: units not released */
 
 static void wait_for_gathers(accel_module *m) {
     accel__model *pm = accel__find_model(A, m);
@@ -211,6 +212,10 @@ static accel_status probe_backward(accel_node *n, accel_tensor *g) {
     int64_t p = resident_param_bytes(PROBED), q = resident_grad_bytes(PROBED);
     PEAK_PARAMS = p > PEAK_PARAMS ? p : PEAK_PARAMS;
     PEAK_GRADS = q > PEAK_GRADS ? q : PEAK_GRADS;
+    accel__model *pm = accel__find_model(A, PROBED);
+    int gathered = 0;
+    for (int k = 0; k < pm->n_units; k++) gathered += pm->units[k].state != ACCEL__UNIT_RELEASED;
+    if (N_PROBES < 16) GATHERED[N_PROBES++] = gathered;
     return accel_grad_accumulate(n->inputs[0], g);
 }
 
@@ -457,8 +462,10 @@ static void test_backward_memory(void) {
     int64_t params_bound = saved.reshard_after_forward ? two_units : 6 * (unit_bytes + 2 * page);
     /* at least one unit: the prefetched one (or, without reshard_after_forward,
      * the units still gathered since their forward); a bf16 gather fills the
-     * upper half of its unit's range until its unit runs (it then widens in place) */
-    bool holds_next = saved.backward_prefetch || !saved.reshard_after_forward;
+     * upper half of its unit's range until its unit runs (it then widens in place);
+     * BACKWARD_POST has prefetched it too when a probe runs, after the unit's gradients */
+    bool fits = saved.prefetch_bucket < 0 || saved.prefetch_bucket >= 256 * 256 + 256;
+    bool holds_next = (saved.backward_prefetch && fits) || !saved.reshard_after_forward;
     int64_t landed = accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16 ? unit_bytes / 2 - page : unit_bytes;
     CHECK_MSG((!holds_next || PEAK_PARAMS >= landed) && PEAK_PARAMS <= params_bound,
               "peak full parameters %lld bytes of %lld", (long long)PEAK_PARAMS, (long long)total);
@@ -466,6 +473,73 @@ static void test_backward_memory(void) {
     CHECK_MSG((S == 1 || PEAK_GRADS > 0) && PEAK_GRADS <= two_units, "peak full gradients %lld bytes of %lld",
               (long long)PEAK_GRADS, (long long)total);
     CHECK(resident_param_bytes(m) == 0 && resident_grad_bytes(m) == 0); /* after backward: only the shards */
+    done(m, saved);
+}
+
+/* The backward prefetch schedule: six units (Sequentials, alternately of
+ * 8352 and 1056 elements) each ending in a probe, whose backward runs after
+ * the unit's gather and before its Linear layers' backward: it counts the
+ * units then gathered or gathering (the unit itself, and any prefetch). BACKWARD_PRE has started the next
+ * unit's gather there; BACKWARD_POST starts it only once the unit's
+ * gradients exist (so the probe sees none, yet five prefetches happen);
+ * stage3_prefetch_bucket_size skips the units with more elements. The
+ * schedule expected is ZERO3_WANT_PREFETCH ("pre", "post" or "none", then
+ * ":" and the bucket, -1 for none) where a launcher test names it, so a
+ * setting the library ignored fails; else it is A's settings. */
+static accel_module *probed_unit(bool big) {
+    accel_module *l[3] = {accel_linear_new(32, big ? 128 : 32, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    l[1] = big ? accel_linear_new(128, 32, true, ACCEL_CPU_DEVICE, ACCEL_F32) : accel_module_new(&PROBE_OPS, NULL);
+    l[2] = big ? accel_module_new(&PROBE_OPS, NULL) : NULL;
+    return accel_sequential_new(big ? 3 : 2, l);
+}
+
+/* The schedule to expect: "pre", "post" or "none", and the bucket (-1: none). */
+static void wanted_schedule(char mode[8], int64_t *bucket) {
+    const char *w = getenv("ZERO3_WANT_PREFETCH");
+    long long b = -1;
+    if (w) CHECK_MSG(sscanf(w, "%7[a-z]:%lld", mode, &b) == 2, "ZERO3_WANT_PREFETCH=\"%s\"", w);
+    else snprintf(mode, 8, "%s", !A->fsdp.backward_prefetch ? "none" : A->fsdp.backward_post ? "post" : "pre");
+    *bucket = w ? b : A->fsdp.prefetch_bucket;
+}
+
+static void test_prefetch_schedule(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
+    snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "Sequential");
+    A->fsdp.reshard_after_forward = true;
+    A->fsdp.activation_checkpointing = false;
+    char mode[8] = "";
+    int64_t bucket;
+    wanted_schedule(mode, &bucket);
+    accel_manual_seed(12);
+    accel_module *u[6];
+    for (int i = 0; i < 6; i++) u[i] = probed_unit(i % 2 == 0);
+    accel_module *m = accel_sequential_new(6, u);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+    accel__model *pm = &A->models[0];
+    CHECK(pm->n_units == 6);
+    PROBED = m;
+    float xs[2 * 32];
+    for (int i = 0; i < 2 * 32; i++) xs[i] = (float)cos(i * 0.3 + R);
+    for (int pass = 0; pass < 2; pass++) { /* the second knows the execution order: it prefetches */
+        accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 32), xs));
+        pm->prefetches = 0; /* forward's (ACCEL_FSDP_FORWARD_PREFETCH) not counted */
+        N_PROBES = 0;
+        CHECK(accel_accelerator_backward(A, accel_sum(y, 0, NULL, false)) == ACCEL_OK);
+        accel_step_reset();
+    }
+    int want_count = 0;
+    for (int k = 5; k >= 0; k--) { /* backward order: unit k's probe, then its prefetch of unit k - 1 */
+        int64_t numel = k ? pm->units[k - 1].numel : 0;
+        bool fetched = k && strcmp(mode, "none") && (bucket < 0 || numel <= bucket);
+        want_count += fetched;
+        int want_ahead = fetched && !strcmp(mode, "pre");
+        CHECK_MSG(GATHERED[5 - k] == 1 + want_ahead, "%s:%lld, unit %d: %d other units gathered in its backward, "
+                  "want %d", mode, (long long)bucket, k, GATHERED[5 - k] - 1, want_ahead);
+    }
+    CHECK(pm->units[0].numel == 8352 && pm->units[1].numel == 1056);
+    CHECK_MSG(pm->prefetches == want_count, "%s:%lld: %lld prefetches in backward, want %d", mode, (long long)bucket,
+              (long long)pm->prefetches, want_count);
     done(m, saved);
 }
 
@@ -520,6 +594,7 @@ int main(void) {
     RUN(test_persistence_threshold);
     RUN(test_unhooked_unit_is_an_error);
     RUN(test_backward_memory);
+    RUN(test_prefetch_schedule);
     RUN(test_eval_forward_reshards);
     RUN(test_zero_shard_refused);
     if (R == 0)
@@ -530,6 +605,8 @@ int main(void) {
                accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A),
                (int)A->fsdp.wrap, A->fsdp.forward_prefetch, A->fsdp.backward_prefetch, A->fsdp.reshard_after_forward,
                (long long)persist, A->fsdp.activation_checkpointing, S);
+    if (R == 0) /* the launcher tests of the prefetch settings match this too */
+        printf("zero3 prefetch post=%d bucket=%lld\n", A->fsdp.backward_post, (long long)A->fsdp.prefetch_bucket);
     fflush(stdout);
     accel_accelerator_free(A);
     return check_summary();

@@ -56,6 +56,34 @@ if(TARGET accel_cli)
     FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
 endif()
 
+# The prefetch schedule: DeepSpeed's stage3_prefetch_bucket_size (0: off; 2000
+# elements: only the small units of test_prefetch_schedule; large: all) and
+# FSDP's BACKWARD_POST (the next unit's gather once the current unit's
+# gradients exist); each run equals DDP, and ZERO3_WANT_PREFETCH names the
+# schedule the test must observe, so a setting the library ignored fails.
+if(TARGET accel_cli)
+  set(_z3data ${CMAKE_CURRENT_SOURCE_DIR}/data/zero)
+  # name:launcher arguments (commas between them):expected schedule:post:bucket
+  foreach(t bucket0_2:--deepspeed_config_file,${_z3data}/ds_zero3_bucket_0.json:pre,0:0:0
+            bucket_small_2:--deepspeed_config_file,${_z3data}/ds_zero3_bucket_small.json:pre,2000:0:2000
+            bucket_large_2:--deepspeed_config_file,${_z3data}/ds_zero3_bucket_large.json:pre,500000000:0:500000000
+            bwd_post_2:--use_fsdp,--fsdp_backward_prefetch,BACKWARD_POST:post,-1:1:-1)
+    string(REPLACE ":" ";" f "${t}")
+    list(GET f 0 name)
+    list(GET f 1 args)
+    list(GET f 2 want)
+    list(GET f 3 post)
+    list(GET f 4 bucket)
+    string(REPLACE "," ";" args "${args}")
+    string(REPLACE "," ":" want "${want}")
+    add_test(NAME accelerator_zero3_${name} COMMAND ${_z3} --num_processes 2 ${args} ${_z3p})
+    set_tests_properties(accelerator_zero3_${name} PROPERTIES TIMEOUT 180
+      ENVIRONMENT "${_z3env};ZERO3_WANT_PREFETCH=${want}"
+      PASS_REGULAR_EXPRESSION "zero3 world=2 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=0 ckpt=0 shard_world=2\nzero3 prefetch post=${post} bucket=${bucket}\n"
+      FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+  endforeach()
+endif()
+
 # fsdp_config values accel does not implement are refused by the library, named.
 if(TARGET accel_cli)
   add_test(NAME accelerator_zero3_local_sd_refused

@@ -36,6 +36,7 @@ typedef enum { ACCEL__UNIT_RELEASED, ACCEL__UNIT_GATHERING, ACCEL__UNIT_GATHERED
 typedef struct accel__unit {
     int64_t lo, shard, zoff;
     int first, count;      /* its tensors in the f32 buffer's tensor list */
+    int64_t numel;         /* their elements (no padding): what stage3_prefetch_bucket_size bounds */
     bool is_root;          /* stays gathered from forward to the end of backward */
     bool persistent;       /* the tensors under persistence_threshold: always gathered, re-gathered after a step */
     accel__unit_state state;
@@ -71,6 +72,7 @@ typedef struct accel__model {
     int zfd;               /* its descriptor, while zpath is set */
     uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
+    int64_t prefetches;    /* stage 3: prefetch all-gathers started (tests observe the schedule) */
     bool order_done;
     int unhooked;          /* stage 3: 1 + a unit whose gradient came while it was not gathered, else 0 */
     int reducing;          /* stage 3: the unit whose reduce-scatter is in flight, or -1 */
@@ -93,7 +95,8 @@ typedef struct accel__zopt {
 } accel__zopt;
 
 /* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /
- * fsdp_reshard_after_forward; defaults as FSDP's: BACKWARD_PRE, false, true). */
+ * fsdp_reshard_after_forward; defaults as FSDP's: BACKWARD_PRE, false, true;
+ * DeepSpeed's stage3_prefetch_bucket_size). */
 typedef enum {
     ACCEL__WRAP_DEFAULT,     /* transformer blocks, and the topmost modules holding parameters */
     ACCEL__WRAP_TRANSFORMER, /* TRANSFORMER_BASED_WRAP: modules of the types in wrap_cls */
@@ -103,6 +106,8 @@ typedef enum {
 
 typedef struct accel__fsdp_cfg {
     bool backward_prefetch, forward_prefetch, reshard_after_forward;
+    bool backward_post;      /* BACKWARD_POST: the backward prefetch starts once the unit's gradients exist */
+    int64_t prefetch_bucket; /* stage3_prefetch_bucket_size: prefetch a unit of at most this many elements; -1: any */
     accel__wrap_policy wrap;
     char wrap_cls[512];      /* comma-separated module type names */
     int64_t min_num_params;

@@ -13,7 +13,9 @@
  * gradient, the unit's gradients are reduce-scattered (AVG) asynchronously,
  * and added to zgrad when backward ends; the full gradient pages are dropped.
  * The next unit in execution order is prefetched asynchronously while the
- * current one computes (backward always, forward with ACCEL_FSDP_FORWARD_PREFETCH).
+ * current one computes (backward: before the current unit's backward, or
+ * with BACKWARD_POST once its gradients exist; forward with
+ * ACCEL_FSDP_FORWARD_PREFETCH), if it fits stage3_prefetch_bucket_size.
  *
  * Gradient accumulation reduces every micro-batch (no full gradients are kept
  * between them), as DeepSpeed's stage 3 does.
@@ -343,6 +345,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
             tensors[k] = b->tensors[t];
             offsets[k++] = round_up(end, 16);
             end = offsets[k - 1] + accel_numel(b->tensors[t]);
+            un->numel += accel_numel(b->tensors[t]);
         }
         un->count = k - un->first;
         un->shard = round_up(end - un->lo, pad) / acc->shard_world;
@@ -526,6 +529,16 @@ static void record_order(accel__model *pm, int u) {
     pm->order[pm->n_order++] = u;
 }
 
+/* Starts the all-gather of `next`, the unit that runs after the current one,
+ * ahead of its use: unless it is there already, or has more elements than
+ * stage3_prefetch_bucket_size (0 turns prefetching off). */
+static accel_status prefetch(accel_accelerator *acc, accel__model *pm, accel__unit *next) {
+    if (!next || next->state != ACCEL__UNIT_RELEASED) return ACCEL_OK;
+    if (acc->fsdp.prefetch_bucket >= 0 && next->numel > acc->fsdp.prefetch_bucket) return ACCEL_OK;
+    pm->prefetches++;
+    return launch_gather(acc, pm, next, false);
+}
+
 /* ---------------------------------------------------------------- hooks */
 
 typedef struct hook_ctx {
@@ -540,8 +553,8 @@ static accel_status pre_backward(accel_node *n, accel_tensor *g) {
     accel__model *pm = accel__find_model(c->acc, c->model);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
     accel_status st = gather(c->acc, pm, &pm->units[c->unit], false);
-    accel__unit *next = order_neighbour(pm, c->unit, -1); /* backward runs the units in reverse */
-    if (!st && next && c->acc->fsdp.backward_prefetch) st = launch_gather(c->acc, pm, next, false);
+    bool pre = c->acc->fsdp.backward_prefetch && !c->acc->fsdp.backward_post;
+    if (!st && pre) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, -1)); /* backward runs the units in reverse */
     return st ? st : accel_grad_accumulate(n->inputs[0], g);
 }
 
@@ -552,8 +565,7 @@ static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
     if (st || !pm) return st;
     record_order(pm, c->unit);
     st = gather(c->acc, pm, &pm->units[c->unit], false);
-    accel__unit *next = order_neighbour(pm, c->unit, 1);
-    if (!st && next && c->acc->fsdp.forward_prefetch) st = launch_gather(c->acc, pm, next, false);
+    if (!st && c->acc->fsdp.forward_prefetch) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, 1));
     return st;
 }
 
@@ -685,6 +697,9 @@ bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const acc
         if (u->state != ACCEL__UNIT_GATHERED && !pm->unhooked) pm->unhooked = k + 1;
         if (u->pending > 0 && --u->pending == 0) {
             accel_status st = launch_reduce(acc, pm, k);
+            /* BACKWARD_POST: the unit's gradients exist, the one before it comes next */
+            if (!st && acc->fsdp.backward_prefetch && acc->fsdp.backward_post)
+                st = prefetch(acc, pm, order_neighbour(pm, k, -1));
             if (st && !pm->reduce_status) pm->reduce_status = st;
         }
         break;

@@ -321,15 +321,26 @@ out:
     return st;
 }
 
-/* Stage 3's knobs in the DeepSpeed JSON: stage3_param_persistence_threshold
- * is read; the ones accel does not implement yet are refused unless left to
- * "auto" (never ignored). */
+/* zero_optimization.stage3_prefetch_bucket_size: a count of elements (the
+ * most a prefetched unit may hold; 0: no prefetch), or "auto"/absent: no bound. */
+static accel_status read_prefetch_bucket(const char *path, json_t *zo, accel__fsdp_cfg *f) {
+    json_t *v = json_object_get(zo, "stage3_prefetch_bucket_size");
+    double x = json_number_value(v);
+    if (json_is_number(v) && x >= 0 && x <= 9e18 && x == (double)(int64_t)x) f->prefetch_bucket = (int64_t)x;
+    else if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "auto")))
+        return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_prefetch_bucket_size must be a "
+                               "count of elements >= 0 (at most 9e18) or \"auto\"", path);
+    return ACCEL_OK;
+}
+
+/* Stage 3's knobs in the DeepSpeed JSON: stage3_prefetch_bucket_size and
+ * stage3_param_persistence_threshold are read; the ones accel does not
+ * implement are refused unless left to "auto" (never ignored). */
 static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
-    static const char *KEYS[] = {"stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-                                 "stage3_max_reuse_distance"};
+    static const char *KEYS[] = {"stage3_max_live_parameters", "stage3_max_reuse_distance"};
     json_t *root = json_load_file(path, 0, NULL);
     json_t *zo = json_object_get(root, "zero_optimization");
-    accel_status st = ACCEL_OK;
+    accel_status st = read_prefetch_bucket(path, zo, f);
     for (size_t k = 0; k < sizeof KEYS / sizeof *KEYS && !st; k++) {
         json_t *v = json_object_get(zo, KEYS[k]);
         if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "auto")))
@@ -404,14 +415,15 @@ static accel_status read_wrap_env(accel__fsdp_cfg *f) {
 
 /* FSDP's prefetch, reshard and wrap settings, as `accel launch` passes them. */
 static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
-    *f = (accel__fsdp_cfg){.backward_prefetch = true, .reshard_after_forward = true};
+    *f = (accel__fsdp_cfg){.backward_prefetch = true, .reshard_after_forward = true, .prefetch_bucket = -1};
     accel_status wst = read_wrap_env(f);
     if (wst) return wst;
     const char *bp = env("ACCEL_FSDP_BACKWARD_PREFETCH");
     if (bp && !strcasecmp(bp, "NO_PREFETCH")) f->backward_prefetch = false;
+    else if (bp && !strcasecmp(bp, "BACKWARD_POST")) f->backward_post = true;
     else if (bp && strcasecmp(bp, "BACKWARD_PRE"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ACCEL_FSDP_BACKWARD_PREFETCH=\"%s\": accel implements "
-                               "BACKWARD_PRE and NO_PREFETCH", bp);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_BACKWARD_PREFETCH=\"%s\": unknown policy "
+                               "(BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH)", bp);
     accel_status st = env_bool("ACCEL_FSDP_FORWARD_PREFETCH", &f->forward_prefetch);
     const char *raf = env("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
     if (!st && raf && (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) /* FSDP1 spelling */
