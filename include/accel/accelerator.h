@@ -61,6 +61,10 @@ typedef enum accel_mixed_precision {
     ACCEL_MP_FP8, /* TransformerEngine's delayed scaling on the Linears, bf16 autocast elsewhere */
 } accel_mixed_precision;
 
+/* A tri-state option: 0 (the zeroed struct) leaves it to the environment or
+ * the default. */
+enum { ACCEL_FALSE = -1, ACCEL_TRUE = 1 };
+
 /* Every zero field means its default, so `{0}` and designated initialisers
  * work: `accel_accelerator_opts o = {.mixed_precision = "fp16"};`. Accelerate's
  * options that default to True are spelled negated here (no_X = true is
@@ -127,6 +131,30 @@ typedef struct accel_accelerator_opts {
      * FULL_SHARD as offload_param "cpu", SHARD_GRAD_OP as offload_optimizer
      * "cpu" (the step on the host, as torch's CPUOffload). */
     bool fsdp_offload_params;
+    /* The other fsdp_config keys, as FullyShardedDataParallelPlugin's
+     * arguments: a field set here wins over its ACCEL_FSDP_* variable (what
+     * `accel launch` sets), a zero / NULL field reads it; bad values get the
+     * same errors as the variables, naming the field (docs/accelerator.md
+     * "ZeRO-3"). Booleans are tri-state: ACCEL_TRUE, ACCEL_FALSE, 0 = unset.
+     * fsdp_auto_wrap_policy: "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP",
+     * "NO_WRAP" (NULL and no variable: one unit per transformer block);
+     * fsdp_transformer_layer_cls_to_wrap: comma-separated module types
+     * (default "LlamaDecoderLayer"); fsdp_min_num_params: > 0 (default 1e8;
+     * 0 = unset). */
+    const char *fsdp_auto_wrap_policy;
+    const char *fsdp_transformer_layer_cls_to_wrap;
+    int64_t fsdp_min_num_params;
+    /* "BACKWARD_PRE" (the default) or "NO_PREFETCH". */
+    const char *fsdp_backward_prefetch;
+    int fsdp_forward_prefetch;          /* default false */
+    int fsdp_reshard_after_forward;     /* default true */
+    /* "SHARDED_STATE_DICT" (the default) or "FULL_STATE_DICT". */
+    const char *fsdp_state_dict_type;
+    int fsdp_activation_checkpointing;  /* default false; FULL_SHARD only */
+    int fsdp_cpu_ram_efficient_loading; /* default true; needs sync_module_states */
+    int fsdp_sync_module_states;        /* default true */
+    int fsdp_use_orig_params;           /* default true; either way the parameters stay the user's */
+    int fsdp_version;                   /* 1 or 2; 0 = unset */
     /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
      * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */
     double gradient_clipping;

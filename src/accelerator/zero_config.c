@@ -365,72 +365,142 @@ static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
 }
 
 
+/* An fsdp_config setting given as a string: the option when set (*how names
+ * it), else its ACCEL_FSDP_* variable (NULL when neither). */
+static const char *fsdp_setting(const char *api, const char *opt_name, const char *env_name, const char **how) {
+    *how = api ? opt_name : env_name;
+    return api ? api : env(env_name);
+}
+
+/* A boolean one: the option's tri-state when set, else the variable. */
+static accel_status fsdp_bool(int api, const char *opt_name, const char *env_name, bool *out) {
+    if (api == ACCEL_TRUE || api == ACCEL_FALSE) {
+        *out = api == ACCEL_TRUE;
+        return ACCEL_OK;
+    }
+    if (api)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=%d is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0 "
+                               "(unset)", opt_name, api);
+    return env_bool(env_name, out);
+}
+
+/* fsdp_state_dict_type, the option's else the variable's; *prefix (when
+ * asked): "opts." for the option, for the errors that name the key. */
+static const char *state_dict_type(const accel_accelerator_opts *o, const char **prefix) {
+    if (prefix) *prefix = o->fsdp_state_dict_type ? "opts." : "";
+    return o->fsdp_state_dict_type ? o->fsdp_state_dict_type : env("ACCEL_FSDP_STATE_DICT_TYPE");
+}
+
+/* fsdp_version "1" or "2"; prefix: "opts." when it came from the options. */
+static accel_status check_version(const char *ver, const char *prefix) {
+    if (strcmp(ver, "1") && strcmp(ver, "2"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %sfsdp_version=\"%s\" (1 or 2)", prefix, ver);
+    return ACCEL_OK;
+}
+
+static accel_status read_version(const accel_accelerator_opts *o) {
+    char given[16];
+    snprintf(given, sizeof given, "%d", o->fsdp_version);
+    if (o->fsdp_version) return check_version(given, "opts.");
+    const char *ver = env("ACCEL_FSDP_VERSION");
+    return ver ? check_version(ver, "") : ACCEL_OK;
+}
+
 /* The other fsdp_config keys: checked, and refused where accel does not do
  * what they ask (never ignored). */
-static accel_status read_fsdp_rest(accel__fsdp_cfg *f) {
+static accel_status read_fsdp_rest(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {
     bool ram_efficient = true, sync = true, orig = true; /* fsdp_offload_params: read_offload */
-    accel_status st = env_bool("ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &f->activation_checkpointing);
-    if (!st) st = env_bool("ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
-    if (!st) st = env_bool("ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
-    if (!st) st = env_bool("ACCEL_FSDP_USE_ORIG_PARAMS", &orig); /* either way: the parameters stay the user's tensors */
+    accel_status st = fsdp_bool(o->fsdp_activation_checkpointing, "opts.fsdp_activation_checkpointing",
+                                "ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &f->activation_checkpointing);
+    if (!st)
+        st = fsdp_bool(o->fsdp_cpu_ram_efficient_loading, "opts.fsdp_cpu_ram_efficient_loading",
+                       "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
+    if (!st)
+        st = fsdp_bool(o->fsdp_sync_module_states, "opts.fsdp_sync_module_states", "ACCEL_FSDP_SYNC_MODULE_STATES",
+                       &sync);
+    if (!st) /* either way: the parameters stay the user's tensors */
+        st = fsdp_bool(o->fsdp_use_orig_params, "opts.fsdp_use_orig_params", "ACCEL_FSDP_USE_ORIG_PARAMS", &orig);
     if (st) return st;
     if (ram_efficient && !sync)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
                                "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
-    const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE"), *ver = env("ACCEL_FSDP_VERSION");
+    const char *prefix, *sdt = state_dict_type(o, &prefix);
     f->full_state_dict = sdt && !strcasecmp(sdt, "FULL_STATE_DICT");
     if (sdt && !f->full_state_dict && strcasecmp(sdt, "SHARDED_STATE_DICT"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=%s is not implemented by accel "
-                               "(SHARDED_STATE_DICT and FULL_STATE_DICT are)", sdt);
-    if (ver && strcmp(ver, "1") && strcmp(ver, "2"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_version=\"%s\" (1 or 2)", ver);
-    return ACCEL_OK;
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": %sfsdp_state_dict_type=%s is not implemented by accel "
+                               "(SHARDED_STATE_DICT and FULL_STATE_DICT are)", prefix, sdt);
+    return read_version(o);
 }
 
-/* fsdp_auto_wrap_policy and its parameters. */
-static accel_status read_wrap_env(accel__fsdp_cfg *f) {
-    const char *p = env("ACCEL_FSDP_AUTO_WRAP_POLICY"), *cls = env("ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP");
+static accel_status read_min_num_params(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {
     const char *min = env("ACCEL_FSDP_MIN_NUM_PARAMS");
     f->min_num_params = 100000000; /* Accelerate's default, 1e8 */
-    if (min) {
+    if (o->fsdp_min_num_params < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.fsdp_min_num_params=%lld is not a count",
+                               (long long)o->fsdp_min_num_params);
+    if (o->fsdp_min_num_params > 0) {
+        f->min_num_params = o->fsdp_min_num_params;
+    } else if (min) {
         char *end;
         double v = strtod(min, &end);
         if (end == min || *end || !(v >= 0) || v > 9e18)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_MIN_NUM_PARAMS=\"%s\" is not a count", min);
         f->min_num_params = (int64_t)v;
     }
+    return ACCEL_OK;
+}
+
+/* fsdp_auto_wrap_policy and its parameters. */
+static accel_status read_wrap(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {
+    const char *hp, *hc;
+    const char *p = fsdp_setting(o->fsdp_auto_wrap_policy, "opts.fsdp_auto_wrap_policy",
+                                 "ACCEL_FSDP_AUTO_WRAP_POLICY", &hp);
+    const char *cls = fsdp_setting(o->fsdp_transformer_layer_cls_to_wrap, "opts.fsdp_transformer_layer_cls_to_wrap",
+                                   "ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP", &hc);
+    accel_status st = read_min_num_params(o, f);
+    if (st) return st;
     if (cls && strlen(cls) >= sizeof f->wrap_cls)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP is longer than %d "
-                               "characters", (int)sizeof f->wrap_cls - 1);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s is longer than %d characters", hc,
+                               (int)sizeof f->wrap_cls - 1);
     snprintf(f->wrap_cls, sizeof f->wrap_cls, "%s", cls ? cls : "LlamaDecoderLayer"); /* Llama's _no_split_modules */
     if (!p) f->wrap = ACCEL__WRAP_DEFAULT;
     else if (!strcasecmp(p, "TRANSFORMER_BASED_WRAP")) f->wrap = ACCEL__WRAP_TRANSFORMER;
     else if (!strcasecmp(p, "SIZE_BASED_WRAP")) f->wrap = ACCEL__WRAP_SIZE;
     else if (!strcasecmp(p, "NO_WRAP")) f->wrap = ACCEL__WRAP_NONE;
     else
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_AUTO_WRAP_POLICY=\"%s\": unknown policy "
-                               "(TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)", p);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\": unknown policy "
+                               "(TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)", hp, p);
     return ACCEL_OK;
 }
 
-/* FSDP's prefetch, reshard and wrap settings, as `accel launch` passes them. */
-static accel_status read_fsdp_env(accel__fsdp_cfg *f) {
+/* fsdp_reshard_after_forward: a bool, or from the variable FSDP1's strategy name. */
+static accel_status read_reshard(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {
+    const char *raf = env("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
+    if (!o->fsdp_reshard_after_forward && raf && (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) {
+        f->reshard_after_forward = !strcasecmp(raf, "FULL_SHARD");
+        return ACCEL_OK;
+    }
+    return fsdp_bool(o->fsdp_reshard_after_forward, "opts.fsdp_reshard_after_forward",
+                     "ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
+}
+
+/* FSDP's prefetch, reshard and wrap settings: the options, else as `accel
+ * launch` passes them. */
+static accel_status read_fsdp(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {
     *f = (accel__fsdp_cfg){.backward_prefetch = true, .reshard_after_forward = true, .prefetch_bucket = -1};
-    accel_status wst = read_wrap_env(f);
+    accel_status wst = read_wrap(o, f);
     if (wst) return wst;
-    const char *bp = env("ACCEL_FSDP_BACKWARD_PREFETCH");
+    const char *how, *bp = fsdp_setting(o->fsdp_backward_prefetch, "opts.fsdp_backward_prefetch",
+                                        "ACCEL_FSDP_BACKWARD_PREFETCH", &how);
     if (bp && !strcasecmp(bp, "NO_PREFETCH")) f->backward_prefetch = false;
     else if (bp && !strcasecmp(bp, "BACKWARD_POST")) f->backward_post = true;
     else if (bp && strcasecmp(bp, "BACKWARD_PRE"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_BACKWARD_PREFETCH=\"%s\": unknown policy "
-                               "(BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH)", bp);
-    accel_status st = env_bool("ACCEL_FSDP_FORWARD_PREFETCH", &f->forward_prefetch);
-    const char *raf = env("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
-    if (!st && raf && (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) /* FSDP1 spelling */
-        f->reshard_after_forward = !strcasecmp(raf, "FULL_SHARD");
-    else if (!st)
-        st = env_bool("ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
-    return st ? st : read_fsdp_rest(f);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\": unknown policy (BACKWARD_PRE, BACKWARD_POST, "
+                               "NO_PREFETCH)", how, bp);
+    accel_status st = fsdp_bool(o->fsdp_forward_prefetch, "opts.fsdp_forward_prefetch", "ACCEL_FSDP_FORWARD_PREFETCH",
+                                &f->forward_prefetch);
+    if (!st) st = read_reshard(o, f);
+    return st ? st : read_fsdp_rest(o, f);
 }
 
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
@@ -441,7 +511,7 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     offload_given og = {0};
     const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
     if (ds && (st = read_json(ds, c, &json_stage, &og))) return st;
-    if ((st = read_fsdp_env(&c->fsdp))) return st;
+    if ((st = read_fsdp(o, &c->fsdp))) return st;
     /* DeepSpeedPlugin's zero3_save_16bit_model (`accel launch --zero3_save_16bit_model`); the JSON's value wins */
     if ((st = env_bool("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", &c->fsdp.save_16bit))) return st;
     if (json_stage == 3 && (st = read_json_stage3(ds, &c->fsdp))) return st;
@@ -457,7 +527,7 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     c->stage = stage;
     /* Stages 1-2 write the full model and consolidated optimizer state, not
      * the shards asked for (stage 0 has nothing sharded). */
-    const char *sdt = env("ACCEL_FSDP_STATE_DICT_TYPE");
+    const char *sdt = state_dict_type(o, NULL);
     if ((stage == 1 || stage == 2) && sdt && !strcasecmp(sdt, "SHARDED_STATE_DICT"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_state_dict_type=SHARDED_STATE_DICT shards the "
                                "checkpoints of FULL_SHARD (ZeRO stage 3); this run is stage %d, whose checkpoints "

@@ -1,0 +1,176 @@
+/* The fsdp_config keys as accel_accelerator_opts fields (FullyShardedDataParallelPlugin's
+ * arguments): each takes effect, wins over its ACCEL_FSDP_* variable, is
+ * refused by name when bad, and zeroed options keep the environment's and
+ * the defaults' behaviour. One process: stage 3 over a world of 1. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accelerator/accelerator_internal.h" /* the resolved accel__fsdp_cfg */
+#include "check.h"
+
+static const char *const VARS[] = {
+    "ACCEL_FSDP_AUTO_WRAP_POLICY",      "ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP",  "ACCEL_FSDP_MIN_NUM_PARAMS",
+    "ACCEL_FSDP_BACKWARD_PREFETCH",     "ACCEL_FSDP_FORWARD_PREFETCH",         "ACCEL_FSDP_RESHARD_AFTER_FORWARD",
+    "ACCEL_FSDP_STATE_DICT_TYPE",       "ACCEL_FSDP_ACTIVATION_CHECKPOINTING", "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING",
+    "ACCEL_FSDP_SYNC_MODULE_STATES",    "ACCEL_FSDP_USE_ORIG_PARAMS",          "ACCEL_FSDP_VERSION",
+    "ACCEL_FSDP_SHARDING_STRATEGY",     "ACCEL_ZERO_STAGE",                    "ACCEL_DEEPSPEED_CONFIG_FILE",
+};
+
+static void clear_env(void) {
+    for (size_t k = 0; k < sizeof VARS / sizeof *VARS; k++) unsetenv(VARS[k]);
+}
+
+/* The FSDP settings o resolves to under stage 3 (false when refused). */
+static bool resolved(accel_accelerator_opts o, accel__fsdp_cfg *out) {
+    if (!o.zero_stage) o.zero_stage = 3;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return false;
+    *out = acc->fsdp;
+    accel_accelerator_free(acc);
+    return true;
+}
+
+static void refused(accel_accelerator_opts o, const char *needle) {
+    if (!o.zero_stage) o.zero_stage = 3;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc == NULL, "accepted, expected \"%s\"", needle);
+    accel_accelerator_free(acc);
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    accel_clear_error();
+}
+
+static void check_defaults(const accel__fsdp_cfg *f) {
+    CHECK(f->wrap == ACCEL__WRAP_DEFAULT);
+    CHECK(!strcmp(f->wrap_cls, "LlamaDecoderLayer"));
+    CHECK(f->min_num_params == 100000000);
+    CHECK(f->backward_prefetch && !f->backward_post && !f->forward_prefetch && f->reshard_after_forward);
+    CHECK(f->prefetch_bucket == -1);
+    CHECK(!f->full_state_dict && !f->activation_checkpointing);
+}
+
+/* Every field set: FSDP's non-defaults, as the run reads them. */
+static accel_accelerator_opts all_set(void) {
+    return (accel_accelerator_opts){
+        .fsdp_auto_wrap_policy = "SIZE_BASED_WRAP",
+        .fsdp_transformer_layer_cls_to_wrap = "Block,Head",
+        .fsdp_min_num_params = 1234,
+        .fsdp_backward_prefetch = "NO_PREFETCH",
+        .fsdp_forward_prefetch = ACCEL_TRUE,
+        .fsdp_reshard_after_forward = ACCEL_FALSE,
+        .fsdp_state_dict_type = "FULL_STATE_DICT",
+        .fsdp_activation_checkpointing = ACCEL_TRUE,
+        .fsdp_cpu_ram_efficient_loading = ACCEL_FALSE,
+        .fsdp_sync_module_states = ACCEL_FALSE,
+        .fsdp_use_orig_params = ACCEL_FALSE,
+        .fsdp_version = 2,
+    };
+}
+
+static void check_all_set(const accel__fsdp_cfg *f) {
+    CHECK(f->wrap == ACCEL__WRAP_SIZE);
+    CHECK(!strcmp(f->wrap_cls, "Block,Head"));
+    CHECK(f->min_num_params == 1234);
+    CHECK(!f->backward_prefetch && !f->backward_post && f->forward_prefetch && !f->reshard_after_forward);
+    CHECK(f->full_state_dict && f->activation_checkpointing);
+}
+
+static void test_zeroed_opts_keep_defaults(void) {
+    clear_env();
+    accel__fsdp_cfg f;
+    if (resolved(accel_accelerator_opts_default(), &f)) check_defaults(&f);
+}
+
+static void test_each_field_takes_effect(void) {
+    clear_env();
+    accel__fsdp_cfg f;
+    if (resolved(all_set(), &f)) check_all_set(&f);
+    accel_accelerator_opts o = {.fsdp_auto_wrap_policy = "TRANSFORMER_BASED_WRAP"};
+    if (resolved(o, &f)) CHECK(f.wrap == ACCEL__WRAP_TRANSFORMER);
+    o = (accel_accelerator_opts){.fsdp_auto_wrap_policy = "NO_WRAP", .fsdp_version = 1};
+    if (resolved(o, &f)) CHECK(f.wrap == ACCEL__WRAP_NONE);
+    o = (accel_accelerator_opts){.fsdp_forward_prefetch = ACCEL_FALSE, .fsdp_reshard_after_forward = ACCEL_TRUE,
+                                 .fsdp_backward_prefetch = "BACKWARD_PRE", .fsdp_state_dict_type = "SHARDED_STATE_DICT",
+                                 .fsdp_activation_checkpointing = ACCEL_FALSE, .fsdp_sync_module_states = ACCEL_TRUE,
+                                 .fsdp_cpu_ram_efficient_loading = ACCEL_TRUE, .fsdp_use_orig_params = ACCEL_TRUE};
+    if (resolved(o, &f)) check_defaults(&f);
+}
+
+static void set_env(const char *const (*vars)[2]) {
+    for (; (*vars)[0]; vars++) setenv((*vars)[0], (*vars)[1], 1);
+}
+
+/* The variables alone still decide; a field set beats its variable, a bad
+ * variable included. */
+static void test_api_beats_env(void) {
+    static const char *const GOOD[][2] = {
+        {"ACCEL_FSDP_AUTO_WRAP_POLICY", "NO_WRAP"},          {"ACCEL_FSDP_TRANSFORMER_CLS_TO_WRAP", "EnvLayer"},
+        {"ACCEL_FSDP_MIN_NUM_PARAMS", "5"},                  {"ACCEL_FSDP_FORWARD_PREFETCH", "true"},
+        {"ACCEL_FSDP_RESHARD_AFTER_FORWARD", "SHARD_GRAD_OP"}, {"ACCEL_FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT"},
+        {NULL, NULL},
+    };
+    /* the opposite of all_set, or bad values the options override */
+    static const char *const OVERRIDDEN[][2] = {
+        {"ACCEL_FSDP_AUTO_WRAP_POLICY", "LAYER_WRAP"},      {"ACCEL_FSDP_MIN_NUM_PARAMS", "lots"},
+        {"ACCEL_FSDP_BACKWARD_PREFETCH", "BACKWARD_POST"},  {"ACCEL_FSDP_FORWARD_PREFETCH", "false"},
+        {"ACCEL_FSDP_RESHARD_AFTER_FORWARD", "FULL_SHARD"}, {"ACCEL_FSDP_STATE_DICT_TYPE", "LOCAL_STATE_DICT"},
+        {"ACCEL_FSDP_ACTIVATION_CHECKPOINTING", "maybe"},   {"ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", "true"},
+        {"ACCEL_FSDP_SYNC_MODULE_STATES", "maybe"},         {"ACCEL_FSDP_USE_ORIG_PARAMS", "maybe"},
+        {"ACCEL_FSDP_VERSION", "3"},                        {NULL, NULL},
+    };
+    clear_env();
+    set_env(GOOD); /* the variables alone decide */
+    accel__fsdp_cfg f;
+    if (resolved(accel_accelerator_opts_default(), &f)) {
+        CHECK(f.wrap == ACCEL__WRAP_NONE && !strcmp(f.wrap_cls, "EnvLayer") && f.min_num_params == 5);
+        CHECK(f.forward_prefetch && !f.reshard_after_forward && f.full_state_dict);
+    }
+    set_env(OVERRIDDEN);
+    if (resolved(all_set(), &f)) check_all_set(&f);
+    clear_env();
+}
+
+static void test_bad_values_named(void) {
+    clear_env();
+    refused((accel_accelerator_opts){.fsdp_auto_wrap_policy = "LAYER_WRAP"},
+            "opts.fsdp_auto_wrap_policy=\"LAYER_WRAP\": unknown policy (TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, "
+            "NO_WRAP)");
+    char long_cls[600];
+    memset(long_cls, 'x', sizeof long_cls - 1);
+    long_cls[sizeof long_cls - 1] = 0;
+    refused((accel_accelerator_opts){.fsdp_transformer_layer_cls_to_wrap = long_cls},
+            "opts.fsdp_transformer_layer_cls_to_wrap is longer than 511 characters");
+    refused((accel_accelerator_opts){.fsdp_min_num_params = -1}, "opts.fsdp_min_num_params=-1 is not a count");
+    refused((accel_accelerator_opts){.fsdp_backward_prefetch = "BACKWARD_SIDEWAYS"},
+            "opts.fsdp_backward_prefetch=\"BACKWARD_SIDEWAYS\": unknown policy (BACKWARD_PRE, BACKWARD_POST, "
+            "NO_PREFETCH)");
+    refused((accel_accelerator_opts){.fsdp_forward_prefetch = 2},
+            "opts.fsdp_forward_prefetch=2 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0 (unset)");
+    refused((accel_accelerator_opts){.fsdp_reshard_after_forward = 3}, "opts.fsdp_reshard_after_forward=3 is not");
+    refused((accel_accelerator_opts){.fsdp_activation_checkpointing = -2},
+            "opts.fsdp_activation_checkpointing=-2 is not");
+    refused((accel_accelerator_opts){.fsdp_cpu_ram_efficient_loading = 2},
+            "opts.fsdp_cpu_ram_efficient_loading=2 is not");
+    refused((accel_accelerator_opts){.fsdp_sync_module_states = 2}, "opts.fsdp_sync_module_states=2 is not");
+    refused((accel_accelerator_opts){.fsdp_use_orig_params = 2}, "opts.fsdp_use_orig_params=2 is not");
+    refused((accel_accelerator_opts){.fsdp_state_dict_type = "LOCAL_STATE_DICT"},
+            "opts.fsdp_state_dict_type=LOCAL_STATE_DICT is not implemented by accel");
+    refused((accel_accelerator_opts){.fsdp_version = 3}, "opts.fsdp_version=\"3\" (1 or 2)");
+    /* the checks across keys and against the stage hold for the options too */
+    refused((accel_accelerator_opts){.fsdp_sync_module_states = ACCEL_FALSE},
+            "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
+    refused((accel_accelerator_opts){.zero_stage = 2, .fsdp_activation_checkpointing = ACCEL_TRUE},
+            "fsdp_activation_checkpointing=true checkpoints the FULL_SHARD");
+    refused((accel_accelerator_opts){.zero_stage = 2, .fsdp_state_dict_type = "SHARDED_STATE_DICT"},
+            "fsdp_state_dict_type=SHARDED_STATE_DICT shards the checkpoints of FULL_SHARD");
+}
+
+int main(void) {
+    RUN(test_zeroed_opts_keep_defaults);
+    RUN(test_each_field_takes_effect);
+    RUN(test_api_beats_env);
+    RUN(test_bad_values_named);
+    return check_summary();
+}
