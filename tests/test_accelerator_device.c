@@ -15,6 +15,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "check.h"
+#include "params_host.h"
 
 static int N, R;
 static accel_accelerator *A;
@@ -57,21 +58,6 @@ static accel_tensor *data_y(int64_t lo, int64_t n, accel_device dev) {
     accel_tensor *t = accel_to_device(accel_from_floats(ACCEL_SHAPE(n, 1), y), dev);
     free(y);
     return t;
-}
-
-/* Every parameter of m as host floats, concatenated; returns the count. */
-static int64_t params_to_host(accel_module *m, float *out, int64_t cap) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    int64_t k = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t c = accel_numel(ps[i]);
-        CHECK(k + c <= cap);
-        if (k + c <= cap) CHECK(accel_to_floats(ps[i], out + k) == ACCEL_OK);
-        k += c;
-    }
-    accel_free(ps);
-    return k;
 }
 
 static void copy_params(accel_module *dst, accel_module *src) {

@@ -35,6 +35,7 @@
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the optimizer's state home and its byte counter */
 #include "check.h"
+#include "params_host.h"
 
 static int N, R;
 static accel_device DEV;
@@ -77,20 +78,6 @@ static void train(accel_accelerator *acc, accel_module *m, accel_optimizer *o, i
         CHECK(accel_accelerator_zero_grad(acc, o) == ACCEL_OK);
         accel_step_reset();
     }
-}
-
-static int64_t params_to_host(accel_module *m, float *out, int64_t cap) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    int64_t k = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t c = accel_numel(ps[i]);
-        CHECK(k + c <= cap);
-        if (k + c <= cap) CHECK(accel_to_floats(ps[i], out + k) == ACCEL_OK);
-        k += c;
-    }
-    accel_free(ps);
-    return k;
 }
 
 /* Freeing the accelerator un-prepares what it holds (the state file goes); then the objects. */
