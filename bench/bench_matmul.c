@@ -165,6 +165,10 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
 
 int main(int argc, char **argv) {
     const char *out_path = argc > 1 ? argv[1] : "bench/results/matmul.md";
+    if (out_path[0] == '-') { /* "--help" was once taken for the output file */
+        fprintf(stderr, "usage: bench_matmul [OUT.md (default bench/results/matmul.md)] [REPS (default 7)]\n");
+        return 2;
+    }
     int reps = argc > 2 ? atoi(argv[2]) : 7;
     if (reps < 1 || reps > 100) reps = 7;
     const int64_t R = 2048;

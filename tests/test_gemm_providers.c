@@ -185,6 +185,8 @@ static void test_describe(void) {
     if (!accel__gemm_have_dnnl()) CHECK_STR_CONTAINS(d, "oneDNN not built in");
     else if (!accel__gemm_native(ACCEL_BF16)) CHECK_STR_CONTAINS(d, "GEMM bf16: openblas on f32 operands");
     else CHECK_STR_CONTAINS(d, "GEMM bf16: dnnl (");
+    /* decode's few rows against a bf16 weight go to accel's own kernel in auto mode */
+    if (!accel__gemm_native(ACCEL_BF16)) CHECK_STR_CONTAINS(d, "against a bf16 weight: accel's bf16-weight kernel");
     /* accel_accelerator_describe carries the same lines. */
     accel_accelerator *acc = accel_accelerator_new(NULL);
     CHECK(acc != NULL);

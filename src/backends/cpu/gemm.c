@@ -368,6 +368,9 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
     else if (!can) snprintf(out, n, "openblas on f32 operands (oneDNN has no %s matmul here)", name);
     else if (!cpu_has_units(dt)) snprintf(out, n, "openblas on f32 operands (no %s units)", name);
     else snprintf(out, n, "openblas on f32 operands (oneDNN would run %s)", impl);
+    size_t used = strlen(out);
+    if (mode == ACCEL__GEMM_AUTO && dt == ACCEL_BF16 && !strncmp(out, "openblas", 8) && used < n)
+        snprintf(out + used, n - used, "; up to %d rows against a bf16 weight: accel's bf16-weight kernel", SMALL_M);
 }
 
 const char *accel__gemm_describe(char *buf, size_t size) {
