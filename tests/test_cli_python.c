@@ -84,9 +84,14 @@ static void test_python_flag(void) {
  * twice): ACCELERATE_USE_CPU=False made Accelerate look for a GPU backend. */
 static void test_accelerate_world(void) {
     if (!python_has("torch, accelerate")) return;
-    const char *prog = spit("world.py", "from accelerate import Accelerator\n"
+    /* One write(2) per line (atomic on a pipe): the two ranks share the test's
+     * stdout pipe, and print() reached it as separate writes of the text and
+     * its newline, so the lines interleaved ("rank=0 world=2rank=1 world=2\n\n",
+     * seen once in CI under ASan). */
+    const char *prog = spit("world.py", "import os\n"
+                                        "from accelerate import Accelerator\n"
                                         "acc = Accelerator()\n"
-                                        "print(f'rank={acc.process_index} world={acc.num_processes}', flush=True)\n"
+                                        "os.write(1, f'rank={acc.process_index} world={acc.num_processes}\\n'.encode())\n"
                                         "acc.wait_for_everyone()\n");
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", prog, NULL};
     int rc = run(a);
