@@ -205,6 +205,18 @@ static void test_env_contract(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_USE_CPU=1\n");
 }
 
+/* A port the launcher picked stays reserved until the job ends: a second
+ * launch asking the kernel for a free port cannot get it (two parallel
+ * launches once joined each other's store). */
+static void test_free_port_reserved(void) {
+    const char *standalone[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "reserved", NULL};
+    CHECK(run(standalone, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "port reserved\nport reserved\n");
+    const char *zero[] = {ACCEL, "launch", "--num_processes", "1", "--main_process_port", "0", WORKER, "reserved", NULL};
+    CHECK(run(zero, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "port reserved\n");
+}
+
 static void test_flag_errors(void) {
     const char *abbrev[] = {ACCEL, "launch", "--num_proc", "2", WORKER, "env", NULL};
     CHECK(run(abbrev, NULL) == 2);
@@ -539,6 +551,7 @@ int main(void) {
     RUN(test_env_contract);
     RUN(test_config_numbers);
     RUN(test_flag_errors);
+    RUN(test_free_port_reserved);
     RUN(test_several_machines_need_secret);
     RUN(test_worker_exit1);
     RUN(test_worker_sigkill);

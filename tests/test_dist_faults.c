@@ -10,11 +10,16 @@
  *   mismatch  (debug mode) rank 0 all_reduce, rank 1 all_gather: both must fail
  *             with the mismatch report; exit 0 when they do
  *   restart   rank 1 fails in the first attempt only
+ *   reserved  before init, each rank tries a plain bind() of MASTER_PORT and
+ *             prints "port reserved" when it is taken (the launcher holds it)
  * Every rank writes its pid to $ACCEL_TEST_PIDDIR/rank<r>.pid when set.
  * Run without a mode (plain ctest) it checks the group of one. */
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "accel/dist.h"
@@ -30,6 +35,17 @@ static void record_pid(void) {
         fprintf(f, "%d\n", (int)getpid());
         fclose(f);
     }
+}
+
+/* A stranger asking for MASTER_PORT (no SO_REUSEADDR) must be refused. */
+static void print_port_reserved(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(getenv("MASTER_PORT"))),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    printf("port %s\n", r != 0 && errno == EADDRINUSE ? "reserved" : "free");
+    fflush(stdout);
+    close(fd);
 }
 
 static int fail(const char *what) {
@@ -75,11 +91,12 @@ int main(int argc, char **argv) {
         fputs(buf, stdout); /* one write: lines of the two ranks do not interleave */
         return 0;
     }
+    if (!strcmp(mode, "reserved")) print_port_reserved();
     if (accel_dist_init() != ACCEL_OK) return fail("init");
     accel_pg *pg = accel_dist_default_group();
     int rank = accel_pg_rank(pg);
     const char *rc = getenv("TORCHELASTIC_RESTART_COUNT");
-    if (!strcmp(mode, "init")) {
+    if (!strcmp(mode, "init") || !strcmp(mode, "reserved")) {
         accel_dist_finalize();
         return 0;
     }

@@ -511,14 +511,23 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+/* Picks a free loopback port and keeps it reserved: the socket stays bound
+ * (SO_REUSEADDR, never listening) until the job ends, so rank 0's store can
+ * still bind and listen there (SO_REUSEADDR both sides) while the kernel
+ * hands the port to nobody else asking for a free one. Closing it at once
+ * let two parallel launches pick the same port and join each other's store.
+ * Returns the port (-1 on failure); *hold gets the descriptor to close. */
+static int reserve_free_port(int *hold) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof sa;
     int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+    if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
         port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
+    if (port < 0 && fd >= 0) close(fd);
+    *hold = port < 0 ? -1 : fd;
     return port;
 }
 
@@ -996,6 +1005,7 @@ int accel_cli_launch(int argc, char **argv) {
     random_hex(J.run_id, 8);
     snprintf(J.master_addr, sizeof J.master_addr, "%s", L.ip ? L.ip : "127.0.0.1");
     J.port = L.port;
+    int port_hold = -1; /* closed by every return below */
     /* One machine and no port asked for: pick a free port, as torchrun's
      * --standalone does, so parallel jobs never race for 29500. */
     bool standalone = L.num_machines == 1 && !L.port_given;
@@ -1010,16 +1020,22 @@ int accel_cli_launch(int argc, char **argv) {
         }
         if (L.port != 0 && L.port_given && !L.quiet)
             fprintf(stderr, "accel launch: port %d is in use; using a free port instead\n", L.port);
-        J.port = free_port();
+        J.port = reserve_free_port(&port_hold);
+        if (J.port < 0) {
+            fprintf(stderr, "accel launch: error: cannot reserve a free port on 127.0.0.1: %s\n", strerror(errno));
+            return finish(&L, cfg, 1);
+        }
     }
     signal(SIGPIPE, SIG_IGN);
     if (!start_watchdog()) {
         fprintf(stderr, "accel launch: cannot start the watchdog: %s\n", strerror(errno));
+        if (port_hold >= 0) close(port_hold);
         return finish(&L, cfg, 1);
     }
     if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
         stop_watchdog();
+        if (port_hold >= 0) close(port_hold);
         return finish(&L, cfg, 1);
     }
     struct sigaction sa = {.sa_handler = on_signal};
@@ -1038,5 +1054,6 @@ int accel_cli_launch(int argc, char **argv) {
     close(g_sigpipe[0]);
     close(g_sigpipe[1]);
     stop_watchdog();
+    if (port_hold >= 0) close(port_hold);
     return finish(&L, cfg, ret);
 }
