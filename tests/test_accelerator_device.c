@@ -84,8 +84,8 @@ static void test_device_from_environment(void) {
 }
 
 /* An accelerator of this launch: ZeRO stage `stage` (0: DDP), its gradient
- * accumulation, mixed precision, optimizer offload ("cpu" or NULL), fsdp
- * state-dict type (NULL: the default), on the cpu when `cpu`. */
+ * accumulation, mixed precision, optimizer and parameter offload devices and
+ * fsdp state-dict type (0 / NULL: the defaults), on the cpu when `cpu`. */
 typedef struct acc_cfg {
     int stage, accum;
     const char *mp, *offload_optimizer, *offload_param, *state_dict_type;
