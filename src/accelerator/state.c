@@ -196,7 +196,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : accel__default_project_dir());
     acc->o.project_dir = acc->project_dir;
     acc->mp = mp;
-    if (mp == ACCEL_MP_FP8) acc->fp8 = fp8;
+    if (mp == ACCEL_MP_FP8) {
+        acc->fp8 = fp8;
+        acc->fp8.deferred_update = true; /* once per forward and backward, amaxes reduced (fp8_scaling.h) */
+    }
     acc->pg = accel_dist_default_group();
     acc->rank = accel_pg_rank(acc->pg);
     acc->world = accel_pg_size(acc->pg);
