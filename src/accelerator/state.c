@@ -8,6 +8,7 @@
 
 #include "accelerator_internal.h"
 #include "backends/fp8.h"
+#include "fp8_scaling.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
 
@@ -57,62 +58,12 @@ static accel_device pick_device(const accel_accelerator_opts *o, int local_rank)
 
 /* ---------------------------------------------------------------- fp8 */
 
-/* ACCEL_FP8_<name> / ACCELERATE_FP8_<name> (the launcher's fp8_config). */
-static const char *fp8_env(const char *name) {
-    char a[64], b[64];
-    snprintf(a, sizeof a, "ACCEL_FP8_%s", name);
-    snprintf(b, sizeof b, "ACCELERATE_FP8_%s", name);
-    return env2(a, b);
-}
-
-/* An integer fp8 option >= lo, or def when unset. */
-static accel_status fp8_int(const char *name, int lo, int def, int *out) {
-    const char *v = fp8_env(name);
-    char *end = NULL;
-    long n = v ? strtol(v, &end, 10) : def;
-    if (v && (end == v || *end || n < lo || n > 1 << 20))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: ACCELERATE_FP8_%s=%s must be an integer >= %d",
-                               name, v, lo);
-    *out = (int)n;
-    return ACCEL_OK;
-}
-
-/* TERecipeKwargs from the environment (Accelerate's defaults when unset):
- * FORMAT HYBRID|E4M3, MARGIN, INTERVAL (accepted; TransformerEngine ignores
- * it), AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO most_recent|max,
- * USE_AUTOCAST_DURING_EVAL; BACKEND, when set, must be TE. */
-static accel_status fp8_recipe_from_env(accel__fp8_recipe *r) {
-    *r = accel__fp8_recipe_default();
-    const char *backend = fp8_env("BACKEND"), *fmt = fp8_env("FORMAT"), *algo = fp8_env("AMAX_COMPUTE_ALGO");
-    if (backend && strcasecmp(backend, "te"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                               "accel_accelerator_new: fp8_backend %s is not supported: accel runs TransformerEngine's "
-                               "recipe (TE)",
-                               backend);
-    if (fmt && !strcasecmp(fmt, "E5M2"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_new: fp8_format E5M2: pure E5M2 training is "
-                                                      "not supported (use HYBRID or E4M3, as TransformerEngine)");
-    if (fmt && strcasecmp(fmt, "HYBRID") && strcasecmp(fmt, "E4M3"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: fp8_format %s: choose HYBRID or E4M3", fmt);
-    if (algo && strcmp(algo, "max") && strcmp(algo, "most_recent"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_accelerator_new: fp8_amax_compute_algo %s: choose 'max' or 'most_recent'", algo);
-    r->hybrid = !fmt || !strcasecmp(fmt, "HYBRID");
-    r->use_max = algo && !strcmp(algo, "max");
-    r->during_eval = truthy(fp8_env("USE_AUTOCAST_DURING_EVAL"));
-    int interval;
-    if (fp8_int("MARGIN", 0, 0, &r->margin) || fp8_int("INTERVAL", 1, 1, &interval) ||
-        fp8_int("AMAX_HISTORY_LEN", 1, r->history_len, &r->history_len))
-        return accel_last_status();
-    return ACCEL_OK;
-}
-
 /* fp8 runs where the device has fp8 GEMMs (a CUDA GPU of compute capability
  * >= 8.9) and is refused elsewhere with the device's reason: the cpu, a GPU
  * below 8.9 (Accelerate falls back to fp16 there; accel refuses). A bad
  * recipe is refused first, on any device. */
 static accel_status accept_fp8(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
-    if (fp8_recipe_from_env(r) != ACCEL_OK) return accel_last_status();
+    if (accel__fp8_recipe_resolve(o, r) != ACCEL_OK) return accel_last_status();
     return accel__fp8_device_check(pick_device(o, accel_dist_local_rank()), "accel_accelerator_new");
 }
 
