@@ -404,7 +404,23 @@ static void test_recipe_options(void) {
     CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
     unsetenv("ACCELERATE_FP8_OVERRIDE_DGRAD");
 
-    /* accel_accelerator_new refuses a bad field before the device */
+    /* accel_accelerator_new refuses a bad field, and ZeRO, before the device */
+    static const accel_accelerator_opts ZERO[] = {{.mixed_precision = "fp8", .zero_stage = 1},
+                                                  {.mixed_precision = "fp8", .zero_stage = 2},
+                                                  {.mixed_precision = "fp8", .fsdp_sharding_strategy = "FULL_SHARD"}};
+    for (int i = 0; i < 3; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "with ZeRO stage %d", i + 1);
+        CHECK(accel_accelerator_new(&ZERO[i]) == NULL && accel_last_status() == ACCEL_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(accel_last_error(), want);
+        accel_clear_error();
+    }
+    setenv("ACCEL_ZERO_STAGE", "2", 1); /* as the launcher sets it */
+    accel_accelerator_opts fp8 = {.mixed_precision = "fp8"};
+    CHECK(accel_accelerator_new(&fp8) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fp8 mixed precision with ZeRO stage 2 (DeepSpeed / FSDP) is not supported");
+    accel_clear_error();
+    unsetenv("ACCEL_ZERO_STAGE");
     accel_accelerator_opts bad = {.mixed_precision = "fp8", .fp8_amax_history_len = -1};
     CHECK(accel_accelerator_new(&bad) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_new: fp8_amax_history_len=-1 must be");

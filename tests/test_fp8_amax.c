@@ -1,13 +1,17 @@
-/* TransformerEngine's amax reduction (reduce_amax) on the cpu: the
- * Accelerator's accel__fp8_reduce_and_update, the function its forward hook
- * and its backward call, on an fp8-converted model running the fp8 Linear's
- * CPU reference under a deferred-update recipe (as the Accelerator's). Run
- * plainly (one process: each rank's own amaxes decide) and under
- * `accel launch --num_processes 2` (ctest fp8_amax_2), where every rank sees
- * different inputs and gradients, hence different amaxes: after the
- * reduction every rank holds the same metas, their scales those of the
- * MAX over the ranks' amaxes (gathered separately with all_gather). */
+/* TransformerEngine's amax reduction (reduce_amax): the Accelerator's
+ * accel__fp8_reduce_and_update, the function its forward hook and its
+ * backward call, on an fp8-converted model under a deferred-update recipe
+ * (as the Accelerator's). Run plainly (one process: each rank's own amaxes
+ * decide) and under `accel launch --num_processes 2` (ctest fp8_amax_2),
+ * where every rank sees different inputs and gradients, hence different
+ * amaxes: after the reduction every rank holds the same metas, their scales
+ * those of the MAX over the ranks' amaxes (gathered separately with
+ * all_gather). On the cpu (here and in CI) the model runs the fp8 Linear's
+ * CPU reference; with ACCEL_DEFAULT_DEVICE=cuda:0 (tools/gpu_check.sh, both
+ * ranks on one GPU) the GPU's kernels, and the reduction stages device
+ * buffers. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "accel/dist.h"
@@ -21,6 +25,7 @@
 enum { LEN = 4, S = ACCEL__FP8_SLOTS, ROWS = ACCEL__FP8_META_ROWS(LEN), MAXW = 8, N_META = 2 };
 
 static uint64_t g_rng;
+static accel_device g_dev; /* accel_default_device() */
 static float rnd(void) { /* uniform in [-1, 1) */
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((g_rng >> 40) / (double)(1u << 24)) * 2.0f - 1.0f;
@@ -35,9 +40,9 @@ static void fill(accel_tensor *t, float amp) {
 /* Two fp8 Linears (32 -> 48 -> 32) and one that stays bf16 (odd dims), the
  * same weights on every rank (as DDP's broadcast leaves them). */
 static accel_module *model_new(accel__fp8_recipe r) {
-    accel_module *kids[3] = {accel_linear_new(32, 48, true, ACCEL_CPU_DEVICE, ACCEL_F32),
-                             accel_linear_new(48, 32, false, ACCEL_CPU_DEVICE, ACCEL_F32),
-                             accel_linear_new(32, 17, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *kids[3] = {accel_linear_new(32, 48, true, g_dev, ACCEL_F32),
+                             accel_linear_new(48, 32, false, g_dev, ACCEL_F32),
+                             accel_linear_new(32, 17, true, g_dev, ACCEL_F32)};
     accel_module *m = accel_sequential_new(3, kids);
     g_rng = 12345;
     for (int k = 0; k < 3; k++) fill(accel__module_tensor(kids[k], "weight"), 0.2f);
@@ -153,6 +158,11 @@ static void test_metas_and_errors(accel_pg *pg) {
 }
 
 int main(void) {
+    g_dev = accel_default_device();
+    if (g_dev.type != ACCEL_DEV_CPU && accel__fp8_device_check(g_dev, "test_fp8_amax") != ACCEL_OK) {
+        printf("SKIP: %s\n", accel_last_error());
+        return 77;
+    }
     CHECK(accel_dist_init() == ACCEL_OK);
     accel_pg *pg = accel_dist_default_group();
     CHECK(pg && accel_pg_size(pg) <= MAXW);

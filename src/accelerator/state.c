@@ -58,12 +58,18 @@ static accel_device pick_device(const accel_accelerator_opts *o, int local_rank)
 
 /* ---------------------------------------------------------------- fp8 */
 
-/* fp8 runs where the device has fp8 GEMMs (a CUDA GPU of compute capability
- * >= 8.9) and is refused elsewhere with the device's reason: the cpu, a GPU
- * below 8.9 (Accelerate falls back to fp16 there; accel refuses). A bad
- * recipe is refused first, on any device. */
-static accel_status accept_fp8(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
-    if (accel__fp8_recipe_resolve(o, r) != ACCEL_OK) return accel_last_status();
+/* fp8's configuration is checked before the device, so that a bad recipe or
+ * ZeRO is refused on every machine: the recipe, then no ZeRO (stages 1-3:
+ * see docs/cuda.md "fp8"), then a device with fp8 GEMMs (a CUDA GPU of
+ * compute capability >= 8.9), refused elsewhere with the device's reason:
+ * the cpu, a GPU below 8.9 (Accelerate falls back to fp16 there; accel
+ * refuses). */
+static accel_status accept_fp8(const accel_accelerator_opts *o, const accel__zero_cfg *zc) {
+    if (zc->stage)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is "
+                               "not supported; use fp8 with DDP or a single process",
+                               zc->stage);
     return accel__fp8_device_check(pick_device(o, accel_dist_local_rank()), "accel_accelerator_new");
 }
 
@@ -73,7 +79,7 @@ static accel_status parse_precision(const char *s, const accel_accelerator_opts 
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
     else if (!strcasecmp(s, "fp8")) {
-        if (accept_fp8(o, fp8) != ACCEL_OK) return accel_last_status();
+        if (accel__fp8_recipe_resolve(o, fp8) != ACCEL_OK) return accel_last_status();
         *out = ACCEL_MP_FP8;
     } else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -93,13 +99,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     if (parse_precision(mps, &o, &mp, &fp8)) return NULL;
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
-    if (mp == ACCEL_MP_FP8 && zc.stage) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                        "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is not "
-                        "supported; use fp8 with DDP or a single process",
-                        zc.stage);
-        return NULL;
-    }
+    if (mp == ACCEL_MP_FP8 && accept_fp8(&o, &zc)) return NULL;
     if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
         /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
         if (o.mixed_precision || mp != ACCEL_MP_NO) {
