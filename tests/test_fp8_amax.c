@@ -80,8 +80,9 @@ static void check_reduced(accel_pg *pg, accel_module *m, float seen[MAXW][N_META
             float want = 0.0f;
             for (int q = 0; q < world; q++) want = fmaxf(want, seen[q][k][s]);
             float scale = accel__fp8_max(accel__fp8_slot_format(r, s)) / want;
-            CHECK_MSG(meta[2 * S + (LEN - 1) * S + s] == want && meta[2 * S + s] == 0.0f,
-                      "meta %d slot %d: newest history %g, want the MAX %g", k, s, meta[2 * S + (LEN - 1) * S + s], want);
+            const float newest = meta[2 * S + (LEN - 1) * S + s];
+            CHECK_MSG(newest == want && meta[2 * S + s] == 0.0f, "meta %d slot %d: newest history %g, want the MAX %g",
+                      k, s, newest, want);
             CHECK_MSG(meta[s] == scale && meta[S + s] == 1.0f / scale, "meta %d slot %d: scale %g, want %g", k, s,
                       meta[s], scale);
         }

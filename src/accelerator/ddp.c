@@ -158,8 +158,9 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
 
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
-    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, "accel_accelerator_prepare (a Linear's weight)") ||
-                                    accel__fp8_convert_model(pm->m, acc->fp8)))
+    static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
+    if (acc->mp == ACCEL_MP_FP8 &&
+        (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_convert_model(pm->m, acc->fp8)))
         return accel_last_status();
     /* ZeRO: pad to 16 x world elements so every shard starts 64-byte aligned. */
     pm->fp = accel_module_flatten(pm->m, 16, acc->zero_stage ? 16 * (int64_t)acc->world : 1);

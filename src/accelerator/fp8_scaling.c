@@ -65,7 +65,8 @@ static accel_status fp8_bool(int field, const char *field_name, const char *env,
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s=%d is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0 (unset)",
                                FN, field_name, field);
     const char *v = fp8_text(NULL, field_name, env, who);
-    static const char *const YES[] = {"y", "yes", "t", "true", "on", "1"}, *const NO[] = {"n", "no", "f", "false", "off", "0"};
+    static const char *const YES[] = {"y", "yes", "t", "true", "on", "1"};
+    static const char *const NO[] = {"n", "no", "f", "false", "off", "0"};
     *out = false;
     for (int i = 0; v && i < 6; i++) {
         if (!strcasecmp(v, YES[i])) *out = true;
@@ -147,9 +148,11 @@ static accel_status reduce_amaxes(accel_pg *pg, accel_tensor **metas, int count,
     accel_tensor *buf = accel_empty_on(ACCEL_F32, 1, (int64_t[]){(int64_t)count * n}, metas[0]->device);
     if (!buf) return accel_last_status();
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < count && !st; i++) st = accel_copy_(span(buf, (int64_t)i * n, n), amax_span(metas[i], first, n));
+    for (int i = 0; i < count && !st; i++)
+        st = accel_copy_(span(buf, (int64_t)i * n, n), amax_span(metas[i], first, n));
     if (!st) st = accel__staged_all_reduce(pg, buf, ACCEL_REDUCE_MAX);
-    for (int i = 0; i < count && !st; i++) st = accel_copy_(amax_span(metas[i], first, n), span(buf, (int64_t)i * n, n));
+    for (int i = 0; i < count && !st; i++)
+        st = accel_copy_(amax_span(metas[i], first, n), span(buf, (int64_t)i * n, n));
     return st;
 }
 
