@@ -22,11 +22,7 @@
 #include "check.h"
 #include "gradcheck.h"
 #include "ops_fixture.h"
-
-typedef struct sdpa_case {
-    int64_t B, H, Hkv, Tq, Tk, D, Dv;
-    bool causal, kv_strided; /* kv_strided: k, v stored [B, Tk, Hkv, D] (a projection's layout) */
-} sdpa_case;
+#include "sdpa_case.h"
 
 static const sdpa_case CASES[] = {
     {2, 6, 2, 67, 67, 37, 29, true, true},    /* GQA, odd sizes, two query blocks, heads in parallel */
@@ -58,25 +54,19 @@ static accel_tensor *filled(accel_dtype dt, int64_t n, int byte) {
 
 static accel_tensor *poisoned(accel_dtype dt, int64_t n) { return filled(dt, n, 0xFF); }
 
-static accel_k_sdpa_dims dims_of(const sdpa_case *c, bool strided) {
-    accel_k_sdpa_dims d = {.B = c->B, .H = c->H, .Hkv = c->Hkv, .Tq = c->Tq, .Tk = c->Tk, .D = c->D, .Dv = c->Dv,
-                           .scale = 1.0f / sqrtf((float)c->D), .causal = c->causal};
-    if (strided) {
-        d.ks[0] = c->Tk * c->Hkv * c->D, d.ks[1] = c->D, d.ks[2] = c->Hkv * c->D;
-        d.vs[0] = c->Tk * c->Hkv * c->Dv, d.vs[1] = c->Dv, d.vs[2] = c->Hkv * c->Dv;
-    } else {
-        d.ks[0] = c->Hkv * c->Tk * c->D, d.ks[1] = c->Tk * c->D, d.ks[2] = c->D;
-        d.vs[0] = c->Hkv * c->Tk * c->Dv, d.vs[1] = c->Tk * c->Dv, d.vs[2] = c->Dv;
-    }
-    return d;
-}
-
 static void check_rounded(const char *what, const sdpa_case *c, accel_dtype dt, accel_tensor *got, accel_tensor *want) {
     CHECK_MSG(fx_compare(what, got, want, ulp(dt), 1e-6) == 0, "%s, Tq %lld Tk %lld D %lld causal %d", accel_dtype_name(dt),
               (long long)c->Tq, (long long)c->Tk, (long long)c->D, c->causal);
 }
 
 enum { Q, K, V, G, NIN };
+
+/* The backward's dims: k and v dense. */
+static accel_k_sdpa_dims dense_dims(const sdpa_case *c) {
+    sdpa_case dense = *c;
+    dense.kv_strided = false;
+    return sdpa_case_dims(&dense);
+}
 
 static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     const accel_backend *cpu = &accel__cpu_backend;
@@ -87,7 +77,7 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     /* forward: O poisoned; P zeroed on both sides (the kernel writes only the columns each block sees) */
     accel_tensor *o = poisoned(dt, nq * c->Dv), *o32 = poisoned(ACCEL_F32, nq * c->Dv);
     accel_tensor *p = filled(ACCEL_F32, np, 0), *p32 = filled(ACCEL_F32, np, 0);
-    accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = dims_of(c, c->kv_strided)};
+    accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = sdpa_case_dims(c)};
     accel_k_sdpa f32 = {.o = o32, .p = p32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = f.dims};
     CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa(&f32) == ACCEL_OK);
     check_rounded("sdpa output", c, dt, o, o32);
@@ -105,7 +95,7 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
             }
         }
         accel_k_sdpa_backward b = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = lp[G], .q = lp[Q], .k = lp[K],
-                                   .v = lp[V], .p = p32, .dims = dims_of(c, false), .dq_beta = (float)beta};
+                                   .v = lp[V], .p = p32, .dims = dense_dims(c), .dq_beta = (float)beta};
         accel_k_sdpa_backward b32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q], .k = hi[K],
                                      .v = hi[V], .p = p32, .dims = b.dims, .dq_beta = (float)beta};
         /* the backward reads k and v dense: the forward's strided ones are another layout of the same values */
