@@ -10,8 +10,8 @@
  *     added into, dk and dv added into;
  *   - op level: accel_sdpa on bf16/f16 leaves with v a transposed view (as
  *     Llama's split_heads gives it): the output's and gradients' dtype and
- *     values, and the step arena holding no f32 copy of q, k, v or the
- *     output.
+ *     values; decoding from a KV cache view read in place; the step arena
+ *     holding no f32 copy of q, k, v or the output.
  * The f32 path itself is checked by finite differences in test_ops_attention
  * (finite differences in bf16 would measure the rounding, not the
  * gradient). */
@@ -195,6 +195,28 @@ static void test_op(void) {
     }
 }
 
+/* Decoding without a graph: the kernels read a bf16/f16 KV cache view
+ * (positions [0, 23) of [B, Hkv, 40, D]) in place, a few queries at the end. */
+static void test_cache_in_place(void) {
+    for (int i = 0; i < 2; i++) {
+        accel_dtype dt = i ? ACCEL_F16 : ACCEL_BF16;
+        accel_tensor *q = leaf(5, dt, ACCEL_SHAPE(2, 6, 3, 16)), *kc = leaf(6, dt, ACCEL_SHAPE(2, 3, 40, 16)),
+                     *vc = leaf(7, dt, ACCEL_SHAPE(2, 3, 40, 16));
+        q->requires_grad = kc->requires_grad = vc->requires_grad = false;
+        accel_tensor *k = accel_slice(kc, 2, 0, 23, 1), *v = accel_slice(vc, 2, 0, 23, 1);
+        accel_tensor *o = accel_sdpa(q, k, v, true, 0.0);
+        accel_tensor *o32 = accel_sdpa(accel_to_dtype(q, ACCEL_F32), accel_to_dtype(k, ACCEL_F32),
+                                       accel_to_dtype(v, ACCEL_F32), true, 0.0);
+        CHECK(o && o->dtype == dt);
+        sdpa_case c = {2, 6, 3, 3, 23, 16, 16, true, true};
+        check_rounded("accel_sdpa on a cache view", &c, dt, o, o32);
+        accel_step_reset();
+        accel_tensor_free(q);
+        accel_tensor_free(kc);
+        accel_tensor_free(vc);
+    }
+}
+
 /* Under autocast the forward allocates the bf16 output, the f32
  * probabilities and the kernel's per-thread tiles (a head's K and V, a
  * block's Q and O, in f32), nothing the size of q, k, v or the output in
@@ -224,6 +246,7 @@ static void test_no_f32_copies(void) {
 int main(void) {
     RUN(test_kernels);
     RUN(test_op);
+    RUN(test_cache_in_place);
     RUN(test_no_f32_copies);
     accel_thread_cleanup();
     return check_summary();
