@@ -36,6 +36,7 @@ typedef enum accel_cpu_feature {
     ACCEL_CPU_AMX_TILE = 1u << 7,
     ACCEL_CPU_AMX_BF16 = 1u << 8,
     ACCEL_CPU_AMX_FP16 = 1u << 9,
+    ACCEL_CPU_F16C = 1u << 10, /* f16 <-> f32 conversions (vcvtph2ps, vcvtps2ph) */
 } accel_cpu_feature;
 
 typedef struct accel_cpu_info {

@@ -85,7 +85,7 @@ static double gbuf_native(double e, accel_dtype dt, bool has_grad) {
 }
 
 /* An op's output in dtype dt that its kernel writes through an f32 scratch
- * unless dt is f32 (the GEMM ops, RoPE). */
+ * unless dt is f32 (the GEMM ops). */
 static double out_via_f32(double e, accel_dtype dt) { return e * esz(dt) + (dt == ACCEL_F32 ? 0 : 4 * e); }
 
 /* ------------------------------------------------------------ one training step */
@@ -129,16 +129,13 @@ static accel_dtype rms_norm_fwd(ledger *l) {
 }
 
 /* accel_rope forward of a head-split projection [B, h, T, D] of dtype dt
- * (a transposed view) with e = n*h*D elements: the cos/sin tables [T, D/2],
- * the dense f32 input, the output (through f32 unless f32). */
-static void rope_fwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += 2 * 4 * l->d->T * l->d->D / 2 + f32_contig(e, dt, false) + out_via_f32(e, dt);
-}
+ * (a transposed view, read in place) with e = n*h*D elements: the cos/sin
+ * tables [T, D/2] and the output, written in dt. */
+static void rope_fwd(ledger *l, double e, accel_dtype dt) { l->bytes += 2 * 4 * l->d->T * l->d->D / 2 + e * esz(dt); }
 
-/* accel_rope backward: the f32 output gradient, the input view's gradient. */
-static void rope_bwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += f32_contig(e, dt, true) + gbuf(e, dt, false);
-}
+/* accel_rope backward: the output gradient read as it is, the input view's
+ * gradient in its dtype. */
+static void rope_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += gbuf_native(e, dt, false); }
 
 /* The backward of split_heads (reshape then transpose of a projection output
  * of dtype dt): the transpose's dense gradient, the copies into the

@@ -16,7 +16,7 @@
 
 static const char *const FEATURE_NAMES[] = {
     "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
-    "amx_tile", "amx_bf16", "amx_fp16",
+    "amx_tile", "amx_bf16", "amx_fp16", "f16c",
 };
 #define N_FEATURES (int)(sizeof FEATURE_NAMES / sizeof FEATURE_NAMES[0])
 
@@ -64,6 +64,7 @@ static uint32_t detect_features(void) {
     bool tile = (xcr0 & XCR0_TILE) == XCR0_TILE;
     uint32_t f = 0;
     if (ymm && bit(l1[C], 12)) f |= ACCEL_CPU_FMA;
+    if (ymm && bit(l1[C], 29)) f |= ACCEL_CPU_F16C;
     if (ymm && bit(l7[B], 5)) f |= ACCEL_CPU_AVX2;
     if (zmm && bit(l7[B], 16)) f |= ACCEL_CPU_AVX512F;
     if (zmm && bit(l7[B], 30)) f |= ACCEL_CPU_AVX512BW;
@@ -138,9 +139,9 @@ const char *accel_cpu_isa_string(char *buf, size_t size) {
 /* Features a variant's compile flags let the compiler use. */
 static const uint32_t VARIANT_NEEDS[ACCEL__CPU_N_VARIANTS] = {
     [ACCEL__CPU_BASELINE] = 0,
-    [ACCEL__CPU_AVX2] = ACCEL_CPU_AVX2 | ACCEL_CPU_FMA,
-    [ACCEL__CPU_AVX512] =
-        ACCEL_CPU_AVX2 | ACCEL_CPU_FMA | ACCEL_CPU_AVX512F | ACCEL_CPU_AVX512BW | ACCEL_CPU_AVX512VL,
+    [ACCEL__CPU_AVX2] = ACCEL_CPU_AVX2 | ACCEL_CPU_FMA | ACCEL_CPU_F16C,
+    [ACCEL__CPU_AVX512] = ACCEL_CPU_AVX2 | ACCEL_CPU_FMA | ACCEL_CPU_F16C | ACCEL_CPU_AVX512F | ACCEL_CPU_AVX512BW |
+                          ACCEL_CPU_AVX512VL,
 };
 
 static bool variant_compiled(accel__cpu_variant v) {

@@ -15,8 +15,8 @@
 
 typedef enum accel__cpu_variant {
     ACCEL__CPU_BASELINE, /* x86-64 (SSE2), or -march=native in an ACCEL_NATIVE build */
-    ACCEL__CPU_AVX2,     /* -mavx2 -mfma */
-    ACCEL__CPU_AVX512,   /* -mavx512f -mavx512bw -mavx512vl (and AVX2, FMA) */
+    ACCEL__CPU_AVX2,     /* -mavx2 -mfma -mf16c */
+    ACCEL__CPU_AVX512,   /* -mavx512f -mavx512bw -mavx512vl (and AVX2, FMA, F16C) */
     ACCEL__CPU_N_VARIANTS,
 } accel__cpu_variant;
 

@@ -1,7 +1,7 @@
 /* The CPU kernels compiled once per instruction-set variant (not public API).
  *
  * The kernel files named in ACCEL_CPU_VARIANT_SOURCES (CMakeLists.txt) are
- * compiled once per variant of core/cpuinfo.h (baseline x86-64; AVX2 + FMA;
+ * compiled once per variant of core/cpuinfo.h (baseline x86-64; AVX2 + FMA + F16C;
  * AVX-512) with that variant's -m flags and with cpu_variant_rename.h
  * force-included, which gives every function listed here the symbol
  * NAME_<variant> (baseline, avx2, avx512). cpu_dispatch.c defines NAME
