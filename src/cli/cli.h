@@ -76,6 +76,8 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
 /* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
  * JSON when the name ends in .json. Creates the parent directory. */
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+/* Whether s is valid UTF-8 (all a config file can hold). */
+bool cli_is_utf8(const char *s);
 
 /* ---------------------------------------------------------------- launch (cli_launch_env.c)
  * The FSDP / DeepSpeed settings of `accel launch` and the variables

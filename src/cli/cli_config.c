@@ -79,8 +79,8 @@ static void ask_str(const char *q, const char *dflt, char *out, size_t n) {
     for (;;) {
         ask_line(q, out, n);
         if (!*out && dflt) snprintf(out, n, "%s", dflt);
-        if (*out) return;
-        printf("Please enter a value.\n");
+        if (*out && cli_is_utf8(out)) return;
+        printf(*out ? "Please enter UTF-8 text (config files hold UTF-8 only).\n" : "Please enter a value.\n");
     }
 }
 

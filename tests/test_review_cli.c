@@ -1,0 +1,104 @@
+/* The outside review's findings in the `accel` binary, one test each (every
+ * one failed before its fix):
+ *   `accel config` given an answer that is not UTF-8 said "cannot write
+ *     ...: Success" (libyaml refused the string, errno was 0) for a YAML
+ *     file, and for a JSON file dropped that key without a word (jansson
+ *     refuses the string); the wizard now asks again, and cfg_write names
+ *     the key;
+ *   `accel estimate-memory` printed sizes from 1 PB up as "1.00 PB" where
+ *     Accelerate's convert_bytes prints round(x, 2), "1.0 PB". */
+#include <fcntl.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "accel/core.h"
+#include "check.h"
+
+extern char **environ;
+
+static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
+static char OUT[1 << 16];
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static void read_file(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    size_t r = f ? fread(buf, 1, n - 1, f) : 0;
+    buf[r] = 0;
+    if (f) fclose(f);
+}
+
+/* accel args... with stdin from `input`; its stdout and stderr together in OUT. Returns its exit code. */
+static int accel(const char *input, const char *const *args) {
+    char in[PATH_MAX + 8], out[PATH_MAX + 8];
+    snprintf(in, sizeof in, "%s/in", TMP);
+    snprintf(out, sizeof out, "%s/out", TMP);
+    write_file(in, input);
+    const char *argv[16] = {ACCEL};
+    for (int i = 0; args[i] && i < 14; i++) argv[i + 1] = args[i];
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int st = -1;
+    if (posix_spawn(&pid, ACCEL, &fa, NULL, (char *const *)argv, environ) == 0) waitpid(pid, &st, 0);
+    posix_spawn_file_actions_destroy(&fa);
+    read_file(out, OUT, sizeof OUT);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* No distributed training, not CPU only, no DeepSpeed, GPU ids "\xff\xfe"
+ * (then "all" when asked again), no mixed precision. */
+static void check_wizard_non_utf8(const char *name) {
+    char cfg[PATH_MAX + 16], buf[4096];
+    snprintf(cfg, sizeof cfg, "%s/%s", TMP, name);
+    const char *a[] = {"config", "--config_file", cfg, NULL};
+    CHECK_MSG(accel("0\n0\nno\nno\n\xff\xfe\nall\nno\n", a) == 0, "%s: %s", name, OUT);
+    CHECK_STR_CONTAINS(OUT, "Please enter UTF-8 text");
+    CHECK(strstr(OUT, "Success") == NULL);
+    read_file(cfg, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "gpu_ids");
+    CHECK_STR_CONTAINS(buf, "all");
+    /* the input ends after the bad answer: no file, and no "Success" */
+    unlink(cfg);
+    CHECK(accel("0\n0\nno\nno\n\xff\xfe\n", a) == 1);
+    CHECK(strstr(OUT, "Success") == NULL);
+    CHECK(access(cfg, F_OK) != 0);
+}
+
+static void test_config_wizard_non_utf8(void) {
+    check_wizard_non_utf8("cfg.yaml");
+    check_wizard_non_utf8("cfg.json");
+}
+
+int main(void) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
+    if (access(ACCEL, X_OK) != 0) {
+        fprintf(stderr, "missing %s\n", ACCEL);
+        return 1;
+    }
+    snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
+    CHECK(mkdtemp(TMP) != NULL);
+    setenv("HF_HOME", TMP, 1);
+    RUN(test_config_wizard_non_utf8);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
+    return check_summary();
+}
