@@ -12,6 +12,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +84,26 @@ static void test_config_wizard_non_utf8(void) {
     check_wizard_non_utf8("cfg.json");
 }
 
+/* A config whose weights without lm_head are 4080 x 0.25 TiB (the layers)
+ * + 4 TiB (the embedding) + norms = 1024.00 TiB: convert_bytes says "1.0 PB". */
+static void test_estimate_memory_petabytes(void) {
+    char dir[PATH_MAX + 8], path[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/pb", TMP);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 65536, \"intermediate_size\": 262144, "
+                     "\"num_attention_heads\": 512, \"num_key_value_heads\": 512, \"head_dim\": 128, "
+                     "\"vocab_size\": 16777216, \"num_hidden_layers\": 4080, \"tie_word_embeddings\": false, "
+                     "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6}");
+    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
+    CHECK_MSG(accel("", a) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "  1.0 PB  ");
+    CHECK_STR_CONTAINS(OUT, " 4.0 PB ");
+    CHECK(strstr(OUT, ".00 PB") == NULL);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -97,6 +118,7 @@ int main(void) {
     CHECK(mkdtemp(TMP) != NULL);
     setenv("HF_HOME", TMP, 1);
     RUN(test_config_wizard_non_utf8);
+    RUN(test_estimate_memory_petabytes);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
