@@ -102,10 +102,7 @@ static void shard_free(accel__model *pm) {
         accel_free(pm->zparams);
     } else {
         if (pm->zparams) munmap(pm->zparams, (size_t)shard_bytes(pm));
-        if (pm->zfd >= 0) {
-            close(pm->zfd);
-            unlink(pm->zpath);
-        }
+        if (pm->zfd >= 0) close(pm->zfd); /* unlinked when created */
         accel_free(pm->zpath);
         pm->zpath = NULL;
     }

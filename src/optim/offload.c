@@ -11,16 +11,16 @@
  * buffer of n_blocks blocks whatever the state's size.
  *
  * The file (one per optimizer, named after its tag) is created in the
- * directory given, its space reserved with posix_fallocate as segments are
- * laid out (a full disk fails there, before any step), and removed when the
- * state leaves it. A segment's state is a range of it: kind k of segment s at
+ * directory given and unlinked at once (so the space of a killed process's
+ * state goes back to the disk with the process: no stale files), its space
+ * reserved with posix_fallocate as segments are laid out (a full disk fails
+ * there, before any step), and freed when the state leaves it. A segment's state is a range of it: kind k of segment s at
  * elements [s->file_off + k * numel, + numel). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "optim_internal.h"
@@ -112,6 +112,8 @@ int accel__swap_create(const char *dir, const char *prefix, const char *tag, con
     if (fd < 0)
         accel_set_error(ACCEL_ERR_IO, "%s: cannot create the %s file %s: %s (nvme_path must be a writable "
                         "directory)", section, what, *path, strerror(errno));
+    else /* nameless from here on: a killed process's space goes with it, as its memory would */
+        unlink(*path);
     return fd;
 }
 
@@ -130,10 +132,7 @@ accel_status accel__swap_reserve(int fd, const char *path, int64_t at, int64_t n
 
 void accel__offload_free(accel__offload *o) {
     if (!o) return;
-    if (o->fd >= 0) {
-        close(o->fd);
-        unlink(o->path);
-    }
+    if (o->fd >= 0) close(o->fd);
     accel_free(o->path);
     accel_free(o->buf);
     accel_free(o);
@@ -258,10 +257,6 @@ accel_status accel__offload_check(const accel_optimizer *opt) {
         return accel_set_error(o->broken, "%s: an earlier step failed part-way, so the optimizer state (in %s) no "
                                "longer matches the parameters; load the last checkpoint (load_state)", FN,
                                o->path ? o->path : "host memory");
-    struct stat sb;
-    if (o->fd >= 0 && (fstat(o->fd, &sb) || sb.st_nlink == 0))
-        return accel_set_error(ACCEL_ERR_IO, "%s: the optimizer state file %s was removed while training (the state "
-                               "is still readable: save_state works; restart from that checkpoint)", FN, o->path);
     return ACCEL_OK;
 }
 
