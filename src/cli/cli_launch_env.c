@@ -70,8 +70,8 @@ static const setting DEEPSPEED[] = {
      "ZeRO-Offload of the optimizer state: cpu (host memory; a no-op for a cpu model), nvme (a file per rank "
      "under --offload_optimizer_nvme_path) (ACCEL_OFFLOAD_OPTIMIZER_DEVICE)."},
     {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", NULL, K_STR, true, "{none,cpu,nvme}",
-     "ZeRO-3 parameter offload: cpu (a no-op for accel: its shards are in host memory; nvme is refused) "
-     "(ACCEL_OFFLOAD_PARAM_DEVICE)."},
+     "ZeRO-3 parameter offload: cpu (a no-op for accel: its shards are in host memory), nvme (a shard file per "
+     "rank under --offload_param_nvme_path) (ACCEL_OFFLOAD_PARAM_DEVICE)."},
     {"offload_optimizer_nvme_path", NULL, NULL, K_STR, false, "DIR",
      "Directory of the optimizer state files under --offload_optimizer_device nvme "
      "(ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH)."},
