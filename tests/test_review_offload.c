@@ -5,7 +5,12 @@
  *     a peer's failure under --max_restarts) left its optimizer state file
  *     and its parameter shard file under nvme_path, as large as the state,
  *     and every restart left more: the files are now unlinked as soon as
- *     they are created, so the kernel frees their space with the process.
+ *     they are created, so the kernel frees their space with the process;
+ *   files already under nvme_path with the names the swap files would take
+ *     (rank, pid and a per-process serial: anyone sharing the directory can
+ *     guess them) made prepare fail ("File exists"); the names now end in
+ *     random characters (mkostemps), which also keeps two threads' files
+ *     apart (the serial was a plain static counter).
  * What held is tested too: two accelerators offloading into one directory at
  * once, freed in either order, each training as it would alone. */
 #include <dirent.h>
@@ -179,6 +184,39 @@ static void test_two_accelerators_one_dir(void) {
     }
 }
 
+/* Files under nvme_path that have the names the swap files would take
+ * (<prefix>_rank0_<pid>_<n>.swp: anyone sharing the directory can make
+ * them): prepare still works, and those files keep their bytes. */
+static void test_names_taken_in_advance(void) {
+    char path[400];
+    const char *prefix[2] = {"accel_optimizer_state", "accel_param_shard"};
+    for (int k = 0; k < 2; k++)
+        for (int n = 0; n < 200; n++) {
+            snprintf(path, sizeof path, "%s/%s_rank0_%d_%d.swp", DIR_, prefix[k], (int)getpid(), n);
+            FILE *f = fopen(path, "w");
+            CHECK(f != NULL);
+            if (f) fputs("user data", f), fclose(f);
+        }
+    accel_accelerator *acc = nvme_accelerator(3, DIR_);
+    accel_module *m = mlp(3);
+    accel_optimizer *o = adamw(m);
+    CHECK_MSG(acc && accel_accelerator_prepare(acc, m, o, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    step(acc, m, o, 0);
+    accel_accelerator_free(acc);
+    accel_optimizer_free(o);
+    accel_module_free(m);
+    CHECK(entries(DIR_) == 400);
+    for (int k = 0; k < 2; k++)
+        for (int n = 0; n < 200; n++) {
+            snprintf(path, sizeof path, "%s/%s_rank0_%d_%d.swp", DIR_, prefix[k], (int)getpid(), n);
+            char buf[32] = "";
+            FILE *f = fopen(path, "r");
+            if (f) buf[fread(buf, 1, sizeof buf - 1, f)] = 0, fclose(f);
+            CHECK_MSG(!strcmp(buf, "user data"), "%s now holds \"%s\"", path, buf);
+            unlink(path);
+        }
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "child")) return child(atoi(argv[2]), argv[3]);
     ssize_t n = readlink("/proc/self/exe", SELF, sizeof SELF - 1);
@@ -187,6 +225,7 @@ int main(int argc, char **argv) {
     CHECK(mkdtemp(DIR_) != NULL);
     RUN(test_killed_rank_leaves_no_files);
     RUN(test_two_accelerators_one_dir);
+    RUN(test_names_taken_in_advance);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
     CHECK(system(cmd) == 0);

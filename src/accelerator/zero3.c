@@ -73,7 +73,7 @@ static int64_t shard_bytes(const accel__model *pm) {
     return round_up((pm->zn ? pm->zn : 1) * (int64_t)sizeof(float), page);
 }
 
-/* <nvme_path>/accel_param_shard_rank<R>_<pid>_<n>.swp, its space reserved, mapped over pm->zparams. */
+/* <nvme_path>/accel_param_shard_rank<R>_<pid>_<XXXXXX>.swp, its space reserved, mapped over pm->zparams. */
 static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
     char tag[32];
     snprintf(tag, sizeof tag, "rank%d", acc->rank);

@@ -103,12 +103,13 @@ static accel_status file_open(accel__offload *o, const char *dir, const char *ta
 
 int accel__swap_create(const char *dir, const char *prefix, const char *tag, const char *section, const char *what,
                        char **path) {
-    static int serial; /* several files of one process: one name each */
     size_t len = strlen(dir) + strlen(prefix) + strlen(tag ? tag : "") + 64;
     *path = accel_malloc(len);
     if (!*path) return -1;
-    snprintf(*path, len, "%s/%s_%s_%ld_%d.swp", dir, prefix, tag ? tag : "", (long)getpid(), serial++);
-    int fd = open(*path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* a name of its own, new (O_EXCL), mode 0600: whatever else is in the
+     * directory, and whichever thread asks */
+    snprintf(*path, len, "%s/%s_%s_%ld_XXXXXX.swp", dir, prefix, tag ? tag : "", (long)getpid());
+    int fd = mkostemps(*path, 4, O_CLOEXEC);
     if (fd < 0)
         accel_set_error(ACCEL_ERR_IO, "%s: cannot create the %s file %s: %s (nvme_path must be a writable "
                         "directory)", section, what, *path, strerror(errno));

@@ -79,7 +79,7 @@ typedef struct accel__offload_opts {
 } accel__offload_opts;
 
 /* A swap file for state kept on disk (offload_optimizer / offload_param
- * nvme): creates <dir>/<prefix>_<tag>_<pid>_<n>.swp, new, mode 0600, and
+ * nvme): creates <dir>/<prefix>_<tag>_<pid>_<6 random>.swp, new, mode 0600, and
  * unlinks it (its space is freed when the descriptor closes, also when the
  * process is killed); returns its descriptor with the name it had in *path
  * (for messages; owned by the caller, set even on failure), or -1 and an
