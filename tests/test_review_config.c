@@ -11,7 +11,11 @@
  *   "bf16": {"enabled": 1} or "yes" (DeepSpeed reads both as true) ran
  *     without bf16, as if the key were absent;
  *   the nvme_path of the JSON and the launcher's were compared ignoring case:
- *     "/data/A" and "/data/a", two directories, "agreed". */
+ *     "/data/A" and "/data/a", two directories, "agreed";
+ *   a DeepSpeed config that is a FIFO hung accel_accelerator_new (opened
+ *     waiting for a writer), a directory was "'[' or '{' expected near end
+ *     of file", and a key given twice was taken (the last one; DeepSpeed
+ *     refuses duplicate keys). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +138,24 @@ static void test_nvme_paths_differ_in_case(void) {
     rmdir(b);
 }
 
+/* The DeepSpeed config is a FIFO (no writer: opening it waited forever), a
+ * directory, or holds a key twice (DeepSpeed refuses duplicate keys). */
+static void test_deepspeed_config_not_a_file(void) {
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", DIR_);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.deepspeed_config_file = fifo;
+    alarm(20); /* a hang fails here, not at ctest's timeout */
+    refused(o, "a FIFO", fifo, "a FIFO");
+    alarm(0);
+    unlink(fifo);
+    o.deepspeed_config_file = DIR_;
+    refused(o, "a directory", DIR_, "a directory");
+    refused(with_json("{\"zero_optimization\": {\"stage\": 2, \"stage\": 3}}"), "duplicate", "duplicate", "stage");
+    refused(with_json("{\"zero_optimization\": {\"stage\": 2}} trailing"), "trailing", "DeepSpeed config", NULL);
+}
+
 int main(void) {
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_review_config_XXXXXX");
     CHECK(mkdtemp(DIR_) != NULL);
@@ -143,6 +165,7 @@ int main(void) {
     RUN(test_nan_gradient_clipping);
     RUN(test_bf16_enabled_not_a_bool);
     RUN(test_nvme_paths_differ_in_case);
+    RUN(test_deepspeed_config_not_a_file);
     unlink(JSON);
     rmdir(DIR_);
     accel_thread_cleanup();

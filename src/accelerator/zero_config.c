@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "io/io_internal.h"
 
 #define FN "accel_accelerator_new"
 
@@ -271,11 +272,12 @@ static accel_status read_bucket_size(const json_t *rb, const char *path, accel__
 }
 
 static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage, offload_given *og) {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return accel_set_error(ACCEL_ERR_IO, FN ": cannot read the DeepSpeed config %s: %s (line %d)", path,
-                               jerr.text, jerr.line);
+    json_t *root = accel__json_load_file(path); /* a regular file (a FIFO would block), no duplicate keys */
+    if (!root) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        return accel_set_error(accel_last_status(), FN ": cannot read the DeepSpeed config %s", why);
+    }
     accel_status st = ACCEL_OK;
     json_t *zo = json_object_get(root, "zero_optimization");
     if (!json_is_object(root) || !json_is_object(zo)) {
@@ -349,7 +351,8 @@ static accel_status read_prefetch_bucket(const char *path, json_t *zo, accel__fs
  * implement are refused unless left to "auto" (never ignored). */
 static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
     static const char *KEYS[] = {"stage3_max_live_parameters", "stage3_max_reuse_distance"};
-    json_t *root = json_load_file(path, 0, NULL);
+    json_t *root = accel__json_load_file(path); /* read_json read it: unless it changed since */
+    if (!root) return accel_last_status();
     json_t *zo = json_object_get(root, "zero_optimization");
     accel_status st = read_prefetch_bucket(path, zo, f);
     for (size_t k = 0; k < sizeof KEYS / sizeof *KEYS && !st; k++) {
