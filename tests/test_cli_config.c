@@ -11,6 +11,7 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX], CFG[PATH_MAX + 64];
 static char OUT[1 << 16], ERR[1 << 16];
@@ -249,15 +250,7 @@ static void test_env_fields(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
-    if (access(ACCEL, X_OK) != 0) {
-        fprintf(stderr, "missing %s\n", ACCEL);
-        return 1;
-    }
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_test_config_XXXXXX");
     CHECK(mkdtemp(TMP) != NULL);
     snprintf(CFG, sizeof CFG, "%s/cfg.yaml", TMP);

@@ -17,6 +17,7 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], WORKER[PATH_MAX + 32], TMP[PATH_MAX];
 static char OUT[1 << 16], ERR[1 << 16];
@@ -532,17 +533,7 @@ static void test_several_machines_need_secret(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    CHECK(n > 0);
-    self[n > 0 ? n : 0] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
-    snprintf(WORKER, sizeof WORKER, "%s/test_dist_faults", self);
-    if (access(ACCEL, X_OK) != 0 || access(WORKER, X_OK) != 0) {
-        fprintf(stderr, "missing %s or %s\n", ACCEL, WORKER);
-        return 1;
-    }
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_test_launch_XXXXXX");
     CHECK(mkdtemp(TMP) != NULL);
     snprintf(PIDENV, sizeof PIDENV, "ACCEL_TEST_PIDDIR=%s", TMP);

@@ -22,6 +22,7 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 extern char **environ;
 
@@ -124,15 +125,7 @@ static void test_launch_help_offload_param(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
-    if (access(ACCEL, X_OK) != 0) {
-        fprintf(stderr, "missing %s\n", ACCEL);
-        return 1;
-    }
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
     CHECK(mkdtemp(TMP) != NULL);
     setenv("HF_HOME", TMP, 1);
