@@ -20,6 +20,7 @@
 #include "backends/backend.h"
 #include "check.h"
 #include "core/core_internal.h"
+#include "sdpa_case.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "accel/autograd.h"
 #include "backends/cuda/cuda_internal.h"
@@ -670,11 +671,6 @@ static void test_compare_where(void) {
 
 /* ---- attention */
 
-typedef struct sdpa_case {
-    int64_t B, H, Hkv, Tq, Tk, D, Dv;
-    bool causal, kv_strided; /* kv_strided: k, v stored [B, Tk, Hkv, D] (a projection's layout) */
-} sdpa_case;
-
 static const sdpa_case SDPA_CASES[] = {
     {2, 6, 2, 67, 67, 37, 29, true, true},   /* grouped heads, odd sizes, two CPU query blocks, strided k/v */
     {1, 4, 4, 5, 71, 64, 64, true, false},   /* few queries over a long cache (bottom-right mask) */
@@ -683,59 +679,51 @@ static const sdpa_case SDPA_CASES[] = {
     {1, 2, 2, 130, 130, 128, 128, true, false}, /* Llama's head dim, several tiles of each kind */
 };
 
-static accel_k_sdpa_dims sdpa_dims(const sdpa_case *c) {
-    accel_k_sdpa_dims d = {.B = c->B, .H = c->H, .Hkv = c->Hkv, .Tq = c->Tq, .Tk = c->Tk, .D = c->D, .Dv = c->Dv,
-                           .scale = 1.0f / sqrtf((float)c->D), .causal = c->causal};
-    if (c->kv_strided) {
-        d.ks[0] = c->Tk * c->Hkv * c->D, d.ks[1] = c->D, d.ks[2] = c->Hkv * c->D;
-        d.vs[0] = c->Tk * c->Hkv * c->Dv, d.vs[1] = c->Dv, d.vs[2] = c->Hkv * c->Dv;
-    } else {
-        d.ks[0] = c->Hkv * c->Tk * c->D, d.ks[1] = c->Tk * c->D, d.ks[2] = c->D;
-        d.vs[0] = c->Hkv * c->Tk * c->Dv, d.vs[1] = c->Tk * c->Dv, d.vs[2] = c->Dv;
-    }
-    return d;
-}
-
+/* q, k, v, o (and in the backward dO, dq, dk, dv) in each float dtype; P f32. */
 static void test_sdpa(void) {
-    for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++) {
-        const sdpa_case *c = &SDPA_CASES[ci];
-        accel_k_sdpa_dims d = sdpa_dims(c);
-        int64_t nq = c->B * c->H * c->Tq;
-        /* P starts equal on both sides (random): the columns the CPU leaves alone past the causal
-         * blocks must stay so, and a written column the GPU forgets keeps its random value */
-        pair *o = mk1(ACCEL_F32, nq * c->Dv, OUT), *p = mk1(ACCEL_F32, nq * c->Tk, ACC);
-        pair *q = mk1(ACCEL_F32, nq * c->D, IN), *k = mk1(ACCEL_F32, c->B * c->Hkv * c->Tk * c->D, IN);
-        pair *v = mk1(ACCEL_F32, c->B * c->Hkv * c->Tk * c->Dv, IN);
-        accel_k_sdpa a = {.o = &o->c, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
-        KRUN("sdpa", sdpa, accel_k_sdpa, a, 1e-4);
-    }
+    for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            const sdpa_case *c = &SDPA_CASES[ci];
+            accel_dtype dt = FLOATS[di];
+            accel_k_sdpa_dims d = sdpa_case_dims(c);
+            int64_t nq = c->B * c->H * c->Tq;
+            /* P starts equal on both sides (random): the columns the CPU leaves alone past the causal
+             * blocks must stay so, and a written column the GPU forgets keeps its random value */
+            pair *o = mk1(dt, nq * c->Dv, OUT), *p = mk1(ACCEL_F32, nq * c->Tk, ACC);
+            pair *q = mk1(dt, nq * c->D, IN), *k = mk1(dt, c->B * c->Hkv * c->Tk * c->D, IN);
+            pair *v = mk1(dt, c->B * c->Hkv * c->Tk * c->Dv, IN);
+            accel_k_sdpa a = {.o = &o->c, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
+            KRUN("sdpa", sdpa, accel_k_sdpa, a, dt == ACCEL_F32 ? 1e-4 : tol_of(dt));
+        }
 }
 
 static void test_sdpa_backward(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
-        for (int variant = 0; variant < 3; variant++) { /* all grads (dq overwritten), dq added into, dv only */
-            sdpa_case c = SDPA_CASES[ci];
-            c.kv_strided = false; /* the backward takes the saved k, v contiguous */
-            accel_k_sdpa_dims d = sdpa_dims(&c);
-            int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
-            pair *dq = variant == 2 ? NULL : mk1(ACCEL_F32, nq * c.D, variant == 1 ? ACC : OUT);
-            pair *dk = variant == 2 ? NULL : mk1(ACCEL_F32, nk * c.D, ACC), *dv = mk1(ACCEL_F32, nk * c.Dv, ACC);
-            pair *g = mk1(ACCEL_F32, nq * c.Dv, IN), *q = mk1(ACCEL_F32, nq * c.D, IN);
-            pair *k = mk1(ACCEL_F32, nk * c.D, IN), *v = mk1(ACCEL_F32, nk * c.Dv, IN);
-            pair *p = mk1(ACCEL_F32, nq * c.Tk, IN);
-            /* P: the CPU forward's probabilities of these q, k, v (the backward reads them) */
-            float *o = accel_malloc((size_t)(nq * c.Dv) * sizeof(float));
-            accel_tensor ot = q->c;
-            ot.data = o;
-            accel_k_sdpa fw = {.o = &ot, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
-            CHECK(accel__cpu_backend.kernels.sdpa(&fw) == ACCEL_OK);
-            accel_free(o);
-            sync_to_device(p);
-            accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = &dv->c, .g = &g->c,
-                                       .q = &q->c, .k = &k->c, .v = &v->c, .p = &p->c, .dims = d,
-                                       .dq_beta = (float)(variant == 1)};
-            KRUN("sdpa_backward", sdpa_backward, accel_k_sdpa_backward, a, 1e-3);
-        }
+        for (int di = 0; di < 3; di++)
+            for (int variant = 0; variant < 3; variant++) { /* all grads (dq overwritten), dq added into, dv only */
+                sdpa_case c = SDPA_CASES[ci];
+                accel_dtype dt = FLOATS[di];
+                c.kv_strided = false; /* the backward takes the saved k, v contiguous */
+                accel_k_sdpa_dims d = sdpa_case_dims(&c);
+                int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
+                pair *dq = variant == 2 ? NULL : mk1(dt, nq * c.D, variant == 1 ? ACC : OUT);
+                pair *dk = variant == 2 ? NULL : mk1(dt, nk * c.D, ACC), *dv = mk1(dt, nk * c.Dv, ACC);
+                pair *g = mk1(dt, nq * c.Dv, IN), *q = mk1(dt, nq * c.D, IN);
+                pair *k = mk1(dt, nk * c.D, IN), *v = mk1(dt, nk * c.Dv, IN);
+                pair *p = mk1(ACCEL_F32, nq * c.Tk, IN);
+                /* P: the CPU forward's probabilities of these q, k, v (the backward reads them) */
+                float *o = accel_malloc((size_t)(nq * c.Dv) * sizeof(float));
+                accel_tensor ot = q->c;
+                ot.data = o;
+                accel_k_sdpa fw = {.o = &ot, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
+                CHECK(accel__cpu_backend.kernels.sdpa(&fw) == ACCEL_OK);
+                accel_free(o);
+                sync_to_device(p);
+                accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = &dv->c,
+                                           .g = &g->c, .q = &q->c, .k = &k->c, .v = &v->c, .p = &p->c, .dims = d,
+                                           .dq_beta = (float)(variant == 1)};
+                KRUN("sdpa_backward", sdpa_backward, accel_k_sdpa_backward, a, dt == ACCEL_F32 ? 1e-3 : tol_of(dt));
+            }
 }
 
 /* ---- optimizers */

@@ -339,8 +339,10 @@ typedef struct accel_k_sdpa_dims {
 } accel_k_sdpa_dims;
 
 /* o [B, H, Tq, Dv] and the probabilities p [B, H, Tq, Tk] (f32; under the
- * causal mask only the columns a query block sees are written) from f32 q
- * (contiguous), k and v (strides in dims). */
+ * causal mask only the columns a query block sees are written) from q
+ * (contiguous), k and v (strides in dims). q, k, v and o are each f32, bf16
+ * or f16 (read and written in their dtype; f32 scores, softmax and
+ * accumulation). */
 typedef struct accel_k_sdpa {
     ACCEL_KERNEL_TENSORS(5, *o, *p, *q, *k, *v);
     accel_k_sdpa_dims dims;
@@ -348,7 +350,8 @@ typedef struct accel_k_sdpa {
 
 /* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional;
  * accumulated into, zeroed by the op) from g = dO and the forward's saved
- * q, k, v (contiguous) and p. */
+ * q, k, v (contiguous) and p (f32). dq, dk, dv, g, q, k, v are each f32,
+ * bf16 or f16, contiguous; f32 accumulation. */
 typedef struct accel_k_sdpa_backward {
     ACCEL_KERNEL_TENSORS(8, *dq, *dk, *dv, *g, *q, *k, *v, *p);
     accel_k_sdpa_dims dims;

@@ -46,15 +46,19 @@ static double f32_contig(double e, accel_dtype dt, bool contig) {
 /* accel__contig / accel__dense: a copy of its own dtype unless dense. */
 static double dense(double e, accel_dtype dt, bool contig) { return contig ? 0 : e * esz(dt); }
 
+/* accel__contig_as: a copy in dt unless already dense in dt. */
+static double contig_as(double e, accel_dtype from, accel_dtype dt, bool contig) {
+    return from == dt && contig ? 0 : e * esz(dt);
+}
+
 /* accel__mm_dtype: the dtype matmul, linear and sdpa compute and return. */
 static accel_dtype mm_dtype(const step_kind *k) { return k->ac; }
 
-/* accel__mm_operand, then (sdpa only) accel__f32_contig of what it returns. */
-static double mm_operand(const step_kind *k, double e, accel_dtype dt, bool contig, bool then_f32) {
+/* accel__mm_operand. */
+static double mm_operand(const step_kind *k, double e, accel_dtype dt, bool contig) {
     if (k->ac == ACCEL_F32) return dense(e, dt, contig);
     if (!k->native) return (dt == k->ac ? 0 : e * esz(k->ac)) + 4 * e; /* rounded, then widened once */
-    double b = dt == k->ac ? dense(e, dt, contig) : e * esz(k->ac);
-    return b + (then_f32 ? 4 * e : 0);
+    return dt == k->ac ? dense(e, dt, contig) : e * esz(k->ac);
 }
 
 /* accel__mm_grad: the output gradient (dtype gdt) as the backward GEMMs read it. */
@@ -81,7 +85,7 @@ static double gbuf_native(double e, accel_dtype dt, bool has_grad) {
 }
 
 /* An op's output in dtype dt that its kernel writes through an f32 scratch
- * unless dt is f32 (the GEMM ops, sdpa, RoPE). */
+ * unless dt is f32 (the GEMM ops, RoPE). */
 static double out_via_f32(double e, accel_dtype dt) { return e * esz(dt) + (dt == ACCEL_F32 ? 0 : 4 * e); }
 
 /* ------------------------------------------------------------ one training step */
@@ -102,8 +106,8 @@ typedef struct ledger {
 static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true, false) +
-                mm_operand(l->k, in * out, ACCEL_F32, true, false);
+    l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true) +
+                mm_operand(l->k, in * out, ACCEL_F32, true);
     if (l->k->widens_per_call) l->bytes += 4 * (n * in + in * out); /* Y = X W^T */
     return odt;
 }
@@ -161,11 +165,12 @@ static void layer_step(ledger *fwd, ledger *bwd) {
                 v = linear_fwd(fwd, d->C, d->K, n1);
     rope_fwd(fwd, eQ, q);
     rope_fwd(fwd, eK, kk);
-    /* sdpa: q and k dense (RoPE's outputs), v a transposed view; the f32
-     * probabilities [B, H, T, T] kept for the backward */
+    /* sdpa: the output (its kernel writes s itself); q and k dense (RoPE's
+     * outputs), v a transposed view, each dense in s; the f32 probabilities
+     * [B, H, T, T] kept for the backward */
     accel_dtype s = mm_dtype(k);
-    fwd->bytes += out_via_f32(eQ, s) + mm_operand(k, eQ, q, true, true) + mm_operand(k, eK, kk, true, true) +
-                  mm_operand(k, eK, v, false, true) + 4 * d->B * d->H * d->T * d->T;
+    fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, true) + contig_as(eK, kk, s, true) + contig_as(eK, v, s, false) +
+                  4 * d->B * d->H * d->T * d->T;
     /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies */
     fwd->bytes += dense(eQ, s, false);
     accel_dtype o = linear_fwd(fwd, d->Q, d->C, s);
@@ -189,7 +194,8 @@ static void layer_step(ledger *fwd, ledger *bwd) {
     linear_bwd(bwd, d->Q, d->C, o, s, false);                                /* o_proj */
     /* the reshape's view, the transpose's dense gradient, sdpa's output's */
     bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, false) + grad_copy(eQ, s, false);
-    bwd->bytes += f32_contig(eQ, s, true) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + gbuf(eK, v, false); /* sdpa */
+    /* sdpa: the output gradient as it is, the gradients of q, k, v in their dtype */
+    bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) + gbuf_native(eK, v, false);
     rope_bwd(bwd, eK, kk);
     rope_bwd(bwd, eQ, q);
     split_heads_bwd(bwd, eK, v);

@@ -1,6 +1,10 @@
 /* accel_sdpa: scaled dot-product attention with grouped-query heads and a
  * bottom-right aligned causal mask, computed in f32 by the device's sdpa
- * kernel, which keeps the softmax probabilities for the backward. */
+ * kernel, which keeps the softmax probabilities (f32) for the backward.
+ * Under autocast (or on bf16/f16 inputs) q, k, v, the output and the
+ * gradients stay in that dtype, as torch.autocast's SDPA gives them: the
+ * kernels read and write bf16/f16 themselves, a tile at a time, so the op
+ * makes no f32 copy of q, k, v or the output. */
 #include <math.h>
 
 #include "nn_internal.h"
@@ -8,11 +12,11 @@
 typedef accel_k_sdpa_dims sdpa_dims;
 
 static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
-    accel_tensor *gt = accel__f32_contig(grad_out);
+    accel_tensor *gt = accel__contig(grad_out);
     if (!gt) return accel_last_status();
     accel__gbuf gq, gk, gv;
-    if (!accel__gbuf_begin(&gq, node->inputs[0]) || !accel__gbuf_begin_zeroed(&gk, node->inputs[1]) ||
-        !accel__gbuf_begin_zeroed(&gv, node->inputs[2]))
+    if (!accel__gbuf_begin_native(&gq, node->inputs[0]) || !accel__gbuf_begin_native_zeroed(&gk, node->inputs[1]) ||
+        !accel__gbuf_begin_native_zeroed(&gv, node->inputs[2]))
         return accel_last_status();
     accel_k_sdpa_backward k = {.dq = gq.dst, .dk = gk.dst, .dv = gv.dst, .g = gt, .q = node->saved[0],
                                .k = node->saved[1], .v = node->saved[2], .p = node->saved[3],
@@ -46,10 +50,10 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
     return true;
 }
 
-/* An f32 k or v [B, Hkv, Tk, n] that the GEMMs can read in place: rows of n
- * contiguous elements, a row stride of at least n (the BLAS leading dim). */
-static bool strided_ok(const accel_tensor *t, int64_t n) {
-    if (t->dtype != ACCEL_F32) return false;
+/* A k or v [B, Hkv, Tk, n] of dtype dt that the kernels can read in place:
+ * rows of n contiguous elements, a row stride of at least n. */
+static bool strided_ok(const accel_tensor *t, accel_dtype dt, int64_t n) {
+    if (t->dtype != dt) return false;
     if (n > 1 && t->stride[3] != 1) return false;
     return t->stride[2] >= (n > 1 ? n : 1) && t->stride[1] >= 0 && t->stride[0] >= 0;
 }
@@ -59,50 +63,43 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
     if (!accel__op_begin(OP, 3, in, &dev)) return NULL;
-    int dt = accel__mm_dtype(OP, 3, in);
-    if (dt < 0) return NULL;
+    int idt = accel__mm_dtype(OP, 3, in);
+    if (idt < 0) return NULL;
+    accel_dtype dt = (accel_dtype)idt;
     sdpa_dims dims;
     if (!sdpa_shapes(q, k, v, &dims)) return NULL;
     dims.causal = causal;
     dims.scale = (float)(scale > 0.0 ? scale : 1.0 / sqrt((double)(dims.D ? dims.D : 1)));
     int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv};
-    accel_tensor *out = accel__op_out((accel_dtype)dt, 4, oshape, dev);
+    accel_tensor *out = accel__op_out(dt, 4, oshape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
     /* Decode reads the KV cache in place (no copy of the whole cache per
      * token) when nothing is recorded for the backward. */
-    bool in_place = dt == ACCEL_F32 && !accel_reference_kernels() && !accel_needs_grad(3, in) &&
-                    strided_ok(k, dims.D) && strided_ok(v, dims.Dv);
-    accel_tensor *qf = accel__mm_operand(q, (accel_dtype)dt),
-                 *kf = in_place ? k : accel__mm_operand(k, (accel_dtype)dt),
-                 *vf = in_place ? v : accel__mm_operand(v, (accel_dtype)dt);
-    if (!qf || !kf || !vf) return NULL;
-    qf = accel__f32_contig(qf);
-    if (!in_place) {
-        kf = accel__f32_contig(kf);
-        vf = accel__f32_contig(vf);
-    }
-    if (!qf || !kf || !vf) return NULL;
+    bool in_place = !accel_reference_kernels() && !accel_needs_grad(3, in) && strided_ok(k, dt, dims.D) &&
+                    strided_ok(v, dt, dims.Dv);
+    /* Dense in dt: under autocast the rounding of the inputs. */
+    accel_tensor *qc = accel__contig_as(q, dt), *kc = in_place ? k : accel__contig_as(k, dt),
+                 *vc = in_place ? v : accel__contig_as(v, dt);
+    if (!qc || !kc || !vc) return NULL;
     /* Dense strides unless in place (a contiguous tensor's strides of size-1
      * dims may be anything; the dense ones are what the backward uses). */
     const int64_t kd[3] = {dims.Hkv * dims.Tk * dims.D, dims.Tk * dims.D, dims.D},
                   vd[3] = {dims.Hkv * dims.Tk * dims.Dv, dims.Tk * dims.Dv, dims.Dv};
     for (int i = 0; i < 3; i++) {
-        dims.ks[i] = in_place ? kf->stride[i] : kd[i];
-        dims.vs[i] = in_place ? vf->stride[i] : vd[i];
+        dims.ks[i] = in_place ? kc->stride[i] : kd[i];
+        dims.vs[i] = in_place ? vc->stride[i] : vd[i];
     }
     accel_tensor *p = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(dims.B, dims.H, dims.Tq, dims.Tk), dev);
-    accel_tensor *o = (accel_dtype)dt == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, 4, oshape, dev);
     sdpa_dims *dc = accel_arena_alloc(accel_step_arena(), sizeof *dc, 64);
-    if (!p || !o || !dc) return NULL;
+    if (!p || !dc) return NULL;
     *dc = dims;
-    accel_k_sdpa ks = {.o = o, .p = p, .q = qf, .k = kf, .v = vf, .dims = dims};
+    accel_k_sdpa ks = {.o = out, .p = p, .q = qc, .k = kc, .v = vc, .dims = dims};
     if (ACCEL_KERNEL(OP, dev, sdpa, &ks) != ACCEL_OK) return NULL;
-    if (o != out && accel_copy_(out, o) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("sdpa", sdpa_backward, out, 3, in);
     if (n) {
-        n->saved[0] = qf;
-        n->saved[1] = kf;
-        n->saved[2] = vf;
+        n->saved[0] = qc;
+        n->saved[1] = kc;
+        n->saved[2] = vc;
         n->saved[3] = p;
         n->ctx = dc;
     }

@@ -37,14 +37,16 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
     return true;
 }
 
-bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t) {
-    if (!accel__gbuf_begin(g, t)) return false;
+/* Fresh memory (beta 0) zeroed, to be added into (beta 1). */
+static bool zero_fresh(accel__gbuf *g) {
     if (g->dst && g->beta == 0.0f) {
         if (accel_zero_(g->dst) != ACCEL_OK) return false;
         g->beta = 1.0f;
     }
     return true;
 }
+
+bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t) { return accel__gbuf_begin(g, t) && zero_fresh(g); }
 
 bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) {
     if (!t || (t->dtype != ACCEL_BF16 && t->dtype != ACCEL_F16)) return accel__gbuf_begin(g, t);
@@ -64,6 +66,10 @@ bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) {
         return t->grad != NULL;
     }
     return accel__gbuf_begin(g, t);
+}
+
+bool accel__gbuf_begin_native_zeroed(accel__gbuf *g, accel_tensor *t) {
+    return accel__gbuf_begin_native(g, t) && zero_fresh(g);
 }
 
 accel_status accel__gbuf_end(accel__gbuf *g) {

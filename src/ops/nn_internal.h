@@ -29,6 +29,8 @@ accel_status accel__gbuf_end(accel__gbuf *g);
  * bf16 or f16 t gets dst in its own dtype (its gradient's dtype) when that
  * can be written directly, so no f32 buffer and conversion pass. */
 bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t);
+/* accel__gbuf_begin_native with accel__gbuf_begin_zeroed's zero-filled dst. */
+bool accel__gbuf_begin_native_zeroed(accel__gbuf *g, accel_tensor *t);
 
 /* The dtype matmul/linear/sdpa compute in: the autocast dtype when autocast is
  * on, else the promotion of the inputs. Errors (naming op) on non-float or

@@ -109,19 +109,16 @@ accel_tensor *accel__op_out(accel_dtype dt, int ndim, const int64_t *shape, acce
     return accel_empty_on(dt, ndim, shape, dev);
 }
 
-accel_tensor *accel__contig(accel_tensor *t) {
-    if (accel_is_contiguous(t)) return t;
-    accel_tensor *c = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+accel_tensor *accel__contig_as(accel_tensor *t, accel_dtype dt) {
+    if (t->dtype == dt && accel_is_contiguous(t)) return t;
+    accel_tensor *c = accel_empty_on(dt, t->ndim, t->shape, t->device);
     if (c && accel_copy_(c, t) != ACCEL_OK) return NULL;
     return c;
 }
 
-accel_tensor *accel__f32_contig(accel_tensor *t) {
-    if (t->dtype == ACCEL_F32 && accel_is_contiguous(t)) return t;
-    accel_tensor *c = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
-    if (c && accel_copy_(c, t) != ACCEL_OK) return NULL;
-    return c;
-}
+accel_tensor *accel__contig(accel_tensor *t) { return accel__contig_as(t, t->dtype); }
+
+accel_tensor *accel__f32_contig(accel_tensor *t) { return accel__contig_as(t, ACCEL_F32); }
 
 accel_tensor *accel__from_f32(accel_tensor *f32, accel_dtype dt) {
     if (dt == ACCEL_F32) return f32;

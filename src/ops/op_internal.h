@@ -51,6 +51,10 @@ accel_tensor *accel__op_out(accel_dtype dt, int ndim, const int64_t *shape, acce
 accel_tensor *accel__f32_contig(accel_tensor *t);
 /* Contiguous copy/alias of t in its own dtype. */
 accel_tensor *accel__contig(accel_tensor *t);
+/* A contiguous t in dtype dt: t itself when it already is, else a converted
+ * (rounded) arena copy. accel__contig and accel__f32_contig are its two
+ * common cases. */
+accel_tensor *accel__contig_as(accel_tensor *t, accel_dtype dt);
 /* Converts an f32 contiguous result into a new tensor of dtype dt (alias when
  * dt is f32). */
 accel_tensor *accel__from_f32(accel_tensor *f32, accel_dtype dt);

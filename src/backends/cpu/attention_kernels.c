@@ -1,10 +1,15 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
- * aligned causal mask, in f32. The forward keeps the softmax probabilities P
- * [B, H, Tq, Tk] for the backward (under the causal mask only the blocks
- * left of the diagonal are written and read). Heads run in parallel, one
- * OpenMP thread per head calling the single-threaded sgemm on blocks of
- * queries; with fewer heads than threads, heads run one after another and
- * each GEMM is split across the threads. */
+ * aligned causal mask, computed in f32. q, k, v, the output, the output's
+ * gradient and dq, dk, dv are each f32, bf16 or f16: a bf16/f16 tensor is
+ * read and written a tile at a time (one head's keys and values, one block of
+ * queries) through per-thread f32 scratch with the vectorised conversions of
+ * fused_kernels.c, never as a whole-tensor f32 copy; f32 tensors are used in
+ * place. The forward keeps the softmax probabilities P [B, H, Tq, Tk] (f32)
+ * for the backward (under the causal mask only the blocks left of the
+ * diagonal are written and read). Heads run in parallel, one OpenMP thread
+ * per head calling the single-threaded sgemm on blocks of queries; with
+ * fewer heads than threads, heads run one after another and each GEMM is
+ * split across the threads. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -29,6 +34,51 @@ static inline int64_t block_keys(const accel_k_sdpa_dims *d, int64_t i0, int64_t
     return last_key(d, i0 + nq - 1) + 1;
 }
 
+/* ---- tiles: rows of a tensor as f32 */
+
+/* A tile of `rows` rows of `cols` elements of t, row r at element off + r *
+ * stride, as f32 with row stride ld: t's own memory when t is f32, else the
+ * caller's scratch (rows x cols, dense). */
+typedef struct tile {
+    float *p;
+    int64_t ld;
+} tile;
+
+static tile tile_at(const accel_tensor *t, int64_t off, int64_t stride, float *scratch, int64_t cols) {
+    if (t->dtype == ACCEL_F32) return (tile){(float *)t->data + off, stride};
+    return (tile){scratch, cols};
+}
+
+static void *elem_ptr(const accel_tensor *t, int64_t off) {
+    return (char *)t->data + off * (int64_t)accel_dtype_size(t->dtype);
+}
+
+/* tile_at, with the scratch filled from t (read, or read then updated). */
+static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride,
+                      float *scratch) {
+    tile w = tile_at(t, off, stride, scratch, cols);
+    if (t->dtype == ACCEL_F32) return w;
+    if (stride == cols) {
+        accel__cpu_to_f32(scratch, elem_ptr(t, off), t->dtype, rows * cols);
+        return w;
+    }
+    for (int64_t r = 0; r < rows; r++) accel__cpu_to_f32(scratch + r * cols, elem_ptr(t, off + r * stride), t->dtype, cols);
+    return w;
+}
+
+/* Writes a dense tile (stride == cols) that tile_at gave back into t: nothing
+ * to do when it is t's own memory. */
+static void tile_store(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, tile w) {
+    if (t->dtype != ACCEL_F32) accel__cpu_from_f32(elem_ptr(t, off), t->dtype, w.p, rows * cols);
+}
+
+/* Floats of scratch a tile of n elements of t needs (0 when t is f32 or absent). */
+static int64_t scratch_of(const accel_tensor *t, int64_t n) {
+    return t && t->dtype != ACCEL_F32 ? n : 0;
+}
+
+/* ---- forward */
+
 /* Masked softmax of nq score rows (query i0 + r) over their first kend
  * columns, in place (row stride ld). Columns past a row's last key are set
  * to 0 up to kend; a row that sees no key is all zeros. */
@@ -45,30 +95,65 @@ static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, i
     }
 }
 
+/* One thread's scratch of the forward: the head's K [Tk, D] and V [Tk, Dv],
+ * a block's Q [QB, D] and O [QB, Dv], each only when that tensor is not f32. */
+typedef struct fwd_scratch {
+    float *k, *v, *q, *o;
+} fwd_scratch;
+
+static int64_t fwd_scratch_floats(const accel_k_sdpa *a) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    return scratch_of(a->k, d->Tk * d->D) + scratch_of(a->v, d->Tk * d->Dv) + scratch_of(a->q, QB * d->D) +
+           scratch_of(a->o, QB * d->Dv);
+}
+
+static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, float *base) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    fwd_scratch s;
+    s.k = base;
+    s.v = s.k + scratch_of(a->k, d->Tk * d->D);
+    s.q = s.v + scratch_of(a->v, d->Tk * d->Dv);
+    s.o = s.q + scratch_of(a->q, QB * d->D);
+    return s;
+}
+
 /* One (batch, head): P [Tq, Tk] (only each block's [0, kend) columns are
  * written) and O [Tq, Dv]. */
-static void head_forward(const accel_k_sdpa_dims *d, int64_t bh, const float *q, const float *k, const float *v,
-                         float *p, float *o) {
+static void head_forward(const accel_k_sdpa *a, int64_t bh, fwd_scratch s) {
+    const accel_k_sdpa_dims *d = &a->dims;
     int64_t b = bh / d->H, h = bh % d->H, hk = h / (d->H / d->Hkv);
-    const float *qh = q + bh * d->Tq * d->D, *kh = k + b * d->ks[0] + hk * d->ks[1],
-                *vh = v + b * d->vs[0] + hk * d->vs[1];
-    float *ph = p + bh * d->Tq * d->Tk, *oh = o + bh * d->Tq * d->Dv;
+    tile kh = tile_load(a->k, b * d->ks[0] + hk * d->ks[1], d->Tk, d->D, d->ks[2], s.k),
+         vh = tile_load(a->v, b * d->vs[0] + hk * d->vs[1], d->Tk, d->Dv, d->vs[2], s.v);
+    float *ph = (float *)a->p->data + bh * d->Tq * d->Tk;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
         int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
-        float *pb = ph + i0 * d->Tk, *ob = oh + i0 * d->Dv;
+        int64_t qoff = (bh * d->Tq + i0) * d->D, ooff = (bh * d->Tq + i0) * d->Dv;
+        float *pb = ph + i0 * d->Tk;
+        tile ob = tile_at(a->o, ooff, d->Dv, s.o, d->Dv);
         if (kend <= 0) { /* no query of the block sees a key */
-            memset(ob, 0, (size_t)(nq * d->Dv) * sizeof(float));
-            continue;
+            memset(ob.p, 0, (size_t)(nq * d->Dv) * sizeof(float));
+        } else {
+            tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s.q);
+            /* S = s Q K^T */
+            accel__sgemm(false, true, nq, kend, d->D, d->scale, qb.p, qb.ld, kh.p, kh.ld, 0.0f, pb, d->Tk);
+            masked_softmax(d, i0, nq, kend, pb, d->Tk);
+            /* O = P V */
+            accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, vh.p, vh.ld, 0.0f, ob.p, ob.ld);
         }
-        /* S = s Q K^T */
-        accel__sgemm(false, true, nq, kend, d->D, d->scale, qh + i0 * d->D, d->D, kh, d->ks[2], 0.0f, pb, d->Tk);
-        masked_softmax(d, i0, nq, kend, pb, d->Tk);
-        /* O = P V */
-        accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, vh, d->vs[2], 0.0f, ob, d->Dv);
+        tile_store(a->o, ooff, nq, d->Dv, ob);
     }
 }
 
-/* The reference: one query row at a time, double accumulation. */
+/* t (n elements, contiguous) as f32: t's memory, or an arena conversion. */
+static float *whole_f32(const accel_tensor *t, int64_t n) {
+    if (t->dtype == ACCEL_F32) return t->data;
+    float *c = accel_arena_alloc(accel_step_arena(), (size_t)(n + 1) * sizeof(float), 64);
+    if (c) accel__cpu_to_f32(c, t->data, t->dtype, n);
+    return c;
+}
+
+/* The reference: one query row at a time, double accumulation, on dense f32
+ * q, k, v (the op hands the reference dense tensors). */
 static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const float *k, const float *v, float *p, float *o,
                            double *sc) {
     for (int64_t bh = 0; bh < d->B * d->H; bh++) {
@@ -96,11 +181,20 @@ static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const flo
     }
 }
 
-typedef struct sdpa_grads {
-    float *dq, *dk, *dv; /* NULL when not needed; dk, dv accumulated into (zeroed first) */
-    float dq_beta;       /* each dq block is written once: 0 overwrites, 1 adds */
-    float *scratch;      /* [threads, QB, Tk] */
-} sdpa_grads;
+static accel_status reference_forward(const accel_k_sdpa *a) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t nq = d->B * d->H * d->Tq, nkv = d->B * d->Hkv * d->Tk;
+    const float *q = whole_f32(a->q, nq * d->D), *k = whole_f32(a->k, nkv * d->D), *v = whole_f32(a->v, nkv * d->Dv);
+    float *o = a->o->dtype == ACCEL_F32 ? a->o->data
+                                        : accel_arena_alloc(accel_step_arena(), (size_t)(nq * d->Dv + 1) * sizeof(float), 64);
+    double *sc = accel_arena_alloc(accel_step_arena(), (size_t)(d->Tk + 1) * sizeof(double), 64);
+    if (!q || !k || !v || !o || !sc) return accel_last_status();
+    sdpa_reference(d, q, k, v, a->p->data, o, sc);
+    if (a->o->dtype != ACCEL_F32) accel__cpu_from_f32(a->o->data, a->o->dtype, o, nq * d->Dv);
+    return ACCEL_OK;
+}
+
+/* ---- backward */
 
 /* dS = P (dP - rowsum(dP P)) in place over nq rows of kend columns. */
 static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t ldp, float *dp, int64_t ldd) {
@@ -114,37 +208,81 @@ static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t 
     }
 }
 
-/* The gradients of the G query heads of kv head `kvb` (= b * Hkv + kv), block
- * by block of queries as in the forward. dp: scratch [QB, Tk]. */
-static void kv_backward(const accel_k_sdpa_dims *d, int64_t kvb, const float *q, const float *k, const float *v,
-                        const float *p, const float *go, const sdpa_grads *g, float *dp) {
-    int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
-    const float *kh = k + kvb * d->Tk * d->D, *vh = v + kvb * d->Tk * d->Dv;
-    float *dkh = g->dk ? g->dk + kvb * d->Tk * d->D : NULL, *dvh = g->dv ? g->dv + kvb * d->Tk * d->Dv : NULL;
-    for (int64_t gi = 0; gi < G; gi++) {
-        int64_t bh = b * d->H + kv * G + gi;
-        const float *ph = p + bh * d->Tq * d->Tk, *goh = go + bh * d->Tq * d->Dv, *qh = q + bh * d->Tq * d->D;
-        float *dqh = g->dq ? g->dq + bh * d->Tq * d->D : NULL;
-        for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
-            int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
-            const float *pb = ph + i0 * d->Tk, *gob = goh + i0 * d->Dv, *qb = qh + i0 * d->D;
-            if (kend <= 0) {
-                if (dqh && g->dq_beta == 0.0f) memset(dqh + i0 * d->D, 0, (size_t)(nq * d->D) * sizeof(float));
-                continue;
-            }
-            if (dvh) /* dV[0:kend] += P^T dO */
-                accel__sgemm(true, false, kend, d->Dv, nq, 1.0f, pb, d->Tk, gob, d->Dv, 1.0f, dvh, d->Dv);
-            if (!dqh && !dkh) continue;
-            /* dP = dO V^T, then dS */
-            accel__sgemm(false, true, nq, kend, d->Dv, 1.0f, gob, d->Dv, vh, d->Dv, 0.0f, dp, kend);
-            softmax_grad_rows(nq, kend, pb, d->Tk, dp, kend);
-            if (dqh) /* dQ = s dS K */
-                accel__sgemm(false, false, nq, d->D, kend, d->scale, dp, kend, kh, d->D, g->dq_beta,
-                             dqh + i0 * d->D, d->D);
-            if (dkh) /* dK[0:kend] += s dS^T Q */
-                accel__sgemm(true, false, kend, d->D, nq, d->scale, dp, kend, qb, d->D, 1.0f, dkh, d->D);
-        }
+/* One thread's scratch of the backward: dP [QB, Tk] always; the kv head's K,
+ * V, dK, dV [Tk, D(v)] and a block's Q, dO, dQ [QB, D(v)] when that tensor is
+ * not f32. */
+typedef struct bwd_scratch {
+    float *dp, *k, *v, *dk, *dv, *q, *g, *dq;
+} bwd_scratch;
+
+static int64_t bwd_scratch_floats(const accel_k_sdpa_backward *a) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv;
+    return QB * d->Tk + scratch_of(a->k, kd) + scratch_of(a->v, kv) + scratch_of(a->dk, kd) +
+           scratch_of(a->dv, kv) + scratch_of(a->q, QB * d->D) + scratch_of(a->g, QB * d->Dv) +
+           scratch_of(a->dq, QB * d->D);
+}
+
+static bwd_scratch bwd_scratch_at(const accel_k_sdpa_backward *a, float *base) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv;
+    bwd_scratch s;
+    s.dp = base;
+    s.k = s.dp + QB * d->Tk;
+    s.v = s.k + scratch_of(a->k, kd);
+    s.dk = s.v + scratch_of(a->v, kv);
+    s.dv = s.dk + scratch_of(a->dk, kd);
+    s.q = s.dv + scratch_of(a->dv, kv);
+    s.g = s.q + scratch_of(a->q, QB * d->D);
+    s.dq = s.g + scratch_of(a->g, QB * d->Dv);
+    return s;
+}
+
+/* The gradients of query block i0 (nq rows, keys [0, kend)) of head bh. */
+static void block_backward(const accel_k_sdpa_backward *a, int64_t bh, int64_t i0, int64_t nq, tile kh, tile vh,
+                           tile dkh, tile dvh, const bwd_scratch *s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t kend = block_keys(d, i0, nq), qoff = (bh * d->Tq + i0) * d->D;
+    if (kend <= 0) { /* no key: dQ is zero, nothing reaches dK, dV */
+        if (a->dq && a->dq_beta == 0.0f) memset(elem_ptr(a->dq, qoff), 0, (size_t)(nq * d->D) * accel_dtype_size(a->dq->dtype));
+        return;
     }
+    const float *pb = (const float *)a->p->data + (bh * d->Tq + i0) * d->Tk;
+    tile gob = tile_load(a->g, (bh * d->Tq + i0) * d->Dv, nq, d->Dv, d->Dv, s->g);
+    if (a->dv) /* dV[0:kend] += P^T dO */
+        accel__sgemm(true, false, kend, d->Dv, nq, 1.0f, pb, d->Tk, gob.p, gob.ld, 1.0f, dvh.p, dvh.ld);
+    if (!a->dq && !a->dk) return;
+    /* dP = dO V^T, then dS */
+    accel__sgemm(false, true, nq, kend, d->Dv, 1.0f, gob.p, gob.ld, vh.p, vh.ld, 0.0f, s->dp, kend);
+    softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, kend);
+    if (a->dq) { /* dQ = s dS K (+ dQ) */
+        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, nq, d->D, d->D, s->dq)
+                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
+        accel__sgemm(false, false, nq, d->D, kend, d->scale, s->dp, kend, kh.p, kh.ld, a->dq_beta, dqb.p, dqb.ld);
+        tile_store(a->dq, qoff, nq, d->D, dqb);
+    }
+    if (a->dk) { /* dK[0:kend] += s dS^T Q */
+        tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s->q);
+        accel__sgemm(true, false, kend, d->D, nq, d->scale, s->dp, kend, qb.p, qb.ld, 1.0f, dkh.p, dkh.ld);
+    }
+}
+
+/* The gradients of the G query heads of kv head `kvb` (= b * Hkv + kv), block
+ * by block of queries as in the forward. dK and dV of the kv head are
+ * accumulated in f32 over the G heads and written once. */
+static void kv_backward(const accel_k_sdpa_backward *a, int64_t kvb, const bwd_scratch *s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
+    int64_t koff = kvb * d->Tk * d->D, voff = kvb * d->Tk * d->Dv;
+    tile kh = tile_load(a->k, koff, d->Tk, d->D, d->D, s->k), vh = tile_load(a->v, voff, d->Tk, d->Dv, d->Dv, s->v);
+    tile dkh = {NULL, d->D}, dvh = {NULL, d->Dv};
+    if (a->dk) dkh = tile_load(a->dk, koff, d->Tk, d->D, d->D, s->dk);
+    if (a->dv) dvh = tile_load(a->dv, voff, d->Tk, d->Dv, d->Dv, s->dv);
+    for (int64_t gi = 0; gi < G; gi++)
+        for (int64_t i0 = 0; i0 < d->Tq; i0 += QB)
+            block_backward(a, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, kh, vh, dkh, dvh, s);
+    if (a->dk) tile_store(a->dk, koff, d->Tk, d->D, dkh);
+    if (a->dv) tile_store(a->dv, voff, d->Tk, d->Dv, dvh);
 }
 
 /* Heads run in parallel (one serial sgemm per block) when there are enough of
@@ -152,42 +290,47 @@ static void kv_backward(const accel_k_sdpa_dims *d, int64_t kvb, const float *q,
  * multi-threaded GEMM. */
 static bool heads_parallel(int64_t n_heads) { return n_heads >= 2 * accel_num_threads(); }
 
+/* Per-thread scratch of `floats` floats for nt threads (one spare float so
+ * that none is a zero-size allocation). */
+static float *thread_scratch(int nt, int64_t floats) {
+    return accel_arena_alloc(accel_step_arena(), (size_t)(nt * floats + 1) * sizeof(float), 64);
+}
+
 accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
     const accel_k_sdpa_dims *d = &k->dims;
-    const float *qp = k->q->data, *kp = k->k->data, *vp = k->v->data;
-    float *pp = k->p->data, *op = k->o->data;
-    int64_t nbh = d->B * d->H;
-    if (accel_reference_kernels()) {
-        double *sc = accel_arena_alloc(accel_step_arena(), (size_t)(d->Tk + 1) * sizeof(double), 64);
-        if (!sc) return accel_last_status();
-        sdpa_reference(d, qp, kp, vp, pp, op, sc);
-    } else if (heads_parallel(nbh)) {
+    if (accel_reference_kernels()) return reference_forward(k);
+    int64_t nbh = d->B * d->H, per = fwd_scratch_floats(k);
+    bool par = heads_parallel(nbh);
+    int nt = par ? accel_num_threads() : 1;
+    float *scratch = thread_scratch(nt, per);
+    if (!scratch) return accel_last_status();
+    if (par) {
         accel__blas_single_thread();
-#pragma omp parallel for schedule(dynamic)
-        for (int64_t i = 0; i < nbh; i++) head_forward(d, i, qp, kp, vp, pp, op);
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+        for (int64_t i = 0; i < nbh; i++) head_forward(k, i, fwd_scratch_at(k, scratch + omp_get_thread_num() * per));
     } else {
-        for (int64_t i = 0; i < nbh; i++) head_forward(d, i, qp, kp, vp, pp, op);
+        for (int64_t i = 0; i < nbh; i++) head_forward(k, i, fwd_scratch_at(k, scratch));
     }
     return ACCEL_OK;
 }
 
 accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
     const accel_k_sdpa_dims *d = &k->dims;
-    const float *q = k->q->data, *kk = k->k->data, *v = k->v->data, *p = k->p->data, *go = k->g->data;
-    int64_t nkv = d->B * d->Hkv;
+    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_floats(k);
     bool par = heads_parallel(nkv);
     int nt = par ? accel_num_threads() : 1;
-    sdpa_grads g = {k->dq ? k->dq->data : NULL, k->dk ? k->dk->data : NULL, k->dv ? k->dv->data : NULL,
-                    k->dq_beta, NULL};
-    g.scratch = accel_arena_alloc(accel_step_arena(), (size_t)(nt * QB * d->Tk + 1) * sizeof(float), 64);
-    if (!g.scratch) return accel_last_status();
+    float *scratch = thread_scratch(nt, per);
+    if (!scratch) return accel_last_status();
     if (par) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
-        for (int64_t i = 0; i < nkv; i++)
-            kv_backward(d, i, q, kk, v, p, go, &g, g.scratch + omp_get_thread_num() * QB * d->Tk);
+        for (int64_t i = 0; i < nkv; i++) {
+            bwd_scratch s = bwd_scratch_at(k, scratch + omp_get_thread_num() * per);
+            kv_backward(k, i, &s);
+        }
     } else {
-        for (int64_t i = 0; i < nkv; i++) kv_backward(d, i, q, kk, v, p, go, &g, g.scratch);
+        bwd_scratch s = bwd_scratch_at(k, scratch);
+        for (int64_t i = 0; i < nkv; i++) kv_backward(k, i, &s);
     }
     return ACCEL_OK;
 }

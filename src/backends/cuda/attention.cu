@@ -1,6 +1,9 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
- * aligned causal mask, forward and backward, in f32 (the CPU's
- * src/backends/cpu/attention_kernels.c computes the same).
+ * aligned causal mask, forward and backward, computed in f32 (the CPU's
+ * src/backends/cpu/attention_kernels.c computes the same). q, k, v, the
+ * output, dO and dq, dk, dv are each f32, bf16 or f16: tiles are widened to
+ * f32 as they are staged in shared memory and results rounded as they are
+ * stored, so the op needs no f32 copies of bf16 tensors.
  *
  * Forward, flash-style: one block per (batch*head, tile of BQ queries) keeps
  * its Q tile in shared memory, walks the key tiles the causal mask lets it
@@ -50,12 +53,28 @@ __device__ inline float row_sum(float v) {
     return v;
 }
 
-/* rows x cols of a matrix with row stride `stride` (elements) into shared
- * memory with row stride `ld`. */
-__device__ inline void stage(float *dst, int64_t ld, const float *src, int64_t stride, int rows, int64_t cols) {
+/* A tensor's elements as the kernels see them: data and dtype (f32, bf16 or
+ * f16); p NULL for a gradient that is not wanted. */
+typedef struct elems {
+    void *p;
+    accel_dtype dt;
+} elems;
+
+static elems elems_of(const accel_tensor *t) { return t ? elems{t->data, t->dtype} : elems{NULL, ACCEL_F32}; }
+
+__device__ inline float load(elems e, int64_t i) { return load_f(e.p, e.dt, i); }
+
+__device__ inline void store(elems e, int64_t i, float v) {
+    if (e.dt == ACCEL_F32) ((float *)e.p)[i] = v;
+    else accel__elem_set(e.p, e.dt, i, v);
+}
+
+/* rows x cols of a matrix (element off of src, row stride `stride`) into
+ * shared memory with row stride `ld`, as f32. */
+__device__ inline void stage(float *dst, int64_t ld, elems src, int64_t off, int64_t stride, int rows, int64_t cols) {
     for (int64_t e = threadIdx.x; e < rows * cols; e += ATT_THREADS) {
         int64_t r = e / cols, c = e % cols;
-        dst[r * ld + c] = src[r * stride + c];
+        dst[r * ld + c] = load(src, off + r * stride + c);
     }
 }
 
@@ -67,17 +86,17 @@ static size_t fwd_smem(const accel_k_sdpa_dims *d) {
 }
 
 __global__ void __launch_bounds__(ATT_THREADS)
-    sdpa_fwd_k(float *o, float *p, const float *q, const float *k, const float *v, accel_k_sdpa_dims d) {
+    sdpa_fwd_k(elems o, float *p, elems q, elems k, elems v, accel_k_sdpa_dims d) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv;
     float *sq = sm, *sk = sq + BQ * D, *sv = sk + BK * (D + 1), *ss = sv + BK * Dv, *so = ss + BQ * (BK + 1);
     const int64_t bh = blockIdx.x, b = bh / d.H, hk = bh % d.H / (d.H / d.Hkv), i0 = (int64_t)blockIdx.y * BQ;
     const int nq = (int)(d.Tq - i0 < BQ ? d.Tq - i0 : BQ);
-    const float *kh = k + b * d.ks[0] + hk * d.ks[1], *vh = v + b * d.vs[0] + hk * d.vs[1];
+    const int64_t kh = b * d.ks[0] + hk * d.ks[1], vh = b * d.vs[0] + hk * d.vs[1];
     const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
     const int64_t i = i0 + r, L = r < nq ? last_key(d, i) : -1;
     float *prow = p + (bh * d.Tq + i) * d.Tk;
-    stage(sq, D, q + (bh * d.Tq + i0) * D, D, nq, D);
+    stage(sq, D, q, (bh * d.Tq + i0) * D, D, nq, D);
     for (int64_t e = threadIdx.x; e < BQ * Dv; e += ATT_THREADS) so[e] = 0.0f;
     __syncthreads(); /* O is read below even when no key tile runs */
     float m = -INFINITY, l = 0.0f;
@@ -85,8 +104,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         const int nk = (int)(kend - j0 < BK ? kend - j0 : BK);
         __syncthreads(); /* the previous tile's K, V and S are no longer read */
-        stage(sk, D + 1, kh + j0 * d.ks[2], d.ks[2], nk, D);
-        stage(sv, Dv, vh + j0 * d.vs[2], d.vs[2], nk, Dv);
+        stage(sk, D + 1, k, kh + j0 * d.ks[2], d.ks[2], nk, D);
+        stage(sv, Dv, v, vh + j0 * d.vs[2], d.vs[2], nk, Dv);
         __syncthreads();
         float sc[BK / TPR], tmax = -INFINITY;
         for (int t = 0; t < BK / TPR; t++) {
@@ -121,7 +140,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     if (r >= nq) return;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row that sees no key: O and P are 0 */
-    for (int64_t e = sub; e < Dv; e += TPR) o[(bh * d.Tq + i) * Dv + e] = so[r * Dv + e] * inv;
+    for (int64_t e = sub; e < Dv; e += TPR) store(o, (bh * d.Tq + i) * Dv + e, so[r * Dv + e] * inv);
     const int64_t wk = written_keys(d, i);
     for (int64_t j = sub; j < wk; j += TPR) prow[j] = j <= L ? expf(prow[j] - m) * inv : 0.0f;
 }
@@ -140,30 +159,30 @@ __device__ inline float p_at(const float *prow, int64_t j, int64_t L) { return j
 /* delta [B*H*Tq] and, when dq is given, dq (dq_beta 0 overwrites, 1 adds).
  * q, k, v contiguous. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    sdpa_bwd_q_k(float *dq, float *delta, const float *go, const float *k, const float *v, const float *p,
-                 accel_k_sdpa_dims d, float dq_beta) {
+    sdpa_bwd_q_k(elems dq, float *delta, elems go, elems k, elems v, const float *p, accel_k_sdpa_dims d,
+                 float dq_beta) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv;
     float *sg = sm, *sv = sg + BQ * Dv, *sk = sv + BK * (Dv + 1), *ss = sk + BK * D, *sdq = ss + BQ * (BK + 1);
     const int64_t bh = blockIdx.x, b = bh / d.H, kvb = b * d.Hkv + bh % d.H / (d.H / d.Hkv);
     const int64_t i0 = (int64_t)blockIdx.y * BQ;
     const int nq = (int)(d.Tq - i0 < BQ ? d.Tq - i0 : BQ);
-    const float *kh = k + kvb * d.Tk * D, *vh = v + kvb * d.Tk * Dv;
+    const int64_t kh = kvb * d.Tk * D, vh = kvb * d.Tk * Dv;
     const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
     const int64_t i = i0 + r, L = r < nq ? last_key(d, i) : -1;
     const float *prow = p + (bh * d.Tq + i) * d.Tk;
-    stage(sg, Dv, go + (bh * d.Tq + i0) * Dv, Dv, nq, Dv);
+    stage(sg, Dv, go, (bh * d.Tq + i0) * Dv, Dv, nq, Dv);
     for (int64_t e = threadIdx.x; e < BQ * D; e += ATT_THREADS) sdq[e] = 0.0f;
     __syncthreads(); /* dQ is read below even when no key tile runs */
     const int64_t kend = last_key(d, i0 + nq - 1) + 1;
     /* Pass 1: delta_i = sum_j P_ij (dO_i . V_j). Pass 2: dQ_i = scale sum_j P_ij (dP_ij - delta_i) K_j. */
     float dl = 0.0f;
-    for (int pass = 0; pass < (dq ? 2 : 1); pass++) {
+    for (int pass = 0; pass < (dq.p ? 2 : 1); pass++) {
         for (int64_t j0 = 0; j0 < kend; j0 += BK) {
             const int nk = (int)(kend - j0 < BK ? kend - j0 : BK);
             __syncthreads();
-            stage(sv, Dv + 1, vh + j0 * Dv, Dv, nk, Dv);
-            if (pass) stage(sk, D, kh + j0 * D, D, nk, D);
+            stage(sv, Dv + 1, v, vh + j0 * Dv, Dv, nk, Dv);
+            if (pass) stage(sk, D, k, kh + j0 * D, D, nk, D);
             __syncthreads();
             float part = 0.0f;
             for (int t = 0; t < BK / TPR; t++) {
@@ -193,11 +212,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     if (r >= nq) return;
     if (sub == 0) delta[bh * d.Tq + i] = dl;
-    if (!dq) return;
-    float *dqr = dq + (bh * d.Tq + i) * D;
+    if (!dq.p) return;
+    const int64_t dqr = (bh * d.Tq + i) * D;
     for (int64_t e = sub; e < D; e += TPR) {
         float val = d.scale * sdq[r * D + e];
-        dqr[e] = dq_beta == 0.0f ? val : dqr[e] + val;
+        store(dq, dqr + e, dq_beta == 0.0f ? val : load(dq, dqr + e) + val);
     }
 }
 
@@ -211,8 +230,8 @@ static size_t bwd_kv_smem(const accel_k_sdpa_dims *d) {
 /* dk, dv (each optional; added into) of the kv head b*Hkv + kv of blockIdx.x
  * for its tile of keys. Thread layout: key c = threadIdx.x / TPR of the tile. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    sdpa_bwd_kv_k(float *dk, float *dv, const float *delta, const float *go, const float *q, const float *v,
-                  const float *p, accel_k_sdpa_dims d) {
+    sdpa_bwd_kv_k(elems dk, elems dv, const float *delta, elems go, elems q, elems v, const float *p,
+                  accel_k_sdpa_dims d) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv, G = d.H / d.Hkv;
     float *sv = sm, *sq = sv + BK * (Dv + 1), *sg = sq + BQ * D, *sp = sg + BQ * (Dv + 1), *sds = sp + BQ * (BK + 1);
@@ -220,7 +239,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int64_t kvb = blockIdx.x, b = kvb / d.Hkv, kv = kvb % d.Hkv, j0 = (int64_t)blockIdx.y * BK;
     const int nk = (int)(d.Tk - j0 < BK ? d.Tk - j0 : BK);
     const int c = threadIdx.x / TPR, sub = threadIdx.x % TPR;
-    stage(sv, Dv + 1, v + (kvb * d.Tk + j0) * Dv, Dv, nk, Dv);
+    stage(sv, Dv + 1, v, (kvb * d.Tk + j0) * Dv, Dv, nk, Dv);
     for (int64_t e = threadIdx.x; e < BK * D; e += ATT_THREADS) sdk[e] = 0.0f;
     for (int64_t e = threadIdx.x; e < BK * Dv; e += ATT_THREADS) sdv[e] = 0.0f;
     __syncthreads();
@@ -232,8 +251,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int64_t i0 = first; i0 < d.Tq; i0 += BQ) {
             const int nq = (int)(d.Tq - i0 < BQ ? d.Tq - i0 : BQ);
             __syncthreads(); /* the previous tile's Q, dO, P and dS are no longer read */
-            stage(sq, D, q + (bh * d.Tq + i0) * D, D, nq, D);
-            stage(sg, Dv + 1, go + (bh * d.Tq + i0) * Dv, Dv, nq, Dv);
+            stage(sq, D, q, (bh * d.Tq + i0) * D, D, nq, D);
+            stage(sg, Dv + 1, go, (bh * d.Tq + i0) * Dv, Dv, nq, Dv);
             __syncthreads();
             /* P and dS of (query r, key c) for r = sub + TPR t. */
             for (int t = 0; t < BQ / TPR; t++) {
@@ -243,7 +262,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 if (rr < nq && c < nk) {
                     const int64_t L = last_key(d, i);
                     pij = p_at(p + (bh * d.Tq + i) * d.Tk, j, L);
-                    if (dk && j <= L) {
+                    if (dk.p && j <= L) {
                         const float *gr = sg + rr * (Dv + 1), *vc = sv + c * (Dv + 1);
                         float dp = 0.0f;
                         for (int64_t x = 0; x < Dv; x++) dp += gr[x] * vc[x];
@@ -254,12 +273,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 sds[rr * (BK + 1) + c] = ds;
             }
             __syncwarp(); /* column c's entries come from its own TPR threads, in this warp */
-            for (int64_t e = sub; dv && e < Dv; e += TPR) {
+            for (int64_t e = sub; dv.p && e < Dv; e += TPR) {
                 float acc = sdv[c * Dv + e];
                 for (int rr = 0; rr < nq; rr++) acc += sp[rr * (BK + 1) + c] * sg[rr * (Dv + 1) + e];
                 sdv[c * Dv + e] = acc;
             }
-            for (int64_t e = sub; dk && e < D; e += TPR) {
+            for (int64_t e = sub; dk.p && e < D; e += TPR) {
                 float acc = sdk[c * D + e];
                 for (int rr = 0; rr < nq; rr++) acc += sds[rr * (BK + 1) + c] * sq[rr * D + e];
                 sdk[c * D + e] = acc;
@@ -268,8 +287,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     if (c >= nk) return;
     const int64_t j = j0 + c;
-    for (int64_t e = sub; dk && e < D; e += TPR) dk[(kvb * d.Tk + j) * D + e] += d.scale * sdk[c * D + e];
-    for (int64_t e = sub; dv && e < Dv; e += TPR) dv[(kvb * d.Tk + j) * Dv + e] += sdv[c * Dv + e];
+    const int64_t kr = (kvb * d.Tk + j) * D, vr = (kvb * d.Tk + j) * Dv;
+    for (int64_t e = sub; dk.p && e < D; e += TPR) store(dk, kr + e, load(dk, kr + e) + d.scale * sdk[c * D + e]);
+    for (int64_t e = sub; dv.p && e < Dv; e += TPR) store(dv, vr + e, load(dv, vr + e) + sdv[c * Dv + e]);
 }
 
 /* ---- launches */
@@ -302,8 +322,8 @@ extern "C" accel_status accel__cudak_sdpa(accel_k_sdpa *k) {
     accel_status st = shared_memory(index, (const void *)sdpa_fwd_k, bytes, d, "sdpa");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->H), tiles(d->Tq, BQ));
-    sdpa_fwd_k<<<grid, ATT_THREADS, bytes, s>>>((float *)k->o->data, (float *)k->p->data, (const float *)k->q->data,
-                                                (const float *)k->k->data, (const float *)k->v->data, *d);
+    sdpa_fwd_k<<<grid, ATT_THREADS, bytes, s>>>(elems_of(k->o), (float *)k->p->data, elems_of(k->q), elems_of(k->k),
+                                                elems_of(k->v), *d);
     return launched(index, "sdpa");
 }
 
@@ -312,12 +332,11 @@ extern "C" accel_status accel__cudak_sdpa_backward(accel_k_sdpa_backward *k) {
     const accel_k_sdpa_dims *d = &k->dims;
     if (!d->B || !d->H || !d->Tq) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
-    float *dq = k->dq ? (float *)k->dq->data : NULL, *dk = k->dk ? (float *)k->dk->data : NULL;
-    float *dv = k->dv ? (float *)k->dv->data : NULL;
-    const float *go = (const float *)k->g->data, *q = (const float *)k->q->data, *kk = (const float *)k->k->data;
-    const float *v = (const float *)k->v->data, *p = (const float *)k->p->data;
+    elems dq = elems_of(k->dq), dk = elems_of(k->dk), dv = elems_of(k->dv);
+    elems go = elems_of(k->g), q = elems_of(k->q), kk = elems_of(k->k), v = elems_of(k->v);
+    const float *p = (const float *)k->p->data;
     float *delta = NULL;
-    if (dq || dk) {
+    if (dq.p || dk.p) {
         delta = (float *)accel__cuda_step_alloc(index, (size_t)(d->B * d->H * d->Tq) * sizeof(float), 256);
         if (!delta) return accel_last_status();
         size_t bytes = bwd_q_smem(d);
@@ -327,7 +346,7 @@ extern "C" accel_status accel__cudak_sdpa_backward(accel_k_sdpa_backward *k) {
         sdpa_bwd_q_k<<<grid, ATT_THREADS, bytes, s>>>(dq, delta, go, kk, v, p, *d, k->dq_beta);
         if ((st = launched(index, "sdpa_backward")) != ACCEL_OK) return st;
     }
-    if ((!dk && !dv) || !d->Tk) return ACCEL_OK; /* no key: dK and dV have no rows (dQ was zeroed) */
+    if ((!dk.p && !dv.p) || !d->Tk) return ACCEL_OK; /* no key: dK and dV have no rows (dQ was zeroed) */
     size_t bytes = bwd_kv_smem(d);
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_kv_k, bytes, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;

@@ -1,0 +1,253 @@
+/* accel_sdpa in bf16 and f16, as autocast hands it the projections: the CPU
+ * kernels read q, k, v and dO and write O, dq, dk, dv in their dtype a tile
+ * at a time (f32 scores, softmax and accumulation). The reference is the f32
+ * path on the same rounded values: the kernels feed the same f32 numbers to
+ * the same GEMMs, so every result is the f32 one rounded once (within one
+ * unit in the last place of the dtype; P, kept in f32, within f32 noise).
+ *   - kernel level: forward and backward kernels with outputs poisoned (NaN)
+ *     before the run, k and v strided as the projections' layout, GQA, odd
+ *     sizes, several query blocks, Tq < Tk, Tq > Tk, no mask, dq written or
+ *     added into, dk and dv added into;
+ *   - op level: accel_sdpa on bf16/f16 leaves with v a transposed view (as
+ *     Llama's split_heads gives it): the output's and gradients' dtype and
+ *     values; decoding from a KV cache view read in place; the step arena
+ *     holding no f32 copy of q, k, v or the output.
+ * The f32 path itself is checked by finite differences in test_ops_attention
+ * (finite differences in bf16 would measure the rounding, not the
+ * gradient). */
+#include <string.h>
+
+#include "accel/accel.h"
+#include "backends/backend.h"
+#include "check.h"
+#include "gradcheck.h"
+#include "ops_fixture.h"
+#include "sdpa_case.h"
+
+static const sdpa_case CASES[] = {
+    {2, 6, 2, 67, 67, 37, 29, true, true},    /* GQA, odd sizes, two query blocks, heads in parallel */
+    {1, 2, 1, 150, 150, 16, 16, true, false}, /* three blocks, partial last, heads one after another */
+    {1, 2, 1, 100, 230, 8, 8, true, true},    /* Tq < Tk */
+    {1, 1, 1, 200, 70, 8, 12, true, false},   /* Tq > Tk: whole blocks see no key */
+    {1, 4, 4, 33, 45, 16, 24, false, true},   /* no mask */
+};
+
+/* One unit in the last place at 1 of dt: 2^-7 bf16, 2^-10 f16. */
+static double ulp(accel_dtype dt) { return dt == ACCEL_BF16 ? 1.0 / 128 : 1.0 / 1024; }
+
+/* A persistent tensor of dt with n random values (seed) and its f32 twin
+ * holding the same (rounded) values. */
+static void rounded_pair(uint64_t seed, int64_t n, accel_dtype dt, accel_tensor **lp, accel_tensor **f32) {
+    accel_tensor *r = gc_randn(seed, ACCEL_SHAPE(n));
+    *lp = accel_tensor_new(dt, ACCEL_SHAPE(n), ACCEL_CPU_DEVICE);
+    *f32 = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(n), ACCEL_CPU_DEVICE);
+    CHECK(r && *lp && *f32 && accel_copy_(*lp, r) == ACCEL_OK && accel_copy_(*f32, *lp) == ACCEL_OK);
+    accel_tensor_free(r);
+}
+
+/* A persistent tensor of n elements, every byte `byte` (0xFF: NaN in float dtypes). */
+static accel_tensor *filled(accel_dtype dt, int64_t n, int byte) {
+    accel_tensor *t = accel_tensor_new(dt, ACCEL_SHAPE(n), ACCEL_CPU_DEVICE);
+    if (t) memset(t->data, byte, (size_t)n * accel_dtype_size(dt));
+    return t;
+}
+
+static accel_tensor *poisoned(accel_dtype dt, int64_t n) { return filled(dt, n, 0xFF); }
+
+static void check_rounded(const char *what, const sdpa_case *c, accel_dtype dt, accel_tensor *got, accel_tensor *want) {
+    CHECK_MSG(fx_compare(what, got, want, ulp(dt), 1e-6) == 0, "%s, Tq %lld Tk %lld D %lld causal %d", accel_dtype_name(dt),
+              (long long)c->Tq, (long long)c->Tk, (long long)c->D, c->causal);
+}
+
+enum { Q, K, V, G, NIN };
+
+/* The backward's dims: k and v dense. */
+static accel_k_sdpa_dims dense_dims(const sdpa_case *c) {
+    sdpa_case dense = *c;
+    dense.kv_strided = false;
+    return sdpa_case_dims(&dense);
+}
+
+static void check_kernels(const sdpa_case *c, accel_dtype dt) {
+    const accel_backend *cpu = &accel__cpu_backend;
+    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk, np = nq * c->Tk;
+    int64_t n[NIN] = {nq * c->D, nk * c->D, nk * c->Dv, nq * c->Dv};
+    accel_tensor *lp[NIN], *hi[NIN];
+    for (int i = 0; i < NIN; i++) rounded_pair(40 + (uint64_t)i, n[i], dt, &lp[i], &hi[i]);
+    /* forward: O poisoned; P zeroed on both sides (the kernel writes only the columns each block sees) */
+    accel_tensor *o = poisoned(dt, nq * c->Dv), *o32 = poisoned(ACCEL_F32, nq * c->Dv);
+    accel_tensor *p = filled(ACCEL_F32, np, 0), *p32 = filled(ACCEL_F32, np, 0);
+    accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = sdpa_case_dims(c)};
+    accel_k_sdpa f32 = {.o = o32, .p = p32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = f.dims};
+    CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa(&f32) == ACCEL_OK);
+    check_rounded("sdpa output", c, dt, o, o32);
+    CHECK(fx_compare("sdpa probabilities", p, p32, 1e-6, 1e-7) == 0);
+    /* backward, twice: dq poisoned (overwritten), then dq added into; dk, dv added into */
+    for (int beta = 0; beta < 2; beta++) {
+        accel_tensor *dx[3], *dx32[3];
+        int64_t nd[3] = {n[Q], n[K], n[V]};
+        for (int i = 0; i < 3; i++) {
+            if (i == Q && beta == 0) {
+                dx[i] = poisoned(dt, nd[i]);
+                dx32[i] = poisoned(ACCEL_F32, nd[i]);
+            } else {
+                rounded_pair(50 + (uint64_t)i, nd[i], dt, &dx[i], &dx32[i]);
+            }
+        }
+        accel_k_sdpa_backward b = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = lp[G], .q = lp[Q], .k = lp[K],
+                                   .v = lp[V], .p = p32, .dims = dense_dims(c), .dq_beta = (float)beta};
+        accel_k_sdpa_backward b32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q], .k = hi[K],
+                                     .v = hi[V], .p = p32, .dims = b.dims, .dq_beta = (float)beta};
+        /* the backward reads k and v dense: the forward's strided ones are another layout of the same values */
+        CHECK(cpu->kernels.sdpa_backward(&b) == ACCEL_OK && cpu->kernels.sdpa_backward(&b32) == ACCEL_OK);
+        const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
+        for (int i = 0; i < 3; i++) {
+            check_rounded(names[i], c, dt, dx[i], dx32[i]);
+            accel_tensor_free(dx[i]);
+            accel_tensor_free(dx32[i]);
+        }
+    }
+    for (int i = 0; i < NIN; i++) {
+        accel_tensor_free(lp[i]);
+        accel_tensor_free(hi[i]);
+    }
+    accel_tensor_free(o);
+    accel_tensor_free(o32);
+    accel_tensor_free(p);
+    accel_tensor_free(p32);
+    accel_step_reset();
+}
+
+static void test_kernels(void) {
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        check_kernels(&CASES[i], ACCEL_BF16);
+        check_kernels(&CASES[i], ACCEL_F16);
+    }
+}
+
+/* A persistent leaf of dt [shape] with random values. */
+static accel_tensor *leaf(uint64_t seed, accel_dtype dt, int ndim, const int64_t *shape) {
+    accel_tensor *r = gc_randn(seed, ndim, shape), *t = accel_tensor_new(dt, ndim, shape, ACCEL_CPU_DEVICE);
+    CHECK(r && t && accel_copy_(t, r) == ACCEL_OK);
+    accel_tensor_free(r);
+    t->requires_grad = true;
+    return t;
+}
+
+/* Output and gradients of sdpa(q, k, v^T12) with dO = w (the loss sum(O * w)). */
+typedef struct run {
+    accel_tensor *o, *g[3];
+} run;
+
+static run op_run(accel_tensor *const *in, accel_tensor *w, const sdpa_case *c) {
+    accel_tensor *o = accel_sdpa(in[0], in[1], accel_transpose(in[2], 1, 2), c->causal, 0.0);
+    CHECK(o && accel_backward(accel_sum_all(accel_mul(o, w))) == ACCEL_OK);
+    run r = {.o = accel_tensor_clone_persistent(o, ACCEL_CPU_DEVICE)};
+    for (int i = 0; i < 3; i++) {
+        r.g[i] = accel_tensor_clone_persistent(in[i]->grad, ACCEL_CPU_DEVICE);
+        accel_tensor_free(in[i]->grad);
+        in[i]->grad = NULL;
+    }
+    accel_step_reset();
+    return r;
+}
+
+static void run_free(run *r) {
+    accel_tensor_free(r->o);
+    for (int i = 0; i < 3; i++) accel_tensor_free(r->g[i]);
+}
+
+static void check_op(const sdpa_case *c, accel_dtype dt) {
+    /* v stored [B, Tk, Hkv, Dv]: the op sees its transposed view [B, Hkv, Tk, Dv] */
+    accel_tensor *in[3] = {leaf(1, dt, ACCEL_SHAPE(c->B, c->H, c->Tq, c->D)),
+                           leaf(2, dt, ACCEL_SHAPE(c->B, c->Hkv, c->Tk, c->D)),
+                           leaf(3, dt, ACCEL_SHAPE(c->B, c->Tk, c->Hkv, c->Dv))};
+    accel_tensor *w = leaf(4, dt, ACCEL_SHAPE(c->B, c->H, c->Tq, c->Dv)), *in32[3], *w32;
+    w->requires_grad = false;
+    for (int i = 0; i < 3; i++) {
+        in32[i] = accel_tensor_clone_persistent(accel_to_dtype(in[i], ACCEL_F32), ACCEL_CPU_DEVICE);
+        in32[i]->requires_grad = true;
+    }
+    w32 = accel_tensor_clone_persistent(accel_to_dtype(w, ACCEL_F32), ACCEL_CPU_DEVICE);
+    accel_step_reset();
+    run lo = op_run(in, w, c), hi = op_run(in32, w32, c);
+    CHECK(lo.o->dtype == dt);
+    check_rounded("accel_sdpa output", c, dt, lo.o, hi.o);
+    const char *names[3] = {"accel_sdpa q grad", "accel_sdpa k grad", "accel_sdpa v grad"};
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(lo.g[i] && lo.g[i]->dtype == dt, "%s: dtype", names[i]);
+        check_rounded(names[i], c, dt, lo.g[i], hi.g[i]);
+    }
+    run_free(&lo);
+    run_free(&hi);
+    for (int i = 0; i < 3; i++) {
+        accel_tensor_free(in[i]);
+        accel_tensor_free(in32[i]);
+    }
+    accel_tensor_free(w);
+    accel_tensor_free(w32);
+}
+
+static void test_op(void) {
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        check_op(&CASES[i], ACCEL_BF16);
+        check_op(&CASES[i], ACCEL_F16);
+    }
+}
+
+/* Decoding without a graph: the kernels read a bf16/f16 KV cache view
+ * (positions [0, 23) of [B, Hkv, 40, D]) in place, a few queries at the end. */
+static void test_cache_in_place(void) {
+    for (int i = 0; i < 2; i++) {
+        accel_dtype dt = i ? ACCEL_F16 : ACCEL_BF16;
+        accel_tensor *q = leaf(5, dt, ACCEL_SHAPE(2, 6, 3, 16)), *kc = leaf(6, dt, ACCEL_SHAPE(2, 3, 40, 16)),
+                     *vc = leaf(7, dt, ACCEL_SHAPE(2, 3, 40, 16));
+        q->requires_grad = kc->requires_grad = vc->requires_grad = false;
+        accel_tensor *k = accel_slice(kc, 2, 0, 23, 1), *v = accel_slice(vc, 2, 0, 23, 1);
+        accel_tensor *o = accel_sdpa(q, k, v, true, 0.0);
+        accel_tensor *o32 = accel_sdpa(accel_to_dtype(q, ACCEL_F32), accel_to_dtype(k, ACCEL_F32),
+                                       accel_to_dtype(v, ACCEL_F32), true, 0.0);
+        CHECK(o && o->dtype == dt);
+        sdpa_case c = {2, 6, 3, 3, 23, 16, 16, true, true};
+        check_rounded("accel_sdpa on a cache view", &c, dt, o, o32);
+        accel_step_reset();
+        accel_tensor_free(q);
+        accel_tensor_free(kc);
+        accel_tensor_free(vc);
+    }
+}
+
+/* Under autocast the forward allocates the bf16 output, the f32
+ * probabilities and the kernel's per-thread tiles (a head's K and V, a
+ * block's Q and O, in f32), nothing the size of q, k, v or the output in
+ * f32 (an f32 copy of q alone is 4x the tiles here). */
+static void test_no_f32_copies(void) {
+    int prev_threads = accel_num_threads();
+    accel_set_num_threads(2);
+    int64_t B = 4, H = 8, T = 64, D = 32;
+    accel_tensor *q = leaf(1, ACCEL_BF16, ACCEL_SHAPE(B, H, T, D)), *k = leaf(2, ACCEL_BF16, ACCEL_SHAPE(B, H, T, D));
+    accel_step_reset();
+    size_t before = accel_arena_used(accel_step_arena());
+    accel_dtype ac = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *o = accel_sdpa(q, k, k, true, 0.0);
+    accel_autocast_end(ac);
+    size_t used = accel_arena_used(accel_step_arena()) - before;
+    size_t out = (size_t)(B * H * T * D) * 2, probs = (size_t)(B * H * T * T) * 4,
+           tiles = 2 * (size_t)(2 * T * D + 2 * 64 * D) * 4, slack = 4096;
+    CHECK(o && o->dtype == ACCEL_BF16);
+    CHECK_MSG(used <= out + probs + tiles + slack, "the forward took %zu bytes of the step arena, %zu expected", used,
+              out + probs + tiles);
+    accel_step_reset();
+    accel_tensor_free(q);
+    accel_tensor_free(k);
+    accel_set_num_threads(prev_threads);
+}
+
+int main(void) {
+    RUN(test_kernels);
+    RUN(test_op);
+    RUN(test_cache_in_place);
+    RUN(test_no_f32_copies);
+    accel_thread_cleanup();
+    return check_summary();
+}
