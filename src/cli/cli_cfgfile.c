@@ -91,6 +91,8 @@ static void cv_push(cv *c, const char *key, cv *val) {
     c->items[c->n++] = val;
 }
 
+void cv_append(cv *seq, cv *val) { cv_push(seq, NULL, val); }
+
 void cv_set(cv *map, const char *key, cv *val) {
     for (size_t i = 0; i < map->n; i++)
         if (!strcmp(map->keys[i], key)) {
@@ -535,6 +537,7 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
             return false;
         }
     }
+    if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn)) return false;
     ce = cv_get(root, "compute_environment");
     if (ce->t == CV_STR && !strcmp(ce->s, "AMAZON_SAGEMAKER")) {
         snprintf(err, errn, "The config file at %s is for Amazon SageMaker (compute_environment: AMAZON_SAGEMAKER), "
