@@ -97,11 +97,17 @@ static accel_tensor *converted(accel_tensor *t, accel_dtype dt) {
 }
 
 /* The form of a prepared weight: its rounded copy in key->dt, or (the CPU
- * without bf16 units) those rounded values widened back to f32. */
+ * without bf16 units) those rounded values widened back to f32, through a
+ * step copy given back at once (the form is persistent, the step keeps
+ * nothing of it). */
 static accel_status fill_mm_form(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
     if (key->kind == ACCEL__FORM_CAST) return accel_copy_(dst, src);
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
     accel_tensor *r = converted(src, key->dt);
-    return r ? accel_copy_(dst, r) : accel_last_status();
+    accel_status st = r ? accel_copy_(dst, r) : accel_last_status();
+    accel_arena_rewind(a, m);
+    return st;
 }
 
 /* t's operand from its prepared forms (core/prepared.h) into *form: made
