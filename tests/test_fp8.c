@@ -5,10 +5,14 @@
  * conversion and dispatch, and mixed_precision='fp8' refused with the
  * device's reason (accepted on an fp8 GPU). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "accel/accelerator.h"
 #include "accel/nn.h"
+#include "accelerator/fp8_scaling.h"
 #include "backends/fp8.h"
 #include "check.h"
 #include "nn/fp8_modules.h"
@@ -308,12 +312,16 @@ static void test_refused(void) {
     }
     accel_clear_error();
     static const char *const BAD[][3] = {
-        {"ACCELERATE_FP8_FORMAT", "E5M2", "pure E5M2 training is not supported"},
-        {"ACCELERATE_FP8_FORMAT", "E3M4", "fp8_format E3M4: choose HYBRID or E4M3"},
-        {"ACCELERATE_FP8_AMAX_COMPUTE_ALGO", "mean", "choose 'max' or 'most_recent'"},
-        {"ACCELERATE_FP8_AMAX_HISTORY_LEN", "0", "ACCELERATE_FP8_AMAX_HISTORY_LEN=0 must be an integer >= 1"},
-        {"ACCELERATE_FP8_MARGIN", "x", "ACCELERATE_FP8_MARGIN=x must be an integer >= 0"},
-        {"ACCELERATE_FP8_BACKEND", "MSAMP", "fp8_backend MSAMP is not supported"},
+        {"ACCELERATE_FP8_FORMAT", "E5M2", "ACCELERATE_FP8_FORMAT=E5M2: pure E5M2 training is not supported"},
+        {"ACCELERATE_FP8_FORMAT", "E3M4", "ACCELERATE_FP8_FORMAT=E3M4: choose HYBRID or E4M3"},
+        {"ACCEL_FP8_AMAX_COMPUTE_ALGO", "mean", "ACCEL_FP8_AMAX_COMPUTE_ALGO=mean: choose 'max' or 'most_recent'"},
+        {"ACCELERATE_FP8_AMAX_HISTORY_LEN", "0",
+         "ACCELERATE_FP8_AMAX_HISTORY_LEN=0 must be an integer in [1, 1048576]"},
+        {"ACCELERATE_FP8_MARGIN", "x", "ACCELERATE_FP8_MARGIN=x must be an integer in [0, 1048576]"},
+        {"ACCELERATE_FP8_INTERVAL", "0", "ACCELERATE_FP8_INTERVAL=0 must be an integer in [1, 1048576]"},
+        {"ACCELERATE_FP8_BACKEND", "MSAMP", "ACCELERATE_FP8_BACKEND=MSAMP is not supported"},
+        {"ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "maybe", "USE_AUTOCAST_DURING_EVAL=maybe is not a boolean"},
+        {"ACCELERATE_FP8_OVERRIDE_WGRAD", "true", "override_linear_precision WGRAD"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         setenv(BAD[i][0], BAD[i][1], 1);
@@ -329,6 +337,175 @@ static void test_refused(void) {
     accel_clear_error();
 }
 
+/* The recipe from the options (TERecipeKwargs): a field wins over its
+ * variable, an unset one reads it, Accelerate's defaults otherwise; a bad
+ * field is refused naming it and its value. */
+static void test_recipe_options(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    accel__fp8_recipe r;
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(r.hybrid && r.margin == 0 && r.history_len == 1024 && !r.use_max && !r.during_eval && !r.deferred_update);
+
+    setenv("ACCELERATE_FP8_FORMAT", "E4M3", 1);
+    setenv("ACCELERATE_FP8_MARGIN", "3", 1);
+    setenv("ACCELERATE_FP8_AMAX_HISTORY_LEN", "16", 1);
+    setenv("ACCELERATE_FP8_AMAX_COMPUTE_ALGO", "MAX", 1); /* Accelerate lowercases it */
+    setenv("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "on", 1);
+    setenv("ACCELERATE_FP8_INTERVAL", "bad", 1);
+    o.fp8_interval = 2; /* the field wins: the bad variable is not read */
+    CHECK_MSG(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(!r.hybrid && r.margin == 3 && r.history_len == 16 && r.use_max && r.during_eval);
+
+    o.fp8_format = "hybrid", o.fp8_margin = -1, o.fp8_amax_history_len = 8, o.fp8_amax_compute_algo = "most_recent";
+    o.fp8_use_autocast_during_eval = ACCEL_FALSE, o.fp8_backend = "te";
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(r.hybrid && r.margin == 0 && r.history_len == 8 && !r.use_max && !r.during_eval);
+    o.fp8_margin = 2;
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK && r.margin == 2);
+    const char *const VARS[] = {"FORMAT", "MARGIN", "AMAX_HISTORY_LEN", "AMAX_COMPUTE_ALGO", "USE_AUTOCAST_DURING_EVAL",
+                                "INTERVAL"};
+    for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "ACCELERATE_FP8_%s", VARS[i]);
+        unsetenv(name);
+    }
+
+    struct {
+        accel_accelerator_opts o;
+        accel_status st;
+        const char *msg;
+    } BAD[] = {
+        {{.fp8_format = "E3M4"}, ACCEL_ERR_INVALID_ARG, "fp8_format=E3M4: choose HYBRID or E4M3"},
+        {{.fp8_format = "e5m2"}, ACCEL_ERR_UNSUPPORTED, "fp8_format=e5m2: pure E5M2 training is not supported"},
+        {{.fp8_amax_compute_algo = "mean"}, ACCEL_ERR_INVALID_ARG, "fp8_amax_compute_algo=mean: choose"},
+        {{.fp8_amax_history_len = -4}, ACCEL_ERR_INVALID_ARG, "fp8_amax_history_len=-4 must be an integer in [1, "},
+        {{.fp8_amax_history_len = 1 << 21}, ACCEL_ERR_INVALID_ARG, "fp8_amax_history_len=2097152 must be"},
+        {{.fp8_margin = -2}, ACCEL_ERR_INVALID_ARG, "fp8_margin=-2 must be an integer in [0, "},
+        {{.fp8_interval = -1}, ACCEL_ERR_INVALID_ARG, "fp8_interval=-1 must be an integer in [1, "},
+        {{.fp8_backend = "MSAMP"}, ACCEL_ERR_UNSUPPORTED, "fp8_backend=MSAMP is not supported"},
+        {{.fp8_use_autocast_during_eval = 2}, ACCEL_ERR_INVALID_ARG,
+         "fp8_use_autocast_during_eval=2 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0"},
+        {{.fp8_override_linear_precision = {ACCEL_TRUE, 0, 0}}, ACCEL_ERR_UNSUPPORTED,
+         "override_linear_precision FPROP (fp8_override_linear_precision[0] or ACCELERATE_FP8_OVERRIDE_FPROP"},
+        {{.fp8_override_linear_precision = {0, 0, ACCEL_TRUE}}, ACCEL_ERR_UNSUPPORTED,
+         "override_linear_precision WGRAD"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        CHECK_MSG(accel__fp8_recipe_resolve(&BAD[i].o, &r) == BAD[i].st, "case %zu", i);
+        CHECK_STR_CONTAINS(accel_last_error(), BAD[i].msg);
+        accel_clear_error();
+    }
+    /* explicit false over a variable that asks for an override */
+    setenv("ACCELERATE_FP8_OVERRIDE_DGRAD", "1", 1);
+    o = accel_accelerator_opts_default();
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "override_linear_precision DGRAD");
+    accel_clear_error();
+    o.fp8_override_linear_precision[1] = ACCEL_FALSE;
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    unsetenv("ACCELERATE_FP8_OVERRIDE_DGRAD");
+
+    /* accel_accelerator_new refuses a bad field, and ZeRO, before the device */
+    static const accel_accelerator_opts ZERO[] = {{.mixed_precision = "fp8", .zero_stage = 1},
+                                                  {.mixed_precision = "fp8", .zero_stage = 2},
+                                                  {.mixed_precision = "fp8", .fsdp_sharding_strategy = "FULL_SHARD"}};
+    for (int i = 0; i < 3; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "with ZeRO stage %d", i + 1);
+        CHECK(accel_accelerator_new(&ZERO[i]) == NULL && accel_last_status() == ACCEL_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(accel_last_error(), want);
+        accel_clear_error();
+    }
+    setenv("ACCEL_ZERO_STAGE", "2", 1); /* as the launcher sets it */
+    accel_accelerator_opts fp8 = {.mixed_precision = "fp8"};
+    CHECK(accel_accelerator_new(&fp8) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "fp8 mixed precision with ZeRO stage 2 (DeepSpeed / FSDP) is not supported");
+    accel_clear_error();
+    unsetenv("ACCEL_ZERO_STAGE");
+    accel_accelerator_opts bad = {.mixed_precision = "fp8", .fp8_amax_history_len = -1};
+    CHECK(accel_accelerator_new(&bad) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_new: fp8_amax_history_len=-1 must be");
+    accel_clear_error();
+}
+
+/* A model with fp8-eligible Linears on the cpu is refused at prepare (no
+ * silent CPU reference), naming the device; one with none to convert passes. */
+static void test_check_devices(void) {
+    accel_module *m = accel_linear_new(32, 48, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel__fp8_check_devices(m, "accel_accelerator_prepare") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_prepare: fp8 mixed precision is not supported on cpu");
+    accel_clear_error();
+    accel_module *odd = accel_linear_new(30, 17, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel__fp8_check_devices(odd, "accel_accelerator_prepare") == ACCEL_OK);
+    accel_module_free(m);
+    accel_module_free(odd);
+}
+
+/* meta k of m (the Sequential's child k) on the host, [ROWS(hist), 3]. */
+static void meta_values(accel_module *m, int k, float *out) {
+    CHECK(accel_tensor_to_host(accel__module_tensor(m->children[k], "fp8_meta"), out) == ACCEL_OK);
+}
+
+static accel_module *two_fp8_linears(int history_len) {
+    accel_module *kids[2] = {accel_linear_new(32, 48, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                             accel_linear_new(48, 32, false, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *m = accel_sequential_new(2, kids);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = history_len;
+    CHECK(accel__fp8_convert_model(m, r) == ACCEL_OK);
+    return m;
+}
+
+/* The fp8 metas through save_state / load_state as the Accelerator writes
+ * them (model.safetensors, like TE's _extra_state): scales, scale_invs and
+ * the amax history come back exactly; a checkpoint of another
+ * amax_history_len is refused naming the buffer. The fp8 forward itself
+ * needs a GPU, so the metas here get their values from the CPU reference. */
+static void test_checkpoint_round_trip(void) {
+    enum { H = 8, N = ACCEL__FP8_META_ROWS(H) * ACCEL__FP8_SLOTS };
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/accel_fp8_ckpt_%d", (int)getpid());
+    accel_module *m = two_fp8_linears(H);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H;
+    const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
+    for (int step = 0; step < 3; step++) { /* three steps of the CPU reference: scales and history move */
+        accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.5 + step);
+        accel_tensor *y = accel_module_call(m, x);
+        CHECK(y && accel_backward_with(y, accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 1e-3 * (step + 1))) == ACCEL_OK);
+        accel_step_reset();
+    }
+    accel__fp8_autocast_end(prev);
+    float saved[2][N], now[N];
+    for (int k = 0; k < 2; k++) meta_values(m, k, saved[k]);
+    CHECK(saved[0][ACCEL__FP8_X] == 448.0f / 2.5f && saved[0][ACCEL__FP8_DY] != 1.0f);
+
+    accel_accelerator_opts o = {.cpu = true, .project_dir = dir};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    for (int k = 0; k < 2; k++) CHECK(accel_zero_(accel__module_tensor(m->children[k], "fp8_meta")) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_load_state(acc, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    for (int k = 0; k < 2; k++) {
+        meta_values(m, k, now);
+        CHECK_MSG(!memcmp(now, saved[k], sizeof now), "meta %d changed through the checkpoint", k);
+    }
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+
+    accel_module *other = two_fp8_linears(4); /* amax_history_len 4 */
+    acc = accel_accelerator_new(&o);
+    CHECK(acc && accel_accelerator_prepare_model(acc, other) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(acc, dir, NULL) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "fp8_meta");
+    accel_clear_error();
+    accel_accelerator_free(acc);
+    accel_module_free(other);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     RUN(test_known_codes);
     RUN(test_round_trips);
@@ -337,5 +514,8 @@ int main(void) {
     RUN(test_fp8_linear_errors);
     RUN(test_convert_model);
     RUN(test_refused);
+    RUN(test_recipe_options);
+    RUN(test_check_devices);
+    RUN(test_checkpoint_round_trip);
     return check_summary();
 }

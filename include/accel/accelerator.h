@@ -71,9 +71,25 @@ enum { ACCEL_FALSE = -1, ACCEL_TRUE = 1 };
  * Accelerate's X=False). */
 typedef struct accel_accelerator_opts {
     /* "no", "fp16", "bf16", "fp8" (a CUDA GPU of compute capability >= 8.9
-     * only; its recipe from ACCEL_FP8_* / ACCELERATE_FP8_*, docs/cuda.md). NULL: ACCEL_MIXED_PRECISION /
+     * only; its recipe from the fp8_* fields below, docs/cuda.md). NULL: ACCEL_MIXED_PRECISION /
      * ACCELERATE_MIXED_PRECISION from the environment, else "no". */
     const char *mixed_precision;
+    /* TERecipeKwargs / FP8RecipeKwargs (TransformerEngine's DelayedScaling)
+     * for "fp8": a field set here wins over its ACCELERATE_FP8_<NAME> (or
+     * ACCEL_FP8_<NAME>) variable, a zero / NULL field reads it, else
+     * Accelerate's default. Bad values fail accel_accelerator_new naming the
+     * field (or the variable) and the value. Booleans are tri-state:
+     * ACCEL_TRUE, ACCEL_FALSE, 0 = unset. */
+    const char *fp8_backend;           /* BACKEND: "TE" (any case); AO and MSAMP refused */
+    const char *fp8_format;            /* FORMAT: "HYBRID" (E5M2 gradients; default) or "E4M3"; E5M2 refused */
+    int fp8_amax_history_len;          /* AMAX_HISTORY_LEN: >= 1 (default 1024) */
+    const char *fp8_amax_compute_algo; /* AMAX_COMPUTE_ALGO: "most_recent" (default) or "max" */
+    int fp8_margin;                    /* MARGIN: > 0, or -1 = 0 whatever the variable says (default 0) */
+    int fp8_interval;                  /* INTERVAL: >= 1 (default 1); no effect: TE deprecated it */
+    int fp8_use_autocast_during_eval;  /* USE_AUTOCAST_DURING_EVAL: fp8 in eval forwards too (default false) */
+    /* OVERRIDE_FPROP, _DGRAD, _WGRAD: (fprop, dgrad, wgrad) in higher
+     * precision; only false is supported (all three GEMMs run in fp8). */
+    int fp8_override_linear_precision[3];
     /* 0: ACCEL_GRADIENT_ACCUMULATION_STEPS / ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1. */
     int gradient_accumulation_steps;
     bool cpu;                       /* force cpu (also ACCEL_USE_CPU / ACCELERATE_USE_CPU) */

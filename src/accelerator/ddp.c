@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
+#include "fp8_scaling.h"
 #include "nn/fp8_modules.h"
 #include "ops/fp8_linear.h"
 
@@ -12,6 +13,7 @@
 typedef struct autocast_ctx {
     accel_dtype dt, prev;
     const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
+    accel_pg *pg;                            /* fp8: the amaxes are reduced over it */
 } autocast_ctx;
 
 static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
@@ -25,8 +27,11 @@ static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
 /* convert_outputs_to_fp32 */
 static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
     autocast_ctx *c = ctx;
+    const accel__fp8_recipe *fp8 = accel__fp8_autocast();
     accel_autocast_end(c->prev);
     accel__fp8_autocast_end(c->fp8_prev);
+    /* fp8_autocast's exit: the forward's amaxes reduced over the group, the scales updated */
+    if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, m, ACCEL__FP8_X, 2, *fp8)) return accel_last_status();
     if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
         *y = accel_to_dtype(*y, ACCEL_F32);
         if (!*y) return accel_last_status();
@@ -153,7 +158,10 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
 
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
-    if (acc->mp == ACCEL_MP_FP8 && accel__fp8_convert_model(pm->m, acc->fp8) != ACCEL_OK) return accel_last_status();
+    static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
+    if (acc->mp == ACCEL_MP_FP8 &&
+        (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_convert_model(pm->m, acc->fp8)))
+        return accel_last_status();
     /* ZeRO: pad to 16 x world elements so every shard starts 64-byte aligned. */
     pm->fp = accel_module_flatten(pm->m, 16, acc->zero_stage ? 16 * (int64_t)acc->world : 1);
     if (!pm->fp) return accel_last_status();
@@ -174,7 +182,7 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
             st = accel_last_status();
         } else {
             *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
-                                .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL};
+                                .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg};
             accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
             accel_module_set_hook(pm->m, &h);
         }

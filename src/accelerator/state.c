@@ -8,6 +8,7 @@
 
 #include "accelerator_internal.h"
 #include "backends/fp8.h"
+#include "fp8_scaling.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
 
@@ -57,62 +58,18 @@ static accel_device pick_device(const accel_accelerator_opts *o, int local_rank)
 
 /* ---------------------------------------------------------------- fp8 */
 
-/* ACCEL_FP8_<name> / ACCELERATE_FP8_<name> (the launcher's fp8_config). */
-static const char *fp8_env(const char *name) {
-    char a[64], b[64];
-    snprintf(a, sizeof a, "ACCEL_FP8_%s", name);
-    snprintf(b, sizeof b, "ACCELERATE_FP8_%s", name);
-    return env2(a, b);
-}
-
-/* An integer fp8 option >= lo, or def when unset. */
-static accel_status fp8_int(const char *name, int lo, int def, int *out) {
-    const char *v = fp8_env(name);
-    char *end = NULL;
-    long n = v ? strtol(v, &end, 10) : def;
-    if (v && (end == v || *end || n < lo || n > 1 << 20))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: ACCELERATE_FP8_%s=%s must be an integer >= %d",
-                               name, v, lo);
-    *out = (int)n;
-    return ACCEL_OK;
-}
-
-/* TERecipeKwargs from the environment (Accelerate's defaults when unset):
- * FORMAT HYBRID|E4M3, MARGIN, INTERVAL (accepted; TransformerEngine ignores
- * it), AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO most_recent|max,
- * USE_AUTOCAST_DURING_EVAL; BACKEND, when set, must be TE. */
-static accel_status fp8_recipe_from_env(accel__fp8_recipe *r) {
-    *r = accel__fp8_recipe_default();
-    const char *backend = fp8_env("BACKEND"), *fmt = fp8_env("FORMAT"), *algo = fp8_env("AMAX_COMPUTE_ALGO");
-    if (backend && strcasecmp(backend, "te"))
+/* fp8's configuration is checked before the device, so that a bad recipe or
+ * ZeRO is refused on every machine: the recipe, then no ZeRO (stages 1-3:
+ * see docs/cuda.md "fp8"), then a device with fp8 GEMMs (a CUDA GPU of
+ * compute capability >= 8.9), refused elsewhere with the device's reason:
+ * the cpu, a GPU below 8.9 (Accelerate falls back to fp16 there; accel
+ * refuses). */
+static accel_status accept_fp8(const accel_accelerator_opts *o, const accel__zero_cfg *zc) {
+    if (zc->stage)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                               "accel_accelerator_new: fp8_backend %s is not supported: accel runs TransformerEngine's "
-                               "recipe (TE)",
-                               backend);
-    if (fmt && !strcasecmp(fmt, "E5M2"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_new: fp8_format E5M2: pure E5M2 training is "
-                                                      "not supported (use HYBRID or E4M3, as TransformerEngine)");
-    if (fmt && strcasecmp(fmt, "HYBRID") && strcasecmp(fmt, "E4M3"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: fp8_format %s: choose HYBRID or E4M3", fmt);
-    if (algo && strcmp(algo, "max") && strcmp(algo, "most_recent"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_accelerator_new: fp8_amax_compute_algo %s: choose 'max' or 'most_recent'", algo);
-    r->hybrid = !fmt || !strcasecmp(fmt, "HYBRID");
-    r->use_max = algo && !strcmp(algo, "max");
-    r->during_eval = truthy(fp8_env("USE_AUTOCAST_DURING_EVAL"));
-    int interval;
-    if (fp8_int("MARGIN", 0, 0, &r->margin) || fp8_int("INTERVAL", 1, 1, &interval) ||
-        fp8_int("AMAX_HISTORY_LEN", 1, r->history_len, &r->history_len))
-        return accel_last_status();
-    return ACCEL_OK;
-}
-
-/* fp8 runs where the device has fp8 GEMMs (a CUDA GPU of compute capability
- * >= 8.9) and is refused elsewhere with the device's reason: the cpu, a GPU
- * below 8.9 (Accelerate falls back to fp16 there; accel refuses). A bad
- * recipe is refused first, on any device. */
-static accel_status accept_fp8(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
-    if (fp8_recipe_from_env(r) != ACCEL_OK) return accel_last_status();
+                               "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is "
+                               "not supported; use fp8 with DDP or a single process",
+                               zc->stage);
     return accel__fp8_device_check(pick_device(o, accel_dist_local_rank()), "accel_accelerator_new");
 }
 
@@ -122,7 +79,7 @@ static accel_status parse_precision(const char *s, const accel_accelerator_opts 
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
     else if (!strcasecmp(s, "fp8")) {
-        if (accept_fp8(o, fp8) != ACCEL_OK) return accel_last_status();
+        if (accel__fp8_recipe_resolve(o, fp8) != ACCEL_OK) return accel_last_status();
         *out = ACCEL_MP_FP8;
     } else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -142,13 +99,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     if (parse_precision(mps, &o, &mp, &fp8)) return NULL;
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
-    if (mp == ACCEL_MP_FP8 && zc.stage) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                        "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is not "
-                        "supported; use fp8 with DDP or a single process",
-                        zc.stage);
-        return NULL;
-    }
+    if (mp == ACCEL_MP_FP8 && accept_fp8(&o, &zc)) return NULL;
     if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
         /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
         if (o.mixed_precision || mp != ACCEL_MP_NO) {
@@ -196,7 +147,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : accel__default_project_dir());
     acc->o.project_dir = acc->project_dir;
     acc->mp = mp;
-    if (mp == ACCEL_MP_FP8) acc->fp8 = fp8;
+    if (mp == ACCEL_MP_FP8) {
+        acc->fp8 = fp8;
+        acc->fp8.deferred_update = true; /* once per forward and backward, amaxes reduced (fp8_scaling.h) */
+    }
     acc->pg = accel_dist_default_group();
     acc->rank = accel_pg_rank(acc->pg);
     acc->world = accel_pg_size(acc->pg);

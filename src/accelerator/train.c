@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "accelerator_internal.h"
+#include "fp8_scaling.h"
 
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
@@ -14,6 +15,9 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
     accel__ddp_begin_backward(acc);
     accel_status st = accel_backward(l);
     accel_status st2 = accel__ddp_end_backward(acc);
+    /* fp8: after TE's backward, the gradients' amaxes reduced and their scales updated */
+    for (int i = 0; !st && !st2 && acc->mp == ACCEL_MP_FP8 && i < acc->n_models; i++)
+        st2 = accel__fp8_reduce_and_update(acc->pg, acc->models[i].m, ACCEL__FP8_DY, 1, acc->fp8);
     return st ? st : st2;
 }
 

@@ -70,11 +70,16 @@ typedef struct accel__fp8_recipe {
     int history_len; /* amax_history_len (>= 1) */
     bool use_max;    /* amax_compute_algo "max" (else "most_recent") */
     bool during_eval; /* use_autocast_during_eval: fp8 also when the module is not training */
+    /* The scales are updated by the recipe's owner, once per forward (slots X
+     * and W) and once per backward (DY), after the amaxes are reduced over its
+     * process group (accelerator/fp8_scaling.h: TransformerEngine's
+     * reduce_amax); false: each cast's slot is updated right after its GEMM. */
+    bool deferred_update;
 } accel__fp8_recipe;
 
 /* HYBRID, margin 0, amax_history_len 1024, "most_recent": Accelerate's defaults. */
 static inline accel__fp8_recipe accel__fp8_recipe_default(void) {
-    accel__fp8_recipe r = {true, 0, 1024, false, false};
+    accel__fp8_recipe r = {true, 0, 1024, false, false, false};
     return r;
 }
 

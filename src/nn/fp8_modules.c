@@ -27,6 +27,38 @@ accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r) {
     return ACCEL_OK;
 }
 
+/* Appends root's tree's metas to out, depth first; *n counts them (out NULL: only counts). */
+static void collect_metas(accel_module *root, accel_tensor **out, int *n) {
+    accel_tensor *meta = accel__module_tensor(root, META_NAME);
+    if (meta) {
+        if (out) out[*n] = meta;
+        (*n)++;
+    }
+    for (int i = 0; i < root->n_children; i++) collect_metas(root->children[i], out, n);
+}
+
+accel_status accel__fp8_model_metas(accel_module *root, accel_tensor ***metas, int *n) {
+    int count = 0;
+    *metas = NULL, *n = 0;
+    collect_metas(root, NULL, &count);
+    if (!count) return ACCEL_OK;
+    if (!(*metas = accel_malloc(sizeof **metas * (size_t)count))) return accel_last_status();
+    collect_metas(root, *metas, n);
+    return ACCEL_OK;
+}
+
+accel_status accel__fp8_check_devices(accel_module *root, const char *op) {
+    if (fp8_eligible(root)) {
+        accel_status st = accel__fp8_device_check(accel__module_tensor(root, "weight")->device, op);
+        if (st != ACCEL_OK) return st;
+    }
+    for (int i = 0; i < root->n_children; i++) {
+        accel_status st = accel__fp8_check_devices(root->children[i], op);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
+}
+
 accel_tensor *accel__fp8_linear_meta(accel_module *m) {
     return accel__fp8_autocast() ? accel__module_tensor(m, META_NAME) : NULL;
 }

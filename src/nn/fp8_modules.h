@@ -14,6 +14,19 @@
  * have one keep it; others (odd dims, weights on meta) stay bf16. */
 accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r);
 
+/* The fp8 metas of root's tree, depth first (so the same order on
+ * every rank of a data-parallel model): *metas a new array of *n entries the
+ * caller frees with accel_free (the tensors stay the modules'), NULL when
+ * there are none. */
+accel_status accel__fp8_model_metas(accel_module *root, accel_tensor ***metas, int *n);
+
+/* ACCEL_OK when every Linear accel__fp8_convert_model would convert has its
+ * weight on a device with fp8 GEMMs (accel__fp8_device_check's error, naming
+ * op and the device, otherwise): a model placed across devices (a device map
+ * with Linears on the cpu) is refused rather than run through the CPU
+ * reference. */
+accel_status accel__fp8_check_devices(accel_module *root, const char *op);
+
 /* The fp8 meta Linear m runs with: its "fp8_meta" when the thread is under
  * an fp8 autocast (accel__fp8_autocast_begin), else NULL (plain Linear). */
 accel_tensor *accel__fp8_linear_meta(accel_module *m);

@@ -62,11 +62,12 @@ static bool fp8_shapes(const char *op, const accel_tensor *x, const accel_tensor
 
 static void recipe_save(accel_node *n, accel__fp8_recipe r) {
     n->iarg[3] = r.hybrid, n->iarg[4] = r.margin, n->iarg[5] = r.history_len, n->iarg[6] = r.use_max;
+    n->iarg[7] = r.deferred_update;
 }
 
 static accel__fp8_recipe recipe_load(const accel_node *n) {
     accel__fp8_recipe r = {.hybrid = n->iarg[3] != 0, .margin = (int)n->iarg[4], .history_len = (int)n->iarg[5],
-                           .use_max = n->iarg[6] != 0};
+                           .use_max = n->iarg[6] != 0, .deferred_update = n->iarg[7] != 0};
     return r;
 }
 
@@ -93,7 +94,7 @@ static accel_status fp8_linear_backward(accel_node *node, accel_tensor *grad_out
         if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] (X^T [I, R])^T */
             st = accel__fp8_gemm(gw.dst, gw.beta, (accel__fp8_operand){qdyt, fdy, dinv, 0},
                                  (accel__fp8_operand){qxt, ACCEL_FP8_E4M3, inv, 0});
-        if (st == ACCEL_OK) st = accel__fp8_meta_update(meta, ACCEL__FP8_DY, 1, r);
+        if (st == ACCEL_OK && !r.deferred_update) st = accel__fp8_meta_update(meta, ACCEL__FP8_DY, 1, r);
     }
     if (st == ACCEL_OK && gbias.dst) {
         accel_k_col_sum k = {.out = gbias.dst, .g = g, .R = R, .O = O, .beta = gbias.beta};
@@ -145,7 +146,7 @@ accel_tensor *accel__fp8_linear(accel_tensor *x, accel_tensor *w, accel_tensor *
     /* Y [R, O] = X [R, I] W^T */
     if (accel__fp8_gemm(&cm, (float)beta, (accel__fp8_operand){qx, ACCEL_FP8_E4M3, inv, 0},
                         (accel__fp8_operand){qw, ACCEL_FP8_E4M3, inv, 1}) ||
-        accel__fp8_meta_update(meta, ACCEL__FP8_X, 2, r))
+        (!r.deferred_update && accel__fp8_meta_update(meta, ACCEL__FP8_X, 2, r)))
         return NULL;
     if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
     accel_node *n = grads ? accel_tape_record("fp8_linear", fp8_linear_backward, out, 3, in) : NULL;

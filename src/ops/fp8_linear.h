@@ -23,7 +23,8 @@ void accel__fp8_autocast_end(const accel__fp8_recipe *previous);
  * the bias gradient from the unquantised dY. Each cast records its amax in
  * meta's history and the slot's scale is updated after it (forward: X and
  * W; backward: DY), so the next step uses scales of this one (delayed
- * scaling). The rows (product of x's dims but the last), in and out must be
+ * scaling); under r.deferred_update the casts only record their amaxes and
+ * the recipe's owner updates the scales (accelerator/fp8_scaling.h). The rows (product of x's dims but the last), in and out must be
  * multiples of 16 (the fp8 GEMMs' rule, as TransformerEngine's). meta: an
  * fp8 meta on x's device (accel__fp8_meta_new); a cpu meta runs the CPU
  * reference. */

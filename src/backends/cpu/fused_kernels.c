@@ -139,39 +139,45 @@ void accel__cpu_swiglu(const accel_k_swiglu *k) {
     }
 }
 
-/* d[i] = t[i] * silu'(x[i]) */
-ACCEL__VEC_MATH static void silu_grad_block(const float *x, const float *t, float *d, int64_t n) {
+ACCEL__VEC_MATH static void sigmoid_block(const float *x, float *s, int64_t n) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + accel__expf(-x[i]));
-        d[i] = t[i] * (s * (1.0f + x[i] * (1.0f - s)));
+    for (int64_t i = 0; i < n; i++) s[i] = 1.0f / (1.0f + accel__expf(-x[i]));
+}
+
+/* One block of the backward: the sigmoid once for both gradients (the
+ * same values silu_block would give), dgate = round(g * up) * silu'(gate)
+ * and dup = g * round(silu(gate)), each into d before its store. */
+ACCEL__VEC_MATH static void swiglu_backward_block(const accel_k_swiglu_backward *k, int64_t off, int64_t m) {
+    const accel_tensor *gate = k->gate, *up = k->up, *g = k->g;
+    float bx[BLOCK], bu[BLOCK], bg[BLOCK], s[BLOCK], t[BLOCK], d[BLOCK], old[BLOCK];
+    const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
+    const float *gg = f32_view(g->data, g->dtype, off, m, bg);
+    sigmoid_block(x, s, m);
+    if (k->dgate) {
+        const float *u = f32_view(up->data, up->dtype, off, m, bu);
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) t[i] = gg[i] * u[i];
+        round_block(t, gate->dtype, m);
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) d[i] = t[i] * (s[i] * (1.0f + x[i] * (1.0f - s[i])));
+        store_block(k->dgate->data, k->dgate->dtype, off, m, d, k->dgate_beta, old);
+    }
+    if (k->dup) {
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) t[i] = x[i] * s[i];
+        round_block(t, gate->dtype, m);
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) d[i] = gg[i] * t[i];
+        store_block(k->dup->data, k->dup->dtype, off, m, d, k->dup_beta, old);
     }
 }
 
 void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
-    const accel_tensor *gate = k->gate, *up = k->up, *g = k->g, *dgate = k->dgate, *dup = k->dup;
-    int64_t n = accel_numel(gate), nb = (n + BLOCK - 1) / BLOCK;
+    int64_t n = accel_numel(k->gate), nb = (n + BLOCK - 1) / BLOCK;
 #pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
-        float bx[BLOCK], bu[BLOCK], bg[BLOCK], t[BLOCK], d[BLOCK], old[BLOCK];
         int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
-        const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
-        const float *gg = f32_view(g->data, g->dtype, off, m, bg);
-        if (dgate) {
-            const float *u = f32_view(up->data, up->dtype, off, m, bu);
-#pragma omp simd
-            for (int64_t i = 0; i < m; i++) t[i] = gg[i] * u[i];
-            round_block(t, gate->dtype, m);
-            silu_grad_block(x, t, d, m);
-            store_block(dgate->data, dgate->dtype, off, m, d, k->dgate_beta, old);
-        }
-        if (dup) {
-            silu_block(x, t, m);
-            round_block(t, gate->dtype, m);
-#pragma omp simd
-            for (int64_t i = 0; i < m; i++) d[i] = gg[i] * t[i];
-            store_block(dup->data, dup->dtype, off, m, d, k->dup_beta, old);
-        }
+        swiglu_backward_block(k, off, m);
     }
 }
 

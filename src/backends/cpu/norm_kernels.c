@@ -48,41 +48,32 @@ static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64
     }
 }
 
-/* dx[r] (+)= s (gw - x s mean(gw x s)) with gw = g * w, for rows [r0, r1). */
-static void rms_dx_rows(const float *x, const float *g, const float *w, const float *rstd, float *dx,
-                        float beta, int64_t r0, int64_t r1, int64_t D, float *tmp) {
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = x + r * D, *gr = g + r * D;
-        float *d = dx + r * D, s = rstd[r];
-        const float *gw = gr;
-        if (w) {
+/* dx[r] (+)= s (gw - x s mean(gw x s)) with gw = g * w, one row. */
+static void rms_dx_row(const float *xr, const float *gr, const float *w, float s, float *d, float beta, int64_t D,
+                       float *tmp) {
+    const float *gw = gr;
+    if (w) {
 #pragma omp simd
-            for (int64_t j = 0; j < D; j++) tmp[j] = gr[j] * w[j];
-            gw = tmp;
-        }
-        float c = s * s * dot_f32(gw, xr, D) / (float)D;
-        if (beta == 0.0f) {
+        for (int64_t j = 0; j < D; j++) tmp[j] = gr[j] * w[j];
+        gw = tmp;
+    }
+    float c = s * s * dot_f32(gw, xr, D) / (float)D;
+    if (beta == 0.0f) {
 #pragma omp simd
-            for (int64_t j = 0; j < D; j++) d[j] = s * gw[j] - xr[j] * (s * c);
-        } else {
+        for (int64_t j = 0; j < D; j++) d[j] = s * gw[j] - xr[j] * (s * c);
+    } else {
 #pragma omp simd
-            for (int64_t j = 0; j < D; j++) d[j] += s * gw[j] - xr[j] * (s * c);
-        }
+        for (int64_t j = 0; j < D; j++) d[j] += s * gw[j] - xr[j] * (s * c);
     }
 }
 
-/* gw[j] += sum over rows of g * round(x * rstd), for columns [c0, c1). */
-static void rms_dw_cols(const float *x, const float *g, const float *rstd, float *gw, int64_t R, int64_t D,
-                        int64_t c0, int64_t c1, accel_dtype xdt) {
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * D, *gr = g + r * D;
-        float s = rstd[r];
-        if (xdt == ACCEL_F32) {
+/* dw[j] += g[j] * round(x[j] * s), one row. */
+static void rms_dw_row(const float *xr, const float *gr, float s, float *dw, int64_t D, accel_dtype xdt) {
+    if (xdt == ACCEL_F32) {
 #pragma omp simd
-            for (int64_t j = c0; j < c1; j++) gw[j] += gr[j] * (xr[j] * s);
-        } else {
-            for (int64_t j = c0; j < c1; j++) gw[j] += gr[j] * round_to(xr[j] * s, xdt);
-        }
+        for (int64_t j = 0; j < D; j++) dw[j] += gr[j] * (xr[j] * s);
+    } else {
+        for (int64_t j = 0; j < D; j++) dw[j] += gr[j] * round_to(xr[j] * s, xdt);
     }
 }
 
@@ -92,22 +83,40 @@ accel_status accel__cpuk_rms_norm(accel_k_rms_norm *k) {
     return ACCEL_OK;
 }
 
+/* One pass over x and g: each thread takes a block of rows, writes their dx
+ * and adds their weight gradient into a partial of its own (the rows are in
+ * L1 for both); the partials are then summed into dw by column blocks. */
 accel_status accel__cpuk_rms_norm_backward(accel_k_rms_norm_backward *k) {
     int64_t R = k->R, D = k->D;
     const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data;
     const float *w = k->w ? k->w->data : NULL;
     float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
     int nt = R * D > 16384 ? accel_num_threads() : 1;
-    float *tmp = dx && w ? accel_arena_alloc(accel_step_arena(), (size_t)(nt * D) * sizeof(float), 64) : NULL;
-    if (dx && w && !tmp) return accel_last_status();
-    /* Threads take row blocks for dx and column blocks for the weight grad. */
+    /* per thread: D floats of g * w scratch, then D floats of dw partial */
+    size_t per = (size_t)(dx && w) + (size_t)(dw && nt > 1);
+    float *scratch = per ? accel_arena_alloc(accel_step_arena(), (size_t)nt * per * (size_t)D * sizeof(float), 64)
+                         : NULL;
+    if (per && !scratch) return accel_last_status();
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), n = omp_get_num_threads();
-        int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16;
-        if (dx) rms_dx_rows(x, g, w, rstd, dx, k->dx_beta, R * t / n, R * (t + 1) / n, D, tmp ? tmp + t * D : NULL);
-        int64_t c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
-        if (dw && c0 < c1) rms_dw_cols(x, g, rstd, dw, R, D, c0, c1, k->x_dt);
+        float *mine = scratch ? scratch + (size_t)t * per * (size_t)D : NULL;
+        float *tmp = dx && w ? mine : NULL;
+        float *pdw = !dw ? NULL : n == 1 ? dw : mine + (dx && w ? D : 0);
+        if (pdw && pdw != dw)
+            for (int64_t j = 0; j < D; j++) pdw[j] = 0.0f;
+        for (int64_t r = R * t / n; r < R * (t + 1) / n; r++) {
+            if (dx) rms_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D, tmp);
+            if (pdw) rms_dw_row(x + r * D, g + r * D, rstd[r], pdw, D, k->x_dt);
+        }
+        if (dw && n > 1) {
+#pragma omp barrier
+            int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16, c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
+            for (int u = 0; u < n; u++) {
+                const float *p = scratch + (size_t)u * per * (size_t)D + (dx && w ? D : 0);
+                for (int64_t j = c0; j < c1; j++) dw[j] += p[j];
+            }
+        }
     }
     return ACCEL_OK;
 }
