@@ -136,8 +136,12 @@ static void untrack(accel__prepared *e) {
     atomic_store_explicit(&g_tracked, g_n, memory_order_release);
 }
 
+/* A header copied from a tracked tensor (a stack view of it) must not take
+ * the entry over: it is the original's. */
+static bool copied_header(const accel_tensor *t) { return t->prepared && t->prepared->owner != t; }
+
 uint64_t accel__tensor_version(accel_tensor *t) {
-    if (!t || !trackable(t)) return 0;
+    if (!t || !trackable(t) || copied_header(t)) return 0;
     pthread_mutex_lock(&g_lock);
     accel__prepared *e = track(t);
     uint64_t v = e ? e->version : 0;
@@ -297,7 +301,7 @@ bool accel__prepared_set_enabled(bool on) {
 accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
                                  accel__form_fill fill, accel_tensor **out) {
     *out = NULL;
-    if (!enabled() || !owner || !trackable(owner) || (owner->prepared && owner->prepared->owner != owner)) return ACCEL_OK;
+    if (!enabled() || !owner || !trackable(owner) || copied_header(owner)) return ACCEL_OK;
     pthread_mutex_lock(&g_build);
     accel_status st = get_locked(owner, key, form_dt, fill, out);
     pthread_mutex_unlock(&g_build);

@@ -11,6 +11,10 @@
  * tracked, in a registry of byte ranges; a write elsewhere costs one
  * comparison with the registry's envelope.
  *
+ * Tracked tensors are persistent ones with heap headers (accel_tensor_new,
+ * parameters, buffers, mappings); a header copied from one (a stack view)
+ * shares nothing and prepares nothing.
+ *
  * Prepared forms. A persistent f32 tensor (a weight) may own up to
  * ACCEL__PREPARED_FORMS prepared forms: its autocast copy, or that copy
  * widened back to f32 for a CPU without bf16 units. A form is rebuilt only
