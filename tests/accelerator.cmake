@@ -67,11 +67,27 @@ if(TARGET accel_cli)
 endif()
 
 # The Accelerator on a device the host cannot address (hostless:0, src/backends/hostless):
-# 2-process DDP equal to one cpu process, collectives, checkpoint resume, ZeRO's refusal.
+# DDP and ZeRO-1/2/3 on 2 and 3 processes equal to one cpu process, collectives,
+# checkpoint resume, the refusal of parameter offload.
 if(TARGET accel_cli)
-  add_test(NAME accelerator_device_hostless_2
-           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_accelerator_device>
-           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(accelerator_device_hostless_2 PROPERTIES TIMEOUT 120
-    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
+  foreach(n 2 3)
+    add_test(NAME accelerator_device_hostless_${n}
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n} $<TARGET_FILE:test_accelerator_device>
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(accelerator_device_hostless_${n} PROPERTIES TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
+  endforeach()
+  # ZeRO-3's schedule settings on the device: forward prefetch + BACKWARD_POST, and no reshard + no prefetch.
+  foreach(t prefetch:ACCEL_FSDP_FORWARD_PREFETCH=true,ACCEL_FSDP_BACKWARD_PREFETCH=BACKWARD_POST
+            noreshard:ACCEL_FSDP_RESHARD_AFTER_FORWARD=false,ACCEL_FSDP_BACKWARD_PREFETCH=NO_PREFETCH)
+    string(REPLACE ":" ";" f "${t}")
+    list(GET f 0 name)
+    list(GET f 1 extra)
+    string(REPLACE "," ";" extra "${extra}")
+    add_test(NAME accelerator_device_hostless_${name}_2
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_accelerator_device>
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(accelerator_device_hostless_${name}_2 PROPERTIES TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0;${extra}")
+  endforeach()
 endif()

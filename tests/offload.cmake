@@ -1,7 +1,7 @@
 # ZeRO-Offload (tests/test_accelerator_offload.c, which also runs plainly as
 # one cpu process): offload_optimizer cpu / nvme and fsdp_offload_params equal
 # training without offload on 2 processes, on the cpu (ZeRO-1, -2, -3) and on
-# hostless:0 (ZeRO-1, -2; 1 and 2 processes), resume, bounded state memory and
+# hostless:0 (ZeRO-1, -2, -3; 1 and 2 processes), resume, bounded state memory and
 # the named errors; offload_param nvme under ZeRO-3 (cpu); the launcher's flags
 # reach the library; a full tmpfs.
 if(TARGET accel_cli)

@@ -1,11 +1,16 @@
 /* The Accelerator on its device (ctest runs it on hostless:0 under `accel launch
- * --num_processes 2`, and plainly on the cpu): the device ACCEL_DEFAULT_DEVICE
- * names, DDP and ZeRO-1/2 training with clipping equal to one cpu process on
- * the global batch (losses and weights), collectives on device tensors,
- * checkpoint save/resume under DDP and ZeRO-1/2, and ZeRO-3's refusal of
- * device models. On hostless any host dereference of device memory faults, so
- * passing proves the DDP buffers, the ZeRO shards and optimizer state and the
- * collectives go through the backend and its copies. */
+ * --num_processes 2` and 3, and plainly on the cpu): the device
+ * ACCEL_DEFAULT_DEVICE names, DDP and ZeRO-1/2/3 training with clipping (and
+ * accumulation, and stage 3's optimizer offload) equal to one cpu process on
+ * the global batch (losses, grad norms, weights), stage 3 under bf16 equal to
+ * the same run on the cpu, collectives on device tensors, checkpoint
+ * save/resume under DDP and ZeRO-1/2/3 (sharded and full state dicts,
+ * save_model), and the refusal of parameter offload for device models. On
+ * hostless any host dereference of device memory faults, and a host pointer
+ * given to its kernels or copies is an error, so passing proves the DDP
+ * buffers, the ZeRO shards, full buffers and optimizer state and the
+ * collectives go through the backend and its copies; the optimizer state is
+ * checked to lie on the device (on the host under offload). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "accel/dist.h"
+#include "accelerator/accelerator_internal.h" /* stage 3's prefetch count */
 #include "check.h"
 #include "params_host.h"
 
@@ -77,71 +83,171 @@ static void test_device_from_environment(void) {
     CHECK_MSG(strcmp(got, expect) == 0, "accel_accelerator_device: %s, want %s", got, expect);
 }
 
-/* An accelerator of this launch with ZeRO stage `stage` (0: DDP). */
-static accel_accelerator *accelerator(int stage) {
+/* An accelerator of this launch: ZeRO stage `stage` (0: DDP), its gradient
+ * accumulation, mixed precision, optimizer and parameter offload devices and
+ * fsdp state-dict type (0 / NULL: the defaults), on the cpu when `cpu`. */
+typedef struct acc_cfg {
+    int stage, accum;
+    const char *mp, *offload_optimizer, *offload_param, *state_dict_type;
+    bool cpu;
+} acc_cfg;
+
+static accel_accelerator *accelerator_with(acc_cfg c) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
-    o.mixed_precision = "no";
+    o.mixed_precision = c.mp ? c.mp : "no";
     o.bucket_cap_bytes = 64; /* several buckets even for this small model */
-    o.zero_stage = stage;
+    o.zero_stage = c.stage;
+    o.gradient_accumulation_steps = c.accum;
+    o.offload_optimizer_device = c.offload_optimizer;
+    o.offload_param_device = c.offload_param;
+    o.fsdp_state_dict_type = c.state_dict_type;
+    o.cpu = c.cpu;
     accel_accelerator *acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     return acc;
 }
 
-/* Training through acc on N ranks with b samples each == one cpu process with
- * N*b samples (mse mean), gradient clipping included: the reduced (or
- * reduce-scattered) gradients are the global ones, and under ZeRO every
- * rank's shard update, all-gathered, is the whole update. The mean of the
- * ranks' losses is the global loss. */
-static void matches_cpu(accel_accelerator *acc, accel_optim_kind kind, double lr, const char *what) {
-    const int64_t b = 4, steps = 3;
-    accel_manual_seed(100 + (uint64_t)R); /* different init per rank: prepare broadcasts rank 0's */
-    accel_module *model = mlp(DEV);
-    accel_optimizer *opt = optimizer(model, kind, lr, 0.0);
-    CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK);
-    accel_module *ref = mlp(ACCEL_CPU_DEVICE);
-    copy_params(ref, model); /* rank 0's weights, after prepare */
-    accel_optimizer *ropt = optimizer(ref, kind, lr, 0.0);
-    float got[64], want[64];
-    for (int64_t s = 0; s < steps; s++) {
-        int64_t lo = s * N * b;
-        accel_tensor *loss = accel_mse_loss(accel_module_call(model, data_x(lo + R * b, b, DEV)),
-                                            data_y(lo + R * b, b, DEV));
-        CHECK(loss && loss->device.type == DEV.type);
-        accel_tensor *mean_loss = accel_accelerator_reduce(acc, loss, "mean", 1.0);
-        CHECK(accel_accelerator_backward(acc, loss) == ACCEL_OK);
-        double norm = accel_accelerator_clip_grad_norm(acc, model, 0.05, 2.0);
-        CHECK(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK);
-        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+static accel_accelerator *accelerator(int stage) { return accelerator_with((acc_cfg){.stage = stage}); }
 
-        accel_tensor *rloss = accel_mse_loss(accel_module_call(ref, data_x(lo, N * b, ACCEL_CPU_DEVICE)),
-                                             data_y(lo, N * b, ACCEL_CPU_DEVICE));
-        accel_backward(rloss);
-        accel_tensor **rps;
-        int nr = accel_module_parameters(ref, &rps);
-        double rnorm = accel_clip_grad_norm(nr, rps, 0.05, 2.0);
-        accel_free(rps);
-        accel_optimizer_step(ropt);
-        accel_optimizer_zero_grad(ropt);
-        CHECK(mean_loss != NULL);
-        if (mean_loss) CHECK_CLOSE(accel_item(mean_loss), accel_item(rloss), 1e-6, 1e-8);
-        accel_step_reset();
-        CHECK_CLOSE(norm, rnorm, 1e-5, 1e-7);
-        int64_t n = params_to_host(model, got, 64);
-        CHECK(params_to_host(ref, want, 64) == n);
-        double d = 0;
-        for (int64_t k = 0; k < n; k++) d = fmax(d, fabs((double)got[k] - want[k]));
-        CHECK_MSG(d < 1e-5, "%s step %lld: max |on device - cpu| = %g", what, (long long)s, d);
+/* mlp on dev with the weights seed gives on the cpu (the same on every device). */
+static accel_module *mlp_seeded(accel_device dev, uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_module *init = mlp(ACCEL_CPU_DEVICE);
+    if (dev.type == ACCEL_DEV_CPU) return init;
+    accel_module *m = mlp(dev);
+    copy_params(m, init);
+    accel_module_free(init);
+    return m;
+}
+
+enum { STEPS = 3, MB = 4 /* samples per rank and micro-batch */, MAXW = 64 };
+
+/* A training run: each step's loss (the mean over ranks and micro-batches)
+ * and clipped gradient norm, the weights after each step (w[s], read where
+ * the model holds them: not under ZeRO-3) and at the end (w[STEPS], after
+ * accel_accelerator_clear gave a ZeRO-3 model its full weights back). */
+typedef struct run_out {
+    double loss[STEPS], norm[STEPS];
+    float w[STEPS + 1][MAXW];
+    int64_t n;
+} run_out;
+
+/* Every tensor of opt's state lies on `home` (the shard's device, or the host under offload_optimizer cpu). */
+static void check_state_home(accel_optimizer *opt, accel_device home, const char *what) {
+    accel_named_state *st = NULL;
+    int n = accel_optimizer_state(opt, &st), tensors = 0;
+    CHECK(n >= 0);
+    for (int e = 0; e < n; e++) {
+        if (!st[e].t) continue;
+        tensors++;
+        char got[32], want[32];
+        accel_device_str(st[e].t->device, got, sizeof got);
+        accel_device_str(home, want, sizeof want);
+        CHECK_MSG(!strcmp(got, want), "%s: optimizer state %s on %s, want %s", what, st[e].name, got, want);
+    }
+    CHECK_MSG(tensors > 0, "%s: no optimizer state", what);
+    if (n >= 0) accel_named_state_free(st, n);
+}
+
+/* Training through acc on N ranks with MB samples each per micro-batch: rank
+ * R's micro-batch k of step s is the (k * N + R)-th slice of the step's
+ * global batch. Rank R starts from its own weights (prepare broadcasts rank
+ * 0's). */
+static void train_through(accel_accelerator *acc, accel_device dev, accel_optim_kind kind, double lr,
+                          accel_device state_home, run_out *out, const char *what) {
+    int accum = accel_accelerator_gradient_accumulation_steps(acc);
+    bool sharded_params = accel_accelerator_zero_stage(acc) == 3;
+    accel_module *model = mlp_seeded(dev, 100 + (uint64_t)R);
+    accel_optimizer *opt = optimizer(model, kind, lr, 0.0);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
+    for (int64_t s = 0; s < STEPS; s++) {
+        out->loss[s] = 0;
+        for (int k = 0; k < accum; k++) {
+            CHECK(accel_accelerator_accumulate(acc) == ACCEL_OK);
+            int64_t at = ((s * accum + k) * N + R) * MB;
+            accel_tensor *loss = accel_mse_loss(accel_module_call(model, data_x(at, MB, dev)), data_y(at, MB, dev));
+            CHECK(loss && loss->device.type == dev.type);
+            accel_tensor *mean_loss = accel_accelerator_reduce(acc, loss, "mean", 1.0);
+            CHECK(mean_loss != NULL);
+            if (mean_loss) out->loss[s] += accel_item(mean_loss) / accum;
+            CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
+            if (accel_accelerator_sync_gradients(acc)) out->norm[s] = accel_accelerator_clip_grad_norm(acc, model, 0.05, 2.0);
+            CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
+            CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+            accel_step_reset();
+        }
+        if (!sharded_params) out->n = params_to_host(model, out->w[s], MAXW);
+    }
+    if (kind == ACCEL_OPTIM_ADAMW) check_state_home(opt, state_home, what); /* (SGD without momentum keeps none) */
+    if (sharded_params) { /* the prefetch settings (ACCEL_FSDP_*_PREFETCH in the environment) reach the device path */
+        bool prefetching = acc->fsdp.forward_prefetch || acc->fsdp.backward_prefetch;
+        int64_t started = accel__find_model(acc, model)->prefetches;
+        CHECK_MSG(prefetching == (started > 0), "%s: %lld prefetch gathers, forward_prefetch %d backward_prefetch %d",
+                  what, (long long)started, (int)acc->fsdp.forward_prefetch, (int)acc->fsdp.backward_prefetch);
     }
     accel_accelerator_clear(acc);
+    out->n = params_to_host(model, out->w[STEPS], MAXW);
     accel_optimizer_free(opt);
-    accel_optimizer_free(ropt);
     accel_module_free(model);
-    accel_module_free(ref);
     accel_step_reset();
 }
 
-static void test_ddp_matches_cpu(void) { matches_cpu(A, ACCEL_OPTIM_SGD, 0.1, "ddp"); }
+/* The same steps on one cpu process over each step's whole global batch (mse mean). */
+static void train_reference(accel_optim_kind kind, double lr, int accum, run_out *out) {
+    accel_module *ref = mlp_seeded(ACCEL_CPU_DEVICE, 100); /* rank 0's weights */
+    accel_optimizer *opt = optimizer(ref, kind, lr, 0.0);
+    for (int64_t s = 0; s < STEPS; s++) {
+        int64_t lo = s * accum * N * MB, n = accum * N * MB;
+        accel_tensor *loss = accel_mse_loss(accel_module_call(ref, data_x(lo, n, ACCEL_CPU_DEVICE)),
+                                            data_y(lo, n, ACCEL_CPU_DEVICE));
+        out->loss[s] = accel_item(loss);
+        accel_backward(loss);
+        accel_tensor **ps;
+        int np = accel_module_parameters(ref, &ps);
+        out->norm[s] = accel_clip_grad_norm(np, ps, 0.05, 2.0);
+        accel_free(ps);
+        accel_optimizer_step(opt);
+        accel_optimizer_zero_grad(opt);
+        out->n = params_to_host(ref, out->w[s], MAXW);
+        accel_step_reset();
+    }
+    memcpy(out->w[STEPS], out->w[STEPS - 1], sizeof out->w[STEPS]);
+    accel_optimizer_free(opt);
+    accel_module_free(ref);
+}
+
+/* got == want within `tol` (0: exactly): losses (relative), norms, weights
+ * after every step where got has them, and at the end. */
+static void runs_match(const run_out *got, const run_out *want, bool every_step, double tol, const char *what) {
+    CHECK(got->n == want->n && got->n > 0);
+    for (int s = 0; s < STEPS; s++) {
+        CHECK_MSG(fabs(got->loss[s] - want->loss[s]) <= tol * fabs(want->loss[s]), "%s step %d: loss %.9g, want %.9g",
+                  what, s, got->loss[s], want->loss[s]);
+        CHECK_MSG(fabs(got->norm[s] - want->norm[s]) <= 10 * tol * fabs(want->norm[s]),
+                  "%s step %d: grad norm %.9g, want %.9g", what, s, got->norm[s], want->norm[s]);
+    }
+    for (int s = every_step ? 0 : STEPS; s <= STEPS; s++) {
+        double d = 0;
+        for (int64_t k = 0; k < got->n; k++) d = fmax(d, fabs((double)got->w[s][k] - want->w[s][k]));
+        CHECK_MSG(d <= 10 * tol, "%s %s %d: max |on device - cpu| = %g", what, s < STEPS ? "step" : "end (step)",
+                  s < STEPS ? s : STEPS - 1, d);
+    }
+}
+
+/* Training through acc on N ranks == one cpu process on the global batch,
+ * gradient clipping and accumulation included: the reduced (or
+ * reduce-scattered) gradients are the global ones, and under ZeRO every
+ * rank's shard update, all-gathered, is the whole update. The mean of the
+ * ranks' losses is the global loss. */
+static void matches_cpu(accel_accelerator *acc, accel_optim_kind kind, double lr, accel_device state_home,
+                        const char *what) {
+    run_out got, want;
+    train_through(acc, DEV, kind, lr, state_home, &got, what);
+    train_reference(kind, lr, accel_accelerator_gradient_accumulation_steps(acc), &want);
+    runs_match(&got, &want, accel_accelerator_zero_stage(acc) < 3, 1e-6, what);
+}
+
+static void test_ddp_matches_cpu(void) { matches_cpu(A, ACCEL_OPTIM_SGD, 0.1, DEV, "ddp"); }
 
 /* ZeRO-1 and ZeRO-2 (AdamW: the shard's state on the device) against the cpu. */
 static void test_zero_matches_cpu(void) {
@@ -149,9 +255,47 @@ static void test_zero_matches_cpu(void) {
         accel_accelerator *z = accelerator(stage);
         if (!z) return;
         CHECK(accel_accelerator_zero_stage(z) == stage);
-        matches_cpu(z, ACCEL_OPTIM_ADAMW, 0.01, stage == 1 ? "zero1" : "zero2");
+        matches_cpu(z, ACCEL_OPTIM_ADAMW, 0.01, DEV, stage == 1 ? "zero1" : "zero2");
         accel_accelerator_free(z);
     }
+}
+
+/* ZeRO-3 on the device: every unit (the two Linears) gathered into the
+ * device's full buffer around its forward and backward, its gradients
+ * reduce-scattered into the device's gradient shard, AdamW's state on the
+ * device beside the parameter shard; with 2 micro-batches per step too. */
+static void test_zero3_matches_cpu(void) {
+    for (int accum = 1; accum <= 2; accum++) {
+        accel_accelerator *z = accelerator_with((acc_cfg){.stage = 3, .accum = accum});
+        if (!z) return;
+        CHECK(accel_accelerator_zero_stage(z) == 3);
+        matches_cpu(z, ACCEL_OPTIM_ADAMW, 0.01, DEV, accum == 1 ? "zero3" : "zero3 accum 2");
+        accel_accelerator_free(z);
+    }
+}
+
+/* offload_optimizer cpu under ZeRO-3: the state in host memory, stepping there. */
+static void test_zero3_offload_optimizer_matches_cpu(void) {
+    accel_accelerator *z = accelerator_with((acc_cfg){.stage = 3, .offload_optimizer = "cpu"});
+    if (!z) return;
+    matches_cpu(z, ACCEL_OPTIM_ADAMW, 0.01, ACCEL_CPU_DEVICE, "zero3 offload_optimizer cpu");
+    accel_accelerator_free(z);
+}
+
+/* Under bf16 stage 3 gathers the masters rounded to bf16 and autocasts: the
+ * device run equals the same run on the cpu exactly (the hostless kernels
+ * are the cpu's; only where the memory lies differs). */
+static void test_zero3_bf16_matches_cpu_zero3(void) {
+    run_out got, want;
+    accel_accelerator *z = accelerator_with((acc_cfg){.stage = 3, .accum = 2, .mp = "bf16"});
+    if (!z) return;
+    train_through(z, DEV, ACCEL_OPTIM_ADAMW, 0.01, DEV, &got, "zero3 bf16");
+    accel_accelerator_free(z);
+    z = accelerator_with((acc_cfg){.stage = 3, .accum = 2, .mp = "bf16", .cpu = true});
+    if (!z) return;
+    train_through(z, ACCEL_CPU_DEVICE, ACCEL_OPTIM_ADAMW, 0.01, ACCEL_CPU_DEVICE, &want, "zero3 bf16 cpu");
+    accel_accelerator_free(z);
+    runs_match(&got, &want, false, 0, "zero3 bf16 vs cpu");
 }
 
 static void test_collectives_on_device(void) {
@@ -181,6 +325,32 @@ static void train_steps(accel_accelerator *acc, accel_module *model, accel_optim
     }
 }
 
+/* save_model of a ZeRO-3 model (its units gathered one at a time): the
+ * weights in the file (rank 0 reads them back into out; other ranks return 0). */
+static int64_t saved_model_weights(accel_accelerator *acc, accel_module *model, const char *dir, float *out) {
+    char sub[300], file[320];
+    snprintf(sub, sizeof sub, "%s_model", dir);
+    CHECK_MSG(accel_accelerator_save_model(acc, model, sub, NULL) == ACCEL_OK, "save_model: %s", accel_last_error());
+    int64_t n = 0;
+    if (R == 0) {
+        accel_module *loaded = mlp(ACCEL_CPU_DEVICE);
+        snprintf(file, sizeof file, "%s/model.safetensors", sub);
+        accel_safetensors *f = accel_safetensors_open(file);
+        accel_state_dict *sd = accel_module_state_dict(loaded);
+        CHECK(f != NULL && sd != NULL);
+        for (int e = 0; f && sd && e < sd->n; e++)
+            CHECK(accel_safetensors_load_into(f, sd->entries[e].name, sd->entries[e].t) == ACCEL_OK);
+        accel_state_dict_free(sd);
+        accel_safetensors_close(f);
+        n = params_to_host(loaded, out, 64);
+        accel_module_free(loaded);
+        char cmd[340];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", sub);
+        CHECK(system(cmd) == 0);
+    }
+    return n;
+}
+
 static void checkpoint_resume(accel_accelerator *acc, const char *what) {
     char dir[256];
     snprintf(dir, sizeof dir, "/tmp/accel_device_ckpt_%s_%d", what, (int)(N > 1 ? getppid() : getpid()));
@@ -191,9 +361,14 @@ static void checkpoint_resume(accel_accelerator *acc, const char *what) {
     train_steps(acc, model, opt, 0, 1);
     CHECK_MSG(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_OK, "%s: %s", what, accel_last_error());
     train_steps(acc, model, opt, 1, 2);
-    float want[64], got[64];
+    float want[64], got[64], saved[64];
+    int64_t n_saved = accel_accelerator_zero_stage(acc) == 3 ? saved_model_weights(acc, model, dir, saved) : 0;
+    accel_accelerator_clear(acc); /* a ZeRO-3 model gets its full weights back */
     int64_t n = params_to_host(model, want, 64);
-    accel_accelerator_clear(acc);
+    CHECK(R != 0 || accel_accelerator_zero_stage(acc) < 3 || n_saved == n);
+    for (int64_t k = 0; k < n_saved; k++)
+        CHECK_MSG(saved[k] == want[k], "%s: save_model param %lld: %.9g, the model %.9g", what, (long long)k, saved[k],
+                  want[k]);
     accel_optimizer_free(opt);
     accel_module_free(model);
 
@@ -203,10 +378,10 @@ static void checkpoint_resume(accel_accelerator *acc, const char *what) {
     CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK);
     CHECK_MSG(accel_accelerator_load_state(acc, dir, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
     train_steps(acc, model, opt, 1, 2);
+    accel_accelerator_clear(acc);
     CHECK(params_to_host(model, got, 64) == n);
     for (int64_t k = 0; k < n; k++)
         CHECK_MSG(got[k] == want[k], "%s param %lld: %.9g vs %.9g", what, (long long)k, got[k], want[k]);
-    accel_accelerator_clear(acc);
     accel_optimizer_free(opt);
     accel_module_free(model);
     accel_accelerator_wait_for_everyone(acc);
@@ -231,15 +406,27 @@ static void test_zero_checkpoint_resume(void) {
     }
 }
 
-/* ZeRO-3 keeps its shards and drops pages in host memory: a device model is refused by name. */
-static void test_zero3_refuses_device_model(void) {
+/* ZeRO-3 on the device saves and resumes exactly, sharded (each rank's
+ * device shard through host memory into its file) and full (units gathered). */
+static void test_zero3_checkpoint_resume(void) {
+    const char *types[2] = {"SHARDED_STATE_DICT", "FULL_STATE_DICT"};
+    for (int i = 0; i < 2; i++) {
+        accel_accelerator *z = accelerator_with((acc_cfg){.stage = 3, .state_dict_type = types[i]});
+        if (!z) return;
+        checkpoint_resume(z, i == 0 ? "zero3_sharded" : "zero3_full");
+        accel_accelerator_free(z);
+    }
+}
+
+/* offload_param to the cpu for a device model (FSDP's CPU offload) is refused by name. */
+static void test_zero3_refuses_param_offload(void) {
     if (DEV.type == ACCEL_DEV_CPU) return;
-    accel_accelerator *z = accelerator(3);
+    accel_accelerator *z = accelerator_with((acc_cfg){.stage = 3, .offload_param = "cpu"});
     if (!z) return;
     accel_module *model = mlp(DEV);
     accel_optimizer *opt = sgd(model, 0.1, 0.0);
-    CHECK(accel_accelerator_prepare(z, model, opt, NULL, NULL) == ACCEL_ERR_DEVICE);
-    CHECK_STR_CONTAINS(accel_last_error(), "ZeRO stage 3 needs the model in host memory");
+    CHECK(accel_accelerator_prepare(z, model, opt, NULL, NULL) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "offload_param.device=cpu");
     CHECK_STR_CONTAINS(accel_last_error(), "hostless:0");
     accel_accelerator_free(z);
     accel_optimizer_free(opt);
@@ -258,7 +445,11 @@ int main(void) {
     RUN(test_checkpoint_resume);
     RUN(test_zero_matches_cpu);
     RUN(test_zero_checkpoint_resume);
-    RUN(test_zero3_refuses_device_model);
+    RUN(test_zero3_matches_cpu);
+    RUN(test_zero3_offload_optimizer_matches_cpu);
+    RUN(test_zero3_bf16_matches_cpu_zero3);
+    RUN(test_zero3_checkpoint_resume);
+    RUN(test_zero3_refuses_param_offload);
     accel_accelerator_free(A);
     accel_thread_cleanup();
     return check_summary();

@@ -42,7 +42,10 @@ typedef struct accel__unit {
     accel__unit_state state;
     accel_work *gather;    /* in flight while GATHERING */
     bool gather16;         /* that gather moves bf16 (widened to f32 in place when it finishes) */
+    void *land16;          /* a device model's bf16 gather: the device buffer it lands in [world * shard] */
+    void *stage_send, *stage_recv; /* a device gather through host memory: its host copies */
     accel_work *reduce;    /* the gradient reduce-scatter in flight */
+    float *stage_grads;    /* a device reduce-scatter through host memory: the unit's gradients [world * shard] */
     int pending;           /* leaves whose gradient this backward has not finished */
 } accel__unit;
 
@@ -66,11 +69,11 @@ typedef struct accel__model {
     int n_units;
     accel__unit *units;
     int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
-    float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] */
-    float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates) */
+    float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] (device memory) */
+    float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates; device memory) */
     char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
     int zfd;               /* its descriptor, while zpath is set */
-    uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] */
+    uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] (device memory) */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
     int64_t prefetches;    /* stage 3: prefetch all-gathers started (tests observe the schedule) */
     bool order_done;
@@ -309,6 +312,8 @@ accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const
  * host-addressable goes through a host copy; on the cpu no copy is made.
  * Tensors are contiguous. */
 bool accel__needs_staging(accel_device dev);
+/* Whether pg's collectives take memory of dev directly (NCCL on cuda). */
+bool accel__pg_takes_device(const accel_pg *pg, accel_device dev);
 /* The host bytes the group reads and writes for t: t's own memory on a
  * host-addressable device; else `scratch` when given (e.g. a shared-memory
  * buffer) or a new accel_malloc buffer, holding t's bytes when `fill` (an

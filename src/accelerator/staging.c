@@ -3,14 +3,21 @@
  * host-addressable is staged: copied to a host buffer, communicated there,
  * copied back. On the cpu the tensor's own memory is handed to the group, with
  * no copy. A backend that takes device pointers (NCCL, HCCL) is what removes
- * the staging. Every collective here is stage_to_host, the group's call,
+ * the staging: ZeRO-3 hands such a group its device buffers
+ * (accel__pg_takes_device). Every collective here is stage_to_host, the group's call,
  * stage_end: the one place that decides about copies and frees. */
+#include <string.h>
+
 #include "accelerator_internal.h"
 #include "backends/backend.h"
 
 bool accel__needs_staging(accel_device dev) {
     const accel_backend *b = accel__backend_of(dev);
     return b && !b->host_addressable;
+}
+
+bool accel__pg_takes_device(const accel_pg *pg, accel_device dev) {
+    return !accel__needs_staging(dev) || (dev.type == ACCEL_DEV_CUDA && !strcmp(accel_pg_backend(pg), "nccl"));
 }
 
 void *accel__stage_to_host(const accel_tensor *t, void *scratch, bool fill) {

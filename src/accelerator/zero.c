@@ -10,10 +10,11 @@
  * to 1/N. Saved state is consolidated into the user's per-tensor vocabulary
  * (the same file DDP writes), so checkpoints load at any world size.
  *
- * Stages 1-2 run on any device: the shard's parameters, gradients and state
- * live on the model's device and are updated by its backend's kernels; the
- * collectives stage through host memory where the device needs it
- * (staging.c), and the consolidated state is host memory. */
+ * Every stage runs on any device: the shard's parameters, gradients and
+ * state live on the model's device and are updated by its backend's kernels;
+ * the collectives stage through host memory where the device needs it
+ * (staging.c; stage 3's own in zero3.c), and the consolidated state is host
+ * memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,24 +26,24 @@ static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "e
 
 /* ---------------------------------------------------------------- model */
 
-/* Stage 3 keeps its shards and drops the pages of its full buffers in host
- * memory (zero3.c): it runs on the cpu only. */
-static accel_status refuse_device_buffers(const accel_accelerator *acc, const accel__model *pm) {
-    for (int d = 0; d < ACCEL_DTYPE_COUNT && acc->zero_stage == 3; d++) {
-        const accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (!b->n || !accel__needs_staging(b->device)) continue;
-        char dev[32];
-        return accel_set_error(ACCEL_ERR_DEVICE,
-                               "accel_accelerator_prepare: ZeRO stage 3 needs the model in host memory (it releases "
-                               "the pages of its host buffers) but the model is on %s; use ZeRO stage 1 or 2 there",
-                               accel_device_str(b->device, dev, sizeof dev));
-    }
-    return ACCEL_OK;
+/* Stage 3's offload_param keeps the parameter shards in host memory or a
+ * file. For a model on a device that would be FSDP's CPU offload (the shards
+ * gathered to the device for each unit), which accel does not implement. */
+static accel_status refuse_device_param_offload(const accel_accelerator *acc, const accel__model *pm) {
+    accel_device d = pm->fp->buffers[ACCEL_F32].device;
+    if (acc->zero_stage != 3 || acc->offload.param == ACCEL__OFFLOAD_NONE || !accel__needs_staging(d)) return ACCEL_OK;
+    char dev[32];
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                           "accel_accelerator_prepare: offload_param.device=%s (or fsdp_offload_params) with ZeRO "
+                           "stage 3 on %s is not implemented: accel keeps a device model's parameter shards on the "
+                           "device; use offload_optimizer.device=cpu to move the optimizer state to host memory",
+                           acc->offload.param == ACCEL__OFFLOAD_NVME ? "nvme" : "cpu",
+                           accel_device_str(d, dev, sizeof dev));
 }
 
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
     pm->zero_stage = acc->zero_stage;
-    accel_status st = refuse_device_buffers(acc, pm);
+    accel_status st = refuse_device_param_offload(acc, pm);
     if (st) return st;
     if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
@@ -64,8 +65,7 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
 void accel__zero_model_release(accel_accelerator *acc, accel__model *pm) {
     if (pm->zero_stage == 3) accel__zero3_release(acc, pm);
     accel_free(pm->units);
-    if (pm->zero_stage == 3) accel_free(pm->zgrad); /* host memory of zero3.c's */
-    else accel__device_free(pm->fp->buffers[ACCEL_F32].device, pm->zgrad);
+    accel__device_free(pm->fp->buffers[ACCEL_F32].device, pm->zgrad);
     pm->units = NULL;
     pm->zgrad = NULL;
     pm->n_units = 0;

@@ -24,7 +24,17 @@
  * mapped MAP_SHARED; its pages are written back and dropped, from the process
  * and from the page cache, after each use (a unit's gather read its piece,
  * the optimizer step wrote the shard), so its resident memory between uses
- * is a few pages whatever its size. */
+ * is a few pages whatever its size.
+ *
+ * A model on a device the host cannot address (cuda, hostless) keeps all of
+ * it in device memory through its backend: the full buffers, the shard, the
+ * gradient shard (and so the optimizer state). There the full buffers stay
+ * allocated while units are released (a backend has no page dropping yet):
+ * released parameters keep stale values until the next gather overwrites
+ * them, and a unit's full gradients are zeroed after its reduction. The
+ * collectives move device memory when the group takes it (NCCL), else go
+ * through host copies (as staging.c does for stages 1-2); bf16 gathers land
+ * in a device buffer that a cast widens into the unit's range. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,7 +47,8 @@
 #include "accelerator_internal.h"
 
 /* ---------------------------------------------------------------- host memory
- * The only raw host-memory code of stage 3: a device backend replaces these. */
+ * The only raw host-memory code of stage 3: a model on a device takes the
+ * device functions below instead. */
 
 static int64_t page_elems(void) {
     long p = sysconf(_SC_PAGESIZE);
@@ -63,6 +74,51 @@ static void host_unreserve(float *p, int64_t n) {
 /* Gives the pages of [p, p + n) back; they read as zeros afterwards. p and n are page-aligned. */
 static void host_drop(float *p, int64_t n) {
     if (n) madvise(p, (size_t)n * sizeof(float), MADV_DONTNEED);
+}
+
+/* ---------------------------------------------------------------- device memory */
+
+static accel_device model_device(const accel__model *pm) { return pm->fp->buffers[ACCEL_F32].device; }
+
+/* The model lives on a device the host cannot address. */
+static bool on_device(const accel__model *pm) { return accel__needs_staging(model_device(pm)); }
+
+/* A 1-d header over n elements of dtype dt at device pointer p of the model's device. */
+static accel_tensor *device_view(accel_tensor *h, const accel__model *pm, void *p, accel_dtype dt, int64_t n) {
+    accel__tensor_header(h, p, dt, 1, &n, model_device(pm));
+    return h;
+}
+
+/* A full buffer of n floats: reserved host memory, or zeroed device memory. */
+static float *full_alloc(const accel__model *pm, int64_t n) {
+    if (!on_device(pm)) return host_reserve(n);
+    return accel__device_alloc(model_device(pm), (size_t)n * sizeof(float), true, "accel_accelerator_prepare");
+}
+
+static void full_free(const accel__model *pm, float *p, int64_t n) {
+    if (on_device(pm)) accel__device_free(model_device(pm), p);
+    else host_unreserve(p, n);
+}
+
+/* Parameters [p, p + n) of a released unit: their pages go on the host; a
+ * device keeps them (stale until the next gather). */
+static void params_drop(const accel__model *pm, float *p, int64_t n) {
+    if (!on_device(pm)) host_drop(p, n);
+}
+
+/* Gradients [p, p + n) back to zeros, for the next backward to accumulate into. */
+static accel_status grads_drop(const accel__model *pm, float *p, int64_t n) {
+    if (!on_device(pm)) {
+        host_drop(p, n);
+        return ACCEL_OK;
+    }
+    accel_tensor h;
+    return accel_zero_(device_view(&h, pm, p, ACCEL_F32, n));
+}
+
+/* n elements of dtype dt from src to dst, both memory of the model's device. */
+static accel_status device_copy(const accel__model *pm, void *dst, const void *src, int64_t n, accel_dtype dt) {
+    return accel__copy_bytes(model_device(pm), dst, model_device(pm), src, (size_t)n * accel_dtype_size(dt));
 }
 
 /* ---------------------------------------------------------------- the shard
@@ -93,13 +149,14 @@ static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
 
 static accel_status shard_alloc(accel_accelerator *acc, accel__model *pm) {
     if (acc->offload.param == ACCEL__OFFLOAD_NVME) return shard_map_file(acc, pm);
-    pm->zparams = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+    pm->zparams = accel__device_alloc(model_device(pm), (size_t)(pm->zn ? pm->zn : 1) * sizeof(float), true,
+                                      "accel_accelerator_prepare");
     return pm->zparams ? ACCEL_OK : accel_last_status();
 }
 
 static void shard_free(accel__model *pm) {
     if (!pm->zpath) {
-        accel_free(pm->zparams);
+        accel__device_free(model_device(pm), pm->zparams);
     } else {
         if (pm->zparams) munmap(pm->zparams, (size_t)shard_bytes(pm));
         if (pm->zfd >= 0) {
@@ -318,7 +375,8 @@ static void plan_free(unit_plan *p) {
     accel_free(p->of_tensor);
 }
 
-/* Moves the f32 buffer into reserved memory, unit after unit. */
+/* Moves the f32 buffer into reserved memory (on a device: a new buffer of
+ * its), unit after unit. */
 static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int n = b->n, nu = 0;
@@ -355,17 +413,17 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
         cursor = un->lo + un->shard * acc->shard_world;
     }
     int64_t numel = round_up(cursor ? cursor : 1, page);
-    float *params = host_reserve(numel), *grads = params ? host_reserve(numel) : NULL;
+    float *params = full_alloc(pm, numel), *grads = params ? full_alloc(pm, numel) : NULL;
     if (!grads) {
-        host_unreserve(params, numel);
+        if (params) full_free(pm, params, numel);
         goto fail;
     }
     for (int t = 0; t < n; t++) {
         accel_tensor_rebind(tensors[t], params + offsets[t], true);
         accel_tensor_rebind(tensors[t]->grad, grads + offsets[t], true);
     }
-    accel_free(b->params);
-    accel_free(b->grads);
+    accel__device_free(b->device, b->params);
+    accel__device_free(b->device, b->grads);
     accel_free(b->tensors);
     accel_free(b->offsets);
     b->params = params;
@@ -417,11 +475,13 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
     plan_free(&p);
     if (st) return st;
     if ((st = shard_alloc(acc, pm))) return st;
-    pm->zgrad = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+    size_t zn = (size_t)(pm->zn ? pm->zn : 1);
+    pm->zgrad = accel__device_alloc(model_device(pm), zn * sizeof(float), true, "accel_accelerator_prepare");
     pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
     pm->reducing = -1;
     if (!pm->zgrad || !pm->order) return accel_last_status();
-    if (acc->mp == ACCEL_MP_BF16 && !(pm->zsend16 = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(uint16_t))))
+    if (acc->mp == ACCEL_MP_BF16 &&
+        !(pm->zsend16 = accel__device_alloc(model_device(pm), zn * sizeof(uint16_t), true, "accel_accelerator_prepare")))
         return accel_last_status();
     return ACCEL_OK;
 }
@@ -460,7 +520,81 @@ static void unit_written(accel__model *pm, const accel__unit *u, int64_t n) {
     accel__storage_written(full_params(pm) + u->lo, (size_t)n * sizeof(float));
 }
 
+/* ---- on a device: the gather sends the piece (f32, or bf16 in zsend16) from
+ * the shard and lands in the unit's range, or for bf16 in land16, which a
+ * cast widens into it; a group that cannot take device memory gets host
+ * copies of both sides. */
+
+static void device_gather_free(accel__model *pm, accel__unit *u) {
+    accel_free(u->stage_send);
+    accel_free(u->stage_recv);
+    accel__device_free(model_device(pm), u->land16);
+    u->stage_send = u->stage_recv = u->land16 = NULL;
+}
+
+static accel_status device_finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    int64_t n = u->shard * acc->shard_world;
+    accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
+    accel_status st = ACCEL_OK;
+    if (u->gather) {
+        st = accel_work_wait(u->gather);
+        accel_work_free(u->gather);
+        u->gather = NULL;
+    }
+    void *landed = u->gather16 ? u->land16 : (void *)(full_params(pm) + u->lo);
+    if (!st && u->stage_recv)
+        st = accel__copy_bytes(model_device(pm), landed, ACCEL_CPU_DEVICE, u->stage_recv, (size_t)n * accel_dtype_size(dt));
+    accel_tensor full, h;
+    if (!st && u->gather16)
+        st = accel_copy_(device_view(&full, pm, full_params(pm) + u->lo, ACCEL_F32, n),
+                         device_view(&h, pm, u->land16, ACCEL_BF16, n));
+    device_gather_free(pm, u);
+    u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
+    return st;
+}
+
+/* Leaves the unit GATHERING: finish_gather completes it (on one process, a
+ * device copy made here). */
+static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel_device dev = model_device(pm);
+    int64_t n = u->shard, w = acc->shard_world;
+    accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
+    size_t es = accel_dtype_size(dt);
+    const void *send = pm->zparams + u->zoff;
+    accel_status st = ACCEL_OK;
+    if (u->gather16) {
+        accel_tensor h, mine;
+        send = pm->zsend16 + u->zoff;
+        st = accel_copy_(device_view(&h, pm, pm->zsend16 + u->zoff, ACCEL_BF16, n),
+                         device_view(&mine, pm, pm->zparams + u->zoff, ACCEL_F32, n));
+        if (!st && !(u->land16 = accel__device_alloc(dev, (size_t)(n * w) * es, false, "ZeRO-3 gather")))
+            st = accel_last_status();
+    }
+    void *recv = u->gather16 ? u->land16 : (void *)(full_params(pm) + u->lo);
+    if (!st && w == 1) {
+        st = accel__copy_bytes(dev, recv, dev, send, (size_t)n * es);
+    } else if (!st && accel__pg_takes_device(acc->shard_pg, dev)) {
+        u->gather = accel_pg_all_gather_async(acc->shard_pg, send, recv, (size_t)n, dt);
+    } else if (!st) {
+        u->stage_send = accel_malloc((size_t)n * es);
+        u->stage_recv = accel_malloc((size_t)(n * w) * es);
+        st = u->stage_send && u->stage_recv ? accel__copy_bytes(ACCEL_CPU_DEVICE, u->stage_send, dev, send, (size_t)n * es)
+                                            : accel_last_status();
+        if (!st) u->gather = accel_pg_all_gather_async(acc->shard_pg, u->stage_send, u->stage_recv, (size_t)n, dt);
+    }
+    if (!st && w > 1 && !u->gather) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    if (st) {
+        device_gather_free(pm, u);
+        return st;
+    }
+    u->state = ACCEL__UNIT_GATHERING;
+    return ACCEL_OK;
+}
+
+/* ---- either */
+
 static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (on_device(pm)) return device_finish_gather(acc, pm, u);
     accel_status st = accel_work_wait(u->gather);
     accel_work_free(u->gather);
     u->gather = NULL;
@@ -482,6 +616,7 @@ static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, acce
     const float *mine = pm->zparams + u->zoff;
     float *dst = full_params(pm) + u->lo;
     u->gather16 = !exact && gathers_bf16(pm);
+    if (on_device(pm)) return device_launch_gather(acc, pm, u);
     if (u->gather16) host_narrow_bf16(pm->zsend16 + u->zoff, mine, u->shard);
     if (acc->shard_world == 1) {
         if (u->gather16) {
@@ -515,7 +650,7 @@ static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit
 static accel_status release(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, u) : ACCEL_OK;
     if (u->persistent) return st;
-    host_drop(full_params(pm) + u->lo, unit_span(acc, u));
+    params_drop(pm, full_params(pm) + u->lo, unit_span(acc, u));
     u->state = ACCEL__UNIT_RELEASED;
     return st;
 }
@@ -637,13 +772,14 @@ static void remove_hooks(accel__model *pm) {
 }
 
 accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
-    for (int k = 0; k < pm->n_units; k++) {
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < pm->n_units && !st; k++) {
         accel__unit *u = &pm->units[k];
-        memcpy(pm->zparams + u->zoff, my_piece(acc, full_params(pm), u), (size_t)u->shard * sizeof(float));
+        st = device_copy(pm, pm->zparams + u->zoff, my_piece(acc, full_params(pm), u), u->shard, ACCEL_F32);
         release(acc, pm, u);
-        host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
+        if (!st) st = grads_drop(pm, full_grads(pm) + u->lo, unit_span(acc, u));
     }
-    accel_status st = shard_evict(pm, 0, pm->zn);
+    if (!st) st = shard_evict(pm, 0, pm->zn);
     return st ? st : install_hooks(acc, pm);
 }
 
@@ -655,9 +791,32 @@ void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
     pm->reduce_status = ACCEL_OK;
 }
 
+/* This rank's averaged piece of unit u's gradients, where the group left
+ * it: in the full buffer, or in the host copy of a staged reduction. */
+static float *reduced_piece(const accel_accelerator *acc, accel__model *pm, const accel__unit *u) {
+    if (u->stage_grads) return u->stage_grads + (int64_t)acc->shard_rank * u->shard;
+    return my_piece(acc, full_grads(pm), u);
+}
+
+/* zgrad's piece of unit u += the averaged piece (in the full gradient buffer by now). */
+static accel_status add_to_shard(accel_accelerator *acc, accel__model *pm, const accel__unit *u) {
+    float *mine = my_piece(acc, full_grads(pm), u);
+    if (!on_device(pm)) {
+        host_add(pm->zgrad + u->zoff, mine, u->shard);
+        return ACCEL_OK;
+    }
+    accel_status st = u->stage_grads ? accel__copy_bytes(model_device(pm), mine, ACCEL_CPU_DEVICE, reduced_piece(acc, pm, u),
+                                                         (size_t)u->shard * sizeof(float))
+                                     : ACCEL_OK;
+    accel_tensor out, in;
+    accel_k_accumulate k = {.out = device_view(&out, pm, pm->zgrad + u->zoff, ACCEL_F32, u->shard),
+                            .in = device_view(&in, pm, mine, ACCEL_F32, u->shard)};
+    return st ? st : ACCEL_KERNEL("accel_accelerator_backward", model_device(pm), accumulate, &k);
+}
+
 /* Waits for unit u's reduce-scatter, averages this rank's piece across the
  * machines under hybrid sharding, adds it into the gradient shard and gives
- * the full gradient pages back. */
+ * the full gradient pages back (zeroes them on a device). */
 static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = ACCEL_OK;
     if (u->reduce) {
@@ -666,11 +825,28 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
         u->reduce = NULL;
     }
     /* even after a failure here, so the other machines' ranks are not left waiting */
-    accel_status rst = accel__zero_replica_average(acc, my_piece(acc, full_grads(pm), u), u->shard);
+    accel_status rst = accel__zero_replica_average(acc, reduced_piece(acc, pm, u), u->shard);
     if (!st) st = rst;
-    if (!st) host_add(pm->zgrad + u->zoff, my_piece(acc, full_grads(pm), u), u->shard);
-    host_drop(full_grads(pm) + u->lo, unit_span(acc, u));
-    return st;
+    if (!st) st = add_to_shard(acc, pm, u);
+    accel_free(u->stage_grads);
+    u->stage_grads = NULL;
+    accel_status dst = grads_drop(pm, full_grads(pm) + u->lo, unit_span(acc, u));
+    return st ? st : dst;
+}
+
+/* Starts unit u's reduce-scatter (AVG) in place: a group that cannot take
+ * device memory reduces a host copy of the unit's gradients. */
+static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    float *full = full_grads(pm) + u->lo;
+    size_t n = (size_t)u->shard;
+    if (!accel__pg_takes_device(acc->shard_pg, model_device(pm))) {
+        size_t bytes = n * (size_t)acc->shard_world * sizeof(float);
+        if (!(u->stage_grads = accel_malloc(bytes))) return NULL;
+        if (accel__copy_bytes(ACCEL_CPU_DEVICE, u->stage_grads, model_device(pm), full, bytes)) return NULL;
+        full = u->stage_grads;
+    }
+    return accel_pg_reduce_scatter_async(acc->shard_pg, full, full + (int64_t)acc->shard_rank * u->shard, n,
+                                         ACCEL_F32, ACCEL_REDUCE_AVG);
 }
 
 /* Unit u's gradients are complete: its parameters go, its reduce-scatter
@@ -689,9 +865,12 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
         accel_status st2 = finish_reduce(acc, pm, u);
         return st ? st : st2;
     }
-    u->reduce = accel_pg_reduce_scatter_async(acc->shard_pg, full_grads(pm) + u->lo, my_piece(acc, full_grads(pm), u),
-                                              (size_t)u->shard, ACCEL_F32, ACCEL_REDUCE_AVG);
-    if (!u->reduce) return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    u->reduce = launch_reduce_scatter(acc, pm, u);
+    if (!u->reduce) {
+        accel_free(u->stage_grads);
+        u->stage_grads = NULL;
+        return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    }
     pm->reducing = k;
     return st;
 }
@@ -776,15 +955,17 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     pm->n_hooked = pm->n_order = 0;
     pm->order_done = false;
     if (pm->units && b->params) {
-        /* Back into plain memory, with the full weights, for accel_flat_params_free. */
-        float *params = accel_calloc((size_t)b->numel, sizeof(float)), *grads = accel_calloc((size_t)b->numel, sizeof(float));
-        for (int k = 0; k < pm->n_units; k++) {
+        for (int k = 0; k < pm->n_units; k++) { /* the full weights */
             accel__unit *u = &pm->units[k];
             if (u->reduce) finish_reduce(acc, pm, u);
-            if (u->gather) finish_gather(acc, pm, u);
+            if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
             u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
             if (pm->zparams) gather(acc, pm, u, true); /* collective: on a broken group the weights stay as they are */
         }
+    }
+    /* Back into plain memory for accel_flat_params_free (a device's buffers are). */
+    if (pm->units && b->params && !on_device(pm)) {
+        float *params = accel_calloc((size_t)b->numel, sizeof(float)), *grads = accel_calloc((size_t)b->numel, sizeof(float));
         if (params && grads) {
             memcpy(params, b->params, (size_t)b->numel * sizeof(float));
             for (int t = 0; t < b->n; t++) {
@@ -801,13 +982,13 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
         }
     }
     shard_free(pm);
-    accel_free(pm->zsend16);
+    accel__device_free(model_device(pm), pm->zsend16);
     pm->zsend16 = NULL;
 }
 
 accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {
     accel__unit *un = &pm->units[u];
-    accel_status st = un->gather ? finish_gather(acc, pm, un) : ACCEL_OK;
+    accel_status st = un->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, un) : ACCEL_OK;
     un->state = ACCEL__UNIT_RELEASED; /* the f32 masters, even where a bf16 gather left rounded values */
     accel_status st2 = gather(acc, pm, un, true);
     return st ? st : st2;

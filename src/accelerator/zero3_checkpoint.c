@@ -137,6 +137,19 @@ static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const n
     return ACCEL_OK;
 }
 
+/* This rank's parameter shard [zn] as a header on the model's device. */
+static accel_tensor *shard_tensor(accel_tensor *h, accel__model *pm) {
+    return accel__flat_view(h, flat(pm), pm->zparams, 0, pm->zn);
+}
+
+/* fill_shard into the parameter shard, through a host copy on a device. */
+static accel_status load_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src) {
+    accel_tensor zt;
+    float *host = accel__stage_to_host(shard_tensor(&zt, pm), NULL, false);
+    if (!host) return accel_last_status();
+    return accel__stage_end(&zt, host, fill_shard(acc, pm, nm, rd, src, host), true, true);
+}
+
 /* The units that stay gathered (the persistent one) hold the loaded values in
  * full; every other unit is released, so the next forward gathers the new shards. */
 static accel_status refresh_gathered(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd,
@@ -558,7 +571,12 @@ static accel_status save_model_sharded(accel_accelerator *acc, accel__model *pm,
     char sub[PATHN + 64];
     model_subdir(sub, sizeof sub, dir, model_index(acc, pm));
     accel_status st = accel__mkdir(sub);
-    if (!st && on_first_machine(acc)) st = write_rank_file(acc, pm, sub, 1, &pm->zparams, NULL);
+    if (!st && on_first_machine(acc)) {
+        accel_tensor zt;
+        float *host = accel__stage_to_host(shard_tensor(&zt, pm), NULL, true);
+        st = host ? accel__stage_end(&zt, host, write_rank_file(acc, pm, sub, 1, &host, NULL), false, true)
+                  : accel_last_status();
+    }
     if (st || acc->rank != 0) return st;
     names nm;
     if ((st = names_of(pm, &nm))) return st;
@@ -854,7 +872,7 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
         shard_files fs = {0};
         st = index_open(&ix, sub);
         if (!st) st = files_init(&fs, &ix, sub, "");
-        if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, pm->zparams);
+        if (!st) st = load_shard(acc, pm, &nm, read_sharded, &fs);
         if (!st) st = refresh_gathered(acc, pm, &nm, read_sharded, &fs);
         snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
         accel_safetensors *rf = st ? NULL : accel_safetensors_open(path);
@@ -866,7 +884,7 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
     } else {
         full_file(path, sizeof path, dir, i);
         accel_safetensors *f = accel_safetensors_open(path);
-        st = f ? fill_shard(acc, pm, &nm, read_full, f, pm->zparams) : accel_last_status();
+        st = f ? load_shard(acc, pm, &nm, read_full, f) : accel_last_status();
         if (!st) st = refresh_gathered(acc, pm, &nm, read_full, f);
         if (!st) st = load_replicated(f, &nm);
         accel_safetensors_close(f);
