@@ -145,13 +145,15 @@ typedef struct rank_request {
 static const char *const STRATEGY_LABELS[ACCEL_SHARD_STRATEGIES] = {
     "DDP (NO_SHARD)", "ZeRO-1", "ZeRO-2 (SHARD_GRAD_OP)", "ZeRO-3 (FULL_SHARD)"};
 
-static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const accel_rank_memory *r, bool act) {
+static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const accel_rank_memory *r, bool copies,
+                     bool act) {
     int c = 0;
     snprintf(row[c++], 32, "%s", STRATEGY_LABELS[s]);
     convert_bytes((double)r->weights, true, row[c++], 32);
     convert_bytes((double)r->grads, true, row[c++], 32);
     convert_bytes((double)r->optimizer, true, row[c++], 32);
     convert_bytes((double)r->gathered, true, row[c++], 32);
+    if (copies) convert_bytes((double)r->prepared, true, row[c++], 32);
     if (act) convert_bytes((double)r->activations, true, row[c++], 32);
     convert_bytes((double)r->total, true, row[c++], 32);
     *nc = c;
@@ -177,7 +179,7 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
             fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
             return 1;
         }
-        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->have_batch);
+        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->act.autocast == ACCEL_BF16, q->have_batch);
     }
     char title[256];
     int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
@@ -187,9 +189,13 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
                  (long long)q->act.seq_len,
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
                  q->act.checkpointing ? ", checkpointed" : "");
-    const char *with[] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units", "Activations", "Total"};
-    const char *without[] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units", "Total"};
-    print_table(title, q->have_batch ? with : without, nc, rows, nr);
+    /* bf16 adds the weights' autocast copies (accel_rank_memory.prepared) */
+    const char *head[TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
+    int h = 5;
+    if (q->act.autocast == ACCEL_BF16) head[h++] = "Weight copies";
+    if (q->have_batch) head[h++] = "Activations";
+    head[h++] = "Total";
+    print_table(title, head, nc, rows, nr);
     return 0;
 }
 
