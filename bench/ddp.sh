@@ -47,23 +47,10 @@ PEER=bench/llama_step_peer.py
 # 2 warm-ups: accel's second step still faults in memory (~1,400 page faults, +30-50% CPU).
 COMMON="--steps $STEPS --warmup 2 $EXTRA"
 
-if [ -n "${LOG_DIR:-}" ]; then
-    LOG=$LOG_DIR
-    mkdir -p "$LOG"
-else
-    LOG=$(mktemp -d)
-    trap 'rm -rf "$LOG"' EXIT
-fi
-
-# run NAME CMD...: gate on an idle machine, run, log stdout+stderr to $LOG/NAME.R
-# and "wall own_cpu machine_busy load1 rc" to $LOG/NAME.R.meta (bench/metered_run.py).
-run() {
-    local name=$1
-    shift
-    echo "== round $r/$ROUNDS: $name" >&2
-    python3 bench/metered_run.py "$LOG/$name.$r" "$IDLE_WAIT" "$@" ||
-        { echo "ddp.sh: $* failed; log above" >&2; exit 1; }
-}
+# run NAME CMD...: gate on an idle machine, run, log to $LOG/NAME.R (+ .meta); a failure ends the script.
+RUN_IDLE_WAIT=$IDLE_WAIT
+RUN_STRICT=1
+. bench/metered_rounds.sh
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 [ "${REPORT_ONLY:-0}" = 1 ] && ROUNDS_RUN=0 || ROUNDS_RUN=$ROUNDS

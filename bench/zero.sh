@@ -22,22 +22,8 @@ BIN="$BUILD_DIR/bin/bench_ddp_step"
 ACCEL="$BUILD_DIR/bin/accel"
 PEER=bench/zero_peer.py
 COMMON="--steps $STEPS --warmup 2 $EXTRA"
-if [ -n "${LOG_DIR:-}" ]; then
-    LOG=$LOG_DIR
-    mkdir -p "$LOG"
-else
-    LOG=$(mktemp -d)
-    trap 'rm -rf "$LOG"' EXIT
-fi
-
-# run NAME CMD...: log to $LOG/NAME.R, "wall_s own_cpu_s machine_busy_s load1 rc" to NAME.R.meta
-# (bench/metered_run.py).
-run() {
-    local name=$1
-    shift
-    echo "== round $r/$ROUNDS: $name" >&2
-    python3 bench/metered_run.py "$LOG/$name.$r" 0 "$@" || true # its rc is in the .meta
-}
+# run NAME CMD...: log to $LOG/NAME.R (+ .meta, which holds a failed run's rc for the report).
+. bench/metered_rounds.sh
 
 LAUNCH=(env -u OMP_NUM_THREADS "$ACCEL" launch --num_processes 2 --num_cpu_threads_per_process 1
         --main_process_port 0)

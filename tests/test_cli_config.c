@@ -11,6 +11,7 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX], CFG[PATH_MAX + 64];
 static char OUT[1 << 16], ERR[1 << 16];
@@ -94,6 +95,21 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(buf, "use_cpu: true\n");
     CHECK_STR_CONTAINS(buf, "downcast_bf16: 'no'\n");
     CHECK_STR_CONTAINS(buf, "tpu_env: []\n");
+    /* fp8 (issue #14): cluster.py's TE questions, then a launch that reads the file back */
+    CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\n2\nfp8\nte\nyes\n1\n\nE4M3\n16\n\nyes\nno\nno\nyes\n") == 0);
+    slurp(CFG, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "mixed_precision: fp8\n");
+    CHECK_STR_CONTAINS(buf, "  backend: TE\n");
+    CHECK_STR_CONTAINS(buf, "  amax_history_length: 16\n");
+    CHECK_STR_CONTAINS(buf, "  amax_compute_algorithm: max\n");
+    CHECK_STR_CONTAINS(buf, "  fp8_format: E4M3\n");
+    CHECK_STR_CONTAINS(buf, "  margin: 1\n");
+    CHECK_STR_CONTAINS(buf, "  use_autocast_during_eval: true\n");
+    const char *l[] = {"launch", "--config_file", CFG, "--num_processes", "1", "/usr/bin/env", NULL};
+    CHECK(run(l, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_AMAX_HISTORY_LEN=16\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_OVERRIDE_WGRAD=True\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_BACKEND=TE\n");
     /* a bad answer is asked again; DeepSpeed stage 3 */
     CHECK(run(a, "0\n1\n1\nmaybe\nno\nyes\n3\n2\n2\nno\n") == 0);
     CHECK_STR_CONTAINS(OUT, "Please enter yes or no.");
@@ -121,6 +137,18 @@ static void test_rejections(void) {
     launch_rejects("num_processes: 2\n", "x.yaml", "A `distributed_type` must be specified in the config file.");
     launch_rejects("distributed_type: MULTI_CPU\n", "y.yaml", "You need to manually pass in `--num_processes`");
     launch_rejects("distributed_type: [unclosed\n", "z.yaml", "could not be parsed");
+    /* fp8_config (issue #14): keys with or without fp8_, and their types */
+    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  amax_histroy_len: 16\n", "f1.yaml",
+                   "unknown key `fp8_config.amax_histroy_len` (known: backend, use_autocast_during_eval,");
+    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  fp8_margin: two\n", "f2.yaml",
+                   "bad value for `fp8_config.fp8_margin`: 'two' (expected an integer)");
+    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  fp8_format: E3M4\n", "f3.yaml",
+                   "bad value for `fp8_config.fp8_format`: 'E3M4' (expected one of HYBRID E4M3 E5M2)");
+    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  override_linear_precision: [true, false]\n", "f4.yaml",
+                   "bad value for `fp8_config.override_linear_precision`: [True, False] (expected a list of three "
+                   "booleans");
+    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  use_autocast_during_eval: maybe\n", "f5.yaml",
+                   "bad value for `fp8_config.use_autocast_during_eval`: 'maybe' (expected true or false)");
     const char *a[] = {"launch", "--config_file", "/nonexistent.yaml", "/bin/true", NULL};
     CHECK(run(a, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "does not exist");
@@ -249,15 +277,7 @@ static void test_env_fields(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
-    if (access(ACCEL, X_OK) != 0) {
-        fprintf(stderr, "missing %s\n", ACCEL);
-        return 1;
-    }
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_test_config_XXXXXX");
     CHECK(mkdtemp(TMP) != NULL);
     snprintf(CFG, sizeof CFG, "%s/cfg.yaml", TMP);

@@ -17,6 +17,7 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], WORKER[PATH_MAX + 32], TMP[PATH_MAX];
 static char OUT[1 << 16], ERR[1 << 16];
@@ -479,6 +480,83 @@ static void test_mixed_precision_case(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_MIXED_PRECISION=fp16\n");
 }
 
+/* Issue #14 (fp8): the fp8 flags and fp8_config reach the workers as
+ * `accelerate launch` exports them (setup_fp8_env: ACCELERATE_FP8_*, flag >
+ * fp8_config > argparse default), only under mixed_precision fp8; they were
+ * dropped. The keys `accelerate config` writes (amax_history_length) count too. */
+static void test_fp8_env(void) {
+    const char *cfg = write_config("fp8.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\nmixed_precision: fp8\n"
+                                   "fp8_config:\n  backend: TE\n  margin: 2\n  amax_history_length: 16\n"
+                                   "  fp8_format: E4M3\n  override_linear_precision: [false, false, true]\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, "--fp8_margin", "1", "--fp8_interval", "3",
+                       "--fp8_use_autocast_during_eval", WORKER, "env", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"ACCELERATE_FP8_BACKEND=TE\n", "ACCELERATE_FP8_MARGIN=1\n", "ACCELERATE_FP8_INTERVAL=3\n",
+                          "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=True\n", "ACCELERATE_FP8_FORMAT=E4M3\n",
+                          "ACCELERATE_FP8_AMAX_HISTORY_LEN=16\n", "ACCELERATE_FP8_AMAX_COMPUTE_ALGO=most_recent\n",
+                          "ACCELERATE_FP8_OVERRIDE_FPROP=False\n", "ACCELERATE_FP8_OVERRIDE_DGRAD=False\n",
+                          "ACCELERATE_FP8_OVERRIDE_WGRAD=True\n", "ACCELERATE_FP8_OPT_LEVEL=O2\n",
+                          "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER=1\n", "ACCELERATE_FP8_PAD_INNER_DIM=1\n",
+                          "ACCEL_FP8_MARGIN=1\n", "ACCEL_FP8_OVERRIDE_WGRAD=True\n"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    const char *b[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_override_linear_precision", "yes,0,OFF",
+                       WORKER, "env", NULL};
+    CHECK(run(b, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_OVERRIDE_FPROP=1\nACCELERATE_FP8_OVERRIDE_DGRAD=0\n"
+                            "ACCELERATE_FP8_OVERRIDE_WGRAD=0\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=False\nACCELERATE_FP8_MARGIN=0\n");
+    CHECK(!strstr(OUT, "ACCELERATE_FP8_BACKEND=")); /* no default: only when set */
+    const char *c[] = {ACCEL, "launch", "--mixed_precision", "bf16", "--fp8_margin", "1", WORKER, "env", NULL};
+    CHECK(run(c, NULL) == 0);
+    CHECK(!strstr(OUT, "FP8_")); /* as Accelerate: only under fp8 */
+}
+
+/* Values Accelerate's argparse refuses, with its wording, fp8 or not. */
+static void test_fp8_flag_errors(void) {
+    static const char *const BAD[][3] = {
+        {"--fp8_format", "e4m3", "argument --fp8_format: invalid choice: 'e4m3' (choose from 'HYBRID', 'E4M3', 'E5M2')"},
+        {"--fp8_backend", "TE", "argument --fp8_backend: invalid choice: 'TE' (choose from 'ao', 'te', 'msamp')"},
+        {"--fp8_amax_compute_algo", "MAX", "invalid choice: 'MAX' (choose from 'max', 'most_recent')"},
+        {"--fp8_margin", "x", "argument --fp8_margin: invalid int value: 'x'"},
+        {"--fp8_amax_history_len", "", "argument --fp8_amax_history_len: invalid int value: ''"},
+        {"--fp8_pad_inner_dim", "maybe", "argument --fp8_pad_inner_dim: invalid str_to_bool value: 'maybe'"},
+        {"--fp8_override_linear_precision", "true,maybe,false",
+         "argument --fp8_override_linear_precision: invalid <lambda> value: 'true,maybe,false'"},
+        {"--fp8_override_linear_precision", "true,false",
+         "argument --fp8_override_linear_precision: expected three comma-separated booleans (fprop,dgrad,wgrad)"},
+        {"--fp8_opt_level", "o1", "argument --fp8_opt_level: invalid choice: 'o1' (choose from 'O1', 'O2')"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *a[] = {ACCEL, "launch", "--mixed_precision", i % 2 ? "no" : "fp8", BAD[i][0], BAD[i][1],
+                           "/usr/bin/env", NULL};
+        CHECK(run(a, NULL) == 2);
+        CHECK_STR_CONTAINS(ERR, BAD[i][2]);
+    }
+}
+
+/* The recipe reaches the workers' accel_accelerator_new: values argparse
+ * accepts but the library refuses come back named, from the variable the
+ * launcher wrote (on a machine without fp8 GEMMs a valid recipe then meets
+ * the device refusal, so the bad ones are what this checks). */
+static void test_fp8_reaches_accelerator(void) {
+    const char *cfg = write_config("fp8_msamp.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\n"
+                                   "mixed_precision: fp8\nfp8_config:\n  backend: msamp\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, WORKER, "accelerator", NULL};
+    CHECK(run(a, NULL) != 0);
+    CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: ACCEL_FP8_BACKEND=msamp is not supported");
+    const char *b[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_margin", "-3", WORKER, "accelerator", NULL};
+    CHECK(run(b, NULL) != 0);
+    CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: ACCEL_FP8_MARGIN=-3 must be an integer in [0, ");
+    const char *c[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_override_linear_precision", "0,0,1",
+                       WORKER, "accelerator", NULL};
+    CHECK(run(c, NULL) != 0);
+    CHECK_STR_CONTAINS(OUT, "override_linear_precision WGRAD");
+    const char *d[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_format", "E5M2", WORKER, "accelerator",
+                       NULL};
+    CHECK(run(d, NULL) != 0);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FP8_FORMAT=E5M2: pure E5M2 training is not supported");
+}
+
 /* Issue #11: a .py PROGRAM runs with --python, else $PYTHON, else the
  * virtualenv's interpreter, else python3 on PATH; a missing module is
  * reported with the interpreter that could not import it. Fake interpreters
@@ -532,17 +610,7 @@ static void test_several_machines_need_secret(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    CHECK(n > 0);
-    self[n > 0 ? n : 0] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
-    snprintf(WORKER, sizeof WORKER, "%s/test_dist_faults", self);
-    if (access(ACCEL, X_OK) != 0 || access(WORKER, X_OK) != 0) {
-        fprintf(stderr, "missing %s or %s\n", ACCEL, WORKER);
-        return 1;
-    }
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_test_launch_XXXXXX");
     CHECK(mkdtemp(TMP) != NULL);
     snprintf(PIDENV, sizeof PIDENV, "ACCEL_TEST_PIDDIR=%s", TMP);
@@ -568,6 +636,9 @@ int main(void) {
     RUN(test_accelerate_deepspeed_env);
     RUN(test_accelerate_use_cpu);
     RUN(test_mixed_precision_case);
+    RUN(test_fp8_env);
+    RUN(test_fp8_flag_errors);
+    RUN(test_fp8_reaches_accelerator);
     RUN(test_python_interpreter);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);

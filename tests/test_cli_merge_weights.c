@@ -9,6 +9,7 @@
 
 #include "accel/io.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
 
@@ -141,12 +142,7 @@ static void test_remove_keeps_the_merged_file(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 1;
-    self[n] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
     if (!mkdtemp(TMP)) return 1;
     RUN(test_merge);

@@ -12,6 +12,8 @@
  *   restart   rank 1 fails in the first attempt only
  *   reserved  before init, each rank tries a plain bind() of MASTER_PORT and
  *             prints "port reserved" when it is taken (the launcher holds it)
+ *   accelerator  accel_accelerator_new(NULL) from the launch env: prints
+ *             "accelerator: ok" or its error (fp8: the recipe's refusal)
  * Every rank writes its pid to $ACCEL_TEST_PIDDIR/rank<r>.pid when set.
  * Run without a mode (plain ctest) it checks the group of one. */
 #include <errno.h>
@@ -22,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "check.h"
 
@@ -81,7 +84,12 @@ int main(int argc, char **argv) {
             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS", "ACCELERATE_MIXED_PRECISION",
             "ACCEL_MIXED_PRECISION", "ACCEL_GRADIENT_ACCUMULATION_STEPS", "ACCEL_USE_CPU", "ACCEL_DEBUG_MODE",
             "ACCELERATE_DEBUG_MODE", "ACCEL_JOB_SECRET", "ACCEL_ZERO_STAGE", "ACCEL_FSDP_SHARDING_STRATEGY",
-            "CUDA_VISIBLE_DEVICES", "ACCEL_GRADIENT_CLIPPING", "OMP_WAIT_POLICY", NULL};
+            "CUDA_VISIBLE_DEVICES", "ACCEL_GRADIENT_CLIPPING", "OMP_WAIT_POLICY", "ACCELERATE_FP8_BACKEND",
+            "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "ACCELERATE_FP8_MARGIN", "ACCELERATE_FP8_INTERVAL",
+            "ACCELERATE_FP8_FORMAT", "ACCELERATE_FP8_AMAX_HISTORY_LEN", "ACCELERATE_FP8_AMAX_COMPUTE_ALGO",
+            "ACCELERATE_FP8_OVERRIDE_FPROP", "ACCELERATE_FP8_OVERRIDE_DGRAD", "ACCELERATE_FP8_OVERRIDE_WGRAD",
+            "ACCELERATE_FP8_OPT_LEVEL", "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "ACCELERATE_FP8_PAD_INNER_DIM",
+            "ACCEL_FP8_MARGIN", "ACCEL_FP8_OVERRIDE_WGRAD", NULL};
         char buf[4096];
         size_t o = 0;
         for (int i = 0; KEYS[i]; i++) {
@@ -90,6 +98,12 @@ int main(int argc, char **argv) {
         }
         fputs(buf, stdout); /* one write: lines of the two ranks do not interleave */
         return 0;
+    }
+    if (!strcmp(mode, "accelerator")) { /* the launch env through accel_accelerator_new: its verdict */
+        accel_accelerator *acc = accel_accelerator_new(NULL);
+        printf("accelerator: %s\n", acc ? "ok" : accel_last_error());
+        accel_accelerator_free(acc);
+        return acc ? 0 : 1;
     }
     if (!strcmp(mode, "reserved")) print_port_reserved();
     if (accel_dist_init() != ACCEL_OK) return fail("init");

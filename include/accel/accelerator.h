@@ -120,7 +120,8 @@ typedef struct accel_accelerator_opts {
      * ACCEL_FSDP_SHARDING_STRATEGY. */
     int zero_stage;
     /* NO_SHARD -> 0, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2 -> 2, FULL_SHARD /
-     * -> 3, HYBRID_SHARD (refused); also 1..5 (torch's enum values). NULL: env. */
+     * HYBRID_SHARD -> 3 (HYBRID: sharded within a machine, replicated across
+     * machines); also 1..5 (torch's enum values). NULL: env. */
     const char *fsdp_sharding_strategy;
     /* DeepSpeed JSON (zero_optimization.stage, bf16/fp16.enabled,
      * gradient_accumulation_steps, gradient_clipping, offload_optimizer,
@@ -160,7 +161,7 @@ typedef struct accel_accelerator_opts {
     const char *fsdp_auto_wrap_policy;
     const char *fsdp_transformer_layer_cls_to_wrap;
     int64_t fsdp_min_num_params;
-    /* "BACKWARD_PRE" (the default) or "NO_PREFETCH". */
+    /* "BACKWARD_PRE" (the default), "BACKWARD_POST" or "NO_PREFETCH". */
     const char *fsdp_backward_prefetch;
     int fsdp_forward_prefetch;          /* default false */
     int fsdp_reshard_after_forward;     /* default true */

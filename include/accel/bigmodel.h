@@ -172,7 +172,8 @@ typedef struct accel_activation_opts {
 } accel_activation_opts;
 
 /* Bytes of the step arena (the CPU step tensors: activations, their
- * gradients, autocast's low-precision weight copies). */
+ * gradients; not the weights' autocast copies, which are persistent:
+ * accel_rank_memory.prepared). */
 typedef struct accel_activation_bytes {
     int64_t peak;           /* the high-water mark over one step (accel_arena_peak) */
     int64_t layer_forward;  /* one decoder layer's forward with grad */
@@ -206,6 +207,9 @@ typedef struct accel_rank_memory {
     int64_t grads;       /* the gradient buffer, and ZeRO-2's reduced shard */
     int64_t optimizer;   /* exp_avg + exp_avg_sq */
     int64_t gathered;    /* ZeRO-3: two units' full parameters and two units' full gradients */
+    int64_t prepared;    /* bf16: autocast's copy of every weight, made once per step (2 bytes a
+                          * parameter where the CPU multiplies bf16, else 4: the rounded values
+                          * widened to f32); docs/cpu.md, "Prepared weights" */
     int64_t activations; /* as passed (accel_llama_activation_bytes().peak) */
     int64_t total;
 } accel_rank_memory;

@@ -195,9 +195,10 @@ enum {
 };
 
 /* Read the fields; write none of them. dtype, device, ndim, shape, stride,
- * data (the elements may be written through it), requires_grad (set it on a
+ * data (the elements may be written through it: then call
+ * accel_tensor_increment_version before the next op reads them), requires_grad (set it on a
  * leaf before the forward) and grad are the user's to read; name is the one
- * field a user may set. magic, gen, flags, grad_fn, ag_first_use and ag_gen
+ * field a user may set. magic, gen, flags, grad_fn, ag_first_use, ag_gen and prepared
  * are the library's bookkeeping (liveness checks, step expiry, autograd):
  * changing them breaks those checks. Change shape/stride/data only through
  * the API (views, accel_tensor_rebind). */
@@ -220,6 +221,7 @@ struct accel_tensor {
     uint32_t ag_gen;                 /* internal */
 
     const char *name;                /* optional, not owned */
+    struct accel__prepared *prepared; /* internal: its storage version and prepared forms (core/prepared.h) */
 };
 
 #define ACCEL_TENSOR_MAGIC 0x7e45042au
@@ -244,6 +246,13 @@ accel_tensor *accel_tensor_new(accel_dtype dt, int ndim, const int64_t *shape, a
 /* A persistent header over memory the caller owns (no copy, not freed). */
 accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int64_t *shape,
                                 accel_device dev);
+/* Tells the library that t's elements were written through t->data (or any
+ * pointer into its memory) rather than through an accel_ call, as
+ * torch.autograd.graph.increment_version: every library write bumps a
+ * version counter of the storage, and what is prepared from a weight (its
+ * autocast copy, reused until the weight changes) is rebuilt after a bump.
+ * Any view of the storage will do. */
+void accel_tensor_increment_version(accel_tensor *t);
 /* Persistent deep copy (contiguous) of any tensor, on `dev`. */
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
 /* Frees a persistent tensor (and its data if owned, and its .grad if owned). */

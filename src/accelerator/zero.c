@@ -108,6 +108,8 @@ static accel_status gather_shards(accel_accelerator *acc, accel__model *pm, cons
         if (acc->shard_world > 1)
             st = accel_pg_all_gather(acc->shard_pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
         else memcpy(full + u->lo, local + u->zoff, (size_t)u->shard * sizeof(float));
+        /* the parameters' memory: what was prepared from it is stale (core/prepared.h) */
+        accel__storage_written(full + u->lo, (size_t)u->shard * (size_t)acc->shard_world * sizeof(float));
     }
     return st;
 }

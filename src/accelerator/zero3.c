@@ -129,7 +129,7 @@ static int64_t shard_bytes(const accel__model *pm) {
     return round_up((pm->zn ? pm->zn : 1) * (int64_t)sizeof(float), page);
 }
 
-/* <nvme_path>/accel_param_shard_rank<R>_<pid>_<n>.swp, its space reserved, mapped over pm->zparams. */
+/* <nvme_path>/accel_param_shard_rank<R>_<pid>_<XXXXXX>.swp, its space reserved, mapped over pm->zparams. */
 static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
     char tag[32];
     snprintf(tag, sizeof tag, "rank%d", acc->rank);
@@ -159,10 +159,7 @@ static void shard_free(accel__model *pm) {
         accel__device_free(model_device(pm), pm->zparams);
     } else {
         if (pm->zparams) munmap(pm->zparams, (size_t)shard_bytes(pm));
-        if (pm->zfd >= 0) {
-            close(pm->zfd);
-            unlink(pm->zpath);
-        }
+        if (pm->zfd >= 0) close(pm->zfd); /* unlinked when created */
         accel_free(pm->zpath);
         pm->zpath = NULL;
     }
@@ -513,6 +510,13 @@ static void host_narrow_bf16(uint16_t *dst, const float *src, int64_t n) {
     for (int64_t k = 0; k < n; k++) dst[k] = accel_f32_to_bf16(src[k]);
 }
 
+/* The unit's n gathered parameters were written here, not only by the
+ * collective (the widening, a group of one): what was prepared from them is
+ * stale (core/prepared.h). */
+static void unit_written(accel__model *pm, const accel__unit *u, int64_t n) {
+    accel__storage_written(full_params(pm) + u->lo, (size_t)n * sizeof(float));
+}
+
 /* ---- on a device: the gather sends the piece (f32, or bf16 in zsend16) from
  * the shard and lands in the unit's range, or for bf16 in land16, which a
  * cast widens into it; a group that cannot take device memory gets host
@@ -592,6 +596,7 @@ static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, acce
     accel_work_free(u->gather);
     u->gather = NULL;
     if (!st && u->gather16) host_widen_bf16(full_params(pm) + u->lo, u->shard * acc->shard_world);
+    unit_written(pm, u, u->shard * acc->shard_world);
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
     accel_status est = shard_evict(pm, u->zoff, u->shard);
     return st ? st : est;
@@ -617,6 +622,7 @@ static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, acce
         } else {
             memcpy(dst, mine, (size_t)u->shard * sizeof(float));
         }
+        unit_written(pm, u, u->shard);
         u->state = ACCEL__UNIT_GATHERED;
         return shard_evict(pm, u->zoff, u->shard);
     }

@@ -3,6 +3,7 @@
  * ACCEL_DEEPSPEED_CONFIG_FILE (what `accel launch` sets). */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "io/io_internal.h"
 
 #define FN "accel_accelerator_new"
 
@@ -147,13 +149,15 @@ static accel_status offload_parse(const char *dev, const char *what, accel__offl
 }
 
 /* One setting from the code, else the JSON, else the environment; the JSON
- * and the environment (the launcher's flags) must agree when both give it. */
+ * and the environment (the launcher's flags) must agree when both give it:
+ * a device name in any case, a path exactly. */
 static accel_status pick(const char *api, const char *json, const char *env_name, const char *what,
                          const char **out) {
     const char *e = env(env_name);
     json = json && *json ? json : NULL;
     *out = api ? api : json ? json : e;
-    if (!api && json && e && strcasecmp(json, e))
+    bool path = strstr(what, "nvme_path") != NULL;
+    if (!api && json && e && (path ? strcmp(json, e) : strcasecmp(json, e)))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: the DeepSpeed config says \"%s\", %s says \"%s\"",
                                what, json, env_name, e);
     return ACCEL_OK;
@@ -237,11 +241,17 @@ accel_status accel__offload_check_device(const accel_accelerator *acc) {
     return ACCEL_OK;
 }
 
-/* A bool section "bf16": {"enabled": true|false|"auto"}: 1, 0, or -1 (no opinion). */
-static int enabled(json_t *root, const char *section) {
-    json_t *e = json_object_get(json_object_get(root, section), "enabled");
-    if (json_is_boolean(e)) return json_is_true(e);
-    return -1;
+/* A section "bf16": {"enabled": true|false|"auto"} into *out: 1, 0, or -1
+ * (absent, "auto": no opinion); anything else is refused (DeepSpeed reads 1
+ * or "yes" as true: ignoring it would train without the precision asked). */
+static accel_status enabled(json_t *root, const char *section, const char *path, int *out) {
+    json_t *sec = json_object_get(root, section), *e = json_object_get(sec, "enabled");
+    *out = json_is_boolean(e) ? json_is_true(e) : -1;
+    if (sec && !json_is_object(sec))
+        return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: %s must be an object ({\"enabled\": true})", path, section);
+    if (e && !json_is_boolean(e) && !(json_is_string(e) && !strcmp(json_string_value(e), "auto")))
+        return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: %s.enabled must be true, false or \"auto\"", path, section);
+    return ACCEL_OK;
 }
 
 /* zero_optimization.reduce_bucket_size: elements (DeepSpeed counts fp32
@@ -262,11 +272,12 @@ static accel_status read_bucket_size(const json_t *rb, const char *path, accel__
 }
 
 static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage, offload_given *og) {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return accel_set_error(ACCEL_ERR_IO, FN ": cannot read the DeepSpeed config %s: %s (line %d)", path,
-                               jerr.text, jerr.line);
+    json_t *root = accel__json_load_file(path); /* a regular file (a FIFO would block), no duplicate keys */
+    if (!root) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        return accel_set_error(accel_last_status(), FN ": cannot read the DeepSpeed config %s", why);
+    }
     accel_status st = ACCEL_OK;
     json_t *zo = json_object_get(root, "zero_optimization");
     if (!json_is_object(root) || !json_is_object(zo)) {
@@ -288,7 +299,8 @@ static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage, 
     }
     if ((st = read_json_offload(root, zo, path, og))) goto out;
     if ((st = read_bucket_size(json_object_get(zo, "reduce_bucket_size"), path, c))) goto out;
-    int bf = enabled(root, "bf16"), fp = enabled(root, "fp16");
+    int bf, fp;
+    if ((st = enabled(root, "bf16", path, &bf)) || (st = enabled(root, "fp16", path, &fp))) goto out;
     if (bf == 1 && fp == 1) {
         st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s enables both bf16 and fp16", path);
         goto out;
@@ -296,8 +308,9 @@ static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage, 
     c->mp = bf == 1 ? ACCEL_MP_BF16 : fp == 1 ? ACCEL_MP_FP16 : (bf == 0 || fp == 0) ? ACCEL_MP_NO : -1;
     json_t *ga = json_object_get(root, "gradient_accumulation_steps");
     if (json_is_integer(ga)) {
-        if (json_integer_value(ga) < 1) {
-            st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_accumulation_steps must be >= 1", path);
+        if (json_integer_value(ga) < 1 || json_integer_value(ga) > INT_MAX) {
+            st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_accumulation_steps must be from 1 to %d "
+                                 "(got %lld)", path, INT_MAX, (long long)json_integer_value(ga));
             goto out;
         }
         c->accum = (int)json_integer_value(ga);
@@ -338,7 +351,8 @@ static accel_status read_prefetch_bucket(const char *path, json_t *zo, accel__fs
  * implement are refused unless left to "auto" (never ignored). */
 static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
     static const char *KEYS[] = {"stage3_max_live_parameters", "stage3_max_reuse_distance"};
-    json_t *root = json_load_file(path, 0, NULL);
+    json_t *root = accel__json_load_file(path); /* read_json read it: unless it changed since */
+    if (!root) return accel_last_status();
     json_t *zo = json_object_get(root, "zero_optimization");
     accel_status st = read_prefetch_bucket(path, zo, f);
     for (size_t k = 0; k < sizeof KEYS / sizeof *KEYS && !st; k++) {
@@ -514,7 +528,6 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     if ((st = read_fsdp(o, &c->fsdp))) return st;
     /* DeepSpeedPlugin's zero3_save_16bit_model (`accel launch --zero3_save_16bit_model`); the JSON's value wins */
     if ((st = env_bool("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", &c->fsdp.save_16bit))) return st;
-    if (json_stage == 3 && (st = read_json_stage3(ds, &c->fsdp))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
     if (o->zero_stage < 0) stage = 0;
     else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);
@@ -525,6 +538,8 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     else if (fsdp_env) st = parse_fsdp(fsdp_env, "ACCEL_FSDP_SHARDING_STRATEGY", &stage, &c->hybrid);
     if (st) return st;
     c->stage = stage;
+    /* the JSON's stage-3 keys, whoever chose stage 3 (the code may, over the JSON's stage) */
+    if (stage == 3 && ds && (st = read_json_stage3(ds, &c->fsdp))) return st;
     /* Stages 1-2 write the full model and consolidated optimizer state, not
      * the shards asked for (stage 0 has nothing sharded). */
     const char *sdt = state_dict_type(o, NULL);
@@ -537,15 +552,16 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_activation_checkpointing=true checkpoints the "
                                "FULL_SHARD (ZeRO-3) wrap units, and this run is stage %d: checkpoint the model's "
                                "layers with accel_module_set_gradient_checkpointing instead", stage);
-    if (o->gradient_clipping < 0)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": gradient_clipping must be >= 0");
+    if (!(o->gradient_clipping >= 0)) /* NaN too */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": gradient_clipping=%g must be a norm >= 0 (0: none)",
+                               o->gradient_clipping);
     if (o->gradient_clipping > 0) {
         c->clip = o->gradient_clipping;
     } else if (!ds && env("ACCEL_GRADIENT_CLIPPING")) {
         char *end;
         const char *v = env("ACCEL_GRADIENT_CLIPPING");
         c->clip = strtod(v, &end);
-        if (end == v || *end || c->clip < 0)
+        if (end == v || *end || !(c->clip >= 0))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0", v);
     }
     return read_offload(o, &og, stage, &c->offload);

@@ -135,7 +135,9 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
         if (!t->grad) return accel_last_status();
     }
     accel_k_accumulate k = {.out = t->grad, .in = (accel_tensor *)g};
-    return ACCEL_KERNEL("accel_grad_accumulate", t->device, accumulate, &k);
+    accel_status st = ACCEL_KERNEL("accel_grad_accumulate", t->device, accumulate, &k);
+    accel__tensor_written(t->grad);
+    return st;
 }
 
 static void fire_ready(accel_tensor *leaf) {

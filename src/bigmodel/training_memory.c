@@ -102,12 +102,13 @@ typedef struct ledger {
 } ledger;
 
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
- * [out, in] f32. Returns the output dtype. */
+ * [out, in] f32: its operand is a prepared form outside the arena (one per
+ * weight, made once per step: core/prepared.h; accel_rank_memory.prepared).
+ * Returns the output dtype. */
 static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true) +
-                mm_operand(l->k, in * out, ACCEL_F32, true);
+    l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true);
     if (l->k->widens_per_call) l->bytes += 4 * (n * in + in * out); /* Y = X W^T */
     return odt;
 }
@@ -324,13 +325,17 @@ accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_by
         g = shard;
         gathered = 4 * L;
     }
-    double total = w + g + opt + gathered + (double)activation_bytes;
+    /* autocast's copy of every weight (core/prepared.h): bf16 on a CPU that
+     * multiplies it, else those values widened to f32 */
+    double prepared = bf16 ? P / (accel__gemm_native(ACCEL_BF16) ? 2 : 1) : 0;
+    double total = w + g + opt + gathered + prepared + (double)activation_bytes;
     if (!to_bytes(total, &out->total))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: more than 2^62 bytes per rank", FN);
     to_bytes(w, &out->weights);
     to_bytes(g, &out->grads);
     to_bytes(opt, &out->optimizer);
     to_bytes(gathered, &out->gathered);
+    to_bytes(prepared, &out->prepared);
     out->activations = activation_bytes;
     return ACCEL_OK;
 }

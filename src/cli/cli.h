@@ -63,6 +63,8 @@ cv *cv_get(const cv *map, const char *key);
 /* Replaces or adds (takes ownership of val). */
 void cv_set(cv *map, const char *key, cv *val);
 void cv_del(cv *map, const char *key);
+/* Appends to a CV_SEQ (takes ownership of val). */
+void cv_append(cv *seq, cv *val);
 /* Python repr, as `accelerate env` prints values (True, 'x' inside dicts). */
 void cv_repr(const cv *v, bool top, char *out, size_t n);
 
@@ -76,6 +78,8 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
 /* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
  * JSON when the name ends in .json. Creates the parent directory. */
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+/* Whether s is valid UTF-8 (all a config file can hold). */
+bool cli_is_utf8(const char *s);
 
 /* ---------------------------------------------------------------- launch (cli_launch_env.c)
  * The FSDP / DeepSpeed settings of `accel launch` and the variables
@@ -94,8 +98,8 @@ typedef struct launch_settings {
     const char *const *vals;
 } launch_settings;
 
-#define LAUNCH_MAX_SETTINGS 32
-/* Writes the settings' options (--fsdp_*, --zero_stage, ...) to out; returns how many. */
+#define LAUNCH_MAX_SETTINGS 48
+/* Writes the settings' options (--fsdp_*, --zero_stage, --fp8_*, ...) to out; returns how many. */
 int launch_setting_opts(cli_opt *out);
 /* ACCELERATE_USE_FSDP and FSDP_* (flag > fsdp_config > default). False + err on a bad value. */
 bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err,
@@ -103,6 +107,14 @@ bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_c
 /* ACCELERATE_USE_DEEPSPEED, ACCELERATE_CONFIG_DS_FIELDS, ACCELERATE_DEEPSPEED_* (flag > deepspeed_config). */
 bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,
                              const char *ds_file_abs, char *err, size_t errn);
+
+/* ACCELERATE_FP8_* (and ACCEL_FP8_*, same values) as setup_fp8_env writes them
+ * (flag > fp8_config > default), only when fp8 (mixed_precision is fp8); the
+ * flags are checked either way, as argparse does. False + err on a bad flag. */
+bool launch_export_fp8(env_list *e, const launch_settings *ls, const cv *fp8_config, bool fp8, char *err,
+                       size_t errn);
+/* fp8_config's keys (with or without "fp8_") and value types; false + err naming the key. */
+bool cfg_check_fp8_config(const cv *fp8_config, const char *path, char *err, size_t errn);
 
 /* Accelerate's str_to_bool true (y, yes, t, true, on, 1; any case); NULL is false. */
 bool cli_truthy(const char *s);

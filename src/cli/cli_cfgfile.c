@@ -91,6 +91,8 @@ static void cv_push(cv *c, const char *key, cv *val) {
     c->items[c->n++] = val;
 }
 
+void cv_append(cv *seq, cv *val) { cv_push(seq, NULL, val); }
+
 void cv_set(cv *map, const char *key, cv *val) {
     for (size_t i = 0; i < map->n; i++)
         if (!strcmp(map->keys[i], key)) {
@@ -535,6 +537,7 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
             return false;
         }
     }
+    if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn)) return false;
     ce = cv_get(root, "compute_environment");
     if (ce->t == CV_STR && !strcmp(ce->s, "AMAZON_SAGEMAKER")) {
         snprintf(err, errn, "The config file at %s is for Amazon SageMaker (compute_environment: AMAZON_SAGEMAKER), "
@@ -652,7 +655,39 @@ static void mkdir_p(const char *path) {
     mkdir(d, 0755);
 }
 
+bool cli_is_utf8(const char *s) {
+    json_t *j = json_string(s); /* jansson takes valid UTF-8 only */
+    json_decref(j);
+    return j != NULL;
+}
+
+/* Whether a key or string under v (named name) is not UTF-8, which YAML and
+ * JSON cannot hold (libyaml's emitter failed with errno 0, jansson dropped
+ * the entry): then what it is into where. */
+static bool find_non_utf8(const cv *v, const char *name, char *where, size_t n) {
+    if (v->t == CV_STR && !cli_is_utf8(v->s)) {
+        snprintf(where, n, "the value of %s", name);
+        return true;
+    }
+    for (size_t i = 0; (v->t == CV_SEQ || v->t == CV_MAP) && i < v->n; i++) {
+        const char *k = v->t == CV_MAP ? v->keys[i] : "[]";
+        if (!cli_is_utf8(k)) {
+            snprintf(where, n, "a key under %s", *name ? name : "the top level");
+            return true;
+        }
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s%s%s", name, *name && v->t == CV_MAP ? "." : "", k);
+        if (find_non_utf8(v->items[i], sub, where, n)) return true;
+    }
+    return false;
+}
+
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
+    char bad[512];
+    if (find_non_utf8(root, "", bad, sizeof bad)) {
+        snprintf(err, errn, "cannot write %s: %s is not UTF-8 text (config files hold UTF-8 only)", path, bad);
+        return false;
+    }
     mkdir_p(path);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -662,6 +697,7 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
         return false;
     }
     bool ok;
+    const char *problem = NULL; /* the encoder's reason, where errno has none */
     if (ends_with(path, ".json")) {
         json_t *j = to_json(root);
         ok = json_dumpf(j, f, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && fputc('\n', f) != EOF;
@@ -680,11 +716,12 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
         ok = ok && emit(&e, &ev);
         yaml_stream_end_event_initialize(&ev);
         ok = ok && emit(&e, &ev);
+        if (!ok && e.error != YAML_WRITER_ERROR) problem = e.problem;
         yaml_emitter_delete(&e);
     }
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, errn, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errn, "cannot write %s: %s", path, problem ? problem : strerror(errno));
         remove(tmp);
         return false;
     }

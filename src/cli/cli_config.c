@@ -79,12 +79,57 @@ static void ask_str(const char *q, const char *dflt, char *out, size_t n) {
     for (;;) {
         ask_line(q, out, n);
         if (!*out && dflt) snprintf(out, n, "%s", dflt);
-        if (*out) return;
-        printf("Please enter a value.\n");
+        if (*out && cli_is_utf8(out)) return;
+        printf(*out ? "Please enter UTF-8 text (config files hold UTF-8 only).\n" : "Please enter a value.\n");
     }
 }
 
 /* ---------------------------------------------------------------- wizard */
+
+/* cluster.py's fp8 questions: fp8_config with the keys Accelerate's wizard
+ * writes (amax_history_length, ...; `accel launch` reads them too). */
+static cv *ask_fp8(void) {
+    static const char *const BACKENDS[] = {"ao", "te", "msamp"}, *const NAMES[] = {"AO", "TE", "MSAMP"};
+    static const char *const FORMATS[] = {"HYBRID", "E4M3", "E5M2"}, *const ALGOS[] = {"max", "most_recent"};
+    static const char *const LEVELS[] = {"O1", "O2"};
+    static const char *const GEMMS[] = {"fprop", "dgrad", "wgrad"};
+    cv *f = cv_new(CV_MAP);
+    int b = ask_menu("Which FP8 backend do you want to use?", BACKENDS, 3, 0);
+    cv_set(f, "backend", cv_str(NAMES[b]));
+    if (b == 1) {
+        cv_set(f, "use_autocast_during_eval",
+               cv_bool(ask_yes_no("Do you want to use FP8 autocast during eval mode? Generally better metrics are "
+                                  "found when this is disabled [yes/NO]: ", false)));
+        cv_set(f, "margin", cv_int(ask_int("What margin should be used for gradient scaling? [0]: ", 0, 0, INT_MAX)));
+        cv_set(f, "interval", cv_int(ask_int("What interval should be used for how often the scaling factor is "
+                                             "recomputed? [1]: ", 1, 1, INT_MAX)));
+        cv_set(f, "fp8_format", cv_str(FORMATS[ask_menu("Which weight format should be used?", FORMATS, 3, 0)]));
+        cv_set(f, "amax_history_length", cv_int(ask_int("What length of history should be used for the amax scaling "
+                                                        "factor computation? [1024]: ", 1024, 1, INT_MAX)));
+        cv_set(f, "amax_compute_algorithm", cv_str(ALGOS[ask_menu("Which algorithm should be used for the amax "
+                                                                  "scaling factor computation?", ALGOS, 2, 0)]));
+        cv *o = cv_new(CV_SEQ);
+        bool any = ask_yes_no("Do you want to execute `fprop`, `dgrad`, and `wgrad` GEMMS in higher precision? "
+                              "[yes/NO]: ", false);
+        for (int g = 0; g < 3; g++) {
+            char q[96];
+            snprintf(q, sizeof q, "Should `%s` be executed in higher precision? [yes/NO]: ", GEMMS[g]);
+            cv_append(o, cv_bool(any && ask_yes_no(q, false)));
+        }
+        cv_set(f, "override_linear_precision", o);
+    } else if (b == 2) {
+        cv_set(f, "optimization_level", cv_str(LEVELS[ask_menu("Which optimization level should be used?", LEVELS, 2, 1)]));
+    } else {
+        cv_set(f, "enable_fsdp_float8_all_gather",
+               cv_bool(ask_yes_no("Do you want to enable FSDP2 float8 all gather? This is recommended for better "
+                                  "performance if using FSDP2. [YES/no]: ", true)));
+        cv_set(f, "pad_inner_dim",
+               cv_bool(ask_yes_no("Do you want to pad the inner dimension of weight matrices before float8 matmuls? "
+                                  "This is required for _scaled_mm which has strict alignment requirements. Note: "
+                                  "padding may cause memory spikes. [YES/no]: ", true)));
+    }
+    return f;
+}
 
 static cv *wizard(void) {
     static const char *const ENVS[] = {"This machine", "AWS (Amazon SageMaker)"};
@@ -171,6 +216,7 @@ static cv *wizard(void) {
         cv_set(c, "gpu_ids", cv_str(ids));
     }
     int mp = ask_menu("Do you wish to use mixed precision?", PRECISION, 4, 0);
+    if (mp == 3) cv_set(c, "fp8_config", ask_fp8());
     cv_set(c, "distributed_type", cv_str(dtype));
     cv_set(c, "debug", cv_bool(debug));
     cv_set(c, "downcast_bf16", cv_str("no"));

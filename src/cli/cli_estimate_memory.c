@@ -2,7 +2,8 @@
  *
  * MODEL is a local directory holding config.json or a config.json path (no Hub
  * access here). The model is built on the meta device (no weight memory) and
- * measured with calculate_maximum_sizes (no_split: LlamaDecoderLayer); the
+ * measured with calculate_maximum_sizes (no_split: LlamaDecoderLayer): its
+ * body, as Accelerate measures AutoModel (LlamaModel, no lm_head); the
  * table is Accelerate's create_ascii_table, sizes formatted by convert_bytes.
  * accel's addition: --num_processes N, --batch_size B --seq_len T,
  * --mixed_precision, --activation_checkpointing and --strategy add the
@@ -41,9 +42,9 @@ static void usage(FILE *f) {
 /* convert_bytes: powers of 1024, f"{round(size, 2)} {unit}" (Python prints a
  * rounded float with at least one decimal, an int without). */
 static void convert_bytes(double size, bool is_int, char *out, size_t n) {
-    static const char *units[] = {"bytes", "KB", "MB", "GB", "TB"};
-    for (int u = 0; u < 5; u++) {
-        if (size < 1024.0) {
+    static const char *units[] = {"bytes", "KB", "MB", "GB", "TB", "PB"};
+    for (int u = 0; u < 6; u++) {
+        if (size < 1024.0 || u == 5) { /* PB however large */
             if (is_int && u == 0) {
                 snprintf(out, n, "%lld %s", (long long)size, units[u]);
                 return;
@@ -59,7 +60,6 @@ static void convert_bytes(double size, bool is_int, char *out, size_t n) {
         size /= 1024.0;
         is_int = false;
     }
-    snprintf(out, n, "%.2f PB", size);
 }
 
 /* str.center(width): CPython puts the odd space left when width is odd. */
@@ -145,13 +145,15 @@ typedef struct rank_request {
 static const char *const STRATEGY_LABELS[ACCEL_SHARD_STRATEGIES] = {
     "DDP (NO_SHARD)", "ZeRO-1", "ZeRO-2 (SHARD_GRAD_OP)", "ZeRO-3 (FULL_SHARD)"};
 
-static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const accel_rank_memory *r, bool act) {
+static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const accel_rank_memory *r, bool copies,
+                     bool act) {
     int c = 0;
     snprintf(row[c++], 32, "%s", STRATEGY_LABELS[s]);
     convert_bytes((double)r->weights, true, row[c++], 32);
     convert_bytes((double)r->grads, true, row[c++], 32);
     convert_bytes((double)r->optimizer, true, row[c++], 32);
     convert_bytes((double)r->gathered, true, row[c++], 32);
+    if (copies) convert_bytes((double)r->prepared, true, row[c++], 32);
     if (act) convert_bytes((double)r->activations, true, row[c++], 32);
     convert_bytes((double)r->total, true, row[c++], 32);
     *nc = c;
@@ -177,7 +179,7 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
             fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
             return 1;
         }
-        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->have_batch);
+        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->act.autocast == ACCEL_BF16, q->have_batch);
     }
     char title[256];
     int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
@@ -187,9 +189,13 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
                  (long long)q->act.seq_len,
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
                  q->act.checkpointing ? ", checkpointed" : "");
-    const char *with[] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units", "Activations", "Total"};
-    const char *without[] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units", "Total"};
-    print_table(title, q->have_batch ? with : without, nc, rows, nr);
+    /* bf16 adds the weights' autocast copies (accel_rank_memory.prepared) */
+    const char *head[TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
+    int h = 5;
+    if (q->act.autocast == ACCEL_BF16) head[h++] = "Weight copies";
+    if (q->have_batch) head[h++] = "Activations";
+    head[h++] = "Total";
+    print_table(title, head, nc, rows, nr);
     return 0;
 }
 
@@ -331,24 +337,30 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     accel_init_empty_weights_begin();
     accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
+    /* Accelerate builds AutoModel, Llama's body without lm_head (its table's
+     * weights); training (the per-rank table) also holds an untied lm_head. */
     static const char *const no_split[] = {"LlamaDecoderLayer"};
-    int64_t total = 0, largest = 0;
-    if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK) {
+    int64_t total = 0, largest = 0, body = 0, body_largest = 0;
+    if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
+        accel_calculate_maximum_sizes(accel_module_find(m, "model"), no_split, 1, &body, &body_largest) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         accel_module_free(m);
         return 1;
     }
     accel_module_free(m);
+    /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
+     * accel's Llama computes instead of keeping */
+    body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
     static const double div[] = {1, 2, 4, 8};
     char rows[16][TABLE_MAX_COLS][32];
     for (int r = 0; r < ndt; r++) {
         int k = dts[r];
         snprintf(rows[r][0], 32, "%s", DTYPES[k]);
-        convert_bytes((double)largest / div[k], k == 0, rows[r][1], 32);
-        convert_bytes((double)total / div[k], k == 0, rows[r][2], 32);
+        convert_bytes((double)body_largest / div[k], k == 0, rows[r][1], 32);
+        convert_bytes((double)body / div[k], k == 0, rows[r][2], 32);
         /* Training using Adam: max(model, optimizer, gradients, step) */
-        if (k == 0) convert_bytes(4.0 * (double)total, true, rows[r][3], 32);
-        else if (k == 1) convert_bytes(2.0 * (double)total, true, rows[r][3], 32);
+        if (k == 0) convert_bytes(4.0 * (double)body, true, rows[r][3], 32);
+        else if (k == 1) convert_bytes(2.0 * (double)body, true, rows[r][3], 32);
         else snprintf(rows[r][3], 32, "N/A");
     }
     char title[600];

@@ -230,6 +230,10 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
     if (L->project_dir) env_add(e, "ACCEL_PROJECT_DIR", L->project_dir);
     char err[1024];
+    if (!launch_export_fp8(e, ls, cv_get(cfg, "fp8_config"), !strcmp(L->mixed_precision, "fp8"), err, sizeof err)) {
+        fprintf(stderr, "accel launch: error: %s\n", err);
+        return false;
+    }
     if (L->fsdp && !launch_export_fsdp(e, ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;

@@ -192,11 +192,15 @@ void accel_step_reset(void) {
     int n = accel__backends(b, ACCEL_DEV_TYPE_COUNT);
     for (int i = 0; i < n; i++)
         for (int d = 0; d < b[i]->device_count(); d++) b[i]->mem.step_reset(d);
-    if (tl_step_arena) accel_arena_reset(tl_step_arena);
+    if (tl_step_arena) {
+        accel__prepared_sweep(); /* prepared forms released while this step's tape could read them */
+        accel_arena_reset(tl_step_arena);
+    }
 }
 
 void accel_thread_cleanup(void) {
     accel__bounce_free();
+    if (tl_step_arena) accel__prepared_sweep();
     accel_arena_destroy(tl_step_arena);
     tl_step_arena = NULL;
 }

@@ -54,6 +54,7 @@ void accel__bounce_free(void);
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);
 
-#include "core/philox.h" /* accel__philox, accel__u32_to_unit */
+#include "core/philox.h"   /* accel__philox, accel__u32_to_unit */
+#include "core/prepared.h" /* storage versions (accel__storage_written), prepared weights */
 
 #endif

@@ -56,7 +56,9 @@ static accel_status draw(const char *op, accel_rng *r, accel_tensor *t, accel_k_
     /* the offsets are taken before the kernel runs, so concurrent draws get disjoint values */
     uint64_t base = reserve(r, (uint64_t)accel_numel(t));
     accel_k_rng k = {.out = t, .kind = kind, .seed = seed_of(r), .offset = base, .a = a, .b = b};
-    return ACCEL_KERNEL(op, t->device, rng, &k);
+    accel_status st = ACCEL_KERNEL(op, t->device, rng, &k);
+    accel__tensor_written(t);
+    return st;
 }
 
 accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std) {

@@ -152,8 +152,11 @@ static void *alloc_zeroed(const accel_backend *be, accel_device dev, size_t nb) 
     return p;
 }
 
-/* Frees t's data if t owns it (persistent tensors), through its device's backend. */
+/* Frees t's data if t owns it (persistent tensors), through its device's
+ * backend. Every caller is replacing or freeing t's storage: what was
+ * prepared from the old bytes goes too. */
 static void free_owned(accel_tensor *t) {
+    accel__prepared_release(t);
     if (!(t->flags & ACCEL_TF_OWNS_DATA)) return;
     const accel_backend *be = accel__backend_of(t->device);
     ACCEL_ASSERT(be != NULL);
@@ -466,7 +469,7 @@ accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y) {
 /* ---- moving bytes between devices */
 
 /* n bytes from src (on device from) to dst (on device to), contiguous both. */
-accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n) {
+static accel_status move_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n) {
     const accel_backend *bt = accel__backend_for(to, "accel_copy_"), *bf = accel__backend_for(from, "accel_copy_");
     if (!bt || !bf) return accel_last_status();
     if (n == 0) return ACCEL_OK;
@@ -479,6 +482,12 @@ accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, co
     accel_status st = bf->mem.copy_to_host(from.index, h, src, n);
     if (st == ACCEL_OK) st = bt->mem.copy_to_device(to.index, dst, h, n);
     accel_free(h);
+    return st;
+}
+
+accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n) {
+    accel_status st = move_bytes(to, dst, from, src, n);
+    accel__storage_written(dst, n); /* a failed copy may have written part */
     return st;
 }
 
@@ -621,6 +630,14 @@ accel_status accel_to_int64s(const accel_tensor *t, int64_t *out) {
     return to_host_as(t, ACCEL_I64, out, "accel_to_int64s");
 }
 
+/* dst = src by dst's device's copy kernel (any dtypes, strides). */
+static accel_status copy_kernel(accel_tensor *dst, const accel_tensor *src) {
+    accel_k_copy k = {.out = dst, .in = (accel_tensor *)src};
+    accel_status st = ACCEL_KERNEL("accel_copy_", dst->device, copy, &k);
+    accel__tensor_written(dst);
+    return st;
+}
+
 /* dst = src across two devices: src made contiguous on its device, its bytes
  * moved, then converted/scattered on dst's device when dst needs it. */
 static accel_status copy_across(accel_tensor *dst, const accel_tensor *src) {
@@ -631,8 +648,7 @@ static accel_status copy_across(accel_tensor *dst, const accel_tensor *src) {
     accel_tensor *tmp = accel_empty_on(s->dtype, s->ndim, s->shape, dst->device);
     if (!tmp || accel__copy_bytes(dst->device, tmp->data, s->device, s->data, accel_nbytes(s)) != ACCEL_OK)
         return accel_last_status();
-    accel_k_copy k = {.out = dst, .in = tmp};
-    return ACCEL_KERNEL("accel_copy_", dst->device, copy, &k);
+    return copy_kernel(dst, tmp);
 }
 
 accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
@@ -648,15 +664,16 @@ accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
         return accel_set_error(ACCEL_ERR_DEVICE, "accel_copy_: source is on meta (it has no data)");
     if (accel_numel(dst) == 0) return ACCEL_OK;
     if (!accel_device_eq(dst->device, src->device)) return copy_across(dst, src);
-    accel_k_copy k = {.out = dst, .in = (accel_tensor *)src};
-    return ACCEL_KERNEL("accel_copy_", dst->device, copy, &k);
+    return copy_kernel(dst, src);
 }
 
 accel_status accel_fill_(accel_tensor *t, double v) {
     if (!accel_tensor_check(t, "accel_fill_", "t")) return accel_last_status();
     if (t->device.type == ACCEL_DEV_META || accel_numel(t) == 0) return ACCEL_OK;
     accel_k_fill k = {.out = t, .value = v};
-    return ACCEL_KERNEL("accel_fill_", t->device, fill, &k);
+    accel_status st = ACCEL_KERNEL("accel_fill_", t->device, fill, &k);
+    accel__tensor_written(t);
+    return st;
 }
 
 accel_status accel_zero_(accel_tensor *t) {
@@ -664,7 +681,10 @@ accel_status accel_zero_(accel_tensor *t) {
     if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
     if (accel_is_contiguous(t)) {
         const accel_backend *be = accel__backend_for(t->device, "accel_zero_");
-        return be ? be->mem.memset(t->device.index, t->data, 0, accel_nbytes(t)) : accel_last_status();
+        if (!be) return accel_last_status();
+        accel_status st = be->mem.memset(t->device.index, t->data, 0, accel_nbytes(t));
+        accel__tensor_written(t);
+        return st;
     }
     return accel_fill_(t, 0.0);
 }

@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/prepared.h"
 #include "dist/backend.h"
 #include "dist/claim.h"
 #include "dist/slurm.h"
@@ -420,6 +421,26 @@ static accel_status run_call(accel_pg *pg, const call *c) {
     return accel_set_error(ACCEL_ERR_STATE, "accel dist: unknown collective");
 }
 
+/* The bytes a call writes at c->buf (0 for the bytes ops, which allocate). */
+static size_t written_bytes(const accel_pg *pg, const call *c) {
+    size_t es = c->kind < K_BARRIER ? accel_dtype_size(c->dt) : 0, n = c->count;
+    switch (c->kind) {
+    case K_ALL_GATHER:
+    case K_GATHER:
+        return n * (size_t)pg->size * es;
+    case K_ALL_GATHERV:
+        n = 0;
+        for (int r = 0; r < pg->size; r++) n += c->counts[r];
+        return n * es;
+    case K_ALL_REDUCE:
+    case K_BROADCAST:
+    case K_REDUCE_SCATTER:
+        return n * es;
+    default:
+        return 0;
+    }
+}
+
 /* Runs one call on this thread; on a communication failure the group is
  * marked broken so that every later call fails fast with the same message. */
 static accel_status exec_call(accel_pg *pg, const call *c) {
@@ -430,6 +451,9 @@ static accel_status exec_call(accel_pg *pg, const call *c) {
     accel_status st = ACCEL_OK;
     if (pg->debug && pg->size > 1) st = debug_check(pg, c);
     if (st == ACCEL_OK) st = run_call(pg, c);
+    /* the receive buffer may be a parameter's (broadcast at prepare, ZeRO's
+     * all-gather after the step): its storage version moves (core/prepared.h) */
+    accel__storage_written(c->buf, written_bytes(pg, c));
     if (st != ACCEL_OK && st != ACCEL_ERR_OOM) {
         pg->broken = st;
         snprintf(pg->broken_msg, sizeof pg->broken_msg, "%s", accel_last_error());

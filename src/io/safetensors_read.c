@@ -473,6 +473,7 @@ accel_status accel__st_load_into(const accel_st_info *in, const char *file, acce
     if (!host && in->nbytes > 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: destination for '%s' has no memory", op, in->name);
     convert_range(host, dst->dtype, in, 0, st_numel(in));
+    accel__tensor_written(dst);
     return ACCEL_OK;
 }
 

@@ -102,6 +102,30 @@ static accel_tensor *converted(accel_tensor *t, accel_dtype dt) {
     return c;
 }
 
+/* The form of a prepared weight: its rounded copy in key->dt, or (the CPU
+ * without bf16 units) those rounded values widened back to f32, through a
+ * step copy given back at once (the form is persistent, the step keeps
+ * nothing of it). */
+static accel_status fill_mm_form(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
+    if (key->kind == ACCEL__FORM_CAST) return accel_copy_(dst, src);
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    accel_tensor *r = converted(src, key->dt);
+    accel_status st = r ? accel_copy_(dst, r) : accel_last_status();
+    accel_arena_rewind(a, m);
+    return st;
+}
+
+/* t's operand from its prepared forms (core/prepared.h) into *form: made
+ * once per version of a weight, not per call. *form NULL when t holds none
+ * (a step tensor, or this step still reads an older form). */
+static accel_status prepared_operand(accel_tensor *t, accel_dtype dt, bool widen, accel_tensor **form) {
+    accel__form_key key = {.kind = widen ? ACCEL__FORM_ROUNDED_F32 : ACCEL__FORM_CAST, .dt = dt};
+    *form = NULL;
+    if (t->dtype != ACCEL_F32 || dt == ACCEL_F32 || (t->flags & ACCEL_TF_ARENA)) return ACCEL_OK;
+    return accel__prepared_get(t, &key, widen ? ACCEL_F32 : dt, fill_mm_form, form);
+}
+
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
     if (accel_autocast_dtype() == ACCEL_F32) return accel__contig(t);
     /* Where the CPU GEMM provider of dt multiplies in f32 (OpenBLAS: no
@@ -112,7 +136,11 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
      * torch.autocast multiplies), and forward and backward run sgemm on it
      * without conversions. A provider that multiplies dt itself (oneDNN on
      * AMX / AVX512-BF16) gets dt. */
-    if (t->device.type == ACCEL_DEV_CPU && !accel__gemm_native(dt)) {
+    bool widen = t->device.type == ACCEL_DEV_CPU && !accel__gemm_native(dt);
+    accel_tensor *form;
+    if (prepared_operand(t, dt, widen, &form) != ACCEL_OK) return NULL;
+    if (form) return form;
+    if (widen) {
         accel_tensor *r = t->dtype == dt ? t : converted(t, dt);
         return r ? converted(r, ACCEL_F32) : NULL;
     }

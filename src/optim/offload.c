@@ -11,16 +11,16 @@
  * buffer of n_blocks blocks whatever the state's size.
  *
  * The file (one per optimizer, named after its tag) is created in the
- * directory given, its space reserved with posix_fallocate as segments are
- * laid out (a full disk fails there, before any step), and removed when the
- * state leaves it. A segment's state is a range of it: kind k of segment s at
+ * directory given and unlinked at once (so the space of a killed process's
+ * state goes back to the disk with the process: no stale files), its space
+ * reserved with posix_fallocate as segments are laid out (a full disk fails
+ * there, before any step), and freed when the state leaves it. A segment's state is a range of it: kind k of segment s at
  * elements [s->file_off + k * numel, + numel). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "optim_internal.h"
@@ -103,15 +103,18 @@ static accel_status file_open(accel__offload *o, const char *dir, const char *ta
 
 int accel__swap_create(const char *dir, const char *prefix, const char *tag, const char *section, const char *what,
                        char **path) {
-    static int serial; /* several files of one process: one name each */
     size_t len = strlen(dir) + strlen(prefix) + strlen(tag ? tag : "") + 64;
     *path = accel_malloc(len);
     if (!*path) return -1;
-    snprintf(*path, len, "%s/%s_%s_%ld_%d.swp", dir, prefix, tag ? tag : "", (long)getpid(), serial++);
-    int fd = open(*path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* a name of its own, new (O_EXCL), mode 0600: whatever else is in the
+     * directory, and whichever thread asks */
+    snprintf(*path, len, "%s/%s_%s_%ld_XXXXXX.swp", dir, prefix, tag ? tag : "", (long)getpid());
+    int fd = mkostemps(*path, 4, O_CLOEXEC);
     if (fd < 0)
         accel_set_error(ACCEL_ERR_IO, "%s: cannot create the %s file %s: %s (nvme_path must be a writable "
                         "directory)", section, what, *path, strerror(errno));
+    else /* nameless from here on: a killed process's space goes with it, as its memory would */
+        unlink(*path);
     return fd;
 }
 
@@ -130,10 +133,7 @@ accel_status accel__swap_reserve(int fd, const char *path, int64_t at, int64_t n
 
 void accel__offload_free(accel__offload *o) {
     if (!o) return;
-    if (o->fd >= 0) {
-        close(o->fd);
-        unlink(o->path);
-    }
+    if (o->fd >= 0) close(o->fd);
     accel_free(o->path);
     accel_free(o->buf);
     accel_free(o);
@@ -258,10 +258,6 @@ accel_status accel__offload_check(const accel_optimizer *opt) {
         return accel_set_error(o->broken, "%s: an earlier step failed part-way, so the optimizer state (in %s) no "
                                "longer matches the parameters; load the last checkpoint (load_state)", FN,
                                o->path ? o->path : "host memory");
-    struct stat sb;
-    if (o->fd >= 0 && (fstat(o->fd, &sb) || sb.st_nlink == 0))
-        return accel_set_error(ACCEL_ERR_IO, "%s: the optimizer state file %s was removed while training (the state "
-                               "is still readable: save_state works; restart from that checkpoint)", FN, o->path);
     return ACCEL_OK;
 }
 

@@ -79,10 +79,12 @@ typedef struct accel__offload_opts {
 } accel__offload_opts;
 
 /* A swap file for state kept on disk (offload_optimizer / offload_param
- * nvme): creates <dir>/<prefix>_<tag>_<pid>_<n>.swp, new, mode 0600, and
- * returns its descriptor with its name in *path (owned by the caller, set even
- * on failure), or -1 and an error naming section ("offload_optimizer"), what
- * ("optimizer state") and the file. */
+ * nvme): creates <dir>/<prefix>_<tag>_<pid>_<6 random>.swp, new, mode 0600, and
+ * unlinks it (its space is freed when the descriptor closes, also when the
+ * process is killed); returns its descriptor with the name it had in *path
+ * (for messages; owned by the caller, set even on failure), or -1 and an
+ * error naming section ("offload_optimizer"), what ("optimizer state") and
+ * the file. */
 int accel__swap_create(const char *dir, const char *prefix, const char *tag, const char *section, const char *what,
                        char **path);
 /* Reserves bytes [at, at + n) of the file (posix_fallocate), so a full disk
@@ -97,7 +99,7 @@ accel_status accel__optimizer_set_offload(accel_optimizer *opt, const accel__off
 void accel__offload_free(struct accel__offload *o);
 /* The step of segment s through its home: block by block on the host. */
 accel_status accel__offload_update(accel_optimizer *opt, accel__segment *s, accel_tensor *p, accel_tensor *g);
-/* Before a step: the state file still exists (it was not removed under us). */
+/* Before a step: no earlier step failed part-way (the state still matches the parameters). */
 accel_status accel__offload_check(const accel_optimizer *opt);
 /* State kind k of segment s as a tensor: a view of its buffer, or (in a
  * file) a host copy of its own. NULL + error. */

@@ -237,12 +237,16 @@ accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment 
         accel_k_sgd k = {.p = p, .g = g, .buf = m, .lr = (float)h->lr,
                          .weight_decay = (float)h->weight_decay, .momentum = (float)h->momentum,
                          .dampening = (float)h->dampening, .first = s->step == 1, .nesterov = h->nesterov};
-        return ACCEL_KERNEL("accel_optimizer_step", p->device, sgd, &k);
+        accel_status st = ACCEL_KERNEL("accel_optimizer_step", p->device, sgd, &k);
+        accel__tensor_written(p);
+        return st;
     }
     accel_k_adam k = {.p = p, .g = g, .m = m, .v = v, .lr = h->lr, .beta1 = h->beta1,
                       .beta2 = h->beta2, .eps = h->eps, .weight_decay = h->weight_decay, .step = s->step,
                       .decoupled = opt->kind == ACCEL_OPTIM_ADAMW};
-    return ACCEL_KERNEL("accel_optimizer_step", p->device, adam, &k);
+    accel_status st = ACCEL_KERNEL("accel_optimizer_step", p->device, adam, &k);
+    accel__tensor_written(p); /* p: a parameter, a flat buffer or a host block of one: every view sees it */
+    return st;
 }
 
 accel_status accel_optimizer_step(accel_optimizer *opt) {

@@ -1,0 +1,89 @@
+/* Storage versions and the prepared-weight cache (internal).
+ *
+ * Version. Every write that the library makes to a tensor's storage (kernels
+ * into a caller's tensor, byte copies, collectives' receive buffers, host
+ * pointers handed out for writing, optimizer updates) reports the bytes it
+ * wrote with accel__storage_written. The counter lives with the storage, not
+ * the header: a write through any view, or through a flat buffer that a
+ * parameter was rebound into, bumps the version of every tensor whose bytes
+ * it overlaps (as torch's _version, shared by a tensor and its views). Only
+ * tensors that hold prepared forms (or whose version was asked for) are
+ * tracked, in a registry of byte ranges; a write elsewhere costs one
+ * comparison with the registry's envelope.
+ *
+ * Tracked tensors are persistent ones with heap headers (accel_tensor_new,
+ * parameters, buffers, mappings); a header copied from one (a stack view)
+ * shares nothing and prepares nothing.
+ *
+ * Prepared forms. A persistent f32 tensor (a weight) may own up to
+ * ACCEL__PREPARED_FORMS prepared forms: its autocast copy, or that copy
+ * widened back to f32 for a CPU without bf16 units. A form is rebuilt only
+ * when the owner's version moved since it was built, so forward, backward and
+ * every micro-batch of gradient accumulation share one conversion per
+ * optimizer step. Memory: one copy per weight per form, persistent, on the
+ * weight's device (accel__prepared_bytes). The forms are freed with their
+ * owner (accel_tensor_free), or when its storage is replaced (rebind, move,
+ * materialise); a form that the current step's tape may still read is freed
+ * at that thread's next accel_step_reset instead. */
+#ifndef ACCEL_CORE_PREPARED_H
+#define ACCEL_CORE_PREPARED_H
+
+#include <stdint.h>
+
+#include "accel/core.h"
+
+#define ACCEL__PREPARED_FORMS 4
+
+/* A tracked storage: its version and the forms prepared from it (prepared.c). */
+typedef struct accel__prepared accel__prepared;
+
+/* What a form is: its kind (ACCEL__FORM_*) and the dtype it was rounded to. */
+enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2 };
+typedef struct accel__form_key {
+    int kind;
+    accel_dtype dt;
+} accel__form_key;
+
+/* Reports that bytes [p, p + n) of some device's memory were written. */
+void accel__storage_written(const void *p, size_t n);
+/* accel__storage_written over every byte t's elements occupy (any strides). */
+void accel__tensor_written(const accel_tensor *t);
+
+/* t's storage version (starts tracking t). 0 for a tensor that cannot be
+ * tracked (a step tensor, meta). */
+uint64_t accel__tensor_version(accel_tensor *t);
+
+/* Fills dst (owner's shape, the form's dtype) with the form of src. */
+typedef accel_status (*accel__form_fill)(accel_tensor *dst, accel_tensor *src, const accel__form_key *key);
+
+/* The form `key` of owner (dtype form_dt), built with fill when absent or
+ * older than owner's storage: into *out, a persistent tensor owned by owner,
+ * valid until owner's storage is written. *out is NULL (ACCEL_OK) when
+ * owner cannot hold forms (not a contiguous persistent tensor with storage)
+ * or when the stale form may still be read by the current step's tape and
+ * no other slot is free: the caller then converts into the step arena. */
+accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
+                                 accel__form_fill fill, accel_tensor **out);
+
+/* Frees t's forms and stops tracking t (its storage is being replaced or
+ * freed). Called by core/tensor.c. */
+void accel__prepared_release(accel_tensor *t);
+/* Frees the forms released during the calling thread's step that is ending
+ * (accel_step_reset, accel_thread_cleanup). */
+void accel__prepared_sweep(void);
+
+/* Whether accel__prepared_get prepares forms (default: on, unless the
+ * environment has ACCEL_WEIGHT_CACHE=0). Off, every call converts into the
+ * step arena as before (A/B benchmarks, and the tests' uncached reference).
+ * Returns the previous setting. */
+bool accel__prepared_set_enabled(bool on);
+
+/* Process-wide: bytes held in forms, and how many builds and hits so far. */
+typedef struct accel__prepared_stats {
+    int64_t bytes;
+    uint64_t builds;
+    uint64_t hits;
+} accel__prepared_stats;
+accel__prepared_stats accel__prepared_stats_get(void);
+
+#endif
