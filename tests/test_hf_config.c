@@ -89,7 +89,15 @@ static void test_errors(void) {
                  "hidden_size (60) is not a multiple of num_attention_heads (8)");
     expect_error("t18.json", "{\"head_dim\": 7}", ACCEL_ERR_FORMAT, "head_dim");
     expect_error("t19.json", "{\"vocab_size\": 0}", ACCEL_ERR_FORMAT, "'vocab_size' must be a positive integer");
+    /* null for a size transformers has no default for is refused (it read as
+     * accel's default, 4096 hidden); null head counts/dims derive as there */
+    expect_error("t21.json", "{\"hidden_size\": null}", ACCEL_ERR_FORMAT, "'hidden_size' is null");
+    expect_error("t22.json", "{\"num_hidden_layers\": null}", ACCEL_ERR_FORMAT,
+                 "'num_hidden_layers' is null; it must be a non-negative integer");
     accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("t23.json", "{\"num_attention_heads\": 4, \"num_key_value_heads\": null, "
+                                                        "\"head_dim\": null, \"hidden_size\": 64}"), &c) == ACCEL_OK);
+    CHECK(c.num_key_value_heads == 4 && c.head_dim == 0); /* 0: hidden_size / heads */
     CHECK(accel_llama_config_load(write_cfg("t20.json", "{\"num_hidden_layers\": 65536}"), &c) == ACCEL_OK);
     CHECK(accel_llama_config_load("/nonexistent/config.json", &c) == ACCEL_ERR_IO);
     CHECK_STR_CONTAINS(accel_last_error(), "/nonexistent/config.json: no such file");

@@ -16,10 +16,19 @@ static accel_status bad_type(const char *file, const char *key, const char *want
     return accel_set_error(ACCEL_ERR_FORMAT, "%s: '%s' must be %s", file, key, want);
 }
 
-/* Positive integer key; absent/null keeps *out. */
-static accel_status get_int(json_t *root, const char *file, const char *key, int64_t *out, bool allow_zero) {
+/* Positive integer key; absent keeps *out. null keeps it only where
+ * transformers' LlamaConfig derives the value from None (num_key_value_heads,
+ * head_dim); for a size it has no default for, null would build a model of
+ * accel's default size instead of the one the file describes. */
+static accel_status get_int(json_t *root, const char *file, const char *key, int64_t *out, bool allow_zero,
+                            bool null_ok) {
     json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return ACCEL_OK;
+    if (!v) return ACCEL_OK;
+    if (json_is_null(v)) {
+        if (null_ok) return ACCEL_OK;
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: '%s' is null; it must be %s", file, key,
+                               allow_zero ? "a non-negative integer" : "a positive integer");
+    }
     if (!json_is_integer(v) || json_integer_value(v) < (allow_zero ? 0 : 1))
         return bad_type(file, key, allow_zero ? "a non-negative integer" : "a positive integer");
     *out = json_integer_value(v);
@@ -93,14 +102,14 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
                               .attention_bias = false,
                               .mlp_bias = false,
                               .torch_dtype = ACCEL_F32};
-    if (get_int(root, file, "vocab_size", &c->vocab_size, false) ||
-        get_int(root, file, "hidden_size", &c->hidden_size, false) ||
-        get_int(root, file, "intermediate_size", &c->intermediate_size, false) ||
-        get_int(root, file, "num_hidden_layers", &c->num_hidden_layers, true) ||
-        get_int(root, file, "num_attention_heads", &c->num_attention_heads, false) ||
-        get_int(root, file, "num_key_value_heads", &c->num_key_value_heads, false) ||
-        get_int(root, file, "head_dim", &c->head_dim, false) ||
-        get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false) ||
+    if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
+        get_int(root, file, "hidden_size", &c->hidden_size, false, false) ||
+        get_int(root, file, "intermediate_size", &c->intermediate_size, false, false) ||
+        get_int(root, file, "num_hidden_layers", &c->num_hidden_layers, true, false) ||
+        get_int(root, file, "num_attention_heads", &c->num_attention_heads, false, false) ||
+        get_int(root, file, "num_key_value_heads", &c->num_key_value_heads, false, true) ||
+        get_int(root, file, "head_dim", &c->head_dim, false, true) ||
+        get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false, false) ||
         get_real(root, file, "rms_norm_eps", &c->rms_norm_eps) ||
         get_real(root, file, "rope_theta", &c->rope_theta) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
