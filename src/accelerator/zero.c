@@ -10,7 +10,8 @@
  * to 1/N. Saved state is consolidated into the user's per-tensor vocabulary
  * (the same file DDP writes), so checkpoints load at any world size.
  *
- * Every stage runs on any device: the shard's parameters, gradients and
+ * Every stage runs on any device (stage 3's offload_param excepted: refused
+ * for a device model, refuse_device_param_offload): the shard's parameters, gradients and
  * state live on the model's device and are updated by its backend's kernels;
  * the collectives stage through host memory where the device needs it
  * (staging.c; stage 3's own in zero3.c), and the consolidated state is host
@@ -105,11 +106,14 @@ static accel_status gather_shards(accel_accelerator *acc, accel__model *pm, cons
     accel_status st = ACCEL_OK;
     for (int k = 0; k < pm->n_units && !st; k++) {
         const accel__unit *u = &pm->units[k];
-        if (acc->shard_world > 1)
+        if (acc->shard_world > 1) {
+            /* the collective reports its receive buffer written (dist.c) */
             st = accel_pg_all_gather(acc->shard_pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
-        else memcpy(full + u->lo, local + u->zoff, (size_t)u->shard * sizeof(float));
-        /* the parameters' memory: what was prepared from it is stale (core/prepared.h) */
-        accel__storage_written(full + u->lo, (size_t)u->shard * (size_t)acc->shard_world * sizeof(float));
+        } else {
+            memcpy(full + u->lo, local + u->zoff, (size_t)u->shard * sizeof(float));
+            /* the parameters' memory: what was prepared from it is stale (core/prepared.h) */
+            accel__storage_written(full + u->lo, (size_t)u->shard * sizeof(float));
+        }
     }
     return st;
 }
