@@ -151,13 +151,12 @@ static accel_status offload_parse(const char *dev, const char *what, accel__offl
 /* One setting from the code, else the JSON, else the environment; the JSON
  * and the environment (the launcher's flags) must agree when both give it:
  * a device name in any case, a path exactly. */
-static accel_status pick(const char *api, const char *json, const char *env_name, const char *what,
+static accel_status pick(const char *api, const char *json, const char *env_name, const char *what, bool exact,
                          const char **out) {
     const char *e = env(env_name);
     json = json && *json ? json : NULL;
     *out = api ? api : json ? json : e;
-    bool path = strstr(what, "nvme_path") != NULL;
-    if (!api && json && e && (path ? strcmp(json, e) : strcasecmp(json, e)))
+    if (!api && json && e && (exact ? strcmp(json, e) : strcasecmp(json, e)))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: the DeepSpeed config says \"%s\", %s says \"%s\"",
                                what, json, env_name, e);
     return ACCEL_OK;
@@ -195,12 +194,13 @@ static accel_status read_offload(const accel_accelerator_opts *o, const offload_
                                  accel__offload_cfg *c) {
     const char *od, *op, *pd, *pp;
     accel_status st = pick(o->offload_optimizer_device, g->opt_dev, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE",
-                           "offload_optimizer.device", &od);
+                           "offload_optimizer.device", false, &od);
     if (!st) st = pick(o->offload_optimizer_nvme_path, g->opt_path, "ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH",
-                       "offload_optimizer.nvme_path", &op);
-    if (!st) st = pick(o->offload_param_device, g->param_dev, "ACCEL_OFFLOAD_PARAM_DEVICE", "offload_param.device", &pd);
+                       "offload_optimizer.nvme_path", true, &op);
+    if (!st)
+        st = pick(o->offload_param_device, g->param_dev, "ACCEL_OFFLOAD_PARAM_DEVICE", "offload_param.device", false, &pd);
     if (!st) st = pick(o->offload_param_nvme_path, g->param_path, "ACCEL_OFFLOAD_PARAM_NVME_PATH",
-                       "offload_param.nvme_path", &pp);
+                       "offload_param.nvme_path", true, &pp);
     if (!st) st = offload_parse(od, "offload_optimizer.device", &c->optimizer);
     if (!st) st = offload_parse(pd, "offload_param.device", &c->param);
     c->fsdp_params = o->fsdp_offload_params;
