@@ -13,10 +13,18 @@
 
 #include "core_internal.h"
 
+/* A released form that a live tape may read: freed when its step ends. */
+typedef struct grave {
+    accel_tensor *t;
+    const accel_arena *arena;
+    struct grave *next;
+} grave;
+
 typedef struct form {
     accel__form_key key;
     uint64_t version;          /* the owner's version it was built from */
     accel_tensor *t;           /* persistent; NULL: slot free */
+    grave *spare;              /* allocated with t, so dropping t never allocates */
     const accel_arena *arena;  /* the step that last handed it out: its tape may read it */
     uint32_t gen;
 } form;
@@ -28,13 +36,6 @@ struct accel__prepared {
     int slot;                  /* index in the registry */
     form forms[ACCEL__PREPARED_FORMS];
 };
-
-/* A released form that a live tape may read: freed when its step ends. */
-typedef struct grave {
-    accel_tensor *t;
-    const accel_arena *arena;
-    struct grave *next;
-} grave;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_build = PTHREAD_MUTEX_INITIALIZER;
@@ -166,14 +167,15 @@ static void form_handed_out(form *f) {
 static void form_drop(form *f) {
     if (!f->t) return;
     atomic_fetch_sub(&g_bytes, (long long)accel_nbytes(f->t));
-    grave *g = f->arena && in_current_step(f) ? accel_malloc(sizeof *g) : NULL;
-    if (g) {
+    grave *g = f->spare;
+    if (f->arena && in_current_step(f)) {
         g->t = f->t, g->arena = f->arena;
         pthread_mutex_lock(&g_lock);
         g->next = g_graves, g_graves = g;
         pthread_mutex_unlock(&g_lock);
     } else {
         accel_tensor_free(f->t);
+        accel_free(g);
     }
     memset(f, 0, sizeof *f);
 }
@@ -235,8 +237,13 @@ static form *form_slot(accel__prepared *e, const accel__form_key *key) {
 static accel_status form_build(form *f, accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
                                accel__form_fill fill, uint64_t v) {
     if (!f->t) {
-        f->t = accel_tensor_new(form_dt, owner->ndim, owner->shape, owner->device);
-        if (!f->t) return accel_last_status();
+        grave *spare = accel_malloc(sizeof *spare);
+        accel_tensor *t = spare ? accel_tensor_new(form_dt, owner->ndim, owner->shape, owner->device) : NULL;
+        if (!t) {
+            accel_free(spare);
+            return spare ? accel_last_status() : accel_set_error(ACCEL_ERR_OOM, "prepared weight: out of memory");
+        }
+        f->t = t, f->spare = spare;
         f->key = *key;
         atomic_fetch_add(&g_bytes, (long long)accel_nbytes(f->t));
     }

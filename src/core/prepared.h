@@ -8,8 +8,9 @@
  * parameter was rebound into, bumps the version of every tensor whose bytes
  * it overlaps (as torch's _version, shared by a tensor and its views). Only
  * tensors that hold prepared forms (or whose version was asked for) are
- * tracked, in a registry of byte ranges; a write elsewhere costs one
- * comparison with the registry's envelope.
+ * tracked, in a registry of byte ranges; a write outside the registry's
+ * envelope (lowest to highest tracked byte) costs one comparison, one inside
+ * it takes the registry's lock and compares with every tracked range.
  *
  * Tracked tensors are persistent ones with heap headers (accel_tensor_new,
  * parameters, buffers, mappings); a header copied from one (a stack view)
@@ -21,7 +22,7 @@
  * when the owner's version moved since it was built, so forward, backward and
  * every micro-batch of gradient accumulation share one conversion per
  * optimizer step. Memory: one copy per weight per form, persistent, on the
- * weight's device (accel__prepared_bytes). The forms are freed with their
+ * weight's device (accel__prepared_stats_get().bytes). The forms are freed with their
  * owner (accel_tensor_free), or when its storage is replaced (rebind, move,
  * materialise); a form that the current step's tape may still read is freed
  * at that thread's next accel_step_reset instead. */
