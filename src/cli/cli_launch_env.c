@@ -16,14 +16,14 @@
 
 /* A flag's argparse type or action, which also says what a config value must be. */
 typedef enum kind {
-    K_STR,        /* type=str */
-    K_INT,        /* type=int: str(int(v)) */
-    K_FLOAT,      /* type=float: str(float(v)) */
-    K_BOOL,       /* type=str, read with str_to_bool by whoever reads the variable: refused here if it is none */
-    K_CHOICE,     /* type=str, choices */
-    K_STORE_TRUE, /* action="store_true": str(True) */
+    K_STR,         /* type=str */
+    K_INT,         /* type=int: str(int(v)) */
+    K_FLOAT,       /* type=float: str(float(v)) */
+    K_BOOL,        /* type=str that the variable's reader takes through str_to_bool: refused here when it is none */
+    K_CHOICE,      /* type=str, choices */
+    K_STORE_TRUE,  /* action="store_true": str(True) */
     K_STR_TO_BOOL, /* type=str_to_bool: "1" / "0" */
-    K_BOOL3       /* fp8_override_linear_precision: "b,b,b", one variable per GEMM */
+    K_BOOL3        /* fp8_override_linear_precision: "b,b,b", one variable per GEMM */
 } kind;
 
 typedef struct setting {
