@@ -13,8 +13,11 @@
  *     pinned memory allocated once;
  *   - pinned memory failing (as cudaMallocHost can) falls back to plain
  *     memory with the same results;
- *   - the pool under more leases than slots and from several threads. */
+ *   - the pool under more leases than slots and from several threads;
+ *   - the double-buffered path of a backend with asynchronous copies (a test
+ *     backend whose copies run only when their event is waited for). */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +26,12 @@
 #include "accel/accel.h"
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the staged collectives */
+#include "backends/backend.h"
 #include "backends/hostless/hostless.h"
 #include "core/host_stage.h"
 #include "optim/optim_internal.h" /* accel__optimizer_set_offload */
 #include "check.h"
+#include "dispatch_fixture.h"
 
 static const accel_device H0 = {ACCEL_DEV_HOSTLESS, 0};
 static char g_dir[64];
@@ -47,21 +52,6 @@ static void peak_reset(void) {
 }
 static int64_t peak_staged(void) { return counts().peak_bytes - g_live_at_reset; }
 
-/* max |a - b| over the elements of two tensors on any devices (-1 on a size mismatch) */
-static double max_diff(const accel_tensor *a, const accel_tensor *b) {
-    int64_t n = accel_numel(a);
-    if (!a || !b || n != accel_numel(b)) return -1;
-    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
-    double m = -1;
-    if (accel_to_floats(a, x) == ACCEL_OK && accel_to_floats(b, y) == ACCEL_OK) {
-        m = 0;
-        for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - y[i]));
-    }
-    free(x);
-    free(y);
-    return m;
-}
-
 /* ---- a Llama checkpoint of ~0.5 MB: every matrix many chunks long */
 
 static void save_model(void) {
@@ -73,45 +63,15 @@ static void save_model(void) {
     cfg.num_attention_heads = 4;
     cfg.num_key_value_heads = 2;
     cfg.max_position_embeddings = 32;
-    accel_manual_seed(3);
-    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     snprintf(g_model, sizeof g_model, "%s/llama", g_dir);
-    CHECK_MSG(m && accel_save_pretrained(m, g_model, 0) == ACCEL_OK, "%s", accel_last_error());
-    accel_module_free(m);
+    save_llama(&cfg, 3, g_model);
 }
 
-typedef struct loaded {
-    accel_module *m;
-    accel_dispatched *d;
-} loaded;
-
-static const char *const NO_SPLIT[] = {"LlamaDecoderLayer"};
-
-/* The model loaded with map entries (prefix, device) pairs; NULL map: all on the cpu. */
+/* The model loaded with map entries (prefix, device) pairs; none: all on the cpu. */
 static loaded load(const char *const *map_kv, int n_kv, const accel_load_opts *extra) {
-    accel_llama_config cfg;
-    loaded l = {0};
-    if (accel_llama_config_load(g_model, &cfg) != ACCEL_OK) return l;
-    accel_init_empty_weights_begin();
-    l.m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
-    accel_init_empty_weights_end();
-    accel_device_map *map = NULL;
-    if (n_kv) {
-        map = accel_device_map_new();
-        for (int i = 0; i < n_kv; i++) accel_device_map_set(map, map_kv[2 * i], map_kv[2 * i + 1]);
-    }
-    accel_device_map_opts mo = {.no_split = NO_SPLIT, .n_no_split = 1};
-    accel_load_opts lo = extra ? *extra : (accel_load_opts){0};
-    lo.map_opts = &mo;
-    l.d = l.m ? accel_load_checkpoint_and_dispatch(l.m, g_model, map, NULL, NULL, &lo) : NULL;
-    CHECK_MSG(l.d != NULL, "%s", accel_last_error());
-    accel_device_map_free(map);
-    return l;
-}
-
-static void unload(loaded *l) {
-    accel_dispatched_free(l->d);
-    accel_module_free(l->m);
+    accel_device_map *map = n_kv ? accel_device_map_new() : NULL;
+    for (int i = 0; i < n_kv; i++) accel_device_map_set(map, map_kv[2 * i], map_kv[2 * i + 1]);
+    return load_llama(g_model, map, extra);
 }
 
 /* Every tensor of a equals the same tensor of b. */
@@ -130,14 +90,7 @@ static bool same_weights(accel_module *a, accel_module *b) {
 
 static const int64_t IDS[6] = {5, 17, 255, 3, 0, 40};
 
-static accel_tensor *logits_of(loaded *l) {
-    accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 6), IDS);
-    accel_tensor *y = l->d ? accel_llama_forward(l->m, ids, NULL) : NULL;
-    CHECK_MSG(y != NULL, "%s", accel_last_error());
-    accel_tensor *out = y ? accel_tensor_clone_persistent(y, ACCEL_CPU_DEVICE) : NULL;
-    accel_step_reset();
-    return out;
-}
+static accel_tensor *logits_of(loaded *l) { return llama_logits(l, IDS, 6); }
 
 static const char *const ALL_ON_H0[] = {"", "hostless:0"};
 
@@ -384,6 +337,145 @@ static void test_threads_share_the_pool(void) {
     accel_step_reset();
 }
 
+/* ---- the double-buffered path of a device with asynchronous copies: a test
+ * backend on the npu type whose asynchronous copies happen only when an
+ * event after them is waited for, so a staging buffer refilled before its
+ * copy's event was waited for would send the refilled bytes. */
+
+typedef struct pending_copy {
+    void *dst;
+    const void *src;
+    size_t n;
+} pending_copy;
+
+static pending_copy g_queue[256];
+static int g_queued, g_done, g_most_in_flight;
+static int64_t g_npu_live, g_npu_peak;
+
+static void run_until(int upto) {
+    for (; g_done < upto; g_done++) memcpy(g_queue[g_done].dst, g_queue[g_done].src, g_queue[g_done].n);
+}
+
+static int npu_count(void) { return 1; }
+static void *npu_alloc(int index, size_t bytes, size_t align) {
+    (void)index;
+    return accel_malloc_aligned(bytes, align);
+}
+static void npu_free(int index, void *p) {
+    (void)index;
+    accel_free(p);
+}
+static void npu_step_reset(int index) { (void)index; }
+static accel_status npu_memset(int index, void *p, int byte, size_t n) {
+    (void)index;
+    run_until(g_queued);
+    memset(p, byte, n);
+    return ACCEL_OK;
+}
+static accel_status npu_copy(int index, void *dst, const void *src, size_t n) {
+    (void)index;
+    run_until(g_queued); /* a synchronous copy waits for the stream */
+    memcpy(dst, src, n);
+    return ACCEL_OK;
+}
+static accel_status npu_copy_device(int di, void *dst, int si, const void *src, size_t n) {
+    (void)si;
+    return npu_copy(di, dst, src, n);
+}
+static accel_status npu_mem_info(int index, size_t *free_bytes, size_t *total_bytes) {
+    (void)index;
+    *free_bytes = *total_bytes = (size_t)1 << 30;
+    return ACCEL_OK;
+}
+static void *npu_host_alloc(size_t bytes) {
+    size_t *p = malloc(sizeof(max_align_t) + bytes);
+    if (!p) return NULL;
+    *p = bytes;
+    g_npu_live += (int64_t)bytes;
+    if (g_npu_live > g_npu_peak) g_npu_peak = g_npu_live;
+    return (char *)p + sizeof(max_align_t);
+}
+static void npu_host_free(void *q) {
+    if (!q) return;
+    size_t *p = (size_t *)((char *)q - sizeof(max_align_t));
+    g_npu_live -= (int64_t)*p;
+    free(p);
+}
+static accel_stream *npu_stream_new(int index) {
+    (void)index;
+    return (accel_stream *)&g_queue; /* the one stream */
+}
+static void npu_stream_free(int index, accel_stream *s) { (void)index, (void)s; }
+static void npu_set_stream(int index, accel_stream *s) { (void)index, (void)s; }
+static accel_status npu_copy_async(int index, void *dst, const void *src, size_t n, accel_stream *s) {
+    (void)index, (void)s;
+    if (g_queued == (int)(sizeof g_queue / sizeof g_queue[0]))
+        return accel_set_error(ACCEL_ERR_OOM, "npu test backend: copy queue full");
+    g_queue[g_queued++] = (pending_copy){dst, src, n};
+    if (g_queued - g_done > g_most_in_flight) g_most_in_flight = g_queued - g_done;
+    return ACCEL_OK;
+}
+/* An event is the queue position it was recorded at (plus one: never NULL). */
+static accel_event *npu_event_record(int index, accel_stream *s) {
+    (void)index, (void)s;
+    return (accel_event *)(uintptr_t)(g_queued + 1);
+}
+static accel_status npu_event_wait(int index, accel_stream *s, accel_event *e) {
+    (void)index, (void)s, (void)e;
+    return ACCEL_OK;
+}
+static accel_status npu_event_synchronize(int index, accel_event *e) {
+    (void)index;
+    run_until((int)((uintptr_t)e - 1));
+    return ACCEL_OK;
+}
+static void npu_event_free(int index, accel_event *e) { (void)index, (void)e; }
+static accel_status npu_synchronize(int index) {
+    (void)index;
+    run_until(g_queued);
+    return ACCEL_OK;
+}
+
+static const accel_backend NPU_TEST = {
+    .name = "npu",
+    .type = ACCEL_DEV_NPU,
+    .device_count = npu_count,
+    .host_addressable = false,
+    .mem = {.alloc = npu_alloc, .free = npu_free, .step_alloc = npu_alloc, .step_reset = npu_step_reset,
+            .memset = npu_memset, .copy_to_device = npu_copy, .copy_to_host = npu_copy,
+            .copy_device = npu_copy_device, .mem_info = npu_mem_info, .host_alloc = npu_host_alloc,
+            .host_free = npu_host_free},
+    .async = {.stream_new = npu_stream_new, .stream_free = npu_stream_free, .set_stream = npu_set_stream,
+              .copy_to_device_async = npu_copy_async, .copy_to_host_async = npu_copy_async,
+              .event_record = npu_event_record, .event_wait = npu_event_wait,
+              .event_synchronize = npu_event_synchronize, .event_free = npu_event_free,
+              .synchronize = npu_synchronize},
+};
+
+/* f32 from an unaligned host source into a bf16 device buffer of 5.5
+ * chunks: two pinned chunks in flight at once, every copy done on return,
+ * the bytes those of the conversion on the host. */
+static void test_double_buffered_async_copy(void) {
+    CHECK(accel__backend_register(&NPU_TEST) == ACCEL_OK);
+    const accel_device npu = {ACCEL_DEV_NPU, 0};
+    const size_t n = 11 * CHUNK / 4 + 5; /* bf16 elements: 5.5 chunks and a bit */
+    unsigned char *raw = malloc(n * 4 + 1);
+    float *src = malloc(n * 4);
+    uint16_t *want = malloc(n * 2), *dst = npu_alloc(0, n * 2, 64);
+    for (size_t i = 0; i < n; i++) src[i] = (float)i * 0.37f - 100.0f;
+    memcpy(raw + 1, src, n * 4);
+    accel_convert(want, ACCEL_BF16, src, ACCEL_F32, n);
+    CHECK(accel__stage_to_device(npu, dst, raw + 1, ACCEL_F32, ACCEL_BF16, n) == ACCEL_OK);
+    CHECK(g_done == g_queued && g_queued >= 6);
+    CHECK_MSG(g_most_in_flight == 2, "%d copies in flight at most", g_most_in_flight);
+    CHECK_MSG(g_npu_peak == 2 * CHUNK, "%lld pinned bytes", (long long)g_npu_peak);
+    CHECK(memcmp(dst, want, n * 2) == 0);
+    npu_free(0, dst);
+    free(raw);
+    free(src);
+    free(want);
+}
+
 int main(void) {
     if (accel_device_count(ACCEL_DEV_HOSTLESS) < 1) CHECK(accel__hostless_register(2) == ACCEL_OK);
     accel__stage_set_chunk_bytes(CHUNK);
@@ -400,6 +492,7 @@ int main(void) {
     RUN(test_pinned_failure_falls_back);
     RUN(test_pool_overflow);
     RUN(test_threads_share_the_pool);
+    RUN(test_double_buffered_async_copy);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);

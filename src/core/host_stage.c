@@ -232,7 +232,7 @@ accel_status accel__stage_to_device(accel_device dev, void *dst, const void *src
                                     accel_dtype dst_dt, size_t n) {
     size_t ssz = accel_dtype_size(src_dt), dsz = accel_dtype_size(dst_dt), total = n * dsz;
     if (!n) return ACCEL_OK;
-    chunk_ring r;
+    chunk_ring r = {0};
     accel_status st = ring_open(&r, dev, total, "accel__stage_to_device");
     if (st) return st;
     size_t per = r.chunk / dsz; /* elements per chunk */
