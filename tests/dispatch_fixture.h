@@ -10,7 +10,7 @@
 #include "accel/nn.h"
 
 /* max |a - b| over the elements of two tensors on any devices (-1 on a size mismatch) */
-static double max_diff(const accel_tensor *a, const accel_tensor *b) {
+static inline double max_diff(const accel_tensor *a, const accel_tensor *b) {
     int64_t n = accel_numel(a);
     if (!a || !b || n != accel_numel(b)) return -1;
     float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
@@ -25,7 +25,7 @@ static double max_diff(const accel_tensor *a, const accel_tensor *b) {
 }
 
 /* A Llama of cfg with weights drawn from seed, saved (save_pretrained) into dir. */
-static void save_llama(const accel_llama_config *cfg, uint64_t seed, const char *dir) {
+static inline void save_llama(const accel_llama_config *cfg, uint64_t seed, const char *dir) {
     accel_manual_seed(seed);
     accel_module *m = accel_llama_new(cfg, ACCEL_CPU_DEVICE);
     CHECK_MSG(m && accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
@@ -41,7 +41,7 @@ static const char *const FIXTURE_NO_SPLIT[] = {"LlamaDecoderLayer"};
 
 /* The Llama saved in dir, built on meta and loaded with map (freed here;
  * NULL: all on the cpu) and the options of extra, decoder layers unsplit. */
-static loaded load_llama(const char *dir, accel_device_map *map, const accel_load_opts *extra) {
+static inline loaded load_llama(const char *dir, accel_device_map *map, const accel_load_opts *extra) {
     accel_llama_config cfg;
     loaded l = {0};
     if (accel_llama_config_load(dir, &cfg) != ACCEL_OK) return l;
@@ -57,14 +57,14 @@ static loaded load_llama(const char *dir, accel_device_map *map, const accel_loa
     return l;
 }
 
-static void unload(loaded *l) {
+static inline void unload(loaded *l) {
     accel_dispatched_free(l->d);
     accel_module_free(l->m);
 }
 
 /* Logits of the n token ids as a persistent cpu tensor (they come back to
  * the cpu, where the ids are: io_same_device). */
-static accel_tensor *llama_logits(loaded *l, const int64_t *ids, int64_t n) {
+static inline accel_tensor *llama_logits(loaded *l, const int64_t *ids, int64_t n) {
     accel_tensor *x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, n), ids);
     accel_tensor *y = l->d ? accel_llama_forward(l->m, x, NULL) : NULL;
     CHECK_MSG(y != NULL, "%s", accel_last_error());
