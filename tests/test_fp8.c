@@ -12,6 +12,7 @@
 
 #include "accel/accelerator.h"
 #include "accel/nn.h"
+#include "accelerator/accelerator_internal.h"
 #include "accelerator/fp8_scaling.h"
 #include "backends/fp8.h"
 #include "check.h"
@@ -121,16 +122,20 @@ typedef struct ref_operand {
     int rs, cs;
     float scale;
     accel__fp8_format f;
+    bool exact; /* not rounded to fp8 (an overridden GEMM's operand), scale ignored */
 } ref_operand;
+
+static double ref_value(ref_operand o, int i, int k) {
+    float v = o.p[i * o.rs + k * o.cs];
+    return o.exact ? v : fp8_round(v, o.scale, o.f) * (double)(1.0f / o.scale);
+}
 
 static void ref_gemm(double *c, ref_operand a, ref_operand b, int M, int N, int K) {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double acc = 0.0;
-            for (int k = 0; k < K; k++)
-                acc += (double)fp8_round(a.p[m * a.rs + k * a.cs], a.scale, a.f) *
-                       fp8_round(b.p[n * b.rs + k * b.cs], b.scale, b.f);
-            c[m * N + n] = acc * (1.0f / a.scale) * (1.0f / b.scale);
+            for (int k = 0; k < K; k++) acc += ref_value(a, m, k) * ref_value(b, n, k);
+            c[m * N + n] = acc;
         }
 }
 
@@ -162,7 +167,7 @@ static void linear_step(accel_tensor *x, accel_tensor *w, accel_tensor *b, const
     if (!y) return;
     CHECK(y->dtype == ACCEL_F32 && y->ndim == 3 && y->shape[2] == O);
     static double want[R * I > O * I ? R * I : O * I];
-    ref_gemm(want, (ref_operand){xv, I, 1, sx, E4}, (ref_operand){wv, I, 1, sw, E4}, R, O, I);
+    ref_gemm(want, (ref_operand){xv, I, 1, sx, E4, false}, (ref_operand){wv, I, 1, sw, E4, false}, R, O, I);
     for (int i = 0; i < R * O; i++) want[i] += ((const float *)b->data)[i % O];
     CHECK_MSG(worst_error(y->data, want, R * O) < 1e-6, "forward: %g", worst_error(y->data, want, R * O));
     /* the forward's scales moved on, the gradient's not yet */
@@ -171,9 +176,9 @@ static void linear_step(accel_tensor *x, accel_tensor *w, accel_tensor *b, const
 
     accel_tensor *g = accel_from_floats(3, y->shape, dy);
     CHECK(g && accel_backward_with(y, g) == ACCEL_OK);
-    ref_gemm(want, (ref_operand){dy, O, 1, sdy, fdy}, (ref_operand){wv, 1, I, sw, E4}, R, I, O); /* dX = dY W */
+    ref_gemm(want, (ref_operand){dy, O, 1, sdy, fdy, false}, (ref_operand){wv, 1, I, sw, E4, false}, R, I, O); /* dX = dY W */
     CHECK_MSG(worst_error(x->grad->data, want, R * I) < 1e-6, "dX: %g", worst_error(x->grad->data, want, R * I));
-    ref_gemm(want, (ref_operand){dy, 1, O, sdy, fdy}, (ref_operand){xv, 1, I, sx, E4}, O, I, R); /* dW = dY^T X */
+    ref_gemm(want, (ref_operand){dy, 1, O, sdy, fdy, false}, (ref_operand){xv, 1, I, sx, E4, false}, O, I, R); /* dW = dY^T X */
     CHECK_MSG(worst_error(w->grad->data, want, O * I) < 1e-6, "dW: %g", worst_error(w->grad->data, want, O * I));
     for (int o = 0; o < O; o++) { /* the bias gradient from the unquantised dY */
         double s = 0.0;
@@ -321,7 +326,7 @@ static void test_refused(void) {
         {"ACCELERATE_FP8_INTERVAL", "0", "ACCELERATE_FP8_INTERVAL=0 must be an integer in [1, 1048576]"},
         {"ACCELERATE_FP8_BACKEND", "MSAMP", "ACCELERATE_FP8_BACKEND=MSAMP is not supported"},
         {"ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "maybe", "USE_AUTOCAST_DURING_EVAL=maybe is not a boolean"},
-        {"ACCELERATE_FP8_OVERRIDE_WGRAD", "true", "override_linear_precision WGRAD"},
+        {"ACCELERATE_FP8_OVERRIDE_WGRAD", "sure", "ACCELERATE_FP8_OVERRIDE_WGRAD=sure is not a boolean"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         setenv(BAD[i][0], BAD[i][1], 1);
@@ -385,24 +390,23 @@ static void test_recipe_options(void) {
         {{.fp8_backend = "MSAMP"}, ACCEL_ERR_UNSUPPORTED, "fp8_backend=MSAMP is not supported"},
         {{.fp8_use_autocast_during_eval = 2}, ACCEL_ERR_INVALID_ARG,
          "fp8_use_autocast_during_eval=2 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0"},
-        {{.fp8_override_linear_precision = {ACCEL_TRUE, 0, 0}}, ACCEL_ERR_UNSUPPORTED,
-         "override_linear_precision FPROP (fp8_override_linear_precision[0] or ACCELERATE_FP8_OVERRIDE_FPROP"},
-        {{.fp8_override_linear_precision = {0, 0, ACCEL_TRUE}}, ACCEL_ERR_UNSUPPORTED,
-         "override_linear_precision WGRAD"},
+        {{.fp8_override_linear_precision = {3, 0, 0}}, ACCEL_ERR_INVALID_ARG,
+         "fp8_override_linear_precision[0]=3 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         CHECK_MSG(accel__fp8_recipe_resolve(&BAD[i].o, &r) == BAD[i].st, "case %zu", i);
         CHECK_STR_CONTAINS(accel_last_error(), BAD[i].msg);
         accel_clear_error();
     }
-    /* explicit false over a variable that asks for an override */
+    /* override_linear_precision: the variable, and an explicit false over it */
     setenv("ACCELERATE_FP8_OVERRIDE_DGRAD", "1", 1);
     o = accel_accelerator_opts_default();
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "override_linear_precision DGRAD");
-    accel_clear_error();
-    o.fp8_override_linear_precision[1] = ACCEL_FALSE;
     CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(!r.high_precision[ACCEL__FP8_FPROP] && r.high_precision[ACCEL__FP8_DGRAD] &&
+          !r.high_precision[ACCEL__FP8_WGRAD]);
+    o.fp8_override_linear_precision[1] = ACCEL_FALSE, o.fp8_override_linear_precision[2] = ACCEL_TRUE;
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(!r.high_precision[ACCEL__FP8_DGRAD] && r.high_precision[ACCEL__FP8_WGRAD]);
     unsetenv("ACCELERATE_FP8_OVERRIDE_DGRAD");
 
     /* accel_accelerator_new refuses a bad field, and ZeRO, before the device */
@@ -506,6 +510,118 @@ static void test_checkpoint_round_trip(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* override_linear_precision: each flag runs its GEMM on the unrounded
+ * operands (f32 here: no autocast) and leaves the other two in fp8; a
+ * tensor no fp8 GEMM reads is not cast (its amax stays 0). With the
+ * initial scales of 1 the fp8 GEMMs are ~5% off the exact ones, so an
+ * ignored flag fails the 1e-5 bound. */
+static void test_override_precision(void) {
+    static const char *const NAME[3] = {"fprop", "dgrad", "wgrad"};
+    for (int g = 0; g < ACCEL__FP8_GEMMS; g++) {
+        accel__fp8_recipe r = accel__fp8_recipe_default();
+        r.history_len = LEN, r.high_precision[g] = true;
+        accel_tensor *x = param(2, (int64_t[]){R, I}, 3.0f), *w = param(2, (int64_t[]){O, I}, 0.7f);
+        accel_tensor *b = param(1, (int64_t[]){O}, 0.5f), *meta = accel__fp8_meta_new(LEN, ACCEL_CPU_DEVICE);
+        static float dy[R * O];
+        for (int i = 0; i < R * O; i++) dy[i] = 2.0f * rnd();
+        const float *xv = x->data, *wv = w->data;
+        const accel__fp8_format E4 = ACCEL_FP8_E4M3, E5 = ACCEL_FP8_E5M2;
+        const bool hf = g == ACCEL__FP8_FPROP, hd = g == ACCEL__FP8_DGRAD, hw = g == ACCEL__FP8_WGRAD;
+        static double want[R * I > O * I ? R * I : O * I];
+        accel_tensor *y = accel__fp8_linear(x, w, b, meta, r);
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        if (!y) continue;
+        ref_gemm(want, (ref_operand){xv, I, 1, 1.0f, E4, hf}, (ref_operand){wv, I, 1, 1.0f, E4, hf}, R, O, I);
+        for (int i = 0; i < R * O; i++) want[i] += ((const float *)b->data)[i % O];
+        CHECK_MSG(worst_error(y->data, want, R * O) < 1e-5, "%s overridden: forward %g", NAME[g],
+                  worst_error(y->data, want, R * O));
+        CHECK(accel_backward_with(y, accel_from_floats(2, y->shape, dy)) == ACCEL_OK);
+        ref_gemm(want, (ref_operand){dy, O, 1, 1.0f, E5, hd}, (ref_operand){wv, 1, I, 1.0f, E4, hd}, R, I, O);
+        CHECK_MSG(worst_error(x->grad->data, want, R * I) < 1e-5, "%s overridden: dX %g", NAME[g],
+                  worst_error(x->grad->data, want, R * I));
+        ref_gemm(want, (ref_operand){dy, 1, O, 1.0f, E5, hw}, (ref_operand){xv, 1, I, 1.0f, E4, hw}, O, I, R);
+        CHECK_MSG(worst_error(w->grad->data, want, O * I) < 1e-5, "%s overridden: dW %g", NAME[g],
+                  worst_error(w->grad->data, want, O * I));
+        accel_step_reset();
+        accel_tensor *ts[] = {x, w, b, meta};
+        for (int i = 0; i < 4; i++) accel_tensor_free(ts[i]);
+    }
+    /* fprop and wgrad overridden: x feeds no fp8 GEMM, so it is not cast */
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = LEN, r.high_precision[ACCEL__FP8_FPROP] = r.high_precision[ACCEL__FP8_WGRAD] = true;
+    accel_tensor *x = param(2, (int64_t[]){R, I}, 3.0f), *w = param(2, (int64_t[]){O, I}, 0.7f);
+    accel_tensor *meta = accel__fp8_meta_new(LEN, ACCEL_CPU_DEVICE);
+    accel_tensor *y = accel__fp8_linear(x, w, NULL, meta, r);
+    CHECK(y && accel_backward_with(y, accel_ones(ACCEL_F32, ACCEL_SHAPE(R, O))) == ACCEL_OK);
+    const float *mv = meta->data;
+    for (int k = 0; k < LEN; k++) CHECK(accel__fp8_meta_amax((float *)mv, ACCEL__FP8_X)[k * ACCEL__FP8_SLOTS] == 0.0f);
+    CHECK(mv[ACCEL__FP8_X] == 1.0f && mv[ACCEL__FP8_W] == 448.0f / max_abs(w->data, O * I) && mv[ACCEL__FP8_DY] != 1.0f);
+    accel_step_reset();
+    accel_tensor_free(x), accel_tensor_free(w), accel_tensor_free(meta);
+}
+
+/* The metas of model k of acc, on the host, [2][ROWS(H) * SLOTS]. */
+enum { H2 = 4, NM = ACCEL__FP8_META_ROWS(H2) * ACCEL__FP8_SLOTS };
+static void model_metas(accel_module *m, float out[2][NM]) {
+    for (int k = 0; k < 2; k++) meta_values(m, k, out[k]);
+}
+
+/* Two prepared fp8 models, a backward through one of them only: the other's
+ * dY scale and history stay as they were (TE updates the modules that ran),
+ * the first one's move. The cpu refuses mixed_precision='fp8', so the
+ * accelerator is made plain and switched to fp8 the way prepare does it on a
+ * GPU (its fp8 part without the device check); the forwards run under the
+ * fp8 autocast by hand, the backward is accel_accelerator_backward's. The
+ * forward's log does the same for X and W (a forward of one model only). */
+static void test_update_only_models_that_ran(void) {
+    accel_accelerator_opts o = {.cpu = true};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    accel_module *m[2] = {two_fp8_linears(H2), two_fp8_linears(H2)};
+    CHECK(acc && accel_accelerator_prepare_model(acc, m[0]) == ACCEL_OK &&
+          accel_accelerator_prepare_model(acc, m[1]) == ACCEL_OK);
+    acc->mp = ACCEL_MP_FP8;
+    acc->fp8 = accel__fp8_recipe_default();
+    acc->fp8.history_len = H2, acc->fp8.deferred_update = true;
+    for (int k = 0; k < 2; k++) CHECK(accel__fp8_prepare(acc, &acc->models[k]) == ACCEL_OK);
+    float before[2][NM], after[2][NM];
+    for (int step = 0; step < 2; step++) {
+        accel_tensor *y[2];
+        const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&acc->fp8);
+        for (int k = 0; k < 2; k++) y[k] = accel_module_call(m[k], accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 1.0 + k));
+        accel__fp8_autocast_end(prev);
+        for (int k = 0; k < 2; k++)
+            CHECK(accel__fp8_reduce_and_update(NULL, acc->models[k].fp8, ACCEL__FP8_X, 2, acc->fp8, NULL) == ACCEL_OK);
+        model_metas(m[1], before);
+        /* step 0 through both (m[1] gets a dY history), step 1 through m[0] only */
+        accel_tensor *loss = accel_sum_all(y[0]);
+        if (step == 0) loss = accel_add(loss, accel_sum_all(y[1]));
+        CHECK(accel_accelerator_backward(acc, loss) == ACCEL_OK);
+        model_metas(m[1], after);
+        if (step == 0) CHECK(after[0][ACCEL__FP8_DY] != before[0][ACCEL__FP8_DY]);
+        else CHECK_MSG(!memcmp(before, after, sizeof before), "the model outside the loss had its dY scaling updated");
+        accel_step_reset();
+    }
+    float m0[2][NM];
+    model_metas(m[0], m0);
+    CHECK(m0[0][2 * ACCEL__FP8_SLOTS + (H2 - 1) * ACCEL__FP8_SLOTS + ACCEL__FP8_DY] > 0.0f); /* m[0] updated */
+
+    /* a forward of m[0] alone: m[1]'s X and W stay */
+    accel__fp8_state *s1 = acc->models[1].fp8;
+    model_metas(m[1], before);
+    const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&acc->fp8);
+    accel__fp8_log *lprev = accel__fp8_log_begin(&s1->forward);
+    CHECK(accel_module_call(m[0], accel_ones(ACCEL_F32, ACCEL_SHAPE(16, 32))) != NULL);
+    accel__fp8_log_end(lprev);
+    accel__fp8_autocast_end(prev);
+    for (int k = 0; k < s1->n; k++) CHECK(!accel__fp8_log_has(&s1->forward, s1->metas[k]));
+    CHECK(accel__fp8_reduce_and_update(NULL, s1, ACCEL__FP8_X, 2, acc->fp8, &s1->forward) == ACCEL_OK);
+    model_metas(m[1], after);
+    CHECK(!memcmp(before, after, sizeof before));
+    accel_step_reset();
+    accel_accelerator_free(acc);
+    for (int k = 0; k < 2; k++) accel_module_free(m[k]);
+}
+
 int main(void) {
     RUN(test_known_codes);
     RUN(test_round_trips);
@@ -517,5 +633,7 @@ int main(void) {
     RUN(test_recipe_options);
     RUN(test_check_devices);
     RUN(test_checkpoint_round_trip);
+    RUN(test_override_precision);
+    RUN(test_update_only_models_that_ran);
     return check_summary();
 }

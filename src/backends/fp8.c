@@ -83,8 +83,9 @@ static void quantize_cpu(uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
     float m = *accel__fp8_meta_amax(meta, slot);
     for (int64_t i = 0; i < rows * cols; i++) {
         m = fmaxf(m, fabsf(x[i])); /* fmaxf drops a NaN, as the GPU's */
-        q[i] = accel__fp8_encode(x[i] * s, f);
-        if (q_t) q_t[(i % cols) * rows + i / cols] = q[i];
+        uint8_t b = accel__fp8_encode(x[i] * s, f);
+        if (q) q[i] = b;
+        if (q_t) q_t[(i % cols) * rows + i / cols] = b;
     }
     *accel__fp8_meta_amax(meta, slot) = m;
 }
@@ -94,20 +95,22 @@ accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tenso
     static const char *FN = "accel__fp8_quantize";
     if (!x || x->ndim != 2 || slot < 0 || slot >= ACCEL__FP8_SLOTS) return bad(FN, "x must be 2-D, slot 0..2");
     int64_t rows = x->shape[0], cols = x->shape[1];
-    if (!fits(x, ACCEL_F32, rows, cols) || !fits(q, ACCEL_U8, rows, cols) || (q_t && !fits(q_t, ACCEL_U8, cols, rows)) ||
+    if (!fits(x, ACCEL_F32, rows, cols) || (!q && !q_t) || (q && !fits(q, ACCEL_U8, rows, cols)) ||
+        (q_t && !fits(q_t, ACCEL_U8, cols, rows)) ||
         !fits(inv, ACCEL_F32, inv_at + 1, -1) || !meta || meta->ndim != 2 || meta->shape[0] < 3 ||
         !fits(meta, ACCEL_F32, meta->shape[0], ACCEL__FP8_SLOTS))
-        return bad(FN, "x f32 [rows, cols], q u8 [rows, cols], q_t u8 [cols, rows], inv f32 and meta f32 "
+        return bad(FN, "x f32 [rows, cols], q u8 [rows, cols] and/or q_t u8 [cols, rows], inv f32 and meta f32 "
                        "[2 + len, 3], all contiguous");
     float *m = meta->data;
 #ifdef ACCEL_HAVE_CUDA
     if (is_cuda(x))
-        return accel__cuda_fp8_quantize(x->device.index, q->data, q_t ? q_t->data : NULL, x->data, rows, cols, f,
+        return accel__cuda_fp8_quantize(x->device.index, q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows,
+                                        cols, f,
                                         m + slot, m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot),
                                         (float *)inv->data + inv_at);
 #endif
     if (x->device.type != ACCEL_DEV_CPU) return bad(FN, "fp8 runs on cuda devices (and the cpu reference)");
-    quantize_cpu(q->data, q_t ? q_t->data : NULL, x->data, rows, cols, m, slot, f);
+    quantize_cpu(q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows, cols, m, slot, f);
     ((float *)inv->data)[inv_at] = m[ACCEL__FP8_SLOTS + slot];
     return ACCEL_OK;
 }

@@ -64,6 +64,9 @@ ACCEL__HD static inline float accel__fp8_decode(uint8_t v, accel__fp8_format f) 
 /* Accelerate's TERecipeKwargs / FP8RecipeKwargs (TransformerEngine's
  * DelayedScaling). `interval` is not here: TransformerEngine deprecated it
  * and updates every step. */
+/* The fp8 Linear's three GEMMs, in the order of override_linear_precision. */
+enum { ACCEL__FP8_FPROP, ACCEL__FP8_DGRAD, ACCEL__FP8_WGRAD, ACCEL__FP8_GEMMS };
+
 typedef struct accel__fp8_recipe {
     bool hybrid;     /* fp8_format HYBRID: E5M2 gradients (else "E4M3": E4M3 everywhere) */
     int margin;      /* scale = fp8_max / amax / 2^margin */
@@ -75,11 +78,16 @@ typedef struct accel__fp8_recipe {
      * process group (accelerator/fp8_scaling.h: TransformerEngine's
      * reduce_amax); false: each cast's slot is updated right after its GEMM. */
     bool deferred_update;
+    /* override_linear_precision (fprop, dgrad, wgrad): true runs that GEMM
+     * in the autocast dtype (bf16) on the unquantised operands instead of in
+     * fp8, as TransformerEngine; a tensor no fp8 GEMM reads is not cast
+     * (its amax stays 0, which keeps its scale). */
+    bool high_precision[ACCEL__FP8_GEMMS];
 } accel__fp8_recipe;
 
 /* HYBRID, margin 0, amax_history_len 1024, "most_recent": Accelerate's defaults. */
 static inline accel__fp8_recipe accel__fp8_recipe_default(void) {
-    accel__fp8_recipe r = {true, 0, 1024, false, false, false};
+    accel__fp8_recipe r = {true, 0, 1024, false, false, false, {false, false, false}};
     return r;
 }
 
@@ -141,8 +149,8 @@ accel_status accel__fp8_device_check(accel_device d, const char *op);
 accel_tensor *accel__fp8_meta_new(int len, accel_device dev);
 
 /* q [rows, cols] (u8: fp8 bits of format f) = fp8(x * scale[slot]),
- * saturating; q_t [cols, rows] its transpose unless NULL (the K-contiguous
- * operand of the gradient GEMMs); inv[inv_at] = scale_inv[slot], the
+ * saturating, unless NULL; q_t [cols, rows] its transpose unless NULL (the
+ * K-contiguous operand of the gradient GEMMs; one of q and q_t at least); inv[inv_at] = scale_inv[slot], the
  * dequantisation factor of q, kept after the scale moves on; the slot's
  * current amax raised to max |x| (a NaN in x is not counted). x: f32 [rows,
  * cols]; meta: an fp8 meta. */

@@ -15,6 +15,22 @@ const accel__fp8_recipe *accel__fp8_autocast(void);
 const accel__fp8_recipe *accel__fp8_autocast_begin(const accel__fp8_recipe *r);
 void accel__fp8_autocast_end(const accel__fp8_recipe *previous);
 
+/* Which fp8 metas took part in a region of the calling thread (a forward
+ * of a prepared model, a backward): while a log is begun, each fp8 Linear
+ * notes its meta once when it runs forward or backward. The owner gives the
+ * storage (metas [cap], no allocation here); a meta past cap sets
+ * overflow. begin empties log and returns the previous one for end (nests
+ * like the autocast; NULL begins none). */
+typedef struct accel__fp8_log {
+    accel_tensor **metas;
+    int n, cap;
+    bool overflow;
+} accel__fp8_log;
+accel__fp8_log *accel__fp8_log_begin(accel__fp8_log *log);
+void accel__fp8_log_end(accel__fp8_log *previous);
+/* Whether meta is in log (an overflowed log holds every meta). */
+bool accel__fp8_log_has(const accel__fp8_log *log, const accel_tensor *meta);
+
 /* y = x W^T + b as accel_linear, with the GEMMs in fp8 (backends/fp8.h):
  * x [..., in] and W [out, in] cast to E4M3 with the scales of `meta`'s
  * slots X and W, y in f32 from the fp8 GEMM (bias added in f32), returned in
@@ -24,8 +40,12 @@ void accel__fp8_autocast_end(const accel__fp8_recipe *previous);
  * meta's history and the slot's scale is updated after it (forward: X and
  * W; backward: DY), so the next step uses scales of this one (delayed
  * scaling); under r.deferred_update the casts only record their amaxes and
- * the recipe's owner updates the scales (accelerator/fp8_scaling.h). The rows (product of x's dims but the last), in and out must be
- * multiples of 16 (the fp8 GEMMs' rule, as TransformerEngine's). meta: an
+ * the recipe's owner updates the scales (accelerator/fp8_scaling.h).
+ * r.high_precision[g] runs GEMM g (ACCEL__FP8_FPROP, _DGRAD, _WGRAD) as
+ * accel_linear does instead (the autocast dtype's operands, f32
+ * accumulation), and only the tensors an fp8 GEMM reads are cast (and raise
+ * their amax, and have their slot updated). The rows (product of x's dims
+ * but the last), in and out must be multiples of 16 (the fp8 GEMMs' rule, as TransformerEngine's). meta: an
  * fp8 meta on x's device (accel__fp8_meta_new); a cpu meta runs the CPU
  * reference. */
 accel_tensor *accel__fp8_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b, accel_tensor *meta,

@@ -69,7 +69,7 @@ accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, i
  * Device pointers throughout; enqueued on the thread's stream. */
 
 /* q [rows, cols] (fp8 bits of format f, row-major) = fp8(x * *scale),
- * saturating, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
+ * saturating, unless NULL, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
  * transpose when non-NULL (the K-contiguous operand of the gradient GEMMs);
  * *amax = max(*amax, max |x|); *inv_out = *scale_inv unless NULL. */
 accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
