@@ -16,6 +16,7 @@
 #include "accelerator/fp8_scaling.h"
 #include "backends/fp8.h"
 #include "check.h"
+#include "core/prepared.h"
 #include "nn/fp8_modules.h"
 #include "nn/nn_internal.h"
 #include "ops/fp8_linear.h"
@@ -622,6 +623,152 @@ static void test_update_only_models_that_ran(void) {
     for (int k = 0; k < 2; k++) accel_module_free(m[k]);
 }
 
+/* ---- the weight cache: a cast per weight version and scale */
+
+enum { CSTEPS = 3, ACCUM = 4, CROWS = ACCEL__FP8_META_ROWS(H2) * ACCEL__FP8_SLOTS };
+
+typedef struct cache_trace {
+    float y[CSTEPS * ACCUM];                       /* sum of each micro-batch's output */
+    float metas[CSTEPS][2][CROWS], w[CSTEPS][48 * 32];
+    uint64_t casts[CSTEPS], hits[CSTEPS];          /* accel__fp8_cache_stats over each step */
+} cache_trace;
+
+/* Writes every weight of m with the values it holds (a new version). */
+static void rewrite_weights(accel_module *m) {
+    float v[48 * 32];
+    for (int k = 0; k < 2; k++) {
+        accel_tensor *w = accel__module_tensor(m->children[k], "weight");
+        CHECK(accel_to_floats(w, v) == ACCEL_OK && accel_tensor_from_host(w, v) == ACCEL_OK);
+    }
+}
+
+/* CSTEPS SGD steps (lr; 0: the weights only rewritten unchanged) of ACCUM
+ * micro-batches on two fp8 Linears, as a prepared fp8 model runs them (the
+ * hook's forward log and weight cache, deferred updates after each forward
+ * and backward), the step arena reset after each micro-batch. */
+static void cache_train(double lr, cache_trace *t) {
+    accel_manual_seed(7);
+    accel_module *m = two_fp8_linears(H2);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2, r.deferred_update = true;
+    accel__fp8_state *fs;
+    accel__fp8_log bwd = {0};
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK && accel__fp8_log_reserve(&bwd, fs->n) == ACCEL_OK);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, lr > 0 ? lr : 1.0);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+    for (int s = 0; s < CSTEPS; s++) {
+        accel__fp8_cache_stats st0 = accel__fp8_cache_stats_get();
+        for (int k = 0; k < ACCUM; k++) {
+            accel_tensor *x = accel_empty(ACCEL_F32, ACCEL_SHAPE(16, 32));
+            float v[16 * 32];
+            for (int i = 0; i < 16 * 32; i++) v[i] = rnd() * (1.0f + (float)k);
+            CHECK(accel_tensor_from_host(x, v) == ACCEL_OK);
+            const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
+            accel__fp8_log *lp = accel__fp8_log_begin(&fs->forward);
+            accel__fp8_cache *cp = accel__fp8_cache_begin(&fs->cache);
+            accel_tensor *y = accel_module_call(m, x);
+            accel__fp8_cache_end(cp);
+            accel__fp8_log_end(lp);
+            accel__fp8_autocast_end(prev);
+            CHECK(y && accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_X, 2, r, &fs->forward) == ACCEL_OK);
+            if (!y) break;
+            accel_tensor *loss = accel_sum_all(accel_mul(y, y));
+            t->y[s * ACCUM + k] = (float)accel_item(loss);
+            lp = accel__fp8_log_begin(&bwd);
+            CHECK(accel_backward(loss) == ACCEL_OK);
+            accel__fp8_log_end(lp);
+            CHECK(accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_DY, 1, r, &bwd) == ACCEL_OK);
+            accel_step_reset();
+        }
+        if (lr > 0) CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+        else rewrite_weights(m);
+        accel_optimizer_zero_grad(opt);
+        accel_step_reset();
+        accel__fp8_cache_stats st1 = accel__fp8_cache_stats_get();
+        t->casts[s] = st1.casts - st0.casts, t->hits[s] = st1.hits - st0.hits;
+        model_metas(m, t->metas[s]);
+        CHECK(accel_to_floats(accel__module_tensor(m->children[1], "weight"), t->w[s]) == ACCEL_OK);
+    }
+    accel_optimizer_free(opt);
+    accel__fp8_log_free(&bwd);
+    accel__fp8_state_free(fs);
+    accel_module_free(m);
+}
+
+/* Gradient accumulation 4: with the cache the outputs, the weights and the
+ * scaling state are bit-identical to a cast per call (the registry off), and
+ * each weight is cast when it was written (the first micro-batch of a step)
+ * and when its scale moved (delayed scaling moves it once after the first
+ * cast of new values: the second micro-batch), else reused: at most 2 casts
+ * and at least 2 reuses per weight per step, instead of 4 casts. With the
+ * weights written but unchanged the scale stays: one cast per weight
+ * per step. */
+static void test_weight_cache(void) {
+    static cache_trace on, off, same;
+    g_rng = 99;
+    cache_train(0.05, &on);
+    bool was = accel__prepared_set_enabled(false);
+    g_rng = 99;
+    cache_train(0.05, &off);
+    accel__prepared_set_enabled(was);
+    CHECK_MSG(!memcmp(on.y, off.y, sizeof on.y), "outputs differ with the weight cache");
+    CHECK(on.y[0] > 0.0f && on.w[1][0] != on.w[0][0]); /* it ran, and SGD moved the weights */
+    CHECK_MSG(!memcmp(on.metas, off.metas, sizeof on.metas), "scaling state differs with the weight cache");
+    CHECK_MSG(!memcmp(on.w, off.w, sizeof on.w), "weights differ with the weight cache");
+    CHECK(off.casts[0] == 0 && off.hits[0] == 0); /* off: every call casts into the step arena */
+    CHECK_MSG(on.casts[0] == 2 * 2 && on.hits[0] == 2 * 2, "step 1: %llu casts, %llu reuses for 2 weights",
+              (unsigned long long)on.casts[0], (unsigned long long)on.hits[0]);
+    for (int s = 1; s < CSTEPS; s++)
+        CHECK_MSG(on.casts[s] <= 2 * 2 && on.casts[s] >= 2 && on.casts[s] + on.hits[s] == 2 * ACCUM,
+                  "step %d: %llu casts, %llu reuses", s + 1, (unsigned long long)on.casts[s],
+                  (unsigned long long)on.hits[s]);
+    g_rng = 99;
+    cache_train(0.0, &same);
+    for (int s = 1; s < CSTEPS; s++)
+        CHECK_MSG(same.casts[s] == 2 && same.hits[s] == 2 * (ACCUM - 1), "rewritten weights, step %d: %llu casts, %llu reuses",
+                  s + 1, (unsigned long long)same.casts[s], (unsigned long long)same.hits[s]);
+}
+
+/* A Linear called twice in one step casts into the step arena the second
+ * time (the first call's backward may read its cast); a weight written
+ * between two steps is cast again; both give what a cast per call gives. */
+static void test_weight_cache_same_step(void) {
+    accel_module *m = two_fp8_linears(H2);
+    accel_module *lin = m->children[0];
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2, r.deferred_update = true; /* the scales stay between the calls */
+    accel__fp8_state *fs;
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK);
+    float y1[16 * 48], y2[16 * 48], want[16 * 48];
+    const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
+    accel__fp8_cache *cp = accel__fp8_cache_begin(&fs->cache);
+    accel__fp8_cache_stats st0 = accel__fp8_cache_stats_get();
+    accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.25);
+    CHECK(accel_to_floats(accel_module_call(lin, x), y1) == ACCEL_OK);
+    CHECK(accel_to_floats(accel_module_call(lin, x), y2) == ACCEL_OK);
+    accel__fp8_cache_stats st1 = accel__fp8_cache_stats_get();
+    CHECK(st1.casts - st0.casts == 1 && st1.hits == st0.hits && !memcmp(y1, y2, sizeof y1));
+    accel_step_reset();
+    accel_tensor *w = accel__module_tensor(lin, "weight");
+    float wv[48 * 32];
+    CHECK(accel_to_floats(w, wv) == ACCEL_OK);
+    for (int i = 0; i < 48 * 32; i++) wv[i] *= -2.0f;
+    CHECK(accel_tensor_from_host(w, wv) == ACCEL_OK); /* a write: the next call casts again */
+    x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.25);
+    CHECK(accel_to_floats(accel_module_call(lin, x), y1) == ACCEL_OK);
+    accel__fp8_cache_stats st2 = accel__fp8_cache_stats_get();
+    CHECK(st2.casts - st1.casts == 1);
+    bool was = accel__prepared_set_enabled(false);
+    CHECK(accel_to_floats(accel_module_call(lin, x), want) == ACCEL_OK);
+    accel__prepared_set_enabled(was);
+    CHECK(!memcmp(y1, want, sizeof y1));
+    accel__fp8_cache_end(cp);
+    accel__fp8_autocast_end(prev);
+    accel_step_reset();
+    accel__fp8_state_free(fs);
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_known_codes);
     RUN(test_round_trips);
@@ -635,5 +782,7 @@ int main(void) {
     RUN(test_checkpoint_round_trip);
     RUN(test_override_precision);
     RUN(test_update_only_models_that_ran);
+    RUN(test_weight_cache);
+    RUN(test_weight_cache_same_step);
     return check_summary();
 }

@@ -148,13 +148,15 @@ static void test_metas_and_errors(accel_pg *pg) {
     accel__fp8_recipe r = accel__fp8_recipe_default();
     r.history_len = LEN;
     accel_module *m = model_new(r);
-    accel_tensor **metas;
+    accel_tensor **metas, **weights;
     int n;
-    CHECK(accel__fp8_model_metas(m, &metas, &n) == ACCEL_OK && n == 2);
+    CHECK(accel__fp8_model_metas(m, &metas, &weights, &n) == ACCEL_OK && n == 2);
     CHECK(n == 2 && metas[0] == accel__module_tensor(m->children[0], "fp8_meta") &&
           metas[1] == accel__module_tensor(m->children[1], "fp8_meta"));
+    CHECK(n == 2 && weights[1] == accel__module_tensor(m->children[1], "weight"));
     accel_free(metas);
-    CHECK(accel__fp8_model_metas(m->children[2], &metas, &n) == ACCEL_OK && n == 0 && !metas);
+    accel_free(weights);
+    CHECK(accel__fp8_model_metas(m->children[2], &metas, &weights, &n) == ACCEL_OK && n == 0 && !metas && !weights);
     accel__fp8_state *fs;
     CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK);
     CHECK(accel__fp8_reduce_and_update(pg, fs, 2, 2, r, NULL) == ACCEL_ERR_INVALID_ARG);

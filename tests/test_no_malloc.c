@@ -97,7 +97,8 @@ static void test_flat_params(void) {
 }
 
 /* Two fp8 Linears as a prepared fp8 model runs them (deferred updates): the
- * forward under the fp8 autocast with the model's forward log, its X and W
+ * forward under the fp8 autocast with the model's forward log and weight
+ * cache (its casts rebuilt in place when SGD writes the weights), its X and W
  * updates, the backward with a log, its dY updates, SGD, step reset. */
 static void test_fp8_linears(void) {
     accel_module *kids[2] = {accel_linear_new(32, 48, true, ACCEL_CPU_DEVICE, ACCEL_F32),
@@ -116,7 +117,9 @@ static void test_fp8_linears(void) {
         accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(2, 8, 32), 0.5 + s);
         const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
         accel__fp8_log *lprev = accel__fp8_log_begin(&fs->forward);
+        accel__fp8_cache *cprev = accel__fp8_cache_begin(&fs->cache);
         accel_tensor *y = accel_module_call(m, x);
+        accel__fp8_cache_end(cprev);
         accel__fp8_log_end(lprev);
         accel__fp8_autocast_end(prev);
         CHECK(y && accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_X, 2, r, &fs->forward) == ACCEL_OK);

@@ -16,6 +16,7 @@ typedef struct autocast_ctx {
     accel_pg *pg;                            /* fp8: the amaxes are reduced over it */
     accel__fp8_state *fp8_state;             /* fp8: the model's metas, and the log of those the forward ran */
     accel__fp8_log *log_prev;
+    accel__fp8_cache *cache_prev;
 } autocast_ctx;
 
 static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
@@ -24,7 +25,10 @@ static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
     /* use_autocast_during_eval=False: an eval forward runs bf16 */
     const bool fp8 = c->fp8 && (m->training || c->fp8->during_eval);
     c->fp8_prev = accel__fp8_autocast_begin(fp8 ? c->fp8 : NULL);
-    if (fp8) c->log_prev = accel__fp8_log_begin(&c->fp8_state->forward);
+    if (fp8) {
+        c->log_prev = accel__fp8_log_begin(&c->fp8_state->forward);
+        c->cache_prev = accel__fp8_cache_begin(&c->fp8_state->cache);
+    }
     return ACCEL_OK;
 }
 
@@ -34,7 +38,10 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
     const accel__fp8_recipe *fp8 = accel__fp8_autocast();
     accel_autocast_end(c->prev);
     accel__fp8_autocast_end(c->fp8_prev);
-    if (fp8) accel__fp8_log_end(c->log_prev);
+    if (fp8) {
+        accel__fp8_log_end(c->log_prev);
+        accel__fp8_cache_end(c->cache_prev);
+    }
     /* fp8_autocast's exit: the forward's amaxes reduced over the group, the
      * scales of the Linears it ran updated */
     if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, c->fp8_state, ACCEL__FP8_X, 2, *fp8, &c->fp8_state->forward))

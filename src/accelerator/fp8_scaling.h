@@ -22,12 +22,14 @@ accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, accel__f
 
 /* A prepared fp8 model's scaling state, made once at prepare and freed with
  * the model's preparation (no allocation in a step): its metas, the buffer
- * their amaxes are reduced in, and the log of the metas its forward ran. */
+ * their amaxes are reduced in, the log of the metas its forward ran, and
+ * its weights' fp8 casts kept across calls. */
 typedef struct accel__fp8_state {
     int n;
     accel_tensor **metas;   /* [n]: the tree's metas depth first (nn/fp8_modules.h), the modules' */
     accel_tensor *buf;      /* f32 [n * ACCEL__FP8_SLOTS] on the metas' device, owned; NULL when n is 0 */
     accel__fp8_log forward; /* the metas of the forward running now (ops/fp8_linear.h), room for n */
+    accel__fp8_cache cache; /* the weight casts (ops/fp8_linear.h), begun with the forward's log */
 } accel__fp8_state;
 
 /* *out: root's state (accel__fp8_convert_model already ran), freed with

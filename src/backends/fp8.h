@@ -157,6 +157,30 @@ accel_tensor *accel__fp8_meta_new(int len, accel_device dev);
 accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
                                  accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f);
 
+/* accel__fp8_quantize of a weight into a cache that outlives the call:
+ * q and q_t as there (both given), cache f32 [4] on x's device (the scale
+ * the bytes were cast with, the amax that cast measured, a scratch; made by
+ * accel__fp8_cache_state_new). The cast is redone only when `fresh` (q and
+ * q_t do not hold x's values: new memory, or x was written) or when slot's
+ * scale is not the one of the cache (delayed scaling moved it); otherwise
+ * the bytes stay. Either way slot's amax is raised by the cache's amax (x's
+ * max |x|, what a cast would record: it does not depend on the scale) and
+ * inv[inv_at] = scale_inv[slot], so the result is the uncached cast's. On a
+ * GPU the scale is compared on the device (no synchronisation). */
+accel_status accel__fp8_quantize_cached(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
+                                        accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f,
+                                        accel_tensor *cache, bool fresh);
+
+/* n caches for accel__fp8_quantize_cached, f32 [n, 4] on dev (no cast yet). */
+accel_tensor *accel__fp8_cache_state_new(int n, accel_device dev);
+
+/* Process-wide counts of accel__fp8_quantize_cached on the cpu reference
+ * (a GPU decides on the device: not counted): casts made, casts reused. */
+typedef struct accel__fp8_cache_stats {
+    uint64_t casts, hits;
+} accel__fp8_cache_stats;
+accel__fp8_cache_stats accel__fp8_cache_stats_get(void);
+
 /* One fp8 operand: bytes [rows, K] of format fmt, dequantised by inv[inv_at]. */
 typedef struct accel__fp8_operand {
     accel_tensor *q;

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "core/prepared.h"
 #include "nn_internal.h"
 
 static _Thread_local const accel__fp8_recipe *tl_fp8;
@@ -35,6 +36,16 @@ bool accel__fp8_log_has(const accel__fp8_log *log, const accel_tensor *meta) {
         if (log->metas[i] == meta) return true;
     return false;
 }
+
+static _Thread_local accel__fp8_cache *tl_cache;
+
+accel__fp8_cache *accel__fp8_cache_begin(accel__fp8_cache *cache) {
+    accel__fp8_cache *prev = tl_cache;
+    tl_cache = cache;
+    return prev;
+}
+
+void accel__fp8_cache_end(accel__fp8_cache *previous) { tl_cache = previous; }
 
 /* meta ran: into the thread's log, once. */
 static void log_note(accel_tensor *meta) {
@@ -180,6 +191,46 @@ static int bias_into(const char *op, accel_tensor *c, accel_tensor *b, int64_t R
     return ACCEL_KERNEL(op, c->device, bias_rows, &k) == ACCEL_OK ? 1 : -1;
 }
 
+/* The registry's fill of an fp8 form: nothing to copy (the cached cast
+ * writes it), only that the bytes are new. */
+static _Thread_local bool tl_form_new;
+static accel_status fp8_form_new(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
+    (void)dst, (void)src, (void)key;
+    tl_form_new = true;
+    return ACCEL_OK;
+}
+
+/* W's casts q [O, I] and q_t [I, O] through the thread's weight cache (its
+ * amax into meta, its scale_inv at inv[1]); *done false when the cache does
+ * not take it (none begun, meta not in it, already read this step, the
+ * registry has no room or is off): the caller casts into the step arena. */
+static accel_status cached_weight(accel_tensor *w, accel_tensor *wf, accel_tensor *meta, accel_tensor *inv,
+                                  accel_tensor **q, accel_tensor **q_t, bool *done) {
+    accel__fp8_cache *c = tl_cache;
+    *done = false;
+    int i = 0;
+    while (c && i < c->n && c->metas[i] != meta) i++;
+    if (!c || i == c->n || c->use[i].off) return ACCEL_OK;
+    accel__fp8_cache_use *u = &c->use[i];
+    const accel_arena *a = accel_step_arena();
+    if (u->arena == a && u->gen == accel_arena_generation(a)) return ACCEL_OK;
+    const accel__form_key kq = {ACCEL__FORM_FP8, ACCEL_U8}, kt = {ACCEL__FORM_FP8_T, ACCEL_U8};
+    accel_tensor *fq, *ft;
+    tl_form_new = false;
+    accel_status st = accel__prepared_get(w, &kq, ACCEL_U8, fp8_form_new, &fq);
+    if (st == ACCEL_OK && fq) st = accel__prepared_get(w, &kt, ACCEL_U8, fp8_form_new, &ft);
+    if (st != ACCEL_OK || !fq || !ft) return st;
+    const int64_t O = w->shape[0], I = w->shape[1];
+    accel_tensor *t = accel_view_raw(ft, 2, (int64_t[]){I, O}, (int64_t[]){O, 1}, 0); /* its bytes as [I, O] */
+    accel_tensor *row = accel_view_raw(c->state, 1, (int64_t[]){4}, (int64_t[]){1}, (int64_t)i * 4);
+    if (!t || !row) return accel_last_status();
+    st = accel__fp8_quantize_cached(fq, t, inv, 1, wf, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, row, tl_form_new);
+    if (st != ACCEL_OK) return st;
+    u->arena = a, u->gen = accel_arena_generation(a);
+    *q = fq, *q_t = t, *done = true;
+    return ACCEL_OK;
+}
+
 /* One forward operand (x [R, I] or W [O, I]) as its GEMMs read it: q its
  * fp8 cast (fprop in fp8), q_t its transposed cast (the backward GEMM of it
  * in fp8), u the autocast dtype's operand (a GEMM of it overridden). */
@@ -195,6 +246,10 @@ static bool operand_for(fwd_operand *o, accel_tensor *t, accel_tensor *tf, accel
                         int slot, bool fp8_fwd, bool fp8_bwd, bool high_bwd, accel_dtype dt) {
     const int64_t rows = accel__prod(tf->shape, 0, tf->ndim - 1), cols = tf->shape[tf->ndim - 1];
     *o = (fwd_operand){NULL, NULL, NULL};
+    bool cached = false;
+    if (slot == ACCEL__FP8_W && (fp8_fwd || fp8_bwd) && cached_weight(t, tf, meta, inv, &o->q, &o->q_t, &cached))
+        return false;
+    if (cached) return (fp8_fwd && !high_bwd) || (o->u = accel__mm_operand(t, dt));
     if ((fp8_fwd && !(o->q = bytes(rows, cols, tf->device))) || (fp8_bwd && !(o->q_t = bytes(cols, rows, tf->device))) ||
         ((!fp8_fwd || high_bwd) && !(o->u = accel__mm_operand(t, dt))))
         return false;

@@ -31,6 +31,33 @@ void accel__fp8_log_end(accel__fp8_log *previous);
 /* Whether meta is in log (an overflowed log holds every meta). */
 bool accel__fp8_log_has(const accel__fp8_log *log, const accel_tensor *meta);
 
+/* A prepared model's fp8 weight casts, kept across calls (TransformerEngine's
+ * weight caching under is_first_microbatch): while begun on the calling
+ * thread, the fp8 Linear whose meta is metas[i] casts its weight into the
+ * weight's prepared forms (core/prepared.h, ACCEL__FORM_FP8 / _FP8_T: made
+ * once per version of the weight, freed with it) through cache row i of
+ * `state` (backends/fp8.h's accel__fp8_quantize_cached): the cast is redone
+ * only when the weight was written or its scale moved, and a reused cast
+ * records the amax its cast measured, so forward, backward and the results
+ * are those of a cast per call. A Linear called again in the same step
+ * (accel_step_reset to accel_step_reset) casts into the step arena instead,
+ * as the prepared weights do, since its earlier call's backward may still
+ * read the cast. The owner (the Accelerator's accel__fp8_state) holds the
+ * storage; no allocation here. */
+typedef struct accel__fp8_cache_use {
+    const accel_arena *arena; /* the step that last read row i: its generation */
+    uint32_t gen;
+    bool off;                 /* not cached (a weight shared by two fp8 Linears: one cast each) */
+} accel__fp8_cache_use;
+typedef struct accel__fp8_cache {
+    int n;
+    accel_tensor **metas;       /* [n] */
+    accel_tensor *state;        /* f32 [n, 4] on the metas' device (accel__fp8_cache_state_new) */
+    accel__fp8_cache_use *use;  /* [n] */
+} accel__fp8_cache;
+accel__fp8_cache *accel__fp8_cache_begin(accel__fp8_cache *cache); /* returns the previous one for end */
+void accel__fp8_cache_end(accel__fp8_cache *previous);
+
 /* y = x W^T + b as accel_linear, with the GEMMs in fp8 (backends/fp8.h):
  * x [..., in] and W [out, in] cast to E4M3 with the scales of `meta`'s
  * slots X and W, y in f32 from the fp8 GEMM (bias added in f32), returned in
