@@ -17,6 +17,7 @@
 #include "backends/fp8.h"
 #include "check.h"
 #include "core/prepared.h"
+#include "fp8_fixture.h"
 #include "nn/fp8_modules.h"
 #include "nn/nn_internal.h"
 #include "ops/fp8_linear.h"
@@ -663,18 +664,12 @@ static void cache_train(double lr, cache_trace *t) {
             float v[16 * 32];
             for (int i = 0; i < 16 * 32; i++) v[i] = rnd() * (1.0f + (float)k);
             CHECK(accel_tensor_from_host(x, v) == ACCEL_OK);
-            const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
-            accel__fp8_log *lp = accel__fp8_log_begin(&fs->forward);
-            accel__fp8_cache *cp = accel__fp8_cache_begin(&fs->cache);
-            accel_tensor *y = accel_module_call(m, x);
-            accel__fp8_cache_end(cp);
-            accel__fp8_log_end(lp);
-            accel__fp8_autocast_end(prev);
-            CHECK(y && accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_X, 2, r, &fs->forward) == ACCEL_OK);
+            accel_tensor *y = fp8_hooked_forward(m, x, &r, fs);
+            CHECK_MSG(y != NULL, "%s", accel_last_error());
             if (!y) break;
             accel_tensor *loss = accel_sum_all(accel_mul(y, y));
             t->y[s * ACCUM + k] = (float)accel_item(loss);
-            lp = accel__fp8_log_begin(&bwd);
+            accel__fp8_log *lp = accel__fp8_log_begin(&bwd);
             CHECK(accel_backward(loss) == ACCEL_OK);
             accel__fp8_log_end(lp);
             CHECK(accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_DY, 1, r, &bwd) == ACCEL_OK);

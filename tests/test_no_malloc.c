@@ -11,6 +11,7 @@
 #include "accel/accel.h"
 #include "accelerator/fp8_scaling.h"
 #include "check.h"
+#include "fp8_fixture.h"
 #include "nn/fp8_modules.h"
 #include "ops/fp8_linear.h"
 
@@ -115,15 +116,9 @@ static void test_fp8_linears(void) {
     for (int s = 0; s < 4 && fs; s++) {
         long before = n_allocs;
         accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(2, 8, 32), 0.5 + s);
-        const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
-        accel__fp8_log *lprev = accel__fp8_log_begin(&fs->forward);
-        accel__fp8_cache *cprev = accel__fp8_cache_begin(&fs->cache);
-        accel_tensor *y = accel_module_call(m, x);
-        accel__fp8_cache_end(cprev);
-        accel__fp8_log_end(lprev);
-        accel__fp8_autocast_end(prev);
-        CHECK(y && accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_X, 2, r, &fs->forward) == ACCEL_OK);
-        lprev = accel__fp8_log_begin(&backward);
+        accel_tensor *y = fp8_hooked_forward(m, x, &r, fs);
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        accel__fp8_log *lprev = accel__fp8_log_begin(&backward);
         CHECK(y && accel_backward(accel_sum_all(y)) == ACCEL_OK);
         accel__fp8_log_end(lprev);
         CHECK(backward.n == 2 && accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_DY, 1, r, &backward) == ACCEL_OK);
