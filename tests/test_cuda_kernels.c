@@ -1000,6 +1000,55 @@ static void test_missing_reported(void) {
     CHECK(missing == 0);
 }
 
+#ifdef ACCEL_HAVE_CUDA
+/* The cached weight cast (backends/fp8.h accel__fp8_quantize_cached) on
+ * dev, three calls: new bytes, a reuse, a moved scale; after each the
+ * bytes, the transpose, the meta (amax, scale_inv) and inv on the host. */
+enum { CQ_R = 48, CQ_C = 32, CQ_LEN = 2, CQ_META = ACCEL__FP8_META_ROWS(CQ_LEN) * ACCEL__FP8_SLOTS };
+typedef struct cached_seen {
+    uint8_t q[3][CQ_R * CQ_C], qt[3][CQ_R * CQ_C];
+    float meta[3][CQ_META], inv[3][2];
+} cached_seen;
+
+static void cached_cast_run(accel_device dev, const float *x, cached_seen *o) {
+    accel_tensor *tx = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){CQ_R, CQ_C}, dev);
+    accel_tensor *q = accel_tensor_new(ACCEL_U8, 2, (int64_t[]){CQ_R, CQ_C}, dev);
+    accel_tensor *qt = accel_tensor_new(ACCEL_U8, 2, (int64_t[]){CQ_C, CQ_R}, dev);
+    accel_tensor *inv = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){2}, dev);
+    accel_tensor *meta = accel__fp8_meta_new(CQ_LEN, dev), *cache = accel__fp8_cache_state_new(1, dev);
+    CHECK(tx && q && qt && inv && meta && cache && accel_tensor_from_host(tx, x) == ACCEL_OK);
+    for (int call = 0; call < 3 && cache; call++) {
+        if (call == 2) { /* the W scale moves: 448 / max |x| */
+            CHECK(accel__fp8_meta_update(meta, ACCEL__FP8_W, 1, accel__fp8_recipe_default()) == ACCEL_OK);
+        }
+        CHECK(accel__fp8_quantize_cached(q, qt, inv, 1, tx, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, cache, call == 0) ==
+              ACCEL_OK);
+        CHECK(accel_tensor_to_host(q, o->q[call]) == ACCEL_OK && accel_tensor_to_host(qt, o->qt[call]) == ACCEL_OK);
+        CHECK(accel_tensor_to_host(meta, o->meta[call]) == ACCEL_OK && accel_tensor_to_host(inv, o->inv[call]) == ACCEL_OK);
+    }
+    accel_tensor *ts[] = {tx, q, qt, inv, meta, cache};
+    for (int i = 0; i < 6; i++) accel_tensor_free(ts[i]);
+}
+
+/* The GPU's cached cast decides on the device as the CPU reference does on
+ * the host: the same bytes, amaxes and scale_invs after each call. */
+static void test_fp8_cached_cast(void) {
+    if (!fp8_testable("test_fp8_cached_cast")) return;
+    static float x[CQ_R * CQ_C];
+    for (int i = 0; i < CQ_R * CQ_C; i++) x[i] = (float)(0.3 * rnd());
+    static cached_seen cpu, gpu;
+    cached_cast_run(ACCEL_CPU_DEVICE, x, &cpu);
+    cached_cast_run(g_dev, x, &gpu);
+    for (int call = 0; call < 3; call++) {
+        CHECK_MSG(!memcmp(cpu.q[call], gpu.q[call], sizeof cpu.q[call]), "call %d: the bytes differ", call);
+        CHECK_MSG(!memcmp(cpu.qt[call], gpu.qt[call], sizeof cpu.qt[call]), "call %d: the transposes differ", call);
+        CHECK_MSG(!memcmp(cpu.meta[call], gpu.meta[call], sizeof cpu.meta[call]), "call %d: the metas differ", call);
+        CHECK_MSG(!memcmp(cpu.inv[call], gpu.inv[call], sizeof cpu.inv[call]), "call %d: the scale_invs differ", call);
+    }
+    CHECK(memcmp(cpu.q[1], cpu.q[2], sizeof cpu.q[1]) != 0); /* the moved scale recast */
+}
+#endif
+
 int main(void) {
     const char *on = getenv("ACCEL_TEST_KERNELS_ON");
     if (on && !strcmp(on, "hostless")) {
@@ -1037,6 +1086,7 @@ int main(void) {
 #ifdef ACCEL_HAVE_CUDA
     RUN(test_fp8);
     RUN(test_fp8_linear);
+    RUN(test_fp8_cached_cast);
 #endif
     RUN(test_max_memory);
     RUN(test_missing_reported);

@@ -5,6 +5,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "backends/fp8.h"
+#include "ops/fp8_linear.h"
 #include "data/data_internal.h"
 #include "optim/optim_internal.h"
 
@@ -83,6 +84,7 @@ typedef struct accel__model {
     int n_hooked;          /* stage 3: the modules whose forward gathers a unit */
     accel_module **hooked;
     int *hooked_unit;
+    struct accel__fp8_state *fp8; /* mixed_precision='fp8': its metas and reduction buffer (fp8_scaling.h) */
 } accel__model;
 
 /* A prepared optimizer re-targeted to its model's shard (zero.c). */
@@ -140,6 +142,7 @@ struct accel_accelerator {
     char *project_dir;
     accel_mixed_precision mp;
     accel__fp8_recipe fp8; /* mp == ACCEL_MP_FP8: its recipe (state.c) */
+    accel__fp8_log fp8_backward; /* fp8: the metas a backward ran, room for every prepared model's (fp8_scaling.h) */
     accel_device device;
     accel_pg *pg;
     int rank, world, local_rank, local_world;

@@ -39,7 +39,10 @@
 typedef struct accel__prepared accel__prepared;
 
 /* What a form is: its kind (ACCEL__FORM_*) and the dtype it was rounded to. */
-enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2 };
+enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2,
+       /* the fp8 Linear's E4M3 weight (u8 of the weight's shape) and its
+        * transpose (the same bytes viewed [in, out]): ops/fp8_linear.c */
+       ACCEL__FORM_FP8 = 3, ACCEL__FORM_FP8_T = 4 };
 typedef struct accel__form_key {
     int kind;
     accel_dtype dt;
