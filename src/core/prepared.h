@@ -8,9 +8,12 @@
  * parameter was rebound into, bumps the version of every tensor whose bytes
  * it overlaps (as torch's _version, shared by a tensor and its views). Only
  * tensors that hold prepared forms (or whose version was asked for) are
- * tracked, in a registry of byte ranges; a write outside the registry's
- * envelope (lowest to highest tracked byte) costs one comparison, one inside
- * it takes the registry's lock and compares with every tracked range.
+ * tracked, in a registry of byte ranges sorted by address; a write outside
+ * the registry's envelope (lowest to highest tracked byte) or into the
+ * calling thread's step arena costs a few comparisons and no lock, one
+ * elsewhere inside it takes the registry's lock to read (threads at once)
+ * and a binary search for the ranges it overlaps. A tensor whose storage
+ * lies in a step arena is not tracked (as a step tensor).
  *
  * Tracked tensors are persistent ones with heap headers (accel_tensor_new,
  * parameters, buffers, mappings); a header copied from one (a stack view)
