@@ -2,21 +2,13 @@
  * first one. A counting allocator watches 4 steps of a small Llama (forward,
  * loss, backward, clip, AdamW step, zero_grad, step reset), with per-tensor
  * parameters, with flattened parameters and a flat optimizer, and with
- * activation checkpointing (its arena rewinds and its bounce buffer). */
+ * activation checkpointing (its arena rewinds and its bounce buffer). ZeRO-3
+ * on a device, on 1 to 3 processes: tests/test_zero3_device_memory.c. */
 #include <stdlib.h>
 
 #include "accel/accel.h"
 #include "check.h"
-
-static long n_allocs;
-
-static void *count_alloc(void *ctx, size_t bytes, size_t align) {
-    n_allocs++;
-    size_t rounded = (bytes + align - 1) / align * align;
-    return aligned_alloc(align, rounded ? rounded : align);
-}
-
-static void count_free(void *ctx, void *p) { free(p); }
+#include "count_alloc.h"
 
 static accel_module *small_llama(void) {
     accel_llama_config c = accel_llama_config_default();
@@ -91,8 +83,7 @@ static void test_flat_params(void) {
 }
 
 int main(void) {
-    accel_allocator a = {count_alloc, count_free, NULL};
-    accel_set_allocator(&a);
+    count_alloc_install();
     RUN(test_per_tensor_params);
     RUN(test_flat_params);
     RUN(test_checkpointed);

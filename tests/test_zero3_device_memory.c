@@ -16,22 +16,9 @@
 #include "accel/accelerator.h"
 #include "backends/backend.h"
 #include "check.h"
+#include "count_alloc.h"
 
 enum { L = 8, H = 256, MB = 4, STEPS = 4 };
-
-static long n_allocs;
-
-static void *count_alloc(void *ctx, size_t bytes, size_t align) {
-    (void)ctx;
-    n_allocs++;
-    size_t rounded = (bytes + align - 1) / align * align;
-    return aligned_alloc(align, rounded ? rounded : align);
-}
-
-static void count_free(void *ctx, void *p) {
-    (void)ctx;
-    free(p);
-}
 
 static accel_module *stack(accel_device dev) {
     accel_module *l[L];
@@ -118,8 +105,7 @@ int main(void) {
         CHECK(accel__hostless_register(1) == ACCEL_OK);
         setenv("ACCEL_DEFAULT_DEVICE", "hostless:0", 1);
     }
-    accel_allocator a = {count_alloc, count_free, NULL};
-    accel_set_allocator(&a);
+    count_alloc_install();
     RUN(test_memory_and_allocations);
     accel_thread_cleanup();
     accel_set_allocator(NULL);

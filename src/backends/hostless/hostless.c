@@ -104,7 +104,6 @@ static void hostless_free(int index, void *p) {
 enum { HOSTLESS_VM_GRANULE = 64 << 10 };
 
 static size_t hostless_vm_granularity(int index) {
-    (void)index;
     return HOSTLESS_VM_GRANULE;
 }
 
