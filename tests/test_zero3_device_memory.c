@@ -98,6 +98,8 @@ static void test_memory_and_allocations(void) {
     accel_module_free(model);
     accel_accelerator_free(acc);
     CHECK_MSG(in_use() == base, "device bytes after free: %zu, before: %zu", in_use(), base);
+    accel_tensor_free(x);
+    accel_tensor_free(y);
 }
 
 int main(void) {

@@ -585,7 +585,6 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
 
 /* ---------------------------------------------------------------- gather / release */
 
-
 /* Memory behind unit u's full parameters, for a gather to write: the host's
  * reserved pages come when touched, a device's range is mapped. */
 static accel_status params_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
