@@ -55,6 +55,7 @@
 
 #include "accelerator_internal.h"
 #include "backends/backend.h"
+#include "core/host_stage.h"
 
 /* ---------------------------------------------------------------- host memory
  * The only raw host-memory code of stage 3: a model on a device takes the
@@ -529,24 +530,26 @@ static int64_t largest_shard(const accel__model *pm) {
 
 /* A device model's gather and reduction buffers, for its largest unit: the
  * bf16 landing buffer (under bf16), and the host copies when the group takes
- * host memory only. Made once, so a step allocates nothing. */
+ * host memory only (long-lived staging buffers: pinned where the backend
+ * can). Made once, so a step allocates nothing. */
 static accel_status device_buffers_alloc(accel_accelerator *acc, accel__model *pm) {
     size_t piece = (size_t)largest_shard(pm), full = piece * (size_t)acc->shard_world;
     if (pm->zsend16 && !(pm->zland16 = accel__device_alloc(model_device(pm), full * sizeof(uint16_t), false,
                                                            "accel_accelerator_prepare")))
         return accel_last_status();
     if (acc->shard_world == 1 || accel__pg_takes_device(acc->shard_pg, model_device(pm))) return ACCEL_OK;
-    pm->zstage_send = accel_malloc(piece * sizeof(float));
-    pm->zstage_recv = accel_malloc(full * sizeof(float));
-    pm->zstage_grads = accel_malloc(full * sizeof(float));
+    const char *op = "accel_accelerator_prepare";
+    pm->zstage_send = accel__stage_alloc(model_device(pm), piece * sizeof(float), op);
+    pm->zstage_recv = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
+    pm->zstage_grads = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
     return pm->zstage_send && pm->zstage_recv && pm->zstage_grads ? ACCEL_OK : accel_last_status();
 }
 
 static void device_buffers_free(accel__model *pm) {
     accel__device_free(model_device(pm), pm->zland16);
-    accel_free(pm->zstage_send);
-    accel_free(pm->zstage_recv);
-    accel_free(pm->zstage_grads);
+    accel__stage_free(model_device(pm), pm->zstage_send);
+    accel__stage_free(model_device(pm), pm->zstage_recv);
+    accel__stage_free(model_device(pm), pm->zstage_grads);
     pm->zland16 = pm->zstage_send = pm->zstage_recv = NULL;
     pm->zstage_grads = NULL;
 }
