@@ -5,25 +5,17 @@
  * activation checkpointing (its arena rewinds and its bounce buffer); and
  * mixed_precision='fp8''s Linears on the cpu reference, with the scale
  * updates the Accelerator makes after each forward and backward (the
- * model's metas and buffers made once, fp8_scaling.h). */
+ * model's metas and buffers made once, fp8_scaling.h). ZeRO-3 on a device,
+ * on 1 to 3 processes: tests/test_zero3_device_memory.c. */
 #include <stdlib.h>
 
 #include "accel/accel.h"
 #include "accelerator/fp8_scaling.h"
 #include "check.h"
+#include "count_alloc.h"
 #include "fp8_fixture.h"
 #include "nn/fp8_modules.h"
 #include "ops/fp8_linear.h"
-
-static long n_allocs;
-
-static void *count_alloc(void *ctx, size_t bytes, size_t align) {
-    n_allocs++;
-    size_t rounded = (bytes + align - 1) / align * align;
-    return aligned_alloc(align, rounded ? rounded : align);
-}
-
-static void count_free(void *ctx, void *p) { free(p); }
 
 static accel_module *small_llama(void) {
     accel_llama_config c = accel_llama_config_default();
@@ -135,8 +127,7 @@ static void test_fp8_linears(void) {
 }
 
 int main(void) {
-    accel_allocator a = {count_alloc, count_free, NULL};
-    accel_set_allocator(&a);
+    count_alloc_install();
     RUN(test_per_tensor_params);
     RUN(test_flat_params);
     RUN(test_checkpointed);

@@ -43,10 +43,9 @@ typedef struct accel__unit {
     accel__unit_state state;
     accel_work *gather;    /* in flight while GATHERING */
     bool gather16;         /* that gather moves bf16 (widened to f32 in place when it finishes) */
-    void *land16;          /* a device model's bf16 gather: the device buffer it lands in [world * shard] */
-    void *stage_send, *stage_recv; /* a device gather through host memory: its host copies */
+    bool params_mapped, grads_mapped; /* a device model: device memory is behind its full parameters / gradients */
     accel_work *reduce;    /* the gradient reduce-scatter in flight */
-    float *stage_grads;    /* a device reduce-scatter through host memory: the unit's gradients [world * shard] */
+    bool grads_staged;     /* a device reduce-scatter through host memory: in the model's zstage_grads */
     int pending;           /* leaves whose gradient this backward has not finished */
 } accel__unit;
 
@@ -75,6 +74,12 @@ typedef struct accel__model {
     char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
     int zfd;               /* its descriptor, while zpath is set */
     uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] (device memory) */
+    /* Stage 3 on a device: buffers for the largest unit, made at layout so a
+     * step allocates nothing; one device gather and one reduction use them at a time. */
+    void *zland16;         /* under bf16: the device buffer a gather lands in [world * shard] */
+    void *zstage_send, *zstage_recv; /* host copies of a gather's sides, for a group that takes host memory only */
+    float *zstage_grads;   /* host copy of a reduce-scatter's gradients [world * shard], likewise */
+    int gathering;         /* the unit whose device gather holds zland16 / zstage_send / zstage_recv, or -1 */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
     int64_t prefetches;    /* stage 3: prefetch all-gathers started (tests observe the schedule) */
     bool order_done;

@@ -215,6 +215,11 @@ static const accel_backend cuda_backend = {
         .mem_info = cuda_mem_info,
         .host_alloc = cuda_host_alloc,
         .host_free = cuda_host_free,
+        .vm_granularity = accel__cuda_vm_granularity,
+        .vm_reserve = accel__cuda_vm_reserve,
+        .vm_release = accel__cuda_vm_release,
+        .vm_map = accel__cuda_vm_map,
+        .vm_unmap = accel__cuda_vm_unmap,
     },
     .async = {
         .stream_new = cuda_stream_new,

@@ -35,6 +35,12 @@ void *accel__cuda_step_alloc(int index, size_t bytes, size_t align);
 void accel__cuda_step_reset(int index);
 /* Bytes cudaMalloc'd and held (in use or cached) on device index. */
 size_t accel__cuda_reserved_bytes(int index);
+/* Virtual memory (vm.c): the backend's vm_* entries (backend.h). */
+size_t accel__cuda_vm_granularity(int index);
+void *accel__cuda_vm_reserve(int index, size_t bytes);
+void accel__cuda_vm_release(int index, void *p, size_t bytes);
+accel_status accel__cuda_vm_map(int index, void *p, size_t bytes);
+accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes);
 
 /* The kernels this backend has (the table in cuda_backend.c lists them):
  * today every entry of backends/kernels.h. An entry added there later stays
