@@ -162,8 +162,11 @@ static bool on_device(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* The staging buffer, on the rank's GPU whichever device the calling thread
+ * (the group's communication thread for asynchronous work) last used. */
 static void *stage(accel_pg *pg, size_t bytes) {
     nccl_state *s = state_of(pg);
+    cudaSetDevice(s->device);
     if (bytes <= s->stage_bytes) return s->stage;
     if (s->stage) cudaFree(s->stage);
     s->stage = NULL;
