@@ -258,6 +258,33 @@ static void test_memory(void) {
     g_cuda->mem.free(0, d1);
 }
 
+/* A copy from cuda:0 to cuda:1 enqueued right after a kernel on cuda:0 wrote
+ * its source reads what the kernel wrote (the copy runs on cuda:1's stream,
+ * which does not wait for cuda:0's). Needs two GPUs. */
+static void test_peer_copy(void) {
+    if (g_dev.type != ACCEL_DEV_CUDA || accel_device_count(ACCEL_DEV_CUDA) < 2) return;
+    const int64_t n = (int64_t)64 << 20; /* 256 MB: the fill still runs when the copy is enqueued */
+    size_t bytes = (size_t)n * sizeof(float);
+    float *a = g_cuda->mem.alloc(0, bytes, 256), *b = g_cuda->mem.alloc(1, bytes, 256), *h = accel_malloc(bytes);
+    CHECK(a && b && h);
+    if (!a || !b || !h) return;
+    CHECK(g_cuda->mem.memset(0, a, 0, bytes) == ACCEL_OK && g_cuda->async.synchronize(0) == ACCEL_OK);
+    CHECK(g_cuda->mem.memset(1, b, 0, bytes) == ACCEL_OK && g_cuda->async.synchronize(1) == ACCEL_OK);
+    accel_tensor t = {.magic = ACCEL_TENSOR_MAGIC, .dtype = ACCEL_F32, .device = {ACCEL_DEV_CUDA, 0}, .ndim = 1,
+                      .shape = {n}, .stride = {1}, .data = a};
+    accel_k_fill f = {.out = &t, .value = 3.0};
+    CHECK(g_cuda->kernels.fill(&f) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_device(1, b, 0, a, bytes) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(1, h, b, bytes) == ACCEL_OK);
+    int64_t stale = 0;
+    for (int64_t i = 0; i < n; i++) stale += h[i] != 3.0f;
+    CHECK_MSG(stale == 0, "peer copy: %lld of %lld elements were read before the fill wrote them", (long long)stale,
+              (long long)n);
+    g_cuda->mem.free(0, a);
+    g_cuda->mem.free(1, b);
+    accel_free(h);
+}
+
 /* A second step of the same shape allocates nothing new (the CUDA step
  * pool; hostless's is the core arena, tested in test_core). */
 static void test_step_pool(void) {
@@ -1076,6 +1103,7 @@ int main(void) {
     g_cuda = accel__backend_of(g_dev);
     RUN(test_memory);
     RUN(test_step_pool);
+    RUN(test_peer_copy);
     RUN(test_copy_fill_accumulate);
     RUN(test_rng);
     RUN(test_binary);
