@@ -207,18 +207,21 @@ typedef struct accel_rank_memory {
     int64_t grads;       /* the gradient buffer, and ZeRO-2's reduced shard */
     int64_t optimizer;   /* exp_avg + exp_avg_sq */
     int64_t gathered;    /* ZeRO-3: two units' full parameters and two units' full gradients */
-    int64_t prepared;    /* bf16: autocast's copy of every weight, made once per step (2 bytes a
-                          * parameter where the CPU multiplies bf16, else 4: the rounded values
-                          * widened to f32); docs/cpu.md, "Prepared weights" */
+    int64_t prepared;    /* bf16 / fp16: autocast's copy of every weight, made once per step (2
+                          * bytes a parameter where the CPU multiplies that dtype, else 4: the
+                          * rounded values widened to f32); docs/cpu.md, "Prepared weights" */
     int64_t activations; /* as passed (accel_llama_activation_bytes().peak) */
     int64_t total;
 } accel_rank_memory;
 
 /* param_bytes: the f32 parameters' bytes; largest_unit_bytes: the largest wrap
- * unit's (a decoder layer, or the embedding); bf16: bf16 mixed precision. DDP's
+ * unit's (a decoder layer, or the embedding); autocast: the mixed precision's
+ * compute dtype, ACCEL_F32 (mixed_precision "no"), ACCEL_BF16 or ACCEL_F16
+ * (anything else is refused), as accel_activation_opts.autocast. DDP's
  * buckets are ranges of the gradient buffer itself (no copy on the CPU). */
 accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_bytes, int64_t largest_unit_bytes,
-                                        int world, bool bf16, int64_t activation_bytes, accel_rank_memory *out);
+                                        int world, accel_dtype autocast, int64_t activation_bytes,
+                                        accel_rank_memory *out);
 
 /* ------------------------------------------------------------ device maps from budgets */
 
@@ -265,8 +268,9 @@ accel_status accel_check_device_map(accel_module *root, const accel_device_map *
  *   - "cpu" when the main device is not the cpu (or opts->offload_cpu):
  *     offloaded to a host copy, pointed at by the hook during the forward.
  * Offloaded weights are used in place when the execution device is the cpu;
- * on another device the hook copies them in through its backend and frees
- * the copy after the forward.
+ * on another device the hook copies them in through its backend (through
+ * pinned host chunks, converted chunk by chunk: no host copy of a tensor) and
+ * frees the copy after the forward.
  * The main (execution) device for offloaded modules is opts->main_device, or
  * the first map device that is neither cpu nor disk, or cpu (Accelerate's
  * dispatch_model). The root module gets io_same_device semantics: its output
@@ -303,7 +307,7 @@ typedef struct accel_dispatch_stats {
     int64_t bytes_host_copies; /* bytes of host copies (cpu offload) */
     int64_t bytes_disk;        /* bytes left in the mapped checkpoint */
     int64_t peak_onload_bytes; /* most offloaded bytes brought in at once during forwards */
-    int64_t scratch_bytes;     /* of which converted copies (dtype differs from the file) */
+    int64_t scratch_bytes;     /* of which converted host copies (cpu execution, dtype differs from the file) */
     int n_unexpected;          /* checkpoint tensors the model lacks */
     int n_missing;             /* model tensors the checkpoint lacks */
 } accel_dispatch_stats;
