@@ -7,6 +7,7 @@
  *   ACCEL_SHM_HEAP_MB=abc     was ignored (default used)
  *   ACCEL_TCP_CHUNK_KB=abc    was ignored (default used)
  *   ACCEL_DIST_TIMEOUT=1e19   overflowed time_t / the poll timeout in ms
+ *   ACCEL_DEBUG_MODE=maybe    was read as false (ACCELERATE_DEBUG_MODE too)
  * and a job on several machines without ACCEL_JOB_SECRET (it accepted anyone):
  * refused, naming ACCEL_JOB_SECRET, unless ACCEL_INSECURE_NO_SECRET=1, which
  * runs it with a warning on stderr. */
@@ -51,6 +52,8 @@ static void test_shm_heap_2p43(void) { check_bad_env("ACCEL_SHM_HEAP_MB", "87960
 static void test_shm_heap_abc(void) { check_bad_env("ACCEL_SHM_HEAP_MB", "abc", true); }
 static void test_tcp_chunk_abc(void) { check_bad_env("ACCEL_TCP_CHUNK_KB", "abc", false); }
 static void test_timeout_1e19(void) { check_bad_env("ACCEL_DIST_TIMEOUT", "1e19", false); }
+static void test_debug_mode_maybe(void) { check_bad_env("ACCEL_DEBUG_MODE", "maybe", true); }
+static void test_accelerate_debug_mode_2(void) { check_bad_env("ACCELERATE_DEBUG_MODE", "2", true); }
 
 static void test_no_secret_several_machines(void) {
     g_var = "ACCEL_JOB_SECRET";
@@ -100,6 +103,8 @@ int main(void) {
     RUN(test_shm_heap_abc);
     RUN(test_tcp_chunk_abc);
     RUN(test_timeout_1e19);
+    RUN(test_debug_mode_maybe);
+    RUN(test_accelerate_debug_mode_2);
     RUN(test_no_secret_several_machines);
     RUN(test_insecure_opt_out);
     return check_summary();

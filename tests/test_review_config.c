@@ -15,7 +15,9 @@
  *   a DeepSpeed config that is a FIFO hung accel_accelerator_new (opened
  *     waiting for a writer), a directory was "'[' or '{' expected near end
  *     of file", and a key given twice was taken (the last one; DeepSpeed
- *     refuses duplicate keys). */
+ *     refuses duplicate keys);
+ *   ACCEL_USE_CPU=maybe (or ACCELERATE_USE_CPU) was read as false and the
+ *     run went on (Accelerate's str_to_bool raises). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +142,19 @@ static void test_nvme_paths_differ_in_case(void) {
 
 /* The DeepSpeed config is a FIFO (no writer: opening it waited forever), a
  * directory, or holds a key twice (DeepSpeed refuses duplicate keys). */
+static void test_use_cpu_not_a_bool(void) {
+    setenv("ACCEL_USE_CPU", "maybe", 1);
+    refused(accel_accelerator_opts_default(), "ACCEL_USE_CPU=maybe", "ACCEL_USE_CPU=maybe", "not a boolean");
+    unsetenv("ACCEL_USE_CPU");
+    setenv("ACCELERATE_USE_CPU", "Yes please", 1);
+    refused(accel_accelerator_opts_default(), "ACCELERATE_USE_CPU", "ACCELERATE_USE_CPU=Yes please", NULL);
+    setenv("ACCELERATE_USE_CPU", "ON", 1); /* Accelerate's spellings, any case */
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    CHECK_MSG(acc && accel_accelerator_device(acc).type == ACCEL_DEV_CPU, "%s", accel_last_error());
+    accel_accelerator_free(acc);
+    unsetenv("ACCELERATE_USE_CPU");
+}
+
 static void test_deepspeed_config_not_a_file(void) {
     char fifo[128];
     snprintf(fifo, sizeof fifo, "%s/fifo.json", DIR_);
@@ -166,6 +181,7 @@ int main(void) {
     RUN(test_bf16_enabled_not_a_bool);
     RUN(test_nvme_paths_differ_in_case);
     RUN(test_deepspeed_config_not_a_file);
+    RUN(test_use_cpu_not_a_bool);
     unlink(JSON);
     rmdir(DIR_);
     accel_thread_cleanup();

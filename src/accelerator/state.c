@@ -11,6 +11,7 @@
 #include "fp8_scaling.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
+#include "core/str_to_bool.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
     accel_accelerator_opts o;
@@ -40,15 +41,19 @@ static const char *env2(const char *a, const char *b) {
     return v && *v ? v : NULL;
 }
 
-static bool truthy(const char *v) {
-    return v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
+/* ACCEL_USE_CPU (else ACCELERATE_USE_CPU), as Accelerate's str_to_bool reads
+ * it: a value that is no boolean is refused, not read as false. */
+static accel_status use_cpu_env(bool *out) {
+    const char *name = "ACCEL_USE_CPU", *v = getenv(name);
+    if (!v || !*v) name = "ACCELERATE_USE_CPU", v = getenv(name);
+    *out = false;
+    return accel__parse_bool("accel_accelerator_new", name, v && *v ? v : NULL, out);
 }
 
 /* The device: cpu when the code asks; else the one ACCEL_DEFAULT_DEVICE names
  * (an explicit choice, so it wins over the ACCEL_USE_CPU that `accel launch`
  * sets on a machine without a GPU); else cuda:<local_rank> when present. */
-static accel_device pick_device(const accel_accelerator_opts *o, int local_rank) {
-    bool cpu_env = truthy(env2("ACCEL_USE_CPU", "ACCELERATE_USE_CPU"));
+static accel_device pick_device(const accel_accelerator_opts *o, bool cpu_env, int local_rank) {
     accel_device cuda = {ACCEL_DEV_CUDA, local_rank}, dflt = accel_default_device();
     return o->cpu                                    ? ACCEL_CPU_DEVICE
            : dflt.type != ACCEL_DEV_CPU             ? dflt
@@ -64,13 +69,13 @@ static accel_device pick_device(const accel_accelerator_opts *o, int local_rank)
  * compute capability >= 8.9), refused elsewhere with the device's reason:
  * the cpu, a GPU below 8.9 (Accelerate falls back to fp16 there; accel
  * refuses). */
-static accel_status accept_fp8(const accel_accelerator_opts *o, const accel__zero_cfg *zc) {
+static accel_status accept_fp8(const accel_accelerator_opts *o, bool cpu_env, const accel__zero_cfg *zc) {
     if (zc->stage)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is "
                                "not supported; use fp8 with DDP or a single process",
                                zc->stage);
-    return accel__fp8_device_check(pick_device(o, accel_dist_local_rank()), "accel_accelerator_new");
+    return accel__fp8_device_check(pick_device(o, cpu_env, accel_dist_local_rank()), "accel_accelerator_new");
 }
 
 static accel_status parse_precision(const char *s, const accel_accelerator_opts *o, accel_mixed_precision *out,
@@ -99,7 +104,9 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     if (parse_precision(mps, &o, &mp, &fp8)) return NULL;
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
-    if (mp == ACCEL_MP_FP8 && accept_fp8(&o, &zc)) return NULL;
+    bool cpu_env;
+    if (use_cpu_env(&cpu_env)) return NULL;
+    if (mp == ACCEL_MP_FP8 && accept_fp8(&o, cpu_env, &zc)) return NULL;
     if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
         /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
         if (o.mixed_precision || mp != ACCEL_MP_NO) {
@@ -156,7 +163,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->world = accel_pg_size(acc->pg);
     acc->local_rank = accel_dist_local_rank();
     acc->local_world = accel_dist_local_world_size();
-    acc->device = pick_device(&o, acc->local_rank);
+    acc->device = pick_device(&o, cpu_env, acc->local_rank);
     acc->accum_steps = steps;
     acc->sync_gradients = true;
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;

@@ -10,10 +10,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "core/prepared.h"
+#include "core/str_to_bool.h"
 #include "dist/backend.h"
 #include "dist/claim.h"
 #include "dist/slurm.h"
@@ -64,6 +64,9 @@ static const char *const LRANK_VARS[] = {"LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_
                                          "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
 static const char *const LWORLD_VARS[] = {"LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
                                           "MV2_COMM_WORLD_LOCAL_SIZE", NULL};
+/* The debug-mode variables, read as Accelerate's str_to_bool (read_env
+ * refuses a value that is no boolean). */
+static const char *const DEBUG_MODE_VARS[] = {"ACCEL_DEBUG_MODE", "ACCELERATE_DEBUG_MODE"};
 
 /* The mpi backend: asked for, or started by mpirun (its rank variables set)
  * with no MASTER_ADDR for our own rendezvous. Without MPI in the build,
@@ -176,15 +179,20 @@ static accel_status read_env(dist_env *e) {
                                    "of seconds in (0, %g]", t, ACCEL__MAX_TIMEOUT_S);
         e->timeout_s = x;
     }
+    for (int i = 0; i < 2; i++) {
+        bool on;
+        const char *v = getenv(DEBUG_MODE_VARS[i]);
+        if (accel__parse_bool("accel_dist_init", DEBUG_MODE_VARS[i], v && *v ? v : NULL, &on)) return accel_last_status();
+    }
     return check_job_secret(e);
 }
 
-static bool truthy(const char *v) {
-    return v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
-}
-
 bool accel_dist_debug_mode(void) {
-    return truthy(getenv("ACCEL_DEBUG_MODE")) || truthy(getenv("ACCELERATE_DEBUG_MODE"));
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(DEBUG_MODE_VARS[i]);
+        if (v && accel__str_to_bool(v, strlen(v)) == 1) return true;
+    }
+    return false;
 }
 
 /* ---------------------------------------------------------------- calls */
