@@ -4,7 +4,10 @@
  *      overhead of the op around its GEMM;
  *   2. the GEMM providers per shape (src/backends/cpu/gemm.h): OpenBLAS
  *      f32, oneDNN f32 and oneDNN bf16 (bf16 operands, f32 result) through
- *      accel__gemm with the provider forced, and what auto picks here.
+ *      accel__gemm with the provider forced, and what auto picks here;
+ *   3. oneDNN on the forward and dX pieces with the weight plain at every
+ *      call vs kept in oneDNN's layout (accel__gemm_weight), f32 (and bf16
+ *      where oneDNN has a bf16 matmul).
  * The CPU model and ISA are printed on top.
  *
  *     build/bin/bench_matmul [out.md] [repeats]   (default bench/results/matmul.md, 7)
@@ -16,6 +19,7 @@
 #include "accel/accel.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
+#include "core/prepared.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -92,14 +96,20 @@ static piece_gemm piece_operands(piece p, int64_t R, int64_t NIN, int64_t NOUT, 
     return (piece_gemm){true, false, NOUT, NIN, R, NOUT, NIN, y, x, 1.0f}; /* dW += dY^T X */
 }
 
-/* Median GFLOP/s of accel__gemm in the mode on dtype dt, or 0 when it fails. */
-static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece_gemm *g, float *c, int reps) {
-    if (accel__gemm_set_mode(mode) != ACCEL_OK) return 0.0;
+/* Median GFLOP/s of the piece's GEMM on dtype dt in the current mode, or 0
+ * when it fails: accel__gemm on g->b, or with w (whose memory g->b is)
+ * accel__gemm_weight, which reads w's form in oneDNN's layout where the
+ * provider is oneDNN; bump: w's version moves before every call, so each
+ * call reorders w again. */
+static double gemm_gflops(accel_dtype dt, const piece_gemm *g, accel_tensor *w, bool bump, float *c, int reps) {
     double t[100];
-    for (int r = -1; r < reps; r++) { /* r = -1: warm-up (creates oneDNN's primitive) */
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up (creates oneDNN's primitives, w's form) */
+        if (bump) accel_tensor_increment_version(w);
         double t0 = accel_now_seconds();
-        accel_status st = accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
-                                      g->beta, c, g->N);
+        accel_status st = w ? accel__gemm_weight(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, w, 0, g->ldb,
+                                                 g->beta, c, g->N)
+                            : accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
+                                          g->beta, c, g->N);
         double dt_s = accel_now_seconds() - t0;
         accel_step_reset();
         if (st != ACCEL_OK) {
@@ -109,6 +119,12 @@ static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece
         if (r >= 0) t[r] = dt_s;
     }
     return 2.0 * (double)g->M * (double)g->N * (double)g->K / median(t, reps) * 1e-9;
+}
+
+/* Median GFLOP/s of accel__gemm in the mode on dtype dt, or 0 when it fails. */
+static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece_gemm *g, float *c, int reps) {
+    if (accel__gemm_set_mode(mode) != ACCEL_OK) return 0.0;
+    return gemm_gflops(dt, g, NULL, false, c, reps);
 }
 
 /* "218.4 (brg:avx2)"; "-" when oneDNN is not built in; a dtype oneDNN has
@@ -161,6 +177,62 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
         free(x);
         free(xb);
     }
+}
+
+/* ---- oneDNN with the weight plain at every call vs its form in oneDNN's layout */
+
+/* One row of the packed table: the forward or dX piece in dtype dt. */
+static void packed_row(FILE *md, int reps, const char *name, piece p, accel_dtype dt, int64_t R, int64_t NIN,
+                       int64_t NOUT) {
+    size_t es = accel_dtype_size(dt), big = (size_t)(R * (NIN > NOUT ? NIN : NOUT));
+    float *wide = malloc(sizeof(float) * big), *c = malloc(sizeof(float) * big);
+    void *act = malloc(es * big);
+    accel_tensor *w = accel_tensor_new(dt, ACCEL_SHAPE(NOUT, NIN), ACCEL_CPU_DEVICE);
+    for (size_t i = 0; i < big; i++) wide[i] = (float)((int)(i % 13) - 6) * 0.1f;
+    accel_convert(act, dt, wide, ACCEL_F32, big);
+    for (int64_t i = 0; i < NIN * NOUT; i++) wide[i] = (float)((int)(i % 11) - 5) * 0.02f;
+    accel_convert(w->data, dt, wide, ACCEL_F32, (size_t)(NIN * NOUT));
+    piece_gemm g = piece_operands(p, R, NIN, NOUT, act, w->data, act);
+    uint64_t b0 = accel__prepared_stats_get().builds;
+    /* plain: oneDNN packs w's panels inside every call */
+    double plain = accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK ? gemm_gflops(dt, &g, NULL, false, c, reps) : 0.0;
+    double packed = plain > 0 ? gemm_gflops(dt, &g, w, false, c, reps) : 0.0;
+    bool formed = accel__prepared_stats_get().builds > b0;
+    double bumped = formed ? gemm_gflops(dt, &g, w, true, c, reps) : 0.0;
+    char ratio[32] = "-", bump_s[32] = "-";
+    if (plain > 0 && packed > 0) snprintf(ratio, sizeof ratio, "%.2f", packed / plain);
+    if (bumped > 0) snprintf(bump_s, sizeof bump_s, "%.1f", bumped);
+    const char *layout = formed ? "reordered" : "none: oneDNN reads W as stored";
+    fprintf(md, "| %s | %s | %lld x %lld x %lld | %s | %.1f | %.1f | %s | %s | %s |\n", name, PIECE[p], (long long)g.M,
+            (long long)g.N, (long long)g.K, accel_dtype_name(dt), plain, packed, ratio, bump_s, layout);
+    printf("%-14s %-24s %-8s plain %7.1f  packed %7.1f  ratio %s  reorder each call %s  (%s)\n", name, PIECE[p],
+           accel_dtype_name(dt), plain, packed, ratio, bump_s, layout);
+    accel_tensor_free(w);
+    free(wide);
+    free(c);
+    free(act);
+}
+
+static void packed_table(FILE *md, int reps, int64_t R, const char *const *names, const int64_t (*dims)[2],
+                         int nshapes) {
+    /* oneDNN multiplies bf16 itself here (else ACCEL_GEMM=dnnl widens it per call: no form) */
+    bool bf16 = accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK && !accel__gemm_widens_per_call(ACCEL_BF16);
+    fprintf(md, "\n## oneDNN: the weight plain at every call vs kept in oneDNN's layout\n\n"
+                "ACCEL_GEMM=dnnl, %d threads, median of %d calls after one warm-up, GFLOP/s. plain: accel__gemm "
+                "on the row-major weight (oneDNN packs its panels inside every call); packed: accel__gemm_weight, "
+                "the weight's prepared form in the layout oneDNN's matmul picks (reordered once per version of "
+                "the weight); reorder each call: packed with the weight's version moved before every call (one "
+                "reorder per optimizer step, charged to one call). bf16 rows only where oneDNN has a bf16 "
+                "matmul%s. The machine is shared: expect +-15%% jitter.\n\n"
+                "| layer | piece | M x N x K | dtype | plain | packed | packed / plain | reorder each call | "
+                "weight form |\n|---|---|---|---|---|---|---|---|---|\n",
+            accel_num_threads(), reps, bf16 ? "" : " (none here)");
+    for (int s = 0; s < nshapes; s++)
+        for (int p = FWD; p <= DX; p++) {
+            packed_row(md, reps, names[s], (piece)p, ACCEL_F32, R, dims[s][0], dims[s][1]);
+            if (bf16) packed_row(md, reps, names[s], (piece)p, ACCEL_BF16, R, dims[s][0], dims[s][1]);
+        }
+    accel__gemm_set_mode(ACCEL__GEMM_AUTO);
 }
 
 int main(int argc, char **argv) {
@@ -235,6 +307,7 @@ int main(int argc, char **argv) {
     int64_t dims[4][2];
     for (int s = 0; s < 4; s++) names[s] = shapes[s].name, dims[s][0] = shapes[s].in, dims[s][1] = shapes[s].out;
     provider_table(md, reps, R, names, (const int64_t(*)[2])dims, 4);
+    if (accel__gemm_have_dnnl()) packed_table(md, reps, R, names, (const int64_t(*)[2])dims, 4);
     fclose(md);
     printf("worst ratio %.2f; table written to %s\n", worst, out_path);
     accel_thread_cleanup();

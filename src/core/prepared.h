@@ -38,8 +38,13 @@
 /* A tracked storage: its version and the forms prepared from it (prepared.c). */
 typedef struct accel__prepared accel__prepared;
 
-/* What a form is: its kind (ACCEL__FORM_*) and the dtype it was rounded to. */
-enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2 };
+/* What a form is: its kind (ACCEL__FORM_*) and the dtype it was rounded to.
+ * ACCEL__FORM_DNNL_NT / _NN: the owner (a GEMM operand of dtype dt, itself
+ * a weight or a weight's autocast copy) reordered into the layout oneDNN's
+ * matmul wants for op(B) = owner^T (forward Y = X W^T) or owner (dX = dY W)
+ * (src/backends/cpu/gemm.c); the same bytes as the owner, laid out
+ * differently. */
+enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2, ACCEL__FORM_DNNL_NT = 3, ACCEL__FORM_DNNL_NN = 4 };
 typedef struct accel__form_key {
     int kind;
     accel_dtype dt;
