@@ -16,26 +16,12 @@
 #include "accel/io.h"
 #include "backends/backend.h"
 #include "check.h"
+#include "dispatch_fixture.h"
 
 static const accel_device H0 = {ACCEL_DEV_HOSTLESS, 0}, H1 = {ACCEL_DEV_HOSTLESS, 1};
 static char g_dir[64]; /* temporary directory of this run */
 
 static bool on(const accel_tensor *t, accel_device d) { return t && accel_device_eq(t->device, d); }
-
-/* max |a - b| over n floats of two tensors on any devices (-1 on a size mismatch) */
-static double max_diff(const accel_tensor *a, const accel_tensor *b) {
-    int64_t n = accel_numel(a);
-    if (n != accel_numel(b)) return -1;
-    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
-    double m = -1;
-    if (accel_to_floats(a, x) == ACCEL_OK && accel_to_floats(b, y) == ACCEL_OK) {
-        m = 0;
-        for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - y[i]));
-    }
-    free(x);
-    free(y);
-    return m;
-}
 
 /* ---- safetensors */
 
@@ -116,7 +102,6 @@ static void test_safetensors_chunked(void) {
 
 /* ---- big-model dispatch */
 
-static const char *const NO_SPLIT[] = {"LlamaDecoderLayer"};
 static char g_model[96];
 
 static void save_model(void) {
@@ -128,11 +113,8 @@ static void save_model(void) {
     cfg.num_attention_heads = 2;
     cfg.num_key_value_heads = 1;
     cfg.max_position_embeddings = 32;
-    accel_manual_seed(7);
-    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     snprintf(g_model, sizeof g_model, "%s/llama", g_dir);
-    CHECK_MSG(m && accel_save_pretrained(m, g_model, 0) == ACCEL_OK, "%s", accel_last_error());
-    accel_module_free(m);
+    save_llama(&cfg, 7, g_model);
 }
 
 /* The seed's map: embed + layers 0-9 on a, layers 10-19 + norm + lm_head on b. */
@@ -149,44 +131,12 @@ static accel_device_map *seed_map(const char *a, const char *b) {
     return map;
 }
 
-typedef struct loaded {
-    accel_module *m;
-    accel_dispatched *d;
-} loaded;
-
-static loaded load(accel_device_map *map, const accel_load_opts *extra) {
-    accel_llama_config cfg;
-    loaded l = {0};
-    if (accel_llama_config_load(g_model, &cfg) != ACCEL_OK) return l;
-    accel_init_empty_weights_begin();
-    l.m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
-    accel_init_empty_weights_end();
-    accel_device_map_opts mo = {.no_split = NO_SPLIT, .n_no_split = 1};
-    accel_load_opts lo = extra ? *extra : (accel_load_opts){0};
-    lo.map_opts = &mo;
-    l.d = l.m ? accel_load_checkpoint_and_dispatch(l.m, g_model, map, NULL, NULL, &lo) : NULL;
-    CHECK_MSG(l.d != NULL, "%s", accel_last_error());
-    accel_device_map_free(map);
-    return l;
-}
-
-static void unload(loaded *l) {
-    accel_dispatched_free(l->d);
-    accel_module_free(l->m);
-}
+static loaded load(accel_device_map *map, const accel_load_opts *extra) { return load_llama(g_model, map, extra); }
 
 static const int64_t IDS[6] = {5, 17, 63, 3, 0, 40};
 
 /* Logits [1, 6, 64] of IDS as a persistent cpu tensor. */
-static accel_tensor *logits_of(loaded *l) {
-    accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 6), IDS);
-    accel_tensor *y = l->d ? accel_llama_forward(l->m, ids, NULL) : NULL;
-    CHECK_MSG(y != NULL, "%s", accel_last_error());
-    CHECK(!y || y->device.type == ACCEL_DEV_CPU); /* io_same_device: back where the ids were */
-    accel_tensor *out = y ? accel_tensor_clone_persistent(y, ACCEL_CPU_DEVICE) : NULL;
-    accel_step_reset();
-    return out;
-}
+static accel_tensor *logits_of(loaded *l) { return llama_logits(l, IDS, 6); }
 
 static accel_tensor *g_cpu_logits; /* everything on the cpu */
 

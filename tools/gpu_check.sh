@@ -15,7 +15,7 @@
 #
 #   tools/gpu_check.sh run       (there, from the repository root, one command)
 #       With build-gpu/bundle.tar.xz carried over (unpacked on first use): prints `accel env`, runs the GPU
-#       tests (ctest label gpu: test_cuda_kernels, test_nccl one rank and one
+#       tests (ctest label gpu: test_cuda_kernels, test_cuda_staging, test_nccl one rank and one
 #       rank per GPU), test_fp8, test_fp8_amax on cuda:0 (one rank, and two
 #       ranks sharing the GPU: the amax reduction), a few fp8 training steps of the bench's Llama
 #       (mixed_precision='fp8', end to end), the op tests with every tensor on cuda:0, the
@@ -41,7 +41,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-gpu
 BUNDLE=$BUILD/bundle
-PROGRAMS="test_cuda_kernels test_nccl test_fp8 test_fp8_amax test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn
+PROGRAMS="test_cuda_kernels test_cuda_staging test_nccl test_fp8 test_fp8_amax test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn
           test_ops_loss test_ops_attention test_ops_shape test_llama_numerics accel train_linear four_lines
           bench_gpu_step"
 # The benchmark's two configs: the bench config (bench_util.h's defaults) and
@@ -151,6 +151,7 @@ run() {
     for e in four_lines train_linear; do
         (cd "$ROOT" && ACCEL_DEFAULT_DEVICE=cuda:0 step "example_${e}_cuda" 60 "$BUNDLE/bin/$e")
     done
+    (cd "$ROOT/tests" && step cuda_staging 60 "$BUNDLE/bin/test_cuda_staging") || status=1
     (cd "$ROOT/tests" && step nccl_1rank 60 "$BUNDLE/bin/test_nccl") || [ $? -eq 77 ] || status=1
     (cd "$ROOT/tests" && step nccl_multi 90 "$BUNDLE/bin/test_nccl" multi) || [ $? -eq 77 ] || status=1
     (cd "$ROOT/tests" && step fp8 30 "$BUNDLE/bin/test_fp8") || status=1

@@ -266,8 +266,9 @@ accel_status accel_check_device_map(accel_module *root, const accel_device_map *
  *   - "cpu" when the main device is not the cpu (or opts->offload_cpu):
  *     offloaded to a host copy, pointed at by the hook during the forward.
  * Offloaded weights are used in place when the execution device is the cpu;
- * on another device the hook copies them in through its backend and frees
- * the copy after the forward.
+ * on another device the hook copies them in through its backend (through
+ * pinned host chunks, converted chunk by chunk: no host copy of a tensor) and
+ * frees the copy after the forward.
  * The main (execution) device for offloaded modules is opts->main_device, or
  * the first map device that is neither cpu nor disk, or cpu (Accelerate's
  * dispatch_model). The root module gets io_same_device semantics: its output
@@ -304,7 +305,7 @@ typedef struct accel_dispatch_stats {
     int64_t bytes_host_copies; /* bytes of host copies (cpu offload) */
     int64_t bytes_disk;        /* bytes left in the mapped checkpoint */
     int64_t peak_onload_bytes; /* most offloaded bytes brought in at once during forwards */
-    int64_t scratch_bytes;     /* of which converted copies (dtype differs from the file) */
+    int64_t scratch_bytes;     /* of which converted host copies (cpu execution, dtype differs from the file) */
     int n_unexpected;          /* checkpoint tensors the model lacks */
     int n_missing;             /* model tensors the checkpoint lacks */
 } accel_dispatch_stats;

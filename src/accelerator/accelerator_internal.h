@@ -316,13 +316,14 @@ bool accel__needs_staging(accel_device dev);
 bool accel__pg_takes_device(const accel_pg *pg, accel_device dev);
 /* The host bytes the group reads and writes for t: t's own memory on a
  * host-addressable device; else `scratch` when given (e.g. a shared-memory
- * buffer) or a new accel_malloc buffer, holding t's bytes when `fill` (an
- * output skips the copy). NULL + error when the copy fails. */
+ * buffer) or a lease of the pinned staging pool (core/host_stage.h: reused
+ * from call to call, so alike steps allocate nothing), holding t's bytes
+ * when `fill` (an output skips the copy). NULL + error when the copy fails. */
 void *accel__stage_to_host(const accel_tensor *t, void *scratch, bool fill);
 /* Ends the staging of t in `host` after a collective that returned st: on a
  * staged device, host's bytes go back into t when st is ACCEL_OK and
- * write_back, and host is freed when owned (stage_to_host allocated it: no
- * scratch). Returns st, else the copy's status. */
+ * write_back, and host's lease goes back to the pool when owned
+ * (stage_to_host leased it: no scratch). Returns st, else the copy's status. */
 accel_status accel__stage_end(accel_tensor *t, void *host, accel_status st, bool write_back, bool owned);
 /* The group's collectives on tensors of any device (staged when it needs it).
  * all_gather: recv holds world x numel(send) elements (send may lie in it). */

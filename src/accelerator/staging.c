@@ -5,11 +5,19 @@
  * no copy. A backend that takes device pointers (NCCL, HCCL) is what removes
  * the staging: ZeRO-3 hands such a group its device buffers
  * (accel__pg_takes_device). Every collective here is stage_to_host, the group's call,
- * stage_end: the one place that decides about copies and frees. */
+ * stage_end: the one place that decides about copies and frees.
+ *
+ * The host copy is a lease of the staging pool (core/host_stage.h): pinned
+ * memory where the backend has it (cudaMallocHost), so the copies run at full
+ * speed, and the same buffers from step to step (a pool slot is allocated
+ * once and grown to the largest tensor staged through it), so a training loop
+ * allocates no host memory for its collectives after the first step. The
+ * whole tensor is staged at once: the group needs every byte in host memory. */
 #include <string.h>
 
 #include "accelerator_internal.h"
 #include "backends/backend.h"
+#include "core/host_stage.h"
 
 bool accel__needs_staging(accel_device dev) {
     const accel_backend *b = accel__backend_of(dev);
@@ -23,9 +31,9 @@ bool accel__pg_takes_device(const accel_pg *pg, accel_device dev) {
 void *accel__stage_to_host(const accel_tensor *t, void *scratch, bool fill) {
     if (!accel__needs_staging(t->device)) return accel__host_ptr(t, "accel__stage_to_host");
     size_t bytes = accel_nbytes(t);
-    void *host = scratch ? scratch : accel_malloc(bytes ? bytes : 1);
+    void *host = scratch ? scratch : accel__stage_acquire(t->device, bytes, "accel__stage_to_host");
     if (host && fill && accel__tensor_read_bytes(t, 0, host, bytes) != ACCEL_OK) {
-        if (!scratch) accel_free(host);
+        if (!scratch) accel__stage_release(t->device, host);
         return NULL;
     }
     return host;
@@ -34,7 +42,7 @@ void *accel__stage_to_host(const accel_tensor *t, void *scratch, bool fill) {
 accel_status accel__stage_end(accel_tensor *t, void *host, accel_status st, bool write_back, bool owned) {
     if (!accel__needs_staging(t->device)) return st;
     accel_status copy = !st && write_back ? accel__tensor_write_bytes(t, 0, host, accel_nbytes(t)) : ACCEL_OK;
-    if (owned) accel_free(host);
+    if (owned) accel__stage_release(t->device, host);
     return st ? st : copy;
 }
 
@@ -57,6 +65,6 @@ accel_status accel__staged_all_gather(accel_pg *pg, const accel_tensor *send, ac
     accel_status st = hrecv ? accel_pg_all_gather(pg, hsend, hrecv, (size_t)accel_numel(send), send->dtype)
                             : accel_last_status();
     if (hrecv) st = accel__stage_end(recv, hrecv, st, true, true);
-    if (accel__needs_staging(send->device)) accel_free(hsend);
+    if (accel__needs_staging(send->device)) accel__stage_release(send->device, hsend);
     return st;
 }

@@ -67,7 +67,11 @@ typedef struct accel_backend_mem {
      * Required. */
     accel_status (*mem_info)(int index, size_t *free_bytes, size_t *total_bytes);
     /* Host memory that the device can copy from/to at full speed (pinned),
-     * for staging. Optional: NULL means plain accel_malloc'd memory is fine. */
+     * for staging; usable with every device of the backend, from any thread.
+     * The staging pool (core/host_stage.h) is its one caller: it allocates
+     * a few buffers once and reuses them, and on NULL (error set, e.g.
+     * pinned memory exhausted) warns once and uses accel_malloc'd memory
+     * instead. Optional: NULL means plain accel_malloc'd memory is fine. */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
 } accel_backend_mem;

@@ -2,7 +2,9 @@
  *
  * Every weight goes from the mapped safetensors file straight to where the
  * device map puts it, with no full copy of the checkpoint in between:
- *   execution device -> read (and converted) into the parameter's own memory;
+ *   execution device -> read (and converted) into the parameter's own memory
+ *                       (off the cpu through the pinned staging chunk:
+ *                       core/host_stage.h);
  *   "cpu" offload    -> converted into a host copy kept by the weights map;
  *   "disk"           -> nothing is read: the weights map keeps a view of the
  *                       mapping and the pages come in when the module runs.

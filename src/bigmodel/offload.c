@@ -10,6 +10,7 @@
 
 #include "bigmodel/offload_internal.h"
 #include "core/core_internal.h"
+#include "core/host_stage.h"
 
 void accel__release_pages(const void *p, size_t n) {
     if (!p || !n) return;
@@ -65,21 +66,29 @@ static const void *host_bytes(accel_dispatched *d, accel__off_entry *e) {
     return e->scratch;
 }
 
-/* On the cpu the tensor views the host bytes in place (the mapping or the
- * host copy: no copy at all); on another device it gets memory of its own
- * there and the bytes are copied in through the backend. */
-static accel_status point_at(accel__off_entry *e, const void *p, accel_device dev) {
+/* On the cpu the tensor views the host bytes in place: the mapping or the
+ * host copy, no copy at all (a converted copy in scratch when the dtype or
+ * the alignment differs). */
+static accel_status view_on_host(accel_dispatched *d, accel__off_entry *e) {
+    const void *p = host_bytes(d, e);
+    if (!p) return accel_last_status();
+    /* t is a persistent, contiguous meta tensor (load_one made it so): the
+     * rebind cannot fail */
     accel_tensor *t = e->t;
-    if (dev.type == ACCEL_DEV_CPU) {
-        /* t is a persistent, contiguous meta tensor (load_one made it so):
-         * the rebind cannot fail */
-        t->device = dev;
-        accel_tensor_rebind(t, (void *)p, false);
-        if (!e->scratch && e->kind == ACCEL__OFF_DISK) t->flags |= ACCEL_TF_MMAP;
-        return ACCEL_OK;
-    }
+    t->device = ACCEL_CPU_DEVICE;
+    accel_tensor_rebind(t, (void *)p, false);
+    if (!e->scratch && e->kind == ACCEL__OFF_DISK) t->flags |= ACCEL_TF_MMAP;
+    return ACCEL_OK;
+}
+
+/* On another device the tensor gets memory of its own there, and the source
+ * bytes go in through the staging chunks, converted chunk by chunk: no host
+ * copy of the tensor is made. */
+static accel_status copy_onto(accel__off_entry *e, accel_device dev) {
+    accel_tensor *t = e->t;
     if (accel__tensor_alloc_uninit(t, dev, t->dtype) != ACCEL_OK) return accel_last_status();
-    accel_status st = accel__tensor_write_bytes(t, 0, p, accel_nbytes(t));
+    accel_status st = accel__stage_to_device(dev, accel__device_ptr(t), e->src, e->src_dtype, t->dtype,
+                                             (size_t)accel_numel(t));
     if (st != ACCEL_OK) accel_tensor_to_meta(t);
     return st;
 }
@@ -87,13 +96,10 @@ static accel_status point_at(accel__off_entry *e, const void *p, accel_device de
 accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev) {
     accel__off_entry *e = &d->off[i];
     if (e->refs++ > 0) return ACCEL_OK;
-    const void *p = host_bytes(d, e);
-    accel_status st = p ? point_at(e, p, dev) : accel_last_status();
-    if (dev.type != ACCEL_DEV_CPU || st != ACCEL_OK) { /* the device holds its own copy now */
+    accel_status st = dev.type == ACCEL_DEV_CPU ? view_on_host(d, e) : copy_onto(e, dev);
+    if (st != ACCEL_OK) {
         accel_free(e->scratch);
         e->scratch = NULL;
-    }
-    if (st != ACCEL_OK) {
         e->refs--;
         return st;
     }

@@ -59,10 +59,11 @@ int accel__off_add(accel_dispatched *d, accel_tensor *t, const char *name, accel
                    const void *src, accel_dtype src_dtype, size_t src_bytes);
 /* Index of the entry for tensor t, -1 when t is not offloaded. */
 int accel__off_find(const accel_dispatched *d, const accel_tensor *t);
-/* Brings entry i's tensor onto dev (converting into scratch when the dtype
- * differs): on the cpu it views the host bytes in place, on any other device
- * it gets memory there and the bytes are copied in through the backend;
- * nested uses are counted. */
+/* Brings entry i's tensor onto dev: on the cpu it views the host bytes in
+ * place (a converted copy in scratch when the dtype differs), on any other
+ * device it gets memory there and the bytes go in through the pinned staging
+ * chunks (core/host_stage.h), converted chunk by chunk with no host copy of
+ * the tensor; nested uses are counted. */
 accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev);
 /* Drops one use; at zero the tensor goes back to meta and its pages leave
  * this process. */

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/core_internal.h"
+#include "core/host_stage.h"
 #include "io/io_internal.h"
 
 accel_status accel__afile_open(accel__afile *f, const char *path) {
@@ -76,23 +77,15 @@ void accel__afile_abort(accel__afile *f) {
     afile_release(f);
 }
 
+/* A device tensor's bytes reach the sink through the pinned staging chunks
+ * (core/host_stage.h): no host copy of the tensor, no allocation per save. */
 static accel_status stream_dense(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op) {
     size_t n = accel_nbytes(t);
     if (t->device.type == ACCEL_DEV_CPU) {
         const void *host = accel__host_ptr(t, op);
         return host ? sink(ctx, host, n) : accel_last_status();
     }
-    enum { STAGE_BYTES = 4 << 20 };
-    void *stage = accel_malloc(n < STAGE_BYTES ? n : STAGE_BYTES);
-    if (!stage) return accel_last_status();
-    accel_status st = ACCEL_OK;
-    for (size_t off = 0; off < n && st == ACCEL_OK; off += STAGE_BYTES) {
-        size_t m = n - off < STAGE_BYTES ? n - off : STAGE_BYTES;
-        st = accel__tensor_read_bytes(t, off, stage, m);
-        if (st == ACCEL_OK) st = sink(ctx, stage, m);
-    }
-    accel_free(stage);
-    return st;
+    return accel__stage_from_device(t->device, accel__device_ptr(t), n, sink, ctx);
 }
 
 accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op) {

@@ -12,6 +12,7 @@
 
 #include "accel/io.h"
 #include "core/core_internal.h"
+#include "core/host_stage.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
@@ -388,52 +389,24 @@ static const accel_st_info *st_lookup(const accel_safetensors *st, const char *n
     return in;
 }
 
-/* Elements [first, first + n) of in, converted to ddt, into host memory dst.
- * Tolerates a source not aligned to its element size (files written by other
- * tools may not pad their header). */
-static void convert_range(void *dst, accel_dtype ddt, const accel_st_info *in, size_t first, size_t n) {
-    size_t esz = accel_dtype_size(in->dtype), dsz = accel_dtype_size(ddt);
-    const unsigned char *src = (const unsigned char *)in->bytes + first * esz;
-    if (ddt == in->dtype) {
-        memcpy(dst, src, n * esz);
-        return;
-    }
-    if (((uintptr_t)src % esz) == 0) {
-        accel_convert(dst, ddt, src, in->dtype, n);
-        return;
-    }
-    enum { CHUNK = 4096 };
-    _Alignas(64) unsigned char bounce[CHUNK * 8];
-    size_t per = sizeof bounce / esz;
-    for (size_t i = 0; i < n; i += per) {
-        size_t m = n - i < per ? n - i : per;
-        memcpy(bounce, src + i * esz, m * esz);
-        accel_convert((unsigned char *)dst + i * dsz, ddt, bounce, in->dtype, m);
-    }
-}
-
 static size_t st_numel(const accel_st_info *in) {
     size_t esz = accel_dtype_size(in->dtype);
     return in->nbytes / (esz ? esz : 1);
 }
 
+/* in's elements, converted to ddt, into host memory dst. Tolerates a source
+ * not aligned to its element size (files written by other tools may not pad
+ * their header). */
+static void convert_all(void *dst, accel_dtype ddt, const accel_st_info *in) {
+    accel__convert_unaligned(dst, ddt, in->bytes, in->dtype, st_numel(in));
+}
+
 /* in's elements converted to dst's dtype into dst (contiguous, not on the
- * cpu): the mapping's bytes go to the device as they are when the dtypes
- * match, else through a host conversion buffer, one chunk at a time. */
+ * cpu): from the mapping through the pinned staging chunks straight into the
+ * device's memory, converting chunk by chunk; no host copy of the tensor. */
 static accel_status load_to_device(accel_tensor *dst, const accel_st_info *in) {
-    if (dst->dtype == in->dtype) return accel__tensor_write_bytes(dst, 0, in->bytes, in->nbytes);
-    enum { STAGE_BYTES = 4 << 20 };
-    size_t n = st_numel(in), dsz = accel_dtype_size(dst->dtype), per = STAGE_BYTES / dsz;
-    void *stage = accel_malloc(STAGE_BYTES);
-    if (!stage) return accel_last_status();
-    accel_status st = ACCEL_OK;
-    for (size_t i = 0; i < n && st == ACCEL_OK; i += per) {
-        size_t m = n - i < per ? n - i : per;
-        convert_range(stage, dst->dtype, in, i, m);
-        st = accel__tensor_write_bytes(dst, i * dsz, stage, m * dsz);
-    }
-    accel_free(stage);
-    return st;
+    return accel__stage_to_device(dst->device, accel__device_ptr(dst), in->bytes, in->dtype, dst->dtype,
+                                  st_numel(in));
 }
 
 accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op) {
@@ -448,7 +421,7 @@ accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op
         return t;
     }
     accel_tensor *t = accel_tensor_new(dt, in->ndim, in->shape, ACCEL_CPU_DEVICE);
-    if (t) convert_range(accel__host_ptr(t, op), dt, in, 0, st_numel(in));
+    if (t) convert_all(accel__host_ptr(t, op), dt, in);
     return t;
 }
 
@@ -472,7 +445,7 @@ accel_status accel__st_load_into(const accel_st_info *in, const char *file, acce
     void *host = accel__host_ptr(dst, op);
     if (!host && in->nbytes > 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: destination for '%s' has no memory", op, in->name);
-    convert_range(host, dst->dtype, in, 0, st_numel(in));
+    convert_all(host, dst->dtype, in);
     accel__tensor_written(dst);
     return ACCEL_OK;
 }

@@ -8,7 +8,9 @@
  * file is read into a host block (pread), updated and written back (pwrite).
  * The update kernels are elementwise, so a step in blocks equals the step in
  * one piece bit for bit, and the memory holding a file's state is the host
- * buffer of n_blocks blocks whatever the state's size.
+ * buffer of n_blocks blocks whatever the state's size. That buffer is
+ * allocated once, pinned when the parameters' device can pin host memory
+ * (accel__stage_alloc), so every step's copies run from pinned memory.
  *
  * The file (one per optimizer, named after its tag) is created in the
  * directory given and unlinked at once (so the space of a killed process's
@@ -23,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/host_stage.h"
 #include "optim_internal.h"
 
 typedef struct accel__offload {
@@ -32,7 +35,8 @@ typedef struct accel__offload {
     int64_t file_elems;    /* elements laid out so far (ranges are never reused) */
     int64_t block;         /* elements per block */
     int n_blocks;
-    float *buf;            /* n_blocks x block host floats */
+    accel_device stage_dev; /* the device whose copies buf serves (pinned for it where it can be) */
+    float *buf;            /* n_blocks x block host floats, allocated once (core/host_stage.h) */
     accel_status broken;   /* a write failed in a step: the file no longer matches the parameters */
 } accel__offload;
 
@@ -135,11 +139,22 @@ void accel__offload_free(accel__offload *o) {
     if (!o) return;
     if (o->fd >= 0) close(o->fd);
     accel_free(o->path);
-    accel_free(o->buf);
+    accel__stage_free(o->stage_dev, o->buf);
     accel_free(o);
 }
 
-static accel__offload *offload_new(const accel__offload_opts *oo) {
+/* The device the host blocks are staged to and from: the first segment's
+ * device the host cannot address (their copies then run from pinned memory),
+ * else the cpu (plain memory). */
+static accel_device staging_device(const accel_optimizer *opt) {
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel_device d = accel__seg_device(&opt->segs[i]);
+        if (accel__backend_of(d) && !host_addressable(d)) return d;
+    }
+    return ACCEL_CPU_DEVICE;
+}
+
+static accel__offload *offload_new(const accel_optimizer *opt, const accel__offload_opts *oo) {
     const char *fn = "offload_optimizer";
     if (oo->block_bytes < (int64_t)sizeof(float) || oo->n_blocks < 1) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the host buffer needs blocks of at least 4 bytes and at least one "
@@ -152,7 +167,8 @@ static accel__offload *offload_new(const accel__offload_opts *oo) {
     o->fd = -1;
     o->block = oo->block_bytes / (int64_t)sizeof(float);
     o->n_blocks = oo->n_blocks;
-    o->buf = accel_malloc((size_t)(o->block * o->n_blocks) * sizeof(float));
+    o->stage_dev = staging_device(opt);
+    o->buf = accel__stage_alloc(o->stage_dev, (size_t)(o->block * o->n_blocks) * sizeof(float), fn);
     if (!o->buf || (o->home == ACCEL__HOME_FILE && file_open(o, oo->dir, oo->tag))) {
         accel__offload_free(o);
         return NULL;
@@ -210,7 +226,7 @@ accel_status accel__optimizer_set_offload(accel_optimizer *opt, const accel__off
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__optimizer_set_offload: optimizer is NULL");
     bool to_device = !oo || oo->home == ACCEL__HOME_DEVICE;
     if (to_device && !opt->off) return ACCEL_OK;
-    accel__offload *old = opt->off, *nu = to_device ? NULL : offload_new(oo);
+    accel__offload *old = opt->off, *nu = to_device ? NULL : offload_new(opt, oo);
     if (!to_device && !nu) return accel_last_status();
     /* The new home's state for every segment, filled from the old one. */
     accel__segment *moved = accel_calloc((size_t)(opt->n_segs + 1), sizeof *moved);

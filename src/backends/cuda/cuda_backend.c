@@ -177,16 +177,25 @@ static accel_status cuda_mem_info(int index, size_t *free_bytes, size_t *total_b
     return accel__cuda_check(cudaMemGetInfo(free_bytes, total_bytes), index, "mem_info");
 }
 
-/* Pinned host memory: transfers from it run at full PCIe/NVLink speed and
- * asynchronously. */
+/* Pinned host memory for the staging buffers (core/host_stage.h): copies
+ * from it run at full PCIe/NVLink speed and asynchronously. Portable: one
+ * buffer serves every device of the process. A failure (pinned memory is a
+ * limited resource) is an error naming the size; the staging pool then falls
+ * back to pageable memory with a warning. */
 static void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
-    if (accel__cuda_check(cudaMallocHost(&p, bytes), 0, "host_alloc") != ACCEL_OK) return NULL;
-    return p;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e == cudaSuccess) return p;
+    cudaGetLastError(); /* not sticky: later calls must not report it */
+    accel_set_error(e == cudaErrorMemoryAllocation ? ACCEL_ERR_OOM : ACCEL_ERR_DEVICE,
+                    "cuda: host_alloc: cudaHostAlloc of %zu pinned bytes failed: %s", bytes, cudaGetErrorString(e));
+    return NULL;
 }
 
+/* At process exit the runtime may be unloading already: the error it then
+ * returns means the memory goes with the process, nothing to report. */
 static void cuda_host_free(void *p) {
-    if (p) cudaFreeHost(p);
+    if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
 static const accel_backend cuda_backend = {

@@ -8,6 +8,10 @@
  * pointer would. Pointer arithmetic on tagged pointers (views) is fine: the
  * tag sits far above any offset.
  *
+ * Pinned host memory (host_alloc/host_free) is plain host memory whose
+ * allocations are counted (hostless.h), and can be made to fail, as
+ * cudaMallocHost does when pinned memory runs out.
+ *
  * Kernels are the CPU kernels. One wrapper per table entry, generated from
  * ACCEL_KERNELS, translates the kernel's tensors (the t[] array every
  * argument struct starts with) to host addresses on a private copy of their
@@ -22,6 +26,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/hostless/hostless.h"
 
 enum { HOSTLESS_MAX = 8 };
 
@@ -103,6 +108,62 @@ static accel_status hostless_mem_info(int index, size_t *free_bytes, size_t *tot
     return accel__cpu_mem_info(free_bytes, total_bytes);
 }
 
+/* ---- pinned host memory: plain host memory, counted, so tests can see how
+ * much staging a copy path uses and that it is reused (hostless.h) */
+
+static int64_t g_host_allocs, g_host_frees, g_host_live, g_host_peak; /* atomics */
+static int g_host_fail; /* host_allocs still to refuse (atomic) */
+
+typedef struct host_block {
+    size_t bytes;
+    _Alignas(64) unsigned char data[];
+} host_block;
+
+static void note_host_peak(int64_t live) {
+    int64_t peak = __atomic_load_n(&g_host_peak, __ATOMIC_RELAXED);
+    while (live > peak && !__atomic_compare_exchange_n(&g_host_peak, &peak, live, true, __ATOMIC_RELAXED,
+                                                       __ATOMIC_RELAXED)) {
+    }
+}
+
+static void *hostless_host_alloc(size_t bytes) {
+    int left = __atomic_load_n(&g_host_fail, __ATOMIC_RELAXED);
+    while (left > 0 && !__atomic_compare_exchange_n(&g_host_fail, &left, left - 1, true, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)) {
+    }
+    if (left > 0) {
+        accel_set_error(ACCEL_ERR_OOM, "hostless: host_alloc of %zu bytes: out of pinned memory (injected)", bytes);
+        return NULL;
+    }
+    host_block *b = accel_malloc(sizeof *b + bytes);
+    if (!b) return NULL;
+    b->bytes = bytes;
+    __atomic_add_fetch(&g_host_allocs, 1, __ATOMIC_RELAXED);
+    note_host_peak(__atomic_add_fetch(&g_host_live, (int64_t)bytes, __ATOMIC_RELAXED));
+    return b->data;
+}
+
+static void hostless_host_free(void *p) {
+    if (!p) return;
+    host_block *b = (host_block *)((unsigned char *)p - offsetof(host_block, data));
+    __atomic_add_fetch(&g_host_frees, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&g_host_live, (int64_t)b->bytes, __ATOMIC_RELAXED);
+    accel_free(b);
+}
+
+void accel__hostless_host_stats(accel__hostless_host_counts *out) {
+    out->allocs = __atomic_load_n(&g_host_allocs, __ATOMIC_RELAXED);
+    out->frees = __atomic_load_n(&g_host_frees, __ATOMIC_RELAXED);
+    out->live_bytes = __atomic_load_n(&g_host_live, __ATOMIC_RELAXED);
+    out->peak_bytes = __atomic_load_n(&g_host_peak, __ATOMIC_RELAXED);
+}
+
+void accel__hostless_host_peak_reset(void) {
+    __atomic_store_n(&g_host_peak, __atomic_load_n(&g_host_live, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
+void accel__hostless_host_fail_next(int n) { __atomic_store_n(&g_host_fail, n, __ATOMIC_RELAXED); }
+
 /* ---- kernels: the CPU kernels on translated tensors */
 
 typedef struct frame {
@@ -165,6 +226,8 @@ static const accel_backend hostless_backend = {
         .copy_to_host = hostless_copy_to_host,
         .copy_device = hostless_copy_device,
         .mem_info = hostless_mem_info,
+        .host_alloc = hostless_host_alloc,
+        .host_free = hostless_host_free,
     },
     .kernels = {
 #define HOSTLESS_SLOT(name, T) .name = hostless_##name,

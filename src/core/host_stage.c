@@ -1,0 +1,268 @@
+/* Host staging buffers (host_stage.h): a pool of reusable, pinned where the
+ * backend can, host buffers per device type, and the chunked copies that
+ * move bytes through them. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "core/core_internal.h"
+#include "core/host_stage.h"
+
+enum { DEFAULT_CHUNK = 4 << 20, MIN_CHUNK = 64 };
+
+static size_t g_chunk = DEFAULT_CHUNK; /* atomic */
+
+size_t accel__stage_chunk_bytes(void) { return __atomic_load_n(&g_chunk, __ATOMIC_RELAXED); }
+
+void accel__stage_set_chunk_bytes(size_t bytes) {
+    size_t c = bytes ? bytes / MIN_CHUNK * MIN_CHUNK : DEFAULT_CHUNK;
+    __atomic_store_n(&g_chunk, c < MIN_CHUNK ? MIN_CHUNK : c, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- host memory */
+
+static bool g_warned[ACCEL_DEV_TYPE_COUNT]; /* under g_lock */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Says once per device type that staging is not pinned, with the backend's reason. */
+static void warn_unpinned(const accel_backend *b, size_t bytes) {
+    pthread_mutex_lock(&g_lock);
+    bool first = !g_warned[b->type];
+    g_warned[b->type] = true;
+    pthread_mutex_unlock(&g_lock);
+    if (first)
+        fprintf(stderr, "accel: warning: %s: %zu bytes of pinned host memory could not be allocated (%s); "
+                        "staging copies use pageable memory instead (slower, same results)\n",
+                b->name, bytes, accel_last_error());
+    accel_clear_error();
+}
+
+/* bytes of host memory for b's copies: pinned when b can, else plain. */
+static void *host_mem_new(const accel_backend *b, size_t bytes, bool *pinned) {
+    *pinned = false;
+    if (b->mem.host_alloc) {
+        void *p = b->mem.host_alloc(bytes);
+        if (p) {
+            *pinned = true;
+            return p;
+        }
+        warn_unpinned(b, bytes);
+    }
+    return accel_malloc(bytes);
+}
+
+static void host_mem_free(const accel_backend *b, void *p, bool pinned) {
+    if (pinned) b->mem.host_free(p);
+    else accel_free(p);
+}
+
+/* ---------------------------------------------------------------- the pool */
+
+typedef struct stage_slot {
+    void *p;
+    size_t cap;
+    bool pinned; /* from the backend's host_alloc */
+    bool busy;   /* leased */
+} stage_slot;
+
+static stage_slot g_slots[ACCEL_DEV_TYPE_COUNT][ACCEL__STAGE_SLOTS]; /* under g_lock */
+static const accel_backend *g_owner[ACCEL_DEV_TYPE_COUNT];           /* whose memory the slots hold */
+
+/* The free slot to lease for `bytes`: the smallest that is big enough, else an
+ * empty one, else the biggest (to grow). -1 when every slot is leased. */
+static int pick_slot(const stage_slot *s, size_t bytes) {
+    int fit = -1, empty = -1, big = -1;
+    for (int i = 0; i < ACCEL__STAGE_SLOTS; i++) {
+        if (s[i].busy) continue;
+        if (s[i].cap >= bytes && (fit < 0 || s[i].cap < s[fit].cap)) fit = i;
+        if (!s[i].p && empty < 0) empty = i;
+        if (s[i].p && (big < 0 || s[i].cap > s[big].cap)) big = i;
+    }
+    return fit >= 0 ? fit : empty >= 0 ? empty : big;
+}
+
+void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op) {
+    const accel_backend *b = accel__backend_for(dev, op);
+    if (!b) return NULL;
+    if (!bytes) bytes = 1;
+    pthread_mutex_lock(&g_lock);
+    g_owner[dev.type] = b;
+    stage_slot *slots = g_slots[dev.type];
+    int i = pick_slot(slots, bytes);
+    if (i >= 0) slots[i].busy = true;
+    pthread_mutex_unlock(&g_lock);
+    if (i < 0) return accel_malloc(bytes); /* every slot leased: a lease of its own */
+    stage_slot *s = &slots[i];             /* ours alone while busy */
+    if (s->cap < bytes) {
+        host_mem_free(b, s->p, s->pinned);
+        s->p = host_mem_new(b, bytes, &s->pinned);
+        s->cap = s->p ? bytes : 0;
+    }
+    void *p = s->p;
+    if (!p) {
+        pthread_mutex_lock(&g_lock);
+        s->busy = false;
+        pthread_mutex_unlock(&g_lock);
+    }
+    return p;
+}
+
+void accel__stage_release(accel_device dev, void *p) {
+    if (!p || (unsigned)dev.type >= ACCEL_DEV_TYPE_COUNT) return;
+    pthread_mutex_lock(&g_lock);
+    stage_slot *slots = g_slots[dev.type];
+    int i = 0;
+    while (i < ACCEL__STAGE_SLOTS && !(slots[i].busy && slots[i].p == p)) i++;
+    if (i < ACCEL__STAGE_SLOTS) slots[i].busy = false;
+    pthread_mutex_unlock(&g_lock);
+    if (i == ACCEL__STAGE_SLOTS) accel_free(p); /* the overflow lease of acquire */
+}
+
+void accel__stage_trim(void) {
+    pthread_mutex_lock(&g_lock);
+    for (int t = 0; t < ACCEL_DEV_TYPE_COUNT; t++)
+        for (int i = 0; i < ACCEL__STAGE_SLOTS; i++) {
+            stage_slot *s = &g_slots[t][i];
+            if (s->busy || !s->p) continue;
+            host_mem_free(g_owner[t], s->p, s->pinned);
+            *s = (stage_slot){0};
+        }
+    pthread_mutex_unlock(&g_lock);
+}
+
+__attribute__((destructor)) static void free_stage_at_exit(void) { accel__stage_trim(); }
+
+/* A long-lived buffer: a header before the bytes records how to free it. */
+typedef struct stage_block {
+    bool pinned;
+    _Alignas(64) unsigned char bytes[];
+} stage_block;
+
+void *accel__stage_alloc(accel_device dev, size_t bytes, const char *op) {
+    const accel_backend *b = accel__backend_for(dev, op);
+    if (!b) return NULL;
+    bool pinned;
+    stage_block *k = host_mem_new(b, sizeof *k + bytes, &pinned);
+    if (!k) return NULL;
+    k->pinned = pinned;
+    return k->bytes;
+}
+
+void accel__stage_free(accel_device dev, void *p) {
+    if (!p) return;
+    stage_block *k = (stage_block *)((unsigned char *)p - offsetof(stage_block, bytes));
+    host_mem_free(accel__backend_of(dev), k, k->pinned);
+}
+
+/* ---------------------------------------------------------------- copies */
+
+void accel__convert_unaligned(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, size_t n) {
+    size_t esz = accel_dtype_size(src_dt), dsz = accel_dtype_size(dst_dt);
+    if (dst_dt == src_dt) {
+        memcpy(dst, src, n * esz);
+        return;
+    }
+    if (((uintptr_t)src % esz) == 0) {
+        accel_convert(dst, dst_dt, src, src_dt, n);
+        return;
+    }
+    enum { BOUNCE = 4096 * 8 };
+    _Alignas(64) unsigned char bounce[BOUNCE];
+    size_t per = sizeof bounce / esz;
+    for (size_t i = 0; i < n; i += per) {
+        size_t m = n - i < per ? n - i : per;
+        memcpy(bounce, (const unsigned char *)src + i * esz, m * esz);
+        accel_convert((unsigned char *)dst + i * dsz, dst_dt, bounce, src_dt, m);
+    }
+}
+
+/* The chunks of a staged copy in flight: with asynchronous copies, buffer k
+ * may be refilled only once the event of its last copy has passed. */
+typedef struct chunk_ring {
+    const accel_backend *b;
+    int index;
+    int n;                /* buffers: 2 with asynchronous copies, else 1 */
+    size_t chunk;         /* bytes per buffer */
+    unsigned char *buf;   /* n x chunk bytes, a lease */
+    accel_event *done[2]; /* the last copy out of each buffer, or NULL */
+} chunk_ring;
+
+static accel_status ring_open(chunk_ring *r, accel_device dev, size_t total, const char *op) {
+    r->b = accel__backend_for(dev, op);
+    if (!r->b) return accel_last_status();
+    r->index = dev.index;
+    r->n = r->b->async.copy_to_device_async ? 2 : 1;
+    r->chunk = accel__stage_chunk_bytes();
+    if (total < r->chunk) r->n = 1; /* one chunk: nothing to overlap */
+    r->done[0] = r->done[1] = NULL;
+    r->buf = accel__stage_acquire(dev, (size_t)r->n * r->chunk, op);
+    return r->buf ? ACCEL_OK : accel_last_status();
+}
+
+/* Buffer k, free to be written (its last copy has finished). */
+static unsigned char *ring_take(chunk_ring *r, int k, accel_status *st) {
+    if (r->done[k]) {
+        accel_status w = r->b->async.event_synchronize(r->index, r->done[k]);
+        if (!*st) *st = w;
+        r->b->async.event_free(r->index, r->done[k]);
+        r->done[k] = NULL;
+    }
+    return r->buf + (size_t)k * r->chunk;
+}
+
+/* Waits for every copy out of the buffers, then gives the lease back. */
+static accel_status ring_close(chunk_ring *r, accel_device dev, accel_status st) {
+    for (int k = 0; k < r->n; k++) ring_take(r, k, &st);
+    accel__stage_release(dev, r->buf);
+    return st;
+}
+
+/* Bytes of buffer k to dst: enqueued with an event when the device copies
+ * asynchronously (the host fills the other buffer meanwhile), else at once. */
+static accel_status ring_send(chunk_ring *r, int k, void *dst, size_t m) {
+    if (r->n == 1) return r->b->mem.copy_to_device(r->index, dst, r->buf + (size_t)k * r->chunk, m);
+    accel_status st = r->b->async.copy_to_device_async(r->index, dst, r->buf + (size_t)k * r->chunk, m, NULL);
+    if (st) return st;
+    r->done[k] = r->b->async.event_record(r->index, NULL);
+    return r->done[k] ? ACCEL_OK : accel_last_status();
+}
+
+accel_status accel__stage_to_device(accel_device dev, void *dst, const void *src, accel_dtype src_dt,
+                                    accel_dtype dst_dt, size_t n) {
+    size_t ssz = accel_dtype_size(src_dt), dsz = accel_dtype_size(dst_dt), total = n * dsz;
+    if (!n) return ACCEL_OK;
+    chunk_ring r = {0};
+    accel_status st = ring_open(&r, dev, total, "accel__stage_to_device");
+    if (st) return st;
+    size_t per = r.chunk / dsz; /* elements per chunk */
+    for (size_t i = 0, c = 0; i < n && !st; i += per, c++) {
+        size_t m = n - i < per ? n - i : per;
+        int k = (int)(c % (size_t)r.n);
+        unsigned char *host = ring_take(&r, k, &st);
+        if (st) break;
+        accel__convert_unaligned(host, dst_dt, (const unsigned char *)src + i * ssz, src_dt, m);
+        st = ring_send(&r, k, (unsigned char *)dst + i * dsz, m * dsz);
+    }
+    st = ring_close(&r, dev, st);
+    accel__storage_written(dst, total); /* a failed copy may have written part */
+    return st;
+}
+
+accel_status accel__stage_from_device(accel_device dev, const void *src, size_t n, accel__stage_sink sink,
+                                      void *ctx) {
+    if (!n) return ACCEL_OK;
+    const accel_backend *b = accel__backend_for(dev, "accel__stage_from_device");
+    if (!b) return accel_last_status();
+    size_t chunk = accel__stage_chunk_bytes(); /* a whole chunk even for less: the lease every copy shares */
+    unsigned char *host = accel__stage_acquire(dev, chunk, "accel__stage_from_device");
+    if (!host) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (size_t off = 0; off < n && !st; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        st = b->mem.copy_to_host(dev.index, host, (const unsigned char *)src + off, m);
+        if (!st) st = sink(ctx, host, m);
+    }
+    accel__stage_release(dev, host);
+    return st;
+}
