@@ -1,7 +1,10 @@
 /* The fsdp_config keys as accel_accelerator_opts fields (FullyShardedDataParallelPlugin's
  * arguments): each takes effect, wins over its ACCEL_FSDP_* variable, is
  * refused by name when bad, and zeroed options keep the environment's and
- * the defaults' behaviour. One process: stage 3 over a world of 1. */
+ * the defaults' behaviour; `{.field = false}` and `= true` mean what they
+ * say for every boolean; the boolean variables read as Accelerate's
+ * str_to_bool, garbage refused by name. One process: stage 3 over a world
+ * of 1. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,12 +62,12 @@ static accel_accelerator_opts all_set(void) {
         .fsdp_min_num_params = 1234,
         .fsdp_backward_prefetch = "NO_PREFETCH",
         .fsdp_forward_prefetch = ACCEL_TRUE,
-        .fsdp_reshard_after_forward = ACCEL_FALSE,
+        .fsdp_no_reshard_after_forward = true,
         .fsdp_state_dict_type = "FULL_STATE_DICT",
         .fsdp_activation_checkpointing = ACCEL_TRUE,
-        .fsdp_cpu_ram_efficient_loading = ACCEL_FALSE,
-        .fsdp_sync_module_states = ACCEL_FALSE,
-        .fsdp_use_orig_params = ACCEL_FALSE,
+        .fsdp_no_cpu_ram_efficient_loading = true,
+        .fsdp_no_sync_module_states = true,
+        .fsdp_no_use_orig_params = true,
         .fsdp_version = 2,
     };
 }
@@ -91,11 +94,65 @@ static void test_each_field_takes_effect(void) {
     if (resolved(o, &f)) CHECK(f.wrap == ACCEL__WRAP_TRANSFORMER);
     o = (accel_accelerator_opts){.fsdp_auto_wrap_policy = "NO_WRAP", .fsdp_version = 1};
     if (resolved(o, &f)) CHECK(f.wrap == ACCEL__WRAP_NONE);
-    o = (accel_accelerator_opts){.fsdp_forward_prefetch = ACCEL_FALSE, .fsdp_reshard_after_forward = ACCEL_TRUE,
+    o = (accel_accelerator_opts){.fsdp_forward_prefetch = ACCEL_FALSE, .fsdp_no_reshard_after_forward = false,
                                  .fsdp_backward_prefetch = "BACKWARD_PRE", .fsdp_state_dict_type = "SHARDED_STATE_DICT",
-                                 .fsdp_activation_checkpointing = ACCEL_FALSE, .fsdp_sync_module_states = ACCEL_TRUE,
-                                 .fsdp_cpu_ram_efficient_loading = ACCEL_TRUE, .fsdp_use_orig_params = ACCEL_TRUE};
+                                 .fsdp_activation_checkpointing = ACCEL_FALSE, .fsdp_no_sync_module_states = false,
+                                 .fsdp_no_cpu_ram_efficient_loading = false, .fsdp_no_use_orig_params = false};
     if (resolved(o, &f)) check_defaults(&f);
+}
+
+/* C's natural initialisers of every boolean field do what they say: a
+ * `false` is never read as "unset, so the default True" (the tri-state
+ * fsdp_reshard_after_forward = false kept resharding). */
+static void test_natural_initializers(void) {
+    clear_env();
+    accel__fsdp_cfg f;
+    if (resolved((accel_accelerator_opts){.fsdp_no_reshard_after_forward = true}, &f)) CHECK(!f.reshard_after_forward);
+    if (resolved((accel_accelerator_opts){.fsdp_no_reshard_after_forward = false}, &f)) CHECK(f.reshard_after_forward);
+    if (resolved((accel_accelerator_opts){.fsdp_forward_prefetch = true}, &f)) CHECK(f.forward_prefetch);
+    if (resolved((accel_accelerator_opts){.fsdp_forward_prefetch = false}, &f)) CHECK(!f.forward_prefetch);
+    if (resolved((accel_accelerator_opts){.fsdp_activation_checkpointing = true}, &f))
+        CHECK(f.activation_checkpointing);
+    if (resolved((accel_accelerator_opts){.fsdp_activation_checkpointing = false}, &f))
+        CHECK(!f.activation_checkpointing);
+    /* sync_module_states=False is refused while cpu_ram_efficient_loading is on (its default) ... */
+    refused((accel_accelerator_opts){.fsdp_no_sync_module_states = true},
+            "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
+    /* ... and accepted with it off; false on both is the default pair */
+    accel_accelerator_opts o = {.fsdp_no_sync_module_states = true, .fsdp_no_cpu_ram_efficient_loading = true};
+    resolved(o, &f);
+    o = (accel_accelerator_opts){.fsdp_no_sync_module_states = false, .fsdp_no_cpu_ram_efficient_loading = false,
+                                 .fsdp_no_use_orig_params = true};
+    resolved(o, &f);
+    /* a set field wins over its variable */
+    setenv("ACCEL_FSDP_RESHARD_AFTER_FORWARD", "true", 1);
+    if (resolved((accel_accelerator_opts){.fsdp_no_reshard_after_forward = true}, &f)) CHECK(!f.reshard_after_forward);
+    clear_env();
+}
+
+/* The boolean variables take every spelling of Accelerate's str_to_bool
+ * (it accepted only true/false/1/0) and refuse anything else by name:
+ * never a silent default. */
+static void test_env_bools_as_str_to_bool(void) {
+    static const char *const YES[] = {"y", "YES", "t", "True", "on", "1"}, *const NO[] = {"N", "no", "F", "false",
+                                                                                       "OFF", "0"};
+    accel__fsdp_cfg f;
+    for (int i = 0; i < 6; i++) {
+        clear_env();
+        setenv("ACCEL_FSDP_FORWARD_PREFETCH", YES[i], 1);
+        setenv("ACCEL_FSDP_RESHARD_AFTER_FORWARD", NO[i], 1);
+        if (resolved(accel_accelerator_opts_default(), &f))
+            CHECK_MSG(f.forward_prefetch && !f.reshard_after_forward, "%s / %s", YES[i], NO[i]);
+    }
+    static const char *const BAD[] = {"maybe", "2", "truee", "yes please", " true"};
+    for (int i = 0; i < 5; i++) {
+        clear_env();
+        char want[96];
+        setenv("ACCEL_FSDP_SYNC_MODULE_STATES", BAD[i], 1);
+        snprintf(want, sizeof want, "ACCEL_FSDP_SYNC_MODULE_STATES=%s is not a boolean", BAD[i]);
+        refused(accel_accelerator_opts_default(), want);
+    }
+    clear_env();
 }
 
 static void set_env(const char *const (*vars)[2]) {
@@ -148,19 +205,12 @@ static void test_bad_values_named(void) {
             "NO_PREFETCH)");
     refused((accel_accelerator_opts){.fsdp_forward_prefetch = 2},
             "opts.fsdp_forward_prefetch=2 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0 (unset)");
-    refused((accel_accelerator_opts){.fsdp_reshard_after_forward = 3}, "opts.fsdp_reshard_after_forward=3 is not");
     refused((accel_accelerator_opts){.fsdp_activation_checkpointing = -2},
             "opts.fsdp_activation_checkpointing=-2 is not");
-    refused((accel_accelerator_opts){.fsdp_cpu_ram_efficient_loading = 2},
-            "opts.fsdp_cpu_ram_efficient_loading=2 is not");
-    refused((accel_accelerator_opts){.fsdp_sync_module_states = 2}, "opts.fsdp_sync_module_states=2 is not");
-    refused((accel_accelerator_opts){.fsdp_use_orig_params = 2}, "opts.fsdp_use_orig_params=2 is not");
     refused((accel_accelerator_opts){.fsdp_state_dict_type = "LOCAL_STATE_DICT"},
             "opts.fsdp_state_dict_type=LOCAL_STATE_DICT is not implemented by accel");
     refused((accel_accelerator_opts){.fsdp_version = 3}, "opts.fsdp_version=\"3\" (1 or 2)");
     /* the checks across keys and against the stage hold for the options too */
-    refused((accel_accelerator_opts){.fsdp_sync_module_states = ACCEL_FALSE},
-            "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
     refused((accel_accelerator_opts){.zero_stage = 2, .fsdp_activation_checkpointing = ACCEL_TRUE},
             "fsdp_activation_checkpointing=true checkpoints the FULL_SHARD");
     refused((accel_accelerator_opts){.zero_stage = 2, .fsdp_state_dict_type = "SHARDED_STATE_DICT"},
@@ -170,6 +220,8 @@ static void test_bad_values_named(void) {
 int main(void) {
     RUN(test_zeroed_opts_keep_defaults);
     RUN(test_each_field_takes_effect);
+    RUN(test_natural_initializers);
+    RUN(test_env_bools_as_str_to_bool);
     RUN(test_api_beats_env);
     RUN(test_bad_values_named);
     return check_summary();

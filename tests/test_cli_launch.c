@@ -426,6 +426,31 @@ static void test_accelerate_fsdp_env(void) {
     CHECK(!strstr(OUT, "FSDP_") && !strstr(OUT, "ACCELERATE_USE_DEEPSPEED"));
 }
 
+/* A boolean setting that str_to_bool refuses is refused at launch, by name
+ * (it was exported as given, for the launched program to misread or fail
+ * on); every str_to_bool spelling passes as written. */
+static void test_fsdp_bool_settings(void) {
+    const char *flag[] = {ACCEL, "launch", "--use_fsdp", "--fsdp_use_orig_params", "maybe", "/usr/bin/env", NULL};
+    CHECK(run(flag, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --fsdp_use_orig_params: invalid str_to_bool value: 'maybe'");
+    const char *cfg = write_config("fsdp_bad_bool.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                   "  fsdp_forward_prefetch: perhaps\n");
+    const char *conf[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
+    CHECK(run(conf, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "config key fsdp_forward_prefetch: 'perhaps' is not a boolean");
+    const char *ds[] = {ACCEL, "launch", "--use_deepspeed", "--zero3_init_flag", "sure", "/usr/bin/env", NULL};
+    CHECK(run(ds, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --zero3_init_flag: invalid str_to_bool value: 'sure'");
+    const char *ok[] = {ACCEL, "launch", "--use_fsdp", "--fsdp_use_orig_params", "Off", "--fsdp_sync_module_states",
+                        "y", "/usr/bin/env", NULL};
+    CHECK(run(ok, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "FSDP_USE_ORIG_PARAMS=off\n");
+    CHECK_STR_CONTAINS(OUT, "FSDP_SYNC_MODULE_STATES=y\n");
+    const char *off[] = {ACCEL, "launch", "--use_fsdp", "--fsdp_sync_module_states", "OFF", "/usr/bin/env", NULL};
+    CHECK(run(off, NULL) == 2); /* cpu_ram_efficient_loading's default true needs it */
+    CHECK_STR_CONTAINS(ERR, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
+}
+
 static void test_accelerate_deepspeed_env(void) {
     const char *cfg = write_config("ds.yaml", "distributed_type: DEEPSPEED\nnum_processes: 1\nmixed_precision: fp16\n"
                                    "deepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: CPU\n"
@@ -467,6 +492,12 @@ static void test_accelerate_use_cpu(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_USE_CPU=1\n");
     CHECK(run(a, NULL) == 0);
     if (!machine_has_gpu()) CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
+    /* read as str_to_bool: any of its spellings, and garbage refused by name (it read as False) */
+    const char *on[] = {"ACCELERATE_USE_CPU=ON", NULL}, *bad[] = {"ACCEL_USE_CPU=maybe", NULL};
+    CHECK(run(a, on) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
+    CHECK(run(a, bad) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: ACCEL_USE_CPU=maybe is not a boolean");
 }
 
 /* Issue #12: mixed_precision in any case, as Accelerate lowercases it. */
@@ -633,6 +664,7 @@ int main(void) {
     RUN(test_launcher_sigkill_wrapper);
     RUN(test_monitor_interval);
     RUN(test_accelerate_fsdp_env);
+    RUN(test_fsdp_bool_settings);
     RUN(test_accelerate_deepspeed_env);
     RUN(test_accelerate_use_cpu);
     RUN(test_mixed_precision_case);

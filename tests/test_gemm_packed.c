@@ -313,11 +313,11 @@ static void test_estimate_counts_forms(void) {
     CHECK(forms == (accel__gemm_have_dnnl() ? 2 : 0)); /* ACCEL_GEMM=dnnl: forward's and dX's */
     accel_rank_memory m;
     const int64_t P = 1 << 20;
-    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, P, P / 4, 1, false, 0, &m) == ACCEL_OK);
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, P, P / 4, 1, ACCEL_F32, 0, &m) == ACCEL_OK);
     CHECK(m.prepared == forms * P);
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_OPENBLAS) == ACCEL_OK);
     CHECK(accel__gemm_weight_forms(ACCEL_F32) == 0 && accel__gemm_weight_forms(ACCEL_BF16) == 0);
-    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, P, P / 4, 1, false, 0, &m) == ACCEL_OK && m.prepared == 0);
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, P, P / 4, 1, ACCEL_F32, 0, &m) == ACCEL_OK && m.prepared == 0);
     if (accel__gemm_have_dnnl()) CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
 }
 

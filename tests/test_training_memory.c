@@ -2,7 +2,8 @@
  * training step: the step arena's high-water mark (accel_arena_peak) of a
  * 4-layer Llama, with and without activation checkpointing, f32 and bf16
  * autocast (both CPU GEMM paths for bf16), within 10%; the persistent
- * parameters, gradients and Adam state against the DDP row exactly; bad
+ * parameters, gradients and Adam state against the DDP row exactly; the
+ * weights' bf16 / fp16 autocast copies against the bytes a step made; bad
  * options refused by name. Under `accel launch --use_fsdp` (ZeRO-3 on N
  * processes) instead: each rank's step arena peak, parameter and gradient
  * shards and Adam state against the ZeRO-3 row, within 10%; prints
@@ -14,6 +15,7 @@
 #include "accel/accelerator.h"
 #include "accelerator/accelerator_internal.h" /* the shard sizes */
 #include "backends/cpu/gemm.h"
+#include "core/prepared.h" /* the forms' bytes */
 #include "check.h"
 
 enum { LAYERS = 4, HIDDEN = 128, FFN = 256, VOCAB = 256, BATCH = 4, SEQ = 64 };
@@ -142,7 +144,7 @@ static void test_persistent_ddp(void) {
     int64_t total, largest;
     CHECK(accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) == ACCEL_OK);
     accel_rank_memory r;
-    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, total, largest, 1, false, 1000, &r) == ACCEL_OK);
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, total, largest, 1, ACCEL_F32, 1000, &r) == ACCEL_OK);
     CHECK_MSG(r.weights == params && r.grads == grads, "weights %lld vs %lld, grads %lld vs %lld",
               (long long)r.weights, (long long)params, (long long)r.grads, (long long)grads);
     int64_t adam = state_bytes(opt);
@@ -152,11 +154,43 @@ static void test_persistent_ddp(void) {
     accel_module_free(m);
 }
 
+/* The weights' autocast copies (accel_rank_memory.prepared) against what a
+ * real step under autocast dt allocates for them (the prepared forms' bytes):
+ * bf16 and fp16 alike, 2 bytes a parameter where the CPU GEMM multiplies dt,
+ * else 4 (f32 panels of the rounded values). fp16's copies were counted as
+ * none. The estimate counts every parameter, the step copies the GEMMs'
+ * weights (not the embedding's or the norms'): within 10%. */
+static void check_prepared(accel_dtype dt) {
+    accel_module *m = llama(false);
+    static const char *const no_split[] = {"LlamaDecoderLayer"};
+    int64_t total, largest;
+    CHECK(accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) == ACCEL_OK);
+    int64_t before = accel__prepared_stats_get().bytes;
+    step_peak(m, dt);
+    int64_t made = accel__prepared_stats_get().bytes - before;
+    accel_rank_memory r;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, total, largest, 1, dt, 0, &r) == ACCEL_OK);
+    fprintf(stderr, "%s: weight copies %lld bytes made, %lld estimated (%s)\n", accel_dtype_name(dt),
+            (long long)made, (long long)r.prepared, accel__gemm_native(dt) ? "dt operands" : "f32 panels");
+    CHECK_MSG(made > 0 && rel((double)r.prepared, (double)made) <= 0.10, "%s: %lld estimated, %lld made",
+              accel_dtype_name(dt), (long long)r.prepared, (long long)made);
+    CHECK(r.total == r.weights + r.grads + r.optimizer + r.prepared);
+    accel_module_free(m);
+    CHECK(accel__prepared_stats_get().bytes == before); /* the forms go with their weights */
+}
+
+static void test_prepared_copies(void) {
+    check_prepared(ACCEL_BF16);
+    check_prepared(ACCEL_F16);
+    accel_rank_memory r;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, 4000, 1000, 1, ACCEL_F32, 0, &r) == ACCEL_OK && !r.prepared);
+}
+
 /* The sharded rows: 1/N of the state, ZeRO-3 two units' full parameters and gradients. */
 static void test_sharded_rows(void) {
     accel_rank_memory r[ACCEL_SHARD_STRATEGIES];
     for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++)
-        CHECK(accel_rank_memory_estimate((accel_shard_strategy)s, 4000, 1000, 4, false, 0, &r[s]) == ACCEL_OK);
+        CHECK(accel_rank_memory_estimate((accel_shard_strategy)s, 4000, 1000, 4, ACCEL_F32, 0, &r[s]) == ACCEL_OK);
     CHECK(r[ACCEL_SHARD_DDP].total == 16000);
     CHECK(r[ACCEL_SHARD_ZERO1].optimizer == 2000 && r[ACCEL_SHARD_ZERO1].grads == 4000);
     CHECK(r[ACCEL_SHARD_ZERO2].grads == 5000 && r[ACCEL_SHARD_ZERO2].weights == 4000);
@@ -181,9 +215,12 @@ static void test_refusals(void) {
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads must be a multiple of num_key_value_heads");
     accel_rank_memory r;
-    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, 100, 200, 2, false, 0, &r) == ACCEL_ERR_INVALID_ARG);
-    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, INT64_MAX / 2, 0, 1, false, 0, &r) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, 100, 200, 2, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, INT64_MAX / 2, 0, 1, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "more than 2^62 bytes per rank");
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, 4000, 1000, 1, ACCEL_I64, 0, &r) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_rank_memory_estimate: autocast must be float32 (none), bfloat16 or "
+                       "float16, got int64");
     accel_clear_error();
 }
 
@@ -212,7 +249,8 @@ static void check_zero3_rank(accel_accelerator *acc, bool checkpointing) {
     }
     int64_t act = estimate_as(bf16 ? ACCEL_BF16 : ACCEL_F32, checkpointing, true, true);
     accel_rank_memory r;
-    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, total, largest, world, bf16, act, &r) == ACCEL_OK);
+    accel_dtype dt = bf16 ? ACCEL_BF16 : ACCEL_F32;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, total, largest, world, dt, act, &r) == ACCEL_OK);
     const accel__model *pm = accel__find_model(acc, m);
     double shard = 4.0 * (double)pm->zn, weights = shard + (bf16 ? shard / 2 : 0), adam = (double)state_bytes(opt);
     fprintf(stderr,
@@ -254,6 +292,7 @@ int main(void) {
     RUN(test_bf16_autocast);
     RUN(test_bf16_other_gemm_path);
     RUN(test_persistent_ddp);
+    RUN(test_prepared_copies);
     RUN(test_sharded_rows);
     RUN(test_refusals);
     accel_thread_cleanup();

@@ -26,6 +26,12 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(training_memory_cli_checkpointed PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" PASS_REGULAR_EXPRESSION
     "checkpointed\\).*│ZeRO-3 \\(FULL_SHARD\\)│162.54 MB│162.54 MB│325.08 MB│   250.0 MB   │ 304.79 MB │1.18 GB│")
+  # fp16, as bf16, adds the weights' autocast copies: P bytes of f32 panels on a CPU without f16 units, P/2 with
+  add_test(NAME training_memory_cli_fp16_copies
+           COMMAND accel_cli estimate-memory data/llama_seed_config --mixed_precision fp16 --strategy NO_SHARD
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(training_memory_cli_fp16_copies PROPERTIES PASS_REGULAR_EXPRESSION
+    "│Weight copies│ Total │.*│DDP \\(NO_SHARD\\)│325.08 MB│325.08 MB│650.16 MB│   0 bytes    │ *(325.08|162.54) MB *│(1.59|1.43) GB│")
   # bad input, named: a zero batch, a lone --batch_size, sizes past 2^62 bytes, past int64, unknown names
   function(training_memory_bad name expect)
     add_test(NAME training_memory_cli_bad_${name}

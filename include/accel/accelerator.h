@@ -152,7 +152,18 @@ typedef struct accel_accelerator_opts {
      * arguments: a field set here wins over its ACCEL_FSDP_* variable (what
      * `accel launch` sets), a zero / NULL field reads it; bad values get the
      * same errors as the variables, naming the field (docs/accelerator.md
-     * "ZeRO-3"). Booleans are tri-state: ACCEL_TRUE, ACCEL_FALSE, 0 = unset.
+     * "ZeRO-3").
+     * Booleans. C's zero initialiser cannot tell `false` from "not set", so
+     * each boolean here is spelled so that false is Accelerate's default and
+     * `{.field = false}` means what it says: the keys that default to True
+     * (reshard_after_forward, sync_module_states, use_orig_params,
+     * cpu_ram_efficient_loading) are negated bools, `fsdp_no_X = true` being
+     * Accelerate's `X=False` (as no_even_batches above); false leaves X to its
+     * ACCEL_FSDP_X variable, else True. The config file, the variables and
+     * `accel launch --fsdp_X` keep Accelerate's names and senses. The two
+     * that default to False stay tri-state ints: ACCEL_TRUE, ACCEL_FALSE
+     * (false whatever the variable says), 0 (`false` too) = the variable,
+     * else False.
      * fsdp_auto_wrap_policy: "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP",
      * "NO_WRAP" (NULL and no variable: one unit per transformer block);
      * fsdp_transformer_layer_cls_to_wrap: comma-separated module types
@@ -163,14 +174,16 @@ typedef struct accel_accelerator_opts {
     int64_t fsdp_min_num_params;
     /* "BACKWARD_PRE" (the default), "BACKWARD_POST" or "NO_PREFETCH". */
     const char *fsdp_backward_prefetch;
-    int fsdp_forward_prefetch;          /* default false */
-    int fsdp_reshard_after_forward;     /* default true */
+    int fsdp_forward_prefetch;             /* tri-state, default false */
+    bool fsdp_no_reshard_after_forward;    /* reshard_after_forward=False: keep gathered units to backward */
     /* "SHARDED_STATE_DICT" (the default) or "FULL_STATE_DICT". */
     const char *fsdp_state_dict_type;
-    int fsdp_activation_checkpointing;  /* default false; FULL_SHARD only */
-    int fsdp_cpu_ram_efficient_loading; /* default true; needs sync_module_states */
-    int fsdp_sync_module_states;        /* default true */
-    int fsdp_use_orig_params;           /* default true; either way the parameters stay the user's */
+    int fsdp_activation_checkpointing;     /* tri-state, default false; FULL_SHARD only */
+    /* cpu_ram_efficient_loading=False; while it is on (the default),
+     * fsdp_no_sync_module_states is refused */
+    bool fsdp_no_cpu_ram_efficient_loading;
+    bool fsdp_no_sync_module_states;       /* sync_module_states=False */
+    bool fsdp_no_use_orig_params;          /* use_orig_params=False; either way the parameters stay the user's */
     int fsdp_version;                   /* 1 or 2; 0 = unset */
     /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
      * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */

@@ -207,19 +207,23 @@ typedef struct accel_rank_memory {
     int64_t grads;       /* the gradient buffer, and ZeRO-2's reduced shard */
     int64_t optimizer;   /* exp_avg + exp_avg_sq */
     int64_t gathered;    /* ZeRO-3: two units' full parameters and two units' full gradients */
-    int64_t prepared;    /* bf16: autocast's copy of every weight, made once per step (2 bytes a
-                          * parameter where the CPU multiplies bf16, else 4: the rounded values
-                          * widened to f32); where oneDNN runs the linears' GEMMs, up to two more
-                          * copies in its layout (f32 too); docs/cpu.md, "Prepared weights" */
+    int64_t prepared;    /* bf16 / fp16: autocast's copy of every weight, made once per step (2
+                          * bytes a parameter where the CPU multiplies that dtype, else 4: the
+                          * rounded values widened to f32); where oneDNN runs the linears' GEMMs,
+                          * up to two more copies in its layout (f32 too); docs/cpu.md,
+                          * "Prepared weights" */
     int64_t activations; /* as passed (accel_llama_activation_bytes().peak) */
     int64_t total;
 } accel_rank_memory;
 
 /* param_bytes: the f32 parameters' bytes; largest_unit_bytes: the largest wrap
- * unit's (a decoder layer, or the embedding); bf16: bf16 mixed precision. DDP's
+ * unit's (a decoder layer, or the embedding); autocast: the mixed precision's
+ * compute dtype, ACCEL_F32 (mixed_precision "no"), ACCEL_BF16 or ACCEL_F16
+ * (anything else is refused), as accel_activation_opts.autocast. DDP's
  * buckets are ranges of the gradient buffer itself (no copy on the CPU). */
 accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_bytes, int64_t largest_unit_bytes,
-                                        int world, bool bf16, int64_t activation_bytes, accel_rank_memory *out);
+                                        int world, accel_dtype autocast, int64_t activation_bytes,
+                                        accel_rank_memory *out);
 
 /* ------------------------------------------------------------ device maps from budgets */
 

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "accelerator_internal.h"
+#include "core/str_to_bool.h"
 #include "nn/fp8_modules.h"
 
 /* ---------------------------------------------------------------- recipe */
@@ -64,16 +65,8 @@ static accel_status fp8_bool(int field, const char *field_name, const char *env,
     if (field)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s=%d is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0 (unset)",
                                FN, field_name, field);
-    const char *v = fp8_text(NULL, field_name, env, who);
-    static const char *const YES[] = {"y", "yes", "t", "true", "on", "1"};
-    static const char *const NO[] = {"n", "no", "f", "false", "off", "0"};
     *out = false;
-    for (int i = 0; v && i < 6; i++) {
-        if (!strcasecmp(v, YES[i])) *out = true;
-        if (!strcasecmp(v, YES[i]) || !strcasecmp(v, NO[i])) return ACCEL_OK;
-    }
-    if (v) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s=%s is not a boolean (true or false)", FN, who, v);
-    return ACCEL_OK;
+    return accel__parse_bool(FN, who, fp8_text(NULL, field_name, env, who), out);
 }
 
 static accel_status fp8_strings(const accel_accelerator_opts *o, accel__fp8_recipe *r) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "core/str_to_bool.h"
 #include "io/io_internal.h"
 
 #define FN "accel_accelerator_new"
@@ -55,14 +56,8 @@ static accel_status parse_fsdp(const char *s, const char *how, int *out, bool *h
                            how, s);
 }
 
-static accel_status env_bool(const char *name, bool *out) {
-    const char *v = env(name);
-    if (!v) return ACCEL_OK;
-    if (!strcasecmp(v, "true") || !strcmp(v, "1")) *out = true;
-    else if (!strcasecmp(v, "false") || !strcmp(v, "0")) *out = false;
-    else return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=\"%s\" is not true or false", name, v);
-    return ACCEL_OK;
-}
+/* A boolean variable, read as Accelerate's str_to_bool; unset leaves *out. */
+static accel_status env_bool(const char *name, bool *out) { return accel__parse_bool(FN, name, env(name), out); }
 
 /* ---------------------------------------------------------------- offload */
 
@@ -271,67 +266,62 @@ static accel_status read_bucket_size(const json_t *rb, const char *path, accel__
     return ACCEL_OK;
 }
 
-static accel_status read_json(const char *path, accel__zero_cfg *c, int *stage, offload_given *og) {
-    json_t *root = accel__json_load_file(path); /* a regular file (a FIFO would block), no duplicate keys */
+/* The DeepSpeed JSON at path, read once for every setting taken from it (a
+ * regular file: a FIFO would block; no duplicate keys); NULL + error. */
+static json_t *load_ds_json(const char *path) {
+    json_t *root = accel__json_load_file(path);
     if (!root) {
         char why[1024];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        return accel_set_error(accel_last_status(), FN ": cannot read the DeepSpeed config %s", why);
+        accel_set_error(accel_last_status(), FN ": cannot read the DeepSpeed config %s", why);
+        return NULL;
     }
+    if (!json_is_object(root) || !json_is_object(json_object_get(root, "zero_optimization"))) {
+        json_decref(root);
+        accel_set_error(ACCEL_ERR_FORMAT, FN ": the DeepSpeed config %s has no \"zero_optimization\" section", path);
+        return NULL;
+    }
+    return root;
+}
+
+/* root: the DeepSpeed JSON read from path (load_ds_json). */
+static accel_status read_json(const char *path, json_t *root, accel__zero_cfg *c, int *stage, offload_given *og) {
     accel_status st = ACCEL_OK;
     json_t *zo = json_object_get(root, "zero_optimization");
-    if (!json_is_object(root) || !json_is_object(zo)) {
-        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": the DeepSpeed config %s has no \"zero_optimization\" section",
-                             path);
-        goto out;
-    }
     json_t *sv = json_object_get(zo, "stage");
     if (sv) {
         char how[512];
         snprintf(how, sizeof how, "%s: zero_optimization.stage", path);
-        if (!json_is_integer(sv)) {
-            st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s must be an integer", how);
-            goto out;
-        }
-        if ((st = check_stage((long)json_integer_value(sv), how, stage))) goto out;
+        if (!json_is_integer(sv)) return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s must be an integer", how);
+        if ((st = check_stage((long)json_integer_value(sv), how, stage))) return st;
     } else {
         *stage = 0; /* DeepSpeed's default */
     }
-    if ((st = read_json_offload(root, zo, path, og))) goto out;
-    if ((st = read_bucket_size(json_object_get(zo, "reduce_bucket_size"), path, c))) goto out;
+    if ((st = read_json_offload(root, zo, path, og))) return st;
+    if ((st = read_bucket_size(json_object_get(zo, "reduce_bucket_size"), path, c))) return st;
     int bf, fp;
-    if ((st = enabled(root, "bf16", path, &bf)) || (st = enabled(root, "fp16", path, &fp))) goto out;
-    if (bf == 1 && fp == 1) {
-        st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s enables both bf16 and fp16", path);
-        goto out;
-    }
+    if ((st = enabled(root, "bf16", path, &bf)) || (st = enabled(root, "fp16", path, &fp))) return st;
+    if (bf == 1 && fp == 1) return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s enables both bf16 and fp16", path);
     c->mp = bf == 1 ? ACCEL_MP_BF16 : fp == 1 ? ACCEL_MP_FP16 : (bf == 0 || fp == 0) ? ACCEL_MP_NO : -1;
     json_t *ga = json_object_get(root, "gradient_accumulation_steps");
     if (json_is_integer(ga)) {
-        if (json_integer_value(ga) < 1 || json_integer_value(ga) > INT_MAX) {
-            st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_accumulation_steps must be from 1 to %d "
-                                 "(got %lld)", path, INT_MAX, (long long)json_integer_value(ga));
-            goto out;
-        }
+        if (json_integer_value(ga) < 1 || json_integer_value(ga) > INT_MAX)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_accumulation_steps must be from 1 to %d "
+                                   "(got %lld)", path, INT_MAX, (long long)json_integer_value(ga));
         c->accum = (int)json_integer_value(ga);
     } else if (ga && !(json_is_string(ga) && !strcmp(json_string_value(ga), "auto"))) {
-        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: gradient_accumulation_steps must be an integer or \"auto\"",
-                             path);
-        goto out;
+        return accel_set_error(ACCEL_ERR_FORMAT,
+                               FN ": %s: gradient_accumulation_steps must be an integer or \"auto\"", path);
     }
     json_t *gc = json_object_get(root, "gradient_clipping");
     if (json_is_number(gc)) {
-        if (json_number_value(gc) < 0) {
-            st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_clipping must be >= 0", path);
-            goto out;
-        }
+        if (json_number_value(gc) < 0)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s: gradient_clipping must be >= 0", path);
         c->clip = json_number_value(gc);
     } else if (gc && !(json_is_string(gc) && !strcmp(json_string_value(gc), "auto"))) {
-        st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: gradient_clipping must be a number or \"auto\"", path);
+        return accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: gradient_clipping must be a number or \"auto\"", path);
     }
-out:
-    json_decref(root);
-    return st;
+    return ACCEL_OK;
 }
 
 /* zero_optimization.stage3_prefetch_bucket_size: a count of elements (the
@@ -349,10 +339,8 @@ static accel_status read_prefetch_bucket(const char *path, json_t *zo, accel__fs
 /* Stage 3's knobs in the DeepSpeed JSON: stage3_prefetch_bucket_size and
  * stage3_param_persistence_threshold are read; the ones accel does not
  * implement are refused unless left to "auto" (never ignored). */
-static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
+static accel_status read_json_stage3(const char *path, json_t *root, accel__fsdp_cfg *f) {
     static const char *KEYS[] = {"stage3_max_live_parameters", "stage3_max_reuse_distance"};
-    json_t *root = accel__json_load_file(path); /* read_json read it: unless it changed since */
-    if (!root) return accel_last_status();
     json_t *zo = json_object_get(root, "zero_optimization");
     accel_status st = read_prefetch_bucket(path, zo, f);
     for (size_t k = 0; k < sizeof KEYS / sizeof *KEYS && !st; k++) {
@@ -374,7 +362,6 @@ static accel_status read_json_stage3(const char *path, accel__fsdp_cfg *f) {
     else if (!st && g16 && !(json_is_string(g16) && !strcmp(json_string_value(g16), "auto")))
         st = accel_set_error(ACCEL_ERR_FORMAT, FN ": %s: zero_optimization.stage3_gather_16bit_weights_on_model_save "
                              "must be true, false or \"auto\"", path);
-    json_decref(root);
     return st;
 }
 
@@ -386,7 +373,7 @@ static const char *fsdp_setting(const char *api, const char *opt_name, const cha
     return api ? api : env(env_name);
 }
 
-/* A boolean one: the option's tri-state when set, else the variable. */
+/* A default-False boolean: the option's tri-state when set, else the variable. */
 static accel_status fsdp_bool(int api, const char *opt_name, const char *env_name, bool *out) {
     if (api == ACCEL_TRUE || api == ACCEL_FALSE) {
         *out = api == ACCEL_TRUE;
@@ -396,6 +383,14 @@ static accel_status fsdp_bool(int api, const char *opt_name, const char *env_nam
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s=%d is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0 "
                                "(unset)", opt_name, api);
     return env_bool(env_name, out);
+}
+
+/* A default-True one, negated in the options (fsdp_no_X): X=False when
+ * set, else X's variable. */
+static accel_status fsdp_negated(bool no, const char *env_name, bool *out) {
+    if (!no) return env_bool(env_name, out);
+    *out = false;
+    return ACCEL_OK;
 }
 
 /* fsdp_state_dict_type, the option's else the variable's; *prefix (when
@@ -427,17 +422,15 @@ static accel_status read_fsdp_rest(const accel_accelerator_opts *o, accel__fsdp_
     accel_status st = fsdp_bool(o->fsdp_activation_checkpointing, "opts.fsdp_activation_checkpointing",
                                 "ACCEL_FSDP_ACTIVATION_CHECKPOINTING", &f->activation_checkpointing);
     if (!st)
-        st = fsdp_bool(o->fsdp_cpu_ram_efficient_loading, "opts.fsdp_cpu_ram_efficient_loading",
-                       "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
-    if (!st)
-        st = fsdp_bool(o->fsdp_sync_module_states, "opts.fsdp_sync_module_states", "ACCEL_FSDP_SYNC_MODULE_STATES",
-                       &sync);
+        st = fsdp_negated(o->fsdp_no_cpu_ram_efficient_loading, "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING", &ram_efficient);
+    if (!st) st = fsdp_negated(o->fsdp_no_sync_module_states, "ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
     if (!st) /* either way: the parameters stay the user's tensors */
-        st = fsdp_bool(o->fsdp_use_orig_params, "opts.fsdp_use_orig_params", "ACCEL_FSDP_USE_ORIG_PARAMS", &orig);
+        st = fsdp_negated(o->fsdp_no_use_orig_params, "ACCEL_FSDP_USE_ORIG_PARAMS", &orig);
     if (st) return st;
     if (ram_efficient && !sync)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
-                               "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way)");
+                               "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way; "
+                               "opts.fsdp_no_sync_module_states needs opts.fsdp_no_cpu_ram_efficient_loading)");
     const char *prefix, *sdt = state_dict_type(o, &prefix);
     f->full_state_dict = sdt && !strcasecmp(sdt, "FULL_STATE_DICT");
     if (sdt && !f->full_state_dict && strcasecmp(sdt, "SHARDED_STATE_DICT"))
@@ -490,12 +483,13 @@ static accel_status read_wrap(const accel_accelerator_opts *o, accel__fsdp_cfg *
 /* fsdp_reshard_after_forward: a bool, or from the variable FSDP1's strategy name. */
 static accel_status read_reshard(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {
     const char *raf = env("ACCEL_FSDP_RESHARD_AFTER_FORWARD");
-    if (!o->fsdp_reshard_after_forward && raf && (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) {
+    if (!o->fsdp_no_reshard_after_forward && raf &&
+        (!strcasecmp(raf, "FULL_SHARD") || !strcasecmp(raf, "SHARD_GRAD_OP"))) {
         f->reshard_after_forward = !strcasecmp(raf, "FULL_SHARD");
         return ACCEL_OK;
     }
-    return fsdp_bool(o->fsdp_reshard_after_forward, "opts.fsdp_reshard_after_forward",
-                     "ACCEL_FSDP_RESHARD_AFTER_FORWARD", &f->reshard_after_forward);
+    return fsdp_negated(o->fsdp_no_reshard_after_forward, "ACCEL_FSDP_RESHARD_AFTER_FORWARD",
+                        &f->reshard_after_forward);
 }
 
 /* FSDP's prefetch, reshard and wrap settings: the options, else as `accel
@@ -517,14 +511,13 @@ static accel_status read_fsdp(const accel_accelerator_opts *o, accel__fsdp_cfg *
     return st ? st : read_fsdp_rest(o, f);
 }
 
-accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
-    memset(c, 0, sizeof *c);
-    c->mp = -1;
+/* The configuration from the options, the environment and the DeepSpeed
+ * JSON (root, read from ds; both NULL without one). */
+static accel_status zero_config(const accel_accelerator_opts *o, const char *ds, json_t *root, accel__zero_cfg *c) {
     accel_status st = ACCEL_OK;
     int json_stage = -1, stage = 0;
     offload_given og = {0};
-    const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
-    if (ds && (st = read_json(ds, c, &json_stage, &og))) return st;
+    if (root && (st = read_json(ds, root, c, &json_stage, &og))) return st;
     if ((st = read_fsdp(o, &c->fsdp))) return st;
     /* DeepSpeedPlugin's zero3_save_16bit_model (`accel launch --zero3_save_16bit_model`); the JSON's value wins */
     if ((st = env_bool("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", &c->fsdp.save_16bit))) return st;
@@ -539,7 +532,7 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
     if (st) return st;
     c->stage = stage;
     /* the JSON's stage-3 keys, whoever chose stage 3 (the code may, over the JSON's stage) */
-    if (stage == 3 && ds && (st = read_json_stage3(ds, &c->fsdp))) return st;
+    if (stage == 3 && root && (st = read_json_stage3(ds, root, &c->fsdp))) return st;
     /* Stages 1-2 write the full model and consolidated optimizer state, not
      * the shards asked for (stage 0 has nothing sharded). */
     const char *sdt = state_dict_type(o, NULL);
@@ -565,6 +558,17 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0", v);
     }
     return read_offload(o, &og, stage, &c->offload);
+}
+
+accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->mp = -1;
+    const char *ds = o->deepspeed_config_file ? o->deepspeed_config_file : env("ACCEL_DEEPSPEED_CONFIG_FILE");
+    json_t *root = NULL;
+    if (ds && !(root = load_ds_json(ds))) return accel_last_status();
+    accel_status st = zero_config(o, ds, root, c);
+    json_decref(root);
+    return st;
 }
 
 /* ---------------------------------------------------------------- groups */

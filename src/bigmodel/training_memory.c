@@ -301,10 +301,15 @@ const char *accel_shard_strategy_name(accel_shard_strategy s) {
 }
 
 accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_bytes, int64_t largest_unit_bytes,
-                                        int world, bool bf16, int64_t activation_bytes, accel_rank_memory *out) {
+                                        int world, accel_dtype autocast, int64_t activation_bytes,
+                                        accel_rank_memory *out) {
     static const char *FN = "accel_rank_memory_estimate";
     if (!out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: out is NULL", FN);
     memset(out, 0, sizeof *out);
+    if (autocast != ACCEL_F32 && autocast != ACCEL_BF16 && autocast != ACCEL_F16)
+        return accel_set_error(ACCEL_ERR_DTYPE, "%s: autocast must be float32 (none), bfloat16 or "
+                               "float16, got %s", FN, accel_dtype_name(autocast));
+    bool bf16 = autocast == ACCEL_BF16, half = autocast != ACCEL_F32;
     if ((unsigned)s >= ACCEL_SHARD_STRATEGIES || world < 1 || param_bytes < 0 || largest_unit_bytes < 0 ||
         largest_unit_bytes > param_bytes || activation_bytes < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -325,11 +330,11 @@ accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_by
         g = shard;
         gathered = 4 * L;
     }
-    /* autocast's copy of every weight (core/prepared.h): bf16 on a CPU that
-     * multiplies it, else those values widened to f32; and where oneDNN
+    /* autocast's copy of every weight (core/prepared.h): bf16 / f16 on a CPU
+     * that multiplies it, else those values widened to f32; and where oneDNN
      * multiplies the linears, up to two copies of each in its layout
      * (forward's, dX's: accel__gemm_weight_forms) */
-    double prepared = bf16 ? P / (accel__gemm_native(ACCEL_BF16) ? 2 : 1) * (1 + accel__gemm_weight_forms(ACCEL_BF16))
+    double prepared = half ? P / (accel__gemm_native(autocast) ? 2 : 1) * (1 + accel__gemm_weight_forms(autocast))
                            : P * accel__gemm_weight_forms(ACCEL_F32);
     double total = w + g + opt + gathered + prepared + (double)activation_bytes;
     if (!to_bytes(total, &out->total))

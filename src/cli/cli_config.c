@@ -86,28 +86,38 @@ static void ask_str(const char *q, const char *dflt, char *out, size_t n) {
 
 /* ---------------------------------------------------------------- wizard */
 
+/* The length of a NULL-terminated list. */
+static int choices(const char *const *list) {
+    int n = 0;
+    while (list[n]) n++;
+    return n;
+}
+
 /* cluster.py's fp8 questions: fp8_config with the keys Accelerate's wizard
  * writes (amax_history_length, ...; `accel launch` reads them too). */
 static cv *ask_fp8(void) {
-    static const char *const BACKENDS[] = {"ao", "te", "msamp"}, *const NAMES[] = {"AO", "TE", "MSAMP"};
-    static const char *const FORMATS[] = {"HYBRID", "E4M3", "E5M2"}, *const ALGOS[] = {"max", "most_recent"};
-    static const char *const LEVELS[] = {"O1", "O2"};
     static const char *const GEMMS[] = {"fprop", "dgrad", "wgrad"};
     cv *f = cv_new(CV_MAP);
-    int b = ask_menu("Which FP8 backend do you want to use?", BACKENDS, 3, 0);
-    cv_set(f, "backend", cv_str(NAMES[b]));
-    if (b == 1) {
+    int b = ask_menu("Which FP8 backend do you want to use?", CLI_FP8_BACKENDS, choices(CLI_FP8_BACKENDS), 0);
+    char name[16]; /* the wizard writes the backend in upper case: AO, TE, MSAMP */
+    snprintf(name, sizeof name, "%s", CLI_FP8_BACKENDS[b]);
+    for (char *c = name; *c; c++)
+        if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
+    cv_set(f, "backend", cv_str(name));
+    if (!strcmp(CLI_FP8_BACKENDS[b], "te")) {
         cv_set(f, "use_autocast_during_eval",
                cv_bool(ask_yes_no("Do you want to use FP8 autocast during eval mode? Generally better metrics are "
                                   "found when this is disabled [yes/NO]: ", false)));
         cv_set(f, "margin", cv_int(ask_int("What margin should be used for gradient scaling? [0]: ", 0, 0, INT_MAX)));
         cv_set(f, "interval", cv_int(ask_int("What interval should be used for how often the scaling factor is "
                                              "recomputed? [1]: ", 1, 1, INT_MAX)));
-        cv_set(f, "fp8_format", cv_str(FORMATS[ask_menu("Which weight format should be used?", FORMATS, 3, 0)]));
+        int fmt = ask_menu("Which weight format should be used?", CLI_FP8_FORMATS, choices(CLI_FP8_FORMATS), 0);
+        cv_set(f, "fp8_format", cv_str(CLI_FP8_FORMATS[fmt]));
         cv_set(f, "amax_history_length", cv_int(ask_int("What length of history should be used for the amax scaling "
                                                         "factor computation? [1024]: ", 1024, 1, INT_MAX)));
-        cv_set(f, "amax_compute_algorithm", cv_str(ALGOS[ask_menu("Which algorithm should be used for the amax "
-                                                                  "scaling factor computation?", ALGOS, 2, 0)]));
+        int algo = ask_menu("Which algorithm should be used for the amax scaling factor computation?", CLI_FP8_ALGOS,
+                            choices(CLI_FP8_ALGOS), 0);
+        cv_set(f, "amax_compute_algorithm", cv_str(CLI_FP8_ALGOS[algo]));
         cv *o = cv_new(CV_SEQ);
         bool any = ask_yes_no("Do you want to execute `fprop`, `dgrad`, and `wgrad` GEMMS in higher precision? "
                               "[yes/NO]: ", false);
@@ -117,8 +127,10 @@ static cv *ask_fp8(void) {
             cv_append(o, cv_bool(any && ask_yes_no(q, false)));
         }
         cv_set(f, "override_linear_precision", o);
-    } else if (b == 2) {
-        cv_set(f, "optimization_level", cv_str(LEVELS[ask_menu("Which optimization level should be used?", LEVELS, 2, 1)]));
+    } else if (!strcmp(CLI_FP8_BACKENDS[b], "msamp")) {
+        int level = ask_menu("Which optimization level should be used?", CLI_FP8_OPT_LEVELS,
+                             choices(CLI_FP8_OPT_LEVELS), 1);
+        cv_set(f, "optimization_level", cv_str(CLI_FP8_OPT_LEVELS[level]));
     } else {
         cv_set(f, "enable_fsdp_float8_all_gather",
                cv_bool(ask_yes_no("Do you want to enable FSDP2 float8 all gather? This is recommended for better "

@@ -174,12 +174,12 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
         accel_activation_bytes ab = {0};
         accel_rank_memory r;
         if ((q->have_batch && accel_llama_activation_bytes(cfg, &o, &ab) != ACCEL_OK) ||
-            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->nproc,
-                                       q->act.autocast == ACCEL_BF16, ab.peak, &r) != ACCEL_OK) {
+            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->nproc, q->act.autocast, ab.peak,
+                                       &r) != ACCEL_OK) {
             fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
             return 1;
         }
-        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->act.autocast == ACCEL_BF16, q->have_batch);
+        rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->act.autocast != ACCEL_F32, q->have_batch);
     }
     char title[256];
     int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
@@ -189,10 +189,10 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
                  (long long)q->act.seq_len,
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
                  q->act.checkpointing ? ", checkpointed" : "");
-    /* bf16 adds the weights' autocast copies (accel_rank_memory.prepared) */
+    /* bf16 and fp16 add the weights' autocast copies (accel_rank_memory.prepared) */
     const char *head[TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
     int h = 5;
-    if (q->act.autocast == ACCEL_BF16) head[h++] = "Weight copies";
+    if (q->act.autocast != ACCEL_F32) head[h++] = "Weight copies";
     if (q->have_batch) head[h++] = "Activations";
     head[h++] = "Total";
     print_table(title, head, nc, rows, nr);

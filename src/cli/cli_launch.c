@@ -29,6 +29,7 @@
 
 #include "accel/core.h"
 #include "cli/cli.h"
+#include "core/str_to_bool.h"
 #include "dist/slurm.h"
 
 static const cli_opt OPTS[] = {
@@ -282,6 +283,17 @@ static bool slurm_machines(const char *nm_flag, const char *mr_flag, const char 
     }
     return true;
 }
+
+/* The caller's boolean variable `name` (unset or empty: *out kept), read as
+ * Accelerate's parse_flag_from_env does; false after saying why on garbage. */
+static bool env_flag(const char *name, bool *out) {
+    const char *v = getenv(name);
+    if (!v || !*v || !accel__parse_bool("the environment", name, v, out)) return true;
+    fprintf(stderr, "accel launch: error: %s\n", accel_last_error());
+    accel_clear_error();
+    return false;
+}
+
 static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     cli_opt opts[NOPTS + LAUNCH_MAX_SETTINGS];
     memcpy(opts, OPTS, sizeof OPTS);
@@ -335,8 +347,12 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
      * launched Accelerate program must form one world over gloo, not train
      * alone on every rank. */
     char gpus[128];
-    L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b) ||
-             cli_truthy(getenv("ACCELERATE_USE_CPU")) || cli_truthy(getenv("ACCEL_USE_CPU")) ||
+    bool env_cpu = false, env_cpu2 = false;
+    if (!env_flag("ACCELERATE_USE_CPU", &env_cpu) || !env_flag("ACCEL_USE_CPU", &env_cpu2)) {
+        cv_free(cfg);
+        return 2;
+    }
+    L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b) || env_cpu || env_cpu2 ||
              !cli_machine_gpus(gpus, sizeof gpus);
     L->affinity = V("enable_cpu_affinity") || (cfg && cv_get(cfg, "enable_cpu_affinity") && cv_get(cfg, "enable_cpu_affinity")->b);
     L->quiet = V("quiet");
