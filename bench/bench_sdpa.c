@@ -3,11 +3,14 @@
  * in the dtype autocast gives them (the projections' outputs, [B, T, h, D]
  * seen as [B, h, T, D] as split_heads makes them; RoPE would make q and k
  * dense). Prints the median wall and process CPU time
- * per call (the machine may be shared: compare CPU time).
+ * per call, and the forward's CPU time alone (the machine may be shared:
+ * compare CPU time).
  *
  *   bench_sdpa [--mixed_precision no|bf16|fp16] [--batch B] [--seq T] [--heads H]
- *              [--hidden C] [--steps N] [--threads N]
+ *              [--kv-heads Hkv] [--hidden C] [--steps N] [--threads N]
  *
+ * --kv-heads (default: --heads) gives grouped-query attention, H / Hkv query
+ * heads per kv head.
  * (bench_util.h's flags and defaults: the Llama step's heads and head dim
  * C / H; the other model flags are accepted and unused.) */
 #include <time.h>
@@ -38,10 +41,30 @@ static accel_tensor *step_copy(accel_tensor *t) {
     return c;
 }
 
+/* Takes --kv-heads N out of argv (the shared parser does not know it):
+ * N, 0 when absent, -1 when it has no value. */
+static int64_t take_kv_heads(int *argc, char **argv) {
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--kv-heads")) continue;
+        if (i + 1 >= *argc) return -1;
+        int64_t n = atoll(argv[i + 1]);
+        memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(*argc - i - 2));
+        *argc -= 2;
+        return n;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bench_llama_args a;
+    int64_t kv_heads = take_kv_heads(&argc, argv);
     if (bench_llama_parse("bench_sdpa", "threads mixed_precision", argc, argv, &a)) return 2;
     accel_llama_config cfg = bench_llama_config(&a);
+    if (kv_heads) cfg.num_key_value_heads = kv_heads;
+    if (kv_heads < 0 || cfg.num_attention_heads % cfg.num_key_value_heads) {
+        fprintf(stderr, "bench_sdpa: --kv-heads must divide --heads\n");
+        return 2;
+    }
     const char *mp = a.mixed_precision;
     accel_dtype dt = !strcmp(mp, "bf16") ? ACCEL_BF16 : !strcmp(mp, "fp16") ? ACCEL_F16 : ACCEL_F32;
     if (dt == ACCEL_F32 && strcmp(mp, "no")) {
@@ -58,13 +81,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_sdpa: %s\n", accel_last_error());
         return 1;
     }
-    double *wall = malloc(sizeof(double) * (size_t)iters), *cpu = malloc(sizeof(double) * (size_t)iters);
+    double *wall = malloc(sizeof(double) * (size_t)iters), *cpu = malloc(sizeof(double) * (size_t)iters),
+           *fwd = malloc(sizeof(double) * (size_t)iters);
     for (int it = -a.warmup; it < iters; it++) { /* warm-up calls first */
         accel_tensor *x[3] = {step_copy(q), step_copy(k), step_copy(v)};
         long mf;
         double w0 = now(), c0 = bench_cpu_seconds(&mf);
         accel_tensor *o = accel_sdpa(accel_transpose(x[0], 1, 2), accel_transpose(x[1], 1, 2),
                                      accel_transpose(x[2], 1, 2), true, 0.0);
+        double c1 = bench_cpu_seconds(&mf);
         if (!o || accel_backward(accel_sum_all(o)) != ACCEL_OK) {
             fprintf(stderr, "bench_sdpa: %s\n", accel_last_error());
             return 1;
@@ -73,12 +98,15 @@ int main(int argc, char **argv) {
         if (it >= 0) {
             wall[it] = now() - w0;
             cpu[it] = bench_cpu_seconds(&mf) - c0;
+            fwd[it] = c1 - c0;
         }
     }
-    printf("sdpa %s B=%lld H=%lld Hkv=%lld T=%lld D=%lld threads=%d: forward+backward median wall %.2f ms, cpu %.2f ms\n",
+    printf("sdpa %s B=%lld H=%lld Hkv=%lld T=%lld D=%lld threads=%d: forward+backward median wall %.2f ms, cpu %.2f ms "
+           "(forward cpu %.2f ms)\n",
            dts, (long long)B, (long long)H, (long long)Hkv, (long long)T, (long long)D, threads,
-           1e3 * bench_median(wall, iters), 1e3 * bench_median(cpu, iters));
+           1e3 * bench_median(wall, iters), 1e3 * bench_median(cpu, iters), 1e3 * bench_median(fwd, iters));
     free(wall);
+    free(fwd);
     free(cpu);
     accel_tensor_free(q);
     accel_tensor_free(k);

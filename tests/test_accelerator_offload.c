@@ -81,12 +81,19 @@ static void train(accel_accelerator *acc, accel_module *m, accel_optimizer *o, i
     }
 }
 
-/* Freeing the accelerator un-prepares what it holds (the state file goes); then the objects. */
-static void release(accel_accelerator *acc, accel_optimizer *o, accel_module *m) {
+/* Freeing the accelerator un-prepares what it holds (the state file goes,
+ * a ZeRO-3 model gets its full weights back: a released unit holds none);
+ * then the model's weights into w (cap 256) when w is set, and the objects.
+ * Returns the weights' count (0 without w). */
+static int64_t release_reading(accel_accelerator *acc, accel_optimizer *o, accel_module *m, float *w) {
     accel_accelerator_free(acc);
+    int64_t n = w ? params_to_host(m, w, 256) : 0;
     accel_optimizer_free(o);
     accel_module_free(m);
+    return n;
 }
+
+static void release(accel_accelerator *acc, accel_optimizer *o, accel_module *m) { release_reading(acc, o, m, NULL); }
 
 /* A fresh MLP (seed) and its optimizer, prepared by acc. */
 static accel_module *prepared(accel_accelerator *acc, uint64_t seed, int64_t in, int64_t hidden, accel_optim_kind kind,
@@ -149,8 +156,8 @@ static int64_t run(accel_accelerator *acc, accel_optim_kind kind, double *losses
     accel_optimizer *o;
     accel_module *m = prepared(acc, 7, 6, 24, kind, &o);
     train(acc, m, o, 6, 0, 4, losses);
+    accel_accelerator_clear(acc); /* gives a ZeRO-3 model its full weights back (released units hold none) */
     int64_t n = params_to_host(m, w, cap);
-    accel_accelerator_clear(acc);
     accel_optimizer_free(o);
     accel_module_free(m);
     return n;
@@ -333,20 +340,18 @@ static void resume(int stage, const mode *md) {
     CHECK_MSG(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
     train(acc, m, o, 6, 2, 2, NULL);
     float want[256], got[256];
-    int64_t n = params_to_host(m, want, 256);
-    release(acc, o, m);
+    int64_t n = release_reading(acc, o, m, want);
     for (int k = 0; k < 2; k++) {
         acc = accelerator_for(stage, k ? NULL : md);
         if (!acc) return;
         m = prepared(acc, 99, 6, 24, ACCEL_OPTIM_ADAMW, &o); /* other weights: the load replaces them */
         CHECK_MSG(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
         train(acc, m, o, 6, 2, 2, NULL);
-        CHECK(params_to_host(m, got, 256) == n);
+        CHECK(release_reading(acc, o, m, got) == n);
         int64_t diff = 0;
         for (int64_t i = 0; i < n; i++) diff += got[i] != want[i];
         CHECK_MSG(diff == 0, "stage %d resumed %s: %lld of %lld weights differ", stage,
                   k ? "without offload" : md->name, (long long)diff, (long long)n);
-        release(acc, o, m);
     }
 }
 

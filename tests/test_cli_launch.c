@@ -578,10 +578,11 @@ static void test_fp8_reaches_accelerator(void) {
     const char *b[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_margin", "-3", WORKER, "accelerator", NULL};
     CHECK(run(b, NULL) != 0);
     CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: ACCEL_FP8_MARGIN=-3 must be an integer in [0, ");
+    /* an override is run (that GEMM in bf16): the recipe passes, only a machine without fp8 refuses */
     const char *c[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_override_linear_precision", "0,0,1",
                        WORKER, "accelerator", NULL};
-    CHECK(run(c, NULL) != 0);
-    CHECK_STR_CONTAINS(OUT, "override_linear_precision WGRAD");
+    if (run(c, NULL) != 0)
+        CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: fp8 mixed precision is not supported on");
     const char *d[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_format", "E5M2", WORKER, "accelerator",
                        NULL};
     CHECK(run(d, NULL) != 0);

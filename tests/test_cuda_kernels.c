@@ -258,6 +258,33 @@ static void test_memory(void) {
     g_cuda->mem.free(0, d1);
 }
 
+/* A copy from cuda:0 to cuda:1 enqueued right after a kernel on cuda:0 wrote
+ * its source reads what the kernel wrote (the copy runs on cuda:1's stream,
+ * which does not wait for cuda:0's). Needs two GPUs. */
+static void test_peer_copy(void) {
+    if (g_dev.type != ACCEL_DEV_CUDA || accel_device_count(ACCEL_DEV_CUDA) < 2) return;
+    const int64_t n = (int64_t)64 << 20; /* 256 MB: the fill still runs when the copy is enqueued */
+    size_t bytes = (size_t)n * sizeof(float);
+    float *a = g_cuda->mem.alloc(0, bytes, 256), *b = g_cuda->mem.alloc(1, bytes, 256), *h = accel_malloc(bytes);
+    CHECK(a && b && h);
+    if (!a || !b || !h) return;
+    CHECK(g_cuda->mem.memset(0, a, 0, bytes) == ACCEL_OK && g_cuda->async.synchronize(0) == ACCEL_OK);
+    CHECK(g_cuda->mem.memset(1, b, 0, bytes) == ACCEL_OK && g_cuda->async.synchronize(1) == ACCEL_OK);
+    accel_tensor t = {.magic = ACCEL_TENSOR_MAGIC, .dtype = ACCEL_F32, .device = {ACCEL_DEV_CUDA, 0}, .ndim = 1,
+                      .shape = {n}, .stride = {1}, .data = a};
+    accel_k_fill f = {.out = &t, .value = 3.0};
+    CHECK(g_cuda->kernels.fill(&f) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_device(1, b, 0, a, bytes) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(1, h, b, bytes) == ACCEL_OK);
+    int64_t stale = 0;
+    for (int64_t i = 0; i < n; i++) stale += h[i] != 3.0f;
+    CHECK_MSG(stale == 0, "peer copy: %lld of %lld elements were read before the fill wrote them", (long long)stale,
+              (long long)n);
+    g_cuda->mem.free(0, a);
+    g_cuda->mem.free(1, b);
+    accel_free(h);
+}
+
 /* A second step of the same shape allocates nothing new (the CUDA step
  * pool; hostless's is the core arena, tested in test_core). */
 static void test_step_pool(void) {
@@ -303,6 +330,9 @@ static void test_copy_fill_accumulate(void) {
     o = mk2(ACCEL_F32, 31, 7, CONTIG, ACC), x = mk2(ACCEL_BF16, 31, 7, TRANSPOSED, IN);
     accel_k_accumulate ac = {.out = &o->c, .in = &x->c};
     KRUN("accumulate", accumulate, accel_k_accumulate, ac, 1e-6);
+    o = mk2(ACCEL_BF16, 31, 7, CONTIG, ACC), x = mk2(ACCEL_F32, 31, 7, STRIDED, IN); /* rounded to bf16 once */
+    accel_k_accumulate ab = {.out = &o->c, .in = &x->c};
+    KRUN("accumulate into bf16", accumulate, accel_k_accumulate, ab, tol_of(ACCEL_BF16));
 }
 
 static void test_rng(void) {
@@ -351,6 +381,14 @@ static void test_unary(void) {
     pair *o = mk1(ACCEL_F32, 1001, OUT), *x = mk1(ACCEL_F32, 1001, IN), *m = mk1(ACCEL_U8, 1001, IN);
     accel_k_mask_scale ms = {.out = &o->c, .x = &x->c, .mask = &m->c, .scale = 1.25f};
     KRUN("mask_scale", mask_scale, accel_k_mask_scale, ms, 1e-7);
+    /* the slow paths: a bf16 output of strided input, and a gradient from bf16 views */
+    o = mk2(ACCEL_BF16, 33, 65, CONTIG, OUT), x = mk2(ACCEL_F32, 33, 65, STRIDED, IN);
+    accel_k_unary ub = {.out = &o->c, .x = &x->c, .op = ACCEL_U_SILU};
+    KRUN("unary silu -> bf16", unary, accel_k_unary, ub, tol_of(ACCEL_BF16));
+    pair *dx = mk2(ACCEL_F32, 17, 31, CONTIG, OUT), *g = mk2(ACCEL_BF16, 17, 31, STRIDED, IN);
+    pair *xx = mk2(ACCEL_BF16, 17, 31, TRANSPOSED, IN), *y = mk2(ACCEL_F32, 17, 31, STRIDED, IN);
+    accel_k_unary_grad gb = {.dx = &dx->c, .g = &g->c, .x = &xx->c, .y = &y->c, .op = ACCEL_U_GELU_TANH};
+    KRUN("unary_grad gelu_tanh bf16 views", unary_grad, accel_k_unary_grad, gb, 1e-5);
 }
 
 /* SwiGLU forward and backward in each dtype, and gate in bf16 under f32 up
@@ -396,6 +434,10 @@ static void test_sum_max(void) {
         set_elem(x, 3, NAN);
         accel_k_max mx = {.values = &v->c, .indices = &ix->c, .x = &x->c, .dim = d};
         KRUN("max", max, accel_k_max, mx, 0.0);
+        v = mk1(ACCEL_BF16, d ? 41 : 29, OUT), ix = mk1(ACCEL_I64, d ? 41 : 29, OUT);
+        x = mk2(ACCEL_BF16, 41, 29, STRIDED, IN);
+        accel_k_max mb = {.values = &v->c, .indices = &ix->c, .x = &x->c, .dim = d};
+        KRUN("max bf16", max, accel_k_max, mb, 0.0);
     }
     pair *gx = mk2(ACCEL_F32, 23, 13, CONTIG, OUT), *g = mk1(ACCEL_F32, 23, IN), *ix = mk1(ACCEL_I64, 23, IN);
     for (int64_t r = 0; r < 23; r++) set_elem(ix, r, (double)((r * 5) % 13));
@@ -427,6 +469,16 @@ static void test_gemm_views(void) {
                     double tol = FLOATS[i] == ACCEL_F32 ? 1e-4 : 1e-2; /* summation order; f16/bf16 products are exact in f32 */
                     KRUN("gemm", gemm, accel_k_gemm, g, tol);
                 }
+}
+
+/* K = 0: C = beta C (accel__cuda_scale_rows), beta 0 clearing what C held. */
+static void test_gemm_k0(void) {
+    for (int beta = 0; beta < 2; beta++) {
+        pair *c = mk2(ACCEL_F32, 5, 7, CONTIG, beta ? ACC : OUT), *a = mk1(ACCEL_F32, 8, IN), *b = mk1(ACCEL_F32, 8, IN);
+        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .M = 5, .N = 7, .K = 0, .lda = 1, .ldb = 7, .ldc = 7,
+                          .alpha = 1.0f, .beta = beta ? 0.5f : 0.0f};
+        KRUN("gemm K=0", gemm, accel_k_gemm, g, 0.0);
+    }
 }
 
 static void test_bias(void) {
@@ -486,6 +538,13 @@ static void test_rope(void) {
                               .half = half, .sign = beta ? -1.0f : 1.0f, .beta = (float)beta};
             KRUN("rope", rope, accel_k_rope, r, tol_of(dt));
         }
+    /* x with a strided head dim (the CPU's reference path) */
+    pair *y = mk(ACCEL_F32, 4, (int64_t[]){B, H, T, 2 * half}, CONTIG, OUT);
+    pair *x = mk(ACCEL_BF16, 4, (int64_t[]){B, H, T, 2 * half}, STRIDED, IN);
+    pair *cs = mk2(ACCEL_F32, T, half, CONTIG, IN), *sn = mk2(ACCEL_F32, T, half, CONTIG, IN);
+    accel_k_rope r = {.y = &y->c, .x = &x->c, .cos = &cs->c, .sin = &sn->c, .BH = B * H, .T = T, .half = half,
+                      .sign = 1.0f, .beta = 0.0f};
+    KRUN("rope strided head dim", rope, accel_k_rope, r, 1e-5);
 }
 
 static void test_embedding(void) {
@@ -606,6 +665,9 @@ static void test_losses(void) {
     pair *d = mk1(ACCEL_F32, 1003, OUT), *g = mk0(ACCEL_F32, IN), *pp = mk1(ACCEL_F32, 1003, IN), *qq = mk1(ACCEL_F32, 1003, IN);
     accel_k_mse_backward mb = {.d = &d->c, .g = &g->c, .pred = &pp->c, .target = &qq->c, .sign = -1.0f, .beta = 0.0f};
     KRUN("mse_backward", mse_backward, accel_k_mse_backward, mb, 1e-6);
+    d = mk1(ACCEL_F32, 1003, ACC), g = mk0(ACCEL_F32, IN), pp = mk1(ACCEL_F32, 1003, IN), qq = mk1(ACCEL_F32, 1003, IN);
+    accel_k_mse_backward ma = {.d = &d->c, .g = &g->c, .pred = &pp->c, .target = &qq->c, .sign = 1.0f, .beta = 1.0f};
+    KRUN("mse_backward added", mse_backward, accel_k_mse_backward, ma, 1e-6);
 
     /* A target out of range is an error naming it. */
     if (!g_cuda->kernels.cross_entropy) return;
@@ -626,6 +688,31 @@ static void test_losses(void) {
         accel_clear_error();
     }
     pairs_free();
+}
+
+/* More rows than one launch has blocks (row_blocks' 65535 * 8): the kernels
+ * of one block per row loop over the rest, their block reductions reused. */
+static void test_many_rows(void) {
+    const int64_t R = 65535 * 8 + 77, D = 8;
+    pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *x = mk2(ACCEL_F32, R, D, CONTIG, IN);
+    accel_k_softmax sm = {.y = &y->c, .x = &x->c, .outer = R, .D = D, .inner = 1, .log = true};
+    KRUN("softmax many rows", softmax, accel_k_softmax, sm, 1e-5);
+    y = mk2(ACCEL_F32, R, D, CONTIG, OUT), x = mk2(ACCEL_F32, R, D, CONTIG, IN);
+    pair *rs = mk1(ACCEL_F32, R, OUT), *w = mk1(ACCEL_F32, D, IN);
+    accel_k_rms_norm rn = {.y = &y->c, .rstd = &rs->c, .x = &x->c, .w = &w->c, .R = R, .D = D, .eps = 1e-6f,
+                           .x_dt = ACCEL_F32};
+    KRUN("rms_norm many rows", rms_norm, accel_k_rms_norm, rn, 1e-5);
+    pair *o = mk1(ACCEL_F32, R, OUT);
+    x = mk2(ACCEL_F32, R, D, TRANSPOSED, IN);
+    accel_k_sum su = {.out = &o->c, .x = &x->c, .mask = 2u, .scale = 1.0};
+    KRUN("sum many rows", sum, accel_k_sum, su, 1e-5);
+    /* targets in [0, 7) (mk's integers): all counted, all in range for D = 8 classes */
+    pair *out = mk0(ACCEL_F32, OUT), *cnt = mk0(ACCEL_I64, OUT), *dx = mk2(ACCEL_F32, R, D, CONTIG, OUT);
+    pair *t = mk1(ACCEL_I64, R, IN);
+    x = mk2(ACCEL_F32, R, D, CONTIG, IN);
+    accel_k_cross_entropy_fused ce = {.out = &out->c, .count = &cnt->c, .dx = &dx->c, .x = &x->c, .targets = &t->c,
+                                      .N = R, .C = D, .ignore = -100};
+    KRUN("cross_entropy_fused many rows", cross_entropy_fused, accel_k_cross_entropy_fused, ce, 1e-4);
 }
 
 /* ---- metrics */
@@ -1000,6 +1087,55 @@ static void test_missing_reported(void) {
     CHECK(missing == 0);
 }
 
+#ifdef ACCEL_HAVE_CUDA
+/* The cached weight cast (backends/fp8.h accel__fp8_quantize_cached) on
+ * dev, three calls: new bytes, a reuse, a moved scale; after each the
+ * bytes, the transpose, the meta (amax, scale_inv) and inv on the host. */
+enum { CQ_R = 48, CQ_C = 32, CQ_LEN = 2, CQ_META = ACCEL__FP8_META_ROWS(CQ_LEN) * ACCEL__FP8_SLOTS };
+typedef struct cached_seen {
+    uint8_t q[3][CQ_R * CQ_C], qt[3][CQ_R * CQ_C];
+    float meta[3][CQ_META], inv[3][2];
+} cached_seen;
+
+static void cached_cast_run(accel_device dev, const float *x, cached_seen *o) {
+    accel_tensor *tx = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){CQ_R, CQ_C}, dev);
+    accel_tensor *q = accel_tensor_new(ACCEL_U8, 2, (int64_t[]){CQ_R, CQ_C}, dev);
+    accel_tensor *qt = accel_tensor_new(ACCEL_U8, 2, (int64_t[]){CQ_C, CQ_R}, dev);
+    accel_tensor *inv = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){2}, dev);
+    accel_tensor *meta = accel__fp8_meta_new(CQ_LEN, dev), *cache = accel__fp8_cache_state_new(1, dev);
+    CHECK(tx && q && qt && inv && meta && cache && accel_tensor_from_host(tx, x) == ACCEL_OK);
+    for (int call = 0; call < 3 && cache; call++) {
+        if (call == 2) { /* the W scale moves: 448 / max |x| */
+            CHECK(accel__fp8_meta_update(meta, ACCEL__FP8_W, 1, accel__fp8_recipe_default()) == ACCEL_OK);
+        }
+        CHECK(accel__fp8_quantize_cached(q, qt, inv, 1, tx, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, cache, call == 0) ==
+              ACCEL_OK);
+        CHECK(accel_tensor_to_host(q, o->q[call]) == ACCEL_OK && accel_tensor_to_host(qt, o->qt[call]) == ACCEL_OK);
+        CHECK(accel_tensor_to_host(meta, o->meta[call]) == ACCEL_OK && accel_tensor_to_host(inv, o->inv[call]) == ACCEL_OK);
+    }
+    accel_tensor *ts[] = {tx, q, qt, inv, meta, cache};
+    for (int i = 0; i < 6; i++) accel_tensor_free(ts[i]);
+}
+
+/* The GPU's cached cast decides on the device as the CPU reference does on
+ * the host: the same bytes, amaxes and scale_invs after each call. */
+static void test_fp8_cached_cast(void) {
+    if (!fp8_testable("test_fp8_cached_cast")) return;
+    static float x[CQ_R * CQ_C];
+    for (int i = 0; i < CQ_R * CQ_C; i++) x[i] = (float)(0.3 * rnd());
+    static cached_seen cpu, gpu;
+    cached_cast_run(ACCEL_CPU_DEVICE, x, &cpu);
+    cached_cast_run(g_dev, x, &gpu);
+    for (int call = 0; call < 3; call++) {
+        CHECK_MSG(!memcmp(cpu.q[call], gpu.q[call], sizeof cpu.q[call]), "call %d: the bytes differ", call);
+        CHECK_MSG(!memcmp(cpu.qt[call], gpu.qt[call], sizeof cpu.qt[call]), "call %d: the transposes differ", call);
+        CHECK_MSG(!memcmp(cpu.meta[call], gpu.meta[call], sizeof cpu.meta[call]), "call %d: the metas differ", call);
+        CHECK_MSG(!memcmp(cpu.inv[call], gpu.inv[call], sizeof cpu.inv[call]), "call %d: the scale_invs differ", call);
+    }
+    CHECK(memcmp(cpu.q[1], cpu.q[2], sizeof cpu.q[1]) != 0); /* the moved scale recast */
+}
+#endif
+
 int main(void) {
     const char *on = getenv("ACCEL_TEST_KERNELS_ON");
     if (on && !strcmp(on, "hostless")) {
@@ -1016,6 +1152,7 @@ int main(void) {
     g_cuda = accel__backend_of(g_dev);
     RUN(test_memory);
     RUN(test_step_pool);
+    RUN(test_peer_copy);
     RUN(test_copy_fill_accumulate);
     RUN(test_rng);
     RUN(test_binary);
@@ -1023,6 +1160,7 @@ int main(void) {
     RUN(test_swiglu);
     RUN(test_sum_max);
     RUN(test_gemm_views);
+    RUN(test_gemm_k0);
     RUN(test_bias);
     RUN(test_softmax);
     RUN(test_rope);
@@ -1030,6 +1168,7 @@ int main(void) {
     RUN(test_rms_norm);
     RUN(test_layer_norm);
     RUN(test_losses);
+    RUN(test_many_rows);
     RUN(test_compare_where);
     RUN(test_sdpa);
     RUN(test_sdpa_backward);
@@ -1037,6 +1176,7 @@ int main(void) {
 #ifdef ACCEL_HAVE_CUDA
     RUN(test_fp8);
     RUN(test_fp8_linear);
+    RUN(test_fp8_cached_cast);
 #endif
     RUN(test_max_memory);
     RUN(test_missing_reported);

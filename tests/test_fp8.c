@@ -12,9 +12,12 @@
 
 #include "accel/accelerator.h"
 #include "accel/nn.h"
+#include "accelerator/accelerator_internal.h"
 #include "accelerator/fp8_scaling.h"
 #include "backends/fp8.h"
 #include "check.h"
+#include "core/prepared.h"
+#include "fp8_fixture.h"
 #include "nn/fp8_modules.h"
 #include "nn/nn_internal.h"
 #include "ops/fp8_linear.h"
@@ -121,16 +124,20 @@ typedef struct ref_operand {
     int rs, cs;
     float scale;
     accel__fp8_format f;
+    bool exact; /* not rounded to fp8 (an overridden GEMM's operand), scale ignored */
 } ref_operand;
+
+static double ref_value(ref_operand o, int i, int k) {
+    float v = o.p[i * o.rs + k * o.cs];
+    return o.exact ? v : fp8_round(v, o.scale, o.f) * (double)(1.0f / o.scale);
+}
 
 static void ref_gemm(double *c, ref_operand a, ref_operand b, int M, int N, int K) {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double acc = 0.0;
-            for (int k = 0; k < K; k++)
-                acc += (double)fp8_round(a.p[m * a.rs + k * a.cs], a.scale, a.f) *
-                       fp8_round(b.p[n * b.rs + k * b.cs], b.scale, b.f);
-            c[m * N + n] = acc * (1.0f / a.scale) * (1.0f / b.scale);
+            for (int k = 0; k < K; k++) acc += ref_value(a, m, k) * ref_value(b, n, k);
+            c[m * N + n] = acc;
         }
 }
 
@@ -162,7 +169,7 @@ static void linear_step(accel_tensor *x, accel_tensor *w, accel_tensor *b, const
     if (!y) return;
     CHECK(y->dtype == ACCEL_F32 && y->ndim == 3 && y->shape[2] == O);
     static double want[R * I > O * I ? R * I : O * I];
-    ref_gemm(want, (ref_operand){xv, I, 1, sx, E4}, (ref_operand){wv, I, 1, sw, E4}, R, O, I);
+    ref_gemm(want, (ref_operand){xv, I, 1, sx, E4, false}, (ref_operand){wv, I, 1, sw, E4, false}, R, O, I);
     for (int i = 0; i < R * O; i++) want[i] += ((const float *)b->data)[i % O];
     CHECK_MSG(worst_error(y->data, want, R * O) < 1e-6, "forward: %g", worst_error(y->data, want, R * O));
     /* the forward's scales moved on, the gradient's not yet */
@@ -171,9 +178,9 @@ static void linear_step(accel_tensor *x, accel_tensor *w, accel_tensor *b, const
 
     accel_tensor *g = accel_from_floats(3, y->shape, dy);
     CHECK(g && accel_backward_with(y, g) == ACCEL_OK);
-    ref_gemm(want, (ref_operand){dy, O, 1, sdy, fdy}, (ref_operand){wv, 1, I, sw, E4}, R, I, O); /* dX = dY W */
+    ref_gemm(want, (ref_operand){dy, O, 1, sdy, fdy, false}, (ref_operand){wv, 1, I, sw, E4, false}, R, I, O); /* dX = dY W */
     CHECK_MSG(worst_error(x->grad->data, want, R * I) < 1e-6, "dX: %g", worst_error(x->grad->data, want, R * I));
-    ref_gemm(want, (ref_operand){dy, 1, O, sdy, fdy}, (ref_operand){xv, 1, I, sx, E4}, O, I, R); /* dW = dY^T X */
+    ref_gemm(want, (ref_operand){dy, 1, O, sdy, fdy, false}, (ref_operand){xv, 1, I, sx, E4, false}, O, I, R); /* dW = dY^T X */
     CHECK_MSG(worst_error(w->grad->data, want, O * I) < 1e-6, "dW: %g", worst_error(w->grad->data, want, O * I));
     for (int o = 0; o < O; o++) { /* the bias gradient from the unquantised dY */
         double s = 0.0;
@@ -321,7 +328,7 @@ static void test_refused(void) {
         {"ACCELERATE_FP8_INTERVAL", "0", "ACCELERATE_FP8_INTERVAL=0 must be an integer in [1, 1048576]"},
         {"ACCELERATE_FP8_BACKEND", "MSAMP", "ACCELERATE_FP8_BACKEND=MSAMP is not supported"},
         {"ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "maybe", "USE_AUTOCAST_DURING_EVAL=maybe is not a boolean"},
-        {"ACCELERATE_FP8_OVERRIDE_WGRAD", "true", "override_linear_precision WGRAD"},
+        {"ACCELERATE_FP8_OVERRIDE_WGRAD", "sure", "ACCELERATE_FP8_OVERRIDE_WGRAD=sure is not a boolean"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         setenv(BAD[i][0], BAD[i][1], 1);
@@ -385,24 +392,23 @@ static void test_recipe_options(void) {
         {{.fp8_backend = "MSAMP"}, ACCEL_ERR_UNSUPPORTED, "fp8_backend=MSAMP is not supported"},
         {{.fp8_use_autocast_during_eval = 2}, ACCEL_ERR_INVALID_ARG,
          "fp8_use_autocast_during_eval=2 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0"},
-        {{.fp8_override_linear_precision = {ACCEL_TRUE, 0, 0}}, ACCEL_ERR_UNSUPPORTED,
-         "override_linear_precision FPROP (fp8_override_linear_precision[0] or ACCELERATE_FP8_OVERRIDE_FPROP"},
-        {{.fp8_override_linear_precision = {0, 0, ACCEL_TRUE}}, ACCEL_ERR_UNSUPPORTED,
-         "override_linear_precision WGRAD"},
+        {{.fp8_override_linear_precision = {3, 0, 0}}, ACCEL_ERR_INVALID_ARG,
+         "fp8_override_linear_precision[0]=3 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         CHECK_MSG(accel__fp8_recipe_resolve(&BAD[i].o, &r) == BAD[i].st, "case %zu", i);
         CHECK_STR_CONTAINS(accel_last_error(), BAD[i].msg);
         accel_clear_error();
     }
-    /* explicit false over a variable that asks for an override */
+    /* override_linear_precision: the variable, and an explicit false over it */
     setenv("ACCELERATE_FP8_OVERRIDE_DGRAD", "1", 1);
     o = accel_accelerator_opts_default();
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "override_linear_precision DGRAD");
-    accel_clear_error();
-    o.fp8_override_linear_precision[1] = ACCEL_FALSE;
     CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(!r.high_precision[ACCEL__FP8_FPROP] && r.high_precision[ACCEL__FP8_DGRAD] &&
+          !r.high_precision[ACCEL__FP8_WGRAD]);
+    o.fp8_override_linear_precision[1] = ACCEL_FALSE, o.fp8_override_linear_precision[2] = ACCEL_TRUE;
+    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(!r.high_precision[ACCEL__FP8_DGRAD] && r.high_precision[ACCEL__FP8_WGRAD]);
     unsetenv("ACCELERATE_FP8_OVERRIDE_DGRAD");
 
     /* accel_accelerator_new refuses a bad field, and ZeRO, before the device */
@@ -506,6 +512,258 @@ static void test_checkpoint_round_trip(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* override_linear_precision: each flag runs its GEMM on the unrounded
+ * operands (f32 here: no autocast) and leaves the other two in fp8; a
+ * tensor no fp8 GEMM reads is not cast (its amax stays 0). With the
+ * initial scales of 1 the fp8 GEMMs are ~5% off the exact ones, so an
+ * ignored flag fails the 1e-5 bound. */
+static void test_override_precision(void) {
+    static const char *const NAME[3] = {"fprop", "dgrad", "wgrad"};
+    for (int g = 0; g < ACCEL__FP8_GEMMS; g++) {
+        accel__fp8_recipe r = accel__fp8_recipe_default();
+        r.history_len = LEN, r.high_precision[g] = true;
+        accel_tensor *x = param(2, (int64_t[]){R, I}, 3.0f), *w = param(2, (int64_t[]){O, I}, 0.7f);
+        accel_tensor *b = param(1, (int64_t[]){O}, 0.5f), *meta = accel__fp8_meta_new(LEN, ACCEL_CPU_DEVICE);
+        static float dy[R * O];
+        for (int i = 0; i < R * O; i++) dy[i] = 2.0f * rnd();
+        const float *xv = x->data, *wv = w->data;
+        const accel__fp8_format E4 = ACCEL_FP8_E4M3, E5 = ACCEL_FP8_E5M2;
+        const bool hf = g == ACCEL__FP8_FPROP, hd = g == ACCEL__FP8_DGRAD, hw = g == ACCEL__FP8_WGRAD;
+        static double want[R * I > O * I ? R * I : O * I];
+        accel_tensor *y = accel__fp8_linear(x, w, b, meta, r);
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        if (!y) continue;
+        ref_gemm(want, (ref_operand){xv, I, 1, 1.0f, E4, hf}, (ref_operand){wv, I, 1, 1.0f, E4, hf}, R, O, I);
+        for (int i = 0; i < R * O; i++) want[i] += ((const float *)b->data)[i % O];
+        CHECK_MSG(worst_error(y->data, want, R * O) < 1e-5, "%s overridden: forward %g", NAME[g],
+                  worst_error(y->data, want, R * O));
+        CHECK(accel_backward_with(y, accel_from_floats(2, y->shape, dy)) == ACCEL_OK);
+        ref_gemm(want, (ref_operand){dy, O, 1, 1.0f, E5, hd}, (ref_operand){wv, 1, I, 1.0f, E4, hd}, R, I, O);
+        CHECK_MSG(worst_error(x->grad->data, want, R * I) < 1e-5, "%s overridden: dX %g", NAME[g],
+                  worst_error(x->grad->data, want, R * I));
+        ref_gemm(want, (ref_operand){dy, 1, O, 1.0f, E5, hw}, (ref_operand){xv, 1, I, 1.0f, E4, hw}, O, I, R);
+        CHECK_MSG(worst_error(w->grad->data, want, O * I) < 1e-5, "%s overridden: dW %g", NAME[g],
+                  worst_error(w->grad->data, want, O * I));
+        accel_step_reset();
+        accel_tensor *ts[] = {x, w, b, meta};
+        for (int i = 0; i < 4; i++) accel_tensor_free(ts[i]);
+    }
+    /* fprop and wgrad overridden: x feeds no fp8 GEMM, so it is not cast */
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = LEN, r.high_precision[ACCEL__FP8_FPROP] = r.high_precision[ACCEL__FP8_WGRAD] = true;
+    accel_tensor *x = param(2, (int64_t[]){R, I}, 3.0f), *w = param(2, (int64_t[]){O, I}, 0.7f);
+    accel_tensor *meta = accel__fp8_meta_new(LEN, ACCEL_CPU_DEVICE);
+    accel_tensor *y = accel__fp8_linear(x, w, NULL, meta, r);
+    CHECK(y && accel_backward_with(y, accel_ones(ACCEL_F32, ACCEL_SHAPE(R, O))) == ACCEL_OK);
+    const float *mv = meta->data;
+    for (int k = 0; k < LEN; k++) CHECK(accel__fp8_meta_amax((float *)mv, ACCEL__FP8_X)[k * ACCEL__FP8_SLOTS] == 0.0f);
+    CHECK(mv[ACCEL__FP8_X] == 1.0f && mv[ACCEL__FP8_W] == 448.0f / max_abs(w->data, O * I) && mv[ACCEL__FP8_DY] != 1.0f);
+    accel_step_reset();
+    accel_tensor_free(x), accel_tensor_free(w), accel_tensor_free(meta);
+}
+
+/* The metas of model k of acc, on the host, [2][ROWS(H) * SLOTS]. */
+enum { H2 = 4, NM = ACCEL__FP8_META_ROWS(H2) * ACCEL__FP8_SLOTS };
+static void model_metas(accel_module *m, float out[2][NM]) {
+    for (int k = 0; k < 2; k++) meta_values(m, k, out[k]);
+}
+
+/* Two prepared fp8 models, a backward through one of them only: the other's
+ * dY scale and history stay as they were (TE updates the modules that ran),
+ * the first one's move. The cpu refuses mixed_precision='fp8', so the
+ * accelerator is made plain and switched to fp8 the way prepare does it on a
+ * GPU (its fp8 part without the device check); the forwards run under the
+ * fp8 autocast by hand, the backward is accel_accelerator_backward's. The
+ * forward's log does the same for X and W (a forward of one model only). */
+static void test_update_only_models_that_ran(void) {
+    accel_accelerator_opts o = {.cpu = true};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    accel_module *m[2] = {two_fp8_linears(H2), two_fp8_linears(H2)};
+    CHECK(acc && accel_accelerator_prepare_model(acc, m[0]) == ACCEL_OK &&
+          accel_accelerator_prepare_model(acc, m[1]) == ACCEL_OK);
+    acc->mp = ACCEL_MP_FP8;
+    acc->fp8 = accel__fp8_recipe_default();
+    acc->fp8.history_len = H2, acc->fp8.deferred_update = true;
+    for (int k = 0; k < 2; k++) CHECK(accel__fp8_prepare(acc, &acc->models[k]) == ACCEL_OK);
+    float before[2][NM], after[2][NM];
+    for (int step = 0; step < 2; step++) {
+        accel_tensor *y[2];
+        const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&acc->fp8);
+        for (int k = 0; k < 2; k++) y[k] = accel_module_call(m[k], accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 1.0 + k));
+        accel__fp8_autocast_end(prev);
+        for (int k = 0; k < 2; k++)
+            CHECK(accel__fp8_reduce_and_update(NULL, acc->models[k].fp8, ACCEL__FP8_X, 2, acc->fp8, NULL) == ACCEL_OK);
+        model_metas(m[1], before);
+        /* step 0 through both (m[1] gets a dY history), step 1 through m[0] only */
+        accel_tensor *loss = accel_sum_all(y[0]);
+        if (step == 0) loss = accel_add(loss, accel_sum_all(y[1]));
+        CHECK(accel_accelerator_backward(acc, loss) == ACCEL_OK);
+        model_metas(m[1], after);
+        if (step == 0) CHECK(after[0][ACCEL__FP8_DY] != before[0][ACCEL__FP8_DY]);
+        else CHECK_MSG(!memcmp(before, after, sizeof before), "the model outside the loss had its dY scaling updated");
+        accel_step_reset();
+    }
+    float m0[2][NM];
+    model_metas(m[0], m0);
+    CHECK(m0[0][2 * ACCEL__FP8_SLOTS + (H2 - 1) * ACCEL__FP8_SLOTS + ACCEL__FP8_DY] > 0.0f); /* m[0] updated */
+
+    /* a forward of m[0] alone: m[1]'s X and W stay */
+    accel__fp8_state *s1 = acc->models[1].fp8;
+    model_metas(m[1], before);
+    const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&acc->fp8);
+    accel__fp8_log *lprev = accel__fp8_log_begin(&s1->forward);
+    CHECK(accel_module_call(m[0], accel_ones(ACCEL_F32, ACCEL_SHAPE(16, 32))) != NULL);
+    accel__fp8_log_end(lprev);
+    accel__fp8_autocast_end(prev);
+    for (int k = 0; k < s1->n; k++) CHECK(!accel__fp8_log_has(&s1->forward, s1->metas[k]));
+    CHECK(accel__fp8_reduce_and_update(NULL, s1, ACCEL__FP8_X, 2, acc->fp8, &s1->forward) == ACCEL_OK);
+    model_metas(m[1], after);
+    CHECK(!memcmp(before, after, sizeof before));
+    accel_step_reset();
+    accel_accelerator_free(acc);
+    for (int k = 0; k < 2; k++) accel_module_free(m[k]);
+}
+
+/* ---- the weight cache: a cast per weight version and scale */
+
+enum { CSTEPS = 3, ACCUM = 4, CROWS = ACCEL__FP8_META_ROWS(H2) * ACCEL__FP8_SLOTS };
+
+typedef struct cache_trace {
+    float y[CSTEPS * ACCUM];                       /* sum of each micro-batch's output */
+    float metas[CSTEPS][2][CROWS], w[CSTEPS][48 * 32];
+    uint64_t casts[CSTEPS], hits[CSTEPS];          /* accel__fp8_cache_stats over each step */
+} cache_trace;
+
+/* Writes every weight of m with the values it holds (a new version). */
+static void rewrite_weights(accel_module *m) {
+    float v[48 * 32];
+    for (int k = 0; k < 2; k++) {
+        accel_tensor *w = accel__module_tensor(m->children[k], "weight");
+        CHECK(accel_to_floats(w, v) == ACCEL_OK && accel_tensor_from_host(w, v) == ACCEL_OK);
+    }
+}
+
+/* CSTEPS SGD steps (lr; 0: the weights only rewritten unchanged) of ACCUM
+ * micro-batches on two fp8 Linears, as a prepared fp8 model runs them (the
+ * hook's forward log and weight cache, deferred updates after each forward
+ * and backward), the step arena reset after each micro-batch. */
+static void cache_train(double lr, cache_trace *t) {
+    accel_manual_seed(7);
+    accel_module *m = two_fp8_linears(H2);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2, r.deferred_update = true;
+    accel__fp8_state *fs;
+    accel__fp8_log bwd = {0};
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK && accel__fp8_log_reserve(&bwd, fs->n) == ACCEL_OK);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, lr > 0 ? lr : 1.0);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+    for (int s = 0; s < CSTEPS; s++) {
+        accel__fp8_cache_stats st0 = accel__fp8_cache_stats_get();
+        for (int k = 0; k < ACCUM; k++) {
+            accel_tensor *x = accel_empty(ACCEL_F32, ACCEL_SHAPE(16, 32));
+            float v[16 * 32];
+            for (int i = 0; i < 16 * 32; i++) v[i] = rnd() * (1.0f + (float)k);
+            CHECK(accel_tensor_from_host(x, v) == ACCEL_OK);
+            accel_tensor *y = fp8_hooked_forward(m, x, &r, fs);
+            CHECK_MSG(y != NULL, "%s", accel_last_error());
+            if (!y) break;
+            accel_tensor *loss = accel_sum_all(accel_mul(y, y));
+            t->y[s * ACCUM + k] = (float)accel_item(loss);
+            accel__fp8_log *lp = accel__fp8_log_begin(&bwd);
+            CHECK(accel_backward(loss) == ACCEL_OK);
+            accel__fp8_log_end(lp);
+            CHECK(accel__fp8_reduce_and_update(NULL, fs, ACCEL__FP8_DY, 1, r, &bwd) == ACCEL_OK);
+            accel_step_reset();
+        }
+        if (lr > 0) CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+        else rewrite_weights(m);
+        accel_optimizer_zero_grad(opt);
+        accel_step_reset();
+        accel__fp8_cache_stats st1 = accel__fp8_cache_stats_get();
+        t->casts[s] = st1.casts - st0.casts, t->hits[s] = st1.hits - st0.hits;
+        model_metas(m, t->metas[s]);
+        CHECK(accel_to_floats(accel__module_tensor(m->children[1], "weight"), t->w[s]) == ACCEL_OK);
+    }
+    accel_optimizer_free(opt);
+    accel__fp8_log_free(&bwd);
+    accel__fp8_state_free(fs);
+    accel_module_free(m);
+}
+
+/* Gradient accumulation 4: with the cache the outputs, the weights and the
+ * scaling state are bit-identical to a cast per call (the registry off), and
+ * each weight is cast when it was written (the first micro-batch of a step)
+ * and when its scale moved (delayed scaling moves it once after the first
+ * cast of new values: the second micro-batch), else reused: at most 2 casts
+ * and at least 2 reuses per weight per step, instead of 4 casts. With the
+ * weights written but unchanged the scale stays: one cast per weight
+ * per step. */
+static void test_weight_cache(void) {
+    static cache_trace on, off, same;
+    g_rng = 99;
+    cache_train(0.05, &on);
+    bool was = accel__prepared_set_enabled(false);
+    g_rng = 99;
+    cache_train(0.05, &off);
+    accel__prepared_set_enabled(was);
+    CHECK_MSG(!memcmp(on.y, off.y, sizeof on.y), "outputs differ with the weight cache");
+    CHECK(on.y[0] > 0.0f && on.w[1][0] != on.w[0][0]); /* it ran, and SGD moved the weights */
+    CHECK_MSG(!memcmp(on.metas, off.metas, sizeof on.metas), "scaling state differs with the weight cache");
+    CHECK_MSG(!memcmp(on.w, off.w, sizeof on.w), "weights differ with the weight cache");
+    CHECK(off.casts[0] == 0 && off.hits[0] == 0); /* off: every call casts into the step arena */
+    CHECK_MSG(on.casts[0] == 2 * 2 && on.hits[0] == 2 * 2, "step 1: %llu casts, %llu reuses for 2 weights",
+              (unsigned long long)on.casts[0], (unsigned long long)on.hits[0]);
+    for (int s = 1; s < CSTEPS; s++)
+        CHECK_MSG(on.casts[s] <= 2 * 2 && on.casts[s] >= 2 && on.casts[s] + on.hits[s] == 2 * ACCUM,
+                  "step %d: %llu casts, %llu reuses", s + 1, (unsigned long long)on.casts[s],
+                  (unsigned long long)on.hits[s]);
+    g_rng = 99;
+    cache_train(0.0, &same);
+    for (int s = 1; s < CSTEPS; s++)
+        CHECK_MSG(same.casts[s] == 2 && same.hits[s] == 2 * (ACCUM - 1), "rewritten weights, step %d: %llu casts, %llu reuses",
+                  s + 1, (unsigned long long)same.casts[s], (unsigned long long)same.hits[s]);
+}
+
+/* A Linear called twice in one step casts into the step arena the second
+ * time (the first call's backward may read its cast); a weight written
+ * between two steps is cast again; both give what a cast per call gives. */
+static void test_weight_cache_same_step(void) {
+    accel_module *m = two_fp8_linears(H2);
+    accel_module *lin = m->children[0];
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2, r.deferred_update = true; /* the scales stay between the calls */
+    accel__fp8_state *fs;
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK);
+    float y1[16 * 48], y2[16 * 48], want[16 * 48];
+    const accel__fp8_recipe *prev = accel__fp8_autocast_begin(&r);
+    accel__fp8_cache *cp = accel__fp8_cache_begin(&fs->cache);
+    accel__fp8_cache_stats st0 = accel__fp8_cache_stats_get();
+    accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.25);
+    CHECK(accel_to_floats(accel_module_call(lin, x), y1) == ACCEL_OK);
+    CHECK(accel_to_floats(accel_module_call(lin, x), y2) == ACCEL_OK);
+    accel__fp8_cache_stats st1 = accel__fp8_cache_stats_get();
+    CHECK(st1.casts - st0.casts == 1 && st1.hits == st0.hits && !memcmp(y1, y2, sizeof y1));
+    accel_step_reset();
+    accel_tensor *w = accel__module_tensor(lin, "weight");
+    float wv[48 * 32];
+    CHECK(accel_to_floats(w, wv) == ACCEL_OK);
+    for (int i = 0; i < 48 * 32; i++) wv[i] *= -2.0f;
+    CHECK(accel_tensor_from_host(w, wv) == ACCEL_OK); /* a write: the next call casts again */
+    x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.25);
+    CHECK(accel_to_floats(accel_module_call(lin, x), y1) == ACCEL_OK);
+    accel__fp8_cache_stats st2 = accel__fp8_cache_stats_get();
+    CHECK(st2.casts - st1.casts == 1);
+    bool was = accel__prepared_set_enabled(false);
+    CHECK(accel_to_floats(accel_module_call(lin, x), want) == ACCEL_OK);
+    accel__prepared_set_enabled(was);
+    CHECK(!memcmp(y1, want, sizeof y1));
+    accel__fp8_cache_end(cp);
+    accel__fp8_autocast_end(prev);
+    accel_step_reset();
+    accel__fp8_state_free(fs);
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_known_codes);
     RUN(test_round_trips);
@@ -517,5 +775,9 @@ int main(void) {
     RUN(test_recipe_options);
     RUN(test_check_devices);
     RUN(test_checkpoint_round_trip);
+    RUN(test_override_precision);
+    RUN(test_update_only_models_that_ran);
+    RUN(test_weight_cache);
+    RUN(test_weight_cache_same_step);
     return check_summary();
 }

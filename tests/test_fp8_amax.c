@@ -107,6 +107,8 @@ static void test_reduce_two_steps(accel_pg *pg) {
     accel__fp8_recipe r = accel__fp8_recipe_default();
     r.history_len = LEN, r.use_max = false, r.deferred_update = true;
     accel_module *m = model_new(r);
+    accel__fp8_state *fs;
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK && fs->n == N_META);
     g_rng = 777 + 31 * (uint64_t)rank;
     for (int step = 0; step < 2; step++) {
         accel_tensor *x = accel_empty(ACCEL_F32, ACCEL_SHAPE(2, 16, 32));
@@ -122,7 +124,7 @@ static void test_reduce_two_steps(accel_pg *pg) {
         meta_host(m, 0, meta);
         if (step == 0) CHECK(meta[ACCEL__FP8_X] == 1.0f && meta[ACCEL__FP8_W] == 1.0f); /* deferred: not yet */
         check_ranks_differ(pg, seen, ACCEL__FP8_X);
-        CHECK(accel__fp8_reduce_and_update(pg, m, ACCEL__FP8_X, 2, r) == ACCEL_OK);
+        CHECK(accel__fp8_reduce_and_update(pg, fs, ACCEL__FP8_X, 2, r, NULL) == ACCEL_OK);
         check_reduced(pg, m, seen, ACCEL__FP8_X, 2, r);
 
         accel_tensor *g = accel_empty(ACCEL_F32, 3, y->shape);
@@ -132,10 +134,11 @@ static void test_reduce_two_steps(accel_pg *pg) {
         meta_host(m, 0, meta);
         if (step == 0) CHECK(meta[ACCEL__FP8_DY] == 1.0f);
         check_ranks_differ(pg, seen, ACCEL__FP8_DY);
-        CHECK(accel__fp8_reduce_and_update(pg, m, ACCEL__FP8_DY, 1, r) == ACCEL_OK);
+        CHECK(accel__fp8_reduce_and_update(pg, fs, ACCEL__FP8_DY, 1, r, NULL) == ACCEL_OK);
         check_reduced(pg, m, seen, ACCEL__FP8_DY, 1, r);
         accel_step_reset();
     }
+    accel__fp8_state_free(fs);
     accel_module_free(m);
 }
 
@@ -145,16 +148,21 @@ static void test_metas_and_errors(accel_pg *pg) {
     accel__fp8_recipe r = accel__fp8_recipe_default();
     r.history_len = LEN;
     accel_module *m = model_new(r);
-    accel_tensor **metas;
+    accel_tensor **metas, **weights;
     int n;
-    CHECK(accel__fp8_model_metas(m, &metas, &n) == ACCEL_OK && n == 2);
+    CHECK(accel__fp8_model_metas(m, &metas, &weights, &n) == ACCEL_OK && n == 2);
     CHECK(n == 2 && metas[0] == accel__module_tensor(m->children[0], "fp8_meta") &&
           metas[1] == accel__module_tensor(m->children[1], "fp8_meta"));
+    CHECK(n == 2 && weights[1] == accel__module_tensor(m->children[1], "weight"));
     accel_free(metas);
-    CHECK(accel__fp8_model_metas(m->children[2], &metas, &n) == ACCEL_OK && n == 0 && !metas);
-    CHECK(accel__fp8_reduce_and_update(pg, m, 2, 2, r) == ACCEL_ERR_INVALID_ARG);
+    accel_free(weights);
+    CHECK(accel__fp8_model_metas(m->children[2], &metas, &weights, &n) == ACCEL_OK && n == 0 && !metas && !weights);
+    accel__fp8_state *fs;
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK);
+    CHECK(accel__fp8_reduce_and_update(pg, fs, 2, 2, r, NULL) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "slots within 0..2");
     accel_clear_error();
+    accel__fp8_state_free(fs);
     accel_module_free(m);
 }
 

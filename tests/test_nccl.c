@@ -37,6 +37,30 @@ static accel_tensor *rank_tensor(accel_device dev, int rank) {
     return t;
 }
 
+/* The process group itself with a device send and a host recv (both staged:
+ * the copies go each way in one collective) and with asynchronous work
+ * (run on the group's communication thread, whose current CUDA device is
+ * not the rank's unless the backend sets it). x: rank_tensor on the rank's GPU. */
+static void check_pg_buffers(accel_pg *pg, const accel_tensor *x, int rank, int world) {
+    enum { COUNT = N / DIST_GROUP_MAX };
+    float got[N * DIST_GROUP_MAX];
+    /* reduce_scatter: rank r gets block r of every rank's x, summed */
+    CHECK_MSG(accel_pg_reduce_scatter(pg, x->data, got, COUNT, ACCEL_F32, ACCEL_REDUCE_SUM) == ACCEL_OK, "%s",
+              accel_last_error());
+    for (int i = 0; i < COUNT; i += 7)
+        CHECK_CLOSE(got[i], world * ((float)(rank * COUNT + i) / N) + world * (world - 1) / 2.0f, 1e-5, 1e-5);
+    /* all_gather: every rank's first COUNT elements, in rank order */
+    CHECK_MSG(accel_pg_all_gather(pg, x->data, got, COUNT, ACCEL_F32) == ACCEL_OK, "%s", accel_last_error());
+    for (int r = 0; r < world; r++)
+        for (int i = 0; i < COUNT; i += 7) CHECK_CLOSE(got[r * COUNT + i], (float)r + (float)i / N, 0, 0);
+    /* asynchronous all_reduce of a host buffer: staged on the communication thread */
+    for (int i = 0; i < N; i++) got[i] = (float)(rank + 1);
+    accel_work *w = accel_pg_all_reduce_async(pg, got, N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    CHECK_MSG(w && accel_work_wait(w) == ACCEL_OK, "%s", accel_last_error());
+    accel_work_free(w);
+    for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[i], world * (world + 1) / 2.0f, 0, 0);
+}
+
 /* The collectives of one rank of a group of `world`. */
 static void check_collectives(int world) {
     accel_accelerator *acc = accel_accelerator_new(NULL);
@@ -73,6 +97,7 @@ static void check_collectives(int world) {
             for (int r = 0; r < world; r++)
                 for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[r * N + i], (float)r + (float)i / N, 0, 0);
     }
+    check_pg_buffers(accel_dist_default_group(), x, rank, world);
     accel_step_reset();
     accel_accelerator_free(acc);
 }

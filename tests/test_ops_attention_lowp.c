@@ -25,7 +25,8 @@
 #include "sdpa_case.h"
 
 static const sdpa_case CASES[] = {
-    {2, 6, 2, 67, 67, 37, 29, true, true},    /* GQA, odd sizes, two query blocks, heads in parallel */
+    {2, 6, 2, 67, 67, 37, 29, true, true},    /* GQA, odd sizes, two query blocks, kv heads in parallel */
+    {1, 8, 2, 70, 70, 16, 16, true, true},    /* GQA, too few kv heads for 2 threads: query heads in parallel */
     {1, 2, 1, 150, 150, 16, 16, true, false}, /* three blocks, partial last, heads one after another */
     {1, 2, 1, 100, 230, 8, 8, true, true},    /* Tq < Tk */
     {1, 1, 1, 200, 70, 8, 12, true, false},   /* Tq > Tk: whole blocks see no key */

@@ -226,3 +226,19 @@ if(TARGET accel_cli)
     accelerator_zero3_ckpt_resume_hybrid_on_3 accelerator_zero3_ckpt_resume_4_on_hybrid PROPERTIES TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "${_z3cfail}|machine [01] failed")
 endif()
+
+# FULL_SHARD on a device saves device memory (tests/test_zero3_device_memory.c):
+# on hostless:0, between steps a rank holds its shards and no unit's full
+# parameters or gradients, a step's peak a few units, and steps after the
+# first allocate nothing.
+if(TARGET accel_cli)
+  foreach(n 2 3)
+    add_test(NAME zero3_device_memory_${n}
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n} --use_fsdp
+                     $<TARGET_FILE:test_zero3_device_memory>)
+    set_tests_properties(zero3_device_memory_${n} PROPERTIES TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0"
+      PASS_REGULAR_EXPRESSION "zero3 device memory world=${n} "
+      FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+  endforeach()
+endif()

@@ -87,8 +87,9 @@ typedef struct accel_accelerator_opts {
     int fp8_margin;                    /* MARGIN: > 0, or -1 = 0 whatever the variable says (default 0) */
     int fp8_interval;                  /* INTERVAL: >= 1 (default 1); no effect: TE deprecated it */
     int fp8_use_autocast_during_eval;  /* USE_AUTOCAST_DURING_EVAL: fp8 in eval forwards too (default false) */
-    /* OVERRIDE_FPROP, _DGRAD, _WGRAD: (fprop, dgrad, wgrad) in higher
-     * precision; only false is supported (all three GEMMs run in fp8). */
+    /* OVERRIDE_FPROP, _DGRAD, _WGRAD: ACCEL_TRUE runs that GEMM of the fp8
+     * Linear (fprop, dgrad, wgrad) in the autocast dtype instead of fp8
+     * (default false: all three in fp8). */
     int fp8_override_linear_precision[3];
     /* 0: ACCEL_GRADIENT_ACCUMULATION_STEPS / ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1. */
     int gradient_accumulation_steps;

@@ -5,6 +5,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "backends/fp8.h"
+#include "ops/fp8_linear.h"
 #include "data/data_internal.h"
 #include "optim/optim_internal.h"
 
@@ -42,10 +43,9 @@ typedef struct accel__unit {
     accel__unit_state state;
     accel_work *gather;    /* in flight while GATHERING */
     bool gather16;         /* that gather moves bf16 (widened to f32 in place when it finishes) */
-    void *land16;          /* a device model's bf16 gather: the device buffer it lands in [world * shard] */
-    void *stage_send, *stage_recv; /* a device gather through host memory: its host copies */
+    bool params_mapped, grads_mapped; /* a device model: device memory is behind its full parameters / gradients */
     accel_work *reduce;    /* the gradient reduce-scatter in flight */
-    float *stage_grads;    /* a device reduce-scatter through host memory: the unit's gradients [world * shard] */
+    bool grads_staged;     /* a device reduce-scatter through host memory: in the model's zstage_grads */
     int pending;           /* leaves whose gradient this backward has not finished */
 } accel__unit;
 
@@ -74,6 +74,12 @@ typedef struct accel__model {
     char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
     int zfd;               /* its descriptor, while zpath is set */
     uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] (device memory) */
+    /* Stage 3 on a device: buffers for the largest unit, made at layout so a
+     * step allocates nothing; one device gather and one reduction use them at a time. */
+    void *zland16;         /* under bf16: the device buffer a gather lands in [world * shard] */
+    void *zstage_send, *zstage_recv; /* host copies of a gather's sides, for a group that takes host memory only */
+    float *zstage_grads;   /* host copy of a reduce-scatter's gradients [world * shard], likewise */
+    int gathering;         /* the unit whose device gather holds zland16 / zstage_send / zstage_recv, or -1 */
     int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
     int64_t prefetches;    /* stage 3: prefetch all-gathers started (tests observe the schedule) */
     bool order_done;
@@ -83,6 +89,7 @@ typedef struct accel__model {
     int n_hooked;          /* stage 3: the modules whose forward gathers a unit */
     accel_module **hooked;
     int *hooked_unit;
+    struct accel__fp8_state *fp8; /* mixed_precision='fp8': its metas and reduction buffer (fp8_scaling.h) */
 } accel__model;
 
 /* A prepared optimizer re-targeted to its model's shard (zero.c). */
@@ -140,6 +147,7 @@ struct accel_accelerator {
     char *project_dir;
     accel_mixed_precision mp;
     accel__fp8_recipe fp8; /* mp == ACCEL_MP_FP8: its recipe (state.c) */
+    accel__fp8_log fp8_backward; /* fp8: the metas a backward ran, room for every prepared model's (fp8_scaling.h) */
     accel_device device;
     accel_pg *pg;
     int rank, world, local_rank, local_world;

@@ -14,13 +14,21 @@ typedef struct autocast_ctx {
     accel_dtype dt, prev;
     const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
     accel_pg *pg;                            /* fp8: the amaxes are reduced over it */
+    accel__fp8_state *fp8_state;             /* fp8: the model's metas, and the log of those the forward ran */
+    accel__fp8_log *log_prev;
+    accel__fp8_cache *cache_prev;
 } autocast_ctx;
 
 static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
     autocast_ctx *c = ctx;
     c->prev = accel_autocast_begin(c->dt);
     /* use_autocast_during_eval=False: an eval forward runs bf16 */
-    c->fp8_prev = accel__fp8_autocast_begin(c->fp8 && (m->training || c->fp8->during_eval) ? c->fp8 : NULL);
+    const bool fp8 = c->fp8 && (m->training || c->fp8->during_eval);
+    c->fp8_prev = accel__fp8_autocast_begin(fp8 ? c->fp8 : NULL);
+    if (fp8) {
+        c->log_prev = accel__fp8_log_begin(&c->fp8_state->forward);
+        c->cache_prev = accel__fp8_cache_begin(&c->fp8_state->cache);
+    }
     return ACCEL_OK;
 }
 
@@ -30,8 +38,14 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
     const accel__fp8_recipe *fp8 = accel__fp8_autocast();
     accel_autocast_end(c->prev);
     accel__fp8_autocast_end(c->fp8_prev);
-    /* fp8_autocast's exit: the forward's amaxes reduced over the group, the scales updated */
-    if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, m, ACCEL__FP8_X, 2, *fp8)) return accel_last_status();
+    if (fp8) {
+        accel__fp8_log_end(c->log_prev);
+        accel__fp8_cache_end(c->cache_prev);
+    }
+    /* fp8_autocast's exit: the forward's amaxes reduced over the group, the
+     * scales of the Linears it ran updated */
+    if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, c->fp8_state, ACCEL__FP8_X, 2, *fp8, &c->fp8_state->forward))
+        return accel_last_status();
     if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
         *y = accel_to_dtype(*y, ACCEL_F32);
         if (!*y) return accel_last_status();
@@ -159,12 +173,14 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
 accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (acc->mp == ACCEL_MP_FP8 &&
-        (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_convert_model(pm->m, acc->fp8)))
+    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
         return accel_last_status();
     /* ZeRO: pad to 16 x world elements so every shard starts 64-byte aligned. */
     pm->fp = accel_module_flatten(pm->m, 16, acc->zero_stage ? 16 * (int64_t)acc->world : 1);
-    if (!pm->fp) return accel_last_status();
+    if (!pm->fp) {
+        accel__ddp_release(acc, pm);
+        return accel_last_status();
+    }
     pm->ddp = acc->world > 1;
     accel_status st = acc->zero_stage ? accel__zero_model_prepare(acc, pm) : ACCEL_OK;
     if (st) {
@@ -182,7 +198,8 @@ accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
             st = accel_last_status();
         } else {
             *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
-                                .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg};
+                                .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg,
+                                .fp8_state = pm->fp8};
             accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
             accel_module_set_hook(pm->m, &h);
         }
@@ -221,6 +238,8 @@ static void wait_all(accel__model *pm, accel_status *first) {
 }
 
 void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
+    accel__fp8_state_free(pm->fp8);
+    pm->fp8 = NULL;
     if (!pm->fp) return;
     accel_status ignored = ACCEL_OK;
     wait_all(pm, &ignored);

@@ -89,19 +89,16 @@ static accel_status fp8_strings(const accel_accelerator_opts *o, accel__fp8_reci
     return ACCEL_OK;
 }
 
-/* override_linear_precision: each GEMM of the fp8 Linear runs in fp8. */
-static accel_status fp8_no_override(const accel_accelerator_opts *o) {
-    static const char *const GEMM[3] = {"FPROP", "DGRAD", "WGRAD"};
-    for (int i = 0; i < 3; i++) {
+/* override_linear_precision (fprop, dgrad, wgrad): each true runs that GEMM
+ * of the fp8 Linear in higher precision (ops/fp8_linear.h). */
+static accel_status fp8_overrides(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
+    static const char *const GEMM[ACCEL__FP8_GEMMS] = {"FPROP", "DGRAD", "WGRAD"};
+    for (int i = 0; i < ACCEL__FP8_GEMMS; i++) {
         char field[48], env[16];
-        bool on;
         snprintf(field, sizeof field, "fp8_override_linear_precision[%d]", i);
         snprintf(env, sizeof env, "OVERRIDE_%s", GEMM[i]);
-        if (fp8_bool(o->fp8_override_linear_precision[i], field, env, &on)) return accel_last_status();
-        if (on)
-            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: override_linear_precision %s (%s or ACCELERATE_FP8_%s "
-                                   "true) is not supported: accel runs the fp8 Linear's three GEMMs in fp8",
-                                   FN, GEMM[i], field, env);
+        if (fp8_bool(o->fp8_override_linear_precision[i], field, env, &r->high_precision[i]))
+            return accel_last_status();
     }
     return ACCEL_OK;
 }
@@ -109,7 +106,7 @@ static accel_status fp8_no_override(const accel_accelerator_opts *o) {
 accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
     *r = accel__fp8_recipe_default();
     int interval = 1;
-    if (fp8_strings(o, r) || fp8_no_override(o) ||
+    if (fp8_strings(o, r) || fp8_overrides(o, r) ||
         fp8_bool(o->fp8_use_autocast_during_eval, "fp8_use_autocast_during_eval", "USE_AUTOCAST_DURING_EVAL",
                  &r->during_eval) ||
         fp8_int(o->fp8_interval, "fp8_interval", "INTERVAL", 1, &interval) ||
@@ -119,11 +116,74 @@ accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, accel__f
     return fp8_int(o->fp8_margin, "fp8_margin", "MARGIN", 0, &r->margin);
 }
 
-/* ---------------------------------------------------------------- amax reduction
+/* ---------------------------------------------------------------- a model's state
  *
  * TransformerEngine gathers the current amaxes of its fp8 tensors into one
  * buffer, all-reduces it with MAX and scatters it back before the scale
- * update; so does this, on the metas' device. */
+ * update; so does this, on the metas' device, with the list of metas and the
+ * buffer made once per prepared model. */
+
+accel_status accel__fp8_log_reserve(accel__fp8_log *log, int cap) {
+    if (cap <= log->cap) return ACCEL_OK;
+    accel_tensor **m = accel_malloc(sizeof *m * (size_t)cap);
+    if (!m) return accel_last_status();
+    accel_free(log->metas);
+    *log = (accel__fp8_log){.metas = m, .cap = cap};
+    return ACCEL_OK;
+}
+
+void accel__fp8_log_free(accel__fp8_log *log) {
+    accel_free(log->metas);
+    *log = (accel__fp8_log){0};
+}
+
+/* The weight cache of s (ops/fp8_linear.h): a row per meta, none for a
+ * weight that two of the Linears share (their scales differ). */
+static accel_status cache_new(accel__fp8_state *s, accel_tensor **weights) {
+    accel__fp8_cache *c = &s->cache;
+    c->n = s->n, c->metas = s->metas;
+    c->state = accel__fp8_cache_state_new(s->n, s->metas[0]->device);
+    c->use = c->state ? accel_calloc((size_t)s->n, sizeof *c->use) : NULL;
+    if (!c->use) return accel_last_status();
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < s->n; j++)
+            if (i != j && weights[i] == weights[j]) c->use[i].off = true;
+    return ACCEL_OK;
+}
+
+accel_status accel__fp8_state_new(accel_module *root, accel__fp8_state **out) {
+    *out = NULL;
+    accel__fp8_state *s = accel_calloc(1, sizeof *s);
+    if (!s) return accel_last_status();
+    accel_tensor **weights = NULL;
+    accel_status st = accel__fp8_model_metas(root, &s->metas, &weights, &s->n);
+    if (!st && s->n) {
+        s->buf = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){(int64_t)s->n * ACCEL__FP8_SLOTS}, s->metas[0]->device);
+        st = s->buf ? accel__fp8_log_reserve(&s->forward, s->n) : accel_last_status();
+        if (!st) st = cache_new(s, weights);
+    }
+    accel_free(weights);
+    if (st) accel__fp8_state_free(s);
+    else *out = s;
+    return st;
+}
+
+void accel__fp8_state_free(accel__fp8_state *s) {
+    if (!s) return;
+    accel_free(s->metas);
+    accel_tensor_free(s->buf);
+    accel__fp8_log_free(&s->forward);
+    accel_tensor_free(s->cache.state);
+    accel_free(s->cache.use);
+    accel_free(s);
+}
+
+accel_status accel__fp8_prepare(accel_accelerator *acc, accel__model *pm) {
+    if (accel__fp8_convert_model(pm->m, acc->fp8) || accel__fp8_state_new(pm->m, &pm->fp8)) return accel_last_status();
+    int total = pm->fp8->n;
+    for (int i = 0; i < acc->n_models; i++) total += acc->models[i].fp8 ? acc->models[i].fp8->n : 0;
+    return accel__fp8_log_reserve(&acc->fp8_backward, total);
+}
 
 /* n floats of t from element off, as a 1-d step view. */
 static accel_tensor *span(accel_tensor *t, int64_t off, int n) {
@@ -135,28 +195,33 @@ static accel_tensor *amax_span(accel_tensor *meta, int first, int n) {
     return span(meta, 2 * ACCEL__FP8_SLOTS + first, n);
 }
 
-/* One all_reduce(MAX) over the current amaxes of every meta: buf [count, n]
- * gathers them, is reduced, and is copied back. */
-static accel_status reduce_amaxes(accel_pg *pg, accel_tensor **metas, int count, int first, int n) {
-    accel_tensor *buf = accel_empty_on(ACCEL_F32, 1, (int64_t[]){(int64_t)count * n}, metas[0]->device);
-    if (!buf) return accel_last_status();
-    accel_status st = ACCEL_OK;
-    for (int i = 0; i < count && !st; i++)
-        st = accel_copy_(span(buf, (int64_t)i * n, n), amax_span(metas[i], first, n));
+/* One all_reduce(MAX) over the current amaxes of every meta of s (those that
+ * did not run add their zeros): s->buf [count, n] gathers them, is reduced,
+ * and is copied back. */
+static accel_status reduce_amaxes(accel_pg *pg, accel__fp8_state *s, int first, int n) {
+    accel_tensor *buf = span(s->buf, 0, s->n * n);
+    accel_status st = buf ? ACCEL_OK : accel_last_status();
+    for (int i = 0; i < s->n && !st; i++)
+        st = accel_copy_(span(s->buf, (int64_t)i * n, n), amax_span(s->metas[i], first, n));
     if (!st) st = accel__staged_all_reduce(pg, buf, ACCEL_REDUCE_MAX);
-    for (int i = 0; i < count && !st; i++)
-        st = accel_copy_(amax_span(metas[i], first, n), span(buf, (int64_t)i * n, n));
+    for (int i = 0; i < s->n && !st; i++)
+        st = accel_copy_(amax_span(s->metas[i], first, n), span(s->buf, (int64_t)i * n, n));
     return st;
 }
 
-accel_status accel__fp8_reduce_and_update(accel_pg *pg, accel_module *root, int first, int n, accel__fp8_recipe r) {
-    if (!root || first < 0 || n < 1 || first + n > ACCEL__FP8_SLOTS)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__fp8_reduce_and_update: a module and slots within 0..2");
-    accel_tensor **metas;
-    int count;
-    accel_status st = accel__fp8_model_metas(root, &metas, &count);
-    if (!st && count && pg && accel_pg_size(pg) > 1) st = reduce_amaxes(pg, metas, count, first, n);
-    for (int i = 0; i < count && !st; i++) st = accel__fp8_meta_update(metas[i], first, n, r);
-    accel_free(metas);
+static bool ran_any(const accel__fp8_state *s, const accel__fp8_log *ran) {
+    for (int i = 0; i < s->n; i++)
+        if (!ran || accel__fp8_log_has(ran, s->metas[i])) return true;
+    return false;
+}
+
+accel_status accel__fp8_reduce_and_update(accel_pg *pg, accel__fp8_state *s, int first, int n, accel__fp8_recipe r,
+                                          const accel__fp8_log *ran) {
+    if (!s || first < 0 || n < 1 || first + n > ACCEL__FP8_SLOTS)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__fp8_reduce_and_update: a model's state and slots within 0..2");
+    if (!ran_any(s, ran)) return ACCEL_OK;
+    accel_status st = pg && accel_pg_size(pg) > 1 ? reduce_amaxes(pg, s, first, n) : ACCEL_OK;
+    for (int i = 0; i < s->n && !st; i++)
+        if (!ran || accel__fp8_log_has(ran, s->metas[i])) st = accel__fp8_meta_update(s->metas[i], first, n, r);
     return st;
 }

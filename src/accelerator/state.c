@@ -175,6 +175,7 @@ void accel_accelerator_free(accel_accelerator *acc) {
     accel__tracking_detach(acc);
     accel_accelerator_clear(acc);
     accel__zero_groups_free(acc);
+    accel__fp8_log_free(&acc->fp8_backward);
     accel_free(acc->project_dir);
     accel_free(acc);
     accel_dist_finalize();

@@ -13,11 +13,17 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
     if (!l) return accel_last_status();
     accel__ddp_begin_backward(acc);
+    const bool fp8 = acc->mp == ACCEL_MP_FP8;
+    accel__fp8_log *fp8_prev = fp8 ? accel__fp8_log_begin(&acc->fp8_backward) : NULL;
     accel_status st = accel_backward(l);
+    if (fp8) accel__fp8_log_end(fp8_prev);
     accel_status st2 = accel__ddp_end_backward(acc);
-    /* fp8: after TE's backward, the gradients' amaxes reduced and their scales updated */
-    for (int i = 0; !st && !st2 && acc->mp == ACCEL_MP_FP8 && i < acc->n_models; i++)
-        st2 = accel__fp8_reduce_and_update(acc->pg, acc->models[i].m, ACCEL__FP8_DY, 1, acc->fp8);
+    /* fp8: after TE's backward, the gradients' amaxes reduced and their
+     * scales updated, for the Linears this backward ran */
+    for (int i = 0; !st && !st2 && i < acc->n_models; i++)
+        if (acc->models[i].fp8)
+            st2 = accel__fp8_reduce_and_update(acc->pg, acc->models[i].fp8, ACCEL__FP8_DY, 1, acc->fp8,
+                                               &acc->fp8_backward);
     return st ? st : st2;
 }
 

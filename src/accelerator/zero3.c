@@ -28,13 +28,22 @@
  *
  * A model on a device the host cannot address (cuda, hostless) keeps all of
  * it in device memory through its backend: the full buffers, the shard, the
- * gradient shard (and so the optimizer state). There the full buffers stay
- * allocated while units are released (a backend has no page dropping yet):
- * released parameters keep stale values until the next gather overwrites
- * them, and a unit's full gradients are zeroed after its reduction. The
- * collectives move device memory when the group takes it (NCCL), else go
- * through host copies (as staging.c does for stages 1-2); bf16 gathers land
- * in a device buffer that a cast widens into the unit's range. */
+ * gradient shard (and so the optimizer state). Its full buffers are reserved
+ * device address space (the backend's vm_* entries, CUDA's
+ * cuMemAddressReserve/cuMemMap), the device twin of the host's reserved
+ * pages: a unit's range gets device memory when it is gathered and gives it
+ * back when it is released, its gradients' range from its backward until its
+ * reduction; so between uses a unit's full parameters and gradients occupy
+ * no device memory, and a rank holds its shards plus the units in use
+ * (params/N + one or two units gathered). Unmapped memory is not readable:
+ * a parameter of a released unit may be held (its header, its address) but
+ * not read or written until its unit is gathered again (the checkpoint and
+ * save functions gather unit by unit; accel_accelerator_clear gives the
+ * model plain buffers back). The collectives move device memory when the
+ * group takes it (NCCL), else go through host copies (staging.c's helpers,
+ * into host buffers made at layout); bf16 gathers land in a device buffer,
+ * also made at layout, that a cast widens into the unit's range. A step
+ * allocates nothing from the system. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -45,6 +54,8 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "backends/backend.h"
+#include "core/host_stage.h"
 
 /* ---------------------------------------------------------------- host memory
  * The only raw host-memory code of stage 3: a model on a device takes the
@@ -76,12 +87,40 @@ static void host_drop(float *p, int64_t n) {
     if (n) madvise(p, (size_t)n * sizeof(float), MADV_DONTNEED);
 }
 
-/* ---------------------------------------------------------------- device memory */
+/* ---------------------------------------------------------------- device memory
+ * Why reserved addresses, not buffers allocated at each gather with the
+ * parameters rebound to them: the tensors keep their data pointers, so the
+ * views autograd saved in forward (read again in backward after the
+ * re-gather), the prepared-weight registry's byte ranges and any parameter a
+ * user holds stay valid across releases; only the memory behind them comes
+ * and goes, as on the host. */
 
 static accel_device model_device(const accel__model *pm) { return pm->fp->buffers[ACCEL_F32].device; }
 
 /* The model lives on a device the host cannot address. */
 static bool on_device(const accel__model *pm) { return accel__needs_staging(model_device(pm)); }
+
+static const accel_backend_mem *device_mem(const accel__model *pm) { return &accel__backend_of(model_device(pm))->mem; }
+
+/* The alignment of a unit's range, in elements: the host's page, or the device's mapping granule. */
+static int64_t granule_elems(const accel__model *pm) {
+    if (!on_device(pm)) return page_elems();
+    return (int64_t)(device_mem(pm)->vm_granularity(model_device(pm).index) / sizeof(float));
+}
+
+/* Device memory behind [p, p + n) floats of a full buffer, unless *mapped says it is there. */
+static accel_status device_map(const accel__model *pm, float *p, int64_t n, bool *mapped) {
+    if (*mapped) return ACCEL_OK;
+    accel_status st = device_mem(pm)->vm_map(model_device(pm).index, p, (size_t)n * sizeof(float));
+    *mapped = st == ACCEL_OK;
+    return st;
+}
+
+static accel_status device_unmap(const accel__model *pm, float *p, int64_t n, bool *mapped) {
+    if (!*mapped) return ACCEL_OK;
+    *mapped = false;
+    return device_mem(pm)->vm_unmap(model_device(pm).index, p, (size_t)n * sizeof(float));
+}
 
 /* A 1-d header over n elements of dtype dt at device pointer p of the model's device. */
 static accel_tensor *device_view(accel_tensor *h, const accel__model *pm, void *p, accel_dtype dt, int64_t n) {
@@ -89,31 +128,17 @@ static accel_tensor *device_view(accel_tensor *h, const accel__model *pm, void *
     return h;
 }
 
-/* A full buffer of n floats: reserved host memory, or zeroed device memory. */
+/* A full buffer of n floats (n a multiple of granule_elems): reserved host
+ * memory, or reserved device address space; no memory behind either yet. */
 static float *full_alloc(const accel__model *pm, int64_t n) {
     if (!on_device(pm)) return host_reserve(n);
-    return accel__device_alloc(model_device(pm), (size_t)n * sizeof(float), true, "accel_accelerator_prepare");
+    return device_mem(pm)->vm_reserve(model_device(pm).index, (size_t)n * sizeof(float));
 }
 
+/* On a device, every unit's range of p must be unmapped by now. */
 static void full_free(const accel__model *pm, float *p, int64_t n) {
-    if (on_device(pm)) accel__device_free(model_device(pm), p);
+    if (p && on_device(pm)) device_mem(pm)->vm_release(model_device(pm).index, p, (size_t)n * sizeof(float));
     else host_unreserve(p, n);
-}
-
-/* Parameters [p, p + n) of a released unit: their pages go on the host; a
- * device keeps them (stale until the next gather). */
-static void params_drop(const accel__model *pm, float *p, int64_t n) {
-    if (!on_device(pm)) host_drop(p, n);
-}
-
-/* Gradients [p, p + n) back to zeros, for the next backward to accumulate into. */
-static accel_status grads_drop(const accel__model *pm, float *p, int64_t n) {
-    if (!on_device(pm)) {
-        host_drop(p, n);
-        return ACCEL_OK;
-    }
-    accel_tensor h;
-    return accel_zero_(device_view(&h, pm, p, ACCEL_F32, n));
 }
 
 /* n elements of dtype dt from src to dst, both memory of the model's device. */
@@ -372,8 +397,38 @@ static void plan_free(unit_plan *p) {
     accel_free(p->of_tensor);
 }
 
-/* Moves the f32 buffer into reserved memory (on a device: a new buffer of
- * its), unit after unit. */
+static float *full_params(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].params; }
+static float *full_grads(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].grads; }
+
+/* The unit's range of the full buffers: its pieces, to whole granules. */
+static int64_t unit_span(const accel_accelerator *acc, const accel__model *pm, const accel__unit *u) {
+    return round_up(u->shard * acc->shard_world, granule_elems(pm));
+}
+
+/* Device memory behind the parameters and gradients of units [0, nu) in a
+ * device model's new full buffers, for relayout to move the weights in. */
+static accel_status map_all(const accel_accelerator *acc, accel__model *pm, float *params, float *grads, int nu) {
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < nu && !st; k++) {
+        accel__unit *u = &pm->units[k];
+        st = device_map(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+        if (!st) st = device_map(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
+    }
+    return st;
+}
+
+/* Takes every mapping of units [0, nu) away (the buffers are then released). */
+static void unmap_all(const accel_accelerator *acc, accel__model *pm, float *params, float *grads, int nu) {
+    for (int k = 0; k < nu; k++) {
+        accel__unit *u = &pm->units[k];
+        device_unmap(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+        device_unmap(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
+    }
+}
+
+/* Moves the f32 buffer into reserved memory (host pages, or device address
+ * space with every unit's range mapped for the move), unit after unit, each
+ * unit's range aligned to whole pages / mapping granules. */
 static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int n = b->n, nu = 0;
@@ -388,7 +443,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
         int r = find_root(p->parent, p->of_tensor[t]);
         if (unit_of_mod[r] < 0) unit_of_mod[r] = nu++;
     }
-    int64_t page = page_elems(), pad = 16 * (int64_t)acc->shard_world, cursor = 0, zoff = 0;
+    int64_t page = granule_elems(pm), pad = 16 * (int64_t)acc->shard_world, cursor = 0, zoff = 0;
     int k = 0;
     for (int u = 0; u < nu; u++) {
         accel__unit *un = &pm->units[u];
@@ -413,6 +468,12 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
     float *params = full_alloc(pm, numel), *grads = params ? full_alloc(pm, numel) : NULL;
     if (!grads) {
         if (params) full_free(pm, params, numel);
+        goto fail;
+    }
+    if (on_device(pm) && map_all(acc, pm, params, grads, nu)) {
+        unmap_all(acc, pm, params, grads, nu);
+        full_free(pm, params, numel);
+        full_free(pm, grads, numel);
         goto fail;
     }
     for (int t = 0; t < n; t++) {
@@ -459,6 +520,40 @@ fail_late: /* the buffer is ours now: release() takes it back */
     return accel_last_status();
 }
 
+/* The largest unit's piece, in elements. */
+static int64_t largest_shard(const accel__model *pm) {
+    int64_t n = 1;
+    for (int k = 0; k < pm->n_units; k++)
+        if (pm->units[k].shard > n) n = pm->units[k].shard;
+    return n;
+}
+
+/* A device model's gather and reduction buffers, for its largest unit: the
+ * bf16 landing buffer (under bf16), and the host copies when the group takes
+ * host memory only (long-lived staging buffers: pinned where the backend
+ * can). Made once, so a step allocates nothing. */
+static accel_status device_buffers_alloc(accel_accelerator *acc, accel__model *pm) {
+    size_t piece = (size_t)largest_shard(pm), full = piece * (size_t)acc->shard_world;
+    if (pm->zsend16 && !(pm->zland16 = accel__device_alloc(model_device(pm), full * sizeof(uint16_t), false,
+                                                           "accel_accelerator_prepare")))
+        return accel_last_status();
+    if (acc->shard_world == 1 || accel__pg_takes_device(acc->shard_pg, model_device(pm))) return ACCEL_OK;
+    const char *op = "accel_accelerator_prepare";
+    pm->zstage_send = accel__stage_alloc(model_device(pm), piece * sizeof(float), op);
+    pm->zstage_recv = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
+    pm->zstage_grads = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
+    return pm->zstage_send && pm->zstage_recv && pm->zstage_grads ? ACCEL_OK : accel_last_status();
+}
+
+static void device_buffers_free(accel__model *pm) {
+    accel__device_free(model_device(pm), pm->zland16);
+    accel__stage_free(model_device(pm), pm->zstage_send);
+    accel__stage_free(model_device(pm), pm->zstage_recv);
+    accel__stage_free(model_device(pm), pm->zstage_grads);
+    pm->zland16 = pm->zstage_send = pm->zstage_recv = NULL;
+    pm->zstage_grads = NULL;
+}
+
 accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
         if (d != ACCEL_F32 && pm->fp->buffers[d].n)
@@ -466,6 +561,14 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
                                    "accel_accelerator_prepare: ZeRO stage 3 shards f32 parameters (mixed precision "
                                    "keeps f32 masters); this model has %s parameters",
                                    accel_dtype_name(pm->fp->buffers[d].dtype));
+    if (on_device(pm) && !device_mem(pm)->vm_map) {
+        char d[32];
+        return accel_set_error(ACCEL_ERR_DEVICE,
+                               "accel_accelerator_prepare: ZeRO stage 3 on %s needs its backend's virtual memory "
+                               "(vm_map and the other vm_* entries) to release unit parameters; it has none",
+                               accel_device_str(model_device(pm), d, sizeof d));
+    }
+    pm->gathering = -1;
     unit_plan p = {0};
     accel_status st = plan_units(acc, pm, &p);
     if (!st) st = relayout(acc, pm, &p);
@@ -480,16 +583,48 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
     if (acc->mp == ACCEL_MP_BF16 &&
         !(pm->zsend16 = accel__device_alloc(model_device(pm), zn * sizeof(uint16_t), true, "accel_accelerator_prepare")))
         return accel_last_status();
-    return ACCEL_OK;
+    return on_device(pm) ? device_buffers_alloc(acc, pm) : ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- gather / release */
 
-static float *full_params(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].params; }
-static float *full_grads(accel__model *pm) { return pm->fp->buffers[ACCEL_F32].grads; }
+/* Memory behind unit u's full parameters, for a gather to write: the host's
+ * reserved pages come when touched, a device's range is mapped. */
+static accel_status params_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (!on_device(pm)) return ACCEL_OK;
+    return device_map(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+}
 
-static int64_t unit_span(const accel_accelerator *acc, const accel__unit *u) {
-    return round_up(u->shard * acc->shard_world, page_elems());
+/* Unit u's full parameters give their memory back: pages on the host, the mapping on a device. */
+static accel_status params_drop(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (on_device(pm)) return device_unmap(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+    host_drop(full_params(pm) + u->lo, unit_span(acc, pm, u));
+    return ACCEL_OK;
+}
+
+/* Zeroed memory behind unit u's full gradients, for its backward to
+ * accumulate into: the host's dropped pages read as zeros; a device's range
+ * is mapped and zeroed once, when its backward starts. */
+static accel_status grads_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (!on_device(pm) || u->grads_mapped) return ACCEL_OK;
+    int64_t n = unit_span(acc, pm, u);
+    accel_status st = device_map(pm, full_grads(pm) + u->lo, n, &u->grads_mapped);
+    accel_tensor h;
+    return st ? st : accel_zero_(device_view(&h, pm, full_grads(pm) + u->lo, ACCEL_F32, n));
+}
+
+/* Unit u's full gradients, reduced, go: their memory back (the persistent
+ * unit's, always there, back to zeros). */
+static accel_status grads_drop(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    int64_t n = unit_span(acc, pm, u);
+    float *g = full_grads(pm) + u->lo;
+    if (!on_device(pm)) {
+        host_drop(g, n);
+        return ACCEL_OK;
+    }
+    accel_tensor h;
+    if (u->persistent) return accel_zero_(device_view(&h, pm, g, ACCEL_F32, n));
+    return device_unmap(pm, g, n, &u->grads_mapped);
 }
 
 static float *my_piece(const accel_accelerator *acc, float *full, const accel__unit *u) {
@@ -518,35 +653,38 @@ static void unit_written(accel__model *pm, const accel__unit *u, int64_t n) {
 }
 
 /* ---- on a device: the gather sends the piece (f32, or bf16 in zsend16) from
- * the shard and lands in the unit's range, or for bf16 in land16, which a
- * cast widens into it; a group that cannot take device memory gets host
- * copies of both sides. */
+ * the shard and lands in the unit's range (mapped first), or for bf16 in
+ * zland16, which a cast widens into it; a group that cannot take device
+ * memory gets host copies of both sides (zstage_send, zstage_recv). Those
+ * buffers serve one gather at a time: a unit whose gather starts while
+ * another's is in flight (a prefetch out of order) finishes that one first. */
 
-static void device_gather_free(accel__model *pm, accel__unit *u) {
-    accel_free(u->stage_send);
-    accel_free(u->stage_recv);
-    accel__device_free(model_device(pm), u->land16);
-    u->stage_send = u->stage_recv = u->land16 = NULL;
-}
+static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u);
 
 static accel_status device_finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     int64_t n = u->shard * acc->shard_world;
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
     accel_status st = ACCEL_OK;
+    bool staged = u->gather != NULL && pm->zstage_recv != NULL;
     if (u->gather) {
         st = accel_work_wait(u->gather);
         accel_work_free(u->gather);
         u->gather = NULL;
     }
-    void *landed = u->gather16 ? u->land16 : (void *)(full_params(pm) + u->lo);
-    if (!st && u->stage_recv)
-        st = accel__copy_bytes(model_device(pm), landed, ACCEL_CPU_DEVICE, u->stage_recv, (size_t)n * accel_dtype_size(dt));
-    accel_tensor full, h;
-    if (!st && u->gather16)
-        st = accel_copy_(device_view(&full, pm, full_params(pm) + u->lo, ACCEL_F32, n),
-                         device_view(&h, pm, u->land16, ACCEL_BF16, n));
-    device_gather_free(pm, u);
+    accel_tensor full, landed;
+    device_view(&landed, pm, u->gather16 ? pm->zland16 : (void *)(full_params(pm) + u->lo), dt, n);
+    if (staged) st = accel__stage_end(&landed, pm->zstage_recv, st, true, false);
+    if (!st && u->gather16) st = accel_copy_(device_view(&full, pm, full_params(pm) + u->lo, ACCEL_F32, n), &landed);
+    pm->gathering = -1;
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
+    return st;
+}
+
+/* The gather buffers for unit u: a gather in flight on another unit finishes first. */
+static accel_status take_gather_buffers(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel_status st = ACCEL_OK;
+    if (pm->gathering >= 0 && &pm->units[pm->gathering] != u) st = finish_gather(acc, pm, &pm->units[pm->gathering]);
+    pm->gathering = (int)(u - pm->units);
     return st;
 }
 
@@ -558,30 +696,29 @@ static accel_status device_launch_gather(accel_accelerator *acc, accel__model *p
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
     size_t es = accel_dtype_size(dt);
     const void *send = pm->zparams + u->zoff;
-    accel_status st = ACCEL_OK;
-    if (u->gather16) {
+    accel_status st = take_gather_buffers(acc, pm, u);
+    if (!st) st = params_map(acc, pm, u);
+    if (!st && u->gather16) {
         accel_tensor h, mine;
         send = pm->zsend16 + u->zoff;
         st = accel_copy_(device_view(&h, pm, pm->zsend16 + u->zoff, ACCEL_BF16, n),
                          device_view(&mine, pm, pm->zparams + u->zoff, ACCEL_F32, n));
-        if (!st && !(u->land16 = accel__device_alloc(dev, (size_t)(n * w) * es, false, "ZeRO-3 gather")))
-            st = accel_last_status();
     }
-    void *recv = u->gather16 ? u->land16 : (void *)(full_params(pm) + u->lo);
+    void *recv = u->gather16 ? pm->zland16 : (void *)(full_params(pm) + u->lo);
     if (!st && w == 1) {
         st = accel__copy_bytes(dev, recv, dev, send, (size_t)n * es);
-    } else if (!st && accel__pg_takes_device(acc->shard_pg, dev)) {
+    } else if (!st && !pm->zstage_send) {
         u->gather = accel_pg_all_gather_async(acc->shard_pg, send, recv, (size_t)n, dt);
     } else if (!st) {
-        u->stage_send = accel_malloc((size_t)n * es);
-        u->stage_recv = accel_malloc((size_t)(n * w) * es);
-        st = u->stage_send && u->stage_recv ? accel__copy_bytes(ACCEL_CPU_DEVICE, u->stage_send, dev, send, (size_t)n * es)
-                                            : accel_last_status();
-        if (!st) u->gather = accel_pg_all_gather_async(acc->shard_pg, u->stage_send, u->stage_recv, (size_t)n, dt);
+        accel_tensor sv;
+        if (!accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, n), pm->zstage_send, true))
+            st = accel_last_status();
+        else
+            u->gather = accel_pg_all_gather_async(acc->shard_pg, pm->zstage_send, pm->zstage_recv, (size_t)n, dt);
     }
     if (!st && w > 1 && !u->gather) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
     if (st) {
-        device_gather_free(pm, u);
+        pm->gathering = -1;
         return st;
     }
     u->state = ACCEL__UNIT_GATHERING;
@@ -647,9 +784,9 @@ static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit
 static accel_status release(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, u) : ACCEL_OK;
     if (u->persistent) return st;
-    params_drop(pm, full_params(pm) + u->lo, unit_span(acc, u));
+    accel_status dst = params_drop(acc, pm, u);
     u->state = ACCEL__UNIT_RELEASED;
-    return st;
+    return st ? st : dst;
 }
 
 /* The unit that runs `step` places after u in forward order (-1 before u), or NULL. */
@@ -693,7 +830,8 @@ static accel_status pre_backward(accel_node *n, accel_tensor *g) {
     hook_ctx *c = n->ctx;
     accel__model *pm = accel__find_model(c->acc, c->model);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
-    accel_status st = gather(c->acc, pm, &pm->units[c->unit], false);
+    accel_status st = grads_map(c->acc, pm, &pm->units[c->unit]);
+    if (!st) st = gather(c->acc, pm, &pm->units[c->unit], false);
     bool pre = c->acc->fsdp.backward_prefetch && !c->acc->fsdp.backward_post;
     if (!st && pre) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, -1)); /* backward runs the units in reverse */
     return st ? st : accel_grad_accumulate(n->inputs[0], g);
@@ -773,8 +911,9 @@ accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
     for (int k = 0; k < pm->n_units && !st; k++) {
         accel__unit *u = &pm->units[k];
         st = device_copy(pm, pm->zparams + u->zoff, my_piece(acc, full_params(pm), u), u->shard, ACCEL_F32);
-        release(acc, pm, u);
-        if (!st) st = grads_drop(pm, full_grads(pm) + u->lo, unit_span(acc, u));
+        accel_status rst = release(acc, pm, u);
+        if (!st) st = rst;
+        if (!st) st = grads_drop(acc, pm, u);
     }
     if (!st) st = shard_evict(pm, 0, pm->zn);
     return st ? st : install_hooks(acc, pm);
@@ -791,7 +930,7 @@ void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
 /* This rank's averaged piece of unit u's gradients, where the group left
  * it: in the full buffer, or in the host copy of a staged reduction. */
 static float *reduced_piece(const accel_accelerator *acc, accel__model *pm, const accel__unit *u) {
-    if (u->stage_grads) return u->stage_grads + (int64_t)acc->shard_rank * u->shard;
+    if (u->grads_staged) return pm->zstage_grads + (int64_t)acc->shard_rank * u->shard;
     return my_piece(acc, full_grads(pm), u);
 }
 
@@ -802,7 +941,7 @@ static accel_status add_to_shard(accel_accelerator *acc, accel__model *pm, const
         host_add(pm->zgrad + u->zoff, mine, u->shard);
         return ACCEL_OK;
     }
-    accel_status st = u->stage_grads ? accel__copy_bytes(model_device(pm), mine, ACCEL_CPU_DEVICE, reduced_piece(acc, pm, u),
+    accel_status st = u->grads_staged ? accel__copy_bytes(model_device(pm), mine, ACCEL_CPU_DEVICE, reduced_piece(acc, pm, u),
                                                          (size_t)u->shard * sizeof(float))
                                      : ACCEL_OK;
     accel_tensor out, in;
@@ -824,23 +963,26 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
     /* even after a failure here, so the other machines' ranks are not left waiting */
     accel_status rst = accel__zero_replica_average(acc, reduced_piece(acc, pm, u), u->shard);
     if (!st) st = rst;
+    if (!st && on_device(pm) && !u->grads_mapped) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
     if (!st) st = add_to_shard(acc, pm, u);
-    accel_free(u->stage_grads);
-    u->stage_grads = NULL;
-    accel_status dst = grads_drop(pm, full_grads(pm) + u->lo, unit_span(acc, u));
+    u->grads_staged = false;
+    accel_status dst = grads_drop(acc, pm, u);
     return st ? st : dst;
 }
 
 /* Starts unit u's reduce-scatter (AVG) in place: a group that cannot take
- * device memory reduces a host copy of the unit's gradients. */
+ * device memory reduces a host copy of the unit's gradients (zstage_grads:
+ * one reduction is in flight at a time). */
 static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     float *full = full_grads(pm) + u->lo;
     size_t n = (size_t)u->shard;
-    if (!accel__pg_takes_device(acc->shard_pg, model_device(pm))) {
-        size_t bytes = n * (size_t)acc->shard_world * sizeof(float);
-        if (!(u->stage_grads = accel_malloc(bytes))) return NULL;
-        if (accel__copy_bytes(ACCEL_CPU_DEVICE, u->stage_grads, model_device(pm), full, bytes)) return NULL;
-        full = u->stage_grads;
+    if (pm->zstage_grads) {
+        accel_tensor g;
+        u->grads_staged = true;
+        if (!accel__stage_to_host(device_view(&g, pm, full, ACCEL_F32, u->shard * acc->shard_world), pm->zstage_grads,
+                                  true))
+            return NULL;
+        full = pm->zstage_grads;
     }
     return accel_pg_reduce_scatter_async(acc->shard_pg, full, full + (int64_t)acc->shard_rank * u->shard, n,
                                          ACCEL_F32, ACCEL_REDUCE_AVG);
@@ -852,6 +994,8 @@ static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *p
 static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int k) {
     accel__unit *u = &pm->units[k];
     accel_status st = release(acc, pm, u);
+    accel_status gst = grads_map(acc, pm, u); /* a unit whose backward never ran reduces zeros */
+    if (!st) st = gst;
     u->pending = 0;
     if (pm->reducing >= 0) {
         accel_status st2 = finish_reduce(acc, pm, &pm->units[pm->reducing]);
@@ -862,10 +1006,9 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
         accel_status st2 = finish_reduce(acc, pm, u);
         return st ? st : st2;
     }
-    u->reduce = launch_reduce_scatter(acc, pm, u);
+    u->reduce = gst ? NULL : launch_reduce_scatter(acc, pm, u);
     if (!u->reduce) {
-        accel_free(u->stage_grads);
-        u->stage_grads = NULL;
+        u->grads_staged = false;
         return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
     }
     pm->reducing = k;
@@ -940,6 +1083,41 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
     return first;
 }
 
+/* The full weights (every unit gathered) into plain memory of the model's
+ * device, gradients zero, for accel_flat_params_free; the reserved buffers
+ * go. A unit a broken group could not gather comes back as zeros. Out of
+ * memory, the tensors keep the reserved memory, which then stays (the flat
+ * buffer forgets it, so nothing frees it as a plain allocation). */
+static void to_plain_buffers(accel_accelerator *acc, accel__model *pm) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    accel_device dev = model_device(pm);
+    size_t bytes = (size_t)b->numel * sizeof(float);
+    float *params = accel__device_alloc(dev, bytes, true, "accel_accelerator_clear");
+    float *grads = params ? accel__device_alloc(dev, bytes, true, "accel_accelerator_clear") : NULL;
+    accel_status st = grads ? ACCEL_OK : accel_last_status();
+    for (int k = 0; k < pm->n_units && !st; k++) {
+        accel__unit *u = &pm->units[k];
+        if (on_device(pm) && !u->params_mapped) continue;
+        st = accel__copy_bytes(dev, params + u->lo, dev, full_params(pm) + u->lo,
+                               (size_t)unit_span(acc, pm, u) * sizeof(float));
+    }
+    if (st) {
+        accel__device_free(dev, params);
+        accel__device_free(dev, grads);
+        b->params = b->grads = NULL;
+        return;
+    }
+    for (int t = 0; t < b->n; t++) {
+        accel_tensor_rebind(b->tensors[t], params + b->offsets[t], false);
+        accel_tensor_rebind(b->tensors[t]->grad, grads + b->offsets[t], false);
+    }
+    if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
+    full_free(pm, b->params, b->numel);
+    full_free(pm, b->grads, b->numel);
+    b->params = params;
+    b->grads = grads;
+}
+
 void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     remove_hooks(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
@@ -960,27 +1138,11 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
             if (pm->zparams) gather(acc, pm, u, true); /* collective: on a broken group the weights stay as they are */
         }
     }
-    /* Back into plain memory for accel_flat_params_free (a device's buffers are). */
-    if (pm->units && b->params && !on_device(pm)) {
-        float *params = accel_calloc((size_t)b->numel, sizeof(float)), *grads = accel_calloc((size_t)b->numel, sizeof(float));
-        if (params && grads) {
-            memcpy(params, b->params, (size_t)b->numel * sizeof(float));
-            for (int t = 0; t < b->n; t++) {
-                accel_tensor_rebind(b->tensors[t], params + b->offsets[t], false);
-                accel_tensor_rebind(b->tensors[t]->grad, grads + b->offsets[t], false);
-            }
-            host_unreserve(b->params, b->numel);
-            host_unreserve(b->grads, b->numel);
-            b->params = params;
-            b->grads = grads;
-        } else { /* out of memory: the tensors keep the reserved memory, which then stays mapped */
-            accel_free(params);
-            accel_free(grads);
-        }
-    }
+    if (pm->units && b->params) to_plain_buffers(acc, pm);
     shard_free(pm);
     accel__device_free(model_device(pm), pm->zsend16);
     pm->zsend16 = NULL;
+    device_buffers_free(pm);
 }
 
 accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {

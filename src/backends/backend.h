@@ -74,6 +74,27 @@ typedef struct accel_backend_mem {
      * instead. Optional: NULL means plain accel_malloc'd memory is fine. */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
+    /* Virtual memory: memory that comes and goes behind fixed addresses, as
+     * CUDA's cuMemAddressReserve/cuMemMap do. ZeRO-3 keeps its full
+     * parameters and gradients there: a released unit's range holds no
+     * memory, while the tensors (and the views autograd saved) keep their
+     * addresses for the next gather. Optional as a set: a backend fills all
+     * five or none (ZeRO-3 then refuses models on its devices).
+     * vm_granularity: a power of two; every size and address below is a
+     * multiple of it.
+     * vm_reserve: an address range of `bytes` with no memory behind it;
+     * NULL (error set) when there is no address space.
+     * vm_release: gives a reserved range back; none of it may be mapped.
+     * vm_map: memory behind [p, p + bytes), a part of a reserved range that
+     * is not mapped; contents undefined. Error (ACCEL_ERR_OOM) when the
+     * device is full.
+     * vm_unmap: [p, p + bytes), exactly a range one vm_map mapped, gives its
+     * memory back; touching it afterwards is an illegal access (a fault). */
+    size_t (*vm_granularity)(int index);
+    void *(*vm_reserve)(int index, size_t bytes);
+    void (*vm_release)(int index, void *p, size_t bytes);
+    accel_status (*vm_map)(int index, void *p, size_t bytes);
+    accel_status (*vm_unmap)(int index, void *p, size_t bytes);
 } accel_backend_mem;
 
 /* Asynchronous work. Optional as a whole: a synchronous backend (cpu) leaves
@@ -127,6 +148,14 @@ int accel__backends(const accel_backend **out, int max);
  * when the environment has ACCEL_TEST_DEVICES=n. Returns an error if a
  * different count was registered before. */
 accel_status accel__hostless_register(int n);
+/* Device memory of hostless:index in bytes (persistent allocations and
+ * mapped virtual memory; the step pools are not counted): now, and the most
+ * since the last accel__hostless_reset_peak (tests measure ZeRO-3 with it). */
+typedef struct accel__hostless_memory {
+    size_t in_use, peak;
+} accel__hostless_memory;
+accel__hostless_memory accel__hostless_memory_stats(int index);
+void accel__hostless_reset_peak(int index);
 
 /* The error of an absent kernel: "<op>: kernel <name> is not implemented on <device>". */
 accel_status accel__kernel_missing(const char *op, const char *kernel, accel_device d);

@@ -3,6 +3,7 @@
  * behind accel__cuda_fp8_* on a GPU. */
 #include "backends/fp8.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +45,7 @@ static int meta_len(const accel_tensor *meta) { return (int)meta->shape[0] - 2; 
 #ifdef ACCEL_HAVE_CUDA
 static bool is_cuda(const accel_tensor *t) { return t->device.type == ACCEL_DEV_CUDA; }
 #endif
+static bool is_cpu(const accel_tensor *t) { return t->device.type == ACCEL_DEV_CPU; }
 
 /* t is a contiguous [rows, cols] tensor of dtype dt (cols < 0: any 1-D). */
 static bool fits(const accel_tensor *t, accel_dtype dt, int64_t rows, int64_t cols) {
@@ -54,6 +56,19 @@ static bool fits(const accel_tensor *t, accel_dtype dt, int64_t rows, int64_t co
 
 static accel_status bad(const char *fn, const char *what) {
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", fn, what);
+}
+
+/* host (a new cpu tensor, taken) on dev: host itself on the cpu, elsewhere
+ * a copy there (host freed); NULL + error on failure. */
+static accel_tensor *moved_to(accel_tensor *host, accel_device dev) {
+    if (dev.type == ACCEL_DEV_CPU) return host;
+    accel_tensor *t = accel_tensor_new(host->dtype, host->ndim, host->shape, dev);
+    if (t && accel_copy_(t, host) != ACCEL_OK) {
+        accel_tensor_free(t);
+        t = NULL;
+    }
+    accel_tensor_free(host);
+    return t;
 }
 
 accel_tensor *accel__fp8_meta_new(int len, accel_device dev) {
@@ -67,14 +82,7 @@ accel_tensor *accel__fp8_meta_new(int len, accel_device dev) {
     float *m = host->data;
     memset(m, 0, sizeof(float) * (size_t)(shape[0] * shape[1]));
     for (int s = 0; s < 2 * ACCEL__FP8_SLOTS; s++) m[s] = 1.0f; /* scale and scale_inv */
-    if (dev.type == ACCEL_DEV_CPU) return host;
-    accel_tensor *t = accel_tensor_new(ACCEL_F32, 2, shape, dev);
-    if (t && accel_copy_(t, host) != ACCEL_OK) {
-        accel_tensor_free(t);
-        t = NULL;
-    }
-    accel_tensor_free(host);
-    return t;
+    return moved_to(host, dev);
 }
 
 static void quantize_cpu(uint8_t *q, uint8_t *q_t, const float *x, int64_t rows, int64_t cols, float *meta,
@@ -83,32 +91,100 @@ static void quantize_cpu(uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
     float m = *accel__fp8_meta_amax(meta, slot);
     for (int64_t i = 0; i < rows * cols; i++) {
         m = fmaxf(m, fabsf(x[i])); /* fmaxf drops a NaN, as the GPU's */
-        q[i] = accel__fp8_encode(x[i] * s, f);
-        if (q_t) q_t[(i % cols) * rows + i / cols] = q[i];
+        uint8_t b = accel__fp8_encode(x[i] * s, f);
+        if (q) q[i] = b;
+        if (q_t) q_t[(i % cols) * rows + i / cols] = b;
     }
     *accel__fp8_meta_amax(meta, slot) = m;
 }
 
+/* The arguments of accel__fp8_quantize fit (else the error, naming fn). */
+static accel_status quantize_args(const char *fn, const accel_tensor *q, const accel_tensor *q_t, const accel_tensor *inv,
+                                  int inv_at, const accel_tensor *x, const accel_tensor *meta, int slot) {
+    if (!x || x->ndim != 2 || slot < 0 || slot >= ACCEL__FP8_SLOTS) return bad(fn, "x must be 2-D, slot 0..2");
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    if (!fits(x, ACCEL_F32, rows, cols) || (!q && !q_t) || (q && !fits(q, ACCEL_U8, rows, cols)) ||
+        (q_t && !fits(q_t, ACCEL_U8, cols, rows)) || !fits(inv, ACCEL_F32, inv_at + 1, -1) || !meta ||
+        meta->ndim != 2 || meta->shape[0] < 3 || !fits(meta, ACCEL_F32, meta->shape[0], ACCEL__FP8_SLOTS))
+        return bad(fn, "x f32 [rows, cols], q u8 [rows, cols] and/or q_t u8 [cols, rows], inv f32 and meta f32 "
+                       "[2 + len, 3], all contiguous");
+    if (x->device.type != ACCEL_DEV_CPU && x->device.type != ACCEL_DEV_CUDA)
+        return bad(fn, "fp8 runs on cuda devices (and the cpu reference)");
+    return ACCEL_OK;
+}
+
 accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
                                  accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f) {
-    static const char *FN = "accel__fp8_quantize";
-    if (!x || x->ndim != 2 || slot < 0 || slot >= ACCEL__FP8_SLOTS) return bad(FN, "x must be 2-D, slot 0..2");
+    accel_status st = quantize_args("accel__fp8_quantize", q, q_t, inv, inv_at, x, meta, slot);
+    if (st != ACCEL_OK) return st;
     int64_t rows = x->shape[0], cols = x->shape[1];
-    if (!fits(x, ACCEL_F32, rows, cols) || !fits(q, ACCEL_U8, rows, cols) || (q_t && !fits(q_t, ACCEL_U8, cols, rows)) ||
-        !fits(inv, ACCEL_F32, inv_at + 1, -1) || !meta || meta->ndim != 2 || meta->shape[0] < 3 ||
-        !fits(meta, ACCEL_F32, meta->shape[0], ACCEL__FP8_SLOTS))
-        return bad(FN, "x f32 [rows, cols], q u8 [rows, cols], q_t u8 [cols, rows], inv f32 and meta f32 "
-                       "[2 + len, 3], all contiguous");
     float *m = meta->data;
 #ifdef ACCEL_HAVE_CUDA
     if (is_cuda(x))
-        return accel__cuda_fp8_quantize(x->device.index, q->data, q_t ? q_t->data : NULL, x->data, rows, cols, f,
-                                        m + slot, m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot),
+        return accel__cuda_fp8_quantize(x->device.index, q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows,
+                                        cols, f, m + slot, m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot),
                                         (float *)inv->data + inv_at);
 #endif
-    if (x->device.type != ACCEL_DEV_CPU) return bad(FN, "fp8 runs on cuda devices (and the cpu reference)");
-    quantize_cpu(q->data, q_t ? q_t->data : NULL, x->data, rows, cols, m, slot, f);
+    if (!is_cpu(x)) return bad("accel__fp8_quantize", "this build has no CUDA backend");
+    quantize_cpu(q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows, cols, m, slot, f);
     ((float *)inv->data)[inv_at] = m[ACCEL__FP8_SLOTS + slot];
+    return ACCEL_OK;
+}
+
+enum { CACHE_SCALE, CACHE_AMAX, CACHE_SCRATCH, CACHE_WORDS };
+
+accel_tensor *accel__fp8_cache_state_new(int n, accel_device dev) {
+    const int64_t shape[2] = {n, CACHE_WORDS};
+    accel_tensor *host = accel_tensor_new(ACCEL_F32, 2, shape, ACCEL_CPU_DEVICE);
+    if (!host) return NULL;
+    float *c = host->data;
+    for (int i = 0; i < n; i++) /* a NaN scale equals none: the first use casts */
+        c[i * CACHE_WORDS + CACHE_SCALE] = NAN, c[i * CACHE_WORDS + CACHE_AMAX] = c[i * CACHE_WORDS + CACHE_SCRATCH] = 0;
+    return moved_to(host, dev);
+}
+
+static atomic_ullong g_cache_casts, g_cache_hits;
+
+accel__fp8_cache_stats accel__fp8_cache_stats_get(void) {
+    return (accel__fp8_cache_stats){atomic_load(&g_cache_casts), atomic_load(&g_cache_hits)};
+}
+
+/* The cpu reference of accel__fp8_quantize_cached: c the cache, m the meta. */
+static void quantize_cached_cpu(uint8_t *q, uint8_t *q_t, const float *x, int64_t rows, int64_t cols, float *m,
+                                int slot, accel__fp8_format f, float *c, bool fresh, float *inv_out) {
+    float *amax = accel__fp8_meta_amax(m, slot);
+    if (fresh || m[slot] != c[CACHE_SCALE]) { /* the cast alone measures x's amax: into the cache */
+        float keep = *amax;
+        *amax = 0.0f;
+        quantize_cpu(q, q_t, x, rows, cols, m, slot, f);
+        c[CACHE_AMAX] = *amax, c[CACHE_SCALE] = m[slot];
+        *amax = keep;
+        atomic_fetch_add(&g_cache_casts, 1);
+    } else {
+        atomic_fetch_add(&g_cache_hits, 1);
+    }
+    *amax = fmaxf(*amax, c[CACHE_AMAX]);
+    *inv_out = m[ACCEL__FP8_SLOTS + slot];
+}
+
+accel_status accel__fp8_quantize_cached(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
+                                        accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f,
+                                        accel_tensor *cache, bool fresh) {
+    static const char *FN = "accel__fp8_quantize_cached";
+    accel_status st = quantize_args(FN, q, q_t, inv, inv_at, x, meta, slot);
+    if (st != ACCEL_OK) return st;
+    if (!q || !q_t || !fits(cache, ACCEL_F32, CACHE_WORDS, -1) || !accel_device_eq(cache->device, x->device))
+        return bad(FN, "q, q_t and a cache f32 [4] on x's device");
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    float *m = meta->data, *inv_out = (float *)inv->data + inv_at;
+#ifdef ACCEL_HAVE_CUDA
+    if (is_cuda(x))
+        return accel__cuda_fp8_quantize_cached(x->device.index, q->data, q_t->data, x->data, rows, cols, f, m + slot,
+                                               m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot), inv_out,
+                                               cache->data, fresh);
+#endif
+    if (!is_cpu(x)) return bad(FN, "this build has no CUDA backend");
+    quantize_cached_cpu(q->data, q_t->data, x->data, rows, cols, m, slot, f, cache->data, fresh, inv_out);
     return ACCEL_OK;
 }
 

@@ -64,6 +64,9 @@ ACCEL__HD static inline float accel__fp8_decode(uint8_t v, accel__fp8_format f) 
 /* Accelerate's TERecipeKwargs / FP8RecipeKwargs (TransformerEngine's
  * DelayedScaling). `interval` is not here: TransformerEngine deprecated it
  * and updates every step. */
+/* The fp8 Linear's three GEMMs, in the order of override_linear_precision. */
+enum { ACCEL__FP8_FPROP, ACCEL__FP8_DGRAD, ACCEL__FP8_WGRAD, ACCEL__FP8_GEMMS };
+
 typedef struct accel__fp8_recipe {
     bool hybrid;     /* fp8_format HYBRID: E5M2 gradients (else "E4M3": E4M3 everywhere) */
     int margin;      /* scale = fp8_max / amax / 2^margin */
@@ -75,11 +78,16 @@ typedef struct accel__fp8_recipe {
      * process group (accelerator/fp8_scaling.h: TransformerEngine's
      * reduce_amax); false: each cast's slot is updated right after its GEMM. */
     bool deferred_update;
+    /* override_linear_precision (fprop, dgrad, wgrad): true runs that GEMM
+     * in the autocast dtype (bf16) on the unquantised operands instead of in
+     * fp8, as TransformerEngine; a tensor no fp8 GEMM reads is not cast
+     * (its amax stays 0, which keeps its scale). */
+    bool high_precision[ACCEL__FP8_GEMMS];
 } accel__fp8_recipe;
 
 /* HYBRID, margin 0, amax_history_len 1024, "most_recent": Accelerate's defaults. */
 static inline accel__fp8_recipe accel__fp8_recipe_default(void) {
-    accel__fp8_recipe r = {true, 0, 1024, false, false, false};
+    accel__fp8_recipe r = {true, 0, 1024, false, false, false, {false, false, false}};
     return r;
 }
 
@@ -141,13 +149,37 @@ accel_status accel__fp8_device_check(accel_device d, const char *op);
 accel_tensor *accel__fp8_meta_new(int len, accel_device dev);
 
 /* q [rows, cols] (u8: fp8 bits of format f) = fp8(x * scale[slot]),
- * saturating; q_t [cols, rows] its transpose unless NULL (the K-contiguous
- * operand of the gradient GEMMs); inv[inv_at] = scale_inv[slot], the
+ * saturating, unless NULL; q_t [cols, rows] its transpose unless NULL (the
+ * K-contiguous operand of the gradient GEMMs; one of q and q_t at least); inv[inv_at] = scale_inv[slot], the
  * dequantisation factor of q, kept after the scale moves on; the slot's
  * current amax raised to max |x| (a NaN in x is not counted). x: f32 [rows,
  * cols]; meta: an fp8 meta. */
 accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
                                  accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f);
+
+/* accel__fp8_quantize of a weight into a cache that outlives the call:
+ * q and q_t as there (both given), cache f32 [4] on x's device (the scale
+ * the bytes were cast with, the amax that cast measured, a scratch; made by
+ * accel__fp8_cache_state_new). The cast is redone only when `fresh` (q and
+ * q_t do not hold x's values: new memory, or x was written) or when slot's
+ * scale is not the one of the cache (delayed scaling moved it); otherwise
+ * the bytes stay. Either way slot's amax is raised by the cache's amax (x's
+ * max |x|, what a cast would record: it does not depend on the scale) and
+ * inv[inv_at] = scale_inv[slot], so the result is the uncached cast's. On a
+ * GPU the scale is compared on the device (no synchronisation). */
+accel_status accel__fp8_quantize_cached(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
+                                        accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f,
+                                        accel_tensor *cache, bool fresh);
+
+/* n caches for accel__fp8_quantize_cached, f32 [n, 4] on dev (no cast yet). */
+accel_tensor *accel__fp8_cache_state_new(int n, accel_device dev);
+
+/* Process-wide counts of accel__fp8_quantize_cached on the cpu reference
+ * (a GPU decides on the device: not counted): casts made, casts reused. */
+typedef struct accel__fp8_cache_stats {
+    uint64_t casts, hits;
+} accel__fp8_cache_stats;
+accel__fp8_cache_stats accel__fp8_cache_stats_get(void);
 
 /* One fp8 operand: bytes [rows, K] of format fmt, dequantised by inv[inv_at]. */
 typedef struct accel__fp8_operand {

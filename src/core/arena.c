@@ -1,5 +1,11 @@
 /* Step arenas: bump allocation, reset per step, coalesced to the high-water
- * mark so steady-state steps allocate nothing. */
+ * mark so steady-state steps allocate nothing.
+ *
+ * Only the owning thread allocates from an arena, so it reads its own chunk
+ * list without a lock; every change to a chunk list (a chunk pushed, popped
+ * or replaced) also takes live_lock, so that another thread may walk every
+ * step arena's chunks under that lock (accel__step_arena_overlaps: the
+ * registry of storage versions keeps step memory out of it). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +27,7 @@ struct accel_arena {
     size_t below;      /* bytes used in the chunks after head */
     size_t peak;       /* high-water of accel_arena_used since the last reset */
     uint32_t gen;
+    bool step;         /* a thread's step arena (accel_step_arena) */
     struct accel_arena *next_live; /* registry of all arenas (freed at exit) */
     struct accel_arena *prev_live;
 };
@@ -107,7 +114,9 @@ void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align) {
         if (!n) return NULL;
         n->next = c;
         a->below += c->used;
+        pthread_mutex_lock(&live_lock);
         a->head = n;
+        pthread_mutex_unlock(&live_lock);
         c = n;
         off = 0;
     }
@@ -132,7 +141,9 @@ void accel_arena_rewind(accel_arena *a, accel_arena_mark m) {
     while (a->head != m.chunk) {
         chunk *c = a->head;
         ACCEL_ASSERT(c->next != NULL);
+        pthread_mutex_lock(&live_lock);
         a->head = c->next;
+        pthread_mutex_unlock(&live_lock);
         accel_free(c->data);
         accel_free(c);
     }
@@ -161,15 +172,13 @@ void accel_arena_reset(accel_arena *a) {
          * the next alike step fits without allocating. */
         want += want / 8 + 4096;
         chunk *n = chunk_new(want);
-        if (n) {
-            chunks_free(a->head);
-            a->head = n;
-            return;
-        }
-        /* Out of memory: keep the old chunks, all of them reusable. */
-        chunk *keep = a->head->next;
-        a->head->next = NULL;
-        chunks_free(keep);
+        chunk *old = n ? a->head : a->head->next; /* out of memory: keep the head, reusable */
+        pthread_mutex_lock(&live_lock);
+        if (n) a->head = n;
+        else a->head->next = NULL;
+        pthread_mutex_unlock(&live_lock);
+        chunks_free(old);
+        if (n) return;
     }
     a->head->used = 0;
 }
@@ -178,10 +187,39 @@ static _Thread_local accel_arena *tl_step_arena;
 
 accel_arena *accel_step_arena(void) {
     if (!tl_step_arena) {
-        tl_step_arena = accel_arena_create(4u << 20);
-        ACCEL_ASSERT(tl_step_arena != NULL);
+        accel_arena *a = accel_arena_create(4u << 20);
+        ACCEL_ASSERT(a != NULL);
+        pthread_mutex_lock(&live_lock);
+        a->step = true;
+        pthread_mutex_unlock(&live_lock);
+        tl_step_arena = a;
     }
     return tl_step_arena;
+}
+
+static bool chunk_holds(const chunk *c, uintptr_t lo, uintptr_t hi) {
+    return lo >= (uintptr_t)c->data && hi <= (uintptr_t)c->data + c->cap;
+}
+
+static bool chunk_overlaps(const chunk *c, uintptr_t lo, uintptr_t hi) {
+    return hi > (uintptr_t)c->data && lo < (uintptr_t)c->data + c->cap;
+}
+
+bool accel__in_own_step_arena(const void *p, size_t n) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    for (const chunk *c = tl_step_arena ? tl_step_arena->head : NULL; c; c = c->next)
+        if (chunk_holds(c, lo, hi)) return true;
+    return false;
+}
+
+bool accel__step_arena_overlaps(const void *p, size_t n) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    bool hit = false;
+    pthread_mutex_lock(&live_lock);
+    for (const accel_arena *a = live_head; a && !hit; a = a->next_live)
+        for (const chunk *c = a->step ? a->head : NULL; c && !hit; c = c->next) hit = chunk_overlaps(c, lo, hi);
+    pthread_mutex_unlock(&live_lock);
+    return hit;
 }
 
 void accel_step_reset(void) {

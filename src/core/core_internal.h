@@ -50,6 +50,12 @@ void accel__device_free(accel_device dev, void *p);
  * it (accel_thread_cleanup). NULL + error on failure (the arena is rewound). */
 accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y);
 void accel__bounce_free(void);
+/* Whether [p, p + n) lies inside the calling thread's step arena (false when
+ * it has none yet): lock-free, for the registry of storage versions, whose
+ * tracked storages never lie in step memory (accel__step_arena_overlaps). */
+bool accel__in_own_step_arena(const void *p, size_t n);
+/* Whether [p, p + n) overlaps any thread's step arena (takes the arenas' lock). */
+bool accel__step_arena_overlaps(const void *p, size_t n);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);

@@ -1,9 +1,18 @@
 /* Storage versions and the prepared-weight cache (core/prepared.h).
  *
- * One lock guards the registry of tracked storages and their versions; it is
- * held only for bookkeeping, never across a kernel. A second lock serialises
- * building forms (a build writes its form through accel_copy_, which reports
- * the write and so takes the first lock). */
+ * The registry of tracked storages is an array of their byte ranges sorted by
+ * first byte, under a reader-writer lock: a reported write takes it to read
+ * (writes from several threads go on at once; the versions are atomic) and
+ * finds the first range it may overlap by binary search; starting or
+ * stopping tracking takes it to write. A write outside the envelope (the
+ * lowest to the highest tracked byte), or into the calling thread's step
+ * arena, takes no lock at all: no tracked storage lies in step memory (track
+ * refuses one). Forms are built under their owner's own lock (a build
+ * converts a whole weight), so threads building forms of different weights
+ * do not wait for each other; the lock is never held across another
+ * owner's build, and a build reports its form's write without holding the
+ * registry's lock. Lock order: an owner's build lock, then the registry's,
+ * then the graves' (each of those two held for bookkeeping only). */
 #include "core/prepared.h"
 
 #include <pthread.h>
@@ -32,14 +41,23 @@ typedef struct form {
 struct accel__prepared {
     accel_tensor *owner;
     uintptr_t lo, hi;          /* the owner's storage bytes when tracking began */
-    uint64_t version;
-    int slot;                  /* index in the registry */
+    _Atomic uint64_t version;  /* bumped under the registry's read lock, by any thread */
+    pthread_mutex_t build;     /* guards forms[] */
     form forms[ACCEL__PREPARED_FORMS];
 };
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t g_build = PTHREAD_MUTEX_INITIALIZER;
-static accel__prepared **g_reg;
+/* One tracked range; `reach` is the highest hi of it and every range before
+ * it in the array (ranges may nest or overlap: a flat buffer and the
+ * parameters rebound into it), so reach grows along the array and a binary
+ * search on it finds the first range that can end after a write begins. */
+typedef struct span {
+    uintptr_t lo, hi, reach;
+    accel__prepared *e;
+} span;
+
+static pthread_rwlock_t g_reg_lock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_mutex_t g_grave_lock = PTHREAD_MUTEX_INITIALIZER;
+static span *g_reg; /* sorted by lo; under g_reg_lock */
 static int g_n, g_cap;
 static atomic_int g_tracked;
 static _Atomic uintptr_t g_env_lo = UINTPTR_MAX, g_env_hi; /* covers every tracked range */
@@ -50,14 +68,28 @@ static atomic_int g_enabled = -1; /* -1: not read from the environment yet */
 
 /* ---- versions */
 
+/* The first span whose reach passes lo: no span before it overlaps [lo, ...). */
+static int first_reaching(uintptr_t lo) {
+    int a = 0, b = g_n;
+    while (a < b) {
+        int m = a + (b - a) / 2;
+        if (g_reg[m].reach > lo) b = m;
+        else a = m + 1;
+    }
+    return a;
+}
+
 void accel__storage_written(const void *p, size_t n) {
     if (!atomic_load_explicit(&g_tracked, memory_order_acquire) || !p || !n) return;
     uintptr_t lo = (uintptr_t)p, hi = lo + n;
-    if (hi <= atomic_load(&g_env_lo) || lo >= atomic_load(&g_env_hi)) return;
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_n; i++)
-        if (hi > g_reg[i]->lo && lo < g_reg[i]->hi) g_reg[i]->version++;
-    pthread_mutex_unlock(&g_lock);
+    if (hi <= atomic_load_explicit(&g_env_lo, memory_order_relaxed) ||
+        lo >= atomic_load_explicit(&g_env_hi, memory_order_relaxed))
+        return;
+    if (accel__in_own_step_arena(p, n)) return; /* step copies: no tracked byte there */
+    pthread_rwlock_rdlock(&g_reg_lock);
+    for (int i = first_reaching(lo); i < g_n && g_reg[i].lo < hi; i++)
+        if (g_reg[i].hi > lo) atomic_fetch_add_explicit(&g_reg[i].e->version, 1, memory_order_relaxed);
+    pthread_rwlock_unlock(&g_reg_lock);
 }
 
 /* The bytes [*lo, *hi) that t's elements occupy; false when t has none. */
@@ -85,7 +117,7 @@ void accel_tensor_increment_version(accel_tensor *t) {
     if (accel_tensor_check(t, "accel_tensor_increment_version", "t")) accel__tensor_written(t);
 }
 
-/* ---- the registry (callers hold g_lock) */
+/* ---- the registry (callers hold g_reg_lock to write) */
 
 /* A persistent tensor with a heap header (accel_tensor_new, a parameter, a
  * buffer, a mapping): never a stack header made by accel__tensor_header,
@@ -96,57 +128,103 @@ static bool trackable(const accel_tensor *t) {
            accel_is_contiguous(t) && accel_numel(t) > 0;
 }
 
-static void envelope_widen(const accel__prepared *e) {
-    if (e->lo < atomic_load(&g_env_lo)) atomic_store(&g_env_lo, e->lo);
-    if (e->hi > atomic_load(&g_env_hi)) atomic_store(&g_env_hi, e->hi);
-}
-
-/* Starts tracking t (its entry, new if needed); NULL + error on OOM. */
-static accel__prepared *track(accel_tensor *t) {
-    if (t->prepared && t->prepared->owner == t) return t->prepared;
-    if (g_n == g_cap) {
-        int cap = g_cap ? 2 * g_cap : 64;
-        accel__prepared **r = accel_malloc(sizeof *r * (size_t)cap);
-        if (!r) return NULL;
-        if (g_n) memcpy(r, g_reg, sizeof *r * (size_t)g_n);
-        accel_free(g_reg);
-        g_reg = r, g_cap = cap;
+/* Recomputes every reach from index i on, and the envelope. */
+static void reach_from(int i) {
+    for (; i < g_n; i++) {
+        uintptr_t before = i ? g_reg[i - 1].reach : 0;
+        g_reg[i].reach = g_reg[i].hi > before ? g_reg[i].hi : before;
     }
-    accel__prepared *e = accel_calloc(1, sizeof *e);
-    if (!e) return NULL;
-    e->owner = t;
-    e->lo = (uintptr_t)t->data;
-    e->hi = e->lo + accel_nbytes(t);
-    e->slot = g_n;
-    g_reg[g_n++] = e;
-    envelope_widen(e);
+    atomic_store(&g_env_lo, g_n ? g_reg[0].lo : UINTPTR_MAX);
+    atomic_store(&g_env_hi, g_n ? g_reg[g_n - 1].reach : 0);
     atomic_store_explicit(&g_tracked, g_n, memory_order_release);
-    t->prepared = e;
-    return e;
 }
 
-static void untrack(accel__prepared *e) {
-    g_reg[e->slot] = g_reg[--g_n];
-    g_reg[e->slot]->slot = e->slot;
+static bool reg_reserve(void) {
+    if (g_n < g_cap) return true;
+    int cap = g_cap ? 2 * g_cap : 64;
+    span *r = accel_malloc(sizeof *r * (size_t)cap);
+    if (!r) return false;
+    if (g_n) memcpy(r, g_reg, sizeof *r * (size_t)g_n);
+    accel_free(g_reg);
+    g_reg = r, g_cap = cap;
+    return true;
+}
+
+static void reg_insert(accel__prepared *e) {
+    int i = g_n;
+    while (i > 0 && g_reg[i - 1].lo > e->lo) i--;
+    memmove(g_reg + i + 1, g_reg + i, sizeof *g_reg * (size_t)(g_n - i));
+    g_reg[i] = (span){e->lo, e->hi, 0, e};
+    g_n++;
+    reach_from(i);
+}
+
+static void reg_remove(const accel__prepared *e) {
+    int i = first_reaching(e->lo);
+    while (g_reg[i].e != e) i++; /* e is tracked: it lies at or after i */
+    memmove(g_reg + i, g_reg + i + 1, sizeof *g_reg * (size_t)(g_n - i - 1));
+    g_n--;
+    reach_from(i);
     if (!g_n) {
-        atomic_store(&g_env_lo, UINTPTR_MAX);
-        atomic_store(&g_env_hi, 0);
         accel_free(g_reg);
         g_reg = NULL, g_cap = 0;
     }
-    atomic_store_explicit(&g_tracked, g_n, memory_order_release);
+}
+
+static accel__prepared *entry_new(accel_tensor *t) {
+    accel__prepared *e = accel_calloc(1, sizeof *e);
+    if (!e) return NULL;
+    if (pthread_mutex_init(&e->build, NULL) != 0) {
+        accel_free(e);
+        accel_set_error(ACCEL_ERR_OOM, "prepared weight: cannot create a lock");
+        return NULL;
+    }
+    e->owner = t;
+    e->lo = (uintptr_t)t->data;
+    e->hi = e->lo + accel_nbytes(t);
+    return e;
+}
+
+static void entry_free(accel__prepared *e) {
+    pthread_mutex_destroy(&e->build);
+    accel_free(e);
 }
 
 /* A header copied from a tracked tensor (a stack view of it) must not take
  * the entry over: it is the original's. */
 static bool copied_header(const accel_tensor *t) { return t->prepared && t->prepared->owner != t; }
 
+/* t's entry when it is the owner of one (the registry's lock held either way). */
+static accel__prepared *own_entry(const accel_tensor *t) {
+    return t->prepared && t->prepared->owner == t ? t->prepared : NULL;
+}
+
+/* t's entry, tracking t if it was not: *out NULL with ACCEL_OK when t's
+ * storage lies in step memory (it is a step buffer whatever its header says:
+ * writes there are not looked up, see accel__storage_written). */
+static accel_status track(accel_tensor *t, accel__prepared **out) {
+    *out = own_entry(t);
+    if (*out) return ACCEL_OK;
+    if (accel__step_arena_overlaps(t->data, accel_nbytes(t))) return ACCEL_OK;
+    accel__prepared *e = reg_reserve() ? entry_new(t) : NULL;
+    if (!e) return accel_last_status();
+    reg_insert(e);
+    t->prepared = e;
+    *out = e;
+    return ACCEL_OK;
+}
+
 uint64_t accel__tensor_version(accel_tensor *t) {
     if (!t || !trackable(t) || copied_header(t)) return 0;
-    pthread_mutex_lock(&g_lock);
-    accel__prepared *e = track(t);
-    uint64_t v = e ? e->version : 0;
-    pthread_mutex_unlock(&g_lock);
+    pthread_rwlock_rdlock(&g_reg_lock);
+    accel__prepared *e = own_entry(t);
+    uint64_t v = e ? atomic_load(&e->version) : 0;
+    pthread_rwlock_unlock(&g_reg_lock);
+    if (e) return v;
+    pthread_rwlock_wrlock(&g_reg_lock);
+    accel_status st = track(t, &e);
+    v = st == ACCEL_OK && e ? atomic_load(&e->version) : 0;
+    pthread_rwlock_unlock(&g_reg_lock);
     return v;
 }
 
@@ -170,9 +248,9 @@ static void form_drop(form *f) {
     grave *g = f->spare;
     if (f->arena && in_current_step(f)) {
         g->t = f->t, g->arena = f->arena;
-        pthread_mutex_lock(&g_lock);
+        pthread_mutex_lock(&g_grave_lock);
         g->next = g_graves, g_graves = g;
-        pthread_mutex_unlock(&g_lock);
+        pthread_mutex_unlock(&g_grave_lock);
     } else {
         accel_tensor_free(f->t);
         accel_free(g);
@@ -180,22 +258,26 @@ static void form_drop(form *f) {
     memset(f, 0, sizeof *f);
 }
 
-void accel__prepared_release(accel_tensor *t) {
-    accel__prepared *e = t ? t->prepared : NULL;
-    if (!e) return;
-    t->prepared = NULL;
-    if (e->owner != t) return; /* a header copied from the owner (a stack matrix view) */
-    pthread_mutex_lock(&g_lock);
-    untrack(e);
-    pthread_mutex_unlock(&g_lock);
+/* Frees a detached entry's forms and the entry. */
+static void entry_drop(accel__prepared *e) {
     for (int i = 0; i < ACCEL__PREPARED_FORMS; i++) form_drop(&e->forms[i]);
-    accel_free(e);
+    entry_free(e);
+}
+
+void accel__prepared_release(accel_tensor *t) {
+    if (!t || !t->prepared) return;
+    pthread_rwlock_wrlock(&g_reg_lock);
+    accel__prepared *e = own_entry(t); /* not a header copied from the owner (a stack matrix view) */
+    if (e) reg_remove(e);
+    t->prepared = NULL;
+    pthread_rwlock_unlock(&g_reg_lock);
+    if (e) entry_drop(e);
 }
 
 /* Unlinks the graves of arena a (every one when a is NULL) and frees them. */
 static void graves_free(const accel_arena *a) {
     grave *dead = NULL;
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&g_grave_lock);
     for (grave **p = &g_graves; *p;) {
         grave *g = *p;
         if (a && g->arena != a) {
@@ -205,7 +287,7 @@ static void graves_free(const accel_arena *a) {
         *p = g->next;
         g->next = dead, dead = g;
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&g_grave_lock);
     while (dead) {
         grave *n = dead->next;
         accel_tensor_free(dead->t);
@@ -257,31 +339,47 @@ static accel_status form_build(form *f, accel_tensor *owner, const accel__form_k
     return ACCEL_OK;
 }
 
-/* The entry of owner with its current storage, NULL + error on OOM. */
-static accel__prepared *entry_for(accel_tensor *owner) {
-    accel__prepared *e = owner->prepared;
-    if (e && e->owner == owner && (e->lo != (uintptr_t)owner->data || e->hi - e->lo != accel_nbytes(owner)))
-        accel__prepared_release(owner); /* storage moved under it: the forms are of other bytes */
-    pthread_mutex_lock(&g_lock);
-    e = track(owner);
-    pthread_mutex_unlock(&g_lock);
-    return e;
+/* Whether e was made from t's current storage. */
+static bool entry_current(const accel__prepared *e, const accel_tensor *t) {
+    return e->lo == (uintptr_t)t->data && e->hi - e->lo == accel_nbytes(t);
 }
 
-static accel_status get_locked(accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
-                               accel__form_fill fill, accel_tensor **out) {
-    accel__prepared *e = entry_for(owner);
-    if (!e) return accel_last_status();
-    pthread_mutex_lock(&g_lock);
-    uint64_t v = e->version;
-    pthread_mutex_unlock(&g_lock);
+/* The entry of owner with its current storage (*out NULL when owner cannot
+ * be tracked). The usual case, an entry of the current storage, takes the
+ * registry's lock to read. An entry whose owner's storage moved under it
+ * (its forms are of other bytes) is detached under the same write lock that
+ * tracks the new one, so two threads that both see the move drop it once. */
+static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
+    pthread_rwlock_rdlock(&g_reg_lock);
+    accel__prepared *e = own_entry(owner);
+    *out = e && entry_current(e, owner) ? e : NULL;
+    pthread_rwlock_unlock(&g_reg_lock);
+    if (*out) return ACCEL_OK;
+    pthread_rwlock_wrlock(&g_reg_lock);
+    accel__prepared *moved = own_entry(owner);
+    if (moved && !entry_current(moved, owner)) {
+        reg_remove(moved);
+        owner->prepared = NULL;
+    } else {
+        moved = NULL;
+    }
+    accel_status st = track(owner, out);
+    pthread_rwlock_unlock(&g_reg_lock);
+    if (moved) entry_drop(moved);
+    return st;
+}
+
+/* The form `key` of e (its build lock held). */
+static accel_status form_get(accel__prepared *e, const accel__form_key *key, accel_dtype form_dt,
+                             accel__form_fill fill, accel_tensor **out) {
+    uint64_t v = atomic_load(&e->version);
     form *f = form_slot(e, key);
     if (!f) return ACCEL_OK;
     if (f->t && f->version == v) {
         atomic_fetch_add(&g_hits, 1);
     } else {
         if (f->t && in_current_step(f)) return ACCEL_OK; /* this step's tape may read the old values */
-        accel_status st = form_build(f, owner, key, form_dt, fill, v);
+        accel_status st = form_build(f, e->owner, key, form_dt, fill, v);
         if (st != ACCEL_OK) return st;
     }
     form_handed_out(f);
@@ -309,9 +407,12 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
                                  accel__form_fill fill, accel_tensor **out) {
     *out = NULL;
     if (!enabled() || !owner || !trackable(owner) || copied_header(owner)) return ACCEL_OK;
-    pthread_mutex_lock(&g_build);
-    accel_status st = get_locked(owner, key, form_dt, fill, out);
-    pthread_mutex_unlock(&g_build);
+    accel__prepared *e;
+    accel_status st = entry_for(owner, &e);
+    if (st != ACCEL_OK || !e) return st;
+    pthread_mutex_lock(&e->build);
+    st = form_get(e, key, form_dt, fill, out);
+    pthread_mutex_unlock(&e->build);
     return st;
 }
 

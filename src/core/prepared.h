@@ -8,9 +8,12 @@
  * parameter was rebound into, bumps the version of every tensor whose bytes
  * it overlaps (as torch's _version, shared by a tensor and its views). Only
  * tensors that hold prepared forms (or whose version was asked for) are
- * tracked, in a registry of byte ranges; a write outside the registry's
- * envelope (lowest to highest tracked byte) costs one comparison, one inside
- * it takes the registry's lock and compares with every tracked range.
+ * tracked, in a registry of byte ranges sorted by address; a write outside
+ * the registry's envelope (lowest to highest tracked byte) or into the
+ * calling thread's step arena costs a few comparisons and no lock, one
+ * elsewhere inside it takes the registry's lock to read (threads at once)
+ * and a binary search for the ranges it overlaps. A tensor whose storage
+ * lies in a step arena is not tracked (as a step tensor).
  *
  * Tracked tensors are persistent ones with heap headers (accel_tensor_new,
  * parameters, buffers, mappings); a header copied from one (a stack view)
@@ -38,13 +41,17 @@
 /* A tracked storage: its version and the forms prepared from it (prepared.c). */
 typedef struct accel__prepared accel__prepared;
 
-/* What a form is: its kind (ACCEL__FORM_*) and the dtype it was rounded to.
- * ACCEL__FORM_DNNL_NT / _NN: the owner (a GEMM operand of dtype dt, itself
- * a weight or a weight's autocast copy) reordered into the layout oneDNN's
- * matmul wants for op(B) = owner^T (forward Y = X W^T) or owner (dX = dY W)
- * (src/backends/cpu/gemm.c); the same bytes as the owner, laid out
- * differently. */
-enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2, ACCEL__FORM_DNNL_NT = 3, ACCEL__FORM_DNNL_NN = 4 };
+/* What a form is: its kind (ACCEL__FORM_*) and the dtype it was rounded to. */
+enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2,
+       /* the fp8 Linear's E4M3 weight (u8 of the weight's shape) and its
+        * transpose (the same bytes viewed [in, out]): ops/fp8_linear.c */
+       ACCEL__FORM_FP8 = 3, ACCEL__FORM_FP8_T = 4,
+       /* the owner (a GEMM operand of dtype dt, itself a weight or a
+        * weight's autocast copy) reordered into the layout oneDNN's matmul
+        * wants for op(B) = owner^T (forward Y = X W^T) or owner (dX = dY W):
+        * the same bytes as the owner, laid out differently
+        * (src/backends/cpu/gemm.c) */
+       ACCEL__FORM_DNNL_NT = 5, ACCEL__FORM_DNNL_NN = 6 };
 typedef struct accel__form_key {
     int kind;
     accel_dtype dt;

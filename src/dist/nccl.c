@@ -162,8 +162,11 @@ static bool on_device(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* The staging buffer, on the rank's GPU whichever device the calling thread
+ * (the group's communication thread for asynchronous work) last used. */
 static void *stage(accel_pg *pg, size_t bytes) {
     nccl_state *s = state_of(pg);
+    cudaSetDevice(s->device);
     if (bytes <= s->stage_bytes) return s->stage;
     if (s->stage) cudaFree(s->stage);
     s->stage = NULL;
@@ -196,9 +199,14 @@ static accel_status end(accel_pg *pg) {
     return wait_done(pg, s->after);
 }
 
-static accel_status copy(accel_pg *pg, void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
+/* A staging copy on the communication stream. cudaMemcpyDefault: one side of
+ * a collective may be on the device and the other on the host (a device
+ * send and a host recv stage both), and a kind that does not match the
+ * pointers is undefined behaviour; with unified addressing CUDA finds the
+ * direction itself. */
+static accel_status copy(accel_pg *pg, void *dst, const void *src, size_t n) {
     if (!n) return ACCEL_OK;
-    cudaError_t e = cudaMemcpyAsync(dst, src, n, k, state_of(pg)->stream);
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, state_of(pg)->stream);
     return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "staging copy", e);
 }
 
@@ -233,10 +241,10 @@ static accel_status nccl_all_reduce(accel_pg *pg, void *buf, size_t count, accel
     bool dev = on_device(buf);
     void *d = dev ? buf : stage(pg, bytes);
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
-    if (!dev && copy(pg, d, buf, bytes, cudaMemcpyHostToDevice) != ACCEL_OK) return accel_last_status();
+    if (!dev && copy(pg, d, buf, bytes) != ACCEL_OK) return accel_last_status();
     if (check_nccl(pg, ncclAllReduce(d, d, count, t, nccl_op(op), s->comm, s->stream), "ncclAllReduce") != ACCEL_OK)
         return accel_last_status();
-    if (!dev && copy(pg, buf, d, bytes, cudaMemcpyDeviceToHost) != ACCEL_OK) return accel_last_status();
+    if (!dev && copy(pg, buf, d, bytes) != ACCEL_OK) return accel_last_status();
     return end(pg);
 }
 
@@ -245,11 +253,11 @@ static accel_status nccl_broadcast(accel_pg *pg, void *buf, size_t bytes, int ro
     bool dev = on_device(buf);
     void *d = dev ? buf : stage(pg, bytes);
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
-    if (!dev && pg->rank == root && copy(pg, d, buf, bytes, cudaMemcpyHostToDevice) != ACCEL_OK)
+    if (!dev && pg->rank == root && copy(pg, d, buf, bytes) != ACCEL_OK)
         return accel_last_status();
     if (check_nccl(pg, ncclBroadcast(d, d, bytes, ncclUint8, root, s->comm, s->stream), "ncclBroadcast") != ACCEL_OK)
         return accel_last_status();
-    if (!dev && copy(pg, buf, d, bytes, cudaMemcpyDeviceToHost) != ACCEL_OK) return accel_last_status();
+    if (!dev && copy(pg, buf, d, bytes) != ACCEL_OK) return accel_last_status();
     return end(pg);
 }
 
@@ -274,7 +282,7 @@ static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv,
     if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
     const char *dsend = dev ? send : d + total;
     char *drecv = dev ? recv : d;
-    if (!dev && copy(pg, (void *)dsend, send, bytes[pg->rank], cudaMemcpyHostToDevice) != ACCEL_OK)
+    if (!dev && copy(pg, (void *)dsend, send, bytes[pg->rank]) != ACCEL_OK)
         return accel_last_status();
     accel_status st = check_nccl(pg, ncclGroupStart(), "ncclGroupStart");
     size_t off = 0;
@@ -286,13 +294,13 @@ static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv,
         } else if (pg->rank == root && k != root) {
             st = check_nccl(pg, ncclRecv(drecv + off, bytes[k], ncclUint8, k, s->comm, s->stream), "ncclRecv");
         } else if (pg->rank == root) {
-            st = copy(pg, drecv + off, dsend, bytes[k], cudaMemcpyDeviceToDevice);
+            st = copy(pg, drecv + off, dsend, bytes[k]);
         } else if (k == pg->rank) {
             st = check_nccl(pg, ncclSend(dsend, bytes[k], ncclUint8, root, s->comm, s->stream), "ncclSend");
         }
     }
     if (check_nccl(pg, ncclGroupEnd(), "ncclGroupEnd") != ACCEL_OK || st != ACCEL_OK) return accel_last_status();
-    if (!dev && receives && copy(pg, recv, drecv, total, cudaMemcpyDeviceToHost) != ACCEL_OK)
+    if (!dev && receives && copy(pg, recv, drecv, total) != ACCEL_OK)
         return accel_last_status();
     return end(pg);
 }
@@ -308,11 +316,11 @@ static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *re
     if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
     const void *dsend = dev ? send : d;
     void *drecv = dev ? recv : d + all;
-    if (!dev && copy(pg, d, send, all, cudaMemcpyHostToDevice) != ACCEL_OK) return accel_last_status();
+    if (!dev && copy(pg, d, send, all) != ACCEL_OK) return accel_last_status();
     if (check_nccl(pg, ncclReduceScatter(dsend, drecv, count, t, nccl_op(op), s->comm, s->stream),
                    "ncclReduceScatter") != ACCEL_OK)
         return accel_last_status();
-    if (!dev && copy(pg, recv, drecv, bytes, cudaMemcpyDeviceToHost) != ACCEL_OK) return accel_last_status();
+    if (!dev && copy(pg, recv, drecv, bytes) != ACCEL_OK) return accel_last_status();
     return end(pg);
 }
 

@@ -27,23 +27,30 @@ accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r) {
     return ACCEL_OK;
 }
 
-/* Appends root's tree's metas to out, depth first; *n counts them (out NULL: only counts). */
-static void collect_metas(accel_module *root, accel_tensor **out, int *n) {
+/* Appends root's tree's metas to metas and their Linears' weights to
+ * weights, depth first; *n counts them (metas NULL: only counts). */
+static void collect_metas(accel_module *root, accel_tensor **metas, accel_tensor **weights, int *n) {
     accel_tensor *meta = accel__module_tensor(root, META_NAME);
     if (meta) {
-        if (out) out[*n] = meta;
+        if (metas) metas[*n] = meta, weights[*n] = accel__module_tensor(root, "weight");
         (*n)++;
     }
-    for (int i = 0; i < root->n_children; i++) collect_metas(root->children[i], out, n);
+    for (int i = 0; i < root->n_children; i++) collect_metas(root->children[i], metas, weights, n);
 }
 
-accel_status accel__fp8_model_metas(accel_module *root, accel_tensor ***metas, int *n) {
+accel_status accel__fp8_model_metas(accel_module *root, accel_tensor ***metas, accel_tensor ***weights, int *n) {
     int count = 0;
-    *metas = NULL, *n = 0;
-    collect_metas(root, NULL, &count);
+    *metas = *weights = NULL, *n = 0;
+    collect_metas(root, NULL, NULL, &count);
     if (!count) return ACCEL_OK;
-    if (!(*metas = accel_malloc(sizeof **metas * (size_t)count))) return accel_last_status();
-    collect_metas(root, *metas, n);
+    *metas = accel_malloc(sizeof **metas * (size_t)count);
+    *weights = *metas ? accel_malloc(sizeof **weights * (size_t)count) : NULL;
+    if (!*weights) {
+        accel_free(*metas);
+        *metas = NULL;
+        return accel_last_status();
+    }
+    collect_metas(root, *metas, *weights, n);
     return ACCEL_OK;
 }
 

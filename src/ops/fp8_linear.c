@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "core/prepared.h"
 #include "nn_internal.h"
 
 static _Thread_local const accel__fp8_recipe *tl_fp8;
@@ -17,6 +18,42 @@ const accel__fp8_recipe *accel__fp8_autocast_begin(const accel__fp8_recipe *r) {
 }
 
 void accel__fp8_autocast_end(const accel__fp8_recipe *previous) { tl_fp8 = previous; }
+
+static _Thread_local accel__fp8_log *tl_log;
+
+accel__fp8_log *accel__fp8_log_begin(accel__fp8_log *log) {
+    accel__fp8_log *prev = tl_log;
+    if (log) log->n = 0, log->overflow = false;
+    tl_log = log;
+    return prev;
+}
+
+void accel__fp8_log_end(accel__fp8_log *previous) { tl_log = previous; }
+
+bool accel__fp8_log_has(const accel__fp8_log *log, const accel_tensor *meta) {
+    if (log->overflow) return true;
+    for (int i = 0; i < log->n; i++)
+        if (log->metas[i] == meta) return true;
+    return false;
+}
+
+static _Thread_local accel__fp8_cache *tl_cache;
+
+accel__fp8_cache *accel__fp8_cache_begin(accel__fp8_cache *cache) {
+    accel__fp8_cache *prev = tl_cache;
+    tl_cache = cache;
+    return prev;
+}
+
+void accel__fp8_cache_end(accel__fp8_cache *previous) { tl_cache = previous; }
+
+/* meta ran: into the thread's log, once. */
+static void log_note(accel_tensor *meta) {
+    accel__fp8_log *log = tl_log;
+    if (!log || accel__fp8_log_has(log, meta)) return;
+    if (log->n < log->cap) log->metas[log->n++] = meta;
+    else log->overflow = true;
+}
 
 /* A 2-D header [rows, cols] over contiguous t (no copy): the primitives'
  * matrix view of an activation of any rank. */
@@ -60,42 +97,80 @@ static bool fp8_shapes(const char *op, const accel_tensor *x, const accel_tensor
     return true;
 }
 
+/* The recipe in the node: iarg[3] its flags, iarg[4] margin, iarg[5] history_len. */
+enum { F_HYBRID = 1, F_MAX = 2, F_DEFERRED = 4, F_HIGH = 8 /* << gemm */ };
+
 static void recipe_save(accel_node *n, accel__fp8_recipe r) {
-    n->iarg[3] = r.hybrid, n->iarg[4] = r.margin, n->iarg[5] = r.history_len, n->iarg[6] = r.use_max;
-    n->iarg[7] = r.deferred_update;
+    int64_t f = (r.hybrid ? F_HYBRID : 0) | (r.use_max ? F_MAX : 0) | (r.deferred_update ? F_DEFERRED : 0);
+    for (int g = 0; g < ACCEL__FP8_GEMMS; g++) f |= r.high_precision[g] ? (int64_t)F_HIGH << g : 0;
+    n->iarg[3] = f, n->iarg[4] = r.margin, n->iarg[5] = r.history_len;
 }
 
 static accel__fp8_recipe recipe_load(const accel_node *n) {
-    accel__fp8_recipe r = {.hybrid = n->iarg[3] != 0, .margin = (int)n->iarg[4], .history_len = (int)n->iarg[5],
-                           .use_max = n->iarg[6] != 0, .deferred_update = n->iarg[7] != 0};
+    const int64_t f = n->iarg[3];
+    accel__fp8_recipe r = {.hybrid = f & F_HYBRID, .margin = (int)n->iarg[4], .history_len = (int)n->iarg[5],
+                           .use_max = f & F_MAX, .deferred_update = f & F_DEFERRED};
+    for (int g = 0; g < ACCEL__FP8_GEMMS; g++) r.high_precision[g] = f & ((int64_t)F_HIGH << g);
     return r;
 }
 
+/* c [M, N] (f32) = op(a) op(b) + beta c on the device's GEMM, a and b
+ * contiguous (a [M, K] or, ta, [K, M]; b [N, K] or, !tb, [K, N]): an
+ * overridden GEMM, as accel_linear runs it. */
+static accel_status gemm_high(accel_tensor *c, float beta, accel_tensor *a, bool ta, accel_tensor *b, bool tb,
+                              int64_t M, int64_t N, int64_t K) {
+    accel_k_gemm k = {.c = c, .a = a, .b = b, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                      .lda = ta ? M : K, .ldb = tb ? K : N, .ldc = N, .alpha = 1.0f, .beta = beta};
+    return ACCEL_KERNEL("accel_linear (fp8, overridden precision)", c->device, gemm, &k);
+}
+
+/* dX [R, I] = dY [R, O] W [O, I]: fp8 (qdy, W^T's cast) or overridden (w: the saved operand). */
+static accel_status dgrad(accel__gbuf *gx, accel_tensor *grad_out, accel__fp8_operand qdy, accel_tensor *w,
+                          accel_tensor *inv, bool high, int64_t R, int64_t I, int64_t O) {
+    accel_tensor dm, *d = as_matrix(&dm, gx->dst, R, I);
+    if (!high) return accel__fp8_gemm(d, gx->beta, qdy, (accel__fp8_operand){w, ACCEL_FP8_E4M3, inv, 1});
+    accel_tensor *g = accel__mm_grad(grad_out, w, w);
+    return g ? gemm_high(d, gx->beta, g, false, w, false, R, I, O) : accel_last_status();
+}
+
+/* dW [O, I] = dY^T [O, R] X [R, I]: fp8 (dY^T's cast, X^T's) or overridden (x: the saved operand). */
+static accel_status wgrad(accel__gbuf *gw, accel_tensor *grad_out, accel__fp8_operand qdyt, accel_tensor *x,
+                          accel_tensor *inv, bool high, int64_t R, int64_t I, int64_t O) {
+    if (!high) return accel__fp8_gemm(gw->dst, gw->beta, qdyt, (accel__fp8_operand){x, ACCEL_FP8_E4M3, inv, 0});
+    accel_tensor *g = accel__mm_grad(grad_out, x, x);
+    return g ? gemm_high(gw->dst, gw->beta, g, true, x, false, O, I, R) : accel_last_status();
+}
+
+/* saved: [0] X^T's cast [I, R] (or under an overridden wgrad X's operand),
+ * [1] W^T's cast [I, O] (or under an overridden dgrad W's operand), [2] the
+ * scale_invs of X and W at their casts, [3] the meta. */
 static accel_status fp8_linear_backward(accel_node *node, accel_tensor *grad_out) {
-    accel_tensor *qxt = node->saved[0], *qwt = node->saved[1], *inv = node->saved[2], *meta = node->saved[3];
+    accel_tensor *xs = node->saved[0], *ws = node->saved[1], *inv = node->saved[2], *meta = node->saved[3];
     int64_t R = node->iarg[0], I = node->iarg[1], O = node->iarg[2];
     accel__fp8_recipe r = recipe_load(node);
+    const bool hd = r.high_precision[ACCEL__FP8_DGRAD], hw = r.high_precision[ACCEL__FP8_WGRAD];
     accel__fp8_format fdy = accel__fp8_slot_format(r, ACCEL__FP8_DY);
     accel_device dev = meta->device;
+    log_note(meta);
     accel_tensor *g = accel__f32_contig(grad_out);
     accel__gbuf gx, gw, gbias;
     if (!g || !accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
         !accel__gbuf_begin(&gbias, node->inputs[2]))
         return accel_last_status();
     accel_status st = ACCEL_OK;
-    if (gx.dst || gw.dst) {
-        accel_tensor gm, dm, *qdy = bytes(R, O, dev), *qdyt = gw.dst ? bytes(O, R, dev) : NULL;
-        accel_tensor *dinv = accel_empty_on(ACCEL_F32, 1, (int64_t[]){1}, dev);
-        if (!qdy || (gw.dst && !qdyt) || !dinv) return accel_last_status();
+    const bool cast_dy = (gx.dst && !hd) || (gw.dst && !hw); /* an fp8 GEMM reads dY */
+    accel_tensor *qdy = NULL, *qdyt = NULL, *dinv = NULL;
+    if (cast_dy) {
+        accel_tensor gm;
+        qdy = gx.dst && !hd ? bytes(R, O, dev) : NULL, qdyt = gw.dst && !hw ? bytes(O, R, dev) : NULL;
+        dinv = accel_empty_on(ACCEL_F32, 1, (int64_t[]){1}, dev);
+        if ((gx.dst && !hd && !qdy) || (gw.dst && !hw && !qdyt) || !dinv) return accel_last_status();
         st = accel__fp8_quantize(qdy, qdyt, dinv, 0, as_matrix(&gm, g, R, O), meta, ACCEL__FP8_DY, fdy);
-        if (st == ACCEL_OK && gx.dst) /* dX [R, I] = dY [R, O] (W^T [I, O])^T */
-            st = accel__fp8_gemm(as_matrix(&dm, gx.dst, R, I), gx.beta, (accel__fp8_operand){qdy, fdy, dinv, 0},
-                                 (accel__fp8_operand){qwt, ACCEL_FP8_E4M3, inv, 1});
-        if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] (X^T [I, R])^T */
-            st = accel__fp8_gemm(gw.dst, gw.beta, (accel__fp8_operand){qdyt, fdy, dinv, 0},
-                                 (accel__fp8_operand){qxt, ACCEL_FP8_E4M3, inv, 0});
-        if (st == ACCEL_OK && !r.deferred_update) st = accel__fp8_meta_update(meta, ACCEL__FP8_DY, 1, r);
     }
+    if (st == ACCEL_OK && gx.dst) st = dgrad(&gx, grad_out, (accel__fp8_operand){qdy, fdy, dinv, 0}, ws, inv, hd, R, I, O);
+    if (st == ACCEL_OK && gw.dst)
+        st = wgrad(&gw, grad_out, (accel__fp8_operand){qdyt, fdy, dinv, 0}, xs, inv, hw, R, I, O);
+    if (st == ACCEL_OK && cast_dy && !r.deferred_update) st = accel__fp8_meta_update(meta, ACCEL__FP8_DY, 1, r);
     if (st == ACCEL_OK && gbias.dst) {
         accel_k_col_sum k = {.out = gbias.dst, .g = g, .R = R, .O = O, .beta = gbias.beta};
         st = ACCEL_KERNEL("accel_linear (fp8) backward", dev, col_sum, &k);
@@ -116,6 +191,74 @@ static int bias_into(const char *op, accel_tensor *c, accel_tensor *b, int64_t R
     return ACCEL_KERNEL(op, c->device, bias_rows, &k) == ACCEL_OK ? 1 : -1;
 }
 
+/* The registry's fill of an fp8 form: nothing to copy (the cached cast
+ * writes it), only that the bytes are new. */
+static _Thread_local bool tl_form_new;
+static accel_status fp8_form_new(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
+    (void)dst, (void)src, (void)key;
+    tl_form_new = true;
+    return ACCEL_OK;
+}
+
+/* W's casts q [O, I] and q_t [I, O] through the thread's weight cache (its
+ * amax into meta, its scale_inv at inv[1]); *done false when the cache does
+ * not take it (none begun, meta not in it, already read this step, the
+ * registry has no room or is off): the caller casts into the step arena. */
+static accel_status cached_weight(accel_tensor *w, accel_tensor *wf, accel_tensor *meta, accel_tensor *inv,
+                                  accel_tensor **q, accel_tensor **q_t, bool *done) {
+    accel__fp8_cache *c = tl_cache;
+    *done = false;
+    int i = 0;
+    while (c && i < c->n && c->metas[i] != meta) i++;
+    if (!c || i == c->n || c->use[i].off) return ACCEL_OK;
+    accel__fp8_cache_use *u = &c->use[i];
+    const accel_arena *a = accel_step_arena();
+    if (u->arena == a && u->gen == accel_arena_generation(a)) return ACCEL_OK;
+    const accel__form_key kq = {ACCEL__FORM_FP8, ACCEL_U8}, kt = {ACCEL__FORM_FP8_T, ACCEL_U8};
+    accel_tensor *fq, *ft;
+    tl_form_new = false;
+    accel_status st = accel__prepared_get(w, &kq, ACCEL_U8, fp8_form_new, &fq);
+    if (st == ACCEL_OK && fq) st = accel__prepared_get(w, &kt, ACCEL_U8, fp8_form_new, &ft);
+    if (st != ACCEL_OK || !fq || !ft) return st;
+    const int64_t O = w->shape[0], I = w->shape[1];
+    accel_tensor *t = accel_view_raw(ft, 2, (int64_t[]){I, O}, (int64_t[]){O, 1}, 0); /* its bytes as [I, O] */
+    accel_tensor *row = accel_view_raw(c->state, 1, (int64_t[]){4}, (int64_t[]){1}, (int64_t)i * 4);
+    if (!t || !row) return accel_last_status();
+    st = accel__fp8_quantize_cached(fq, t, inv, 1, wf, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, row, tl_form_new);
+    if (st != ACCEL_OK) return st;
+    u->arena = a, u->gen = accel_arena_generation(a);
+    *q = fq, *q_t = t, *done = true;
+    return ACCEL_OK;
+}
+
+/* One forward operand (x [R, I] or W [O, I]) as its GEMMs read it: q its
+ * fp8 cast (fprop in fp8), q_t its transposed cast (the backward GEMM of it
+ * in fp8), u the autocast dtype's operand (a GEMM of it overridden). */
+typedef struct fwd_operand {
+    accel_tensor *q, *q_t, *u;
+} fwd_operand;
+
+/* t [rows, cols] (f32 contiguous tf from t) for the GEMMs that read it:
+ * fp8_fwd (fprop in fp8), fp8_bwd / high_bwd (its backward GEMM, when
+ * grads, in fp8 / overridden); the cast (if any) raises slot's amax and
+ * keeps its scale_inv at inv[slot]. False + error on failure. */
+static bool operand_for(fwd_operand *o, accel_tensor *t, accel_tensor *tf, accel_tensor *inv, accel_tensor *meta,
+                        int slot, bool fp8_fwd, bool fp8_bwd, bool high_bwd, accel_dtype dt) {
+    const int64_t rows = accel__prod(tf->shape, 0, tf->ndim - 1), cols = tf->shape[tf->ndim - 1];
+    *o = (fwd_operand){NULL, NULL, NULL};
+    bool cached = false;
+    if (slot == ACCEL__FP8_W && (fp8_fwd || fp8_bwd) && cached_weight(t, tf, meta, inv, &o->q, &o->q_t, &cached))
+        return false;
+    if (cached) return (fp8_fwd && !high_bwd) || (o->u = accel__mm_operand(t, dt));
+    if ((fp8_fwd && !(o->q = bytes(rows, cols, tf->device))) || (fp8_bwd && !(o->q_t = bytes(cols, rows, tf->device))) ||
+        ((!fp8_fwd || high_bwd) && !(o->u = accel__mm_operand(t, dt))))
+        return false;
+    accel_tensor m;
+    return !(o->q || o->q_t) ||
+           accel__fp8_quantize(o->q, o->q_t, inv, slot, as_matrix(&m, tf, rows, cols), meta, slot, ACCEL_FP8_E4M3) ==
+               ACCEL_OK;
+}
+
 accel_tensor *accel__fp8_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b, accel_tensor *meta,
                                 accel__fp8_recipe r) {
     static const char *OP = "accel_linear (fp8)";
@@ -130,28 +273,31 @@ accel_tensor *accel__fp8_linear(accel_tensor *x, accel_tensor *w, accel_tensor *
     oshape[x->ndim - 1] = O;
     accel_tensor *out = accel__op_out((accel_dtype)dt, x->ndim, oshape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    bool grads = accel_is_grad_enabled() && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
+    log_note(meta);
+    const bool grads = accel_is_grad_enabled() && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
+    const bool f = !r.high_precision[ACCEL__FP8_FPROP], d = !r.high_precision[ACCEL__FP8_DGRAD];
+    const bool wg = !r.high_precision[ACCEL__FP8_WGRAD];
     accel_tensor *xf = accel__f32_contig(x), *wf = accel__f32_contig(w);
-    accel_tensor *qx = bytes(R, I, dev), *qw = bytes(O, I, dev);
-    accel_tensor *qxt = grads ? bytes(I, R, dev) : NULL, *qwt = grads ? bytes(I, O, dev) : NULL;
     accel_tensor *inv = accel_empty_on(ACCEL_F32, 1, (int64_t[]){2}, dev);
     accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
-    if (!xf || !wf || !qx || !qw || (grads && (!qxt || !qwt)) || !inv || !c) return NULL;
-    accel_tensor xm, cm;
-    if (accel__fp8_quantize(qx, qxt, inv, 0, as_matrix(&xm, xf, R, I), meta, ACCEL__FP8_X, ACCEL_FP8_E4M3) ||
-        accel__fp8_quantize(qw, qwt, inv, 1, wf, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3))
+    fwd_operand ox, ow; /* x^T feeds wgrad, W^T dgrad */
+    if (!xf || !wf || !inv || !c ||
+        !operand_for(&ox, x, xf, inv, meta, ACCEL__FP8_X, f, grads && wg, grads && !wg, (accel_dtype)dt) ||
+        !operand_for(&ow, w, wf, inv, meta, ACCEL__FP8_W, f, grads && d, grads && !d, (accel_dtype)dt))
         return NULL;
+    accel_tensor cm;
     int beta = bias_into(OP, as_matrix(&cm, c, R, O), b, R, O, (accel_dtype)dt);
     if (beta < 0) return NULL;
     /* Y [R, O] = X [R, I] W^T */
-    if (accel__fp8_gemm(&cm, (float)beta, (accel__fp8_operand){qx, ACCEL_FP8_E4M3, inv, 0},
-                        (accel__fp8_operand){qw, ACCEL_FP8_E4M3, inv, 1}) ||
-        (!r.deferred_update && accel__fp8_meta_update(meta, ACCEL__FP8_X, 2, r)))
-        return NULL;
-    if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
+    accel_status st = f ? accel__fp8_gemm(&cm, (float)beta, (accel__fp8_operand){ox.q, ACCEL_FP8_E4M3, inv, 0},
+                                          (accel__fp8_operand){ow.q, ACCEL_FP8_E4M3, inv, 1})
+                        : gemm_high(&cm, (float)beta, ox.u, false, ow.u, true, R, O, I);
+    if (st == ACCEL_OK && !r.deferred_update && (ox.q || ox.q_t)) st = accel__fp8_meta_update(meta, ACCEL__FP8_X, 1, r);
+    if (st == ACCEL_OK && !r.deferred_update && (ow.q || ow.q_t)) st = accel__fp8_meta_update(meta, ACCEL__FP8_W, 1, r);
+    if (st != ACCEL_OK || (c != out && accel_copy_(out, c) != ACCEL_OK)) return NULL;
     accel_node *n = grads ? accel_tape_record("fp8_linear", fp8_linear_backward, out, 3, in) : NULL;
     if (n) {
-        n->saved[0] = qxt, n->saved[1] = qwt, n->saved[2] = inv, n->saved[3] = meta;
+        n->saved[0] = wg ? ox.q_t : ox.u, n->saved[1] = d ? ow.q_t : ow.u, n->saved[2] = inv, n->saved[3] = meta;
         n->iarg[0] = R, n->iarg[1] = I, n->iarg[2] = O;
         recipe_save(n, r);
     }

@@ -6,10 +6,12 @@
  * fused_kernels.c, never as a whole-tensor f32 copy; f32 tensors are used in
  * place. The forward keeps the softmax probabilities P [B, H, Tq, Tk] (f32)
  * for the backward (under the causal mask only the blocks left of the
- * diagonal are written and read). Heads run in parallel, one OpenMP thread
- * per head calling the single-threaded sgemm on blocks of queries; with
- * fewer heads than threads, heads run one after another and each GEMM is
- * split across the threads. */
+ * diagonal are written and read). Heads run in parallel by kv head (its K
+ * and V read once for the H / Hkv query heads that share them, forward and
+ * backward alike), one OpenMP thread per kv head calling the single-threaded
+ * sgemm on blocks of queries; with too few kv heads the forward runs query
+ * heads in parallel instead, and with too few heads of either kind they run
+ * one after another and each GEMM is split across the threads. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -117,13 +119,10 @@ static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, float *base) {
     return s;
 }
 
-/* One (batch, head): P [Tq, Tk] (only each block's [0, kend) columns are
- * written) and O [Tq, Dv]. */
-static void head_forward(const accel_k_sdpa *a, int64_t bh, fwd_scratch s) {
+/* One (batch, head) bh on its kv head's K kh [Tk, D] and V vh [Tk, Dv]: P
+ * [Tq, Tk] (only each block's [0, kend) columns are written) and O [Tq, Dv]. */
+static void head_forward(const accel_k_sdpa *a, int64_t bh, tile kh, tile vh, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    int64_t b = bh / d->H, h = bh % d->H, hk = h / (d->H / d->Hkv);
-    tile kh = tile_load(a->k, b * d->ks[0] + hk * d->ks[1], d->Tk, d->D, d->ks[2], s.k),
-         vh = tile_load(a->v, b * d->vs[0] + hk * d->vs[1], d->Tk, d->Dv, d->vs[2], s.v);
     float *ph = (float *)a->p->data + bh * d->Tq * d->Tk;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
         int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
@@ -142,6 +141,16 @@ static void head_forward(const accel_k_sdpa *a, int64_t bh, fwd_scratch s) {
         }
         tile_store(a->o, ooff, nq, d->Dv, ob);
     }
+}
+
+/* Query heads [bh0, bh0 + n) of one kv head: its K and V are read (widened
+ * to f32 when they are bf16/f16) once for all n. */
+static void heads_forward(const accel_k_sdpa *a, int64_t bh0, int64_t n, fwd_scratch s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t b = bh0 / d->H, hk = bh0 % d->H / (d->H / d->Hkv);
+    tile kh = tile_load(a->k, b * d->ks[0] + hk * d->ks[1], d->Tk, d->D, d->ks[2], s.k),
+         vh = tile_load(a->v, b * d->vs[0] + hk * d->vs[1], d->Tk, d->Dv, d->vs[2], s.v);
+    for (int64_t i = 0; i < n; i++) head_forward(a, bh0 + i, kh, vh, s);
 }
 
 /* t (n elements, contiguous) as f32: t's memory, or an arena conversion. */
@@ -299,17 +308,23 @@ static float *thread_scratch(int nt, int64_t floats) {
 accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
     const accel_k_sdpa_dims *d = &k->dims;
     if (accel_reference_kernels()) return reference_forward(k);
-    int64_t nbh = d->B * d->H, per = fwd_scratch_floats(k);
-    bool par = heads_parallel(nbh);
+    /* A unit of work is the G query heads of a kv head (its K and V read
+     * once), or one query head when too few kv heads would keep the
+     * threads busy and enough query heads would. */
+    int64_t G = d->H / d->Hkv, per = fwd_scratch_floats(k);
+    int64_t heads = heads_parallel(d->B * d->Hkv) || !heads_parallel(d->B * d->H) ? G : 1;
+    int64_t units = d->B * d->H / heads;
+    bool par = heads_parallel(units);
     int nt = par ? accel_num_threads() : 1;
     float *scratch = thread_scratch(nt, per);
     if (!scratch) return accel_last_status();
     if (par) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
-        for (int64_t i = 0; i < nbh; i++) head_forward(k, i, fwd_scratch_at(k, scratch + omp_get_thread_num() * per));
+        for (int64_t i = 0; i < units; i++)
+            heads_forward(k, i * heads, heads, fwd_scratch_at(k, scratch + omp_get_thread_num() * per));
     } else {
-        for (int64_t i = 0; i < nbh; i++) head_forward(k, i, fwd_scratch_at(k, scratch));
+        for (int64_t i = 0; i < units; i++) heads_forward(k, i * heads, heads, fwd_scratch_at(k, scratch));
     }
     return ACCEL_OK;
 }

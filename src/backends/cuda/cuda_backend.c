@@ -145,8 +145,15 @@ static accel_status cuda_copy_to_host(int index, void *dst, const void *src, siz
     return copy_sync(index, dst, src, n, cudaMemcpyDeviceToHost, "copy_to_host");
 }
 
+/* A copy between two GPUs runs on the destination's stream, which does not
+ * wait for work on the source GPU (cudaMemcpyPeerAsync is asynchronous with
+ * respect to other devices): the source's stream is drained first, so the
+ * copy reads what the kernels enqueued there wrote. */
 static accel_status cuda_copy_device(int dst_index, void *dst, int src_index, const void *src, size_t n) {
     if (!n || dst == src) return ACCEL_OK;
+    if (dst_index != src_index &&
+        accel__cuda_check(cudaStreamSynchronize(accel__cuda_enter(src_index)), src_index, "copy_device") != ACCEL_OK)
+        return accel_last_status();
     cudaStream_t s = accel__cuda_enter(dst_index);
     accel_status st = dst_index == src_index
                           ? copy_async(dst_index, dst, src, n, cudaMemcpyDeviceToDevice, s, "copy_device")
@@ -215,6 +222,11 @@ static const accel_backend cuda_backend = {
         .mem_info = cuda_mem_info,
         .host_alloc = cuda_host_alloc,
         .host_free = cuda_host_free,
+        .vm_granularity = accel__cuda_vm_granularity,
+        .vm_reserve = accel__cuda_vm_reserve,
+        .vm_release = accel__cuda_vm_release,
+        .vm_map = accel__cuda_vm_map,
+        .vm_unmap = accel__cuda_vm_unmap,
     },
     .async = {
         .stream_new = cuda_stream_new,

@@ -35,6 +35,12 @@ void *accel__cuda_step_alloc(int index, size_t bytes, size_t align);
 void accel__cuda_step_reset(int index);
 /* Bytes cudaMalloc'd and held (in use or cached) on device index. */
 size_t accel__cuda_reserved_bytes(int index);
+/* Virtual memory (vm.c): the backend's vm_* entries (backend.h). */
+size_t accel__cuda_vm_granularity(int index);
+void *accel__cuda_vm_reserve(int index, size_t bytes);
+void accel__cuda_vm_release(int index, void *p, size_t bytes);
+accel_status accel__cuda_vm_map(int index, void *p, size_t bytes);
+accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes);
 
 /* The kernels this backend has (the table in cuda_backend.c lists them):
  * today every entry of backends/kernels.h. An entry added there later stays
@@ -69,12 +75,19 @@ accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, i
  * Device pointers throughout; enqueued on the thread's stream. */
 
 /* q [rows, cols] (fp8 bits of format f, row-major) = fp8(x * *scale),
- * saturating, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
+ * saturating, unless NULL, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
  * transpose when non-NULL (the K-contiguous operand of the gradient GEMMs);
  * *amax = max(*amax, max |x|); *inv_out = *scale_inv unless NULL. */
 accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
                                       int64_t cols, accel__fp8_format f, const float *scale, const float *scale_inv,
                                       float *amax, float *inv_out);
+/* backends/fp8.h's accel__fp8_quantize_cached: q and q_t recast only when
+ * fresh or *scale != cache[0]; cache f32 [4]: the scale cast with, the amax
+ * that cast measured, a scratch (0 between calls). */
+accel_status accel__cuda_fp8_quantize_cached(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
+                                             int64_t cols, accel__fp8_format f, const float *scale,
+                                             const float *scale_inv, float *amax, float *inv_out, float *cache,
+                                             bool fresh);
 /* accel__fp8_update of slots [first, first + n) of the fp8 meta `meta`
  * (f32 [2 + r.history_len, ACCEL__FP8_SLOTS]). */
 accel_status accel__cuda_fp8_update(int index, float *meta, int first, int n, accel__fp8_recipe r);

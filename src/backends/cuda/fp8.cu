@@ -22,7 +22,7 @@ __global__ void fp8_quantize_k(uint8_t *q, uint8_t *qt, const float *x, int64_t 
         float v = x[i];
         m = fmaxf(m, fabsf(v));
         uint8_t b = to_fp8(v * s, f);
-        q[i] = b;
+        if (q) q[i] = b;
         if (qt) qt[(i % cols) * rows + i / cols] = b;
     }
     m = warp_max(m);
@@ -38,6 +38,48 @@ extern "C" accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t 
     fp8_quantize_k<<<blocks_for(rows * cols), KTHREADS, 0, s>>>(q, q_t, x, rows, cols, f, scale, scale_inv, amax,
                                                                 inv_out);
     return launched(index, "fp8_quantize");
+}
+
+/* A cached weight cast (backends/fp8.h): every block decides from the scale
+ * (cache[0] is only written by the commit after it), a recast's amax is
+ * gathered in the scratch cache[2]; the commit, one thread after it in
+ * stream order, keeps the new scale and amax, clears the scratch and records
+ * the cached amax and the scale_inv as an uncached cast would. */
+__global__ void fp8_cached_cast_k(uint8_t *q, uint8_t *qt, const float *x, int64_t rows, int64_t cols,
+                                  accel__fp8_format f, const float *scale, float *cache, bool fresh) {
+    const float s = *scale;
+    if (!fresh && s == cache[0]) return;
+    float m = 0.0f;
+    GRID_STRIDE(i, rows * cols) {
+        float v = x[i];
+        m = fmaxf(m, fabsf(v));
+        uint8_t b = to_fp8(v * s, f);
+        q[i] = b;
+        qt[(i % cols) * rows + i / cols] = b;
+    }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) atomicMax((unsigned int *)(cache + 2), __float_as_uint(m));
+}
+
+__global__ void fp8_cached_commit_k(const float *scale, const float *scale_inv, float *amax, float *inv_out,
+                                    float *cache, bool fresh) {
+    if (fresh || *scale != cache[0]) cache[0] = *scale, cache[1] = cache[2];
+    cache[2] = 0.0f;
+    *amax = fmaxf(*amax, cache[1]);
+    *inv_out = *scale_inv;
+}
+
+extern "C" accel_status accel__cuda_fp8_quantize_cached(int index, uint8_t *q, uint8_t *q_t, const float *x,
+                                                        int64_t rows, int64_t cols, accel__fp8_format f,
+                                                        const float *scale, const float *scale_inv, float *amax,
+                                                        float *inv_out, float *cache, bool fresh) {
+    if (!rows || !cols) return ACCEL_OK;
+    cudaStream_t s = accel__cuda_enter(index);
+    fp8_cached_cast_k<<<blocks_for(rows * cols), KTHREADS, 0, s>>>(q, q_t, x, rows, cols, f, scale, cache, fresh);
+    accel_status st = launched(index, "fp8_cached_cast");
+    if (st != ACCEL_OK) return st;
+    fp8_cached_commit_k<<<1, 1, 0, s>>>(scale, scale_inv, amax, inv_out, cache, fresh);
+    return launched(index, "fp8_cached_commit");
 }
 
 /* One thread per slot: a history is at most a few thousand floats. */

@@ -8,6 +8,9 @@
  * pointer would. Pointer arithmetic on tagged pointers (views) is fine: the
  * tag sits far above any offset.
  *
+ * Memory counters (accel__hostless_memory_stats) count persistent
+ * allocations and mapped virtual memory, as a GPU's allocator would see them.
+ *
  * Pinned host memory (host_alloc/host_free) is plain host memory whose
  * allocations are counted (hostless.h), and can be made to fail, as
  * cudaMallocHost does when pinned memory runs out.
@@ -21,8 +24,11 @@
  * Registered by accel__hostless_register(n), or at start-up with
  * ACCEL_TEST_DEVICES=n in the environment (tests run whole binaries on it
  * with ACCEL_DEFAULT_DEVICE=hostless:0). Never for production use. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -53,12 +59,96 @@ static accel_status bad_pointer(int index, const char *what, const void *p) {
 
 static int hostless_count(void) { return g_count; }
 
+/* ---- memory counters: persistent allocations and mapped virtual memory */
+
+static _Atomic size_t g_in_use[HOSTLESS_MAX], g_peak[HOSTLESS_MAX];
+
+static void count_up(int index, size_t n) {
+    size_t now = atomic_fetch_add(&g_in_use[index], n) + n;
+    size_t peak = atomic_load(&g_peak[index]);
+    while (now > peak && !atomic_compare_exchange_weak(&g_peak[index], &peak, now)) {}
+}
+
+static void count_down(int index, size_t n) { atomic_fetch_sub(&g_in_use[index], n); }
+
+accel__hostless_memory accel__hostless_memory_stats(int index) {
+    return (accel__hostless_memory){atomic_load(&g_in_use[index]), atomic_load(&g_peak[index])};
+}
+
+void accel__hostless_reset_peak(int index) { atomic_store(&g_peak[index], atomic_load(&g_in_use[index])); }
+
+/* A block's size, for the counters, in a header just below it: the block
+ * starts `head` bytes (>= 16, a multiple of align) into its allocation. */
+typedef struct block_head {
+    size_t bytes, head;
+} block_head;
+
 static void *hostless_alloc(int index, size_t bytes, size_t align) {
-    return to_device_ptr(index, accel_malloc_aligned(bytes, align));
+    size_t head = align < 16 ? 16 : align;
+    char *base = accel_malloc_aligned(bytes + head, head);
+    if (!base) return NULL;
+    block_head *h = (block_head *)(base + head) - 1;
+    *h = (block_head){bytes, head};
+    count_up(index, bytes);
+    return to_device_ptr(index, base + head);
 }
 
 static void hostless_free(int index, void *p) {
-    if (p) accel_free(to_host_ptr(index, p));
+    if (!p) return;
+    char *user = to_host_ptr(index, p);
+    block_head *h = (block_head *)user - 1;
+    count_down(index, h->bytes);
+    accel_free(user - h->head);
+}
+
+/* ---- virtual memory: reserved address space without access (PROT_NONE);
+ * mapping makes it readable and writable, unmapping gives its pages back and
+ * takes the access away again, so a stray use of unmapped device memory
+ * faults as on a GPU. */
+
+enum { HOSTLESS_VM_GRANULE = 64 << 10 };
+
+static size_t hostless_vm_granularity(int index) {
+    return HOSTLESS_VM_GRANULE;
+}
+
+/* mmap aligns to pages only: reserve a granule more and trim both ends. */
+static void *hostless_vm_reserve(int index, size_t bytes) {
+    size_t g = HOSTLESS_VM_GRANULE, span = bytes + g;
+    char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot reserve %zu bytes of address space", index, bytes);
+        return NULL;
+    }
+    char *lo = (char *)(((uintptr_t)p + g - 1) / g * g);
+    if (lo > p) munmap(p, (size_t)(lo - p));
+    if (lo + bytes < p + span) munmap(lo + bytes, (size_t)(p + span - (lo + bytes)));
+    return to_device_ptr(index, lo);
+}
+
+static void hostless_vm_release(int index, void *p, size_t bytes) {
+    if (p) munmap(to_host_ptr(index, p), bytes);
+}
+
+static accel_status hostless_vm_map(int index, void *p, size_t bytes) {
+    void *h = to_host_ptr(index, p);
+    if (!h) return bad_pointer(index, "vm_map of", p);
+    if (mprotect(h, bytes, PROT_READ | PROT_WRITE))
+        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: %s", index, bytes, p,
+                               strerror(errno));
+    count_up(index, bytes);
+    return ACCEL_OK;
+}
+
+static accel_status hostless_vm_unmap(int index, void *p, size_t bytes) {
+    void *h = to_host_ptr(index, p);
+    if (!h) return bad_pointer(index, "vm_unmap of", p);
+    madvise(h, bytes, MADV_DONTNEED);
+    if (mprotect(h, bytes, PROT_NONE))
+        return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: cannot unmap %zu bytes at %p: %s", index, bytes, p,
+                               strerror(errno));
+    count_down(index, bytes);
+    return ACCEL_OK;
 }
 
 /* Each thread's step pool of each device: an arena of its own, so that the
@@ -228,6 +318,11 @@ static const accel_backend hostless_backend = {
         .mem_info = hostless_mem_info,
         .host_alloc = hostless_host_alloc,
         .host_free = hostless_host_free,
+        .vm_granularity = hostless_vm_granularity,
+        .vm_reserve = hostless_vm_reserve,
+        .vm_release = hostless_vm_release,
+        .vm_map = hostless_vm_map,
+        .vm_unmap = hostless_vm_unmap,
     },
     .kernels = {
 #define HOSTLESS_SLOT(name, T) .name = hostless_##name,
