@@ -4,18 +4,24 @@
  *      overhead of the op around its GEMM;
  *   2. the GEMM providers per shape (src/backends/cpu/gemm.h): OpenBLAS
  *      f32, oneDNN f32 and oneDNN bf16 (bf16 operands, f32 result) through
- *      accel__gemm with the provider forced, and what auto picks here.
+ *      accel__gemm with the provider forced, and what auto picks here;
+ *   3. oneDNN on the forward and dX pieces with the weight plain at every
+ *      call vs kept in oneDNN's layout (accel__gemm_weight), f32 (and bf16
+ *      where oneDNN has a bf16 matmul).
  * The CPU model and ISA are printed on top.
  *
- *     build/bin/bench_matmul [out.md] [repeats]   (default bench/results/matmul.md, 7)
+ *     build/bin/bench_matmul [out.md] [repeats] [packed]
+ *         (default bench/results/matmul.md, 7; "packed": table 3 alone)
  */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "accel/accel.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
+#include "core/prepared.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -92,23 +98,49 @@ static piece_gemm piece_operands(piece p, int64_t R, int64_t NIN, int64_t NOUT, 
     return (piece_gemm){true, false, NOUT, NIN, R, NOUT, NIN, y, x, 1.0f}; /* dW += dY^T X */
 }
 
+/* A call's wall time and the CPU time of the process over it (the machine
+ * is shared: the CPU time is what a call costs when others wait for it). */
+typedef struct call_time {
+    double wall, cpu;
+} call_time;
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double piece_gflop(const piece_gemm *g) { return 2.0 * (double)g->M * (double)g->N * (double)g->K * 1e-9; }
+
+/* One GEMM of the piece on dtype dt in the current mode, timed into *t:
+ * accel__gemm on g->b, or with w (whose memory g->b is) accel__gemm_weight,
+ * which reads w's form in oneDNN's layout where the provider is oneDNN;
+ * bump: w's version moves first, so the call reorders w again. */
+static accel_status gemm_once(accel_dtype dt, const piece_gemm *g, accel_tensor *w, bool bump, float *c,
+                              call_time *t) {
+    if (bump) accel_tensor_increment_version(w);
+    double w0 = accel_now_seconds(), c0 = cpu_seconds();
+    accel_status st = w ? accel__gemm_weight(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, w, 0, g->ldb,
+                                             g->beta, c, g->N)
+                        : accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
+                                      g->beta, c, g->N);
+    t->wall = accel_now_seconds() - w0;
+    t->cpu = cpu_seconds() - c0;
+    accel_step_reset();
+    if (st != ACCEL_OK) fprintf(stderr, "bench_matmul: %s\n", accel_last_error());
+    return st;
+}
+
 /* Median GFLOP/s of accel__gemm in the mode on dtype dt, or 0 when it fails. */
 static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece_gemm *g, float *c, int reps) {
     if (accel__gemm_set_mode(mode) != ACCEL_OK) return 0.0;
     double t[100];
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up (creates oneDNN's primitive) */
-        double t0 = accel_now_seconds();
-        accel_status st = accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
-                                      g->beta, c, g->N);
-        double dt_s = accel_now_seconds() - t0;
-        accel_step_reset();
-        if (st != ACCEL_OK) {
-            fprintf(stderr, "bench_matmul: %s\n", accel_last_error());
-            return 0.0;
-        }
-        if (r >= 0) t[r] = dt_s;
+        call_time ct;
+        if (gemm_once(dt, g, NULL, false, c, &ct) != ACCEL_OK) return 0.0;
+        if (r >= 0) t[r] = ct.wall;
     }
-    return 2.0 * (double)g->M * (double)g->N * (double)g->K / median(t, reps) * 1e-9;
+    return piece_gflop(g) / median(t, reps);
 }
 
 /* "218.4 (brg:avx2)"; "-" when oneDNN is not built in; a dtype oneDNN has
@@ -163,17 +195,97 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
     }
 }
 
+/* ---- oneDNN with the weight plain at every call vs its form in oneDNN's layout */
+
+/* The three ways of packed_row: the weight plain (oneDNN packs its panels
+ * inside every call), its form, its form reordered again before the call. */
+enum { PLAIN, PACKED, REORDERED, WAYS };
+
+/* One row of the packed table: the forward or dX piece in dtype dt, the
+ * ways interleaved call by call so that each sees the same load. */
+static void packed_row(FILE *md, int reps, const char *name, piece p, accel_dtype dt, int64_t R, int64_t NIN,
+                       int64_t NOUT) {
+    size_t es = accel_dtype_size(dt), big = (size_t)(R * (NIN > NOUT ? NIN : NOUT));
+    float *wide = malloc(sizeof(float) * big), *c = malloc(sizeof(float) * big);
+    void *act = malloc(es * big);
+    accel_tensor *w = accel_tensor_new(dt, ACCEL_SHAPE(NOUT, NIN), ACCEL_CPU_DEVICE);
+    for (size_t i = 0; i < big; i++) wide[i] = (float)((int)(i % 13) - 6) * 0.1f;
+    accel_convert(act, dt, wide, ACCEL_F32, big);
+    for (int64_t i = 0; i < NIN * NOUT; i++) wide[i] = (float)((int)(i % 11) - 5) * 0.02f;
+    accel_convert(w->data, dt, wide, ACCEL_F32, (size_t)(NIN * NOUT));
+    piece_gemm g = piece_operands(p, R, NIN, NOUT, act, w->data, act);
+    double wall[WAYS][100], cpu[WAYS][100], gf[WAYS] = {0}, cpu_gf[WAYS] = {0};
+    uint64_t b0 = accel__prepared_stats_get().builds;
+    bool ok = accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK, formed = false;
+    for (int r = -1; r < reps && ok; r++) /* r = -1: warm-up (oneDNN's primitives, w's form) */
+        for (int v = PLAIN; v < WAYS && ok; v++) {
+            if (v == REORDERED && !(formed = accel__prepared_stats_get().builds > b0)) continue;
+            call_time ct;
+            ok = gemm_once(dt, &g, v == PLAIN ? NULL : w, v == REORDERED, c, &ct) == ACCEL_OK;
+            if (r >= 0) wall[v][r] = ct.wall, cpu[v][r] = ct.cpu;
+        }
+    for (int v = PLAIN; v < WAYS && ok; v++)
+        if (v != REORDERED || formed) {
+            gf[v] = piece_gflop(&g) / median(wall[v], reps);
+            cpu_gf[v] = piece_gflop(&g) / median(cpu[v], reps);
+        }
+    char reord[32] = "-";
+    if (gf[REORDERED] > 0) snprintf(reord, sizeof reord, "%.1f", gf[REORDERED]);
+    const char *layout = formed ? "reordered" : "none: oneDNN reads W as stored";
+    double r_wall = gf[PLAIN] > 0 ? gf[PACKED] / gf[PLAIN] : 0, r_cpu = cpu_gf[PLAIN] > 0 ? cpu_gf[PACKED] / cpu_gf[PLAIN] : 0;
+    fprintf(md, "| %s | %s | %lld x %lld x %lld | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %s | %s |\n", name,
+            PIECE[p], (long long)g.M, (long long)g.N, (long long)g.K, accel_dtype_name(dt), gf[PLAIN], gf[PACKED],
+            r_wall, cpu_gf[PLAIN], cpu_gf[PACKED], r_cpu, reord, layout);
+    printf("%-14s %-24s %-8s wall: plain %6.1f packed %6.1f (x%.2f)  cpu: plain %6.1f packed %6.1f (x%.2f)  "
+           "reorder each call %s  (%s)\n",
+           name, PIECE[p], accel_dtype_name(dt), gf[PLAIN], gf[PACKED], r_wall, cpu_gf[PLAIN], cpu_gf[PACKED], r_cpu,
+           reord, layout);
+    accel_tensor_free(w);
+    free(wide);
+    free(c);
+    free(act);
+}
+
+static void packed_table(FILE *md, int reps, int64_t R, const char *const *names, const int64_t (*dims)[2],
+                         int nshapes) {
+    /* oneDNN multiplies bf16 itself here (else ACCEL_GEMM=dnnl widens it per call: no form) */
+    bool bf16 = accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK && !accel__gemm_widens_per_call(ACCEL_BF16);
+    fprintf(md, "\n## oneDNN: the weight plain at every call vs kept in oneDNN's layout\n\n"
+                "ACCEL_GEMM=dnnl, %d threads, median of %d calls after one warm-up, the three ways interleaved "
+                "call by call; GFLOP/s of wall time, and GFLOP per second of the process's CPU time (what a call "
+                "costs on a shared machine). plain: accel__gemm on the row-major weight (oneDNN packs its panels "
+                "inside every call); packed: accel__gemm_weight, the weight's prepared form in the layout "
+                "oneDNN's matmul picks (reordered once per version of the weight); reorder each call: packed "
+                "with the weight's version moved before every call (one reorder per optimizer step, charged to "
+                "one call; wall GFLOP/s). Where oneDNN reads the weight as stored there is no form and plain vs "
+                "packed runs the same code: that row's ratio is the jitter. bf16 rows only where oneDNN has a "
+                "bf16 matmul%s.\n\n"
+                "| layer | piece | M x N x K | dtype | plain | packed | ratio | plain (CPU) | packed (CPU) | "
+                "ratio (CPU) | reorder each call | weight form |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            accel_num_threads(), reps, bf16 ? "" : " (none here)");
+    for (int s = 0; s < nshapes; s++)
+        for (int p = FWD; p <= DX; p++) {
+            packed_row(md, reps, names[s], (piece)p, ACCEL_F32, R, dims[s][0], dims[s][1]);
+            if (bf16) packed_row(md, reps, names[s], (piece)p, ACCEL_BF16, R, dims[s][0], dims[s][1]);
+        }
+    accel__gemm_set_mode(ACCEL__GEMM_AUTO);
+}
+
 int main(int argc, char **argv) {
     const char *out_path = argc > 1 ? argv[1] : "bench/results/matmul.md";
     if (out_path[0] == '-') { /* "--help" was once taken for the output file */
-        fprintf(stderr, "usage: bench_matmul [OUT.md (default bench/results/matmul.md)] [REPS (default 7)]\n");
+        fprintf(stderr, "usage: bench_matmul [OUT.md (default bench/results/matmul.md)] [REPS (default 7)] [packed]\n");
         return 2;
     }
     int reps = argc > 2 ? atoi(argv[2]) : 7;
     if (reps < 1 || reps > 100) reps = 7;
+    bool packed_only = argc > 3 && !strcmp(argv[3], "packed");
     const int64_t R = 2048;
     struct { const char *name; int64_t in, out; } shapes[] = {
         {"attn q/o proj", 512, 512}, {"mlp up/gate", 512, 1536}, {"mlp down", 1536, 512}, {"lm_head", 512, 8192}};
+    const char *names[4];
+    int64_t dims[4][2];
+    for (int s = 0; s < 4; s++) names[s] = shapes[s].name, dims[s][0] = shapes[s].in, dims[s][1] = shapes[s].out;
     FILE *md = fopen(out_path, "w");
     if (!md) {
         fprintf(stderr, "bench_matmul: cannot write %s\n", out_path);
@@ -183,13 +295,20 @@ int main(int argc, char **argv) {
     accel_cpu_describe(cpu, sizeof cpu);
     accel__gemm_describe(gemm, sizeof gemm);
     printf("%s%s\n", cpu, gemm);
-    fprintf(md, "# Llama step GEMMs\n\n```\n%s%s```\n\n## accel_linear vs raw cblas_sgemm (f32)\n\n"
+    fprintf(md, "# Llama step GEMMs\n\n```\n%s%s```\n", cpu, gemm);
+    if (packed_only) {
+        if (accel__gemm_have_dnnl()) packed_table(md, reps, R, names, (const int64_t(*)[2])dims, 4);
+        fclose(md);
+        accel_thread_cleanup();
+        return 0;
+    }
+    fprintf(md, "\n## accel_linear vs raw cblas_sgemm (f32)\n\n"
                 "Llama training-step GEMMs, B*T = %lld tokens, %d threads, median of %d runs "
                 "(after one warm-up). Ratio = raw time / accel time (1.00 = no overhead). "
                 "The machine is shared: expect +-15%% jitter between runs.\n\n"
                 "| layer | piece | M x N x K | raw GFLOP/s | accel GFLOP/s | ratio |\n"
                 "|---|---|---|---|---|---|\n",
-            cpu, gemm, (long long)R, accel_num_threads(), reps);
+            (long long)R, accel_num_threads(), reps);
     double worst = 1e9;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t NIN = shapes[s].in, NOUT = shapes[s].out;
@@ -231,10 +350,8 @@ int main(int argc, char **argv) {
         accel_tensor_free(w);
     }
     fprintf(md, "\nWorst ratio: %.2f\n", worst);
-    const char *names[4];
-    int64_t dims[4][2];
-    for (int s = 0; s < 4; s++) names[s] = shapes[s].name, dims[s][0] = shapes[s].in, dims[s][1] = shapes[s].out;
     provider_table(md, reps, R, names, (const int64_t(*)[2])dims, 4);
+    if (accel__gemm_have_dnnl()) packed_table(md, reps, R, names, (const int64_t(*)[2])dims, 4);
     fclose(md);
     printf("worst ratio %.2f; table written to %s\n", worst, out_path);
     accel_thread_cleanup();

@@ -22,3 +22,7 @@ foreach(m ${_gemm_env_modes})
                          ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_GEMM=${m}")
   endforeach()
 endforeach()
+# The weights in oneDNN's layout with the prepared-weight cache off from the
+# environment: nothing reordered, the same results (test_gemm_packed.c).
+add_test(NAME gemm_packed_no_cache COMMAND test_gemm_packed WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(gemm_packed_no_cache PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_WEIGHT_CACHE=0")

@@ -209,7 +209,9 @@ typedef struct accel_rank_memory {
     int64_t gathered;    /* ZeRO-3: two units' full parameters and two units' full gradients */
     int64_t prepared;    /* bf16 / fp16: autocast's copy of every weight, made once per step (2
                           * bytes a parameter where the CPU multiplies that dtype, else 4: the
-                          * rounded values widened to f32); docs/cpu.md, "Prepared weights" */
+                          * rounded values widened to f32); where oneDNN runs the linears' GEMMs,
+                          * up to two more copies in its layout (f32 too); docs/cpu.md,
+                          * "Prepared weights" */
     int64_t activations; /* as passed (accel_llama_activation_bytes().peak) */
     int64_t total;
 } accel_rank_memory;

@@ -182,13 +182,18 @@ typedef struct accel_k_max_backward {
 /* C = alpha op(A) op(B) + beta C on row-major matrices starting at element
  * offsets a_off, b_off, c_off of the tensors' data: op(A) [M, K] (A stored
  * [K, M] when trans_a), op(B) [K, N], C [M, N] with leading dims lda, ldb,
- * ldc. A and B f32/bf16/f16, C f32; beta 0 overwrites C (NaNs ignored). */
+ * ldc. A and B f32/bf16/f16, C f32; beta 0 overwrites C (NaNs ignored).
+ * b_weight: b is a layer's weight (or its autocast copy), read whole by
+ * later calls until its storage is written, so the backend may keep it in a
+ * layout of its own between calls (the CPU's: oneDNN's, a prepared form of
+ * b; backends/cpu/gemm.h). */
 typedef struct accel_k_gemm {
     ACCEL_KERNEL_TENSORS(3, *c, *a, *b);
     bool trans_a, trans_b;
     int64_t M, N, K, lda, ldb, ldc;
     int64_t a_off, b_off, c_off;
     float alpha, beta;
+    bool b_weight;
 } accel_k_gemm;
 
 /* out [R, O] (f32 contiguous) = bias [O] (f32) in every row. */

@@ -331,8 +331,11 @@ accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_by
         gathered = 4 * L;
     }
     /* autocast's copy of every weight (core/prepared.h): bf16 / f16 on a CPU
-     * that multiplies it, else those values widened to f32 */
-    double prepared = half ? P / (accel__gemm_native(autocast) ? 2 : 1) : 0;
+     * that multiplies it, else those values widened to f32; and where oneDNN
+     * multiplies the linears, up to two copies of each in its layout
+     * (forward's, dX's: accel__gemm_weight_forms) */
+    double prepared = half ? P / (accel__gemm_native(autocast) ? 2 : 1) * (1 + accel__gemm_weight_forms(autocast))
+                           : P * accel__gemm_weight_forms(ACCEL_F32);
     double total = w + g + opt + gathered + prepared + (double)activation_bytes;
     if (!to_bytes(total, &out->total))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: more than 2^62 bytes per rank", FN);

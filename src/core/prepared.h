@@ -45,7 +45,13 @@ typedef struct accel__prepared accel__prepared;
 enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2,
        /* the fp8 Linear's E4M3 weight (u8 of the weight's shape) and its
         * transpose (the same bytes viewed [in, out]): ops/fp8_linear.c */
-       ACCEL__FORM_FP8 = 3, ACCEL__FORM_FP8_T = 4 };
+       ACCEL__FORM_FP8 = 3, ACCEL__FORM_FP8_T = 4,
+       /* the owner (a GEMM operand of dtype dt, itself a weight or a
+        * weight's autocast copy) reordered into the layout oneDNN's matmul
+        * wants for op(B) = owner^T (forward Y = X W^T) or owner (dX = dY W):
+        * the same bytes as the owner, laid out differently
+        * (src/backends/cpu/gemm.c) */
+       ACCEL__FORM_DNNL_NT = 5, ACCEL__FORM_DNNL_NN = 6 };
 typedef struct accel__form_key {
     int kind;
     accel_dtype dt;

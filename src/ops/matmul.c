@@ -1,10 +1,15 @@
 /* accel_matmul (batched, broadcasting, 1-D operands as torch.matmul) and
  * accel_linear (y = x W^T + b). Both run on the device's GEMM (on the CPU
  * accel__gemm: operands are read as they are, W transposed, never copied;
- * the provider per dtype and shape is chosen there). */
+ * the provider per dtype and shape is chosen there). The linear's weight
+ * GEMMs (forward, dX) say that B is a weight, which the CPU's oneDNN
+ * provider keeps in its own layout once per version of the weight
+ * (accel__gemm_weight); dW, and accel_matmul's operands, are plain. */
 #include <string.h>
 
 #include "nn_internal.h"
+
+static accel_status gemm_kernel(accel_k_gemm *k) { return ACCEL_KERNEL("gemm", k->c->device, gemm, k); }
 
 /* C[c_off..] = alpha op(A[a_off..]) op(B[b_off..]) + beta C on the device's gemm kernel. */
 static accel_status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, accel_tensor *a,
@@ -13,7 +18,17 @@ static accel_status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, floa
     accel_k_gemm k = {.c = c, .a = a, .b = b, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
                       .lda = lda, .ldb = ldb, .ldc = ldc, .a_off = a_off, .b_off = b_off, .c_off = c_off,
                       .alpha = alpha, .beta = beta};
-    return ACCEL_KERNEL("gemm", c->device, gemm, &k);
+    return gemm_kernel(&k);
+}
+
+/* C [M, N] = A [M, K] op(W) + beta C with W a layer's weight [O, I], all of
+ * it (W^T for forward's Y = X W^T, W for dX = dY W): the device may read it
+ * in a layout of its own kept between calls (accel_k_gemm.b_weight). */
+static accel_status weight_gemm(bool tw, int64_t M, int64_t N, int64_t K, accel_tensor *a, accel_tensor *w,
+                                float beta, accel_tensor *c) {
+    accel_k_gemm k = {.c = c, .a = a, .b = w, .trans_b = tw, .M = M, .N = N, .K = K, .lda = K,
+                      .ldb = w->shape[1], .ldc = N, .alpha = 1.0f, .beta = beta, .b_weight = true};
+    return gemm_kernel(&k);
 }
 
 /* ------------------------------------------------------------------ matmul */
@@ -196,7 +211,7 @@ static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
         return accel_last_status();
     accel_status st = ACCEL_OK;
     if (gx.dst) /* dX [R, I] = dY [R, O] W [O, I] */
-        st = gemm(false, false, R, I, O, 1.0f, g, 0, O, w, 0, I, gx.beta, gx.dst, 0, I);
+        st = weight_gemm(false, R, I, O, g, w, gx.beta, gx.dst);
     if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] X [R, I] */
         st = gemm(true, false, O, I, R, 1.0f, g, 0, O, x, 0, I, gw.beta, gw.dst, 0, I);
     if (st == ACCEL_OK && gbias.dst) { /* the column sums read f32 */
@@ -254,7 +269,7 @@ accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
         beta = 1.0f;
     }
     /* Y [R, O] = X [R, I] W^T */
-    if (gemm(false, true, R, O, I, 1.0f, ux, 0, I, uw, 0, I, beta, c, 0, O) != ACCEL_OK) return NULL;
+    if (weight_gemm(true, R, O, I, ux, uw, beta, c) != ACCEL_OK) return NULL;
     if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("linear", linear_backward, out, 3, in);
     if (n) {

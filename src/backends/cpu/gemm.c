@@ -14,6 +14,7 @@
 
 #include "accel/cpu.h"
 #include "accel/ops.h"
+#include "core/prepared.h"
 
 void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
@@ -288,12 +289,19 @@ static bool auto_dnnl_lowp(accel_dtype dt) {
     return cpu_has_units(dt) && dnnl_probe(dt, &impl) && strncmp(impl, "ref", 3) != 0;
 }
 
-static const f32_dnnl_shape *f32_table_entry(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+enum { F32_TABLE_LEN = sizeof F32_DNNL_SHAPES / sizeof F32_DNNL_SHAPES[0] };
+
+/* Whether entry e of the f32 table applies to this CPU. */
+static bool entry_here(const f32_dnnl_shape *e) {
     uint32_t f = accel_cpu_info_get()->features;
-    for (size_t i = 0; i < sizeof F32_DNNL_SHAPES / sizeof F32_DNNL_SHAPES[0]; i++) {
+    return (f & e->needs) == e->needs && !(f & e->lacks);
+}
+
+static const f32_dnnl_shape *f32_table_entry(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    for (size_t i = 0; i < F32_TABLE_LEN; i++) {
         const f32_dnnl_shape *e = &F32_DNNL_SHAPES[i];
-        if ((f & e->needs) == e->needs && !(f & e->lacks) && e->trans_a == trans_a && e->trans_b == trans_b &&
-            e->N == N && e->K == K && M >= e->min_m)
+        if (entry_here(e) && e->trans_a == trans_a && e->trans_b == trans_b && e->N == N && e->K == K &&
+            M >= e->min_m)
             return e;
     }
     return NULL;
@@ -301,10 +309,8 @@ static const f32_dnnl_shape *f32_table_entry(bool trans_a, bool trans_b, int64_t
 
 /* Entries of the f32 table that apply to this CPU. */
 static int f32_table_entries_here(void) {
-    uint32_t f = accel_cpu_info_get()->features;
     int n = 0;
-    for (size_t i = 0; i < sizeof F32_DNNL_SHAPES / sizeof F32_DNNL_SHAPES[0]; i++)
-        n += (f & F32_DNNL_SHAPES[i].needs) == F32_DNNL_SHAPES[i].needs && !(f & F32_DNNL_SHAPES[i].lacks);
+    for (size_t i = 0; i < F32_TABLE_LEN; i++) n += entry_here(&F32_DNNL_SHAPES[i]);
     return n;
 }
 
@@ -338,6 +344,20 @@ bool accel__gemm_native(accel_dtype dt) {
 bool accel__gemm_widens_per_call(accel_dtype dt) {
     const char *impl;
     return dt != ACCEL_F32 && accel__gemm_native(dt) && !dnnl_probe(dt, &impl);
+}
+
+int accel__gemm_weight_forms(accel_dtype dt) {
+    const char *impl;
+    int mode = mode_now();
+    if (mode < 0 || mode == ACCEL__GEMM_OPENBLAS || accel_reference_kernels() || !dnnl_probe(dt, &impl)) return 0;
+    if (mode == ACCEL__GEMM_DNNL) return 2;
+    if (dt != ACCEL_F32) return auto_dnnl_lowp(dt) ? 2 : 0;
+    bool nt = false, nn = false; /* the table's forward and dX shapes (trans_a: a dW, no weight operand) */
+    for (size_t i = 0; i < F32_TABLE_LEN; i++) {
+        const f32_dnnl_shape *e = &F32_DNNL_SHAPES[i];
+        if (entry_here(e) && !e->trans_a) *(e->trans_b ? &nt : &nn) = true;
+    }
+    return nt + nn;
 }
 
 /* What the f32 GEMM runs on, in the mode. */
@@ -431,17 +451,22 @@ static bool gemm_dtype_ok(accel_dtype dt) {
 /* The operands' dtype when they share one, f32 otherwise. */
 static accel_dtype compute_dtype(accel_dtype a, accel_dtype b) { return a == b ? a : ACCEL_F32; }
 
+/* Whether the sizes fit the BLAS int. */
+static bool sizes_fit(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+    int64_t big = M > N ? M : N;
+    big = big > K ? big : K;
+    int64_t ld = lda > ldb ? lda : ldb;
+    ld = ld > ldc ? ld : ldc;
+    return big <= INT_MAX && ld <= INT_MAX;
+}
+
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
                          accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (!gemm_dtype_ok(a_dt) || !gemm_dtype_ok(b_dt))
         return accel_set_error(ACCEL_ERR_DTYPE, "accel_gemm: unsupported operand dtypes %s and %s",
                                accel_dtype_name(a_dt), accel_dtype_name(b_dt));
-    int64_t big = M > N ? M : N;
-    big = big > K ? big : K;
-    int64_t ld = lda > ldb ? lda : ldb;
-    ld = ld > ldc ? ld : ldc;
-    if (big > INT_MAX || ld > INT_MAX)
+    if (!sizes_fit(M, N, K, lda, ldb, ldc))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "accel_gemm: matrix sizes M=%lld N=%lld K=%lld exceed the BLAS int range",
                                (long long)M, (long long)N, (long long)K);
@@ -479,14 +504,80 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     return ACCEL_OK;
 }
 
+/* ---- a layer's weight in oneDNN's layout (gemm.h: accel__gemm_weight) */
+
+#ifdef ACCEL_HAVE_DNNL
+/* The form of src, a dense weight [rows, cols] of the form's dtype:
+ * reordered into oneDNN's layout of op(B) = src^T (ACCEL__FORM_DNNL_NT:
+ * N = rows, K = cols) or op(B) = src (ACCEL__FORM_DNNL_NN: K = rows,
+ * N = cols). */
+static accel_status fill_dnnl_form(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
+    bool nt = key->kind == ACCEL__FORM_DNNL_NT;
+    int64_t rows = src->shape[0], cols = src->shape[1];
+    accel_status st = accel__dnnl_weight_pack(key->dt, nt, nt ? rows : cols, nt ? cols : rows, src->data, dst->data);
+    accel__tensor_written(dst);
+    return st;
+}
+
+/* Whether B (W's data from w_off, leading dim ldw) is all of a dense 2-D W:
+ * op(B) [K, N], W [N, K] when trans_b, else [K, N]. */
+static bool whole_weight(const accel_tensor *W, bool trans_b, int64_t N, int64_t K, int64_t w_off, int64_t ldw) {
+    int64_t rows = trans_b ? N : K, cols = trans_b ? K : N;
+    return W->ndim == 2 && W->shape[0] == rows && W->shape[1] == cols && w_off == 0 && ldw == cols &&
+           accel_is_contiguous(W);
+}
+
+/* accel__gemm_weight on W's form in oneDNN's layout; *ran false (ACCEL_OK)
+ * where that does not apply. */
+static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                     const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
+                                     int64_t ldw, float beta, float *C, int64_t ldc, bool *ran) {
+    *ran = false;
+    accel_dtype dt = W->dtype;
+    const char *impl;
+    if (a_dt != dt || !gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, lda, ldw, ldc) ||
+        !whole_weight(W, trans_b, N, K, w_off, ldw))
+        return ACCEL_OK;
+    /* oneDNN multiplying dt itself: not the reference loop, OpenBLAS, or
+     * operands widened per call (ACCEL_GEMM=dnnl without bf16 units) */
+    if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
+        return ACCEL_OK;
+    size_t bytes;
+    accel_status st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes);
+    /* none (oneDNN reads W as it is stored), or one with padding, which
+     * would not fit a form of W's size */
+    if (st != ACCEL_OK || bytes != accel_nbytes(W)) return st;
+    accel__form_key key = {.kind = trans_b ? ACCEL__FORM_DNNL_NT : ACCEL__FORM_DNNL_NN, .dt = dt};
+    accel_tensor *form;
+    st = accel__prepared_get(W, &key, dt, fill_dnnl_form, &form);
+    if (st != ACCEL_OK || !form) return st;
+    return accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form->data, beta, C, ldc, ran);
+}
+#endif
+
+accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
+                                int64_t ldw, float beta, float *C, int64_t ldc) {
+#ifdef ACCEL_HAVE_DNNL
+    bool ran;
+    accel_status st = dnnl_weight_gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, W, w_off, ldw, beta, C, ldc, &ran);
+    if (st != ACCEL_OK || ran) return st;
+#endif
+    const char *B = (const char *)W->data + (size_t)w_off * accel_dtype_size(W->dtype);
+    return accel__gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, W->dtype, ldw, beta, C, ldc);
+}
+
 /* ---- the table's matrix kernels */
 
 accel_status accel__cpuk_gemm(accel_k_gemm *k) {
-    size_t as = accel_dtype_size(k->a->dtype), bs = accel_dtype_size(k->b->dtype);
-    return accel__gemm(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha,
-                       (const char *)k->a->data + (size_t)k->a_off * as, k->a->dtype, k->lda,
-                       (const char *)k->b->data + (size_t)k->b_off * bs, k->b->dtype, k->ldb, k->beta,
-                       (float *)k->c->data + k->c_off, k->ldc);
+    const char *a = (const char *)k->a->data + (size_t)k->a_off * accel_dtype_size(k->a->dtype);
+    float *c = (float *)k->c->data + k->c_off;
+    if (k->b_weight)
+        return accel__gemm_weight(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->a->dtype, k->lda, k->b,
+                                  k->b_off, k->ldb, k->beta, c, k->ldc);
+    const char *b = (const char *)k->b->data + (size_t)k->b_off * accel_dtype_size(k->b->dtype);
+    return accel__gemm(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->a->dtype, k->lda, b, k->b->dtype,
+                       k->ldb, k->beta, c, k->ldc);
 }
 
 accel_status accel__cpuk_bias_rows(accel_k_bias_rows *k) {

@@ -54,6 +54,28 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
                          accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* accel__gemm with op(B) a layer's weight W (accel_k_gemm.b_weight): B is
+ * W's data from element w_off, leading dim ldw. Where the provider of the
+ * shape is oneDNN multiplying W's dtype itself, and B is all of a dense
+ * 2-D W ([N, K] when trans_b: forward Y = X W^T; [K, N]: dX = dY W) of
+ * the same dtype as A, W's prepared form (core/prepared.h) in the layout
+ * oneDNN's matmul wants for this op(B) is made once per version of W (a
+ * reorder: ACCEL__FORM_DNNL_NT or _NN) and the matmul reads that, instead
+ * of packing W's panels inside every call. Everywhere else (OpenBLAS, the
+ * reference loop, operands widened per call, a layout equal to W's own, or
+ * one with padding, ACCEL_WEIGHT_CACHE=0, a W that holds no forms) it is
+ * accel__gemm on B, with the same results. */
+accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
+                                int64_t ldw, float beta, float *C, int64_t ldc);
+
+/* At most how many forms in oneDNN's layout (above) a weight of a linear
+ * layer of compute dtype dt gets in the current mode, each as large as the
+ * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN
+ * multiplying dt, 1 or 0 for f32 in auto (the shapes of the table), 0
+ * elsewhere (for accel_rank_memory_estimate). */
+int accel__gemm_weight_forms(accel_dtype dt);
+
 /* ---- GEMM providers (docs/cpu.md)
  *
  * accel__gemm sends each GEMM to one provider, chosen per compute dtype and
@@ -127,6 +149,30 @@ const char *accel__gemm_describe(char *buf, size_t size);
 accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                               float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
                               float *C, int64_t ldc);
+
+/* Weights in oneDNN's layout. The layout of op(B) [K, N] of dtype dt (B
+ * stored dense, [N, K] when trans_b) is the one oneDNN's matmul picks for
+ * its weights ("format any") on a 1024-row matmul, chosen at its first use
+ * and kept for the process, so it depends on the weight's shape alone.
+ *
+ * Its size in bytes into *bytes; 0 where there is none to pack into: the
+ * plain layout B is stored in is the one oneDNN wants (f32 NN on AVX2:
+ * gemm:jit reads plain matrices), oneDNN has only its reference loop, or the
+ * table of primitives is full. ACCEL_OK or an error (OOM, the engine). */
+accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes);
+
+/* Reorders the dense B into dst (accel__dnnl_weight_layout's bytes, which
+ * must be non-zero). */
+accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void *dst);
+
+/* accel__dnnl_gemm with op(B) given packed (accel__dnnl_weight_pack of the
+ * same dt, trans_b, N, K), on a cached matmul primitive that reads that
+ * layout. *ran false (ACCEL_OK, C untouched) where oneDNN has no matmul but
+ * its reference loop for that layout at this M: the caller then runs the
+ * plain B. */
+accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, float *C,
+                                     int64_t ldc, bool *ran);
 
 /* oneDNN's implementation name for a dense GEMM of that signature (e.g.
  * "brg:avx512_core_amx", "ref:any"), creating its primitive; NULL (error

@@ -13,7 +13,11 @@
  *
  * The operands are plain row-major memory described by strides, so a
  * transposed operand is read in place as in cblas_sgemm; oneDNN packs the
- * panels it needs inside the primitive. */
+ * panels it needs inside the primitive. A layer's weight may instead come
+ * packed (accel__dnnl_weight_pack, once per version of the weight: gemm.c):
+ * the table then also holds, per weight shape, the layout oneDNN's matmul
+ * picks for it (weights "format any"), the reorder into it, and per
+ * signature a matmul primitive that reads its weights in that layout. */
 #include "backends/cpu/gemm.h"
 
 #include <dnnl.h>
@@ -23,7 +27,15 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Everything a primitive depends on. Compared with memcmp: always built
+/* What a table entry holds. */
+typedef enum entry_kind {
+    KIND_MATMUL,        /* a matmul primitive, B plain */
+    KIND_MATMUL_PACKED, /* a matmul primitive reading B in the weight layout of its (dtype, trans_b, N, K) */
+    KIND_LAYOUT,        /* the weight layout of (dtype, trans_b, N, K); no primitive */
+    KIND_PACK,          /* the reorder of a plain B into that layout */
+} entry_kind;
+
+/* Everything an entry depends on. Compared with memcmp: always built
  * from a zeroed struct. */
 typedef struct dnnl_key {
     int64_t M, N, K, lda, ldb, ldc;
@@ -31,15 +43,26 @@ typedef struct dnnl_key {
     int32_t threads;
     int32_t dtype;
     int32_t trans_a, trans_b;
+    int32_t kind; /* entry_kind */
 } dnnl_key;
 
 typedef struct dnnl_entry {
     dnnl_key key;
+    /* NULL for a layout, and for a packed matmul that oneDNN would only
+     * run as its reference loop (the plain B is then used instead) */
     dnnl_primitive_t prim;
-    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_memory_desc_t a_md, b_md, c_md; /* op(A), op(B) as stored (plain), C */
+    dnnl_memory_desc_t w_md;             /* op(B) in the weight layout (all kinds but KIND_MATMUL) */
+    size_t layout_bytes;                 /* KIND_LAYOUT: w_md's size; 0 when w_md is b_md's layout */
     size_t scratch_bytes;
     char impl[64]; /* oneDNN's implementation name, e.g. "brg:avx512_core_amx" */
 } dnnl_entry;
+
+/* Rows of op(A) of the matmul whose choice of weight layout a weight shape
+ * keeps for every M: a fixed number (a training batch's tokens, in the
+ * range where oneDNN runs its blocked kernels), so that the layout depends
+ * on the weight alone and a run repeats it. */
+enum { LAYOUT_M = 1024 };
 
 /* Open addressing over a fixed table of CACHE_SLOTS slots pointing into a
  * static pool of CACHE_SLOTS / 2 entries: a training step has a few dozen
@@ -93,6 +116,11 @@ static dnnl_status_t describe(const dnnl_key *k, dnnl_entry *e) {
     return s;
 }
 
+/* The matmul description of e with weights w (e->b_md, e->w_md, or "any"). */
+static dnnl_status_t matmul_desc(const dnnl_entry *e, const dnnl_memory_desc_t *w, dnnl_matmul_desc_t *md) {
+    return dnnl_matmul_desc_init(md, &e->a_md, w, NULL, &e->c_md);
+}
+
 /* alpha as the output scale, beta as a sum post-op (C = alpha AB + beta C),
  * and a scratchpad the caller passes in. */
 static dnnl_status_t attributes(float alpha, float beta, dnnl_primitive_attr_t *out) {
@@ -118,37 +146,113 @@ static dnnl_status_t attributes(float alpha, float beta, dnnl_primitive_attr_t *
     return dnnl_success;
 }
 
-/* "f32 NT GEMM 64 x 32 x 16" */
+/* "f32 NT GEMM 64 x 32 x 16"; for a layout or a reorder "f32 NT weight
+ * op(B) 16 x 32" (K x N). */
 static void signature_name(const dnnl_key *k, char *out, size_t n) {
     accel_dtype dt = k->dtype == dnnl_bf16 ? ACCEL_BF16 : k->dtype == dnnl_f16 ? ACCEL_F16 : ACCEL_F32;
-    snprintf(out, n, "%s %c%c GEMM %lld x %lld x %lld", accel_dtype_name(dt), k->trans_a ? 'T' : 'N',
-             k->trans_b ? 'T' : 'N', (long long)k->M, (long long)k->N, (long long)k->K);
+    char ta = k->trans_a ? 'T' : 'N', tb = k->trans_b ? 'T' : 'N';
+    if (k->kind == KIND_LAYOUT || k->kind == KIND_PACK)
+        snprintf(out, n, "%s %c%c weight op(B) %lld x %lld", accel_dtype_name(dt), ta, tb, (long long)k->K,
+                 (long long)k->N);
+    else
+        snprintf(out, n, "%s %c%c GEMM %lld x %lld x %lld", accel_dtype_name(dt), ta, tb, (long long)k->M,
+                 (long long)k->N, (long long)k->K);
 }
 
-/* Fills e with the primitive of k; ACCEL_OK or the error set. */
-static accel_status entry_create(const dnnl_key *k, float alpha, float beta, dnnl_entry *e) {
+/* The primitive of pd into e (its implementation's name and scratchpad
+ * size too). */
+static dnnl_status_t primitive_from(dnnl_primitive_desc_t pd, dnnl_entry *e) {
+    const char *impl = "unknown";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(e->impl, sizeof e->impl, "%s", impl);
+    e->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    return dnnl_primitive_create(&e->prim, pd);
+}
+
+static bool reference_impl(const char *impl) { return strncmp(impl, "ref", 3) == 0; }
+
+/* A matmul primitive with weights w into e; *what names the step that failed. */
+static dnnl_status_t matmul_create(dnnl_entry *e, const dnnl_memory_desc_t *w, float alpha, float beta,
+                                   const char **what) {
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_matmul_desc_t md;
+    dnnl_status_t s;
+    *what = "matmul description", s = matmul_desc(e, w, &md);
+    if (s == dnnl_success) *what = "attributes", s = attributes(alpha, beta, &attr);
+    if (s == dnnl_success) *what = "matmul primitive description", s = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
+    if (s == dnnl_success) *what = "matmul primitive creation", s = primitive_from(pd, e);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return s;
+}
+
+/* The weight layout of e's (dtype, trans_b, N, K): the weights descriptor
+ * of a LAYOUT_M-row matmul created with weights "any". None (layout_bytes
+ * 0, success) when oneDNN has no such matmul but its reference loop, or
+ * picks the plain layout B is stored in. */
+static dnnl_status_t layout_create(dnnl_entry *e) {
+    dnnl_memory_desc_t any;
+    dnnl_dims_t b_dims = {e->key.K, e->key.N};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&any, 2, b_dims, (dnnl_data_type_t)e->key.dtype, dnnl_format_tag_any);
+    if (s == dnnl_success) s = matmul_desc(e, &any, &md);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL);
+    if (s == dnnl_unimplemented) return dnnl_success;
+    if (s != dnnl_success) return s;
+    const char *impl = "unknown";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(e->impl, sizeof e->impl, "%s", impl);
+    e->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (!reference_impl(impl) && !dnnl_memory_desc_equal(&e->w_md, &e->b_md))
+        e->layout_bytes = dnnl_memory_desc_get_size(&e->w_md);
+    dnnl_primitive_desc_destroy(pd);
+    return dnnl_success;
+}
+
+/* The reorder of the plain B (e->b_md) into the layout e->w_md. */
+static dnnl_status_t pack_create(dnnl_entry *e, const char **what) {
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s;
+    *what = "attributes", s = attributes(1.0f, 0.0f, &attr);
+    if (s == dnnl_success)
+        *what = "reorder primitive description",
+        s = dnnl_reorder_primitive_desc_create(&pd, &e->b_md, engine, &e->w_md, engine, attr);
+    if (s == dnnl_success) *what = "reorder primitive creation", s = primitive_from(pd, e);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return s;
+}
+
+/* Fills e with what k names (for a packed matmul or a reorder, layout is
+ * the weight layout); ACCEL_OK or the error set. */
+static accel_status entry_create(const dnnl_key *k, float alpha, float beta, const dnnl_memory_desc_t *layout,
+                                 dnnl_entry *e) {
     pthread_once(&engine_once, engine_create);
     if (engine_status != dnnl_success) return dnnl_error("engine creation", engine_status);
     memset(e, 0, sizeof *e);
     e->key = *k;
+    if (layout) e->w_md = *layout;
     const char *what = "memory description";
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_matmul_desc_t md;
     dnnl_status_t s = describe(k, e);
-    if (s == dnnl_success) what = "matmul description", s = dnnl_matmul_desc_init(&md, &e->a_md, &e->b_md, NULL, &e->c_md);
-    if (s == dnnl_success) what = "attributes", s = attributes(alpha, beta, &attr);
-    if (s == dnnl_success) what = "matmul primitive description", s = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
-    if (s == dnnl_success) {
-        const char *impl = "unknown";
-        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        snprintf(e->impl, sizeof e->impl, "%s", impl);
-        e->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
-        what = "matmul primitive creation", s = dnnl_primitive_create(&e->prim, pd);
-    }
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (s == dnnl_success) switch ((entry_kind)k->kind) {
+        case KIND_MATMUL: s = matmul_create(e, &e->b_md, alpha, beta, &what); break;
+        case KIND_MATMUL_PACKED:
+            s = matmul_create(e, &e->w_md, alpha, beta, &what);
+            if (s == dnnl_unimplemented) s = dnnl_success; /* no matmul reads that layout at this M */
+            if (e->prim && reference_impl(e->impl)) {
+                dnnl_primitive_destroy(e->prim);
+                e->prim = NULL;
+            }
+            break;
+        case KIND_LAYOUT: what = "weight layout query", s = layout_create(e); break;
+        case KIND_PACK: s = pack_create(e, &what); break;
+        }
     if (s == dnnl_success) return ACCEL_OK;
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    e->prim = NULL;
     char sig[96], why[160];
     signature_name(k, sig, sizeof sig);
     snprintf(why, sizeof why, "%s (%s)", what, sig);
@@ -190,14 +294,15 @@ static const dnnl_entry *cache_insert(dnnl_entry *made) {
     return r;
 }
 
-/* The entry of the signature: the cached one (made at the first use), or
- * *local with a primitive of its own when the pool is full (the caller
- * destroys local->prim after the call). NULL with the error set. */
-static const dnnl_entry *entry_get(const dnnl_key *k, float alpha, float beta, dnnl_entry *local) {
+/* The entry of k: the cached one (made at the first use), or *local with a
+ * primitive of its own when the pool is full (the caller destroys
+ * local->prim after the call). NULL with the error set. */
+static const dnnl_entry *entry_get(const dnnl_key *k, float alpha, float beta, const dnnl_memory_desc_t *layout,
+                                   dnnl_entry *local) {
     local->prim = NULL;
     const dnnl_entry *e = cache_find(k);
     if (e) return e;
-    if (entry_create(k, alpha, beta, local) != ACCEL_OK) return NULL;
+    if (entry_create(k, alpha, beta, layout, local) != ACCEL_OK) return NULL;
     e = cache_insert(local);
     return e ? e : local;
 }
@@ -206,7 +311,17 @@ static dnnl_status_t memory(dnnl_memory_t *m, const dnnl_memory_desc_t *md, cons
     return dnnl_memory_create(m, md, engine, (void *)p);
 }
 
-static accel_status execute(const dnnl_entry *e, const void *A, const void *B, float *C) {
+/* One argument of a primitive: its oneDNN argument index, descriptor and
+ * memory. */
+typedef struct exec_arg {
+    int arg;
+    const dnnl_memory_desc_t *md;
+    const void *p;
+} exec_arg;
+
+/* Runs e's primitive on n arguments and a scratchpad of its own. */
+static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, const char *what) {
+    enum { MAX_ARGS = 3 };
     void *scratch = NULL;
     if (e->scratch_bytes) {
         scratch = accel_arena_alloc(accel_step_arena(), e->scratch_bytes, 64);
@@ -214,25 +329,36 @@ static accel_status execute(const dnnl_entry *e, const void *A, const void *B, f
     }
     dnnl_memory_desc_t scratch_md;
     dnnl_dims_t sd = {(int64_t)e->scratch_bytes};
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    dnnl_exec_arg_t args[MAX_ARGS + 1] = {{0}};
     dnnl_stream_t stream = NULL;
-    dnnl_status_t s = memory(&ma, &e->a_md, A);
-    if (s == dnnl_success) s = memory(&mb, &e->b_md, B);
-    if (s == dnnl_success) s = memory(&mc, &e->c_md, C);
+    dnnl_status_t s = dnnl_success;
+    int made = 0;
+    for (; made < n && s == dnnl_success; made++) {
+        args[made].arg = in[made].arg;
+        s = memory(&args[made].memory, in[made].md, in[made].p);
+    }
     if (s == dnnl_success && scratch) s = dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a);
-    if (s == dnnl_success && scratch) s = memory(&ms, &scratch_md, scratch);
+    if (s == dnnl_success && scratch) {
+        args[made].arg = DNNL_ARG_SCRATCHPAD;
+        s = memory(&args[made++].memory, &scratch_md, scratch);
+    }
     if (s == dnnl_success) s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     if (s == dnnl_success) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
-                                   {DNNL_ARG_SCRATCHPAD, ms}};
-        s = dnnl_primitive_execute(e->prim, stream, scratch ? 4 : 3, args);
+        s = dnnl_primitive_execute(e->prim, stream, made, args);
         if (s == dnnl_success) s = dnnl_stream_wait(stream);
     }
     if (stream) dnnl_stream_destroy(stream);
-    dnnl_memory_t all[4] = {ma, mb, mc, ms};
-    for (int i = 0; i < 4; i++)
-        if (all[i]) dnnl_memory_destroy(all[i]);
-    return s == dnnl_success ? ACCEL_OK : dnnl_error("matmul execution", s);
+    for (int i = 0; i < made; i++)
+        if (args[i].memory) dnnl_memory_destroy(args[i].memory);
+    return s == dnnl_success ? ACCEL_OK : dnnl_error(what, s);
+}
+
+/* C = alpha op(A) op(B) + beta C on the matmul entry e, op(B) in the
+ * layout b. */
+static accel_status execute_matmul(const dnnl_entry *e, const dnnl_memory_desc_t *b, const void *A, const void *B,
+                                   float *C) {
+    exec_arg args[3] = {{DNNL_ARG_SRC, &e->a_md, A}, {DNNL_ARG_WEIGHTS, b, B}, {DNNL_ARG_DST, &e->c_md, C}};
+    return execute(e, 3, args, "matmul execution");
 }
 
 static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -246,6 +372,7 @@ static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     k.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     k.dtype = (int32_t)dnnl_dtype(dt);
     k.trans_a = trans_a, k.trans_b = trans_b;
+    k.kind = KIND_MATMUL;
     return k;
 }
 
@@ -255,9 +382,79 @@ accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_
     if (M <= 0 || N <= 0) return ACCEL_OK;
     dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc);
     dnnl_entry local;
-    const dnnl_entry *e = entry_get(&k, alpha, beta, &local);
+    const dnnl_entry *e = entry_get(&k, alpha, beta, NULL, &local);
     if (!e) return accel_last_status();
-    accel_status st = execute(e, A, B, C);
+    accel_status st = execute_matmul(e, &e->b_md, A, B, C);
+    if (local.prim) dnnl_primitive_destroy(local.prim);
+    return st;
+}
+
+/* ---- weights in oneDNN's layout */
+
+/* The key of the weight layout of (dt, trans_b, N, K): a LAYOUT_M-row NN
+ * or NT matmul of a dense B, on no particular thread count. */
+static dnnl_key layout_key(accel_dtype dt, bool trans_b, int64_t N, int64_t K) {
+    dnnl_key k = make_key(dt, false, trans_b, LAYOUT_M, N, K, 1.0f, K, trans_b ? K : N, 0.0f, N);
+    k.threads = 0;
+    k.kind = KIND_LAYOUT;
+    return k;
+}
+
+/* The cached layout entry of the weight shape into *out; NULL when it
+ * could not be cached (a full table: the plain B then serves, so that a
+ * form and the matmuls reading it always agree on one layout). */
+static accel_status layout_get(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const dnnl_entry **out) {
+    dnnl_key k = layout_key(dt, trans_b, N, K);
+    dnnl_entry local;
+    const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, NULL, &local);
+    if (!e) return accel_last_status();
+    *out = e == &local ? NULL : e;
+    return ACCEL_OK;
+}
+
+accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes) {
+    const dnnl_entry *lay;
+    *bytes = 0;
+    accel_status st = layout_get(dt, trans_b, N, K, &lay);
+    if (st == ACCEL_OK && lay) *bytes = lay->layout_bytes;
+    return st;
+}
+
+accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void *dst) {
+    const dnnl_entry *lay;
+    accel_status st = layout_get(dt, trans_b, N, K, &lay);
+    if (st != ACCEL_OK) return st;
+    if (!lay || !lay->layout_bytes)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_gemm: no oneDNN weight layout to pack a %lld x %lld weight into",
+                               (long long)N, (long long)K);
+    dnnl_key k = layout_key(dt, trans_b, N, K);
+    k.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    k.kind = KIND_PACK;
+    dnnl_entry local;
+    const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, &lay->w_md, &local);
+    if (!e) return accel_last_status();
+    exec_arg args[2] = {{DNNL_ARG_FROM, &e->b_md, B}, {DNNL_ARG_TO, &e->w_md, dst}};
+    st = execute(e, 2, args, "weight reorder");
+    if (local.prim) dnnl_primitive_destroy(local.prim);
+    return st;
+}
+
+accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, float *C,
+                                     int64_t ldc, bool *ran) {
+    *ran = false;
+    const dnnl_entry *lay;
+    accel_status st = layout_get(dt, trans_b, N, K, &lay);
+    if (st != ACCEL_OK || !lay || !lay->layout_bytes || M <= 0 || N <= 0) return st;
+    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, alpha, lda, trans_b ? K : N, beta, ldc);
+    k.kind = KIND_MATMUL_PACKED;
+    dnnl_entry local;
+    const dnnl_entry *e = entry_get(&k, alpha, beta, &lay->w_md, &local);
+    if (!e) return accel_last_status();
+    if (e->prim) {
+        st = execute_matmul(e, &e->w_md, A, packed, C);
+        *ran = true;
+    }
     if (local.prim) dnnl_primitive_destroy(local.prim);
     return st;
 }
@@ -265,7 +462,7 @@ accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_
 const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
     dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, 1.0f, trans_a ? M : K, trans_b ? K : N, 0.0f, N);
     dnnl_entry local;
-    const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, &local);
+    const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, NULL, &local);
     if (!e) return NULL;
     static _Thread_local char name[64];
     snprintf(name, sizeof name, "%s", e->impl);
@@ -282,7 +479,7 @@ bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t s = describe(&k, &e);
-    if (s == dnnl_success) s = dnnl_matmul_desc_init(&md, &e.a_md, &e.b_md, NULL, &e.c_md);
+    if (s == dnnl_success) s = matmul_desc(&e, &e.b_md, &md);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL);
     if (s == dnnl_success) {
         const char *name = "unknown";
