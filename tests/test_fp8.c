@@ -724,6 +724,51 @@ static void test_weight_cache(void) {
                   s + 1, (unsigned long long)same.casts[s], (unsigned long long)same.hits[s]);
 }
 
+/* Five fp8 Linears (each a row of the cache's state): two steps with the
+ * weights written between them give, cached, what a cast per call gives.
+ * The rows were indexed 4 floats apart in a state of 3 per row: the last
+ * Linears' caches lay past the end of the state (ASan reports it). */
+static accel_module *five_fp8_linears(void) {
+    accel_module *kids[5];
+    for (int k = 0; k < 5; k++) kids[k] = accel_linear_new(32, 32, k % 2 == 0, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_module *m = accel_sequential_new(5, kids);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2;
+    CHECK(accel__fp8_convert_model(m, r) == ACCEL_OK);
+    return m;
+}
+
+static void five_linear_outputs(float out[2][16 * 32]) {
+    accel_manual_seed(3);
+    accel_module *m = five_fp8_linears();
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2, r.deferred_update = true;
+    accel__fp8_state *fs;
+    CHECK(accel__fp8_state_new(m, &fs) == ACCEL_OK && fs->n == 5);
+    for (int s = 0; s < 2; s++) {
+        accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.5 - s);
+        accel_tensor *y = fp8_hooked_forward(m, x, &r, fs);
+        CHECK_MSG(y && accel_to_floats(y, out[s]) == ACCEL_OK, "%s", accel_last_error());
+        accel_step_reset();
+        rewrite_weights(m);
+    }
+    accel__fp8_state_free(fs);
+    accel_module_free(m);
+}
+
+static void test_weight_cache_rows(void) {
+    static float on[2][16 * 32], off[2][16 * 32];
+    accel__fp8_cache_stats st0 = accel__fp8_cache_stats_get();
+    five_linear_outputs(on);
+    accel__fp8_cache_stats st1 = accel__fp8_cache_stats_get();
+    bool was = accel__prepared_set_enabled(false);
+    five_linear_outputs(off);
+    accel__prepared_set_enabled(was);
+    CHECK_MSG(st1.casts - st0.casts >= 5, "%llu casts for 5 weights over 2 steps",
+              (unsigned long long)(st1.casts - st0.casts));
+    CHECK_MSG(!memcmp(on, off, sizeof on), "5 cached fp8 Linears differ from a cast per call");
+}
+
 /* A Linear called twice in one step casts into the step arena the second
  * time (the first call's backward may read its cast); a weight written
  * between two steps is cast again; both give what a cast per call gives. */
@@ -779,5 +824,6 @@ int main(void) {
     RUN(test_update_only_models_that_ran);
     RUN(test_weight_cache);
     RUN(test_weight_cache_same_step);
+    RUN(test_weight_cache_rows);
     return check_summary();
 }

@@ -131,15 +131,17 @@ accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tenso
     return ACCEL_OK;
 }
 
-enum { CACHE_SCALE, CACHE_AMAX, CACHE_SCRATCH, CACHE_WORDS };
+enum { CACHE_SCALE, CACHE_AMAX, CACHE_SCRATCH };
+_Static_assert(CACHE_SCRATCH + 1 == ACCEL__FP8_CACHE_WORDS, "a cache row is its scale, amax and scratch");
 
 accel_tensor *accel__fp8_cache_state_new(int n, accel_device dev) {
-    const int64_t shape[2] = {n, CACHE_WORDS};
+    const int64_t shape[2] = {n, ACCEL__FP8_CACHE_WORDS};
     accel_tensor *host = accel_tensor_new(ACCEL_F32, 2, shape, ACCEL_CPU_DEVICE);
     if (!host) return NULL;
     float *c = host->data;
     for (int i = 0; i < n; i++) /* a NaN scale equals none: the first use casts */
-        c[i * CACHE_WORDS + CACHE_SCALE] = NAN, c[i * CACHE_WORDS + CACHE_AMAX] = c[i * CACHE_WORDS + CACHE_SCRATCH] = 0;
+        c[i * ACCEL__FP8_CACHE_WORDS + CACHE_SCALE] = NAN,
+        c[i * ACCEL__FP8_CACHE_WORDS + CACHE_AMAX] = c[i * ACCEL__FP8_CACHE_WORDS + CACHE_SCRATCH] = 0;
     return moved_to(host, dev);
 }
 
@@ -173,8 +175,8 @@ accel_status accel__fp8_quantize_cached(accel_tensor *q, accel_tensor *q_t, acce
     static const char *FN = "accel__fp8_quantize_cached";
     accel_status st = quantize_args(FN, q, q_t, inv, inv_at, x, meta, slot);
     if (st != ACCEL_OK) return st;
-    if (!q || !q_t || !fits(cache, ACCEL_F32, CACHE_WORDS, -1) || !accel_device_eq(cache->device, x->device))
-        return bad(FN, "q, q_t and a cache f32 [4] on x's device");
+    if (!q || !q_t || !fits(cache, ACCEL_F32, ACCEL__FP8_CACHE_WORDS, -1) || !accel_device_eq(cache->device, x->device))
+        return bad(FN, "q, q_t and a cache f32 [3] on x's device");
     int64_t rows = x->shape[0], cols = x->shape[1];
     float *m = meta->data, *inv_out = (float *)inv->data + inv_at;
 #ifdef ACCEL_HAVE_CUDA

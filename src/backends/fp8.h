@@ -157,8 +157,11 @@ accel_tensor *accel__fp8_meta_new(int len, accel_device dev);
 accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tensor *inv, int inv_at,
                                  accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f);
 
+/* Floats in one weight's cache row: the scale cast with, the amax, a scratch. */
+#define ACCEL__FP8_CACHE_WORDS 3
+
 /* accel__fp8_quantize of a weight into a cache that outlives the call:
- * q and q_t as there (both given), cache f32 [4] on x's device (the scale
+ * q and q_t as there (both given), cache f32 [ACCEL__FP8_CACHE_WORDS] on x's device (the scale
  * the bytes were cast with, the amax that cast measured, a scratch; made by
  * accel__fp8_cache_state_new). The cast is redone only when `fresh` (q and
  * q_t do not hold x's values: new memory, or x was written) or when slot's
@@ -171,7 +174,7 @@ accel_status accel__fp8_quantize_cached(accel_tensor *q, accel_tensor *q_t, acce
                                         accel_tensor *x, accel_tensor *meta, int slot, accel__fp8_format f,
                                         accel_tensor *cache, bool fresh);
 
-/* n caches for accel__fp8_quantize_cached, f32 [n, 4] on dev (no cast yet). */
+/* n caches for accel__fp8_quantize_cached, f32 [n, ACCEL__FP8_CACHE_WORDS] on dev (no cast yet). */
 accel_tensor *accel__fp8_cache_state_new(int n, accel_device dev);
 
 /* Process-wide counts of accel__fp8_quantize_cached on the cpu reference

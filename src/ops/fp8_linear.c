@@ -202,15 +202,15 @@ static accel_status fp8_form_new(accel_tensor *dst, accel_tensor *src, const acc
 
 /* W's casts q [O, I] and q_t [I, O] through the thread's weight cache (its
  * amax into meta, its scale_inv at inv[1]); *done false when the cache does
- * not take it (none begun, meta not in it, already read this step, the
- * registry has no room or is off): the caller casts into the step arena. */
+ * not take it (none begun, meta not in it, W on another device than the
+ * cache, already read this step, the registry has no room or is off): the caller casts into the step arena. */
 static accel_status cached_weight(accel_tensor *w, accel_tensor *wf, accel_tensor *meta, accel_tensor *inv,
                                   accel_tensor **q, accel_tensor **q_t, bool *done) {
     accel__fp8_cache *c = tl_cache;
     *done = false;
     int i = 0;
     while (c && i < c->n && c->metas[i] != meta) i++;
-    if (!c || i == c->n || c->use[i].off) return ACCEL_OK;
+    if (!c || i == c->n || c->use[i].off || !accel_device_eq(c->state->device, w->device)) return ACCEL_OK;
     accel__fp8_cache_use *u = &c->use[i];
     const accel_arena *a = accel_step_arena();
     if (u->arena == a && u->gen == accel_arena_generation(a)) return ACCEL_OK;
@@ -222,7 +222,8 @@ static accel_status cached_weight(accel_tensor *w, accel_tensor *wf, accel_tenso
     if (st != ACCEL_OK || !fq || !ft) return st;
     const int64_t O = w->shape[0], I = w->shape[1];
     accel_tensor *t = accel_view_raw(ft, 2, (int64_t[]){I, O}, (int64_t[]){O, 1}, 0); /* its bytes as [I, O] */
-    accel_tensor *row = accel_view_raw(c->state, 1, (int64_t[]){4}, (int64_t[]){1}, (int64_t)i * 4);
+    accel_tensor *row = accel_view_raw(c->state, 1, (int64_t[]){ACCEL__FP8_CACHE_WORDS}, (int64_t[]){1},
+                                       (int64_t)i * ACCEL__FP8_CACHE_WORDS);
     if (!t || !row) return accel_last_status();
     st = accel__fp8_quantize_cached(fq, t, inv, 1, wf, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, row, tl_form_new);
     if (st != ACCEL_OK) return st;

@@ -52,7 +52,7 @@ typedef struct accel__fp8_cache_use {
 typedef struct accel__fp8_cache {
     int n;
     accel_tensor **metas;       /* [n] */
-    accel_tensor *state;        /* f32 [n, 4] on the metas' device (accel__fp8_cache_state_new) */
+    accel_tensor *state;        /* f32 [n, ACCEL__FP8_CACHE_WORDS] on the metas' device (accel__fp8_cache_state_new) */
     accel__fp8_cache_use *use;  /* [n] */
 } accel__fp8_cache;
 accel__fp8_cache *accel__fp8_cache_begin(accel__fp8_cache *cache); /* returns the previous one for end */

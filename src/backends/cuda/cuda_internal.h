@@ -82,7 +82,7 @@ accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const
                                       int64_t cols, accel__fp8_format f, const float *scale, const float *scale_inv,
                                       float *amax, float *inv_out);
 /* backends/fp8.h's accel__fp8_quantize_cached: q and q_t recast only when
- * fresh or *scale != cache[0]; cache f32 [4]: the scale cast with, the amax
+ * fresh or *scale != cache[0]; cache f32 [3]: the scale cast with, the amax
  * that cast measured, a scratch (0 between calls). */
 accel_status accel__cuda_fp8_quantize_cached(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
                                              int64_t cols, accel__fp8_format f, const float *scale,
