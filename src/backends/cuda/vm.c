@@ -120,6 +120,9 @@ accel_status accel__cuda_vm_map(int index, void *p, size_t bytes) {
 
 accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes) {
     if (!drv(index, "vm_unmap")) return accel_last_status();
-    accel_status st = accel__cuda_check(cudaStreamSynchronize(accel__cuda_enter(index)), index, "vm_unmap");
-    return st ? st : drv_check(g_drv.unmap((CUdeviceptr)(uintptr_t)p, bytes), index, "cuMemUnmap");
+    accel_status synced = accel__cuda_check(cudaStreamSynchronize(accel__cuda_enter(index)), index, "vm_unmap");
+    /* unmapped even when the wait reported an earlier asynchronous error (the
+     * stream has stopped then): a range left mapped would make its next map fail */
+    accel_status st = drv_check(g_drv.unmap((CUdeviceptr)(uintptr_t)p, bytes), index, "cuMemUnmap");
+    return synced ? synced : st;
 }
