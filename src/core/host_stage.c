@@ -62,12 +62,12 @@ static void host_mem_free(const accel_backend *b, void *p, bool pinned) {
 typedef struct stage_slot {
     void *p;
     size_t cap;
-    bool pinned; /* from the backend's host_alloc */
-    bool busy;   /* leased */
+    const accel_backend *owner; /* whose host_alloc made p (frees it) */
+    bool pinned;                /* from the backend's host_alloc */
+    bool busy;                  /* leased */
 } stage_slot;
 
 static stage_slot g_slots[ACCEL_DEV_TYPE_COUNT][ACCEL__STAGE_SLOTS]; /* under g_lock */
-static const accel_backend *g_owner[ACCEL_DEV_TYPE_COUNT];           /* whose memory the slots hold */
 
 /* The free slot to lease for `bytes`: the smallest that is big enough, else an
  * empty one, else the biggest (to grow). -1 when every slot is leased. */
@@ -87,25 +87,21 @@ void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op) {
     if (!b) return NULL;
     if (!bytes) bytes = 1;
     pthread_mutex_lock(&g_lock);
-    g_owner[dev.type] = b;
     stage_slot *slots = g_slots[dev.type];
     int i = pick_slot(slots, bytes);
     if (i >= 0) slots[i].busy = true;
     pthread_mutex_unlock(&g_lock);
     if (i < 0) return accel_malloc(bytes); /* every slot leased: a lease of its own */
-    stage_slot *s = &slots[i];             /* ours alone while busy */
+    stage_slot *s = &slots[i]; /* ours alone while busy; release reads p under g_lock */
     if (s->cap < bytes) {
-        host_mem_free(b, s->p, s->pinned);
-        s->p = host_mem_new(b, bytes, &s->pinned);
-        s->cap = s->p ? bytes : 0;
-    }
-    void *p = s->p;
-    if (!p) {
+        if (s->p) host_mem_free(s->owner, s->p, s->pinned);
+        bool pinned;
+        void *p = host_mem_new(b, bytes, &pinned);
         pthread_mutex_lock(&g_lock);
-        s->busy = false;
+        *s = (stage_slot){.p = p, .cap = p ? bytes : 0, .owner = b, .pinned = pinned, .busy = p != NULL};
         pthread_mutex_unlock(&g_lock);
     }
-    return p;
+    return s->p;
 }
 
 void accel__stage_release(accel_device dev, void *p) {
@@ -119,19 +115,24 @@ void accel__stage_release(accel_device dev, void *p) {
     if (i == ACCEL__STAGE_SLOTS) accel_free(p); /* the overflow lease of acquire */
 }
 
-void accel__stage_trim(void) {
+/* Frees the slots nobody holds; at exit only the plain ones: a device
+ * runtime may have shut down before this destructor runs (CUDA's cudaFreeHost
+ * then fails), and the process's pinned pages go with it anyway. */
+static void trim(bool at_exit) {
     pthread_mutex_lock(&g_lock);
     for (int t = 0; t < ACCEL_DEV_TYPE_COUNT; t++)
         for (int i = 0; i < ACCEL__STAGE_SLOTS; i++) {
             stage_slot *s = &g_slots[t][i];
-            if (s->busy || !s->p) continue;
-            host_mem_free(g_owner[t], s->p, s->pinned);
+            if (s->busy || !s->p || (at_exit && s->pinned)) continue;
+            host_mem_free(s->owner, s->p, s->pinned);
             *s = (stage_slot){0};
         }
     pthread_mutex_unlock(&g_lock);
 }
 
-__attribute__((destructor)) static void free_stage_at_exit(void) { accel__stage_trim(); }
+void accel__stage_trim(void) { trim(false); }
+
+__attribute__((destructor)) static void free_stage_at_exit(void) { trim(true); }
 
 /* A long-lived buffer: a header before the bytes records how to free it. */
 typedef struct stage_block {
@@ -225,7 +226,11 @@ static accel_status ring_send(chunk_ring *r, int k, void *dst, size_t m) {
     accel_status st = r->b->async.copy_to_device_async(r->index, dst, r->buf + (size_t)k * r->chunk, m, NULL);
     if (st) return st;
     r->done[k] = r->b->async.event_record(r->index, NULL);
-    return r->done[k] ? ACCEL_OK : accel_last_status();
+    if (r->done[k]) return ACCEL_OK;
+    /* no event to wait for: the buffer is reused or released only after the copy */
+    st = accel_last_status();
+    r->b->async.synchronize(r->index);
+    return st;
 }
 
 accel_status accel__stage_to_device(accel_device dev, void *dst, const void *src, accel_dtype src_dt,
