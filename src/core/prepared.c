@@ -14,8 +14,10 @@
  * registry's lock. Lock order: an owner's build lock, then the registry's,
  * then the graves' (each of those two held for bookkeeping only). */
 #include "core/prepared.h"
+#include "core/str_to_bool.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,7 +393,10 @@ static bool enabled(void) {
     int on = atomic_load(&g_enabled);
     if (on < 0) {
         const char *e = getenv("ACCEL_WEIGHT_CACHE");
-        on = !(e && strcmp(e, "0") == 0);
+        int v = e && *e ? accel__str_to_bool(e, strlen(e)) : 1;
+        if (v < 0) /* a tuning switch: said, not refused (it changes no result) */
+            fprintf(stderr, "accel: warning: ACCEL_WEIGHT_CACHE=%s is not a boolean; the weight cache stays on\n", e);
+        on = v != 0;
         atomic_store(&g_enabled, on);
     }
     return on;
