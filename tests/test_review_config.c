@@ -148,11 +148,17 @@ static void test_use_cpu_not_a_bool(void) {
     unsetenv("ACCEL_USE_CPU");
     setenv("ACCELERATE_USE_CPU", "Yes please", 1);
     refused(accel_accelerator_opts_default(), "ACCELERATE_USE_CPU", "ACCELERATE_USE_CPU=Yes please", NULL);
-    setenv("ACCELERATE_USE_CPU", "ON", 1); /* Accelerate's spellings, any case */
-    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_accelerator_opts cpu = {.cpu = true}; /* the code's choice: the variable is not read */
+    accel_accelerator *acc = accel_accelerator_new(&cpu);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    accel_accelerator_free(acc);
+    setenv("ACCELERATE_USE_CPU", "ON", 1); /* Accelerate's spellings, any case; either variable */
+    setenv("ACCEL_USE_CPU", "0", 1);
+    acc = accel_accelerator_new(NULL);
     CHECK_MSG(acc && accel_accelerator_device(acc).type == ACCEL_DEV_CPU, "%s", accel_last_error());
     accel_accelerator_free(acc);
     unsetenv("ACCELERATE_USE_CPU");
+    unsetenv("ACCEL_USE_CPU");
 }
 
 static void test_deepspeed_config_not_a_file(void) {

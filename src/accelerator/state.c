@@ -41,13 +41,20 @@ static const char *env2(const char *a, const char *b) {
     return v && *v ? v : NULL;
 }
 
-/* ACCEL_USE_CPU (else ACCELERATE_USE_CPU), as Accelerate's str_to_bool reads
- * it: a value that is no boolean is refused, not read as false. */
-static accel_status use_cpu_env(bool *out) {
-    const char *name = "ACCEL_USE_CPU", *v = getenv(name);
-    if (!v || !*v) name = "ACCELERATE_USE_CPU", v = getenv(name);
+/* Whether ACCELERATE_USE_CPU or ACCEL_USE_CPU says cpu (either, as `accel
+ * launch` reads them), each as Accelerate's str_to_bool reads it: a value
+ * that is no boolean is refused, not read as false. Not read when the code
+ * asked for the cpu (Accelerate's `cpu or parse_flag_from_env(...)`). */
+static accel_status use_cpu_env(const accel_accelerator_opts *o, bool *out) {
+    static const char *const NAMES[] = {"ACCELERATE_USE_CPU", "ACCEL_USE_CPU"};
     *out = false;
-    return accel__parse_bool("accel_accelerator_new", name, v && *v ? v : NULL, out);
+    for (int i = 0; i < 2 && !o->cpu; i++) {
+        bool on = false;
+        const char *v = getenv(NAMES[i]);
+        if (accel__parse_bool("accel_accelerator_new", NAMES[i], v && *v ? v : NULL, &on)) return accel_last_status();
+        *out = *out || on;
+    }
+    return ACCEL_OK;
 }
 
 /* The device: cpu when the code asks; else the one ACCEL_DEFAULT_DEVICE names
@@ -105,7 +112,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
     bool cpu_env;
-    if (use_cpu_env(&cpu_env)) return NULL;
+    if (use_cpu_env(&o, &cpu_env)) return NULL;
     if (mp == ACCEL_MP_FP8 && accept_fp8(&o, cpu_env, &zc)) return NULL;
     if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
         /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
