@@ -960,10 +960,13 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
         accel_work_free(u->reduce);
         u->reduce = NULL;
     }
-    /* even after a failure here, so the other machines' ranks are not left waiting */
-    accel_status rst = accel__zero_replica_average(acc, reduced_piece(acc, pm, u), u->shard);
+    bool unmapped = on_device(pm) && !u->grads_mapped; /* grads_map failed: no memory behind the piece */
+    if (!st && unmapped) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
+    /* even after a failure here, so the other machines' ranks are not left
+     * waiting; but never over unmapped memory (a fault on the device): they
+     * then fail by the group's timeout */
+    accel_status rst = unmapped ? ACCEL_OK : accel__zero_replica_average(acc, reduced_piece(acc, pm, u), u->shard);
     if (!st) st = rst;
-    if (!st && on_device(pm) && !u->grads_mapped) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
     if (!st) st = add_to_shard(acc, pm, u);
     u->grads_staged = false;
     accel_status dst = grads_drop(acc, pm, u);
