@@ -351,13 +351,10 @@ int accel__gemm_weight_forms(accel_dtype dt) {
     int mode = mode_now();
     if (mode < 0 || mode == ACCEL__GEMM_OPENBLAS || accel_reference_kernels() || !dnnl_probe(dt, &impl)) return 0;
     if (mode == ACCEL__GEMM_DNNL) return 2;
-    if (dt != ACCEL_F32) return auto_dnnl_lowp(dt) ? 2 : 0;
-    bool nt = false, nn = false; /* the table's forward and dX shapes (trans_a: a dW, no weight operand) */
-    for (size_t i = 0; i < F32_TABLE_LEN; i++) {
-        const f32_dnnl_shape *e = &F32_DNNL_SHAPES[i];
-        if (entry_here(e) && !e->trans_a) *(e->trans_b ? &nt : &nn) = true;
-    }
-    return nt + nn;
+    /* f32 in auto: only weights of the table's few shapes get forms; a per-model
+     * estimate cannot tell them, and counting every weight would claim a copy
+     * of the whole model (docs/cpu.md) */
+    return dt != ACCEL_F32 && auto_dnnl_lowp(dt) ? 2 : 0;
 }
 
 /* What the f32 GEMM runs on, in the mode. */

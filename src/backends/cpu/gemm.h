@@ -72,8 +72,9 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
  * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN
- * multiplying dt, 1 or 0 for f32 in auto (the shapes of the table), 0
- * elsewhere (for accel_rank_memory_estimate). */
+ * multiplying dt, 0 elsewhere, and 0 for f32 in auto (the few weights whose
+ * shape the table sends to oneDNN are not counted) (for
+ * accel_rank_memory_estimate). */
 int accel__gemm_weight_forms(accel_dtype dt);
 
 /* ---- GEMM providers (docs/cpu.md)
