@@ -182,7 +182,10 @@ accel_status accel__fp8_prepare(accel_accelerator *acc, accel__model *pm) {
     if (accel__fp8_convert_model(pm->m, acc->fp8) || accel__fp8_state_new(pm->m, &pm->fp8)) return accel_last_status();
     int total = pm->fp8->n;
     for (int i = 0; i < acc->n_models; i++) total += acc->models[i].fp8 ? acc->models[i].fp8->n : 0;
-    return accel__fp8_log_reserve(&acc->fp8_backward, total);
+    if (accel__fp8_log_reserve(&acc->fp8_backward, total) == ACCEL_OK) return ACCEL_OK;
+    accel__fp8_state_free(pm->fp8); /* the caller forgets pm on failure */
+    pm->fp8 = NULL;
+    return accel_last_status();
 }
 
 /* n floats of t from element off, as a 1-d step view. */
