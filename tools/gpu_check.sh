@@ -214,8 +214,12 @@ finish() {
 }
 
 run() {
-    [ -d "$BUNDLE/bin" ] || [ ! -f "$BUILD/bundle.tar.xz" ] ||
-        timeout 120 sh -c "xz -dc '$BUILD/bundle.tar.xz' | tar -C '$BUILD' -xf -"
+    # unpacked whole or not at all: an unpack cut by its timeout is redone, not taken as done
+    if [ -f "$BUILD/bundle.tar.xz" ] && [ ! -f "$BUNDLE/.unpacked" ]; then
+        rm -rf "$BUNDLE"
+        timeout 120 sh -c 'xz -dc "$1" | tar -C "$2" -xf -' sh "$BUILD/bundle.tar.xz" "$BUILD" &&
+            touch "$BUNDLE/.unpacked"
+    fi
     [ -d "$BUNDLE/bin" ] || { echo "gpu_check: no $BUNDLE (run 'tools/gpu_check.sh prepare' first)" >&2; exit 1; }
     local libs
     libs=$(cuda_lib_dirs | paste -sd: -)
