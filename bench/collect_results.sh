@@ -15,7 +15,7 @@ cd "$(dirname "$0")"
   echo "ratios from interleaved runs are the robust figures. Regenerate a section with its script, then"
   echo "run \`bash bench/collect_results.sh\`."
   echo
-  for f in llama_step llama_step_bf16 llama_step_profile matmul ddp zero device_layer dist bigmodel decode callsite; do
+  for f in llama_step llama_step_bf16 llama_step_profile matmul matmul_packed ddp zero device_layer dist bigmodel decode callsite; do
     [ -f "results/$f.md" ] || continue
     echo
     sed -e 's/^### /#### /' -e 's/^## /### /' -e 's/^# /## /' "results/$f.md"
