@@ -603,7 +603,7 @@ static void pairs_reset_device(void) {
 
 /* [R, D] of the norm tests: one chunk of the weight gradient's column sums, and more rows than its
  * 256 chunks of 64. */
-static const int64_t RMS_ROWS[][2] = {{13, 1031}, {20011, 67}}, LN_ROWS[][2] = {{11, 769}, {16411, 33}};
+static const int64_t RMS_ROWS[][2] = {{13, 1031}, {20011, 7}}, LN_ROWS[][2] = {{11, 769}, {16411, 33}};
 
 static void test_rms_norm(void) {
     const accel_dtype xdts[] = {ACCEL_F32, ACCEL_BF16};

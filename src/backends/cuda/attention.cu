@@ -72,6 +72,28 @@ template <int n> __device__ inline float row_sum(float v) {
     return v;
 }
 
+/* One key tile of the online softmax of a row held by n threads, each with
+ * its k scores sc of the tile (-inf where masked): the row's running max mx
+ * moves to the tile's, its running sum l is rescaled and grows by the tile's
+ * exponentials, which replace the scores in sc. Returns the factor that
+ * rescales the row's O (1 while the row has seen no key). */
+template <int n, int k> __device__ __forceinline__ float online_softmax(float (&sc)[k], float &mx, float &l) {
+    float tmax = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < k; t++) tmax = fmaxf(tmax, sc[t]);
+    const float mnew = fmaxf(mx, row_max<n>(tmax));
+    const float corr = mnew == -INFINITY ? 1.0f : expf(mx - mnew);
+    float lsum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < k; t++) {
+        sc[t] = sc[t] == -INFINITY ? 0.0f : expf(sc[t] - mnew);
+        lsum += sc[t];
+    }
+    l = l * corr + row_sum<n>(lsum);
+    mx = mnew;
+    return corr;
+}
+
 /* A tensor's elements as the kernels see them: data and dtype (f32, bf16 or
  * f16); p NULL for a gradient that is not wanted. */
 typedef struct elems {
@@ -126,7 +148,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         stage(sk, D + 1, k, kh + j0 * d.ks[2], d.ks[2], nk, D);
         stage(sv, Dv, v, vh + j0 * d.vs[2], d.vs[2], nk, Dv);
         __syncthreads();
-        float sc[BK / TPR], tmax = -INFINITY;
+        float sc[BK / TPR];
         for (int t = 0; t < BK / TPR; t++) {
             const int c = sub + TPR * t;
             float s = -INFINITY;
@@ -138,18 +160,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 prow[j0 + c] = s; /* raw score, normalised below by this same thread */
             }
             sc[t] = s;
-            tmax = fmaxf(tmax, s);
         }
-        const float mnew = fmaxf(m, row_max<TPR>(tmax));
-        const float corr = mnew == -INFINITY ? 1.0f : expf(m - mnew);
-        float lsum = 0.0f;
-        for (int t = 0; t < BK / TPR; t++) {
-            float e = sc[t] == -INFINITY ? 0.0f : expf(sc[t] - mnew);
-            ss[r * (BK + 1) + sub + TPR * t] = e;
-            lsum += e;
-        }
-        l = l * corr + row_sum<TPR>(lsum);
-        m = mnew;
+        const float corr = online_softmax<TPR>(sc, m, l);
+        for (int t = 0; t < BK / TPR; t++) ss[r * (BK + 1) + sub + TPR * t] = sc[t];
         __syncwarp(); /* the row's S entries come from its own TPR threads, in this warp */
         for (int64_t e = sub; e < Dv; e += TPR) {
             float acc = so[r * Dv + e] * corr;
@@ -484,7 +497,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         tile_mma<wmma::row_major, wmma::col_major>(ss, lds, sq, ldq, sk, ldk, TQ / FR, TK / FR, D / FR, false);
         __syncthreads(); /* S complete */
-        float sc[TK / TC_TPR], tmax = -INFINITY;
+        float sc[TK / TC_TPR];
         for (int t = 0; t < TK / TC_TPR; t++) {
             const int c = sub + TC_TPR * t;
             float s = -INFINITY;
@@ -493,18 +506,9 @@ __global__ void __launch_bounds__(TC_THREADS)
                 prow[j0 + c] = s; /* raw score, normalised below by this same thread */
             }
             sc[t] = s;
-            tmax = fmaxf(tmax, s);
         }
-        const float mnew = fmaxf(mx, row_max<TC_TPR>(tmax));
-        const float corr = mnew == -INFINITY ? 1.0f : expf(mx - mnew);
-        float lsum = 0.0f;
-        for (int t = 0; t < TK / TC_TPR; t++) {
-            const float e = sc[t] == -INFINITY ? 0.0f : expf(sc[t] - mnew);
-            sp[r * ldp + sub + TC_TPR * t] = to_half<T>(e);
-            lsum += e;
-        }
-        l = l * corr + row_sum<TC_TPR>(lsum);
-        mx = mnew;
+        const float corr = online_softmax<TC_TPR>(sc, mx, l);
+        for (int t = 0; t < TK / TC_TPR; t++) sp[r * ldp + sub + TC_TPR * t] = to_half<T>(sc[t]);
         for (int e = sub; e < Dv; e += TC_TPR) so[r * ldo + e] *= corr;
         __syncthreads(); /* P written, O rescaled */
         tile_mma<wmma::row_major, wmma::row_major>(so, ldo, sp, ldp, sv, ldv, TQ / FR, Dv / FR, TK / FR, true);
