@@ -756,6 +756,7 @@ static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     }
     w->pg = pg;
     w->c = *c;
+    w->streamed = false;
     atomic_store(&w->done, false);
     w->st = ACCEL_OK;
     w->msg[0] = 0;
