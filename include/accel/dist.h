@@ -21,7 +21,8 @@
  *     rank's call when they differ);
  *   - one thread issues the collectives of a group; asynchronous calls
  *     complete in issue order, and a synchronous call first waits for the
- *     asynchronous calls issued before it;
+ *     asynchronous calls issued before it (stream-ordered ones, below: it
+ *     runs after them on the device);
  *   - every wait is bounded by ACCEL_DIST_TIMEOUT seconds (default 300); a
  *     timeout gives ACCEL_ERR_TIMEOUT naming the ranks that did not arrive, a
  *     dead peer gives ACCEL_ERR_DIST naming it. After such a failure the group
