@@ -241,7 +241,8 @@ static void wait_all(accel__model *pm, accel_status *first) {
         accel_tensor h;
         accel_status st = accel_work_wait(bk->work);
         /* staged: the averaged gradients back onto the device */
-        if (!reduced_on_device(pm, bk)) st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), st, true, false);
+        if (!reduced_on_device(pm, bk))
+            st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), st, true, false);
         if (st && !*first) *first = st;
         accel_work_free(bk->work);
         bk->work = NULL;
