@@ -12,7 +12,15 @@
  * do not wait for each other; the lock is never held across another
  * owner's build, and a build reports its form's write without holding the
  * registry's lock. Lock order: an owner's build lock, then the registry's,
- * then the graves' (each of those two held for bookkeeping only). */
+ * then the graves' (each of those two held for bookkeeping only).
+ *
+ * An entry is freed by its last reference: the registry holds one while the
+ * entry is tracked, and every accel__prepared_get takes one, under the
+ * registry's lock, for as long as it uses the entry. So a thread that found
+ * the entry and waits for (or holds) its build lock keeps it alive while
+ * another detaches it (the owner's storage moved or was released); the
+ * build lock cannot be taken under the registry's instead, since a build
+ * takes the registry's lock under its own (it reports its form's write). */
 #include "core/prepared.h"
 #include "core/str_to_bool.h"
 
@@ -44,6 +52,7 @@ struct accel__prepared {
     accel_tensor *owner;
     uintptr_t lo, hi;          /* the owner's storage bytes when tracking began */
     _Atomic uint64_t version;  /* bumped under the registry's read lock, by any thread */
+    atomic_int refs;           /* the registry's while tracked, and each get's in flight */
     pthread_mutex_t build;     /* guards forms[] */
     form forms[ACCEL__PREPARED_FORMS];
 };
@@ -182,6 +191,7 @@ static accel__prepared *entry_new(accel_tensor *t) {
         return NULL;
     }
     e->owner = t;
+    atomic_init(&e->refs, 1); /* the registry's */
     e->lo = (uintptr_t)t->data;
     e->hi = e->lo + accel_nbytes(t);
     return e;
@@ -266,6 +276,17 @@ static void entry_drop(accel__prepared *e) {
     entry_free(e);
 }
 
+/* Drops a reference to e: the last one (e detached, no get using it) frees it. */
+static void entry_put(accel__prepared *e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) entry_drop(e);
+}
+
+/* A reference to e for a get (the registry's lock held, so e is tracked). */
+static accel__prepared *entry_get(accel__prepared *e) {
+    if (e) atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+    return e;
+}
+
 void accel__prepared_release(accel_tensor *t) {
     if (!t || !t->prepared) return;
     pthread_rwlock_wrlock(&g_reg_lock);
@@ -273,7 +294,7 @@ void accel__prepared_release(accel_tensor *t) {
     if (e) reg_remove(e);
     t->prepared = NULL;
     pthread_rwlock_unlock(&g_reg_lock);
-    if (e) entry_drop(e);
+    if (e) entry_put(e);
 }
 
 /* Unlinks the graves of arena a (every one when a is NULL) and frees them. */
@@ -346,15 +367,16 @@ static bool entry_current(const accel__prepared *e, const accel_tensor *t) {
     return e->lo == (uintptr_t)t->data && e->hi - e->lo == accel_nbytes(t);
 }
 
-/* The entry of owner with its current storage (*out NULL when owner cannot
- * be tracked). The usual case, an entry of the current storage, takes the
- * registry's lock to read. An entry whose owner's storage moved under it
- * (its forms are of other bytes) is detached under the same write lock that
- * tracks the new one, so two threads that both see the move drop it once. */
+/* The entry of owner with its current storage, referenced for the caller
+ * (entry_put when done; *out NULL when owner cannot be tracked). The usual
+ * case, an entry of the current storage, takes the registry's lock to read.
+ * An entry whose owner's storage moved under it (its forms are of other
+ * bytes) is detached under the same write lock that tracks the new one, so
+ * two threads that both see the move drop the registry's reference once. */
 static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
     pthread_rwlock_rdlock(&g_reg_lock);
     accel__prepared *e = own_entry(owner);
-    *out = e && entry_current(e, owner) ? e : NULL;
+    *out = entry_get(e && entry_current(e, owner) ? e : NULL);
     pthread_rwlock_unlock(&g_reg_lock);
     if (*out) return ACCEL_OK;
     pthread_rwlock_wrlock(&g_reg_lock);
@@ -366,8 +388,9 @@ static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
         moved = NULL;
     }
     accel_status st = track(owner, out);
+    entry_get(*out);
     pthread_rwlock_unlock(&g_reg_lock);
-    if (moved) entry_drop(moved);
+    if (moved) entry_put(moved);
     return st;
 }
 
@@ -418,6 +441,7 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
     pthread_mutex_lock(&e->build);
     st = form_get(e, key, form_dt, fill, out);
     pthread_mutex_unlock(&e->build);
+    entry_put(e);
     return st;
 }
 
