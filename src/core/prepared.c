@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "core_internal.h"
 
 /* A released form that a live tape may read: freed when its step ends. */
@@ -96,7 +97,7 @@ void accel__storage_written(const void *p, size_t n) {
     if (hi <= atomic_load_explicit(&g_env_lo, memory_order_relaxed) ||
         lo >= atomic_load_explicit(&g_env_hi, memory_order_relaxed))
         return;
-    if (accel__in_own_step_arena(p, n)) return; /* step copies: no tracked byte there */
+    if (accel__in_own_step_arena(p, n)) return; /* step copies: no tracked byte there (see host_address) */
     pthread_rwlock_rdlock(&g_reg_lock);
     for (int i = first_reaching(lo); i < g_n && g_reg[i].lo < hi; i++)
         if (g_reg[i].hi > lo) atomic_fetch_add_explicit(&g_reg[i].e->version, 1, memory_order_relaxed);
@@ -211,13 +212,33 @@ static accel__prepared *own_entry(const accel_tensor *t) {
     return t->prepared && t->prepared->owner == t ? t->prepared : NULL;
 }
 
+/* Whether t's storage is host memory (a step arena's bytes may be its).
+ *
+ * The registry keys storages by address alone, whatever their device, and
+ * accel__storage_written returns before looking a write up when its bytes
+ * lie in the writer's own step arena (host memory). Both are right only if
+ * no device's memory has an address that is also a host one: true of the
+ * backends there are (the cpu's memory is the host's; CUDA's unified
+ * addressing gives device and pinned memory addresses of their own in the
+ * process; the hostless device's pointers carry a tag in bits 48..55). A
+ * device storage found inside a step arena would mean a backend whose
+ * addresses alias the host's: its writes could be skipped, so that is an
+ * assertion, not a silent miss. */
+static bool host_address(const accel_tensor *t) {
+    const accel_backend *b = accel__backend_of(t->device);
+    return b && b->host_addressable;
+}
+
 /* t's entry, tracking t if it was not: *out NULL with ACCEL_OK when t's
  * storage lies in step memory (it is a step buffer whatever its header says:
  * writes there are not looked up, see accel__storage_written). */
 static accel_status track(accel_tensor *t, accel__prepared **out) {
     *out = own_entry(t);
     if (*out) return ACCEL_OK;
-    if (accel__step_arena_overlaps(t->data, accel_nbytes(t))) return ACCEL_OK;
+    if (accel__step_arena_overlaps(t->data, accel_nbytes(t))) {
+        ACCEL_ASSERT(host_address(t)); /* a device address that is a host one: see host_address */
+        return ACCEL_OK;
+    }
     accel__prepared *e = reg_reserve() ? entry_new(t) : NULL;
     if (!e) return accel_last_status();
     reg_insert(e);
