@@ -38,7 +38,7 @@ static accel_status fill_copy(accel_tensor *dst, accel_tensor *src, const accel_
     return accel_copy_(dst, src);
 }
 
-static const accel__form_key KEY = {ACCEL__FORM_ROUNDED_F32, ACCEL_BF16};
+static const accel__form_key KEY = {.kind = ACCEL__FORM_ROUNDED_F32, .dt = ACCEL_BF16};
 
 static void *gets(void *p) {
     accel_tensor *w = p;

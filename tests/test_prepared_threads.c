@@ -19,7 +19,7 @@
 
 enum { N = 256, ROUNDS = 4 };
 
-static const accel__form_key KEY = {ACCEL__FORM_ROUNDED_F32, ACCEL_BF16};
+static const accel__form_key KEY = {.kind = ACCEL__FORM_ROUNDED_F32, .dt = ACCEL_BF16};
 
 static pthread_barrier_t g_in_fill;  /* the builder is inside its fill */
 static pthread_barrier_t g_go;       /* the mover is done: the fill may finish */

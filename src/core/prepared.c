@@ -344,19 +344,32 @@ void accel__prepared_sweep(void) { graves_free(accel_step_arena()); }
 
 __attribute__((destructor)) static void free_graves_at_exit(void) { graves_free(NULL); }
 
-static bool key_eq(const accel__form_key *a, const accel__form_key *b) {
+static bool same_kind(const accel__form_key *a, const accel__form_key *b) {
     return a->kind == b->kind && a->dt == b->dt;
 }
 
-/* The slot of key in e, or a free one, or NULL when every slot holds another key. */
+static bool key_eq(const accel__form_key *a, const accel__form_key *b) {
+    return same_kind(a, b) && a->tag == b->tag;
+}
+
+/* The version no build is made from: a form taken over for another tag is rebuilt. */
+#define NO_VERSION UINT64_MAX
+
+/* The slot of key in e, or a free one, or a form of key's kind under another
+ * tag that this step cannot read (taken over: its bytes are rebuilt), or
+ * NULL when every slot holds another key. */
 static form *form_slot(accel__prepared *e, const accel__form_key *key) {
-    form *free_slot = NULL;
+    form *free_slot = NULL, *other_tag = NULL;
     for (int i = 0; i < ACCEL__PREPARED_FORMS; i++) {
         form *f = &e->forms[i];
         if (f->t && key_eq(&f->key, key)) return f;
         if (!f->t && !free_slot) free_slot = f;
+        if (f->t && key->tag && same_kind(&f->key, key) && !other_tag && !in_current_step(f)) other_tag = f;
     }
-    return free_slot;
+    if (free_slot || !other_tag) return free_slot;
+    other_tag->key = *key;
+    other_tag->version = NO_VERSION;
+    return other_tag;
 }
 
 /* Builds (or rebuilds in place) f from owner at version v. */
