@@ -16,6 +16,8 @@
  *   - the pool under more leases than slots and from several threads;
  *   - the double-buffered path of a backend with asynchronous copies (a test
  *     backend whose copies run only when their event is waited for);
+ *   - copies between two backends' devices go through the pool a chunk
+ *     at a time (no tensor-sized host buffer per call);
  *   - the pool keeps at most its cap (ACCEL_STAGE_CACHE_MB) cached: a lease
  *     over it is freed when given back, alike leases under it stay;
  *   - staging that cannot get memory fails naming the user's call. */
@@ -479,6 +481,37 @@ static void test_double_buffered_async_copy(void) {
     free(want);
 }
 
+/* A copy between two backends' devices (hostless:0 and the npu test
+ * backend, registered above) goes through the pool a chunk at a time: no
+ * tensor-sized host allocation, nothing allocated after the first step,
+ * the bytes right both ways. */
+static void test_cross_backend_copy_through_pool(void) {
+    const accel_device npu = {ACCEL_DEV_NPU, 0};
+    const int64_t n = 8 * CHUNK / 4 + 7;
+    accel_tensor *want = accel_tensor_clone_persistent(accel_arange(ACCEL_F32, 0, n), ACCEL_CPU_DEVICE);
+    accel_tensor *h = accel_tensor_clone_persistent(want, H0), *d = accel_tensor_new(ACCEL_F32, 1, &n, npu);
+    accel_tensor *back = accel_tensor_new(ACCEL_F32, 1, &n, H0);
+    accel_step_reset();
+    CHECK(h && d && back);
+    g_big = 2 * CHUNK;
+    int64_t big = g_big_allocs, allocs = 0;
+    accel_set_allocator(&COUNTING);
+    for (int step = 0; step < 3 && h && d && back; step++) {
+        CHECK_MSG(accel_copy_(d, h) == ACCEL_OK && accel_copy_(back, d) == ACCEL_OK, "%s", accel_last_error());
+        if (step == 0) allocs = counts().allocs;
+    }
+    accel_set_allocator(NULL);
+    CHECK_MSG(g_big_allocs == big, "%lld host allocations of 2 chunks or more", (long long)(g_big_allocs - big));
+    CHECK_MSG(counts().allocs == allocs, "%lld pinned allocations after the first step",
+              (long long)(counts().allocs - allocs));
+    CHECK(back && max_diff(back, want) == 0);
+    accel_tensor_free(h);
+    accel_tensor_free(d);
+    accel_tensor_free(back);
+    accel_tensor_free(want);
+    accel_step_reset();
+}
+
 /* ---- the pool's bound, and errors that name the caller's op */
 
 /* A lease much bigger than the pool may keep (the cap at 4 chunks, as
@@ -586,6 +619,7 @@ int main(void) {
     RUN(test_pool_overflow);
     RUN(test_threads_share_the_pool);
     RUN(test_double_buffered_async_copy);
+    RUN(test_cross_backend_copy_through_pool);
     RUN(test_pool_bounded);
     RUN(test_errors_name_the_op);
     char cmd[96];
