@@ -826,7 +826,7 @@ static void shared_weight_outputs(float out[4][16 * 32]) {
     r.history_len = H2;
     CHECK(accel__fp8_convert_model(m, r) == ACCEL_OK);
     r.deferred_update = true; /* as a prepared model: the hook updates the scales after each forward */
-    accel__fp8_state *a, *b;
+    accel__fp8_state *a = NULL, *b = NULL;
     CHECK(accel__fp8_state_new(m->children[0], &a) == ACCEL_OK && accel__fp8_state_new(m->children[1], &b) == ACCEL_OK);
     accel_module *who[4] = {m->children[0], m->children[0], m->children[1], m->children[0]};
     accel__fp8_state *state[4] = {a, a, b, a};
