@@ -3,10 +3,14 @@
  * refused by name when bad, and zeroed options keep the environment's and
  * the defaults' behaviour; `{.field = false}` and `= true` mean what they
  * say for every boolean; the boolean variables read as Accelerate's
- * str_to_bool, garbage refused by name. One process: stage 3 over a world
+ * str_to_bool, garbage refused by name; sync_module_states=False beside
+ * cpu_ram_efficient_loading warned about and forced True. One process: stage 3 over a world
  * of 1. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
@@ -115,10 +119,8 @@ static void test_natural_initializers(void) {
         CHECK(f.activation_checkpointing);
     if (resolved((accel_accelerator_opts){.fsdp_activation_checkpointing = false}, &f))
         CHECK(!f.activation_checkpointing);
-    /* sync_module_states=False is refused while cpu_ram_efficient_loading is on (its default) ... */
-    refused((accel_accelerator_opts){.fsdp_no_sync_module_states = true},
-            "fsdp_cpu_ram_efficient_loading=true requires fsdp_sync_module_states=true");
-    /* ... and accepted with it off; false on both is the default pair */
+    /* sync_module_states=False with cpu_ram_efficient_loading on: test_sync_forced;
+     * with it off accepted; false on both is the default pair */
     accel_accelerator_opts o = {.fsdp_no_sync_module_states = true, .fsdp_no_cpu_ram_efficient_loading = true};
     resolved(o, &f);
     o = (accel_accelerator_opts){.fsdp_no_sync_module_states = false, .fsdp_no_cpu_ram_efficient_loading = false,
@@ -217,10 +219,59 @@ static void test_bad_values_named(void) {
             "fsdp_state_dict_type=SHARDED_STATE_DICT shards the checkpoints of FULL_SHARD");
 }
 
+/* What accel_accelerator_new wrote to stderr while resolving o (accepted). */
+static void resolved_stderr(accel_accelerator_opts o, char *err, size_t n) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/accel_fsdp_opts_%d.err", (int)getpid());
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    accel__fsdp_cfg f;
+    bool ok = resolved(o, &f);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK_MSG(ok, "refused: %s", accel_last_error());
+    FILE *in = fopen(path, "r");
+    err[0] = 0;
+    if (in) {
+        err[fread(err, 1, n - 1, in)] = 0;
+        fclose(in);
+    }
+    remove(path);
+}
+
+/* sync_module_states=False while cpu_ram_efficient_loading is on (its
+ * default), from the option or the variable: as Accelerate's
+ * FullyShardedDataParallelPlugin, a warning and True (only the launcher
+ * refuses the pair: test_cli_launch); under FSDP2 the key is obsolete,
+ * nothing is said; with the loading off nothing is said either. */
+static void test_sync_forced(void) {
+    static const char WARN[] = "sync_module_states cannot be False since efficient cpu ram loading enabled. "
+                               "Setting sync_module_states to True.";
+    char err[1024];
+    clear_env();
+    resolved_stderr((accel_accelerator_opts){.fsdp_no_sync_module_states = true}, err, sizeof err);
+    CHECK_STR_CONTAINS(err, WARN);
+    setenv("ACCEL_FSDP_SYNC_MODULE_STATES", "false", 1);
+    resolved_stderr((accel_accelerator_opts){0}, err, sizeof err);
+    CHECK_STR_CONTAINS(err, WARN);
+    clear_env();
+    resolved_stderr((accel_accelerator_opts){.fsdp_no_sync_module_states = true, .fsdp_version = 2}, err, sizeof err);
+    CHECK_MSG(!strstr(err, "sync_module_states"), "FSDP2 warned: %s", err);
+    resolved_stderr((accel_accelerator_opts){.fsdp_no_sync_module_states = true,
+                                             .fsdp_no_cpu_ram_efficient_loading = true},
+                    err, sizeof err);
+    CHECK_MSG(!strstr(err, "sync_module_states"), "warned with the loading off: %s", err);
+}
+
 int main(void) {
     RUN(test_zeroed_opts_keep_defaults);
     RUN(test_each_field_takes_effect);
     RUN(test_natural_initializers);
+    RUN(test_sync_forced);
     RUN(test_env_bools_as_str_to_bool);
     RUN(test_api_beats_env);
     RUN(test_bad_values_named);

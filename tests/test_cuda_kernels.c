@@ -20,6 +20,7 @@
 #include "backends/backend.h"
 #include "check.h"
 #include "core/core_internal.h"
+#include "cuda_skip.h"
 #include "sdpa_case.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "accel/autograd.h"
@@ -27,7 +28,7 @@
 #include "ops/fp8_linear.h"
 #endif
 
-enum { SKIP = 77, MAX_PAIRS = 16 };
+enum { MAX_PAIRS = 16 };
 
 static const accel_backend *g_cuda;
 /* cuda:0; the hostless test device with ACCEL_TEST_KERNELS_ON=hostless, which
@@ -1204,13 +1205,8 @@ int main(void) {
     if (on && !strcmp(on, "hostless")) {
         if (accel__hostless_register(1) != ACCEL_OK) return fprintf(stderr, "%s\n", accel_last_error()), 1;
         g_dev = (accel_device){ACCEL_DEV_HOSTLESS, 0};
-    } else if (accel_device_count(ACCEL_DEV_CUDA) == 0) {
-#ifdef ACCEL_HAVE_CUDA
-        printf("SKIP: no CUDA device: %s\n", accel__cuda_unavailable_reason());
-#else
-        printf("SKIP: this build has no CUDA backend (ACCEL_CUDA=OFF or no CUDA toolkit)\n");
-#endif
-        return SKIP;
+    } else if (!cuda_present_or_say_why()) {
+        return CUDA_SKIP;
     }
     g_cuda = accel__backend_of(g_dev);
     RUN(test_memory);

@@ -14,12 +14,13 @@
 #include "accelerator/accelerator_internal.h" /* the staged collectives */
 #include "core/host_stage.h"
 #include "check.h"
+#include "cuda_skip.h"
 #include "dispatch_fixture.h"
 #ifdef ACCEL_HAVE_CUDA
-#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_internal.h" /* cudaPointerGetAttributes */
 #endif
 
-enum { SKIP = 77, CHUNK = 64 << 10 };
+enum { CHUNK = 64 << 10 };
 static const accel_device G0 = {ACCEL_DEV_CUDA, 0};
 static char g_dir[64];
 
@@ -82,14 +83,7 @@ static void test_staged_collectives(void) {
 }
 
 int main(void) {
-    if (accel_device_count(ACCEL_DEV_CUDA) == 0) {
-#ifdef ACCEL_HAVE_CUDA
-        printf("SKIP: no CUDA device: %s\n", accel__cuda_unavailable_reason());
-#else
-        printf("SKIP: this build has no CUDA backend (ACCEL_CUDA=OFF or no CUDA toolkit)\n");
-#endif
-        return SKIP;
-    }
+    if (!cuda_present_or_say_why()) return CUDA_SKIP;
     accel__stage_set_chunk_bytes(CHUNK);
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_cudastage_XXXXXX");
     CHECK(mkdtemp(g_dir) != NULL);

@@ -809,6 +809,49 @@ static void test_weight_cache_same_step(void) {
     accel_module_free(m);
 }
 
+/* Two prepared models' fp8 states over one weight (Linears 0 and 1 of m,
+ * 1's weight tied to 0's; model A is Linear 0, model B Linear 1, each with
+ * its own meta and cache): A casts and its scale moves, A recasts, B casts
+ * with its first scale into the weight's forms, then A again. A's cache
+ * matched its scale, but the bytes were B's cast: the forms are keyed by
+ * the cache row that made them, so A's last call gives what a cast per call
+ * gives. */
+static void shared_weight_outputs(float out[4][16 * 32]) {
+    accel_manual_seed(5);
+    accel_module *kids[2] = {accel_linear_new(32, 32, false, ACCEL_CPU_DEVICE, ACCEL_F32),
+                             accel_linear_new(32, 32, false, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *m = accel_sequential_new(2, kids);
+    CHECK(accel_module_tie(m, "1.weight", "0.weight") == ACCEL_OK);
+    accel__fp8_recipe r = accel__fp8_recipe_default();
+    r.history_len = H2;
+    CHECK(accel__fp8_convert_model(m, r) == ACCEL_OK);
+    r.deferred_update = true; /* as a prepared model: the hook updates the scales after each forward */
+    accel__fp8_state *a = NULL, *b = NULL;
+    CHECK(accel__fp8_state_new(m->children[0], &a) == ACCEL_OK && accel__fp8_state_new(m->children[1], &b) == ACCEL_OK);
+    accel_module *who[4] = {m->children[0], m->children[0], m->children[1], m->children[0]};
+    accel__fp8_state *state[4] = {a, a, b, a};
+    for (int k = 0; k < 4; k++) {
+        accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(16, 32), 0.75);
+        accel_tensor *y = fp8_hooked_forward(who[k], x, &r, state[k]);
+        CHECK_MSG(y && accel_to_floats(y, out[k]) == ACCEL_OK, "%s", accel_last_error());
+        accel_step_reset();
+    }
+    accel__fp8_state_free(a);
+    accel__fp8_state_free(b);
+    accel_module_free(m);
+}
+
+static void test_weight_cache_two_states(void) {
+    static float on[4][16 * 32], off[4][16 * 32];
+    shared_weight_outputs(on);
+    bool was = accel__prepared_set_enabled(false);
+    shared_weight_outputs(off);
+    accel__prepared_set_enabled(was);
+    for (int k = 0; k < 4; k++)
+        CHECK_MSG(!memcmp(on[k], off[k], sizeof on[k]), "call %d (model %c) differs from a cast per call", k + 1,
+                  k == 2 ? 'B' : 'A');
+}
+
 int main(void) {
     RUN(test_known_codes);
     RUN(test_round_trips);
@@ -825,5 +868,6 @@ int main(void) {
     RUN(test_weight_cache);
     RUN(test_weight_cache_same_step);
     RUN(test_weight_cache_rows);
+    RUN(test_weight_cache_two_states);
     return check_summary();
 }

@@ -285,8 +285,8 @@ static void test_form_of_a_form(void) {
     fill(owner->data, HID * IN, 41);
     fill(xv, ROWS * IN, 42);
     accel_tensor *copy = NULL;
-    CHECK(accel__prepared_get(owner, &(accel__form_key){ACCEL__FORM_CAST, ACCEL_F32}, ACCEL_F32, copy_fill, &copy) ==
-          ACCEL_OK);
+    const accel__form_key cast = {.kind = ACCEL__FORM_CAST, .dt = ACCEL_F32};
+    CHECK(accel__prepared_get(owner, &cast, ACCEL_F32, copy_fill, &copy) == ACCEL_OK);
     if (!cache_on()) {
         CHECK(copy == NULL);
         accel_tensor_free(owner);

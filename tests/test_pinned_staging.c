@@ -15,7 +15,12 @@
  *     memory with the same results;
  *   - the pool under more leases than slots and from several threads;
  *   - the double-buffered path of a backend with asynchronous copies (a test
- *     backend whose copies run only when their event is waited for). */
+ *     backend whose copies run only when their event is waited for);
+ *   - copies between two backends' devices go through the pool a chunk
+ *     at a time (no tensor-sized host buffer per call);
+ *   - the pool keeps at most its cap (ACCEL_STAGE_CACHE_MB) cached: a lease
+ *     over it is freed when given back, alike leases under it stay;
+ *   - staging that cannot get memory fails naming the user's call. */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -313,7 +318,7 @@ static void *thread_load(void *arg) {
     accel_tensor *src = accel_mul_scalar(accel_arange(ACCEL_F32, 0, n), 0.5);
     for (int r = 0; r < 20; r++)
         if (!src || accel__stage_to_device(H0, accel__device_ptr(t), accel__host_ptr(src, "t"), ACCEL_F32,
-                                           ACCEL_BF16, (size_t)n) != ACCEL_OK)
+                                           ACCEL_BF16, (size_t)n, "test") != ACCEL_OK)
             return (void *)1;
     accel_thread_cleanup();
     return NULL;
@@ -465,7 +470,7 @@ static void test_double_buffered_async_copy(void) {
     for (size_t i = 0; i < n; i++) src[i] = (float)i * 0.37f - 100.0f;
     memcpy(raw + 1, src, n * 4);
     accel_convert(want, ACCEL_BF16, src, ACCEL_F32, n);
-    CHECK(accel__stage_to_device(npu, dst, raw + 1, ACCEL_F32, ACCEL_BF16, n) == ACCEL_OK);
+    CHECK(accel__stage_to_device(npu, dst, raw + 1, ACCEL_F32, ACCEL_BF16, n, "test") == ACCEL_OK);
     CHECK(g_done == g_queued && g_queued >= 6);
     CHECK_MSG(g_most_in_flight == 2, "%d copies in flight at most", g_most_in_flight);
     CHECK_MSG(g_npu_peak == 2 * CHUNK, "%lld pinned bytes", (long long)g_npu_peak);
@@ -474,6 +479,127 @@ static void test_double_buffered_async_copy(void) {
     free(raw);
     free(src);
     free(want);
+}
+
+/* A copy between two backends' devices (hostless:0 and the npu test
+ * backend, registered above) goes through the pool a chunk at a time: no
+ * tensor-sized host allocation, nothing allocated after the first step,
+ * the bytes right both ways. */
+static void test_cross_backend_copy_through_pool(void) {
+    const accel_device npu = {ACCEL_DEV_NPU, 0};
+    const int64_t n = 8 * CHUNK / 4 + 7;
+    accel_tensor *want = accel_tensor_clone_persistent(accel_arange(ACCEL_F32, 0, n), ACCEL_CPU_DEVICE);
+    accel_tensor *h = accel_tensor_clone_persistent(want, H0), *d = accel_tensor_new(ACCEL_F32, 1, &n, npu);
+    accel_tensor *back = accel_tensor_new(ACCEL_F32, 1, &n, H0);
+    accel_step_reset();
+    CHECK(h && d && back);
+    g_big = 2 * CHUNK;
+    int64_t big = g_big_allocs, allocs = 0;
+    accel_set_allocator(&COUNTING);
+    for (int step = 0; step < 3 && h && d && back; step++) {
+        CHECK_MSG(accel_copy_(d, h) == ACCEL_OK && accel_copy_(back, d) == ACCEL_OK, "%s", accel_last_error());
+        if (step == 0) allocs = counts().allocs;
+    }
+    accel_set_allocator(NULL);
+    CHECK_MSG(g_big_allocs == big, "%lld host allocations of 2 chunks or more", (long long)(g_big_allocs - big));
+    CHECK_MSG(counts().allocs == allocs, "%lld pinned allocations after the first step",
+              (long long)(counts().allocs - allocs));
+    CHECK(back && max_diff(back, want) == 0);
+    accel_tensor_free(h);
+    accel_tensor_free(d);
+    accel_tensor_free(back);
+    accel_tensor_free(want);
+    accel_step_reset();
+}
+
+/* ---- the pool's bound, and errors that name the caller's op */
+
+/* A lease much bigger than the pool may keep (the cap at 4 chunks, as
+ * ACCEL_STAGE_CACHE_MB sets it) is freed when given back: an all-gather of a
+ * GB does not pin a GB until exit. Leases under the cap stay cached: a loop
+ * of them allocates once. */
+static void test_pool_bounded(void) {
+    accel__stage_trim();
+    accel__stage_set_cache_bytes(4 * CHUNK);
+    int64_t live = counts().live_bytes;
+    void *big = accel__stage_acquire(H0, 64 * CHUNK, "test");
+    CHECK(big != NULL && counts().live_bytes - live >= 64 * CHUNK);
+    accel__stage_release(H0, big);
+    CHECK_MSG(counts().live_bytes == live, "%lld bytes pinned after a lease over the cap was given back",
+              (long long)(counts().live_bytes - live));
+    int64_t allocs = counts().allocs;
+    for (int i = 0; i < 10; i++) {
+        void *p = accel__stage_acquire(H0, CHUNK, "test"), *q = accel__stage_acquire(H0, 2 * CHUNK, "test");
+        CHECK(p && q);
+        accel__stage_release(H0, q);
+        accel__stage_release(H0, p);
+    }
+    CHECK_MSG(counts().allocs - allocs == 2, "%lld host allocations for 10 alike steps of 2 leases",
+              (long long)(counts().allocs - allocs));
+    CHECK(counts().live_bytes - live == 3 * CHUNK);
+    /* the cap counts every cached slot: a third lease beyond it is not kept */
+    void *p = accel__stage_acquire(H0, CHUNK, "test"), *q = accel__stage_acquire(H0, 2 * CHUNK, "test"),
+         *r = accel__stage_acquire(H0, 2 * CHUNK, "test");
+    CHECK(p && q && r);
+    accel__stage_release(H0, r);
+    accel__stage_release(H0, q);
+    accel__stage_release(H0, p);
+    CHECK(counts().live_bytes - live <= 4 * CHUNK);
+    /* the variable, in MiB: 0 MiB keeps nothing */
+    setenv("ACCEL_STAGE_CACHE_MB", "0", 1);
+    accel__stage_set_cache_bytes(0); /* back to the environment's */
+    p = accel__stage_acquire(H0, CHUNK, "test");
+    accel__stage_release(H0, p);
+    CHECK(counts().live_bytes - live <= 4 * CHUNK);
+    accel__stage_trim();
+    p = accel__stage_acquire(H0, CHUNK, "test");
+    accel__stage_release(H0, p);
+    CHECK_MSG(counts().live_bytes == live, "ACCEL_STAGE_CACHE_MB=0 kept %lld bytes",
+              (long long)(counts().live_bytes - live));
+    unsetenv("ACCEL_STAGE_CACHE_MB");
+    accel__stage_set_cache_bytes(0);
+    accel__stage_trim();
+}
+
+/* Every host allocation of at least CHUNK bytes fails (with pinned memory
+ * failing too): the staging lease cannot be had. */
+static void *failing_alloc(void *ctx, size_t bytes, size_t align) {
+    return bytes >= CHUNK ? NULL : counting_alloc(ctx, bytes, align);
+}
+static const accel_allocator FAILING = {failing_alloc, counting_free, NULL};
+
+/* A staged save and load that cannot get their staging memory fail naming
+ * the call the user made, not the library's internal staging functions. */
+static void test_errors_name_the_op(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/e.safetensors", g_dir);
+    const int64_t n = 4 * CHUNK / 4;
+    accel_tensor *h = accel_tensor_clone_persistent(accel_arange(ACCEL_F32, 0, n), H0);
+    accel_step_reset();
+    const char *name = "w";
+    CHECK(accel_safetensors_save(path, 1, &name, &h, 0, NULL) == ACCEL_OK);
+    accel_safetensors *st = accel_safetensors_open(path);
+    CHECK(st != NULL);
+    accel__stage_trim();
+    accel__hostless_host_fail_next(1000);
+    accel_set_allocator(&FAILING);
+    accel_status saved = accel_safetensors_save(path, 1, &name, &h, 0, NULL);
+    char save_err[512];
+    snprintf(save_err, sizeof save_err, "%s", accel_last_error());
+    accel_clear_error();
+    accel_status loaded = st ? accel_safetensors_load_into(st, "w", h) : ACCEL_OK;
+    char load_err[512];
+    snprintf(load_err, sizeof load_err, "%s", accel_last_error());
+    accel_set_allocator(NULL);
+    accel__hostless_host_fail_next(0);
+    accel_clear_error();
+    CHECK(saved != ACCEL_OK && loaded != ACCEL_OK);
+    CHECK_STR_CONTAINS(save_err, "accel_safetensors_save");
+    CHECK_STR_CONTAINS(load_err, "accel_safetensors_load_into");
+    CHECK_MSG(!strstr(save_err, "accel__") && !strstr(load_err, "accel__"), "internal names: \"%s\", \"%s\"",
+              save_err, load_err);
+    accel_safetensors_close(st);
+    accel_tensor_free(h);
 }
 
 int main(void) {
@@ -493,6 +619,9 @@ int main(void) {
     RUN(test_pool_overflow);
     RUN(test_threads_share_the_pool);
     RUN(test_double_buffered_async_copy);
+    RUN(test_cross_backend_copy_through_pool);
+    RUN(test_pool_bounded);
+    RUN(test_errors_name_the_op);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);

@@ -8,12 +8,21 @@
  *   - writes from two threads at once while a third tracks and untracks
  *     others: no bump lost, none doubled;
  *   - storage in a step arena (this thread's or another's) is not tracked,
- *     since writes into the writer's own step arena are not looked up. */
+ *     since writes into the writer's own step arena are not looked up;
+ *   - a device storage (of a device the host cannot address) inside a step
+ *     arena, i.e. a backend whose addresses alias host ones, which that
+ *     early return would miss writes of, stops at an assertion. */
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "check.h"
+#include "backends/backend.h" /* accel__hostless_register */
 #include "core/core_internal.h"
 
 enum { FLOATS = 1024, MARGIN = 256 /* bytes either side of the buffer */ };
@@ -240,11 +249,36 @@ static void test_step_memory_untracked(void) {
     layout_free(&l);
 }
 
+/* A hostless:0 tensor whose address is that of this thread's step arena
+ * (as a backend whose device addresses alias host ones would hand out):
+ * tracking it aborts, in a child, with the assertion's message. */
+static void test_aliasing_device_address_asserts(void) {
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 2); /* the abort's message */
+        if (accel_device_count(ACCEL_DEV_HOSTLESS) < 1 && accel__hostless_register(1) != ACCEL_OK) _exit(3);
+        accel_tensor *t = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){16}, (accel_device){ACCEL_DEV_HOSTLESS, 0});
+        if (!t) _exit(4);
+        accel_tensor_rebind(t, accel_arena_alloc(accel_step_arena(), 64, 64), false);
+        t->flags |= ACCEL_TF_PARAM;
+        (void)accel__tensor_version(t);
+        _exit(0); /* tracked or skipped in silence */
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the child %s %d",
+              WIFSIGNALED(status) ? "died of signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 int main(void) {
     RUN(test_edges);
     RUN(test_random_against_brute_force);
     RUN(test_two_threads);
     RUN(test_step_memory_untracked);
+    RUN(test_aliasing_device_address_asserts);
     accel_thread_cleanup();
     return check_summary();
 }

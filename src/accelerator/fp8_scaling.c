@@ -137,17 +137,23 @@ void accel__fp8_log_free(accel__fp8_log *log) {
     *log = (accel__fp8_log){0};
 }
 
-/* The weight cache of s (ops/fp8_linear.h): a row per meta, none for a
- * weight that two of the Linears share (their scales differ). */
-static accel_status cache_new(accel__fp8_state *s, accel_tensor **weights) {
+/* The weight cache of s (ops/fp8_linear.h): a row per meta, found by the
+ * meta's address in a table at most half full. */
+static accel_status cache_new(accel__fp8_state *s) {
     accel__fp8_cache *c = &s->cache;
     c->n = s->n, c->metas = s->metas;
+    int cap = 2;
+    while (cap < 2 * s->n) cap *= 2;
+    c->mask = cap - 1;
     c->state = accel__fp8_cache_state_new(s->n, s->metas[0]->device);
     c->use = c->state ? accel_calloc((size_t)s->n, sizeof *c->use) : NULL;
-    if (!c->use) return accel_last_status();
-    for (int i = 0; i < s->n; i++)
-        for (int j = 0; j < s->n; j++)
-            if (i != j && weights[i] == weights[j]) c->use[i].off = true;
+    c->rows = c->use ? accel_malloc(sizeof *c->rows * (size_t)cap) : NULL;
+    if (!c->rows) return accel_last_status();
+    for (int k = 0; k < cap; k++) c->rows[k] = -1;
+    for (int i = 0; i < s->n; i++) {
+        int at = accel__fp8_cache_slot(c, s->metas[i]);
+        if (c->rows[at] < 0) c->rows[at] = i; /* a meta met twice keeps its first row */
+    }
     return ACCEL_OK;
 }
 
@@ -155,14 +161,12 @@ accel_status accel__fp8_state_new(accel_module *root, accel__fp8_state **out) {
     *out = NULL;
     accel__fp8_state *s = accel_calloc(1, sizeof *s);
     if (!s) return accel_last_status();
-    accel_tensor **weights = NULL;
-    accel_status st = accel__fp8_model_metas(root, &s->metas, &weights, &s->n);
+    accel_status st = accel__fp8_model_metas(root, &s->metas, NULL, &s->n);
     if (!st && s->n) {
         s->buf = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){(int64_t)s->n * ACCEL__FP8_SLOTS}, s->metas[0]->device);
         st = s->buf ? accel__fp8_log_reserve(&s->forward, s->n) : accel_last_status();
-        if (!st) st = cache_new(s, weights);
+        if (!st) st = cache_new(s);
     }
-    accel_free(weights);
     if (st) accel__fp8_state_free(s);
     else *out = s;
     return st;
@@ -175,6 +179,7 @@ void accel__fp8_state_free(accel__fp8_state *s) {
     accel__fp8_log_free(&s->forward);
     accel_tensor_free(s->cache.state);
     accel_free(s->cache.use);
+    accel_free(s->cache.rows);
     accel_free(s);
 }
 

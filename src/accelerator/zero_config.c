@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -407,12 +408,26 @@ static accel_status check_version(const char *ver, const char *prefix) {
     return ACCEL_OK;
 }
 
-static accel_status read_version(const accel_accelerator_opts *o) {
+/* fsdp_version (the option's, else the variable's) into *v: 1 when unset,
+ * Accelerate's default. */
+static accel_status read_version(const accel_accelerator_opts *o, int *v) {
     char given[16];
     snprintf(given, sizeof given, "%d", o->fsdp_version);
-    if (o->fsdp_version) return check_version(given, "opts.");
-    const char *ver = env("ACCEL_FSDP_VERSION");
-    return ver ? check_version(ver, "") : ACCEL_OK;
+    const char *ver = o->fsdp_version ? given : env("ACCEL_FSDP_VERSION");
+    accel_status st = ver ? check_version(ver, o->fsdp_version ? "opts." : "") : ACCEL_OK;
+    *v = ver && !strcmp(ver, "2") ? 2 : 1;
+    return st;
+}
+
+/* sync_module_states=False beside cpu_ram_efficient_loading (FSDP1): as
+ * FullyShardedDataParallelPlugin.__post_init__, a warning and True (only
+ * Accelerate's launcher refuses the pair: cli/cli_launch_env.c does too).
+ * Under FSDP2 the key is obsolete: nothing to say. True is what prepare does
+ * anyway (rank 0's weights reach every rank), so nothing else changes. */
+static void warn_sync_forced(bool ram_efficient, bool sync, int version) {
+    if (version == 1 && ram_efficient && !sync)
+        fprintf(stderr, "accel: warning: " FN ": sync_module_states cannot be False since efficient cpu ram loading "
+                        "enabled. Setting sync_module_states to True.\n");
 }
 
 /* The other fsdp_config keys: checked, and refused where accel does not do
@@ -426,17 +441,16 @@ static accel_status read_fsdp_rest(const accel_accelerator_opts *o, accel__fsdp_
     if (!st) st = fsdp_negated(o->fsdp_no_sync_module_states, "ACCEL_FSDP_SYNC_MODULE_STATES", &sync);
     if (!st) /* either way: the parameters stay the user's tensors */
         st = fsdp_negated(o->fsdp_no_use_orig_params, "ACCEL_FSDP_USE_ORIG_PARAMS", &orig);
+    int version;
+    if (!st) st = read_version(o, &version);
     if (st) return st;
-    if (ram_efficient && !sync)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": fsdp_cpu_ram_efficient_loading=true requires "
-                               "fsdp_sync_module_states=true (rank 0's weights reach the other ranks that way; "
-                               "opts.fsdp_no_sync_module_states needs opts.fsdp_no_cpu_ram_efficient_loading)");
+    warn_sync_forced(ram_efficient, sync, version);
     const char *prefix, *sdt = state_dict_type(o, &prefix);
     f->full_state_dict = sdt && !strcasecmp(sdt, "FULL_STATE_DICT");
     if (sdt && !f->full_state_dict && strcasecmp(sdt, "SHARDED_STATE_DICT"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": %sfsdp_state_dict_type=%s is not implemented by accel "
                                "(SHARDED_STATE_DICT and FULL_STATE_DICT are)", prefix, sdt);
-    return read_version(o);
+    return ACCEL_OK;
 }
 
 static accel_status read_min_num_params(const accel_accelerator_opts *o, accel__fsdp_cfg *f) {

@@ -88,7 +88,7 @@ static accel_status copy_onto(accel__off_entry *e, accel_device dev) {
     accel_tensor *t = e->t;
     if (accel__tensor_alloc_uninit(t, dev, t->dtype) != ACCEL_OK) return accel_last_status();
     accel_status st = accel__stage_to_device(dev, accel__device_ptr(t), e->src, e->src_dtype, t->dtype,
-                                             (size_t)accel_numel(t));
+                                             (size_t)accel_numel(t), "accel_module_call (an offloaded weight onload)");
     if (st != ACCEL_OK) accel_tensor_to_meta(t);
     return st;
 }

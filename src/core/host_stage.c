@@ -3,6 +3,7 @@
  * move bytes through them. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -18,6 +19,38 @@ size_t accel__stage_chunk_bytes(void) { return __atomic_load_n(&g_chunk, __ATOMI
 void accel__stage_set_chunk_bytes(size_t bytes) {
     size_t c = bytes ? bytes / MIN_CHUNK * MIN_CHUNK : DEFAULT_CHUNK;
     __atomic_store_n(&g_chunk, c < MIN_CHUNK ? MIN_CHUNK : c, __ATOMIC_RELAXED);
+}
+
+enum { DEFAULT_CACHE_MB = 256 };
+
+static size_t g_cache_cap = SIZE_MAX; /* atomic; SIZE_MAX: not read from the environment yet */
+
+/* ACCEL_STAGE_CACHE_MB in bytes, else the default (a tuning switch: a bad
+ * value is said, not refused, as it changes no result). */
+static size_t cache_cap_from_env(void) {
+    const char *e = getenv("ACCEL_STAGE_CACHE_MB");
+    if (!e || !*e) return (size_t)DEFAULT_CACHE_MB << 20;
+    char *end;
+    unsigned long long mb = strtoull(e, &end, 10);
+    if (*end || *e == '-' || mb > (SIZE_MAX >> 21)) {
+        fprintf(stderr, "accel: warning: ACCEL_STAGE_CACHE_MB=%s is not a count of MiB; the host staging pool "
+                        "keeps %d MiB\n", e, DEFAULT_CACHE_MB);
+        return (size_t)DEFAULT_CACHE_MB << 20;
+    }
+    return (size_t)mb << 20;
+}
+
+size_t accel__stage_cache_bytes(void) {
+    size_t c = __atomic_load_n(&g_cache_cap, __ATOMIC_RELAXED);
+    if (c == SIZE_MAX) {
+        c = cache_cap_from_env();
+        __atomic_store_n(&g_cache_cap, c, __ATOMIC_RELAXED);
+    }
+    return c;
+}
+
+void accel__stage_set_cache_bytes(size_t bytes) {
+    __atomic_store_n(&g_cache_cap, bytes ? bytes : cache_cap_from_env(), __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- host memory */
@@ -82,6 +115,12 @@ static int pick_slot(const stage_slot *s, size_t bytes) {
     return fit >= 0 ? fit : empty >= 0 ? empty : big;
 }
 
+/* NULL with an error naming op: no host memory for a staging buffer. */
+static void *no_stage_memory(size_t bytes, const char *op) {
+    accel_set_error(ACCEL_ERR_OOM, "%s: out of host memory for a %zu-byte staging buffer", op, bytes);
+    return NULL;
+}
+
 void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op) {
     const accel_backend *b = accel__backend_for(dev, op);
     if (!b) return NULL;
@@ -91,7 +130,10 @@ void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op) {
     int i = pick_slot(slots, bytes);
     if (i >= 0) slots[i].busy = true;
     pthread_mutex_unlock(&g_lock);
-    if (i < 0) return accel_malloc(bytes); /* every slot leased: a lease of its own */
+    if (i < 0) { /* every slot leased: a lease of its own */
+        void *own = accel_malloc(bytes);
+        return own ? own : no_stage_memory(bytes, op);
+    }
     stage_slot *s = &slots[i]; /* ours alone while busy; release reads p under g_lock */
     if (s->cap < bytes) {
         if (s->p) host_mem_free(s->owner, s->p, s->pinned);
@@ -100,19 +142,35 @@ void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op) {
         pthread_mutex_lock(&g_lock);
         *s = (stage_slot){.p = p, .cap = p ? bytes : 0, .owner = b, .pinned = pinned, .busy = p != NULL};
         pthread_mutex_unlock(&g_lock);
+        if (!p) return no_stage_memory(bytes, op);
     }
     return s->p;
 }
 
+/* Bytes the slots hold, leased or not (under g_lock). */
+static size_t cached_bytes(const stage_slot *s) {
+    size_t n = 0;
+    for (int i = 0; i < ACCEL__STAGE_SLOTS; i++) n += s[i].cap;
+    return n;
+}
+
 void accel__stage_release(accel_device dev, void *p) {
     if (!p || (unsigned)dev.type >= ACCEL_DEV_TYPE_COUNT) return;
+    stage_slot drop = {0};
     pthread_mutex_lock(&g_lock);
     stage_slot *slots = g_slots[dev.type];
     int i = 0;
     while (i < ACCEL__STAGE_SLOTS && !(slots[i].busy && slots[i].p == p)) i++;
-    if (i < ACCEL__STAGE_SLOTS) slots[i].busy = false;
+    if (i < ACCEL__STAGE_SLOTS) {
+        slots[i].busy = false;
+        if (cached_bytes(slots) > accel__stage_cache_bytes()) { /* over the cap: this one goes back */
+            drop = slots[i];
+            slots[i] = (stage_slot){0};
+        }
+    }
     pthread_mutex_unlock(&g_lock);
     if (i == ACCEL__STAGE_SLOTS) accel_free(p); /* the overflow lease of acquire */
+    else if (drop.p) host_mem_free(drop.owner, drop.p, drop.pinned);
 }
 
 /* Frees the slots nobody holds; at exit only the plain ones: a device
@@ -234,11 +292,11 @@ static accel_status ring_send(chunk_ring *r, int k, void *dst, size_t m) {
 }
 
 accel_status accel__stage_to_device(accel_device dev, void *dst, const void *src, accel_dtype src_dt,
-                                    accel_dtype dst_dt, size_t n) {
+                                    accel_dtype dst_dt, size_t n, const char *op) {
     size_t ssz = accel_dtype_size(src_dt), dsz = accel_dtype_size(dst_dt), total = n * dsz;
     if (!n) return ACCEL_OK;
     chunk_ring r = {0};
-    accel_status st = ring_open(&r, dev, total, "accel__stage_to_device");
+    accel_status st = ring_open(&r, dev, total, op);
     if (st) return st;
     size_t per = r.chunk / dsz; /* elements per chunk */
     for (size_t i = 0, c = 0; i < n && !st; i += per, c++) {
@@ -255,12 +313,12 @@ accel_status accel__stage_to_device(accel_device dev, void *dst, const void *src
 }
 
 accel_status accel__stage_from_device(accel_device dev, const void *src, size_t n, accel__stage_sink sink,
-                                      void *ctx) {
+                                      void *ctx, const char *op) {
     if (!n) return ACCEL_OK;
-    const accel_backend *b = accel__backend_for(dev, "accel__stage_from_device");
+    const accel_backend *b = accel__backend_for(dev, op);
     if (!b) return accel_last_status();
     size_t chunk = accel__stage_chunk_bytes(); /* a whole chunk even for less: the lease every copy shares */
-    unsigned char *host = accel__stage_acquire(dev, chunk, "accel__stage_from_device");
+    unsigned char *host = accel__stage_acquire(dev, chunk, op);
     if (!host) return accel_last_status();
     accel_status st = ACCEL_OK;
     for (size_t off = 0; off < n && !st; off += chunk) {

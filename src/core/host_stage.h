@@ -11,8 +11,11 @@
  * Buffers are cached per device type in a pool of ACCEL__STAGE_SLOTS slots
  * and reused: a slot is allocated when first needed and grown when a lease
  * needs more than any free slot holds, so a loop whose steps are alike
- * allocates nothing after its first step. Cached buffers live until process
- * exit (freed then) or accel__stage_trim().
+ * allocates nothing after its first step. The pool of a device type keeps at
+ * most its cap cached (ACCEL_STAGE_CACHE_MB, default 256 MiB): a lease given
+ * back while the slots hold more than the cap is freed then, so one huge
+ * staging (a GB all-gather) does not stay pinned. Cached buffers live until
+ * process exit (freed then) or accel__stage_trim().
  *
  * Threading: every entry may be called from any thread. A lease is exclusive
  * to its holder until released; leases beyond the slots in use at once are
@@ -31,9 +34,15 @@ enum { ACCEL__STAGE_SLOTS = 8 };
 size_t accel__stage_chunk_bytes(void);
 void accel__stage_set_chunk_bytes(size_t bytes);
 
+/* Bytes the pool of a device type keeps cached at most. Setting 0 restores
+ * the environment's ACCEL_STAGE_CACHE_MB (MiB; unset: 256; not a count:
+ * warned about, 256). For tests and tuning. */
+size_t accel__stage_cache_bytes(void);
+void accel__stage_set_cache_bytes(size_t bytes);
+
 /* A host buffer of at least `bytes` for staging to/from device dev, held by
  * the caller alone until accel__stage_release(dev, p). NULL + error (naming
- * op) when dev has no backend or host memory is exhausted. */
+ * op, the user's call) when dev has no backend or host memory is exhausted. */
 void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op);
 void accel__stage_release(accel_device dev, void *p);
 
@@ -51,16 +60,17 @@ void accel__stage_trim(void);
  * lease, so no host copy of the whole range is made (src may be a file
  * mapping, any alignment). On a device with asynchronous copies the chunks
  * are double-buffered on the thread's current stream; the call returns when
- * every byte has reached the device. */
+ * every byte has reached the device. Errors name op (the user's call). */
 accel_status accel__stage_to_device(accel_device dev, void *dst, const void *src, accel_dtype src_dt,
-                                    accel_dtype dst_dt, size_t n);
+                                    accel_dtype dst_dt, size_t n, const char *op);
 
 /* n bytes of contiguous device memory src of dev, one chunk at a time through
  * a staging lease, each chunk handed to sink(ctx, host, bytes) in order (a
- * file being written). The sink's pointer is valid during its call only. */
+ * file being written). The sink's pointer is valid during its call only.
+ * Errors name op (the user's call). */
 typedef accel_status (*accel__stage_sink)(void *ctx, const void *p, size_t n);
 accel_status accel__stage_from_device(accel_device dev, const void *src, size_t n, accel__stage_sink sink,
-                                      void *ctx);
+                                      void *ctx, const char *op);
 
 /* n elements at src (dtype src_dt, any alignment) converted into host memory
  * dst (dtype dst_dt, aligned to its element size). */

@@ -12,7 +12,15 @@
  * do not wait for each other; the lock is never held across another
  * owner's build, and a build reports its form's write without holding the
  * registry's lock. Lock order: an owner's build lock, then the registry's,
- * then the graves' (each of those two held for bookkeeping only). */
+ * then the graves' (each of those two held for bookkeeping only).
+ *
+ * An entry is freed by its last reference: the registry holds one while the
+ * entry is tracked, and every accel__prepared_get takes one, under the
+ * registry's lock, for as long as it uses the entry. So a thread that found
+ * the entry and waits for (or holds) its build lock keeps it alive while
+ * another detaches it (the owner's storage moved or was released); the
+ * build lock cannot be taken under the registry's instead, since a build
+ * takes the registry's lock under its own (it reports its form's write). */
 #include "core/prepared.h"
 #include "core/str_to_bool.h"
 
@@ -22,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "core_internal.h"
 
 /* A released form that a live tape may read: freed when its step ends. */
@@ -44,6 +53,7 @@ struct accel__prepared {
     accel_tensor *owner;
     uintptr_t lo, hi;          /* the owner's storage bytes when tracking began */
     _Atomic uint64_t version;  /* bumped under the registry's read lock, by any thread */
+    atomic_int refs;           /* the registry's while tracked, and each get's in flight */
     pthread_mutex_t build;     /* guards forms[] */
     form forms[ACCEL__PREPARED_FORMS];
 };
@@ -87,7 +97,7 @@ void accel__storage_written(const void *p, size_t n) {
     if (hi <= atomic_load_explicit(&g_env_lo, memory_order_relaxed) ||
         lo >= atomic_load_explicit(&g_env_hi, memory_order_relaxed))
         return;
-    if (accel__in_own_step_arena(p, n)) return; /* step copies: no tracked byte there */
+    if (accel__in_own_step_arena(p, n)) return; /* step copies: no tracked byte there (see host_address) */
     pthread_rwlock_rdlock(&g_reg_lock);
     for (int i = first_reaching(lo); i < g_n && g_reg[i].lo < hi; i++)
         if (g_reg[i].hi > lo) atomic_fetch_add_explicit(&g_reg[i].e->version, 1, memory_order_relaxed);
@@ -182,6 +192,7 @@ static accel__prepared *entry_new(accel_tensor *t) {
         return NULL;
     }
     e->owner = t;
+    atomic_init(&e->refs, 1); /* the registry's */
     e->lo = (uintptr_t)t->data;
     e->hi = e->lo + accel_nbytes(t);
     return e;
@@ -201,13 +212,33 @@ static accel__prepared *own_entry(const accel_tensor *t) {
     return t->prepared && t->prepared->owner == t ? t->prepared : NULL;
 }
 
+/* Whether t's storage is host memory (a step arena's bytes may be its).
+ *
+ * The registry keys storages by address alone, whatever their device, and
+ * accel__storage_written returns before looking a write up when its bytes
+ * lie in the writer's own step arena (host memory). Both are right only if
+ * no device's memory has an address that is also a host one: true of the
+ * backends there are (the cpu's memory is the host's; CUDA's unified
+ * addressing gives device and pinned memory addresses of their own in the
+ * process; the hostless device's pointers carry a tag in bits 48..55). A
+ * device storage found inside a step arena would mean a backend whose
+ * addresses alias the host's: its writes could be skipped, so that is an
+ * assertion, not a silent miss. */
+static bool host_address(const accel_tensor *t) {
+    const accel_backend *b = accel__backend_of(t->device);
+    return b && b->host_addressable;
+}
+
 /* t's entry, tracking t if it was not: *out NULL with ACCEL_OK when t's
  * storage lies in step memory (it is a step buffer whatever its header says:
  * writes there are not looked up, see accel__storage_written). */
 static accel_status track(accel_tensor *t, accel__prepared **out) {
     *out = own_entry(t);
     if (*out) return ACCEL_OK;
-    if (accel__step_arena_overlaps(t->data, accel_nbytes(t))) return ACCEL_OK;
+    if (accel__step_arena_overlaps(t->data, accel_nbytes(t))) {
+        ACCEL_ASSERT(host_address(t)); /* a device address that is a host one: see host_address */
+        return ACCEL_OK;
+    }
     accel__prepared *e = reg_reserve() ? entry_new(t) : NULL;
     if (!e) return accel_last_status();
     reg_insert(e);
@@ -266,6 +297,17 @@ static void entry_drop(accel__prepared *e) {
     entry_free(e);
 }
 
+/* Drops a reference to e: the last one (e detached, no get using it) frees it. */
+static void entry_put(accel__prepared *e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) entry_drop(e);
+}
+
+/* A reference to e for a get (the registry's lock held, so e is tracked). */
+static accel__prepared *entry_get(accel__prepared *e) {
+    if (e) atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+    return e;
+}
+
 void accel__prepared_release(accel_tensor *t) {
     if (!t || !t->prepared) return;
     pthread_rwlock_wrlock(&g_reg_lock);
@@ -273,7 +315,7 @@ void accel__prepared_release(accel_tensor *t) {
     if (e) reg_remove(e);
     t->prepared = NULL;
     pthread_rwlock_unlock(&g_reg_lock);
-    if (e) entry_drop(e);
+    if (e) entry_put(e);
 }
 
 /* Unlinks the graves of arena a (every one when a is NULL) and frees them. */
@@ -302,19 +344,32 @@ void accel__prepared_sweep(void) { graves_free(accel_step_arena()); }
 
 __attribute__((destructor)) static void free_graves_at_exit(void) { graves_free(NULL); }
 
-static bool key_eq(const accel__form_key *a, const accel__form_key *b) {
+static bool same_kind(const accel__form_key *a, const accel__form_key *b) {
     return a->kind == b->kind && a->dt == b->dt;
 }
 
-/* The slot of key in e, or a free one, or NULL when every slot holds another key. */
+static bool key_eq(const accel__form_key *a, const accel__form_key *b) {
+    return same_kind(a, b) && a->tag == b->tag;
+}
+
+/* The version no build is made from: a form taken over for another tag is rebuilt. */
+#define NO_VERSION UINT64_MAX
+
+/* The slot of key in e, or a free one, or a form of key's kind under another
+ * tag that this step cannot read (taken over: its bytes are rebuilt), or
+ * NULL when every slot holds another key. */
 static form *form_slot(accel__prepared *e, const accel__form_key *key) {
-    form *free_slot = NULL;
+    form *free_slot = NULL, *other_tag = NULL;
     for (int i = 0; i < ACCEL__PREPARED_FORMS; i++) {
         form *f = &e->forms[i];
         if (f->t && key_eq(&f->key, key)) return f;
         if (!f->t && !free_slot) free_slot = f;
+        if (f->t && key->tag && same_kind(&f->key, key) && !other_tag && !in_current_step(f)) other_tag = f;
     }
-    return free_slot;
+    if (free_slot || !other_tag) return free_slot;
+    other_tag->key = *key;
+    other_tag->version = NO_VERSION;
+    return other_tag;
 }
 
 /* Builds (or rebuilds in place) f from owner at version v. */
@@ -346,15 +401,16 @@ static bool entry_current(const accel__prepared *e, const accel_tensor *t) {
     return e->lo == (uintptr_t)t->data && e->hi - e->lo == accel_nbytes(t);
 }
 
-/* The entry of owner with its current storage (*out NULL when owner cannot
- * be tracked). The usual case, an entry of the current storage, takes the
- * registry's lock to read. An entry whose owner's storage moved under it
- * (its forms are of other bytes) is detached under the same write lock that
- * tracks the new one, so two threads that both see the move drop it once. */
+/* The entry of owner with its current storage, referenced for the caller
+ * (entry_put when done; *out NULL when owner cannot be tracked). The usual
+ * case, an entry of the current storage, takes the registry's lock to read.
+ * An entry whose owner's storage moved under it (its forms are of other
+ * bytes) is detached under the same write lock that tracks the new one, so
+ * two threads that both see the move drop the registry's reference once. */
 static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
     pthread_rwlock_rdlock(&g_reg_lock);
     accel__prepared *e = own_entry(owner);
-    *out = e && entry_current(e, owner) ? e : NULL;
+    *out = entry_get(e && entry_current(e, owner) ? e : NULL);
     pthread_rwlock_unlock(&g_reg_lock);
     if (*out) return ACCEL_OK;
     pthread_rwlock_wrlock(&g_reg_lock);
@@ -366,8 +422,9 @@ static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
         moved = NULL;
     }
     accel_status st = track(owner, out);
+    entry_get(*out);
     pthread_rwlock_unlock(&g_reg_lock);
-    if (moved) entry_drop(moved);
+    if (moved) entry_put(moved);
     return st;
 }
 
@@ -418,6 +475,7 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
     pthread_mutex_lock(&e->build);
     st = form_get(e, key, form_dt, fill, out);
     pthread_mutex_unlock(&e->build);
+    entry_put(e);
     return st;
 }
 

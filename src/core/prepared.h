@@ -52,9 +52,15 @@ enum { ACCEL__FORM_CAST = 1, ACCEL__FORM_ROUNDED_F32 = 2,
         * the same bytes as the owner, laid out differently
         * (src/backends/cpu/gemm.c) */
        ACCEL__FORM_DNNL_NT = 5, ACCEL__FORM_DNNL_NN = 6 };
+/* tag: whose form it is, NULL for anyone's (an fp8 cache row's casts are
+ * its own: each row's cast is made with its own scale). Compared, never
+ * dereferenced. When every slot holds another key, a form of the same kind
+ * and dtype but another tag that the current step cannot read is taken over
+ * (rebuilt for the new tag): tags of freed owners never pin a slot. */
 typedef struct accel__form_key {
     int kind;
     accel_dtype dt;
+    const void *tag;
 } accel__form_key;
 
 /* Reports that bytes [p, p + n) of some device's memory were written. */

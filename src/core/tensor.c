@@ -10,6 +10,7 @@
 
 #include "accel/core.h"
 #include "backends/backend.h"
+#include "core/host_stage.h"
 #include "core_internal.h"
 
 int64_t accel_numel(const accel_tensor *t) {
@@ -468,6 +469,26 @@ accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y) {
 
 /* ---- moving bytes between devices */
 
+/* n bytes from src (device from, backend bf) to dst (device to, backend bt)
+ * of two backends: through host memory, one chunk at a time, in a lease of
+ * from's staging pool (core/host_stage.h: pinned where from's backend can,
+ * the same lease from copy to copy, so alike steps allocate nothing). */
+static accel_status move_through_host(const accel_backend *bt, accel_device to, unsigned char *dst,
+                                      const accel_backend *bf, accel_device from, const unsigned char *src,
+                                      size_t n) {
+    size_t chunk = accel__stage_chunk_bytes(); /* a whole chunk even for less: the lease every copy shares */
+    unsigned char *h = accel__stage_acquire(from, chunk, "accel_copy_");
+    if (!h) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (size_t off = 0; off < n && st == ACCEL_OK; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        st = bf->mem.copy_to_host(from.index, h, src + off, m);
+        if (st == ACCEL_OK) st = bt->mem.copy_to_device(to.index, dst + off, h, m);
+    }
+    accel__stage_release(from, h);
+    return st;
+}
+
 /* n bytes from src (on device from) to dst (on device to), contiguous both. */
 static accel_status move_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n) {
     const accel_backend *bt = accel__backend_for(to, "accel_copy_"), *bf = accel__backend_for(from, "accel_copy_");
@@ -476,13 +497,7 @@ static accel_status move_bytes(accel_device to, void *dst, accel_device from, co
     if (from.type == ACCEL_DEV_CPU) return bt->mem.copy_to_device(to.index, dst, src, n);
     if (to.type == ACCEL_DEV_CPU) return bf->mem.copy_to_host(from.index, dst, src, n);
     if (bt == bf) return bt->mem.copy_device(to.index, dst, from.index, src, n);
-    /* Two backends: stage through host memory. */
-    void *h = accel_malloc(n);
-    if (!h) return accel_last_status();
-    accel_status st = bf->mem.copy_to_host(from.index, h, src, n);
-    if (st == ACCEL_OK) st = bt->mem.copy_to_device(to.index, dst, h, n);
-    accel_free(h);
-    return st;
+    return move_through_host(bt, to, dst, bf, from, src, n);
 }
 
 accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n) {

@@ -85,7 +85,7 @@ static accel_status stream_dense(const accel_tensor *t, accel__byte_sink sink, v
         const void *host = accel__host_ptr(t, op);
         return host ? sink(ctx, host, n) : accel_last_status();
     }
-    return accel__stage_from_device(t->device, accel__device_ptr(t), n, sink, ctx);
+    return accel__stage_from_device(t->device, accel__device_ptr(t), n, sink, ctx, op);
 }
 
 accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op) {

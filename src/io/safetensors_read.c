@@ -404,9 +404,9 @@ static void convert_all(void *dst, accel_dtype ddt, const accel_st_info *in) {
 /* in's elements converted to dst's dtype into dst (contiguous, not on the
  * cpu): from the mapping through the pinned staging chunks straight into the
  * device's memory, converting chunk by chunk; no host copy of the tensor. */
-static accel_status load_to_device(accel_tensor *dst, const accel_st_info *in) {
+static accel_status load_to_device(accel_tensor *dst, const accel_st_info *in, const char *op) {
     return accel__stage_to_device(dst->device, accel__device_ptr(dst), in->bytes, in->dtype, dst->dtype,
-                                  st_numel(in));
+                                  st_numel(in), op);
 }
 
 accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op) {
@@ -441,7 +441,7 @@ accel_status accel__st_load_into(const accel_st_info *in, const char *file, acce
                                op, in->name, file, accel_shape_str_n(in->ndim, in->shape, a, sizeof a),
                                accel_shape_str(dst, b, sizeof b));
     }
-    if (dst->device.type != ACCEL_DEV_CPU) return load_to_device(dst, in);
+    if (dst->device.type != ACCEL_DEV_CPU) return load_to_device(dst, in, op);
     void *host = accel__host_ptr(dst, op);
     if (!host && in->nbytes > 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: destination for '%s' has no memory", op, in->name);

@@ -28,11 +28,13 @@ accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r) {
 }
 
 /* Appends root's tree's metas to metas and their Linears' weights to
- * weights, depth first; *n counts them (metas NULL: only counts). */
+ * weights, depth first; *n counts them (metas NULL: only counts; weights
+ * NULL: the metas only). */
 static void collect_metas(accel_module *root, accel_tensor **metas, accel_tensor **weights, int *n) {
     accel_tensor *meta = accel__module_tensor(root, META_NAME);
     if (meta) {
-        if (metas) metas[*n] = meta, weights[*n] = accel__module_tensor(root, "weight");
+        if (metas) metas[*n] = meta;
+        if (weights) weights[*n] = accel__module_tensor(root, "weight");
         (*n)++;
     }
     for (int i = 0; i < root->n_children; i++) collect_metas(root->children[i], metas, weights, n);
@@ -40,17 +42,19 @@ static void collect_metas(accel_module *root, accel_tensor **metas, accel_tensor
 
 accel_status accel__fp8_model_metas(accel_module *root, accel_tensor ***metas, accel_tensor ***weights, int *n) {
     int count = 0;
-    *metas = *weights = NULL, *n = 0;
+    *metas = NULL, *n = 0;
+    if (weights) *weights = NULL;
     collect_metas(root, NULL, NULL, &count);
     if (!count) return ACCEL_OK;
     *metas = accel_malloc(sizeof **metas * (size_t)count);
-    *weights = *metas ? accel_malloc(sizeof **weights * (size_t)count) : NULL;
-    if (!*weights) {
+    accel_tensor **w = *metas && weights ? accel_malloc(sizeof *w * (size_t)count) : NULL;
+    if (!*metas || (weights && !w)) {
         accel_free(*metas);
         *metas = NULL;
         return accel_last_status();
     }
-    collect_metas(root, *metas, *weights, n);
+    if (weights) *weights = w;
+    collect_metas(root, *metas, w, n);
     return ACCEL_OK;
 }
 

@@ -17,7 +17,8 @@ accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r);
 /* The fp8 metas of root's tree, depth first (so the same order on
  * every rank of a data-parallel model), and their Linears' weights:
  * *metas and *weights new arrays of *n entries the caller frees with
- * accel_free (the tensors stay the modules'), NULL when there are none. */
+ * accel_free (the tensors stay the modules'), NULL when there are none;
+ * weights may be NULL (not asked for). */
 accel_status accel__fp8_model_metas(accel_module *root, accel_tensor ***metas, accel_tensor ***weights, int *n);
 
 /* ACCEL_OK when every Linear accel__fp8_convert_model would convert has its

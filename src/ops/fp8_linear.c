@@ -200,6 +200,13 @@ static accel_status fp8_form_new(accel_tensor *dst, accel_tensor *src, const acc
     return ACCEL_OK;
 }
 
+int accel__fp8_cache_slot(const accel__fp8_cache *c, const accel_tensor *meta) {
+    uint64_t h = ((uint64_t)(uintptr_t)meta >> 4) * 0x9e3779b97f4a7c15ull;
+    int s = (int)(h >> 40) & c->mask;
+    while (c->rows[s] >= 0 && c->metas[c->rows[s]] != meta) s = (s + 1) & c->mask;
+    return s;
+}
+
 /* W's casts q [O, I] and q_t [I, O] through the thread's weight cache (its
  * amax into meta, its scale_inv at inv[1]); *done false when the cache does
  * not take it (none begun, meta not in it, W on another device than the
@@ -208,13 +215,13 @@ static accel_status cached_weight(accel_tensor *w, accel_tensor *wf, accel_tenso
                                   accel_tensor **q, accel_tensor **q_t, bool *done) {
     accel__fp8_cache *c = tl_cache;
     *done = false;
-    int i = 0;
-    while (c && i < c->n && c->metas[i] != meta) i++;
-    if (!c || i == c->n || c->use[i].off || !accel_device_eq(c->state->device, w->device)) return ACCEL_OK;
+    int i = c && c->n ? c->rows[accel__fp8_cache_slot(c, meta)] : -1; /* a cache of no metas has no table */
+    if (i < 0 || !accel_device_eq(c->state->device, w->device)) return ACCEL_OK;
     accel__fp8_cache_use *u = &c->use[i];
     const accel_arena *a = accel_step_arena();
     if (u->arena == a && u->gen == accel_arena_generation(a)) return ACCEL_OK;
-    const accel__form_key kq = {ACCEL__FORM_FP8, ACCEL_U8}, kt = {ACCEL__FORM_FP8_T, ACCEL_U8};
+    const accel__form_key kq = {.kind = ACCEL__FORM_FP8, .dt = ACCEL_U8, .tag = u},
+                          kt = {.kind = ACCEL__FORM_FP8_T, .dt = ACCEL_U8, .tag = u};
     accel_tensor *fq, *ft;
     tl_form_new = false;
     accel_status st = accel__prepared_get(w, &kq, ACCEL_U8, fp8_form_new, &fq);

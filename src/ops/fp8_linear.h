@@ -39,7 +39,10 @@ bool accel__fp8_log_has(const accel__fp8_log *log, const accel_tensor *meta);
  * `state` (backends/fp8.h's accel__fp8_quantize_cached): the cast is redone
  * only when the weight was written or its scale moved, and a reused cast
  * records the amax its cast measured, so forward, backward and the results
- * are those of a cast per call. A Linear called again in the same step
+ * are those of a cast per call. The forms are row i's own (their key's tag
+ * is &use[i]): a weight that two Linears share, in one model or in two
+ * prepared models' states, has a cast per row, each made with that row's
+ * scale, never the other's. A Linear called again in the same step
  * (accel_step_reset to accel_step_reset) casts into the step arena instead,
  * as the prepared weights do, since its earlier call's backward may still
  * read the cast. The owner (the Accelerator's accel__fp8_state) holds the
@@ -47,14 +50,16 @@ bool accel__fp8_log_has(const accel__fp8_log *log, const accel_tensor *meta);
 typedef struct accel__fp8_cache_use {
     const accel_arena *arena; /* the step that last read row i: its generation */
     uint32_t gen;
-    bool off;                 /* not cached (a weight shared by two fp8 Linears: one cast each) */
 } accel__fp8_cache_use;
 typedef struct accel__fp8_cache {
     int n;
     accel_tensor **metas;       /* [n] */
     accel_tensor *state;        /* f32 [n, ACCEL__FP8_CACHE_WORDS] on the metas' device (accel__fp8_cache_state_new) */
     accel__fp8_cache_use *use;  /* [n] */
+    int *rows, mask;            /* [mask + 1]: the row of a meta, open-addressed by its address (-1: empty) */
 } accel__fp8_cache;
+/* The slot of meta in c->rows: its row's, or the empty one where it would go. */
+int accel__fp8_cache_slot(const accel__fp8_cache *c, const accel_tensor *meta);
 accel__fp8_cache *accel__fp8_cache_begin(accel__fp8_cache *cache); /* returns the previous one for end */
 void accel__fp8_cache_end(accel__fp8_cache *previous);
 
