@@ -15,6 +15,8 @@
  * - a mapping that fails on one rank (the hostless vm_map failure hook), in
  *   forward and in backward, fails every rank at once (well inside the
  *   group's timeout), each error naming that rank, and the next step trains.
+ * - tied weights across units train as the model in one unit.
+ * - accel_accelerator_clear holds one unit gathered at a time.
  */
 #include <math.h>
 #include <stdio.h>
@@ -272,6 +274,40 @@ static void test_map_failure_on_one_rank(void) {
     accel_accelerator_free(acc);
 }
 
+/* accel_accelerator_clear gives the model plain buffers back unit by unit:
+ * the device holds the two plain buffers (parameters, gradients) and one
+ * unit gathered at a time beside what it held before, not every unit
+ * gathered beside them (3 x the parameters). */
+static void test_clear_is_incremental(void) {
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    accel_manual_seed(7);
+    accel_module *model = stack(dev);
+    accel_tensor **ps;
+    int np = accel_module_parameters(model, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 1e-2); /* no state: clear gives none back */
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, ps, &h);
+    accel_free(ps);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    good_step(acc, model, opt, dev, 0);
+    size_t before = in_use();
+    accel__hostless_reset_peak(0);
+    accel_accelerator_clear(acc);
+    double rise = (double)accel__hostless_memory_stats(0).peak - (double)before;
+    double allowed = 2 * PARAM_BYTES + 2 * (UNIT_BYTES + 64 * 1024.0);
+    if (R == 0) printf("clear world=%d: peak %.0f device bytes above the shards (allowed %.0f; params %.0f)\n", N, rise,
+                       allowed, PARAM_BYTES);
+    CHECK_MSG(rise <= allowed, "clear: the device peaked %.0f bytes above the shards, want <= %.0f (2 x params + a unit)",
+              rise, allowed);
+    float *w = malloc(NP * sizeof(float));
+    CHECK(params_to_host(model, w, NP) == NP); /* the weights are there, readable */
+    free(w);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
 /* Three Linear units, the last one's weight tied to the first's: the two
  * units share one parameter. Trained with the default wrap policy (a unit
  * per Linear) it equals the same run with the model as one unit (NO_WRAP). */
@@ -335,6 +371,7 @@ int main(void) {
     RUN(test_offload_param_bf16);
     RUN(test_map_failure_on_one_rank);
     RUN(test_tied_weights_across_units);
+    RUN(test_clear_is_incremental);
     accel_thread_cleanup();
     return check_summary();
 }

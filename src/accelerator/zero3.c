@@ -1219,39 +1219,71 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
     return first;
 }
 
-/* The full weights (every unit gathered) into plain memory of the model's
- * device, gradients zero, for accel_flat_params_free; the reserved buffers
- * go. A unit a broken group could not gather comes back as zeros. Out of
- * memory, the tensors keep the reserved memory, which then stays (the flat
- * buffer forgets it, so nothing frees it as a plain allocation). */
-static void to_plain_buffers(accel_accelerator *acc, accel__model *pm) {
-    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+/* Unit u's f32 masters into its range of the full buffer, whatever its
+ * reduction or gather left (collective: on a broken group the weights stay
+ * as they are). */
+static void gather_masters(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (u->reduce) finish_reduce(acc, pm, u);
+    if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
+    u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
+    if (pm->zparams) gather(acc, pm, u, true);
+}
+
+/* Tensor t of the flat buffer into memory of its own on the model's device,
+ * with a zeroed gradient of its own, as accel_flat_params_free gives a
+ * tensor: its values copied from its gathered unit, or zeros when the unit
+ * could not be gathered (`copy` false). False when out of memory (or the
+ * copy failed): t is left as it was. */
+static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
     accel_device dev = model_device(pm);
-    size_t bytes = (size_t)b->numel * sizeof(float);
-    float *params = accel__device_alloc(dev, bytes, true, "accel_accelerator_clear");
-    float *grads = params ? accel__device_alloc(dev, bytes, true, "accel_accelerator_clear") : NULL;
-    accel_status st = grads ? ACCEL_OK : accel_last_status();
-    for (int k = 0; k < pm->n_units && !st; k++) {
+    void *own = accel__device_alloc(dev, accel_nbytes(t), !copy, "accel_accelerator_clear");
+    accel_tensor *g = own ? accel_tensor_new(t->dtype, t->ndim, t->shape, dev) : NULL;
+    if (!g || accel_zero_(g) || (copy && accel__copy_bytes(dev, own, dev, t->data, accel_nbytes(t)))) {
+        accel_tensor_free(g);
+        accel__device_free(dev, own);
+        return false;
+    }
+    accel_tensor_rebind(t, own, false);
+    t->flags |= ACCEL_TF_OWNS_DATA;
+    accel_tensor_free(t->grad); /* a view of the full gradient buffer */
+    t->grad = g;
+    return true;
+}
+
+/* The full weights back into memory of each tensor's own, for
+ * accel_flat_params_free, unit by unit: each unit is gathered, its tensors
+ * copied out, and it is released, so the device holds one unit gathered
+ * beside the tensors' own memory (parameters and gradients: 2P + L; every
+ * unit gathered and then a plain copy of both full buffers made 4P). A unit
+ * that a broken group could not gather comes back as zeros. Out of memory,
+ * the tensors not yet moved stay in their gathered units (the reserved
+ * memory then stays: the flat buffer forgets it and keeps only them, for
+ * accel_flat_params_free to copy out), without gradients. */
+static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    int kept = 0;
+    bool oom = false;
+    for (int k = 0; k < pm->n_units; k++) {
         accel__unit *u = &pm->units[k];
-        if (on_device(pm) && !u->params_mapped) continue;
-        st = accel__copy_bytes(dev, params + u->lo, dev, full_params(pm) + u->lo,
-                               (size_t)unit_span(acc, pm, u) * sizeof(float));
+        gather_masters(acc, pm, u);
+        bool there = !on_device(pm) || u->params_mapped;
+        for (int t = u->first; t < u->first + u->count; t++) {
+            if (!oom && own_storage(pm, b->tensors[t], there)) continue;
+            oom = true;
+            accel_tensor_free(b->tensors[t]->grad); /* unmapped memory on a device: nothing to copy */
+            b->tensors[t]->grad = NULL;
+            b->offsets[kept] = b->offsets[t];
+            b->tensors[kept++] = b->tensors[t];
+        }
+        if (!oom) release(acc, pm, u);
     }
-    if (st) {
-        accel__device_free(dev, params);
-        accel__device_free(dev, grads);
-        b->params = b->grads = NULL;
-        return;
+    b->n = kept;
+    if (!kept) {
+        if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
+        full_free(pm, b->params, b->numel);
+        full_free(pm, b->grads, b->numel);
     }
-    for (int t = 0; t < b->n; t++) {
-        accel_tensor_rebind(b->tensors[t], params + b->offsets[t], false);
-        accel_tensor_rebind(b->tensors[t]->grad, grads + b->offsets[t], false);
-    }
-    if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
-    full_free(pm, b->params, b->numel);
-    full_free(pm, b->grads, b->numel);
-    b->params = params;
-    b->grads = grads;
+    b->params = b->grads = NULL;
 }
 
 void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
@@ -1265,16 +1297,7 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     pm->order = NULL;
     pm->n_hooked = pm->n_order = 0;
     pm->order_done = false;
-    if (pm->units && b->params) {
-        for (int k = 0; k < pm->n_units; k++) { /* the full weights */
-            accel__unit *u = &pm->units[k];
-            if (u->reduce) finish_reduce(acc, pm, u);
-            if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
-            u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
-            if (pm->zparams) gather(acc, pm, u, true); /* collective: on a broken group the weights stay as they are */
-        }
-    }
-    if (pm->units && b->params) to_plain_buffers(acc, pm);
+    if (pm->units && b->params) to_own_storage(acc, pm); /* the full weights */
     shard_free(pm);
     shard_mem_free(pm, pm->zsend16);
     shard_mem_free(pm, pm->zgrad);
