@@ -41,12 +41,13 @@ static accel_module *stack(accel_device dev) {
     return accel_sequential_new(L, l);
 }
 
-/* Fixed features or targets [MB, H] for rank r and step s, on dev. */
+/* Fixed features or targets [MB, H] for rank r and step s, on dev: step
+ * memory (the device's step pool, which the counters leave out). */
 static accel_tensor *data(int r, int s, int salt, accel_device dev) {
     float x[MB * H];
     for (int i = 0; i < MB * H; i++) x[i] = (float)((i * 7 + r * 5 + s * 11 + salt * 3) % 13) / 13.0f - 0.5f;
-    accel_tensor *t = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){MB, H}, dev);
-    CHECK(t && accel_copy_(t, accel_from_floats(ACCEL_SHAPE(MB, H), x)) == ACCEL_OK);
+    accel_tensor *t = accel_to_device(accel_from_floats(ACCEL_SHAPE(MB, H), x), dev);
+    CHECK(t != NULL);
     return t;
 }
 
@@ -123,8 +124,6 @@ static void train(cfg c, run_out *out, const char *what) {
         CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
         CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
         CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
-        accel_tensor_free(x);
-        accel_tensor_free(y);
         accel_step_reset();
         if (s == 0) continue;
         double now = (double)in_use() - (double)base, top = (double)accel__hostless_memory_stats(0).peak - (double)base;

@@ -38,8 +38,8 @@
  * (params/N + one or two units gathered). Unmapped memory is not readable:
  * a parameter of a released unit may be held (its header, its address) but
  * not read or written until its unit is gathered again (the checkpoint and
- * save functions gather unit by unit; accel_accelerator_clear gives the
- * model plain buffers back). The collectives move device memory when the
+ * save functions gather unit by unit; accel_accelerator_clear gives each
+ * tensor memory of its own back, unit by unit). The collectives move device memory when the
  * group takes it (NCCL), else go through host copies (staging.c's helpers,
  * into host buffers made at layout); bf16 gathers land in a device buffer,
  * also made at layout, that a cast widens into the unit's range. A step
