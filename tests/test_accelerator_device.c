@@ -407,13 +407,16 @@ static void test_zero_checkpoint_resume(void) {
 }
 
 /* ZeRO-3 on the device saves and resumes exactly, sharded (each rank's
- * device shard through host memory into its file) and full (units gathered). */
+ * device shard through host memory into its file) and full (units
+ * gathered), and sharded with the shards in host memory (offload_param). */
 static void test_zero3_checkpoint_resume(void) {
-    const char *types[2] = {"SHARDED_STATE_DICT", "FULL_STATE_DICT"};
-    for (int i = 0; i < 2; i++) {
-        accel_accelerator *z = accelerator_with((acc_cfg){.stage = 3, .state_dict_type = types[i]});
+    const char *types[3] = {"SHARDED_STATE_DICT", "FULL_STATE_DICT", "SHARDED_STATE_DICT"};
+    const char *names[3] = {"zero3_sharded", "zero3_full", "zero3_sharded_offload"};
+    for (int i = 0; i < 3; i++) {
+        accel_accelerator *z =
+            accelerator_with((acc_cfg){.stage = 3, .state_dict_type = types[i], .offload_param = i == 2 ? "cpu" : NULL});
         if (!z) return;
-        checkpoint_resume(z, i == 0 ? "zero3_sharded" : "zero3_full");
+        checkpoint_resume(z, names[i]);
         accel_accelerator_free(z);
     }
 }
