@@ -236,8 +236,9 @@ static void good_step(accel_accelerator *acc, accel_module *model, accel_optimiz
 
 /* Device OOM on the last rank alone: a unit's parameters in forward, its
  * gradients in backward. Every rank fails at once, naming it (before, the
- * others waited in the all-gather or reduce-scatter it never joined until
- * the group's timeout); the ranks stay in step: the next step trains. */
+ * others went on without it: the group failed on mismatched collectives and
+ * stayed unusable, or waited until its timeout); the ranks stay in step:
+ * the next step trains. */
 static void test_map_failure_on_one_rank(void) {
     if (N < 2) return;
     int who = N - 1;
