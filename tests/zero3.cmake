@@ -242,3 +242,19 @@ if(TARGET accel_cli)
       FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
   endforeach()
 endif()
+
+# FULL_SHARD on a device, the rest (tests/test_zero3_device_offload.c): on
+# hostless:0, offload_param cpu/nvme and fsdp_offload_params equal the run
+# without offload bit for bit with no shard on the device between steps; bf16
+# forms go with their unit; a mapping failed on one rank fails every rank at
+# once, naming it (plain: one process; launched: 2).
+set_tests_properties(zero3_device_offload PROPERTIES TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1")
+if(TARGET accel_cli)
+  add_test(NAME zero3_device_offload_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --use_fsdp
+                   $<TARGET_FILE:test_zero3_device_offload>)
+  set_tests_properties(zero3_device_offload_2 PROPERTIES TIMEOUT 240
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0"
+    PASS_REGULAR_EXPRESSION "offload_param cpu bf16 world=2: "
+    FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+endif()

@@ -138,8 +138,9 @@ typedef struct accel_accelerator_opts {
      * ACCEL_OFFLOAD_OPTIMIZER_DEVICE / ACCEL_OFFLOAD_OPTIMIZER_NVME_PATH. */
     const char *offload_optimizer_device;
     const char *offload_optimizer_nvme_path;
-    /* offload_param, stage 3 only: "none" or "cpu" (stage 3 keeps its
-     * parameter shards in host memory: a no-op); "nvme" (each rank's shard in
+    /* offload_param, stage 3 only: "none" or "cpu" (the parameter and
+     * gradient shards and the optimizer step in host memory: a no-op for a
+     * model on the cpu, where they are already); "nvme" (each rank's shard in
      * a file under offload_param_nvme_path, a directory, mapped and its pages
      * released after each use). NULL: the JSON's offload_param, else
      * ACCEL_OFFLOAD_PARAM_DEVICE / ACCEL_OFFLOAD_PARAM_NVME_PATH. */

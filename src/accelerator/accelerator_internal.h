@@ -69,8 +69,10 @@ typedef struct accel__model {
     int n_units;
     accel__unit *units;
     int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
-    float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] (device memory) */
-    float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates; device memory) */
+    float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] (memory of zdev) */
+    float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates; memory of zdev) */
+    accel_device zdev;     /* where the shards (and so the optimizer's step) live: the f32 buffer's device, or the
+                            * cpu under stage 3's offload_param for a model on a device (zero3.c) */
     char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
     int zfd;               /* its descriptor, while zpath is set */
     uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] (device memory) */
@@ -86,6 +88,8 @@ typedef struct accel__model {
     int unhooked;          /* stage 3: 1 + a unit whose gradient came while it was not gathered, else 0 */
     int reducing;          /* stage 3: the unit whose reduce-scatter is in flight, or -1 */
     accel_status reduce_status; /* stage 3: the first failure of this backward's reductions */
+    bool owing;            /* stage 3 on a device: a mapping ran that the ranks have not agreed on yet ... */
+    accel_status owed;     /* ... and its failure on this rank (zero3.c "Agreeing on a failed mapping") */
     int n_hooked;          /* stage 3: the modules whose forward gathers a unit */
     accel_module **hooked;
     int *hooked_unit;

@@ -87,7 +87,7 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
         accel__model *pm = &acc->models[i];
         if (pm->zgrad) {
             sharded = true;
-            inf |= unscale(pm->zgrad, pm->zn, pm->fp->buffers[ACCEL_F32].device, inv);
+            inf |= unscale(pm->zgrad, pm->zn, pm->zdev, inv);
             continue;
         }
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
@@ -192,7 +192,7 @@ static double clip_shard(accel_accelerator *acc, accel__model *pm, double max_no
             return NAN;
         }
     accel_tensor h;
-    accel_tensor *g = grad_view(&h, pm->zgrad, pm->zn, pm->fp->buffers[ACCEL_F32].device);
+    accel_tensor *g = grad_view(&h, pm->zgrad, pm->zn, pm->zdev);
     double part = accel_grad_norm_partial(g, norm_type);
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
     if (accel_pg_all_reduce(acc->shard_pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))

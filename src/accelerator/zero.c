@@ -10,9 +10,9 @@
  * to 1/N. Saved state is consolidated into the user's per-tensor vocabulary
  * (the same file DDP writes), so checkpoints load at any world size.
  *
- * Every stage runs on any device (stage 3's offload_param excepted: refused
- * for a device model, refuse_device_param_offload): the shard's parameters, gradients and
- * state live on the model's device and are updated by its backend's kernels;
+ * Every stage runs on any device: the shard's parameters, gradients and
+ * state live on the model's device and are updated by its backend's kernels
+ * (under stage 3's offload_param in host memory, updated there: zero3.c);
  * the collectives stage through host memory where the device needs it
  * (staging.c; stage 3's own in zero3.c), and the consolidated state is host
  * memory. */
@@ -27,25 +27,9 @@ static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "e
 
 /* ---------------------------------------------------------------- model */
 
-/* Stage 3's offload_param keeps the parameter shards in host memory or a
- * file. For a model on a device that would be FSDP's CPU offload (the shards
- * gathered to the device for each unit), which accel does not implement. */
-static accel_status refuse_device_param_offload(const accel_accelerator *acc, const accel__model *pm) {
-    accel_device d = pm->fp->buffers[ACCEL_F32].device;
-    if (acc->zero_stage != 3 || acc->offload.param == ACCEL__OFFLOAD_NONE || !accel__needs_staging(d)) return ACCEL_OK;
-    char dev[32];
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                           "accel_accelerator_prepare: offload_param.device=%s (or fsdp_offload_params) with ZeRO "
-                           "stage 3 on %s is not implemented: accel keeps a device model's parameter shards on the "
-                           "device; use offload_optimizer.device=cpu to move the optimizer state to host memory",
-                           acc->offload.param == ACCEL__OFFLOAD_NVME ? "nvme" : "cpu",
-                           accel_device_str(d, dev, sizeof dev));
-}
-
 accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
     pm->zero_stage = acc->zero_stage;
-    accel_status st = refuse_device_param_offload(acc, pm);
-    if (st) return st;
+    pm->zdev = pm->fp->buffers[ACCEL_F32].device;
     if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int64_t shard = b->n ? b->numel / acc->shard_world : 0;
@@ -86,7 +70,7 @@ static int64_t shard_pos(const accel_accelerator *acc, const accel__model *pm, i
     return -1;
 }
 
-/* The shard's gradients, wherever this stage keeps them (device memory of the f32 buffer's device). */
+/* The shard's gradients, wherever this stage keeps them (memory of pm->zdev). */
 static float *shard_grad(accel__model *pm) {
     return pm->zgrad ? pm->zgrad : (float *)pm->fp->buffers[ACCEL_F32].grads + pm->zlo;
 }
@@ -98,7 +82,8 @@ static float *shard_params(accel__model *pm) {
 
 /* n elements at position pos of the shard (from shard_params or shard_grad) as a header in *h. */
 static accel_tensor *shard_view(accel_tensor *h, accel__model *pm, float *shard, int64_t pos, int64_t n) {
-    return accel__flat_view(h, &pm->fp->buffers[ACCEL_F32], shard, pos, n);
+    accel__tensor_header(h, shard + pos, ACCEL_F32, 1, &n, pm->zdev);
+    return h;
 }
 
 /* Every rank's shard of `local` into its place in `full` (collective). */
@@ -307,7 +292,7 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
 }
 
 /* Re-targets optimizer i to the runs of its model's shard: one flat segment
- * per run, viewing the shard's parameters and gradients on the model's device. */
+ * per run, viewing the shard's parameters and gradients where they live (zdev). */
 static accel_status retarget(accel_accelerator *acc, accel_optimizer *opt, const accel__zopt *z) {
     int nr = z->n_runs;
     accel_tensor *views = accel_calloc((size_t)(2 * nr + 1), sizeof *views);
@@ -355,7 +340,7 @@ static int state_snapshot(accel_optimizer *opt, accel_named_state **out) {
  * CPUOffload does); elsewhere it stays with the shard, in host memory. */
 static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *opt, const accel__zopt *z) {
     const accel__offload_cfg *c = &acc->offload;
-    bool staged = accel__needs_staging(accel__find_model(acc, z->m)->fp->buffers[ACCEL_F32].device);
+    bool staged = accel__needs_staging(accel__find_model(acc, z->m)->zdev); /* the shard is on a device */
     bool to_host = c->optimizer == ACCEL__OFFLOAD_CPU || (c->fsdp_params && acc->zero_stage < 3);
     accel__state_home home = c->optimizer == ACCEL__OFFLOAD_NVME ? ACCEL__HOME_FILE
                              : staged && to_host                 ? ACCEL__HOME_HOST

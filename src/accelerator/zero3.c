@@ -38,12 +38,23 @@
  * (params/N + one or two units gathered). Unmapped memory is not readable:
  * a parameter of a released unit may be held (its header, its address) but
  * not read or written until its unit is gathered again (the checkpoint and
- * save functions gather unit by unit; accel_accelerator_clear gives the
- * model plain buffers back). The collectives move device memory when the
+ * save functions gather unit by unit; accel_accelerator_clear gives each
+ * tensor memory of its own back, unit by unit). The collectives move device memory when the
  * group takes it (NCCL), else go through host copies (staging.c's helpers,
  * into host buffers made at layout); bf16 gathers land in a device buffer,
  * also made at layout, that a cast widens into the unit's range. A step
- * allocates nothing from the system. */
+ * allocates nothing from the system (under autocast, but for the weights'
+ * prepared forms, which go with their unit: forms_release).
+ *
+ * Under offload_param (cpu, nvme; fsdp_offload_params) a device model keeps
+ * its shards in host memory instead (pm->zdev is the cpu: pinned staging
+ * memory, or the nvme file): the optimizer steps there, each gather sends
+ * from the host shard and each reduced piece is added into the host
+ * gradient shard, so between steps the device holds no shard at all.
+ *
+ * A mapping can fail on one rank alone (a full device); the ranks agree on
+ * each mapping before the collective that follows it ("Agreeing on a failed
+ * mapping"), so they fail together instead of waiting for the timeout. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,6 +67,7 @@
 #include "accelerator_internal.h"
 #include "backends/backend.h"
 #include "core/host_stage.h"
+#include "core/prepared.h"
 
 /* ---------------------------------------------------------------- host memory
  * The only raw host-memory code of stage 3: a model on a device takes the
@@ -141,13 +153,34 @@ static void full_free(const accel__model *pm, float *p, int64_t n) {
     else host_unreserve(p, n);
 }
 
-/* n elements of dtype dt from src to dst, both memory of the model's device. */
-static accel_status device_copy(const accel__model *pm, void *dst, const void *src, int64_t n, accel_dtype dt) {
-    return accel__copy_bytes(model_device(pm), dst, model_device(pm), src, (size_t)n * accel_dtype_size(dt));
+/* ---------------------------------------------------------------- the shard
+ * In the model's memory (host or device), or under offload_param in host
+ * memory (cpu: pinned staging memory where the backend has it) or a file
+ * (nvme): one of each per model. pm->zdev says where the shards live. */
+
+/* A device model whose shards live in host memory (offload_param). */
+static bool shard_on_host(const accel__model *pm) {
+    return on_device(pm) && !accel__needs_staging(pm->zdev);
 }
 
-/* ---------------------------------------------------------------- the shard
- * In host memory, or (offload_param nvme) in a file: one of each per model. */
+/* Shard-sized memory (zeroed) where pm->zdev says: the model's device, or
+ * under offload_param host memory pinned for the device's copies. */
+static void *shard_mem_alloc(const accel__model *pm, size_t bytes) {
+    if (!shard_on_host(pm)) return accel__device_alloc(model_device(pm), bytes, true, "accel_accelerator_prepare");
+    void *p = accel__stage_alloc(model_device(pm), bytes, "accel_accelerator_prepare");
+    if (p) memset(p, 0, bytes); /* host memory of our own */
+    return p;
+}
+
+static void shard_mem_free(const accel__model *pm, void *p) {
+    if (shard_on_host(pm)) accel__stage_free(model_device(pm), p);
+    else accel__device_free(model_device(pm), p);
+}
+
+/* n f32 elements from src (memory of device `from`) into dst (memory of device `to`). */
+static accel_status copy_floats(accel_device to, void *dst, accel_device from, const void *src, int64_t n) {
+    return accel__copy_bytes(to, dst, from, src, (size_t)n * sizeof(float));
+}
 
 static int64_t shard_bytes(const accel__model *pm) {
     int64_t page = page_elems() * (int64_t)sizeof(float);
@@ -174,14 +207,13 @@ static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
 
 static accel_status shard_alloc(accel_accelerator *acc, accel__model *pm) {
     if (acc->offload.param == ACCEL__OFFLOAD_NVME) return shard_map_file(acc, pm);
-    pm->zparams = accel__device_alloc(model_device(pm), (size_t)(pm->zn ? pm->zn : 1) * sizeof(float), true,
-                                      "accel_accelerator_prepare");
+    pm->zparams = shard_mem_alloc(pm, (size_t)(pm->zn ? pm->zn : 1) * sizeof(float));
     return pm->zparams ? ACCEL_OK : accel_last_status();
 }
 
 static void shard_free(accel__model *pm) {
     if (!pm->zpath) {
-        accel__device_free(model_device(pm), pm->zparams);
+        shard_mem_free(pm, pm->zparams);
     } else {
         if (pm->zparams) munmap(pm->zparams, (size_t)shard_bytes(pm));
         if (pm->zfd >= 0) close(pm->zfd); /* unlinked when created */
@@ -531,18 +563,21 @@ static int64_t largest_shard(const accel__model *pm) {
 /* A device model's gather and reduction buffers, for its largest unit: the
  * bf16 landing buffer (under bf16), and the host copies when the group takes
  * host memory only (long-lived staging buffers: pinned where the backend
- * can). Made once, so a step allocates nothing. */
+ * can). Made once, so a step allocates nothing. Under offload_param a
+ * gather sends straight from the host shard, and a reduced piece that the
+ * group left in device memory comes to the host through zstage_send. */
 static accel_status device_buffers_alloc(accel_accelerator *acc, accel__model *pm) {
     size_t piece = (size_t)largest_shard(pm), full = piece * (size_t)acc->shard_world;
-    if (pm->zsend16 && !(pm->zland16 = accel__device_alloc(model_device(pm), full * sizeof(uint16_t), false,
-                                                           "accel_accelerator_prepare")))
-        return accel_last_status();
-    if (acc->shard_world == 1 || accel__pg_takes_device(acc->shard_pg, model_device(pm))) return ACCEL_OK;
     const char *op = "accel_accelerator_prepare";
-    pm->zstage_send = accel__stage_alloc(model_device(pm), piece * sizeof(float), op);
+    if (pm->zsend16 && !(pm->zland16 = accel__device_alloc(model_device(pm), full * sizeof(uint16_t), false, op)))
+        return accel_last_status();
+    bool staged = acc->shard_world > 1 && !accel__pg_takes_device(acc->shard_pg, model_device(pm));
+    if (staged != shard_on_host(pm) && !(pm->zstage_send = accel__stage_alloc(model_device(pm), piece * sizeof(float), op)))
+        return accel_last_status();
+    if (!staged) return ACCEL_OK;
     pm->zstage_recv = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
     pm->zstage_grads = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
-    return pm->zstage_send && pm->zstage_recv && pm->zstage_grads ? ACCEL_OK : accel_last_status();
+    return pm->zstage_recv && pm->zstage_grads ? ACCEL_OK : accel_last_status();
 }
 
 static void device_buffers_free(accel__model *pm) {
@@ -574,16 +609,47 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
     if (!st) st = relayout(acc, pm, &p);
     plan_free(&p);
     if (st) return st;
+    /* offload_param on a device: the shards, and so the optimizer's step, on the host */
+    if (on_device(pm) && acc->offload.param != ACCEL__OFFLOAD_NONE) pm->zdev = ACCEL_CPU_DEVICE;
     if ((st = shard_alloc(acc, pm))) return st;
     size_t zn = (size_t)(pm->zn ? pm->zn : 1);
-    pm->zgrad = accel__device_alloc(model_device(pm), zn * sizeof(float), true, "accel_accelerator_prepare");
+    pm->zgrad = shard_mem_alloc(pm, zn * sizeof(float));
     pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
     pm->reducing = -1;
     if (!pm->zgrad || !pm->order) return accel_last_status();
-    if (acc->mp == ACCEL_MP_BF16 &&
-        !(pm->zsend16 = accel__device_alloc(model_device(pm), zn * sizeof(uint16_t), true, "accel_accelerator_prepare")))
+    if (acc->mp == ACCEL_MP_BF16 && !(pm->zsend16 = shard_mem_alloc(pm, zn * sizeof(uint16_t))))
         return accel_last_status();
     return on_device(pm) ? device_buffers_alloc(acc, pm) : ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- agreeing on a failed mapping
+ * A device model's mappings (a unit's parameters when its gather starts,
+ * its gradients when its backward starts) can fail on one rank alone: its
+ * device is full. That rank would skip the collective that follows while
+ * the others waited in it until the group's timeout. Instead the ranks agree
+ * at the same point: a 4-byte all-reduce (MAX) over the shard group of
+ * (rank + 1) << 8 | status, 0 where the mapping worked, just before the
+ * gather's collective. A gradient mapping is owed (pm->owing) and carried by
+ * the next agreement: the prefetch gather that follows it in backward, else
+ * one of its own. On a failure every rank undoes that mapping and returns
+ * the failed rank's status, its message naming the rank. Models on the host
+ * map nothing (their pages come when touched) and agree on nothing. */
+
+static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st) {
+    if (pm->owing && !st) st = pm->owed;
+    pm->owing = false;
+    pm->owed = ACCEL_OK;
+    if (!on_device(pm) || acc->shard_world == 1) return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", st ? accel_last_error() : "");
+    int32_t v = st ? (int32_t)((acc->rank + 1) << 8 | (int)st) : 0;
+    accel_status ast = accel_pg_all_reduce(acc->shard_pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
+    if (st) return accel_set_error(st, "ZeRO-3 on rank %d: %s (every rank of the shard group stops with it)",
+                                   acc->rank, why);
+    if (ast || !v) return ast;
+    return accel_set_error((accel_status)(v & 0xff), "ZeRO-3: rank %d could not map device memory for a unit (%s "
+                           "there), so every rank of the shard group stops with it", (v >> 8) - 1,
+                           accel_status_name((accel_status)(v & 0xff)));
 }
 
 /* ---------------------------------------------------------------- gather / release */
@@ -677,7 +743,8 @@ static accel_status device_finish_gather(accel_accelerator *acc, accel__model *p
     if (!st && u->gather16) st = accel_copy_(device_view(&full, pm, full_params(pm) + u->lo, ACCEL_F32, n), &landed);
     pm->gathering = -1;
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
-    return st;
+    accel_status est = shard_evict(pm, u->zoff, u->shard); /* offload_param nvme: the gather has read the piece */
+    return st ? st : est;
 }
 
 /* The gather buffers for unit u: a gather in flight on another unit finishes first. */
@@ -688,35 +755,65 @@ static accel_status take_gather_buffers(accel_accelerator *acc, accel__model *pm
     return st;
 }
 
-/* Leaves the unit GATHERING: finish_gather completes it (on one process, a
- * device copy made here). */
-static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+/* The piece unit u's gather sends, in the dtype it moves (memory of
+ * pm->zdev): the shard's piece, or under bf16 that piece rounded to bf16 in
+ * zsend16 (a cast on the device, a loop over the host shard under offload_param). */
+static const void *gather_send(accel__model *pm, const accel__unit *u, accel_status *st) {
+    float *mine = pm->zparams + u->zoff;
+    if (!u->gather16) return mine;
+    uint16_t *mine16 = pm->zsend16 + u->zoff;
+    if (shard_on_host(pm)) {
+        host_narrow_bf16(mine16, mine, u->shard);
+    } else {
+        accel_tensor h, f;
+        *st = accel_copy_(device_view(&h, pm, mine16, ACCEL_BF16, u->shard), device_view(&f, pm, mine, ACCEL_F32, u->shard));
+    }
+    return mine16;
+}
+
+/* Starts moving every rank's `send` (n elements of dt, memory of zdev) into
+ * `recv` (device memory): a copy on one process; a group that takes host
+ * memory only gathers into zstage_recv (from a host copy of send, unless the
+ * shard is on the host already); one that takes device memory gathers into
+ * recv, in place from this rank's block of it when the shard is on the host. */
+static accel_status start_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, const void *send, void *recv,
+                                 accel_dtype dt, int64_t n) {
     accel_device dev = model_device(pm);
-    int64_t n = u->shard, w = acc->shard_world;
+    size_t bytes = (size_t)n * accel_dtype_size(dt);
+    if (acc->shard_world == 1) return accel__copy_bytes(dev, recv, pm->zdev, send, bytes);
+    if (pm->zstage_recv) {
+        accel_tensor sv;
+        if (!shard_on_host(pm) && !(send = accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, n), pm->zstage_send, true)))
+            return accel_last_status();
+        recv = pm->zstage_recv;
+    } else if (shard_on_host(pm)) {
+        void *block = (char *)recv + (size_t)acc->shard_rank * bytes;
+        accel_status st = accel__copy_bytes(dev, block, pm->zdev, send, bytes);
+        if (st) return st;
+        send = block;
+    }
+    u->gather = accel_pg_all_gather_async(acc->shard_pg, send, recv, (size_t)n, dt);
+    return u->gather ? ACCEL_OK : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+}
+
+static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st);
+
+/* Leaves the unit GATHERING: finish_gather completes it (on one process, a
+ * device copy made here). The ranks agree on the mapping (and on a mapping
+ * owed, pm->owing) before the collective, so a rank whose device is full
+ * fails with the others instead of leaving them in the all-gather. */
+static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
-    size_t es = accel_dtype_size(dt);
-    const void *send = pm->zparams + u->zoff;
     accel_status st = take_gather_buffers(acc, pm, u);
     if (!st) st = params_map(acc, pm, u);
-    if (!st && u->gather16) {
-        accel_tensor h, mine;
-        send = pm->zsend16 + u->zoff;
-        st = accel_copy_(device_view(&h, pm, pm->zsend16 + u->zoff, ACCEL_BF16, n),
-                         device_view(&mine, pm, pm->zparams + u->zoff, ACCEL_F32, n));
+    if ((st = agree(acc, pm, st))) {
+        params_drop(acc, pm, u);
+        pm->gathering = -1;
+        return st;
     }
+    const void *send = gather_send(pm, u, &st);
     void *recv = u->gather16 ? pm->zland16 : (void *)(full_params(pm) + u->lo);
-    if (!st && w == 1) {
-        st = accel__copy_bytes(dev, recv, dev, send, (size_t)n * es);
-    } else if (!st && !pm->zstage_send) {
-        u->gather = accel_pg_all_gather_async(acc->shard_pg, send, recv, (size_t)n, dt);
-    } else if (!st) {
-        accel_tensor sv;
-        if (!accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, n), pm->zstage_send, true))
-            st = accel_last_status();
-        else
-            u->gather = accel_pg_all_gather_async(acc->shard_pg, pm->zstage_send, pm->zstage_recv, (size_t)n, dt);
-    }
-    if (!st && w > 1 && !u->gather) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    if (!st) st = start_gather(acc, pm, u, send, recv, dt, u->shard);
     if (st) {
         pm->gathering = -1;
         return st;
@@ -780,10 +877,21 @@ static accel_status gather(accel_accelerator *acc, accel__model *pm, accel__unit
     return st;
 }
 
+/* The forms prepared from unit u's parameters (autocast's bf16 copies,
+ * core/prepared.h) go with them: they are stale once the unit is gathered
+ * again (the gather writes the range), and kept they would hold half the
+ * model's f32 bytes between steps. A form this step's tape still reads is
+ * freed when the step ends (accel_step_reset). */
+static void forms_release(accel__model *pm, const accel__unit *u) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    for (int t = u->first; t < u->first + u->count; t++) accel__prepared_release(b->tensors[t]);
+}
+
 /* Gives unit u's full parameters back (the persistent unit keeps them). */
 static accel_status release(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = u->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, u) : ACCEL_OK;
     if (u->persistent) return st;
+    forms_release(pm, u);
     accel_status dst = params_drop(acc, pm, u);
     u->state = ACCEL__UNIT_RELEASED;
     return st ? st : dst;
@@ -826,14 +934,26 @@ typedef struct hook_ctx {
     accel_module_hook chained; /* the hook the module had (autocast on the root), run outside ours */
 } hook_ctx;
 
+/* Before unit u's backward: its gradients' memory (the mapping owed to the
+ * next agreement, "Agreeing on a failed mapping"), its parameters, the
+ * prefetch of the unit before it (backward runs the units in reverse). */
 static accel_status pre_backward(accel_node *n, accel_tensor *g) {
     hook_ctx *c = n->ctx;
     accel__model *pm = accel__find_model(c->acc, c->model);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
-    accel_status st = grads_map(c->acc, pm, &pm->units[c->unit]);
-    if (!st) st = gather(c->acc, pm, &pm->units[c->unit], false);
+    accel__unit *u = &pm->units[c->unit];
+    if (on_device(pm) && !u->grads_mapped) {
+        pm->owing = true;
+        pm->owed = grads_map(c->acc, pm, u);
+    }
+    accel_status st = gather(c->acc, pm, u, false);
     bool pre = c->acc->fsdp.backward_prefetch && !c->acc->fsdp.backward_post;
-    if (!st && pre) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, -1)); /* backward runs the units in reverse */
+    if (!st && pre) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, -1));
+    if (pm->owing) { /* no gather started to carry it */
+        accel_status ast = agree(c->acc, pm, ACCEL_OK);
+        if (!st) st = ast;
+    }
+    if (st) grads_drop(c->acc, pm, u); /* as on every rank */
     return st ? st : accel_grad_accumulate(n->inputs[0], g);
 }
 
@@ -910,7 +1030,7 @@ accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
     accel_status st = ACCEL_OK;
     for (int k = 0; k < pm->n_units && !st; k++) {
         accel__unit *u = &pm->units[k];
-        st = device_copy(pm, pm->zparams + u->zoff, my_piece(acc, full_params(pm), u), u->shard, ACCEL_F32);
+        st = copy_floats(pm->zdev, pm->zparams + u->zoff, model_device(pm), my_piece(acc, full_params(pm), u), u->shard);
         accel_status rst = release(acc, pm, u);
         if (!st) st = rst;
         if (!st) st = grads_drop(acc, pm, u);
@@ -934,12 +1054,22 @@ static float *reduced_piece(const accel_accelerator *acc, accel__model *pm, cons
     return my_piece(acc, full_grads(pm), u);
 }
 
-/* zgrad's piece of unit u += the averaged piece (in the full gradient buffer by now). */
+/* zgrad's piece of unit u += the averaged piece (in the full gradient
+ * buffer by now, or in its host copy). A host shard (offload_param) adds on
+ * the host, from a host copy of a piece the group left on the device. */
 static accel_status add_to_shard(accel_accelerator *acc, accel__model *pm, const accel__unit *u) {
     float *mine = my_piece(acc, full_grads(pm), u);
     if (!on_device(pm)) {
         host_add(pm->zgrad + u->zoff, mine, u->shard);
         return ACCEL_OK;
+    }
+    if (shard_on_host(pm)) {
+        const float *piece = reduced_piece(acc, pm, u);
+        accel_status st = u->grads_staged ? ACCEL_OK
+                                          : copy_floats(ACCEL_CPU_DEVICE, pm->zstage_send, model_device(pm), mine, u->shard);
+        if (!u->grads_staged) piece = pm->zstage_send;
+        if (!st) host_add(pm->zgrad + u->zoff, piece, u->shard);
+        return st;
     }
     accel_status st = u->grads_staged ? accel__copy_bytes(model_device(pm), mine, ACCEL_CPU_DEVICE, reduced_piece(acc, pm, u),
                                                          (size_t)u->shard * sizeof(float))
@@ -997,7 +1127,10 @@ static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *p
 static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int k) {
     accel__unit *u = &pm->units[k];
     accel_status st = release(acc, pm, u);
-    accel_status gst = grads_map(acc, pm, u); /* a unit whose backward never ran reduces zeros */
+    bool mapping = on_device(pm) && !u->grads_mapped; /* a unit whose backward never ran reduces zeros */
+    accel_status gst = grads_map(acc, pm, u);
+    if (mapping) gst = agree(acc, pm, gst); /* so no rank alone skips the reduce-scatter */
+    if (gst) grads_drop(acc, pm, u);
     if (!st) st = gst;
     u->pending = 0;
     if (pm->reducing >= 0) {
@@ -1086,39 +1219,71 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
     return first;
 }
 
-/* The full weights (every unit gathered) into plain memory of the model's
- * device, gradients zero, for accel_flat_params_free; the reserved buffers
- * go. A unit a broken group could not gather comes back as zeros. Out of
- * memory, the tensors keep the reserved memory, which then stays (the flat
- * buffer forgets it, so nothing frees it as a plain allocation). */
-static void to_plain_buffers(accel_accelerator *acc, accel__model *pm) {
-    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+/* Unit u's f32 masters into its range of the full buffer, whatever its
+ * reduction or gather left (collective: on a broken group the weights stay
+ * as they are). */
+static void gather_masters(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    if (u->reduce) finish_reduce(acc, pm, u);
+    if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
+    u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
+    if (pm->zparams) gather(acc, pm, u, true);
+}
+
+/* Tensor t of the flat buffer into memory of its own on the model's device,
+ * with a zeroed gradient of its own, as accel_flat_params_free gives a
+ * tensor: its values copied from its gathered unit, or zeros when the unit
+ * could not be gathered (`copy` false). False when out of memory (or the
+ * copy failed): t is left as it was. */
+static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
     accel_device dev = model_device(pm);
-    size_t bytes = (size_t)b->numel * sizeof(float);
-    float *params = accel__device_alloc(dev, bytes, true, "accel_accelerator_clear");
-    float *grads = params ? accel__device_alloc(dev, bytes, true, "accel_accelerator_clear") : NULL;
-    accel_status st = grads ? ACCEL_OK : accel_last_status();
-    for (int k = 0; k < pm->n_units && !st; k++) {
+    void *own = accel__device_alloc(dev, accel_nbytes(t), !copy, "accel_accelerator_clear");
+    accel_tensor *g = own ? accel_tensor_new(t->dtype, t->ndim, t->shape, dev) : NULL;
+    if (!g || accel_zero_(g) || (copy && accel__copy_bytes(dev, own, dev, t->data, accel_nbytes(t)))) {
+        accel_tensor_free(g);
+        accel__device_free(dev, own);
+        return false;
+    }
+    accel_tensor_rebind(t, own, false);
+    t->flags |= ACCEL_TF_OWNS_DATA;
+    accel_tensor_free(t->grad); /* a view of the full gradient buffer */
+    t->grad = g;
+    return true;
+}
+
+/* The full weights back into memory of each tensor's own, for
+ * accel_flat_params_free, unit by unit: each unit is gathered, its tensors
+ * copied out, and it is released, so the device holds one unit gathered
+ * beside the tensors' own memory (parameters and gradients: 2P + L; every
+ * unit gathered and then a plain copy of both full buffers made 4P). A unit
+ * that a broken group could not gather comes back as zeros. Out of memory,
+ * the tensors not yet moved stay in their gathered units (the reserved
+ * memory then stays: the flat buffer forgets it and keeps only them, for
+ * accel_flat_params_free to copy out), without gradients. */
+static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    int kept = 0;
+    bool oom = false;
+    for (int k = 0; k < pm->n_units; k++) {
         accel__unit *u = &pm->units[k];
-        if (on_device(pm) && !u->params_mapped) continue;
-        st = accel__copy_bytes(dev, params + u->lo, dev, full_params(pm) + u->lo,
-                               (size_t)unit_span(acc, pm, u) * sizeof(float));
+        gather_masters(acc, pm, u);
+        bool there = !on_device(pm) || u->params_mapped;
+        for (int t = u->first; t < u->first + u->count; t++) {
+            if (!oom && own_storage(pm, b->tensors[t], there)) continue;
+            oom = true;
+            accel_tensor_free(b->tensors[t]->grad); /* unmapped memory on a device: nothing to copy */
+            b->tensors[t]->grad = NULL;
+            b->offsets[kept] = b->offsets[t];
+            b->tensors[kept++] = b->tensors[t];
+        }
+        if (!oom) release(acc, pm, u);
     }
-    if (st) {
-        accel__device_free(dev, params);
-        accel__device_free(dev, grads);
-        b->params = b->grads = NULL;
-        return;
+    b->n = kept;
+    if (!kept) {
+        if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
+        full_free(pm, b->params, b->numel);
+        full_free(pm, b->grads, b->numel);
     }
-    for (int t = 0; t < b->n; t++) {
-        accel_tensor_rebind(b->tensors[t], params + b->offsets[t], false);
-        accel_tensor_rebind(b->tensors[t]->grad, grads + b->offsets[t], false);
-    }
-    if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
-    full_free(pm, b->params, b->numel);
-    full_free(pm, b->grads, b->numel);
-    b->params = params;
-    b->grads = grads;
+    b->params = b->grads = NULL;
 }
 
 void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
@@ -1132,19 +1297,12 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     pm->order = NULL;
     pm->n_hooked = pm->n_order = 0;
     pm->order_done = false;
-    if (pm->units && b->params) {
-        for (int k = 0; k < pm->n_units; k++) { /* the full weights */
-            accel__unit *u = &pm->units[k];
-            if (u->reduce) finish_reduce(acc, pm, u);
-            if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
-            u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
-            if (pm->zparams) gather(acc, pm, u, true); /* collective: on a broken group the weights stay as they are */
-        }
-    }
-    if (pm->units && b->params) to_plain_buffers(acc, pm);
+    if (pm->units && b->params) to_own_storage(acc, pm); /* the full weights */
     shard_free(pm);
-    accel__device_free(model_device(pm), pm->zsend16);
+    shard_mem_free(pm, pm->zsend16);
+    shard_mem_free(pm, pm->zgrad);
     pm->zsend16 = NULL;
+    pm->zgrad = NULL;
     device_buffers_free(pm);
 }
 

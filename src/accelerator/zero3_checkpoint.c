@@ -137,9 +137,10 @@ static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const n
     return ACCEL_OK;
 }
 
-/* This rank's parameter shard [zn] as a header on the model's device. */
+/* This rank's parameter shard [zn] as a header on its device (the host under offload_param). */
 static accel_tensor *shard_tensor(accel_tensor *h, accel__model *pm) {
-    return accel__flat_view(h, flat(pm), pm->zparams, 0, pm->zn);
+    accel__tensor_header(h, pm->zparams, ACCEL_F32, 1, &pm->zn, pm->zdev);
+    return h;
 }
 
 /* fill_shard into the parameter shard, through a host copy on a device. */

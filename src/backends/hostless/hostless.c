@@ -108,6 +108,16 @@ static void hostless_free(int index, void *p) {
 
 enum { HOSTLESS_VM_GRANULE = 64 << 10 };
 
+static int g_map_fail; /* vm_maps still to refuse (atomic) */
+
+/* Whether to refuse this call: takes one from *left (atomic) while it is above 0. */
+static bool injected_failure(int *left_p) {
+    int left = __atomic_load_n(left_p, __ATOMIC_RELAXED);
+    while (left > 0 && !__atomic_compare_exchange_n(left_p, &left, left - 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return left > 0;
+}
+
 static size_t hostless_vm_granularity(int index) {
     return HOSTLESS_VM_GRANULE;
 }
@@ -133,6 +143,9 @@ static void hostless_vm_release(int index, void *p, size_t bytes) {
 static accel_status hostless_vm_map(int index, void *p, size_t bytes) {
     void *h = to_host_ptr(index, p);
     if (!h) return bad_pointer(index, "vm_map of", p);
+    if (injected_failure(&g_map_fail))
+        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: out of device memory "
+                               "(injected)", index, bytes, p);
     if (mprotect(h, bytes, PROT_READ | PROT_WRITE))
         return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: %s", index, bytes, p,
                                strerror(errno));
@@ -217,11 +230,7 @@ static void note_host_peak(int64_t live) {
 }
 
 static void *hostless_host_alloc(size_t bytes) {
-    int left = __atomic_load_n(&g_host_fail, __ATOMIC_RELAXED);
-    while (left > 0 && !__atomic_compare_exchange_n(&g_host_fail, &left, left - 1, true, __ATOMIC_RELAXED,
-                                                    __ATOMIC_RELAXED)) {
-    }
-    if (left > 0) {
+    if (injected_failure(&g_host_fail)) {
         accel_set_error(ACCEL_ERR_OOM, "hostless: host_alloc of %zu bytes: out of pinned memory (injected)", bytes);
         return NULL;
     }
@@ -253,6 +262,8 @@ void accel__hostless_host_peak_reset(void) {
 }
 
 void accel__hostless_host_fail_next(int n) { __atomic_store_n(&g_host_fail, n, __ATOMIC_RELAXED); }
+
+void accel__hostless_vm_fail_next(int n) { __atomic_store_n(&g_map_fail, n, __ATOMIC_RELAXED); }
 
 /* ---- kernels: the CPU kernels on translated tensors */
 

@@ -18,5 +18,8 @@ void accel__hostless_host_peak_reset(void);
 /* The next n host_alloc calls fail with ACCEL_ERR_OOM (0: none), as
  * cudaMallocHost does when pinned memory runs out. */
 void accel__hostless_host_fail_next(int n);
+/* The next n vm_map calls fail with ACCEL_ERR_OOM (0: none), as cuMemCreate
+ * does when the device is full (tests of ZeRO-3's agreement on a failed mapping). */
+void accel__hostless_vm_fail_next(int n);
 
 #endif

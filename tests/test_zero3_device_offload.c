@@ -1,0 +1,377 @@
+/* ZeRO-3 (FSDP FULL_SHARD) on a device, beyond the shards in device memory
+ * (ctest runs it on hostless:0 plainly and under `accel launch
+ * --num_processes 2`). A model of L equal Linear units trains a few steps
+ * with AdamW; the hostless backend counts its device bytes (persistent
+ * allocations and mapped virtual memory).
+ *
+ * - offload_param cpu and nvme, and fsdp_offload_params: the parameter and
+ *   gradient shards and the optimizer state live in host memory and the
+ *   step runs there; each unit's parameters come to the device for its
+ *   forward and backward only. Training equals the run without offload bit
+ *   for bit (losses, final weights; f32 and bf16), and between steps the
+ *   device holds no shard.
+ * - bf16 autocast: the weights' bf16 copies (prepared forms) go with their
+ *   unit, so between steps the device holds the shards only.
+ * - a mapping that fails on one rank (the hostless vm_map failure hook), in
+ *   forward and in backward, fails every rank at once (well inside the
+ *   group's timeout), each error naming that rank, and the next step trains.
+ * - tied weights across units train as the model in one unit.
+ * - accel_accelerator_clear holds one unit gathered at a time.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "backends/backend.h"
+#include "backends/hostless/hostless.h"
+#include "check.h"
+#include "params_host.h"
+
+enum { L = 6, H = 128, MB = 4, STEPS = 3, NP = L * (H * H + H) };
+
+static int N, R;
+
+static accel_module *stack(accel_device dev) {
+    accel_module *l[L];
+    for (int i = 0; i < L; i++) l[i] = accel_linear_new(H, H, true, dev, ACCEL_F32);
+    return accel_sequential_new(L, l);
+}
+
+/* Fixed features or targets [MB, H] for rank r and step s, on dev: step
+ * memory (the device's step pool, which the counters leave out). */
+static accel_tensor *data(int r, int s, int salt, accel_device dev) {
+    float x[MB * H];
+    for (int i = 0; i < MB * H; i++) x[i] = (float)((i * 7 + r * 5 + s * 11 + salt * 3) % 13) / 13.0f - 0.5f;
+    accel_tensor *t = accel_to_device(accel_from_floats(ACCEL_SHAPE(MB, H), x), dev);
+    CHECK(t != NULL);
+    return t;
+}
+
+static size_t in_use(void) { return accel__hostless_memory_stats(0).in_use; }
+
+typedef struct cfg {
+    const char *mp, *offload_param, *nvme_path;
+    bool fsdp_offload_params;
+} cfg;
+
+static accel_accelerator *accelerator(cfg c) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 3;
+    o.mixed_precision = c.mp ? c.mp : "no";
+    o.offload_param_device = c.offload_param;
+    o.offload_param_nvme_path = c.nvme_path;
+    o.fsdp_offload_params = c.fsdp_offload_params;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    return acc;
+}
+
+static accel_optimizer *adamw(accel_module *m) {
+    accel_tensor **ps;
+    int np = accel_module_parameters(m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-2);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, ps, &h);
+    accel_free(ps);
+    return opt;
+}
+
+/* Every tensor of opt's state lies on a device of type `want`. */
+static void check_state_on(accel_optimizer *opt, accel_device_type want, const char *what) {
+    accel_named_state *st = NULL;
+    int n = accel_optimizer_state(opt, &st), tensors = 0;
+    CHECK(n >= 0);
+    for (int e = 0; e < n; e++)
+        if (st[e].t) {
+            tensors++;
+            CHECK_MSG(st[e].t->device.type == want, "%s: optimizer state %s on device type %d, want %d", what,
+                      st[e].name, (int)st[e].t->device.type, (int)want);
+        }
+    CHECK_MSG(tensors > 0, "%s: no optimizer state", what);
+    if (n >= 0) accel_named_state_free(st, n);
+}
+
+/* One training run: each step's loss, the final weights (after clear), and
+ * the device bytes (over what was in use before the model) between steps
+ * (the most after steps 2..STEPS) and at a step's peak. */
+typedef struct run_out {
+    float loss[STEPS];
+    float *w;
+    double between, peak;
+} run_out;
+
+static void train(cfg c, run_out *out, const char *what) {
+    memset(out, 0, sizeof *out);
+    accel_accelerator *acc = accelerator(c);
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    CHECK_MSG(dev.type == ACCEL_DEV_HOSTLESS, "run on hostless:0 (ACCEL_DEFAULT_DEVICE)");
+    size_t base = in_use();
+    accel_manual_seed(7);
+    accel_module *model = stack(dev);
+    accel_optimizer *opt = adamw(model);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
+    for (int s = 0; s < STEPS; s++) {
+        accel__hostless_reset_peak(0);
+        accel_tensor *x = data(R, s, 0, dev), *y = data(R, s, 1, dev);
+        accel_tensor *loss = accel_mse_loss(accel_module_call(model, x), y);
+        CHECK_MSG(loss != NULL, "%s step %d: %s", what, s + 1, accel_last_error());
+        if (!loss) break;
+        out->loss[s] = (float)accel_item(loss);
+        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
+        CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
+        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+        accel_step_reset();
+        if (s == 0) continue;
+        double now = (double)in_use() - (double)base, top = (double)accel__hostless_memory_stats(0).peak - (double)base;
+        out->between = fmax(out->between, now);
+        out->peak = fmax(out->peak, top);
+    }
+    check_state_on(opt, c.offload_param || c.fsdp_offload_params ? ACCEL_DEV_CPU : ACCEL_DEV_HOSTLESS, what);
+    accel_accelerator_clear(acc);
+    out->w = malloc(NP * sizeof(float));
+    CHECK(params_to_host(model, out->w, NP) == NP);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+    CHECK_MSG(in_use() == base, "%s: device bytes after free: %zu, before: %zu", what, in_use(), base);
+}
+
+static void same_run(const run_out *got, const run_out *want, const char *what) {
+    for (int s = 0; s < STEPS; s++)
+        CHECK_MSG(got->loss[s] == want->loss[s], "%s step %d: loss %.9g, without offload %.9g", what, s + 1,
+                  got->loss[s], want->loss[s]);
+    int64_t diff = 0;
+    for (int64_t k = 0; k < NP && got->w && want->w; k++) diff += got->w[k] != want->w[k];
+    CHECK_MSG(diff == 0, "%s: %lld of %d final weights differ from the run without offload", what, (long long)diff,
+              NP);
+}
+
+static const double PARAM_BYTES = NP * 4.0, UNIT_BYTES = NP * 4.0 / L;
+
+/* The shards of the run without offload: parameters, gradients and Adam's
+ * two moments (4 x params/N), each unit's piece padded to 16 x N floats;
+ * under bf16 the shard rounded to bf16 that gathers send (params/2N) and the
+ * landing buffer of the largest unit (half its f32 bytes). */
+static double shard_bytes(bool bf16) {
+    double pad = L * 16.0 * N * 4;
+    return 4 * (PARAM_BYTES / N + pad) + (bf16 ? (PARAM_BYTES / N + pad) / 2 + UNIT_BYTES / 2 + 64 : 0);
+}
+
+/* offload_param: the same training as without, the device holding no shard
+ * between steps (under bf16 only the gather's landing buffer: half a unit). */
+static void offload_matches(const char *mp, cfg c, const run_out *want, const char *what) {
+    run_out got;
+    c.mp = mp;
+    train(c, &got, what);
+    same_run(&got, want, what);
+    bool bf16 = !strcmp(mp, "bf16");
+    double allowed = bf16 ? UNIT_BYTES / 2 + 64 : 0;
+    if (R == 0)
+        printf("%s world=%d: between steps %.0f device bytes (allowed %.0f; without offload %.0f), step peak %.0f\n",
+               what, N, got.between, allowed, shard_bytes(bf16), got.peak);
+    CHECK_MSG(got.between <= allowed, "%s: %.0f device bytes between steps, want <= %.0f (no shard on the device)",
+              what, got.between, allowed);
+    CHECK_MSG(got.peak <= allowed + 6 * UNIT_BYTES + 6 * 64 * 1024.0,
+              "%s: step peak %.0f device bytes, want a few units' parameters and gradients", what, got.peak);
+    free(got.w);
+}
+
+static void offload_modes(const char *mp) {
+    run_out want;
+    char what[96];
+    snprintf(what, sizeof what, "zero3 %s", mp);
+    train((cfg){.mp = mp}, &want, what);
+    bool bf16 = !strcmp(mp, "bf16");
+    /* item: the bf16 forms go with their unit, so only the shards stay */
+    if (R == 0)
+        printf("%s world=%d: between steps %.0f device bytes (the shards: %.0f)\n", what, N, want.between,
+               shard_bytes(bf16));
+    CHECK_MSG(want.between <= shard_bytes(bf16), "%s: %.0f device bytes between steps, want <= %.0f (the shards)",
+              what, want.between, shard_bytes(bf16));
+    snprintf(what, sizeof what, "offload_param cpu %s", mp);
+    offload_matches(mp, (cfg){.offload_param = "cpu"}, &want, what);
+    snprintf(what, sizeof what, "offload_param nvme %s", mp);
+    offload_matches(mp, (cfg){.offload_param = "nvme", .nvme_path = "/tmp"}, &want, what);
+    snprintf(what, sizeof what, "fsdp_offload_params %s", mp);
+    offload_matches(mp, (cfg){.fsdp_offload_params = true}, &want, what);
+    free(want.w);
+}
+
+static void test_offload_param_f32(void) { offload_modes("no"); }
+static void test_offload_param_bf16(void) { offload_modes("bf16"); }
+
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The call `failed` (true: it returned an error) on every rank, within a
+ * few seconds, naming rank `who`. */
+static void failed_together(bool failed, double t0, int who, const char *what) {
+    double took = seconds() - t0;
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", who);
+    CHECK_MSG(failed, "%s: rank %d went on", what, R);
+    if (failed) CHECK_STR_CONTAINS(accel_last_error(), want);
+    if (failed) CHECK_STR_CONTAINS(accel_last_error(), "map");
+    CHECK_MSG(took < 15, "%s: rank %d took %.1f s to fail (the group's timeout is 60 s)", what, R, took);
+    accel_clear_error();
+    accel_step_reset();
+}
+
+/* One good step: every rank trains. */
+static void good_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, accel_device dev, int s) {
+    accel_tensor *loss = accel_mse_loss(accel_module_call(model, data(R, s, 0, dev)), data(R, s, 1, dev));
+    CHECK_MSG(loss != NULL, "%s", accel_last_error());
+    CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+    accel_step_reset();
+}
+
+/* Device OOM on the last rank alone: a unit's parameters in forward, its
+ * gradients in backward. Every rank fails at once, naming it (before, the
+ * others went on without it: the group failed on mismatched collectives and
+ * stayed unusable, or waited until its timeout); the ranks stay in step:
+ * the next step trains. */
+static void test_map_failure_on_one_rank(void) {
+    if (N < 2) return;
+    int who = N - 1;
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    accel_manual_seed(7);
+    accel_module *model = stack(dev);
+    accel_optimizer *opt = adamw(model);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    good_step(acc, model, opt, dev, 0);
+
+    if (R == who) accel__hostless_vm_fail_next(1);
+    double t0 = seconds();
+    accel_tensor *y = accel_module_call(model, data(R, 1, 0, dev));
+    failed_together(y == NULL, t0, who, "forward");
+    accel__hostless_vm_fail_next(0);
+    good_step(acc, model, opt, dev, 2);
+
+    accel_tensor *loss = accel_mse_loss(accel_module_call(model, data(R, 3, 0, dev)), data(R, 3, 1, dev));
+    CHECK_MSG(loss != NULL, "%s", accel_last_error());
+    if (R == who) accel__hostless_vm_fail_next(1);
+    t0 = seconds();
+    accel_status st = loss ? accel_accelerator_backward(acc, loss) : ACCEL_ERR_STATE;
+    failed_together(st != ACCEL_OK, t0, who, "backward");
+    accel__hostless_vm_fail_next(0);
+    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+    good_step(acc, model, opt, dev, 4);
+
+    accel_accelerator_clear(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
+/* accel_accelerator_clear gives the model plain buffers back unit by unit:
+ * the device holds the two plain buffers (parameters, gradients) and one
+ * unit gathered at a time beside what it held before, not every unit
+ * gathered beside them (3 x the parameters). */
+static void test_clear_is_incremental(void) {
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    accel_manual_seed(7);
+    accel_module *model = stack(dev);
+    accel_tensor **ps;
+    int np = accel_module_parameters(model, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 1e-2); /* no state: clear gives none back */
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, np, ps, &h);
+    accel_free(ps);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    good_step(acc, model, opt, dev, 0);
+    size_t before = in_use();
+    accel__hostless_reset_peak(0);
+    accel_accelerator_clear(acc);
+    double rise = (double)accel__hostless_memory_stats(0).peak - (double)before;
+    double allowed = 2 * PARAM_BYTES + 2 * (UNIT_BYTES + 64 * 1024.0);
+    if (R == 0) printf("clear world=%d: peak %.0f device bytes above the shards (allowed %.0f; params %.0f)\n", N, rise,
+                       allowed, PARAM_BYTES);
+    CHECK_MSG(rise <= allowed, "clear: the device peaked %.0f bytes above the shards, want <= %.0f (2 x params + a unit)",
+              rise, allowed);
+    float *w = malloc(NP * sizeof(float));
+    CHECK(params_to_host(model, w, NP) == NP); /* the weights are there, readable */
+    free(w);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
+/* Three Linear units, the last one's weight tied to the first's: the two
+ * units share one parameter. Trained with the default wrap policy (a unit
+ * per Linear) it equals the same run with the model as one unit (NO_WRAP). */
+static void tied_run(const char *wrap, float loss[STEPS], float *w) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 3;
+    o.fsdp_auto_wrap_policy = wrap;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return;
+    wrap = wrap ? wrap : "default";
+    accel_device dev = accel_accelerator_device(acc);
+    accel_manual_seed(11);
+    accel_module *l[3];
+    for (int i = 0; i < 3; i++) l[i] = accel_linear_new(H, H, true, dev, ACCEL_F32);
+    accel_module *model = accel_sequential_new(3, l);
+    CHECK(accel_module_tie(model, "2.weight", "0.weight") == ACCEL_OK);
+    accel_optimizer *opt = adamw(model);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s: %s", wrap, accel_last_error());
+    for (int s = 0; s < STEPS; s++) {
+        accel_tensor *ls = accel_mse_loss(accel_module_call(model, data(R, s, 0, dev)), data(R, s, 1, dev));
+        CHECK_MSG(ls != NULL, "%s step %d: %s", wrap, s + 1, accel_last_error());
+        if (!ls) break;
+        loss[s] = (float)accel_item(ls);
+        CHECK_MSG(accel_accelerator_backward(acc, ls) == ACCEL_OK, "%s: %s", wrap, accel_last_error());
+        CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", wrap, accel_last_error());
+        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+        accel_step_reset();
+    }
+    accel_accelerator_clear(acc);
+    CHECK(params_to_host(model, w, 2 * (H * H + H) + H) == 2 * (H * H + H) + H);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
+static void test_tied_weights_across_units(void) {
+    enum { W = 2 * (H * H + H) + H };
+    float la[STEPS] = {0}, lb[STEPS] = {0};
+    float *wa = calloc(W, sizeof(float)), *wb = calloc(W, sizeof(float));
+    tied_run("NO_WRAP", la, wa);
+    tied_run(NULL, lb, wb); /* the default policy: a unit per Linear */
+    for (int s = 0; s < STEPS; s++)
+        CHECK_MSG(la[s] == lb[s], "step %d: loss %.9g with a unit per Linear, %.9g as one unit", s + 1, lb[s], la[s]);
+    int64_t diff = 0;
+    for (int k = 0; k < W; k++) diff += wa[k] != wb[k];
+    CHECK_MSG(diff == 0, "%lld of %d final weights differ between a unit per Linear and one unit", (long long)diff, W);
+    free(wa);
+    free(wb);
+}
+
+int main(void) {
+    if (!getenv("ACCEL_DEFAULT_DEVICE")) { /* run plainly: one process on hostless:0 */
+        CHECK(accel__hostless_register(1) == ACCEL_OK);
+        setenv("ACCEL_DEFAULT_DEVICE", "hostless:0", 1);
+    }
+    const char *n = getenv("WORLD_SIZE"), *r = getenv("RANK");
+    N = n ? atoi(n) : 1;
+    R = r ? atoi(r) : 0;
+    RUN(test_offload_param_f32);
+    RUN(test_offload_param_bf16);
+    RUN(test_map_failure_on_one_rank);
+    RUN(test_tied_weights_across_units);
+    RUN(test_clear_is_incremental);
+    accel_thread_cleanup();
+    return check_summary();
+}
