@@ -28,11 +28,9 @@
 #include "backends/vm_pool.h"
 #include "check.h"
 #include "count_alloc.h"
-#ifdef ACCEL_HAVE_CUDA
-#include "backends/cuda/cuda_internal.h"
-#endif
+#include "cuda_skip.h"
 
-enum { L = 8, H = 256, MB = 4, STEPS = 4, SKIP = 77 };
+enum { L = 8, H = 256, MB = 4, STEPS = 4 };
 
 static accel_module *stack(accel_device dev) {
     accel_module *l[L];
@@ -170,28 +168,21 @@ static void test_memory_and_allocations(void) {
     accel_tensor_free(y);
 }
 
-/* `cuda`: on cuda:0, skipped without one; else on ACCEL_DEFAULT_DEVICE, or
- * (run plainly) one process on hostless:0. */
-static int pick_device(int argc, char **argv) {
+/* The device: with `cuda` cuda:0 (false, the reason printed, when there is
+ * none); else ACCEL_DEFAULT_DEVICE, or (run plainly) hostless:0. */
+static bool pick_device(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "cuda")) {
-        if (accel_device_count(ACCEL_DEV_CUDA) == 0) {
-#ifdef ACCEL_HAVE_CUDA
-            printf("SKIP: no CUDA device: %s\n", accel__cuda_unavailable_reason());
-#else
-            printf("SKIP: this build has no CUDA backend (ACCEL_CUDA=OFF or no CUDA toolkit)\n");
-#endif
-            return SKIP;
-        }
+        if (cuda_skip()) return false;
         setenv("ACCEL_DEFAULT_DEVICE", "cuda:0", 0);
     } else if (!getenv("ACCEL_DEFAULT_DEVICE")) {
         CHECK(accel__hostless_register(1) == ACCEL_OK);
         setenv("ACCEL_DEFAULT_DEVICE", "hostless:0", 1);
     }
-    return 0;
+    return true;
 }
 
 int main(int argc, char **argv) {
-    if (pick_device(argc, argv)) return SKIP;
+    if (!pick_device(argc, argv)) return CUDA_SKIP;
     count_alloc_install();
     RUN(test_memory_and_allocations);
     accel_thread_cleanup();

@@ -157,7 +157,6 @@ static accel_status fence_record(int index, void *fence) {
 
 /* An error (the device's work has stopped) counts as done: the unmap reports it. */
 static bool fence_done(int index, void *fence) {
-    (void)index;
     return cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady;
 }
 
@@ -173,7 +172,6 @@ static accel_status fence_order(int index, void *fence) {
 
 /* At process exit the runtime may be unloading already: nothing to report. */
 static void fence_free(int index, void *fence) {
-    (void)index;
     if (cudaEventDestroy((cudaEvent_t)fence) != cudaSuccess) cudaGetLastError();
 }
 

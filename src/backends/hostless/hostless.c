@@ -138,7 +138,6 @@ static void vm_granule_read(void) {
 }
 
 static size_t hostless_vm_granularity(int index) {
-    (void)index;
     pthread_once(&g_vm_granule_once, vm_granule_read);
     return g_vm_granule;
 }
@@ -171,12 +170,10 @@ static accel_status vm_create(int index, size_t bytes, uint64_t *handle) {
 }
 
 static void vm_destroy(int index, uint64_t handle) {
-    (void)index;
     atomic_fetch_sub(&g_vm_handle_bytes, (size_t)handle);
 }
 
 static accel_status vm_map_pages(int index, void *p, size_t bytes, uint64_t handle) {
-    (void)handle;
     void *h = to_host_ptr(index, p);
     if (mprotect(h, bytes, PROT_READ | PROT_WRITE))
         return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: %s", index, bytes, p,
@@ -201,36 +198,29 @@ typedef struct vm_fence {
 } vm_fence;
 
 static void *vm_fence_new(int index) {
-    (void)index;
     return accel_calloc(1, sizeof(vm_fence));
 }
 
 static accel_status vm_fence_record(int index, void *f) {
-    (void)index;
     ((vm_fence *)f)->pending = atomic_load(&g_vm_lag);
     return ACCEL_OK;
 }
 
 static bool vm_fence_done(int index, void *f) {
-    (void)index;
     return !((vm_fence *)f)->pending;
 }
 
 static accel_status vm_fence_wait(int index, void *f) {
-    (void)index;
     ((vm_fence *)f)->pending = false;
     return ACCEL_OK;
 }
 
 /* Later work runs when it is enqueued, after everything before it. */
 static accel_status vm_fence_order(int index, void *f) {
-    (void)index;
-    (void)f;
     return ACCEL_OK;
 }
 
 static void vm_fence_free(int index, void *f) {
-    (void)index;
     accel_free(f);
 }
 
