@@ -155,9 +155,13 @@ static accel_status fence_record(int index, void *fence) {
     return accel__cuda_check(cudaEventRecord((cudaEvent_t)fence, accel__cuda_enter(index)), index, "vm_unmap");
 }
 
-/* An error (the device's work has stopped) counts as done: the unmap reports it. */
+/* An error (the device's work has stopped) counts as done: the unmap
+ * reports it. "Not ready" is no error: it is cleared, so that no later call
+ * reports it (as PyTorch's allocator does). */
 static bool fence_done(int index, void *fence) {
-    return cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady;
+    if (cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady) return true;
+    cudaGetLastError();
+    return false;
 }
 
 static accel_status fence_wait(int index, void *fence) {

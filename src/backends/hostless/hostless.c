@@ -169,9 +169,7 @@ static accel_status vm_create(int index, size_t bytes, uint64_t *handle) {
     return ACCEL_OK;
 }
 
-static void vm_destroy(int index, uint64_t handle) {
-    atomic_fetch_sub(&g_vm_handle_bytes, (size_t)handle);
-}
+static void vm_destroy(int index, uint64_t handle) { atomic_fetch_sub(&g_vm_handle_bytes, (size_t)handle); }
 
 static accel_status vm_map_pages(int index, void *p, size_t bytes, uint64_t handle) {
     void *h = to_host_ptr(index, p);
@@ -197,18 +195,14 @@ typedef struct vm_fence {
     bool pending;
 } vm_fence;
 
-static void *vm_fence_new(int index) {
-    return accel_calloc(1, sizeof(vm_fence));
-}
+static void *vm_fence_new(int index) { return accel_calloc(1, sizeof(vm_fence)); }
 
 static accel_status vm_fence_record(int index, void *f) {
     ((vm_fence *)f)->pending = atomic_load(&g_vm_lag);
     return ACCEL_OK;
 }
 
-static bool vm_fence_done(int index, void *f) {
-    return !((vm_fence *)f)->pending;
-}
+static bool vm_fence_done(int index, void *f) { return !((vm_fence *)f)->pending; }
 
 static accel_status vm_fence_wait(int index, void *f) {
     ((vm_fence *)f)->pending = false;
@@ -216,13 +210,9 @@ static accel_status vm_fence_wait(int index, void *f) {
 }
 
 /* Later work runs when it is enqueued, after everything before it. */
-static accel_status vm_fence_order(int index, void *f) {
-    return ACCEL_OK;
-}
+static accel_status vm_fence_order(int index, void *f) { return ACCEL_OK; }
 
-static void vm_fence_free(int index, void *f) {
-    accel_free(f);
-}
+static void vm_fence_free(int index, void *f) { accel_free(f); }
 
 /* Mapped memory is device memory in use (the memory counters). */
 static void vm_mapped(int index, size_t bytes, bool more) {
