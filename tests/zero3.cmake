@@ -229,17 +229,30 @@ endif()
 
 # FULL_SHARD on a device saves device memory (tests/test_zero3_device_memory.c):
 # on hostless:0, between steps a rank holds its shards and no unit's full
-# parameters or gradients, a step's peak a few units, and steps after the
-# first allocate nothing.
+# parameters or gradients, a step's peak a few units, the virtual memory's
+# pool creates no physical memory after the first step, and steps after the
+# first allocate nothing; with the hostless granule and with CUDA's 2 MiB
+# (ACCEL_TEST_VM_GRANULE, the _2mib tests).
+set_tests_properties(zero3_device_memory PROPERTIES PASS_REGULAR_EXPRESSION "zero3 device memory world=1 ")
+add_test(NAME zero3_device_memory_2mib COMMAND test_zero3_device_memory)
+set_tests_properties(zero3_device_memory_2mib PROPERTIES TIMEOUT 120
+  ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_TEST_VM_GRANULE=2097152"
+  PASS_REGULAR_EXPRESSION "zero3 device memory world=1 params=[0-9]+ B granule=2097152 ")
 if(TARGET accel_cli)
   foreach(n 2 3)
-    add_test(NAME zero3_device_memory_${n}
-             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n} --use_fsdp
-                     $<TARGET_FILE:test_zero3_device_memory>)
-    set_tests_properties(zero3_device_memory_${n} PROPERTIES TIMEOUT 120
-      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0"
-      PASS_REGULAR_EXPRESSION "zero3 device memory world=${n} "
-      FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+    foreach(granule 65536 2097152)
+      set(_z3dm zero3_device_memory_${n})
+      if(granule EQUAL 2097152)
+        set(_z3dm ${_z3dm}_2mib)
+      endif()
+      add_test(NAME ${_z3dm}
+               COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n} --use_fsdp
+                       $<TARGET_FILE:test_zero3_device_memory>)
+      set_tests_properties(${_z3dm} PROPERTIES TIMEOUT 120
+        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0;ACCEL_TEST_VM_GRANULE=${granule}"
+        PASS_REGULAR_EXPRESSION "zero3 device memory world=${n} params=[0-9]+ B granule=${granule} "
+        FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+    endforeach()
   endforeach()
 endif()
 
@@ -257,4 +270,12 @@ if(TARGET accel_cli)
     ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0"
     PASS_REGULAR_EXPRESSION "offload_param cpu bf16 world=2: "
     FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
+endif()
+
+# The same on cuda:0 (label gpu; tools/gpu_check.sh runs it, one process and
+# two sharing the GPU): skipped (77), with the reason, without a GPU.
+add_test(NAME zero3_device_memory_cuda COMMAND test_zero3_device_memory cuda)
+set_tests_properties(zero3_device_memory_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+if(ACCEL_CUDA)
+  target_include_directories(test_zero3_device_memory PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 endif()

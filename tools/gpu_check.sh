@@ -19,8 +19,8 @@
 #       programs find its libraries, and cuBLASLt 13 / NCCL 2 in the CUDA
 #       toolkit or in PyTorch's NVIDIA wheels, through LD_LIBRARY_PATH; PyTorch
 #       itself runs without the bundle's): prints `accel env`, runs the GPU
-#       tests (test_cuda_kernels, test_cuda_staging, test_nccl one rank and one
-#       rank per GPU),
+#       tests (test_cuda_kernels, test_cuda_staging, test_zero3_device_memory
+#       on cuda:0 with one and two ranks, test_nccl one rank and one rank per GPU),
 #       test_fp8, test_fp8_amax on cuda:0 (one rank, and two ranks sharing the
 #       GPU: the amax reduction), a few fp8 training steps of the bench's Llama
 #       (mixed_precision='fp8', end to end), then the op tests with every
@@ -54,7 +54,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-gpu
 BUNDLE=$BUILD/bundle
-PROGRAMS="test_cuda_kernels test_cuda_staging test_nccl test_fp8 test_fp8_amax test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn
+PROGRAMS="test_cuda_kernels test_cuda_staging test_zero3_device_memory test_nccl test_fp8 test_fp8_amax test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn
           test_ops_loss test_ops_attention test_ops_shape test_llama_numerics accel train_linear four_lines
           bench_gpu_step"
 # The benchmark's two configs: the bench config (bench_util.h's defaults) and
@@ -274,6 +274,10 @@ run() {
     # tests and examples on cuda:0 (informative: they fail where a layer is
     # not on the device layer yet).
     gpu_step cuda_staging 60 "$T" "$B/test_cuda_staging"
+    # ZeRO-3's device memory through the virtual memory's pool (vm.c): one rank, then two sharing the GPU (shm group)
+    gpu_step zero3_memory_cuda 30 "$T" "$B/test_zero3_device_memory" cuda
+    gpu_step zero3_memory_2ranks_cuda 60 "$T" env ACCEL_DEFAULT_DEVICE=cuda:0 "$B/accel" launch --main_process_port 0 \
+        --num_processes 2 --use_fsdp "$B/test_zero3_device_memory" cuda
     gpu_step nccl_1rank 60 "$T" "$B/test_nccl"
     gpu_step nccl_multi 90 "$T" "$B/test_nccl" multi
     gpu_step fp8 30 "$T" "$B/test_fp8"

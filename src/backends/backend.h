@@ -89,7 +89,11 @@ typedef struct accel_backend_mem {
      * is not mapped; contents undefined. Error (ACCEL_ERR_OOM) when the
      * device is full.
      * vm_unmap: [p, p + bytes), exactly a range one vm_map mapped, gives its
-     * memory back; touching it afterwards is an illegal access (a fault). */
+     * memory back once the work enqueued before it on the calling thread's
+     * stream is done; touching it afterwards is an illegal access (a fault).
+     * A range that breaks these rules (misaligned, not reserved, mapped
+     * twice, not exactly mapped) is an error naming it. cuda and hostless
+     * pool the physical memory and check the rules in backends/vm_pool.h. */
     size_t (*vm_granularity)(int index);
     void *(*vm_reserve)(int index, size_t bytes);
     void (*vm_release)(int index, void *p, size_t bytes);

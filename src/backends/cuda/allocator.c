@@ -12,11 +12,13 @@
  * kernel on the same stream. Memory shared between streams must be freed
  * after the streams are joined (an event or synchronize).
  *
- * On cudaMalloc failure the cache of that device is released (cudaFree) and
- * the allocation tried once more before reporting out of memory. */
+ * On cudaMalloc failure the cache of that device is released (cudaFree),
+ * with the virtual memory's pooled handles (vm.c), and the allocation tried
+ * once more before reporting out of memory. */
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backends/vm_pool.h"
 #include "cuda_internal.h"
 
 typedef struct block {
@@ -78,6 +80,7 @@ static block *new_block(int index, device_heap *h, size_t size) {
     if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         release_cache(index, h);
+        accel__vm_trim(ACCEL_DEV_CUDA, index); /* the virtual memory's pooled handles too */
         e = cudaMalloc(&b->p, size);
     }
     if (accel__cuda_check(e, index, "alloc") != ACCEL_OK) {
@@ -194,4 +197,5 @@ void accel__cuda_step_reset(int index) {
         if (!add_chunk(index, sp, total)) accel_clear_error(); /* the next step_alloc reports it */
     }
     sp->used = 0;
+    accel__vm_step(ACCEL_DEV_CUDA, index); /* the step boundary of the virtual memory's pool */
 }

@@ -1,19 +1,27 @@
-/* Virtual memory on CUDA (the backend's vm_* entries, backend.h): address
- * ranges from cuMemAddressReserve; vm_map creates physical memory of the
- * range's size on the device (cuMemCreate), maps it (cuMemMap) and makes it
- * readable and writable there (cuMemSetAccess); vm_unmap unmaps it and
- * releases the physical memory to the driver. ZeRO-3 maps a unit's full
+/* Virtual memory on CUDA (the backend's vm_* entries, backend.h) through the
+ * pool of backends/vm_pool.h, which has the rules: address ranges from
+ * cuMemAddressReserve; physical memory from cuMemCreate, pooled per device
+ * and reused by later maps; a map is cuMemMap plus cuMemSetAccess (readable
+ * and writable on the device); an unmap records an event on the calling
+ * thread's stream and the pool calls cuMemUnmap once that event is done (a
+ * kernel enqueued before the unmap may still read the range), without a
+ * host-blocking synchronisation per unmap. ZeRO-3 maps a unit's full
  * parameters when it is gathered and unmaps them when it is released.
+ *
+ * Work on another stream that uses a range must be joined to the unmapping
+ * thread's stream (an event) before the unmap, as for the caching
+ * allocator: the event covers that stream only.
  *
  * The driver API is reached through cudaGetDriverEntryPointByVersion, so the
  * backend still links cudart alone (static) and needs only the driver at run
- * time, as before. Unmapping first waits for the calling thread's stream: a
- * kernel enqueued there may still read the range.
+ * time, as before.
  *
- * Not run on a GPU yet (none was lent while this was written): compiled only. */
+ * Not run on a GPU yet (none was lent while this was written): compiled only;
+ * the pool's logic runs in the tests on the hostless device. */
 #include <cuda.h>
 #include <pthread.h>
 
+#include "backends/vm_pool.h"
 #include "cuda_internal.h"
 
 typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
@@ -90,39 +98,120 @@ size_t accel__cuda_vm_granularity(int index) {
     return g;
 }
 
-void *accel__cuda_vm_reserve(int index, size_t bytes) {
+/* ---- the pool's primitives (vm_pool.h's accel__vm_ops) */
+
+static void *reserve(int index, size_t bytes) {
     CUdeviceptr p = 0;
-    if (!drv(index, "vm_reserve")) return NULL;
-    size_t g = accel__cuda_vm_granularity(index);
-    if (drv_check(g_drv.reserve(&p, bytes, g, 0, 0), index, "cuMemAddressReserve")) return NULL;
+    accel__cuda_enter(index);
+    if (drv_check(g_drv.reserve(&p, bytes, accel__cuda_vm_granularity(index), 0, 0), index, "cuMemAddressReserve"))
+        return NULL;
     return (void *)(uintptr_t)p;
 }
 
-void accel__cuda_vm_release(int index, void *p, size_t bytes) {
-    if (p && drv(index, "vm_release")) g_drv.address_free((CUdeviceptr)(uintptr_t)p, bytes);
+static void release(int index, void *p, size_t bytes) {
+    accel__cuda_enter(index);
+    g_drv.address_free((CUdeviceptr)(uintptr_t)p, bytes);
 }
 
-accel_status accel__cuda_vm_map(int index, void *p, size_t bytes) {
-    if (!drv(index, "vm_map")) return accel_last_status();
+static accel_status create(int index, size_t bytes, uint64_t *handle) {
     CUmemAllocationProp prop = device_prop(index);
     CUmemGenericAllocationHandle h;
-    CUdeviceptr at = (CUdeviceptr)(uintptr_t)p;
+    accel__cuda_enter(index);
     accel_status st = drv_check(g_drv.create(&h, bytes, &prop, 0), index, "cuMemCreate");
+    if (!st) *handle = (uint64_t)h;
+    return st;
+}
+
+static void destroy(int index, uint64_t handle) {
+    accel__cuda_enter(index);
+    g_drv.release((CUmemGenericAllocationHandle)handle);
+}
+
+static accel_status map(int index, void *p, size_t bytes, uint64_t handle) {
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)p;
+    accel__cuda_enter(index);
+    accel_status st = drv_check(g_drv.map(at, bytes, 0, (CUmemGenericAllocationHandle)handle, 0), index, "cuMemMap");
     if (st) return st;
-    st = drv_check(g_drv.map(at, bytes, 0, h, 0), index, "cuMemMap");
-    g_drv.release(h); /* the mapping holds the memory from here on; unmapping frees it */
-    if (st) return st;
-    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemAccessDesc access = {.location = device_prop(index).location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     st = drv_check(g_drv.set_access(at, bytes, &access, 1), index, "cuMemSetAccess");
     if (st) g_drv.unmap(at, bytes);
     return st;
 }
 
+static accel_status unmap(int index, void *p, size_t bytes) {
+    accel__cuda_enter(index);
+    return drv_check(g_drv.unmap((CUdeviceptr)(uintptr_t)p, bytes), index, "cuMemUnmap");
+}
+
+static void *fence_new(int index) {
+    cudaEvent_t e;
+    accel__cuda_enter(index);
+    if (accel__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), index, "vm_unmap: event"))
+        return NULL;
+    return e;
+}
+
+static accel_status fence_record(int index, void *fence) {
+    return accel__cuda_check(cudaEventRecord((cudaEvent_t)fence, accel__cuda_enter(index)), index, "vm_unmap");
+}
+
+/* An error (the device's work has stopped) counts as done: the unmap
+ * reports it. "Not ready" is no error: it is cleared, so that no later call
+ * reports it (as PyTorch's allocator does). */
+static bool fence_done(int index, void *fence) {
+    if (cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady) return true;
+    cudaGetLastError();
+    return false;
+}
+
+static accel_status fence_wait(int index, void *fence) {
+    accel__cuda_enter(index);
+    return accel__cuda_check(cudaEventSynchronize((cudaEvent_t)fence), index, "vm_map: waiting for a retired range");
+}
+
+static accel_status fence_order(int index, void *fence) {
+    return accel__cuda_check(cudaStreamWaitEvent(accel__cuda_enter(index), (cudaEvent_t)fence, 0), index,
+                             "vm_map: ordering after a retired range");
+}
+
+/* At process exit the runtime may be unloading already: nothing to report. */
+static void fence_free(int index, void *fence) {
+    if (cudaEventDestroy((cudaEvent_t)fence) != cudaSuccess) cudaGetLastError();
+}
+
+static const accel__vm_ops cuda_vm_ops = {
+    .granularity = accel__cuda_vm_granularity,
+    .reserve = reserve,
+    .release = release,
+    .create = create,
+    .destroy = destroy,
+    .map = map,
+    .unmap = unmap,
+    .fence_new = fence_new,
+    .fence_record = fence_record,
+    .fence_done = fence_done,
+    .fence_wait = fence_wait,
+    .fence_order = fence_order,
+    .fence_free = fence_free,
+};
+
+/* ---- the backend's entries */
+
+void *accel__cuda_vm_reserve(int index, size_t bytes) {
+    if (!drv(index, "vm_reserve")) return NULL;
+    return accel__vm_reserve(&cuda_vm_ops, ACCEL_DEV_CUDA, index, bytes);
+}
+
+void accel__cuda_vm_release(int index, void *p, size_t bytes) {
+    if (p && drv(index, "vm_release")) accel__vm_release(&cuda_vm_ops, ACCEL_DEV_CUDA, index, p, bytes);
+}
+
+accel_status accel__cuda_vm_map(int index, void *p, size_t bytes) {
+    if (!drv(index, "vm_map")) return accel_last_status();
+    return accel__vm_map(&cuda_vm_ops, ACCEL_DEV_CUDA, index, p, bytes);
+}
+
 accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes) {
     if (!drv(index, "vm_unmap")) return accel_last_status();
-    accel_status synced = accel__cuda_check(cudaStreamSynchronize(accel__cuda_enter(index)), index, "vm_unmap");
-    /* unmapped even when the wait reported an earlier asynchronous error (the
-     * stream has stopped then): a range left mapped would make its next map fail */
-    accel_status st = drv_check(g_drv.unmap((CUdeviceptr)(uintptr_t)p, bytes), index, "cuMemUnmap");
-    return synced ? synced : st;
+    return accel__vm_unmap(&cuda_vm_ops, ACCEL_DEV_CUDA, index, p, bytes);
 }

@@ -27,12 +27,16 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/hostless/hostless.h"
+#include "backends/vm_pool.h"
 
 enum { HOSTLESS_MAX = 8 };
 
@@ -101,10 +105,16 @@ static void hostless_free(int index, void *p) {
     accel_free(user - h->head);
 }
 
-/* ---- virtual memory: reserved address space without access (PROT_NONE);
- * mapping makes it readable and writable, unmapping gives its pages back and
- * takes the access away again, so a stray use of unmapped device memory
- * faults as on a GPU. */
+/* ---- virtual memory (the rules and the pool: backends/vm_pool.h), as
+ * strict as a GPU's. Ranges are reserved address space without access
+ * (PROT_NONE). A handle is a count of bytes (the pages are the mapped
+ * range's own): mapping makes the range readable and writable and fills it
+ * with 0xFF bytes (NaN floats), since on a GPU a pooled handle holds what
+ * it last held (code that counted on fresh zeros fails here); unmapping gives
+ * the pages back and takes the access away, so a stray use faults as on a
+ * GPU. Test hooks (hostless.h): the granule (ACCEL_TEST_VM_GRANULE, e.g.
+ * CUDA's 2 MiB), a limit on the handles' bytes (a full device), and fences
+ * that stay pending until waited for (work in flight, as on a GPU). */
 
 enum { HOSTLESS_VM_GRANULE = 64 << 10 };
 
@@ -118,13 +128,33 @@ static bool injected_failure(int *left_p) {
     return left > 0;
 }
 
+static size_t g_vm_granule = HOSTLESS_VM_GRANULE;
+static pthread_once_t g_vm_granule_once = PTHREAD_ONCE_INIT;
+static _Atomic size_t g_vm_limit, g_vm_handle_bytes; /* the limit (0: none), the handles' bytes */
+static atomic_bool g_vm_lag;
+
+/* ACCEL_TEST_VM_GRANULE: a power of two from the page size to 1 GiB, in bytes. */
+static void vm_granule_read(void) {
+    const char *v = getenv("ACCEL_TEST_VM_GRANULE");
+    if (!v || !*v) return;
+    char *end;
+    unsigned long long g = strtoull(v, &end, 10);
+    if (*end || g < (unsigned long long)sysconf(_SC_PAGESIZE) || g > (1ull << 30) || (g & (g - 1))) {
+        fprintf(stderr, "accel: ACCEL_TEST_VM_GRANULE=%s is not a power of two of bytes from the page size to 1 GiB; "
+                        "the granule stays %d\n", v, HOSTLESS_VM_GRANULE);
+        return;
+    }
+    g_vm_granule = (size_t)g;
+}
+
 static size_t hostless_vm_granularity(int index) {
-    return HOSTLESS_VM_GRANULE;
+    pthread_once(&g_vm_granule_once, vm_granule_read);
+    return g_vm_granule;
 }
 
 /* mmap aligns to pages only: reserve a granule more and trim both ends. */
-static void *hostless_vm_reserve(int index, size_t bytes) {
-    size_t g = HOSTLESS_VM_GRANULE, span = bytes + g;
+static void *vm_reserve_space(int index, size_t bytes) {
+    size_t g = hostless_vm_granularity(index), span = bytes + g;
     char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot reserve %zu bytes of address space", index, bytes);
@@ -136,32 +166,108 @@ static void *hostless_vm_reserve(int index, size_t bytes) {
     return to_device_ptr(index, lo);
 }
 
-static void hostless_vm_release(int index, void *p, size_t bytes) {
-    if (p) munmap(to_host_ptr(index, p), bytes);
-}
+static void vm_release_space(int index, void *p, size_t bytes) { munmap(to_host_ptr(index, p), bytes); }
 
-static accel_status hostless_vm_map(int index, void *p, size_t bytes) {
-    void *h = to_host_ptr(index, p);
-    if (!h) return bad_pointer(index, "vm_map of", p);
-    if (injected_failure(&g_map_fail))
-        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: out of device memory "
-                               "(injected)", index, bytes, p);
-    if (mprotect(h, bytes, PROT_READ | PROT_WRITE))
-        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: %s", index, bytes, p,
-                               strerror(errno));
-    count_up(index, bytes);
+static accel_status vm_create(int index, size_t bytes, uint64_t *handle) {
+    size_t limit = atomic_load(&g_vm_limit), held = atomic_fetch_add(&g_vm_handle_bytes, bytes) + bytes;
+    if (limit && held > limit) {
+        atomic_fetch_sub(&g_vm_handle_bytes, bytes);
+        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: out of device memory creating %zu bytes (%zu held, "
+                               "limit %zu)", index, bytes, held - bytes, limit);
+    }
+    *handle = bytes;
     return ACCEL_OK;
 }
 
-static accel_status hostless_vm_unmap(int index, void *p, size_t bytes) {
+static void vm_destroy(int index, uint64_t handle) { atomic_fetch_sub(&g_vm_handle_bytes, (size_t)handle); }
+
+static accel_status vm_map_pages(int index, void *p, size_t bytes, uint64_t handle) {
     void *h = to_host_ptr(index, p);
-    if (!h) return bad_pointer(index, "vm_unmap of", p);
+    if (mprotect(h, bytes, PROT_READ | PROT_WRITE))
+        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: %s", index, bytes, p,
+                               strerror(errno));
+    memset(h, 0xFF, bytes);
+    return ACCEL_OK;
+}
+
+static accel_status vm_unmap_pages(int index, void *p, size_t bytes) {
+    void *h = to_host_ptr(index, p);
     madvise(h, bytes, MADV_DONTNEED);
     if (mprotect(h, bytes, PROT_NONE))
         return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: cannot unmap %zu bytes at %p: %s", index, bytes, p,
                                strerror(errno));
-    count_down(index, bytes);
     return ACCEL_OK;
+}
+
+/* A fence: the device ran the work when it was enqueued, so a fence is done
+ * when recorded, unless the lag hook keeps it pending until waited for. */
+typedef struct vm_fence {
+    bool pending;
+} vm_fence;
+
+static void *vm_fence_new(int index) { return accel_calloc(1, sizeof(vm_fence)); }
+
+static accel_status vm_fence_record(int index, void *f) {
+    ((vm_fence *)f)->pending = atomic_load(&g_vm_lag);
+    return ACCEL_OK;
+}
+
+static bool vm_fence_done(int index, void *f) { return !((vm_fence *)f)->pending; }
+
+static accel_status vm_fence_wait(int index, void *f) {
+    ((vm_fence *)f)->pending = false;
+    return ACCEL_OK;
+}
+
+/* Later work runs when it is enqueued, after everything before it. */
+static accel_status vm_fence_order(int index, void *f) { return ACCEL_OK; }
+
+static void vm_fence_free(int index, void *f) { accel_free(f); }
+
+/* Mapped memory is device memory in use (the memory counters). */
+static void vm_mapped(int index, size_t bytes, bool more) {
+    if (more) count_up(index, bytes);
+    else count_down(index, bytes);
+}
+
+static const accel__vm_ops hostless_vm_ops = {
+    .granularity = hostless_vm_granularity,
+    .reserve = vm_reserve_space,
+    .release = vm_release_space,
+    .create = vm_create,
+    .destroy = vm_destroy,
+    .map = vm_map_pages,
+    .unmap = vm_unmap_pages,
+    .fence_new = vm_fence_new,
+    .fence_record = vm_fence_record,
+    .fence_done = vm_fence_done,
+    .fence_wait = vm_fence_wait,
+    .fence_order = vm_fence_order,
+    .fence_free = vm_fence_free,
+    .mapped = vm_mapped,
+};
+
+void accel__hostless_vm_set_limit(size_t bytes) { atomic_store(&g_vm_limit, bytes); }
+
+void accel__hostless_vm_lag_fences(bool on) { atomic_store(&g_vm_lag, on); }
+
+static void *hostless_vm_reserve(int index, size_t bytes) {
+    return accel__vm_reserve(&hostless_vm_ops, ACCEL_DEV_HOSTLESS, index, bytes);
+}
+
+static void hostless_vm_release(int index, void *p, size_t bytes) {
+    accel__vm_release(&hostless_vm_ops, ACCEL_DEV_HOSTLESS, index, p, bytes);
+}
+
+static accel_status hostless_vm_map(int index, void *p, size_t bytes) {
+    if (injected_failure(&g_map_fail))
+        return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: cannot map %zu bytes at %p: out of device memory "
+                               "(injected)", index, bytes, p);
+    return accel__vm_map(&hostless_vm_ops, ACCEL_DEV_HOSTLESS, index, p, bytes);
+}
+
+static accel_status hostless_vm_unmap(int index, void *p, size_t bytes) {
+    return accel__vm_unmap(&hostless_vm_ops, ACCEL_DEV_HOSTLESS, index, p, bytes);
 }
 
 /* Each thread's step pool of each device: an arena of its own, so that the
@@ -175,6 +281,7 @@ static void *hostless_step_alloc(int index, size_t bytes, size_t align) {
 
 static void hostless_step_reset(int index) {
     if (tl_pool[index]) accel_arena_reset(tl_pool[index]);
+    accel__vm_step(ACCEL_DEV_HOSTLESS, index);
 }
 
 static accel_status hostless_memset(int index, void *p, int byte, size_t n) {

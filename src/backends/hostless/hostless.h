@@ -1,9 +1,13 @@
-/* The hostless test backend's counters of its pinned host memory
- * (host_alloc/host_free), for tests of the staging paths: how much host
- * staging a copy uses, and that it is allocated once and reused. */
+/* The hostless test backend's test hooks: the counters of its pinned host
+ * memory (host_alloc/host_free), for tests of the staging paths (how much
+ * host staging a copy uses, and that it is allocated once and reused), and
+ * the knobs of its virtual memory (the vm_* entries; its counters are
+ * backends/vm_pool.h's accel__vm_stats_of). */
 #ifndef ACCEL_BACKENDS_HOSTLESS_H
 #define ACCEL_BACKENDS_HOSTLESS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct accel__hostless_host_counts {
@@ -21,5 +25,16 @@ void accel__hostless_host_fail_next(int n);
 /* The next n vm_map calls fail with ACCEL_ERR_OOM (0: none), as cuMemCreate
  * does when the device is full (tests of ZeRO-3's agreement on a failed mapping). */
 void accel__hostless_vm_fail_next(int n);
+
+/* Physical memory for virtual memory fails with ACCEL_ERR_OOM once the
+ * handles of every hostless device would hold more than `bytes` (0, the
+ * default: no limit), as cuMemCreate does on a full GPU. */
+void accel__hostless_vm_set_limit(size_t bytes);
+/* on: fences recorded from now on stay pending until waited for, as a GPU's
+ * stream still running the work (unmapped ranges then retire: vm_pool.h);
+ * off (the default): done when recorded, the device having run the work. */
+void accel__hostless_vm_lag_fences(bool on);
+/* The granule is 64 KiB, or ACCEL_TEST_VM_GRANULE bytes (a power of two from
+ * the page size to 1 GiB: 2097152 is CUDA's), read at the first use. */
 
 #endif
