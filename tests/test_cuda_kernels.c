@@ -611,45 +611,86 @@ static void test_embedding(void) {
     pairs_free();
 }
 
+/* The device side of every written pair as mk left it: OUT poisoned, ACC the cpu side's values
+ * (the cpu kernel has not run yet). */
+static void pairs_reset_device(void) {
+    for (int k = 0; k < g_npairs; k++) {
+        pair *p = &g_pairs[k];
+        if (p->role == OUT) CHECK(g_cuda->mem.memset(0, p->gbase, 0xFF, p->bytes) == ACCEL_OK);
+        if (p->role == ACC) sync_to_device(p);
+    }
+}
+
+/* Runs kernel `name` twice on cuda from the same state and checks that the accumulated pair acc gets
+ * the same bytes both times (the norm weight gradients sum in a fixed order, no atomics); every
+ * written pair is then put back for KRUN. */
+#define KREPEAT(label, name, T, args, acc)                                                          \
+    do {                                                                                            \
+        T g_ = (args);                                                                              \
+        to_cuda(g_.t, ACCEL_KERNEL_NTENSORS(T));                                                    \
+        char *run_[2];                                                                              \
+        for (int r_ = 0; r_ < 2; r_++) {                                                            \
+            pairs_reset_device();                                                                   \
+            CHECK_MSG(g_cuda->kernels.name(&g_) == ACCEL_OK, "%s: %s", label, accel_last_error());  \
+            run_[r_] = accel_malloc((acc)->bytes);                                                  \
+            CHECK(g_cuda->mem.copy_to_host(0, run_[r_], (acc)->gbase, (acc)->bytes) == ACCEL_OK);   \
+        }                                                                                           \
+        CHECK_MSG(memcmp(run_[0], run_[1], (acc)->bytes) == 0, "%s: two runs differ", label);       \
+        accel_free(run_[0]);                                                                        \
+        accel_free(run_[1]);                                                                        \
+        pairs_reset_device();                                                                       \
+    } while (0)
+
+/* [R, D] of the norm tests: one chunk of the weight gradient's column sums, and more rows than its
+ * 256 chunks of 64. */
+static const int64_t RMS_ROWS[][2] = {{13, 1031}, {20011, 7}}, LN_ROWS[][2] = {{11, 769}, {16411, 33}};
+
 static void test_rms_norm(void) {
-    int64_t R = 13, D = 1031;
     const accel_dtype xdts[] = {ACCEL_F32, ACCEL_BF16};
-    for (int i = 0; i < 2; i++)
-        for (int hw = 0; hw < 2; hw++) {
-            pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *rs = mk1(ACCEL_F32, R, OUT);
-            pair *x = mk2(ACCEL_F32, R, D, CONTIG, IN), *w = hw ? mk1(ACCEL_F32, D, IN) : NULL;
-            accel_k_rms_norm k = {.y = &y->c, .rstd = &rs->c, .x = &x->c, .w = w ? &w->c : NULL, .R = R, .D = D,
-                                  .eps = 1e-6f, .x_dt = xdts[i]};
-            KRUN("rms_norm", rms_norm, accel_k_rms_norm, k, xdts[i] == ACCEL_BF16 ? 1e-2 : 1e-4);
-            pair *dx = mk2(ACCEL_F32, R, D, CONTIG, hw ? ACC : OUT), *dw = hw ? mk1(ACCEL_F32, D, ACC) : NULL;
-            pair *g = mk2(ACCEL_F32, R, D, CONTIG, IN), *xx = mk2(ACCEL_F32, R, D, CONTIG, IN);
-            pair *ww = hw ? mk1(ACCEL_F32, D, IN) : NULL, *rr = mk1(ACCEL_F32, R, IN);
-            accel_k_rms_norm_backward kb = {.dx = &dx->c, .dw = dw ? &dw->c : NULL, .g = &g->c, .x = &xx->c,
-                                            .w = ww ? &ww->c : NULL, .rstd = &rr->c, .R = R, .D = D,
-                                            .x_dt = xdts[i], .dx_beta = (float)hw};
-            KRUN("rms_norm_backward", rms_norm_backward, accel_k_rms_norm_backward, kb,
-                 xdts[i] == ACCEL_BF16 ? 1e-2 : 1e-3);
-        }
+    for (int ri = 0; ri < 2; ri++)
+        for (int i = 0; i < 2; i++)
+            for (int hw = 0; hw < 2; hw++) {
+                const int64_t R = RMS_ROWS[ri][0], D = RMS_ROWS[ri][1];
+                pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *rs = mk1(ACCEL_F32, R, OUT);
+                pair *x = mk2(ACCEL_F32, R, D, CONTIG, IN), *w = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+                accel_k_rms_norm k = {.y = &y->c, .rstd = &rs->c, .x = &x->c, .w = w ? &w->c : NULL, .R = R, .D = D,
+                                      .eps = 1e-6f, .x_dt = xdts[i]};
+                KRUN("rms_norm", rms_norm, accel_k_rms_norm, k, xdts[i] == ACCEL_BF16 ? 1e-2 : 1e-4);
+                pair *dx = mk2(ACCEL_F32, R, D, CONTIG, hw ? ACC : OUT), *dw = hw ? mk1(ACCEL_F32, D, ACC) : NULL;
+                pair *g = mk2(ACCEL_F32, R, D, CONTIG, IN), *xx = mk2(ACCEL_F32, R, D, CONTIG, IN);
+                pair *ww = hw ? mk1(ACCEL_F32, D, IN) : NULL, *rr = mk1(ACCEL_F32, R, IN);
+                accel_k_rms_norm_backward kb = {.dx = &dx->c, .dw = dw ? &dw->c : NULL, .g = &g->c, .x = &xx->c,
+                                                .w = ww ? &ww->c : NULL, .rstd = &rr->c, .R = R, .D = D,
+                                                .x_dt = xdts[i], .dx_beta = (float)hw};
+                if (dw) KREPEAT("rms_norm_backward dw repeated", rms_norm_backward, accel_k_rms_norm_backward, kb, dw);
+                KRUN("rms_norm_backward", rms_norm_backward, accel_k_rms_norm_backward, kb,
+                     xdts[i] == ACCEL_BF16 ? 1e-2 : 1e-3);
+            }
 }
 
 static void test_layer_norm(void) {
-    int64_t R = 11, D = 769;
-    for (int hw = 0; hw < 2; hw++) {
-        pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *mu = mk1(ACCEL_F32, R, OUT), *rs = mk1(ACCEL_F32, R, OUT);
-        pair *x = mk2(ACCEL_F32, R, D, CONTIG, IN), *w = hw ? mk1(ACCEL_F32, D, IN) : NULL;
-        pair *b = hw ? mk1(ACCEL_F32, D, IN) : NULL;
-        accel_k_layer_norm k = {.y = &y->c, .mean = &mu->c, .rstd = &rs->c, .x = &x->c, .w = w ? &w->c : NULL,
-                                .b = b ? &b->c : NULL, .R = R, .D = D, .eps = 1e-5f};
-        KRUN("layer_norm", layer_norm, accel_k_layer_norm, k, 1e-4);
-        pair *dx = mk2(ACCEL_F32, R, D, CONTIG, hw ? ACC : OUT), *dw = hw ? mk1(ACCEL_F32, D, ACC) : NULL;
-        pair *db = hw ? mk1(ACCEL_F32, D, ACC) : NULL, *g = mk2(ACCEL_F32, R, D, CONTIG, IN);
-        pair *xx = mk2(ACCEL_F32, R, D, CONTIG, IN), *ww = hw ? mk1(ACCEL_F32, D, IN) : NULL;
-        pair *m2 = mk1(ACCEL_F32, R, IN), *r2 = mk1(ACCEL_F32, R, IN);
-        accel_k_layer_norm_backward kb = {.dx = &dx->c, .dw = dw ? &dw->c : NULL, .db = db ? &db->c : NULL, .g = &g->c,
-                                          .x = &xx->c, .w = ww ? &ww->c : NULL, .mean = &m2->c, .rstd = &r2->c,
-                                          .R = R, .D = D, .dx_beta = (float)hw};
-        KRUN("layer_norm_backward", layer_norm_backward, accel_k_layer_norm_backward, kb, 1e-3);
-    }
+    for (int ri = 0; ri < 2; ri++)
+        for (int hw = 0; hw < 2; hw++) {
+            const int64_t R = LN_ROWS[ri][0], D = LN_ROWS[ri][1];
+            pair *y = mk2(ACCEL_F32, R, D, CONTIG, OUT), *mu = mk1(ACCEL_F32, R, OUT), *rs = mk1(ACCEL_F32, R, OUT);
+            pair *x = mk2(ACCEL_F32, R, D, CONTIG, IN), *w = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+            pair *b = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+            accel_k_layer_norm k = {.y = &y->c, .mean = &mu->c, .rstd = &rs->c, .x = &x->c, .w = w ? &w->c : NULL,
+                                    .b = b ? &b->c : NULL, .R = R, .D = D, .eps = 1e-5f};
+            KRUN("layer_norm", layer_norm, accel_k_layer_norm, k, 1e-4);
+            pair *dx = mk2(ACCEL_F32, R, D, CONTIG, hw ? ACC : OUT), *dw = hw ? mk1(ACCEL_F32, D, ACC) : NULL;
+            pair *db = hw ? mk1(ACCEL_F32, D, ACC) : NULL, *g = mk2(ACCEL_F32, R, D, CONTIG, IN);
+            pair *xx = mk2(ACCEL_F32, R, D, CONTIG, IN), *ww = hw ? mk1(ACCEL_F32, D, IN) : NULL;
+            pair *m2 = mk1(ACCEL_F32, R, IN), *r2 = mk1(ACCEL_F32, R, IN);
+            accel_k_layer_norm_backward kb = {.dx = &dx->c, .dw = dw ? &dw->c : NULL, .db = db ? &db->c : NULL,
+                                              .g = &g->c, .x = &xx->c, .w = ww ? &ww->c : NULL, .mean = &m2->c,
+                                              .rstd = &r2->c, .R = R, .D = D, .dx_beta = (float)hw};
+            if (dw) {
+                KREPEAT("layer_norm_backward dw repeated", layer_norm_backward, accel_k_layer_norm_backward, kb, dw);
+                KREPEAT("layer_norm_backward db repeated", layer_norm_backward, accel_k_layer_norm_backward, kb, db);
+            }
+            KRUN("layer_norm_backward", layer_norm_backward, accel_k_layer_norm_backward, kb, 1e-3);
+        }
 }
 
 static void test_losses(void) {
@@ -804,37 +845,59 @@ static const sdpa_case SDPA_CASES[] = {
     {1, 2, 1, 71, 5, 16, 24, true, false},   /* more queries than keys: the first rows see no key */
     {1, 2, 1, 33, 45, 16, 24, false, true},  /* no mask */
     {1, 2, 2, 130, 130, 128, 128, true, false}, /* Llama's head dim, several tiles of each kind */
+    /* bf16/f16 on tensor cores (head dims multiples of 16; the cases above with odd head dims, or
+     * D = 16 with Dv = 24, take the CUDA-core kernels in every dtype) */
+    {2, 8, 2, 67, 67, 64, 64, true, true},     /* grouped heads, odd length over two 64-query tiles, strided k/v */
+    {1, 4, 2, 7, 133, 128, 128, true, true},   /* decode over a cache longer than two key tiles (Tq < Tk) */
+    {2, 2, 2, 1, 65, 64, 64, true, false},     /* one query, a key tile of one key */
+    {1, 4, 1, 129, 129, 128, 64, false, false}, /* no mask, Dv != D, three tiles of each kind, 4 heads per kv head */
+    {1, 2, 1, 140, 37, 32, 48, true, false},   /* more queries than keys: the first 64-query tile sees no key */
 };
 
-/* q, k, v, o (and in the backward dO, dq, dk, dv) in each float dtype; P f32. */
+/* k or v of n elements one element past a 16-byte boundary (a pair of n + 1, the view moved on by
+ * one): the tensor-core kernels then stage its tiles element by element. */
+static pair *mk_misaligned(accel_dtype dt, int64_t n) {
+    pair *p = mk1(dt, n + 1, IN);
+    size_t es = accel_dtype_size(dt);
+    p->c.data = (char *)p->c.data + es, p->g.data = (char *)p->g.data + es;
+    p->c.shape[0] = p->g.shape[0] = n;
+    return p;
+}
+
+/* q, k, v, o (and in the backward dO, dq, dk, dv) in each float dtype; P f32. Strided k and v
+ * also start one element past an aligned address. */
 static void test_sdpa(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
-        for (int di = 0; di < 3; di++) {
-            const sdpa_case *c = &SDPA_CASES[ci];
-            accel_dtype dt = FLOATS[di];
-            accel_k_sdpa_dims d = sdpa_case_dims(c);
-            int64_t nq = c->B * c->H * c->Tq;
-            /* P starts equal on both sides (random): the columns the CPU leaves alone past the causal
-             * blocks must stay so, and a written column the GPU forgets keeps its random value */
-            pair *o = mk1(dt, nq * c->Dv, OUT), *p = mk1(ACCEL_F32, nq * c->Tk, ACC);
-            pair *q = mk1(dt, nq * c->D, IN), *k = mk1(dt, c->B * c->Hkv * c->Tk * c->D, IN);
-            pair *v = mk1(dt, c->B * c->Hkv * c->Tk * c->Dv, IN);
-            accel_k_sdpa a = {.o = &o->c, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
-            KRUN("sdpa", sdpa, accel_k_sdpa, a, dt == ACCEL_F32 ? 1e-4 : tol_of(dt));
-        }
+        for (int di = 0; di < 3; di++)
+            for (int shift = 0; shift < (SDPA_CASES[ci].kv_strided ? 2 : 1); shift++) {
+                const sdpa_case *c = &SDPA_CASES[ci];
+                accel_dtype dt = FLOATS[di];
+                accel_k_sdpa_dims d = sdpa_case_dims(c);
+                int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
+                /* P starts equal on both sides (random): the columns the CPU leaves alone past the causal
+                 * blocks must stay so, and a written column the GPU forgets keeps its random value */
+                pair *o = mk1(dt, nq * c->Dv, OUT), *p = mk1(ACCEL_F32, nq * c->Tk, ACC);
+                pair *q = mk1(dt, nq * c->D, IN);
+                pair *k = shift ? mk_misaligned(dt, nk * c->D) : mk1(dt, nk * c->D, IN);
+                pair *v = shift ? mk_misaligned(dt, nk * c->Dv) : mk1(dt, nk * c->Dv, IN);
+                accel_k_sdpa a = {.o = &o->c, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
+                KRUN("sdpa", sdpa, accel_k_sdpa, a, dt == ACCEL_F32 ? 1e-4 : tol_of(dt));
+            }
 }
 
 static void test_sdpa_backward(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
         for (int di = 0; di < 3; di++)
-            for (int variant = 0; variant < 3; variant++) { /* all grads (dq overwritten), dq added into, dv only */
+            for (int variant = 0; variant < 4; variant++) {
+                /* all grads (dq overwritten), dq added into, dv only, f32 grads of 16-bit inputs */
                 sdpa_case c = SDPA_CASES[ci];
-                accel_dtype dt = FLOATS[di];
+                accel_dtype dt = FLOATS[di], gdt = variant == 3 ? ACCEL_F32 : dt;
+                if (variant == 3 && dt == ACCEL_F32) continue;
                 c.kv_strided = false; /* the backward takes the saved k, v contiguous */
                 accel_k_sdpa_dims d = sdpa_case_dims(&c);
                 int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
-                pair *dq = variant == 2 ? NULL : mk1(dt, nq * c.D, variant == 1 ? ACC : OUT);
-                pair *dk = variant == 2 ? NULL : mk1(dt, nk * c.D, ACC), *dv = mk1(dt, nk * c.Dv, ACC);
+                pair *dq = variant == 2 ? NULL : mk1(gdt, nq * c.D, variant == 1 ? ACC : OUT);
+                pair *dk = variant == 2 ? NULL : mk1(gdt, nk * c.D, ACC), *dv = mk1(gdt, nk * c.Dv, ACC);
                 pair *g = mk1(dt, nq * c.Dv, IN), *q = mk1(dt, nq * c.D, IN);
                 pair *k = mk1(dt, nk * c.D, IN), *v = mk1(dt, nk * c.Dv, IN);
                 pair *p = mk1(ACCEL_F32, nq * c.Tk, IN);

@@ -3,7 +3,8 @@
  *   test_nccl          one rank: ACCEL_DIST_BACKEND=nccl with WORLD_SIZE=1
  *                      (a real one-rank NCCL communicator, not the local
  *                      "self" group): reduce, broadcast and gather of tensors
- *                      on cuda:0.
+ *                      on cuda:0; the process group's own calls on device and
+ *                      host buffers, asynchronous ones stream-ordered.
  *   test_nccl multi    N ranks, N = the number of GPUs (NCCL refuses two
  *                      ranks on one GPU), one per GPU, forked on loopback:
  *                      the same collectives, checked against every rank's
@@ -20,6 +21,7 @@
 #include "accel/accelerator.h"
 #include "accel/core.h"
 #include "accel/dist.h"
+#include "backends/backend.h" /* the device's streams */
 #include "check.h"
 #include "dist_group.h"
 #ifdef ACCEL_HAVE_CUDA
@@ -61,6 +63,43 @@ static void check_pg_buffers(accel_pg *pg, const accel_tensor *x, int rank, int 
     for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[i], world * (world + 1) / 2.0f, 0, 0);
 }
 
+/* Stream-ordered asynchronous work on device buffers (dist.c's stream path):
+ * the collective is ordered after the caller's current stream (a fill
+ * enqueued just before it on a stream set with set_stream, not waited for),
+ * accel_work_done polls it to the end, and two in flight finish in stream
+ * order (waited in reverse, the other freed without a wait). */
+static void check_pg_stream_async(accel_pg *pg, accel_device dev, int rank, int world) {
+    const accel_backend *be = accel__backend_of(dev);
+    accel_stream *s = be->async.stream_new(dev.index);
+    CHECK_MSG(s != NULL, "%s", accel_last_error());
+    be->async.set_stream(dev.index, s);
+    accel_tensor *y = accel_empty_on(ACCEL_F32, 1, (int64_t[]){N}, dev);
+    accel_tensor *g = accel_empty_on(ACCEL_F32, 1, (int64_t[]){(int64_t)N * world}, dev);
+    accel_tensor *z = accel_empty_on(ACCEL_F32, 1, (int64_t[]){N}, dev);
+    CHECK(y && g && z && accel_fill_(y, rank + 1) == ACCEL_OK);
+    accel_work *w = accel_pg_all_reduce_async(pg, y->data, N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    CHECK_MSG(w != NULL, "%s", accel_last_error());
+    double t0 = accel_now_seconds();
+    while (w && !accel_work_done(w) && accel_now_seconds() - t0 < 60) {}
+    CHECK_MSG(w && accel_work_wait(w) == ACCEL_OK, "%s", accel_last_error());
+    accel_work_free(w);
+    float sum = world * (world + 1) / 2.0f, got[N * DIST_GROUP_MAX];
+    if (accel_to_floats(y, got) == ACCEL_OK)
+        for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[i], sum, 0, 0);
+    accel_work *ag = accel_pg_all_gather_async(pg, y->data, g->data, N, ACCEL_F32);
+    accel_work *rs = accel_pg_reduce_scatter_async(pg, g->data, z->data, N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    CHECK_MSG(ag && rs && accel_work_wait(rs) == ACCEL_OK, "%s", accel_last_error());
+    accel_work_free(ag);
+    accel_work_free(rs);
+    if (accel_to_floats(g, got) == ACCEL_OK)
+        for (int i = 0; i < N * world; i += 97) CHECK_CLOSE(got[i], sum, 0, 0);
+    if (accel_to_floats(z, got) == ACCEL_OK)
+        for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[i], world * sum, 0, 0);
+    be->async.set_stream(dev.index, NULL);
+    CHECK(be->async.synchronize(dev.index) == ACCEL_OK);
+    be->async.stream_free(dev.index, s);
+}
+
 /* The collectives of one rank of a group of `world`. */
 static void check_collectives(int world) {
     accel_accelerator *acc = accel_accelerator_new(NULL);
@@ -98,6 +137,7 @@ static void check_collectives(int world) {
                 for (int i = 0; i < N; i += 97) CHECK_CLOSE(got[r * N + i], (float)r + (float)i / N, 0, 0);
     }
     check_pg_buffers(accel_dist_default_group(), x, rank, world);
+    check_pg_stream_async(accel_dist_default_group(), dev, rank, world);
     accel_step_reset();
     accel_accelerator_free(acc);
 }

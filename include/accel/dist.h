@@ -21,7 +21,8 @@
  *     rank's call when they differ);
  *   - one thread issues the collectives of a group; asynchronous calls
  *     complete in issue order, and a synchronous call first waits for the
- *     asynchronous calls issued before it;
+ *     asynchronous calls issued before it (stream-ordered ones, below: it
+ *     runs after them on the device);
  *   - every wait is bounded by ACCEL_DIST_TIMEOUT seconds (default 300); a
  *     timeout gives ACCEL_ERR_TIMEOUT naming the ranks that did not arrive, a
  *     dead peer gives ACCEL_ERR_DIST naming it. After such a failure the group
@@ -139,7 +140,13 @@ accel_status accel_pg_all_gather_bytes(accel_pg *pg, const void *data, size_t le
 /* ------------------------------------------------------------ asynchronous
  * Run on the group's communication thread, in issue order. NULL + error when
  * the arguments are invalid (nothing was issued). The buffers must stay valid
- * and untouched until accel_work_wait returns. */
+ * and untouched until accel_work_wait returns.
+ * On device buffers of a group that takes them (nccl on cuda) the call is
+ * instead enqueued at once from the calling thread on the group's
+ * communication stream, ordered after the work already on the caller's
+ * current stream, as torch's ProcessGroupNCCL does (docs/dist.md
+ * "Asynchronous work"); such work is waited for, polled and freed on the
+ * thread that issues the group's collectives. */
 accel_work *accel_pg_all_reduce_async(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
                                       accel_reduce_op op);
 accel_work *accel_pg_broadcast_async(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
@@ -149,10 +156,12 @@ accel_work *accel_pg_all_gather_async(accel_pg *pg, const void *send, void *recv
 accel_work *accel_pg_reduce_scatter_async(accel_pg *pg, const void *send, void *recv,
                                           size_t count, accel_dtype dt, accel_reduce_op op);
 /* Blocks until done; returns its status and raises its error on this thread.
- * May be called more than once. */
+ * May be called more than once. Stream-ordered work: the caller's current
+ * stream first waits for it, then the host does. */
 accel_status accel_work_wait(accel_work *w);
-/* true when finished (never blocks). */
-bool accel_work_done(const accel_work *w);
+/* true when finished (never blocks). Polls stream-ordered work, which it may
+ * finish (a failure or the timeout is then wait's status). */
+bool accel_work_done(accel_work *w);
 /* Waits if still running, then frees. NULL is a no-op. */
 void accel_work_free(accel_work *w);
 

@@ -98,11 +98,15 @@ static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
 
 /* Moves every flat gradient buffer into memory the local ranks share. A
  * buffer on a device the host cannot address stays there: the shared memory
- * becomes its host staging buffer (see launch and finish_bucket). */
+ * becomes its host staging buffer (see launch and wait_all), unless the
+ * group takes the device's memory (nccl on cuda) and the buckets reduce it
+ * in place (ZeRO-2's reduce-scatter, zero.c, still reads the host copy). */
 static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
+        if (accel__needs_staging(b->device) && accel__pg_takes_device(acc->pg, b->device) && pm->zero_stage < 2)
+            continue;
         size_t es = accel_dtype_size(b->dtype), bytes = (size_t)b->numel * es;
         void *sh = accel_pg_alloc_shared(acc->pg, bytes ? bytes : 1);
         if (!sh) return accel_last_status();
@@ -223,14 +227,22 @@ static accel_tensor *bucket_grads(accel_tensor *h, const accel__model *pm, const
     return accel__flat_view(h, b, b->grads, bk->lo, bk->hi - bk->lo);
 }
 
+/* Whether a bucket is reduced where it is, on a device the host cannot
+ * address (share_grads gave it no staging buffer): its all-reduce is then
+ * ordered on the group's stream, overlapping the rest of backward. */
+static bool reduced_on_device(const accel__model *pm, const accel__bucket *bk) {
+    return accel__needs_staging(pm->fp->buffers[bk->buffer].device) && !pm->grad_stage[bk->buffer];
+}
+
 static void wait_all(accel__model *pm, accel_status *first) {
     for (int i = 0; i < pm->n_buckets; i++) {
         accel__bucket *bk = &pm->buckets[i];
         if (!bk->work) continue;
         accel_tensor h;
+        accel_status st = accel_work_wait(bk->work);
         /* staged: the averaged gradients back onto the device */
-        accel_status st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), accel_work_wait(bk->work),
-                                           true, false);
+        if (!reduced_on_device(pm, bk))
+            st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), st, true, false);
         if (st && !*first) *first = st;
         accel_work_free(bk->work);
         bk->work = NULL;
@@ -269,9 +281,10 @@ static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
 static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) {
     accel_tensor h;
     bk->launched = true;
-    void *host = accel__stage_to_host(bucket_grads(&h, pm, bk), bucket_host(pm, bk), true);
-    bk->work = host ? accel_pg_all_reduce_async(acc->pg, host, (size_t)(bk->hi - bk->lo), h.dtype, ACCEL_REDUCE_AVG)
-                    : NULL;
+    bucket_grads(&h, pm, bk);
+    void *buf = reduced_on_device(pm, bk) ? accel__device_ptr(&h) : accel__stage_to_host(&h, bucket_host(pm, bk), true);
+    bk->work = buf ? accel_pg_all_reduce_async(acc->pg, buf, (size_t)(bk->hi - bk->lo), h.dtype, ACCEL_REDUCE_AVG)
+                   : NULL;
 }
 
 /* Launches the ready buckets in index order (the same order on every rank). */

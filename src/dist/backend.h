@@ -17,6 +17,36 @@
 #include "accel/dist.h"
 #include "dist/store.h"
 
+/* Stream-ordered asynchronous collectives, for a backend whose collectives
+ * run on a device stream (nccl), as torch's ProcessGroupNCCL: an async call
+ * on buffers the backend takes is enqueued at once from the calling thread,
+ * its stream ordered after the caller's current stream, and a ticket marks
+ * where it ends; dist.c keeps validation, ordering, debug checks, call sites,
+ * the timeout and the error messages. Called on the thread that issues the
+ * group's collectives. A ticket is the backend's (e.g. an event). */
+typedef struct accel__stream_ops {
+    /* Whether an async call on these buffers (send may be NULL; recv is the
+     * in/out or receive buffer) goes on the stream; false: the group's
+     * communication thread runs it as today. */
+    bool (*takes)(accel_pg *pg, const void *send, const void *recv);
+    /* Bracket one collective slot call: after begin, the slot orders the
+     * stream after the caller's current stream, enqueues, and returns without
+     * waiting; end (called whatever the slot returned) records where the
+     * enqueued work ends into the ticket begin returned (NULL + error). */
+    void *(*begin)(accel_pg *pg);
+    accel_status (*end)(accel_pg *pg, void *ticket);
+    /* Never blocks: *done once the ticket's work has finished. An error (a
+     * failed peer: the backend has aborted its communicator) sets only the
+     * cause; dist.c names the call and the rank. */
+    accel_status (*query)(accel_pg *pg, void *ticket, bool *done);
+    /* The caller's current stream waits for the ticket's work (the host does not). */
+    accel_status (*join)(accel_pg *pg, void *ticket);
+    /* Gives up on the enqueued work (the timeout): a stuck peer cannot hang
+     * the caller; later calls fail. */
+    void (*abort)(accel_pg *pg);
+    void (*release)(accel_pg *pg, void *ticket);
+} accel__stream_ops;
+
 typedef struct accel__backend {
     const char *name;
     /* Collective over the store: set up pg->impl. */
@@ -40,6 +70,8 @@ typedef struct accel__backend {
     /* Optional (NULL => accel_malloc + zero fill; no zero-copy). */
     void *(*alloc_shared)(accel_pg *pg, size_t bytes);
     void (*free_shared)(accel_pg *pg, void *ptr);
+    /* Optional (NULL => every async call runs on the communication thread). */
+    const accel__stream_ops *stream;
 } accel__backend;
 
 extern const accel__backend accel__backend_self;
@@ -120,6 +152,7 @@ struct accel_pg {
     accel_status broken;
     char broken_msg[1024];
     accel__work_queue *q; /* async machinery, created on the first async call */
+    accel_work *streamed; /* stream-ordered async work not yet finished, in issue order */
     /* Rank 0: the rendezvous store, still serving after init so that a late
      * duplicate rank or a launcher with another world size gets the refusal
      * naming the machines (claim.c) instead of a timeout; closed at finalize.
@@ -145,6 +178,12 @@ uint16_t accel__call_digest(const accel__site *site);
 /* The largest ACCEL_DIST_TIMEOUT (11.6 days): every deadline in ms then fits
  * an int (poll) and a time_t. */
 #define ACCEL__MAX_TIMEOUT_S 1e6
+
+/* Between two polls of work not done yet, `spins` polls and `elapsed_s`
+ * seconds into the wait: busy at first, then yielding, then sleeping (20 us,
+ * 200 us past 0.1 s), so a short collective is seen at once and a long wait
+ * costs no CPU. */
+void accel__poll_pause(unsigned spins, double elapsed_s);
 
 /* Integer tunable `name` (unset or empty: dflt); malformed or outside
  * [lo, hi] is an error naming the variable and the range. */

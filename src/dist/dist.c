@@ -4,12 +4,18 @@
  * Every collective is described by a `call` (kind + arguments + label).
  * Synchronous entry points validate it, wait for earlier asynchronous work,
  * and run it on the calling thread; asynchronous ones validate it and queue
- * it for the group's communication thread. Both run it through exec_call(),
- * so debug checks, error context and the broken-group rule are the same. */
+ * it for the group's communication thread, or, on buffers a backend with a
+ * device stream takes (backend.h, accel__stream_ops), enqueue it on that
+ * stream from the calling thread and finish it when it is polled or waited
+ * for. Every path opens and closes the call the same way (open_call,
+ * close_call), so debug checks, error context and the broken-group rule are
+ * the same. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/prepared.h"
@@ -230,7 +236,14 @@ struct accel_work {
     atomic_bool done;
     accel_status st;
     char msg[1024];
-    accel_work *next;
+    accel_work *next; /* the queue or its free list; streamed: pg->streamed */
+    /* Stream-ordered work (pg->be->stream): the backend's ticket until it
+     * finishes, when it was issued (its timeout runs from there), and the
+     * call as note_call described it (later calls overwrite pg->op_desc). */
+    bool streamed;
+    void *ticket;
+    double issued_s;
+    char op_desc[sizeof ((accel_pg *)0)->op_desc];
 };
 
 struct accel__work_queue {
@@ -449,24 +462,43 @@ static size_t written_bytes(const accel_pg *pg, const call *c) {
     }
 }
 
-/* Runs one call on this thread; on a communication failure the group is
- * marked broken so that every later call fails fast with the same message. */
-static accel_status exec_call(accel_pg *pg, const call *c) {
-    if (pg->broken != ACCEL_OK)
-        return accel_set_error(pg->broken, "accel dist: the process group is unusable after an earlier failure: %s",
-                               pg->broken_msg);
+/* The refusal of a call on a group broken by an earlier failure. */
+static accel_status refuse_broken(const accel_pg *pg) {
+    return accel_set_error(pg->broken, "accel dist: the process group is unusable after an earlier failure: %s",
+                           pg->broken_msg);
+}
+
+/* Begins call c on this rank: its record (pg->site, pg->op_desc) and, in
+ * debug mode, the comparison with every rank's call. */
+static accel_status open_call(accel_pg *pg, const call *c) {
     note_call(pg, c);
-    accel_status st = ACCEL_OK;
-    if (pg->debug && pg->size > 1) st = debug_check(pg, c);
-    if (st == ACCEL_OK) st = run_call(pg, c);
-    /* the receive buffer may be a parameter's (broadcast at prepare, ZeRO's
-     * all-gather after the step): its storage version moves (core/prepared.h) */
-    accel__storage_written(c->buf, written_bytes(pg, c));
-    if (st != ACCEL_OK && st != ACCEL_ERR_OOM) {
+    return pg->debug && pg->size > 1 ? debug_check(pg, c) : ACCEL_OK;
+}
+
+/* After a communication failure (st, the thread's error) the group is
+ * marked broken so that every later call fails fast with the first message. */
+static accel_status note_failure(accel_pg *pg, accel_status st) {
+    if (st != ACCEL_OK && st != ACCEL_ERR_OOM && pg->broken == ACCEL_OK) {
         pg->broken = st;
         snprintf(pg->broken_msg, sizeof pg->broken_msg, "%s", accel_last_error());
     }
     return st;
+}
+
+/* Ends call c, which returned st. */
+static accel_status close_call(accel_pg *pg, const call *c, accel_status st) {
+    /* the receive buffer may be a parameter's (broadcast at prepare, ZeRO's
+     * all-gather after the step): its storage version moves (core/prepared.h) */
+    accel__storage_written(c->buf, written_bytes(pg, c));
+    return note_failure(pg, st);
+}
+
+/* Runs one call on this thread. */
+static accel_status exec_call(accel_pg *pg, const call *c) {
+    if (pg->broken != ACCEL_OK) return refuse_broken(pg);
+    accel_status st = open_call(pg, c);
+    if (st == ACCEL_OK) st = run_call(pg, c);
+    return close_call(pg, c, st);
 }
 
 /* ---------------------------------------------------------------- validation */
@@ -567,7 +599,8 @@ static accel__work_queue *queue_of(accel_pg *pg) {
     return q;
 }
 
-static void drain(accel_pg *pg) {
+/* Waits for the work queued for the communication thread. */
+static void drain_queue(accel_pg *pg) {
     accel__work_queue *q = pg->q;
     if (!q) return;
     pthread_mutex_lock(&q->mu);
@@ -595,8 +628,122 @@ static void queue_destroy(accel_pg *pg) {
     pg->q = NULL;
 }
 
+void accel__poll_pause(unsigned spins, double elapsed_s) {
+    if (spins < 2000) return;
+    if (elapsed_s < 0.002) sched_yield();
+    else nanosleep(&(struct timespec){0, elapsed_s < 0.1 ? 20000 : 200000}, NULL);
+}
+
+/* ---------------------------------------------------------------- stream-ordered work */
+
+/* Whether call c goes on the backend's stream: an async kind on buffers it takes. */
+static bool on_stream(accel_pg *pg, const call *c) {
+    return pg && pg->be->stream && pg->be->stream->takes(pg, c->send, c->buf);
+}
+
+/* Enqueues call c on the backend's stream from this thread: *ticket marks its end. */
+static accel_status stream_issue(accel_pg *pg, const call *c, void **ticket) {
+    if (pg->broken != ACCEL_OK) return refuse_broken(pg);
+    const accel__stream_ops *so = pg->be->stream;
+    accel_status st = open_call(pg, c); /* debug mode's comparison is a call of its own: before begin */
+    void *t = st ? NULL : so->begin(pg);
+    if (!st && !t) st = accel_last_status();
+    if (t) {
+        st = run_call(pg, c);
+        accel_status end = so->end(pg, t);
+        if (!st) st = end;
+        if (st) so->release(pg, t);
+        else *ticket = t;
+    }
+    return note_failure(pg, st); /* nothing written yet: close_call comes when it finishes */
+}
+
+/* Streamed work w is over with status st (the thread's error when failed):
+ * its ticket goes back and it leaves the group's list. */
+static void stream_finish(accel_work *w, accel_status st) {
+    accel_pg *pg = w->pg;
+    w->st = close_call(pg, &w->c, st);
+    snprintf(w->msg, sizeof w->msg, "%s", st ? accel_last_error() : "");
+    pg->be->stream->release(pg, w->ticket);
+    w->ticket = NULL;
+    accel_work **link = &pg->streamed;
+    while (*link != w) link = &(*link)->next;
+    *link = w->next;
+    w->next = NULL;
+    atomic_store(&w->done, true);
+}
+
+/* The backend's cause (the thread's error) as the failure of w's call on this rank. */
+static accel_status stream_failed(accel_work *w, accel_status st) {
+    char cause[768];
+    snprintf(cause, sizeof cause, "%s", accel_last_error());
+    return accel_set_error(st, "accel dist (%s): %s failed on rank %d: %s", w->pg->be->name, w->op_desc,
+                           w->pg->rank, cause);
+}
+
+/* One look at streamed work w, never blocking: finishes it when its work is
+ * done, has failed, or has run past the group's timeout (then the backend
+ * aborts it, so that no later call waits for a stuck peer). */
+static bool stream_poll(accel_work *w) {
+    if (atomic_load(&w->done)) return true;
+    accel_pg *pg = w->pg;
+    bool done = false;
+    accel_status st = pg->be->stream->query(pg, w->ticket, &done);
+    if (st) {
+        st = stream_failed(w, st);
+    } else if (!done && accel_now_seconds() - w->issued_s > pg->timeout_s) {
+        pg->be->stream->abort(pg);
+        st = accel_set_error(ACCEL_ERR_TIMEOUT,
+                             "accel dist (%s): %s timed out after %g s on rank %d (its work was aborted; "
+                             "ACCEL_DEBUG_MODE=1 names each rank's call; ACCEL_DIST_TIMEOUT sets the limit)",
+                             pg->be->name, w->op_desc, pg->timeout_s, pg->rank);
+    }
+    if (st || done) stream_finish(w, st);
+    return st || done;
+}
+
+/* Blocks until streamed work w is over (done, failed or timed out). */
+static void stream_settle(accel_work *w) {
+    double start = accel_now_seconds();
+    for (unsigned spins = 0; !stream_poll(w); spins++) accel__poll_pause(spins, accel_now_seconds() - start);
+}
+
+/* An async call on stream buffers: issued now, in order after the work
+ * queued before it. A failure to issue is the work's status, as on the
+ * communication thread. */
+static accel_work *submit_streamed(accel_pg *pg, const call *c, const char *fn) {
+    drain_queue(pg); /* host-buffer work issued earlier goes first: every rank issues in one order */
+    accel_work *w = calloc(1, sizeof *w);
+    if (!w) {
+        accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
+        return NULL;
+    }
+    w->pg = pg;
+    w->c = *c;
+    w->streamed = true;
+    w->st = stream_issue(pg, c, &w->ticket);
+    w->issued_s = accel_now_seconds();
+    snprintf(w->op_desc, sizeof w->op_desc, "%s", pg->op_desc);
+    if (w->st) {
+        snprintf(w->msg, sizeof w->msg, "%s", accel_last_error());
+        atomic_store(&w->done, true);
+        return w;
+    }
+    accel_work **link = &pg->streamed;
+    while (*link) link = &(*link)->next;
+    *link = w;
+    return w;
+}
+
+/* Waits for every asynchronous call of the group. */
+static void drain(accel_pg *pg) {
+    drain_queue(pg);
+    while (pg->streamed) stream_settle(pg->streamed);
+}
+
 static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     if (check_call(pg, c, fn) != ACCEL_OK) return NULL;
+    if (on_stream(pg, c)) return submit_streamed(pg, c, fn);
     accel__work_queue *q = queue_of(pg);
     if (!q) return NULL;
     pthread_mutex_lock(&q->mu);
@@ -609,6 +756,7 @@ static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     }
     w->pg = pg;
     w->c = *c;
+    w->streamed = false;
     atomic_store(&w->done, false);
     w->st = ACCEL_OK;
     w->msg[0] = 0;
@@ -623,15 +771,35 @@ static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     return w;
 }
 
+/* Streamed work needs no wait here: the backend runs its calls in one
+ * stream's order, so this one follows it on the device (and a failure of
+ * it is this call's failure too). */
 static accel_status run_sync(accel_pg *pg, call *c, const char *fn) {
     if (check_call(pg, c, fn) != ACCEL_OK) return accel_last_status();
-    drain(pg);
+    drain_queue(pg);
     return exec_call(pg, c);
+}
+
+/* The caller's stream first waits for the work on the device (torch's
+ * Work.wait); the host then waits too, so a host reader of the buffers and
+ * the error report are as on the other backends. */
+static void stream_wait(accel_work *w) {
+    if (atomic_load(&w->done)) return;
+    accel_status st = w->pg->be->stream->join(w->pg, w->ticket);
+    if (!st) {
+        stream_settle(w);
+        return;
+    }
+    st = stream_failed(w, st);
+    w->pg->be->stream->abort(w->pg); /* nothing of a failed group stays running */
+    stream_finish(w, st);
 }
 
 accel_status accel_work_wait(accel_work *w) {
     if (!w) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_work_wait: work is NULL");
-    if (!atomic_load(&w->done)) {
+    if (w->streamed) {
+        stream_wait(w);
+    } else if (!atomic_load(&w->done)) {
         accel__work_queue *q = w->pg->q;
         pthread_mutex_lock(&q->mu);
         while (!atomic_load(&w->done)) pthread_cond_wait(&q->done_cv, &q->mu);
@@ -641,10 +809,15 @@ accel_status accel_work_wait(accel_work *w) {
     return ACCEL_OK;
 }
 
-bool accel_work_done(const accel_work *w) { return w && atomic_load(&w->done); }
+bool accel_work_done(accel_work *w) { return w && (w->streamed ? stream_poll(w) : atomic_load(&w->done)); }
 
 void accel_work_free(accel_work *w) {
     if (!w) return;
+    if (w->streamed) {
+        if (!atomic_load(&w->done)) stream_settle(w);
+        free(w);
+        return;
+    }
     accel__work_queue *q = w->pg->q;
     pthread_mutex_lock(&q->mu);
     while (!atomic_load(&w->done)) pthread_cond_wait(&q->done_cv, &q->mu);

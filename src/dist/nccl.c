@@ -12,6 +12,12 @@
  * compute stream waits for the collective in turn. The call returns when the
  * collective has finished (dist.c's contract), polling its event.
  *
+ * Asynchronous calls on device buffers are stream-ordered (accel__stream_ops,
+ * as torch's ProcessGroupNCCL): dist.c enqueues them from the calling thread,
+ * after an event on that thread's current stream, and the end of each is an
+ * event of its own (a ticket, from a pool); wait makes the caller's current
+ * stream wait for it. Host buffers keep the communication thread.
+ *
  * Errors: the communicator is non-blocking, so a dead or stuck peer never
  * hangs the caller: the poll checks ncclCommGetAsyncError and the group
  * timeout (ACCEL_DIST_TIMEOUT); on either the communicator is aborted
@@ -20,10 +26,8 @@
  * Compiled when CMake finds CUDA and NCCL (ACCEL_HAVE_NCCL). */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backends/cuda/cuda_internal.h"
 #include "dist/backend.h"
@@ -35,7 +39,10 @@ typedef struct nccl_state {
     cudaEvent_t before, after;
     void *stage; /* device staging buffer for host pointers */
     size_t stage_bytes;
-    bool aborted;
+    bool aborted;  /* comm is then NULL: ncclCommAbort freed it */
+    bool deferred; /* between stream begin and end: a collective enqueues only */
+    cudaEvent_t *spare; /* the tickets released, for the next stream-ordered calls */
+    int n_spare, cap_spare;
 } nccl_state;
 
 static nccl_state *state_of(accel_pg *pg) { return pg->impl; }
@@ -50,29 +57,51 @@ static accel_status cuda_fail(accel_pg *pg, const char *what, cudaError_t e) {
     return nccl_fail(pg, what, cudaGetErrorString(e));
 }
 
+/* ncclCommAbort frees the communicator: it is aborted once, never used after. */
 static void abort_comm(nccl_state *s) {
     if (s->comm && !s->aborted) ncclCommAbort(s->comm);
+    s->comm = NULL;
     s->aborted = true;
 }
 
-/* Waits for the communicator to leave ncclInProgress (init and enqueues of a
- * non-blocking communicator) or for `ev` to complete, within the timeout. */
+/* One look at the communicator and at `ev` (NULL: the communicator only):
+ * *done once the communicator has left ncclInProgress (init and enqueues of
+ * a non-blocking communicator) and ev has completed. false on a failure
+ * (the communicator is then aborted), *what and *why naming it. */
+static bool poll_once(nccl_state *s, cudaEvent_t ev, bool *done, const char **what, const char **why) {
+    *done = false;
+    *what = "communicator";
+    *why = "aborted by an earlier failure";
+    if (s->aborted) return false;
+    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->comm, &async);
+    cudaError_t e = cudaSuccess;
+    if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+        *what = "communicator error (a peer died or failed; communicator aborted)";
+        *why = ncclGetErrorString(r != ncclSuccess ? r : async);
+    } else if (async == ncclInProgress || (ev && (e = cudaEventQuery(ev)) == cudaErrorNotReady)) {
+        return true;
+    } else if (e != cudaSuccess) {
+        cudaGetLastError();
+        *what = "waiting for the collective (communicator aborted)";
+        *why = cudaGetErrorString(e);
+    } else {
+        *done = true;
+        return true;
+    }
+    abort_comm(s);
+    return false;
+}
+
+/* Waits for the communicator to leave ncclInProgress or for `ev` to
+ * complete, within the timeout. */
 static accel_status wait_done(accel_pg *pg, cudaEvent_t ev) {
     nccl_state *s = state_of(pg);
     double start = accel_now_seconds();
     for (unsigned spins = 0;; spins++) {
-        ncclResult_t async = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(s->comm, &async);
-        if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-            const char *why = ncclGetErrorString(r != ncclSuccess ? r : async);
-            abort_comm(s);
-            return nccl_fail(pg, "communicator error (a peer died or failed; communicator aborted)", why);
-        }
-        if (async == ncclSuccess) {
-            cudaError_t e = ev ? cudaEventQuery(ev) : cudaSuccess;
-            if (e == cudaSuccess) return ACCEL_OK;
-            if (e != cudaErrorNotReady) return cuda_fail(pg, "waiting for the collective", e);
-        }
+        bool done;
+        const char *what, *why;
+        if (!poll_once(s, ev, &done, &what, &why)) return nccl_fail(pg, what, why);
+        if (done) return ACCEL_OK;
         double el = accel_now_seconds() - start;
         if (el > pg->timeout_s) {
             abort_comm(s);
@@ -81,9 +110,7 @@ static accel_status wait_done(accel_pg *pg, cudaEvent_t ev) {
                                    "ACCEL_DEBUG_MODE=1 names each rank's call; ACCEL_DIST_TIMEOUT sets the limit)",
                                    pg->op_desc, pg->timeout_s, pg->rank);
         }
-        if (spins < 2000) continue;
-        if (el < 0.002) sched_yield();
-        else nanosleep(&(struct timespec){0, el < 0.1 ? 20000 : 200000}, NULL);
+        accel__poll_pause(spins, el);
     }
 }
 
@@ -140,9 +167,11 @@ static void nccl_finalize(accel_pg *pg) {
     if (!s) return;
     cudaSetDevice(s->device);
     if (s->comm) {
-        if (s->aborted || pg->broken) ncclCommAbort(s->comm);
+        if (pg->broken) ncclCommAbort(s->comm);
         else ncclCommDestroy(s->comm);
     }
+    for (int i = 0; i < s->n_spare; i++) cudaEventDestroy(s->spare[i]);
+    free(s->spare);
     if (s->stage) cudaFree(s->stage);
     if (s->after) cudaEventDestroy(s->after);
     if (s->before) cudaEventDestroy(s->before);
@@ -190,9 +219,11 @@ static accel_status begin(accel_pg *pg) {
     return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "ordering after the compute stream", e);
 }
 
-/* The compute stream waits for the collective; the host waits for it too. */
+/* The compute stream waits for the collective; the host waits for it too.
+ * Stream-ordered (deferred): nothing, stream_end records the ticket. */
 static accel_status end(accel_pg *pg) {
     nccl_state *s = state_of(pg);
+    if (s->deferred) return ACCEL_OK;
     cudaError_t e = cudaEventRecord(s->after, s->stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(accel__cuda_enter(s->device), s->after, 0);
     if (e != cudaSuccess) return cuda_fail(pg, "ordering the compute stream after the collective", e);
@@ -324,6 +355,81 @@ static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *re
     return end(pg);
 }
 
+/* ---- stream-ordered asynchronous collectives (backend.h, accel__stream_ops) */
+
+/* Device memory on both sides (send NULL: in place). */
+static bool stream_takes(accel_pg *pg, const void *send, const void *recv) {
+    (void)pg;
+    return recv && on_device(recv) && (!send || on_device(send));
+}
+
+/* A ticket is an event (a spare one when there is). */
+static void *stream_begin(accel_pg *pg) {
+    nccl_state *s = state_of(pg);
+    cudaSetDevice(s->device);
+    cudaEvent_t ev = NULL;
+    if (s->n_spare > 0) {
+        ev = s->spare[--s->n_spare];
+    } else {
+        cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            cuda_fail(pg, "creating the collective's event", e);
+            return NULL;
+        }
+    }
+    s->deferred = true;
+    return ev;
+}
+
+static accel_status stream_end(accel_pg *pg, void *ticket) {
+    nccl_state *s = state_of(pg);
+    s->deferred = false;
+    cudaError_t e = cudaEventRecord((cudaEvent_t)ticket, s->stream);
+    return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "recording the end of the collective", e);
+}
+
+static accel_status stream_query(accel_pg *pg, void *ticket, bool *done) {
+    const char *what, *why;
+    if (poll_once(state_of(pg), (cudaEvent_t)ticket, done, &what, &why)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_DIST, "%s: %s", what, why);
+}
+
+static accel_status stream_join(accel_pg *pg, void *ticket) {
+    nccl_state *s = state_of(pg);
+    cudaError_t e = cudaStreamWaitEvent(accel__cuda_enter(s->device), (cudaEvent_t)ticket, 0);
+    if (e == cudaSuccess) return ACCEL_OK;
+    cudaGetLastError();
+    return accel_set_error(ACCEL_ERR_DIST, "ordering the caller's stream after the collective: %s",
+                           cudaGetErrorString(e));
+}
+
+static void stream_abort(accel_pg *pg) { abort_comm(state_of(pg)); }
+
+static void stream_release(accel_pg *pg, void *ticket) {
+    nccl_state *s = state_of(pg);
+    if (s->n_spare == s->cap_spare) {
+        int cap = s->cap_spare ? 2 * s->cap_spare : 16;
+        cudaEvent_t *grown = realloc(s->spare, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            cudaEventDestroy((cudaEvent_t)ticket);
+            return;
+        }
+        s->spare = grown;
+        s->cap_spare = cap;
+    }
+    s->spare[s->n_spare++] = (cudaEvent_t)ticket;
+}
+
+static const accel__stream_ops nccl_stream = {
+    .takes = stream_takes,
+    .begin = stream_begin,
+    .end = stream_end,
+    .query = stream_query,
+    .join = stream_join,
+    .abort = stream_abort,
+    .release = stream_release,
+};
+
 const accel__backend accel__backend_nccl = {
     .name = "nccl",
     .init = nccl_init,
@@ -333,4 +439,5 @@ const accel__backend accel__backend_nccl = {
     .broadcast = nccl_broadcast,
     .all_gatherv = nccl_all_gatherv,
     .reduce_scatter = nccl_reduce_scatter,
+    .stream = &nccl_stream,
 };

@@ -190,14 +190,83 @@ __global__ void rms_dx_k(float *dx, const float *g, const float *x, const float 
     }
 }
 
-/* dw[j] += sum over rows of g * round(x * rstd): one thread per column. */
-__global__ void rms_dw_k(float *dw, const float *g, const float *x, const float *rstd, int64_t R, int64_t D,
-                         accel_dtype xdt) {
+/* ---- norm weight gradients: column sums over the rows in two steps, each
+ * in a fixed order (the same bits every run; no atomics). Blocks of 32
+ * columns x 8 row lanes each sum one chunk of rows into step memory
+ * (part[chunk][column]), then one thread per column adds the chunks up in
+ * order. */
+
+enum { NORM_COLS = 32, NORM_LANES = KTHREADS / NORM_COLS, NORM_CHUNK_ROWS = 64, NORM_MAX_CHUNKS = 256 };
+
+/* Chunks of rows: n of `rows` rows each (the last ones shorter or empty). */
+struct row_chunks {
+    int64_t n, rows;
+};
+
+static row_chunks chunks_of(int64_t R) {
+    int64_t n = (R + NORM_CHUNK_ROWS - 1) / NORM_CHUNK_ROWS;
+    if (n > NORM_MAX_CHUNKS) n = NORM_MAX_CHUNKS;
+    return row_chunks{n, (R + n - 1) / n};
+}
+
+/* part_w[c][j] = sum over chunk c (blockIdx.y) of RMSNorm's g * round(x *
+ * rstd, xdt), or (layer) LayerNorm's g * (x - mean) * rstd and part_b[c][j]
+ * = sum of g. */
+template <bool layer>
+__global__ void __launch_bounds__(KTHREADS)
+    norm_dw_part_k(float *part_w, float *part_b, const float *g, const float *x, const float *mean,
+                   const float *rstd, int64_t R, int64_t D, int64_t rows, accel_dtype xdt) {
+    __shared__ float lw[NORM_LANES][NORM_COLS], lb[NORM_LANES][NORM_COLS];
+    const int tx = threadIdx.x % NORM_COLS, ty = threadIdx.x / NORM_COLS;
+    const int64_t j = (int64_t)blockIdx.x * NORM_COLS + tx, r0 = (int64_t)blockIdx.y * rows;
+    const int64_t r1 = r0 + rows < R ? r0 + rows : R;
+    float aw = 0.0f, ab = 0.0f;
+    for (int64_t r = r0 + ty; j < D && r < r1; r += NORM_LANES) {
+        const float gv = g[r * D + j];
+        if (layer) {
+            aw += gv * (x[r * D + j] - mean[r]) * rstd[r];
+            ab += gv;
+        } else {
+            aw += gv * (float)accel__round_to(x[r * D + j] * rstd[r], xdt);
+        }
+    }
+    lw[ty][tx] = aw;
+    lb[ty][tx] = ab;
+    __syncthreads();
+    if (ty != 0 || j >= D) return;
+    for (int t = 1; t < NORM_LANES; t++) {
+        aw += lw[t][tx];
+        ab += lb[t][tx];
+    }
+    part_w[(int64_t)blockIdx.y * D + j] = aw;
+    if (part_b) part_b[(int64_t)blockIdx.y * D + j] = ab;
+}
+
+/* dst[j] += sum over the n chunks of part[c][j], in chunk order. */
+__global__ void add_chunks_k(float *dst, const float *part, int64_t n, int64_t D) {
     GRID_STRIDE(j, D) {
         float acc = 0.0f;
-        for (int64_t r = 0; r < R; r++) acc += g[r * D + j] * (float)accel__round_to(x[r * D + j] * rstd[r], xdt);
-        dw[j] += acc;
+        for (int64_t c = 0; c < n; c++) acc += part[c * D + j];
+        dst[j] += acc;
     }
+}
+
+/* dw (and db, each optional) += the column sums of a norm's weight (bias)
+ * gradient terms over R rows of D: norm_dw_part_k's partials in step memory,
+ * then add_chunks_k. */
+template <bool layer>
+static accel_status norm_dw(int index, cudaStream_t s, float *dw, float *db, const float *g, const float *x,
+                            const float *mean, const float *rstd, int64_t R, int64_t D, accel_dtype xdt,
+                            const char *op) {
+    const row_chunks c = chunks_of(R);
+    float *part = (float *)accel__cuda_step_alloc(index, (size_t)(c.n * D * (layer ? 2 : 1)) * sizeof(float), 256);
+    if (!part) return accel_last_status();
+    float *part_w = part, *part_b = layer ? part + c.n * D : NULL;
+    dim3 grid((unsigned)((D + NORM_COLS - 1) / NORM_COLS), (unsigned)c.n);
+    norm_dw_part_k<layer><<<grid, KTHREADS, 0, s>>>(part_w, part_b, g, x, mean, rstd, R, D, c.rows, xdt);
+    if (dw) add_chunks_k<<<blocks_for(D), KTHREADS, 0, s>>>(dw, part_w, c.n, D);
+    if (db) add_chunks_k<<<blocks_for(D), KTHREADS, 0, s>>>(db, part_b, c.n, D);
+    return launched(index, op);
 }
 
 extern "C" accel_status accel__cudak_rms_norm_backward(accel_k_rms_norm_backward *k) {
@@ -207,8 +276,10 @@ extern "C" accel_status accel__cudak_rms_norm_backward(accel_k_rms_norm_backward
     const float *g = (const float *)k->g->data, *x = (const float *)k->x->data, *rstd = (const float *)k->rstd->data;
     const float *w = k->w ? (const float *)k->w->data : NULL;
     if (k->dx) rms_dx_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->dx->data, g, x, w, rstd, k->R, k->D, k->dx_beta);
-    if (k->dw) rms_dw_k<<<blocks_for(k->D), KTHREADS, 0, s>>>((float *)k->dw->data, g, x, rstd, k->R, k->D, k->x_dt);
-    return launched(index, "rms_norm_backward");
+    accel_status st = launched(index, "rms_norm_backward");
+    if (st != ACCEL_OK || !k->dw) return st;
+    return norm_dw<false>(index, s, (float *)k->dw->data, NULL, g, x, NULL, rstd, k->R, k->D, k->x_dt,
+                          "rms_norm_backward");
 }
 
 /* ---- LayerNorm: one block per row, two passes (mean, then variance) as the CPU */
@@ -267,21 +338,6 @@ __global__ void ln_dx_k(float *dx, const float *g, const float *x, const float *
     }
 }
 
-/* dw[j] += sum of g xhat, db[j] += sum of g: one thread per column. */
-__global__ void ln_dwdb_k(float *dw, float *db, const float *g, const float *x, const float *mean, const float *rstd,
-                          int64_t R, int64_t D) {
-    GRID_STRIDE(j, D) {
-        float aw = 0.0f, ab = 0.0f;
-        for (int64_t r = 0; r < R; r++) {
-            float gv = g[r * D + j];
-            aw += gv * (x[r * D + j] - mean[r]) * rstd[r];
-            ab += gv;
-        }
-        if (dw) dw[j] += aw;
-        if (db) db[j] += ab;
-    }
-}
-
 extern "C" accel_status accel__cudak_layer_norm_backward(accel_k_layer_norm_backward *k) {
     int index = k->g->device.index;
     if (!k->R || !k->D) return ACCEL_OK;
@@ -292,9 +348,8 @@ extern "C" accel_status accel__cudak_layer_norm_backward(accel_k_layer_norm_back
         ln_dx_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->dx->data, g, x,
                                                      k->w ? (const float *)k->w->data : NULL, mean, rstd, k->R, k->D,
                                                      k->dx_beta);
-    if (k->dw || k->db)
-        ln_dwdb_k<<<blocks_for(k->D), KTHREADS, 0, s>>>(k->dw ? (float *)k->dw->data : NULL,
-                                                        k->db ? (float *)k->db->data : NULL, g, x, mean, rstd, k->R,
-                                                        k->D);
-    return launched(index, "layer_norm_backward");
+    accel_status st = launched(index, "layer_norm_backward");
+    if (st != ACCEL_OK || (!k->dw && !k->db)) return st;
+    return norm_dw<true>(index, s, k->dw ? (float *)k->dw->data : NULL, k->db ? (float *)k->db->data : NULL, g, x,
+                         mean, rstd, k->R, k->D, ACCEL_F32, "layer_norm_backward");
 }
