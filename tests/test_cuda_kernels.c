@@ -448,38 +448,78 @@ static void test_sum_max(void) {
 
 /* ---- matrices */
 
+/* A bias [n] for the GEMM's epilogue, at element offset `off` of its
+ * buffer (an offset of 1 is 4-byte aligned only: cuBLASLt must pick an
+ * algorithm for that alignment). */
+static pair *mk_bias(int64_t n, int64_t off) {
+    pair *b = mk1(ACCEL_F32, n + off, IN);
+    b->c.shape[0] = b->g.shape[0] = n;
+    b->c.data = (float *)b->c.data + off;
+    b->g.data = (float *)b->g.data + off;
+    return b;
+}
+
 /* The GEMM's C is compared as an [M, N] view of the buffer (the gaps of ldc
- * are not written). */
+ * are not written), with and without the bias epilogue. */
 static void test_gemm_views(void) {
     const int64_t sizes[][3] = {{1, 1, 1}, {17, 33, 9}, {64, 128, 96}, {129, 65, 257}};
     for (int s = 0; s < 4; s++)
         for (int i = 0; i < 3; i++)
             for (int tr = 0; tr < 4; tr++)
-                for (int beta = 0; beta < 2; beta++) {
-                    int64_t M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
-                    bool ta = tr & 1, tb = tr & 2;
-                    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1;
-                    pair *c = mk2(ACCEL_F32, M, N, STRIDED, beta ? ACC : OUT); /* ldc = 2N + 1, offset 1 */
-                    pair *a = mk1(FLOATS[i], (ta ? K : M) * lda + 7, IN), *b = mk1(FLOATS[i], (tb ? N : K) * ldb + 2, IN);
-                    /* Element (m, n) of the strided view is at 1 + m (2N+1) + 2n: not a GEMM layout, so C is the
-                     * contiguous part: rows of ldc = 2N + 1 starting at the view's data. */
-                    c->c.stride[1] = c->g.stride[1] = 1;
-                    accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .trans_a = ta, .trans_b = tb, .M = M, .N = N,
-                                      .K = K, .lda = lda, .ldb = ldb, .ldc = 2 * N + 1, .a_off = 7, .b_off = 2,
-                                      .c_off = 0, .alpha = 0.75f, .beta = beta ? 1.0f : 0.0f};
-                    double tol = FLOATS[i] == ACCEL_F32 ? 1e-4 : 1e-2; /* summation order; f16/bf16 products are exact in f32 */
-                    KRUN("gemm", gemm, accel_k_gemm, g, tol);
-                }
+                for (int beta = 0; beta < 2; beta++)
+                    for (int bias = 0; bias < 2; bias++) {
+                        int64_t M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                        bool ta = tr & 1, tb = tr & 2;
+                        int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1;
+                        pair *c = mk2(ACCEL_F32, M, N, STRIDED, beta ? ACC : OUT); /* ldc = 2N + 1, offset 1 */
+                        pair *a = mk1(FLOATS[i], (ta ? K : M) * lda + 7, IN), *b = mk1(FLOATS[i], (tb ? N : K) * ldb + 2, IN);
+                        pair *bv = bias ? mk_bias(N, s & 1) : NULL;
+                        /* Element (m, n) of the strided view is at 1 + m (2N+1) + 2n: not a GEMM layout, so C is the
+                         * contiguous part: rows of ldc = 2N + 1 starting at the view's data. */
+                        c->c.stride[1] = c->g.stride[1] = 1;
+                        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .trans_a = ta,
+                                          .trans_b = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = 2 * N + 1,
+                                          .a_off = 7, .b_off = 2, .c_off = 0, .alpha = 0.75f, .beta = beta ? 1.0f : 0.0f};
+                        double tol = FLOATS[i] == ACCEL_F32 ? 1e-4 : 1e-2; /* summation order; f16/bf16 products are exact in f32 */
+                        KRUN(bias ? "gemm + bias" : "gemm", gemm, accel_k_gemm, g, tol);
+                    }
 }
 
-/* K = 0: C = beta C (accel__cuda_scale_rows), beta 0 clearing what C held. */
+/* K = 0: C = beta C (+ bias) (accel__cuda_scale_rows), beta 0 clearing what C held. */
 static void test_gemm_k0(void) {
-    for (int beta = 0; beta < 2; beta++) {
-        pair *c = mk2(ACCEL_F32, 5, 7, CONTIG, beta ? ACC : OUT), *a = mk1(ACCEL_F32, 8, IN), *b = mk1(ACCEL_F32, 8, IN);
-        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .M = 5, .N = 7, .K = 0, .lda = 1, .ldb = 7, .ldc = 7,
-                          .alpha = 1.0f, .beta = beta ? 0.5f : 0.0f};
-        KRUN("gemm K=0", gemm, accel_k_gemm, g, 0.0);
+    for (int beta = 0; beta < 2; beta++)
+        for (int bias = 0; bias < 2; bias++) {
+            pair *c = mk2(ACCEL_F32, 5, 7, CONTIG, beta ? ACC : OUT), *a = mk1(ACCEL_F32, 8, IN), *b = mk1(ACCEL_F32, 8, IN);
+            pair *bv = bias ? mk_bias(7, 0) : NULL;
+            accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .M = 5, .N = 7, .K = 0,
+                              .lda = 1, .ldb = 7, .ldc = 7, .alpha = 1.0f, .beta = beta ? 0.5f : 0.0f};
+            KRUN("gemm K=0", gemm, accel_k_gemm, g, 0.0);
+        }
+}
+
+/* The cuBLASLt plan cache (gemm.c): a GEMM signature seen before reuses
+ * its plan, on other buffers of the same alignments and with another bias,
+ * with the CPU's results each time; a new leading dim, pointer alignment or
+ * the bias epilogue is a signature of its own. */
+static void test_gemm_plan_cache(void) {
+#ifdef ACCEL_HAVE_CUDA
+    if (g_dev.type != ACCEL_DEV_CUDA) return;
+    int before = accel__cuda_gemm_plans();
+    /* M, N, K = 77, 45, 31 (a shape no other test runs); c at element 0 of
+     * its buffer, a and b at offsets 0 or 1 (256- or 4-byte aligned) */
+    for (int run = 0; run < 6; run++) {
+        int bias = run >= 2 && run < 4, off = run >= 4;
+        pair *c = mk2(ACCEL_F32, 77, 45, CONTIG, OUT), *a = mk1(ACCEL_BF16, 77 * 31 + 1, IN);
+        pair *b = mk1(ACCEL_BF16, 45 * 31 + 1, IN), *bv = bias ? mk_bias(45, 0) : NULL;
+        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .trans_b = true, .M = 77,
+                          .N = 45, .K = 31, .lda = 31, .ldb = 31, .ldc = 45, .a_off = off, .b_off = off,
+                          .alpha = 1.0f};
+        KRUN("gemm plan cache", gemm, accel_k_gemm, g, 1e-2);
+        static const int want[] = {1, 1, 2, 2, 3, 3}; /* plain, plain again, bias, bias again, unaligned, again */
+        CHECK_MSG(accel__cuda_gemm_plans() == before + want[run], "run %d: %d plans, want %d", run,
+                  accel__cuda_gemm_plans(), before + want[run]);
     }
+#endif
 }
 
 static void test_bias(void) {
@@ -1117,6 +1157,56 @@ static void test_fp8_linear(void) {
     }
     CHECK_MSG(!memcmp(gpu.meta, cpu.meta, sizeof cpu.meta), "fp8 linear: the metas (scales, amax histories) differ");
 }
+/* accel_linear with a bias (the bias as the device GEMM's epilogue) on g_dev
+ * against the cpu: y and the gradients, in f32 and under bf16 autocast
+ * (bf16 GEMM operands and y, the bias rounded to bf16 and added in f32). */
+enum { BR = 36, BI = 53, BO = 29 };
+
+typedef struct linear_seen {
+    float y[BR * BO], dx[BR * BI], dw[BO * BI], db[BO];
+} linear_seen;
+
+static void linear_bias_run(accel_device dev, accel_dtype ac, const float *x, const float *w, const float *b,
+                            const float *dy, linear_seen *out) {
+    const int64_t xs[3] = {4, BR / 4, BI}, ws[2] = {BO, BI}, bs[1] = {BO}, ys[3] = {4, BR / 4, BO};
+    accel_tensor *tx = leaf_on(dev, 3, xs, x), *tw = leaf_on(dev, 2, ws, w), *tb = leaf_on(dev, 1, bs, b);
+    accel_dtype prev = accel_autocast_begin(ac);
+    accel_tensor *y = accel_linear(tx, tw, tb);
+    accel_autocast_end(prev);
+    CHECK_MSG(y && y->dtype == ac, "linear on %s: %s", dev.type == ACCEL_DEV_CPU ? "cpu" : "the device", accel_last_error());
+    accel_tensor *g = accel_empty_on(ACCEL_F32, 3, ys, dev);
+    CHECK(g && accel_tensor_from_host(g, dy) == ACCEL_OK);
+    if (y && g) {
+        to_host(out->y, accel_to_dtype(y, ACCEL_F32), BR * BO);
+        CHECK(accel_backward_with(y, accel_to_dtype(g, ac)) == ACCEL_OK);
+        to_host(out->dx, tx->grad, BR * BI);
+        to_host(out->dw, tw->grad, BO * BI);
+        to_host(out->db, tb->grad, BO);
+    }
+    accel_step_reset(); /* y and g were step tensors */
+    accel_tensor *ts[] = {tx, tw, tb};
+    for (int i = 0; i < 3; i++) accel_tensor_free(ts[i]);
+}
+
+static void test_linear_bias(void) {
+    static float x[BR * BI], w[BO * BI], b[BO], dy[BR * BO];
+    for (int i = 0; i < BR * BI; i++) x[i] = (float)rnd();
+    for (int i = 0; i < BO * BI; i++) w[i] = (float)(0.2 * rnd());
+    for (int i = 0; i < BO; i++) b[i] = (float)(2.0 * rnd());
+    for (int i = 0; i < BR * BO; i++) dy[i] = (float)rnd();
+    const accel_dtype acs[] = {ACCEL_F32, ACCEL_BF16};
+    for (int i = 0; i < 2; i++) {
+        static linear_seen cpu, dev;
+        memset(&dev, 0xFF, sizeof dev); /* NaN until written */
+        linear_bias_run(ACCEL_CPU_DEVICE, acs[i], x, w, b, dy, &cpu);
+        linear_bias_run(g_dev, acs[i], x, w, b, dy, &dev);
+        double tol = acs[i] == ACCEL_F32 ? 1e-5 : 1e-2; /* bf16 y: one rounding of bf16 apart */
+        double ey = rel_error(dev.y, cpu.y, BR * BO), ex = rel_error(dev.dx, cpu.dx, BR * BI);
+        double ew = rel_error(dev.dw, cpu.dw, BO * BI), eb = rel_error(dev.db, cpu.db, BO);
+        CHECK_MSG(ey < tol && ex < tol && ew < tol && eb < tol, "linear %s: y %.3g, dx %.3g, dw %.3g, db %.3g",
+                  accel_dtype_name(acs[i]), ey, ex, ew, eb);
+    }
+}
 #endif
 
 /* Device maps' default budgets: each GPU's free memory from the driver, then
@@ -1220,6 +1310,7 @@ int main(void) {
     RUN(test_sum_max);
     RUN(test_gemm_views);
     RUN(test_gemm_k0);
+    RUN(test_gemm_plan_cache);
     RUN(test_bias);
     RUN(test_softmax);
     RUN(test_rope);
@@ -1236,6 +1327,7 @@ int main(void) {
     RUN(test_fp8);
     RUN(test_fp8_linear);
     RUN(test_fp8_cached_cast);
+    RUN(test_linear_bias);
 #endif
     RUN(test_max_memory);
     RUN(test_missing_reported);

@@ -1,6 +1,7 @@
 /* accel_matmul, accel_linear and the CPU GEMM: fast vs reference, finite
  * differences, PyTorch fixtures, autocast, meta, errors. */
 #include "accel/accel.h"
+#include "backends/backend.h"
 #include "backends/cpu/gemm.h"
 #include "check.h"
 #include "gradcheck.h"
@@ -152,6 +153,83 @@ static void test_gemm_split_vs_reference(void) {
                                  50 + (uint64_t)s, 1e-4);
     }
     accel_set_num_threads(threads);
+    accel_set_default_device(prev);
+}
+
+/* The CPU table's gemm with its bias epilogue, on one case: C [M, ldc]
+ * (from element c_off) from seed 90 with a NaN per row where beta is 0,
+ * against the same GEMM without the bias followed by the bias added to
+ * each row (what accel_linear ran as two kernels before the epilogue); the
+ * columns of C past N are compared too (they must keep their values). A and
+ * B of dtype dt (bf16 or f32), B a dense weight read as such when
+ * b_weight (the prepared-layout path under ACCEL_GEMM=dnnl), else padded
+ * views at offsets. */
+typedef struct bias_case {
+    int64_t M, N, K;
+    bool ta, tb, b_weight;
+    float alpha, beta;
+    accel_dtype dt;
+} bias_case;
+
+static void check_gemm_bias(const bias_case *t) {
+    int64_t M = t->M, N = t->N, K = t->K, ldc = N + 3, c_off = 2;
+    int64_t lda = (t->ta ? M : K) + 1, a_off = 1;
+    int64_t ldb = (t->tb ? K : N) + (t->b_weight ? 0 : 2), b_off = t->b_weight ? 0 : 3;
+    accel_tensor *A = accel_to_dtype(randn(91, ACCEL_SHAPE((t->ta ? K : M) * lda + a_off)), t->dt);
+    accel_tensor *B = t->b_weight ? accel_to_dtype(randn(92, ACCEL_SHAPE(t->tb ? N : K, t->tb ? K : N)), t->dt)
+                                  : accel_to_dtype(randn(92, ACCEL_SHAPE((t->tb ? N : K) * ldb + b_off)), t->dt);
+    accel_tensor *bias = randn(93, ACCEL_SHAPE(N));
+    accel_tensor *C1 = randn(90, ACCEL_SHAPE(M * ldc + c_off)), *C2 = accel_empty(ACCEL_F32, ACCEL_SHAPE(M * ldc + c_off));
+    float *c1 = C1->data;
+    if (t->beta == 0.0f)
+        for (int64_t i = 0; i < M; i++) c1[c_off + i * ldc + i % N] = NAN;
+    accel_copy_(C2, C1);
+    accel_k_gemm k = {.c = C1, .a = A, .b = B, .bias = bias, .trans_a = t->ta, .trans_b = t->tb, .M = M, .N = N,
+                      .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .a_off = a_off, .b_off = b_off, .c_off = c_off,
+                      .alpha = t->alpha, .beta = t->beta, .b_weight = t->b_weight};
+    CHECK_MSG(accel__cpu_backend.kernels.gemm(&k) == ACCEL_OK, "%s", accel_last_error());
+    k.c = C2;
+    k.bias = NULL;
+    CHECK_MSG(accel__cpu_backend.kernels.gemm(&k) == ACCEL_OK, "%s", accel_last_error());
+    float *c2 = C2->data;
+    const float *bv = bias->data;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) c2[c_off + i * ldc + j] += bv[j];
+    CHECK_MSG(max_diff(C1, C2) < 1e-5 * (1 + sqrt((double)K)) * (1 + fabs(t->alpha)),
+              "M=%lld N=%lld K=%lld ta=%d tb=%d weight=%d alpha=%g beta=%g %s: %g", (long long)M, (long long)N,
+              (long long)K, t->ta, t->tb, t->b_weight, (double)t->alpha, (double)t->beta, accel_dtype_name(t->dt),
+              max_diff(C1, C2));
+    accel_step_reset();
+}
+
+/* The bias epilogue of the table's gemm (accel_k_gemm.bias) on odd shapes:
+ * a few rows (one matrix-vector product per row), GEMMs split across the
+ * threads by rows and by columns, K = 0 (C = beta C + bias), every
+ * transpose, beta 0 (NaNs in C ignored), 1 and 0.5, alpha 1 and -1.5, f32
+ * and bf16 operands, plain and weight B; and the errors of a bad bias. */
+static void test_gemm_bias_epilogue(void) {
+    accel_device prev = accel_set_default_device(ACCEL_CPU_DEVICE);
+    const int64_t shapes[][3] = {{1, 7, 5}, {3, 1, 9}, {37, 29, 53}, {2100, 33, 17}, {40, 1500, 16}, {5, 7, 0}};
+    const float betas[] = {0.0f, 1.0f, 0.5f}, alphas[] = {1.0f, -1.5f};
+    for (int s = 0; s < 6; s++)
+        for (int tr = 0; tr < 4; tr++)
+            for (int b = 0; b < 3; b++)
+                for (int al = 0; al < 2; al++)
+                    for (int v = 0; v < 4; v++) {
+                        bias_case t = {shapes[s][0], shapes[s][1], shapes[s][2], tr & 1, tr & 2, v & 1, alphas[al],
+                                       betas[b], v & 2 ? ACCEL_BF16 : ACCEL_F32};
+                        check_gemm_bias(&t);
+                    }
+    accel_tensor *A = randn(1, ACCEL_SHAPE(4, 3)), *B = randn(2, ACCEL_SHAPE(3, 5)), *C = accel_empty(ACCEL_F32, ACCEL_SHAPE(4, 5));
+    accel_k_gemm k = {.c = C, .a = A, .b = B, .bias = accel_zeros(ACCEL_BF16, ACCEL_SHAPE(5)), .M = 4, .N = 5, .K = 3,
+                      .lda = 3, .ldb = 5, .ldc = 5, .alpha = 1.0f};
+    CHECK(accel__cpu_backend.kernels.gemm(&k) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "bias must be f32");
+    k.bias = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4));
+    CHECK(accel__cpu_backend.kernels.gemm(&k) == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "bias must be 5 contiguous elements (N; got 4)");
+    accel_clear_error();
+    accel_step_reset();
     accel_set_default_device(prev);
 }
 
@@ -374,6 +452,7 @@ int main(void) {
     RUN(test_gemm_small_m_vs_reference);
     RUN(test_gemm_split_vs_reference);
     RUN(test_gemm_bf16_weight_small_m);
+    RUN(test_gemm_bias_epilogue);
     RUN(test_matmul_shapes);
     RUN(test_matmul_gradcheck);
     RUN(test_linear_gradcheck);

@@ -179,16 +179,19 @@ typedef struct accel_k_max_backward {
 
 /* ---------------------------------------------------------------- matrices */
 
-/* C = alpha op(A) op(B) + beta C on row-major matrices starting at element
- * offsets a_off, b_off, c_off of the tensors' data: op(A) [M, K] (A stored
- * [K, M] when trans_a), op(B) [K, N], C [M, N] with leading dims lda, ldb,
- * ldc. A and B f32/bf16/f16, C f32; beta 0 overwrites C (NaNs ignored).
+/* C = alpha op(A) op(B) + beta C (+ bias) on row-major matrices starting at
+ * element offsets a_off, b_off, c_off of the tensors' data: op(A) [M, K] (A
+ * stored [K, M] when trans_a), op(B) [K, N], C [M, N] with leading dims lda,
+ * ldb, ldc. A and B f32/bf16/f16, C f32; beta 0 overwrites C (NaNs ignored).
+ * bias (optional, NULL for none): f32 contiguous [N], added to every row of
+ * C, the GEMM's epilogue (a linear's y = x W^T + b in one kernel; each
+ * backend's order of the roundings is in its docs page).
  * b_weight: b is a layer's weight (or its autocast copy), read whole by
  * later calls until its storage is written, so the backend may keep it in a
  * layout of its own between calls (the CPU's: oneDNN's, a prepared form of
  * b; backends/cpu/gemm.h). */
 typedef struct accel_k_gemm {
-    ACCEL_KERNEL_TENSORS(3, *c, *a, *b);
+    ACCEL_KERNEL_TENSORS(4, *c, *a, *b, *bias);
     bool trans_a, trans_b;
     int64_t M, N, K, lda, ldb, ldc;
     int64_t a_off, b_off, c_off;

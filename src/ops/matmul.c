@@ -1,5 +1,6 @@
 /* accel_matmul (batched, broadcasting, 1-D operands as torch.matmul) and
- * accel_linear (y = x W^T + b). Both run on the device's GEMM (on the CPU
+ * accel_linear (y = x W^T + b, the bias added by the GEMM's epilogue:
+ * accel_k_gemm.bias). Both run on the device's GEMM (on the CPU
  * accel__gemm: operands are read as they are, W transposed, never copied;
  * the provider per dtype and shape is chosen there). The linear's weight
  * GEMMs (forward, dX) say that B is a weight, which the CPU's oneDNN
@@ -21,12 +22,13 @@ static accel_status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, floa
     return gemm_kernel(&k);
 }
 
-/* C [M, N] = A [M, K] op(W) + beta C with W a layer's weight [O, I], all of
- * it (W^T for forward's Y = X W^T, W for dX = dY W): the device may read it
- * in a layout of its own kept between calls (accel_k_gemm.b_weight). */
+/* C [M, N] = A [M, K] op(W) + beta C (+ bias [N], f32, in every row, or
+ * NULL) with W a layer's weight [O, I], all of it (W^T for forward's
+ * Y = X W^T + b, W for dX = dY W): the device may read it in a layout of its
+ * own kept between calls (accel_k_gemm.b_weight). */
 static accel_status weight_gemm(bool tw, int64_t M, int64_t N, int64_t K, accel_tensor *a, accel_tensor *w,
-                                float beta, accel_tensor *c) {
-    accel_k_gemm k = {.c = c, .a = a, .b = w, .trans_b = tw, .M = M, .N = N, .K = K, .lda = K,
+                                accel_tensor *bias, float beta, accel_tensor *c) {
+    accel_k_gemm k = {.c = c, .a = a, .b = w, .bias = bias, .trans_b = tw, .M = M, .N = N, .K = K, .lda = K,
                       .ldb = w->shape[1], .ldc = N, .alpha = 1.0f, .beta = beta, .b_weight = true};
     return gemm_kernel(&k);
 }
@@ -211,7 +213,7 @@ static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
         return accel_last_status();
     accel_status st = ACCEL_OK;
     if (gx.dst) /* dX [R, I] = dY [R, O] W [O, I] */
-        st = weight_gemm(false, R, I, O, g, w, gx.beta, gx.dst);
+        st = weight_gemm(false, R, I, O, g, w, NULL, gx.beta, gx.dst);
     if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] X [R, I] */
         st = gemm(true, false, O, I, R, 1.0f, g, 0, O, x, 0, I, gw.beta, gw.dst, 0, I);
     if (st == ACCEL_OK && gbias.dst) { /* the column sums read f32 */
@@ -259,17 +261,15 @@ accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
     if (!ux || !uw) return NULL;
     accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
     if (!c) return NULL;
-    float beta = 0.0f;
+    /* The bias in the compute dtype (rounded as autocast rounds it), added in
+     * f32 by the GEMM's epilogue. */
+    accel_tensor *bf = NULL;
     if (b) {
         accel_tensor *ub = accel__mm_operand(b, (accel_dtype)dt);
-        accel_tensor *bf = ub ? accel__f32_contig(ub) : NULL;
-        if (!bf) return NULL;
-        accel_k_bias_rows k = {.out = c, .bias = bf, .R = R, .O = O};
-        if (ACCEL_KERNEL(OP, dev, bias_rows, &k) != ACCEL_OK) return NULL;
-        beta = 1.0f;
+        if (!ub || !(bf = accel__f32_contig(ub))) return NULL;
     }
-    /* Y [R, O] = X [R, I] W^T */
-    if (weight_gemm(true, R, O, I, ux, uw, beta, c) != ACCEL_OK) return NULL;
+    /* Y [R, O] = X [R, I] W^T + b */
+    if (weight_gemm(true, R, O, I, ux, uw, bf, 0.0f, c) != ACCEL_OK) return NULL;
     if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("linear", linear_backward, out, 3, in);
     if (n) {

@@ -566,23 +566,49 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
 
 /* ---- the table's matrix kernels */
 
+/* C [M, N] (leading dim ldc) = beta C + bias in every row; beta 0 writes the
+ * bias alone (NaNs in C ignored). */
+static void bias_into_rows(float *c, int64_t ldc, int64_t M, int64_t N, const float *bias, float beta) {
+#pragma omp parallel for if (M * N > 65536) schedule(static)
+    for (int64_t r = 0; r < M; r++) {
+        float *cr = c + r * ldc;
+        if (beta == 0.0f) memcpy(cr, bias, (size_t)N * sizeof(float));
+        else
+            for (int64_t j = 0; j < N; j++) cr[j] = beta * cr[j] + bias[j];
+    }
+}
+
+static accel_status bias_check(const accel_tensor *bias, int64_t N) {
+    if (bias->dtype != ACCEL_F32)
+        return accel_set_error(ACCEL_ERR_DTYPE, "gemm: bias must be f32 (got %s)", accel_dtype_name(bias->dtype));
+    if (accel_numel(bias) != N || !accel_is_contiguous(bias))
+        return accel_set_error(ACCEL_ERR_SHAPE, "gemm: bias must be %lld contiguous elements (N; got %lld%s)",
+                               (long long)N, (long long)accel_numel(bias), accel_is_contiguous(bias) ? "" : ", strided");
+    return ACCEL_OK;
+}
+
+/* The bias epilogue runs first: C = beta C + bias, then the GEMM with beta 1
+ * adds alpha op(A) op(B) onto it, so no provider needs an epilogue of its
+ * own and C is read and written once more at most (docs/cpu.md). */
 accel_status accel__cpuk_gemm(accel_k_gemm *k) {
     const char *a = (const char *)k->a->data + (size_t)k->a_off * accel_dtype_size(k->a->dtype);
-    float *c = (float *)k->c->data + k->c_off;
+    float *c = (float *)k->c->data + k->c_off, beta = k->beta;
+    if (k->bias) {
+        accel_status st = bias_check(k->bias, k->N);
+        if (st != ACCEL_OK) return st;
+        bias_into_rows(c, k->ldc, k->M, k->N, k->bias->data, beta);
+        beta = 1.0f;
+    }
     if (k->b_weight)
         return accel__gemm_weight(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->a->dtype, k->lda, k->b,
-                                  k->b_off, k->ldb, k->beta, c, k->ldc);
+                                  k->b_off, k->ldb, beta, c, k->ldc);
     const char *b = (const char *)k->b->data + (size_t)k->b_off * accel_dtype_size(k->b->dtype);
     return accel__gemm(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->a->dtype, k->lda, b, k->b->dtype,
-                       k->ldb, k->beta, c, k->ldc);
+                       k->ldb, beta, c, k->ldc);
 }
 
 accel_status accel__cpuk_bias_rows(accel_k_bias_rows *k) {
-    float *dst = k->out->data;
-    const float *bias = k->bias->data;
-    int64_t R = k->R, O = k->O;
-#pragma omp parallel for if (R * O > 65536) schedule(static)
-    for (int64_t r = 0; r < R; r++) memcpy(dst + r * O, bias, (size_t)O * sizeof(float));
+    bias_into_rows(k->out->data, k->O, k->R, k->O, k->bias->data, 0.0f);
     return ACCEL_OK;
 }
 

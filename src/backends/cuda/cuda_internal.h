@@ -67,8 +67,13 @@ accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes);
 ACCEL__CUDA_KERNELS(ACCEL__CUDA_KERNEL_DECL)
 #undef ACCEL__CUDA_KERNEL_DECL
 
-/* C[M, N] (leading dim ldc, f32) *= beta (0 overwrites NaNs): a GEMM with K = 0. */
-accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta);
+/* C[M, N] (leading dim ldc, f32) = beta C (0 overwrites NaNs), + bias[N]
+ * (f32, device) in every row unless NULL: a GEMM with K = 0. */
+accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta,
+                                    const float *bias);
+/* GEMM signatures whose cuBLASLt plan (descriptors, layouts, algorithm)
+ * gemm.c keeps, over all devices (tests check repeats reuse them). */
+int accel__cuda_gemm_plans(void);
 
 /* ---- fp8 (fp8.cu, gemm.c; the formats, the fp8 meta and the
  * delayed-scaling rule are backends/fp8.h, whose primitives call these).

@@ -1,15 +1,20 @@
 /* GEMM through cuBLASLt: bf16/f16 operands on tensor cores and f32
- * operands, f32 accumulation and f32 C (the table's contract).
- * ACCEL_ALLOW_TF32=1 in the environment lets f32 GEMMs use TF32 tensor
- * cores (PyTorch's torch.backends.cuda.matmul.allow_tf32; off by default).
+ * operands, f32 accumulation and f32 C (the table's contract), with the
+ * optional bias as cuBLASLt's bias epilogue. ACCEL_ALLOW_TF32=1 in the
+ * environment lets f32 GEMMs use TF32 tensor cores (PyTorch's
+ * torch.backends.cuda.matmul.allow_tf32; off by default).
  *
  * Row-major to column-major: a row-major X with leading dim ld is the
  * column-major X^T with the same ld, so C = op(A) op(B) is computed as
  * C^T = op(B)^T op(A)^T with B as cuBLASLt's first operand.
  *
+ * Plans are cached: the descriptors, layouts and algorithm of each GEMM
+ * signature are made once (below, "the plan cache").
+ *
  * Also the fp8 GEMMs (E4M3/E5M2 with per-tensor scales) of backends/fp8.h,
  * at the end of the file. */
 #include <cublasLt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +63,7 @@ static bool operand_type(accel_dtype dt, cudaDataType_t *out) {
     }
 }
 
+/* The fp8 GEMMs' descriptors, created per call (the end of the file). */
 typedef struct lt_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -72,25 +78,6 @@ static void plan_free(lt_plan *p) {
     if (p->op) cublasLtMatmulDescDestroy(p->op);
 }
 
-/* The cuBLASLt descriptors of a row-major GEMM: B is the first operand and
- * A the second (see the file comment). */
-static cublasStatus_t plan_init(lt_plan *p, const accel_k_gemm *g, cudaDataType_t ab) {
-    cublasComputeType_t ct = ab == CUDA_R_32F && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasOperation_t opb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F);
-    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb);
-    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa);
-    /* Stored column-major shapes: B^T is [N, K] (or [K, N] stored when
-     * trans_b), A^T is [K, M] (or [M, K]), C^T is [N, M]. */
-    if (!s) s = cublasLtMatrixLayoutCreate(&p->b, ab, g->trans_b ? g->K : g->N, g->trans_b ? g->N : g->K, g->ldb);
-    if (!s) s = cublasLtMatrixLayoutCreate(&p->a, ab, g->trans_a ? g->M : g->K, g->trans_a ? g->K : g->M, g->lda);
-    if (!s) s = cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, g->N, g->M, g->ldc);
-    if (!s) s = cublasLtMatmulPreferenceCreate(&p->pref);
-    size_t ws = WORKSPACE_BYTES;
-    if (!s) s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    return s;
-}
-
 /* The largest power of two (<= 256) dividing address p. */
 static uint32_t alignment_of(const void *p) {
     uint32_t a = 256;
@@ -99,18 +86,195 @@ static uint32_t alignment_of(const void *p) {
 }
 
 /* Views at element offsets are not 256-byte aligned: cuBLASLt's heuristic
- * must only offer algorithms for the alignment the pointers have. */
-static cublasStatus_t plan_align(lt_plan *p, const void *first, const void *second, const void *c) {
-    uint32_t a1 = alignment_of(first), a2 = alignment_of(second), ac = alignment_of(c);
-    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, sizeof a1);
-    if (!s) s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof a2);
-    if (!s) s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac);
-    if (!s) s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
+ * must only offer algorithms for the alignments (bytes) the pointers of the
+ * first and second operand and of C have. */
+static cublasStatus_t pref_align(cublasLtMatmulPreference_t pref, uint32_t first, uint32_t second, uint32_t c) {
+    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &first,
+                                                            sizeof first);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &second, sizeof second);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c, sizeof c);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c, sizeof c);
     return s;
 }
 
 static const char *elem(const accel_tensor *t, int64_t off) {
     return (const char *)t->data + off * (int64_t)accel_dtype_size(t->dtype);
+}
+
+/* ---- the plan cache
+ *
+ * Making the descriptors and asking cuBLASLt's heuristic for an algorithm
+ * costs host time at every call, as much as a small GEMM's kernel, and a
+ * training step repeats a few signatures. So each signature's plan (the
+ * matmul descriptor, the three layouts, the algorithm) is made once and kept
+ * in one table for the process, keyed by everything the plan depends on
+ * (gemm_key: device, dtypes, compute type, transposes, epilogue, sizes,
+ * leading dims, and the alignments of the pointers, which the heuristic's
+ * choice depends on). A plan lives in the table's static storage: cuBLASLt's
+ * semi-opaque descriptors initialised in place (cublasLt*Init), so nothing
+ * is allocated and nothing is left to free at exit. Plans are published
+ * under the lock and never changed or evicted, so a thread uses the one it
+ * looked up after unlocking (cuBLASLt only reads descriptors). A full table
+ * (PLAN_MAX signatures) leaves later signatures uncached: their plan is made
+ * on the stack at each call, as before the cache. The results do not depend
+ * on the cache: the same signature gets the same algorithm either way. */
+
+enum { KEY_TRANS_A = 1, KEY_TRANS_B = 2, KEY_BIAS = 4 };
+
+/* Every field set (memset first): keys compare with memcmp; no padding. */
+typedef struct gemm_key {
+    int32_t device, compute, ab, flags; /* cublasComputeType_t, cudaDataType_t of A and B, KEY_* */
+    uint32_t align_first, align_second, align_c, align_bias; /* bytes; align_bias 0 without bias */
+    int64_t M, N, K, lda, ldb, ldc;
+} gemm_key;
+
+typedef struct gemm_plan {
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t first, second, c; /* B, A and C in cuBLASLt's view */
+    cublasLtMatmulAlgo_t algo;
+    bool found; /* false: cuBLASLt has no algorithm for the signature (kept, so as not to ask again) */
+} gemm_plan;
+
+enum { PLAN_SLOTS = 512, PLAN_MAX = 256 }; /* open addressing: a probe always ends at a free slot */
+
+typedef struct plan_slot {
+    gemm_key key;
+    gemm_plan plan;
+    bool used;
+} plan_slot;
+
+static plan_slot g_plans[PLAN_SLOTS];
+static int g_nplans;
+static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static gemm_key key_of(const accel_k_gemm *g, cudaDataType_t ab, const void *a, const void *b, const void *c,
+                       const void *bias) {
+    gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.device = g->c->device.index;
+    k.compute = ab == CUDA_R_32F && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    k.ab = ab;
+    k.flags = (g->trans_a ? KEY_TRANS_A : 0) | (g->trans_b ? KEY_TRANS_B : 0) | (bias ? KEY_BIAS : 0);
+    k.align_first = alignment_of(b);
+    k.align_second = alignment_of(a);
+    k.align_c = alignment_of(c);
+    k.align_bias = bias ? alignment_of(bias) : 0;
+    k.M = g->M, k.N = g->N, k.K = g->K, k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
+    return k;
+}
+
+static size_t key_slot(const gemm_key *k) { /* FNV-1a over the key's bytes */
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return (size_t)(h % PLAN_SLOTS);
+}
+
+/* The matmul descriptor of key k in op's storage: B first, A second (see
+ * the file comment), and with a bias the bias epilogue. cuBLASLt computes
+ * the column-major D = C^T [N, M]; its bias has one element per row of D
+ * (N, one per column of our row-major C) and is broadcast along D's
+ * columns, which are C's rows: C[m][n] += bias[n], the table's bias. The
+ * bias is f32 (C's dtype, cuBLASLt's default for an f32 D, said
+ * explicitly). cuBLASLt reads the pointer's value for its alignment when it
+ * chooses an algorithm. */
+static cublasStatus_t desc_init(cublasLtMatmulDesc_t op, const gemm_key *k, const void *bias) {
+    cublasOperation_t opb = k->flags & KEY_TRANS_B ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opa = k->flags & KEY_TRANS_A ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t s = cublasLtMatmulDescInit(op, (cublasComputeType_t)k->compute, CUDA_R_32F);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa);
+    if (s || !bias) return s;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t bias_type = CUDA_R_32F;
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    return s;
+}
+
+/* The plan of key k into p: descriptors, then the heuristic's best algorithm
+ * for them (asked through this thread's handle lt; the answer depends on
+ * the device and the descriptors, not on the handle), or p->found false
+ * when it has none. */
+static accel_status plan_build(gemm_plan *p, const gemm_key *k, lt_thread *lt, const void *bias) {
+    int index = k->device;
+    bool ta = k->flags & KEY_TRANS_A, tb = k->flags & KEY_TRANS_B;
+    cudaDataType_t ab = (cudaDataType_t)k->ab;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    size_t ws = WORKSPACE_BYTES;
+    cublasStatus_t s = desc_init(&p->op, k, bias);
+    /* Stored column-major shapes: B^T is [N, K] (or [K, N] stored when
+     * trans_b), A^T is [K, M] (or [M, K]), C^T is [N, M]. */
+    if (!s) s = cublasLtMatrixLayoutInit(&p->first, ab, tb ? k->K : k->N, tb ? k->N : k->K, k->ldb);
+    if (!s) s = cublasLtMatrixLayoutInit(&p->second, ab, ta ? k->M : k->K, ta ? k->K : k->M, k->lda);
+    if (!s) s = cublasLtMatrixLayoutInit(&p->c, CUDA_R_32F, k->N, k->M, k->ldc);
+    if (!s) s = cublasLtMatmulPreferenceInit(&pref);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (!s) s = pref_align(&pref, k->align_first, k->align_second, k->align_c);
+    accel_status st = lt_check(s, index, "descriptors");
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    if (st == ACCEL_OK)
+        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, &p->op, &p->first, &p->second, &p->c, &p->c, &pref, 1,
+                                                     &h, &found),
+                      index, "heuristic");
+    p->found = st == ACCEL_OK && found > 0;
+    if (p->found) p->algo = h.algo;
+    return st;
+}
+
+/* The plan of key k: the table's (made now if the signature is new and the
+ * table has room), or one made in *local when the table is full; NULL
+ * (error set) when cuBLASLt refuses the descriptors. */
+static gemm_plan *plan_get(const gemm_key *k, lt_thread *lt, const void *bias, gemm_plan *local) {
+    pthread_mutex_lock(&g_plans_lock);
+    size_t i = key_slot(k);
+    while (g_plans[i].used && memcmp(&g_plans[i].key, k, sizeof *k)) i = (i + 1) % PLAN_SLOTS;
+    plan_slot *slot = &g_plans[i];
+    gemm_plan *p = slot->used ? &slot->plan : NULL;
+    accel_status st = ACCEL_OK;
+    bool room = g_nplans < PLAN_MAX;
+    if (!p && room && (st = plan_build(&slot->plan, k, lt, bias)) == ACCEL_OK) {
+        slot->key = *k;
+        slot->used = true;
+        g_nplans++;
+        p = &slot->plan;
+    }
+    pthread_mutex_unlock(&g_plans_lock);
+    if (p || st != ACCEL_OK) return p;
+    return plan_build(local, k, lt, bias) == ACCEL_OK ? local : NULL;
+}
+
+int accel__cuda_gemm_plans(void) {
+    pthread_mutex_lock(&g_plans_lock);
+    int n = g_nplans;
+    pthread_mutex_unlock(&g_plans_lock);
+    return n;
+}
+
+/* ---- the table's gemm */
+
+static accel_status bias_check(int index, const accel_tensor *bias, int64_t N) {
+    if (bias->dtype != ACCEL_F32)
+        return accel_set_error(ACCEL_ERR_DTYPE, "cuda:%d: gemm: bias must be f32 (got %s)", index,
+                               accel_dtype_name(bias->dtype));
+    if (accel_numel(bias) != N || !accel_is_contiguous(bias))
+        return accel_set_error(ACCEL_ERR_SHAPE, "cuda:%d: gemm: bias must be %lld contiguous elements (N; got %lld%s)",
+                               index, (long long)N, (long long)accel_numel(bias),
+                               accel_is_contiguous(bias) ? "" : ", strided");
+    return ACCEL_OK;
+}
+
+/* C = beta C + bias, then the GEMM onto it with beta 1 and no epilogue:
+ * the same sum (the CPU's way, docs/cpu.md) where cuBLASLt has no algorithm
+ * with the bias epilogue for a signature. */
+static accel_status gemm_bias_first(const accel_k_gemm *g, float *c, const float *bias) {
+    accel_status st = accel__cuda_scale_rows(g->c->device.index, c, g->M, g->N, g->ldc, g->beta, bias);
+    accel_k_gemm plain = *g;
+    plain.bias = NULL;
+    plain.beta = 1.0f;
+    return st == ACCEL_OK ? accel__cudak_gemm(&plain) : st;
 }
 
 accel_status accel__cudak_gemm(accel_k_gemm *g) {
@@ -120,31 +284,35 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
         return accel_set_error(ACCEL_ERR_DTYPE, "cuda:%d: gemm: operands %s x %s -> %s (A and B both f32, bf16 or f16; C f32)",
                                index, accel_dtype_name(g->a->dtype), accel_dtype_name(g->b->dtype),
                                accel_dtype_name(g->c->dtype));
+    if (g->bias && bias_check(index, g->bias, g->N) != ACCEL_OK) return accel_last_status();
     if (g->M == 0 || g->N == 0) return ACCEL_OK;
-    if (g->K == 0) return accel__cuda_scale_rows(index, (float *)g->c->data + g->c_off, g->M, g->N, g->ldc, g->beta);
+    const float *bias = g->bias ? (const float *)g->bias->data : NULL;
+    float *c = (float *)g->c->data + g->c_off;
+    if (g->K == 0) return accel__cuda_scale_rows(index, c, g->M, g->N, g->ldc, g->beta, bias);
     cudaStream_t stream = accel__cuda_enter(index);
     lt_thread *lt = lt_of(index);
     if (!lt) return accel_last_status();
-    lt_plan p = {0};
     const void *a = elem(g->a, g->a_off), *b = elem(g->b, g->b_off);
-    void *c = (void *)elem(g->c, g->c_off);
-    cublasStatus_t cs = plan_init(&p, g, ab);
-    if (!cs) cs = plan_align(&p, b, a, c);
-    accel_status st = lt_check(cs, index, "descriptors");
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, p.op, p.b, p.a, p.c, p.c, p.pref, 1, &h, &found),
-                      index, "heuristic");
-    if (st == ACCEL_OK && !found)
-        st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld",
-                             index, (long long)g->M, (long long)g->N, (long long)g->K);
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmul(lt->handle, p.op, &g->alpha, b, p.b, a, p.a,
-                                     &g->beta, c, p.c, c, p.c, &h.algo, lt->workspace, WORKSPACE_BYTES, stream),
-                      index, "cublasLtMatmul");
-    plan_free(&p);
-    return st;
+    gemm_key key = key_of(g, ab, a, b, c, bias);
+    gemm_plan local;
+    gemm_plan *p = plan_get(&key, lt, bias, &local);
+    if (!p) return accel_last_status();
+    if (!p->found && bias) return gemm_bias_first(g, c, bias);
+    if (!p->found)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld",
+                               index, (long long)g->M, (long long)g->N, (long long)g->K);
+    /* The bias pointer is part of the matmul descriptor, and differs from call
+     * to call: a call with a bias gets its own descriptor, made in place on
+     * the stack (no allocation); the cached layouts and algorithm hold. */
+    cublasLtMatmulDescOpaque_t own;
+    cublasLtMatmulDesc_t op = &p->op;
+    if (bias) {
+        op = &own;
+        if (lt_check(desc_init(op, &key, bias), index, "descriptors") != ACCEL_OK) return accel_last_status();
+    }
+    return lt_check(cublasLtMatmul(lt->handle, op, &g->alpha, b, &p->first, a, &p->second, &g->beta, c, &p->c, c,
+                                   &p->c, &p->algo, lt->workspace, WORKSPACE_BYTES, stream),
+                    index, "cublasLtMatmul");
 }
 
 /* ---- fp8 GEMMs (cuda_internal.h: accel__cuda_fp8_gemm): E4M3/E5M2
@@ -195,7 +363,7 @@ accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g) {
     if (!lt) return accel_last_status();
     lt_plan p = {0};
     cublasStatus_t cs = fp8_plan_init(&p, g);
-    if (!cs) cs = plan_align(&p, g->b, g->a, g->c);
+    if (!cs) cs = pref_align(p.pref, alignment_of(g->b), alignment_of(g->a), alignment_of(g->c));
     st = lt_check(cs, index, "fp8 descriptors");
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;

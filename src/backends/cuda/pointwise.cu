@@ -316,16 +316,18 @@ extern "C" accel_status accel__cudak_col_sum(accel_k_col_sum *k) {
     return launched(index, "col_sum");
 }
 
-/* C[M, N] (leading dim ldc) *= beta: a GEMM with K = 0. */
-__global__ void scale_rows_k(float *c, int64_t M, int64_t N, int64_t ldc, float beta) {
+/* C[M, N] (leading dim ldc) = beta C (+ bias[N] in every row): a GEMM with K = 0. */
+__global__ void scale_rows_k(float *c, int64_t M, int64_t N, int64_t ldc, float beta, const float *bias) {
     GRID_STRIDE(i, M * N) {
         float *p = c + (i / N) * ldc + i % N;
-        *p = beta == 0.0f ? 0.0f : beta * *p;
+        float v = beta == 0.0f ? 0.0f : beta * *p;
+        *p = bias ? v + bias[i % N] : v;
     }
 }
 
-extern "C" accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta) {
+extern "C" accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta,
+                                               const float *bias) {
     cudaStream_t s = accel__cuda_enter(index);
-    scale_rows_k<<<blocks_for(M * N), KTHREADS, 0, s>>>(c, M, N, ldc, beta);
+    scale_rows_k<<<blocks_for(M * N), KTHREADS, 0, s>>>(c, M, N, ldc, beta, bias);
     return launched(index, "gemm");
 }
