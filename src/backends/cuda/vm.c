@@ -157,10 +157,11 @@ static accel_status fence_record(int index, void *fence) {
 
 /* An error (the device's work has stopped) counts as done: the unmap
  * reports it. "Not ready" is no error: it is cleared, so that no later call
- * reports it (as PyTorch's allocator does). */
+ * reports it (as PyTorch's allocator does), but only when it is what is
+ * pending: another pending error stays for the call it belongs to. */
 static bool fence_done(int index, void *fence) {
     if (cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady) return true;
-    cudaGetLastError();
+    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
     return false;
 }
 
