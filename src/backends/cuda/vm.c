@@ -175,6 +175,11 @@ static accel_status fence_order(int index, void *fence) {
                              "vm_map: ordering after a retired range");
 }
 
+static accel_status drain(int index) {
+    return accel__cuda_check(cudaStreamSynchronize(accel__cuda_enter(index)), index,
+                             "vm_unmap: waiting for the stream (no event recorded)");
+}
+
 /* At process exit the runtime may be unloading already: nothing to report. */
 static void fence_free(int index, void *fence) {
     if (cudaEventDestroy((cudaEvent_t)fence) != cudaSuccess) cudaGetLastError();
@@ -194,6 +199,7 @@ static const accel__vm_ops cuda_vm_ops = {
     .fence_wait = fence_wait,
     .fence_order = fence_order,
     .fence_free = fence_free,
+    .drain = drain,
 };
 
 /* ---- the backend's entries */
