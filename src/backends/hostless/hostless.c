@@ -113,8 +113,9 @@ static void hostless_free(int index, void *p) {
  * it last held (code that counted on fresh zeros fails here); unmapping gives
  * the pages back and takes the access away, so a stray use faults as on a
  * GPU. Test hooks (hostless.h): the granule (ACCEL_TEST_VM_GRANULE, e.g.
- * CUDA's 2 MiB), a limit on the handles' bytes (a full device), and fences
- * that stay pending until waited for (work in flight, as on a GPU). */
+ * CUDA's 2 MiB), a limit on the handles' bytes (a full device), fences
+ * that stay pending until waited for (work in flight, as on a GPU), and
+ * failing unmaps and fence records (a device's failures). */
 
 enum { HOSTLESS_VM_GRANULE = 64 << 10 };
 
