@@ -16,7 +16,8 @@
  *   forward and in backward, fails every rank at once (well inside the
  *   group's timeout), each error naming that rank, and the next step trains.
  * - tied weights across units train as the model in one unit.
- * - accel_accelerator_clear holds one unit gathered at a time.
+ * - accel_accelerator_clear holds one unit gathered at a time, and says so
+ *   when a unit could not be gathered (a failed mapping).
  */
 #include <math.h>
 #include <stdio.h>
@@ -308,6 +309,40 @@ static void test_clear_is_incremental(void) {
     accel_accelerator_free(acc);
 }
 
+/* A mapping that fails while accel_accelerator_clear gathers a unit (on
+ * the last rank alone): every rank's clear says so, naming that rank,
+ * instead of silently handing the unit back as zeros; the model is still
+ * freed cleanly. */
+static void test_clear_reports_failed_gather(void) {
+    int who = N - 1;
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    accel_manual_seed(7);
+    accel_module *model = stack(dev);
+    accel_optimizer *opt = adamw(model);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    good_step(acc, model, opt, dev, 0);
+    accel_clear_error();
+    if (R == who) accel__hostless_vm_fail_next(1);
+    double t0 = seconds();
+    accel_accelerator_clear(acc);
+    accel__hostless_vm_fail_next(0);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", who);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clear");
+    CHECK_STR_CONTAINS(accel_last_error(), want);
+    CHECK_STR_CONTAINS(accel_last_error(), "zeros");
+    CHECK_MSG(seconds() - t0 < 15, "clear: rank %d took %.1f s (the group's timeout is 60 s)", R, seconds() - t0);
+    accel_clear_error();
+    float *w = malloc(NP * sizeof(float));
+    CHECK(params_to_host(model, w, NP) == NP);
+    free(w);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
 /* Three Linear units, the last one's weight tied to the first's: the two
  * units share one parameter. Trained with the default wrap policy (a unit
  * per Linear) it equals the same run with the model as one unit (NO_WRAP). */
@@ -372,6 +407,7 @@ int main(void) {
     RUN(test_map_failure_on_one_rank);
     RUN(test_tied_weights_across_units);
     RUN(test_clear_is_incremental);
+    RUN(test_clear_reports_failed_gather);
     accel_thread_cleanup();
     return check_summary();
 }
