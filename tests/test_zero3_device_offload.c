@@ -9,7 +9,7 @@
  *   step runs there; each unit's parameters come to the device for its
  *   forward and backward only. Training equals the run without offload bit
  *   for bit (losses, final weights; f32 and bf16), and between steps the
- *   device holds no shard.
+ *   device holds no shard; with gradient accumulation 2 and clipping too.
  * - bf16 autocast: the weights' bf16 copies (prepared forms) go with their
  *   unit, so between steps the device holds the shards only.
  * - a mapping that fails on one rank (the hostless vm_map failure hook), in
@@ -57,6 +57,7 @@ static size_t in_use(void) { return accel__hostless_memory_stats(0).in_use; }
 typedef struct cfg {
     const char *mp, *offload_param, *nvme_path;
     bool fsdp_offload_params;
+    int accum; /* gradient accumulation steps, with clip_grad_norm (0: neither) */
 } cfg;
 
 static accel_accelerator *accelerator(cfg c) {
@@ -66,6 +67,7 @@ static accel_accelerator *accelerator(cfg c) {
     o.offload_param_device = c.offload_param;
     o.offload_param_nvme_path = c.nvme_path;
     o.fsdp_offload_params = c.fsdp_offload_params;
+    o.gradient_accumulation_steps = c.accum ? c.accum : 1;
     accel_accelerator *acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     return acc;
@@ -95,6 +97,26 @@ static void check_state_on(accel_optimizer *opt, accel_device_type want, const c
     if (n >= 0) accel_named_state_free(st, n);
 }
 
+/* One micro-batch of step s (the s-th when not accumulating): its loss into
+ * *loss_sum, backward, under accumulation the clipped gradients on the sync
+ * step, and the optimizer step (a no-op until then). False on failure. */
+static bool micro_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, accel_device dev, int s,
+                       bool clip, float *loss_sum, const char *what) {
+    CHECK(accel_accelerator_accumulate(acc) == ACCEL_OK);
+    accel_tensor *x = data(R, s, 0, dev), *y = data(R, s, 1, dev);
+    accel_tensor *loss = accel_mse_loss(accel_module_call(model, x), y);
+    CHECK_MSG(loss != NULL, "%s micro-batch %d: %s", what, s + 1, accel_last_error());
+    if (!loss) return false;
+    *loss_sum += (float)accel_item(loss);
+    CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
+    if (clip && accel_accelerator_sync_gradients(acc))
+        CHECK_MSG(accel_accelerator_clip_grad_norm(acc, model, 0.05, 2.0) >= 0, "%s: %s", what, accel_last_error());
+    CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
+    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+    accel_step_reset();
+    return true;
+}
+
 /* One training run: each step's loss, the final weights (after clear), and
  * the device bytes (over what was in use before the model) between steps
  * (the most after steps 2..STEPS) and at a step's peak. */
@@ -115,17 +137,12 @@ static void train(cfg c, run_out *out, const char *what) {
     accel_module *model = stack(dev);
     accel_optimizer *opt = adamw(model);
     CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
-    for (int s = 0; s < STEPS; s++) {
+    int accum = c.accum ? c.accum : 1;
+    bool ok = true;
+    for (int s = 0; s < STEPS && ok; s++) {
         accel__hostless_reset_peak(0);
-        accel_tensor *x = data(R, s, 0, dev), *y = data(R, s, 1, dev);
-        accel_tensor *loss = accel_mse_loss(accel_module_call(model, x), y);
-        CHECK_MSG(loss != NULL, "%s step %d: %s", what, s + 1, accel_last_error());
-        if (!loss) break;
-        out->loss[s] = (float)accel_item(loss);
-        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
-        CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
-        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
-        accel_step_reset();
+        for (int k = 0; k < accum && ok; k++)
+            ok = micro_step(acc, model, opt, dev, s * accum + k, c.accum > 0, &out->loss[s], what);
         if (s == 0) continue;
         double now = (double)in_use() - (double)base, top = (double)accel__hostless_memory_stats(0).peak - (double)base;
         out->between = fmax(out->between, now);
@@ -204,6 +221,24 @@ static void offload_modes(const char *mp) {
 
 static void test_offload_param_f32(void) { offload_modes("no"); }
 static void test_offload_param_bf16(void) { offload_modes("bf16"); }
+
+/* Gradient accumulation 2 with clip_grad_norm: offload_param (cpu, nvme;
+ * f32 and bf16) trains as the run without offload, bit for bit on hostless
+ * (the host's kernels are hostless's). */
+static void test_offload_param_accumulation(void) {
+    const char *mps[] = {"no", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        run_out want;
+        char what[96];
+        snprintf(what, sizeof what, "zero3 %s accumulation 2", mps[i]);
+        train((cfg){.mp = mps[i], .accum = 2}, &want, what);
+        snprintf(what, sizeof what, "offload_param cpu %s accumulation 2", mps[i]);
+        offload_matches(mps[i], (cfg){.offload_param = "cpu", .accum = 2}, &want, what);
+        snprintf(what, sizeof what, "offload_param nvme %s accumulation 2", mps[i]);
+        offload_matches(mps[i], (cfg){.offload_param = "nvme", .nvme_path = "/tmp", .accum = 2}, &want, what);
+        free(want.w);
+    }
+}
 
 static double seconds(void) {
     struct timespec t;
@@ -404,6 +439,7 @@ int main(void) {
     R = r ? atoi(r) : 0;
     RUN(test_offload_param_f32);
     RUN(test_offload_param_bf16);
+    RUN(test_offload_param_accumulation);
     RUN(test_map_failure_on_one_rank);
     RUN(test_tied_weights_across_units);
     RUN(test_clear_is_incremental);
