@@ -10,6 +10,7 @@
  *   forward and backward only. Training equals the run without offload bit
  *   for bit (losses, final weights; f32 and bf16), and between steps the
  *   device holds no shard; with gradient accumulation 2 and clipping too.
+ *   A SHARDED_STATE_DICT checkpoint under nvme resumes bit for bit.
  * - bf16 autocast: the weights' bf16 copies (prepared forms) go with their
  *   unit, so between steps the device holds the shards only.
  * - a mapping that fails on one rank (the hostless vm_map failure hook), in
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
@@ -58,6 +60,7 @@ typedef struct cfg {
     const char *mp, *offload_param, *nvme_path;
     bool fsdp_offload_params;
     int accum; /* gradient accumulation steps, with clip_grad_norm (0: neither) */
+    const char *state_dict_type;
 } cfg;
 
 static accel_accelerator *accelerator(cfg c) {
@@ -68,6 +71,7 @@ static accel_accelerator *accelerator(cfg c) {
     o.offload_param_nvme_path = c.nvme_path;
     o.fsdp_offload_params = c.fsdp_offload_params;
     o.gradient_accumulation_steps = c.accum ? c.accum : 1;
+    o.fsdp_state_dict_type = c.state_dict_type;
     accel_accelerator *acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     return acc;
@@ -238,6 +242,62 @@ static void test_offload_param_accumulation(void) {
         offload_matches(mps[i], (cfg){.offload_param = "nvme", .nvme_path = "/tmp", .accum = 2}, &want, what);
         free(want.w);
     }
+}
+
+/* Steps [from, to) through acc, each one's loss into loss[s - from]; then
+ * clear and the final weights into w. */
+static void steps_then_weights(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, int from, int to,
+                               float *loss, float *w, const char *what) {
+    accel_device dev = accel_accelerator_device(acc);
+    for (int s = from; s < to; s++) micro_step(acc, model, opt, dev, s, false, &loss[s - from], what);
+    accel_accelerator_clear(acc);
+    CHECK(params_to_host(model, w, NP) == NP);
+}
+
+/* SHARDED_STATE_DICT under offload_param nvme (the parameter shard in a
+ * file): saved after a step and loaded into a model with other weights, the
+ * next steps train as the run that went on (losses and final weights bit for
+ * bit). */
+static void test_sharded_checkpoint_nvme(void) {
+    const char *what = "offload_param nvme SHARDED_STATE_DICT resume";
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/accel_z3_nvme_ckpt_%d", (int)(N > 1 ? getppid() : getpid()));
+    accel_accelerator *acc =
+        accelerator((cfg){.offload_param = "nvme", .nvme_path = "/tmp", .state_dict_type = "SHARDED_STATE_DICT"});
+    if (!acc) return;
+    float want_loss[2] = {0}, got_loss[2] = {0}, none = 0;
+    float *want = calloc(NP, sizeof(float)), *got = calloc(NP, sizeof(float));
+    for (int resumed = 0; resumed < 2; resumed++) {
+        accel_manual_seed(resumed ? 99 : 7); /* other weights: the load replaces them */
+        accel_module *model = stack(accel_accelerator_device(acc));
+        accel_optimizer *opt = adamw(model);
+        CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+        if (resumed) {
+            CHECK_MSG(accel_accelerator_load_state(acc, dir, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
+        } else {
+            micro_step(acc, model, opt, accel_accelerator_device(acc), 0, false, &none, what);
+            CHECK_MSG(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_OK, "%s: %s", what, accel_last_error());
+        }
+        steps_then_weights(acc, model, opt, 1, 3, resumed ? got_loss : want_loss, resumed ? got : want, what);
+        accel_optimizer_free(opt);
+        accel_module_free(model);
+    }
+    for (int s = 0; s < 2; s++)
+        CHECK_MSG(got_loss[s] == want_loss[s], "%s step %d: loss %.9g, without the resume %.9g", what, s + 2,
+                  got_loss[s], want_loss[s]);
+    int64_t diff = 0;
+    for (int64_t k = 0; k < NP; k++) diff += got[k] != want[k];
+    CHECK_MSG(diff == 0, "%s: %lld of %d final weights differ from the run without the resume", what,
+              (long long)diff, NP);
+    free(want);
+    free(got);
+    accel_accelerator_wait_for_everyone(acc);
+    if (R == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+    }
+    accel_accelerator_free(acc);
 }
 
 static double seconds(void) {
@@ -440,6 +500,7 @@ int main(void) {
     RUN(test_offload_param_f32);
     RUN(test_offload_param_bf16);
     RUN(test_offload_param_accumulation);
+    RUN(test_sharded_checkpoint_nvme);
     RUN(test_map_failure_on_one_rank);
     RUN(test_tied_weights_across_units);
     RUN(test_clear_is_incremental);
