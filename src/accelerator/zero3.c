@@ -1220,14 +1220,15 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
 }
 
 /* Unit u's f32 masters into its range of the full buffer, whatever its
- * reduction or gather left (collective: on a broken group, or a mapping that
- * failed on any rank, the range holds no weights); the first failure. */
+ * reduction or gather left (collective). The gather's status: on a broken
+ * group, or a mapping that failed on any rank (agreed), the range holds no
+ * weights. (A reduction or earlier gather that failed leaves the masters
+ * as they are: the gather here still brings them.) */
 static accel_status gather_masters(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    accel_status st = u->reduce ? finish_reduce(acc, pm, u) : ACCEL_OK;
-    accel_status fst = u->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, u) : ACCEL_OK;
+    if (u->reduce) finish_reduce(acc, pm, u);
+    if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
     u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
-    accel_status gst = pm->zparams ? gather(acc, pm, u, true) : ACCEL_OK;
-    return st ? st : fst ? fst : gst;
+    return pm->zparams ? gather(acc, pm, u, true) : ACCEL_OK;
 }
 
 /* Tensor t of the flat buffer into memory of its own on the model's device,
@@ -1251,8 +1252,8 @@ static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
     return true;
 }
 
-/* The first unit clear could not gather (k, its status) and the first
- * tensor left without data, for the error clear reports. */
+/* The first unit clear could not gather (its index, status and error) and
+ * the count of tensors left without data, for the error clear reports. */
 typedef struct clear_loss {
     int unit, tensors;
     accel_status st;
