@@ -322,12 +322,18 @@ static void failed_together(bool failed, double t0, int who, const char *what) {
 
 /* One good step: every rank trains. */
 static void good_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, accel_device dev, int s) {
-    accel_tensor *loss = accel_mse_loss(accel_module_call(model, data(R, s, 0, dev)), data(R, s, 1, dev));
-    CHECK_MSG(loss != NULL, "%s", accel_last_error());
-    CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
-    CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
-    accel_step_reset();
+    float loss = 0;
+    micro_step(acc, model, opt, dev, s, false, &loss, "good step");
+}
+
+/* The model of L units (seed 7) with AdamW, prepared by acc, one good step trained. */
+static accel_module *trained_stack(accel_accelerator *acc, accel_optimizer **opt) {
+    accel_manual_seed(7);
+    accel_module *model = stack(accel_accelerator_device(acc));
+    *opt = adamw(model);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, *opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    good_step(acc, model, *opt, accel_accelerator_device(acc), 0);
+    return model;
 }
 
 /* Device OOM on the last rank alone: a unit's parameters in forward, its
@@ -341,11 +347,8 @@ static void test_map_failure_on_one_rank(void) {
     accel_accelerator *acc = accelerator((cfg){0});
     if (!acc) return;
     accel_device dev = accel_accelerator_device(acc);
-    accel_manual_seed(7);
-    accel_module *model = stack(dev);
-    accel_optimizer *opt = adamw(model);
-    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
-    good_step(acc, model, opt, dev, 0);
+    accel_optimizer *opt;
+    accel_module *model = trained_stack(acc, &opt);
 
     if (R == who) accel__hostless_vm_fail_next(1);
     double t0 = seconds();
@@ -412,12 +415,8 @@ static void test_clear_reports_failed_gather(void) {
     int who = N - 1;
     accel_accelerator *acc = accelerator((cfg){0});
     if (!acc) return;
-    accel_device dev = accel_accelerator_device(acc);
-    accel_manual_seed(7);
-    accel_module *model = stack(dev);
-    accel_optimizer *opt = adamw(model);
-    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
-    good_step(acc, model, opt, dev, 0);
+    accel_optimizer *opt;
+    accel_module *model = trained_stack(acc, &opt);
     accel_clear_error();
     if (R == who) accel__hostless_vm_fail_next(1);
     double t0 = seconds();
