@@ -653,6 +653,10 @@ static bool on_stream(accel_pg *pg, const call *c) {
     return pg && pg->be->stream && pg->be->stream->takes(pg, c->send, c->buf);
 }
 
+bool accel__pg_on_stream(accel_pg *pg, const void *buf) {
+    return on_stream(pg, &(call){.kind = K_ALL_REDUCE, .buf = (void *)buf});
+}
+
 /* Enqueues call c on the backend's stream from this thread: *ticket marks its end. */
 static accel_status stream_issue(accel_pg *pg, const call *c, void **ticket) {
     if (pg->broken != ACCEL_OK) return refuse_broken(pg);
