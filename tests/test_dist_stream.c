@@ -16,8 +16,14 @@
  *     told to abort), give wait's error naming the call, its site and the
  *     rank; later calls fail fast; a second work in flight fails too, no hang;
  *   - accel_work_done polls and finishes; free without wait and
- *     accel_pg_free_shared wait for the work, every ticket is released. */
+ *     accel_pg_free_shared wait for the work, every ticket is released;
+ *   - no two threads are ever inside the backend at once (each of its entry
+ *     points checks): polling, waiting for or failing streamed work while
+ *     the communication thread runs host-buffer work leaves the backend to
+ *     it until it is done. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -70,9 +76,21 @@ typedef struct fake {
     bool stuck;     /* tickets never complete */
     fake_ticket *failing;
     bool aborted;
+    atomic_int inside;    /* threads inside the backend now: never more than one */
+    atomic_bool in_host;  /* the communication thread is inside a host-buffer all_reduce */
 } fake;
 
 static fake *fake_of(accel_pg *pg) { return pg->impl; }
+
+/* Every entry point of the backend brackets its body with these: a second
+ * thread inside it at once is the defect checked (its state has no lock). */
+static fake *enter(accel_pg *pg) {
+    fake *f = fake_of(pg);
+    int before = atomic_fetch_add(&f->inside, 1);
+    CHECK_MSG(before == 0, "two threads inside the backend at once");
+    return f;
+}
+static void leave(fake *f) { atomic_fetch_sub(&f->inside, 1); }
 
 /* Rank 1 of 2 whose peer contributes what it does: a sum doubles. */
 static void run_op(accel_pg *pg, fake_op *o) {
@@ -105,14 +123,25 @@ static void run_through(accel_pg *pg, int last) {
 }
 
 static accel_status issue(accel_pg *pg, fake_op o) {
-    fake *f = fake_of(pg);
-    if (f->aborted) return accel_set_error(ACCEL_ERR_DIST, "fake: aborted");
-    CHECK(f->n_ops < MAX_OPS);
-    f->log[f->n_log++] = (log_entry){o.kind, pthread_self(), f->deferred};
-    f->ops[f->n_ops] = o;
-    int k = f->n_ops++;
-    if (!f->deferred) run_through(pg, k); /* a synchronous call: after what the stream holds */
-    return ACCEL_OK;
+    fake *f = enter(pg);
+    if (o.kind == OP_ALL_REDUCE && !on_dev(o.recv)) {
+        /* host work runs on the communication thread: slowly, so an overtaking enqueue shows */
+        atomic_store(&f->in_host, true);
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+        atomic_store(&f->in_host, false);
+    }
+    accel_status st = ACCEL_OK;
+    if (f->aborted) {
+        st = accel_set_error(ACCEL_ERR_DIST, "fake: aborted");
+    } else {
+        CHECK(f->n_ops < MAX_OPS);
+        f->log[f->n_log++] = (log_entry){o.kind, pthread_self(), f->deferred};
+        f->ops[f->n_ops] = o;
+        int k = f->n_ops++;
+        if (!f->deferred) run_through(pg, k); /* a synchronous call: after what the stream holds */
+    }
+    leave(f);
+    return st;
 }
 
 static accel_status fake_init(accel_pg *pg, accel__store *st) { (void)pg, (void)st; return ACCEL_OK; }
@@ -121,9 +150,6 @@ static accel_status fake_barrier(accel_pg *pg) { return issue(pg, (fake_op){.kin
 
 static accel_status fake_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
     (void)dt, (void)op;
-    if (!on_dev(buf)) { /* host work runs on the communication thread: slowly, so an overtaking enqueue shows */
-        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
-    }
     return issue(pg, (fake_op){.kind = OP_ALL_REDUCE, .recv = buf, .count = count});
 }
 
@@ -149,30 +175,31 @@ static bool fake_takes(accel_pg *pg, const void *send, const void *recv) {
 }
 
 static void *fake_begin(accel_pg *pg) {
-    fake *f = fake_of(pg);
+    fake *f = enter(pg);
     fake_ticket *t = calloc(1, sizeof *t);
-    if (!t) {
+    if (t) {
+        t->op = -1;
+        if (f->fail_next) f->failing = t;
+        f->fail_next = false;
+        f->live_tickets++;
+        f->deferred = true;
+    } else {
         accel_set_error(ACCEL_ERR_OOM, "fake: out of memory");
-        return NULL;
     }
-    t->op = -1;
-    if (f->fail_next) f->failing = t;
-    f->fail_next = false;
-    f->live_tickets++;
-    f->deferred = true;
+    leave(f);
     return t;
 }
 
 static accel_status fake_end(accel_pg *pg, void *ticket) {
-    fake *f = fake_of(pg);
+    fake *f = enter(pg);
     f->deferred = false;
     ((fake_ticket *)ticket)->op = f->n_ops - 1;
+    leave(f);
     return ACCEL_OK;
 }
 
-static accel_status fake_query(accel_pg *pg, void *ticket, bool *done) {
-    fake *f = fake_of(pg);
-    fake_ticket *t = ticket;
+/* One look at ticket t (fake_query's body). */
+static accel_status query_ticket(accel_pg *pg, fake *f, fake_ticket *t, bool *done) {
     f->queries++;
     CHECK(!f->deferred);
     if (f->aborted) return accel_set_error(ACCEL_ERR_DIST, "fake: aborted by an earlier failure");
@@ -185,20 +212,33 @@ static accel_status fake_query(accel_pg *pg, void *ticket, bool *done) {
     return ACCEL_OK;
 }
 
+static accel_status fake_query(accel_pg *pg, void *ticket, bool *done) {
+    fake *f = enter(pg);
+    accel_status st = query_ticket(pg, f, ticket, done);
+    leave(f);
+    return st;
+}
+
 static accel_status fake_join(accel_pg *pg, void *ticket) {
     (void)ticket;
-    fake_of(pg)->joins++;
+    fake *f = enter(pg);
+    f->joins++;
+    leave(f);
     return ACCEL_OK;
 }
 
 static void fake_abort(accel_pg *pg) {
-    fake_of(pg)->aborts++;
-    fake_of(pg)->aborted = true;
+    fake *f = enter(pg);
+    f->aborts++;
+    f->aborted = true;
+    leave(f);
 }
 
 static void fake_release(accel_pg *pg, void *ticket) {
-    fake_of(pg)->live_tickets--;
+    fake *f = enter(pg);
+    f->live_tickets--;
     free(ticket);
+    leave(f);
 }
 
 static const accel__stream_ops FAKE_STREAM = {fake_takes, fake_begin, fake_end, fake_query,
@@ -393,6 +433,48 @@ static void test_free_before_wait(void) {
     accel_pg_free(pg);
 }
 
+/* Blocks until the communication thread is inside the backend with host work. */
+static void until_host_work_runs(fake *f) {
+    while (!atomic_load(&f->in_host)) sched_yield();
+}
+
+static void test_one_thread_in_backend(void) {
+    fake f;
+    accel_pg *pg = fake_group(&f, 30, false);
+    float host[N];
+    fill(host, 1);
+    fill(g_dev[0], 1);
+    /* polled while the communication thread runs host work: not done until that is */
+    accel_work *d = accel_pg_all_reduce_async(pg, g_dev[0], N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    accel_work *a = accel_pg_all_reduce_async(pg, host, N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    CHECK(d && a);
+    until_host_work_runs(&f);
+    int queries = f.queries;
+    CHECK(!accel_work_done(d) && f.queries == queries);
+    while (!accel_work_done(d)) sched_yield();
+    CHECK(accel_work_done(a) && all_equal(g_dev[0], 2) && all_equal(host, 2));
+    CHECK(accel_work_wait(d) == ACCEL_OK && accel_work_wait(a) == ACCEL_OK);
+    accel_work_free(d);
+    accel_work_free(a);
+    /* waited for and failed (the backend aborted) while host work runs: after it */
+    f.fail_next = true;
+    d = accel_pg_all_reduce_async(pg, g_dev[0], N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    a = accel_pg_all_reduce_async(pg, host, N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    CHECK(d && a);
+    until_host_work_runs(&f);
+    CHECK(accel_work_wait(d) == ACCEL_ERR_DIST);
+    CHECK_STR_CONTAINS(accel_last_error(), "peer 0 closed the connection (fake)");
+    CHECK(accel_work_wait(a) == ACCEL_OK && all_equal(host, 4));
+    accel_work_free(d);
+    accel_work_free(a);
+    a = accel_pg_all_reduce_async(pg, host, N, ACCEL_F32, ACCEL_REDUCE_SUM);
+    CHECK(a && accel_work_wait(a) == ACCEL_ERR_DIST); /* the group is broken for host work too */
+    accel_work_free(a);
+    CHECK(f.live_tickets == 0);
+    accel_clear_error();
+    accel_pg_free(pg);
+}
+
 int main(void) {
     alarm(120); /* a wait that never returns fails here, not at ctest's timeout */
     RUN(test_issue_order_and_wait);
@@ -400,5 +482,6 @@ int main(void) {
     RUN(test_failure_named);
     RUN(test_timeout);
     RUN(test_free_before_wait);
+    RUN(test_one_thread_in_backend);
     return check_summary();
 }

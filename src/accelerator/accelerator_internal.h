@@ -19,6 +19,8 @@ typedef struct accel__bucket {
     int n_params, pending;
     bool launched;
     accel_work *work;
+    accel_status launch_st; /* its all-reduce was not issued (work NULL): why, until wait_all */
+    char launch_msg[512];
 } accel__bucket;
 
 /* Leaf lookup: parameter tensor -> bucket, sorted by pointer. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
+#include "dist/backend.h"
 #include "fp8_scaling.h"
 #include "nn/fp8_modules.h"
 #include "ops/fp8_linear.h"
@@ -234,19 +235,32 @@ static bool reduced_on_device(const accel__model *pm, const accel__bucket *bk) {
     return accel__needs_staging(pm->fp->buffers[bk->buffer].device) && !pm->grad_stage[bk->buffer];
 }
 
+/* Waits for every bucket's all-reduce; *first gets the first failure (a
+ * bucket whose all-reduce was never issued included), whose message is the
+ * thread's error on return. */
 static void wait_all(accel__model *pm, accel_status *first) {
+    char first_msg[1024] = "";
     for (int i = 0; i < pm->n_buckets; i++) {
         accel__bucket *bk = &pm->buckets[i];
-        if (!bk->work) continue;
-        accel_tensor h;
-        accel_status st = accel_work_wait(bk->work);
-        /* staged: the averaged gradients back onto the device */
-        if (!reduced_on_device(pm, bk))
-            st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), st, true, false);
-        if (st && !*first) *first = st;
-        accel_work_free(bk->work);
-        bk->work = NULL;
+        accel_status st = bk->launch_st;
+        if (st) {
+            accel_set_error(st, "%s", bk->launch_msg);
+            bk->launch_st = ACCEL_OK;
+        } else if (bk->work) {
+            accel_tensor h;
+            st = accel_work_wait(bk->work);
+            /* staged: the averaged gradients back onto the device */
+            if (!reduced_on_device(pm, bk))
+                st = accel__stage_end(bucket_grads(&h, pm, bk), bucket_host(pm, bk), st, true, false);
+            accel_work_free(bk->work);
+            bk->work = NULL;
+        }
+        if (st && !*first) {
+            *first = st;
+            snprintf(first_msg, sizeof first_msg, "%s", accel_last_error());
+        }
     }
+    if (first_msg[0]) accel_set_error(*first, "%s", first_msg);
 }
 
 void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
@@ -278,13 +292,37 @@ static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
     return accel__model_syncs(acc, pm) && pm->zero_stage < 2;
 }
 
+/* The buffer bucket bk's all-reduce reads: its device memory, which must
+ * then go on the group's stream (a comm-thread call would not be ordered
+ * after the backward that wrote it), or its host staging copy. */
+static void *bucket_buffer(accel_accelerator *acc, accel__model *pm, accel__bucket *bk, accel_tensor *h) {
+    if (!reduced_on_device(pm, bk)) return accel__stage_to_host(h, bucket_host(pm, bk), true);
+    void *dev = accel__device_ptr(h);
+    if (dev && !accel__pg_on_stream(acc->pg, dev)) {
+        accel_set_error(ACCEL_ERR_STATE, "the %s backend does not take this %s buffer on its stream",
+                        accel_pg_backend(acc->pg), accel_device_type_name(h->device.type));
+        return NULL;
+    }
+    return dev;
+}
+
+/* Issues bucket bk's all-reduce. One not issued (its buffer or the call
+ * failed) is the bucket's status for wait_all: this rank then reports it
+ * from backward, its peers time out waiting for it with their own error. */
 static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) {
     accel_tensor h;
     bk->launched = true;
     bucket_grads(&h, pm, bk);
-    void *buf = reduced_on_device(pm, bk) ? accel__device_ptr(&h) : accel__stage_to_host(&h, bucket_host(pm, bk), true);
+    void *buf = bucket_buffer(acc, pm, bk, &h);
     bk->work = buf ? accel_pg_all_reduce_async(acc->pg, buf, (size_t)(bk->hi - bk->lo), h.dtype, ACCEL_REDUCE_AVG)
                    : NULL;
+    if (bk->work) return;
+    bk->launch_st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    snprintf(bk->launch_msg, sizeof bk->launch_msg,
+             "accel ddp: the gradient all-reduce of bucket %d (%s, elements [%lld, %lld)) was not issued on rank %d: "
+             "%s",
+             (int)(bk - pm->buckets), accel_dtype_name(h.dtype), (long long)bk->lo, (long long)bk->hi,
+             accel_pg_rank(acc->pg), accel_last_error());
 }
 
 /* Launches the ready buckets in index order (the same order on every rank). */
@@ -350,8 +388,6 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc) {
         }
         /* Buckets whose parameters got no gradient this pass go last, in order. */
         launch_ready(acc, pm, true);
-        for (int k = 0; k < pm->n_buckets; k++)
-            if (!pm->buckets[k].work && !first) first = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
         wait_all(pm, &first);
     }
     return first;

@@ -23,7 +23,13 @@
  * its stream ordered after the caller's current stream, and a ticket marks
  * where it ends; dist.c keeps validation, ordering, debug checks, call sites,
  * the timeout and the error messages. Called on the thread that issues the
- * group's collectives. A ticket is the backend's (e.g. an event). */
+ * group's collectives, never while the communication thread runs host-buffer
+ * work in the backend: dist.c calls a backend from one thread at a time, so
+ * its state needs no lock. A ticket is the backend's (e.g. an event). */
+/* Whether an async call on buf (in place) goes on pg's backend stream:
+ * DDP checks that a device bucket it reduces in place does. */
+bool accel__pg_on_stream(accel_pg *pg, const void *buf);
+
 typedef struct accel__stream_ops {
     /* Whether an async call on these buffers (send may be NULL; recv is the
      * in/out or receive buffer) goes on the stream; false: the group's

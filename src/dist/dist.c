@@ -608,6 +608,18 @@ static void drain_queue(accel_pg *pg) {
     pthread_mutex_unlock(&q->mu);
 }
 
+/* Whether the communication thread still has work: it is then inside the
+ * backend, which no other thread may enter (backend.h). Only this group's
+ * caller queues work, so a false answer stays true until it queues more. */
+static bool queue_busy(accel_pg *pg) {
+    accel__work_queue *q = pg->q;
+    if (!q) return false;
+    pthread_mutex_lock(&q->mu);
+    bool busy = q->pending > 0;
+    pthread_mutex_unlock(&q->mu);
+    return busy;
+}
+
 static void queue_destroy(accel_pg *pg) {
     accel__work_queue *q = pg->q;
     if (!q) return;
@@ -639,6 +651,10 @@ void accel__poll_pause(unsigned spins, double elapsed_s) {
 /* Whether call c goes on the backend's stream: an async kind on buffers it takes. */
 static bool on_stream(accel_pg *pg, const call *c) {
     return pg && pg->be->stream && pg->be->stream->takes(pg, c->send, c->buf);
+}
+
+bool accel__pg_on_stream(accel_pg *pg, const void *buf) {
+    return on_stream(pg, &(call){.kind = K_ALL_REDUCE, .buf = (void *)buf});
 }
 
 /* Enqueues call c on the backend's stream from this thread: *ticket marks its end. */
@@ -687,6 +703,7 @@ static accel_status stream_failed(accel_work *w, accel_status st) {
 static bool stream_poll(accel_work *w) {
     if (atomic_load(&w->done)) return true;
     accel_pg *pg = w->pg;
+    if (queue_busy(pg)) return false; /* the backend is the communication thread's until then */
     bool done = false;
     accel_status st = pg->be->stream->query(pg, w->ticket, &done);
     if (st) {
@@ -704,6 +721,7 @@ static bool stream_poll(accel_work *w) {
 
 /* Blocks until streamed work w is over (done, failed or timed out). */
 static void stream_settle(accel_work *w) {
+    drain_queue(w->pg); /* bounded: the communication thread's waits time out */
     double start = accel_now_seconds();
     for (unsigned spins = 0; !stream_poll(w); spins++) accel__poll_pause(spins, accel_now_seconds() - start);
 }
@@ -785,6 +803,7 @@ static accel_status run_sync(accel_pg *pg, call *c, const char *fn) {
  * the error report are as on the other backends. */
 static void stream_wait(accel_work *w) {
     if (atomic_load(&w->done)) return;
+    drain_queue(w->pg); /* no backend call while the communication thread is in it */
     accel_status st = w->pg->be->stream->join(w->pg, w->ticket);
     if (!st) {
         stream_settle(w);
