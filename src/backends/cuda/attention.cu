@@ -666,8 +666,11 @@ static accel_status smem_limit(int index, const char *op, size_t *limit) {
     return st;
 }
 
-/* Lets `fn` use `bytes` of dynamic shared memory; an error naming the head
- * dims when the GPU allows less (`limit`). */
+/* Lets `fn` use up to `limit` bytes of dynamic shared memory, after an error
+ * naming the head dims when it needs (`bytes`) more. The attribute is set to
+ * the GPU's limit, never to this call's need: two threads launching `fn` for
+ * other head dims then set the same value, and neither's launch can find a
+ * smaller one set between its check and its launch. */
 static accel_status shared_memory(int index, const void *fn, size_t bytes, size_t limit, const accel_k_sdpa_dims *d,
                                   const char *op) {
     if (bytes > limit)
@@ -675,7 +678,7 @@ static accel_status shared_memory(int index, const void *fn, size_t bytes, size_
                                "cuda:%d: %s: head dims D=%lld Dv=%lld need %zu bytes of shared memory per block, "
                                "the GPU allows %zu",
                                index, op, (long long)d->D, (long long)d->Dv, bytes, limit);
-    return accel__cuda_check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), index,
+    return accel__cuda_check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit), index,
                              op);
 }
 

@@ -289,6 +289,12 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
     const float *bias = g->bias ? (const float *)g->bias->data : NULL;
     float *c = (float *)g->c->data + g->c_off;
     if (g->K == 0) return accel__cuda_scale_rows(index, c, g->M, g->N, g->ldc, g->beta, bias);
+    /* cuBLASLt's preferences state the alignment of A, B and C, not of the
+     * bias: its heuristic may pick a kernel that reads the bias 16 bytes at
+     * a time, which faults ("misaligned address", a sticky error) on a bias
+     * view at a 4-byte offset (a flat ZeRO/FSDP buffer's). Such a bias goes
+     * into C first instead. */
+    if (bias && alignment_of(bias) < 16) return gemm_bias_first(g, c, bias);
     cudaStream_t stream = accel__cuda_enter(index);
     lt_thread *lt = lt_of(index);
     if (!lt) return accel_last_status();
