@@ -6,7 +6,10 @@
  * and every misuse (a double map, an unmap of a range that is not exactly
  * mapped, misaligned or unreserved ranges) is an error naming the range. Run
  * with the 64 KiB granule and with CUDA's 2 MiB (ACCEL_TEST_VM_GRANULE), and
- * with ACCEL_VM_SYNC_UNMAP=1 (unmaps wait for their work). */
+ * with ACCEL_VM_SYNC_UNMAP=1 (unmaps wait for their work). Injected device
+ * failures (an unmap, a fence record, hostless.h) are reported, and leave no
+ * range mapped that the pool counts unmapped, nor a handle pooled that may
+ * still be mapped or in use. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +188,84 @@ static void test_full_device_trims_the_pool(void) {
     CHECK(stats().held == 0);
 }
 
+/* An unmap that fails leaves its handle possibly mapped: it is released,
+ * never pooled (a later map would put it behind a second range), and the
+ * error is reported. */
+static void test_failed_unmap_drops_the_handle(void) {
+    void *r = mem->vm_reserve(0, 2 * G);
+    accel__vm_stats s0 = stats();
+    CHECK(map(r, 0, 1) == ACCEL_OK);
+    accel__hostless_vm_fail_unmap_next(1);
+    check_refused(unmap(r, 0, 1), ACCEL_ERR_DEVICE, "hostless:0: cannot unmap", "injected");
+    accel__vm_stats s = stats();
+    CHECK_MSG(s.held == s0.held && s.destroys - s0.destroys == 1, "%zu bytes held, %lld destroyed", s.held,
+              (long long)(s.destroys - s0.destroys));
+    CHECK(map(r, 1, 1) == ACCEL_OK); /* a new handle, not the one still behind granule 0 */
+    CHECK(stats().creates - s0.creates == 2 && stats().reused == s0.reused);
+    CHECK(unmap(r, 1, 1) == ACCEL_OK);
+    mem->vm_release(0, r, 2 * G);
+    CHECK(stats().held == 0);
+}
+
+/* Another retiring range's failed unmap, found by this unmap, is reported
+ * and this range is unmapped all the same (its caller counts it unmapped). */
+static void test_unmap_goes_on_after_another_failure(void) {
+    char failed[64];
+    void *r = mem->vm_reserve(0, 2 * G);
+    CHECK(map(r, 0, 1) == ACCEL_OK && map(r, 1, 1) == ACCEL_OK);
+    accel__hostless_vm_lag_fences(true);
+    CHECK(unmap(r, 0, 1) == ACCEL_OK); /* retiring (unmapped already under sync unmaps) */
+    accel__hostless_vm_lag_fences(false); /* its work done: the next vm call unmaps it */
+    accel__hostless_vm_fail_unmap_next(1);
+    snprintf(failed, sizeof failed, "at %p (injected)", (void *)at(r, sync_unmap ? 1 : 0));
+    check_refused(unmap(r, 1, 1), ACCEL_ERR_DEVICE, "cannot unmap", failed);
+    CHECK(stats().mapped == 0);
+    CHECK_MSG(map(r, 1, 1) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(unmap(r, 1, 1) == ACCEL_OK);
+    mem->vm_release(0, r, 2 * G);
+    CHECK(stats().held == 0);
+}
+
+/* A fence that cannot be recorded: the host waits for the stream, then the
+ * range is unmapped and its handle pooled (no stale fence waited for). */
+static void test_unrecorded_fence_waits_for_the_stream(void) {
+    void *r = mem->vm_reserve(0, G);
+    accel__hostless_vm_lag_fences(true);
+    CHECK(map(r, 0, 1) == ACCEL_OK);
+    accel__vm_stats s0 = stats();
+    accel__hostless_vm_fail_record_next(1);
+    check_refused(unmap(r, 0, 1), ACCEL_ERR_DEVICE, "hostless:0: cannot record a fence", "injected");
+    accel__vm_stats s = stats();
+    CHECK_MSG(s.waits - s0.waits == 1, "%lld host waits", (long long)(s.waits - s0.waits));
+    CHECK(s.mapped == 0 && s.pooled == s0.pooled + G && read_faults(r, 0));
+    /* at vm_release of a range still mapped, the refusal stays the reported error */
+    CHECK(map(r, 0, 1) == ACCEL_OK);
+    accel__hostless_vm_fail_record_next(1);
+    accel_clear_error();
+    mem->vm_release(0, r, G);
+    CHECK_STR_CONTAINS(accel_last_error(), "still has the mapped range");
+    CHECK(stats().held == 0);
+    accel__hostless_vm_lag_fences(false);
+    accel_clear_error();
+}
+
+/* A failed wait or unmap while trimming for a creation is that map's error. */
+static void test_failed_trim_is_reported(void) {
+    if (sync_unmap) return; /* no range retires: the trim has nothing to wait for or unmap */
+    void *r = mem->vm_reserve(0, 4 * G);
+    accel__hostless_vm_set_limit(2 * G);
+    accel__hostless_vm_lag_fences(true);
+    CHECK(map(r, 0, 1) == ACCEL_OK && unmap(r, 0, 1) == ACCEL_OK); /* retiring */
+    accel__hostless_vm_fail_unmap_next(1);
+    check_refused(map(r, 2, 2), ACCEL_ERR_DEVICE, "hostless:0: cannot unmap", "injected");
+    accel__hostless_vm_lag_fences(false);
+    accel__hostless_vm_set_limit(0);
+    CHECK(stats().mapped == 0 && stats().held == 0);
+    CHECK(map(r, 2, 2) == ACCEL_OK && unmap(r, 2, 2) == ACCEL_OK);
+    mem->vm_release(0, r, 4 * G);
+    CHECK(stats().held == 0);
+}
+
 int main(void) {
     CHECK(accel__hostless_register(1) == ACCEL_OK);
     mem = &accel__backend_of(DEV)->mem;
@@ -198,6 +279,10 @@ int main(void) {
     RUN(test_retiring_ranges);
     RUN(test_step_trims_idle_handles);
     RUN(test_full_device_trims_the_pool);
+    RUN(test_failed_unmap_drops_the_handle);
+    RUN(test_unmap_goes_on_after_another_failure);
+    RUN(test_unrecorded_fence_waits_for_the_stream);
+    RUN(test_failed_trim_is_reported);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -9,20 +9,23 @@
  *   step runs there; each unit's parameters come to the device for its
  *   forward and backward only. Training equals the run without offload bit
  *   for bit (losses, final weights; f32 and bf16), and between steps the
- *   device holds no shard.
+ *   device holds no shard; with gradient accumulation 2 and clipping too.
+ *   A SHARDED_STATE_DICT checkpoint under nvme resumes bit for bit.
  * - bf16 autocast: the weights' bf16 copies (prepared forms) go with their
  *   unit, so between steps the device holds the shards only.
  * - a mapping that fails on one rank (the hostless vm_map failure hook), in
  *   forward and in backward, fails every rank at once (well inside the
  *   group's timeout), each error naming that rank, and the next step trains.
  * - tied weights across units train as the model in one unit.
- * - accel_accelerator_clear holds one unit gathered at a time.
+ * - accel_accelerator_clear holds one unit gathered at a time, and says so
+ *   when a unit could not be gathered (a failed mapping).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
@@ -56,6 +59,8 @@ static size_t in_use(void) { return accel__hostless_memory_stats(0).in_use; }
 typedef struct cfg {
     const char *mp, *offload_param, *nvme_path;
     bool fsdp_offload_params;
+    int accum; /* gradient accumulation steps, with clip_grad_norm (0: neither) */
+    const char *state_dict_type;
 } cfg;
 
 static accel_accelerator *accelerator(cfg c) {
@@ -65,6 +70,8 @@ static accel_accelerator *accelerator(cfg c) {
     o.offload_param_device = c.offload_param;
     o.offload_param_nvme_path = c.nvme_path;
     o.fsdp_offload_params = c.fsdp_offload_params;
+    o.gradient_accumulation_steps = c.accum ? c.accum : 1;
+    o.fsdp_state_dict_type = c.state_dict_type;
     accel_accelerator *acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     return acc;
@@ -94,6 +101,26 @@ static void check_state_on(accel_optimizer *opt, accel_device_type want, const c
     if (n >= 0) accel_named_state_free(st, n);
 }
 
+/* One micro-batch of step s (the s-th when not accumulating): its loss into
+ * *loss_sum, backward, under accumulation the clipped gradients on the sync
+ * step, and the optimizer step (a no-op until then). False on failure. */
+static bool micro_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, accel_device dev, int s,
+                       bool clip, float *loss_sum, const char *what) {
+    CHECK(accel_accelerator_accumulate(acc) == ACCEL_OK);
+    accel_tensor *x = data(R, s, 0, dev), *y = data(R, s, 1, dev);
+    accel_tensor *loss = accel_mse_loss(accel_module_call(model, x), y);
+    CHECK_MSG(loss != NULL, "%s micro-batch %d: %s", what, s + 1, accel_last_error());
+    if (!loss) return false;
+    *loss_sum += (float)accel_item(loss);
+    CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
+    if (clip && accel_accelerator_sync_gradients(acc))
+        CHECK_MSG(accel_accelerator_clip_grad_norm(acc, model, 0.05, 2.0) >= 0, "%s: %s", what, accel_last_error());
+    CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
+    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+    accel_step_reset();
+    return true;
+}
+
 /* One training run: each step's loss, the final weights (after clear), and
  * the device bytes (over what was in use before the model) between steps
  * (the most after steps 2..STEPS) and at a step's peak. */
@@ -114,17 +141,12 @@ static void train(cfg c, run_out *out, const char *what) {
     accel_module *model = stack(dev);
     accel_optimizer *opt = adamw(model);
     CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
-    for (int s = 0; s < STEPS; s++) {
+    int accum = c.accum ? c.accum : 1;
+    bool ok = true;
+    for (int s = 0; s < STEPS && ok; s++) {
         accel__hostless_reset_peak(0);
-        accel_tensor *x = data(R, s, 0, dev), *y = data(R, s, 1, dev);
-        accel_tensor *loss = accel_mse_loss(accel_module_call(model, x), y);
-        CHECK_MSG(loss != NULL, "%s step %d: %s", what, s + 1, accel_last_error());
-        if (!loss) break;
-        out->loss[s] = (float)accel_item(loss);
-        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s: %s", what, accel_last_error());
-        CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s: %s", what, accel_last_error());
-        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
-        accel_step_reset();
+        for (int k = 0; k < accum && ok; k++)
+            ok = micro_step(acc, model, opt, dev, s * accum + k, c.accum > 0, &out->loss[s], what);
         if (s == 0) continue;
         double now = (double)in_use() - (double)base, top = (double)accel__hostless_memory_stats(0).peak - (double)base;
         out->between = fmax(out->between, now);
@@ -204,6 +226,80 @@ static void offload_modes(const char *mp) {
 static void test_offload_param_f32(void) { offload_modes("no"); }
 static void test_offload_param_bf16(void) { offload_modes("bf16"); }
 
+/* Gradient accumulation 2 with clip_grad_norm: offload_param (cpu, nvme;
+ * f32 and bf16) trains as the run without offload, bit for bit on hostless
+ * (the host's kernels are hostless's). */
+static void test_offload_param_accumulation(void) {
+    const char *mps[] = {"no", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        run_out want;
+        char what[96];
+        snprintf(what, sizeof what, "zero3 %s accumulation 2", mps[i]);
+        train((cfg){.mp = mps[i], .accum = 2}, &want, what);
+        snprintf(what, sizeof what, "offload_param cpu %s accumulation 2", mps[i]);
+        offload_matches(mps[i], (cfg){.offload_param = "cpu", .accum = 2}, &want, what);
+        snprintf(what, sizeof what, "offload_param nvme %s accumulation 2", mps[i]);
+        offload_matches(mps[i], (cfg){.offload_param = "nvme", .nvme_path = "/tmp", .accum = 2}, &want, what);
+        free(want.w);
+    }
+}
+
+/* Steps [from, to) through acc, each one's loss into loss[s - from]; then
+ * clear and the final weights into w. */
+static void steps_then_weights(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, int from, int to,
+                               float *loss, float *w, const char *what) {
+    accel_device dev = accel_accelerator_device(acc);
+    for (int s = from; s < to; s++) micro_step(acc, model, opt, dev, s, false, &loss[s - from], what);
+    accel_accelerator_clear(acc);
+    CHECK(params_to_host(model, w, NP) == NP);
+}
+
+/* SHARDED_STATE_DICT under offload_param nvme (the parameter shard in a
+ * file): saved after a step and loaded into a model with other weights, the
+ * next steps train as the run that went on (losses and final weights bit for
+ * bit). */
+static void test_sharded_checkpoint_nvme(void) {
+    const char *what = "offload_param nvme SHARDED_STATE_DICT resume";
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/accel_z3_nvme_ckpt_%d", (int)(N > 1 ? getppid() : getpid()));
+    accel_accelerator *acc =
+        accelerator((cfg){.offload_param = "nvme", .nvme_path = "/tmp", .state_dict_type = "SHARDED_STATE_DICT"});
+    if (!acc) return;
+    float want_loss[2] = {0}, got_loss[2] = {0}, none = 0;
+    float *want = calloc(NP, sizeof(float)), *got = calloc(NP, sizeof(float));
+    for (int resumed = 0; resumed < 2; resumed++) {
+        accel_manual_seed(resumed ? 99 : 7); /* other weights: the load replaces them */
+        accel_module *model = stack(accel_accelerator_device(acc));
+        accel_optimizer *opt = adamw(model);
+        CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+        if (resumed) {
+            CHECK_MSG(accel_accelerator_load_state(acc, dir, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
+        } else {
+            micro_step(acc, model, opt, accel_accelerator_device(acc), 0, false, &none, what);
+            CHECK_MSG(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_OK, "%s: %s", what, accel_last_error());
+        }
+        steps_then_weights(acc, model, opt, 1, 3, resumed ? got_loss : want_loss, resumed ? got : want, what);
+        accel_optimizer_free(opt);
+        accel_module_free(model);
+    }
+    for (int s = 0; s < 2; s++)
+        CHECK_MSG(got_loss[s] == want_loss[s], "%s step %d: loss %.9g, without the resume %.9g", what, s + 2,
+                  got_loss[s], want_loss[s]);
+    int64_t diff = 0;
+    for (int64_t k = 0; k < NP; k++) diff += got[k] != want[k];
+    CHECK_MSG(diff == 0, "%s: %lld of %d final weights differ from the run without the resume", what,
+              (long long)diff, NP);
+    free(want);
+    free(got);
+    accel_accelerator_wait_for_everyone(acc);
+    if (R == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+    }
+    accel_accelerator_free(acc);
+}
+
 static double seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -226,12 +322,18 @@ static void failed_together(bool failed, double t0, int who, const char *what) {
 
 /* One good step: every rank trains. */
 static void good_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt, accel_device dev, int s) {
-    accel_tensor *loss = accel_mse_loss(accel_module_call(model, data(R, s, 0, dev)), data(R, s, 1, dev));
-    CHECK_MSG(loss != NULL, "%s", accel_last_error());
-    CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
-    CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
-    accel_step_reset();
+    float loss = 0;
+    micro_step(acc, model, opt, dev, s, false, &loss, "good step");
+}
+
+/* The model of L units (seed 7) with AdamW, prepared by acc, one good step trained. */
+static accel_module *trained_stack(accel_accelerator *acc, accel_optimizer **opt) {
+    accel_manual_seed(7);
+    accel_module *model = stack(accel_accelerator_device(acc));
+    *opt = adamw(model);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, *opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    good_step(acc, model, *opt, accel_accelerator_device(acc), 0);
+    return model;
 }
 
 /* Device OOM on the last rank alone: a unit's parameters in forward, its
@@ -245,11 +347,8 @@ static void test_map_failure_on_one_rank(void) {
     accel_accelerator *acc = accelerator((cfg){0});
     if (!acc) return;
     accel_device dev = accel_accelerator_device(acc);
-    accel_manual_seed(7);
-    accel_module *model = stack(dev);
-    accel_optimizer *opt = adamw(model);
-    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
-    good_step(acc, model, opt, dev, 0);
+    accel_optimizer *opt;
+    accel_module *model = trained_stack(acc, &opt);
 
     if (R == who) accel__hostless_vm_fail_next(1);
     double t0 = seconds();
@@ -302,6 +401,36 @@ static void test_clear_is_incremental(void) {
               rise, allowed);
     float *w = malloc(NP * sizeof(float));
     CHECK(params_to_host(model, w, NP) == NP); /* the weights are there, readable */
+    free(w);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
+/* A mapping that fails while accel_accelerator_clear gathers a unit (on
+ * the last rank alone): every rank's clear says so, naming that rank,
+ * instead of silently handing the unit back as zeros; the model is still
+ * freed cleanly. */
+static void test_clear_reports_failed_gather(void) {
+    int who = N - 1;
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_optimizer *opt;
+    accel_module *model = trained_stack(acc, &opt);
+    accel_clear_error();
+    if (R == who) accel__hostless_vm_fail_next(1);
+    double t0 = seconds();
+    accel_accelerator_clear(acc);
+    accel__hostless_vm_fail_next(0);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", who);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clear");
+    CHECK_STR_CONTAINS(accel_last_error(), want);
+    CHECK_STR_CONTAINS(accel_last_error(), "zeros");
+    CHECK_MSG(seconds() - t0 < 15, "clear: rank %d took %.1f s (the group's timeout is 60 s)", R, seconds() - t0);
+    accel_clear_error();
+    float *w = malloc(NP * sizeof(float));
+    CHECK(params_to_host(model, w, NP) == NP);
     free(w);
     accel_optimizer_free(opt);
     accel_module_free(model);
@@ -369,9 +498,12 @@ int main(void) {
     R = r ? atoi(r) : 0;
     RUN(test_offload_param_f32);
     RUN(test_offload_param_bf16);
+    RUN(test_offload_param_accumulation);
+    RUN(test_sharded_checkpoint_nvme);
     RUN(test_map_failure_on_one_rank);
     RUN(test_tied_weights_across_units);
     RUN(test_clear_is_incremental);
+    RUN(test_clear_reports_failed_gather);
     accel_thread_cleanup();
     return check_summary();
 }

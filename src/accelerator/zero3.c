@@ -1220,13 +1220,15 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
 }
 
 /* Unit u's f32 masters into its range of the full buffer, whatever its
- * reduction or gather left (collective: on a broken group the weights stay
- * as they are). */
-static void gather_masters(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+ * reduction or gather left (collective). The gather's status: on a broken
+ * group, or a mapping that failed on any rank (agreed), the range holds no
+ * weights. (A reduction or earlier gather that failed leaves the masters
+ * as they are: the gather here still brings them.) */
+static accel_status gather_masters(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     if (u->reduce) finish_reduce(acc, pm, u);
     if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
     u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
-    if (pm->zparams) gather(acc, pm, u, true);
+    return pm->zparams ? gather(acc, pm, u, true) : ACCEL_OK;
 }
 
 /* Tensor t of the flat buffer into memory of its own on the model's device,
@@ -1250,30 +1252,74 @@ static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
     return true;
 }
 
+/* The first unit clear could not gather (its index, status and error) and
+ * the count of tensors left without data, for the error clear reports. */
+typedef struct clear_loss {
+    int unit, tensors;
+    accel_status st;
+    char why[384]; /* the failed gather's error */
+} clear_loss;
+
+/* Out of memory for t of unit `there` or not: a tensor of a gathered unit
+ * stays in it, kept at b's slot *kept for accel_flat_params_free to copy
+ * out; one of a unit whose range holds nothing (unmapped on a device) gets
+ * no data, better than a copy from memory that is not there. Either way
+ * without a gradient. */
+static void no_own_storage(accel_flat_buffer *b, int t, bool there, int *kept, clear_loss *loss) {
+    accel_tensor *x = b->tensors[t];
+    accel_tensor_free(x->grad); /* a view of the full gradient buffer */
+    x->grad = NULL;
+    if (!there) {
+        accel_tensor_rebind(x, NULL, false);
+        loss->tensors++;
+        return;
+    }
+    b->offsets[*kept] = b->offsets[t];
+    b->tensors[(*kept)++] = x;
+}
+
+/* What clear lost, as the error it leaves (accel_accelerator_clear returns
+ * nothing, so a warning on stderr too): a unit whose gather failed, on every
+ * rank alike, comes back as zeros (or, out of memory, without data). */
+static void report_clear_loss(accel_accelerator *acc, const clear_loss *loss) {
+    if (!loss->st && !loss->tensors) return;
+    accel_set_error(loss->st ? loss->st : ACCEL_ERR_OOM,
+                    "accel_accelerator_clear: rank %d: ZeRO-3 unit %d could not be gathered (%s): its parameters "
+                    "came back as zeros, %d tensor(s) without data",
+                    acc->rank, loss->unit, loss->st ? loss->why : "out of device memory", loss->tensors);
+    fprintf(stderr, "accel: warning: %s\n", accel_last_error());
+}
+
 /* The full weights back into memory of each tensor's own, for
  * accel_flat_params_free, unit by unit: each unit is gathered, its tensors
  * copied out, and it is released, so the device holds one unit gathered
  * beside the tensors' own memory (parameters and gradients: 2P + L; every
  * unit gathered and then a plain copy of both full buffers made 4P). A unit
- * that a broken group could not gather comes back as zeros. Out of memory,
- * the tensors not yet moved stay in their gathered units (the reserved
- * memory then stays: the flat buffer forgets it and keeps only them, for
- * accel_flat_params_free to copy out), without gradients. */
+ * that a broken group (or a failed mapping) could not gather comes back as
+ * zeros, and clear says so (report_clear_loss). Out of memory, the tensors
+ * not yet moved stay in their gathered units (no_own_storage: the reserved
+ * memory then stays, the flat buffer forgets it and keeps only them), those
+ * of a unit not gathered get no data. Every unit is still gathered, on
+ * every rank: the gathers are collectives. */
 static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int kept = 0;
     bool oom = false;
+    clear_loss loss = {.unit = -1};
     for (int k = 0; k < pm->n_units; k++) {
         accel__unit *u = &pm->units[k];
-        gather_masters(acc, pm, u);
+        accel_status st = gather_masters(acc, pm, u);
+        if (st && !loss.st) {
+            loss.unit = k;
+            loss.st = st;
+            snprintf(loss.why, sizeof loss.why, "%s", accel_last_error());
+        }
         bool there = !on_device(pm) || u->params_mapped;
         for (int t = u->first; t < u->first + u->count; t++) {
             if (!oom && own_storage(pm, b->tensors[t], there)) continue;
             oom = true;
-            accel_tensor_free(b->tensors[t]->grad); /* unmapped memory on a device: nothing to copy */
-            b->tensors[t]->grad = NULL;
-            b->offsets[kept] = b->offsets[t];
-            b->tensors[kept++] = b->tensors[t];
+            if (loss.unit < 0 && !there) loss.unit = k;
+            no_own_storage(b, t, there, &kept, &loss);
         }
         if (!oom) release(acc, pm, u);
     }
@@ -1284,6 +1330,7 @@ static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
         full_free(pm, b->grads, b->numel);
     }
     b->params = b->grads = NULL;
+    report_clear_loss(acc, &loss);
 }
 
 void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {

@@ -94,32 +94,22 @@ static bool overlaps(const char *a, size_t an, const char *b, size_t bn) { retur
 
 /* ---- blocks */
 
-/* Retiring block b's work is done (waited for unless `done`): its range is unmapped, its handle pooled. */
-static accel_status finish(vm_pool *pl, vm_block *b, bool done) {
-    int index = pl->dev.index;
-    accel_status waited = ACCEL_OK;
-    if (!done) {
-        waited = pl->ops->fence_wait(index, b->fence);
-        pl->st.waits++;
-    }
-    /* unmapped even when the wait reported an earlier asynchronous error (the
-     * device's work has stopped then): a range left mapped would fail its next map */
-    accel_status st = pl->ops->unmap(index, b->at, b->bytes);
-    b->state = BLOCK_FREE;
-    b->at = NULL;
-    return waited ? waited : st;
+/* The first failure of a sequence that goes on after it: its status and
+ * message (a later failure would replace the thread's message). */
+typedef struct first_failure {
+    accel_status st;
+    char msg[1024];
+} first_failure;
+
+static void keep_first(first_failure *f, accel_status st) {
+    if (!st || f->st) return;
+    f->st = st;
+    snprintf(f->msg, sizeof f->msg, "%s", accel_last_error());
 }
 
-/* Finishes every retiring block whose fence is done. */
-static accel_status reap(vm_pool *pl) {
-    accel_status first = ACCEL_OK;
-    for (int k = 0; k < pl->n_blocks; k++) {
-        vm_block *b = &pl->blocks[k];
-        if (b->state != BLOCK_RETIRING || !pl->ops->fence_done(pl->dev.index, b->fence)) continue;
-        accel_status st = finish(pl, b, true);
-        if (!first) first = st;
-    }
-    return first;
+/* Sets the kept failure on the thread again; returns its status (ACCEL_OK: none). */
+static accel_status report_first(const first_failure *f) {
+    return f->st ? accel_set_error(f->st, "%s", f->msg) : ACCEL_OK;
 }
 
 /* Releases free block k to the device (the last block takes its place). */
@@ -133,18 +123,56 @@ static void destroy(vm_pool *pl, int k) {
     pl->blocks[k] = pl->blocks[--pl->n_blocks];
 }
 
+/* Retiring block b's work is done (waited for unless `done`): its range is
+ * unmapped, its handle pooled. When the unmap fails the handle may still be
+ * mapped there, and pooled a later map would put it behind a second range
+ * too: it is released instead (legal while mapped: its memory goes with the
+ * mapping) and the block dropped (the last block takes its place). The
+ * wait's failure, else the unmap's. */
+static accel_status finish(vm_pool *pl, vm_block *b, bool done) {
+    int index = pl->dev.index;
+    first_failure f = {0};
+    if (!done) {
+        keep_first(&f, pl->ops->fence_wait(index, b->fence));
+        pl->st.waits++;
+    }
+    /* unmapped even when the wait reported an earlier asynchronous error (the
+     * device's work has stopped then): a range left mapped would fail its next map */
+    accel_status unmapped = pl->ops->unmap(index, b->at, b->bytes);
+    keep_first(&f, unmapped);
+    b->state = BLOCK_FREE;
+    b->at = NULL;
+    if (unmapped) destroy(pl, (int)(b - pl->blocks));
+    return report_first(&f);
+}
+
+/* Finishes every retiring block whose fence is done (last first: a dropped
+ * block's place takes one already seen). The first failure. */
+static accel_status reap(vm_pool *pl) {
+    first_failure f = {0};
+    for (int k = pl->n_blocks - 1; k >= 0; k--) {
+        vm_block *b = &pl->blocks[k];
+        if (b->state == BLOCK_RETIRING && pl->ops->fence_done(pl->dev.index, b->fence))
+            keep_first(&f, finish(pl, b, true));
+    }
+    return report_first(&f);
+}
+
 /* Releases the free blocks that no map took in the current epoch, or all of them. */
 static void destroy_free(vm_pool *pl, bool all) {
     for (int k = pl->n_blocks - 1; k >= 0; k--)
         if (pl->blocks[k].state == BLOCK_FREE && (all || pl->blocks[k].epoch != pl->epoch)) destroy(pl, k);
 }
 
-/* Waits for every retiring block and releases every free one. */
-static void trim(vm_pool *pl) {
-    for (int k = 0; k < pl->n_blocks; k++)
-        if (pl->blocks[k].state == BLOCK_RETIRING) finish(pl, &pl->blocks[k], false);
+/* Waits for every retiring block (last first, as reap) and releases every
+ * free one. The first failure of a wait or an unmap. */
+static accel_status trim(vm_pool *pl) {
+    first_failure f = {0};
+    for (int k = pl->n_blocks - 1; k >= 0; k--)
+        if (pl->blocks[k].state == BLOCK_RETIRING) keep_first(&f, finish(pl, &pl->blocks[k], false));
     destroy_free(pl, true);
     pl->st.trims++;
+    return report_first(&f);
 }
 
 /* A new free block of `bytes`; on ACCEL_ERR_OOM the pool is trimmed and creation tried once more. */
@@ -157,8 +185,7 @@ static vm_block *create(vm_pool *pl, size_t bytes) {
     accel_status st = pl->ops->create(index, bytes, &h);
     if (st == ACCEL_ERR_OOM && pl->n_blocks) {
         accel_clear_error();
-        trim(pl);
-        st = pl->ops->create(index, bytes, &h);
+        if (!(st = trim(pl))) st = pl->ops->create(index, bytes, &h); /* else the device failed: reported */
     }
     if (st) {
         pl->ops->fence_free(index, fence);
@@ -205,14 +232,24 @@ static void count_mapped(vm_pool *pl, vm_block *b, char *p) {
     if (pl->ops->mapped) pl->ops->mapped(pl->dev.index, b->bytes, true);
 }
 
-/* Mapped block b retires (vm_unmap): its fence marks the work that may still use it. */
+/* Mapped block b retires (vm_unmap): its fence marks the work that may still
+ * use it. When no fence could be recorded the host waits for the calling
+ * thread's stream (ops->drain) and the range is unmapped at once: its handle
+ * is never pooled before that work is done. The first failure. */
 static accel_status retire(vm_pool *pl, vm_block *b) {
+    int index = pl->dev.index;
     pl->st.mapped -= b->bytes;
     pl->st.pooled += b->bytes;
     b->state = BLOCK_RETIRING;
     b->retired = ++pl->clock;
-    if (pl->ops->mapped) pl->ops->mapped(pl->dev.index, b->bytes, false);
-    return pl->ops->fence_record(pl->dev.index, b->fence);
+    if (pl->ops->mapped) pl->ops->mapped(index, b->bytes, false);
+    first_failure f = {0};
+    keep_first(&f, pl->ops->fence_record(index, b->fence));
+    if (!f.st) return ACCEL_OK;
+    keep_first(&f, pl->ops->drain(index));
+    pl->st.waits++;
+    keep_first(&f, finish(pl, b, true));
+    return report_first(&f);
 }
 
 /* ---- the checks: every refusal names the range */
@@ -282,16 +319,16 @@ void *accel__vm_reserve(const accel__vm_ops *ops, accel_device_type type, int in
 static void release_span(vm_pool *pl, int k) {
     vm_span s = pl->spans[k];
     vm_block *b;
-    bool was_mapped = false;
+    first_failure f = {0};
     while ((b = overlapping(pl, s.p, s.bytes, BLOCK_MAPPED))) {
-        if (!was_mapped)
-            refuse_range(pl, "vm_release", s.p, s.bytes, "still has the mapped range", b->at, b->bytes);
-        was_mapped = true;
-        if (retire(pl, b)) accel_clear_error(); /* no fence: the wait below is a no-op then */
+        if (!f.st)
+            keep_first(&f, refuse_range(pl, "vm_release", s.p, s.bytes, "still has the mapped range", b->at, b->bytes));
+        keep_first(&f, retire(pl, b));
     }
-    while ((b = overlapping(pl, s.p, s.bytes, BLOCK_RETIRING))) finish(pl, b, false);
+    while ((b = overlapping(pl, s.p, s.bytes, BLOCK_RETIRING))) keep_first(&f, finish(pl, b, false));
     pl->ops->release(pl->dev.index, s.p, s.bytes);
     pl->spans[k] = pl->spans[--pl->n_spans];
+    report_first(&f);
 }
 
 void accel__vm_release(const accel__vm_ops *ops, accel_device_type type, int index, void *p, size_t bytes) {
@@ -358,21 +395,25 @@ accel_status accel__vm_map(const accel__vm_ops *ops, accel_device_type type, int
     return st;
 }
 
+/* Another retiring range's failure (reap's) does not stop this unmap: the
+ * caller counts [p, p + bytes) unmapped once this returns, error or not (the
+ * first failure is reported after). */
 static accel_status unmap_locked(vm_pool *pl, char *p, size_t bytes) {
-    accel_status st = reap(pl);
-    if (st) return st;
+    first_failure f = {0};
+    keep_first(&f, reap(pl));
     vm_block *b = overlapping(pl, p, bytes, BLOCK_MAPPED);
-    if (!b) return refuse(pl, ACCEL_ERR_STATE, "vm_unmap", p, bytes, "nothing is mapped there");
-    if (b->at != p || b->bytes != bytes)
-        return refuse_range(pl, "vm_unmap", p, bytes, "not exactly a mapped range: it overlaps", b->at, b->bytes);
-    pl->st.unmaps++;
-    int index = pl->dev.index;
-    if ((st = retire(pl, b))) { /* no fence to wait for: unmapped now */
-        finish(pl, b, true);
-        return st;
+    if (!b) keep_first(&f, refuse(pl, ACCEL_ERR_STATE, "vm_unmap", p, bytes, "nothing is mapped there"));
+    else if (b->at != p || b->bytes != bytes)
+        keep_first(&f, refuse_range(pl, "vm_unmap", p, bytes, "not exactly a mapped range: it overlaps", b->at,
+                                    b->bytes));
+    else {
+        pl->st.unmaps++;
+        accel_status st = retire(pl, b);
+        keep_first(&f, st);
+        if (!st && (g_sync_unmap || pl->ops->fence_done(pl->dev.index, b->fence)))
+            keep_first(&f, finish(pl, b, !g_sync_unmap));
     }
-    if (g_sync_unmap || pl->ops->fence_done(index, b->fence)) return finish(pl, b, !g_sync_unmap);
-    return ACCEL_OK;
+    return report_first(&f);
 }
 
 accel_status accel__vm_unmap(const accel__vm_ops *ops, accel_device_type type, int index, void *p, size_t bytes) {
@@ -404,7 +445,9 @@ void accel__vm_trim(accel_device_type type, int index) {
         accel_clear_error();
         return;
     }
-    if (pl->n_blocks) trim(pl);
+    /* best effort, for an allocator about to retry its own allocation (that
+     * retry reports what is still wrong): a failure here is not its error */
+    if (pl->n_blocks && trim(pl)) accel_clear_error();
     pool_unlock(pl);
 }
 

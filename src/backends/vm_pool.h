@@ -34,6 +34,11 @@
  *   writes the retiring handle, which nobody else has; after it, it faults.
  *   ACCEL_VM_SYNC_UNMAP=1 makes vm_unmap wait for the fence and unmap at
  *   once (every access after vm_unmap then faults: for finding stray uses).
+ *   When no fence can be recorded the host waits for the stream (ops->drain)
+ *   and the range is unmapped at once. vm_unmap unmaps its range even when
+ *   it meets another retiring range's failure (reported: the first failure).
+ * - A failed unmap never pools its handle (it may still be mapped): the
+ *   handle is released and the error reported.
  * - vm_release of exactly a reserved range: its retiring ranges are waited
  *   for and unmapped; ranges still mapped there are an error (set on the
  *   thread: the entry returns nothing) and are unmapped too. When the
@@ -82,6 +87,9 @@ typedef struct accel__vm_ops {
     accel_status (*fence_wait)(int index, void *fence);
     accel_status (*fence_order)(int index, void *fence);
     void (*fence_free)(int index, void *fence);
+    /* The host waits for the work enqueued so far on the calling thread's
+     * stream of the device: an unmap whose fence could not be recorded. */
+    accel_status (*drain)(int index);
     /* Optional: told of every change of the bytes mapped (vm_map'd and not
      * vm_unmap'd), under the pool's lock (hostless's memory counters). */
     void (*mapped)(int index, size_t bytes, bool more);
@@ -98,7 +106,7 @@ typedef struct accel__vm_stats {
     size_t created_bytes;
     int64_t reused;  /* maps served by a pooled handle */
     int64_t revived; /* maps of a range still retiring: its mapping kept */
-    int64_t waits;   /* host waits for a retiring handle's fence */
+    int64_t waits;   /* host waits for a retiring handle's fence (or its stream: no fence recorded) */
     int64_t trims;   /* pool emptied after a failed creation (or on the allocator's request) */
 } accel__vm_stats;
 

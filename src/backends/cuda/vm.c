@@ -157,10 +157,11 @@ static accel_status fence_record(int index, void *fence) {
 
 /* An error (the device's work has stopped) counts as done: the unmap
  * reports it. "Not ready" is no error: it is cleared, so that no later call
- * reports it (as PyTorch's allocator does). */
+ * reports it (as PyTorch's allocator does), but only when it is what is
+ * pending: another pending error stays for the call it belongs to. */
 static bool fence_done(int index, void *fence) {
     if (cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady) return true;
-    cudaGetLastError();
+    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
     return false;
 }
 
@@ -172,6 +173,11 @@ static accel_status fence_wait(int index, void *fence) {
 static accel_status fence_order(int index, void *fence) {
     return accel__cuda_check(cudaStreamWaitEvent(accel__cuda_enter(index), (cudaEvent_t)fence, 0), index,
                              "vm_map: ordering after a retired range");
+}
+
+static accel_status drain(int index) {
+    return accel__cuda_check(cudaStreamSynchronize(accel__cuda_enter(index)), index,
+                             "vm_unmap: waiting for the stream (no event recorded)");
 }
 
 /* At process exit the runtime may be unloading already: nothing to report. */
@@ -193,6 +199,7 @@ static const accel__vm_ops cuda_vm_ops = {
     .fence_wait = fence_wait,
     .fence_order = fence_order,
     .fence_free = fence_free,
+    .drain = drain,
 };
 
 /* ---- the backend's entries */

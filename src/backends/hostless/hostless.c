@@ -113,12 +113,15 @@ static void hostless_free(int index, void *p) {
  * it last held (code that counted on fresh zeros fails here); unmapping gives
  * the pages back and takes the access away, so a stray use faults as on a
  * GPU. Test hooks (hostless.h): the granule (ACCEL_TEST_VM_GRANULE, e.g.
- * CUDA's 2 MiB), a limit on the handles' bytes (a full device), and fences
- * that stay pending until waited for (work in flight, as on a GPU). */
+ * CUDA's 2 MiB), a limit on the handles' bytes (a full device), fences
+ * that stay pending until waited for (work in flight, as on a GPU), and
+ * failing unmaps and fence records (a device's failures). */
 
 enum { HOSTLESS_VM_GRANULE = 64 << 10 };
 
-static int g_map_fail; /* vm_maps still to refuse (atomic) */
+static int g_map_fail;    /* vm_maps still to refuse (atomic) */
+static int g_unmap_fail;  /* unmaps of pages still to refuse (atomic) */
+static int g_record_fail; /* fence records still to refuse (atomic) */
 
 /* Whether to refuse this call: takes one from *left (atomic) while it is above 0. */
 static bool injected_failure(int *left_p) {
@@ -191,6 +194,9 @@ static accel_status vm_map_pages(int index, void *p, size_t bytes, uint64_t hand
 }
 
 static accel_status vm_unmap_pages(int index, void *p, size_t bytes) {
+    if (injected_failure(&g_unmap_fail))
+        return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: cannot unmap %zu bytes at %p (injected)", index, bytes,
+                               p);
     void *h = to_host_ptr(index, p);
     madvise(h, bytes, MADV_DONTNEED);
     if (mprotect(h, bytes, PROT_NONE))
@@ -208,11 +214,14 @@ typedef struct vm_fence {
 static void *vm_fence_new(int index) { return accel_calloc(1, sizeof(vm_fence)); }
 
 static accel_status vm_fence_record(int index, void *f) {
+    if (injected_failure(&g_record_fail))
+        return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: cannot record a fence (injected)", index);
     ((vm_fence *)f)->pending = atomic_load(&g_vm_lag);
     return ACCEL_OK;
 }
 
-static bool vm_fence_done(int index, void *f) { return !((vm_fence *)f)->pending; }
+/* Lag turned off: the device has caught up with every fence. */
+static bool vm_fence_done(int index, void *f) { return !((vm_fence *)f)->pending || !atomic_load(&g_vm_lag); }
 
 static accel_status vm_fence_wait(int index, void *f) {
     ((vm_fence *)f)->pending = false;
@@ -223,6 +232,9 @@ static accel_status vm_fence_wait(int index, void *f) {
 static accel_status vm_fence_order(int index, void *f) { return ACCEL_OK; }
 
 static void vm_fence_free(int index, void *f) { accel_free(f); }
+
+/* The work ran when it was enqueued. */
+static accel_status vm_drain(int index) { return ACCEL_OK; }
 
 /* Mapped memory is device memory in use (the memory counters). */
 static void vm_mapped(int index, size_t bytes, bool more) {
@@ -244,6 +256,7 @@ static const accel__vm_ops hostless_vm_ops = {
     .fence_wait = vm_fence_wait,
     .fence_order = vm_fence_order,
     .fence_free = vm_fence_free,
+    .drain = vm_drain,
     .mapped = vm_mapped,
 };
 
@@ -371,6 +384,10 @@ void accel__hostless_host_peak_reset(void) {
 void accel__hostless_host_fail_next(int n) { __atomic_store_n(&g_host_fail, n, __ATOMIC_RELAXED); }
 
 void accel__hostless_vm_fail_next(int n) { __atomic_store_n(&g_map_fail, n, __ATOMIC_RELAXED); }
+
+void accel__hostless_vm_fail_unmap_next(int n) { __atomic_store_n(&g_unmap_fail, n, __ATOMIC_RELAXED); }
+
+void accel__hostless_vm_fail_record_next(int n) { __atomic_store_n(&g_record_fail, n, __ATOMIC_RELAXED); }
 
 /* ---- kernels: the CPU kernels on translated tensors */
 

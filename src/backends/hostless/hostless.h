@@ -25,6 +25,11 @@ void accel__hostless_host_fail_next(int n);
 /* The next n vm_map calls fail with ACCEL_ERR_OOM (0: none), as cuMemCreate
  * does when the device is full (tests of ZeRO-3's agreement on a failed mapping). */
 void accel__hostless_vm_fail_next(int n);
+/* The next n unmaps of a range's pages (the pool's primitive, cuMemUnmap's
+ * place) fail with ACCEL_ERR_DEVICE, the range left mapped (0: none). */
+void accel__hostless_vm_fail_unmap_next(int n);
+/* The next n fence records (cudaEventRecord's place) fail with ACCEL_ERR_DEVICE (0: none). */
+void accel__hostless_vm_fail_record_next(int n);
 
 /* Physical memory for virtual memory fails with ACCEL_ERR_OOM once the
  * handles of every hostless device would hold more than `bytes` (0, the
@@ -32,7 +37,8 @@ void accel__hostless_vm_fail_next(int n);
 void accel__hostless_vm_set_limit(size_t bytes);
 /* on: fences recorded from now on stay pending until waited for, as a GPU's
  * stream still running the work (unmapped ranges then retire: vm_pool.h);
- * off (the default): done when recorded, the device having run the work. */
+ * off (the default): done when recorded, the device having run the work
+ * (turning it off makes every pending fence done: the device caught up). */
 void accel__hostless_vm_lag_fences(bool on);
 /* The granule is 64 KiB, or ACCEL_TEST_VM_GRANULE bytes (a power of two from
  * the page size to 1 GiB: 2097152 is CUDA's), read at the first use. */
