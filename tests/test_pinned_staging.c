@@ -537,7 +537,7 @@ static void test_pool_bounded(void) {
     CHECK_MSG(counts().allocs - allocs == 2, "%lld host allocations for 10 alike steps of 2 leases",
               (long long)(counts().allocs - allocs));
     CHECK(counts().live_bytes - live == 3 * CHUNK);
-    /* the cap counts every cached slot: a third lease beyond it is not kept */
+    /* the cap counts the idle slots: a third lease beyond it is not kept */
     void *p = accel__stage_acquire(H0, CHUNK, "test"), *q = accel__stage_acquire(H0, 2 * CHUNK, "test"),
          *r = accel__stage_acquire(H0, 2 * CHUNK, "test");
     CHECK(p && q && r);
@@ -557,6 +557,66 @@ static void test_pool_bounded(void) {
     CHECK_MSG(counts().live_bytes == live, "ACCEL_STAGE_CACHE_MB=0 kept %lld bytes",
               (long long)(counts().live_bytes - live));
     unsetenv("ACCEL_STAGE_CACHE_MB");
+    accel__stage_set_cache_bytes(0);
+    accel__stage_trim();
+}
+
+/* Host allocations over `steps` steps of step(), after a first one. */
+static int64_t allocs_after_first_step(void (*step)(void), int steps) {
+    step();
+    int64_t allocs = counts().allocs;
+    for (int i = 0; i < steps; i++) step();
+    return counts().allocs - allocs;
+}
+
+static void *g_held; /* a big lease held across steps */
+
+/* Two chunk leases taken and given back while g_held stays leased. */
+static void chunk_step(void) {
+    void *p = accel__stage_acquire(H0, CHUNK, "test"), *q = accel__stage_acquire(H0, 2 * CHUNK, "test");
+    CHECK(p && q && p != g_held && q != g_held);
+    accel__stage_release(H0, q);
+    accel__stage_release(H0, p);
+}
+
+/* A big lease (a staged all-gather's receive buffer) held with the pool over
+ * its cap: the chunk leases that come and go meanwhile stay cached (the cap
+ * counts idle bytes, not leased ones), so alike steps allocate nothing. */
+static void test_big_lease_held_keeps_chunks_cached(void) {
+    accel__stage_trim();
+    accel__stage_set_cache_bytes(4 * CHUNK);
+    g_held = accel__stage_acquire(H0, 64 * CHUNK, "test");
+    CHECK(g_held != NULL);
+    int64_t allocs = allocs_after_first_step(chunk_step, 8);
+    CHECK_MSG(allocs == 0, "%lld host allocations in 8 alike steps with a big lease held", (long long)allocs);
+    accel__stage_release(H0, g_held);
+    accel__stage_set_cache_bytes(0);
+    accel__stage_trim();
+}
+
+/* A big lease given back, then a chunk lease held while the big one is
+ * leased again (a send buffer and a receive buffer of one step). */
+static void big_then_chunk_step(void) {
+    void *big = accel__stage_acquire(H0, 64 * CHUNK, "test");
+    accel__stage_release(H0, big);
+    void *c = accel__stage_acquire(H0, CHUNK, "test");
+    big = accel__stage_acquire(H0, 64 * CHUNK, "test");
+    CHECK(c && big);
+    accel__stage_release(H0, c);
+    accel__stage_release(H0, big);
+}
+
+/* The chunk lease does not take the idle big slot (best fit would, when no
+ * chunk-sized slot is cached yet): it gets a slot of its own size, and the
+ * big lease its cached one, so the pool (cap 100 chunks: room for one big
+ * slot, not two) allocates nothing after the first step. */
+static void test_small_lease_leaves_big_slot(void) {
+    accel__stage_trim();
+    accel__stage_set_cache_bytes(100 * CHUNK);
+    int64_t live = counts().live_bytes;
+    int64_t allocs = allocs_after_first_step(big_then_chunk_step, 8);
+    CHECK_MSG(allocs == 0, "%lld host allocations in 8 alike steps of a big and a chunk lease", (long long)allocs);
+    CHECK(counts().live_bytes - live == 65 * CHUNK);
     accel__stage_set_cache_bytes(0);
     accel__stage_trim();
 }
@@ -621,6 +681,8 @@ int main(void) {
     RUN(test_double_buffered_async_copy);
     RUN(test_cross_backend_copy_through_pool);
     RUN(test_pool_bounded);
+    RUN(test_big_lease_held_keeps_chunks_cached);
+    RUN(test_small_lease_leaves_big_slot);
     RUN(test_errors_name_the_op);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -7,7 +7,12 @@
  *   - the same with the owner's storage replaced (accel_tensor_rebind) while
  *     the form is being built;
  *   - gets from two threads at once while a third keeps moving the storage:
- *     every get succeeds, no entry is used after it was freed. */
+ *     every get succeeds, no entry is used after it was freed;
+ *   - versions and gets asked in a tight loop while another thread's gets
+ *     keep detaching (and freeing) the entry: whether the tensor asked about
+ *     owns its entry is read under the registry's lock, never from an entry
+ *     already freed (a race window of a few instructions: ASan catches it
+ *     before the fix only on some runs). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -166,12 +171,56 @@ static void test_gets_while_moving(void) {
     accel_tensor_free(other);
 }
 
+/* ---- versions and gets racing a detach that frees the entry */
+
+enum { DETACHES = 20000 };
+
+/* Asks w's version and form until g_stop; counts the gets that failed. */
+static void *ask(void *p) {
+    hammer_arg *a = p;
+    for (int i = 0; !atomic_load_explicit(&g_stop, memory_order_relaxed); i++) {
+        (void)accel__tensor_version(a->w);
+        accel_tensor *form = NULL;
+        if (i % 8 == 0 && accel__prepared_get(a->w, &KEY, ACCEL_F32, fill_copy, &form) != ACCEL_OK) a->bad++;
+        if (i % 64 == 63) accel_step_reset();
+    }
+    accel_step_reset();
+    accel_thread_cleanup();
+    return NULL;
+}
+
+static void test_versions_while_detaching(void) {
+    accel_tensor *w = weight_of(1.0f), *other = weight_of(2.0f);
+    void *bytes[2] = {w->data, other->data};
+    hammer_arg a = {w, 0}, b = {w, 0};
+    pthread_t ta, tb;
+    atomic_store(&g_stop, false);
+    CHECK(pthread_create(&ta, NULL, ask, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, ask, &b) == 0);
+    int bad = 0;
+    for (int k = 1; k <= DETACHES; k++) { /* each move seen by a get: the entry is detached, then freed */
+        __atomic_store_n(&w->data, bytes[k & 1], __ATOMIC_RELAXED);
+        accel_tensor *form = NULL;
+        if (accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form) != ACCEL_OK) bad++;
+        accel_step_reset();
+    }
+    atomic_store(&g_stop, true);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_MSG(a.bad == 0 && b.bad == 0 && bad == 0, "%d, %d and %d bad gets", a.bad, b.bad, bad);
+    accel__prepared_release(w);
+    w->data = bytes[0];
+    accel_tensor_free(w);
+    accel_tensor_free(other);
+}
+
 int main(void) {
     pthread_barrier_init(&g_in_fill, NULL, 2);
     pthread_barrier_init(&g_go, NULL, 2);
     RUN(test_moved_while_building);
     RUN(test_rebound_while_building);
     RUN(test_gets_while_moving);
+    RUN(test_versions_while_detaching);
     pthread_barrier_destroy(&g_in_fill);
     pthread_barrier_destroy(&g_go);
     accel_thread_cleanup();

@@ -102,17 +102,28 @@ typedef struct stage_slot {
 
 static stage_slot g_slots[ACCEL_DEV_TYPE_COUNT][ACCEL__STAGE_SLOTS]; /* under g_lock */
 
-/* The free slot to lease for `bytes`: the smallest that is big enough, else an
- * empty one, else the biggest (to grow). -1 when every slot is leased. */
+/* A slot more than this many times a lease's size is wasted on it when a
+ * slot of the lease's own size can be made instead (see pick_slot). */
+enum { OVERSIZE = 2 };
+
+/* The free slot to lease for `bytes`. The smallest big enough, unless it is
+ * over OVERSIZE times bytes and an empty slot, or a too-small one to grow,
+ * can take the lease instead: a chunk lease then does not take the big slot
+ * that a loop's large lease (an all-gather's receive buffer) comes back for
+ * in the same step, which would allocate that one afresh every step. With
+ * no slot big enough: an empty one, else the biggest (to grow). -1 when
+ * every slot is leased. */
 static int pick_slot(const stage_slot *s, size_t bytes) {
-    int fit = -1, empty = -1, big = -1;
+    int fit = -1, empty = -1, small = -1;
     for (int i = 0; i < ACCEL__STAGE_SLOTS; i++) {
         if (s[i].busy) continue;
         if (s[i].cap >= bytes && (fit < 0 || s[i].cap < s[fit].cap)) fit = i;
         if (!s[i].p && empty < 0) empty = i;
-        if (s[i].p && (big < 0 || s[i].cap > s[big].cap)) big = i;
+        if (s[i].p && s[i].cap < bytes && (small < 0 || s[i].cap > s[small].cap)) small = i;
     }
-    return fit >= 0 ? fit : empty >= 0 ? empty : big;
+    bool snug = fit >= 0 && s[fit].cap / OVERSIZE <= bytes;
+    if (snug || (fit >= 0 && empty < 0 && small < 0)) return fit;
+    return empty >= 0 ? empty : small;
 }
 
 /* NULL with an error naming op: no host memory for a staging buffer. */
@@ -147,30 +158,59 @@ void *accel__stage_acquire(accel_device dev, size_t bytes, const char *op) {
     return s->p;
 }
 
-/* Bytes the slots hold, leased or not (under g_lock). */
-static size_t cached_bytes(const stage_slot *s) {
+/* Bytes the slots hold that no lease holds (under g_lock). */
+static size_t idle_bytes(const stage_slot *s) {
     size_t n = 0;
-    for (int i = 0; i < ACCEL__STAGE_SLOTS; i++) n += s[i].cap;
+    for (int i = 0; i < ACCEL__STAGE_SLOTS; i++)
+        if (!s[i].busy) n += s[i].cap;
+    return n;
+}
+
+/* The biggest idle slot other than slot `keep`, -1 if none (under g_lock). */
+static int biggest_idle_but(const stage_slot *s, int keep) {
+    int big = -1;
+    for (int i = 0; i < ACCEL__STAGE_SLOTS; i++)
+        if (i != keep && !s[i].busy && s[i].p && (big < 0 || s[i].cap > s[big].cap)) big = i;
+    return big;
+}
+
+/* Moves idle slots into drop[] until the idle ones hold at most the cap: the
+ * slot `returned` (just given back: the next step asks for it again) stays
+ * unless it alone is over the cap, the biggest others go first. Leased slots
+ * do not count: a big lease held across steps (a staged all-gather's buffer)
+ * does not make every chunk lease given back meanwhile go. Returns how many
+ * were moved (under g_lock). */
+static int evict_over_cap(stage_slot *s, int returned, stage_slot drop[ACCEL__STAGE_SLOTS]) {
+    size_t cap = accel__stage_cache_bytes(), idle = idle_bytes(s);
+    int n = 0;
+    if (s[returned].cap > cap) {
+        idle -= s[returned].cap;
+        drop[n++] = s[returned];
+        s[returned] = (stage_slot){0};
+    }
+    for (int i; idle > cap && (i = biggest_idle_but(s, returned)) >= 0;) {
+        idle -= s[i].cap;
+        drop[n++] = s[i];
+        s[i] = (stage_slot){0};
+    }
     return n;
 }
 
 void accel__stage_release(accel_device dev, void *p) {
     if (!p || (unsigned)dev.type >= ACCEL_DEV_TYPE_COUNT) return;
-    stage_slot drop = {0};
+    stage_slot drop[ACCEL__STAGE_SLOTS];
+    int n = 0;
     pthread_mutex_lock(&g_lock);
     stage_slot *slots = g_slots[dev.type];
     int i = 0;
     while (i < ACCEL__STAGE_SLOTS && !(slots[i].busy && slots[i].p == p)) i++;
     if (i < ACCEL__STAGE_SLOTS) {
         slots[i].busy = false;
-        if (cached_bytes(slots) > accel__stage_cache_bytes()) { /* over the cap: this one goes back */
-            drop = slots[i];
-            slots[i] = (stage_slot){0};
-        }
+        n = evict_over_cap(slots, i, drop);
     }
     pthread_mutex_unlock(&g_lock);
     if (i == ACCEL__STAGE_SLOTS) accel_free(p); /* the overflow lease of acquire */
-    else if (drop.p) host_mem_free(drop.owner, drop.p, drop.pinned);
+    for (int k = 0; k < n; k++) host_mem_free(drop[k].owner, drop[k].p, drop[k].pinned);
 }
 
 /* Frees the slots nobody holds; at exit only the plain ones: a device

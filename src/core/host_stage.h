@@ -11,11 +11,15 @@
  * Buffers are cached per device type in a pool of ACCEL__STAGE_SLOTS slots
  * and reused: a slot is allocated when first needed and grown when a lease
  * needs more than any free slot holds, so a loop whose steps are alike
- * allocates nothing after its first step. The pool of a device type keeps at
- * most its cap cached (ACCEL_STAGE_CACHE_MB, default 256 MiB): a lease given
- * back while the slots hold more than the cap is freed then, so one huge
- * staging (a GB all-gather) does not stay pinned. Cached buffers live until
- * process exit (freed then) or accel__stage_trim().
+ * allocates nothing after its first step (a lease does not take a free slot
+ * over twice its size when a slot of its own size can be made: host_stage.c,
+ * pick_slot). The pool of a device type keeps at most its cap in idle slots
+ * (cached, not leased; ACCEL_STAGE_CACHE_MB, default 256 MiB): a lease given
+ * back over it frees the biggest other idle slots, and itself only when it
+ * alone is over the cap, so one huge staging (a GB all-gather) does not stay
+ * pinned, and a big lease held across steps does not push the chunk leases
+ * given back meanwhile out. Cached buffers live until process exit (freed
+ * then) or accel__stage_trim().
  *
  * Threading: every entry may be called from any thread. A lease is exclusive
  * to its holder until released; leases beyond the slots in use at once are

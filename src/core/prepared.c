@@ -204,7 +204,11 @@ static void entry_free(accel__prepared *e) {
 }
 
 /* A header copied from a tracked tensor (a stack view of it) must not take
- * the entry over: it is the original's. */
+ * the entry over: it is the original's. Only under the registry's lock (to
+ * read or write): t->prepared changes under it to write, and the entry it
+ * points to is freed only after that, so a test made before the lock could
+ * read a freed entry (another thread saw the owner's storage move and
+ * detached it). */
 static bool copied_header(const accel_tensor *t) { return t->prepared && t->prepared->owner != t; }
 
 /* t's entry when it is the owner of one (the registry's lock held either way). */
@@ -248,12 +252,13 @@ static accel_status track(accel_tensor *t, accel__prepared **out) {
 }
 
 uint64_t accel__tensor_version(accel_tensor *t) {
-    if (!t || !trackable(t) || copied_header(t)) return 0;
+    if (!t || !trackable(t)) return 0;
     pthread_rwlock_rdlock(&g_reg_lock);
-    accel__prepared *e = own_entry(t);
+    bool copy = copied_header(t);
+    accel__prepared *e = copy ? NULL : own_entry(t);
     uint64_t v = e ? atomic_load(&e->version) : 0;
     pthread_rwlock_unlock(&g_reg_lock);
-    if (e) return v;
+    if (e || copy) return v; /* a copy is not tracked: 0 (an owner never becomes one) */
     pthread_rwlock_wrlock(&g_reg_lock);
     accel_status st = track(t, &e);
     v = st == ACCEL_OK && e ? atomic_load(&e->version) : 0;
@@ -402,17 +407,19 @@ static bool entry_current(const accel__prepared *e, const accel_tensor *t) {
 }
 
 /* The entry of owner with its current storage, referenced for the caller
- * (entry_put when done; *out NULL when owner cannot be tracked). The usual
+ * (entry_put when done; *out NULL when owner cannot be tracked or is a
+ * header copied from a tracked tensor). The usual
  * case, an entry of the current storage, takes the registry's lock to read.
  * An entry whose owner's storage moved under it (its forms are of other
  * bytes) is detached under the same write lock that tracks the new one, so
  * two threads that both see the move drop the registry's reference once. */
 static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
     pthread_rwlock_rdlock(&g_reg_lock);
-    accel__prepared *e = own_entry(owner);
+    bool copy = copied_header(owner);
+    accel__prepared *e = copy ? NULL : own_entry(owner);
     *out = entry_get(e && entry_current(e, owner) ? e : NULL);
     pthread_rwlock_unlock(&g_reg_lock);
-    if (*out) return ACCEL_OK;
+    if (*out || copy) return ACCEL_OK; /* a copy's prepared is never another thread's to change */
     pthread_rwlock_wrlock(&g_reg_lock);
     accel__prepared *moved = own_entry(owner);
     if (moved && !entry_current(moved, owner)) {
@@ -468,7 +475,7 @@ bool accel__prepared_set_enabled(bool on) {
 accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
                                  accel__form_fill fill, accel_tensor **out) {
     *out = NULL;
-    if (!enabled() || !owner || !trackable(owner) || copied_header(owner)) return ACCEL_OK;
+    if (!enabled() || !owner || !trackable(owner)) return ACCEL_OK;
     accel__prepared *e;
     accel_status st = entry_for(owner, &e);
     if (st != ACCEL_OK || !e) return st;
