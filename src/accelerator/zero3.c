@@ -1240,7 +1240,7 @@ static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
     accel_device dev = model_device(pm);
     void *own = accel__device_alloc(dev, accel_nbytes(t), !copy, "accel_accelerator_clear");
     accel_tensor *g = own ? accel_tensor_new(t->dtype, t->ndim, t->shape, dev) : NULL;
-    if (!g || accel_zero_(g) || (copy && accel__copy_bytes(dev, own, dev, t->data, accel_nbytes(t)))) {
+    if (!g || accel_zero_(g) || (copy && accel__copy_bytes(dev, own, dev, accel__device_ptr(t), accel_nbytes(t)))) {
         accel_tensor_free(g);
         accel__device_free(dev, own);
         return false;
