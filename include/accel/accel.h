@@ -30,5 +30,6 @@
 #include "dist.h"
 #include "bigmodel.h"
 #include "accelerator.h"
+#include "tokenizer.h"
 
 #endif

@@ -1,0 +1,208 @@
+/* Internal types of the tokenizer (include/accel/tokenizer.h): the components a
+ * tokenizer.json describes, as plain tagged structs built once at load
+ * (tok_load.c) and read-only afterwards, plus the small containers they use.
+ * Strings are UTF-8 byte ranges (pointer + length), never NUL-terminated unless said. */
+#ifndef ACCEL_TOK_INTERNAL_H
+#define ACCEL_TOK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "accel/tokenizer.h"
+
+/* ------------------------------------------------------------ containers (tok_util.c) */
+
+/* A growable byte string. */
+typedef struct tok_buf {
+    char *p;
+    size_t n, cap;
+} tok_buf;
+bool tok_buf_put(tok_buf *b, const void *s, size_t n);       /* false: out of memory */
+bool tok_buf_putc(tok_buf *b, uint32_t cp);                  /* cp as UTF-8 */
+
+/* Pieces of text: each a byte range of one shared buffer. */
+typedef struct tok_pieces {
+    tok_buf text;
+    size_t *off, *len;
+    size_t n, cap;
+} tok_pieces;
+bool tok_pieces_add(tok_pieces *p, const char *s, size_t n);
+void tok_pieces_free(tok_pieces *p);
+
+/* A growable array of ids. */
+typedef struct tok_ids {
+    int64_t *v;
+    int64_t n, cap;
+} tok_ids;
+bool tok_ids_push(tok_ids *a, int64_t id);
+
+/* String -> id, open addressing; keys copied. */
+typedef struct tok_strmap {
+    struct tok_strmap_slot {
+        char *key;
+        size_t len;
+        int64_t val;
+    } *slot;
+    size_t cap, n;
+} tok_strmap;
+bool tok_strmap_put(tok_strmap *m, const char *key, size_t len, int64_t val); /* replaces */
+int64_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len);     /* -1: none */
+void tok_strmap_free(tok_strmap *m);
+
+/* (left id, right id) -> (rank, merged id): a BPE merge. */
+typedef struct tok_pairmap {
+    struct tok_pair_slot {
+        int32_t a, b, rank, id; /* a == -1: empty */
+    } *slot;
+    size_t cap, n;
+} tok_pairmap;
+bool tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
+const struct tok_pair_slot *tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b);
+void tok_pairmap_free(tok_pairmap *m);
+
+/* UTF-8: the code point at s[0..n) and its length (0: invalid). */
+size_t tok_utf8_next(const char *s, size_t n, uint32_t *cp);
+/* Offset of the first invalid byte, or n when s is valid UTF-8. */
+size_t tok_utf8_invalid_at(const char *s, size_t n);
+/* s as UTF-8 with every maximal invalid subsequence replaced by U+FFFD, as Rust's
+ * String::from_utf8_lossy. */
+bool tok_utf8_lossy(tok_buf *out, const char *s, size_t n);
+
+/* ------------------------------------------------------------ components */
+
+typedef enum {
+    NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWERCASE, NORM_STRIP, NORM_STRIP_ACCENTS,
+    NORM_REPLACE, NORM_PREPEND, NORM_BERT, NORM_SEQUENCE
+} tok_norm_kind;
+
+typedef struct tok_normalizer {
+    tok_norm_kind kind;
+    bool left, right;                      /* Strip */
+    pcre2_code *pattern;                   /* Replace */
+    char *content;                         /* Replace's content, Prepend's prepend (NUL-terminated) */
+    bool clean_text, chinese_chars, strip_accents, lowercase; /* BertNormalizer */
+    struct tok_normalizer *seq;            /* Sequence */
+    int n_seq;
+} tok_normalizer;
+
+typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS } tok_split_behavior;
+
+typedef enum {
+    PRE_BYTE_LEVEL, PRE_SPLIT, PRE_METASPACE, PRE_WHITESPACE, PRE_WHITESPACE_SPLIT, PRE_BERT, PRE_DIGITS,
+    PRE_SEQUENCE
+} tok_pre_kind;
+
+typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } tok_prepend_scheme;
+
+typedef struct tok_pretokenizer {
+    tok_pre_kind kind;
+    bool add_prefix_space, use_regex;      /* ByteLevel */
+    pcre2_code *pattern;                   /* Split (also Whitespace's and ByteLevel's regex) */
+    tok_split_behavior behavior;
+    bool invert;
+    char *replacement;                     /* Metaspace (NUL-terminated) */
+    tok_prepend_scheme prepend_scheme;
+    bool split;                            /* Metaspace */
+    bool individual_digits;                /* Digits */
+    struct tok_pretokenizer *seq;
+    int n_seq;
+} tok_pretokenizer;
+
+typedef enum { MODEL_BPE, MODEL_WORDPIECE } tok_model_kind;
+
+typedef struct tok_model {
+    tok_model_kind kind;
+    tok_strmap vocab;
+    char **token;        /* id -> token text (NUL-terminated), NULL where none */
+    int64_t n_token;     /* one past the largest model id */
+    int64_t unk;         /* -1: none */
+    /* BPE */
+    tok_pairmap merges;
+    bool byte_fallback, fuse_unk, ignore_merges;
+    int64_t byte_id[256]; /* <0xXX> ids for byte_fallback, -1 where missing */
+    /* WordPiece */
+    char *prefix;        /* continuing_subword_prefix (NUL-terminated) */
+    int64_t max_chars;
+} tok_model;
+
+typedef enum { POST_TEMPLATE, POST_BERT, POST_ROBERTA, POST_BYTE_LEVEL, POST_SEQUENCE } tok_post_kind;
+
+typedef struct tok_post {
+    tok_post_kind kind;
+    /* TemplateProcessing's single template: n_items items, each either the
+     * sequence ($A: ids == NULL) or a special token's ids. */
+    struct tok_template_item {
+        int64_t *ids;
+        int n;
+    } *items;
+    int n_items;
+    int64_t cls, sep;    /* BertProcessing, RobertaProcessing */
+    struct tok_post *seq;
+    int n_seq;
+} tok_post;
+
+typedef enum {
+    DEC_BYTE_LEVEL, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_REPLACE, DEC_WORDPIECE, DEC_METASPACE,
+    DEC_SEQUENCE
+} tok_dec_kind;
+
+typedef struct tok_decoder {
+    tok_dec_kind kind;
+    uint32_t strip_char;  /* Strip */
+    int64_t start, stop;
+    char *pattern;        /* Replace (a plain string), NUL-terminated */
+    char *content;
+    char *prefix;         /* WordPiece */
+    bool cleanup;
+    char *replacement;    /* Metaspace */
+    bool prepend;         /* Metaspace: prepend_scheme != never */
+    struct tok_decoder *seq;
+    int n_seq;
+} tok_decoder;
+
+typedef struct tok_added {
+    char *content;
+    size_t len;
+    int64_t id;
+    bool special, single_word, lstrip, rstrip, normalized;
+} tok_added;
+
+struct accel_tokenizer {
+    char *path;
+    tok_model model;
+    tok_normalizer *normalizer;       /* NULL: none */
+    tok_pretokenizer *pretokenizer;
+    tok_post *post;
+    tok_decoder *decoder;             /* NULL: tokens joined by spaces */
+    tok_added *added;
+    int n_added;
+    tok_strmap added_map;             /* content -> index in added */
+    char **added_token;               /* id -> content for ids of added tokens, else NULL */
+    int64_t vocab_size;
+};
+
+/* ------------------------------------------------------------ stages */
+
+accel_tokenizer *tok_load_json(const char *path);             /* tok_load.c */
+void tok_free_parts(accel_tokenizer *t);
+
+/* in -> out (appended), or false + error. */
+bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *out);
+/* Splits every piece of *p (replaced by the result). first: the text is the
+ * start of the input (Metaspace's prepend_scheme "first"). */
+bool tok_pretokenize(const tok_pretokenizer *pt, tok_pieces *p, bool first);
+/* Appends the model's ids for one pre-tokenized piece. */
+bool tok_model_encode(const tok_model *m, const char *s, size_t n, tok_ids *out);
+/* tokens -> text through the decoder (NULL: joined by spaces). */
+bool tok_decode_tokens(const tok_decoder *d, char **tokens, size_t n, tok_buf *out);
+
+/* A regex matched against s[0..n) from off: the match's [start, end), false when none. */
+bool tok_regex_find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, size_t off,
+                    size_t *start, size_t *end);
+pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *path, const char *field);
+
+#endif /* ACCEL_TOK_INTERNAL_H */

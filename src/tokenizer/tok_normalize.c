@@ -1,0 +1,190 @@
+/* Normalizers: text -> text, as the tokenizers library's (Unicode data from
+ * utf8proc). Character classes shared with the pre-tokenizers live here too. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <utf8proc.h>
+
+#include "tok_internal.h"
+
+/* Rust's char::is_whitespace: the White_Space property. */
+bool tok_is_white_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static bool in_categories(uint32_t c, int lo, int hi) {
+    int cat = utf8proc_category((utf8proc_int32_t)c);
+    return cat >= lo && cat <= hi;
+}
+
+bool tok_is_letter(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LO); }
+bool tok_is_numeric(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_ND, UTF8PROC_CATEGORY_NO); }
+bool tok_is_punctuation(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_PO); }
+
+/* The first code point of s (valid UTF-8: checked at encode's entry). */
+static size_t next_cp(const char *s, size_t n, uint32_t *cp) {
+    size_t k = tok_utf8_next(s, n, cp);
+    return k ? k : (*cp = 0xFFFD, 1);
+}
+
+static bool unicode_form(const char *s, size_t n, int options, tok_buf *out) {
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, options | UTF8PROC_STABLE);
+    if (len < 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "tokenizer: Unicode normalization failed: %s", utf8proc_errmsg(len));
+        return false;
+    }
+    bool ok = tok_buf_put(out, dst, (size_t)len);
+    free(dst);
+    return ok;
+}
+
+/* Rust's str::to_lowercase: full mappings, of which the one-to-many ones are
+ * U+0130 (-> "i\u0307") and the final sigma (Σ -> ς after a letter and not
+ * before one). */
+static bool lowercase(const char *s, size_t n, tok_buf *out) {
+    uint32_t prev = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        i += next_cp(s + i, n - i, &c);
+        bool ok;
+        if (c == 0x130) {
+            ok = tok_buf_putc(out, 'i') && tok_buf_putc(out, 0x307);
+        } else if (c == 0x3A3) {
+            uint32_t next = 0;
+            if (i < n) next_cp(s + i, n - i, &next);
+            ok = tok_buf_putc(out, tok_is_letter(prev) && !tok_is_letter(next) ? 0x3C2 : 0x3C3);
+        } else {
+            ok = tok_buf_putc(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
+        }
+        if (!ok) return false;
+        prev = c;
+    }
+    return true;
+}
+
+/* Drops marks of categories [lo, hi] after a canonical decomposition. */
+static bool strip_marks(const char *s, size_t n, int lo, int hi, tok_buf *out) {
+    tok_buf d = {0};
+    bool ok = unicode_form(s, n, UTF8PROC_DECOMPOSE, &d);
+    for (size_t i = 0; ok && i < d.n;) {
+        uint32_t c;
+        size_t k = next_cp(d.p + i, d.n - i, &c);
+        if (!in_categories(c, lo, hi)) ok = tok_buf_put(out, d.p + i, k);
+        i += k;
+    }
+    free(d.p);
+    return ok;
+}
+
+static bool is_chinese_char(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* BertNormalizer's first two steps: control characters, NUL and U+FFFD
+ * dropped, whitespace made ' ', CJK ideographs surrounded by spaces. */
+static bool bert_clean(const tok_normalizer *nz, const char *s, size_t n, tok_buf *out) {
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        size_t k = next_cp(s + i, n - i, &c);
+        i += k;
+        bool ok = true;
+        if (nz->clean_text) {
+            bool control = c != '\t' && c != '\n' && c != '\r' &&
+                           in_categories(c, UTF8PROC_CATEGORY_CC, UTF8PROC_CATEGORY_CO);
+            if (c == 0 || c == 0xFFFD || control || utf8proc_category((utf8proc_int32_t)c) == UTF8PROC_CATEGORY_CN)
+                continue;
+            if (tok_is_white_space(c)) c = ' ';
+        }
+        if (nz->chinese_chars && is_chinese_char(c))
+            ok = tok_buf_putc(out, ' ') && tok_buf_putc(out, c) && tok_buf_putc(out, ' ');
+        else ok = tok_buf_putc(out, c);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+static bool replace_all(const pcre2_code *re, const char *rep, const char *s, size_t n, tok_buf *out) {
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    if (!md) return false;
+    size_t at = 0, start, end;
+    bool ok = true;
+    while (ok && at <= n && tok_regex_find(re, md, s, n, at, &start, &end)) {
+        ok = tok_buf_put(out, s + at, start - at) && tok_buf_put(out, rep, strlen(rep));
+        if (end == start) { /* an empty match: keep the next character and move past it */
+            uint32_t c;
+            size_t k = start < n ? next_cp(s + start, n - start, &c) : 1;
+            if (ok && start < n) ok = tok_buf_put(out, s + start, k);
+            end = start + k;
+        }
+        at = end;
+    }
+    if (ok && at < n) ok = tok_buf_put(out, s + at, n - at);
+    pcre2_match_data_free(md);
+    return ok;
+}
+
+static bool strip_ws(const char *s, size_t n, bool left, bool right, tok_buf *out) {
+    size_t a = 0, b = n;
+    uint32_t c;
+    while (left && a < b) {
+        size_t k = next_cp(s + a, b - a, &c);
+        if (!tok_is_white_space(c)) break;
+        a += k;
+    }
+    while (right && b > a) {
+        size_t j = b - 1;
+        while (j > a && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
+        next_cp(s + j, b - j, &c);
+        if (!tok_is_white_space(c)) break;
+        b = j;
+    }
+    return tok_buf_put(out, s + a, b - a);
+}
+
+bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *out) {
+    switch (nz->kind) {
+    case NORM_NFC: return unicode_form(s, n, UTF8PROC_COMPOSE, out);
+    case NORM_NFD: return unicode_form(s, n, UTF8PROC_DECOMPOSE, out);
+    case NORM_NFKC: return unicode_form(s, n, UTF8PROC_COMPOSE | UTF8PROC_COMPAT, out);
+    case NORM_NFKD: return unicode_form(s, n, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, out);
+    case NORM_LOWERCASE: return lowercase(s, n, out);
+    case NORM_STRIP: return strip_ws(s, n, nz->left, nz->right, out);
+    case NORM_STRIP_ACCENTS: return strip_marks(s, n, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_ME, out);
+    case NORM_REPLACE: return replace_all(nz->pattern, nz->content, s, n, out);
+    case NORM_PREPEND:
+        return !n || (tok_buf_put(out, nz->content, strlen(nz->content)) && tok_buf_put(out, s, n));
+    case NORM_BERT: {
+        tok_buf a = {0}, b = {0};
+        bool ok = bert_clean(nz, s, n, &a);
+        const tok_buf *cur = &a;
+        if (ok && nz->strip_accents) {
+            ok = strip_marks(a.p, a.n, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MN, &b);
+            cur = &b;
+        }
+        if (ok) ok = nz->lowercase ? lowercase(cur->p, cur->n, out) : tok_buf_put(out, cur->p, cur->n);
+        free(a.p);
+        free(b.p);
+        return ok;
+    }
+    case NORM_SEQUENCE: {
+        tok_buf cur = {0}, next = {0};
+        bool ok = tok_buf_put(&cur, s, n);
+        for (int i = 0; ok && i < nz->n_seq; i++) {
+            next.n = 0;
+            ok = tok_normalize(&nz->seq[i], cur.p, cur.n, &next);
+            tok_buf t = cur;
+            cur = next;
+            next = t;
+        }
+        if (ok) ok = tok_buf_put(out, cur.p, cur.n);
+        free(cur.p);
+        free(next.p);
+        return ok;
+    }
+    }
+    return false;
+}

@@ -1,0 +1,217 @@
+/* Tokenizers against Hugging Face `tokenizers` (fixtures of
+ * tools/gen_tokenizer_fixtures.py: gpt2, llama3, qwen2, llama2, bert pipelines):
+ * ids with and without special tokens, decode with and without skipping them,
+ * round trips; then what a careful adversary tries: invalid UTF-8, unknown
+ * components, malformed files, out-of-range ids, NULLs. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/tokenizer.h"
+#include "check.h"
+
+static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert"};
+
+static bool ids_equal(const int64_t *got, int64_t n, json_t *want) {
+    if ((size_t)n != json_array_size(want)) return false;
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != json_integer_value(json_array_get(want, (size_t)i))) return false;
+    return true;
+}
+
+static void print_ids(const char *what, const int64_t *ids, int64_t n) {
+    fprintf(stderr, "  %s:", what);
+    for (int64_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %lld", (long long)ids[i]);
+    fprintf(stderr, "\n");
+}
+
+static void check_family(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "data/tokenizers/%s", name);
+    accel_tokenizer *t = accel_tokenizer_load(path);
+    CHECK_MSG(t != NULL, "%s: %s", name, accel_last_error());
+    if (!t) return;
+    snprintf(path, sizeof path, "data/tokenizers/%s/expected.json", name);
+    json_error_t err;
+    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &err);
+    CHECK_MSG(root != NULL, "%s: %s", path, err.text);
+    json_t *cases = json_object_get(root, "cases"), *c;
+    size_t i;
+    int failures = 0;
+    json_array_foreach(cases, i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t n = json_string_length(json_object_get(c, "text"));
+        for (int special = 1; special >= 0; special--) {
+            int64_t *ids = NULL, n_ids = 0;
+            json_t *want = json_object_get(c, special ? "ids" : "ids_plain");
+            accel_status st = accel_tokenizer_encode(t, text, n, special, &ids, &n_ids);
+            bool ok = st == ACCEL_OK && ids_equal(ids, n_ids, want);
+            CHECK_MSG(ok, "%s: encode(\"%.60s\", add_special_tokens=%d): %s", name, text, special,
+                      st ? accel_last_error() : "ids differ");
+            if (!ok && failures++ < 3) {
+                print_ids("got ", ids, n_ids);
+                fprintf(stderr, "  want: %s\n", json_dumps(want, JSON_COMPACT));
+            }
+            if (special) { /* decode what the reference encoded */
+                json_t *ref = json_object_get(c, "ids");
+                int64_t m = (int64_t)json_array_size(ref), *rid = malloc(((size_t)m + 1) * sizeof *rid);
+                for (int64_t k = 0; k < m; k++) rid[k] = json_integer_value(json_array_get(ref, (size_t)k));
+                for (int skip = 0; skip <= 1; skip++) {
+                    char *out = NULL;
+                    size_t len = 0;
+                    json_t *e = json_object_get(c, skip ? "decoded_skip" : "decoded");
+                    const char *exp = json_string_value(e);
+                    st = accel_tokenizer_decode(t, rid, m, skip, &out, &len);
+                    CHECK_MSG(st == ACCEL_OK && out && len == json_string_length(e) && !memcmp(out, exp, len),
+                              "%s: decode(skip_special_tokens=%d) of \"%.60s\": got \"%.80s\", want \"%.80s\"", name,
+                              skip, text, out ? out : accel_last_error(), exp);
+                    free(out);
+                }
+                free(rid);
+            }
+            free(ids);
+        }
+    }
+    json_decref(root);
+    accel_tokenizer_free(t);
+}
+
+static void test_families(void) {
+    for (size_t i = 0; i < sizeof FAMILIES / sizeof *FAMILIES; i++) check_family(FAMILIES[i]);
+}
+
+static void test_lookups(void) {
+    accel_tokenizer *t = accel_tokenizer_load("data/tokenizers/llama3/tokenizer.json");
+    CHECK(t != NULL);
+    if (!t) return;
+    int64_t bos = accel_tokenizer_token_to_id(t, "<|begin_of_text|>");
+    CHECK(bos == 0 && accel_tokenizer_is_special(t, bos));
+    CHECK(!strcmp(accel_tokenizer_id_to_token(t, bos), "<|begin_of_text|>"));
+    CHECK(accel_tokenizer_token_to_id(t, "no such token") == -1);
+    CHECK(accel_tokenizer_vocab_size(t) == 902);
+    CHECK(accel_tokenizer_id_to_token(t, 902) == NULL && accel_tokenizer_id_to_token(t, -1) == NULL);
+    CHECK(!accel_tokenizer_is_special(t, 40));
+    accel_tokenizer_free(t);
+}
+
+/* Invalid UTF-8 is refused naming its offset; ids outside the vocabulary name the id;
+ * after each handled error the tokenizer keeps working. */
+static void test_bad_input(void) {
+    accel_tokenizer *t = accel_tokenizer_load("data/tokenizers/gpt2");
+    CHECK(t != NULL);
+    if (!t) return;
+    static const char *const bad[] = {"ab\xff", "\xc3", "x\xe2\x82", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int64_t *ids = (int64_t *)1, n = 7;
+        CHECK(accel_tokenizer_encode(t, bad[i], strlen(bad[i]), true, &ids, &n) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "not UTF-8: byte");
+        CHECK(ids == NULL && n == 0);
+    }
+    int64_t *ids = NULL, n = 0;
+    CHECK(accel_tokenizer_encode(t, "ok", 2, true, &ids, &n) == ACCEL_OK && n > 0);
+    free(ids);
+    char *s = NULL;
+    int64_t bogus[] = {5, 900000};
+    CHECK(accel_tokenizer_decode(t, bogus, 2, false, &s, NULL) == ACCEL_ERR_INVALID_ARG && s == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "ids[1] = 900000 is not in the vocabulary");
+    int64_t neg = -3;
+    CHECK(accel_tokenizer_decode(t, &neg, 1, false, &s, NULL) == ACCEL_ERR_INVALID_ARG);
+    /* an embedded NUL is text like any other */
+    CHECK(accel_tokenizer_encode(t, "a\0b", 3, false, &ids, &n) == ACCEL_OK && n >= 2);
+    CHECK(accel_tokenizer_decode(t, ids, n, false, &s, NULL) == ACCEL_OK);
+    free(ids);
+    free(s);
+    /* NULLs */
+    CHECK(accel_tokenizer_encode(NULL, "a", 1, true, &ids, &n) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_tokenizer_encode(t, NULL, 1, true, &ids, &n) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_tokenizer_encode(t, NULL, 0, true, &ids, &n) == ACCEL_OK && n == 0 && ids == NULL);
+    CHECK(accel_tokenizer_decode(t, NULL, 0, true, &s, NULL) == ACCEL_OK && s && !*s);
+    free(s);
+    CHECK(accel_tokenizer_load(NULL) == NULL);
+    accel_tokenizer_free(NULL);
+    accel_tokenizer_free(t);
+}
+
+/* A tokenizer.json made from the gpt2 fixture with `edit` applied at JSON path
+ * (object keys separated by '.'), loaded: the error must contain `needle`. */
+static void check_refused(const char *key_path, json_t *value, accel_status code, const char *needle) {
+    json_error_t err;
+    json_t *root = json_load_file("data/tokenizers/gpt2/tokenizer.json", 0, &err);
+    json_t *o = root;
+    char keys[128];
+    snprintf(keys, sizeof keys, "%s", key_path);
+    char *save = NULL, *k = strtok_r(keys, ".", &save), *next;
+    while ((next = strtok_r(NULL, ".", &save))) o = json_object_get(o, k), k = next;
+    json_object_set_new(o, k, value);
+    char path[] = "/tmp/accel_tok_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    json_dump_file(root, path, 0);
+    json_decref(root);
+    accel_tokenizer *t = accel_tokenizer_load(path);
+    CHECK_MSG(t == NULL && accel_last_status() == code, "%s: loaded or wrong status: %s", key_path, accel_last_error());
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    CHECK_STR_CONTAINS(accel_last_error(), path);
+    accel_tokenizer_free(t);
+    unlink(path);
+}
+
+static void test_refusals(void) {
+    check_refused("model.type", json_string("Unigram"), ACCEL_ERR_UNSUPPORTED, "model type \"Unigram\" is not supported");
+    check_refused("model.dropout", json_real(0.1), ACCEL_ERR_UNSUPPORTED, "\"dropout\" is set");
+    check_refused("model.continuing_subword_prefix", json_string("##"), ACCEL_ERR_UNSUPPORTED,
+                  "continuing_subword_prefix");
+    check_refused("normalizer", json_pack("{s:s}", "type", "Precompiled"), ACCEL_ERR_UNSUPPORTED,
+                  "normalizer type \"Precompiled\"");
+    check_refused("pre_tokenizer", json_pack("{s:s}", "type", "UnicodeScripts"), ACCEL_ERR_UNSUPPORTED,
+                  "pre-tokenizer type \"UnicodeScripts\"");
+    check_refused("decoder", json_pack("{s:s}", "type", "CTC"), ACCEL_ERR_UNSUPPORTED, "decoder type \"CTC\"");
+    check_refused("post_processor", json_pack("{s:s}", "type", "Fancy"), ACCEL_ERR_UNSUPPORTED, "\"Fancy\"");
+    check_refused("truncation", json_pack("{s:i}", "max_length", 8), ACCEL_ERR_UNSUPPORTED, "truncation");
+    check_refused("pre_tokenizer", json_pack("{s:s,s:{s:s},s:s,s:b}", "type", "Split", "pattern", "Regex", "(unclosed",
+                                             "behavior", "Isolated", "invert", 0),
+                  ACCEL_ERR_FORMAT, "does not compile");
+    check_refused("model.merges", json_pack("[[s,s]]", "no", "such"), ACCEL_ERR_FORMAT, "not in the vocabulary");
+    check_refused("model.vocab", json_pack("{s:s}", "a", "x"), ACCEL_ERR_FORMAT, "is not an integer");
+    check_refused("model.vocab", json_pack("{s:i}", "a", -1), ACCEL_ERR_FORMAT, "is not an integer");
+    check_refused("added_tokens", json_pack("[{s:i,s:s}]", "id", 3, "content", ""), ACCEL_ERR_FORMAT, "is empty");
+    check_refused("model", json_null(), ACCEL_ERR_FORMAT, "model: must be an object");
+    /* JSON of another kind, not JSON, a directory without tokenizer.json, a missing file */
+    FILE *f = fopen("/tmp/accel_tok_array.json", "w");
+    fputs("[1, 2]", f);
+    fclose(f);
+    CHECK(accel_tokenizer_load("/tmp/accel_tok_array.json") == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "not a tokenizers tokenizer.json");
+    unlink("/tmp/accel_tok_array.json");
+    CHECK(accel_tokenizer_load("data/tokenizers/gpt2/../../st_small.safetensors") == NULL);
+    CHECK(accel_tokenizer_load("data") == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "data/tokenizer.json");
+    CHECK(accel_tokenizer_load("/nonexistent/tokenizer.json") == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "no such file");
+}
+
+/* Two tokenizers at once, freed in either order. */
+static void test_two_handles(void) {
+    accel_tokenizer *a = accel_tokenizer_load("data/tokenizers/bert"), *b = accel_tokenizer_load("data/tokenizers/llama2");
+    CHECK(a && b);
+    int64_t *x = NULL, *y = NULL, nx = 0, ny = 0;
+    CHECK(accel_tokenizer_encode(a, "hello", 5, true, &x, &nx) == ACCEL_OK);
+    CHECK(accel_tokenizer_encode(b, "hello", 5, true, &y, &ny) == ACCEL_OK);
+    CHECK(nx >= 3 && x[0] == accel_tokenizer_token_to_id(a, "[CLS]") && x[nx - 1] == accel_tokenizer_token_to_id(a, "[SEP]"));
+    CHECK(ny >= 2 && y[0] == accel_tokenizer_token_to_id(b, "<s>"));
+    accel_tokenizer_free(a);
+    free(x);
+    accel_tokenizer_free(b);
+    free(y);
+}
+
+int main(void) {
+    RUN(test_families);
+    RUN(test_lookups);
+    RUN(test_bad_input);
+    RUN(test_refusals);
+    RUN(test_two_handles);
+    return check_summary();
+}

@@ -1,0 +1,187 @@
+"""Tokenizer fixtures for tests/test_tokenizer.c, made with Hugging Face `tokenizers`.
+
+No model can be downloaded here, so each tokenizer is trained on a generated
+multilingual corpus with the exact pipeline of a real family:
+
+  gpt2     byte-level BPE, GPT-2's ByteLevel pre-tokenizer regex, <|endoftext|>
+  llama3   byte-level BPE, Llama 3's Split regex + ByteLevel(use_regex=False),
+           ignore_merges, <|begin_of_text|> added by a TemplateProcessing
+  qwen2    byte-level BPE, NFC normalizer, Qwen2's Split regex
+  llama2   SentencePiece-style BPE as transformers converts it: Prepend + Replace
+           normalizer, byte_fallback, fuse_unk, <s> template, Strip decoder
+  bert     WordPiece, BertNormalizer (lowercase, accents stripped, CJK split),
+           BertPreTokenizer, [CLS] $A [SEP]
+
+For each: tests/data/tokenizers/<name>/tokenizer.json and expected.json, a list of
+{"text": ..., "ids": [...], "ids_plain": [...], "decoded": ..., "decoded_skip": ...}
+over a test corpus (CJK, emoji, combining marks, whitespace runs, digits,
+contractions, special tokens inside text) that the training corpus does not hold.
+ids: encode(text, add_special_tokens=True); ids_plain: add_special_tokens=False;
+decoded: decode(ids, skip_special_tokens=False); decoded_skip: with True.
+
+    python3 tools/gen_tokenizer_fixtures.py tests/data/tokenizers
+"""
+import json
+import os
+import random
+import sys
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+LLAMA3_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+WORDS = ("the of and to in is was for that with as on by at from his her it an were are which this be or "
+         "has had not but also first one their its new after who they have two been other when there "
+         "all during into school time may years more most only over city some world would where later "
+         "up such used many can state about national out known university united then made").split()
+FOREIGN = ["東京都", "日本語の文章", "中文分词测试", "한국어 문장", "Ελληνικά", "русский текст", "العربية",
+           "हिन्दी", "café", "naïve", "Zürich", "façade", "smörgåsbord", "ÅÄÖ", "ﬁnance"]
+EMOJI = ["😀", "👍🏽", "🇫🇷", "👨‍👩‍👧", "❤️", "🚀✨"]
+
+
+def training_corpus(rng):
+    lines = []
+    for _ in range(3000):
+        n = rng.randint(3, 18)
+        ws = [rng.choice(WORDS) for _ in range(n)]
+        if rng.random() < 0.3:
+            ws.insert(rng.randrange(len(ws) + 1), rng.choice(FOREIGN))
+        if rng.random() < 0.2:
+            ws.append(str(rng.randint(0, 99999)))
+        if rng.random() < 0.1:
+            ws.append(rng.choice(EMOJI))
+        s = " ".join(ws)
+        if rng.random() < 0.3:
+            s = s.capitalize() + rng.choice([".", "!", "?", ",", ";", "'s", "n't"])
+        lines.append(s)
+    return lines
+
+
+def test_corpus(specials):
+    texts = [
+        "Hello world", "Hello  world", "  leading spaces", "trailing spaces   ", "tabs\tand\nnewlines\r\n",
+        "multiple\n\n\nnewlines", "I'm sure they'll say it's John's CAN'T", "numbers 1234567 and 3.14159",
+        "東京都に住んでいます。", "中文分词测试，标点符号！", "한국어 문장입니다", "emoji 😀 👍🏽 🇫🇷 👨‍👩‍👧 ❤️",
+        "combining e\u0301 a\u0308 n\u0303", "precomposed é ä ñ", "Zürich café naïve façade ﬁnance",
+        "mixed العربية and हिन्दी and русский", "symbols @#$%^&*()_+-=[]{}|;:,.<>?/~`", "", " ", "\n",
+        "a", "unknownwordxyzzy qqqqq", "CamelCaseWordsHere", "url https://example.com/path?q=1&r=2",
+        "ΑΒΓ αβγ", "x" * 300, "the the the the the", "don't", "   \t  \n  ",
+    ]
+    for sp in specials:
+        texts.append(f"before{sp}after")
+        texts.append(f"{sp} start and end {sp}")
+    # A generated sweep: random mixtures of the pieces real text is made of.
+    rng = random.Random(99)
+    pool = (WORDS + FOREIGN + EMOJI + specials +
+            [" ", "  ", "   ", "\t", "\n", "\r\n", "\n\n", " \n ", "\u00a0", "\u3000", "\u200b", "\u2028",
+             "'s", "'LL", "n't", ".", ",", "!?", "...", "--", "\"", "(", ")", "$5", "3.14", "2024", "0x1F", "1,000,000",
+             "e\u0301", "a\u0308", "\u0645\u064e", "\u0915\u093f", "\u1100\u1161", "Ｆｕｌｌ", "①②", "ǅ", "İ", "ß", "Σ",
+             "ΟΔΟΣ", "\U0001F600", "\U0001D400", "\u00ad", "\ufeff", "\x00", "\x7f", "\x1b[0m", "\ufffd", "##", "▁", "Ġ",
+             "<0x41>", "<unk>", "[UNK]"])
+    for _ in range(400):
+        parts = [rng.choice(pool) for _ in range(rng.randint(1, 12))]
+        sep = rng.choice(["", " ", " ", "  ", "\n"])
+        texts.append(sep.join(parts))
+    return texts
+
+
+def byte_level_bpe(pre, normalizer=None, ignore_merges=False, special="<|endoftext|>"):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=[special],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    return tok, trainer
+
+
+def build(name, rng):
+    corpus = training_corpus(rng)
+    if name == "gpt2":
+        tok, tr = byte_level_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False))
+        tok.train_from_iterator(corpus, tr)
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+        return tok, ["<|endoftext|>"]
+    if name == "llama3":
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3_PAT), "isolated", invert=False),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok, tr = byte_level_bpe(pre, ignore_merges=True, special="<|begin_of_text|>")
+        tok.train_from_iterator(corpus, tr)
+        tok.add_special_tokens(["<|end_of_text|>", "<|eot_id|>"])
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A:0 <|begin_of_text|>:1 $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
+        return tok, ["<|begin_of_text|>", "<|eot_id|>"]
+    if name == "qwen2":
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_PAT), "isolated", invert=False),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok, tr = byte_level_bpe(pre, normalizer=normalizers.NFC())
+        tok.train_from_iterator(corpus, tr)
+        tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+        return tok, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    if name == "llama2":
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        tr = trainers.BpeTrainer(vocab_size=1000, special_tokens=specials, show_progress=False,
+                                 limit_alphabet=120)
+        tok.train_from_iterator(corpus, tr)
+        bos = tok.token_to_id("<s>")
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                           special_tokens=[("<s>", bos)])
+        return tok, ["<s>", "</s>"]
+    if name == "bert":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                    strip_accents=None, lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+        tr = trainers.WordPieceTrainer(vocab_size=1200, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                                       show_progress=False)
+        tok.train_from_iterator(corpus, tr)
+        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                           special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+        return tok, ["[CLS]", "[SEP]", "[MASK]"]
+    raise ValueError(name)
+
+
+def main(out):
+    for name in ["gpt2", "llama3", "qwen2", "llama2", "bert"]:
+        rng = random.Random(1234)
+        tok, specials = build(name, rng)
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "tokenizer.json")
+        tok.save(path)
+        if name == "llama2":
+            # Llama 2's <0xXX> byte tokens are in the model's vocabulary, not added tokens
+            # (the trainer can only reserve them as specials): drop them from added_tokens.
+            with open(path, encoding="utf-8") as f:
+                j = json.load(f)
+            j["added_tokens"] = [t for t in j["added_tokens"] if not t["content"].startswith("<0x")]
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(j, f, ensure_ascii=False, indent=2)
+        tok = Tokenizer.from_file(path)  # what a user's file gives
+        cases = []
+        for text in test_corpus(specials):
+            ids = tok.encode(text, add_special_tokens=True).ids
+            plain = tok.encode(text, add_special_tokens=False).ids
+            cases.append({"text": text, "ids": ids, "ids_plain": plain,
+                          "decoded": tok.decode(ids, skip_special_tokens=False),
+                          "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizers_version": __import__("tokenizers").__version__, "cases": cases}, f,
+                      ensure_ascii=False, indent=0)
+        print(name, tok.get_vocab_size(), "tokens,", len(cases), "cases")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/tokenizers")
