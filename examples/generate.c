@@ -1,6 +1,9 @@
-/* examples/generate.c DIR [options] — text-free generation from token ids.
+/* examples/generate.c DIR [options] — generation from a prompt's text or ids.
  *
- *   --ids 1,2,3              prompt ids (default 1,2,3)
+ *   --prompt TEXT            the prompt as text: DIR's tokenizer.json encodes it (with the
+ *                            tokenizer's special tokens, e.g. BOS) and decodes the result,
+ *                            printed as text="..." (special tokens skipped)
+ *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt)
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
@@ -22,9 +25,10 @@
 
 #include "accel/bigmodel.h"
 #include "accel/io.h"
+#include "accel/tokenizer.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: generate DIR [--ids 1,2,3] [--device-map auto|balanced|balanced_low_0|sequential|FILE.json|"
+    fprintf(stderr, "usage: generate DIR [--prompt TEXT | --ids 1,2,3] [--device-map auto|balanced|balanced_low_0|sequential|FILE.json|"
                     "prefix:dev,...] [--max-memory dev=SIZE,...] [--new-tokens N] [--sample] [--temperature T] "
                     "[--top-k K] [--top-p P] [--seed S] [--eos ID] [--dtype D] [--dump-logits FILE.npy]\n");
     return 2;
@@ -120,7 +124,7 @@ static int write_npy(const char *path, const float *x, int64_t n) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL;
+    const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL, *text = NULL;
     accel_generate_opts o = {.max_new_tokens = 8};
     accel_load_opts lo = {0};
     for (int i = 1; i < argc; i++) {
@@ -135,6 +139,7 @@ int main(int argc, char **argv) {
         i++;
         bool ok = true;
         if (strcmp(a, "--ids") == 0) ids_s = v;
+        else if (strcmp(a, "--prompt") == 0) text = v;
         else if (strcmp(a, "--device-map") == 0) map_s = v;
         else if (strcmp(a, "--max-memory") == 0) mm_s = v;
         else if (strcmp(a, "--new-tokens") == 0) ok = parse_i64(v, &o.max_new_tokens);
@@ -165,7 +170,7 @@ int main(int argc, char **argv) {
     }
     if (!dir) return usage();
     enum { MAX_PROMPT = 256 };
-    int64_t prompt[MAX_PROMPT], n_prompt = 0;
+    int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
     for (const char *p = ids_s; *p;) {
         char *end;
         if (n_prompt == MAX_PROMPT) {
@@ -211,12 +216,24 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    /* --prompt: the text through DIR's tokenizer (BOS and the like added) */
+    accel_tokenizer *tok = text ? accel_tokenizer_load(dir) : NULL;
+    if (text && (!tok || accel_tokenizer_encode(tok, text, strlen(text), true, &prompt, &n_prompt) != ACCEL_OK ||
+                 accel_generate_opts_check(&o, n_prompt) != ACCEL_OK)) {
+        fprintf(stderr, "generate: --prompt: %s\n", accel_last_error());
+        if (prompt != prompt_ids) free(prompt);
+        accel_tokenizer_free(tok);
+        accel_device_map_free(map);
+        return 1;
+    }
     double t0 = accel_now_seconds();
     accel_dispatched *d = NULL;
     accel_module *m = accel_llama_from_pretrained(dir, map, strategy, mmp, &lo, &d);
     accel_device_map_free(map);
     if (!m) {
         fprintf(stderr, "generate: %s\n", accel_last_error());
+        if (prompt != prompt_ids) free(prompt);
+        accel_tokenizer_free(tok);
         return 1;
     }
     double t_load = accel_now_seconds();
@@ -231,6 +248,8 @@ int main(int argc, char **argv) {
         free(out);
         accel_dispatched_free(d);
         accel_module_free(m);
+        if (prompt != prompt_ids) free(prompt);
+        accel_tokenizer_free(tok);
         return 1;
     }
     /* prompt alone first (first logits), then the whole generation */
@@ -250,6 +269,13 @@ int main(int argc, char **argv) {
         printf("generated_ids=[");
         for (int64_t i = 0; i < n_out; i++) printf("%s%lld", i ? ", " : "", (long long)out[i]);
         printf("]\n");
+        char *decoded = NULL;
+        if (tok && accel_tokenizer_decode(tok, out, n_out, true, &decoded, NULL) != ACCEL_OK) {
+            fprintf(stderr, "generate: %s\n", accel_last_error());
+            rc = 1;
+        }
+        if (decoded) printf("text=\"%s\"\n", decoded);
+        free(decoded);
         double prompt_s = t_first - t_load, decode_s = (t_end - t_first) - prompt_s;
         int64_t n_new = n_out - n_prompt;
         printf("load_ms=%.1f prompt_ms=%.1f new_tokens=%lld decode_tokens_per_s=%.1f\n", (t_load - t0) * 1e3,
@@ -264,5 +290,7 @@ int main(int argc, char **argv) {
     free(out);
     accel_dispatched_free(d);
     accel_module_free(m);
+    if (prompt != prompt_ids) free(prompt);
+    accel_tokenizer_free(tok);
     return rc;
 }

@@ -9,8 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "accel/tokenizer.h"
+#include "accel/accel.h"
 #include "check.h"
+#include "sibling_exe.h"
 
 static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert"};
 
@@ -207,11 +208,52 @@ static void test_two_handles(void) {
     free(y);
 }
 
+/* examples/generate goes text to text on a Hub-style directory: a tiny random
+ * Llama over the llama3 fixture's vocabulary with its tokenizer.json. */
+static void test_generate_text(void) {
+    char gen[8192], dir[] = "/tmp/accel_tok_model_XXXXXX", cmd[16384];
+    if (!sibling_exe("generate", gen, sizeof gen)) {
+        CHECK(!"generate is built next to the tests");
+        return;
+    }
+    CHECK(mkdtemp(dir) != NULL);
+    accel_llama_config cfg = accel_llama_config_default();
+    cfg.vocab_size = 902, cfg.hidden_size = 32, cfg.intermediate_size = 64, cfg.num_hidden_layers = 2;
+    cfg.num_attention_heads = 4, cfg.num_key_value_heads = 2, cfg.max_position_embeddings = 64;
+    cfg.torch_dtype = ACCEL_F32;
+    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m && accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
+    accel_module_free(m);
+    snprintf(cmd, sizeof cmd, "cp data/tokenizers/llama3/tokenizer.json %s/ && %s %s --prompt 'Hello world' --new-tokens 3 2>&1",
+             dir, gen, dir);
+    FILE *p = popen(cmd, "r");
+    char out[8192] = {0};
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    CHECK(p && pclose(p) == 0);
+    /* BOS then the fixture's ids of "Hello world", then 3 new ids; the text starts with the prompt */
+    CHECK_STR_CONTAINS(out, "generated_ids=[0, 40, 69, 76, 76, 79, 423, ");
+    CHECK_STR_CONTAINS(out, "text=\"Hello world");
+    snprintf(cmd, sizeof cmd, "%s %s --prompt \"$(printf 'bad \\377')\" 2>&1; rc=$?; rm -rf %s; exit $rc", gen, dir, dir);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "generate: --prompt: accel_tokenizer_encode: the text is not UTF-8: byte 4");
+    snprintf(cmd, sizeof cmd, "%s /nonexistent --prompt hi 2>&1", gen);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "generate: --prompt: /nonexistent: no such file");
+}
+
 int main(void) {
     RUN(test_families);
     RUN(test_lookups);
     RUN(test_bad_input);
     RUN(test_refusals);
     RUN(test_two_handles);
+    RUN(test_generate_text);
     return check_summary();
 }
