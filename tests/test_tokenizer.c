@@ -13,7 +13,7 @@
 #include "check.h"
 #include "sibling_exe.h"
 
-static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert"};
+static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
 
 static bool ids_equal(const int64_t *got, int64_t n, json_t *want) {
     if ((size_t)n != json_array_size(want)) return false;

@@ -11,6 +11,10 @@ multilingual corpus with the exact pipeline of a real family:
            normalizer, byte_fallback, fuse_unk, <s> template, Strip decoder
   bert     WordPiece, BertNormalizer (lowercase, accents stripped, CJK split),
            BertPreTokenizer, [CLS] $A [SEP]
+  mistral  SentencePiece-style BPE split by Metaspace (prepend_scheme first),
+           ByteFallback + Metaspace decoders
+  misc1    NFKD + StripAccents + Lowercase + Strip, Whitespace + Digits, RobertaProcessing
+  misc2    WordPiece behind every Split behaviour, a regex Replace, NFKC, no decoder
 
 For each: tests/data/tokenizers/<name>/tokenizer.json and expected.json, a list of
 {"text": ..., "ids": [...], "ids_plain": [...], "decoded": ..., "decoded_skip": ...}
@@ -150,18 +154,54 @@ def build(name, rng):
         tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
                                                            special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
         return tok, ["[CLS]", "[SEP]", "[MASK]"]
+    if name == "mistral":  # SentencePiece-style BPE split by Metaspace (prepend_scheme "first")
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="first")])
+        specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=1000, special_tokens=specials, show_progress=False,
+                                                            limit_alphabet=120))
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+        return tok, ["<s>", "</s>"]
+    if name == "misc1":  # compatibility forms, accents and case folded; words, then single digits
+        tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+        tok.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                                               normalizers.Strip()])
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
+                                                     pre_tokenizers.Digits(individual_digits=True)])
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=700, special_tokens=["[UNK]", "[SEP]"],
+                                                            show_progress=False))
+        tok.post_processor = processors.RobertaProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                          ("[SEP]", tok.token_to_id("[SEP]")))
+        return tok, ["[SEP]"]
+    if name == "misc2":  # every Split behaviour, a regex Replace, NFKC, runs of digits, no decoder
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=12))
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " ")])
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(r"[,.;]"), "merged_with_previous"),
+            pre_tokenizers.Split(" ", "merged_with_next"),
+            pre_tokenizers.Split(Regex(r"\p{N}"), "contiguous"),
+            pre_tokenizers.Split(Regex(r"[!?]"), "removed"),
+            pre_tokenizers.Split(Regex(r"\p{L}+"), "isolated", invert=True),
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Digits(individual_digits=False)])
+        tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=900, special_tokens=["[UNK]", "[CLS]"],
+                                                                 show_progress=False))
+        tok.post_processor = processors.BertProcessing(("[CLS]", tok.token_to_id("[CLS]")),
+                                                       ("[CLS]", tok.token_to_id("[CLS]")))
+        return tok, ["[CLS]"]
     raise ValueError(name)
 
 
 def main(out):
-    for name in ["gpt2", "llama3", "qwen2", "llama2", "bert"]:
+    for name in ["gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"]:
         rng = random.Random(1234)
         tok, specials = build(name, rng)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "tokenizer.json")
         tok.save(path)
-        if name == "llama2":
+        if name in ("llama2", "mistral"):
             # Llama 2's <0xXX> byte tokens are in the model's vocabulary, not added tokens
             # (the trainer can only reserve them as specials): drop them from added_tokens.
             with open(path, encoding="utf-8") as f:
