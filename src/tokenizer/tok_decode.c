@@ -17,16 +17,8 @@ typedef struct strs {
 } strs;
 
 static bool strs_push_n(strs *l, const char *s, size_t n) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        char **v = realloc(l->v, cap * sizeof *v);
-        if (!v) return false;
-        l->v = v;
-        size_t *len = realloc(l->len, cap * sizeof *len);
-        if (!len) return false;
-        l->len = len;
-        l->cap = cap;
-    }
+    size_t cap = l->cap;
+    if (!tok_grow(&l->v, &cap, l->n, sizeof *l->v) || !tok_grow(&l->len, &l->cap, l->n, sizeof *l->len)) return false;
     char *d = malloc(n + 1);
     if (!d) return false;
     memcpy(d, s, n);

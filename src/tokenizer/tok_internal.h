@@ -16,6 +16,10 @@
 
 /* ------------------------------------------------------------ containers (tok_util.c) */
 
+/* Makes room for one more element in the array *pv of *cap elements of elem
+ * bytes holding n (doubling); false: out of memory, the array unchanged. */
+bool tok_grow(void *pv, size_t *cap, size_t n, size_t elem);
+
 /* A growable byte string. */
 typedef struct tok_buf {
     char *p;
@@ -33,10 +37,21 @@ typedef struct tok_pieces {
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t n);
 void tok_pieces_free(tok_pieces *p);
 
+/* Byte ranges [a, b) of a text with a tag (a split's match flag, an added
+ * token's id or -1). */
+typedef struct tok_spans {
+    struct tok_span {
+        size_t a, b;
+        int64_t tag;
+    } *v;
+    size_t n, cap;
+} tok_spans;
+bool tok_spans_add(tok_spans *s, size_t a, size_t b, int64_t tag);
+
 /* A growable array of ids. */
 typedef struct tok_ids {
     int64_t *v;
-    int64_t n, cap;
+    size_t n, cap;
 } tok_ids;
 bool tok_ids_push(tok_ids *a, int64_t id);
 

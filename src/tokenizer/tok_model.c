@@ -27,13 +27,7 @@ typedef struct word {
 } word;
 
 static bool word_add(word *w, int64_t id) {
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 32;
-        symbol *s = realloc(w->sym, cap * sizeof *s);
-        if (!s) return false;
-        w->sym = s;
-        w->cap = cap;
-    }
+    if (!tok_grow(&w->sym, &w->cap, w->n, sizeof *w->sym)) return false;
     int32_t i = (int32_t)w->n;
     w->sym[w->n++] = (symbol){(int32_t)id, i - 1, -1, false};
     if (i > 0) w->sym[i - 1].next = i;
@@ -44,13 +38,7 @@ static bool word_add(word *w, int64_t id) {
 static bool before(merge a, merge b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; }
 
 static bool heap_push(word *w, merge m) {
-    if (w->nh == w->caph) {
-        size_t cap = w->caph ? 2 * w->caph : 32;
-        merge *h = realloc(w->heap, cap * sizeof *h);
-        if (!h) return false;
-        w->heap = h;
-        w->caph = cap;
-    }
+    if (!tok_grow(&w->heap, &w->caph, w->nh, sizeof *w->heap)) return false;
     size_t i = w->nh++;
     while (i && before(m, w->heap[(i - 1) / 2])) {
         w->heap[i] = w->heap[(i - 1) / 2];
@@ -151,7 +139,7 @@ static bool wordpiece_encode(const tok_model *m, const char *s, size_t n, tok_id
     char *buf = malloc(np + n);
     if (!buf) return false;
     memcpy(buf, m->prefix, np);
-    int64_t first = out->n;
+    size_t first = out->n;
     bool ok = true;
     for (size_t start = 0; ok && start < n;) {
         int64_t id = -1;

@@ -24,65 +24,43 @@ bool tok_regex_find(const pcre2_code *re, pcre2_match_data *md, const char *s, s
 
 /* ------------------------------------------------------------ ranges and behaviours */
 
-typedef struct range {
-    size_t a, b;
-    bool match;
-} range;
-
-typedef struct ranges {
-    range *v;
-    size_t n, cap;
-} ranges;
-
-static bool ranges_add(ranges *r, size_t a, size_t b, bool match) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 16;
-        range *v = realloc(r->v, cap * sizeof *v);
-        if (!v) return false;
-        r->v = v;
-        r->cap = cap;
-    }
-    r->v[r->n++] = (range){a, b, match};
-    return true;
-}
-
 /* The ranges of s[0..n) kept by a behaviour, appended to out as pieces. */
-static bool apply_behavior(ranges *r, tok_split_behavior b, bool invert, const char *s, tok_pieces *out) {
+static bool apply_behavior(tok_spans *r, tok_split_behavior b, bool invert, const char *s, tok_pieces *out) {
     if (invert)
-        for (size_t i = 0; i < r->n; i++) r->v[i].match = !r->v[i].match;
-    ranges keep = {0};
+        for (size_t i = 0; i < r->n; i++) r->v[i].tag = !r->v[i].tag;
+    tok_spans keep = {0};
     bool ok = true, prev_match = false;
     if (b == SPLIT_MERGED_NEXT) { /* folded from the right, as the reference does */
         for (size_t k = r->n; ok && k-- > 0;) {
-            range x = r->v[k];
-            if (x.match && !prev_match && keep.n) keep.v[keep.n - 1].a = x.a;
-            else ok = ranges_add(&keep, x.a, x.b, false);
-            prev_match = x.match;
+            struct tok_span x = r->v[k];
+            if (x.tag && !prev_match && keep.n) keep.v[keep.n - 1].a = x.a;
+            else ok = tok_spans_add(&keep, x.a, x.b, false);
+            prev_match = x.tag != 0;
         }
         for (size_t i = 0; i < keep.n / 2; i++) {
-            range t = keep.v[i];
+            struct tok_span t = keep.v[i];
             keep.v[i] = keep.v[keep.n - 1 - i];
             keep.v[keep.n - 1 - i] = t;
         }
     } else {
         for (size_t i = 0; ok && i < r->n; i++) {
-            range x = r->v[i];
+            struct tok_span x = r->v[i];
             switch (b) {
             case SPLIT_REMOVED:
-                if (!x.match) ok = ranges_add(&keep, x.a, x.b, false);
+                if (!x.tag) ok = tok_spans_add(&keep, x.a, x.b, false);
                 break;
-            case SPLIT_ISOLATED: ok = ranges_add(&keep, x.a, x.b, false); break;
+            case SPLIT_ISOLATED: ok = tok_spans_add(&keep, x.a, x.b, false); break;
             case SPLIT_MERGED_PREV:
-                if (x.match && !prev_match && keep.n) keep.v[keep.n - 1].b = x.b;
-                else ok = ranges_add(&keep, x.a, x.b, false);
+                if (x.tag && !prev_match && keep.n) keep.v[keep.n - 1].b = x.b;
+                else ok = tok_spans_add(&keep, x.a, x.b, false);
                 break;
             case SPLIT_CONTIGUOUS:
-                if (x.match == prev_match && keep.n) keep.v[keep.n - 1].b = x.b;
-                else ok = ranges_add(&keep, x.a, x.b, false);
+                if ((x.tag != 0) == prev_match && keep.n) keep.v[keep.n - 1].b = x.b;
+                else ok = tok_spans_add(&keep, x.a, x.b, false);
                 break;
             case SPLIT_MERGED_NEXT: break;
             }
-            prev_match = x.match;
+            prev_match = x.tag != 0;
         }
     }
     for (size_t i = 0; ok && i < keep.n; i++)
@@ -92,7 +70,7 @@ static bool apply_behavior(ranges *r, tok_split_behavior b, bool invert, const c
 }
 
 /* Ranges of s: the regex's matches and the gaps between them. */
-static bool regex_ranges(const pcre2_code *re, const char *s, size_t n, ranges *r) {
+static bool regex_ranges(const pcre2_code *re, const char *s, size_t n, tok_spans *r) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) return false;
     size_t at = 0, prev = 0, start, end;
@@ -104,26 +82,26 @@ static bool regex_ranges(const pcre2_code *re, const char *s, size_t n, ranges *
             at = start + (k ? k : 1);
             continue;
         }
-        if (start > prev) ok = ranges_add(r, prev, start, false);
-        if (ok) ok = ranges_add(r, start, end, true);
+        if (start > prev) ok = tok_spans_add(r, prev, start, false);
+        if (ok) ok = tok_spans_add(r, start, end, true);
         prev = at = end;
     }
-    if (ok && prev < n) ok = ranges_add(r, prev, n, false);
+    if (ok && prev < n) ok = tok_spans_add(r, prev, n, false);
     pcre2_match_data_free(md);
     return ok;
 }
 
 /* Ranges of s: runs of characters for which pred holds are matches; with
  * each_char every such character is its own match. */
-static bool char_ranges(const char *s, size_t n, bool (*pred)(uint32_t), bool each_char, ranges *r) {
+static bool char_ranges(const char *s, size_t n, bool (*pred)(uint32_t), bool each_char, tok_spans *r) {
     bool ok = true;
     for (size_t i = 0; ok && i < n;) {
         uint32_t c;
         size_t k = tok_utf8_next(s + i, n - i, &c);
         if (!k) k = 1, c = 0xFFFD;
         bool m = pred(c);
-        if (r->n && r->v[r->n - 1].match == m && !(m && each_char)) r->v[r->n - 1].b = i + k;
-        else ok = ranges_add(r, i, i + k, m);
+        if (r->n && r->v[r->n - 1].tag == m && !(m && each_char)) r->v[r->n - 1].b = i + k;
+        else ok = tok_spans_add(r, i, i + k, m);
         i += k;
     }
     return ok;
@@ -160,7 +138,7 @@ static bool byte_level(const tok_pretokenizer *pt, const char *s, size_t n, tok_
     if (pt->add_prefix_space && n && s[0] != ' ') ok = tok_buf_put(&pre, " ", 1) && tok_buf_put(&pre, s, n);
     else ok = tok_buf_put(&pre, s, n);
     tok_pieces parts = {0};
-    ranges r = {0};
+    tok_spans r = {0};
     if (ok && pt->use_regex) ok = regex_ranges(pt->pattern, pre.p, pre.n, &r) && apply_behavior(&r, SPLIT_ISOLATED, false, pre.p, &parts);
     else if (ok && pre.n) ok = tok_pieces_add(&parts, pre.p, pre.n);
     const uint32_t *map = tok_byte_chars();
@@ -192,18 +170,18 @@ static bool metaspace(const tok_pretokenizer *pt, const char *s, size_t n, bool 
     for (size_t i = 0; ok && i < n; i++) ok = s[i] == ' ' ? tok_buf_put(&b, rep, nrep) : tok_buf_put(&b, s + i, 1);
     if (ok && !pt->split) ok = !b.n || tok_pieces_add(out, b.p, b.n);
     else if (ok) {
-        ranges r = {0};
+        tok_spans r = {0};
         size_t prev = 0;
         for (size_t i = 0; ok && i + nrep <= b.n;) {
             if (memcmp(b.p + i, rep, nrep)) {
                 i++;
                 continue;
             }
-            if (i > prev) ok = ranges_add(&r, prev, i, false);
-            if (ok) ok = ranges_add(&r, i, i + nrep, true);
+            if (i > prev) ok = tok_spans_add(&r, prev, i, false);
+            if (ok) ok = tok_spans_add(&r, i, i + nrep, true);
             prev = i += nrep;
         }
-        if (ok && prev < b.n) ok = ranges_add(&r, prev, b.n, false);
+        if (ok && prev < b.n) ok = tok_spans_add(&r, prev, b.n, false);
         if (ok) ok = apply_behavior(&r, SPLIT_MERGED_NEXT, false, b.p, out);
         free(r.v);
     }
@@ -214,7 +192,7 @@ static bool metaspace(const tok_pretokenizer *pt, const char *s, size_t n, bool 
 /* ------------------------------------------------------------ one pre-tokenizer over one piece */
 
 static bool split_piece(const tok_pretokenizer *pt, const char *s, size_t n, bool first, tok_pieces *out) {
-    ranges r = {0};
+    tok_spans r = {0};
     bool ok;
     switch (pt->kind) {
     case PRE_BYTE_LEVEL: return byte_level(pt, s, n, out);

@@ -4,6 +4,16 @@
 
 #include "tok_internal.h"
 
+bool tok_grow(void *pv, size_t *cap, size_t n, size_t elem) {
+    if (n < *cap) return true;
+    size_t c = *cap ? 2 * *cap : 16;
+    void *p = realloc(*(void **)pv, c * elem);
+    if (!p) return false;
+    *(void **)pv = p;
+    *cap = c;
+    return true;
+}
+
 bool tok_buf_put(tok_buf *b, const void *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -33,20 +43,19 @@ bool tok_buf_putc(tok_buf *b, uint32_t cp) {
 }
 
 bool tok_pieces_add(tok_pieces *p, const char *s, size_t n) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 16;
-        size_t *off = realloc(p->off, cap * sizeof *off);
-        if (!off) return false;
-        p->off = off;
-        size_t *len = realloc(p->len, cap * sizeof *len);
-        if (!len) return false;
-        p->len = len;
-        p->cap = cap;
-    }
+    size_t cap = p->cap;
+    if (!tok_grow(&p->off, &cap, p->n, sizeof *p->off) || !tok_grow(&p->len, &p->cap, p->n, sizeof *p->len))
+        return false;
     p->off[p->n] = p->text.n;
     p->len[p->n] = n;
     if (!tok_buf_put(&p->text, s, n)) return false;
     p->n++;
+    return true;
+}
+
+bool tok_spans_add(tok_spans *s, size_t a, size_t b, int64_t tag) {
+    if (!tok_grow(&s->v, &s->cap, s->n, sizeof *s->v)) return false;
+    s->v[s->n++] = (struct tok_span){a, b, tag};
     return true;
 }
 
@@ -58,13 +67,7 @@ void tok_pieces_free(tok_pieces *p) {
 }
 
 bool tok_ids_push(tok_ids *a, int64_t id) {
-    if (a->n == a->cap) {
-        int64_t cap = a->cap ? 2 * a->cap : 32;
-        int64_t *v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!tok_grow(&a->v, &a->cap, a->n, sizeof *a->v)) return false;
     a->v[a->n++] = id;
     return true;
 }

@@ -58,33 +58,10 @@ static uint32_t first_cp(const char *s, size_t n) {
     return c;
 }
 
-/* A segment of the input: a run of text, or an added token's id. */
-typedef struct segment {
-    size_t a, b;
-    int64_t id; /* -1: text */
-} segment;
-
-typedef struct segments {
-    segment *v;
-    size_t n, cap;
-} segments;
-
-static bool seg_add(segments *s, size_t a, size_t b, int64_t id) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 16;
-        segment *v = realloc(s->v, cap * sizeof *v);
-        if (!v) return false;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = (segment){a, b, id};
-    return true;
-}
-
 /* Splits s[0..n) on the added tokens whose `normalized` is `normalized`:
  * leftmost-longest matches, a single_word token only between non-word
  * characters, lstrip/rstrip taking the whitespace beside it. */
-static bool split_added(const accel_tokenizer *t, bool normalized, const char *s, size_t n, segments *out) {
+static bool split_added(const accel_tokenizer *t, bool normalized, const char *s, size_t n, tok_spans *out) {
     size_t done = 0;
     for (size_t pos = 0; pos < n;) {
         const tok_added *best = NULL;
@@ -113,11 +90,11 @@ static bool split_added(const accel_tokenizer *t, bool normalized, const char *s
                 uint32_t c;
                 stop += tok_utf8_next(s + stop, n - stop, &c);
             }
-        if (start > done && !seg_add(out, done, start, -1)) return false;
-        if (!seg_add(out, start, stop, best->id)) return false;
+        if (start > done && !tok_spans_add(out, done, start, -1)) return false;
+        if (!tok_spans_add(out, start, stop, best->id)) return false;
         done = pos = stop;
     }
-    return done >= n || seg_add(out, done, n, -1);
+    return done >= n || tok_spans_add(out, done, n, -1);
 }
 
 /* ------------------------------------------------------------ encode */
@@ -126,14 +103,14 @@ static bool split_added(const accel_tokenizer *t, bool normalized, const char *s
  * tokens, pre-tokenizer and model. */
 static bool encode_text(const accel_tokenizer *t, const char *s, size_t n, bool first, tok_ids *ids) {
     tok_buf norm = {0};
-    segments segs = {0};
+    tok_spans segs = {0};
     tok_pieces pieces = {0};
     bool ok = t->normalizer ? tok_normalize(t->normalizer, s, n, &norm) : tok_buf_put(&norm, s, n);
     if (ok) ok = split_added(t, true, norm.p, norm.n, &segs);
     for (size_t i = 0; ok && i < segs.n; i++) {
-        segment g = segs.v[i];
-        if (g.id >= 0) {
-            ok = tok_ids_push(ids, g.id);
+        struct tok_span g = segs.v[i];
+        if (g.tag >= 0) {
+            ok = tok_ids_push(ids, g.tag);
             continue;
         }
         pieces.n = pieces.text.n = 0;
@@ -159,14 +136,14 @@ static bool post_process(const tok_post *pp, tok_ids *ids) {
     case POST_BERT:
     case POST_ROBERTA:
         ok = tok_ids_push(&out, pp->cls);
-        for (int64_t i = 0; ok && i < ids->n; i++) ok = tok_ids_push(&out, ids->v[i]);
+        for (size_t i = 0; ok && i < ids->n; i++) ok = tok_ids_push(&out, ids->v[i]);
         ok = ok && tok_ids_push(&out, pp->sep);
         break;
     case POST_TEMPLATE:
         for (int k = 0; ok && k < pp->n_items; k++) {
             const struct tok_template_item *it = &pp->items[k];
             if (!it->ids)
-                for (int64_t i = 0; ok && i < ids->n; i++) ok = tok_ids_push(&out, ids->v[i]);
+                for (size_t i = 0; ok && i < ids->n; i++) ok = tok_ids_push(&out, ids->v[i]);
             for (int i = 0; ok && i < it->n; i++) ok = tok_ids_push(&out, it->ids[i]);
         }
         break;
@@ -192,11 +169,11 @@ accel_status accel_tokenizer_encode(const accel_tokenizer *t, const char *text, 
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tokenizer_encode: the text is not UTF-8: byte %zu (0x%02X)",
                                bad, (unsigned char)text[bad]);
     tok_ids out = {0};
-    segments segs = {0};
+    tok_spans segs = {0};
     bool ok = split_added(t, false, text, n, &segs);
     for (size_t i = 0; ok && i < segs.n; i++) {
-        segment g = segs.v[i];
-        ok = g.id >= 0 ? tok_ids_push(&out, g.id) : encode_text(t, text + g.a, g.b - g.a, g.a == 0, &out);
+        struct tok_span g = segs.v[i];
+        ok = g.tag >= 0 ? tok_ids_push(&out, g.tag) : encode_text(t, text + g.a, g.b - g.a, g.a == 0, &out);
     }
     if (ok && add_special_tokens && t->post) ok = post_process(t->post, &out);
     free(segs.v);
@@ -205,7 +182,7 @@ accel_status accel_tokenizer_encode(const accel_tokenizer *t, const char *text, 
         return accel_propagate_error(ACCEL_ERR_OOM, "accel_tokenizer_encode: out of memory");
     }
     *ids = out.v;
-    *n_ids = out.n;
+    *n_ids = (int64_t)out.n;
     return ACCEL_OK;
 }
 
