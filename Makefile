@@ -47,14 +47,14 @@ test-asan: deps build-asan/CMakeCache.txt
 
 test: test-fast test-asan
 
-# clang build of everything (-Werror) + the safetensors/index parser fuzzer for 20 s.
+# clang build of everything (-Werror) + the safetensors/index parser and tokenizer fuzzers for 20 s each.
 fuzz: deps
 	@dpkg-query -W -f='$${Status}' clang 2>/dev/null | grep -q "install ok installed" && \
 	  dpkg-query -W -f='$${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed" || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev)
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCEL_NATIVE=OFF
 	cmake --build build-fuzz -j $(JOBS)
-	cd build-fuzz && ctest --output-on-failure -R fuzz_safetensors
+	cd build-fuzz && ctest --output-on-failure -R 'fuzz_(safetensors|tokenizer)'
 
 bench: build
 	bash bench/run.sh

@@ -9,8 +9,7 @@
  *   - with clang and -DACCEL_LIBFUZZER: a libFuzzer target;
  *   - otherwise: a plain driver whose main() runs each file of the seed folder
  *     given as argv[1] (default data/fuzz_seeds), so gcc builds still replay
- *     the corpus under ASan/UBSan. */
-#include <dirent.h>
+ *     the corpus under ASan/UBSan (tests/fuzz_replay.h). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,36 +45,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
 }
 
-#ifndef ACCEL_LIBFUZZER
-int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : "data/fuzz_seeds";
-    DIR *d = opendir(dir);
-    if (!d) {
-        fprintf(stderr, "fuzz_safetensors: cannot open seed folder %s\n", dir);
-        return 1;
-    }
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        fseek(f, 0, SEEK_END);
-        long len = ftell(f);
-        rewind(f);
-        uint8_t *data = malloc(len > 0 ? (size_t)len : 1);
-        if (data && fread(data, 1, (size_t)len, f) == (size_t)len) {
-            LLVMFuzzerTestOneInput(data, (size_t)len);
-            n++;
-        }
-        free(data);
-        fclose(f);
-    }
-    closedir(d);
-    accel_thread_cleanup();
-    fprintf(stderr, "fuzz_safetensors: %d inputs replayed\n", n);
-    return n > 0 ? 0 : 1;
-}
-#endif
+#define FUZZ_NAME "fuzz_safetensors"
+#define FUZZ_DEFAULT_SEEDS "data/fuzz_seeds"
+#include "fuzz_replay.h"

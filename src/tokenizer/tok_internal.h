@@ -203,6 +203,8 @@ struct accel_tokenizer {
 /* ------------------------------------------------------------ stages */
 
 accel_tokenizer *tok_load_json(const char *path);             /* tok_load.c */
+/* The same from a tokenizer.json's text in memory (name for messages): the fuzz target's way in. */
+accel_tokenizer *tok_load_json_text(const char *name, const char *text, size_t n);
 void tok_free_parts(accel_tokenizer *t);
 
 /* in -> out (appended), or false + error. */

@@ -508,9 +508,9 @@ static bool load_decoder(const ctx *c, json_t *o, tok_decoder *d, const char *wh
         }                                                                                      \
     } while (0)
 
-accel_tokenizer *tok_load_json(const char *path) {
+/* The tokenizer a parsed tokenizer.json describes (root is consumed); path names it in messages. */
+static accel_tokenizer *load_root(const char *path, json_t *root) {
     ctx c = {path};
-    json_t *root = accel__json_load_file(path);
     if (!root) return NULL;
     accel_tokenizer *t = calloc(1, sizeof *t);
     if (!t || !(t->path = dup_str(path))) {
@@ -547,6 +547,15 @@ fail:
     json_decref(root);
     accel_tokenizer_free(t);
     return NULL;
+}
+
+accel_tokenizer *tok_load_json(const char *path) { return load_root(path, accel__json_load_file(path)); }
+
+accel_tokenizer *tok_load_json_text(const char *name, const char *text, size_t n) {
+    json_error_t err;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+    if (!root) accel_set_error(ACCEL_ERR_FORMAT, "%s: not JSON: %s (line %d)", name, err.text, err.line);
+    return load_root(name, root);
 }
 
 static void free_normalizer(tok_normalizer *nz) {

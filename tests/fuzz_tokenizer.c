@@ -1,0 +1,89 @@
+/* Fuzz target: the tokenizer.json loader and the encode/decode pipeline.
+ *
+ * Input: a byte string. If it starts with 'J', the rest is loaded as a
+ * tokenizer.json (from memory); a tokenizer it accepts encodes and decodes a
+ * fixed multilingual text. Otherwise the input is text: each fixture
+ * tokenizer of tests/data/tokenizers encodes it (invalid UTF-8 must be refused,
+ * nothing else) and decodes the ids; the byte-level gpt2 pipeline, which has
+ * no normalizer, must give the text back byte for byte (special tokens kept).
+ *
+ * Built as fuzz_safetensors.c is (tests/tokenizer.cmake): a libFuzzer target
+ * with clang, else a replay driver over a seed folder (tests/fuzz_replay.h). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "tokenizer/tok_internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
+enum { N_FAMILIES = sizeof FAMILIES / sizeof *FAMILIES };
+
+/* The fixtures, loaded once (ACCEL_FUZZ_TOKENIZERS: their folder, default data/tokenizers). */
+static accel_tokenizer **fixtures(void) {
+    static accel_tokenizer *t[N_FAMILIES];
+    static bool loaded;
+    if (loaded) return t;
+    loaded = true;
+    const char *dir = getenv("ACCEL_FUZZ_TOKENIZERS");
+    for (int i = 0; i < N_FAMILIES; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir ? dir : "data/tokenizers", FAMILIES[i]);
+        if (!(t[i] = accel_tokenizer_load(path))) {
+            fprintf(stderr, "fuzz_tokenizer: %s\n", accel_last_error());
+            abort();
+        }
+    }
+    return t;
+}
+
+/* Encodes (with special tokens) and decodes; returns the decoded text
+ * (malloc'd) or NULL after a refusal. */
+static char *round_trip(const accel_tokenizer *t, const char *text, size_t n, bool skip_special, size_t *len) {
+    int64_t *ids = NULL, k = 0;
+    if (accel_tokenizer_encode(t, text, n, true, &ids, &k) != ACCEL_OK) {
+        if (tok_utf8_invalid_at(text, n) == n) { /* valid text must always encode */
+            fprintf(stderr, "fuzz_tokenizer: valid UTF-8 refused: %s\n", accel_last_error());
+            abort();
+        }
+        return NULL;
+    }
+    char *out = NULL;
+    if (accel_tokenizer_decode(t, ids, k, skip_special, &out, len) != ACCEL_OK) {
+        fprintf(stderr, "fuzz_tokenizer: decode of its own ids failed: %s\n", accel_last_error());
+        abort();
+    }
+    free(ids);
+    return out;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > 0 && data[0] == 'J') {
+        accel_tokenizer *t = tok_load_json_text("fuzz/tokenizer.json", (const char *)data + 1, size - 1);
+        static const char text[] = "Hello wörld 東京 😀 12345 <s> [CLS] \t\n  end";
+        size_t len;
+        if (t) free(round_trip(t, text, sizeof text - 1, true, &len));
+        accel_tokenizer_free(t);
+        accel_clear_error();
+        return 0;
+    }
+    accel_tokenizer **t = fixtures();
+    for (int i = 0; i < N_FAMILIES; i++) {
+        size_t len = 0;
+        char *out = round_trip(t[i], (const char *)data, size, i != 0, &len);
+        if (out && i == 0 && (len != size || memcmp(out, data, size))) {
+            fprintf(stderr, "fuzz_tokenizer: gpt2 decode(encode(x)) != x (%zu bytes in, %zu out)\n", size, len);
+            abort();
+        }
+        free(out);
+    }
+    accel_clear_error();
+    return 0;
+}
+
+#define FUZZ_NAME "fuzz_tokenizer"
+#define FUZZ_DEFAULT_SEEDS "data/fuzz_seeds_tokenizer"
+#include "fuzz_replay.h"
