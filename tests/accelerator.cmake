@@ -91,3 +91,12 @@ if(TARGET accel_cli)
       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0;${extra}")
   endforeach()
 endif()
+
+# The fine-tune guide's example: a Hugging Face directory fine-tuned under DDP and FSDP, saved, generated from.
+if(TARGET accel_cli)
+  add_test(NAME example_finetune_2
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_finetune.sh $<TARGET_FILE:accel_cli> $<TARGET_FILE:finetune>
+                   $<TARGET_FILE:save_model> $<TARGET_FILE:generate> ${CMAKE_CURRENT_BINARY_DIR}/finetune_run)
+  set_tests_properties(example_finetune_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+                       PASS_REGULAR_EXPRESSION "finetune-ok")
+endif()
