@@ -173,7 +173,7 @@ static void test_captured_session_is_useless(void) {
     static relay r;
     memset(&r, 0, sizeof r);
     r.upstream_port = accel__store_port(server);
-    int relay_port;
+    int relay_port = 0;
     r.listen_fd = listen_loopback(&relay_port);
     pthread_t t;
     pthread_create(&t, NULL, relay_main, &r);
@@ -293,7 +293,7 @@ static void *fake_store_main(void *arg) {
 }
 
 static void test_client_refuses_unproven_store(void) {
-    int port, lfd = listen_loopback(&port);
+    int port = 0, lfd = listen_loopback(&port);
     pthread_t t;
     pthread_create(&t, NULL, fake_store_main, &lfd);
     accel__store *c = accel__store_open("127.0.0.1", port, false, SECRET, 1, 5);
