@@ -233,13 +233,13 @@ static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     char key[32], ip[INET_ADDRSTRLEN] = "?", val[INET_ADDRSTRLEN + 8];
     if (rank < 0 || rank >= (1 << 20)) return;
     snprintf(key, sizeof key, "refused/%d", (int)rank);
-    if (!find_kv(s, key) && s->n_refused >= MAX_REFUSED) return;
+    bool fresh = !find_kv(s, key);
+    if (fresh && s->n_refused >= MAX_REFUSED) return;
     if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) == 0) inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
     int n = snprintf(val, sizeof val, "%s:%d", ip, ntohs(peer.sin_port));
     char *v = malloc((size_t)n + 1);
     if (!v) return;
     memcpy(v, val, (size_t)n + 1);
-    bool fresh = !find_kv(s, key);
     if (!put_kv(s, key, v, (size_t)n + 1)) free(v);
     else s->n_refused += fresh;
 }

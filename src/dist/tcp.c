@@ -182,7 +182,8 @@ static bool io_until(int fd, bool out, void *p, size_t n, double deadline) {
 }
 
 /* The connector's side of a handshake: reads the acceptor's challenge and
- * sends magic, nc, body and its MAC (label) in one write; *nc gets the nonce. */
+ * sends magic, nc, body and its MAC (label) in one write; ns and nc get the
+ * two nonces (the acceptance that answers a hello proves them back). */
 static bool send_proved(int fd, const char *magic, const char *label, const char *secret, const void *body,
                         size_t len, uint8_t ns[ACCEL__NONCE_LEN], uint8_t nc[ACCEL__NONCE_LEN], double deadline) {
     char challenge[CHALLENGE_LEN], out[HEAD_LEN + sizeof(notice) + MAX_NOTICE_MSG + ACCEL__MAC_LEN];
