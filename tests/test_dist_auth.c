@@ -9,7 +9,9 @@
  *   - strangers sending nothing, garbage or huge lengths are dropped and the
  *     store keeps serving genuine clients;
  *   - a client with another secret is refused, and the store records the rank
- *     it claimed (what lets the waiting ranks fail at once);
+ *     it claimed: a wait for that rank fails naming it, unless the genuine
+ *     rank arrives within the grace (a process of another job on our port
+ *     must not fail this one);
  *   - a "store" that cannot prove the secret back is refused by the client.
  * Loopback only. */
 #include <arpa/inet.h>
@@ -277,6 +279,35 @@ static void test_strangers_are_refused(void) {
     accel__store_close(server);
 }
 
+/* The genuine rank 3 arrives a moment after another job's process claiming it was refused. */
+static void *late_rank_main(void *arg) {
+    int port = *(int *)arg;
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+    accel__store *c = accel__store_open("127.0.0.1", port, false, SECRET, 3, 5);
+    if (c) accel__store_set(c, "late/3", "x", 1);
+    accel__store_close(c);
+    return NULL;
+}
+
+static void test_refused_rank_that_arrives(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    CHECK(accel__store_open("127.0.0.1", port, false, "another-job", 3, 5) == NULL);
+    accel_clear_error();
+    for (int k = 0; k < 3; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "late/%d", k);
+        CHECK(accel__store_set(server, key, "x", 1) == ACCEL_OK);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, late_rank_main, &port);
+    CHECK_MSG(accel__store_wait_ranks(server, "late", 4, "rendezvous") == ACCEL_OK, "%s", accel_last_error());
+    pthread_join(t, NULL);
+    accel__store_close(server);
+}
+
 /* ---------------------------------------------------------------- a store that cannot prove */
 
 /* Answers the client's hello with "accepted" but a made-up proof. */
@@ -309,6 +340,7 @@ int main(void) {
     RUN(test_hmac_rfc4231);
     RUN(test_captured_session_is_useless);
     RUN(test_strangers_are_refused);
+    RUN(test_refused_rank_that_arrives);
     RUN(test_client_refuses_unproven_store);
     return check_summary();
 }

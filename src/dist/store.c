@@ -22,8 +22,8 @@
  * go to a fixed buffer in the connection (no allocation before the proof).
  *
  * A refused hello (a wrong secret) is recorded under "refused/<rank>" (the
- * peer's address), so that every rank waiting for that rank fails at once
- * naming it rather than wait out the timeout. */
+ * peer's address), so that every rank waiting for that rank fails within
+ * REFUSED_GRACE_S naming it rather than wait out the timeout. */
 #include "dist/store.h"
 
 #include "dist/auth.h"
@@ -691,26 +691,39 @@ accel_status accel__store_get(accel__store *s, const char *key, void **val, size
     }
 }
 
-/* A rank that did not arrive because the store refused its hello: fails at
- * once naming the address it came from (note_refused). */
-static accel_status check_refused(accel__store *s, int rank, int world, const char *what) {
+/* A missing rank the store refused a hello for (note_refused) fails the wait
+ * once it is still missing REFUSED_GRACE_S after the refusal was first seen
+ * here, naming the address it came from: not at once, so that a process of
+ * another job that happens onto our port (and is refused) cannot fail a job
+ * whose genuine rank is a moment late. */
+#define REFUSED_GRACE_S 2.0
+typedef struct refusal {
+    int rank;     /* -1: none seen */
+    double seen;  /* when first seen */
+} refusal;
+
+static accel_status check_refused(accel__store *s, refusal *r, int rank, int world, const char *what, bool now) {
     char key[32];
     bool found;
     void *v = NULL;
     snprintf(key, sizeof key, "refused/%d", rank);
     if (try_get(s, key, &found, &v, NULL) != ACCEL_OK) return accel_last_status();
     if (!found) return ACCEL_OK;
-    accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %d of %d did not arrive: the store refused a process at %s "
-                    "claiming rank %d: wrong job secret (ACCEL_JOB_SECRET differs between machines?)", what, rank,
-                    world, (char *)v, rank);
+    if (r->rank != rank) *r = (refusal){rank, accel_now_seconds()};
+    bool fail = now || accel_now_seconds() - r->seen >= REFUSED_GRACE_S;
+    if (fail)
+        accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %d of %d did not arrive: the store refused a process at %s "
+                        "claiming rank %d: wrong job secret (ACCEL_JOB_SECRET differs between machines?)", what, rank,
+                        world, (char *)v, rank);
     free(v);
-    return ACCEL_ERR_DIST;
+    return fail ? ACCEL_ERR_DIST : ACCEL_OK;
 }
 
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world, const char *what) {
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     int next = 0; /* ranks below `next` have arrived (keys are never deleted) */
     char key[STORE_MAX_KEY];
+    refusal refused = {-1, 0};
     for (;;) {
         while (next < world) {
             bool found;
@@ -720,8 +733,9 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
             next++;
         }
         if (next == world) return ACCEL_OK;
-        if (check_refused(s, next, world, what) != ACCEL_OK) return accel_last_status();
-        if (accel_now_seconds() > deadline) {
+        bool late = accel_now_seconds() > deadline;
+        if (check_refused(s, &refused, next, world, what, late) != ACCEL_OK) return accel_last_status();
+        if (late) {
             char list[512];
             size_t o = 0;
             int missing = 0;
