@@ -5,6 +5,7 @@
 #include <nettle/hmac.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 
 void accel__hmac_sha256(const void *key, size_t key_len, const void *const *parts, const size_t *lens, int n,
                         uint8_t out[ACCEL__MAC_LEN]) {
@@ -25,6 +26,14 @@ bool accel__auth_nonce(uint8_t out[ACCEL__NONCE_LEN]) {
         got += (size_t)r;
     }
     return true;
+}
+
+bool accel__auth_challenge(int fd, const char *magic, uint8_t nonce[ACCEL__NONCE_LEN]) {
+    uint8_t challenge[ACCEL__CHALLENGE_LEN];
+    if (!accel__auth_nonce(nonce)) return false;
+    memcpy(challenge, magic, 4);
+    memcpy(challenge + 4, nonce, ACCEL__NONCE_LEN);
+    return send(fd, challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof challenge;
 }
 
 void accel__auth_mac(const char *secret, const char *label, const uint8_t first[ACCEL__NONCE_LEN],

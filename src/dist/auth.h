@@ -19,6 +19,7 @@
 
 #define ACCEL__NONCE_LEN 16
 #define ACCEL__MAC_LEN 32
+#define ACCEL__CHALLENGE_LEN (4 + ACCEL__NONCE_LEN) /* magic, nonce: what a listener sends first */
 
 /* Raw HMAC-SHA256 of the concatenation of n parts (parts[i], lens[i]). */
 void accel__hmac_sha256(const void *key, size_t key_len, const void *const *parts, const size_t *lens, int n,
@@ -26,6 +27,11 @@ void accel__hmac_sha256(const void *key, size_t key_len, const void *const *part
 
 /* A fresh nonce from getrandom(); false (errno set) if the kernel gave none. */
 bool accel__auth_nonce(uint8_t out[ACCEL__NONCE_LEN]);
+
+/* The listener's first move on a just-accepted socket: draws a nonce into
+ * `nonce` and sends magic (4 bytes) and the nonce without blocking (they fit
+ * an empty socket buffer). False when either failed: drop the connection. */
+bool accel__auth_challenge(int fd, const char *magic, uint8_t nonce[ACCEL__NONCE_LEN]);
 
 /* HMAC-SHA256(secret, label || first || second || body): label is a string
  * naming the message's role, first and second are the two nonces in the

@@ -46,7 +46,6 @@
 enum { OP_SET = 1, OP_GET = 2, OP_ADD = 3 };
 enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2, HELLO_UNPROVEN = 3 };
 #define MAGIC "ACS2"
-#define CHALLENGE_LEN (4 + ACCEL__NONCE_LEN)                      /* magic, ns */
 #define HELLO_LEN (4 + 4 + ACCEL__NONCE_LEN + ACCEL__MAC_LEN)     /* magic, rank, nc, mac */
 #define LABEL_CLIENT "accel store client"
 #define LABEL_SERVER "accel store server"
@@ -408,15 +407,7 @@ static bool accept_new(accel__store *s) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         conn c = {.fd = fd, .deadline = accel_now_seconds() + HELLO_DEADLINE_S};
-        /* The challenge fits an empty socket buffer: sent at once or never. */
-        char challenge[CHALLENGE_LEN];
-        memcpy(challenge, MAGIC, 4);
-        if (!accel__auth_nonce(c.nonce)) {
-            close(fd);
-            continue;
-        }
-        memcpy(challenge + 4, c.nonce, ACCEL__NONCE_LEN);
-        if (send(fd, challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof challenge) {
+        if (!accel__auth_challenge(fd, MAGIC, c.nonce)) {
             close(fd);
             continue;
         }
@@ -529,7 +520,7 @@ static int try_hello(int fd, const struct sockaddr_in *sa, const char *secret, i
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_rcvtimeo(fd, HELLO_DEADLINE_S);
-    uint8_t challenge[CHALLENGE_LEN], hello[HELLO_LEN], answer[1 + ACCEL__MAC_LEN], want[ACCEL__MAC_LEN];
+    uint8_t challenge[ACCEL__CHALLENGE_LEN], hello[HELLO_LEN], answer[1 + ACCEL__MAC_LEN], want[ACCEL__MAC_LEN];
     const uint8_t *ns = challenge + 4;
     uint8_t *nc = hello + 8;
     if (!read_all(fd, challenge, sizeof challenge) || memcmp(challenge, MAGIC, 4) != 0 || !accel__auth_nonce(nc))

@@ -78,7 +78,6 @@
 #define CHALLENGE_MAGIC "ACT2"
 #define HELLO_MAGIC "ACTH"
 #define NOTICE_MAGIC "ACTN"
-#define CHALLENGE_LEN (4 + ACCEL__NONCE_LEN)
 #define HEAD_LEN (4 + ACCEL__NONCE_LEN) /* magic, nc: what precedes a hello's or notice's body */
 #define LABEL_HELLO "accel tcp hello"
 #define LABEL_ACCEPT "accel tcp accept"
@@ -186,7 +185,7 @@ static bool io_until(int fd, bool out, void *p, size_t n, double deadline) {
  * two nonces (the acceptance that answers a hello proves them back). */
 static bool send_proved(int fd, const char *magic, const char *label, const char *secret, const void *body,
                         size_t len, uint8_t ns[ACCEL__NONCE_LEN], uint8_t nc[ACCEL__NONCE_LEN], double deadline) {
-    char challenge[CHALLENGE_LEN], out[HEAD_LEN + sizeof(notice) + MAX_NOTICE_MSG + ACCEL__MAC_LEN];
+    char challenge[ACCEL__CHALLENGE_LEN], out[HEAD_LEN + sizeof(notice) + MAX_NOTICE_MSG + ACCEL__MAC_LEN];
     if (len > sizeof out - HEAD_LEN - ACCEL__MAC_LEN || !io_until(fd, false, challenge, sizeof challenge, deadline) ||
         memcmp(challenge, CHALLENGE_MAGIC, 4) != 0 || !accel__auth_nonce(nc))
         return false;
@@ -275,15 +274,7 @@ static void admit(gate *g, int fd) {
         drop_stranger(g, old);
     }
     stranger *x = &g->st[g->n];
-    char challenge[CHALLENGE_LEN];
-    memcpy(challenge, CHALLENGE_MAGIC, 4);
-    /* The challenge fits an empty socket buffer: sent at once or never. */
-    if (!accel__auth_nonce(x->nonce)) {
-        close(fd);
-        return;
-    }
-    memcpy(challenge + 4, x->nonce, ACCEL__NONCE_LEN);
-    if (send(fd, challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof challenge) {
+    if (!accel__auth_challenge(fd, CHALLENGE_MAGIC, x->nonce)) {
         close(fd);
         return;
     }
