@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 DEB_PACKAGES = build-essential cmake pkg-config libopenblas-dev libopenmpi-dev openmpi-bin zlib1g-dev \
                libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler libdnnl-dev \
-               libpcre2-dev libutf8proc-dev
+               libpcre2-dev libutf8proc-dev nettle-dev
 
 .PHONY: all deps build install demo test test-fast test-asan fuzz bench clean
 

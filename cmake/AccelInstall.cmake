@@ -42,7 +42,7 @@ function(accel_pc_link_flags out)
   set(${out} "${flags}" PARENT_SCOPE)
 endfunction()
 
-set(ACCEL_PC_REQUIRES_PRIVATE "jansson yaml-0.1 libprotobuf-c zlib libpcre2-8 libutf8proc")
+set(ACCEL_PC_REQUIRES_PRIVATE "jansson yaml-0.1 libprotobuf-c zlib libpcre2-8 libutf8proc nettle")
 set(pc_libs ${OPENBLAS_LIB} ${OpenMP_C_LIBRARIES})
 if(MPI_C_FOUND)
   list(APPEND pc_libs ${MPI_C_LIBRARIES})

@@ -1,6 +1,7 @@
 # Several machines: the tcp backend (and mpi when CMake finds MPI).
 # test_dist_tcp (failures: a rank killed mid-all_reduce, a hung rank, a wrong
-# secret) is registered by the test_*.c glob; here the collectives suite runs
+# secret) and test_dist_auth (the secret's challenge-response) are registered
+# by the test_*.c glob; here the collectives suite runs
 # over tcp, as a real two-"machine" job on loopback, and under mpirun.
 if(TARGET accel_cli)
   foreach(n 2 3 4)
@@ -22,6 +23,13 @@ if(TARGET accel_cli)
                    $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_two_machines PROPERTIES TIMEOUT 120 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60")
+  # the same with a different secret on each machine: machine 0 must report
+  # the refused attempt at once (the timeout, 300 s, is far above ctest's)
+  add_test(NAME dist_two_machines_wrong_secret
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines_wrong_secret.sh $<TARGET_FILE:accel_cli>
+                   $<TARGET_FILE:test_dist_collectives>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_two_machines_wrong_secret PROPERTIES TIMEOUT 60 ENVIRONMENT "ACCEL_DIST_TIMEOUT=300")
   # two SLURM "nodes" in two network namespaces (root + iproute2, else skipped):
   # srun without accel launch, and srun accel launch
   add_test(NAME dist_netns_slurm

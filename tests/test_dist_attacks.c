@@ -11,7 +11,13 @@
  * notices (every wait polled the listening socket and read a newcomer with a
  * blocking 1 s read: 0 steps/s). The step count must stay >= 50% of a run
  * without attackers (generous: the bug made it ~0). Every attack loop is
- * bounded in count and time. */
+ * bounded in count and time.
+ *
+ * Among the strangers: forged failure notices naming rank 1 dead, both in
+ * the old layout with the job secret in clear (what anyone who sniffed one
+ * hello had: it killed the job) and in the current one with a MAC made
+ * without the secret; garbage; huge lengths in every layout; wrong-secret
+ * store hellos claiming ranks the job does not have. None may disturb it. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -113,17 +119,62 @@ static void send_when_connected(int fd, const void *p, size_t n) {
     if (poll(&pf, 1, 200) == 1) send(fd, p, n, MSG_NOSIGNAL);
 }
 
-/* magic + a wrong secret (+ a notice-sized tail), then hang up. */
-static void wrong_secret(const char *magic, int port) {
-    char msg[4 + 4 + 5 + 16] = {0};
-    uint32_t len = 5;
-    memcpy(msg, magic, 4);
-    memcpy(msg + 4, &len, 4);
-    memcpy(msg + 8, "WRONG", 5);
+static void send_and_close(int port, const void *msg, size_t n) {
     int fd = connect_nb(port);
     if (fd < 0) return;
-    send_when_connected(fd, msg, sizeof msg);
+    send_when_connected(fd, msg, n);
     close(fd);
+}
+
+/* The old clear-secret layout: magic, u32 length, secret, then (ACTN) a
+ * notice {kind 1 = a rank died, culprit 1, reporter 1, len} and its text. */
+static void old_layout(const char *magic, const char *secret, int port) {
+    char msg[128] = {0};
+    uint32_t len = (uint32_t)strlen(secret);
+    int32_t notice[4] = {1, 1, 1, 6};
+    memcpy(msg, magic, 4);
+    memcpy(msg + 4, &len, 4);
+    memcpy(msg + 8, secret, len);
+    memcpy(msg + 8 + len, notice, sizeof notice);
+    memcpy(msg + 8 + len + sizeof notice, "forged", 6);
+    send_and_close(port, msg, 8 + len + sizeof notice + 6);
+}
+
+/* The current layout without the secret: after the 20-byte challenge, magic,
+ * a nonce, a body (a notice that rank 1 died; a hello as rank 1; a store
+ * hello claiming a rank) and a MAC that cannot be right. */
+static void forged_current(const char *magic, int port) {
+    char msg[128];
+    int32_t notice[4] = {1, 1, 1, 6}, rank = 7;
+    memset(msg, 0x5a, sizeof msg);
+    memcpy(msg, magic, 4);
+    size_t n = 4 + 16;
+    if (!strcmp(magic, "ACTN")) {
+        memcpy(msg + n, notice, sizeof notice);
+        memcpy(msg + n + sizeof notice, "forged", 6);
+        n += sizeof notice + 6;
+    } else if (!strcmp(magic, "ACTH")) {
+        rank = 1;
+        memcpy(msg + n, &rank, 4);
+        n += 4;
+    } else { /* ACS2: magic, rank, nonce: a rank the 2-rank job does not have */
+        memcpy(msg + 4, &rank, 4);
+        n += 4;
+    }
+    send_and_close(port, msg, n + 32);
+}
+
+/* Garbage, and huge lengths where each layout has one. */
+static void garbage(int port) {
+    static char junk[2048];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)(i * 2654435761u >> 13);
+    send_and_close(port, junk, sizeof junk);
+    char huge[64];
+    memset(huge, 0xff, sizeof huge);
+    memcpy(huge, "ACS1", 4);
+    send_and_close(port, huge, sizeof huge);
+    memcpy(huge, "ACTN", 4); /* a notice whose length field is 0xffffffff */
+    send_and_close(port, huge, sizeof huge);
 }
 
 static void start_drip(attack *a, int port) {
@@ -190,7 +241,9 @@ static void attack_store(attack *a, dist_group *g) {
         hold(a, fd);
     }
     start_drip(a, g->port);
-    wrong_secret("ACS1", g->port);
+    old_layout("ACS1", "WRONG", g->port);
+    forged_current("ACS2", g->port);
+    garbage(g->port);
     atomic_store(&SH->go, 1);
     double t0 = accel_now_seconds(), last_drip = 0;
     while (!(atomic_load(&SH->inited[0]) && atomic_load(&SH->inited[1])) && accel_now_seconds() - t0 < 30) {
@@ -199,7 +252,8 @@ static void attack_store(attack *a, dist_group *g) {
             last_drip = accel_now_seconds();
         }
         hold(a, connect_nb(g->port)); /* bounded by MAX_HELD */
-        wrong_secret("ACS1", g->port);
+        old_layout("ACS1", "WRONG", g->port);
+        forged_current("ACS2", g->port);
         nap_ms(20);
     }
     stop_attack(a);
@@ -213,17 +267,25 @@ static void attack_workers(attack *a, dist_group *g) {
     if (np == 0) return;
     for (int i = 0; i < TCP_IDLE; i++) hold(a, connect_nb(ports[i % np]));
     for (int k = 0; k < np; k++) start_drip(a, ports[k]);
+    for (int k = 0; k < np; k++) garbage(ports[k]);
     double t0 = accel_now_seconds(), last_drip = 0;
     int alive = 2;
-    while (alive && accel_now_seconds() - t0 < 3 * STEP_SECONDS + 10) {
+    for (int round = 1; alive && accel_now_seconds() - t0 < 3 * STEP_SECONDS + 10; round++) {
         if (accel_now_seconds() - last_drip > 0.3) {
             drip(a);
             last_drip = accel_now_seconds();
         }
         for (int k = 0; k < np; k++) {
+            /* Three connections a round, as many as before the forgeries
+             * were added: the attackers' own CPU must not decide the rate. */
             hold(a, connect_nb(ports[k])); /* silent */
-            wrong_secret("ACT1", ports[k]);
-            wrong_secret("ACTN", ports[k]);
+            forged_current("ACTN", ports[k]);
+            switch (round % 4) {
+            case 0: old_layout("ACTN", "s3cret", ports[k]); break; /* the job's secret, as sniffed from an old hello */
+            case 1: forged_current("ACTH", ports[k]); break;
+            case 2: old_layout("ACT1", "WRONG", ports[k]); break;
+            default: if (round % 20 == 3) garbage(ports[k]);
+            }
         }
         nap_ms(20);
         alive = 0;

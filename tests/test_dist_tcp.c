@@ -6,7 +6,10 @@
  *     group stays broken (a later barrier fails at once with that message);
  *   - a hung rank: every other rank's barrier / all_reduce times out with
  *     ACCEL_ERR_TIMEOUT naming exactly the hung rank (not its neighbour);
- *   - a process with the wrong job secret cannot join;
+ *   - a process with the wrong job secret cannot join, and the others (rank 0
+ *     and a rank that is not rank 0) fail at once naming its address and
+ *     "wrong job secret" (they waited out the whole timeout with only "rank 2
+ *     of 3 did not arrive");
  *   - a "store" that accepts but never answers is reported as such.
  * Collectives themselves are tested by test_dist_collectives run over tcp
  * (tests/dist_multi.cmake). */
@@ -113,22 +116,34 @@ static void test_rank_hangs(void) {
 
 /* ---------------------------------------------------------------- wrong secret */
 
+#define SECRET_TIMEOUT_S 20
+
 static int secret_body(int rank, int world) {
+    double t0 = accel_now_seconds();
     accel_status st = accel_dist_init();
-    fprintf(stderr, "rank %d: %s\n", rank, st == ACCEL_OK ? "joined" : accel_last_error());
+    double dt = accel_now_seconds() - t0;
+    fprintf(stderr, "rank %d after %.2f s: %s\n", rank, dt, st == ACCEL_OK ? "joined" : accel_last_error());
     if (st == ACCEL_OK) {
         accel_dist_finalize();
         return 20;
     }
     accel_thread_cleanup();
-    return rank == world - 1 ? (strstr(accel_last_error(), "ACCEL_JOB_SECRET") ? 0 : 21)
-                             : (st == ACCEL_ERR_TIMEOUT ? 0 : 22);
+    if (rank == world - 1) return strstr(accel_last_error(), "ACCEL_JOB_SECRET") ? 0 : 21;
+    /* the others: the refusal, not the timeout: its status, the refused address and rank */
+    char claim[64];
+    snprintf(claim, sizeof claim, "claiming rank %d", world - 1);
+    if (st != ACCEL_ERR_DIST) return 22;
+    if (!strstr(accel_last_error(), "wrong job secret") || !strstr(accel_last_error(), "at 127.0.0.1:") ||
+        !strstr(accel_last_error(), claim)) return 23;
+    return dt < SECRET_TIMEOUT_S ? 0 : 24;
 }
 
 static void test_wrong_secret(void) {
-    int st[2];
-    run_group(2, "1", "not-the-secret", secret_body, st);
-    for (int r = 0; r < 2; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
+    int st[3];
+    char timeout[16];
+    snprintf(timeout, sizeof timeout, "%d", SECRET_TIMEOUT_S);
+    run_group(3, timeout, "not-the-secret", secret_body, st);
+    for (int r = 0; r < 3; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
 }
 
 /* ---------------------------------------------------------------- a store that never answers */

@@ -1025,7 +1025,7 @@ static accel_status create_default_group(void) {
 #endif
     } else {
         accel__store *store = accel__store_open(e.addr, e.port, e.rank == 0, getenv("ACCEL_JOB_SECRET"),
-                                                e.timeout_s);
+                                                e.rank, e.timeout_s);
         if (!store) st = accel_last_status();
         if (st == ACCEL_OK) st = choose_backend(store, &e, &pg->be);
         if (st == ACCEL_OK) {
@@ -1157,7 +1157,8 @@ static accel_status split_store(accel_pg *parent, const accel_pg *sub, int leade
     if (!st && sub->rank == 0 && sub->size > 1) {
         if (one_machine) snprintf(mine.ip, sizeof mine.ip, "127.0.0.1");
         else st = accel__tcp_local_ip(mine.ip, sizeof mine.ip);
-        store = st ? NULL : accel__store_open(mine.ip, 0, true, getenv("ACCEL_JOB_SECRET"), parent->timeout_s);
+        store = st ? NULL : accel__store_open(mine.ip, 0, true, getenv("ACCEL_JOB_SECRET"), sub->rank,
+                                                 parent->timeout_s);
         if (!st && !store) st = accel_last_status();
         if (store) mine.port = accel__store_port(store);
     }
@@ -1169,7 +1170,7 @@ static accel_status split_store(accel_pg *parent, const accel_pg *sub, int leade
                              "subgroup's rendezvous", leader);
     if (!st && sub->rank != 0) {
         store = accel__store_open(addrs[leader].ip, addrs[leader].port, false, getenv("ACCEL_JOB_SECRET"),
-                                  parent->timeout_s);
+                                  sub->rank, parent->timeout_s);
         if (!store) st = accel_last_status();
     }
     free(addrs);

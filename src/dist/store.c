@@ -1,8 +1,12 @@
 /* src/dist/store.c — TCP key/value store for rendezvous.
  *
  * Wire format (little-endian host order; both ends are this code on one
- * architecture):
- *   hello:    "ACS1" u32 secret_len, secret          -> u8 HELLO_OK or HELLO_BAD_SECRET
+ * architecture). The handshake proves the job secret without sending it
+ * (dist/auth.h): K = ACCEL_JOB_SECRET, ns/nc = 16 random bytes of the server/client.
+ *   server, on accept:  "ACS2" ns
+ *   client:             "ACS2" i32 rank, nc, HMAC(K, "accel store client\0" ns nc rank)
+ *   server:             u8 HELLO_OK, HMAC(K, "accel store server\0" nc ns rank)
+ *                       or u8 HELLO_BAD_SECRET, then it closes
  *   request:  u8 op, u32 klen, key, u64 vlen, value
  *   replies:  SET -> u8 0; CHECK/GET -> u8 found [, u64 vlen, value]; ADD -> i64 new value
  * Waiting is done by the client (poll CHECK with a growing sleep), so the
@@ -11,11 +15,18 @@
  *
  * The server is one thread multiplexing every connection with poll(): each
  * has input/output buffers and is served as its bytes arrive, so no client,
- * however slow or silent, delays another. Connections that have not presented
+ * however slow or silent, delays another. Connections that have not proved
  * the secret are bounded in time (HELLO_DEADLINE_S) and in number
  * (MAX_UNAUTHED: a new one evicts the oldest), so idle strangers can neither
- * exhaust the descriptors nor keep the listening socket readable. */
+ * exhaust the descriptors nor keep the listening socket readable; their bytes
+ * go to a fixed buffer in the connection (no allocation before the proof).
+ *
+ * A refused hello (a wrong secret) is recorded under "refused/<rank>" (the
+ * peer's address), so that every rank waiting for that rank fails within
+ * REFUSED_GRACE_S naming it rather than wait out the timeout. */
 #include "dist/store.h"
+
+#include "dist/auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +36,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -32,11 +44,15 @@
 #include <unistd.h>
 
 enum { OP_SET = 1, OP_GET = 2, OP_ADD = 3 };
-enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2 };
+enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2, HELLO_UNPROVEN = 3 };
+#define MAGIC "ACS2"
+#define HELLO_LEN (4 + 4 + ACCEL__NONCE_LEN + ACCEL__MAC_LEN)     /* magic, rank, nc, mac */
+#define LABEL_CLIENT "accel store client"
+#define LABEL_SERVER "accel store server"
 #define STORE_MAX_KEY 256
 #define STORE_MAX_VAL (16u << 20)
-#define MAX_SECRET 1024
 #define MAX_UNAUTHED 64
+#define MAX_REFUSED 64 /* "refused/<rank>" keys the store holds at most */
 #define HELLO_DEADLINE_S 2.0
 /* What the store holds at most. Rank 0 serves it for the job's lifetime (late
  * claims, claim.c), so retrying duplicates must not grow it without bound; a
@@ -56,6 +72,9 @@ typedef struct conn {
     int fd;
     bool authed;
     double deadline; /* unauthenticated: dropped after this */
+    uint8_t nonce[ACCEL__NONCE_LEN]; /* the challenge sent to it */
+    uint8_t hello[HELLO_LEN];        /* its answer, as it arrives */
+    size_t hello_len;
     char *in;
     size_t in_len, in_cap;
     char *out;
@@ -72,8 +91,10 @@ struct accel__store {
     int wake[2];            /* close/write to stop the server thread */
     pthread_t thread;
     char *secret;
+    int rank;               /* the rank this process claims (in its hello) */
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
+    size_t n_refused;       /* "refused/<rank>" keys held */
     conn *conns;
     size_t n_conns, cap_conns;
 };
@@ -102,14 +123,6 @@ static bool read_all(int fd, void *p, size_t n) {
         n -= (size_t)r;
     }
     return true;
-}
-
-bool accel__secret_matches(const void *got, size_t len, const char *secret) {
-    size_t n = strlen(secret);
-    unsigned char diff = len != n;
-    const unsigned char *g = got, *w = (const unsigned char *)secret;
-    for (size_t i = 0; i < len && i < n; i++) diff |= g[i] ^ w[i]; /* no early exit: no timing hint */
-    return diff == 0;
 }
 
 /* ---------------------------------------------------------------- server */
@@ -199,13 +212,6 @@ static void drop_conn(accel__store *s, size_t i) {
 static long message_size(const conn *c) {
     const char *p = c->in;
     size_t n = c->in_len;
-    if (!c->authed) {
-        uint32_t slen;
-        if (n < 8) return 0;
-        memcpy(&slen, p + 4, 4);
-        if (memcmp(p, "ACS1", 4) != 0 || slen > MAX_SECRET) return -1;
-        return n >= 8 + (size_t)slen ? (long)(8 + slen) : 0;
-    }
     uint32_t klen;
     uint64_t vlen;
     if (n < 5) return 0;
@@ -218,18 +224,46 @@ static long message_size(const conn *c) {
     return n >= total ? (long)total : 0;
 }
 
-/* The hello: right secret -> authenticated; wrong -> told so (the client can
- * then name the real problem), then dropped. */
+/* "refused/<rank>" = "<ip>:<port>" of a peer that claimed rank with a wrong
+ * secret. Bounded: ranks below 2^20, at most MAX_REFUSED keys. */
+static void note_refused(accel__store *s, const conn *c, int32_t rank) {
+    struct sockaddr_in peer;
+    socklen_t pl = sizeof peer;
+    char key[32], ip[INET_ADDRSTRLEN] = "?", val[INET_ADDRSTRLEN + 8];
+    if (rank < 0 || rank >= (1 << 20)) return;
+    snprintf(key, sizeof key, "refused/%d", (int)rank);
+    bool fresh = !find_kv(s, key);
+    if (fresh && s->n_refused >= MAX_REFUSED) return;
+    if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) == 0) inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
+    int n = snprintf(val, sizeof val, "%s:%d", ip, ntohs(peer.sin_port));
+    char *v = malloc((size_t)n + 1);
+    if (!v) return;
+    memcpy(v, val, (size_t)n + 1);
+    if (!put_kv(s, key, v, (size_t)n + 1)) free(v);
+    else s->n_refused += fresh;
+}
+
+/* The client's answer to our challenge: a valid proof -> authenticated, and
+ * we prove the secret back; a wrong one (an accel client with another
+ * secret) -> told so (the client can then name the real problem), recorded,
+ * dropped; anything else -> dropped. */
 static bool serve_hello(accel__store *s, conn *c) {
-    uint32_t slen;
-    memcpy(&slen, c->in + 4, 4);
-    uint8_t code = accel__secret_matches(c->in + 8, slen, s->secret) ? HELLO_OK : HELLO_BAD_SECRET;
-    if (code != HELLO_OK) {
-        send(c->fd, &code, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const uint8_t *h = c->hello, *nc = h + 8, *mac = h + 8 + ACCEL__NONCE_LEN;
+    int32_t rank;
+    uint8_t want[ACCEL__MAC_LEN], code[1 + ACCEL__MAC_LEN];
+    if (memcmp(h, MAGIC, 4) != 0) return false;
+    memcpy(&rank, h + 4, 4);
+    accel__auth_mac(s->secret, LABEL_CLIENT, c->nonce, nc, &rank, 4, want);
+    if (!accel__auth_mac_equal(mac, want)) {
+        code[0] = HELLO_BAD_SECRET;
+        send(c->fd, code, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        note_refused(s, c, rank);
         return false;
     }
     c->authed = true;
-    return reply(c, &code, 1);
+    code[0] = HELLO_OK;
+    accel__auth_mac(s->secret, LABEL_SERVER, nc, c->nonce, &rank, 4, code + 1);
+    return reply(c, code, sizeof code);
 }
 
 static bool serve_request(accel__store *s, conn *c) {
@@ -283,17 +317,35 @@ static bool serve_messages(accel__store *s, conn *c) {
     for (;;) {
         long m = message_size(c);
         if (m <= 0) return m == 0;
-        if (!(c->authed ? serve_request(s, c) : serve_hello(s, c))) return false;
+        if (!serve_request(s, c)) return false;
         memmove(c->in, c->in + m, c->in_len - (size_t)m);
         c->in_len -= (size_t)m;
     }
 }
 
+/* Reads the hello into its fixed buffer (never more than it: a request may
+ * follow only once the client has our answer); true while it is incomplete
+ * or was accepted. */
+static bool read_hello(accel__store *s, conn *c) {
+    while (!c->authed) {
+        ssize_t r = recv(c->fd, c->hello + c->hello_len, HELLO_LEN - c->hello_len, MSG_DONTWAIT);
+        if (r > 0) {
+            c->hello_len += (size_t)r;
+            if (c->hello_len == HELLO_LEN && !serve_hello(s, c)) return false;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    return true;
+}
+
 /* Reads what arrived and serves every complete message; false drops c. The
- * input never grows past one message: a stranger cannot make us buffer. */
+ * input never grows past one message: a client cannot make us buffer more. */
 static bool serve_input(accel__store *s, conn *c) {
-    for (;;) {
-        size_t limit = c->authed ? 13 + STORE_MAX_KEY + STORE_MAX_VAL : 8 + MAX_SECRET;
+    if (!read_hello(s, c)) return false;
+    while (c->authed) {
+        size_t limit = 13 + STORE_MAX_KEY + STORE_MAX_VAL;
         if (c->in_len >= limit) return false; /* a valid message would have completed */
         size_t want = limit - c->in_len < 65536 ? limit - c->in_len : 65536;
         if (!reserve(&c->in, &c->in_cap, c->in_len + want)) return false;
@@ -354,7 +406,12 @@ static bool accept_new(accel__store *s) {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        s->conns[s->n_conns++] = (conn){.fd = fd, .deadline = accel_now_seconds() + HELLO_DEADLINE_S};
+        conn c = {.fd = fd, .deadline = accel_now_seconds() + HELLO_DEADLINE_S};
+        if (!accel__auth_challenge(fd, MAGIC, c.nonce)) {
+            close(fd);
+            continue;
+        }
+        s->conns[s->n_conns++] = c;
     }
     return true;
 }
@@ -454,25 +511,35 @@ static void set_rcvtimeo(int fd, double seconds) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-/* One connection + hello: HELLO_OK / HELLO_BAD_SECRET, 0 when the store took
- * the connection but dropped it without an answer, -1 when it cannot connect. */
-static int try_hello(int fd, const struct sockaddr_in *sa, const char *secret) {
+/* One connection + handshake: HELLO_OK (each side proved the secret),
+ * HELLO_BAD_SECRET (the store refused our proof), HELLO_UNPROVEN (it accepted
+ * but could not prove the secret back), 0 when it took the connection but
+ * never answered as a store, -1 when it cannot connect. */
+static int try_hello(int fd, const struct sockaddr_in *sa, const char *secret, int32_t rank) {
     if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) return -1;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_rcvtimeo(fd, HELLO_DEADLINE_S);
-    uint32_t slen = (uint32_t)strlen(secret);
-    uint8_t code = 0;
-    if (!write_all(fd, "ACS1", 4) || !write_all(fd, &slen, 4) || !write_all(fd, secret, slen) ||
-        !read_all(fd, &code, 1))
+    uint8_t challenge[ACCEL__CHALLENGE_LEN], hello[HELLO_LEN], answer[1 + ACCEL__MAC_LEN], want[ACCEL__MAC_LEN];
+    const uint8_t *ns = challenge + 4;
+    uint8_t *nc = hello + 8;
+    if (!read_all(fd, challenge, sizeof challenge) || memcmp(challenge, MAGIC, 4) != 0 || !accel__auth_nonce(nc))
         return 0;
-    return code == HELLO_OK || code == HELLO_BAD_SECRET ? code : 0;
+    memcpy(hello, MAGIC, 4);
+    memcpy(hello + 4, &rank, 4);
+    accel__auth_mac(secret, LABEL_CLIENT, ns, nc, &rank, 4, hello + 8 + ACCEL__NONCE_LEN);
+    if (!write_all(fd, hello, sizeof hello) || !read_all(fd, answer, 1)) return 0;
+    if (answer[0] == HELLO_BAD_SECRET) return HELLO_BAD_SECRET;
+    if (answer[0] != HELLO_OK || !read_all(fd, answer + 1, ACCEL__MAC_LEN)) return 0;
+    accel__auth_mac(secret, LABEL_SERVER, nc, ns, &rank, 4, want);
+    return accel__auth_mac_equal(answer + 1, want) ? HELLO_OK : HELLO_UNPROVEN;
 }
 
 /* Connects and authenticates, retrying until the timeout: rank 0 may not
  * listen yet, or may have dropped us among a flood of other connections.
  * Only an explicit refusal is reported as a wrong secret. */
 static accel_status connect_client(accel__store *s, const char *addr, int port, const char *secret) {
+    int32_t rank = s->rank;
     struct sockaddr_in sa;
     if (!resolve(addr, port, &sa))
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot resolve MASTER_ADDR '%s'", addr);
@@ -480,7 +547,7 @@ static accel_status connect_client(accel__store *s, const char *addr, int port, 
     int dropped = 0;
     for (;;) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int r = fd >= 0 ? try_hello(fd, &sa, secret) : -1;
+        int r = fd >= 0 ? try_hello(fd, &sa, secret, rank) : -1;
         if (r == HELLO_OK) {
             set_rcvtimeo(fd, s->timeout_s + 1); /* replies come at once; this only bounds a dead rank 0 */
             s->fd = fd;
@@ -491,6 +558,11 @@ static accel_status connect_client(accel__store *s, const char *addr, int port, 
             return accel_set_error(ACCEL_ERR_DIST,
                                    "accel_dist_init: the store at %s:%d refused this process: "
                                    "ACCEL_JOB_SECRET does not match (another job on that port?)",
+                                   addr, port);
+        if (r == HELLO_UNPROVEN)
+            return accel_set_error(ACCEL_ERR_DIST,
+                                   "accel_dist_init: the store at %s:%d accepted this process but did not "
+                                   "prove it knows ACCEL_JOB_SECRET (another job's or a forged store?)",
                                    addr, port);
         if (r == 0) dropped++;
         if (accel_now_seconds() > deadline) {
@@ -510,12 +582,13 @@ static accel_status connect_client(accel__store *s, const char *addr, int port, 
     }
 }
 
-accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret,
+accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret, int rank,
                                 double timeout_s) {
     accel__store *s = calloc(1, sizeof *s);
     if (!s) { accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory"); return NULL; }
     s->fd = s->listen_fd = s->wake[0] = s->wake[1] = -1;
     s->timeout_s = timeout_s;
+    s->rank = rank;
     s->secret = strdup(secret ? secret : "");
     s->port = port;
     if (!s->secret || (serve && start_server(s, addr, port) != ACCEL_OK) ||
@@ -609,10 +682,39 @@ accel_status accel__store_get(accel__store *s, const char *key, void **val, size
     }
 }
 
+/* A missing rank the store refused a hello for (note_refused) fails the wait
+ * once it is still missing REFUSED_GRACE_S after the refusal was first seen
+ * here, naming the address it came from: not at once, so that a process of
+ * another job that happens onto our port (and is refused) cannot fail a job
+ * whose genuine rank is a moment late. */
+#define REFUSED_GRACE_S 2.0
+typedef struct refusal {
+    int rank;     /* -1: none seen */
+    double seen;  /* when first seen */
+} refusal;
+
+static accel_status check_refused(accel__store *s, refusal *r, int rank, int world, const char *what, bool now) {
+    char key[32];
+    bool found;
+    void *v = NULL;
+    snprintf(key, sizeof key, "refused/%d", rank);
+    if (try_get(s, key, &found, &v, NULL) != ACCEL_OK) return accel_last_status();
+    if (!found) return ACCEL_OK;
+    if (r->rank != rank) *r = (refusal){rank, accel_now_seconds()};
+    bool fail = now || accel_now_seconds() - r->seen >= REFUSED_GRACE_S;
+    if (fail)
+        accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %d of %d did not arrive: the store refused a process at %s "
+                        "claiming rank %d: wrong job secret (ACCEL_JOB_SECRET differs between machines?)", what, rank,
+                        world, (char *)v, rank);
+    free(v);
+    return fail ? ACCEL_ERR_DIST : ACCEL_OK;
+}
+
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world, const char *what) {
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     int next = 0; /* ranks below `next` have arrived (keys are never deleted) */
     char key[STORE_MAX_KEY];
+    refusal refused = {-1, 0};
     for (;;) {
         while (next < world) {
             bool found;
@@ -622,7 +724,9 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
             next++;
         }
         if (next == world) return ACCEL_OK;
-        if (accel_now_seconds() > deadline) {
+        bool late = accel_now_seconds() > deadline;
+        if (check_refused(s, &refused, next, world, what, late) != ACCEL_OK) return accel_last_status();
+        if (late) {
             char list[512];
             size_t o = 0;
             int missing = 0;

@@ -1,10 +1,12 @@
 /* src/dist/store.h — the rendezvous key/value store (internal to dist/).
  *
  * Rank 0 serves it over TCP in a thread; every rank (rank 0 included) is a
- * client. Each connection must first present the job secret (ACCEL_JOB_SECRET,
- * empty when unset), so a stray connection cannot join or read keys; the
- * server multiplexes every connection and bounds the unauthenticated ones in
- * number and time, so strangers cannot delay or lock out the ranks.
+ * client. Each connection must first prove it knows the job secret
+ * (ACCEL_JOB_SECRET, empty when unset) by a challenge-response that never
+ * sends it (dist/auth.h), so a stray or replayed connection cannot join or
+ * read keys; the store proves it back. The server multiplexes every
+ * connection and bounds the unauthenticated ones in number and time, so
+ * strangers cannot delay or lock out the ranks.
  * Used during init; rank 0 keeps serving it until finalize (pg->store), so
  * that a process claiming a rank late is refused by name. Collectives never
  * go through it. */
@@ -17,11 +19,10 @@ typedef struct accel__store accel__store;
 
 /* Rank 0 (serve=true) binds addr:port and serves; every rank connects,
  * retrying until timeout_s. NULL + error on failure. A server opened with
- * port 0 listens where the kernel picks (accel__store_port says where). */
-/* Constant-time comparison of len received bytes with the job secret. */
-bool accel__secret_matches(const void *got, size_t len, const char *secret);
-
-accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret,
+ * port 0 listens where the kernel picks (accel__store_port says where).
+ * rank: the rank this process claims, sent in its hello so that a refusal
+ * (wrong secret) can name it to the ranks waiting for it. */
+accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret, int rank,
                                 double timeout_s);
 int accel__store_port(const accel__store *s);
 void accel__store_close(accel__store *s);
@@ -30,7 +31,9 @@ accel_status accel__store_set(accel__store *s, const char *key, const void *val,
 accel_status accel__store_get(accel__store *s, const char *key, void **val, size_t *len);
 accel_status accel__store_add(accel__store *s, const char *key, int64_t delta, int64_t *out);
 /* Waits until "<prefix>/<k>" exists for every k < world. On timeout the error
- * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive". */
+ * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive".
+ * A missing rank that the store refused for a wrong secret fails it within
+ * 2 s (ACCEL_ERR_DIST naming the refused address and "wrong job secret"). */
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world,
                                      const char *what);
 

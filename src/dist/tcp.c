@@ -3,8 +3,14 @@
  * Init: every rank listens on an ephemeral port and publishes "ip port"
  * through the store; rank i connects to every rank j < i and accepts from
  * every j > i (a full mesh, one socket per pair). Each connection first
- * presents the job secret, as for the store; the acceptor answers one byte.
- * Sockets are non-blocking with TCP_NODELAY.
+ * proves the job secret without sending it, as for the store (dist/auth.h;
+ * K = ACCEL_JOB_SECRET, ns/nc = 16 random bytes of the acceptor/connector):
+ *   acceptor's gatekeeper, on accept:  "ACT2" ns
+ *   connector, a peer's hello:         "ACTH" nc, i32 rank, HMAC(K, "accel tcp hello\0" ns nc rank)
+ *   acceptor, once it takes the peer:  u8 1, HMAC(K, "accel tcp accept\0" nc ns rank)
+ *   connector, a failure notice:       "ACTN" nc, notice, msg, HMAC(K, "accel tcp notice\0" ns nc notice msg)
+ * A wrong MAC is dropped without an answer. Sockets are non-blocking with
+ * TCP_NODELAY.
  *
  * Every collective begins (begin()) with a sequence number and a tag (kind
  * + arguments, accel__op_tag): an op_hdr precedes its first bytes on each
@@ -25,8 +31,10 @@
  * connection and reads its handshake without blocking, at most MAX_STRANGERS
  * at once (a newcomer evicts the oldest) and each for HANDSHAKE_DEADLINE_S,
  * and passes only authenticated ones to the collective thread through a pipe
- * (gate_msg). So a silent, slow or wrong-secret connection costs the data
- * path nothing: the pipe becomes readable only for a genuine peer.
+ * (gate_msg). So a silent, slow, replayed or wrong-secret connection costs
+ * the data path nothing: the pipe becomes readable only for a genuine peer.
+ * A stranger's bytes go to a fixed buffer of its slot (no allocation, reads
+ * bounded by the handshake's size).
  *
  * Failure notices: a rank that finds a peer dead connects to the listening
  * port of every other rank and sends the culprit and its message, before it
@@ -64,12 +72,17 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "dist/auth.h"
 #include "dist/backend.h"
 
-#define HELLO_MAGIC "ACT1"
+#define CHALLENGE_MAGIC "ACT2"
+#define HELLO_MAGIC "ACTH"
 #define NOTICE_MAGIC "ACTN"
+#define HEAD_LEN (4 + ACCEL__NONCE_LEN) /* magic, nc: what precedes a hello's or notice's body */
+#define LABEL_HELLO "accel tcp hello"
+#define LABEL_ACCEPT "accel tcp accept"
+#define LABEL_NOTICE "accel tcp notice"
 #define SLICE_ALIGN 16 /* elements */
-#define MAX_SECRET 1024
 #define MAX_NOTICE_MSG 900 /* a gate_msg stays below PIPE_BUF */
 #define MAX_STRANGERS 128
 #define HANDSHAKE_DEADLINE_S 2.0
@@ -82,10 +95,12 @@ typedef struct notice {
 } notice;
 
 /* What the gatekeeper hands over: 'H' a peer's authenticated connection (fd,
- * rank; during init), 'N' a notice. One pipe write of < PIPE_BUF: atomic. */
+ * rank, the proof its acceptance carries; during init), 'N' a notice. One
+ * pipe write of < PIPE_BUF: atomic. */
 typedef struct gate_msg {
     char kind;
     int32_t fd, rank;
+    uint8_t proof[ACCEL__MAC_LEN];
     notice n;
     char msg[MAX_NOTICE_MSG];
 } gate_msg;
@@ -94,8 +109,9 @@ typedef struct gate_msg {
 typedef struct stranger {
     int fd;
     double deadline;
+    uint8_t nonce[ACCEL__NONCE_LEN]; /* the challenge sent to it */
     size_t len;
-    char buf[8 + MAX_SECRET + sizeof(notice) + MAX_NOTICE_MSG];
+    char buf[HEAD_LEN + sizeof(notice) + MAX_NOTICE_MSG + ACCEL__MAC_LEN];
 } stranger;
 
 typedef struct gate {
@@ -164,10 +180,21 @@ static bool io_until(int fd, bool out, void *p, size_t n, double deadline) {
     return true;
 }
 
-static bool send_secret(int fd, const char *magic, const char *secret, double deadline) {
-    uint32_t slen = (uint32_t)strlen(secret);
-    return io_until(fd, true, (void *)magic, 4, deadline) && io_until(fd, true, &slen, 4, deadline) &&
-           io_until(fd, true, (void *)secret, slen, deadline);
+/* The connector's side of a handshake: reads the acceptor's challenge and
+ * sends magic, nc, body and its MAC (label) in one write; ns and nc get the
+ * two nonces (the acceptance that answers a hello proves them back). */
+static bool send_proved(int fd, const char *magic, const char *label, const char *secret, const void *body,
+                        size_t len, uint8_t ns[ACCEL__NONCE_LEN], uint8_t nc[ACCEL__NONCE_LEN], double deadline) {
+    char challenge[ACCEL__CHALLENGE_LEN], out[HEAD_LEN + sizeof(notice) + MAX_NOTICE_MSG + ACCEL__MAC_LEN];
+    if (len > sizeof out - HEAD_LEN - ACCEL__MAC_LEN || !io_until(fd, false, challenge, sizeof challenge, deadline) ||
+        memcmp(challenge, CHALLENGE_MAGIC, 4) != 0 || !accel__auth_nonce(nc))
+        return false;
+    memcpy(ns, challenge + 4, ACCEL__NONCE_LEN);
+    memcpy(out, magic, 4);
+    memcpy(out + 4, nc, ACCEL__NONCE_LEN);
+    memcpy(out + HEAD_LEN, body, len);
+    accel__auth_mac(secret, label, ns, nc, body, len, (uint8_t *)out + HEAD_LEN + len);
+    return io_until(fd, true, out, HEAD_LEN + len + ACCEL__MAC_LEN, deadline);
 }
 
 /* ---------------------------------------------------------------- the gatekeeper */
@@ -177,36 +204,39 @@ static void drop_stranger(gate *g, int i) {
     g->st[i] = g->st[--g->n];
 }
 
-/* Bytes the handshake in x->buf needs in all (grows as its header is read),
- * or 0 when it is malformed or presents the wrong secret. */
-static size_t handshake_size(const gate *g, const stranger *x) {
-    uint32_t slen;
-    if (x->len < 8) return 8;
-    memcpy(&slen, x->buf + 4, 4);
-    bool hello = !memcmp(x->buf, HELLO_MAGIC, 4);
-    if ((!hello && memcmp(x->buf, NOTICE_MAGIC, 4)) || slen > MAX_SECRET) return 0;
-    size_t head = 8 + slen;
-    if (x->len < head) return head;
-    if (!accel__secret_matches(x->buf + 8, slen, g->secret)) return 0;
-    if (hello) return head + 4;
-    if (x->len < head + sizeof(notice)) return head + sizeof(notice);
+/* Bytes the handshake in x->buf needs in all, its MAC included (grows as its
+ * header is read), or 0 when it is malformed. */
+static size_t handshake_size(const stranger *x) {
+    if (x->len < HEAD_LEN) return HEAD_LEN;
+    if (!memcmp(x->buf, HELLO_MAGIC, 4)) return HEAD_LEN + 4 + ACCEL__MAC_LEN;
+    if (memcmp(x->buf, NOTICE_MAGIC, 4)) return 0;
+    if (x->len < HEAD_LEN + sizeof(notice)) return HEAD_LEN + sizeof(notice);
     notice n;
-    memcpy(&n, x->buf + head, sizeof n);
-    return n.len < MAX_NOTICE_MSG ? head + sizeof n + n.len : 0;
+    memcpy(&n, x->buf + HEAD_LEN, sizeof n);
+    return n.len < MAX_NOTICE_MSG ? HEAD_LEN + sizeof n + n.len + ACCEL__MAC_LEN : 0;
 }
 
-/* Hands a complete handshake to the collectives (a full pipe drops it). */
+/* Whether the complete handshake in x->buf (len bytes) carries a valid MAC. */
+static bool proved(const gate *g, const stranger *x) {
+    bool hello = !memcmp(x->buf, HELLO_MAGIC, 4);
+    const uint8_t *nc = (const uint8_t *)x->buf + 4;
+    size_t body = x->len - HEAD_LEN - ACCEL__MAC_LEN;
+    uint8_t want[ACCEL__MAC_LEN];
+    accel__auth_mac(g->secret, hello ? LABEL_HELLO : LABEL_NOTICE, x->nonce, nc, x->buf + HEAD_LEN, body, want);
+    return accel__auth_mac_equal((const uint8_t *)x->buf + HEAD_LEN + body, want);
+}
+
+/* Hands a complete, proved handshake to the collectives (a full pipe drops it). */
 static void pass_on(gate *g, stranger *x) {
     gate_msg m;
     memset(&m, 0, sizeof m);
-    uint32_t slen;
-    memcpy(&slen, x->buf + 4, 4);
-    const char *body = x->buf + 8 + slen;
+    const char *body = x->buf + HEAD_LEN;
     m.fd = -1;
     if (!memcmp(x->buf, HELLO_MAGIC, 4)) {
         m.kind = 'H';
         m.fd = x->fd;
         memcpy(&m.rank, body, 4);
+        accel__auth_mac(g->secret, LABEL_ACCEPT, (const uint8_t *)x->buf + 4, x->nonce, &m.rank, 4, m.proof);
         x->fd = -1; /* now the collectives' */
     } else {
         m.kind = 'N';
@@ -220,10 +250,10 @@ static void pass_on(gate *g, stranger *x) {
 /* Reads what x sent; false when it is done with (handed over or dropped). */
 static bool progress_stranger(gate *g, stranger *x) {
     for (;;) {
-        size_t need = handshake_size(g, x);
+        size_t need = handshake_size(x);
         if (need == 0) return false;
         if (x->len == need) {
-            pass_on(g, x);
+            if (proved(g, x)) pass_on(g, x);
             return false;
         }
         ssize_t r = recv(x->fd, x->buf + x->len, need - x->len, MSG_DONTWAIT);
@@ -243,14 +273,15 @@ static void admit(gate *g, int fd) {
             if (g->st[i].deadline < g->st[old].deadline) old = i;
         drop_stranger(g, old);
     }
-    stranger *x = &g->st[g->n++];
+    stranger *x = &g->st[g->n];
+    if (!accel__auth_challenge(fd, CHALLENGE_MAGIC, x->nonce)) {
+        close(fd);
+        return;
+    }
     x->fd = fd;
     x->len = 0;
     x->deadline = accel_now_seconds() + HANDSHAKE_DEADLINE_S;
-    if (!progress_stranger(g, x)) { /* a peer's handshake is usually there already */
-        if (x->fd >= 0) close(x->fd);
-        g->n--;
-    }
+    g->n++;
 }
 
 static void *gate_main(void *arg) {
@@ -341,9 +372,11 @@ static void send_notices(accel_pg *pg, tcp_state *s, int kind, int skip, const v
             socklen_t el = sizeof err;
             if (poll(&pf, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) r = 0;
         }
-        if (r == 0 && send_secret(fd, NOTICE_MAGIC, s->secret, deadline) &&
-            io_until(fd, true, &n, sizeof n, deadline) && n.len)
-            io_until(fd, true, (void *)msg, n.len, deadline);
+        char body[sizeof n + MAX_NOTICE_MSG];
+        uint8_t ns[ACCEL__NONCE_LEN], nc[ACCEL__NONCE_LEN];
+        memcpy(body, &n, sizeof n);
+        memcpy(body + sizeof n, msg, len);
+        if (r == 0) send_proved(fd, NOTICE_MAGIC, LABEL_NOTICE, s->secret, body, sizeof n + len, ns, nc, deadline);
         close(fd);
     }
 }
@@ -858,7 +891,9 @@ accel_status accel__tcp_local_ip(char *out, size_t n) {
     return ACCEL_OK;
 }
 
-static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadline) {
+/* Connects to rank k and sends our hello; want gets the proof rank k's
+ * acceptance must carry. */
+static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadline, uint8_t want[ACCEL__MAC_LEN]) {
     char ip[64];
     inet_ntop(AF_INET, &s->addr[k].sin_addr, ip, sizeof ip);
     for (double nap = 0.001;; nap = nap < 0.1 ? nap * 2 : nap) {
@@ -876,11 +911,13 @@ static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadlin
         }
         if (r == 0) {
             int32_t me = pg->rank;
-            if (!send_secret(fd, HELLO_MAGIC, s->secret, deadline) || !io_until(fd, true, &me, 4, deadline)) {
+            uint8_t ns[ACCEL__NONCE_LEN], nc[ACCEL__NONCE_LEN];
+            if (!send_proved(fd, HELLO_MAGIC, LABEL_HELLO, s->secret, &me, 4, ns, nc, deadline)) {
                 close(fd);
                 return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d lost the connection to rank %d "
                                        "at %s:%d during the handshake", pg->rank, k, ip, ntohs(s->addr[k].sin_port));
             }
+            accel__auth_mac(s->secret, LABEL_ACCEPT, nc, ns, &me, 4, want);
             s->fd[k] = fd;
             return ACCEL_OK;
         }
@@ -893,6 +930,55 @@ static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadlin
         struct timespec ts = {0, (long)(nap * 1e9)};
         nanosleep(&ts, NULL);
     }
+}
+
+/* The mesh: connect to every lower rank, take every higher one, then check
+ * each lower rank's acceptance. */
+static accel_status form_mesh(accel_pg *pg, tcp_state *s, double deadline, uint8_t (*want)[ACCEL__MAC_LEN]) {
+    int w = pg->size, me = pg->rank;
+    /* Connects complete in the listener's backlog (and its gatekeeper sends
+     * the challenge), so connect-all-then-accept cannot deadlock. */
+    for (int k = 0; k < me; k++)
+        if (connect_to(pg, s, k, deadline, want[k]) != ACCEL_OK) return accel_last_status();
+    for (int got = 0; got < w - 1 - me;) {
+        struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
+        double left = deadline - accel_now_seconds();
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
+            char list[256];
+            size_t o = 0;
+            for (int k = me + 1; k < w; k++)
+                if (s->fd[k] < 0 && o < sizeof list - 16)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", o ? ", " : "", k);
+            return accel_set_error(ACCEL_ERR_TIMEOUT, "accel_dist_init: rank %d timed out after %g s waiting for "
+                                   "ranks %s to connect", me, pg->timeout_s, list);
+        }
+        gate_msg m;
+        while (next_gate_msg(s, &m)) {
+            int32_t k = m.rank;
+            uint8_t ack[1 + ACCEL__MAC_LEN] = {1};
+            memcpy(ack + 1, m.proof, ACCEL__MAC_LEN);
+            if (m.kind == 'H' && k > me && k < w && s->fd[k] < 0 &&
+                io_until(m.fd, true, ack, sizeof ack, accel_now_seconds() + HANDSHAKE_DEADLINE_S)) {
+                s->fd[k] = m.fd;
+                got++;
+            } else if (m.fd >= 0) {
+                close(m.fd); /* a duplicate or impossible rank */
+            }
+        }
+    }
+    for (int k = 0; k < me; k++) {
+        uint8_t ack[1 + ACCEL__MAC_LEN] = {0};
+        if (!io_until(s->fd[k], false, ack, sizeof ack, deadline) || ack[0] != 1 ||
+            !accel__auth_mac_equal(ack + 1, want[k]))
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d refused the connection of rank %d, or "
+                                   "could not prove ACCEL_JOB_SECRET (the secrets differ between machines?)", k, me);
+    }
+    for (int k = 0; k < w; k++)
+        if (s->fd[k] >= 0) {
+            set_nonblock(s->fd[k]);
+            set_nodelay(s->fd[k]);
+        }
+    return ACCEL_OK;
 }
 
 static accel_status tcp_init(accel_pg *pg, accel__store *store) {
@@ -949,46 +1035,11 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
             return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d published a bad address", k);
     }
     double deadline = accel_now_seconds() + pg->timeout_s;
-    /* Connects complete in the listener's backlog, so connect-all-then-accept cannot deadlock. */
-    for (int k = 0; k < me; k++)
-        if (connect_to(pg, s, k, deadline) != ACCEL_OK) return accel_last_status();
-    for (int got = 0; got < w - 1 - me;) {
-        struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
-        double left = deadline - accel_now_seconds();
-        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
-            char list[256];
-            size_t o = 0;
-            for (int k = me + 1; k < w; k++)
-                if (s->fd[k] < 0 && o < sizeof list - 16)
-                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", o ? ", " : "", k);
-            return accel_set_error(ACCEL_ERR_TIMEOUT, "accel_dist_init: rank %d timed out after %g s waiting for "
-                                   "ranks %s to connect", me, pg->timeout_s, list);
-        }
-        gate_msg m;
-        while (next_gate_msg(s, &m)) {
-            int32_t k = m.rank;
-            uint8_t ack = 1;
-            if (m.kind == 'H' && k > me && k < w && s->fd[k] < 0 &&
-                io_until(m.fd, true, &ack, 1, accel_now_seconds() + HANDSHAKE_DEADLINE_S)) {
-                s->fd[k] = m.fd;
-                got++;
-            } else if (m.fd >= 0) {
-                close(m.fd); /* a duplicate or impossible rank */
-            }
-        }
-    }
-    for (int k = 0; k < me; k++) {
-        uint8_t ack = 0;
-        if (!io_until(s->fd[k], false, &ack, 1, deadline) || ack != 1)
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d refused the connection of rank %d "
-                                   "(ACCEL_JOB_SECRET differs between machines?)", k, me);
-    }
-    for (int k = 0; k < w; k++)
-        if (s->fd[k] >= 0) {
-            set_nonblock(s->fd[k]);
-            set_nodelay(s->fd[k]);
-        }
-    return ACCEL_OK;
+    uint8_t (*want)[ACCEL__MAC_LEN] = malloc((size_t)(me + 1) * sizeof *want); /* [me]: what each acceptance proves */
+    if (!want) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    accel_status st = form_mesh(pg, s, deadline, want);
+    free(want);
+    return st;
 }
 
 const accel__backend accel__backend_tcp = {
