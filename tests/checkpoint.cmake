@@ -7,3 +7,15 @@ target_compile_definitions(checkpoint_kill_points PRIVATE ACCEL__CKPT_KILL_POINT
 target_link_libraries(checkpoint_kill_points PRIVATE accel PkgConfig::JANSSON)
 add_test(NAME accelerator_checkpoint_kill_points COMMAND checkpoint_kill_points)
 set_tests_properties(accelerator_checkpoint_kill_points PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# Bit flips in every file of a checkpoint are caught (test_checkpoint_integrity.c):
+# plainly (the glob) and on 2 processes, where rank 0 flips and every rank must
+# name the file; merge-weights runs the `accel` binary.
+if(TARGET accel_cli)
+  add_dependencies(test_checkpoint_integrity accel_cli)
+  add_test(NAME checkpoint_integrity_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2
+                   $<TARGET_FILE:test_checkpoint_integrity>)
+  set_tests_properties(checkpoint_integrity_2 PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
+endif()

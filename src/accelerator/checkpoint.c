@@ -1,14 +1,17 @@
 /* save_state / load_state / save_model (accelerate.md §6), crash-safe: at every
  * instant of a save there is a complete checkpoint to load.
  *   - A checkpoint is written into a hidden sibling directory, which gets a
- *     completion marker (the list of its files and their sizes) last, is
+ *     completion marker (its files with their sizes and CRC-32C,
+ *     src/io/checkpoint_marker.h) last, is
  *     fsynced and then takes its name with one rename: a directory named like a
  *     checkpoint is never half-written.
  *   - total_limit deletes old checkpoints only after the new one is in place, and
  *     each victim is first renamed to a hidden name, so a half-deleted directory
  *     never carries a checkpoint name either.
- *   - load_state trusts only directories whose marker matches their files; with
- *     automatic naming it skips (and names on stderr) anything else. */
+ *   - load_state trusts only directories whose marker matches their files,
+ *     byte for byte (a bit flipped on disk is caught and the file named); with
+ *     automatic naming it skips (and names on stderr) anything else and loads
+ *     the newest intact checkpoint. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,10 +25,10 @@
 #include "accel/io.h"
 #include "accelerator_internal.h"
 #include "core/core_internal.h"
+#include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 
 #define PATHN 4096
-#define MARKER "accel_checkpoint.json"
 
 /* Fault injection: tests/checkpoint_kill_points.c compiles this file with
  * ACCEL__CKPT_KILL_POINTS and SIGKILLs itself at the k-th point, for every k.
@@ -141,92 +144,15 @@ static void checkpoint_path(char *out, size_t n, const char *root, int64_t num) 
     snprintf(out, n, "%s/checkpoint_%lld", root, (long long)num);
 }
 
-/* Every regular file of dir (and, one level down, of its subdirectories: a
- * sharded model's pytorch_model_fsdp_<i>/) into files as "prefix/name": bytes;
- * each subdirectory is fsynced. */
-static accel_status list_files(json_t *files, const char *dir, const char *prefix) {
-    DIR *d = opendir(dir);
-    if (!d) return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot list %s: %s", dir, strerror(errno));
-    accel_status s = ACCEL_OK;
-    for (struct dirent *e; !s && (e = readdir(d));) {
-        struct stat sb;
-        char name[2 * PATHN];
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || fstatat(dirfd(d), e->d_name, &sb, 0)) continue;
-        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
-        if (S_ISDIR(sb.st_mode) && !*prefix) {
-            char sub[3 * PATHN];
-            snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-            s = list_files(files, sub, e->d_name);
-            fsync_dir(sub);
-        } else if (S_ISREG(sb.st_mode) && json_object_set_new(files, name, json_integer((json_int_t)sb.st_size))) {
-            s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-        }
-    }
-    closedir(d);
-    return s;
+/* OK when dir is a complete checkpoint (accel__marker_check): its files are
+ * all there with their sizes and, with `checksums`, their CRC-32C. */
+static accel_status check_complete(const char *dir, bool checksums) {
+    return accel__marker_check(dir, checksums, NULL, "accel_accelerator_load_state");
 }
 
-/* The completion marker, written last: {"files": {name: bytes}, "num_processes": N}
- * for every file of the checkpoint. */
-static accel_status write_marker(const char *dir, int world) {
-    json_t *files = json_object(), *root = json_object();
-    accel_status s = files && root ? ACCEL_OK
-                                   : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-    if (!s) s = list_files(files, dir, "");
-    if (!s && (json_object_set(root, "files", files) ||
-               json_object_set_new(root, "num_processes", json_integer(world))))
-        s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-    if (!s) {
-        char path[3 * PATHN];
-        snprintf(path, sizeof path, "%s/%s", dir, MARKER);
-        s = accel__json_save_file(path, root);
-    }
-    json_decref(files);
-    json_decref(root);
-    return s;
-}
-
-/* OK when dir is a complete checkpoint: its marker exists and every file it
- * lists is there with its size. Otherwise an error naming what is missing. */
-static accel_status check_complete(const char *dir) {
-    const char *fn = "accel_accelerator_load_state";
-    char path[2 * PATHN];
-    if (!is_dir(dir)) return accel_set_error(ACCEL_ERR_IO, "%s: Tried to find %s but folder does not exist", fn, dir);
-    snprintf(path, sizeof path, "%s/%s", dir, MARKER);
-    if (!accel__is_file(path))
-        return accel_set_error(ACCEL_ERR_FORMAT,
-                               "%s: %s is not a complete checkpoint: it has no completion marker %s (its save "
-                               "did not finish, or save_state did not write it)",
-                               fn, dir, MARKER);
-    json_t *root = accel__json_load_file(path);
-    if (!root) return accel_last_status(); /* names the file */
-    json_t *files = json_object_get(root, "files");
-    accel_status s = json_is_object(files) ? ACCEL_OK
-                                           : accel_set_error(ACCEL_ERR_FORMAT, "%s: %s has no \"files\" object",
-                                                             fn, path);
-    const char *name;
-    json_t *size;
-    json_object_foreach(files, name, size) {
-        if (s) break;
-        struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        if (!json_is_integer(size))
-            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s/%s: the size of %s is not an integer", fn, dir, MARKER,
-                                name);
-        else if (stat(path, &sb))
-            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s is not a complete checkpoint: %s is missing", fn, dir,
-                                name);
-        else if ((json_int_t)sb.st_size != json_integer_value(size))
-            s = accel_set_error(ACCEL_ERR_FORMAT,
-                                "%s: %s is not a complete checkpoint: %s has %lld bytes, its marker says %lld", fn,
-                                dir, name, (long long)sb.st_size, (long long)json_integer_value(size));
-    }
-    json_decref(root);
-    return s;
-}
-
-/* The highest N whose checkpoint_<N> is complete (-1 when none, -2 when out of
- * memory); every newer entry it skips is named on stderr. */
+/* The highest N whose checkpoint_<N> is complete and intact (checksums
+ * verified; -1 when none, -2 when out of memory); every newer entry it skips
+ * is named on stderr with why (a missing, short or corrupted file). */
 static int64_t newest_complete(const char *root) {
     int64_t *nums;
     int n = list_checkpoints(root, &nums);
@@ -235,7 +161,7 @@ static int64_t newest_complete(const char *root) {
     for (int i = n - 1; i >= 0 && found < 0; i--) {
         char dir[PATHN + 32];
         checkpoint_path(dir, sizeof dir, root, nums[i]);
-        if (check_complete(dir) == ACCEL_OK) {
+        if (check_complete(dir, true) == ACCEL_OK) {
             found = nums[i];
         } else {
             fprintf(stderr, "accel: warning: skipping incomplete checkpoint %s (%s)\n", dir, accel_last_error());
@@ -277,7 +203,9 @@ static void sweep_deletions(const char *root) {
 
 /* total_limit, once the new checkpoint is in place: the oldest complete
  * checkpoints beyond the limit go (entries that are not complete checkpoints
- * are left alone: they do not count and are not ours to delete). */
+ * are left alone: they do not count and are not ours to delete). Completeness
+ * here is by sizes only: checksumming every kept checkpoint at each save would
+ * read them all back, and the one just written is verified whole. */
 static void rotate(const char *root, int limit) {
     int64_t *nums;
     int n = list_checkpoints(root, &nums);
@@ -286,7 +214,7 @@ static void rotate(const char *root, int limit) {
     for (int i = 0; i < n; i++) {
         char dir[PATHN + 32];
         checkpoint_path(dir, sizeof dir, root, nums[i]);
-        if (check_complete(dir) == ACCEL_OK) nums[complete++] = nums[i];
+        if (check_complete(dir, false) == ACCEL_OK) nums[complete++] = nums[i];
     }
     accel_clear_error();
     int excess = complete - limit;
@@ -579,7 +507,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
  * name in one rename (or, when dir exists, swaps with it: renameat2 EXCHANGE),
  * which is the commit point of the save. */
 static accel_status commit(const char *tmp, const char *dir, const char *parent, int world) {
-    accel_status s = write_marker(tmp, world);
+    accel_status s = accel__marker_write(tmp, world, "accel_accelerator_save_state");
     if (s) return s;
     fsync_dir(tmp);
     KILL_POINT("commit: marker written");
@@ -648,6 +576,21 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
 
 /* ---------------------------------------------------------------- load_state */
 
+/* Every rank takes rank 0's verdict on a checkpoint, in rank 0's words (they
+ * name the corrupted file), then any rank's own failure: no rank starts
+ * loading (ZeRO-3 loads are collective) unless all can. */
+static accel_status share_verdict(accel_accelerator *acc, accel_status mine) {
+    if (acc->world == 1) return mine;
+    int32_t first = mine;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mine ? accel_last_error() : "");
+    accel_status s = accel_pg_broadcast(acc->pg, &first, 1, ACCEL_I32, 0);
+    if (!s) s = accel_pg_broadcast(acc->pg, msg, sizeof msg, ACCEL_U8, 0);
+    if (s) return s;
+    if (acc->rank != 0 && first) mine = accel_set_error((accel_status)first, "%s (found by rank 0)", msg);
+    return accel__ranks_agree(acc, mine, "accel_accelerator_load_state");
+}
+
 /* With automatic naming: the newest complete checkpoint, as rank 0 finds it. */
 static accel_status pick_newest(accel_accelerator *acc, char *dir, size_t n) {
     char root[PATHN];
@@ -684,7 +627,9 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
                                "accel_accelerator_load_state: No input_dir provided and automatic checkpoint "
                                "naming is disabled.");
     if (s) return s;
-    s = check_complete(dir);
+    /* Rank 0 verifies every file's checksum (pick_newest did when it chose
+     * dir): once, not once per rank; the other ranks check sizes. */
+    s = share_verdict(acc, check_complete(dir, acc->rank == 0 && input_dir));
     accel_progress *bar = files_bar(acc, "load_state");
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
