@@ -27,19 +27,9 @@
 #include "core/core_internal.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
+#include "tracking/tracking_internal.h" /* accel__write_file_atomic */
 
 #define PATHN 4096
-
-/* Fault injection: tests/checkpoint_kill_points.c compiles this file with
- * ACCEL__CKPT_KILL_POINTS and SIGKILLs itself at the k-th point, for every k.
- * A point marks each step of a save after which the disk state changes. In the
- * library the points compile to nothing. */
-#ifdef ACCEL__CKPT_KILL_POINTS
-void accel__ckpt_kill_point(const char *step);
-#define KILL_POINT(step) accel__ckpt_kill_point(step)
-#else
-#define KILL_POINT(step) ((void)0)
-#endif
 
 /* ---------------------------------------------------------------- files */
 
@@ -59,7 +49,7 @@ static bool is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static accel_status mkdir_p(const char *path) {
+static accel_status mkdir_p(const char *path, const char *op) {
     char buf[PATHN];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *s = buf + 1; *s; s++)
@@ -69,8 +59,7 @@ static accel_status mkdir_p(const char *path) {
             *s = '/';
         }
     if (mkdir(buf, 0755) == 0 || (errno == EEXIST && is_dir(buf))) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot create directory %s: %s", path,
-                           strerror(errno));
+    return accel_set_error(ACCEL_ERR_IO, "%s: cannot create directory %s: %s", op, path, strerror(errno));
 }
 
 static void fsync_dir(const char *path) {
@@ -223,6 +212,91 @@ static void rotate(const char *root, int limit) {
     accel_free(nums);
     sweep_deletions(root);
 }
+
+/* ---------------------------------------------------------------- staged directories */
+
+void accel__staged_path(const char *dir, char *tmp, size_t n) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    snprintf(tmp, n, "%s/.tmp_%s", parent, base);
+}
+
+/* A file that cannot be hard-linked (a filesystem without links), copied. */
+static accel_status copy_file(const char *from, const char *to, const char *op) {
+    void *data = NULL;
+    size_t len = 0;
+    accel_status s = accel_load_bytes(from, &data, &len);
+    if (!s) s = accel__write_file_atomic(to, data ? data : "", len);
+    free(data);
+    return s ? accel_set_error(s, "%s: cannot carry %s over to the new save: %s", op, from, accel_last_error()) : s;
+}
+
+/* Every entry of from (with carry: those it accepts) into to: files
+ * hard-linked (copied where refused), symbolic links re-made, directories
+ * made and filled the same way. */
+static accel_status carry_tree(const char *from, const char *to, bool (*carry)(const char *, void *), void *ctx,
+                               const char *op) {
+    DIR *d = opendir(from);
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "%s: cannot list %s: %s", op, from, strerror(errno));
+    accel_status s = ACCEL_OK;
+    for (struct dirent *e; !s && (e = readdir(d));) {
+        char src[2 * PATHN], dst[2 * PATHN], target[PATHN];
+        struct stat sb;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (carry && !carry(e->d_name, ctx))) continue;
+        snprintf(src, sizeof src, "%s/%s", from, e->d_name);
+        snprintf(dst, sizeof dst, "%s/%s", to, e->d_name);
+        if (lstat(src, &sb)) continue; /* gone meanwhile */
+        if (FAIL_POINT("stage: entry carried over")) {
+            s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry %s over: %s (injected)", op, src, strerror(ENOSPC));
+        } else if (S_ISDIR(sb.st_mode)) {
+            s = mkdir(dst, sb.st_mode & 07777) ? accel_set_error(ACCEL_ERR_IO, "%s: cannot create %s: %s", op, dst,
+                                                                 strerror(errno))
+                                               : carry_tree(src, dst, NULL, NULL, op);
+        } else if (S_ISLNK(sb.st_mode)) {
+            ssize_t n = readlink(src, target, sizeof target - 1);
+            if (n >= 0) target[n] = 0;
+            if (n < 0 || symlink(target, dst))
+                s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry the link %s over: %s", op, src, strerror(errno));
+        } else if (S_ISREG(sb.st_mode) && link(src, dst)) {
+            s = copy_file(src, dst, op);
+        }
+    }
+    closedir(d);
+    return s;
+}
+
+accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
+                                 void *ctx, const char *op) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    rm_rf(tmp); /* left over by a crashed save */
+    accel_status s = mkdir_p(parent, op);
+    if (!s) s = mkdir_p(tmp, op);
+    KILL_POINT("save: temporary directory made");
+    if (!s && carry && is_dir(dir)) s = carry_tree(dir, tmp, carry, ctx, op);
+    return s;
+}
+
+accel_status accel__staged_commit(const char *tmp, const char *dir, const char *op) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    if (FAIL_POINT("commit: before the swap"))
+        return accel_set_error(ACCEL_ERR_IO, "%s: cannot replace %s: %s (injected)", op, dir, strerror(EIO));
+    if (is_dir(dir)) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE))
+            return accel_set_error(ACCEL_ERR_IO, "%s: cannot replace %s: %s", op, dir, strerror(errno));
+        fsync_dir(parent);
+        KILL_POINT("commit: directories exchanged");
+        rm_rf(tmp); /* the previous content */
+    } else if (rename(tmp, dir)) {
+        return accel_set_error(ACCEL_ERR_IO, "%s: cannot rename %s to %s: %s", op, tmp, dir, strerror(errno));
+    }
+    fsync_dir(parent);
+    KILL_POINT("commit: renamed into place");
+    return ACCEL_OK;
+}
+
+void accel__staged_abort(const char *tmp) { rm_rf(tmp); }
 
 /* ---------------------------------------------------------------- named state <-> safetensors */
 
@@ -503,34 +577,19 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     return s;
 }
 
-/* Rank 0, once every rank's files are in tmp: the marker, then tmp takes dir's
- * name in one rename (or, when dir exists, swaps with it: renameat2 EXCHANGE),
- * which is the commit point of the save. */
-static accel_status commit(const char *tmp, const char *dir, const char *parent, int world) {
+/* Rank 0, once every rank's files are in tmp: the marker, then the swap. */
+static accel_status commit(const char *tmp, const char *dir, int world) {
     accel_status s = accel__marker_write(tmp, world, "accel_accelerator_save_state");
     if (s) return s;
     fsync_dir(tmp);
     KILL_POINT("commit: marker written");
-    if (is_dir(dir)) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE))
-            return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot replace %s: %s", dir,
-                                   strerror(errno));
-        fsync_dir(parent);
-        KILL_POINT("commit: directories exchanged");
-        rm_rf(tmp); /* the previous content */
-    } else if (rename(tmp, dir)) {
-        return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot rename %s to %s: %s", tmp, dir,
-                               strerror(errno));
-    }
-    fsync_dir(parent);
-    KILL_POINT("commit: renamed into place");
-    return ACCEL_OK;
+    return accel__staged_commit(tmp, dir, "accel_accelerator_save_state");
 }
 
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    char root[PATHN], dir[PATHN + 64], parent[PATHN + 64], base[PATHN + 64], tmp[2 * PATHN + 160];
+    char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
     if (automatic) {
@@ -554,18 +613,12 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
                                "accel_accelerator_save_state: no output_dir given and automatic checkpoint "
                                "naming is disabled");
     }
-    split_path(dir, parent, base);
-    snprintf(tmp, sizeof tmp, "%s/.tmp_%s", parent, base);
-    if (acc->rank == 0) {
-        rm_rf(tmp); /* left over by a crashed save */
-        s = mkdir_p(parent);
-        if (!s) s = mkdir_p(tmp);
-        KILL_POINT("save: temporary directory made");
-    }
+    accel__staged_path(dir, tmp, sizeof tmp);
+    if (acc->rank == 0) s = accel__staged_begin(dir, tmp, NULL, NULL, "accel_accelerator_save_state");
     if ((s = agree(acc, s))) return s;
     s = agree(acc, write_all(acc, tmp));
     if (!s && acc->rank == 0) {
-        s = commit(tmp, dir, parent, acc->world);
+        s = commit(tmp, dir, acc->world);
         if (!s && automatic && acc->o.total_limit > 0) rotate(root, acc->o.total_limit);
     }
     if ((s = agree(acc, s))) return s;

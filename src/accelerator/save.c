@@ -8,6 +8,7 @@
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
 #include "accelerator/tracking_internal.h"
+#include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
 static accel_status register_one(accel_accelerator *acc, accel__custom c) {
@@ -193,6 +194,13 @@ static accel_status write_model(accel_module *model, const char *dir, int64_t ma
     return st;
 }
 
+/* What a save_model carries over from the directory it replaces: everything
+ * but the weights files of the format it writes (as save_pretrained, which
+ * rewrites those and leaves the rest). */
+static bool not_weights(const char *name, void *format) {
+    return !accel__is_weights_file(*(accel_weights_format *)format, name);
+}
+
 accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
                                                const accel_save_model_opts *opts) {
     if (accel__acc_null(acc, "accel_accelerator_save_model")) return accel_last_status();
@@ -205,18 +213,29 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     if (!st && zero3 && o.no_safe_serialization)
         st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: safe_serialization=False of a "
                                                     "ZeRO-3 model is not written yet: save safetensors");
+    /* Crash-safe: written into a hidden sibling (holding links to the files it
+     * does not rewrite) that replaces dir in one rename: killed or out of
+     * space at any point, dir holds the previous model or the new one. */
+    accel_weights_format fmt = o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS;
+    char tmp[8400];
+    accel__staged_path(dir, tmp, sizeof tmp);
     if (!st && acc->rank == 0) {
         struct stat sb;
         if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
             st = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
                                                "directory, not a file", dir);
-        else st = accel__mkdirs(dir);
+        else st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
     }
     if (zero3) { /* the real weights, gathered unit by unit (collective: every rank joins) */
-        accel_status gathered = accel__zero3_save_model(acc, pm, dir, max, st != ACCEL_OK);
+        accel_status gathered = accel__zero3_save_model(acc, pm, tmp, max, st != ACCEL_OK);
         if (!st) st = gathered;
     } else if (!st && acc->rank == 0) {
-        st = write_model(model, dir, max, o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS);
+        st = write_model(model, tmp, max, fmt);
+    }
+    st = accel__ranks_agree(acc, st, "accel_accelerator_save_model");
+    if (acc->rank == 0) {
+        if (!st) st = accel__staged_commit(tmp, dir, "accel_accelerator_save_model");
+        if (st) accel__staged_abort(tmp);
     }
     return accel__ranks_agree(acc, st, "accel_accelerator_save_model");
 }
