@@ -15,6 +15,7 @@
 #include "accel/dist.h"
 #include "accel/io.h"
 #include "check.h"
+#include "tiny_llama.h"
 
 static int N, R;
 static char DIR_[256];
@@ -365,6 +366,43 @@ static void test_save_model_sharded(void) {
     run_free(A, &a);
 }
 
+/* save_model of a Llama writes config.json beside the weights (issue 22
+ * item 8): the directory loads by itself with from_pretrained, same weights,
+ * and a user's config.json is replaced while their other files stay. */
+static void test_save_model_writes_config(void) {
+    accel_module *m = tiny_llama(4);
+    char d[300], p[400];
+    snprintf(d, sizeof d, "%s/llama_out", DIR_);
+    CHECK(accel_accelerator_save_model(A, m, d, "2KB") == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    accel_llama_config c;
+    CHECK_MSG(accel_llama_config_load(p, &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.hidden_size == 16 && c.num_key_value_heads == 2 && c.tie_word_embeddings && c.torch_dtype == ACCEL_F32);
+    accel_dispatched *dd = NULL;
+    accel_module *back = accel_llama_from_pretrained(d, NULL, NULL, NULL, NULL, &dd);
+    CHECK_MSG(back, "%s", accel_last_error());
+    accel_state_dict *a = accel_module_state_dict(m), *b = back ? accel_module_state_dict(back) : NULL;
+    CHECK(a && b && a->n == b->n);
+    for (int i = 0; a && b && i < a->n && i < b->n; i++) {
+        CHECK(!strcmp(a->entries[i].name, b->entries[i].name));
+        CHECK(accel_nbytes(a->entries[i].t) == accel_nbytes(b->entries[i].t) &&
+              !memcmp(a->entries[i].t->data, b->entries[i].t->data, accel_nbytes(a->entries[i].t)));
+    }
+    accel_state_dict_free(a);
+    accel_state_dict_free(b);
+    accel_dispatched_free(dd);
+    accel_module_free(back);
+    /* a model without a config leaves the directory's config.json alone */
+    run r;
+    run_make(&r, 9);
+    CHECK(accel_accelerator_save_model(A, r.model, d, NULL) == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    CHECK(accel_llama_config_load(p, &c) == ACCEL_OK && c.hidden_size == 16);
+    run_free(A, &r);
+    accel_module_free(m);
+}
+
 int main(void) {
     /* one directory per run: under the launcher every rank has the same parent */
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_ckpt_test_%d",
@@ -384,6 +422,7 @@ int main(void) {
     if (N == 1) RUN(test_killed_at_many_times);
     RUN(test_load_skips_incomplete);
     RUN(test_save_model_sharded);
+    RUN(test_save_model_writes_config);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {
         char cmd[300];

@@ -306,6 +306,9 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
 accel_status accel__zero3_refuse_sharded(const char *dir, int i);
 /* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
  * shards + index) written by rank 0, gathered one unit at a time. */
+/* The dtype ZeRO-3's save_model writes the f32 weights in (bf16/fp16 with
+ * stage3_gather_16bit_weights_on_model_save under that mixed precision). */
+accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc);
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed);
 /* accel merge-weights: true when dir is a SHARDED_STATE_DICT model directory

@@ -194,6 +194,24 @@ static accel_status write_model(accel_module *model, const char *dir, int64_t ma
     return st;
 }
 
+/* config.json beside the weights when the model has one (a Llama, built from
+ * a config or config.json), as transformers' save_pretrained writes it, so
+ * the directory loads by itself: torch_dtype is the dtype the weights were
+ * written in. */
+static accel_status write_config(accel_accelerator *acc, accel_module *model, bool zero3, const char *dir) {
+    if (!model->ops || !model->ops->type_name || strcmp(model->ops->type_name, "LlamaForCausalLM")) return ACCEL_OK;
+    const accel_llama_config *c = accel_llama_config_of(model);
+    if (!c) return accel_last_status();
+    accel_llama_config cfg = *c;
+    accel_state_dict *sd = accel_module_state_dict(model);
+    if (!sd) return accel_last_status();
+    for (int i = 0; i < sd->n; i++)
+        if (accel_dtype_is_float(sd->entries[i].t->dtype)) cfg.torch_dtype = sd->entries[i].t->dtype;
+    accel_state_dict_free(sd);
+    if (zero3 && cfg.torch_dtype == ACCEL_F32) cfg.torch_dtype = accel__zero3_saved_dtype(acc);
+    return accel_llama_config_save(dir, &cfg);
+}
+
 /* What a save_model carries over from the directory it replaces: everything
  * but the weights files of the format it writes (as save_pretrained, which
  * rewrites those and leaves the rest). */
@@ -232,6 +250,7 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     } else if (!st && acc->rank == 0) {
         st = write_model(model, tmp, max, fmt);
     }
+    if (!st && acc->rank == 0) st = write_config(acc, model, zero3, tmp);
     st = accel__ranks_agree(acc, st, "accel_accelerator_save_model");
     if (acc->rank == 0) {
         if (!st) st = accel__staged_commit(tmp, dir, "accel_accelerator_save_model");
