@@ -363,6 +363,16 @@ static void test_save_model_sharded(void) {
     accel_checkpoint_close(ck);
     CHECK(accel_accelerator_save_model(A, a.model, d, "5XB") != ACCEL_OK);
     accel_clear_error();
+    /* the directory is replaced as a whole: not the working directory, nor one holding it */
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL && chdir(d) == 0);
+    for (int i = 0; i < 2; i++) {
+        accel_status s = accel_accelerator_save_model(A, a.model, i ? ".." : ".", NULL);
+        CHECK(R == 0 ? s == ACCEL_ERR_INVALID_ARG : s != ACCEL_OK); /* the others: "another rank failed" */
+        if (R == 0) CHECK_STR_CONTAINS(accel_last_error(), "working directory or holds it");
+        accel_clear_error();
+    }
+    CHECK(chdir(cwd) == 0);
     run_free(A, &a);
 }
 
