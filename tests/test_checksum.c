@@ -69,10 +69,45 @@ static void test_file(void) {
     free(buf);
 }
 
+/* Joining two CRCs equals the CRC of the joined bytes. */
+static void test_combine(void) {
+    const char *a = "checkpoint ", *b = "shard_1.safetensors";
+    char ab[64];
+    snprintf(ab, sizeof ab, "%s%s", a, b);
+    CHECK(accel__crc32c_combine(accel__crc32c(a, strlen(a)), accel__crc32c(b, strlen(b)), strlen(b)) ==
+          accel__crc32c(ab, strlen(ab)));
+    CHECK(accel__crc32c_combine(accel__crc32c(a, strlen(a)), 0, 0) == accel__crc32c(a, strlen(a)));
+}
+
+/* A file large enough to be read in ranges by several threads (sparse: no
+ * disk is written for its zeros) gives the CRC of its bytes in memory. */
+static void test_large_file_in_ranges(void) {
+    const size_t n = (size_t)137 << 20;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/accel_crc_big_%d", (int)getpid());
+    unsigned char *buf = calloc(n, 1);
+    FILE *f = fopen(path, "wb");
+    CHECK(buf && f && ftruncate(fileno(f), (off_t)n) == 0);
+    static const size_t at[] = {0, 1, (size_t)64 << 20, ((size_t)68 << 20) + 5, ((size_t)137 << 20) - 1};
+    for (size_t i = 0; buf && f && i < sizeof at / sizeof *at; i++) {
+        buf[at[i]] = (unsigned char)(0x5A + i);
+        CHECK(fseek(f, (long)at[i], SEEK_SET) == 0 && fputc(buf[at[i]], f) != EOF);
+    }
+    if (f) fclose(f);
+    uint32_t crc = 0;
+    int64_t bytes = 0;
+    CHECK(accel__file_crc32c(path, &crc, &bytes) == ACCEL_OK);
+    CHECK(bytes == (int64_t)n && buf && crc == accel__crc32c(buf, n));
+    unlink(path);
+    free(buf);
+}
+
 int main(void) {
     RUN(test_check_value);
     RUN(test_fast_equals_table);
     RUN(test_file);
+    RUN(test_combine);
+    RUN(test_large_file_in_ranges);
     printf("crc32c implementation: %s\n", accel__crc32c_impl());
     return check_summary();
 }
