@@ -373,6 +373,19 @@ static void test_save_model_sharded(void) {
         accel_clear_error();
     }
     CHECK(chdir(cwd) == 0);
+    /* replaced as a whole, the directory keeps its permissions, and a link to it stays a link */
+    char link[320];
+    snprintf(link, sizeof link, "%s/model_link", DIR_);
+    if (R == 0) CHECK(chmod(d, 0750) == 0 && symlink(d, link) == 0);
+    accel_accelerator_wait_for_everyone(A);
+    CHECK(accel_accelerator_save_model(A, a.model, link, "100") == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat(d, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 07777) == 0750);
+    ck = accel_checkpoint_open(link);
+    CHECK(ck && accel_checkpoint_count(ck) == 4);
+    accel_checkpoint_close(ck);
     run_free(A, &a);
 }
 

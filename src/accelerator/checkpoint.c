@@ -273,7 +273,11 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)
     accel_status s = mkdir_p(parent, op);
     if (!s) s = mkdir_p(tmp, op);
     KILL_POINT("save: temporary directory made");
-    if (!s && carry && is_dir(dir)) s = carry_tree(dir, tmp, carry, ctx, op);
+    struct stat sb;
+    if (!s && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        chmod(tmp, sb.st_mode & 07777); /* the directory that replaces dir keeps its permissions */
+        if (carry) s = carry_tree(dir, tmp, carry, ctx, op);
+    }
     return s;
 }
 

@@ -252,7 +252,10 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
      * does not rewrite) that replaces dir in one rename: killed or out of
      * space at any point, dir holds the previous model or the new one. */
     accel_weights_format fmt = o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS;
-    char tmp[8400];
+    char tmp[8400], real[PATH_MAX];
+    struct stat lsb;
+    if (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(dir, real))
+        dir = real; /* a link to the directory: the directory is replaced, the link kept */
     accel__staged_path(dir, tmp, sizeof tmp);
     if (!st && acc->rank == 0) {
         struct stat sb;
