@@ -21,3 +21,11 @@ if(TARGET accel_cli)
   set_tests_properties(checkpoint_integrity_2 PROPERTIES TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
 endif()
+
+# save_model on a full disk: tmpfs sizes from 8 KiB up in a private mount
+# namespace (root only; skipped otherwise), the previous model always intact.
+add_test(NAME accelerator_save_model_enospc
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/run_save_model_enospc.sh ${CMAKE_CURRENT_BINARY_DIR}/save_model_tmpfs
+                 $<TARGET_FILE:checkpoint_kill_points>)
+set_tests_properties(accelerator_save_model_enospc PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "enospc-ok" ENVIRONMENT "OMP_NUM_THREADS=1")

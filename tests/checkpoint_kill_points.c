@@ -194,12 +194,13 @@ static void test_kill_every_point_overwrite(void) {
 
 /* ---------------------------------------------------------------- save_model */
 
-/* 3 -> 4 -> 4 -> 2: six tensors, in 3 or more shards at max_shard_size "64". */
-static accel_module *mlp(void) {
+/* 3 -> w -> w -> 2: six tensors, in 3 or more shards at max_shard_size "64"
+ * for w = 4 (or 4 * w bytes for larger w). */
+static accel_module *mlp(int w) {
     accel_manual_seed(5);
-    accel_module *l[3] = {accel_linear_new(3, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32),
-                          accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32),
-                          accel_linear_new(4, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *l[3] = {accel_linear_new(3, w, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                          accel_linear_new(w, w, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                          accel_linear_new(w, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
     return accel_sequential_new(3, l);
 }
 
@@ -237,25 +238,27 @@ static int model_id_in(const char *dir) {
     return id;
 }
 
-static void save_model_setup(const char *dir, accel_accelerator **acc, accel_module **m) {
+/* Saves model 0 (w wide, shards of `shard`) into dir beside a README and a
+ * subdirectory of the user's; false when that does not fit. */
+static bool save_model_setup(const char *dir, int w, const char *shard, accel_accelerator **acc, accel_module **m) {
     rm_tree(dir);
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
     *acc = accel_accelerator_new(&o);
-    *m = mlp();
+    *m = mlp(w);
     mark_model(*m, 0);
-    CHECK(accel_accelerator_save_model(*acc, *m, dir, "64") == ACCEL_OK);
     char p[700];
+    snprintf(p, sizeof p, "%s/extra", dir);
+    if (accel_accelerator_save_model(*acc, *m, dir, shard) || mkdir(p, 0755)) return false;
     snprintf(p, sizeof p, "%s/README.md", dir);
     FILE *f = fopen(p, "w");
-    CHECK(f && fputs("my notes\n", f) >= 0);
-    if (f) fclose(f);
-    snprintf(p, sizeof p, "%s/extra", dir);
-    CHECK(mkdir(p, 0755) == 0);
+    bool ok = f && fputs("my notes\n", f) >= 0;
+    if (f) ok &= fclose(f) == 0;
     snprintf(p, sizeof p, "%s/extra/tokenizer.json", dir);
     f = fopen(p, "w");
-    CHECK(f && fputs("{}", f) >= 0);
-    if (f) fclose(f);
+    ok &= f && fputs("{}", f) >= 0;
+    if (f) ok &= fclose(f) == 0;
+    return ok;
 }
 
 /* No hidden staging directory is left beside dir. */
@@ -272,7 +275,7 @@ static void test_save_model_killed_at_every_point(void) {
     snprintf(dir, sizeof dir, "/tmp/accel_ckpt_kill_%d_model", (int)getpid());
     accel_accelerator *acc;
     accel_module *m;
-    save_model_setup(dir, &acc, &m);
+    CHECK(save_model_setup(dir, 4, "64", &acc, &m));
     int newest = 0, kills = 0;
     for (long k = 1;; k++) {
         fflush(NULL);
@@ -310,7 +313,7 @@ static void test_save_model_fails_at_every_point(void) {
     snprintf(dir, sizeof dir, "/tmp/accel_ckpt_fail_%d_model", (int)getpid());
     accel_accelerator *acc;
     accel_module *m;
-    save_model_setup(dir, &acc, &m);
+    CHECK(save_model_setup(dir, 4, "64", &acc, &m));
     int fails = 0;
     for (long k = 1;; k++) {
         mark_model(m, (int)k);
@@ -339,7 +342,39 @@ static void test_save_model_fails_at_every_point(void) {
     rm_tree(dir);
 }
 
-int main(void) {
+/* `enospc DIR` (tests/run_save_model_enospc.sh, DIR a small tmpfs): model 0
+ * then model 1 saved into DIR/model; when model 1 runs out of space, DIR/model
+ * still holds model 0 whole and nothing is left beside it. Prints what
+ * happened for the script to count. */
+static int enospc(const char *root) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/model", root);
+    accel_accelerator *acc;
+    accel_module *m;
+    if (!save_model_setup(dir, 100, "1KB", &acc, &m)) {
+        printf("enospc: model 0 does not fit\n");
+        accel_clear_error();
+    } else {
+        mark_model(m, 1);
+        accel_status s = accel_accelerator_save_model(acc, m, dir, "1KB");
+        if (s != ACCEL_OK) {
+            CHECK_STR_CONTAINS(accel_last_error(), "No space left on device");
+            accel_clear_error();
+        }
+        int got = model_id_in(dir);
+        CHECK_MSG(got == (s == ACCEL_OK ? 1 : 0), "%s holds save %d after a %s save (-1: a mix)", dir, got,
+                  s == ACCEL_OK ? "successful" : "failed");
+        CHECK(no_leftover(dir));
+        printf("enospc: model 1 %s\n", s == ACCEL_OK ? "saved" : "ran out of space, model 0 intact");
+    }
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+    accel_thread_cleanup();
+    return check_summary();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "enospc")) return enospc(argv[2]);
     RUN(test_kill_every_point_total_limit_1);
     RUN(test_kill_every_point_total_limit_2);
     RUN(test_kill_every_point_total_limit_3);
