@@ -285,6 +285,18 @@ static void test_merge_weights_refuses_corruption(void) {
             }
         }
         CHECK(merged >= 36);
+        /* a DDP save_state directory merged through its model.safetensors */
+        char ddp[500], path[9000], cmd[20000];
+        snprintf(ddp, sizeof ddp, "%s/ckpt_0_default", ROOT);
+        snprintf(path, sizeof path, "%s/model.safetensors", ddp);
+        flip(path, file_size(path) / 2, 5);
+        snprintf(cmd, sizeof cmd, "'%s' merge-weights '%s' '%s/merged_ddp' 2>&1 | grep -q 'model.safetensors has CRC-32C'",
+                 accel_bin, ddp, ROOT);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "'%s' merge-weights '%s' '%s/merged_ddp' >/dev/null 2>&1", accel_bin, ddp, ROOT);
+        CHECK(system(cmd) != 0);
+        flip(path, file_size(path) / 2, 5);
+        CHECK(system(cmd) == 0);
         /* an optimizer file is not the model: the merge goes on */
         for (int f = 0; f < nf; f++) {
             if (strncmp(names[f], "optimizer_0/", 12)) continue;

@@ -55,9 +55,9 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *merg
 }
 
 /* When dir (or, for a pytorch_model_fsdp_<i>/ given itself, its parent) is a
- * save_state checkpoint, the files merged are checked against its marker:
- * under sub when sub is a subdirectory, else all of them. 0 when intact or
- * when there is no marker (a save_model or transformers directory). */
+ * save_state checkpoint, the files merged (those under sub, the sharded
+ * model's directory) are checked against its marker. 0 when intact or when
+ * there is no marker. */
 static int verify_marker(const char *dir, const char *sub) {
     char at[4096], name[4096], marker[8192];
     const char *only = NULL;
@@ -78,6 +78,20 @@ static int verify_marker(const char *dir, const char *sub) {
         only = name;
     }
     if (accel__marker_check(at, true, only, "accel merge-weights") == ACCEL_OK) return 0;
+    fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+    return 1;
+}
+
+/* A save_state directory merged through its model.safetensors (or an index
+ * and shards): those files are checked against its marker. */
+static int verify_files(const char *dir, accel_checkpoint *ck) {
+    char marker[8192];
+    snprintf(marker, sizeof marker, "%s/%s", dir, ACCEL__MARKER);
+    if (!accel__is_file(marker)) return 0;
+    accel_status st = accel__marker_check(dir, true, "model.safetensors.index.json", "accel merge-weights");
+    for (int i = 0; !st && i < accel_checkpoint_num_shards(ck); i++)
+        st = accel__marker_check(dir, true, accel_checkpoint_shard_path(ck, i), "accel merge-weights");
+    if (!st) return 0;
     fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
     return 1;
 }
@@ -146,11 +160,15 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     char sub[8192];
     bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
-    if (verify_marker(dir, sharded ? sub : dir)) return 1;
+    if (sharded && verify_marker(dir, sub)) return 1;
     if (sharded) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
     accel_checkpoint *ck = accel_checkpoint_open(dir);
     if (!ck) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        return 1;
+    }
+    if (verify_files(dir, ck)) {
+        accel_checkpoint_close(ck);
         return 1;
     }
     int n = accel_checkpoint_count(ck);

@@ -87,10 +87,10 @@ accel_status accel__marker_write(const char *dir, int world, const char *op) {
     return s;
 }
 
-/* name is under `only` (or only is NULL). */
+/* name is `only` or under it (or only is NULL). */
 static bool wanted(const char *name, const char *only) {
     size_t n = only ? strlen(only) : 0;
-    return !only || (!strncmp(name, only, n) && name[n] == '/');
+    return !only || (!strncmp(name, only, n) && (name[n] == '/' || !name[n]));
 }
 
 /* The marker's own checksum: required once the marker has any checksum. */

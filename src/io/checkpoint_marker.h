@@ -29,8 +29,9 @@
 accel_status accel__marker_write(const char *dir, int world, const char *op);
 
 /* OK when dir holds a marker and every file it lists is there with its size
- * and, when `checksums`, its CRC-32C. With `only` (a subdirectory name) only
- * the files under it are checked (merge-weights reads just the model).
+ * and, when `checksums`, its CRC-32C. With `only` (a file or subdirectory
+ * name) only that file or the files under it are checked (merge-weights reads
+ * just the model).
  * Errors (ACCEL_ERR_FORMAT / ACCEL_ERR_IO) name the checkpoint and the file:
  * "<op>: <dir> is not a complete checkpoint: ..." or
  * "<op>: <dir> is corrupted: <file> has CRC-32C ..., its marker says ...". */
