@@ -170,9 +170,10 @@ accel_status accel__file_crc32c(const char *path, uint32_t *crc, int64_t *bytes)
     }
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     int64_t size = (int64_t)sb.st_size;
-    int parts = (int)(size / PART_MIN);
-    int threads = omp_get_max_threads();
-    parts = parts < 1 ? 1 : parts > threads ? threads : parts > MAX_PARTS ? MAX_PARTS : parts;
+    int64_t parts64 = size / PART_MIN, threads = omp_get_max_threads();
+    if (parts64 > threads) parts64 = threads;
+    if (parts64 > MAX_PARTS) parts64 = MAX_PARTS;
+    int parts = parts64 < 1 ? 1 : (int)parts64;
     uint32_t part_crc[MAX_PARTS];
     accel_status part_st[MAX_PARTS];
     char part_err[MAX_PARTS][256];
