@@ -4,8 +4,8 @@
  * token pattern, then writes
  *     OUT/safetensors/  save_model(model, dir, max_shard_size)   (model.safetensors, the tied alias dropped)
  *     OUT/pytorch/      the same with safe_serialization=False  (pytorch_model.bin, torch.save's format)
- * each with config.json, so transformers' from_pretrained loads either folder
- * (tools/check_torch_loads_accel.py checks both). */
+ * each with config.json (save_model writes it for a Llama), so transformers'
+ * from_pretrained loads either folder (tools/check_torch_loads_accel.py checks both). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,13 +37,12 @@ static accel_llama_config tiny_config(void) {
     return cfg;
 }
 
-/* save_model into OUT/<sub> with these options, and config.json beside it. */
-static accel_status save(accel_accelerator *acc, accel_module *model, const accel_llama_config *cfg,
-                         const char *out, const char *sub, accel_save_model_opts opts) {
+/* save_model into OUT/<sub> with these options (config.json comes with it). */
+static accel_status save(accel_accelerator *acc, accel_module *model, const char *out, const char *sub,
+                         accel_save_model_opts opts) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/%s", out, sub);
     accel_status st = accel_accelerator_save_model_with(acc, model, dir, &opts);
-    if (!st && accel_accelerator_is_main_process(acc)) st = accel_llama_config_save(dir, cfg);
     if (!st) accel_log_info(accel_get_logger("save_model"), "saved %s", dir);
     return st;
 }
@@ -84,9 +83,9 @@ int main(int argc, char **argv) {
         accel_log_info(log, "step %d loss %.4f", step, accel_item(loss));
         accel_step_reset();
     }
-    if (!rc) rc = save(acc, model, &cfg, argv[1], "safetensors", (accel_save_model_opts){.max_shard_size = shard}) != ACCEL_OK;
+    if (!rc) rc = save(acc, model, argv[1], "safetensors", (accel_save_model_opts){.max_shard_size = shard}) != ACCEL_OK;
     if (!rc)
-        rc = save(acc, model, &cfg, argv[1], "pytorch",
+        rc = save(acc, model, argv[1], "pytorch",
                   (accel_save_model_opts){.max_shard_size = shard, .no_safe_serialization = true}) != ACCEL_OK;
     if (rc) fprintf(stderr, "save_model: %s\n", accel_last_error());
     accel_accelerator_free(acc);

@@ -135,9 +135,7 @@ int main(int argc, char **argv) {
     }
     accel_progress_close(bar);
     if (accel_accelerator_end_training(acc) != ACCEL_OK) rc = 1;
-    if (!rc) rc = accel_accelerator_save_model(acc, model, "llama_out", "10GB") != ACCEL_OK;
-    if (!rc && accel_accelerator_is_main_process(acc))
-        rc = accel_llama_config_save("llama_out", &cfg) != ACCEL_OK;
+    if (!rc) rc = accel_accelerator_save_model(acc, model, "llama_out", "10GB") != ACCEL_OK; /* + config.json */
     if (rc) fprintf(stderr, "train_llama: %s\n", accel_last_error());
     else accel_accelerator_print(acc, "final_loss=%.4f saved llama_out/\n", loss_v);
     accel_accelerator_free(acc);

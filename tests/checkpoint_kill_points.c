@@ -1,17 +1,21 @@
 /* A save killed at every one of its steps leaves a loadable checkpoint, for
- * total_limit 1, 2 and 3 and for a save over an existing directory.
+ * total_limit 1, 2 and 3 and for a save over an existing directory; a sharded
+ * save_model killed, or failing as on a full disk, at every one of its steps
+ * leaves the previous model or the new one, never a mix of shards.
  *
- * Built with src/accelerator/checkpoint.c compiled in and its fault-injection
- * points on (tests/checkpoint.cmake): accel__ckpt_kill_point below runs at each
- * step of a save after which the disk changes (temporary directory made, each
- * file written, marker written, renamed into place, each old checkpoint renamed
- * away, each entry removed). For k = 1, 2, ... a forked child saves and SIGKILLs
+ * Built with src/accelerator/checkpoint.c, save.c and src/io/io_util.c
+ * compiled in and their fault-injection points on (tests/checkpoint.cmake):
+ * accel__ckpt_fault below runs at each step of a save after which the disk
+ * changes (temporary directory made, each entry carried over, each write of
+ * each file, each file renamed into place, marker written, directories
+ * swapped, each old checkpoint renamed away, each entry removed). For k = 1, 2, ... a forked child saves and SIGKILLs
  * itself at the k-th point, on top of whatever the previous kills left, until a
  * save finishes before reaching k. After every kill: load_state(NULL) succeeds
  * and gives the newest save or the one before it, whole (model and RNG state
  * from the same save), and every entry named checkpoint_<N> loads. */
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,11 +23,13 @@
 #include "accel/accelerator.h"
 #include "check.h"
 
-static long kill_at, points_seen;
+static long kill_at, fail_at, points_seen;
 
-void accel__ckpt_kill_point(const char *step);
-void accel__ckpt_kill_point(const char *step) {
+bool accel__ckpt_fault(const char *step);
+bool accel__ckpt_fault(const char *step) {
+    (void)step;
     if (++points_seen == kill_at) raise(SIGKILL);
+    return points_seen == fail_at;
 }
 
 typedef struct run {
@@ -186,11 +192,195 @@ static void test_kill_every_point_overwrite(void) {
     rm_tree(project);
 }
 
-int main(void) {
+/* ---------------------------------------------------------------- save_model */
+
+/* 3 -> w -> w -> 2: six tensors, in 3 or more shards at max_shard_size "64"
+ * for w = 4 (or 4 * w bytes for larger w). */
+static accel_module *mlp(int w) {
+    accel_manual_seed(5);
+    accel_module *l[3] = {accel_linear_new(3, w, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                          accel_linear_new(w, w, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                          accel_linear_new(w, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    return accel_sequential_new(3, l);
+}
+
+/* Save `id` carries 1000 + id in the first element of every tensor. */
+static void mark_model(accel_module *m, int id) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    for (int i = 0; i < n; i++) ((float *)ps[i]->data)[0] = 1000.0f + (float)id;
+    accel_free(ps);
+}
+
+/* The id of the model in dir (it must load without error, every tensor from
+ * the same save: -1 when they mix), and the user's files beside it intact. */
+static int model_id_in(const char *dir) {
+    accel_checkpoint *ck = accel_checkpoint_open(dir);
+    CHECK_MSG(ck, "%s does not load: %s", dir, accel_last_error());
+    if (!ck) return -2;
+    int n = accel_checkpoint_count(ck), id = -2;
+    CHECK(n == 6 && accel_checkpoint_num_shards(ck) >= 3);
+    for (int i = 0; i < n; i++) {
+        accel_tensor *t = accel_checkpoint_tensor(ck, accel_checkpoint_name(ck, i), ACCEL_F32);
+        CHECK_MSG(t, "%s", accel_last_error());
+        int got = t ? (int)(((float *)t->data)[0] - 1000.0f) : -2;
+        id = i == 0 ? got : id == got ? id : -1;
+        accel_tensor_free(t);
+    }
+    accel_checkpoint_close(ck);
+    char p[700], buf[64] = "";
+    snprintf(p, sizeof p, "%s/README.md", dir);
+    FILE *f = fopen(p, "r");
+    CHECK_MSG(f && fgets(buf, sizeof buf, f) && !strcmp(buf, "my notes\n"), "%s lost or changed", p);
+    if (f) fclose(f);
+    snprintf(p, sizeof p, "%s/extra/tokenizer.json", dir);
+    CHECK_MSG(access(p, R_OK) == 0, "%s lost", p);
+    return id;
+}
+
+/* Saves model 0 (w wide, shards of `shard`) into dir beside a README and a
+ * subdirectory of the user's; false when that does not fit. */
+static bool save_model_setup(const char *dir, int w, const char *shard, accel_accelerator **acc, accel_module **m) {
+    rm_tree(dir);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    *acc = accel_accelerator_new(&o);
+    *m = mlp(w);
+    mark_model(*m, 0);
+    char p[700];
+    snprintf(p, sizeof p, "%s/extra", dir);
+    if (accel_accelerator_save_model(*acc, *m, dir, shard) || mkdir(p, 0755)) return false;
+    snprintf(p, sizeof p, "%s/README.md", dir);
+    FILE *f = fopen(p, "w");
+    bool ok = f && fputs("my notes\n", f) >= 0;
+    if (f) ok &= fclose(f) == 0;
+    snprintf(p, sizeof p, "%s/extra/tokenizer.json", dir);
+    f = fopen(p, "w");
+    ok &= f && fputs("{}", f) >= 0;
+    if (f) ok &= fclose(f) == 0;
+    return ok;
+}
+
+/* No hidden staging directory is left beside dir. */
+static bool no_leftover(const char *dir) {
+    char tmp[700];
+    const char *slash = strrchr(dir, '/');
+    snprintf(tmp, sizeof tmp, "%.*s/.tmp_%s", (int)(slash - dir), dir, slash + 1);
+    return access(tmp, F_OK) != 0;
+}
+
+/* Killed at every point: dir holds the previous model or the new one. */
+static void test_save_model_killed_at_every_point(void) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_kill_%d_model", (int)getpid());
+    accel_accelerator *acc;
+    accel_module *m;
+    CHECK(save_model_setup(dir, 4, "64", &acc, &m));
+    int newest = 0, kills = 0;
+    for (long k = 1;; k++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            mark_model(m, (int)k);
+            points_seen = 0;
+            kill_at = k;
+            _exit(accel_accelerator_save_model(acc, m, dir, "64") == ACCEL_OK ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        CHECK_MSG(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "kill point %ld: save failed", k);
+        int got = model_id_in(dir);
+        CHECK_MSG(got == newest || got == k, "kill point %ld: %s holds save %d, want %d or %ld (-1: a mix)", k, dir,
+                  got, newest, k);
+        newest = got;
+        kills += killed;
+        if (!killed) {
+            CHECK(got == k && no_leftover(dir));
+            break;
+        }
+    }
+    CHECK_MSG(kills >= 20, "only %d kill points", kills);
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+    rm_tree(dir);
+}
+
+/* Failing at every point (a full disk): the save reports it, dir holds the
+ * previous model, and nothing is left beside it. */
+static void test_save_model_fails_at_every_point(void) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_fail_%d_model", (int)getpid());
+    accel_accelerator *acc;
+    accel_module *m;
+    CHECK(save_model_setup(dir, 4, "64", &acc, &m));
+    int fails = 0;
+    for (long k = 1;; k++) {
+        mark_model(m, (int)k);
+        points_seen = 0;
+        fail_at = k;
+        accel_status s = accel_accelerator_save_model(acc, m, dir, "64");
+        fail_at = 0;
+        bool reached = points_seen >= k;
+        int got = model_id_in(dir);
+        if (s != ACCEL_OK) {
+            fails++;
+            CHECK_STR_CONTAINS(accel_last_error(), "(injected)");
+            accel_clear_error();
+            CHECK_MSG(got == 0, "fail point %ld: %s holds save %d after a failed save (-1: a mix)", k, dir, got);
+            CHECK_MSG(no_leftover(dir), "fail point %ld: the staging directory is left", k);
+        } else {
+            CHECK_MSG(got == k, "fail point %ld: %s holds save %d after a successful save", k, dir, got);
+            mark_model(m, 0); /* back to save 0 for the next point */
+            CHECK(accel_accelerator_save_model(acc, m, dir, "64") == ACCEL_OK);
+        }
+        if (!reached) break;
+    }
+    CHECK_MSG(fails >= 15, "only %d fail points", fails);
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+    rm_tree(dir);
+}
+
+/* `enospc DIR` (tests/run_save_model_enospc.sh, DIR a small tmpfs): model 0
+ * then model 1 saved into DIR/model; when model 1 runs out of space, DIR/model
+ * still holds model 0 whole and nothing is left beside it. Prints what
+ * happened for the script to count. */
+static int enospc(const char *root) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/model", root);
+    accel_accelerator *acc;
+    accel_module *m;
+    if (!save_model_setup(dir, 100, "1KB", &acc, &m)) {
+        printf("enospc: model 0 does not fit\n");
+        accel_clear_error();
+    } else {
+        mark_model(m, 1);
+        accel_status s = accel_accelerator_save_model(acc, m, dir, "1KB");
+        if (s != ACCEL_OK) {
+            CHECK_STR_CONTAINS(accel_last_error(), "No space left on device");
+            accel_clear_error();
+        }
+        int got = model_id_in(dir);
+        CHECK_MSG(got == (s == ACCEL_OK ? 1 : 0), "%s holds save %d after a %s save (-1: a mix)", dir, got,
+                  s == ACCEL_OK ? "successful" : "failed");
+        CHECK(no_leftover(dir));
+        printf("enospc: model 1 %s\n", s == ACCEL_OK ? "saved" : "ran out of space, model 0 intact");
+    }
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+    accel_thread_cleanup();
+    return check_summary();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "enospc")) return enospc(argv[2]);
     RUN(test_kill_every_point_total_limit_1);
     RUN(test_kill_every_point_total_limit_2);
     RUN(test_kill_every_point_total_limit_3);
     RUN(test_kill_every_point_overwrite);
+    RUN(test_save_model_killed_at_every_point);
+    RUN(test_save_model_fails_at_every_point);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -15,6 +15,7 @@
 #include "accel/dist.h"
 #include "accel/io.h"
 #include "check.h"
+#include "tiny_llama.h"
 
 static int N, R;
 static char DIR_[256];
@@ -362,7 +363,67 @@ static void test_save_model_sharded(void) {
     accel_checkpoint_close(ck);
     CHECK(accel_accelerator_save_model(A, a.model, d, "5XB") != ACCEL_OK);
     accel_clear_error();
+    /* the directory is replaced as a whole: not the working directory, nor one holding it */
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL && chdir(d) == 0);
+    for (int i = 0; i < 2; i++) {
+        accel_status s = accel_accelerator_save_model(A, a.model, i ? ".." : ".", NULL);
+        CHECK(R == 0 ? s == ACCEL_ERR_INVALID_ARG : s != ACCEL_OK); /* the others: "another rank failed" */
+        if (R == 0) CHECK_STR_CONTAINS(accel_last_error(), "working directory or holds it");
+        accel_clear_error();
+    }
+    CHECK(chdir(cwd) == 0);
+    /* replaced as a whole, the directory keeps its permissions, and a link to it stays a link */
+    char link[320];
+    snprintf(link, sizeof link, "%s/model_link", DIR_);
+    if (R == 0) CHECK(chmod(d, 0750) == 0 && symlink(d, link) == 0);
+    accel_accelerator_wait_for_everyone(A);
+    CHECK(accel_accelerator_save_model(A, a.model, link, "100") == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat(d, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 07777) == 0750);
+    ck = accel_checkpoint_open(link);
+    CHECK(ck && accel_checkpoint_count(ck) == 4);
+    accel_checkpoint_close(ck);
     run_free(A, &a);
+}
+
+/* save_model of a Llama writes config.json beside the weights (issue 22
+ * item 8): the directory loads by itself with from_pretrained, same weights,
+ * and a user's config.json is replaced while their other files stay. */
+static void test_save_model_writes_config(void) {
+    accel_module *m = tiny_llama(4);
+    char d[300], p[400];
+    snprintf(d, sizeof d, "%s/llama_out", DIR_);
+    CHECK(accel_accelerator_save_model(A, m, d, "2KB") == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    accel_llama_config c;
+    CHECK_MSG(accel_llama_config_load(p, &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.hidden_size == 16 && c.num_key_value_heads == 2 && c.tie_word_embeddings && c.torch_dtype == ACCEL_F32);
+    accel_dispatched *dd = NULL;
+    accel_module *back = accel_llama_from_pretrained(d, NULL, NULL, NULL, NULL, &dd);
+    CHECK_MSG(back, "%s", accel_last_error());
+    accel_state_dict *a = accel_module_state_dict(m), *b = back ? accel_module_state_dict(back) : NULL;
+    CHECK(a && b && a->n == b->n);
+    for (int i = 0; a && b && i < a->n && i < b->n; i++) {
+        CHECK(!strcmp(a->entries[i].name, b->entries[i].name));
+        CHECK(accel_nbytes(a->entries[i].t) == accel_nbytes(b->entries[i].t) &&
+              !memcmp(a->entries[i].t->data, b->entries[i].t->data, accel_nbytes(a->entries[i].t)));
+    }
+    accel_state_dict_free(a);
+    accel_state_dict_free(b);
+    accel_dispatched_free(dd);
+    accel_module_free(back);
+    /* a model without a config leaves the directory's config.json alone */
+    run r;
+    run_make(&r, 9);
+    CHECK(accel_accelerator_save_model(A, r.model, d, NULL) == ACCEL_OK);
+    accel_accelerator_wait_for_everyone(A);
+    CHECK(accel_llama_config_load(p, &c) == ACCEL_OK && c.hidden_size == 16);
+    run_free(A, &r);
+    accel_module_free(m);
 }
 
 int main(void) {
@@ -384,6 +445,7 @@ int main(void) {
     if (N == 1) RUN(test_killed_at_many_times);
     RUN(test_load_skips_incomplete);
     RUN(test_save_model_sharded);
+    RUN(test_save_model_writes_config);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {
         char cmd[300];

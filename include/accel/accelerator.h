@@ -395,6 +395,7 @@ accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **d
  *   random_states_<rank>.safetensors       RNG seed/offset, step, loaders, scaler (every rank)
  * Everything goes to a hidden temporary directory first, then replaces the
  * target in one rename: a crash mid-save leaves any previous checkpoint intact.
+ * Its marker accel_checkpoint.json records every file's size and CRC-32C.
  * Writes the directory used into out_dir (may be NULL). */
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir,
                                           char *out_dir, size_t out_n);
@@ -406,7 +407,11 @@ typedef struct accel_resume_point {
 } accel_resume_point;
 /* load_state: input_dir NULL with automatic naming = the highest checkpoint_N.
  * Restores models, optimizers, schedulers, RNG, step, loader positions, scaler:
- * resuming with the same world size continues bit for bit. On success *at
+ * resuming with the same world size continues bit for bit. Every file is
+ * checked against the marker's sizes and CRC-32C first: a corrupted file
+ * fails the load (ACCEL_ERR_FORMAT naming it), and with automatic naming the
+ * newest intact checkpoint is taken instead (the skipped ones named on
+ * stderr). On success *at
  * (may be NULL) tells where training resumes. No checkpoint yet is
  * ACCEL_ERR_IO, which the caller may handle by starting fresh: nothing of it
  * stays behind (docs/contract.md "Errors"). */
@@ -436,7 +441,11 @@ typedef struct accel_save_model_opts {
  * main process only, every rank returns the same status. A prepared model
  * saves its full weights under the HF names (DDP, mixed precision, ZeRO 1/2;
  * ZeRO-3 gathers them unit by unit into safetensors, every rank joining, and
- * refuses no_safe_serialization). NULL opts = defaults. */
+ * refuses no_safe_serialization). A Llama also gets config.json, as
+ * save_pretrained writes it. Crash-safe: written aside (with links to the
+ * directory's other files) and swapped in with one rename, so dir holds the
+ * previous model or the new one; dir may not be, or hold, the working
+ * directory (ACCEL_ERR_INVALID_ARG). NULL opts = defaults. */
 accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
                                                const accel_save_model_opts *opts);
 /* save_model with max_shard_size only ("10GB", "500MB", NULL = "10GB"), safetensors. */

@@ -306,6 +306,9 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
 accel_status accel__zero3_refuse_sharded(const char *dir, int i);
 /* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
  * shards + index) written by rank 0, gathered one unit at a time. */
+/* The dtype ZeRO-3's save_model writes the f32 weights in (bf16/fp16 with
+ * stage3_gather_16bit_weights_on_model_save under that mixed precision). */
+accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc);
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed);
 /* accel merge-weights: true when dir is a SHARDED_STATE_DICT model directory
@@ -320,6 +323,23 @@ accel_status accel__zero3_remove_sharded(const char *sub);
  * one process): a rank whose own part succeeded gets ACCEL_ERR_IO "<op>:
  * another rank failed to write its state". Collective. */
 accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op);
+
+/* checkpoint.c: a directory written aside, then swapped in with one rename,
+ * so that dir holds the previous save or the new one, never a mix
+ * (save_state and save_model; rank 0 runs these). */
+/* "<parent of dir>/.tmp_<name of dir>" into tmp (n bytes). */
+void accel__staged_path(const char *dir, char *tmp, size_t n);
+/* Removes a tmp left by a crashed save, makes dir's parent and tmp; with
+ * carry, every entry of an existing dir that carry(name, ctx) accepts is
+ * hard-linked (copied where links are refused; directories as trees) into
+ * tmp, so what the save does not rewrite survives the swap. */
+accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
+                                 void *ctx, const char *op);
+/* The commit point: tmp takes dir's name (renameat2 EXCHANGE when dir
+ * exists, whose previous content is then removed); fsyncs the parent. */
+accel_status accel__staged_commit(const char *tmp, const char *dir, const char *op);
+/* A failed save's tmp, removed. */
+void accel__staged_abort(const char *tmp);
 
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").
  * The group reads host memory, so a tensor on a device that is not

@@ -1,14 +1,17 @@
 /* save_state / load_state / save_model (accelerate.md §6), crash-safe: at every
  * instant of a save there is a complete checkpoint to load.
  *   - A checkpoint is written into a hidden sibling directory, which gets a
- *     completion marker (the list of its files and their sizes) last, is
+ *     completion marker (its files with their sizes and CRC-32C,
+ *     src/io/checkpoint_marker.h) last, is
  *     fsynced and then takes its name with one rename: a directory named like a
  *     checkpoint is never half-written.
  *   - total_limit deletes old checkpoints only after the new one is in place, and
  *     each victim is first renamed to a hidden name, so a half-deleted directory
  *     never carries a checkpoint name either.
- *   - load_state trusts only directories whose marker matches their files; with
- *     automatic naming it skips (and names on stderr) anything else. */
+ *   - load_state trusts only directories whose marker matches their files,
+ *     byte for byte (a bit flipped on disk is caught and the file named); with
+ *     automatic naming it skips (and names on stderr) anything else and loads
+ *     the newest intact checkpoint. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,21 +25,11 @@
 #include "accel/io.h"
 #include "accelerator_internal.h"
 #include "core/core_internal.h"
+#include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
+#include "tracking/tracking_internal.h" /* accel__write_file_atomic */
 
 #define PATHN 4096
-#define MARKER "accel_checkpoint.json"
-
-/* Fault injection: tests/checkpoint_kill_points.c compiles this file with
- * ACCEL__CKPT_KILL_POINTS and SIGKILLs itself at the k-th point, for every k.
- * A point marks each step of a save after which the disk state changes. In the
- * library the points compile to nothing. */
-#ifdef ACCEL__CKPT_KILL_POINTS
-void accel__ckpt_kill_point(const char *step);
-#define KILL_POINT(step) accel__ckpt_kill_point(step)
-#else
-#define KILL_POINT(step) ((void)0)
-#endif
 
 /* ---------------------------------------------------------------- files */
 
@@ -56,7 +49,7 @@ static bool is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static accel_status mkdir_p(const char *path) {
+static accel_status mkdir_p(const char *path, const char *op) {
     char buf[PATHN];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *s = buf + 1; *s; s++)
@@ -66,8 +59,7 @@ static accel_status mkdir_p(const char *path) {
             *s = '/';
         }
     if (mkdir(buf, 0755) == 0 || (errno == EEXIST && is_dir(buf))) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot create directory %s: %s", path,
-                           strerror(errno));
+    return accel_set_error(ACCEL_ERR_IO, "%s: cannot create directory %s: %s", op, path, strerror(errno));
 }
 
 static void fsync_dir(const char *path) {
@@ -141,92 +133,15 @@ static void checkpoint_path(char *out, size_t n, const char *root, int64_t num) 
     snprintf(out, n, "%s/checkpoint_%lld", root, (long long)num);
 }
 
-/* Every regular file of dir (and, one level down, of its subdirectories: a
- * sharded model's pytorch_model_fsdp_<i>/) into files as "prefix/name": bytes;
- * each subdirectory is fsynced. */
-static accel_status list_files(json_t *files, const char *dir, const char *prefix) {
-    DIR *d = opendir(dir);
-    if (!d) return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot list %s: %s", dir, strerror(errno));
-    accel_status s = ACCEL_OK;
-    for (struct dirent *e; !s && (e = readdir(d));) {
-        struct stat sb;
-        char name[2 * PATHN];
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || fstatat(dirfd(d), e->d_name, &sb, 0)) continue;
-        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
-        if (S_ISDIR(sb.st_mode) && !*prefix) {
-            char sub[3 * PATHN];
-            snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-            s = list_files(files, sub, e->d_name);
-            fsync_dir(sub);
-        } else if (S_ISREG(sb.st_mode) && json_object_set_new(files, name, json_integer((json_int_t)sb.st_size))) {
-            s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-        }
-    }
-    closedir(d);
-    return s;
+/* OK when dir is a complete checkpoint (accel__marker_check): its files are
+ * all there with their sizes and, with `checksums`, their CRC-32C. */
+static accel_status check_complete(const char *dir, bool checksums) {
+    return accel__marker_check(dir, checksums, NULL, "accel_accelerator_load_state");
 }
 
-/* The completion marker, written last: {"files": {name: bytes}, "num_processes": N}
- * for every file of the checkpoint. */
-static accel_status write_marker(const char *dir, int world) {
-    json_t *files = json_object(), *root = json_object();
-    accel_status s = files && root ? ACCEL_OK
-                                   : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-    if (!s) s = list_files(files, dir, "");
-    if (!s && (json_object_set(root, "files", files) ||
-               json_object_set_new(root, "num_processes", json_integer(world))))
-        s = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
-    if (!s) {
-        char path[3 * PATHN];
-        snprintf(path, sizeof path, "%s/%s", dir, MARKER);
-        s = accel__json_save_file(path, root);
-    }
-    json_decref(files);
-    json_decref(root);
-    return s;
-}
-
-/* OK when dir is a complete checkpoint: its marker exists and every file it
- * lists is there with its size. Otherwise an error naming what is missing. */
-static accel_status check_complete(const char *dir) {
-    const char *fn = "accel_accelerator_load_state";
-    char path[2 * PATHN];
-    if (!is_dir(dir)) return accel_set_error(ACCEL_ERR_IO, "%s: Tried to find %s but folder does not exist", fn, dir);
-    snprintf(path, sizeof path, "%s/%s", dir, MARKER);
-    if (!accel__is_file(path))
-        return accel_set_error(ACCEL_ERR_FORMAT,
-                               "%s: %s is not a complete checkpoint: it has no completion marker %s (its save "
-                               "did not finish, or save_state did not write it)",
-                               fn, dir, MARKER);
-    json_t *root = accel__json_load_file(path);
-    if (!root) return accel_last_status(); /* names the file */
-    json_t *files = json_object_get(root, "files");
-    accel_status s = json_is_object(files) ? ACCEL_OK
-                                           : accel_set_error(ACCEL_ERR_FORMAT, "%s: %s has no \"files\" object",
-                                                             fn, path);
-    const char *name;
-    json_t *size;
-    json_object_foreach(files, name, size) {
-        if (s) break;
-        struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        if (!json_is_integer(size))
-            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s/%s: the size of %s is not an integer", fn, dir, MARKER,
-                                name);
-        else if (stat(path, &sb))
-            s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s is not a complete checkpoint: %s is missing", fn, dir,
-                                name);
-        else if ((json_int_t)sb.st_size != json_integer_value(size))
-            s = accel_set_error(ACCEL_ERR_FORMAT,
-                                "%s: %s is not a complete checkpoint: %s has %lld bytes, its marker says %lld", fn,
-                                dir, name, (long long)sb.st_size, (long long)json_integer_value(size));
-    }
-    json_decref(root);
-    return s;
-}
-
-/* The highest N whose checkpoint_<N> is complete (-1 when none, -2 when out of
- * memory); every newer entry it skips is named on stderr. */
+/* The highest N whose checkpoint_<N> is complete and intact (checksums
+ * verified; -1 when none, -2 when out of memory); every newer entry it skips
+ * is named on stderr with why (a missing, short or corrupted file). */
 static int64_t newest_complete(const char *root) {
     int64_t *nums;
     int n = list_checkpoints(root, &nums);
@@ -235,7 +150,7 @@ static int64_t newest_complete(const char *root) {
     for (int i = n - 1; i >= 0 && found < 0; i--) {
         char dir[PATHN + 32];
         checkpoint_path(dir, sizeof dir, root, nums[i]);
-        if (check_complete(dir) == ACCEL_OK) {
+        if (check_complete(dir, true) == ACCEL_OK) {
             found = nums[i];
         } else {
             fprintf(stderr, "accel: warning: skipping incomplete checkpoint %s (%s)\n", dir, accel_last_error());
@@ -277,7 +192,9 @@ static void sweep_deletions(const char *root) {
 
 /* total_limit, once the new checkpoint is in place: the oldest complete
  * checkpoints beyond the limit go (entries that are not complete checkpoints
- * are left alone: they do not count and are not ours to delete). */
+ * are left alone: they do not count and are not ours to delete). Completeness
+ * here is by sizes only: checksumming every kept checkpoint at each save would
+ * read them all back, and the one just written is verified whole. */
 static void rotate(const char *root, int limit) {
     int64_t *nums;
     int n = list_checkpoints(root, &nums);
@@ -286,7 +203,7 @@ static void rotate(const char *root, int limit) {
     for (int i = 0; i < n; i++) {
         char dir[PATHN + 32];
         checkpoint_path(dir, sizeof dir, root, nums[i]);
-        if (check_complete(dir) == ACCEL_OK) nums[complete++] = nums[i];
+        if (check_complete(dir, false) == ACCEL_OK) nums[complete++] = nums[i];
     }
     accel_clear_error();
     int excess = complete - limit;
@@ -295,6 +212,95 @@ static void rotate(const char *root, int limit) {
     accel_free(nums);
     sweep_deletions(root);
 }
+
+/* ---------------------------------------------------------------- staged directories */
+
+void accel__staged_path(const char *dir, char *tmp, size_t n) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    snprintf(tmp, n, "%s/.tmp_%s", parent, base);
+}
+
+/* A file that cannot be hard-linked (a filesystem without links), copied. */
+static accel_status copy_file(const char *from, const char *to, const char *op) {
+    void *data = NULL;
+    size_t len = 0;
+    accel_status s = accel_load_bytes(from, &data, &len);
+    if (!s) s = accel__write_file_atomic(to, data ? data : "", len);
+    free(data);
+    return s ? accel_set_error(s, "%s: cannot carry %s over to the new save: %s", op, from, accel_last_error()) : s;
+}
+
+/* Every entry of from (with carry: those it accepts) into to: files
+ * hard-linked (copied where refused), symbolic links re-made, directories
+ * made and filled the same way. */
+static accel_status carry_tree(const char *from, const char *to, bool (*carry)(const char *, void *), void *ctx,
+                               const char *op) {
+    DIR *d = opendir(from);
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "%s: cannot list %s: %s", op, from, strerror(errno));
+    accel_status s = ACCEL_OK;
+    for (struct dirent *e; !s && (e = readdir(d));) {
+        char src[2 * PATHN], dst[2 * PATHN], target[PATHN];
+        struct stat sb;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (carry && !carry(e->d_name, ctx))) continue;
+        snprintf(src, sizeof src, "%s/%s", from, e->d_name);
+        snprintf(dst, sizeof dst, "%s/%s", to, e->d_name);
+        if (lstat(src, &sb)) continue; /* gone meanwhile */
+        if (FAIL_POINT("stage: entry carried over")) {
+            s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry %s over: %s (injected)", op, src, strerror(ENOSPC));
+        } else if (S_ISDIR(sb.st_mode)) {
+            s = mkdir(dst, sb.st_mode & 07777) ? accel_set_error(ACCEL_ERR_IO, "%s: cannot create %s: %s", op, dst,
+                                                                 strerror(errno))
+                                               : carry_tree(src, dst, NULL, NULL, op);
+        } else if (S_ISLNK(sb.st_mode)) {
+            ssize_t n = readlink(src, target, sizeof target - 1);
+            if (n >= 0) target[n] = 0;
+            if (n < 0 || symlink(target, dst))
+                s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry the link %s over: %s", op, src, strerror(errno));
+        } else if (S_ISREG(sb.st_mode) && link(src, dst)) {
+            s = copy_file(src, dst, op);
+        }
+    }
+    closedir(d);
+    return s;
+}
+
+accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
+                                 void *ctx, const char *op) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    rm_rf(tmp); /* left over by a crashed save */
+    accel_status s = mkdir_p(parent, op);
+    if (!s) s = mkdir_p(tmp, op);
+    KILL_POINT("save: temporary directory made");
+    struct stat sb;
+    if (!s && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        chmod(tmp, sb.st_mode & 07777); /* the directory that replaces dir keeps its permissions */
+        if (carry) s = carry_tree(dir, tmp, carry, ctx, op);
+    }
+    return s;
+}
+
+accel_status accel__staged_commit(const char *tmp, const char *dir, const char *op) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    if (FAIL_POINT("commit: before the swap"))
+        return accel_set_error(ACCEL_ERR_IO, "%s: cannot replace %s: %s (injected)", op, dir, strerror(EIO));
+    if (is_dir(dir)) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE))
+            return accel_set_error(ACCEL_ERR_IO, "%s: cannot replace %s: %s", op, dir, strerror(errno));
+        fsync_dir(parent);
+        KILL_POINT("commit: directories exchanged");
+        rm_rf(tmp); /* the previous content */
+    } else if (rename(tmp, dir)) {
+        return accel_set_error(ACCEL_ERR_IO, "%s: cannot rename %s to %s: %s", op, tmp, dir, strerror(errno));
+    }
+    fsync_dir(parent);
+    KILL_POINT("commit: renamed into place");
+    return ACCEL_OK;
+}
+
+void accel__staged_abort(const char *tmp) { rm_rf(tmp); }
 
 /* ---------------------------------------------------------------- named state <-> safetensors */
 
@@ -575,34 +581,19 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     return s;
 }
 
-/* Rank 0, once every rank's files are in tmp: the marker, then tmp takes dir's
- * name in one rename (or, when dir exists, swaps with it: renameat2 EXCHANGE),
- * which is the commit point of the save. */
-static accel_status commit(const char *tmp, const char *dir, const char *parent, int world) {
-    accel_status s = write_marker(tmp, world);
+/* Rank 0, once every rank's files are in tmp: the marker, then the swap. */
+static accel_status commit(const char *tmp, const char *dir, int world) {
+    accel_status s = accel__marker_write(tmp, world, "accel_accelerator_save_state");
     if (s) return s;
     fsync_dir(tmp);
     KILL_POINT("commit: marker written");
-    if (is_dir(dir)) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE))
-            return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot replace %s: %s", dir,
-                                   strerror(errno));
-        fsync_dir(parent);
-        KILL_POINT("commit: directories exchanged");
-        rm_rf(tmp); /* the previous content */
-    } else if (rename(tmp, dir)) {
-        return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_state: cannot rename %s to %s: %s", tmp, dir,
-                               strerror(errno));
-    }
-    fsync_dir(parent);
-    KILL_POINT("commit: renamed into place");
-    return ACCEL_OK;
+    return accel__staged_commit(tmp, dir, "accel_accelerator_save_state");
 }
 
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    char root[PATHN], dir[PATHN + 64], parent[PATHN + 64], base[PATHN + 64], tmp[2 * PATHN + 160];
+    char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
     if (automatic) {
@@ -626,18 +617,12 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
                                "accel_accelerator_save_state: no output_dir given and automatic checkpoint "
                                "naming is disabled");
     }
-    split_path(dir, parent, base);
-    snprintf(tmp, sizeof tmp, "%s/.tmp_%s", parent, base);
-    if (acc->rank == 0) {
-        rm_rf(tmp); /* left over by a crashed save */
-        s = mkdir_p(parent);
-        if (!s) s = mkdir_p(tmp);
-        KILL_POINT("save: temporary directory made");
-    }
+    accel__staged_path(dir, tmp, sizeof tmp);
+    if (acc->rank == 0) s = accel__staged_begin(dir, tmp, NULL, NULL, "accel_accelerator_save_state");
     if ((s = agree(acc, s))) return s;
     s = agree(acc, write_all(acc, tmp));
     if (!s && acc->rank == 0) {
-        s = commit(tmp, dir, parent, acc->world);
+        s = commit(tmp, dir, acc->world);
         if (!s && automatic && acc->o.total_limit > 0) rotate(root, acc->o.total_limit);
     }
     if ((s = agree(acc, s))) return s;
@@ -647,6 +632,21 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
 }
 
 /* ---------------------------------------------------------------- load_state */
+
+/* Every rank takes rank 0's verdict on a checkpoint, in rank 0's words (they
+ * name the corrupted file), then any rank's own failure: no rank starts
+ * loading (ZeRO-3 loads are collective) unless all can. */
+static accel_status share_verdict(accel_accelerator *acc, accel_status mine) {
+    if (acc->world == 1) return mine;
+    int32_t first = mine;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mine ? accel_last_error() : "");
+    accel_status s = accel_pg_broadcast(acc->pg, &first, 1, ACCEL_I32, 0);
+    if (!s) s = accel_pg_broadcast(acc->pg, msg, sizeof msg, ACCEL_U8, 0);
+    if (s) return s;
+    if (acc->rank != 0 && first) mine = accel_set_error((accel_status)first, "%s (found by rank 0)", msg);
+    return accel__ranks_agree(acc, mine, "accel_accelerator_load_state");
+}
 
 /* With automatic naming: the newest complete checkpoint, as rank 0 finds it. */
 static accel_status pick_newest(accel_accelerator *acc, char *dir, size_t n) {
@@ -684,7 +684,9 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
                                "accel_accelerator_load_state: No input_dir provided and automatic checkpoint "
                                "naming is disabled.");
     if (s) return s;
-    s = check_complete(dir);
+    /* Rank 0 verifies every file's checksum (pick_newest did when it chose
+     * dir): once, not once per rank; the other ranks check sizes. */
+    s = share_verdict(acc, check_complete(dir, acc->rank == 0 && input_dir));
     accel_progress *bar = files_bar(acc, "load_state");
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);

@@ -1,13 +1,16 @@
 /* register_for_checkpointing, accelerator.save, and reading a file back. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
 #include "accelerator/tracking_internal.h"
+#include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
 static accel_status register_one(accel_accelerator *acc, accel__custom c) {
@@ -193,6 +196,46 @@ static accel_status write_model(accel_module *model, const char *dir, int64_t ma
     return st;
 }
 
+/* config.json beside the weights when the model has one (a Llama, built from
+ * a config or config.json), as transformers' save_pretrained writes it, so
+ * the directory loads by itself: torch_dtype is the dtype the weights were
+ * written in. */
+static accel_status write_config(accel_accelerator *acc, accel_module *model, bool zero3, const char *dir) {
+    if (!model->ops || !model->ops->type_name || strcmp(model->ops->type_name, "LlamaForCausalLM")) return ACCEL_OK;
+    const accel_llama_config *c = accel_llama_config_of(model);
+    if (!c) return accel_last_status();
+    accel_llama_config cfg = *c;
+    accel_state_dict *sd = accel_module_state_dict(model);
+    if (!sd) return accel_last_status();
+    for (int i = 0; i < sd->n; i++)
+        if (accel_dtype_is_float(sd->entries[i].t->dtype)) cfg.torch_dtype = sd->entries[i].t->dtype;
+    accel_state_dict_free(sd);
+    if (zero3 && cfg.torch_dtype == ACCEL_F32) cfg.torch_dtype = accel__zero3_saved_dtype(acc);
+    return accel_llama_config_save(dir, &cfg);
+}
+
+/* The swap gives dir's name to a new directory and removes the old one: a
+ * process working inside the old one (dir is its working directory or holds
+ * it) would be left in a removed directory. Refused, naming both. */
+static accel_status refuse_cwd(const char *dir) {
+    char cwd[PATH_MAX], real[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) || !realpath(dir, real)) return ACCEL_OK; /* dir does not exist yet */
+    size_t n = strlen(real);
+    if (strncmp(cwd, real, n) || (cwd[n] && cwd[n] != '/' && strcmp(real, "/"))) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           "accel_accelerator_save_model: %s is the process's working directory or holds it (%s): "
+                           "save_model replaces the directory as a whole (crash safety), which would leave the "
+                           "process in the removed one; save into a subdirectory, or change directory first",
+                           dir, cwd);
+}
+
+/* What a save_model carries over from the directory it replaces: everything
+ * but the weights files of the format it writes (as save_pretrained, which
+ * rewrites those and leaves the rest). */
+static bool not_weights(const char *name, void *format) {
+    return !accel__is_weights_file(*(accel_weights_format *)format, name);
+}
+
 accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
                                                const accel_save_model_opts *opts) {
     if (accel__acc_null(acc, "accel_accelerator_save_model")) return accel_last_status();
@@ -205,18 +248,33 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     if (!st && zero3 && o.no_safe_serialization)
         st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: safe_serialization=False of a "
                                                     "ZeRO-3 model is not written yet: save safetensors");
+    /* Crash-safe: written into a hidden sibling (holding links to the files it
+     * does not rewrite) that replaces dir in one rename: killed or out of
+     * space at any point, dir holds the previous model or the new one. */
+    accel_weights_format fmt = o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS;
+    char tmp[8400], real[PATH_MAX];
+    struct stat lsb;
+    if (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(dir, real))
+        dir = real; /* a link to the directory: the directory is replaced, the link kept */
+    accel__staged_path(dir, tmp, sizeof tmp);
     if (!st && acc->rank == 0) {
         struct stat sb;
         if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
             st = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
                                                "directory, not a file", dir);
-        else st = accel__mkdirs(dir);
+        else if (!(st = refuse_cwd(dir))) st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
     }
     if (zero3) { /* the real weights, gathered unit by unit (collective: every rank joins) */
-        accel_status gathered = accel__zero3_save_model(acc, pm, dir, max, st != ACCEL_OK);
+        accel_status gathered = accel__zero3_save_model(acc, pm, tmp, max, st != ACCEL_OK);
         if (!st) st = gathered;
     } else if (!st && acc->rank == 0) {
-        st = write_model(model, dir, max, o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS);
+        st = write_model(model, tmp, max, fmt);
+    }
+    if (!st && acc->rank == 0) st = write_config(acc, model, zero3, tmp);
+    st = accel__ranks_agree(acc, st, "accel_accelerator_save_model");
+    if (acc->rank == 0) {
+        if (!st) st = accel__staged_commit(tmp, dir, "accel_accelerator_save_model");
+        if (st) accel__staged_abort(tmp);
     }
     return accel__ranks_agree(acc, st, "accel_accelerator_save_model");
 }

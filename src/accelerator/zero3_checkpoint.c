@@ -666,7 +666,7 @@ static accel_status gathered_write(accel_accelerator *acc, accel__model *pm, boo
  * state dict: the engine module's dtype (bf16 or fp16 under that mixed
  * precision, f32 without). Without it Accelerate refuses to save; accel
  * writes the f32 masters. */
-static accel_dtype saved_dtype(const accel_accelerator *acc) {
+accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc) {
     if (!acc->fsdp.save_16bit) return ACCEL_F32;
     return acc->mp == ACCEL_MP_BF16 ? ACCEL_BF16 : acc->mp == ACCEL_MP_FP16 ? ACCEL_F16 : ACCEL_F32;
 }
@@ -754,7 +754,7 @@ static accel_status write_module(void *a, gathering *g) {
 
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed) {
-    module_args a = {dir, pm, max_shard_bytes, saved_dtype(acc)};
+    module_args a = {dir, pm, max_shard_bytes, accel__zero3_saved_dtype(acc)};
     return gathered_write(acc, pm, failed, write_module, &a);
 }
 

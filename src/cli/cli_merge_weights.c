@@ -9,8 +9,10 @@
  * SHARDED_STATE_DICT checkpoint (a save_state directory holding
  * pytorch_model_fsdp_0/, or that directory itself: per-rank flat shards and
  * sharded_index.json) is merged the way Accelerate's merge-weights does for
- * FSDP: the full model, Hugging Face names, one parameter at a time. The
- * write is atomic; `--remove_checkpoint_dir` deletes the shards and the index
+ * FSDP: the full model, Hugging Face names, one parameter at a time. A
+ * save_state directory's files are first checked against its completion
+ * marker (sizes and CRC-32C): a corrupted checkpoint is refused, naming the
+ * file, rather than merged into a different model. The write is atomic; `--remove_checkpoint_dir` deletes the shards and the index
  * only after it succeeded. */
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +24,8 @@
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
 #include "cli/cli.h"
+#include "io/checkpoint_marker.h"
+#include "io/io_internal.h"
 
 static bool same_file(const char *a, const char *b) {
     struct stat x, y;
@@ -48,6 +52,48 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *merg
     if (rmdir(dir) != 0 && errno != ENOTEMPTY && errno != EEXIST)
         fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", dir, strerror(errno));
     return 0;
+}
+
+/* When dir (or, for a pytorch_model_fsdp_<i>/ given itself, its parent) is a
+ * save_state checkpoint, the files merged (those under sub, the sharded
+ * model's directory) are checked against its marker. 0 when intact or when
+ * there is no marker. */
+static int verify_marker(const char *dir, const char *sub) {
+    char at[4096], name[4096], marker[8192];
+    const char *only = NULL;
+    snprintf(at, sizeof at, "%s", dir);
+    size_t n = strlen(at);
+    while (n > 1 && at[n - 1] == '/') at[--n] = 0;
+    snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
+    if (accel__is_file(marker)) {
+        if (strcmp(sub, dir)) only = sub + strlen(dir) + 1; /* "pytorch_model_fsdp_0" */
+    } else {
+        char *slash = strrchr(at, '/');
+        snprintf(name, sizeof name, "%s", slash ? slash + 1 : at);
+        if (!slash) snprintf(at, sizeof at, ".");
+        else if (slash == at) at[1] = 0;
+        else *slash = 0;
+        snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
+        if (!accel__is_file(marker)) return 0;
+        only = name;
+    }
+    if (accel__marker_check(at, true, only, "accel merge-weights") == ACCEL_OK) return 0;
+    fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+    return 1;
+}
+
+/* A save_state directory merged through its model.safetensors (or an index
+ * and shards): those files are checked against its marker. */
+static int verify_files(const char *dir, accel_checkpoint *ck) {
+    char marker[8192];
+    snprintf(marker, sizeof marker, "%s/%s", dir, ACCEL__MARKER);
+    if (!accel__is_file(marker)) return 0;
+    accel_status st = accel__marker_check(dir, true, "model.safetensors.index.json", "accel merge-weights");
+    for (int i = 0; !st && i < accel_checkpoint_num_shards(ck); i++)
+        st = accel__marker_check(dir, true, accel_checkpoint_shard_path(ck, i), "accel merge-weights");
+    if (!st) return 0;
+    fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+    return 1;
 }
 
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors. */
@@ -113,10 +159,16 @@ int accel_cli_merge_weights(int argc, char **argv) {
         return 1;
     }
     char sub[8192];
-    if (accel__zero3_find_sharded(dir, sub, sizeof sub)) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
+    bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
+    if (sharded && verify_marker(dir, sub)) return 1;
+    if (sharded) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
     accel_checkpoint *ck = accel_checkpoint_open(dir);
     if (!ck) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        return 1;
+    }
+    if (verify_files(dir, ck)) {
+        accel_checkpoint_close(ck);
         return 1;
     }
     int n = accel_checkpoint_count(ck);

@@ -9,6 +9,23 @@
 #include <sys/types.h>
 
 #include "accel/core.h"
+#include "accel/io.h"
+
+/* Fault injection for the crash-safety tests: tests/checkpoint_kill_points.c
+ * compiles the files that save (src/accelerator/checkpoint.c, save.c, and
+ * this layer's io_util.c) with ACCEL__CKPT_KILL_POINTS and defines
+ * accel__ckpt_fault. At each point of a save after which the disk changes it
+ * may SIGKILL the process (KILL_POINT, FAIL_POINT) or, at a FAIL_POINT,
+ * return true to make that step fail as a full disk would. In the library the
+ * points compile to nothing. */
+#ifdef ACCEL__CKPT_KILL_POINTS
+bool accel__ckpt_fault(const char *step);
+#define KILL_POINT(step) ((void)accel__ckpt_fault(step))
+#define FAIL_POINT(step) accel__ckpt_fault(step)
+#else
+#define KILL_POINT(step) ((void)0)
+#define FAIL_POINT(step) false
+#endif
 
 /* Atomic file writer: bytes go to "<path>.tmp"; commit fsyncs and renames it
  * over path; abort removes it. Errors name the path. */
@@ -29,6 +46,11 @@ void accel__afile_abort(accel__afile *f);
  * device. Nothing for an empty tensor. `op` names the caller in errors. */
 typedef accel_status (*accel__byte_sink)(void *ctx, const void *p, size_t n);
 accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, void *ctx, const char *op);
+
+/* name is one of the files a sharded save of `format` writes or removes as
+ * stale ("model.safetensors", its index, "model-00001-of-00003.safetensors";
+ * the pytorch_model.bin family). */
+bool accel__is_weights_file(accel_weights_format format, const char *name);
 
 /* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
 const char *accel__file_kind(mode_t mode);

@@ -35,6 +35,8 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
 
 accel_status accel__afile_write(accel__afile *f, const void *p, size_t n) {
     const char *c = p;
+    if (n && FAIL_POINT("afile: bytes written"))
+        return accel_set_error(ACCEL_ERR_IO, "write %s: %s (injected)", f->tmp, strerror(ENOSPC));
     while (n > 0) {
         ssize_t w = write(f->fd, c, n);
         if (w < 0) {
@@ -65,6 +67,7 @@ accel_status accel__afile_commit(accel__afile *f) {
     if (st == ACCEL_OK && rename(f->tmp, f->path) != 0)
         st = accel_set_error(ACCEL_ERR_IO, "rename %s -> %s: %s", f->tmp, f->path, strerror(errno));
     if (st != ACCEL_OK) unlink(f->tmp);
+    else KILL_POINT("afile: renamed into place");
     afile_release(f);
     return st;
 }

@@ -37,6 +37,13 @@ static bool is_shard_name(const weights_names *w, const char *f, int *a, int *b)
     return true;
 }
 
+bool accel__is_weights_file(accel_weights_format format, const char *name) {
+    if (format != ACCEL_WEIGHTS_SAFETENSORS && format != ACCEL_WEIGHTS_PYTORCH) return false;
+    const weights_names *w = &NAMES[format];
+    int a, b;
+    return !strcmp(name, w->single) || !strcmp(name, w->index) || is_shard_name(w, name, &a, &b);
+}
+
 static accel_status remove_stale(const weights_names *w, const char *dir, int n_shards) {
     DIR *d = opendir(dir);
     if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s", dir);

@@ -1,13 +1,13 @@
-/* TensorBoard event files (tensorboard.c, crc32c.c), visible to the tests. */
+/* TensorBoard event files (tensorboard.c), visible to the tests. */
 #ifndef ACCEL_TB_INTERNAL_H
 #define ACCEL_TB_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/checksum.h"
 #include "tracking/tracking_internal.h"
 
-uint32_t accel__crc32c(const void *data, size_t n);
 /* TFRecord's masked CRC: rotate right by 15, add 0xa282ead8. */
 uint32_t accel__crc32c_masked(const void *data, size_t n);
 

@@ -24,6 +24,11 @@ static double wall_time(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+uint32_t accel__crc32c_masked(const void *data, size_t n) {
+    uint32_t c = accel__crc32c(data, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
 /* A TFRecord: length, masked CRC of the length, data, masked CRC of the data
  * (all little-endian). */
 static accel_status write_record(FILE *f, const uint8_t *data, size_t n) {

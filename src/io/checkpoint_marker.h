@@ -1,0 +1,40 @@
+/* src/io/checkpoint_marker.h — the completion marker of a save_state
+ * directory: written last, it lists every file of the checkpoint with its
+ * size and CRC-32C, so a loader can tell a whole, intact checkpoint from a
+ * half-written or corrupted one.
+ *
+ * accel_checkpoint.json:
+ *   {"files": {"model.safetensors": 1234, "pytorch_model_fsdp_0/shard_0.safetensors": 99, ...},
+ *    "crc32c": {"model.safetensors": "1a2b3c4d", ...},
+ *    "num_processes": 2,
+ *    "marker_crc32c": "89abcdef"}
+ * marker_crc32c covers the marker itself: the CRC-32C of the other members
+ * dumped compact with sorted keys, so a flipped bit in a size, a checksum or a
+ * name is caught too. A marker with neither "crc32c" nor "marker_crc32c"
+ * (written before checksums) is checked by sizes only.
+ * Internal: prefix accel__, not installed. */
+#ifndef ACCEL_IO_CHECKPOINT_MARKER_H
+#define ACCEL_IO_CHECKPOINT_MARKER_H
+
+#include <stdbool.h>
+
+#include "accel/core.h"
+
+#define ACCEL__MARKER "accel_checkpoint.json"
+
+/* Lists every regular file of dir, and one level down of its subdirectories
+ * (a sharded model's pytorch_model_fsdp_<i>/), reads each back for its
+ * CRC-32C, fsyncs the subdirectories and writes dir/accel_checkpoint.json
+ * atomically. `op` names the caller in errors. */
+accel_status accel__marker_write(const char *dir, int world, const char *op);
+
+/* OK when dir holds a marker and every file it lists is there with its size
+ * and, when `checksums`, its CRC-32C. With `only` (a file or subdirectory
+ * name) only that file or the files under it are checked (merge-weights reads
+ * just the model).
+ * Errors (ACCEL_ERR_FORMAT / ACCEL_ERR_IO) name the checkpoint and the file:
+ * "<op>: <dir> is not a complete checkpoint: ..." or
+ * "<op>: <dir> is corrupted: <file> has CRC-32C ..., its marker says ...". */
+accel_status accel__marker_check(const char *dir, bool checksums, const char *only, const char *op);
+
+#endif
