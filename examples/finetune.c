@@ -133,8 +133,7 @@ int main(int argc, char **argv) {
         accel_step_reset();
         step++;
     }
-    if (!rc) rc = accel_accelerator_save_model(acc, model, argv[3], "10GB") != ACCEL_OK;
-    if (!rc && accel_accelerator_is_main_process(acc)) rc = accel_llama_config_save(argv[3], &cfg) != ACCEL_OK;
+    if (!rc) rc = accel_accelerator_save_model(acc, model, argv[3], "10GB") != ACCEL_OK; /* + config.json */
     if (rc) fprintf(stderr, "finetune: %s\n", accel_last_error());
     else accel_accelerator_print(acc, "first_loss=%.4f final_loss=%.4f saved %s\n", first, last, argv[3]);
     accel_accelerator_free(acc);
