@@ -137,6 +137,11 @@ static void test_rejections(void) {
     launch_rejects("num_processes: 2\n", "x.yaml", "A `distributed_type` must be specified in the config file.");
     launch_rejects("distributed_type: MULTI_CPU\n", "y.yaml", "You need to manually pass in `--num_processes`");
     launch_rejects("distributed_type: [unclosed\n", "z.yaml", "could not be parsed");
+    /* a second document used to be dropped in silence (the job ran on 2 processes, not 7) */
+    launch_rejects("distributed_type: MULTI_CPU\nnum_processes: 2\n---\nnum_processes: 7\n", "multi.yaml",
+                   "multi.yaml could not be parsed: line 3: expected a single document in the stream, but found "
+                   "another document");
+    launch_rejects("distributed_type: NO\n---\n", "multi_empty.yaml", "multi_empty.yaml could not be parsed");
     /* fp8_config (issue #14): keys with or without fp8_, and their types */
     launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  amax_histroy_len: 16\n", "f1.yaml",
                    "unknown key `fp8_config.amax_histroy_len` (known: backend, use_autocast_during_eval,");
@@ -243,6 +248,10 @@ static void test_accelerate_yaml_and_json(void) {
     const char *j[] = {"launch", "--config_file", js, "/bin/sh", "-c", "echo ws=$WORLD_SIZE mp=$ACCEL_MIXED_PRECISION", NULL};
     CHECK(run(j, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "ws=2 mp=bf16");
+    /* one document with explicit start and end markers is one document */
+    spit(CFG, "---\ndistributed_type: MULTI_CPU\nnum_processes: 3\n...\n");
+    CHECK(run(l, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ws=3 mp=no");
 }
 
 static void test_env_fields(void) {
