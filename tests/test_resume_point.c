@@ -2,8 +2,11 @@
  * gradient accumulation: `step` is Accelerate's accelerator.step (accumulate's
  * micro-steps, 0 again on an epoch's last batch), `optimizer_steps` the updates
  * applied, the number a training loop calls its global step (issue #22: a
- * resume at accumulation 2 reported step 0, and nothing counted updates). */
+ * resume at accumulation 2 reported step 0, and nothing counted updates), and
+ * the line the jsonl log gets where a resumed run starts appending. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -25,6 +28,7 @@ static void run_make(run *r) {
     o.gradient_accumulation_steps = 2;
     o.project_dir = DIR_;
     o.automatic_checkpoint_naming = true;
+    o.log_with = "jsonl";
     r->acc = accel_accelerator_new(&o);
     float x[16];
     for (int i = 0; i < 16; i++) x[i] = (float)i / 16.0f;
@@ -46,10 +50,13 @@ static void run_free(run *r) {
     accel_dataset_free(r->ds);
 }
 
-/* n batches of the accumulate loop Accelerate's examples run. */
+/* n batches of the accumulate loop Accelerate's examples run, each logged
+ * with the optimizer's update count as its step. */
 static void train(run *r, int n) {
     accel_batch b;
     for (int i = 0; i < n && accel_dataloader_next(r->dl, &b); i++) {
+        accel_value v = ACCEL_VALUE_I("batch", b.index);
+        CHECK(accel_accelerator_log(r->acc, 1, &v, accel_optimizer_step_count(r->opt)) == ACCEL_OK);
         CHECK(accel_accelerator_accumulate(r->acc) == ACCEL_OK);
         accel_tensor *loss = accel_mse_loss(accel_module_call(r->model, b.fields[0]), b.fields[1]);
         CHECK(accel_accelerator_backward(r->acc, loss) == ACCEL_OK);
@@ -62,6 +69,7 @@ static void train(run *r, int n) {
 static void test_resume_counts(void) {
     run a;
     run_make(&a);
+    CHECK(accel_accelerator_init_trackers(a.acc, "proj", 0, NULL) == ACCEL_OK);
     train(&a, 5); /* micro-steps 1..5, updates after 2 and 4 */
     CHECK(accel_accelerator_step(a.acc) == 5 && accel_optimizer_step_count(a.opt) == 2);
     CHECK(accel_accelerator_save_state(a.acc, NULL, NULL, 0) == ACCEL_OK); /* checkpoint_0 */
@@ -72,6 +80,7 @@ static void test_resume_counts(void) {
 
     run b;
     run_make(&b);
+    CHECK(accel_accelerator_init_trackers(b.acc, "proj", 0, NULL) == ACCEL_OK);
     char dir[128];
     accel_resume_point at = {-1, -1, -1, -1};
     snprintf(dir, sizeof dir, "%s/checkpoints/checkpoint_0", DIR_);
@@ -84,6 +93,33 @@ static void test_resume_counts(void) {
     CHECK_MSG(at.step == 0 && at.optimizer_steps == 4, "step %lld optimizer_steps %lld", (long long)at.step,
               (long long)at.optimizer_steps);
     run_free(&b);
+
+    /* load_state before init_trackers: the line comes when the log opens */
+    run c;
+    run_make(&c);
+    CHECK(accel_accelerator_load_state(c.acc, dir, NULL) == ACCEL_OK);
+    CHECK(accel_accelerator_init_trackers(c.acc, "proj", 0, NULL) == ACCEL_OK);
+    train(&c, 1);
+    run_free(&c);
+
+    /* the jsonl log: run a's 8 lines (3 of them past checkpoint_0), then where each resume starts */
+    char path[160], text[4096] = "";
+    snprintf(path, sizeof path, "%s/proj/log.jsonl", DIR_);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    char want[1024];
+    snprintf(want, sizeof want,
+             "{\"step\":3,\"batch\":7}\n"
+             "{\"resumed_from\":\"%s/checkpoints/checkpoint_0\",\"epoch\":0,\"batch\":5,\"optimizer_steps\":2}\n"
+             "{\"resumed_from\":\"%s/checkpoints/checkpoint_1\",\"epoch\":0,\"batch\":8,\"optimizer_steps\":4}\n"
+             "{\"resumed_from\":\"%s/checkpoints/checkpoint_0\",\"epoch\":0,\"batch\":5,\"optimizer_steps\":2}\n"
+             "{\"step\":2,\"batch\":5}\n",
+             DIR_, DIR_, DIR_);
+    CHECK_MSG(strstr(text, want) != NULL, "log.jsonl:\n%s", text);
 }
 
 int main(void) {

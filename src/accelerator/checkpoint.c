@@ -711,6 +711,10 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     accel_progress_update(bar, 1);
     accel_progress_close(bar);
     s = agree(acc, s);
-    if (!s && at) *at = resume_point(acc);
+    if (!s) {
+        accel_resume_point r = resume_point(acc);
+        accel__tracking_resumed(acc, dir, &r);
+        if (at) *at = r;
+    }
     return s;
 }
