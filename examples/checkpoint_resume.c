@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
     int rc = accel_accelerator_prepare(acc, model, opt, dl, sched) != ACCEL_OK;
     /* Resume when a checkpoint exists (every rank sees the same directory);
      * none yet is a fresh start, and that handled failure leaves nothing behind. */
-    accel_resume_point at = {0, 0, 0};
+    accel_resume_point at = {0};
     if (!rc && accel_accelerator_load_state(acc, NULL, &at) == ACCEL_OK)
         accel_accelerator_print(acc, "resumed at step %lld\n",
                                 (long long)(at.epoch * accel_dataloader_len(dl) + at.batch));

@@ -189,16 +189,21 @@ int main(int argc, char **argv) {
     accel_max_memory mm = {0}, *mmp = NULL;
     if (mm_s) {
         char *copy = strdup(mm_s), *save = NULL;
-        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int bad = copy ? 0 : 1;
+        for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad; tok = strtok_r(NULL, ",", &save)) {
             char *eq = strchr(tok, '=');
-            if (!eq) return usage();
+            if (!eq) {
+                bad = usage();
+                break;
+            }
             *eq = 0;
             if (accel_max_memory_set(&mm, tok, eq + 1) != ACCEL_OK) {
                 fprintf(stderr, "generate: %s\n", accel_last_error());
-                return 1;
+                bad = 1;
             }
         }
         free(copy);
+        if (bad) return bad;
         mmp = &mm;
     }
     accel_device_map *map = NULL;

@@ -34,31 +34,32 @@ int main(void) {
     accel_optimizer *optim = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h);
     accel_step_reset();
 
-    if (accel_accelerator_prepare(acc, model, optim, loader, NULL) != ACCEL_OK) goto fail;
+    int rc = 1;
+    if (accel_accelerator_prepare(acc, model, optim, loader, NULL) != ACCEL_OK) goto done;
     double last = 0;
     accel_batch b;
     for (int step = 0; accel_dataloader_next(loader, &b); step++) {
         accel_tensor *preds = accel_module_call(model, b.fields[0]);
         accel_tensor *loss = accel_mse_loss(preds, b.fields[1]);
-        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) goto fail;
-        if (accel_accelerator_optimizer_step(acc, optim) != ACCEL_OK) goto fail;
+        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) goto done;
+        if (accel_accelerator_optimizer_step(acc, optim) != ACCEL_OK) goto done;
         accel_accelerator_zero_grad(acc, optim);
         last = accel_item(loss);
         accel_step_reset();
         if (step == 2) break;
     }
-    if (accel_last_status() != ACCEL_OK) goto fail;
+    if (accel_last_status() != ACCEL_OK) goto done;
     accel_accelerator_print(acc, "device=%s final_loss=%.4f\n",
                             accel_device_type_name(accel_accelerator_device(acc).type), last);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "train_linear: %s\n", accel_last_error());
+    /* the same frees on success and failure (any order is safe: docs/contract.md) */
     accel_accelerator_free(acc);
     accel_optimizer_free(optim);
     accel_module_free(model);
     accel_dataloader_free(loader);
     accel_dataset_free(ds);
     accel_thread_cleanup();
-    return 0;
-fail:
-    fprintf(stderr, "train_linear: %s\n", accel_last_error());
-    accel_accelerator_free(acc);
-    return 1;
+    return rc;
 }

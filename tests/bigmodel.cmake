@@ -50,11 +50,18 @@ set_tests_properties(bigmodel_generate_greedy_hostless PROPERTIES ENVIRONMENT "A
   PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
 
 # accel's save_pretrained output loads in transformers with the same logits.
-execute_process(COMMAND python3 -c "import transformers, safetensors, numpy"
-                RESULT_VARIABLE BIGMODEL_NO_TRANSFORMERS OUTPUT_QUIET ERROR_QUIET)
-if(BIGMODEL_NO_TRANSFORMERS EQUAL 0)
+# The test runs the interpreter that passed this check (its sys.executable),
+# not whatever python3 PATH (or a pyenv shim) names at test time.
+set(BIGMODEL_NO_TRANSFORMERS 1)
+find_program(ACCEL_PYTHON3 python3)
+if(ACCEL_PYTHON3)
+  execute_process(COMMAND ${ACCEL_PYTHON3} -c "import sys, transformers, safetensors, numpy; print(sys.executable)"
+                  RESULT_VARIABLE BIGMODEL_NO_TRANSFORMERS OUTPUT_VARIABLE BIGMODEL_PYTHON
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+if(BIGMODEL_NO_TRANSFORMERS EQUAL 0 AND IS_ABSOLUTE "${BIGMODEL_PYTHON}")
   add_test(NAME bigmodel_hf_check_accel_nosan COMMAND sh -c
-    "$<TARGET_FILE:generate> ${BIGMODEL_CKPT} --ids 1,2,3 --new-tokens 0 --dump-logits ${CMAKE_BINARY_DIR}/fake-llama-logits.npy && python3 ${CMAKE_SOURCE_DIR}/tools/gen_hf_llama_fixtures.py --check-accel ${BIGMODEL_CKPT} --ids 1,2,3 --logits ${CMAKE_BINARY_DIR}/fake-llama-logits.npy")
+    "$<TARGET_FILE:generate> ${BIGMODEL_CKPT} --ids 1,2,3 --new-tokens 0 --dump-logits ${CMAKE_BINARY_DIR}/fake-llama-logits.npy && '${BIGMODEL_PYTHON}' ${CMAKE_SOURCE_DIR}/tools/gen_hf_llama_fixtures.py --check-accel ${BIGMODEL_CKPT} --ids 1,2,3 --logits ${CMAKE_BINARY_DIR}/fake-llama-logits.npy")
   # exit status 0 only when the logits agree within 1e-4; importing transformers
   # takes over a minute on a loaded 2-core machine (59 s alone, >120 s at load 15)
   set_tests_properties(bigmodel_hf_check_accel_nosan PROPERTIES FIXTURES_REQUIRED fake_llama TIMEOUT 300)
@@ -110,3 +117,6 @@ set_tests_properties(bigmodel_generate_bad_number PROPERTIES PASS_REGULAR_EXPRES
 add_test(NAME bigmodel_generate_sample_ok COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
          --ids 23,49 --new-tokens 3 --sample --temperature 0.7 --top-k 5 --top-p 0.9 --seed 3)
 set_tests_properties(bigmodel_generate_sample_ok PROPERTIES PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, [0-9]+, [0-9]+, [0-9]+\\]\n")
+
+# Every test that needs Python runs the interpreter configure found (see above).
+add_test(NAME tests_pinned_python COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_pinned_python.sh ${CMAKE_BINARY_DIR})

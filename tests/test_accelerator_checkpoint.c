@@ -119,7 +119,7 @@ static void test_resume_bit_for_bit(void) {
 
     run_make(&b, 99); /* different weights, seed, order: all restored */
     CHECK(accel_accelerator_prepare(A, b.model, b.opt, b.dl, b.sched) == ACCEL_OK);
-    accel_resume_point at = {-1, -1, -1};
+    accel_resume_point at = {-1, -1, -1, -1};
     CHECK(accel_accelerator_load_state(A, NULL, &at) == ACCEL_OK);
     /* saved after 5 batches: the loader stays on an epoch's last batch until the next call */
     int64_t per_epoch = accel_dataloader_len(b.dl);

@@ -83,10 +83,14 @@ static void test_default_and_update(void) {
 }
 
 static void test_interactive(void) {
-    /* This machine, multi-CPU, 1 machine, no debug, no DeepSpeed, no FSDP, 4 processes, bf16 (by text) */
+    /* This machine, multi-CPU, 1 machine, no debug, no mpirun, no DeepSpeed, no FSDP, 4 processes, bf16 (by text) */
     const char *a[] = {"config", "--config_file", CFG, NULL};
-    CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\n4\nbf16\n") == 0);
+    CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\nno\n4\nbf16\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "Do you want accelerate to launch mpirun? [yes/NO]: ");
     CHECK_STR_CONTAINS(OUT, "How many processes should be used for distributed training? [1]:");
+    /* Accelerate's launcher starts one process from this file: said once it is saved */
+    CHECK_STR_CONTAINS(OUT, "Accelerate's own `accelerate launch` starts one process for a MULTI_CPU config without "
+                            "mpirun");
     char buf[4096];
     slurp(CFG, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "distributed_type: MULTI_CPU\n");
@@ -96,7 +100,7 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(buf, "downcast_bf16: 'no'\n");
     CHECK_STR_CONTAINS(buf, "tpu_env: []\n");
     /* fp8 (issue #14): cluster.py's TE questions, then a launch that reads the file back */
-    CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\n2\nfp8\nte\nyes\n1\n\nE4M3\n16\n\nyes\nno\nno\nyes\n") == 0);
+    CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\nno\n2\nfp8\nte\nyes\n1\n\nE4M3\n16\n\nyes\nno\nno\nyes\n") == 0);
     slurp(CFG, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "mixed_precision: fp8\n");
     CHECK_STR_CONTAINS(buf, "  backend: TE\n");
@@ -111,13 +115,21 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_OVERRIDE_WGRAD=True\n");
     CHECK_STR_CONTAINS(OUT, "ACCELERATE_FP8_BACKEND=TE\n");
     /* a bad answer is asked again; DeepSpeed stage 3 */
-    CHECK(run(a, "0\n1\n1\nmaybe\nno\nyes\n3\n2\n2\nno\n") == 0);
+    CHECK(run(a, "0\n1\n1\nmaybe\nno\nno\nyes\n3\n2\n2\nno\n") == 0);
     CHECK_STR_CONTAINS(OUT, "Please enter yes or no.");
     slurp(CFG, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "distributed_type: DEEPSPEED\n");
     CHECK_STR_CONTAINS(buf, "  zero_stage: 3\n");
     CHECK_STR_CONTAINS(buf, "  gradient_accumulation_steps: 2\n");
     CHECK(run(a, "0\n1\n") == 1); /* input ends */
+    /* mpirun: Accelerate's mpirun_config, ~ expanded as os.path.expanduser */
+    CHECK(run(a, "0\nmulti-CPU\n\nno\nyes\n~/hosts\nno\nno\n2\nno\n") == 0);
+    slurp(CFG, buf, sizeof buf);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "mpirun_config:\n  mpirun_hostfile: %s/hosts\n", getenv("HOME") ? getenv("HOME") : "~");
+    CHECK_STR_CONTAINS(buf, want);
+    CHECK_STR_CONTAINS(buf, "num_processes: 2\n");
+    CHECK(!strstr(OUT, "Note: "));
 }
 
 static void launch_rejects(const char *yaml, const char *name, const char *want) {
@@ -137,6 +149,11 @@ static void test_rejections(void) {
     launch_rejects("num_processes: 2\n", "x.yaml", "A `distributed_type` must be specified in the config file.");
     launch_rejects("distributed_type: MULTI_CPU\n", "y.yaml", "You need to manually pass in `--num_processes`");
     launch_rejects("distributed_type: [unclosed\n", "z.yaml", "could not be parsed");
+    /* a second document used to be dropped in silence (the job ran on 2 processes, not 7) */
+    launch_rejects("distributed_type: MULTI_CPU\nnum_processes: 2\n---\nnum_processes: 7\n", "multi.yaml",
+                   "multi.yaml could not be parsed: line 3: expected a single document in the stream, but found "
+                   "another document");
+    launch_rejects("distributed_type: NO\n---\n", "multi_empty.yaml", "multi_empty.yaml could not be parsed");
     /* fp8_config (issue #14): keys with or without fp8_, and their types */
     launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  amax_histroy_len: 16\n", "f1.yaml",
                    "unknown key `fp8_config.amax_histroy_len` (known: backend, use_autocast_during_eval,");
@@ -243,6 +260,10 @@ static void test_accelerate_yaml_and_json(void) {
     const char *j[] = {"launch", "--config_file", js, "/bin/sh", "-c", "echo ws=$WORLD_SIZE mp=$ACCEL_MIXED_PRECISION", NULL};
     CHECK(run(j, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "ws=2 mp=bf16");
+    /* one document with explicit start and end markers is one document */
+    spit(CFG, "---\ndistributed_type: MULTI_CPU\nnum_processes: 3\n...\n");
+    CHECK(run(l, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ws=3 mp=no");
 }
 
 static void test_env_fields(void) {

@@ -5,6 +5,7 @@
  * or divided by zero (accel_batch_sampler_shard_len with 0 processes). */
 #include "accel/accel.h"
 #include "check.h"
+#include "tiny_llama.h"
 
 /* The call set an INVALID_ARG error naming fn; clears it for the next check. */
 static bool invalid(const char *fn) {
@@ -81,9 +82,12 @@ static void test_data_null(void) {
     CHECK(accel_batches_size(&b, 1) == 0 && accel_batches_at(&b, 1) == NULL); /* past the end */
     accel_batches_free(&b);
 
+    /* zero processes, NULL options: the defaults (one process), as every options struct */
     accel_shard_opts zero = {0};
-    CHECK(accel_batch_sampler_shard_len(10, &zero) == 0 && invalid("accel_batch_sampler_shard_len"));
-    CHECK(accel_batch_sampler_shard_len(10, NULL) == 0 && invalid("accel_batch_sampler_shard_len"));
+    CHECK(accel_batch_sampler_shard_len(10, &zero) == 10 && accel_last_status() == ACCEL_OK);
+    CHECK(accel_batch_sampler_shard_len(10, NULL) == 10 && accel_last_status() == ACCEL_OK);
+    accel_shard_opts negative = {.num_processes = -1};
+    CHECK(accel_batch_sampler_shard_len(10, &negative) == 0 && invalid("accel_batch_sampler_shard_len"));
     accel_shard_opts two = {.num_processes = 2, .process_index = 1, .batch_size = 4};
     CHECK(accel_batch_sampler_shard_len(5, &two) == 3 && accel_last_status() == ACCEL_OK);
 
@@ -122,9 +126,73 @@ static void test_optim_bigmodel_null(void) {
     accel_module_free(m);
 }
 
+/* One rule for every options pointer of the API (docs/contract.md "Options"):
+ * NULL means the defaults, as the zeroed struct; only accel_llama_activation_bytes,
+ * whose options are the question itself (batch and sequence sizes), refuses it.
+ * accel_dataloader_new, accel_batch_sampler_shard, the optimizer's hparams and
+ * accel_generate refused NULL before. */
+static void test_null_options(void) {
+    accel_clear_error();
+    accel_tensor *x = accel_arange(ACCEL_F32, 0, 5);
+    accel_dataset *ds = accel_tensor_dataset_new(1, &x);
+    accel_dataloader *dl = accel_dataloader_new(ds, NULL);
+    CHECK_MSG(dl != NULL, "%s", accel_last_error());
+    if (dl) {
+        CHECK(accel_dataloader_get_opts(dl)->batch_size == 1 && accel_dataloader_get_opts(dl)->num_processes == 1);
+        accel_batch b;
+        int n = 0;
+        while (accel_dataloader_next(dl, &b)) CHECK(b.size == 1 && b.indices[0] == n++); /* in order */
+        CHECK(n == 5 && accel_last_status() == ACCEL_OK);
+    }
+    accel_dataloader_free(dl);
+    CHECK(accel_dataloader_new(NULL, NULL) == NULL && invalid("accel_dataloader_new: dataset is NULL"));
+    accel_dataset_free(ds);
+
+    accel_batches g, out;
+    accel_batches_init(&g);
+    accel_batches_init(&out);
+    CHECK(accel_batches_push(&g, 2, (int64_t[]){0, 1}) == ACCEL_OK && accel_batches_push(&g, 1, (int64_t[]){2}) == ACCEL_OK);
+    CHECK(accel_batch_sampler_shard(&g, NULL, &out) == ACCEL_OK);
+    CHECK(out.n == 2 && accel_batches_size(&out, 0) == 2 && accel_batches_at(&out, 1)[0] == 2);
+    accel_batches_free(&g);
+    accel_batches_free(&out);
+
+    /* hparams NULL: torch.optim's defaults (lr 1e-3; AdamW's weight decay 0.01), in every constructor */
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){4}, ACCEL_CPU_DEVICE);
+    accel_tensor *gr = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){4}, ACCEL_CPU_DEVICE);
+    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &p, NULL);
+    CHECK_MSG(o != NULL, "%s", accel_last_error());
+    if (o) {
+        CHECK(accel_optimizer_get_lr(o, 0) == 1e-3 && accel_optimizer_hparams(o, 0)->weight_decay == 0.01);
+        CHECK(accel_optimizer_add_params(o, 0, NULL, NULL) == 1);
+    }
+    accel_optimizer_free(o);
+    o = accel_optimizer_new_flat(ACCEL_OPTIM_SGD, p, gr, NULL);
+    CHECK_MSG(o != NULL && accel_optimizer_get_lr(o, 0) == 1e-3, "%s", accel_last_error());
+    accel_optimizer_free(o);
+    accel_tensor_free(p);
+    accel_tensor_free(gr);
+
+    /* generation options NULL: the zeroed struct (greedy, no new token) */
+    CHECK(accel_generate_opts_check(NULL, 3) == ACCEL_OK);
+    accel_module *llama = tiny_llama(1);
+    int64_t prompt[3] = {1, 2, 3}, ids[3], n_ids = 0;
+    CHECK_MSG(accel_generate(llama, prompt, 3, NULL, ids, &n_ids) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(n_ids == 3 && ids[2] == 3);
+    accel_module_free(llama);
+
+    /* the exception: a step's shape has no default */
+    accel_llama_config cfg = accel_llama_config_default();
+    accel_activation_bytes ab;
+    CHECK(accel_llama_activation_bytes(&cfg, NULL, &ab) == ACCEL_ERR_INVALID_ARG &&
+          invalid("accel_llama_activation_bytes: options are NULL: batch_size and seq_len have no default"));
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_accelerator_null);
     RUN(test_data_null);
     RUN(test_optim_bigmodel_null);
+    RUN(test_null_options);
     return check_summary();
 }

@@ -225,7 +225,9 @@ const char *accel_mixed_precision_name(accel_mixed_precision mp); /* "no", "fp16
 int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc);
 accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps);
 bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
-/* accelerator.step: the micro-step counter of accumulate. */
+/* accelerator.step: the micro-step counter of accumulate (one per call, back
+ * to 0 on a loader's last batch); not the number of optimizer updates
+ * (accel_optimizer_step_count). */
 int64_t accel_accelerator_step(const accel_accelerator *acc);
 /* True when any prepared optimizer skipped its last step (fp16 overflow). */
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc);
@@ -399,11 +401,17 @@ accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **d
  * Writes the directory used into out_dir (may be NULL). */
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir,
                                           char *out_dir, size_t out_n);
-/* Where a loaded checkpoint resumes training. */
+/* Where a loaded checkpoint resumes training. To count updates, read
+ * optimizer_steps: `step` is Accelerate's accelerator.step, accumulate's
+ * micro-step counter, which restarts at 0 on the last batch of every epoch
+ * (sync_with_dataloader) and so is often 0 after a resume. */
 typedef struct accel_resume_point {
     int64_t epoch;  /* the first prepared data loader's epoch (0 without one) */
     int64_t batch;  /* batches of that epoch already done: the loader skips them */
-    int64_t step;   /* accel_accelerator_step() when it was saved */
+    int64_t step;   /* accel_accelerator_step() when it was saved (micro-steps, see above) */
+    int64_t optimizer_steps; /* updates the first prepared optimizer had applied
+                              * (accel_optimizer_step_count; 0 without one): the
+                              * global step of a training loop */
 } accel_resume_point;
 /* load_state: input_dir NULL with automatic naming = the highest checkpoint_N.
  * Restores models, optimizers, schedulers, RNG, step, loader positions, scaler:

@@ -186,7 +186,9 @@ typedef struct accel_activation_bytes {
 /* The step arena of a steady-state training step (parameter gradients already
  * allocated, as after the first step or under an Accelerator) of the Llama
  * cfg on this machine's CPU (whether its GEMM multiplies autocast's dtype
- * itself is read from it). Errors: bad cfg or options, sizes past 2^62 bytes. */
+ * itself is read from it). Errors: bad cfg or options, sizes past 2^62 bytes.
+ * The one options pointer of the API that may not be NULL: the batch and
+ * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out);
 
@@ -377,7 +379,7 @@ typedef struct accel_generate_opts {
                                   * float dtype): gets the logits at the prompt's last position */
 } accel_generate_opts;
 
-/* A zero-initialised struct is greedy decoding; with do_sample, plain draws
+/* A zero-initialised struct (and NULL options) is greedy decoding; with do_sample, plain draws
  * from the softmax (transformers' GenerationConfig has top_k 50). When
  * sampling, a value out of range (negative or NaN temperature, top_k < 0,
  * top_p outside [0, 1]) is ACCEL_ERR_INVALID_ARG naming the parameter, as

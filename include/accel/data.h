@@ -59,6 +59,7 @@ accel_status accel_batches_from_order(accel_batches *b, int64_t n, const int64_t
 
 /* ------------------------------------------------------------ sharding (§4.2) */
 
+/* Every zero field means its default (0 processes: 1); NULL options: all defaults. */
 typedef struct accel_shard_opts {
     int num_processes;
     int process_index;
@@ -146,7 +147,8 @@ accel_dataloader_opts accel_dataloader_opts_default(void);
 
 typedef struct accel_dataloader accel_dataloader;
 
-/* The loader borrows ds. Options are validated: split_batches on several
+/* The loader borrows ds; NULL o = every default (batch size 1, in order, one
+ * process). Options are validated: split_batches on several
  * processes needs batch_size % num_processes == 0, batch size 1 included (the
  * BatchSamplerShard that prepare_data_loader builds raises ValueError). */
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o);

@@ -93,15 +93,16 @@ typedef struct accel_optimizer accel_optimizer;
 
 /* An optimizer with no parameters yet. */
 accel_optimizer *accel_optimizer_new(accel_optim_kind kind);
-/* Convenience: new + add_params / new + add_flat. NULL + error. */
+/* Convenience: new + add_params / new + add_flat. NULL + error. Wherever the
+ * optimizer takes hparams, h NULL = the kind's defaults with lr 1e-3
+ * (accel_optim_defaults(kind, 1e-3), torch.optim's defaults). */
 accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
                                             accel_tensor *const *params,
                                             const accel_optim_hparams *h);
 accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_tensor *params,
                                           const accel_tensor *grads, const accel_optim_hparams *h);
 /* Convenience, as torch.optim.X(model.parameters(), ...): one group with every
- * parameter of the module (accel_module_parameters order). h NULL = the
- * kind's defaults with lr 1e-3. */
+ * parameter of the module (accel_module_parameters order). */
 accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module *model,
                                             const accel_optim_hparams *h);
 void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are not freed */

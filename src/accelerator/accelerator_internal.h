@@ -378,6 +378,10 @@ accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
  * finished, registrations dropped). */
 accel_status accel__tracking_attach(accel_accelerator *acc);
 void accel__tracking_detach(accel_accelerator *acc);
+/* load_state resumed from checkpoint dir at `at`: the jsonl log gets a line
+ * saying so (now, or when init_trackers opens it), so the lines a killed run
+ * wrote past that checkpoint can be told apart. */
+void accel__tracking_resumed(accel_accelerator *acc, const char *dir, const accel_resume_point *at);
 /* project_dir when opts give none: ACCEL_PROJECT_DIR, else ".". */
 const char *accel__default_project_dir(void);
 /* save.c: registered objects into / out of a checkpoint directory (save_state

@@ -662,9 +662,10 @@ static accel_status pick_newest(accel_accelerator *acc, char *dir, size_t n) {
     return ACCEL_OK;
 }
 
-/* Where training resumes: the first prepared loader's epoch and position, the step counter. */
+/* Where training resumes: the first prepared loader's epoch and position, the
+ * step counter, the first prepared optimizer's update count. */
 static accel_resume_point resume_point(const accel_accelerator *acc) {
-    accel_resume_point at = {0, 0, acc->step};
+    accel_resume_point at = {0, 0, acc->step, acc->n_opts ? accel_optimizer_step_count(acc->opts[0]) : 0};
     if (acc->n_dls) {
         accel_dataloader_state st = accel_dataloader_get_state(acc->dls[0]);
         at.epoch = st.epoch;
@@ -712,6 +713,10 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     accel_progress_update(bar, 1);
     accel_progress_close(bar);
     s = agree(acc, s);
-    if (!s && at) *at = resume_point(acc);
+    if (!s) {
+        accel_resume_point r = resume_point(acc);
+        accel__tracking_resumed(acc, dir, &r);
+        if (at) *at = r;
+    }
     return s;
 }

@@ -59,6 +59,7 @@ void accel__tracking_detach(accel_accelerator *acc) {
     accel_accelerator_end_training(acc);
     accel__log_detach(acc->pg);
     drop_registrations(acc->tracking);
+    accel_free(acc->tracking->resumed_from);
     accel_free(acc->tracking);
     acc->tracking = NULL;
 }
@@ -82,6 +83,29 @@ accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker
     return add(acc->tracking, t);
 }
 
+/* The resume line of the jsonl trackers (the others have no place for it: csv
+ * starts a new file each run, TensorBoard a new event file), once they are open. */
+static void mark_resume(accel_accelerator *acc) {
+    accel__tracking *tk = acc->tracking;
+    if (!tk->resumed_from || !tk->initialized || acc->rank != 0) return;
+    const accel_value v[4] = {ACCEL_VALUE_S("resumed_from", tk->resumed_from),
+                              ACCEL_VALUE_I("epoch", tk->resumed.epoch), ACCEL_VALUE_I("batch", tk->resumed.batch),
+                              ACCEL_VALUE_I("optimizer_steps", tk->resumed.optimizer_steps)};
+    for (int i = 0; i < tk->n; i++)
+        if (!strcmp(accel_tracker_name(tk->trackers[i]), "jsonl") && accel_tracker_log(tk->trackers[i], 4, v, -1))
+            accel__warn("load_state: the jsonl log does not say that the run resumed: %s", accel_last_error());
+    accel_free(tk->resumed_from);
+    tk->resumed_from = NULL;
+}
+
+void accel__tracking_resumed(accel_accelerator *acc, const char *dir, const accel_resume_point *at) {
+    accel__tracking *tk = acc->tracking;
+    accel_free(tk->resumed_from);
+    tk->resumed_from = accel_strdup(dir); /* OOM: no line, the resume itself stands */
+    tk->resumed = *at;
+    mark_resume(acc);
+}
+
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
                                              const accel_value *config) {
     if (accel__acc_null(acc, "accel_accelerator_init_trackers")) return accel_last_status();
@@ -99,6 +123,7 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
         st = t ? add(tk, t) : accel_last_status();
     }
     for (int i = 0; i < tk->n && !st && n > 0; i++) st = accel_tracker_store_init_configuration(tk->trackers[i], n, config);
+    if (!st) mark_resume(acc); /* load_state came first */
     return st;
 }
 

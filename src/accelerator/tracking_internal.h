@@ -19,6 +19,8 @@ typedef struct accel__tracking {
     accel_tracker **trackers; /* the main process's (custom ones on every rank) */
     int n_objs;
     accel__custom *objs;
+    char *resumed_from;       /* load_state's checkpoint until the jsonl log has its line */
+    accel_resume_point resumed;
 } accel__tracking;
 
 #endif

@@ -49,8 +49,11 @@ static accel_status check_sampling(const accel_generate_opts *o, const char *op)
     return ACCEL_OK;
 }
 
+/* What NULL options mean: the zeroed struct (greedy, no new token). */
+static const accel_generate_opts NULL_OPTS;
+
 accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_prompt) {
-    if (!o) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate: options are NULL");
+    if (!o) o = &NULL_OPTS;
     if (o->max_new_tokens < 0 || o->max_new_tokens > INT64_MAX / 16 - (n_prompt > 0 ? n_prompt : 0))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_generate: `max_new_tokens` (=%lld) has to be a non-negative integer whose "
@@ -192,9 +195,10 @@ static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv
 
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out) {
-    if (!llama || !prompt || n_prompt <= 0 || !opts || !out || !n_out)
+    if (!opts) opts = &NULL_OPTS;
+    if (!llama || !prompt || n_prompt <= 0 || !out || !n_out)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_generate: needs a model, a non-empty prompt, options, out and n_out");
+                               "accel_generate: needs a model, a non-empty prompt, out and n_out");
     if (accel_generate_opts_check(opts, n_prompt)) return accel_last_status();
     const accel_llama_config *cfg = accel_llama_config_of(llama);
     if (!cfg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate: the model is not a Llama model");

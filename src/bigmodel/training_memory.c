@@ -256,7 +256,10 @@ static bool to_bytes(double b, int64_t *out) {
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out) {
     static const char *FN = "accel_llama_activation_bytes";
-    if (!cfg || !o || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
+    if (!cfg || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", FN, cfg ? "out" : "cfg");
+    if (!o) /* the one options struct without defaults: the shape of a step is the question */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: options are NULL: batch_size and seq_len have no default",
+                               FN);
     memset(out, 0, sizeof *out);
     if (o->batch_size < 1 || o->seq_len < 2)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,

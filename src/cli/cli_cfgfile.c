@@ -304,6 +304,7 @@ static cv *read_yaml(FILE *f, char *err, size_t errn) {
     yaml_parser_initialize(&p);
     yaml_parser_set_input_file(&p, f);
     cv *root = NULL;
+    int documents = 0;
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
@@ -315,6 +316,18 @@ static cv *read_yaml(FILE *f, char *err, size_t errn) {
         yaml_event_type_t t = ev.type;
         if (t == YAML_STREAM_END_EVENT) {
             yaml_event_delete(&ev);
+            break;
+        }
+        /* yaml.safe_load refuses a stream of several documents (ComposerError):
+         * the keys of a second one must not be dropped without a word. */
+        if (t == YAML_DOCUMENT_START_EVENT && ++documents > 1) {
+            snprintf(err, errn,
+                     "line %zu: expected a single document in the stream, but found another document "
+                     "(a line `---`); merge the documents into one",
+                     ev.start_mark.line + 1);
+            yaml_event_delete(&ev);
+            cv_free(root);
+            root = NULL;
             break;
         }
         if (!root && (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT || t == YAML_SCALAR_EVENT)) {

@@ -186,6 +186,20 @@ static cv *wizard(void) {
         }
         debug = ask_yes_no("Should distributed operations be checked while running for errors? This can avoid timeout "
                            "issues but will be slower. [yes/NO]: ", false);
+        /* Accelerate's launcher starts the processes of a MULTI_CPU config only
+         * through mpirun (else one process): its question, its mpirun_config */
+        if (cpu_type && ask_yes_no("Do you want accelerate to launch mpirun? [yes/NO]: ", false)) {
+            char host[2048], expanded[4096];
+            ask_str("Please enter the path to the hostfile to use with mpirun [~/hostfile]: ", "~/hostfile", host,
+                    sizeof host);
+            const char *home = getenv("HOME");
+            if (host[0] == '~' && (host[1] == '/' || !host[1]) && home) /* os.path.expanduser */
+                snprintf(expanded, sizeof expanded, "%s%s", home, host + 1);
+            else snprintf(expanded, sizeof expanded, "%s", host);
+            cv *mpi = cv_new(CV_MAP);
+            cv_set(mpi, "mpirun_hostfile", cv_str(expanded));
+            cv_set(c, "mpirun_config", mpi);
+        }
     } else {
         use_cpu = ask_yes_no("Do you want to run your training on CPU only (even if a GPU / Apple Silicon / Ascend NPU "
                              "device is available)? [yes/NO]:", false);
@@ -273,12 +287,18 @@ int accel_cli_config(int argc, char **argv) {
     if (!sub) {
         cv *c = wizard();
         bool ok = cfg_write(path, c, err, sizeof err);
+        const cv *dt = cv_get(c, "distributed_type"), *np = cv_get(c, "num_processes");
+        bool cpu_no_mpirun = dt && !strcmp(dt->s, "MULTI_CPU") && np && np->i > 1 && !cv_get(c, "mpirun_config");
         cv_free(c);
         if (!ok) {
             fprintf(stderr, "accel config: error: %s\n", err);
             return 1;
         }
         printf("accelerate configuration saved at %s\n", path);
+        if (cpu_no_mpirun) /* the file is Accelerate's; its launcher reads it differently */
+            printf("Note: `accel launch` starts num_processes processes from this file; Accelerate's own `accelerate "
+                   "launch` starts one process for a MULTI_CPU config without mpirun (answer yes to the mpirun "
+                   "question for both to start them all).\n");
         return 0;
     }
     if (!strcmp(sub, "default")) {

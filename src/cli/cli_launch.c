@@ -1019,8 +1019,7 @@ int accel_cli_launch(int argc, char **argv) {
                         "every machine, e.g. export ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), "
                         "or set ACCEL_INSECURE_NO_SECRET=1 to run without one (anyone who can reach the ports could "
                         "join the job)\n", L.num_machines);
-        cv_free(cfg);
-        return 1;
+        return finish(&L, cfg, 1);
     }
     random_hex(J.run_id, 8);
     snprintf(J.master_addr, sizeof J.master_addr, "%s", L.ip ? L.ip : "127.0.0.1");

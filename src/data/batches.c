@@ -103,6 +103,14 @@ static bool ivec_push(ivec *a, const int64_t *x, int64_t n) {
     return true;
 }
 
+/* o with its defaults filled in: NULL is the zeroed struct, 0 processes is 1. */
+static accel_shard_opts resolve_opts(const accel_shard_opts *o) {
+    accel_shard_opts r = {0};
+    if (o) r = *o;
+    if (r.num_processes == 0) r.num_processes = 1;
+    return r;
+}
+
 static accel_status check_opts(const accel_shard_opts *o, const char *fn) {
     if (o->num_processes < 1 || o->process_index < 0 || o->process_index >= o->num_processes)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process_index %d out of range for %d processes",
@@ -115,11 +123,8 @@ static accel_status check_opts(const accel_shard_opts *o, const char *fn) {
     return ACCEL_OK;
 }
 
-int64_t accel_batch_sampler_shard_len(int64_t L, const accel_shard_opts *o) {
-    if (!o) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batch_sampler_shard_len: options are NULL");
-        return 0;
-    }
+int64_t accel_batch_sampler_shard_len(int64_t L, const accel_shard_opts *given) {
+    accel_shard_opts r = resolve_opts(given), *o = &r;
     if (check_opts(o, "accel_batch_sampler_shard_len")) return 0; /* num_processes < 1 would divide by 0 */
     int64_t N = o->num_processes;
     if (o->split_batches) return L;
@@ -261,10 +266,11 @@ done:
     return st;
 }
 
-accel_status accel_batch_sampler_shard(const accel_batches *global, const accel_shard_opts *o,
+accel_status accel_batch_sampler_shard(const accel_batches *global, const accel_shard_opts *given,
                                        accel_batches *out) {
-    if (!global || !o || !out)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batch_sampler_shard: NULL argument");
+    if (!global || !out)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batch_sampler_shard: %s is NULL", global ? "out" : "global");
+    accel_shard_opts r = resolve_opts(given), *o = &r;
     if (global == out) /* out is cleared before global is read */
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_batch_sampler_shard: out must be another list than global");

@@ -57,11 +57,12 @@ static accel_status validate(const accel_dataloader_opts *o, const char *fn) {
 }
 
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o) {
-    if (!ds || !o) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_new: NULL dataset or options");
+    if (!ds) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_new: dataset is NULL");
         return NULL;
     }
-    accel_dataloader_opts r = resolve(o);
+    accel_dataloader_opts defaults = accel_dataloader_opts_default(); /* NULL options: every default */
+    accel_dataloader_opts r = resolve(o ? o : &defaults);
     if (validate(&r, "accel_dataloader_new")) return NULL;
     accel_dataloader *dl = accel_calloc(1, sizeof *dl);
     if (!dl) return NULL;

@@ -91,16 +91,13 @@ static void set_flat(accel__segment *s, const accel_tensor *p, const accel_tenso
     accel__tensor_header(&s->flat_grad, accel__device_ptr(g), ACCEL_F32, 1, &s->numel, g->device);
 }
 
-/* *out = *given with its zero betas/eps at their defaults; false + error when a value is bad. */
+/* *out = *given with its zero betas/eps at their defaults (NULL given: torch.optim's
+ * defaults for kind, lr 1e-3); false + error when a value is bad. */
 static bool resolve_hparams(const char *fn, accel_optim_kind kind, const accel_optim_hparams *given,
                             accel_optim_hparams *out) {
     const char *bad = NULL;
-    if (!given) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: hparams is NULL", fn);
-        return false;
-    }
     accel_optim_hparams *h = out;
-    *h = *given;
+    *h = given ? *given : accel_optim_defaults(kind, 1e-3);
     if (h->beta1 == 0) h->beta1 = 0.9;
     if (h->beta2 == 0) h->beta2 = 0.999;
     if (h->eps == 0) h->eps = 1e-8;

@@ -11,8 +11,7 @@ accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module 
     accel_tensor **params = NULL;
     int n = accel_module_parameters(model, &params);
     if (n < 0) return NULL;
-    accel_optim_hparams defaults = accel_optim_defaults(kind, 1e-3);
-    accel_optimizer *opt = accel_optimizer_new_params(kind, n, params, h ? h : &defaults);
+    accel_optimizer *opt = accel_optimizer_new_params(kind, n, params, h); /* NULL h: the kind's defaults */
     accel_free(params);
     return opt;
 }
