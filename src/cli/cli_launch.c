@@ -293,7 +293,8 @@ static bool slurm_machines(const char *nm_flag, const char *mr_flag, const char 
      * its own job (two jobs of 2 on one node, or two launchers claiming one
      * machine_rank): one launcher per node, or none. */
     long n_tasks, n_nodes;
-    if (tasks && accel__parse_long("SLURM_STEP_NUM_TASKS", tasks, 1, INT_MAX, &n_tasks) == ACCEL_OK &&
+    if (tasks && accel__slurm_in_step() &&
+        accel__parse_long("SLURM_STEP_NUM_TASKS", tasks, 1, INT_MAX, &n_tasks) == ACCEL_OK &&
         accel__parse_long("SLURM_STEP_NUM_NODES", nodes, 1, INT_MAX, &n_nodes) == ACCEL_OK && n_tasks > n_nodes) {
         fprintf(stderr, "accel launch: error: this is one of %ld tasks of an srun step on %ld node%s "
                         "(SLURM_STEP_NUM_TASKS=%ld, SLURM_STEP_NUM_NODES=%ld): each task would start its own "
