@@ -288,6 +288,78 @@ static void test_slurm_machines(void) {
     CHECK_STR_CONTAINS(OUT, "GROUP_WORLD_SIZE=1\n");
 }
 
+/* `srun -N1 -n2 accel launch --num_processes 2`: two launchers in one step
+ * ran two separate jobs. One launcher per node is the only right setup: more
+ * tasks than nodes are refused, saying what to run instead. */
+static void test_slurm_several_tasks_refused(void) {
+    const char *two[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "env", NULL};
+    const char *env[] = {"SLURM_STEP_ID=0", "SLURM_JOB_ID=4242", "SLURM_STEP_NUM_NODES=1", "SLURM_NODEID=0",
+                         "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_NODELIST=127.0.0.1", NULL};
+    CHECK(run(two, env) == 2);
+    CHECK_STR_CONTAINS(ERR, "this is one of 2 tasks of an srun step on 1 node");
+    CHECK_STR_CONTAINS(ERR, "srun --ntasks-per-node=1 accel launch");
+    const char *one_per_node[] = {"SLURM_STEP_ID=0", "SLURM_JOB_ID=4242", "SLURM_STEP_NUM_NODES=1",
+                                  "SLURM_NODEID=0", "SLURM_STEP_NUM_TASKS=1", "SLURM_JOB_NODELIST=127.0.0.1", NULL};
+    CHECK(run(two, one_per_node) == 0);
+    CHECK_STR_CONTAINS(OUT, "WORLD_SIZE=2\n");
+}
+
+/* Two jobs of several machines sharing a node both took port 29500: under
+ * srun the port comes from the job and step ids when none is given. */
+static void test_slurm_job_port(void) {
+    const char *two[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "env", NULL};
+    const char *env[] = {"SLURM_STEP_ID=1", "SLURM_JOB_ID=4242", "SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=1",
+                         "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_NODELIST=127.0.0.[1-2]", "ACCEL_JOB_SECRET=s", NULL};
+    CHECK(run(two, env) == 0);
+    char want[64]; /* 15000 + (4 * job + step % 4) % 17000 */
+    snprintf(want, sizeof want, "MASTER_PORT=%d\n", 15000 + (4 * 4242 + 1) % 17000);
+    CHECK_STR_CONTAINS(OUT, want);
+    const char *given[] = {ACCEL, "launch", "--num_processes", "2", "--main_process_port", "29511", WORKER, "env", NULL};
+    CHECK(run(given, env) == 0);
+    CHECK_STR_CONTAINS(OUT, "MASTER_PORT=29511\n");
+}
+
+/* What Accelerate's launchers export besides torchrun's: the dynamo
+ * settings (not on the DeepSpeed path) and a TORCHELASTIC_ERROR_FILE per
+ * worker, where torch's @record writes the exception for the report. */
+static void test_dynamo_and_error_file_env(void) {
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "env", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"ACCELERATE_DYNAMO_BACKEND=NO\n", "ACCELERATE_DYNAMO_MODE=default\n",
+                          "ACCELERATE_DYNAMO_USE_FULLGRAPH=False\n", "ACCELERATE_DYNAMO_USE_DYNAMIC=False\n",
+                          "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=False\n", "TORCHELASTIC_ERROR_FILE=/"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    const char *ds[] = {ACCEL, "launch", "--num_processes", "1", "--use_deepspeed", WORKER, "env", NULL};
+    CHECK(run(ds, NULL) == 0);
+    CHECK(!strstr(OUT, "ACCELERATE_DYNAMO_BACKEND"));
+    CHECK_STR_CONTAINS(OUT, "TORCHELASTIC_ERROR_FILE=/");
+}
+
+static void test_error_file_reported(void) {
+    char record[PATH_MAX + 32];
+    snprintf(record, sizeof record, "%s/error_file_path", TMP);
+    const char *prog = script("raise.sh",
+                              "#!/bin/sh\n"
+                              "[ \"$RANK\" = 1 ] || exit 0\n"
+                              "echo \"$TORCHELASTIC_ERROR_FILE\" > %s\n"
+                              "printf '{\"message\": {\"message\": \"ValueError: bad thing\\\\nsecond line\", "
+                              "\"extraInfo\": {\"py_callstack\": \"Traceback\", \"timestamp\": \"1\"}}}' "
+                              "> \"$TORCHELASTIC_ERROR_FILE\"\n"
+                              "exit 1\n",
+                              record);
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", prog, NULL};
+    CHECK(run(a, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "  error_file: /");
+    CHECK_STR_CONTAINS(ERR, "  exception : ValueError: bad thing\n");
+    char path[PATH_MAX] = "";
+    slurp(record, path, sizeof path);
+    path[strcspn(path, "\n")] = 0;
+    CHECK_MSG(path[0] && access(path, F_OK) != 0, "'%s' outlived the launcher", path);
+    char *slash = strrchr(path, '/');
+    if (slash) *slash = 0;
+    CHECK_MSG(path[0] && access(path, F_OK) != 0, "its directory '%s' outlived the launcher", path);
+}
+
 static void test_worker_hang(void) {
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "hang", NULL};
     const char *env[] = {PIDENV, "ACCEL_DIST_TIMEOUT=1", NULL};
@@ -656,6 +728,10 @@ int main(void) {
     RUN(test_worker_exit1);
     RUN(test_worker_sigkill);
     RUN(test_slurm_machines);
+    RUN(test_slurm_several_tasks_refused);
+    RUN(test_slurm_job_port);
+    RUN(test_dynamo_and_error_file_env);
+    RUN(test_error_file_reported);
     RUN(test_worker_hang);
     RUN(test_dead_peer);
     RUN(test_debug_mismatch);

@@ -247,7 +247,8 @@ static int claim_body(const proc_spec *p) {
     fprintf(stderr, "rank %d of %d (machine %d%s): %s\n", p->rank, p->world, p->machine, p->late ? ", late" : "",
             st == ACCEL_OK ? "joined" : msg);
     int rc = st == ACCEL_OK ? 0
-             : strstr(msg, "claimed by 2 processes") && strstr(msg, "machine_rank 1") ? 1
+             : strstr(msg, "claimed by 2 processes") && strstr(msg, "machine_rank 1") &&
+                       strstr(msg, "or two jobs given the same MASTER_PORT=") ? 1
              : strstr(msg, "WORLD_SIZE is 3 on") && strstr(msg, "but 2 on the main machine") ? 2
                                                                                               : 3;
     if (st == ACCEL_OK) {
@@ -321,6 +322,79 @@ static void test_world_size_mismatch(void) {
     CHECK_MSG(rc[0] == 3, "rank 0 (waits for the refused rank, then fails): %d", rc[0]);
 }
 
+/* ---------------------------------------------------------------- the port of a job */
+
+/* 15000 + (4 * SLURM_JOB_ID + SLURM_STEP_ID mod 4) mod 17000: distinct for
+ * 4 steps of a job and neighbouring jobs, below the ephemeral ports; ids
+ * that are no numbers are errors naming the variable. */
+static void test_job_port(void) {
+    clear_launch_env();
+    long port[5];
+    const char *steps[] = {"0", "1", "2", "3"};
+    setenv("SLURM_JOB_ID", "4242", 1);
+    for (int i = 0; i < 4; i++) {
+        setenv("SLURM_STEP_ID", steps[i], 1);
+        CHECK(accel__slurm_job_port(&port[i]) == ACCEL_OK && port[i] == 15000 + (4 * 4242 + i) % 17000);
+    }
+    setenv("SLURM_JOB_ID", "4243", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    CHECK(accel__slurm_job_port(&port[4]) == ACCEL_OK);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < i; j++) CHECK_MSG(port[i] != port[j], "ports %d and %d: %ld", i, j, port[i]);
+    for (int i = 0; i < 5; i++) CHECK(port[i] >= 15000 && port[i] < 32000);
+    const char *bad[][2] = {{"SLURM_JOB_ID", "abc"}, {"SLURM_JOB_ID", ""}, {"SLURM_JOB_ID", "-1"},
+                            {"SLURM_STEP_ID", "x"}, {"SLURM_STEP_ID", ""}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("SLURM_JOB_ID", "4242", 1);
+        setenv("SLURM_STEP_ID", "0", 1);
+        setenv(bad[i][0], bad[i][1], 1);
+        long p;
+        CHECK_MSG(accel__slurm_job_port(&p) == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), bad[i][0]),
+                  "%s='%s': %s", bad[i][0], bad[i][1], accel_last_error());
+        accel_clear_error();
+    }
+    clear_launch_env();
+}
+
+/* Two plain `srun -N1 -n2` jobs on one node, neither given MASTER_PORT:
+ * both took 29500, and the second failed "claimed by 2 processes (two
+ * launchers given the same machine_rank?)". Each job's port now comes from
+ * its SLURM_JOB_ID: both run. */
+static int two_jobs_body(int job, int rank) {
+    set_launch_env(SRUN_ONE_NODE, rank);
+    unsetenv("MASTER_PORT");
+    char id[32];
+    snprintf(id, sizeof id, "%d", 100000 + (int)(getppid() % 4000) * 2 + job); /* neighbours: distinct ports */
+    setenv("SLURM_JOB_ID", id, 1);
+    int rc = 0;
+    if (accel_dist_init() != ACCEL_OK) {
+        fprintf(stderr, "job %d rank %d: %s\n", job, rank, accel_last_error());
+        rc = 10;
+    } else {
+        float x = (float)(rank + 1);
+        if (accel_pg_all_reduce(accel_dist_default_group(), &x, 1, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK ||
+            x != 3.0f)
+            rc = 11;
+        accel_pg_barrier(accel_dist_default_group());
+        accel_dist_finalize();
+    }
+    accel_clear_error();
+    accel_thread_cleanup();
+    return rc;
+}
+
+static void test_two_srun_jobs_one_node(void) {
+    dist_group g = {.world = 4, .kill_after_s = 40};
+    for (int i = 0; i < 4; i++) {
+        fflush(NULL);
+        g.pid[i] = fork();
+        if (g.pid[i] == 0) exit(two_jobs_body(i / 2, i % 2));
+    }
+    int st[4];
+    dist_group_wait(&g, st);
+    for (int i = 0; i < 4; i++) CHECK_MSG(dist_exited_ok(st[i]), "job %d rank %d: status %#x", i / 2, i % 2, st[i]);
+}
+
 int main(void) {
     RUN(test_first_host);
     RUN(test_tasks_per_node);
@@ -328,6 +402,8 @@ int main(void) {
     RUN(test_srun_two_nodes);
     RUN(test_mpirun);
     RUN(test_pmi);
+    RUN(test_job_port);
+    RUN(test_two_srun_jobs_one_node);
     RUN(test_sbatch_script_runs_alone);
     RUN(test_salloc_shell_runs_alone);
     RUN(test_duplicate_machine_rank_early);

@@ -109,7 +109,8 @@ typedef struct accel_progress accel_progress;
 
 accel_progress_opts accel_progress_opts_default(void);
 /* total <= 0: unknown (no percentage or ETA). A disabled bar is a valid bar
- * that prints nothing. NULL opts = defaults. NULL only on OOM. */
+ * that prints nothing. NULL opts = defaults. NULL (error set) on OOM or when
+ * ACCEL_DISABLE_PROGRESS is set but no boolean (1/true/yes/on, 0/false/no/off). */
 accel_progress *accel_progress_new(int64_t total, const accel_progress_opts *opts);
 /* n more units done (tqdm.update). */
 void accel_progress_update(accel_progress *p, int64_t n);

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "accelerator_internal.h"
+#include "core/env.h"
 #include "core/str_to_bool.h"
 #include "nn/fp8_modules.h"
 
@@ -25,7 +26,7 @@ static const char *fp8_text(const char *field, const char *field_name, const cha
     for (int i = 0; i < 2; i++) {
         snprintf(who, 48, "%s%s", PREFIX[i], env);
         const char *v = getenv(who);
-        if (v && *v) return v;
+        if (v) return v; /* empty too: refused below (core/env.h) */
     }
     return NULL;
 }
@@ -45,9 +46,8 @@ static accel_status fp8_int(int field, const char *field_name, const char *env, 
     }
     const char *v = fp8_text(NULL, field_name, env, who);
     if (!v) return ACCEL_OK;
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end || n < lo || n > FP8_INT_MAX)
+    long n;
+    if (accel__parse_long(who, v, lo, FP8_INT_MAX, &n) != ACCEL_OK)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s=%s must be an integer in [%d, %d]", FN, who, v, lo,
                                FP8_INT_MAX);
     *out = (int)n;

@@ -1,5 +1,6 @@
 /* The Accelerator's state: options and environment, process queries and
  * control, prepare of optimizers/schedulers/loaders, autocast. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 #include "fp8_scaling.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
-#include "core/str_to_bool.h"
+#include "core/env.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
     accel_accelerator_opts o;
@@ -34,12 +35,8 @@ static accel_status resolve_scaler(accel_accelerator_opts *o) {
     return ACCEL_OK;
 }
 
-static const char *env2(const char *a, const char *b) {
-    const char *v = getenv(a);
-    if (v && *v) return v;
-    v = getenv(b);
-    return v && *v ? v : NULL;
-}
+/* The first of a and b that is set (empty counts: core/env.h), or NULL. */
+static const char *env2(const char *a, const char *b) { return getenv(a) ? a : getenv(b) ? b : NULL; }
 
 /* Whether ACCELERATE_USE_CPU or ACCEL_USE_CPU says cpu (either, as `accel
  * launch` reads them), each as Accelerate's str_to_bool reads it: a value
@@ -49,9 +46,8 @@ static accel_status use_cpu_env(const accel_accelerator_opts *o, bool *out) {
     static const char *const NAMES[] = {"ACCELERATE_USE_CPU", "ACCEL_USE_CPU"};
     *out = false;
     for (int i = 0; i < 2 && !o->cpu; i++) {
-        bool on = false;
-        const char *v = getenv(NAMES[i]);
-        if (accel__parse_bool("accel_accelerator_new", NAMES[i], v && *v ? v : NULL, &on)) return accel_last_status();
+        bool on;
+        if (accel__env_bool(NAMES[i], false, &on)) return accel_last_status();
         *out = *out || on;
     }
     return ACCEL_OK;
@@ -85,8 +81,9 @@ static accel_status accept_fp8(const accel_accelerator_opts *o, bool cpu_env, co
     return accel__fp8_device_check(pick_device(o, cpu_env, accel_dist_local_rank()), "accel_accelerator_new");
 }
 
-static accel_status parse_precision(const char *s, const accel_accelerator_opts *o, accel_mixed_precision *out,
-                                    accel__fp8_recipe *fp8) {
+/* s: the option's text, or that of the variable `var` (NULL: the option's). */
+static accel_status parse_precision(const char *s, const char *var, const accel_accelerator_opts *o,
+                                    accel_mixed_precision *out, accel__fp8_recipe *fp8) {
     if (!s || !strcasecmp(s, "no")) *out = ACCEL_MP_NO;
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
@@ -95,9 +92,9 @@ static accel_status parse_precision(const char *s, const accel_accelerator_opts 
         *out = ACCEL_MP_FP8;
     } else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_accelerator_new: Unknown mixed_precision mode: %s. Choose between "
+                               "accel_accelerator_new: %s%sUnknown mixed_precision mode: %s. Choose between "
                                "['no', 'fp8', 'fp16', 'bf16']",
-                               s);
+                               var ? var : "", var ? ": " : "", s);
     return ACCEL_OK;
 }
 
@@ -105,10 +102,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     accel_accelerator_opts o = opts ? *opts : accel_accelerator_opts_default();
     if (resolve_scaler(&o)) return NULL;
     accel_mixed_precision mp = ACCEL_MP_NO;
-    const char *mps = o.mixed_precision ? o.mixed_precision
-                                        : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
+    const char *mp_var = o.mixed_precision ? NULL : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
+    const char *mps = mp_var ? getenv(mp_var) : o.mixed_precision;
     accel__fp8_recipe fp8;
-    if (parse_precision(mps, &o, &mp, &fp8)) return NULL;
+    if (parse_precision(mps, mp_var, &o, &mp, &fp8)) return NULL;
     accel__zero_cfg zc;
     if (accel__zero_config(&o, &zc)) return NULL;
     bool cpu_env;
@@ -126,8 +123,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     }
     int steps = o.gradient_accumulation_steps;
     if (steps == 0) {
-        const char *v = env2("ACCEL_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
-        steps = v ? atoi(v) : 1;
+        const char *var = env2("ACCEL_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
+        long from_env = 1;
+        if (var && accel__env_long(var, 1, 1, INT_MAX, &from_env)) return NULL;
+        steps = (int)from_env;
         if (zc.accum) {
             /* The launcher always sets 1; anything else must agree with the JSON. */
             if (steps != 1 && steps != zc.accum) {

@@ -17,10 +17,8 @@
 
 #define FN "accel_accelerator_new"
 
-static const char *env(const char *name) {
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
+/* Set, even empty: an empty value is refused as any bad one (core/env.h). */
+static const char *env(const char *name) { return getenv(name); }
 
 static accel_status check_stage(long v, const char *how, int *out) {
     if (v < 0 || v > 3)

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backends/vm_pool.h"
-#include "core/str_to_bool.h"
+#include "core/env.h"
 
 typedef enum block_state { BLOCK_FREE, BLOCK_MAPPED, BLOCK_RETIRING } block_state;
 
@@ -54,10 +54,12 @@ static void pools_init(void) {
             pthread_mutex_init(&g_pools[t][i].lock, NULL);
             g_pools[t][i].dev = (accel_device){(accel_device_type)t, i};
         }
-    const char *v = getenv("ACCEL_VM_SYNC_UNMAP");
-    int on = v && *v ? accel__str_to_bool(v, strlen(v)) : 0;
-    if (on < 0) fprintf(stderr, "accel: warning: ACCEL_VM_SYNC_UNMAP=%s is not a boolean; unmaps stay deferred\n", v);
-    g_sync_unmap = on == 1;
+    bool on = false;
+    if (accel__env_bool("ACCEL_VM_SYNC_UNMAP", false, &on) != ACCEL_OK) { /* read once, by no call that can fail */
+        fprintf(stderr, "accel: warning: %s; unmaps stay deferred\n", accel_last_error());
+        accel_clear_error();
+    }
+    g_sync_unmap = on;
 }
 
 /* Device (type, index)'s pool, locked; NULL (error set) for an index past the pool's table. */

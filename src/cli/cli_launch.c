@@ -27,9 +27,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "accel/core.h"
 #include "cli/cli.h"
-#include "core/str_to_bool.h"
+#include "core/env.h"
+#include "dist/backend.h"
 #include "dist/slurm.h"
 
 static const cli_opt OPTS[] = {
@@ -90,6 +93,7 @@ static const struct { const char *key, *env; } FSDP_KEYS[] = {
 typedef struct launch_cfg {
     int num_processes, num_machines, machine_rank, port, threads, grad_accum, max_restarts, tee;
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
+    bool insecure; /* ACCEL_INSECURE_NO_SECRET */
     double monitor_interval;
     char mixed_precision[8]; /* lower case, as Accelerate reads it */
     const char *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
@@ -104,11 +108,11 @@ typedef struct launch_cfg {
 
 /* ---------------------------------------------------------------- parsing */
 
+/* The library's integer rule (core/env.h), with argparse's message. */
 static bool parse_int(const char *name, const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
+    long v;
+    if (accel__parse_long(name, s, lo, hi, &v) != ACCEL_OK) {
+        accel_clear_error();
         fprintf(stderr, "accel launch: error: argument --%s: invalid value '%s' (expected an integer from %d to %d)\n",
                 name, s, lo, hi);
         return false;
@@ -193,10 +197,7 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     env_list *e = &L->env;
     int local_n = L->num_processes / L->num_machines;
     if (L->threads) env_int(e, "OMP_NUM_THREADS", L->threads);
-    else if (!getenv("OMP_NUM_THREADS")) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        env_int(e, "OMP_NUM_THREADS", cores / local_n > 1 ? cores / local_n : 1);
-    }
+    else if (!getenv("OMP_NUM_THREADS")) env_int(e, "OMP_NUM_THREADS", accel__node_thread_share(local_n));
     /* libgomp's default spin-wait after each parallel region keeps an OpenMP
      * thread busy beside OpenBLAS's own threads: measured 2x slower Llama steps
      * on a shared 2-core machine (load 2-18) (bench/results/llama_step_profile.md). OpenMP reads this at
@@ -228,6 +229,22 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     char dir[PATH_MAX];
     for (int k = 0; k < 2; k++) /* absolute too; a missing directory is the library's to name */
         if (paths[k]) env_add(e, path_envs[k], realpath(paths[k], dir) ? dir : paths[k]);
+    if (!L->deepspeed) {
+        /* What Accelerate's launchers (all but its DeepSpeed one) export for
+         * the program's Accelerator: accel has no dynamo, so the backend is
+         * NO; the config's mode and switches are passed as given. */
+        static const char *const SWITCHES[][2] = {{"dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH"},
+                                                  {"dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC"},
+                                                  {"dynamo_use_regional_compilation",
+                                                   "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"}};
+        const cv *dc = cv_get(cfg, "dynamo_config");
+        env_add(e, "ACCELERATE_DYNAMO_BACKEND", "NO");
+        env_add(e, "ACCELERATE_DYNAMO_MODE", cfg_s(dc, "dynamo_mode") ? cfg_s(dc, "dynamo_mode") : "default");
+        for (int k = 0; k < 3; k++) {
+            const cv *b = cv_get(dc, SWITCHES[k][0]);
+            env_add(e, SWITCHES[k][1], b && b->t == CV_BOOL && b->b ? "True" : "False");
+        }
+    }
     if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
     if (L->project_dir) env_add(e, "ACCEL_PROJECT_DIR", L->project_dir);
     char err[1024];
@@ -270,7 +287,24 @@ static bool slurm_machines(const char *nm_flag, const char *mr_flag, const char 
                            const char **mr, const char **ip) {
     static char host[256];
     const char *nodes = getenv("SLURM_STEP_NUM_NODES"), *node_id = getenv("SLURM_NODEID");
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
     if (!nodes || !*nodes || !node_id || !*node_id) return true;
+    /* `srun -n 2 accel launch --num_processes 2`: every task is a launcher of
+     * its own job (two jobs of 2 on one node, or two launchers claiming one
+     * machine_rank): one launcher per node, or none. */
+    long n_tasks, n_nodes;
+    if (tasks && accel__slurm_in_step() &&
+        accel__parse_long("SLURM_STEP_NUM_TASKS", tasks, 1, INT_MAX, &n_tasks) == ACCEL_OK &&
+        accel__parse_long("SLURM_STEP_NUM_NODES", nodes, 1, INT_MAX, &n_nodes) == ACCEL_OK && n_tasks > n_nodes) {
+        fprintf(stderr, "accel launch: error: this is one of %ld tasks of an srun step on %ld node%s "
+                        "(SLURM_STEP_NUM_TASKS=%ld, SLURM_STEP_NUM_NODES=%ld): each task would start its own "
+                        "workers, as separate jobs. Start one `accel launch` per node (srun --ntasks-per-node=1 "
+                        "accel launch --num_processes N ...), or let srun start the ranks without it (srun "
+                        "--ntasks-per-node=K PROGRAM)\n",
+                n_tasks, n_nodes, n_nodes == 1 ? "" : "s", n_tasks, n_nodes);
+        return false;
+    }
+    accel_clear_error();
     if (!nm_flag) *nm = nodes;
     if (!mr_flag) *mr = node_id;
     if (!ip_flag && strcmp(nodes, "1")) {
@@ -284,11 +318,10 @@ static bool slurm_machines(const char *nm_flag, const char *mr_flag, const char 
     return true;
 }
 
-/* The caller's boolean variable `name` (unset or empty: *out kept), read as
+/* The caller's boolean variable `name` (unset: *out kept), read as
  * Accelerate's parse_flag_from_env does; false after saying why on garbage. */
 static bool env_flag(const char *name, bool *out) {
-    const char *v = getenv(name);
-    if (!v || !*v || !accel__parse_bool("the environment", name, v, out)) return true;
+    if (!accel__env_bool(name, *out, out)) return true;
     fprintf(stderr, "accel launch: error: %s\n", accel_last_error());
     accel_clear_error();
     return false;
@@ -348,7 +381,9 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
      * alone on every rank. */
     char gpus[128];
     bool env_cpu = false, env_cpu2 = false;
-    if (!env_flag("ACCELERATE_USE_CPU", &env_cpu) || !env_flag("ACCEL_USE_CPU", &env_cpu2)) {
+    L->insecure = false;
+    if (!env_flag("ACCELERATE_USE_CPU", &env_cpu) || !env_flag("ACCEL_USE_CPU", &env_cpu2) ||
+        !env_flag("ACCEL_INSECURE_NO_SECRET", &L->insecure)) {
         cv_free(cfg);
         return 2;
     }
@@ -459,6 +494,15 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->port = 29500;
     L->port_given = port != NULL;
     if (port && !parse_int("main_process_port", port, 0, 65535, &L->port)) return 2;
+    long slurm_port; /* two jobs of several machines sharing a node must not both take 29500 */
+    if (!port && L->num_machines > 1 && accel__slurm_in_step()) {
+        if (accel__slurm_job_port(&slurm_port) != ACCEL_OK) {
+            fprintf(stderr, "accel launch: error: %s\n", accel_last_error());
+            accel_clear_error();
+            return 2;
+        }
+        L->port = (int)slurm_port;
+    }
     L->threads = 0;
     if (V("num_cpu_threads_per_process") && !parse_int("num_cpu_threads_per_process", V("num_cpu_threads_per_process"), 1, INT_MAX, &L->threads))
         return 2;
@@ -660,7 +704,51 @@ typedef struct job {
     char secret[65], run_id[17], master_addr[256];
     int port;
     pid_t launcher;
+    int attempt;             /* the restart being run */
+    char err_dir[PATH_MAX];  /* the workers' TORCHELASTIC_ERROR_FILEs */
+    bool err_dir_ours;       /* a temporary directory, removed at the end */
 } job;
+
+/* The error file of `rank` in this attempt: torchrun gives each worker one in
+ * TORCHELASTIC_ERROR_FILE, where torch's @record (and Accelerate's scripts
+ * through it) writes the exception that ended it, for the failure report. */
+static void error_file(const job *J, int rank, char *out, size_t n) {
+    snprintf(out, n, "%s/attempt%d_rank%d_error.json", J->err_dir, J->attempt, rank);
+}
+
+/* --log_dir/RUN_ID when logs are kept (as torchrun keeps them beside its
+ * logs), else a private temporary directory. False after saying why. */
+static bool make_err_dir(job *J) {
+    if (J->L->log_dir) {
+        snprintf(J->err_dir, sizeof J->err_dir, "%s/%s", J->L->log_dir, J->run_id);
+        mkdir(J->L->log_dir, 0755);
+        mkdir(J->err_dir, 0755);
+        return true;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(J->err_dir, sizeof J->err_dir, "%s/accel-launch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(J->err_dir)) {
+        fprintf(stderr, "accel launch: error: cannot create a directory for the workers' error files (%s): %s\n",
+                J->err_dir, strerror(errno));
+        return false;
+    }
+    J->err_dir_ours = true;
+    return true;
+}
+
+/* Removes the temporary directory and the error files in it. */
+static void remove_err_dir(const job *J) {
+    if (!J->err_dir_ours) return;
+    char path[PATH_MAX + 64];
+    for (int a = 0; a <= J->attempt; a++)
+        for (int i = 0; i < J->local_n; i++) {
+            snprintf(path, sizeof path, "%s/attempt%d_rank%d_error.json", J->err_dir, a,
+                     J->L->machine_rank * J->local_n + i);
+            unlink(path);
+        }
+    if (rmdir(J->err_dir) != 0 && errno != ENOENT)
+        fprintf(stderr, "accel launch: warning: cannot remove %s: %s\n", J->err_dir, strerror(errno));
+}
 
 /* In the child, between fork and exec. Only async-signal-safe-ish work: this
  * process is single-threaded, so setenv is fine. */
@@ -694,6 +782,9 @@ static void child_exec(const job *J, worker *w, int out_w, int err_w, int restar
     setenv_int("TORCHELASTIC_RESTART_COUNT", restart);
     setenv_int("TORCHELASTIC_MAX_RESTARTS", L->max_restarts);
     setenv("TORCHELASTIC_RUN_ID", J->run_id, 1);
+    char err_file[PATH_MAX + 64];
+    error_file(J, w->rank, err_file, sizeof err_file);
+    setenv("TORCHELASTIC_ERROR_FILE", err_file, 1);
     for (size_t i = 0; i < L->env.n; i++) putenv(L->env.kv[i]);
     setenv("ACCEL_JOB_SECRET", J->secret, 1);
     /* argv: PROGRAM directly, or through the interpreter for .py / --module */
@@ -789,6 +880,21 @@ static void import_failure(const launch_cfg *L, const char *tail, char *out, siz
              "$VIRTUAL_ENV", L->python, L->python_from, (int)strcspn(m, "'\n"), m);
 }
 
+/* The exception torch's @record wrote into the worker's error file, if any:
+ * {"message": {"message": "ValueError: ...", "extraInfo": {...}}} (or a
+ * plain string message). */
+static void report_error_file(const job *J, const worker *w) {
+    char path[PATH_MAX + 64];
+    error_file(J, w->rank, path, sizeof path);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return;
+    json_t *m = json_object_get(root, "message");
+    const char *text = json_is_string(m) ? json_string_value(m) : json_string_value(json_object_get(m, "message"));
+    fprintf(stderr, "  error_file: %s\n", path);
+    if (text) fprintf(stderr, "  exception : %.*s\n", (int)strcspn(text, "\n"), text);
+    json_decref(root);
+}
+
 static void report(const job *J, const worker *w, double when) {
     char st[96], host[256] = "";
     describe_status(w->status, st, sizeof st);
@@ -805,6 +911,7 @@ static void report(const job *J, const worker *w, double when) {
     stderr_tail(w, tail);
     import_failure(J->L, tail, hint, sizeof hint);
     if (hint[0]) fprintf(stderr, "  python    : %s\n", hint);
+    report_error_file(J, w);
     /* last 10 lines of its stderr */
     size_t n = strlen(tail), from = n;
     for (int lines = 0; from > 0; from--)
@@ -873,10 +980,14 @@ static int run_group(job *J, int restart) {
         exit(1);
     }
     int ret = 0, interrupted = 0;
+    J->attempt = restart;
     for (int i = 0; i < n; i++) {
         worker *w = &ws[i];
         w->local_rank = i;
         w->rank = L->machine_rank * n + i;
+        char err_file[PATH_MAX + 64];
+        error_file(J, w->rank, err_file, sizeof err_file);
+        unlink(err_file); /* a stale one would be reported as this attempt's */
         w->out_fd = w->err_fd = -1;
         open_logs(J, w, restart > 0);
         int ep[2], op[2] = {-1, -1};
@@ -1013,7 +1124,7 @@ int accel_cli_launch(int argc, char **argv) {
     const char *given_secret = getenv("ACCEL_JOB_SECRET");
     if (given_secret && *given_secret) snprintf(J.secret, sizeof J.secret, "%s", given_secret);
     else if (L.num_machines == 1) random_hex(J.secret, 32);
-    else if (!getenv("ACCEL_INSECURE_NO_SECRET") || strcmp(getenv("ACCEL_INSECURE_NO_SECRET"), "1")) {
+    else if (!L.insecure) {
         /* the workers would refuse it too (src/dist/dist.c): say so before starting any */
         fprintf(stderr, "accel launch: error: --num_machines %d needs ACCEL_JOB_SECRET: export the same secret on "
                         "every machine, e.g. export ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), "
@@ -1045,8 +1156,13 @@ int accel_cli_launch(int argc, char **argv) {
             return finish(&L, cfg, 1);
         }
     }
+    if (!make_err_dir(&J)) {
+        if (port_hold >= 0) close(port_hold);
+        return finish(&L, cfg, 1);
+    }
     signal(SIGPIPE, SIG_IGN);
     if (!start_watchdog()) {
+        remove_err_dir(&J);
         fprintf(stderr, "accel launch: cannot start the watchdog: %s\n", strerror(errno));
         if (port_hold >= 0) close(port_hold);
         return finish(&L, cfg, 1);
@@ -1054,6 +1170,7 @@ int accel_cli_launch(int argc, char **argv) {
     if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
         stop_watchdog();
+        remove_err_dir(&J);
         if (port_hold >= 0) close(port_hold);
         return finish(&L, cfg, 1);
     }
@@ -1073,6 +1190,7 @@ int accel_cli_launch(int argc, char **argv) {
     close(g_sigpipe[0]);
     close(g_sigpipe[1]);
     stop_watchdog();
+    remove_err_dir(&J);
     if (port_hold >= 0) close(port_hold);
     return finish(&L, cfg, ret);
 }

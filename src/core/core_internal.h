@@ -4,6 +4,14 @@
 
 #include "accel/core.h"
 
+/* Whether the user chose the kernels' thread count: OMP_NUM_THREADS is set
+ * (even to a value OpenMP ignores) or accel_set_num_threads was called. */
+bool accel__num_threads_chosen(void);
+/* Caps accel_num_threads() at n in every thread (the kernels' pools) and sets
+ * the calling thread's OpenMP default to n (oneDNN and plain `omp parallel`
+ * regions), without counting as the user's choice. */
+void accel__cap_num_threads(int n);
+
 /* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
 double accel__load_elem(const void *p, accel_dtype dt, size_t i);
 void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);

@@ -6,6 +6,7 @@
 
 #include "accel/core.h"
 #include "backends/backend.h"
+#include "core/env.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "backends/cuda/cuda_internal.h"
 #endif
@@ -24,14 +25,11 @@ static void register_builtin(void) {
 #ifdef ACCEL_HAVE_CUDA
     accel__cuda_register(); /* only when a GPU is present */
 #endif
-    const char *n = getenv("ACCEL_TEST_DEVICES");
-    if (n && *n) {
-        char *end;
-        long v = strtol(n, &end, 10);
-        if (*end || v < 1 || v > 8 || accel__hostless_register((int)v) != ACCEL_OK) {
-            fprintf(stderr, "accel: ACCEL_TEST_DEVICES=%s is not a device count in 1..8\n", n);
-            accel_clear_error();
-        }
+    long v;
+    if (accel__env_long("ACCEL_TEST_DEVICES", 0, 1, 8, &v) != ACCEL_OK ||
+        (v && accel__hostless_register((int)v) != ACCEL_OK)) {
+        fprintf(stderr, "accel: %s\n", accel_last_error());
+        accel_clear_error();
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "core/core_internal.h"
+#include "core/env.h"
 #include "core/host_stage.h"
 
 enum { DEFAULT_CHUNK = 4 << 20, MIN_CHUNK = 64 };
@@ -28,13 +29,11 @@ static size_t g_cache_cap = SIZE_MAX; /* atomic; SIZE_MAX: not read from the env
 /* ACCEL_STAGE_CACHE_MB in bytes, else the default (a tuning switch: a bad
  * value is said, not refused, as it changes no result). */
 static size_t cache_cap_from_env(void) {
-    const char *e = getenv("ACCEL_STAGE_CACHE_MB");
-    if (!e || !*e) return (size_t)DEFAULT_CACHE_MB << 20;
-    char *end;
-    unsigned long long mb = strtoull(e, &end, 10);
-    if (*end || *e == '-' || mb > (SIZE_MAX >> 21)) {
-        fprintf(stderr, "accel: warning: ACCEL_STAGE_CACHE_MB=%s is not a count of MiB; the host staging pool "
-                        "keeps %d MiB\n", e, DEFAULT_CACHE_MB);
+    long mb;
+    if (accel__env_long("ACCEL_STAGE_CACHE_MB", DEFAULT_CACHE_MB, 0, (long)(SIZE_MAX >> 21), &mb) != ACCEL_OK) {
+        fprintf(stderr, "accel: warning: %s; the host staging pool keeps %d MiB\n", accel_last_error(),
+                DEFAULT_CACHE_MB);
+        accel_clear_error();
         return (size_t)DEFAULT_CACHE_MB << 20;
     }
     return (size_t)mb << 20;

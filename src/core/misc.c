@@ -1,8 +1,10 @@
 /* Clock and thread count. */
 #include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <time.h>
 
-#include "accel/core.h"
+#include "core/core_internal.h"
 
 double accel_now_seconds(void) {
     struct timespec ts;
@@ -10,8 +12,24 @@ double accel_now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int accel_num_threads(void) { return omp_get_max_threads(); }
+static atomic_bool g_chosen; /* accel_set_num_threads was called */
+static atomic_int g_cap;     /* accel__cap_num_threads's (0: none) */
+
+int accel_num_threads(void) {
+    int n = omp_get_max_threads(), cap = atomic_load(&g_cap);
+    return cap > 0 && cap < n ? cap : n;
+}
 
 void accel_set_num_threads(int n) {
-    if (n > 0) omp_set_num_threads(n);
+    if (n <= 0) return;
+    atomic_store(&g_chosen, true);
+    atomic_store(&g_cap, 0);
+    omp_set_num_threads(n);
+}
+
+bool accel__num_threads_chosen(void) { return atomic_load(&g_chosen) || getenv("OMP_NUM_THREADS"); }
+
+void accel__cap_num_threads(int n) {
+    atomic_store(&g_cap, n);
+    omp_set_num_threads(n);
 }

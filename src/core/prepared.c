@@ -22,7 +22,7 @@
  * build lock cannot be taken under the registry's instead, since a build
  * takes the registry's lock under its own (it reports its form's write). */
 #include "core/prepared.h"
-#include "core/str_to_bool.h"
+#include "core/env.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -456,11 +456,13 @@ static accel_status form_get(accel__prepared *e, const accel__form_key *key, acc
 static bool enabled(void) {
     int on = atomic_load(&g_enabled);
     if (on < 0) {
-        const char *e = getenv("ACCEL_WEIGHT_CACHE");
-        int v = e && *e ? accel__str_to_bool(e, strlen(e)) : 1;
-        if (v < 0) /* a tuning switch: said, not refused (it changes no result) */
-            fprintf(stderr, "accel: warning: ACCEL_WEIGHT_CACHE=%s is not a boolean; the weight cache stays on\n", e);
-        on = v != 0;
+        bool v = true;
+        if (accel__env_bool("ACCEL_WEIGHT_CACHE", true, &v) != ACCEL_OK) { /* a tuning switch: said, not refused (it changes no result) */
+            fprintf(stderr, "accel: warning: %s; the weight cache stays on\n", accel_last_error());
+            accel_clear_error();
+            v = true;
+        }
+        on = v;
         atomic_store(&g_enabled, on);
     }
     return on;

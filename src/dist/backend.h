@@ -15,6 +15,7 @@
 #include <pthread.h>
 
 #include "accel/dist.h"
+#include "core/env.h"
 #include "dist/store.h"
 
 /* Stream-ordered asynchronous collectives, for a backend whose collectives
@@ -191,9 +192,14 @@ uint16_t accel__call_digest(const accel__site *site);
  * costs no CPU. */
 void accel__poll_pause(unsigned spins, double elapsed_s);
 
-/* Integer tunable `name` (unset or empty: dflt); malformed or outside
- * [lo, hi] is an error naming the variable and the range. */
-accel_status accel__env_long(const char *name, long dflt, long lo, long hi, long *out);
+
+/* The kernels' threads of one of local_world ranks on this machine: the
+ * online cores / local_world, at most the cores it may run on, at least 1. */
+int accel__node_thread_share(int local_world);
+/* Caps the kernels' threads at that share (accel__cap_num_threads) when
+ * several ranks share the machine and the user chose no thread count; rank 0
+ * says so once on stderr. */
+void accel__fit_threads_to_node(int rank, int local_world);
 
 /* Reduction kernel: dst_j[i] = op over k of srcs[k][i] for every dst j, i < n.
  * dsts may alias srcs (each block is reduced into a temporary first). AVG

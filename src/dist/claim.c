@@ -23,8 +23,12 @@ static accel_status refuse_duplicate(accel__store *st, int rank, int64_t nth, co
     void *first = NULL;
     snprintf(key, sizeof key, "claim/%d/1", rank);
     if (accel__store_get(st, key, &first, NULL) != ACCEL_OK) return accel_last_status();
+    /* Two jobs given one port (two plain srun jobs on a node once took 29500) look the same from here. */
+    const char *port = getenv("MASTER_PORT");
     accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: rank %d is claimed by %lld processes: first by %s, "
-                    "now by %s (two launchers given the same machine_rank?)", rank, (long long)nth, (char *)first, me);
+                    "now by %s (two launchers given the same machine_rank, or two jobs given the same "
+                    "MASTER_PORT%s%s? give each job its own port)", rank, (long long)nth, (char *)first, me,
+                    port ? "=" : "", port ? port : "");
     free(first);
     return ACCEL_ERR_INVALID_ARG;
 }

@@ -33,15 +33,16 @@ typedef struct dist_env {
     double timeout_s;
 } dist_env;
 
-/* The first of names that is set. SLURM's variables count only in a task of
- * an srun step: a program run by an sbatch script itself sees the job's
- * SLURM_NTASKS and SLURM_PROCID=0 but is one process (slurm.h). */
+/* The first of names that is set (empty counts: `RANK=` is an error, not
+ * rank 0). SLURM's variables count only in a task of an srun step: a program
+ * run by an sbatch script itself sees the job's SLURM_NTASKS and
+ * SLURM_PROCID=0 but is one process (slurm.h). */
 static const char *first_env(const char *const *names, const char **which) {
     bool slurm_step = accel__slurm_in_step();
     for (; *names; names++) {
         if (!slurm_step && !strncmp(*names, "SLURM_", 6)) continue;
         const char *v = getenv(*names);
-        if (v && *v) {
+        if (v) {
             if (which) *which = *names;
             return v;
         }
@@ -49,17 +50,12 @@ static const char *first_env(const char *const *names, const char **which) {
     return NULL;
 }
 
-/* -1 when none set; -2 (+ error) when malformed. */
+/* -1 when none set; -2 (+ error naming the variable) when not an integer in [lo, 10^6]. */
 static long env_int(const char *const *names, long lo) {
     const char *which = NULL, *v = first_env(names, &which);
+    long x;
     if (!v) return -1;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > 1000000) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: %s='%s' is not a valid integer", which, v);
-        return -2;
-    }
-    return x;
+    return accel__parse_long(which, v, lo, 1000000, &x) == ACCEL_OK ? x : -2;
 }
 
 static const char *const RANK_VARS[] = {"RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK",
@@ -93,9 +89,11 @@ static bool want_mpi(void) {
  * needs ACCEL_JOB_SECRET, or an explicit ACCEL_INSECURE_NO_SECRET=1 (loudly
  * warned about, once per machine). One machine: `accel launch` makes one up. */
 static accel_status check_job_secret(const dist_env *e) {
-    const char *secret = getenv("ACCEL_JOB_SECRET"), *insecure = getenv("ACCEL_INSECURE_NO_SECRET");
+    const char *secret = getenv("ACCEL_JOB_SECRET");
+    bool insecure;
+    if (accel__env_bool("ACCEL_INSECURE_NO_SECRET", false, &insecure) != ACCEL_OK) return accel_last_status();
     if (e->local_world == e->world || (secret && *secret) || want_mpi()) return ACCEL_OK;
-    if (insecure && !strcmp(insecure, "1")) {
+    if (insecure) {
         if (e->local_rank == 0)
             fprintf(stderr, "accel: WARNING: ACCEL_INSECURE_NO_SECRET=1: this job on several machines has no "
                             "ACCEL_JOB_SECRET; any process that can reach %s:%d or the workers' ports can join it\n",
@@ -166,30 +164,21 @@ static accel_status read_env(dist_env *e) {
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_dist_init: MASTER_ADDR must be set when ranks span several machines");
     e->addr = addr && *addr ? addr : "127.0.0.1";
-    const char *port = getenv("MASTER_PORT");
-    e->port = 29500;
-    if (port && *port) {
-        char *end;
-        long p = strtol(port, &end, 10);
-        if (*end || p <= 0 || p > 65535)
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: MASTER_PORT='%s' is not a port", port);
-        e->port = (int)p;
-    }
-    const char *t = getenv("ACCEL_DIST_TIMEOUT");
-    e->timeout_s = 300;
-    if (t && *t) {
-        char *end;
-        double x = strtod(t, &end);
-        if (*end || !(x > 0 && x <= ACCEL__MAX_TIMEOUT_S)) /* bounded: deadlines become ints of ms and time_t */
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_TIMEOUT='%s' is not a number "
-                                   "of seconds in (0, %g]", t, ACCEL__MAX_TIMEOUT_S);
-        e->timeout_s = x;
-    }
+    long port;
+    if (accel__env_long("MASTER_PORT", -1, 1, 65535, &port) != ACCEL_OK) return accel_last_status();
+    if (port < 0 && slurm && accel__slurm_job_port(&port) != ACCEL_OK) return accel_last_status();
+    e->port = port < 0 ? 29500 : (int)port;
+    /* bounded: deadlines become ints of ms and time_t */
+    if (accel__env_double("ACCEL_DIST_TIMEOUT", 300, 0, ACCEL__MAX_TIMEOUT_S, &e->timeout_s) != ACCEL_OK)
+        return accel_last_status();
     for (int i = 0; i < 2; i++) {
         bool on;
-        const char *v = getenv(DEBUG_MODE_VARS[i]);
-        if (accel__parse_bool("accel_dist_init", DEBUG_MODE_VARS[i], v && *v ? v : NULL, &on)) return accel_last_status();
+        if (accel__env_bool(DEBUG_MODE_VARS[i], false, &on)) return accel_last_status();
     }
+    const char *forced = getenv("ACCEL_DIST_BACKEND"); /* its name is checked when a backend is chosen */
+    if (forced && !*forced)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_BACKEND is set but empty (unset "
+                               "it, or name a backend)");
     return check_job_secret(e);
 }
 
@@ -993,6 +982,7 @@ static accel_status choose_backend(accel__store *st, const dist_env *e, const ac
 static accel_status create_default_group(void) {
     dist_env e = {0};
     if (read_env(&e) != ACCEL_OK) return accel_last_status();
+    accel__fit_threads_to_node(e.rank, e.local_world);
     accel_pg *pg = calloc(1, sizeof *pg);
     if (!pg) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     pg->rank = e.rank;

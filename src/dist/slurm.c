@@ -19,6 +19,8 @@
 
 #include "dist/slurm.h"
 
+#include "core/env.h"
+
 static const char *env_first(const char *a, const char *b) {
     const char *v = getenv(a);
     if (v && *v) return v;
@@ -106,9 +108,22 @@ accel_status accel__slurm_local_world(int *out) {
     if (!tpn || !node || !*node)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "SLURM_TASKS_PER_NODE and SLURM_NODEID must be set to tell "
                                "how many tasks share this machine (or set LOCAL_WORLD_SIZE)");
-    char *end;
-    long id = strtol(node, &end, 10);
-    if (*end || id < 0 || id > 1000000)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "SLURM_NODEID='%s' is not a node number", node);
+    long id;
+    if (accel__parse_long("SLURM_NODEID", node, 0, 1000000, &id) != ACCEL_OK) return accel_last_status();
     return accel__slurm_tasks_on_node(tpn, (int)id, out);
+}
+
+accel_status accel__slurm_job_port(long *out) {
+    const char *job = getenv("SLURM_JOB_ID") ? "SLURM_JOB_ID" : "SLURM_JOBID";
+    const char *step = getenv("SLURM_STEP_ID") ? "SLURM_STEP_ID" : "SLURM_STEPID";
+    long job_id, step_id;
+    if (!getenv(job) || !getenv(step))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "SLURM_JOB_ID and SLURM_STEP_ID must be set to derive this "
+                               "job step's port (or set MASTER_PORT)");
+    /* Step ids are below 2^32 - 6 (special steps: batch, extern, ...). */
+    if (accel__parse_long(job, getenv(job), 0, 0xFFFFFFFFL, &job_id) != ACCEL_OK ||
+        accel__parse_long(step, getenv(step), 0, 0xFFFFFFFFL, &step_id) != ACCEL_OK)
+        return accel_last_status();
+    *out = 15000 + (4 * job_id + step_id % 4) % 17000;
+    return ACCEL_OK;
 }

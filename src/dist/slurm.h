@@ -27,5 +27,12 @@ accel_status accel__slurm_main_host(char *out, size_t n);
 /* The tasks on this machine: SLURM_STEP_TASKS_PER_NODE (else
  * SLURM_TASKS_PER_NODE) at SLURM_NODEID. */
 accel_status accel__slurm_local_world(int *out);
+/* The rendezvous port of this job step when no MASTER_PORT is given: two
+ * jobs sharing a node must not both take 29500. As Lightning derives its
+ * port from SLURM_JOB_ID: 15000 + (4 * SLURM_JOB_ID + SLURM_STEP_ID mod 4)
+ * mod 17000, below Linux's ephemeral ports (32768-60999), distinct for 4
+ * concurrent steps of a job and for 4250 consecutive jobs. Malformed or
+ * missing ids: an error naming the variable. */
+accel_status accel__slurm_job_port(long *out);
 
 #endif

@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "accel/dist.h"
+#include "core/env.h"
 #include "tracking/tracking_internal.h"
 
 struct accel_logger {
@@ -40,9 +41,13 @@ void accel__log_detach(accel_pg *pg) {
     pthread_mutex_unlock(&lock);
 }
 
+/* Before the group exists: the launcher's variable, read strictly (a bad
+ * one is the group's error to report: accel_dist_init refuses it). */
 static int env_int(const char *name, int fallback) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : fallback;
+    long v;
+    if (accel__env_long(name, fallback, 0, 1000000, &v) == ACCEL_OK) return (int)v;
+    accel_clear_error();
+    return fallback;
 }
 
 int accel_process_index(void) { return who.attached ? who.rank : env_int("RANK", 0); }
@@ -73,9 +78,12 @@ int accel_log_level_parse(const char *s) {
 }
 
 static accel_log_level env_level(void) {
-    const char *v = getenv("ACCEL_LOG_LEVEL");
-    if (!v || !*v) v = getenv("ACCELERATE_LOG_LEVEL");
+    const char *name = getenv("ACCEL_LOG_LEVEL") ? "ACCEL_LOG_LEVEL" : "ACCELERATE_LOG_LEVEL", *v = getenv(name);
     int l = accel_log_level_parse(v);
+    static bool said; /* under `lock` (logger_new's callers) */
+    if (v && l < 0 && !said) /* a logger cannot fail: said once */
+        said = true, fprintf(stderr, "accel: warning: %s='%s' is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL or "
+                        "0-100); using WARNING\n", name, v);
     return l < 0 ? ACCEL_LOG_WARNING : (accel_log_level)l;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "accel/data.h"
+#include "core/env.h"
 #include "tracking/tracking_internal.h"
 
 struct accel_progress {
@@ -25,17 +26,15 @@ accel_progress_opts accel_progress_opts_default(void) {
     return (accel_progress_opts){.unit = "it", .min_interval = 0};
 }
 
-static bool env_disabled(void) {
-    const char *v = getenv("ACCEL_DISABLE_PROGRESS");
-    return v && *v && strcmp(v, "0") && strcasecmp(v, "false") && strcasecmp(v, "no");
-}
 
 accel_progress *accel_progress_new(int64_t total, const accel_progress_opts *opts) {
     accel_progress_opts o = opts ? *opts : accel_progress_opts_default();
+    bool env_disabled;
+    if (accel__env_bool("ACCEL_DISABLE_PROGRESS", false, &env_disabled) != ACCEL_OK) return NULL;
     accel_progress *p = accel_calloc(1, sizeof *p);
     if (!p) return NULL;
     p->f = o.stream ? o.stream : stderr;
-    p->on = !o.disable && !env_disabled() && (o.all_processes || accel_process_index() == 0);
+    p->on = !o.disable && !env_disabled && (o.all_processes || accel_process_index() == 0);
     p->tty = isatty(fileno(p->f));
     snprintf(p->desc, sizeof p->desc, "%s", o.desc ? o.desc : "");
     snprintf(p->unit, sizeof p->unit, "%s", o.unit ? o.unit : "it");

@@ -212,7 +212,7 @@ static _Atomic int set_mode = -1; /* accel__gemm_set_mode's, or -1 */
 static void env_read(void) {
     const char *v = getenv("ACCEL_GEMM");
     snprintf(env_value, sizeof env_value, "%s", v ? v : "");
-    if (!v || !*v || !strcmp(v, "auto")) env_mode = ACCEL__GEMM_AUTO;
+    if (!v || !strcmp(v, "auto")) env_mode = ACCEL__GEMM_AUTO; /* empty is no mode (core/env.h) */
     else if (!strcmp(v, "openblas")) env_mode = ACCEL__GEMM_OPENBLAS;
     else if (!strcmp(v, "dnnl") && accel__gemm_have_dnnl()) env_mode = ACCEL__GEMM_DNNL;
     else env_mode = -1;

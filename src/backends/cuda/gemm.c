@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "cuda_internal.h"
 
 enum { WORKSPACE_BYTES = 32u << 20 };
@@ -47,11 +48,6 @@ static lt_thread *lt_of(int index) {
         return NULL;
     }
     return t;
-}
-
-static bool allow_tf32(void) {
-    const char *s = getenv("ACCEL_ALLOW_TF32");
-    return s && *s && strcmp(s, "0") != 0;
 }
 
 static bool operand_type(accel_dtype dt, cudaDataType_t *out) {
@@ -148,11 +144,11 @@ static int g_nplans;
 static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static gemm_key key_of(const accel_k_gemm *g, cudaDataType_t ab, const void *a, const void *b, const void *c,
-                       const void *bias) {
+                       const void *bias, bool tf32) {
     gemm_key k;
     memset(&k, 0, sizeof k);
     k.device = g->c->device.index;
-    k.compute = ab == CUDA_R_32F && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    k.compute = ab == CUDA_R_32F && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     k.ab = ab;
     k.flags = (g->trans_a ? KEY_TRANS_A : 0) | (g->trans_b ? KEY_TRANS_B : 0) | (bias ? KEY_BIAS : 0);
     k.align_first = alignment_of(b);
@@ -285,6 +281,8 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
                                index, accel_dtype_name(g->a->dtype), accel_dtype_name(g->b->dtype),
                                accel_dtype_name(g->c->dtype));
     if (g->bias && bias_check(index, g->bias, g->N) != ACCEL_OK) return accel_last_status();
+    bool tf32; /* read at every GEMM, as torch's allow_tf32 flag: it may change between steps */
+    if (accel__env_bool("ACCEL_ALLOW_TF32", false, &tf32) != ACCEL_OK) return accel_last_status();
     if (g->M == 0 || g->N == 0) return ACCEL_OK;
     const float *bias = g->bias ? (const float *)g->bias->data : NULL;
     float *c = (float *)g->c->data + g->c_off;
@@ -299,7 +297,7 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
     lt_thread *lt = lt_of(index);
     if (!lt) return accel_last_status();
     const void *a = elem(g->a, g->a_off), *b = elem(g->b, g->b_off);
-    gemm_key key = key_of(g, ab, a, b, c, bias);
+    gemm_key key = key_of(g, ab, a, b, c, bias, tf32);
     gemm_plan local;
     gemm_plan *p = plan_get(&key, lt, bias, &local);
     if (!p) return accel_last_status();

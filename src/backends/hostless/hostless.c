@@ -37,6 +37,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/hostless/hostless.h"
 #include "backends/vm_pool.h"
+#include "core/env.h"
 
 enum { HOSTLESS_MAX = 8 };
 
@@ -138,13 +139,12 @@ static atomic_bool g_vm_lag;
 
 /* ACCEL_TEST_VM_GRANULE: a power of two from the page size to 1 GiB, in bytes. */
 static void vm_granule_read(void) {
-    const char *v = getenv("ACCEL_TEST_VM_GRANULE");
-    if (!v || !*v) return;
-    char *end;
-    unsigned long long g = strtoull(v, &end, 10);
-    if (*end || g < (unsigned long long)sysconf(_SC_PAGESIZE) || g > (1ull << 30) || (g & (g - 1))) {
+    long g;
+    if (accel__env_long("ACCEL_TEST_VM_GRANULE", HOSTLESS_VM_GRANULE, sysconf(_SC_PAGESIZE), 1L << 30, &g) != ACCEL_OK ||
+        (g & (g - 1))) {
         fprintf(stderr, "accel: ACCEL_TEST_VM_GRANULE=%s is not a power of two of bytes from the page size to 1 GiB; "
-                        "the granule stays %d\n", v, HOSTLESS_VM_GRANULE);
+                        "the granule stays %d\n", getenv("ACCEL_TEST_VM_GRANULE"), HOSTLESS_VM_GRANULE);
+        accel_clear_error();
         return;
     }
     g_vm_granule = (size_t)g;

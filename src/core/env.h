@@ -1,0 +1,29 @@
+/* src/core/env.h — the one reading of the library's environment variables
+ * (internal).
+ *
+ * Every integer, boolean and number accel reads from the environment goes
+ * through these, so that every variable is read the same strict way: the
+ * whole text must be the value (no "4x", no " 4"), a variable that is set
+ * but empty is an error (RANK= is not "rank 0"), and the error names the
+ * variable and its value, as Python's int() / str_to_bool do for the peers.
+ * Unset: *out gets the default. Errors: ACCEL_ERR_INVALID_ARG, "NAME='value'
+ * is not ..." (the caller's entry point is not known here: the variable's
+ * name says where to look). */
+#ifndef ACCEL_CORE_ENV_H
+#define ACCEL_CORE_ENV_H
+
+#include <stdbool.h>
+
+#include "accel/core.h"
+
+/* Decimal integer in [lo, hi]. */
+accel_status accel__env_long(const char *name, long dflt, long lo, long hi, long *out);
+/* Same, of text already read (`name` only names it in the error): the
+ * launcher's flags and SLURM's variables share the rule. */
+accel_status accel__parse_long(const char *name, const char *text, long lo, long hi, long *out);
+/* Boolean as Accelerate's str_to_bool reads it (y/yes/t/true/on/1, n/no/f/false/off/0). */
+accel_status accel__env_bool(const char *name, bool dflt, bool *out);
+/* Finite number in (lo, hi]. */
+accel_status accel__env_double(const char *name, double dflt, double lo, double hi, double *out);
+
+#endif
