@@ -33,6 +33,9 @@ void accel__cuda_free(int index, void *p);
  * chunks of the caching allocator; reset keeps one chunk of the high water). */
 void *accel__cuda_step_alloc(int index, size_t bytes, size_t align);
 void accel__cuda_step_reset(int index);
+/* Releases device index's cached (free) blocks to the device: the virtual
+ * memory's cuMemCreate ran out of memory. Takes the allocator's lock. */
+void accel__cuda_release_cached(int index);
 /* Bytes cudaMalloc'd and held (in use or cached) on device index. */
 size_t accel__cuda_reserved_bytes(int index);
 /* Virtual memory (vm.c): the backend's vm_* entries (backend.h). */

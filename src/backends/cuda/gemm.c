@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_calls.h"
 #include "cuda_internal.h"
 
 enum { WORKSPACE_BYTES = 32u << 20 };
@@ -40,7 +41,7 @@ static accel_status lt_check(cublasStatus_t s, int index, const char *what) {
 static lt_thread *lt_of(int index) {
     lt_thread *t = &tl_lt[index];
     if (t->handle) return t;
-    if (lt_check(cublasLtCreate(&t->handle), index, "cublasLtCreate") != ACCEL_OK) return NULL;
+    if (lt_check(accel__cuda_call.lt_create(&t->handle), index, "cublasLtCreate") != ACCEL_OK) return NULL;
     if (!(t->workspace = accel__cuda_alloc(index, WORKSPACE_BYTES, 256))) {
         cublasLtDestroy(t->handle);
         t->handle = NULL;
@@ -133,6 +134,7 @@ typedef struct gemm_plan {
     cublasLtMatrixLayoutOpaque_t first, second, c; /* B, A and C in cuBLASLt's view */
     cublasLtMatmulAlgo_t algo;
     bool found; /* false: cuBLASLt has no algorithm for the signature (kept, so as not to ask again) */
+    cublasStatus_t heuristic; /* the heuristic's answer (a status, not found = 0, when it had none) */
 } gemm_plan;
 
 enum { PLAN_SLOTS = 512, PLAN_MAX = 256 }; /* open addressing: a probe always ends at a free slot */
@@ -193,6 +195,16 @@ static cublasStatus_t desc_init(cublasLtMatmulDesc_t op, const gemm_key *k, cons
     return s;
 }
 
+/* cuBLASLt's heuristic says "no algorithm" with a status too, not only with
+ * found = 0: NOT_SUPPORTED for a signature it has no kernel for, and
+ * INVALID_VALUE for the bias epilogue on a one-row or one-column operand
+ * (M = 1: batch-1 decode; PyTorch keeps bias epilogues away from those).
+ * Either is a plan without algorithm: cached, and a biased GEMM adds its
+ * bias first instead. */
+static bool no_algorithm(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE;
+}
+
 /* The plan of key k into p: descriptors, then the heuristic's best algorithm
  * for them (asked through this thread's handle lt; the answer depends on
  * the device and the descriptors, not on the handle), or p->found false
@@ -215,11 +227,13 @@ static accel_status plan_build(gemm_plan *p, const gemm_key *k, lt_thread *lt, c
     accel_status st = lt_check(s, index, "descriptors");
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, &p->op, &p->first, &p->second, &p->c, &p->c, &pref, 1,
-                                                     &h, &found),
-                      index, "heuristic");
-    p->found = st == ACCEL_OK && found > 0;
+    p->heuristic = CUBLAS_STATUS_SUCCESS;
+    if (st == ACCEL_OK) {
+        p->heuristic = accel__cuda_call.lt_heuristic(lt->handle, &p->op, &p->first, &p->second, &p->c, &p->c, &pref, 1,
+                                                     &h, &found);
+        if (!no_algorithm(p->heuristic)) st = lt_check(p->heuristic, index, "heuristic");
+    }
+    p->found = st == ACCEL_OK && p->heuristic == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->found) p->algo = h.algo;
     return st;
 }
@@ -305,8 +319,9 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
     if (!p) return accel_last_status();
     if (!p->found && bias) return gemm_bias_first(g, c, bias);
     if (!p->found)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld",
-                               index, (long long)g->M, (long long)g->N, (long long)g->K);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld (its heuristic: %s)", index,
+                               (long long)g->M, (long long)g->N, (long long)g->K, cublasLtGetStatusString(p->heuristic));
     /* The bias pointer is part of the matmul descriptor, and differs from call
      * to call: a call with a bias gets its own descriptor, made in place on
      * the stack (no allocation); the cached layouts and algorithm hold. */
@@ -373,10 +388,12 @@ accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g) {
     st = lt_check(cs, index, "fp8 descriptors");
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, p.op, p.b, p.a, p.c, p.c, p.pref, 1, &h, &found),
-                      index, "fp8 heuristic");
-    if (st == ACCEL_OK && !found)
+    cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
+    if (st == ACCEL_OK) {
+        hs = accel__cuda_call.lt_heuristic(lt->handle, p.op, p.b, p.a, p.c, p.c, p.pref, 1, &h, &found);
+        if (!no_algorithm(hs)) st = lt_check(hs, index, "fp8 heuristic");
+    }
+    if (st == ACCEL_OK && (hs != CUBLAS_STATUS_SUCCESS || !found))
         st = accel_set_error(ACCEL_ERR_UNSUPPORTED,
                              "cuda:%d: fp8_gemm: no cuBLASLt fp8 algorithm for M=%lld N=%lld K=%lld (fp8 GEMMs need "
                              "compute capability >= 8.9)",
