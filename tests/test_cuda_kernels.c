@@ -509,6 +509,39 @@ static void test_binary(void) {
     KRUN("binary i64", binary, accel_k_binary, k, 0.0);
 }
 
+/* The contiguous fast paths (pointwise.cu): every float dtype pair, sizes
+ * with a tail past the 16-byte vectors, and the same views one element past
+ * an aligned address (the general kernels then). */
+static pair *shifted(pair *p) {
+    size_t es = accel_dtype_size(p->c.dtype);
+    p->c.data = (char *)p->c.data + es, p->g.data = (char *)p->g.data + es;
+    p->c.shape[0] = p->g.shape[0] = p->c.shape[0] - 1;
+    return p;
+}
+
+static void test_fast_paths(void) {
+    const int64_t sizes[] = {1, 8, 1027};
+    for (int si = 0; si < 3; si++)
+        for (int shift = 0; shift < 2; shift++)
+            for (int i = 0; i < 3; i++) {
+                int64_t n = sizes[si] + shift;
+                for (int j = 0; j < 3; j++) {
+                    pair *o = mk1(FLOATS[j], n, OUT), *x = mk1(FLOATS[i], n, IN);
+                    if (shift) shifted(o), shifted(x);
+                    accel_k_copy c = {.out = &o->c, .in = &x->c};
+                    KRUN("copy contiguous", copy, accel_k_copy, c, 0.0);
+                    o = mk1(FLOATS[j], n, OUT), x = mk1(FLOATS[i], n, IN);
+                    if (shift) shifted(o), shifted(x);
+                    accel_k_unary u = {.out = &o->c, .x = &x->c, .op = ACCEL_U_SILU};
+                    KRUN("unary contiguous", unary, accel_k_unary, u, tol_of(FLOATS[j]));
+                }
+                pair *o = mk1(FLOATS[i], n, OUT), *a = mk1(FLOATS[i], n, IN), *b = mk1(FLOATS[i], n, IN);
+                if (shift) shifted(o), shifted(a), shifted(b);
+                accel_k_binary k = {.out = &o->c, .a = &a->c, .b = &b->c, .op = ACCEL_B_MUL};
+                KRUN("binary contiguous", binary, accel_k_binary, k, tol_of(FLOATS[i]));
+            }
+}
+
 static void test_unary(void) {
     for (int op = ACCEL_U_ADD_SCALAR; op <= ACCEL_U_GELU_TANH; op++) {
         bool positive = op == ACCEL_U_LOG || op == ACCEL_U_SQRT || op == ACCEL_U_RSQRT || op == ACCEL_U_POW;
@@ -672,9 +705,8 @@ static void test_gemm_plan_cache(void) {
  * about 1e-3 relative), a signature of their own. */
 static void test_gemm_tf32(void) {
     setenv("ACCEL_ALLOW_TF32", "1", 1);
-    int before = 0;
 #ifdef ACCEL_HAVE_CUDA
-    if (g_dev.type == ACCEL_DEV_CUDA) before = accel__cuda_gemm_plans();
+    int before = g_dev.type == ACCEL_DEV_CUDA ? accel__cuda_gemm_plans() : 0;
 #endif
     pair *c = mk2(ACCEL_F32, 65, 47, CONTIG, OUT), *a = mk2(ACCEL_F32, 65, 129, CONTIG, IN);
     pair *b = mk2(ACCEL_F32, 47, 129, CONTIG, IN);
@@ -1559,6 +1591,7 @@ int main(void) {
     RUN(test_rng);
     RUN(test_binary);
     RUN(test_unary);
+    RUN(test_fast_paths);
     RUN(test_swiglu);
     RUN(test_sum_max);
     RUN(test_gemm_views);
