@@ -104,9 +104,12 @@ static accel_status cuda_event_wait(int index, accel_stream *s, accel_event *e) 
     return accel__cuda_check(cudaStreamWaitEvent(st, (cudaEvent_t)e, 0), index, "event_wait");
 }
 
+/* Each synchronisation also reports the bad ids and targets found since
+ * the previous one (accel__cuda_check_pending). */
 static accel_status cuda_event_synchronize(int index, accel_event *e) {
     cudaSetDevice(index);
-    return accel__cuda_check(cudaEventSynchronize((cudaEvent_t)e), index, "event_synchronize");
+    if (accel__cuda_check(cudaEventSynchronize((cudaEvent_t)e), index, "event_synchronize")) return accel_last_status();
+    return accel__cuda_check_pending(index);
 }
 
 static void cuda_event_free(int index, accel_event *e) {
@@ -117,7 +120,8 @@ static void cuda_event_free(int index, accel_event *e) {
 
 static accel_status cuda_synchronize(int index) {
     cudaSetDevice(index);
-    return accel__cuda_check(cudaDeviceSynchronize(), index, "synchronize");
+    if (accel__cuda_check(cudaDeviceSynchronize(), index, "synchronize")) return accel_last_status();
+    return accel__cuda_check_pending(index);
 }
 
 /* ---- copies */
@@ -134,7 +138,8 @@ static accel_status copy_sync(int index, void *dst, const void *src, size_t n, e
     cudaStream_t s = accel__cuda_enter(index);
     accel_status st = copy_async(index, dst, src, n, kind, s, op);
     if (st != ACCEL_OK || !n) return st;
-    return accel__cuda_check(cudaStreamSynchronize(s), index, op);
+    if (accel__cuda_check(cudaStreamSynchronize(s), index, op)) return accel_last_status();
+    return accel__cuda_check_pending(index);
 }
 
 static accel_status cuda_copy_to_device(int index, void *dst, const void *src, size_t n) {
