@@ -10,7 +10,7 @@
  * - cuBLASLt's heuristic answering "no algorithm" with a status
  *   (NOT_SUPPORTED, or INVALID_VALUE for a bias epilogue at M = 1) is a plan
  *   without algorithm, cached: the biased GEMM adds its bias first, and the
- *   heuristic is not asked again for that signature.
+ *   heuristic is not asked again for that signature (an fp8 one's too).
  * Skipped (77) in a build without the CUDA backend. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +235,17 @@ static void test_no_heuristic_is_a_cached_plan(void) {
     CHECK(linear(2, 4, 24, false) == ACCEL_ERR_DEVICE && says("heuristic"));
     CHECK(linear(2, 4, 24, false) == ACCEL_ERR_DEVICE && n_heuristic - asked == 4);
     CHECK(accel__cuda_gemm_plans() - plans == 2);
+    /* an fp8 signature is planned once too (its descriptor per call) */
+    heuristic_answer = CUBLAS_STATUS_NOT_SUPPORTED;
+    static _Alignas(256) uint8_t qa[64], qb[64];
+    accel__cuda_fp8_args f = {.c = g_c, .c_dtype = ACCEL_F32, .a = qa, .b = qb, .a_fmt = ACCEL_FP8_E4M3,
+                              .b_fmt = ACCEL_FP8_E4M3, .a_inv = g_bias, .b_inv = g_bias + 1, .M = 2, .N = 4, .K = 16,
+                              .lda = 16, .ldb = 16, .ldc = 4, .alpha = 1.0f};
+    for (int i = 0; i < 2; i++) {
+        f.b_inv = g_bias + 1 + i; /* another layer's scale: the same signature */
+        CHECK(accel__cuda_fp8_gemm(DEV, &f) == ACCEL_ERR_UNSUPPORTED && says("no cuBLASLt fp8 algorithm"));
+    }
+    CHECK(n_heuristic - asked == 5 && accel__cuda_gemm_plans() - plans == 3);
     use_real();
 }
 
