@@ -20,3 +20,9 @@ set_tests_properties(nccl_multi PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOU
 if(ACCEL_CUDA)
   target_include_directories(test_nccl PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 endif()
+# The backend's handling of failed CUDA calls, through fakes in its call
+# table (src/backends/cuda/cuda_calls.h): runs without a GPU.
+set_tests_properties(cuda_failures PROPERTIES SKIP_RETURN_CODE 77)
+if(ACCEL_CUDA)
+  target_include_directories(test_cuda_failures PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+endif()

@@ -5,8 +5,16 @@
  * relative error. Inputs include non-contiguous views (transposed, strided,
  * offset), odd sizes and each dtype a kernel takes. Outputs the kernel must
  * overwrite are poisoned on the GPU (every byte 0xFF: NaN in float dtypes)
- * and zero on the CPU, so an element the kernel forgets to write fails;
- * outputs a kernel accumulates into start equal on both sides.
+ * and zero on the CPU, so an element the kernel forgets to write fails: one
+ * still holding the poison's bytes fails even where the CPU's answer is a NaN
+ * too (a kernel's NaN is never all-ones bytes; a CPU answer that is, an
+ * integer -1, is matched by value). Outputs a kernel accumulates into start
+ * equal on both sides, and what the kernel added is compared (relative to
+ * the added values, plus one rounding of the stored sum), not the sums:
+ * O(1) starting values would hide an error in small gradients. Every
+ * buffer's bytes outside its view (stride gaps, the offset before it) and a
+ * canary past its end must come back as they went in, and an input must
+ * come back unchanged in every byte.
  *
  * Also: the memory entries (caching allocator, step pool, copies, streams,
  * events, mem_info) and the errors of bad ids and targets.
@@ -42,10 +50,14 @@ typedef enum layout { CONTIG, TRANSPOSED, STRIDED } layout;
 
 typedef struct pair {
     accel_tensor c, g;      /* the views the kernels see */
-    void *cbase, *gbase;    /* the buffers */
+    void *cbase, *gbase;    /* the buffers (gbase with CANARY bytes more) */
     size_t bytes;
     role role;
+    unsigned char *ginit;   /* the bytes put into gbase (with its canary) */
+    unsigned char *cinit;   /* the bytes put into cbase: the starting values of an ACC */
 } pair;
+
+enum { CANARY = 64, CANARY_BYTE = 0xA5, POISON_BYTE = 0xFF };
 
 static pair g_pairs[MAX_PAIRS];
 static int g_npairs;
@@ -59,6 +71,8 @@ static double rnd(void) { /* uniform [-1, 1) */
 static void pairs_free(void) {
     for (int i = 0; i < g_npairs; i++) {
         accel_free(g_pairs[i].cbase);
+        accel_free(g_pairs[i].ginit);
+        accel_free(g_pairs[i].cinit);
         g_cuda->mem.free(0, g_pairs[i].gbase);
     }
     g_npairs = 0;
@@ -102,7 +116,9 @@ static pair *mk(accel_dtype dt, int ndim, const int64_t *shape, layout lay, role
     p->bytes = (size_t)(n > 0 ? n : 1) * es;
     p->role = r;
     p->cbase = accel_malloc(p->bytes);
-    p->gbase = g_cuda->mem.alloc(0, p->bytes, 256);
+    p->gbase = g_cuda->mem.alloc(0, p->bytes + CANARY, 256);
+    p->ginit = accel_malloc(p->bytes + CANARY);
+    p->cinit = accel_malloc(p->bytes);
     for (int64_t i = 0; i < n; i++) {
         double v = accel_dtype_is_float(dt) ? 2.0 * rnd() : (double)(int64_t)((rnd() + 1.0) * 3.5);
         accel__store_elem(p->cbase, dt, (size_t)i, r == OUT ? 0.0 : v);
@@ -111,8 +127,11 @@ static pair *mk(accel_dtype dt, int ndim, const int64_t *shape, layout lay, role
     p->g = *t;
     p->g.device = g_dev;
     p->g.data = (char *)p->gbase + off * es;
-    CHECK(g_cuda->mem.copy_to_device(0, p->gbase, p->cbase, p->bytes) == ACCEL_OK);
-    if (r == OUT) CHECK(g_cuda->mem.memset(0, p->gbase, 0xFF, p->bytes) == ACCEL_OK);
+    memcpy(p->ginit, p->cbase, p->bytes);
+    if (r == OUT) memset(p->ginit, POISON_BYTE, p->bytes);
+    memset(p->ginit + p->bytes, CANARY_BYTE, CANARY);
+    memcpy(p->cinit, p->cbase, p->bytes);
+    CHECK(g_cuda->mem.copy_to_device(0, p->gbase, p->ginit, p->bytes + CANARY) == ACCEL_OK);
     return p;
 }
 
@@ -125,14 +144,16 @@ static pair *mk0(accel_dtype dt, role r) { return mk(dt, 0, NULL, CONTIG, r); }
 /* Sets element i (row-major over the view) of both sides. */
 static void set_elem(pair *p, int64_t i, double v) {
     accel__store_elem(accel__elem_ptr(&p->c, i), p->c.dtype, 0, v);
-    void *dst = (char *)p->gbase + ((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase);
-    char tmp[8];
-    accel__store_elem(tmp, p->c.dtype, 0, v);
-    CHECK(g_cuda->mem.copy_to_device(0, dst, tmp, accel_dtype_size(p->c.dtype)) == ACCEL_OK);
+    size_t off = (size_t)((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase), es = accel_dtype_size(p->c.dtype);
+    accel__store_elem(p->ginit + off, p->c.dtype, 0, v);
+    memcpy(p->cinit + off, p->ginit + off, es);
+    CHECK(g_cuda->mem.copy_to_device(0, (char *)p->gbase + off, p->ginit + off, es) == ACCEL_OK);
 }
 
 /* The cuda side of p = its cpu side (after the test edited the cpu buffer). */
 static void sync_to_device(pair *p) {
+    memcpy(p->ginit, p->cbase, p->bytes);
+    memcpy(p->cinit, p->cbase, p->bytes);
     CHECK(g_cuda->mem.copy_to_device(0, p->gbase, p->cbase, p->bytes) == ACCEL_OK);
 }
 
@@ -146,34 +167,99 @@ static void to_cuda(accel_tensor **t, int n) {
             }
 }
 
-/* Compares every written pair over its view by relative error, relative to
+/* The unit roundoff of dt (0 for integers): one rounding of a stored value. */
+static double roundoff(accel_dtype dt) {
+    return dt == ACCEL_F32 ? 0x1p-24 : dt == ACCEL_BF16 ? 0x1p-8 : dt == ACCEL_F16 ? 0x1p-11 : dt == ACCEL_F64 ? 0x1p-53 : 0.0;
+}
+
+static bool all_bytes(const unsigned char *p, size_t n, unsigned char b) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != b) return false;
+    return true;
+}
+
+/* The first byte of [0, n) where a and b differ outside the view (in_view[i]
+ * 0), or -1. Everything, for an input (in_view NULL). */
+static int64_t first_change(const unsigned char *a, const unsigned char *b, const unsigned char *in_view, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i] && !(in_view && in_view[i])) return (int64_t)i;
+    return -1;
+}
+
+/* Whether element (c, g) of an output is wrong: an OUT element still all
+ * poison bytes where the cpu's is not is unwritten (whatever the values: a
+ * NaN reference does not excuse it); else by relative error relative to
  * |cpu| + the mean |cpu| of the tensor (so that an element near zero of a
- * long sum is not judged alone). */
+ * long sum is not judged alone); an ACC by what the kernel added (c - c0),
+ * relative to |added| + the mean |added|, plus one rounding of each stored sum. */
+typedef struct judged {
+    bool bad;
+    double err;
+} judged;
+
+static judged judge(const pair *p, size_t off, const unsigned char *host, double mean, double rtol) {
+    accel_dtype dt = p->c.dtype;
+    size_t es = accel_dtype_size(dt);
+    double c = accel__load_elem((char *)p->cbase + off, dt, 0), g = accel__load_elem(host + off, dt, 0);
+    if (p->role == OUT && all_bytes(host + off, es, POISON_BYTE) &&
+        !all_bytes((unsigned char *)p->cbase + off, es, POISON_BYTE))
+        return (judged){true, INFINITY};
+    if ((isnan(c) && isnan(g)) || c == g) return (judged){false, 0.0};
+    double scale = fabs(c) + mean, slack = 0.0;
+    if (p->role == ACC) {
+        double c0 = accel__load_elem(p->cinit + off, dt, 0);
+        scale = fabs(c - c0) + mean;
+        slack = roundoff(dt) * (fabs(c) + fabs(g));
+    }
+    double err = fabs(g - c) / (scale + 1e-30);
+    return (judged){!(fabs(g - c) <= rtol * scale + slack), err};
+}
+
+/* What is wrong with pair p after a kernel ran (see the file comment): the
+ * bytes outside its view and its canary, every byte of an input, every
+ * element of an output's view. NULL when nothing; else a description in
+ * why. The device has finished the work. */
+static const char *problem(const pair *p, double rtol, char *why, size_t why_len) {
+    unsigned char *host = accel_malloc(p->bytes + CANARY), *in_view = accel_calloc(1, p->bytes);
+    CHECK(g_cuda->mem.copy_to_host(0, host, p->gbase, p->bytes + CANARY) == ACCEL_OK);
+    int64_t n = accel_numel(&p->c), bad = 0, at;
+    size_t es = accel_dtype_size(p->c.dtype);
+    double worst = 0.0, mean = 0.0;
+    for (int64_t i = 0; i < n; i++) memset(in_view + ((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase), 1, es);
+    if (!all_bytes(host + p->bytes, CANARY, CANARY_BYTE)) {
+        snprintf(why, why_len, "written past the end of its buffer");
+    } else if ((at = first_change(host, p->ginit, p->role == IN ? NULL : in_view, p->bytes)) >= 0) {
+        snprintf(why, why_len, "byte %lld of its buffer changed (%s)", (long long)at,
+                 p->role == IN ? "an input" : "outside the output's view: a stride gap or the offset before it");
+    } else if (p->role != IN) {
+        for (int64_t i = 0; i < n; i++) {
+            size_t off = (size_t)((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase);
+            double c = accel__load_elem((char *)p->cbase + off, p->c.dtype, 0);
+            if (p->role == ACC) c -= accel__load_elem(p->cinit + off, p->c.dtype, 0);
+            if (isfinite(c)) mean += fabs(c) / (double)n;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            judged j = judge(p, (size_t)((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase), host, mean, rtol);
+            bad += j.bad;
+            if (!(j.err <= worst)) worst = j.err;
+        }
+        if (bad)
+            snprintf(why, why_len, "%lld of %lld elements differ, worst relative error %.3g", (long long)bad,
+                     (long long)n, worst);
+    }
+    accel_free(host);
+    accel_free(in_view);
+    return (bad || why[0]) ? why : NULL;
+}
+
+/* Compares every pair, then frees them. */
 static void compare(const char *label, double rtol) {
     if (g_cuda->async.synchronize)
         CHECK_MSG(g_cuda->async.synchronize(0) == ACCEL_OK, "%s: %s", label, accel_last_error());
     for (int k = 0; k < g_npairs; k++) {
-        pair *p = &g_pairs[k];
-        if (p->role == IN) continue;
-        char *host = accel_malloc(p->bytes);
-        CHECK(g_cuda->mem.copy_to_host(0, host, p->gbase, p->bytes) == ACCEL_OK);
-        int64_t n = accel_numel(&p->c), bad = 0;
-        double worst = 0.0, mean_abs = 0.0;
-        for (int64_t i = 0; i < n; i++) {
-            double c = accel__load_elem(accel__elem_ptr(&p->c, i), p->c.dtype, 0);
-            if (isfinite(c)) mean_abs += fabs(c) / (double)n;
-        }
-        for (int64_t i = 0; i < n; i++) {
-            size_t off = (size_t)((char *)accel__elem_ptr(&p->c, i) - (char *)p->cbase);
-            double c = accel__load_elem((char *)p->cbase + off, p->c.dtype, 0);
-            double g = accel__load_elem(host + off, p->c.dtype, 0);
-            double err = isnan(c) && isnan(g) ? 0.0 : c == g ? 0.0 : fabs(g - c) / (fabs(c) + mean_abs + 1e-30);
-            if (!(err <= rtol)) bad++;
-            if (!(err <= worst)) worst = err;
-        }
-        CHECK_MSG(bad == 0, "%s: tensor %d: %lld of %lld elements differ, worst relative error %.3g", label, k,
-                  (long long)bad, (long long)n, worst);
-        accel_free(host);
+        char why[256] = "";
+        const char *bad = problem(&g_pairs[k], rtol, why, sizeof why);
+        CHECK_MSG(!bad, "%s: tensor %d: %s", label, k, bad);
     }
     pairs_free();
 }
@@ -198,6 +284,14 @@ static void compare(const char *label, double rtol) {
 static const accel_dtype FLOATS[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
 /* Relative error allowed for results stored in dt (one rounding of the dtype, twice). */
 static double tol_of(accel_dtype dt) { return dt == ACCEL_BF16 ? 2e-2 : dt == ACCEL_F16 ? 2e-3 : 1e-5; }
+
+/* A bad-input error: at once (the CPU kernels behind hostless), or, on CUDA,
+ * at the device's next synchronisation (checks.cu: no host wait in the op),
+ * which then names the op. st: the kernel's status. */
+static accel_status bad_input_status(accel_status st) {
+    if (st != ACCEL_OK || g_dev.type != ACCEL_DEV_CUDA) return st;
+    return g_cuda->async.synchronize(0);
+}
 
 /* ---- memory */
 
@@ -303,6 +397,66 @@ static void test_step_pool(void) {
         g_cuda->mem.step_reset(0);
 #endif
     }
+    /* after the reset that merged the chunks, steps alike get the same
+     * addresses, and what a step wrote is not what the next step reads */
+    void *first[2];
+    for (int step = 0; step < 2; step++) {
+        first[step] = g_cuda->mem.step_alloc(0, 4096, 256);
+        for (int i = 0; i < 20; i++) CHECK(g_cuda->mem.step_alloc(0, (size_t)(1u << 20) + (size_t)i, 4096) != NULL);
+        float v = (float)(step + 1), back = 0.0f;
+        CHECK(g_cuda->mem.copy_to_device(0, first[step], &v, sizeof v) == ACCEL_OK);
+        CHECK(g_cuda->mem.copy_to_host(0, &back, first[step], sizeof back) == ACCEL_OK && back == v);
+        g_cuda->mem.step_reset(0);
+    }
+    CHECK(first[0] == first[1]);
+}
+
+/* A device out of memory: ACCEL_ERR_OOM naming the size, after the cache was
+ * given back (the block cached before the failure is released); the next
+ * allocation works. */
+static void test_out_of_memory(void) {
+#ifdef ACCEL_HAVE_CUDA
+    if (g_dev.type != ACCEL_DEV_CUDA) return;
+    void *a = g_cuda->mem.alloc(0, 5u << 20, 256);
+    CHECK(a != NULL);
+    g_cuda->mem.free(0, a); /* cached */
+    size_t held = accel__cuda_reserved_bytes(0);
+    CHECK(g_cuda->mem.alloc(0, (size_t)1 << 50, 256) == NULL); /* 1 PiB */
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_OOM && strstr(accel_last_error(), "out of memory allocating"), "%s",
+              accel_last_error());
+    CHECK(accel__cuda_reserved_bytes(0) <= held - (6u << 20));
+    accel_clear_error();
+    void *b = g_cuda->mem.alloc(0, 1024, 256);
+    CHECK(b != NULL);
+    g_cuda->mem.free(0, b);
+#endif
+}
+
+/* Grid-stride loops past one grid (65535 * 8 blocks of 256 threads: 134 M
+ * elements): fill and copy write the elements the second pass reaches. */
+static void test_grid_stride_wrap(void) {
+    if (g_dev.type != ACCEL_DEV_CUDA) return; /* 0.5 GB per tensor: the GPU's case */
+    const int64_t n = (int64_t)65535 * 8 * 256 + 77;
+    size_t bytes = (size_t)n * sizeof(float);
+    float *a = g_cuda->mem.alloc(0, bytes, 256), *b = g_cuda->mem.alloc(0, bytes, 256), *h = accel_malloc(bytes);
+    CHECK(a && b && h);
+    if (!a || !b || !h) return;
+    accel_tensor ta = {.magic = ACCEL_TENSOR_MAGIC, .dtype = ACCEL_F32, .device = g_dev, .ndim = 1, .shape = {n},
+                       .stride = {1}, .data = a};
+    accel_tensor tb = ta;
+    tb.data = b;
+    accel_k_fill f = {.out = &ta, .value = 3.0};
+    CHECK(g_cuda->kernels.fill(&f) == ACCEL_OK);
+    CHECK(g_cuda->mem.memset(0, b, 0xFF, bytes) == ACCEL_OK);
+    accel_k_copy c = {.out = &tb, .in = &ta};
+    CHECK(g_cuda->kernels.copy(&c) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, h, b, bytes) == ACCEL_OK);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; i++) wrong += h[i] != 3.0f;
+    CHECK_MSG(wrong == 0, "grid-stride wrap: %lld of %lld elements wrong", (long long)wrong, (long long)n);
+    g_cuda->mem.free(0, a);
+    g_cuda->mem.free(0, b);
+    accel_free(h);
 }
 
 /* ---- memory-like kernels */
@@ -361,6 +515,39 @@ static void test_binary(void) {
     pair *o = mk2(ACCEL_I64, 11, 5, CONTIG, OUT), *a = mk2(ACCEL_I64, 11, 5, STRIDED, IN), *b = mk1(ACCEL_I32, 5, IN);
     accel_k_binary k = {.out = &o->c, .a = &a->c, .b = &b->c, .op = ACCEL_B_MUL};
     KRUN("binary i64", binary, accel_k_binary, k, 0.0);
+}
+
+/* The contiguous fast paths (pointwise.cu): every float dtype pair, sizes
+ * with a tail past the 16-byte vectors, and the same views one element past
+ * an aligned address (the general kernels then). */
+static pair *shifted(pair *p) {
+    size_t es = accel_dtype_size(p->c.dtype);
+    p->c.data = (char *)p->c.data + es, p->g.data = (char *)p->g.data + es;
+    p->c.shape[0] = p->g.shape[0] = p->c.shape[0] - 1;
+    return p;
+}
+
+static void test_fast_paths(void) {
+    const int64_t sizes[] = {1, 8, 1027};
+    for (int si = 0; si < 3; si++)
+        for (int shift = 0; shift < 2; shift++)
+            for (int i = 0; i < 3; i++) {
+                int64_t n = sizes[si] + shift;
+                for (int j = 0; j < 3; j++) {
+                    pair *o = mk1(FLOATS[j], n, OUT), *x = mk1(FLOATS[i], n, IN);
+                    if (shift) shifted(o), shifted(x);
+                    accel_k_copy c = {.out = &o->c, .in = &x->c};
+                    KRUN("copy contiguous", copy, accel_k_copy, c, 0.0);
+                    o = mk1(FLOATS[j], n, OUT), x = mk1(FLOATS[i], n, IN);
+                    if (shift) shifted(o), shifted(x);
+                    accel_k_unary u = {.out = &o->c, .x = &x->c, .op = ACCEL_U_SILU};
+                    KRUN("unary contiguous", unary, accel_k_unary, u, tol_of(FLOATS[j]));
+                }
+                pair *o = mk1(FLOATS[i], n, OUT), *a = mk1(FLOATS[i], n, IN), *b = mk1(FLOATS[i], n, IN);
+                if (shift) shifted(o), shifted(a), shifted(b);
+                accel_k_binary k = {.out = &o->c, .a = &a->c, .b = &b->c, .op = ACCEL_B_MUL};
+                KRUN("binary contiguous", binary, accel_k_binary, k, tol_of(FLOATS[i]));
+            }
 }
 
 static void test_unary(void) {
@@ -522,6 +709,39 @@ static void test_gemm_plan_cache(void) {
 #endif
 }
 
+/* ACCEL_ALLOW_TF32=1: f32 GEMMs on TF32 tensor cores (10-bit mantissas:
+ * about 1e-3 relative), a signature of their own. */
+static void test_gemm_tf32(void) {
+    setenv("ACCEL_ALLOW_TF32", "1", 1);
+#ifdef ACCEL_HAVE_CUDA
+    int before = g_dev.type == ACCEL_DEV_CUDA ? accel__cuda_gemm_plans() : 0;
+#endif
+    pair *c = mk2(ACCEL_F32, 65, 47, CONTIG, OUT), *a = mk2(ACCEL_F32, 65, 129, CONTIG, IN);
+    pair *b = mk2(ACCEL_F32, 47, 129, CONTIG, IN);
+    accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .trans_b = true, .M = 65, .N = 47, .K = 129, .lda = 129,
+                      .ldb = 129, .ldc = 47, .alpha = 1.0f};
+    KRUN("gemm tf32", gemm, accel_k_gemm, g, 1e-2);
+#ifdef ACCEL_HAVE_CUDA
+    if (g_dev.type == ACCEL_DEV_CUDA) CHECK(accel__cuda_gemm_plans() == before + 1 || before >= 256);
+#endif
+    unsetenv("ACCEL_ALLOW_TF32");
+}
+
+/* More signatures than the plan cache holds (256): the later ones are
+ * planned per call, with the same results. */
+static void test_gemm_many_plans(void) {
+    for (int n = 1; n <= 270; n++) {
+        pair *c = mk2(ACCEL_F32, 3, n, CONTIG, OUT), *a = mk2(ACCEL_BF16, 3, 16, CONTIG, IN);
+        pair *b = mk2(ACCEL_BF16, n, 16, CONTIG, IN);
+        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .trans_b = true, .M = 3, .N = n, .K = 16, .lda = 16,
+                          .ldb = 16, .ldc = n, .alpha = 1.0f};
+        KRUN("gemm past the plan cache", gemm, accel_k_gemm, g, 1e-2);
+    }
+#ifdef ACCEL_HAVE_CUDA
+    if (g_dev.type == ACCEL_DEV_CUDA) CHECK(accel__cuda_gemm_plans() == 256);
+#endif
+}
+
 static void test_bias(void) {
     pair *o = mk2(ACCEL_F32, 19, 37, CONTIG, OUT), *b = mk1(ACCEL_F32, 37, IN);
     accel_k_bias_rows br = {.out = &o->c, .bias = &b->c, .R = 19, .O = 37};
@@ -606,9 +826,16 @@ static void test_embedding(void) {
     pair *o = mk2(ACCEL_F32, 4, D, CONTIG, OUT), *w = mk2(ACCEL_F32, V, D, CONTIG, IN), *bad = mk1(ACCEL_I64, 4, IN);
     set_elem(bad, 2, (double)V);
     accel_k_embedding e = {.out = &o->g, .w = &w->g, .ids = &bad->g, .n = 4, .D = D, .V = V};
-    CHECK(g_cuda->kernels.embedding(&e) == ACCEL_ERR_INVALID_ARG);
+    CHECK(bad_input_status(g_cuda->kernels.embedding(&e)) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "id 101 at position 2 is out of range for 101 embeddings");
     accel_clear_error();
+    if (g_dev.type == ACCEL_DEV_CUDA) { /* reported once; the backward adds nothing for the bad id */
+        CHECK(g_cuda->async.synchronize(0) == ACCEL_OK);
+        pair *gw = mk2(ACCEL_F32, V, D, CONTIG, OUT), *g = mk2(ACCEL_F32, 4, D, CONTIG, IN);
+        CHECK(g_cuda->mem.memset(0, gw->gbase, 0, gw->bytes) == ACCEL_OK);
+        accel_k_embedding_backward eb = {.gw = &gw->g, .g = &g->g, .ids = &bad->g, .n = 4, .D = D};
+        CHECK(g_cuda->kernels.embedding_backward(&eb) == ACCEL_OK && g_cuda->async.synchronize(0) == ACCEL_OK);
+    }
     pairs_free();
 }
 
@@ -617,7 +844,7 @@ static void test_embedding(void) {
 static void pairs_reset_device(void) {
     for (int k = 0; k < g_npairs; k++) {
         pair *p = &g_pairs[k];
-        if (p->role == OUT) CHECK(g_cuda->mem.memset(0, p->gbase, 0xFF, p->bytes) == ACCEL_OK);
+        if (p->role == OUT) CHECK(g_cuda->mem.memset(0, p->gbase, POISON_BYTE, p->bytes) == ACCEL_OK);
         if (p->role == ACC) sync_to_device(p);
     }
 }
@@ -758,14 +985,14 @@ static void test_losses(void) {
     set_elem(t2, 0, 1), set_elem(t2, 1, 10), set_elem(t2, 2, 2);
     accel_k_cross_entropy bad = {.out = &o2->g, .lse = &l2->g, .count = &c2->g, .x = &x2->g, .targets = &t2->g,
                                  .N = 3, .C = 10, .ignore = ignore};
-    CHECK(g_cuda->kernels.cross_entropy(&bad) == ACCEL_ERR_INVALID_ARG);
+    CHECK(bad_input_status(g_cuda->kernels.cross_entropy(&bad)) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "target 10 at position 1 is out of range for 10 classes");
     accel_clear_error();
     if (g_cuda->kernels.cross_entropy_fused) {
         pair *d2 = mk2(ACCEL_F32, 3, 10, CONTIG, OUT);
         accel_k_cross_entropy_fused bad_fused = {.out = &o2->g, .count = &c2->g, .dx = &d2->g, .x = &x2->g,
                                                  .targets = &t2->g, .N = 3, .C = 10, .ignore = ignore};
-        CHECK(g_cuda->kernels.cross_entropy_fused(&bad_fused) == ACCEL_ERR_INVALID_ARG);
+        CHECK(bad_input_status(g_cuda->kernels.cross_entropy_fused(&bad_fused)) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), "target 10 at position 1 is out of range for 10 classes");
         accel_clear_error();
     }
@@ -853,6 +1080,8 @@ static const sdpa_case SDPA_CASES[] = {
     {2, 2, 2, 1, 65, 64, 64, true, false},     /* one query, a key tile of one key */
     {1, 4, 1, 129, 129, 128, 64, false, false}, /* no mask, Dv != D, three tiles of each kind, 4 heads per kv head */
     {1, 2, 1, 140, 37, 32, 48, true, false},   /* more queries than keys: the first 64-query tile sees no key */
+    {1, 2, 1, 261, 261, 256, 256, true, false}, /* head dim 256, more than four key tiles of each kind */
+    {1, 3, 1, 9, 300, 224, 224, true, true},    /* head dim 224, decode over five key tiles, strided k/v */
 };
 
 /* k or v of n elements one element past a 16-byte boundary (a pair of n + 1, the view moved on by
@@ -1064,6 +1293,17 @@ static void test_fp8(void) {
     fp8_gemm_ref(ref, qx, ACCEL_FP8_E4M3, 1.0f / 16.0f, qw, ACCEL_FP8_E4M3, 1.0f / 4096.0f, M, N, K);
     double worst = rel_error(c, ref, M * N);
     CHECK_MSG(worst < 1e-5, "fp8 gemm E4M3 x E4M3: worst relative error %.3g", worst);
+    /* beta != 0: C = A B^T + 0.5 C, onto the C just computed */
+    static float sum[M * N];
+    for (int i = 0; i < M * N; i++) sum[i] = ref[i] + 0.5f * c[i];
+    g.beta = 0.5f;
+    int plans = accel__cuda_gemm_plans();
+    CHECK_MSG(accel__cuda_fp8_gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel__cuda_gemm_plans() == plans); /* the signature's plan, made by the call before */
+    CHECK(g_cuda->mem.copy_to_host(0, c, dc, sizeof c) == ACCEL_OK);
+    worst = rel_error(c, sum, M * N);
+    CHECK_MSG(worst < 1e-5, "fp8 gemm E4M3 x E4M3, beta 0.5: worst relative error %.3g", worst);
+    g.beta = 0.0f;
 
     for (int i = 0; i < M * K; i++) qx[i] = accel__fp8_encode(x[i] * 16.0f, ACCEL_FP8_E5M2);
     CHECK(g_cuda->mem.copy_to_device(0, dqx, qx, sizeof qx) == ACCEL_OK);
@@ -1230,6 +1470,65 @@ static void test_max_memory(void) {
 
 /* Every entry of the table has a CUDA kernel; one added to the table later
  * without its kernel is listed and fails here (the hostless device has all). */
+/* ---- the harness itself: what a faulty kernel leaves behind is caught */
+
+/* Writes n bytes at byte off of p's device buffer (what a kernel would). */
+static void device_write(pair *p, size_t off, const void *src, size_t n) {
+    CHECK(g_cuda->mem.copy_to_device(0, (char *)p->gbase + off, src, n) == ACCEL_OK);
+}
+
+/* Sets element i of p's view to v on the cpu side and (unless skip) the device side. */
+static void both_write(pair *p, int64_t i, float v, bool skip) {
+    float *e = accel__elem_ptr(&p->c, i);
+    *e = v;
+    if (!skip) device_write(p, (size_t)((char *)e - (char *)p->cbase), &v, sizeof v);
+}
+
+static bool flagged(pair *p, double rtol) {
+    char why[256] = "";
+    return problem(p, rtol, why, sizeof why) != NULL;
+}
+
+static void test_harness_catches(void) {
+    /* an element left poisoned where the reference is NaN; a kernel's own NaN passes */
+    pair *o = mk1(ACCEL_F32, 8, OUT);
+    for (int i = 0; i < 8; i++) both_write(o, i, i == 3 ? NAN : (float)i, i == 3);
+    CHECK(flagged(o, 1e-5));
+    uint32_t kernel_nan = 0x7fffffffu;
+    device_write(o, 3 * sizeof(float), &kernel_nan, sizeof kernel_nan);
+    CHECK(!flagged(o, 1e-5));
+    pairs_free();
+    /* a write into a stride gap, the offset before the view, or past the buffer */
+    for (int where = 0; where < 3; where++) {
+        pair *s = mk2(ACCEL_F32, 3, 4, STRIDED, OUT); /* rows of 9 floats, the view at 1, 3, 5, 7 */
+        for (int i = 0; i < 12; i++) both_write(s, i, (float)i, false);
+        CHECK(!flagged(s, 1e-5));
+        float stray = 42.0f;
+        size_t at = where == 0 ? 2 * sizeof(float) : where == 1 ? 0 : s->bytes;
+        device_write(s, at, &stray, sizeof stray);
+        CHECK_MSG(flagged(s, 1e-5), "stray write %d not caught", where);
+        pairs_free();
+    }
+    /* an input written to */
+    pair *in = mk1(ACCEL_BF16, 8, IN);
+    CHECK(!flagged(in, 0.0));
+    uint16_t one = 0x3f80;
+    device_write(in, 5 * sizeof one, &one, sizeof one);
+    CHECK(flagged(in, 0.0));
+    pairs_free();
+    /* a small gradient added 5% wrong onto O(1) values: 5e-5 against values
+     * near 1 passes a bf16 tolerance, against what was added it does not */
+    pair *acc = mk1(ACCEL_F32, 64, ACC);
+    for (int i = 0; i < 64; i++) {
+        float *e = accel__elem_ptr(&acc->c, i), c0 = *e, d = 1e-3f * (float)(1 + i % 3);
+        *e = c0 + d;
+        float g = c0 + 1.05f * d;
+        device_write(acc, (size_t)i * sizeof(float), &g, sizeof g);
+    }
+    CHECK(flagged(acc, tol_of(ACCEL_BF16)));
+    pairs_free();
+}
+
 static void test_missing_reported(void) {
     int missing = 0, total = 0;
 #define NOTE_MISSING(name, T)                                                             \
@@ -1299,18 +1598,23 @@ int main(void) {
         return CUDA_SKIP;
     }
     g_cuda = accel__backend_of(g_dev);
+    RUN(test_harness_catches);
     RUN(test_memory);
     RUN(test_step_pool);
+    RUN(test_out_of_memory);
+    RUN(test_grid_stride_wrap);
     RUN(test_peer_copy);
     RUN(test_copy_fill_accumulate);
     RUN(test_rng);
     RUN(test_binary);
     RUN(test_unary);
+    RUN(test_fast_paths);
     RUN(test_swiglu);
     RUN(test_sum_max);
     RUN(test_gemm_views);
     RUN(test_gemm_k0);
     RUN(test_gemm_plan_cache);
+    RUN(test_gemm_tf32);
     RUN(test_bias);
     RUN(test_softmax);
     RUN(test_rope);
@@ -1329,6 +1633,7 @@ int main(void) {
     RUN(test_fp8_cached_cast);
     RUN(test_linear_bias);
 #endif
+    RUN(test_gemm_many_plans); /* last of the GEMMs: it fills the plan cache */
     RUN(test_max_memory);
     RUN(test_missing_reported);
     return check_summary();

@@ -188,6 +188,26 @@ static void test_full_device_trims_the_pool(void) {
     CHECK(stats().held == 0);
 }
 
+/* A creation that finds the device full of another allocator's idle cache
+ * (CUDA's caching allocator beside its virtual memory) has the backend give
+ * that cache back and retries, even with nothing pooled to trim; a device
+ * still full after it is ACCEL_ERR_OOM. */
+static void test_full_device_releases_the_idle_cache(void) {
+    void *r = mem->vm_reserve(0, 4 * G);
+    int64_t releases = accel__hostless_vm_idle_releases();
+    accel__hostless_vm_set_limit(2 * G);
+    accel__hostless_vm_set_idle_cache(2 * G);
+    CHECK_MSG(map(r, 0, 1) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel__hostless_vm_idle_releases() - releases == 1);
+    accel__hostless_vm_set_idle_cache(G);
+    check_refused(map(r, 1, 2), ACCEL_ERR_OOM, "hostless:0: out of device memory", "limit");
+    CHECK(accel__hostless_vm_idle_releases() - releases == 2 && stats().mapped == G);
+    accel__hostless_vm_set_limit(0);
+    CHECK(unmap(r, 0, 1) == ACCEL_OK);
+    mem->vm_release(0, r, 4 * G);
+    CHECK(stats().held == 0);
+}
+
 /* An unmap that fails leaves its handle possibly mapped: it is released,
  * never pooled (a later map would put it behind a second range), and the
  * error is reported. */
@@ -279,6 +299,7 @@ int main(void) {
     RUN(test_retiring_ranges);
     RUN(test_step_trims_idle_handles);
     RUN(test_full_device_trims_the_pool);
+    RUN(test_full_device_releases_the_idle_cache);
     RUN(test_failed_unmap_drops_the_handle);
     RUN(test_unmap_goes_on_after_another_failure);
     RUN(test_unrecorded_fence_waits_for_the_stream);

@@ -177,7 +177,8 @@ static accel_status trim(vm_pool *pl) {
     return report_first(&f);
 }
 
-/* A new free block of `bytes`; on ACCEL_ERR_OOM the pool is trimmed and creation tried once more. */
+/* A new free block of `bytes`; on ACCEL_ERR_OOM the pool is trimmed, the
+ * backend's other idle memory released, and creation tried once more. */
 static vm_block *create(vm_pool *pl, size_t bytes) {
     int index = pl->dev.index;
     if (!grow((void **)&pl->blocks, &pl->cap_blocks, pl->n_blocks + 1, sizeof *pl->blocks)) return NULL;
@@ -185,9 +186,11 @@ static vm_block *create(vm_pool *pl, size_t bytes) {
     if (!fence) return NULL;
     uint64_t h;
     accel_status st = pl->ops->create(index, bytes, &h);
-    if (st == ACCEL_ERR_OOM && pl->n_blocks) {
+    if (st == ACCEL_ERR_OOM && (pl->n_blocks || pl->ops->release_idle)) {
         accel_clear_error();
-        if (!(st = trim(pl))) st = pl->ops->create(index, bytes, &h); /* else the device failed: reported */
+        st = pl->n_blocks ? trim(pl) : ACCEL_OK; /* a failure: the device failed, reported */
+        if (!st && pl->ops->release_idle) pl->ops->release_idle(index);
+        if (!st) st = pl->ops->create(index, bytes, &h);
     }
     if (st) {
         pl->ops->fence_free(index, fence);

@@ -23,8 +23,9 @@
  *   handles as ranges of that size were mapped at once: an unmap never makes
  *   the next map create memory, as FSDP's limit_all_gathers bounds memory);
  *   else a new handle. When creating fails with ACCEL_ERR_OOM, the pool
- *   waits for every retiring handle, releases every pooled one and tries
- *   once more. Contents are undefined (a pooled handle holds what it held).
+ *   waits for every retiring handle, releases every pooled one, has the
+ *   backend release its other idle memory (ops->release_idle: the caching
+ *   allocator's cache) and tries once more. Contents are undefined (a pooled handle holds what it held).
  * - vm_unmap of exactly a range vm_map mapped (else an error naming it): the
  *   range retires. A fence is recorded on the calling thread's stream; once
  *   it is done (checked at each vm call of the device, waited for only as
@@ -93,6 +94,12 @@ typedef struct accel__vm_ops {
     /* Optional: told of every change of the bytes mapped (vm_map'd and not
      * vm_unmap'd), under the pool's lock (hostless's memory counters). */
     void (*mapped)(int index, size_t bytes, bool more);
+    /* Optional: gives the device memory the backend keeps idle elsewhere (a
+     * caching allocator's free blocks) back to the device, when creating
+     * physical memory ran out. Called under the pool's lock: it must not
+     * call the pool (the backend's allocator calls accel__vm_trim without
+     * its own lock held). */
+    void (*release_idle)(int index);
 } accel__vm_ops;
 
 /* The counters of one device's pool (since start-up unless said). */

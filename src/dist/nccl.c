@@ -6,7 +6,12 @@
  *
  * Buffers are device pointers of the rank's GPU; a host pointer (the flat
  * host buffers the layers above use today) is staged through a device
- * buffer of this backend. Collectives run on a communication stream of their
+ * buffer of this backend and a pinned host buffer of the same layout: copies
+ * between pinned and device memory are asynchronous, so the host returns
+ * from enqueueing them and polls the collective (the timeout and a peer's
+ * death are seen); a copy into pageable memory would wait for the NCCL
+ * kernel inside cudaMemcpyAsync, forever when a peer is dead. The host side
+ * (user buffer <-> pinned) is a memcpy before the enqueue and after the poll. Collectives run on a communication stream of their
  * own, ordered after the work already enqueued on the calling thread's
  * compute stream (an event the communication stream waits for), and the
  * compute stream waits for the collective in turn. The call returns when the
@@ -29,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cuda/cuda_calls.h"
 #include "backends/cuda/cuda_internal.h"
 #include "dist/backend.h"
 
@@ -38,6 +44,7 @@ typedef struct nccl_state {
     cudaStream_t stream;
     cudaEvent_t before, after;
     void *stage; /* device staging buffer for host pointers */
+    void *host;  /* pinned host staging of the same stage_bytes, same offsets */
     size_t stage_bytes;
     bool aborted;  /* comm is then NULL: ncclCommAbort freed it */
     bool deferred; /* between stream begin and end: a collective enqueues only */
@@ -78,7 +85,7 @@ static bool poll_once(nccl_state *s, cudaEvent_t ev, bool *done, const char **wh
     if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
         *what = "communicator error (a peer died or failed; communicator aborted)";
         *why = ncclGetErrorString(r != ncclSuccess ? r : async);
-    } else if (async == ncclInProgress || (ev && (e = cudaEventQuery(ev)) == cudaErrorNotReady)) {
+    } else if (async == ncclInProgress || (ev && (e = accel__cuda_event_poll(ev)) == cudaErrorNotReady)) {
         return true;
     } else if (e != cudaSuccess) {
         cudaGetLastError();
@@ -173,6 +180,7 @@ static void nccl_finalize(accel_pg *pg) {
     for (int i = 0; i < s->n_spare; i++) cudaEventDestroy(s->spare[i]);
     free(s->spare);
     if (s->stage) cudaFree(s->stage);
+    if (s->host) cudaFreeHost(s->host);
     if (s->after) cudaEventDestroy(s->after);
     if (s->before) cudaEventDestroy(s->before);
     if (s->stream) cudaStreamDestroy(s->stream);
@@ -191,18 +199,21 @@ static bool on_device(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-/* The staging buffer, on the rank's GPU whichever device the calling thread
- * (the group's communication thread for asynchronous work) last used. */
-static void *stage(accel_pg *pg, size_t bytes) {
+/* The staging buffers (device and pinned host), on the rank's GPU whichever
+ * device the calling thread (the group's communication thread for
+ * asynchronous work) last used. Returns the device one. */
+static char *stage(accel_pg *pg, size_t bytes) {
     nccl_state *s = state_of(pg);
     cudaSetDevice(s->device);
     if (bytes <= s->stage_bytes) return s->stage;
     if (s->stage) cudaFree(s->stage);
-    s->stage = NULL;
+    if (s->host) cudaFreeHost(s->host);
+    s->stage = s->host = NULL;
     s->stage_bytes = 0;
     cudaError_t e = cudaMalloc(&s->stage, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaHostAlloc(&s->host, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess) {
-        cuda_fail(pg, "allocating the staging buffer", e);
+        cuda_fail(pg, "allocating the staging buffers", e);
         return NULL;
     }
     s->stage_bytes = bytes;
@@ -241,6 +252,29 @@ static accel_status copy(accel_pg *pg, void *dst, const void *src, size_t n) {
     return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "staging copy", e);
 }
 
+/* Staged input: n bytes of src (host or device) into the device stage at
+ * off; a host src through the pinned stage. */
+static accel_status put(accel_pg *pg, size_t off, const void *src, size_t n) {
+    nccl_state *s = state_of(pg);
+    char *d = (char *)s->stage + off, *h = (char *)s->host + off;
+    if (on_device(src)) return copy(pg, d, src, n);
+    if (n) memcpy(h, src, n);
+    return copy(pg, d, h, n);
+}
+
+/* Staged output, enqueued: n bytes of the device stage at off to dst when dst
+ * is device memory, else to the pinned stage, which take() copies to dst
+ * once the collective is done (end()). */
+static accel_status get(accel_pg *pg, void *dst, size_t off, size_t n) {
+    nccl_state *s = state_of(pg);
+    return copy(pg, on_device(dst) ? dst : (char *)s->host + off, (char *)s->stage + off, n);
+}
+
+static accel_status take(accel_pg *pg, accel_status ended, void *dst, size_t off, size_t n) {
+    if (ended == ACCEL_OK && n && !on_device(dst)) memcpy(dst, (char *)state_of(pg)->host + off, n);
+    return ended;
+}
+
 static bool nccl_type(accel_dtype dt, ncclDataType_t *t) {
     switch (dt) {
     case ACCEL_F32: *t = ncclFloat32; return true;
@@ -270,31 +304,33 @@ static accel_status nccl_all_reduce(accel_pg *pg, void *buf, size_t count, accel
     if (!nccl_type(dt, &t)) return nccl_fail(pg, "all_reduce", "dtype not reducible by NCCL");
     size_t bytes = count * accel_dtype_size(dt);
     bool dev = on_device(buf);
-    void *d = dev ? buf : stage(pg, bytes);
+    void *d = dev ? buf : (void *)stage(pg, bytes);
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
-    if (!dev && copy(pg, d, buf, bytes) != ACCEL_OK) return accel_last_status();
+    if (!dev && put(pg, 0, buf, bytes) != ACCEL_OK) return accel_last_status();
     if (check_nccl(pg, ncclAllReduce(d, d, count, t, nccl_op(op), s->comm, s->stream), "ncclAllReduce") != ACCEL_OK)
         return accel_last_status();
-    if (!dev && copy(pg, buf, d, bytes) != ACCEL_OK) return accel_last_status();
-    return end(pg);
+    if (dev) return end(pg);
+    if (get(pg, buf, 0, bytes) != ACCEL_OK) return accel_last_status();
+    return take(pg, end(pg), buf, 0, bytes);
 }
 
 static accel_status nccl_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
     nccl_state *s = state_of(pg);
     bool dev = on_device(buf);
-    void *d = dev ? buf : stage(pg, bytes);
+    void *d = dev ? buf : (void *)stage(pg, bytes);
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
-    if (!dev && pg->rank == root && copy(pg, d, buf, bytes) != ACCEL_OK)
+    if (!dev && pg->rank == root && put(pg, 0, buf, bytes) != ACCEL_OK)
         return accel_last_status();
     if (check_nccl(pg, ncclBroadcast(d, d, bytes, ncclUint8, root, s->comm, s->stream), "ncclBroadcast") != ACCEL_OK)
         return accel_last_status();
-    if (!dev && copy(pg, buf, d, bytes) != ACCEL_OK) return accel_last_status();
-    return end(pg);
+    if (dev) return end(pg);
+    if (get(pg, buf, 0, bytes) != ACCEL_OK) return accel_last_status();
+    return take(pg, end(pg), buf, 0, bytes);
 }
 
 static accel_status nccl_barrier(accel_pg *pg) {
     nccl_state *s = state_of(pg);
-    void *d = stage(pg, sizeof(float));
+    char *d = stage(pg, sizeof(float));
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
     if (check_nccl(pg, ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, s->comm, s->stream), "barrier") != ACCEL_OK)
         return accel_last_status();
@@ -313,7 +349,7 @@ static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv,
     if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
     const char *dsend = dev ? send : d + total;
     char *drecv = dev ? recv : d;
-    if (!dev && copy(pg, (void *)dsend, send, bytes[pg->rank]) != ACCEL_OK)
+    if (!dev && put(pg, total, send, bytes[pg->rank]) != ACCEL_OK)
         return accel_last_status();
     accel_status st = check_nccl(pg, ncclGroupStart(), "ncclGroupStart");
     size_t off = 0;
@@ -331,9 +367,9 @@ static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv,
         }
     }
     if (check_nccl(pg, ncclGroupEnd(), "ncclGroupEnd") != ACCEL_OK || st != ACCEL_OK) return accel_last_status();
-    if (!dev && receives && copy(pg, recv, drecv, total) != ACCEL_OK)
-        return accel_last_status();
-    return end(pg);
+    if (dev || !receives) return end(pg);
+    if (get(pg, recv, 0, total) != ACCEL_OK) return accel_last_status();
+    return take(pg, end(pg), recv, 0, total);
 }
 
 static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt,
@@ -347,12 +383,13 @@ static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *re
     if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
     const void *dsend = dev ? send : d;
     void *drecv = dev ? recv : d + all;
-    if (!dev && copy(pg, d, send, all) != ACCEL_OK) return accel_last_status();
+    if (!dev && put(pg, 0, send, all) != ACCEL_OK) return accel_last_status();
     if (check_nccl(pg, ncclReduceScatter(dsend, drecv, count, t, nccl_op(op), s->comm, s->stream),
                    "ncclReduceScatter") != ACCEL_OK)
         return accel_last_status();
-    if (!dev && copy(pg, recv, drecv, bytes) != ACCEL_OK) return accel_last_status();
-    return end(pg);
+    if (dev) return end(pg);
+    if (get(pg, recv, all, bytes) != ACCEL_OK) return accel_last_status();
+    return take(pg, end(pg), recv, all, bytes);
 }
 
 /* ---- stream-ordered asynchronous collectives (backend.h, accel__stream_ops) */

@@ -12,13 +12,18 @@
  * kernel on the same stream. Memory shared between streams must be freed
  * after the streams are joined (an event or synchronize).
  *
- * On cudaMalloc failure the cache of that device is released (cudaFree),
- * with the virtual memory's pooled handles (vm.c), and the allocation tried
- * once more before reporting out of memory. */
+ * When cudaMalloc runs out of memory the cache of that device is released
+ * (cudaFree), with the virtual memory's pooled handles (vm.c), and the
+ * allocation tried once more before reporting out of memory. Any other
+ * failure is reported as what it is (a sticky error from an earlier kernel
+ * fault says so): it is no out-of-memory, and releasing memory cannot help.
+ * The virtual memory's cuMemCreate running out releases this cache too
+ * (accel__cuda_release_cached). */
 #include <pthread.h>
 #include <stdint.h>
 
 #include "backends/vm_pool.h"
+#include "cuda_calls.h"
 #include "cuda_internal.h"
 
 typedef struct block {
@@ -61,31 +66,63 @@ static block *take_cached(device_heap *h, size_t size) {
     return NULL;
 }
 
+/* cudaFree waits for the device: a cached block still read by a kernel
+ * enqueued before its free is released after that kernel. */
 static void release_cache(int index, device_heap *h) {
     cudaSetDevice(index);
     while (h->cached) {
         block *b = h->cached;
         h->cached = b->next;
-        cudaFree(b->p);
+        if (accel__cuda_call.free(b->p) != cudaSuccess) accel__cuda_call.take_error(); /* the next call reports a fault */
         h->reserved -= b->size;
         accel_free(b);
     }
 }
 
+void accel__cuda_release_cached(int index) {
+    pthread_once(&g_heap_once, heap_init);
+    device_heap *h = &g_heap[index];
+    pthread_mutex_lock(&h->lock);
+    release_cache(index, h);
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* The error of a cudaMalloc of `size` bytes that failed with e, after the
+ * retry when e is an out-of-memory. A sticky error stays pending after it is
+ * taken: the device's context is lost and every later call fails. */
+static void alloc_failed(int index, const device_heap *h, size_t size, cudaError_t e) {
+    accel__cuda_call.take_error();
+    if (e == cudaErrorMemoryAllocation) {
+        accel_set_error(ACCEL_ERR_OOM, "cuda:%d: out of memory allocating %zu bytes (%zu held by the allocator, its "
+                        "cache released and the allocation retried)", index, size, h->reserved);
+        return;
+    }
+    bool sticky = accel__cuda_call.peek_error() == e;
+    accel_set_error(ACCEL_ERR_DEVICE, "cuda:%d: allocating %zu bytes failed: %s (%s)%s", index, size,
+                    cudaGetErrorName(e), cudaGetErrorString(e),
+                    sticky ? "; a sticky error: an earlier kernel faulted and the device's context is lost, every "
+                             "later CUDA call fails (restart the process; CUDA_LAUNCH_BLOCKING=1 names the kernel)"
+                           : "");
+}
+
+/* Called with h's lock held; drops it around the virtual memory's trim, whose
+ * lock is taken before this one when cuMemCreate runs out
+ * (accel__cuda_release_cached): one order for the two locks. */
 static block *new_block(int index, device_heap *h, size_t size) {
     block *b = accel_malloc(sizeof *b);
     if (!b) return NULL;
     cudaSetDevice(index);
-    cudaError_t e = cudaMalloc(&b->p, size);
+    cudaError_t e = accel__cuda_call.malloc(&b->p, size);
     if (e == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
+        accel__cuda_call.take_error();
         release_cache(index, h);
+        pthread_mutex_unlock(&h->lock);
         accel__vm_trim(ACCEL_DEV_CUDA, index); /* the virtual memory's pooled handles too */
-        e = cudaMalloc(&b->p, size);
+        pthread_mutex_lock(&h->lock);
+        e = accel__cuda_call.malloc(&b->p, size);
     }
-    if (accel__cuda_check(e, index, "alloc") != ACCEL_OK) {
-        accel_set_error(ACCEL_ERR_OOM, "cuda:%d: out of memory allocating %zu bytes (%zu reserved)", index, size,
-                        h->reserved);
+    if (e != cudaSuccess) {
+        alloc_failed(index, h, size, e);
         accel_free(b);
         return NULL;
     }

@@ -41,6 +41,8 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <pthread.h>
+
 #include <type_traits>
 
 #include "cuda_common.cuh"
@@ -656,13 +658,30 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 /* ---- launches */
 
+/* Per device: its shared-memory limit, and the kernels already allowed it
+ * (cudaFuncSetAttribute once per kernel and device, not per launch). */
+enum { ATT_KERNELS_MAX = 32 };
+static struct {
+    size_t limit; /* 0: not asked yet */
+    const void *allowed[ATT_KERNELS_MAX];
+    int n_allowed;
+} g_smem[ACCEL_CUDA_MAX_DEVICES];
+static pthread_mutex_t g_smem_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* The dynamic shared memory a block may use on device index (beyond the
  * default 48 KiB once a kernel is allowed it). */
 static accel_status smem_limit(int index, const char *op, size_t *limit) {
+    pthread_mutex_lock(&g_smem_lock);
+    *limit = g_smem[index].limit;
+    pthread_mutex_unlock(&g_smem_lock);
+    if (*limit) return ACCEL_OK;
     int optin = 0;
     accel_status st = accel__cuda_check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, index),
                                         index, op);
     *limit = optin > 0 ? (size_t)optin : 0;
+    pthread_mutex_lock(&g_smem_lock);
+    g_smem[index].limit = *limit;
+    pthread_mutex_unlock(&g_smem_lock);
     return st;
 }
 
@@ -678,8 +697,17 @@ static accel_status shared_memory(int index, const void *fn, size_t bytes, size_
                                "cuda:%d: %s: head dims D=%lld Dv=%lld need %zu bytes of shared memory per block, "
                                "the GPU allows %zu",
                                index, op, (long long)d->D, (long long)d->Dv, bytes, limit);
-    return accel__cuda_check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit), index,
-                             op);
+    pthread_mutex_lock(&g_smem_lock);
+    bool seen = false;
+    for (int i = 0; i < g_smem[index].n_allowed && !seen; i++) seen = g_smem[index].allowed[i] == fn;
+    accel_status st = ACCEL_OK;
+    if (!seen) {
+        st = accel__cuda_check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit), index,
+                               op);
+        if (!st && g_smem[index].n_allowed < ATT_KERNELS_MAX) g_smem[index].allowed[g_smem[index].n_allowed++] = fn;
+    }
+    pthread_mutex_unlock(&g_smem_lock);
+    return st;
 }
 
 static unsigned tiles(int64_t n, int64_t per) { return (unsigned)((n + per - 1) / per); }

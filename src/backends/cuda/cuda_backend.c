@@ -87,13 +87,53 @@ static cudaStream_t stream_or_current(int index, accel_stream *s) {
     return s ? (cudaStream_t)s : cur;
 }
 
+/* Freed events are kept per device and recorded again (an event is
+ * reusable once freed: a later record replaces what it marked), so steady
+ * steps create none; the pool holds the most events live at once. */
+typedef struct event_pool {
+    cudaEvent_t *spare;
+    int n, cap;
+} event_pool;
+
+static event_pool g_events[ACCEL_CUDA_MAX_DEVICES];
+static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cudaEvent_t event_take(int index) {
+    cudaEvent_t e = NULL;
+    pthread_mutex_lock(&g_events_lock);
+    if (g_events[index].n) e = g_events[index].spare[--g_events[index].n];
+    pthread_mutex_unlock(&g_events_lock);
+    if (!e && accel__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), index, "event_record") != ACCEL_OK)
+        return NULL;
+    return e;
+}
+
+/* Back into the pool (destroyed when the pool cannot grow). */
+static void event_give(int index, cudaEvent_t e) {
+    pthread_mutex_lock(&g_events_lock);
+    event_pool *p = &g_events[index];
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 16;
+        cudaEvent_t *grown = accel_malloc((size_t)cap * sizeof *grown);
+        if (grown) {
+            if (p->n) memcpy(grown, p->spare, (size_t)p->n * sizeof *grown);
+            accel_free(p->spare);
+            p->spare = grown;
+            p->cap = cap;
+        }
+    }
+    bool kept = p->n < p->cap;
+    if (kept) p->spare[p->n++] = e;
+    pthread_mutex_unlock(&g_events_lock);
+    if (!kept) cudaEventDestroy(e);
+}
+
 static accel_event *cuda_event_record(int index, accel_stream *s) {
     cudaStream_t st = stream_or_current(index, s);
-    cudaEvent_t e;
-    if (accel__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), index, "event_record") != ACCEL_OK)
-        return NULL;
+    cudaEvent_t e = event_take(index);
+    if (!e) return NULL;
     if (accel__cuda_check(cudaEventRecord(e, st), index, "event_record") != ACCEL_OK) {
-        cudaEventDestroy(e);
+        event_give(index, e);
         return NULL;
     }
     return (accel_event *)e;
@@ -104,20 +144,22 @@ static accel_status cuda_event_wait(int index, accel_stream *s, accel_event *e) 
     return accel__cuda_check(cudaStreamWaitEvent(st, (cudaEvent_t)e, 0), index, "event_wait");
 }
 
+/* Each synchronisation also reports the bad ids and targets found since
+ * the previous one (accel__cuda_check_pending). */
 static accel_status cuda_event_synchronize(int index, accel_event *e) {
     cudaSetDevice(index);
-    return accel__cuda_check(cudaEventSynchronize((cudaEvent_t)e), index, "event_synchronize");
+    if (accel__cuda_check(cudaEventSynchronize((cudaEvent_t)e), index, "event_synchronize")) return accel_last_status();
+    return accel__cuda_check_pending(index);
 }
 
 static void cuda_event_free(int index, accel_event *e) {
-    if (!e) return;
-    cudaSetDevice(index);
-    cudaEventDestroy((cudaEvent_t)e);
+    if (e) event_give(index, (cudaEvent_t)e);
 }
 
 static accel_status cuda_synchronize(int index) {
     cudaSetDevice(index);
-    return accel__cuda_check(cudaDeviceSynchronize(), index, "synchronize");
+    if (accel__cuda_check(cudaDeviceSynchronize(), index, "synchronize")) return accel_last_status();
+    return accel__cuda_check_pending(index);
 }
 
 /* ---- copies */
@@ -134,7 +176,8 @@ static accel_status copy_sync(int index, void *dst, const void *src, size_t n, e
     cudaStream_t s = accel__cuda_enter(index);
     accel_status st = copy_async(index, dst, src, n, kind, s, op);
     if (st != ACCEL_OK || !n) return st;
-    return accel__cuda_check(cudaStreamSynchronize(s), index, op);
+    if (accel__cuda_check(cudaStreamSynchronize(s), index, op)) return accel_last_status();
+    return accel__cuda_check_pending(index);
 }
 
 static accel_status cuda_copy_to_device(int index, void *dst, const void *src, size_t n) {

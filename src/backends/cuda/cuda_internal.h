@@ -33,6 +33,9 @@ void accel__cuda_free(int index, void *p);
  * chunks of the caching allocator; reset keeps one chunk of the high water). */
 void *accel__cuda_step_alloc(int index, size_t bytes, size_t align);
 void accel__cuda_step_reset(int index);
+/* Releases device index's cached (free) blocks to the device: the virtual
+ * memory's cuMemCreate ran out of memory. Takes the allocator's lock. */
+void accel__cuda_release_cached(int index);
 /* Bytes cudaMalloc'd and held (in use or cached) on device index. */
 size_t accel__cuda_reserved_bytes(int index);
 /* Virtual memory (vm.c): the backend's vm_* entries (backend.h). */
@@ -66,6 +69,25 @@ accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes);
 #define ACCEL__CUDA_KERNEL_DECL(name, T) accel_status accel__cudak_##name(T *args);
 ACCEL__CUDA_KERNELS(ACCEL__CUDA_KERNEL_DECL)
 #undef ACCEL__CUDA_KERNEL_DECL
+
+/* Input checks without a host synchronisation (checks.cu): the ops whose
+ * kernels skip bad ids or targets and report the first one. */
+typedef enum accel__cuda_check_op {
+    ACCEL_CUDA_CHECK_EMBEDDING = 1,
+    ACCEL_CUDA_CHECK_CROSS_ENTROPY,
+    ACCEL_CUDA_CHECK_CROSS_ENTROPY_FUSED,
+} accel__cuda_check_op;
+const char *accel__cuda_check_op_name(accel__cuda_check_op op);
+/* Enqueued on s after the op's kernels: *bad (device) is the first bad
+ * position they found (INT64_MAX: none), values[*bad] the bad value, limit
+ * the bound it broke; the first report of the device is kept and mirrored
+ * to the host, without a host wait. */
+accel_status accel__cuda_check_report(int index, cudaStream_t s, accel__cuda_check_op op, const long long *bad,
+                                      const int64_t *values, int64_t limit);
+/* Called after each synchronisation of device index through the backend:
+ * the error of the first bad input reported since the last call (naming the
+ * op, position, value and bound; the report is then cleared), else ACCEL_OK. */
+accel_status accel__cuda_check_pending(int index);
 
 /* C[M, N] (leading dim ldc, f32) = beta C (0 overwrites NaNs), + bias[N]
  * (f32, device) in every row unless NULL: a GEMM with K = 0. */

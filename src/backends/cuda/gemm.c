@@ -9,7 +9,7 @@
  * C^T = op(B)^T op(A)^T with B as cuBLASLt's first operand.
  *
  * Plans are cached: the descriptors, layouts and algorithm of each GEMM
- * signature are made once (below, "the plan cache").
+ * signature (fp8 ones too) are made once (below, "the plan cache").
  *
  * Also the fp8 GEMMs (E4M3/E5M2 with per-tensor scales) of backends/fp8.h,
  * at the end of the file. */
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/env.h"
+#include "cuda_calls.h"
 #include "cuda_internal.h"
 
 enum { WORKSPACE_BYTES = 32u << 20 };
@@ -41,7 +42,7 @@ static accel_status lt_check(cublasStatus_t s, int index, const char *what) {
 static lt_thread *lt_of(int index) {
     lt_thread *t = &tl_lt[index];
     if (t->handle) return t;
-    if (lt_check(cublasLtCreate(&t->handle), index, "cublasLtCreate") != ACCEL_OK) return NULL;
+    if (lt_check(accel__cuda_call.lt_create(&t->handle), index, "cublasLtCreate") != ACCEL_OK) return NULL;
     if (!(t->workspace = accel__cuda_alloc(index, WORKSPACE_BYTES, 256))) {
         cublasLtDestroy(t->handle);
         t->handle = NULL;
@@ -57,21 +58,6 @@ static bool operand_type(accel_dtype dt, cudaDataType_t *out) {
     case ACCEL_F16: *out = CUDA_R_16F; return true;
     default: return false;
     }
-}
-
-/* The fp8 GEMMs' descriptors, created per call (the end of the file). */
-typedef struct lt_plan {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulPreference_t pref;
-} lt_plan;
-
-static void plan_free(lt_plan *p) {
-    if (p->pref) cublasLtMatmulPreferenceDestroy(p->pref);
-    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
-    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
 }
 
 /* The largest power of two (<= 256) dividing address p. */
@@ -115,12 +101,15 @@ static const char *elem(const accel_tensor *t, int64_t off) {
  * on the stack at each call, as before the cache. The results do not depend
  * on the cache: the same signature gets the same algorithm either way. */
 
-enum { KEY_TRANS_A = 1, KEY_TRANS_B = 2, KEY_BIAS = 4 };
+enum { KEY_TRANS_A = 1, KEY_TRANS_B = 2, KEY_BIAS = 4, KEY_FP8 = 8 };
 
-/* Every field set (memset first): keys compare with memcmp; no padding. */
+/* Every field set (memset first): keys compare with memcmp; no padding.
+ * The fp8 GEMMs' signatures (KEY_FP8) share the table: ab is A's fp8 type,
+ * b_type B's, c_type C's (0 for the other GEMMs). */
 typedef struct gemm_key {
     int32_t device, compute, ab, flags; /* cublasComputeType_t, cudaDataType_t of A and B, KEY_* */
     uint32_t align_first, align_second, align_c, align_bias; /* bytes; align_bias 0 without bias */
+    int32_t b_type, c_type;
     int64_t M, N, K, lda, ldb, ldc;
 } gemm_key;
 
@@ -129,6 +118,7 @@ typedef struct gemm_plan {
     cublasLtMatrixLayoutOpaque_t first, second, c; /* B, A and C in cuBLASLt's view */
     cublasLtMatmulAlgo_t algo;
     bool found; /* false: cuBLASLt has no algorithm for the signature (kept, so as not to ask again) */
+    cublasStatus_t heuristic; /* the heuristic's answer (a status, not found = 0, when it had none) */
 } gemm_plan;
 
 enum { PLAN_SLOTS = 512, PLAN_MAX = 256 }; /* open addressing: a probe always ends at a free slot */
@@ -189,6 +179,16 @@ static cublasStatus_t desc_init(cublasLtMatmulDesc_t op, const gemm_key *k, cons
     return s;
 }
 
+/* cuBLASLt's heuristic says "no algorithm" with a status too, not only with
+ * found = 0: NOT_SUPPORTED for a signature it has no kernel for, and
+ * INVALID_VALUE for the bias epilogue on a one-row or one-column operand
+ * (M = 1: batch-1 decode; PyTorch keeps bias epilogues away from those).
+ * Either is a plan without algorithm: cached, and a biased GEMM adds its
+ * bias first instead. */
+static bool no_algorithm(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE;
+}
+
 /* The plan of key k into p: descriptors, then the heuristic's best algorithm
  * for them (asked through this thread's handle lt; the answer depends on
  * the device and the descriptors, not on the handle), or p->found false
@@ -211,19 +211,30 @@ static accel_status plan_build(gemm_plan *p, const gemm_key *k, lt_thread *lt, c
     accel_status st = lt_check(s, index, "descriptors");
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, &p->op, &p->first, &p->second, &p->c, &p->c, &pref, 1,
-                                                     &h, &found),
-                      index, "heuristic");
-    p->found = st == ACCEL_OK && found > 0;
+    p->heuristic = CUBLAS_STATUS_SUCCESS;
+    if (st == ACCEL_OK) {
+        p->heuristic = accel__cuda_call.lt_heuristic(lt->handle, &p->op, &p->first, &p->second, &p->c, &p->c, &pref, 1,
+                                                     &h, &found);
+        if (!no_algorithm(p->heuristic)) st = lt_check(p->heuristic, index, "heuristic");
+    }
+    p->found = st == ACCEL_OK && p->heuristic == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->found) p->algo = h.algo;
     return st;
 }
 
+static accel_status fp8_plan_build(gemm_plan *p, const gemm_key *k, lt_thread *lt, const accel__cuda_fp8_args *g);
+
+static accel_status build(gemm_plan *p, const gemm_key *k, lt_thread *lt, const void *bias,
+                          const accel__cuda_fp8_args *fp8) {
+    return fp8 ? fp8_plan_build(p, k, lt, fp8) : plan_build(p, k, lt, bias);
+}
+
 /* The plan of key k: the table's (made now if the signature is new and the
  * table has room), or one made in *local when the table is full; NULL
- * (error set) when cuBLASLt refuses the descriptors. */
-static gemm_plan *plan_get(const gemm_key *k, lt_thread *lt, const void *bias, gemm_plan *local) {
+ * (error set) when cuBLASLt refuses the descriptors. fp8: the fp8 GEMM's
+ * arguments for its signatures (KEY_FP8), else NULL. */
+static gemm_plan *plan_get(const gemm_key *k, lt_thread *lt, const void *bias, const accel__cuda_fp8_args *fp8,
+                           gemm_plan *local) {
     pthread_mutex_lock(&g_plans_lock);
     size_t i = key_slot(k);
     while (g_plans[i].used && memcmp(&g_plans[i].key, k, sizeof *k)) i = (i + 1) % PLAN_SLOTS;
@@ -231,7 +242,7 @@ static gemm_plan *plan_get(const gemm_key *k, lt_thread *lt, const void *bias, g
     gemm_plan *p = slot->used ? &slot->plan : NULL;
     accel_status st = ACCEL_OK;
     bool room = g_nplans < PLAN_MAX;
-    if (!p && room && (st = plan_build(&slot->plan, k, lt, bias)) == ACCEL_OK) {
+    if (!p && room && (st = build(&slot->plan, k, lt, bias, fp8)) == ACCEL_OK) {
         slot->key = *k;
         slot->used = true;
         g_nplans++;
@@ -239,7 +250,7 @@ static gemm_plan *plan_get(const gemm_key *k, lt_thread *lt, const void *bias, g
     }
     pthread_mutex_unlock(&g_plans_lock);
     if (p || st != ACCEL_OK) return p;
-    return plan_build(local, k, lt, bias) == ACCEL_OK ? local : NULL;
+    return build(local, k, lt, bias, fp8) == ACCEL_OK ? local : NULL;
 }
 
 int accel__cuda_gemm_plans(void) {
@@ -299,12 +310,13 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
     const void *a = elem(g->a, g->a_off), *b = elem(g->b, g->b_off);
     gemm_key key = key_of(g, ab, a, b, c, bias, tf32);
     gemm_plan local;
-    gemm_plan *p = plan_get(&key, lt, bias, &local);
+    gemm_plan *p = plan_get(&key, lt, bias, NULL, &local);
     if (!p) return accel_last_status();
     if (!p->found && bias) return gemm_bias_first(g, c, bias);
     if (!p->found)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld",
-                               index, (long long)g->M, (long long)g->N, (long long)g->K);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld (its heuristic: %s)", index,
+                               (long long)g->M, (long long)g->N, (long long)g->K, cublasLtGetStatusString(p->heuristic));
     /* The bias pointer is part of the matmul descriptor, and differs from call
      * to call: a call with a bias gets its own descriptor, made in place on
      * the stack (no allocation); the cached layouts and algorithm hold. */
@@ -341,22 +353,59 @@ static accel_status fp8_check(int index, const accel__cuda_fp8_args *g) {
     return ACCEL_OK;
 }
 
-static cublasStatus_t fp8_plan_init(lt_plan *p, const accel__cuda_fp8_args *g) {
+/* The matmul descriptor of g in op's storage: its scale pointers differ
+ * from call to call (each layer's fp8 meta), so each call makes its own on
+ * the stack; the plan's layouts and algorithm are the signature's. */
+static cublasStatus_t fp8_desc_init(cublasLtMatmulDesc_t op, const accel__cuda_fp8_args *g) {
     cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    cudaDataType_t ct = g->c_dtype == ACCEL_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
-    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+    cublasStatus_t s = cublasLtMatmulDescInit(op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
     /* cuBLASLt's A is our B: its scale_inv is the A scale pointer */
-    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->b_inv, sizeof g->b_inv);
-    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->a_inv, sizeof g->a_inv);
-    if (!s) s = cublasLtMatrixLayoutCreate(&p->b, fp8_type(g->b_fmt), g->K, g->N, g->ldb);
-    if (!s) s = cublasLtMatrixLayoutCreate(&p->a, fp8_type(g->a_fmt), g->K, g->M, g->lda);
-    if (!s) s = cublasLtMatrixLayoutCreate(&p->c, ct, g->N, g->M, g->ldc);
-    if (!s) s = cublasLtMatmulPreferenceCreate(&p->pref);
-    size_t ws = WORKSPACE_BYTES;
-    if (!s) s = cublasLtMatmulPreferenceSetAttribute(p->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->b_inv, sizeof g->b_inv);
+    if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->a_inv, sizeof g->a_inv);
     return s;
+}
+
+static gemm_key fp8_key_of(int index, const accel__cuda_fp8_args *g) {
+    gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.device = index;
+    k.compute = CUBLAS_COMPUTE_32F;
+    k.ab = fp8_type(g->a_fmt);
+    k.b_type = fp8_type(g->b_fmt);
+    k.c_type = g->c_dtype == ACCEL_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    k.flags = KEY_FP8;
+    k.align_first = alignment_of(g->b);
+    k.align_second = alignment_of(g->a);
+    k.align_c = alignment_of(g->c);
+    k.M = g->M, k.N = g->N, k.K = g->K, k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
+    return k;
+}
+
+/* The fp8 plan of key k (made from g's descriptor), as plan_build. */
+static accel_status fp8_plan_build(gemm_plan *p, const gemm_key *k, lt_thread *lt, const accel__cuda_fp8_args *g) {
+    cublasLtMatmulPreferenceOpaque_t pref;
+    size_t ws = WORKSPACE_BYTES;
+    cublasStatus_t s = fp8_desc_init(&p->op, g);
+    if (!s) s = cublasLtMatrixLayoutInit(&p->first, (cudaDataType_t)k->b_type, k->K, k->N, k->ldb);
+    if (!s) s = cublasLtMatrixLayoutInit(&p->second, (cudaDataType_t)k->ab, k->K, k->M, k->lda);
+    if (!s) s = cublasLtMatrixLayoutInit(&p->c, (cudaDataType_t)k->c_type, k->N, k->M, k->ldc);
+    if (!s) s = cublasLtMatmulPreferenceInit(&pref);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (!s) s = pref_align(&pref, k->align_first, k->align_second, k->align_c);
+    accel_status st = lt_check(s, k->device, "fp8 descriptors");
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    p->heuristic = CUBLAS_STATUS_SUCCESS;
+    if (st == ACCEL_OK) {
+        p->heuristic = accel__cuda_call.lt_heuristic(lt->handle, &p->op, &p->first, &p->second, &p->c, &p->c, &pref, 1,
+                                                     &h, &found);
+        if (!no_algorithm(p->heuristic)) st = lt_check(p->heuristic, k->device, "fp8 heuristic");
+    }
+    p->found = st == ACCEL_OK && p->heuristic == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->found) p->algo = h.algo;
+    return st;
 }
 
 accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g) {
@@ -365,24 +414,19 @@ accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g) {
     cudaStream_t stream = accel__cuda_enter(index);
     lt_thread *lt = lt_of(index);
     if (!lt) return accel_last_status();
-    lt_plan p = {0};
-    cublasStatus_t cs = fp8_plan_init(&p, g);
-    if (!cs) cs = pref_align(p.pref, alignment_of(g->b), alignment_of(g->a), alignment_of(g->c));
-    st = lt_check(cs, index, "fp8 descriptors");
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt->handle, p.op, p.b, p.a, p.c, p.c, p.pref, 1, &h, &found),
-                      index, "fp8 heuristic");
-    if (st == ACCEL_OK && !found)
-        st = accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                             "cuda:%d: fp8_gemm: no cuBLASLt fp8 algorithm for M=%lld N=%lld K=%lld (fp8 GEMMs need "
-                             "compute capability >= 8.9)",
-                             index, (long long)g->M, (long long)g->N, (long long)g->K);
-    if (st == ACCEL_OK)
-        st = lt_check(cublasLtMatmul(lt->handle, p.op, &g->alpha, g->b, p.b, g->a, p.a, &g->beta, g->c, p.c, g->c, p.c,
-                                     &h.algo, lt->workspace, WORKSPACE_BYTES, stream),
-                      index, "fp8 cublasLtMatmul");
-    plan_free(&p);
-    return st;
+    gemm_key key = fp8_key_of(index, g);
+    gemm_plan local;
+    gemm_plan *p = plan_get(&key, lt, NULL, g, &local);
+    if (!p) return accel_last_status();
+    if (!p->found)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "cuda:%d: fp8_gemm: no cuBLASLt fp8 algorithm for M=%lld N=%lld K=%lld (its heuristic: "
+                               "%s; fp8 GEMMs need compute capability >= 8.9)",
+                               index, (long long)g->M, (long long)g->N, (long long)g->K,
+                               cublasLtGetStatusString(p->heuristic));
+    cublasLtMatmulDescOpaque_t own;
+    if (lt_check(fp8_desc_init(&own, g), index, "fp8 descriptors") != ACCEL_OK) return accel_last_status();
+    return lt_check(cublasLtMatmul(lt->handle, &own, &g->alpha, g->b, &p->first, g->a, &p->second, &g->beta, g->c,
+                                   &p->c, g->c, &p->c, &p->algo, lt->workspace, WORKSPACE_BYTES, stream),
+                    index, "fp8 cublasLtMatmul");
 }

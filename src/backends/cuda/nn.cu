@@ -93,32 +93,22 @@ __global__ void bad_id_k(const int64_t *ids, int64_t n, int64_t V, long long *ba
 
 __global__ void init_ll_k(long long *p, long long v) { *p = v; }
 
-/* The ids are checked before the lookup (one small read back): an id out of
- * range is an error naming it, never a read outside w. */
+/* The ids are checked without a host wait (checks.cu): an id out of range
+ * is an error naming it at the device's next synchronisation, never a read
+ * outside w (its output row is zeros). */
 static accel_status check_ids(int index, cudaStream_t s, const int64_t *ids, int64_t n, int64_t V) {
-    long long *bad = (long long *)accel__cuda_step_alloc(index, sizeof *bad, 256), host_bad;
+    long long *bad = (long long *)accel__cuda_step_alloc(index, sizeof *bad, 256);
     if (!bad) return accel_last_status();
     init_ll_k<<<1, 1, 0, s>>>(bad, INT64_MAX);
     bad_id_k<<<blocks_for(n), KTHREADS, 0, s>>>(ids, n, V, bad);
-    if (launched(index, "embedding") != ACCEL_OK ||
-        accel__cuda_check(cudaMemcpyAsync(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost, s), index,
-                          "embedding") != ACCEL_OK ||
-        accel__cuda_check(cudaStreamSynchronize(s), index, "embedding") != ACCEL_OK)
-        return accel_last_status();
-    if (host_bad == INT64_MAX) return ACCEL_OK;
-    int64_t id;
-    if (accel__cuda_check(cudaMemcpy(&id, ids + host_bad, sizeof id, cudaMemcpyDeviceToHost), index, "embedding") !=
-        ACCEL_OK)
-        return accel_last_status();
-    return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                           "accel_embedding: id %lld at position %lld is out of range for %lld embeddings",
-                           (long long)id, host_bad, (long long)V);
+    if (launched(index, "embedding") != ACCEL_OK) return accel_last_status();
+    return accel__cuda_check_report(index, s, ACCEL_CUDA_CHECK_EMBEDDING, bad, ids, V);
 }
 
-__global__ void embedding_k(char *out, const char *w, const int64_t *ids, int64_t n, int64_t D, int es) {
+__global__ void embedding_k(char *out, const char *w, const int64_t *ids, int64_t n, int64_t D, int64_t V, int es) {
     GRID_STRIDE(e, n * D * es) {
-        int64_t row_bytes = D * es, i = e / row_bytes, b = e % row_bytes;
-        out[e] = w[ids[i] * row_bytes + b];
+        int64_t row_bytes = D * es, i = e / row_bytes, b = e % row_bytes, id = ids[i];
+        out[e] = id >= 0 && id < V ? w[id * row_bytes + b] : 0;
     }
 }
 
@@ -130,13 +120,17 @@ extern "C" accel_status accel__cudak_embedding(accel_k_embedding *k) {
     if (check_ids(index, s, ids, k->n, k->V) != ACCEL_OK) return accel_last_status();
     int es = (int)accel_dtype_size(k->w->dtype);
     embedding_k<<<blocks_for(k->n * k->D * es), KTHREADS, 0, s>>>((char *)k->out->data, (const char *)k->w->data, ids,
-                                                                  k->n, k->D, es);
+                                                                  k->n, k->D, k->V, es);
     return launched(index, "embedding");
 }
 
-/* Scatter-add with atomics: ids repeat. */
-__global__ void embedding_backward_k(float *gw, const float *g, const int64_t *ids, int64_t n, int64_t D) {
-    GRID_STRIDE(e, n * D) atomicAdd(&gw[ids[e / D] * D + e % D], g[e]);
+/* Scatter-add with atomics: ids repeat. An id out of [0, V) adds nothing
+ * (the forward reported it; its report may not have been read yet). */
+__global__ void embedding_backward_k(float *gw, const float *g, const int64_t *ids, int64_t n, int64_t D, int64_t V) {
+    GRID_STRIDE(e, n * D) {
+        int64_t id = ids[e / D];
+        if (id >= 0 && id < V) atomicAdd(&gw[id * D + e % D], g[e]);
+    }
 }
 
 extern "C" accel_status accel__cudak_embedding_backward(accel_k_embedding_backward *k) {
@@ -144,7 +138,8 @@ extern "C" accel_status accel__cudak_embedding_backward(accel_k_embedding_backwa
     if (!k->n || !k->D) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
     embedding_backward_k<<<blocks_for(k->n * k->D), KTHREADS, 0, s>>>((float *)k->gw->data, (const float *)k->g->data,
-                                                                      (const int64_t *)k->ids->data, k->n, k->D);
+                                                                      (const int64_t *)k->ids->data, k->n, k->D,
+                                                                      k->gw->shape[0]);
     return launched(index, "embedding_backward");
 }
 

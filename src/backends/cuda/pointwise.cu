@@ -3,25 +3,125 @@
  * (compare, where) and the bias kernels.
  * Grid-stride loops over the output in row-major order; strided and
  * broadcast operands are indexed through their views. f32 math as the CPU
- * kernels (the scalar functions of cpu_kernels.h are shared). */
+ * kernels (the scalar functions of cpu_kernels.h are shared).
+ *
+ * Fast paths (kernels.h's promise): a conversion, a unary op, or a binary op
+ * without broadcasting, on contiguous float tensors (f32, bf16, f16) whose
+ * data are 16-byte aligned, runs a kernel typed by its dtypes: 16-byte
+ * vector loads and stores, no index arithmetic per element, no dtype switch
+ * or double round trip; the same conversions (core/dtype_elem.h), so the
+ * same bits as the general kernels. Same-dtype strided copies move whole
+ * elements, not bytes. */
+#include <string.h>
+
 #include "backends/cpu/cpu_kernels.h"
 #include "cuda_common.cuh"
 
 static bool is_contig(const accel_tensor *t) { return accel_is_contiguous(t); }
 
+/* ---- the typed fast paths' pieces */
+
+/* A float dtype's storage and its conversions to and from f32. */
+struct f32_type {
+    typedef float S;
+    __device__ static float get(S v) { return v; }
+    __device__ static S put(float v) { return v; }
+};
+struct bf16_type {
+    typedef uint16_t S;
+    __device__ static float get(S v) { return accel__bf16_to_f32(v); }
+    __device__ static S put(float v) { return accel__f32_to_bf16(v); }
+};
+struct f16_type {
+    typedef uint16_t S;
+    __device__ static float get(S v) { return accel__f16_to_f32(v); }
+    __device__ static S put(float v) { return accel__f32_to_f16(v); }
+};
+
+/* V elements at p (16-byte aligned, V * sizeof(S) a multiple of 16) in 16-byte loads and stores. */
+template <typename S, int V> __device__ inline void load_vec(S (&e)[V], const S *p) {
+#pragma unroll
+    for (int k = 0; k < V * (int)sizeof(S) / 16; k++) {
+        uint4 r = ((const uint4 *)p)[k];
+        memcpy(&e[k * 16 / (int)sizeof(S)], &r, 16);
+    }
+}
+
+template <typename S, int V> __device__ inline void store_vec(S *p, const S (&e)[V]) {
+#pragma unroll
+    for (int k = 0; k < V * (int)sizeof(S) / 16; k++) {
+        uint4 r;
+        memcpy(&r, &e[k * 16 / (int)sizeof(S)], 16);
+        ((uint4 *)p)[k] = r;
+    }
+}
+
+/* Elements per thread of a fast path over storages A and B: 16 bytes of the narrower. */
+template <typename A, typename B> struct vec_len {
+    enum { V = 16 / (sizeof(A) < sizeof(B) ? sizeof(A) : sizeof(B)) };
+};
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Whether t is contiguous, float, 16-byte aligned: a fast path's operand. */
+static bool fast_operand(const accel_tensor *t) {
+    return (t->dtype == ACCEL_F32 || t->dtype == ACCEL_BF16 || t->dtype == ACCEL_F16) && is_contig(t) &&
+           aligned16(t->data);
+}
+
+/* Calls f.template operator()<T>() with T the type of float dtype dt. */
+template <typename F> static accel_status by_float_type(accel_dtype dt, F &&f) {
+    switch (dt) {
+    case ACCEL_BF16: return f(bf16_type());
+    case ACCEL_F16: return f(f16_type());
+    default: return f(f32_type());
+    }
+}
+
 /* ---- copy / fill / accumulate */
 
-__global__ void copy_same_k(char *dst, kview dv, const char *src, kview sv, int64_t n, int es) {
-    GRID_STRIDE(i, n) {
-        const char *s = src + offset_of(sv, i) * es;
-        char *d = dst + offset_of(dv, i) * es;
-        for (int b = 0; b < es; b++) d[b] = s[b];
-    }
+/* E: an unsigned integer of the element's size (whole elements, not bytes). */
+template <typename E> __global__ void copy_same_k(E *dst, kview dv, const E *src, kview sv, int64_t n) {
+    GRID_STRIDE(i, n) dst[offset_of(dv, i)] = src[offset_of(sv, i)];
+}
+
+template <typename E> static void copy_same(cudaStream_t s, accel_k_copy *a, int64_t n) {
+    copy_same_k<E><<<blocks_for(n), KTHREADS, 0, s>>>((E *)a->out->data, view_of(a->out), (const E *)a->in->data,
+                                                      view_of(a->in), n);
 }
 
 __global__ void convert_k(void *dst, accel_dtype ddt, kview dv, const void *src, accel_dtype sdt, kview sv,
                           int64_t n) {
     GRID_STRIDE(i, n) accel__elem_set(dst, ddt, offset_of(dv, i), accel__elem_get(src, sdt, offset_of(sv, i)));
+}
+
+/* The fast conversion: contiguous float dst (type TO) from src (TI). */
+template <typename TI, typename TO>
+__global__ void convert_fast_k(typename TO::S *dst, const typename TI::S *src, int64_t n) {
+    enum { V = vec_len<typename TI::S, typename TO::S>::V };
+    int64_t nv = n / V;
+    GRID_STRIDE(v, nv) {
+        typename TI::S x[V];
+        typename TO::S y[V];
+        load_vec(x, src + v * V);
+#pragma unroll
+        for (int j = 0; j < V; j++) y[j] = TO::put(TI::get(x[j]));
+        store_vec(dst + v * V, y);
+    }
+    GRID_STRIDE(i, n - nv * V) dst[nv * V + i] = TO::put(TI::get(src[nv * V + i]));
+}
+
+static accel_status convert_fast(cudaStream_t s, accel_k_copy *a, int64_t n) {
+    return by_float_type(a->in->dtype, [&](auto ti) {
+        return by_float_type(a->out->dtype, [&](auto to) {
+            typedef decltype(ti) TI;
+            typedef decltype(to) TO;
+            int64_t threads = n / vec_len<typename TI::S, typename TO::S>::V + 1;
+            convert_fast_k<TI, TO><<<blocks_for(threads), KTHREADS, 0, s>>>((typename TO::S *)a->out->data,
+                                                                           (const typename TI::S *)a->in->data, n);
+            return ACCEL_OK;
+        });
+    });
 }
 
 extern "C" accel_status accel__cudak_copy(accel_k_copy *a) {
@@ -33,12 +133,19 @@ extern "C" accel_status accel__cudak_copy(accel_k_copy *a) {
     if (a->out->dtype == a->in->dtype && is_contig(a->out) && is_contig(a->in))
         return accel__cuda_check(cudaMemcpyAsync(a->out->data, a->in->data, (size_t)n * es, cudaMemcpyDeviceToDevice, s),
                                  index, "copy");
-    if (a->out->dtype == a->in->dtype)
-        copy_same_k<<<blocks_for(n), KTHREADS, 0, s>>>((char *)a->out->data, view_of(a->out), (const char *)a->in->data,
-                                                       view_of(a->in), n, (int)es);
-    else
+    if (a->out->dtype == a->in->dtype) {
+        switch (es) {
+        case 1: copy_same<uint8_t>(s, a, n); break;
+        case 2: copy_same<uint16_t>(s, a, n); break;
+        case 4: copy_same<uint32_t>(s, a, n); break;
+        default: copy_same<uint64_t>(s, a, n); break;
+        }
+    } else if (fast_operand(a->out) && fast_operand(a->in)) {
+        convert_fast(s, a, n);
+    } else {
         convert_k<<<blocks_for(n), KTHREADS, 0, s>>>(a->out->data, a->out->dtype, view_of(a->out), a->in->data,
                                                      a->in->dtype, view_of(a->in), n);
+    }
     return launched(index, "copy");
 }
 
@@ -105,12 +212,49 @@ __global__ void binary_k(accel__binop op, void *out, accel_dtype odt, const void
     }
 }
 
+/* The fast path: a, b and out contiguous, of one float type T and one shape. */
+template <typename T> __global__ void binary_fast_k(accel__binop op, typename T::S *out, const typename T::S *a,
+                                                   const typename T::S *b, int64_t n) {
+    enum { V = 16 / sizeof(typename T::S) };
+    int64_t nv = n / V;
+    GRID_STRIDE(v, nv) {
+        typename T::S x[V], y[V], z[V];
+        load_vec(x, a + v * V);
+        load_vec(y, b + v * V);
+#pragma unroll
+        for (int j = 0; j < V; j++) z[j] = T::put(float_op(op, T::get(x[j]), T::get(y[j])));
+        store_vec(out + v * V, z);
+    }
+    GRID_STRIDE(i, n - nv * V) {
+        int64_t k = nv * V + i;
+        out[k] = T::put(float_op(op, T::get(a[k]), T::get(b[k])));
+    }
+}
+
+static bool same_shape(const accel_tensor *a, const accel_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
 extern "C" accel_status accel__cudak_binary(accel_k_binary *k) {
     int index = k->out->device.index;
     int64_t n = accel_numel(k->out);
     if (!n) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
     const accel_tensor *o = k->out;
+    if (fast_operand(o) && fast_operand(k->a) && fast_operand(k->b) && k->a->dtype == o->dtype &&
+        k->b->dtype == o->dtype && same_shape(k->a, o) && same_shape(k->b, o)) {
+        by_float_type(o->dtype, [&](auto t) {
+            typedef decltype(t) T;
+            typedef typename T::S S;
+            binary_fast_k<T><<<blocks_for(n / (16 / sizeof(S)) + 1), KTHREADS, 0, s>>>(
+                k->op, (S *)o->data, (const S *)k->a->data, (const S *)k->b->data, n);
+            return ACCEL_OK;
+        });
+        return launched(index, "binary");
+    }
     binary_k<<<blocks_for(n), KTHREADS, 0, s>>>(k->op, o->data, o->dtype, k->a->data, k->a->dtype,
                                                 broadcast_view(k->a, o->ndim, o->shape), k->b->data, k->b->dtype,
                                                 broadcast_view(k->b, o->ndim, o->shape), n,
@@ -125,11 +269,40 @@ __global__ void unary_k(accel__unop op, float p, void *y, accel_dtype ydt, const
     GRID_STRIDE(i, n) accel__elem_set(y, ydt, i, accel__unary_f(op, load_f(x, xdt, offset_of(xv, i)), p));
 }
 
+/* The fast path: x (type TX) and y (TY) contiguous. */
+template <typename TX, typename TY>
+__global__ void unary_fast_k(accel__unop op, float p, typename TY::S *y, const typename TX::S *x, int64_t n) {
+    enum { V = vec_len<typename TX::S, typename TY::S>::V };
+    int64_t nv = n / V;
+    GRID_STRIDE(v, nv) {
+        typename TX::S a[V];
+        typename TY::S b[V];
+        load_vec(a, x + v * V);
+#pragma unroll
+        for (int j = 0; j < V; j++) b[j] = TY::put(accel__unary_f(op, TX::get(a[j]), p));
+        store_vec(y + v * V, b);
+    }
+    GRID_STRIDE(i, n - nv * V) y[nv * V + i] = TY::put(accel__unary_f(op, TX::get(x[nv * V + i]), p));
+}
+
 extern "C" accel_status accel__cudak_unary(accel_k_unary *k) {
     int index = k->out->device.index;
     int64_t n = accel_numel(k->x);
     if (!n) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
+    if (fast_operand(k->out) && fast_operand(k->x)) {
+        by_float_type(k->x->dtype, [&](auto tx) {
+            return by_float_type(k->out->dtype, [&](auto ty) {
+                typedef decltype(tx) TX;
+                typedef decltype(ty) TY;
+                int64_t threads = n / vec_len<typename TX::S, typename TY::S>::V + 1;
+                unary_fast_k<TX, TY><<<blocks_for(threads), KTHREADS, 0, s>>>(
+                    k->op, (float)k->p, (typename TY::S *)k->out->data, (const typename TX::S *)k->x->data, n);
+                return ACCEL_OK;
+            });
+        });
+        return launched(index, "unary");
+    }
     unary_k<<<blocks_for(n), KTHREADS, 0, s>>>(k->op, (float)k->p, k->out->data, k->out->dtype, k->x->data,
                                                k->x->dtype, view_of(k->x), n);
     return launched(index, "unary");

@@ -204,23 +204,11 @@ __global__ void ce_finish_k(float *out, int64_t *count, const loss_scratch *sc) 
     *out = sc->count ? (float)(sc->total / (double)sc->count) : NAN; /* all ignored: 0/0, as PyTorch */
 }
 
-/* A bad target is an error naming it: one small read back of sc->bad_row
- * (the loss is read soon anyway), after the kernels enqueued on s. */
+/* A bad target is an error naming it at the device's next synchronisation
+ * (checks.cu: no host wait here); the rows with bad targets are skipped. */
 static accel_status check_targets(int index, cudaStream_t s, const loss_scratch *sc, const int64_t *targets,
-                                  int64_t C, const char *op) {
-    long long bad;
-    if (accel__cuda_check(cudaMemcpyAsync(&bad, &sc->bad_row, sizeof bad, cudaMemcpyDeviceToHost, s), index, op) !=
-            ACCEL_OK ||
-        accel__cuda_check(cudaStreamSynchronize(s), index, op) != ACCEL_OK)
-        return accel_last_status();
-    if (bad == INT64_MAX) return ACCEL_OK;
-    int64_t target;
-    if (accel__cuda_check(cudaMemcpy(&target, targets + bad, sizeof target, cudaMemcpyDeviceToHost), index, op) !=
-        ACCEL_OK)
-        return accel_last_status();
-    return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                           "accel_cross_entropy: target %lld at position %lld is out of range for %lld classes",
-                           (long long)target, bad, (long long)C);
+                                  int64_t C, accel__cuda_check_op op) {
+    return accel__cuda_check_report(index, s, op, &sc->bad_row, targets, C);
 }
 
 extern "C" accel_status accel__cudak_cross_entropy(accel_k_cross_entropy *k) {
@@ -234,7 +222,7 @@ extern "C" accel_status accel__cudak_cross_entropy(accel_k_cross_entropy *k) {
                                                        (float *)k->lse->data, sc, k->N, k->C, k->ignore);
     ce_finish_k<<<1, 1, 0, s>>>((float *)k->out->data, (int64_t *)k->count->data, sc);
     if (launched(index, "cross_entropy") != ACCEL_OK) return accel_last_status();
-    return check_targets(index, s, sc, (const int64_t *)k->targets->data, k->C, "cross_entropy");
+    return check_targets(index, s, sc, (const int64_t *)k->targets->data, k->C, ACCEL_CUDA_CHECK_CROSS_ENTROPY);
 }
 
 __global__ void ce_backward_k(float *dx, const float *g, const float *x, const float *lse, const int64_t *t,
@@ -317,7 +305,7 @@ extern "C" accel_status accel__cudak_cross_entropy_fused(accel_k_cross_entropy_f
     }
     ce_finish_k<<<1, 1, 0, s>>>((float *)k->out->data, (int64_t *)k->count->data, sc);
     if (launched(index, "cross_entropy_fused") != ACCEL_OK) return accel_last_status();
-    return check_targets(index, s, sc, t, k->C, "cross_entropy_fused");
+    return check_targets(index, s, sc, t, k->C, ACCEL_CUDA_CHECK_CROSS_ENTROPY_FUSED);
 }
 
 /* ---- MSE */

@@ -22,6 +22,7 @@
 #include <pthread.h>
 
 #include "backends/vm_pool.h"
+#include "cuda_calls.h"
 #include "cuda_internal.h"
 
 typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
@@ -156,14 +157,8 @@ static accel_status fence_record(int index, void *fence) {
 }
 
 /* An error (the device's work has stopped) counts as done: the unmap
- * reports it. "Not ready" is no error: it is cleared, so that no later call
- * reports it (as PyTorch's allocator does), but only when it is what is
- * pending: another pending error stays for the call it belongs to. */
-static bool fence_done(int index, void *fence) {
-    if (cudaEventQuery((cudaEvent_t)fence) != cudaErrorNotReady) return true;
-    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
-    return false;
-}
+ * reports it. */
+static bool fence_done(int index, void *fence) { return accel__cuda_event_poll((cudaEvent_t)fence) != cudaErrorNotReady; }
 
 static accel_status fence_wait(int index, void *fence) {
     accel__cuda_enter(index);
@@ -200,6 +195,7 @@ static const accel__vm_ops cuda_vm_ops = {
     .fence_order = fence_order,
     .fence_free = fence_free,
     .drain = drain,
+    .release_idle = accel__cuda_release_cached,
 };
 
 /* ---- the backend's entries */

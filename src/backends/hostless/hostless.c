@@ -114,7 +114,8 @@ static void hostless_free(int index, void *p) {
  * it last held (code that counted on fresh zeros fails here); unmapping gives
  * the pages back and takes the access away, so a stray use faults as on a
  * GPU. Test hooks (hostless.h): the granule (ACCEL_TEST_VM_GRANULE, e.g.
- * CUDA's 2 MiB), a limit on the handles' bytes (a full device), fences
+ * CUDA's 2 MiB), a limit on the handles' bytes (a full device), an idle
+ * cache that counts against it (a caching allocator's free blocks), fences
  * that stay pending until waited for (work in flight, as on a GPU), and
  * failing unmaps and fence records (a device's failures). */
 
@@ -135,6 +136,8 @@ static bool injected_failure(int *left_p) {
 static size_t g_vm_granule = HOSTLESS_VM_GRANULE;
 static pthread_once_t g_vm_granule_once = PTHREAD_ONCE_INIT;
 static _Atomic size_t g_vm_limit, g_vm_handle_bytes; /* the limit (0: none), the handles' bytes */
+static _Atomic size_t g_vm_idle;                      /* an allocator's idle cache, counted against the limit */
+static _Atomic int64_t g_vm_idle_releases;
 static atomic_bool g_vm_lag;
 
 /* ACCEL_TEST_VM_GRANULE: a power of two from the page size to 1 GiB, in bytes. */
@@ -173,7 +176,7 @@ static void vm_release_space(int index, void *p, size_t bytes) { munmap(to_host_
 
 static accel_status vm_create(int index, size_t bytes, uint64_t *handle) {
     size_t limit = atomic_load(&g_vm_limit), held = atomic_fetch_add(&g_vm_handle_bytes, bytes) + bytes;
-    if (limit && held > limit) {
+    if (limit && held + atomic_load(&g_vm_idle) > limit) {
         atomic_fetch_sub(&g_vm_handle_bytes, bytes);
         return accel_set_error(ACCEL_ERR_OOM, "hostless:%d: out of device memory creating %zu bytes (%zu held, "
                                "limit %zu)", index, bytes, held - bytes, limit);
@@ -236,6 +239,12 @@ static void vm_fence_free(int index, void *f) { accel_free(f); }
 /* The work ran when it was enqueued. */
 static accel_status vm_drain(int index) { return ACCEL_OK; }
 
+/* The idle cache of hostless_vm_set_idle_cache goes back to the device. */
+static void vm_release_idle(int index) {
+    atomic_store(&g_vm_idle, 0);
+    atomic_fetch_add(&g_vm_idle_releases, 1);
+}
+
 /* Mapped memory is device memory in use (the memory counters). */
 static void vm_mapped(int index, size_t bytes, bool more) {
     if (more) count_up(index, bytes);
@@ -258,9 +267,14 @@ static const accel__vm_ops hostless_vm_ops = {
     .fence_free = vm_fence_free,
     .drain = vm_drain,
     .mapped = vm_mapped,
+    .release_idle = vm_release_idle,
 };
 
 void accel__hostless_vm_set_limit(size_t bytes) { atomic_store(&g_vm_limit, bytes); }
+
+void accel__hostless_vm_set_idle_cache(size_t bytes) { atomic_store(&g_vm_idle, bytes); }
+
+int64_t accel__hostless_vm_idle_releases(void) { return atomic_load(&g_vm_idle_releases); }
 
 void accel__hostless_vm_lag_fences(bool on) { atomic_store(&g_vm_lag, on); }
 

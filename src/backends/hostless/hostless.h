@@ -35,6 +35,12 @@ void accel__hostless_vm_fail_record_next(int n);
  * handles of every hostless device would hold more than `bytes` (0, the
  * default: no limit), as cuMemCreate does on a full GPU. */
 void accel__hostless_vm_set_limit(size_t bytes);
+/* `bytes` of idle device memory held elsewhere (a caching allocator's free
+ * blocks, as CUDA's beside its virtual memory): counted against the limit
+ * above until the pool asks for it back (vm_pool.h's release_idle), which
+ * empties it and counts one release. */
+void accel__hostless_vm_set_idle_cache(size_t bytes);
+int64_t accel__hostless_vm_idle_releases(void);
 /* on: fences recorded from now on stay pending until waited for, as a GPU's
  * stream still running the work (unmapped ranges then retire: vm_pool.h);
  * off (the default): done when recorded, the device having run the work

@@ -1,0 +1,263 @@
+/* The CUDA backend's handling of failed CUDA calls, on any machine (a GPU is
+ * not needed: the calls are fakes put into the backend's call table,
+ * src/backends/cuda/cuda_calls.h, returning the error under test):
+ * - the caching allocator names a failed cudaMalloc for what it is: out of
+ *   memory only when it is, after releasing its cache and retrying; any other
+ *   error by its name, a sticky one saying the context is lost; and it gives
+ *   its cache back when the virtual memory runs out (accel__cuda_release_cached);
+ * - polling an event clears "not ready" from the runtime's pending error
+ *   (else the next kernel's launch check reports it), and only that;
+ * - cuBLASLt's heuristic answering "no algorithm" with a status
+ *   (NOT_SUPPORTED, or INVALID_VALUE for a bias epilogue at M = 1) is a plan
+ *   without algorithm, cached: the biased GEMM adds its bias first, and the
+ *   heuristic is not asked again for that signature (an fp8 one's too).
+ * Skipped (77) in a build without the CUDA backend. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "check.h"
+
+#ifndef ACCEL_HAVE_CUDA
+int main(void) {
+    printf("SKIP: this build has no CUDA backend\n");
+    return 77;
+}
+#else
+#include "backends/cuda/cuda_calls.h"
+#include "backends/cuda/cuda_internal.h"
+
+static accel__cuda_calls saved;
+
+/* ---- fakes: device memory is host memory; each call counted */
+
+static int n_malloc, n_free, fail_mallocs; /* the next fail_mallocs cudaMallocs fail with malloc_error */
+static cudaError_t malloc_error, pending;  /* pending: the fake runtime's pending error */
+
+static cudaError_t fake_malloc(void **p, size_t bytes) {
+    n_malloc++;
+    if (fail_mallocs > 0) {
+        fail_mallocs--;
+        pending = malloc_error;
+        return malloc_error;
+    }
+    *p = malloc(bytes);
+    return cudaSuccess;
+}
+
+static cudaError_t fake_free(void *p) {
+    n_free++;
+    free(p);
+    return cudaSuccess;
+}
+
+/* A sticky error stays pending when taken; any other is cleared. */
+static bool sticky;
+static cudaError_t fake_peek(void) { return pending; }
+static cudaError_t fake_take(void) {
+    cudaError_t e = pending;
+    if (!sticky) pending = cudaSuccess;
+    return e;
+}
+
+static cudaError_t event_answer;
+static cudaError_t fake_event_query(cudaEvent_t e) {
+    (void)e;
+    if (event_answer != cudaSuccess) pending = event_answer;
+    return event_answer;
+}
+
+static void use_fakes(void) {
+    saved = accel__cuda_call;
+    accel__cuda_call.malloc = fake_malloc;
+    accel__cuda_call.free = fake_free;
+    accel__cuda_call.peek_error = fake_peek;
+    accel__cuda_call.take_error = fake_take;
+    accel__cuda_call.event_query = fake_event_query;
+    pending = cudaSuccess;
+    sticky = false;
+    fail_mallocs = 0;
+}
+
+static void use_real(void) { accel__cuda_call = saved; }
+
+static bool says(const char *needle) { return strstr(accel_last_error(), needle) != NULL; }
+
+/* ---- the allocator (device index 15: no other test of this binary uses it) */
+
+enum { DEV = 15 };
+
+static void test_fault_is_not_out_of_memory(void) {
+    use_fakes();
+    fail_mallocs = 1, malloc_error = cudaErrorIllegalAddress, sticky = true;
+    int before = n_malloc;
+    CHECK(accel__cuda_alloc(DEV, 4096, 256) == NULL);
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_DEVICE && says("cudaErrorIllegalAddress") && says("sticky") &&
+                  !says("out of memory"), "%s", accel_last_error());
+    CHECK(n_malloc - before == 1); /* no retry: releasing memory cannot help */
+    sticky = false, pending = cudaSuccess;
+    fail_mallocs = 1, malloc_error = cudaErrorInvalidValue;
+    CHECK(accel__cuda_alloc(DEV, 4096, 256) == NULL);
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_DEVICE && says("cudaErrorInvalidValue") && !says("sticky"), "%s",
+              accel_last_error());
+    CHECK(pending == cudaSuccess); /* taken: not reported again by the next call */
+    use_real();
+}
+
+static void test_out_of_memory_releases_the_cache_and_retries(void) {
+    use_fakes();
+    void *a = accel__cuda_alloc(DEV, 4096, 256), *b = accel__cuda_alloc(DEV, 1024, 256);
+    CHECK(a && b);
+    size_t held = accel__cuda_reserved_bytes(DEV);
+    accel__cuda_free(DEV, a);
+    accel__cuda_free(DEV, b); /* both cached */
+    int frees = n_free, mallocs = n_malloc;
+    fail_mallocs = 1, malloc_error = cudaErrorMemoryAllocation;
+    void *c = accel__cuda_alloc(DEV, 8192, 256);
+    CHECK_MSG(c != NULL, "%s", accel_last_error());
+    CHECK(n_malloc - mallocs == 2 && n_free - frees == 2 && pending == cudaSuccess);
+    CHECK(accel__cuda_reserved_bytes(DEV) == held - 4096 - 1024 + 8192);
+    fail_mallocs = 2;
+    CHECK(accel__cuda_alloc(DEV, 16384, 256) == NULL);
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_OOM && says("out of memory allocating 16384 bytes"), "%s",
+              accel_last_error());
+    accel__cuda_free(DEV, c);
+    accel__cuda_release_cached(DEV);
+    CHECK(accel__cuda_reserved_bytes(DEV) == held - 4096 - 1024);
+    use_real();
+}
+
+/* What the virtual memory calls when cuMemCreate runs out (vm_pool.h's
+ * release_idle): every cached block goes back, blocks in use stay. */
+static void test_release_cached(void) {
+    use_fakes();
+    size_t held = accel__cuda_reserved_bytes(DEV);
+    void *a = accel__cuda_alloc(DEV, 3 << 20, 256), *b = accel__cuda_alloc(DEV, 512, 256),
+         *keep = accel__cuda_alloc(DEV, 2048, 256);
+    CHECK(a && b && keep);
+    accel__cuda_free(DEV, a);
+    accel__cuda_free(DEV, b);
+    int frees = n_free;
+    accel__cuda_release_cached(DEV);
+    CHECK(n_free - frees == 2 && accel__cuda_reserved_bytes(DEV) == held + 2048);
+    accel__cuda_free(DEV, keep);
+    accel__cuda_release_cached(DEV);
+    CHECK(accel__cuda_reserved_bytes(DEV) == held);
+    use_real();
+}
+
+/* ---- events */
+
+static void test_event_poll_clears_only_not_ready(void) {
+    use_fakes();
+    event_answer = cudaErrorNotReady;
+    CHECK(accel__cuda_event_poll(NULL) == cudaErrorNotReady && pending == cudaSuccess);
+    event_answer = cudaSuccess, pending = cudaErrorLaunchFailure; /* an earlier call's error */
+    CHECK(accel__cuda_event_poll(NULL) == cudaSuccess && pending == cudaErrorLaunchFailure);
+    event_answer = cudaErrorIllegalAddress, pending = cudaSuccess;
+    CHECK(accel__cuda_event_poll(NULL) == cudaErrorIllegalAddress && pending == cudaErrorIllegalAddress);
+    use_real();
+}
+
+/* ---- the GEMM's heuristic */
+
+static int n_heuristic;
+static cublasStatus_t heuristic_answer;
+
+static cublasStatus_t fake_lt_create(cublasLtHandle_t *h) {
+    *h = (cublasLtHandle_t)(uintptr_t)0x1000;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t fake_heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                     cublasLtMatmulPreference_t pref, int requested,
+                                     cublasLtMatmulHeuristicResult_t results[], int *found) {
+    n_heuristic++;
+    *found = 0;
+    return heuristic_answer;
+}
+
+static _Alignas(256) float g_a[64], g_b[64], g_c[64], g_bias[16];
+
+static accel_tensor tensor(float *data, int64_t rows, int64_t cols) {
+    accel_tensor t;
+    memset(&t, 0, sizeof t);
+    t.magic = ACCEL_TENSOR_MAGIC;
+    t.dtype = ACCEL_F32;
+    t.device = (accel_device){ACCEL_DEV_CUDA, DEV};
+    t.ndim = rows ? 2 : 1;
+    t.shape[0] = rows ? rows : cols;
+    t.stride[0] = rows ? cols : 1;
+    t.shape[1] = cols;
+    t.stride[1] = 1;
+    t.data = data;
+    return t;
+}
+
+/* y [M, N] = x [M, K] W[N, K]^T (+ bias), with K chosen per case so that each
+ * case is a signature of its own. */
+static accel_status linear(int64_t M, int64_t N, int64_t K, bool with_bias) {
+    accel_tensor a = tensor(g_a, M, K), b = tensor(g_b, N, K), c = tensor(g_c, M, N), bias = tensor(g_bias, 0, N);
+    accel_k_gemm g;
+    memset(&g, 0, sizeof g);
+    g.c = &c, g.a = &a, g.b = &b, g.bias = with_bias ? &bias : NULL;
+    g.trans_b = true;
+    g.M = M, g.N = N, g.K = K, g.lda = K, g.ldb = K, g.ldc = N;
+    g.alpha = 1.0f;
+    return accel__cudak_gemm(&g);
+}
+
+static void test_no_heuristic_is_a_cached_plan(void) {
+    use_fakes();
+    accel__cuda_call.lt_create = fake_lt_create;
+    accel__cuda_call.lt_heuristic = fake_heuristic;
+    /* a bias epilogue at M = 1: INVALID_VALUE; the bias goes in first (on a
+     * machine without a GPU that kernel's launch then fails: not the
+     * heuristic's error), and the second call does not ask again */
+    int plans = accel__cuda_gemm_plans(), asked = n_heuristic;
+    heuristic_answer = CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < 2; i++) {
+        accel_status st = linear(1, 4, 8, true);
+        CHECK_MSG(st == ACCEL_OK || !says("heuristic"), "%s", accel_last_error());
+    }
+    CHECK(n_heuristic - asked == 1 && accel__cuda_gemm_plans() - plans == 1);
+    /* NOT_SUPPORTED without a bias: nothing to fall back to, named as such */
+    heuristic_answer = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < 2; i++) {
+        CHECK(linear(2, 4, 16, false) == ACCEL_ERR_UNSUPPORTED);
+        CHECK_MSG(says("no cuBLASLt algorithm for M=2 N=4 K=16") && says("not supported"), "%s", accel_last_error());
+    }
+    CHECK(n_heuristic - asked == 2 && accel__cuda_gemm_plans() - plans == 2);
+    /* a real failure stays an error and is not cached */
+    heuristic_answer = CUBLAS_STATUS_INTERNAL_ERROR;
+    CHECK(linear(2, 4, 24, false) == ACCEL_ERR_DEVICE && says("heuristic"));
+    CHECK(linear(2, 4, 24, false) == ACCEL_ERR_DEVICE && n_heuristic - asked == 4);
+    CHECK(accel__cuda_gemm_plans() - plans == 2);
+    /* an fp8 signature is planned once too (its descriptor per call) */
+    heuristic_answer = CUBLAS_STATUS_NOT_SUPPORTED;
+    static _Alignas(256) uint8_t qa[64], qb[64];
+    accel__cuda_fp8_args f = {.c = g_c, .c_dtype = ACCEL_F32, .a = qa, .b = qb, .a_fmt = ACCEL_FP8_E4M3,
+                              .b_fmt = ACCEL_FP8_E4M3, .a_inv = g_bias, .b_inv = g_bias + 1, .M = 2, .N = 4, .K = 16,
+                              .lda = 16, .ldb = 16, .ldc = 4, .alpha = 1.0f};
+    for (int i = 0; i < 2; i++) {
+        f.b_inv = g_bias + 1 + i; /* another layer's scale: the same signature */
+        CHECK(accel__cuda_fp8_gemm(DEV, &f) == ACCEL_ERR_UNSUPPORTED && says("no cuBLASLt fp8 algorithm"));
+    }
+    CHECK(n_heuristic - asked == 5 && accel__cuda_gemm_plans() - plans == 3);
+    use_real();
+}
+
+int main(void) {
+    RUN(test_fault_is_not_out_of_memory);
+    RUN(test_out_of_memory_releases_the_cache_and_retries);
+    RUN(test_release_cached);
+    RUN(test_event_poll_clears_only_not_ready);
+    /* its bias-first kernel would run on host pointers on a GPU */
+    if (accel_device_count(ACCEL_DEV_CUDA) == 0) RUN(test_no_heuristic_is_a_cached_plan);
+    else printf("skipped test_no_heuristic_is_a_cached_plan: a GPU is present (cuda_kernels runs the real GEMMs)\n");
+    accel_thread_cleanup();
+    return check_summary();
+}
+#endif
