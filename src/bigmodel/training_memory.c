@@ -13,7 +13,10 @@
  * gradient allocation of src/autograd/tape.c, src/ops/nn_common.c): it is the
  * one place to update when an op starts keeping more or fewer tensors.
  * Tensor headers, tape nodes and kernels' per-thread scratch rows (a few KB a
- * layer) are not counted. */
+ * layer) are not counted, nor what one GEMM call takes for itself (operands
+ * widened for the call, oneDNN's scratchpad): accel__gemm rewinds it at the
+ * call's end, so at most one call's worth is on top of the peak, on any
+ * provider and CPU kind. */
 #include <math.h>
 #include <string.h>
 
@@ -26,7 +29,6 @@
 typedef struct step_kind {
     accel_dtype ac;
     bool native;
-    bool widens_per_call; /* native, but each GEMM widens to f32 panels (accel__gemm_widens_per_call) */
     bool f32_logits;      /* the Accelerator's autocast hook converts the logits to f32 */
     bool zero3;           /* ZeRO-3 units: one more copy of each unit output's gradient */
     double threads;
@@ -109,7 +111,6 @@ static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt)
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
     l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true);
-    if (l->k->widens_per_call) l->bytes += 4 * (n * in + in * out); /* Y = X W^T */
     return odt;
 }
 
@@ -118,8 +119,6 @@ static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt)
 static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad) {
     double n = l->d->n;
     l->bytes += mm_grad(l->k, n * out, odt) + gbuf(n * in, xdt, x_has_grad);
-    if (l->k->widens_per_call) /* dX = dY W, dW = dY^T X */
-        l->bytes += 4 * (n * out + in * out) + 4 * (n * out + n * in);
 }
 
 /* accel_rms_norm forward of x [n, C] f32 (an embedding's or an add's output):
@@ -268,9 +267,8 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
                                FN, accel_dtype_name(o->autocast));
     dims d;
     if (!resolve(cfg, &d, o)) return accel_last_status();
-    step_kind k = {o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
-                   accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3,
-                   (double)accel_num_threads()};
+    step_kind k = {o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast), o->accelerator,
+                   o->zero3, (double)accel_num_threads()};
     ledger lf = {&k, &d, 0}, lb = {&k, &d, 0}, outer = {&k, &d, 0};
     layer_step(&lf, &lb);
     outer_step(&outer);

@@ -12,6 +12,7 @@
 #include "accel/cpu.h"
 #include "accel/dist.h"
 #include "backends/cpu/gemm.h"
+#include "core/cpuinfo.h"
 #include "cli/cli.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "backends/cuda/cuda_env.h"
@@ -126,6 +127,10 @@ int accel_cli_env(int argc, char **argv) {
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
     char isa[256];
     printf("- ISA: %s\n", accel_cpu_isa_string(isa, sizeof isa));
+    if (accel__cpu_isa_check() != ACCEL_OK) printf("- ISA cap: refused (%s)\n", accel_last_error());
+    else if (accel__cpu_isa_cap() != ACCEL__CPU_ISA_NONE)
+        printf("- ISA cap: %s (ACCEL_CPU_ISA; the features above are what it leaves)\n",
+               accel__cpu_isa_cap_name(accel__cpu_isa_cap()));
     printf("- CPU kernels: %s\n", accel_cpu_kernels());
     char gemm[1024];
     accel__gemm_describe(gemm, sizeof gemm); /* "GEMM f32: ...\n" per dtype */

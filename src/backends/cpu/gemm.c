@@ -14,6 +14,7 @@
 
 #include "accel/cpu.h"
 #include "accel/ops.h"
+#include "core/cpuinfo.h"
 #include "core/prepared.h"
 
 void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -322,6 +323,7 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
         accel_set_error(strcmp(env_value, "dnnl") ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED, "%s", why);
         return -1;
     }
+    if (accel__cpu_isa_check() != ACCEL_OK) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
     const char *impl;
     bool dnnl;
@@ -479,26 +481,35 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
      * nothing, and the reference loop scales C by beta. */
     const char *impl;
     if (provider != ACCEL__GEMM_PROVIDER_DNNL || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    /* The widened panels live for this call only: rewound at its end, so a
+     * step's arena holds one call's panels at a time, whichever provider
+     * and CPU kind (docs/cpu.md "Operand copies"). */
+    accel_arena *arena = accel_step_arena();
+    accel_arena_mark mark = accel_arena_mark_now(arena);
+    accel_status st = ACCEL_OK;
     if (bf16_weight_path(provider, trans_a, trans_b, M, K, b_dt)) {
         /* Only the few rows of A are widened; the weight is read as bf16. */
         const float *a = as_dtype(A, a_dt, ACCEL_F32, M, K, lda);
-        if (!a) return accel_last_status();
-        small_m_gemm(&(small_gemm){false, true, M, K, alpha, beta, a, a_dt == ACCEL_F32 ? lda : K, B, ACCEL_BF16,
-                                   ldb, C, ldc},
-                     N);
-        return ACCEL_OK;
+        if (a)
+            small_m_gemm(&(small_gemm){false, true, M, K, alpha, beta, a, a_dt == ACCEL_F32 ? lda : K, B,
+                                       ACCEL_BF16, ldb, C, ldc},
+                         N);
+        else st = accel_last_status();
+        accel_arena_rewind(arena, mark);
+        return st;
     }
     const void *a = as_dtype(A, a_dt, dt, ar, ac, lda);
-    const void *b = as_dtype(B, b_dt, dt, br, bc, ldb);
-    if (!a || !b) return accel_last_status();
+    const void *b = a ? as_dtype(B, b_dt, dt, br, bc, ldb) : NULL;
     lda = a_dt == dt ? lda : (ac ? ac : 1);
     ldb = b_dt == dt ? ldb : (bc ? bc : 1);
+    if (!a || !b) st = accel_last_status();
 #ifdef ACCEL_HAVE_DNNL
-    if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
-        return accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+    else if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
+        st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 #endif
-    accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
-    return ACCEL_OK;
+    else accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+    accel_arena_rewind(arena, mark);
+    return st;
 }
 
 /* ---- a layer's weight in oneDNN's layout (gemm.h: accel__gemm_weight) */
@@ -524,6 +535,28 @@ static bool whole_weight(const accel_tensor *W, bool trans_b, int64_t N, int64_t
            accel_is_contiguous(W);
 }
 
+/* Whether a dense weight of dtype dt as op(B) [K, N] of this GEMM, A of
+ * dtype dt too, is read from a form in oneDNN's layout (gemm.h:
+ * accel__gemm_weight_has_form); *st is the error where the layout query
+ * failed (false then), else ACCEL_OK. */
+static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              accel_status *st) {
+    *st = ACCEL_OK;
+    const char *impl;
+    if (!gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0) return false;
+    /* oneDNN multiplying dt itself: not the reference loop, OpenBLAS, or
+     * operands widened per call (ACCEL_GEMM=dnnl without bf16 units) */
+    if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
+        return false;
+    size_t bytes;
+    *st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes);
+    /* none (oneDNN reads W as it is stored: gemm:jit's plain [K, N] on
+     * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
+     * AVX-512 past an N or K that is no multiple of them), which would not
+     * fit a form of W's size */
+    return *st == ACCEL_OK && bytes == (size_t)(N * K) * accel_dtype_size(dt);
+}
+
 /* accel__gemm_weight on W's form in oneDNN's layout; *ran false (ACCEL_OK)
  * where that does not apply. */
 static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -531,19 +564,10 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
                                      int64_t ldw, float beta, float *C, int64_t ldc, bool *ran) {
     *ran = false;
     accel_dtype dt = W->dtype;
-    const char *impl;
-    if (a_dt != dt || !gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, lda, ldw, ldc) ||
-        !whole_weight(W, trans_b, N, K, w_off, ldw))
+    if (a_dt != dt || !sizes_fit(M, N, K, lda, ldw, ldc) || !whole_weight(W, trans_b, N, K, w_off, ldw))
         return ACCEL_OK;
-    /* oneDNN multiplying dt itself: not the reference loop, OpenBLAS, or
-     * operands widened per call (ACCEL_GEMM=dnnl without bf16 units) */
-    if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
-        return ACCEL_OK;
-    size_t bytes;
-    accel_status st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes);
-    /* none (oneDNN reads W as it is stored), or one with padding, which
-     * would not fit a form of W's size */
-    if (st != ACCEL_OK || bytes != accel_nbytes(W)) return st;
+    accel_status st;
+    if (!dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st)) return st;
     accel__form_key key = {.kind = trans_b ? ACCEL__FORM_DNNL_NT : ACCEL__FORM_DNNL_NN, .dt = dt};
     accel_tensor *form;
     st = accel__prepared_get(W, &key, dt, fill_dnnl_form, &form);
@@ -551,6 +575,16 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
     return accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form->data, beta, C, ldc, ran);
 }
 #endif
+
+bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+#ifdef ACCEL_HAVE_DNNL
+    accel_status st;
+    return sizes_fit(M, N, K, 1, 1, 1) && dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st);
+#else
+    (void)dt, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
+    return false;
+#endif
+}
 
 accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                 const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,

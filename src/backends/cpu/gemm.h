@@ -69,6 +69,15 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
                                 const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
                                 int64_t ldw, float beta, float *C, int64_t ldc);
 
+/* Whether accel__gemm_weight with A of dtype dt and all of a dense 2-D
+ * weight W of dtype dt as op(B) [K, N] (W [N, K] when trans_b) reads a form
+ * of W in oneDNN's layout in the current mode, given the prepared-weight
+ * cache is on: oneDNN multiplies dt for this shape and the layout it picks
+ * is neither W's own nor padded. Which it is depends on the CPU kind (gemm:jit
+ * on AVX2 reads a plain [K, N]; brgemm on AVX-512 wants blocks): tests
+ * derive their expected form counts from it. */
+bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
  * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN
