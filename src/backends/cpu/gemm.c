@@ -315,6 +315,18 @@ static int f32_table_entries_here(void) {
     return n;
 }
 
+/* The f32 provider in auto mode: the table's choice is the prior; a large
+ * shape's class is timed (gemm_choice.c; always when `force`) and keeps it
+ * unless another candidate wins by a margin. */
+static int f32_auto(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+    const char *impl;
+    bool can = dnnl_probe(ACCEL_F32, &impl);
+    int rule = f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
+                                                                  : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
+    return accel__gemm_choose(ACCEL_F32, trans_a, trans_b, M, N, K, rule, candidates, force);
+}
+
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
     int mode = mode_now();
     if (mode < 0) {
@@ -325,13 +337,21 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
     }
     if (accel__cpu_isa_check() != ACCEL_OK) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
-    const char *impl;
     bool dnnl;
     if (mode == ACCEL__GEMM_OPENBLAS) dnnl = false;
     else if (mode == ACCEL__GEMM_DNNL) dnnl = true; /* the f32 matmul exists on every CPU */
-    else if (dt == ACCEL_F32) dnnl = f32_table_entry(trans_a, trans_b, M, N, K) && dnnl_probe(dt, &impl);
+    else if (dt == ACCEL_F32) return f32_auto(trans_a, trans_b, M, N, K, false);
     else dnnl = auto_dnnl_lowp(dt);
     return dnnl ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+}
+
+
+void accel__gemm_library_versions(char *out, size_t n) {
+    char dnnl[64] = "none";
+#ifdef ACCEL_HAVE_DNNL
+    accel__dnnl_version(dnnl, sizeof dnnl);
+#endif
+    snprintf(out, n, "openblas=%s;dnnl=%s", openblas_get_config(), dnnl);
 }
 
 const char *accel__gemm_provider_name(accel__gemm_provider p) {
@@ -459,6 +479,11 @@ static bool sizes_fit(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
     return big <= INT_MAX && ld <= INT_MAX;
 }
 
+int accel__gemm_measure(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    if (M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1)) return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    return f32_auto(trans_a, trans_b, M, N, K, true);
+}
+
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
                          accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -470,9 +495,15 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                                "accel_gemm: matrix sizes M=%lld N=%lld K=%lld exceed the BLAS int range",
                                (long long)M, (long long)N, (long long)K);
     if (M <= 0 || N <= 0) return ACCEL_OK;
-    accel_dtype dt = compute_dtype(a_dt, b_dt);
-    int provider = accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K);
+    int provider = accel__gemm_provider_for(compute_dtype(a_dt, b_dt), trans_a, trans_b, M, N, K);
     if (provider < 0) return accel_last_status();
+    return accel__gemm_on(provider, trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, ldc);
+}
+
+accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const void *A, accel_dtype a_dt, int64_t lda, const void *B, accel_dtype b_dt,
+                            int64_t ldb, float beta, float *C, int64_t ldc) {
+    accel_dtype dt = compute_dtype(a_dt, b_dt);
     /* Stored shapes of the operands. */
     int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
     int64_t br = trans_b ? N : K, bc = trans_b ? K : N;

@@ -515,3 +515,8 @@ bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
     }
     return s == dnnl_success;
 }
+
+void accel__dnnl_version(char *out, size_t n) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(out, n, "%d.%d.%d+%s", v->major, v->minor, v->patch, v->hash);
+}
