@@ -14,8 +14,8 @@
  * in memory only). A file that cannot be read, parsed, or that holds another
  * key, is named in a warning and measured over; one that cannot be written
  * likewise (the choices then live for the process). The ranks of a job
- * (WORLD_SIZE > 1) time nothing: they read the cache, else take the rule,
- * so ranks with the same cache choose alike. */
+ * (accel_process_count() > 1) time nothing: they read the cache, else take
+ * the rule, so ranks with the same cache choose alike. */
 #include "backends/cpu/gemm.h"
 
 #include <jansson.h>
@@ -29,6 +29,7 @@
 
 #include "accel/cpu.h"
 #include "accel/dist.h"
+#include "accel/tracking.h"
 #include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
@@ -84,8 +85,7 @@ static void env_read(void) {
      * would time under the others' load and could choose otherwise); they
      * read the cache a single process wrote (`accel env --measure-gemm`),
      * else take the rule. */
-    const char *world = getenv("WORLD_SIZE");
-    if (world && atoi(world) > 1) g_measure_env = 0;
+    if (accel_process_count() > 1) g_measure_env = 0;
     const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (d && (!strcmp(d, "off") || !strcmp(d, "0") || !*d)) g_dir[0] = 0;
     else if (d) snprintf(g_dir, sizeof g_dir, "%s", d);
