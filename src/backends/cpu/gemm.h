@@ -81,8 +81,8 @@ bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
  * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN
- * multiplying dt, 0 elsewhere, and 0 for f32 in auto (the few weights whose
- * shape the table sends to oneDNN are not counted) (for
+ * multiplying dt, 0 elsewhere, and 0 for f32 in auto (the weights whose
+ * shape the table or the measured choice sends to oneDNN are not counted) (for
  * accel_rank_memory_estimate). */
 int accel__gemm_weight_forms(accel_dtype dt);
 
