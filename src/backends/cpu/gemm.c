@@ -545,6 +545,11 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
 
 /* ---- a layer's weight in oneDNN's layout (gemm.h: accel__gemm_weight) */
 
+/* accel__gemm_test_padded_layouts: every layout taken for a padded one. */
+static _Atomic bool g_pretend_padded;
+
+void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
+
 #ifdef ACCEL_HAVE_DNNL
 /* The form of src, a dense weight [rows, cols] of the form's dtype:
  * reordered into oneDNN's layout of op(B) = src^T (ACCEL__FORM_DNNL_NT:
@@ -585,7 +590,7 @@ static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_
      * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
      * AVX-512 past an N or K that is no multiple of them), which would not
      * fit a form of W's size */
-    return *st == ACCEL_OK && bytes == (size_t)(N * K) * accel_dtype_size(dt);
+    return *st == ACCEL_OK && bytes == (size_t)(N * K) * accel_dtype_size(dt) && !g_pretend_padded;
 }
 
 /* accel__gemm_weight on W's form in oneDNN's layout; *ran false (ACCEL_OK)

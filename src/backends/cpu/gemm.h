@@ -78,6 +78,12 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
  * derive their expected form counts from it. */
 bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
+/* Tests: takes every oneDNN weight layout for one with padding (brgemm's
+ * blocks past a dim that is no multiple of them, on AVX-512), so that no
+ * weight gets a form: the decision an AVX-512 CPU makes on such shapes,
+ * made on any CPU. Nothing else changes (the results are the plain path's). */
+void accel__gemm_test_padded_layouts(bool on);
+
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
  * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN
