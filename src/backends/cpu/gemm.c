@@ -545,6 +545,13 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
 
 /* ---- a layer's weight in oneDNN's layout (gemm.h: accel__gemm_weight) */
 
+/* accel__gemm_test_scratchpad's bytes. */
+static _Atomic size_t g_test_scratch;
+
+void accel__gemm_test_scratchpad(size_t extra) { g_test_scratch = extra; }
+
+size_t accel__gemm_test_scratchpad_bytes(void) { return g_test_scratch; }
+
 /* accel__gemm_test_padded_layouts: every layout taken for a padded one. */
 static _Atomic bool g_pretend_padded;
 

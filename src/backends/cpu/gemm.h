@@ -84,6 +84,13 @@ bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int
  * made on any CPU. Nothing else changes (the results are the plain path's). */
 void accel__gemm_test_padded_layouts(bool on);
 
+/* Tests: every oneDNN primitive call takes `extra` bytes more scratchpad
+ * from the step arena than it asks for (brgemm's are tens of KB a call on
+ * AVX-512; gemm:jit's on AVX2 none), so that any CPU runs with what an
+ * AVX-512 one allocates per call. 0 turns it off. */
+void accel__gemm_test_scratchpad(size_t extra);
+size_t accel__gemm_test_scratchpad_bytes(void);
+
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
  * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN

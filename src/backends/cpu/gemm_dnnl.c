@@ -348,8 +348,9 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
     accel_arena *arena = accel_step_arena();
     accel_arena_mark mark = accel_arena_mark_now(arena);
     void *scratch = NULL;
-    if (e->scratch_bytes) {
-        scratch = accel_arena_alloc(arena, e->scratch_bytes, 64);
+    size_t taken = e->scratch_bytes + accel__gemm_test_scratchpad_bytes();
+    if (taken) {
+        scratch = accel_arena_alloc(arena, taken, 64);
         if (!scratch) return accel_last_status();
     }
     dnnl_memory_desc_t scratch_md;
@@ -362,8 +363,8 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
         args[made].arg = in[made].arg;
         s = memory(&args[made].memory, in[made].md, in[made].p);
     }
-    if (s == dnnl_success && scratch) s = dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a);
-    if (s == dnnl_success && scratch) {
+    if (s == dnnl_success && e->scratch_bytes) s = dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a);
+    if (s == dnnl_success && e->scratch_bytes) {
         args[made].arg = DNNL_ARG_SCRATCHPAD;
         s = memory(&args[made++].memory, &scratch_md, scratch);
     }
