@@ -16,7 +16,8 @@ foreach(m ${_gemm_env_modes})
 endforeach()
 list(REMOVE_ITEM _gemm_env_modes bogus)
 foreach(m ${_gemm_env_modes})
-  foreach(t llama_numerics llama_autocast llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc weight_cache)
+  foreach(t llama_numerics llama_autocast llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc weight_cache
+            training_memory)
     add_test(NAME ${t}_gemm_${m} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${t}_gemm_${m} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_GEMM=${m}")
@@ -26,3 +27,51 @@ endforeach()
 # environment: nothing reordered, the same results (test_gemm_packed.c).
 add_test(NAME gemm_packed_no_cache COMMAND test_gemm_packed WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(gemm_packed_no_cache PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_WEIGHT_CACHE=0")
+
+# The ISA cap (ACCEL_CPU_ISA, src/core/cpuinfo.h): the provider- and
+# ISA-sensitive tests once more under each level below this machine's own
+# (the kernel variants, the GEMM providers' choices and oneDNN's kernels and
+# weight layouts of a CPU of that level), so a run on an AVX-512 machine
+# covers what AVX2 machines choose, and every machine the baseline. The
+# machine's levels come from /proc/cpuinfo at configure time (CI builds and
+# tests on one machine); avx512 is its own level only where it has AVX-512.
+set(_isa_levels baseline)
+if(EXISTS /proc/cpuinfo)
+  file(STRINGS /proc/cpuinfo _cpu_flags REGEX "^flags" LIMIT_COUNT 1)
+  if(_cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma " AND _cpu_flags MATCHES " f16c ")
+    list(APPEND _isa_levels avx2)
+    if(_cpu_flags MATCHES " avx512f " AND _cpu_flags MATCHES " avx512bw " AND _cpu_flags MATCHES " avx512vl ")
+      # the machine's own level: capped there, AMX (where it has it) is what goes
+      if(_cpu_flags MATCHES " amx_tile ")
+        list(APPEND _isa_levels avx512)
+      endif()
+    endif()
+  endif()
+endif()
+foreach(lvl ${_isa_levels})
+  set(_isa_tests cpu_dispatch ops_matmul ops_fused gemm_packed gemm_providers)
+  if(NOT lvl STREQUAL "baseline") # the memory model's paths at baseline are avx2's (no bf16 units either)
+    list(APPEND _isa_tests training_memory)
+  endif()
+  foreach(t ${_isa_tests})
+    add_test(NAME ${t}_isa_${lvl} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(${t}_isa_${lvl} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_CPU_ISA=${lvl}")
+  endforeach()
+endforeach()
+# Refused caps: a value that is no level, and a level above this CPU's own
+# where there is one (avx512 on an AVX2 machine): named by every GEMM.
+add_test(NAME cpu_dispatch_isa_bogus COMMAND test_cpu_dispatch WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(cpu_dispatch_isa_bogus PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_CPU_ISA=avx3")
+if(NOT _cpu_flags MATCHES " avx512f ")
+  add_test(NAME cpu_dispatch_isa_above COMMAND test_cpu_dispatch WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(cpu_dispatch_isa_above PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_CPU_ISA=avx512")
+endif()
+if(TARGET accel_cli)
+  # `accel env` shows the cap in force, or why it was refused
+  add_test(NAME cli_env_isa_cap COMMAND accel_cli env)
+  set_tests_properties(cli_env_isa_cap PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=baseline"
+                       PASS_REGULAR_EXPRESSION "- ISA: none\n- ISA cap: baseline \\(ACCEL_CPU_ISA")
+  add_test(NAME cli_env_isa_cap_refused COMMAND accel_cli env)
+  set_tests_properties(cli_env_isa_cap_refused PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=sse9"
+                       PASS_REGULAR_EXPRESSION "- ISA cap: refused \\(ACCEL_CPU_ISA=sse9: expected baseline, avx2 or avx512\\)")
+endif()

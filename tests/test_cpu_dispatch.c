@@ -7,6 +7,7 @@
 #include "accel/cpu.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "check.h"
+#include <stdlib.h>
 #include "core/cpuinfo.h"
 
 #define N 4099 /* not a multiple of any vector width: the loops' tails run too */
@@ -36,6 +37,20 @@ static bool has_word(const char *flags, const char *w) {
     return strstr(flags, pat) != NULL;
 }
 
+/* The features ACCEL_CPU_ISA (core/cpuinfo.h) leaves of the CPU's: all
+ * without a cap (or a refused one). */
+static uint32_t cap_keeps(void) {
+    const uint32_t avx2 = ACCEL_CPU_AVX2 | ACCEL_CPU_FMA | ACCEL_CPU_F16C;
+    const uint32_t avx512 = avx2 | ACCEL_CPU_AVX512F | ACCEL_CPU_AVX512BW | ACCEL_CPU_AVX512VL |
+                            ACCEL_CPU_AVX512_BF16 | ACCEL_CPU_AVX512_FP16;
+    switch (accel__cpu_isa_cap()) {
+    case ACCEL__CPU_ISA_BASELINE: return 0;
+    case ACCEL__CPU_ISA_AVX2: return avx2;
+    case ACCEL__CPU_ISA_AVX512: return avx512;
+    default: return ~0u;
+    }
+}
+
 static void test_features_match_the_kernel(void) {
     static char flags[8192];
     proc_flags(flags, sizeof flags);
@@ -43,8 +58,9 @@ static void test_features_match_the_kernel(void) {
     CHECK(ci != NULL && ci->model[0] != 0);
     CHECK(accel_cpu_info_get() == ci);
     if (!flags[0]) return;
+    uint32_t keeps = cap_keeps();
     for (int i = 0; i < N_NAMES; i++) {
-        bool ours = ci->features & (1u << i), linux_says = has_word(flags, NAMES[i]);
+        bool ours = ci->features & (1u << i), linux_says = has_word(flags, NAMES[i]) && (keeps & (1u << i));
         /* Linux lists a feature only when it enabled its state; AMX needs the
          * permission request too, which may be refused (valgrind does), so
          * for AMX only "reported => listed" must hold. */
@@ -321,7 +337,39 @@ static void test_unrunnable_variant_is_refused(void) {
     accel_clear_error();
 }
 
+/* ACCEL_CPU_ISA (tests/gemm.cmake runs this file under each level the CPU
+ * has, and under refused values): a level caps the features, the kernel
+ * variant and oneDNN; a refused value is named by every GEMM. */
+static void test_isa_cap(void) {
+    const char *v = getenv("ACCEL_CPU_ISA");
+    accel__cpu_isa_level cap = accel__cpu_isa_cap();
+    float a[4] = {1, 2, 3, 4}, c[4];
+    accel_tensor *ta = accel_from_floats(ACCEL_SHAPE(2, 2), a);
+    accel_tensor *y = accel_matmul(ta, ta);
+    if (!v || !*v) {
+        CHECK(cap == ACCEL__CPU_ISA_NONE && accel__cpu_isa_check() == ACCEL_OK);
+    } else if (cap != ACCEL__CPU_ISA_NONE) { /* taken */
+        CHECK_MSG(strcmp(accel__cpu_isa_cap_name(cap), v) == 0, "ACCEL_CPU_ISA=%s: cap %s", v,
+                  accel__cpu_isa_cap_name(cap));
+        CHECK((accel_cpu_info_get()->features & ~cap_keeps()) == 0);
+        if (strcmp(accel__cpu_variant_name(ACCEL__CPU_BASELINE), "native"))
+            CHECK_MSG(strcmp(accel_cpu_kernels(), v) == 0, "ACCEL_CPU_ISA=%s: kernels %s", v, accel_cpu_kernels());
+        CHECK(!accel__cpu_variant_runnable((accel__cpu_variant)(cap + 1)));
+        CHECK_MSG(y && accel_to_floats(y, c) == ACCEL_OK && c[0] == 7 && c[3] == 22, "%s", accel_last_error());
+    } else { /* refused: named, by the check and by a GEMM */
+        accel_clear_error();
+        CHECK(accel__cpu_isa_check() == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_CPU_ISA=");
+        CHECK_STR_CONTAINS(accel_last_error(), v);
+        CHECK(y == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_CPU_ISA=");
+        accel_clear_error();
+    }
+    accel_step_reset();
+}
+
 int main(void) {
+    RUN(test_isa_cap);
     RUN(test_features_match_the_kernel);
     RUN(test_strings);
     RUN(test_best_variant_is_chosen);

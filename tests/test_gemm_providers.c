@@ -242,6 +242,45 @@ static void test_linear_autocast_per_provider(void) {
     }
 }
 
+/* What a GEMM call takes of the step arena for itself (operands widened for
+ * the call, oneDNN's scratchpad: tens of KB a call for brgemm on AVX-512)
+ * is freed at its end, on every provider, dtype pair and the weight path: a
+ * step's peak never holds more than one call's worth, so the memory model
+ * (src/bigmodel/training_memory.c) holds on every CPU kind. */
+static void test_call_leaves_the_arena(void) {
+    accel__gemm_mode modes[2] = {ACCEL__GEMM_OPENBLAS, ACCEL__GEMM_DNNL};
+    static const accel_dtype PAIRS[][2] = {{ACCEL_F32, ACCEL_F32}, {ACCEL_BF16, ACCEL_BF16}, {ACCEL_BF16, ACCEL_F32},
+                                           {ACCEL_F16, ACCEL_F16}};
+    enum { M = 96, N = 64, K = 80 };
+    accel_arena *arena = accel_step_arena();
+    /* every oneDNN call takes an AVX-512 brgemm's scratchpad, whatever this CPU's is */
+    accel__gemm_test_scratchpad(64 << 10);
+    for (int m = 0; m < (accel__gemm_have_dnnl() ? 2 : 1); m++) {
+        CHECK(accel__gemm_set_mode(modes[m]) == ACCEL_OK);
+        for (size_t p = 0; p < sizeof PAIRS / sizeof PAIRS[0]; p++)
+            for (int tb = 0; tb < 2; tb++) {
+                accel_dtype adt = PAIRS[p][0], bdt = PAIRS[p][1];
+                float *aw, *bw, C[M * N];
+                void *A = operand(adt, M, K, 5, &aw), *B = operand(bdt, tb ? N : K, tb ? K : N, 6, &bw);
+                accel_tensor *w = accel_tensor_new(bdt, 2, (int64_t[]){tb ? N : K, tb ? K : N}, ACCEL_CPU_DEVICE);
+                memcpy(w->data, B, accel_nbytes(w));
+                size_t used = accel_arena_used(arena);
+                CHECK(accel__gemm(false, tb, M, N, K, 1.0f, A, adt, K, B, bdt, tb ? K : N, 0.0f, C, N) == ACCEL_OK);
+                CHECK_MSG(accel_arena_used(arena) == used, "%s: %s x %s %s: %zu bytes left in the step arena",
+                          accel__gemm_provider_name(provider(adt)), accel_dtype_name(adt), accel_dtype_name(bdt),
+                          tb ? "NT" : "NN", accel_arena_used(arena) - used);
+                CHECK(accel__gemm_weight(false, tb, M, N, K, 1.0f, A, adt, K, w, 0, tb ? K : N, 0.0f, C, N) ==
+                      ACCEL_OK);
+                CHECK_MSG(accel_arena_used(arena) == used, "the weight path left %zu bytes",
+                          accel_arena_used(arena) - used);
+                accel_tensor_free(w);
+                free(A), free(B), free(aw), free(bw);
+                accel_step_reset();
+            }
+    }
+    accel__gemm_test_scratchpad(0);
+}
+
 /* ctest's runs with ACCEL_GEMM in the environment. */
 static int env_run(const char *want) {
     if (!strcmp(want, "bogus")) {
@@ -277,6 +316,7 @@ int main(int argc, char **argv) {
     RUN(test_threads_share_the_cache);
     RUN(test_describe);
     RUN(test_linear_autocast_per_provider);
+    RUN(test_call_leaves_the_arena);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -11,6 +11,12 @@
  * for AMX, Linux granted the process the tile data permission
  * (arch_prctl(ARCH_REQ_XCOMP_PERM), requested once at detection).
  *
+ * ACCEL_CPU_ISA=baseline|avx2|avx512 in the environment caps what this
+ * process sees (docs/cpu.md): the features reported here, the kernel variant
+ * and accel's GEMM providers then follow that level; a level the CPU lacks
+ * is refused (every GEMM fails naming the variable, the features stay the
+ * CPU's).
+ *
  * Detection runs once, at the first call of any function here; all are
  * thread-safe.
  */

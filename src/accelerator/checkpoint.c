@@ -24,6 +24,7 @@
 
 #include "accel/io.h"
 #include "accelerator_internal.h"
+#include "backends/cpu/gemm.h"
 #include "core/core_internal.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
@@ -447,6 +448,9 @@ static accel_status save_rank_state(accel_accelerator *acc, const char *dir) {
         if (!ts[i]) s = accel_last_status();
     if (!s) s = accel_safetensors_save(path, n, names, ts, 0, NULL);
     for (int i = 0; i < n; i++) accel_tensor_free(ts[i]);
+    /* rank 0's GEMM provider choices: every rank resumes on them (docs/cpu.md) */
+    snprintf(path, sizeof path, "%s/gemm_choices.json", dir);
+    if (!s && acc->rank == 0) s = accel__gemm_choices_save(path);
     return s;
 }
 
@@ -469,6 +473,9 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
      * loads at any world size): the ranks it did not have take rank 0's
      * step, loaders and generator state, as Accelerate goes on without them. */
     if (!accel__is_file(path)) snprintf(path, sizeof path, "%s/random_states_0.safetensors", dir);
+    char choices[3 * PATHN];
+    snprintf(choices, sizeof choices, "%s/gemm_choices.json", dir);
+    if (accel__gemm_choices_load(choices) != ACCEL_OK) return accel_last_status();
     accel_safetensors *f = accel_safetensors_open(path);
     if (!f) return accel_last_status();
     int64_t rng[2], step[2];

@@ -13,7 +13,10 @@
  * gradient allocation of src/autograd/tape.c, src/ops/nn_common.c): it is the
  * one place to update when an op starts keeping more or fewer tensors.
  * Tensor headers, tape nodes and kernels' per-thread scratch rows (a few KB a
- * layer) are not counted. */
+ * layer) are not counted, nor oneDNN's scratchpad. What one GEMM call
+ * takes for itself (operands widened for the call, the scratchpad) is given
+ * back at the call's end (accel__gemm), so only the largest call's panels
+ * are counted, once, on top: no CPU kind's scratchpads pile up. */
 #include <math.h>
 #include <string.h>
 
@@ -26,7 +29,7 @@
 typedef struct step_kind {
     accel_dtype ac;
     bool native;
-    bool widens_per_call; /* native, but each GEMM widens to f32 panels (accel__gemm_widens_per_call) */
+    bool widens_per_call; /* native, but each GEMM widens to f32 panels for the call (accel__gemm_widens_per_call) */
     bool f32_logits;      /* the Accelerator's autocast hook converts the logits to f32 */
     bool zero3;           /* ZeRO-3 units: one more copy of each unit output's gradient */
     double threads;
@@ -99,7 +102,13 @@ typedef struct ledger {
     const step_kind *k;
     const dims *d;
     double bytes;
+    double call; /* the most one GEMM call takes for itself (given back at its end) */
 } ledger;
+
+/* One GEMM call's own f32 panels of e elements in all, where it widens them. */
+static void gemm_call(ledger *l, double e) {
+    if (l->k->widens_per_call && 4 * e > l->call) l->call = 4 * e;
+}
 
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
  * [out, in] f32: its operand is a prepared form outside the arena (one per
@@ -109,7 +118,7 @@ static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt)
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
     l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true);
-    if (l->k->widens_per_call) l->bytes += 4 * (n * in + in * out); /* Y = X W^T */
+    gemm_call(l, n * in + in * out); /* Y = X W^T */
     return odt;
 }
 
@@ -118,8 +127,8 @@ static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt)
 static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad) {
     double n = l->d->n;
     l->bytes += mm_grad(l->k, n * out, odt) + gbuf(n * in, xdt, x_has_grad);
-    if (l->k->widens_per_call) /* dX = dY W, dW = dY^T X */
-        l->bytes += 4 * (n * out + in * out) + 4 * (n * out + n * in);
+    gemm_call(l, n * out + in * out); /* dX = dY W */
+    gemm_call(l, n * out + n * in);   /* dW = dY^T X */
 }
 
 /* accel_rms_norm forward of x [n, C] f32 (an embedding's or an add's output):
@@ -272,9 +281,8 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     dims d;
     if (!resolve(cfg, &d, o)) return accel_last_status();
     step_kind k = {o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
-                   accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3,
-                   (double)accel_num_threads()};
-    ledger lf = {&k, &d, 0}, lb = {&k, &d, 0}, outer = {&k, &d, 0};
+                   accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3, (double)accel_num_threads()};
+    ledger lf = {&k, &d, 0, 0}, lb = {&k, &d, 0, 0}, outer = {&k, &d, 0, 0};
     layer_step(&lf, &lb);
     outer_step(&outer);
     double L = (double)cfg->num_hidden_layers, layer = lf.bytes + lb.bytes;
@@ -283,7 +291,9 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
      * time sits on top, the last (layer 0) on the most. ZeRO-3's node on a
      * layer's output copies that output's gradient. */
     double kept = (o->checkpointing ? 2 * 4 * d.n * d.C : layer) + (o->zero3 ? 4 * d.n * d.C : 0);
-    double peak = outer.bytes + L * kept + (o->checkpointing && L > 0 ? layer : 0);
+    /* and on top, one GEMM call's own panels at a time (the largest) */
+    double call = fmax(fmax(lf.call, lb.call), outer.call);
+    double peak = outer.bytes + L * kept + (o->checkpointing && L > 0 ? layer : 0) + call;
     if (!to_bytes(peak, &out->peak) || !to_bytes(lf.bytes, &out->layer_forward) ||
         !to_bytes(lb.bytes, &out->layer_backward) || !to_bytes(kept, &out->kept_per_layer) ||
         !to_bytes(outer.bytes, &out->outer))

@@ -2,6 +2,7 @@
  * in the format of `accelerate env`. */
 #include <dirent.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "accel/cpu.h"
 #include "accel/dist.h"
 #include "backends/cpu/gemm.h"
+#include "core/cpuinfo.h"
 #include "cli/cli.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "backends/cuda/cuda_env.h"
@@ -19,7 +21,28 @@
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
+    {"measure_gemm", 0, false, NULL,
+     "Time the f32 GEMM providers again on the classes cached so far and a Llama step's shapes, and cache the "
+     "choices."},
 };
+
+/* `accel env --measure-gemm`: every f32 class of the cache again, and the
+ * GEMMs of a Llama step (hidden 512, ffn 1536, vocab 8192, 2048 tokens:
+ * bench/bench_matmul.c's shapes): forward NT, dX NN, dW TN of each weight. */
+static void measure_gemm(void) {
+    accel__gemm_class cls[256];
+    int n = accel__gemm_choice_classes(omp_get_max_threads(), cls, 256);
+    for (int i = 0; i < n; i++)
+        if (cls[i].dt == 0) accel__gemm_measure(cls[i].ta, cls[i].tb, 1ll << cls[i].m, 1ll << cls[i].n, 1ll << cls[i].k);
+    static const int64_t W[][2] = {{512, 512}, {1536, 512}, {512, 1536}, {8192, 512}}; /* [out, in] */
+    const int64_t T = 2048;
+    for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
+        int64_t out = W[i][0], in = W[i][1];
+        accel__gemm_measure(false, true, T, out, in);  /* Y = X W^T */
+        accel__gemm_measure(false, false, T, in, out); /* dX = dY W */
+        accel__gemm_measure(true, false, out, in, T);  /* dW = dY^T X */
+    }
+}
 
 /* Entries of directory `dir` named prefix + digits (any name when prefix is NULL). */
 static int count_entries(const char *dir, const char *prefix) {
@@ -82,10 +105,10 @@ static void cpu_model(char *out, size_t n) {
 }
 
 int accel_cli_env(int argc, char **argv) {
-    const char *v[1];
+    const char *v[2] = {NULL, NULL};
     int first;
-    int r = cli_parse("accel env [--config_file CONFIG_FILE]", "Print information about this build and machine.", OPTS,
-                      1, argc, argv, v, &first, false);
+    int r = cli_parse("accel env [--config_file CONFIG_FILE] [--measure-gemm]",
+                      "Print information about this build and machine.", OPTS, 2, argc, argv, v, &first, false);
     if (r == CLI_HELP) return 0;
     if (r == CLI_ERROR) return 2;
     struct utsname u;
@@ -126,12 +149,24 @@ int accel_cli_env(int argc, char **argv) {
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
     char isa[256];
     printf("- ISA: %s\n", accel_cpu_isa_string(isa, sizeof isa));
+    if (accel__cpu_isa_check() != ACCEL_OK) printf("- ISA cap: refused (%s)\n", accel_last_error());
+    else if (accel__cpu_isa_cap() != ACCEL__CPU_ISA_NONE)
+        printf("- ISA cap: %s (ACCEL_CPU_ISA; the features above are what it leaves)\n",
+               accel__cpu_isa_cap_name(accel__cpu_isa_cap()));
     printf("- CPU kernels: %s\n", accel_cpu_kernels());
     char gemm[1024];
     accel__gemm_describe(gemm, sizeof gemm); /* "GEMM f32: ...\n" per dtype */
     for (char *line = gemm, *end; *line; line = end + 1) {
         end = strchr(line, '\n');
         printf("- %.*s\n", (int)(end - line), line);
+    }
+    if (v[1]) measure_gemm();
+    static char choices[16384];
+    accel__gemm_choices_describe(choices, sizeof choices); /* "GEMM choices: ...\n  <class>: ...\n" */
+    for (char *line = choices, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        printf("%s%.*s\n", line[0] == ' ' ? "\t" : "- ", (int)(end - line - (line[0] == ' ' ? 2 : 0)),
+               line + (line[0] == ' ' ? 2 : 0));
     }
     printf("- System RAM: %.2f GB\n", ram_gb);
     char path[4096], err[2048];

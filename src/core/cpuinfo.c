@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -103,10 +104,86 @@ static void detect_model(char *out, size_t n) { (void)out, (void)n; }
 static accel_cpu_info g_info;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* The names of the features in f, space-separated, or "none", into buf. */
+static const char *feature_names(uint32_t f, char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_FEATURES; i++) {
+        if (!(f & (1u << i)) || used >= size) continue;
+        int w = snprintf(buf + used, size - used, "%s%s", used ? " " : "", FEATURE_NAMES[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (!f) snprintf(buf, size, "none");
+    return buf;
+}
+
+/* ---- the ISA cap (ACCEL_CPU_ISA) */
+
+/* What a level keeps of the CPU's features, and what it needs of them. */
+typedef struct isa_level {
+    const char *name;
+    accel__cpu_isa_level level;
+    uint32_t keeps, needs;
+} isa_level;
+
+#define AVX2_SET (ACCEL_CPU_AVX2 | ACCEL_CPU_FMA | ACCEL_CPU_F16C)
+#define AVX512_SET (AVX2_SET | ACCEL_CPU_AVX512F | ACCEL_CPU_AVX512BW | ACCEL_CPU_AVX512VL)
+
+static const isa_level ISA_LEVELS[] = {
+    {"baseline", ACCEL__CPU_ISA_BASELINE, 0, 0},
+    {"avx2", ACCEL__CPU_ISA_AVX2, AVX2_SET, AVX2_SET},
+    /* AVX-512 with its bf16 / fp16 extensions where the CPU has them; no AMX */
+    {"avx512", ACCEL__CPU_ISA_AVX512, AVX512_SET | ACCEL_CPU_AVX512_BF16 | ACCEL_CPU_AVX512_FP16, AVX512_SET},
+};
+enum { N_ISA_LEVELS = sizeof ISA_LEVELS / sizeof ISA_LEVELS[0] };
+
+static int g_cap = ACCEL__CPU_ISA_NONE; /* the level in force */
+static char g_cap_error[400];           /* why ACCEL_CPU_ISA was refused; "" when it was not */
+
+/* Applies ACCEL_CPU_ISA to the detected features f (uncapped when it is
+ * unset, empty, or refused: then g_cap_error says why). */
+static uint32_t apply_cap(uint32_t f) {
+    const char *v = getenv("ACCEL_CPU_ISA");
+    if (!v || !*v) return f;
+    for (int i = 0; i < N_ISA_LEVELS; i++) {
+        const isa_level *l = &ISA_LEVELS[i];
+        if (strcmp(v, l->name)) continue;
+        if ((f & l->needs) != l->needs) {
+            char isa[256];
+            feature_names(f, isa, sizeof isa);
+            snprintf(g_cap_error, sizeof g_cap_error,
+                     "ACCEL_CPU_ISA=%.40s: this CPU does not have %s (it offers: %s); the cap can only lower the level",
+                     v, l->name, isa);
+            return f;
+        }
+        g_cap = l->level;
+        return f & l->keeps;
+    }
+    snprintf(g_cap_error, sizeof g_cap_error, "ACCEL_CPU_ISA=%.40s: expected baseline, avx2 or avx512", v);
+    return f;
+}
+
 static void detect(void) {
     snprintf(g_info.model, sizeof g_info.model, "unknown");
     detect_model(g_info.model, sizeof g_info.model);
-    g_info.features = detect_features();
+    g_info.features = apply_cap(detect_features());
+}
+
+accel__cpu_isa_level accel__cpu_isa_cap(void) {
+    pthread_once(&g_once, detect);
+    return (accel__cpu_isa_level)g_cap;
+}
+
+const char *accel__cpu_isa_cap_name(accel__cpu_isa_level level) {
+    for (int i = 0; i < N_ISA_LEVELS; i++)
+        if (ISA_LEVELS[i].level == level) return ISA_LEVELS[i].name;
+    return "none";
+}
+
+accel_status accel__cpu_isa_check(void) {
+    pthread_once(&g_once, detect);
+    if (!g_cap_error[0]) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s", g_cap_error);
 }
 
 const accel_cpu_info *accel_cpu_info_get(void) {
@@ -122,16 +199,7 @@ static bool buf_ok(const char *fn, char *buf, size_t size) {
 
 const char *accel_cpu_isa_string(char *buf, size_t size) {
     if (!buf_ok(__func__, buf, size)) return NULL;
-    uint32_t f = accel_cpu_info_get()->features;
-    size_t used = 0;
-    buf[0] = 0;
-    for (int i = 0; i < N_FEATURES; i++) {
-        if (!(f & (1u << i)) || used >= size) continue;
-        int w = snprintf(buf + used, size - used, "%s%s", used ? " " : "", FEATURE_NAMES[i]);
-        used += w > 0 ? (size_t)w : 0;
-    }
-    if (!f) snprintf(buf, size, "none");
-    return buf;
+    return feature_names(accel_cpu_info_get()->features, buf, size);
 }
 
 /* ---- kernel variants */

@@ -31,4 +31,25 @@ accel_status accel__cpu_variant_use(accel__cpu_variant v);
 /* "baseline", "avx2", "avx512"; "native" for the baseline of an ACCEL_NATIVE build. */
 const char *accel__cpu_variant_name(accel__cpu_variant v);
 
+/* The ISA cap: ACCEL_CPU_ISA=baseline|avx2|avx512, read once at detection,
+ * makes this process see only the features of that level (avx512: AVX-512
+ * F/BW/VL and, where the CPU has them, AVX512-BF16/FP16; no AMX), so the
+ * kernel variant, the GEMM providers' choices and oneDNN (capped likewise)
+ * follow the paths a CPU of that level takes. A level the CPU lacks, or
+ * another value, is refused: the features stay uncapped and
+ * accel__cpu_isa_check says why (every GEMM then fails with it). */
+typedef enum accel__cpu_isa_level {
+    ACCEL__CPU_ISA_NONE = -1, /* no cap */
+    ACCEL__CPU_ISA_BASELINE,
+    ACCEL__CPU_ISA_AVX2,
+    ACCEL__CPU_ISA_AVX512,
+} accel__cpu_isa_level;
+
+/* The cap in force (ACCEL__CPU_ISA_NONE without one, or when refused). */
+accel__cpu_isa_level accel__cpu_isa_cap(void);
+/* "baseline", "avx2", "avx512"; "none" for ACCEL__CPU_ISA_NONE. */
+const char *accel__cpu_isa_cap_name(accel__cpu_isa_level level);
+/* ACCEL_OK, or ACCEL_ERR_INVALID_ARG naming ACCEL_CPU_ISA, its value and why it was refused. */
+accel_status accel__cpu_isa_check(void);
+
 #endif

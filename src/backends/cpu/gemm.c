@@ -14,6 +14,7 @@
 
 #include "accel/cpu.h"
 #include "accel/ops.h"
+#include "core/cpuinfo.h"
 #include "core/prepared.h"
 
 void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -314,6 +315,18 @@ static int f32_table_entries_here(void) {
     return n;
 }
 
+/* The f32 provider in auto mode: the table's choice is the prior; a large
+ * shape's class is timed (gemm_choice.c; always when `force`) and keeps it
+ * unless another candidate wins by a margin. */
+static int f32_auto(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+    const char *impl;
+    bool can = dnnl_probe(ACCEL_F32, &impl);
+    int rule = f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
+                                                                  : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
+    return accel__gemm_choose(ACCEL_F32, trans_a, trans_b, M, N, K, rule, candidates, force);
+}
+
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
     int mode = mode_now();
     if (mode < 0) {
@@ -322,14 +335,23 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
         accel_set_error(strcmp(env_value, "dnnl") ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED, "%s", why);
         return -1;
     }
+    if (accel__cpu_isa_check() != ACCEL_OK) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
-    const char *impl;
     bool dnnl;
     if (mode == ACCEL__GEMM_OPENBLAS) dnnl = false;
     else if (mode == ACCEL__GEMM_DNNL) dnnl = true; /* the f32 matmul exists on every CPU */
-    else if (dt == ACCEL_F32) dnnl = f32_table_entry(trans_a, trans_b, M, N, K) && dnnl_probe(dt, &impl);
+    else if (dt == ACCEL_F32) return f32_auto(trans_a, trans_b, M, N, K, false);
     else dnnl = auto_dnnl_lowp(dt);
     return dnnl ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+}
+
+
+void accel__gemm_library_versions(char *out, size_t n) {
+    char dnnl[64] = "none";
+#ifdef ACCEL_HAVE_DNNL
+    accel__dnnl_version(dnnl, sizeof dnnl);
+#endif
+    snprintf(out, n, "openblas=%s;dnnl=%s", openblas_get_config(), dnnl);
 }
 
 const char *accel__gemm_provider_name(accel__gemm_provider p) {
@@ -457,6 +479,11 @@ static bool sizes_fit(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
     return big <= INT_MAX && ld <= INT_MAX;
 }
 
+int accel__gemm_measure(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    if (M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1)) return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    return f32_auto(trans_a, trans_b, M, N, K, true);
+}
+
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
                          accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -468,9 +495,15 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                                "accel_gemm: matrix sizes M=%lld N=%lld K=%lld exceed the BLAS int range",
                                (long long)M, (long long)N, (long long)K);
     if (M <= 0 || N <= 0) return ACCEL_OK;
-    accel_dtype dt = compute_dtype(a_dt, b_dt);
-    int provider = accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K);
+    int provider = accel__gemm_provider_for(compute_dtype(a_dt, b_dt), trans_a, trans_b, M, N, K);
     if (provider < 0) return accel_last_status();
+    return accel__gemm_on(provider, trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, ldc);
+}
+
+accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const void *A, accel_dtype a_dt, int64_t lda, const void *B, accel_dtype b_dt,
+                            int64_t ldb, float beta, float *C, int64_t ldc) {
+    accel_dtype dt = compute_dtype(a_dt, b_dt);
     /* Stored shapes of the operands. */
     int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
     int64_t br = trans_b ? N : K, bc = trans_b ? K : N;
@@ -479,29 +512,50 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
      * nothing, and the reference loop scales C by beta. */
     const char *impl;
     if (provider != ACCEL__GEMM_PROVIDER_DNNL || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    /* The widened panels live for this call only: rewound at its end, so a
+     * step's arena holds one call's panels at a time, whichever provider
+     * and CPU kind (docs/cpu.md "Operand copies"). */
+    accel_arena *arena = accel_step_arena();
+    accel_arena_mark mark = accel_arena_mark_now(arena);
+    accel_status st = ACCEL_OK;
     if (bf16_weight_path(provider, trans_a, trans_b, M, K, b_dt)) {
         /* Only the few rows of A are widened; the weight is read as bf16. */
         const float *a = as_dtype(A, a_dt, ACCEL_F32, M, K, lda);
-        if (!a) return accel_last_status();
-        small_m_gemm(&(small_gemm){false, true, M, K, alpha, beta, a, a_dt == ACCEL_F32 ? lda : K, B, ACCEL_BF16,
-                                   ldb, C, ldc},
-                     N);
-        return ACCEL_OK;
+        if (a)
+            small_m_gemm(&(small_gemm){false, true, M, K, alpha, beta, a, a_dt == ACCEL_F32 ? lda : K, B,
+                                       ACCEL_BF16, ldb, C, ldc},
+                         N);
+        else st = accel_last_status();
+        accel_arena_rewind(arena, mark);
+        return st;
     }
     const void *a = as_dtype(A, a_dt, dt, ar, ac, lda);
-    const void *b = as_dtype(B, b_dt, dt, br, bc, ldb);
-    if (!a || !b) return accel_last_status();
+    const void *b = a ? as_dtype(B, b_dt, dt, br, bc, ldb) : NULL;
     lda = a_dt == dt ? lda : (ac ? ac : 1);
     ldb = b_dt == dt ? ldb : (bc ? bc : 1);
+    if (!a || !b) st = accel_last_status();
 #ifdef ACCEL_HAVE_DNNL
-    if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
-        return accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+    else if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
+        st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 #endif
-    accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
-    return ACCEL_OK;
+    else accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+    accel_arena_rewind(arena, mark);
+    return st;
 }
 
 /* ---- a layer's weight in oneDNN's layout (gemm.h: accel__gemm_weight) */
+
+/* accel__gemm_test_scratchpad's bytes. */
+static _Atomic size_t g_test_scratch;
+
+void accel__gemm_test_scratchpad(size_t extra) { g_test_scratch = extra; }
+
+size_t accel__gemm_test_scratchpad_bytes(void) { return g_test_scratch; }
+
+/* accel__gemm_test_padded_layouts: every layout taken for a padded one. */
+static _Atomic bool g_pretend_padded;
+
+void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
 
 #ifdef ACCEL_HAVE_DNNL
 /* The form of src, a dense weight [rows, cols] of the form's dtype:
@@ -524,6 +578,28 @@ static bool whole_weight(const accel_tensor *W, bool trans_b, int64_t N, int64_t
            accel_is_contiguous(W);
 }
 
+/* Whether a dense weight of dtype dt as op(B) [K, N] of this GEMM, A of
+ * dtype dt too, is read from a form in oneDNN's layout (gemm.h:
+ * accel__gemm_weight_has_form); *st is the error where the layout query
+ * failed (false then), else ACCEL_OK. */
+static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              accel_status *st) {
+    *st = ACCEL_OK;
+    const char *impl;
+    if (!gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0) return false;
+    /* oneDNN multiplying dt itself: not the reference loop, OpenBLAS, or
+     * operands widened per call (ACCEL_GEMM=dnnl without bf16 units) */
+    if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
+        return false;
+    size_t bytes;
+    *st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes);
+    /* none (oneDNN reads W as it is stored: gemm:jit's plain [K, N] on
+     * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
+     * AVX-512 past an N or K that is no multiple of them), which would not
+     * fit a form of W's size */
+    return *st == ACCEL_OK && bytes == (size_t)(N * K) * accel_dtype_size(dt) && !g_pretend_padded;
+}
+
 /* accel__gemm_weight on W's form in oneDNN's layout; *ran false (ACCEL_OK)
  * where that does not apply. */
 static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -531,19 +607,10 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
                                      int64_t ldw, float beta, float *C, int64_t ldc, bool *ran) {
     *ran = false;
     accel_dtype dt = W->dtype;
-    const char *impl;
-    if (a_dt != dt || !gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, lda, ldw, ldc) ||
-        !whole_weight(W, trans_b, N, K, w_off, ldw))
+    if (a_dt != dt || !sizes_fit(M, N, K, lda, ldw, ldc) || !whole_weight(W, trans_b, N, K, w_off, ldw))
         return ACCEL_OK;
-    /* oneDNN multiplying dt itself: not the reference loop, OpenBLAS, or
-     * operands widened per call (ACCEL_GEMM=dnnl without bf16 units) */
-    if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
-        return ACCEL_OK;
-    size_t bytes;
-    accel_status st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes);
-    /* none (oneDNN reads W as it is stored), or one with padding, which
-     * would not fit a form of W's size */
-    if (st != ACCEL_OK || bytes != accel_nbytes(W)) return st;
+    accel_status st;
+    if (!dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st)) return st;
     accel__form_key key = {.kind = trans_b ? ACCEL__FORM_DNNL_NT : ACCEL__FORM_DNNL_NN, .dt = dt};
     accel_tensor *form;
     st = accel__prepared_get(W, &key, dt, fill_dnnl_form, &form);
@@ -551,6 +618,16 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
     return accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form->data, beta, C, ldc, ran);
 }
 #endif
+
+bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+#ifdef ACCEL_HAVE_DNNL
+    accel_status st;
+    return sizes_fit(M, N, K, 1, 1, 1) && dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st);
+#else
+    (void)dt, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
+    return false;
+#endif
+}
 
 accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                 const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,

@@ -69,11 +69,33 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
                                 const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
                                 int64_t ldw, float beta, float *C, int64_t ldc);
 
+/* Whether accel__gemm_weight with A of dtype dt and all of a dense 2-D
+ * weight W of dtype dt as op(B) [K, N] (W [N, K] when trans_b) reads a form
+ * of W in oneDNN's layout in the current mode, given the prepared-weight
+ * cache is on: oneDNN multiplies dt for this shape and the layout it picks
+ * is neither W's own nor padded. Which it is depends on the CPU kind (gemm:jit
+ * on AVX2 reads a plain [K, N]; brgemm on AVX-512 wants blocks): tests
+ * derive their expected form counts from it. */
+bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+/* Tests: takes every oneDNN weight layout for one with padding (brgemm's
+ * blocks past a dim that is no multiple of them, on AVX-512), so that no
+ * weight gets a form: the decision an AVX-512 CPU makes on such shapes,
+ * made on any CPU. Nothing else changes (the results are the plain path's). */
+void accel__gemm_test_padded_layouts(bool on);
+
+/* Tests: every oneDNN primitive call takes `extra` bytes more scratchpad
+ * from the step arena than it asks for (brgemm's are tens of KB a call on
+ * AVX-512; gemm:jit's on AVX2 none), so that any CPU runs with what an
+ * AVX-512 one allocates per call. 0 turns it off. */
+void accel__gemm_test_scratchpad(size_t extra);
+size_t accel__gemm_test_scratchpad_bytes(void);
+
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
  * weight in dt: 2 (forward's and dX's) where dt's GEMMs run on oneDNN
- * multiplying dt, 0 elsewhere, and 0 for f32 in auto (the few weights whose
- * shape the table sends to oneDNN are not counted) (for
+ * multiplying dt, 0 elsewhere, and 0 for f32 in auto (the weights whose
+ * shape the table or the measured choice sends to oneDNN are not counted) (for
  * accel_rank_memory_estimate). */
 int accel__gemm_weight_forms(accel_dtype dt);
 
@@ -95,8 +117,9 @@ int accel__gemm_weight_forms(accel_dtype dt);
  * f16 on AVX2-only CPUs, in oneDNN 2.6) as f32 operands: tests use it to
  * run the oneDNN path, and the ops' low-precision operand path, on CPUs
  * whose auto choice is OpenBLAS. Under accel_reference_kernels() the
- * reference loop runs, whatever the mode. The choice depends only on the
- * mode, the CPU and the shape, so a run repeats its numerics exactly.
+ * reference loop runs, whatever the mode. In auto mode a large f32 GEMM's
+ * provider is chosen by measurement (gemm_choice.c, below); the rest
+ * depends only on the mode, the CPU and the shape.
  * Kernels that call accel__sgemm themselves (attention's per-head blocks)
  * stay on OpenBLAS. */
 typedef enum accel__gemm_mode {
@@ -109,6 +132,7 @@ typedef enum accel__gemm_provider {
     ACCEL__GEMM_PROVIDER_REFERENCE,
     ACCEL__GEMM_PROVIDER_OPENBLAS,
     ACCEL__GEMM_PROVIDER_DNNL,
+    ACCEL__GEMM_N_PROVIDERS,
 } accel__gemm_provider;
 
 /* Sets the mode for the process (overriding ACCEL_GEMM). ACCEL__GEMM_DNNL
@@ -141,7 +165,72 @@ bool accel__gemm_widens_per_call(accel_dtype dt);
  * Returns buf. */
 const char *accel__gemm_describe(char *buf, size_t size);
 
+/* accel__gemm on the given provider (not the reference loop unless
+ * accel_reference_kernels()), for the measurement below; the operands must
+ * be of float dtypes and sizes that accel__gemm accepts. */
+accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const void *A, accel_dtype a_dt, int64_t lda, const void *B, accel_dtype b_dt,
+                            int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* "openblas=<config>;dnnl=<version>" (dnnl=none without it): what the
+ * measured choices depend on besides the CPU and the threads. */
+void accel__gemm_library_versions(char *out, size_t n);
+
+/* ---- the f32 provider chosen by measurement (gemm_choice.c; docs/cpu.md)
+ *
+ * In auto mode an f32 GEMM of at least 2^26 multiply-adds takes the
+ * provider its shape class (accel__gemm_class) chose: timed the first time
+ * the class is seen, kept in memory and in a cache file per CPU model and
+ * features, library versions and thread count (ACCEL_GEMM_CACHE=DIR, or
+ * off; default ~/.cache/accel). A measurement replaces the incumbent (the
+ * cached choice, else the rule's: the f32 table) only when another
+ * candidate is faster by more than 10%. ACCEL_GEMM_MEASURE=0 never
+ * measures (the cache, else the rule), =1 measures the cached classes
+ * again at their first use. Smaller GEMMs, and bf16/f16 (whose provider
+ * also decides how the ops hand over operands), keep the rule. */
+typedef struct accel__gemm_class {
+    int32_t dt;      /* 0 f32, 1 bf16, 2 f16 */
+    int32_t ta, tb;  /* transposes */
+    int32_t m, n, k; /* floor(log2) of M, N, K */
+    int32_t threads;
+} accel__gemm_class;
+
+/* The provider of this GEMM: its class's choice, measured now where the
+ * class is new (or `force`: measured again whatever its size); `rule` where
+ * it is too small to time, or not measured. candidates: bits (1 << provider). */
+int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
+                       uint32_t candidates, bool force);
+
+/* Times an f32 GEMM of this shape's class now on every candidate (whatever
+ * its size; the mode aside) and returns the provider it keeps (`accel env
+ * --measure-gemm`). */
+int accel__gemm_measure(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+/* Up to max classes of the table into out (those of `threads` threads);
+ * returns how many. */
+int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max);
+
+/* The choices of this process's thread count (the JSON of the cache file)
+ * into path, with a checkpoint; and back: a saved table's choices replace the
+ * table's for their classes and are never timed again, so a resumed run
+ * multiplies as the saved one did (a missing file is no error: an older
+ * checkpoint). ACCEL_OK, or an error naming the file. */
+accel_status accel__gemm_choices_save(const char *path);
+accel_status accel__gemm_choices_load(const char *path);
+
+/* Tests: seconds a candidate takes for a class, instead of timing it
+ * (NULL: time for real). */
+typedef double (*accel__gemm_timer)(void *ctx, accel__gemm_provider p, const accel__gemm_class *c);
+void accel__gemm_choice_set_timer(accel__gemm_timer fn, void *ctx);
+/* Tests: forgets the table and the files read, reads the environment again. */
+void accel__gemm_choice_reset(void);
+/* "GEMM choices: N measured, cached in PATH\n" and a line per class
+ * (its provider and each candidate's time), into buf. Returns buf. */
+const char *accel__gemm_choices_describe(char *buf, size_t size);
+
 /* ---- the oneDNN provider (gemm_dnnl.c; only in a build with ACCEL_HAVE_DNNL) */
+
+/* oneDNN's "major.minor.patch+hash" into out. */
+void accel__dnnl_version(char *out, size_t n);
 
 /* C [M, N] f32 = alpha op(A) op(B) + beta C with A and B of dtype dt (f32,
  * bf16 or f16), f32 accumulation, on a cached oneDNN matmul primitive.

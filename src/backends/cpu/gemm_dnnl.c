@@ -25,7 +25,10 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/cpuinfo.h"
 
 /* What a table entry holds. */
 typedef enum entry_kind {
@@ -79,7 +82,24 @@ static dnnl_engine_t engine;
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_status_t engine_status;
 
-static void engine_create(void) { engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0); }
+/* oneDNN's ISA ceiling for accel's cap (core/cpuinfo.h: ACCEL_CPU_ISA), so
+ * its kernels and weight layouts are those of a CPU of that level. */
+static void isa_cap_apply(void) {
+    static const dnnl_cpu_isa_t CEILING[] = {
+        [ACCEL__CPU_ISA_BASELINE] = dnnl_cpu_isa_sse41,
+        [ACCEL__CPU_ISA_AVX2] = dnnl_cpu_isa_avx2,
+        [ACCEL__CPU_ISA_AVX512] = dnnl_cpu_isa_avx512_core_bf16,
+    };
+    accel__cpu_isa_level cap = accel__cpu_isa_cap();
+    /* only before oneDNN's first JIT; DNNL_MAX_CPU_ISA set by hand wins */
+    if (cap != ACCEL__CPU_ISA_NONE && !getenv("DNNL_MAX_CPU_ISA") && !getenv("ONEDNN_MAX_CPU_ISA"))
+        dnnl_set_max_cpu_isa(CEILING[cap]);
+}
+
+static void engine_create(void) {
+    isa_cap_apply();
+    engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
+}
 
 static accel_status dnnl_error(const char *what, dnnl_status_t s) {
     return accel_set_error(s == dnnl_out_of_memory ? ACCEL_ERR_OOM : ACCEL_ERR_UNSUPPORTED,
@@ -322,9 +342,15 @@ typedef struct exec_arg {
 /* Runs e's primitive on n arguments and a scratchpad of its own. */
 static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, const char *what) {
     enum { MAX_ARGS = 3 };
+    /* The scratchpad lives for this call only (rewound below): kept until
+     * the step's end, brgemm's per-call buffers (tens of KB a GEMM on
+     * AVX-512) would pile up over a step's hundreds of GEMMs. */
+    accel_arena *arena = accel_step_arena();
+    accel_arena_mark mark = accel_arena_mark_now(arena);
     void *scratch = NULL;
-    if (e->scratch_bytes) {
-        scratch = accel_arena_alloc(accel_step_arena(), e->scratch_bytes, 64);
+    size_t taken = e->scratch_bytes + accel__gemm_test_scratchpad_bytes();
+    if (taken) {
+        scratch = accel_arena_alloc(arena, taken, 64);
         if (!scratch) return accel_last_status();
     }
     dnnl_memory_desc_t scratch_md;
@@ -337,8 +363,8 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
         args[made].arg = in[made].arg;
         s = memory(&args[made].memory, in[made].md, in[made].p);
     }
-    if (s == dnnl_success && scratch) s = dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a);
-    if (s == dnnl_success && scratch) {
+    if (s == dnnl_success && e->scratch_bytes) s = dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a);
+    if (s == dnnl_success && e->scratch_bytes) {
         args[made].arg = DNNL_ARG_SCRATCHPAD;
         s = memory(&args[made++].memory, &scratch_md, scratch);
     }
@@ -350,6 +376,7 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
     if (stream) dnnl_stream_destroy(stream);
     for (int i = 0; i < made; i++)
         if (args[i].memory) dnnl_memory_destroy(args[i].memory);
+    accel_arena_rewind(arena, mark);
     return s == dnnl_success ? ACCEL_OK : dnnl_error(what, s);
 }
 
@@ -488,4 +515,9 @@ bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
         dnnl_primitive_desc_destroy(pd);
     }
     return s == dnnl_success;
+}
+
+void accel__dnnl_version(char *out, size_t n) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(out, n, "%d.%d.%d+%s", v->major, v->minor, v->patch, v->hash);
 }

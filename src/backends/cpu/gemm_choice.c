@@ -1,0 +1,426 @@
+/* The f32 GEMM provider chosen by measurement (gemm.h, "chosen by
+ * measurement"; docs/cpu.md "Measured choice").
+ *
+ * A table of shape classes (dtype, transposes, log2 of M, N and K, threads)
+ * and the provider each one runs on, filled the first time a class is seen
+ * (or at accel__gemm_measure): every candidate times the class's GEMM on
+ * scratch operands of its first shape (one warm-up, then the median of
+ * REPS), and the winner replaces the incumbent (the entry cached before,
+ * else the rule's choice) only when it is faster by more than MARGIN, so
+ * noise cannot flip a choice back and forth. The table is kept in memory and
+ * in a JSON file per key (CPU model and usable features, OpenBLAS and oneDNN
+ * versions, accel's version, threads): ~/.cache/accel/gemm-<hash>.json
+ * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
+ * in memory only). A file that cannot be read, parsed, or that holds another
+ * key, is named in a warning and measured over; one that cannot be written
+ * likewise (the choices then live for the process). The ranks of a job
+ * (accel_process_count() > 1) time nothing: they read the cache, else take
+ * the rule, so ranks with the same cache choose alike. */
+#include "backends/cpu/gemm.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/cpu.h"
+#include "accel/dist.h"
+#include "accel/tracking.h"
+#include "io/io_internal.h"
+#include "tracking/tracking_internal.h"
+
+/* A GEMM this small (multiply-adds) runs on the rule's provider unmeasured:
+ * under ~0.5 ms on 2 threads, where timing costs more than a choice can
+ * gain (and decode's few rows, which the skinny kernels take). */
+#define MEASURE_MIN_MACS (1ll << 26)
+/* A challenger replaces the incumbent only when it is this much faster. */
+#define MARGIN 0.10
+enum { REPS = 3, MAX_CHOICES = 256 };
+
+typedef struct choice {
+    accel__gemm_class c;
+    int provider;                             /* accel__gemm_provider */
+    double seconds[ACCEL__GEMM_N_PROVIDERS]; /* the last measurement; 0: not timed */
+    bool measured_here;                       /* in this process (not only read from the file) */
+} choice;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static choice g_table[MAX_CHOICES];
+static int g_n;
+static int g_loaded_threads[64]; /* thread counts whose file was read */
+static int g_n_loaded;
+static bool g_env_read;
+static int g_measure_env;  /* ACCEL_GEMM_MEASURE: -1 unset, 0 never, 1 re-measure */
+static char g_dir[1024];   /* the cache directory; "" when the cache is off */
+static accel__gemm_timer g_timer;
+static void *g_timer_ctx;
+
+static const char *DT_NAMES[] = {"float32", "bfloat16", "float16"};
+
+static int dt_index(accel_dtype dt) { return dt == ACCEL_BF16 ? 1 : dt == ACCEL_F16 ? 2 : 0; }
+static accel_dtype dt_of(int i) { return i == 1 ? ACCEL_BF16 : i == 2 ? ACCEL_F16 : ACCEL_F32; }
+
+static int log2_floor(int64_t v) {
+    int l = 0;
+    while (v > 1) v >>= 1, l++;
+    return l;
+}
+
+/* ---- the environment */
+
+static void env_read(void) {
+    if (g_env_read) return;
+    g_env_read = true;
+    const char *m = getenv("ACCEL_GEMM_MEASURE");
+    g_measure_env = !m || !*m ? -1 : !strcmp(m, "0") ? 0 : !strcmp(m, "1") ? 1 : -2;
+    if (g_measure_env == -2) {
+        fprintf(stderr, "accel: warning: ACCEL_GEMM_MEASURE=%s is neither 0 nor 1; measuring as by default\n", m);
+        g_measure_env = -1;
+    }
+    /* The ranks of a job must multiply alike: none of them times (each
+     * would time under the others' load and could choose otherwise); they
+     * read the cache a single process wrote (`accel env --measure-gemm`),
+     * else take the rule. */
+    if (accel_process_count() > 1) g_measure_env = 0;
+    const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (d && (!strcmp(d, "off") || !strcmp(d, "0") || !*d)) g_dir[0] = 0;
+    else if (d) snprintf(g_dir, sizeof g_dir, "%s", d);
+    else if (xdg && *xdg) snprintf(g_dir, sizeof g_dir, "%s/accel", xdg);
+    else if (home && *home) snprintf(g_dir, sizeof g_dir, "%s/.cache/accel", home);
+    else g_dir[0] = 0;
+}
+
+/* ---- the cache file */
+
+/* What the choices of `threads` threads depend on, into out. */
+static void cache_key(int threads, char *out, size_t n) {
+    char versions[256];
+    accel__gemm_library_versions(versions, sizeof versions);
+    const accel_cpu_info *ci = accel_cpu_info_get();
+    snprintf(out, n, "cpu=%s;features=%#x;%s;accel=%s;threads=%d", ci->model, ci->features, versions,
+             accel_build_info(ACCEL_INFO_VERSION), threads);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The file of `threads` threads' choices into out; false when the cache is off. */
+static bool cache_path(int threads, char *out, size_t n) {
+    if (!g_dir[0]) return false;
+    char key[1024];
+    cache_key(threads, key, sizeof key);
+    snprintf(out, n, "%s/gemm-%016llx.json", g_dir, (unsigned long long)fnv1a(key));
+    return true;
+}
+
+static int provider_of_name(const char *s) {
+    for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
+        if (s && !strcmp(s, accel__gemm_provider_name((accel__gemm_provider)p))) return p;
+    return -1;
+}
+
+/* The slot of c, or -1. Under the lock. */
+static int find(const accel__gemm_class *c) {
+    for (int i = 0; i < g_n; i++)
+        if (!memcmp(&g_table[i].c, c, sizeof *c)) return i;
+    return -1;
+}
+
+/* One entry of the file into *ch; false when it is malformed. */
+static bool entry_parse(json_t *e, int threads, choice *ch) {
+    memset(ch, 0, sizeof *ch);
+    const char *dt = json_string_value(json_object_get(e, "dtype")), *tr = json_string_value(json_object_get(e, "trans"));
+    json_t *m = json_object_get(e, "log2_m"), *n = json_object_get(e, "log2_n"), *k = json_object_get(e, "log2_k");
+    int p = provider_of_name(json_string_value(json_object_get(e, "provider")));
+    int d = -1;
+    for (int i = 0; i < 3; i++)
+        if (dt && !strcmp(dt, DT_NAMES[i])) d = i;
+    if (d < 0 || !tr || strlen(tr) != 2 || !strchr("NT", tr[0]) || !strchr("NT", tr[1]) || !json_is_integer(m) ||
+        !json_is_integer(n) || !json_is_integer(k) || p <= ACCEL__GEMM_PROVIDER_REFERENCE)
+        return false;
+    json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
+    if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return false;
+    if (p == ACCEL__GEMM_PROVIDER_DNNL && !accel__gemm_have_dnnl()) return false;
+    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
+    ch->provider = p;
+    json_t *secs = json_object_get(e, "seconds");
+    for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++) {
+        json_t *s = json_object_get(secs, accel__gemm_provider_name((accel__gemm_provider)q));
+        if (json_is_number(s) && json_number_value(s) > 0) ch->seconds[q] = json_number_value(s);
+    }
+    return true;
+}
+
+/* The choices of the file's JSON j into out[*n] as choices of `threads`
+ * threads; NULL, or why j is not such a file (of key, when key is not NULL). */
+static const char *table_parse(json_t *j, const char *key, int threads, choice *out, int *n) {
+    json_t *list = json_object_get(j, "choices");
+    *n = 0;
+    if (!json_is_string(json_object_get(j, "key"))) return "no \"key\"";
+    if (key && strcmp(json_string_value(json_object_get(j, "key")), key))
+        return "it holds the choices of another CPU, library version or thread count";
+    if (!json_is_array(list)) return "no \"choices\" list";
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        if (*n == MAX_CHOICES || !entry_parse(json_array_get(list, i), threads, &out[*n])) return "a malformed entry";
+        ++*n;
+    }
+    return NULL;
+}
+
+/* The table's choices of `threads` threads with their key, as the file
+ * holds them; NULL when out of memory. Under the lock. */
+static json_t *table_json(int threads) {
+    char key[1024];
+    cache_key(threads, key, sizeof key);
+    json_t *list = json_array();
+    for (int i = 0; list && i < g_n; i++) {
+        const choice *ch = &g_table[i];
+        if (ch->c.threads != threads) continue;
+        char tr[3] = {ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', 0};
+        json_t *secs = json_object();
+        for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++)
+            if (ch->seconds[q] > 0)
+                json_object_set_new(secs, accel__gemm_provider_name((accel__gemm_provider)q), json_real(ch->seconds[q]));
+        json_array_append_new(list, json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:o}", "dtype", DT_NAMES[ch->c.dt],
+                                              "trans", tr, "log2_m", ch->c.m, "log2_n", ch->c.n, "log2_k", ch->c.k,
+                                              "provider",
+                                              accel__gemm_provider_name((accel__gemm_provider)ch->provider),
+                                              "seconds", secs));
+    }
+    return list ? json_pack("{s:s, s:o}", "key", key, "choices", list) : NULL;
+}
+
+/* Puts n parsed choices into the table: over the entries of their class
+ * (`replace`), or only where the class has none. Under the lock. */
+static void table_merge(const choice *in, int n, bool replace) {
+    for (int i = 0; i < n; i++) {
+        int at = find(&in[i].c);
+        if (at >= 0 && replace) g_table[at] = in[i];
+        else if (at < 0 && g_n < MAX_CHOICES) g_table[g_n++] = in[i];
+    }
+}
+
+/* Reads the file of `threads` threads' choices into the table once. Under the lock. */
+static void cache_load(int threads) {
+    for (int i = 0; i < g_n_loaded; i++)
+        if (g_loaded_threads[i] == threads) return;
+    if (g_n_loaded < (int)(sizeof g_loaded_threads / sizeof g_loaded_threads[0]))
+        g_loaded_threads[g_n_loaded++] = threads;
+    char path[1200], key[1024];
+    if (!cache_path(threads, path, sizeof path) || !accel__is_file(path)) return;
+    cache_key(threads, key, sizeof key);
+    json_t *j = accel__json_load_file(path);
+    static choice parsed[MAX_CHOICES]; /* under the lock */
+    int n = 0;
+    const char *why = j ? table_parse(j, key, threads, parsed, &n) : accel_last_error();
+    if (why) {
+        fprintf(stderr, "accel: warning: GEMM choice cache %s ignored (%s); measuring again\n", path, why);
+        accel_clear_error();
+    } else {
+        table_merge(parsed, n, false);
+    }
+    json_decref(j);
+}
+
+/* Writes the table's choices of `threads` threads to their file. Under the lock. */
+static void cache_save(int threads) {
+    char path[1200];
+    if (!cache_path(threads, path, sizeof path)) return;
+    json_t *j = table_json(threads);
+    accel_status st = j ? accel__mkdirs(g_dir) : accel_set_error(ACCEL_ERR_OOM, "out of memory");
+    if (st == ACCEL_OK) st = accel__json_save_file(path, j);
+    if (st != ACCEL_OK) {
+        static bool warned; /* once: the choices still hold for this process */
+        if (!warned)
+            fprintf(stderr, "accel: warning: GEMM choice cache %s cannot be written (%s); the choices live in memory "
+                            "only\n", path, accel_last_error());
+        warned = true;
+        accel_clear_error();
+    }
+    json_decref(j);
+}
+
+/* ---- with a checkpoint */
+
+accel_status accel__gemm_choices_save(const char *path) {
+    int threads = omp_get_max_threads();
+    pthread_mutex_lock(&g_lock);
+    env_read();
+    cache_load(threads);
+    json_t *j = table_json(threads);
+    pthread_mutex_unlock(&g_lock);
+    accel_status st = j ? accel__json_save_file(path, j) : accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", path);
+    json_decref(j);
+    return st;
+}
+
+accel_status accel__gemm_choices_load(const char *path) {
+    if (!accel__is_file(path)) return ACCEL_OK; /* a checkpoint from before the choices were saved */
+    json_t *j = accel__json_load_file(path);
+    if (!j) return accel_last_status();
+    int threads = omp_get_max_threads();
+    static choice parsed[MAX_CHOICES];
+    pthread_mutex_lock(&g_lock);
+    env_read();
+    cache_load(threads);
+    int n = 0;
+    /* any key: the run resumes on the choices it was saved with, wherever */
+    const char *why = table_parse(j, NULL, threads, parsed, &n);
+    if (!why) {
+        for (int i = 0; i < n; i++) parsed[i].measured_here = true; /* pinned: never timed again */
+        table_merge(parsed, n, true);
+    }
+    pthread_mutex_unlock(&g_lock);
+    json_decref(j);
+    return why ? accel_set_error(ACCEL_ERR_FORMAT, "%s: not a GEMM choice table (%s)", path, why) : ACCEL_OK;
+}
+
+/* ---- timing */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The median of REPS runs of the class's GEMM (shape M x N x K) on provider
+ * p, after one warm-up; 0 when it failed. */
+static double time_provider(int p, accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+    size_t es = accel_dtype_size(dt);
+    void *A = calloc((size_t)(M * K), es), *B = calloc((size_t)(K * N), es);
+    float *C = calloc((size_t)(M * N), sizeof(float));
+    double t[REPS] = {0};
+    bool ok = A && B && C;
+    for (int r = -1; ok && r < REPS; r++) {
+        double t0 = now();
+        ok = accel__gemm_on(p, ta, tb, M, N, K, 1.0f, A, dt, ta ? M : K, B, dt, tb ? K : N, 0.0f, C, N) == ACCEL_OK;
+        if (r >= 0) t[r] = now() - t0;
+    }
+    free(A), free(B), free(C);
+    if (!ok) {
+        accel_clear_error();
+        return 0;
+    }
+    for (int i = 1; i < REPS; i++) /* insertion sort: the median */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    return t[REPS / 2];
+}
+
+/* Times every candidate of c into ch->seconds and keeps the incumbent
+ * unless another is faster by more than MARGIN. */
+static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, int64_t N, int64_t K) {
+    const accel__gemm_class *c = &ch->c;
+    for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) {
+        if (!(candidates & (1u << p))) continue;
+        ch->seconds[p] = g_timer ? g_timer(g_timer_ctx, (accel__gemm_provider)p, c)
+                                 : time_provider(p, dt_of(c->dt), c->ta, c->tb, M, N, K);
+    }
+    int best = incumbent;
+    double inc = ch->seconds[incumbent] > 0 ? ch->seconds[incumbent] : INFINITY;
+    for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
+        if ((candidates & (1u << p)) && ch->seconds[p] > 0 && ch->seconds[p] < (1.0 - MARGIN) * inc &&
+            (best == incumbent || ch->seconds[p] < ch->seconds[best]))
+            best = p;
+    ch->provider = best;
+    ch->measured_here = true;
+}
+
+int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
+                       uint32_t candidates, bool force) {
+    if (!force && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    accel__gemm_class c = {dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads};
+    pthread_mutex_lock(&g_lock);
+    env_read();
+    cache_load(threads);
+    int i = find(&c), provider = rule;
+    if (i >= 0) provider = g_table[i].provider;
+    /* measure: a class not seen (unless ACCEL_GEMM_MEASURE=0), a cached one
+     * under ACCEL_GEMM_MEASURE=1 or an explicit re-measure; never inside a
+     * parallel region (the timings would be of one thread among others) */
+    bool stale = i >= 0 && !g_table[i].measured_here && g_measure_env == 1;
+    bool want = force || stale || (i < 0 && g_measure_env != 0);
+    if (want && !omp_in_parallel() && (i >= 0 || g_n < MAX_CHOICES)) {
+        if (i < 0) {
+            i = g_n++;
+            memset(&g_table[i], 0, sizeof g_table[i]);
+            g_table[i].c = c;
+        }
+        /* the lock is held while timing: two threads must not time at once */
+        measure(&g_table[i], provider, candidates | (1u << provider), M, N, K);
+        provider = g_table[i].provider;
+        cache_save(threads);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return provider;
+}
+
+int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max) {
+    pthread_mutex_lock(&g_lock);
+    env_read();
+    cache_load(threads);
+    int n = 0;
+    for (int i = 0; i < g_n && n < max; i++)
+        if (g_table[i].c.threads == threads) out[n++] = g_table[i].c;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+void accel__gemm_choice_set_timer(accel__gemm_timer fn, void *ctx) {
+    pthread_mutex_lock(&g_lock);
+    g_timer = fn;
+    g_timer_ctx = ctx;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void accel__gemm_choice_reset(void) {
+    pthread_mutex_lock(&g_lock);
+    g_n = 0;
+    g_n_loaded = 0;
+    g_env_read = false;
+    pthread_mutex_unlock(&g_lock);
+}
+
+const char *accel__gemm_choices_describe(char *buf, size_t size) {
+    if (!buf || !size) return buf;
+    int threads = omp_get_max_threads();
+    pthread_mutex_lock(&g_lock);
+    env_read();
+    cache_load(threads);
+    char path[1200];
+    size_t used = 0;
+    int w = cache_path(threads, path, sizeof path)
+                ? snprintf(buf, size, "GEMM choices: %d measured, cached in %s\n", g_n, path)
+                : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off or no HOME)\n", g_n);
+    used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
+    for (int i = 0; i < g_n && used + 1 < size; i++) {
+        const choice *ch = &g_table[i];
+        w = snprintf(buf + used, size - used, "  %s %c%c M~2^%d N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
+                     ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', ch->c.m, ch->c.n, ch->c.k, ch->c.threads,
+                     ch->c.threads == 1 ? "" : "s", accel__gemm_provider_name((accel__gemm_provider)ch->provider));
+        used += w > 0 ? (size_t)w : 0;
+        for (int q = 0, first = 1; q < ACCEL__GEMM_N_PROVIDERS && used + 1 < size; q++)
+            if (ch->seconds[q] > 0) {
+                w = snprintf(buf + used, size - used, "%s%s %.3f ms", first ? "" : ", ",
+                             accel__gemm_provider_name((accel__gemm_provider)q), 1e3 * ch->seconds[q]);
+                used += w > 0 ? (size_t)w : 0;
+                first = 0;
+            }
+        if (used + 1 < size) {
+            w = snprintf(buf + used, size - used, ")\n");
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return buf;
+}
