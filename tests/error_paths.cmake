@@ -9,7 +9,7 @@ if(TARGET accel_cli)
                    --num_machines 2 --machine_rank 0 --num_processes 2 --main_process_ip 127.0.0.1
                    --main_process_port 0 /bin/true)
   set_tests_properties(error_path_launch_needs_secret PROPERTIES
-                       ENVIRONMENT "${_lsan};ACCEL_JOB_SECRET=;ACCEL_INSECURE_NO_SECRET=")
+                       ENVIRONMENT "${_lsan};ACCEL_JOB_SECRET=;ACCEL_INSECURE_NO_SECRET=0")
   # prepare fails (no layer class "Nope" to wrap): everything made before is freed
   add_test(NAME error_path_train_linear_prepare COMMAND ${_expect} 1
            "train_linear: accel_accelerator_prepare: fsdp_transformer_layer_cls_to_wrap \"Nope\"" $<TARGET_FILE:train_linear>)
