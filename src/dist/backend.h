@@ -87,6 +87,10 @@ extern const accel__backend accel__backend_tcp;
 /* init is called with store == NULL: MPI does its own rendezvous and sets
  * pg->rank / pg->size. */
 extern const accel__backend accel__backend_mpi;
+/* sub (calloc'd by accel_pg_split) becomes the group of parent's ranks that
+ * pass color, ranked by key then parent rank (MPI_Comm_split: collective over
+ * parent): sets sub->be, impl, rank and size. */
+accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *sub);
 #endif
 
 #ifdef ACCEL_HAVE_NCCL
