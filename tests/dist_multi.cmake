@@ -22,6 +22,13 @@ if(TARGET accel_cli)
                    $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_two_machines PROPERTIES TIMEOUT 120 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60")
+  # the same job hierarchically (shm inside each machine: checked by a counter)
+  # and on the flat tcp ring: the same results, bit for bit
+  add_test(NAME dist_two_machines_hier_vs_flat
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_hier_compare.sh $<TARGET_FILE:accel_cli>
+                   $<TARGET_FILE:test_dist_collectives>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_two_machines_hier_vs_flat PROPERTIES TIMEOUT 180 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60")
   # two SLURM "nodes" in two network namespaces (root + iproute2, else skipped):
   # srun without accel launch, and srun accel launch
   add_test(NAME dist_netns_slurm

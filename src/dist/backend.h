@@ -98,6 +98,17 @@ accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *su
 extern const accel__backend accel__backend_nccl;
 #endif
 
+/* Hierarchical collectives (hier.c): a tcp group pg (the default one, just
+ * initialised) whose machines hold L > 1 consecutive ranks each, the same L
+ * on every machine, gets shm inside each machine and tcp between them, unless
+ * ACCEL_DIST_HIERARCHICAL=0 (collective over pg: every rank decides alike;
+ * otherwise pg is left as it is). */
+extern const accel__backend accel__backend_hier;
+accel_status accel__hier_wrap(accel_pg *pg);
+/* The backend a hierarchical group uses inside a machine ("shm") and how many
+ * collectives went that way (calls may be NULL); NULL for any other group. */
+const char *accel__pg_within_machine(const accel_pg *pg, uint64_t *calls);
+
 /* The address other machines reach this one at (tcp.c): ACCEL_DIST_HOST_ADDR,
  * else the local address of the route to MASTER_ADDR (127.0.0.1 on loopback). */
 accel_status accel__tcp_local_ip(char *out, size_t n);

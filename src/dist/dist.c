@@ -1032,6 +1032,8 @@ static accel_status create_default_group(void) {
             st = pg->be->init(pg, store);
             /* Every rank is done with the store once all have passed this barrier. */
             if (st == ACCEL_OK) st = pg->be->barrier(pg);
+            /* Several ranks per machine: shm inside each (ACCEL_DIST_BACKEND=tcp keeps the flat ring). */
+            if (st == ACCEL_OK && pg->be == &accel__backend_tcp && !(forced && *forced)) st = accel__hier_wrap(pg);
             if (st != ACCEL_OK) pg->be->finalize(pg);
         }
         if (st == ACCEL_OK && e.rank == 0) pg->store = store; /* serves late claims until finalize */
@@ -1197,7 +1199,7 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
     mpi = parent->be == &accel__backend_mpi;
 #endif
     if (parent->be != &accel__backend_shm && parent->be != &accel__backend_tcp && parent->be != &accel__backend_self &&
-        !mpi) {
+        parent->be != &accel__backend_hier && !mpi) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_pg_split: subgroups of a %s group are not implemented (shm, "
                         "tcp, mpi and self groups split)", parent->be->name);
         return NULL;
