@@ -30,7 +30,8 @@
  * simply (machine 0's sum) op (machine 1's sum)). The flat ring reduces over
  * all W ranks in ring order, so floating-point sums of W > 2 ranks can differ
  * in the last bits between the two (integers, MAX/MIN and exactly
- * representable sums agree); each is deterministic for a given topology.
+ * representable sums agree; bf16/f16 round each step's partial sums, and
+ * AVG divides the rounded sum); each is deterministic for a given topology.
  * ACCEL_DIST_HIERARCHICAL=0 keeps the flat ring (docs/dist.md). */
 #include <stdlib.h>
 #include <string.h>
@@ -263,14 +264,14 @@ accel_status accel__hier_wrap(accel_pg *pg) {
         accel_pg_free(node);
         return accel_last_status();
     }
-    /* A machine's ranks that do not share one host (hostnames differ) got
-     * tcp inside: nothing to win, the flat ring stays. Every rank of the
-     * group decides alike: the split gave all of a machine one backend, and
-     * accel_pg_split put all machines' ranks on one host or none. */
-    hier_state *h = strcmp(node->be->name, "shm") ? NULL : calloc(1, sizeof *h);
+    /* A machine whose ranks do not share one host (their hostnames differ)
+     * got tcp inside: nothing to win there. Every rank must take the same
+     * path, so one such machine keeps the flat ring for all. */
+    int32_t all_shm = !strcmp(node->be->name, "shm");
+    accel_status st = accel_pg_all_reduce(pg, &all_shm, 1, ACCEL_I32, ACCEL_REDUCE_MIN);
+    hier_state *h = st || !all_shm ? NULL : calloc(1, sizeof *h);
     if (!h) {
-        accel_status st = strcmp(node->be->name, "shm") ? ACCEL_OK
-                                                         : accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+        if (!st && all_shm) st = accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
         accel_pg_free(cross);
         accel_pg_free(node);
         return st;
