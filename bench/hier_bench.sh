@@ -60,7 +60,9 @@ loads() { cat "$@" | tr '\n' ' '; }
   echo
   echo "## 2 machines x 2 processes on loopback: hierarchical vs flat tcp ring"
   echo
-  echo "Load before the runs: hierarchical $(loads "$T"/load_h1_*), flat $(loads "$T"/load_h0_*)."
+  echo "Load before the runs: hierarchical $(loads "$T"/load_h1_*), flat $(loads "$T"/load_h0_*). Zero-copy: the"
+  echo "buffers come from accel_pg_alloc_shared (the machine's shared heap when hierarchical; plain memory on"
+  echo "the flat ring, which has none)."
   echo
   echo "| size | hierarchical zero-copy | hierarchical private | flat tcp zero-copy | flat tcp private | private: hier / flat |"
   echo "|---|---|---|---|---|---|"

@@ -13,8 +13,8 @@
  *      Reduce_scatter_block), which then cannot wait for a missing rank.
  * Why not MPI's non-blocking collectives themselves, as before: OpenMPI runs
  * them through libnbc, whose schedules progress only inside MPI_Test and are
- * not its tuned algorithms; a 1 MiB all-reduce took 4x (unloaded) to 100x
- * (2 cores oversubscribed) as long as MPI_Allreduce (bench/RESULTS.md).
+ * not its tuned algorithms; a 1 MiB all-reduce took 4x (the issue's run) to
+ * 30x (2 cores oversubscribed) as long as MPI_Allreduce (bench/RESULTS.md).
  * bf16/f16 use user MPI_Ops over 2-byte types that reduce through
  * accel__reduce (in f32, rounded per pairwise step); AVG is SUM followed by a
  * local division. Counts above INT_MAX are split into pieces (all_reduce,
