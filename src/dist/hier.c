@@ -250,7 +250,7 @@ static accel_status layout_fits(accel_pg *pg, bool *fits) {
     return st;
 }
 
-accel_status accel__hier_wrap(accel_pg *pg) {
+static accel_status wrap(accel_pg *pg) {
     long on;
     bool fits = false;
     if (accel__env_long("ACCEL_DIST_HIERARCHICAL", 1, 0, 1, &on) != ACCEL_OK) return accel_last_status();
@@ -280,6 +280,15 @@ accel_status accel__hier_wrap(accel_pg *pg) {
     pg->be = &accel__backend_hier;
     pg->impl = h;
     return ACCEL_OK;
+}
+
+/* The collectives of the setup are init's: the user's first collective is
+ * still #1 in reports. */
+accel_status accel__hier_wrap(accel_pg *pg) {
+    uint32_t seq = pg->site.seq;
+    accel_status st = wrap(pg);
+    pg->site.seq = seq;
+    return st;
 }
 
 const char *accel__pg_within_machine(const accel_pg *pg, uint64_t *calls) {
