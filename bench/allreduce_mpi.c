@@ -1,5 +1,7 @@
 /* OpenMPI peer of bench_allreduce.c (compiled by bench/dist_bench.sh with mpicc).
  * `allreduce_mpi`       : MPI_Allreduce(MPI_IN_PLACE, f32, SUM) busbw, same protocol.
+ * `allreduce_mpi nb`    : the same through MPI_Iallreduce + an MPI_Test loop (what
+ *                         accel's mpi backend did before: libnbc's schedules).
  * `allreduce_mpi hello` : MPI_Init + Barrier + Finalize (launch-cost peer). */
 #include <mpi.h>
 #include <stdio.h>
@@ -21,9 +23,11 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
+    int nb = argc > 1 && !strcmp(argv[1], "nb");
     const int mib[] = {1, 4, 16, 64, 256};
     static double t[4096];
-    if (rank == 0) printf("# OpenMPI MPI_Allreduce f32 sum, %d processes, busbw GB/s (median)\n# MiB busbw\n", world);
+    if (rank == 0) printf("# OpenMPI %s f32 sum, %d processes, busbw GB/s (median)\n# MiB busbw\n",
+                          nb ? "MPI_Iallreduce+MPI_Test" : "MPI_Allreduce", world);
     for (size_t i = 0; i < sizeof mib / sizeof *mib; i++) {
         size_t bytes = (size_t)mib[i] << 20, n = bytes / 4;
         float *buf;
@@ -35,7 +39,14 @@ int main(int argc, char **argv) {
         for (;;) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
-            MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (nb) {
+                MPI_Request req;
+                int done = 0;
+                MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+                while (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            }
             double dt = MPI_Wtime() - t0, el = MPI_Wtime() - start;
             MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

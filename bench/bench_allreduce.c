@@ -1,4 +1,4 @@
-/* all_reduce bus bandwidth of accel's shm backend, f32 SUM, 1..256 MiB.
+/* all_reduce bus bandwidth of accel's default group (shm on one machine), f32 SUM, 1..256 MiB.
  * Run under `accel launch --num_processes 2`. Two variants per size:
  * zero-copy (buffer from accel_pg_alloc_shared) and private (malloc'd buffer,
  * copied in and out). Like limits.md §4: 3 warm-ups, then at least 10 calls
@@ -47,7 +47,9 @@ int main(int argc, char **argv) {
     accel_pg *pg = accel_dist_default_group();
     int world = accel_pg_size(pg), rank = accel_pg_rank(pg);
     const int mib[] = {1, 4, 16, 64, 256};
-    if (rank == 0) printf("# accel shm all_reduce f32 sum, %d processes, busbw GB/s (median)\n# MiB zero_copy private\n", world);
+    if (rank == 0)
+        printf("# accel %s all_reduce f32 sum, %d processes, busbw GB/s (median)\n# MiB zero_copy private\n",
+               accel_pg_backend(pg), world);
     for (size_t i = 0; i < sizeof mib / sizeof *mib; i++) {
         size_t bytes = (size_t)mib[i] << 20, n = bytes / 4;
         float *shared = accel_pg_alloc_shared(pg, bytes);

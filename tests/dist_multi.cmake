@@ -30,6 +30,13 @@ if(TARGET accel_cli)
                    $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_two_machines_wrong_secret PROPERTIES TIMEOUT 60 ENVIRONMENT "ACCEL_DIST_TIMEOUT=300")
+  # the same job hierarchically (shm inside each machine: checked by a counter)
+  # and on the flat tcp ring: the same results, bit for bit
+  add_test(NAME dist_two_machines_hier_vs_flat
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_hier_compare.sh $<TARGET_FILE:accel_cli>
+                   $<TARGET_FILE:test_dist_collectives>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_two_machines_hier_vs_flat PROPERTIES TIMEOUT 180 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60")
   # two SLURM "nodes" in two network namespaces (root + iproute2, else skipped):
   # srun without accel launch, and srun accel launch
   add_test(NAME dist_netns_slurm
@@ -52,4 +59,31 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_mpi_debug_mismatch_2_nosan PROPERTIES TIMEOUT 60
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_DEBUG_MODE=1")
+  # subgroups (MPI_Comm_split) of unequal sizes, and of one
+  add_test(NAME dist_mpi_collectives_3_nosan
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 3 $<TARGET_FILE:test_dist_collectives>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_mpi_collectives_3_nosan PROPERTIES TIMEOUT 120
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_DIST_BACKEND=mpi")
+  # without debug mode: a barrier against an all_reduce fails both ranks at once
+  add_test(NAME dist_mpi_diverge_2_nosan
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:test_dist_faults> diverge
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_mpi_diverge_2_nosan PROPERTIES TIMEOUT 60
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=20;ACCEL_DIST_BACKEND=mpi")
+  # the same all_reduce from two lines: both ranks name the different call sites
+  add_test(NAME dist_mpi_sites_2_nosan
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:test_dist_faults> sites
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_mpi_sites_2_nosan PROPERTIES TIMEOUT 60
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=20;ACCEL_DIST_BACKEND=mpi")
+  # HYBRID_SHARD under mpirun: 4 ranks as 2 "machines" of 2 (run_mpi_machines.sh)
+  add_test(NAME accelerator_zero3_hybrid_mpi_2x2_nosan
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4
+                   bash ${CMAKE_CURRENT_SOURCE_DIR}/run_mpi_machines.sh 2 $<TARGET_FILE:test_accelerator_zero3>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(accelerator_zero3_hybrid_mpi_2x2_nosan PROPERTIES TIMEOUT 240
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_DIST_BACKEND=mpi;ACCEL_FSDP_SHARDING_STRATEGY=HYBRID_SHARD;ACCELERATE_USE_FSDP=true"
+    PASS_REGULAR_EXPRESSION "zero3 world=4 mp=no accum=1 clip=0 wrap=0 fwd_prefetch=0 bwd_prefetch=1 reshard=1 persist=0 ckpt=0 shard_world=2\n"
+    FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
 endif()

@@ -11,6 +11,7 @@
 
 #include "accel/dist.h"
 #include "check.h"
+#include "dist/backend.h" /* accel__pg_within_machine */
 
 static int R, N;
 static accel_pg *PG;
@@ -267,9 +268,11 @@ static void test_arg_errors(void) {
     CHECK(accel_pg_barrier(PG) == ACCEL_OK);
 }
 
-/* The backend a subgroup must get: self alone, shm on one machine, tcp across (or when forced). */
+/* The backend a subgroup must get: an mpi group's are mpi (MPI_Comm_split);
+ * else self alone, shm on one machine, tcp across (or when forced). */
 static const char *sub_backend(int size, bool one_machine) {
     const char *forced = getenv("ACCEL_DIST_BACKEND");
+    if (!strcmp(accel_pg_backend(PG), "mpi")) return "mpi";
     if (size == 1) return "self";
     if (forced && !strcmp(forced, "tcp")) return "tcp";
     return one_machine ? "shm" : "tcp";
@@ -279,12 +282,6 @@ static const char *sub_backend(int size, bool one_machine) {
  * then the ranks of each machine. Sums and an asynchronous all_gather stay
  * within the subgroup, which lives beside the parent. */
 static void test_split(void) {
-    if (!strcmp(accel_pg_backend(PG), "mpi")) {
-        CHECK(accel_pg_split(PG, 0, 0) == NULL);
-        CHECK_STR_CONTAINS(accel_last_error(), "subgroups of a mpi group are not implemented");
-        accel_clear_error();
-        return;
-    }
     int parity = R % 2, top = (N - 1) % 2 == parity ? N - 1 : N - 2, size = (top - parity) / 2 + 1;
     int machine_first = R - accel_dist_local_rank(), local_n = accel_dist_local_world_size();
     accel_pg *sub = accel_pg_split(PG, parity, -R);
@@ -308,6 +305,63 @@ static void test_split(void) {
     CHECK(machine && accel_pg_size(machine) == local_n && accel_pg_rank(machine) == R - machine_first);
     if (machine) CHECK(!strcmp(accel_pg_backend(machine), sub_backend(local_n, true)));
     accel_pg_free(machine);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A job of several machines with several ranks each runs its collectives
+ * hierarchically (shm inside a machine, tcp between: src/dist/hier.c) unless
+ * ACCEL_DIST_HIERARCHICAL=0 or a forced backend; the calls below go that way
+ * (counted), and every rank prints a digest of their results, which
+ * tests/run_hier_compare.sh compares with the flat ring's. */
+static void test_hierarchy(void) {
+    const char *hier = getenv("ACCEL_DIST_HIERARCHICAL"), *forced = getenv("ACCEL_DIST_BACKEND");
+    int L = accel_dist_local_world_size();
+    bool want = L > 1 && L < N && N % L == 0 && !(forced && *forced) && !(hier && !strcmp(hier, "0"));
+    uint64_t before = 0, after = 0, h = 14695981039346656037ull;
+    const char *inside = accel__pg_within_machine(PG, &before);
+    CHECK_MSG(want ? inside && !strcmp(inside, "shm") : !inside, "inside a machine: %s", inside ? inside : "flat");
+    size_t n = 70001, rs = 1237;
+    float *a = accel_pg_alloc_shared(PG, n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(rs * N * sizeof *c), *d = malloc(rs * sizeof *d);
+    uint16_t *bf = malloc(n * sizeof *bf);
+    int32_t *g = malloc((size_t)N * 3 * sizeof *g), mine[3] = {R, -R, 7 * R};
+    if (!a || !b || !c || !d || !bf || !g) {
+        CHECK(!"out of memory");
+        return;
+    }
+    fill(a, ACCEL_F32, R, n, 5);
+    fill(b, ACCEL_F32, R, n, 11);
+    fill(c, ACCEL_F32, R, rs * N, 3);
+    fill(bf, ACCEL_BF16, R, n, 1);
+    CHECK(accel_pg_all_reduce(PG, a, n, ACCEL_F32, ACCEL_REDUCE_SUM) == ACCEL_OK); /* zero-copy inside */
+    CHECK(accel_pg_all_reduce(PG, b, n, ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
+    CHECK(accel_pg_all_reduce(PG, bf, n, ACCEL_BF16, ACCEL_REDUCE_SUM) == ACCEL_OK);
+    CHECK(accel_pg_reduce_scatter(PG, c, d, rs, ACCEL_F32, ACCEL_REDUCE_MAX) == ACCEL_OK);
+    CHECK(accel_pg_broadcast(PG, b, n, ACCEL_F32, N - 1) == ACCEL_OK);
+    CHECK(accel_pg_all_gather(PG, mine, g, 3, ACCEL_I32) == ACCEL_OK);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += a[i] != (float)expect_reduce(ACCEL_REDUCE_SUM, ACCEL_F32, i + 5) ||
+               accel_bf16_to_f32(bf[i]) != (float)expect_reduce(ACCEL_REDUCE_SUM, ACCEL_BF16, i + 1) ||
+               b[i] != (float)expect_reduce(ACCEL_REDUCE_AVG, ACCEL_F32, i + 11);
+    for (size_t j = 0; j < rs; j++) bad += d[j] != (float)expect_reduce(ACCEL_REDUCE_MAX, ACCEL_F32, R * rs + j + 3);
+    CHECK_MSG(bad == 0, "%zu wrong elements", bad);
+    for (int k = 0; k < N; k++) CHECK(g[3 * k] == k && g[3 * k + 1] == -k && g[3 * k + 2] == 7 * k);
+    h = fnv(fnv(fnv(fnv(fnv(h, a, n * 4), b, n * 4), bf, n * 2), d, rs * 4), g, (size_t)N * 12);
+    accel__pg_within_machine(PG, &after);
+    if (want) CHECK_MSG(after == before + 6, "%llu of 6 collectives went hierarchically",
+                        (unsigned long long)(after - before));
+    printf("digest rank %d: %016llx\n", R, (unsigned long long)h);
+    fflush(stdout);
+    accel_pg_free_shared(PG, a);
+    free(b);
+    free(c);
+    free(d);
+    free(bf);
+    free(g);
 }
 
 int main(void) {
@@ -338,6 +392,7 @@ int main(void) {
     RUN(test_async);
     RUN(test_arg_errors);
     RUN(test_split);
+    RUN(test_hierarchy);
     accel_dist_finalize();
     CHECK(accel_dist_is_initialized()); /* one reference left */
     CHECK(accel_pg_barrier(PG) == ACCEL_OK);

@@ -9,6 +9,10 @@
  *   dead      rank 1 exits 0 without finalize; rank 0's barrier must report it dead
  *   mismatch  (debug mode) rank 0 all_reduce, rank 1 all_gather: both must fail
  *             with the mismatch report; exit 0 when they do
+ *   diverge   (no debug mode) rank 0 all_reduce, rank 1 barrier: both must fail
+ *             with "mismatched collectives" at once, not hang until the timeout
+ *   sites     the same all_reduce from two lines (one per rank): both must fail
+ *             naming the different call sites
  *   restart   rank 1 fails in the first attempt only
  *   reserved  before init, each rank tries a plain bind() of MASTER_PORT and
  *             prints "port reserved" when it is taken (the launcher holds it)
@@ -150,6 +154,22 @@ int main(int argc, char **argv) {
                                              "rank 1 called all_gather(f32, 3)");
         accel_clear_error();
         /* the group is now broken: later calls fail at once, naming the first error */
+        ok = ok && accel_pg_barrier(pg) == ACCEL_ERR_DIST && strstr(accel_last_error(), "mismatched");
+        accel_clear_error();
+        accel_dist_finalize();
+        return ok ? 0 : 1;
+    }
+    if (!strcmp(mode, "diverge") || !strcmp(mode, "sites")) {
+        float x[1024] = {0};
+        bool sites = !strcmp(mode, "sites");
+        accel_status st;
+        if (rank == 0) st = accel_pg_all_reduce(pg, x, 1024, ACCEL_F32, ACCEL_REDUCE_SUM);
+        else if (sites) st = accel_pg_all_reduce(pg, x, 1024, ACCEL_F32, ACCEL_REDUCE_SUM);
+        else st = accel_pg_barrier(pg);
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        bool ok = st == ACCEL_ERR_DIST && strstr(accel_last_error(), "mismatched collectives") &&
+                  (!sites || strstr(accel_last_error(), "different call sites"));
+        accel_clear_error();
         ok = ok && accel_pg_barrier(pg) == ACCEL_ERR_DIST && strstr(accel_last_error(), "mismatched");
         accel_clear_error();
         accel_dist_finalize();

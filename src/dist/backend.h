@@ -88,12 +88,27 @@ extern const accel__backend accel__backend_tcp;
 /* init is called with store == NULL: MPI does its own rendezvous and sets
  * pg->rank / pg->size. */
 extern const accel__backend accel__backend_mpi;
+/* sub (calloc'd by accel_pg_split) becomes the group of parent's ranks that
+ * pass color, ranked by key then parent rank (MPI_Comm_split: collective over
+ * parent): sets sub->be, impl, rank and size. */
+accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *sub);
 #endif
 
 #ifdef ACCEL_HAVE_NCCL
 /* GPU collectives (ACCEL_DIST_BACKEND=nccl); see nccl.c. */
 extern const accel__backend accel__backend_nccl;
 #endif
+
+/* Hierarchical collectives (hier.c): a tcp group pg (the default one, just
+ * initialised) whose machines hold L > 1 consecutive ranks each, the same L
+ * on every machine, gets shm inside each machine and tcp between them, unless
+ * ACCEL_DIST_HIERARCHICAL=0 (collective over pg: every rank decides alike;
+ * otherwise pg is left as it is). */
+extern const accel__backend accel__backend_hier;
+accel_status accel__hier_wrap(accel_pg *pg);
+/* The backend a hierarchical group uses inside a machine ("shm") and how many
+ * collectives went that way (calls may be NULL); NULL for any other group. */
+const char *accel__pg_within_machine(const accel_pg *pg, uint64_t *calls);
 
 /* The address other machines reach this one at (tcp.c): ACCEL_DIST_HOST_ADDR,
  * else the local address of the route to MASTER_ADDR (127.0.0.1 on loopback). */

@@ -1022,6 +1022,8 @@ static accel_status create_default_group(void) {
             st = pg->be->init(pg, store);
             /* Every rank is done with the store once all have passed this barrier. */
             if (st == ACCEL_OK) st = pg->be->barrier(pg);
+            /* Several ranks per machine: shm inside each (ACCEL_DIST_BACKEND=tcp keeps the flat ring). */
+            if (st == ACCEL_OK && pg->be == &accel__backend_tcp && !(forced && *forced)) st = accel__hier_wrap(pg);
             if (st != ACCEL_OK) pg->be->finalize(pg);
         }
         if (st == ACCEL_OK && e.rank == 0) pg->store = store; /* serves late claims until finalize */
@@ -1183,9 +1185,14 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_pg_split: process group is NULL");
         return NULL;
     }
-    if (parent->be != &accel__backend_shm && parent->be != &accel__backend_tcp && parent->be != &accel__backend_self) {
+    bool mpi = false;
+#ifdef ACCEL_HAVE_MPI
+    mpi = parent->be == &accel__backend_mpi;
+#endif
+    if (parent->be != &accel__backend_shm && parent->be != &accel__backend_tcp && parent->be != &accel__backend_self &&
+        parent->be != &accel__backend_hier && !mpi) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_pg_split: subgroups of a %s group are not implemented (shm, "
-                        "tcp and self groups split)", parent->be->name);
+                        "tcp, mpi and self groups split)", parent->be->name);
         return NULL;
     }
     split_rec me = {color, key, parent->rank, parent->rank - parent->local_rank, {0}};
@@ -1208,9 +1215,23 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         sub->debug = parent->debug;
         sub->be = split_backend(sub, one_machine);
         snprintf(sub->op_desc, sizeof sub->op_desc, "accel_pg_split");
-        st = split_store(parent, sub, leader, one_machine, &store);
+        if (!mpi) st = split_store(parent, sub, leader, one_machine, &store);
     }
     free(all);
+#ifdef ACCEL_HAVE_MPI
+    if (mpi && !st) { /* MPI's own split: its communicator, no store; every member of an mpi group stays mpi */
+        int rank = sub->rank, size = sub->size;
+        st = accel__mpi_split(parent, color, key, sub);
+        if (!st && (sub->rank != rank || sub->size != size))
+            st = accel_set_error(ACCEL_ERR_DIST, "accel_pg_split: MPI_Comm_split made rank %d of %d, accel expected "
+                                 "rank %d of %d", sub->rank, sub->size, rank, size);
+        if (!st) st = sub->be->barrier(sub);
+        if (st && sub->impl) sub->be->finalize(sub);
+        if (!st) return sub;
+        free(sub);
+        return NULL;
+    }
+#endif
     if (!st) {
         st = sub->be->init(sub, store);
         if (!st) st = sub->be->barrier(sub); /* every member is done with the store after it */

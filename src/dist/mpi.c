@@ -1,19 +1,31 @@
 /* src/dist/mpi.c — the MPI backend (jobs started by mpirun/srun with an MPI).
  *
- * A thin mapping onto MPI's non-blocking collectives on MPI_COMM_WORLD
- * (Iallreduce, Ibcast, Iallgatherv, Igatherv, Ireduce_scatter_block,
- * Ibarrier), each completed by a test loop bounded by ACCEL_DIST_TIMEOUT:
- * MPI itself never times out, and a hang must become an error. MPI cannot say
- * which ranks did not arrive; the message says so. bf16/f16 use user
- * MPI_Ops over 2-byte types that reduce through accel__reduce (in f32, rounded
- * per pairwise step); AVG is SUM followed by a local division. Counts above
- * INT_MAX are split into pieces (all_reduce, broadcast) or refused.
+ * Each collective is two MPI calls on the group's communicator (a duplicate
+ * of MPI_COMM_WORLD, or MPI_Comm_split's for a subgroup):
+ *   1. a check: a non-blocking all-reduce (MAX) of 28 bytes carrying the
+ *      collective's tag (kind + arguments, accel__op_tag) and its call and
+ *      call site's hashes, completed by a test loop bounded by ACCEL_DIST_TIMEOUT: MPI
+ *      itself never times out, and a hang must become an error (MPI cannot
+ *      say which ranks did not arrive; the message says so). When it
+ *      completes every rank has arrived, in the same collective with the same
+ *      arguments (else: "mismatched collectives", as on shm and tcp);
+ *   2. MPI's blocking collective (Allreduce, Bcast, Allgatherv, Gatherv,
+ *      Reduce_scatter_block), which then cannot wait for a missing rank.
+ * Why not MPI's non-blocking collectives themselves, as before: OpenMPI runs
+ * them through libnbc, whose schedules progress only inside MPI_Test and are
+ * not its tuned algorithms; a 1 MiB all-reduce took 4x (the issue's run) to
+ * 30x (2 cores oversubscribed) as long as MPI_Allreduce (bench/RESULTS.md).
+ * bf16/f16 use user MPI_Ops over 2-byte types that reduce through
+ * accel__reduce (in f32, rounded per pairwise step); AVG is SUM followed by a
+ * local division. Counts above INT_MAX are split into pieces (all_reduce,
+ * broadcast) or refused.
  *
- * MPI is initialised here (MPI_THREAD_SERIALIZED: the async queue issues from
- * its own thread, one call at a time) unless the program already did, and
- * finalised in accel_dist_finalize only if initialised here. After a timeout
- * MPI_Finalize is not called (it would block on the abandoned operation);
- * mpirun then reports the job as failed.
+ * MPI is initialised here (MPI_THREAD_MULTIPLE when the MPI has it: each
+ * group's communication thread calls MPI, so subgroups need it; else
+ * MPI_THREAD_SERIALIZED, enough for one group) unless the program already
+ * did, and finalised in accel_dist_finalize only if initialised here. After a
+ * timeout MPI_Finalize is not called (it would block on the abandoned
+ * operation); mpirun then reports the job as failed.
  *
  * Compiled only when CMake finds MPI (ACCEL_HAVE_MPI). */
 #ifdef ACCEL_HAVE_MPI
@@ -28,11 +40,20 @@
 
 #define PIECE ((size_t)1 << 30) /* elements (or bytes) per MPI call: fits an int */
 
-typedef struct mpi_state {
+/* What every group shares: MPI's setup, made by the default group and freed
+ * with the last group that uses it (a subgroup may outlive the default one). */
+typedef struct mpi_world {
+    int refs;              /* groups using it */
     bool we_initialized;
     bool abandoned;        /* a timed-out request is still outstanding */
+    int thread_level;      /* what MPI provides */
     MPI_Datatype half[2];  /* [0] bf16, [1] f16 */
     MPI_Op half_op[3];     /* sum, max, min */
+} mpi_world;
+
+typedef struct mpi_state {
+    MPI_Comm comm;         /* this group's own (a duplicate or a split) */
+    mpi_world *world;      /* shared, counted in refs */
 } mpi_state;
 
 static MPI_Datatype g_half[2] = {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL};
@@ -56,7 +77,9 @@ static accel_status mpi_fail(accel_pg *pg, int rc) {
                            msg);
 }
 
-/* Completes req within the group timeout: spin on MPI_Test, then nap. */
+static MPI_Comm comm_of(accel_pg *pg) { return ((mpi_state *)pg->impl)->comm; }
+
+/* Completes req within the group timeout: spin on MPI_Test, then yield, then nap. */
 static accel_status finish(accel_pg *pg, int rc, MPI_Request *req) {
     if (rc != MPI_SUCCESS) return mpi_fail(pg, rc);
     double start = accel_now_seconds();
@@ -65,22 +88,44 @@ static accel_status finish(accel_pg *pg, int rc, MPI_Request *req) {
         rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(pg, rc);
         if (done) return ACCEL_OK;
-        if (spins < 2000) continue;
-        double el = accel_now_seconds() - start;
+        double el = spins < 2000 ? 0 : accel_now_seconds() - start;
         if (el > pg->timeout_s) {
-            ((mpi_state *)pg->impl)->abandoned = true;
+            ((mpi_state *)pg->impl)->world->abandoned = true;
             return accel_set_error(ACCEL_ERR_TIMEOUT, "accel dist (mpi): %s timed out after %g s on rank %d "
                                    "(MPI does not tell which ranks did not arrive; ACCEL_DEBUG_MODE=1 names each "
                                    "rank's call; ACCEL_DIST_TIMEOUT sets the limit)", pg->op_desc, pg->timeout_s,
                                    pg->rank);
         }
-        if (el < 0.002) sched_yield();
-        else nanosleep(&(struct timespec){0, el < 0.1 ? 20000 : 200000}, NULL);
+        accel__poll_pause(spins, el);
     }
 }
 
+/* Step 1 of every collective (top of file): every rank has arrived in a
+ * collective with this tag and, where the ranks' records name the same call
+ * (accel__call_digest) and each has a site hash, the same call site. */
+static accel_status arrive(accel_pg *pg, uint16_t tag) {
+    int32_t call = accel__call_digest(&pg->site), site = pg->site.site_hash;
+    /* MAX of x and of -x: all equal iff max(x) == -max(-x). */
+    int32_t v[7] = {tag, -(int32_t)tag, call, -call, site, -site, site == 0};
+    MPI_Request req;
+    if (finish(pg, MPI_Iallreduce(MPI_IN_PLACE, v, 7, MPI_INT32_T, MPI_MAX, comm_of(pg), &req), &req) != ACCEL_OK)
+        return accel_last_status();
+    bool same_call = v[0] == -v[1], same_site = v[2] != -v[3] || v[6] || v[4] == -v[5];
+    if (same_call && same_site) return ACCEL_OK;
+    char mine[128];
+    accel__site_describe(&pg->site, mine, sizeof mine);
+    return accel_set_error(ACCEL_ERR_DIST, "accel dist (mpi): mismatched collectives (seen by rank %d): rank %d is in "
+                           "%s; another rank is in %s (MPI does not tell which; ACCEL_DEBUG_MODE=1 names each "
+                           "rank's call)%s", pg->rank, pg->rank, mine, same_call ? "the same call from another call "
+                           "site" : "another collective or the same one with other arguments",
+                           same_call ? " (" ACCEL__SITES_DIFFER_HINT ")" : "");
+}
+
+/* A blocking MPI call of step 2. */
+static accel_status blocking(accel_pg *pg, int rc) { return rc == MPI_SUCCESS ? ACCEL_OK : mpi_fail(pg, rc); }
+
 static accel_status mpi_type(accel_pg *pg, accel_dtype dt, accel_reduce_op op, MPI_Datatype *t, MPI_Op *o) {
-    mpi_state *s = pg->impl;
+    mpi_world *s = ((mpi_state *)pg->impl)->world;
     int k = op == ACCEL_REDUCE_MAX ? 1 : op == ACCEL_REDUCE_MIN ? 2 : 0;
     switch (dt) {
     case ACCEL_F32: *t = MPI_FLOAT; break;
@@ -103,21 +148,19 @@ static void divide(accel_pg *pg, void *buf, size_t count, accel_dtype dt) {
 
 /* ---------------------------------------------------------------- collectives */
 
-static accel_status mpi_barrier(accel_pg *pg) {
-    MPI_Request req;
-    return finish(pg, MPI_Ibarrier(MPI_COMM_WORLD, &req), &req);
-}
+/* The check of step 1 is a barrier. */
+static accel_status mpi_barrier(accel_pg *pg) { return arrive(pg, accel__op_tag(ACCEL__SLOT_BARRIER, 0, 0)); }
 
 static accel_status mpi_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt, accel_reduce_op op) {
     MPI_Datatype t = MPI_DATATYPE_NULL; /* set by mpi_type on success (initialised for -O3's flow analysis) */
     MPI_Op o = MPI_OP_NULL;
-    if (mpi_type(pg, dt, op, &t, &o) != ACCEL_OK) return accel_last_status();
+    if (mpi_type(pg, dt, op, &t, &o) != ACCEL_OK ||
+        arrive(pg, accel__op_tag(ACCEL__SLOT_ALL_REDUCE, count, (uint64_t)dt | (uint64_t)op << 8)) != ACCEL_OK)
+        return accel_last_status();
     size_t es = accel_dtype_size(dt);
     for (size_t i = 0; i < count; i += PIECE) {
         size_t n = count - i < PIECE ? count - i : PIECE;
-        MPI_Request req;
-        if (finish(pg, MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + i * es, (int)n, t, o, MPI_COMM_WORLD, &req),
-                   &req) != ACCEL_OK)
+        if (blocking(pg, MPI_Allreduce(MPI_IN_PLACE, (char *)buf + i * es, (int)n, t, o, comm_of(pg))) != ACCEL_OK)
             return accel_last_status();
     }
     if (op == ACCEL_REDUCE_AVG) divide(pg, buf, count, dt);
@@ -125,10 +168,10 @@ static accel_status mpi_all_reduce(accel_pg *pg, void *buf, size_t count, accel_
 }
 
 static accel_status mpi_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
+    if (arrive(pg, accel__op_tag(ACCEL__SLOT_BROADCAST, bytes, (uint64_t)root)) != ACCEL_OK) return accel_last_status();
     for (size_t i = 0; i < bytes; i += PIECE) {
         size_t n = bytes - i < PIECE ? bytes - i : PIECE;
-        MPI_Request req;
-        if (finish(pg, MPI_Ibcast((char *)buf + i, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &req), &req) != ACCEL_OK)
+        if (blocking(pg, MPI_Bcast((char *)buf + i, (int)n, MPI_BYTE, root, comm_of(pg))) != ACCEL_OK)
             return accel_last_status();
     }
     return ACCEL_OK;
@@ -151,11 +194,11 @@ static accel_status mpi_all_gatherv(accel_pg *pg, const void *send, void *recv, 
         off += bytes[k];
     }
     const void *sb = send == (char *)recv + disp[r] && recv ? MPI_IN_PLACE : send;
-    MPI_Request req;
-    int rc = root < 0 ? MPI_Iallgatherv(sb, cnt[r], MPI_BYTE, recv, cnt, disp, MPI_BYTE, MPI_COMM_WORLD, &req)
-                      : MPI_Igatherv(r == root ? sb : send, cnt[r], MPI_BYTE, recv, cnt, disp, MPI_BYTE, root,
-                                     MPI_COMM_WORLD, &req);
-    accel_status st = finish(pg, rc, &req);
+    accel_status st = arrive(pg, accel__gatherv_tag(bytes, w, root));
+    if (!st)
+        st = blocking(pg, root < 0 ? MPI_Allgatherv(sb, cnt[r], MPI_BYTE, recv, cnt, disp, MPI_BYTE, comm_of(pg))
+                               : MPI_Gatherv(r == root ? sb : send, cnt[r], MPI_BYTE, recv, cnt, disp, MPI_BYTE,
+                                             root, comm_of(pg)));
     free(cnt);
     return st;
 }
@@ -168,8 +211,8 @@ static accel_status mpi_reduce_scatter(accel_pg *pg, const void *send, void *rec
     if (count > INT_MAX)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel dist (mpi): %s: %zu elements per rank exceed INT_MAX",
                                pg->op_desc, count);
-    MPI_Request req;
-    if (finish(pg, MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, MPI_COMM_WORLD, &req), &req) != ACCEL_OK)
+    if (arrive(pg, accel__op_tag(ACCEL__SLOT_REDUCE_SCATTER, count, (uint64_t)dt | (uint64_t)op << 8)) != ACCEL_OK ||
+        blocking(pg, MPI_Reduce_scatter_block(send, recv, (int)count, t, o, comm_of(pg))) != ACCEL_OK)
         return accel_last_status();
     if (op == ACCEL_REDUCE_AVG) divide(pg, recv, count, dt);
     return ACCEL_OK;
@@ -177,19 +220,30 @@ static accel_status mpi_reduce_scatter(accel_pg *pg, const void *send, void *rec
 
 /* ---------------------------------------------------------------- init */
 
+/* Drops a group's reference to the shared setup; the last one frees it (and
+ * finalises MPI if accel initialised it and nothing was abandoned). */
+static void world_release(mpi_world *w) {
+    if (!w || --w->refs > 0) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) {
+        for (int i = 0; i < 2; i++)
+            if (w->half[i] != MPI_DATATYPE_NULL) MPI_Type_free(&w->half[i]);
+        for (int i = 0; i < 3; i++)
+            if (w->half_op[i] != MPI_OP_NULL) MPI_Op_free(&w->half_op[i]);
+        g_half[0] = g_half[1] = MPI_DATATYPE_NULL;
+        if (w->we_initialized && !w->abandoned) MPI_Finalize();
+    }
+    free(w);
+}
+
 static void mpi_finalize(accel_pg *pg) {
     mpi_state *s = pg->impl;
     if (!s) return;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) {
-        for (int i = 0; i < 2; i++)
-            if (s->half[i] != MPI_DATATYPE_NULL) MPI_Type_free(&s->half[i]);
-        for (int i = 0; i < 3; i++)
-            if (s->half_op[i] != MPI_OP_NULL) MPI_Op_free(&s->half_op[i]);
-        g_half[0] = g_half[1] = MPI_DATATYPE_NULL;
-        if (s->we_initialized && !s->abandoned) MPI_Finalize();
-    }
+    if (!fin && s->comm != MPI_COMM_NULL && !(s->world && s->world->abandoned)) MPI_Comm_free(&s->comm);
+    world_release(s->world);
     free(s);
     pg->impl = NULL;
 }
@@ -197,22 +251,30 @@ static void mpi_finalize(accel_pg *pg) {
 static accel_status mpi_init(accel_pg *pg, accel__store *store) {
     (void)store;
     mpi_state *s = calloc(1, sizeof *s);
-    if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    mpi_world *w = calloc(1, sizeof *w);
+    if (!s || !w) {
+        free(s);
+        free(w);
+        return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
+    }
     pg->impl = s;
-    s->half[0] = s->half[1] = MPI_DATATYPE_NULL;
-    for (int i = 0; i < 3; i++) s->half_op[i] = MPI_OP_NULL;
-    int inited = 0, provided = 0;
+    s->comm = MPI_COMM_NULL;
+    s->world = w;
+    w->refs = 1;
+    w->half[0] = w->half[1] = MPI_DATATYPE_NULL;
+    for (int i = 0; i < 3; i++) w->half_op[i] = MPI_OP_NULL;
+    int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &w->thread_level) != MPI_SUCCESS)
             return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: MPI_Init_thread failed");
-        s->we_initialized = true;
+        w->we_initialized = true;
     } else {
-        MPI_Query_thread(&provided);
+        MPI_Query_thread(&w->thread_level);
     }
-    if (provided < MPI_THREAD_SERIALIZED)
+    if (w->thread_level < MPI_THREAD_SERIALIZED)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: this MPI provides thread level %d, the mpi "
-                               "backend needs MPI_THREAD_SERIALIZED", provided);
+                               "backend needs MPI_THREAD_SERIALIZED", w->thread_level);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -222,13 +284,40 @@ static accel_status mpi_init(accel_pg *pg, accel__store *store) {
                                "says rank %d of %d", rank, size, pg->rank, pg->size);
     pg->rank = rank;
     pg->size = size;
+    /* A communicator of its own: the program's MPI traffic on MPI_COMM_WORLD never meets accel's. */
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &s->comm) != MPI_SUCCESS)
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: MPI_Comm_dup failed");
     MPI_User_function *fns[3] = {half_sum, half_max, half_min};
     for (int i = 0; i < 2; i++) {
-        MPI_Type_contiguous(2, MPI_BYTE, &s->half[i]);
-        MPI_Type_commit(&s->half[i]);
-        g_half[i] = s->half[i];
+        MPI_Type_contiguous(2, MPI_BYTE, &w->half[i]);
+        MPI_Type_commit(&w->half[i]);
+        g_half[i] = w->half[i];
     }
-    for (int i = 0; i < 3; i++) MPI_Op_create(fns[i], 1, &s->half_op[i]);
+    for (int i = 0; i < 3; i++) MPI_Op_create(fns[i], 1, &w->half_op[i]);
+    return ACCEL_OK;
+}
+
+accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *sub) {
+    mpi_state *ps = parent->impl;
+    if (ps->world->thread_level < MPI_THREAD_MULTIPLE)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_pg_split: this MPI provides thread level %d, but "
+                               "subgroups of an mpi group need MPI_THREAD_MULTIPLE (%d): each group's communication "
+                               "thread calls MPI (was MPI initialised by the program with a lower level?)",
+                               ps->world->thread_level, MPI_THREAD_MULTIPLE);
+    mpi_state *s = calloc(1, sizeof *s);
+    if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_pg_split: out of memory");
+    s->comm = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(ps->comm, color, key, &s->comm);
+    if (rc != MPI_SUCCESS) {
+        free(s);
+        return mpi_fail(parent, rc);
+    }
+    s->world = ps->world;
+    s->world->refs++;
+    sub->impl = s;
+    sub->be = &accel__backend_mpi;
+    MPI_Comm_rank(s->comm, &sub->rank);
+    MPI_Comm_size(s->comm, &sub->size);
     return ACCEL_OK;
 }
 
