@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuilds bench/RESULTS.md from the per-topic result files that each bench
 # script writes into bench/results/ (llama_step.sh, bench_matmul, ddp.sh, zero.sh,
-# device_layer.sh, dist_bench.sh, bench_bigmodel.sh, decode.sh, bench_callsite).
+# device_layer.sh, dist_bench.sh, bench_bigmodel.sh, decode.sh, bench_callsite, startup.sh).
 #     bash bench/collect_results.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,7 +15,7 @@ cd "$(dirname "$0")"
   echo "ratios from interleaved runs are the robust figures. Regenerate a section with its script, then"
   echo "run \`bash bench/collect_results.sh\`."
   echo
-  for f in llama_step llama_step_bf16 llama_step_profile matmul matmul_packed ddp zero device_layer dist bigmodel decode callsite; do
+  for f in llama_step llama_step_bf16 llama_step_profile matmul matmul_packed ddp zero device_layer dist bigmodel decode callsite startup; do
     [ -f "results/$f.md" ] || continue
     echo
     sed -e 's/^### /#### /' -e 's/^## /### /' -e 's/^# /## /' "results/$f.md"
