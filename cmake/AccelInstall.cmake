@@ -46,7 +46,7 @@ endfunction()
 
 set(ACCEL_PC_REQUIRES_PRIVATE "jansson yaml-0.1 libprotobuf-c zlib")
 set(pc_libs ${OPENBLAS_LIB} ${OpenMP_C_LIBRARIES})
-if(MPI_C_FOUND)
+if(MPI_C_FOUND AND ACCEL_BACKENDS_STATIC)
   list(APPEND pc_libs ${MPI_C_LIBRARIES})
 endif()
 if(ACCEL_HAVE_DNNL)
@@ -64,7 +64,7 @@ install(FILES ${CMAKE_BINARY_DIR}/accel.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/p
 
 set(ACCEL_CONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/accel)
 set(ACCEL_WITH_MPI OFF)
-if(MPI_C_FOUND)
+if(MPI_C_FOUND AND ACCEL_BACKENDS_STATIC)
   set(ACCEL_WITH_MPI ON)
 endif()
 install(EXPORT accelTargets NAMESPACE accel:: DESTINATION ${ACCEL_CONFIG_DIR})

@@ -10,7 +10,7 @@
 
 option(ACCEL_BACKENDS_STATIC "Also link the backend plug-ins' code into the static library" OFF)
 set(ACCEL_PLUGIN_DIR ${CMAKE_BINARY_DIR}/lib/accel)
-set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/backends/hostless/hostless\\.c$|/src/core/plugin_shims\\.c$")
+set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/core/plugin_shims\\.c$")
 
 # accel_add_plugin(NAME SOURCES...): libaccel-NAME.so from SOURCES (+ the shims).
 function(accel_add_plugin name)
@@ -56,6 +56,22 @@ set_target_properties(accel PROPERTIES SOURCES "${ACCEL__SRCS}")
 # Where an installed library looks for its plug-ins besides its own directory.
 set_property(SOURCE ${CMAKE_SOURCE_DIR}/src/core/plugin.c APPEND PROPERTY
   COMPILE_DEFINITIONS "ACCEL_PLUGIN_INSTALL_DIR=\"${CMAKE_INSTALL_FULL_LIBDIR}/accel\"")
+
+# mpi: the MPI process group (src/dist/mpi.c), when CMake finds MPI. The
+# core keeps ACCEL_HAVE_MPI: it knows the plug-in exists (want_mpi, the
+# list of backends) and links no MPI library.
+if(MPI_C_FOUND)
+  set(ACCEL_MPI_SOURCES ${CMAKE_SOURCE_DIR}/src/dist/mpi.c ${CMAKE_SOURCE_DIR}/src/dist/mpi_plugin.c)
+  accel_add_plugin(mpi ${ACCEL_MPI_SOURCES})
+  target_compile_definitions(accel-mpi PRIVATE ACCEL_HAVE_MPI)
+  target_link_libraries(accel-mpi PRIVATE MPI::MPI_C)
+  accel_link_backend_static(mpi ${ACCEL_MPI_SOURCES})
+  if(ACCEL_BACKENDS_STATIC)
+    target_compile_definitions(accel_static_mpi PRIVATE ACCEL_HAVE_MPI)
+    target_link_libraries(accel_static_mpi PRIVATE MPI::MPI_C)
+    target_link_libraries(accel PRIVATE MPI::MPI_C)
+  endif()
+endif()
 
 # hostless: the test device (src/backends/hostless), a plug-in in every build
 # so that every test run goes through the loading path.

@@ -26,6 +26,12 @@ accel_status accel_backend_cuda_init(const accel__plugin_host *host, accel__plug
 #else
 #define CUDA_BUILTIN NULL
 #endif
+#ifdef ACCEL_STATIC_MPI
+accel_status accel_backend_mpi_init(const accel__plugin_host *host, accel__plugin_info *info);
+#define MPI_BUILTIN accel_backend_mpi_init
+#else
+#define MPI_BUILTIN NULL
+#endif
 #ifdef ACCEL_STATIC_HOSTLESS
 accel_status accel_backend_hostless_init(const accel__plugin_host *host, accel__plugin_info *info);
 #define HOSTLESS_BUILTIN accel_backend_hostless_init
@@ -39,19 +45,22 @@ accel_status accel_backend_hostless_init(const accel__plugin_host *host, accel__
  * is the reason given. */
 typedef struct known_plugin {
     const char *name; /* libaccel-<name>.so, accel_backend_<name>_{abi,init} */
-    accel_device_type type;
+    accel_device_type type; /* NO_DEVICE: a process group only */
     const char *pg;    /* the process-group backend it brings, or NULL */
     const char *label, *pg_label; /* for accel env: "CUDA", "NCCL" */
     const char *gate, *gate_missing;
-    bool test_only;    /* not described by accel env */
+    bool in_env;       /* described by accel env's device lines */
     accel__plugin_init_fn builtin;
 } known_plugin;
 
+#define NO_DEVICE ACCEL_DEV_TYPE_COUNT
+
 static const known_plugin KNOWN[] = {
-    {"cuda", ACCEL_DEV_CUDA, "nccl", "CUDA", "NCCL", "libcuda.so.1", "no NVIDIA driver is loaded", false,
-     CUDA_BUILTIN},
-    {"npu", ACCEL_DEV_NPU, "hccl", "NPU", "HCCL", "libascendcl.so", "no CANN runtime", false, NULL},
-    {"hostless", ACCEL_DEV_HOSTLESS, NULL, NULL, NULL, NULL, NULL, true, HOSTLESS_BUILTIN},
+    {"cuda", ACCEL_DEV_CUDA, "nccl", "CUDA", "NCCL", "libcuda.so.1", "no NVIDIA driver is loaded", true, CUDA_BUILTIN},
+    {"npu", ACCEL_DEV_NPU, "hccl", "NPU", "HCCL", "libascendcl.so", "no CANN runtime", true, NULL},
+    {"hostless", ACCEL_DEV_HOSTLESS, NULL, NULL, NULL, NULL, NULL, false, HOSTLESS_BUILTIN},
+    /* accel env says what it has of MPI itself (mpirun on PATH) */
+    {"mpi", NO_DEVICE, "mpi", NULL, NULL, NULL, NULL, false, MPI_BUILTIN},
 };
 enum { NKNOWN = sizeof KNOWN / sizeof *KNOWN };
 
@@ -76,7 +85,7 @@ static const accel__plugin_host HOST = {
 };
 
 static const known_plugin *known_of_type(accel_device_type t) {
-    for (int i = 0; i < NKNOWN; i++)
+    for (int i = 0; i < NKNOWN && (unsigned)t < ACCEL_DEV_TYPE_COUNT; i++)
         if (KNOWN[i].type == t) return &KNOWN[i];
     return NULL;
 }
@@ -263,7 +272,7 @@ const void *accel__plugin_hooks(accel_device_type t) {
 void accel__plugins_describe(FILE *out) {
     for (int i = 0; i < NKNOWN; i++) {
         const known_plugin *k = &KNOWN[i];
-        if (k->test_only) continue;
+        if (!k->in_env) continue;
         if (load_index(i) == ACCEL_OK && g_slot[i].info.describe) {
             g_slot[i].info.describe(out);
             continue;

@@ -7,9 +7,12 @@
  * resident memory and ~80 ms of start-up; CANN's ACL + HCCL) is never a
  * link-time dependency of the core, so a CPU-only process maps none of it
  * and a program built where the toolkit is installed starts where it is not.
+ * The MPI process group is one too (OpenMPI's libraries take ~20 ms to load):
+ * only a job that uses it pays for it.
  *
  * A plug-in exports two symbols and nothing else (NAME is its device type's
- * name, "cuda", "hostless", "npu"):
+ * name, "cuda", "hostless", "npu", or for a plug-in that brings a process
+ * group only, that group's: "mpi"):
  *
  *   const accel__plugin_abi accel_backend_NAME_abi;   the version check
  *   accel_status accel_backend_NAME_init(const accel__plugin_host *host,
@@ -97,7 +100,9 @@ typedef struct accel__plugin_abi {
       (ops, type, index, p, bytes))                                                                  \
     X(accel__vm_step, (accel_device_type type, int index), (type, index))                             \
     X(accel__vm_trim, (accel_device_type type, int index), (type, index))                             \
-    X(accel__poll_pause, (unsigned spins, double elapsed_s), (spins, elapsed_s))
+    X(accel__poll_pause, (unsigned spins, double elapsed_s), (spins, elapsed_s))                      \
+    X(accel__reduce, (accel_dtype dt, accel_reduce_op op, int world, int nsrc, const void *const *srcs, int ndst, \
+                      void *const *dsts, size_t n), (dt, op, world, nsrc, srcs, ndst, dsts, n))
 
 typedef struct accel__plugin_host {
 #define ACCEL__HOST_FIELD(ret, name, params, args) ret(*name) params;

@@ -966,10 +966,7 @@ static const accel__backend *backend_by_name(const char *name) {
     if (!strcmp(name, "shm")) return &accel__backend_shm;
     if (!strcmp(name, "tcp")) return &accel__backend_tcp;
     if (!strcmp(name, "self")) return &accel__backend_self;
-#ifdef ACCEL_HAVE_MPI
-    if (!strcmp(name, "mpi")) return &accel__backend_mpi;
-#endif
-    accel__plugin_load_pg(name); /* nccl: the cuda plug-in */
+    accel__plugin_load_pg(name); /* nccl: the cuda plug-in; mpi: its own */
     return plugin_pg(name);
 }
 
@@ -1040,13 +1037,15 @@ static accel_status create_default_group(void) {
     const char *forced = getenv("ACCEL_DIST_BACKEND");
     if (e.world == 1 && !(forced && !strcmp(forced, "nccl"))) {
         pg->be = &accel__backend_self;
-#ifdef ACCEL_HAVE_MPI
     } else if (want_mpi()) {
-        pg->be = &accel__backend_mpi;
-        st = pg->be->init(pg, NULL);
-        if (st == ACCEL_OK) st = pg->be->barrier(pg);
-        if (st != ACCEL_OK) pg->be->finalize(pg);
-#endif
+        if (!(pg->be = backend_by_name("mpi"))) {
+            st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the mpi process group did not load: %s",
+                                 accel__plugin_pg_reason("mpi"));
+        } else {
+            st = pg->be->init(pg, NULL);
+            if (st == ACCEL_OK) st = pg->be->barrier(pg);
+            if (st != ACCEL_OK) pg->be->finalize(pg);
+        }
     } else {
         accel__store *store = accel__store_open(e.addr, e.port, e.rank == 0, getenv("ACCEL_JOB_SECRET"),
                                                 e.timeout_s);
