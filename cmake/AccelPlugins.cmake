@@ -10,7 +10,7 @@
 
 option(ACCEL_BACKENDS_STATIC "Also link the backend plug-ins' code into the static library" OFF)
 set(ACCEL_PLUGIN_DIR ${CMAKE_BINARY_DIR}/lib/accel)
-set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/core/plugin_shims\\.c$")
+set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/core/plugin_shims\\.c$")
 
 # accel_add_plugin(NAME SOURCES...): libaccel-NAME.so from SOURCES (+ the shims).
 function(accel_add_plugin name)
@@ -70,6 +70,22 @@ if(MPI_C_FOUND)
     target_compile_definitions(accel_static_mpi PRIVATE ACCEL_HAVE_MPI)
     target_link_libraries(accel_static_mpi PRIVATE MPI::MPI_C)
     target_link_libraries(accel PRIVATE MPI::MPI_C)
+  endif()
+endif()
+
+# dnnl: oneDNN's GEMM provider (src/backends/cpu/gemm_dnnl.c, dnnl_hooks.h),
+# when oneDNN is found; the core's dnnl_client.c forwards to it.
+if(ACCEL_HAVE_DNNL)
+  set(ACCEL_DNNL_SOURCES ${CMAKE_SOURCE_DIR}/src/backends/cpu/gemm_dnnl.c
+    ${CMAKE_SOURCE_DIR}/src/backends/cpu/dnnl_plugin.c)
+  accel_add_plugin(dnnl ${ACCEL_DNNL_SOURCES})
+  target_include_directories(accel-dnnl PRIVATE ${DNNL_INCLUDE_DIR})
+  target_link_libraries(accel-dnnl PRIVATE ${DNNL_LIB} OpenMP::OpenMP_C)
+  accel_link_backend_static(dnnl ${ACCEL_DNNL_SOURCES})
+  if(ACCEL_BACKENDS_STATIC)
+    target_include_directories(accel_static_dnnl PRIVATE ${DNNL_INCLUDE_DIR})
+    target_link_libraries(accel_static_dnnl PRIVATE OpenMP::OpenMP_C)
+    target_link_libraries(accel PRIVATE ${DNNL_LIB})
   endif()
 endif()
 

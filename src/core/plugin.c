@@ -32,6 +32,12 @@ accel_status accel_backend_mpi_init(const accel__plugin_host *host, accel__plugi
 #else
 #define MPI_BUILTIN NULL
 #endif
+#ifdef ACCEL_STATIC_DNNL
+accel_status accel_backend_dnnl_init(const accel__plugin_host *host, accel__plugin_info *info);
+#define DNNL_BUILTIN accel_backend_dnnl_init
+#else
+#define DNNL_BUILTIN NULL
+#endif
 #ifdef ACCEL_STATIC_HOSTLESS
 accel_status accel_backend_hostless_init(const accel__plugin_host *host, accel__plugin_info *info);
 #define HOSTLESS_BUILTIN accel_backend_hostless_init
@@ -61,6 +67,8 @@ static const known_plugin KNOWN[] = {
     {"hostless", ACCEL_DEV_HOSTLESS, NULL, NULL, NULL, NULL, NULL, false, HOSTLESS_BUILTIN},
     /* accel env says what it has of MPI itself (mpirun on PATH) */
     {"mpi", NO_DEVICE, "mpi", NULL, NULL, NULL, NULL, false, MPI_BUILTIN},
+    /* the GEMM provider (backends/cpu/dnnl_hooks.h); accel env prints its choice */
+    {"dnnl", NO_DEVICE, NULL, NULL, NULL, NULL, NULL, false, DNNL_BUILTIN},
 };
 enum { NKNOWN = sizeof KNOWN / sizeof *KNOWN };
 
@@ -267,6 +275,22 @@ const void *accel__plugin_hooks(accel_device_type t) {
     const known_plugin *k = known_of_type(t);
     if (!k || load_index((int)(k - KNOWN)) != ACCEL_OK) return NULL;
     return g_slot[k - KNOWN].info.hooks;
+}
+
+static int index_of_name(const char *name) {
+    for (int i = 0; i < NKNOWN; i++)
+        if (!strcmp(KNOWN[i].name, name)) return i;
+    return -1;
+}
+
+const void *accel__plugin_hooks_named(const char *name) {
+    int i = index_of_name(name);
+    return i >= 0 && load_index(i) == ACCEL_OK ? g_slot[i].info.hooks : NULL;
+}
+
+const char *accel__plugin_reason_named(const char *name) {
+    int i = index_of_name(name);
+    return i < 0 ? "no such plug-in" : slot_reason(i);
 }
 
 void accel__plugins_describe(FILE *out) {

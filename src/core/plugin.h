@@ -7,8 +7,8 @@
  * resident memory and ~80 ms of start-up; CANN's ACL + HCCL) is never a
  * link-time dependency of the core, so a CPU-only process maps none of it
  * and a program built where the toolkit is installed starts where it is not.
- * The MPI process group is one too (OpenMPI's libraries take ~20 ms to load):
- * only a job that uses it pays for it.
+ * The MPI process group and oneDNN's GEMM are plug-ins too (their libraries
+ * take ~20 and ~15 ms to load): only a process that uses them pays for them.
  *
  * A plug-in exports two symbols and nothing else (NAME is its device type's
  * name, "cuda", "hostless", "npu", or for a plug-in that brings a process
@@ -76,6 +76,7 @@ typedef struct accel__plugin_abi {
     X(bool, accel_is_contiguous, (const accel_tensor *t), (t))                                       \
     X(double, accel_now_seconds, (void), ())                                                         \
     X(accel_arena *, accel_arena_create, (size_t initial_bytes), (initial_bytes))                    \
+    X(accel_arena *, accel_step_arena, (void), ())                                                   \
     X(void *, accel_arena_alloc, (accel_arena *a, size_t bytes, size_t align), (a, bytes, align))    \
     X(accel_status, accel__backend_register, (const accel_backend *b), (b))                          \
     X(accel_status, accel__pg_backend_register, (const accel__backend *b), (b))                      \
@@ -150,6 +151,10 @@ accel_status accel__plugin_load_type(accel_device_type t);
 /* Loads the plug-in that provides process-group backend `pg_name` ("nccl");
  * false when no plug-in provides it or it did not load. */
 bool accel__plugin_load_pg(const char *pg_name);
+/* The hooks of the plug-in called `name` ("dnnl", a provider with no device
+ * type), loading it; NULL when it did not load (accel__plugin_reason_named). */
+const void *accel__plugin_hooks_named(const char *name);
+const char *accel__plugin_reason_named(const char *name);
 /* Why device type t has no device ("" when it has one): the plug-in's reason,
  * or why the plug-in did not load ("libaccel-cuda.so: not found in ...").
  * Loads it (accel__plugin_load_type) first. */
