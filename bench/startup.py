@@ -3,9 +3,11 @@
 
 For each command, runs the BEFORE and the AFTER build's binary in turn
 (A B A B ..., so a drift of the machine's load hits both alike), RUNS times
-each after WARMUP untimed runs, and takes per run the wall time (spawn to
-reap, perf_counter) and the peak RSS of the process itself (wait4's
-ru_maxrss). Prints a markdown table of medians (min-max beside them).
+each after 3 untimed runs, and takes per run the wall time (spawn to reap,
+perf_counter). The peak RSS comes from separate runs under /usr/bin/time
+(%M): a process started straight from Python would carry Python's own
+high-water mark across its exec (Linux keeps it), /usr/bin/time's is ~2 MB.
+Prints a markdown table of medians (min-max beside them).
 
     startup.py BEFORE_BUILD AFTER_BUILD [RUNS]
 """
@@ -22,17 +24,26 @@ CASES = [
 ]
 
 
-def run_once(argv, env):
+def spawn(argv, env):
     devnull = os.open(os.devnull, os.O_WRONLY)
     t0 = time.perf_counter()
     pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1),
                                                              (os.POSIX_SPAWN_DUP2, devnull, 2)])
-    _, status, ru = os.wait4(pid, 0)
+    _, status, _ = os.wait4(pid, 0)
     t1 = time.perf_counter()
     os.close(devnull)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{' '.join(argv)}: exit status {os.waitstatus_to_exitcode(status)}")
-    return (t1 - t0) * 1e3, ru.ru_maxrss / 1024.0  # ms, MB
+    return (t1 - t0) * 1e3
+
+
+def run_once(argv, env):
+    """Wall ms of a direct run, peak RSS MB of a run under /usr/bin/time."""
+    ms = spawn(argv, env)
+    out = "/tmp/accel_startup_rss.txt"
+    spawn(["/usr/bin/time", "-f", "%M", "-o", out] + argv, env)
+    with open(out) as f:
+        return ms, int(f.read().split()[-1]) / 1024.0
 
 
 def fmt(xs, unit):
