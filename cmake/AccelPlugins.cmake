@@ -33,7 +33,6 @@ function(accel_add_plugin name)
   # Whatever builds the library builds its plug-ins: a program of this tree
   # finds them at run time in lib/accel.
   add_dependencies(accel ${target})
-  set_property(GLOBAL APPEND PROPERTY ACCEL_PLUGINS ${target})
 endfunction()
 
 # accel_link_backend_static(NAME SOURCES...): ACCEL_BACKENDS_STATIC's half.
@@ -45,8 +44,33 @@ function(accel_link_backend_static name)
     target_compile_definitions(accel_static_${name} PRIVATE ACCEL__INSIDE_LIBRARY)
     set_target_properties(accel_static_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
     target_sources(accel PRIVATE $<TARGET_OBJECTS:accel_static_${name}>)
-    set_property(SOURCE ${CMAKE_SOURCE_DIR}/src/core/plugin.c APPEND PROPERTY COMPILE_DEFINITIONS ACCEL_STATIC_${up})
+    set_property(GLOBAL APPEND PROPERTY ACCEL_STATIC_BACKEND_DEFS ACCEL_STATIC_${up})
   endif()
+endfunction()
+
+# After every plug-in is declared (CMakeLists.txt calls it): with
+# ACCEL_BACKENDS_STATIC the loader is compiled twice, calling the built-in
+# inits in libaccel.a and loading files in libaccel.so, which never carries a
+# backend. ACCEL_SHARED_LOADER_OBJECTS: what libaccel.so adds to accel's objects.
+function(accel_finish_plugins)
+  set(ACCEL_SHARED_LOADER_OBJECTS "" PARENT_SCOPE)
+  if(NOT ACCEL_BACKENDS_STATIC)
+    return()
+  endif()
+  set(loader ${CMAKE_SOURCE_DIR}/src/core/plugin.c)
+  get_target_property(srcs accel SOURCES)
+  list(REMOVE_ITEM srcs ${loader})
+  set_target_properties(accel PROPERTIES SOURCES "${srcs}")
+  get_property(defs GLOBAL PROPERTY ACCEL_STATIC_BACKEND_DEFS)
+  foreach(kind static shared)
+    add_library(accel_loader_${kind} OBJECT ${loader})
+    target_include_directories(accel_loader_${kind} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
+    target_compile_definitions(accel_loader_${kind} PRIVATE ACCEL__INSIDE_LIBRARY)
+    set_target_properties(accel_loader_${kind} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  endforeach()
+  target_compile_definitions(accel_loader_static PRIVATE ${defs})
+  target_sources(accel PRIVATE $<TARGET_OBJECTS:accel_loader_static>)
+  set(ACCEL_SHARED_LOADER_OBJECTS $<TARGET_OBJECTS:accel_loader_shared> PARENT_SCOPE)
 endfunction()
 
 # The core library never holds a plug-in's sources.
