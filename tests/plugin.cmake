@@ -36,3 +36,9 @@ endforeach()
 # No empty or relative RUNPATH entry in anything built (an empty one makes
 # the loader search the working directory).
 add_test(NAME runpath COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_runpath.sh ${CMAKE_BINARY_DIR})
+# No plug-in file at all: test_plugin copied alone into an empty directory,
+# where none of the places searched has libaccel-hostless.so.
+add_test(NAME plugin_missing COMMAND sh -c
+  "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
+  sh $<TARGET_FILE:test_plugin>)
+set_tests_properties(plugin_missing PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
