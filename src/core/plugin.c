@@ -212,10 +212,10 @@ static void load_slot(int i) {
         /* the handle stays open: the plug-in would load it again anyway */
         snprintf(s->reason, sizeof s->reason, "%s: %s", k->gate_missing, dlerror());
     } else {
-        char file[64], path[PATH_MAX], where[2048];
+        char file[64], path[PATH_MAX], where[768]; /* the reason holds it whole */
         snprintf(file, sizeof file, "libaccel-%s.so", k->name);
         if (!find_file(file, path, sizeof path, where, sizeof where))
-            snprintf(s->reason, sizeof s->reason, "the %s backend plug-in %s is not installed (looked in %s)",
+            snprintf(s->reason, sizeof s->reason, "the %s backend plug-in %s is not installed (looked in %.768s)",
                      k->name, file, where);
         else st = open_plugin(path, k, &s->info, s->reason, sizeof s->reason);
     }
