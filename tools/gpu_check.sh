@@ -7,7 +7,8 @@
 #       build-gpu/bundle/ the programs the check runs, the backend plug-ins
 #       (bundle/lib/accel/libaccel-cuda.so, which holds the CUDA backend and
 #       NCCL and which the programs load at run time, and libaccel-hostless.so)
-#       and the shared libraries they need that a bare GPU image lacks (OpenBLAS, jansson, libyaml, MPI,
+#       and the shared libraries they need that a bare GPU image lacks (OpenBLAS,
+#       which the programs open at run time, included) (OpenBLAS, jansson, libyaml, MPI,
 #       OpenMP runtime, ...: everything ldd resolves outside the C library and
 #       the NVIDIA driver/toolkit), stripped, compressed (xz -9) into
 #       build-gpu/bundle.tar.xz, which with the working tree must stay under
@@ -90,7 +91,15 @@ prepare() {
     done
     # Every library the programs load except the C library, the loader and
     # what the GPU machine's driver and toolkit provide.
-    ldd "$BUNDLE"/bin/* "$BUNDLE"/lib/accel/*.so | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+    # OpenBLAS is opened at run time by its soname (src/backends/cpu/openblas_lazy.c), so
+    # ldd of the programs does not name it: carried under its soname, with what it needs.
+    local blas
+    blas=$(readlink -f "$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$BUILD/CMakeCache.txt")")
+    [ -f "$blas" ] || { echo "gpu_check: OpenBLAS not found from $BUILD/CMakeCache.txt" >&2; exit 1; }
+    local soname
+    soname=$(objdump -p "$blas" | awk '/SONAME/ {print $2}')
+    cp -L "$blas" "$BUNDLE/lib/$soname" && strip --strip-unneeded "$BUNDLE/lib/$soname"
+    ldd "$BUNDLE"/bin/* "$BUNDLE"/lib/accel/*.so "$blas" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
         case "$(basename "$lib")" in
             libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libcudart*|libnccl*|libnvidia*) ;;
             *) cp -L "$lib" "$BUNDLE/lib/" && strip --strip-unneeded "$BUNDLE/lib/$(basename "$lib")" ;;
