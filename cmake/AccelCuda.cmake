@@ -1,11 +1,12 @@
-# The CUDA backend (src/backends/cuda) and the NCCL process-group backend
-# (src/dist/nccl.c). Included by the top-level CMakeLists.txt after the accel
-# target exists.
+# The cuda plug-in, lib/accel/libaccel-cuda.so: the CUDA backend
+# (src/backends/cuda) and the NCCL process-group backend (src/dist/nccl.c).
+# Included by the top-level CMakeLists.txt after cmake/AccelPlugins.cmake.
 #
 # ACCEL_CUDA defaults to ON when the CUDA toolkit (nvcc, cudart, cuBLASLt) is
-# found; -DACCEL_CUDA=OFF builds without it. The backend registers itself at
-# start-up only when cudaGetDeviceCount() finds a GPU, so a CUDA build on a
-# machine without one behaves as a build without CUDA.
+# found; -DACCEL_CUDA=OFF builds no plug-in. libaccel.so, the CLI and the
+# programs never link the CUDA runtime: the core loads the plug-in the first
+# time a CUDA device is asked for (src/core/plugin.h), and on a machine
+# without a GPU (or without the NVIDIA driver) it registers no device.
 #
 # Kernels are compiled for sm_90 (SASS) plus compute_80 PTX, which the driver
 # JIT-compiles on Ampere/Ada and newer GPUs: ACCEL_CUDA_ARCHITECTURES overrides
@@ -21,59 +22,61 @@ endif()
 option(ACCEL_CUDA "Build the CUDA backend and the NCCL process-group backend" ${ACCEL_CUDA_FOUND})
 set(ACCEL_CUDA_ARCHITECTURES "90-real;80-virtual" CACHE STRING "CUDA_ARCHITECTURES of the CUDA kernels")
 
-set(ACCEL__CUDA_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$")
-
 if(ACCEL_CUDA)
   if(NOT ACCEL_CUDA_FOUND)
     message(FATAL_ERROR "ACCEL_CUDA=ON but no CUDA toolkit (nvcc, cudart, cuBLASLt) was found")
   endif()
   set(CMAKE_CUDA_ARCHITECTURES "${ACCEL_CUDA_ARCHITECTURES}")
   enable_language(CUDA)
-  # The kernels need no device link step (no separable compilation): programs
-  # linking accel link with the C compiler, as without CUDA.
-  set(CMAKE_CUDA_LINKER_PREFERENCE_PROPAGATES 0)
   find_library(ACCEL_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
   find_path(ACCEL_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
 
+  file(GLOB ACCEL_CUDA_C_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.c)
+  file(GLOB ACCEL_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.cu)
+  set(ACCEL_CUDA_LIBS CUDA::cudart_static CUDA::cublasLt stdc++ dl)
+  set(ACCEL_CUDA_DEFS ACCEL_HAVE_CUDA)
+  if(ACCEL_NCCL_LIB AND ACCEL_NCCL_INCLUDE)
+    list(APPEND ACCEL_CUDA_C_SOURCES ${CMAKE_SOURCE_DIR}/src/dist/nccl.c)
+    list(APPEND ACCEL_CUDA_LIBS ${ACCEL_NCCL_LIB})
+    list(APPEND ACCEL_CUDA_DEFS ACCEL_HAVE_NCCL)
+  else()
+    message(STATUS "accel: CUDA backend on, NCCL not found (no nccl process-group backend)")
+  endif()
+
   # The kernels: nvcc's own flags, not the C compiler's warning list (nvcc
   # does not take -Wall; it passes host-compiler warnings with -Xcompiler).
-  file(GLOB ACCEL_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.cu)
+  # No device link step (no separable compilation).
   add_library(accel_cuda_kernels OBJECT ${ACCEL_CUDA_KERNELS})
   set_target_properties(accel_cuda_kernels PROPERTIES
     COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter;-Werror=all-warnings"
-    CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
+    CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON CUDA_VISIBILITY_PRESET hidden)
   target_include_directories(accel_cuda_kernels PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
-  target_sources(accel PRIVATE $<TARGET_OBJECTS:accel_cuda_kernels>)
-  # libaccel.so is made of accel's own objects: it needs the kernels' too.
-  set(ACCEL_CUDA_OBJECTS $<TARGET_OBJECTS:accel_cuda_kernels>)
-  # accel was created before CUDA was enabled: it did not pick the list up.
-  set_target_properties(accel PROPERTIES CUDA_ARCHITECTURES "${ACCEL_CUDA_ARCHITECTURES}")
 
-  # cudart static: the binaries need only the driver (libcuda) and cuBLASLt at run time.
-  # ACCEL_PRIVATE_LIBS: libaccel.so links them too. ACCEL_CUDA_PC_LIBS: what a
-  # static link needs besides (accel.pc's Libs.private; the kernels' host code
-  # uses the C++ runtime).
-  list(APPEND ACCEL_PRIVATE_LIBS CUDA::cudart_static CUDA::cublasLt)
-  target_link_libraries(accel PRIVATE CUDA::cudart_static CUDA::cublasLt stdc++ dl)
-  set(ACCEL_CUDA_PC_LIBS ${CUDA_cudart_static_LIBRARY} ${CUDA_cublasLt_LIBRARY} stdc++ dl)
-  # PUBLIC: the CLI and the GPU test print what the backend finds.
-  target_compile_definitions(accel PUBLIC ACCEL_HAVE_CUDA)
-  if(ACCEL_NCCL_LIB AND ACCEL_NCCL_INCLUDE)
-    target_include_directories(accel PRIVATE ${ACCEL_NCCL_INCLUDE})
-    target_link_libraries(accel PRIVATE ${ACCEL_NCCL_LIB})
-    list(APPEND ACCEL_PRIVATE_LIBS ${ACCEL_NCCL_LIB})
-    list(APPEND ACCEL_CUDA_PC_LIBS ${ACCEL_NCCL_LIB})
-    target_compile_definitions(accel PUBLIC ACCEL_HAVE_NCCL)
-  else()
-    get_target_property(ACCEL__SRCS accel SOURCES)
-    list(FILTER ACCEL__SRCS EXCLUDE REGEX "/src/dist/nccl\\.c$")
-    set_target_properties(accel PROPERTIES SOURCES "${ACCEL__SRCS}")
-    message(STATUS "accel: CUDA backend on, NCCL not found (no nccl process-group backend)")
+  # cudart static: the plug-in needs only the driver (libcuda), cuBLASLt and
+  # NCCL at run time, and loads them only when it is loaded.
+  accel_add_plugin(cuda ${ACCEL_CUDA_C_SOURCES} $<TARGET_OBJECTS:accel_cuda_kernels>)
+  target_include_directories(accel-cuda PRIVATE ${ACCEL_NCCL_INCLUDE})
+  target_compile_definitions(accel-cuda PRIVATE ${ACCEL_CUDA_DEFS})
+  target_link_libraries(accel-cuda PRIVATE ${ACCEL_CUDA_LIBS})
+  set_target_properties(accel-cuda PROPERTIES LINKER_LANGUAGE C)
+
+  if(ACCEL_BACKENDS_STATIC)
+    accel_link_backend_static(cuda ${ACCEL_CUDA_C_SOURCES})
+    target_include_directories(accel_static_cuda PRIVATE ${ACCEL_NCCL_INCLUDE})
+    target_compile_definitions(accel_static_cuda PRIVATE ${ACCEL_CUDA_DEFS})
+    target_link_libraries(accel_static_cuda PRIVATE CUDA::cudart_static)
+    target_sources(accel PRIVATE $<TARGET_OBJECTS:accel_cuda_kernels>)
+    target_link_libraries(accel PRIVATE ${ACCEL_CUDA_LIBS})
+    # accel.pc's Libs.private: what a static link needs besides.
+    set(ACCEL_CUDA_PC_LIBS ${CUDA_cudart_static_LIBRARY} ${CUDA_cublasLt_LIBRARY} stdc++ dl)
+    if(ACCEL_NCCL_LIB AND ACCEL_NCCL_INCLUDE)
+      list(APPEND ACCEL_CUDA_PC_LIBS ${ACCEL_NCCL_LIB})
+    endif()
   endif()
-  message(STATUS "accel: CUDA backend on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${ACCEL_CUDA_ARCHITECTURES})")
+  # The GPU tests read the backend's internals (cuda_hooks.h) and skip
+  # with its reason; they include no CUDA header.
+  set(ACCEL_TEST_CUDA_DEFS ${ACCEL_CUDA_DEFS})
+  message(STATUS "accel: CUDA plug-in on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${ACCEL_CUDA_ARCHITECTURES})")
 else()
-  get_target_property(ACCEL__SRCS accel SOURCES)
-  list(FILTER ACCEL__SRCS EXCLUDE REGEX "${ACCEL__CUDA_SOURCE_REGEX}")
-  set_target_properties(accel PROPERTIES SOURCES "${ACCEL__SRCS}")
-  message(STATUS "accel: CUDA backend off")
+  message(STATUS "accel: CUDA plug-in off")
 endif()

@@ -2,9 +2,11 @@
 #   include/accel/*.h
 #   lib/libaccel.so.0 (+ libaccel.so), lib/libaccel.a
 #   lib/pkgconfig/accel.pc            cc prog.c $(pkg-config --cflags --libs accel)
-#   lib/cmake/accel/accelConfig.cmake find_package(accel): accel::accel (shared),
-#                                     accel::accel_static
+#   lib/cmake/accel/accelConfig.cmake find_package(accel): accel::accel (shared, CPU
+#                                     only to link against), accel::accel_static
 #   bin/accel                         the launcher / CLI
+#   lib/accel/libaccel-<name>.so      the device backend plug-ins (cuda, hostless),
+#                                     loaded at run time (src/core/plugin.h)
 # accel.pc finds its prefix from its own location (${pcfiledir}), so it stays
 # right for any --prefix given at install time and under DESTDIR.
 include(CMakePackageConfigHelpers)
@@ -43,14 +45,14 @@ function(accel_pc_link_flags out)
 endfunction()
 
 set(ACCEL_PC_REQUIRES_PRIVATE "jansson yaml-0.1 libprotobuf-c zlib libpcre2-8 libutf8proc nettle")
-set(pc_libs ${OPENBLAS_LIB} ${OpenMP_C_LIBRARIES})
-if(MPI_C_FOUND)
+set(pc_libs ${OpenMP_C_LIBRARIES})
+if(MPI_C_FOUND AND ACCEL_BACKENDS_STATIC)
   list(APPEND pc_libs ${MPI_C_LIBRARIES})
 endif()
-if(ACCEL_HAVE_DNNL)
+if(ACCEL_HAVE_DNNL AND ACCEL_BACKENDS_STATIC)
   list(APPEND pc_libs ${DNNL_LIB})
 endif()
-list(APPEND pc_libs ${ACCEL_CUDA_PC_LIBS} rt m)
+list(APPEND pc_libs ${ACCEL_CUDA_PC_LIBS} ${CMAKE_DL_LIBS} rt m)
 accel_pc_link_flags(ACCEL_PC_LIBS_PRIVATE ${pc_libs})
 string(STRIP "${ACCEL_PC_LIBS_PRIVATE} ${CMAKE_THREAD_LIBS_INIT}" ACCEL_PC_LIBS_PRIVATE)
 file(RELATIVE_PATH ACCEL_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
@@ -62,7 +64,7 @@ install(FILES ${CMAKE_BINARY_DIR}/accel.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/p
 
 set(ACCEL_CONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/accel)
 set(ACCEL_WITH_MPI OFF)
-if(MPI_C_FOUND)
+if(MPI_C_FOUND AND ACCEL_BACKENDS_STATIC)
   set(ACCEL_WITH_MPI ON)
 endif()
 install(EXPORT accelTargets NAMESPACE accel:: DESTINATION ${ACCEL_CONFIG_DIR})

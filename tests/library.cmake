@@ -16,4 +16,10 @@ set_tests_properties(install PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS
 # (a -march=native build is for its build machine only: not checked).
 if(NOT ACCEL_MARCH_NATIVE AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   add_test(NAME portable_library COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_portable.sh $<TARGET_FILE:accel>)
+  # the CPU-side plug-ins, once part of the library (not cuda's: cudart's own code is not ours)
+  foreach(p hostless dnnl)
+    if(TARGET accel-${p})
+      add_test(NAME portable_plugin_${p} COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_portable.sh $<TARGET_FILE:accel-${p}>)
+    endif()
+  endforeach()
 endif()

@@ -279,16 +279,11 @@ static void test_env_fields(void) {
      * use: a loadable libcudart is no CUDA support in a build without a CUDA backend. */
     const char *flags = strstr(OUT, "- Build flags: ");
     CHECK(flags && strstr(flags, "-Wall") && strstr(flags, "-Wall") < strchr(flags, '\n'));
-#ifdef ACCEL_HAVE_CUDA
-    /* the backend is built: the answer is what it finds (no GPU on a CI machine) */
+    /* the cuda plug-in says what it finds, or why it did not load (no GPU on a CI machine) */
     if (access("/dev/nvidia0", F_OK) != 0) {
         CHECK_STR_CONTAINS(OUT, "- CUDA available: False (");
-        CHECK(!strstr(OUT, "- NCCL available: True"));
+        CHECK_STR_CONTAINS(OUT, "- NCCL available: False (");
     }
-#else
-    CHECK_STR_CONTAINS(OUT, "- CUDA available: False (this build has no CUDA backend)\n");
-    CHECK_STR_CONTAINS(OUT, "- NCCL available: False (this build has no NCCL backend)\n");
-#endif
     CHECK_STR_CONTAINS(OUT, "- GPUs on this machine: ");
     const char *h[] = {"env", "--help", NULL};
     CHECK(run(h, NULL) == 0);

@@ -32,7 +32,7 @@
 #include "sdpa_case.h"
 #ifdef ACCEL_HAVE_CUDA
 #include "accel/autograd.h"
-#include "backends/cuda/cuda_internal.h"
+#include "backends/fp8.h"
 #include "ops/fp8_linear.h"
 #endif
 
@@ -390,9 +390,9 @@ static void test_step_pool(void) {
             CHECK(p && ((uintptr_t)p & 4095) == 0);
         }
 #ifdef ACCEL_HAVE_CUDA
-        size_t before = accel__cuda_reserved_bytes(0);
+        size_t before = cuda_hooks()->reserved_bytes(0);
         g_cuda->mem.step_reset(0);
-        if (step > 0) CHECK(accel__cuda_reserved_bytes(0) == before);
+        if (step > 0) CHECK(cuda_hooks()->reserved_bytes(0) == before);
 #else
         g_cuda->mem.step_reset(0);
 #endif
@@ -691,7 +691,7 @@ static void test_gemm_k0(void) {
 static void test_gemm_plan_cache(void) {
 #ifdef ACCEL_HAVE_CUDA
     if (g_dev.type != ACCEL_DEV_CUDA) return;
-    int before = accel__cuda_gemm_plans();
+    int before = cuda_hooks()->gemm_plans();
     /* M, N, K = 77, 45, 31 (a shape no other test runs); c at element 0 of
      * its buffer, a and b at offsets 0 or 1 (256- or 4-byte aligned) */
     for (int run = 0; run < 6; run++) {
@@ -703,8 +703,8 @@ static void test_gemm_plan_cache(void) {
                           .alpha = 1.0f};
         KRUN("gemm plan cache", gemm, accel_k_gemm, g, 1e-2);
         static const int want[] = {1, 1, 2, 2, 3, 3}; /* plain, plain again, bias, bias again, unaligned, again */
-        CHECK_MSG(accel__cuda_gemm_plans() == before + want[run], "run %d: %d plans, want %d", run,
-                  accel__cuda_gemm_plans(), before + want[run]);
+        CHECK_MSG(cuda_hooks()->gemm_plans() == before + want[run], "run %d: %d plans, want %d", run,
+                  cuda_hooks()->gemm_plans(), before + want[run]);
     }
 #endif
 }
@@ -1250,9 +1250,9 @@ static void test_fp8(void) {
     float *dinv = dev_copy(inv, sizeof inv);
     uint8_t *dqx = g_cuda->mem.alloc(0, sizeof qx, 256), *dqxt = g_cuda->mem.alloc(0, sizeof qxt, 256);
     uint8_t *dqw = g_cuda->mem.alloc(0, sizeof qw, 256);
-    CHECK(accel__cuda_fp8_quantize(0, dqx, dqxt, dx, M, K, ACCEL_FP8_E4M3, dm + ACCEL__FP8_X, dm + S + ACCEL__FP8_X,
+    CHECK(g_cuda->fp8->quantize(0, dqx, dqxt, dx, M, K, ACCEL_FP8_E4M3, dm + ACCEL__FP8_X, dm + S + ACCEL__FP8_X,
                                    accel__fp8_meta_amax(dm, ACCEL__FP8_X), dinv) == ACCEL_OK);
-    CHECK(accel__cuda_fp8_quantize(0, dqw, NULL, dw, N, K, ACCEL_FP8_E4M3, dm + ACCEL__FP8_W, dm + S + ACCEL__FP8_W,
+    CHECK(g_cuda->fp8->quantize(0, dqw, NULL, dw, N, K, ACCEL_FP8_E4M3, dm + ACCEL__FP8_W, dm + S + ACCEL__FP8_W,
                                    accel__fp8_meta_amax(dm, ACCEL__FP8_W), dinv + 1) == ACCEL_OK);
     CHECK(g_cuda->mem.copy_to_host(0, qx, dqx, sizeof qx) == ACCEL_OK);
     CHECK(g_cuda->mem.copy_to_host(0, qxt, dqxt, sizeof qxt) == ACCEL_OK);
@@ -1276,7 +1276,7 @@ static void test_fp8(void) {
     memcpy(want, meta, sizeof meta);
     accel__fp8_update(want, ACCEL__FP8_X, r);
     accel__fp8_update(want, ACCEL__FP8_W, r);
-    CHECK(accel__cuda_fp8_update(0, dm, ACCEL__FP8_X, 2, r) == ACCEL_OK);
+    CHECK(g_cuda->fp8->update(0, dm, ACCEL__FP8_X, 2, r) == ACCEL_OK);
     CHECK(g_cuda->mem.copy_to_host(0, meta, dm, sizeof meta) == ACCEL_OK);
     CHECK_MSG(!memcmp(meta, want, sizeof meta), "fp8 update: the device's meta differs from the CPU rule's");
     CHECK(meta[ACCEL__FP8_X] == 448.0f / xmax / 2.0f);
@@ -1285,10 +1285,10 @@ static void test_fp8(void) {
     static float ref[M * N], c[M * N];
     float *dc = g_cuda->mem.alloc(0, sizeof c, 256);
     CHECK(g_cuda->mem.copy_to_device(0, dm, meta0, sizeof meta0) == ACCEL_OK); /* back to scales 16 and 4096 */
-    accel__cuda_fp8_args g = {.c = dc, .c_dtype = ACCEL_F32, .a = dqx, .b = dqw, .a_fmt = ACCEL_FP8_E4M3,
+    accel__fp8_gemm_args g = {.c = dc, .c_dtype = ACCEL_F32, .a = dqx, .b = dqw, .a_fmt = ACCEL_FP8_E4M3,
                               .b_fmt = ACCEL_FP8_E4M3, .a_inv = dm + S + ACCEL__FP8_X, .b_inv = dm + S + ACCEL__FP8_W,
                               .M = M, .N = N, .K = K, .lda = K, .ldb = K, .ldc = N, .alpha = 1.0f, .beta = 0.0f};
-    CHECK_MSG(accel__cuda_fp8_gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(g_cuda->fp8->gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
     CHECK(g_cuda->mem.copy_to_host(0, c, dc, sizeof c) == ACCEL_OK);
     fp8_gemm_ref(ref, qx, ACCEL_FP8_E4M3, 1.0f / 16.0f, qw, ACCEL_FP8_E4M3, 1.0f / 4096.0f, M, N, K);
     double worst = rel_error(c, ref, M * N);
@@ -1308,7 +1308,7 @@ static void test_fp8(void) {
     for (int i = 0; i < M * K; i++) qx[i] = accel__fp8_encode(x[i] * 16.0f, ACCEL_FP8_E5M2);
     CHECK(g_cuda->mem.copy_to_device(0, dqx, qx, sizeof qx) == ACCEL_OK);
     g.a_fmt = ACCEL_FP8_E5M2, g.c_dtype = ACCEL_BF16;
-    CHECK_MSG(accel__cuda_fp8_gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(g_cuda->fp8->gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
     static uint16_t cb[M * N];
     CHECK(g_cuda->mem.copy_to_host(0, cb, dc, sizeof cb) == ACCEL_OK);
     fp8_gemm_ref(ref, qx, ACCEL_FP8_E5M2, 1.0f / 16.0f, qw, ACCEL_FP8_E4M3, 1.0f / 4096.0f, M, N, K);
@@ -1318,7 +1318,7 @@ static void test_fp8(void) {
 
     /* both E5M2 has no kernel: refused by name */
     g.b_fmt = ACCEL_FP8_E5M2;
-    CHECK(accel__cuda_fp8_gemm(0, &g) == ACCEL_ERR_UNSUPPORTED);
+    CHECK(g_cuda->fp8->gemm(0, &g) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "E5M2 x E5M2");
     accel_clear_error();
     void *bufs[] = {dx, dw, dm, dinv, dqx, dqxt, dqw, dc};

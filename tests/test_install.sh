@@ -7,7 +7,10 @@
 #   3. the same, linked statically (`pkg-config --static`, only libaccel.a
 #      on the search path) and run without LD_LIBRARY_PATH;
 #   4. a CMake project with find_package(accel) linking accel::accel and
-#      accel::accel_static, both run.
+#      accel::accel_static, both run;
+#   5. the backend plug-ins in lib/accel/: libaccel.so and the CLI need no
+#      GPU library, and each program above finds the hostless plug-in at run
+#      time (ACCEL_TEST_DEVICES=1 registers its device, or says why not).
 # Usage: test_install.sh BUILD_DIR EXAMPLE.c CC [EXTRA_CFLAGS]
 set -eu
 BUILD=$1 EXAMPLE=$2 CC=$3 EXTRA=${4:-}
@@ -18,7 +21,8 @@ STAGE=$TMP/stage P=$TMP/stage/opt/accel
 
 DESTDIR=$STAGE cmake --install "$BUILD" --prefix /opt/accel >/dev/null
 for f in include/accel/accel.h include/accel/cpu.h lib/libaccel.a lib/libaccel.so lib/pkgconfig/accel.pc \
-         lib/cmake/accel/accelConfig.cmake lib/cmake/accel/accelConfigVersion.cmake bin/accel; do
+         lib/cmake/accel/accelConfig.cmake lib/cmake/accel/accelConfigVersion.cmake bin/accel \
+         lib/accel/libaccel-hostless.so; do
     [ -e "$P/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 soname=$(readelf -d "$P/lib/libaccel.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
@@ -29,10 +33,24 @@ if nm -D --defined-only "$P/lib/libaccel.so" | grep -q ' accel__'; then
     exit 1
 fi
 
+# The core links no accelerator runtime: the plug-ins do (lib/accel/).
+for f in lib/libaccel.so bin/accel; do
+    if readelf -d "$P/$f" | grep NEEDED | grep -Ei 'cuda|cublas|nccl|ascend|hccl'; then
+        echo "$f needs a GPU library"; exit 1
+    fi
+done
+if [ -e "$BUILD/lib/accel/libaccel-cuda.so" ] && [ ! -e "$P/lib/accel/libaccel-cuda.so" ]; then
+    echo "not installed: lib/accel/libaccel-cuda.so"; exit 1
+fi
+# The CLI in bin/ finds the plug-ins in ../lib/accel (no ACCEL_BACKEND_PATH).
+env_out=$(ACCEL_TEST_DEVICES=1 "$P/bin/accel" env 2>&1) || { echo "accel env failed: $env_out"; exit 1; }
+echo "$env_out" | grep -q 'ACCEL_TEST_DEVICES' && { echo "installed accel: $env_out" | grep ACCEL_TEST; exit 1; }
+
 export PKG_CONFIG_PATH=$P/lib/pkgconfig
-check_run() { # NAME BINARY: the example's own success line
-    out=$("$2") || { echo "$1: exit status $?"; exit 1; }
+check_run() { # NAME BINARY: the example's own success line, and the hostless plug-in found
+    out=$(ACCEL_TEST_DEVICES=1 "$2" 2>"$TMP/err") || { echo "$1: exit status $?"; cat "$TMP/err"; exit 1; }
     echo "$out" | grep -q 'final_loss=' || { echo "$1: unexpected output: $out"; exit 1; }
+    if grep -q 'ACCEL_TEST_DEVICES' "$TMP/err"; then echo "$1: the plug-in was not found:"; cat "$TMP/err"; exit 1; fi
     echo "$1: $out"
 }
 
@@ -45,11 +63,12 @@ mkdir "$TMP/static_only"
 ln -s "$P/lib/libaccel.a" "$TMP/static_only/"
 # shellcheck disable=SC2046,SC2086
 $CC $EXTRA "$EXAMPLE" -o "$TMP/prog_static" -L"$TMP/static_only" $(pkg-config --cflags --libs --static accel)
-check_run pkg-config-static "$TMP/prog_static"
+# outside the prefix: the staged install is not the configured one, so ACCEL_BACKEND_PATH
+ACCEL_BACKEND_PATH=$P/lib/accel check_run pkg-config-static "$TMP/prog_static"
 
 cmake -S "$HERE/install_consumer" -B "$TMP/consumer" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_COMPILER="$CC" \
       -DCMAKE_C_FLAGS="$EXTRA" -DACCEL_EXAMPLE="$EXAMPLE" >"$TMP/consumer.log" 2>&1 ||
     { cat "$TMP/consumer.log"; exit 1; }
 cmake --build "$TMP/consumer" >>"$TMP/consumer.log" 2>&1 || { cat "$TMP/consumer.log"; exit 1; }
 LD_LIBRARY_PATH=$P/lib check_run find_package-shared "$TMP/consumer/consumer_shared"
-check_run find_package-static "$TMP/consumer/consumer_static"
+ACCEL_BACKEND_PATH=$P/lib/accel check_run find_package-static "$TMP/consumer/consumer_static"

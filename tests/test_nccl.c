@@ -24,9 +24,7 @@
 #include "backends/backend.h" /* the device's streams */
 #include "check.h"
 #include "dist_group.h"
-#ifdef ACCEL_HAVE_CUDA
-#include "backends/cuda/cuda_internal.h"
-#endif
+#include "core/plugin.h"
 
 enum { SKIP = 77, N = 1031 };
 
@@ -183,7 +181,7 @@ int main(int argc, char **argv) {
     /* The parent only counts the GPUs: every rank is a new process. */
     int gpus = accel_device_count(ACCEL_DEV_CUDA);
     if (gpus == 0) {
-        printf("SKIP: no CUDA device: %s\n", accel__cuda_unavailable_reason());
+        printf("SKIP: no CUDA device: %s\n", accel__plugin_unavailable_reason(ACCEL_DEV_CUDA));
         return SKIP;
     }
     bool multi = argc > 1 && !strcmp(argv[1], "multi");

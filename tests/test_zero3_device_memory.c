@@ -53,7 +53,7 @@ static accel_tensor *data(int r, int salt, accel_device dev) {
  * the mapped memory. */
 static size_t device_bytes(accel_device dev) {
 #ifdef ACCEL_HAVE_CUDA
-    if (dev.type == ACCEL_DEV_CUDA) return accel__cuda_reserved_bytes(dev.index) + accel__vm_stats_of(dev).mapped;
+    if (dev.type == ACCEL_DEV_CUDA) return cuda_hooks()->reserved_bytes(dev.index) + accel__vm_stats_of(dev).mapped;
 #endif
     return accel__hostless_memory_stats(dev.index).in_use;
 }

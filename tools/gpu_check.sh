@@ -4,8 +4,11 @@
 #   tools/gpu_check.sh prepare   (here, on the build machine: no GPU needed)
 #       Builds accel with CUDA into build-gpu/ (portable code: ACCEL_NATIVE=OFF,
 #       since the GPU machine's CPU may differ), then gathers into
-#       build-gpu/bundle/ the programs the check runs and the shared libraries
-#       they need that a bare GPU image lacks (OpenBLAS, jansson, libyaml, MPI,
+#       build-gpu/bundle/ the programs the check runs, the backend plug-ins
+#       (bundle/lib/accel/libaccel-cuda.so, which holds the CUDA backend and
+#       NCCL and which the programs load at run time, and libaccel-hostless.so)
+#       and the shared libraries they need that a bare GPU image lacks (OpenBLAS,
+#       which the programs open at run time, included) (OpenBLAS, jansson, libyaml, MPI,
 #       OpenMP runtime, ...: everything ldd resolves outside the C library and
 #       the NVIDIA driver/toolkit), stripped, compressed (xz -9) into
 #       build-gpu/bundle.tar.xz, which with the working tree must stay under
@@ -70,11 +73,17 @@ prepare() {
                                                -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DACCEL_NATIVE=OFF -DACCEL_CUDA=ON "${launcher[@]}" || exit 1
     local targets
-    targets=$(echo $PROGRAMS | sed 's/\baccel\b/accel_cli/')
+    targets="$(echo $PROGRAMS | sed 's/\baccel\b/accel_cli/') accel-cuda accel-hostless"
     # shellcheck disable=SC2086
     cmake --build "$BUILD" -j"${JOBS:-2}" --target $targets || exit 1
     rm -rf "$BUNDLE"
-    mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+    mkdir -p "$BUNDLE/bin" "$BUNDLE/lib/accel"
+    # The plug-ins, where a program in bundle/bin looks for them (../lib/accel).
+    for p in cuda hostless; do
+        [ -f "$BUILD/lib/accel/libaccel-$p.so" ] || { echo "gpu_check: no $BUILD/lib/accel/libaccel-$p.so" >&2; exit 1; }
+        cp "$BUILD/lib/accel/libaccel-$p.so" "$BUNDLE/lib/accel/"
+        strip --strip-debug "$BUNDLE/lib/accel/libaccel-$p.so"
+    done
     for p in $PROGRAMS; do
         [ -x "$BUILD/bin/$p" ] || { echo "gpu_check: $BUILD/bin/$p was not built" >&2; exit 1; }
         cp "$BUILD/bin/$p" "$BUNDLE/bin/"
@@ -82,7 +91,15 @@ prepare() {
     done
     # Every library the programs load except the C library, the loader and
     # what the GPU machine's driver and toolkit provide.
-    ldd "$BUNDLE"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+    # OpenBLAS is opened at run time by its soname (src/backends/cpu/openblas_lazy.c), so
+    # ldd of the programs does not name it: carried under its soname, with what it needs.
+    local blas
+    blas=$(readlink -f "$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$BUILD/CMakeCache.txt")")
+    [ -f "$blas" ] || { echo "gpu_check: OpenBLAS not found from $BUILD/CMakeCache.txt" >&2; exit 1; }
+    local soname
+    soname=$(objdump -p "$blas" | awk '/SONAME/ {print $2}')
+    cp -L "$blas" "$BUNDLE/lib/$soname" && strip --strip-unneeded "$BUNDLE/lib/$soname"
+    ldd "$BUNDLE"/bin/* "$BUNDLE"/lib/accel/*.so "$blas" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
         case "$(basename "$lib")" in
             libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libcudart*|libnccl*|libnvidia*) ;;
             *) cp -L "$lib" "$BUNDLE/lib/" && strip --strip-unneeded "$BUNDLE/lib/$(basename "$lib")" ;;
@@ -242,7 +259,8 @@ run() {
         timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -5
         timeout 30 "$BUNDLE/bin/accel" env 2>&1 | grep -E '^- (CUDA|NCCL|cuBLAS|GPU)'
         echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-        timeout 20 ldd "$BUNDLE/bin/test_cuda_kernels" 2>&1 | grep -E 'cublasLt|nccl|not found' | tr -s ' \t' ' '
+        # the programs need no CUDA library; the plug-in they load needs these
+        timeout 20 ldd "$BUNDLE/lib/accel/libaccel-cuda.so" 2>&1 | grep -E 'cublasLt|nccl|not found' | tr -s ' \t' ' '
         echo '```'
         echo
         echo "Time budget: $BUDGET s ($BENCH_RESERVE s kept for the benchmark)."
@@ -251,8 +269,9 @@ run() {
         echo '|---|---|---|'
     } > "$RESULTS"
     publish
-    if timeout 20 ldd "$BUNDLE"/bin/* 2>&1 | grep -q 'not found'; then
-        { echo; echo "Missing libraries, nothing run:"; timeout 20 ldd "$BUNDLE"/bin/* 2>&1 | grep 'not found' | sort -u; } >> "$RESULTS"
+    if timeout 20 ldd "$BUNDLE"/bin/* "$BUNDLE"/lib/accel/*.so 2>&1 | grep -q 'not found'; then
+        { echo; echo "Missing libraries, nothing run:"
+          timeout 20 ldd "$BUNDLE"/bin/* "$BUNDLE"/lib/accel/*.so 2>&1 | grep 'not found' | sort -u; } >> "$RESULTS"
         finish
         exit 1
     fi

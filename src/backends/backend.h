@@ -9,9 +9,9 @@
  * Devices. A device is (type, index) (`accel_device` in core.h), named as
  * PyTorch and Accelerate name them: "cpu", "cuda:0", "npu:1", "meta". A
  * backend serves one device type and `device_count()` devices of it. `cpu` is
- * always registered; a backend built in registers itself at start-up
- * (accel__backends_init) when its devices are present. `meta` has no backend:
- * it has no memory and runs no kernel (ops compute shapes only).
+ * always registered; every other backend is a plug-in (core/plugin.h),
+ * loaded the first time its device type is asked for, which registers
+ * itself when its devices are present. `meta` has no backend: it has no memory and runs no kernel (ops compute shapes only).
  *
  * Pointers. `accel_tensor.data` of a tensor on device d is a *device pointer*
  * of d's backend: an opaque address that only that backend can read. Code
@@ -31,7 +31,7 @@
  * backend uses OpenMP inside); on an asynchronous device a kernel is enqueued
  * on the thread's current stream and returns.
  *
- * Adding a backend: docs/architecture.md, "Adding a device backend".
+ * Writing a backend: docs/architecture.md, "Writing a backend plug-in".
  */
 #ifndef ACCEL_BACKENDS_BACKEND_H
 #define ACCEL_BACKENDS_BACKEND_H
@@ -133,6 +133,8 @@ typedef struct accel_backend {
     accel_backend_mem mem;
     accel_backend_async async;
     accel_kernel_table kernels;
+    /* mixed_precision='fp8' (backends/fp8.h); NULL: the device has none. */
+    const struct accel__fp8_ops *fp8;
 } accel_backend;
 
 /* Registers a backend for its device type (replacing none: a second backend

@@ -1,37 +1,29 @@
 /* Which devices can run mixed_precision='fp8', and the fp8 Linear's
- * primitives (backends/fp8.h): the CPU reference here, the CUDA kernels
- * behind accel__cuda_fp8_* on a GPU. */
+ * primitives (backends/fp8.h): the CPU reference here, a device's own
+ * kernels (its backend's accel__fp8_ops: cuda's on a GPU) elsewhere. */
 #include "backends/fp8.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#ifdef ACCEL_HAVE_CUDA
-#include "backends/cuda/cuda_env.h"
-#include "backends/cuda/cuda_internal.h"
-#endif
+#include "backends/backend.h"
+#include "core/plugin.h"
+
+/* The fp8 kernels of device d's backend; NULL for the cpu (the reference
+ * here) and devices without them. */
+static const accel__fp8_ops *ops_of(accel_device d) {
+    if (d.type == ACCEL_DEV_CPU || d.type == ACCEL_DEV_META) return NULL;
+    const accel_backend *b = accel__backend_of(d);
+    return b ? b->fp8 : NULL;
+}
 
 accel_status accel__fp8_device_check(accel_device d, const char *op) {
     char dev[32];
     accel_device_str(d, dev, sizeof dev);
-#ifdef ACCEL_HAVE_CUDA
-    if (d.type == ACCEL_DEV_CUDA) {
-        int major = 0, minor = 0;
-        char name[128] = "";
-        if (!accel__cuda_capability(d.index, &major, &minor, name, sizeof name))
-            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: fp8 mixed precision: %s cannot be queried", op, dev);
-        if (major * 10 + minor < 89)
-            return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                                   "%s: fp8 mixed precision is not supported on %s (%s, compute capability %d.%d): "
-                                   "it needs compute capability >= 8.9 (Ada Lovelace, Hopper); use bf16 or fp16",
-                                   op, dev, name, major, minor);
-        return ACCEL_OK;
-    }
-    const char *why = accel_device_count(ACCEL_DEV_CUDA) ? "" : accel__cuda_unavailable_reason();
-#else
-    const char *why = "this build has no CUDA backend";
-#endif
+    const accel__fp8_ops *k = ops_of(d);
+    if (k && accel_device_available(d)) return k->check(d.index, op);
+    const char *why = accel_device_count(ACCEL_DEV_CUDA) ? "" : accel__plugin_unavailable_reason(ACCEL_DEV_CUDA);
     return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                            "%s: fp8 mixed precision is not supported on %s%s%s%s: it needs a CUDA GPU of compute "
                            "capability >= 8.9 (Ada Lovelace, Hopper); use bf16 or fp16",
@@ -42,9 +34,6 @@ accel_status accel__fp8_device_check(accel_device d, const char *op) {
 
 static int meta_len(const accel_tensor *meta) { return (int)meta->shape[0] - 2; }
 
-#ifdef ACCEL_HAVE_CUDA
-static bool is_cuda(const accel_tensor *t) { return t->device.type == ACCEL_DEV_CUDA; }
-#endif
 static bool is_cpu(const accel_tensor *t) { return t->device.type == ACCEL_DEV_CPU; }
 
 /* t is a contiguous [rows, cols] tensor of dtype dt (cols < 0: any 1-D). */
@@ -108,8 +97,7 @@ static accel_status quantize_args(const char *fn, const accel_tensor *q, const a
         meta->ndim != 2 || meta->shape[0] < 3 || !fits(meta, ACCEL_F32, meta->shape[0], ACCEL__FP8_SLOTS))
         return bad(fn, "x f32 [rows, cols], q u8 [rows, cols] and/or q_t u8 [cols, rows], inv f32 and meta f32 "
                        "[2 + len, 3], all contiguous");
-    if (x->device.type != ACCEL_DEV_CPU && x->device.type != ACCEL_DEV_CUDA)
-        return bad(fn, "fp8 runs on cuda devices (and the cpu reference)");
+    if (!is_cpu(x) && !ops_of(x->device)) return bad(fn, "fp8 runs on cuda devices (and the cpu reference)");
     return ACCEL_OK;
 }
 
@@ -119,13 +107,11 @@ accel_status accel__fp8_quantize(accel_tensor *q, accel_tensor *q_t, accel_tenso
     if (st != ACCEL_OK) return st;
     int64_t rows = x->shape[0], cols = x->shape[1];
     float *m = meta->data;
-#ifdef ACCEL_HAVE_CUDA
-    if (is_cuda(x))
-        return accel__cuda_fp8_quantize(x->device.index, q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows,
+    const accel__fp8_ops *k = ops_of(x->device);
+    if (k)
+        return k->quantize(x->device.index, q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows,
                                         cols, f, m + slot, m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot),
                                         (float *)inv->data + inv_at);
-#endif
-    if (!is_cpu(x)) return bad("accel__fp8_quantize", "this build has no CUDA backend");
     quantize_cpu(q ? q->data : NULL, q_t ? q_t->data : NULL, x->data, rows, cols, m, slot, f);
     ((float *)inv->data)[inv_at] = m[ACCEL__FP8_SLOTS + slot];
     return ACCEL_OK;
@@ -179,13 +165,11 @@ accel_status accel__fp8_quantize_cached(accel_tensor *q, accel_tensor *q_t, acce
         return bad(FN, "q, q_t and a cache f32 [3] on x's device");
     int64_t rows = x->shape[0], cols = x->shape[1];
     float *m = meta->data, *inv_out = (float *)inv->data + inv_at;
-#ifdef ACCEL_HAVE_CUDA
-    if (is_cuda(x))
-        return accel__cuda_fp8_quantize_cached(x->device.index, q->data, q_t->data, x->data, rows, cols, f, m + slot,
+    const accel__fp8_ops *k = ops_of(x->device);
+    if (k)
+        return k->quantize_cached(x->device.index, q->data, q_t->data, x->data, rows, cols, f, m + slot,
                                                m + ACCEL__FP8_SLOTS + slot, accel__fp8_meta_amax(m, slot), inv_out,
                                                cache->data, fresh);
-#endif
-    if (!is_cpu(x)) return bad(FN, "this build has no CUDA backend");
     quantize_cached_cpu(q->data, q_t->data, x->data, rows, cols, m, slot, f, cache->data, fresh, inv_out);
     return ACCEL_OK;
 }
@@ -212,14 +196,13 @@ accel_status accel__fp8_gemm(accel_tensor *c, float beta, accel__fp8_operand a, 
     if (a.fmt == ACCEL_FP8_E5M2 && b.fmt == ACCEL_FP8_E5M2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: E5M2 x E5M2 has no fp8 GEMM (cuBLASLt has none)", FN);
     const float *ai = (const float *)a.inv->data + a.inv_at, *bi = (const float *)b.inv->data + b.inv_at;
-#ifdef ACCEL_HAVE_CUDA
-    if (is_cuda(c)) {
-        accel__cuda_fp8_args g = {.c = c->data, .c_dtype = ACCEL_F32, .a = a.q->data, .b = b.q->data, .a_fmt = a.fmt,
+    const accel__fp8_ops *k = ops_of(c->device);
+    if (k) {
+        accel__fp8_gemm_args g = {.c = c->data, .c_dtype = ACCEL_F32, .a = a.q->data, .b = b.q->data, .a_fmt = a.fmt,
                              .b_fmt = b.fmt, .a_inv = ai, .b_inv = bi, .M = M, .N = N, .K = K, .lda = K, .ldb = K,
                              .ldc = N, .alpha = 1.0f, .beta = beta};
-        return accel__cuda_fp8_gemm(c->device.index, &g);
+        return k->gemm(c->device.index, &g);
     }
-#endif
     if (c->device.type != ACCEL_DEV_CPU) return bad(FN, "fp8 runs on cuda devices (and the cpu reference)");
     gemm_cpu(c->data, beta, a.q->data, a.fmt, *ai, b.q->data, b.fmt, *bi, M, N, K);
     return ACCEL_OK;
@@ -230,9 +213,8 @@ accel_status accel__fp8_meta_update(accel_tensor *meta, int first, int n, accel_
         first < 0 || n < 0 || first + n > ACCEL__FP8_SLOTS)
         return bad("accel__fp8_meta_update", "meta must be f32 [2 + len, 3] and the slots within 0..2");
     r.history_len = meta_len(meta); /* the meta's rows (a loaded checkpoint's) decide */
-#ifdef ACCEL_HAVE_CUDA
-    if (is_cuda(meta)) return accel__cuda_fp8_update(meta->device.index, meta->data, first, n, r);
-#endif
+    const accel__fp8_ops *k = ops_of(meta->device);
+    if (k) return k->update(meta->device.index, meta->data, first, n, r);
     if (meta->device.type != ACCEL_DEV_CPU) return bad("accel__fp8_meta_update", "fp8 runs on cuda devices");
     for (int s = first; s < first + n; s++) accel__fp8_update(meta->data, s, r);
     return ACCEL_OK;

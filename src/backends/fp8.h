@@ -200,6 +200,50 @@ accel_status accel__fp8_gemm(accel_tensor *c, float beta, accel__fp8_operand a, 
 /* accel__fp8_update of slots [first, first + n) of meta, on its device. */
 accel_status accel__fp8_meta_update(accel_tensor *meta, int first, int n, accel__fp8_recipe r);
 
+/* ---- a device's fp8 kernels: accel_backend.fp8 (backend.h), NULL on a
+ * device without them. Device pointers throughout; enqueued on the thread's
+ * stream. The cuda backend's are accel__cuda_fp8_* (cuda_internal.h). */
+
+/* C [M, N] (row-major, leading dim ldc; f32 or bf16) = alpha * (a_inv A)
+ * (b_inv B)^T + beta C with A [M, K] and B [N, K] fp8 (row-major, K
+ * contiguous: cuBLASLt's fp8 "TN" layout; K, lda, ldb multiples of 16; not
+ * both E5M2), a_inv and b_inv the device scale_inv of each, f32 accumulation.
+ * y = x W^T is (A = x, B = W); dX = dY W is (A = dY, B = W^T) and dW = dY^T X
+ * is (A = dY^T, B = X^T) from the transposed casts. */
+typedef struct accel__fp8_gemm_args {
+    void *c;
+    accel_dtype c_dtype;
+    const uint8_t *a, *b;
+    accel__fp8_format a_fmt, b_fmt;
+    const float *a_inv, *b_inv;
+    int64_t M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+} accel__fp8_gemm_args;
+
+typedef struct accel__fp8_ops {
+    /* ACCEL_OK when device `index` runs fp8; else the error, naming `op`,
+     * the device and what it lacks. */
+    accel_status (*check)(int index, const char *op);
+    /* q [rows, cols] (fp8 bits of format f, row-major) = fp8(x * *scale),
+     * saturating, unless NULL, from x [rows, cols] (f32 contiguous); q_t
+     * [cols, rows] its transpose when non-NULL (the K-contiguous operand of
+     * the gradient GEMMs); *amax = max(*amax, max |x|); *inv_out = *scale_inv
+     * unless NULL. */
+    accel_status (*quantize)(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows, int64_t cols,
+                             accel__fp8_format f, const float *scale, const float *scale_inv, float *amax,
+                             float *inv_out);
+    /* accel__fp8_quantize_cached: q and q_t recast only when fresh or
+     * *scale != cache[0]; cache f32 [3]: the scale cast with, the amax that
+     * cast measured, a scratch (0 between calls). */
+    accel_status (*quantize_cached)(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows, int64_t cols,
+                                    accel__fp8_format f, const float *scale, const float *scale_inv, float *amax,
+                                    float *inv_out, float *cache, bool fresh);
+    /* accel__fp8_update of slots [first, first + n) of the fp8 meta `meta`
+     * (f32 [2 + r.history_len, ACCEL__FP8_SLOTS]). */
+    accel_status (*update)(int index, float *meta, int first, int n, accel__fp8_recipe r);
+    accel_status (*gemm)(int index, const accel__fp8_gemm_args *g);
+} accel__fp8_ops;
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,9 +15,7 @@
 #include "backends/cpu/gemm.h"
 #include "core/cpuinfo.h"
 #include "cli/cli.h"
-#ifdef ACCEL_HAVE_CUDA
-#include "backends/cuda/cuda_env.h"
-#endif
+#include "core/plugin.h"
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
@@ -138,12 +136,7 @@ int accel_cli_env(int argc, char **argv) {
     if (mpi_backend && mpi[0]) printf("- MPI available: True (%s)\n", mpi);
     else if (mpi_backend) printf("- MPI available: False (built with MPI, but no mpirun on PATH)\n");
     else printf("- MPI available: False (this build has no MPI backend)\n");
-#ifdef ACCEL_HAVE_CUDA
-    accel__cuda_env_print(stdout); /* what the backend finds on this machine */
-#else
-    printf("- CUDA available: False (this build has no CUDA backend)\n");
-    printf("- NCCL available: False (this build has no NCCL backend)\n");
-#endif
+    accel__plugins_describe(stdout); /* what each device plug-in finds, or why it did not load */
     printf("- Accel accelerator: CPU\n");
     printf("- GPUs on this machine: %s; accel itself trains on the CPU\n", gpus);
     printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));

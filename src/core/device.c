@@ -7,14 +7,14 @@
 #include "accel/core.h"
 #include "backends/backend.h"
 #include "core/env.h"
-#ifdef ACCEL_HAVE_CUDA
-#include "backends/cuda/cuda_internal.h"
-#endif
+#include "core/plugin.h"
 
 /* ---------------------------------------------------------------- registry */
 
 /* One backend per device type, set once (compare-and-swap) and read without a
- * lock: ops look their kernel table up on every call. */
+ * lock: ops look their kernel table up on every call. The CPU backend is
+ * built in; the others are plug-ins (core/plugin.h), loaded the first time
+ * their device type is asked for. */
 static const accel_backend *registry[ACCEL_DEV_TYPE_COUNT];
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 
@@ -22,9 +22,6 @@ static const accel_backend *registry_get(int t) { return __atomic_load_n(&regist
 
 static void register_builtin(void) {
     accel__backend_register(&accel__cpu_backend);
-#ifdef ACCEL_HAVE_CUDA
-    accel__cuda_register(); /* only when a GPU is present */
-#endif
     long v;
     if (accel__env_long("ACCEL_TEST_DEVICES", 0, 1, 8, &v) != ACCEL_OK ||
         (v && accel__hostless_register((int)v) != ACCEL_OK)) {
@@ -52,6 +49,10 @@ const accel_backend *accel__backend_of(accel_device d) {
     if ((unsigned)d.type >= ACCEL_DEV_TYPE_COUNT) return NULL;
     if (d.type == ACCEL_DEV_CPU) return &accel__cpu_backend; /* the hot path: no lock, no once */
     registry_init();
+    const accel_backend *b = registry_get(d.type);
+    if (b || d.type == ACCEL_DEV_META) return b;
+    /* once per type: a plug-in that did not load is not tried again */
+    accel__plugin_load_type(d.type);
     return registry_get(d.type);
 }
 
@@ -61,9 +62,11 @@ const accel_backend *accel__backend_for(accel_device d, const char *op) {
     char s[32];
     if (d.type == ACCEL_DEV_META)
         accel_set_error(ACCEL_ERR_DEVICE, "%s: meta tensors have no data", op);
-    else
-        accel_set_error(ACCEL_ERR_DEVICE, "%s: device %s is not available%s", op,
-                        accel_device_str(d, s, sizeof s), b ? "" : " in this build");
+    else {
+        const char *why = accel__plugin_unavailable_reason(d.type);
+        accel_set_error(ACCEL_ERR_DEVICE, "%s: device %s is not available%s%s", op, accel_device_str(d, s, sizeof s),
+                        *why ? ": " : "", why);
+    }
     return NULL;
 }
 
@@ -138,14 +141,9 @@ accel_status accel_device_parse(const char *s, accel_device *out) {
         *out = (accel_device){(accel_device_type)t, idx};
         return ACCEL_OK;
     }
-    return accel_set_error(ACCEL_ERR_DEVICE,
-                           "unknown device '%s': this build of accel supports cpu, meta%s%s", s,
-#ifdef ACCEL_WITH_CUDA
-                           " and cuda:N",
-#else
-                           " (cuda:N needs a build with CUDA)",
-#endif
-                           parsable(ACCEL_DEV_HOSTLESS) ? ", hostless:N (test devices)" : "");
+    return accel_set_error(ACCEL_ERR_DEVICE, "unknown device '%s': accel knows cpu, meta, cuda:N%s%s", s,
+                           registry_get(ACCEL_DEV_NPU) ? ", npu:N" : "",
+                           registry_get(ACCEL_DEV_HOSTLESS) ? ", hostless:N (test devices)" : "");
 }
 
 bool accel_device_available(accel_device d) {

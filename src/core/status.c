@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "accel/core.h"
+#include "core/plugin.h" /* accel__set_errorv */
 
 static _Thread_local accel_status tl_status = ACCEL_OK;
 static _Thread_local char tl_message[1024];
@@ -29,6 +30,13 @@ accel_status accel_set_error(accel_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     set_message(st, fmt, ap);
     va_end(ap);
+    return st;
+}
+
+/* accel_set_error with a va_list: what a backend plug-in's accel_set_error
+ * calls (core/plugin.h). */
+accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap) {
+    set_message(st, fmt, ap);
     return st;
 }
 

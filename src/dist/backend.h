@@ -3,8 +3,9 @@
  *
  * dist.c validates arguments, runs debug-mode checks, serialises calls and
  * handles the async queue; a backend only moves and reduces bytes. Adding a
- * backend (mpi, nccl) = one more accel__backend and one line in dist.c's
- * selection; nothing above dist/ changes.
+ * backend (mpi) = one more accel__backend and one line in dist.c's
+ * selection; one of a device plug-in (nccl, hccl) is registered by the
+ * plug-in's init (accel__pg_backend_register). Nothing above dist/ changes.
  *
  * Contract of every slot: called by every rank in the same order, from one
  * thread at a time; returns ACCEL_OK or sets an error (naming pg->op_desc for
@@ -95,7 +96,8 @@ accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *su
 #endif
 
 #ifdef ACCEL_HAVE_NCCL
-/* GPU collectives (ACCEL_DIST_BACKEND=nccl); see nccl.c. */
+/* GPU collectives (ACCEL_DIST_BACKEND=nccl); see nccl.c. In the cuda
+ * plug-in, which registers it (core/plugin.h). */
 extern const accel__backend accel__backend_nccl;
 #endif
 
@@ -109,6 +111,10 @@ accel_status accel__hier_wrap(accel_pg *pg);
 /* The backend a hierarchical group uses inside a machine ("shm") and how many
  * collectives went that way (calls may be NULL); NULL for any other group. */
 const char *accel__pg_within_machine(const accel_pg *pg, uint64_t *calls);
+
+/* Adds a backend a plug-in brings (ACCEL_DIST_BACKEND=<its name> finds it);
+ * registering one name twice is an error. Thread-safe. */
+accel_status accel__pg_backend_register(const accel__backend *b);
 
 /* The address other machines reach this one at (tcp.c): ACCEL_DIST_HOST_ADDR,
  * else the local address of the route to MASTER_ADDR (127.0.0.1 on loopback). */

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/plugin.h"
 #include "core/prepared.h"
 #include "core/str_to_bool.h"
 #include "dist/backend.h"
@@ -923,17 +924,39 @@ static accel_pg *g_default;
 static int g_refs;
 static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Process-group backends that plug-ins brought (nccl with the cuda plug-in,
+ * core/plugin.h): set once each, read without a lock. */
+enum { MAX_PLUGIN_PGS = 4 };
+static const accel__backend *g_plugin_pg[MAX_PLUGIN_PGS];
+
+accel_status accel__pg_backend_register(const accel__backend *b) {
+    if (!b || !b->name) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__pg_backend_register: bad backend");
+    for (int i = 0; i < MAX_PLUGIN_PGS; i++) {
+        const accel__backend *had = NULL;
+        if (__atomic_compare_exchange_n(&g_plugin_pg[i], &had, b, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+            had == b)
+            return ACCEL_OK;
+        if (!strcmp(had->name, b->name))
+            return accel_set_error(ACCEL_ERR_STATE, "accel__pg_backend_register: %s is registered", b->name);
+    }
+    return accel_set_error(ACCEL_ERR_STATE, "accel__pg_backend_register: more than %d plug-in backends",
+                           MAX_PLUGIN_PGS);
+}
+
+static const accel__backend *plugin_pg(const char *name) {
+    for (int i = 0; i < MAX_PLUGIN_PGS; i++) {
+        const accel__backend *b = __atomic_load_n(&g_plugin_pg[i], __ATOMIC_ACQUIRE);
+        if (b && !strcmp(b->name, name)) return b;
+    }
+    return NULL;
+}
+
 static const accel__backend *backend_by_name(const char *name) {
     if (!strcmp(name, "shm")) return &accel__backend_shm;
     if (!strcmp(name, "tcp")) return &accel__backend_tcp;
     if (!strcmp(name, "self")) return &accel__backend_self;
-#ifdef ACCEL_HAVE_MPI
-    if (!strcmp(name, "mpi")) return &accel__backend_mpi;
-#endif
-#ifdef ACCEL_HAVE_NCCL
-    if (!strcmp(name, "nccl")) return &accel__backend_nccl;
-#endif
-    return NULL;
+    accel__plugin_load_pg(name); /* nccl: the cuda plug-in; mpi: its own */
+    return plugin_pg(name);
 }
 
 #ifdef ACCEL_HAVE_MPI
@@ -941,12 +964,7 @@ static const accel__backend *backend_by_name(const char *name) {
 #else
 #define BACKEND_LIST_MPI ""
 #endif
-#ifdef ACCEL_HAVE_NCCL
-#define BACKEND_LIST_NCCL ", nccl"
-#else
-#define BACKEND_LIST_NCCL ""
-#endif
-#define BACKEND_LIST "shm, tcp" BACKEND_LIST_MPI BACKEND_LIST_NCCL
+#define BACKEND_LIST "shm, tcp" BACKEND_LIST_MPI
 
 /* Every rank publishes its hostname. shm when every rank is on this host and
  * the launcher did not say otherwise (LOCAL_WORLD_SIZE < WORLD_SIZE means
@@ -962,9 +980,12 @@ static accel_status choose_backend(accel__store *st, const dist_env *e, const ac
     const char *forced = getenv("ACCEL_DIST_BACKEND");
     if (forced && *forced) {
         *out = backend_by_name(forced);
-        if (!*out || *out == &accel__backend_self)
+        if (!*out || *out == &accel__backend_self) {
+            const char *why = accel__plugin_pg_reason(forced);
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: ACCEL_DIST_BACKEND='%s' is not available "
-                                   "for %d processes (this build has: " BACKEND_LIST ")", forced, e->world);
+                                   "for %d processes (this build has: " BACKEND_LIST "%s%s)", forced, e->world,
+                                   *why ? "; its plug-in did not load: " : "", why);
+        }
         return ACCEL_OK;
     }
     bool one_host = e->local_world == e->world;
@@ -1006,13 +1027,15 @@ static accel_status create_default_group(void) {
     const char *forced = getenv("ACCEL_DIST_BACKEND");
     if (e.world == 1 && !(forced && !strcmp(forced, "nccl"))) {
         pg->be = &accel__backend_self;
-#ifdef ACCEL_HAVE_MPI
     } else if (want_mpi()) {
-        pg->be = &accel__backend_mpi;
-        st = pg->be->init(pg, NULL);
-        if (st == ACCEL_OK) st = pg->be->barrier(pg);
-        if (st != ACCEL_OK) pg->be->finalize(pg);
-#endif
+        if (!(pg->be = backend_by_name("mpi"))) {
+            st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the mpi process group did not load: %s",
+                                 accel__plugin_pg_reason("mpi"));
+        } else {
+            st = pg->be->init(pg, NULL);
+            if (st == ACCEL_OK) st = pg->be->barrier(pg);
+            if (st != ACCEL_OK) pg->be->finalize(pg);
+        }
     } else {
         accel__store *store = accel__store_open(e.addr, e.port, e.rank == 0, getenv("ACCEL_JOB_SECRET"),
                                                 e.rank, e.timeout_s);

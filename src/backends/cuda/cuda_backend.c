@@ -5,9 +5,9 @@
  * copies of the table wait for that stream. Kernels (*.cu, gemm.c) are
  * enqueued on the same stream and return.
  *
- * Registered at start-up (accel__cuda_register, from device.c) only when
- * cudaGetDeviceCount() finds a device: on a machine without a GPU a CUDA
- * build behaves as one without. */
+ * Part of the cuda plug-in (cuda_plugin.c), whose init registers it
+ * (accel__cuda_register) only when cudaGetDeviceCount() finds a device: on
+ * a machine without a GPU the plug-in registers no device. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -290,6 +290,7 @@ static const accel_backend cuda_backend = {
         ACCEL__CUDA_KERNELS(CUDA_SLOT)
 #undef CUDA_SLOT
     },
+    .fp8 = &accel__cuda_fp8_ops,
 };
 
 void accel__cuda_register(void) {

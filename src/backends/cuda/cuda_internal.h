@@ -97,48 +97,24 @@ accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, i
  * gemm.c keeps, over all devices (tests check repeats reuse them). */
 int accel__cuda_gemm_plans(void);
 
-/* ---- fp8 (fp8.cu, gemm.c; the formats, the fp8 meta and the
- * delayed-scaling rule are backends/fp8.h, whose primitives call these).
- * Device pointers throughout; enqueued on the thread's stream. */
-
-/* q [rows, cols] (fp8 bits of format f, row-major) = fp8(x * *scale),
- * saturating, unless NULL, from x [rows, cols] (f32 contiguous); q_t [cols, rows] its
- * transpose when non-NULL (the K-contiguous operand of the gradient GEMMs);
- * *amax = max(*amax, max |x|); *inv_out = *scale_inv unless NULL. */
+/* ---- fp8 (fp8.cu, gemm.c): the backend's accel__fp8_ops (backends/fp8.h
+ * says what each does; cuda_plugin.c fills the table). */
 accel_status accel__cuda_fp8_quantize(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
                                       int64_t cols, accel__fp8_format f, const float *scale, const float *scale_inv,
                                       float *amax, float *inv_out);
-/* backends/fp8.h's accel__fp8_quantize_cached: q and q_t recast only when
- * fresh or *scale != cache[0]; cache f32 [3]: the scale cast with, the amax
- * that cast measured, a scratch (0 between calls). */
 accel_status accel__cuda_fp8_quantize_cached(int index, uint8_t *q, uint8_t *q_t, const float *x, int64_t rows,
                                              int64_t cols, accel__fp8_format f, const float *scale,
                                              const float *scale_inv, float *amax, float *inv_out, float *cache,
                                              bool fresh);
-/* accel__fp8_update of slots [first, first + n) of the fp8 meta `meta`
- * (f32 [2 + r.history_len, ACCEL__FP8_SLOTS]). */
 accel_status accel__cuda_fp8_update(int index, float *meta, int first, int n, accel__fp8_recipe r);
-
-/* C [M, N] (row-major, leading dim ldc; f32 or bf16) = alpha * (a_inv A)
- * (b_inv B)^T + beta C with A [M, K] and B [N, K] fp8 (row-major, K
- * contiguous: cuBLASLt's fp8 "TN" layout; K, lda, ldb multiples of 16; not
- * both E5M2), a_inv and b_inv the device scale_inv of each, f32 accumulation.
- * y = x W^T is (A = x, B = W); dX = dY W is (A = dY, B = W^T) and dW = dY^T X
- * is (A = dY^T, B = X^T) from the transposed casts. */
-typedef struct accel__cuda_fp8_args {
-    void *c;
-    accel_dtype c_dtype;
-    const uint8_t *a, *b;
-    accel__fp8_format a_fmt, b_fmt;
-    const float *a_inv, *b_inv;
-    int64_t M, N, K, lda, ldb, ldc;
-    float alpha, beta;
-} accel__cuda_fp8_args;
+typedef accel__fp8_gemm_args accel__cuda_fp8_args;
 accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g);
+extern const accel__fp8_ops accel__cuda_fp8_ops; /* cuda_plugin.c */
 
 /* Why there is no usable CUDA device ("" when there is one): for accel env. */
 const char *accel__cuda_unavailable_reason(void);
-/* Registers the backend when a GPU is present (device.c, at start-up). */
+/* Registers the backend when a GPU is present (the plug-in's init,
+ * cuda_plugin.c). */
 void accel__cuda_register(void);
 
 #ifdef __cplusplus

@@ -21,9 +21,11 @@
  * headers, checks that each pointer belongs to this device, calls the CPU
  * kernel, and restores the caller's tensors.
  *
- * Registered by accel__hostless_register(n), or at start-up with
- * ACCEL_TEST_DEVICES=n in the environment (tests run whole binaries on it
- * with ACCEL_DEFAULT_DEVICE=hostless:0). Never for production use. */
+ * A plug-in, libaccel-hostless.so (core/plugin.h), so that every run of
+ * the tests goes through the loading path the accelerator backends take.
+ * Its devices are registered by accel__hostless_register(n), or at start-up
+ * with ACCEL_TEST_DEVICES=n in the environment (tests run whole binaries on
+ * it with ACCEL_DEFAULT_DEVICE=hostless:0). Never for production use. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,6 +40,7 @@
 #include "backends/hostless/hostless.h"
 #include "backends/vm_pool.h"
 #include "core/env.h"
+#include "core/plugin.h"
 
 enum { HOSTLESS_MAX = 8 };
 
@@ -76,11 +79,11 @@ static void count_up(int index, size_t n) {
 
 static void count_down(int index, size_t n) { atomic_fetch_sub(&g_in_use[index], n); }
 
-accel__hostless_memory accel__hostless_memory_stats(int index) {
+static accel__hostless_memory hook_memory_stats(int index) {
     return (accel__hostless_memory){atomic_load(&g_in_use[index]), atomic_load(&g_peak[index])};
 }
 
-void accel__hostless_reset_peak(int index) { atomic_store(&g_peak[index], atomic_load(&g_in_use[index])); }
+static void hook_reset_peak(int index) { atomic_store(&g_peak[index], atomic_load(&g_in_use[index])); }
 
 /* A block's size, for the counters, in a header just below it: the block
  * starts `head` bytes (>= 16, a multiple of align) into its allocation. */
@@ -270,13 +273,13 @@ static const accel__vm_ops hostless_vm_ops = {
     .release_idle = vm_release_idle,
 };
 
-void accel__hostless_vm_set_limit(size_t bytes) { atomic_store(&g_vm_limit, bytes); }
+static void hook_vm_set_limit(size_t bytes) { atomic_store(&g_vm_limit, bytes); }
 
-void accel__hostless_vm_set_idle_cache(size_t bytes) { atomic_store(&g_vm_idle, bytes); }
+static void hook_vm_set_idle_cache(size_t bytes) { atomic_store(&g_vm_idle, bytes); }
 
-int64_t accel__hostless_vm_idle_releases(void) { return atomic_load(&g_vm_idle_releases); }
+static int64_t hook_vm_idle_releases(void) { return atomic_load(&g_vm_idle_releases); }
 
-void accel__hostless_vm_lag_fences(bool on) { atomic_store(&g_vm_lag, on); }
+static void hook_vm_lag_fences(bool on) { atomic_store(&g_vm_lag, on); }
 
 static void *hostless_vm_reserve(int index, size_t bytes) {
     return accel__vm_reserve(&hostless_vm_ops, ACCEL_DEV_HOSTLESS, index, bytes);
@@ -384,24 +387,24 @@ static void hostless_host_free(void *p) {
     accel_free(b);
 }
 
-void accel__hostless_host_stats(accel__hostless_host_counts *out) {
+static void hook_host_stats(accel__hostless_host_counts *out) {
     out->allocs = __atomic_load_n(&g_host_allocs, __ATOMIC_RELAXED);
     out->frees = __atomic_load_n(&g_host_frees, __ATOMIC_RELAXED);
     out->live_bytes = __atomic_load_n(&g_host_live, __ATOMIC_RELAXED);
     out->peak_bytes = __atomic_load_n(&g_host_peak, __ATOMIC_RELAXED);
 }
 
-void accel__hostless_host_peak_reset(void) {
+static void hook_host_peak_reset(void) {
     __atomic_store_n(&g_host_peak, __atomic_load_n(&g_host_live, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
-void accel__hostless_host_fail_next(int n) { __atomic_store_n(&g_host_fail, n, __ATOMIC_RELAXED); }
+static void hook_host_fail_next(int n) { __atomic_store_n(&g_host_fail, n, __ATOMIC_RELAXED); }
 
-void accel__hostless_vm_fail_next(int n) { __atomic_store_n(&g_map_fail, n, __ATOMIC_RELAXED); }
+static void hook_vm_fail_next(int n) { __atomic_store_n(&g_map_fail, n, __ATOMIC_RELAXED); }
 
-void accel__hostless_vm_fail_unmap_next(int n) { __atomic_store_n(&g_unmap_fail, n, __ATOMIC_RELAXED); }
+static void hook_vm_fail_unmap_next(int n) { __atomic_store_n(&g_unmap_fail, n, __ATOMIC_RELAXED); }
 
-void accel__hostless_vm_fail_record_next(int n) { __atomic_store_n(&g_record_fail, n, __ATOMIC_RELAXED); }
+static void hook_vm_fail_record_next(int n) { __atomic_store_n(&g_record_fail, n, __ATOMIC_RELAXED); }
 
 /* ---- kernels: the CPU kernels on translated tensors */
 
@@ -443,7 +446,7 @@ static void leave(frame *f, accel_tensor **t, int n) {
         frame f;                                                           \
         accel_status st = enter(&f, a->t, ACCEL_KERNEL_NTENSORS(T));       \
         if (st != ACCEL_OK) return st;                                     \
-        st = accel__cpu_backend.kernels.name(a);                           \
+        st = accel__kernel_table_of(ACCEL_CPU_DEVICE, #name)->name(a);     \
         leave(&f, a->t, ACCEL_KERNEL_NTENSORS(T));                         \
         return st;                                                         \
     }
@@ -480,7 +483,7 @@ static const accel_backend hostless_backend = {
     },
 };
 
-accel_status accel__hostless_register(int n) {
+static accel_status hook_register(int n) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     if (n < 1 || n > HOSTLESS_MAX)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__hostless_register: %d devices (1..%d)", n,
@@ -493,4 +496,36 @@ accel_status accel__hostless_register(int n) {
         return accel_set_error(ACCEL_ERR_STATE, "accel__hostless_register: %d devices already registered",
                                g_count);
     return accel__backend_register(&hostless_backend);
+}
+
+/* ---- the plug-in's entry (core/plugin.h) */
+
+static const accel__hostless_hooks hooks = {
+    .register_devices = hook_register,
+    .memory_stats = hook_memory_stats,
+    .reset_peak = hook_reset_peak,
+    .host_stats = hook_host_stats,
+    .host_peak_reset = hook_host_peak_reset,
+    .host_fail_next = hook_host_fail_next,
+    .vm_fail_next = hook_vm_fail_next,
+    .vm_fail_unmap_next = hook_vm_fail_unmap_next,
+    .vm_fail_record_next = hook_vm_fail_record_next,
+    .vm_set_limit = hook_vm_set_limit,
+    .vm_lag_fences = hook_vm_lag_fences,
+    .vm_set_idle_cache = hook_vm_set_idle_cache,
+    .vm_idle_releases = hook_vm_idle_releases,
+};
+
+static const char *unavailable(void) {
+    return g_count ? "" : "no hostless test devices: they come with ACCEL_TEST_DEVICES=N";
+}
+
+ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_hostless_abi = {
+    ACCEL__PLUGIN_ABI_VERSION, ACCEL__PLUGIN_LAYOUT, ACCEL_VERSION_STRING};
+
+ACCEL__PLUGIN_EXPORT accel_status accel_backend_hostless_init(const accel__plugin_host *host,
+                                                               accel__plugin_info *info) {
+    ACCEL__PLUGIN_SHIMS_INIT(host);
+    *info = (accel__plugin_info){.unavailable = unavailable, .hooks = &hooks};
+    return ACCEL_OK;
 }

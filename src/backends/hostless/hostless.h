@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h" /* accel__hostless_memory */
+
 typedef struct accel__hostless_host_counts {
     int64_t allocs, frees; /* host_alloc / host_free calls that succeeded, since start-up */
     int64_t live_bytes;    /* allocated and not yet freed */
@@ -46,6 +48,27 @@ int64_t accel__hostless_vm_idle_releases(void);
  * off (the default): done when recorded, the device having run the work
  * (turning it off makes every pending fence done: the device caught up). */
 void accel__hostless_vm_lag_fences(bool on);
+/* The plug-in's side of the hooks above and of backend.h's
+ * accel__hostless_register / _memory_stats / _reset_peak: the hostless
+ * backend is a plug-in (libaccel-hostless.so, core/plugin.h) whose init
+ * hands this table to the loader; the functions of those names live in the
+ * core (backends/hostless_hooks.c) and forward here. */
+typedef struct accel__hostless_hooks {
+    accel_status (*register_devices)(int n);
+    accel__hostless_memory (*memory_stats)(int index);
+    void (*reset_peak)(int index);
+    void (*host_stats)(accel__hostless_host_counts *out);
+    void (*host_peak_reset)(void);
+    void (*host_fail_next)(int n);
+    void (*vm_fail_next)(int n);
+    void (*vm_fail_unmap_next)(int n);
+    void (*vm_fail_record_next)(int n);
+    void (*vm_set_limit)(size_t bytes);
+    void (*vm_lag_fences)(bool on);
+    void (*vm_set_idle_cache)(size_t bytes);
+    int64_t (*vm_idle_releases)(void);
+} accel__hostless_hooks;
+
 /* The granule is 64 KiB, or ACCEL_TEST_VM_GRANULE bytes (a power of two from
  * the page size to 1 GiB: 2097152 is CUDA's), read at the first use. */
 

@@ -1,0 +1,21 @@
+/* The oneDNN GEMM provider as a plug-in (core/plugin.h): gemm_dnnl.c is
+ * libaccel-dnnl.so, so that oneDNN (a C++ library whose loading costs ~15 ms
+ * of relocations and static constructors) is mapped by the first GEMM that
+ * asks about it, never by `accel --help` or `accel launch`. The core's
+ * accel__dnnl_* (dnnl_client.c) forward to this table, which the plug-in's
+ * init hands over; their contracts are gemm.h's. */
+#ifndef ACCEL_BACKENDS_CPU_DNNL_HOOKS_H
+#define ACCEL_BACKENDS_CPU_DNNL_HOOKS_H
+
+#include "backends/cpu/gemm.h"
+
+typedef struct accel__dnnl_hooks {
+    __typeof__(accel__dnnl_gemm) *gemm;
+    __typeof__(accel__dnnl_weight_layout) *weight_layout;
+    __typeof__(accel__dnnl_weight_pack) *weight_pack;
+    __typeof__(accel__dnnl_gemm_packed) *gemm_packed;
+    __typeof__(accel__dnnl_impl) *impl;
+    __typeof__(accel__dnnl_supports) *supports;
+} accel__dnnl_hooks;
+
+#endif

@@ -1,0 +1,176 @@
+/* Backend plug-ins (internal): the contract between libaccel and a device
+ * backend built as a shared object of its own, libaccel-<name>.so, loaded
+ * with dlopen the first time a device of its type is asked for, listed or
+ * described (`accel env`), as ggml's dynamically loaded backends.
+ *
+ * Why: an accelerator's runtime (CUDA's cudart + cuBLASLt + NCCL, ~210 MB of
+ * resident memory and ~80 ms of start-up; CANN's ACL + HCCL) is never a
+ * link-time dependency of the core, so a CPU-only process maps none of it
+ * and a program built where the toolkit is installed starts where it is not.
+ * The MPI process group and oneDNN's GEMM are plug-ins too (their libraries
+ * take ~20 and ~15 ms to load): only a process that uses them pays for them.
+ *
+ * A plug-in exports two symbols and nothing else (NAME is its device type's
+ * name, "cuda", "hostless", "npu", or for a plug-in that brings a process
+ * group only, that group's: "mpi"):
+ *
+ *   const accel__plugin_abi accel_backend_NAME_abi;   the version check
+ *   accel_status accel_backend_NAME_init(const accel__plugin_host *host,
+ *                                        accel__plugin_info *info);
+ *
+ * The loader (core/plugin.c) reads the abi symbol first and refuses a
+ * plug-in built for another ABI or another layout of the shared tables;
+ * then it calls init once, which registers the plug-in's device backend
+ * (accel__backend_register) and process-group backends
+ * (accel__pg_backend_register) through `host` and fills `info`.
+ *
+ * A plug-in links no part of accel: every core function it calls reaches the
+ * core through `host` (core/plugin_shims.c defines them by those names
+ * inside a plug-in), so it works the same with libaccel.so, with a program
+ * linking libaccel.a, and under RTLD_LOCAL. Built with -DACCEL_BACKENDS_STATIC
+ * (the static library with its backends linked in), the same sources are
+ * compiled into the core and init is called directly. */
+#ifndef ACCEL_CORE_PLUGIN_H
+#define ACCEL_CORE_PLUGIN_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h" /* accel__cpu_mem_info */
+#include "backends/vm_pool.h"
+#include "dist/backend.h"
+
+/* Bumped on any change of the meaning of the host table or the entry
+ * points; layout changes are caught by ACCEL__PLUGIN_LAYOUT as well. */
+#define ACCEL__PLUGIN_ABI_VERSION 1u
+
+/* The sizes of the structures core and plug-in share, folded: a plug-in
+ * built against other headers (a table with one more kernel) differs. */
+#define ACCEL__PLUGIN_LAYOUT                                                                            \
+    ((uint32_t)(((sizeof(accel_backend) * 1000003u + sizeof(accel_kernel_table)) * 1000003u +         \
+                 sizeof(accel__backend)) * 1000003u + sizeof(struct accel_pg) * 31u + sizeof(accel_tensor)))
+
+typedef struct accel__plugin_abi {
+    uint32_t version; /* ACCEL__PLUGIN_ABI_VERSION */
+    uint32_t layout;  /* ACCEL__PLUGIN_LAYOUT */
+    const char *accel_version; /* the accel release it was built from, for messages */
+} accel__plugin_abi;
+
+/* The core functions a plug-in may call, as X(ret, name, params, args);
+ * void ones in ACCEL__PLUGIN_HOST_VOIDS. A backend needing another adds it
+ * here (and bumps nothing: the layout check sees the table grow). */
+#define ACCEL__PLUGIN_HOST_FUNCS(X)                                                                   \
+    X(accel_status, accel__set_errorv, (accel_status st, const char *fmt, va_list ap), (st, fmt, ap)) \
+    X(accel_status, accel_last_status, (void), ())                                                   \
+    X(void *, accel_malloc, (size_t bytes), (bytes))                                                 \
+    X(void *, accel_malloc_aligned, (size_t bytes, size_t align), (bytes, align))                    \
+    X(void *, accel_calloc, (size_t n, size_t size), (n, size))                                      \
+    X(size_t, accel_dtype_size, (accel_dtype dt), (dt))                                              \
+    X(const char *, accel_dtype_name, (accel_dtype dt), (dt))                                        \
+    X(bool, accel_dtype_is_float, (accel_dtype dt), (dt))                                            \
+    X(const char *, accel_device_str, (accel_device d, char *buf, size_t n), (d, buf, n))            \
+    X(int, accel_device_count, (accel_device_type t), (t))                                           \
+    X(int64_t, accel_numel, (const accel_tensor *t), (t))                                            \
+    X(bool, accel_is_contiguous, (const accel_tensor *t), (t))                                       \
+    X(double, accel_now_seconds, (void), ())                                                         \
+    X(accel_arena *, accel_arena_create, (size_t initial_bytes), (initial_bytes))                    \
+    X(accel_arena *, accel_step_arena, (void), ())                                                   \
+    X(void *, accel_arena_alloc, (accel_arena *a, size_t bytes, size_t align), (a, bytes, align))    \
+    X(accel_status, accel__backend_register, (const accel_backend *b), (b))                          \
+    X(accel_status, accel__pg_backend_register, (const accel__backend *b), (b))                      \
+    X(const accel_kernel_table *, accel__kernel_table_of, (accel_device dev, const char *op), (dev, op)) \
+    X(accel_status, accel__cpu_mem_info, (size_t *free_bytes, size_t *total_bytes), (free_bytes, total_bytes)) \
+    X(void *, accel__vm_reserve, (const accel__vm_ops *ops, accel_device_type type, int index, size_t bytes), \
+      (ops, type, index, bytes))                                                                     \
+    X(accel_status, accel__vm_map, (const accel__vm_ops *ops, accel_device_type type, int index, void *p, \
+                                    size_t bytes), (ops, type, index, p, bytes))                     \
+    X(accel_status, accel__vm_unmap, (const accel__vm_ops *ops, accel_device_type type, int index, void *p, \
+                                      size_t bytes), (ops, type, index, p, bytes))                   \
+    X(accel_status, accel__store_set, (accel__store *s, const char *key, const void *val, size_t len), \
+      (s, key, val, len))                                                                            \
+    X(accel_status, accel__store_get, (accel__store *s, const char *key, void **val, size_t *len),   \
+      (s, key, val, len))
+
+#define ACCEL__PLUGIN_HOST_VOIDS(X)                                                                   \
+    X(accel_clear_error, (void), ())                                                                  \
+    X(accel_free, (void *ptr), (ptr))                                                                 \
+    X(accel_arena_reset, (accel_arena *a), (a))                                                       \
+    X(accel__vm_release, (const accel__vm_ops *ops, accel_device_type type, int index, void *p, size_t bytes), \
+      (ops, type, index, p, bytes))                                                                  \
+    X(accel__vm_step, (accel_device_type type, int index), (type, index))                             \
+    X(accel__vm_trim, (accel_device_type type, int index), (type, index))                             \
+    X(accel__poll_pause, (unsigned spins, double elapsed_s), (spins, elapsed_s))                      \
+    X(accel__reduce, (accel_dtype dt, accel_reduce_op op, int world, int nsrc, const void *const *srcs, int ndst, \
+                      void *const *dsts, size_t n), (dt, op, world, nsrc, srcs, ndst, dsts, n))
+
+typedef struct accel__plugin_host {
+#define ACCEL__HOST_FIELD(ret, name, params, args) ret(*name) params;
+#define ACCEL__HOST_VOID_FIELD(name, params, args) void(*name) params;
+    ACCEL__PLUGIN_HOST_FUNCS(ACCEL__HOST_FIELD)
+    ACCEL__PLUGIN_HOST_VOIDS(ACCEL__HOST_VOID_FIELD)
+#undef ACCEL__HOST_FIELD
+#undef ACCEL__HOST_VOID_FIELD
+} accel__plugin_host;
+
+/* What init tells the loader. Pointers stay valid while the process runs
+ * (a plug-in is never unloaded once init ran). */
+typedef struct accel__plugin_info {
+    /* Why the plug-in registered no device ("" or NULL when it did), e.g.
+     * "no NVIDIA driver is loaded": accel env and the failing call show it.
+     * A function: the reason may be found only when first asked. */
+    const char *(*unavailable)(void);
+    /* accel env's lines for this backend ("- CUDA available: ...");
+     * optional. */
+    void (*describe)(FILE *out);
+    /* The backend's own test hooks (hostless: accel__hostless_hooks;
+     * cuda: accel__cuda_hooks); optional. */
+    const void *hooks;
+} accel__plugin_info;
+
+/* A plug-in's two entry symbols are declared with ACCEL__PLUGIN_EXPORT, and
+ * its init starts with ACCEL__PLUGIN_SHIMS_INIT(host). Built into the static
+ * library (ACCEL_BACKENDS_STATIC) there are no shims: the core is linked. */
+#define ACCEL__PLUGIN_EXPORT __attribute__((visibility("default")))
+#ifdef ACCEL__PLUGIN_SHIMS
+void accel__plugin_shims_init(const accel__plugin_host *host);
+#define ACCEL__PLUGIN_SHIMS_INIT(host) accel__plugin_shims_init(host)
+#else
+#define ACCEL__PLUGIN_SHIMS_INIT(host) ((void)(host))
+#endif
+
+typedef accel_status (*accel__plugin_init_fn)(const accel__plugin_host *host, accel__plugin_info *info);
+
+/* ---- the loader (core/plugin.c) */
+
+/* Loads the plug-in serving device type t, once (later calls return what the
+ * first found); ACCEL_OK when it loaded and initialised, whether or not it
+ * found a device. Never sets the thread's error: the reason is kept. */
+accel_status accel__plugin_load_type(accel_device_type t);
+/* Loads the plug-in that provides process-group backend `pg_name` ("nccl");
+ * false when no plug-in provides it or it did not load. */
+bool accel__plugin_load_pg(const char *pg_name);
+/* The hooks of the plug-in called `name` ("dnnl", a provider with no device
+ * type), loading it; NULL when it did not load (accel__plugin_reason_named). */
+const void *accel__plugin_hooks_named(const char *name);
+const char *accel__plugin_reason_named(const char *name);
+/* Why device type t has no device ("" when it has one): the plug-in's reason,
+ * or why the plug-in did not load ("libaccel-cuda.so: not found in ...").
+ * Loads it (accel__plugin_load_type) first. */
+const char *accel__plugin_unavailable_reason(accel_device_type t);
+/* Why the plug-in providing pg backend `pg_name` is missing ("" if loaded). */
+const char *accel__plugin_pg_reason(const char *pg_name);
+/* The hooks the plug-in serving t gave (NULL if none or not loaded). */
+const void *accel__plugin_hooks(accel_device_type t);
+/* accel env's lines for every accelerator plug-in the loader knows (not the
+ * test devices): its own, or "- CUDA available: False (<reason>)". */
+void accel__plugins_describe(FILE *out);
+/* Opens the plug-in file at `path` serving type t and initialises it, as
+ * the search does; for tests of the checks. *why gets the reason on error. */
+accel_status accel__plugin_open(const char *path, accel_device_type t, char *why, size_t why_len);
+
+/* The error-setting entry the host table carries (core/status.c). */
+accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap);
+
+#endif

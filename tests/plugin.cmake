@@ -1,0 +1,44 @@
+# Backend plug-ins (src/core/plugin.h; tests/test_plugin.c): broken plug-in
+# files, each in a directory of its own under its real name, and the runs
+# that find them first through ACCEL_BACKEND_PATH.
+set(_pdir ${CMAKE_CURRENT_BINARY_DIR}/plugins)
+file(WRITE ${_pdir}/garbage/libaccel-hostless.so "this is not a shared object\n")
+foreach(kind bad_abi no_init)
+  string(TOUPPER ${kind} def)
+  add_library(plugin_${kind} MODULE plugin_bad.c)
+  target_include_directories(plugin_${kind} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
+  target_compile_definitions(plugin_${kind} PRIVATE ${def})
+  set_target_properties(plugin_${kind} PROPERTIES PREFIX lib OUTPUT_NAME accel-hostless
+    LIBRARY_OUTPUT_DIRECTORY ${_pdir}/${kind})
+  add_dependencies(test_plugin plugin_${kind})
+endforeach()
+set(_cuda_plugin "")
+if(TARGET accel-cuda)
+  set(_cuda_plugin $<TARGET_FILE:accel-cuda>)
+endif()
+# `plugin` (tests/CMakeLists.txt) runs it without the files.
+add_test(NAME plugin_files COMMAND test_plugin ${_pdir}/garbage/libaccel-hostless.so
+  $<TARGET_FILE:plugin_bad_abi> $<TARGET_FILE:plugin_no_init> "${_cuda_plugin}")
+set_tests_properties(plugin_files PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+foreach(case "garbage|cannot be loaded" "bad_abi|was built for another accel (plug-in ABI 999"
+             "no_init|has no symbol accel_backend_hostless_init")
+  string(REPLACE "|" ";" case "${case}")
+  list(GET case 0 kind)
+  list(GET case 1 want)
+  add_test(NAME plugin_broken_${kind} COMMAND test_plugin broken "${want}")
+  set_tests_properties(plugin_broken_${kind} PROPERTIES
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_BACKEND_PATH=${_pdir}/${kind}")
+  # CPU training is untouched by a broken plug-in, even one asked for at start-up
+  add_test(NAME plugin_broken_${kind}_train COMMAND train_linear)
+  set_tests_properties(plugin_broken_${kind}_train PROPERTIES PASS_REGULAR_EXPRESSION "final_loss="
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_TEST_DEVICES=1;ACCEL_BACKEND_PATH=${_pdir}/${kind}")
+endforeach()
+# No empty or relative RUNPATH entry in anything built (an empty one makes
+# the loader search the working directory).
+add_test(NAME runpath COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_runpath.sh ${CMAKE_BINARY_DIR})
+# No plug-in file at all: test_plugin copied alone into an empty directory,
+# where none of the places searched has libaccel-hostless.so.
+add_test(NAME plugin_missing COMMAND sh -c
+  "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
+  sh $<TARGET_FILE:test_plugin>)
+set_tests_properties(plugin_missing PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
