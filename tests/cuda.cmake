@@ -22,7 +22,12 @@ if(ACCEL_CUDA)
 endif()
 # The backend's handling of failed CUDA calls, through fakes in its call
 # table (src/backends/cuda/cuda_calls.h): runs without a GPU.
+# The backend lives in the plug-in, whose internals are hidden: the test
+# compiles the backend's host code in, calling the core directly.
 set_tests_properties(cuda_failures PROPERTIES SKIP_RETURN_CODE 77)
 if(ACCEL_CUDA)
-  target_include_directories(test_cuda_failures PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_sources(test_cuda_failures PRIVATE ${ACCEL_CUDA_C_SOURCES} $<TARGET_OBJECTS:accel_cuda_kernels>)
+  target_include_directories(test_cuda_failures PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${ACCEL_NCCL_INCLUDE})
+  target_link_libraries(test_cuda_failures PRIVATE ${ACCEL_CUDA_LIBS})
+  set_target_properties(test_cuda_failures PROPERTIES LINKER_LANGUAGE C)
 endif()

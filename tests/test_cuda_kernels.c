@@ -420,11 +420,11 @@ static void test_out_of_memory(void) {
     void *a = g_cuda->mem.alloc(0, 5u << 20, 256);
     CHECK(a != NULL);
     g_cuda->mem.free(0, a); /* cached */
-    size_t held = accel__cuda_reserved_bytes(0);
+    size_t held = cuda_hooks()->reserved_bytes(0);
     CHECK(g_cuda->mem.alloc(0, (size_t)1 << 50, 256) == NULL); /* 1 PiB */
     CHECK_MSG(accel_last_status() == ACCEL_ERR_OOM && strstr(accel_last_error(), "out of memory allocating"), "%s",
               accel_last_error());
-    CHECK(accel__cuda_reserved_bytes(0) <= held - (6u << 20));
+    CHECK(cuda_hooks()->reserved_bytes(0) <= held - (6u << 20));
     accel_clear_error();
     void *b = g_cuda->mem.alloc(0, 1024, 256);
     CHECK(b != NULL);
@@ -714,7 +714,7 @@ static void test_gemm_plan_cache(void) {
 static void test_gemm_tf32(void) {
     setenv("ACCEL_ALLOW_TF32", "1", 1);
 #ifdef ACCEL_HAVE_CUDA
-    int before = g_dev.type == ACCEL_DEV_CUDA ? accel__cuda_gemm_plans() : 0;
+    int before = g_dev.type == ACCEL_DEV_CUDA ? cuda_hooks()->gemm_plans() : 0;
 #endif
     pair *c = mk2(ACCEL_F32, 65, 47, CONTIG, OUT), *a = mk2(ACCEL_F32, 65, 129, CONTIG, IN);
     pair *b = mk2(ACCEL_F32, 47, 129, CONTIG, IN);
@@ -722,7 +722,7 @@ static void test_gemm_tf32(void) {
                       .ldb = 129, .ldc = 47, .alpha = 1.0f};
     KRUN("gemm tf32", gemm, accel_k_gemm, g, 1e-2);
 #ifdef ACCEL_HAVE_CUDA
-    if (g_dev.type == ACCEL_DEV_CUDA) CHECK(accel__cuda_gemm_plans() == before + 1 || before >= 256);
+    if (g_dev.type == ACCEL_DEV_CUDA) CHECK(cuda_hooks()->gemm_plans() == before + 1 || before >= 256);
 #endif
     unsetenv("ACCEL_ALLOW_TF32");
 }
@@ -738,7 +738,7 @@ static void test_gemm_many_plans(void) {
         KRUN("gemm past the plan cache", gemm, accel_k_gemm, g, 1e-2);
     }
 #ifdef ACCEL_HAVE_CUDA
-    if (g_dev.type == ACCEL_DEV_CUDA) CHECK(accel__cuda_gemm_plans() == 256);
+    if (g_dev.type == ACCEL_DEV_CUDA) CHECK(cuda_hooks()->gemm_plans() == 256);
 #endif
 }
 
@@ -1297,9 +1297,9 @@ static void test_fp8(void) {
     static float sum[M * N];
     for (int i = 0; i < M * N; i++) sum[i] = ref[i] + 0.5f * c[i];
     g.beta = 0.5f;
-    int plans = accel__cuda_gemm_plans();
-    CHECK_MSG(accel__cuda_fp8_gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(accel__cuda_gemm_plans() == plans); /* the signature's plan, made by the call before */
+    int plans = cuda_hooks()->gemm_plans();
+    CHECK_MSG(g_cuda->fp8->gemm(0, &g) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(cuda_hooks()->gemm_plans() == plans); /* the signature's plan, made by the call before */
     CHECK(g_cuda->mem.copy_to_host(0, c, dc, sizeof c) == ACCEL_OK);
     worst = rel_error(c, sum, M * N);
     CHECK_MSG(worst < 1e-5, "fp8 gemm E4M3 x E4M3, beta 0.5: worst relative error %.3g", worst);

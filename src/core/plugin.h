@@ -39,6 +39,9 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h" /* accel__cpu_mem_info */
+#include "backends/cpu/gemm.h"        /* accel__gemm_test_scratchpad_bytes */
+#include "core/cpuinfo.h"
+#include "core/env.h"
 #include "backends/vm_pool.h"
 #include "dist/backend.h"
 
@@ -91,7 +94,16 @@ typedef struct accel__plugin_abi {
     X(accel_status, accel__store_set, (accel__store *s, const char *key, const void *val, size_t len), \
       (s, key, val, len))                                                                            \
     X(accel_status, accel__store_get, (accel__store *s, const char *key, void **val, size_t *len),   \
-      (s, key, val, len))
+      (s, key, val, len))                                                                            \
+    X(uint16_t, accel__op_tag, (accel__slot slot, uint64_t a, uint64_t b), (slot, a, b))               \
+    X(uint16_t, accel__gatherv_tag, (const size_t *bytes, int world, int root), (bytes, world, root)) \
+    X(uint16_t, accel__call_digest, (const accel__site *site), (site))                                 \
+    X(accel_status, accel__env_long, (const char *name, long dflt, long lo, long hi, long *out),         \
+      (name, dflt, lo, hi, out))                                                                       \
+    X(accel_status, accel__env_bool, (const char *name, bool dflt, bool *out), (name, dflt, out))        \
+    X(accel__cpu_isa_level, accel__cpu_isa_cap, (void), ())                                             \
+    X(size_t, accel__gemm_test_scratchpad_bytes, (void), ())                                            \
+    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))
 
 #define ACCEL__PLUGIN_HOST_VOIDS(X)                                                                   \
     X(accel_clear_error, (void), ())                                                                  \
@@ -103,7 +115,9 @@ typedef struct accel__plugin_abi {
     X(accel__vm_trim, (accel_device_type type, int index), (type, index))                             \
     X(accel__poll_pause, (unsigned spins, double elapsed_s), (spins, elapsed_s))                      \
     X(accel__reduce, (accel_dtype dt, accel_reduce_op op, int world, int nsrc, const void *const *srcs, int ndst, \
-                      void *const *dsts, size_t n), (dt, op, world, nsrc, srcs, ndst, dsts, n))
+                      void *const *dsts, size_t n), (dt, op, world, nsrc, srcs, ndst, dsts, n))       \
+    X(accel__site_describe, (const accel__site *s, char *out, size_t n), (s, out, n))                \
+    X(accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))
 
 typedef struct accel__plugin_host {
 #define ACCEL__HOST_FIELD(ret, name, params, args) ret(*name) params;

@@ -80,6 +80,12 @@ typedef struct accel__backend {
     void (*free_shared)(accel_pg *pg, void *ptr);
     /* Optional (NULL => every async call runs on the communication thread). */
     const accel__stream_ops *stream;
+    /* Optional: a backend with its own communicators (mpi) splits itself.
+     * sub (calloc'd by accel_pg_split) becomes the group of parent's ranks
+     * that pass color, ranked by key then parent rank (collective over
+     * parent): sets sub->be, impl, rank and size, with no store. NULL: dist.c
+     * makes the subgroup over a store with a backend of its own choice. */
+    accel_status (*split)(accel_pg *parent, int color, int key, accel_pg *sub);
 } accel__backend;
 
 extern const accel__backend accel__backend_self;
@@ -89,10 +95,6 @@ extern const accel__backend accel__backend_tcp;
 /* init is called with store == NULL: MPI does its own rendezvous and sets
  * pg->rank / pg->size. */
 extern const accel__backend accel__backend_mpi;
-/* sub (calloc'd by accel_pg_split) becomes the group of parent's ranks that
- * pass color, ranked by key then parent rank (MPI_Comm_split: collective over
- * parent): sets sub->be, impl, rank and size. */
-accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *sub);
 #endif
 
 #ifdef ACCEL_HAVE_NCCL

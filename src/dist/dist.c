@@ -1208,12 +1208,9 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_pg_split: process group is NULL");
         return NULL;
     }
-    bool mpi = false;
-#ifdef ACCEL_HAVE_MPI
-    mpi = parent->be == &accel__backend_mpi;
-#endif
+    bool own = parent->be->split != NULL; /* a backend that splits itself (mpi) */
     if (parent->be != &accel__backend_shm && parent->be != &accel__backend_tcp && parent->be != &accel__backend_self &&
-        parent->be != &accel__backend_hier && !mpi) {
+        parent->be != &accel__backend_hier && !own) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_pg_split: subgroups of a %s group are not implemented (shm, "
                         "tcp, mpi and self groups split)", parent->be->name);
         return NULL;
@@ -1238,23 +1235,21 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         sub->debug = parent->debug;
         sub->be = split_backend(sub, one_machine);
         snprintf(sub->op_desc, sizeof sub->op_desc, "accel_pg_split");
-        if (!mpi) st = split_store(parent, sub, leader, one_machine, &store);
+        if (!own) st = split_store(parent, sub, leader, one_machine, &store);
     }
     free(all);
-#ifdef ACCEL_HAVE_MPI
-    if (mpi && !st) { /* MPI's own split: its communicator, no store; every member of an mpi group stays mpi */
+    if (own && !st) { /* the backend's own split (MPI_Comm_split): no store; every member stays in that backend */
         int rank = sub->rank, size = sub->size;
-        st = accel__mpi_split(parent, color, key, sub);
+        st = parent->be->split(parent, color, key, sub);
         if (!st && (sub->rank != rank || sub->size != size))
-            st = accel_set_error(ACCEL_ERR_DIST, "accel_pg_split: MPI_Comm_split made rank %d of %d, accel expected "
-                                 "rank %d of %d", sub->rank, sub->size, rank, size);
+            st = accel_set_error(ACCEL_ERR_DIST, "accel_pg_split: the %s backend's split made rank %d of %d, accel "
+                                 "expected rank %d of %d", parent->be->name, sub->rank, sub->size, rank, size);
         if (!st) st = sub->be->barrier(sub);
         if (st && sub->impl) sub->be->finalize(sub);
         if (!st) return sub;
         free(sub);
         return NULL;
     }
-#endif
     if (!st) {
         st = sub->be->init(sub, store);
         if (!st) st = sub->be->barrier(sub); /* every member is done with the store after it */

@@ -297,7 +297,7 @@ static accel_status mpi_init(accel_pg *pg, accel__store *store) {
     return ACCEL_OK;
 }
 
-accel_status accel__mpi_split(accel_pg *parent, int color, int key, accel_pg *sub) {
+static accel_status mpi_split(accel_pg *parent, int color, int key, accel_pg *sub) {
     mpi_state *ps = parent->impl;
     if (ps->world->thread_level < MPI_THREAD_MULTIPLE)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_pg_split: this MPI provides thread level %d, but "
@@ -330,6 +330,7 @@ const accel__backend accel__backend_mpi = {
     .broadcast = mpi_broadcast,
     .all_gatherv = mpi_all_gatherv,
     .reduce_scatter = mpi_reduce_scatter,
+    .split = mpi_split,
 };
 
 #else

@@ -45,6 +45,12 @@ const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t
     return NULL;
 }
 
+void accel__dnnl_version(char *out, size_t n) {
+    const accel__dnnl_hooks *h = dnnl();
+    if (h) h->version(out, n);
+    else snprintf(out, n, "none");
+}
+
 bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
     const accel__dnnl_hooks *h = dnnl();
     return h && h->supports(dt, impl, size);

@@ -16,6 +16,7 @@ typedef struct accel__dnnl_hooks {
     __typeof__(accel__dnnl_gemm_packed) *gemm_packed;
     __typeof__(accel__dnnl_impl) *impl;
     __typeof__(accel__dnnl_supports) *supports;
+    __typeof__(accel__dnnl_version) *version;
 } accel__dnnl_hooks;
 
 #endif

@@ -10,6 +10,7 @@ static const accel__dnnl_hooks hooks = {
     .gemm_packed = accel__dnnl_gemm_packed,
     .impl = accel__dnnl_impl,
     .supports = accel__dnnl_supports,
+    .version = accel__dnnl_version,
 };
 
 ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_dnnl_abi = {

@@ -229,7 +229,7 @@ const char *accel__gemm_choices_describe(char *buf, size_t size);
 
 /* ---- the oneDNN provider (gemm_dnnl.c; only in a build with ACCEL_HAVE_DNNL) */
 
-/* oneDNN's "major.minor.patch+hash" into out. */
+/* oneDNN's "major.minor.patch+hash" into out ("none" where its plug-in does not load). */
 void accel__dnnl_version(char *out, size_t n);
 
 /* C [M, N] f32 = alpha op(A) op(B) + beta C with A and B of dtype dt (f32,
