@@ -7,9 +7,12 @@
  * loss and every parameter's gradient of one step within 1e-5 relative,
  * greedy decoding of 16 tokens (KV cache) identical; loaded by
  * accel_llama_from_pretrained (its no-split class from the table) and by
- * name; the module type names and the decoder layer class are transformers'. */
+ * name; the module type names and the decoder layer class are transformers';
+ * save_pretrained writes a config.json (family, rope_scaling, windows) that
+ * loads back to the same logits. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/bigmodel.h"
 #include "nn_fixture.h"
@@ -98,6 +101,24 @@ static void check_training_step(const char *dir, accel_safetensors *st, const ch
     accel_module_free(m);
 }
 
+static char g_tmp[64];
+
+/* save_pretrained, then from_pretrained of what it wrote: the same logits. */
+static void check_save_round_trip(accel_module *m, accel_safetensors *st, const char *name) {
+    char out[160];
+    snprintf(out, sizeof out, "%s/%s", g_tmp, name);
+    CHECK_MSG(accel_save_pretrained(m, out, 0) == ACCEL_OK, "%s: %s", name, accel_last_error());
+    accel_dispatched *d = NULL;
+    accel_module *back = accel_llama_from_pretrained(out, NULL, NULL, NULL, NULL, &d);
+    CHECK_MSG(back != NULL, "%s: %s", name, accel_last_error());
+    if (back) {
+        CHECK(!strcmp(back->ops->type_name, m->ops->type_name));
+        check_logits(back, st, name);
+    }
+    accel_dispatched_free(d);
+    accel_module_free(back);
+}
+
 static void run_fixture(int k) {
     const char *name = FIXTURES[k].name;
     char dir[256];
@@ -114,6 +135,7 @@ static void run_fixture(int k) {
         CHECK(!strcmp(accel_module_find(m, "model.layers.1")->ops->type_name, FIXTURES[k].layer_type));
         check_logits(m, st, name);
         check_greedy(m, st, name);
+        check_save_round_trip(m, st, name);
     }
     accel_dispatched_free(d);
     accel_module_free(m);
@@ -123,7 +145,12 @@ static void run_fixture(int k) {
 }
 
 static void test_fixtures(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_hf_archs_XXXXXX");
+    CHECK(mkdtemp(g_tmp) != NULL);
     for (size_t k = 0; k < sizeof FIXTURES / sizeof *FIXTURES; k++) run_fixture((int)k);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    CHECK(system(cmd) == 0);
 }
 
 static void test_layer_class_of_other_modules(void) {

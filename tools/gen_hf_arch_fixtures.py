@@ -3,6 +3,11 @@
 config.json, written by transformers, with transformers' outputs.
 
     python3 tools/gen_hf_arch_fixtures.py [OUT_DIR]     # default tests/data
+    python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT
+
+--check-saved loads ROOT/<name> (written by accel's save_pretrained from
+tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
+its logits with the fixture's; exit status 0 when all are within 1e-5.
 
 Writes OUT_DIR/hf_arch_<name>/ (save_pretrained: config.json + model.safetensors)
 and expected.safetensors:
@@ -21,7 +26,7 @@ import os
 import sys
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
@@ -81,7 +86,24 @@ def expected(model, seed):
     return {k: t.contiguous() for k, t in out.items()}
 
 
+def check_saved(root):
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    worst = 0.0
+    for name in FIXTURES:
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.float32).eval()
+        e = load_file(os.path.join(data, "hf_arch_" + name, "expected.safetensors"))
+        with torch.no_grad():
+            err = float((model(input_ids=e["ids"]).logits - e["logits"]).abs().max())
+        print(f"{name}: {type(model).__name__} max |logits - fixture| = {err:.3g}")
+        worst = max(worst, err)
+    if not worst <= 1e-5:
+        sys.exit(1)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
+        check_saved(sys.argv[2])
+        return
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     total = 0
     for i, (name, (model_type, extra)) in enumerate(FIXTURES.items()):
