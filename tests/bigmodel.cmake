@@ -68,6 +68,12 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
     "│ Memory Usage for loading `data/llama_seed_config`  │\n├───────┬─────────────┬──────────┬───────────────────┤\n│ dtype │Largest Layer│Total Size│Training using Adam│\n├───────┼─────────────┼──────────┼───────────────────┤\n│float32│   62.5 MB   │262.58 MB │      1.03 GB      │\n│float16│   31.25 MB  │131.29 MB │     525.16 MB     │\n│  int8 │   15.62 MB  │ 65.65 MB │        N/A        │\n│  int4 │   7.81 MB   │ 32.82 MB │        N/A        │\n└───────┴─────────────┴──────────┴───────────────────┘")
+  # A Qwen2 (q/k/v biases; Qwen2DecoderLayer not split): Accelerate's calculate_maximum_sizes of
+  # transformers' Qwen2Model of that config.json gives 24.5 KB / 57.16 KB.
+  add_test(NAME bigmodel_estimate_memory_qwen2 COMMAND accel_cli estimate-memory data/hf_arch_qwen2 --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_qwen2 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.5 KB   │ 57.16 KB │     228.62 KB     │")
 endif()
 
 # 200000 members built, addressed, measured, saved and loaded: linear in the
