@@ -49,6 +49,23 @@ add_test(NAME bigmodel_generate_greedy_hostless COMMAND generate ${CMAKE_SOURCE_
 set_tests_properties(bigmodel_generate_greedy_hostless PROPERTIES ENVIRONMENT "ACCEL_TEST_DEVICES=2"
   PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
 
+# The families and RoPE variants of tests/data/hf_arch_* on two hostless devices with a layer
+# streamed from disk: transformers' greedy ids (the window mask and the scaled RoPE frequencies
+# made on the layer's device). Prompt and ids: the fixtures' expected.safetensors.
+foreach(spec "mistral|4,61,6,44|4, 61, 6, 44, 1, 61, 28, 1, 1, 1, 1, 1, 1, 1, 24, 24, 29, 24, 19, 59"
+             "llama_longrope|50,50,46,9|50, 50, 46, 9, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 58, 58, 58, 58, 58"
+             "qwen2_window|41,45,14,61|41, 45, 14, 61, 42, 18, 49, 12, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49")
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 prompt)
+  list(GET parts 2 want)
+  add_test(NAME bigmodel_generate_${name}_hostless COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_arch_${name}
+    --ids ${prompt} --new-tokens 16
+    --device-map model.embed_tokens:hostless:0,model.layers.0:hostless:1,model.layers.1:disk,model.norm:hostless:1,lm_head:disk)
+  set_tests_properties(bigmodel_generate_${name}_hostless PROPERTIES ENVIRONMENT "ACCEL_TEST_DEVICES=2"
+    PASS_REGULAR_EXPRESSION "generated_ids=\\[${want}\\]\n")
+endforeach()
+
 # accel's save_pretrained output loads in transformers with the same logits.
 execute_process(COMMAND python3 -c "import transformers, safetensors, numpy"
                 RESULT_VARIABLE BIGMODEL_NO_TRANSFORMERS OUTPUT_QUIET ERROR_QUIET)
