@@ -250,8 +250,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
     }
-    /* the window only bites once some query is W or more positions past a key */
-    accel_tensor *o = li->windowed && pos + T > c->sliding_window
+    /* the window only bites once some query is W or more positions past a key
+     * (on meta, shapes only: the fused op) */
+    accel_tensor *o = li->windowed && pos + T > c->sliding_window && x->device.type != ACCEL_DEV_META
                           ? window_attention(q, k, v, pos, c->sliding_window)
                           : accel_sdpa(q, k, v, true, 0.0); /* [B, H, T, D] */
     if (!o) return NULL;
