@@ -4,8 +4,8 @@
  * llama3 RoPE scaling, Mistral (sliding window), Qwen2 (q/k/v biases; and
  * with its sliding window on the upper layer), Qwen3 (q/k norms). Inputs run
  * past every window and every scaling threshold. Logits within 1e-5, the
- * loss and every parameter's gradient of one step within 1e-5 relative,
- * greedy decoding of 16 tokens (KV cache) identical; loaded by
+ * loss and every parameter's gradient of one step within 1e-5 relative
+ * (also with gradient checkpointing on every decoder layer), greedy decoding of 16 tokens (KV cache) identical; loaded by
  * accel_llama_from_pretrained (its no-split class from the table) and by
  * name; the module type names and the decoder layer class are transformers';
  * save_pretrained writes a config.json (family, rope_scaling, windows) that
@@ -64,8 +64,9 @@ static void check_logits(accel_module *m, accel_safetensors *st, const char *nam
     accel_step_reset();
 }
 
-/* Built from config.json, weights loaded by name: the loss and its gradients. */
-static void check_training_step(const char *dir, accel_safetensors *st, const char *name) {
+/* Built from config.json, weights loaded by name: the loss and its gradients,
+ * plain and with gradient checkpointing on every decoder layer. */
+static void check_training_step(const char *dir, accel_safetensors *st, const char *name, bool checkpointing) {
     accel_llama_config c;
     CHECK_MSG(accel_llama_config_load(dir, &c) == ACCEL_OK, "%s", accel_last_error());
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
@@ -82,6 +83,7 @@ static void check_training_step(const char *dir, accel_safetensors *st, const ch
     for (int i = 0; i < sd->n; i++)
         CHECK_MSG(accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK, "%s: %s",
                   sd->entries[i].name, accel_last_error());
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
     accel_tensor *loss = accel_llama_loss(m, ids);
     CHECK_MSG(loss != NULL, "%s: %s", name, accel_last_error());
@@ -139,7 +141,8 @@ static void run_fixture(int k) {
     }
     accel_dispatched_free(d);
     accel_module_free(m);
-    check_training_step(dir, st, name);
+    check_training_step(dir, st, name, false);
+    check_training_step(dir, st, name, true);
     accel_safetensors_close(st);
     accel_clear_error();
 }
