@@ -5,7 +5,8 @@
  * with its sliding window on the upper layer), Qwen3 (q/k norms). Inputs run
  * past every window and every scaling threshold. Logits within 1e-5, the
  * loss and every parameter's gradient of one step within 1e-5 relative
- * (also with gradient checkpointing on every decoder layer), greedy decoding of 16 tokens (KV cache) identical; loaded by
+ * (also with gradient checkpointing on every decoder layer), greedy
+ * decoding of 16 tokens (KV cache) identical; loaded by
  * accel_llama_from_pretrained (its no-split class from the table) and by
  * name; the module type names and the decoder layer class are transformers';
  * save_pretrained writes a config.json (family, rope_scaling, windows) that
