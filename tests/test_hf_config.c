@@ -72,6 +72,7 @@ static void test_errors(void) {
     expect_error("t6a.json", "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2, \"beta_fast\": 3}}",
                  ACCEL_ERR_UNSUPPORTED, "rope_scaling.beta_fast is not implemented for rope type \"linear\"");
     expect_error("t6b.json", "{\"partial_rotary_factor\": 0.5}", ACCEL_ERR_UNSUPPORTED, "partial_rotary_factor");
+    expect_error("t6j.json", "{\"attention_dropout\": 0.1}", ACCEL_ERR_UNSUPPORTED, "attention_dropout other than 0.0");
     expect_error("t6c.json", "{\"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED, "hidden_act must be \"silu\"");
     expect_error("t6d.json", "{\"sliding_window\": 4096}", ACCEL_ERR_UNSUPPORTED,
                  "sliding_window is set, but llama models have none");

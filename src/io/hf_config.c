@@ -171,6 +171,10 @@ static accel_status check_fixed(json_t *root, const char *file) {
     if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\" (the only activation of "
                                "these families accel implements)", file);
+    v = json_object_get(root, "attention_dropout");
+    if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 0.0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention_dropout other than 0.0 is not implemented (it "
+                               "would change training)", file);
     v = json_object_get(root, "partial_rotary_factor");
     if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 1.0))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1.0 is not implemented",
