@@ -49,6 +49,23 @@ add_test(NAME bigmodel_generate_greedy_hostless COMMAND generate ${CMAKE_SOURCE_
 set_tests_properties(bigmodel_generate_greedy_hostless PROPERTIES ENVIRONMENT "ACCEL_TEST_DEVICES=2"
   PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
 
+# The families and RoPE variants of tests/data/hf_arch_* on two hostless devices with a layer
+# streamed from disk: transformers' greedy ids (the window mask and the scaled RoPE frequencies
+# made on the layer's device). Prompt and ids: the fixtures' expected.safetensors.
+foreach(spec "mistral|4,61,6,44|4, 61, 6, 44, 1, 61, 28, 1, 1, 1, 1, 1, 1, 1, 24, 24, 29, 24, 19, 59"
+             "llama_longrope|50,50,46,9|50, 50, 46, 9, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 58, 58, 58, 58, 58"
+             "qwen2_window|41,45,14,61|41, 45, 14, 61, 42, 18, 49, 12, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49")
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 prompt)
+  list(GET parts 2 want)
+  add_test(NAME bigmodel_generate_${name}_hostless COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_arch_${name}
+    --ids ${prompt} --new-tokens 16
+    --device-map model.embed_tokens:hostless:0,model.layers.0:hostless:1,model.layers.1:disk,model.norm:hostless:1,lm_head:disk)
+  set_tests_properties(bigmodel_generate_${name}_hostless PROPERTIES ENVIRONMENT "ACCEL_TEST_DEVICES=2"
+    PASS_REGULAR_EXPRESSION "generated_ids=\\[${want}\\]\n")
+endforeach()
+
 # accel's save_pretrained output loads in transformers with the same logits.
 # The test runs the interpreter that passed this check (its sys.executable),
 # not whatever python3 PATH (or a pyenv shim) names at test time.
@@ -75,6 +92,12 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
     "│ Memory Usage for loading `data/llama_seed_config`  │\n├───────┬─────────────┬──────────┬───────────────────┤\n│ dtype │Largest Layer│Total Size│Training using Adam│\n├───────┼─────────────┼──────────┼───────────────────┤\n│float32│   62.5 MB   │262.58 MB │      1.03 GB      │\n│float16│   31.25 MB  │131.29 MB │     525.16 MB     │\n│  int8 │   15.62 MB  │ 65.65 MB │        N/A        │\n│  int4 │   7.81 MB   │ 32.82 MB │        N/A        │\n└───────┴─────────────┴──────────┴───────────────────┘")
+  # A Qwen2 (q/k/v biases; Qwen2DecoderLayer not split): Accelerate's calculate_maximum_sizes of
+  # transformers' Qwen2Model of that config.json gives 24.5 KB / 57.16 KB.
+  add_test(NAME bigmodel_estimate_memory_qwen2 COMMAND accel_cli estimate-memory data/hf_arch_qwen2 --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_qwen2 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.5 KB   │ 57.16 KB │     228.62 KB     │")
 endif()
 
 # 200000 members built, addressed, measured, saved and loaded: linear in the

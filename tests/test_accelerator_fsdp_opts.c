@@ -51,7 +51,7 @@ static void refused(accel_accelerator_opts o, const char *needle) {
 
 static void check_defaults(const accel__fsdp_cfg *f) {
     CHECK(f->wrap == ACCEL__WRAP_DEFAULT);
-    CHECK(!strcmp(f->wrap_cls, "LlamaDecoderLayer"));
+    CHECK(!strcmp(f->wrap_cls, "")); /* unset: the model's decoder layer class, found at prepare */
     CHECK(f->min_num_params == 100000000);
     CHECK(f->backward_prefetch && !f->backward_post && !f->forward_prefetch && f->reshard_after_forward);
     CHECK(f->prefetch_bucket == -1);

@@ -389,6 +389,34 @@ static void test_llama_wrap_policies(void) {
     done(m, saved);
 }
 
+/* A family other than Llama: its decoder layers (Qwen3DecoderLayer, from the
+ * architecture table) are the default units and the default transformer
+ * layer class when fsdp_transformer_layer_cls_to_wrap is unset. */
+static void test_other_family_units(void) {
+    accel__fsdp_cfg saved = default_units();
+    accel_manual_seed(5);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 3;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 4, c.max_position_embeddings = 16;
+    accel_module *llama = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(accel_accelerator_prepare_model(A, llama) == ACCEL_OK, "%s", accel_last_error());
+    int llama_units = A->models[0].n_units; /* embed_tokens, 3 layers, norm, lm_head (+ root) */
+    accel_accelerator_clear(A);
+    accel_module_free(llama);
+    snprintf(c.model_type, sizeof c.model_type, "qwen3");
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK(m && !strcmp(accel_module_decoder_layer_class(m), "Qwen3DecoderLayer"));
+    CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());
+    /* a layer not taken for a block would split into its projections and norms */
+    CHECK_MSG(A->models[0].n_units == llama_units, "%d units, %d for the Llama", A->models[0].n_units, llama_units);
+    accel_accelerator_clear(A);
+    A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
+    A->fsdp.wrap_cls[0] = 0; /* unset */
+    CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(A->models[0].n_units == 4); /* three layers and the root */
+    done(m, saved);
+}
+
 /* stage3_param_persistence_threshold 20: the five norms (16 each) form one
  * unit that stays gathered (the norm module's unit disappears). */
 static void test_persistence_threshold(void) {
@@ -591,6 +619,7 @@ int main(void) {
     RUN(test_llama);
     RUN(test_activation_checkpointing);
     RUN(test_llama_wrap_policies);
+    RUN(test_other_family_units);
     RUN(test_persistence_threshold);
     RUN(test_unhooked_unit_is_an_error);
     RUN(test_backward_memory);

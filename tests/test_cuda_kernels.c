@@ -786,7 +786,9 @@ static void heads_view(pair *p) {
 static void test_rope(void) {
     int64_t T = 37, half = 32, B = 2, H = 3;
     pair *c = mk2(ACCEL_F32, T, half, CONTIG, OUT), *s = mk2(ACCEL_F32, T, half, CONTIG, OUT);
-    accel_k_rope_tables rt = {.cos = &c->c, .sin = &s->c, .T = T, .half = half, .pos0 = 5, .theta = 10000.0};
+    pair *inv = mk1(ACCEL_F32, half, IN);
+    accel_k_rope_tables rt = {.cos = &c->c, .sin = &s->c, .inv_freq = &inv->c, .T = T, .half = half, .pos0 = 5,
+                              .scale = 0.75f};
     KRUN("rope_tables", rope_tables, accel_k_rope_tables, rt, 1e-5);
     for (int i = 0; i < 3; i++)
         for (int beta = 0; beta < 2; beta++) {

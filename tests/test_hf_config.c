@@ -62,11 +62,32 @@ static void test_errors(void) {
     expect_error("t1.json", "{\"hidden_size\": \"64\"}", ACCEL_ERR_FORMAT, "'hidden_size' must be a positive integer");
     expect_error("t2.json", "{\"rms_norm_eps\": \"x\"}", ACCEL_ERR_FORMAT, "'rms_norm_eps' must be a number");
     expect_error("t3.json", "{\"tie_word_embeddings\": 1}", ACCEL_ERR_FORMAT, "'tie_word_embeddings' must be true or false");
-    expect_error("t4.json", "{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", ACCEL_ERR_UNSUPPORTED,
-                 "rope_scaling of type \"linear\" is not supported");
-    expect_error("t5.json", "{\"rope_parameters\": {\"rope_type\": \"llama3\"}}", ACCEL_ERR_UNSUPPORTED,
-                 "rope_parameters of type \"llama3\"");
-    expect_error("t6.json", "{\"model_type\": \"qwen2\"}", ACCEL_ERR_UNSUPPORTED, "model_type is \"qwen2\"");
+    expect_error("t4.json", "{\"rope_scaling\": {\"type\": \"proportional\", \"factor\": 2.0}}", ACCEL_ERR_UNSUPPORTED,
+                 "rope_scaling of type \"proportional\" is not supported");
+    expect_error("t5.json", "{\"rope_parameters\": {\"rope_type\": \"llama3\"}}", ACCEL_ERR_FORMAT,
+                 "rope_parameters of type \"llama3\" needs factor");
+    expect_error("t6.json", "{\"model_type\": \"gemma\"}", ACCEL_ERR_UNSUPPORTED,
+                 "model_type is \"gemma\", accel builds \"llama\", \"mistral\", \"qwen2\", \"qwen3\"");
+    /* a field accel does not implement is refused by name, never ignored */
+    expect_error("t6a.json", "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2, \"beta_fast\": 3}}",
+                 ACCEL_ERR_UNSUPPORTED, "rope_scaling.beta_fast is not implemented for rope type \"linear\"");
+    expect_error("t6b.json", "{\"partial_rotary_factor\": 0.5}", ACCEL_ERR_UNSUPPORTED, "partial_rotary_factor");
+    expect_error("t6j.json", "{\"attention_dropout\": 0.1}", ACCEL_ERR_UNSUPPORTED, "attention_dropout other than 0.0");
+    expect_error("t6c.json", "{\"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED, "hidden_act must be \"silu\"");
+    expect_error("t6d.json", "{\"sliding_window\": 4096}", ACCEL_ERR_UNSUPPORTED,
+                 "sliding_window is set, but llama models have none");
+    expect_error("t6e.json", "{\"model_type\": \"qwen2\", \"mlp_bias\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "mlp_bias is true, but qwen2 models have no such bias");
+    expect_error("t6f.json", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"num_hidden_layers\": 2, "
+                 "\"sliding_window\": 8, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}",
+                 ACCEL_ERR_UNSUPPORTED, "a full_attention layer after a sliding_attention one is not implemented");
+    expect_error("t6g.json", "{\"rope_scaling\": {\"rope_type\": \"longrope\", \"short_factor\": [1, 2], "
+                 "\"long_factor\": [1, 2]}}", ACCEL_ERR_FORMAT,
+                 "longrope rope_scaling needs short_factor and long_factor of head_dim / 2 numbers each");
+    expect_error("t6h.json", "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": -1}}", ACCEL_ERR_FORMAT,
+                 "rope_scaling.factor must be a finite number > 0");
+    expect_error("t6i.json", "{\"rope_scaling\": {\"rope_type\": \"longrope\", \"short_factor\": [1, 2], "
+                 "\"long_factor\": [1]}}", ACCEL_ERR_FORMAT, "short_factor and long_factor differ in length");
     expect_error("t7.json", "{\"num_attention_heads\": 6, \"num_key_value_heads\": 4}", ACCEL_ERR_FORMAT,
                  "not a multiple of num_key_value_heads");
     expect_error("t8.json", "{\"vocab_size\": 10,}", ACCEL_ERR_FORMAT, "invalid JSON at line 1");
@@ -193,6 +214,61 @@ static void test_big_file_few_reads(void) {
     CHECK_MSG(after - before < 64, "%lld read() calls for a 1 MB config.json", after - before);
 }
 
+static bool same_rope(const accel_rope_scaling *a, const accel_rope_scaling *b) {
+    bool same = a->type == b->type && a->factor == b->factor &&
+                a->original_max_position_embeddings == b->original_max_position_embeddings &&
+                a->attention_factor == b->attention_factor && a->beta_fast == b->beta_fast &&
+                a->beta_slow == b->beta_slow && a->mscale == b->mscale && a->mscale_all_dim == b->mscale_all_dim &&
+                a->truncate_set == b->truncate_set && a->truncate == b->truncate &&
+                a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
+                a->n_factors == b->n_factors;
+    for (int i = 0; same && i < a->n_factors; i++)
+        same = a->short_factor[i] == b->short_factor[i] && a->long_factor[i] == b->long_factor[i];
+    return same;
+}
+
+/* Every family and rope type written and read back to the same config. */
+static void test_save_families(void) {
+    accel_llama_config c = {.vocab_size = 256, .hidden_size = 64, .intermediate_size = 128,
+                            .num_hidden_layers = 3, .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16,
+                            .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
+                            .initializer_range = 0.02, .torch_dtype = ACCEL_F32};
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3"};
+    for (int k = 0; k < 4; k++)
+        for (int rt = 0; rt <= ACCEL_ROPE_LLAMA3; rt++) {
+            accel_llama_config w = c;
+            snprintf(w.model_type, sizeof w.model_type, "%s", types[k]);
+            w.sliding_window = k == 1 || k == 2 ? 32 : 0;
+            w.max_window_layers = k == 2 ? 1 : 0;
+            w.rope_scaling = (accel_rope_scaling){.type = (accel_rope_type)rt, .factor = 4.0, .low_freq_factor = 1,
+                                                  .high_freq_factor = 4, .original_max_position_embeddings = 32};
+            if (rt == ACCEL_ROPE_YARN) w.rope_scaling.beta_fast = 16, w.rope_scaling.mscale = 0.5,
+                                       w.rope_scaling.truncate_set = true;
+            if (rt == ACCEL_ROPE_LONGROPE) {
+                w.rope_scaling.n_factors = 8;
+                for (int i = 0; i < 8; i++) w.rope_scaling.short_factor[i] = 1.0f + 0.1f * (float)i,
+                                            w.rope_scaling.long_factor[i] = 2.0f + 0.3f * (float)i;
+            }
+            if (rt == ACCEL_ROPE_DEFAULT) w.rope_scaling = (accel_rope_scaling){0};
+            if (rt != ACCEL_ROPE_LLAMA3) w.rope_scaling.low_freq_factor = w.rope_scaling.high_freq_factor = 0;
+            if (rt == ACCEL_ROPE_LINEAR || rt == ACCEL_ROPE_DYNAMIC) w.rope_scaling.original_max_position_embeddings = 0;
+            char path[160];
+            snprintf(path, sizeof path, "%s/fam_%s_%d.json", g_dir, types[k], rt);
+            CHECK_MSG(accel_llama_config_save(path, &w) == ACCEL_OK, "%s", accel_last_error());
+            accel_llama_config back;
+            CHECK_MSG(accel_llama_config_load(path, &back) == ACCEL_OK, "%s %d: %s", types[k], rt, accel_last_error());
+            CHECK_MSG(same_rope(&back.rope_scaling, &w.rope_scaling), "%s rope %d", types[k], rt);
+            CHECK(!strcmp(back.model_type, types[k]) && back.sliding_window == w.sliding_window &&
+                  back.max_window_layers == w.max_window_layers && back.head_dim == 16);
+        }
+    snprintf(c.model_type, sizeof c.model_type, "gemma");
+    char path[160];
+    snprintf(path, sizeof path, "%s/gemma.json", g_dir);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "model_type \"gemma\" is not one accel builds");
+    accel_clear_error();
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_cfg_XXXXXX");
     if (!mkdtemp(g_dir)) return 2;
@@ -201,6 +277,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_save);
     RUN(test_big_file_few_reads);
+    RUN(test_save_families);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 2;

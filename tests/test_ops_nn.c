@@ -70,6 +70,11 @@ static accel_tensor *loss_log_softmax(accel_tensor *const *in, int n, void *ctx)
 static accel_tensor *loss_rope(accel_tensor *const *in, int n, void *ctx) {
     return gc_weighted_sum(accel_rope(in[0], 5, 100.0));
 }
+/* scaled RoPE: made-up frequencies and an attention scaling of 1.5 */
+static accel_tensor *loss_rope_freqs(accel_tensor *const *in, int n, void *ctx) {
+    static const float inv[3] = {0.7f, 0.05f, 1.3f}; /* D/2 of the gradcheck input [2, 3, 4, 6] */
+    return gc_weighted_sum(accel_rope_freqs(in[0], 5, inv, 1.5));
+}
 static accel_tensor *loss_embedding(accel_tensor *const *in, int n, void *ctx) {
     accel_tensor *ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 3), (int64_t[]){1, 4, 1, 0, 4, 2});
     return gc_weighted_sum(accel_embedding(ids, in[0]));
@@ -87,6 +92,7 @@ static void test_gradcheck(void) {
     }
     accel_tensor *r = gc_randn(4, ACCEL_SHAPE(2, 3, 4, 6));
     CHECK(gradcheck("rope", loss_rope, NULL, 1, (accel_tensor *[]){r}, NULL) == 0);
+    CHECK(gradcheck("rope_freqs", loss_rope_freqs, NULL, 1, (accel_tensor *[]){r}, NULL) == 0);
     accel_tensor *e = gc_randn(5, ACCEL_SHAPE(5, 3));
     CHECK(gradcheck("embedding", loss_embedding, NULL, 1, (accel_tensor *[]){e}, NULL) == 0);
     accel_tensor_free(x);
@@ -127,6 +133,16 @@ static void test_rope_values(void) {
     CHECK_CLOSE(accel_get(y, (int64_t[]){0, 0, 1, 1}), sin(2.0), 1e-6, 1e-7);
     CHECK(accel_rope(accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 2, 3)), 0, 10000.0) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "D even");
+    accel_clear_error();
+    /* given frequencies and a scaling: (x1, x2) = (1, 0) at position 2 with inv_freq 0.25, scaled by 3 */
+    float inv = 0.25f;
+    accel_tensor *z = accel_rope_freqs(x, 1, &inv, 3.0);
+    CHECK_CLOSE(accel_get(z, (int64_t[]){0, 0, 1, 0}), 3 * cos(0.5), 1e-6, 1e-7);
+    CHECK_CLOSE(accel_get(z, (int64_t[]){0, 0, 1, 1}), 3 * sin(0.5), 1e-6, 1e-7);
+    CHECK(accel_rope_freqs(x, 0, NULL, 1.0) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "inv_freq must be given");
+    CHECK(accel_rope_freqs(x, 0, &inv, 0.0) == NULL && accel_rope_freqs(x, 0, &inv, NAN) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "attention_scaling finite and > 0");
     accel_clear_error();
     accel_step_reset();
 }

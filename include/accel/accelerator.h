@@ -169,7 +169,8 @@ typedef struct accel_accelerator_opts {
      * fsdp_auto_wrap_policy: "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP",
      * "NO_WRAP" (NULL and no variable: one unit per transformer block);
      * fsdp_transformer_layer_cls_to_wrap: comma-separated module types
-     * (default "LlamaDecoderLayer"); fsdp_min_num_params: > 0 (default 1e8;
+     * (default: the model's decoder layer class, accel_module_decoder_layer_class,
+     * e.g. "LlamaDecoderLayer"); fsdp_min_num_params: > 0 (default 1e8;
      * 0 = unset). */
     const char *fsdp_auto_wrap_policy;
     const char *fsdp_transformer_layer_cls_to_wrap;

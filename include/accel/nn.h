@@ -207,6 +207,34 @@ accel_module *accel_gelu_module_new(bool tanh_approx);
 
 /* ---------------------------------------------------------------- Llama */
 
+/* RoPE variants, transformers' rope_scaling / rope_parameters "rope_type". */
+typedef enum accel_rope_type {
+    ACCEL_ROPE_DEFAULT = 0,
+    ACCEL_ROPE_LINEAR,   /* positions divided by factor */
+    ACCEL_ROPE_DYNAMIC,  /* NTK: theta grown with the sequence past original_max_position_embeddings */
+    ACCEL_ROPE_YARN,     /* NTK-by-parts blend and attention scaling (mscale) */
+    ACCEL_ROPE_LONGROPE, /* per-dimension short/long factors (Phi-3) */
+    ACCEL_ROPE_LLAMA3,   /* Llama 3.1's low/high frequency bands */
+} accel_rope_type;
+
+/* The most head_dim / 2 a longrope factor list may hold. */
+#define ACCEL_ROPE_MAX_FACTORS 256
+
+/* rope_scaling's fields; 0 for a field the config leaves out (transformers'
+ * default then applies, as in its modeling_rope_utils). */
+typedef struct accel_rope_scaling {
+    accel_rope_type type;
+    double factor;                            /* linear, dynamic, yarn, longrope, llama3 */
+    int64_t original_max_position_embeddings; /* dynamic, yarn, longrope, llama3 */
+    double attention_factor;                  /* yarn, longrope */
+    double beta_fast, beta_slow;              /* yarn (32, 1) */
+    double mscale, mscale_all_dim;            /* yarn */
+    bool truncate_set, truncate;              /* yarn: round the correction range (default true) */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int n_factors;                            /* longrope: head_dim / 2 */
+    float short_factor[ACCEL_ROPE_MAX_FACTORS], long_factor[ACCEL_ROPE_MAX_FACTORS];
+} accel_rope_scaling;
+
 typedef struct accel_llama_config {
     int64_t vocab_size;
     int64_t hidden_size;
@@ -223,10 +251,24 @@ typedef struct accel_llama_config {
     bool attention_bias;
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
+    /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
+     * "qwen3" (docs/nn.md: what each changes). */
+    char model_type[16];
+    /* Layers i >= max_window_layers attend to the last sliding_window keys
+     * only (0: every layer attends to all); transformers' Mistral (all layers)
+     * and Qwen2/Qwen3 with use_sliding_window. */
+    int64_t sliding_window;
+    int64_t max_window_layers;
+    accel_rope_scaling rope_scaling;  /* zero: the default RoPE */
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
 accel_llama_config accel_llama_config_default(void);
+/* The type name of the decoder layers of the model m belongs to (m or any of
+ * its ancestors built by accel_llama_new): "LlamaDecoderLayer",
+ * "Qwen2DecoderLayer", ... (transformers' _no_split_modules, the FSDP
+ * transformer layer class); NULL for other modules. */
+const char *accel_module_decoder_layer_class(const accel_module *m);
 
 /* The most decoder layers accel builds: the module tree is held in memory
  * (13 modules a layer); real checkpoints have well under 200. */

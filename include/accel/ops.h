@@ -152,6 +152,12 @@ accel_tensor *accel_log_softmax(accel_tensor *x, int dim);
  * x [B, H, T, D] (D even), position of row t is pos_offset + t,
  * inv_freq[i] = theta^(-2i/D). */
 accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta);
+/* The same rotation with the frequencies given: inv_freq [D/2] (host
+ * memory, read during the call), and cos/sin multiplied by attention_scaling
+ * (> 0; 1 for plain RoPE): the scaled RoPE variants of transformers
+ * (accel_llama computes inv_freq from its config's rope_scaling). */
+accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float *inv_freq,
+                               double attention_scaling);
 
 /* Scaled dot-product attention. q [B, H, Tq, D], k and v [B, Hkv, Tk, D] with
  * H % Hkv == 0 (grouped-query: query head h uses kv head h / (H/Hkv)).

@@ -248,8 +248,12 @@ static void host_add(float *dst, const float *src, int64_t n) {
 
 /* ---------------------------------------------------------------- units */
 
-/* A module wrapped on its own by default: a transformer block. */
-static bool is_block(const accel_module *m) { return !strcmp(m->ops->type_name, "LlamaDecoderLayer"); }
+/* A module wrapped on its own by default: a transformer block (the decoder
+ * layer class its model declares). */
+static bool is_block(const accel_module *m) {
+    const char *cls = accel_module_decoder_layer_class(m);
+    return cls && !strcmp(m->ops->type_name, cls);
+}
 
 static bool owns_params(const accel_module *m) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -339,14 +343,18 @@ static accel_status wrap_policy(const accel__fsdp_cfg *f, accel_module *root, wr
     bool ok = true;
     switch (f->wrap) {
     case ACCEL__WRAP_DEFAULT: ok = wrap_default(w, root); break;
-    case ACCEL__WRAP_TRANSFORMER:
-        ok = wrap_transformer(w, root, f->wrap_cls, &found);
-        if (ok && !found)
+    case ACCEL__WRAP_TRANSFORMER: {
+        /* unset: the model's own decoder layer class (its _no_split_modules) */
+        const char *cls = f->wrap_cls[0] ? f->wrap_cls : accel_module_decoder_layer_class(root);
+        ok = cls && wrap_transformer(w, root, cls, &found);
+        if (!cls || (ok && !found))
             return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                    "accel_accelerator_prepare: fsdp_transformer_layer_cls_to_wrap \"%s\": could not "
                                    "find the transformer layer class in the model (%s)",
-                                   f->wrap_cls, root->ops->type_name);
+                                   cls ? cls : "(unset, and the model declares no decoder layer class)",
+                                   root->ops->type_name);
         break;
+    }
     case ACCEL__WRAP_SIZE: ok = wrap_size(w, root, f->min_num_params, true) >= 0; break;
     case ACCEL__WRAP_NONE: break;
     }

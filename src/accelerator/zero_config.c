@@ -481,7 +481,8 @@ static accel_status read_wrap(const accel_accelerator_opts *o, accel__fsdp_cfg *
     if (cls && strlen(cls) >= sizeof f->wrap_cls)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s is longer than %d characters", hc,
                                (int)sizeof f->wrap_cls - 1);
-    snprintf(f->wrap_cls, sizeof f->wrap_cls, "%s", cls ? cls : "LlamaDecoderLayer"); /* Llama's _no_split_modules */
+    /* empty: the model's decoder layer class, found at prepare (its _no_split_modules) */
+    snprintf(f->wrap_cls, sizeof f->wrap_cls, "%s", cls ? cls : "");
     if (!p) f->wrap = ACCEL__WRAP_DEFAULT;
     else if (!strcasecmp(p, "TRANSFORMER_BASED_WRAP")) f->wrap = ACCEL__WRAP_TRANSFORMER;
     else if (!strcasecmp(p, "SIZE_BASED_WRAP")) f->wrap = ACCEL__WRAP_SIZE;

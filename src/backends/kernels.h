@@ -231,11 +231,12 @@ typedef struct accel_k_softmax_backward {
     float beta;
 } accel_k_softmax_backward;
 
-/* cos/sin [T, half] (f32) of angle (pos0 + t) * theta^(-2i / 2 half), in f32 as transformers. */
+/* cos/sin [T, half] (f32) = scale * cos/sin of angle f32(pos0 + t) * inv_freq[i]
+ * (inv_freq [half] f32 contiguous), in f32 as transformers. */
 typedef struct accel_k_rope_tables {
-    ACCEL_KERNEL_TENSORS(2, *cos, *sin);
+    ACCEL_KERNEL_TENSORS(3, *cos, *sin, *inv_freq);
     int64_t T, half, pos0;
-    double theta;
+    float scale;
 } accel_k_rope_tables;
 
 /* y [B, H, T, 2 half] (+)= x [B, H, T, 2 half] rotated by sign * angle

@@ -54,7 +54,7 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
     accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
     if (!m) return NULL;
-    static const char *const no_split[] = {"LlamaDecoderLayer"};
+    const char *no_split[] = {accel_module_decoder_layer_class(m)};
     accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.map_opts) lo.map_opts = &mo;

@@ -2,8 +2,8 @@
  *
  * MODEL is a local directory holding config.json or a config.json path (no Hub
  * access here). The model is built on the meta device (no weight memory) and
- * measured with calculate_maximum_sizes (no_split: LlamaDecoderLayer): its
- * body, as Accelerate measures AutoModel (LlamaModel, no lm_head); the
+ * measured with calculate_maximum_sizes (no_split: its decoder layer class): its
+ * body, as Accelerate measures AutoModel (LlamaModel, Qwen2Model, ...: no lm_head); the
  * table is Accelerate's create_ascii_table, sizes formatted by convert_bytes.
  * accel's addition: --num_processes N, --batch_size B --seq_len T,
  * --mixed_precision, --activation_checkpointing and --strategy add the
@@ -339,7 +339,7 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     accel_init_empty_weights_end();
     /* Accelerate builds AutoModel, Llama's body without lm_head (its table's
      * weights); training (the per-rank table) also holds an untied lm_head. */
-    static const char *const no_split[] = {"LlamaDecoderLayer"};
+    const char *no_split[] = {accel_module_decoder_layer_class(m)};
     int64_t total = 0, largest = 0, body = 0, body_largest = 0;
     if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
         accel_calculate_maximum_sizes(accel_module_find(m, "model"), no_split, 1, &body, &body_largest) != ACCEL_OK) {

@@ -1,7 +1,10 @@
-/* src/io/hf_config.c — transformers' config.json for LlamaForCausalLM.
+/* src/io/hf_config.c — transformers' config.json of the decoder families of
+ * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
- * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both read. */
+ * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
+ * read. A key that changes the model and accel does not implement is refused,
+ * naming it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +12,12 @@
 
 #include "accel/io.h"
 #include "io/io_internal.h"
+#include "nn/arch.h"
 
 #define TRANSFORMERS_VERSION "4.46.0"
+
+/* accel_rope_type's names in config.json */
+static const char *const ROPE_NAMES[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
 
 static accel_status bad_type(const char *file, const char *key, const char *want) {
     return accel_set_error(ACCEL_ERR_FORMAT, "%s: '%s' must be %s", file, key, want);
@@ -63,45 +70,180 @@ static accel_status get_dtype(json_t *root, const char *file, const char *key, a
     return ACCEL_OK;
 }
 
-/* rope_scaling (4.x) / rope_parameters (5.x): only the default rope is implemented. */
-static accel_status check_rope(json_t *root, const char *file, const char *key, double *theta) {
+
+/* A list of head_dim / 2 numbers (longrope's factors). */
+static accel_status get_factors(json_t *obj, const char *file, const char *key, float *out, int *n) {
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > ACCEL_ROPE_MAX_FACTORS)
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: rope_scaling.%s must be a list of 1 to %d numbers", file, key,
+                               ACCEL_ROPE_MAX_FACTORS);
+    if (*n && (size_t)*n != json_array_size(v))
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: rope_scaling.short_factor and long_factor differ in length",
+                               file);
+    *n = (int)json_array_size(v);
+    for (int i = 0; i < *n; i++) {
+        json_t *x = json_array_get(v, (size_t)i);
+        if (!json_is_number(x)) return bad_type(file, key, "a list of numbers");
+        out[i] = (float)json_number_value(x);
+    }
+    return ACCEL_OK;
+}
+
+/* rope_scaling (4.x) / rope_parameters (5.x): the type and the fields it
+ * uses; any other field is refused (a field transformers reads that accel
+ * would not). */
+static accel_status parse_rope(json_t *root, const char *file, const char *key, accel_llama_config *c) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return ACCEL_OK;
     if (!json_is_object(v)) return bad_type(file, key, "null or an object");
     json_t *t = json_object_get(v, "rope_type");
     if (!t) t = json_object_get(v, "type");
     if (t && !json_is_string(t)) return bad_type(file, key, "an object with a string rope_type");
-    if (t && strcmp(json_string_value(t), "default") != 0)
+    const char *name = t ? json_string_value(t) : "default";
+    accel_rope_scaling *r = &c->rope_scaling;
+    int type = -1;
+    for (int i = 0; i < (int)(sizeof ROPE_NAMES / sizeof *ROPE_NAMES); i++)
+        if (!strcmp(name, ROPE_NAMES[i])) type = i;
+    if (type < 0)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                               "%s: %s of type \"%s\" is not supported (only the default rope)", file, key,
-                               json_string_value(t));
-    return get_real(v, file, "rope_theta", theta);
+                               "%s: %s of type \"%s\" is not supported (default, linear, dynamic, yarn, longrope, "
+                               "llama3)", file, key, name);
+    r->type = (accel_rope_type)type;
+    /* the keys each type reads (transformers' _validate_*_rope_parameters) */
+    static const char *const KEYS[][9] = {
+        {0},
+        {"factor", 0},
+        {"factor", 0},
+        {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+         "mscale_all_dim", "truncate", 0},
+        {"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor", 0},
+        {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", 0},
+    };
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        bool known = !strcmp(k, "rope_type") || !strcmp(k, "type") || !strcmp(k, "rope_theta");
+        for (int i = 0; !known && KEYS[type][i]; i++) known = !strcmp(k, KEYS[type][i]);
+        if (!known && !json_is_null(x))
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s.%s is not implemented for rope type \"%s\"", file,
+                                   key, k, name);
+    }
+    static const char *const REQUIRED[][3] = {
+        {0}, {"factor", 0}, {"factor", 0}, {"factor", 0}, {"short_factor", "long_factor", 0},
+        {"factor", "low_freq_factor", "high_freq_factor"},
+    };
+    for (int i = 0; i < 3 && REQUIRED[type][i]; i++) {
+        json_t *req = json_object_get(v, REQUIRED[type][i]);
+        if (!req || json_is_null(req))
+            return accel_set_error(ACCEL_ERR_FORMAT, "%s: %s of type \"%s\" needs %s", file, key, name,
+                                   REQUIRED[type][i]);
+    }
+    int64_t top_orig = r->original_max_position_embeddings;
+    if (get_real(v, file, "factor", &r->factor) || get_real(v, file, "attention_factor", &r->attention_factor) ||
+        get_real(v, file, "beta_fast", &r->beta_fast) || get_real(v, file, "beta_slow", &r->beta_slow) ||
+        get_real(v, file, "mscale", &r->mscale) || get_real(v, file, "mscale_all_dim", &r->mscale_all_dim) ||
+        get_real(v, file, "low_freq_factor", &r->low_freq_factor) ||
+        get_real(v, file, "high_freq_factor", &r->high_freq_factor) ||
+        get_int(v, file, "original_max_position_embeddings", &r->original_max_position_embeddings, false, true) ||
+        get_real(v, file, "rope_theta", &c->rope_theta))
+        return accel_last_status();
+    /* a top-level original_max_position_embeddings wins (transformers' standardize_rope_params) */
+    if (top_orig) r->original_max_position_embeddings = top_orig;
+    json_t *tr = json_object_get(v, "truncate");
+    if (tr && !json_is_null(tr)) {
+        if (!json_is_boolean(tr)) return bad_type(file, "rope_scaling.truncate", "true or false");
+        r->truncate_set = true;
+        r->truncate = json_is_true(tr);
+    }
+    if (type == ACCEL_ROPE_LONGROPE) {
+        int n = 0;
+        if (get_factors(v, file, "short_factor", r->short_factor, &n) ||
+            get_factors(v, file, "long_factor", r->long_factor, &n))
+            return accel_last_status();
+        r->n_factors = n;
+    }
+    return ACCEL_OK;
+}
+
+/* Keys transformers reads for these families that accel takes only at one value. */
+static accel_status check_fixed(json_t *root, const char *file) {
+    json_t *v = json_object_get(root, "hidden_act");
+    if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\" (the only activation of "
+                               "these families accel implements)", file);
+    v = json_object_get(root, "attention_dropout");
+    if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 0.0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention_dropout other than 0.0 is not implemented (it "
+                               "would change training)", file);
+    v = json_object_get(root, "partial_rotary_factor");
+    if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 1.0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1.0 is not implemented",
+                               file);
+    return ACCEL_OK;
+}
+
+/* A bias key: read when the family has that bias, else refused when true. */
+static accel_status get_bias(json_t *root, const char *file, const char *key, const accel__arch *a, bool has,
+                             bool *out) {
+    if (has) return get_bool(root, file, key, out);
+    bool on = false;
+    if (get_bool(root, file, key, &on)) return accel_last_status();
+    if (on)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is true, but %s models have no such bias", file, key,
+                               a->model_type);
+    return ACCEL_OK;
+}
+
+/* sliding_window, use_sliding_window, max_window_layers and layer_types as
+ * the family's transformers config reads them. */
+static accel_status parse_window(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (a->window == ACCEL__WINDOW_NONE) {
+        if (sw && !json_is_null(sw))
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window is set, but %s models have none "
+                                   "(a Mistral checkpoint needs model_type \"mistral\")", file, a->model_type);
+        return ACCEL_OK;
+    }
+    if (sw && json_is_null(sw)) c->sliding_window = 0;
+    else if (get_int(root, file, "sliding_window", &c->sliding_window, false, false)) return accel_last_status();
+    if (a->window == ACCEL__WINDOW_ALL) return ACCEL_OK; /* every layer (Mistral ignores layer_types) */
+    bool use = false;
+    if (get_bool(root, file, "use_sliding_window", &use) ||
+        get_int(root, file, "max_window_layers", &c->max_window_layers, true, false))
+        return accel_last_status();
+    if (!use) c->sliding_window = 0;
+    json_t *lt = json_object_get(root, "layer_types");
+    if (!lt || json_is_null(lt)) return ACCEL_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+        return bad_type(file, "layer_types", "a list of num_hidden_layers strings");
+    /* explicit layer types replace max_window_layers: full attention first, then sliding */
+    int64_t first_sliding = c->num_hidden_layers;
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
+        json_t *x = json_array_get(lt, (size_t)i);
+        const char *s = json_is_string(x) ? json_string_value(x) : "";
+        bool sliding = !strcmp(s, "sliding_attention");
+        if (!sliding && strcmp(s, "full_attention") != 0)
+            return accel_set_error(ACCEL_ERR_FORMAT, "%s: layer_types[%lld] must be \"full_attention\" or "
+                                   "\"sliding_attention\"", file, (long long)i);
+        if (sliding && first_sliding == c->num_hidden_layers) first_sliding = i;
+        if (!sliding && first_sliding < i && c->sliding_window)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: layer_types: a full_attention layer after a "
+                                   "sliding_attention one is not implemented", file);
+    }
+    c->max_window_layers = first_sliding;
+    return ACCEL_OK;
 }
 
 static accel_status parse_config(json_t *root, const char *file, accel_llama_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
-    if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), "llama") != 0))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, only \"llama\" is supported",
-                               file, json_is_string(mt) ? "\"" : "",
+    const accel__arch *a = accel__arch_find(json_is_string(mt) ? json_string_value(mt) : NULL);
+    if (mt && (!json_is_string(mt) || !a))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, accel builds %s", file,
+                               json_is_string(mt) ? "\"" : "",
                                json_is_string(mt) ? json_string_value(mt) : "not a string",
-                               json_is_string(mt) ? "\"" : "");
-    /* transformers' LlamaConfig defaults */
-    *c = (accel_llama_config){.vocab_size = 32000,
-                              .hidden_size = 4096,
-                              .intermediate_size = 11008,
-                              .num_hidden_layers = 32,
-                              .num_attention_heads = 32,
-                              .num_key_value_heads = 0,
-                              .head_dim = 0,
-                              .max_position_embeddings = 2048,
-                              .rms_norm_eps = 1e-6,
-                              .rope_theta = 10000.0,
-                              .initializer_range = 0.02,
-                              .tie_word_embeddings = false,
-                              .attention_bias = false,
-                              .mlp_bias = false,
-                              .torch_dtype = ACCEL_F32};
+                               json_is_string(mt) ? "\"" : "", accel__arch_names());
+    *c = a->defaults; /* transformers' defaults of the family */
     if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
         get_int(root, file, "hidden_size", &c->hidden_size, false, false) ||
         get_int(root, file, "intermediate_size", &c->intermediate_size, false, false) ||
@@ -110,16 +252,20 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_int(root, file, "num_key_value_heads", &c->num_key_value_heads, false, true) ||
         get_int(root, file, "head_dim", &c->head_dim, false, true) ||
         get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false, false) ||
+        get_int(root, file, "original_max_position_embeddings",
+                &c->rope_scaling.original_max_position_embeddings, false, true) ||
         get_real(root, file, "rms_norm_eps", &c->rms_norm_eps) ||
         get_real(root, file, "rope_theta", &c->rope_theta) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
-        get_bool(root, file, "attention_bias", &c->attention_bias) ||
-        get_bool(root, file, "mlp_bias", &c->mlp_bias) ||
+        get_bias(root, file, "attention_bias", a, a->attention_bias, &c->attention_bias) ||
+        get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias) ||
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         get_dtype(root, file, "dtype", &c->torch_dtype) ||
-        check_rope(root, file, "rope_scaling", &c->rope_theta) ||
-        check_rope(root, file, "rope_parameters", &c->rope_theta))
+        parse_rope(root, file, "rope_scaling", c) ||
+        parse_rope(root, file, "rope_parameters", c) ||
+        check_fixed(root, file) ||
+        parse_window(root, file, a, c))
         return accel_last_status();
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->num_attention_heads % c->num_key_value_heads != 0)
@@ -184,9 +330,66 @@ static accel_status check_reals(const accel_llama_config *c) {
     return ACCEL_OK;
 }
 
+static void write_factors(FILE *m, const float *f, int n) {
+    char b[40];
+    fputs("[\n", m);
+    for (int i = 0; i < n; i++) {
+        py_float(b, sizeof b, (double)f[i]);
+        fprintf(m, "      %s%s\n", b, i + 1 < n ? "," : "");
+    }
+    fputs("    ]", m);
+}
+
+/* rope_scaling as transformers 4.x writes it: null for the default rope, else
+ * its type and the fields set, keys sorted, at indent 4. */
+static void write_rope(FILE *m, const accel_rope_scaling *r) {
+    if (r->type == ACCEL_ROPE_DEFAULT || (unsigned)r->type > ACCEL_ROPE_LLAMA3) {
+        fputs("null", m);
+        return;
+    }
+    bool longrope = r->type == ACCEL_ROPE_LONGROPE;
+    const struct { const char *key; double v; bool on; } R[] = {
+        {"attention_factor", r->attention_factor, r->attention_factor != 0},
+        {"beta_fast", r->beta_fast, r->beta_fast != 0},
+        {"beta_slow", r->beta_slow, r->beta_slow != 0},
+        {"factor", r->factor, r->factor != 0},
+        {"high_freq_factor", r->high_freq_factor, r->high_freq_factor != 0},
+        {"long_factor", 0, longrope},
+        {"low_freq_factor", r->low_freq_factor, r->low_freq_factor != 0},
+        {"mscale", r->mscale, r->mscale != 0},
+        {"mscale_all_dim", r->mscale_all_dim, r->mscale_all_dim != 0},
+        {"original_max_position_embeddings", (double)r->original_max_position_embeddings,
+         r->original_max_position_embeddings != 0},
+        {"rope_type", 0, true},
+        {"short_factor", 0, longrope},
+        {"truncate", 0, r->truncate_set},
+    };
+    const char *sep = "{\n";
+    for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
+        if (!R[i].on) continue;
+        fprintf(m, "%s    \"%s\": ", sep, R[i].key);
+        sep = ",\n";
+        char b[40];
+        if (!strcmp(R[i].key, "long_factor")) write_factors(m, r->long_factor, r->n_factors);
+        else if (!strcmp(R[i].key, "short_factor")) write_factors(m, r->short_factor, r->n_factors);
+        else if (!strcmp(R[i].key, "rope_type")) fprintf(m, "\"%s\"", ROPE_NAMES[r->type]);
+        else if (!strcmp(R[i].key, "truncate")) fputs(r->truncate ? "true" : "false", m);
+        else if (!strcmp(R[i].key, "original_max_position_embeddings")) fprintf(m, "%lld", (long long)R[i].v);
+        else {
+            py_float(b, sizeof b, R[i].v);
+            fputs(b, m);
+        }
+    }
+    fputs("\n  }", m);
+}
+
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *c) {
     if (!dir_or_path || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: NULL argument");
     if (check_reals(c)) return accel_last_status();
+    const accel__arch *a = accel__arch_find(memchr(c->model_type, 0, sizeof c->model_type) ? c->model_type : "?");
+    if (!a)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: model_type \"%.*s\" is not one accel "
+                               "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();
@@ -206,11 +409,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         accel_free(file);
         return accel_set_error(ACCEL_ERR_OOM, "accel_llama_config_save: out of memory");
     }
-    /* Keys sorted, as json.dumps(sort_keys=True, indent=2). */
+    /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */
+    fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
+    if (a->attention_bias) fprintf(m, "  \"attention_bias\": %s,\n", c->attention_bias ? "true" : "false");
     fprintf(m,
-            "{\n"
-            "  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
-            "  \"attention_bias\": %s,\n"
             "  \"attention_dropout\": 0.0,\n"
             "  \"bos_token_id\": 1,\n"
             "  \"eos_token_id\": 2,\n"
@@ -219,27 +421,34 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"hidden_size\": %lld,\n"
             "  \"initializer_range\": %s,\n"
             "  \"intermediate_size\": %lld,\n"
-            "  \"max_position_embeddings\": %lld,\n"
-            "  \"mlp_bias\": %s,\n"
-            "  \"model_type\": \"llama\",\n"
+            "  \"max_position_embeddings\": %lld,\n",
+            (long long)hd, (long long)c->hidden_size, init, (long long)c->intermediate_size,
+            (long long)c->max_position_embeddings);
+    if (a->window == ACCEL__WINDOW_QWEN2) fprintf(m, "  \"max_window_layers\": %lld,\n", (long long)c->max_window_layers);
+    if (a->mlp_bias) fprintf(m, "  \"mlp_bias\": %s,\n", c->mlp_bias ? "true" : "false");
+    fprintf(m,
+            "  \"model_type\": \"%s\",\n"
             "  \"num_attention_heads\": %lld,\n"
             "  \"num_hidden_layers\": %lld,\n"
-            "  \"num_key_value_heads\": %lld,\n"
-            "  \"pretraining_tp\": 1,\n"
-            "  \"rms_norm_eps\": %s,\n"
-            "  \"rope_scaling\": null,\n"
-            "  \"rope_theta\": %s,\n"
+            "  \"num_key_value_heads\": %lld,\n",
+            a->model_type, (long long)c->num_attention_heads, (long long)c->num_hidden_layers, (long long)kv);
+    if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
+    fprintf(m, "  \"rms_norm_eps\": %s,\n  \"rope_scaling\": ", eps);
+    write_rope(m, &c->rope_scaling);
+    fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);
+    if (a->window != ACCEL__WINDOW_NONE) {
+        if (c->sliding_window) fprintf(m, "  \"sliding_window\": %lld,\n", (long long)c->sliding_window);
+        else fprintf(m, "  \"sliding_window\": null,\n");
+    }
+    fprintf(m,
             "  \"tie_word_embeddings\": %s,\n"
             "  \"torch_dtype\": \"%s\",\n"
             "  \"transformers_version\": \"%s\",\n"
-            "  \"use_cache\": true,\n"
-            "  \"vocab_size\": %lld\n"
-            "}\n",
-            c->attention_bias ? "true" : "false", (long long)hd, (long long)c->hidden_size, init,
-            (long long)c->intermediate_size, (long long)c->max_position_embeddings,
-            c->mlp_bias ? "true" : "false", (long long)c->num_attention_heads,
-            (long long)c->num_hidden_layers, (long long)kv, eps, theta,
-            c->tie_word_embeddings ? "true" : "false", dt, TRANSFORMERS_VERSION, (long long)c->vocab_size);
+            "  \"use_cache\": true,\n",
+            c->tie_word_embeddings ? "true" : "false", dt, TRANSFORMERS_VERSION);
+    if (a->window == ACCEL__WINDOW_QWEN2)
+        fprintf(m, "  \"use_sliding_window\": %s,\n", c->sliding_window ? "true" : "false");
+    fprintf(m, "  \"vocab_size\": %lld\n}\n", (long long)c->vocab_size);
     fclose(m);
     accel__afile f;
     accel_status st = accel__afile_open(&f, file);

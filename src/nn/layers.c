@@ -4,6 +4,7 @@
 
 #include "accel/nn.h"
 #include "nn/fp8_modules.h"
+#include "arch.h"
 #include "nn_internal.h"
 #include "ops/fp8_linear.h"
 
@@ -104,12 +105,11 @@ typedef struct norm_impl {
 
 static double norm_eps(const accel_module *m) { return ((const norm_impl *)m->impl)->eps; }
 
-static accel_tensor *rmsnorm_forward(accel_module *m, accel_tensor *x) {
+accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
     return accel_rms_norm(x, accel__module_tensor(m, "weight"), norm_eps(m));
 }
 
-static const accel_module_ops RMSNORM_OPS = {"RMSNorm", rmsnorm_forward, NULL};
-const accel_module_ops accel__rms_norm_ops_llama = {"LlamaRMSNorm", rmsnorm_forward, NULL};
+static const accel_module_ops RMSNORM_OPS = {"RMSNorm", accel__rms_norm_forward, NULL};
 
 static accel_module *norm_module(const accel_module_ops *ops, double eps, const char *fn,
                                  int64_t dim) {

@@ -1,7 +1,11 @@
-/* LlamaForCausalLM with transformers' module tree, names, init and forward. */
+/* The decoder-only causal LMs of the architecture table (arch.h): Llama,
+ * Mistral, Qwen2, Qwen3, with transformers' module tree, names, init and
+ * forward. One graph; the table's row says what differs. */
+#include <math.h>
 #include <string.h>
 
 #include "accel/nn.h"
+#include "arch.h"
 #include "nn_internal.h"
 
 accel_llama_config accel_llama_config_default(void) {
@@ -22,6 +26,7 @@ accel_llama_config accel_llama_config_default(void) {
     c.attention_bias = false;
     c.mlp_bias = false;
     c.torch_dtype = ACCEL_F32;
+    snprintf(c.model_type, sizeof c.model_type, "llama");
     return c;
 }
 
@@ -47,6 +52,18 @@ static int64_t weight_bytes(const accel_llama_config *c) {
 /* The config with defaults resolved (kv heads, head_dim), checked. */
 static accel_status resolve_config(const accel_llama_config *in, accel_llama_config *c, const char *who) {
     *c = *in;
+    if (!memchr(c->model_type, 0, sizeof c->model_type))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model_type is not a terminated string", who);
+    const accel__arch *a = accel__arch_find(c->model_type);
+    if (!a)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not one accel builds (%s)", who,
+                               c->model_type, accel__arch_names());
+    if ((c->attention_bias && !a->attention_bias) || (c->mlp_bias && !a->mlp_bias))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models have no such bias", who,
+                               c->attention_bias && !a->attention_bias ? "attention_bias" : "mlp_bias", a->model_type);
+    if (c->sliding_window && a->window == ACCEL__WINDOW_NONE)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window is set, but %s models have none", who,
+                               a->model_type);
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->head_dim == 0 && c->num_attention_heads > 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
@@ -68,6 +85,10 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (c->num_hidden_layers > ACCEL_LLAMA_MAX_LAYERS)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: num_hidden_layers %lld is over accel's limit of %d",
                                who, (long long)c->num_hidden_layers, ACCEL_LLAMA_MAX_LAYERS);
+    if (c->sliding_window < 0 || c->max_window_layers < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
+                               who, (long long)c->sliding_window, (long long)c->max_window_layers);
+    if (accel__rope_check(c, who)) return accel_last_status();
     if (weight_bytes(c) < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the weights would take more than 2^63 bytes (vocab_size %lld, hidden_size "
@@ -162,38 +183,78 @@ static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos)
 /* ---- modules */
 
 typedef struct layer_impl {
-    accel_llama_config cfg; /* resolved */
+    const accel_llama_config *cfg; /* the root's (resolved), which outlives its layers */
+    const accel__arch *arch;
     int index;
+    bool windowed; /* attends to the last cfg->sliding_window keys only */
 } layer_impl;
 
 /* Child indices, fixed by construction order (transformers' order). */
 enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
 enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
 enum { LAYER_ATTN = 0, LAYER_MLP = 1, LAYER_IN_NORM = 2, LAYER_POST_NORM = 3 };
-enum { ATTN_Q = 0, ATTN_K = 1, ATTN_V = 2, ATTN_O = 3 };
+enum { ATTN_Q = 0, ATTN_K = 1, ATTN_V = 2, ATTN_O = 3, ATTN_Q_NORM = 4, ATTN_K_NORM = 5 };
 enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
 
-/* q/k/v projection output x [B, T, n*D] -> [B, n, T, D]. */
-static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d) {
+/* q/k/v projection output x [B, T, n*D] -> [B, n, T, D], through the per-head
+ * RMSNorm `norm` over D first when there is one (Qwen3's q_norm/k_norm). */
+static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_module *norm) {
     if (!x) return NULL;
     int64_t shape[4] = {x->shape[0], x->shape[1], n, d};
-    return accel_transpose(accel_reshape(x, 4, shape), 1, 2);
+    accel_tensor *h = accel_reshape(x, 4, shape);
+    if (norm) h = accel_module_call(norm, h);
+    return accel_transpose(h, 1, 2);
+}
+
+/* Attention where query t (at position pos + t) sees keys (at 0..) j with
+ * pos + t - W < j <= pos + t: transformers' sliding-window mask, as an
+ * additive mask over explicit scores (ops every backend has). q [B, H, T, D]
+ * (contiguous), k, v [B, Hkv, S, D] -> [B, H, T, D]. */
+static accel_tensor *window_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W) {
+    if (!q || !k || !v) return NULL;
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
+    int64_t G = H / Hkv;
+    /* query head h uses kv head h / G: rows of one kv head's G query heads together */
+    accel_tensor *qg = accel_reshape(accel_contiguous(q), 4, (int64_t[]){B, Hkv, G * T, D});
+    float *m = accel_arena_alloc(accel_step_arena(), (size_t)(G * T * S) * sizeof *m, 64);
+    if (!qg || !m) return NULL;
+    for (int64_t r = 0; r < G * T; r++) {
+        int64_t qpos = pos + r % T;
+        for (int64_t j = 0; j < S; j++) m[r * S + j] = j <= qpos && j > qpos - W ? 0.0f : -INFINITY;
+    }
+    accel_tensor *mask = accel_from_data(ACCEL_F32, 2, (int64_t[]){G * T, S}, m);
+    if (mask && mask->dtype != qg->dtype) mask = accel_to_dtype(mask, qg->dtype);
+    if (mask && !accel_device_eq(mask->device, qg->device)) mask = accel_to_device(mask, qg->device);
+    accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)), 1.0 / sqrt((double)D));
+    accel_tensor *o = accel_matmul(accel_softmax(accel_add(scores, mask), 3), v); /* [B, Hkv, G T, D] */
+    return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
 }
 
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
                                     accel_kv_cache *cache) {
-    const accel_llama_config *c = &li->cfg;
+    const accel_llama_config *c = li->cfg;
     accel_module **p = attn->children;
-    accel_tensor *q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim);
-    accel_tensor *k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim);
-    accel_tensor *v = split_heads(accel_module_call(p[ATTN_V], x), c->num_key_value_heads, c->head_dim);
-    q = accel_rope(q, pos, c->rope_theta); /* q, k [B, H(kv), T, D] */
-    k = accel_rope(k, pos, c->rope_theta);
+    bool qkn = li->arch->qk_norm;
+    int64_t T = x->shape[1];
+    accel_tensor *q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim,
+                                  qkn ? p[ATTN_Q_NORM] : NULL);
+    accel_tensor *k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim,
+                                  qkn ? p[ATTN_K_NORM] : NULL);
+    accel_tensor *v = split_heads(accel_module_call(p[ATTN_V], x), c->num_key_value_heads, c->head_dim, NULL);
+    float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(c->head_dim / 2) * sizeof *inv, 64);
+    if (!inv) return NULL;
+    double scaling = accel__rope_inv_freq(c, pos + T, inv);
+    q = accel_rope_freqs(q, pos, inv, scaling); /* q, k [B, H(kv), T, D] */
+    k = accel_rope_freqs(k, pos, inv, scaling);
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
     }
-    accel_tensor *o = accel_sdpa(q, k, v, true, 0.0); /* [B, H, T, D] */
+    /* the window only bites once some query is W or more positions past a key
+     * (on meta, shapes only: the fused op) */
+    accel_tensor *o = li->windowed && pos + T > c->sliding_window && x->device.type != ACCEL_DEV_META
+                          ? window_attention(q, k, v, pos, c->sliding_window)
+                          : accel_sdpa(q, k, v, true, 0.0); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
@@ -208,7 +269,7 @@ static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li,
     return accel_module_exit(attn, &y) == ACCEL_OK ? y : NULL;
 }
 
-static accel_tensor *mlp_forward(accel_module *mlp, accel_tensor *x) {
+accel_tensor *accel__decoder_mlp_forward(accel_module *mlp, accel_tensor *x) {
     accel_module **p = mlp->children;
     /* act_fn(gate_proj(x)) * up_proj(x) with act_fn = silu, fused. */
     accel_tensor *h = accel_swiglu(accel_module_call(p[MLP_GATE], x), accel_module_call(p[MLP_UP], x));
@@ -255,32 +316,32 @@ static accel_tensor *model_forward(accel_module *model, accel_tensor *ids, int64
 }
 
 /* accel_module_call runs the hooks and the checkpointing around it. */
-static accel_tensor *decoder_layer_call(accel_module *layer, accel_tensor *x) {
+accel_tensor *accel__decoder_layer_call(accel_module *layer, accel_tensor *x) {
     return layer_body(layer, x, 0, NULL);
 }
 
-static accel_tensor *no_forward(accel_module *m, accel_tensor *x);
-
-static const accel_module_ops LLAMA_OPS = {"LlamaForCausalLM", no_forward, NULL};
-static const accel_module_ops MODEL_OPS = {"LlamaModel", no_forward, NULL};
 static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
-static const accel_module_ops LAYER_OPS = {"LlamaDecoderLayer", decoder_layer_call, NULL};
-static const accel_module_ops ATTN_OPS = {"LlamaAttention", NULL, NULL};
-static const accel_module_ops MLP_OPS = {"LlamaMLP", mlp_forward, NULL};
 
-bool accel__llama_checkpoint_layers(accel_module *m, bool enable) {
-    if (m->ops == &LLAMA_OPS) m = m->children[ROOT_MODEL];
-    if (m->ops != &MODEL_OPS) return false;
+/* The row of a causal LM root built here, else NULL. */
+static const accel__arch *root_arch(const accel_module *m) {
+    const accel__arch *a = accel__arch_of_module(m);
+    return a && m->ops == &a->causal_lm ? a : NULL;
+}
+
+bool accel__decoder_checkpoint_layers(accel_module *m, bool enable) {
+    const accel__arch *a = accel__arch_of_module(m);
+    if (!a) return false;
+    if (m->ops == &a->causal_lm) m = m->children[ROOT_MODEL];
+    if (m->ops != &a->model) return false;
     accel_module *layers = m->children[MODEL_LAYERS];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
 }
 
 /* The whole model's single-tensor entry points (ids -> logits / hidden states). */
-static accel_tensor *no_forward(accel_module *m, accel_tensor *ids) {
-    if (m->ops == &LLAMA_OPS) return accel_llama_forward(m, ids, NULL);
-    accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                    "LlamaModel: call accel_llama_forward on the LlamaForCausalLM root");
+accel_tensor *accel__decoder_no_forward(accel_module *m, accel_tensor *ids) {
+    if (root_arch(m)) return accel_llama_forward(m, ids, NULL);
+    accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: call accel_llama_forward on the causal LM root", m->ops->type_name);
     return NULL;
 }
 
@@ -289,35 +350,39 @@ static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out
     return accel__linear_create(in, out, bias, dev, c->torch_dtype, c->initializer_range);
 }
 
-static accel_module *new_layer(const accel_llama_config *c, int index, accel_device dev) {
+static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev) {
+    return accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
+}
+
+static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
     layer_impl *li = accel_malloc(sizeof *li);
     if (!li) return NULL;
-    li->cfg = *c;
+    li->cfg = c;
+    li->arch = a;
     li->index = index;
-    accel_module *layer = accel_module_new(&LAYER_OPS, li);
+    li->windowed = c->sliding_window > 0 && index >= c->max_window_layers;
+    accel_module *layer = accel_module_new(&a->layer, li);
     if (!layer) {
         accel_free(li);
         return NULL;
     }
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
-    bool ab = c->attention_bias, mb = c->mlp_bias;
-    accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&ATTN_OPS, NULL));
-    accel_module *mlp = accel_module_add_child(layer, "mlp", accel_module_new(&MLP_OPS, NULL));
+    bool qkvb = a->qkv_bias || c->attention_bias, ob = !a->qkv_bias && c->attention_bias, mb = c->mlp_bias;
+    accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&a->attn, NULL));
+    accel_module *mlp = accel_module_add_child(layer, "mlp", accel_module_new(&a->mlp, NULL));
     bool ok = attn && mlp &&
-              accel_module_add_child(attn, "q_proj", linear(c, C, qd, ab, dev)) &&
-              accel_module_add_child(attn, "k_proj", linear(c, C, kvd, ab, dev)) &&
-              accel_module_add_child(attn, "v_proj", linear(c, C, kvd, ab, dev)) &&
-              accel_module_add_child(attn, "o_proj", linear(c, qd, C, ab, dev)) &&
+              accel_module_add_child(attn, "q_proj", linear(c, C, qd, qkvb, dev)) &&
+              accel_module_add_child(attn, "k_proj", linear(c, C, kvd, qkvb, dev)) &&
+              accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
+              accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev)) &&
+              (!a->qk_norm || (accel_module_add_child(attn, "q_norm", rms_norm(a, c, D, dev)) &&
+                               accel_module_add_child(attn, "k_norm", rms_norm(a, c, D, dev)))) &&
               accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
               accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev)) &&
               accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
-              accel_module_add_child(layer, "input_layernorm",
-                                     accel__rms_norm_create(&accel__rms_norm_ops_llama, C,
-                                                           c->rms_norm_eps, dev, c->torch_dtype)) &&
-              accel_module_add_child(layer, "post_attention_layernorm",
-                                     accel__rms_norm_create(&accel__rms_norm_ops_llama, C,
-                                                           c->rms_norm_eps, dev, c->torch_dtype));
+              accel_module_add_child(layer, "input_layernorm", rms_norm(a, c, C, dev)) &&
+              accel_module_add_child(layer, "post_attention_layernorm", rms_norm(a, c, C, dev));
     if (!ok) {
         accel_module_free(layer);
         return NULL;
@@ -336,12 +401,14 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
         accel_free(c);
         return NULL;
     }
-    accel_module *root = accel_module_new(&LLAMA_OPS, c);
+    const accel__arch *a = accel__arch_find(c->model_type);
+    snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);
+    accel_module *root = accel_module_new(&a->causal_lm, c);
     if (!root) {
         accel_free(c);
         return NULL;
     }
-    accel_module *model = accel_module_add_child(root, "model", accel_module_new(&MODEL_OPS, NULL));
+    accel_module *model = accel_module_add_child(root, "model", accel_module_new(&a->model, NULL));
     bool ok = model &&
               accel_module_add_child(model, "embed_tokens",
                                      accel__embedding_create(c->vocab_size, c->hidden_size, dev,
@@ -352,13 +419,11 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     for (int i = 0; ok && i < c->num_hidden_layers; i++) {
         char name[24];
         snprintf(name, sizeof name, "%d", i);
-        ok = accel_module_add_child(layers, name, new_layer(c, i, dev)) != NULL;
+        ok = accel_module_add_child(layers, name, new_layer(a, c, i, dev)) != NULL;
     }
     /* A tied head gets its weight from embed_tokens: build it on meta. */
     ok = ok &&
-         accel_module_add_child(model, "norm",
-                                accel__rms_norm_create(&accel__rms_norm_ops_llama, c->hidden_size,
-                                                      c->rms_norm_eps, dev, c->torch_dtype)) &&
+         accel_module_add_child(model, "norm", rms_norm(a, c, c->hidden_size, dev)) &&
          accel_module_add_child(root, "lm_head",
                                 linear(c, c->hidden_size, c->vocab_size, false,
                                        c->tie_word_embeddings ? ACCEL_META_DEVICE : dev));
@@ -372,8 +437,9 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
 }
 
 const accel_llama_config *accel_llama_config_of(accel_module *llama) {
-    if (!llama || llama->ops != &LLAMA_OPS) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_of: not a LlamaForCausalLM module");
+    if (!root_arch(llama)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_llama_config_of: not a causal LM built by accel_llama_new (LlamaForCausalLM, ...)");
         return NULL;
     }
     return llama->impl;

@@ -15,10 +15,9 @@ int accel__module_unique_tensors(accel_module *root, bool params_only, accel_ten
  * init_std <= 0 is PyTorch's default kaiming-uniform. */
 accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_device dev,
                                    accel_dtype dt, double init_std);
-/* RMSNorm module with the given ops (type name "RMSNorm" or "LlamaRMSNorm"). */
+/* RMSNorm module with the given ops (type name "RMSNorm", "LlamaRMSNorm", ...). */
 accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
                                     accel_device dev, accel_dtype dt);
-extern const accel_module_ops accel__rms_norm_ops_llama;
 /* Embedding with normal(0, std) init. */
 accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt,
                                       double std);
@@ -31,8 +30,9 @@ accel_tensor *accel__module_tensor(accel_module *m, const char *name);
  * parameters when m->gradient_checkpointing, else as is. */
 accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn body, void *ctx, accel_tensor *x);
 
-/* Sets gradient checkpointing on every decoder layer of m when m is a
- * LlamaForCausalLM or LlamaModel (true), else does nothing (false). */
-bool accel__llama_checkpoint_layers(accel_module *m, bool enable);
+/* Sets gradient checkpointing on every decoder layer of m when m is a causal
+ * LM root or its model of the architecture table (LlamaForCausalLM,
+ * Qwen2Model, ...: true), else does nothing (false). */
+bool accel__decoder_checkpoint_layers(accel_module *m, bool enable);
 
 #endif

@@ -4,6 +4,8 @@
  * The rope kernel reads x in its dtype and layout (the q/k projection's
  * [B, T, H, D] seen as [B, H, T, D]) and writes the contiguous output in x's
  * dtype: no f32 or contiguous copies around it, forward or backward. */
+#include <math.h>
+
 #include "nn_internal.h"
 
 /* t itself when the rope kernel reads it in place (its last dim contiguous), else a contiguous copy. */
@@ -24,7 +26,8 @@ static accel_status rope_backward(accel_node *node, accel_tensor *grad_out) {
     return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
 }
 
-accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {
+accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float *inv_freq,
+                               double attention_scaling) {
     static const char *OP = "accel_rope";
     accel_tensor *in[1] = {x};
     accel_device dev;
@@ -35,19 +38,23 @@ accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {
                         accel_shape_str(x, b, sizeof b));
         return NULL;
     }
-    if (!(theta > 0.0) || pos_offset < 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: theta must be > 0 and pos_offset >= 0 (got %g, %lld)",
-                        theta, (long long)pos_offset);
+    if (!inv_freq || !(attention_scaling > 0.0) || !isfinite(attention_scaling) || pos_offset < 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_rope: inv_freq must be given, attention_scaling finite and > 0, pos_offset >= 0 "
+                        "(got %s, %g, %lld)", inv_freq ? "inv_freq" : "NULL", attention_scaling,
+                        (long long)pos_offset);
         return NULL;
     }
     accel_tensor *out = accel__op_out(x->dtype, 4, x->shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
     int64_t BH = x->shape[0] * x->shape[1], T = x->shape[2], half = x->shape[3] / 2;
+    accel_tensor *freq = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(half), dev);
     accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
     accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
     accel_tensor *xs = rope_input(x);
-    if (!xs || !cst || !snt) return NULL;
-    accel_k_rope_tables kt = {.cos = cst, .sin = snt, .T = T, .half = half, .pos0 = pos_offset, .theta = theta};
+    if (!xs || !cst || !snt || !freq || accel_tensor_from_host(freq, inv_freq) != ACCEL_OK) return NULL;
+    accel_k_rope_tables kt = {.cos = cst, .sin = snt, .inv_freq = freq, .T = T, .half = half, .pos0 = pos_offset,
+                              .scale = (float)attention_scaling};
     accel_k_rope k = {.y = out, .x = xs, .cos = cst, .sin = snt, .BH = BH, .T = T, .half = half, .sign = 1.0f};
     if (ACCEL_KERNEL(OP, dev, rope_tables, &kt) != ACCEL_OK || ACCEL_KERNEL(OP, dev, rope, &k) != ACCEL_OK)
         return NULL;
@@ -60,4 +67,16 @@ accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {
         n->iarg[2] = half;
     }
     return out;
+}
+
+accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {
+    if (!(theta > 0.0)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: theta must be > 0 (got %g)", theta);
+        return NULL;
+    }
+    int64_t half = x && x->ndim == 4 ? x->shape[3] / 2 : 0;
+    float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(half ? half : 1) * sizeof *inv, 64);
+    if (!inv) return NULL;
+    for (int64_t i = 0; i < half; i++) inv[i] = (float)(1.0 / pow(theta, (double)(2 * i) / (double)(2 * half)));
+    return accel_rope_freqs(x, pos_offset, inv, 1.0);
 }

@@ -6,18 +6,17 @@
 
 #include "cpu_kernels.h"
 
-/* As transformers computes them: inv_freq in f32, angle = f32(pos) * inv_freq in f32. */
+/* As transformers computes them: angle = f32(pos) * inv_freq in f32, cos/sin times the scale in f32. */
 accel_status accel__cpuk_rope_tables(accel_k_rope_tables *k) {
     float *c = k->cos->data, *s = k->sin->data;
+    const float *inv = k->inv_freq->data;
     int64_t T = k->T, half = k->half;
-    for (int64_t i = 0; i < half; i++) {
-        float inv = (float)(1.0 / pow(k->theta, (double)(2 * i) / (double)(2 * half)));
-        for (int64_t t = 0; t < T; t++) {
-            float ang = (float)(k->pos0 + t) * inv;
-            c[t * half + i] = cosf(ang);
-            s[t * half + i] = sinf(ang);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < half; i++) {
+            float ang = (float)(k->pos0 + t) * inv[i];
+            c[t * half + i] = cosf(ang) * k->scale;
+            s[t * half + i] = sinf(ang) * k->scale;
         }
-    }
     return ACCEL_OK;
 }
 

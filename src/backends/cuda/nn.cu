@@ -33,14 +33,14 @@ extern "C" accel_status accel__cudak_rng(accel_k_rng *k) {
 
 /* ---- RoPE (transformers' rotate_half layout) */
 
-/* inv_freq in f32 from a double power, angle = f32(pos) * inv_freq, as the CPU. */
-__global__ void rope_tables_k(float *c, float *sn, int64_t T, int64_t half, int64_t pos0, double theta) {
+/* angle = f32(pos) * inv_freq, cos/sin times the scale, in f32 as the CPU. */
+__global__ void rope_tables_k(float *c, float *sn, const float *inv, int64_t T, int64_t half, int64_t pos0,
+                              float scale) {
     GRID_STRIDE(e, T * half) {
         int64_t t = e / half, i = e % half;
-        float inv = (float)(1.0 / pow(theta, (double)(2 * i) / (double)(2 * half)));
-        float ang = (float)(pos0 + t) * inv;
-        c[e] = cosf(ang);
-        sn[e] = sinf(ang);
+        float ang = (float)(pos0 + t) * inv[i];
+        c[e] = cosf(ang) * scale;
+        sn[e] = sinf(ang) * scale;
     }
 }
 
@@ -48,8 +48,9 @@ extern "C" accel_status accel__cudak_rope_tables(accel_k_rope_tables *k) {
     int index = k->cos->device.index;
     if (!k->T || !k->half) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
-    rope_tables_k<<<blocks_for(k->T * k->half), KTHREADS, 0, s>>>((float *)k->cos->data, (float *)k->sin->data, k->T,
-                                                                  k->half, k->pos0, k->theta);
+    rope_tables_k<<<blocks_for(k->T * k->half), KTHREADS, 0, s>>>((float *)k->cos->data, (float *)k->sin->data,
+                                                                  (const float *)k->inv_freq->data, k->T, k->half,
+                                                                  k->pos0, k->scale);
     return launched(index, "rope_tables");
 }
 

@@ -1,0 +1,51 @@
+/* The decoder-only architectures accel builds, as data: one row per
+ * config.json model_type of what differs between the families (class names,
+ * biases, norms, sliding windows, transformers' config defaults). llama.c
+ * builds and runs every row with one graph; hf_config.c reads and writes them.
+ * Internal to src/nn and src/io. */
+#ifndef ACCEL_NN_ARCH_H
+#define ACCEL_NN_ARCH_H
+
+#include "accel/nn.h"
+
+/* Which layers attend through the config's sliding_window. */
+typedef enum accel__window_rule {
+    ACCEL__WINDOW_NONE,   /* no sliding window: a sliding_window key is refused */
+    ACCEL__WINDOW_ALL,    /* every layer when sliding_window is set (Mistral) */
+    ACCEL__WINDOW_QWEN2,  /* only with use_sliding_window, layers i >= max_window_layers (Qwen2/3) */
+} accel__window_rule;
+
+typedef struct accel__arch {
+    const char *model_type;
+    /* transformers' classes: the module type names of the tree. `layer` is
+     * the family's _no_split_modules (and FSDP's transformer layer class). */
+    accel_module_ops causal_lm, model, layer, attn, mlp, norm;
+    bool qkv_bias;       /* q/k/v always carry a bias, o_proj never (Qwen2); else attention_bias on all four */
+    bool qk_norm;        /* q_norm/k_norm: RMSNorm over head_dim of each head, before RoPE (Qwen3) */
+    bool attention_bias; /* the config's attention_bias is honoured (else the family has none) */
+    bool mlp_bias;       /* the config's mlp_bias is honoured */
+    accel__window_rule window;
+    accel_llama_config defaults; /* the family's XConfig() defaults */
+} accel__arch;
+
+/* The row of model_type ("" or NULL: llama), or NULL when accel has none. */
+const accel__arch *accel__arch_find(const char *model_type);
+/* The row whose classes include m's type (m built by accel_llama_new), or NULL. */
+const accel__arch *accel__arch_of_module(const accel_module *m);
+/* The model types accel builds, ", "-separated (for error messages). */
+const char *accel__arch_names(void);
+
+/* RoPE of a resolved config (rope_scaling.c): writes inv_freq [head_dim / 2]
+ * for a forward whose positions end before seq_len and returns the attention
+ * scaling that multiplies cos and sin. */
+double accel__rope_inv_freq(const accel_llama_config *c, int64_t seq_len, float *inv_freq);
+/* ACCEL_OK when c's rope_scaling fields are usable, else an error naming the field. */
+accel_status accel__rope_check(const accel_llama_config *c, const char *who);
+
+/* The forwards the rows' module ops point at (llama.c, layers.c). */
+accel_tensor *accel__decoder_no_forward(accel_module *m, accel_tensor *ids);
+accel_tensor *accel__decoder_layer_call(accel_module *layer, accel_tensor *x);
+accel_tensor *accel__decoder_mlp_forward(accel_module *mlp, accel_tensor *x);
+accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x);
+
+#endif

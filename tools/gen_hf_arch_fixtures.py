@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Tiny random checkpoints of each architecture / RoPE variant accel builds from
+config.json, written by transformers, with transformers' outputs.
+
+    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR]     # default tests/data
+    python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT
+
+--check-saved loads ROOT/<name> (written by accel's save_pretrained from
+tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
+its logits with the fixture's; exit status 0 when all are within 1e-5.
+
+Writes OUT_DIR/hf_arch_<name>/ (save_pretrained: config.json + model.safetensors)
+and expected.safetensors:
+    ids        [2, 24] i64   input ids: past every sliding window (8) and every
+                             RoPE threshold (max_position_embeddings or
+                             original_max_position_embeddings 16)
+    logits     [2, 24, V] f32  transformers' logits (no cache)
+    loss       []     f32    model(ids, labels=ids).loss
+    g.<param>         f32    that loss's gradient of every parameter
+    prompt     [1, 4]  i64
+    greedy     [1, 20] i64   greedy generate(prompt, max_new_tokens=16), KV cache
+Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1)) so logits are
+well separated and greedy decoding has no near-ties (tests/test_hf_archs.c).
+"""
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModelForCausalLM
+
+BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+            rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+            tie_word_embeddings=False)
+
+FIXTURES = {
+    "llama_linear": ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0})),
+    "llama_dynamic": ("llama", dict(max_position_embeddings=16,
+                                    rope_scaling={"rope_type": "dynamic", "factor": 2.0})),
+    "llama_yarn": ("llama", dict(rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                               "original_max_position_embeddings": 16})),
+    "llama_longrope": ("llama", dict(rope_scaling={
+        "rope_type": "longrope", "original_max_position_embeddings": 16,
+        "short_factor": [1.0, 1.1, 1.3, 1.6], "long_factor": [1.0, 1.5, 2.5, 4.0]})),
+    "llama_llama3": ("llama", dict(rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16})),
+    "mistral": ("mistral", dict(sliding_window=8)),
+    "qwen2": ("qwen2", dict()),
+    "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
+    "qwen3": ("qwen3", dict()),
+}
+
+
+def build(model_type, extra, seed):
+    cfg = AutoConfig.for_model(model_type, **{**BASE, **extra})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    return model
+
+
+def expected(model, seed):
+    v = model.config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, v, (2, 24), generator=g)
+    prompt = torch.randint(0, v, (1, 4), generator=g)
+    out = {"ids": ids, "prompt": prompt}
+    with torch.no_grad():
+        out["logits"] = model(input_ids=ids).logits.float()
+    model.zero_grad()
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    out["loss"] = loss.detach().float()
+    for name, p in model.named_parameters():
+        out["g." + name] = p.grad.detach().float()
+    with torch.no_grad():
+        out["greedy"] = model.generate(prompt, max_new_tokens=16, do_sample=False,
+                                       attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    return {k: t.contiguous() for k, t in out.items()}
+
+
+def check_saved(root):
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    worst = 0.0
+    for name in FIXTURES:
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.float32).eval()
+        e = load_file(os.path.join(data, "hf_arch_" + name, "expected.safetensors"))
+        with torch.no_grad():
+            err = float((model(input_ids=e["ids"]).logits - e["logits"]).abs().max())
+        print(f"{name}: {type(model).__name__} max |logits - fixture| = {err:.3g}")
+        worst = max(worst, err)
+    if not worst <= 1e-5:
+        sys.exit(1)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
+        check_saved(sys.argv[2])
+        return
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    total = 0
+    for i, (name, (model_type, extra)) in enumerate(FIXTURES.items()):
+        d = os.path.join(out_dir, "hf_arch_" + name)
+        os.makedirs(d, exist_ok=True)
+        model = build(model_type, extra, 4321 + i)
+        model.generation_config.eos_token_id = None
+        model.save_pretrained(d, safe_serialization=True)
+        save_file(expected(model, 77 + i), os.path.join(d, "expected.safetensors"))
+        size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+        total += size
+        print(f"{d}: {size} bytes")
+    print(f"total {total} bytes")
+
+
+if __name__ == "__main__":
+    main()
