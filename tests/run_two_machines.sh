@@ -7,19 +7,7 @@
 set -u
 ACCEL=$1
 shift
-# A port nothing listens on, found without Python (testing accel needs none):
-# random ones below the kernel's ephemeral range (32768 and up), each tried
-# with a connect that must be refused.
-free_port() {
-  for _ in $(seq 64); do
-    local p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
+. "$(dirname "$0")/free_port.sh"
 PORT=$(free_port) || { echo "run_two_machines.sh: no free port on 127.0.0.1" >&2; exit 1; }
 export ACCEL_JOB_SECRET=two-machines-$$-$RANDOM
 export OMP_NUM_THREADS=1

@@ -9,7 +9,8 @@
 set -u
 ACCEL=$1
 shift
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$(dirname "$0")/free_port.sh"
+PORT=$(free_port) || { echo "run_two_machines_wrong_secret.sh: no free port on 127.0.0.1" >&2; exit 1; }
 export OMP_NUM_THREADS=1
 LOG=$(mktemp -d)
 trap 'rm -rf "$LOG"' EXIT
