@@ -487,8 +487,9 @@ static accel_status start_server(accel__store *s, const char *addr, int port) {
     if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
         listen(s->listen_fd, SOMAXCONN) != 0 || getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
         return accel_set_error(ACCEL_ERR_DIST,
-                               "accel_dist_init: rank 0 cannot listen on %s:%d (%s); is another "
-                               "job using MASTER_PORT=%d? (accel launch --main_process_port 0 picks a free port)",
+                               "accel_dist_init: rank 0 cannot listen on %s:%d (%s); is another job using "
+                               "MASTER_PORT=%d? (set MASTER_PORT to a free port; `accel launch "
+                               "--main_process_port 0` picks one)",
                                addr, port, strerror(errno), port);
     s->port = ntohs(sa.sin_port);
     if (pipe2(s->wake, O_CLOEXEC) != 0)
