@@ -182,6 +182,10 @@ typedef struct tok_decoder {
 typedef struct tok_added {
     char *content;
     size_t len;
+    /* the text encode looks for: content, or for a normalized token the
+     * normalizer's output of it (owned then; match_len 0: never matched) */
+    char *match;
+    size_t match_len;
     int64_t id;
     bool special, single_word, lstrip, rstrip, normalized;
 } tok_added;

@@ -388,6 +388,29 @@ static bool load_added(const ctx *c, json_t *root, accel_tokenizer *t) {
     return true;
 }
 
+/* As the reference's AddedVocabulary: a token the model knows takes the model's
+ * id; a normalized one is looked for as the normalizer makes it (lowercased by
+ * BERT's, say), and never when it normalizes to nothing. Needs the normalizer. */
+static bool prepare_added(const ctx *c, accel_tokenizer *t) {
+    for (int i = 0; i < t->n_added; i++) {
+        tok_added *a = &t->added[i];
+        int64_t known = tok_strmap_get(&t->model.vocab, a->content, a->len);
+        if (known >= 0) a->id = known;
+        a->match = a->content, a->match_len = a->len;
+        if (!a->normalized || !t->normalizer) continue;
+        tok_buf b = {0};
+        if (!tok_normalize(t->normalizer, a->content, a->len, &b)) {
+            free(b.p);
+            char where[64];
+            snprintf(where, sizeof where, "added_tokens[%d]", i);
+            return fail(c, accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM, where,
+                        "normalizing \"content\" failed: %s", accel_last_error());
+        }
+        a->match = b.p, a->match_len = b.n;
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------ post-processors */
 
 /* "cls": ["[CLS]", 101] */
@@ -563,6 +586,7 @@ static accel_tokenizer *load_root(const char *path, json_t *root) {
     LOAD_PART(root, "post_processor", t->post, load_post);
     LOAD_PART(root, "decoder", t->decoder, load_decoder);
 
+    if (!prepare_added(&c, t)) goto fail;
     /* ids: the model's, then the added tokens' (which may reuse a model id) */
     t->vocab_size = t->model.n_token;
     for (int i = 0; i < t->n_added; i++)
@@ -635,7 +659,10 @@ void tok_free_parts(accel_tokenizer *t) {
     free(t->pretokenizer);
     free(t->post);
     free(t->decoder);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (int i = 0; i < t->n_added; i++) {
+        if (t->added[i].match != t->added[i].content) free(t->added[i].match);
+        free(t->added[i].content);
+    }
     free(t->added);
     tok_strmap_free(&t->added_map);
     free(t->added_token);

@@ -20,6 +20,7 @@ static bool in_categories(uint32_t c, int lo, int hi) {
 
 bool tok_is_letter(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LO); }
 bool tok_is_numeric(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_ND, UTF8PROC_CATEGORY_NO); }
+bool tok_is_joining_mark(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MC); }
 bool tok_is_punctuation(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_PO); }
 
 /* The first code point of s (valid UTF-8: checked at encode's entry). */
