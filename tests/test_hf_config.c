@@ -269,6 +269,51 @@ static void test_save_families(void) {
     accel_clear_error();
 }
 
+/* RoPE and sliding-window corner cases of transformers' configs, and the C API's
+ * config check on what a file could not say. */
+static void test_rope_window_edges(void) {
+    accel_llama_config c;
+    /* Qwen2/3 with use_sliding_window and no sliding_window: transformers' 4096 */
+    const char *qwen[] = {"qwen2", "qwen3"};
+    for (int i = 0; i < 2; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"model_type\": \"%s\", \"use_sliding_window\": true, \"hidden_size\": 64, "
+                 "\"num_attention_heads\": 4, \"head_dim\": 16}", qwen[i]);
+        CHECK_MSG(accel_llama_config_load(write_cfg("qw.json", text), &c) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(c.sliding_window == 4096, "%s: sliding_window %lld", qwen[i], (long long)c.sliding_window);
+    }
+    /* a top-level original_max_position_embeddings beats both rope_scaling's and rope_parameters' */
+    CHECK_MSG(accel_llama_config_load(write_cfg("orig.json",
+                                                "{\"original_max_position_embeddings\": 64, \"rope_scaling\": {\"rope_type\": "
+                                                "\"yarn\", \"factor\": 2, \"original_max_position_embeddings\": 32}, "
+                                                "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2, "
+                                                "\"original_max_position_embeddings\": 16}}"),
+                                      &c) == ACCEL_OK,
+              "%s", accel_last_error());
+    CHECK_MSG(c.rope_scaling.original_max_position_embeddings == 64, "got %lld",
+              (long long)c.rope_scaling.original_max_position_embeddings);
+    /* llama3 needs the pretraining length (transformers requires the key) */
+    expect_error("l3.json", "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
+                 "\"high_freq_factor\": 4}}", ACCEL_ERR_FORMAT, "llama3 rope_scaling needs original_max_position_embeddings");
+    /* yarn mscale < 0 */
+    expect_error("ym.json", "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2, \"mscale\": -1}}", ACCEL_ERR_FORMAT,
+                 "mscale_all_dim must be finite and >= 0");
+    expect_error("yma.json", "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2, \"mscale_all_dim\": -0.5}}",
+                 ACCEL_ERR_FORMAT, "mscale_all_dim must be finite and >= 0");
+    /* the C API: longrope with more factors than the arrays hold */
+    accel_llama_config w = {.vocab_size = 16, .hidden_size = 1024, .intermediate_size = 16, .num_hidden_layers = 1,
+                            .num_attention_heads = 1, .num_key_value_heads = 1, .head_dim = 1024,
+                            .max_position_embeddings = 64, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
+                            .initializer_range = 0.02, .torch_dtype = ACCEL_F32};
+    w.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_LONGROPE, .n_factors = 512};
+    CHECK(accel_llama_config_check(&w, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "n_factors must be in [1, ACCEL_ROPE_MAX_FACTORS]");
+    w.rope_scaling.n_factors = -3;
+    CHECK(accel_llama_config_check(&w, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "n_factors must be in [1, ACCEL_ROPE_MAX_FACTORS]");
+    accel_clear_error();
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_cfg_XXXXXX");
     if (!mkdtemp(g_dir)) return 2;
@@ -278,6 +323,7 @@ int main(void) {
     RUN(test_save);
     RUN(test_big_file_few_reads);
     RUN(test_save_families);
+    RUN(test_rope_window_edges);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 2;

@@ -179,6 +179,26 @@ static void test_refusals(void) {
     check_refused("model.vocab", json_pack("{s:i}", "a", -1), ACCEL_ERR_FORMAT, "is not an integer");
     check_refused("added_tokens", json_pack("[{s:i,s:s}]", "id", 3, "content", ""), ACCEL_ERR_FORMAT, "is empty");
     check_refused("model", json_null(), ACCEL_ERR_FORMAT, "model: must be an object");
+    /* an empty Metaspace replacement would loop forever searching for "" */
+    check_refused("pre_tokenizer", json_pack("{s:s,s:s,s:s}", "type", "Metaspace", "replacement", "", "prepend_scheme", "always"),
+                  ACCEL_ERR_FORMAT, "\"replacement\" must be one character");
+    check_refused("decoder", json_pack("{s:s,s:s,s:s}", "type", "Metaspace", "replacement", "", "prepend_scheme", "always"),
+                  ACCEL_ERR_FORMAT, "\"replacement\" must be one character");
+    check_refused("decoder", json_pack("{s:s,s:s,s:s}", "type", "Metaspace", "replacement", "ab", "prepend_scheme", "always"),
+                  ACCEL_ERR_FORMAT, "\"replacement\" must be one character");
+    /* post-processor ids outside the vocabulary (gpt2's has 900 ids) */
+    check_refused("post_processor", json_pack("{s:s,s:[s,i],s:[s,i]}", "type", "BertProcessing", "cls", "x", 900, "sep", "y", 1),
+                  ACCEL_ERR_FORMAT, "post_processor: \"cls\" has id 900, outside the vocabulary");
+    check_refused("post_processor", json_pack("{s:s,s:[{s:s,s:[{s:{s:s}}]}]}", "type", "Sequence", "processors", "type",
+                                              "TemplateProcessing", "single", "SpecialToken", "id", "<x>"),
+                  ACCEL_ERR_FORMAT, "special token \"<x>\" has no ids"); /* and the nested element is freed (ASan) */
+    check_refused("post_processor", json_pack("{s:s,s:[{s:{s:s}}],s:{s:{s:[i]}}}", "type", "TemplateProcessing", "single",
+                                              "SpecialToken", "id", "<x>", "special_tokens", "<x>", "ids", -1),
+                  ACCEL_ERR_FORMAT, "\"special_tokens\" has id -1");
+    /* a failing element of a nested Sequence: what the outer element allocated is freed (ASan) */
+    check_refused("normalizer", json_pack("{s:s,s:[{s:s,s:[{s:s}]}]}", "type", "Sequence", "normalizers", "type", "Sequence",
+                                          "normalizers", "type", "Precompiled"),
+                  ACCEL_ERR_UNSUPPORTED, "normalizer type \"Precompiled\"");
     /* JSON of another kind, not JSON, a directory without tokenizer.json, a missing file */
     FILE *f = fopen("/tmp/accel_tok_array.json", "w");
     fputs("[1, 2]", f);
@@ -191,6 +211,120 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "data/tokenizer.json");
     CHECK(accel_tokenizer_load("/nonexistent/tokenizer.json") == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "no such file");
+}
+
+/* A small BPE tokenizer.json: `parts` are its top-level components as JSON
+ * members ("\"normalizer\": {...}, ..."; absent ones are none), loaded. */
+static const char SMALL_VOCAB[] = "{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5,\"H\":6,\"e\":7,\"l\":8,\"o\":9,"
+                                  "\"W\":10,\"r\":11,\"d\":12,\"oW\":13,\"!\":14,\"\\u00e9\":15,\"X\":16,\"\\u0301\":17,"
+                                  "\"\\u093e\":18,\"<0x 1>\":19,\"<0x41>\":20}";
+
+static accel_tokenizer *small_tok(const char *parts, const char *merges) {
+    char path[] = "/tmp/accel_tok_small_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) return NULL;
+    fprintf(f,
+            "{\"version\":\"1.0\",%s%s\"post_processor\":null,"
+            "\"model\":{\"type\":\"BPE\",\"unk_token\":null,\"vocab\":%s,\"merges\":%s}}",
+            parts, *parts ? "," : "", SMALL_VOCAB, merges);
+    fclose(f);
+    accel_tokenizer *t = accel_tokenizer_load(path);
+    unlink(path);
+    return t;
+}
+
+/* small_tok(parts, merges) encodes text (no special tokens) to want[0..n_want). */
+static void check_small(const char *parts, const char *merges, const char *text, const int64_t *want, int64_t n_want) {
+    accel_tokenizer *t = small_tok(parts, merges);
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    if (!t) return;
+    int64_t *ids = NULL, n = 0;
+    CHECK_MSG(accel_tokenizer_encode(t, text, strlen(text), false, &ids, &n) == ACCEL_OK, "%s", accel_last_error());
+    bool same = n == n_want;
+    for (int64_t i = 0; same && i < n; i++) same = ids[i] == want[i];
+    CHECK_MSG(same, "\"%s\" with %s / %s", text, parts, merges);
+    if (!same) print_ids("got", ids, n);
+    free(ids);
+    accel_tokenizer_free(t);
+}
+
+#define ADDED(id, content, single_word, normalized)                                                             \
+    "\"added_tokens\":[{\"id\":" #id ",\"content\":\"" content "\",\"single_word\":" #single_word                \
+    ",\"lstrip\":false,\"rstrip\":false,\"normalized\":" #normalized ",\"special\":false}]"
+
+/* Corner cases of the reference's semantics (the ids are those of Hugging Face
+ * tokenizers 0.22 on the same tokenizer.json). */
+static void test_reference_edges(void) {
+    /* a duplicate merge: the last rank wins (the reference collects a HashMap) */
+    check_small("", "[[\"a\",\"b\"],[\"b\",\"c\"],[\"a\",\"b\"]]", "abc", (const int64_t[]){0, 4}, 2);
+    /* empty regex matches split: a lookahead cuts "HelloWorld" before the W */
+    check_small("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(?=[A-Z])\"},\"behavior\":\"Isolated\","
+                "\"invert\":false}",
+                "[[\"o\",\"W\"]]", "HelloWorld", (const int64_t[]){6, 7, 8, 8, 9, 10, 9, 11, 8, 12}, 10);
+    /* Replace with empty matches: none right where the previous match ended */
+    check_small("\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"b*\"},\"content\":\"X\"}", "[]", "abbc",
+                (const int64_t[]){16, 0, 16, 2, 16}, 5);
+    check_small("\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\"\"},\"content\":\"X\"}", "[]", "abc",
+                (const int64_t[]){16, 0, 16, 1, 16, 2, 16}, 7);
+    /* StripAccents alone drops marks without decomposing: a precomposed e-acute stays */
+    check_small("\"normalizer\":{\"type\":\"StripAccents\"}", "[]", "\xc3\xa9" "e\xcc\x81", (const int64_t[]){15, 7}, 2);
+    /* a normalized added token is found as the normalizer makes it; one that normalizes to nothing never */
+    check_small("\"normalizer\":{\"type\":\"Lowercase\"}," ADDED(21, "Abc", false, true), "[]", "xAbcabc",
+                (const int64_t[]){21, 21}, 2);
+    check_small("\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\"Q\"},\"content\":\"\"}," ADDED(21, "Q", false, true),
+                "[]", "aQb", (const int64_t[]){0, 1}, 2);
+    /* an added token the model knows takes the model's id */
+    check_small(ADDED(21, "ab", false, false), "[]", "cab", (const int64_t[]){2, 3}, 2);
+    /* single_word: marks (U+093E Mc, U+0301 Mn) are word characters, '!' is not */
+    check_small(ADDED(21, "Wd", true, false), "[]", "\xe0\xa4\xbeWd c\xc3\xa9Wd \xcc\x81Wd !Wd",
+                (const int64_t[]){18, 10, 12, 2, 15, 10, 12, 17, 10, 12, 14, 21}, 12);
+    /* ByteFallback reads exactly two hex digits: "<0x 1>" is a token, not byte 1 */
+    accel_tokenizer *t = small_tok("\"decoder\":{\"type\":\"ByteFallback\"}", "[]");
+    char *out = NULL;
+    CHECK(t && accel_tokenizer_decode(t, (const int64_t[]){19, 20, 0}, 3, false, &out, NULL) == ACCEL_OK);
+    CHECK_MSG(out && !strcmp(out, "<0x 1>Aa"), "decoded \"%s\"", out ? out : "(null)");
+    free(out);
+    accel_tokenizer_free(t);
+    /* a regex that exhausts PCRE2's match limit is an error, not "no match" */
+    t = small_tok("\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a+)+$\"},\"behavior\":\"Isolated\","
+                  "\"invert\":false}", "[]");
+    CHECK(t != NULL);
+    char text[64];
+    memset(text, 'a', 40);
+    text[40] = '!';
+    int64_t *ids = (int64_t *)1, n = 3;
+    CHECK(t && accel_tokenizer_encode(t, text, 41, false, &ids, &n) != ACCEL_OK && ids == NULL && n == 0);
+    CHECK_STR_CONTAINS(accel_last_error(), "a regular expression failed on the text");
+    CHECK_STR_CONTAINS(accel_last_error(), "limit");
+    accel_tokenizer_free(t);
+}
+
+/* BERT's uncased pipeline with a normalized added token "NewWord": found in any
+ * case, as the lowercasing normalizer makes it (tokenizers gives 1200 1200). */
+static void test_normalized_added(void) {
+    json_error_t err;
+    json_t *root = json_load_file("data/tokenizers/bert/tokenizer.json", 0, &err);
+    CHECK(root != NULL);
+    if (!root) return;
+    json_array_append_new(json_object_get(root, "added_tokens"),
+                          json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 1200, "content", "NewWord", "single_word", 0,
+                                    "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0));
+    char path[] = "/tmp/accel_tok_bert_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    json_dump_file(root, path, 0);
+    json_decref(root);
+    accel_tokenizer *t = accel_tokenizer_load(path);
+    unlink(path);
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    int64_t *ids = NULL, n = 0;
+    CHECK(t && accel_tokenizer_encode(t, "NewWord newword", 15, false, &ids, &n) == ACCEL_OK);
+    bool same = n == 2 && ids[0] == 1200 && ids[1] == 1200;
+    CHECK(same);
+    if (!same) print_ids("got", ids, n);
+    free(ids);
+    accel_tokenizer_free(t);
 }
 
 /* Two tokenizers at once, freed in either order. */
@@ -253,6 +387,8 @@ int main(void) {
     RUN(test_lookups);
     RUN(test_bad_input);
     RUN(test_refusals);
+    RUN(test_reference_edges);
+    RUN(test_normalized_added);
     RUN(test_two_handles);
     RUN(test_generate_text);
     return check_summary();

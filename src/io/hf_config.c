@@ -138,7 +138,9 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
             return accel_set_error(ACCEL_ERR_FORMAT, "%s: %s of type \"%s\" needs %s", file, key, name,
                                    REQUIRED[type][i]);
     }
-    int64_t top_orig = r->original_max_position_embeddings;
+    /* the top level's, read (and checked) before: not what an earlier rope_scaling set */
+    json_t *top = json_object_get(root, "original_max_position_embeddings");
+    int64_t top_orig = json_is_integer(top) ? json_integer_value(top) : 0;
     if (get_real(v, file, "factor", &r->factor) || get_real(v, file, "attention_factor", &r->attention_factor) ||
         get_real(v, file, "beta_fast", &r->beta_fast) || get_real(v, file, "beta_slow", &r->beta_slow) ||
         get_real(v, file, "mscale", &r->mscale) || get_real(v, file, "mscale_all_dim", &r->mscale_all_dim) ||

@@ -28,11 +28,11 @@ static const accel__arch ARCHS[] = {
      .window = ACCEL__WINDOW_NONE, DEFAULTS("llama", 32000, 11008, 0, 0, 2048, 0, 0)},
     {.model_type = "mistral", ARCH_OPS("Mistral"), .window = ACCEL__WINDOW_ALL,
      DEFAULTS("mistral", 32000, 14336, 8, 0, 4096 * 32, 4096, 0)},
-    /* Qwen2/3: sliding_window only counts with use_sliding_window (default off) */
+    /* Qwen2/3: sliding_window (4096 when absent) only counts with use_sliding_window (default off) */
     {.model_type = "qwen2", ARCH_OPS("Qwen2"), .qkv_bias = true, .window = ACCEL__WINDOW_QWEN2,
-     DEFAULTS("qwen2", 151936, 22016, 0, 0, 32768, 0, 28)},
+     DEFAULTS("qwen2", 151936, 22016, 0, 0, 32768, 4096, 28)},
     {.model_type = "qwen3", ARCH_OPS("Qwen3"), .qk_norm = true, .attention_bias = true,
-     .window = ACCEL__WINDOW_QWEN2, DEFAULTS("qwen3", 151936, 22016, 0, 128, 32768, 0, 28)},
+     .window = ACCEL__WINDOW_QWEN2, DEFAULTS("qwen3", 151936, 22016, 0, 128, 32768, 4096, 28)},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 

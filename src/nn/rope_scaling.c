@@ -131,13 +131,18 @@ accel_status accel__rope_check(const accel_llama_config *c, const char *who) {
     else if (r->attention_factor != 0 && !positive(r->attention_factor))
         bad = "rope_scaling.attention_factor must be a finite number > 0";
     else if (r->type == ACCEL_ROPE_YARN && (!isfinite(r->beta_fast) || !isfinite(r->beta_slow) || r->beta_fast < 0 ||
-                                            r->beta_slow < 0 || !isfinite(r->mscale) || !isfinite(r->mscale_all_dim)))
+                                            r->beta_slow < 0 || !isfinite(r->mscale) || !isfinite(r->mscale_all_dim) ||
+                                            r->mscale < 0 || r->mscale_all_dim < 0))
         bad = "rope_scaling.beta_fast, beta_slow, mscale and mscale_all_dim must be finite and >= 0";
     else if (r->type == ACCEL_ROPE_LLAMA3 && (!positive(r->low_freq_factor) || !positive(r->high_freq_factor) ||
                                               r->low_freq_factor == r->high_freq_factor))
         bad = "llama3 rope_scaling needs low_freq_factor != high_freq_factor, both finite and > 0";
+    else if (r->type == ACCEL_ROPE_LLAMA3 && r->original_max_position_embeddings == 0)
+        bad = "llama3 rope_scaling needs original_max_position_embeddings (the pretraining length)";
     else if (r->type == ACCEL_ROPE_DYNAMIC && c->head_dim <= 2)
         bad = "dynamic rope_scaling needs head_dim > 2";
+    else if (r->type == ACCEL_ROPE_LONGROPE && (r->n_factors < 1 || r->n_factors > ACCEL_ROPE_MAX_FACTORS))
+        bad = "longrope rope_scaling.n_factors must be in [1, ACCEL_ROPE_MAX_FACTORS]";
     else if (r->type == ACCEL_ROPE_LONGROPE && r->n_factors != c->head_dim / 2)
         bad = "longrope rope_scaling needs short_factor and long_factor of head_dim / 2 numbers each";
     for (int i = 0; !bad && r->type == ACCEL_ROPE_LONGROPE && i < r->n_factors; i++)

@@ -86,12 +86,14 @@ static bool byte_level(strs *in, strs *out) {
 }
 
 /* "<0xAB>" -> 0xAB, -1 when t is not a byte token. */
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 static int byte_token(const char *t) {
-    unsigned v;
-    char end;
     if (strlen(t) != 6 || strncmp(t, "<0x", 3) || t[5] != '>') return -1;
-    if (sscanf(t + 3, "%2x%c", &v, &end) != 2 || end != '>') return -1;
-    return (int)v;
+    int hi = hex_digit(t[3]), lo = hex_digit(t[4]); /* exactly two digits: no sign, no space */
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
 static bool byte_fallback(strs *in, strs *out) {

@@ -75,7 +75,7 @@ typedef struct tok_pairmap {
     } *slot;
     size_t cap, n;
 } tok_pairmap;
-bool tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
+bool tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id); /* replaces */
 const struct tok_pair_slot *tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b);
 void tok_pairmap_free(tok_pairmap *m);
 
@@ -182,6 +182,10 @@ typedef struct tok_decoder {
 typedef struct tok_added {
     char *content;
     size_t len;
+    /* the text encode looks for: content, or for a normalized token the
+     * normalizer's output of it (owned then; match_len 0: never matched) */
+    char *match;
+    size_t match_len;
     int64_t id;
     bool special, single_word, lstrip, rstrip, normalized;
 } tok_added;
@@ -217,9 +221,10 @@ bool tok_model_encode(const tok_model *m, const char *s, size_t n, tok_ids *out)
 /* tokens -> text through the decoder (NULL: joined by spaces). */
 bool tok_decode_tokens(const tok_decoder *d, char **tokens, size_t n, tok_buf *out);
 
-/* A regex matched against s[0..n) from off: the match's [start, end), false when none. */
-bool tok_regex_find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, size_t off,
-                    size_t *start, size_t *end);
+/* The matches of re in s[0..n) (tagged true) and the gaps between them (false),
+ * appended to r as the reference's find_matches gives them. False: out of
+ * memory, or the regex engine failed (an error naming it is set). */
+bool tok_regex_ranges(const pcre2_code *re, const char *s, size_t n, tok_spans *r);
 pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *path, const char *field);
 
 #endif /* ACCEL_TOK_INTERNAL_H */

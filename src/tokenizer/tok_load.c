@@ -50,6 +50,19 @@ static const char *get_str(const ctx *c, json_t *o, const char *key, const char 
     return json_string_value(v);
 }
 
+/* A string field holding exactly one character (a Rust char in the reference):
+ * an empty one would make the pieces that search for it loop forever. */
+static const char *get_char(const ctx *c, json_t *o, const char *key, const char *where, uint32_t *cp) {
+    const char *s = get_str(c, o, key, where, true);
+    uint32_t ignored;
+    size_t n = s ? strlen(s) : 0;
+    if (s && (!n || tok_utf8_next(s, n, cp ? cp : &ignored) != n)) {
+        fail(c, ACCEL_ERR_FORMAT, where, "\"%s\" must be one character", key);
+        return NULL;
+    }
+    return s;
+}
+
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
@@ -114,8 +127,8 @@ static bool load_seq(const ctx *c, json_t *o, const char *key, const char *where
     json_array_foreach(arr, i, v) {
         char sub[256];
         snprintf(sub, sizeof sub, "%s.%s[%zu]", where, key, i);
+        (*n)++; /* counted first: a failing element's partial allocations are freed with the rest */
         if (!one(c, v, (char *)*out + i * elem, sub)) return false;
-        (*n)++;
     }
     return true;
 }
@@ -205,7 +218,7 @@ static bool load_pretokenizer(const ctx *c, json_t *o, tok_pretokenizer *pt, con
     }
     if (!strcmp(type, "Metaspace")) {
         pt->kind = PRE_METASPACE;
-        const char *r = get_str(c, o, "replacement", where, true);
+        const char *r = get_char(c, o, "replacement", where, NULL);
         if (!r || !get_bool(c, o, "split", true, &pt->split, where)) return false;
         const char *scheme = get_str(c, o, "prepend_scheme", where, false);
         bool add_prefix_space = true; /* the older spelling of prepend_scheme */
@@ -375,6 +388,29 @@ static bool load_added(const ctx *c, json_t *root, accel_tokenizer *t) {
     return true;
 }
 
+/* As the reference's AddedVocabulary: a token the model knows takes the model's
+ * id; a normalized one is looked for as the normalizer makes it (lowercased by
+ * BERT's, say), and never when it normalizes to nothing. Needs the normalizer. */
+static bool prepare_added(const ctx *c, accel_tokenizer *t) {
+    for (int i = 0; i < t->n_added; i++) {
+        tok_added *a = &t->added[i];
+        int64_t known = tok_strmap_get(&t->model.vocab, a->content, a->len);
+        if (known >= 0) a->id = known;
+        a->match = a->content, a->match_len = a->len;
+        if (!a->normalized || !t->normalizer) continue;
+        tok_buf b = {0};
+        if (!tok_normalize(t->normalizer, a->content, a->len, &b)) {
+            free(b.p);
+            char where[64];
+            snprintf(where, sizeof where, "added_tokens[%d]", i);
+            return fail(c, accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM, where,
+                        "normalizing \"content\" failed: %s", accel_last_error());
+        }
+        a->match = b.p, a->match_len = b.n;
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------ post-processors */
 
 /* "cls": ["[CLS]", 101] */
@@ -451,12 +487,8 @@ static bool load_decoder(const ctx *c, json_t *o, tok_decoder *d, const char *wh
     if (!strcmp(type, "Fuse")) return d->kind = DEC_FUSE, true;
     if (!strcmp(type, "Strip")) {
         d->kind = DEC_STRIP;
-        const char *content = get_str(c, o, "content", where, true);
         json_t *start = json_object_get(o, "start"), *stop = json_object_get(o, "stop");
-        if (!content) return false;
-        size_t n = strlen(content);
-        if (!n || tok_utf8_next(content, n, &d->strip_char) != n)
-            return fail(c, ACCEL_ERR_FORMAT, where, "\"content\" must be one character");
+        if (!get_char(c, o, "content", where, &d->strip_char)) return false;
         if (!json_is_integer(start) || !json_is_integer(stop) || json_integer_value(start) < 0 ||
             json_integer_value(stop) < 0)
             return fail(c, ACCEL_ERR_FORMAT, where, "\"start\" and \"stop\" must be integers >= 0");
@@ -482,8 +514,8 @@ static bool load_decoder(const ctx *c, json_t *o, tok_decoder *d, const char *wh
     }
     if (!strcmp(type, "Metaspace")) {
         d->kind = DEC_METASPACE;
-        const char *r = get_str(c, o, "replacement", where, true);
-        const char *scheme = get_str(c, o, "prepend_scheme", where, false);
+        const char *r = get_char(c, o, "replacement", where, NULL);
+        const char *scheme = r ? get_str(c, o, "prepend_scheme", where, false) : NULL;
         bool aps = true;
         if (!r || (!scheme && !get_bool(c, o, "add_prefix_space", true, &aps, where))) return false;
         d->prepend = scheme ? strcmp(scheme, "never") != 0 : aps;
@@ -497,6 +529,28 @@ static bool load_decoder(const ctx *c, json_t *o, tok_decoder *d, const char *wh
 }
 
 /* ------------------------------------------------------------ the file */
+
+/* The ids a post-processor inserts must be tokens: [0, vocab_size). */
+static bool check_post_ids(const ctx *c, const tok_post *pp, const char *where, int64_t vocab_size) {
+    const char *bad = NULL;
+    int64_t id = 0;
+    if (pp->kind == POST_BERT || pp->kind == POST_ROBERTA) {
+        if (pp->cls < 0 || pp->cls >= vocab_size) bad = "cls", id = pp->cls;
+        else if (pp->sep < 0 || pp->sep >= vocab_size) bad = "sep", id = pp->sep;
+    }
+    for (int k = 0; !bad && k < pp->n_items; k++)
+        for (int i = 0; !bad && i < pp->items[k].n; i++)
+            if (pp->items[k].ids[i] < 0 || pp->items[k].ids[i] >= vocab_size) bad = "special_tokens", id = pp->items[k].ids[i];
+    if (bad)
+        return fail(c, ACCEL_ERR_FORMAT, where, "\"%s\" has id %lld, outside the vocabulary [0, %lld)", bad,
+                    (long long)id, (long long)vocab_size);
+    for (int i = 0; i < pp->n_seq; i++) {
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.processors[%d]", where, i);
+        if (!check_post_ids(c, &pp->seq[i], sub, vocab_size)) return false;
+    }
+    return true;
+}
 
 /* Loads an optional component: absent or null leaves *out NULL. */
 #define LOAD_PART(root, key, out, loader)                                                      \
@@ -532,6 +586,7 @@ static accel_tokenizer *load_root(const char *path, json_t *root) {
     LOAD_PART(root, "post_processor", t->post, load_post);
     LOAD_PART(root, "decoder", t->decoder, load_decoder);
 
+    if (!prepare_added(&c, t)) goto fail;
     /* ids: the model's, then the added tokens' (which may reuse a model id) */
     t->vocab_size = t->model.n_token;
     for (int i = 0; i < t->n_added; i++)
@@ -541,6 +596,7 @@ static accel_tokenizer *load_root(const char *path, json_t *root) {
         goto fail;
     }
     for (int i = 0; i < t->n_added; i++) t->added_token[t->added[i].id] = t->added[i].content;
+    if (t->post && !check_post_ids(&c, t->post, "post_processor", t->vocab_size)) goto fail;
     json_decref(root);
     return t;
 fail:
@@ -603,7 +659,10 @@ void tok_free_parts(accel_tokenizer *t) {
     free(t->pretokenizer);
     free(t->post);
     free(t->decoder);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (int i = 0; i < t->n_added; i++) {
+        if (t->added[i].match != t->added[i].content) free(t->added[i].match);
+        free(t->added[i].content);
+    }
     free(t->added);
     tok_strmap_free(&t->added_map);
     free(t->added_token);

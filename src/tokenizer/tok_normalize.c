@@ -20,6 +20,7 @@ static bool in_categories(uint32_t c, int lo, int hi) {
 
 bool tok_is_letter(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LO); }
 bool tok_is_numeric(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_ND, UTF8PROC_CATEGORY_NO); }
+bool tok_is_joining_mark(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MC); }
 bool tok_is_punctuation(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_PO); }
 
 /* The first code point of s (valid UTF-8: checked at encode's entry). */
@@ -64,10 +65,12 @@ static bool lowercase(const char *s, size_t n, tok_buf *out) {
     return true;
 }
 
-/* Drops marks of categories [lo, hi] after a canonical decomposition. */
-static bool strip_marks(const char *s, size_t n, int lo, int hi, tok_buf *out) {
+/* Drops the marks of categories [lo, hi]; with nfd after a canonical
+ * decomposition first (BertNormalizer's strip_accents), without it as the
+ * StripAccents normalizer, which keeps a precomposed "\u00e9" whole. */
+static bool strip_marks(const char *s, size_t n, bool nfd, int lo, int hi, tok_buf *out) {
     tok_buf d = {0};
-    bool ok = unicode_form(s, n, UTF8PROC_DECOMPOSE, &d);
+    bool ok = nfd ? unicode_form(s, n, UTF8PROC_DECOMPOSE, &d) : tok_buf_put(&d, s, n);
     for (size_t i = 0; ok && i < d.n;) {
         uint32_t c;
         size_t k = next_cp(d.p + i, d.n - i, &c);
@@ -107,23 +110,13 @@ static bool bert_clean(const tok_normalizer *nz, const char *s, size_t n, tok_bu
     return true;
 }
 
+/* Each match of re replaced by rep (an empty match inserts rep there). */
 static bool replace_all(const pcre2_code *re, const char *rep, const char *s, size_t n, tok_buf *out) {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    if (!md) return false;
-    size_t at = 0, start, end;
-    bool ok = true;
-    while (ok && at <= n && tok_regex_find(re, md, s, n, at, &start, &end)) {
-        ok = tok_buf_put(out, s + at, start - at) && tok_buf_put(out, rep, strlen(rep));
-        if (end == start) { /* an empty match: keep the next character and move past it */
-            uint32_t c;
-            size_t k = start < n ? next_cp(s + start, n - start, &c) : 1;
-            if (ok && start < n) ok = tok_buf_put(out, s + start, k);
-            end = start + k;
-        }
-        at = end;
-    }
-    if (ok && at < n) ok = tok_buf_put(out, s + at, n - at);
-    pcre2_match_data_free(md);
+    tok_spans r = {0};
+    bool ok = tok_regex_ranges(re, s, n, &r);
+    for (size_t i = 0; ok && i < r.n; i++)
+        ok = r.v[i].tag ? tok_buf_put(out, rep, strlen(rep)) : tok_buf_put(out, s + r.v[i].a, r.v[i].b - r.v[i].a);
+    free(r.v);
     return ok;
 }
 
@@ -153,7 +146,7 @@ bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *o
     case NORM_NFKD: return unicode_form(s, n, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, out);
     case NORM_LOWERCASE: return lowercase(s, n, out);
     case NORM_STRIP: return strip_ws(s, n, nz->left, nz->right, out);
-    case NORM_STRIP_ACCENTS: return strip_marks(s, n, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_ME, out);
+    case NORM_STRIP_ACCENTS: return strip_marks(s, n, false, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_ME, out);
     case NORM_REPLACE: return replace_all(nz->pattern, nz->content, s, n, out);
     case NORM_PREPEND:
         return !n || (tok_buf_put(out, nz->content, strlen(nz->content)) && tok_buf_put(out, s, n));
@@ -162,7 +155,7 @@ bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *o
         bool ok = bert_clean(nz, s, n, &a);
         const tok_buf *cur = &a;
         if (ok && nz->strip_accents) {
-            ok = strip_marks(a.p, a.n, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MN, &b);
+            ok = strip_marks(a.p, a.n, true, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MN, &b);
             cur = &b;
         }
         if (ok) ok = nz->lowercase ? lowercase(cur->p, cur->n, out) : tok_buf_put(out, cur->p, cur->n);

@@ -12,14 +12,48 @@ bool tok_is_letter(uint32_t c);
 bool tok_is_numeric(uint32_t c);
 bool tok_is_punctuation(uint32_t c);
 
-bool tok_regex_find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, size_t off, size_t *start,
-                    size_t *end) {
-    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
-    if (rc < 0) return false; /* no match (resource limits count as none: the text stays whole) */
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-    *start = ov[0];
-    *end = ov[1];
-    return true;
+/* The matches of re in s[0..n), as the reference's find_matches walks them (Rust
+ * onig's find_iter): an empty match is recorded too (behaviours split there),
+ * except one right where the previous match ended; after an empty match the
+ * search resumes one character on. Matches are appended to r tagged true, the
+ * gaps between them tagged false. False: out of memory, or the regex engine
+ * failed (match or depth limit, JIT stack): then an error naming it is set,
+ * never a silent "no match". */
+bool tok_regex_ranges(const pcre2_code *re, const char *s, size_t n, tok_spans *r) {
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    if (!md) return false;
+    size_t at = 0, prev = 0, last_end = 0;
+    bool ok = true, have_last = false;
+    while (ok && at <= n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            accel_set_error(rc == PCRE2_ERROR_NOMEMORY ? ACCEL_ERR_OOM : ACCEL_ERR_INVALID_ARG,
+                            "tokenizer: a regular expression failed on the text at byte %zu: %s", at,
+                            (const char *)msg);
+            ok = false;
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t start = ov[0], end = ov[1];
+        if (end == start) {
+            uint32_t c;
+            size_t k = start < n ? tok_utf8_next(s + start, n - start, &c) : 1;
+            at = start + (k ? k : 1);
+            if (have_last && last_end == end) continue;
+        } else {
+            at = end;
+        }
+        have_last = true, last_end = end;
+        if (start > prev) ok = tok_spans_add(r, prev, start, false);
+        if (ok) ok = tok_spans_add(r, start, end, true);
+        prev = end;
+    }
+    if (ok && prev < n) ok = tok_spans_add(r, prev, n, false);
+    pcre2_match_data_free(md);
+    return ok;
 }
 
 /* ------------------------------------------------------------ ranges and behaviours */
@@ -66,28 +100,6 @@ static bool apply_behavior(tok_spans *r, tok_split_behavior b, bool invert, cons
     for (size_t i = 0; ok && i < keep.n; i++)
         if (keep.v[i].b > keep.v[i].a) ok = tok_pieces_add(out, s + keep.v[i].a, keep.v[i].b - keep.v[i].a);
     free(keep.v);
-    return ok;
-}
-
-/* Ranges of s: the regex's matches and the gaps between them. */
-static bool regex_ranges(const pcre2_code *re, const char *s, size_t n, tok_spans *r) {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    if (!md) return false;
-    size_t at = 0, prev = 0, start, end;
-    bool ok = true;
-    while (ok && at < n && tok_regex_find(re, md, s, n, at, &start, &end)) {
-        if (end == start) { /* empty matches split nothing */
-            uint32_t c;
-            size_t k = tok_utf8_next(s + start, n - start, &c);
-            at = start + (k ? k : 1);
-            continue;
-        }
-        if (start > prev) ok = tok_spans_add(r, prev, start, false);
-        if (ok) ok = tok_spans_add(r, start, end, true);
-        prev = at = end;
-    }
-    if (ok && prev < n) ok = tok_spans_add(r, prev, n, false);
-    pcre2_match_data_free(md);
     return ok;
 }
 
@@ -139,7 +151,7 @@ static bool byte_level(const tok_pretokenizer *pt, const char *s, size_t n, tok_
     else ok = tok_buf_put(&pre, s, n);
     tok_pieces parts = {0};
     tok_spans r = {0};
-    if (ok && pt->use_regex) ok = regex_ranges(pt->pattern, pre.p, pre.n, &r) && apply_behavior(&r, SPLIT_ISOLATED, false, pre.p, &parts);
+    if (ok && pt->use_regex) ok = tok_regex_ranges(pt->pattern, pre.p, pre.n, &r) && apply_behavior(&r, SPLIT_ISOLATED, false, pre.p, &parts);
     else if (ok && pre.n) ok = tok_pieces_add(&parts, pre.p, pre.n);
     const uint32_t *map = tok_byte_chars();
     tok_buf mapped = {0};
@@ -198,10 +210,10 @@ static bool split_piece(const tok_pretokenizer *pt, const char *s, size_t n, boo
     case PRE_BYTE_LEVEL: return byte_level(pt, s, n, out);
     case PRE_METASPACE: return metaspace(pt, s, n, first, out);
     case PRE_SPLIT:
-        ok = regex_ranges(pt->pattern, s, n, &r) && apply_behavior(&r, pt->behavior, pt->invert, s, out);
+        ok = tok_regex_ranges(pt->pattern, s, n, &r) && apply_behavior(&r, pt->behavior, pt->invert, s, out);
         break;
     case PRE_WHITESPACE: /* keeps the matches of \w+|[^\w\s]+ */
-        ok = regex_ranges(pt->pattern, s, n, &r) && apply_behavior(&r, SPLIT_REMOVED, true, s, out);
+        ok = tok_regex_ranges(pt->pattern, s, n, &r) && apply_behavior(&r, SPLIT_REMOVED, true, s, out);
         break;
     case PRE_WHITESPACE_SPLIT:
         ok = char_ranges(s, n, tok_is_white_space, false, &r) && apply_behavior(&r, SPLIT_REMOVED, false, s, out);

@@ -151,7 +151,10 @@ bool tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t
     if (2 * (m->n + 1) > m->cap && !pairmap_grow(m)) return false;
     size_t j = pair_hash(a, b, m->cap);
     for (; m->slot[j].a >= 0; j = (j + 1) & (m->cap - 1))
-        if (m->slot[j].a == a && m->slot[j].b == b) return true; /* the first (lowest) rank wins */
+        if (m->slot[j].a == a && m->slot[j].b == b) { /* the last rank wins, as the reference's HashMap */
+            m->slot[j].rank = rank, m->slot[j].id = id;
+            return true;
+        }
     m->slot[j] = (struct tok_pair_slot){a, b, rank, id};
     m->n++;
     return true;

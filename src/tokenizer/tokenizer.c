@@ -9,6 +9,7 @@
 
 bool tok_is_white_space(uint32_t c);
 bool tok_is_letter(uint32_t c);
+bool tok_is_joining_mark(uint32_t c);
 bool tok_is_numeric(uint32_t c);
 
 accel_tokenizer *accel_tokenizer_load(const char *path) {
@@ -40,7 +41,8 @@ void accel_tokenizer_free(accel_tokenizer *t) {
 
 /* ------------------------------------------------------------ added tokens */
 
-static bool is_word_char(uint32_t c) { return c == '_' || tok_is_letter(c) || tok_is_numeric(c); }
+/* The reference's \w: letters, marks (Mn, Mc: U+0301 and U+093E join a word), numbers, '_'. */
+static bool is_word_char(uint32_t c) { return c == '_' || tok_is_letter(c) || tok_is_numeric(c) || tok_is_joining_mark(c); }
 
 /* The last / first code point of s[0..n), 0 when empty. */
 static uint32_t last_cp(const char *s, size_t n) {
@@ -67,14 +69,16 @@ static bool split_added(const accel_tokenizer *t, bool normalized, const char *s
         const tok_added *best = NULL;
         for (int i = 0; i < t->n_added; i++) {
             const tok_added *a = &t->added[i];
-            if (a->normalized != normalized || a->len > n - pos || (best && a->len <= best->len)) continue;
-            if (!memcmp(s + pos, a->content, a->len)) best = a;
+            if (a->normalized != normalized || !a->match_len || a->match_len > n - pos ||
+                (best && a->match_len <= best->match_len))
+                continue;
+            if (!memcmp(s + pos, a->match, a->match_len)) best = a;
         }
         if (!best) {
             pos++;
             continue;
         }
-        size_t start = pos, stop = pos + best->len;
+        size_t start = pos, stop = pos + best->match_len;
         pos = stop; /* matches do not overlap, kept or not */
         if (best->single_word && ((start && is_word_char(last_cp(s, start))) ||
                                   (stop < n && is_word_char(first_cp(s + stop, n - stop)))))
