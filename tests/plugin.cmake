@@ -33,6 +33,9 @@ foreach(case "garbage|cannot be loaded" "bad_abi|was built for another accel (pl
   set_tests_properties(plugin_broken_${kind}_train PROPERTIES PASS_REGULAR_EXPRESSION "final_loss="
     ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_TEST_DEVICES=1;ACCEL_BACKEND_PATH=${_pdir}/${kind}")
 endforeach()
+# The first load raced by threads (none may fail while another loads it).
+add_test(NAME plugin_race COMMAND test_plugin race)
+set_tests_properties(plugin_race PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 # No empty or relative RUNPATH entry in anything built (an empty one makes
 # the loader search the working directory).
 add_test(NAME runpath COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_runpath.sh ${CMAKE_BINARY_DIR})

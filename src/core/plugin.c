@@ -75,7 +75,7 @@ enum { NKNOWN = sizeof KNOWN / sizeof *KNOWN };
 enum { UNTRIED, LOADING, LOADED, FAILED };
 
 typedef struct slot {
-    int state; /* atomic: read without the lock once LOADED or FAILED */
+    int state; /* atomic: read without the lock once LOADED or FAILED; set under it */
     char reason[1024]; /* FAILED: why */
     accel__plugin_info info;
 } slot;
@@ -222,16 +222,20 @@ static void load_slot(int i) {
     __atomic_store_n(&s->state, st == ACCEL_OK ? LOADED : FAILED, __ATOMIC_RELEASE);
 }
 
+/* Another thread that finds the slot LOADING waits on the lock until the
+ * loading thread is done (the CUDA plug-in's init takes ~80 ms); only the
+ * loading thread itself, re-entering from init, gets past the recursive lock
+ * to see LOADING and fail. */
 static accel_status load_index(int i) {
     int state = __atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE);
-    if (state == UNTRIED) {
+    if (state == UNTRIED || state == LOADING) {
         pthread_mutex_lock(&g_lock);
         if (g_slot[i].state == UNTRIED) {
             g_slot[i].state = LOADING; /* a re-entry from init sees it and returns */
             load_slot(i);
         }
-        pthread_mutex_unlock(&g_lock);
         state = __atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&g_lock);
     }
     return state == LOADED ? ACCEL_OK : ACCEL_ERR_DEVICE;
 }
