@@ -3,11 +3,20 @@
 # that find them first through ACCEL_BACKEND_PATH.
 set(_pdir ${CMAKE_CURRENT_BINARY_DIR}/plugins)
 file(WRITE ${_pdir}/garbage/libaccel-hostless.so "this is not a shared object\n")
-foreach(kind bad_abi no_init)
+# other_headers: no_init's file as built against shared headers of another
+# text (another ACCEL__PLUGIN_HEADERS_HASH), whose sizes all match.
+string(SHA256 _other "not ${ACCEL_PLUGIN_LAYOUT_DEF}")
+string(SUBSTRING ${_other} 0 8 _other)
+foreach(kind bad_abi no_init other_headers)
   string(TOUPPER ${kind} def)
+  set(layout ${ACCEL_PLUGIN_LAYOUT_DEF})
+  if(kind STREQUAL "other_headers")
+    set(def NO_INIT)
+    set(layout ACCEL__PLUGIN_HEADERS_HASH=0x${_other}u)
+  endif()
   add_library(plugin_${kind} MODULE plugin_bad.c)
   target_include_directories(plugin_${kind} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
-  target_compile_definitions(plugin_${kind} PRIVATE ${def})
+  target_compile_definitions(plugin_${kind} PRIVATE ${def} ${layout})
   set_target_properties(plugin_${kind} PROPERTIES PREFIX lib OUTPUT_NAME accel-hostless
     LIBRARY_OUTPUT_DIRECTORY ${_pdir}/${kind})
   add_dependencies(test_plugin plugin_${kind})
@@ -21,7 +30,8 @@ add_test(NAME plugin_files COMMAND test_plugin ${_pdir}/garbage/libaccel-hostles
   $<TARGET_FILE:plugin_bad_abi> $<TARGET_FILE:plugin_no_init> "${_cuda_plugin}")
 set_tests_properties(plugin_files PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 foreach(case "garbage|cannot be loaded" "bad_abi|was built for another accel (plug-in ABI 999"
-             "no_init|has no symbol accel_backend_hostless_init")
+             "no_init|has no symbol accel_backend_hostless_init"
+             "other_headers|was built for another accel (plug-in ABI 1, layout ")
   string(REPLACE "|" ";" case "${case}")
   list(GET case 0 kind)
   list(GET case 1 want)
