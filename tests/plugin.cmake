@@ -55,3 +55,9 @@ add_test(NAME plugin_missing COMMAND sh -c
   "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
   sh $<TARGET_FILE:test_plugin>)
 set_tests_properties(plugin_missing PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+# A plug-in file planted beside a program that linked libaccel.a (and in its
+# accel/) is never loaded: such a program looks in its ../lib/accel only.
+add_test(NAME plugin_planted COMMAND sh -c
+  "d=$(mktemp -d) && mkdir \"$d/bin\" \"$d/bin/accel\" && cp \"$1\" \"$d/bin/\" && cp \"$2\" \"$d/bin/\" && cp \"$2\" \"$d/bin/accel/\" && \"$d/bin/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
+  sh $<TARGET_FILE:test_plugin> ${_pdir}/no_init/libaccel-hostless.so)
+set_tests_properties(plugin_planted PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
