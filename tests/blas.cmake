@@ -10,3 +10,8 @@ target_compile_definitions(blas_missing PRIVATE ACCEL_OPENBLAS_SONAME="libaccel-
   ACCEL_OPENBLAS_DIR="/nonexistent")
 target_link_libraries(blas_missing PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 add_test(NAME blas_missing COMMAND blas_missing)
+# libaccel.a and libaccel.so define no BLAS name (openblas_lazy.h): a program
+# linking its own BLAS (MKL, BLIS) beside accel gets its own functions.
+add_test(NAME blas_no_public_names COMMAND sh -c
+  "! nm -g --defined-only \"$1\" \"$2\" | grep -E ' (cblas|openblas)_'" sh $<TARGET_FILE:accel>
+  $<TARGET_FILE:accel_shared>)

@@ -227,11 +227,6 @@ void accel__gemm_choice_reset(void);
  * (its provider and each candidate's time), into buf. Returns buf. */
 const char *accel__gemm_choices_describe(char *buf, size_t size);
 
-/* NULL when OpenBLAS is loaded (openblas_lazy.c, loading it first), else
- * why it cannot be (dlerror's words): for what describes the build, which
- * must not abort as a GEMM without it does. */
-const char *accel__openblas_unavailable(void);
-
 /* ---- the oneDNN provider (gemm_dnnl.c; only in a build with ACCEL_HAVE_DNNL) */
 
 /* oneDNN's "major.minor.patch+hash" into out ("none" where its plug-in does not load). */

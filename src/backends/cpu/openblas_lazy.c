@@ -4,7 +4,8 @@
  * libquadmath) and starts its thread pool in its constructor in every
  * process, `accel --help` and `accel launch` included, ~3 ms before main.
  * So the core does not link it: the few OpenBLAS functions it calls (gemm.c,
- * buildinfo.c) are defined here under their own names, and the first call of
+ * buildinfo.c) are defined here as accel__cblas_* / accel__openblas_*
+ * (openblas_lazy.h), and the first call of
  * any of them dlopens the library and binds all of them at once: the file
  * CMake found (ACCEL_OPENBLAS_DIR/ACCEL_OPENBLAS_SONAME: not linked, its
  * directory is in no RUNPATH, so an OpenBLAS outside the system directories
@@ -15,14 +16,13 @@
  * dynamic loader refused to start the program when it was linked. What only
  * describes it (accel_build_info, `accel env`) asks
  * accel__openblas_unavailable first and reports why instead. */
-#include <cblas.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backends/cpu/gemm.h"
+#include "backends/cpu/openblas_lazy.h"
 
 #ifndef ACCEL_OPENBLAS_SONAME
 #define ACCEL_OPENBLAS_SONAME "libopenblas.so.0"
@@ -79,7 +79,7 @@ static const blas_fns *blas(void) {
 
 #define BLAS blas()
 
-void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLAS_TRANSPOSE TransA,
+void accel__cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLAS_TRANSPOSE TransA,
                  OPENBLAS_CONST enum CBLAS_TRANSPOSE TransB, OPENBLAS_CONST blasint M, OPENBLAS_CONST blasint N,
                  OPENBLAS_CONST blasint K, OPENBLAS_CONST float alpha, OPENBLAS_CONST float *A,
                  OPENBLAS_CONST blasint lda, OPENBLAS_CONST float *B, OPENBLAS_CONST blasint ldb,
@@ -87,13 +87,13 @@ void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLA
     BLAS->sgemm(Order, TransA, TransB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void cblas_sgemv(OPENBLAS_CONST enum CBLAS_ORDER order, OPENBLAS_CONST enum CBLAS_TRANSPOSE trans,
+void accel__cblas_sgemv(OPENBLAS_CONST enum CBLAS_ORDER order, OPENBLAS_CONST enum CBLAS_TRANSPOSE trans,
                  OPENBLAS_CONST blasint m, OPENBLAS_CONST blasint n, OPENBLAS_CONST float alpha,
                  OPENBLAS_CONST float *a, OPENBLAS_CONST blasint lda, OPENBLAS_CONST float *x,
                  OPENBLAS_CONST blasint incx, OPENBLAS_CONST float beta, float *y, OPENBLAS_CONST blasint incy) {
     BLAS->sgemv(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 
-void openblas_set_num_threads(int num_threads) { BLAS->set_num_threads(num_threads); }
-int openblas_get_num_threads(void) { return BLAS->get_num_threads(); }
-char *openblas_get_config(void) { return BLAS->get_config(); }
+void accel__openblas_set_num_threads(int num_threads) { BLAS->set_num_threads(num_threads); }
+int accel__openblas_get_num_threads(void) { return BLAS->get_num_threads(); }
+char *accel__openblas_get_config(void) { return BLAS->get_config(); }
