@@ -12,6 +12,28 @@ option(ACCEL_BACKENDS_STATIC "Also link the backend plug-ins' code into the stat
 set(ACCEL_PLUGIN_DIR ${CMAKE_BINARY_DIR}/lib/accel)
 set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/core/plugin_shims\\.c$")
 
+# The headers core and plug-ins share (every structure and table passed
+# between them): the hash of their text is part of ACCEL__PLUGIN_LAYOUT
+# (src/core/plugin.h), so a plug-in built against other headers, even ones
+# with a field reordered, is refused. Re-hashed whenever one changes.
+file(GLOB ACCEL_PLUGIN_SHARED_HEADERS ${CMAKE_SOURCE_DIR}/include/accel/*.h)
+foreach(h core/plugin.h core/cpuinfo.h core/env.h core/dtype_elem.h backends/backend.h backends/kernels.h
+          backends/vm_pool.h backends/fp8.h backends/cpu/cpu_kernels.h backends/cpu/gemm.h
+          backends/cpu/dnnl_hooks.h backends/hostless/hostless.h backends/cuda/cuda_hooks.h
+          dist/backend.h dist/store.h)
+  list(APPEND ACCEL_PLUGIN_SHARED_HEADERS ${CMAKE_SOURCE_DIR}/src/${h})
+endforeach()
+list(SORT ACCEL_PLUGIN_SHARED_HEADERS)
+set(_text "")
+foreach(h ${ACCEL_PLUGIN_SHARED_HEADERS})
+  file(READ ${h} _one)
+  string(APPEND _text "${h}\n${_one}")
+endforeach()
+string(SHA256 _hash "${_text}")
+string(SUBSTRING ${_hash} 0 8 _hash)
+set(ACCEL_PLUGIN_LAYOUT_DEF ACCEL__PLUGIN_HEADERS_HASH=0x${_hash}u)
+set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ACCEL_PLUGIN_SHARED_HEADERS})
+
 # accel_add_plugin(NAME SOURCES...): libaccel-NAME.so from SOURCES (+ the shims).
 function(accel_add_plugin name)
   set(target accel-${name})
@@ -20,7 +42,7 @@ function(accel_add_plugin name)
     LIBRARY_OUTPUT_DIRECTORY ${ACCEL_PLUGIN_DIR} C_VISIBILITY_PRESET hidden
     LINK_DEPENDS ${CMAKE_SOURCE_DIR}/cmake/plugin.map)
   target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
-  target_compile_definitions(${target} PRIVATE ACCEL__PLUGIN_SHIMS ACCEL__INSIDE_LIBRARY)
+  target_compile_definitions(${target} PRIVATE ACCEL__PLUGIN_SHIMS ACCEL__INSIDE_LIBRARY ${ACCEL_PLUGIN_LAYOUT_DEF})
   if(ACCEL_HAVE_NO_SEMANTIC_INTERPOSITION)
     target_compile_options(${target} PRIVATE -fno-semantic-interposition)
   endif()
@@ -41,7 +63,7 @@ function(accel_link_backend_static name)
     string(TOUPPER ${name} up)
     add_library(accel_static_${name} OBJECT ${ARGN})
     target_include_directories(accel_static_${name} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
-    target_compile_definitions(accel_static_${name} PRIVATE ACCEL__INSIDE_LIBRARY)
+    target_compile_definitions(accel_static_${name} PRIVATE ACCEL__INSIDE_LIBRARY ${ACCEL_PLUGIN_LAYOUT_DEF})
     set_target_properties(accel_static_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
     target_sources(accel PRIVATE $<TARGET_OBJECTS:accel_static_${name}>)
     set_property(GLOBAL APPEND PROPERTY ACCEL_STATIC_BACKEND_DEFS ACCEL_STATIC_${up})
@@ -79,7 +101,7 @@ list(FILTER ACCEL__SRCS EXCLUDE REGEX "${ACCEL_PLUGIN_SOURCE_REGEX}")
 set_target_properties(accel PROPERTIES SOURCES "${ACCEL__SRCS}")
 # Where an installed library looks for its plug-ins besides its own directory.
 set_property(SOURCE ${CMAKE_SOURCE_DIR}/src/core/plugin.c APPEND PROPERTY
-  COMPILE_DEFINITIONS "ACCEL_PLUGIN_INSTALL_DIR=\"${CMAKE_INSTALL_FULL_LIBDIR}/accel\"")
+  COMPILE_DEFINITIONS "ACCEL_PLUGIN_INSTALL_DIR=\"${CMAKE_INSTALL_FULL_LIBDIR}/accel\"" ${ACCEL_PLUGIN_LAYOUT_DEF})
 
 # mpi: the MPI process group (src/dist/mpi.c), when CMake finds MPI. The
 # core keeps ACCEL_HAVE_MPI: it knows the plug-in exists (want_mpi, the

@@ -17,6 +17,13 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_tcp_debug_mismatch_2 PROPERTIES TIMEOUT 60
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_DIST_BACKEND=tcp")
+  # a subgroup compares call sites as its parent does: the same all_reduce
+  # from two lines on a split group fails on both ranks naming them
+  add_test(NAME dist_split_sites_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:test_dist_faults> split_sites
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_split_sites_2 PROPERTIES TIMEOUT 60
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30")
   # two launchers, --machine_rank 0 and 1, 2 workers each: tcp chosen by itself
   add_test(NAME dist_two_machines
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines.sh $<TARGET_FILE:accel_cli>

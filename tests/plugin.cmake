@@ -3,11 +3,20 @@
 # that find them first through ACCEL_BACKEND_PATH.
 set(_pdir ${CMAKE_CURRENT_BINARY_DIR}/plugins)
 file(WRITE ${_pdir}/garbage/libaccel-hostless.so "this is not a shared object\n")
-foreach(kind bad_abi no_init)
+# other_headers: no_init's file as built against shared headers of another
+# text (another ACCEL__PLUGIN_HEADERS_HASH), whose sizes all match.
+string(SHA256 _other "not ${ACCEL_PLUGIN_LAYOUT_DEF}")
+string(SUBSTRING ${_other} 0 8 _other)
+foreach(kind bad_abi no_init other_headers)
   string(TOUPPER ${kind} def)
+  set(layout ${ACCEL_PLUGIN_LAYOUT_DEF})
+  if(kind STREQUAL "other_headers")
+    set(def NO_INIT)
+    set(layout ACCEL__PLUGIN_HEADERS_HASH=0x${_other}u)
+  endif()
   add_library(plugin_${kind} MODULE plugin_bad.c)
   target_include_directories(plugin_${kind} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
-  target_compile_definitions(plugin_${kind} PRIVATE ${def})
+  target_compile_definitions(plugin_${kind} PRIVATE ${def} ${layout})
   set_target_properties(plugin_${kind} PROPERTIES PREFIX lib OUTPUT_NAME accel-hostless
     LIBRARY_OUTPUT_DIRECTORY ${_pdir}/${kind})
   add_dependencies(test_plugin plugin_${kind})
@@ -21,7 +30,8 @@ add_test(NAME plugin_files COMMAND test_plugin ${_pdir}/garbage/libaccel-hostles
   $<TARGET_FILE:plugin_bad_abi> $<TARGET_FILE:plugin_no_init> "${_cuda_plugin}")
 set_tests_properties(plugin_files PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 foreach(case "garbage|cannot be loaded" "bad_abi|was built for another accel (plug-in ABI 999"
-             "no_init|has no symbol accel_backend_hostless_init")
+             "no_init|has no symbol accel_backend_hostless_init"
+             "other_headers|was built for another accel (plug-in ABI 1, layout ")
   string(REPLACE "|" ";" case "${case}")
   list(GET case 0 kind)
   list(GET case 1 want)
@@ -33,6 +43,9 @@ foreach(case "garbage|cannot be loaded" "bad_abi|was built for another accel (pl
   set_tests_properties(plugin_broken_${kind}_train PROPERTIES PASS_REGULAR_EXPRESSION "final_loss="
     ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_TEST_DEVICES=1;ACCEL_BACKEND_PATH=${_pdir}/${kind}")
 endforeach()
+# The first load raced by threads (none may fail while another loads it).
+add_test(NAME plugin_race COMMAND test_plugin race)
+set_tests_properties(plugin_race PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 # No empty or relative RUNPATH entry in anything built (an empty one makes
 # the loader search the working directory).
 add_test(NAME runpath COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_runpath.sh ${CMAKE_BINARY_DIR})
@@ -42,3 +55,9 @@ add_test(NAME plugin_missing COMMAND sh -c
   "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
   sh $<TARGET_FILE:test_plugin>)
 set_tests_properties(plugin_missing PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+# A plug-in file planted beside a program that linked libaccel.a (and in its
+# accel/) is never loaded: such a program looks in its ../lib/accel only.
+add_test(NAME plugin_planted COMMAND sh -c
+  "d=$(mktemp -d) && mkdir \"$d/bin\" \"$d/bin/accel\" && cp \"$1\" \"$d/bin/\" && cp \"$2\" \"$d/bin/\" && cp \"$2\" \"$d/bin/accel/\" && \"$d/bin/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
+  sh $<TARGET_FILE:test_plugin> ${_pdir}/no_init/libaccel-hostless.so)
+set_tests_properties(plugin_planted PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -1,6 +1,7 @@
 /* A broken backend plug-in for test_plugin (tests/plugin.cmake): with
  * BAD_ABI its version symbol names ABI 999; with NO_INIT it has a right
- * version symbol and no init. */
+ * version symbol and no init (built with another ACCEL__PLUGIN_HEADERS_HASH:
+ * a layout that is not the core's). */
 #include "core/plugin.h"
 
 #ifdef BAD_ABI

@@ -13,6 +13,8 @@
  *             with "mismatched collectives" at once, not hang until the timeout
  *   sites     the same all_reduce from two lines (one per rank): both must fail
  *             naming the different call sites
+ *   split_sites  the same, on a subgroup from accel_pg_split (it checks call
+ *             sites as its parent does)
  *   restart   rank 1 fails in the first attempt only
  *   reserved  before init, each rank tries a plain bind() of MASTER_PORT and
  *             prints "port reserved" when it is taken (the launcher holds it)
@@ -159,9 +161,14 @@ int main(int argc, char **argv) {
         accel_dist_finalize();
         return ok ? 0 : 1;
     }
-    if (!strcmp(mode, "diverge") || !strcmp(mode, "sites")) {
+    if (!strcmp(mode, "diverge") || !strcmp(mode, "sites") || !strcmp(mode, "split_sites")) {
         float x[1024] = {0};
-        bool sites = !strcmp(mode, "sites");
+        bool sites = strcmp(mode, "diverge") != 0;
+        accel_pg *parent = pg;
+        if (!strcmp(mode, "split_sites") && !(pg = accel_pg_split(parent, 0, rank))) {
+            fprintf(stderr, "accel_pg_split: %s\n", accel_last_error());
+            return 1;
+        }
         accel_status st;
         if (rank == 0) st = accel_pg_all_reduce(pg, x, 1024, ACCEL_F32, ACCEL_REDUCE_SUM);
         else if (sites) st = accel_pg_all_reduce(pg, x, 1024, ACCEL_F32, ACCEL_REDUCE_SUM);
@@ -172,6 +179,7 @@ int main(int argc, char **argv) {
         accel_clear_error();
         ok = ok && accel_pg_barrier(pg) == ACCEL_ERR_DIST && strstr(accel_last_error(), "mismatched");
         accel_clear_error();
+        if (pg != parent) accel_pg_free(pg);
         accel_dist_finalize();
         return ok ? 0 : 1;
     }

@@ -8,7 +8,10 @@
  *   test_plugin broken WHY      ACCEL_BACKEND_PATH leads to a broken
  *                               libaccel-hostless.so: the failing call and the
  *                               reason say WHY; CPU work still runs.
+ *   test_plugin race            threads asking for the hostless plug-in at
+ *                               once, none first: each gets it loaded.
  * argv after the mode: the bad plug-in files tests/plugin.cmake builds. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +115,34 @@ static int broken(const char *want) {
     return check_summary();
 }
 
+/* The first load raced: while one thread is inside the load (finding,
+ * mapping and initialising the file), the others must wait for it, not fail
+ * with an empty reason. */
+enum { RACERS = 8 };
+static pthread_barrier_t g_start;
+
+static void *race_load(void *out) {
+    pthread_barrier_wait(&g_start);
+    *(accel_status *)out = accel__plugin_load_type(ACCEL_DEV_HOSTLESS);
+    return NULL;
+}
+
+static int race(void) {
+    pthread_t th[RACERS];
+    accel_status st[RACERS];
+    pthread_barrier_init(&g_start, NULL, RACERS);
+    for (int i = 0; i < RACERS; i++) CHECK(pthread_create(&th[i], NULL, race_load, &st[i]) == 0);
+    for (int i = 0; i < RACERS; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&g_start);
+    for (int i = 0; i < RACERS; i++)
+        CHECK_MSG(st[i] == ACCEL_OK, "thread %d: %s (%s)", i, accel_status_name(st[i]),
+                  accel__plugin_unavailable_reason(ACCEL_DEV_HOSTLESS));
+    CHECK(strstr(accel__plugin_unavailable_reason(ACCEL_DEV_HOSTLESS), "ACCEL_TEST_DEVICES") != NULL);
+    return check_summary();
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "race")) return race();
     if (argc == 3 && !strcmp(argv[1], "broken")) return broken(argv[2]);
     RUN(test_cpu_maps_no_gpu_library);
     RUN(test_hostless_loads_on_demand);

@@ -75,7 +75,7 @@ enum { NKNOWN = sizeof KNOWN / sizeof *KNOWN };
 enum { UNTRIED, LOADING, LOADED, FAILED };
 
 typedef struct slot {
-    int state; /* atomic: read without the lock once LOADED or FAILED */
+    int state; /* atomic: read without the lock once LOADED or FAILED; set under it */
     char reason[1024]; /* FAILED: why */
     accel__plugin_info info;
 } slot;
@@ -101,14 +101,16 @@ static const known_plugin *known_of_type(accel_device_type t) {
 /* ---- where plug-ins are looked for */
 
 /* The directory of the file holding this code: libaccel.so, or the program
- * that linked libaccel.a (whose link-map name is empty). */
-static bool own_dir(char *out, size_t n) {
+ * that linked libaccel.a (whose link-map name is empty; *is_program). */
+static bool own_dir(char *out, size_t n, bool *is_program) {
     Dl_info di;
     struct link_map *lm = NULL;
     char path[PATH_MAX] = "";
+    *is_program = false;
     if (dladdr1((void *)&accel__plugin_load_type, &di, (void **)&lm, RTLD_DL_LINKMAP) && lm && lm->l_name[0]) {
         if (!realpath(lm->l_name, path)) return false;
     } else {
+        *is_program = true;
         ssize_t k = readlink("/proc/self/exe", path, sizeof path - 1);
         if (k <= 0) return false;
         path[k] = '\0';
@@ -121,13 +123,17 @@ static bool own_dir(char *out, size_t n) {
 
 /* The first readable `file` in the search path, into out; false (and the
  * directories searched, into `where`) when there is none. Only absolute
- * directories: a relative one would follow the working directory. */
+ * directories: a relative one would follow the working directory. A program
+ * that linked libaccel.a looks in its ../lib/accel only (a build tree's bin/,
+ * an install's), never beside itself: /tmp/train would run a
+ * libaccel-cuda.so anyone planted in /tmp. */
 static bool find_file(const char *file, char *out, size_t n, char *where, size_t wn) {
     char dirs[8][PATH_MAX];
     int nd = 0;
     const char *env = getenv("ACCEL_BACKEND_PATH");
     char own[PATH_MAX];
-    bool have_own = own_dir(own, sizeof own);
+    bool is_program;
+    bool have_own = own_dir(own, sizeof own, &is_program);
     where[0] = '\0';
     size_t used = 0;
     for (const char *p = env ? env : ""; *p && nd < 4;) {
@@ -135,11 +141,11 @@ static bool find_file(const char *file, char *out, size_t n, char *where, size_t
         if (len && p[0] == '/' && len < PATH_MAX) snprintf(dirs[nd++], PATH_MAX, "%.*s", (int)len, p);
         p += len + (p[len] == ':');
     }
-    if (have_own) {
+    if (have_own && !is_program) {
         snprintf(dirs[nd++], PATH_MAX, "%s", own);
         snprintf(dirs[nd++], PATH_MAX, "%.*s/accel", PATH_MAX - 7, own);
-        snprintf(dirs[nd++], PATH_MAX, "%.*s/../lib/accel", PATH_MAX - 14, own);
     }
+    if (have_own) snprintf(dirs[nd++], PATH_MAX, "%.*s/../lib/accel", PATH_MAX - 14, own);
     if (ACCEL_PLUGIN_INSTALL_DIR[0]) snprintf(dirs[nd++], PATH_MAX, "%s", ACCEL_PLUGIN_INSTALL_DIR);
     for (int i = 0; i < nd; i++) {
         if (snprintf(out, n, "%s/%s", dirs[i], file) < (int)n && access(out, R_OK) == 0) return true;
@@ -222,16 +228,20 @@ static void load_slot(int i) {
     __atomic_store_n(&s->state, st == ACCEL_OK ? LOADED : FAILED, __ATOMIC_RELEASE);
 }
 
+/* Another thread that finds the slot LOADING waits on the lock until the
+ * loading thread is done (the CUDA plug-in's init takes ~80 ms); only the
+ * loading thread itself, re-entering from init, gets past the recursive lock
+ * to see LOADING and fail. */
 static accel_status load_index(int i) {
     int state = __atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE);
-    if (state == UNTRIED) {
+    if (state == UNTRIED || state == LOADING) {
         pthread_mutex_lock(&g_lock);
         if (g_slot[i].state == UNTRIED) {
             g_slot[i].state = LOADING; /* a re-entry from init sees it and returns */
             load_slot(i);
         }
-        pthread_mutex_unlock(&g_lock);
         state = __atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&g_lock);
     }
     return state == LOADED ? ACCEL_OK : ACCEL_ERR_DEVICE;
 }

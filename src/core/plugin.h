@@ -39,7 +39,11 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h" /* accel__cpu_mem_info */
+#include "backends/cpu/dnnl_hooks.h"  /* the tables in ACCEL__PLUGIN_LAYOUT */
 #include "backends/cpu/gemm.h"        /* accel__gemm_test_scratchpad_bytes */
+#include "backends/cuda/cuda_hooks.h"
+#include "backends/fp8.h"
+#include "backends/hostless/hostless.h"
 #include "core/cpuinfo.h"
 #include "core/env.h"
 #include "backends/vm_pool.h"
@@ -49,11 +53,29 @@
  * points; layout changes are caught by ACCEL__PLUGIN_LAYOUT as well. */
 #define ACCEL__PLUGIN_ABI_VERSION 1u
 
-/* The sizes of the structures core and plug-in share, folded: a plug-in
- * built against other headers (a table with one more kernel) differs. */
-#define ACCEL__PLUGIN_LAYOUT                                                                            \
-    ((uint32_t)(((sizeof(accel_backend) * 1000003u + sizeof(accel_kernel_table)) * 1000003u +         \
-                 sizeof(accel__backend)) * 1000003u + sizeof(struct accel_pg) * 31u + sizeof(accel_tensor)))
+/* The layout fingerprint a plug-in must share with the core: the hash of the
+ * text of the headers they share (ACCEL__PLUGIN_HEADERS_HASH, computed by
+ * CMake from ACCEL_PLUGIN_SHARED_HEADERS in cmake/AccelPlugins.cmake, so a
+ * reordered or retyped field differs too), folded with the sizes of every
+ * structure passed between them (which also catches a build whose compiler
+ * lays them out otherwise). Only the loader and the plug-ins' abi symbols
+ * use it, and their targets get the define. */
+#define ACCEL__PLUGIN_LAYOUT                        \
+    ((uint32_t)(ACCEL__PLUGIN_HEADERS_HASH) ^       \
+     (uint32_t)(                                    \
+         sizeof(accel_backend) * 1000003u +         \
+         sizeof(accel_kernel_table) * 1000033u +    \
+         sizeof(accel__backend) * 1000037u +        \
+         sizeof(struct accel_pg) * 1000039u +       \
+         sizeof(accel_tensor) * 1000081u +          \
+         sizeof(accel__plugin_host) * 1000099u +    \
+         sizeof(accel__plugin_info) * 1000117u +    \
+         sizeof(accel__dnnl_hooks) * 1000121u +     \
+         sizeof(accel__hostless_hooks) * 1000133u + \
+         sizeof(accel__cuda_hooks) * 1000151u +     \
+         sizeof(accel__vm_ops) * 1000159u +         \
+         sizeof(accel__stream_ops) * 1000171u +     \
+         sizeof(accel__fp8_ops) * 1000183u))
 
 typedef struct accel__plugin_abi {
     uint32_t version; /* ACCEL__PLUGIN_ABI_VERSION */
@@ -63,7 +85,7 @@ typedef struct accel__plugin_abi {
 
 /* The core functions a plug-in may call, as X(ret, name, params, args);
  * void ones in ACCEL__PLUGIN_HOST_VOIDS. A backend needing another adds it
- * here (and bumps nothing: the layout check sees the table grow). */
+ * here (and bumps nothing: the table is in the layout fingerprint). */
 #define ACCEL__PLUGIN_HOST_FUNCS(X)                                                                   \
     X(accel_status, accel__set_errorv, (accel_status st, const char *fmt, va_list ap), (st, fmt, ap)) \
     X(accel_status, accel_last_status, (void), ())                                                   \

@@ -1233,6 +1233,8 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         split_place(all, parent->size, &me, sub, &leader, &one_machine);
         sub->timeout_s = parent->timeout_s;
         sub->debug = parent->debug;
+        sub->check_sites = parent->check_sites; /* a subgroup compares call sites as its parent does */
+        sub->hashed.line = -1;                  /* no site hashed yet (create_default_group) */
         sub->be = split_backend(sub, one_machine);
         snprintf(sub->op_desc, sizeof sub->op_desc, "accel_pg_split");
         if (!own) st = split_store(parent, sub, leader, one_machine, &store);

@@ -19,4 +19,15 @@ typedef struct accel__dnnl_hooks {
     __typeof__(accel__dnnl_version) *version;
 } accel__dnnl_hooks;
 
+/* The provider's functions (gemm_dnnl.c), the table's entries: named apart
+ * from the core's forwarders, so that with ACCEL_BACKENDS_STATIC both live
+ * in libaccel.a and the table does not point back at the forwarders. */
+extern __typeof__(accel__dnnl_gemm) accel__onednn_gemm;
+extern __typeof__(accel__dnnl_weight_layout) accel__onednn_weight_layout;
+extern __typeof__(accel__dnnl_weight_pack) accel__onednn_weight_pack;
+extern __typeof__(accel__dnnl_gemm_packed) accel__onednn_gemm_packed;
+extern __typeof__(accel__dnnl_impl) accel__onednn_impl;
+extern __typeof__(accel__dnnl_supports) accel__onednn_supports;
+extern __typeof__(accel__dnnl_version) accel__onednn_version;
+
 #endif

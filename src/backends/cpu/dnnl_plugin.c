@@ -4,13 +4,13 @@
 #include "core/plugin.h"
 
 static const accel__dnnl_hooks hooks = {
-    .gemm = accel__dnnl_gemm,
-    .weight_layout = accel__dnnl_weight_layout,
-    .weight_pack = accel__dnnl_weight_pack,
-    .gemm_packed = accel__dnnl_gemm_packed,
-    .impl = accel__dnnl_impl,
-    .supports = accel__dnnl_supports,
-    .version = accel__dnnl_version,
+    .gemm = accel__onednn_gemm,
+    .weight_layout = accel__onednn_weight_layout,
+    .weight_pack = accel__onednn_weight_pack,
+    .gemm_packed = accel__onednn_gemm_packed,
+    .impl = accel__onednn_impl,
+    .supports = accel__onednn_supports,
+    .version = accel__onednn_version,
 };
 
 ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_dnnl_abi = {

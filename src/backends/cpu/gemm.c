@@ -3,8 +3,8 @@
  * to the compute dtype. */
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/openblas_lazy.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <omp.h>
 #include <pthread.h>
@@ -41,13 +41,13 @@ void accel__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
  * column) blocks that the OpenMP threads compute, one sgemm each: one thread
  * pool in the process, and each block runs at the 1-thread sgemm speed. */
 void accel__blas_single_thread(void) {
-    if (!omp_in_parallel() && openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    if (!omp_in_parallel() && accel__openblas_get_num_threads() != 1) accel__openblas_set_num_threads(1);
 }
 
 static void blas_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                        int64_t ldc) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+    accel__cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
@@ -87,10 +87,10 @@ static void small_m_block(const small_gemm *g, int64_t lo, int64_t n) {
         float *y = g->C + i * g->ldc + lo;
         if (g->beta == 0.0f) memset(y, 0, (size_t)n * sizeof(float)); /* NaNs in C are ignored */
         if (g->trans_b) /* B [N, K]: y = alpha B[lo:lo+n] x + beta y */
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)g->K, g->alpha, B + lo * g->ldb, (int)g->ldb, x,
+            accel__cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)g->K, g->alpha, B + lo * g->ldb, (int)g->ldb, x,
                         incx, g->beta, y, 1);
         else /* B [K, N]: y = alpha B[:, lo:lo+n]^T x + beta y */
-            cblas_sgemv(CblasRowMajor, CblasTrans, (int)g->K, (int)n, g->alpha, B + lo, (int)g->ldb, x, incx,
+            accel__cblas_sgemv(CblasRowMajor, CblasTrans, (int)g->K, (int)n, g->alpha, B + lo, (int)g->ldb, x, incx,
                         g->beta, y, 1);
     }
 }
@@ -351,7 +351,7 @@ void accel__gemm_library_versions(char *out, size_t n) {
 #ifdef ACCEL_HAVE_DNNL
     accel__dnnl_version(dnnl, sizeof dnnl);
 #endif
-    snprintf(out, n, "openblas=%s;dnnl=%s", openblas_get_config(), dnnl);
+    snprintf(out, n, "openblas=%s;dnnl=%s", accel__openblas_get_config(), dnnl);
 }
 
 const char *accel__gemm_provider_name(accel__gemm_provider p) {

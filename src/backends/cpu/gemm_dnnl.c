@@ -1,5 +1,7 @@
 /* oneDNN matmul as a GEMM provider (compiled when CMake found oneDNN:
- * ACCEL_HAVE_DNNL; gemm.h describes the choice of provider).
+ * ACCEL_HAVE_DNNL; gemm.h describes the choice of provider). Its functions
+ * are accel__onednn_* (dnnl_hooks.h), the contracts of gemm.h's
+ * accel__dnnl_*, which are the core's forwarders to them (dnnl_client.c).
  *
  * One primitive per GEMM signature (dtype, transposes, M/N/K, leading dims,
  * alpha, beta, threads), created at its first use and kept for the process
@@ -18,7 +20,7 @@
  * the table then also holds, per weight shape, the layout oneDNN's matmul
  * picks for it (weights "format any"), the reorder into it, and per
  * signature a matmul primitive that reads its weights in that layout. */
-#include "backends/cpu/gemm.h"
+#include "backends/cpu/dnnl_hooks.h"
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -403,7 +405,7 @@ static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     return k;
 }
 
-accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+accel_status accel__onednn_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                               float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
                               float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return ACCEL_OK;
@@ -439,7 +441,7 @@ static accel_status layout_get(accel_dtype dt, bool trans_b, int64_t N, int64_t 
     return ACCEL_OK;
 }
 
-accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes) {
+accel_status accel__onednn_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes) {
     const dnnl_entry *lay;
     *bytes = 0;
     accel_status st = layout_get(dt, trans_b, N, K, &lay);
@@ -447,7 +449,7 @@ accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, 
     return st;
 }
 
-accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void *dst) {
+accel_status accel__onednn_weight_pack(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void *dst) {
     const dnnl_entry *lay;
     accel_status st = layout_get(dt, trans_b, N, K, &lay);
     if (st != ACCEL_OK) return st;
@@ -466,7 +468,7 @@ accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, in
     return st;
 }
 
-accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+accel_status accel__onednn_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                      float alpha, const void *A, int64_t lda, const void *packed, float beta, float *C,
                                      int64_t ldc, bool *ran) {
     *ran = false;
@@ -486,7 +488,7 @@ accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b,
     return st;
 }
 
-const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+const char *accel__onednn_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
     dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, 1.0f, trans_a ? M : K, trans_b ? K : N, 0.0f, N);
     dnnl_entry local;
     const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, NULL, &local);
@@ -497,7 +499,7 @@ const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t
     return name;
 }
 
-bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
+bool accel__onednn_supports(accel_dtype dt, char *impl, size_t size) {
     /* A primitive description only: it names the implementation. */
     pthread_once(&engine_once, engine_create);
     if (engine_status != dnnl_success) return false;
@@ -517,7 +519,7 @@ bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
     return s == dnnl_success;
 }
 
-void accel__dnnl_version(char *out, size_t n) {
+void accel__onednn_version(char *out, size_t n) {
     const dnnl_version_t *v = dnnl_version();
     snprintf(out, n, "%d.%d.%d+%s", v->major, v->minor, v->patch, v->hash);
 }

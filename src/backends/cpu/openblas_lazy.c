@@ -4,53 +4,82 @@
  * libquadmath) and starts its thread pool in its constructor in every
  * process, `accel --help` and `accel launch` included, ~3 ms before main.
  * So the core does not link it: the few OpenBLAS functions it calls (gemm.c,
- * buildinfo.c) are defined here under their own names, and the first call of
- * any of them dlopens the library (its soname, found as when linked:
- * ACCEL_OPENBLAS_SONAME from CMake) and binds all of them at once.
+ * buildinfo.c) are defined here as accel__cblas_* / accel__openblas_*
+ * (openblas_lazy.h), and the first call of
+ * any of them dlopens the library and binds all of them at once: the file
+ * CMake found (ACCEL_OPENBLAS_DIR/ACCEL_OPENBLAS_SONAME: not linked, its
+ * directory is in no RUNPATH, so an OpenBLAS outside the system directories
+ * is found only by its full path), else the soname as the loader finds it.
  *
  * OpenBLAS is a dependency of the build: without it no GEMM can run, so a
- * failure to load it is reported once on stderr and aborts, as the dynamic
- * loader refused to start the program when it was linked. */
-#include <cblas.h>
+ * GEMM's failure to load it is reported once on stderr and aborts, as the
+ * dynamic loader refused to start the program when it was linked. What only
+ * describes it (accel_build_info, `accel env`) asks
+ * accel__openblas_unavailable first and reports why instead. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "backends/cpu/openblas_lazy.h"
 
 #ifndef ACCEL_OPENBLAS_SONAME
 #define ACCEL_OPENBLAS_SONAME "libopenblas.so.0"
 #endif
+#ifndef ACCEL_OPENBLAS_DIR
+#define ACCEL_OPENBLAS_DIR "" /* only the soname */
+#endif
 
-static struct {
+typedef struct blas_fns {
     __typeof__(cblas_sgemm) *sgemm;
     __typeof__(cblas_sgemv) *sgemv;
     __typeof__(openblas_set_num_threads) *set_num_threads;
     __typeof__(openblas_get_num_threads) *get_num_threads;
     __typeof__(openblas_get_config) *get_config;
-} g_blas;
+} blas_fns;
+static blas_fns g_blas;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static bool g_loaded;
+static char g_why[1024]; /* !g_loaded: dlerror's words */
 
-static void *bind(void *h, const char *name) {
-    void *f = h ? dlsym(h, name) : NULL;
-    if (!f) {
-        fprintf(stderr, "accel: cannot use OpenBLAS (%s): %s\n", ACCEL_OPENBLAS_SONAME, dlerror());
-        abort();
-    }
-    return f;
+static bool bind(void *h, void **f, const char *name) {
+    *f = dlsym(h, name);
+    if (!*f) snprintf(g_why, sizeof g_why, "%s", dlerror());
+    return *f != NULL;
 }
 
 static void load(void) {
-    void *h = dlopen(ACCEL_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-    g_blas.sgemm = (__typeof__(g_blas.sgemm))bind(h, "cblas_sgemm");
-    g_blas.sgemv = (__typeof__(g_blas.sgemv))bind(h, "cblas_sgemv");
-    g_blas.set_num_threads = (__typeof__(g_blas.set_num_threads))bind(h, "openblas_set_num_threads");
-    g_blas.get_num_threads = (__typeof__(g_blas.get_num_threads))bind(h, "openblas_get_num_threads");
-    g_blas.get_config = (__typeof__(g_blas.get_config))bind(h, "openblas_get_config");
+    void *h = NULL;
+    if (ACCEL_OPENBLAS_DIR[0]) h = dlopen(ACCEL_OPENBLAS_DIR "/" ACCEL_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen(ACCEL_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(g_why, sizeof g_why, "%s", dlerror());
+        return;
+    }
+    g_loaded = bind(h, (void **)&g_blas.sgemm, "cblas_sgemm") && bind(h, (void **)&g_blas.sgemv, "cblas_sgemv") &&
+               bind(h, (void **)&g_blas.set_num_threads, "openblas_set_num_threads") &&
+               bind(h, (void **)&g_blas.get_num_threads, "openblas_get_num_threads") &&
+               bind(h, (void **)&g_blas.get_config, "openblas_get_config");
 }
 
-#define BLAS (pthread_once(&g_once, load), &g_blas)
+const char *accel__openblas_unavailable(void) {
+    pthread_once(&g_once, load);
+    return g_loaded ? NULL : g_why;
+}
 
-void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLAS_TRANSPOSE TransA,
+static const blas_fns *blas(void) {
+    const char *why = accel__openblas_unavailable();
+    if (why) {
+        fprintf(stderr, "accel: cannot use OpenBLAS (%s): %s\n", ACCEL_OPENBLAS_SONAME, why);
+        abort();
+    }
+    return &g_blas;
+}
+
+#define BLAS blas()
+
+void accel__cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLAS_TRANSPOSE TransA,
                  OPENBLAS_CONST enum CBLAS_TRANSPOSE TransB, OPENBLAS_CONST blasint M, OPENBLAS_CONST blasint N,
                  OPENBLAS_CONST blasint K, OPENBLAS_CONST float alpha, OPENBLAS_CONST float *A,
                  OPENBLAS_CONST blasint lda, OPENBLAS_CONST float *B, OPENBLAS_CONST blasint ldb,
@@ -58,13 +87,13 @@ void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLA
     BLAS->sgemm(Order, TransA, TransB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void cblas_sgemv(OPENBLAS_CONST enum CBLAS_ORDER order, OPENBLAS_CONST enum CBLAS_TRANSPOSE trans,
+void accel__cblas_sgemv(OPENBLAS_CONST enum CBLAS_ORDER order, OPENBLAS_CONST enum CBLAS_TRANSPOSE trans,
                  OPENBLAS_CONST blasint m, OPENBLAS_CONST blasint n, OPENBLAS_CONST float alpha,
                  OPENBLAS_CONST float *a, OPENBLAS_CONST blasint lda, OPENBLAS_CONST float *x,
                  OPENBLAS_CONST blasint incx, OPENBLAS_CONST float beta, float *y, OPENBLAS_CONST blasint incy) {
     BLAS->sgemv(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 
-void openblas_set_num_threads(int num_threads) { BLAS->set_num_threads(num_threads); }
-int openblas_get_num_threads(void) { return BLAS->get_num_threads(); }
-char *openblas_get_config(void) { return BLAS->get_config(); }
+void accel__openblas_set_num_threads(int num_threads) { BLAS->set_num_threads(num_threads); }
+int accel__openblas_get_num_threads(void) { return BLAS->get_num_threads(); }
+char *accel__openblas_get_config(void) { return BLAS->get_config(); }
