@@ -373,8 +373,42 @@ static int enospc(const char *root) {
     return check_summary();
 }
 
+/* `mount-point DIR` (tests/run_save_mount_point.sh, DIR a tmpfs mounted on
+ * a directory of another filesystem): the swap cannot replace a mount point,
+ * so save_model and save_state into DIR, or through a link to it, fail at
+ * once naming it, before writing anything beside it (they used to stage the
+ * whole save on the parent's filesystem, then fail the exchange). */
+static int mount_point(const char *dir) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    accel_module *m = mlp(100);
+    char link[700];
+    snprintf(link, sizeof link, "%s_link", dir);
+    unlink(link);
+    CHECK(symlink(dir, link) == 0);
+    for (int i = 0; i < 4; i++) {
+        const char *target = i % 2 ? link : dir;
+        accel_status s = i < 2 ? accel_accelerator_save_model(acc, m, target, NULL)
+                               : accel_accelerator_save_state(acc, target, NULL, 0);
+        CHECK_MSG(s == ACCEL_ERR_IO, "save %d into %s: %d %s", i, target, (int)s, accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), "is a mount point");
+        CHECK_STR_CONTAINS(accel_last_error(), dir);
+        accel_clear_error();
+        CHECK_MSG(no_leftover(dir), "save %d staged beside the mount point", i);
+    }
+    unlink(link);
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+    accel_thread_cleanup();
+    int rc = check_summary();
+    if (rc == 0) printf("mount-point-ok\n");
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "enospc")) return enospc(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "mount-point")) return mount_point(argv[2]);
     RUN(test_kill_every_point_total_limit_1);
     RUN(test_kill_every_point_total_limit_2);
     RUN(test_kill_every_point_total_limit_3);

@@ -9,6 +9,7 @@
 #define ACCEL_TESTS_DIST_GROUP_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -96,6 +97,35 @@ static inline void dist_group_run(dist_group *g, dist_body_fn body, int *status)
     g->port = dist_free_port();
     for (int r = 0; r < g->world; r++) g->pid[r] = dist_group_fork(g, r, body);
     dist_group_wait(g, status);
+}
+
+/* The TCP ports process pid listens on (its sockets' inodes in /proc/net/tcp), at most max. */
+static inline int dist_listening_ports(pid_t pid, int *ports, int max) {
+    char path[64], link[64];
+    unsigned long inodes[256];
+    int ni = 0, np = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d)) && ni < 256;) {
+        char fdpath[320];
+        snprintf(fdpath, sizeof fdpath, "%s/%s", path, e->d_name);
+        ssize_t n = readlink(fdpath, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = 0;
+        if (sscanf(link, "socket:[%lu]", &inodes[ni]) == 1) ni++;
+    }
+    if (d) closedir(d);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f) && np < max) {
+        unsigned port, st;
+        unsigned long inode;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*d %*d %lu", &port, &st, &inode) != 3) continue;
+        for (int i = 0; i < ni; i++)
+            if (st == 0x0A && inode == inodes[i]) ports[np++] = (int)port;
+    }
+    if (f) fclose(f);
+    return np;
 }
 
 static inline bool dist_exited_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }

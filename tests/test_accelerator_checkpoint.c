@@ -426,6 +426,43 @@ static void test_save_model_writes_config(void) {
     accel_module_free(m);
 }
 
+/* save_state(output_dir) where output_dir is a link to a directory (one
+ * process: an accelerator without automatic naming): the directory is
+ * replaced and the link kept, as save_model does; the working directory is
+ * refused as save_model refuses it. */
+static void test_save_state_into_link(void) {
+    accel_accelerator_free(A);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.project_dir = DIR_;
+    A = accel_accelerator_new(&o);
+    CHECK(A != NULL);
+    if (!A) return;
+    run a;
+    run_make(&a, 5);
+    CHECK(accel_accelerator_prepare(A, a.model, a.opt, a.dl, a.sched) == ACCEL_OK);
+    char d[300], link[320], p[400], used[400];
+    snprintf(d, sizeof d, "%s/state_target", DIR_);
+    snprintf(link, sizeof link, "%s/state_link", DIR_);
+    CHECK(mkdir(d, 0750) == 0 && symlink(d, link) == 0);
+    CHECK(accel_accelerator_save_state(A, link, used, sizeof used) == ACCEL_OK);
+    CHECK_STR_CONTAINS(used, "state_link");
+    CHECK(accel_accelerator_save_state(A, link, NULL, 0) == ACCEL_OK); /* over the first: the exchange */
+    struct stat sb;
+    CHECK_MSG(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced by a directory");
+    CHECK(stat(d, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 07777) == 0750);
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    CHECK_MSG(stat(p, &sb) == 0, "nothing written into the link's target");
+    CHECK(accel_accelerator_load_state(A, link, NULL) == ACCEL_OK);
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL && chdir(d) == 0);
+    CHECK(accel_accelerator_save_state(A, ".", NULL, 0) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_save_state: . is the process's working directory");
+    accel_clear_error();
+    CHECK(chdir(cwd) == 0);
+    run_free(A, &a);
+}
+
 int main(void) {
     /* one directory per run: under the launcher every rank has the same parent */
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_ckpt_test_%d",
@@ -446,6 +483,7 @@ int main(void) {
     RUN(test_load_skips_incomplete);
     RUN(test_save_model_sharded);
     RUN(test_save_model_writes_config);
+    if (N == 1) RUN(test_save_state_into_link);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {
         char cmd[300];

@@ -202,35 +202,6 @@ static bool port_listening(int port) {
     return ok;
 }
 
-/* The TCP ports pid listens on (/proc/<pid>/fd socket inodes, /proc/net/tcp LISTEN rows). */
-static int listening_ports(pid_t pid, int *ports, int max) {
-    char path[64], link[64];
-    unsigned long inodes[256];
-    int ni = 0, np = 0;
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(path);
-    for (struct dirent *e; d && (e = readdir(d)) && ni < 256;) {
-        char fdpath[320];
-        snprintf(fdpath, sizeof fdpath, "%s/%s", path, e->d_name);
-        ssize_t n = readlink(fdpath, link, sizeof link - 1);
-        if (n <= 0) continue;
-        link[n] = 0;
-        if (sscanf(link, "socket:[%lu]", &inodes[ni]) == 1) ni++;
-    }
-    if (d) closedir(d);
-    FILE *f = fopen("/proc/net/tcp", "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f) && np < max) {
-        unsigned port, st;
-        unsigned long inode;
-        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*d %*d %lu", &port, &st, &inode) != 3) continue;
-        for (int i = 0; i < ni; i++)
-            if (st == 0x0A && inode == inodes[i]) ports[np++] = (int)port;
-    }
-    if (f) fclose(f);
-    return np;
-}
-
 /* Until both ranks joined (bounded): the store under every attack at once. */
 static void attack_store(attack *a, dist_group *g) {
     for (double t0 = accel_now_seconds(); !port_listening(g->port) && accel_now_seconds() - t0 < 10;) nap_ms(5);
@@ -262,7 +233,7 @@ static void attack_store(attack *a, dist_group *g) {
 /* While the ranks run their steps (bounded): their tcp listening ports. */
 static void attack_workers(attack *a, dist_group *g) {
     int ports[8], np = 0;
-    for (int r = 0; r < 2; r++) np += listening_ports(g->pid[r], ports + np, 4);
+    for (int r = 0; r < 2; r++) np += dist_listening_ports(g->pid[r], ports + np, 4);
     CHECK_MSG(np >= 2, "found %d listening ports of the ranks", np);
     if (np == 0) return;
     for (int i = 0; i < TCP_IDLE; i++) hold(a, connect_nb(ports[i % np]));

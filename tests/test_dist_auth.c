@@ -11,7 +11,8 @@
  *   - a client with another secret is refused, and the store records the rank
  *     it claimed: a wait for that rank fails naming it, unless the genuine
  *     rank arrives within the grace (a process of another job on our port
- *     must not fail this one);
+ *     must not fail this one) or has claimed its number (however late it
+ *     then is); ACCEL_DIST_REFUSED_FAIL_FAST=0 names it only at the timeout;
  *   - a "store" that cannot prove the secret back is refused by the client.
  * Loopback only. */
 #include <arpa/inet.h>
@@ -308,6 +309,63 @@ static void test_refused_rank_that_arrives(void) {
     accel__store_close(server);
 }
 
+/* The genuine rank 3 claims its number at once but publishes its key more
+ * than the grace after another job's process claiming rank 3 was refused: the
+ * claim shows the refusal was of someone else, and the wait succeeds. */
+static void *slow_rank_main(void *arg) {
+    int port = *(int *)arg;
+    accel__store *c = accel__store_open("127.0.0.1", port, false, SECRET, 3, 10);
+    int64_t nth = 0;
+    if (c) accel__store_add(c, "claims/3", 1, &nth);
+    nanosleep(&(struct timespec){3, 0}, NULL);
+    if (c) accel__store_set(c, "slow/3", "x", 1);
+    accel__store_close(c);
+    return NULL;
+}
+
+static void test_refused_rank_that_claims_then_is_slow(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    CHECK(accel__store_open("127.0.0.1", port, false, "another-job", 3, 5) == NULL);
+    accel_clear_error();
+    for (int k = 0; k < 3; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "slow/%d", k);
+        CHECK(accel__store_set(server, key, "x", 1) == ACCEL_OK);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, slow_rank_main, &port);
+    CHECK_MSG(accel__store_wait_ranks(server, "slow", 4, "rendezvous") == ACCEL_OK, "%s", accel_last_error());
+    pthread_join(t, NULL);
+    accel__store_close(server);
+}
+
+/* ACCEL_DIST_REFUSED_FAIL_FAST=0: a refused stranger does not fail the wait
+ * after the grace; the refusal is named when the wait times out. A bad value
+ * is refused by name. */
+static void test_refused_fail_fast_opt_out(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 3.5);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    CHECK(accel__store_open("127.0.0.1", port, false, "another-job", 1, 5) == NULL);
+    accel_clear_error();
+    setenv("ACCEL_DIST_REFUSED_FAIL_FAST", "maybe", 1);
+    CHECK(accel__store_wait_ranks(server, "opt", 2, "rendezvous") == ACCEL_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(accel_last_error(), "ACCEL_DIST_REFUSED_FAIL_FAST"), "%s", accel_last_error());
+    accel_clear_error();
+    setenv("ACCEL_DIST_REFUSED_FAIL_FAST", "0", 1);
+    CHECK(accel__store_set(server, "opt/0", "x", 1) == ACCEL_OK);
+    CHECK(accel__store_wait_ranks(server, "opt", 2, "rendezvous") == ACCEL_ERR_TIMEOUT);
+    CHECK_MSG(strstr(accel_last_error(), "timed out") && strstr(accel_last_error(), "rank 1 of 2 did not arrive") &&
+              strstr(accel_last_error(), "wrong job secret"), "%s", accel_last_error());
+    accel_clear_error();
+    unsetenv("ACCEL_DIST_REFUSED_FAIL_FAST");
+    accel__store_close(server);
+}
+
 /* ---------------------------------------------------------------- a store that cannot prove */
 
 /* Answers the client's hello with "accepted" but a made-up proof. */
@@ -341,6 +399,8 @@ int main(void) {
     RUN(test_captured_session_is_useless);
     RUN(test_strangers_are_refused);
     RUN(test_refused_rank_that_arrives);
+    RUN(test_refused_rank_that_claims_then_is_slow);
+    RUN(test_refused_fail_fast_opt_out);
     RUN(test_client_refuses_unproven_store);
     return check_summary();
 }

@@ -19,12 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "accel/dist.h"
 #include "check.h"
+#include "dist/auth.h"
 #include "dist_group.h"
 
 /* Child exit codes: 0 = behaved as expected; 10+ = which check failed. */
@@ -179,10 +181,87 @@ static void test_store_that_never_answers(void) {
     CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank 1: status %#x", st);
 }
 
+/* ---------------------------------------------------------------- a busy rank's gatekeeper */
+
+/* Rank 0, between collectives (nobody reads its gatekeeper's pipe), gets
+ * PROVED_HELLOS hellos that prove the job secret (as a genuine peer's would):
+ * each proved connection must stay open until the collectives take it (they
+ * used to be closed once ~68 filled the pipe: a genuine connector then
+ * failed blaming the secret). 1,100: more than the 1 MiB pipe takes (~1,024
+ * handovers, 4 to a page), so the last ones wait in the gatekeeper's slots
+ * (128). The handshake is tcp.c's: challenge "ACT2" + ns, then "ACTH" + nc +
+ * rank + MAC("accel tcp hello", ns, nc, rank). */
+#define PROVED_HELLOS 1100
+
+static int proved_hello(int port, const char *secret) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char challenge[ACCEL__CHALLENGE_LEN], out[4 + ACCEL__NONCE_LEN + 4 + ACCEL__MAC_LEN] = "ACTH";
+    uint8_t nc[ACCEL__NONCE_LEN];
+    int32_t rank = 1;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        recv(fd, challenge, sizeof challenge, MSG_WAITALL) != (ssize_t)sizeof challenge || !accel__auth_nonce(nc)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    memcpy(out + 4, nc, sizeof nc);
+    memcpy(out + 4 + sizeof nc, &rank, 4);
+    accel__auth_mac(secret, "accel tcp hello", (const uint8_t *)challenge + 4, nc, &rank, 4,
+                    (uint8_t *)out + 4 + sizeof nc + 4);
+    if (send(fd, out, sizeof out, MSG_NOSIGNAL) != (ssize_t)sizeof out) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int busy_gate_body(int rank, int world) {
+    (void)world;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 3 * PROVED_HELLOS && rl.rlim_max >= 3 * PROVED_HELLOS) {
+        rl.rlim_cur = 3 * PROVED_HELLOS;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (!init_tcp()) return 10;
+    int rc = 0;
+    if (rank == 0) {
+        int ports[4], np = dist_listening_ports(getpid(), ports, 4), port = -1;
+        for (int i = 0; i < np; i++)
+            if (ports[i] != atoi(getenv("MASTER_PORT"))) port = ports[i];
+        static int fds[PROVED_HELLOS];
+        int n = 0, closed = 0;
+        while (port > 0 && n < PROVED_HELLOS && (fds[n] = proved_hello(port, getenv("ACCEL_JOB_SECRET"))) >= 0) n++;
+        nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL); /* the gatekeeper has read them all */
+        for (int i = 0; i < n; i++) {
+            char c;
+            if (recv(fds[i], &c, 1, MSG_DONTWAIT) == 0) closed++; /* EOF: dropped */
+        }
+        fprintf(stderr, "rank 0: %d proved hellos sent to port %d, %d closed before the collectives read them\n",
+                n, port, closed);
+        if (n < PROVED_HELLOS) rc = 11;
+        else if (closed) rc = 12;
+        for (int i = 0; i < n; i++) close(fds[i]);
+    }
+    if (accel_pg_barrier(accel_dist_default_group()) != ACCEL_OK && !rc) rc = 13; /* the job runs on */
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return rc;
+}
+
+static void test_busy_gate_keeps_proved_connections(void) {
+    int st[2];
+    run_group(2, "30", NULL, busy_gate_body, st);
+    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
+}
+
 int main(void) {
     RUN(test_rank_dies_mid_all_reduce);
     RUN(test_rank_hangs);
     RUN(test_wrong_secret);
+    RUN(test_busy_gate_keeps_proved_connections);
     RUN(test_store_that_never_answers);
     return check_summary();
 }

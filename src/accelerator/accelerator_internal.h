@@ -327,9 +327,16 @@ accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const
 /* checkpoint.c: a directory written aside, then swapped in with one rename,
  * so that dir holds the previous save or the new one, never a mix
  * (save_state and save_model; rank 0 runs these). */
+/* dir, or where it points when it is a symbolic link (realpath), into out
+ * (n bytes): the swap then replaces the directory and keeps the link. Every
+ * rank calls it, so that all stage into the same tmp. */
+void accel__staged_resolve(const char *dir, char *out, size_t n);
 /* "<parent of dir>/.tmp_<name of dir>" into tmp (n bytes). */
 void accel__staged_path(const char *dir, char *tmp, size_t n);
-/* Removes a tmp left by a crashed save, makes dir's parent and tmp; with
+/* Refuses (before writing anything) a dir that is or holds the working
+ * directory, or that is a mount point (st_dev differs from its parent's: the
+ * swap cannot cross filesystems); removes a tmp left by a crashed save,
+ * makes dir's parent and tmp; with
  * carry, every entry of an existing dir that carry(name, ctx) accepts is
  * hard-linked (copied where links are refused; directories as trees) into
  * tmp, so what the save does not rewrite survives the swap. */

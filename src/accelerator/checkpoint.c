@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,12 +267,47 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
     return s;
 }
 
+void accel__staged_resolve(const char *dir, char *out, size_t n) {
+    char real[PATH_MAX];
+    struct stat lsb;
+    if (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(dir, real)) dir = real;
+    snprintf(out, n, "%s", dir);
+}
+
+/* The swap replaces dir as a whole: the process's working directory inside it
+ * would be left in the removed one. */
+static accel_status refuse_cwd(const char *dir, const char *op) {
+    char cwd[PATH_MAX], real[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) || !realpath(dir, real)) return ACCEL_OK; /* dir does not exist yet */
+    size_t n = strlen(real);
+    if (strncmp(cwd, real, n) || (cwd[n] && cwd[n] != '/' && strcmp(real, "/"))) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           "%s: %s is the process's working directory or holds it (%s): the save replaces the "
+                           "directory as a whole (crash safety), which would leave the process in the removed one; "
+                           "save into a subdirectory, or change directory first", op, dir, cwd);
+}
+
+/* A mount point cannot be swapped with a sibling (the rename crosses
+ * filesystems, or the mount is busy): said before anything is written,
+ * rather than after the whole save was staged on the parent's filesystem. */
+static accel_status refuse_mount_point(const char *dir, const char *parent, const char *op) {
+    struct stat d, p;
+    if (stat(dir, &d) != 0 || !S_ISDIR(d.st_mode) || stat(parent, &p) != 0 || d.st_dev == p.st_dev)
+        return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem than its parent %s): the save "
+                           "is written beside it and swapped in with one rename, which cannot cross filesystems; "
+                           "save into a subdirectory of it", op, dir, parent);
+}
+
 accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
                                  void *ctx, const char *op) {
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
+    accel_status s = refuse_cwd(dir, op);
+    if (!s) s = refuse_mount_point(dir, parent, op);
+    if (s) return s;
     rm_rf(tmp); /* left over by a crashed save */
-    accel_status s = mkdir_p(parent, op);
+    s = mkdir_p(parent, op);
     if (!s) s = mkdir_p(tmp, op);
     KILL_POINT("save: temporary directory made");
     struct stat sb;
@@ -624,6 +660,9 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
                                "accel_accelerator_save_state: no output_dir given and automatic checkpoint "
                                "naming is disabled");
     }
+    char given[PATHN + 64];
+    snprintf(given, sizeof given, "%s", dir);
+    accel__staged_resolve(given, dir, sizeof dir); /* a link to the directory: the directory is replaced, the link kept */
     accel__staged_path(dir, tmp, sizeof tmp);
     if (acc->rank == 0) s = accel__staged_begin(dir, tmp, NULL, NULL, "accel_accelerator_save_state");
     if ((s = agree(acc, s))) return s;
@@ -634,7 +673,7 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
     }
     if ((s = agree(acc, s))) return s;
     acc->save_iteration++;
-    if (out_dir && out_n) snprintf(out_dir, out_n, "%s", dir);
+    if (out_dir && out_n) snprintf(out_dir, out_n, "%s", given);
     return ACCEL_OK;
 }
 

@@ -217,18 +217,6 @@ static accel_status write_config(accel_accelerator *acc, accel_module *model, bo
 /* The swap gives dir's name to a new directory and removes the old one: a
  * process working inside the old one (dir is its working directory or holds
  * it) would be left in a removed directory. Refused, naming both. */
-static accel_status refuse_cwd(const char *dir) {
-    char cwd[PATH_MAX], real[PATH_MAX];
-    if (!getcwd(cwd, sizeof cwd) || !realpath(dir, real)) return ACCEL_OK; /* dir does not exist yet */
-    size_t n = strlen(real);
-    if (strncmp(cwd, real, n) || (cwd[n] && cwd[n] != '/' && strcmp(real, "/"))) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                           "accel_accelerator_save_model: %s is the process's working directory or holds it (%s): "
-                           "save_model replaces the directory as a whole (crash safety), which would leave the "
-                           "process in the removed one; save into a subdirectory, or change directory first",
-                           dir, cwd);
-}
-
 /* What a save_model carries over from the directory it replaces: everything
  * but the weights files of the format it writes (as save_pretrained, which
  * rewrites those and leaves the rest). */
@@ -253,16 +241,15 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
      * space at any point, dir holds the previous model or the new one. */
     accel_weights_format fmt = o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS;
     char tmp[8400], real[PATH_MAX];
-    struct stat lsb;
-    if (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(dir, real))
-        dir = real; /* a link to the directory: the directory is replaced, the link kept */
+    accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
+    dir = real;
     accel__staged_path(dir, tmp, sizeof tmp);
     if (!st && acc->rank == 0) {
         struct stat sb;
         if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
             st = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
                                                "directory, not a file", dir);
-        else if (!(st = refuse_cwd(dir))) st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
+        else st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
     }
     if (zero3) { /* the real weights, gathered unit by unit (collective: every rank joins) */
         accel_status gathered = accel__zero3_save_model(acc, pm, tmp, max, st != ACCEL_OK);

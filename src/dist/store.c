@@ -26,6 +26,7 @@
  * REFUSED_GRACE_S naming it rather than wait out the timeout. */
 #include "dist/store.h"
 
+#include "core/env.h"
 #include "dist/auth.h"
 
 #include <arpa/inet.h>
@@ -687,46 +688,75 @@ accel_status accel__store_get(accel__store *s, const char *key, void **val, size
  * once it is still missing REFUSED_GRACE_S after the refusal was first seen
  * here, naming the address it came from: not at once, so that a process of
  * another job that happens onto our port (and is refused) cannot fail a job
- * whose genuine rank is a moment late. */
+ * whose genuine rank is a moment late. Once the genuine rank has claimed its
+ * number (claims/<rank>, accel__claim_rank: only a client that proved the
+ * secret can write it), the refusal was of someone else and is ignored: the
+ * rank is merely slow. ACCEL_DIST_REFUSED_FAIL_FAST=0 never fails early: the
+ * refusal is only named when the wait times out (a job whose ranks start far
+ * apart on a port strangers can reach). */
 #define REFUSED_GRACE_S 2.0
 typedef struct refusal {
     int rank;     /* -1: none seen */
     double seen;  /* when first seen */
+    char from[64]; /* the refused process's address */
 } refusal;
 
-static accel_status check_refused(accel__store *s, refusal *r, int rank, int world, const char *what, bool now) {
+static accel_status refused_error(const refusal *r, int world, const char *what, accel_status code, const char *how) {
+    return accel_set_error(code, "%s failed%s: rank %d of %d did not arrive: the store refused a process at %s "
+                           "claiming rank %d: wrong job secret (ACCEL_JOB_SECRET differs between machines?)", what,
+                           how, r->rank, world, r->from, r->rank);
+}
+
+static accel_status check_refused(accel__store *s, refusal *r, int rank, int world, const char *what, bool fail_fast,
+                                  bool now) {
     char key[32];
     bool found;
     void *v = NULL;
     snprintf(key, sizeof key, "refused/%d", rank);
     if (try_get(s, key, &found, &v, NULL) != ACCEL_OK) return accel_last_status();
     if (!found) return ACCEL_OK;
-    if (r->rank != rank) *r = (refusal){rank, accel_now_seconds()};
-    bool fail = now || accel_now_seconds() - r->seen >= REFUSED_GRACE_S;
-    if (fail)
-        accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %d of %d did not arrive: the store refused a process at %s "
-                        "claiming rank %d: wrong job secret (ACCEL_JOB_SECRET differs between machines?)", what, rank,
-                        world, (char *)v, rank);
+    snprintf(key, sizeof key, "claims/%d", rank);
+    bool claimed;
+    if (try_get(s, key, &claimed, NULL, NULL) != ACCEL_OK) { free(v); return accel_last_status(); }
+    if (claimed) { free(v); return ACCEL_OK; }
+    if (r->rank != rank) {
+        *r = (refusal){rank, accel_now_seconds(), ""};
+        snprintf(r->from, sizeof r->from, "%s", (char *)v);
+    }
     free(v);
-    return fail ? ACCEL_ERR_DIST : ACCEL_OK;
+    if (now) return refused_error(r, world, what, ACCEL_ERR_TIMEOUT, " (timed out)");
+    if (fail_fast && accel_now_seconds() - r->seen >= REFUSED_GRACE_S)
+        return refused_error(r, world, what, ACCEL_ERR_DIST, "");
+    return ACCEL_OK;
+}
+
+/* The store failed us while a refusal was pending (rank 0 gave up on it a
+ * moment before this rank did, and exited): the refusal is the cause. */
+static accel_status lost_after(const refusal *r, int world, const char *what) {
+    if (r->rank < 0 || accel_last_status() != ACCEL_ERR_DIST || !strstr(accel_last_error(), "lost the connection"))
+        return accel_last_status();
+    return refused_error(r, world, what, ACCEL_ERR_DIST, " (and the store's rank 0 gave up on it)");
 }
 
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world, const char *what) {
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     int next = 0; /* ranks below `next` have arrived (keys are never deleted) */
     char key[STORE_MAX_KEY];
-    refusal refused = {-1, 0};
+    refusal refused = {-1, 0, ""};
+    bool fail_fast;
+    if (accel__env_bool("ACCEL_DIST_REFUSED_FAIL_FAST", true, &fail_fast) != ACCEL_OK) return accel_last_status();
     for (;;) {
         while (next < world) {
             bool found;
             snprintf(key, sizeof key, "%s/%d", prefix, next);
-            if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
+            if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return lost_after(&refused, world, what);
             if (!found) break;
             next++;
         }
         if (next == world) return ACCEL_OK;
         bool late = accel_now_seconds() > deadline;
-        if (check_refused(s, &refused, next, world, what, late) != ACCEL_OK) return accel_last_status();
+        if (check_refused(s, &refused, next, world, what, fail_fast, late) != ACCEL_OK)
+            return lost_after(&refused, world, what);
         if (late) {
             char list[512];
             size_t o = 0;

@@ -111,6 +111,7 @@ typedef struct stranger {
     double deadline;
     uint8_t nonce[ACCEL__NONCE_LEN]; /* the challenge sent to it */
     size_t len;
+    bool waiting; /* proved, but the pipe was full: kept (never evicted) until it takes it */
     char buf[HEAD_LEN + sizeof(notice) + MAX_NOTICE_MSG + ACCEL__MAC_LEN];
 } stranger;
 
@@ -226,8 +227,10 @@ static bool proved(const gate *g, const stranger *x) {
     return accel__auth_mac_equal((const uint8_t *)x->buf + HEAD_LEN + body, want);
 }
 
-/* Hands a complete, proved handshake to the collectives (a full pipe drops it). */
-static void pass_on(gate *g, stranger *x) {
+/* Hands a complete, proved handshake to the collectives; false when the pipe
+ * is full (the collectives are busy): x then waits in its slot for POLLOUT,
+ * rather than a genuine peer be dropped and blame the secret. */
+static bool pass_on(gate *g, stranger *x) {
     gate_msg m;
     memset(&m, 0, sizeof m);
     const char *body = x->buf + HEAD_LEN;
@@ -237,25 +240,27 @@ static void pass_on(gate *g, stranger *x) {
         m.fd = x->fd;
         memcpy(&m.rank, body, 4);
         accel__auth_mac(g->secret, LABEL_ACCEPT, (const uint8_t *)x->buf + 4, x->nonce, &m.rank, 4, m.proof);
-        x->fd = -1; /* now the collectives' */
     } else {
         m.kind = 'N';
         memcpy(&m.n, body, sizeof m.n);
         memcpy(m.msg, body + sizeof m.n, m.n.len);
         m.msg[m.n.len] = 0;
     }
-    if (write(g->pipe[1], &m, sizeof m) != (ssize_t)sizeof m && m.fd >= 0) close(m.fd);
+    ssize_t r;
+    do r = write(g->pipe[1], &m, sizeof m);
+    while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return x->waiting = true, false;
+    if (r == (ssize_t)sizeof m && m.fd >= 0) x->fd = -1; /* now the collectives' */
+    return true;
 }
 
-/* Reads what x sent; false when it is done with (handed over or dropped). */
+/* Reads what x sent; false when it is done with (handed over or dropped),
+ * true while it has more to send or waits for room in the pipe. */
 static bool progress_stranger(gate *g, stranger *x) {
     for (;;) {
         size_t need = handshake_size(x);
         if (need == 0) return false;
-        if (x->len == need) {
-            if (proved(g, x)) pass_on(g, x);
-            return false;
-        }
+        if (x->len == need) return proved(g, x) && !pass_on(g, x);
         ssize_t r = recv(x->fd, x->buf + x->len, need - x->len, MSG_DONTWAIT);
         if (r > 0) {
             x->len += (size_t)r;
@@ -267,10 +272,14 @@ static bool progress_stranger(gate *g, stranger *x) {
 }
 
 static void admit(gate *g, int fd) {
-    if (g->n == MAX_STRANGERS) { /* evict the oldest: a stranger cannot hold the gate */
-        int old = 0;
-        for (int i = 1; i < g->n; i++)
-            if (g->st[i].deadline < g->st[old].deadline) old = i;
+    if (g->n == MAX_STRANGERS) { /* evict the oldest unproved: a stranger cannot hold the gate */
+        int old = -1;
+        for (int i = 0; i < g->n; i++)
+            if (!g->st[i].waiting && (old < 0 || g->st[i].deadline < g->st[old].deadline)) old = i;
+        if (old < 0) { /* every slot holds a proved peer waiting for the pipe */
+            close(fd);
+            return;
+        }
         drop_stranger(g, old);
     }
     stranger *x = &g->st[g->n];
@@ -280,33 +289,42 @@ static void admit(gate *g, int fd) {
     }
     x->fd = fd;
     x->len = 0;
+    x->waiting = false;
     x->deadline = accel_now_seconds() + HANDSHAKE_DEADLINE_S;
     g->n++;
 }
 
 static void *gate_main(void *arg) {
     gate *g = arg;
-    struct pollfd pf[MAX_STRANGERS + 2];
+    struct pollfd pf[MAX_STRANGERS + 3]; /* stop, listener, strangers, the pipe's room */
     double paused_until = 0; /* out of descriptors: stop accepting for a moment rather than spin */
     for (;;) {
         double now = accel_now_seconds(), next = paused_until > now ? paused_until : 0;
         pf[0] = (struct pollfd){.fd = g->stop[0], .events = POLLIN};
         pf[1] = (struct pollfd){.fd = now >= paused_until ? g->listen_fd : -1, .events = POLLIN};
+        bool waiting = false;
         for (int i = 0; i < g->n; i++) {
-            pf[i + 2] = (struct pollfd){.fd = g->st[i].fd, .events = POLLIN};
-            if (next == 0 || g->st[i].deadline < next) next = g->st[i].deadline;
+            stranger *x = &g->st[i];
+            pf[i + 2] = (struct pollfd){.fd = x->waiting ? -1 : x->fd, .events = POLLIN};
+            waiting |= x->waiting;
+            if (!x->waiting && (next == 0 || x->deadline < next)) next = x->deadline;
         }
         int n = g->n, ms = next == 0 ? -1 : next <= now ? 0 : (int)((next - now) * 1000) + 1;
-        if (poll(pf, (nfds_t)n + 2, ms) < 0 && errno != EINTR) break;
+        pf[n + 2] = (struct pollfd){.fd = waiting ? g->pipe[1] : -1, .events = POLLOUT};
+        if (poll(pf, (nfds_t)n + 3, ms) < 0 && errno != EINTR) break;
         if (pf[0].revents) break;
-        for (int i = n; i-- > 0;) /* from the back: drop_stranger moves the last one into i */
-            if (pf[i + 2].revents && !progress_stranger(g, &g->st[i])) {
-                if (g->st[i].fd >= 0) close(g->st[i].fd);
-                g->st[i] = g->st[--g->n];
+        bool room = pf[n + 2].revents != 0;
+        for (int i = n; i-- > 0;) { /* from the back: the last one moves into a freed i */
+            stranger *x = &g->st[i];
+            bool keep = x->waiting ? !room || !pass_on(g, x) : !pf[i + 2].revents || progress_stranger(g, x);
+            if (!keep) {
+                if (x->fd >= 0) close(x->fd);
+                *x = g->st[--g->n];
             }
+        }
         now = accel_now_seconds();
         for (int i = g->n; i-- > 0;)
-            if (g->st[i].deadline <= now) drop_stranger(g, i);
+            if (!g->st[i].waiting && g->st[i].deadline <= now) drop_stranger(g, i);
         for (int batch = 0; (pf[1].revents & POLLIN) && batch < 64; batch++) {
             int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd >= 0) {
@@ -332,6 +350,9 @@ static accel_status gate_start(gate *g, int listen_fd, const char *secret) {
     if (!g->st) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     if (pipe2(g->pipe, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(g->stop, O_CLOEXEC) != 0)
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: pipe: %s", strerror(errno));
+    /* Room for ~1000 handovers rather than ~68 (a busy rank reads it between
+     * collectives); where refused, a full pipe only delays a handover. */
+    (void)fcntl(g->pipe[1], F_SETPIPE_SZ, 1 << 20);
     if (pthread_create(&g->thread, NULL, gate_main, g) != 0)
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: cannot start the tcp gatekeeper thread");
     g->running = true;
@@ -970,8 +991,10 @@ static accel_status form_mesh(accel_pg *pg, tcp_state *s, double deadline, uint8
         uint8_t ack[1 + ACCEL__MAC_LEN] = {0};
         if (!io_until(s->fd[k], false, ack, sizeof ack, deadline) || ack[0] != 1 ||
             !accel__auth_mac_equal(ack + 1, want[k]))
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d refused the connection of rank %d, or "
-                                   "could not prove ACCEL_JOB_SECRET (the secrets differ between machines?)", k, me);
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d closed the connection of rank %d without "
+                                   "a valid acceptance: it refused our proof or could not prove ACCEL_JOB_SECRET (the "
+                                   "secrets differ between machines?), or its gatekeeper evicted the connection (a "
+                                   "flood of connections to its port?)", k, me);
     }
     for (int k = 0; k < w; k++)
         if (s->fd[k] >= 0) {
