@@ -290,7 +290,10 @@ static void *late_rank_main(void *arg) {
     return NULL;
 }
 
-static void test_refused_rank_that_arrives(void) {
+/* After another job's process claiming rank 3 was refused, ranks 0-2 publish
+ * `prefix`/k and the genuine rank 3 runs `rank3` (a thread given the port):
+ * the store's wait for all four must succeed. */
+static void check_refused_then_genuine(const char *prefix, void *(*rank3)(void *)) {
     accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
     CHECK_MSG(server, "store: %s", accel_last_error());
     if (!server) return;
@@ -299,15 +302,17 @@ static void test_refused_rank_that_arrives(void) {
     accel_clear_error();
     for (int k = 0; k < 3; k++) {
         char key[16];
-        snprintf(key, sizeof key, "late/%d", k);
+        snprintf(key, sizeof key, "%s/%d", prefix, k);
         CHECK(accel__store_set(server, key, "x", 1) == ACCEL_OK);
     }
     pthread_t t;
-    pthread_create(&t, NULL, late_rank_main, &port);
-    CHECK_MSG(accel__store_wait_ranks(server, "late", 4, "rendezvous") == ACCEL_OK, "%s", accel_last_error());
+    pthread_create(&t, NULL, rank3, &port);
+    CHECK_MSG(accel__store_wait_ranks(server, prefix, 4, "rendezvous") == ACCEL_OK, "%s", accel_last_error());
     pthread_join(t, NULL);
     accel__store_close(server);
 }
+
+static void test_refused_rank_that_arrives(void) { check_refused_then_genuine("late", late_rank_main); }
 
 /* The genuine rank 3 claims its number at once but publishes its key more
  * than the grace after another job's process claiming rank 3 was refused: the
@@ -323,24 +328,7 @@ static void *slow_rank_main(void *arg) {
     return NULL;
 }
 
-static void test_refused_rank_that_claims_then_is_slow(void) {
-    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
-    CHECK_MSG(server, "store: %s", accel_last_error());
-    if (!server) return;
-    int port = accel__store_port(server);
-    CHECK(accel__store_open("127.0.0.1", port, false, "another-job", 3, 5) == NULL);
-    accel_clear_error();
-    for (int k = 0; k < 3; k++) {
-        char key[16];
-        snprintf(key, sizeof key, "slow/%d", k);
-        CHECK(accel__store_set(server, key, "x", 1) == ACCEL_OK);
-    }
-    pthread_t t;
-    pthread_create(&t, NULL, slow_rank_main, &port);
-    CHECK_MSG(accel__store_wait_ranks(server, "slow", 4, "rendezvous") == ACCEL_OK, "%s", accel_last_error());
-    pthread_join(t, NULL);
-    accel__store_close(server);
-}
+static void test_refused_rank_that_claims_then_is_slow(void) { check_refused_then_genuine("slow", slow_rank_main); }
 
 /* ACCEL_DIST_REFUSED_FAIL_FAST=0: a refused stranger does not fail the wait
  * after the grace; the refusal is named when the wait times out. A bad value

@@ -60,11 +60,8 @@ accel_status accel__st_index_parse(const char *index_path, const char *text, siz
                                    accel__st_index *ix) {
     memset(ix, 0, sizeof *ix);
     ix->total_size = -1;
-    json_error_t err;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-    if (!root)
-        return accel_set_error(ACCEL_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", index_path,
-                               err.line, err.column, err.text);
+    json_t *root = accel__json_parse(index_path, text, len);
+    if (!root) return accel_last_status();
     accel_status st = ACCEL_OK;
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     json_t *md = json_is_object(root) ? json_object_get(root, "metadata") : NULL;

@@ -57,6 +57,9 @@ const char *accel__file_kind(mode_t mode);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming
  * the file, line and column. Caller json_decref()s. */
 json_t *accel__json_load_file(const char *path);
+/* JSON text from memory (duplicate keys refused); NULL + ACCEL_ERR_FORMAT naming
+ * `name`, the line and column. */
+json_t *accel__json_parse(const char *name, const char *text, size_t len);
 /* Writes json.dumps(j, indent=2, sort_keys=True) + "\n" atomically. */
 accel_status accel__json_save_file(const char *path, const json_t *j);
 

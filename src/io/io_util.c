@@ -166,12 +166,17 @@ json_t *accel__json_load_file(const char *path) {
                         strerror(read_errno));
         return NULL;
     }
+    json_t *j = accel__json_parse(path, text, len);
+    accel_free(text);
+    return j;
+}
+
+json_t *accel__json_parse(const char *name, const char *text, size_t len) {
     json_error_t err;
     json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-    accel_free(text);
     if (!j)
-        accel_set_error(ACCEL_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", path,
-                        err.line, err.column, err.text);
+        accel_set_error(ACCEL_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", name, err.line, err.column,
+                        err.text);
     return j;
 }
 

@@ -608,10 +608,7 @@ fail:
 accel_tokenizer *tok_load_json(const char *path) { return load_root(path, accel__json_load_file(path)); }
 
 accel_tokenizer *tok_load_json_text(const char *name, const char *text, size_t n) {
-    json_error_t err;
-    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
-    if (!root) accel_set_error(ACCEL_ERR_FORMAT, "%s: not JSON: %s (line %d)", name, err.text, err.line);
-    return load_root(name, root);
+    return load_root(name, accel__json_parse(name, text, n));
 }
 
 static void free_normalizer(tok_normalizer *nz) {
