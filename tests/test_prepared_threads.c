@@ -15,7 +15,9 @@
  *     before the fix only on some runs). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -45,10 +47,12 @@ typedef struct getter {
     accel_tensor *w;
     float first; /* the form's first value */
     accel_status st;
+    atomic_int tid; /* the thread's id once it runs; 0 before */
 } getter;
 
 static void *get_form(void *p) {
     getter *g = p;
+    atomic_store(&g->tid, (int)syscall(SYS_gettid));
     accel_tensor *form = NULL;
     g->st = accel__prepared_get(g->w, &KEY, ACCEL_F32, fill_copy, &form);
     g->first = form ? ((const float *)accel__host_ptr(form, "get_form"))[0] : -1.0f;
@@ -82,17 +86,44 @@ static void move_by_rebinding(accel_tensor *w, accel_tensor *other) {
     accel_tensor_rebind(w, other->data, false);
 }
 
+/* Whether thread tid of this process is asleep ('S' in its stat: blocked). */
+static bool thread_sleeping(int tid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close = strrchr(buf, ')'); /* "tid (comm) S ...": comm may hold spaces */
+    return close && close[1] == ' ' && close[2] == 'S';
+}
+
+/* Returns once g's thread has started and fallen asleep: the waiter's only
+ * blocking call is the entry's build lock, which the held builder owns (a
+ * fixed sleep was not enough on a loaded machine: the waiter then arrived
+ * after the move, found a tensor that no longer owns its bytes, and was
+ * rightly given no form). */
+static void wait_until_blocked(getter *g) {
+    for (int i = 0; i < 20000; i++) { /* 20 s at most */
+        int tid = atomic_load(&g->tid);
+        if (tid && thread_sleeping(tid)) return;
+        usleep(1000);
+    }
+    CHECK_MSG(false, "the waiter never blocked on the build lock");
+}
+
 /* Round: a builder held inside its fill, a waiter on the entry's build lock,
  * the storage moved meanwhile. Both gets succeed with one storage's values. */
 static void held_build_round(void (*move)(accel_tensor *, accel_tensor *)) {
     accel_tensor *w = weight_of(1.0f), *other = weight_of(2.0f);
-    getter builder = {w, 0, ACCEL_OK}, waiter = {w, 0, ACCEL_OK};
+    getter builder = {.w = w, .st = ACCEL_OK}, waiter = {.w = w, .st = ACCEL_OK};
     pthread_t tb, tw;
     atomic_store(&g_hold, true);
     CHECK(pthread_create(&tb, NULL, get_form, &builder) == 0);
     pthread_barrier_wait(&g_in_fill);
     CHECK(pthread_create(&tw, NULL, get_form, &waiter) == 0);
-    usleep(20000); /* the waiter finds the entry and blocks on its build lock */
+    wait_until_blocked(&waiter); /* it found the entry and waits for its build lock */
     move(w, other);
     pthread_barrier_wait(&g_go);
     pthread_join(tb, NULL);
