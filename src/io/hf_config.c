@@ -538,7 +538,11 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"num_key_value_heads\": %lld,\n",
             a->model_type, (long long)c->num_attention_heads, (long long)c->num_hidden_layers, (long long)kv);
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
-    if (a->softcap) write_real(m, "query_pre_attn_scalar", nonzero(c->query_pre_attn_scalar, (double)hd));
+    /* an int in transformers 5's Gemma2Config (which refuses 16.0) */
+    double qpas = nonzero(c->query_pre_attn_scalar, (double)hd);
+    if (a->softcap && qpas == floor(qpas) && qpas < 0x1p53)
+        fprintf(m, "  \"query_pre_attn_scalar\": %lld,\n", (long long)qpas);
+    else if (a->softcap) write_real(m, "query_pre_attn_scalar", qpas);
     if (a->multipliers) write_real(m, "residual_multiplier", nonzero(c->residual_multiplier, 1.0));
     fprintf(m, "  \"rms_norm_eps\": %s,\n  \"rope_scaling\": ", eps);
     write_rope(m, &c->rope_scaling);
