@@ -23,7 +23,8 @@ and expected.safetensors:
     prompt     [1, 4]  i64
     greedy     [1, 4 + N] i64  greedy generate(prompt, max_new_tokens=N), KV cache
                              (N = 16; 32 for the fixtures that set new_tokens)
-Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1)) so logits are
+Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1), Gemma's, which
+scale by 1 + weight, 0.1 N(0, 1)) so logits are
 well separated and greedy decoding has no near-ties (tests/test_hf_archs.c).
 """
 import os
