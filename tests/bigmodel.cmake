@@ -98,6 +98,16 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_qwen2 PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   24.5 KB   │ 57.16 KB │     228.62 KB     │")
+  # Gemma2 (four norms a layer; the embedding's scale buffer) and Granite: Accelerate's
+  # calculate_maximum_sizes of transformers' Gemma2Model / GraniteModel of those config.json files.
+  add_test(NAME bigmodel_estimate_memory_gemma2 COMMAND accel_cli estimate-memory data/hf_arch_gemma2 --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_gemma2 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │")
+  add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.25 KB  │ 56.66 KB │     226.62 KB     │")
 endif()
 
 # 200000 members built, addressed, measured, saved and loaded: linear in the

@@ -260,9 +260,13 @@ static double bf16_plain_loss(accel_module *ref, bool is_llama) {
     return l;
 }
 
+/* The family of the decoder check_equivalence trains (is_llama). */
+static const char *FAMILY = "llama";
+
 static void check_equivalence(bool is_llama, int want_units) {
-    const char *what = is_llama ? "llama" : "mlp";
-    accel_module *z = is_llama ? tiny_llama(100 + (uint64_t)R) : mlp(100 + (uint64_t)R), *ref = is_llama ? tiny_llama(100) : mlp(100);
+    const char *what = is_llama ? FAMILY : "mlp";
+    accel_module *z = is_llama ? tiny_family(100 + (uint64_t)R, FAMILY) : mlp(100 + (uint64_t)R),
+                 *ref = is_llama ? tiny_family(100, FAMILY) : mlp(100);
     accel_optimizer *zo = optimizer(z), *ro = optimizer(ref);
     int64_t total = accel_module_num_params(ref);
     CHECK(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK);
@@ -312,6 +316,22 @@ static void test_llama(void) {
     KIND = ACCEL_OPTIM_SGD;
     check_equivalence(true, llama_units());
     KIND = ACCEL_OPTIM_ADAMW;
+}
+
+/* Gemma (1 + weight norms, gelu), Gemma2 (sandwich norms, soft-capping, a
+ * window that bites on 6 positions) and Granite (multipliers) train as the
+ * Llama does: their decoder layers (the table's class) are the units, and
+ * the steps equal DDP's. */
+static void test_other_families_train(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    A->fsdp.wrap_cls[0] = 0; /* a configured LlamaDecoderLayer: here the table's class of each family */
+    const char *families[] = {"gemma", "gemma2", "granite"};
+    for (int i = 0; i < 3; i++) {
+        FAMILY = families[i];
+        check_equivalence(true, llama_units());
+    }
+    FAMILY = "llama";
+    A->fsdp = saved;
 }
 
 static bool same_weights(accel_module *a, accel_module *b) {
@@ -620,6 +640,7 @@ int main(void) {
     RUN(test_activation_checkpointing);
     RUN(test_llama_wrap_policies);
     RUN(test_other_family_units);
+    RUN(test_other_families_train);
     RUN(test_persistence_threshold);
     RUN(test_unhooked_unit_is_an_error);
     RUN(test_backward_memory);

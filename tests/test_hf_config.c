@@ -66,8 +66,8 @@ static void test_errors(void) {
                  "rope_scaling of type \"proportional\" is not supported");
     expect_error("t5.json", "{\"rope_parameters\": {\"rope_type\": \"llama3\"}}", ACCEL_ERR_FORMAT,
                  "rope_parameters of type \"llama3\" needs factor");
-    expect_error("t6.json", "{\"model_type\": \"gemma\"}", ACCEL_ERR_UNSUPPORTED,
-                 "model_type is \"gemma\", accel builds \"llama\", \"mistral\", \"qwen2\", \"qwen3\"");
+    expect_error("t6.json", "{\"model_type\": \"falcon\"}", ACCEL_ERR_UNSUPPORTED,
+                 "model_type is \"falcon\", accel builds \"llama\", \"mistral\", \"qwen2\", \"qwen3\"");
     /* a field accel does not implement is refused by name, never ignored */
     expect_error("t6a.json", "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2, \"beta_fast\": 3}}",
                  ACCEL_ERR_UNSUPPORTED, "rope_scaling.beta_fast is not implemented for rope type \"linear\"");
@@ -233,13 +233,18 @@ static void test_save_families(void) {
                             .num_hidden_layers = 3, .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16,
                             .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
                             .initializer_range = 0.02, .torch_dtype = ACCEL_F32};
-    const char *types[] = {"llama", "mistral", "qwen2", "qwen3"};
-    for (int k = 0; k < 4; k++)
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "granite"};
+    for (int k = 0; k < 7; k++)
         for (int rt = 0; rt <= ACCEL_ROPE_LLAMA3; rt++) {
             accel_llama_config w = c;
             snprintf(w.model_type, sizeof w.model_type, "%s", types[k]);
-            w.sliding_window = k == 1 || k == 2 ? 32 : 0;
+            w.sliding_window = k == 1 || k == 2 || k == 5 ? 32 : 0;
             w.max_window_layers = k == 2 ? 1 : 0;
+            if (k == 5) /* Gemma2: a soft-capping off (null) */
+                w.attn_logit_softcapping = 0, w.final_logit_softcapping = 7.5, w.query_pre_attn_scalar = 24;
+            if (k == 6)
+                w.embedding_multiplier = 12, w.attention_multiplier = 0.015625, w.residual_multiplier = 0.22,
+                w.logits_scaling = 8;
             w.rope_scaling = (accel_rope_scaling){.type = (accel_rope_type)rt, .factor = 4.0, .low_freq_factor = 1,
                                                   .high_freq_factor = 4, .original_max_position_embeddings = 32};
             if (rt == ACCEL_ROPE_YARN) w.rope_scaling.beta_fast = 16, w.rope_scaling.mscale = 0.5,
@@ -260,12 +265,73 @@ static void test_save_families(void) {
             CHECK_MSG(same_rope(&back.rope_scaling, &w.rope_scaling), "%s rope %d", types[k], rt);
             CHECK(!strcmp(back.model_type, types[k]) && back.sliding_window == w.sliding_window &&
                   back.max_window_layers == w.max_window_layers && back.head_dim == 16);
+            CHECK_MSG(back.attn_logit_softcapping == w.attn_logit_softcapping &&
+                          back.final_logit_softcapping == w.final_logit_softcapping &&
+                          back.query_pre_attn_scalar == w.query_pre_attn_scalar &&
+                          back.embedding_multiplier == w.embedding_multiplier &&
+                          back.attention_multiplier == w.attention_multiplier &&
+                          back.residual_multiplier == w.residual_multiplier && back.logits_scaling == w.logits_scaling,
+                      "%s: scalings differ", types[k]);
         }
-    snprintf(c.model_type, sizeof c.model_type, "gemma");
+    snprintf(c.model_type, sizeof c.model_type, "falcon");
     char path[160];
-    snprintf(path, sizeof path, "%s/gemma.json", g_dir);
+    snprintf(path, sizeof path, "%s/falcon.json", g_dir);
     CHECK(accel_llama_config_save(path, &c) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "model_type \"gemma\" is not one accel builds");
+    CHECK_STR_CONTAINS(accel_last_error(), "model_type \"falcon\" is not one accel builds");
+    accel_clear_error();
+}
+
+/* Gemma, Gemma2, Granite: transformers' defaults, and every field they (or
+ * the other families) do not implement refused by name. */
+static void test_gemma_granite_fields(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("g2.json", "{\"model_type\": \"gemma2\"}"), &c) == ACCEL_OK);
+    CHECK(c.attn_logit_softcapping == 50 && c.final_logit_softcapping == 30 && c.query_pre_attn_scalar == 256 &&
+          c.sliding_window == 4096 && c.tie_word_embeddings && c.head_dim == 256 && c.hidden_size == 2304);
+    CHECK(accel_llama_config_load(write_cfg("g2n.json", "{\"model_type\": \"gemma2\", \"final_logit_softcapping\": "
+                                            "null, \"sliding_window\": null, \"layer_types\": null}"),
+                                  &c) == ACCEL_OK);
+    CHECK(c.final_logit_softcapping == 0 && c.attn_logit_softcapping == 50 && c.sliding_window == 0);
+    CHECK(accel_llama_config_load(write_cfg("g1.json", "{\"model_type\": \"gemma\", \"hidden_act\": \"gelu\", "
+                                            "\"hidden_activation\": null}"),
+                                  &c) == ACCEL_OK);
+    CHECK(c.tie_word_embeddings && c.head_dim == 256 && c.attn_logit_softcapping == 0);
+    CHECK(accel_llama_config_load(write_cfg("gr.json", "{\"model_type\": \"granite\"}"), &c) == ACCEL_OK);
+    CHECK(!c.tie_word_embeddings && c.logits_scaling == 0); /* 0: transformers' 1.0 */
+    expect_error("gf1.json", "{\"attn_logit_softcapping\": 50.0}", ACCEL_ERR_UNSUPPORTED,
+                 "attn_logit_softcapping is set, but llama models have none");
+    expect_error("gf2.json", "{\"model_type\": \"gemma\", \"final_logit_softcapping\": 30.0}", ACCEL_ERR_UNSUPPORTED,
+                 "final_logit_softcapping is set, but gemma models have none");
+    expect_error("gf3.json", "{\"model_type\": \"gemma2\", \"logits_scaling\": 8}", ACCEL_ERR_UNSUPPORTED,
+                 "logits_scaling is set, but gemma2 models have none");
+    expect_error("gf4.json", "{\"model_type\": \"granite\", \"logits_scaling\": 0}", ACCEL_ERR_FORMAT,
+                 "'logits_scaling' must be a positive number");
+    expect_error("gf5.json", "{\"model_type\": \"gemma2\", \"query_pre_attn_scalar\": null, \"attn_logit_softcapping\": "
+                 "-1}", ACCEL_ERR_FORMAT, "'attn_logit_softcapping' must be null or a positive number");
+    expect_error("gf6.json", "{\"model_type\": \"gemma\", \"hidden_act\": \"silu\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_act must be \"gelu_pytorch_tanh\" or \"gelu\"");
+    expect_error("gf7.json", "{\"model_type\": \"gemma2\", \"hidden_activation\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_activation must be \"gelu_pytorch_tanh\"");
+    expect_error("gf8.json", "{\"model_type\": \"gemma\", \"use_bidirectional_attention\": true}",
+                 ACCEL_ERR_UNSUPPORTED, "use_bidirectional_attention is not implemented");
+    expect_error("gf9.json", "{\"model_type\": \"gemma2\", \"num_hidden_layers\": 2, \"layer_types\": "
+                 "[\"sliding_attention\", \"sliding_attention\"]}", ACCEL_ERR_UNSUPPORTED,
+                 "layer_types[1] is not \"full_attention\"");
+    expect_error("gf10.json", "{\"model_type\": \"gemma\", \"sliding_window\": 8}", ACCEL_ERR_UNSUPPORTED,
+                 "sliding_window is set, but gemma models have none");
+    expect_error("gf11.json", "{\"model_type\": \"gemma\", \"mlp_bias\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "mlp_bias is true, but gemma models have no such bias");
+    /* the C API: another family's scaling, and a multiplier no number can be */
+    accel_llama_config k = accel_llama_config_default();
+    k.residual_multiplier = 2;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "cfg: residual_multiplier is set, but llama models have none");
+    snprintf(k.model_type, sizeof k.model_type, "granite");
+    k.residual_multiplier = -0.5;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "residual_multiplier is -0.5: it must be a finite number >= 0");
+    k.residual_multiplier = 0.5;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_OK);
     accel_clear_error();
 }
 
@@ -323,6 +389,7 @@ int main(void) {
     RUN(test_save);
     RUN(test_big_file_few_reads);
     RUN(test_save_families);
+    RUN(test_gemma_granite_fields);
     RUN(test_rope_window_edges);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -5,9 +5,15 @@
 #ifndef ACCEL_TESTS_TINY_LLAMA_H
 #define ACCEL_TESTS_TINY_LLAMA_H
 
+#include <stdio.h>
+#include <string.h>
+
 #include "accel/accel.h"
 
-static inline accel_module *tiny_llama(uint64_t seed) {
+/* The same tiny model as another family of the architecture table:
+ * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
+ * logits, query_pre_attn_scalar 8), "granite" (its four multipliers). */
+static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
     accel_manual_seed(seed);
     accel_llama_config c = accel_llama_config_default();
     c.vocab_size = 40;
@@ -19,7 +25,14 @@ static inline accel_module *tiny_llama(uint64_t seed) {
     c.max_position_embeddings = 16;
     c.tie_word_embeddings = true;
     c.torch_dtype = ACCEL_F32;
+    snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
+    if (!strcmp(model_type, "gemma2"))
+        c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
+    if (!strcmp(model_type, "granite"))
+        c.embedding_multiplier = 6, c.attention_multiplier = 0.2, c.residual_multiplier = 0.4, c.logits_scaling = 4;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
+
+static inline accel_module *tiny_llama(uint64_t seed) { return tiny_family(seed, "llama"); }
 
 #endif

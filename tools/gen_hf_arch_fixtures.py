@@ -2,8 +2,11 @@
 """Tiny random checkpoints of each architecture / RoPE variant accel builds from
 config.json, written by transformers, with transformers' outputs.
 
-    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR]     # default tests/data
-    python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT
+    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR [NAME...]]  # default tests/data, every fixture
+    python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT [NAME...]
+
+NAMEs (keys of FIXTURES) limit the run to those fixtures: each fixture's
+seeds are its own, so the others' bytes stay as committed.
 
 --check-saved loads ROOT/<name> (written by accel's save_pretrained from
 tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
@@ -18,8 +21,10 @@ and expected.safetensors:
     loss       []     f32    model(ids, labels=ids).loss
     g.<param>         f32    that loss's gradient of every parameter
     prompt     [1, 4]  i64
-    greedy     [1, 20] i64   greedy generate(prompt, max_new_tokens=16), KV cache
-Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1)) so logits are
+    greedy     [1, 4 + N] i64  greedy generate(prompt, max_new_tokens=N), KV cache
+                             (N = 16; 32 for the fixtures that set new_tokens)
+Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1), Gemma's, which
+scale by 1 + weight, 0.1 N(0, 1)) so logits are
 well separated and greedy decoding has no near-ties (tests/test_hf_archs.c).
 """
 import os
@@ -50,23 +55,42 @@ FIXTURES = {
     "qwen2": ("qwen2", dict()),
     "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
     "qwen3": ("qwen3", dict()),
+    # the third item: seeds and new_tokens of the fixtures added after the first nine
+    "gemma": ("gemma", dict(tie_word_embeddings=True), dict(seed=9, new_tokens=32)),
+    # soft-capping that bites (scores and logits of a few units), a query scale
+    # other than head_dim's, the window (8) on layer 0
+    "gemma2": ("gemma2", dict(tie_word_embeddings=True, sliding_window=8, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=3.0, query_pre_attn_scalar=16),
+               dict(seed=10, new_tokens=32)),
+    "granite": ("granite", dict(embedding_multiplier=6.0, attention_multiplier=0.2, residual_multiplier=0.4,
+                                logits_scaling=4.0), dict(seed=11, new_tokens=32)),
 }
+
+
+def options(i, spec):
+    """(model_type, extra, seed, new_tokens) of FIXTURES' i-th entry."""
+    model_type, extra, *rest = spec
+    opts = rest[0] if rest else {}
+    seed = opts.get("seed", i)
+    return model_type, extra, seed, opts.get("new_tokens", 16)
 
 
 def build(model_type, extra, seed):
     cfg = AutoConfig.for_model(model_type, **{**BASE, **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    # Gemma's norms scale by 1 + weight
+    norm_base = 0.0 if model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "norm" in pname:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+                p.copy_(norm_base + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
     return model
 
 
-def expected(model, seed):
+def expected(model, seed, new_tokens):
     v = model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, v, (2, 24), generator=g)
@@ -81,15 +105,18 @@ def expected(model, seed):
     for name, p in model.named_parameters():
         out["g." + name] = p.grad.detach().float()
     with torch.no_grad():
-        out["greedy"] = model.generate(prompt, max_new_tokens=16, do_sample=False,
-                                       attention_mask=torch.ones_like(prompt), pad_token_id=0)
+        gen = model.generate(prompt, max_new_tokens=new_tokens, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    out["greedy"] = gen.sequences
+    top2 = torch.stack(gen.logits).topk(2, dim=-1).values
+    print(f"  greedy: smallest gap between the top two logits {float((top2[..., 0] - top2[..., 1]).min()):.3g}")
     return {k: t.contiguous() for k, t in out.items()}
 
 
-def check_saved(root):
+def check_saved(root, names):
     data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     worst = 0.0
-    for name in FIXTURES:
+    for name in names:
         model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.float32).eval()
         e = load_file(os.path.join(data, "hf_arch_" + name, "expected.safetensors"))
         with torch.no_grad():
@@ -101,18 +128,31 @@ def check_saved(root):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
-        check_saved(sys.argv[2])
+    args = sys.argv[1:]
+    check = bool(args) and args[0] == "--check-saved"
+    if check:
+        args = args[1:]
+    if not args and check:
+        sys.exit("--check-saved needs ROOT")
+    root = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    names = args[1:] or list(FIXTURES)
+    unknown = [n for n in names if n not in FIXTURES]
+    if unknown:
+        sys.exit(f"unknown fixtures {unknown}; known: {list(FIXTURES)}")
+    if check:
+        check_saved(root, names)
         return
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     total = 0
-    for i, (name, (model_type, extra)) in enumerate(FIXTURES.items()):
-        d = os.path.join(out_dir, "hf_arch_" + name)
+    for i, (name, spec) in enumerate(FIXTURES.items()):
+        if name not in names:
+            continue
+        model_type, extra, seed, new_tokens = options(i, spec)
+        d = os.path.join(root, "hf_arch_" + name)
         os.makedirs(d, exist_ok=True)
-        model = build(model_type, extra, 4321 + i)
+        model = build(model_type, extra, 4321 + seed)
         model.generation_config.eos_token_id = None
         model.save_pretrained(d, safe_serialization=True)
-        save_file(expected(model, 77 + i), os.path.join(d, "expected.safetensors"))
+        save_file(expected(model, 77 + seed, new_tokens), os.path.join(d, "expected.safetensors"))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         total += size
         print(f"{d}: {size} bytes")

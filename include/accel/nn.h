@@ -252,14 +252,24 @@ typedef struct accel_llama_config {
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
-     * "qwen3" (docs/nn.md: what each changes). */
+     * "qwen3", "gemma", "gemma2", "granite" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
-     * and Qwen2/Qwen3 with use_sliding_window. */
+     * and Qwen2/Qwen3 with use_sliding_window. Gemma2: layers 0, 2, 4, ...
+     * (max_window_layers unused). */
     int64_t sliding_window;
     int64_t max_window_layers;
     accel_rope_scaling rope_scaling;  /* zero: the default RoPE */
+    /* Gemma2 (0: none): attention scores and final logits become
+     * cap * tanh(x / cap); scores scaled by query_pre_attn_scalar^-0.5
+     * (0: head_dim^-0.5). */
+    double attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar;
+    /* Granite (0: 1.0, transformers' default): embeddings times
+     * embedding_multiplier, scores times attention_multiplier (instead of
+     * head_dim^-0.5), each residual branch times residual_multiplier, logits
+     * divided by logits_scaling. */
+    double embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling;
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */

@@ -20,6 +20,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "cli/cli.h"
+#include "nn/arch.h"
 
 static const char *const DTYPES[] = {"float32", "float16", "int8", "int4"};
 
@@ -351,6 +352,8 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
      * accel's Llama computes instead of keeping */
     body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
+    /* and Gemma's embedding keeps its scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale) */
+    if (accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
     static const double div[] = {1, 2, 4, 8};
     char rows[16][TABLE_MAX_COLS][32];
     for (int r = 0; r < ndt; r++) {

@@ -1,5 +1,6 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
- * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3.
+ * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
+ * gemma, gemma2, granite.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -167,12 +168,42 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
     return ACCEL_OK;
 }
 
+/* The string key's value, or NULL when absent or null. */
+static const char *string_or_null(json_t *root, const char *key, bool *bad) {
+    json_t *v = json_object_get(root, key);
+    *bad = v && !json_is_null(v) && !json_is_string(v);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* The activation: silu, or Gemma's gelu_pytorch_tanh, which transformers 4
+ * reads from hidden_activation (absent: tanh) and 5 from hidden_act (Gemma,
+ * where "gelu" means tanh) or hidden_activation (Gemma2). */
+static accel_status check_activation(json_t *root, const char *file, const accel__arch *a) {
+    bool bad_act, bad_activation;
+    const char *act = string_or_null(root, "hidden_act", &bad_act);
+    const char *activation = string_or_null(root, "hidden_activation", &bad_activation);
+    if (!a->gemma_blocks) {
+        if (bad_act || (act && strcmp(act, "silu") != 0))
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\" (the only activation of "
+                                   "%s models accel implements)", file, a->model_type);
+        return ACCEL_OK;
+    }
+    if (bad_act || (act && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu") != 0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"gelu_pytorch_tanh\" or \"gelu\" "
+                               "(transformers' Gemma reads both as gelu_pytorch_tanh)", file);
+    if (bad_activation || (activation && strcmp(activation, "gelu_pytorch_tanh") != 0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_activation must be \"gelu_pytorch_tanh\" (the only "
+                               "activation of %s models accel implements)", file, a->model_type);
+    return ACCEL_OK;
+}
+
 /* Keys transformers reads for these families that accel takes only at one value. */
-static accel_status check_fixed(json_t *root, const char *file) {
-    json_t *v = json_object_get(root, "hidden_act");
-    if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\" (the only activation of "
-                               "these families accel implements)", file);
+static accel_status check_fixed(json_t *root, const char *file, const accel__arch *a) {
+    if (check_activation(root, file, a)) return accel_last_status();
+    json_t *v = json_object_get(root, "use_bidirectional_attention");
+    if (v && !json_is_null(v) && !json_is_false(v))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention is not implemented (accel's "
+                               "decoders are causal)", file);
     v = json_object_get(root, "attention_dropout");
     if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 0.0))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention_dropout other than 0.0 is not implemented (it "
@@ -196,6 +227,24 @@ static accel_status get_bias(json_t *root, const char *file, const char *key, co
     return ACCEL_OK;
 }
 
+/* Gemma2's layer_types: absent, null, or transformers' default (sliding on
+ * layers 0, 2, 4, ...), the one pattern accel builds. */
+static accel_status check_even_layer_types(json_t *root, const char *file, const accel_llama_config *c) {
+    json_t *lt = json_object_get(root, "layer_types");
+    if (!lt || json_is_null(lt)) return ACCEL_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+        return bad_type(file, "layer_types", "a list of num_hidden_layers strings");
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
+        json_t *x = json_array_get(lt, (size_t)i);
+        const char *want = i % 2 ? "full_attention" : "sliding_attention";
+        if (!json_is_string(x) || strcmp(json_string_value(x), want) != 0)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: layer_types[%lld] is not \"%s\": only transformers' "
+                                   "default alternation (sliding_attention on the even layers) is implemented",
+                                   file, (long long)i, want);
+    }
+    return ACCEL_OK;
+}
+
 /* sliding_window, use_sliding_window, max_window_layers and layer_types as
  * the family's transformers config reads them. */
 static accel_status parse_window(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
@@ -209,6 +258,7 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     if (sw && json_is_null(sw)) c->sliding_window = 0;
     else if (get_int(root, file, "sliding_window", &c->sliding_window, false, false)) return accel_last_status();
     if (a->window == ACCEL__WINDOW_ALL) return ACCEL_OK; /* every layer (Mistral ignores layer_types) */
+    if (a->window == ACCEL__WINDOW_EVEN) return check_even_layer_types(root, file, c);
     bool use = false;
     if (get_bool(root, file, "use_sliding_window", &use) ||
         get_int(root, file, "max_window_layers", &c->max_window_layers, true, false))
@@ -233,6 +283,34 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
                                    "sliding_attention one is not implemented", file);
     }
     c->max_window_layers = first_sliding;
+    return ACCEL_OK;
+}
+
+/* Gemma2's soft-capping and query scale, Granite's multipliers: read when
+ * the family has them (a soft-capping null: none), else refused when set. */
+static accel_status parse_scalings(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
+    const struct { const char *key; double *v; bool has, null_is_zero; } S[] = {
+        {"attn_logit_softcapping", &c->attn_logit_softcapping, a->softcap, true},
+        {"final_logit_softcapping", &c->final_logit_softcapping, a->softcap, true},
+        {"query_pre_attn_scalar", &c->query_pre_attn_scalar, a->softcap, false},
+        {"embedding_multiplier", &c->embedding_multiplier, a->multipliers, false},
+        {"attention_multiplier", &c->attention_multiplier, a->multipliers, false},
+        {"residual_multiplier", &c->residual_multiplier, a->multipliers, false},
+        {"logits_scaling", &c->logits_scaling, a->multipliers, false},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof *S; i++) {
+        json_t *v = json_object_get(root, S[i].key);
+        if (!v || json_is_null(v)) {
+            if (v && S[i].has && S[i].null_is_zero) *S[i].v = 0;
+            continue;
+        }
+        if (!S[i].has)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models have none", file, S[i].key,
+                                   a->model_type);
+        if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+            return bad_type(file, S[i].key, S[i].null_is_zero ? "null or a positive number" : "a positive number");
+        *S[i].v = json_number_value(v);
+    }
     return ACCEL_OK;
 }
 
@@ -266,7 +344,8 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_dtype(root, file, "dtype", &c->torch_dtype) ||
         parse_rope(root, file, "rope_scaling", c) ||
         parse_rope(root, file, "rope_parameters", c) ||
-        check_fixed(root, file) ||
+        check_fixed(root, file, a) ||
+        parse_scalings(root, file, a, c) ||
         parse_window(root, file, a, c))
         return accel_last_status();
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
@@ -324,12 +403,29 @@ static accel_status check_reals(const accel_llama_config *c) {
         {"rms_norm_eps", c->rms_norm_eps, false},
         {"rope_theta", c->rope_theta, false},
         {"initializer_range", c->initializer_range, true},
+        {"attn_logit_softcapping", c->attn_logit_softcapping, true},
+        {"final_logit_softcapping", c->final_logit_softcapping, true},
+        {"query_pre_attn_scalar", c->query_pre_attn_scalar, true},
+        {"embedding_multiplier", c->embedding_multiplier, true},
+        {"attention_multiplier", c->attention_multiplier, true},
+        {"residual_multiplier", c->residual_multiplier, true},
+        {"logits_scaling", c->logits_scaling, true},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++)
         if (!isfinite(R[i].v) || R[i].v < 0 || (R[i].v == 0 && !R[i].zero_ok))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: %s is %g: it must be a finite "
                                    "number %s 0", R[i].key, R[i].v, R[i].zero_ok ? ">=" : ">");
     return ACCEL_OK;
+}
+
+/* v, or d when v is 0 (unset). */
+static double nonzero(double v, double d) { return v != 0 ? v : d; }
+
+/* "key": v as Python writes a float; 0 as null (a soft-capping that is off). */
+static void write_real(FILE *m, const char *key, double v) {
+    char b[40] = "null";
+    if (v != 0) py_float(b, sizeof b, v);
+    fprintf(m, "  \"%s\": %s,\n", key, b);
 }
 
 static void write_factors(FILE *m, const float *f, int n) {
@@ -414,18 +510,25 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */
     fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
     if (a->attention_bias) fprintf(m, "  \"attention_bias\": %s,\n", c->attention_bias ? "true" : "false");
+    fprintf(m, "  \"attention_dropout\": 0.0,\n");
+    /* Granite's multipliers: 0 is 1.0; Gemma2's query_pre_attn_scalar: 0 is head_dim */
+    if (a->multipliers) write_real(m, "attention_multiplier", nonzero(c->attention_multiplier, 1.0));
+    if (a->softcap) write_real(m, "attn_logit_softcapping", c->attn_logit_softcapping);
+    fprintf(m, "  \"bos_token_id\": 1,\n");
+    if (a->multipliers) write_real(m, "embedding_multiplier", nonzero(c->embedding_multiplier, 1.0));
+    fprintf(m, "  \"eos_token_id\": 2,\n");
+    if (a->softcap) write_real(m, "final_logit_softcapping", c->final_logit_softcapping);
+    /* Gemma's activation under both names: transformers 4 reads hidden_activation, 5 hidden_act (Gemma) */
+    const char *act = a->gemma_blocks ? "gelu_pytorch_tanh" : "silu";
+    fprintf(m, "  \"head_dim\": %lld,\n  \"hidden_act\": \"%s\",\n", (long long)hd, act);
+    if (a->gemma_blocks) fprintf(m, "  \"hidden_activation\": \"%s\",\n", act);
     fprintf(m,
-            "  \"attention_dropout\": 0.0,\n"
-            "  \"bos_token_id\": 1,\n"
-            "  \"eos_token_id\": 2,\n"
-            "  \"head_dim\": %lld,\n"
-            "  \"hidden_act\": \"silu\",\n"
             "  \"hidden_size\": %lld,\n"
             "  \"initializer_range\": %s,\n"
-            "  \"intermediate_size\": %lld,\n"
-            "  \"max_position_embeddings\": %lld,\n",
-            (long long)hd, (long long)c->hidden_size, init, (long long)c->intermediate_size,
-            (long long)c->max_position_embeddings);
+            "  \"intermediate_size\": %lld,\n",
+            (long long)c->hidden_size, init, (long long)c->intermediate_size);
+    if (a->multipliers) write_real(m, "logits_scaling", nonzero(c->logits_scaling, 1.0));
+    fprintf(m, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
     if (a->window == ACCEL__WINDOW_QWEN2) fprintf(m, "  \"max_window_layers\": %lld,\n", (long long)c->max_window_layers);
     if (a->mlp_bias) fprintf(m, "  \"mlp_bias\": %s,\n", c->mlp_bias ? "true" : "false");
     fprintf(m,
@@ -435,6 +538,12 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"num_key_value_heads\": %lld,\n",
             a->model_type, (long long)c->num_attention_heads, (long long)c->num_hidden_layers, (long long)kv);
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
+    /* an int in transformers 5's Gemma2Config (which refuses 16.0) */
+    double qpas = nonzero(c->query_pre_attn_scalar, (double)hd);
+    if (a->softcap && qpas == floor(qpas) && qpas < 0x1p53)
+        fprintf(m, "  \"query_pre_attn_scalar\": %lld,\n", (long long)qpas);
+    else if (a->softcap) write_real(m, "query_pre_attn_scalar", qpas);
+    if (a->multipliers) write_real(m, "residual_multiplier", nonzero(c->residual_multiplier, 1.0));
     fprintf(m, "  \"rms_norm_eps\": %s,\n  \"rope_scaling\": ", eps);
     write_rope(m, &c->rope_scaling);
     fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);

@@ -11,17 +11,19 @@
     .model = {P "Model", accel__decoder_no_forward, NULL},                 \
     .layer = {P "DecoderLayer", accel__decoder_layer_call, NULL},          \
     .attn = {P "Attention", NULL, NULL}, .mlp = {P "MLP", accel__decoder_mlp_forward, NULL}, \
-    .norm = {P "RMSNorm", accel__rms_norm_forward, NULL}
+    .norm = {P "RMSNorm", accel__decoder_norm_forward, NULL}
 
 /* transformers' XConfig() defaults: the fields the families share the values
  * of, and those that differ (kv heads 0: as many as the heads; head_dim 0:
- * hidden_size / heads). */
-#define DEFAULTS(type, vocab, inter, kv, hd, max_pos, window, max_window)                                     \
-    .defaults = {.vocab_size = vocab, .hidden_size = 4096, .intermediate_size = inter, .num_hidden_layers = 32, \
-                 .num_attention_heads = 32, .num_key_value_heads = kv, .head_dim = hd,                           \
-                 .max_position_embeddings = max_pos, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,               \
+ * hidden_size / heads; then any other fields). DEFAULTS: Llama's sizes. */
+#define SIZED_DEFAULTS(type, vocab, hidden, inter, layers, heads, kv, hd, max_pos, window, max_window, ...)       \
+    .defaults = {.vocab_size = vocab, .hidden_size = hidden, .intermediate_size = inter,                         \
+                 .num_hidden_layers = layers, .num_attention_heads = heads, .num_key_value_heads = kv,           \
+                 .head_dim = hd, .max_position_embeddings = max_pos, .rms_norm_eps = 1e-6, .rope_theta = 10000.0, \
                  .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = type,                       \
-                 .sliding_window = window, .max_window_layers = max_window}
+                 .sliding_window = window, .max_window_layers = max_window, __VA_ARGS__}
+#define DEFAULTS(type, vocab, inter, kv, hd, max_pos, window, max_window) \
+    SIZED_DEFAULTS(type, vocab, 4096, inter, 32, 32, kv, hd, max_pos, window, max_window, .tie_word_embeddings = false)
 
 static const accel__arch ARCHS[] = {
     {.model_type = "llama", ARCH_OPS("Llama"), .attention_bias = true, .mlp_bias = true,
@@ -33,6 +35,15 @@ static const accel__arch ARCHS[] = {
      DEFAULTS("qwen2", 151936, 22016, 0, 0, 32768, 4096, 28)},
     {.model_type = "qwen3", ARCH_OPS("Qwen3"), .qk_norm = true, .attention_bias = true,
      .window = ACCEL__WINDOW_QWEN2, DEFAULTS("qwen3", 151936, 22016, 0, 128, 32768, 4096, 28)},
+    {.model_type = "gemma", ARCH_OPS("Gemma"), .gemma_blocks = true, .attention_bias = true,
+     SIZED_DEFAULTS("gemma", 256000, 3072, 24576, 28, 16, 16, 256, 8192, 0, 0, .tie_word_embeddings = true)},
+    /* Gemma2: also the window on the even layers, soft-capped scores and logits */
+    {.model_type = "gemma2", ARCH_OPS("Gemma2"), .gemma_blocks = true, .sandwich_norms = true, .softcap = true,
+     .attention_bias = true, .window = ACCEL__WINDOW_EVEN,
+     SIZED_DEFAULTS("gemma2", 256000, 2304, 9216, 26, 8, 4, 256, 8192, 4096, 0, .tie_word_embeddings = true,
+                    .attn_logit_softcapping = 50.0, .final_logit_softcapping = 30.0, .query_pre_attn_scalar = 256.0)},
+    {.model_type = "granite", ARCH_OPS("Granite"), .multipliers = true, .attention_bias = true, .mlp_bias = true,
+     DEFAULTS("granite", 32000, 11008, 0, 0, 2048, 0, 0)},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -54,7 +65,9 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
     return NULL;
 }
 
-const char *accel__arch_names(void) { return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\""; }
+const char *accel__arch_names(void) {
+    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\"";
+}
 
 const char *accel_module_decoder_layer_class(const accel_module *m) {
     for (; m; m = m->parent) {

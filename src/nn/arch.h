@@ -2,7 +2,7 @@
  * config.json model_type of what differs between the families (class names,
  * biases, norms, sliding windows, transformers' config defaults). llama.c
  * builds and runs every row with one graph; hf_config.c reads and writes them.
- * Internal to src/nn and src/io. */
+ * Internal to src/nn, src/io and src/cli. */
 #ifndef ACCEL_NN_ARCH_H
 #define ACCEL_NN_ARCH_H
 
@@ -13,6 +13,7 @@ typedef enum accel__window_rule {
     ACCEL__WINDOW_NONE,   /* no sliding window: a sliding_window key is refused */
     ACCEL__WINDOW_ALL,    /* every layer when sliding_window is set (Mistral) */
     ACCEL__WINDOW_QWEN2,  /* only with use_sliding_window, layers i >= max_window_layers (Qwen2/3) */
+    ACCEL__WINDOW_EVEN,   /* layers 0, 2, 4, ... (transformers' default layer_types of Gemma2) */
 } accel__window_rule;
 
 typedef struct accel__arch {
@@ -25,6 +26,15 @@ typedef struct accel__arch {
     bool attention_bias; /* the config's attention_bias is honoured (else the family has none) */
     bool mlp_bias;       /* the config's mlp_bias is honoured */
     accel__window_rule window;
+    /* Gemma: embeddings times sqrt(hidden_size) (rounded to the weights'
+     * dtype), RMSNorm times (1 + weight) with weights initialised to 0, MLP
+     * activation gelu_pytorch_tanh (else silu). */
+    bool gemma_blocks;
+    /* the attention's and the MLP's outputs normalised too: post_attention_layernorm
+     * on the attention's output, pre_/post_feedforward_layernorm around the MLP (Gemma2) */
+    bool sandwich_norms;
+    bool softcap;        /* the config's attn/final_logit_softcapping and query_pre_attn_scalar (Gemma2) */
+    bool multipliers;    /* the config's embedding/attention/residual_multiplier and logits_scaling (Granite) */
     accel_llama_config defaults; /* the family's XConfig() defaults */
 } accel__arch;
 
@@ -46,6 +56,9 @@ accel_status accel__rope_check(const accel_llama_config *c, const char *who);
 accel_tensor *accel__decoder_no_forward(accel_module *m, accel_tensor *ids);
 accel_tensor *accel__decoder_layer_call(accel_module *layer, accel_tensor *x);
 accel_tensor *accel__decoder_mlp_forward(accel_module *mlp, accel_tensor *x);
+accel_tensor *accel__decoder_norm_forward(accel_module *m, accel_tensor *x);
 accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x);
+/* Gemma's RMSNorm: x / rms(x) * (1 + weight). */
+accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x);
 
 #endif

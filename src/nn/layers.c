@@ -109,6 +109,10 @@ accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
     return accel_rms_norm(x, accel__module_tensor(m, "weight"), norm_eps(m));
 }
 
+accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x) {
+    return accel_rms_norm(x, accel_add_scalar(accel__module_tensor(m, "weight"), 1.0), norm_eps(m));
+}
+
 static const accel_module_ops RMSNORM_OPS = {"RMSNorm", accel__rms_norm_forward, NULL};
 
 static accel_module *norm_module(const accel_module_ops *ops, double eps, const char *fn,

@@ -1,6 +1,6 @@
 /* The decoder-only causal LMs of the architecture table (arch.h): Llama,
- * Mistral, Qwen2, Qwen3, with transformers' module tree, names, init and
- * forward. One graph; the table's row says what differs. */
+ * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Granite, with transformers' module
+ * tree, names, init and forward. One graph; the table's row says what differs. */
 #include <math.h>
 #include <string.h>
 
@@ -30,9 +30,10 @@ accel_llama_config accel_llama_config_default(void) {
     return c;
 }
 
-/* Bytes of all the weights (the head counted even when tied), or -1 when that
- * overflows int64: every size here comes from a file. */
-static int64_t weight_bytes(const accel_llama_config *c) {
+/* Bytes of all the weights (the head counted even when tied; `norms`
+ * hidden-size norms a layer), or -1 when that overflows int64: every size
+ * here comes from a file. */
+static int64_t weight_bytes(const accel_llama_config *c, int64_t norms) {
     int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, layer, t, total;
     /* || sequences the steps and stops at the first overflow */
     bool of = __builtin_mul_overflow(c->num_attention_heads, D, &qd) ||
@@ -40,13 +41,37 @@ static int64_t weight_bytes(const accel_llama_config *c) {
               __builtin_add_overflow(qd, kvd, &t) || __builtin_add_overflow(t, kvd, &t) ||
               __builtin_add_overflow(t, qd, &t) || __builtin_mul_overflow(t, C, &attn) ||
               __builtin_mul_overflow(c->intermediate_size, C, &t) || __builtin_mul_overflow(t, 3, &mlp) ||
-              __builtin_add_overflow(attn, mlp, &layer) || __builtin_add_overflow(layer, C, &layer) ||
-              __builtin_add_overflow(layer, C, &layer) ||
+              __builtin_add_overflow(attn, mlp, &layer) || __builtin_mul_overflow(C, norms, &t) ||
+              __builtin_add_overflow(layer, t, &layer) ||
               __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
               __builtin_mul_overflow(c->vocab_size, C, &t) || __builtin_mul_overflow(t, 2, &t) ||
               __builtin_add_overflow(total, t, &total) || __builtin_add_overflow(total, C, &total) ||
               __builtin_mul_overflow(total, (int64_t)accel_dtype_size(c->torch_dtype), &total);
     return of ? -1 : total;
+}
+
+/* Gemma2's and Granite's scalings: finite and >= 0, set only on their
+ * family; Granite's 0 is transformers' default 1.0. */
+static accel_status resolve_scalings(const accel__arch *a, accel_llama_config *c, const char *who) {
+    struct { const char *key; double *v; bool has; } S[] = {
+        {"attn_logit_softcapping", &c->attn_logit_softcapping, a->softcap},
+        {"final_logit_softcapping", &c->final_logit_softcapping, a->softcap},
+        {"query_pre_attn_scalar", &c->query_pre_attn_scalar, a->softcap},
+        {"embedding_multiplier", &c->embedding_multiplier, a->multipliers},
+        {"attention_multiplier", &c->attention_multiplier, a->multipliers},
+        {"residual_multiplier", &c->residual_multiplier, a->multipliers},
+        {"logits_scaling", &c->logits_scaling, a->multipliers},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof *S; i++) {
+        if (!isfinite(*S[i].v) || *S[i].v < 0)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is %g: it must be a finite number >= 0", who,
+                                   S[i].key, *S[i].v);
+        if (*S[i].v != 0 && !S[i].has)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models have none", who, S[i].key,
+                                   a->model_type);
+        if (*S[i].v == 0 && S[i].has && a->multipliers) *S[i].v = 1.0;
+    }
+    return ACCEL_OK;
 }
 
 /* The config with defaults resolved (kv heads, head_dim), checked. */
@@ -64,6 +89,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (c->sliding_window && a->window == ACCEL__WINDOW_NONE)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window is set, but %s models have none", who,
                                a->model_type);
+    if (resolve_scalings(a, c, who)) return accel_last_status();
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->head_dim == 0 && c->num_attention_heads > 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
@@ -89,7 +115,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
                                who, (long long)c->sliding_window, (long long)c->max_window_layers);
     if (accel__rope_check(c, who)) return accel_last_status();
-    if (weight_bytes(c) < 0)
+    if (weight_bytes(c, a->sandwich_norms ? 4 : 2) < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the weights would take more than 2^63 bytes (vocab_size %lld, hidden_size "
                                "%lld, intermediate_size %lld, heads %lld x head_dim %lld, %lld layers)",
@@ -192,7 +218,8 @@ typedef struct layer_impl {
 /* Child indices, fixed by construction order (transformers' order). */
 enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
 enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
-enum { LAYER_ATTN = 0, LAYER_MLP = 1, LAYER_IN_NORM = 2, LAYER_POST_NORM = 3 };
+enum { LAYER_ATTN = 0, LAYER_MLP = 1, LAYER_IN_NORM = 2, LAYER_POST_NORM = 3, LAYER_PRE_FF_NORM = 4,
+       LAYER_POST_FF_NORM = 5 };
 enum { ATTN_Q = 0, ATTN_K = 1, ATTN_V = 2, ATTN_O = 3, ATTN_Q_NORM = 4, ATTN_K_NORM = 5 };
 enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
 
@@ -207,10 +234,13 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
 }
 
 /* Attention where query t (at position pos + t) sees keys (at 0..) j with
- * pos + t - W < j <= pos + t: transformers' sliding-window mask, as an
- * additive mask over explicit scores (ops every backend has). q [B, H, T, D]
- * (contiguous), k, v [B, Hkv, S, D] -> [B, H, T, D]. */
-static accel_tensor *window_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W) {
+ * pos + t - W < j <= pos + t (W 0: every j <= pos + t): transformers'
+ * sliding-window mask, as an additive mask over explicit scores (ops every
+ * backend has). Scores are scaled by `scale` (0: 1/sqrt(D)), then soft-capped
+ * to cap tanh(s / cap) when cap > 0 (Gemma2). q [B, H, T, D] (contiguous),
+ * k, v [B, Hkv, S, D] -> [B, H, T, D]. */
+static accel_tensor *explicit_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
+                                        double scale, double cap) {
     if (!q || !k || !v) return NULL;
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
     int64_t G = H / Hkv;
@@ -220,12 +250,14 @@ static accel_tensor *window_attention(accel_tensor *q, accel_tensor *k, accel_te
     if (!qg || !m) return NULL;
     for (int64_t r = 0; r < G * T; r++) {
         int64_t qpos = pos + r % T;
-        for (int64_t j = 0; j < S; j++) m[r * S + j] = j <= qpos && j > qpos - W ? 0.0f : -INFINITY;
+        for (int64_t j = 0; j < S; j++) m[r * S + j] = j <= qpos && (!W || j > qpos - W) ? 0.0f : -INFINITY;
     }
     accel_tensor *mask = accel_from_data(ACCEL_F32, 2, (int64_t[]){G * T, S}, m);
     if (mask && mask->dtype != qg->dtype) mask = accel_to_dtype(mask, qg->dtype);
     if (mask && !accel_device_eq(mask->device, qg->device)) mask = accel_to_device(mask, qg->device);
-    accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)), 1.0 / sqrt((double)D));
+    accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
+                                            scale > 0 ? scale : 1.0 / sqrt((double)D));
+    if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);
     accel_tensor *o = accel_matmul(accel_softmax(accel_add(scores, mask), 3), v); /* [B, Hkv, G T, D] */
     return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
 }
@@ -250,11 +282,16 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
     }
-    /* the window only bites once some query is W or more positions past a key
-     * (on meta, shapes only: the fused op) */
-    accel_tensor *o = li->windowed && pos + T > c->sliding_window && x->device.type != ACCEL_DEV_META
-                          ? window_attention(q, k, v, pos, c->sliding_window)
-                          : accel_sdpa(q, k, v, true, 0.0); /* [B, H, T, D] */
+    /* the window only bites once some query is W or more positions past a key;
+     * soft-capping needs the scores (on meta, shapes only: the fused op) */
+    int64_t W = li->windowed && pos + T > c->sliding_window ? c->sliding_window : 0;
+    double scale = li->arch->multipliers ? c->attention_multiplier
+                   : li->arch->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
+                                                                       : 0.0;
+    double cap = li->arch->softcap ? c->attn_logit_softcapping : 0.0;
+    accel_tensor *o = (W || cap > 0) && x->device.type != ACCEL_DEV_META
+                          ? explicit_attention(q, k, v, pos, W, scale, cap)
+                          : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
@@ -271,19 +308,37 @@ static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li,
 
 accel_tensor *accel__decoder_mlp_forward(accel_module *mlp, accel_tensor *x) {
     accel_module **p = mlp->children;
-    /* act_fn(gate_proj(x)) * up_proj(x) with act_fn = silu, fused. */
-    accel_tensor *h = accel_swiglu(accel_module_call(p[MLP_GATE], x), accel_module_call(p[MLP_UP], x));
+    accel_tensor *g = accel_module_call(p[MLP_GATE], x), *u = accel_module_call(p[MLP_UP], x);
+    /* act_fn(gate_proj(x)) * up_proj(x): silu (fused), Gemma's gelu_pytorch_tanh */
+    accel_tensor *h = accel__arch_of_module(mlp)->gemma_blocks ? accel_mul(accel_gelu(g, true), u)
+                                                                : accel_swiglu(g, u);
     return accel_module_call(p[MLP_DOWN], h);
+}
+
+accel_tensor *accel__decoder_norm_forward(accel_module *m, accel_tensor *x) {
+    return accel__arch_of_module(m)->gemma_blocks ? accel__rms_norm_plus_one_forward(m, x)
+                                                  : accel__rms_norm_forward(m, x);
+}
+
+/* x + branch (Granite: + branch residual_multiplier). */
+static accel_tensor *residual(const layer_impl *li, accel_tensor *x, accel_tensor *branch) {
+    if (li->arch->multipliers) branch = accel_mul_scalar(branch, li->cfg->residual_multiplier);
+    return accel_add(x, branch);
 }
 
 /* x [B, T, C] -> [B, T, C]. */
 static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache) {
     const layer_impl *li = layer->impl;
     accel_module **p = layer->children;
+    bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
-    accel_tensor *h = accel_add(x, a);
-    return accel_add(h, accel_module_call(p[LAYER_MLP], accel_module_call(p[LAYER_POST_NORM], h)));
+    if (sandwich) a = accel_module_call(p[LAYER_POST_NORM], a);
+    accel_tensor *h = residual(li, x, a);
+    accel_tensor *m = accel_module_call(p[sandwich ? LAYER_PRE_FF_NORM : LAYER_POST_NORM], h);
+    m = accel_module_call(p[LAYER_MLP], m);
+    if (sandwich) m = accel_module_call(p[LAYER_POST_FF_NORM], m);
+    return residual(li, h, m);
 }
 
 static accel_tensor *training_layer_body(void *layer, accel_tensor *x) {
@@ -302,12 +357,25 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
-/* LlamaModel: embeddings, layers, final norm, inside the model's hooks. */
-static accel_tensor *model_forward(accel_module *model, accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
+/* Gemma's embedding scale: sqrt(hidden_size) as transformers keeps it (an f32
+ * tensor) rounded to the weights' dtype. */
+static double gemma_embed_scale(const accel_llama_config *c) {
+    float s = (float)sqrt((double)c->hidden_size);
+    if (c->torch_dtype == ACCEL_BF16) return accel_bf16_to_f32(accel_f32_to_bf16(s));
+    if (c->torch_dtype == ACCEL_F16) return accel_f16_to_f32(accel_f32_to_f16(s));
+    return s;
+}
+
+/* LlamaModel: embeddings (scaled: Gemma, Granite), layers, final norm, inside
+ * the model's hooks. */
+static accel_tensor *model_forward(accel_module *model, const accel_llama_config *c, const accel__arch *a,
+                                   accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     accel_module **mp = model->children;
     h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
+    if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c));
+    if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
     accel_module *layers = mp[MODEL_LAYERS];
     for (int i = 0; i < layers->n_children && h; i++)
         h = layer_forward(layers->children[i], h, pos, cache);
@@ -351,7 +419,14 @@ static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out
 }
 
 static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev) {
-    return accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
+    accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
+    /* Gemma's norms scale by 1 + weight: their weights start at 0 */
+    accel_tensor *w = m && a->gemma_blocks ? accel__module_tensor(m, "weight") : NULL;
+    if (w && w->device.type != ACCEL_DEV_META && accel_fill_(w, 0.0) != ACCEL_OK) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
 }
 
 static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
@@ -360,7 +435,8 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     li->cfg = c;
     li->arch = a;
     li->index = index;
-    li->windowed = c->sliding_window > 0 && index >= c->max_window_layers;
+    li->windowed = c->sliding_window > 0 &&
+                   (a->window == ACCEL__WINDOW_EVEN ? index % 2 == 0 : index >= c->max_window_layers);
     accel_module *layer = accel_module_new(&a->layer, li);
     if (!layer) {
         accel_free(li);
@@ -382,7 +458,10 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
               accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev)) &&
               accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
               accel_module_add_child(layer, "input_layernorm", rms_norm(a, c, C, dev)) &&
-              accel_module_add_child(layer, "post_attention_layernorm", rms_norm(a, c, C, dev));
+              accel_module_add_child(layer, "post_attention_layernorm", rms_norm(a, c, C, dev)) &&
+              (!a->sandwich_norms ||
+               (accel_module_add_child(layer, "pre_feedforward_layernorm", rms_norm(a, c, C, dev)) &&
+                accel_module_add_child(layer, "post_feedforward_layernorm", rms_norm(a, c, C, dev))));
     if (!ok) {
         accel_module_free(layer);
         return NULL;
@@ -468,8 +547,13 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
      * return of the logits to the device of the ids. */
     accel_tensor *h = ids;
     if (accel_module_enter(llama, &h) != ACCEL_OK) return NULL;
-    h = model_forward(llama->children[ROOT_MODEL], h, pos, cache);
+    const accel__arch *a = root_arch(llama);
+    h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
     accel_tensor *logits = accel_module_call(llama->children[ROOT_LM_HEAD], h); /* [B, T, V] */
+    if (a->softcap && c->final_logit_softcapping > 0) /* Gemma2: cap tanh(logits / cap) */
+        logits = accel_mul_scalar(accel_tanh(accel_mul_scalar(logits, 1.0 / c->final_logit_softcapping)),
+                                  c->final_logit_softcapping);
+    if (a->multipliers) logits = accel_mul_scalar(logits, 1.0 / c->logits_scaling); /* Granite */
     if (accel_module_exit(llama, &logits) != ACCEL_OK || !logits) return NULL;
     if (cache) cache->len += T;
     return logits;
