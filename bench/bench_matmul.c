@@ -248,12 +248,26 @@ static void packed_table(FILE *md, int reps, int64_t R, const char *const *names
 
 /* ---- accel_linear and accel__gemm against the raw library call, per provider */
 
+/* Sleeps until both thread pools idle: after a call OpenBLAS's workers
+ * spin (sched_yield) for 2^28 cycles (~70 ms) and the OpenMP workers for
+ * GOMP_SPINCOUNT pauses (a few ms), and a pool spinning through the next
+ * call takes a core from it: the raw OpenBLAS call's workers from accel's
+ * call after it, accel's OpenMP workers from the raw call (in a profile
+ * under load, libgomp's spin was 11% of the samples). So every timed call
+ * starts with the other pool asleep, as in a training step, where OpenBLAS
+ * never runs its own threads. */
+static void settle(void) {
+    struct timespec ts = {0, 120 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
 /* The time of the piece through accel_linear (forward) or the linear node's
  * backward alone (what accel_backward runs for it), in the current mode. */
 static call_time linear_once(piece p, accel_tensor *x, accel_tensor *w, accel_tensor *gy) {
     accel_requires_grad_(x, p == DX);
     accel_requires_grad_(w, p == DW);
     accel_tensor *y = p == FWD ? NULL : accel_linear(x, w, NULL);
+    if (y) settle(); /* the forward's pool asleep again */
     bool prev = accel_set_grad_enabled(false);
     double w0 = accel_now_seconds(), c0 = cpu_seconds();
     if (p == FWD) accel_linear(x, w, NULL);
@@ -357,7 +371,8 @@ static double linear_table(FILE *md, int reps, int64_t R, const char *const *nam
                 "and accel_linear (forward, or the linear node's backward computing only that gradient) with "
                 "ACCEL_GEMM forced to the provider (oneDNN: accel_linear reads the weight's form in oneDNN's "
                 "layout where it has one). %d threads, median of %d rounds after one warm-up, the three calls "
-                "interleaved in each round; GFLOP/s of wall time. ratio = raw time / accel time (1.00: no "
+                "interleaved in each round, each call started 120 ms after the one before (both thread pools "
+                "asleep: neither spins through the other's call); GFLOP/s of wall time. ratio = raw time / accel time (1.00: no "
                 "overhead); the CPU columns are the same ratios of the process's CPU time over each call (on a "
                 "shared machine the steadier figure).\n\n"
                 "| layer | piece | M x N x K | provider | raw | accel__gemm | accel_linear | gemm / raw | "
@@ -393,10 +408,13 @@ static double linear_table(FILE *md, int reps, int64_t R, const char *const *nam
                 double t[3][100], cpu[3][100]; /* raw, accel__gemm, accel_linear */
                 for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
                     call_time ct[3];
+                    settle();
                     ct[0] = raw_once(&raw);
+                    settle();
                     gemm_once(ACCEL_F32, &raw.g, NULL, false, c2, &ct[1]);
                     accel_tensor *x = accel_from_floats(ACCEL_SHAPE(R, NIN), rx);
                     accel_tensor *gy = accel_from_floats(ACCEL_SHAPE(R, NOUT), ry);
+                    settle();
                     ct[2] = linear_once((piece)p, x, w, gy);
                     for (int k = 0; k < 3 && r >= 0; k++) t[k][r] = ct[k].wall, cpu[k][r] = ct[k].cpu;
                 }
