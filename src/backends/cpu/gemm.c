@@ -573,7 +573,7 @@ void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
  * differs). Smaller GEMMs, a full table, ACCEL_GEMM_MEASURE=0 and a first
  * use inside a parallel region keep the rule: the form. */
 #define FORM_MIN_MACS (1ll << 26)
-enum { FORM_REPS = 5, FORM_MAX = 128 };
+enum { FORM_REPS = 3, FORM_MAX = 128 };
 
 typedef struct form_verdict {
     bool ta, tb;
@@ -675,7 +675,7 @@ static bool form_faster(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
     if (i < g_n_forms) form = g_forms[i].form;
     else if (i < FORM_MAX && !omp_in_parallel()) {
         /* the lock is held while timing: two threads must not time at once */
-        double t[2];
+        double t[2] = {0, 0};
         bool timed = g_form_timer ? (t[0] = g_form_timer(g_form_timer_ctx, false, M, N, K),
                                      t[1] = g_form_timer(g_form_timer_ctx, true, M, N, K), true)
                                   : form_time(ta, tb, M, N, K, t);
