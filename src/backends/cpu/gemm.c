@@ -575,16 +575,8 @@ void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
 #define FORM_MIN_MACS (1ll << 26)
 enum { FORM_REPS = 3, FORM_MAX = 128 };
 
-typedef struct form_verdict {
-    bool ta, tb;
-    int64_t M, N, K;
-    int threads;
-    bool form; /* the form is read */
-} form_verdict;
-
 static pthread_mutex_t g_form_lock = PTHREAD_MUTEX_INITIALIZER;
-static form_verdict g_forms[FORM_MAX];
-static int g_n_forms;
+static int g_n_forms; /* verdicts in g_forms (below) */
 static accel__gemm_form_timer g_form_timer;
 static void *g_form_timer_ctx;
 
@@ -614,6 +606,15 @@ static bool whole_weight(const accel_tensor *W, bool trans_b, int64_t N, int64_t
     return W->ndim == 2 && W->shape[0] == rows && W->shape[1] == cols && w_off == 0 && ldw == cols &&
            accel_is_contiguous(W);
 }
+
+typedef struct form_verdict {
+    bool ta, tb;
+    int64_t M, N, K;
+    int threads;
+    bool form; /* the form is read */
+} form_verdict;
+
+static form_verdict g_forms[FORM_MAX];
 
 static double seconds_now(void) {
     struct timespec ts;
