@@ -341,6 +341,61 @@ static void test_estimate_counts_forms(void) {
     if (accel__gemm_have_dnnl()) CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
 }
 
+/* ------------------------------------------------------------ f32 in auto mode: the form where it measured faster */
+
+/* Fake timings: the measured provider choice (gemm_choice.c) sends the
+ * class to oneDNN; the form takes form_s, the plain weight 1 s. */
+static double g_form_s;
+static int g_form_calls;
+
+static double provider_time(void *ctx, accel__gemm_provider p, const accel__gemm_class *c) {
+    (void)ctx, (void)c;
+    return p == ACCEL__GEMM_PROVIDER_DNNL ? 0.5 : 1.0;
+}
+
+static double form_time(void *ctx, bool form, int64_t M, int64_t N, int64_t K) {
+    (void)ctx, (void)M, (void)N, (void)K;
+    g_form_calls++;
+    return form ? g_form_s : 1.0;
+}
+
+/* A forward GEMM of 2^26 multiply-adds (measured) on a weight of dims that
+ * no blocking pads, in auto mode with oneDNN chosen for its class: the
+ * weight reads its form when the form measured faster, the plain weight when
+ * slower (no reorder), the verdict is kept (timed once), and the bits are
+ * the plain weight's either way. Where the forced oneDNN mode gives this
+ * GEMM no form (no oneDNN, a layout equal to the weight's own), auto gives
+ * none either; with the cache off nothing is reordered. */
+static void test_f32_form_where_faster(void) {
+    enum { M = 512, N = 512, K = 256 };
+    bool could = accel__gemm_weight_has_form(ACCEL_F32, false, true, M, N, K); /* the forced mode's */
+    setenv("ACCEL_GEMM_CACHE", "off", 1);
+    unsetenv("ACCEL_GEMM_MEASURE");
+    accel__gemm_choice_reset();
+    accel__gemm_choice_set_timer(provider_time, NULL);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+    bool dnnl = accel__gemm_provider_for(ACCEL_F32, false, true, M, N, K) == ACCEL__GEMM_PROVIDER_DNNL;
+    CHECK_MSG(dnnl == accel__gemm_have_dnnl(), "the measured choice did not take oneDNN");
+    for (int faster = 0; faster < 2; faster++) {
+        g_form_s = faster ? 0.5 : 2.0;
+        g_form_calls = 0;
+        accel__gemm_form_set_timer(form_time, NULL);
+        bool has = accel__gemm_weight_has_form(ACCEL_F32, false, true, M, N, K);
+        CHECK_MSG(has == (could && faster), "form %s: has_form %d (forced mode's %d)", faster ? "faster" : "slower",
+                  has, could);
+        CHECK(g_form_calls == (could ? 2 : 0)); /* plain and form, once */
+        uint64_t b0 = builds();
+        check_gemm_case(true, M, N, K, 1.0f, 0.0f); /* two calls each way: the same bits */
+        CHECK_MSG(builds() == b0 + (g_packs && has ? 1 : 0), "%llu reorders, expected %d",
+                  (unsigned long long)(builds() - b0), g_packs && has ? 1 : 0);
+        CHECK(g_form_calls == (could ? 2 : 0)); /* the verdict was kept */
+    }
+    accel__gemm_form_set_timer(NULL, NULL);
+    accel__gemm_choice_set_timer(NULL, NULL);
+    accel__gemm_choice_reset();
+    if (accel__gemm_have_dnnl()) CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
+}
+
 int main(void) {
     const char *env = getenv("ACCEL_WEIGHT_CACHE");
     if (env && !strcmp(env, "0")) CHECK_MSG(!cache_on(), "ACCEL_WEIGHT_CACHE=0 left the cache on");
@@ -354,6 +409,7 @@ int main(void) {
     RUN(test_free_any_order);
     RUN(test_form_of_a_form);
     RUN(test_estimate_counts_forms);
+    RUN(test_f32_form_where_faster);
     /* The decision of an AVX-512 CPU on shapes its brgemm blocks would pad
      * (the MLP's 96 and 32 here): no form at all, the same results, and
      * every count above still follows the library's choice. */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "accel/cpu.h"
 #include "accel/ops.h"
@@ -557,6 +558,34 @@ static _Atomic bool g_pretend_padded;
 
 void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
 
+/* ---- in auto mode, an f32 weight's form only where it measured faster
+ *
+ * oneDNN's brgemm (AVX-512) copies a plain weight's panels into its blocks
+ * inside every call, so there the form saves that copy; where the matmul
+ * reads the plain weight about as fast (gemm:jit on AVX2 packs its panels
+ * whatever the source layout) the form only costs a reorder per optimizer
+ * step and a copy of the weight. So in auto mode an f32 weight GEMM of at
+ * least FORM_MIN_MACS multiply-adds times, at its first use, oneDNN on the
+ * plain weight against the form (scratch operands of its signature, the two
+ * interleaved: one warm-up, then the medians of FORM_REPS) and reads the
+ * form only where it was faster. The verdict is kept for the process (the
+ * two give the same bits: only where the weight's panels come from
+ * differs). Smaller GEMMs, a full table, ACCEL_GEMM_MEASURE=0 and a first
+ * use inside a parallel region keep the rule: the form. */
+#define FORM_MIN_MACS (1ll << 26)
+enum { FORM_REPS = 3, FORM_MAX = 128 };
+
+static pthread_mutex_t g_form_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_n_forms; /* verdicts in g_forms (below) */
+static accel__gemm_form_timer g_form_timer;
+static void *g_form_timer_ctx;
+
+void accel__gemm_form_set_timer(accel__gemm_form_timer fn, void *ctx) {
+    pthread_mutex_lock(&g_form_lock);
+    g_form_timer = fn, g_form_timer_ctx = ctx, g_n_forms = 0;
+    pthread_mutex_unlock(&g_form_lock);
+}
+
 #ifdef ACCEL_HAVE_DNNL
 /* The form of src, a dense weight [rows, cols] of the form's dtype:
  * reordered into oneDNN's layout of op(B) = src^T (ACCEL__FORM_DNNL_NT:
@@ -578,6 +607,86 @@ static bool whole_weight(const accel_tensor *W, bool trans_b, int64_t N, int64_t
            accel_is_contiguous(W);
 }
 
+typedef struct form_verdict {
+    bool ta, tb;
+    int64_t M, N, K;
+    int threads;
+    bool form; /* the form is read */
+} form_verdict;
+
+static form_verdict g_forms[FORM_MAX];
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_seconds(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Seconds of oneDNN on the plain weight and on its form (t[0], t[1]:
+ * medians), on zeroed scratch operands; false where the form cannot run
+ * (no layout, or a matmul that reads it only with the reference loop). */
+static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double t[2]) {
+    size_t bytes;
+    if (accel__dnnl_weight_layout(ACCEL_F32, tb, N, K, &bytes) != ACCEL_OK || !bytes) return false;
+    float *A = calloc((size_t)(M * K), sizeof(float)), *B = calloc((size_t)(K * N), sizeof(float));
+    float *C = calloc((size_t)(M * N), sizeof(float));
+    void *P = calloc(bytes, 1);
+    double s[2][FORM_REPS];
+    bool ok = A && B && C && P && accel__dnnl_weight_pack(ACCEL_F32, tb, N, K, B, P) == ACCEL_OK, ran = true;
+    for (int r = -1; ok && ran && r < FORM_REPS; r++)
+        for (int v = 0; v < 2 && ok && ran; v++) {
+            double t0 = seconds_now();
+            ok = v ? accel__dnnl_gemm_packed(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, P, 0.0f, C, N, &ran) ==
+                         ACCEL_OK
+                   : accel__dnnl_gemm(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C, N) ==
+                         ACCEL_OK;
+            if (r >= 0) s[v][r] = seconds_now() - t0;
+        }
+    free(A), free(B), free(C), free(P);
+    if (!ok || !ran) {
+        accel_clear_error();
+        return false;
+    }
+    for (int v = 0; v < 2; v++) {
+        qsort(s[v], FORM_REPS, sizeof(double), cmp_seconds);
+        t[v] = s[v][FORM_REPS / 2];
+    }
+    return true;
+}
+
+/* Whether this f32 GEMM, which oneDNN runs, reads its weight's form in
+ * auto mode (above). */
+static bool form_faster(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+    const char *measure = getenv("ACCEL_GEMM_MEASURE");
+    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS || (measure && !strcmp(measure, "0")))
+        return true;
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    pthread_mutex_lock(&g_form_lock);
+    bool form = true;
+    int i = 0;
+    for (; i < g_n_forms; i++) {
+        const form_verdict *v = &g_forms[i];
+        if (v->ta == ta && v->tb == tb && v->M == M && v->N == N && v->K == K && v->threads == threads) break;
+    }
+    if (i < g_n_forms) form = g_forms[i].form;
+    else if (i < FORM_MAX && !omp_in_parallel()) {
+        /* the lock is held while timing: two threads must not time at once */
+        double t[2] = {0, 0};
+        bool timed = g_form_timer ? (t[0] = g_form_timer(g_form_timer_ctx, false, M, N, K),
+                                     t[1] = g_form_timer(g_form_timer_ctx, true, M, N, K), true)
+                                  : form_time(ta, tb, M, N, K, t);
+        form = timed && t[1] < t[0];
+        g_forms[g_n_forms++] = (form_verdict){ta, tb, M, N, K, threads, form};
+    }
+    pthread_mutex_unlock(&g_form_lock);
+    return form;
+}
+
 /* Whether a dense weight of dtype dt as op(B) [K, N] of this GEMM, A of
  * dtype dt too, is read from a form in oneDNN's layout (gemm.h:
  * accel__gemm_weight_has_form); *st is the error where the layout query
@@ -597,7 +706,8 @@ static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_
      * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
      * AVX-512 past an N or K that is no multiple of them), which would not
      * fit a form of W's size */
-    return *st == ACCEL_OK && bytes == (size_t)(N * K) * accel_dtype_size(dt) && !g_pretend_padded;
+    if (*st != ACCEL_OK || bytes != (size_t)(N * K) * accel_dtype_size(dt) || g_pretend_padded) return false;
+    return dt != ACCEL_F32 || mode_now() != ACCEL__GEMM_AUTO || form_faster(trans_a, trans_b, M, N, K);
 }
 
 /* accel__gemm_weight on W's form in oneDNN's layout; *ran false (ACCEL_OK)

@@ -74,8 +74,9 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
  * of W in oneDNN's layout in the current mode, given the prepared-weight
  * cache is on: oneDNN multiplies dt for this shape and the layout it picks
  * is neither W's own nor padded. Which it is depends on the CPU kind (gemm:jit
- * on AVX2 reads a plain [K, N]; brgemm on AVX-512 wants blocks): tests
- * derive their expected form counts from it. */
+ * on AVX2 reads a plain [K, N]; brgemm on AVX-512 wants blocks), and for
+ * f32 in auto mode on what the form measured (accel__gemm_form_set_timer):
+ * tests derive their expected form counts from it. */
 bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 /* Tests: takes every oneDNN weight layout for one with padding (brgemm's
@@ -90,6 +91,15 @@ void accel__gemm_test_padded_layouts(bool on);
  * AVX-512 one allocates per call. 0 turns it off. */
 void accel__gemm_test_scratchpad(size_t extra);
 size_t accel__gemm_test_scratchpad_bytes(void);
+
+/* Tests: seconds oneDNN takes on an f32 weight GEMM of this shape with the
+ * weight plain (form false) and in its form (true), instead of timing it
+ * (NULL: time for real). In auto mode an f32 GEMM of 2^26 multiply-adds or
+ * more that oneDNN runs reads its weight's form only where the form was
+ * faster (timed at the signature's first use, kept for the process; docs/cpu.md
+ * "Prepared weights"); setting the timer forgets the verdicts. */
+typedef double (*accel__gemm_form_timer)(void *ctx, bool form, int64_t M, int64_t N, int64_t K);
+void accel__gemm_form_set_timer(accel__gemm_form_timer fn, void *ctx);
 
 /* At most how many forms in oneDNN's layout (above) a weight of a linear
  * layer of compute dtype dt gets in the current mode, each as large as the
