@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -605,12 +606,12 @@ static bool port_in_use(int port) {
     return used;
 }
 
+/* nbytes (<= 32) random bytes in hex: getrandom(), not a buffered read of
+ * /dev/urandom (which drew 4 KiB for each call). */
 static void random_hex(char *out, size_t nbytes) {
     unsigned char b[32];
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(b, 1, nbytes, f) != nbytes)
+    if (getrandom(b, nbytes, 0) != (ssize_t)nbytes)
         for (size_t i = 0; i < nbytes; i++) b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(accel_now_seconds() * 1e6));
-    if (f) fclose(f);
     for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
 }
 
