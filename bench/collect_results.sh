@@ -3,7 +3,7 @@
 # script writes into bench/results/ (llama_step.sh, bench_matmul, ddp.sh, launchers.sh, zero.sh,
 # device_layer.sh, dist_bench.sh, hier_bench.sh, rendezvous.sh, bench_bigmodel.sh, decode.sh,
 # bench_callsite, bench_checkpoint_io, json_load.sh, tokenizer.sh,
-# startup.sh).
+# startup.sh, startup_cpu.py -> startup_launch.md).
 #     bash bench/collect_results.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -17,7 +17,7 @@ cd "$(dirname "$0")"
   echo "ratios from interleaved runs are the robust figures. Regenerate a section with its script, then"
   echo "run \`bash bench/collect_results.sh\`."
   echo
-  for f in llama_step llama_step_bf16 llama_step_profile matmul matmul_packed ddp launchers zero device_layer dist hier rendezvous bigmodel decode callsite checkpoint_checksums json_load tokenizer startup; do
+  for f in llama_step llama_step_bf16 llama_step_profile matmul matmul_packed ddp launchers zero device_layer dist hier rendezvous bigmodel decode callsite checkpoint_checksums json_load tokenizer startup startup_launch; do
     [ -f "results/$f.md" ] || continue
     echo
     sed -e 's/^### /#### /' -e 's/^## /### /' -e 's/^# /## /' "results/$f.md"
