@@ -719,7 +719,17 @@ typedef struct refusal {
     int rank;     /* -1: none seen */
     double seen;  /* when first seen */
     char from[64]; /* the refused process's address */
+    /* Refused ranks found claimed or arrived: they stay so (keys are never
+     * deleted), so they are not asked about again at every poll. */
+    int settled[MAX_REFUSED];
+    int n_settled;
 } refusal;
+
+static bool settled(const refusal *r, int rank) {
+    for (int i = 0; i < r->n_settled; i++)
+        if (r->settled[i] == rank) return true;
+    return false;
+}
 
 static accel_status refused_error(const refusal *r, int world, const char *what, accel_status code, const char *how) {
     return accel_set_error(code, "%s failed%s: rank %d of %d did not arrive: the store refused a process at %s "
@@ -728,17 +738,21 @@ static accel_status refused_error(const refusal *r, int world, const char *what,
 }
 
 /* *yes: rank is one the wait still misses (at or above next, below world, no
- * "<prefix>/<rank>") and that no genuine process has claimed. */
-static accel_status unclaimed_missing(accel__store *s, const char *prefix, int rank, int next, int world, bool *yes) {
+ * "<prefix>/<rank>") and that no genuine process has claimed. A rank found
+ * arrived or claimed is remembered as settled in r. */
+static accel_status unclaimed_missing(accel__store *s, refusal *r, const char *prefix, int rank, int next, int world,
+                                      bool *yes) {
     char key[STORE_MAX_KEY];
     bool found = false;
     *yes = false;
-    if (rank < next || rank >= world) return ACCEL_OK;
+    if (rank < next || rank >= world || settled(r, rank)) return ACCEL_OK;
     snprintf(key, sizeof key, "%s/%d", prefix, rank);
     if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
-    if (found) return ACCEL_OK;
-    snprintf(key, sizeof key, "claims/%d", rank);
-    if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
+    if (!found) {
+        snprintf(key, sizeof key, "claims/%d", rank);
+        if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
+    }
+    if (found && r->n_settled < MAX_REFUSED) r->settled[r->n_settled++] = rank;
     *yes = !found;
     return ACCEL_OK;
 }
@@ -750,7 +764,7 @@ static accel_status unclaimed_missing(accel__store *s, const char *prefix, int r
 static accel_status check_refused(accel__store *s, refusal *r, const char *prefix, int next, int world,
                                   const char *what, bool fail_fast, bool now) {
     bool yes = false;
-    if (r->rank >= 0 && unclaimed_missing(s, prefix, r->rank, next, world, &yes) != ACCEL_OK)
+    if (r->rank >= 0 && unclaimed_missing(s, r, prefix, r->rank, next, world, &yes) != ACCEL_OK)
         return accel_last_status();
     if (!yes) {
         void *list = NULL;
@@ -760,11 +774,15 @@ static accel_status check_refused(accel__store *s, refusal *r, const char *prefi
         for (char *p = list, *end; found && !yes; p = end) {
             long k = strtol(p, &end, 10);
             if (end == p) break;
-            if (unclaimed_missing(s, prefix, (int)k, next, world, &yes) != ACCEL_OK) {
+            if (unclaimed_missing(s, r, prefix, (int)k, next, world, &yes) != ACCEL_OK) {
                 free(list);
                 return accel_last_status();
             }
-            if (yes) *r = (refusal){(int)k, accel_now_seconds(), "?"};
+            if (yes) {
+                r->rank = (int)k;
+                r->seen = accel_now_seconds();
+                snprintf(r->from, sizeof r->from, "?");
+            }
         }
         free(list);
         if (!yes) return ACCEL_OK;
@@ -793,7 +811,7 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     int next = 0; /* ranks below `next` have arrived (keys are never deleted) */
     char key[STORE_MAX_KEY];
-    refusal refused = {-1, 0, ""};
+    refusal refused = {.rank = -1};
     bool fail_fast;
     if (accel__env_bool("ACCEL_DIST_REFUSED_FAIL_FAST", true, &fail_fast) != ACCEL_OK) return accel_last_status();
     for (;;) {
