@@ -722,8 +722,9 @@ static bool make_err_dir(job *J) {
     }
     /* $TMPDIR when set; else /dev/shm before /tmp: every launch makes and
      * removes this directory, and on a disk mounted with discard (ext4 /tmp
-     * here) the rmdir alone waits for the device (1-6 ms, the largest part of
-     * `accel launch -n 2 /bin/true`); in memory both take microseconds. */
+     * here) the rmdir alone waits for the device (0.4-6 ms measured here,
+     * against a 6 ms `accel launch -n 2 /bin/true`); in memory both take
+     * microseconds. */
     const char *tmp = getenv("TMPDIR");
     bool given = tmp && *tmp, made = false;
     const char *where[] = {given ? tmp : "/dev/shm", "/tmp"};
@@ -755,7 +756,7 @@ static void remove_err_dir(const job *J) {
 }
 
 /* What a worker runs: argv (PROGRAM directly, or through the interpreter for
- * .py / --module) and its environment, built before the fork so that the
+ * .py / --module) and its environment, built before vfork so that the
  * child only makes system calls. Free with spawn_free. */
 typedef struct spawn_plan {
     char **argv, **envp;
@@ -814,7 +815,7 @@ static void say(const char *s) {
  * stack (the launcher waits meanwhile), so it only makes system calls and
  * writes nothing but its own descriptors and signal state; no stdio, no
  * malloc. vfork instead of fork: no copy of the launcher's page tables to
- * build and tear down again at exec (most of a launch's cost). */
+ * build and tear down again at exec (about 0.2 ms of CPU per worker here). */
 static _Noreturn void child_exec(const job *J, const spawn_plan *p, int out_w, int err_w) {
     const launch_cfg *L = J->L;
     setpgid(0, 0);
