@@ -37,6 +37,15 @@ if(TARGET accel_cli)
                    $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_two_machines_wrong_secret PROPERTIES TIMEOUT 60 ENVIRONMENT "ACCEL_DIST_TIMEOUT=300")
+  # the interleaving that once hung it under load: machine 1's rank 2 never
+  # reaches the store (killed by its launcher once rank 3 was refused), so
+  # machine 0's wait is stuck on rank 2 and must fail on rank 3's refusal
+  add_test(NAME dist_two_machines_wrong_secret_stalled
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines_wrong_secret.sh $<TARGET_FILE:accel_cli>
+                   --stall 2 $<TARGET_FILE:test_dist_collectives>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_two_machines_wrong_secret_stalled PROPERTIES TIMEOUT 60
+                       ENVIRONMENT "ACCEL_DIST_TIMEOUT=300")
   # the same job hierarchically (shm inside each machine: checked by a counter)
   # and on the flat tcp ring: the same results, bit for bit
   add_test(NAME dist_two_machines_hier_vs_flat

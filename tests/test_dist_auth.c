@@ -9,10 +9,11 @@
  *   - strangers sending nothing, garbage or huge lengths are dropped and the
  *     store keeps serving genuine clients;
  *   - a client with another secret is refused, and the store records the rank
- *     it claimed: a wait for that rank fails naming it, unless the genuine
- *     rank arrives within the grace (a process of another job on our port
- *     must not fail this one) or has claimed its number (however late it
- *     then is); ACCEL_DIST_REFUSED_FAIL_FAST=0 names it only at the timeout;
+ *     it claimed: a wait for that rank (or one stuck on a lower rank that
+ *     never connected) fails naming it, unless the genuine rank arrives
+ *     within the grace (a process of another job on our port must not fail
+ *     this one) or has claimed its number (however late it then is);
+ *     ACCEL_DIST_REFUSED_FAIL_FAST=0 names it only at the timeout;
  *   - a "store" that cannot prove the secret back is refused by the client.
  * Loopback only. */
 #include <arpa/inet.h>
@@ -280,6 +281,29 @@ static void test_strangers_are_refused(void) {
     accel__store_close(server);
 }
 
+/* A wrong-secret machine's ranks 2 and 3: only rank 3 reached the store (and
+ * was refused) before its launcher killed rank 2, which never connects. The
+ * wait, stuck on rank 2, must still fail on rank 3's refusal, not wait out
+ * the timeout (it used to look only at the lowest missing rank). */
+static void test_refused_rank_above_a_missing_one(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 60);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    CHECK(accel__store_open("127.0.0.1", port, false, "another-machine", 3, 5) == NULL);
+    accel_clear_error();
+    for (int k = 0; k < 2; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "above/%d", k);
+        CHECK(accel__store_set(server, key, "x", 1) == ACCEL_OK);
+    }
+    CHECK(accel__store_wait_ranks(server, "above", 4, "rendezvous") == ACCEL_ERR_DIST);
+    CHECK_MSG(strstr(accel_last_error(), "rank 3 of 4 did not arrive") &&
+              strstr(accel_last_error(), "claiming rank 3: wrong job secret"), "%s", accel_last_error());
+    accel_clear_error();
+    accel__store_close(server);
+}
+
 /* The genuine rank 3 arrives a moment after another job's process claiming it was refused. */
 static void *late_rank_main(void *arg) {
     int port = *(int *)arg;
@@ -386,6 +410,7 @@ int main(void) {
     RUN(test_hmac_rfc4231);
     RUN(test_captured_session_is_useless);
     RUN(test_strangers_are_refused);
+    RUN(test_refused_rank_above_a_missing_one);
     RUN(test_refused_rank_that_arrives);
     RUN(test_refused_rank_that_claims_then_is_slow);
     RUN(test_refused_fail_fast_opt_out);

@@ -10,11 +10,15 @@
  *     and a rank that is not rank 0) fail at once naming its address and
  *     "wrong job secret" (they waited out the whole timeout with only "rank 2
  *     of 3 did not arrive");
- *   - a "store" that accepts but never answers is reported as such.
+ *   - a "store" that accepts but never answers is reported as such;
+ *   - a rank whose connection a peer's gatekeeper dropped unanswered (evicted
+ *     among a flood of strangers) connects again and proves the secret,
+ *     rather than fail while that peer waits for it until the timeout.
  * Collectives themselves are tested by test_dist_collectives run over tcp
  * (tests/dist_multi.cmake). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,8 @@
 #include "accel/dist.h"
 #include "check.h"
 #include "dist/auth.h"
+#include "dist/claim.h"
+#include "dist/store.h"
 #include "dist_group.h"
 
 /* Child exit codes: 0 = behaved as expected; 10+ = which check failed. */
@@ -257,11 +263,80 @@ static void test_busy_gate_keeps_proved_connections(void) {
     for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
 }
 
+/* ---------------------------------------------------------------- an evicted connector */
+
+/* Rank 1 of 2, the only real one: the test plays rank 0 (its store, claim,
+ * address and gatekeeper) and only watches rank 1's connections. */
+static int evicted_body(int rank, int world) {
+    (void)rank;
+    (void)world;
+    accel_status st = accel_dist_init();
+    if (st == ACCEL_OK) accel_dist_finalize();
+    accel_thread_cleanup();
+    return st == ACCEL_OK ? 0 : 1;
+}
+
+/* The next connection to lfd within 20 s, after sending it a fresh challenge
+ * ("ACT2" ns); -1 if none came. */
+static int accept_challenged(int lfd, uint8_t ns[ACCEL__NONCE_LEN]) {
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    int fd = poll(&pf, 1, 20000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    char challenge[ACCEL__CHALLENGE_LEN] = "ACT2";
+    if (fd < 0 || !accel__auth_nonce(ns)) return fd;
+    memcpy(challenge + 4, ns, ACCEL__NONCE_LEN);
+    send(fd, challenge, sizeof challenge, MSG_NOSIGNAL);
+    return fd;
+}
+
+static void test_evicted_connector_reconnects(void) {
+    dist_group g = {.world = 2, .timeout = "30", .port = dist_free_port()};
+    pid_t pid = dist_group_fork(&g, 1, evicted_body); /* before the store's thread exists */
+    accel__store *st = accel__store_open("127.0.0.1", g.port, true, "s3cret", 0, 30);
+    CHECK_MSG(st, "store: %s", accel_last_error());
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 16) == 0 &&
+          getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+    char host[256] = "", addr[64];
+    gethostname(host, sizeof host - 1);
+    snprintf(addr, sizeof addr, "127.0.0.1 %d", ntohs(sa.sin_port));
+    CHECK(st && accel__claim_rank(st, 0, 2) == ACCEL_OK && accel__store_set(st, "host/0", host, strlen(host)) == ACCEL_OK &&
+          accel__store_set(st, "tcp/addr/0", addr, strlen(addr)) == ACCEL_OK);
+    /* Its first connection gets the challenge and is closed unanswered, as an evicting gatekeeper does. */
+    uint8_t ns[ACCEL__NONCE_LEN];
+    int fd = accept_challenged(lfd, ns);
+    CHECK_MSG(fd >= 0, "rank 1 never connected to rank 0");
+    if (fd >= 0) close(fd);
+    /* It must come again with a hello that proves the secret. */
+    fd = fd >= 0 ? accept_challenged(lfd, ns) : -1;
+    CHECK_MSG(fd >= 0, "rank 1 did not connect again after rank 0's gatekeeper dropped its connection");
+    char hello[4 + ACCEL__NONCE_LEN + 4 + ACCEL__MAC_LEN];
+    struct timeval tv = {20, 0};
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    bool got = fd >= 0 && recv(fd, hello, sizeof hello, MSG_WAITALL) == (ssize_t)sizeof hello;
+    CHECK_MSG(fd < 0 || got, "rank 1 connected again but sent no hello");
+    if (got) {
+        int32_t rank;
+        uint8_t want[ACCEL__MAC_LEN];
+        memcpy(&rank, hello + 4 + ACCEL__NONCE_LEN, 4);
+        accel__auth_mac("s3cret", "accel tcp hello", ns, (const uint8_t *)hello + 4, &rank, 4, want);
+        CHECK(!memcmp(hello, "ACTH", 4) && rank == 1 &&
+              accel__auth_mac_equal((const uint8_t *)hello + 4 + ACCEL__NONCE_LEN + 4, want));
+    }
+    if (fd >= 0) close(fd);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(lfd);
+    accel__store_close(st);
+}
+
 int main(void) {
     RUN(test_rank_dies_mid_all_reduce);
     RUN(test_rank_hangs);
     RUN(test_wrong_secret);
     RUN(test_busy_gate_keeps_proved_connections);
     RUN(test_store_that_never_answers);
+    RUN(test_evicted_connector_reconnects);
     return check_summary();
 }

@@ -89,7 +89,12 @@ typedef struct env_list {
     size_t n;
 } env_list;
 void env_add(env_list *e, const char *key, const char *value);
+void env_add_kv(env_list *e, const char *kv); /* a copy of "KEY=value" */
 void env_free(env_list *e);
+/* The environment `base` (NULL-terminated, e.g. environ) with every variable
+ * that `over` sets replaced, the last setting winning. The array is malloc'd
+ * (free() it); its strings stay base's and over's. */
+char **env_merge(char *const *base, const env_list *over);
 
 /* The parsed flags of `accel launch` (vals[i] belongs to opts[i]). */
 typedef struct launch_settings {

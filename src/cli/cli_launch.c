@@ -1,5 +1,5 @@
 /* src/cli/cli_launch.c — `accel launch`: resolve flags + config, start this
- * machine's workers with fork+exec, supervise them like torchrun's agent.
+ * machine's workers with vfork+exec, supervise them like torchrun's agent.
  *
  * Supervision: each worker runs in its own process group with
  * PR_SET_PDEATHSIG(SIGKILL) as a backstop, and a watchdog process kills those
@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -191,8 +192,8 @@ static void env_int(env_list *e, const char *key, long v) {
     env_add(e, key, b);
 }
 
-/* The variables every worker of the job gets (the per-rank ones are set in
- * child_exec): accel's ACCEL_* contract and what `accelerate launch` exports. */
+/* The variables every worker of the job gets (the per-rank ones are added by
+ * plan_worker): accel's ACCEL_* contract and what `accelerate launch` exports. */
 static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, bool mp_from_config) {
     env_list *e = &L->env;
     int local_n = L->num_processes / L->num_machines;
@@ -605,12 +606,12 @@ static bool port_in_use(int port) {
     return used;
 }
 
+/* nbytes (<= 32) random bytes in hex: getrandom(), not a buffered read of
+ * /dev/urandom (which drew 4 KiB for each call). */
 static void random_hex(char *out, size_t nbytes) {
     unsigned char b[32];
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(b, 1, nbytes, f) != nbytes)
+    if (getrandom(b, nbytes, 0) != (ssize_t)nbytes)
         for (size_t i = 0; i < nbytes; i++) b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(accel_now_seconds() * 1e6));
-    if (f) fclose(f);
     for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
 }
 
@@ -692,12 +693,6 @@ static void stop_watchdog(void) {
     waitpid(g_watchdog_pid, NULL, 0);
 }
 
-static void setenv_int(const char *k, long v) {
-    char b[32];
-    snprintf(b, sizeof b, "%ld", v);
-    setenv(k, b, 1);
-}
-
 typedef struct job {
     launch_cfg *L;
     int local_n;
@@ -725,9 +720,19 @@ static bool make_err_dir(job *J) {
         mkdir(J->err_dir, 0755);
         return true;
     }
+    /* $TMPDIR when set; else /dev/shm before /tmp: every launch makes and
+     * removes this directory, and on a disk mounted with discard (ext4 /tmp
+     * here) the rmdir alone waits for the device (0.4-6 ms measured here,
+     * against a 6 ms `accel launch -n 2 /bin/true`); in memory both take
+     * microseconds. */
     const char *tmp = getenv("TMPDIR");
-    snprintf(J->err_dir, sizeof J->err_dir, "%s/accel-launch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(J->err_dir)) {
+    bool given = tmp && *tmp, made = false;
+    const char *where[] = {given ? tmp : "/dev/shm", "/tmp"};
+    for (int i = 0; i < (given ? 1 : 2) && !made; i++) {
+        snprintf(J->err_dir, sizeof J->err_dir, "%s/accel-launch-XXXXXX", where[i]);
+        made = mkdtemp(J->err_dir) != NULL;
+    }
+    if (!made) {
         fprintf(stderr, "accel launch: error: cannot create a directory for the workers' error files (%s): %s\n",
                 J->err_dir, strerror(errno));
         return false;
@@ -750,9 +755,68 @@ static void remove_err_dir(const job *J) {
         fprintf(stderr, "accel launch: warning: cannot remove %s: %s\n", J->err_dir, strerror(errno));
 }
 
-/* In the child, between fork and exec. Only async-signal-safe-ish work: this
- * process is single-threaded, so setenv is fine. */
-static void child_exec(const job *J, worker *w, int out_w, int err_w, int restart) {
+/* What a worker runs: argv (PROGRAM directly, or through the interpreter for
+ * .py / --module) and its environment, built before vfork so that the
+ * child only makes system calls. Free with spawn_free. */
+typedef struct spawn_plan {
+    char **argv, **envp;
+    env_list over; /* the variables envp sets for this worker (owned) */
+} spawn_plan;
+
+static void spawn_free(spawn_plan *p) {
+    free(p->argv);
+    free(p->envp);
+    env_free(&p->over);
+}
+
+static void plan_worker(const job *J, const worker *w, int restart, spawn_plan *p) {
+    const launch_cfg *L = J->L;
+    env_list *e = &p->over;
+    int world = L->num_processes;
+    memset(p, 0, sizeof *p);
+    env_int(e, "RANK", w->rank);
+    env_int(e, "LOCAL_RANK", w->local_rank);
+    env_int(e, "WORLD_SIZE", world);
+    env_int(e, "LOCAL_WORLD_SIZE", J->local_n);
+    env_int(e, "GROUP_RANK", L->machine_rank);
+    env_int(e, "GROUP_WORLD_SIZE", L->num_machines);
+    env_int(e, "ROLE_RANK", w->rank);
+    env_add(e, "ROLE_NAME", L->role);
+    env_int(e, "ROLE_WORLD_SIZE", world);
+    env_add(e, "MASTER_ADDR", J->master_addr);
+    env_int(e, "MASTER_PORT", J->port);
+    env_int(e, "TORCHELASTIC_RESTART_COUNT", restart);
+    env_int(e, "TORCHELASTIC_MAX_RESTARTS", L->max_restarts);
+    env_add(e, "TORCHELASTIC_RUN_ID", J->run_id);
+    char err_file[PATH_MAX + 64];
+    error_file(J, w->rank, err_file, sizeof err_file);
+    env_add(e, "TORCHELASTIC_ERROR_FILE", err_file);
+    for (size_t i = 0; i < L->env.n; i++) env_add_kv(e, L->env.kv[i]);
+    env_add(e, "ACCEL_JOB_SECRET", J->secret);
+    p->envp = env_merge(environ, e);
+    int n = 0;
+    while (L->prog_argv[n]) n++;
+    p->argv = calloc((size_t)n + 3, sizeof *p->argv);
+    if (!p->argv) {
+        fprintf(stderr, "accel launch: out of memory\n");
+        exit(1);
+    }
+    int a = 0;
+    if (L->python[0]) p->argv[a++] = (char *)L->python;
+    if (L->module) p->argv[a++] = "-m";
+    for (int i = 0; i < n; i++) p->argv[a++] = L->prog_argv[i];
+}
+
+static void say(const char *s) {
+    if (write(2, s, strlen(s)) < 0) { /* nowhere left to say it */ }
+}
+
+/* In the child of vfork(), until exec: it borrows the launcher's memory and
+ * stack (the launcher waits meanwhile), so it only makes system calls and
+ * writes nothing but its own descriptors and signal state; no stdio, no
+ * malloc. vfork instead of fork: no copy of the launcher's page tables to
+ * build and tear down again at exec (about 0.2 ms of CPU per worker here). */
+static _Noreturn void child_exec(const job *J, const spawn_plan *p, int out_w, int err_w) {
     const launch_cfg *L = J->L;
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -767,41 +831,38 @@ static void child_exec(const job *J, worker *w, int out_w, int err_w, int restar
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (out_w >= 0) dup2(out_w, 1);
     dup2(err_w, 2);
-    int world = L->num_processes;
-    setenv_int("RANK", w->rank);
-    setenv_int("LOCAL_RANK", w->local_rank);
-    setenv_int("WORLD_SIZE", world);
-    setenv_int("LOCAL_WORLD_SIZE", J->local_n);
-    setenv_int("GROUP_RANK", L->machine_rank);
-    setenv_int("GROUP_WORLD_SIZE", L->num_machines);
-    setenv_int("ROLE_RANK", w->rank);
-    setenv("ROLE_NAME", L->role, 1);
-    setenv_int("ROLE_WORLD_SIZE", world);
-    setenv("MASTER_ADDR", J->master_addr, 1);
-    setenv_int("MASTER_PORT", J->port);
-    setenv_int("TORCHELASTIC_RESTART_COUNT", restart);
-    setenv_int("TORCHELASTIC_MAX_RESTARTS", L->max_restarts);
-    setenv("TORCHELASTIC_RUN_ID", J->run_id, 1);
-    char err_file[PATH_MAX + 64];
-    error_file(J, w->rank, err_file, sizeof err_file);
-    setenv("TORCHELASTIC_ERROR_FILE", err_file, 1);
-    for (size_t i = 0; i < L->env.n; i++) putenv(L->env.kv[i]);
-    setenv("ACCEL_JOB_SECRET", J->secret, 1);
-    /* argv: PROGRAM directly, or through the interpreter for .py / --module */
-    int n = 0;
-    while (L->prog_argv[n]) n++;
-    char **args = calloc((size_t)n + 3, sizeof *args);
-    int a = 0;
-    if (L->python[0]) args[a++] = (char *)L->python;
-    if (L->module) args[a++] = "-m";
-    for (int i = 0; i < n; i++) args[a++] = L->prog_argv[i];
-    execvp(args[0], args);
-    if (L->python[0])
-        fprintf(stderr, "accel launch: cannot run the Python interpreter '%s' (chosen by %s): %s\n", args[0],
-                L->python_from, strerror(errno));
-    else
-        fprintf(stderr, "accel launch: cannot run '%s': %s\n", args[0], strerror(errno));
+    execvpe(p->argv[0], p->argv, p->envp);
+    const char *why = strerror(errno); /* glibc: a constant string for every errno exec gives */
+    if (L->python[0]) {
+        say("accel launch: cannot run the Python interpreter '");
+        say(p->argv[0]);
+        say("' (chosen by ");
+        say(L->python_from);
+        say("): ");
+    } else {
+        say("accel launch: cannot run '");
+        say(p->argv[0]);
+        say("': ");
+    }
+    say(why);
+    say("\n");
     _exit(127);
+}
+
+/* Starts a worker by plan; SIGCHLD/SIGINT/SIGTERM stay blocked across vfork
+ * until the child has reset its handlers. Its own function: the child never
+ * returns from it, and the caller's variables stay out of vfork's way. */
+static pid_t spawn_worker(const job *J, const spawn_plan *p, int out_w, int err_w) {
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    pid_t pid = vfork();
+    if (pid == 0) child_exec(J, p, out_w, err_w);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return pid;
 }
 
 /* Writes `n` bytes of a worker stream to the terminal (prefixed by rank when
@@ -996,21 +1057,15 @@ static int run_group(job *J, int restart) {
             fprintf(stderr, "accel launch: pipe: %s\n", strerror(errno));
             exit(1);
         }
-        /* Signals stay blocked across fork until the child has reset its handlers. */
-        sigset_t block, old;
-        sigemptyset(&block);
-        sigaddset(&block, SIGCHLD);
-        sigaddset(&block, SIGINT);
-        sigaddset(&block, SIGTERM);
-        sigprocmask(SIG_BLOCK, &block, &old);
-        pid_t pid = fork();
-        if (pid != 0) sigprocmask(SIG_SETMASK, &old, NULL);
+        spawn_plan plan;
+        plan_worker(J, w, restart, &plan);
+        pid_t pid = spawn_worker(J, &plan, op[1], ep[1]);
+        spawn_free(&plan);
         if (pid < 0) {
             fprintf(stderr, "accel launch: fork: %s\n", strerror(errno));
             signal_all(ws, i, SIGKILL);
             exit(1);
         }
-        if (pid == 0) child_exec(J, w, op[1], ep[1], restart);
         watchdog_track(pid, true);
         setpgid(pid, pid);
         w->pid = pid;

@@ -158,18 +158,54 @@ int launch_setting_opts(cli_opt *out) {
 
 /* ---------------------------------------------------------------- env list */
 
-void env_add(env_list *e, const char *key, const char *value) {
-    size_t len = strlen(key) + strlen(value) + 2;
-    char *kv = malloc(len);
-    char **grown = realloc(e->kv, (e->n + 2) * sizeof *e->kv);
-    if (!kv || !grown) {
+/* Appends kv (owned from now on; NULL: out of memory). */
+static void env_append(env_list *e, char *kv) {
+    char **grown = kv ? realloc(e->kv, (e->n + 2) * sizeof *e->kv) : NULL;
+    if (!grown) {
         fprintf(stderr, "accel: out of memory\n");
         exit(1);
     }
-    snprintf(kv, len, "%s=%s", key, value);
     e->kv = grown;
     e->kv[e->n++] = kv;
     e->kv[e->n] = NULL;
+}
+
+void env_add(env_list *e, const char *key, const char *value) {
+    size_t len = strlen(key) + strlen(value) + 2;
+    char *kv = malloc(len);
+    if (kv) snprintf(kv, len, "%s=%s", key, value);
+    env_append(e, kv);
+}
+
+void env_add_kv(env_list *e, const char *kv) { env_append(e, strdup(kv)); }
+
+/* Whether "KEY=..." strings a and b set the same variable. */
+static bool same_key(const char *a, const char *b) {
+    size_t ka = strcspn(a, "="), kb = strcspn(b, "=");
+    return ka == kb && !memcmp(a, b, ka);
+}
+
+char **env_merge(char *const *base, const env_list *over) {
+    size_t nb = 0;
+    while (base && base[nb]) nb++;
+    char **out = malloc((nb + over->n + 1) * sizeof *out);
+    if (!out) {
+        fprintf(stderr, "accel: out of memory\n");
+        exit(1);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < nb; i++) {
+        bool replaced = false;
+        for (size_t j = 0; j < over->n && !replaced; j++) replaced = same_key(base[i], over->kv[j]);
+        if (!replaced) out[n++] = base[i];
+    }
+    for (size_t j = 0; j < over->n; j++) {
+        bool later = false; /* a later entry of `over` sets it again: that one wins */
+        for (size_t k = j + 1; k < over->n && !later; k++) later = same_key(over->kv[j], over->kv[k]);
+        if (!later) out[n++] = over->kv[j];
+    }
+    out[n] = NULL;
+    return out;
 }
 
 void env_free(env_list *e) {

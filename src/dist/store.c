@@ -22,8 +22,9 @@
  * go to a fixed buffer in the connection (no allocation before the proof).
  *
  * A refused hello (a wrong secret) is recorded under "refused/<rank>" (the
- * peer's address), so that every rank waiting for that rank fails within
- * REFUSED_GRACE_S naming it rather than wait out the timeout. */
+ * peer's address) and its rank appended to "refused" (the list a waiter reads
+ * in one request), so that every rank waiting for any refused rank fails
+ * within REFUSED_GRACE_S naming it rather than wait out the timeout. */
 #include "dist/store.h"
 
 #include "core/env.h"
@@ -53,7 +54,7 @@ enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2, HELLO_UNPROVEN = 3 };
 #define STORE_MAX_KEY 256
 #define STORE_MAX_VAL (16u << 20)
 #define MAX_UNAUTHED 64
-#define MAX_REFUSED 64 /* "refused/<rank>" keys the store holds at most */
+#define MAX_REFUSED 64 /* refused ranks the store records at most */
 #define HELLO_DEADLINE_S 2.0
 /* What the store holds at most. Rank 0 serves it for the job's lifetime (late
  * claims, claim.c), so retrying duplicates must not grow it without bound; a
@@ -73,6 +74,7 @@ typedef struct conn {
     int fd;
     bool authed;
     double deadline; /* unauthenticated: dropped after this */
+    struct sockaddr_in peer;         /* where it connected from (a refusal names it) */
     uint8_t nonce[ACCEL__NONCE_LEN]; /* the challenge sent to it */
     uint8_t hello[HELLO_LEN];        /* its answer, as it arrives */
     size_t hello_len;
@@ -95,7 +97,7 @@ struct accel__store {
     int rank;               /* the rank this process claims (in its hello) */
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
-    size_t n_refused;       /* "refused/<rank>" keys held */
+    size_t n_refused;       /* refused ranks recorded ("refused/<rank>" keys) */
     conn *conns;
     size_t n_conns, cap_conns;
 };
@@ -226,22 +228,35 @@ static long message_size(const conn *c) {
 }
 
 /* "refused/<rank>" = "<ip>:<port>" of a peer that claimed rank with a wrong
- * secret. Bounded: ranks below 2^20, at most MAX_REFUSED keys. */
+ * secret, and rank appended to "refused" (space-separated ranks, each once).
+ * Bounded: ranks below 2^20, at most MAX_REFUSED ranks. The address is the
+ * one accept() saw: the peer may be gone by now (its launcher killed it once
+ * it read our refusal), when getpeername() no longer knows it. */
 static void note_refused(accel__store *s, const conn *c, int32_t rank) {
-    struct sockaddr_in peer;
-    socklen_t pl = sizeof peer;
     char key[32], ip[INET_ADDRSTRLEN] = "?", val[INET_ADDRSTRLEN + 8];
     if (rank < 0 || rank >= (1 << 20)) return;
     snprintf(key, sizeof key, "refused/%d", (int)rank);
     bool fresh = !find_kv(s, key);
     if (fresh && s->n_refused >= MAX_REFUSED) return;
-    if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) == 0) inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
-    int n = snprintf(val, sizeof val, "%s:%d", ip, ntohs(peer.sin_port));
+    inet_ntop(AF_INET, &c->peer.sin_addr, ip, sizeof ip);
+    int n = snprintf(val, sizeof val, "%s:%d", ip, ntohs(c->peer.sin_port));
     char *v = malloc((size_t)n + 1);
     if (!v) return;
     memcpy(v, val, (size_t)n + 1);
-    if (!put_kv(s, key, v, (size_t)n + 1)) free(v);
-    else s->n_refused += fresh;
+    if (!put_kv(s, key, v, (size_t)n + 1)) {
+        free(v);
+        return;
+    }
+    if (!fresh) return;
+    s->n_refused++;
+    /* The list: at most MAX_REFUSED entries of at most 8 bytes ("1048575 "). */
+    kv *list = find_kv(s, "refused");
+    size_t had = list ? list->len - 1 : 0;
+    char *l = malloc(had + 9);
+    if (!l) return;
+    if (had) memcpy(l, list->val, had);
+    int m = snprintf(l + had, 9, "%d ", (int)rank);
+    if (!put_kv(s, "refused", l, had + (size_t)m + 1)) free(l);
 }
 
 /* The client's answer to our challenge: a valid proof -> authenticated, and
@@ -386,7 +401,9 @@ static bool accept_new(accel__store *s) {
     for (int batch = 0; batch < 256; batch++) {
         size_t unauthed;
         long old;
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        struct sockaddr_in peer = {0};
+        socklen_t pl = sizeof peer;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM) return true;
@@ -407,7 +424,7 @@ static bool accept_new(accel__store *s) {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conn c = {.fd = fd, .deadline = accel_now_seconds() + HELLO_DEADLINE_S};
+        conn c = {.fd = fd, .peer = peer, .deadline = accel_now_seconds() + HELLO_DEADLINE_S};
         if (!accel__auth_challenge(fd, MAGIC, c.nonce)) {
             close(fd);
             continue;
@@ -693,13 +710,26 @@ accel_status accel__store_get(accel__store *s, const char *key, void **val, size
  * secret can write it), the refusal was of someone else and is ignored: the
  * rank is merely slow. ACCEL_DIST_REFUSED_FAIL_FAST=0 never fails early: the
  * refusal is only named when the wait times out (a job whose ranks start far
- * apart on a port strangers can reach). */
+ * apart on a port strangers can reach).
+ * Every missing rank counts, not only the lowest: of a wrong-secret machine's
+ * ranks often only one reaches the store before its launcher, seeing that one
+ * refused, kills the others, and the one refused need not be the lowest. */
 #define REFUSED_GRACE_S 2.0
 typedef struct refusal {
     int rank;     /* -1: none seen */
     double seen;  /* when first seen */
     char from[64]; /* the refused process's address */
+    /* Refused ranks found claimed or arrived: they stay so (keys are never
+     * deleted), so they are not asked about again at every poll. */
+    int settled[MAX_REFUSED];
+    int n_settled;
 } refusal;
+
+static bool settled(const refusal *r, int rank) {
+    for (int i = 0; i < r->n_settled; i++)
+        if (r->settled[i] == rank) return true;
+    return false;
+}
 
 static accel_status refused_error(const refusal *r, int world, const char *what, accel_status code, const char *how) {
     return accel_set_error(code, "%s failed%s: rank %d of %d did not arrive: the store refused a process at %s "
@@ -707,23 +737,62 @@ static accel_status refused_error(const refusal *r, int world, const char *what,
                            how, r->rank, world, r->from, r->rank);
 }
 
-static accel_status check_refused(accel__store *s, refusal *r, int rank, int world, const char *what, bool fail_fast,
-                                  bool now) {
-    char key[32];
-    bool found;
-    void *v = NULL;
-    snprintf(key, sizeof key, "refused/%d", rank);
-    if (try_get(s, key, &found, &v, NULL) != ACCEL_OK) return accel_last_status();
-    if (!found) return ACCEL_OK;
-    snprintf(key, sizeof key, "claims/%d", rank);
-    bool claimed;
-    if (try_get(s, key, &claimed, NULL, NULL) != ACCEL_OK) { free(v); return accel_last_status(); }
-    if (claimed) { free(v); return ACCEL_OK; }
-    if (r->rank != rank) {
-        *r = (refusal){rank, accel_now_seconds(), ""};
-        snprintf(r->from, sizeof r->from, "%s", (char *)v);
+/* *yes: rank is one the wait still misses (at or above next, below world, no
+ * "<prefix>/<rank>") and that no genuine process has claimed. A rank found
+ * arrived or claimed is remembered as settled in r. */
+static accel_status unclaimed_missing(accel__store *s, refusal *r, const char *prefix, int rank, int next, int world,
+                                      bool *yes) {
+    char key[STORE_MAX_KEY];
+    bool found = false;
+    *yes = false;
+    if (rank < next || rank >= world || settled(r, rank)) return ACCEL_OK;
+    snprintf(key, sizeof key, "%s/%d", prefix, rank);
+    if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
+    if (!found) {
+        snprintf(key, sizeof key, "claims/%d", rank);
+        if (try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
     }
-    free(v);
+    if (found && r->n_settled < MAX_REFUSED) r->settled[r->n_settled++] = rank;
+    *yes = !found;
+    return ACCEL_OK;
+}
+
+/* Follows the refusals of missing ranks: keeps the one it follows while that
+ * rank stays missing and unclaimed (its grace runs on), else takes the first
+ * such rank of the store's "refused" list. Fails after the grace (fail_fast)
+ * or at once when the wait has timed out (now). */
+static accel_status check_refused(accel__store *s, refusal *r, const char *prefix, int next, int world,
+                                  const char *what, bool fail_fast, bool now) {
+    bool yes = false;
+    if (r->rank >= 0 && unclaimed_missing(s, r, prefix, r->rank, next, world, &yes) != ACCEL_OK)
+        return accel_last_status();
+    if (!yes) {
+        void *list = NULL;
+        bool found;
+        r->rank = -1;
+        if (try_get(s, "refused", &found, &list, NULL) != ACCEL_OK) return accel_last_status();
+        for (char *p = list, *end; found && !yes; p = end) {
+            long k = strtol(p, &end, 10);
+            if (end == p) break;
+            if (unclaimed_missing(s, r, prefix, (int)k, next, world, &yes) != ACCEL_OK) {
+                free(list);
+                return accel_last_status();
+            }
+            if (yes) {
+                r->rank = (int)k;
+                r->seen = accel_now_seconds();
+                snprintf(r->from, sizeof r->from, "?");
+            }
+        }
+        free(list);
+        if (!yes) return ACCEL_OK;
+        char key[32];
+        void *from = NULL;
+        snprintf(key, sizeof key, "refused/%d", r->rank);
+        if (try_get(s, key, &found, &from, NULL) != ACCEL_OK) return accel_last_status();
+        if (found) snprintf(r->from, sizeof r->from, "%s", (char *)from);
+        free(from);
+    }
     if (now) return refused_error(r, world, what, ACCEL_ERR_TIMEOUT, " (timed out)");
     if (fail_fast && accel_now_seconds() - r->seen >= REFUSED_GRACE_S)
         return refused_error(r, world, what, ACCEL_ERR_DIST, "");
@@ -742,7 +811,7 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     int next = 0; /* ranks below `next` have arrived (keys are never deleted) */
     char key[STORE_MAX_KEY];
-    refusal refused = {-1, 0, ""};
+    refusal refused = {.rank = -1};
     bool fail_fast;
     if (accel__env_bool("ACCEL_DIST_REFUSED_FAIL_FAST", true, &fail_fast) != ACCEL_OK) return accel_last_status();
     for (;;) {
@@ -755,7 +824,7 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
         }
         if (next == world) return ACCEL_OK;
         bool late = accel_now_seconds() > deadline;
-        if (check_refused(s, &refused, next, world, what, fail_fast, late) != ACCEL_OK)
+        if (check_refused(s, &refused, prefix, next, world, what, fail_fast, late) != ACCEL_OK)
             return lost_after(&refused, world, what);
         if (late) {
             char list[512];

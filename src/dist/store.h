@@ -32,8 +32,9 @@ accel_status accel__store_get(accel__store *s, const char *key, void **val, size
 accel_status accel__store_add(accel__store *s, const char *key, int64_t delta, int64_t *out);
 /* Waits until "<prefix>/<k>" exists for every k < world. On timeout the error
  * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive".
- * A missing rank that the store refused for a wrong secret fails it within
- * 2 s (ACCEL_ERR_DIST naming the refused address and "wrong job secret"). */
+ * Any missing rank that the store refused for a wrong secret (not only the
+ * lowest missing one) fails it within 2 s (ACCEL_ERR_DIST naming the refused
+ * address and "wrong job secret"). */
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world,
                                      const char *what);
 

@@ -913,10 +913,16 @@ accel_status accel__tcp_local_ip(char *out, size_t n) {
 }
 
 /* Connects to rank k and sends our hello; want gets the proof rank k's
- * acceptance must carry. */
-static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadline, uint8_t want[ACCEL__MAC_LEN]) {
+ * acceptance must carry. A connection dropped during the handshake is made
+ * again until the deadline (rank k's gatekeeper closes a newcomer at once
+ * when every slot holds a proved peer). A refused connect is retried until
+ * the deadline too, except `again` (rank k dropped a connection of ours
+ * before): a refusal then means rank k is gone, and fails at once. */
+static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadline, bool again,
+                               uint8_t want[ACCEL__MAC_LEN]) {
     char ip[64];
     inet_ntop(AF_INET, &s->addr[k].sin_addr, ip, sizeof ip);
+    bool dropped = false;
     for (double nap = 0.001;; nap = nap < 0.1 ? nap * 2 : nap) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: socket: %s", strerror(errno));
@@ -930,26 +936,58 @@ static accel_status connect_to(accel_pg *pg, tcp_state *s, int k, double deadlin
             r = err == 0 ? 0 : -1;
             errno = err;
         }
+        int e = errno;
         if (r == 0) {
             int32_t me = pg->rank;
             uint8_t ns[ACCEL__NONCE_LEN], nc[ACCEL__NONCE_LEN];
-            if (!send_proved(fd, HELLO_MAGIC, LABEL_HELLO, s->secret, &me, 4, ns, nc, deadline)) {
-                close(fd);
+            if (send_proved(fd, HELLO_MAGIC, LABEL_HELLO, s->secret, &me, 4, ns, nc, deadline)) {
+                accel__auth_mac(s->secret, LABEL_ACCEPT, nc, ns, &me, 4, want);
+                s->fd[k] = fd;
+                return ACCEL_OK;
+            }
+            dropped = again = true; /* from now on a refusal means rank k is gone */
+        }
+        close(fd);
+        if (r != 0 && e == ECONNREFUSED && again)
+            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d is gone: %s:%d refused rank %d's connection "
+                                   "after it dropped the one before", k, ip, ntohs(s->addr[k].sin_port), pg->rank);
+        if (accel_now_seconds() + nap > deadline) {
+            if (dropped)
                 return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d lost the connection to rank %d "
                                        "at %s:%d during the handshake", pg->rank, k, ip, ntohs(s->addr[k].sin_port));
-            }
-            accel__auth_mac(s->secret, LABEL_ACCEPT, nc, ns, &me, 4, want);
-            s->fd[k] = fd;
-            return ACCEL_OK;
-        }
-        int e = errno;
-        close(fd);
-        if (accel_now_seconds() + nap > deadline)
             return accel_set_error(ACCEL_ERR_TIMEOUT, "accel_dist_init: rank %d cannot connect to rank %d at %s:%d "
                                    "(%s) within %g s (firewall? ACCEL_DIST_HOST_ADDR on that machine?)",
                                    pg->rank, k, ip, ntohs(s->addr[k].sin_port), strerror(e), pg->timeout_s);
+        }
         struct timespec ts = {0, (long)(nap * 1e9)};
         nanosleep(&ts, NULL);
+    }
+}
+
+/* Reads rank k's acceptance of our hello. A connection that its gatekeeper
+ * closed unanswered (evicted among a flood of newer connections, or held past
+ * its handshake deadline on a loaded machine) is made again until the
+ * deadline, rather than fail this rank while rank k waits for it until the
+ * timeout: every rank here proved the job secret to the store, so a dropped
+ * hello is not a wrong secret. */
+static accel_status take_acceptance(accel_pg *pg, tcp_state *s, int k, double deadline, uint8_t want[ACCEL__MAC_LEN]) {
+    int me = pg->rank;
+    for (;;) {
+        uint8_t ack[1 + ACCEL__MAC_LEN] = {0};
+        bool answered = io_until(s->fd[k], false, ack, 1, deadline);
+        if (!answered && accel_now_seconds() < deadline) { /* end of stream or reset: dropped */
+            close(s->fd[k]);
+            s->fd[k] = -1;
+            if (connect_to(pg, s, k, deadline, true, want) != ACCEL_OK) return accel_last_status();
+            continue;
+        }
+        if (answered && io_until(s->fd[k], false, ack + 1, ACCEL__MAC_LEN, deadline) && ack[0] == 1 &&
+            accel__auth_mac_equal(ack + 1, want))
+            return ACCEL_OK;
+        return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d closed the connection of rank %d without "
+                               "a valid acceptance: it refused our proof or could not prove ACCEL_JOB_SECRET (the "
+                               "secrets differ between machines?), or its gatekeeper evicted the connection (a "
+                               "flood of connections to its port?)", k, me);
     }
 }
 
@@ -960,7 +998,7 @@ static accel_status form_mesh(accel_pg *pg, tcp_state *s, double deadline, uint8
     /* Connects complete in the listener's backlog (and its gatekeeper sends
      * the challenge), so connect-all-then-accept cannot deadlock. */
     for (int k = 0; k < me; k++)
-        if (connect_to(pg, s, k, deadline, want[k]) != ACCEL_OK) return accel_last_status();
+        if (connect_to(pg, s, k, deadline, false, want[k]) != ACCEL_OK) return accel_last_status();
     for (int got = 0; got < w - 1 - me;) {
         struct pollfd pf = {.fd = s->g.pipe[0], .events = POLLIN};
         double left = deadline - accel_now_seconds();
@@ -987,15 +1025,8 @@ static accel_status form_mesh(accel_pg *pg, tcp_state *s, double deadline, uint8
             }
         }
     }
-    for (int k = 0; k < me; k++) {
-        uint8_t ack[1 + ACCEL__MAC_LEN] = {0};
-        if (!io_until(s->fd[k], false, ack, sizeof ack, deadline) || ack[0] != 1 ||
-            !accel__auth_mac_equal(ack + 1, want[k]))
-            return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d closed the connection of rank %d without "
-                                   "a valid acceptance: it refused our proof or could not prove ACCEL_JOB_SECRET (the "
-                                   "secrets differ between machines?), or its gatekeeper evicted the connection (a "
-                                   "flood of connections to its port?)", k, me);
-    }
+    for (int k = 0; k < me; k++)
+        if (take_acceptance(pg, s, k, deadline, want[k]) != ACCEL_OK) return accel_last_status();
     for (int k = 0; k < w; k++)
         if (s->fd[k] >= 0) {
             set_nonblock(s->fd[k]);
