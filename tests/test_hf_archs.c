@@ -2,7 +2,11 @@
  * transformers, on tools/gen_hf_arch_fixtures.py's checkpoints
  * (tests/data/hf_arch_*): Llama with linear, dynamic, yarn, longrope and
  * llama3 RoPE scaling, Mistral (sliding window), Qwen2 (q/k/v biases; and
- * with its sliding window on the upper layer), Qwen3 (q/k norms). Inputs run
+ * with its sliding window on the upper layer), Qwen3 (q/k norms), Phi-3
+ * (fused qkv_proj and gate_up_proj, longrope on half of each head, a window;
+ * generation re-runs the sequence when it passes the longrope threshold, as
+ * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
+ * q/k norms over the whole projection). Inputs run
  * past every window and every scaling threshold. Logits within 1e-5, the
  * loss and every parameter's gradient of one step within 1e-5 relative
  * (also with gradient checkpointing on every decoder layer), greedy
@@ -30,6 +34,8 @@ static const struct {
     {"qwen2", "Qwen2ForCausalLM", "Qwen2DecoderLayer"},
     {"qwen2_window", "Qwen2ForCausalLM", "Qwen2DecoderLayer"},
     {"qwen3", "Qwen3ForCausalLM", "Qwen3DecoderLayer"},
+    {"phi3", "Phi3ForCausalLM", "Phi3DecoderLayer"},
+    {"olmo2", "Olmo2ForCausalLM", "Olmo2DecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {

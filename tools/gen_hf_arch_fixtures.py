@@ -2,8 +2,11 @@
 """Tiny random checkpoints of each architecture / RoPE variant accel builds from
 config.json, written by transformers, with transformers' outputs.
 
-    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR]     # default tests/data
+    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR [NAME ...]]   # default tests/data, all
     python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT
+
+NAMEs (keys of FIXTURES, e.g. phi3 olmo2) regenerate only those directories,
+leaving the other fixtures' bytes as they are.
 
 --check-saved loads ROOT/<name> (written by accel's save_pretrained from
 tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
@@ -50,6 +53,12 @@ FIXTURES = {
     "qwen2": ("qwen2", dict()),
     "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
     "qwen3": ("qwen3", dict()),
+    # fused qkv_proj / gate_up_proj, longrope over half of head_dim, a window
+    "phi3": ("phi3", dict(partial_rotary_factor=0.5, original_max_position_embeddings=16, sliding_window=8,
+                          rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2],
+                                        "long_factor": [1.5, 3.0]})),
+    # norms after attention and MLP, q/k norms over the whole projection
+    "olmo2": ("olmo2", dict()),
 }
 
 
@@ -105,8 +114,15 @@ def main():
         check_saved(sys.argv[2])
         return
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    only = set(sys.argv[2:])
+    unknown = only - set(FIXTURES)
+    if unknown:
+        sys.exit(f"unknown fixture(s) {sorted(unknown)}; known: {', '.join(FIXTURES)}")
     total = 0
+    # seeds by position in FIXTURES, so a subset regenerates the same bytes
     for i, (name, (model_type, extra)) in enumerate(FIXTURES.items()):
+        if only and name not in only:
+            continue
         d = os.path.join(out_dir, "hf_arch_" + name)
         os.makedirs(d, exist_ok=True)
         model = build(model_type, extra, 4321 + i)

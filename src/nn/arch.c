@@ -33,6 +33,21 @@ static const accel__arch ARCHS[] = {
      DEFAULTS("qwen2", 151936, 22016, 0, 0, 32768, 4096, 28)},
     {.model_type = "qwen3", ARCH_OPS("Qwen3"), .qk_norm = true, .attention_bias = true,
      .window = ACCEL__WINDOW_QWEN2, DEFAULTS("qwen3", 151936, 22016, 0, 128, 32768, 4096, 28)},
+    /* Phi-3 (and Phi-4-mini, model_type phi3): fused projections, partial
+     * rotary, longrope; hidden 3072 and eps 1e-5 by default */
+    {.model_type = "phi3", ARCH_OPS("Phi3"), .fused_qkv = true, .fused_gate_up = true, .partial_rotary = true,
+     .longrope_regenerate = true, .window = ACCEL__WINDOW_ALL,
+     .defaults = {.vocab_size = 32064, .hidden_size = 3072, .intermediate_size = 8192, .num_hidden_layers = 32,
+                  .num_attention_heads = 32, .max_position_embeddings = 4096, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi3",
+                  .rope_scaling = {.original_max_position_embeddings = 4096}}},
+    /* OLMo 2: norms on the attention / MLP outputs, q/k norms over the whole projection; eps 1e-5 */
+    {.model_type = "olmo2", ARCH_OPS("Olmo2"), .qk_norm_full = true, .norm_outputs = true, .attention_bias = true,
+     .window = ACCEL__WINDOW_NONE,
+     .defaults = {.vocab_size = 50304, .hidden_size = 4096, .intermediate_size = 11008, .num_hidden_layers = 32,
+                  .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "olmo2"}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -54,7 +69,7 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
     return NULL;
 }
 
-const char *accel__arch_names(void) { return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\""; }
+const char *accel__arch_names(void) { return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"phi3\", \"olmo2\""; }
 
 const char *accel_module_decoder_layer_class(const accel_module *m) {
     for (; m; m = m->parent) {
