@@ -452,6 +452,9 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
                 (long long)(c->rope_scaling.original_max_position_embeddings
                                 ? c->rope_scaling.original_max_position_embeddings
                                 : a->defaults.rope_scaling.original_max_position_embeddings));
+    /* accel's embeddings have no padding row (nn.Embedding's padding_idx); a
+     * family default such as Phi3Config's 32000 may also lie outside a small vocab */
+    fprintf(m, "  \"pad_token_id\": null,\n");
     if (a->partial_rotary) {
         char prf[40];
         py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
