@@ -2,7 +2,8 @@
  * transformers + Accelerate do it, on the same checkpoint and ids: the loss
  * of every step on every rank equals tools/gen_fsdp_peer_losses.py's
  * (tests/data/hf_fsdp_peer_qwen2.safetensors: Accelerate on 2 CPU processes,
- * gloo; its DDP, Accelerate having no FSDP on CPU; see the script).
+ * gloo; its DDP, as Accelerate has no FSDP on CPU; the script checks torch's
+ * own FSDP FULL_SHARD gives the same losses, bit for bit).
  *
  * Under `accel launch --num_processes 2 --use_fsdp` (tests/fsdp_peer.cmake)
  * each rank trains on its own batch under FSDP FULL_SHARD, the decoder layers

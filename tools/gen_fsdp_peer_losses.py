@@ -10,9 +10,12 @@ FULL_SHARD must reproduce them.
 Accelerate (1.16) cannot run FSDP on CPU: AcceleratorState turns
 ACCELERATE_USE_FSDP into DistributedType.FSDP only when the process group is
 on an accelerator (MULTI_GPU, MULTI_NPU, MULTI_XPU, ...); a CPU job stays
-MULTI_CPU, i.e. DDP, whatever the FSDP config says. So the peer is Accelerate's
-DDP over gloo. FSDP averages the ranks' gradients exactly as DDP does, so the
-losses of the two are the same numbers up to the order of the reductions.
+MULTI_CPU, i.e. DDP, whatever the FSDP config says. So the fixture is
+Accelerate's DDP over gloo. FSDP averages the ranks' gradients as DDP does; to
+show it on these numbers the script also trains with torch's own FSDP
+(FULL_SHARD, each decoder layer a unit: what Accelerate's FSDP plugin sets up
+on an accelerator) on the same process group, and fails unless its losses
+equal Accelerate's within 1e-6 relative (on torch 2.15 they are bit-identical).
 
 MODEL_DIR: a from_pretrained directory (tests/data/hf_arch_qwen2). OUT gets
     ids     [STEPS, 2, B, T] i64  rank r's batch of step s is ids[s, r] (the
@@ -23,9 +26,12 @@ MODEL_DIR: a from_pretrained directory (tests/data/hf_arch_qwen2). OUT gets
     losses_sgd   [STEPS, 2] f32   the same from the checkpoint again, SGD(lr 0.5)
 The loss is transformers' model(ids, labels=ids).loss.
 """
+import functools
 import sys
 
 import torch
+from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 from accelerate import Accelerator
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
@@ -39,15 +45,21 @@ OPTIMIZERS = {
 }
 
 
-def train(acc, model_dir, ids, make_opt):
+def train(acc, model_dir, ids, make_opt, torch_fsdp=False):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
-    model, opt = acc.prepare(model, make_opt(model.parameters()))
+    if torch_fsdp:
+        wrap = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={type(model.model.layers[0])})
+        model = FullyShardedDataParallel(model, auto_wrap_policy=wrap, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                                         use_orig_params=True, device_id=torch.device("cpu"))
+        opt = make_opt(model.parameters())
+    else:
+        model, opt = acc.prepare(model, make_opt(model.parameters()))
     losses = torch.zeros(STEPS, 2)
     for s in range(STEPS):
         x = ids[s, acc.process_index]
         loss = model(input_ids=x, labels=x).loss
-        acc.backward(loss)
+        loss.backward() if torch_fsdp else acc.backward(loss)
         opt.step()
         opt.zero_grad()
         losses[s] = acc.gather(loss.detach().reshape(1)).cpu()
@@ -66,6 +78,11 @@ def main():
     out_tensors = {"ids": ids}
     for name, make_opt in OPTIMIZERS.items():
         out_tensors["losses_" + name] = train(acc, model_dir, ids, make_opt)
+        fsdp = train(acc, model_dir, ids, make_opt, torch_fsdp=True)
+        rel = float(((fsdp - out_tensors["losses_" + name]).abs() / fsdp.abs()).max())
+        if acc.is_main_process:
+            print(f"{name}: torch FSDP FULL_SHARD against Accelerate's DDP: max relative loss difference {rel:.3g}")
+        assert rel <= 1e-6, f"{name}: torch FSDP's losses differ from Accelerate DDP's by {rel}"
     if acc.is_main_process:
         print(f"accelerate {acc.distributed_type.name} world {acc.num_processes} backend {acc.state.backend}")
         for k, v in out_tensors.items():
