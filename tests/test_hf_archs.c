@@ -5,7 +5,11 @@
  * with its sliding window on the upper layer), Qwen3 (q/k norms), Gemma
  * (scaled embeddings, 1 + weight norms, gelu_pytorch_tanh, tied), Gemma2
  * (also sandwich norms, soft-capped scores and logits, query_pre_attn_scalar,
- * the window on layer 0), Granite (its four multipliers). Inputs run past
+ * the window on layer 0), Granite (its four multipliers), Phi-3 (fused
+ * qkv_proj and gate_up_proj, longrope on half of each head, a window;
+ * generation re-runs the sequence when it passes the longrope threshold, as
+ * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
+ * q/k norms over the whole projection). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 16
@@ -36,6 +40,8 @@ static const struct {
     {"gemma", "GemmaForCausalLM", "GemmaDecoderLayer"},
     {"gemma2", "Gemma2ForCausalLM", "Gemma2DecoderLayer"},
     {"granite", "GraniteForCausalLM", "GraniteDecoderLayer"},
+    {"phi3", "Phi3ForCausalLM", "Phi3DecoderLayer"},
+    {"olmo2", "Olmo2ForCausalLM", "Olmo2DecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {

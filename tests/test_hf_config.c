@@ -335,6 +335,68 @@ static void test_gemma_granite_fields(void) {
     accel_clear_error();
 }
 
+/* Phi-3 and OLMo 2: their defaults, Phi-3's partial rotary (top level and
+ * rope_parameters), its earlier rope type "su", the top-level
+ * original_max_position_embeddings save writes; what each family lacks refused. */
+static void test_phi3_olmo2(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("phi3d.json", "{\"model_type\": \"phi3\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 32064 && c.hidden_size == 3072 && c.intermediate_size == 8192 && c.rms_norm_eps == 1e-5);
+    CHECK(c.max_position_embeddings == 4096 && c.rope_scaling.original_max_position_embeddings == 4096);
+    CHECK(accel_llama_config_load(write_cfg("olmo2d.json", "{\"model_type\": \"olmo2\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 50304 && c.hidden_size == 4096 && c.rms_norm_eps == 1e-5 && c.max_position_embeddings == 2048);
+    const char *phi = "{\"model_type\": \"phi3\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                      "\"partial_rotary_factor\": 0.5, \"original_max_position_embeddings\": 32, "
+                      "\"max_position_embeddings\": 128, \"sliding_window\": 16, "
+                      "\"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1, 1.5, 2, 3], "
+                      "\"long_factor\": [2, 3, 4, 5]}}";
+    CHECK_MSG(accel_llama_config_load(write_cfg("phi3.json", phi), &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.partial_rotary_factor == 0.5 && c.rope_scaling.type == ACCEL_ROPE_LONGROPE && c.rope_scaling.n_factors == 4);
+    CHECK(c.rope_scaling.original_max_position_embeddings == 32 && c.sliding_window == 16);
+    char path[160];
+    snprintf(path, sizeof path, "%s/phi3_saved", g_dir);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    accel_llama_config back;
+    CHECK_MSG(accel_llama_config_load(path, &back) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(back.partial_rotary_factor == 0.5 && same_rope(&back.rope_scaling, &c.rope_scaling) &&
+          back.sliding_window == 16 && !strcmp(back.model_type, "phi3"));
+    char file[200], text[4096] = {0};
+    snprintf(file, sizeof file, "%s/config.json", path);
+    FILE *f = fopen(file, "r");
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    /* transformers' Phi3Config takes the top-level value over rope_scaling's */
+    CHECK_STR_CONTAINS(text, "\n  \"original_max_position_embeddings\": 32,");
+    CHECK_STR_CONTAINS(text, "\n  \"partial_rotary_factor\": 0.5,");
+    /* the factors count the rotary dims: 16 * 0.5 / 2 = 4, not head_dim / 2 */
+    expect_error("phi3f.json", "{\"model_type\": \"phi3\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                 "\"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"type\": \"longrope\", "
+                 "\"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], \"long_factor\": [1, 1, 1, 1, 1, 1, 1, 1]}}",
+                 ACCEL_ERR_FORMAT, "(head_dim 16, rotary dims 8)");
+    expect_error("phi3r.json", "{\"model_type\": \"phi3\", \"resid_pdrop\": 0.1}", ACCEL_ERR_UNSUPPORTED,
+                 "resid_pdrop other than 0.0 is not implemented");
+    expect_error("phi3e.json", "{\"model_type\": \"phi3\", \"embd_pdrop\": 0.1}", ACCEL_ERR_UNSUPPORTED,
+                 "embd_pdrop other than 0.0");
+    expect_error("phi3b.json", "{\"model_type\": \"phi3\", \"attention_bias\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "attention_bias is true, but phi3 models have no such bias");
+    expect_error("phi3p.json", "{\"model_type\": \"phi3\", \"partial_rotary_factor\": 1.5}", ACCEL_ERR_FORMAT,
+                 "partial_rotary_factor 1.5 must be in (0, 1]");
+    expect_error("olmo2p.json", "{\"model_type\": \"olmo2\", \"partial_rotary_factor\": 0.5}",
+                 ACCEL_ERR_UNSUPPORTED, "partial_rotary_factor other than 1.0 is not implemented for olmo2 models");
+    expect_error("olmo2r.json", "{\"model_type\": \"olmo2\", \"rope_parameters\": {\"rope_type\": \"default\", "
+                 "\"partial_rotary_factor\": 0.25}}", ACCEL_ERR_UNSUPPORTED, "partial_rotary_factor");
+    expect_error("olmo2w.json", "{\"model_type\": \"olmo2\", \"sliding_window\": 8}", ACCEL_ERR_UNSUPPORTED,
+                 "sliding_window is set, but olmo2 models have none");
+    expect_error("olmo2s.json", "{\"model_type\": \"olmo2\", \"rope_scaling\": {\"type\": \"su\"}}",
+                 ACCEL_ERR_UNSUPPORTED, "rope_scaling of type \"su\" is not supported");
+    /* the C API: a family without partial rotary refuses the field */
+    accel_llama_config l = accel_llama_config_default();
+    l.partial_rotary_factor = 0.5;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "partial_rotary_factor 0.5 is not implemented for llama models");
+    accel_clear_error();
+}
+
 /* RoPE and sliding-window corner cases of transformers' configs, and the C API's
  * config check on what a file could not say. */
 static void test_rope_window_edges(void) {
@@ -391,6 +453,7 @@ int main(void) {
     RUN(test_save_families);
     RUN(test_gemma_granite_fields);
     RUN(test_rope_window_edges);
+    RUN(test_phi3_olmo2);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 2;

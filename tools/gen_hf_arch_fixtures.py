@@ -8,6 +8,9 @@ config.json, written by transformers, with transformers' outputs.
 NAMEs (keys of FIXTURES) limit the run to those fixtures: each fixture's
 seeds are its own, so the others' bytes stay as committed.
 
+NAMEs (keys of FIXTURES, e.g. phi3 olmo2) regenerate only those directories,
+leaving the other fixtures' bytes as they are.
+
 --check-saved loads ROOT/<name> (written by accel's save_pretrained from
 tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
 its logits with the fixture's; exit status 0 when all are within 1e-5.
@@ -64,6 +67,12 @@ FIXTURES = {
                dict(seed=10, new_tokens=32)),
     "granite": ("granite", dict(embedding_multiplier=6.0, attention_multiplier=0.2, residual_multiplier=0.4,
                                 logits_scaling=4.0), dict(seed=11, new_tokens=32)),
+    # fused qkv_proj / gate_up_proj, longrope over half of head_dim, a window
+    "phi3": ("phi3", dict(partial_rotary_factor=0.5, original_max_position_embeddings=16, sliding_window=8,
+                          rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2],
+                                        "long_factor": [1.5, 3.0]}), dict(seed=9, new_tokens=16)),
+    # norms after attention and MLP, q/k norms over the whole projection
+    "olmo2": ("olmo2", dict(), dict(seed=10, new_tokens=16)),
 }
 
 

@@ -252,7 +252,7 @@ typedef struct accel_llama_config {
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
-     * "qwen3", "gemma", "gemma2", "granite" (docs/nn.md: what each changes). */
+     * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -270,6 +270,9 @@ typedef struct accel_llama_config {
      * head_dim^-0.5), each residual branch times residual_multiplier, logits
      * divided by logits_scaling. */
     double embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling;
+    /* RoPE rotates the first int(head_dim * partial_rotary_factor) dims of
+     * each head, the rest pass through (0 or 1: all; "phi3" only). */
+    double partial_rotary_factor;
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */

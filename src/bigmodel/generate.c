@@ -7,6 +7,7 @@
 
 #include "accel/autograd.h"
 #include "accel/bigmodel.h"
+#include "nn/arch.h"
 
 typedef struct scored {
     float v;
@@ -193,6 +194,17 @@ static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv
     return accel_to_floats(row, buf);
 }
 
+/* Whether the next step, which brings the sequence to n tokens, re-runs it
+ * whole: the family's generation does when the sequence first runs past
+ * longrope's original_max_position_embeddings (arch.h: longrope_regenerate). */
+static bool regenerate_past(const accel_llama_config *c, const accel__arch *a, const accel_kv_cache *cache,
+                            int64_t n) {
+    int64_t orig = c->rope_scaling.original_max_position_embeddings;
+    if (!orig) orig = c->max_position_embeddings;
+    return a && a->longrope_regenerate && c->rope_scaling.type == ACCEL_ROPE_LONGROPE && n > orig &&
+           accel_kv_cache_len(cache) <= orig;
+}
+
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out) {
     if (!opts) opts = &NULL_OPTS;
@@ -240,7 +252,11 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
         }
         out[(*n_out)++] = tok;
         if ((opts->has_eos && tok == opts->eos_token_id) || step + 1 == opts->max_new_tokens) break;
-        ids = ids_tensor(&tok, 1, dev);
+        if (regenerate_past(cfg, accel__arch_of_module(llama), cache, *n_out)) {
+            accel_kv_cache_reset(cache); /* every key again, with the long factors */
+            ids = ids_tensor(out, *n_out, dev);
+        } else
+            ids = ids_tensor(&tok, 1, dev);
     }
     accel_set_grad_enabled(grad);
     accel_kv_cache_free(cache);

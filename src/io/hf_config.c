@@ -1,6 +1,6 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
- * gemma, gemma2, granite.
+ * gemma, gemma2, granite, phi3, olmo2.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -93,7 +93,8 @@ static accel_status get_factors(json_t *obj, const char *file, const char *key, 
 /* rope_scaling (4.x) / rope_parameters (5.x): the type and the fields it
  * uses; any other field is refused (a field transformers reads that accel
  * would not). */
-static accel_status parse_rope(json_t *root, const char *file, const char *key, accel_llama_config *c) {
+static accel_status parse_rope(json_t *root, const char *file, const char *key, const accel__arch *a,
+                               accel_llama_config *c) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return ACCEL_OK;
     if (!json_is_object(v)) return bad_type(file, key, "null or an object");
@@ -101,6 +102,8 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
     if (!t) t = json_object_get(v, "type");
     if (t && !json_is_string(t)) return bad_type(file, key, "an object with a string rope_type");
     const char *name = t ? json_string_value(t) : "default";
+    /* Phi3Config reads its earlier names "su" and "yarn" as longrope */
+    if (a->partial_rotary && (!strcmp(name, "su") || !strcmp(name, "yarn"))) name = "longrope";
     accel_rope_scaling *r = &c->rope_scaling;
     int type = -1;
     for (int i = 0; i < (int)(sizeof ROPE_NAMES / sizeof *ROPE_NAMES); i++)
@@ -123,7 +126,8 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
     const char *k;
     json_t *x;
     json_object_foreach(v, k, x) {
-        bool known = !strcmp(k, "rope_type") || !strcmp(k, "type") || !strcmp(k, "rope_theta");
+        bool known = !strcmp(k, "rope_type") || !strcmp(k, "type") || !strcmp(k, "rope_theta") ||
+                     !strcmp(k, "partial_rotary_factor");
         for (int i = 0; !known && KEYS[type][i]; i++) known = !strcmp(k, KEYS[type][i]);
         if (!known && !json_is_null(x))
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s.%s is not implemented for rope type \"%s\"", file,
@@ -148,7 +152,8 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
         get_real(v, file, "low_freq_factor", &r->low_freq_factor) ||
         get_real(v, file, "high_freq_factor", &r->high_freq_factor) ||
         get_int(v, file, "original_max_position_embeddings", &r->original_max_position_embeddings, false, true) ||
-        get_real(v, file, "rope_theta", &c->rope_theta))
+        get_real(v, file, "rope_theta", &c->rope_theta) ||
+        get_real(v, file, "partial_rotary_factor", &c->partial_rotary_factor))
         return accel_last_status();
     /* a top-level original_max_position_embeddings wins (transformers' standardize_rope_params) */
     if (top_orig) r->original_max_position_embeddings = top_orig;
@@ -197,21 +202,25 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     return ACCEL_OK;
 }
 
-/* Keys transformers reads for these families that accel takes only at one value. */
-static accel_status check_fixed(json_t *root, const char *file, const accel__arch *a) {
+/* Keys transformers reads for these families that accel takes only at one
+ * value (partial_rotary_factor: where the family has no partial rotary). */
+static accel_status check_fixed(json_t *root, const char *file, const accel__arch *a, const accel_llama_config *c) {
     if (check_activation(root, file, a)) return accel_last_status();
     json_t *v = json_object_get(root, "use_bidirectional_attention");
     if (v && !json_is_null(v) && !json_is_false(v))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention is not implemented (accel's "
                                "decoders are causal)", file);
-    v = json_object_get(root, "attention_dropout");
-    if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 0.0))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention_dropout other than 0.0 is not implemented (it "
-                               "would change training)", file);
-    v = json_object_get(root, "partial_rotary_factor");
-    if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 1.0))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1.0 is not implemented",
-                               file);
+    static const char *const DROPOUTS[] = {"attention_dropout", "resid_pdrop", "embd_pdrop"};
+    for (size_t i = 0; i < sizeof DROPOUTS / sizeof *DROPOUTS; i++) {
+        v = json_object_get(root, DROPOUTS[i]);
+        if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 0.0))
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s other than 0.0 is not implemented (it would change "
+                                   "training)", file, DROPOUTS[i]);
+    }
+    double prf = c->partial_rotary_factor;
+    if (prf != 0 && prf != 1.0 && !a->partial_rotary)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1.0 is not implemented "
+                               "for %s models", file, a->model_type);
     return ACCEL_OK;
 }
 
@@ -338,13 +347,14 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_real(root, file, "rope_theta", &c->rope_theta) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
+        get_real(root, file, "partial_rotary_factor", &c->partial_rotary_factor) ||
         get_bias(root, file, "attention_bias", a, a->attention_bias, &c->attention_bias) ||
         get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias) ||
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         get_dtype(root, file, "dtype", &c->torch_dtype) ||
-        parse_rope(root, file, "rope_scaling", c) ||
-        parse_rope(root, file, "rope_parameters", c) ||
-        check_fixed(root, file, a) ||
+        parse_rope(root, file, "rope_scaling", a, c) ||
+        parse_rope(root, file, "rope_parameters", a, c) ||
+        check_fixed(root, file, a, c) ||
         parse_scalings(root, file, a, c) ||
         parse_window(root, file, a, c))
         return accel_last_status();
@@ -410,6 +420,7 @@ static accel_status check_reals(const accel_llama_config *c) {
         {"attention_multiplier", c->attention_multiplier, true},
         {"residual_multiplier", c->residual_multiplier, true},
         {"logits_scaling", c->logits_scaling, true},
+        {"partial_rotary_factor", c->partial_rotary_factor, true},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++)
         if (!isfinite(R[i].v) || R[i].v < 0 || (R[i].v == 0 && !R[i].zero_ok))
@@ -537,6 +548,20 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"num_hidden_layers\": %lld,\n"
             "  \"num_key_value_heads\": %lld,\n",
             a->model_type, (long long)c->num_attention_heads, (long long)c->num_hidden_layers, (long long)kv);
+    /* Phi3Config's top-level original_max_position_embeddings wins over rope_scaling's */
+    if (a->defaults.rope_scaling.original_max_position_embeddings)
+        fprintf(m, "  \"original_max_position_embeddings\": %lld,\n",
+                (long long)(c->rope_scaling.original_max_position_embeddings
+                                ? c->rope_scaling.original_max_position_embeddings
+                                : a->defaults.rope_scaling.original_max_position_embeddings));
+    /* accel's embeddings have no padding row (nn.Embedding's padding_idx); a
+     * family default such as Phi3Config's 32000 may also lie outside a small vocab */
+    fprintf(m, "  \"pad_token_id\": null,\n");
+    if (a->partial_rotary) {
+        char prf[40];
+        py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
+        fprintf(m, "  \"partial_rotary_factor\": %s,\n", prf);
+    }
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
     /* an int in transformers 5's Gemma2Config (which refuses 16.0) */
     double qpas = nonzero(c->query_pre_attn_scalar, (double)hd);

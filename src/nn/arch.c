@@ -44,6 +44,21 @@ static const accel__arch ARCHS[] = {
                     .attn_logit_softcapping = 50.0, .final_logit_softcapping = 30.0, .query_pre_attn_scalar = 256.0)},
     {.model_type = "granite", ARCH_OPS("Granite"), .multipliers = true, .attention_bias = true, .mlp_bias = true,
      DEFAULTS("granite", 32000, 11008, 0, 0, 2048, 0, 0)},
+    /* Phi-3 (and Phi-4-mini, model_type phi3): fused projections, partial
+     * rotary, longrope; hidden 3072 and eps 1e-5 by default */
+    {.model_type = "phi3", ARCH_OPS("Phi3"), .fused_qkv = true, .fused_gate_up = true, .partial_rotary = true,
+     .longrope_regenerate = true, .window = ACCEL__WINDOW_ALL,
+     .defaults = {.vocab_size = 32064, .hidden_size = 3072, .intermediate_size = 8192, .num_hidden_layers = 32,
+                  .num_attention_heads = 32, .max_position_embeddings = 4096, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi3",
+                  .rope_scaling = {.original_max_position_embeddings = 4096}}},
+    /* OLMo 2: norms on the attention / MLP outputs, q/k norms over the whole projection; eps 1e-5 */
+    {.model_type = "olmo2", ARCH_OPS("Olmo2"), .qk_norm_full = true, .norm_outputs = true, .attention_bias = true,
+     .window = ACCEL__WINDOW_NONE,
+     .defaults = {.vocab_size = 50304, .hidden_size = 4096, .intermediate_size = 11008, .num_hidden_layers = 32,
+                  .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "olmo2"}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -66,7 +81,7 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
 }
 
 const char *accel__arch_names(void) {
-    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\"";
+    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\"";
 }
 
 const char *accel_module_decoder_layer_class(const accel_module *m) {

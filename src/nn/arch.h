@@ -2,7 +2,7 @@
  * config.json model_type of what differs between the families (class names,
  * biases, norms, sliding windows, transformers' config defaults). llama.c
  * builds and runs every row with one graph; hf_config.c reads and writes them.
- * Internal to src/nn, src/io and src/cli. */
+ * Internal to src/nn, src/io, src/cli and src/bigmodel (generation). */
 #ifndef ACCEL_NN_ARCH_H
 #define ACCEL_NN_ARCH_H
 
@@ -23,6 +23,21 @@ typedef struct accel__arch {
     accel_module_ops causal_lm, model, layer, attn, mlp, norm;
     bool qkv_bias;       /* q/k/v always carry a bias, o_proj never (Qwen2); else attention_bias on all four */
     bool qk_norm;        /* q_norm/k_norm: RMSNorm over head_dim of each head, before RoPE (Qwen3) */
+    bool qk_norm_full;   /* q_norm/k_norm: RMSNorm over the whole q / k projection, before the head split (OLMo 2) */
+    bool fused_qkv;      /* one qkv_proj whose output is [q | k | v] (Phi-3) */
+    bool fused_gate_up;  /* one gate_up_proj whose output is [gate | up] (Phi-3) */
+    /* The layer's two norms (post_attention_layernorm, post_feedforward_layernorm)
+     * apply to the attention and MLP outputs before the residual adds; no
+     * input_layernorm (OLMo 2). Else input_layernorm and post_attention_layernorm
+     * normalize the attention and MLP inputs. */
+    bool norm_outputs;
+    /* The config's partial_rotary_factor is honoured (RoPE on the first dims of
+     * a head), and rope types "su" and "yarn" read as longrope (Phi3Config). */
+    bool partial_rotary;
+    /* Generation re-runs the whole sequence without the cache when it first
+     * passes longrope's original_max_position_embeddings, so every key gets the
+     * long factors (Phi-3's prepare_inputs_for_generation). */
+    bool longrope_regenerate;
     bool attention_bias; /* the config's attention_bias is honoured (else the family has none) */
     bool mlp_bias;       /* the config's mlp_bias is honoured */
     accel__window_rule window;
@@ -45,7 +60,10 @@ const accel__arch *accel__arch_of_module(const accel_module *m);
 /* The model types accel builds, ", "-separated (for error messages). */
 const char *accel__arch_names(void);
 
-/* RoPE of a resolved config (rope_scaling.c): writes inv_freq [head_dim / 2]
+/* The dims of a head RoPE rotates: head_dim * partial_rotary_factor, rounded
+ * down as transformers' int(); all of head_dim when the factor is 0. */
+int64_t accel__rotary_dim(const accel_llama_config *c);
+/* RoPE of a resolved config (rope_scaling.c): writes inv_freq [rotary_dim / 2]
  * for a forward whose positions end before seq_len and returns the attention
  * scaling that multiplies cos and sin. */
 double accel__rope_inv_freq(const accel_llama_config *c, int64_t seq_len, float *inv_freq);

@@ -1,6 +1,6 @@
 /* The decoder-only causal LMs of the architecture table (arch.h): Llama,
- * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Granite, with transformers' module
- * tree, names, init and forward. One graph; the table's row says what differs. */
+ * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Granite, Phi-3, OLMo 2, with transformers'
+ * module tree, names, init and forward. One graph; the table's row says what differs. */
 #include <math.h>
 #include <string.h>
 
@@ -90,6 +90,12 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window is set, but %s models have none", who,
                                a->model_type);
     if (resolve_scalings(a, c, who)) return accel_last_status();
+    double prf = c->partial_rotary_factor;
+    if (prf != 0 && prf != 1 && !a->partial_rotary)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not implemented for %s models "
+                               "(only 1.0)", who, prf, a->model_type);
+    if (!(prf >= 0 && prf <= 1))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: partial_rotary_factor %g must be in (0, 1]", who, prf);
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->head_dim == 0 && c->num_attention_heads > 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
@@ -101,6 +107,8 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         bad = "num_attention_heads must be a multiple of num_key_value_heads";
     else if (c->head_dim <= 0 || c->head_dim % 2)
         bad = "head_dim (hidden_size / num_attention_heads) must be positive and even";
+    else if (accel__rotary_dim(c) <= 0 || accel__rotary_dim(c) % 2)
+        bad = "the rotary dims (head_dim * partial_rotary_factor) must be positive and even";
     else if (!accel_dtype_is_float(c->torch_dtype))
         bad = "torch_dtype must be a float dtype";
     if (bad)
@@ -218,10 +226,15 @@ typedef struct layer_impl {
 /* Child indices, fixed by construction order (transformers' order). */
 enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
 enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
+/* the norms: input_layernorm and post_attention_layernorm (with norm_outputs
+ * post_attention_layernorm and post_feedforward_layernorm; with sandwich_norms
+ * also pre_ and post_feedforward_layernorm) */
 enum { LAYER_ATTN = 0, LAYER_MLP = 1, LAYER_IN_NORM = 2, LAYER_POST_NORM = 3, LAYER_PRE_FF_NORM = 4,
        LAYER_POST_FF_NORM = 5 };
 enum { ATTN_Q = 0, ATTN_K = 1, ATTN_V = 2, ATTN_O = 3, ATTN_Q_NORM = 4, ATTN_K_NORM = 5 };
+enum { ATTN_FUSED_O = 0, ATTN_QKV = 1 }; /* fused_qkv: transformers' Phi3Attention order */
 enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
+enum { MLP_GATE_UP = 0, MLP_FUSED_DOWN = 1 }; /* fused_gate_up */
 
 /* q/k/v projection output x [B, T, n*D] -> [B, n, T, D], through the per-head
  * RMSNorm `norm` over D first when there is one (Qwen3's q_norm/k_norm). */
@@ -262,22 +275,52 @@ static accel_tensor *explicit_attention(accel_tensor *q, accel_tensor *k, accel_
     return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
 }
 
+/* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
+ * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
+static accel_tensor *rope(accel_tensor *x, int64_t pos, const float *inv, double scaling, int64_t rd) {
+    if (!x || rd == x->shape[3]) return accel_rope_freqs(x, pos, inv, scaling);
+    accel_tensor *rot = accel_rope_freqs(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, inv, scaling);
+    accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
+    return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
+}
+
+/* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D]: one projection each,
+ * or slices of the fused qkv_proj's [q | k | v]. */
+static void project_qkv(accel_module **p, const accel__arch *a, const accel_llama_config *c, accel_tensor *x,
+                        accel_tensor **q, accel_tensor **k, accel_tensor **v) {
+    int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
+    if (!a->fused_qkv) {
+        *q = accel_module_call(p[ATTN_Q], x);
+        *k = accel_module_call(p[ATTN_K], x);
+        *v = accel_module_call(p[ATTN_V], x);
+        return;
+    }
+    accel_tensor *qkv = accel_module_call(p[ATTN_QKV], x);
+    *q = qkv ? accel_contiguous(accel_slice(qkv, 2, 0, qd, 1)) : NULL;
+    *k = qkv ? accel_contiguous(accel_slice(qkv, 2, qd, qd + kvd, 1)) : NULL;
+    *v = qkv ? accel_contiguous(accel_slice(qkv, 2, qd + kvd, qd + 2 * kvd, 1)) : NULL;
+}
+
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
                                     accel_kv_cache *cache) {
     const accel_llama_config *c = li->cfg;
+    const accel__arch *a = li->arch;
     accel_module **p = attn->children;
-    bool qkn = li->arch->qk_norm;
-    int64_t T = x->shape[1];
-    accel_tensor *q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim,
-                                  qkn ? p[ATTN_Q_NORM] : NULL);
-    accel_tensor *k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim,
-                                  qkn ? p[ATTN_K_NORM] : NULL);
-    accel_tensor *v = split_heads(accel_module_call(p[ATTN_V], x), c->num_key_value_heads, c->head_dim, NULL);
-    float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(c->head_dim / 2) * sizeof *inv, 64);
+    int64_t T = x->shape[1], rd = accel__rotary_dim(c);
+    accel_tensor *q, *k, *v;
+    project_qkv(p, a, c, x, &q, &k, &v);
+    if (a->qk_norm_full) { /* over all heads at once, before the split */
+        q = accel_module_call(p[ATTN_Q_NORM], q);
+        k = accel_module_call(p[ATTN_K_NORM], k);
+    }
+    q = split_heads(q, c->num_attention_heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
+    k = split_heads(k, c->num_key_value_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
+    v = split_heads(v, c->num_key_value_heads, c->head_dim, NULL);
+    float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
     if (!inv) return NULL;
     double scaling = accel__rope_inv_freq(c, pos + T, inv);
-    q = accel_rope_freqs(q, pos, inv, scaling); /* q, k [B, H(kv), T, D] */
-    k = accel_rope_freqs(k, pos, inv, scaling);
+    q = rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
+    k = rope(k, pos, inv, scaling, rd);
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
@@ -295,7 +338,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
-    return accel_module_call(p[ATTN_O], o);
+    return accel_module_call(p[a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
 }
 
 /* The hooks of attn around its body; exit runs after a failure too (nn.h). */
@@ -308,10 +351,18 @@ static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li,
 
 accel_tensor *accel__decoder_mlp_forward(accel_module *mlp, accel_tensor *x) {
     accel_module **p = mlp->children;
+    const accel__arch *a = accel__arch_of_module(mlp);
+    if (a->fused_gate_up) { /* gate_up_proj(x) = [gate | up] (Phi3MLP's chunk(2)) */
+        accel_tensor *gu = accel_module_call(p[MLP_GATE_UP], x);
+        if (!gu) return NULL;
+        int64_t I = gu->shape[gu->ndim - 1] / 2;
+        accel_tensor *h = accel_swiglu(accel_contiguous(accel_slice(gu, gu->ndim - 1, 0, I, 1)),
+                                       accel_contiguous(accel_slice(gu, gu->ndim - 1, I, 2 * I, 1)));
+        return accel_module_call(p[MLP_FUSED_DOWN], h);
+    }
     accel_tensor *g = accel_module_call(p[MLP_GATE], x), *u = accel_module_call(p[MLP_UP], x);
     /* act_fn(gate_proj(x)) * up_proj(x): silu (fused), Gemma's gelu_pytorch_tanh */
-    accel_tensor *h = accel__arch_of_module(mlp)->gemma_blocks ? accel_mul(accel_gelu(g, true), u)
-                                                                : accel_swiglu(g, u);
+    accel_tensor *h = a->gemma_blocks ? accel_mul(accel_gelu(g, true), u) : accel_swiglu(g, u);
     return accel_module_call(p[MLP_DOWN], h);
 }
 
@@ -330,6 +381,11 @@ static accel_tensor *residual(const layer_impl *li, accel_tensor *x, accel_tenso
 static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache) {
     const layer_impl *li = layer->impl;
     accel_module **p = layer->children;
+    if (li->arch->norm_outputs) { /* OLMo 2: x + norm(attn(x)), then h + norm(mlp(h)) */
+        accel_tensor *h = accel_add(x, accel_module_call(p[LAYER_IN_NORM],
+                                                         attention_forward(p[LAYER_ATTN], li, x, pos, cache)));
+        return accel_add(h, accel_module_call(p[LAYER_POST_NORM], accel_module_call(p[LAYER_MLP], h)));
+    }
     bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
@@ -447,18 +503,26 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     bool qkvb = a->qkv_bias || c->attention_bias, ob = !a->qkv_bias && c->attention_bias, mb = c->mlp_bias;
     accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&a->attn, NULL));
     accel_module *mlp = accel_module_add_child(layer, "mlp", accel_module_new(&a->mlp, NULL));
+    /* qk_norm: per head over D; qk_norm_full: over the whole projection */
+    int64_t qn = a->qk_norm ? D : qd, kn = a->qk_norm ? D : kvd;
     bool ok = attn && mlp &&
-              accel_module_add_child(attn, "q_proj", linear(c, C, qd, qkvb, dev)) &&
-              accel_module_add_child(attn, "k_proj", linear(c, C, kvd, qkvb, dev)) &&
-              accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
-              accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev)) &&
-              (!a->qk_norm || (accel_module_add_child(attn, "q_norm", rms_norm(a, c, D, dev)) &&
-                               accel_module_add_child(attn, "k_norm", rms_norm(a, c, D, dev)))) &&
-              accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
-              accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev)) &&
+              (a->fused_qkv ? accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev)) &&
+                                  accel_module_add_child(attn, "qkv_proj", linear(c, C, qd + 2 * kvd, qkvb, dev))
+                            : accel_module_add_child(attn, "q_proj", linear(c, C, qd, qkvb, dev)) &&
+                                  accel_module_add_child(attn, "k_proj", linear(c, C, kvd, qkvb, dev)) &&
+                                  accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
+                                  accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev))) &&
+              (!(a->qk_norm || a->qk_norm_full) ||
+               (accel_module_add_child(attn, "q_norm", rms_norm(a, c, qn, dev)) &&
+                accel_module_add_child(attn, "k_norm", rms_norm(a, c, kn, dev)))) &&
+              (a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
+                                : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
+                                      accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
               accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
-              accel_module_add_child(layer, "input_layernorm", rms_norm(a, c, C, dev)) &&
-              accel_module_add_child(layer, "post_attention_layernorm", rms_norm(a, c, C, dev)) &&
+              accel_module_add_child(layer, a->norm_outputs ? "post_attention_layernorm" : "input_layernorm",
+                                     rms_norm(a, c, C, dev)) &&
+              accel_module_add_child(layer, a->norm_outputs ? "post_feedforward_layernorm" : "post_attention_layernorm",
+                                     rms_norm(a, c, C, dev)) &&
               (!a->sandwich_norms ||
                (accel_module_add_child(layer, "pre_feedforward_layernorm", rms_norm(a, c, C, dev)) &&
                 accel_module_add_child(layer, "post_feedforward_layernorm", rms_norm(a, c, C, dev))));

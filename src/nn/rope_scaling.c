@@ -72,11 +72,16 @@ static void llama3(const accel_llama_config *c, int64_t dim, float *inv) {
     }
 }
 
+int64_t accel__rotary_dim(const accel_llama_config *c) {
+    double f = c->partial_rotary_factor;
+    return f == 0 || f == 1 ? c->head_dim : (int64_t)((double)c->head_dim * f);
+}
+
 /* seq_len: one past the largest position of the forward (dynamic and
  * longrope choose their frequencies by it, as transformers' dynamic_rope_update). */
 double accel__rope_inv_freq(const accel_llama_config *c, int64_t seq_len, float *inv) {
     const accel_rope_scaling *r = &c->rope_scaling;
-    int64_t dim = c->head_dim;
+    int64_t dim = accel__rotary_dim(c);
     switch (r->type) {
     case ACCEL_ROPE_DEFAULT: default_freqs(c->rope_theta, dim, inv); return 1.0;
     case ACCEL_ROPE_LINEAR:
@@ -139,15 +144,18 @@ accel_status accel__rope_check(const accel_llama_config *c, const char *who) {
         bad = "llama3 rope_scaling needs low_freq_factor != high_freq_factor, both finite and > 0";
     else if (r->type == ACCEL_ROPE_LLAMA3 && r->original_max_position_embeddings == 0)
         bad = "llama3 rope_scaling needs original_max_position_embeddings (the pretraining length)";
-    else if (r->type == ACCEL_ROPE_DYNAMIC && c->head_dim <= 2)
-        bad = "dynamic rope_scaling needs head_dim > 2";
+    else if (r->type == ACCEL_ROPE_DYNAMIC && accel__rotary_dim(c) <= 2)
+        bad = "dynamic rope_scaling needs rotary dims (head_dim * partial_rotary_factor) > 2";
     else if (r->type == ACCEL_ROPE_LONGROPE && (r->n_factors < 1 || r->n_factors > ACCEL_ROPE_MAX_FACTORS))
         bad = "longrope rope_scaling.n_factors must be in [1, ACCEL_ROPE_MAX_FACTORS]";
-    else if (r->type == ACCEL_ROPE_LONGROPE && r->n_factors != c->head_dim / 2)
-        bad = "longrope rope_scaling needs short_factor and long_factor of head_dim / 2 numbers each";
+    else if (r->type == ACCEL_ROPE_LONGROPE && r->n_factors != accel__rotary_dim(c) / 2)
+        bad = "longrope rope_scaling needs short_factor and long_factor of head_dim / 2 numbers each (rotary dims / 2 "
+              "with a partial_rotary_factor)";
     for (int i = 0; !bad && r->type == ACCEL_ROPE_LONGROPE && i < r->n_factors; i++)
         if (!positive(r->short_factor[i]) || !positive(r->long_factor[i]))
             bad = "rope_scaling.short_factor and long_factor must be finite numbers > 0";
-    if (bad) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s (head_dim %lld)", who, bad, (long long)c->head_dim);
+    if (bad)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s (head_dim %lld, rotary dims %lld)", who, bad,
+                               (long long)c->head_dim, (long long)accel__rotary_dim(c));
     return ACCEL_OK;
 }
