@@ -315,16 +315,20 @@ static int f32_table_entries_here(void) {
     return n;
 }
 
-/* The f32 provider in auto mode: the table's choice is the prior; a large
- * shape's class is timed (gemm_choice.c; always when `force`) and keeps it
- * unless another candidate wins by a margin. */
-static int f32_auto(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
+ * bf16/f16 oneDNN where the CPU has units for dt) is the prior; where
+ * oneDNN has a matmul of dt it is a candidate beside OpenBLAS, a large
+ * shape's class is timed (gemm_choice.c; always when `force`) and keeps
+ * the rule's choice unless another candidate wins by a margin. */
+static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
     const char *impl;
-    bool can = dnnl_probe(ACCEL_F32, &impl);
-    int rule = f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
-                                                                  : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    bool can = dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
+    int rule = dt == ACCEL_F32 ? (f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
+                                                                                     : ACCEL__GEMM_PROVIDER_OPENBLAS)
+               : auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL
+                                    : ACCEL__GEMM_PROVIDER_OPENBLAS;
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
-    return accel__gemm_choose(ACCEL_F32, trans_a, trans_b, M, N, K, rule, candidates, force);
+    return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
 }
 
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
@@ -337,12 +341,9 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
     }
     if (accel__cpu_isa_check() != ACCEL_OK) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
-    bool dnnl;
-    if (mode == ACCEL__GEMM_OPENBLAS) dnnl = false;
-    else if (mode == ACCEL__GEMM_DNNL) dnnl = true; /* the f32 matmul exists on every CPU */
-    else if (dt == ACCEL_F32) return f32_auto(trans_a, trans_b, M, N, K, false);
-    else dnnl = auto_dnnl_lowp(dt);
-    return dnnl ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (mode == ACCEL__GEMM_AUTO) return auto_provider(dt, trans_a, trans_b, M, N, K, false);
+    /* ACCEL_GEMM=dnnl: the f32 matmul exists on every CPU */
+    return mode == ACCEL__GEMM_DNNL ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
 }
 
 
@@ -479,9 +480,10 @@ static bool sizes_fit(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
     return big <= INT_MAX && ld <= INT_MAX;
 }
 
-int accel__gemm_measure(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
-    if (M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1)) return ACCEL__GEMM_PROVIDER_OPENBLAS;
-    return f32_auto(trans_a, trans_b, M, N, K, true);
+int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    if (!gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1))
+        return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    return auto_provider(dt, trans_a, trans_b, M, N, K, true);
 }
 
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
