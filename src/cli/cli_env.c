@@ -150,7 +150,7 @@ int accel_cli_env(int argc, char **argv) {
         printf("- ISA cap: %s (ACCEL_CPU_ISA; the features above are what it leaves)\n",
                accel__cpu_isa_cap_name(accel__cpu_isa_cap()));
     printf("- CPU kernels: %s\n", accel_cpu_kernels());
-    char gemm[1024];
+    char gemm[2048];
     accel__gemm_describe(gemm, sizeof gemm); /* "GEMM f32: ...\n" per dtype */
     for (char *line = gemm, *end; *line; line = end + 1) {
         end = strchr(line, '\n');

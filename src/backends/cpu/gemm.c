@@ -320,9 +320,13 @@ static int f32_table_entries_here(void) {
  * oneDNN has a matmul of dt it is a candidate beside OpenBLAS, a large
  * shape's class is timed (gemm_choice.c; always when `force`) and keeps
  * the rule's choice unless another candidate wins by a margin. */
-static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+static bool dnnl_candidate(accel_dtype dt) {
     const char *impl;
-    bool can = dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
+    return dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
+}
+
+static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+    bool can = dnnl_candidate(dt);
     int rule = dt == ACCEL_F32 ? (f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
                                                                                      : ACCEL__GEMM_PROVIDER_OPENBLAS)
                : auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL
@@ -413,6 +417,14 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
         snprintf(out + used, n - used, "; up to %d rows against a bf16 weight: accel's bf16-weight kernel", SMALL_M);
 }
 
+/* In auto mode, where dt has two candidates: that a large GEMM takes its
+ * class's measured choice, after out's line. */
+static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
+    size_t used = strlen(out);
+    if (mode == ACCEL__GEMM_AUTO && dnnl_candidate(dt) && used < n)
+        snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
+}
+
 const char *accel__gemm_describe(char *buf, size_t size) {
     if (!buf || size == 0) return buf;
     int mode = mode_now();
@@ -426,10 +438,13 @@ const char *accel__gemm_describe(char *buf, size_t size) {
         snprintf(buf, size, "GEMM: reference (accel_set_reference_kernels)\n");
         return buf;
     }
-    char f32[256], bf16[256], f16[256]; /* a oneDNN implementation name is up to 191 bytes */
+    char f32[384], bf16[384], f16[384]; /* a oneDNN implementation name is up to 191 bytes */
     describe_f32(mode, f32, sizeof f32);
     describe_lowp(mode, ACCEL_BF16, bf16, sizeof bf16);
     describe_lowp(mode, ACCEL_F16, f16, sizeof f16);
+    describe_measured(mode, ACCEL_F32, f32, sizeof f32);
+    describe_measured(mode, ACCEL_BF16, bf16, sizeof bf16);
+    describe_measured(mode, ACCEL_F16, f16, sizeof f16);
     snprintf(buf, size, "GEMM f32: %s\nGEMM bf16: %s\nGEMM f16: %s\n", f32, bf16, f16);
     return buf;
 }
