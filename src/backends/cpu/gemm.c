@@ -315,16 +315,17 @@ static int f32_table_entries_here(void) {
     return n;
 }
 
-/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
- * bf16/f16 oneDNN where the CPU has units for dt) is the prior; where
- * oneDNN has a matmul of dt it is a candidate beside OpenBLAS, a large
- * shape's class is timed (gemm_choice.c; always when `force`) and keeps
- * the rule's choice unless another candidate wins by a margin. */
+/* oneDNN is a candidate beside OpenBLAS for dt GEMMs: it has a matmul of
+ * dt, and for bf16/f16 one that is no reference loop. */
 static bool dnnl_candidate(accel_dtype dt) {
     const char *impl;
     return dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
 }
 
+/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
+ * bf16/f16 oneDNN where the CPU has units for dt) is the prior; with two
+ * candidates a large shape's class is timed (gemm_choice.c; always when
+ * `force`) and keeps the rule's choice unless another wins by a margin. */
 static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
     bool can = dnnl_candidate(dt);
     int rule = dt == ACCEL_F32 ? (f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL

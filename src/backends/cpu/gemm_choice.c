@@ -342,6 +342,27 @@ accel_status accel__gemm_choices_load(const char *path) {
     return why ? accel_set_error(ACCEL_ERR_FORMAT, "%s: not a GEMM choice table (%s)", path, why) : ACCEL_OK;
 }
 
+/* A received bundle (text[len], NUL-terminated) as this rank's table; NULL,
+ * or why it cannot be. */
+static const char *install_received(const char *text, size_t len) {
+    json_error_t err;
+    json_t *j = len && text[len - 1] == 0 ? json_loads(text, 0, &err) : NULL;
+    pthread_mutex_lock(&g_parse_lock);
+    int n = 0;
+    /* e.g. rank 0's build has oneDNN and this one has not: no table this rank can multiply on */
+    const char *why = j ? bundle_parse(j, g_parsed, &n) : "not JSON";
+    if (!why) {
+        pthread_mutex_lock(&g_lock);
+        env_read();
+        install(g_parsed, n, true);
+        g_fixed = true;
+        pthread_mutex_unlock(&g_lock);
+    }
+    pthread_mutex_unlock(&g_parse_lock);
+    json_decref(j);
+    return why;
+}
+
 accel_status accel__gemm_choices_share(accel_pg *pg) {
     if (accel_pg_size(pg) < 2) return ACCEL_OK;
     bool root = accel_pg_rank(pg) == 0;
@@ -355,30 +376,18 @@ accel_status accel__gemm_choices_share(accel_pg *pg) {
         pthread_mutex_unlock(&g_lock);
         text = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        if (!text) return accel_set_error(ACCEL_ERR_OOM, "GEMM choices: out of memory");
-        len = strlen(text) + 1;
+        len = text ? strlen(text) + 1 : 0; /* none (out of memory): sent empty, refused by all */
     }
     accel_status st = accel_pg_broadcast_bytes(pg, (void **)&text, &len, 0);
-    if (st == ACCEL_OK && !root) {
-        json_error_t err;
-        json_t *j = len && text[len - 1] == 0 ? json_loads(text, 0, &err) : NULL;
-        pthread_mutex_lock(&g_parse_lock);
-        int n = 0;
-        const char *why = j ? bundle_parse(j, g_parsed, &n) : "not JSON";
-        if (why) /* e.g. rank 0's build has oneDNN and this one has not: the ranks cannot multiply alike */
-            st = accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices received from rank 0: %s", why);
-        else {
-            pthread_mutex_lock(&g_lock);
-            env_read();
-            install(g_parsed, n, true);
-            g_fixed = true;
-            pthread_mutex_unlock(&g_lock);
-        }
-        pthread_mutex_unlock(&g_parse_lock);
-        json_decref(j);
-    }
+    const char *why = st ? NULL : root ? (text ? NULL : "out of memory on rank 0") : install_received(text, len);
     free(text);
-    return st;
+    if (st) return st;
+    /* every rank learns whether one could not take the table: all fail together, none waits on the others */
+    int32_t bad = why != NULL;
+    if ((st = accel_pg_all_reduce(pg, &bad, 1, ACCEL_I32, ACCEL_REDUCE_MAX))) return st;
+    if (why) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: %s", why);
+    if (bad) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: another rank could not take them");
+    return ACCEL_OK;
 }
 
 /* ---- timing */
