@@ -351,6 +351,12 @@ static const char *install_received(const char *text, size_t len) {
     int n = 0;
     /* e.g. rank 0's build has oneDNN and this one has not: no table this rank can multiply on */
     const char *why = j ? bundle_parse(j, g_parsed, &n) : "not JSON";
+    /* rank 0's own thread count comes first (bundle_json): its choices are
+     * this rank's at its own count, should the ranks' counts differ */
+    json_t *first = json_object_get(json_array_get(json_object_get(j, "tables"), 0), "threads");
+    int theirs = json_is_integer(first) ? (int)json_integer_value(first) : 0, own = omp_get_max_threads();
+    for (int i = 0; !why && i < n; i++)
+        if (g_parsed[i].c.threads == theirs) g_parsed[i].c.threads = own;
     if (!why) {
         pthread_mutex_lock(&g_lock);
         env_read();
