@@ -75,3 +75,12 @@ if(TARGET accel_cli)
   set_tests_properties(cli_env_isa_cap_refused PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=sse9"
                        PASS_REGULAR_EXPRESSION "- ISA cap: refused \\(ACCEL_CPU_ISA=sse9: expected baseline, avx2 or avx512\\)")
 endif()
+# Two ranks whose GEMM choice caches disagree multiply on rank 0's choices
+# (test_gemm_choice.c ranks_main; each rank makes its own cache directory).
+if(TARGET accel_cli AND ACCEL_HAVE_DNNL)
+  add_test(NAME gemm_choice_ranks_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:test_gemm_choice> ranks
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(gemm_choice_ranks_2 PROPERTIES TIMEOUT 120
+                       ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_DIST_TIMEOUT=60")
+endif()

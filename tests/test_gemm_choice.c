@@ -1,16 +1,25 @@
-/* The f32 GEMM provider chosen by measurement (src/backends/cpu/gemm_choice.c)
+/* The GEMM provider chosen by measurement (src/backends/cpu/gemm_choice.c)
  * with fake timings (accel__gemm_choice_set_timer), so nothing here depends
  * on how fast anything runs: the winner is kept, a small shape is never
  * timed, a challenger needs a clear margin (hysteresis), the choices survive
  * in the cache file and are read back without timing, a corrupt file, one
  * of another key and an unwritable directory fall back to measuring, and
- * ACCEL_GEMM_MEASURE=0/1 and ACCEL_GEMM force what they say. */
+ * ACCEL_GEMM_MEASURE=0/1 and ACCEL_GEMM force what they say; bf16 and f16
+ * are chosen alike where they have two candidates; a checkpoint's choices
+ * win over an altered cache and the resumed losses are bit for bit those of
+ * the uninterrupted run. `test_gemm_choice ranks` under `accel launch`
+ * (tests/gemm.cmake): ranks whose caches disagree multiply on rank 0's
+ * choices. */
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accel/dist.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gemm.h"
 #include "check.h"
 
@@ -239,11 +248,238 @@ static void test_checkpoint_round_trip(void) {
     unlink(bad);
 }
 
-int main(void) {
+/* bf16 and f16 are chosen by measurement where they have two candidates
+ * (oneDNN has a matmul of the dtype: both timed, a clear winner kept, a
+ * narrow one not), else keep the rule, OpenBLAS on f32 panels, untimed. How
+ * the ops hand over operands (accel__gemm_native) stays the rule's. */
+static void test_low_precision_measured(void) {
+    const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    for (int d = 0; d < 2; d++) {
+        accel_dtype dt = dts[d];
+        const char *name = accel_dtype_name(dt);
+        clear_dir();
+        restart(g_dir, NULL);
+        bool native = accel__gemm_native(dt); /* the rule: oneDNN multiplies dt */
+        set_times(1.0, 0.5);
+        int p = accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K);
+        char buf[2048], cls[64];
+        snprintf(cls, sizeof cls, "%s NT M~2^11 N~2^10 K~2^9", name);
+        if (g_fake.calls == 0) { /* one candidate: only OpenBLAS, which the rule names */
+            CHECK_MSG(!native && p == ACCEL__GEMM_PROVIDER_OPENBLAS, "%s: rule %s, got %d untimed", name,
+                      native ? "dnnl" : "openblas", p);
+            CHECK(strstr(accel__gemm_choices_describe(buf, sizeof buf), cls) == NULL);
+            continue;
+        }
+        CHECK_MSG(g_fake.calls == 2 && p == ACCEL__GEMM_PROVIDER_DNNL, "%s: %d timings, provider %d", name,
+                  g_fake.calls, p);
+        CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), cls);
+        /* read back from the cache untimed; a narrow challenger loses, a clear one wins */
+        restart(g_dir, NULL);
+        set_times(0.5, 1.0);
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_DNNL &&
+              g_fake.calls == 0);
+        restart(g_dir, "1");
+        set_times(0.95, 1.0);
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_DNNL);
+        restart(g_dir, "1");
+        set_times(0.5, 1.0);
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_OPENBLAS);
+        CHECK(accel__gemm_native(dt) == native);
+        /* the measured provider multiplies right: the same C as the reference loop */
+        enum { M = 3, N = 5, K = 7 };
+        uint16_t a[M * K], b[N * K];
+        float af[M * K], bf[N * K], c[M * N], want[M * N];
+        for (int i = 0; i < M * K; i++) af[i] = (float)(i % 5) - 2.0f;
+        for (int i = 0; i < N * K; i++) bf[i] = (float)(i % 3) - 1.0f;
+        accel__cpu_convert(a, dt, af, ACCEL_F32, M * K);
+        accel__cpu_convert(b, dt, bf, ACCEL_F32, N * K);
+        accel__sgemm_ref(false, true, M, N, K, 1.0f, af, K, bf, K, 0.0f, want, N);
+        for (int q = ACCEL__GEMM_PROVIDER_OPENBLAS; q <= ACCEL__GEMM_PROVIDER_DNNL; q++) {
+            CHECK(accel__gemm_on(q, false, true, M, N, K, 1.0f, a, dt, K, b, dt, K, 0.0f, c, N) == ACCEL_OK);
+            for (int i = 0; i < M * N; i++) CHECK_MSG(c[i] == want[i], "%s on %d: %g vs %g", name, q, c[i], want[i]);
+        }
+    }
+}
+/* A run whose GEMMs are of measured classes: Y = X W^T of a 512 x 512
+ * weight on 256 rows and its dW = dY^T X, 2^26 multiply-adds each. */
+typedef struct lrun {
+    accel_module *m;
+    accel_optimizer *opt;
+    accel_tensor *x, *y;
+} lrun;
+
+enum { ROWS = 256, FEAT = 512, FIRST = 2, THEN = 3 };
+
+static void lrun_make(lrun *r, uint64_t seed) {
+    static float x[ROWS * FEAT], y[ROWS * FEAT];
+    for (int i = 0; i < ROWS * FEAT; i++) {
+        x[i] = (float)((i * 7 + 3) % 29) / 29.0f - 0.5f;
+        y[i] = (float)((i * 5 + 1) % 31) / 31.0f - 0.5f;
+    }
+    r->x = accel_tensor_wrap(x, ACCEL_F32, ACCEL_SHAPE(ROWS, FEAT), ACCEL_CPU_DEVICE);
+    r->y = accel_tensor_wrap(y, ACCEL_F32, ACCEL_SHAPE(ROWS, FEAT), ACCEL_CPU_DEVICE);
+    accel_manual_seed(seed);
+    r->m = accel_linear_new(FEAT, FEAT, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor **ps;
+    int n = accel_module_parameters(r->m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    r->opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, n, ps, &h);
+    accel_free(ps);
+}
+
+static void lrun_free(accel_accelerator *acc, lrun *r) {
+    accel_accelerator_clear(acc);
+    accel_optimizer_free(r->opt);
+    accel_module_free(r->m);
+    accel_tensor_free(r->x);
+    accel_tensor_free(r->y);
+}
+
+static void lrun_train(accel_accelerator *acc, lrun *r, int steps, double *losses) {
+    for (int s = 0; s < steps; s++) {
+        accel_tensor *loss = accel_mse_loss(accel_module_call(r->m, r->x), r->y);
+        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(accel_accelerator_optimizer_step(acc, r->opt) == ACCEL_OK);
+        CHECK(accel_accelerator_zero_grad(acc, r->opt) == ACCEL_OK);
+        losses[s] = accel_item(loss);
+        accel_step_reset();
+    }
+}
+
+/* The weight's bytes after a run into out (FEAT * FEAT floats). */
+static void lrun_weight(lrun *r, float *out) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(r->m, &ps);
+    CHECK(n == 1 && accel_numel(ps[0]) == FEAT * FEAT);
+    if (n == 1) memcpy(out, ps[0]->data, sizeof(float) * FEAT * FEAT);
+    accel_free(ps);
+}
+
+static int fwd_provider(void) { return accel__gemm_provider_for(ACCEL_F32, false, true, ROWS, FEAT, FEAT); }
+
+/* save_state writes the choices beside the model (covered by the marker);
+ * a resumed run whose cache now names the other provider (and whose timer
+ * would pick it too) multiplies on the saved ones, untimed, and its losses
+ * and weights are the uninterrupted run's bit for bit (the losses, means of
+ * 2^17 squares, may not tell the providers apart; the weights do). */
+static void test_resume_on_saved_choices(void) {
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.4);
+    char project[320], ckpt[400], cache[512], cmd[1400];
+    snprintf(project, sizeof project, "%s/project", g_dir);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.project_dir = project;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc != NULL);
+    lrun a, b;
+    double first[FIRST], want[THEN], got[THEN];
+    static float want_w[FEAT * FEAT], got_w[FEAT * FEAT];
+    lrun_make(&a, 1);
+    CHECK(accel_accelerator_prepare(acc, a.m, a.opt) == ACCEL_OK);
+    lrun_train(acc, &a, FIRST, first);
+    int saved = fwd_provider(); /* what the library chose (the fake timer's winner) */
+    CHECK(saved == ACCEL__GEMM_PROVIDER_DNNL && g_fake.calls >= 2);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", g_dir);
+    CHECK(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_OK);
+    lrun_train(acc, &a, THEN, want); /* uninterrupted */
+    lrun_weight(&a, want_w);
+    lrun_free(acc, &a);
+
+    /* the cache now names OpenBLAS for every class; a new process would take it */
+    CHECK(cache_file(cache, sizeof cache));
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"provider\": \"dnnl\"/\"provider\": \"openblas\"/' %s", cache);
+    CHECK(system(cmd) == 0);
+    restart(g_dir, NULL);
+    set_times(0.4, 1.0);
+    CHECK_MSG(fwd_provider() != saved, "the altered cache still names the saved provider");
+    restart(g_dir, NULL);
+    lrun_make(&b, 2); /* other weights: all restored */
+    CHECK(accel_accelerator_prepare(acc, b.m, b.opt) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_OK);
+    CHECK(fwd_provider() == saved);
+    lrun_train(acc, &b, THEN, got);
+    CHECK_MSG(g_fake.calls == 0, "a restored choice was timed (%d)", g_fake.calls);
+    for (int s = 0; s < THEN; s++) CHECK_MSG(want[s] == got[s], "step %d: %.9g vs %.9g", s, want[s], got[s]);
+    lrun_weight(&b, got_w);
+    CHECK_MSG(!memcmp(want_w, got_w, sizeof want_w), "the resumed weights differ from the uninterrupted run's");
+    lrun_free(acc, &b);
+
+    /* the file is covered by the checkpoint's marker: altered, the load fails naming it */
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"provider\": \"dnnl\"/\"provider\": \"openblas\"/' %s/gemm_choices.json",
+             ckpt);
+    CHECK(system(cmd) == 0);
+    lrun_make(&b, 2);
+    CHECK(accel_accelerator_prepare(acc, b.m, b.opt) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(acc, ckpt, NULL) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "gemm_choices.json");
+    accel_clear_error();
+    lrun_free(acc, &b);
+    accel_accelerator_free(acc);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", project, ckpt);
+    CHECK(system(cmd) == 0);
+}
+
+/* `accel launch -n 2 test_gemm_choice ranks`: each rank's own cache
+ * directory names a different provider for one class, and rank 1's caches a
+ * class rank 0's does not; once the accelerator exists both multiply on rank
+ * 0's table (and the rule for the class it lacks), timing nothing. Rank 1
+ * runs on another thread count (its classes are keyed by it): rank 0's
+ * choices still hold there. */
+static int ranks_main(void) {
+    int rank = accel_dist_rank();
+    if (rank == 1) omp_set_num_threads(1);
+    snprintf(g_dir, sizeof g_dir, "/tmp/accel_gemm_choice_%d_rank%d", (int)getppid(), rank);
+    CHECK(mkdir(g_dir, 0700) == 0);
+    accel__gemm_choice_set_timer(fake_time, &g_fake);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+    uint32_t both = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | 1u << ACCEL__GEMM_PROVIDER_DNNL;
+    /* NN's rule (no cache, nothing timed) */
+    restart("off", "0");
+    int nn_rule = accel__gemm_provider_for(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K);
+    int nn_other = nn_rule == ACCEL__GEMM_PROVIDER_DNNL ? ACCEL__GEMM_PROVIDER_OPENBLAS : ACCEL__GEMM_PROVIDER_DNNL;
+    /* the caches, as earlier single-process runs on each machine left them */
+    restart(g_dir, NULL);
+    set_times(rank == 0 ? 1.0 : 0.5, rank == 0 ? 0.5 : 1.0);
+    int mine = accel__gemm_choose(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, ACCEL__GEMM_PROVIDER_OPENBLAS, both, true);
+    CHECK(mine == (rank == 0 ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS));
+    if (rank == 1) {
+        set_times(nn_other == ACCEL__GEMM_PROVIDER_OPENBLAS ? 0.5 : 1.0, nn_other == ACCEL__GEMM_PROVIDER_DNNL ? 0.5 : 1.0);
+        CHECK(accel__gemm_choose(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K, nn_rule, both, true) == nn_other);
+    }
+    /* a new process: its own cache read (the ranks disagree here) */
+    restart(g_dir, NULL);
+    CHECK(choose_big() == mine && g_fake.calls == 0);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc != NULL);
+    if (!acc) return check_summary();
+    int got[2] = {choose_big(), accel__gemm_provider_for(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K)};
+    CHECK_MSG(got[0] == ACCEL__GEMM_PROVIDER_DNNL, "rank %d: NT on %d, not rank 0's dnnl", rank, got[0]);
+    CHECK_MSG(got[1] == nn_rule, "rank %d: NN on %d, not the rule's %d (rank 0 had no choice)", rank, got[1], nn_rule);
+    CHECK_MSG(g_fake.calls == 0, "rank %d timed %d times", rank, g_fake.calls);
+    char buf[2048];
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), "rank 0's");
+    /* and they agree with each other */
+    int32_t all[4], me[2] = {got[0], got[1]};
+    CHECK(accel_pg_all_gather(accel_dist_default_group(), me, all, 2, ACCEL_I32) == ACCEL_OK);
+    CHECK(all[0] == all[2] && all[1] == all[3]);
+    accel_accelerator_free(acc);
+    clear_dir();
+    rmdir(g_dir);
+    accel__gemm_choice_set_timer(NULL, NULL);
+    accel_thread_cleanup();
+    return check_summary();
+}
+
+int main(int argc, char **argv) {
     if (!accel__gemm_have_dnnl()) {
         fprintf(stderr, "oneDNN not built in: OpenBLAS is the only candidate, nothing to choose\n");
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "ranks")) return ranks_main();
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_gemm_choice_%d", (int)getpid());
     CHECK(mkdir(g_dir, 0700) == 0);
     accel__gemm_choice_set_timer(fake_time, &g_fake);
@@ -256,6 +492,8 @@ int main(void) {
     RUN(test_real_timer);
     RUN(test_ranks_do_not_time);
     RUN(test_checkpoint_round_trip);
+    RUN(test_low_precision_measured);
+    RUN(test_resume_on_saved_choices);
     clear_dir();
     rmdir(g_dir);
     accel__gemm_choice_set_timer(NULL, NULL);

@@ -178,6 +178,8 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->offload = zc.offload;
     acc->clip = zc.clip;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
+    /* every rank multiplies on rank 0's GEMM choices (docs/cpu.md "Measured choice") */
+    if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
     if (accel__offload_check_device(acc) || accel__zero_groups(acc, zc.hybrid)) return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;

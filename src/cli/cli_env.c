@@ -20,26 +20,29 @@
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
     {"measure_gemm", 0, false, NULL,
-     "Time the f32 GEMM providers again on the classes cached so far and a Llama step's shapes, and cache the "
-     "choices."},
+     "Time the GEMM providers again on the classes cached so far and a Llama step's shapes (f32 and bf16), and "
+     "cache the choices."},
 };
 
-/* `accel env --measure-gemm`: every f32 class of the cache again, and the
+/* `accel env --measure-gemm`: every class of the cache again, and the
  * GEMMs of a Llama step (hidden 512, ffn 1536, vocab 8192, 2048 tokens:
- * bench/bench_matmul.c's shapes): forward NT, dX NN, dW TN of each weight. */
+ * bench/bench_matmul.c's shapes) in f32 and bf16: forward NT, dX NN, dW TN
+ * of each weight (a dtype with one candidate is not timed). */
 static void measure_gemm(void) {
+    static const accel_dtype DT[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
     accel__gemm_class cls[256];
     int n = accel__gemm_choice_classes(omp_get_max_threads(), cls, 256);
     for (int i = 0; i < n; i++)
-        if (cls[i].dt == 0) accel__gemm_measure(cls[i].ta, cls[i].tb, 1ll << cls[i].m, 1ll << cls[i].n, 1ll << cls[i].k);
+        accel__gemm_measure(DT[cls[i].dt], cls[i].ta, cls[i].tb, 1ll << cls[i].m, 1ll << cls[i].n, 1ll << cls[i].k);
     static const int64_t W[][2] = {{512, 512}, {1536, 512}, {512, 1536}, {8192, 512}}; /* [out, in] */
     const int64_t T = 2048;
-    for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
-        int64_t out = W[i][0], in = W[i][1];
-        accel__gemm_measure(false, true, T, out, in);  /* Y = X W^T */
-        accel__gemm_measure(false, false, T, in, out); /* dX = dY W */
-        accel__gemm_measure(true, false, out, in, T);  /* dW = dY^T X */
-    }
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
+            int64_t out = W[i][0], in = W[i][1];
+            accel__gemm_measure(DT[d], false, true, T, out, in);  /* Y = X W^T */
+            accel__gemm_measure(DT[d], false, false, T, in, out); /* dX = dY W */
+            accel__gemm_measure(DT[d], true, false, out, in, T);  /* dW = dY^T X */
+        }
 }
 
 /* Entries of directory `dir` named prefix + digits (any name when prefix is NULL). */
@@ -147,7 +150,7 @@ int accel_cli_env(int argc, char **argv) {
         printf("- ISA cap: %s (ACCEL_CPU_ISA; the features above are what it leaves)\n",
                accel__cpu_isa_cap_name(accel__cpu_isa_cap()));
     printf("- CPU kernels: %s\n", accel_cpu_kernels());
-    char gemm[1024];
+    char gemm[2048];
     accel__gemm_describe(gemm, sizeof gemm); /* "GEMM f32: ...\n" per dtype */
     for (char *line = gemm, *end; *line; line = end + 1) {
         end = strchr(line, '\n');

@@ -316,16 +316,25 @@ static int f32_table_entries_here(void) {
     return n;
 }
 
-/* The f32 provider in auto mode: the table's choice is the prior; a large
- * shape's class is timed (gemm_choice.c; always when `force`) and keeps it
- * unless another candidate wins by a margin. */
-static int f32_auto(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+/* oneDNN is a candidate beside OpenBLAS for dt GEMMs: it has a matmul of
+ * dt, and for bf16/f16 one that is no reference loop. */
+static bool dnnl_candidate(accel_dtype dt) {
     const char *impl;
-    bool can = dnnl_probe(ACCEL_F32, &impl);
-    int rule = f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
-                                                                  : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    return dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
+}
+
+/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
+ * bf16/f16 oneDNN where the CPU has units for dt) is the prior; with two
+ * candidates a large shape's class is timed (gemm_choice.c; always when
+ * `force`) and keeps the rule's choice unless another wins by a margin. */
+static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+    bool can = dnnl_candidate(dt);
+    int rule = dt == ACCEL_F32 ? (f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
+                                                                                     : ACCEL__GEMM_PROVIDER_OPENBLAS)
+               : auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL
+                                    : ACCEL__GEMM_PROVIDER_OPENBLAS;
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
-    return accel__gemm_choose(ACCEL_F32, trans_a, trans_b, M, N, K, rule, candidates, force);
+    return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
 }
 
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
@@ -338,12 +347,9 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
     }
     if (accel__cpu_isa_check() != ACCEL_OK) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
-    bool dnnl;
-    if (mode == ACCEL__GEMM_OPENBLAS) dnnl = false;
-    else if (mode == ACCEL__GEMM_DNNL) dnnl = true; /* the f32 matmul exists on every CPU */
-    else if (dt == ACCEL_F32) return f32_auto(trans_a, trans_b, M, N, K, false);
-    else dnnl = auto_dnnl_lowp(dt);
-    return dnnl ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (mode == ACCEL__GEMM_AUTO) return auto_provider(dt, trans_a, trans_b, M, N, K, false);
+    /* ACCEL_GEMM=dnnl: the f32 matmul exists on every CPU */
+    return mode == ACCEL__GEMM_DNNL ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
 }
 
 
@@ -413,6 +419,14 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
         snprintf(out + used, n - used, "; up to %d rows against a bf16 weight: accel's bf16-weight kernel", SMALL_M);
 }
 
+/* In auto mode, where dt has two candidates: that a large GEMM takes its
+ * class's measured choice, after out's line. */
+static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
+    size_t used = strlen(out);
+    if (mode == ACCEL__GEMM_AUTO && dnnl_candidate(dt) && used < n)
+        snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
+}
+
 const char *accel__gemm_describe(char *buf, size_t size) {
     if (!buf || size == 0) return buf;
     int mode = mode_now();
@@ -426,10 +440,13 @@ const char *accel__gemm_describe(char *buf, size_t size) {
         snprintf(buf, size, "GEMM: reference (accel_set_reference_kernels)\n");
         return buf;
     }
-    char f32[256], bf16[256], f16[256]; /* a oneDNN implementation name is up to 191 bytes */
+    char f32[384], bf16[384], f16[384]; /* a oneDNN implementation name is up to 191 bytes */
     describe_f32(mode, f32, sizeof f32);
     describe_lowp(mode, ACCEL_BF16, bf16, sizeof bf16);
     describe_lowp(mode, ACCEL_F16, f16, sizeof f16);
+    describe_measured(mode, ACCEL_F32, f32, sizeof f32);
+    describe_measured(mode, ACCEL_BF16, bf16, sizeof bf16);
+    describe_measured(mode, ACCEL_F16, f16, sizeof f16);
     snprintf(buf, size, "GEMM f32: %s\nGEMM bf16: %s\nGEMM f16: %s\n", f32, bf16, f16);
     return buf;
 }
@@ -480,9 +497,10 @@ static bool sizes_fit(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
     return big <= INT_MAX && ld <= INT_MAX;
 }
 
-int accel__gemm_measure(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
-    if (M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1)) return ACCEL__GEMM_PROVIDER_OPENBLAS;
-    return f32_auto(trans_a, trans_b, M, N, K, true);
+int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    if (!gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1))
+        return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    return auto_provider(dt, trans_a, trans_b, M, N, K, true);
 }
 
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

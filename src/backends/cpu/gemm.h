@@ -127,9 +127,10 @@ int accel__gemm_weight_forms(accel_dtype dt);
  * f16 on AVX2-only CPUs, in oneDNN 2.6) as f32 operands: tests use it to
  * run the oneDNN path, and the ops' low-precision operand path, on CPUs
  * whose auto choice is OpenBLAS. Under accel_reference_kernels() the
- * reference loop runs, whatever the mode. In auto mode a large f32 GEMM's
- * provider is chosen by measurement (gemm_choice.c, below); the rest
- * depends only on the mode, the CPU and the shape.
+ * reference loop runs, whatever the mode. In auto mode a large GEMM's
+ * provider is chosen by measurement where its dtype has two candidates
+ * (gemm_choice.c, below), the above being the rule it starts from; the
+ * rest depends only on the mode, the CPU and the shape.
  * Kernels that call accel__sgemm themselves (attention's per-head blocks)
  * stay on OpenBLAS. */
 typedef enum accel__gemm_mode {
@@ -186,18 +187,26 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
  * measured choices depend on besides the CPU and the threads. */
 void accel__gemm_library_versions(char *out, size_t n);
 
-/* ---- the f32 provider chosen by measurement (gemm_choice.c; docs/cpu.md)
+/* ---- the provider chosen by measurement (gemm_choice.c; docs/cpu.md)
  *
- * In auto mode an f32 GEMM of at least 2^26 multiply-adds takes the
- * provider its shape class (accel__gemm_class) chose: timed the first time
- * the class is seen, kept in memory and in a cache file per CPU model and
- * features, library versions and thread count (ACCEL_GEMM_CACHE=DIR, or
- * off; default ~/.cache/accel). A measurement replaces the incumbent (the
- * cached choice, else the rule's: the f32 table) only when another
- * candidate is faster by more than 10%. ACCEL_GEMM_MEASURE=0 never
- * measures (the cache, else the rule), =1 measures the cached classes
- * again at their first use. Smaller GEMMs, and bf16/f16 (whose provider
- * also decides how the ops hand over operands), keep the rule. */
+ * In auto mode a GEMM of at least 2^26 multiply-adds whose dtype has more
+ * than one candidate (OpenBLAS, and oneDNN where it has a matmul of the
+ * dtype that is no reference loop: f32 everywhere, bf16/f16 where the CPU
+ * or oneDNN's emulation runs it; OpenBLAS multiplies a bf16/f16 GEMM on f32
+ * panels) takes the provider its shape class (accel__gemm_class) chose:
+ * timed the first time the class is seen, kept in memory and in a cache
+ * file per CPU model and features, library versions and thread count
+ * (ACCEL_GEMM_CACHE=DIR, or off; default ~/.cache/accel). A measurement
+ * replaces the incumbent (the cached choice, else the rule's: the f32 table,
+ * oneDNN for bf16/f16 where the CPU has units for them) only when another
+ * candidate is faster by more than 10%. ACCEL_GEMM_MEASURE=0 never measures
+ * (the cache, else the rule), =1 measures the cached classes again at their
+ * first use. Smaller GEMMs keep the rule, and so does the question whether
+ * the ops hand a bf16/f16 GEMM its operands as they are or widened once
+ * (accel__gemm_native): a large class measured onto OpenBLAS then widens
+ * its operands per call, as ACCEL_GEMM=openblas does. The ranks of a job
+ * multiply on rank 0's table (accel__gemm_choices_share), a resumed run on
+ * its checkpoint's. */
 typedef struct accel__gemm_class {
     int32_t dt;      /* 0 f32, 1 bf16, 2 f16 */
     int32_t ta, tb;  /* transposes */
@@ -211,27 +220,39 @@ typedef struct accel__gemm_class {
 int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force);
 
-/* Times an f32 GEMM of this shape's class now on every candidate (whatever
- * its size; the mode aside) and returns the provider it keeps (`accel env
- * --measure-gemm`). */
-int accel__gemm_measure(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+/* Times a GEMM of compute dtype dt of this shape's class now on every
+ * candidate (whatever its size; the mode aside) and returns the provider it
+ * keeps (`accel env --measure-gemm`). */
+int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 /* Up to max classes of the table into out (those of `threads` threads);
  * returns how many. */
 int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max);
 
-/* The choices of this process's thread count (the JSON of the cache file)
- * into path, with a checkpoint; and back: a saved table's choices replace the
- * table's for their classes and are never timed again, so a resumed run
- * multiplies as the saved one did (a missing file is no error: an older
- * checkpoint). ACCEL_OK, or an error naming the file. */
+/* The table, every thread count's choices ({"tables": [<a cache file's
+ * JSON>, ...]}), into path, with a checkpoint; and back: a saved table's
+ * choices replace the table's for their classes and are never timed again
+ * (nor overridden by the cache), so a resumed run multiplies as the saved
+ * one did (a missing file is no error: an older checkpoint; a single
+ * table, as checkpoints held before bundles, is read as this thread
+ * count's). ACCEL_OK, or an error naming the file. */
 accel_status accel__gemm_choices_save(const char *path);
 accel_status accel__gemm_choices_load(const char *path);
+
+/* Collective over pg (at accelerator creation): rank 0 reads its cache and
+ * sends its table; every other rank replaces its own table with it. From
+ * then on no rank reads a cache file (nor times: a job's ranks never do), so
+ * all multiply alike whatever their caches hold; a class rank 0 had not
+ * cached takes the rule on every rank. A group of one: nothing. ACCEL_OK, or
+ * an error (the broadcast's; a table this rank cannot read). */
+typedef struct accel_pg accel_pg;
+accel_status accel__gemm_choices_share(accel_pg *pg);
 
 /* Tests: seconds a candidate takes for a class, instead of timing it
  * (NULL: time for real). */
 typedef double (*accel__gemm_timer)(void *ctx, accel__gemm_provider p, const accel__gemm_class *c);
 void accel__gemm_choice_set_timer(accel__gemm_timer fn, void *ctx);
-/* Tests: forgets the table and the files read, reads the environment again. */
+/* Tests: forgets the table (rank 0's too) and the files read, reads the
+ * environment again. */
 void accel__gemm_choice_reset(void);
 /* "GEMM choices: N measured, cached in PATH\n" and a line per class
  * (its provider and each candidate's time), into buf. Returns buf. */

@@ -1,5 +1,6 @@
-/* The f32 GEMM provider chosen by measurement (gemm.h, "chosen by
- * measurement"; docs/cpu.md "Measured choice").
+/* The GEMM provider chosen by measurement, per dtype (f32, bf16, f16) and
+ * shape class (gemm.h, "chosen by measurement"; docs/cpu.md "Measured
+ * choice").
  *
  * A table of shape classes (dtype, transposes, log2 of M, N and K, threads)
  * and the provider each one runs on, filled the first time a class is seen
@@ -13,9 +14,17 @@
  * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
  * in memory only). A file that cannot be read, parsed, or that holds another
  * key, is named in a warning and measured over; one that cannot be written
- * likewise (the choices then live for the process). The ranks of a job
- * (accel_process_count() > 1) time nothing: they read the cache, else take
- * the rule, so ranks with the same cache choose alike. */
+ * likewise (the choices then live for the process).
+ *
+ * The ranks of a job (accel_process_count() > 1) time nothing (each would
+ * time under the others' load). At accelerator creation rank 0 reads its
+ * cache and sends its table to the others (accel__gemm_choices_share),
+ * which replace theirs with it and read no cache file after: every rank
+ * multiplies alike whatever its own cache holds, and a class rank 0 had
+ * not cached takes the rule everywhere. A checkpoint carries the table
+ * (accel__gemm_choices_save / _load), so a resumed run multiplies as the
+ * saved one did. Both carry every thread count's choices as a bundle:
+ * {"tables": [<a cache file's JSON with its "threads">, ...]}. */
 #include "backends/cpu/gemm.h"
 
 #include <jansson.h>
@@ -54,6 +63,7 @@ static int g_n;
 static int g_loaded_threads[64]; /* thread counts whose file was read */
 static int g_n_loaded;
 static bool g_env_read;
+static bool g_fixed;       /* the table is rank 0's (accel__gemm_choices_share): no file is read */
 static int g_measure_env;  /* ACCEL_GEMM_MEASURE: -1 unset, 0 never, 1 re-measure */
 static char g_dir[1024];   /* the cache directory; "" when the cache is off */
 static accel__gemm_timer g_timer;
@@ -158,9 +168,10 @@ static bool entry_parse(json_t *e, int threads, choice *ch) {
     return true;
 }
 
-/* The choices of the file's JSON j into out[*n] as choices of `threads`
- * threads; NULL, or why j is not such a file (of key, when key is not NULL). */
-static const char *table_parse(json_t *j, const char *key, int threads, choice *out, int *n) {
+/* The choices of the file's JSON j into out[*n] (at most max) as choices of
+ * `threads` threads; NULL, or why j is not such a file (of key, when key is
+ * not NULL). */
+static const char *table_parse(json_t *j, const char *key, int threads, choice *out, int max, int *n) {
     json_t *list = json_object_get(j, "choices");
     *n = 0;
     if (!json_is_string(json_object_get(j, "key"))) return "no \"key\"";
@@ -168,7 +179,7 @@ static const char *table_parse(json_t *j, const char *key, int threads, choice *
         return "it holds the choices of another CPU, library version or thread count";
     if (!json_is_array(list)) return "no \"choices\" list";
     for (size_t i = 0; i < json_array_size(list); i++) {
-        if (*n == MAX_CHOICES || !entry_parse(json_array_get(list, i), threads, &out[*n])) return "a malformed entry";
+        if (*n == max || !entry_parse(json_array_get(list, i), threads, &out[*n])) return "a malformed entry";
         ++*n;
     }
     return NULL;
@@ -194,7 +205,7 @@ static json_t *table_json(int threads) {
                                               accel__gemm_provider_name((accel__gemm_provider)ch->provider),
                                               "seconds", secs));
     }
-    return list ? json_pack("{s:s, s:o}", "key", key, "choices", list) : NULL;
+    return list ? json_pack("{s:s, s:i, s:o}", "key", key, "threads", threads, "choices", list) : NULL;
 }
 
 /* Puts n parsed choices into the table: over the entries of their class
@@ -209,6 +220,7 @@ static void table_merge(const choice *in, int n, bool replace) {
 
 /* Reads the file of `threads` threads' choices into the table once. Under the lock. */
 static void cache_load(int threads) {
+    if (g_fixed) return;
     for (int i = 0; i < g_n_loaded; i++)
         if (g_loaded_threads[i] == threads) return;
     if (g_n_loaded < (int)(sizeof g_loaded_threads / sizeof g_loaded_threads[0]))
@@ -219,7 +231,7 @@ static void cache_load(int threads) {
     json_t *j = accel__json_load_file(path);
     static choice parsed[MAX_CHOICES]; /* under the lock */
     int n = 0;
-    const char *why = j ? table_parse(j, key, threads, parsed, &n) : accel_last_error();
+    const char *why = j ? table_parse(j, key, threads, parsed, MAX_CHOICES, &n) : accel_last_error();
     if (why) {
         fprintf(stderr, "accel: warning: GEMM choice cache %s ignored (%s); measuring again\n", path, why);
         accel_clear_error();
@@ -247,14 +259,63 @@ static void cache_save(int threads) {
     json_decref(j);
 }
 
-/* ---- with a checkpoint */
+/* ---- the whole table: with a checkpoint, from rank 0 */
+
+/* Every thread count's choices, {"tables": [table_json, ...]} (this
+ * process's thread count always, its file read first); NULL when out of
+ * memory. Under the lock. */
+static json_t *bundle_json(void) {
+    int own = omp_get_max_threads(), counts[MAX_CHOICES + 1], nc = 0;
+    cache_load(own);
+    counts[nc++] = own;
+    for (int i = 0; i < g_n; i++) {
+        int t = g_table[i].c.threads, seen = 0;
+        for (int j = 0; j < nc; j++) seen |= counts[j] == t;
+        if (!seen) counts[nc++] = t;
+    }
+    json_t *tables = json_array();
+    for (int j = 0; tables && j < nc; j++)
+        if (json_array_append_new(tables, table_json(counts[j]))) tables = (json_decref(tables), NULL);
+    return tables ? json_pack("{s:o}", "tables", tables) : NULL;
+}
+
+/* A bundle's choices into out[*n] (MAX_CHOICES); also a single table as
+ * the cache file holds it (a checkpoint saved before bundles: this process's
+ * thread count). NULL, or why j is no bundle. */
+static const char *bundle_parse(json_t *j, choice *out, int *n) {
+    json_t *tables = json_object_get(j, "tables");
+    *n = 0;
+    if (!tables) return table_parse(j, NULL, omp_get_max_threads(), out, MAX_CHOICES, n);
+    if (!json_is_array(tables)) return "\"tables\" is no list";
+    for (size_t i = 0; i < json_array_size(tables); i++) {
+        json_t *t = json_array_get(tables, i), *th = json_object_get(t, "threads");
+        if (!json_is_integer(th) || json_integer_value(th) < 1 || json_integer_value(th) > 1 << 16)
+            return "a table without its \"threads\"";
+        int got;
+        const char *why = table_parse(t, NULL, (int)json_integer_value(th), out + *n, MAX_CHOICES - *n, &got);
+        if (why) return why;
+        *n += got;
+    }
+    return NULL;
+}
+
+/* The parsed choices as the table's, pinned (never timed again unless
+ * forced): over the classes they name (`replace_all` false) or instead of
+ * the whole table. Under the lock. */
+static void install(choice *in, int n, bool replace_all) {
+    for (int i = 0; i < n; i++) in[i].measured_here = true;
+    if (replace_all) g_n = 0;
+    table_merge(in, n, true);
+}
+
+/* bundle_parse's scratch, parsed before g_lock is taken */
+static pthread_mutex_t g_parse_lock = PTHREAD_MUTEX_INITIALIZER;
+static choice g_parsed[MAX_CHOICES];
 
 accel_status accel__gemm_choices_save(const char *path) {
-    int threads = omp_get_max_threads();
     pthread_mutex_lock(&g_lock);
     env_read();
-    cache_load(threads);
-    json_t *j = table_json(threads);
+    json_t *j = bundle_json();
     pthread_mutex_unlock(&g_lock);
     accel_status st = j ? accel__json_save_file(path, j) : accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", path);
     json_decref(j);
@@ -265,21 +326,74 @@ accel_status accel__gemm_choices_load(const char *path) {
     if (!accel__is_file(path)) return ACCEL_OK; /* a checkpoint from before the choices were saved */
     json_t *j = accel__json_load_file(path);
     if (!j) return accel_last_status();
-    int threads = omp_get_max_threads();
-    static choice parsed[MAX_CHOICES];
-    pthread_mutex_lock(&g_lock);
-    env_read();
-    cache_load(threads);
+    pthread_mutex_lock(&g_parse_lock);
     int n = 0;
     /* any key: the run resumes on the choices it was saved with, wherever */
-    const char *why = table_parse(j, NULL, threads, parsed, &n);
+    const char *why = bundle_parse(j, g_parsed, &n);
     if (!why) {
-        for (int i = 0; i < n; i++) parsed[i].measured_here = true; /* pinned: never timed again */
-        table_merge(parsed, n, true);
+        pthread_mutex_lock(&g_lock);
+        env_read();
+        cache_load(omp_get_max_threads()); /* read now, so that it cannot override them later */
+        install(g_parsed, n, false);
+        pthread_mutex_unlock(&g_lock);
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&g_parse_lock);
     json_decref(j);
     return why ? accel_set_error(ACCEL_ERR_FORMAT, "%s: not a GEMM choice table (%s)", path, why) : ACCEL_OK;
+}
+
+/* A received bundle (text[len], NUL-terminated) as this rank's table; NULL,
+ * or why it cannot be. */
+static const char *install_received(const char *text, size_t len) {
+    json_error_t err;
+    json_t *j = len && text[len - 1] == 0 ? json_loads(text, 0, &err) : NULL;
+    pthread_mutex_lock(&g_parse_lock);
+    int n = 0;
+    /* e.g. rank 0's build has oneDNN and this one has not: no table this rank can multiply on */
+    const char *why = j ? bundle_parse(j, g_parsed, &n) : "not JSON";
+    /* rank 0's own thread count comes first (bundle_json): its choices are
+     * this rank's at its own count, should the ranks' counts differ */
+    json_t *first = json_object_get(json_array_get(json_object_get(j, "tables"), 0), "threads");
+    int theirs = json_is_integer(first) ? (int)json_integer_value(first) : 0, own = omp_get_max_threads();
+    for (int i = 0; !why && i < n; i++)
+        if (g_parsed[i].c.threads == theirs) g_parsed[i].c.threads = own;
+    if (!why) {
+        pthread_mutex_lock(&g_lock);
+        env_read();
+        install(g_parsed, n, true);
+        g_fixed = true;
+        pthread_mutex_unlock(&g_lock);
+    }
+    pthread_mutex_unlock(&g_parse_lock);
+    json_decref(j);
+    return why;
+}
+
+accel_status accel__gemm_choices_share(accel_pg *pg) {
+    if (accel_pg_size(pg) < 2) return ACCEL_OK;
+    bool root = accel_pg_rank(pg) == 0;
+    char *text = NULL;
+    size_t len = 0;
+    if (root) {
+        pthread_mutex_lock(&g_lock);
+        env_read();
+        json_t *j = bundle_json();
+        g_fixed = true; /* what it sends is all it multiplies on, like the others */
+        pthread_mutex_unlock(&g_lock);
+        text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        len = text ? strlen(text) + 1 : 0; /* none (out of memory): sent empty, refused by all */
+    }
+    accel_status st = accel_pg_broadcast_bytes(pg, (void **)&text, &len, 0);
+    const char *why = st ? NULL : root ? (text ? NULL : "out of memory on rank 0") : install_received(text, len);
+    free(text);
+    if (st) return st;
+    /* every rank learns whether one could not take the table: all fail together, none waits on the others */
+    int32_t bad = why != NULL;
+    if ((st = accel_pg_all_reduce(pg, &bad, 1, ACCEL_I32, ACCEL_REDUCE_MAX))) return st;
+    if (why) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: %s", why);
+    if (bad) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: another rank could not take them");
+    return ACCEL_OK;
 }
 
 /* ---- timing */
@@ -337,6 +451,8 @@ static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, i
 
 int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force) {
+    candidates |= 1u << rule;
+    if (candidates == 1u << rule) return rule; /* nothing to choose between */
     if (!force && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     accel__gemm_class c = {dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads};
@@ -357,7 +473,7 @@ int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
             g_table[i].c = c;
         }
         /* the lock is held while timing: two threads must not time at once */
-        measure(&g_table[i], provider, candidates | (1u << provider), M, N, K);
+        measure(&g_table[i], provider, candidates | 1u << provider, M, N, K);
         provider = g_table[i].provider;
         cache_save(threads);
     }
@@ -388,6 +504,7 @@ void accel__gemm_choice_reset(void) {
     g_n = 0;
     g_n_loaded = 0;
     g_env_read = false;
+    g_fixed = false;
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -399,7 +516,8 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
     cache_load(threads);
     char path[1200];
     size_t used = 0;
-    int w = cache_path(threads, path, sizeof path)
+    int w = g_fixed ? snprintf(buf, size, "GEMM choices: %d, rank 0's (received at accelerator creation)\n", g_n)
+            : cache_path(threads, path, sizeof path)
                 ? snprintf(buf, size, "GEMM choices: %d measured, cached in %s\n", g_n, path)
                 : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off or no HOME)\n", g_n);
     used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
