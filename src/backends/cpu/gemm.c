@@ -588,7 +588,8 @@ void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
  * interleaved: one warm-up, then the medians of FORM_REPS) and reads the
  * form only where it was faster. The verdict is kept for the process (the
  * two give the same bits: only where the weight's panels come from
- * differs). Smaller GEMMs, a full table, ACCEL_GEMM_MEASURE=0 and a first
+ * differs). Smaller GEMMs, a full table, ACCEL_GEMM_MEASURE=0, the ranks of a
+ * job (which time nothing, as gemm_choice.c says) and a first
  * use inside a parallel region keep the rule: the form. */
 #define FORM_MIN_MACS (1ll << 26)
 enum { FORM_REPS = 3, FORM_MAX = 128 };
@@ -680,9 +681,7 @@ static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 /* Whether this f32 GEMM, which oneDNN runs, reads its weight's form in
  * auto mode (above). */
 static bool form_faster(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-    const char *measure = getenv("ACCEL_GEMM_MEASURE");
-    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS || (measure && !strcmp(measure, "0")))
-        return true;
+    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS || accel__gemm_measure_off()) return true;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     pthread_mutex_lock(&g_form_lock);
     bool form = true;

@@ -224,6 +224,10 @@ int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, in
  * candidate (whatever its size; the mode aside) and returns the provider it
  * keeps (`accel env --measure-gemm`). */
 int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+/* Whether nothing may be timed in this process: ACCEL_GEMM_MEASURE=0, or a
+ * rank of a job (the ranks take rank 0's choices). Read once. */
+bool accel__gemm_measure_off(void);
 /* Up to max classes of the table into out (those of `threads` threads);
  * returns how many. */
 int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max);

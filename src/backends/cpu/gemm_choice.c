@@ -104,6 +104,14 @@ static void env_read(void) {
     else g_dir[0] = 0;
 }
 
+bool accel__gemm_measure_off(void) {
+    pthread_mutex_lock(&g_lock);
+    env_read();
+    bool off = g_measure_env == 0;
+    pthread_mutex_unlock(&g_lock);
+    return off;
+}
+
 /* ---- the cache file */
 
 /* What the choices of `threads` threads depend on, into out. */
