@@ -3,7 +3,7 @@
  * padding (attention_mask) and two segments (token_type_ids). Hidden states,
  * pooler output and logits within 1e-5; the cross-entropy loss and every
  * parameter's gradient within 1e-5 relative; the module tree's names and
- * types are transformers'; save_pretrained loads back to the same logits (set
+ * types are transformers' (BertLayer its block class); save_pretrained loads back to the same logits (set
  * ACCEL_BERT_SAVED=DIR to keep that directory for
  * `tools/gen_hf_bert_fixtures.py --check-saved DIR`, transformers' side); a
  * bare BertModel checkpoint (no "bert." prefix, no head) loads its encoder;
@@ -61,6 +61,12 @@ static void test_forward_and_gradients(void) {
     CHECK(!strcmp(accel_module_find(m, "bert.encoder.layer.1")->ops->type_name, "BertLayer"));
     CHECK(!strcmp(accel_module_find(m, "bert.encoder.layer.0.attention.self")->ops->type_name, "BertSelfAttention"));
     CHECK(accel_bert_config_of(accel_module_find(m, "bert")) == accel_bert_config_of(m));
+    /* the block class of FSDP's default wrap and ZeRO-3's units, from any module of the model */
+    const char *const in_model[] = {"", "bert.pooler.dense", "bert.encoder.layer.0.attention.self.query", "classifier"};
+    for (int i = 0; i < 4; i++) {
+        const char *cls = accel_module_decoder_layer_class(accel_module_find(m, in_model[i]));
+        CHECK_MSG(cls && !strcmp(cls, "BertLayer"), "%s: %s", in_model[i], cls ? cls : "NULL");
+    }
     CHECK(accel_bert_config_of(m)->num_labels == 3);
     accel_module_train(m, false); /* transformers' eval(): no dropout */
     batch b = load_batch(st);

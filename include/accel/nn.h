@@ -265,9 +265,9 @@ typedef struct accel_llama_config {
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
 accel_llama_config accel_llama_config_default(void);
 /* The type name of the decoder layers of the model m belongs to (m or any of
- * its ancestors built by accel_llama_new): "LlamaDecoderLayer",
- * "Qwen2DecoderLayer", ... (transformers' _no_split_modules, the FSDP
- * transformer layer class); NULL for other modules. */
+ * its ancestors built by accel_llama_new or accel_bert_new): "LlamaDecoderLayer",
+ * "Qwen2DecoderLayer", ..., "BertLayer" (transformers' _no_split_modules, the
+ * FSDP transformer layer class); NULL for other modules. */
 const char *accel_module_decoder_layer_class(const accel_module *m);
 
 /* The most decoder layers accel builds: the module tree is held in memory

@@ -210,6 +210,10 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     return root;
 }
 
+const char *accel__bert_layer_class(const accel_module *m) {
+    return m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
+}
+
 const accel_bert_config *accel_bert_config_of(const accel_module *m) {
     if (m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS)) return m->impl;
     accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertForSequenceClassification or its "
