@@ -4,24 +4,25 @@
  * gather_for_metrics for accuracy and F1 after each epoch.
  *
  *     accel launch --num_processes 2 [--mixed_precision bf16]
- *                  build/bin/nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16]
+ *                  build/bin/nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16] [SEED=42]
  *
  * TOKENIZER_JSON: a WordPiece tokenizer.json (BERT's; a directory holding one
  * will do). MODEL_DIR: a BERT config.json, with the weights of a checkpoint
  * (model.safetensors or shards) when it has them, else the model is randomly
- * initialised from the config (seed 42 on every process). A pre-trained
+ * initialised from the config (SEED on every process; it also seeds the
+ * shuffling and dropout, not the data set, which is fixed). A pre-trained
  * encoder without a classification head gets a new one.
  *
  * The data set is generated, deterministically: sentences of 4 to 7 words of a
  * fixed lexicon; a paraphrase (label 1) is A's words in another order, a
- * non-paraphrase (label 0) a sentence of other words drawn the same way. Each
+ * non-paraphrase (label 0) a sentence of words of another topic (make_pair). Each
  * pair is tokenized as BERT's pair template, [CLS] A [SEP] B [SEP] with token
  * types 0 then 1, padded to SEQ with attention_mask 0.
  * As nlp_example.py: AdamW, a linear schedule with warm-up (10% of the
  * steps here; the script's 100 steps are most of this small run), the
  * scheduler sized by the unsharded loader's length. Prints on the main
  * process, per epoch:
- *     epoch 0: {'accuracy': 0.72, 'f1': 0.7}
+ *     epoch 0: {'accuracy': 0.7745, 'f1': 0.8231} (this process's train loss 0.5621)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@
 
 #include "accel/accel.h"
 
-#define SEQ 40
+#define SEQ 24 /* the longest pair, [CLS] 7 words . [SEP] 7 words . [SEP], is 19 */
 #define N_TRAIN 2048
 #define N_EVAL 408 /* MRPC's validation size */
 
@@ -48,12 +49,12 @@ static uint64_t next_rand(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* n distinct indices of the lexicon's half `topic` into w. */
+/* n distinct indices of the lexicon's third `topic` into w. */
 static void draw_words(uint64_t *s, int topic, int n, int *w) {
     for (int i = 0; i < n; i++) {
         bool again;
         do {
-            w[i] = topic * (N_WORDS / 2) + (int)(next_rand(s) % (N_WORDS / 2));
+            w[i] = topic * (N_WORDS / 3) + (int)(next_rand(s) % (N_WORDS / 3));
             again = false;
             for (int j = 0; j < i; j++) again |= w[j] == w[i];
         } while (again);
@@ -68,9 +69,11 @@ static void sentence(const int *w, int n, char *out, size_t cap) {
     }
 }
 
-/* One pair: sentence A of words of one half of the lexicon (its topic), and
- * B = A's words in another order (label 1) or as many words of the other
- * half (label 0). Neither sentence alone, nor their lengths, tells the label. */
+/* One pair: sentence A of words of topic 0 or 1 (a third of the lexicon
+ * each), and B = A's words in another order (label 1), or as many words of
+ * the other topic or of topic 2, which only non-paraphrases use (label 0, each
+ * half the time). B's words alone tell the label of a quarter of the pairs
+ * (topic 2: learnt first, 75% accuracy); the rest needs A and B together. */
 static int make_pair(uint64_t *s, char *a, char *b, size_t cap) {
     int n = 4 + (int)(next_rand(s) % 4), topic = (int)(next_rand(s) % 2), wa[8], wb[8];
     draw_words(s, topic, n, wa);
@@ -83,7 +86,7 @@ static int make_pair(uint64_t *s, char *a, char *b, size_t cap) {
             wb[j] = t;
         }
     } else {
-        draw_words(s, 1 - topic, n, wb);
+        draw_words(s, next_rand(s) % 2 ? 1 - topic : 2, n, wb);
     }
     sentence(wa, n, a, cap);
     sentence(wb, n, b, cap);
@@ -196,14 +199,15 @@ static int evaluate(accel_accelerator *acc, accel_module *model, accel_dataloade
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16]\n");
+        fprintf(stderr, "usage: nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16] [SEED=42]\n");
         return 2;
     }
     int epochs = argc > 3 ? atoi(argv[3]) : 3;
     double lr = argc > 4 ? atof(argv[4]) : 2e-5;
     int batch = argc > 5 ? atoi(argv[5]) : 16;
-    if (epochs < 1 || !(lr > 0) || batch < 1) {
-        fprintf(stderr, "nlp_example: EPOCHS and BATCH must be >= 1 and LR > 0\n");
+    long long seed = argc > 6 ? atoll(argv[6]) : 42;
+    if (epochs < 1 || !(lr > 0) || batch < 1 || seed < 0) {
+        fprintf(stderr, "nlp_example: EPOCHS and BATCH must be >= 1, LR > 0 and SEED >= 0\n");
         return 2;
     }
     accel_accelerator *acc = accel_accelerator_new(NULL); /* what `accel launch` set */
@@ -211,7 +215,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "nlp_example: %s\n", accel_last_error());
         return 1;
     }
-    accel_set_seed(acc, 42, false); /* the same initial weights and dropout on every process */
+    accel_set_seed(acc, (uint64_t)seed, false); /* the same initial weights and dropout on every process */
     accel_tokenizer *tok = accel_tokenizer_load(argv[1]);
     accel_module *model = tok ? accel_bert_from_pretrained(argv[2], ACCEL_CPU_DEVICE) : NULL;
     int rc = !model;
@@ -232,7 +236,7 @@ int main(int argc, char **argv) {
     accel_dataset *train_ds = rc ? NULL : dataset(&train), *eval_ds = rc ? NULL : dataset(&eval);
     accel_dataloader *train_dl =
         train_ds ? accel_dataloader_new(train_ds, &(accel_dataloader_opts){.batch_size = batch, .shuffle = true,
-                                                                           .seed = 42})
+                                                                           .seed = (uint64_t)seed})
                  : NULL;
     accel_dataloader *eval_dl =
         eval_ds ? accel_dataloader_new(eval_ds, &(accel_dataloader_opts){.batch_size = 32}) : NULL;
