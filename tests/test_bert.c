@@ -7,7 +7,8 @@
  * ACCEL_BERT_SAVED=DIR to keep that directory for
  * `tools/gen_hf_bert_fixtures.py --check-saved DIR`, transformers' side); a
  * bare BertModel checkpoint (no "bert." prefix, no head) loads its encoder;
- * dropout acts only while training; config fields accel does not implement
+ * gradient checkpointing gives the same gradients; dropout acts only while
+ * training; config fields accel does not implement
  * are refused naming the field. */
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,63 @@ static void test_forward_and_gradients(void) {
         accel_state_dict_free(sd);
     }
     accel_step_reset();
+    free_batch(&b);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* The loss's gradients of m (training or not) after seeding the default generator. */
+static float *grads_of(accel_module *m, const batch *b, bool training, int64_t *n_out) {
+    accel_module_train(m, training);
+    accel_manual_seed(7);
+    accel_tensor *loss = accel_bert_loss(m, b->ids, b->tt, b->mask, b->labels, NULL);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    accel_tensor **ps = NULL;
+    int n = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
+    float *g = accel_malloc((size_t)total * sizeof *g);
+    for (int i = 0, off = 0; i < n && g; off += (int)accel_numel(ps[i]), i++) {
+        CHECK(ps[i]->grad != NULL);
+        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + off);
+        accel_zero_(ps[i]->grad);
+    }
+    accel_free(ps);
+    accel_step_reset();
+    *n_out = total;
+    return g;
+}
+
+/* Gradient checkpointing on the root sets every BertLayer: the fixture's
+ * gradients, and bit-identical gradients in training mode (the recompute
+ * draws the same dropout masks). */
+static void test_gradient_checkpointing(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    if (!m || !st) return;
+    batch b = load_batch(st);
+    int64_t n = 0, n2 = 0;
+    float *plain = grads_of(m, &b, true, &n);
+    CHECK(accel_module_set_gradient_checkpointing(m, true) == ACCEL_OK);
+    CHECK(accel_module_find(m, "bert.encoder.layer.0")->gradient_checkpointing &&
+          accel_module_find(m, "bert.encoder.layer.1")->gradient_checkpointing);
+    float *ckpt = grads_of(m, &b, true, &n2);
+    CHECK(plain && ckpt && n == n2 && memcmp(plain, ckpt, (size_t)n * sizeof *plain) == 0);
+    accel_module_train(m, false);
+    accel_tensor *loss = accel_bert_loss(m, b.ids, b.tt, b.mask, b.labels, NULL);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(m);
+    for (int i = 0; i < sd->n; i++) {
+        char g[200];
+        snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
+        check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
+    }
+    accel_state_dict_free(sd);
+    accel_step_reset();
+    /* a BertLayer alone has no single-tensor forward to recompute */
+    CHECK(accel_module_set_gradient_checkpointing(accel_module_find(m, "bert.encoder.layer.0"), true) != ACCEL_OK);
+    accel_free(plain);
+    accel_free(ckpt);
     free_batch(&b);
     accel_module_free(m);
     accel_safetensors_close(st);
@@ -287,6 +345,7 @@ int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_bert_XXXXXX");
     CHECK(mkdtemp(g_tmp) != NULL);
     RUN(test_forward_and_gradients);
+    RUN(test_gradient_checkpointing);
     RUN(test_save_round_trip);
     RUN(test_bare_encoder_checkpoint);
     RUN(test_dropout_in_training_only);

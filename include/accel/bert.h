@@ -14,6 +14,9 @@
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
  * attention probabilities, classifier) while the module is training.
+ * accel_module_set_gradient_checkpointing on the root (or its "bert")
+ * checkpoints every BertLayer (the recompute draws the same dropout masks);
+ * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
  * A config field that changes the model and accel does not implement is
  * refused naming it (position_embedding_type other than "absolute",
  * is_decoder, add_cross_attention, problem_type other than

@@ -112,7 +112,8 @@ void accel_module_train(accel_module *m, bool training); /* recursive */
  * bit-identical. Honoured by accel_module_call and by a LlamaDecoderLayer run
  * inside the model (not with a KV cache: generation records no graph). On a
  * LlamaForCausalLM or LlamaModel it is set on every decoder layer, as
- * transformers' model.gradient_checkpointing_enable(). Refused
+ * transformers' model.gradient_checkpointing_enable(); likewise on a BERT
+ * root or BertModel (accel/bert.h) for every BertLayer. Refused
  * (ACCEL_ERR_UNSUPPORTED) on a module without a single-tensor forward. */
 accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable);
 

@@ -323,11 +323,34 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, const fwd 
     return dense_norm_forward(p[LAYER_OUT], i, a, f->c);
 }
 
-/* A layer inside its hooks (ZeRO-3's gather, a dispatch's weights). */
+/* A layer's run for accel__module_run; in the step arena, as the recompute
+ * of a checkpointed layer reads it during backward. */
+typedef struct layer_run {
+    accel_module *layer;
+    const fwd *f;
+} layer_run;
+
+static accel_tensor *run_layer(void *ctx, accel_tensor *x) {
+    const layer_run *r = ctx;
+    return layer_body(r->layer, x, r->f);
+}
+
+/* A layer inside its hooks (ZeRO-3's gather, a dispatch's weights), under
+ * activation checkpointing when it is set. */
 static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const fwd *f) {
-    if (accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
-    accel_tensor *y = x ? layer_body(layer, x, f) : NULL;
+    layer_run *r = accel_arena_alloc(accel_step_arena(), sizeof *r, 8);
+    if (!r || accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
+    *r = (layer_run){layer, f};
+    accel_tensor *y = x ? accel__module_run(layer, run_layer, r, x) : NULL;
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
+}
+
+bool accel__bert_checkpoint_layers(accel_module *m, bool enable) {
+    if (!m || (m->ops != &ROOT_OPS && m->ops != &MODEL_OPS)) return false;
+    if (m->ops == &ROOT_OPS) m = m->children[ROOT_BERT];
+    accel_module *layers = m->children[MODEL_ENCODER]->children[0];
+    for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
+    return true;
 }
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
@@ -351,14 +374,16 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
         return NULL;
     }
     accel_module **p = model->children;
-    fwd f = {.c = c};
-    if (padding_mask(am, accel__module_tensor(p[MODEL_POOLER]->children[0], "weight")->device, &f.mask))
+    fwd *f = accel_arena_alloc(accel_step_arena(), sizeof *f, 8); /* read by checkpointed layers' recompute */
+    if (!f) return NULL;
+    *f = (fwd){.c = c};
+    if (padding_mask(am, accel__module_tensor(p[MODEL_POOLER]->children[0], "weight")->device, &f->mask))
         return NULL;
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     h = h ? embeddings_forward(p[MODEL_EMB], h, tt, c) : NULL;
     accel_module *layers = p[MODEL_ENCODER]->children[0];
-    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, &f);
+    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
     if (h && pooled) {
         /* tanh(dense(h[:, 0])): the [CLS] position */
         accel_tensor *first = accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1);
