@@ -13,6 +13,7 @@
  *   io.h           safetensors, sharded checkpoints, HF config.json
  *   dist.h         process groups and collectives
  *   bigmodel.h     module sizes, device maps, dispatch, offload, generation
+ *   bert.h         BERT: encoder, sequence classification, config.json, save/load
  *   accelerator.h  the Accelerator
  */
 #ifndef ACCEL_ACCEL_H
@@ -29,6 +30,7 @@
 #include "io.h"
 #include "dist.h"
 #include "bigmodel.h"
+#include "bert.h"
 #include "accelerator.h"
 #include "tokenizer.h"
 

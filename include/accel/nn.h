@@ -112,7 +112,8 @@ void accel_module_train(accel_module *m, bool training); /* recursive */
  * bit-identical. Honoured by accel_module_call and by a LlamaDecoderLayer run
  * inside the model (not with a KV cache: generation records no graph). On a
  * LlamaForCausalLM or LlamaModel it is set on every decoder layer, as
- * transformers' model.gradient_checkpointing_enable(). Refused
+ * transformers' model.gradient_checkpointing_enable(); likewise on a BERT
+ * root or BertModel (accel/bert.h) for every BertLayer. Refused
  * (ACCEL_ERR_UNSUPPORTED) on a module without a single-tensor forward. */
 accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable);
 
@@ -278,9 +279,9 @@ typedef struct accel_llama_config {
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
 accel_llama_config accel_llama_config_default(void);
 /* The type name of the decoder layers of the model m belongs to (m or any of
- * its ancestors built by accel_llama_new): "LlamaDecoderLayer",
- * "Qwen2DecoderLayer", ... (transformers' _no_split_modules, the FSDP
- * transformer layer class); NULL for other modules. */
+ * its ancestors built by accel_llama_new or accel_bert_new): "LlamaDecoderLayer",
+ * "Qwen2DecoderLayer", ..., "BertLayer" (transformers' _no_split_modules, the
+ * FSDP transformer layer class); NULL for other modules. */
 const char *accel_module_decoder_layer_class(const accel_module *m);
 
 /* The most decoder layers accel builds: the module tree is held in memory

@@ -597,3 +597,17 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     accel_free(file);
     return st;
 }
+
+/* The key readers for the other config.json parsers of src/io (io_internal.h). */
+accel_status accel__config_get_int(json_t *root, const char *file, const char *key, int64_t *out, bool allow_zero) {
+    return get_int(root, file, key, out, allow_zero, false);
+}
+accel_status accel__config_get_real(json_t *root, const char *file, const char *key, double *out) {
+    return get_real(root, file, key, out);
+}
+accel_status accel__config_get_bool(json_t *root, const char *file, const char *key, bool *out) {
+    return get_bool(root, file, key, out);
+}
+accel_status accel__config_get_dtype(json_t *root, const char *file, const char *key, accel_dtype *out) {
+    return get_dtype(root, file, key, out);
+}

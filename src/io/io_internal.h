@@ -63,6 +63,14 @@ json_t *accel__json_parse(const char *name, const char *text, size_t len);
 /* Writes json.dumps(j, indent=2, sort_keys=True) + "\n" atomically. */
 accel_status accel__json_save_file(const char *path, const json_t *j);
 
+/* config.json keys (hf_config.c): absent or null keeps *out; a wrong type or
+ * range is ACCEL_ERR_FORMAT naming file and key. get_int: a positive (or,
+ * with allow_zero, non-negative) integer; get_dtype: a float dtype name. */
+accel_status accel__config_get_int(json_t *root, const char *file, const char *key, int64_t *out, bool allow_zero);
+accel_status accel__config_get_real(json_t *root, const char *file, const char *key, double *out);
+accel_status accel__config_get_bool(json_t *root, const char *file, const char *key, bool *out);
+accel_status accel__config_get_dtype(json_t *root, const char *file, const char *key, accel_dtype *out);
+
 /* "dir/name" in accel_malloc'd memory (dir "" -> name). */
 char *accel__path_join(const char *dir, const char *name);
 bool accel__is_dir(const char *path);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "nn_internal.h"
 
 /* One family's module ops: its class names over the shared forwards. */
 #define ARCH_OPS(P)                                                        \
@@ -88,6 +89,7 @@ const char *accel_module_decoder_layer_class(const accel_module *m) {
     for (; m; m = m->parent) {
         const accel__arch *a = accel__arch_of_module(m);
         if (a) return a->layer.type_name;
+        if (accel__bert_layer_class(m)) return accel__bert_layer_class(m); /* the encoder's block */
     }
     return NULL;
 }

@@ -340,7 +340,7 @@ accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn 
 
 accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable) {
     if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_set_gradient_checkpointing: module is NULL");
-    if (accel__decoder_checkpoint_layers(m, enable)) return ACCEL_OK;
+    if (accel__decoder_checkpoint_layers(m, enable) || accel__bert_checkpoint_layers(m, enable)) return ACCEL_OK;
     if (!m->ops->forward)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "accel_module_set_gradient_checkpointing: %s has no single-tensor forward to "

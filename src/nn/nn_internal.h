@@ -35,4 +35,11 @@ accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn 
  * Qwen2Model, ...: true), else does nothing (false). */
 bool accel__decoder_checkpoint_layers(accel_module *m, bool enable);
 
+/* "BertLayer" when m is a BERT model's root, BertModel or layer (bert.c),
+ * else NULL: accel_module_decoder_layer_class's answer for BERT. */
+const char *accel__bert_layer_class(const accel_module *m);
+/* Sets gradient checkpointing on every BertLayer when m is a BERT root or its
+ * BertModel (true), else does nothing (false). */
+bool accel__bert_checkpoint_layers(accel_module *m, bool enable);
+
 #endif

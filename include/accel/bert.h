@@ -1,0 +1,109 @@
+/*
+ * accel/bert.h — BERT (config.json model_type "bert"): transformers' BertModel,
+ * a bidirectional encoder, and BertForSequenceClassification on top of it.
+ *
+ *     BertForSequenceClassification
+ *       bert (BertModel)
+ *         embeddings: word_embeddings, position_embeddings, token_type_embeddings, LayerNorm
+ *         encoder.layer.N (BertLayer): attention.self.{query,key,value},
+ *             attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}
+ *         pooler.dense
+ *       classifier
+ *
+ * Names, state_dict order, init and numerics are transformers': absolute
+ * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
+ * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
+ * attention probabilities, classifier) while the module is training.
+ * accel_module_set_gradient_checkpointing on the root (or its "bert")
+ * checkpoints every BertLayer (the recompute draws the same dropout masks);
+ * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
+ * A config field that changes the model and accel does not implement is
+ * refused naming it (position_embedding_type other than "absolute",
+ * is_decoder, add_cross_attention, problem_type other than
+ * single_label_classification, ...).
+ *
+ * Ownership: accel_bert_new returns a module freed by accel_module_free.
+ */
+#ifndef ACCEL_BERT_H
+#define ACCEL_BERT_H
+
+#include "core.h"
+#include "nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel_bert_config {
+    int64_t vocab_size;
+    int64_t hidden_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;      /* head_dim = hidden_size / heads */
+    int64_t intermediate_size;
+    int64_t max_position_embeddings;
+    int64_t type_vocab_size;
+    int64_t num_labels;               /* classifier outputs (>= 2: single-label classification) */
+    int64_t pad_token_id;             /* its word embedding row starts at zero; -1: none */
+    double layer_norm_eps;
+    double initializer_range;
+    double hidden_dropout_prob;
+    double attention_probs_dropout_prob;
+    double classifier_dropout;        /* < 0: hidden_dropout_prob (config null) */
+    bool gelu_tanh;                   /* hidden_act "gelu_new"/"gelu_pytorch_tanh"; else "gelu" (erf) */
+    accel_dtype torch_dtype;
+} accel_bert_config;
+
+/* transformers' BertConfig defaults (bert-base: vocab 30522, hidden 768, 12
+ * layers, 12 heads), num_labels 2. */
+accel_bert_config accel_bert_config_default(void);
+/* ACCEL_OK when accel_bert_new can build cfg (sizes positive, hidden a
+ * multiple of heads, dropouts in [0, 1), weights' bytes within int64), else
+ * ACCEL_ERR_INVALID_ARG with a message starting with who. */
+accel_status accel_bert_config_check(const accel_bert_config *cfg, const char *who);
+/* config.json (a file or a directory holding one) of model_type "bert". */
+accel_status accel_bert_config_load(const char *path_or_dir, accel_bert_config *out);
+/* Writes config.json (into a directory, created, or to a *.json path) as
+ * transformers writes a BertForSequenceClassification's. */
+accel_status accel_bert_config_save(const char *dir_or_path, const accel_bert_config *cfg);
+
+/* BertForSequenceClassification, weights initialised as transformers does
+ * (normal(0, initializer_range), biases 0, LayerNorm 1/0, the pad row 0) from
+ * the default generator; inside init_empty_weights on meta. */
+accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev);
+/* The config of a model built by accel_bert_new (the root or its "bert"). */
+const accel_bert_config *accel_bert_config_of(const accel_module *m);
+
+/* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings);
+ * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
+ * 0 = padding) or NULL (all 1). m: the root or its "bert" child. Returns the
+ * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
+ * output [B, C]. */
+accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                accel_tensor *attention_mask, accel_tensor **pooled);
+/* BertForSequenceClassification: logits [B, num_labels] (f32 unless autocast). */
+accel_tensor *accel_bert_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask);
+/* Mean cross-entropy of the logits against labels [B] (i64/i32), as
+ * transformers' single_label_classification; *logits (when not NULL) gets
+ * the logits. */
+accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                              accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits);
+
+/* save_pretrained: config.json + model.safetensors (sharded with an index
+ * past max_shard_bytes; <= 0: 5 GB), loadable by transformers'
+ * BertForSequenceClassification.from_pretrained. */
+accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes);
+/* from_pretrained: dir's config.json, then the weights of its safetensors
+ * (model.safetensors or the shards of model.safetensors.index.json) when it
+ * has them, by name (a bare BertModel's names, without "bert.", too). A
+ * weight of the model the checkpoint lacks keeps its initialisation only
+ * when it is the pooler's or the classifier's (a pre-trained encoder gets a
+ * new head, as transformers does, and says so on stderr); any other missing
+ * weight is an error naming it. dir without weights: a randomly initialised
+ * model of its config. */
+accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_BERT_H */

@@ -1,0 +1,102 @@
+/* src/bigmodel/bert_pretrained.c — save_pretrained / from_pretrained for
+ * BERT (accel/bert.h), in the layout transformers reads and writes
+ * (config.json + safetensors, sharded with an index past max_shard_bytes). */
+#include <stdio.h>
+#include <string.h>
+
+#include "accel/bert.h"
+#include "accel/io.h"
+
+#define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
+
+accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
+    if (!m || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: NULL argument");
+    const accel_bert_config *c0 = accel_bert_config_of(m);
+    if (!c0 || strcmp(m->ops->type_name, "BertForSequenceClassification") != 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
+                               "BertForSequenceClassification built by accel_bert_new");
+    accel_bert_config cfg = *c0;
+    accel_state_dict *sd = accel_module_state_dict(m);
+    if (!sd) return accel_last_status();
+    const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
+    accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
+    accel_status st = names && ts ? ACCEL_OK : accel_last_status();
+    for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        if (e->t->device.type == ACCEL_DEV_META)
+            st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
+                                 "loaded); save needs every weight materialised", e->name);
+        if (accel_dtype_is_float(e->t->dtype)) cfg.torch_dtype = e->t->dtype;
+        names[i] = e->name;
+        ts[i] = e->t;
+    }
+    if (st == ACCEL_OK)
+        st = accel_save_sharded(dir, sd->n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
+    if (st == ACCEL_OK) st = accel_bert_config_save(dir, &cfg);
+    accel_free(names);
+    accel_free(ts);
+    accel_state_dict_free(sd);
+    return st;
+}
+
+/* Whether dir holds weights transformers would load: model.safetensors or a sharded index. */
+static bool has_weights(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    FILE *f = fopen(p, "rb");
+    if (!f) {
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+        f = fopen(p, "rb");
+    }
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* A weight the checkpoint may lack: the task head a pre-trained encoder has
+ * not been trained with (transformers initialises it and warns). */
+static bool is_head(const char *name) {
+    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11);
+}
+
+/* Every weight of m by name from ck ("bert.X" also as "X", a bare
+ * BertModel's checkpoint). */
+static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const char *dir) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    if (!sd) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    int new_head = 0;
+    for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
+        const char *name = sd->entries[i].name;
+        if (accel_checkpoint_shard_of(ck, name) < 0 && !strncmp(name, "bert.", 5) &&
+            accel_checkpoint_shard_of(ck, name + 5) >= 0)
+            name += 5;
+        if (accel_checkpoint_shard_of(ck, name) >= 0) st = accel_checkpoint_load_into(ck, name, sd->entries[i].t);
+        else if (is_head(name)) new_head++;
+        else
+            st = accel_set_error(ACCEL_ERR_FORMAT, "accel_bert_from_pretrained: %s has no weight %s", dir, name);
+    }
+    if (st == ACCEL_OK && new_head)
+        fprintf(stderr, "accel: %s has no pooler or classifier weights (%d tensors): they are newly initialised; "
+                "train the model before using its predictions\n", dir, new_head);
+    accel_state_dict_free(sd);
+    return st;
+}
+
+accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
+    if (!dir) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained: dir is NULL");
+        return NULL;
+    }
+    accel_bert_config cfg;
+    if (accel_bert_config_load(dir, &cfg) != ACCEL_OK) return NULL;
+    accel_module *m = accel_bert_new(&cfg, dev);
+    if (!m || !has_weights(dir)) return m;
+    accel_checkpoint *ck = accel_checkpoint_open(dir);
+    if (!ck || load_weights(m, ck, dir) != ACCEL_OK) {
+        accel_checkpoint_close(ck);
+        accel_module_free(m);
+        return NULL;
+    }
+    accel_checkpoint_close(ck);
+    return m;
+}

@@ -1,0 +1,449 @@
+/* BERT (accel/bert.h): transformers' BertModel and
+ * BertForSequenceClassification, with its module tree, names, init and
+ * forward. A bidirectional encoder: attention over explicit scores with an
+ * additive padding mask (no causal mask), post-LN blocks. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "accel/bert.h"
+#include "nn_internal.h"
+
+accel_bert_config accel_bert_config_default(void) {
+    accel_bert_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 30522;
+    c.hidden_size = 768;
+    c.num_hidden_layers = 12;
+    c.num_attention_heads = 12;
+    c.intermediate_size = 3072;
+    c.max_position_embeddings = 512;
+    c.type_vocab_size = 2;
+    c.num_labels = 2;
+    c.pad_token_id = 0;
+    c.layer_norm_eps = 1e-12;
+    c.initializer_range = 0.02;
+    c.hidden_dropout_prob = 0.1;
+    c.attention_probs_dropout_prob = 0.1;
+    c.classifier_dropout = -1;
+    c.torch_dtype = ACCEL_F32;
+    return c;
+}
+
+/* Elements of all the weights, or -1 when that overflows int64 (the sizes
+ * come from a file). */
+static int64_t weight_elems(const accel_bert_config *c) {
+    int64_t C = c->hidden_size, I = c->intermediate_size, rows, emb, layer, t, head, total;
+    bool of = __builtin_add_overflow(c->vocab_size, c->max_position_embeddings, &rows) ||
+              __builtin_add_overflow(rows, c->type_vocab_size, &rows) || __builtin_add_overflow(rows, 2, &rows) ||
+              __builtin_mul_overflow(rows, C, &emb) ||
+              /* q, k, v, o with biases; two LayerNorms; the MLP's two linears */
+              __builtin_add_overflow(C, 1, &t) || __builtin_mul_overflow(t, C, &t) ||
+              __builtin_mul_overflow(t, 4, &layer) || __builtin_add_overflow(layer, 4 * C, &layer) ||
+              __builtin_mul_overflow(C, I, &t) || __builtin_mul_overflow(t, 2, &t) ||
+              __builtin_add_overflow(layer, t, &layer) || __builtin_add_overflow(layer, I + C, &layer) ||
+              __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
+              __builtin_add_overflow(total, emb, &total) ||
+              __builtin_add_overflow(C, 1, &t) || __builtin_add_overflow(C, c->num_labels, &head) ||
+              __builtin_mul_overflow(t, head, &head) || __builtin_add_overflow(total, head, &total) ||
+              __builtin_mul_overflow(total, (int64_t)accel_dtype_size(c->torch_dtype), &t);
+    return of ? -1 : total;
+}
+
+static bool is_prob(double p) { return p >= 0 && p < 1; }
+
+accel_status accel_bert_config_check(const accel_bert_config *c, const char *who) {
+    if (!who) who = "accel_bert_config_check";
+    if (!c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: config is NULL", who);
+    const char *bad = NULL;
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->num_hidden_layers < 0 || c->num_attention_heads <= 0 ||
+        c->intermediate_size <= 0 || c->max_position_embeddings <= 0 || c->type_vocab_size <= 0)
+        bad = "sizes must be positive";
+    else if (c->hidden_size % c->num_attention_heads)
+        bad = "hidden_size must be a multiple of num_attention_heads";
+    else if (c->num_labels < 2)
+        bad = "num_labels must be at least 2 (single-label classification)";
+    else if (c->pad_token_id < -1 || c->pad_token_id >= c->vocab_size)
+        bad = "pad_token_id must be -1 (none) or below vocab_size";
+    else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
+             !isfinite(c->initializer_range))
+        bad = "layer_norm_eps must be > 0 and initializer_range >= 0 (finite)";
+    else if (!is_prob(c->hidden_dropout_prob) || !is_prob(c->attention_probs_dropout_prob) ||
+             !(c->classifier_dropout < 1) || isnan(c->classifier_dropout))
+        bad = "dropout probabilities must be in [0, 1) (classifier_dropout < 0: hidden_dropout_prob)";
+    else if (!accel_dtype_is_float(c->torch_dtype))
+        bad = "torch_dtype must be a float dtype";
+    else if (c->num_hidden_layers > ACCEL_LLAMA_MAX_LAYERS)
+        bad = "num_hidden_layers is over accel's limit of 65536";
+    else if (weight_elems(c) < 0)
+        bad = "the weights would take more than 2^63 bytes";
+    if (bad)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: %s (vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
+                               "labels %lld)", who, bad, (long long)c->vocab_size, (long long)c->hidden_size,
+                               (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
+                               (long long)c->intermediate_size, (long long)c->num_labels);
+    return ACCEL_OK;
+}
+
+/* ---- the module tree */
+
+static accel_tensor *root_forward(accel_module *m, accel_tensor *ids);
+static accel_tensor *model_forward(accel_module *m, accel_tensor *ids);
+/* BertModel's impl is the root's config (borrowed). */
+static void borrowed_impl(accel_module *m) { (void)m; }
+
+static const accel_module_ops ROOT_OPS = {"BertForSequenceClassification", root_forward, NULL};
+static const accel_module_ops MODEL_OPS = {"BertModel", model_forward, borrowed_impl};
+static const accel_module_ops EMB_OPS = {"BertEmbeddings", NULL, NULL};
+static const accel_module_ops ENCODER_OPS = {"BertEncoder", NULL, NULL};
+static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
+static const accel_module_ops LAYER_OPS = {"BertLayer", NULL, NULL};
+static const accel_module_ops ATTN_OPS = {"BertAttention", NULL, NULL};
+static const accel_module_ops SELF_OPS = {"BertSelfAttention", NULL, NULL};
+static const accel_module_ops SELF_OUT_OPS = {"BertSelfOutput", NULL, NULL};
+static const accel_module_ops INTER_OPS = {"BertIntermediate", NULL, NULL};
+static const accel_module_ops OUT_OPS = {"BertOutput", NULL, NULL};
+static const accel_module_ops POOLER_OPS = {"BertPooler", NULL, NULL};
+
+/* Child indices, fixed by construction order (transformers' order). */
+enum { ROOT_BERT = 0, ROOT_CLASSIFIER = 1 };
+enum { MODEL_EMB = 0, MODEL_ENCODER = 1, MODEL_POOLER = 2 };
+enum { EMB_WORD = 0, EMB_POS = 1, EMB_TYPE = 2, EMB_NORM = 3 };
+enum { LAYER_ATTN = 0, LAYER_INTER = 1, LAYER_OUT = 2 };
+enum { ATTN_SELF = 0, ATTN_OUT = 1 };
+enum { SELF_Q = 0, SELF_K = 1, SELF_V = 2 };
+enum { OUT_DENSE = 0, OUT_NORM = 1 }; /* BertSelfOutput and BertOutput */
+
+static accel_module *add(accel_module *parent, const char *name, accel_module *child) {
+    return parent ? accel_module_add_child(parent, name, child) : (accel_module_free(child), NULL);
+}
+
+static accel_module *linear(const accel_bert_config *c, int64_t in, int64_t out, accel_device dev) {
+    return accel__linear_create(in, out, true, dev, c->torch_dtype, c->initializer_range);
+}
+
+/* LayerNorm: weight 1, bias 0 (accel_layer_norm_new's). */
+static accel_module *layer_norm(const accel_bert_config *c, accel_device dev) {
+    return accel_layer_norm_new(c->hidden_size, c->layer_norm_eps, true, dev, c->torch_dtype);
+}
+
+/* BertSelfOutput / BertOutput: dense(in -> C) and LayerNorm. */
+static accel_module *dense_norm(const accel_module_ops *ops, const accel_bert_config *c, int64_t in,
+                                accel_device dev) {
+    accel_module *m = accel_module_new(ops, NULL);
+    if (!add(m, "dense", linear(c, in, c->hidden_size, dev)) || !add(m, "LayerNorm", layer_norm(c, dev))) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static accel_module *new_layer(const accel_bert_config *c, accel_device dev) {
+    int64_t C = c->hidden_size;
+    accel_module *layer = accel_module_new(&LAYER_OPS, NULL);
+    accel_module *attn = add(layer, "attention", accel_module_new(&ATTN_OPS, NULL));
+    accel_module *self = add(attn, "self", accel_module_new(&SELF_OPS, NULL));
+    accel_module *inter = self && add(self, "query", linear(c, C, C, dev)) && add(self, "key", linear(c, C, C, dev)) &&
+                                  add(self, "value", linear(c, C, C, dev)) &&
+                                  add(attn, "output", dense_norm(&SELF_OUT_OPS, c, C, dev))
+                              ? add(layer, "intermediate", accel_module_new(&INTER_OPS, NULL))
+                              : NULL;
+    if (!inter || !add(inter, "dense", linear(c, C, c->intermediate_size, dev)) ||
+        !add(layer, "output", dense_norm(&OUT_OPS, c, c->intermediate_size, dev))) {
+        accel_module_free(layer);
+        return NULL;
+    }
+    return layer;
+}
+
+static accel_module *embedding(const accel_bert_config *c, int64_t n, accel_device dev) {
+    return accel__embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range);
+}
+
+/* BertModel over the root's config c. */
+static accel_module *new_model(accel_bert_config *c, accel_device dev) {
+    accel_module *model = accel_module_new(&MODEL_OPS, c);
+    accel_module *emb = add(model, "embeddings", accel_module_new(&EMB_OPS, NULL));
+    accel_module *word = add(emb, "word_embeddings", embedding(c, c->vocab_size, dev));
+    bool ok = word && add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, dev)) &&
+              add(emb, "token_type_embeddings", embedding(c, c->type_vocab_size, dev)) &&
+              add(emb, "LayerNorm", layer_norm(c, dev));
+    /* nn.Embedding(padding_idx=pad_token_id): that row starts at zero */
+    accel_tensor *w = word ? accel__module_tensor(word, "weight") : NULL;
+    if (ok && c->pad_token_id >= 0 && w->data) {
+        int64_t C = c->hidden_size;
+        accel_tensor *row = accel_view_raw(w, 2, (int64_t[]){1, C}, w->stride, c->pad_token_id * C);
+        ok = row && accel_zero_(row) == ACCEL_OK;
+    }
+    accel_module *encoder = ok ? add(model, "encoder", accel_module_new(&ENCODER_OPS, NULL)) : NULL;
+    accel_module *layers = add(encoder, "layer", accel_module_new(&LIST_OPS, NULL));
+    ok = layers != NULL;
+    for (int64_t i = 0; ok && i < c->num_hidden_layers; i++) {
+        char name[24];
+        snprintf(name, sizeof name, "%lld", (long long)i);
+        ok = add(layers, name, new_layer(c, dev)) != NULL;
+    }
+    accel_module *pooler = ok ? add(model, "pooler", accel_module_new(&POOLER_OPS, NULL)) : NULL;
+    if (!pooler || !add(pooler, "dense", linear(c, c->hidden_size, c->hidden_size, dev))) {
+        accel_module_free(model);
+        return NULL;
+    }
+    return model;
+}
+
+accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
+    if (accel_bert_config_check(cfg, "accel_bert_new")) return NULL;
+    accel_bert_config *c = accel_malloc(sizeof *c);
+    if (!c) return NULL;
+    *c = *cfg;
+    accel_module *root = accel_module_new(&ROOT_OPS, c);
+    if (!root) {
+        accel_free(c);
+        return NULL;
+    }
+    if (!add(root, "bert", new_model(c, dev)) ||
+        !add(root, "classifier", linear(c, c->hidden_size, c->num_labels, dev))) {
+        accel_module_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+const char *accel__bert_layer_class(const accel_module *m) {
+    return m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
+}
+
+const accel_bert_config *accel_bert_config_of(const accel_module *m) {
+    if (m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS)) return m->impl;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertForSequenceClassification or its "
+                    "BertModel built by accel_bert_new (%s)", m ? m->ops->type_name : "NULL");
+    return NULL;
+}
+
+/* ---- forward */
+
+/* What every block of one forward needs. */
+typedef struct fwd {
+    const accel_bert_config *c;
+    accel_tensor *mask; /* [B, 1, 1, T] f32, 0 or the lowest float; NULL: no padding */
+} fwd;
+
+static bool check_ids(const char *fn, const char *arg, accel_tensor *t, const accel_tensor *like) {
+    if (!accel_tensor_check(t, fn, arg)) return false;
+    char b[64];
+    if (t->ndim != 2 || (t->dtype != ACCEL_I64 && t->dtype != ACCEL_I32) ||
+        (like && (t->shape[0] != like->shape[0] || t->shape[1] != like->shape[1]))) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: %s must be [B, T] int64/int32%s, got %s %s", fn, arg,
+                        like ? " like ids" : "", accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
+        return false;
+    }
+    return true;
+}
+
+/* attention_mask [B, T] of 0/1 -> the additive [B, 1, 1, T] mask of
+ * transformers' eager attention (the dtype's lowest value where 0); NULL
+ * with no error when every position is a token. */
+static accel_status padding_mask(accel_tensor *am, accel_device dev, accel_tensor **out) {
+    *out = NULL;
+    if (!am) return ACCEL_OK;
+    int64_t B = am->shape[0], T = am->shape[1];
+    int64_t *v = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *v, 64);
+    float *m = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *m, 64);
+    if (!v || !m || accel_to_int64s(am, v) != ACCEL_OK) return accel_last_status();
+    bool any = false;
+    for (int64_t i = 0; i < B * T; i++) {
+        if (v[i] != 0 && v[i] != 1)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert: attention_mask[%lld][%lld] is %lld: it must "
+                                   "be 1 (token) or 0 (padding)", (long long)(i / T), (long long)(i % T),
+                                   (long long)v[i]);
+        m[i] = v[i] ? 0.0f : -FLT_MAX;
+        any |= !v[i];
+    }
+    if (!any) return ACCEL_OK;
+    accel_tensor *t = accel_from_data(ACCEL_F32, 4, (int64_t[]){B, 1, 1, T}, m);
+    *out = t ? accel_to_device(t, dev) : NULL;
+    return *out ? ACCEL_OK : accel_last_status();
+}
+
+static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
+                                        const accel_bert_config *c) {
+    accel_module **p = emb->children;
+    accel_device dev = accel__module_tensor(p[EMB_POS], "weight")->device;
+    int64_t B = ids->shape[0], T = ids->shape[1];
+    if (!tt) {
+        tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
+        if (!tt || accel_zero_(tt) != ACCEL_OK) return NULL;
+    }
+    accel_tensor *pos = accel_to_device(accel_arange(ACCEL_I64, 0, T), dev); /* [T] */
+    accel_tensor *h = accel_add(accel_module_call(p[EMB_WORD], ids), accel_module_call(p[EMB_TYPE], tt));
+    h = accel_add(h, pos ? accel_module_call(p[EMB_POS], pos) : NULL); /* [B, T, C] + [T, C] */
+    h = accel_module_call(p[EMB_NORM], h);
+    return accel_dropout(h, c->hidden_dropout_prob, emb->training, NULL);
+}
+
+/* x [B, T, C] -> [B, H, T, D]. */
+static accel_tensor *heads(accel_tensor *x, int64_t H) {
+    if (!x) return NULL;
+    int64_t shape[4] = {x->shape[0], x->shape[1], H, x->shape[2] / H};
+    return accel_transpose(accel_reshape(x, 4, shape), 1, 2);
+}
+
+/* BertSelfOutput / BertOutput: LayerNorm(dropout(dense(h)) + residual). */
+static accel_tensor *dense_norm_forward(accel_module *m, accel_tensor *h, accel_tensor *residual,
+                                        const accel_bert_config *c) {
+    accel_tensor *y = accel_dropout(accel_module_call(m->children[OUT_DENSE], h), c->hidden_dropout_prob,
+                                    m->training, NULL);
+    return accel_module_call(m->children[OUT_NORM], accel_add(y, residual));
+}
+
+static accel_tensor *attention_forward(accel_module *attn, accel_tensor *x, const fwd *f) {
+    const accel_bert_config *c = f->c;
+    accel_module *self = attn->children[ATTN_SELF];
+    accel_module **p = self->children;
+    int64_t H = c->num_attention_heads, D = c->hidden_size / H;
+    accel_tensor *q = heads(accel_module_call(p[SELF_Q], x), H), *k = heads(accel_module_call(p[SELF_K], x), H),
+                 *v = heads(accel_module_call(p[SELF_V], x), H);
+    if (!q || !k || !v) return NULL;
+    /* scores [B, H, T, T]: every query sees every key but the padding */
+    accel_tensor *s = accel_mul_scalar(accel_matmul(q, accel_transpose(k, 2, 3)), 1.0 / sqrt((double)D));
+    if (f->mask) s = accel_add(s, f->mask);
+    accel_tensor *probs = accel_dropout(accel_softmax(s, 3), c->attention_probs_dropout_prob, self->training, NULL);
+    accel_tensor *o = accel_matmul(probs, v); /* [B, H, T, D] */
+    if (!o) return NULL;
+    o = accel_reshape(accel_transpose(o, 1, 2), 3, (int64_t[]){x->shape[0], x->shape[1], c->hidden_size});
+    return dense_norm_forward(attn->children[ATTN_OUT], o, x, c);
+}
+
+static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, const fwd *f) {
+    accel_module **p = layer->children;
+    accel_tensor *a = attention_forward(p[LAYER_ATTN], x, f);
+    accel_tensor *i = accel_module_call(p[LAYER_INTER]->children[0], a); /* intermediate.dense */
+    i = accel_gelu(i, f->c->gelu_tanh);
+    return dense_norm_forward(p[LAYER_OUT], i, a, f->c);
+}
+
+/* A layer's run for accel__module_run; in the step arena, as the recompute
+ * of a checkpointed layer reads it during backward. */
+typedef struct layer_run {
+    accel_module *layer;
+    const fwd *f;
+} layer_run;
+
+static accel_tensor *run_layer(void *ctx, accel_tensor *x) {
+    const layer_run *r = ctx;
+    return layer_body(r->layer, x, r->f);
+}
+
+/* A layer inside its hooks (ZeRO-3's gather, a dispatch's weights), under
+ * activation checkpointing when it is set. */
+static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const fwd *f) {
+    layer_run *r = accel_arena_alloc(accel_step_arena(), sizeof *r, 8);
+    if (!r || accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
+    *r = (layer_run){layer, f};
+    accel_tensor *y = x ? accel__module_run(layer, run_layer, r, x) : NULL;
+    return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
+}
+
+bool accel__bert_checkpoint_layers(accel_module *m, bool enable) {
+    if (!m || (m->ops != &ROOT_OPS && m->ops != &MODEL_OPS)) return false;
+    if (m->ops == &ROOT_OPS) m = m->children[ROOT_BERT];
+    accel_module *layers = m->children[MODEL_ENCODER]->children[0];
+    for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
+    return true;
+}
+
+static accel_module *bert_model_of(accel_module *m, const char *fn) {
+    if (m && m->ops == &ROOT_OPS) return m->children[ROOT_BERT];
+    if (m && m->ops == &MODEL_OPS) return m;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: not a model built by accel_bert_new (%s)", fn,
+                    m ? m->ops->type_name : "NULL");
+    return NULL;
+}
+
+/* BertModel inside its hooks: the hidden states [B, T, C], the pooler's output. */
+static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
+                            accel_tensor **pooled, const char *fn) {
+    const accel_bert_config *c = model->impl;
+    if (!check_ids(fn, "ids", ids, NULL) || (tt && !check_ids(fn, "token_type_ids", tt, ids)) ||
+        (am && !check_ids(fn, "attention_mask", am, ids)))
+        return NULL;
+    if (ids->shape[1] > c->max_position_embeddings) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: %lld positions, more than max_position_embeddings (%lld)", fn,
+                        (long long)ids->shape[1], (long long)c->max_position_embeddings);
+        return NULL;
+    }
+    accel_module **p = model->children;
+    fwd *f = accel_arena_alloc(accel_step_arena(), sizeof *f, 8); /* read by checkpointed layers' recompute */
+    if (!f) return NULL;
+    *f = (fwd){.c = c};
+    if (padding_mask(am, accel__module_tensor(p[MODEL_POOLER]->children[0], "weight")->device, &f->mask))
+        return NULL;
+    accel_tensor *h = ids;
+    if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
+    h = h ? embeddings_forward(p[MODEL_EMB], h, tt, c) : NULL;
+    accel_module *layers = p[MODEL_ENCODER]->children[0];
+    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
+    if (h && pooled) {
+        /* tanh(dense(h[:, 0])): the [CLS] position */
+        accel_tensor *first = accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1);
+        *pooled = accel_tanh(accel_module_call(p[MODEL_POOLER]->children[0], first));
+        if (!*pooled) h = NULL;
+    }
+    return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
+}
+
+accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                accel_tensor *attention_mask, accel_tensor **pooled) {
+    if (pooled) *pooled = NULL;
+    accel_module *model = bert_model_of(m, "accel_bert_encode");
+    return model ? encode(model, ids, token_type_ids, attention_mask, pooled, "accel_bert_encode") : NULL;
+}
+
+static accel_tensor *classify(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
+                              const char *fn) {
+    if (!m || m->ops != &ROOT_OPS) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: not a BertForSequenceClassification built by accel_bert_new (%s)",
+                        fn, m ? m->ops->type_name : "NULL");
+        return NULL;
+    }
+    const accel_bert_config *c = m->impl;
+    /* The root's hooks run too: the Accelerator's autocast, a dispatch's return to the ids' device. */
+    accel_tensor *x = ids;
+    if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
+    accel_tensor *pooled = NULL;
+    accel_tensor *y = x && encode(m->children[ROOT_BERT], x, tt, am, &pooled, fn) ? pooled : NULL;
+    double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+    if (y) y = accel_module_call(m->children[ROOT_CLASSIFIER], accel_dropout(y, p, m->training, NULL));
+    return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
+}
+
+accel_tensor *accel_bert_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask) {
+    return classify(m, ids, token_type_ids, attention_mask, "accel_bert_classify");
+}
+
+accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                              accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
+    if (logits) *logits = NULL;
+    if (!accel_tensor_check(labels, "accel_bert_loss", "labels")) return NULL;
+    if (labels->ndim != 1 || (labels->dtype != ACCEL_I64 && labels->dtype != ACCEL_I32) ||
+        (ids && labels->shape[0] != ids->shape[0])) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_bert_loss: labels must be [B] int64/int32 (B of ids), got %s %s",
+                        accel_dtype_name(labels->dtype), accel_shape_str(labels, b, sizeof b));
+        return NULL;
+    }
+    accel_tensor *y = classify(m, ids, token_type_ids, attention_mask, "accel_bert_loss");
+    if (logits) *logits = y;
+    /* transformers' single_label_classification: CrossEntropyLoss (mean; -100 ignored) */
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
+static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
+    return classify(m, ids, NULL, NULL, "BertForSequenceClassification");
+}
+
+static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
+    return encode(m, ids, NULL, NULL, NULL, "BertModel");
+}

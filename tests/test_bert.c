@@ -1,0 +1,358 @@
+/* BERT (accel/bert.h) against transformers, on tools/gen_hf_bert_fixtures.py's
+ * tiny BertForSequenceClassification (tests/data/hf_bert_cls): a batch with
+ * padding (attention_mask) and two segments (token_type_ids). Hidden states,
+ * pooler output and logits within 1e-5; the cross-entropy loss and every
+ * parameter's gradient within 1e-5 relative; the module tree's names and
+ * types are transformers' (BertLayer its block class); save_pretrained loads back to the same logits (set
+ * ACCEL_BERT_SAVED=DIR to keep that directory for
+ * `tools/gen_hf_bert_fixtures.py --check-saved DIR`, transformers' side); a
+ * bare BertModel checkpoint (no "bert." prefix, no head) loads its encoder;
+ * gradient checkpointing gives the same gradients; dropout acts only while
+ * training; config fields accel does not implement
+ * are refused naming the field. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/bert.h"
+#include "nn_fixture.h"
+
+#define DIR "data/hf_bert_cls"
+
+static char g_tmp[64];
+
+static accel_safetensors *open_expected(void) {
+    accel_safetensors *st = accel_safetensors_open(DIR "/expected.safetensors");
+    CHECK_MSG(st != NULL, "%s", accel_last_error());
+    return st;
+}
+
+typedef struct batch {
+    accel_tensor *ids, *tt, *mask, *labels;
+} batch;
+
+static batch load_batch(accel_safetensors *st) {
+    batch b = {accel_safetensors_tensor(st, "ids", -1), accel_safetensors_tensor(st, "token_type_ids", -1),
+               accel_safetensors_tensor(st, "attention_mask", -1), accel_safetensors_tensor(st, "labels", -1)};
+    CHECK(b.ids && b.tt && b.mask && b.labels);
+    return b;
+}
+
+static void free_batch(batch *b) {
+    accel_tensor_free(b->ids);
+    accel_tensor_free(b->tt);
+    accel_tensor_free(b->mask);
+    accel_tensor_free(b->labels);
+}
+
+static void check_logits(accel_module *m, accel_safetensors *st, const batch *b, const char *what) {
+    accel_tensor *y = accel_bert_classify(m, b->ids, b->tt, b->mask);
+    CHECK_MSG(y != NULL, "%s: %s", what, accel_last_error());
+    if (y) check_tensor_close(st, "logits", y, 0, 1e-5);
+    accel_step_reset();
+}
+
+static void test_forward_and_gradients(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (!m || !st) return;
+    CHECK(!strcmp(m->ops->type_name, "BertForSequenceClassification"));
+    CHECK(!strcmp(accel_module_find(m, "bert")->ops->type_name, "BertModel"));
+    CHECK(!strcmp(accel_module_find(m, "bert.encoder.layer.1")->ops->type_name, "BertLayer"));
+    CHECK(!strcmp(accel_module_find(m, "bert.encoder.layer.0.attention.self")->ops->type_name, "BertSelfAttention"));
+    CHECK(accel_bert_config_of(accel_module_find(m, "bert")) == accel_bert_config_of(m));
+    /* the block class of FSDP's default wrap and ZeRO-3's units, from any module of the model */
+    const char *const in_model[] = {"", "bert.pooler.dense", "bert.encoder.layer.0.attention.self.query", "classifier"};
+    for (int i = 0; i < 4; i++) {
+        const char *cls = accel_module_decoder_layer_class(accel_module_find(m, in_model[i]));
+        CHECK_MSG(cls && !strcmp(cls, "BertLayer"), "%s: %s", in_model[i], cls ? cls : "NULL");
+    }
+    CHECK(accel_bert_config_of(m)->num_labels == 3);
+    accel_module_train(m, false); /* transformers' eval(): no dropout */
+    batch b = load_batch(st);
+    accel_tensor *pooled = NULL;
+    accel_tensor *h = accel_bert_encode(m, b.ids, b.tt, b.mask, &pooled);
+    CHECK_MSG(h && pooled, "%s", accel_last_error());
+    check_tensor_close(st, "hidden", h, 0, 1e-5);
+    check_tensor_close(st, "pooled", pooled, 0, 1e-5);
+    accel_step_reset();
+    check_logits(m, st, &b, "from_pretrained");
+    /* the same batch without its mask gives other logits: the padding is masked */
+    accel_tensor *unmasked = accel_bert_classify(m, b.ids, b.tt, NULL);
+    float got[9], want[9];
+    accel_tensor *w = accel_safetensors_tensor(st, "logits", ACCEL_F32);
+    CHECK(unmasked && w && accel_to_floats(unmasked, got) == ACCEL_OK && accel_to_floats(w, want) == ACCEL_OK);
+    CHECK_MSG(fabsf(got[8] - want[8]) > 1e-4, "padding changed nothing (%g vs %g)", got[8], want[8]);
+    accel_tensor_free(w);
+    accel_step_reset();
+
+    accel_tensor *logits = NULL;
+    accel_tensor *loss = accel_bert_loss(m, b.ids, b.tt, b.mask, b.labels, &logits);
+    CHECK_MSG(loss && logits, "%s", accel_last_error());
+    if (loss) {
+        check_tensor_close(st, "loss", loss, 1e-5, 0);
+        CHECK_MSG(accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+        accel_state_dict *sd = accel_module_state_dict(m);
+        CHECK(sd->n == 5 + 16 * 2 + 2 + 2); /* embeddings and LayerNorm, 16 a layer, pooler, classifier */
+        for (int i = 0; i < sd->n; i++) {
+            char g[200];
+            snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
+            check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
+        }
+        accel_state_dict_free(sd);
+    }
+    accel_step_reset();
+    free_batch(&b);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* The loss's gradients of m (training or not) after seeding the default generator. */
+static float *grads_of(accel_module *m, const batch *b, bool training, int64_t *n_out) {
+    accel_module_train(m, training);
+    accel_manual_seed(7);
+    accel_tensor *loss = accel_bert_loss(m, b->ids, b->tt, b->mask, b->labels, NULL);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    accel_tensor **ps = NULL;
+    int n = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
+    float *g = accel_malloc((size_t)total * sizeof *g);
+    for (int i = 0, off = 0; i < n && g; off += (int)accel_numel(ps[i]), i++) {
+        CHECK(ps[i]->grad != NULL);
+        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + off);
+        accel_zero_(ps[i]->grad);
+    }
+    accel_free(ps);
+    accel_step_reset();
+    *n_out = total;
+    return g;
+}
+
+/* Gradient checkpointing on the root sets every BertLayer: the fixture's
+ * gradients, and bit-identical gradients in training mode (the recompute
+ * draws the same dropout masks). */
+static void test_gradient_checkpointing(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    if (!m || !st) return;
+    batch b = load_batch(st);
+    int64_t n = 0, n2 = 0;
+    float *plain = grads_of(m, &b, true, &n);
+    CHECK(accel_module_set_gradient_checkpointing(m, true) == ACCEL_OK);
+    CHECK(accel_module_find(m, "bert.encoder.layer.0")->gradient_checkpointing &&
+          accel_module_find(m, "bert.encoder.layer.1")->gradient_checkpointing);
+    float *ckpt = grads_of(m, &b, true, &n2);
+    CHECK(plain && ckpt && n == n2 && memcmp(plain, ckpt, (size_t)n * sizeof *plain) == 0);
+    accel_module_train(m, false);
+    accel_tensor *loss = accel_bert_loss(m, b.ids, b.tt, b.mask, b.labels, NULL);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(m);
+    for (int i = 0; i < sd->n; i++) {
+        char g[200];
+        snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
+        check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
+    }
+    accel_state_dict_free(sd);
+    accel_step_reset();
+    /* a BertLayer alone has no single-tensor forward to recompute */
+    CHECK(accel_module_set_gradient_checkpointing(accel_module_find(m, "bert.encoder.layer.0"), true) != ACCEL_OK);
+    accel_free(plain);
+    accel_free(ckpt);
+    free_batch(&b);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* save_pretrained, then from_pretrained of what it wrote: the same logits. */
+static void test_save_round_trip(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m && st, "%s", accel_last_error());
+    if (!m || !st) return;
+    const char *keep = getenv("ACCEL_BERT_SAVED");
+    char out[160];
+    snprintf(out, sizeof out, "%s", keep && *keep ? keep : g_tmp);
+    if (!(keep && *keep)) strncat(out, "/saved", sizeof out - strlen(out) - 1);
+    CHECK_MSG(accel_bert_save_pretrained(m, out, 0) == ACCEL_OK, "%s", accel_last_error());
+    accel_module *back = accel_bert_from_pretrained(out, ACCEL_CPU_DEVICE);
+    CHECK_MSG(back != NULL, "%s", accel_last_error());
+    batch b = load_batch(st);
+    if (back) {
+        accel_module_train(back, false);
+        check_logits(back, st, &b, "saved");
+        accel_bert_config c;
+        CHECK(accel_bert_config_load(out, &c) == ACCEL_OK);
+        CHECK(c.num_labels == 3 && c.hidden_size == 32 && c.layer_norm_eps == 1e-12 && c.classifier_dropout < 0);
+    }
+    /* sharded: one shard per tensor past a tiny limit, and back */
+    char sharded[200];
+    snprintf(sharded, sizeof sharded, "%s/sharded", g_tmp);
+    CHECK_MSG(accel_bert_save_pretrained(m, sharded, 4096) == ACCEL_OK, "%s", accel_last_error());
+    accel_module *back2 = accel_bert_from_pretrained(sharded, ACCEL_CPU_DEVICE);
+    CHECK_MSG(back2 != NULL, "%s", accel_last_error());
+    if (back2) {
+        accel_module_train(back2, false);
+        check_logits(back2, st, &b, "sharded");
+    }
+    free_batch(&b);
+    accel_module_free(back2);
+    accel_module_free(back);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* A bare BertModel checkpoint (names without "bert.", no pooler or
+ * classifier): its encoder loads, the head is new. */
+static void test_bare_encoder_checkpoint(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    if (!m || !st) return;
+    char dir[160], path[200];
+    snprintf(dir, sizeof dir, "%s/bare", g_tmp);
+    CHECK(accel_bert_config_save(dir, accel_bert_config_of(m)) == ACCEL_OK);
+    accel_state_dict *sd = accel_module_state_dict(m);
+    const char *names[64];
+    accel_tensor *ts[64];
+    int n = 0;
+    for (int i = 0; i < sd->n && n < 64; i++)
+        if (strncmp(sd->entries[i].name, "bert.pooler", 11) && strncmp(sd->entries[i].name, "classifier", 10)) {
+            names[n] = sd->entries[i].name + 5;
+            ts[n++] = sd->entries[i].t;
+        }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_MSG(accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK, "%s", accel_last_error());
+    accel_module *enc = accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+    CHECK_MSG(enc != NULL, "%s", accel_last_error());
+    batch b = load_batch(st);
+    if (enc) {
+        accel_module_train(enc, false);
+        accel_tensor *h = accel_bert_encode(enc, b.ids, b.tt, b.mask, NULL);
+        CHECK_MSG(h != NULL, "%s", accel_last_error());
+        check_tensor_close(st, "hidden", h, 0, 1e-5);
+        accel_step_reset();
+    }
+    /* a checkpoint missing an encoder weight is refused naming it */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(accel_safetensors_save(path, n - 1, names + 1, ts + 1, 0, NULL) == ACCEL_OK);
+    accel_module *bad = accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+    CHECK(bad == NULL && strstr(accel_last_error(), "embeddings.word_embeddings.weight"));
+    accel_module_free(bad);
+    free_batch(&b);
+    accel_state_dict_free(sd);
+    accel_module_free(enc);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* Dropout only while training: two training forwards differ, eval matches the fixture. */
+static void test_dropout_in_training_only(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    if (!m || !st) return;
+    batch b = load_batch(st);
+    float y1[9], y2[9];
+    accel_tensor *a = accel_bert_classify(m, b.ids, b.tt, b.mask); /* training: the default */
+    accel_tensor *c = accel_bert_classify(m, b.ids, b.tt, b.mask);
+    CHECK(a && c && accel_to_floats(a, y1) == ACCEL_OK && accel_to_floats(c, y2) == ACCEL_OK);
+    CHECK(memcmp(y1, y2, sizeof y1) != 0);
+    accel_step_reset();
+    accel_module_train(m, false);
+    check_logits(m, st, &b, "eval");
+    free_batch(&b);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+static void test_bad_inputs(void) {
+    accel_bert_config c = accel_bert_config_default();
+    c.vocab_size = 16;
+    c.hidden_size = 8;
+    c.num_attention_heads = 2;
+    c.intermediate_size = 8;
+    c.num_hidden_layers = 1;
+    c.max_position_embeddings = 4;
+    accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (!m) return;
+    accel_tensor *ids = accel_from_data(ACCEL_I64, 2, (int64_t[]){1, 3}, (int64_t[]){2, 5, 3});
+    accel_tensor *mask = accel_from_data(ACCEL_I64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 2, 0});
+    CHECK(accel_bert_classify(m, ids, NULL, mask) == NULL && strstr(accel_last_error(), "attention_mask[0][1] is 2"));
+    accel_tensor *tt = accel_from_data(ACCEL_I64, 2, (int64_t[]){1, 2}, (int64_t[]){0, 1});
+    CHECK(accel_bert_classify(m, ids, tt, NULL) == NULL && strstr(accel_last_error(), "token_type_ids"));
+    accel_tensor *tt_bad = accel_from_data(ACCEL_I64, 2, (int64_t[]){1, 3}, (int64_t[]){0, 1, 2});
+    CHECK(accel_bert_classify(m, ids, tt_bad, NULL) == NULL); /* type 2 of type_vocab_size 2 */
+    accel_tensor *longer = accel_zeros(ACCEL_I64, ACCEL_SHAPE(1, 5));
+    CHECK(accel_bert_classify(m, longer, NULL, NULL) == NULL && strstr(accel_last_error(), "max_position_embeddings"));
+    accel_tensor *labels = accel_from_data(ACCEL_I64, 1, (int64_t[]){2}, (int64_t[]){0, 1});
+    CHECK(accel_bert_loss(m, ids, NULL, NULL, labels, NULL) == NULL && strstr(accel_last_error(), "labels"));
+    CHECK(accel_bert_classify(accel_module_find(m, "bert"), ids, NULL, NULL) == NULL);
+    accel_step_reset();
+    accel_module_free(m);
+    c.num_labels = 1;
+    CHECK(accel_bert_new(&c, ACCEL_CPU_DEVICE) == NULL && strstr(accel_last_error(), "num_labels"));
+    accel_module *lin = accel_linear_new(2, 2, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel_bert_config_of(lin) == NULL);
+    CHECK(accel_bert_save_pretrained(lin, g_tmp, 0) != ACCEL_OK);
+    accel_module_free(lin);
+}
+
+/* config.json fields that change the model and accel does not implement. */
+static void test_refused_config_fields(void) {
+    static const struct {
+        const char *extra, *named;
+    } CASES[] = {
+        {"\"position_embedding_type\": \"relative_key\"", "position_embedding_type"},
+        {"\"is_decoder\": true", "is_decoder"},
+        {"\"add_cross_attention\": true", "add_cross_attention"},
+        {"\"problem_type\": \"regression\"", "problem_type"},
+        {"\"problem_type\": \"multi_label_classification\"", "problem_type"},
+        {"\"id2label\": {\"0\": \"score\"}", "num_labels"},
+        {"\"hidden_act\": \"relu\"", "hidden_act"},
+        {"\"pruned_heads\": {\"0\": [1]}", "pruned_heads"},
+        {"\"hidden_size\": 30", "multiple of num_attention_heads"},
+        {"\"pad_token_id\": 64", "pad_token_id"},
+    };
+    char path[200];
+    snprintf(path, sizeof path, "%s/config.json", g_tmp);
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"model_type\": \"bert\", \"vocab_size\": 64, \"num_attention_heads\": 4, "
+                   "%s}\n", CASES[i].extra);
+        fclose(f);
+        accel_bert_config c;
+        CHECK(accel_bert_config_load(path, &c) != ACCEL_OK);
+        CHECK_MSG(strstr(accel_last_error(), CASES[i].named) != NULL, "%s: %s", CASES[i].extra, accel_last_error());
+    }
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"model_type\": \"llama\"}\n");
+    fclose(f);
+    accel_bert_config c;
+    CHECK(accel_bert_config_load(path, &c) != ACCEL_OK && strstr(accel_last_error(), "\"llama\", not \"bert\""));
+    /* the fields a 4.x config carries at their implemented values load */
+    f = fopen(path, "w");
+    fprintf(f, "{\"model_type\": \"bert\", \"position_embedding_type\": \"absolute\", \"is_decoder\": false, "
+               "\"hidden_act\": \"gelu_new\", \"classifier_dropout\": 0.2, \"pad_token_id\": null, "
+               "\"torch_dtype\": \"float32\"}\n");
+    fclose(f);
+    CHECK_MSG(accel_bert_config_load(path, &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.gelu_tanh && c.classifier_dropout == 0.2 && c.pad_token_id == -1 && c.hidden_size == 768 &&
+          c.num_labels == 2);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_bert_XXXXXX");
+    CHECK(mkdtemp(g_tmp) != NULL);
+    RUN(test_forward_and_gradients);
+    RUN(test_gradient_checkpointing);
+    RUN(test_save_round_trip);
+    RUN(test_bare_encoder_checkpoint);
+    RUN(test_dropout_in_training_only);
+    RUN(test_bad_inputs);
+    RUN(test_refused_config_fields);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    CHECK(system(cmd) == 0);
+    return check_summary();
+}

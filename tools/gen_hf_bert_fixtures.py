@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""A tiny random BertForSequenceClassification written by transformers, with
+transformers' outputs, for tests/test_bert.c; and the config of the tiny BERT
+that examples/nlp_example.c trains in its test.
+
+    python3 tools/gen_hf_bert_fixtures.py [OUT_DIR]     # default tests/data
+    python3 tools/gen_hf_bert_fixtures.py --check-saved DIR
+
+--check-saved loads DIR (written by accel's save_pretrained from
+tests/data/hf_bert_cls) with transformers' AutoModelForSequenceClassification
+and compares its logits with the fixture's; exit status 0 when within 1e-5.
+
+Writes only these (never the other fixtures' bytes):
+OUT_DIR/hf_bert_cls/ (save_pretrained: config.json + model.safetensors) and
+expected.safetensors:
+    ids            [3, 12] i64  input ids
+    token_type_ids [3, 12] i64  0 for the first segment, 1 for the second
+    attention_mask [3, 12] i64  rows padded by 0, 4 and 7 positions
+    labels         [3]     i64
+    hidden         [3, 12, 32] f32  bert(...).last_hidden_state
+    pooled         [3, 32] f32      bert(...).pooler_output
+    logits         [3, 3]  f32
+    loss           []      f32  model(..., labels=labels).loss (cross-entropy)
+    g.<param>             f32  that loss's gradient of every parameter
+The model runs in eval mode (dropout off), with eager attention. Weights are
+random with a large std (0.15; LayerNorm weights 1 + 0.1 N(0, 1), biases
+0.1 N(0, 1)) so that every term shows in the outputs.
+OUT_DIR/hf_bert_nlp/config.json: the tiny BERT of the nlp_example test (the
+vocabulary of tests/data/tokenizers/bert, 2 labels).
+"""
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
+
+CLS = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+           max_position_embeddings=32, type_vocab_size=2, num_labels=3, layer_norm_eps=1e-12)
+NLP = dict(vocab_size=1200, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+           max_position_embeddings=64, type_vocab_size=2, num_labels=2)
+
+
+def build(seed):
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(BertConfig(**CLS, attn_implementation="eager")).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "LayerNorm.bias" in name:
+                p.copy_(0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    return model
+
+
+def inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, CLS["vocab_size"], (3, 12), generator=g)
+    tt = torch.zeros(3, 12, dtype=torch.long)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    for row, (split, pad) in enumerate([(6, 0), (5, 4), (3, 7)]):
+        tt[row, split:12 - pad] = 1
+        if pad:
+            mask[row, 12 - pad:] = 0
+            ids[row, 12 - pad:] = 0
+    labels = torch.tensor([2, 0, 1])
+    return {"ids": ids, "token_type_ids": tt, "attention_mask": mask, "labels": labels}
+
+
+def expected(model, seed):
+    out = inputs(seed)
+    kw = dict(input_ids=out["ids"], token_type_ids=out["token_type_ids"], attention_mask=out["attention_mask"])
+    with torch.no_grad():
+        base = model.bert(**kw)
+        out["hidden"] = base.last_hidden_state
+        out["pooled"] = base.pooler_output
+        out["logits"] = model(**kw).logits
+    model.zero_grad()
+    loss = model(**kw, labels=out["labels"]).loss
+    loss.backward()
+    out["loss"] = loss.detach()
+    for name, p in model.named_parameters():
+        out["g." + name] = p.grad.detach()
+    return {k: t.contiguous() for k, t in out.items()}
+
+
+def check_saved(path):
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "hf_bert_cls")
+    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    e = load_file(os.path.join(data, "expected.safetensors"))
+    with torch.no_grad():
+        y = model(input_ids=e["ids"], token_type_ids=e["token_type_ids"], attention_mask=e["attention_mask"]).logits
+    err = float((y - e["logits"]).abs().max())
+    print(f"{path}: {type(model).__name__} max |logits - fixture| = {err:.3g}")
+    if not err <= 1e-5:
+        sys.exit(1)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
+        check_saved(sys.argv[2])
+        return
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    d = os.path.join(out_dir, "hf_bert_cls")
+    os.makedirs(d, exist_ok=True)
+    model = build(1234)
+    model.save_pretrained(d, safe_serialization=True)
+    save_file(expected(model, 99), os.path.join(d, "expected.safetensors"))
+    nlp = os.path.join(out_dir, "hf_bert_nlp")
+    BertConfig(**NLP).save_pretrained(nlp)
+    for x in (d, nlp):
+        print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")
+
+
+if __name__ == "__main__":
+    main()
