@@ -11,23 +11,7 @@
 
 #define ACCEL__MAX_PREPARED 8
 
-/* A bucket: a contiguous range [lo, hi) of one flat gradient buffer, filled by
- * n_params parameters. */
-typedef struct accel__bucket {
-    int buffer;            /* dtype index into fp->buffers */
-    int64_t lo, hi;
-    int n_params, pending;
-    bool launched;
-    accel_work *work;
-    accel_status launch_st; /* its all-reduce was not issued (work NULL): why, until wait_all */
-    char launch_msg[512];
-} accel__bucket;
-
-/* Leaf lookup: parameter tensor -> bucket, sorted by pointer. */
-typedef struct accel__leaf {
-    const accel_tensor *t;
-    int bucket;
-} accel__leaf;
+typedef struct accel__strategy accel__strategy; /* strategy.h */
 
 /* A ZeRO wrap unit: a range [lo, lo + world * shard) of the flat f32 buffer
  * whose piece [lo + rank * shard, + shard) this rank owns, stored at zoff of
@@ -51,22 +35,19 @@ typedef struct accel__unit {
     int pending;           /* leaves whose gradient this backward has not finished */
 } accel__unit;
 
+/* A prepared model (model.c). */
 typedef struct accel__model {
     accel_module *m;
     accel_flat_params *fp;
-    void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
-    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
-    int n_buckets;
-    accel__bucket *buckets;
-    int n_leaves;
-    accel__leaf *leaves;
-    int next_launch;       /* buckets launch in index order on every rank */
+    const accel__strategy *strat; /* the accelerator's, chosen at accel_accelerator_new */
     bool no_sync;          /* inside no_sync */
     bool ddp;              /* world > 1 */
-    accel_dtype autocast_prev;
+    /* Gradient buffers the local ranks share (ddp.c; DDP and ZeRO-1/2 on > 1 process) */
+    void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
+    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
+    struct accel__ddp *ddps; /* DDP's buckets (private to ddp.c), NULL on one process or unbucketed */
     /* ZeRO (zero.c): the f32 flat buffer is padded to a multiple of 16 x world
      * and split evenly; this rank owns [zlo, zhi) of it (stages 1-2). */
-    int zero_stage;        /* 0, 1, 2 or 3 */
     int64_t zlo, zhi;
     int n_units;
     accel__unit *units;
@@ -182,7 +163,7 @@ struct accel_accelerator {
 
     int64_t save_iteration; /* save_state calls in this run */
 
-    int zero_stage;         /* 0 (DDP), 1, 2 or 3 */
+    const accel__strategy *strat; /* DDP, ZeRO-1, -2 or -3 (strategy.h), from the config's stage */
     /* The ranks ZeRO shards over: every rank, or under HYBRID_SHARD(_ZERO2)
      * the ranks of this machine; replica_pg (NULL unless hybrid on several
      * machines) holds this rank's counterparts on the other machines, whose
@@ -196,17 +177,26 @@ struct accel_accelerator {
     struct accel__tracking *tracking; /* trackers and registered state (tracking.c) */
 };
 
-/* ddp.c */
+/* lookup.c */
 /* True (and the error set, naming fn) when a public entry point got acc == NULL. */
 bool accel__acc_null(const accel_accelerator *acc, const char *fn);
-/* The dtype the model's forward autocasts to: bf16 (also under fp8), f16, or
- * f32 (none). state.c */
+/* The dtype the model's forward autocasts to: bf16 (also under fp8, as
+ * Accelerate's native_amp with bf16), f16, or f32 (none). */
 accel_dtype accel__acc_autocast_dtype(const accel_accelerator *acc);
-accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm);
-void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
-void accel__ddp_begin_backward(accel_accelerator *acc);
-accel_status accel__ddp_end_backward(accel_accelerator *acc);
+/* Whether this backward synchronises pm's gradients (> 1 process, not in
+ * no_sync, at the end of an accumulation or under sync_each_batch). */
 bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm);
+/* The data loader whose epoch is running (the last prepared one), or NULL. */
+accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);
+accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
+
+/* model.c: prepare a model (fp8's conversion, flatten, rank 0's weights, the
+ * autocast hook, its strategy's layout and start) and release it; the
+ * backward's strategy calls for every prepared model (grad_ready among them). */
+accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm);
+void accel__model_release(accel_accelerator *acc, accel__model *pm);
+void accel__backward_begin(accel_accelerator *acc);
+accel_status accel__backward_end(accel_accelerator *acc);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {
@@ -225,25 +215,9 @@ accel_status accel__offload_check_device(const accel_accelerator *acc);
 /* shard_pg / replica_pg (collective: hybrid splits the group into machines). */
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid);
 void accel__zero_groups_free(accel_accelerator *acc);
-/* Shard bounds and the stage-2 gradient shard of a freshly flattened model. */
-accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm);
-/* Frees what zero_model_prepare made; under stage 3 the full parameters come
- * back into the flat buffer first (collective). */
-void accel__zero_model_release(accel_accelerator *acc, accel__model *pm);
-accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
-/* Gives optimizer i back its per-tensor segments with the consolidated state
- * (collective). */
-void accel__zero_release(accel_accelerator *acc, int i);
-/* Drops optimizer i's shard bookkeeping without touching the optimizer (it is being freed). */
-void accel__zero_forget(accel_accelerator *acc, int i);
 /* Hybrid sharding: a piece of the gradient shard, averaged in place with the
  * same piece on the other machines (collective over replica_pg; no-op without). */
 accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n);
-/* Stage 2: reduce-scatter (AVG) of the f32 gradients into zgrad, all-reduce of the rest. */
-accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm);
-/* After the shard step: every rank's updated shard to everyone (in place). */
-accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm);
-void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm);
 /* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
  * (accel_free each) back the tensors. Returns the count or -1. */
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
@@ -375,10 +349,6 @@ accel_status accel__staged_all_gather(accel_pg *pg, const accel_tensor *send, ac
  * the flat buffer memory `base` (b->params or b->grads, device pointers of
  * b->device); returns h. */
 accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n);
-
-/* The data loader whose epoch is running (the last prepared one), or NULL. */
-accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);
-accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
 
 /* tracking.c: attach (in accel_accelerator_new: log_with, the logger's
  * process group) and detach (first thing in accel_accelerator_free: trackers

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "strategy.h"
 #include "core/str_to_bool.h"
 #include "io/io_internal.h"
 
@@ -228,7 +229,7 @@ static accel_status read_offload(const accel_accelerator_opts *o, const offload_
 accel_status accel__offload_check_device(const accel_accelerator *acc) {
     const accel__offload_cfg *c = &acc->offload;
     char dev[32];
-    if (c->fsdp_params && acc->zero_stage == 0 && accel__needs_staging(acc->device))
+    if (c->fsdp_params && !acc->strat->shards && accel__needs_staging(acc->device))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true with NO_SHARD on %s: accel "
                                "offloads the sharded strategies' state; use SHARD_GRAD_OP",
                                accel_device_str(acc->device, dev, sizeof dev));
