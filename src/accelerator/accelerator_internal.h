@@ -8,6 +8,7 @@
 #include "ops/fp8_linear.h"
 #include "data/data_internal.h"
 #include "optim/optim_internal.h"
+#include "mesh.h"
 
 #define ACCEL__MAX_PREPARED 8
 
@@ -164,10 +165,13 @@ struct accel_accelerator {
     int64_t save_iteration; /* save_state calls in this run */
 
     const accel__strategy *strat; /* DDP, ZeRO-1, -2 or -3 (strategy.h), from the config's stage */
-    /* The ranks ZeRO shards over: every rank, or under HYBRID_SHARD(_ZERO2)
-     * the ranks of this machine; replica_pg (NULL unless hybrid on several
-     * machines) holds this rank's counterparts on the other machines, whose
-     * shards equal this one's (gradients averaged across it). */
+    /* The ranks laid out over dp_replicate x dp_shard (mesh.h). ZeRO shards
+     * over dp_shard (shard_pg: every rank, or under HYBRID_SHARD(_ZERO2) the
+     * ranks of this machine); replica_pg, the dp_replicate group (NULL unless
+     * hybrid on several machines), holds this rank's counterparts on the
+     * other machines, whose shards equal this one's (gradients averaged
+     * across it). Both belong to the mesh. */
+    accel__mesh mesh;
     accel_pg *shard_pg, *replica_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
