@@ -239,56 +239,23 @@ accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local
 accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
                                     float *const local[2], double step);
 
-/* zero3.c: ZeRO-3 / FSDP FULL_SHARD */
-/* Lays the flat f32 buffer out unit by unit (each page-aligned, padded to
- * 16 x world) in reserved memory whose pages can be dropped. */
-accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm);
-/* After rank 0's weights reached every rank: keeps this rank's pieces, drops
- * the full parameters, hooks the unit modules (after any autocast hook). */
-accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm);
-/* Gathers every unit back (collective), unhooks, returns a plain flat buffer. */
-void accel__zero3_release(accel_accelerator *acc, accel__model *pm);
-void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm);
-/* True when leaf belongs to pm (its unit's gradient may then start reducing). */
-bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
-/* Reduce-scatters what is left, adds every unit's piece into zgrad, drops the full buffers. */
-accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm);
-/* After the shard step: every unit released, so the next forward gathers the new weights. */
-accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
-/* Unit u's full parameters into the module's tensors (collective), and
- * their pages given back (the persistent unit keeps them). For checkpoints. */
-accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u);
-accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u);
-
 /* zero3_checkpoint.c: checkpoints of stage-3 models (docs/accelerator.md
  * "Checkpoints under ZeRO-3"). The save/load functions are collective: every
  * rank calls them, in the same order, even after a local failure (`failed`:
  * the rank only joins the collectives). */
-/* save_state's model i: SHARDED_STATE_DICT (every rank its shard, rank 0 the
- * index) into dir/pytorch_model_fsdp_<i>/, else FULL_STATE_DICT
- * dir/model[_<i>].safetensors gathered unit by unit. */
-accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed);
 /* True when optimizer i (re-targeted to a stage-3 model) saves SHARDED_STATE_DICT. */
 bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i);
 /* save_state's optimizer i under SHARDED_STATE_DICT: dir/optimizer_<i>/
  * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT the
  * consolidated optimizer[_<i>].safetensors is written as under stage 2. */
 accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed);
-/* load_state: whichever format dir holds, onto this world size (resharding
- * when it differs). Local reads, no collective. The optimizer's *found is
+/* load_state's optimizer i: whichever format dir holds, onto this world
+ * size (resharding when it differs). Local reads, no collective. *found is
  * false (and nothing done) when dir holds no optimizer_<i>/: the
  * consolidated file is then loaded as under stage 2. */
-accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir);
 accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
 /* An error naming what to do when dir holds model i sharded (a model that is not stage 3 is loading it). */
 accel_status accel__zero3_refuse_sharded(const char *dir, int i);
-/* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
- * shards + index) written by rank 0, gathered one unit at a time. */
-/* The dtype ZeRO-3's save_model writes the f32 weights in (bf16/fp16 with
- * stage3_gather_16bit_weights_on_model_save under that mixed precision). */
-accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc);
-accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
-                                     int64_t max_shard_bytes, bool failed);
 /* accel merge-weights: true when dir is a SHARDED_STATE_DICT model directory
  * or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
  * writes that model whole (Hugging Face names, tied aliases included) into

@@ -32,6 +32,7 @@
 
 #include "accel/io.h"
 #include "accelerator_internal.h"
+#include "zero3.h"
 #include "strategy.h"
 #include "core/core_internal.h"
 #include "io/io_internal.h"

@@ -2,6 +2,7 @@
  * layout, gathers and reductions, zero.c's sharded optimizer, and
  * zero3_checkpoint.c's sharded and gathered checkpoints. */
 #include "accelerator_internal.h"
+#include "zero3.h"
 #include "strategy.h"
 
 static accel_status zero3_layout(accel_accelerator *acc, accel__model *pm) {
