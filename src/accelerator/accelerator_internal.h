@@ -8,26 +8,11 @@
 #include "ops/fp8_linear.h"
 #include "data/data_internal.h"
 #include "optim/optim_internal.h"
+#include "mesh.h"
 
 #define ACCEL__MAX_PREPARED 8
 
-/* A bucket: a contiguous range [lo, hi) of one flat gradient buffer, filled by
- * n_params parameters. */
-typedef struct accel__bucket {
-    int buffer;            /* dtype index into fp->buffers */
-    int64_t lo, hi;
-    int n_params, pending;
-    bool launched;
-    accel_work *work;
-    accel_status launch_st; /* its all-reduce was not issued (work NULL): why, until wait_all */
-    char launch_msg[512];
-} accel__bucket;
-
-/* Leaf lookup: parameter tensor -> bucket, sorted by pointer. */
-typedef struct accel__leaf {
-    const accel_tensor *t;
-    int bucket;
-} accel__leaf;
+typedef struct accel__strategy accel__strategy; /* strategy.h */
 
 /* A ZeRO wrap unit: a range [lo, lo + world * shard) of the flat f32 buffer
  * whose piece [lo + rank * shard, + shard) this rank owns, stored at zoff of
@@ -51,22 +36,19 @@ typedef struct accel__unit {
     int pending;           /* leaves whose gradient this backward has not finished */
 } accel__unit;
 
+/* A prepared model (model.c). */
 typedef struct accel__model {
     accel_module *m;
     accel_flat_params *fp;
-    void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
-    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
-    int n_buckets;
-    accel__bucket *buckets;
-    int n_leaves;
-    accel__leaf *leaves;
-    int next_launch;       /* buckets launch in index order on every rank */
+    const accel__strategy *strat; /* the accelerator's, chosen at accel_accelerator_new */
     bool no_sync;          /* inside no_sync */
     bool ddp;              /* world > 1 */
-    accel_dtype autocast_prev;
+    /* Gradient buffers the local ranks share (ddp.c; DDP and ZeRO-1/2 on > 1 process) */
+    void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
+    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
+    struct accel__ddp *ddps; /* DDP's buckets (private to ddp.c), NULL on one process or unbucketed */
     /* ZeRO (zero.c): the f32 flat buffer is padded to a multiple of 16 x world
      * and split evenly; this rank owns [zlo, zhi) of it (stages 1-2). */
-    int zero_stage;        /* 0, 1, 2 or 3 */
     int64_t zlo, zhi;
     int n_units;
     accel__unit *units;
@@ -182,11 +164,14 @@ struct accel_accelerator {
 
     int64_t save_iteration; /* save_state calls in this run */
 
-    int zero_stage;         /* 0 (DDP), 1, 2 or 3 */
-    /* The ranks ZeRO shards over: every rank, or under HYBRID_SHARD(_ZERO2)
-     * the ranks of this machine; replica_pg (NULL unless hybrid on several
-     * machines) holds this rank's counterparts on the other machines, whose
-     * shards equal this one's (gradients averaged across it). */
+    const accel__strategy *strat; /* DDP, ZeRO-1, -2 or -3 (strategy.h), from the config's stage */
+    /* The ranks laid out over dp_replicate x dp_shard (mesh.h). ZeRO shards
+     * over dp_shard (shard_pg: every rank, or under HYBRID_SHARD(_ZERO2) the
+     * ranks of this machine); replica_pg, the dp_replicate group (NULL unless
+     * hybrid on several machines), holds this rank's counterparts on the
+     * other machines, whose shards equal this one's (gradients averaged
+     * across it). Both belong to the mesh. */
+    accel__mesh mesh;
     accel_pg *shard_pg, *replica_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
@@ -196,17 +181,26 @@ struct accel_accelerator {
     struct accel__tracking *tracking; /* trackers and registered state (tracking.c) */
 };
 
-/* ddp.c */
+/* lookup.c */
 /* True (and the error set, naming fn) when a public entry point got acc == NULL. */
 bool accel__acc_null(const accel_accelerator *acc, const char *fn);
-/* The dtype the model's forward autocasts to: bf16 (also under fp8), f16, or
- * f32 (none). state.c */
+/* The dtype the model's forward autocasts to: bf16 (also under fp8, as
+ * Accelerate's native_amp with bf16), f16, or f32 (none). */
 accel_dtype accel__acc_autocast_dtype(const accel_accelerator *acc);
-accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm);
-void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
-void accel__ddp_begin_backward(accel_accelerator *acc);
-accel_status accel__ddp_end_backward(accel_accelerator *acc);
+/* Whether this backward synchronises pm's gradients (> 1 process, not in
+ * no_sync, at the end of an accumulation or under sync_each_batch). */
 bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm);
+/* The data loader whose epoch is running (the last prepared one), or NULL. */
+accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);
+accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
+
+/* model.c: prepare a model (fp8's conversion, flatten, rank 0's weights, the
+ * autocast hook, its strategy's layout and start) and release it; the
+ * backward's strategy calls for every prepared model (grad_ready among them). */
+accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm);
+void accel__model_release(accel_accelerator *acc, accel__model *pm);
+void accel__backward_begin(accel_accelerator *acc);
+accel_status accel__backward_end(accel_accelerator *acc);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {
@@ -225,25 +219,9 @@ accel_status accel__offload_check_device(const accel_accelerator *acc);
 /* shard_pg / replica_pg (collective: hybrid splits the group into machines). */
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid);
 void accel__zero_groups_free(accel_accelerator *acc);
-/* Shard bounds and the stage-2 gradient shard of a freshly flattened model. */
-accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm);
-/* Frees what zero_model_prepare made; under stage 3 the full parameters come
- * back into the flat buffer first (collective). */
-void accel__zero_model_release(accel_accelerator *acc, accel__model *pm);
-accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
-/* Gives optimizer i back its per-tensor segments with the consolidated state
- * (collective). */
-void accel__zero_release(accel_accelerator *acc, int i);
-/* Drops optimizer i's shard bookkeeping without touching the optimizer (it is being freed). */
-void accel__zero_forget(accel_accelerator *acc, int i);
 /* Hybrid sharding: a piece of the gradient shard, averaged in place with the
  * same piece on the other machines (collective over replica_pg; no-op without). */
 accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n);
-/* Stage 2: reduce-scatter (AVG) of the f32 gradients into zgrad, all-reduce of the rest. */
-accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm);
-/* After the shard step: every rank's updated shard to everyone (in place). */
-accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm);
-void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm);
 /* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
  * (accel_free each) back the tensors. Returns the count or -1. */
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
@@ -261,56 +239,23 @@ accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local
 accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
                                     float *const local[2], double step);
 
-/* zero3.c: ZeRO-3 / FSDP FULL_SHARD */
-/* Lays the flat f32 buffer out unit by unit (each page-aligned, padded to
- * 16 x world) in reserved memory whose pages can be dropped. */
-accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm);
-/* After rank 0's weights reached every rank: keeps this rank's pieces, drops
- * the full parameters, hooks the unit modules (after any autocast hook). */
-accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm);
-/* Gathers every unit back (collective), unhooks, returns a plain flat buffer. */
-void accel__zero3_release(accel_accelerator *acc, accel__model *pm);
-void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm);
-/* True when leaf belongs to pm (its unit's gradient may then start reducing). */
-bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
-/* Reduce-scatters what is left, adds every unit's piece into zgrad, drops the full buffers. */
-accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm);
-/* After the shard step: every unit released, so the next forward gathers the new weights. */
-accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
-/* Unit u's full parameters into the module's tensors (collective), and
- * their pages given back (the persistent unit keeps them). For checkpoints. */
-accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u);
-accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u);
-
 /* zero3_checkpoint.c: checkpoints of stage-3 models (docs/accelerator.md
  * "Checkpoints under ZeRO-3"). The save/load functions are collective: every
  * rank calls them, in the same order, even after a local failure (`failed`:
  * the rank only joins the collectives). */
-/* save_state's model i: SHARDED_STATE_DICT (every rank its shard, rank 0 the
- * index) into dir/pytorch_model_fsdp_<i>/, else FULL_STATE_DICT
- * dir/model[_<i>].safetensors gathered unit by unit. */
-accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed);
 /* True when optimizer i (re-targeted to a stage-3 model) saves SHARDED_STATE_DICT. */
 bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i);
 /* save_state's optimizer i under SHARDED_STATE_DICT: dir/optimizer_<i>/
  * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT the
  * consolidated optimizer[_<i>].safetensors is written as under stage 2. */
 accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed);
-/* load_state: whichever format dir holds, onto this world size (resharding
- * when it differs). Local reads, no collective. The optimizer's *found is
+/* load_state's optimizer i: whichever format dir holds, onto this world
+ * size (resharding when it differs). Local reads, no collective. *found is
  * false (and nothing done) when dir holds no optimizer_<i>/: the
  * consolidated file is then loaded as under stage 2. */
-accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir);
 accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
 /* An error naming what to do when dir holds model i sharded (a model that is not stage 3 is loading it). */
 accel_status accel__zero3_refuse_sharded(const char *dir, int i);
-/* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
- * shards + index) written by rank 0, gathered one unit at a time. */
-/* The dtype ZeRO-3's save_model writes the f32 weights in (bf16/fp16 with
- * stage3_gather_16bit_weights_on_model_save under that mixed precision). */
-accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc);
-accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
-                                     int64_t max_shard_bytes, bool failed);
 /* accel merge-weights: true when dir is a SHARDED_STATE_DICT model directory
  * or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
  * writes that model whole (Hugging Face names, tied aliases included) into
@@ -375,10 +320,6 @@ accel_status accel__staged_all_gather(accel_pg *pg, const accel_tensor *send, ac
  * the flat buffer memory `base` (b->params or b->grads, device pointers of
  * b->device); returns h. */
 accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n);
-
-/* The data loader whose epoch is running (the last prepared one), or NULL. */
-accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);
-accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
 
 /* tracking.c: attach (in accel_accelerator_new: log_with, the logger's
  * process group) and detach (first thing in accel_accelerator_free: trackers

@@ -25,6 +25,7 @@
 
 #include "accel/io.h"
 #include "accelerator_internal.h"
+#include "strategy.h"
 #include "backends/cpu/gemm.h"
 #include "core/core_internal.h"
 #include "io/checkpoint_marker.h"
@@ -571,8 +572,9 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     accel_status s = ACCEL_OK;
     accel_progress *bar = files_bar(acc, "save_state");
     for (int i = 0; i < acc->n_models; i++) {
-        if (acc->models[i].zero_stage == 3) { /* collective: every rank its shards, or its part of the gathers */
-            accel_status s2 = accel__zero3_save_model_state(acc, i, tmp, s != ACCEL_OK);
+        const accel__strategy *strat = acc->models[i].strat;
+        if (strat->save_state) { /* collective: every rank its shards, or its part of the gathers */
+            accel_status s2 = strat->save_state(acc, i, tmp, s != ACCEL_OK);
             if (!s) s = s2;
         } else if (acc->rank == 0 && !s) {
             numbered(path, sizeof path, tmp, "model", i);
@@ -737,7 +739,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     accel_progress *bar = files_bar(acc, "load_state");
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
-        if (acc->models[i].zero_stage == 3) s = accel__zero3_load_model_state(acc, i, dir);
+        if (acc->models[i].strat->load_state) s = acc->models[i].strat->load_state(acc, i, dir);
         else if (!(s = accel__zero3_refuse_sharded(dir, i))) s = load_model_file(path, acc->models[i].m);
         accel_progress_update(bar, 1);
     }

@@ -1,58 +1,39 @@
-/* prepare(model): flat parameters, shared gradient buffers, rank 0's weights,
- * the autocast forward hook, and DDP's bucketed all-reduce overlapping backward. */
+/* The DDP strategy (strategy.h): gradient buffers the local ranks share, and
+ * a bucketed all-reduce overlapping backward. ZeRO-1 takes its backward as
+ * is, ZeRO-2 its shared gradient memory (zero.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "accelerator_internal.h"
 #include "dist/backend.h"
-#include "fp8_scaling.h"
-#include "nn/fp8_modules.h"
-#include "ops/fp8_linear.h"
+#include "strategy.h"
 
-/* ---------------------------------------------------------------- autocast hook */
+/* A bucket: a contiguous range [lo, hi) of one flat gradient buffer, filled by
+ * n_params parameters. */
+typedef struct accel__bucket {
+    int buffer;            /* dtype index into fp->buffers */
+    int64_t lo, hi;
+    int n_params, pending;
+    bool launched;
+    accel_work *work;
+    accel_status launch_st; /* its all-reduce was not issued (work NULL): why, until wait_all */
+    char launch_msg[512];
+} accel__bucket;
 
-typedef struct autocast_ctx {
-    accel_dtype dt, prev;
-    const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
-    accel_pg *pg;                            /* fp8: the amaxes are reduced over it */
-    accel__fp8_state *fp8_state;             /* fp8: the model's metas, and the log of those the forward ran */
-    accel__fp8_log *log_prev;
-    accel__fp8_cache *cache_prev;
-} autocast_ctx;
+/* Leaf lookup: parameter tensor -> bucket, sorted by pointer. */
+typedef struct accel__leaf {
+    const accel_tensor *t;
+    int bucket;
+} accel__leaf;
 
-static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
-    autocast_ctx *c = ctx;
-    c->prev = accel_autocast_begin(c->dt);
-    /* use_autocast_during_eval=False: an eval forward runs bf16 */
-    const bool fp8 = c->fp8 && (m->training || c->fp8->during_eval);
-    c->fp8_prev = accel__fp8_autocast_begin(fp8 ? c->fp8 : NULL);
-    if (fp8) {
-        c->log_prev = accel__fp8_log_begin(&c->fp8_state->forward);
-        c->cache_prev = accel__fp8_cache_begin(&c->fp8_state->cache);
-    }
-    return ACCEL_OK;
-}
-
-/* convert_outputs_to_fp32 */
-static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
-    autocast_ctx *c = ctx;
-    const accel__fp8_recipe *fp8 = accel__fp8_autocast();
-    accel_autocast_end(c->prev);
-    accel__fp8_autocast_end(c->fp8_prev);
-    if (fp8) {
-        accel__fp8_log_end(c->log_prev);
-        accel__fp8_cache_end(c->cache_prev);
-    }
-    /* fp8_autocast's exit: the forward's amaxes reduced over the group, the
-     * scales of the Linears it ran updated */
-    if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, c->fp8_state, ACCEL__FP8_X, 2, *fp8, &c->fp8_state->forward))
-        return accel_last_status();
-    if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
-        *y = accel_to_dtype(*y, ACCEL_F32);
-        if (!*y) return accel_last_status();
-    }
-    return ACCEL_OK;
-}
+/* A model's DDP state (accel__model.ddps): its buckets, made at start on > 1 process. */
+struct accel__ddp {
+    int n_buckets;
+    accel__bucket *buckets;
+    int n_leaves;
+    accel__leaf *leaves;
+    int next_launch;       /* buckets launch in index order on every rank */
+};
 
 /* ---------------------------------------------------------------- buckets */
 
@@ -67,33 +48,35 @@ static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
     accel_flat_params *fp = pm->fp;
     int n_params = 0;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) n_params += fp->buffers[d].n;
-    pm->buckets = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *pm->buckets);
-    pm->leaves = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *pm->leaves);
-    if (!pm->buckets || !pm->leaves) return accel_last_status();
+    struct accel__ddp *z = pm->ddps = accel_calloc(1, sizeof *pm->ddps);
+    if (!z) return accel_last_status();
+    z->buckets = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *z->buckets);
+    z->leaves = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *z->leaves);
+    if (!z->buckets || !z->leaves) return accel_last_status();
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &fp->buffers[d];
         if (!b->n) continue;
         size_t es = accel_dtype_size(b->dtype);
         int i = b->n - 1;
         while (i >= 0) {
-            accel__bucket *bk = &pm->buckets[pm->n_buckets];
+            accel__bucket *bk = &z->buckets[z->n_buckets];
             bk->buffer = d;
             int i_max = i;
             int64_t bytes = 0;
             do {
                 bytes += accel_numel(b->tensors[i]) * (int64_t)es;
-                pm->leaves[pm->n_leaves].t = b->tensors[i];
-                pm->leaves[pm->n_leaves++].bucket = pm->n_buckets;
+                z->leaves[z->n_leaves].t = b->tensors[i];
+                z->leaves[z->n_leaves++].bucket = z->n_buckets;
                 bk->n_params++;
                 i--;
             } while (i >= 0 && bytes < acc->o.bucket_cap_bytes);
             int i_min = i + 1;
             bk->lo = i_min == 0 ? 0 : b->offsets[i_min];
             bk->hi = i_max == b->n - 1 ? b->numel : b->offsets[i_max + 1];
-            pm->n_buckets++;
+            z->n_buckets++;
         }
     }
-    qsort(pm->leaves, (size_t)pm->n_leaves, sizeof *pm->leaves, leaf_cmp);
+    qsort(z->leaves, (size_t)z->n_leaves, sizeof *z->leaves, leaf_cmp);
     return ACCEL_OK;
 }
 
@@ -101,12 +84,13 @@ static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
  * buffer on a device the host cannot address stays there: the shared memory
  * becomes its host staging buffer (see launch and wait_all), unless the
  * group takes the device's memory (nccl on cuda) and the buckets reduce it
- * in place (ZeRO-2's reduce-scatter, zero.c, still reads the host copy). */
-static accel_status share_grads(accel_accelerator *acc, accel__model *pm) {
+ * in place (host_copy: ZeRO-2's reduce-scatter, zero.c, reads the host copy). */
+accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bool host_copy) {
+    if (!pm->ddp) return ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
-        if (accel__needs_staging(b->device) && accel__pg_takes_device(acc->pg, b->device) && pm->zero_stage < 2)
+        if (accel__needs_staging(b->device) && accel__pg_takes_device(acc->pg, b->device) && !host_copy)
             continue;
         size_t es = accel_dtype_size(b->dtype), bytes = (size_t)b->numel * es;
         void *sh = accel_pg_alloc_shared(acc->pg, bytes ? bytes : 1);
@@ -145,75 +129,6 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
     }
 }
 
-accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n) {
-    accel__tensor_header(h, (char *)base + (size_t)off * accel_dtype_size(b->dtype), b->dtype, 1, &n, b->device);
-    return h;
-}
-
-/* Every rank starts from rank 0's parameters and buffers. */
-static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
-    accel_status st = ACCEL_OK;
-    for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
-        accel_flat_buffer *b = &pm->fp->buffers[d];
-        accel_tensor h;
-        if (b->n) st = accel__staged_broadcast(acc->pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
-    }
-    if (st) return st;
-    accel_state_dict *sd = accel_module_state_dict(pm->m);
-    if (!sd) return accel_last_status();
-    for (int i = 0; i < sd->n && !st; i++) {
-        accel_tensor *t = sd->entries[i].t;
-        if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || t->device.type == ACCEL_DEV_META) continue;
-        if (!accel_is_contiguous(t)) {
-            st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare: buffer %s is not contiguous",
-                                 sd->entries[i].name);
-            break;
-        }
-        st = accel__staged_broadcast(acc->pg, t, 0);
-    }
-    accel_state_dict_free(sd);
-    return st;
-}
-
-accel_status accel__ddp_prepare(accel_accelerator *acc, accel__model *pm) {
-    /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
-    static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
-        return accel_last_status();
-    /* ZeRO: pad to 16 x world elements so every shard starts 64-byte aligned. */
-    pm->fp = accel_module_flatten(pm->m, 16, acc->zero_stage ? 16 * (int64_t)acc->world : 1);
-    if (!pm->fp) {
-        accel__ddp_release(acc, pm);
-        return accel_last_status();
-    }
-    pm->ddp = acc->world > 1;
-    accel_status st = acc->zero_stage ? accel__zero_model_prepare(acc, pm) : ACCEL_OK;
-    if (st) {
-        accel__ddp_release(acc, pm);
-        return st;
-    }
-    if (pm->ddp && acc->zero_stage == 3) { /* no shared or bucketed full gradients: zero3.c reduces per unit */
-        st = broadcast_weights(acc, pm);
-    } else if (pm->ddp) {
-        if (!(st = share_grads(acc, pm)) && !(st = broadcast_weights(acc, pm))) st = build_buckets(acc, pm);
-    }
-    if (!st && acc->mp != ACCEL_MP_NO) {
-        autocast_ctx *c = accel_malloc(sizeof *c);
-        if (!c) {
-            st = accel_last_status();
-        } else {
-            *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
-                                .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg,
-                                .fp8_state = pm->fp8};
-            accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
-            accel_module_set_hook(pm->m, &h);
-        }
-    }
-    if (!st && acc->zero_stage == 3) st = accel__zero3_start(acc, pm);
-    if (st) accel__ddp_release(acc, pm);
-    return st;
-}
-
 /* A bucket's gradients as the group reads them: in place on the cpu, else
  * their range of the host staging buffer. */
 static void *bucket_host(const accel__model *pm, const accel__bucket *bk) {
@@ -239,9 +154,10 @@ static bool reduced_on_device(const accel__model *pm, const accel__bucket *bk) {
  * bucket whose all-reduce was never issued included), whose message is the
  * thread's error on return. */
 static void wait_all(accel__model *pm, accel_status *first) {
+    struct accel__ddp *z = pm->ddps;
     char first_msg[1024] = "";
-    for (int i = 0; i < pm->n_buckets; i++) {
-        accel__bucket *bk = &pm->buckets[i];
+    for (int i = 0; z && i < z->n_buckets; i++) {
+        accel__bucket *bk = &z->buckets[i];
         accel_status st = bk->launch_st;
         if (st) {
             accel_set_error(st, "%s", bk->launch_msg);
@@ -263,33 +179,28 @@ static void wait_all(accel__model *pm, accel_status *first) {
     if (first_msg[0]) accel_set_error(*first, "%s", first_msg);
 }
 
+/* On > 1 process: the buckets. */
+accel_status accel__ddp_start(accel_accelerator *acc, accel__model *pm) {
+    return pm->ddp ? build_buckets(acc, pm) : ACCEL_OK;
+}
+
 void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
-    accel__fp8_state_free(pm->fp8);
-    pm->fp8 = NULL;
-    if (!pm->fp) return;
     accel_status ignored = ACCEL_OK;
     wait_all(pm, &ignored);
-    accel__zero_model_release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
-    if (acc->mp != ACCEL_MP_NO) accel_module_set_hook(pm->m, NULL);
     unshare_grads(acc, pm);
-    accel_free(pm->buckets);
-    accel_free(pm->leaves);
-    pm->buckets = NULL;
-    pm->leaves = NULL;
-    pm->n_buckets = pm->n_leaves = 0;
-    accel_flat_params_free(pm->fp);
-    pm->fp = NULL;
+    if (pm->ddps) {
+        accel_free(pm->ddps->buckets);
+        accel_free(pm->ddps->leaves);
+        accel_free(pm->ddps);
+        pm->ddps = NULL;
+    }
 }
 
 /* ---------------------------------------------------------------- backward */
 
-bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm) {
-    return pm->ddp && !pm->no_sync && (acc->sync_gradients || acc->o.sync_each_batch);
-}
-
-/* Bucketed all-reduce during backward (DDP, ZeRO-1); ZeRO-2 reduce-scatters after it. */
+/* The bucketed all-reduce runs in this backward (on > 1 process, gradients not accumulating). */
 static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
-    return accel__model_syncs(acc, pm) && pm->zero_stage < 2;
+    return accel__model_syncs(acc, pm) && pm->ddps;
 }
 
 /* The buffer bucket bk's all-reduce reads: its device memory, which must
@@ -321,74 +232,72 @@ static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) 
     snprintf(bk->launch_msg, sizeof bk->launch_msg,
              "accel ddp: the gradient all-reduce of bucket %d (%s, elements [%lld, %lld)) was not issued on rank %d: "
              "%s",
-             (int)(bk - pm->buckets), accel_dtype_name(h.dtype), (long long)bk->lo, (long long)bk->hi,
+             (int)(bk - pm->ddps->buckets), accel_dtype_name(h.dtype), (long long)bk->lo, (long long)bk->hi,
              accel_pg_rank(acc->pg), accel_last_error());
 }
 
 /* Launches the ready buckets in index order (the same order on every rank). */
 static void launch_ready(accel_accelerator *acc, accel__model *pm, bool all) {
-    while (pm->next_launch < pm->n_buckets &&
-           (all || pm->buckets[pm->next_launch].pending == 0)) {
-        launch(acc, pm, &pm->buckets[pm->next_launch]);
-        pm->next_launch++;
+    struct accel__ddp *z = pm->ddps;
+    while (z->next_launch < z->n_buckets && (all || z->buckets[z->next_launch].pending == 0)) {
+        launch(acc, pm, &z->buckets[z->next_launch]);
+        z->next_launch++;
     }
 }
 
-static void grad_ready(accel_tensor *leaf, void *ctx) {
-    accel_accelerator *acc = ctx;
+bool accel__ddp_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
+    if (!bucketed(acc, pm)) return false;
+    struct accel__ddp *z = pm->ddps;
     accel__leaf key = {leaf, 0};
-    for (int i = 0; i < acc->n_models; i++) {
-        accel__model *pm = &acc->models[i];
-        if (pm->zero_stage == 3 && accel__zero3_grad_ready(acc, pm, leaf)) return;
-        if (!bucketed(acc, pm)) continue;
-        accel__leaf *l = bsearch(&key, pm->leaves, (size_t)pm->n_leaves, sizeof key, leaf_cmp);
-        if (!l) continue;
-        accel__bucket *bk = &pm->buckets[l->bucket];
-        if (bk->pending > 0) bk->pending--;
-        launch_ready(acc, pm, false);
-        return;
-    }
+    accel__leaf *l = bsearch(&key, z->leaves, (size_t)z->n_leaves, sizeof key, leaf_cmp);
+    if (!l) return false;
+    accel__bucket *bk = &z->buckets[l->bucket];
+    if (bk->pending > 0) bk->pending--;
+    launch_ready(acc, pm, false);
+    return true;
 }
 
-void accel__ddp_begin_backward(accel_accelerator *acc) {
-    bool any = false;
-    for (int i = 0; i < acc->n_models; i++) {
-        accel__model *pm = &acc->models[i];
-        if (pm->zero_stage == 3) {
-            accel__zero3_begin_backward(acc, pm);
-            any = true;
-            continue;
-        }
-        if (!bucketed(acc, pm)) continue;
-        any = true;
-        pm->next_launch = 0;
-        for (int k = 0; k < pm->n_buckets; k++) {
-            pm->buckets[k].pending = pm->buckets[k].n_params;
-            pm->buckets[k].launched = false;
-        }
+bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm) {
+    if (!bucketed(acc, pm)) return false;
+    struct accel__ddp *z = pm->ddps;
+    z->next_launch = 0;
+    for (int k = 0; k < z->n_buckets; k++) {
+        z->buckets[k].pending = z->buckets[k].n_params;
+        z->buckets[k].launched = false;
     }
-    if (any) accel_set_grad_ready_hook(grad_ready, acc);
+    return true;
 }
 
-accel_status accel__ddp_end_backward(accel_accelerator *acc) {
-    accel_set_grad_ready_hook(NULL, NULL);
+accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm) {
+    if (!bucketed(acc, pm)) return ACCEL_OK;
     accel_status first = ACCEL_OK;
-    for (int i = 0; i < acc->n_models; i++) {
-        accel__model *pm = &acc->models[i];
-        if (pm->zero_stage == 3) { /* every backward: stage 3 keeps no full gradients between micro-batches */
-            accel_status st = accel__zero3_end_backward(acc, pm);
-            if (st && !first) first = st;
-            continue;
-        }
-        if (!accel__model_syncs(acc, pm)) continue;
-        if (!bucketed(acc, pm)) {
-            accel_status st = accel__zero_reduce(acc, pm);
-            if (st && !first) first = st;
-            continue;
-        }
-        /* Buckets whose parameters got no gradient this pass go last, in order. */
-        launch_ready(acc, pm, true);
-        wait_all(pm, &first);
-    }
+    /* Buckets whose parameters got no gradient this pass go last, in order. */
+    launch_ready(acc, pm, true);
+    wait_all(pm, &first);
     return first;
 }
+
+/* ---------------------------------------------------------------- the strategy */
+
+static accel_status ddp_layout(accel_accelerator *acc, accel__model *pm) {
+    return accel__ddp_share_grads(acc, pm, false);
+}
+
+static accel_status ddp_shard_range(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi) {
+    (void)acc;
+    *lo = 0;
+    *hi = pm->fp->buffers[ACCEL_F32].numel;
+    return ACCEL_OK;
+}
+
+const accel__strategy accel__strategy_ddp = {
+    .name = "ddp",
+    .stage = 0,
+    .layout = ddp_layout,
+    .start = accel__ddp_start,
+    .release = accel__ddp_release,
+    .begin_backward = accel__ddp_begin_backward,
+    .grad_ready = accel__ddp_grad_ready,
+    .end_backward = accel__ddp_end_backward,
+    .shard_range = ddp_shard_range,
+};

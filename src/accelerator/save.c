@@ -9,6 +9,7 @@
 
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
+#include "accelerator/strategy.h"
 #include "accelerator/tracking_internal.h"
 #include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
@@ -200,7 +201,8 @@ static accel_status write_model(accel_module *model, const char *dir, int64_t ma
  * a config or config.json), as transformers' save_pretrained writes it, so
  * the directory loads by itself: torch_dtype is the dtype the weights were
  * written in. */
-static accel_status write_config(accel_accelerator *acc, accel_module *model, bool zero3, const char *dir) {
+static accel_status write_config(accel_accelerator *acc, accel_module *model, const accel__model *pm,
+                                 const char *dir) {
     if (!model->ops || !model->ops->type_name || strcmp(model->ops->type_name, "LlamaForCausalLM")) return ACCEL_OK;
     const accel_llama_config *c = accel_llama_config_of(model);
     if (!c) return accel_last_status();
@@ -210,7 +212,7 @@ static accel_status write_config(accel_accelerator *acc, accel_module *model, bo
     for (int i = 0; i < sd->n; i++)
         if (accel_dtype_is_float(sd->entries[i].t->dtype)) cfg.torch_dtype = sd->entries[i].t->dtype;
     accel_state_dict_free(sd);
-    if (zero3 && cfg.torch_dtype == ACCEL_F32) cfg.torch_dtype = accel__zero3_saved_dtype(acc);
+    if (pm && pm->strat->saved_dtype && cfg.torch_dtype == ACCEL_F32) cfg.torch_dtype = pm->strat->saved_dtype(acc);
     return accel_llama_config_save(dir, &cfg);
 }
 
@@ -232,8 +234,8 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     int64_t max = 0;
     accel_status st = shard_bytes(&o, &max);
     accel__model *pm = accel__find_model(acc, model);
-    bool zero3 = pm && pm->zero_stage == 3;
-    if (!st && zero3 && o.no_safe_serialization)
+    bool gathered = pm && pm->strat->save_model; /* the strategy writes the weights (ZeRO-3 gathers them) */
+    if (!st && gathered && o.no_safe_serialization)
         st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: safe_serialization=False of a "
                                                     "ZeRO-3 model is not written yet: save safetensors");
     /* Crash-safe: written into a hidden sibling (holding links to the files it
@@ -251,13 +253,13 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
                                                "directory, not a file", dir);
         else st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
     }
-    if (zero3) { /* the real weights, gathered unit by unit (collective: every rank joins) */
-        accel_status gathered = accel__zero3_save_model(acc, pm, tmp, max, st != ACCEL_OK);
-        if (!st) st = gathered;
+    if (gathered) { /* the real weights, gathered unit by unit (collective: every rank joins) */
+        accel_status st2 = pm->strat->save_model(acc, pm, tmp, max, st != ACCEL_OK);
+        if (!st) st = st2;
     } else if (!st && acc->rank == 0) {
         st = write_model(model, tmp, max, fmt);
     }
-    if (!st && acc->rank == 0) st = write_config(acc, model, zero3, tmp);
+    if (!st && acc->rank == 0) st = write_config(acc, model, pm, tmp);
     st = accel__ranks_agree(acc, st, "accel_accelerator_save_model");
     if (acc->rank == 0) {
         if (!st) st = accel__staged_commit(tmp, dir, "accel_accelerator_save_model");

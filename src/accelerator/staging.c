@@ -68,3 +68,8 @@ accel_status accel__staged_all_gather(accel_pg *pg, const accel_tensor *send, ac
     if (accel__needs_staging(send->device)) accel__stage_release(send->device, hsend);
     return st;
 }
+accel_tensor *accel__flat_view(accel_tensor *h, const accel_flat_buffer *b, void *base, int64_t off, int64_t n) {
+    accel__tensor_header(h, (char *)base + (size_t)off * accel_dtype_size(b->dtype), b->dtype, 1, &n, b->device);
+    return h;
+}
+

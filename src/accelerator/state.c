@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "accelerator_internal.h"
+#include "strategy.h"
 #include "backends/fp8.h"
 #include "fp8_scaling.h"
 #include "accel/cpu.h"
@@ -173,7 +174,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->accum_steps = steps;
     acc->sync_gradients = true;
     acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;
-    acc->zero_stage = zc.stage;
+    acc->strat = accel__strategy_of(zc.stage);
     acc->fsdp = zc.fsdp;
     acc->offload = zc.offload;
     acc->clip = zc.clip;
@@ -197,12 +198,6 @@ void accel_accelerator_free(accel_accelerator *acc) {
 }
 
 /* ---------------------------------------------------------------- queries */
-
-bool accel__acc_null(const accel_accelerator *acc, const char *fn) {
-    if (acc) return false;
-    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: accelerator is NULL", fn);
-    return true;
-}
 
 accel_device accel_accelerator_device(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? ACCEL_CPU_DEVICE : acc->device;
@@ -254,7 +249,7 @@ double accel_accelerator_loss_scale(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? 1.0 : acc->scale;
 }
 int accel_accelerator_zero_stage(const accel_accelerator *acc) {
-    return accel__acc_null(acc, __func__) ? 0 : acc->zero_stage;
+    return accel__acc_null(acc, __func__) ? 0 : acc->strat->stage;
 }
 double accel_accelerator_gradient_clipping(const accel_accelerator *acc) {
     return accel__acc_null(acc, __func__) ? 0.0 : acc->clip;
@@ -264,12 +259,9 @@ accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_mo
                                           int64_t *hi, int64_t *padded) {
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_shard: the model was not prepared");
-    if (pm->zero_stage == 3)
-        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_shard: under ZeRO stage 3 a rank's shard is "
-                               "one piece per wrap unit, not one range");
     int64_t n = pm->fp->buffers[ACCEL_F32].numel;
-    *lo = pm->zero_stage ? pm->zlo : 0;
-    *hi = pm->zero_stage ? pm->zhi : n;
+    accel_status st = pm->strat->shard_range(acc, pm, lo, hi);
+    if (st) return st;
     if (padded) *padded = n;
     return ACCEL_OK;
 }
@@ -353,19 +345,6 @@ void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_spe
 
 /* ---------------------------------------------------------------- prepared objects */
 
-accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m) {
-    if (!acc) return NULL;
-    for (int i = 0; i < acc->n_models; i++)
-        if (acc->models[i].m == m) return &acc->models[i];
-    return NULL;
-}
-
-accel_dataloader *accel__active_dataloader(const accel_accelerator *acc) {
-    for (int i = acc->n_dls - 1; i >= 0; i--)
-        if (accel_dataloader_active(acc->dls[i])) return acc->dls[i];
-    return NULL;
-}
-
 static accel_status too_many(const char *what) {
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: more than %d %s",
                            ACCEL__MAX_PREPARED, what);
@@ -385,16 +364,15 @@ static void remove_at(void *array, int *n, int i, size_t size) {
 
 static void forget_model(accel_accelerator *acc, accel__model *pm) {
     for (int i = 0; i < acc->n_opts; i++)
-        if (acc->zopts[i] && acc->zopts[i]->m == pm->m) accel__zero_release(acc, i);
-    accel__ddp_release(acc, pm);
+        if (acc->zopts[i] && acc->zopts[i]->m == pm->m) acc->strat->release_optimizer(acc, i, true);
+    accel__model_release(acc, pm);
     remove_at(acc->models, &acc->n_models, (int)(pm - acc->models), sizeof *pm);
 }
 
 /* consolidate: give a ZeRO-sharded optimizer its full state back (collective);
  * false when the optimizer is being freed. */
 static void forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
-    if (consolidate) accel__zero_release(acc, i);
-    else accel__zero_forget(acc, i);
+    if (acc->zopts[i]) acc->strat->release_optimizer(acc, i, consolidate);
     int n = acc->n_opts;
     remove_at(acc->zopts, &n, i, sizeof acc->zopts[0]);
     n = acc->n_opts;
@@ -456,7 +434,7 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
     accel__model *pm = &acc->models[acc->n_models];
     memset(pm, 0, sizeof *pm);
     pm->m = model;
-    if ((st = accel__ddp_prepare(acc, pm))) {
+    if ((st = accel__model_prepare(acc, pm))) {
         memset(pm, 0, sizeof *pm);
         return st;
     }
@@ -476,7 +454,7 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
     acc->zopts[acc->n_opts] = NULL;
-    if (acc->zero_stage && (st = accel__zero_prepare_optimizer(acc, acc->n_opts))) return st;
+    if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) return st;
     acc->n_opts++;
     if ((st = accel__link_add(links, optimizer_detached, acc))) forget_optimizer(acc, acc->n_opts - 1, true);
     return st;
@@ -576,13 +554,6 @@ accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_mod
 }
 
 /* ---------------------------------------------------------------- autocast */
-
-/* fp8 also runs bf16 autocast (Accelerate: native_amp with bf16). */
-accel_dtype accel__acc_autocast_dtype(const accel_accelerator *acc) {
-    return acc->mp == ACCEL_MP_BF16 || acc->mp == ACCEL_MP_FP8 ? ACCEL_BF16
-           : acc->mp == ACCEL_MP_FP16                       ? ACCEL_F16
-                                                             : ACCEL_F32;
-}
 
 accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return accel_autocast_dtype();

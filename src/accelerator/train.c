@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "accelerator_internal.h"
+#include "strategy.h"
 #include "fp8_scaling.h"
 
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
@@ -12,12 +13,12 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
     if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
     if (!l) return accel_last_status();
-    accel__ddp_begin_backward(acc);
+    accel__backward_begin(acc);
     const bool fp8 = acc->mp == ACCEL_MP_FP8;
     accel__fp8_log *fp8_prev = fp8 ? accel__fp8_log_begin(&acc->fp8_backward) : NULL;
     accel_status st = accel_backward(l);
     if (fp8) accel__fp8_log_end(fp8_prev);
-    accel_status st2 = accel__ddp_end_backward(acc);
+    accel_status st2 = accel__backward_end(acc);
     /* fp8: after TE's backward, the gradients' amaxes reduced and their
      * scales updated, for the Linears this backward ran */
     for (int i = 0; !st && !st2 && i < acc->n_models; i++)
@@ -132,7 +133,8 @@ static accel_status step(accel_accelerator *acc, int i) {
     if (!st) st = accel_optimizer_step(acc->opts[i]);
     if (acc->zopts[i]) {
         /* every rank gathers, even after a local failure, so the collectives stay matched */
-        accel_status st2 = accel__zero_gather_params(acc, accel__find_model(acc, acc->zopts[i]->m));
+        accel__model *pm = accel__find_model(acc, acc->zopts[i]->m);
+        accel_status st2 = pm->strat->after_step(acc, pm);
         if (!st) st = st2;
     }
     return st;
@@ -163,8 +165,12 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
     if (i < 0) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_grad: the optimizer was not prepared");
     if (!acc->sync_gradients) return ACCEL_OK;
     /* Under ZeRO the optimizer sees only its shard: clear the model's whole gradient buffers. */
-    if (acc->zopts[i]) accel__zero_zero_grad(acc, accel__find_model(acc, acc->zopts[i]->m));
-    else accel_optimizer_zero_grad(opt);
+    if (acc->zopts[i]) {
+        accel__model *pm = accel__find_model(acc, acc->zopts[i]->m);
+        pm->strat->zero_grad(acc, pm);
+    } else {
+        accel_optimizer_zero_grad(opt);
+    }
     acc->unscaled = false;
     return ACCEL_OK;
 }

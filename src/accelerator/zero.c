@@ -22,15 +22,14 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
+#include "strategy.h"
 
 static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}};
 
 /* ---------------------------------------------------------------- model */
 
-accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm) {
-    pm->zero_stage = acc->zero_stage;
+accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm) {
     pm->zdev = pm->fp->buffers[ACCEL_F32].device;
-    if (pm->zero_stage == 3) return accel__zero3_layout(acc, pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int64_t shard = b->n ? b->numel / acc->shard_world : 0;
     pm->units = accel_calloc(1, sizeof *pm->units);
@@ -40,20 +39,36 @@ accel_status accel__zero_model_prepare(accel_accelerator *acc, accel__model *pm)
     pm->zlo = (int64_t)acc->shard_rank * shard;
     pm->zhi = pm->zlo + shard;
     pm->zn = shard;
-    if (pm->zero_stage == 2 && pm->ddp && shard) {
-        pm->zgrad = accel__device_alloc(b->device, (size_t)shard * sizeof(float), true, "accel_accelerator_prepare");
-        if (!pm->zgrad) return accel_last_status();
-    }
     return ACCEL_OK;
 }
 
-void accel__zero_model_release(accel_accelerator *acc, accel__model *pm) {
-    if (pm->zero_stage == 3) accel__zero3_release(acc, pm);
+void accel__zero_units_free(accel__model *pm) {
     accel_free(pm->units);
     accel__device_free(pm->fp->buffers[ACCEL_F32].device, pm->zgrad);
     pm->units = NULL;
     pm->zgrad = NULL;
     pm->n_units = 0;
+}
+
+static accel_status zero1_layout(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = accel__zero_units(acc, pm);
+    return st ? st : accel__ddp_share_grads(acc, pm, false);
+}
+
+/* Stage 2 on > 1 process: the averaged gradient shard, zgrad. */
+static accel_status zero2_layout(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = accel__zero_units(acc, pm);
+    if (st) return st;
+    if (pm->ddp && pm->zn) {
+        pm->zgrad = accel__device_alloc(pm->zdev, (size_t)pm->zn * sizeof(float), true, "accel_accelerator_prepare");
+        if (!pm->zgrad) return accel_last_status();
+    }
+    return accel__ddp_share_grads(acc, pm, true);
+}
+
+static void zero12_release(accel_accelerator *acc, accel__model *pm) {
+    accel__ddp_release(acc, pm);
+    accel__zero_units_free(pm);
 }
 
 /* Start of this rank's piece of unit u in the flat buffer. */
@@ -126,7 +141,9 @@ static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *p
     return accel__stage_end(mine, host + pm->zlo, st, true, false);
 }
 
-accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
+/* Stage 2's reduction after backward (while gradients accumulate, none). */
+static accel_status zero2_end_backward(accel_accelerator *acc, accel__model *pm) {
+    if (!accel__model_syncs(acc, pm)) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
@@ -150,8 +167,7 @@ accel_status accel__zero_reduce(accel_accelerator *acc, accel__model *pm) {
     return st;
 }
 
-accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm) {
-    if (pm->zero_stage == 3) return accel__zero3_after_step(acc, pm);
+static accel_status zero12_after_step(accel_accelerator *acc, accel__model *pm) {
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     if (!b->n || acc->shard_world == 1) return ACCEL_OK;
     accel_tensor mine, full;
@@ -159,15 +175,22 @@ accel_status accel__zero_gather_params(accel_accelerator *acc, accel__model *pm)
                                     accel__flat_view(&full, b, b->params, 0, b->numel));
 }
 
-void accel__zero_zero_grad(accel_accelerator *acc, accel__model *pm) {
-    /* Stage 3's full gradient buffers are dropped after each reduction: touching them would bring the pages back. */
-    for (int d = 0; d < ACCEL_DTYPE_COUNT && pm->zero_stage < 3; d++) {
+static void zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
+    (void)acc;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
         if (b->n) accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
     }
     accel_tensor h;
     if (pm->zgrad) accel_zero_(shard_view(&h, pm, pm->zgrad, 0, pm->zn));
+}
+
+static accel_status zero12_shard_range(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi) {
+    (void)acc;
+    *lo = pm->zlo;
+    *hi = pm->zhi;
+    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- optimizer */
@@ -228,7 +251,7 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
             return accel_set_error(ACCEL_ERR_STATE,
                                    "%s: under ZeRO stage %d the optimizer's parameter %d (\"%s\") must belong to "
                                    "one model prepared before the optimizer (prepare(model, opt, ...) does that)",
-                                   fn, acc->zero_stage, i, p->name ? p->name : "?");
+                                   fn, acc->strat->stage, i, p->name ? p->name : "?");
         pm = found;
         z->user_params[i] = p;
     }
@@ -341,7 +364,7 @@ static int state_snapshot(accel_optimizer *opt, accel_named_state **out) {
 static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *opt, const accel__zopt *z) {
     const accel__offload_cfg *c = &acc->offload;
     bool staged = accel__needs_staging(accel__find_model(acc, z->m)->zdev); /* the shard is on a device */
-    bool to_host = c->optimizer == ACCEL__OFFLOAD_CPU || (c->fsdp_params && acc->zero_stage < 3);
+    bool to_host = c->optimizer == ACCEL__OFFLOAD_CPU || (c->fsdp_params && acc->strat->stage < 3);
     accel__state_home home = c->optimizer == ACCEL__OFFLOAD_NVME ? ACCEL__HOME_FILE
                              : staged && to_host                 ? ACCEL__HOME_HOST
                                                                  : ACCEL__HOME_DEVICE;
@@ -614,14 +637,14 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
     return s;
 }
 
-void accel__zero_forget(accel_accelerator *acc, int i) {
-    zopt_free(acc->zopts[i]);
-    acc->zopts[i] = NULL;
-}
-
-void accel__zero_release(accel_accelerator *acc, int i) {
+void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate) {
     accel__zopt *z = acc->zopts[i];
     if (!z) return;
+    if (!consolidate) { /* the optimizer is being freed */
+        zopt_free(z);
+        acc->zopts[i] = NULL;
+        return;
+    }
     accel_optimizer *opt = acc->opts[i];
     float *bufs[2];
     accel_named_state *st = NULL;
@@ -637,3 +660,54 @@ void accel__zero_release(accel_accelerator *acc, int i) {
     zopt_free(z);
     acc->zopts[i] = NULL;
 }
+
+/* ---------------------------------------------------------------- the strategies */
+
+const accel__strategy accel__strategy_zero1 = {
+    .name = "zero1",
+    .stage = 1,
+    .shards = true,
+    .layout = zero1_layout,
+    .start = accel__ddp_start,
+    .release = zero12_release,
+    .begin_backward = accel__ddp_begin_backward,
+    .grad_ready = accel__ddp_grad_ready,
+    .end_backward = accel__ddp_end_backward,
+    .prepare_optimizer = accel__zero_prepare_optimizer,
+    .release_optimizer = accel__zero_release_optimizer,
+    .after_step = zero12_after_step,
+    .zero_grad = zero12_zero_grad,
+    .shard_range = zero12_shard_range,
+};
+
+static accel_status no_start(accel_accelerator *acc, accel__model *pm) {
+    (void)acc, (void)pm;
+    return ACCEL_OK;
+}
+
+static bool no_hook(accel_accelerator *acc, accel__model *pm) {
+    (void)acc, (void)pm;
+    return false;
+}
+
+static bool not_mine(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
+    (void)acc, (void)pm, (void)leaf;
+    return false;
+}
+
+const accel__strategy accel__strategy_zero2 = {
+    .name = "zero2",
+    .stage = 2,
+    .shards = true,
+    .layout = zero2_layout,
+    .start = no_start,
+    .release = zero12_release,
+    .begin_backward = no_hook,
+    .grad_ready = not_mine,
+    .end_backward = zero2_end_backward,
+    .prepare_optimizer = accel__zero_prepare_optimizer,
+    .release_optimizer = accel__zero_release_optimizer,
+    .after_step = zero12_after_step,
+    .zero_grad = zero12_zero_grad,
+    .shard_range = zero12_shard_range,
+};

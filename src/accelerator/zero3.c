@@ -65,6 +65,7 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "zero3.h"
 #include "backends/backend.h"
 #include "core/host_stage.h"
 #include "core/prepared.h"

@@ -32,6 +32,8 @@
 
 #include "accel/io.h"
 #include "accelerator_internal.h"
+#include "zero3.h"
+#include "strategy.h"
 #include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
@@ -803,7 +805,7 @@ accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const 
 bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i) {
     if (!acc->zopts[i] || acc->fsdp.full_state_dict) return false;
     for (int m = 0; m < acc->n_models; m++)
-        if (acc->models[m].m == acc->zopts[i]->m) return acc->models[m].zero_stage == 3;
+        if (acc->models[m].m == acc->zopts[i]->m) return acc->models[m].strat == &accel__strategy_zero3;
     return false;
 }
 

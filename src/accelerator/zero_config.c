@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "accelerator_internal.h"
+#include "strategy.h"
 #include "core/str_to_bool.h"
 #include "io/io_internal.h"
 
@@ -228,7 +229,7 @@ static accel_status read_offload(const accel_accelerator_opts *o, const offload_
 accel_status accel__offload_check_device(const accel_accelerator *acc) {
     const accel__offload_cfg *c = &acc->offload;
     char dev[32];
-    if (c->fsdp_params && acc->zero_stage == 0 && accel__needs_staging(acc->device))
+    if (c->fsdp_params && !acc->strat->shards && accel__needs_staging(acc->device))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fsdp_offload_params=true with NO_SHARD on %s: accel "
                                "offloads the sharded strategies' state; use SHARD_GRAD_OP",
                                accel_device_str(acc->device, dev, sizeof dev));
@@ -587,40 +588,43 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
 /* ---------------------------------------------------------------- groups */
 
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid) {
-    acc->shard_pg = acc->pg;
-    acc->shard_rank = acc->rank;
-    acc->shard_world = acc->world;
-    acc->replica_pg = NULL;
-    /* One machine: nothing to replicate across, HYBRID is FULL_SHARD / SHARD_GRAD_OP (as in torch). */
-    if (!hybrid || acc->local_world >= acc->world) return ACCEL_OK;
-    if (acc->local_world < 1 || acc->world % acc->local_world)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               FN ": HYBRID_SHARD needs the same number of processes on every machine (%d processes, "
-                               "%d on this machine)", acc->world, acc->local_world);
-    /* Within a machine (its first rank names it), then across machines (one per local rank). */
-    accel_pg *within = accel_pg_split(acc->pg, acc->rank - acc->local_rank, acc->local_rank);
-    accel_pg *across = within ? accel_pg_split(acc->pg, acc->local_rank, acc->rank) : NULL;
-    if (!across) {
-        accel_pg_free(within);
-        return accel_last_status();
+    /* The mesh: dp_shard over every rank; under hybrid sharding on several
+     * machines, dp_shard within a machine and dp_replicate across them. One
+     * machine: nothing to replicate across, HYBRID is FULL_SHARD /
+     * SHARD_GRAD_OP (as in torch). */
+    int size[ACCEL__MESH_DIMS] = {1, 1, acc->world, 1, 1};
+    if (hybrid && acc->local_world < acc->world) {
+        if (acc->local_world < 1 || acc->world % acc->local_world)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   FN ": HYBRID_SHARD needs the same number of processes on every machine (%d "
+                                   "processes, %d on this machine)", acc->world, acc->local_world);
+        size[ACCEL__MESH_DP_REPLICATE] = acc->world / acc->local_world;
+        size[ACCEL__MESH_DP_SHARD] = acc->local_world;
     }
-    if (accel_pg_size(within) != acc->local_world) {
-        accel_pg_free(across);
-        accel_pg_free(within);
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               FN ": HYBRID_SHARD: this machine's group has %d processes, LOCAL_WORLD_SIZE says %d "
-                               "(the ranks of a machine must be consecutive)", accel_pg_size(within), acc->local_world);
+    accel_pg *within = NULL, *across = NULL;
+    accel_status st = accel__mesh_init(&acc->mesh, acc->pg, size);
+    /* a machine's ranks, then each local rank's counterparts across the machines */
+    if (!st && size[ACCEL__MESH_DP_REPLICATE] > 1 &&
+        (!(within = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_SHARD)) ||
+         !(across = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_REPLICATE))))
+        st = accel_last_status();
+    if (st) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        accel__mesh_free(&acc->mesh);
+        return accel_set_error(st, FN ": %s%s", why,
+                               hybrid ? " (HYBRID_SHARD: the ranks of a machine must be consecutive, and "
+                                        "LOCAL_WORLD_SIZE the same on every machine)" : "");
     }
-    acc->shard_pg = within;
-    acc->shard_rank = accel_pg_rank(within);
-    acc->shard_world = accel_pg_size(within);
+    acc->shard_pg = within ? within : acc->pg;
+    acc->shard_rank = acc->mesh.coord[ACCEL__MESH_DP_SHARD];
+    acc->shard_world = acc->mesh.size[ACCEL__MESH_DP_SHARD];
     acc->replica_pg = across;
     return ACCEL_OK;
 }
 
 void accel__zero_groups_free(accel_accelerator *acc) {
-    if (acc->replica_pg) accel_pg_free(acc->shard_pg);
-    accel_pg_free(acc->replica_pg);
+    accel__mesh_free(&acc->mesh);
     acc->shard_pg = acc->pg;
     acc->replica_pg = NULL;
 }

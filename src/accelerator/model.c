@@ -1,0 +1,155 @@
+/* A prepared model: its flat parameters, rank 0's weights on every rank, the
+ * mixed-precision autocast hook (and fp8's scaling), and the strategy
+ * (strategy.h) that lays out and synchronises its parameters, gradients and
+ * optimizer state. The backward of the accelerator goes through here once:
+ * the strategies' begin / grad_ready / end for every prepared model. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accelerator_internal.h"
+#include "fp8_scaling.h"
+#include "nn/fp8_modules.h"
+#include "ops/fp8_linear.h"
+#include "strategy.h"
+
+/* ---------------------------------------------------------------- autocast hook */
+
+typedef struct autocast_ctx {
+    accel_dtype dt, prev;
+    const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
+    accel_pg *pg;                            /* fp8: the amaxes are reduced over it */
+    accel__fp8_state *fp8_state;             /* fp8: the model's metas, and the log of those the forward ran */
+    accel__fp8_log *log_prev;
+    accel__fp8_cache *cache_prev;
+} autocast_ctx;
+
+static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
+    autocast_ctx *c = ctx;
+    c->prev = accel_autocast_begin(c->dt);
+    /* use_autocast_during_eval=False: an eval forward runs bf16 */
+    const bool fp8 = c->fp8 && (m->training || c->fp8->during_eval);
+    c->fp8_prev = accel__fp8_autocast_begin(fp8 ? c->fp8 : NULL);
+    if (fp8) {
+        c->log_prev = accel__fp8_log_begin(&c->fp8_state->forward);
+        c->cache_prev = accel__fp8_cache_begin(&c->fp8_state->cache);
+    }
+    return ACCEL_OK;
+}
+
+/* convert_outputs_to_fp32 */
+static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
+    autocast_ctx *c = ctx;
+    const accel__fp8_recipe *fp8 = accel__fp8_autocast();
+    accel_autocast_end(c->prev);
+    accel__fp8_autocast_end(c->fp8_prev);
+    if (fp8) {
+        accel__fp8_log_end(c->log_prev);
+        accel__fp8_cache_end(c->cache_prev);
+    }
+    /* fp8_autocast's exit: the forward's amaxes reduced over the group, the
+     * scales of the Linears it ran updated */
+    if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, c->fp8_state, ACCEL__FP8_X, 2, *fp8, &c->fp8_state->forward))
+        return accel_last_status();
+    if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
+        *y = accel_to_dtype(*y, ACCEL_F32);
+        if (!*y) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- prepare */
+
+/* Every rank starts from rank 0's parameters and buffers. */
+static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = ACCEL_OK;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        accel_tensor h;
+        if (b->n) st = accel__staged_broadcast(acc->pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
+    }
+    if (st) return st;
+    accel_state_dict *sd = accel_module_state_dict(pm->m);
+    if (!sd) return accel_last_status();
+    for (int i = 0; i < sd->n && !st; i++) {
+        accel_tensor *t = sd->entries[i].t;
+        if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || t->device.type == ACCEL_DEV_META) continue;
+        if (!accel_is_contiguous(t)) {
+            st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare: buffer %s is not contiguous",
+                                 sd->entries[i].name);
+            break;
+        }
+        st = accel__staged_broadcast(acc->pg, t, 0);
+    }
+    accel_state_dict_free(sd);
+    return st;
+}
+
+static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
+    autocast_ctx *c = accel_malloc(sizeof *c);
+    if (!c) return accel_last_status();
+    *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
+                        .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg, .fp8_state = pm->fp8};
+    accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
+    accel_module_set_hook(pm->m, &h);
+    return ACCEL_OK;
+}
+
+accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
+    /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
+    static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
+    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
+        return accel_last_status();
+    pm->strat = acc->strat;
+    pm->fp = accel_module_flatten(pm->m, 16, pm->strat->shards ? 16 * (int64_t)acc->world : 1);
+    if (!pm->fp) {
+        accel__model_release(acc, pm);
+        return accel_last_status();
+    }
+    pm->ddp = acc->world > 1;
+    accel_status st = pm->strat->layout(acc, pm);
+    if (!st && pm->ddp) st = broadcast_weights(acc, pm);
+    if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);
+    if (!st) st = pm->strat->start(acc, pm); /* after the autocast hook: stage 3 chains to it */
+    if (st) accel__model_release(acc, pm);
+    return st;
+}
+
+void accel__model_release(accel_accelerator *acc, accel__model *pm) {
+    accel__fp8_state_free(pm->fp8);
+    pm->fp8 = NULL;
+    if (!pm->fp) return;
+    pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
+    if (acc->mp != ACCEL_MP_NO) accel_module_set_hook(pm->m, NULL);
+    accel_flat_params_free(pm->fp);
+    pm->fp = NULL;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+static void grad_ready(accel_tensor *leaf, void *ctx) {
+    accel_accelerator *acc = ctx;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        if (pm->strat->grad_ready(acc, pm, leaf)) return;
+    }
+}
+
+void accel__backward_begin(accel_accelerator *acc) {
+    bool any = false;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        any |= pm->strat->begin_backward(acc, pm);
+    }
+    if (any) accel_set_grad_ready_hook(grad_ready, acc);
+}
+
+accel_status accel__backward_end(accel_accelerator *acc) {
+    accel_set_grad_ready_hook(NULL, NULL);
+    accel_status first = ACCEL_OK;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        accel_status st = pm->strat->end_backward(acc, pm);
+        if (st && !first) first = st;
+    }
+    return first;
+}

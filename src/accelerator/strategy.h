@@ -1,0 +1,103 @@
+/* How a prepared model's parameters, gradients and optimizer state are laid
+ * out over the processes and kept in step: one interface, several strategies.
+ *
+ *   DDP        (ddp.c)   every rank holds everything; gradients all-reduced
+ *                        in buckets that overlap backward.
+ *   ZeRO-1     (zero.c)  DDP's backward; the optimizer state and step
+ *                        sharded, the updated shards all-gathered.
+ *   ZeRO-2     (zero.c)  as ZeRO-1, gradients reduce-scattered into a shard
+ *                        after backward instead of all-reduced.
+ *   ZeRO-3     (zero3.c) parameters sharded too, per wrap unit, gathered
+ *                        around each unit's forward and backward (FSDP
+ *                        FULL_SHARD; offload_param included).
+ *
+ * The accelerator picks one at accel_accelerator_new (accel__strategy_of) and
+ * every model it prepares keeps that pointer (accel__model.strat); the rest
+ * of src/accelerator calls through it and never asks which one it is.
+ * Mixed precision (the autocast hook, model.c) and fp8 scaling
+ * (fp8_scaling.c) sit beside the strategies: model.c installs them the same
+ * way under each.
+ *
+ * Under hybrid sharding (HYBRID_SHARD) the sharding strategies shard over the
+ * mesh's dp_shard group and average the shards over its dp_replicate group
+ * (mesh.h): DDP over dp_replicate composed with the sharding over dp_shard. */
+#ifndef ACCEL_ACCELERATOR_STRATEGY_H
+#define ACCEL_ACCELERATOR_STRATEGY_H
+
+#include "accelerator_internal.h"
+
+struct accel__strategy {
+    const char *name; /* "ddp", "zero1", "zero2", "zero3" */
+    int stage;        /* what accel_accelerator_zero_stage reports: 0 (DDP), 1, 2, 3 */
+    bool shards;      /* the flat buffers are padded to 16 x world elements, so every shard starts 64-byte aligned */
+
+    /* Model, in the order model.c calls them at prepare. layout: after the
+     * flatten, before rank 0's weights are broadcast (shard bounds, shared
+     * gradient memory). start: once every rank holds rank 0's weights and the
+     * autocast hook is on (buckets; stage 3 keeps its pieces and hooks its
+     * units). release: undoes both, whatever part of them ran (collective
+     * under stage 3: the full parameters come back into the flat buffer). */
+    accel_status (*layout)(accel_accelerator *acc, accel__model *pm);
+    accel_status (*start)(accel_accelerator *acc, accel__model *pm);
+    void (*release)(accel_accelerator *acc, accel__model *pm);
+
+    /* Backward. begin: true when the model wants grad_ready for its leaves
+     * during this backward. grad_ready: true when leaf is the model's (its
+     * reduction may start). end_backward: the reductions finished (or, for
+     * DDP and ZeRO-1/2, skipped while gradients accumulate). */
+    bool (*begin_backward)(accel_accelerator *acc, accel__model *pm);
+    bool (*grad_ready)(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
+    accel_status (*end_backward)(accel_accelerator *acc, accel__model *pm);
+
+    /* Optimizer i, at prepare: NULL keeps the user's optimizer as it is;
+     * else it is re-targeted to the model's shard (acc->zopts[i]).
+     * release_optimizer gives it back its own segments, with the
+     * consolidated state when consolidate (collective), else only forgets. */
+    accel_status (*prepare_optimizer)(accel_accelerator *acc, int i);
+    void (*release_optimizer)(accel_accelerator *acc, int i, bool consolidate);
+    /* After the shard's optimizer step: every rank's updated parameters
+     * where the next forward reads them (collective). */
+    accel_status (*after_step)(accel_accelerator *acc, accel__model *pm);
+    /* zero_grad of a re-targeted optimizer: the model's gradients, full and shard. */
+    void (*zero_grad)(accel_accelerator *acc, accel__model *pm);
+    /* accel_accelerator_zero_shard: this rank's range of the f32 flat buffer. */
+    accel_status (*shard_range)(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi);
+
+    /* Checkpoints of model i, NULL where rank 0 writes (and every rank reads)
+     * the module's own state dict: save_state / load_state's model file,
+     * save_model's weights (and the dtype it writes them in). */
+    accel_status (*save_state)(accel_accelerator *acc, int i, const char *dir, bool failed);
+    accel_status (*load_state)(accel_accelerator *acc, int i, const char *dir);
+    accel_status (*save_model)(accel_accelerator *acc, accel__model *pm, const char *dir, int64_t max_shard_bytes,
+                               bool failed);
+    accel_dtype (*saved_dtype)(const accel_accelerator *acc);
+};
+
+extern const accel__strategy accel__strategy_ddp;   /* ddp.c */
+extern const accel__strategy accel__strategy_zero1; /* zero.c */
+extern const accel__strategy accel__strategy_zero2; /* zero.c */
+extern const accel__strategy accel__strategy_zero3; /* zero3.c */
+
+/* The strategy of a ZeRO stage (0: DDP), 0..3. strategy.c */
+const accel__strategy *accel__strategy_of(int stage);
+
+/* ddp.c: the pieces ZeRO-1/2 compose with. share_grads: the flat gradient
+ * buffers into memory the local ranks share (host_copy: a device buffer
+ * keeps a host staging copy even where the group reduces device memory,
+ * for ZeRO-2's reduce-scatter). */
+accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bool host_copy);
+accel_status accel__ddp_start(accel_accelerator *acc, accel__model *pm);
+void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
+bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm);
+bool accel__ddp_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
+accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm);
+
+/* zero.c: the pieces ZeRO-3 composes with (the sharded optimizer). */
+accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
+void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate);
+/* The single unit stages 1-2 shard (no gradient shard: stage 2 adds it);
+ * frees what it made. */
+accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm);
+void accel__zero_units_free(accel__model *pm);
+
+#endif

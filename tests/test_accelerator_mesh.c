@@ -1,0 +1,131 @@
+/* The device mesh (src/accelerator/mesh.h) on 4 processes: sizes that do not
+ * make the world refused with an error naming them, and each dimension's
+ * subgroup holding exactly the ranks that differ from this one along it (this
+ * rank alone along a dimension of size 1, the world's group along one that
+ * spans it). */
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "accelerator/mesh.h"
+#include "check.h"
+#include "dist_group.h"
+
+#define PP ACCEL__MESH_PP
+#define REP ACCEL__MESH_DP_REPLICATE
+#define SHARD ACCEL__MESH_DP_SHARD
+#define TP ACCEL__MESH_TP
+
+static void refused(accel_pg *pg, int pp, int rep, int shard, int cp, int tp, const char *why) {
+    accel__mesh m;
+    int size[ACCEL__MESH_DIMS] = {pp, rep, shard, cp, tp};
+    CHECK(accel__mesh_init(&m, pg, size) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), why);
+    for (int d = 0; d < ACCEL__MESH_DIMS; d++) CHECK(m.group[d] == NULL);
+}
+
+/* The world ranks of m's group along d, gathered over it, against the ranks
+ * the row-major layout puts there (this rank's coordinates, d running). */
+static void members_right(accel__mesh *m, int d) {
+    int32_t me = m->rank, got[8] = {0};
+    accel_pg *g = accel__mesh_group(m, d);
+    CHECK_MSG(g != NULL && g == m->group[d], "%s", accel_last_error());
+    if (!g) return;
+    CHECK(accel__mesh_group(m, d) == g); /* made once */
+    CHECK(accel_pg_size(g) == m->size[d] && accel_pg_rank(g) == m->coord[d]);
+    CHECK(accel_pg_all_gather(g, &me, got, 1, ACCEL_I32) == ACCEL_OK);
+    int at[ACCEL__MESH_DIMS];
+    memcpy(at, m->coord, sizeof at);
+    for (int k = 0; k < m->size[d]; k++) {
+        at[d] = k;
+        CHECK_MSG(got[k] == accel__mesh_rank_at(m, at), "rank %d, %s member %d: %d, want %d", m->rank,
+                  accel__mesh_dim_name(d), k, got[k], accel__mesh_rank_at(m, at));
+    }
+}
+
+/* m's group along d holds exactly the world ranks want[0..n) (written out, not derived). */
+static void group_is(accel__mesh *m, int d, int n, const int *want) {
+    int32_t me = m->rank, got[8] = {0};
+    accel_pg *g = accel__mesh_group(m, d);
+    CHECK(g && accel_pg_size(g) == n);
+    if (!g || accel_pg_size(g) != n) return;
+    CHECK(accel_pg_all_gather(g, &me, got, 1, ACCEL_I32) == ACCEL_OK);
+    for (int k = 0; k < n; k++)
+        CHECK_MSG(got[k] == want[k], "rank %d, %s member %d: %d, want %d", m->rank, accel__mesh_dim_name(d), k,
+                  got[k], want[k]);
+}
+
+static void mesh_right(accel_pg *pg, int pp, int rep, int shard, int cp, int tp) {
+    accel__mesh m;
+    int size[ACCEL__MESH_DIMS] = {pp, rep, shard, cp, tp};
+    accel_status st = accel__mesh_init(&m, pg, size);
+    CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
+    if (st) return;
+    CHECK(accel__mesh_rank_at(&m, m.coord) == m.rank);
+    for (int d = 0; d < ACCEL__MESH_DIMS; d++) members_right(&m, d);
+    accel__mesh_free(&m);
+}
+
+static int body(int rank, int world) {
+    if (accel_dist_init() != ACCEL_OK) return 10;
+    accel_pg *pg = accel_dist_default_group();
+    refused(pg, 1, 3, 1, 1, 1, "dp_replicate=3 x dp_shard=1 x cp=1 x tp=1 makes 3 processes, the world has 4");
+    refused(pg, 1, -1, 3, 1, 1, "the world of 4 processes does not divide into");
+    refused(pg, 1, 0, 4, 1, 1, "dp_replicate must be >= 1");
+    refused(pg, 1, 2, 2, 1, 2, "makes 8 processes, the world has 4");
+    /* HSDP's mesh: two replicas of a 2-way shard; rank = 2 x replica + shard */
+    mesh_right(pg, 1, 2, 2, 1, 1);
+    {
+        accel__mesh m;
+        int size[ACCEL__MESH_DIMS] = {1, 2, 2, 1, 1};
+        CHECK(accel__mesh_init(&m, pg, size) == ACCEL_OK);
+        int shard_of[4][2] = {{0, 1}, {0, 1}, {2, 3}, {2, 3}}, rep_of[4][2] = {{0, 2}, {1, 3}, {0, 2}, {1, 3}};
+        group_is(&m, SHARD, 2, shard_of[rank]);
+        group_is(&m, REP, 2, rep_of[rank]);
+        CHECK(accel__mesh_rank_at(&m, (int[]){0, 1, 0, 0, 0}) == 2);
+        accel__mesh_free(&m);
+    }
+    {
+        accel__mesh m;
+        int size[ACCEL__MESH_DIMS] = {1, 1, 2, 1, 2}; /* tp innermost: consecutive ranks */
+        CHECK(accel__mesh_init(&m, pg, size) == ACCEL_OK);
+        int tp_of[4][2] = {{0, 1}, {0, 1}, {2, 3}, {2, 3}}, shard_of[4][2] = {{0, 2}, {1, 3}, {0, 2}, {1, 3}};
+        group_is(&m, TP, 2, tp_of[rank]);
+        group_is(&m, SHARD, 2, shard_of[rank]);
+        accel__mesh_free(&m);
+    }
+    {
+        accel__mesh m;
+        int size[ACCEL__MESH_DIMS] = {1, 2, -1, 1, 1};
+        CHECK(accel__mesh_init(&m, pg, size) == ACCEL_OK);
+        CHECK(m.size[SHARD] == 2 && m.coord[SHARD] == rank % 2 && m.coord[REP] == rank / 2);
+        accel__mesh_free(&m);
+    }
+    /* the whole world one dimension: its group is the world's */
+    {
+        accel__mesh m;
+        int size[ACCEL__MESH_DIMS] = {1, 1, -1, 1, 1};
+        CHECK(accel__mesh_init(&m, pg, size) == ACCEL_OK && m.size[SHARD] == world);
+        CHECK(m.group[SHARD] == NULL); /* none made before asked for */
+        CHECK(accel__mesh_group(&m, SHARD) == pg);
+        accel__mesh_free(&m);
+    }
+    mesh_right(pg, 1, 1, 2, 1, 2);
+    mesh_right(pg, 2, 1, 1, 2, 1);
+    mesh_right(pg, 1, 4, 1, 1, 1);
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return check_failures_ ? 1 : 0;
+}
+
+static void test_mesh_on_4(void) {
+    dist_group g = {.world = 4, .one_machine = true, .timeout = "30"};
+    int status[4];
+    dist_group_run(&g, body, status);
+    for (int r = 0; r < 4; r++)
+        CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "rank %d: status %d", r, status[r]);
+}
+
+int main(void) {
+    RUN(test_mesh_on_4);
+    return check_summary();
+}
