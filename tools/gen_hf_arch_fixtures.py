@@ -2,8 +2,12 @@
 """Tiny random checkpoints of each architecture / RoPE variant accel builds from
 config.json, written by transformers, with transformers' outputs.
 
-    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR]     # default tests/data
-    python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT
+    python3 tools/gen_hf_arch_fixtures.py [OUT_DIR [NAME ...]]   # default tests/data, every fixture
+    python3 tools/gen_hf_arch_fixtures.py --check-saved ROOT [NAME ...]
+
+NAMEs (keys of FIXTURES, e.g. gpt2) limit either to those fixtures; each
+fixture's seeds come from its place in FIXTURES, so regenerating one leaves the
+others' bytes as they are.
 
 --check-saved loads ROOT/<name> (written by accel's save_pretrained from
 tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
@@ -19,6 +23,8 @@ and expected.safetensors:
     g.<param>         f32    that loss's gradient of every parameter
     prompt     [1, 4]  i64
     greedy     [1, 20] i64   greedy generate(prompt, max_new_tokens=16), KV cache
+and, for fixtures over a tokenizer's vocabulary (TEXT: gpt2):
+    text_greedy [1, n] i64   the tokenizer's ids of TEXT_PROMPT, then 8 greedy tokens
 Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1)) so logits are
 well separated and greedy decoding has no near-ties (tests/test_hf_archs.c).
 """
@@ -33,6 +39,10 @@ BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_laye
             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
             rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None, pad_token_id=None,
             tie_word_embeddings=False)
+
+# GPT2Config's own keys (n_embd, n_layer, ...); vocab 900: tests/data/tokenizers/gpt2's vocabulary
+GPT2_BASE = dict(vocab_size=900, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=None,
+                 eos_token_id=None, pad_token_id=None)
 
 FIXTURES = {
     "llama_linear": ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0})),
@@ -50,20 +60,38 @@ FIXTURES = {
     "qwen2": ("qwen2", dict()),
     "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
     "qwen3": ("qwen3", dict()),
+    "gpt2": ("gpt2", dict()),
+    # n_positions exactly the ids' length; unscaled attention, untied head, explicit n_inner
+    "gpt2_untied": ("gpt2", dict(vocab_size=64, n_positions=24, n_inner=48, layer_norm_epsilon=1e-3,
+                                 scale_attn_weights=False, tie_word_embeddings=False)),
 }
+
+# fixtures whose generation also goes from text (TEXT_PROMPT) through a tokenizer.json
+TEXT = {"gpt2": "tokenizers/gpt2/tokenizer.json"}
+TEXT_PROMPT = "Hello world"
 
 
 def build(model_type, extra, seed):
-    cfg = AutoConfig.for_model(model_type, **{**BASE, **extra})
+    cfg = AutoConfig.for_model(model_type, **{**(GPT2_BASE if model_type == "gpt2" else BASE), **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if "norm" in pname:
+            if ("norm" in pname or ".ln_" in pname) and pname.endswith("weight"):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
     return model
+
+
+def text_greedy(model, tokenizer_json):
+    from tokenizers import Tokenizer
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    ids = Tokenizer.from_file(os.path.join(data, tokenizer_json)).encode(TEXT_PROMPT).ids
+    prompt = torch.tensor([ids])
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=8, do_sample=False,
+                              attention_mask=torch.ones_like(prompt), pad_token_id=0)
 
 
 def expected(model, seed):
@@ -86,10 +114,10 @@ def expected(model, seed):
     return {k: t.contiguous() for k, t in out.items()}
 
 
-def check_saved(root):
+def check_saved(root, names):
     data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     worst = 0.0
-    for name in FIXTURES:
+    for name in names:
         model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.float32).eval()
         e = load_file(os.path.join(data, "hf_arch_" + name, "expected.safetensors"))
         with torch.no_grad():
@@ -101,18 +129,29 @@ def check_saved(root):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
-        check_saved(sys.argv[2])
+    check = len(sys.argv) >= 3 and sys.argv[1] == "--check-saved"
+    args = sys.argv[3:] if check else sys.argv[2:]
+    names = args or list(FIXTURES)
+    unknown = [n for n in names if n not in FIXTURES]
+    if unknown:
+        sys.exit(f"unknown fixture(s) {unknown}; known: {list(FIXTURES)}")
+    if check:
+        check_saved(sys.argv[2], names)
         return
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     total = 0
     for i, (name, (model_type, extra)) in enumerate(FIXTURES.items()):
+        if name not in names:
+            continue
         d = os.path.join(out_dir, "hf_arch_" + name)
         os.makedirs(d, exist_ok=True)
         model = build(model_type, extra, 4321 + i)
         model.generation_config.eos_token_id = None
         model.save_pretrained(d, safe_serialization=True)
-        save_file(expected(model, 77 + i), os.path.join(d, "expected.safetensors"))
+        out = expected(model, 77 + i)
+        if name in TEXT:
+            out["text_greedy"] = text_greedy(model, TEXT[name]).contiguous()
+        save_file(out, os.path.join(d, "expected.safetensors"))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         total += size
         print(f"{d}: {size} bytes")

@@ -252,7 +252,7 @@ typedef struct accel_llama_config {
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
-     * "qwen3" (docs/nn.md: what each changes). */
+     * "qwen3", "gpt2" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -260,6 +260,12 @@ typedef struct accel_llama_config {
     int64_t sliding_window;
     int64_t max_window_layers;
     accel_rope_scaling rope_scaling;  /* zero: the default RoPE */
+    /* GPT-2 ("gpt2": learned positions up to max_position_embeddings =
+     * n_positions, LayerNorm of epsilon rms_norm_eps = layer_norm_epsilon).
+     * Its dropout probabilities are kept for config.json but not applied:
+     * accel trains without dropout, as transformers does in eval mode. */
+    double attn_pdrop, resid_pdrop, embd_pdrop;
+    bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */

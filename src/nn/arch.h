@@ -15,6 +15,19 @@ typedef enum accel__window_rule {
     ACCEL__WINDOW_QWEN2,  /* only with use_sliding_window, layers i >= max_window_layers (Qwen2/3) */
 } accel__window_rule;
 
+/* The kind of blocks a family is built of. */
+typedef enum accel__blocks {
+    ACCEL__BLOCKS_LLAMA, /* RMSNorm, RoPE, q/k/v/o Linear, gated SiLU MLP (llama.c) */
+    ACCEL__BLOCKS_GPT2,  /* learned positions (wpe, no RoPE), LayerNorm with bias, fused q/k/v
+                          * Conv1D c_attn (weight [in, out]), gelu_new MLP, biases on every
+                          * projection (gpt2.c builds the tree, llama.c runs it) */
+} accel__blocks;
+
+/* Child indices of GPT-2's modules (construction order, transformers'). */
+enum { ACCEL__GPT2_WTE = 0, ACCEL__GPT2_WPE = 1, ACCEL__GPT2_H = 2, ACCEL__GPT2_LN_F = 3 };
+enum { ACCEL__GPT2_C_ATTN = 0, ACCEL__GPT2_C_PROJ = 1 };                    /* GPT2Attention */
+enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 };                  /* GPT2MLP */
+
 typedef struct accel__arch {
     const char *model_type;
     /* transformers' classes: the module type names of the tree. `layer` is
@@ -25,6 +38,7 @@ typedef struct accel__arch {
     bool attention_bias; /* the config's attention_bias is honoured (else the family has none) */
     bool mlp_bias;       /* the config's mlp_bias is honoured */
     accel__window_rule window;
+    accel__blocks blocks;
     accel_llama_config defaults; /* the family's XConfig() defaults */
 } accel__arch;
 
@@ -47,5 +61,15 @@ accel_tensor *accel__decoder_no_forward(accel_module *m, accel_tensor *ids);
 accel_tensor *accel__decoder_layer_call(accel_module *layer, accel_tensor *x);
 accel_tensor *accel__decoder_mlp_forward(accel_module *mlp, accel_tensor *x);
 accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x);
+accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x);
+accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x);
+
+/* A decoder layer module of row a (type a->layer, index `index` of the
+ * resolved config c, which outlives it) with no children yet (llama.c). */
+accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llama_config *c, int index);
+/* Adds GPT-2's tree under root (a GPT2LMHeadModel of row a): transformer
+ * (wte, wpe, h.N, ln_f) and lm_head, tied when c says so (gpt2.c). */
+accel_status accel__gpt2_build(accel_module *root, const accel__arch *a, const accel_llama_config *c,
+                               accel_device dev);
 
 #endif

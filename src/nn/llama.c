@@ -67,6 +67,15 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->head_dim == 0 && c->num_attention_heads > 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
+    if (a->blocks == ACCEL__BLOCKS_GPT2 &&
+        (c->num_key_value_heads != c->num_attention_heads || c->head_dim * c->num_attention_heads != c->hidden_size ||
+         c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
+                               "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    if (!(c->attn_pdrop >= 0 && c->attn_pdrop <= 1) || !(c->resid_pdrop >= 0 && c->resid_pdrop <= 1) ||
+        !(c->embd_pdrop >= 0 && c->embd_pdrop <= 1))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
+                               who);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -236,16 +245,28 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     accel_module **p = attn->children;
     bool qkn = li->arch->qk_norm;
     int64_t T = x->shape[1];
-    accel_tensor *q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim,
-                                  qkn ? p[ATTN_Q_NORM] : NULL);
-    accel_tensor *k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim,
-                                  qkn ? p[ATTN_K_NORM] : NULL);
-    accel_tensor *v = split_heads(accel_module_call(p[ATTN_V], x), c->num_key_value_heads, c->head_dim, NULL);
-    float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(c->head_dim / 2) * sizeof *inv, 64);
-    if (!inv) return NULL;
-    double scaling = accel__rope_inv_freq(c, pos + T, inv);
-    q = accel_rope_freqs(q, pos, inv, scaling); /* q, k [B, H(kv), T, D] */
-    k = accel_rope_freqs(k, pos, inv, scaling);
+    bool gpt2 = li->arch->blocks == ACCEL__BLOCKS_GPT2;
+    accel_tensor *q, *k, *v;
+    if (gpt2) {
+        /* c_attn: [B, T, 3 H D] = q | k | v (GPT-2 has as many kv heads as heads) */
+        accel_tensor *qkv = accel_module_call(p[ACCEL__GPT2_C_ATTN], x), *part[3] = {NULL, NULL, NULL};
+        int64_t n = c->num_attention_heads * c->head_dim, sizes[3] = {n, n, n};
+        if (!qkv || accel_split(qkv, 2, 3, sizes, part) != ACCEL_OK) return NULL;
+        q = split_heads(part[0], c->num_attention_heads, c->head_dim, NULL);
+        k = split_heads(part[1], c->num_attention_heads, c->head_dim, NULL);
+        v = split_heads(part[2], c->num_attention_heads, c->head_dim, NULL);
+    } else {
+        q = split_heads(accel_module_call(p[ATTN_Q], x), c->num_attention_heads, c->head_dim,
+                        qkn ? p[ATTN_Q_NORM] : NULL);
+        k = split_heads(accel_module_call(p[ATTN_K], x), c->num_key_value_heads, c->head_dim,
+                        qkn ? p[ATTN_K_NORM] : NULL);
+        v = split_heads(accel_module_call(p[ATTN_V], x), c->num_key_value_heads, c->head_dim, NULL);
+        float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(c->head_dim / 2) * sizeof *inv, 64);
+        if (!inv) return NULL;
+        double scaling = accel__rope_inv_freq(c, pos + T, inv);
+        q = accel_rope_freqs(q, pos, inv, scaling); /* q, k [B, H(kv), T, D] */
+        k = accel_rope_freqs(k, pos, inv, scaling);
+    }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
@@ -254,11 +275,11 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
      * (on meta, shapes only: the fused op) */
     accel_tensor *o = li->windowed && pos + T > c->sliding_window && x->device.type != ACCEL_DEV_META
                           ? window_attention(q, k, v, pos, c->sliding_window)
-                          : accel_sdpa(q, k, v, true, 0.0); /* [B, H, T, D] */
+                          : accel_sdpa(q, k, v, true, c->unscaled_attention ? 1.0 : 0.0); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
-    return accel_module_call(p[ATTN_O], o);
+    return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : ATTN_O], o);
 }
 
 /* The hooks of attn around its body; exit runs after a failure too (nn.h). */
@@ -302,16 +323,33 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
-/* LlamaModel: embeddings, layers, final norm, inside the model's hooks. */
+/* The index of the layers' ModuleList among the model's children. */
+static int layers_index(const accel__arch *a) {
+    return a->blocks == ACCEL__BLOCKS_GPT2 ? ACCEL__GPT2_H : MODEL_LAYERS;
+}
+
+/* GPT-2's learned positions pos..pos+T-1: wpe rows [T, C], on the device of h. */
+static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int64_t pos, int64_t T) {
+    accel_tensor *p = h ? accel_arange(ACCEL_I64, pos, pos + T) : NULL;
+    if (p && !accel_device_eq(p->device, h->device)) p = accel_to_device(p, h->device);
+    return p ? accel_module_call(wpe, p) : NULL;
+}
+
+/* LlamaModel / GPT2Model: embeddings (GPT-2: plus learned positions), layers,
+ * final norm, inside the model's hooks. */
 static accel_tensor *model_forward(accel_module *model, accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
+    const accel__arch *a = accel__arch_of_module(model);
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     accel_module **mp = model->children;
+    int64_t T = h ? h->shape[1] : 0;
     h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
-    accel_module *layers = mp[MODEL_LAYERS];
+    if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
+    int li = layers_index(a);
+    accel_module *layers = mp[li];
     for (int i = 0; i < layers->n_children && h; i++)
         h = layer_forward(layers->children[i], h, pos, cache);
-    h = accel_module_call(mp[MODEL_NORM], h);
+    h = accel_module_call(mp[li + 1], h); /* the final norm, after the layers */
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
 }
 
@@ -333,7 +371,7 @@ bool accel__decoder_checkpoint_layers(accel_module *m, bool enable) {
     if (!a) return false;
     if (m->ops == &a->causal_lm) m = m->children[ROOT_MODEL];
     if (m->ops != &a->model) return false;
-    accel_module *layers = m->children[MODEL_LAYERS];
+    accel_module *layers = m->children[layers_index(a)];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
 }
@@ -354,7 +392,7 @@ static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c,
     return accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
 }
 
-static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
+accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llama_config *c, int index) {
     layer_impl *li = accel_malloc(sizeof *li);
     if (!li) return NULL;
     li->cfg = c;
@@ -362,10 +400,13 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     li->index = index;
     li->windowed = c->sliding_window > 0 && index >= c->max_window_layers;
     accel_module *layer = accel_module_new(&a->layer, li);
-    if (!layer) {
-        accel_free(li);
-        return NULL;
-    }
+    if (!layer) accel_free(li);
+    return layer;
+}
+
+static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
+    accel_module *layer = accel__decoder_layer_module(a, c, index);
+    if (!layer) return NULL;
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
     bool qkvb = a->qkv_bias || c->attention_bias, ob = !a->qkv_bias && c->attention_bias, mb = c->mlp_bias;
@@ -406,6 +447,11 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     accel_module *root = accel_module_new(&a->causal_lm, c);
     if (!root) {
         accel_free(c);
+        return NULL;
+    }
+    if (a->blocks == ACCEL__BLOCKS_GPT2) { /* GPT-2's own tree (gpt2.c) */
+        if (accel__gpt2_build(root, a, c, dev) == ACCEL_OK) return root;
+        accel_module_free(root);
         return NULL;
     }
     accel_module *model = accel_module_add_child(root, "model", accel_module_new(&a->model, NULL));
@@ -455,6 +501,13 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
         return NULL;
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
+    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && pos + T > c->max_position_embeddings) {
+        accel_set_error(ACCEL_ERR_SHAPE,
+                        "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
+                        "model: its learned position embeddings have no row for them",
+                        (long long)pos, (long long)(pos + T - 1), (long long)c->max_position_embeddings);
+        return NULL;
+    }
     if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
                   pos + T > cache->max_len)) {
         accel_set_error(ACCEL_ERR_SHAPE,
