@@ -205,6 +205,54 @@ static void test_gpt2_text_to_text(void) {
     accel_safetensors_close(st);
 }
 
+/* A checkpoint of GPT2Model (names without "transformer.", plus the old
+ * attn.bias mask buffer, as the Hub's gpt2 has) loads into GPT2LMHeadModel
+ * through the base model prefix: the fixture's logits. */
+static void test_gpt2_body_checkpoint(void) {
+    char dir[] = "/tmp/accel_gpt2_body_XXXXXX", path[160], cmd[256];
+    CHECK(mkdtemp(dir) != NULL);
+    accel_safetensors *w = accel_safetensors_open("data/hf_arch_gpt2/model.safetensors");
+    accel_safetensors *st = open_expected("data/hf_arch_gpt2");
+    CHECK(w && st);
+    if (!w || !st) {
+        accel_safetensors_close(w);
+        accel_safetensors_close(st);
+        return;
+    }
+    int n = accel_safetensors_count(w);
+    const char *names[64];
+    accel_tensor *ts[64];
+    CHECK(n < 63);
+    for (int i = 0; i < n && i < 63; i++) {
+        const char *full = accel_safetensors_at(w, i)->name;
+        CHECK(!strncmp(full, "transformer.", 12));
+        names[i] = full + 12;
+        ts[i] = accel_safetensors_tensor(w, full, -1);
+    }
+    names[n] = "h.0.attn.bias";
+    ts[n] = accel_tensor_new(ACCEL_F32, 4, (int64_t[]){1, 1, 32, 32}, ACCEL_CPU_DEVICE);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_MSG(accel_safetensors_save(path, n + 1, names, ts, 0, NULL) == ACCEL_OK, "%s", accel_last_error());
+    for (int i = 0; i <= n; i++) accel_tensor_free(ts[i]);
+    snprintf(cmd, sizeof cmd, "cp data/hf_arch_gpt2/config.json %s/", dir);
+    CHECK(system(cmd) == 0);
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &d);
+    CHECK_MSG(m && d, "%s", accel_last_error());
+    if (m) {
+        accel_dispatch_stats ds;
+        accel_dispatched_stats(d, &ds);
+        CHECK(ds.n_unexpected == 1 && ds.n_missing == 0); /* the mask buffer, warned about */
+        check_logits(m, st, "gpt2 body checkpoint");
+    }
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_safetensors_close(w);
+    accel_safetensors_close(st);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* Positions past n_positions, and the GPT-2 config fields accel does not
  * implement, are refused naming them. */
 static void test_gpt2_refusals(void) {
@@ -266,6 +314,7 @@ int main(void) {
     RUN(test_fixtures);
     RUN(test_gpt2_text_to_text);
     RUN(test_gpt2_refusals);
+    RUN(test_gpt2_body_checkpoint);
     RUN(test_layer_class_of_other_modules);
     return check_summary();
 }
