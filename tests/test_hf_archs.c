@@ -285,6 +285,7 @@ static void test_gpt2_refusals(void) {
         {"\"activation_function\": \"relu\"", "activation_function must be \"gelu_new\""},
         {"\"attn_pdrop\": 1.5", "'attn_pdrop' must be a number in [0, 1]"},
         {"\"layer_norm_epsilon\": 0", "'layer_norm_epsilon' must be a number > 0"},
+        {"\"n_positions\": 4611686018427387904", "n_positions x n_embd (32) position embeddings addressable"},
     };
     char path[] = "/tmp/accel_gpt2_cfg_XXXXXX.json";
     int fd = mkstemps(path, 5);

@@ -72,6 +72,13 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    int64_t wpe; /* GPT-2's position table, which weight_bytes does not count */
+    if (a->blocks == ACCEL__BLOCKS_GPT2 &&
+        (c->max_position_embeddings <= 0 || __builtin_mul_overflow(c->max_position_embeddings, c->hidden_size, &wpe) ||
+         wpe > INT64_MAX / 8))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: n_positions (%lld) must be positive, with n_positions x "
+                               "n_embd (%lld) position embeddings addressable", who,
+                               (long long)c->max_position_embeddings, (long long)c->hidden_size);
     if (!(c->attn_pdrop >= 0 && c->attn_pdrop <= 1) || !(c->resid_pdrop >= 0 && c->resid_pdrop <= 1) ||
         !(c->embd_pdrop >= 0 && c->embd_pdrop <= 1))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
