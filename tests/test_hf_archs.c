@@ -287,6 +287,10 @@ static void test_gpt2_refusals(void) {
         {"\"layer_norm_epsilon\": 0", "'layer_norm_epsilon' must be a number > 0"},
         {"\"n_positions\": 4611686018427387904", "n_positions x n_embd (32) position embeddings addressable"},
     };
+    accel_llama_config l = accel_llama_config_default();
+    l.unscaled_attention = true; /* GPT-2's only */
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "unscaled_attention (GPT-2's scale_attn_weights false) is set");
     char path[] = "/tmp/accel_gpt2_cfg_XXXXXX.json";
     int fd = mkstemps(path, 5);
     CHECK(fd >= 0);

@@ -72,6 +72,9 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
+                               "but %s models always scale", who, a->model_type);
     int64_t wpe; /* GPT-2's position table, which weight_bytes does not count */
     if (a->blocks == ACCEL__BLOCKS_GPT2 &&
         (c->max_position_embeddings <= 0 || __builtin_mul_overflow(c->max_position_embeddings, c->hidden_size, &wpe) ||
