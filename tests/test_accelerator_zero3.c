@@ -262,11 +262,27 @@ static double bf16_plain_loss(accel_module *ref, bool is_llama) {
 
 /* The family of the decoder check_equivalence trains (is_llama). */
 static const char *FAMILY = "llama";
+/* When set, check_equivalence's causal LM is this GPT-2 (test_gpt2) instead of tiny_llama. */
+static bool g_gpt2;
+
+/* GPT-2 of the architecture table at tiny_llama's sizes: learned positions,
+ * LayerNorms, Conv1D projections, wte tied to lm_head. */
+static accel_module *tiny_gpt2(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 64, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 4, c.max_position_embeddings = 16;
+    c.rms_norm_eps = 1e-5, c.tie_word_embeddings = true;
+    snprintf(c.model_type, sizeof c.model_type, "gpt2");
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+static accel_module *tiny_lm(uint64_t seed) { return g_gpt2 ? tiny_gpt2(seed) : tiny_family(seed, FAMILY); }
 
 static void check_equivalence(bool is_llama, int want_units) {
-    const char *what = is_llama ? FAMILY : "mlp";
-    accel_module *z = is_llama ? tiny_family(100 + (uint64_t)R, FAMILY) : mlp(100 + (uint64_t)R),
-                 *ref = is_llama ? tiny_family(100, FAMILY) : mlp(100);
+    const char *what = is_llama ? (g_gpt2 ? "gpt2" : FAMILY) : "mlp";
+    accel_module *z = is_llama ? tiny_lm(100 + (uint64_t)R) : mlp(100 + (uint64_t)R),
+                 *ref = is_llama ? tiny_lm(100) : mlp(100);
     accel_optimizer *zo = optimizer(z), *ro = optimizer(ref);
     int64_t total = accel_module_num_params(ref);
     CHECK(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK);
@@ -435,6 +451,26 @@ static void test_other_family_units(void) {
     CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());
     CHECK(A->models[0].n_units == 4); /* three layers and the root */
     done(m, saved);
+}
+
+/* GPT-2 trains as DDP does under ZeRO-3 / FSDP with its table's wrap class
+ * (GPT2Block, fsdp_transformer_layer_cls_to_wrap unset): two block units and
+ * the root's (wte, wpe, ln_f, the tied head); by default the two blocks, wte
+ * with the tied head, wpe, ln_f. With activation checkpointing on the blocks
+ * when the launcher sets it. */
+static void test_gpt2(void) {
+    accel__fsdp_cfg saved = A->fsdp;
+    g_gpt2 = true;
+    accel_module *m = tiny_gpt2(1);
+    CHECK(m && !strcmp(accel_module_decoder_layer_class(m), "GPT2Block"));
+    accel_module_free(m);
+    A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
+    A->fsdp.wrap_cls[0] = 0; /* unset: the table's class */
+    check_equivalence(true, 3);
+    A->fsdp.wrap = ACCEL__WRAP_DEFAULT;
+    check_equivalence(true, 5);
+    g_gpt2 = false;
+    A->fsdp = saved;
 }
 
 /* stage3_param_persistence_threshold 20: the five norms (16 each) form one
@@ -641,6 +677,7 @@ int main(void) {
     RUN(test_llama_wrap_policies);
     RUN(test_other_family_units);
     RUN(test_other_families_train);
+    RUN(test_gpt2);
     RUN(test_persistence_threshold);
     RUN(test_unhooked_unit_is_an_error);
     RUN(test_backward_memory);

@@ -9,7 +9,9 @@
  * qkv_proj and gate_up_proj, longrope on half of each head, a window;
  * generation re-runs the sequence when it passes the longrope threshold, as
  * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
- * q/k norms over the whole projection). Inputs run past
+ * q/k norms over the whole projection), GPT-2 (learned positions, LayerNorm,
+ * Conv1D; tied, and untied with unscaled attention and inputs up to
+ * n_positions exactly). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 16
@@ -17,13 +19,16 @@
  * accel_llama_from_pretrained (its no-split class from the table) and by
  * name; the module type names and the decoder layer class are transformers';
  * save_pretrained writes a config.json (family, rope_scaling, windows) that
- * loads back to the same logits. */
+ * loads back to the same logits. GPT-2 also goes text to text through
+ * examples/generate with tests/data/tokenizers/gpt2's tokenizer.json, refuses
+ * positions past n_positions and config fields it does not implement. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "accel/bigmodel.h"
 #include "nn_fixture.h"
+#include "sibling_exe.h"
 
 static const struct {
     const char *name, *root_type, *layer_type;
@@ -42,6 +47,8 @@ static const struct {
     {"granite", "GraniteForCausalLM", "GraniteDecoderLayer"},
     {"phi3", "Phi3ForCausalLM", "Phi3DecoderLayer"},
     {"olmo2", "Olmo2ForCausalLM", "Olmo2DecoderLayer"},
+    {"gpt2", "GPT2LMHeadModel", "GPT2Block"},
+    {"gpt2_untied", "GPT2LMHeadModel", "GPT2Block"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -98,10 +105,10 @@ static void check_training_step(const char *dir, accel_safetensors *st, const ch
         return;
     }
     accel_state_dict *sd = accel_module_state_dict(m);
-    for (int i = 0; i < sd->n; i++) /* a tied head is embed_tokens (not in the files) */
+    for (int i = 0; i < sd->n; i++) /* a tied head is its embedding: loaded and checked under that name */
         CHECK_MSG(sd->entries[i].is_tied_alias ||
-                      accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK, "%s: %s",
-                  sd->entries[i].name, accel_last_error());
+                      accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK,
+                  "%s: %s", sd->entries[i].name, accel_last_error());
     CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
     accel_tensor *loss = accel_llama_loss(m, ids);
@@ -152,9 +159,13 @@ static void run_fixture(int k) {
     CHECK_MSG(m && d, "%s: %s", dir, accel_last_error());
     if (m) {
         CHECK_MSG(!strcmp(m->ops->type_name, FIXTURES[k].root_type), "%s: root is %s", name, m->ops->type_name);
-        const char *cls = accel_module_decoder_layer_class(accel_module_find(m, "model.norm"));
+        bool gpt2 = !strcmp(FIXTURES[k].root_type, "GPT2LMHeadModel"); /* transformers' names of its tree */
+        const char *norm = gpt2 ? "transformer.ln_f" : "model.norm";
+        const char *layer1 = gpt2 ? "transformer.h.1" : "model.layers.1";
+        const char *cls = accel_module_decoder_layer_class(accel_module_find(m, norm));
         CHECK_MSG(cls && !strcmp(cls, FIXTURES[k].layer_type), "%s: layer class %s", name, cls ? cls : "NULL");
-        CHECK(!strcmp(accel_module_find(m, "model.layers.1")->ops->type_name, FIXTURES[k].layer_type));
+        accel_module *l1 = accel_module_find(m, layer1);
+        CHECK_MSG(l1 && !strcmp(l1->ops->type_name, FIXTURES[k].layer_type), "%s: %s", name, layer1);
         check_logits(m, st, name);
         check_greedy(m, st, name);
         check_save_round_trip(m, st, name);
@@ -176,6 +187,144 @@ static void test_fixtures(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* examples/generate DIR --prompt on a Hub-style copy of the gpt2 fixture
+ * (config.json, model.safetensors, tokenizer.json): the ids of transformers'
+ * generate from the tokenizers' encoding of the same text. */
+static void test_gpt2_text_to_text(void) {
+    char gen[8192], dir[] = "/tmp/accel_gpt2_text_XXXXXX", cmd[16384], want[512] = "generated_ids=[";
+    if (!sibling_exe("generate", gen, sizeof gen)) {
+        CHECK(!"generate is built next to the tests");
+        return;
+    }
+    accel_safetensors *st = open_expected("data/hf_arch_gpt2");
+    accel_tensor *g = st ? accel_safetensors_tensor(st, "text_greedy", -1) : NULL;
+    CHECK(g != NULL && mkdtemp(dir) != NULL);
+    if (!g) {
+        accel_safetensors_close(st);
+        return;
+    }
+    int64_t ids[64], n = g->shape[1];
+    CHECK(n <= 64 && accel_to_int64s(g, ids) == ACCEL_OK);
+    for (int64_t i = 0; i < n && i < 64; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%lld%s", (long long)ids[i], i + 1 < n ? ", " : "]");
+    snprintf(cmd, sizeof cmd,
+             "cp data/hf_arch_gpt2/config.json data/hf_arch_gpt2/model.safetensors data/tokenizers/gpt2/tokenizer.json "
+             "%s/ && %s %s --prompt 'Hello world' --new-tokens 8 2>&1; rc=$?; rm -rf %s; exit $rc",
+             dir, gen, dir, dir);
+    FILE *p = popen(cmd, "r");
+    char out[8192] = {0};
+    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK(p && pclose(p) == 0);
+    CHECK_STR_CONTAINS(out, want);
+    CHECK_STR_CONTAINS(out, "text=\"Hello world");
+    accel_tensor_free(g);
+    accel_safetensors_close(st);
+}
+
+/* A checkpoint of GPT2Model (names without "transformer.", plus the old
+ * attn.bias mask buffer, as the Hub's gpt2 has) loads into GPT2LMHeadModel
+ * through the base model prefix: the fixture's logits. */
+static void test_gpt2_body_checkpoint(void) {
+    char dir[] = "/tmp/accel_gpt2_body_XXXXXX", path[160], cmd[256];
+    CHECK(mkdtemp(dir) != NULL);
+    accel_safetensors *w = accel_safetensors_open("data/hf_arch_gpt2/model.safetensors");
+    accel_safetensors *st = open_expected("data/hf_arch_gpt2");
+    CHECK(w && st);
+    if (!w || !st) {
+        accel_safetensors_close(w);
+        accel_safetensors_close(st);
+        return;
+    }
+    int n = accel_safetensors_count(w);
+    const char *names[64];
+    accel_tensor *ts[64];
+    CHECK(n < 63);
+    for (int i = 0; i < n && i < 63; i++) {
+        const char *full = accel_safetensors_at(w, i)->name;
+        CHECK(!strncmp(full, "transformer.", 12));
+        names[i] = full + 12;
+        ts[i] = accel_safetensors_tensor(w, full, -1);
+    }
+    names[n] = "h.0.attn.bias";
+    ts[n] = accel_tensor_new(ACCEL_F32, 4, (int64_t[]){1, 1, 32, 32}, ACCEL_CPU_DEVICE);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_MSG(accel_safetensors_save(path, n + 1, names, ts, 0, NULL) == ACCEL_OK, "%s", accel_last_error());
+    for (int i = 0; i <= n; i++) accel_tensor_free(ts[i]);
+    snprintf(cmd, sizeof cmd, "cp data/hf_arch_gpt2/config.json %s/", dir);
+    CHECK(system(cmd) == 0);
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &d);
+    CHECK_MSG(m && d, "%s", accel_last_error());
+    if (m) {
+        accel_dispatch_stats ds;
+        accel_dispatched_stats(d, &ds);
+        CHECK(ds.n_unexpected == 1 && ds.n_missing == 0); /* the mask buffer, warned about */
+        check_logits(m, st, "gpt2 body checkpoint");
+    }
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_safetensors_close(w);
+    accel_safetensors_close(st);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* Positions past n_positions, and the GPT-2 config fields accel does not
+ * implement, are refused naming them. */
+static void test_gpt2_refusals(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_gpt2_untied", &c) == ACCEL_OK);
+    CHECK(c.max_position_embeddings == 24 && c.intermediate_size == 48 && c.unscaled_attention);
+    CHECK(c.rms_norm_eps == 1e-3 && c.attn_pdrop == 0.1 && !c.tie_word_embeddings);
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_kv_cache *kc = accel_kv_cache_new(&c, 1, 32, ACCEL_CPU_DEVICE);
+    CHECK(m && kc);
+    accel_tensor *ids = accel_zeros(ACCEL_I64, ACCEL_SHAPE(1, 20));
+    CHECK(accel_llama_forward(m, ids, kc) != NULL); /* positions 0..19 */
+    ids = accel_zeros(ACCEL_I64, ACCEL_SHAPE(1, 5));
+    CHECK(accel_llama_forward(m, ids, kc) == NULL); /* 20..24: 24 is past */
+    CHECK_STR_CONTAINS(accel_last_error(), "positions 20..24 are past n_positions (24)");
+    /* 4 + 21 tokens fit (the last is never fed back); one more needs position 24 */
+    int64_t prompt[4] = {1, 2, 3, 4}, out[32], n_out = 0;
+    accel_generate_opts o = {.max_new_tokens = 21};
+    CHECK(accel_generate(m, prompt, 4, &o, out, &n_out) == ACCEL_OK && n_out == 25);
+    o.max_new_tokens = 22;
+    CHECK(accel_generate(m, prompt, 4, &o, out, &n_out) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "past n_positions");
+    accel_kv_cache_free(kc);
+    accel_module_free(m);
+    accel_step_reset();
+    static const struct { const char *json, *needle; } BAD[] = {
+        {"\"scale_attn_by_inverse_layer_idx\": true", "scale_attn_by_inverse_layer_idx true is not implemented"},
+        {"\"reorder_and_upcast_attn\": true", "reorder_and_upcast_attn true is not implemented"},
+        {"\"add_cross_attention\": true", "add_cross_attention true is not implemented"},
+        {"\"activation_function\": \"relu\"", "activation_function must be \"gelu_new\""},
+        {"\"attn_pdrop\": 1.5", "'attn_pdrop' must be a number in [0, 1]"},
+        {"\"layer_norm_epsilon\": 0", "'layer_norm_epsilon' must be a number > 0"},
+        {"\"n_positions\": 4611686018427387904", "n_positions x n_embd (32) position embeddings addressable"},
+    };
+    accel_llama_config l = accel_llama_config_default();
+    l.unscaled_attention = true; /* GPT-2's only */
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "unscaled_attention (GPT-2's scale_attn_weights false) is set");
+    char path[] = "/tmp/accel_gpt2_cfg_XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (!f) break;
+        fprintf(f, "{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, \"n_layer\": 1, %s}", BAD[i].json);
+        fclose(f);
+        CHECK(accel_llama_config_load(path, &c) != ACCEL_OK);
+        CHECK_STR_CONTAINS(accel_last_error(), BAD[i].needle);
+    }
+    unlink(path);
+    accel_clear_error();
+}
+
 static void test_layer_class_of_other_modules(void) {
     CHECK(accel_module_decoder_layer_class(NULL) == NULL);
     accel_module *lin = accel_linear_new(2, 2, false, ACCEL_CPU_DEVICE, ACCEL_F32);
@@ -185,6 +334,9 @@ static void test_layer_class_of_other_modules(void) {
 
 int main(void) {
     RUN(test_fixtures);
+    RUN(test_gpt2_text_to_text);
+    RUN(test_gpt2_refusals);
+    RUN(test_gpt2_body_checkpoint);
     RUN(test_layer_class_of_other_modules);
     return check_summary();
 }

@@ -8,8 +8,6 @@ config.json, written by transformers, with transformers' outputs.
 NAMEs (keys of FIXTURES) limit the run to those fixtures: each fixture's
 seeds are its own, so the others' bytes stay as committed.
 
-NAMEs (keys of FIXTURES, e.g. phi3 olmo2) regenerate only those directories,
-leaving the other fixtures' bytes as they are.
 
 --check-saved loads ROOT/<name> (written by accel's save_pretrained from
 tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
@@ -26,6 +24,8 @@ and expected.safetensors:
     prompt     [1, 4]  i64
     greedy     [1, 4 + N] i64  greedy generate(prompt, max_new_tokens=N), KV cache
                              (N = 16; 32 for the fixtures that set new_tokens)
+and, for fixtures over a tokenizer's vocabulary (TEXT: gpt2):
+    text_greedy [1, n] i64   the tokenizer's ids of TEXT_PROMPT, then 8 greedy tokens
 Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1), Gemma's, which
 scale by 1 + weight, 0.1 N(0, 1)) so logits are
 well separated and greedy decoding has no near-ties (tests/test_hf_archs.c).
@@ -41,6 +41,10 @@ BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_laye
             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
             rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None, pad_token_id=None,
             tie_word_embeddings=False)
+
+# GPT2Config's own keys (n_embd, n_layer, ...); vocab 900: tests/data/tokenizers/gpt2's vocabulary
+GPT2_BASE = dict(vocab_size=900, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=None,
+                 eos_token_id=None, pad_token_id=None)
 
 FIXTURES = {
     "llama_linear": ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0})),
@@ -73,7 +77,15 @@ FIXTURES = {
                                         "long_factor": [1.5, 3.0]}), dict(seed=9, new_tokens=16)),
     # norms after attention and MLP, q/k norms over the whole projection
     "olmo2": ("olmo2", dict(), dict(seed=10, new_tokens=16)),
+    "gpt2": ("gpt2", dict(), dict(seed=9)),
+    # n_positions exactly the ids' length; unscaled attention, untied head, explicit n_inner
+    "gpt2_untied": ("gpt2", dict(vocab_size=64, n_positions=24, n_inner=48, layer_norm_epsilon=1e-3,
+                                 scale_attn_weights=False, tie_word_embeddings=False), dict(seed=10)),
 }
+
+# fixtures whose generation also goes from text (TEXT_PROMPT) through a tokenizer.json
+TEXT = {"gpt2": "tokenizers/gpt2/tokenizer.json"}
+TEXT_PROMPT = "Hello world"
 
 
 def options(i, spec):
@@ -85,18 +97,28 @@ def options(i, spec):
 
 
 def build(model_type, extra, seed):
-    cfg = AutoConfig.for_model(model_type, **{**BASE, **extra})
+    cfg = AutoConfig.for_model(model_type, **{**(GPT2_BASE if model_type == "gpt2" else BASE), **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     # Gemma's norms scale by 1 + weight
     norm_base = 0.0 if model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if "norm" in pname:
+            if ("norm" in pname or ".ln_" in pname) and pname.endswith("weight"):
                 p.copy_(norm_base + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
     return model
+
+
+def text_greedy(model, tokenizer_json):
+    from tokenizers import Tokenizer
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    ids = Tokenizer.from_file(os.path.join(data, tokenizer_json)).encode(TEXT_PROMPT).ids
+    prompt = torch.tensor([ids])
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=8, do_sample=False,
+                              attention_mask=torch.ones_like(prompt), pad_token_id=0)
 
 
 def expected(model, seed, new_tokens):
@@ -161,7 +183,10 @@ def main():
         model = build(model_type, extra, 4321 + seed)
         model.generation_config.eos_token_id = None
         model.save_pretrained(d, safe_serialization=True)
-        save_file(expected(model, 77 + seed, new_tokens), os.path.join(d, "expected.safetensors"))
+        out = expected(model, 77 + seed, new_tokens)
+        if name in TEXT:
+            out["text_greedy"] = text_greedy(model, TEXT[name]).contiguous()
+        save_file(out, os.path.join(d, "expected.safetensors"))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         total += size
         print(f"{d}: {size} bytes")

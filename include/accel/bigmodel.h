@@ -295,6 +295,12 @@ typedef struct accel_load_opts {
     int n_preload;
     const accel_device_map_opts *map_opts; /* for string maps and check_device_map; may be NULL */
     FILE *log;                 /* warnings (unexpected/missing keys); NULL: stderr */
+    /* transformers' base_model_prefix ("transformer", "model"): a checkpoint
+     * tensor the model lacks is looked up again as "<prefix>.<name>", so a
+     * checkpoint of the body (GPT2Model's "h.0.ln_1.weight", as the Hub's
+     * gpt2 has) loads into the causal LM. NULL: none (from_pretrained: the
+     * name of the root's body). */
+    const char *base_model_prefix;
 } accel_load_opts;
 
 /* The loaded state of a dispatched model: the mapped checkpoint, host copies

@@ -253,7 +253,7 @@ typedef struct accel_llama_config {
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
-     * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2" (docs/nn.md: what each changes). */
+     * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -274,6 +274,12 @@ typedef struct accel_llama_config {
     /* RoPE rotates the first int(head_dim * partial_rotary_factor) dims of
      * each head, the rest pass through (0 or 1: all; "phi3" only). */
     double partial_rotary_factor;
+    /* GPT-2 ("gpt2": learned positions up to max_position_embeddings =
+     * n_positions, LayerNorm of epsilon rms_norm_eps = layer_norm_epsilon).
+     * Its dropout probabilities are kept for config.json but not applied:
+     * accel trains without dropout, as transformers does in eval mode. */
+    double attn_pdrop, resid_pdrop, embd_pdrop;
+    bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
@@ -303,7 +309,8 @@ int64_t accel_kv_cache_len(const accel_kv_cache *c);
 void accel_kv_cache_reset(accel_kv_cache *c);
 
 /* LlamaForCausalLM: children "model" (embed_tokens, layers.N, norm) and
- * "lm_head". Weights initialised as transformers does (normal(0, initializer_range),
+ * "lm_head" (GPT2LMHeadModel: "transformer" (wte, wpe, h.N, ln_f) and
+ * "lm_head"; docs/nn.md). Weights initialised as transformers does (normal(0, initializer_range),
  * norms 1) from the default generator; inside init_empty_weights on meta. */
 accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
 const accel_llama_config *accel_llama_config_of(accel_module *llama);

@@ -330,6 +330,18 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
         entry_key key = {.name = accel_checkpoint_name(d->ck, i)};
         const char *name = key.name;
         const entry_key *hit = bsearch(&key, by_name, (size_t)sd->n, sizeof key, cmp_key_name);
+        if (!hit && o && o->base_model_prefix && *o->base_model_prefix) { /* a checkpoint of the body */
+            size_t n = strlen(o->base_model_prefix) + strlen(name) + 2;
+            char *full = malloc(n);
+            if (!full) {
+                st = accel_set_error(ACCEL_ERR_OOM, "accel_load_checkpoint_in_model: out of memory");
+                break;
+            }
+            snprintf(full, n, "%s.%s", o->base_model_prefix, name);
+            key.name = full;
+            hit = bsearch(&key, by_name, (size_t)sd->n, sizeof key, cmp_key_name);
+            free(full);
+        }
         plan *p = hit ? &plans[plan_of[hit->i]] : NULL;
         if (!p) {
             list_add(&unexpected, name);

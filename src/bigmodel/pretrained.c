@@ -58,6 +58,7 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
     accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.map_opts) lo.map_opts = &mo;
+    if (!lo.base_model_prefix) lo.base_model_prefix = m->children[0]->name; /* "model", "transformer" */
     accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo);
     if (!d) {
         accel_module_free(m);

@@ -22,6 +22,7 @@
 
 #include "accel/bigmodel.h"
 #include "backends/cpu/gemm.h"
+#include "nn/arch.h"
 
 /* The dtypes of a step: the autocast dtype (f32 = none) and whether the CPU
  * GEMM multiplies that dtype itself (oneDNN on AMX / AVX512-BF16) or on f32
@@ -244,6 +245,11 @@ static void outer_step(ledger *l) {
 
 static bool resolve(const accel_llama_config *cfg, dims *d, const accel_activation_opts *o) {
     if (accel_llama_config_check(cfg, "accel_llama_activation_bytes") != ACCEL_OK) return false;
+    if (accel__arch_find(cfg->model_type)->blocks != ACCEL__BLOCKS_LLAMA) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_activation_bytes: the step's activations are modelled "
+                        "for the Llama block (RMSNorm, RoPE, gated MLP), not for %s models", cfg->model_type);
+        return false;
+    }
     double heads = (double)cfg->num_attention_heads;
     double kv = (double)(cfg->num_key_value_heads ? cfg->num_key_value_heads : cfg->num_attention_heads);
     double hd = (double)(cfg->head_dim ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads);

@@ -343,15 +343,17 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     const char *no_split[] = {accel_module_decoder_layer_class(m)};
     int64_t total = 0, largest = 0, body = 0, body_largest = 0;
     if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
-        accel_calculate_maximum_sizes(accel_module_find(m, "model"), no_split, 1, &body, &body_largest) != ACCEL_OK) {
+        accel_calculate_maximum_sizes(m->children[0] /* the body: model, transformer */, no_split, 1, &body,
+                                      &body_largest) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         accel_module_free(m);
         return 1;
     }
     accel_module_free(m);
     /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
-     * accel's Llama computes instead of keeping */
-    body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
+     * accel's Llama computes instead of keeping (GPT-2 has no RoPE) */
+    if (accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA)
+        body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
     /* and Gemma's embedding keeps its scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale) */
     if (accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
     static const double div[] = {1, 2, 4, 8};

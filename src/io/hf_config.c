@@ -1,6 +1,6 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
- * gemma, gemma2, granite, phi3, olmo2.
+ * gemma, gemma2, granite, phi3, olmo2, gpt2.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -323,6 +323,53 @@ static accel_status parse_scalings(json_t *root, const char *file, const accel__
     return ACCEL_OK;
 }
 
+/* A probability key (GPT-2's dropouts): a number in [0, 1]. */
+static accel_status get_prob(json_t *root, const char *file, const char *key, double *out) {
+    if (get_real(root, file, key, out)) return accel_last_status();
+    if (!(*out >= 0 && *out <= 1)) return bad_type(file, key, "a number in [0, 1]");
+    return ACCEL_OK;
+}
+
+/* A boolean key accel implements at one value only: any other is refused, naming it. */
+static accel_status want_bool(json_t *root, const char *file, const char *key, bool want) {
+    bool v = want;
+    if (get_bool(root, file, key, &v)) return accel_last_status();
+    if (v != want)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s %s is not implemented for gpt2 models", file, key,
+                               v ? "true" : "false");
+    return ACCEL_OK;
+}
+
+/* GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions,
+ * layer_norm_epsilon, activation_function, ...) into the shared fields. */
+static accel_status parse_gpt2(json_t *root, const char *file, accel_llama_config *c) {
+    int64_t inner = 0;
+    bool scale = true;
+    if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
+        get_int(root, file, "n_embd", &c->hidden_size, false, false) ||
+        get_int(root, file, "n_layer", &c->num_hidden_layers, true, false) ||
+        get_int(root, file, "n_head", &c->num_attention_heads, false, false) ||
+        get_int(root, file, "n_inner", &inner, false, true) ||
+        get_int(root, file, "n_positions", &c->max_position_embeddings, false, false) ||
+        get_real(root, file, "layer_norm_epsilon", &c->rms_norm_eps) ||
+        get_real(root, file, "initializer_range", &c->initializer_range) ||
+        get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
+        get_dtype(root, file, "torch_dtype", &c->torch_dtype) || get_dtype(root, file, "dtype", &c->torch_dtype) ||
+        get_prob(root, file, "attn_pdrop", &c->attn_pdrop) || get_prob(root, file, "resid_pdrop", &c->resid_pdrop) ||
+        get_prob(root, file, "embd_pdrop", &c->embd_pdrop) || get_bool(root, file, "scale_attn_weights", &scale) ||
+        want_bool(root, file, "scale_attn_by_inverse_layer_idx", false) ||
+        want_bool(root, file, "reorder_and_upcast_attn", false) || want_bool(root, file, "add_cross_attention", false))
+        return accel_last_status();
+    json_t *v = json_object_get(root, "activation_function");
+    if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "gelu_new") != 0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: activation_function must be \"gelu_new\" (the only GPT-2 "
+                               "activation accel implements)", file);
+    if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_epsilon", "a number > 0");
+    c->intermediate_size = inner ? inner : 4 * c->hidden_size; /* n_inner null: 4 n_embd */
+    c->unscaled_attention = !scale;
+    return ACCEL_OK;
+}
+
 static accel_status parse_config(json_t *root, const char *file, accel_llama_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
@@ -333,7 +380,9 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
                                json_is_string(mt) ? json_string_value(mt) : "not a string",
                                json_is_string(mt) ? "\"" : "", accel__arch_names());
     *c = a->defaults; /* transformers' defaults of the family */
-    if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
+    if (a->blocks == ACCEL__BLOCKS_GPT2) {
+        if (parse_gpt2(root, file, c)) return accel_last_status();
+    } else if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
         get_int(root, file, "hidden_size", &c->hidden_size, false, false) ||
         get_int(root, file, "intermediate_size", &c->intermediate_size, false, false) ||
         get_int(root, file, "num_hidden_layers", &c->num_hidden_layers, true, false) ||
@@ -421,6 +470,9 @@ static accel_status check_reals(const accel_llama_config *c) {
         {"residual_multiplier", c->residual_multiplier, true},
         {"logits_scaling", c->logits_scaling, true},
         {"partial_rotary_factor", c->partial_rotary_factor, true},
+        {"attn_pdrop", c->attn_pdrop, true},
+        {"resid_pdrop", c->resid_pdrop, true},
+        {"embd_pdrop", c->embd_pdrop, true},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++)
         if (!isfinite(R[i].v) || R[i].v < 0 || (R[i].v == 0 && !R[i].zero_ok))
@@ -492,6 +544,43 @@ static void write_rope(FILE *m, const accel_rope_scaling *r) {
     fputs("\n  }", m);
 }
 
+/* GPT2Config's config.json (keys sorted as transformers writes them); n_inner
+ * always explicit. */
+static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init, const char *eps) {
+    char attn[40], resid[40], embd[40];
+    py_float(attn, sizeof attn, c->attn_pdrop);
+    py_float(resid, sizeof resid, c->resid_pdrop);
+    py_float(embd, sizeof embd, c->embd_pdrop);
+    fprintf(m,
+            "{\n  \"activation_function\": \"gelu_new\",\n"
+            "  \"add_cross_attention\": false,\n"
+            "  \"architectures\": [\n    \"%s\"\n  ],\n"
+            "  \"attn_pdrop\": %s,\n"
+            "  \"embd_pdrop\": %s,\n"
+            "  \"initializer_range\": %s,\n"
+            "  \"layer_norm_epsilon\": %s,\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"n_embd\": %lld,\n"
+            "  \"n_head\": %lld,\n"
+            "  \"n_inner\": %lld,\n"
+            "  \"n_layer\": %lld,\n"
+            "  \"n_positions\": %lld,\n"
+            "  \"reorder_and_upcast_attn\": false,\n"
+            "  \"resid_pdrop\": %s,\n"
+            "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+            "  \"scale_attn_weights\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"torch_dtype\": \"%s\",\n"
+            "  \"transformers_version\": \"%s\",\n"
+            "  \"use_cache\": true,\n"
+            "  \"vocab_size\": %lld\n}\n",
+            a->causal_lm.type_name, attn, embd, init, eps, a->model_type, (long long)c->hidden_size,
+            (long long)c->num_attention_heads, (long long)c->intermediate_size, (long long)c->num_hidden_layers,
+            (long long)c->max_position_embeddings, resid, c->unscaled_attention ? "false" : "true",
+            c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype), TRANSFORMERS_VERSION,
+            (long long)c->vocab_size);
+}
+
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *c) {
     if (!dir_or_path || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: NULL argument");
     if (check_reals(c)) return accel_last_status();
@@ -517,6 +606,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (!m) {
         accel_free(file);
         return accel_set_error(ACCEL_ERR_OOM, "accel_llama_config_save: out of memory");
+    }
+    if (a->blocks == ACCEL__BLOCKS_GPT2) {
+        write_gpt2(m, a, c, init, eps);
+        goto written;
     }
     /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */
     fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
@@ -585,6 +678,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (a->window == ACCEL__WINDOW_QWEN2)
         fprintf(m, "  \"use_sliding_window\": %s,\n", c->sliding_window ? "true" : "false");
     fprintf(m, "  \"vocab_size\": %lld\n}\n", (long long)c->vocab_size);
+written:
     fclose(m);
     accel__afile f;
     accel_status st = accel__afile_open(&f, file);

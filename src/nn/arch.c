@@ -60,6 +60,18 @@ static const accel__arch ARCHS[] = {
                   .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
                   .model_type = "olmo2"}},
+    /* GPT-2: GPT2Config() defaults (n_embd 768, n_layer 12, n_head 12, n_inner 4 n_embd,
+     * n_positions 1024, layer_norm_epsilon 1e-5, dropouts 0.1, tied head) */
+    {.model_type = "gpt2", .causal_lm = {"GPT2LMHeadModel", accel__decoder_no_forward, NULL},
+     .model = {"GPT2Model", accel__decoder_no_forward, NULL}, .layer = {"GPT2Block", accel__decoder_layer_call, NULL},
+     .attn = {"GPT2Attention", NULL, NULL}, .mlp = {"GPT2MLP", accel__gelu_mlp_forward, NULL},
+     .norm = {"LayerNorm", accel__layer_norm_forward, NULL}, .window = ACCEL__WINDOW_NONE,
+     .blocks = ACCEL__BLOCKS_GPT2,
+     .defaults = {.vocab_size = 50257, .hidden_size = 768, .intermediate_size = 3072, .num_hidden_layers = 12,
+                  .num_attention_heads = 12, .max_position_embeddings = 1024, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .tie_word_embeddings = true,
+                  .torch_dtype = ACCEL_F32, .model_type = "gpt2", .attn_pdrop = 0.1, .resid_pdrop = 0.1,
+                  .embd_pdrop = 0.1}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -82,7 +94,7 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
 }
 
 const char *accel__arch_names(void) {
-    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\"";
+    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", \"gpt2\"";
 }
 
 const char *accel_module_decoder_layer_class(const accel_module *m) {

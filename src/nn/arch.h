@@ -16,6 +16,19 @@ typedef enum accel__window_rule {
     ACCEL__WINDOW_EVEN,   /* layers 0, 2, 4, ... (transformers' default layer_types of Gemma2) */
 } accel__window_rule;
 
+/* The kind of blocks a family is built of. */
+typedef enum accel__blocks {
+    ACCEL__BLOCKS_LLAMA, /* RMSNorm, RoPE, q/k/v/o Linear, gated SiLU MLP (llama.c) */
+    ACCEL__BLOCKS_GPT2,  /* learned positions (wpe, no RoPE), LayerNorm with bias, fused q/k/v
+                          * Conv1D c_attn (weight [in, out]), gelu_new MLP, biases on every
+                          * projection (gpt2.c builds the tree, llama.c runs it) */
+} accel__blocks;
+
+/* Child indices of GPT-2's modules (construction order, transformers'). */
+enum { ACCEL__GPT2_WTE = 0, ACCEL__GPT2_WPE = 1, ACCEL__GPT2_H = 2, ACCEL__GPT2_LN_F = 3 };
+enum { ACCEL__GPT2_C_ATTN = 0, ACCEL__GPT2_C_PROJ = 1 };                    /* GPT2Attention */
+enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 };                  /* GPT2MLP */
+
 typedef struct accel__arch {
     const char *model_type;
     /* transformers' classes: the module type names of the tree. `layer` is
@@ -50,6 +63,7 @@ typedef struct accel__arch {
     bool sandwich_norms;
     bool softcap;        /* the config's attn/final_logit_softcapping and query_pre_attn_scalar (Gemma2) */
     bool multipliers;    /* the config's embedding/attention/residual_multiplier and logits_scaling (Granite) */
+    accel__blocks blocks;
     accel_llama_config defaults; /* the family's XConfig() defaults */
 } accel__arch;
 
@@ -78,5 +92,15 @@ accel_tensor *accel__decoder_norm_forward(accel_module *m, accel_tensor *x);
 accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x);
 /* Gemma's RMSNorm: x / rms(x) * (1 + weight). */
 accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x);
+accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x);
+accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x);
+
+/* A decoder layer module of row a (type a->layer, index `index` of the
+ * resolved config c, which outlives it) with no children yet (llama.c). */
+accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llama_config *c, int index);
+/* Adds GPT-2's tree under root (a GPT2LMHeadModel of row a): transformer
+ * (wte, wpe, h.N, ln_f) and lm_head, tied when c says so (gpt2.c). */
+accel_status accel__gpt2_build(accel_module *root, const accel__arch *a, const accel_llama_config *c,
+                               accel_device dev);
 
 #endif

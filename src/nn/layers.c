@@ -141,20 +141,54 @@ accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, acce
     return accel__rms_norm_create(&RMSNORM_OPS, dim, eps, dev, dt);
 }
 
-static accel_tensor *layernorm_forward(accel_module *m, accel_tensor *x) {
+accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x) {
     return accel_layer_norm(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"),
                             norm_eps(m));
 }
 
-static const accel_module_ops LAYERNORM_OPS = {"LayerNorm", layernorm_forward, NULL};
+static const accel_module_ops LAYERNORM_OPS = {"LayerNorm", accel__layer_norm_forward, NULL};
 
-accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
-                                  accel_dtype dt) {
-    accel_module *m = norm_module(&LAYERNORM_OPS, eps, "accel_layer_norm_new", dim);
+/* LayerNorm of the given ops, weight 1 and bias 0 when affine. */
+static accel_module *layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, bool affine,
+                                       accel_device dev, accel_dtype dt) {
+    accel_module *m = norm_module(ops, eps, "accel_layer_norm_new", dim);
     if (!m || !affine) return m;
     accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
     accel_tensor *b = w ? new_param(m, "bias", dt, 1, &dim, dev) : NULL;
     if (!b || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+accel_module *accel__layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, accel_device dev,
+                                       accel_dtype dt) {
+    return layer_norm_create(ops, dim, eps, true, dev, dt);
+}
+
+accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
+                                  accel_dtype dt) {
+    return layer_norm_create(&LAYERNORM_OPS, dim, eps, affine, dev, dt);
+}
+
+/* ---- Conv1D (transformers' GPT-2 projection) */
+
+/* y = x W + b with W [in, out]: transformers' Conv1D keeps the transpose of
+ * Linear's layout, and so does accel, so that checkpoints load and save as
+ * they are (no transposed copy at load or save). */
+static accel_tensor *conv1d_forward(accel_module *m, accel_tensor *x) {
+    return accel_add(accel_matmul(x, accel__module_tensor(m, "weight")), accel__module_tensor(m, "bias"));
+}
+
+static const accel_module_ops CONV1D_OPS = {"Conv1D", conv1d_forward, NULL};
+
+accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, accel_dtype dt, double init_std) {
+    if (!check_dims("accel__conv1d_create", in, out)) return NULL;
+    accel_module *m = accel_module_new(&CONV1D_OPS, NULL);
+    accel_tensor *w = new_param(m, "weight", dt, 2, (int64_t[]){in, out}, dev);
+    accel_tensor *b = w ? new_param(m, "bias", dt, 1, &out, dev) : NULL;
+    if (!b || (has_data(w) && accel_rng_normal_(accel_default_rng(), w, 0.0, init_std) != ACCEL_OK)) {
         accel_module_free(m);
         return NULL;
     }

@@ -99,6 +99,25 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->head_dim == 0 && c->num_attention_heads > 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
+    if (a->blocks == ACCEL__BLOCKS_GPT2 &&
+        (c->num_key_value_heads != c->num_attention_heads || c->head_dim * c->num_attention_heads != c->hidden_size ||
+         c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
+                               "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
+                               "but %s models always scale", who, a->model_type);
+    int64_t wpe; /* GPT-2's position table, which weight_bytes does not count */
+    if (a->blocks == ACCEL__BLOCKS_GPT2 &&
+        (c->max_position_embeddings <= 0 || __builtin_mul_overflow(c->max_position_embeddings, c->hidden_size, &wpe) ||
+         wpe > INT64_MAX / 8))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: n_positions (%lld) must be positive, with n_positions x "
+                               "n_embd (%lld) position embeddings addressable", who,
+                               (long long)c->max_position_embeddings, (long long)c->hidden_size);
+    if (!(c->attn_pdrop >= 0 && c->attn_pdrop <= 1) || !(c->resid_pdrop >= 0 && c->resid_pdrop <= 1) ||
+        !(c->embd_pdrop >= 0 && c->embd_pdrop <= 1))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
+                               who);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -306,21 +325,33 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     const accel_llama_config *c = li->cfg;
     const accel__arch *a = li->arch;
     accel_module **p = attn->children;
-    int64_t T = x->shape[1], rd = accel__rotary_dim(c);
+    int64_t T = x->shape[1];
+    bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     accel_tensor *q, *k, *v;
-    project_qkv(p, a, c, x, &q, &k, &v);
-    if (a->qk_norm_full) { /* over all heads at once, before the split */
-        q = accel_module_call(p[ATTN_Q_NORM], q);
-        k = accel_module_call(p[ATTN_K_NORM], k);
+    if (gpt2) {
+        /* c_attn: [B, T, 3 H D] = q | k | v (GPT-2 has as many kv heads as heads) */
+        accel_tensor *qkv = accel_module_call(p[ACCEL__GPT2_C_ATTN], x), *part[3] = {NULL, NULL, NULL};
+        int64_t n = c->num_attention_heads * c->head_dim, sizes[3] = {n, n, n};
+        if (!qkv || accel_split(qkv, 2, 3, sizes, part) != ACCEL_OK) return NULL;
+        q = split_heads(part[0], c->num_attention_heads, c->head_dim, NULL);
+        k = split_heads(part[1], c->num_attention_heads, c->head_dim, NULL);
+        v = split_heads(part[2], c->num_attention_heads, c->head_dim, NULL);
+    } else {
+        int64_t rd = accel__rotary_dim(c);
+        project_qkv(p, a, c, x, &q, &k, &v);
+        if (a->qk_norm_full) { /* over all heads at once, before the split */
+            q = accel_module_call(p[ATTN_Q_NORM], q);
+            k = accel_module_call(p[ATTN_K_NORM], k);
+        }
+        q = split_heads(q, c->num_attention_heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
+        k = split_heads(k, c->num_key_value_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
+        v = split_heads(v, c->num_key_value_heads, c->head_dim, NULL);
+        float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
+        if (!inv) return NULL;
+        double scaling = accel__rope_inv_freq(c, pos + T, inv);
+        q = rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
+        k = rope(k, pos, inv, scaling, rd);
     }
-    q = split_heads(q, c->num_attention_heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
-    k = split_heads(k, c->num_key_value_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
-    v = split_heads(v, c->num_key_value_heads, c->head_dim, NULL);
-    float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
-    if (!inv) return NULL;
-    double scaling = accel__rope_inv_freq(c, pos + T, inv);
-    q = rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
-    k = rope(k, pos, inv, scaling, rd);
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
@@ -328,17 +359,18 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     /* the window only bites once some query is W or more positions past a key;
      * soft-capping needs the scores (on meta, shapes only: the fused op) */
     int64_t W = li->windowed && pos + T > c->sliding_window ? c->sliding_window : 0;
-    double scale = li->arch->multipliers ? c->attention_multiplier
-                   : li->arch->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
-                                                                       : 0.0;
-    double cap = li->arch->softcap ? c->attn_logit_softcapping : 0.0;
+    double scale = a->multipliers                                 ? c->attention_multiplier
+                   : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
+                   : c->unscaled_attention                       ? 1.0
+                                                                 : 0.0;
+    double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
     accel_tensor *o = (W || cap > 0) && x->device.type != ACCEL_DEV_META
                           ? explicit_attention(q, k, v, pos, W, scale, cap)
                           : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
-    return accel_module_call(p[a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
+    return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
 }
 
 /* The hooks of attn around its body; exit runs after a failure too (nn.h). */
@@ -422,20 +454,35 @@ static double gemma_embed_scale(const accel_llama_config *c) {
     return s;
 }
 
-/* LlamaModel: embeddings (scaled: Gemma, Granite), layers, final norm, inside
- * the model's hooks. */
+/* The index of the layers' ModuleList among the model's children. */
+static int layers_index(const accel__arch *a) {
+    return a->blocks == ACCEL__BLOCKS_GPT2 ? ACCEL__GPT2_H : MODEL_LAYERS;
+}
+
+/* GPT-2's learned positions pos..pos+T-1: wpe rows [T, C], on the device of h. */
+static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int64_t pos, int64_t T) {
+    accel_tensor *p = h ? accel_arange(ACCEL_I64, pos, pos + T) : NULL;
+    if (p && !accel_device_eq(p->device, h->device)) p = accel_to_device(p, h->device);
+    return p ? accel_module_call(wpe, p) : NULL;
+}
+
+/* LlamaModel / GPT2Model: embeddings (scaled: Gemma, Granite; GPT-2: plus
+ * learned positions), layers, final norm, inside the model's hooks. */
 static accel_tensor *model_forward(accel_module *model, const accel_llama_config *c, const accel__arch *a,
                                    accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     accel_module **mp = model->children;
+    int64_t T = h ? h->shape[1] : 0;
     h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
     if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
-    accel_module *layers = mp[MODEL_LAYERS];
+    if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
+    int li = layers_index(a);
+    accel_module *layers = mp[li];
     for (int i = 0; i < layers->n_children && h; i++)
         h = layer_forward(layers->children[i], h, pos, cache);
-    h = accel_module_call(mp[MODEL_NORM], h);
+    h = accel_module_call(mp[li + 1], h); /* the final norm, after the layers */
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
 }
 
@@ -457,7 +504,7 @@ bool accel__decoder_checkpoint_layers(accel_module *m, bool enable) {
     if (!a) return false;
     if (m->ops == &a->causal_lm) m = m->children[ROOT_MODEL];
     if (m->ops != &a->model) return false;
-    accel_module *layers = m->children[MODEL_LAYERS];
+    accel_module *layers = m->children[layers_index(a)];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
 }
@@ -485,7 +532,7 @@ static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c,
     return m;
 }
 
-static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
+accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llama_config *c, int index) {
     layer_impl *li = accel_malloc(sizeof *li);
     if (!li) return NULL;
     li->cfg = c;
@@ -494,10 +541,13 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     li->windowed = c->sliding_window > 0 &&
                    (a->window == ACCEL__WINDOW_EVEN ? index % 2 == 0 : index >= c->max_window_layers);
     accel_module *layer = accel_module_new(&a->layer, li);
-    if (!layer) {
-        accel_free(li);
-        return NULL;
-    }
+    if (!layer) accel_free(li);
+    return layer;
+}
+
+static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
+    accel_module *layer = accel__decoder_layer_module(a, c, index);
+    if (!layer) return NULL;
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
     bool qkvb = a->qkv_bias || c->attention_bias, ob = !a->qkv_bias && c->attention_bias, mb = c->mlp_bias;
@@ -551,6 +601,11 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
         accel_free(c);
         return NULL;
     }
+    if (a->blocks == ACCEL__BLOCKS_GPT2) { /* GPT-2's own tree (gpt2.c) */
+        if (accel__gpt2_build(root, a, c, dev) == ACCEL_OK) return root;
+        accel_module_free(root);
+        return NULL;
+    }
     accel_module *model = accel_module_add_child(root, "model", accel_module_new(&a->model, NULL));
     bool ok = model &&
               accel_module_add_child(model, "embed_tokens",
@@ -598,6 +653,13 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
         return NULL;
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
+    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && pos + T > c->max_position_embeddings) {
+        accel_set_error(ACCEL_ERR_SHAPE,
+                        "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
+                        "model: its learned position embeddings have no row for them",
+                        (long long)pos, (long long)(pos + T - 1), (long long)c->max_position_embeddings);
+        return NULL;
+    }
     if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
                   pos + T > cache->max_len)) {
         accel_set_error(ACCEL_ERR_SHAPE,

@@ -18,6 +18,12 @@ accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_dev
 /* RMSNorm module with the given ops (type name "RMSNorm", "LlamaRMSNorm", ...). */
 accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
                                     accel_device dev, accel_dtype dt);
+/* LayerNorm (weight 1, bias 0) with the given ops. */
+accel_module *accel__layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, accel_device dev,
+                                       accel_dtype dt);
+/* transformers' Conv1D: weight [in, out] from normal(0, init_std), bias [out]
+ * zero; y = x weight + bias. */
+accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, accel_dtype dt, double init_std);
 /* Embedding with normal(0, std) init. */
 accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt,
                                       double std);
