@@ -32,7 +32,6 @@
  * FLOPs per step: "model FLOPs" as PaLM counts them (bench_llama_flops in
  * bench_util.h). The ids, the model and the timed step are bench_util.h's,
  * shared with bench_gpu_step. */
-#include <cblas.h>
 #include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +161,6 @@ int main(int argc, char **argv) {
     bool profile = a.profile;
     int64_t B = a.B, T = a.T;
     accel_set_num_threads(threads);
-    openblas_set_num_threads(threads);
     char cpu[512];
     printf("%s", accel_cpu_describe(cpu, sizeof cpu));
     accel_accelerator_opts ao = {.mixed_precision = a.mixed_precision};
