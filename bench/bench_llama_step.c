@@ -15,7 +15,9 @@
  * The GEMM limit: before the model is made, each of the step's 12 GEMM
  * shapes (forward / dX / dW of attention q/k/v/o, mlp up/gate, mlp down and
  * lm_head on B*T rows) runs on every GEMM provider built in (OpenBLAS,
- * oneDNN: accel__gemm_on, the step's own path and threads) in the step's
+ * oneDNN: accel__gemm_on, the step's own path and threads; oneDNN on the
+ * forward and dX also with the weight's form in its layout, as the step's
+ * linear layers read it, the better kept) in the step's
  * dtype (f32; bf16 / f16 operands with f32 accumulation under that mixed
  * precision), best of 3 calls after a warm-up; one "gemm_shape" line each.
  * limit = the best GFLOP/s any provider reaches on any shape (named);
@@ -82,18 +84,24 @@ static int step_gemms(const bench_llama_args *a, step_gemm *g) {
 }
 
 /* GFLOP/s of the best of REPS calls (after one warm-up, which also makes
- * oneDNN's primitive) of accel__gemm_on(provider) on g in dtype dt: the
- * step's own GEMM path (accel's threads; a bf16 GEMM on OpenBLAS widens its
- * operands to f32 panels, as the step's would). The best call, not the
- * median: on a shared machine other processes only pull calls down. 0 when
- * a call fails (the error printed). */
-static double provider_best(int provider, accel_dtype dt, const step_gemm *g, const void *a, const void *b, float *c) {
+ * oneDNN's primitive and w's form) of accel__gemm_on(provider) on g in
+ * dtype dt: the step's own GEMM path (accel's threads; a bf16 GEMM on
+ * OpenBLAS widens its operands to f32 panels, as the step's would); or, with
+ * w (whose data b is), accel__gemm_weight in the current mode, which reads
+ * w's form in oneDNN's layout where oneDNN has one, as the step's forward
+ * and dX do. The best call, not the median: on a shared machine other
+ * processes only pull calls down. 0 when a call fails (the error printed). */
+static double provider_best(int provider, accel_dtype dt, const step_gemm *g, const void *a, const void *b,
+                            accel_tensor *w, float *c) {
     enum { REPS = 3 };
     double best = 0.0;
     for (int r = -1; r < REPS; r++) {
         double t0 = accel_now_seconds();
-        accel_status st = accel__gemm_on(provider, g->ta, g->tb, g->M, g->N, g->K, 1.0f, a, dt, g->lda, b, dt,
-                                         g->ldb, g->piece == DW ? 1.0f : 0.0f, c, g->N);
+        float beta = g->piece == DW ? 1.0f : 0.0f;
+        accel_status st =
+            w ? accel__gemm_weight(g->ta, g->tb, g->M, g->N, g->K, 1.0f, a, dt, g->lda, w, 0, g->ldb, beta, c, g->N)
+              : accel__gemm_on(provider, g->ta, g->tb, g->M, g->N, g->K, 1.0f, a, dt, g->lda, b, dt, g->ldb, beta, c,
+                               g->N);
         double t = accel_now_seconds() - t0;
         accel_step_reset();
         if (st != ACCEL_OK) {
@@ -106,9 +114,39 @@ static double provider_best(int provider, accel_dtype dt, const step_gemm *g, co
     return best;
 }
 
-/* Times every step GEMM g[0..n) on every provider built in, in dtype dt,
- * printing a "gemm_shape" line each; fills g[].gflops. Returns false when
- * the operands cannot be allocated. */
+/* The GEMM mode ACCEL_GEMM names (auto when unset or not a mode: the step
+ * then fails on it itself), set again after the forced-oneDNN timing. */
+static void mode_from_env(void) {
+    const char *v = getenv("ACCEL_GEMM");
+    accel__gemm_set_mode(v && !strcmp(v, "openblas") ? ACCEL__GEMM_OPENBLAS
+                         : v && !strcmp(v, "dnnl") && accel__gemm_have_dnnl() ? ACCEL__GEMM_DNNL
+                                                                             : ACCEL__GEMM_AUTO);
+}
+
+/* oneDNN's best on g with the weight's data b kept as a form in its layout
+ * (forward and dX: the weight is op(B)), as the step's linear layers run:
+ * w [out, in] = op(B) [K, N] stored [N, K] (forward) or [K, N] (dX), made
+ * for the call, the mode forced to oneDNN meanwhile. 0 where oneDNN has no
+ * form for it (it reads the weight as stored: the plain figure holds). */
+static double dnnl_packed_best(accel_dtype dt, const step_gemm *g, const void *a, const void *b, float *c) {
+    int64_t rows = g->tb ? g->N : g->K, cols = g->tb ? g->K : g->N;
+    if (g->piece == DW || accel__gemm_set_mode(ACCEL__GEMM_DNNL) != ACCEL_OK) return 0.0;
+    double best = 0.0;
+    accel_tensor *w = NULL;
+    if (accel__gemm_weight_has_form(dt, g->ta, g->tb, g->M, g->N, g->K) &&
+        (w = accel_tensor_new(dt, ACCEL_SHAPE(rows, cols), ACCEL_CPU_DEVICE))) {
+        memcpy(w->data, b, (size_t)(rows * cols) * accel_dtype_size(dt));
+        best = provider_best(ACCEL__GEMM_PROVIDER_DNNL, dt, g, a, w->data, w, c);
+    }
+    accel_tensor_free(w);
+    mode_from_env();
+    return best;
+}
+
+/* Times every step GEMM g[0..n) on every provider built in, in dtype dt
+ * (oneDNN also with the weight's form, keeping the better), printing a
+ * "gemm_shape" line each; fills g[].gflops. Returns false when the operands
+ * cannot be allocated. */
 static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
     size_t big = 0, es = accel_dtype_size(dt);
     for (int i = 0; i < n; i++) {
@@ -130,8 +168,11 @@ static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
                g[i].count);
         for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS; p < ACCEL__GEMM_N_PROVIDERS; p++) {
             if (p == ACCEL__GEMM_PROVIDER_DNNL && !accel__gemm_have_dnnl()) continue;
-            g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, c);
-            printf(" %s=%.1f", accel__gemm_provider_name((accel__gemm_provider)p), g[i].gflops[p]);
+            g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, NULL, c);
+            double packed = p == ACCEL__GEMM_PROVIDER_DNNL ? dnnl_packed_best(dt, &g[i], a, b, c) : 0.0;
+            if (packed > g[i].gflops[p]) g[i].gflops[p] = packed;
+            printf(" %s=%.1f%s", accel__gemm_provider_name((accel__gemm_provider)p), g[i].gflops[p],
+                   packed > 0.0 && packed >= g[i].gflops[p] ? "(packed)" : "");
             /* oneDNN without a matmul of dt here multiplies f32 panels */
             if (p == ACCEL__GEMM_PROVIDER_DNNL && dt != ACCEL_F32 &&
                 !accel__dnnl_impl(dt, g[i].ta, g[i].tb, g[i].M, g[i].N, g[i].K)) {

@@ -138,7 +138,7 @@ for p in files("accel"):
                 g = float(v.split("(")[0])
                 cell = shapes.setdefault(key, {})
                 if g > cell.get(k, (0.0, ""))[0]:
-                    cell[k] = (g, "(as f32)" if "(as_f32)" in v else "")
+                    cell[k] = (g, v[v.index("("):].replace("_", " ") if "(" in v else "")
 a_ms = [float(a["step_ms_median"]) for a in acc]
 t_ms = [float(t["step_ms_median"]) for t in tor]
 ratio = [t / a for a, t in zip(a_ms, t_ms)]
@@ -174,7 +174,9 @@ lines = [
     f"The GEMM limit is measured in the accel process, in the step's GEMM dtype ({lim['dtype']}"
     + ("" if lim["dtype"] == "float32" else ": bf16/f16 operands, f32 accumulation") + "): each of the step's "
     f"{len(shapes)} GEMM shapes (forward / dX / dW of attention q/k/v/o, mlp up/gate, mlp down, lm_head) on "
-    f"every provider built in ({', '.join(provs)}; accel__gemm_on, {threads} accel threads), best of 3 calls "
+    f"every provider built in ({', '.join(provs)}; accel__gemm_on, {threads} accel threads; oneDNN's forward "
+    "and dX also with the weight kept in oneDNN's layout, as the step's linear layers run, the better "
+    "taken), best of 3 calls "
     "after a warm-up, best over the rounds. **GEMM limit** = the best GFLOP/s any provider reaches on any of "
     f"those shapes: {limit:.1f} GFLOP/s ({lim['limit_provider']} on {lim['limit_shape']}); **weighted limit** "
     "= the step's GEMM FLOPs over the time they take with each shape on its fastest provider: "
@@ -217,8 +219,8 @@ for i, (a, s_) in enumerate(zip(acc, split)):
 lines += [
     "",
     f"GEMM providers per shape ({lim['dtype']}, GFLOP/s, best call over the rounds; **bold** the fastest, "
-    "the one the weighted limit takes; \"as f32\": oneDNN has no matmul of the dtype on this CPU and "
-    "multiplies f32 panels):",
+    "the one the weighted limit takes; \"packed\": oneDNN's figure is the one with the weight's form in its "
+    "layout; \"as f32\": oneDNN has no matmul of the dtype on this CPU and multiplies f32 panels):",
     "",
     "| layer | piece | M x N x K | per step | " + " | ".join(provs) + " |",
     "|---|---|---|---|" + "---|" * len(provs),
