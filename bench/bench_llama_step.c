@@ -1,7 +1,7 @@
 /* bench_llama_step: one Llama training step (forward accel_llama_loss,
  * accel_backward, AdamW step, zero_grad, accel_step_reset) timed over N steps
- * after warm-up, with model-FLOPs utilisation against the sgemm peak measured
- * in the same process (cblas_sgemm 2048x1536x512, the qkv/up-proj shape).
+ * after warm-up, with its model GFLOP/s over the GEMM limit of its dtype
+ * measured in the same process (below).
  *
  *     bench_llama_step [--steps N] [--warmup W] [--batch B] [--seq T]
  *                      [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]
@@ -12,55 +12,182 @@
  * zero_grad), as a training script would. The first lines name the CPU, its
  * usable ISA and the CPU kernel variant (accel_cpu_describe).
  *
- * Prints one line per timed step and a summary line
- *     impl=accel threads=P tokens_per_s=... step_ms_median=... sgemm_gflops=...
- *     sgemm_best_gflops=... mfu=...
- * that bench/llama_step.sh parses (MFU is against the best of the 15 sgemm
- * calls, the one least disturbed by other processes on a shared machine). --profile adds the median split of a step
+ * The GEMM limit: before the model is made, each of the step's 12 GEMM
+ * shapes (forward / dX / dW of attention q/k/v/o, mlp up/gate, mlp down and
+ * lm_head on B*T rows) runs on every GEMM provider built in (OpenBLAS,
+ * oneDNN: accel__gemm_on, the step's own path and threads; oneDNN on the
+ * forward and dX also with the weight's form in its layout, as the step's
+ * linear layers read it, the better kept) in the step's
+ * dtype (f32; bf16 / f16 operands with f32 accumulation under that mixed
+ * precision), best of 3 calls after a warm-up; one "gemm_shape" line each.
+ * limit = the best GFLOP/s any provider reaches on any shape (named);
+ * weighted = the step's GEMM FLOPs over the time they take with each shape
+ * on its fastest provider. Then one line per timed step and the summaries
+ *     gemm_limit dtype=... limit_gflops=... limit_provider=... limit_shape=...
+ *         weighted_gflops=... gemm_gflop_per_step=...
+ *     impl=accel threads=P tokens_per_s=... step_ms_median=... achieved_gflops=...
+ *         gemm_limit_gflops=... gemm_weighted_gflops=... step_over_limit=...
+ *         step_over_weighted=...
+ * that bench/llama_step.sh parses. --profile adds the median split of a step
  * into forward / backward / optimizer / reset.
  *
  * FLOPs per step: "model FLOPs" as PaLM counts them (bench_llama_flops in
  * bench_util.h). The ids, the model and the timed step are bench_util.h's,
  * shared with bench_gpu_step. */
-#include <cblas.h>
 #include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "accel/accel.h"
+#include "backends/cpu/gemm.h"
 #include "bench_util.h"
 
-/* GFLOP/s of cblas_sgemm NN on [M,K] x [K,N] over 15 calls after 2 warm-ups:
- * the median, and the best call in *best (the peak: on a shared machine the
- * median is pulled down by other processes). */
-static double sgemm_peak(int M, int N, int K, double *best) {
-    *best = 0.0;
-    float *a = accel_malloc((size_t)M * K * sizeof(float));
-    float *b = accel_malloc((size_t)K * N * sizeof(float));
-    float *c = accel_malloc((size_t)M * N * sizeof(float));
-    if (!a || !b || !c) {
-        accel_free(a);
-        accel_free(b);
-        accel_free(c);
-        return 0.0;
-    }
-    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 13) * 0.01f;
-    for (size_t i = 0; i < (size_t)K * N; i++) b[i] = (float)(i % 7) * 0.01f;
-    memset(c, 0, (size_t)M * N * sizeof(float));
-    enum { REPS = 15 };
-    double t[REPS];
-    for (int r = -2; r < REPS; r++) {
+/* ---- the GEMM limit: the step's GEMMs on every provider
+ *
+ * The step's matmuls are its linear layers' (attention's per-head products
+ * aside): per layer q, k, v, o [C -> C], mlp up and gate [C -> F], down
+ * [F -> C], and lm_head [C -> V], on R = B*T rows, each as three GEMMs:
+ * forward Y = X W^T (NT), dX = dY W (NN), dW += dY^T X (TN). */
+enum { FWD, DX, DW };
+static const char *PIECE[] = {"fwd", "dx", "dw"};
+
+typedef struct step_gemm {
+    const char *layer;
+    int piece;
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb;
+    double count; /* how many of it one step runs */
+    double gflops[ACCEL__GEMM_N_PROVIDERS]; /* best call per provider; 0: not run */
+} step_gemm;
+
+/* The piece p of a layer x [R, NIN] -> y [R, NOUT] of weight [NOUT, NIN]. */
+static step_gemm piece_gemm(const char *layer, int p, int64_t R, int64_t NIN, int64_t NOUT, double count) {
+    step_gemm g = {.layer = layer, .piece = p, .count = count};
+    if (p == FWD) g.tb = true, g.M = R, g.N = NOUT, g.K = NIN, g.lda = NIN, g.ldb = NIN;
+    else if (p == DX) g.M = R, g.N = NIN, g.K = NOUT, g.lda = NOUT, g.ldb = NIN;
+    else g.ta = true, g.M = NOUT, g.N = NIN, g.K = R, g.lda = NOUT, g.ldb = NIN;
+    return g;
+}
+
+static double gemm_gflop(const step_gemm *g) { return 2.0 * (double)g->M * (double)g->N * (double)g->K * 1e-9; }
+
+/* The step's 12 GEMM shapes into g; returns 12. */
+static int step_gemms(const bench_llama_args *a, step_gemm *g) {
+    struct { const char *name; int64_t in, out, count; } layers[] = {
+        {"attn_qkvo", a->C, a->C, 4 * a->L}, {"mlp_up_gate", a->C, a->F, 2 * a->L},
+        {"mlp_down", a->F, a->C, a->L}, {"lm_head", a->C, a->V, 1}};
+    int n = 0;
+    for (int l = 0; l < 4; l++)
+        for (int p = FWD; p <= DW; p++)
+            g[n++] = piece_gemm(layers[l].name, p, a->B * a->T, layers[l].in, layers[l].out, (double)layers[l].count);
+    return n;
+}
+
+/* GFLOP/s of the best of REPS calls (after one warm-up, which also makes
+ * oneDNN's primitive and w's form) of accel__gemm_on(provider) on g in
+ * dtype dt: the step's own GEMM path (accel's threads; a bf16 GEMM on
+ * OpenBLAS widens its operands to f32 panels, as the step's would); or, with
+ * w (whose data b is), accel__gemm_weight in the current mode, which reads
+ * w's form in oneDNN's layout where oneDNN has one, as the step's forward
+ * and dX do. The best call, not the median: on a shared machine other
+ * processes only pull calls down. 0 when a call fails (the error printed). */
+static double provider_best(int provider, accel_dtype dt, const step_gemm *g, const void *a, const void *b,
+                            accel_tensor *w, float *c) {
+    enum { REPS = 3 };
+    double best = 0.0;
+    for (int r = -1; r < REPS; r++) {
         double t0 = accel_now_seconds();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
-        if (r >= 0) t[r] = accel_now_seconds() - t0;
+        float beta = g->piece == DW ? 1.0f : 0.0f;
+        accel_status st =
+            w ? accel__gemm_weight(g->ta, g->tb, g->M, g->N, g->K, 1.0f, a, dt, g->lda, w, 0, g->ldb, beta, c, g->N)
+              : accel__gemm_on(provider, g->ta, g->tb, g->M, g->N, g->K, 1.0f, a, dt, g->lda, b, dt, g->ldb, beta, c,
+                               g->N);
+        double t = accel_now_seconds() - t0;
+        accel_step_reset();
+        if (st != ACCEL_OK) {
+            fprintf(stderr, "bench_llama_step: %s GEMM on %s: %s\n", accel_dtype_name(dt),
+                    accel__gemm_provider_name((accel__gemm_provider)provider), accel_last_error());
+            return 0.0;
+        }
+        if (r >= 0 && gemm_gflop(g) / t > best) best = gemm_gflop(g) / t;
     }
-    accel_free(a);
-    accel_free(b);
-    accel_free(c);
-    double tmin = t[0];
-    for (int r = 1; r < REPS; r++) tmin = t[r] < tmin ? t[r] : tmin;
-    *best = 2.0 * M * N * K / tmin / 1e9;
-    return 2.0 * M * N * K / bench_median(t, REPS) / 1e9;
+    return best;
+}
+
+/* The GEMM mode ACCEL_GEMM names (auto when unset or not a mode: the step
+ * then fails on it itself), set again after the forced-oneDNN timing. */
+static void mode_from_env(void) {
+    const char *v = getenv("ACCEL_GEMM");
+    accel__gemm_set_mode(v && !strcmp(v, "openblas") ? ACCEL__GEMM_OPENBLAS
+                         : v && !strcmp(v, "dnnl") && accel__gemm_have_dnnl() ? ACCEL__GEMM_DNNL
+                                                                             : ACCEL__GEMM_AUTO);
+}
+
+/* oneDNN's best on g with the weight's data b kept as a form in its layout
+ * (forward and dX: the weight is op(B)), as the step's linear layers run:
+ * w [out, in] = op(B) [K, N] stored [N, K] (forward) or [K, N] (dX), made
+ * for the call, the mode forced to oneDNN meanwhile. 0 where oneDNN has no
+ * form for it (it reads the weight as stored: the plain figure holds). */
+static double dnnl_packed_best(accel_dtype dt, const step_gemm *g, const void *a, const void *b, float *c) {
+    int64_t rows = g->tb ? g->N : g->K, cols = g->tb ? g->K : g->N;
+    if (g->piece == DW || accel__gemm_set_mode(ACCEL__GEMM_DNNL) != ACCEL_OK) return 0.0;
+    double best = 0.0;
+    accel_tensor *w = NULL;
+    if (accel__gemm_weight_has_form(dt, g->ta, g->tb, g->M, g->N, g->K) &&
+        (w = accel_tensor_new(dt, ACCEL_SHAPE(rows, cols), ACCEL_CPU_DEVICE))) {
+        memcpy(w->data, b, (size_t)(rows * cols) * accel_dtype_size(dt));
+        best = provider_best(ACCEL__GEMM_PROVIDER_DNNL, dt, g, a, w->data, w, c);
+    }
+    accel_tensor_free(w);
+    mode_from_env();
+    return best;
+}
+
+/* Times every step GEMM g[0..n) on every provider built in, in dtype dt
+ * (oneDNN also with the weight's form, keeping the better), printing a
+ * "gemm_shape" line each; fills g[].gflops. Returns false when the operands
+ * cannot be allocated. */
+static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
+    size_t big = 0, es = accel_dtype_size(dt);
+    for (int i = 0; i < n; i++) {
+        size_t ab = (size_t)(g[i].M * g[i].K), bb = (size_t)(g[i].K * g[i].N), cb = (size_t)(g[i].M * g[i].N);
+        big = ab > big ? ab : big, big = bb > big ? bb : big, big = cb > big ? cb : big;
+    }
+    float *wide = malloc(big * sizeof(float)), *c = calloc(big, sizeof(float));
+    void *a = malloc(big * es), *b = malloc(big * es);
+    bool ok = wide && c && a && b;
+    if (ok) {
+        for (size_t i = 0; i < big; i++) wide[i] = (float)((int)(i % 13) - 6) * 0.01f;
+        accel_convert(a, dt, wide, ACCEL_F32, big);
+        for (size_t i = 0; i < big; i++) wide[i] = (float)((int)(i % 7) - 3) * 0.01f;
+        accel_convert(b, dt, wide, ACCEL_F32, big);
+    }
+    for (int i = 0; i < n && ok; i++) {
+        printf("gemm_shape layer=%s piece=%s dtype=%s MxNxK=%lldx%lldx%lld per_step=%.0f", g[i].layer,
+               PIECE[g[i].piece], accel_dtype_name(dt), (long long)g[i].M, (long long)g[i].N, (long long)g[i].K,
+               g[i].count);
+        for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS; p < ACCEL__GEMM_N_PROVIDERS; p++) {
+            if (p == ACCEL__GEMM_PROVIDER_DNNL && !accel__gemm_have_dnnl()) continue;
+            g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, NULL, c);
+            double packed = p == ACCEL__GEMM_PROVIDER_DNNL ? dnnl_packed_best(dt, &g[i], a, b, c) : 0.0;
+            if (packed > g[i].gflops[p]) g[i].gflops[p] = packed;
+            printf(" %s=%.1f%s", accel__gemm_provider_name((accel__gemm_provider)p), g[i].gflops[p],
+                   packed > 0.0 && packed >= g[i].gflops[p] ? "(packed)" : "");
+            /* oneDNN without a matmul of dt here multiplies f32 panels */
+            if (p == ACCEL__GEMM_PROVIDER_DNNL && dt != ACCEL_F32 &&
+                !accel__dnnl_impl(dt, g[i].ta, g[i].tb, g[i].M, g[i].N, g[i].K)) {
+                printf("(as_f32)");
+                accel_clear_error();
+            }
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    free(wide);
+    free(c);
+    free(a);
+    free(b);
+    return ok;
 }
 
 static void fail(const char *what) {
@@ -75,13 +202,32 @@ int main(int argc, char **argv) {
     bool profile = a.profile;
     int64_t B = a.B, T = a.T;
     accel_set_num_threads(threads);
-    openblas_set_num_threads(threads);
     char cpu[512];
     printf("%s", accel_cpu_describe(cpu, sizeof cpu));
     accel_accelerator_opts ao = {.mixed_precision = a.mixed_precision};
     accel_accelerator *acc = accel_accelerator_new(&ao);
     if (!acc) fail("accel_accelerator_new");
-    double peak_best, peak = sgemm_peak(2048, 1536, 512, &peak_best);
+    /* The GEMM limit in the step's dtype (its GEMMs run in bf16 / f16 with
+     * f32 accumulation under that mixed precision, f32 otherwise). */
+    accel_dtype gdt = !strcmp(a.mixed_precision, "bf16") ? ACCEL_BF16
+                      : !strcmp(a.mixed_precision, "fp16") ? ACCEL_F16 : ACCEL_F32;
+    step_gemm gemms[12];
+    int n_gemm = step_gemms(&a, gemms);
+    if (!measure_gemms(gdt, gemms, n_gemm)) fail("GEMM operands");
+    double limit = 0.0, gemm_flop = 0.0, gemm_time = 0.0;
+    const step_gemm *lim_g = &gemms[0];
+    int lim_p = ACCEL__GEMM_PROVIDER_OPENBLAS;
+    for (int i = 0; i < n_gemm; i++) {
+        double best_i = 0.0;
+        for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) {
+            best_i = gemms[i].gflops[p] > best_i ? gemms[i].gflops[p] : best_i;
+            if (gemms[i].gflops[p] > limit) limit = gemms[i].gflops[p], lim_g = &gemms[i], lim_p = p;
+        }
+        if (best_i <= 0.0) fail("a step GEMM ran on no provider");
+        gemm_flop += gemms[i].count * gemm_gflop(&gemms[i]);
+        gemm_time += gemms[i].count * gemm_gflop(&gemms[i]) / best_i;
+    }
+    double weighted = gemm_flop / gemm_time; /* GFLOP/s of the step's GEMMs, each on its fastest provider */
 
     accel_manual_seed(0);
     accel_module *model;
@@ -122,11 +268,15 @@ int main(int argc, char **argv) {
                bench_median(t_rst + warmup, steps) * 1e3);
     printf("model params=%lld matmul_params=%lld gflop_per_step=%.1f\n", (long long)n_params,
            (long long)n_mm, flops / 1e9);
+    printf("gemm_limit dtype=%s limit_gflops=%.1f limit_provider=%s limit_shape=%s/%s/%lldx%lldx%lld "
+           "weighted_gflops=%.1f gemm_gflop_per_step=%.1f\n",
+           accel_dtype_name(gdt), limit, accel__gemm_provider_name((accel__gemm_provider)lim_p), lim_g->layer,
+           PIECE[lim_g->piece], (long long)lim_g->M, (long long)lim_g->N, (long long)lim_g->K, weighted, gemm_flop);
     printf("impl=accel mixed_precision=%s threads=%d tokens_per_s=%.1f step_ms_median=%.1f step_ms_min=%.1f "
-           "cpu_ms_median=%.1f achieved_gflops=%.1f sgemm_gflops=%.1f sgemm_best_gflops=%.1f mfu=%.3f "
-           "loss=%.4f\n",
-           a.mixed_precision, threads, tokens / med, med * 1e3, tmin * 1e3, bench_median(t_cpu + warmup, steps) * 1e3, gflops, peak,
-           peak_best, gflops / peak_best, loss_v);
+           "cpu_ms_median=%.1f achieved_gflops=%.1f gemm_limit_gflops=%.1f gemm_weighted_gflops=%.1f "
+           "step_over_limit=%.3f step_over_weighted=%.3f loss=%.4f\n",
+           a.mixed_precision, threads, tokens / med, med * 1e3, tmin * 1e3, bench_median(t_cpu + warmup, steps) * 1e3,
+           gflops, limit, weighted, gflops / limit, gflops / weighted, loss_v);
     free(t_step);
     free(t_fwd);
     free(t_bwd);

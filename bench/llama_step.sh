@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # One Llama training step (forward, backward, AdamW), accel vs PyTorch eager,
 # same config and thread count, runs interleaved so both see the same machine
-# load. Prints and writes the comparison table.
+# load. Prints and writes the comparison table, with each step's model
+# GFLOP/s over the GEMM limit of its dtype that bench_llama_step measures in
+# its own process (every provider on every GEMM shape of the step: the best
+# GFLOP/s any reaches, and the FLOP-weighted limit with each shape on its
+# fastest provider) and the per-shape GEMM table. The CPU model and ISA come
+# first; nothing here assumes a CPU kind.
 #
 #     bash bench/llama_step.sh [ROUNDS] [STEPS]      (defaults 3 rounds x 5 steps)
 #
-# Env: BUILD_DIR (default build), THREADS (2), OUT (bench/results/llama_step.md),
+# Env: BUILD_DIR (default build), THREADS (2), OUT (bench/results/llama_step.md:
+#      the Zen 3 baseline's file; on any other CPU kind pass
+#      OUT=bench/results/<kind>/llama_step.md, e.g. amd-epyc-zen5, whose KIND
+#      file names the kind: bench/collect_results.sh renders each such
+#      directory as its own section, so no kind overwrites another's figures),
 #      EXTRA (extra flags for both, e.g. "--layers 2 --seq 64" for a quick run),
 #      QUIET_WAIT (seconds to wait for an idle CPU before each run, default 120),
 #      MIXED_PRECISION (no|bf16|fp16, default no: accel's Accelerator mode and
@@ -109,9 +118,27 @@ idle_a = [kv(p, "idle=")["idle"] for p in files("idle_accel")]
 idle_t = [kv(p, "idle=")["idle"] for p in files("idle_torch")]
 model = kv(files("accel")[0], "gflop_per_step")
 gflop = float(model["gflop_per_step"])
-# The sgemm peak: the best call over all rounds (calls disturbed by other
+# The GEMM limits: the best over the rounds (GEMM calls disturbed by other
 # processes only come out lower).
-peak = max(float(a["sgemm_best_gflops"]) for a in acc)
+limit = max(float(a["gemm_limit_gflops"]) for a in acc)
+weighted = max(float(a["gemm_weighted_gflops"]) for a in acc)
+lims = [kv(p, "gemm_limit ") for p in files("accel")]
+lim = max(lims, key=lambda l: float(l["limit_gflops"]))
+# The per-shape table: each (shape, provider)'s best over the rounds.
+shapes, provs = {}, []
+for p in files("accel"):
+    for line in open(p):
+        if line.startswith("gemm_shape "):
+            d = dict(re.findall(r"(\w+)=([^\s]+)", line))
+            key = (d["layer"], d["piece"], d["MxNxK"], d["per_step"])
+            for k, v in d.items():
+                if k in ("layer", "piece", "dtype", "MxNxK", "per_step"):
+                    continue
+                provs += [k] if k not in provs else []
+                g = float(v.split("(")[0])
+                cell = shapes.setdefault(key, {})
+                if g > cell.get(k, (0.0, ""))[0]:
+                    cell[k] = (g, v[v.index("("):].replace("_", " ") if "(" in v else "")
 a_ms = [float(a["step_ms_median"]) for a in acc]
 t_ms = [float(t["step_ms_median"]) for t in tor]
 ratio = [t / a for a, t in zip(a_ms, t_ms)]
@@ -128,7 +155,7 @@ q = min(range(len(acc)), key=lambda i: a_ms[i] + (t_ms[i] if tor else 0))  # the
 tv = __import__("torch").__version__
 peer = "eager" if mp == "no" else f"torch.autocast {mp}"
 row = lambda name, ms: (f"| {name} | {ms:.0f} | {B_T / (ms / 1e3):.0f} | {gflop / (ms / 1e3):.1f} | "
-                        f"{gflop / (ms / 1e3) / peak:.2f} | {gflop / (ms / 1e3) / 180.0:.2f} |")
+                        f"{gflop / (ms / 1e3) / limit:.2f} | {gflop / (ms / 1e3) / weighted:.2f} |")
 cfg = extra.strip() or "hidden 512, 8 layers, 8 heads, ffn 1536, vocab 8192, batch 8 x seq 256"
 cpu = [l.strip() for l in open(files("accel")[0]) if l.startswith(("CPU:", "ISA:", "CPU kernels:"))]
 mode = "f32" if mp == "no" else f"mixed_precision {mp} (PyTorch: torch.autocast cpu {mp})"
@@ -144,11 +171,18 @@ lines = [
     f"{steps} timed steps; a run's value is its median step. "
     f"Model FLOPs per step: {gflop:.1f} GFLOP (6 x {int(model['matmul_params']):,} matmul params "
     "(all but the embedding and the norms) x tokens + 12 L B T^2 C attention). "
-    f"MFU = model FLOP/s / sgemm peak; the peak is measured in the accel process (cblas_sgemm "
-    f"2048x1536x512 with {threads} OpenBLAS threads, best call of 15, best over the rounds): "
-    f"{peak:.1f} GFLOP/s; the last column uses the 180 GFLOP/s FMA peak of limits.md instead.",
+    f"The GEMM limit is measured in the accel process, in the step's GEMM dtype ({lim['dtype']}"
+    + ("" if lim["dtype"] == "float32" else ": bf16/f16 operands, f32 accumulation") + "): each of the step's "
+    f"{len(shapes)} GEMM shapes (forward / dX / dW of attention q/k/v/o, mlp up/gate, mlp down, lm_head) on "
+    f"every provider built in ({', '.join(provs)}; accel__gemm_on, {threads} accel threads; oneDNN's forward "
+    "and dX also with the weight kept in oneDNN's layout, as the step's linear layers run, the better "
+    "taken), best of 3 calls "
+    "after a warm-up, best over the rounds. **GEMM limit** = the best GFLOP/s any provider reaches on any of "
+    f"those shapes: {limit:.1f} GFLOP/s ({lim['limit_provider']} on {lim['limit_shape']}); **weighted limit** "
+    "= the step's GEMM FLOPs over the time they take with each shape on its fastest provider: "
+    f"{weighted:.1f} GFLOP/s. The ratios divide the model GFLOP/s (attention included) by them.",
     "",
-    "| run | step (ms) | tokens/s | model GFLOP/s | MFU vs sgemm peak | MFU vs FMA peak |",
+    "| run | step (ms) | tokens/s | model GFLOP/s | step / GEMM limit | step / weighted GEMM limit |",
     "|---|---|---|---|---|---|",
     row("accel, median of rounds", med_a),
 ] + ([row(f"PyTorch {tv} {peer}, median of rounds", med_t)] if tor else []) + [
@@ -173,7 +207,7 @@ lines = [
     "",
     "| round | CPU idle before (accel / torch) | accel step ms | accel fwd / bwd / opt ms | "
     "accel CPU ms per step | PyTorch eager step ms / CPU ms | torch.compile step ms / CPU ms | "
-    "ratio (eager / accel) | sgemm median / best GFLOP/s |",
+    "ratio (eager / accel) | GEMM limit / weighted GFLOP/s |",
     "|---|---|---|---|---|---|---|---|---|",
 ]
 for i, (a, s_) in enumerate(zip(acc, split)):
@@ -181,7 +215,21 @@ for i, (a, s_) in enumerate(zip(acc, split)):
     eager = (f"{t_ms[i]:.0f} / {t_cpu[i]:.0f} | {cc} | {ratio[i]:.2f}" if i < len(tor) else f"- | {cc} | -")
     lines.append(f"| {i + 1} | {idle_a[i]} / {idle_t[i] if i < len(tor) else '-'} | {a_ms[i]:.0f} | "
                  f"{s_['fwd']} / {s_['bwd']} / {s_['opt']} | {a_cpu[i]:.0f} | {eager} | "
-                 f"{float(a['sgemm_gflops']):.1f} / {float(a['sgemm_best_gflops']):.1f} |")
+                 f"{float(a['gemm_limit_gflops']):.1f} / {float(a['gemm_weighted_gflops']):.1f} |")
+lines += [
+    "",
+    f"GEMM providers per shape ({lim['dtype']}, GFLOP/s, best call over the rounds; **bold** the fastest, "
+    "the one the weighted limit takes; \"packed\": oneDNN's figure is the one with the weight's form in its "
+    "layout; \"as f32\": oneDNN has no matmul of the dtype on this CPU and multiplies f32 panels):",
+    "",
+    "| layer | piece | M x N x K | per step | " + " | ".join(provs) + " |",
+    "|---|---|---|---|" + "---|" * len(provs),
+]
+for (layer, piece, mnk, count), cell in shapes.items():
+    top = max(cell, key=lambda k: cell[k][0])
+    cells = [(f"**{cell[k][0]:.1f}**" if k == top else f"{cell[k][0]:.1f}") + (" " + cell[k][1] if cell[k][1] else "")
+             if k in cell else "-" for k in provs]
+    lines.append(f"| {layer} | {piece} | {mnk.replace('x', ' x ')} | {count} | " + " | ".join(cells) + " |")
 lines += [
     "",
     f"Machine load average (1/5/15 min) before: {lb}; after: {la}. The machine is shared "
