@@ -112,6 +112,7 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "%s: %s of type \"%s\" is not supported (default, linear, dynamic, yarn, longrope, "
                                "llama3)", file, key, name);
+    if (accel__arch_rope_check(a, (accel_rope_type)type, file, key)) return accel_last_status();
     r->type = (accel_rope_type)type;
     /* the keys each type reads (transformers' _validate_*_rope_parameters) */
     static const char *const KEYS[][9] = {
@@ -202,6 +203,12 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     return ACCEL_OK;
 }
 
+/* o (an object or NULL) has partial_rotary_factor 0. */
+static bool zero_key(json_t *o) {
+    json_t *v = json_object_get(o, "partial_rotary_factor");
+    return json_is_number(v) && json_number_value(v) == 0;
+}
+
 /* Keys transformers reads for these families that accel takes only at one
  * value (partial_rotary_factor: where the family has no partial rotary). */
 static accel_status check_fixed(json_t *root, const char *file, const accel__arch *a, const accel_llama_config *c) {
@@ -218,6 +225,11 @@ static accel_status check_fixed(json_t *root, const char *file, const accel__arc
                                    "training)", file, DROPOUTS[i]);
     }
     double prf = c->partial_rotary_factor;
+    /* transformers rotates int(head_dim * 0) = 0 dims; the C struct's 0 is "unset" (1.0) */
+    if (prf == 0 && (zero_key(root) || zero_key(json_object_get(root, "rope_scaling")) ||
+                     zero_key(json_object_get(root, "rope_parameters"))))
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: partial_rotary_factor 0 must be in (0, 1] (transformers "
+                               "would rotate no dims, which accel does not implement)", file);
     if (prf != 0 && prf != 1.0 && !a->partial_rotary)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1.0 is not implemented "
                                "for %s models", file, a->model_type);
@@ -588,6 +600,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (!a)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: model_type \"%.*s\" is not one accel "
                                "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
+    if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
+        return accel_last_status();
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();

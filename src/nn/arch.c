@@ -93,6 +93,13 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
     return NULL;
 }
 
+accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key) {
+    static const char *const NAMES[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+    if (!a->partial_rotary || type == ACCEL_ROPE_DEFAULT || type == ACCEL_ROPE_LONGROPE) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s of type \"%s\" is not one %s models take (default, longrope)",
+                           who, key, (unsigned)type < 6 ? NAMES[type] : "(invalid)", a->model_type);
+}
+
 const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", \"gpt2\"";
 }

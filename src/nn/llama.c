@@ -94,6 +94,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (prf != 0 && prf != 1 && !a->partial_rotary)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not implemented for %s models "
                                "(only 1.0)", who, prf, a->model_type);
+    if (accel__arch_rope_check(a, c->rope_scaling.type, who, "rope_scaling")) return accel_last_status();
     if (!(prf >= 0 && prf <= 1))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: partial_rotary_factor %g must be in (0, 1]", who, prf);
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
