@@ -431,6 +431,65 @@ static void test_phi3_olmo2(void) {
     accel_clear_error();
 }
 
+/* The text of path/config.json (a NUL-terminated static buffer). */
+static const char *read_saved(const char *path) {
+    static char text[8192];
+    char file[200];
+    snprintf(file, sizeof file, "%s/config.json", path);
+    FILE *f = fopen(file, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    CHECK(f && n > 0);
+    if (f) fclose(f);
+    return text;
+}
+
+/* bos_token_id / eos_token_id: a saved config.json has the ones the loaded
+ * one had, else the family's transformers defaults (not Llama's 1 / 2). */
+static void test_token_ids(void) {
+    static const struct { const char *json, *bos, *eos; } CASES[] = {
+        {"{\"model_type\": \"gemma\"}", "\"bos_token_id\": 2,", "\"eos_token_id\": 1,"},
+        {"{\"model_type\": \"phi3\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 32000,"},
+        {"{\"model_type\": \"qwen2\"}", "\"bos_token_id\": null,", "\"eos_token_id\": null,"},
+        {"{\"model_type\": \"olmo2\"}", "\"bos_token_id\": null,", "\"eos_token_id\": 50279,"},
+        {"{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4}", "\"bos_token_id\": 50256,",
+         "\"eos_token_id\": 50256,"},
+        {"{\"model_type\": \"llama\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 2,"},
+        {"{\"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009]}", "\"bos_token_id\": 128000,",
+         "\"eos_token_id\": [\n    128001,\n    128008,\n    128009\n  ],"},
+        {"{\"model_type\": \"gemma2\", \"bos_token_id\": null, \"eos_token_id\": [107]}", "\"bos_token_id\": null,",
+         "\"eos_token_id\": [\n    107\n  ],"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        char name[32], path[160];
+        snprintf(name, sizeof name, "tok%zu.json", i);
+        snprintf(path, sizeof path, "%s/tok%zu_saved", g_dir, i);
+        accel_llama_config c, back;
+        CHECK_MSG(accel_llama_config_load(write_cfg(name, CASES[i].json), &c) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(accel_llama_config_save(path, &c) == ACCEL_OK, "%s", accel_last_error());
+        const char *text = read_saved(path);
+        CHECK_STR_CONTAINS(text, CASES[i].bos);
+        CHECK_STR_CONTAINS(text, CASES[i].eos);
+        CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.bos_token_id == c.bos_token_id &&
+              back.n_eos_token_ids == c.n_eos_token_ids && back.eos_is_list == c.eos_is_list &&
+              !memcmp(back.eos_token_ids, c.eos_token_ids, sizeof c.eos_token_ids));
+    }
+    /* a C-API config that sets none: the family's defaults */
+    accel_llama_config z = {.vocab_size = 64, .hidden_size = 32, .intermediate_size = 64, .num_hidden_layers = 1,
+                            .num_attention_heads = 2, .max_position_embeddings = 64, .rms_norm_eps = 1e-6,
+                            .rope_theta = 10000.0, .torch_dtype = ACCEL_F32, .model_type = "gemma"};
+    char path[160];
+    snprintf(path, sizeof path, "%s/tok_c_api", g_dir);
+    CHECK(accel_llama_config_save(path, &z) == ACCEL_OK);
+    const char *text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "\"bos_token_id\": 2,");
+    CHECK_STR_CONTAINS(text, "\"eos_token_id\": 1,");
+    expect_error("tokb.json", "{\"bos_token_id\": \"<s>\"}", ACCEL_ERR_FORMAT, "bos_token_id");
+    expect_error("toke.json", "{\"eos_token_id\": []}", ACCEL_ERR_FORMAT, "eos_token_id");
+    expect_error("toke9.json", "{\"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", ACCEL_ERR_FORMAT,
+                 "a list of 1 to 8 of them");
+}
+
 /* RoPE and sliding-window corner cases of transformers' configs, and the C API's
  * config check on what a file could not say. */
 static void test_rope_window_edges(void) {
@@ -488,6 +547,7 @@ int main(void) {
     RUN(test_gemma_granite_fields);
     RUN(test_rope_window_edges);
     RUN(test_phi3_olmo2);
+    RUN(test_token_ids);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 2;

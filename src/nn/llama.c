@@ -27,6 +27,7 @@ accel_llama_config accel_llama_config_default(void) {
     c.mlp_bias = false;
     c.torch_dtype = ACCEL_F32;
     snprintf(c.model_type, sizeof c.model_type, "llama");
+    c.token_ids_set = true, c.bos_token_id = 1, c.eos_token_ids[0] = 2, c.n_eos_token_ids = 1;
     return c;
 }
 
