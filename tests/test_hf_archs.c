@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "accel/bigmodel.h"
+#include "nn/arch.h"
 #include "nn_fixture.h"
 #include "sibling_exe.h"
 
@@ -410,6 +411,26 @@ static void test_layer_class_of_other_modules(void) {
     accel_module_free(lin);
 }
 
+/* Every row of the table has only flag combinations llama.c runs; each
+ * combination it would get wrong is flagged on a copy of a real row. */
+static void test_arch_rows_supported(void) {
+    size_t n = 0;
+    for (const accel__arch *a; (a = accel__arch_at(n)); n++)
+        CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
+    CHECK(n == 10);
+    accel__arch bad[5];
+    for (int i = 0; i < 5; i++) bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : "phi3");
+    bad[0].multipliers = true;
+    bad[1].sandwich_norms = true;
+    bad[2].fused_gate_up = true;
+    bad[3].qk_norm = true;
+    bad[4].qk_norm_full = true;
+    for (int i = 0; i < 5; i++) CHECK_MSG(accel__arch_unsupported(&bad[i]) != NULL, "combination %d", i);
+    accel__arch q = *accel__arch_find("qwen3");
+    q.qk_norm_full = true;
+    CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));
+}
+
 int main(void) {
     RUN(test_fixtures);
     RUN(test_gpt2_text_to_text);
@@ -418,5 +439,6 @@ int main(void) {
     RUN(test_layer_class_of_other_modules);
     RUN(test_gemma_bf16_norm);
     RUN(test_gemma_embed_scale_dtype);
+    RUN(test_arch_rows_supported);
     return check_summary();
 }

@@ -100,6 +100,19 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
     return NULL;
 }
 
+const accel__arch *accel__arch_at(size_t i) { return i < N_ARCHS ? &ARCHS[i] : NULL; }
+
+const char *accel__arch_unsupported(const accel__arch *a) {
+    if (a->norm_outputs && (a->multipliers || a->sandwich_norms))
+        return "norm_outputs with multipliers or sandwich_norms (its layer applies neither)";
+    if (a->fused_gate_up && a->gemma_blocks)
+        return "fused_gate_up with gemma_blocks (the fused MLP is always SiLU)";
+    if (a->fused_qkv && (a->qk_norm || a->qk_norm_full))
+        return "fused_qkv with q/k norms (the norms' child indices assume separate q/k/v projections)";
+    if (a->qk_norm && a->qk_norm_full) return "qk_norm with qk_norm_full (one kind of q/k norm)";
+    return NULL;
+}
+
 accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key) {
     static const char *const NAMES[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
     if (!a->partial_rotary || type == ACCEL_ROPE_DEFAULT || type == ACCEL_ROPE_LONGROPE) return ACCEL_OK;
