@@ -22,11 +22,13 @@
  * loads back to the same logits. GPT-2 also goes text to text through
  * examples/generate with tests/data/tokenizers/gpt2's tokenizer.json, refuses
  * positions past n_positions and config fields it does not implement. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "accel/bigmodel.h"
+#include "nn/arch.h"
 #include "nn_fixture.h"
 #include "sibling_exe.h"
 
@@ -325,11 +327,108 @@ static void test_gpt2_refusals(void) {
     accel_clear_error();
 }
 
+/* A small Gemma config of the C API (one layer, hidden 24: sqrt(24) rounds
+ * to 4.90625 in bf16, 4.898979 in f32). */
+static accel_llama_config tiny_gemma(accel_dtype dt) {
+    accel_llama_config c = accel_llama_config_default();
+    snprintf(c.model_type, sizeof c.model_type, "gemma");
+    c.vocab_size = 16, c.hidden_size = 24, c.intermediate_size = 32, c.num_hidden_layers = 1;
+    c.num_attention_heads = 2, c.num_key_value_heads = 2, c.head_dim = 12, c.max_position_embeddings = 32;
+    c.tie_word_embeddings = true, c.torch_dtype = dt;
+    return c;
+}
+
+/* GemmaRMSNorm in bf16 is x.float() / rms * (1 + w.float()) rounded once:
+ * with a weight of 0.0035 (1 + w is 1 in bf16) the output carries the 0.35%,
+ * within half a bf16 ulp of the f32 value, unbiased. */
+static void test_gemma_bf16_norm(void) {
+    accel_llama_config c = tiny_gemma(ACCEL_BF16);
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_module *norm = m ? accel_module_find(m, "model.norm") : NULL;
+    CHECK_MSG(norm != NULL, "%s", accel_last_error());
+    if (!norm) {
+        accel_module_free(m);
+        return;
+    }
+    accel_tensor *w = accel_module_get_tensor(m, "model.norm.weight");
+    CHECK(w && w->dtype == ACCEL_BF16 && accel_fill_(w, 0.0035) == ACCEL_OK);
+    float wv[24], xv[4 * 24], yv[4 * 24];
+    CHECK(accel_to_floats(w, wv) == ACCEL_OK);
+    for (int i = 0; i < 4 * 24; i++) xv[i] = accel_bf16_to_f32(accel_f32_to_bf16((float)sin(0.37 * i + 0.1) * 3));
+    accel_tensor *x = accel_to_dtype(accel_from_floats(2, (int64_t[]){4, 24}, xv), ACCEL_BF16);
+    accel_tensor *y = accel_module_call(norm, x);
+    CHECK_MSG(y && y->dtype == ACCEL_BF16 && accel_to_floats(y, yv) == ACCEL_OK, "%s", accel_last_error());
+    double bias = 0, worst = 0;
+    for (int r = 0; r < 4 && y; r++) {
+        double ss = 0;
+        for (int j = 0; j < 24; j++) ss += (double)xv[r * 24 + j] * xv[r * 24 + j];
+        double rstd = 1 / sqrt(ss / 24 + c.rms_norm_eps);
+        for (int j = 0; j < 24; j++) {
+            double want = xv[r * 24 + j] * rstd * (1 + (double)wv[j]), rel = (yv[r * 24 + j] - want) / want;
+            bias += rel / (4 * 24);
+            worst = fmax(worst, fabs(rel));
+        }
+    }
+    CHECK_MSG(fabs(bias) < 1e-3 && worst <= 1.0 / 256, "bias %g worst %g", bias, worst);
+    accel_module_free(m);
+    accel_step_reset();
+}
+
+/* Gemma scales the embeddings by sqrt(hidden) in the embedding weight's
+ * dtype, not the config's: a bf16 config loaded as f32 gives the logits of
+ * the f32 model. */
+static void test_gemma_embed_scale_dtype(void) {
+    accel_llama_config c = tiny_gemma(ACCEL_F32);
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    char dir[] = "/tmp/accel_gemma_dt_XXXXXX", cmd[96];
+    CHECK(m && mkdtemp(dir) != NULL);
+    CHECK_MSG(accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
+    accel_llama_config b = c;
+    b.torch_dtype = ACCEL_BF16; /* the config says bf16, the file holds f32 */
+    CHECK(accel_llama_config_save(dir, &b) == ACCEL_OK);
+    accel_load_opts o = {.has_dtype = true, .dtype = ACCEL_F32};
+    accel_dispatched *d = NULL;
+    accel_module *l = accel_llama_from_pretrained(dir, NULL, NULL, NULL, &o, &d);
+    CHECK_MSG(l != NULL, "%s", accel_last_error());
+    int64_t idv[6] = {1, 5, 2, 9, 15, 3};
+    accel_tensor *ids = accel_from_data(ACCEL_I64, 2, (int64_t[]){1, 6}, idv);
+    accel_tensor *want = accel_llama_forward(m, ids, NULL), *got = l ? accel_llama_forward(l, ids, NULL) : NULL;
+    float wv[6 * 16], gv[6 * 16];
+    CHECK(want && got && accel_to_floats(want, wv) == ACCEL_OK && accel_to_floats(got, gv) == ACCEL_OK);
+    CHECK(got && !memcmp(wv, gv, sizeof wv));
+    accel_dispatched_free(d);
+    accel_module_free(l);
+    accel_module_free(m);
+    accel_step_reset();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static void test_layer_class_of_other_modules(void) {
     CHECK(accel_module_decoder_layer_class(NULL) == NULL);
     accel_module *lin = accel_linear_new(2, 2, false, ACCEL_CPU_DEVICE, ACCEL_F32);
     CHECK(accel_module_decoder_layer_class(lin) == NULL); /* not a model of the table */
     accel_module_free(lin);
+}
+
+/* Every row of the table has only flag combinations llama.c runs; each
+ * combination it would get wrong is flagged on a copy of a real row. */
+static void test_arch_rows_supported(void) {
+    size_t n = 0;
+    for (const accel__arch *a; (a = accel__arch_at(n)); n++)
+        CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
+    CHECK(n == 10);
+    accel__arch bad[5];
+    for (int i = 0; i < 5; i++) bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : "phi3");
+    bad[0].multipliers = true;
+    bad[1].sandwich_norms = true;
+    bad[2].fused_gate_up = true;
+    bad[3].qk_norm = true;
+    bad[4].qk_norm_full = true;
+    for (int i = 0; i < 5; i++) CHECK_MSG(accel__arch_unsupported(&bad[i]) != NULL, "combination %d", i);
+    accel__arch q = *accel__arch_find("qwen3");
+    q.qk_norm_full = true;
+    CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));
 }
 
 int main(void) {
@@ -338,5 +437,8 @@ int main(void) {
     RUN(test_gpt2_refusals);
     RUN(test_gpt2_body_checkpoint);
     RUN(test_layer_class_of_other_modules);
+    RUN(test_gemma_bf16_norm);
+    RUN(test_gemma_embed_scale_dtype);
+    RUN(test_arch_rows_supported);
     return check_summary();
 }

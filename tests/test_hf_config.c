@@ -233,12 +233,14 @@ static void test_save_families(void) {
                             .num_hidden_layers = 3, .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16,
                             .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
                             .initializer_range = 0.02, .torch_dtype = ACCEL_F32};
-    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "granite"};
-    for (int k = 0; k < 7; k++)
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2"};
+    for (int k = 0; k < 10; k++)
         for (int rt = 0; rt <= ACCEL_ROPE_LLAMA3; rt++) {
             accel_llama_config w = c;
             snprintf(w.model_type, sizeof w.model_type, "%s", types[k]);
-            w.sliding_window = k == 1 || k == 2 || k == 5 ? 32 : 0;
+            if (k == 9 && rt) continue; /* GPT-2: learned positions, no rope_scaling */
+            if (k == 9) w.num_key_value_heads = 4;
+            w.sliding_window = k == 1 || k == 2 || k == 5 || k == 7 ? 32 : 0;
             w.max_window_layers = k == 2 ? 1 : 0;
             if (k == 5) /* Gemma2: a soft-capping off (null) */
                 w.attn_logit_softcapping = 0, w.final_logit_softcapping = 7.5, w.query_pre_attn_scalar = 24;
@@ -259,12 +261,25 @@ static void test_save_families(void) {
             if (rt == ACCEL_ROPE_LINEAR || rt == ACCEL_ROPE_DYNAMIC) w.rope_scaling.original_max_position_embeddings = 0;
             char path[160];
             snprintf(path, sizeof path, "%s/fam_%s_%d.json", g_dir, types[k], rt);
-            CHECK_MSG(accel_llama_config_save(path, &w) == ACCEL_OK, "%s", accel_last_error());
+            if (k == 7 && rt != ACCEL_ROPE_DEFAULT && rt != ACCEL_ROPE_LONGROPE) {
+                /* Phi3Config refuses them: a config.json neither would read back */
+                static const char *const NAMES[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+                CHECK(accel_llama_config_save(path, &w) == ACCEL_ERR_UNSUPPORTED);
+                CHECK_STR_CONTAINS(accel_last_error(), NAMES[rt]);
+                CHECK_STR_CONTAINS(accel_last_error(), "is not one phi3 models take (default, longrope)");
+                continue;
+            }
+            if (k == 7) /* Phi-3: its top-level original_max_position_embeddings written always */
+                w.partial_rotary_factor = 0.5, w.rope_scaling.n_factors = rt ? 4 : 0,
+                w.rope_scaling.original_max_position_embeddings = 32;
+            CHECK_MSG(accel_llama_config_save(path, &w) == ACCEL_OK, "%s %d: %s", types[k], rt, accel_last_error());
             accel_llama_config back;
             CHECK_MSG(accel_llama_config_load(path, &back) == ACCEL_OK, "%s %d: %s", types[k], rt, accel_last_error());
             CHECK_MSG(same_rope(&back.rope_scaling, &w.rope_scaling), "%s rope %d", types[k], rt);
-            CHECK(!strcmp(back.model_type, types[k]) && back.sliding_window == w.sliding_window &&
-                  back.max_window_layers == w.max_window_layers && back.head_dim == 16);
+            CHECK_MSG(!strcmp(back.model_type, types[k]) && back.sliding_window == w.sliding_window &&
+                          back.max_window_layers == w.max_window_layers && back.head_dim == (k == 9 ? 0 : 16) &&
+                          back.partial_rotary_factor == (k == 7 ? 0.5 : back.partial_rotary_factor),
+                      "%s: fields differ", types[k]);
             CHECK_MSG(back.attn_logit_softcapping == w.attn_logit_softcapping &&
                           back.final_logit_softcapping == w.final_logit_softcapping &&
                           back.query_pre_attn_scalar == w.query_pre_attn_scalar &&
@@ -381,6 +396,20 @@ static void test_phi3_olmo2(void) {
                  "attention_bias is true, but phi3 models have no such bias");
     expect_error("phi3p.json", "{\"model_type\": \"phi3\", \"partial_rotary_factor\": 1.5}", ACCEL_ERR_FORMAT,
                  "partial_rotary_factor 1.5 must be in (0, 1]");
+    /* an explicit 0 rotates no dims in transformers: refused, not read as the struct's "unset" (all) */
+    expect_error("phi3z.json", "{\"model_type\": \"phi3\", \"partial_rotary_factor\": 0}", ACCEL_ERR_FORMAT,
+                 "partial_rotary_factor 0 must be in (0, 1]");
+    expect_error("phi3z2.json", "{\"model_type\": \"phi3\", \"partial_rotary_factor\": 0.5, \"rope_parameters\": "
+                 "{\"rope_type\": \"default\", \"partial_rotary_factor\": 0.0}}", ACCEL_ERR_FORMAT,
+                 "partial_rotary_factor 0 must be in (0, 1]");
+    expect_error("llamaz.json", "{\"partial_rotary_factor\": 0}", ACCEL_ERR_FORMAT,
+                 "partial_rotary_factor 0 must be in (0, 1]");
+    /* Phi3Config refuses every RoPE type but default and longrope ("su" and "yarn" are longrope) */
+    expect_error("phi3l.json", "{\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}",
+                 ACCEL_ERR_UNSUPPORTED, "rope_scaling of type \"linear\" is not one phi3 models take (default, longrope)");
+    expect_error("phi3d3.json", "{\"model_type\": \"phi3\", \"rope_parameters\": {\"rope_type\": \"llama3\", "
+                 "\"factor\": 2, \"low_freq_factor\": 1, \"high_freq_factor\": 4}}",
+                 ACCEL_ERR_UNSUPPORTED, "rope_parameters of type \"llama3\" is not one phi3 models take");
     expect_error("olmo2p.json", "{\"model_type\": \"olmo2\", \"partial_rotary_factor\": 0.5}",
                  ACCEL_ERR_UNSUPPORTED, "partial_rotary_factor other than 1.0 is not implemented for olmo2 models");
     expect_error("olmo2r.json", "{\"model_type\": \"olmo2\", \"rope_parameters\": {\"rope_type\": \"default\", "
@@ -389,12 +418,76 @@ static void test_phi3_olmo2(void) {
                  "sliding_window is set, but olmo2 models have none");
     expect_error("olmo2s.json", "{\"model_type\": \"olmo2\", \"rope_scaling\": {\"type\": \"su\"}}",
                  ACCEL_ERR_UNSUPPORTED, "rope_scaling of type \"su\" is not supported");
+    /* the C API: Phi-3 with a RoPE type transformers refuses */
+    accel_llama_config p = c;
+    p.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_YARN, .factor = 2, .original_max_position_embeddings = 32};
+    CHECK(accel_llama_config_check(&p, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: rope_scaling of type \"yarn\" is not one phi3 models take");
     /* the C API: a family without partial rotary refuses the field */
     accel_llama_config l = accel_llama_config_default();
     l.partial_rotary_factor = 0.5;
     CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "partial_rotary_factor 0.5 is not implemented for llama models");
     accel_clear_error();
+}
+
+/* The text of path/config.json (a NUL-terminated static buffer). */
+static const char *read_saved(const char *path) {
+    static char text[8192];
+    char file[200];
+    snprintf(file, sizeof file, "%s/config.json", path);
+    FILE *f = fopen(file, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    CHECK(f && n > 0);
+    if (f) fclose(f);
+    return text;
+}
+
+/* bos_token_id / eos_token_id: a saved config.json has the ones the loaded
+ * one had, else the family's transformers defaults (not Llama's 1 / 2). */
+static void test_token_ids(void) {
+    static const struct { const char *json, *bos, *eos; } CASES[] = {
+        {"{\"model_type\": \"gemma\"}", "\"bos_token_id\": 2,", "\"eos_token_id\": 1,"},
+        {"{\"model_type\": \"phi3\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 32000,"},
+        {"{\"model_type\": \"qwen2\"}", "\"bos_token_id\": null,", "\"eos_token_id\": null,"},
+        {"{\"model_type\": \"olmo2\"}", "\"bos_token_id\": null,", "\"eos_token_id\": 50279,"},
+        {"{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4}", "\"bos_token_id\": 50256,",
+         "\"eos_token_id\": 50256,"},
+        {"{\"model_type\": \"llama\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 2,"},
+        {"{\"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009]}", "\"bos_token_id\": 128000,",
+         "\"eos_token_id\": [\n    128001,\n    128008,\n    128009\n  ],"},
+        {"{\"model_type\": \"gemma2\", \"bos_token_id\": null, \"eos_token_id\": [107]}", "\"bos_token_id\": null,",
+         "\"eos_token_id\": [\n    107\n  ],"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        char name[32], path[160];
+        snprintf(name, sizeof name, "tok%zu.json", i);
+        snprintf(path, sizeof path, "%s/tok%zu_saved", g_dir, i);
+        accel_llama_config c, back;
+        CHECK_MSG(accel_llama_config_load(write_cfg(name, CASES[i].json), &c) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(accel_llama_config_save(path, &c) == ACCEL_OK, "%s", accel_last_error());
+        const char *text = read_saved(path);
+        CHECK_STR_CONTAINS(text, CASES[i].bos);
+        CHECK_STR_CONTAINS(text, CASES[i].eos);
+        CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.bos_token_id == c.bos_token_id &&
+              back.n_eos_token_ids == c.n_eos_token_ids && back.eos_is_list == c.eos_is_list &&
+              !memcmp(back.eos_token_ids, c.eos_token_ids, sizeof c.eos_token_ids));
+    }
+    /* a C-API config that sets none: the family's defaults */
+    accel_llama_config z = {.vocab_size = 64, .hidden_size = 32, .intermediate_size = 64, .num_hidden_layers = 1,
+                            .num_attention_heads = 2, .max_position_embeddings = 64, .rms_norm_eps = 1e-6,
+                            .rope_theta = 10000.0, .torch_dtype = ACCEL_F32, .model_type = "gemma"};
+    char path[160];
+    snprintf(path, sizeof path, "%s/tok_c_api", g_dir);
+    CHECK(accel_llama_config_save(path, &z) == ACCEL_OK);
+    const char *text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "\"bos_token_id\": 2,");
+    CHECK_STR_CONTAINS(text, "\"eos_token_id\": 1,");
+    expect_error("tokb.json", "{\"bos_token_id\": \"<s>\"}", ACCEL_ERR_FORMAT, "bos_token_id");
+    expect_error("toke.json", "{\"eos_token_id\": []}", ACCEL_ERR_FORMAT, "eos_token_id");
+    expect_error("toke9.json", "{\"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", ACCEL_ERR_FORMAT,
+                 "a list of 1 to 8 of them");
 }
 
 /* RoPE and sliding-window corner cases of transformers' configs, and the C API's
@@ -454,6 +547,7 @@ int main(void) {
     RUN(test_gemma_granite_fields);
     RUN(test_rope_window_edges);
     RUN(test_phi3_olmo2);
+    RUN(test_token_ids);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 2;

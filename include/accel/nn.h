@@ -220,6 +220,7 @@ typedef enum accel_rope_type {
 
 /* The most head_dim / 2 a longrope factor list may hold. */
 #define ACCEL_ROPE_MAX_FACTORS 256
+#define ACCEL_MAX_EOS_TOKEN_IDS 8 /* a config.json eos_token_id list this long at most */
 
 /* rope_scaling's fields; 0 for a field the config leaves out (transformers'
  * default then applies, as in its modeling_rope_utils). */
@@ -280,6 +281,16 @@ typedef struct accel_llama_config {
      * accel trains without dropout, as transformers does in eval mode. */
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
+    /* The special token ids config.json has, written back by
+     * accel_llama_config_save: bos_token_id (-1: null), eos_token_ids[0 ..
+     * n_eos_token_ids) (0: null; a list when eos_is_list, else one number).
+     * token_ids_set false (a zeroed struct): the family's transformers
+     * defaults are written instead (Llama 1 / 2, Gemma 2 / 1, Phi-3 1 / 32000, ...). */
+    bool token_ids_set;
+    int64_t bos_token_id;
+    int64_t eos_token_ids[ACCEL_MAX_EOS_TOKEN_IDS];
+    int n_eos_token_ids;
+    bool eos_is_list;
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */

@@ -112,6 +112,7 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "%s: %s of type \"%s\" is not supported (default, linear, dynamic, yarn, longrope, "
                                "llama3)", file, key, name);
+    if (accel__arch_rope_check(a, (accel_rope_type)type, file, key)) return accel_last_status();
     r->type = (accel_rope_type)type;
     /* the keys each type reads (transformers' _validate_*_rope_parameters) */
     static const char *const KEYS[][9] = {
@@ -202,6 +203,12 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     return ACCEL_OK;
 }
 
+/* o (an object or NULL) has partial_rotary_factor 0. */
+static bool zero_key(json_t *o) {
+    json_t *v = json_object_get(o, "partial_rotary_factor");
+    return json_is_number(v) && json_number_value(v) == 0;
+}
+
 /* Keys transformers reads for these families that accel takes only at one
  * value (partial_rotary_factor: where the family has no partial rotary). */
 static accel_status check_fixed(json_t *root, const char *file, const accel__arch *a, const accel_llama_config *c) {
@@ -218,6 +225,11 @@ static accel_status check_fixed(json_t *root, const char *file, const accel__arc
                                    "training)", file, DROPOUTS[i]);
     }
     double prf = c->partial_rotary_factor;
+    /* transformers rotates int(head_dim * 0) = 0 dims; the C struct's 0 is "unset" (1.0) */
+    if (prf == 0 && (zero_key(root) || zero_key(json_object_get(root, "rope_scaling")) ||
+                     zero_key(json_object_get(root, "rope_parameters"))))
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: partial_rotary_factor 0 must be in (0, 1] (transformers "
+                               "would rotate no dims, which accel does not implement)", file);
     if (prf != 0 && prf != 1.0 && !a->partial_rotary)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1.0 is not implemented "
                                "for %s models", file, a->model_type);
@@ -370,6 +382,34 @@ static accel_status parse_gpt2(json_t *root, const char *file, accel_llama_confi
     return ACCEL_OK;
 }
 
+/* bos_token_id: a non-negative integer or null; eos_token_id: that, or a
+ * list of 1 to ACCEL_MAX_EOS_TOKEN_IDS of them. Absent keeps the family's. */
+static accel_status parse_token_ids(json_t *root, const char *file, accel_llama_config *c) {
+    json_t *v = json_object_get(root, "bos_token_id");
+    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
+        return bad_type(file, "bos_token_id", "a non-negative integer or null");
+    if (v) c->bos_token_id = json_is_null(v) ? -1 : json_integer_value(v);
+    v = json_object_get(root, "eos_token_id");
+    if (!v) return ACCEL_OK;
+    json_t *one = json_is_array(v) ? NULL : v;
+    size_t n = one ? !json_is_null(v) : json_array_size(v);
+    bool ok = n <= ACCEL_MAX_EOS_TOKEN_IDS && (one || n > 0);
+    for (size_t i = 0; i < n && ok; i++) {
+        json_t *e = one ? one : json_array_get(v, i);
+        ok = json_is_integer(e) && json_integer_value(e) >= 0;
+        if (ok) c->eos_token_ids[i] = json_integer_value(e);
+    }
+    if (!ok) {
+        char what[96];
+        snprintf(what, sizeof what, "a non-negative integer, null or a list of 1 to %d of them",
+                 ACCEL_MAX_EOS_TOKEN_IDS);
+        return bad_type(file, "eos_token_id", what);
+    }
+    c->n_eos_token_ids = (int)n;
+    c->eos_is_list = !one;
+    return ACCEL_OK;
+}
+
 static accel_status parse_config(json_t *root, const char *file, accel_llama_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
@@ -380,6 +420,7 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
                                json_is_string(mt) ? json_string_value(mt) : "not a string",
                                json_is_string(mt) ? "\"" : "", accel__arch_names());
     *c = a->defaults; /* transformers' defaults of the family */
+    if (parse_token_ids(root, file, c)) return accel_last_status();
     if (a->blocks == ACCEL__BLOCKS_GPT2) {
         if (parse_gpt2(root, file, c)) return accel_last_status();
     } else if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
@@ -544,6 +585,21 @@ static void write_rope(FILE *m, const accel_rope_scaling *r) {
     fputs("\n  }", m);
 }
 
+/* c's bos_token_id or eos_token_id key (the family's defaults when c has
+ * none set), as json.dumps(indent=2) writes it. */
+static void write_token_id(FILE *m, const accel__arch *a, const accel_llama_config *c, bool eos) {
+    const accel_llama_config *t = c->token_ids_set ? c : &a->defaults;
+    fprintf(m, "  \"%s_token_id\": ", eos ? "eos" : "bos");
+    int n = eos ? t->n_eos_token_ids : t->bos_token_id >= 0;
+    const int64_t *ids = eos ? t->eos_token_ids : &t->bos_token_id;
+    if (n <= 0 || n > ACCEL_MAX_EOS_TOKEN_IDS) fprintf(m, "null");
+    else if (!eos || !t->eos_is_list) fprintf(m, "%lld", (long long)ids[0]);
+    else
+        for (int i = 0; i < n; i++)
+            fprintf(m, "%s%lld%s", i ? ",\n    " : "[\n    ", (long long)ids[i], i + 1 < n ? "" : "\n  ]");
+    fprintf(m, ",\n");
+}
+
 /* GPT2Config's config.json (keys sorted as transformers writes them); n_inner
  * always explicit. */
 static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init, const char *eps) {
@@ -555,8 +611,12 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             "{\n  \"activation_function\": \"gelu_new\",\n"
             "  \"add_cross_attention\": false,\n"
             "  \"architectures\": [\n    \"%s\"\n  ],\n"
-            "  \"attn_pdrop\": %s,\n"
-            "  \"embd_pdrop\": %s,\n"
+            "  \"attn_pdrop\": %s,\n",
+            a->causal_lm.type_name, attn);
+    write_token_id(m, a, c, false);
+    fprintf(m, "  \"embd_pdrop\": %s,\n", embd);
+    write_token_id(m, a, c, true);
+    fprintf(m,
             "  \"initializer_range\": %s,\n"
             "  \"layer_norm_epsilon\": %s,\n"
             "  \"model_type\": \"%s\",\n"
@@ -574,7 +634,7 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             "  \"transformers_version\": \"%s\",\n"
             "  \"use_cache\": true,\n"
             "  \"vocab_size\": %lld\n}\n",
-            a->causal_lm.type_name, attn, embd, init, eps, a->model_type, (long long)c->hidden_size,
+            init, eps, a->model_type, (long long)c->hidden_size,
             (long long)c->num_attention_heads, (long long)c->intermediate_size, (long long)c->num_hidden_layers,
             (long long)c->max_position_embeddings, resid, c->unscaled_attention ? "false" : "true",
             c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype), TRANSFORMERS_VERSION,
@@ -588,6 +648,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (!a)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: model_type \"%.*s\" is not one accel "
                                "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
+    if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
+        return accel_last_status();
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();
@@ -618,9 +680,9 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     /* Granite's multipliers: 0 is 1.0; Gemma2's query_pre_attn_scalar: 0 is head_dim */
     if (a->multipliers) write_real(m, "attention_multiplier", nonzero(c->attention_multiplier, 1.0));
     if (a->softcap) write_real(m, "attn_logit_softcapping", c->attn_logit_softcapping);
-    fprintf(m, "  \"bos_token_id\": 1,\n");
+    write_token_id(m, a, c, false);
     if (a->multipliers) write_real(m, "embedding_multiplier", nonzero(c->embedding_multiplier, 1.0));
-    fprintf(m, "  \"eos_token_id\": 2,\n");
+    write_token_id(m, a, c, true);
     if (a->softcap) write_real(m, "final_logit_softcapping", c->final_logit_softcapping);
     /* Gemma's activation under both names: transformers 4 reads hidden_activation, 5 hidden_act (Gemma) */
     const char *act = a->gemma_blocks ? "gelu_pytorch_tanh" : "silu";

@@ -23,28 +23,35 @@
                  .head_dim = hd, .max_position_embeddings = max_pos, .rms_norm_eps = 1e-6, .rope_theta = 10000.0, \
                  .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = type,                       \
                  .sliding_window = window, .max_window_layers = max_window, __VA_ARGS__}
-#define DEFAULTS(type, vocab, inter, kv, hd, max_pos, window, max_window) \
-    SIZED_DEFAULTS(type, vocab, 4096, inter, 32, 32, kv, hd, max_pos, window, max_window, .tie_word_embeddings = false)
+#define DEFAULTS(type, vocab, inter, kv, hd, max_pos, window, max_window, ...)                                   \
+    SIZED_DEFAULTS(type, vocab, 4096, inter, 32, 32, kv, hd, max_pos, window, max_window, .tie_word_embeddings = false, \
+                   __VA_ARGS__)
+/* transformers' bos_token_id and eos_token_id (-1: None) */
+#define TOKENS(bos, eos) \
+    .token_ids_set = true, .bos_token_id = bos, .eos_token_ids = {eos}, .n_eos_token_ids = (eos) >= 0
+#define LLAMA_TOKENS TOKENS(1, 2)
 
 static const accel__arch ARCHS[] = {
     {.model_type = "llama", ARCH_OPS("Llama"), .attention_bias = true, .mlp_bias = true,
-     .window = ACCEL__WINDOW_NONE, DEFAULTS("llama", 32000, 11008, 0, 0, 2048, 0, 0)},
+     .window = ACCEL__WINDOW_NONE, DEFAULTS("llama", 32000, 11008, 0, 0, 2048, 0, 0, LLAMA_TOKENS)},
     {.model_type = "mistral", ARCH_OPS("Mistral"), .window = ACCEL__WINDOW_ALL,
-     DEFAULTS("mistral", 32000, 14336, 8, 0, 4096 * 32, 4096, 0)},
+     DEFAULTS("mistral", 32000, 14336, 8, 0, 4096 * 32, 4096, 0, LLAMA_TOKENS)},
     /* Qwen2/3: sliding_window (4096 when absent) only counts with use_sliding_window (default off) */
     {.model_type = "qwen2", ARCH_OPS("Qwen2"), .qkv_bias = true, .window = ACCEL__WINDOW_QWEN2,
-     DEFAULTS("qwen2", 151936, 22016, 0, 0, 32768, 4096, 28)},
+     DEFAULTS("qwen2", 151936, 22016, 0, 0, 32768, 4096, 28, TOKENS(-1, -1))},
     {.model_type = "qwen3", ARCH_OPS("Qwen3"), .qk_norm = true, .attention_bias = true,
-     .window = ACCEL__WINDOW_QWEN2, DEFAULTS("qwen3", 151936, 22016, 0, 128, 32768, 4096, 28)},
+     .window = ACCEL__WINDOW_QWEN2, DEFAULTS("qwen3", 151936, 22016, 0, 128, 32768, 4096, 28, TOKENS(-1, -1))},
     {.model_type = "gemma", ARCH_OPS("Gemma"), .gemma_blocks = true, .attention_bias = true,
-     SIZED_DEFAULTS("gemma", 256000, 3072, 24576, 28, 16, 16, 256, 8192, 0, 0, .tie_word_embeddings = true)},
+     SIZED_DEFAULTS("gemma", 256000, 3072, 24576, 28, 16, 16, 256, 8192, 0, 0, .tie_word_embeddings = true,
+                    TOKENS(2, 1))},
     /* Gemma2: also the window on the even layers, soft-capped scores and logits */
     {.model_type = "gemma2", ARCH_OPS("Gemma2"), .gemma_blocks = true, .sandwich_norms = true, .softcap = true,
      .attention_bias = true, .window = ACCEL__WINDOW_EVEN,
      SIZED_DEFAULTS("gemma2", 256000, 2304, 9216, 26, 8, 4, 256, 8192, 4096, 0, .tie_word_embeddings = true,
-                    .attn_logit_softcapping = 50.0, .final_logit_softcapping = 30.0, .query_pre_attn_scalar = 256.0)},
+                    .attn_logit_softcapping = 50.0, .final_logit_softcapping = 30.0, .query_pre_attn_scalar = 256.0,
+                    TOKENS(2, 1))},
     {.model_type = "granite", ARCH_OPS("Granite"), .multipliers = true, .attention_bias = true, .mlp_bias = true,
-     DEFAULTS("granite", 32000, 11008, 0, 0, 2048, 0, 0)},
+     DEFAULTS("granite", 32000, 11008, 0, 0, 2048, 0, 0, LLAMA_TOKENS)},
     /* Phi-3 (and Phi-4-mini, model_type phi3): fused projections, partial
      * rotary, longrope; hidden 3072 and eps 1e-5 by default */
     {.model_type = "phi3", ARCH_OPS("Phi3"), .fused_qkv = true, .fused_gate_up = true, .partial_rotary = true,
@@ -52,14 +59,14 @@ static const accel__arch ARCHS[] = {
      .defaults = {.vocab_size = 32064, .hidden_size = 3072, .intermediate_size = 8192, .num_hidden_layers = 32,
                   .num_attention_heads = 32, .max_position_embeddings = 4096, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi3",
-                  .rope_scaling = {.original_max_position_embeddings = 4096}}},
+                  .rope_scaling = {.original_max_position_embeddings = 4096}, TOKENS(1, 32000)}},
     /* OLMo 2: norms on the attention / MLP outputs, q/k norms over the whole projection; eps 1e-5 */
     {.model_type = "olmo2", ARCH_OPS("Olmo2"), .qk_norm_full = true, .norm_outputs = true, .attention_bias = true,
      .window = ACCEL__WINDOW_NONE,
      .defaults = {.vocab_size = 50304, .hidden_size = 4096, .intermediate_size = 11008, .num_hidden_layers = 32,
                   .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
-                  .model_type = "olmo2"}},
+                  .model_type = "olmo2", TOKENS(-1, 50279)}},
     /* GPT-2: GPT2Config() defaults (n_embd 768, n_layer 12, n_head 12, n_inner 4 n_embd,
      * n_positions 1024, layer_norm_epsilon 1e-5, dropouts 0.1, tied head) */
     {.model_type = "gpt2", .causal_lm = {"GPT2LMHeadModel", accel__decoder_no_forward, NULL},
@@ -71,7 +78,7 @@ static const accel__arch ARCHS[] = {
                   .num_attention_heads = 12, .max_position_embeddings = 1024, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .tie_word_embeddings = true,
                   .torch_dtype = ACCEL_F32, .model_type = "gpt2", .attn_pdrop = 0.1, .resid_pdrop = 0.1,
-                  .embd_pdrop = 0.1}},
+                  .embd_pdrop = 0.1, TOKENS(50256, 50256)}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -91,6 +98,26 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
             return a;
     }
     return NULL;
+}
+
+const accel__arch *accel__arch_at(size_t i) { return i < N_ARCHS ? &ARCHS[i] : NULL; }
+
+const char *accel__arch_unsupported(const accel__arch *a) {
+    if (a->norm_outputs && (a->multipliers || a->sandwich_norms))
+        return "norm_outputs with multipliers or sandwich_norms (its layer applies neither)";
+    if (a->fused_gate_up && a->gemma_blocks)
+        return "fused_gate_up with gemma_blocks (the fused MLP is always SiLU)";
+    if (a->fused_qkv && (a->qk_norm || a->qk_norm_full))
+        return "fused_qkv with q/k norms (the norms' child indices assume separate q/k/v projections)";
+    if (a->qk_norm && a->qk_norm_full) return "qk_norm with qk_norm_full (one kind of q/k norm)";
+    return NULL;
+}
+
+accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key) {
+    static const char *const NAMES[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+    if (!a->partial_rotary || type == ACCEL_ROPE_DEFAULT || type == ACCEL_ROPE_LONGROPE) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s of type \"%s\" is not one %s models take (default, longrope)",
+                           who, key, (unsigned)type < 6 ? NAMES[type] : "(invalid)", a->model_type);
 }
 
 const char *accel__arch_names(void) {

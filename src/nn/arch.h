@@ -71,6 +71,16 @@ typedef struct accel__arch {
 const accel__arch *accel__arch_find(const char *model_type);
 /* The row whose classes include m's type (m built by accel_llama_new), or NULL. */
 const accel__arch *accel__arch_of_module(const accel_module *m);
+/* Row i of the table (0 ..), or NULL past its end. */
+const accel__arch *accel__arch_at(size_t i);
+/* NULL when llama.c runs every flag of row a as documented, else the
+ * combination it would silently get wrong (no row may have one: a test walks
+ * the table, so a row adding one fails there, not in a model). */
+const char *accel__arch_unsupported(const accel__arch *a);
+/* ACCEL_OK when row a takes RoPE of this type, else an error "who: key of type
+ * ..." (Phi3Config.validate_rope: default and longrope only, after "su" and
+ * "yarn" are read as longrope; a config.json of another would not load back). */
+accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key);
 /* The model types accel builds, ", "-separated (for error messages). */
 const char *accel__arch_names(void);
 

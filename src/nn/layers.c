@@ -109,8 +109,13 @@ accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
     return accel_rms_norm(x, accel__module_tensor(m, "weight"), norm_eps(m));
 }
 
+/* GemmaRMSNorm: x.float() / rms * (1 + weight.float()), rounded once to x's
+ * dtype (f32 under autocast, as accel_rms_norm). In x's dtype 1 + weight
+ * would round (bf16: a weight of 0.003 gives 1), and so would x / rms. */
 accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x) {
-    return accel_rms_norm(x, accel_add_scalar(accel__module_tensor(m, "weight"), 1.0), norm_eps(m));
+    accel_tensor *w = accel_add_scalar(accel_to_dtype(accel__module_tensor(m, "weight"), ACCEL_F32), 1.0);
+    accel_tensor *y = x ? accel_rms_norm(accel_to_dtype(x, ACCEL_F32), w, norm_eps(m)) : NULL;
+    return y && accel_autocast_dtype() == ACCEL_F32 ? accel_to_dtype(y, x->dtype) : y;
 }
 
 static const accel_module_ops RMSNORM_OPS = {"RMSNorm", accel__rms_norm_forward, NULL};

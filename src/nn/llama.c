@@ -27,6 +27,7 @@ accel_llama_config accel_llama_config_default(void) {
     c.mlp_bias = false;
     c.torch_dtype = ACCEL_F32;
     snprintf(c.model_type, sizeof c.model_type, "llama");
+    c.token_ids_set = true, c.bos_token_id = 1, c.eos_token_ids[0] = 2, c.n_eos_token_ids = 1;
     return c;
 }
 
@@ -94,6 +95,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (prf != 0 && prf != 1 && !a->partial_rotary)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not implemented for %s models "
                                "(only 1.0)", who, prf, a->model_type);
+    if (accel__arch_rope_check(a, c->rope_scaling.type, who, "rope_scaling")) return accel_last_status();
     if (!(prf >= 0 && prf <= 1))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: partial_rotary_factor %g must be in (0, 1]", who, prf);
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
@@ -446,11 +448,14 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t
 }
 
 /* Gemma's embedding scale: sqrt(hidden_size) as transformers keeps it (an f32
- * tensor) rounded to the weights' dtype. */
-static double gemma_embed_scale(const accel_llama_config *c) {
+ * tensor) rounded to the embedding weight's dtype (embed_scale.to(weight.dtype)):
+ * the weights' dtype now, which a load's dtype override makes differ from the
+ * config's torch_dtype. */
+static double gemma_embed_scale(const accel_llama_config *c, accel_module *embed) {
     float s = (float)sqrt((double)c->hidden_size);
-    if (c->torch_dtype == ACCEL_BF16) return accel_bf16_to_f32(accel_f32_to_bf16(s));
-    if (c->torch_dtype == ACCEL_F16) return accel_f16_to_f32(accel_f32_to_f16(s));
+    accel_dtype dt = accel__module_tensor(embed, "weight")->dtype;
+    if (dt == ACCEL_BF16) return accel_bf16_to_f32(accel_f32_to_bf16(s));
+    if (dt == ACCEL_F16) return accel_f16_to_f32(accel_f32_to_f16(s));
     return s;
 }
 
@@ -475,7 +480,7 @@ static accel_tensor *model_forward(accel_module *model, const accel_llama_config
     accel_module **mp = model->children;
     int64_t T = h ? h->shape[1] : 0;
     h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
-    if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c));
+    if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
     if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
     int li = layers_index(a);
