@@ -313,6 +313,13 @@ static void test_refused_config_fields(void) {
         {"\"pruned_heads\": {\"0\": [1]}", "pruned_heads"},
         {"\"hidden_size\": 30", "multiple of num_attention_heads"},
         {"\"pad_token_id\": 64", "pad_token_id"},
+        /* nn.Dropout raises outside [0, 1]: a negative classifier_dropout is
+         * not null (hidden_dropout_prob) */
+        {"\"classifier_dropout\": -0.5", "classifier_dropout is -0.5"},
+        {"\"classifier_dropout\": 1.5", "classifier_dropout"},
+        {"\"hidden_dropout_prob\": -0.1", "hidden_dropout_prob"},
+        {"\"hidden_dropout_prob\": 1", "hidden_dropout_prob"},
+        {"\"attention_probs_dropout_prob\": 2", "attention_probs_dropout_prob"},
     };
     char path[200];
     snprintf(path, sizeof path, "%s/config.json", g_tmp);

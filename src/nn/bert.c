@@ -68,9 +68,12 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
              !isfinite(c->initializer_range))
         bad = "layer_norm_eps must be > 0 and initializer_range >= 0 (finite)";
-    else if (!is_prob(c->hidden_dropout_prob) || !is_prob(c->attention_probs_dropout_prob) ||
-             !(c->classifier_dropout < 1) || isnan(c->classifier_dropout))
-        bad = "dropout probabilities must be in [0, 1) (classifier_dropout < 0: hidden_dropout_prob)";
+    else if (!is_prob(c->hidden_dropout_prob))
+        bad = "hidden_dropout_prob must be in [0, 1)";
+    else if (!is_prob(c->attention_probs_dropout_prob))
+        bad = "attention_probs_dropout_prob must be in [0, 1)";
+    else if (!(c->classifier_dropout < 1) || isnan(c->classifier_dropout))
+        bad = "classifier_dropout must be in [0, 1) (< 0: hidden_dropout_prob)";
     else if (!accel_dtype_is_float(c->torch_dtype))
         bad = "torch_dtype must be a float dtype";
     else if (c->num_hidden_layers > ACCEL_LLAMA_MAX_LAYERS)
