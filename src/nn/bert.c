@@ -118,8 +118,22 @@ enum { ATTN_SELF = 0, ATTN_OUT = 1 };
 enum { SELF_Q = 0, SELF_K = 1, SELF_V = 2 };
 enum { OUT_DENSE = 0, OUT_NORM = 1 }; /* BertSelfOutput and BertOutput */
 
+/* parent.name = child. A NULL child failed to build (out of memory for one of
+ * its tensors, say): its error is kept, prefixed with name, so the message
+ * walks down to the tensor ("bert: embeddings: word_embeddings: out of
+ * memory allocating N bytes"). A NULL parent already failed (its error
+ * stands): child is freed. */
 static accel_module *add(accel_module *parent, const char *name, accel_module *child) {
-    return parent ? accel_module_add_child(parent, name, child) : (accel_module_free(child), NULL);
+    if (!parent || !child) {
+        if (parent && !child) {
+            char why[480];
+            snprintf(why, sizeof why, "%s", accel_last_error());
+            accel_set_error(accel_last_status(), "%s: %s", name, why);
+        }
+        accel_module_free(child);
+        return NULL;
+    }
+    return accel_module_add_child(parent, name, child);
 }
 
 static accel_module *linear(const accel_bert_config *c, int64_t in, int64_t out, accel_device dev) {
