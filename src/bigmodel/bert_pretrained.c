@@ -6,6 +6,7 @@
 
 #include "accel/bert.h"
 #include "accel/io.h"
+#include "accelerator/accelerator_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
@@ -15,6 +16,10 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     if (!c0 || strcmp(m->ops->type_name, "BertForSequenceClassification") != 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
                                "BertForSequenceClassification built by accel_bert_new");
+    if (accel__module_params_sharded(m))
+        return accel_set_error(ACCEL_ERR_STATE, "accel_bert_save_pretrained: the model's parameters are sharded "
+                               "across processes (FSDP FULL_SHARD / ZeRO-3): each holds only its pieces; save it "
+                               "with accel_accelerator_save_model, which gathers the full weights");
     accel_bert_config cfg = *c0;
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();

@@ -231,6 +231,10 @@ const char *accel__bert_layer_class(const accel_module *m) {
     return m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
 }
 
+const accel_bert_config *accel__bert_root_config(const accel_module *m) {
+    return m && m->ops == &ROOT_OPS ? m->impl : NULL;
+}
+
 const accel_bert_config *accel_bert_config_of(const accel_module *m) {
     if (m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS)) return m->impl;
     accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertForSequenceClassification or its "
