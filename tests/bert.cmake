@@ -15,5 +15,6 @@ if(TARGET accel_cli)
                    --fsdp_sharding_strategy FULL_SHARD $<TARGET_FILE:test_bert_save_model>
                    ${CMAKE_CURRENT_BINARY_DIR}/bert_save_model_fsdp_2
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(bert_save_model_fsdp_2 PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
+  set_tests_properties(bert_save_model_fsdp_2 PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
 endif()

@@ -292,7 +292,8 @@ static void test_legacy_layer_norm_names(void) {
 static void *refuse_huge(void *ctx, size_t bytes, size_t align) {
     (void)ctx;
     void *p = NULL;
-    if (bytes > ((size_t)1 << 30) || posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
+    if (bytes > ((size_t)1 << 30) ||
+        posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
         return NULL;
     return p;
 }
@@ -301,8 +302,8 @@ static void free_huge(void *ctx, void *p) {
     free(p);
 }
 
-/* Out of memory building the model: the error names the tensor's module and
- * its bytes, not a later "child is NULL". */
+/* Out of memory building the model: the error names the tensor's module by
+ * its path and the bytes, not a later "child is NULL". */
 static void test_out_of_memory_named(void) {
     accel_bert_config c = accel_bert_config_default();
     c.vocab_size = 4000000000000000LL;
@@ -314,8 +315,17 @@ static void test_out_of_memory_named(void) {
     accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
     accel_set_allocator(NULL);
     CHECK(m == NULL && accel_last_status() == ACCEL_ERR_OOM);
-    CHECK_MSG(strstr(accel_last_error(), "word_embeddings") && strstr(accel_last_error(), "512000000000000000 bytes") &&
-              !strstr(accel_last_error(), "is NULL"), "%s", accel_last_error());
+    CHECK_MSG(!strcmp(accel_last_error(), "building bert.embeddings.word_embeddings: out of memory allocating "
+                                          "512000000000000000 bytes"), "%s", accel_last_error());
+    /* in a layer: the path down to it */
+    c.vocab_size = 64;
+    c.intermediate_size = 4000000000000000LL;
+    accel_set_allocator(&(accel_allocator){refuse_huge, free_huge, NULL});
+    m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    accel_set_allocator(NULL);
+    CHECK(m == NULL && accel_last_status() == ACCEL_ERR_OOM);
+    CHECK_MSG(strstr(accel_last_error(), "building bert.encoder.layer.0.intermediate.dense: out of memory"), "%s",
+              accel_last_error());
     accel_module_free(m);
 }
 

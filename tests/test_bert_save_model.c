@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
     accel_safetensors *st = accel_safetensors_open(DIR "/expected.safetensors");
     CHECK_MSG(st != NULL, "%s", accel_last_error());
     if (back && st) {
-        accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1), *tt = accel_safetensors_tensor(st, "token_type_ids", -1),
+        accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1),
+                     *tt = accel_safetensors_tensor(st, "token_type_ids", -1),
                      *mask = accel_safetensors_tensor(st, "attention_mask", -1);
         accel_module_train(back, false);
         accel_tensor *y = ids && tt && mask ? accel_bert_classify(back, ids, tt, mask) : NULL;

@@ -118,18 +118,32 @@ enum { ATTN_SELF = 0, ATTN_OUT = 1 };
 enum { SELF_Q = 0, SELF_K = 1, SELF_V = 2 };
 enum { OUT_DENSE = 0, OUT_NORM = 1 }; /* BertSelfOutput and BertOutput */
 
+/* m's dotted path below the top of the tree being built ("" at the top);
+ * returns its length (>= n: cut). */
+static int path_below_top(const accel_module *m, char *out, size_t n) {
+    if (!m->parent) {
+        out[0] = '\0';
+        return 0;
+    }
+    int k = path_below_top(m->parent, out, n);
+    return (size_t)k >= n ? k : k + snprintf(out + k, n - (size_t)k, "%s%s", k ? "." : "", m->name);
+}
+
 /* parent.name = child. A NULL child failed to build (out of memory for one of
- * its tensors, say): its error is kept, prefixed with name, so the message
- * walks down to the tensor ("bert: embeddings: word_embeddings: out of
- * memory allocating N bytes"). A NULL parent already failed (its error
- * stands): child is freed. */
+ * its tensors, say): its error is kept, behind the path of the module that
+ * failed, which each enclosing add() lengthens ("building
+ * bert.embeddings.word_embeddings: out of memory allocating N bytes"). A NULL
+ * parent already failed (its error stands): child is freed. */
 static accel_module *add(accel_module *parent, const char *name, accel_module *child) {
+    if (parent && !child) {
+        char why[480], at[256];
+        const char *prev = accel_last_error();
+        bool ours = !strncmp(prev, "building ", 9); /* a deeper add()'s: "building PATH: cause" */
+        snprintf(why, sizeof why, "%s", ours ? prev + 9 : prev);
+        int k = path_below_top(parent, at, sizeof at);
+        accel_set_error(accel_last_status(), "building %s%s%s%s%s", at, k ? "." : "", name, ours ? "." : ": ", why);
+    }
     if (!parent || !child) {
-        if (parent && !child) {
-            char why[480];
-            snprintf(why, sizeof why, "%s", accel_last_error());
-            accel_set_error(accel_last_status(), "%s: %s", name, why);
-        }
         accel_module_free(child);
         return NULL;
     }
