@@ -246,6 +246,89 @@ static void test_bare_encoder_checkpoint(void) {
     accel_safetensors_close(st);
 }
 
+/* The original Google BERT checkpoints name a LayerNorm's weight and bias
+ * gamma and beta (transformers renames them on load): they load as
+ * weight/bias, to the same logits. */
+static void test_legacy_layer_norm_names(void) {
+    accel_safetensors *st = open_expected();
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    if (!m || !st) return;
+    char dir[160], path[200];
+    snprintf(dir, sizeof dir, "%s/legacy", g_tmp);
+    CHECK(accel_bert_config_save(dir, accel_bert_config_of(m)) == ACCEL_OK);
+    accel_state_dict *sd = accel_module_state_dict(m);
+    char names[64][128];
+    const char *np[64];
+    accel_tensor *ts[64];
+    int n = 0, renamed = 0;
+    for (int i = 0; i < sd->n && n < 64; i++, n++) {
+        const char *s = sd->entries[i].name, *ln = strstr(s, "LayerNorm.");
+        if (ln) {
+            snprintf(names[n], sizeof names[n], "%.*s%s", (int)(ln + 10 - s), s, ln[10] == 'w' ? "gamma" : "beta");
+            renamed++;
+        } else snprintf(names[n], sizeof names[n], "%s", s);
+        np[n] = names[n];
+        ts[n] = sd->entries[i].t;
+    }
+    CHECK(n == sd->n && renamed == 2 * (1 + 2 * 2)); /* embeddings' and two a layer, 2 layers */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_MSG(accel_safetensors_save(path, n, np, ts, 0, NULL) == ACCEL_OK, "%s", accel_last_error());
+    accel_module *legacy = accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+    CHECK_MSG(legacy != NULL, "%s", accel_last_error());
+    batch b = load_batch(st);
+    if (legacy) {
+        accel_module_train(legacy, false);
+        check_logits(legacy, st, &b, "gamma/beta");
+    }
+    free_batch(&b);
+    accel_state_dict_free(sd);
+    accel_module_free(legacy);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* An allocator that refuses anything over 1 GiB: a model too big for memory
+ * without asking the system for it (ASan would abort on the size). */
+static void *refuse_huge(void *ctx, size_t bytes, size_t align) {
+    (void)ctx;
+    void *p = NULL;
+    if (bytes > ((size_t)1 << 30) ||
+        posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
+        return NULL;
+    return p;
+}
+static void free_huge(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+/* Out of memory building the model: the error names the tensor's module by
+ * its path and the bytes, not a later "child is NULL". */
+static void test_out_of_memory_named(void) {
+    accel_bert_config c = accel_bert_config_default();
+    c.vocab_size = 4000000000000000LL;
+    c.hidden_size = 32;
+    c.num_attention_heads = 4;
+    c.intermediate_size = 37;
+    c.num_hidden_layers = 1;
+    accel_set_allocator(&(accel_allocator){refuse_huge, free_huge, NULL});
+    accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    accel_set_allocator(NULL);
+    CHECK(m == NULL && accel_last_status() == ACCEL_ERR_OOM);
+    CHECK_MSG(!strcmp(accel_last_error(), "building bert.embeddings.word_embeddings: out of memory allocating "
+                                          "512000000000000000 bytes"), "%s", accel_last_error());
+    /* in a layer: the path down to it */
+    c.vocab_size = 64;
+    c.intermediate_size = 4000000000000000LL;
+    accel_set_allocator(&(accel_allocator){refuse_huge, free_huge, NULL});
+    m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    accel_set_allocator(NULL);
+    CHECK(m == NULL && accel_last_status() == ACCEL_ERR_OOM);
+    CHECK_MSG(strstr(accel_last_error(), "building bert.encoder.layer.0.intermediate.dense: out of memory"), "%s",
+              accel_last_error());
+    accel_module_free(m);
+}
+
 /* Dropout only while training: two training forwards differ, eval matches the fixture. */
 static void test_dropout_in_training_only(void) {
     accel_safetensors *st = open_expected();
@@ -313,6 +396,13 @@ static void test_refused_config_fields(void) {
         {"\"pruned_heads\": {\"0\": [1]}", "pruned_heads"},
         {"\"hidden_size\": 30", "multiple of num_attention_heads"},
         {"\"pad_token_id\": 64", "pad_token_id"},
+        /* nn.Dropout raises outside [0, 1]: a negative classifier_dropout is
+         * not null (hidden_dropout_prob) */
+        {"\"classifier_dropout\": -0.5", "classifier_dropout is -0.5"},
+        {"\"classifier_dropout\": 1.5", "classifier_dropout"},
+        {"\"hidden_dropout_prob\": -0.1", "hidden_dropout_prob"},
+        {"\"hidden_dropout_prob\": 1", "hidden_dropout_prob"},
+        {"\"attention_probs_dropout_prob\": 2", "attention_probs_dropout_prob"},
     };
     char path[200];
     snprintf(path, sizeof path, "%s/config.json", g_tmp);
@@ -348,6 +438,8 @@ int main(void) {
     RUN(test_gradient_checkpointing);
     RUN(test_save_round_trip);
     RUN(test_bare_encoder_checkpoint);
+    RUN(test_legacy_layer_norm_names);
+    RUN(test_out_of_memory_named);
     RUN(test_dropout_in_training_only);
     RUN(test_bad_inputs);
     RUN(test_refused_config_fields);

@@ -8,7 +8,6 @@ config.json, written by transformers, with transformers' outputs.
 NAMEs (keys of FIXTURES) limit the run to those fixtures: each fixture's
 seeds are its own, so the others' bytes stay as committed.
 
-
 --check-saved loads ROOT/<name> (written by accel's save_pretrained from
 tests/data/hf_arch_<name>) with transformers' AutoModelForCausalLM and compares
 its logits with the fixture's; exit status 0 when all are within 1e-5.

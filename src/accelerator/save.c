@@ -7,11 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "accel/bert.h"
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
 #include "accelerator/strategy.h"
 #include "accelerator/tracking_internal.h"
 #include "io/io_internal.h"
+#include "nn/nn_internal.h"
 #include "tracking/tracking_internal.h"
 
 static accel_status register_one(accel_accelerator *acc, accel__custom c) {
@@ -197,22 +199,34 @@ static accel_status write_model(accel_module *model, const char *dir, int64_t ma
     return st;
 }
 
-/* config.json beside the weights when the model has one (a Llama, built from
- * a config or config.json), as transformers' save_pretrained writes it, so
- * the directory loads by itself: torch_dtype is the dtype the weights were
- * written in. */
+/* The dtype config.json names: the weights' (the last float tensor's), or
+ * the one a strategy writes f32 weights in (ZeRO-3's 16-bit save). */
+static accel_dtype written_dtype(accel_accelerator *acc, accel_module *model, const accel__model *pm,
+                                 accel_dtype dt) {
+    accel_state_dict *sd = accel_module_state_dict(model);
+    for (int i = 0; sd && i < sd->n; i++)
+        if (accel_dtype_is_float(sd->entries[i].t->dtype)) dt = sd->entries[i].t->dtype;
+    accel_state_dict_free(sd);
+    return pm && pm->strat->saved_dtype && dt == ACCEL_F32 ? pm->strat->saved_dtype(acc) : dt;
+}
+
+/* config.json beside the weights when the model has one (a Llama built from
+ * a config or config.json, a BERT of accel_bert_new), as transformers'
+ * save_pretrained writes it, so the directory loads by itself: torch_dtype is
+ * the dtype the weights were written in. */
 static accel_status write_config(accel_accelerator *acc, accel_module *model, const accel__model *pm,
                                  const char *dir) {
+    const accel_bert_config *bert = accel__bert_root_config(model);
+    if (bert) {
+        accel_bert_config cfg = *bert;
+        cfg.torch_dtype = written_dtype(acc, model, pm, cfg.torch_dtype);
+        return accel_bert_config_save(dir, &cfg);
+    }
     if (!model->ops || !model->ops->type_name || strcmp(model->ops->type_name, "LlamaForCausalLM")) return ACCEL_OK;
     const accel_llama_config *c = accel_llama_config_of(model);
     if (!c) return accel_last_status();
     accel_llama_config cfg = *c;
-    accel_state_dict *sd = accel_module_state_dict(model);
-    if (!sd) return accel_last_status();
-    for (int i = 0; i < sd->n; i++)
-        if (accel_dtype_is_float(sd->entries[i].t->dtype)) cfg.torch_dtype = sd->entries[i].t->dtype;
-    accel_state_dict_free(sd);
-    if (pm && pm->strat->saved_dtype && cfg.torch_dtype == ACCEL_F32) cfg.torch_dtype = pm->strat->saved_dtype(acc);
+    cfg.torch_dtype = written_dtype(acc, model, pm, cfg.torch_dtype);
     return accel_llama_config_save(dir, &cfg);
 }
 

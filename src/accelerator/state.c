@@ -392,6 +392,11 @@ static void model_detached(void *owner, void *obj) {
     if (pm) forget_model(acc, pm);
 }
 
+bool accel__module_params_sharded(const accel_module *m) {
+    const accel__model *pm = m ? accel__find_model(accel__link_owner(m->links, model_detached), m) : NULL;
+    return pm && pm->strat->save_model;
+}
+
 static void optimizer_detached(void *owner, void *obj) {
     accel_accelerator *acc = owner;
     int i = index_of((void *const *)acc->opts, acc->n_opts, obj);

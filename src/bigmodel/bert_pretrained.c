@@ -6,6 +6,7 @@
 
 #include "accel/bert.h"
 #include "accel/io.h"
+#include "accelerator/accelerator_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
@@ -15,6 +16,10 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     if (!c0 || strcmp(m->ops->type_name, "BertForSequenceClassification") != 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
                                "BertForSequenceClassification built by accel_bert_new");
+    if (accel__module_params_sharded(m))
+        return accel_set_error(ACCEL_ERR_STATE, "accel_bert_save_pretrained: the model's parameters are sharded "
+                               "across processes (FSDP FULL_SHARD / ZeRO-3): each holds only its pieces; save it "
+                               "with accel_accelerator_save_model, which gathers the full weights");
     accel_bert_config cfg = *c0;
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
@@ -58,8 +63,23 @@ static bool is_head(const char *name) {
     return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11);
 }
 
-/* Every weight of m by name from ck ("bert.X" also as "X", a bare
- * BertModel's checkpoint). */
+/* ck's name for the model's weight name, or NULL: the name itself, else
+ * without "bert." (a bare BertModel's checkpoint); each also with a
+ * LayerNorm's weight/bias as gamma/beta, the names of the original Google
+ * BERT checkpoints (transformers renames them on load). buf holds a rename. */
+static const char *name_in(accel_checkpoint *ck, const char *name, char *buf, size_t n) {
+    const char *forms[2] = {name, strncmp(name, "bert.", 5) ? NULL : name + 5};
+    for (int i = 0; i < 2 && forms[i]; i++) {
+        const char *s = forms[i], *ln = strstr(s, "LayerNorm.");
+        if (accel_checkpoint_shard_of(ck, s) >= 0) return s;
+        if (!ln || (strcmp(ln + 10, "weight") && strcmp(ln + 10, "bias"))) continue;
+        snprintf(buf, n, "%.*s%s", (int)(ln + 10 - s), s, ln[10] == 'w' ? "gamma" : "beta");
+        if (accel_checkpoint_shard_of(ck, buf) >= 0) return buf;
+    }
+    return NULL;
+}
+
+/* Every weight of m by name from ck (name_in's forms). */
 static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const char *dir) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
@@ -67,10 +87,9 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
     int new_head = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const char *name = sd->entries[i].name;
-        if (accel_checkpoint_shard_of(ck, name) < 0 && !strncmp(name, "bert.", 5) &&
-            accel_checkpoint_shard_of(ck, name + 5) >= 0)
-            name += 5;
-        if (accel_checkpoint_shard_of(ck, name) >= 0) st = accel_checkpoint_load_into(ck, name, sd->entries[i].t);
+        char buf[512];
+        const char *in_ck = name_in(ck, name, buf, sizeof buf);
+        if (in_ck) st = accel_checkpoint_load_into(ck, in_ck, sd->entries[i].t);
         else if (is_head(name)) new_head++;
         else
             st = accel_set_error(ACCEL_ERR_FORMAT, "accel_bert_from_pretrained: %s has no weight %s", dir, name);

@@ -25,6 +25,19 @@ static accel_status want_false(json_t *root, const char *file, const char *key, 
     return on ? accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is true: %s", file, key, why) : ACCEL_OK;
 }
 
+/* A dropout probability: a number in [0, 1) (transformers' nn.Dropout
+ * raises outside [0, 1]; p = 1, all zeros, is not implemented); null or
+ * absent keeps *p. */
+static accel_status get_prob(json_t *root, const char *file, const char *key, double *p) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return ACCEL_OK;
+    if (accel__config_get_real(root, file, key, p)) return accel_last_status();
+    if (!(*p >= 0 && *p < 1))
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: %s is %g: a dropout probability must be in [0, 1)%s", file,
+                               key, *p, *p == 1 ? " (p = 1, every activation dropped, is not implemented)" : "");
+    return ACCEL_OK;
+}
+
 static accel_status parse_act(json_t *root, const char *file, accel_bert_config *c) {
     json_t *v = json_object_get(root, "hidden_act");
     if (!v || json_is_null(v)) return ACCEL_OK;
@@ -70,7 +83,6 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
     json_t *pad = json_object_get(root, "pad_token_id");
     if (pad && json_is_null(pad)) c->pad_token_id = -1;
     else if (accel__config_get_int(root, file, "pad_token_id", &c->pad_token_id, true)) return accel_last_status();
-    json_t *cd = json_object_get(root, "classifier_dropout");
     json_t *pruned = json_object_get(root, "pruned_heads");
     if (accel__config_get_int(root, file, "vocab_size", &c->vocab_size, false) ||
         accel__config_get_int(root, file, "hidden_size", &c->hidden_size, false) ||
@@ -81,9 +93,9 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
         accel__config_get_int(root, file, "type_vocab_size", &c->type_vocab_size, false) ||
         accel__config_get_real(root, file, "layer_norm_eps", &c->layer_norm_eps) ||
         accel__config_get_real(root, file, "initializer_range", &c->initializer_range) ||
-        accel__config_get_real(root, file, "hidden_dropout_prob", &c->hidden_dropout_prob) ||
-        accel__config_get_real(root, file, "attention_probs_dropout_prob", &c->attention_probs_dropout_prob) ||
-        accel__config_get_real(root, file, "classifier_dropout", &c->classifier_dropout) ||
+        get_prob(root, file, "hidden_dropout_prob", &c->hidden_dropout_prob) ||
+        get_prob(root, file, "attention_probs_dropout_prob", &c->attention_probs_dropout_prob) ||
+        get_prob(root, file, "classifier_dropout", &c->classifier_dropout) ||
         accel__config_get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         accel__config_get_dtype(root, file, "dtype", &c->torch_dtype) ||
         parse_act(root, file, c) || parse_labels(root, file, c) ||
@@ -92,7 +104,6 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
         want_false(root, file, "is_decoder", "a causal (decoder) BERT is not implemented") ||
         want_false(root, file, "add_cross_attention", "cross-attention is not implemented"))
         return accel_last_status();
-    if (!cd || json_is_null(cd)) c->classifier_dropout = -1;
     if (pruned && !json_is_null(pruned) && (!json_is_object(pruned) || json_object_size(pruned) != 0))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pruned_heads is not empty: pruned attention heads are "
                                "not implemented", file);

@@ -68,9 +68,12 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
              !isfinite(c->initializer_range))
         bad = "layer_norm_eps must be > 0 and initializer_range >= 0 (finite)";
-    else if (!is_prob(c->hidden_dropout_prob) || !is_prob(c->attention_probs_dropout_prob) ||
-             !(c->classifier_dropout < 1) || isnan(c->classifier_dropout))
-        bad = "dropout probabilities must be in [0, 1) (classifier_dropout < 0: hidden_dropout_prob)";
+    else if (!is_prob(c->hidden_dropout_prob))
+        bad = "hidden_dropout_prob must be in [0, 1)";
+    else if (!is_prob(c->attention_probs_dropout_prob))
+        bad = "attention_probs_dropout_prob must be in [0, 1)";
+    else if (!(c->classifier_dropout < 1) || isnan(c->classifier_dropout))
+        bad = "classifier_dropout must be in [0, 1) (< 0: hidden_dropout_prob)";
     else if (!accel_dtype_is_float(c->torch_dtype))
         bad = "torch_dtype must be a float dtype";
     else if (c->num_hidden_layers > ACCEL_LLAMA_MAX_LAYERS)
@@ -115,8 +118,36 @@ enum { ATTN_SELF = 0, ATTN_OUT = 1 };
 enum { SELF_Q = 0, SELF_K = 1, SELF_V = 2 };
 enum { OUT_DENSE = 0, OUT_NORM = 1 }; /* BertSelfOutput and BertOutput */
 
+/* m's dotted path below the top of the tree being built ("" at the top);
+ * returns its length (>= n: cut). */
+static int path_below_top(const accel_module *m, char *out, size_t n) {
+    if (!m->parent) {
+        out[0] = '\0';
+        return 0;
+    }
+    int k = path_below_top(m->parent, out, n);
+    return (size_t)k >= n ? k : k + snprintf(out + k, n - (size_t)k, "%s%s", k ? "." : "", m->name);
+}
+
+/* parent.name = child. A NULL child failed to build (out of memory for one of
+ * its tensors, say): its error is kept, behind the path of the module that
+ * failed, which each enclosing add() lengthens ("building
+ * bert.embeddings.word_embeddings: out of memory allocating N bytes"). A NULL
+ * parent already failed (its error stands): child is freed. */
 static accel_module *add(accel_module *parent, const char *name, accel_module *child) {
-    return parent ? accel_module_add_child(parent, name, child) : (accel_module_free(child), NULL);
+    if (parent && !child) {
+        char why[480], at[256];
+        const char *prev = accel_last_error();
+        bool ours = !strncmp(prev, "building ", 9); /* a deeper add()'s: "building PATH: cause" */
+        snprintf(why, sizeof why, "%s", ours ? prev + 9 : prev);
+        int k = path_below_top(parent, at, sizeof at);
+        accel_set_error(accel_last_status(), "building %s%s%s%s%s", at, k ? "." : "", name, ours ? "." : ": ", why);
+    }
+    if (!parent || !child) {
+        accel_module_free(child);
+        return NULL;
+    }
+    return accel_module_add_child(parent, name, child);
 }
 
 static accel_module *linear(const accel_bert_config *c, int64_t in, int64_t out, accel_device dev) {
@@ -212,6 +243,10 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
 
 const char *accel__bert_layer_class(const accel_module *m) {
     return m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
+}
+
+const accel_bert_config *accel__bert_root_config(const accel_module *m) {
+    return m && m->ops == &ROOT_OPS ? m->impl : NULL;
 }
 
 const accel_bert_config *accel_bert_config_of(const accel_module *m) {

@@ -1,0 +1,71 @@
+/* accel_accelerator_save_model of a prepared BERT (tests/data/hf_bert_cls):
+ * the directory gets BERT's config.json beside the weights and loads by
+ * itself through accel_bert_from_pretrained to the fixture's logits (within
+ * 1e-5). Run plainly (one process) and by tests/bert.cmake under
+ * `accel launch` with FSDP FULL_SHARD on 2 processes: there each process
+ * holds only its pieces of the parameters, save_model writes the gathered
+ * full weights, and accel_bert_save_pretrained (which would write the
+ * pieces) is refused naming save_model. argv[1]: the directory to save into,
+ * the same on every process (default: a new one under /tmp, one process
+ * only). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "accel/bert.h"
+#include "nn_fixture.h"
+
+#define DIR "data/hf_bert_cls"
+
+int main(int argc, char **argv) {
+    accel_accelerator *acc = accel_accelerator_new(NULL); /* what `accel launch` set */
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    if (!acc) return check_summary();
+    int n = accel_accelerator_num_processes(acc);
+    char tmp[64] = "/tmp/accel_bert_save_model_XXXXXX", out[4200];
+    CHECK_MSG(argc > 1 || n == 1, "%d processes need the shared directory as argv[1]", n);
+    if (argc <= 1 && n == 1) CHECK(mkdtemp(tmp) != NULL);
+    snprintf(out, sizeof out, "%s/saved", argc > 1 ? argv[1] : tmp);
+
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    CHECK_MSG(m && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    if (n > 1) { /* FULL_SHARD: the pieces are not a model */
+        CHECK(accel_bert_save_pretrained(m, out, 0) != ACCEL_OK);
+        CHECK_MSG(strstr(accel_last_error(), "accel_accelerator_save_model"), "%s", accel_last_error());
+    }
+    CHECK_MSG(accel_accelerator_save_model(acc, m, out, NULL) == ACCEL_OK, "%s", accel_last_error());
+
+    accel_bert_config c;
+    CHECK_MSG(accel_bert_config_load(out, &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.num_labels == 3 && c.hidden_size == 32 && c.num_hidden_layers == 2 && c.torch_dtype == ACCEL_F32);
+    accel_module *back = accel_bert_from_pretrained(out, ACCEL_CPU_DEVICE);
+    CHECK_MSG(back != NULL, "%s", accel_last_error());
+    accel_safetensors *st = accel_safetensors_open(DIR "/expected.safetensors");
+    CHECK_MSG(st != NULL, "%s", accel_last_error());
+    if (back && st) {
+        accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1),
+                     *tt = accel_safetensors_tensor(st, "token_type_ids", -1),
+                     *mask = accel_safetensors_tensor(st, "attention_mask", -1);
+        accel_module_train(back, false);
+        accel_tensor *y = ids && tt && mask ? accel_bert_classify(back, ids, tt, mask) : NULL;
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        if (y) check_tensor_close(st, "logits", y, 0, 1e-5);
+        accel_step_reset();
+        accel_tensor_free(ids);
+        accel_tensor_free(tt);
+        accel_tensor_free(mask);
+    }
+    accel_safetensors_close(st);
+    accel_module_free(back);
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    if (argc <= 1 && n == 1) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        CHECK(system(cmd) == 0);
+    }
+    return check_summary();
+}
