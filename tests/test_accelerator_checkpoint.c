@@ -426,6 +426,35 @@ static void test_save_model_writes_config(void) {
     accel_module_free(m);
 }
 
+/* save_model of every other family of the architecture table writes its
+ * config.json too (model_type and the family's fields): the directory loads
+ * back by itself to the same family. */
+static void test_save_model_config_every_family(void) {
+    static const char *const FAMILIES[] = {"mistral", "qwen2", "qwen3", "gemma", "gemma2",
+                                           "granite", "phi3", "olmo2", "gpt2"};
+    for (size_t i = 0; i < sizeof FAMILIES / sizeof *FAMILIES; i++) {
+        accel_module *m = tiny_family(5, FAMILIES[i]);
+        CHECK_MSG(m, "%s: %s", FAMILIES[i], accel_last_error());
+        if (!m) continue;
+        char d[300], p[400];
+        snprintf(d, sizeof d, "%s/family_%s", DIR_, FAMILIES[i]);
+        CHECK_MSG(accel_accelerator_save_model(A, m, d, NULL) == ACCEL_OK, "%s: %s", FAMILIES[i], accel_last_error());
+        accel_accelerator_wait_for_everyone(A);
+        snprintf(p, sizeof p, "%s/config.json", d);
+        accel_llama_config c;
+        CHECK_MSG(accel_llama_config_load(p, &c) == ACCEL_OK, "%s: %s", FAMILIES[i], accel_last_error());
+        CHECK_MSG(!strcmp(c.model_type, FAMILIES[i]), "%s: config.json says model_type %s", FAMILIES[i],
+                  c.model_type);
+        accel_dispatched *dd = NULL;
+        accel_module *back = accel_llama_from_pretrained(d, NULL, NULL, NULL, NULL, &dd);
+        CHECK_MSG(back && !strcmp(back->ops->type_name, m->ops->type_name), "%s: %s", FAMILIES[i],
+                  back ? back->ops->type_name : accel_last_error());
+        accel_dispatched_free(dd);
+        accel_module_free(back);
+        accel_module_free(m);
+    }
+}
+
 /* save_state(output_dir) where output_dir is a link to a directory (one
  * process: an accelerator without automatic naming): the directory is
  * replaced and the link kept, as save_model does; the working directory is
@@ -483,6 +512,7 @@ int main(void) {
     RUN(test_load_skips_incomplete);
     RUN(test_save_model_sharded);
     RUN(test_save_model_writes_config);
+    RUN(test_save_model_config_every_family);
     if (N == 1) RUN(test_save_state_into_link);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {

@@ -28,6 +28,7 @@ static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
     if (!strcmp(model_type, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
+    if (!strcmp(model_type, "gpt2")) c.num_key_value_heads = 4; /* as many kv heads as heads */
     if (!strcmp(model_type, "granite"))
         c.embedding_multiplier = 6, c.attention_multiplier = 0.2, c.residual_multiplier = 0.4, c.logits_scaling = 4;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);

@@ -13,6 +13,7 @@
 #include "accelerator/strategy.h"
 #include "accelerator/tracking_internal.h"
 #include "io/io_internal.h"
+#include "nn/arch.h"
 #include "nn/nn_internal.h"
 #include "tracking/tracking_internal.h"
 
@@ -210,8 +211,9 @@ static accel_dtype written_dtype(accel_accelerator *acc, accel_module *model, co
     return pm && pm->strat->saved_dtype && dt == ACCEL_F32 ? pm->strat->saved_dtype(acc) : dt;
 }
 
-/* config.json beside the weights when the model has one (a Llama built from
- * a config or config.json, a BERT of accel_bert_new), as transformers'
+/* config.json beside the weights when the model has one (a causal LM of any
+ * family of the architecture table, nn/arch.h, built from a config or
+ * config.json; a BERT of accel_bert_new), as transformers'
  * save_pretrained writes it, so the directory loads by itself: torch_dtype is
  * the dtype the weights were written in. */
 static accel_status write_config(accel_accelerator *acc, accel_module *model, const accel__model *pm,
@@ -222,7 +224,8 @@ static accel_status write_config(accel_accelerator *acc, accel_module *model, co
         cfg.torch_dtype = written_dtype(acc, model, pm, cfg.torch_dtype);
         return accel_bert_config_save(dir, &cfg);
     }
-    if (!model->ops || !model->ops->type_name || strcmp(model->ops->type_name, "LlamaForCausalLM")) return ACCEL_OK;
+    const accel__arch *a = accel__arch_of_module(model);
+    if (!a || model->ops != &a->causal_lm) return ACCEL_OK; /* no config of its own: none written */
     const accel_llama_config *c = accel_llama_config_of(model);
     if (!c) return accel_last_status();
     accel_llama_config cfg = *c;

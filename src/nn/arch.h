@@ -2,7 +2,8 @@
  * config.json model_type of what differs between the families (class names,
  * biases, norms, sliding windows, transformers' config defaults). llama.c
  * builds and runs every row with one graph; hf_config.c reads and writes them.
- * Internal to src/nn, src/io, src/cli and src/bigmodel (generation). */
+ * Internal to src/nn, src/io, src/cli, src/bigmodel (generation) and
+ * src/accelerator (save_model's config.json). */
 #ifndef ACCEL_NN_ARCH_H
 #define ACCEL_NN_ARCH_H
 
