@@ -72,6 +72,11 @@ static int body(int rank, int world) {
     refused(pg, 1, -1, 3, 1, 1, "the world of 4 processes does not divide into");
     refused(pg, 1, 0, 4, 1, 1, "dp_replicate must be >= 1");
     refused(pg, 1, 2, 2, 1, 2, "makes 8 processes, the world has 4");
+    /* sizes whose product overflows 64 bits: refused before multiplying (UBSan catches the overflow) */
+    refused(pg, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30,
+            "pp=1073741824 x dp_replicate=1073741824 x dp_shard=1073741824 x cp=1073741824 x tp=1073741824 makes more "
+            "processes than the world's 4");
+    refused(pg, -1, 1 << 30, 1 << 30, 1 << 30, 1 << 30, "makes more processes than the world's 4");
     /* HSDP's mesh: two replicas of a 2-way shard; rank = 2 x replica + shard */
     mesh_right(pg, 1, 2, 2, 1, 1);
     {
