@@ -603,12 +603,14 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid) {
     }
     accel_pg *within = NULL, *across = NULL;
     accel_status st = accel__mesh_init(&acc->mesh, acc->pg, size);
-    if (!st && size[ACCEL__MESH_DP_REPLICATE] > 1) {
+    if (!st && hybrid) {
         /* The mesh puts rank r on machine r / local_world as its local rank
          * r % local_world: the launcher must agree, else a "machine" of the
          * mesh spans machines. Every rank learns whether one disagrees (or
-         * counts another LOCAL_WORLD_SIZE), so all fail together. */
-        int32_t v[3] = {acc->local_rank != acc->mesh.coord[ACCEL__MESH_DP_SHARD], acc->local_world, -acc->local_world};
+         * counts another LOCAL_WORLD_SIZE: asked by every hybrid rank, one
+         * machine or several), so all fail together. */
+        bool moved = size[ACCEL__MESH_DP_REPLICATE] > 1 && acc->local_rank != acc->mesh.coord[ACCEL__MESH_DP_SHARD];
+        int32_t v[3] = {moved, acc->local_world, -acc->local_world};
         st = accel_pg_all_reduce(acc->pg, v, 3, ACCEL_I32, ACCEL_REDUCE_MAX);
         if (!st && (v[0] || v[1] != -v[2])) {
             accel__mesh_free(&acc->mesh);
