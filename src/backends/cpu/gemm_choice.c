@@ -399,7 +399,9 @@ static const char *install_received(const char *text, size_t len) {
 accel_status accel__gemm_choices_share(accel_pg *pg) {
     if (accel_pg_size(pg) < 2) return ACCEL_OK;
     bool root = accel_pg_rank(pg) == 0;
-    static char none[1] = ""; /* rank 0 out of memory: sent empty (never NULL: the broadcast calls that OOM), refused by all */
+    /* rank 0 out of memory: sent empty (never NULL: the broadcast takes
+     * that for its own OOM), refused by all */
+    static char none[1] = "";
     char *text = NULL, *sent = none;
     size_t len = 0;
     if (root) {
@@ -551,7 +553,8 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
     cache_load(threads);
     char path[1200];
     size_t used = 0;
-    int w = g_fixed ? snprintf(buf, size, "GEMM choices: %d, rank 0's or a checkpoint's (received at accelerator creation or restored)\n", g_n)
+    int w = g_fixed ? snprintf(buf, size, "GEMM choices: %d, rank 0's (received at accelerator creation) or a "
+                                          "checkpoint's\n", g_n)
             : cache_path(threads, path, sizeof path)
                 ? snprintf(buf, size, "GEMM choices: %d measured, cached in %s\n", g_n, path)
                 : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off or no HOME)\n", g_n);
