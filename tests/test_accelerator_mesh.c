@@ -5,7 +5,10 @@
  * spans it). */
 #include <stdint.h>
 
+#include <stdlib.h>
+
 #include "accel/accel.h"
+#include "accel/accelerator.h"
 #include "accelerator/mesh.h"
 #include "check.h"
 #include "dist_group.h"
@@ -71,7 +74,12 @@ static int body(int rank, int world) {
     refused(pg, 1, 3, 1, 1, 1, "dp_replicate=3 x dp_shard=1 x cp=1 x tp=1 makes 3 processes, the world has 4");
     refused(pg, 1, -1, 3, 1, 1, "the world of 4 processes does not divide into");
     refused(pg, 1, 0, 4, 1, 1, "dp_replicate must be >= 1");
-    refused(pg, 1, 2, 2, 1, 2, "makes 8 processes, the world has 4");
+    refused(pg, 1, 2, 2, 1, 2, "dp_shard=2 x cp=1 x tp=2 makes more processes than the world's 4");
+    /* sizes whose product overflows 64 bits: refused before multiplying (UBSan catches the overflow) */
+    refused(pg, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30,
+            "pp=1073741824 x dp_replicate=1073741824 x dp_shard=1073741824 x cp=1073741824 x tp=1073741824 makes more "
+            "processes than the world's 4");
+    refused(pg, -1, 1 << 30, 1 << 30, 1 << 30, 1 << 30, "makes more processes than the world's 4");
     /* HSDP's mesh: two replicas of a 2-way shard; rank = 2 x replica + shard */
     mesh_right(pg, 1, 2, 2, 1, 1);
     {
@@ -125,7 +133,46 @@ static void test_mesh_on_4(void) {
         CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "rank %d: status %d", r, status[r]);
 }
 
+/* HYBRID_SHARD on 2 "machines" of 2: the launcher's local ranks must be
+ * the mesh's (a machine's ranks consecutive). g_permuted: machine A holds
+ * ranks {0, 2}, B {1, 3}; every rank refuses, naming the problem. */
+static bool g_permuted;
+
+static int hybrid_body(int rank, int world) {
+    (void)world;
+    int failed_before = check_failures_; /* the parent's, inherited */
+    dist_setenv_int("LOCAL_RANK", g_permuted ? rank / 2 : rank % 2);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.fsdp_sharding_strategy = "HYBRID_SHARD";
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (g_permuted) {
+        CHECK_MSG(acc == NULL, "rank %d: ranks {0, 2} on one machine accepted", rank);
+        CHECK_STR_CONTAINS(accel_last_error(), "HYBRID_SHARD: the ranks of a machine must be consecutive");
+    } else {
+        CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    }
+    accel_accelerator_free(acc);
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return check_failures_ > failed_before ? 1 : 0;
+}
+
+static void test_hybrid_local_ranks(void) {
+    for (int permuted = 0; permuted < 2; permuted++) {
+        g_permuted = permuted;
+        dist_group g = {.world = 4, .timeout = "30"};
+        int status[4];
+        dist_group_run(&g, hybrid_body, status);
+        for (int r = 0; r < 4; r++)
+            CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "permuted %d, rank %d: status %d", permuted,
+                      r, status[r]);
+    }
+}
+
 int main(void) {
     RUN(test_mesh_on_4);
+    RUN(test_hybrid_local_ranks);
     return check_summary();
 }

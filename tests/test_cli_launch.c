@@ -121,7 +121,11 @@ static pid_t rank_pid(int r) {
  * (PDEATHSIG reaches the wrapper only). This test is the orphans' subreaper
  * while it runs, so it can reap them and tell a live process from a zombie. */
 static void test_launcher_sigkill_wrapper(void) {
-    const char *wrap = script("wrap.sh", "#!/bin/sh\n\"%s\" \"$@\"\nexit $?\n", WORKER);
+    char record[PATH_MAX + 32], dir[PATH_MAX] = "";
+    snprintf(record, sizeof record, "%s/wrap_error_file", TMP);
+    unlink(record);
+    const char *wrap = script("wrap.sh", "#!/bin/sh\necho \"$TORCHELASTIC_ERROR_FILE\" > %s\n\"%s\" \"$@\"\nexit $?\n",
+                              record, WORKER);
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", wrap, "hang", NULL};
     const char *env[] = {PIDENV, "ACCEL_DIST_TIMEOUT=120", NULL};
     CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
@@ -140,6 +144,14 @@ static void test_launcher_sigkill_wrapper(void) {
     }
     CHECK_MSG(!alive, "a wrapped trainer outlived the SIGKILLed launcher by 5 s");
     CHECK(no_survivors());
+    /* the watchdog removed the launcher's temporary error-file directory */
+    slurp(record, dir, sizeof dir);
+    dir[strcspn(dir, "\n")] = 0;
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    CHECK_MSG(strstr(dir, "accel-launch-") != NULL, "error file directory '%s'", dir);
+    for (t0 = accel_now_seconds(); access(dir, F_OK) == 0 && accel_now_seconds() - t0 < 5;) usleep(20000);
+    CHECK_MSG(access(dir, F_OK) != 0, "'%s' outlived the SIGKILLed launcher by 5 s", dir);
     prctl(PR_SET_CHILD_SUBREAPER, 0);
     while (waitpid(-1, NULL, WNOHANG) > 0) {}
 }

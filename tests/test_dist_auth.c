@@ -281,6 +281,41 @@ static void test_strangers_are_refused(void) {
     accel__store_close(server);
 }
 
+/* A store with room for the refused list's entry ("3 ") but not for the
+ * address key: the rank is listed all the same (the list comes first). */
+static void test_refused_listed_when_store_full(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    accel__store *client = accel__store_open("127.0.0.1", port, false, SECRET, 1, 5);
+    static char big[16u << 20];
+    memset(big, 'x', sizeof big);
+    CHECK(client && accel__store_set(client, "slack", "ab", 3) == ACCEL_OK);
+    /* fill to the last byte: a set that does not fit drops the connection */
+    int k = 0;
+    for (size_t sz = sizeof big; client && sz;) {
+        char key[32];
+        snprintf(key, sizeof key, "fill/%d", k++);
+        if (accel__store_set(client, key, big, sz) == ACCEL_OK) continue;
+        accel_clear_error();
+        accel__store_close(client);
+        client = accel__store_open("127.0.0.1", port, false, SECRET, 1, 5);
+        sz /= 2;
+    }
+    CHECK(client && accel__store_set(client, "slack", "", 0) == ACCEL_OK); /* 3 bytes free */
+    accel__store *wrong = accel__store_open("127.0.0.1", port, false, "another-secret", 3, 5);
+    CHECK(!wrong && strstr(accel_last_error(), "ACCEL_JOB_SECRET does not match"));
+    accel_clear_error();
+    void *v = NULL;
+    size_t len = 0;
+    CHECK_MSG(client && accel__store_get(client, "refused", &v, &len) == ACCEL_OK && v && len == 3 &&
+                  !memcmp(v, "3 ", 3), "rank 3 not in the refused list");
+    free(v);
+    accel__store_close(client);
+    accel__store_close(server);
+}
+
 /* A wrong-secret machine's ranks 2 and 3: only rank 3 reached the store (and
  * was refused) before its launcher killed rank 2, which never connects. The
  * wait, stuck on rank 2, must still fail on rank 3's refusal, not wait out
@@ -410,6 +445,7 @@ int main(void) {
     RUN(test_hmac_rfc4231);
     RUN(test_captured_session_is_useless);
     RUN(test_strangers_are_refused);
+    RUN(test_refused_listed_when_store_full);
     RUN(test_refused_rank_above_a_missing_one);
     RUN(test_refused_rank_that_arrives);
     RUN(test_refused_rank_that_claims_then_is_slow);

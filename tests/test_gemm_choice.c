@@ -10,6 +10,7 @@
  * the uninterrupted run. `test_gemm_choice ranks` under `accel launch`
  * (tests/gemm.cmake): ranks whose caches disagree multiply on rank 0's
  * choices. */
+#include <jansson.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,54 @@ static void test_checkpoint_round_trip(void) {
     unlink(bad);
 }
 
+/* A checkpoint saved on T0 threads holding choices of T0 and T1 (T1's
+ * other), loaded by a process of T1 threads: it multiplies on the saver's
+ * own T0 choices, untimed; what its table held before for a class the
+ * checkpoint lacks is gone (the rule's, ACCEL_GEMM_MEASURE=0). */
+static void test_load_other_thread_count(void) {
+    int t0 = omp_get_max_threads(), t1 = t0 + 1;
+    uint32_t both = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | 1u << ACCEL__GEMM_PROVIDER_DNNL;
+    clear_dir();
+    restart("off", NULL);
+    omp_set_num_threads(t1);
+    set_times(0.5, 1.0);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS); /* T1's table: the other provider */
+    omp_set_num_threads(t0);
+    set_times(1.0, 0.5);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL);
+    char saved[320];
+    snprintf(saved, sizeof saved, "%s/ckpt_threads.json", g_dir);
+    CHECK(accel__gemm_choices_save(saved) == ACCEL_OK);
+    /* the resumed process: T1 threads, an NN choice against the rule made before the load */
+    restart("off", "0");
+    omp_set_num_threads(t1);
+    int nn_rule = accel__gemm_provider_for(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K);
+    int nn_other = nn_rule == ACCEL__GEMM_PROVIDER_DNNL ? ACCEL__GEMM_PROVIDER_OPENBLAS : ACCEL__GEMM_PROVIDER_DNNL;
+    set_times(nn_other == ACCEL__GEMM_PROVIDER_OPENBLAS ? 0.5 : 1.0, nn_other == ACCEL__GEMM_PROVIDER_DNNL ? 0.5 : 1.0);
+    CHECK(accel__gemm_choose(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K, nn_rule, both, true) == nn_other);
+    set_times(0.5, 1.0); /* a timer would pick OpenBLAS for NT */
+    g_fake.calls = 0;
+    CHECK(accel__gemm_choices_load(saved) == ACCEL_OK);
+    CHECK_MSG(choose_big() == ACCEL__GEMM_PROVIDER_DNNL, "T1 does not multiply on the saver's own T0 choice");
+    CHECK_MSG(accel__gemm_provider_for(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K) == nn_rule,
+              "a class the checkpoint lacks kept what the table held before the load");
+    CHECK_MSG(g_fake.calls == 0, "a restored choice was timed (%d)", g_fake.calls);
+    omp_set_num_threads(t0);
+    unlink(saved);
+}
+
+/* A choice naming a provider that is no candidate here (e.g. dnnl where
+ * this oneDNN only loops over the dtype) gives way to the rule. */
+static void test_choice_not_a_candidate(void) {
+    clear_dir();
+    restart("off", NULL);
+    set_times(1.0, 0.5);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL);
+    uint32_t no_dnnl = 1u << ACCEL__GEMM_PROVIDER_REFERENCE | 1u << ACCEL__GEMM_PROVIDER_OPENBLAS;
+    CHECK(accel__gemm_choose(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, ACCEL__GEMM_PROVIDER_OPENBLAS, no_dnnl,
+                             false) == ACCEL__GEMM_PROVIDER_OPENBLAS);
+}
+
 /* bf16 and f16 are chosen by measurement where they have two candidates
  * (oneDNN has a matmul of the dtype: both timed, a clear winner kept, a
  * narrow one not), else keep the rule, OpenBLAS on f32 panels, untimed. How
@@ -427,6 +476,11 @@ static void test_resume_on_saved_choices(void) {
  * 0's table (and the rule for the class it lacks), timing nothing. Rank 1
  * runs on another thread count (its classes are keyed by it): rank 0's
  * choices still hold there. */
+static void *no_memory(size_t n) {
+    (void)n;
+    return NULL;
+}
+
 static int ranks_main(void) {
     int rank = accel_dist_rank();
     if (rank == 1) omp_set_num_threads(1);
@@ -466,6 +520,14 @@ static int ranks_main(void) {
     int32_t all[4], me[2] = {got[0], got[1]};
     CHECK(accel_pg_all_gather(accel_dist_default_group(), me, all, 2, ACCEL_I32) == ACCEL_OK);
     CHECK(all[0] == all[2] && all[1] == all[3]);
+    /* rank 0 cannot write its table out (no memory for JSON): every rank
+     * fails, none waits for the group's timeout on the others */
+    if (rank == 0) json_set_alloc_funcs(no_memory, free);
+    accel_status st = accel__gemm_choices_share(accel_dist_default_group());
+    if (rank == 0) json_set_alloc_funcs(malloc, free);
+    CHECK_MSG(st == ACCEL_ERR_FORMAT, "rank %d: status %d", rank, (int)st);
+    CHECK_STR_CONTAINS(accel_last_error(), rank == 0 ? "out of memory on rank 0" : "GEMM choices from rank 0: not JSON");
+    accel_clear_error();
     accel_accelerator_free(acc);
     clear_dir();
     rmdir(g_dir);
@@ -492,6 +554,8 @@ int main(int argc, char **argv) {
     RUN(test_real_timer);
     RUN(test_ranks_do_not_time);
     RUN(test_checkpoint_round_trip);
+    RUN(test_load_other_thread_count);
+    RUN(test_choice_not_a_candidate);
     RUN(test_low_precision_measured);
     RUN(test_resume_on_saved_choices);
     clear_dir();

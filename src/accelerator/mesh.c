@@ -37,6 +37,9 @@ static accel_status resolve(const int in[ACCEL__MESH_DIMS], int world, int out[A
         } else if (in[d] < 1) {
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel mesh: %s must be >= 1 (or one size -1: the rest of the "
                                    "world), got %d (%s)", NAMES[d], in[d], describe(in, b, sizeof b));
+        } else if (in[d] > world / known) { /* known <= world: the product cannot overflow */
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel mesh: %s makes more processes than the world's %d",
+                                   describe(in, b, sizeof b), world);
         } else {
             known *= in[d];
         }

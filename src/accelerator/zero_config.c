@@ -603,6 +603,25 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid) {
     }
     accel_pg *within = NULL, *across = NULL;
     accel_status st = accel__mesh_init(&acc->mesh, acc->pg, size);
+    if (!st && hybrid) {
+        /* The mesh puts rank r on machine r / local_world as its local rank
+         * r % local_world: the launcher must agree, else a "machine" of the
+         * mesh spans machines. Every rank learns whether one disagrees (or
+         * counts another LOCAL_WORLD_SIZE: asked by every hybrid rank, one
+         * machine or several), so all fail together. */
+        bool moved = size[ACCEL__MESH_DP_REPLICATE] > 1 && acc->local_rank != acc->mesh.coord[ACCEL__MESH_DP_SHARD];
+        int32_t v[3] = {moved, acc->local_world, -acc->local_world};
+        st = accel_pg_all_reduce(acc->pg, v, 3, ACCEL_I32, ACCEL_REDUCE_MAX);
+        if (!st && (v[0] || v[1] != -v[2])) {
+            accel__mesh_free(&acc->mesh);
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   FN ": HYBRID_SHARD: the ranks of a machine must be consecutive, and "
+                                   "LOCAL_WORLD_SIZE the same on every machine (rank %d is local rank %d of %d, the "
+                                   "mesh expects local rank %d%s)", acc->rank, acc->local_rank, acc->local_world,
+                                   acc->mesh.coord[ACCEL__MESH_DP_SHARD],
+                                   v[1] != -v[2] ? "; LOCAL_WORLD_SIZE differs between ranks" : "");
+        }
+    }
     /* a machine's ranks, then each local rank's counterparts across the machines */
     if (!st && size[ACCEL__MESH_DP_REPLICATE] > 1 &&
         (!(within = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_SHARD)) ||

@@ -8,6 +8,7 @@
  * inherited unless --tee/--log_dir need it. SIGCHLD/SIGINT/SIGTERM wake the
  * poll loop through a self-pipe. The first worker to fail ends the others
  * (SIGTERM, SIGKILL after 3 s); the group restarts up to --max_restarts. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -624,12 +625,25 @@ static void random_hex(char *out, size_t nbytes) {
  * read end of a pipe whose only write end is the launcher's. The launcher
  * sends each worker's process group on it (+pgid at fork, -pgid once the
  * worker is reaped and its group killed). End of file means the launcher is
- * gone, however it died: the watchdog SIGKILLs every group still listed. */
+ * gone, however it died: the watchdog SIGKILLs every group still listed and
+ * removes the launcher's temporary error-file directory (in /dev/shm it
+ * would otherwise hold memory until reboot). A launcher that ends normally
+ * sends 0 first: it removes the directory itself. */
 
 static int g_watchdog_fd = -1; /* the launcher's write end */
 static pid_t g_watchdog_pid = -1;
 
-static _Noreturn void watchdog_main(int rd, int wr) {
+/* The files in dir, then dir. */
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(dir);
+}
+
+static _Noreturn void watchdog_main(int rd, int wr, const char *tmp_dir) {
     setsid();
     prctl(PR_SET_NAME, "accel-watchdog");
     close(wr); /* else the end of file would never come */
@@ -645,7 +659,8 @@ static _Noreturn void watchdog_main(int rd, int wr) {
         ssize_t r = read(3, &rec, sizeof rec);
         if (r < 0 && errno == EINTR) continue;
         if (r != (ssize_t)sizeof rec) break; /* EOF: the launcher is gone */
-        if (rec > 0) {
+        if (rec == 0) tmp_dir = NULL;        /* a normal end follows */
+        else if (rec > 0) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 16;
                 pid_t *g = realloc(groups, cap * sizeof *g);
@@ -663,10 +678,12 @@ static _Noreturn void watchdog_main(int rd, int wr) {
     }
     for (size_t i = 0; i < n; i++) kill(-groups[i], SIGKILL);
     if (n) fprintf(stderr, "accel launch: the launcher died; killed the process groups of its %zu workers\n", n);
+    if (tmp_dir) remove_tree(tmp_dir);
     _exit(0);
 }
 
-static bool start_watchdog(void) {
+/* tmp_dir: the directory to remove should the launcher die, or NULL. */
+static bool start_watchdog(const char *tmp_dir) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) return false;
     pid_t pid = fork();
@@ -675,7 +692,7 @@ static bool start_watchdog(void) {
         close(p[1]);
         return false;
     }
-    if (pid == 0) watchdog_main(p[0], p[1]);
+    if (pid == 0) watchdog_main(p[0], p[1], tmp_dir);
     close(p[0]);
     g_watchdog_fd = p[1];
     g_watchdog_pid = pid;
@@ -687,8 +704,11 @@ static void watchdog_track(pid_t pgid, bool add) {
     if (write(g_watchdog_fd, &rec, sizeof rec) < 0) { /* the watchdog is gone: the workers' PDEATHSIG remains */ }
 }
 
-/* A normal end: every group is already dead; the watchdog exits at EOF. */
+/* A normal end: every group is already dead; the watchdog exits at EOF,
+ * leaving the directory to the launcher. */
 static void stop_watchdog(void) {
+    int32_t done = 0;
+    if (write(g_watchdog_fd, &done, sizeof done) < 0) { /* the watchdog is gone */ }
     close(g_watchdog_fd);
     waitpid(g_watchdog_pid, NULL, 0);
 }
@@ -1216,7 +1236,7 @@ int accel_cli_launch(int argc, char **argv) {
         return finish(&L, cfg, 1);
     }
     signal(SIGPIPE, SIG_IGN);
-    if (!start_watchdog()) {
+    if (!start_watchdog(J.err_dir_ours ? J.err_dir : NULL)) {
         remove_err_dir(&J);
         fprintf(stderr, "accel launch: cannot start the watchdog: %s\n", strerror(errno));
         if (port_hold >= 0) close(port_hold);

@@ -97,7 +97,7 @@ struct accel__store {
     int rank;               /* the rank this process claims (in its hello) */
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
-    size_t n_refused;       /* refused ranks recorded ("refused/<rank>" keys) */
+    size_t n_refused;       /* ranks in the "refused" list */
     conn *conns;
     size_t n_conns, cap_conns;
 };
@@ -232,31 +232,47 @@ static long message_size(const conn *c) {
  * Bounded: ranks below 2^20, at most MAX_REFUSED ranks. The address is the
  * one accept() saw: the peer may be gone by now (its launcher killed it once
  * it read our refusal), when getpeername() no longer knows it. */
+
+/* Whether rank is in the "refused" list. */
+static bool refused_listed(const kv *list, int32_t rank) {
+    for (const char *p = list ? list->val : NULL; p && *p;) {
+        char *end;
+        long r = strtol(p, &end, 10);
+        if (end == p) return false;
+        if (r == rank) return true;
+        p = end + strspn(end, " ");
+    }
+    return false;
+}
+
+/* The record above; the list first, whenever the rank is absent from it: a
+ * rank whose address could not be stored is still listed (once, however
+ * often it is refused). */
 static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     char key[32], ip[INET_ADDRSTRLEN] = "?", val[INET_ADDRSTRLEN + 8];
     if (rank < 0 || rank >= (1 << 20)) return;
+    kv *list = find_kv(s, "refused");
+    if (!refused_listed(list, rank)) {
+        if (s->n_refused >= MAX_REFUSED) return;
+        /* The list: at most MAX_REFUSED entries of at most 8 bytes ("1048575 "). */
+        size_t had = list ? list->len - 1 : 0;
+        char *l = malloc(had + 9);
+        if (!l) return;
+        if (had) memcpy(l, list->val, had);
+        int m = snprintf(l + had, 9, "%d ", (int)rank);
+        if (!put_kv(s, "refused", l, had + (size_t)m + 1)) {
+            free(l);
+            return;
+        }
+        s->n_refused++;
+    }
     snprintf(key, sizeof key, "refused/%d", (int)rank);
-    bool fresh = !find_kv(s, key);
-    if (fresh && s->n_refused >= MAX_REFUSED) return;
     inet_ntop(AF_INET, &c->peer.sin_addr, ip, sizeof ip);
     int n = snprintf(val, sizeof val, "%s:%d", ip, ntohs(c->peer.sin_port));
     char *v = malloc((size_t)n + 1);
     if (!v) return;
     memcpy(v, val, (size_t)n + 1);
-    if (!put_kv(s, key, v, (size_t)n + 1)) {
-        free(v);
-        return;
-    }
-    if (!fresh) return;
-    s->n_refused++;
-    /* The list: at most MAX_REFUSED entries of at most 8 bytes ("1048575 "). */
-    kv *list = find_kv(s, "refused");
-    size_t had = list ? list->len - 1 : 0;
-    char *l = malloc(had + 9);
-    if (!l) return;
-    if (had) memcpy(l, list->val, had);
-    int m = snprintf(l + had, 9, "%d ", (int)rank);
-    if (!put_kv(s, "refused", l, had + (size_t)m + 1)) free(l);
+    if (!put_kv(s, key, v, (size_t)n + 1)) free(v);
 }
 
 /* The client's answer to our challenge: a valid proof -> authenticated, and

@@ -233,12 +233,13 @@ bool accel__gemm_measure_off(void);
 int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max);
 
 /* The table, every thread count's choices ({"tables": [<a cache file's
- * JSON>, ...]}), into path, with a checkpoint; and back: a saved table's
- * choices replace the table's for their classes and are never timed again
- * (nor overridden by the cache), so a resumed run multiplies as the saved
- * one did (a missing file is no error: an older checkpoint; a single
- * table, as checkpoints held before bundles, is read as this thread
- * count's). ACCEL_OK, or an error naming the file. */
+ * JSON>, ...]}), into path, with a checkpoint; and back: a saved table
+ * replaces the whole table (the saver's own thread count's choices as this
+ * process's count's) and is never timed again nor added to from the cache,
+ * so a resumed run multiplies as the saved one did (a missing file is no
+ * error: an older checkpoint; a single table, as checkpoints held before
+ * bundles, is read as this thread count's). ACCEL_OK, or an error naming
+ * the file. */
 accel_status accel__gemm_choices_save(const char *path);
 accel_status accel__gemm_choices_load(const char *path);
 

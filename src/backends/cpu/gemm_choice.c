@@ -330,19 +330,46 @@ accel_status accel__gemm_choices_save(const char *path) {
     return st;
 }
 
+/* A bundle's n parsed choices as this process's: the first table (the
+ * sender's own thread count, bundle_json) becomes this process's count,
+ * should the counts differ, and wins over a table the bundle also holds for
+ * this count (dropped, else the class would be there twice). Under
+ * g_parse_lock. */
+static int relabel(json_t *j, choice *in, int n) {
+    json_t *first = json_object_get(json_array_get(json_object_get(j, "tables"), 0), "threads");
+    int theirs = json_is_integer(first) ? (int)json_integer_value(first) : 0, own = omp_get_max_threads(), kept = 0;
+    if (!theirs || theirs == own) return n;
+    for (int i = 0; i < n; i++) {
+        if (in[i].c.threads == own) continue;
+        if (in[i].c.threads == theirs) in[i].c.threads = own;
+        in[kept++] = in[i];
+    }
+    return kept;
+}
+
+/* The relabelled choices as the whole table, pinned: no cache file read
+ * later adds to them, ACCEL_GEMM_MEASURE=1 does not re-time them. Under
+ * both locks. */
+static void install_all(json_t *j, int n) {
+    n = relabel(j, g_parsed, n);
+    env_read();
+    install(g_parsed, n, true);
+    g_fixed = true;
+}
+
 accel_status accel__gemm_choices_load(const char *path) {
     if (!accel__is_file(path)) return ACCEL_OK; /* a checkpoint from before the choices were saved */
     json_t *j = accel__json_load_file(path);
     if (!j) return accel_last_status();
     pthread_mutex_lock(&g_parse_lock);
     int n = 0;
-    /* any key: the run resumes on the choices it was saved with, wherever */
+    /* any key: the run resumes on the choices it was saved with, wherever;
+     * all of them and only them, in a job or not (what arrived from rank 0
+     * at creation, or a cache, is not what the saved run multiplied on) */
     const char *why = bundle_parse(j, g_parsed, &n);
     if (!why) {
         pthread_mutex_lock(&g_lock);
-        env_read();
-        cache_load(omp_get_max_threads()); /* read now, so that it cannot override them later */
-        install(g_parsed, n, false);
+        install_all(j, n);
         pthread_mutex_unlock(&g_lock);
     }
     pthread_mutex_unlock(&g_parse_lock);
@@ -359,17 +386,9 @@ static const char *install_received(const char *text, size_t len) {
     int n = 0;
     /* e.g. rank 0's build has oneDNN and this one has not: no table this rank can multiply on */
     const char *why = j ? bundle_parse(j, g_parsed, &n) : "not JSON";
-    /* rank 0's own thread count comes first (bundle_json): its choices are
-     * this rank's at its own count, should the ranks' counts differ */
-    json_t *first = json_object_get(json_array_get(json_object_get(j, "tables"), 0), "threads");
-    int theirs = json_is_integer(first) ? (int)json_integer_value(first) : 0, own = omp_get_max_threads();
-    for (int i = 0; !why && i < n; i++)
-        if (g_parsed[i].c.threads == theirs) g_parsed[i].c.threads = own;
     if (!why) {
         pthread_mutex_lock(&g_lock);
-        env_read();
-        install(g_parsed, n, true);
-        g_fixed = true;
+        install_all(j, n);
         pthread_mutex_unlock(&g_lock);
     }
     pthread_mutex_unlock(&g_parse_lock);
@@ -380,7 +399,10 @@ static const char *install_received(const char *text, size_t len) {
 accel_status accel__gemm_choices_share(accel_pg *pg) {
     if (accel_pg_size(pg) < 2) return ACCEL_OK;
     bool root = accel_pg_rank(pg) == 0;
-    char *text = NULL;
+    /* rank 0 out of memory: sent empty (never NULL: the broadcast takes
+     * that for its own OOM), refused by all */
+    static char none[1] = "";
+    char *text = NULL, *sent = none;
     size_t len = 0;
     if (root) {
         pthread_mutex_lock(&g_lock);
@@ -390,15 +412,19 @@ accel_status accel__gemm_choices_share(accel_pg *pg) {
         pthread_mutex_unlock(&g_lock);
         text = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        len = text ? strlen(text) + 1 : 0; /* none (out of memory): sent empty, refused by all */
+        if (text) sent = text, len = strlen(text) + 1;
     }
-    accel_status st = accel_pg_broadcast_bytes(pg, (void **)&text, &len, 0);
+    accel_status st = accel_pg_broadcast_bytes(pg, root ? (void **)&sent : (void **)&text, &len, 0);
     const char *why = st ? NULL : root ? (text ? NULL : "out of memory on rank 0") : install_received(text, len);
     free(text);
-    if (st) return st;
-    /* every rank learns whether one could not take the table: all fail together, none waits on the others */
-    int32_t bad = why != NULL;
-    if ((st = accel_pg_all_reduce(pg, &bad, 1, ACCEL_I32, ACCEL_REDUCE_MAX))) return st;
+    char failed[256] = "";
+    if (st) snprintf(failed, sizeof failed, "%s", accel_last_error()); /* the broadcast's, kept across the all_reduce */
+    /* every rank learns whether one could not take the table, and every rank
+     * asks (a failed broadcast included): all fail together, none waits on the others */
+    int32_t bad = st != ACCEL_OK || why != NULL;
+    accel_status ast = accel_pg_all_reduce(pg, &bad, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
+    if (st) return accel_set_error(st, "GEMM choices from rank 0: %s", failed);
+    if (ast) return ast;
     if (why) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: %s", why);
     if (bad) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: another rank could not take them");
     return ACCEL_OK;
@@ -468,7 +494,10 @@ int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
     env_read();
     cache_load(threads);
     int i = find(&c), provider = rule;
-    if (i >= 0) provider = g_table[i].provider;
+    /* a choice from elsewhere (a checkpoint, rank 0) may name a provider
+     * that is no candidate here (e.g. dnnl for a dtype this oneDNN only
+     * loops over): the rule's then */
+    if (i >= 0 && (candidates & (1u << g_table[i].provider))) provider = g_table[i].provider;
     /* measure: a class not seen (unless ACCEL_GEMM_MEASURE=0), a cached one
      * under ACCEL_GEMM_MEASURE=1 or an explicit re-measure; never inside a
      * parallel region (the timings would be of one thread among others) */
@@ -524,7 +553,8 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
     cache_load(threads);
     char path[1200];
     size_t used = 0;
-    int w = g_fixed ? snprintf(buf, size, "GEMM choices: %d, rank 0's (received at accelerator creation)\n", g_n)
+    int w = g_fixed ? snprintf(buf, size, "GEMM choices: %d, rank 0's (received at accelerator creation) or a "
+                                          "checkpoint's\n", g_n)
             : cache_path(threads, path, sizeof path)
                 ? snprintf(buf, size, "GEMM choices: %d measured, cached in %s\n", g_n, path)
                 : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off or no HOME)\n", g_n);
