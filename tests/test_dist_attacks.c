@@ -9,9 +9,12 @@
  * their tcp listening ports (found in /proc) get 1,000 idle connections, a new
  * silent connection every 20 ms, dripping clients and wrong-secret hellos and
  * notices (every wait polled the listening socket and read a newcomer with a
- * blocking 1 s read: 0 steps/s). The step count must stay >= 50% of a run
- * without attackers (generous: the bug made it ~0). Every attack loop is
- * bounded in count and time.
+ * blocking 1 s read: 0 steps/s). The step count must stay >= 20% of a run
+ * without attackers: the bug made it ~0, while the attackers themselves take
+ * CPU on the same cores (and ctest runs another test beside this one), which
+ * cost a healthy job 57% of its steps once in CI on a 2-core machine, so the
+ * bound tells a stalled job from a slowed one, not a timing. Every attack
+ * loop is bounded in count and time.
  *
  * Among the strangers: forged failure notices naming rank 1 dead, both in
  * the old layout with the job secret in clear (what anyone who sniffed one
@@ -298,7 +301,7 @@ static void test_job_keeps_its_speed(void) {
     long quiet = run_job(false), attacked = run_job(true);
     fprintf(stderr, "all_reduce steps in %.1f s: %ld quiet, %ld attacked\n", STEP_SECONDS, quiet, attacked);
     CHECK(quiet > 0);
-    CHECK_MSG(attacked >= quiet / 2, "%ld steps under attack vs %ld quiet", attacked, quiet);
+    CHECK_MSG(attacked >= quiet / 5, "%ld steps under attack vs %ld quiet", attacked, quiet);
 }
 
 int main(void) {
