@@ -202,7 +202,7 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
               add(emb, "LayerNorm", layer_norm(c, dev));
     /* nn.Embedding(padding_idx=pad_token_id): that row starts at zero */
     accel_tensor *w = word ? accel__module_tensor(word, "weight") : NULL;
-    if (ok && c->pad_token_id >= 0 && w->data) {
+    if (ok && c->pad_token_id >= 0 && w->device.type != ACCEL_DEV_META) { /* meta: no storage to zero */
         int64_t C = c->hidden_size;
         accel_tensor *row = accel_view_raw(w, 2, (int64_t[]){1, C}, w->stride, c->pad_token_id * C);
         ok = row && accel_zero_(row) == ACCEL_OK;

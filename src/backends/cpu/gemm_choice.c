@@ -357,15 +357,11 @@ static void install_all(json_t *j, int n) {
     g_fixed = true;
 }
 
-accel_status accel__gemm_choices_load(const char *path) {
-    if (!accel__is_file(path)) return ACCEL_OK; /* a checkpoint from before the choices were saved */
-    json_t *j = accel__json_load_file(path);
-    if (!j) return accel_last_status();
+/* Parses the bundle j and, when it is one, makes it this process's whole
+ * table (install_all); NULL, or why it is not. */
+static const char *install_bundle(json_t *j) {
     pthread_mutex_lock(&g_parse_lock);
     int n = 0;
-    /* any key: the run resumes on the choices it was saved with, wherever;
-     * all of them and only them, in a job or not (what arrived from rank 0
-     * at creation, or a cache, is not what the saved run multiplied on) */
     const char *why = bundle_parse(j, g_parsed, &n);
     if (!why) {
         pthread_mutex_lock(&g_lock);
@@ -373,6 +369,17 @@ accel_status accel__gemm_choices_load(const char *path) {
         pthread_mutex_unlock(&g_lock);
     }
     pthread_mutex_unlock(&g_parse_lock);
+    return why;
+}
+
+accel_status accel__gemm_choices_load(const char *path) {
+    if (!accel__is_file(path)) return ACCEL_OK; /* a checkpoint from before the choices were saved */
+    json_t *j = accel__json_load_file(path);
+    if (!j) return accel_last_status();
+    /* any key: the run resumes on the choices it was saved with, wherever;
+     * all of them and only them, in a job or not (what arrived from rank 0
+     * at creation, or a cache, is not what the saved run multiplied on) */
+    const char *why = install_bundle(j);
     json_decref(j);
     return why ? accel_set_error(ACCEL_ERR_FORMAT, "%s: not a GEMM choice table (%s)", path, why) : ACCEL_OK;
 }
@@ -382,16 +389,8 @@ accel_status accel__gemm_choices_load(const char *path) {
 static const char *install_received(const char *text, size_t len) {
     json_error_t err;
     json_t *j = len && text[len - 1] == 0 ? json_loads(text, 0, &err) : NULL;
-    pthread_mutex_lock(&g_parse_lock);
-    int n = 0;
     /* e.g. rank 0's build has oneDNN and this one has not: no table this rank can multiply on */
-    const char *why = j ? bundle_parse(j, g_parsed, &n) : "not JSON";
-    if (!why) {
-        pthread_mutex_lock(&g_lock);
-        install_all(j, n);
-        pthread_mutex_unlock(&g_lock);
-    }
-    pthread_mutex_unlock(&g_parse_lock);
+    const char *why = j ? install_bundle(j) : "not JSON";
     json_decref(j);
     return why;
 }
