@@ -9,6 +9,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "accelerator/accelerator_internal.h"
 #include "accelerator/mesh.h"
 #include "check.h"
 #include "dist_group.h"
@@ -171,8 +172,72 @@ static void test_hybrid_local_ranks(void) {
     }
 }
 
+/* opts.parallelism lays the mesh out on 4 processes: dp_replicate 2 x
+ * dp_shard 2 under ZeRO-3 shards over pairs of consecutive ranks and averages
+ * across the pairs; sizes that do not make the world, bad values and
+ * dimensions not built are refused on every rank, naming the field. */
+static void refused_opts(accel_parallelism_opts p, const char *zero, accel_status want, const char *why) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.parallelism = p;
+    o.fsdp_sharding_strategy = zero;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc == NULL, "accepted: %s", why);
+    CHECK(accel_last_status() == want);
+    CHECK_STR_CONTAINS(accel_last_error(), why);
+    accel_accelerator_free(acc);
+}
+
+static int parallelism_body(int rank, int world) {
+    (void)world;
+    int failed_before = check_failures_; /* the parent's, inherited */
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.zero_stage = 3;
+    o.parallelism = (accel_parallelism_opts){.dp_replicate_size = 2, .dp_shard_size = 2};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (acc) {
+        CHECK(acc->shard_world == 2 && acc->shard_rank == rank % 2);
+        CHECK(acc->replica_pg && accel_pg_size(acc->replica_pg) == 2 && accel_pg_rank(acc->replica_pg) == rank / 2);
+        accel_accelerator_free(acc);
+    }
+    refused_opts((accel_parallelism_opts){.dp_shard_size = 3}, NULL, ACCEL_ERR_INVALID_ARG,
+                 "= 3, not the 4 processes of the job");
+    refused_opts((accel_parallelism_opts){.dp_replicate_size = -2}, NULL, ACCEL_ERR_INVALID_ARG,
+                 "opts.parallelism.dp_replicate_size must be >= 1 (got -2)");
+    refused_opts((accel_parallelism_opts){.cp_size = 2, .sp_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
+                 "mutually exclusive");
+    refused_opts((accel_parallelism_opts){.cp_size = 2, .dp_replicate_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
+                 "not with pure replication");
+    refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .cp_comm_strategy = "ring"}, NULL,
+                 ACCEL_ERR_INVALID_ARG, "cp_comm_strategy \"ring\"");
+    refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .pp_schedule = "zb"}, NULL, ACCEL_ERR_INVALID_ARG,
+                 "pp_schedule \"zb\"");
+    refused_opts((accel_parallelism_opts){.dp_replicate_size = 2, .dp_shard_size = 2}, "HYBRID_SHARD",
+                 ACCEL_ERR_INVALID_ARG, "HYBRID_SHARD and opts.parallelism's sizes both");
+    refused_opts((accel_parallelism_opts){.tp_size = 4}, NULL, ACCEL_ERR_UNSUPPORTED,
+                 "opts.parallelism.tp_size = 4: tensor parallelism is not built yet");
+    refused_opts((accel_parallelism_opts){.pp_size = 2, .dp_shard_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
+                 "pp_size = 2: pipeline parallelism is not built yet");
+    refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .sequence_parallelism = ACCEL_TRUE}, NULL,
+                 ACCEL_ERR_UNSUPPORTED, "sequence_parallelism");
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return check_failures_ > failed_before ? 1 : 0;
+}
+
+static void test_parallelism_opts(void) {
+    dist_group g = {.world = 4, .timeout = "30"};
+    int status[4];
+    dist_group_run(&g, parallelism_body, status);
+    for (int r = 0; r < 4; r++)
+        CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "rank %d: status %d", r, status[r]);
+}
+
 int main(void) {
     RUN(test_mesh_on_4);
     RUN(test_hybrid_local_ranks);
+    RUN(test_parallelism_opts);
     return check_summary();
 }

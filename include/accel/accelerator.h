@@ -65,6 +65,25 @@ typedef enum accel_mixed_precision {
  * the default. */
 enum { ACCEL_FALSE = -1, ACCEL_TRUE = 1 };
 
+/* ParallelismConfig and the Megatron-LM plugin's degrees: how the world's
+ * ranks are laid out over the device mesh (docs/parallelism.md). Every zero
+ * field means "not set": a size then comes from what the others leave of the
+ * world (dp_shard_size) or is 1 (the rest). The product of the sizes must be
+ * the world size; a size that does not divide it, or a combination accel
+ * does not run, fails accel_accelerator_new naming the field. */
+typedef struct accel_parallelism_opts {
+    int dp_replicate_size;        /* replicas the gradients are averaged across (DDP / HSDP's outer dimension) */
+    int dp_shard_size;            /* ranks the ZeRO/FSDP shards spread over; 0: what the other sizes leave */
+    int tp_size;                  /* tensor parallelism (Megatron's tp_degree) */
+    int cp_size;                  /* context parallelism: the sequence split for attention */
+    const char *cp_comm_strategy; /* "allgather" (the default) or "alltoall" */
+    int sp_size;                  /* DeepSpeed-style (Ulysses) sequence parallelism */
+    int pp_size;                  /* pipeline stages (Megatron's pp_degree) */
+    int num_micro_batches;        /* pipeline micro-batches per step; 0: 1 */
+    const char *pp_schedule;      /* "1f1b" (the default) or "gpipe" */
+    int sequence_parallelism;     /* tri-state: Megatron's sequence parallelism inside the tp group */
+} accel_parallelism_opts;
+
 /* Every zero field means its default, so `{0}` and designated initialisers
  * work: `accel_accelerator_opts o = {.mixed_precision = "fp16"};`. Accelerate's
  * options that default to True are spelled negated here (no_X = true is
@@ -191,6 +210,8 @@ typedef struct accel_accelerator_opts {
     /* Clip the global gradient norm to this in optimizer_step (DeepSpeed's
      * gradient_clipping); 0: ACCEL_GRADIENT_CLIPPING or the JSON, else none. */
     double gradient_clipping;
+    /* The device mesh (see accel_parallelism_opts above): `{.parallelism = {.tp_size = 2}}`. */
+    accel_parallelism_opts parallelism;
     /* Trackers for init_trackers (accelerate's log_with): a comma list of
      * "tensorboard", "jsonl", "csv", or "all". NULL: ACCEL_LOG_WITH /
      * ACCELERATE_LOG_WITH, else none. Unknown names fail accel_accelerator_new. */

@@ -130,6 +130,18 @@ typedef struct accel__offload_cfg {
     bool fsdp_params;          /* fsdp_offload_params: the step on the host, as torch's CPUOffload */
 } accel__offload_cfg;
 
+/* The mesh's sizes and the parallelism knobs from opts.parallelism
+ * (parallelism.c). set: a size was given (else the mesh is dp_shard over the
+ * world, or HYBRID_SHARD's machines x local ranks). */
+typedef struct accel__parallelism {
+    bool set;
+    int size[ACCEL__MESH_DIMS];
+    bool cp_alltoall;       /* K/V exchanged all-to-all over heads (Ulysses; sp_size), else all-gathered */
+    int micro_batches;      /* pipeline micro-batches per step (>= 1) */
+    bool pp_gpipe;          /* GPipe's schedule, else 1F1B */
+    bool sequence_parallel; /* Megatron's sequence parallelism inside the tp group */
+} accel__parallelism;
+
 struct accel_accelerator {
     accel_accelerator_opts o;
     char *project_dir;
@@ -172,6 +184,7 @@ struct accel_accelerator {
      * other machines, whose shards equal this one's (gradients averaged
      * across it). Both belong to the mesh. */
     accel__mesh mesh;
+    accel__parallelism par; /* what opts.parallelism asked for (parallelism.c) */
     accel_pg *shard_pg, *replica_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
@@ -220,8 +233,10 @@ typedef struct accel__zero_cfg {
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *out);
 /* The offload settings against the accelerator's device (known after the config is read). */
 accel_status accel__offload_check_device(const accel_accelerator *acc);
-/* shard_pg / replica_pg (collective: hybrid splits the group into machines). */
-accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid);
+accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out);
+/* The mesh (from par, or under HYBRID_SHARD from the machines), shard_pg and
+ * replica_pg (collective: subgroups are split off the world). */
+accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel__parallelism *par);
 void accel__zero_groups_free(accel_accelerator *acc);
 /* Hybrid sharding: a piece of the gradient shard, averaged in place with the
  * same piece on the other machines (collective over replica_pg; no-op without). */

@@ -181,7 +181,9 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
     /* every rank multiplies on rank 0's GEMM choices (docs/cpu.md "Measured choice") */
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
-    if (accel__offload_check_device(acc) || accel__zero_groups(acc, zc.hybrid)) return accel_accelerator_free(acc), NULL;
+    if (accel__offload_check_device(acc) || accel__parallelism_config(&o, acc->world, &acc->par) ||
+        accel__zero_groups(acc, zc.hybrid, &acc->par))
+        return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;
 }

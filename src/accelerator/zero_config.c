@@ -587,12 +587,17 @@ accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg
 
 /* ---------------------------------------------------------------- groups */
 
-accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid) {
-    /* The mesh: dp_shard over every rank; under hybrid sharding on several
-     * machines, dp_shard within a machine and dp_replicate across them. One
-     * machine: nothing to replicate across, HYBRID is FULL_SHARD /
-     * SHARD_GRAD_OP (as in torch). */
-    int size[ACCEL__MESH_DIMS] = {1, 1, acc->world, 1, 1};
+accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel__parallelism *par) {
+    /* The mesh: the sizes opts.parallelism gave; else dp_shard over every
+     * rank, and under hybrid sharding on several machines, dp_shard within a
+     * machine and dp_replicate across them. One machine: nothing to
+     * replicate across, HYBRID is FULL_SHARD / SHARD_GRAD_OP (as in torch). */
+    if (par->set && hybrid)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               FN ": HYBRID_SHARD and opts.parallelism's sizes both lay out the mesh: give "
+                               "dp_replicate_size and dp_shard_size with FULL_SHARD (or SHARD_GRAD_OP) instead");
+    int size[ACCEL__MESH_DIMS];
+    memcpy(size, par->size, sizeof size);
     if (hybrid && acc->local_world < acc->world) {
         if (acc->local_world < 1 || acc->world % acc->local_world)
             return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -622,10 +627,12 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid) {
                                    v[1] != -v[2] ? "; LOCAL_WORLD_SIZE differs between ranks" : "");
         }
     }
-    /* a machine's ranks, then each local rank's counterparts across the machines */
-    if (!st && size[ACCEL__MESH_DP_REPLICATE] > 1 &&
-        (!(within = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_SHARD)) ||
-         !(across = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_REPLICATE))))
+    /* the ranks a shard spreads over (a machine's under hybrid), then each
+     * shard rank's counterparts in the other replicas */
+    if (!st && ((size[ACCEL__MESH_DP_SHARD] != acc->world &&
+                 !(within = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_SHARD))) ||
+                (size[ACCEL__MESH_DP_REPLICATE] > 1 &&
+                 !(across = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_REPLICATE)))))
         st = accel_last_status();
     if (st) {
         char why[1024];

@@ -1,0 +1,87 @@
+/* The device mesh's sizes from the options' ParallelismConfig fields
+ * (accel_parallelism_opts): checked here, before any group is made, so a bad
+ * size fails accel_accelerator_new on every rank alike, naming the field. */
+#include <stdio.h>
+#include <string.h>
+
+#include "accelerator_internal.h"
+
+#define FN "accel_accelerator_new"
+
+static accel_status check_size(int v, const char *field) {
+    if (v < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.%s must be >= 1 (got %d)", field, v);
+    return ACCEL_OK;
+}
+
+/* A dimension the library cannot run yet: refused, never ignored. */
+static accel_status not_built(int v, const char *field, const char *what) {
+    if (v > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d: %s is not built yet", field, v,
+                               what);
+    return ACCEL_OK;
+}
+
+accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out) {
+    const accel_parallelism_opts *p = &o->parallelism;
+    memset(out, 0, sizeof *out);
+    const struct { int v; const char *field; } sizes[] = {
+        {p->dp_replicate_size, "dp_replicate_size"}, {p->dp_shard_size, "dp_shard_size"}, {p->tp_size, "tp_size"},
+        {p->cp_size, "cp_size"}, {p->sp_size, "sp_size"}, {p->pp_size, "pp_size"},
+        {p->num_micro_batches, "num_micro_batches"},
+    };
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        if (check_size(sizes[k].v, sizes[k].field)) return ACCEL_ERR_INVALID_ARG;
+    if (p->cp_comm_strategy && strcmp(p->cp_comm_strategy, "allgather") && strcmp(p->cp_comm_strategy, "alltoall"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               FN ": opts.parallelism.cp_comm_strategy \"%s\" is not \"allgather\" or \"alltoall\"",
+                               p->cp_comm_strategy);
+    if (p->pp_schedule && strcmp(p->pp_schedule, "1f1b") && strcmp(p->pp_schedule, "gpipe"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.pp_schedule \"%s\" is not \"1f1b\" or "
+                               "\"gpipe\"", p->pp_schedule);
+    if (p->sequence_parallelism != 0 && p->sequence_parallelism != ACCEL_TRUE && p->sequence_parallelism != ACCEL_FALSE)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.sequence_parallelism must be ACCEL_TRUE, "
+                               "ACCEL_FALSE or 0 (got %d)", p->sequence_parallelism);
+#define OR1(x) ((x) ? (x) : 1)
+    int cp = OR1(p->cp_size), sp = OR1(p->sp_size);
+    if (cp > 1 && sp > 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.cp_size = %d and sp_size = %d: context "
+                               "and sequence parallelism are mutually exclusive (set one of them to 1)", cp, sp);
+    if (cp > 1 && OR1(p->dp_replicate_size) > 1 && OR1(p->dp_shard_size) == 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.cp_size = %d with dp_replicate_size = %d "
+                               "and dp_shard_size = 1: context parallelism composes with dp_shard (FSDP + CP) or "
+                               "dp_shard x dp_replicate (HSDP + CP), not with pure replication", cp,
+                               p->dp_replicate_size);
+    out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
+    out->size[ACCEL__MESH_PP] = OR1(p->pp_size);
+    out->size[ACCEL__MESH_DP_REPLICATE] = OR1(p->dp_replicate_size);
+    out->size[ACCEL__MESH_DP_SHARD] = out->set ? OR1(p->dp_shard_size) : world;
+    /* Ulysses' sequence parallelism splits the sequence as context
+     * parallelism does, exchanging heads all-to-all: one mesh dimension. */
+    out->size[ACCEL__MESH_CP] = cp > 1 ? cp : sp;
+    out->size[ACCEL__MESH_TP] = OR1(p->tp_size);
+    out->cp_alltoall = sp > 1 || (p->cp_comm_strategy && !strcmp(p->cp_comm_strategy, "alltoall"));
+    out->micro_batches = OR1(p->num_micro_batches);
+    out->pp_gpipe = p->pp_schedule && !strcmp(p->pp_schedule, "gpipe");
+    out->sequence_parallel = p->sequence_parallelism == ACCEL_TRUE;
+#undef OR1
+    if (out->set) {
+        int64_t total = 1;
+        for (int d = 0; d < ACCEL__MESH_DIMS; d++) total *= out->size[d];
+        if (total != world)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   FN ": opts.parallelism: pp_size %d x dp_replicate_size %d x dp_shard_size %d x "
+                                   "%s %d x tp_size %d = %lld, not the %d processes of the job",
+                                   out->size[ACCEL__MESH_PP], out->size[ACCEL__MESH_DP_REPLICATE],
+                                   out->size[ACCEL__MESH_DP_SHARD], sp > 1 ? "sp_size" : "cp_size",
+                                   out->size[ACCEL__MESH_CP], out->size[ACCEL__MESH_TP], (long long)total, world);
+    }
+    if (not_built(p->tp_size, "tp_size", "tensor parallelism") ||
+        not_built(p->cp_size, "cp_size", "context parallelism") ||
+        not_built(p->sp_size, "sp_size", "sequence parallelism") ||
+        not_built(p->pp_size, "pp_size", "pipeline parallelism") ||
+        not_built(p->num_micro_batches, "num_micro_batches", "pipeline parallelism") ||
+        not_built(out->sequence_parallel ? 2 : 0, "sequence_parallelism", "Megatron's sequence parallelism"))
+        return ACCEL_ERR_UNSUPPORTED;
+    return ACCEL_OK;
+}
