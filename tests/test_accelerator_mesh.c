@@ -58,6 +58,31 @@ static void group_is(accel__mesh *m, int d, int n, const int *want) {
                   got[k], want[k]);
 }
 
+/* m's group over the dimensions in dims holds the ranks that share this
+ * rank's other coordinates, in row-major order over dims (enumerated here by
+ * walking the world, not derived from the group). */
+static void over_right(accel__mesh *m, unsigned dims) {
+    int32_t me = m->rank, got[8] = {0}, want[8], n = 0, index = -1;
+    for (int r = 0; r < m->world; r++) {
+        int c[ACCEL__MESH_DIMS], rest = r;
+        for (int d = ACCEL__MESH_DIMS - 1; d >= 0; d--) c[d] = rest % m->size[d], rest /= m->size[d];
+        bool same = true;
+        for (int d = 0; d < ACCEL__MESH_DIMS; d++)
+            if (!(dims >> d & 1) && c[d] != m->coord[d]) same = false;
+        if (!same) continue;
+        if (r == m->rank) index = n;
+        want[n++] = r;
+    }
+    accel_pg *g = accel__mesh_group_over(m, dims);
+    CHECK_MSG(g != NULL, "%s", accel_last_error());
+    if (!g) return;
+    CHECK(accel__mesh_group_over(m, dims) == g); /* made once */
+    CHECK_MSG(accel_pg_size(g) == n && accel_pg_rank(g) == index, "dims 0x%x: size %d rank %d, want %d %d", dims,
+              accel_pg_size(g), accel_pg_rank(g), n, index);
+    CHECK(accel_pg_all_gather(g, &me, got, 1, ACCEL_I32) == ACCEL_OK);
+    for (int k = 0; k < n; k++) CHECK_MSG(got[k] == want[k], "dims 0x%x member %d: %d, want %d", dims, k, got[k], want[k]);
+}
+
 static void mesh_right(accel_pg *pg, int pp, int rep, int shard, int cp, int tp) {
     accel__mesh m;
     int size[ACCEL__MESH_DIMS] = {pp, rep, shard, cp, tp};
@@ -66,6 +91,12 @@ static void mesh_right(accel_pg *pg, int pp, int rep, int shard, int cp, int tp)
     if (st) return;
     CHECK(accel__mesh_rank_at(&m, m.coord) == m.rank);
     for (int d = 0; d < ACCEL__MESH_DIMS; d++) members_right(&m, d);
+    over_right(&m, ACCEL__MESH_BIT(REP) | ACCEL__MESH_BIT(SHARD));
+    over_right(&m, ACCEL__MESH_BIT(PP) | ACCEL__MESH_BIT(TP));
+    over_right(&m, ACCEL__MESH_BIT(REP) | ACCEL__MESH_BIT(SHARD) | ACCEL__MESH_BIT(ACCEL__MESH_CP));
+    over_right(&m, (1u << ACCEL__MESH_DIMS) - 1);
+    CHECK(accel__mesh_group_over(&m, 0) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "no dimensions 0x0");
     accel__mesh_free(&m);
 }
 

@@ -186,6 +186,11 @@ struct accel_accelerator {
     accel__mesh mesh;
     accel__parallelism par; /* what opts.parallelism asked for (parallelism.c) */
     accel_pg *shard_pg, *replica_pg;
+    /* The data-parallel group: the ranks that differ only along dp_replicate,
+     * dp_shard and cp, which hold the same parameters and average their
+     * gradients (DDP's all-reduce). The world's group unless tp or pp split
+     * it; the mesh's. */
+    accel_pg *dp_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
     accel__offload_cfg offload;

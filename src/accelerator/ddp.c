@@ -90,10 +90,10 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
-        if (accel__needs_staging(b->device) && accel__pg_takes_device(acc->pg, b->device) && !host_copy)
+        if (accel__needs_staging(b->device) && accel__pg_takes_device(acc->dp_pg, b->device) && !host_copy)
             continue;
         size_t es = accel_dtype_size(b->dtype), bytes = (size_t)b->numel * es;
-        void *sh = accel_pg_alloc_shared(acc->pg, bytes ? bytes : 1);
+        void *sh = accel_pg_alloc_shared(acc->dp_pg, bytes ? bytes : 1);
         if (!sh) return accel_last_status();
         if (accel__needs_staging(b->device)) {
             pm->grad_stage[d] = sh;
@@ -101,7 +101,7 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
         }
         accel_status st = accel__copy_bytes(ACCEL_CPU_DEVICE, sh, b->device, b->grads, bytes);
         if (st) {
-            accel_pg_free_shared(acc->pg, sh);
+            accel_pg_free_shared(acc->dp_pg, sh);
             return st;
         }
         for (int i = 0; i < b->n; i++)
@@ -115,7 +115,7 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
 static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (pm->grad_stage[d]) accel_pg_free_shared(acc->pg, pm->grad_stage[d]);
+        if (pm->grad_stage[d]) accel_pg_free_shared(acc->dp_pg, pm->grad_stage[d]);
         pm->grad_stage[d] = NULL;
         if (!pm->orig_grads[d]) continue;
         size_t es = accel_dtype_size(b->dtype);
@@ -123,7 +123,7 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
         for (int i = 0; i < b->n; i++)
             accel_tensor_rebind(b->tensors[i]->grad, (char *)pm->orig_grads[d] + b->offsets[i] * (int64_t)es,
                                 false);
-        accel_pg_free_shared(acc->pg, b->grads);
+        accel_pg_free_shared(acc->dp_pg, b->grads);
         b->grads = pm->orig_grads[d];
         pm->orig_grads[d] = NULL;
     }
@@ -209,9 +209,9 @@ static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
 static void *bucket_buffer(accel_accelerator *acc, accel__model *pm, accel__bucket *bk, accel_tensor *h) {
     if (!reduced_on_device(pm, bk)) return accel__stage_to_host(h, bucket_host(pm, bk), true);
     void *dev = accel__device_ptr(h);
-    if (dev && !accel__pg_on_stream(acc->pg, dev)) {
+    if (dev && !accel__pg_on_stream(acc->dp_pg, dev)) {
         accel_set_error(ACCEL_ERR_STATE, "the %s backend does not take this %s buffer on its stream",
-                        accel_pg_backend(acc->pg), accel_device_type_name(h->device.type));
+                        accel_pg_backend(acc->dp_pg), accel_device_type_name(h->device.type));
         return NULL;
     }
     return dev;
@@ -225,7 +225,7 @@ static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) 
     bk->launched = true;
     bucket_grads(&h, pm, bk);
     void *buf = bucket_buffer(acc, pm, bk, &h);
-    bk->work = buf ? accel_pg_all_reduce_async(acc->pg, buf, (size_t)(bk->hi - bk->lo), h.dtype, ACCEL_REDUCE_AVG)
+    bk->work = buf ? accel_pg_all_reduce_async(acc->dp_pg, buf, (size_t)(bk->hi - bk->lo), h.dtype, ACCEL_REDUCE_AVG)
                    : NULL;
     if (bk->work) return;
     bk->launch_st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
@@ -233,7 +233,7 @@ static void launch(accel_accelerator *acc, accel__model *pm, accel__bucket *bk) 
              "accel ddp: the gradient all-reduce of bucket %d (%s, elements [%lld, %lld)) was not issued on rank %d: "
              "%s",
              (int)(bk - pm->ddps->buckets), accel_dtype_name(h.dtype), (long long)bk->lo, (long long)bk->hi,
-             accel_pg_rank(acc->pg), accel_last_error());
+             accel_pg_rank(acc->dp_pg), accel_last_error());
 }
 
 /* Launches the ready buckets in index order (the same order on every rank). */

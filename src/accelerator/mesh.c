@@ -95,9 +95,48 @@ accel_pg *accel__mesh_group(accel__mesh *m, accel__mesh_dim d) {
     return m->group[d] = g;
 }
 
+accel_pg *accel__mesh_group_over(accel__mesh *m, unsigned dims) {
+    if (!dims || dims >= 1u << ACCEL__MESH_DIMS) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel mesh: no dimensions 0x%x", dims);
+        return NULL;
+    }
+    if (!(dims & (dims - 1))) { /* one dimension */
+        int d = 0;
+        while (!(dims >> d & 1)) d++;
+        return accel__mesh_group(m, (accel__mesh_dim)d);
+    }
+    if (m->span[dims]) return m->span[dims];
+    /* Row-major over the chosen dimensions: the group's rank order is the
+     * world's (the key), so its rank is this rank's index over them. */
+    int at[ACCEL__MESH_DIMS], size = 1, index = 0;
+    memcpy(at, m->coord, sizeof at);
+    for (int d = 0; d < ACCEL__MESH_DIMS; d++)
+        if (dims >> d & 1) {
+            at[d] = 0;
+            size *= m->size[d];
+            index = index * m->size[d] + m->coord[d];
+        }
+    if (size == m->world) return m->span[dims] = m->world_pg;
+    accel_pg *g = accel_pg_split(m->world_pg, accel__mesh_rank_at(m, at), m->rank);
+    if (!g) return NULL;
+    if (accel_pg_size(g) != size || accel_pg_rank(g) != index) {
+        char b[256];
+        accel_set_error(ACCEL_ERR_DIST, "accel mesh: rank %d's group over dimensions 0x%x has %d processes (its rank "
+                        "%d), the mesh %s says %d (rank %d): the ranks disagree on the sizes", m->rank, dims,
+                        accel_pg_size(g), accel_pg_rank(g), describe(m->size, b, sizeof b), size, index);
+        accel_pg_free(g);
+        return NULL;
+    }
+    return m->span[dims] = g;
+}
+
 void accel__mesh_free(accel__mesh *m) {
     for (int d = 0; d < ACCEL__MESH_DIMS; d++) {
         if (m->group[d] && m->group[d] != m->world_pg) accel_pg_free(m->group[d]);
         m->group[d] = NULL;
+    }
+    for (unsigned k = 0; k < 1u << ACCEL__MESH_DIMS; k++) {
+        if (m->span[k] && m->span[k] != m->world_pg) accel_pg_free(m->span[k]);
+        m->span[k] = NULL;
     }
 }

@@ -32,7 +32,11 @@ typedef struct accel__mesh {
     int size[ACCEL__MESH_DIMS];        /* their product is world */
     int coord[ACCEL__MESH_DIMS];       /* this rank's place along each */
     accel_pg *group[ACCEL__MESH_DIMS]; /* made by accel__mesh_group, else NULL */
+    accel_pg *span[1 << ACCEL__MESH_DIMS]; /* made by accel__mesh_group_over for several dimensions */
 } accel__mesh;
+
+/* Bit d of a set of dimensions is dimension d. */
+#define ACCEL__MESH_BIT(d) (1u << (d))
 
 /* "pp", "dp_replicate", "dp_shard", "cp", "tp". */
 const char *accel__mesh_dim_name(accel__mesh_dim d);
@@ -48,6 +52,13 @@ accel_status accel__mesh_init(accel__mesh *m, accel_pg *pg, const int size[ACCEL
  * rank asks for the same dimensions in the same order. NULL + error on
  * failure (a rank whose sizes differ from the others' included). */
 accel_pg *accel__mesh_group(accel__mesh *m, accel__mesh_dim d);
+/* The group of the ranks that share this rank's coordinates outside the
+ * dimensions in dims (ACCEL__MESH_BIT(d) | ...): their flattened product, as
+ * DeviceMesh's flattened dimensions ("dp" = dp_replicate x dp_shard). Its
+ * rank is this rank's row-major index over those dimensions. One dimension:
+ * accel__mesh_group's. Made on the first call, owned by the mesh; collective
+ * over pg then, as accel__mesh_group. */
+accel_pg *accel__mesh_group_over(accel__mesh *m, unsigned dims);
 /* The subgroups the mesh made. */
 void accel__mesh_free(accel__mesh *m);
 /* The world rank at coordinates coord[ACCEL__MESH_DIMS]. */

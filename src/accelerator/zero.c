@@ -151,7 +151,7 @@ static accel_status zero2_end_backward(accel_accelerator *acc, accel__model *pm)
         accel_tensor full, mine, shard;
         accel__flat_view(&full, b, b->grads, 0, b->numel);
         if (d != ACCEL_F32 || !pm->zgrad) {
-            st = accel__staged_all_reduce(acc->pg, &full, ACCEL_REDUCE_AVG);
+            st = accel__staged_all_reduce(acc->dp_pg, &full, ACCEL_REDUCE_AVG);
             continue;
         }
         /* Added to the shard (several reductions per step, e.g.

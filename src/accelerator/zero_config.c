@@ -642,6 +642,15 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel
                                hybrid ? " (HYBRID_SHARD: the ranks of a machine must be consecutive, and "
                                         "LOCAL_WORLD_SIZE the same on every machine)" : "");
     }
+    acc->dp_pg = accel__mesh_group_over(&acc->mesh, ACCEL__MESH_BIT(ACCEL__MESH_DP_REPLICATE) |
+                                                        ACCEL__MESH_BIT(ACCEL__MESH_DP_SHARD) |
+                                                        ACCEL__MESH_BIT(ACCEL__MESH_CP));
+    if (!acc->dp_pg) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        accel__mesh_free(&acc->mesh);
+        return accel_set_error(ACCEL_ERR_DIST, FN ": the data-parallel group: %s", why);
+    }
     acc->shard_pg = within ? within : acc->pg;
     acc->shard_rank = acc->mesh.coord[ACCEL__MESH_DP_SHARD];
     acc->shard_world = acc->mesh.size[ACCEL__MESH_DP_SHARD];
@@ -651,6 +660,6 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel
 
 void accel__zero_groups_free(accel_accelerator *acc) {
     accel__mesh_free(&acc->mesh);
-    acc->shard_pg = acc->pg;
+    acc->shard_pg = acc->dp_pg = acc->pg;
     acc->replica_pg = NULL;
 }
