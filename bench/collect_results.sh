@@ -3,7 +3,7 @@
 # script writes into bench/results/ (llama_step.sh, bench_matmul, ddp.sh, launchers.sh, zero.sh,
 # device_layer.sh, dist_bench.sh, hier_bench.sh, rendezvous.sh, bench_bigmodel.sh, decode.sh,
 # bench_callsite, bench_checkpoint_io, json_load.sh, tokenizer.sh,
-# startup.sh, startup_cpu.py -> startup_launch.md); one section per CPU kind from
+# startup.sh; startup_launch.md came from startup_cpu.py, now startup.py's CPU column); one section per CPU kind from
 # bench/results/<kind>/ (its KIND file names the kind).
 #     bash bench/collect_results.sh
 set -euo pipefail

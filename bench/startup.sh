@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start-up cost of accel's commands (issue 24): `accel launch --num_processes 2
-# /bin/true`, `accel --help`, `accel env` and a 1-process train_linear, wall
-# time and peak RSS, one build against another (e.g. the commit before the
+# /bin/true`, `accel --help`, `accel env` and a 1-process train_linear: wall
+# time, CPU time and peak RSS, one build against another (e.g. the commit before the
 # backend plug-ins, built with CUDA, against this one), interleaved.
 #     bash bench/startup.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR (build)] [RUNS (21)]
 # Writes bench/results/startup.md (then: bash bench/collect_results.sh).
