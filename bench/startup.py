@@ -81,16 +81,16 @@ def main():
     print("| command | before: wall | after: wall | before: CPU | after: CPU | before: peak RSS | after: peak RSS |")
     print("|---|---|---|---|---|---|---|")
     for name, argv in CASES:
-        res = {before: ([], [], []), after: ([], [], [])}
+        res = [([], [], []), ([], [], [])]  # before, after (the same build may be both)
         for i in range(3 + runs):
-            for build in (before, after):
+            for b, build in enumerate((before, after)):
                 got = run_once([os.path.join(build, argv[0])] + argv[1:], env)
                 if i >= 3:
                     for k in range(3):
-                        res[build][k].append(got[k])
-        print(f"| {name} | {fmt(res[before][0], 'ms')} | {fmt(res[after][0], 'ms')} | "
-              f"{fmt(res[before][1], 'ms')} | {fmt(res[after][1], 'ms')} | "
-              f"{fmt(res[before][2], 'MB')} | {fmt(res[after][2], 'MB')} |")
+                        res[b][k].append(got[k])
+        print(f"| {name} | {fmt(res[0][0], 'ms')} | {fmt(res[1][0], 'ms')} | "
+              f"{fmt(res[0][1], 'ms')} | {fmt(res[1][1], 'ms')} | "
+              f"{fmt(res[0][2], 'MB')} | {fmt(res[1][2], 'MB')} |")
     load1 = os.getloadavg()
     print()
     print(f"A directory made and removed (mkdtemp + rmdir, median of {runs}): {dir_cost(runs)}.")
