@@ -4,7 +4,8 @@
  * megatron_lm_config reach the workers as Accelerate exports them (and as
  * ACCEL_*), bad values and meshes are refused naming the flag or key, the
  * workers' Accelerator gets the mesh (or names it in its refusal), `accel
- * config update` keeps the sections, `accel env` prints the mesh. Runs
+ * config update` keeps the sections, `accel env` prints the mesh, `accel
+ * estimate-memory` counts a rank of a mesh. Runs
  * build/bin/accel and build/bin/test_dist_faults next to itself. */
 #include <fcntl.h>
 #include <limits.h>
@@ -302,6 +303,44 @@ static void test_reaches_accelerator(void) {
     CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: MEGATRON_LM_NUM_MICRO_BATCHES='0' is not a size");
 }
 
+/* `accel estimate-memory` per mesh on the committed 20-layer Llama config
+ * (hidden 512, ffn 1024, vocab 32000, untied: 340871168 f32 bytes): a rank of
+ * tp 2 x pp 2 holds layers 10-19 at half their weights (5246976 bytes each:
+ * the norms whole), half of lm_head (32768000) and the final norm
+ * (2048): 85239808 bytes, 81.29 MB; ZeRO shards that over dp_shard 2. */
+static void test_estimate_memory_mesh(void) {
+    const char *a[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "2", "--megatron_lm_pp_degree", "2",
+                       "--dp_shard_size", "2", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"Training using Adam on 8 processes, per rank",
+                          "│    DDP (NO_SHARD)    │81.29 MB│ 81.29 MB│162.58 MB│   0 bytes    │325.16 MB│",
+                          "│        ZeRO-1        │81.29 MB│ 81.29 MB│ 81.29 MB│   0 bytes    │243.87 MB│",
+                          "│ ZeRO-3 (FULL_SHARD)  │40.65 MB│ 40.65 MB│ 81.29 MB│   125.0 MB   │287.58 MB│",
+                          "Mesh: pp 2 x dp_replicate 1 x dp_shard 2 x tp 2; ZeRO shards over dp_shard (2); the rank "
+                          "of pipeline stage 1 (decoder layers 10-19); 1/2 of each layer's weights"};
+    all_in_out(want, sizeof want / sizeof *want);
+    /* dp sizes alone: the whole model, ZeRO over dp_shard only (not the 4 processes) */
+    const char *b[] = {"estimate-memory", "data/llama_seed_config", "--num_processes", "4",
+                       "--parallelism_config_dp_replicate_size", "2", "--strategy", "ZERO1", NULL};
+    CHECK(run(b, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "│ ZeRO-1 │325.08 MB│325.08 MB│325.08 MB│   0 bytes    │975.24 MB│");
+    CHECK_STR_CONTAINS(OUT, "Mesh: pp 1 x dp_replicate 2 x dp_shard 2 x tp 1; ZeRO shards over dp_shard (2)");
+    static const char *const BAD[][5] = {
+        {"--tp_size", "2", "--num_processes", "3", "tp x pp x dp_replicate = 2 does not divide --num_processes 3"},
+        {"--tp_size", "2", "--megatron_lm_tp_degree", "4", "--tp_size 2 and --megatron_lm_tp_degree 4 disagree"},
+        {"--pp_size", "21", "--strategy", "DDP", "pp_size at most the 20 decoder layers"},
+        {"--tp_size", "0", "--strategy", "DDP", "argument --tp_size: expected a count >= 1"},
+        {"--tp_size", "2", "--batch_size", "1", "the activations of tensor or pipeline parallelism are not modelled"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *c[] = {"estimate-memory", "data/llama_seed_config", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3],
+                           "--seq_len", "8", NULL};
+        if (strcmp(BAD[i][2], "--batch_size")) c[6] = NULL;
+        CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
+        CHECK_STR_CONTAINS(ERR, BAD[i][4]);
+    }
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_test_parallelism_XXXXXX");
@@ -314,6 +353,7 @@ int main(void) {
     RUN(test_config_sections);
     RUN(test_config_round_trip);
     RUN(test_reaches_accelerator);
+    RUN(test_estimate_memory_mesh);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
