@@ -13,6 +13,8 @@
  *   sizes differing by at most one); the embedding on the first stage, the
  *   final norm and lm_head on the last, and a tied lm_head there as a copy of
  *   the embedding when pp > 1 (Megatron's shared word embeddings).
+ * Layers are found by name (model.layers.<i>, GPT-2's transformer.h.<i>); a
+ * 2-D layer weight of no kind above (GPT-2's Conv1D) is refused when tp > 1.
  * The rank reported is the one holding the most bytes. */
 #ifndef ACCEL_BIGMODEL_MESH_MEMORY_H
 #define ACCEL_BIGMODEL_MESH_MEMORY_H
