@@ -21,7 +21,7 @@ static const char *const VARS[] = {
     "PARALLELISM_CONFIG_CP_COMM_STRATEGY", "PARALLELISM_CONFIG_CP_BACKEND", "PARALLELISM_CONFIG_SP_BACKEND",
     "ACCELERATE_USE_MEGATRON_LM", "MEGATRON_LM_TP_DEGREE", "MEGATRON_LM_PP_DEGREE", "MEGATRON_LM_NUM_MICRO_BATCHES",
     "MEGATRON_LM_SEQUENCE_PARALLELISM", "MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER",
-    "MEGATRON_LM_GRADIENT_CLIPPING", "ACCEL_ZERO_STAGE", "ACCEL_GRADIENT_CLIPPING",
+    "MEGATRON_LM_GRADIENT_CLIPPING", "ACCEL_ZERO_STAGE", "ACCEL_GRADIENT_CLIPPING", "ACCEL_DEEPSPEED_CONFIG_FILE",
 };
 
 static void clear_env(void) {
@@ -191,6 +191,17 @@ static void test_megatron_refusals(void) {
     accel__parallelism_env pe;
     CHECK(read_env(&o, &pe) == ACCEL_OK && o.gradient_clipping == 0);
     unsetenv("ACCEL_GRADIENT_CLIPPING");
+    /* so does it to a DeepSpeed config's; an explicit one beside it is refused */
+    setenv("ACCEL_DEEPSPEED_CONFIG_FILE", "/nonexistent/ds.json", 1);
+    o = accel_accelerator_opts_default();
+    CHECK(read_env(&o, &pe) == ACCEL_OK && o.gradient_clipping == 0);
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0.5", 1);
+    refused("MEGATRON_LM_GRADIENT_CLIPPING='0.5' and the DeepSpeed config (ACCEL_DEEPSPEED_CONFIG_FILE) both set", NULL);
+    unsetenv("ACCEL_DEEPSPEED_CONFIG_FILE");
+    setenv("ACCEL_GRADIENT_CLIPPING", "lots", 1);
+    refused("ACCEL_GRADIENT_CLIPPING=\"lots\" is not a norm >= 0", NULL);
+    unsetenv("ACCEL_GRADIENT_CLIPPING");
+    unsetenv("MEGATRON_LM_GRADIENT_CLIPPING");
     setenv("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER", "true", 1);
     setenv("ACCEL_ZERO_STAGE", "3", 1);
     refused("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=true (ZeRO-1 over the data-parallel ranks) and ACCEL_ZERO_STAGE "

@@ -85,7 +85,8 @@ static accel_status read_parallelism_config(accel_accelerator_opts *o, accel__pa
     if (!st) st = read_choice("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "allgather", "alltoall", &strategy);
     if (st) return st;
     if (!p->cp_comm_strategy && strategy) {
-        p->cp_comm_strategy = strategy; /* the environment's string: lives as long as the process */
+        /* a literal, not the environment's text (a later setenv may free that) */
+        p->cp_comm_strategy = strcmp(strategy, "alltoall") ? "allgather" : "alltoall";
         char who[NAME_MAX_LEN];
         var("PARALLELISM_CONFIG_CP_COMM_STRATEGY", who);
         note(pe, who, strategy);
@@ -118,6 +119,9 @@ static accel_status megatron_clipping(accel_accelerator_opts *o) {
     if (o->gradient_clipping != 0) return ACCEL_OK; /* the field wins */
     char who[NAME_MAX_LEN];
     const char *v = var("MEGATRON_LM_GRADIENT_CLIPPING", who), *other = getenv("ACCEL_GRADIENT_CLIPPING");
+    const char *ds = o->deepspeed_config_file ? "opts.deepspeed_config_file"
+                     : getenv("ACCEL_DEEPSPEED_CONFIG_FILE") ? "ACCEL_DEEPSPEED_CONFIG_FILE"
+                                                             : NULL;
     double norm = 1.0;
     if (v) {
         char *end;
@@ -126,11 +130,18 @@ static accel_status megatron_clipping(accel_accelerator_opts *o) {
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s='%s' is not a gradient norm (a finite number "
                                    ">= 0; 0: no clipping)", who, v);
     }
+    /* Megatron's default gives way to the launcher's --gradient_clipping and to a DeepSpeed config's */
+    if (!v && (other || ds)) return ACCEL_OK;
+    if (v && ds)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s='%s' and the DeepSpeed config (%s) both set the "
+                               "gradient clipping: give one of them", who, v, ds);
     if (other) {
         char *end;
         double given = strtod(other, &end);
-        if (!v) return ACCEL_OK; /* Megatron's default does not override the launcher's --gradient_clipping */
-        if (*end || given != norm)
+        if (!*other || *end || !(given >= 0))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0",
+                                   other);
+        if (given != norm)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s='%s' and ACCEL_GRADIENT_CLIPPING='%s' disagree "
                                    "on the gradient clipping: give one of them", who, v, other);
     }

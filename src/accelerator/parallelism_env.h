@@ -35,7 +35,8 @@ typedef struct accel__parallelism_env {
  * boolean, a finite norm >= 0, or one of the strategy's names; a tensor-
  * parallel size that PARALLELISM_CONFIG_TP_SIZE and MEGATRON_LM_TP_DEGREE
  * give differently; the distributed optimizer beside another choice of ZeRO
- * stage, and Megatron's clipping beside another ACCEL_GRADIENT_CLIPPING. */
+ * stage, and MEGATRON_LM_GRADIENT_CLIPPING beside another ACCEL_GRADIENT_CLIPPING
+ * or a DeepSpeed config (Megatron's default 1.0 gives way to both). */
 accel_status accel__parallelism_env_read(accel_accelerator_opts *o, accel__parallelism_env *pe);
 
 /* accel__parallelism_config of o on world processes, after Megatron's rule

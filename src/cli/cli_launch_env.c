@@ -598,13 +598,10 @@ static bool parallel_values(const setting *tab, size_t n, const launch_settings 
         const setting *s = &tab[i];
         if (!value_of(s, ls, section, NULL, vals[i], 64, err, errn)) return false;
         ints[i] = 1;
-        if (!vals[i][0] || (s->type != K_INT && s->type != K_FLOAT && s->type != K_CHOICE)) continue;
+        /* the choices are checked already: a flag's by flag_str, a key's by cfg_check_parallel_config */
+        if (!vals[i][0] || (s->type != K_INT && s->type != K_FLOAT)) continue;
         char from[160], *end;
         source_of(s, ls, section_name, from, sizeof from);
-        if (s->type == K_CHOICE && choice_of(s->choices, vals[i], false) < 0) {
-            snprintf(err, errn, "%s: invalid choice: '%s'", from, vals[i]); /* a config value; a flag's is checked */
-            return false;
-        }
         errno = 0;
         if (s->type == K_INT && ((ints[i] = strtol(vals[i], &end, 10)) < 1 || *end || errno || ints[i] > 1 << 20)) {
             snprintf(err, errn, "%s: '%s' is not a size (an integer from 1 to %d)", from, vals[i], 1 << 20);
