@@ -316,8 +316,8 @@ static void test_estimate_memory_mesh(void) {
                           "│    DDP (NO_SHARD)    │81.29 MB│ 81.29 MB│162.58 MB│   0 bytes    │325.16 MB│",
                           "│        ZeRO-1        │81.29 MB│ 81.29 MB│ 81.29 MB│   0 bytes    │243.87 MB│",
                           "│ ZeRO-3 (FULL_SHARD)  │40.65 MB│ 40.65 MB│ 81.29 MB│   125.0 MB   │287.58 MB│",
-                          "Mesh: pp 2 x dp_replicate 1 x dp_shard 2 x tp 2; ZeRO shards over dp_shard (2); the rank "
-                          "of pipeline stage 1 (decoder layers 10-19); 1/2 of each layer's weights"};
+                          ("Mesh: pp 2 x dp_replicate 1 x dp_shard 2 x tp 2; ZeRO shards over dp_shard (2); the rank "
+                           "of pipeline stage 1 (decoder layers 10-19); 1/2 of each layer's weights")};
     all_in_out(want, sizeof want / sizeof *want);
     /* dp sizes alone: the whole model, ZeRO over dp_shard only (not the 4 processes) */
     const char *b[] = {"estimate-memory", "data/llama_seed_config", "--num_processes", "4",
