@@ -41,16 +41,20 @@ static const char *write_file(const char *name, const char *text) {
     return p;
 }
 
-/* Runs accel with args (NULL-terminated) and extra "K=V" env entries; stdout/stderr into OUT/ERR. */
+/* Runs accel with args (NULL-terminated) and extra "K=V" env entries; stdout/stderr into OUT/ERR;
+ * stdin from TMP/in (what run_answering wrote; empty otherwise). */
 static int run(const char *const *args, const char *const *env) {
-    char o[PATH_MAX + 16], e[PATH_MAX + 16];
+    char o[PATH_MAX + 16], e[PATH_MAX + 16], in[PATH_MAX + 16];
     snprintf(o, sizeof o, "%s/out", TMP);
     snprintf(e, sizeof e, "%s/err", TMP);
+    snprintf(in, sizeof in, "%s/in", TMP);
     const char *argv[48] = {ACCEL};
     for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
     pid_t pid = fork();
     if (pid == 0) {
         int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fi = open(in, O_RDONLY | O_CREAT, 0644);
+        dup2(fi, 0);
         dup2(fo, 1);
         dup2(fe, 2);
         for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
@@ -61,7 +65,14 @@ static int run(const char *const *args, const char *const *env) {
     waitpid(pid, &st, 0);
     slurp(o, OUT, sizeof OUT);
     slurp(e, ERR, sizeof ERR);
+    unlink(in);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* run with these answers on stdin (`accel config`'s questions). */
+static int run_answering(const char *const *args, const char *answers) {
+    write_file("in", answers);
+    return run(args, NULL);
 }
 
 static void all_in_out(const char *const *want, size_t n) {
@@ -269,6 +280,41 @@ static void test_config_round_trip(void) {
     CHECK(!strstr(OUT, "mesh:"));
 }
 
+/* `accel config` asks cluster.py's questions: Megatron-LM on a multi-GPU
+ * machine, the parallelism config under FSDP; the file launches. */
+static void test_config_wizard(void) {
+    char path[PATH_MAX + 32], buf[4096];
+    snprintf(path, sizeof path, "%s/wizard.yaml", TMP);
+    const char *a[] = {"config", "--config_file", path, NULL};
+    /* This machine, multi-GPU, 1 machine, no debug, no DeepSpeed, no FSDP, Megatron: tp 2, sequence parallelism
+     * (default yes), pp 2, 4 micro-batches, recompute (default yes), no distributed optimizer, clipping 0.5; 8 GPUs,
+     * all, no mixed precision */
+    CHECK(run_answering(a, "0\nmulti-GPU\n\nno\nno\nno\nyes\n2\n\n2\n4\n\nno\n0.5\n8\n\nno\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "Do you want to use Megatron-LM ? [yes/NO]: ");
+    slurp(path, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "distributed_type: MEGATRON_LM\n");
+    CHECK_STR_CONTAINS(buf, "megatron_lm_config:\n  megatron_lm_gradient_clipping: 0.5\n  megatron_lm_num_micro_batches: "
+                            "4\n  megatron_lm_pp_degree: 2\n  megatron_lm_recompute_activations: true\n"
+                            "  megatron_lm_sequence_parallelism: true\n  megatron_lm_tp_degree: 2\n"
+                            "  megatron_lm_use_distributed_optimizer: false\n");
+    const char *l[] = {"launch", "--config_file", path, "/usr/bin/env", NULL};
+    CHECK(run(l, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "MEGATRON_LM_NUM_MICRO_BATCHES=4\n");
+    CHECK_STR_CONTAINS(OUT, "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=False\n");
+    /* multi-CPU, FSDP (FULL_SHARD), the parallelism config: 2 x 2 x cp 2 all-to-all on 8 processes */
+    CHECK(run_answering(a, "0\nmulti-CPU\n\nno\nno\nno\nyes\n\nyes\n2\n2\n\n2\nalltoall\n8\nno\n") == 0);
+    slurp(path, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "parallelism_config:\n  parallelism_config_cp_comm_strategy: alltoall\n"
+                            "  parallelism_config_cp_size: 2\n  parallelism_config_dp_replicate_size: 2\n"
+                            "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 1\n");
+    const char *e[] = {"env", "--config_file", path, NULL};
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "\t- mesh: pp 1 x dp_replicate 2 x dp_shard 2 x cp 2 x tp 1\n");
+    /* multi-CPU without FSDP: neither question (Accelerate asks Megatron-LM on GPUs only) */
+    CHECK(run_answering(a, "0\nmulti-CPU\n\nno\nno\nno\nno\n2\nno\n") == 0);
+    CHECK(!strstr(OUT, "Megatron") && !strstr(OUT, "parallelism config"));
+}
+
 /* The workers' Accelerator receives what the flags asked for: the mesh is
  * laid out, or refused naming the field, its value and the variable. A
  * dimension not built yet is refused by name; once built it runs. */
@@ -352,6 +398,7 @@ int main(void) {
     RUN(test_mesh_errors);
     RUN(test_config_sections);
     RUN(test_config_round_trip);
+    RUN(test_config_wizard);
     RUN(test_reaches_accelerator);
     RUN(test_estimate_memory_mesh);
     char cmd[PATH_MAX + 16];
