@@ -620,33 +620,52 @@ static bool parallel_values(const setting *tab, size_t n, const launch_settings 
 enum { P_DP_REPLICATE, P_DP_SHARD, P_TP, P_CP, P_CP_BACKEND, P_CP_STRATEGY, P_SP, P_SP_BACKEND };
 enum { M_TP, M_PP };
 
+/* The sizes the two ask for (1 where neither does); tp_flag names the flag tp came from. */
+typedef struct mesh_sizes {
+    long tp, pp, cp, sp, dr, ds;
+    const char *tp_flag;
+} mesh_sizes;
+
+static mesh_sizes mesh_of(const long *pc, const long *mega, bool use_pc, bool use_mega) {
+    bool pc_tp = use_pc && pc[P_TP] > 1;
+    return (mesh_sizes){.tp = pc_tp ? pc[P_TP] : use_mega ? mega[M_TP] : 1,
+                        .pp = use_mega ? mega[M_PP] : 1,
+                        .cp = use_pc ? pc[P_CP] : 1,
+                        .sp = use_pc ? pc[P_SP] : 1,
+                        .dr = use_pc ? pc[P_DP_REPLICATE] : 1,
+                        .ds = use_pc ? pc[P_DP_SHARD] : 1,
+                        .tp_flag = use_mega && !pc_tp ? "--megatron_lm_tp_degree" : "--parallelism_config_tp_size"};
+}
+
+/* Under Megatron with neither dp size given, dp_shard is what the model's ranks leave (docs/parallelism.md). */
+static bool dp_derived(const mesh_sizes *m, bool use_mega) {
+    return m->dr == 1 && m->ds == 1 && (use_mega || m->tp * m->pp * m->cp * m->sp == 1);
+}
+
 /* The mesh the two ask for on `procs` processes, checked as the library
  * will check it (docs/parallelism.md), so a bad one fails before any worker
  * starts, naming the flags. */
 static bool check_mesh(const long *pc, const long *mega, bool use_pc, bool use_mega, int procs, char *err,
                        size_t errn) {
-    long tp = use_pc && pc[P_TP] > 1 ? pc[P_TP] : use_mega ? mega[M_TP] : 1, pp = use_mega ? mega[M_PP] : 1;
     if (use_pc && use_mega && pc[P_TP] > 1 && mega[M_TP] > 1 && pc[P_TP] != mega[M_TP]) {
         snprintf(err, errn, "--parallelism_config_tp_size %ld and --megatron_lm_tp_degree %ld disagree on the "
                  "tensor-parallel size: give one of them, or the same size", pc[P_TP], mega[M_TP]);
         return false;
     }
-    long cp = use_pc ? pc[P_CP] : 1, sp = use_pc ? pc[P_SP] : 1;
-    long dr = use_pc ? pc[P_DP_REPLICATE] : 1, ds = use_pc ? pc[P_DP_SHARD] : 1;
-    double model = (double)tp * pp * cp * sp, total = model * dr * ds;
-    if (use_mega && dr == 1 && ds == 1) { /* Megatron: the data-parallel size is what the model's ranks leave */
+    mesh_sizes m = mesh_of(pc, mega, use_pc, use_mega);
+    double model = (double)m.tp * m.pp * m.cp * m.sp, total = model * m.dr * m.ds;
+    if (use_mega && dp_derived(&m, use_mega)) {
         if (fmod(procs, model) == 0) return true;
         snprintf(err, errn, "--megatron_lm_tp_degree %ld x --megatron_lm_pp_degree %ld%s = %.0f does not divide "
-                 "--num_processes %d (Megatron's data-parallel size is what they leave)", tp, pp,
-                 cp * sp > 1 ? " x the context / sequence-parallel size" : "", model, procs);
+                 "--num_processes %d (Megatron's data-parallel size is what they leave)", m.tp, m.pp,
+                 m.cp * m.sp > 1 ? " x the context / sequence-parallel size" : "", model, procs);
         return false;
     }
     if (total == 1 || total == procs) return true; /* all 1: the default mesh, as Accelerate's total_size 1 */
     size_t at = (size_t)snprintf(err, errn, "--parallelism_config_dp_replicate_size %ld x "
                                  "--parallelism_config_dp_shard_size %ld x %s %ld x --parallelism_config_cp_size %ld "
-                                 "x --parallelism_config_sp_size %ld", dr, ds, use_mega && !(use_pc && pc[P_TP] > 1)
-                                 ? "--megatron_lm_tp_degree" : "--parallelism_config_tp_size", tp, cp, sp);
-    if (pp > 1 && at < errn) at += (size_t)snprintf(err + at, errn - at, " x --megatron_lm_pp_degree %ld", pp);
+                                 "x --parallelism_config_sp_size %ld", m.dr, m.ds, m.tp_flag, m.tp, m.cp, m.sp);
+    if (m.pp > 1 && at < errn) at += (size_t)snprintf(err + at, errn - at, " x --megatron_lm_pp_degree %ld", m.pp);
     if (at < errn) snprintf(err + at, errn - at, " = %.0f, not --num_processes %d", total, procs);
     return false;
 }
@@ -740,15 +759,13 @@ bool cfg_describe_mesh(const cv *cfg, char *out, size_t n) {
         snprintf(out, n, "invalid: %s", err);
         return true;
     }
-    long tp = use_pc && pc[P_TP] > 1 ? pc[P_TP] : use_mega ? mega[M_TP] : 1, pp = use_mega ? mega[M_PP] : 1;
-    long cp = use_pc ? pc[P_CP] : 1, sp = use_pc ? pc[P_SP] : 1;
-    long dr = use_pc ? pc[P_DP_REPLICATE] : 1, ds = use_pc ? pc[P_DP_SHARD] : 1, model = tp * pp * cp * sp;
-    bool derived = dr == 1 && ds == 1 && (use_mega || model == 1); /* what the others leave (docs/parallelism.md) */
+    mesh_sizes m = mesh_of(pc, mega, use_pc, use_mega);
+    long model = m.tp * m.pp * m.cp * m.sp;
     char dp[32];
-    if (derived && procs) snprintf(dp, sizeof dp, "%ld", procs / model);
-    else if (derived) snprintf(dp, sizeof dp, "num_processes / %ld", model);
-    else snprintf(dp, sizeof dp, "%ld", ds);
-    snprintf(out, n, "pp %ld x dp_replicate %ld x dp_shard %s x %s %ld x tp %ld", pp, dr, dp, sp > 1 ? "sp" : "cp",
-             sp > 1 ? sp : cp, tp);
+    if (dp_derived(&m, use_mega) && procs) snprintf(dp, sizeof dp, "%ld", procs / model);
+    else if (dp_derived(&m, use_mega)) snprintf(dp, sizeof dp, "num_processes / %ld", model);
+    else snprintf(dp, sizeof dp, "%ld", m.ds);
+    snprintf(out, n, "pp %ld x dp_replicate %ld x dp_shard %s x %s %ld x tp %ld", m.pp, m.dr, dp,
+             m.sp > 1 ? "sp" : "cp", m.sp > 1 ? m.sp : m.cp, m.tp);
     return true;
 }
