@@ -195,6 +195,7 @@ struct accel_accelerator {
     accel__fsdp_cfg fsdp;
     accel__offload_cfg offload;
     double clip;            /* gradient_clipping applied in optimizer_step (0: none) */
+    bool recompute_layers;  /* MEGATRON_LM_RECOMPUTE_ACTIVATIONS: prepare checkpoints the decoder layers */
 
     struct accel__tracking *tracking; /* trackers and registered state (tracking.c) */
 };

@@ -11,6 +11,7 @@
 #include "strategy.h"
 #include "backends/fp8.h"
 #include "fp8_scaling.h"
+#include "parallelism_env.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
 #include "core/env.h"
@@ -101,7 +102,8 @@ static accel_status parse_precision(const char *s, const char *var, const accel_
 
 accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     accel_accelerator_opts o = opts ? *opts : accel_accelerator_opts_default();
-    if (resolve_scaler(&o)) return NULL;
+    accel__parallelism_env pe; /* before the ZeRO stage and clipping are read: Megatron's may set them */
+    if (resolve_scaler(&o) || accel__parallelism_env_read(&o, &pe)) return NULL;
     accel_mixed_precision mp = ACCEL_MP_NO;
     const char *mp_var = o.mixed_precision ? NULL : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
     const char *mps = mp_var ? getenv(mp_var) : o.mixed_precision;
@@ -178,10 +180,11 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->fsdp = zc.fsdp;
     acc->offload = zc.offload;
     acc->clip = zc.clip;
+    acc->recompute_layers = pe.recompute_activations;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
     /* every rank multiplies on rank 0's GEMM choices (docs/cpu.md "Measured choice") */
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
-    if (accel__offload_check_device(acc) || accel__parallelism_config(&o, acc->world, &acc->par) ||
+    if (accel__offload_check_device(acc) || accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par) ||
         accel__zero_groups(acc, zc.hybrid, &acc->par))
         return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
@@ -431,6 +434,16 @@ static accel_status check_owner(const accel_accelerator *acc, accel__link *links
 
 /* ---------------------------------------------------------------- prepare */
 
+/* Megatron's recompute_activations: every decoder layer checkpointed, as
+ * accel_module_set_gradient_checkpointing on the model does. */
+static accel_status recompute_layers(accel_module *model) {
+    if (!accel_module_set_gradient_checkpointing(model, true)) return ACCEL_OK;
+    char inner[768];
+    snprintf(inner, sizeof inner, "%s", accel_last_error());
+    return accel_set_error(accel_last_status(), "accel_accelerator_prepare_model: MEGATRON_LM_RECOMPUTE_ACTIVATIONS "
+                           "asks to recompute the model's activations, and %s", inner);
+}
+
 accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_module *model) {
     if (!acc || !model)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_model: NULL argument");
@@ -441,6 +454,7 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
     accel__model *pm = &acc->models[acc->n_models];
     memset(pm, 0, sizeof *pm);
     pm->m = model;
+    if (acc->recompute_layers && (st = recompute_layers(model))) return st;
     if ((st = accel__model_prepare(acc, pm))) {
         memset(pm, 0, sizeof *pm);
         return st;

@@ -78,6 +78,8 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
 /* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
  * JSON when the name ends in .json. Creates the parent directory. */
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+/* Python's repr() of a float (1.0, 0.1, 1e-05, inf): what Accelerate writes and prints. */
+void cli_py_float(double f, char *out, size_t n);
 /* Whether s is valid UTF-8 (all a config file can hold). */
 bool cli_is_utf8(const char *s);
 
@@ -103,7 +105,7 @@ typedef struct launch_settings {
     const char *const *vals;
 } launch_settings;
 
-#define LAUNCH_MAX_SETTINGS 48
+#define LAUNCH_MAX_SETTINGS 64
 /* Writes the settings' options (--fsdp_*, --zero_stage, --fp8_*, ...) to out; returns how many. */
 int launch_setting_opts(cli_opt *out);
 /* ACCELERATE_USE_FSDP and FSDP_* (flag > fsdp_config > default). False + err on a bad value. */
@@ -112,6 +114,23 @@ bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_c
 /* ACCELERATE_USE_DEEPSPEED, ACCELERATE_CONFIG_DS_FIELDS, ACCELERATE_DEEPSPEED_* (flag > deepspeed_config). */
 bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,
                              const char *ds_file_abs, char *err, size_t errn);
+
+/* ParallelismConfig's and Megatron-LM's variables (ACCELERATE_USE_PARALLELISM_CONFIG,
+ * PARALLELISM_CONFIG_*; ACCELERATE_USE_MEGATRON_LM, MEGATRON_LM_*; each also as
+ * ACCEL_<name>), flag > parallelism_config / megatron_lm_config > default,
+ * exported when use_pc / use_mega; the flags are checked either way, and the
+ * mesh they ask for against procs processes. False + err naming the flag. */
+bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
+                               bool use_pc, bool use_mega, int procs, char *err, size_t errn);
+
+/* parallelism_config's and megatron_lm_config's keys (the flags' names) and
+ * value types; false + err naming the key. */
+bool cfg_check_parallel_config(const cv *root, const char *path, char *err, size_t errn);
+
+/* The device mesh a config's parallelism_config / megatron_lm_config lay out
+ * on its num_processes ("pp 1 x dp_replicate 1 x dp_shard 2 x cp 1 x tp 2", or
+ * "invalid: why"), for `accel env`; false when the config asks for none. */
+bool cfg_describe_mesh(const cv *cfg, char *out, size_t n);
 
 /* ACCELERATE_FP8_* (and ACCEL_FP8_*, same values) as setup_fp8_env writes them
  * (flag > fp8_config > default), only when fp8 (mixed_precision is fp8); the

@@ -3,6 +3,7 @@
  * to_dict() + yaml.safe_dump (sorted keys, empty dicts and None dropped). */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,7 +155,12 @@ void cv_repr(const cv *v, bool top, char *out, size_t n) {
     case CV_NULL: app(out, n, "None"); break;
     case CV_BOOL: app(out, n, v->b ? "True" : "False"); break;
     case CV_INT: app(out, n, "%lld", v->i); break;
-    case CV_FLOAT: app(out, n, "%g", v->f); break;
+    case CV_FLOAT: {
+        char f[40];
+        cli_py_float(v->f, f, sizeof f);
+        app(out, n, "%s", f);
+        break;
+    }
     case CV_STR: app(out, n, top ? "%s" : "'%s'", v->s); break;
     case CV_SEQ:
         app(out, n, "[");
@@ -550,7 +556,9 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
             return false;
         }
     }
-    if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn)) return false;
+    if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn) ||
+        !cfg_check_parallel_config(root, path, err, errn))
+        return false;
     ce = cv_get(root, "compute_environment");
     if (ce->t == CV_STR && !strcmp(ce->s, "AMAZON_SAGEMAKER")) {
         snprintf(err, errn, "The config file at %s is for Amazon SageMaker (compute_environment: AMAZON_SAGEMAKER), "
@@ -597,7 +605,16 @@ static bool emit_value(yaml_emitter_t *e, const cv *v) {
     case CV_NULL: return emit_scalar(e, "null", YAML_PLAIN_SCALAR_STYLE);
     case CV_BOOL: return emit_scalar(e, v->b ? "true" : "false", YAML_PLAIN_SCALAR_STYLE);
     case CV_INT: snprintf(buf, sizeof buf, "%lld", v->i); return emit_scalar(e, buf, YAML_PLAIN_SCALAR_STYLE);
-    case CV_FLOAT: snprintf(buf, sizeof buf, "%.17g", v->f); return emit_scalar(e, buf, YAML_PLAIN_SCALAR_STYLE);
+    case CV_FLOAT: /* as PyYAML: repr's digits (1.0 stays a float), 1.0e+16, .inf, .nan */
+        if (isnan(v->f) || isinf(v->f))
+            snprintf(buf, sizeof buf, "%s", isnan(v->f) ? ".nan" : v->f < 0 ? "-.inf" : ".inf");
+        else cli_py_float(v->f, buf, sizeof buf);
+        if (strchr(buf, 'e') && !strchr(buf, '.')) { /* 1e+16: 1.0e+16, which YAML 1.1 reads as a float */
+            char *x = strchr(buf, 'e'), tail[32];
+            snprintf(tail, sizeof tail, "%s", x);
+            snprintf(x, sizeof buf - (size_t)(x - buf), ".0%s", tail);
+        }
+        return emit_scalar(e, buf, YAML_PLAIN_SCALAR_STYLE);
     case CV_STR: {
         /* A string that would read back as something else is quoted, like PyYAML ('no'). */
         cv *r = resolve_plain(v->s);

@@ -75,6 +75,19 @@ static long ask_int(const char *q, long dflt, long lo, long hi) {
     }
 }
 
+/* A finite number >= 0 (a gradient norm). */
+static double ask_norm(const char *q, double dflt) {
+    for (;;) {
+        char a[64];
+        ask_line(q, a, sizeof a);
+        if (!*a) return dflt;
+        char *end;
+        double v = strtod(a, &end);
+        if (!*end && v >= 0 && v < 1e308) return v;
+        printf("Please enter a number >= 0.\n");
+    }
+}
+
 static void ask_str(const char *q, const char *dflt, char *out, size_t n) {
     for (;;) {
         ask_line(q, out, n);
@@ -141,6 +154,48 @@ static cv *ask_fp8(void) {
                                   "padding may cause memory spikes. [YES/no]: ", true)));
     }
     return f;
+}
+
+/* cluster.py's parallelism_config questions (Accelerate asks them under
+ * FSDP2; accel's mesh runs under any sharding, so under FSDP). */
+static cv *ask_parallelism(void) {
+    static const char *const STRATEGIES[] = {"allgather", "alltoall"};
+    cv *p = cv_new(CV_MAP);
+    cv_set(p, "parallelism_config_dp_replicate_size",
+           cv_int(ask_int("What is the data parallelism replicate size? [1]: ", 1, 1, 1 << 20)));
+    cv_set(p, "parallelism_config_dp_shard_size", cv_int(ask_int("What is the FSDP shard size? [1]: ", 1, 1, 1 << 20)));
+    cv_set(p, "parallelism_config_tp_size", cv_int(ask_int("What is the tensor parallelism size? [1]: ", 1, 1, 1 << 20)));
+    long cp = ask_int("What is the context parallelism size? [1]: ", 1, 1, 1 << 20);
+    cv_set(p, "parallelism_config_cp_size", cv_int(cp));
+    if (cp > 1)
+        cv_set(p, "parallelism_config_cp_comm_strategy",
+               cv_str(STRATEGIES[ask_menu("What is the compute parallelism communication strategy?", STRATEGIES, 2,
+                                          0)]));
+    return p;
+}
+
+/* cluster.py's Megatron-LM questions (multi-GPU machines). */
+static cv *ask_megatron(void) {
+    cv *m = cv_new(CV_MAP);
+    long tp = ask_int("What is the Tensor Parallelism degree/size? [1]:", 1, 1, 1 << 20);
+    cv_set(m, "megatron_lm_tp_degree", cv_int(tp));
+    if (tp > 1)
+        cv_set(m, "megatron_lm_sequence_parallelism",
+               cv_bool(ask_yes_no("Do you want to enable Sequence Parallelism? [YES/no]: ", true)));
+    long pp = ask_int("What is the Pipeline Parallelism degree/size? [1]:", 1, 1, 1 << 20);
+    cv_set(m, "megatron_lm_pp_degree", cv_int(pp));
+    if (pp > 1)
+        cv_set(m, "megatron_lm_num_micro_batches",
+               cv_int(ask_int("What is the number of micro-batches? [1]:", 1, 1, 1 << 20)));
+    cv_set(m, "megatron_lm_recompute_activations",
+           cv_bool(ask_yes_no("Do you want to enable selective activation recomputation? [YES/no]: ", true)));
+    cv_set(m, "megatron_lm_use_distributed_optimizer",
+           cv_bool(ask_yes_no("Do you want to use distributed optimizer which shards optimizer state and gradients "
+                              "across data parallel ranks? [YES/no]: ", true)));
+    cv *clip = cv_new(CV_FLOAT);
+    clip->f = ask_norm("What is the gradient clipping value based on global L2 Norm (0 to disable)? [1.0]: ", 1.0);
+    cv_set(m, "megatron_lm_gradient_clipping", clip);
+    return m;
 }
 
 static cv *wizard(void) {
@@ -223,6 +278,11 @@ static cv *wizard(void) {
         cv_set(fs, "fsdp_sharding_strategy", cv_str(FSDP[ask_menu("What should be your sharding strategy?", FSDP, 5, 0)]));
         cv_set(fs, "fsdp_version", cv_int(1));
         cv_set(c, "fsdp_config", fs);
+        if (ask_yes_no("Do you want to use the parallelism config? [yes/NO]: ", false))
+            cv_set(c, "parallelism_config", ask_parallelism());
+    } else if (multi && !cpu_type && ask_yes_no("Do you want to use Megatron-LM ? [yes/NO]: ", false)) {
+        dtype = "MEGATRON_LM";
+        cv_set(c, "megatron_lm_config", ask_megatron());
     }
     long procs = 1;
     if (multi) {

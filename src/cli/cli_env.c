@@ -178,6 +178,8 @@ int accel_cli_env(int argc, char **argv) {
             cv_repr(x, true, val, sizeof val);
             printf("\t- %s: %s\n", c->keys[i], val);
         }
+        char mesh[1024];
+        if (cfg_describe_mesh(c, mesh, sizeof mesh)) printf("\t- mesh: %s\n", mesh);
     } else if (c || access(path, F_OK) == 0) {
         printf("\tInvalid: %s\n", err);
     } else {

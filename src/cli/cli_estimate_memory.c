@@ -20,6 +20,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "cli/cli.h"
+#include "bigmodel/mesh_memory.h"
 #include "nn/arch.h"
 
 static const char *const DTYPES[] = {"float32", "float16", "int8", "int4"};
@@ -30,6 +31,7 @@ static void usage(FILE *f) {
                "                             [--trust_remote_code] [--num_processes N]\n"
                "                             [--batch_size B --seq_len T] [--mixed_precision {no,fp16,bf16}]\n"
                "                             [--activation_checkpointing] [--strategy {DDP,ZERO1,ZERO2,ZERO3}]\n"
+               "                             [--tp_size T] [--pp_size P] [--dp_shard_size S] [--dp_replicate_size R]\n"
                "                             model_name\n\n"
                "Model size estimator for fitting a model onto device memory. model_name is a local\n"
                "directory with a config.json (or the config.json itself). --num_processes N (or any of\n"
@@ -37,7 +39,12 @@ static void usage(FILE *f) {
                "ZeRO-2 (SHARD_GRAD_OP) and ZeRO-3 (FULL_SHARD): weights, gradients, optimizer state,\n"
                "ZeRO-3's gathered units, and with --batch_size B --seq_len T (per rank) the step's\n"
                "activations (the CPU step arena's peak), under autocast with --mixed_precision, with\n"
-               "every decoder layer checkpointed with --activation_checkpointing. --strategy: one row.\n");
+               "every decoder layer checkpointed with --activation_checkpointing. --strategy: one row.\n"
+               "--tp_size, --pp_size, --dp_shard_size, --dp_replicate_size (also spelled\n"
+               "--parallelism_config_tp_size, --megatron_lm_tp_degree, --megatron_lm_pp_degree, ...): the\n"
+               "rank of that device mesh holding the most: its share of the layers (pipeline stages),\n"
+               "of each layer's weights (tensor parallelism), ZeRO's shards over dp_shard\n"
+               "(docs/bigmodel.md \"Per mesh\"; no activations with tp or pp above 1).\n");
 }
 
 /* convert_bytes: powers of 1024, f"{round(size, 2)} {unit}" (Python prints a
@@ -136,11 +143,16 @@ static void print_table(const char *title, const char *const *headers, int nc, c
 
 /* The per-rank request: world size, and the activation options when a
  * batch is given (--batch_size and --seq_len). */
+enum { MESH_TP, MESH_PP, MESH_DP_SHARD, MESH_DP_REPLICATE, MESH_SIZES };
+
 typedef struct rank_request {
     int nproc;
     int strategy; /* one accel_shard_strategy, or -1: all */
     bool have_batch;
     accel_activation_opts act;
+    int mesh[MESH_SIZES];            /* the sizes given (0: not given) */
+    const char *mesh_flag[MESH_SIZES]; /* the flag that gave each, for the errors */
+    accel__mesh_bytes rank;          /* the rank holding the most, when a size is given */
 } rank_request;
 
 static const char *const STRATEGY_LABELS[ACCEL_SHARD_STRATEGIES] = {
@@ -175,8 +187,8 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
         accel_activation_bytes ab = {0};
         accel_rank_memory r;
         if ((q->have_batch && accel_llama_activation_bytes(cfg, &o, &ab) != ACCEL_OK) ||
-            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->nproc, q->act.autocast, ab.peak,
-                                       &r) != ACCEL_OK) {
+            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->mesh[MESH_DP_SHARD],
+                                       q->act.autocast, ab.peak, &r) != ACCEL_OK) {
             fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
             return 1;
         }
@@ -197,6 +209,16 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
     if (q->have_batch) head[h++] = "Activations";
     head[h++] = "Total";
     print_table(title, head, nc, rows, nr);
+    if (!q->mesh_flag[MESH_TP] && !q->mesh_flag[MESH_PP] && !q->mesh_flag[MESH_DP_SHARD] &&
+        !q->mesh_flag[MESH_DP_REPLICATE])
+        return 0;
+    printf("Mesh: pp %d x dp_replicate %d x dp_shard %d x tp %d; ZeRO shards over dp_shard (%d)", q->mesh[MESH_PP],
+           q->mesh[MESH_DP_REPLICATE], q->mesh[MESH_DP_SHARD], q->mesh[MESH_TP], q->mesh[MESH_DP_SHARD]);
+    if (q->mesh[MESH_PP] > 1)
+        printf("; the rank of pipeline stage %d (decoder layers %d-%d)", q->rank.stage, q->rank.first_layer,
+               q->rank.first_layer + q->rank.n_layers - 1);
+    if (q->mesh[MESH_TP] > 1) printf("; 1/%d of each layer's weights and of the vocabulary", q->mesh[MESH_TP]);
+    printf(" (docs/bigmodel.md \"Per mesh\")\n");
     return 0;
 }
 
@@ -240,6 +262,55 @@ static bool is_opt(const char *a, const char *name) {
         if (*a != *name && !(*a == '-' && *name == '_')) return false;
     return !*a && !*name;
 }
+
+/* The mesh size an option gives (--tp_size and Accelerate's spellings of
+ * it), or -1. */
+static int mesh_index(const char *a) {
+    static const struct { const char *name; int k; } NAMES[] = {
+        {"tp_size", MESH_TP}, {"parallelism_config_tp_size", MESH_TP}, {"megatron_lm_tp_degree", MESH_TP},
+        {"pp_size", MESH_PP}, {"megatron_lm_pp_degree", MESH_PP},
+        {"dp_shard_size", MESH_DP_SHARD}, {"parallelism_config_dp_shard_size", MESH_DP_SHARD},
+        {"dp_replicate_size", MESH_DP_REPLICATE}, {"parallelism_config_dp_replicate_size", MESH_DP_REPLICATE}};
+    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
+        if (is_opt(a, NAMES[i].name)) return NAMES[i].k;
+    return -1;
+}
+
+/* The sizes against --num_processes (dp_shard: what the others leave of it
+ * when not given; the processes: their product when not given). false after
+ * printing the error naming the flags. */
+static bool resolve_mesh(rank_request *q, bool nproc_given) {
+    int64_t rest = (int64_t)(q->mesh[MESH_TP] ? q->mesh[MESH_TP] : 1) * (q->mesh[MESH_PP] ? q->mesh[MESH_PP] : 1) *
+                   (q->mesh[MESH_DP_REPLICATE] ? q->mesh[MESH_DP_REPLICATE] : 1);
+    for (int k = 0; k < MESH_SIZES; k++)
+        if (!q->mesh[k] && k != MESH_DP_SHARD) q->mesh[k] = 1;
+    if (!q->mesh[MESH_DP_SHARD]) {
+        if (nproc_given && q->nproc % rest) {
+            usage(stderr);
+            fprintf(stderr, "accel estimate-memory: error: tp x pp x dp_replicate = %lld does not divide "
+                            "--num_processes %d\n", (long long)rest, q->nproc);
+            return false;
+        }
+        q->mesh[MESH_DP_SHARD] = nproc_given ? (int)(q->nproc / rest) : 1;
+    }
+    int64_t total = rest * q->mesh[MESH_DP_SHARD];
+    if (nproc_given && total != q->nproc) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: tp %d x pp %d x dp_replicate %d x dp_shard %d = %lld, not "
+                        "--num_processes %d\n", q->mesh[MESH_TP], q->mesh[MESH_PP], q->mesh[MESH_DP_REPLICATE],
+                q->mesh[MESH_DP_SHARD], (long long)total, q->nproc);
+        return false;
+    }
+    if (total > 1 << 20) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: the mesh makes %lld processes (at most 2^20)\n",
+                (long long)total);
+        return false;
+    }
+    q->nproc = (int)total;
+    return true;
+}
+
 
 int accel_cli_estimate_memory(int argc, char **argv) {
     const char *model = NULL;
@@ -305,6 +376,18 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                                 "from DDP/NO_SHARD, ZERO1, ZERO2/SHARD_GRAD_OP, ZERO3/FULL_SHARD)\n", v);
                 return 2;
             }
+        } else if (mesh_index(a) >= 0) {
+            int k = mesh_index(a);
+            int64_t v = count_arg(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20);
+            if (v < 0) return 2;
+            if (q.mesh_flag[k] && q.mesh[k] != v) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: %s %d and %s %lld disagree\n", q.mesh_flag[k],
+                        q.mesh[k], a, (long long)v);
+                return 2;
+            }
+            q.mesh[k] = (int)v;
+            q.mesh_flag[k] = a;
         } else if (is_opt(a, "trust_remote_code")) {
             /* nothing runs remote code here */
         } else if (a[0] == '-' || model) {
@@ -326,8 +409,18 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                         "need both)\n");
         return 2;
     }
-    bool per_rank = q.nproc || q.have_batch || q.strategy >= 0;
-    if (!q.nproc) q.nproc = 1;
+    bool mesh = q.mesh_flag[MESH_TP] || q.mesh_flag[MESH_PP] || q.mesh_flag[MESH_DP_SHARD] ||
+                q.mesh_flag[MESH_DP_REPLICATE];
+    bool per_rank = q.nproc || q.have_batch || q.strategy >= 0 || mesh;
+    if (!q.nproc && !mesh) q.nproc = 1;
+    if (mesh && !resolve_mesh(&q, q.nproc > 0)) return 2;
+    if (!mesh) q.mesh[MESH_DP_SHARD] = q.nproc; /* ZeRO shards over every process */
+    if (q.have_batch && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1)) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: the activations of tensor or pipeline parallelism are not "
+                        "modelled: give --batch_size / --seq_len without --tp_size / --pp_size above 1\n");
+        return 2;
+    }
     if (ndt == 0)
         for (ndt = 0; ndt < 4; ndt++) dts[ndt] = ndt;
     accel_llama_config cfg;
@@ -349,7 +442,15 @@ int accel_cli_estimate_memory(int argc, char **argv) {
         accel_module_free(m);
         return 1;
     }
+    /* a rank of tp x pp holds its stage's layers and its share of each (bigmodel/mesh_memory.h) */
+    if ((q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) &&
+        accel__mesh_param_bytes(m, &cfg, q.mesh[MESH_TP], q.mesh[MESH_PP], &q.rank) != ACCEL_OK) {
+        fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
+        accel_module_free(m);
+        return 1;
+    }
     accel_module_free(m);
+    if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
     /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
      * accel's Llama computes instead of keeping (GPT-2 has no RoPE) */
     if (accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA)

@@ -63,6 +63,8 @@ static const cli_opt OPTS[] = {
     {"enable_cpu_affinity", 0, false, NULL, "Pin workers to cores (ACCELERATE_CPU_AFFINITY=1)."},
     {"use_deepspeed", 0, false, NULL, "Use ZeRO sharding (accel's DeepSpeed-compatible implementation)."},
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
+    {"use_parallelism_config", 0, false, NULL, "Lay the ranks out with the --parallelism_config_* sizes (docs/parallelism.md)."},
+    {"use_megatron_lm", 0, false, NULL, "Use Megatron-LM's parallelism: the --megatron_lm_* settings (docs/parallelism.md)."},
     {"log_with", 0, true, "{tensorboard,jsonl,csv,all}", "Trackers for init_trackers, a comma list (ACCEL_LOG_WITH)."},
     {"project_dir", 0, true, "DIR", "Project directory: trackers' logs and automatic checkpoints (ACCEL_PROJECT_DIR)."},
     {"module", 'm', false, NULL, "Run PROGRAM as a Python module (PYTHON -m)."},
@@ -95,6 +97,7 @@ static const struct { const char *key, *env; } FSDP_KEYS[] = {
 typedef struct launch_cfg {
     int num_processes, num_machines, machine_rank, port, threads, grad_accum, max_restarts, tee;
     bool port_given, cpu, debug, quiet, deepspeed, fsdp, affinity, module, no_python;
+    bool parallelism, megatron; /* --use_parallelism_config, --use_megatron_lm (or the config's) */
     bool insecure; /* ACCEL_INSECURE_NO_SECRET */
     double monitor_interval;
     char mixed_precision[8]; /* lower case, as Accelerate reads it */
@@ -254,6 +257,11 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
     }
+    if (!launch_export_parallelism(e, ls, cv_get(cfg, "parallelism_config"), cv_get(cfg, "megatron_lm_config"),
+                                   L->parallelism, L->megatron, L->num_processes, err, sizeof err)) {
+        fprintf(stderr, "accel launch: error: %s\n", err);
+        return false;
+    }
     if (L->fsdp && !launch_export_fsdp(e, ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
@@ -398,9 +406,16 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->log_dir = V("log_dir");
     L->role = V("role") ? V("role") : "default";
     const char *dtype = cfg ? cfg_s(cfg, "distributed_type") : NULL;
-    bool paradigm_flag = V("cpu") || V("multi_gpu") || V("use_deepspeed") || V("use_fsdp");
+    bool paradigm_flag = V("cpu") || V("multi_gpu") || V("use_deepspeed") || V("use_fsdp") || V("use_megatron_lm");
     L->deepspeed = V("use_deepspeed") || (!paradigm_flag && dtype && !strcmp(dtype, "DEEPSPEED"));
     L->fsdp = V("use_fsdp") || (!paradigm_flag && dtype && !strcmp(dtype, "FSDP"));
+    /* Accelerate takes these two from the config unless a paradigm flag
+     * (--cpu is none) was given: a non-empty parallelism_config, and
+     * distributed_type MEGATRON_LM */
+    bool config_paradigm = !V("multi_gpu") && !V("use_deepspeed") && !V("use_fsdp") && !V("use_megatron_lm");
+    const cv *pcfg = cfg ? cv_get(cfg, "parallelism_config") : NULL;
+    L->parallelism = V("use_parallelism_config") || (config_paradigm && pcfg && pcfg->t == CV_MAP && pcfg->n);
+    L->megatron = V("use_megatron_lm") || (config_paradigm && dtype && !strcmp(dtype, "MEGATRON_LM"));
     /* nested dicts: copied unless the flag was given */
     const cv *ds = cfg ? cv_get(cfg, "deepspeed_config") : NULL, *fs = cfg ? cv_get(cfg, "fsdp_config") : NULL;
     L->ds_file = V("deepspeed_config_file") ? V("deepspeed_config_file")

@@ -5,6 +5,8 @@
  * Accelerate. A value comes from its flag, else its fsdp_config /
  * deepspeed_config key, else Accelerate's default, and is written the way
  * Python's str() writes it (lowercased where Accelerate lowercases). */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,8 +148,60 @@ static const setting FP8[] = {
 };
 #define NFP8 (sizeof FP8 / sizeof *FP8)
 
+/* ParallelismConfig (accelerate/commands/launch.py "ParallelismConfig
+ * Arguments", utils/launch.py prepare_extend_env_parallelism_config) and
+ * Megatron-LM ("Megatron-LM Arguments", prepare_multi_gpu_env): the keys of
+ * the config's parallelism_config and megatron_lm_config are the flags'
+ * names. Each variable is also exported as ACCEL_<name>, which the library
+ * reads first (src/accelerator/parallelism_env.h). */
+static const char *const CP_BACKENDS[] = {"torch", NULL}, *const SP_BACKENDS[] = {"deepspeed", NULL},
+                  *const CP_STRATEGIES[] = {"allgather", "alltoall", NULL};
+
+static const setting PARALLELISM[] = {
+    {"parallelism_config_dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "1", K_INT, false, "N",
+     "Replicas the gradients are averaged across (DDP / HSDP's outer dimension).", NULL, NULL},
+    {"parallelism_config_dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", "1", K_INT, false, "N",
+     "Ranks the ZeRO / FSDP shards spread over.", NULL, NULL},
+    {"parallelism_config_tp_size", "PARALLELISM_CONFIG_TP_SIZE", "1", K_INT, false, "N", "Tensor parallelism.", NULL,
+     NULL},
+    {"parallelism_config_cp_size", "PARALLELISM_CONFIG_CP_SIZE", "1", K_INT, false, "N",
+     "Context parallelism: the sequence split for attention.", NULL, NULL},
+    {"parallelism_config_cp_backend", "PARALLELISM_CONFIG_CP_BACKEND", "torch", K_CHOICE, false, "{torch}",
+     "Context parallelism backend (only torch).", NULL, CP_BACKENDS},
+    {"parallelism_config_cp_comm_strategy", "PARALLELISM_CONFIG_CP_COMM_STRATEGY", "allgather", K_CHOICE, false,
+     "{allgather,alltoall}", "How context parallelism exchanges K/V (exported when cp_size > 1).", NULL,
+     CP_STRATEGIES},
+    {"parallelism_config_sp_size", "PARALLELISM_CONFIG_SP_SIZE", "1", K_INT, false, "N",
+     "DeepSpeed-style (Ulysses) sequence parallelism.", NULL, NULL},
+    {"parallelism_config_sp_backend", "PARALLELISM_CONFIG_SP_BACKEND", "deepspeed", K_CHOICE, false, "{deepspeed}",
+     "Sequence parallelism backend (only deepspeed).", NULL, SP_BACKENDS},
+};
+#define NPARALLELISM (sizeof PARALLELISM / sizeof *PARALLELISM)
+
+static const setting MEGATRON[] = {
+    {"megatron_lm_tp_degree", "MEGATRON_LM_TP_DEGREE", "1", K_INT, false, "N",
+     "Megatron-LM's tensor parallelism degree (opts.parallelism.tp_size).", NULL, NULL},
+    {"megatron_lm_pp_degree", "MEGATRON_LM_PP_DEGREE", "1", K_INT, false, "N",
+     "Megatron-LM's pipeline parallelism degree (opts.parallelism.pp_size).", NULL, NULL},
+    {"megatron_lm_num_micro_batches", "MEGATRON_LM_NUM_MICRO_BATCHES", NULL, K_INT, false, "N",
+     "Micro-batches per step when pp_degree > 1.", NULL, NULL},
+    {"megatron_lm_sequence_parallelism", "MEGATRON_LM_SEQUENCE_PARALLELISM", NULL, K_BOOL, false, "{true,false}",
+     "Sequence parallelism inside the tensor-parallel group.", NULL, NULL},
+    {"megatron_lm_recompute_activations", "MEGATRON_LM_RECOMPUTE_ACTIVATIONS", NULL, K_BOOL, false, "{true,false}",
+     "Recompute activations: every decoder layer checkpointed.", NULL, NULL},
+    {"megatron_lm_use_distributed_optimizer", "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER", NULL, K_BOOL, false,
+     "{true,false}", "Shard the optimizer state over the data-parallel ranks (ZeRO-1).", NULL, NULL},
+    {"megatron_lm_gradient_clipping", "MEGATRON_LM_GRADIENT_CLIPPING", "1.0", K_FLOAT, false, "NORM",
+     "Clip the global L2 norm of the gradients (0: none).", NULL, NULL},
+};
+#define NMEGATRON (sizeof MEGATRON / sizeof *MEGATRON)
+
 int launch_setting_opts(cli_opt *out) {
     int n = 0;
+    for (size_t i = 0; i < NPARALLELISM; i++)
+        out[n++] = (cli_opt){PARALLELISM[i].name, 0, true, PARALLELISM[i].meta, PARALLELISM[i].help};
+    for (size_t i = 0; i < NMEGATRON; i++)
+        out[n++] = (cli_opt){MEGATRON[i].name, 0, true, MEGATRON[i].meta, MEGATRON[i].help};
     for (size_t i = 0; i < NFSDP; i++) out[n++] = (cli_opt){FSDP[i].name, 0, true, FSDP[i].meta, FSDP[i].help};
     for (size_t i = 0; i < NDEEPSPEED; i++)
         out[n++] = (cli_opt){DEEPSPEED[i].name, 0, true, DEEPSPEED[i].meta, DEEPSPEED[i].help};
@@ -219,7 +273,7 @@ void env_free(env_list *e) {
 
 /* repr(float): the shortest digits that read back, positional for exponents
  * -4..15, with ".0" on integral values. */
-static void py_float(double f, char *out, size_t n) {
+void cli_py_float(double f, char *out, size_t n) {
     if (isnan(f)) {
         snprintf(out, n, "nan");
         return;
@@ -248,7 +302,7 @@ static void py_str(const cv *v, char *out, size_t n) {
     switch (v->t) {
     case CV_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
     case CV_INT: snprintf(out, n, "%lld", v->i); break;
-    case CV_FLOAT: py_float(v->f, out, n); break;
+    case CV_FLOAT: cli_py_float(v->f, out, n); break;
     case CV_STR: snprintf(out, n, "%s", v->s); break;
     default: cv_repr(v, true, out, n); break; /* None, lists, dicts */
     }
@@ -299,7 +353,7 @@ static bool flag_str(const setting *s, const char *text, char *out, size_t n, ch
     case K_FLOAT: {
         double f = strtod(text, &end);
         if (!*text || *end) break;
-        py_float(f, out, n);
+        cli_py_float(f, out, n);
         return true;
     }
     case K_BOOL:
@@ -516,5 +570,202 @@ bool launch_export_fp8(env_list *e, const launch_settings *ls, const cv *fp8_con
             p += len + (p[len] == ',');
         }
     }
+    return true;
+}
+
+/* ---------------------------------------------------------------- parallelism, Megatron-LM */
+
+/* NAME and ACCEL_NAME (ACCELERATE_USE_X: ACCEL_USE_X), the same value. */
+static void both_env_add(env_list *e, const char *name, const char *value) {
+    char key[96];
+    snprintf(key, sizeof key, "ACCEL_%s", strncmp(name, "ACCELERATE_", 11) ? name : name + 11);
+    env_add(e, name, value);
+    env_add(e, key, value);
+}
+
+/* Where s's value came from, for the errors: "argument --X" or "config key section.X". */
+static void source_of(const setting *s, const launch_settings *ls, const char *section, char *out, size_t n) {
+    if (ls->vals[cli_idx(ls->opts, ls->nopts, s->name)]) snprintf(out, n, "argument --%s", s->name);
+    else snprintf(out, n, "config key %s.%s", section, s->name);
+}
+
+/* The values of a table (flag > config > default) into vals[i]; sizes and
+ * counts checked >= 1, the norm finite >= 0, in ints[i] / *norm. */
+static bool parallel_values(const setting *tab, size_t n, const launch_settings *ls, const cv *section,
+                            const char *section_name, char (*vals)[64], long *ints, double *norm, char *err,
+                            size_t errn) {
+    for (size_t i = 0; i < n; i++) {
+        const setting *s = &tab[i];
+        if (!value_of(s, ls, section, NULL, vals[i], 64, err, errn)) return false;
+        ints[i] = 1;
+        /* the choices are checked already: a flag's by flag_str, a key's by cfg_check_parallel_config */
+        if (!vals[i][0] || (s->type != K_INT && s->type != K_FLOAT)) continue;
+        char from[160], *end;
+        source_of(s, ls, section_name, from, sizeof from);
+        errno = 0;
+        if (s->type == K_INT && ((ints[i] = strtol(vals[i], &end, 10)) < 1 || *end || errno || ints[i] > 1 << 20)) {
+            snprintf(err, errn, "%s: '%s' is not a size (an integer from 1 to %d)", from, vals[i], 1 << 20);
+            return false;
+        }
+        if (s->type == K_FLOAT) *norm = strtod(vals[i], &end);
+        if (s->type == K_FLOAT && (*end || !isfinite(*norm) || *norm < 0)) {
+            snprintf(err, errn, "%s: '%s' is not a gradient norm (a finite number >= 0; 0: no clipping)", from,
+                     vals[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+enum { P_DP_REPLICATE, P_DP_SHARD, P_TP, P_CP, P_CP_BACKEND, P_CP_STRATEGY, P_SP, P_SP_BACKEND };
+enum { M_TP, M_PP };
+
+/* The sizes the two ask for (1 where neither does); tp_flag names the flag tp came from. */
+typedef struct mesh_sizes {
+    long tp, pp, cp, sp, dr, ds;
+    const char *tp_flag;
+} mesh_sizes;
+
+static mesh_sizes mesh_of(const long *pc, const long *mega, bool use_pc, bool use_mega) {
+    bool pc_tp = use_pc && pc[P_TP] > 1;
+    return (mesh_sizes){.tp = pc_tp ? pc[P_TP] : use_mega ? mega[M_TP] : 1,
+                        .pp = use_mega ? mega[M_PP] : 1,
+                        .cp = use_pc ? pc[P_CP] : 1,
+                        .sp = use_pc ? pc[P_SP] : 1,
+                        .dr = use_pc ? pc[P_DP_REPLICATE] : 1,
+                        .ds = use_pc ? pc[P_DP_SHARD] : 1,
+                        .tp_flag = use_mega && !pc_tp ? "--megatron_lm_tp_degree" : "--parallelism_config_tp_size"};
+}
+
+/* Under Megatron with neither dp size given, dp_shard is what the model's ranks leave (docs/parallelism.md). */
+static bool dp_derived(const mesh_sizes *m, bool use_mega) {
+    return m->dr == 1 && m->ds == 1 && (use_mega || m->tp * m->pp * m->cp * m->sp == 1);
+}
+
+/* The mesh the two ask for on `procs` processes, checked as the library
+ * will check it (docs/parallelism.md), so a bad one fails before any worker
+ * starts, naming the flags. */
+static bool check_mesh(const long *pc, const long *mega, bool use_pc, bool use_mega, int procs, char *err,
+                       size_t errn) {
+    if (use_pc && use_mega && pc[P_TP] > 1 && mega[M_TP] > 1 && pc[P_TP] != mega[M_TP]) {
+        snprintf(err, errn, "--parallelism_config_tp_size %ld and --megatron_lm_tp_degree %ld disagree on the "
+                 "tensor-parallel size: give one of them, or the same size", pc[P_TP], mega[M_TP]);
+        return false;
+    }
+    mesh_sizes m = mesh_of(pc, mega, use_pc, use_mega);
+    double model = (double)m.tp * m.pp * m.cp * m.sp, total = model * m.dr * m.ds;
+    if (use_mega && dp_derived(&m, use_mega)) {
+        if (fmod(procs, model) == 0) return true;
+        snprintf(err, errn, "--megatron_lm_tp_degree %ld x --megatron_lm_pp_degree %ld%s = %.0f does not divide "
+                 "--num_processes %d (Megatron's data-parallel size is what they leave)", m.tp, m.pp,
+                 m.cp * m.sp > 1 ? " x the context / sequence-parallel size" : "", model, procs);
+        return false;
+    }
+    if (total == 1 || total == procs) return true; /* all 1: the default mesh, as Accelerate's total_size 1 */
+    size_t at = (size_t)snprintf(err, errn, "--parallelism_config_dp_replicate_size %ld x "
+                                 "--parallelism_config_dp_shard_size %ld x %s %ld x --parallelism_config_cp_size %ld "
+                                 "x --parallelism_config_sp_size %ld", m.dr, m.ds, m.tp_flag, m.tp, m.cp, m.sp);
+    if (m.pp > 1 && at < errn) at += (size_t)snprintf(err + at, errn - at, " x --megatron_lm_pp_degree %ld", m.pp);
+    if (at < errn) snprintf(err + at, errn - at, " = %.0f, not --num_processes %d", total, procs);
+    return false;
+}
+
+bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
+                               bool use_pc, bool use_mega, int procs, char *err, size_t errn) {
+    char pv[NPARALLELISM][64], mv[NMEGATRON][64];
+    long pc[NPARALLELISM], mega[NMEGATRON];
+    double norm = 0;
+    if (!parallel_values(PARALLELISM, NPARALLELISM, ls, pc_config, "parallelism_config", pv, pc, &norm, err, errn) ||
+        !parallel_values(MEGATRON, NMEGATRON, ls, mega_config, "megatron_lm_config", mv, mega, &norm, err, errn) ||
+        ((use_pc || use_mega) && !check_mesh(pc, mega, use_pc, use_mega, procs, err, errn)))
+        return false;
+    if (use_pc) {
+        both_env_add(e, "ACCELERATE_USE_PARALLELISM_CONFIG", "true");
+        for (size_t i = 0; i < NPARALLELISM; i++)
+            if (i != P_CP_STRATEGY || pc[P_CP] > 1) both_env_add(e, PARALLELISM[i].env, pv[i]);
+    }
+    if (use_mega) {
+        both_env_add(e, "ACCELERATE_USE_MEGATRON_LM", "true");
+        for (size_t i = 0; i < NMEGATRON; i++)
+            if (mv[i][0]) both_env_add(e, MEGATRON[i].env, mv[i]);
+    }
+    return true;
+}
+
+/* A config value of s's type (K_BOOL: a YAML boolean, or text str_to_bool reads). */
+static bool parallel_config_ok(const setting *s, const cv *v) {
+    switch (s->type) {
+    case K_INT: return v->t == CV_INT;
+    case K_FLOAT: return v->t == CV_INT || v->t == CV_FLOAT;
+    case K_CHOICE: return v->t == CV_STR && choice_of(s->choices, v->s, false) >= 0;
+    case K_BOOL: return v->t == CV_BOOL || (v->t == CV_STR && accel__str_to_bool(v->s, strlen(v->s)) >= 0);
+    default: return false; /* no such setting has the other kinds */
+    }
+}
+
+/* One section's keys (the flags' names) and value types. */
+static bool check_parallel_section(const setting *tab, size_t n, const cv *section, const char *name,
+                                   const char *path, char *err, size_t errn) {
+    for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
+        const char *k = section->keys[i];
+        const cv *v = section->items[i];
+        const setting *s = NULL;
+        for (size_t j = 0; j < n && !s; j++)
+            if (!strcmp(k, tab[j].name)) s = &tab[j];
+        if (!s) {
+            char known[1024] = "";
+            for (size_t j = 0; j < n; j++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", tab[j].name);
+            snprintf(err, errn, "The config file at %s has an unknown key `%s.%s` (accel knows: %s)", path, name, k,
+                     known);
+            return false;
+        }
+        if (v->t == CV_NULL || parallel_config_ok(s, v)) continue;
+        char val[256] = "";
+        cv_repr(v, false, val, sizeof val);
+        snprintf(err, errn, "The config file at %s has a bad value for `%s.%s`: %s (expected %s)", path, name, k, val,
+                 s->type == K_INT ? "an integer" : s->type == K_FLOAT ? "a number" : s->type == K_BOOL
+                 ? "true or false" : s->meta);
+        return false;
+    }
+    return true;
+}
+
+bool cfg_check_parallel_config(const cv *root, const char *path, char *err, size_t errn) {
+    return check_parallel_section(PARALLELISM, NPARALLELISM, cv_get(root, "parallelism_config"),
+                                  "parallelism_config", path, err, errn) &&
+           check_parallel_section(MEGATRON, NMEGATRON, cv_get(root, "megatron_lm_config"), "megatron_lm_config",
+                                  path, err, errn);
+}
+
+bool cfg_describe_mesh(const cv *cfg, char *out, size_t n) {
+    const cv *pcfg = cv_get(cfg, "parallelism_config"), *dt = cv_get(cfg, "distributed_type");
+    const cv *np = cv_get(cfg, "num_processes");
+    bool use_pc = pcfg && pcfg->t == CV_MAP && pcfg->n;
+    bool use_mega = dt && dt->t == CV_STR && !strcmp(dt->s, "MEGATRON_LM");
+    if (!use_pc && !use_mega) return false;
+    cli_opt opts[LAUNCH_MAX_SETTINGS];
+    const char *vals[LAUNCH_MAX_SETTINGS] = {0}; /* no flags: the config's values, else the defaults */
+    launch_settings ls = {opts, launch_setting_opts(opts), vals};
+    char pv[NPARALLELISM][64], mv[NMEGATRON][64], err[512];
+    long pc[NPARALLELISM], mega[NMEGATRON];
+    double norm = 0;
+    int procs = np && np->t == CV_INT && np->i >= 1 && np->i <= INT_MAX ? (int)np->i : 0;
+    if (!parallel_values(PARALLELISM, NPARALLELISM, &ls, pcfg, "parallelism_config", pv, pc, &norm, err,
+                         sizeof err) ||
+        !parallel_values(MEGATRON, NMEGATRON, &ls, cv_get(cfg, "megatron_lm_config"), "megatron_lm_config", mv, mega,
+                         &norm, err, sizeof err) ||
+        (procs && !check_mesh(pc, mega, use_pc, use_mega, procs, err, sizeof err))) {
+        snprintf(out, n, "invalid: %s", err);
+        return true;
+    }
+    mesh_sizes m = mesh_of(pc, mega, use_pc, use_mega);
+    long model = m.tp * m.pp * m.cp * m.sp;
+    char dp[32];
+    if (dp_derived(&m, use_mega) && procs) snprintf(dp, sizeof dp, "%ld", procs / model);
+    else if (dp_derived(&m, use_mega)) snprintf(dp, sizeof dp, "num_processes / %ld", model);
+    else snprintf(dp, sizeof dp, "%ld", m.ds);
+    snprintf(out, n, "pp %ld x dp_replicate %ld x dp_shard %s x %s %ld x tp %ld", m.pp, m.dr, dp,
+             m.sp > 1 ? "sp" : "cp", m.sp > 1 ? m.sp : m.cp, m.tp);
     return true;
 }

@@ -1,0 +1,118 @@
+/* A transformer's parameters on one rank of a tp x pp mesh (mesh_memory.h). */
+#include "mesh_memory.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/core.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The last component of the owner's name ("q_proj" of "model.layers.3.self_attn.q_proj.weight"). */
+static void module_of(const char *name, char *out, size_t n) {
+    const char *end = strrchr(name, '.'), *start = end;
+    while (start && start > name && start[-1] != '.') start--;
+    snprintf(out, n, "%.*s", end ? (int)(end - start) : 0, end ? start : "");
+}
+
+/* The decoder layer an entry belongs to ("model.layers.<i>.", GPT-2's
+ * "transformer.h.<i>."), or -1. */
+static int layer_of(const char *name) {
+    static const char *const LISTS[] = {"layers.", "h."};
+    for (int k = 0; k < 2; k++)
+        for (const char *at = strstr(name, LISTS[k]); at; at = strstr(at + 1, LISTS[k])) {
+            const char *digits = at + strlen(LISTS[k]);
+            if ((at == name || at[-1] == '.') && *digits >= '0' && *digits <= '9') return atoi(digits);
+        }
+    return -1;
+}
+
+/* Rows of an output-split weight a rank keeps: q/k/v by heads. */
+static int64_t split_rows(const char *mod, int64_t rows, const accel_llama_config *c, int tp) {
+    int64_t heads = c->num_attention_heads, kv = c->num_key_value_heads ? c->num_key_value_heads : heads;
+    int64_t hd = c->head_dim ? c->head_dim : c->hidden_size / heads;
+    if (!strcmp(mod, "q_proj")) return ceil_div(heads, tp) * hd;
+    if (!strcmp(mod, "k_proj") || !strcmp(mod, "v_proj")) return ceil_div(kv, tp) * hd;
+    if (!strcmp(mod, "qkv_proj")) return (ceil_div(heads, tp) + 2 * ceil_div(kv, tp)) * hd;
+    return ceil_div(rows, tp);
+}
+
+/* Bytes of one entry on a rank of tp, or -1 (error set) for a 2-D weight of a
+ * layer it does not know how to split. */
+static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *c, int tp, bool in_layer) {
+    const accel_tensor *t = e->t;
+    int64_t el = (int64_t)accel_dtype_size(t->dtype), numel = accel_numel(t);
+    if (tp == 1) return numel * el;
+    char mod[64];
+    module_of(e->name, mod, sizeof mod);
+    static const char *const COLUMN[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj",
+                                         "gate_up_proj"};
+    bool bias = !strcmp(e->name + strlen(e->name) - 5, ".bias");
+    for (size_t i = 0; i < sizeof COLUMN / sizeof *COLUMN; i++)
+        if (!strcmp(mod, COLUMN[i])) {
+            int64_t rows = t->ndim ? t->shape[0] : 1;
+            return split_rows(mod, rows, c, tp) * (numel / (rows ? rows : 1)) * el;
+        }
+    if (!strcmp(mod, "o_proj") || !strcmp(mod, "down_proj"))
+        return bias ? numel * el : t->shape[0] * ceil_div(t->shape[1], tp) * el;
+    if (!strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "lm_head"))
+        return ceil_div(t->shape[0], tp) * (t->ndim > 1 ? t->shape[1] : 1) * el;
+    if (in_layer && t->ndim == 2 && !e->is_buffer) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s [%lld, %lld]: no tensor-parallel split is modelled for "
+                        "this weight (%s)", e->name, (long long)t->shape[0], (long long)t->shape[1], mod);
+        return -1;
+    }
+    return numel * el; /* norms, buffers: whole on every rank */
+}
+
+accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *cfg, int tp, int pp,
+                                     accel__mesh_bytes *out) {
+    int64_t L = cfg->num_hidden_layers;
+    if (tp < 1 || pp < 1 || pp > L)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "tp_size %d and pp_size %d must be >= 1, pp_size at most the "
+                               "%lld decoder layers", tp, pp, (long long)L);
+    accel_state_dict *sd = accel_module_state_dict(m);
+    if (!sd) return accel_last_status();
+    int64_t *stage = accel_calloc((size_t)pp, sizeof *stage), *largest = accel_calloc((size_t)pp, sizeof *largest);
+    int64_t *layer = accel_calloc((size_t)L, sizeof *layer), embed = 0, head = 0;
+    accel_status st = stage && largest && layer ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, "the mesh's sizes: out of memory");
+    for (int i = 0; !st && i < sd->n; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        char mod[64];
+        module_of(e->name, mod, sizeof mod);
+        bool is_head = !strcmp(mod, "lm_head");
+        bool is_embed = !strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "wpe");
+        /* a tied lm_head is the embedding: its own copy on the last stage only when that is another stage */
+        if (e->is_tied_alias && !(is_head && pp > 1)) continue;
+        int li = layer_of(e->name);
+        if (li >= L) li = (int)L - 1; /* not a config the model was built from: counted on the last layer */
+        int64_t b = rank_bytes(e, cfg, tp, li >= 0);
+        if (b < 0) st = ACCEL_ERR_UNSUPPORTED;
+        else if (li >= 0) layer[li] += b, stage[(int64_t)li * pp / L] += b;
+        else if (is_embed) embed += b, stage[0] += b;
+        else if (is_head) head += b, stage[pp - 1] += b;
+        else stage[pp - 1] += b; /* the final norm */
+    }
+    if (!st) {
+        for (int64_t i = 0; i < L; i++) {
+            int64_t *big = &largest[i * pp / L];
+            if (layer[i] > *big) *big = layer[i];
+        }
+        if (embed > largest[0]) largest[0] = embed;
+        if (head > largest[pp - 1]) largest[pp - 1] = head;
+        int worst = 0;
+        for (int s = 1; s < pp; s++)
+            if (stage[s] > stage[worst]) worst = s;
+        int64_t first = 0;
+        while (first * pp / L < worst) first++;
+        int64_t last = first;
+        while (last < L && last * pp / L == worst) last++;
+        *out = (accel__mesh_bytes){stage[worst], largest[worst], worst, (int)first, (int)(last - first)};
+    }
+    accel_free(stage);
+    accel_free(largest);
+    accel_free(layer);
+    accel_state_dict_free(sd);
+    return st;
+}

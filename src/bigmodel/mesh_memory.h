@@ -1,0 +1,39 @@
+/* src/bigmodel/mesh_memory.h — a transformer's parameters on one rank of a
+ * tensor- x pipeline-parallel mesh, as `accel estimate-memory --tp_size
+ * --pp_size` models them (docs/bigmodel.md "Per mesh") (internal).
+ *
+ * The model (Megatron-LM's split of a Llama-block transformer):
+ * - tensor parallelism: q/k/v, gate/up (and the fused qkv_proj, gate_up_proj)
+ *   split along their outputs, their biases too; o_proj and down_proj along
+ *   their inputs, their biases whole; the embedding and lm_head split along
+ *   the vocabulary; norms whole. Key/value heads: ceil(kv_heads / tp) a rank
+ *   (fewer heads than tp: one, replicated, as Megatron does); every split
+ *   rounds up.
+ * - pipeline parallelism: decoder layer i on stage i * pp / L (contiguous,
+ *   sizes differing by at most one); the embedding on the first stage, the
+ *   final norm and lm_head on the last, and a tied lm_head there as a copy of
+ *   the embedding when pp > 1 (Megatron's shared word embeddings).
+ * Layers are found by name (model.layers.<i>, GPT-2's transformer.h.<i>); a
+ * 2-D layer weight of no kind above (GPT-2's Conv1D) is refused when tp > 1.
+ * The rank reported is the one holding the most bytes. */
+#ifndef ACCEL_BIGMODEL_MESH_MEMORY_H
+#define ACCEL_BIGMODEL_MESH_MEMORY_H
+
+#include <stdint.h>
+
+#include "accel/nn.h"
+
+typedef struct accel__mesh_bytes {
+    int64_t param_bytes;  /* that rank's parameters and buffers, in the model's dtypes */
+    int64_t largest_unit; /* its largest wrap unit: a decoder layer, or the embedding / lm_head */
+    int stage;            /* its pipeline stage */
+    int first_layer, n_layers; /* its decoder layers */
+} accel__mesh_bytes;
+
+/* m: built from cfg (on meta is enough: only shapes are read). tp, pp >= 1;
+ * pp <= num_hidden_layers. Errors: ACCEL_ERR_INVALID_ARG naming the size, or
+ * ACCEL_ERR_UNSUPPORTED naming a 2-D weight of a layer it cannot split. */
+accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *cfg, int tp, int pp,
+                                     accel__mesh_bytes *out);
+
+#endif

@@ -1,0 +1,408 @@
+/* ParallelismConfig and Megatron-LM in the CLI: `accel launch`'s
+ * --use_parallelism_config / --parallelism_config_* and --use_megatron_lm /
+ * --megatron_lm_* flags and the config's parallelism_config /
+ * megatron_lm_config reach the workers as Accelerate exports them (and as
+ * ACCEL_*), bad values and meshes are refused naming the flag or key, the
+ * workers' Accelerator gets the mesh (or names it in its refusal), `accel
+ * config update` keeps the sections, `accel env` prints the mesh, `accel
+ * estimate-memory` counts a rank of a mesh. Runs
+ * build/bin/accel and build/bin/test_dist_faults next to itself. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "accel/core.h"
+#include "check.h"
+#include "sibling_exe.h"
+
+static char ACCEL[PATH_MAX + 32], WORKER[PATH_MAX + 32], TMP[PATH_MAX];
+static char OUT[1 << 17], ERR[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t n) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t r = fread(buf, 1, n - 1, f);
+    buf[r] = 0;
+    fclose(f);
+}
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[4][PATH_MAX + 32];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, PATH_MAX + 32, "%s/%s", TMP, name);
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+/* Runs accel with args (NULL-terminated) and extra "K=V" env entries; stdout/stderr into OUT/ERR;
+ * stdin from TMP/in (what run_answering wrote; empty otherwise). */
+static int run(const char *const *args, const char *const *env) {
+    char o[PATH_MAX + 16], e[PATH_MAX + 16], in[PATH_MAX + 16];
+    snprintf(o, sizeof o, "%s/out", TMP);
+    snprintf(e, sizeof e, "%s/err", TMP);
+    snprintf(in, sizeof in, "%s/in", TMP);
+    const char *argv[48] = {ACCEL};
+    for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fi = open(in, O_RDONLY | O_CREAT, 0644);
+        dup2(fi, 0);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        execv(ACCEL, (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    slurp(o, OUT, sizeof OUT);
+    slurp(e, ERR, sizeof ERR);
+    unlink(in);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* run with these answers on stdin (`accel config`'s questions). */
+static int run_answering(const char *const *args, const char *answers) {
+    write_file("in", answers);
+    return run(args, NULL);
+}
+
+static void all_in_out(const char *const *want, size_t n) {
+    for (size_t i = 0; i < n; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+}
+
+static void test_parallelism_flags_env(void) {
+    const char *a[] = {"launch", "--num_processes", "4", "--use_parallelism_config",
+                       "--parallelism_config_dp_shard_size", "2", "--parallelism_config-cp-size=2",
+                       "--parallelism_config_cp_comm_strategy", "alltoall", "/usr/bin/env", NULL};
+    const char *stale[] = {"ACCEL_PARALLELISM_CONFIG_CP_SIZE=8", NULL}; /* the flag beats the caller's */
+    CHECK(run(a, stale) == 0);
+    const char *want[] = {"ACCELERATE_USE_PARALLELISM_CONFIG=true\n", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE=1\n",
+                          "PARALLELISM_CONFIG_DP_SHARD_SIZE=2\n", "PARALLELISM_CONFIG_TP_SIZE=1\n",
+                          "PARALLELISM_CONFIG_CP_SIZE=2\n", "PARALLELISM_CONFIG_CP_BACKEND=torch\n",
+                          "PARALLELISM_CONFIG_CP_COMM_STRATEGY=alltoall\n", "PARALLELISM_CONFIG_SP_SIZE=1\n",
+                          "PARALLELISM_CONFIG_SP_BACKEND=deepspeed\n", "ACCEL_USE_PARALLELISM_CONFIG=true\n",
+                          "ACCEL_PARALLELISM_CONFIG_CP_SIZE=2\n", "ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE=2\n"};
+    all_in_out(want, sizeof want / sizeof *want);
+    CHECK(!strstr(OUT, "=8\n") && !strstr(OUT, "MEGATRON"));
+    /* cp_comm_strategy only with cp_size > 1 (prepare_extend_env_parallelism_config) */
+    const char *b[] = {"launch", "--num_processes", "2", "--use_parallelism_config",
+                       "--parallelism_config_dp_replicate_size", "2", "--parallelism_config_cp_comm_strategy",
+                       "alltoall", "/usr/bin/env", NULL};
+    CHECK(run(b, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "PARALLELISM_CONFIG_DP_REPLICATE_SIZE=2\n");
+    CHECK(!strstr(OUT, "CP_COMM_STRATEGY"));
+    /* without --use_parallelism_config nothing is exported, but the flags are still checked */
+    const char *c[] = {"launch", "--parallelism_config_tp_size", "2", "/usr/bin/env", NULL};
+    CHECK(run(c, NULL) == 0);
+    CHECK(!strstr(OUT, "PARALLELISM_CONFIG"));
+}
+
+static void test_megatron_flags_env(void) {
+    const char *a[] = {"launch", "--num_processes", "8", "--use_megatron_lm", "--megatron_lm_tp_degree", "2",
+                       "--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "4",
+                       "--megatron_lm_sequence_parallelism", "true", "--megatron_lm_recompute_activations", "True",
+                       "--megatron_lm_use_distributed_optimizer", "yes", "--megatron_lm_gradient_clipping", "0.5",
+                       "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"ACCELERATE_USE_MEGATRON_LM=true\n", "MEGATRON_LM_TP_DEGREE=2\n", "MEGATRON_LM_PP_DEGREE=2\n",
+                          "MEGATRON_LM_NUM_MICRO_BATCHES=4\n", "MEGATRON_LM_SEQUENCE_PARALLELISM=true\n",
+                          "MEGATRON_LM_RECOMPUTE_ACTIVATIONS=True\n", "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=yes\n",
+                          "MEGATRON_LM_GRADIENT_CLIPPING=0.5\n", "ACCEL_USE_MEGATRON_LM=true\n",
+                          "ACCEL_MEGATRON_LM_TP_DEGREE=2\n"};
+    all_in_out(want, sizeof want / sizeof *want);
+    CHECK(!strstr(OUT, "PARALLELISM_CONFIG"));
+    /* defaults: the degrees 1 and clipping 1.0 always, the rest only when given */
+    const char *b[] = {"launch", "--use_megatron_lm", "/usr/bin/env", NULL};
+    CHECK(run(b, NULL) == 0);
+    const char *dflt[] = {"MEGATRON_LM_TP_DEGREE=1\n", "MEGATRON_LM_PP_DEGREE=1\n", "MEGATRON_LM_GRADIENT_CLIPPING=1.0\n"};
+    all_in_out(dflt, sizeof dflt / sizeof *dflt);
+    CHECK(!strstr(OUT, "NUM_MICRO_BATCHES") && !strstr(OUT, "SEQUENCE_PARALLELISM") &&
+          !strstr(OUT, "RECOMPUTE_ACTIVATIONS"));
+}
+
+/* Accelerate's argparse refusals, and the values its dataclasses refuse later, named at launch. */
+static void test_flag_errors(void) {
+    static const char *const BAD[][3] = {
+        {"--parallelism_config_tp_size", "two", "argument --parallelism_config_tp_size: invalid int value: 'two'"},
+        {"--parallelism_config_dp_shard_size", "0", "argument --parallelism_config_dp_shard_size: '0' is not a size"},
+        {"--parallelism_config_sp_size", "-1", "argument --parallelism_config_sp_size: '-1' is not a size"},
+        {"--parallelism_config_cp_comm_strategy", "ring",
+         "argument --parallelism_config_cp_comm_strategy: invalid choice: 'ring' (choose from 'allgather', 'alltoall')"},
+        {"--parallelism_config_cp_backend", "deepspeed",
+         "argument --parallelism_config_cp_backend: invalid choice: 'deepspeed' (choose from 'torch')"},
+        {"--megatron_lm_pp_degree", "0", "argument --megatron_lm_pp_degree: '0' is not a size"},
+        {"--megatron_lm_num_micro_batches", "x", "argument --megatron_lm_num_micro_batches: invalid int value: 'x'"},
+        {"--megatron_lm_recompute_activations", "maybe",
+         "argument --megatron_lm_recompute_activations: invalid str_to_bool value: 'maybe'"},
+        {"--megatron_lm_gradient_clipping", "-1", "argument --megatron_lm_gradient_clipping: '-1.0' is not a gradient norm"},
+        {"--megatron_lm_gradient_clipping", "inf", "argument --megatron_lm_gradient_clipping: 'inf' is not a gradient norm"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *a[] = {"launch", i % 2 ? "--use_megatron_lm" : "--use_parallelism_config", BAD[i][0], BAD[i][1],
+                           "/usr/bin/env", NULL};
+        CHECK_MSG(run(a, NULL) == 2, "%s %s accepted", BAD[i][0], BAD[i][1]);
+        CHECK_STR_CONTAINS(ERR, BAD[i][2]);
+        CHECK(!strstr(OUT, "RANK="));
+    }
+}
+
+/* The mesh against --num_processes, before any worker starts. */
+static void test_mesh_errors(void) {
+    const char *a[] = {"launch", "--num_processes", "4", "--use_parallelism_config",
+                       "--parallelism_config_dp_shard_size", "3", "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--parallelism_config_dp_replicate_size 1 x --parallelism_config_dp_shard_size 3 x "
+                            "--parallelism_config_tp_size 1 x --parallelism_config_cp_size 1 x "
+                            "--parallelism_config_sp_size 1 = 3, not --num_processes 4");
+    const char *b[] = {"launch", "--num_processes", "4", "--use_megatron_lm", "--megatron_lm_tp_degree", "3",
+                       "/usr/bin/env", NULL};
+    CHECK(run(b, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--megatron_lm_tp_degree 3 x --megatron_lm_pp_degree 1 = 3 does not divide "
+                            "--num_processes 4");
+    const char *c[] = {"launch", "--num_processes", "4", "--use_megatron_lm", "--use_parallelism_config",
+                       "--megatron_lm_tp_degree", "4", "--parallelism_config_tp_size", "2", "/usr/bin/env", NULL};
+    CHECK(run(c, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--parallelism_config_tp_size 2 and --megatron_lm_tp_degree 4 disagree on the "
+                            "tensor-parallel size");
+    /* Megatron's pipeline with explicit data-parallel sizes: their product */
+    const char *d[] = {"launch", "--num_processes", "4", "--use_megatron_lm", "--megatron_lm_pp_degree", "2",
+                       "--use_parallelism_config", "--parallelism_config_dp_shard_size", "3", "/usr/bin/env", NULL};
+    CHECK(run(d, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "x --megatron_lm_pp_degree 2 = 6, not --num_processes 4");
+    /* all 1: the default mesh (Accelerate's total_size 1); Megatron's tp 2 on 4: dp 2 */
+    const char *e[] = {"launch", "--num_processes", "2", "--use_parallelism_config", "/bin/true", NULL};
+    CHECK(run(e, NULL) == 0);
+    const char *f[] = {"launch", "--num_processes", "4", "--use_megatron_lm", "--megatron_lm_tp_degree", "2",
+                       "/bin/true", NULL};
+    CHECK(run(f, NULL) == 0);
+}
+
+/* The config's sections as Accelerate's wizard writes them: flags win,
+ * distributed_type MEGATRON_LM turns Megatron on, a non-empty
+ * parallelism_config the parallelism config, unless a paradigm flag was given. */
+static void test_config_sections(void) {
+    const char *cfg = write_file("pc.yaml", "compute_environment: LOCAL_MACHINE\ndistributed_type: MEGATRON_LM\n"
+                                 "num_processes: 4\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n"
+                                 "  megatron_lm_pp_degree: 1\n  megatron_lm_sequence_parallelism: true\n"
+                                 "  megatron_lm_recompute_activations: true\n"
+                                 "  megatron_lm_use_distributed_optimizer: true\n"
+                                 "  megatron_lm_gradient_clipping: 1.0\nparallelism_config:\n"
+                                 "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n"
+                                 "  parallelism_config_cp_size: 1\n");
+    const char *a[] = {"launch", "--config_file", cfg, "--megatron_lm_gradient_clipping", "2", "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"ACCELERATE_USE_MEGATRON_LM=true\n", "MEGATRON_LM_TP_DEGREE=2\n",
+                          "MEGATRON_LM_SEQUENCE_PARALLELISM=True\n", "MEGATRON_LM_RECOMPUTE_ACTIVATIONS=True\n",
+                          "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=True\n", "MEGATRON_LM_GRADIENT_CLIPPING=2.0\n",
+                          "ACCELERATE_USE_PARALLELISM_CONFIG=true\n", "PARALLELISM_CONFIG_DP_SHARD_SIZE=2\n",
+                          "PARALLELISM_CONFIG_TP_SIZE=2\n", "WORLD_SIZE=4\n"};
+    all_in_out(want, sizeof want / sizeof *want);
+    /* a paradigm flag: the config's distributed_type and parallelism_config are not used */
+    const char *b[] = {"launch", "--config_file", cfg, "--use_fsdp", "/usr/bin/env", NULL};
+    CHECK(run(b, NULL) == 0);
+    CHECK(!strstr(OUT, "MEGATRON_LM_") && !strstr(OUT, "PARALLELISM_CONFIG_"));
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_FSDP=true\n");
+    /* keys and types checked, naming the key */
+    static const char *const BAD[][2] = {
+        {"distributed_type: MEGATRON_LM\nmegatron_lm_config:\n  megatron_lm_tp_degre: 2\n",
+         "unknown key `megatron_lm_config.megatron_lm_tp_degre` (accel knows: megatron_lm_tp_degree,"},
+        {"distributed_type: MEGATRON_LM\nmegatron_lm_config:\n  megatron_lm_pp_degree: two\n",
+         "bad value for `megatron_lm_config.megatron_lm_pp_degree`: 'two' (expected an integer)"},
+        {"distributed_type: MEGATRON_LM\nmegatron_lm_config:\n  megatron_lm_recompute_activations: sometimes\n",
+         "bad value for `megatron_lm_config.megatron_lm_recompute_activations`: 'sometimes' (expected true or false)"},
+        {"distributed_type: MULTI_CPU\nparallelism_config:\n  tp_size: 2\n",
+         "unknown key `parallelism_config.tp_size`"},
+        {"distributed_type: MULTI_CPU\nparallelism_config:\n  parallelism_config_cp_comm_strategy: ring\n",
+         "bad value for `parallelism_config.parallelism_config_cp_comm_strategy`: 'ring'"},
+        {"distributed_type: MULTI_CPU\nnum_processes: 2\nparallelism_config:\n  parallelism_config_tp_size: 0\n",
+         "config key parallelism_config.parallelism_config_tp_size: '0' is not a size"},
+        {"distributed_type: MULTI_CPU\nnum_processes: 2\nparallelism_config:\n  parallelism_config_tp_size: 4\n",
+         "--parallelism_config_tp_size 4 x --parallelism_config_cp_size 1 x --parallelism_config_sp_size 1 = 4, not "
+         "--num_processes 2"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *c[] = {"launch", "--config_file", write_file("bad.yaml", BAD[i][0]), "/usr/bin/env", NULL};
+        CHECK_MSG(run(c, NULL) == 2, "accepted: %s", BAD[i][0]);
+        CHECK_STR_CONTAINS(ERR, BAD[i][1]);
+    }
+}
+
+/* `accel config update` keeps both sections (sorted, the float a float) and
+ * `accel env` prints them and the mesh they lay out. */
+static void test_config_round_trip(void) {
+    const char *cfg = write_file("rt.yaml", "distributed_type: MEGATRON_LM\nnum_processes: 8\nmegatron_lm_config:\n"
+                                 "  megatron_lm_tp_degree: 2\n  megatron_lm_pp_degree: 2\n"
+                                 "  megatron_lm_num_micro_batches: 4\n  megatron_lm_gradient_clipping: 1.0\n"
+                                 "  megatron_lm_use_distributed_optimizer: true\n");
+    const char *u[] = {"config", "update", "--config_file", cfg, NULL};
+    CHECK(run(u, NULL) == 0);
+    char buf[4096];
+    slurp(cfg, buf, sizeof buf);
+    CHECK_MSG(!strcmp(buf, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MEGATRON_LM\n"
+                           "enable_cpu_affinity: false\nmegatron_lm_config:\n  megatron_lm_gradient_clipping: 1.0\n"
+                           "  megatron_lm_num_micro_batches: 4\n  megatron_lm_pp_degree: 2\n"
+                           "  megatron_lm_tp_degree: 2\n  megatron_lm_use_distributed_optimizer: true\n"
+                           "num_processes: 8\nuse_cpu: false\n"),
+              "%s", buf);
+    CHECK(run(u, NULL) == 0); /* a fixed point */
+    char again[4096];
+    slurp(cfg, again, sizeof again);
+    CHECK(!strcmp(buf, again));
+    const char *e[] = {"env", "--config_file", cfg, NULL};
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "\t- megatron_lm_config: {'megatron_lm_gradient_clipping': 1.0, "
+                            "'megatron_lm_num_micro_batches': 4, 'megatron_lm_pp_degree': 2, "
+                            "'megatron_lm_tp_degree': 2, 'megatron_lm_use_distributed_optimizer': True}\n");
+    CHECK_STR_CONTAINS(OUT, "\t- mesh: pp 2 x dp_replicate 1 x dp_shard 2 x cp 1 x tp 2\n");
+    const char *pc = write_file("hsdp.yaml", "distributed_type: MULTI_CPU\nnum_processes: 4\nparallelism_config:\n"
+                                "  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 2\n");
+    const char *e2[] = {"env", "--config_file", pc, NULL};
+    CHECK(run(e2, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "\t- mesh: pp 1 x dp_replicate 2 x dp_shard 2 x cp 1 x tp 1\n");
+    const char *bad = write_file("bad_mesh.yaml", "distributed_type: MEGATRON_LM\nnum_processes: 6\n"
+                                 "megatron_lm_config:\n  megatron_lm_tp_degree: 4\n");
+    const char *e3[] = {"env", "--config_file", bad, NULL};
+    CHECK(run(e3, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "\t- mesh: invalid: --megatron_lm_tp_degree 4 x --megatron_lm_pp_degree 1 = 4 does not "
+                            "divide --num_processes 6");
+    const char *plain = write_file("plain.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n");
+    const char *e4[] = {"env", "--config_file", plain, NULL};
+    CHECK(run(e4, NULL) == 0);
+    CHECK(!strstr(OUT, "mesh:"));
+}
+
+/* `accel config` asks cluster.py's questions: Megatron-LM on a multi-GPU
+ * machine, the parallelism config under FSDP; the file launches. */
+static void test_config_wizard(void) {
+    char path[PATH_MAX + 32], buf[4096];
+    snprintf(path, sizeof path, "%s/wizard.yaml", TMP);
+    const char *a[] = {"config", "--config_file", path, NULL};
+    /* This machine, multi-GPU, 1 machine, no debug, no DeepSpeed, no FSDP, Megatron: tp 2, sequence parallelism
+     * (default yes), pp 2, 4 micro-batches, recompute (default yes), no distributed optimizer, clipping 0.5; 8 GPUs,
+     * all, no mixed precision */
+    CHECK(run_answering(a, "0\nmulti-GPU\n\nno\nno\nno\nyes\n2\n\n2\n4\n\nno\n0.5\n8\n\nno\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "Do you want to use Megatron-LM ? [yes/NO]: ");
+    slurp(path, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "distributed_type: MEGATRON_LM\n");
+    CHECK_STR_CONTAINS(buf, "megatron_lm_config:\n  megatron_lm_gradient_clipping: 0.5\n  megatron_lm_num_micro_batches: "
+                            "4\n  megatron_lm_pp_degree: 2\n  megatron_lm_recompute_activations: true\n"
+                            "  megatron_lm_sequence_parallelism: true\n  megatron_lm_tp_degree: 2\n"
+                            "  megatron_lm_use_distributed_optimizer: false\n");
+    const char *l[] = {"launch", "--config_file", path, "/usr/bin/env", NULL};
+    CHECK(run(l, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "MEGATRON_LM_NUM_MICRO_BATCHES=4\n");
+    CHECK_STR_CONTAINS(OUT, "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=False\n");
+    /* multi-CPU, FSDP (FULL_SHARD), the parallelism config: 2 x 2 x cp 2 all-to-all on 8 processes */
+    CHECK(run_answering(a, "0\nmulti-CPU\n\nno\nno\nno\nyes\n\nyes\n2\n2\n\n2\nalltoall\n8\nno\n") == 0);
+    slurp(path, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "parallelism_config:\n  parallelism_config_cp_comm_strategy: alltoall\n"
+                            "  parallelism_config_cp_size: 2\n  parallelism_config_dp_replicate_size: 2\n"
+                            "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 1\n");
+    const char *e[] = {"env", "--config_file", path, NULL};
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "\t- mesh: pp 1 x dp_replicate 2 x dp_shard 2 x cp 2 x tp 1\n");
+    /* multi-CPU without FSDP: neither question (Accelerate asks Megatron-LM on GPUs only) */
+    CHECK(run_answering(a, "0\nmulti-CPU\n\nno\nno\nno\nno\n2\nno\n") == 0);
+    CHECK(!strstr(OUT, "Megatron") && !strstr(OUT, "parallelism config"));
+}
+
+/* The workers' Accelerator receives what the flags asked for: the mesh is
+ * laid out, or refused naming the field, its value and the variable. A
+ * dimension not built yet is refused by name; once built it runs. */
+static void test_reaches_accelerator(void) {
+    const char *a[] = {"launch", "--num_processes", "2", "--use_parallelism_config",
+                       "--parallelism_config_dp_replicate_size", "2", WORKER, "accelerator", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "accelerator: ok\naccelerator: ok\n");
+    const char *b[] = {"launch", "--num_processes", "2", "--use_megatron_lm", "--megatron_lm_tp_degree", "2",
+                       "--megatron_lm_use_distributed_optimizer", "true", "-q", WORKER, "accelerator", NULL};
+    if (run(b, NULL) != 0) {
+        CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: opts.parallelism.tp_size = 2");
+        CHECK_STR_CONTAINS(OUT, "(set from the environment: ACCEL_MEGATRON_LM_TP_DEGREE=2)");
+    }
+    const char *c[] = {"launch", "--num_processes", "2", "--use_megatron_lm", "--megatron_lm_pp_degree", "2",
+                       "--megatron_lm_num_micro_batches", "4", "-q", WORKER, "accelerator", NULL};
+    if (run(c, NULL) != 0) {
+        CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: opts.parallelism.pp_size = 2");
+        CHECK_STR_CONTAINS(OUT, "ACCEL_MEGATRON_LM_PP_DEGREE=2, ACCEL_MEGATRON_LM_NUM_MICRO_BATCHES=4)");
+    }
+    const char *d[] = {"launch", "--num_processes", "2", "--use_parallelism_config",
+                       "--parallelism_config_cp_size", "2", "--parallelism_config_cp_comm_strategy", "alltoall", "-q",
+                       WORKER, "accelerator", NULL};
+    if (run(d, NULL) != 0) {
+        CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: opts.parallelism.cp_size = 2");
+        CHECK_STR_CONTAINS(OUT, "ACCEL_PARALLELISM_CONFIG_CP_COMM_STRATEGY=alltoall)");
+    }
+    /* a bad value the launcher cannot see (the caller's), refused by the worker naming the variable */
+    const char *e[] = {"launch", "--num_processes", "1", WORKER, "accelerator", NULL};
+    const char *env[] = {"ACCELERATE_USE_MEGATRON_LM=true", "MEGATRON_LM_NUM_MICRO_BATCHES=0", NULL};
+    CHECK(run(e, env) != 0);
+    CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: MEGATRON_LM_NUM_MICRO_BATCHES='0' is not a size");
+}
+
+/* `accel estimate-memory` per mesh on the committed 20-layer Llama config
+ * (hidden 512, ffn 1024, vocab 32000, untied: 340871168 f32 bytes): a rank of
+ * tp 2 x pp 2 holds layers 10-19 at half their weights (5246976 bytes each:
+ * the norms whole), half of lm_head (32768000) and the final norm
+ * (2048): 85239808 bytes, 81.29 MB; ZeRO shards that over dp_shard 2. */
+static void test_estimate_memory_mesh(void) {
+    const char *a[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "2", "--megatron_lm_pp_degree", "2",
+                       "--dp_shard_size", "2", NULL};
+    CHECK(run(a, NULL) == 0);
+    const char *want[] = {"Training using Adam on 8 processes, per rank",
+                          "│    DDP (NO_SHARD)    │81.29 MB│ 81.29 MB│162.58 MB│   0 bytes    │325.16 MB│",
+                          "│        ZeRO-1        │81.29 MB│ 81.29 MB│ 81.29 MB│   0 bytes    │243.87 MB│",
+                          "│ ZeRO-3 (FULL_SHARD)  │40.65 MB│ 40.65 MB│ 81.29 MB│   125.0 MB   │287.58 MB│",
+                          ("Mesh: pp 2 x dp_replicate 1 x dp_shard 2 x tp 2; ZeRO shards over dp_shard (2); the rank "
+                           "of pipeline stage 1 (decoder layers 10-19); 1/2 of each layer's weights")};
+    all_in_out(want, sizeof want / sizeof *want);
+    /* dp sizes alone: the whole model, ZeRO over dp_shard only (not the 4 processes) */
+    const char *b[] = {"estimate-memory", "data/llama_seed_config", "--num_processes", "4",
+                       "--parallelism_config_dp_replicate_size", "2", "--strategy", "ZERO1", NULL};
+    CHECK(run(b, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "│ ZeRO-1 │325.08 MB│325.08 MB│325.08 MB│   0 bytes    │975.24 MB│");
+    CHECK_STR_CONTAINS(OUT, "Mesh: pp 1 x dp_replicate 2 x dp_shard 2 x tp 1; ZeRO shards over dp_shard (2)");
+    static const char *const BAD[][5] = {
+        {"--tp_size", "2", "--num_processes", "3", "tp x pp x dp_replicate = 2 does not divide --num_processes 3"},
+        {"--tp_size", "2", "--megatron_lm_tp_degree", "4", "--tp_size 2 and --megatron_lm_tp_degree 4 disagree"},
+        {"--pp_size", "21", "--strategy", "DDP", "pp_size at most the 20 decoder layers"},
+        {"--tp_size", "0", "--strategy", "DDP", "argument --tp_size: expected a count >= 1"},
+        {"--tp_size", "2", "--batch_size", "1", "the activations of tensor or pipeline parallelism are not modelled"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *c[] = {"estimate-memory", "data/llama_seed_config", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3],
+                           "--seq_len", "8", NULL};
+        if (strcmp(BAD[i][2], "--batch_size")) c[6] = NULL;
+        CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
+        CHECK_STR_CONTAINS(ERR, BAD[i][4]);
+    }
+}
+
+int main(void) {
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
+    snprintf(TMP, sizeof TMP, "/tmp/accel_test_parallelism_XXXXXX");
+    CHECK(mkdtemp(TMP) != NULL);
+    setenv("HF_HOME", TMP, 1); /* no default config of the machine leaks in */
+    RUN(test_parallelism_flags_env);
+    RUN(test_megatron_flags_env);
+    RUN(test_flag_errors);
+    RUN(test_mesh_errors);
+    RUN(test_config_sections);
+    RUN(test_config_round_trip);
+    RUN(test_config_wizard);
+    RUN(test_reaches_accelerator);
+    RUN(test_estimate_memory_mesh);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
+    return check_summary();
+}

@@ -1,0 +1,92 @@
+/* A transformer's parameters on one rank of a tp x pp mesh
+ * (src/bigmodel/mesh_memory.h, `accel estimate-memory --tp_size --pp_size`):
+ * the tiny Llama's bytes counted by hand, weight by weight, for tensor
+ * parallelism (heads split, one key/value head replicated when there are
+ * fewer than tp), pipeline stages (the tied lm_head a copy on the last one),
+ * both, and the refusals. */
+#include <string.h>
+
+#include "accel/accel.h"
+#include "bigmodel/mesh_memory.h"
+#include "check.h"
+#include "tiny_llama.h"
+
+/* The tiny Llama (tiny_llama.h): hidden 16, 4 heads of 4, 2 kv heads,
+ * ffn 24, 2 layers, vocab 40, tied; f32 (4 bytes). */
+enum {
+    LAYER = (16 * 16 + 2 * 8 * 16 + 16 * 16 + 3 * 24 * 16 + 2 * 16) * 4, /* q, k, v, o, gate/up/down, 2 norms */
+    EMBED = 40 * 16 * 4,
+    NORM = 16 * 4,
+};
+
+static accel__mesh_bytes mesh(accel_module *m, int tp, int pp) {
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.tie_word_embeddings = true;
+    accel__mesh_bytes b = {0};
+    accel_status st = accel__mesh_param_bytes(m, &c, tp, pp, &b);
+    CHECK_MSG(st == ACCEL_OK, "tp %d pp %d: %s", tp, pp, accel_last_error());
+    return b;
+}
+
+static void test_tensor_parallel(void) {
+    accel_module *m = tiny_llama(1);
+    accel__mesh_bytes b = mesh(m, 1, 1);
+    CHECK_MSG(b.param_bytes == 2 * LAYER + EMBED + NORM, "%lld", (long long)b.param_bytes); /* the tie counted once */
+    CHECK(b.largest_unit == LAYER && b.stage == 0 && b.first_layer == 0 && b.n_layers == 2);
+    /* tp 2: q 2 heads (8 rows), k and v 1 head (4 rows), o 8 of 16 inputs, gate/up 12 rows, down 12 inputs,
+     * norms whole; the vocabulary 20 rows */
+    int layer2 = (8 * 16 + 2 * 4 * 16 + 16 * 8 + 2 * 12 * 16 + 16 * 12 + 2 * 16) * 4;
+    b = mesh(m, 2, 1);
+    CHECK_MSG(b.param_bytes == 2 * layer2 + 20 * 16 * 4 + NORM, "%lld", (long long)b.param_bytes);
+    CHECK(b.largest_unit == layer2);
+    /* tp 4: 2 kv heads over 4 ranks: one each (replicated), as Megatron */
+    int layer4 = (4 * 16 + 2 * 4 * 16 + 16 * 4 + 2 * 6 * 16 + 16 * 6 + 2 * 16) * 4;
+    b = mesh(m, 4, 1);
+    CHECK_MSG(b.param_bytes == 2 * layer4 + 10 * 16 * 4 + NORM, "%lld", (long long)b.param_bytes);
+    /* tp 3: every split rounds up (heads 2, kv 1, ffn 8, inputs of o 6, vocab 14) */
+    int layer3 = (8 * 16 + 2 * 4 * 16 + 16 * 6 + 2 * 8 * 16 + 16 * 8 + 2 * 16) * 4;
+    b = mesh(m, 3, 1);
+    CHECK_MSG(b.param_bytes == 2 * layer3 + 14 * 16 * 4 + NORM, "%lld", (long long)b.param_bytes);
+    accel_module_free(m);
+}
+
+static void test_pipeline(void) {
+    accel_module *m = tiny_llama(1);
+    /* stage 0: layer 0 and the embedding; stage 1: layer 1, the norm and the tied lm_head's copy */
+    accel__mesh_bytes b = mesh(m, 1, 2);
+    CHECK_MSG(b.param_bytes == LAYER + NORM + EMBED, "%lld", (long long)b.param_bytes);
+    CHECK(b.stage == 1 && b.first_layer == 1 && b.n_layers == 1 && b.largest_unit == LAYER);
+    int layer2 = (8 * 16 + 2 * 4 * 16 + 16 * 8 + 2 * 12 * 16 + 16 * 12 + 2 * 16) * 4;
+    b = mesh(m, 2, 2);
+    CHECK_MSG(b.param_bytes == layer2 + NORM + 20 * 16 * 4, "%lld", (long long)b.param_bytes);
+    accel_llama_config c = accel_llama_config_default();
+    c.num_hidden_layers = 2;
+    accel__mesh_bytes none;
+    CHECK(accel__mesh_param_bytes(m, &c, 1, 3, &none) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "pp_size at most the 2 decoder layers");
+    CHECK(accel__mesh_param_bytes(m, &c, 0, 1, &none) == ACCEL_ERR_INVALID_ARG);
+    accel_module_free(m);
+}
+
+/* GPT-2's fused Conv1D projections have no split modelled: refused by name, not counted whole. */
+static void test_unsplittable(void) {
+    accel_module *m = tiny_family(1, "gpt2");
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    accel__mesh_bytes b;
+    CHECK(accel__mesh_param_bytes(m, &c, 2, 1, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "transformer.h.0.");
+    CHECK_STR_CONTAINS(accel_last_error(), "no tensor-parallel split is modelled");
+    /* its layers are found for the pipeline split all the same */
+    CHECK(accel__mesh_param_bytes(m, &c, 1, 2, &b) == ACCEL_OK && b.n_layers == 1);
+    accel_module_free(m);
+}
+
+int main(void) {
+    RUN(test_tensor_parallel);
+    RUN(test_pipeline);
+    RUN(test_unsplittable);
+    return check_summary();
+}
