@@ -235,6 +235,9 @@ static int parallelism_body(int rank, int world) {
     }
     refused_opts((accel_parallelism_opts){.dp_shard_size = 3}, NULL, ACCEL_ERR_INVALID_ARG,
                  "= 3, not the 4 processes of the job");
+    refused_opts((accel_parallelism_opts){.dp_shard_size = 1 << 30, .tp_size = 1 << 30, .pp_size = 1 << 30,
+                                          .dp_replicate_size = 1 << 30, .cp_size = 1 << 30},
+                 NULL, ACCEL_ERR_INVALID_ARG, "more than the 4 processes of the job");
     refused_opts((accel_parallelism_opts){.dp_replicate_size = -2}, NULL, ACCEL_ERR_INVALID_ARG,
                  "opts.parallelism.dp_replicate_size must be >= 1 (got -2)");
     refused_opts((accel_parallelism_opts){.cp_size = 2, .sp_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
