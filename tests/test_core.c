@@ -182,13 +182,47 @@ static void test_null_queries(void) {
     CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
     accel_clear_error();
     CHECK(accel_arena_used(NULL) == 0 && accel_arena_capacity(NULL) == 0 && accel_arena_generation(NULL) == 0);
-    accel_tensor_rebind(NULL, NULL, false);
+    CHECK(accel_tensor_rebind(NULL, NULL, false) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_rebind");
     accel_clear_error();
     accel_tensor *s = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2));
     float other[2];
-    accel_tensor_rebind(s, other, true); /* a step tensor cannot be re-pointed */
-    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    void *before = s->data;
+    /* a step tensor cannot be re-pointed: the status says so and s is unchanged */
+    CHECK(accel_tensor_rebind(s, other, true) == ACCEL_ERR_INVALID_ARG && s->data == before);
+    accel_clear_error();
+    accel_step_reset();
+}
+
+/* The setters that used to return void report their failures (docs/contract.md). */
+static void test_setters_report(void) {
+    accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3));
+    CHECK(accel_set(t, (int64_t[]){1, 2}, 4.5) == ACCEL_OK && accel_get(t, (int64_t[]){1, 2}) == 4.5);
+    CHECK(accel_set(t, (int64_t[]){2, 0}, 1.0) == ACCEL_ERR_INVALID_ARG); /* index out of range */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    CHECK(accel_set(NULL, (int64_t[]){0}, 1.0) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    accel_tensor *m = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_META_DEVICE);
+    CHECK(m && accel_set(m, (int64_t[]){0}, 1.0) != ACCEL_OK); /* meta has no data */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    accel_tensor_free(m);
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    float mine[2] = {0};
+    CHECK(p && accel_tensor_rebind(p, mine, false) == ACCEL_OK && p->data == (void *)mine);
+    CHECK(accel_tensor_rebind(p, NULL, false) == ACCEL_OK); /* no owned memory left to free */
+    accel_tensor_free(p);
+    CHECK(accel_requires_grad_(NULL, true) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_requires_grad_");
+    accel_clear_error();
+    CHECK(accel_tensor_increment_version(NULL) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_increment_version");
+    accel_clear_error();
+    int threads = accel_num_threads();
+    CHECK(accel_set_num_threads(0) == ACCEL_ERR_INVALID_ARG && accel_num_threads() == threads);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set_num_threads");
     accel_clear_error();
     accel_step_reset();
 }
@@ -198,6 +232,7 @@ int main(void) {
     RUN(test_dtype_names);
     RUN(test_tensors_and_views);
     RUN(test_errors);
+    RUN(test_setters_report);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);

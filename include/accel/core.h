@@ -252,15 +252,16 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
  * version counter of the storage, and what is prepared from a weight (its
  * autocast copy, reused until the weight changes) is rebuilt after a bump.
  * Any view of the storage will do. */
-void accel_tensor_increment_version(accel_tensor *t);
+accel_status accel_tensor_increment_version(accel_tensor *t);
 /* Persistent deep copy (contiguous) of any tensor, on `dev`. */
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
 /* Frees a persistent tensor (and its data if owned, and its .grad if owned). */
 void accel_tensor_free(accel_tensor *t);
 /* Re-point a persistent tensor at other memory (used to flatten parameters into
  * one buffer). Copies the current contents when copy is true. Frees the old
- * data if it was owned. */
-void accel_tensor_rebind(accel_tensor *t, void *data, bool copy);
+ * data if it was owned. Fails (t unchanged) on a dead, step or non-contiguous
+ * tensor, or when the copy fails. */
+accel_status accel_tensor_rebind(accel_tensor *t, void *data, bool copy);
 /* Materialise a meta tensor on dev (allocated, zero-filled); the dtype may
  * change. For to_empty on modules. */
 accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt);
@@ -298,7 +299,8 @@ accel_status accel_tensor_from_host(accel_tensor *t, const void *src);
 /* Value access (any device; any dtype; any strides). */
 double accel_item(const accel_tensor *t);                 /* one-element tensor */
 double accel_get(const accel_tensor *t, const int64_t *idx);
-void accel_set(accel_tensor *t, const int64_t *idx, double v);
+/* Fails on a dead or meta tensor, an index out of range, or a failed device copy. */
+accel_status accel_set(accel_tensor *t, const int64_t *idx, double v);
 /* Copy all elements, converted, to a contiguous float/int64 array of numel elements. */
 accel_status accel_to_floats(const accel_tensor *t, float *out);
 accel_status accel_to_int64s(const accel_tensor *t, int64_t *out);
@@ -385,7 +387,8 @@ double accel_rng_next_double(accel_rng *r); /* [0, 1) */
 double accel_now_seconds(void); /* monotonic */
 /* Number of threads kernels use (OpenMP). */
 int accel_num_threads(void);
-void accel_set_num_threads(int n);
+/* n >= 1; anything else is refused (the count is unchanged). */
+accel_status accel_set_num_threads(int n);
 
 #ifdef __cplusplus
 }

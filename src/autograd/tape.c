@@ -27,8 +27,10 @@ bool accel_set_grad_enabled(bool enabled) {
 
 bool accel_is_grad_enabled(void) { return !tl_grad_disabled; }
 
-void accel_requires_grad_(accel_tensor *t, bool requires) {
-    if (accel_tensor_check(t, "accel_requires_grad_", "t")) t->requires_grad = requires;
+accel_status accel_requires_grad_(accel_tensor *t, bool requires) {
+    if (!accel_tensor_check(t, "accel_requires_grad_", "t")) return accel_last_status();
+    t->requires_grad = requires;
+    return ACCEL_OK;
 }
 
 void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx) {

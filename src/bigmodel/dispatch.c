@@ -85,8 +85,7 @@ static hook_ctx *ctx_of(accel_dispatched *d, accel_module *m) {
     c->d = d;
     c->exec = d->main;
     accel_module_hook h = {hook_pre, hook_post, hook_free, c};
-    accel_module_set_hook(m, &h);
-    if (!m->hook) {
+    if (accel_module_set_hook(m, &h) != ACCEL_OK) {
         hook_free(c);
         return NULL;
     }

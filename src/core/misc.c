@@ -20,11 +20,12 @@ int accel_num_threads(void) {
     return cap > 0 && cap < n ? cap : n;
 }
 
-void accel_set_num_threads(int n) {
-    if (n <= 0) return;
+accel_status accel_set_num_threads(int n) {
+    if (n <= 0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_set_num_threads: n must be >= 1, got %d", n);
     atomic_store(&g_chosen, true);
     atomic_store(&g_cap, 0);
     omp_set_num_threads(n);
+    return ACCEL_OK;
 }
 
 bool accel__num_threads_chosen(void) { return atomic_load(&g_chosen) || getenv("OMP_NUM_THREADS"); }

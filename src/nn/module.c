@@ -367,12 +367,14 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
-void accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {
-    if (!m) return;
+accel_status accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {
+    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_set_hook: m is NULL");
     free_hook(m);
-    if (!hook) return;
+    if (!hook) return ACCEL_OK;
     m->hook = accel_malloc(sizeof *m->hook);
-    if (m->hook) *m->hook = *hook;
+    if (!m->hook) return accel_last_status();
+    *m->hook = *hook;
+    return ACCEL_OK;
 }
 
 void accel_module_train(accel_module *m, bool training) {
