@@ -381,7 +381,7 @@ accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, acc
 accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t,
                                           int from_process);
 /* Byte blobs (gather_object / broadcast_object_list): see accel_pg_*_bytes.
- * *out and received data are malloc'd (free()). */
+ * *out and received data are accel_malloc'd (accel_free()). */
 accel_status accel_accelerator_gather_object(accel_accelerator *acc, const void *data,
                                              size_t len, void **out, size_t *lens);
 accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **data, size_t *len,

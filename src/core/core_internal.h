@@ -12,6 +12,11 @@ bool accel__num_threads_chosen(void);
  * regions), without counting as the user's choice. */
 void accel__cap_num_threads(int n);
 
+/* realloc through the library's allocator (which has no realloc of its own):
+ * new memory of `bytes` holding the first min(old_bytes, bytes) bytes of p,
+ * which is freed. NULL + error on out of memory, p left as it was. */
+void *accel__realloc(void *p, size_t old_bytes, size_t bytes);
+
 /* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
 double accel__load_elem(const void *p, accel_dtype dt, size_t i);
 void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);
