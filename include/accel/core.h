@@ -384,6 +384,12 @@ double accel_rng_next_double(accel_rng *r); /* [0, 1) */
 
 /* ------------------------------------------------------------------ misc */
 
+/* When on, every kernel runs its plain reference C version (tests compare the
+ * fast paths against it), and the ops take no fast path of their own.
+ * Thread-local. Returns the previous value. */
+bool accel_set_reference_kernels(bool on);
+bool accel_reference_kernels(void);
+
 double accel_now_seconds(void); /* monotonic */
 /* Number of threads kernels use (OpenMP). */
 int accel_num_threads(void);

@@ -25,8 +25,7 @@ ACCEL_KERNELS(ACCEL__CPU_KERNEL_DECL)
 /* The machine's RAM (the CPU backend's mem_info). */
 accel_status accel__cpu_mem_info(size_t *free_bytes, size_t *total_bytes);
 
-/* Whether the reference kernels are selected on this thread (accel_set_reference_kernels). */
-bool accel_reference_kernels(void);
+/* Whether the reference kernels are selected on this thread: accel_reference_kernels() of core.h. */
 
 /* Sizes above which a kernel uses OpenMP threads. */
 #define ACCEL_CPU_PAR_THRESHOLD 32768

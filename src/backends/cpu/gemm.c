@@ -14,7 +14,6 @@
 #include <time.h>
 
 #include "accel/cpu.h"
-#include "accel/ops.h"
 #include "core/cpuinfo.h"
 #include "core/prepared.h"
 
