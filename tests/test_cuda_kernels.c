@@ -25,7 +25,7 @@
 
 #include "accel/bigmodel.h"
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
 #include "core/core_internal.h"
 #include "cuda_skip.h"

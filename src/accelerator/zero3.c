@@ -66,7 +66,7 @@
 
 #include "accelerator_internal.h"
 #include "zero3.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/host_stage.h"
 #include "core/prepared.h"
 

@@ -4,7 +4,7 @@
 
 #include "accel/autograd.h"
 #include "accel/ops.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/core_internal.h"
 
 typedef struct tape {

@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/core_internal.h"
 
 typedef struct chunk {

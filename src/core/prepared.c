@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core_internal.h"
 
 /* A released form that a live tape may read: freed when its step ends. */

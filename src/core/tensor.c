@@ -1,6 +1,6 @@
 /* Tensor headers: persistent and step-arena tensors, views, element access.
  *
- * Storage comes from the tensor's device backend (backends/backend.h):
+ * Storage comes from the tensor's device backend (core/backend.h):
  * persistent data from mem.alloc, step data from mem.step_alloc. Nothing here
  * dereferences a tensor's data: reads and writes go through the backend's
  * copies and kernels, so every function works on every device. */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/host_stage.h"
 #include "core_internal.h"
 

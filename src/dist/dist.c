@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/plugin.h"
+#include "backends/plugin.h"
 #include "core/prepared.h"
 #include "core/str_to_bool.h"
 #include "dist/backend.h"
@@ -925,7 +925,7 @@ static int g_refs;
 static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Process-group backends that plug-ins brought (nccl with the cuda plug-in,
- * core/plugin.h): set once each, read without a lock. */
+ * backends/plugin.h): set once each, read without a lock. */
 enum { MAX_PLUGIN_PGS = 4 };
 static const accel__backend *g_plugin_pg[MAX_PLUGIN_PGS];
 
