@@ -303,6 +303,11 @@ void accel__site_describe(const accel__site *s, char *out, size_t n) {
                  (int)s->line);
 }
 
+/* Per-rank arrays of a collective live on the stack up to this many ranks
+ * (past it, in the allocator's memory), so that a steady training step
+ * allocates nothing (tests/count_alloc.h counts the library's allocations). */
+#define SMALL_WORLD 64
+
 /* What debug mode compares: everything that must agree across ranks. */
 typedef struct call_sig {
     int32_t kind, dtype, op, root;
@@ -373,11 +378,12 @@ static accel_status run_call(accel_pg *pg, const call *c) {
     case K_ALL_GATHER:
     case K_GATHER:
     case K_ALL_GATHERV: {
-        size_t *bytes = accel_malloc((size_t)world * sizeof *bytes);
+        /* on the stack up to SMALL_WORLD ranks: a steady step allocates nothing */
+        size_t small[SMALL_WORLD], *bytes = world <= SMALL_WORLD ? small : accel_malloc((size_t)world * sizeof *bytes);
         if (!bytes) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
         for (int k = 0; k < world; k++) bytes[k] = (c->kind == K_ALL_GATHERV ? c->counts[k] : c->count) * es;
         accel_status st = be->all_gatherv(pg, c->send, c->buf, bytes, c->kind == K_GATHER ? c->root : -1);
-        accel_free(bytes);
+        if (bytes != small) accel_free(bytes);
         return st;
     }
     case K_REDUCE_SCATTER: {
