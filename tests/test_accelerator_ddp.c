@@ -1,6 +1,6 @@
 /* Accelerator on 1..N processes (run plainly and under `accel launch --num_processes N`):
  * DDP equivalence with single-process training, gradient accumulation, no_sync,
- * gather_for_metrics on uneven datasets, collectives (accelerate.md §9.2), scheduler
+ * gather_for_metrics on uneven datasets, collectives (upstream's test_utils/scripts/test_ops.py), scheduler
  * stepping (§5.2), clipping, split_between_processes, main_process_first. */
 #include <unistd.h>
 

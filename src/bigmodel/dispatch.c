@@ -1,5 +1,5 @@
 /* src/bigmodel/dispatch.c — dispatch_model and load_checkpoint_and_dispatch
- * (accelerate.md §7.8–7.10): one accel_module_hook per module that needs one.
+ * (accelerate/big_modeling.py's load_checkpoint_and_dispatch and dispatch_model, accelerate/hooks.py): one accel_module_hook per module that needs one.
  *
  * A hook (Accelerate's AlignDevicesHook) does, around its module's forward:
  *   pre:  remember the input's device (root only: io_same_device), bring in
