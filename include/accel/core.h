@@ -82,9 +82,13 @@ void accel_abort_at(const char *file, int line, const char *msg) __attribute__((
 
 /* ------------------------------------------------------------------ memory */
 
-/* Every allocation the library makes goes through this allocator, so a test
- * can count them (the "no malloc after the first step" promise). Set it
- * before creating anything; memory must be freed by the allocator that made it. */
+/* The library's host allocations go through this allocator (tensors, arenas,
+ * modules, optimizer state, process groups and their stores, ...), so a test
+ * can count them (the "no malloc after the first step" promise). Not through
+ * it: the tokenizer's results (malloc'd: free() them), the CLI, the loggers'
+ * and trackers' own structs, a few scratch buffers, and what outside libraries
+ * allocate (docs/architecture.md, "Decisions" 2). Set it before creating
+ * anything; memory must be freed by the allocator that made it. */
 typedef struct accel_allocator {
     void *(*alloc)(void *ctx, size_t bytes, size_t align); /* zero not required */
     void (*free)(void *ctx, void *ptr);
