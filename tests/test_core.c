@@ -111,7 +111,7 @@ static void test_arena_mark_rewind(void) {
         accel_arena_mark m = accel_arena_mark_now(a);
         for (int i = 0; i < 50; i++) CHECK(accel_arena_alloc(a, 1000, 64) != NULL);
         CHECK(accel_arena_peak(a) >= 50000);
-        accel_arena_rewind(a, m);
+        CHECK(accel_arena_rewind(a, m) == ACCEL_OK);
         CHECK(accel_arena_used(a) == used && accel_arena_peak(a) >= 50000);
         CHECK((char *)accel_arena_alloc(a, 8, 16) == keep + 112); /* the freed memory is handed out again */
         size_t cap = accel_arena_capacity(a);
@@ -121,6 +121,33 @@ static void test_arena_mark_rewind(void) {
         if (step > 0) CHECK(accel_arena_capacity(a) == cap); /* no growth after the first step */
     }
     accel_arena_destroy(a);
+}
+
+/* A mark that does not fit the arena is refused, the arena unchanged (it
+ * used to abort the process). */
+static void test_arena_bad_marks(void) {
+    accel_arena *a = accel_arena_create(1024), *b = accel_arena_create(1024);
+    accel_arena_alloc(a, 100, 16);
+    accel_arena_mark early = accel_arena_mark_now(a);
+    accel_arena_alloc(a, 100, 16);
+    accel_arena_mark late = accel_arena_mark_now(a);
+    for (int i = 0; i < 20; i++) accel_arena_alloc(a, 1000, 64); /* pushes chunks */
+    size_t used = accel_arena_used(a);
+    CHECK(accel_arena_rewind(b, early) == ACCEL_ERR_STATE); /* another arena's mark */
+    CHECK_STR_CONTAINS(accel_last_error(), "not of this arena");
+    accel_clear_error();
+    CHECK(accel_arena_used(a) == used);
+    CHECK(accel_arena_rewind(a, early) == ACCEL_OK && accel_arena_used(a) < used);
+    CHECK(accel_arena_rewind(a, late) == ACCEL_ERR_STATE); /* rewound past it */
+    CHECK_STR_CONTAINS(accel_last_error(), "already rewound past");
+    accel_clear_error();
+    accel_arena_reset(a);
+    CHECK(accel_arena_rewind(a, early) == ACCEL_ERR_STATE); /* a mark of an earlier step */
+    CHECK_STR_CONTAINS(accel_last_error(), "earlier step");
+    accel_clear_error();
+    CHECK(accel_arena_rewind(NULL, early) == ACCEL_OK);
+    accel_arena_destroy(a);
+    accel_arena_destroy(b);
 }
 
 static void test_rng(void) {
@@ -236,6 +263,7 @@ int main(void) {
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);
+    RUN(test_arena_bad_marks);
     RUN(test_rng);
     RUN(test_print);
     RUN(test_null_generators);

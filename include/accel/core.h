@@ -341,14 +341,16 @@ uint32_t accel_arena_generation(const accel_arena *a);
  * since accel_arena_mark_now(a) returned m (marks nest like a stack; m and
  * every later mark must be of the current generation, not yet rewound past).
  * Memory from after the mark is invalid afterwards: step tensors too. The
- * peak keeps counting what was freed. */
+ * peak keeps counting what was freed. A mark of another arena or generation,
+ * or one already rewound past, is refused (ACCEL_ERR_STATE, a unchanged); a
+ * NULL a or the empty mark of a NULL arena is a no-op. */
 typedef struct accel_arena_mark {
     void *chunk;
     size_t used, below;
     uint32_t gen;
 } accel_arena_mark;
 accel_arena_mark accel_arena_mark_now(const accel_arena *a);
-void accel_arena_rewind(accel_arena *a, accel_arena_mark m);
+accel_status accel_arena_rewind(accel_arena *a, accel_arena_mark m);
 
 /* The calling thread's step arena (created on first use). */
 accel_arena *accel_step_arena(void);

@@ -125,7 +125,8 @@ typedef struct accel__plugin_abi {
     X(accel_status, accel__env_bool, (const char *name, bool dflt, bool *out), (name, dflt, out))        \
     X(accel__cpu_isa_level, accel__cpu_isa_cap, (void), ())                                             \
     X(size_t, accel__gemm_test_scratchpad_bytes, (void), ())                                            \
-    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))
+    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))                            \
+    X(accel_status, accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))
 
 #define ACCEL__PLUGIN_HOST_VOIDS(X)                                                                   \
     X(accel_clear_error, (void), ())                                                                  \
@@ -138,8 +139,7 @@ typedef struct accel__plugin_abi {
     X(accel__poll_pause, (unsigned spins, double elapsed_s), (spins, elapsed_s))                      \
     X(accel__reduce, (accel_dtype dt, accel_reduce_op op, int world, int nsrc, const void *const *srcs, int ndst, \
                       void *const *dsts, size_t n), (dt, op, world, nsrc, srcs, ndst, dsts, n))       \
-    X(accel__site_describe, (const accel__site *s, char *out, size_t n), (s, out, n))                \
-    X(accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))
+    X(accel__site_describe, (const accel__site *s, char *out, size_t n), (s, out, n))
 
 typedef struct accel__plugin_host {
 #define ACCEL__HOST_FIELD(ret, name, params, args) ret(*name) params;
