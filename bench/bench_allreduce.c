@@ -1,7 +1,7 @@
 /* all_reduce bus bandwidth of accel's default group (shm on one machine), f32 SUM, 1..256 MiB.
  * Run under `accel launch --num_processes 2`. Two variants per size:
  * zero-copy (buffer from accel_pg_alloc_shared) and private (malloc'd buffer,
- * copied in and out). Like limits.md §4: 3 warm-ups, then at least 10 calls
+ * copied in and out). As the project's first all-reduce measurements: 3 warm-ups, then at least 10 calls
  * covering at least 0.5 s; each call between barriers, its time the max over
  * ranks; the median is reported. busbw = bytes/t * 2(n-1)/n. */
 #include <stdio.h>

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "bench_util.h"
 
 static void fail(const char *what) {

@@ -30,7 +30,7 @@ sections() {
   echo "# Benchmark results"
   echo
   echo "Every number here was produced by a script in bench/ on a project machine (2 vCPUs, shared;"
-  echo "../shared/reference/limits.md has the measured limits of each CPU kind). The machines change CPU kind"
+  echo "each table gives the limits it is measured against). The machines change CPU kind"
   echo "from day to day: the sections up to the first CPU-kind heading were measured on AMD EPYC Zen 3 (AVX2,"
   echo "no bf16 units) unless a section names another CPU; each other kind has its own section below, from"
   echo "bench/results/<kind>/ (a bench script writes there when given OUT=bench/results/<kind>/<topic>.md),"

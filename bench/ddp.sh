@@ -175,7 +175,7 @@ L.append("| equal-machine speed-up S | tok/s(2 proc x 1 thr) / tok/s(1 proc x 2 
          "2-core machine; > 1 means data parallelism beats threading | "
          + both(lambda p: tok[f"{p}_2p"] / tok[f"{p}_1p"]) + " |")
 L.append("| issue's efficiency S/2 | tok/s(2 proc) / (2 x tok/s(1 proc x 2 thr)); its ceiling here is about "
-         "0.56 (2 x 1-thread sgemm 140 GFLOP/s vs 2-thread 124, limits.md), not 1 | "
+         "0.56 (2 x 1-thread sgemm 140 GFLOP/s vs 2-thread 124, measured on Zen 3), not 1 | "
          + both(lambda p: tok[f"{p}_2p"] / (2 * tok[f"{p}_1p"])) + " |")
 if "accel_1p1t" in runs and "torch_1p1t" in runs:
     L.append("| per-core scaling efficiency E | tok/s(2 proc x 1 thr) / (2 x tok/s(1 proc x 1 thr)): "
@@ -186,7 +186,7 @@ L += ["", f"**Exposed communication (accel)**: step(sync) - step(no-sync), 2 pro
       f"where both runs were quiet (all rounds if none) of the per-round difference: **{ex:.0f} ms** = {100 * ex / ms['accel_2p']:.1f}% of the "
       f"{ms['accel_2p']:.0f} ms step (per round: {', '.join(f'{e:.0f}' for e in exposed)} ms; gradients "
       f"are {float(open(sorted(glob.glob(f'{log}/accel_2p.*[0-9]'))[0]).read().split('model params=')[1].split()[0]) * 4 / 1e6:.0f} MB "
-      "f32; the shm zero-copy all-reduce floor for 80 MB is ~10 ms, limits.md). A difference within the "
+      "f32; the shm zero-copy all-reduce floor for 80 MB is ~10 ms, measured on Zen 3). A difference within the "
       "round-to-round noise means the all-reduce is hidden behind backward. The CPU the all-reduce costs "
       "rank 0 (CPU ms/step sync - no-sync, per round): "
       f"{', '.join(f'{e:.0f}' for e in exposed_cpu)} ms (median {statistics.median(exposed_cpu):.0f}). "

@@ -5,7 +5,7 @@
 # ACCEL_CUDA defaults to ON when the CUDA toolkit (nvcc, cudart, cuBLASLt) is
 # found; -DACCEL_CUDA=OFF builds no plug-in. libaccel.so, the CLI and the
 # programs never link the CUDA runtime: the core loads the plug-in the first
-# time a CUDA device is asked for (src/core/plugin.h), and on a machine
+# time a CUDA device is asked for (src/backends/plugin.h), and on a machine
 # without a GPU (or without the NVIDIA driver) it registers no device.
 #
 # Kernels are compiled for sm_90 (SASS) plus compute_80 PTX, which the driver

@@ -6,7 +6,7 @@
 #                                     only to link against), accel::accel_static
 #   bin/accel                         the launcher / CLI
 #   lib/accel/libaccel-<name>.so      the device backend plug-ins (cuda, hostless),
-#                                     loaded at run time (src/core/plugin.h)
+#                                     loaded at run time (src/backends/plugin.h)
 # accel.pc finds its prefix from its own location (${pcfiledir}), so it stays
 # right for any --prefix given at install time and under DESTDIR.
 include(CMakePackageConfigHelpers)

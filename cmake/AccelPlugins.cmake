@@ -1,8 +1,8 @@
-# Backend plug-ins (src/core/plugin.h): each device backend other than the
+# Backend plug-ins (src/backends/plugin.h): each device backend other than the
 # CPU is a shared object of its own, lib/accel/libaccel-<name>.so in the
 # build tree and in the install, loaded by the core the first time its device
 # type is asked for. A plug-in links no part of accel: the core functions it
-# calls come through the table its init receives (src/core/plugin_shims.c).
+# calls come through the table its init receives (src/backends/plugin_shims.c).
 #
 # ACCEL_BACKENDS_STATIC=ON also links the backends' code into libaccel.a
 # (one binary with its backends; libaccel.so never carries them), where the
@@ -10,16 +10,16 @@
 
 option(ACCEL_BACKENDS_STATIC "Also link the backend plug-ins' code into the static library" OFF)
 set(ACCEL_PLUGIN_DIR ${CMAKE_BINARY_DIR}/lib/accel)
-set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/core/plugin_shims\\.c$")
+set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/backends/plugin_shims\\.c$")
 
 # The headers core and plug-ins share (every structure and table passed
 # between them): the hash of their text is part of ACCEL__PLUGIN_LAYOUT
-# (src/core/plugin.h), so a plug-in built against other headers, even ones
+# (src/backends/plugin.h), so a plug-in built against other headers, even ones
 # with a field reordered, is refused. Re-hashed whenever one changes.
 file(GLOB ACCEL_PLUGIN_SHARED_HEADERS ${CMAKE_SOURCE_DIR}/include/accel/*.h)
-foreach(h core/plugin.h core/cpuinfo.h core/env.h core/dtype_elem.h backends/backend.h backends/kernels.h
+foreach(h backends/plugin.h core/cpuinfo.h core/env.h core/dtype_elem.h core/backend.h core/kernels.h
           backends/vm_pool.h backends/fp8.h backends/cpu/cpu_kernels.h backends/cpu/gemm.h
-          backends/cpu/dnnl_hooks.h backends/hostless/hostless.h backends/cuda/cuda_hooks.h
+          backends/cpu/dnnl_hooks.h backends/hostless/hostless.h backends/cuda/cuda_hooks.h backends/registry.h
           dist/backend.h dist/store.h)
   list(APPEND ACCEL_PLUGIN_SHARED_HEADERS ${CMAKE_SOURCE_DIR}/src/${h})
 endforeach()
@@ -37,7 +37,7 @@ set_property(DIRECTORY ${CMAKE_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPEN
 # accel_add_plugin(NAME SOURCES...): libaccel-NAME.so from SOURCES (+ the shims).
 function(accel_add_plugin name)
   set(target accel-${name})
-  add_library(${target} MODULE ${ARGN} ${CMAKE_SOURCE_DIR}/src/core/plugin_shims.c)
+  add_library(${target} MODULE ${ARGN} ${CMAKE_SOURCE_DIR}/src/backends/plugin_shims.c)
   set_target_properties(${target} PROPERTIES PREFIX lib OUTPUT_NAME accel-${name}
     LIBRARY_OUTPUT_DIRECTORY ${ACCEL_PLUGIN_DIR} C_VISIBILITY_PRESET hidden
     LINK_DEPENDS ${CMAKE_SOURCE_DIR}/cmake/plugin.map)
@@ -79,7 +79,7 @@ function(accel_finish_plugins)
   if(NOT ACCEL_BACKENDS_STATIC)
     return()
   endif()
-  set(loader ${CMAKE_SOURCE_DIR}/src/core/plugin.c)
+  set(loader ${CMAKE_SOURCE_DIR}/src/backends/plugin.c)
   get_target_property(srcs accel SOURCES)
   list(REMOVE_ITEM srcs ${loader})
   set_target_properties(accel PROPERTIES SOURCES "${srcs}")
@@ -100,7 +100,7 @@ get_target_property(ACCEL__SRCS accel SOURCES)
 list(FILTER ACCEL__SRCS EXCLUDE REGEX "${ACCEL_PLUGIN_SOURCE_REGEX}")
 set_target_properties(accel PROPERTIES SOURCES "${ACCEL__SRCS}")
 # Where an installed library looks for its plug-ins besides its own directory.
-set_property(SOURCE ${CMAKE_SOURCE_DIR}/src/core/plugin.c APPEND PROPERTY
+set_property(SOURCE ${CMAKE_SOURCE_DIR}/src/backends/plugin.c APPEND PROPERTY
   COMPILE_DEFINITIONS "ACCEL_PLUGIN_INSTALL_DIR=\"${CMAKE_INSTALL_FULL_LIBDIR}/accel\"" ${ACCEL_PLUGIN_LAYOUT_DEF})
 
 # mpi: the MPI process group (src/dist/mpi.c), when CMake finds MPI. The

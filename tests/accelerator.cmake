@@ -1,5 +1,5 @@
 # Accelerator and data layer: multi-process tests under the real launcher, and the
-# examples' exact output lines (accelerate.md seeds 000/001).
+# examples' exact output lines (the project's seed examples 000/001).
 # (test_accelerator_*.c and test_data_*.c also run plainly as one process via the glob.)
 if(TARGET accel_cli)
   set(_accel_env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")

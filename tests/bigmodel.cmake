@@ -1,4 +1,4 @@
-# Big-model inference: the seed's examples (accelerate.md §7, seed "大模型推理").
+# Big-model inference: the seed's examples (accelerate/big_modeling.py; seed "大模型推理").
 # The 20-layer toy checkpoint is ~340 MB of random f32 weights: those tests are
 # _nosan (skipped under ASan; the same code paths run in test_dispatch,
 # test_llama_hf and test_generate there).

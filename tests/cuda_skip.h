@@ -9,7 +9,7 @@
 
 #include "accel/core.h"
 #include "backends/cuda/cuda_hooks.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 enum { CUDA_SKIP = 77 };
 

@@ -12,6 +12,11 @@ add_test(NAME install COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_install.sh ${C
   ${CMAKE_SOURCE_DIR}/examples/train_linear.c ${CMAKE_C_COMPILER} "${ACCEL_INSTALL_TEST_FLAGS}")
 set_tests_properties(install PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 
+# layers: the layering of docs/architecture.md, checked on the sources with grep
+# (tests/check_layers.sh: what core and the backends include, no model named in
+# generic code, dist's allocations, every thread-local in the doc's table).
+add_test(NAME layers COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_layers.sh ${CMAKE_SOURCE_DIR})
+
 # portable_library: no AVX/AVX-512 code outside the per-ISA kernel variants
 # (a -march=native build is for its build machine only: not checked).
 if(NOT ACCEL_MARCH_NATIVE AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")

@@ -1,4 +1,4 @@
-# Backend plug-ins (src/core/plugin.h; tests/test_plugin.c): broken plug-in
+# Backend plug-ins (src/backends/plugin.h; tests/test_plugin.c): broken plug-in
 # files, each in a directory of its own under its real name, and the runs
 # that find them first through ACCEL_BACKEND_PATH.
 set(_pdir ${CMAKE_CURRENT_BINARY_DIR}/plugins)

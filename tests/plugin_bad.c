@@ -2,7 +2,7 @@
  * BAD_ABI its version symbol names ABI 999; with NO_INIT it has a right
  * version symbol and no init (built with another ACCEL__PLUGIN_HEADERS_HASH:
  * a layout that is not the core's). */
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 #ifdef BAD_ABI
 ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_hostless_abi = {999, 0, "0.0.0"};

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "backends/kernels.h"
+#include "core/kernels.h"
 
 typedef struct sdpa_case {
     int64_t B, H, Hkv, Tq, Tk, D, Dv;

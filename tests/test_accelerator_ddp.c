@@ -1,6 +1,6 @@
 /* Accelerator on 1..N processes (run plainly and under `accel launch --num_processes N`):
  * DDP equivalence with single-process training, gradient accumulation, no_sync,
- * gather_for_metrics on uneven datasets, collectives (accelerate.md §9.2), scheduler
+ * gather_for_metrics on uneven datasets, collectives (upstream's test_utils/scripts/test_ops.py), scheduler
  * stepping (§5.2), clipping, split_between_processes, main_process_first. */
 #include <unistd.h>
 
@@ -228,12 +228,12 @@ static void test_collectives(void) {
     size_t lens[8];
     CHECK(accel_accelerator_gather_object(A, &mine, 1, &all, lens) == ACCEL_OK);
     for (int r = 0; all && r < N; r++) CHECK(((unsigned char *)all)[r] == r && lens[r] == 1);
-    free(all);
+    accel_free(all);
     void *blob = R == 0 ? "hello" : NULL;
     size_t blen = R == 0 ? 6 : 0;
     CHECK(accel_accelerator_broadcast_object(A, &blob, &blen, 0) == ACCEL_OK);
     CHECK(blen == 6 && !strcmp(blob, "hello"));
-    if (R != 0) free(blob);
+    if (R != 0) accel_free(blob);
     if (N > 1 && accel_dist_debug_mode()) {
         /* debug mode: mismatched shapes fail on every rank, naming each rank's shape */
         CHECK(accel_accelerator_gather(A, accel_arange(ACCEL_F32, 0, R + 1)) == NULL);

@@ -239,7 +239,7 @@ static void test_config_limits(void) {
 }
 
 static void test_accelerate_yaml_and_json(void) {
-    /* accelerate.md §1.3: as written by the Python wizard (4 GPUs, fp16) */
+    /* ClusterConfig (accelerate/commands/config/config_args.py): as written by the Python wizard (4 GPUs, fp16) */
     spit(CFG, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MULTI_GPU\ndowncast_bf16: 'no'\n"
               "enable_cpu_affinity: false\ngpu_ids: all\nmachine_rank: 0\nmain_training_function: main\n"
               "mixed_precision: fp16\nnum_machines: 1\nnum_processes: 4\nrdzv_backend: static\nsame_network: true\n"

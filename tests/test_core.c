@@ -111,7 +111,7 @@ static void test_arena_mark_rewind(void) {
         accel_arena_mark m = accel_arena_mark_now(a);
         for (int i = 0; i < 50; i++) CHECK(accel_arena_alloc(a, 1000, 64) != NULL);
         CHECK(accel_arena_peak(a) >= 50000);
-        accel_arena_rewind(a, m);
+        CHECK(accel_arena_rewind(a, m) == ACCEL_OK);
         CHECK(accel_arena_used(a) == used && accel_arena_peak(a) >= 50000);
         CHECK((char *)accel_arena_alloc(a, 8, 16) == keep + 112); /* the freed memory is handed out again */
         size_t cap = accel_arena_capacity(a);
@@ -121,6 +121,33 @@ static void test_arena_mark_rewind(void) {
         if (step > 0) CHECK(accel_arena_capacity(a) == cap); /* no growth after the first step */
     }
     accel_arena_destroy(a);
+}
+
+/* A mark that does not fit the arena is refused, the arena unchanged (it
+ * used to abort the process). */
+static void test_arena_bad_marks(void) {
+    accel_arena *a = accel_arena_create(1024), *b = accel_arena_create(1024);
+    accel_arena_alloc(a, 100, 16);
+    accel_arena_mark early = accel_arena_mark_now(a);
+    accel_arena_alloc(a, 100, 16);
+    accel_arena_mark late = accel_arena_mark_now(a);
+    for (int i = 0; i < 20; i++) accel_arena_alloc(a, 1000, 64); /* pushes chunks */
+    size_t used = accel_arena_used(a);
+    CHECK(accel_arena_rewind(b, early) == ACCEL_ERR_STATE); /* another arena's mark */
+    CHECK_STR_CONTAINS(accel_last_error(), "not of this arena");
+    accel_clear_error();
+    CHECK(accel_arena_used(a) == used);
+    CHECK(accel_arena_rewind(a, early) == ACCEL_OK && accel_arena_used(a) < used);
+    CHECK(accel_arena_rewind(a, late) == ACCEL_ERR_STATE); /* rewound past it */
+    CHECK_STR_CONTAINS(accel_last_error(), "already rewound past");
+    accel_clear_error();
+    accel_arena_reset(a);
+    CHECK(accel_arena_rewind(a, early) == ACCEL_ERR_STATE); /* a mark of an earlier step */
+    CHECK_STR_CONTAINS(accel_last_error(), "earlier step");
+    accel_clear_error();
+    CHECK(accel_arena_rewind(NULL, early) == ACCEL_OK);
+    accel_arena_destroy(a);
+    accel_arena_destroy(b);
 }
 
 static void test_rng(void) {
@@ -182,13 +209,47 @@ static void test_null_queries(void) {
     CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
     accel_clear_error();
     CHECK(accel_arena_used(NULL) == 0 && accel_arena_capacity(NULL) == 0 && accel_arena_generation(NULL) == 0);
-    accel_tensor_rebind(NULL, NULL, false);
+    CHECK(accel_tensor_rebind(NULL, NULL, false) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_rebind");
     accel_clear_error();
     accel_tensor *s = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2));
     float other[2];
-    accel_tensor_rebind(s, other, true); /* a step tensor cannot be re-pointed */
-    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    void *before = s->data;
+    /* a step tensor cannot be re-pointed: the status says so and s is unchanged */
+    CHECK(accel_tensor_rebind(s, other, true) == ACCEL_ERR_INVALID_ARG && s->data == before);
+    accel_clear_error();
+    accel_step_reset();
+}
+
+/* The setters that used to return void report their failures (docs/contract.md). */
+static void test_setters_report(void) {
+    accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3));
+    CHECK(accel_set(t, (int64_t[]){1, 2}, 4.5) == ACCEL_OK && accel_get(t, (int64_t[]){1, 2}) == 4.5);
+    CHECK(accel_set(t, (int64_t[]){2, 0}, 1.0) == ACCEL_ERR_INVALID_ARG); /* index out of range */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    CHECK(accel_set(NULL, (int64_t[]){0}, 1.0) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    accel_tensor *m = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_META_DEVICE);
+    CHECK(m && accel_set(m, (int64_t[]){0}, 1.0) != ACCEL_OK); /* meta has no data */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    accel_tensor_free(m);
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    float mine[2] = {0};
+    CHECK(p && accel_tensor_rebind(p, mine, false) == ACCEL_OK && p->data == (void *)mine);
+    CHECK(accel_tensor_rebind(p, NULL, false) == ACCEL_OK); /* no owned memory left to free */
+    accel_tensor_free(p);
+    CHECK(accel_requires_grad_(NULL, true) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_requires_grad_");
+    accel_clear_error();
+    CHECK(accel_tensor_increment_version(NULL) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_increment_version");
+    accel_clear_error();
+    int threads = accel_num_threads();
+    CHECK(accel_set_num_threads(0) == ACCEL_ERR_INVALID_ARG && accel_num_threads() == threads);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set_num_threads");
     accel_clear_error();
     accel_step_reset();
 }
@@ -198,9 +259,11 @@ int main(void) {
     RUN(test_dtype_names);
     RUN(test_tensors_and_views);
     RUN(test_errors);
+    RUN(test_setters_report);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);
+    RUN(test_arena_bad_marks);
     RUN(test_rng);
     RUN(test_print);
     RUN(test_null_generators);

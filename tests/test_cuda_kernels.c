@@ -25,7 +25,7 @@
 
 #include "accel/bigmodel.h"
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
 #include "core/core_internal.h"
 #include "cuda_skip.h"
@@ -1452,7 +1452,7 @@ static void test_linear_bias(void) {
 #endif
 
 /* Device maps' default budgets: each GPU's free memory from the driver, then
- * the cpu (accelerate.md 7.3). */
+ * the cpu (accelerate/utils/modeling.py's get_max_memory). */
 static void test_max_memory(void) {
     if (g_dev.type != ACCEL_DEV_CUDA) return;
     int n = accel_device_count(ACCEL_DEV_CUDA);

@@ -1,5 +1,5 @@
 /* Data loader: collation, end_of_dataloader lookahead, shuffling, skip_first_batches,
- * resumable state, map-style datasets, even_batches batch sizes (accelerate.md §4.5, §9.4). */
+ * resumable state, map-style datasets, even_batches batch sizes (accelerate/data_loader.py; upstream's test_distributed_data_loop.py). */
 #include "accel/accel.h"
 #include "accel/data.h"
 #include "check.h"

@@ -1,4 +1,4 @@
-/* BatchSamplerShard tables (accelerate.md §4.2, from upstream tests/test_data_loader.py,
+/* BatchSamplerShard tables (accelerate/data_loader.py's BatchSamplerShard, from upstream tests/test_data_loader.py,
  * regenerated with accelerate's own BatchSamplerShard) and the gather_for_metrics
  * remainder rule (§3.4) simulated over every rank. */
 #include "accel/accel.h"

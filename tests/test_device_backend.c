@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
 
 static const accel_device H0 = {ACCEL_DEV_HOSTLESS, 0}, H1 = {ACCEL_DEV_HOSTLESS, 1};

@@ -14,7 +14,7 @@
 #include "accel/bigmodel.h"
 #include "accel/data.h"
 #include "accel/io.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
 #include "dispatch_fixture.h"
 

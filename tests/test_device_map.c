@@ -1,5 +1,6 @@
 /* Golden tests for sizes and device maps: every concrete value of
- * accelerate.md §7.2, §7.4, §7.5, §7.6, §7.12, cross-checked against
+ * accelerate/utils/modeling.py (sizes, infer_auto_device_map, get_balanced_memory,
+ * check_device_map, tied parameters), cross-checked against
  * accelerate itself (tests/test_modeling_utils.py cases). Models are built on
  * the meta device: no weight memory. */
 #include <string.h>

@@ -179,7 +179,7 @@ static void test_bytes(void) {
     char want[64];
     snprintf(want, sizeof want, "hello from rank %d", N - 1);
     CHECK(len == strlen(want) && memcmp(data, want, len) == 0);
-    if (R != N - 1) free(data);
+    if (R != N - 1) accel_free(data);
 
     size_t mylen = R == 0 ? 300000 : (size_t)R * 3 - 3; /* rank 1: empty */
     char *blob = malloc(mylen + 1);
@@ -196,7 +196,7 @@ static void test_bytes(void) {
         off += lk;
     }
     CHECK(bad == 0);
-    free(out);
+    accel_free(out);
     free(blob);
 }
 

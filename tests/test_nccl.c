@@ -21,10 +21,10 @@
 #include "accel/accelerator.h"
 #include "accel/core.h"
 #include "accel/dist.h"
-#include "backends/backend.h" /* the device's streams */
+#include "core/backend.h" /* the device's streams */
 #include "check.h"
 #include "dist_group.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 enum { SKIP = 77, N = 1031 };
 

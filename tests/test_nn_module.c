@@ -211,8 +211,10 @@ static void test_hooks(void) {
     CHECK(accel_module_find(seq, "1") == kids[1]);
     hook_log log = {0};
     accel_module_hook h = {pre, post, free_ctx, &log};
-    accel_module_set_hook(kids[0], &h);
-    accel_module_set_hook(seq, &h);
+    CHECK(accel_module_set_hook(kids[0], &h) == ACCEL_OK && accel_module_set_hook(seq, &h) == ACCEL_OK);
+    CHECK(accel_module_set_hook(NULL, &h) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_set_hook");
+    accel_clear_error();
     accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 2), (float[]){1, -1});
     accel_tensor *y = accel_module_call(seq, x);
     CHECK(y && log.pre == 2 && log.post == 2 && strcmp(log.order, "SL") == 0);

@@ -1,4 +1,4 @@
-/* Offload hooks on a generic module tree (accelerate.md §7.10–7.11):
+/* Offload hooks on a generic module tree (accelerate/hooks.py, accelerate/utils/offload.py):
  * Sequential(Linear(4, 8), ReLU, Linear(8, 3)) saved, then loaded into a meta
  * skeleton with cpu / disk / cpu-offload maps. Outputs equal the original;
  * offloaded weights are on meta outside forwards and come in one module at a

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
 #include "gradcheck.h"
 #include "ops_fixture.h"

@@ -1,7 +1,7 @@
 /* accel_matmul, accel_linear and the CPU GEMM: fast vs reference, finite
  * differences, PyTorch fixtures, autocast, meta, errors. */
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/cpu/gemm.h"
 #include "check.h"
 #include "gradcheck.h"

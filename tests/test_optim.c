@@ -1,7 +1,7 @@
 /* Optimizers, clipping and LR schedulers against numbers from PyTorch and
  * transformers (tools/ref numbers computed with torch 2.x, see comments). */
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
 
 static const float P0[4] = {0.5f, -1.25f, 2.0f, 0.125f};

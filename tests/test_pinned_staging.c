@@ -31,7 +31,7 @@
 #include "accel/accel.h"
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the staged collectives */
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/hostless/hostless.h"
 #include "core/host_stage.h"
 #include "optim/optim_internal.h" /* accel__optimizer_set_offload */

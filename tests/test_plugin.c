@@ -1,4 +1,4 @@
-/* Backend plug-ins (core/plugin.h), the loading path every device but the
+/* Backend plug-ins (backends/plugin.h), the loading path every device but the
  * CPU takes:
  *   test_plugin [FILES...]      the hostless plug-in loads on demand; CPU work
  *                               maps no GPU library; with FILES, the checks of
@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "check.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 static const accel_device H0 = {ACCEL_DEV_HOSTLESS, 0};
 

@@ -22,7 +22,7 @@
 
 #include "accel/accel.h"
 #include "check.h"
-#include "backends/backend.h" /* accel__hostless_register */
+#include "backends/registry.h" /* accel__hostless_register */
 #include "core/core_internal.h"
 
 enum { FLOATS = 1024, MARGIN = 256 /* bytes either side of the buffer */ };

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/hostless/hostless.h"
 #include "backends/vm_pool.h"
 #include "check.h"

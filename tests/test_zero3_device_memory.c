@@ -24,7 +24,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/vm_pool.h"
 #include "check.h"
 #include "count_alloc.h"

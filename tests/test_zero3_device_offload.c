@@ -29,7 +29,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/hostless/hostless.h"
 #include "check.h"
 #include "params_host.h"

@@ -352,7 +352,7 @@ accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_
  * the gradient all-reduce when this is a sync step. */
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss);
 /* accumulate(model): call once per micro-batch, before forward, after the
- * batch was fetched. Advances step and sets sync_gradients (accelerate.md §5.1). */
+ * batch was fetched. Advances step and sets sync_gradients (Accelerate's GradientState). */
 accel_status accel_accelerator_accumulate(accel_accelerator *acc);
 /* no_sync(model): no gradient all-reduce between begin and end. */
 accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
@@ -378,7 +378,7 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 /* All-gather along dim 0 in rank order: [N * d0, ...]. Shapes must match. */
 accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t);
 /* gather, then at the active data loader's last batch keep only the first
- * `remainder` rows (accelerate.md §3.4) so the epoch yields exactly the dataset. */
+ * `remainder` rows (Accelerate's gather_for_metrics) so the epoch yields exactly the dataset. */
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t);
 /* gather_for_metrics of n tensors (e.g. predictions and labels) in one
  * collective: their bytes travel packed in a single all-gather (debug mode
@@ -402,7 +402,7 @@ accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, acc
 accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t,
                                           int from_process);
 /* Byte blobs (gather_object / broadcast_object_list): see accel_pg_*_bytes.
- * *out and received data are malloc'd (free()). */
+ * *out and received data are accel_malloc'd (accel_free()). */
 accel_status accel_accelerator_gather_object(accel_accelerator *acc, const void *data,
                                              size_t len, void **out, size_t *lens);
 accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **data, size_t *len,

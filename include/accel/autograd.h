@@ -52,8 +52,8 @@ struct accel_node {
 bool accel_set_grad_enabled(bool enabled);
 bool accel_is_grad_enabled(void);
 
-/* Marks a tensor as a leaf that requires grad. */
-void accel_requires_grad_(accel_tensor *t, bool requires);
+/* Marks a tensor as a leaf that requires grad. Fails on a dead or expired tensor. */
+accel_status accel_requires_grad_(accel_tensor *t, bool requires);
 
 /* True when an op with these inputs should record a node. */
 bool accel_needs_grad(int n, accel_tensor *const *inputs);

@@ -1,7 +1,7 @@
 /*
  * accel/bigmodel.h — big model inference: sizes, device maps, (dispatch, offload).
  *
- * Port of accelerate.utils.modeling (accelerate.md §7). Everything here works
+ * Port of accelerate.utils.modeling (and of accelerate/big_modeling.py, accelerate/hooks.py). Everything here works
  * on the module tree only (shapes and dtypes), so models built on the meta
  * device (accel_init_empty_weights_begin) cost no memory.
  *
@@ -229,7 +229,7 @@ accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_by
 
 /* ------------------------------------------------------------ device maps from budgets */
 
-/* infer_auto_device_map (accelerate.md §7.4), step by step. max_memory NULL ->
+/* infer_auto_device_map (accelerate/utils/modeling.py), step by step. max_memory NULL ->
  * accel_get_max_memory(NULL). Returns a new map (NULL + error). */
 accel_device_map *accel_infer_auto_device_map(accel_module *root, const accel_max_memory *max_memory,
                                               const accel_device_map_opts *opts);

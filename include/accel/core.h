@@ -82,9 +82,13 @@ void accel_abort_at(const char *file, int line, const char *msg) __attribute__((
 
 /* ------------------------------------------------------------------ memory */
 
-/* Every allocation the library makes goes through this allocator, so a test
- * can count them (the "no malloc after the first step" promise). Set it
- * before creating anything; memory must be freed by the allocator that made it. */
+/* The library's host allocations go through this allocator (tensors, arenas,
+ * modules, optimizer state, process groups and their stores, ...), so a test
+ * can count them (the "no malloc after the first step" promise). Not through
+ * it: the tokenizer's results (malloc'd: free() them), the CLI, the loggers'
+ * and trackers' own structs, a few scratch buffers, and what outside libraries
+ * allocate (docs/architecture.md, "Decisions" 2). Set it before creating
+ * anything; memory must be freed by the allocator that made it. */
 typedef struct accel_allocator {
     void *(*alloc)(void *ctx, size_t bytes, size_t align); /* zero not required */
     void (*free)(void *ctx, void *ptr);
@@ -252,15 +256,16 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
  * version counter of the storage, and what is prepared from a weight (its
  * autocast copy, reused until the weight changes) is rebuilt after a bump.
  * Any view of the storage will do. */
-void accel_tensor_increment_version(accel_tensor *t);
+accel_status accel_tensor_increment_version(accel_tensor *t);
 /* Persistent deep copy (contiguous) of any tensor, on `dev`. */
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
 /* Frees a persistent tensor (and its data if owned, and its .grad if owned). */
 void accel_tensor_free(accel_tensor *t);
 /* Re-point a persistent tensor at other memory (used to flatten parameters into
  * one buffer). Copies the current contents when copy is true. Frees the old
- * data if it was owned. */
-void accel_tensor_rebind(accel_tensor *t, void *data, bool copy);
+ * data if it was owned. Fails (t unchanged) on a dead, step or non-contiguous
+ * tensor, or when the copy fails. */
+accel_status accel_tensor_rebind(accel_tensor *t, void *data, bool copy);
 /* Materialise a meta tensor on dev (allocated, zero-filled); the dtype may
  * change. For to_empty on modules. */
 accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt);
@@ -298,7 +303,8 @@ accel_status accel_tensor_from_host(accel_tensor *t, const void *src);
 /* Value access (any device; any dtype; any strides). */
 double accel_item(const accel_tensor *t);                 /* one-element tensor */
 double accel_get(const accel_tensor *t, const int64_t *idx);
-void accel_set(accel_tensor *t, const int64_t *idx, double v);
+/* Fails on a dead or meta tensor, an index out of range, or a failed device copy. */
+accel_status accel_set(accel_tensor *t, const int64_t *idx, double v);
 /* Copy all elements, converted, to a contiguous float/int64 array of numel elements. */
 accel_status accel_to_floats(const accel_tensor *t, float *out);
 accel_status accel_to_int64s(const accel_tensor *t, int64_t *out);
@@ -335,14 +341,16 @@ uint32_t accel_arena_generation(const accel_arena *a);
  * since accel_arena_mark_now(a) returned m (marks nest like a stack; m and
  * every later mark must be of the current generation, not yet rewound past).
  * Memory from after the mark is invalid afterwards: step tensors too. The
- * peak keeps counting what was freed. */
+ * peak keeps counting what was freed. A mark of another arena or generation,
+ * or one already rewound past, is refused (ACCEL_ERR_STATE, a unchanged); a
+ * NULL a or the empty mark of a NULL arena is a no-op. */
 typedef struct accel_arena_mark {
     void *chunk;
     size_t used, below;
     uint32_t gen;
 } accel_arena_mark;
 accel_arena_mark accel_arena_mark_now(const accel_arena *a);
-void accel_arena_rewind(accel_arena *a, accel_arena_mark m);
+accel_status accel_arena_rewind(accel_arena *a, accel_arena_mark m);
 
 /* The calling thread's step arena (created on first use). */
 accel_arena *accel_step_arena(void);
@@ -382,10 +390,17 @@ double accel_rng_next_double(accel_rng *r); /* [0, 1) */
 
 /* ------------------------------------------------------------------ misc */
 
+/* When on, every kernel runs its plain reference C version (tests compare the
+ * fast paths against it), and the ops take no fast path of their own.
+ * Thread-local. Returns the previous value. */
+bool accel_set_reference_kernels(bool on);
+bool accel_reference_kernels(void);
+
 double accel_now_seconds(void); /* monotonic */
 /* Number of threads kernels use (OpenMP). */
 int accel_num_threads(void);
-void accel_set_num_threads(int n);
+/* n >= 1; anything else is refused (the count is unchanged). */
+accel_status accel_set_num_threads(int n);
 
 #ifdef __cplusplus
 }

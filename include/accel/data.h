@@ -5,7 +5,7 @@
  * map-style dataset in batches of indices; each batch is collated into one
  * step tensor per field ([B, ...sample shape]) in the step arena. Sharding
  * across processes follows accelerate's BatchSamplerShard exactly (see
- * docs/data.md and accelerate.md §4.2): pure integer logic over the epoch's
+ * docs/data.md and accelerate/data_loader.py's BatchSamplerShard): pure integer logic over the epoch's
  * list of global batches, so every rank computes its own share without
  * talking to the others.
  *

@@ -130,8 +130,8 @@ accel_status accel_pg_gather(accel_pg *pg, const void *send, void *recv, size_t 
 accel_status accel_pg_barrier(accel_pg *pg);
 
 /* Objects as byte blobs. broadcast_bytes: on root (*data, *len) are the input
- * (unchanged); elsewhere *data receives a malloc'd (free()) copy and *len its
- * length. all_gather_bytes: *out receives a malloc'd (free()) concatenation
+ * (unchanged); elsewhere *data receives an accel_malloc'd (accel_free()) copy and *len its
+ * length. all_gather_bytes: *out receives an accel_malloc'd (accel_free()) concatenation
  * of every rank's blob in rank order, lens[world] each blob's length. */
 accel_status accel_pg_broadcast_bytes(accel_pg *pg, void **data, size_t *len, int root);
 accel_status accel_pg_all_gather_bytes(accel_pg *pg, const void *data, size_t len, void **out,

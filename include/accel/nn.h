@@ -104,7 +104,9 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x);
  * succeeded, call exit even when the call failed (*y NULL). */
 accel_status accel_module_enter(accel_module *m, accel_tensor **x);
 accel_status accel_module_exit(accel_module *m, accel_tensor **y);
-void accel_module_set_hook(accel_module *m, const accel_module_hook *hook); /* NULL removes */
+/* Replaces m's hook (freeing the old one's ctx); NULL removes it. On failure
+ * (m NULL, out of memory) m has no hook and hook->ctx stays the caller's. */
+accel_status accel_module_set_hook(accel_module *m, const accel_module_hook *hook);
 void accel_module_train(accel_module *m, bool training); /* recursive */
 /* Activation (gradient) checkpointing: m's forward runs under
  * accel_activation_checkpoint (autograd.h) with m's parameters, inside m's hooks, so its

@@ -184,12 +184,8 @@ accel_tensor *accel_dropout(accel_tensor *x, double p, bool training, accel_rng 
 /* Copy to another device (alias when already there). Differentiable. */
 accel_tensor *accel_to_device(accel_tensor *a, accel_device dev);
 
-/* ---------------------------------------------------------------- reference mode */
-
-/* When on, every kernel runs its plain reference C version (tests compare the
- * fast paths against it). Thread-local. Returns the previous value. */
-bool accel_set_reference_kernels(bool on);
-bool accel_reference_kernels(void);
+/* accel_set_reference_kernels / accel_reference_kernels: core.h (the
+ * backends' kernels read the switch, so it lives below them). */
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* save_state / load_state / save_model (accelerate.md §6), crash-safe: at every
+/* save_state / load_state / save_model (Accelerate's accelerator.py and checkpointing.py), crash-safe: at every
  * instant of a save there is a complete checkpoint to load.
  *   - A checkpoint is written into a hidden sibling directory, which gets a
  *     completion marker (its files with their sizes and CRC-32C,

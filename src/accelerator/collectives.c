@@ -16,10 +16,7 @@ static accel_tensor *flat_copy(accel_tensor *t, const char *fn) {
     int64_t one = 1;
     accel_tensor *c = accel_empty_on(t->dtype, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one, t->device);
     if (!c) return NULL;
-    if (!t->ndim) {
-        accel_set(c, (int64_t[]){0}, accel_item(t));
-        return c;
-    }
+    if (!t->ndim) return accel_set(c, (int64_t[]){0}, accel_item(t)) == ACCEL_OK ? c : NULL;
     return accel_copy_(c, t) == ACCEL_OK ? c : NULL;
 }
 
@@ -172,7 +169,7 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
                 idx[d] = rest % c->shape[d];
                 rest /= c->shape[d];
             }
-            accel_set(c, idx, accel_get(c, idx) * f);
+            if (accel_set(c, idx, accel_get(c, idx) * f) != ACCEL_OK) return NULL;
         }
     }
     if (!t->ndim) return accel_reshape(c, 0, NULL);

@@ -104,10 +104,12 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
             accel_pg_free_shared(acc->dp_pg, sh);
             return st;
         }
-        for (int i = 0; i < b->n; i++)
-            accel_tensor_rebind(b->tensors[i]->grad, (char *)sh + b->offsets[i] * (int64_t)es, false);
+        /* recorded first: on a failed rebind, release's unshare_grads re-points them all */
         pm->orig_grads[d] = b->grads;
         b->grads = sh;
+        for (int i = 0; i < b->n; i++)
+            if ((st = accel_tensor_rebind(b->tensors[i]->grad, (char *)sh + b->offsets[i] * (int64_t)es, false)))
+                return st;
     }
     return ACCEL_OK;
 }

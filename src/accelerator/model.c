@@ -90,8 +90,9 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
     *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
                         .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg, .fp8_state = pm->fp8};
     accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
-    accel_module_set_hook(pm->m, &h);
-    return ACCEL_OK;
+    accel_status st = accel_module_set_hook(pm->m, &h);
+    if (st) accel_free(c);
+    return st;
 }
 
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {

@@ -7,14 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "accel/bert.h"
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
 #include "accelerator/strategy.h"
 #include "accelerator/tracking_internal.h"
 #include "io/io_internal.h"
-#include "nn/arch.h"
-#include "nn/nn_internal.h"
+#include "nn/family.h"
 #include "tracking/tracking_internal.h"
 
 static accel_status register_one(accel_accelerator *acc, accel__custom c) {
@@ -211,26 +209,17 @@ static accel_dtype written_dtype(accel_accelerator *acc, accel_module *model, co
     return pm && pm->strat->saved_dtype && dt == ACCEL_F32 ? pm->strat->saved_dtype(acc) : dt;
 }
 
-/* config.json beside the weights when the model has one (a causal LM of any
- * family of the architecture table, nn/arch.h, built from a config or
- * config.json; a BERT of accel_bert_new), as transformers'
- * save_pretrained writes it, so the directory loads by itself: torch_dtype is
- * the dtype the weights were written in. */
+/* config.json beside the weights when the model's family gives its root one
+ * (nn/family.h: a causal LM of the architecture table, a BERT of
+ * accel_bert_new), as transformers' save_pretrained writes it, so the
+ * directory loads by itself: torch_dtype is the dtype the weights were
+ * written in. */
 static accel_status write_config(accel_accelerator *acc, accel_module *model, const accel__model *pm,
                                  const char *dir) {
-    const accel_bert_config *bert = accel__bert_root_config(model);
-    if (bert) {
-        accel_bert_config cfg = *bert;
-        cfg.torch_dtype = written_dtype(acc, model, pm, cfg.torch_dtype);
-        return accel_bert_config_save(dir, &cfg);
-    }
-    const accel__arch *a = accel__arch_of_module(model);
-    if (!a || model->ops != &a->causal_lm) return ACCEL_OK; /* no config of its own: none written */
-    const accel_llama_config *c = accel_llama_config_of(model);
-    if (!c) return accel_last_status();
-    accel_llama_config cfg = *c;
-    cfg.torch_dtype = written_dtype(acc, model, pm, cfg.torch_dtype);
-    return accel_llama_config_save(dir, &cfg);
+    const accel__family *f = accel__family_of(model);
+    accel_dtype dt;
+    if (!f || !f->config_dtype(model, &dt)) return ACCEL_OK; /* no config of its own: none written */
+    return accel__family_config_save(f, model, dir, written_dtype(acc, model, pm, dt));
 }
 
 /* The swap gives dir's name to a new directory and removes the old one: a

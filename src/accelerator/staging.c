@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/host_stage.h"
 
 bool accel__needs_staging(accel_device dev) {

@@ -1,5 +1,5 @@
 /* The training step: backward with accumulation and loss scaling, accumulate /
- * no_sync, the prepared optimizer and scheduler (accelerate.md §5), clipping. */
+ * no_sync, the prepared optimizer and scheduler (Accelerate's GradientState, AcceleratedOptimizer, AcceleratedScheduler), clipping. */
 #include <math.h>
 
 #include "accelerator_internal.h"

@@ -66,7 +66,7 @@
 
 #include "accelerator_internal.h"
 #include "zero3.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/host_stage.h"
 #include "core/prepared.h"
 
@@ -511,15 +511,21 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
         if (params) full_free(pm, params, numel);
         goto fail;
     }
-    if (on_device(pm) && map_all(acc, pm, params, grads, nu)) {
-        unmap_all(acc, pm, params, grads, nu);
+    bool moved = !(on_device(pm) && map_all(acc, pm, params, grads, nu));
+    for (int t = 0; t < n && moved; t++)
+        moved = !accel_tensor_rebind(tensors[t], params + offsets[t], true) &&
+                !accel_tensor_rebind(tensors[t]->grad, grads + offsets[t], true);
+    if (!moved) {
+        /* a failed copy: every tensor back on the old buffer, which the copies
+         * left as it was (live contiguous views, no copy: these cannot fail) */
+        for (int t = 0; t < n; t++) {
+            (void)accel_tensor_rebind(b->tensors[t], (float *)b->params + b->offsets[t], false);
+            (void)accel_tensor_rebind(b->tensors[t]->grad, (float *)b->grads + b->offsets[t], false);
+        }
+        if (on_device(pm)) unmap_all(acc, pm, params, grads, nu);
         full_free(pm, params, numel);
         full_free(pm, grads, numel);
         goto fail;
-    }
-    for (int t = 0; t < n; t++) {
-        accel_tensor_rebind(tensors[t], params + offsets[t], true);
-        accel_tensor_rebind(tensors[t]->grad, grads + offsets[t], true);
     }
     accel__device_free(b->device, b->params);
     accel__device_free(b->device, b->grads);

@@ -4,7 +4,7 @@
 
 #include "accel/autograd.h"
 #include "accel/ops.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/core_internal.h"
 
 typedef struct tape {
@@ -27,8 +27,10 @@ bool accel_set_grad_enabled(bool enabled) {
 
 bool accel_is_grad_enabled(void) { return !tl_grad_disabled; }
 
-void accel_requires_grad_(accel_tensor *t, bool requires) {
-    if (accel_tensor_check(t, "accel_requires_grad_", "t")) t->requires_grad = requires;
+accel_status accel_requires_grad_(accel_tensor *t, bool requires) {
+    if (!accel_tensor_check(t, "accel_requires_grad_", "t")) return accel_last_status();
+    t->requires_grad = requires;
+    return ACCEL_OK;
 }
 
 void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx) {

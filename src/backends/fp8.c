@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/backend.h"
-#include "core/plugin.h"
+#include "core/backend.h"
+#include "backends/plugin.h"
 
 /* The fp8 kernels of device d's backend; NULL for the cpu (the reference
  * here) and devices without them. */

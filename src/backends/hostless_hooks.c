@@ -3,9 +3,9 @@
  * plug-in libaccel-hostless.so, loaded by the first of these calls; each
  * forwards to the hooks its init gave (hostless.h, accel__hostless_hooks).
  * Without the plug-in, register fails naming why and the others do nothing. */
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/hostless/hostless.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 static const accel__hostless_hooks *hooks(void) { return accel__plugin_hooks(ACCEL_DEV_HOSTLESS); }
 

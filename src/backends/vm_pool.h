@@ -56,7 +56,7 @@
 
 #include <stdint.h>
 
-#include "backends/backend.h"
+#include "core/backend.h"
 
 enum { ACCEL__VM_MAX_DEVICES = 16 };
 

@@ -1,5 +1,5 @@
 /* src/bigmodel/dispatch.c — dispatch_model and load_checkpoint_and_dispatch
- * (accelerate.md §7.8–7.10): one accel_module_hook per module that needs one.
+ * (accelerate/big_modeling.py's load_checkpoint_and_dispatch and dispatch_model, accelerate/hooks.py): one accel_module_hook per module that needs one.
  *
  * A hook (Accelerate's AlignDevicesHook) does, around its module's forward:
  *   pre:  remember the input's device (root only: io_same_device), bring in
@@ -85,8 +85,7 @@ static hook_ctx *ctx_of(accel_dispatched *d, accel_module *m) {
     c->d = d;
     c->exec = d->main;
     accel_module_hook h = {hook_pre, hook_post, hook_free, c};
-    accel_module_set_hook(m, &h);
-    if (!m->hook) {
+    if (accel_module_set_hook(m, &h) != ACCEL_OK) {
         hook_free(c);
         return NULL;
     }

@@ -1,5 +1,5 @@
 /* src/bigmodel/infer.c — infer_auto_device_map, fallback_allocate,
- * get_balanced_memory and the device_map strings (accelerate.md §7.4, §7.5).
+ * get_balanced_memory and the device_map strings (accelerate/utils/modeling.py's infer_auto_device_map and get_balanced_memory).
  *
  * A line-by-line port of accelerate.utils.modeling, quirks included (the tied
  * group test `name + "." in k + "."` is a substring test upstream, kept so the

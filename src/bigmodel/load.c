@@ -1,4 +1,4 @@
-/* src/bigmodel/load.c — load_checkpoint_in_model (accelerate.md §7.7).
+/* src/bigmodel/load.c — load_checkpoint_in_model (accelerate/utils/modeling.py).
  *
  * Every weight goes from the mapped safetensors file straight to where the
  * device map puts it, with no full copy of the checkpoint in between:

@@ -72,11 +72,11 @@ static const void *host_bytes(accel_dispatched *d, accel__off_entry *e) {
 static accel_status view_on_host(accel_dispatched *d, accel__off_entry *e) {
     const void *p = host_bytes(d, e);
     if (!p) return accel_last_status();
-    /* t is a persistent, contiguous meta tensor (load_one made it so): the
-     * rebind cannot fail */
+    /* t is a persistent, contiguous meta tensor (load_one made it so) */
     accel_tensor *t = e->t;
     t->device = ACCEL_CPU_DEVICE;
-    accel_tensor_rebind(t, (void *)p, false);
+    accel_status st = accel_tensor_rebind(t, (void *)p, false);
+    if (st) return st;
     if (!e->scratch && e->kind == ACCEL__OFF_DISK) t->flags |= ACCEL_TF_MMAP;
     return ACCEL_OK;
 }

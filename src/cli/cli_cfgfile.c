@@ -461,7 +461,7 @@ static const char *const DIST_TYPES[] = {"NO", "MULTI_CPU", "MULTI_GPU", "MULTI_
                                          "FSDP", "XLA", "MEGATRON_LM", NULL};
 static const char *const PRECISIONS[] = {"no", "fp16", "bf16", "fp8", NULL};
 
-/* ClusterConfig (accelerate.md §1.3), plus ipex_config of older versions. */
+/* ClusterConfig (accelerate/commands/config/config_args.py), plus ipex_config of older versions. */
 static const key_spec KEYS[] = {
     {"command_file", KT_STR, NULL},          {"commands", KT_SEQ, NULL},
     {"compute_environment", KT_STR, COMPUTE_ENVS}, {"debug", KT_BOOL, NULL},

@@ -15,7 +15,7 @@
 #include "backends/cpu/gemm.h"
 #include "core/cpuinfo.h"
 #include "cli/cli.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},

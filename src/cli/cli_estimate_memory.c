@@ -1,4 +1,4 @@
-/* src/cli/cli_estimate_memory.c — `accel estimate-memory MODEL` (accelerate.md §1.7).
+/* src/cli/cli_estimate_memory.c — `accel estimate-memory MODEL` (accelerate/commands/estimate.py).
  *
  * MODEL is a local directory holding config.json or a config.json path (no Hub
  * access here). The model is built on the meta device (no weight memory) and

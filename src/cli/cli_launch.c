@@ -449,7 +449,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
                                                          : cfg_s(ds, "gradient_accumulation_steps");
 
-    /* validation (accelerate.md §1.6.2) */
+    /* validation (accelerate/commands/launch.py's _validate_launch_command) */
     int paradigms = !!V("cpu") + !!V("multi_gpu") + !!V("use_deepspeed") + !!V("use_fsdp");
     if (paradigms > 1) {
         fprintf(stderr, "accel launch: error: You can only use one of `--cpu`, `--multi_gpu`, `--tpu`, "

@@ -46,6 +46,14 @@ void accel_free(void *p) {
     if (p) current.free(current.ctx, p);
 }
 
+void *accel__realloc(void *p, size_t old_bytes, size_t bytes) {
+    void *n = accel_malloc(bytes);
+    if (!n) return NULL;
+    if (p) memcpy(n, p, old_bytes < bytes ? old_bytes : bytes);
+    accel_free(p);
+    return n;
+}
+
 char *accel_strdup(const char *s) {
     if (!s) return NULL;
     size_t n = strlen(s) + 1;

@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/core_internal.h"
 
 typedef struct chunk {
@@ -133,23 +133,28 @@ accel_arena_mark accel_arena_mark_now(const accel_arena *a) {
     return a ? (accel_arena_mark){a->head, a->head->used, a->below, a->gen} : (accel_arena_mark){0};
 }
 
-void accel_arena_rewind(accel_arena *a, accel_arena_mark m) {
-    if (!a || !m.chunk) return;
-    ACCEL_ASSERT(m.gen == a->gen);
+accel_status accel_arena_rewind(accel_arena *a, accel_arena_mark m) {
+    if (!a || !m.chunk) return ACCEL_OK;
+    /* checked before anything is freed: a bad mark leaves the arena as it was */
+    const chunk *at = a->head;
+    while (at && at != m.chunk) at = at->next;
+    if (m.gen != a->gen || !at || m.used > at->used)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_arena_rewind: %s",
+                               m.gen != a->gen ? "the mark is of an earlier step (the arena was reset since)"
+                                               : "the mark is not of this arena, or was already rewound past");
     /* Chunks pushed since the mark go; the reset after the step sizes its one
      * chunk from the peak, so the next step does not push them again. */
     while (a->head != m.chunk) {
         chunk *c = a->head;
-        ACCEL_ASSERT(c->next != NULL);
         pthread_mutex_lock(&live_lock);
         a->head = c->next;
         pthread_mutex_unlock(&live_lock);
         accel_free(c->data);
         accel_free(c);
     }
-    ACCEL_ASSERT(m.used <= a->head->used);
     a->head->used = m.used;
     a->below = m.below;
+    return ACCEL_OK;
 }
 
 size_t accel_arena_capacity(const accel_arena *a) {

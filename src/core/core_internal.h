@@ -2,6 +2,8 @@
 #ifndef ACCEL_CORE_INTERNAL_H
 #define ACCEL_CORE_INTERNAL_H
 
+#include <stdarg.h>
+
 #include "accel/core.h"
 
 /* Whether the user chose the kernels' thread count: OMP_NUM_THREADS is set
@@ -11,6 +13,15 @@ bool accel__num_threads_chosen(void);
  * the calling thread's OpenMP default to n (oneDNN and plain `omp parallel`
  * regions), without counting as the user's choice. */
 void accel__cap_num_threads(int n);
+
+/* accel_set_error with a va_list (status.c): the entry the plug-ins' host
+ * table carries (backends/plugin.h). */
+accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap);
+
+/* realloc through the library's allocator (which has no realloc of its own):
+ * new memory of `bytes` holding the first min(old_bytes, bytes) bytes of p,
+ * which is freed. NULL + error on out of memory, p left as it was. */
+void *accel__realloc(void *p, size_t old_bytes, size_t bytes);
 
 /* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
 double accel__load_elem(const void *p, accel_dtype dt, size_t i);

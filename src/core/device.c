@@ -5,32 +5,30 @@
 #include <string.h>
 
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/env.h"
-#include "core/plugin.h"
 
 /* ---------------------------------------------------------------- registry */
 
 /* One backend per device type, set once (compare-and-swap) and read without a
  * lock: ops look their kernel table up on every call. The CPU backend is
- * built in; the others are plug-ins (core/plugin.h), loaded the first time
+ * built in (backends/registry.c); the others are plug-ins (backends/plugin.h), loaded the first time
  * their device type is asked for. */
 static const accel_backend *registry[ACCEL_DEV_TYPE_COUNT];
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 
 static const accel_backend *registry_get(int t) { return __atomic_load_n(&registry[t], __ATOMIC_ACQUIRE); }
 
-static void register_builtin(void) {
-    accel__backend_register(&accel__cpu_backend);
-    long v;
-    if (accel__env_long("ACCEL_TEST_DEVICES", 0, 1, 8, &v) != ACCEL_OK ||
-        (v && accel__hostless_register((int)v) != ACCEL_OK)) {
-        fprintf(stderr, "accel: %s\n", accel_last_error());
-        accel_clear_error();
-    }
-}
+static void registry_init(void) { pthread_once(&registry_once, accel__backends_init); }
 
-static void registry_init(void) { pthread_once(&registry_once, register_builtin); }
+/* The hot path (every op looks its kernel table up): one load once the
+ * built-in backends are in. */
+static const accel_backend *cpu_backend(void) {
+    const accel_backend *b = registry_get(ACCEL_DEV_CPU);
+    if (b) return b;
+    registry_init();
+    return registry_get(ACCEL_DEV_CPU);
+}
 
 accel_status accel__backend_register(const accel_backend *b) {
     if (!b || (unsigned)b->type >= ACCEL_DEV_TYPE_COUNT || b->type == ACCEL_DEV_META)
@@ -47,7 +45,7 @@ accel_status accel__backend_register(const accel_backend *b) {
 
 const accel_backend *accel__backend_of(accel_device d) {
     if ((unsigned)d.type >= ACCEL_DEV_TYPE_COUNT) return NULL;
-    if (d.type == ACCEL_DEV_CPU) return &accel__cpu_backend; /* the hot path: no lock, no once */
+    if (d.type == ACCEL_DEV_CPU) return cpu_backend();
     registry_init();
     const accel_backend *b = registry_get(d.type);
     if (b || d.type == ACCEL_DEV_META) return b;
@@ -79,7 +77,7 @@ int accel__backends(const accel_backend **out, int max) {
 }
 
 const accel_kernel_table *accel__kernel_table_of(accel_device dev, const char *op) {
-    if (dev.type == ACCEL_DEV_CPU) return &accel__cpu_backend.kernels;
+    if (dev.type == ACCEL_DEV_CPU) return &cpu_backend()->kernels;
     const accel_backend *b = accel__backend_for(dev, op);
     return b ? &b->kernels : NULL;
 }

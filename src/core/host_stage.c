@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/core_internal.h"
 #include "core/env.h"
 #include "core/host_stage.h"

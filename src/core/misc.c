@@ -20,12 +20,26 @@ int accel_num_threads(void) {
     return cap > 0 && cap < n ? cap : n;
 }
 
-void accel_set_num_threads(int n) {
-    if (n <= 0) return;
+accel_status accel_set_num_threads(int n) {
+    if (n <= 0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_set_num_threads: n must be >= 1, got %d", n);
     atomic_store(&g_chosen, true);
     atomic_store(&g_cap, 0);
     omp_set_num_threads(n);
+    return ACCEL_OK;
 }
+
+/* The reference-kernel switch (core.h). Read by the backends' kernels and by
+ * ops, so it lives in core, below both; per thread, as a test's comparison runs
+ * the two paths on one thread while others run the fast one. */
+static _Thread_local bool tl_reference;
+
+bool accel_set_reference_kernels(bool on) {
+    bool prev = tl_reference;
+    tl_reference = on;
+    return prev;
+}
+
+bool accel_reference_kernels(void) { return tl_reference; }
 
 bool accel__num_threads_chosen(void) { return atomic_load(&g_chosen) || getenv("OMP_NUM_THREADS"); }
 

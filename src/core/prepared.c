@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core_internal.h"
 
 /* A released form that a live tape may read: freed when its step ends. */
@@ -125,8 +125,10 @@ void accel__tensor_written(const accel_tensor *t) {
         accel__storage_written((const void *)lo, hi - lo);
 }
 
-void accel_tensor_increment_version(accel_tensor *t) {
-    if (accel_tensor_check(t, "accel_tensor_increment_version", "t")) accel__tensor_written(t);
+accel_status accel_tensor_increment_version(accel_tensor *t) {
+    if (!accel_tensor_check(t, "accel_tensor_increment_version", "t")) return accel_last_status();
+    accel__tensor_written(t);
+    return ACCEL_OK;
 }
 
 /* ---- the registry (callers hold g_reg_lock to write) */

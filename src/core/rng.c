@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core_internal.h"
 
 accel_status accel_rng_init(accel_rng *r, uint64_t seed) {

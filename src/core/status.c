@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "accel/core.h"
-#include "core/plugin.h" /* accel__set_errorv */
+#include "core/core_internal.h" /* accel__set_errorv */
 
 static _Thread_local accel_status tl_status = ACCEL_OK;
 static _Thread_local char tl_message[1024];
@@ -34,7 +34,7 @@ accel_status accel_set_error(accel_status st, const char *fmt, ...) {
 }
 
 /* accel_set_error with a va_list: what a backend plug-in's accel_set_error
- * calls (core/plugin.h). */
+ * calls (backends/plugin.h). */
 accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap) {
     set_message(st, fmt, ap);
     return st;

@@ -1,6 +1,6 @@
 /* Tensor headers: persistent and step-arena tensors, views, element access.
  *
- * Storage comes from the tensor's device backend (backends/backend.h):
+ * Storage comes from the tensor's device backend (core/backend.h):
  * persistent data from mem.alloc, step data from mem.step_alloc. Nothing here
  * dereferences a tensor's data: reads and writes go through the backend's
  * copies and kernels, so every function works on every device. */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "accel/core.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/host_stage.h"
 #include "core_internal.h"
 
@@ -219,19 +219,18 @@ accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_devic
     return t;
 }
 
-void accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
-    if (!accel_tensor_check(t, "accel_tensor_rebind", "t")) return;
-    if (!accel_is_contiguous(t) || (t->flags & ACCEL_TF_ARENA)) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "accel_tensor_rebind: only a contiguous persistent tensor can be re-pointed");
-        return;
-    }
+accel_status accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
+    if (!accel_tensor_check(t, "accel_tensor_rebind", "t")) return accel_last_status();
+    if (!accel_is_contiguous(t) || (t->flags & ACCEL_TF_ARENA))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_tensor_rebind: only a contiguous persistent tensor can be re-pointed");
     if (copy && t->data && data != t->data &&
         accel__copy_bytes(t->device, data, t->device, t->data, accel_nbytes(t)) != ACCEL_OK)
-        return;
+        return accel_last_status();
     free_owned(t);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
     t->data = data;
+    return ACCEL_OK;
 }
 
 /* The backend of dev when dev has memory and is present; NULL + error naming op. */
@@ -618,13 +617,13 @@ double accel_get(const accel_tensor *t, const int64_t *idx) {
     return load_at(t, off);
 }
 
-void accel_set(accel_tensor *t, const int64_t *idx, double v) {
+accel_status accel_set(accel_tensor *t, const int64_t *idx, double v) {
     int64_t off;
-    if (!check_data(t, "accel_set") || !index_offset(t, idx, &off, "accel_set")) return;
+    if (!check_data(t, "accel_set") || !index_offset(t, idx, &off, "accel_set")) return accel_last_status();
     uint64_t b = 0;
     size_t es = accel_dtype_size(t->dtype);
     accel__store_elem(&b, t->dtype, 0, v);
-    accel__copy_bytes(t->device, (char *)t->data + off * (int64_t)es, ACCEL_CPU_DEVICE, &b, es);
+    return accel__copy_bytes(t->device, (char *)t->data + off * (int64_t)es, ACCEL_CPU_DEVICE, &b, es);
 }
 
 /* All of t's elements, converted to dtype dt, into the contiguous host array out. */

@@ -1,4 +1,4 @@
-/* Batch lists and accelerate's BatchSamplerShard (accelerate.md §4.2), ported
+/* Batch lists and accelerate's BatchSamplerShard (accelerate/data_loader.py), ported
  * line for line from data_loader.py (_iter_with_split / _iter_with_no_split)
  * over a materialised epoch of global batches. */
 #include <string.h>

@@ -99,7 +99,7 @@ extern const accel__backend accel__backend_mpi;
 
 #ifdef ACCEL_HAVE_NCCL
 /* GPU collectives (ACCEL_DIST_BACKEND=nccl); see nccl.c. In the cuda
- * plug-in, which registers it (core/plugin.h). */
+ * plug-in, which registers it (backends/plugin.h). */
 extern const accel__backend accel__backend_nccl;
 #endif
 

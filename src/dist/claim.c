@@ -29,7 +29,7 @@ static accel_status refuse_duplicate(accel__store *st, int rank, int64_t nth, co
                     "now by %s (two launchers given the same machine_rank, or two jobs given the same "
                     "MASTER_PORT%s%s? give each job its own port)", rank, (long long)nth, (char *)first, me,
                     port ? "=" : "", port ? port : "");
-    free(first);
+    accel_free(first);
     return ACCEL_ERR_INVALID_ARG;
 }
 
@@ -55,6 +55,6 @@ accel_status accel__claim_rank(accel__store *st, int rank, int world) {
         rc = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: WORLD_SIZE is %d on %s but %ld on the main "
                              "machine %s (rank 0): the launchers disagree on num_processes or num_machines", world,
                              me, main_world, *space ? space + 1 : "?");
-    free(v);
+    accel_free(v);
     return rc;
 }

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/plugin.h"
+#include "backends/plugin.h"
 #include "core/prepared.h"
 #include "core/str_to_bool.h"
 #include "dist/backend.h"
@@ -303,6 +303,11 @@ void accel__site_describe(const accel__site *s, char *out, size_t n) {
                  (int)s->line);
 }
 
+/* Per-rank arrays of a collective live on the stack up to this many ranks
+ * (past it, in the allocator's memory), so that a steady training step
+ * allocates nothing (tests/count_alloc.h counts the library's allocations). */
+#define SMALL_WORLD 64
+
 /* What debug mode compares: everything that must agree across ranks. */
 typedef struct call_sig {
     int32_t kind, dtype, op, root;
@@ -320,11 +325,11 @@ static accel_status debug_check(accel_pg *pg, const call *c) {
     me.count = c->kind == K_ALL_GATHERV || c->kind >= K_BROADCAST_BYTES ? 0 : c->count;
     memcpy(me.label, c->label, sizeof me.label);
     int world = pg->size;
-    call_sig *all = malloc((size_t)world * sizeof *all);
-    size_t *bytes = malloc((size_t)world * sizeof *bytes);
+    call_sig *all = accel_malloc((size_t)world * sizeof *all);
+    size_t *bytes = accel_malloc((size_t)world * sizeof *bytes);
     if (!all || !bytes) {
-        free(all);
-        free(bytes);
+        accel_free(all);
+        accel_free(bytes);
         return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
     }
     for (int k = 0; k < world; k++) bytes[k] = sizeof me;
@@ -357,8 +362,8 @@ static accel_status debug_check(accel_pg *pg, const call *c) {
         }
         st = accel_set_error(ACCEL_ERR_DIST, "%s", msg);
     }
-    free(all);
-    free(bytes);
+    accel_free(all);
+    accel_free(bytes);
     return st;
 }
 
@@ -373,11 +378,12 @@ static accel_status run_call(accel_pg *pg, const call *c) {
     case K_ALL_GATHER:
     case K_GATHER:
     case K_ALL_GATHERV: {
-        size_t *bytes = malloc((size_t)world * sizeof *bytes);
+        /* on the stack up to SMALL_WORLD ranks: a steady step allocates nothing */
+        size_t small[SMALL_WORLD], *bytes = world <= SMALL_WORLD ? small : accel_malloc((size_t)world * sizeof *bytes);
         if (!bytes) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
         for (int k = 0; k < world; k++) bytes[k] = (c->kind == K_ALL_GATHERV ? c->counts[k] : c->count) * es;
         accel_status st = be->all_gatherv(pg, c->send, c->buf, bytes, c->kind == K_GATHER ? c->root : -1);
-        free(bytes);
+        if (bytes != small) accel_free(bytes);
         return st;
     }
     case K_REDUCE_SCATTER: {
@@ -394,11 +400,11 @@ static accel_status run_call(accel_pg *pg, const call *c) {
     case K_BROADCAST_BYTES: {
         uint64_t len = pg->rank == c->root ? *c->len_io : 0;
         if (be->broadcast(pg, &len, sizeof len, c->root) != ACCEL_OK) return accel_last_status();
-        void *data = pg->rank == c->root ? *c->data_out : malloc(len + 1);
+        void *data = pg->rank == c->root ? *c->data_out : accel_malloc(len + 1);
         if (!data) return accel_set_error(ACCEL_ERR_OOM, "accel_pg_broadcast_bytes: out of memory (%llu bytes)",
                                           (unsigned long long)len);
         if (be->broadcast(pg, data, len, c->root) != ACCEL_OK) {
-            if (pg->rank != c->root) free(data);
+            if (pg->rank != c->root) accel_free(data);
             return accel_last_status();
         }
         if (pg->rank != c->root) {
@@ -410,18 +416,18 @@ static accel_status run_call(accel_pg *pg, const call *c) {
     }
     case K_ALL_GATHER_BYTES: {
         size_t *lens = c->lens_out, one = sizeof(size_t), total = 0;
-        size_t *eight = malloc((size_t)world * sizeof *eight);
+        size_t *eight = accel_malloc((size_t)world * sizeof *eight);
         if (!eight) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
         for (int k = 0; k < world; k++) eight[k] = one;
         accel_status st = be->all_gatherv(pg, &c->count, lens, eight, -1);
-        free(eight);
+        accel_free(eight);
         if (st != ACCEL_OK) return st;
         for (int k = 0; k < world; k++) total += lens[k];
-        char *out = malloc(total + 1);
+        char *out = accel_malloc(total + 1);
         if (!out) return accel_set_error(ACCEL_ERR_OOM, "accel_pg_all_gather_bytes: out of memory (%zu bytes)", total);
         st = be->all_gatherv(pg, c->send, out, lens, -1);
         if (st != ACCEL_OK) {
-            free(out);
+            accel_free(out);
             return st;
         }
         out[total] = 0;
@@ -572,7 +578,7 @@ static void *comm_main(void *arg) {
 
 static accel__work_queue *queue_of(accel_pg *pg) {
     if (pg->q) return pg->q;
-    accel__work_queue *q = calloc(1, sizeof *q);
+    accel__work_queue *q = accel_calloc(1, sizeof *q);
     if (!q) {
         accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
         return NULL;
@@ -581,7 +587,7 @@ static accel__work_queue *queue_of(accel_pg *pg) {
     pthread_cond_init(&q->cv, NULL);
     pthread_cond_init(&q->done_cv, NULL);
     if (pthread_create(&q->thread, NULL, comm_main, q) != 0) {
-        free(q);
+        accel_free(q);
         accel_set_error(ACCEL_ERR_STATE, "accel dist: cannot start the communication thread");
         return NULL;
     }
@@ -621,12 +627,12 @@ static void queue_destroy(accel_pg *pg) {
     while (q->free_list) {
         accel_work *w = q->free_list;
         q->free_list = w->next;
-        free(w);
+        accel_free(w);
     }
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
     pthread_cond_destroy(&q->done_cv);
-    free(q);
+    accel_free(q);
     pg->q = NULL;
 }
 
@@ -721,7 +727,7 @@ static void stream_settle(accel_work *w) {
  * communication thread. */
 static accel_work *submit_streamed(accel_pg *pg, const call *c, const char *fn) {
     drain_queue(pg); /* host-buffer work issued earlier goes first: every rank issues in one order */
-    accel_work *w = calloc(1, sizeof *w);
+    accel_work *w = accel_calloc(1, sizeof *w);
     if (!w) {
         accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
         return NULL;
@@ -758,7 +764,7 @@ static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     accel_work *w = q->free_list;
     if (w) q->free_list = w->next;
     pthread_mutex_unlock(&q->mu);
-    if (!w && !(w = malloc(sizeof *w))) {
+    if (!w && !(w = accel_malloc(sizeof *w))) {
         accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
         return NULL;
     }
@@ -824,7 +830,7 @@ void accel_work_free(accel_work *w) {
     if (!w) return;
     if (w->streamed) {
         if (!atomic_load(&w->done)) stream_settle(w);
-        free(w);
+        accel_free(w);
         return;
     }
     accel__work_queue *q = w->pg->q;
@@ -925,7 +931,7 @@ static int g_refs;
 static pthread_mutex_t g_default_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Process-group backends that plug-ins brought (nccl with the cuda plug-in,
- * core/plugin.h): set once each, read without a lock. */
+ * backends/plugin.h): set once each, read without a lock. */
 enum { MAX_PLUGIN_PGS = 4 };
 static const accel__backend *g_plugin_pg[MAX_PLUGIN_PGS];
 
@@ -994,7 +1000,7 @@ static accel_status choose_backend(accel__store *st, const dist_env *e, const ac
         snprintf(key, sizeof key, "host/%d", k);
         if (accel__store_get(st, key, &v, NULL) != ACCEL_OK) return accel_last_status();
         one_host = strcmp(v, host) == 0;
-        free(v);
+        accel_free(v);
     }
     *out = one_host ? &accel__backend_shm : &accel__backend_tcp;
     return ACCEL_OK;
@@ -1004,7 +1010,7 @@ static accel_status create_default_group(void) {
     dist_env e = {0};
     if (read_env(&e) != ACCEL_OK) return accel_last_status();
     accel__fit_threads_to_node(e.rank, e.local_world);
-    accel_pg *pg = calloc(1, sizeof *pg);
+    accel_pg *pg = accel_calloc(1, sizeof *pg);
     if (!pg) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     pg->rank = e.rank;
     pg->size = e.world;
@@ -1015,7 +1021,7 @@ static accel_status create_default_group(void) {
     pg->hashed.line = -1;
     long check_sites;
     if (accel__env_long("ACCEL_DIST_CHECK_CALL_SITES", 1, 0, 1, &check_sites) != ACCEL_OK) {
-        free(pg);
+        accel_free(pg);
         return accel_last_status();
     }
     pg->check_sites = check_sites == 1;
@@ -1053,7 +1059,7 @@ static accel_status create_default_group(void) {
         else accel__store_close(store);
     }
     if (st != ACCEL_OK) {
-        free(pg);
+        accel_free(pg);
         return st;
     }
     g_default = pg;
@@ -1086,7 +1092,7 @@ static void destroy_group(accel_pg *pg) {
         if (pg->be->barrier(pg) != ACCEL_OK) { /* error stays pending for the caller */ }
     }
     pg->be->finalize(pg);
-    free(pg);
+    accel_free(pg);
 }
 
 static void destroy_default_group(void) {
@@ -1166,7 +1172,7 @@ static void split_place(const split_rec *all, int world, const split_rec *me, ac
  * matched). A subgroup of one needs none: *out stays NULL. */
 static accel_status split_store(accel_pg *parent, const accel_pg *sub, int leader, bool one_machine,
                                 accel__store **out) {
-    split_addr mine = {{0}, 0}, *addrs = calloc((size_t)parent->size, sizeof *addrs);
+    split_addr mine = {{0}, 0}, *addrs = accel_calloc((size_t)parent->size, sizeof *addrs);
     accel__store *store = NULL;
     accel_status st = addrs ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, "accel_pg_split: out of memory");
     if (!st && sub->rank == 0 && sub->size > 1) {
@@ -1188,7 +1194,7 @@ static accel_status split_store(accel_pg *parent, const accel_pg *sub, int leade
                                   sub->rank, parent->timeout_s);
         if (!store) st = accel_last_status();
     }
-    free(addrs);
+    accel_free(addrs);
     if (st) accel__store_close(store);
     else *out = store;
     return st;
@@ -1217,11 +1223,11 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
     }
     split_rec me = {color, key, parent->rank, parent->rank - parent->local_rank, {0}};
     gethostname(me.host, sizeof me.host - 1);
-    split_rec *all = calloc((size_t)parent->size, sizeof *all);
-    accel_pg *sub = calloc(1, sizeof *sub);
+    split_rec *all = accel_calloc((size_t)parent->size, sizeof *all);
+    accel_pg *sub = accel_calloc(1, sizeof *sub);
     if (!all || !sub) {
-        free(all);
-        free(sub);
+        accel_free(all);
+        accel_free(sub);
         accel_set_error(ACCEL_ERR_OOM, "accel_pg_split: out of memory");
         return NULL;
     }
@@ -1239,7 +1245,7 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         snprintf(sub->op_desc, sizeof sub->op_desc, "accel_pg_split");
         if (!own) st = split_store(parent, sub, leader, one_machine, &store);
     }
-    free(all);
+    accel_free(all);
     if (own && !st) { /* the backend's own split (MPI_Comm_split): no store; every member stays in that backend */
         int rank = sub->rank, size = sub->size;
         st = parent->be->split(parent, color, key, sub);
@@ -1249,7 +1255,7 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         if (!st) st = sub->be->barrier(sub);
         if (st && sub->impl) sub->be->finalize(sub);
         if (!st) return sub;
-        free(sub);
+        accel_free(sub);
         return NULL;
     }
     if (!st) {
@@ -1259,7 +1265,7 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
     }
     accel__store_close(store);
     if (st) {
-        free(sub);
+        accel_free(sub);
         return NULL;
     }
     return sub;

@@ -111,7 +111,7 @@ static accel_status hier_all_reduce(accel_pg *pg, void *buf, size_t count, accel
     SUB(pg, h, node, all_reduce(node, buf, count, dt, sum));
     slice_of(count, L, node->rank, &lo, &len);
     if (len) SUB(pg, h, cross, all_reduce(cross, (char *)buf + lo * es, len, dt, sum));
-    size_t *bytes = malloc((size_t)L * sizeof *bytes);
+    size_t *bytes = accel_malloc((size_t)L * sizeof *bytes);
     if (!bytes) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
     for (int k = 0; k < L; k++) {
         size_t l, n;
@@ -120,7 +120,7 @@ static accel_status hier_all_reduce(accel_pg *pg, void *buf, size_t count, accel
     }
     accel_pg *s = enter(pg, node);
     accel_status st = s->be->all_gatherv(s, (char *)buf + lo * es, buf, bytes, -1);
-    free(bytes);
+    accel_free(bytes);
     if (st) return sub_failed(pg, h, s);
     if (op == ACCEL_REDUCE_AVG) divide(pg, buf, count, dt);
     return ACCEL_OK;
@@ -171,7 +171,7 @@ static accel_status hier_all_gatherv(accel_pg *pg, const void *send, void *recv,
     if (root >= 0) FLAT(pg, h, all_gatherv(pg, send, recv, bytes, root));
     accel_pg *node = h->node, *cross = h->cross;
     int L = node->size, M = h->machines;
-    size_t *block = calloc((size_t)M, sizeof *block), off = 0, total = 0;
+    size_t *block = accel_calloc((size_t)M, sizeof *block), off = 0, total = 0;
     if (!block) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
     for (int r = 0; r < pg->size; r++) {
         block[r / L] += bytes[r];
@@ -190,7 +190,7 @@ static accel_status hier_all_gatherv(accel_pg *pg, const void *send, void *recv,
         s = enter(pg, node);
         st = s->be->broadcast(s, recv, total, 0);
     }
-    free(block);
+    accel_free(block);
     return st ? sub_failed(pg, h, s) : ACCEL_OK;
 }
 
@@ -221,7 +221,7 @@ static void hier_finalize(accel_pg *pg) {
     }
     pg->impl = h->flat_impl;
     pg->be = h->flat;
-    free(h);
+    accel_free(h);
     pg->be->finalize(pg);
 }
 
@@ -240,13 +240,13 @@ const accel__backend accel__backend_hier = {
 /* Whether pg's ranks form M > 1 machines of L > 1 consecutive ranks each
  * (collective: every rank learns every rank's place, so all decide alike). */
 static accel_status layout_fits(accel_pg *pg, bool *fits) {
-    int32_t me[2] = {pg->local_rank, pg->local_size}, *all = malloc((size_t)pg->size * sizeof me);
+    int32_t me[2] = {pg->local_rank, pg->local_size}, *all = accel_malloc((size_t)pg->size * sizeof me);
     if (!all) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     accel_status st = accel_pg_all_gather(pg, me, all, 2, ACCEL_I32);
     int L = all[1];
     *fits = !st && L > 1 && L < pg->size && pg->size % L == 0;
     for (int r = 0; *fits && r < pg->size; r++) *fits = all[2 * r] == r % L && all[2 * r + 1] == L;
-    free(all);
+    accel_free(all);
     return st;
 }
 
@@ -269,7 +269,7 @@ static accel_status wrap(accel_pg *pg) {
      * path, so one such machine keeps the flat ring for all. */
     int32_t all_shm = !strcmp(node->be->name, "shm");
     accel_status st = accel_pg_all_reduce(pg, &all_shm, 1, ACCEL_I32, ACCEL_REDUCE_MIN);
-    hier_state *h = st || !all_shm ? NULL : calloc(1, sizeof *h);
+    hier_state *h = st || !all_shm ? NULL : accel_calloc(1, sizeof *h);
     if (!h) {
         if (!st && all_shm) st = accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
         accel_pg_free(cross);

@@ -179,13 +179,13 @@ static accel_status mpi_broadcast(accel_pg *pg, void *buf, size_t bytes, int roo
 
 static accel_status mpi_all_gatherv(accel_pg *pg, const void *send, void *recv, const size_t *bytes, int root) {
     int w = pg->size, r = pg->rank;
-    int *cnt = malloc(2 * (size_t)w * sizeof *cnt);
+    int *cnt = accel_malloc(2 * (size_t)w * sizeof *cnt);
     if (!cnt) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
     int *disp = cnt + w;
     size_t off = 0;
     for (int k = 0; k < w; k++) {
         if (bytes[k] > INT_MAX || off > INT_MAX) {
-            free(cnt);
+            accel_free(cnt);
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel dist (mpi): %s: %zu bytes exceed what one MPI "
                                    "gather can address (2 GiB)", pg->op_desc, off + bytes[k]);
         }
@@ -199,7 +199,7 @@ static accel_status mpi_all_gatherv(accel_pg *pg, const void *send, void *recv, 
         st = blocking(pg, root < 0 ? MPI_Allgatherv(sb, cnt[r], MPI_BYTE, recv, cnt, disp, MPI_BYTE, comm_of(pg))
                                : MPI_Gatherv(r == root ? sb : send, cnt[r], MPI_BYTE, recv, cnt, disp, MPI_BYTE,
                                              root, comm_of(pg)));
-    free(cnt);
+    accel_free(cnt);
     return st;
 }
 
@@ -234,7 +234,7 @@ static void world_release(mpi_world *w) {
         g_half[0] = g_half[1] = MPI_DATATYPE_NULL;
         if (w->we_initialized && !w->abandoned) MPI_Finalize();
     }
-    free(w);
+    accel_free(w);
 }
 
 static void mpi_finalize(accel_pg *pg) {
@@ -244,17 +244,17 @@ static void mpi_finalize(accel_pg *pg) {
     MPI_Finalized(&fin);
     if (!fin && s->comm != MPI_COMM_NULL && !(s->world && s->world->abandoned)) MPI_Comm_free(&s->comm);
     world_release(s->world);
-    free(s);
+    accel_free(s);
     pg->impl = NULL;
 }
 
 static accel_status mpi_init(accel_pg *pg, accel__store *store) {
     (void)store;
-    mpi_state *s = calloc(1, sizeof *s);
-    mpi_world *w = calloc(1, sizeof *w);
+    mpi_state *s = accel_calloc(1, sizeof *s);
+    mpi_world *w = accel_calloc(1, sizeof *w);
     if (!s || !w) {
-        free(s);
-        free(w);
+        accel_free(s);
+        accel_free(w);
         return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     }
     pg->impl = s;
@@ -304,12 +304,12 @@ static accel_status mpi_split(accel_pg *parent, int color, int key, accel_pg *su
                                "subgroups of an mpi group need MPI_THREAD_MULTIPLE (%d): each group's communication "
                                "thread calls MPI (was MPI initialised by the program with a lower level?)",
                                ps->world->thread_level, MPI_THREAD_MULTIPLE);
-    mpi_state *s = calloc(1, sizeof *s);
+    mpi_state *s = accel_calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_pg_split: out of memory");
     s->comm = MPI_COMM_NULL;
     int rc = MPI_Comm_split(ps->comm, color, key, &s->comm);
     if (rc != MPI_SUCCESS) {
-        free(s);
+        accel_free(s);
         return mpi_fail(parent, rc);
     }
     s->world = ps->world;

@@ -1,8 +1,8 @@
-/* The mpi plug-in's entry (core/plugin.h): libaccel-mpi.so holds the MPI
+/* The mpi plug-in's entry (backends/plugin.h): libaccel-mpi.so holds the MPI
  * process-group backend (mpi.c), so that OpenMPI's libraries are mapped only
  * by a job that runs on MPI (ACCEL_DIST_BACKEND=mpi, or started by mpirun
  * without MASTER_ADDR), never by the CLI or a CPU job on shm/tcp. */
-#include "core/plugin.h"
+#include "backends/plugin.h"
 #include "dist/backend.h"
 
 ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_mpi_abi = {

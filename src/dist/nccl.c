@@ -137,7 +137,7 @@ static accel_status nccl_init(accel_pg *pg, accel__store *store) {
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel dist (nccl): rank %d has no CUDA device (%s)", pg->rank,
                                accel__cuda_unavailable_reason());
     }
-    nccl_state *s = calloc(1, sizeof *s);
+    nccl_state *s = accel_calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel dist (nccl): out of memory");
     pg->impl = s;
     s->device = pg->local_rank % ndev;
@@ -152,11 +152,11 @@ static accel_status nccl_init(accel_pg *pg, accel__store *store) {
         size_t len = 0;
         if (accel__store_get(store, "nccl/id", &v, &len) != ACCEL_OK) return accel_last_status();
         if (len != sizeof id) {
-            free(v);
+            accel_free(v);
             return nccl_fail(pg, "rendezvous", "the NCCL id in the store has the wrong size");
         }
         memcpy(&id, v, sizeof id);
-        free(v);
+        accel_free(v);
     }
     cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->before, cudaEventDisableTiming);
@@ -178,13 +178,13 @@ static void nccl_finalize(accel_pg *pg) {
         else ncclCommDestroy(s->comm);
     }
     for (int i = 0; i < s->n_spare; i++) cudaEventDestroy(s->spare[i]);
-    free(s->spare);
+    accel_free(s->spare);
     if (s->stage) cudaFree(s->stage);
     if (s->host) cudaFreeHost(s->host);
     if (s->after) cudaEventDestroy(s->after);
     if (s->before) cudaEventDestroy(s->before);
     if (s->stream) cudaStreamDestroy(s->stream);
-    free(s);
+    accel_free(s);
     pg->impl = NULL;
 }
 
@@ -446,11 +446,13 @@ static void stream_release(accel_pg *pg, void *ticket) {
     nccl_state *s = state_of(pg);
     if (s->n_spare == s->cap_spare) {
         int cap = s->cap_spare ? 2 * s->cap_spare : 16;
-        cudaEvent_t *grown = realloc(s->spare, (size_t)cap * sizeof *grown);
+        cudaEvent_t *grown = accel_malloc((size_t)cap * sizeof *grown);
         if (!grown) {
             cudaEventDestroy((cudaEvent_t)ticket);
             return;
         }
+        if (s->n_spare) memcpy(grown, s->spare, (size_t)s->n_spare * sizeof *grown);
+        accel_free(s->spare);
         s->spare = grown;
         s->cap_spare = cap;
     }

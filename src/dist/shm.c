@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "dist/backend.h"
+#include "core/core_internal.h"
 
 #define SHM_MAGIC 0x61636365u
 #define SLICE_ALIGN 16 /* elements: slices start on 64-byte boundaries for f32 */
@@ -272,8 +273,8 @@ static void shm_finalize(accel_pg *pg) {
     if (!s) return;
     if (s->base) munmap(s->base, s->map_bytes);
     if (s->fd >= 0) close(s->fd);
-    free(s->blk);
-    free(s);
+    accel_free(s->blk);
+    accel_free(s);
     pg->impl = NULL;
 }
 
@@ -288,7 +289,7 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
     if (accel__env_long("ACCEL_SHM_CHUNK_KB", 256, 4, 1L << 20, &chunk_kb) != ACCEL_OK ||
         accel__env_long("ACCEL_SHM_HEAP_MB", 2048, 1, 1L << 20, &heap_mb) != ACCEL_OK)
         return accel_last_status();
-    shm_state *s = calloc(1, sizeof *s);
+    shm_state *s = accel_calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     s->fd = -1;
     pg->impl = s;
@@ -302,7 +303,7 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
         void *v;
         if (accel__store_get(store, "shm/info", &v, NULL) != ACCEL_OK) return accel_last_status();
         int ok = sscanf(v, "%d %d %zu %zu", &owner_pid, &owner_fd, &s->chunk, &s->heap_per_rank);
-        free(v);
+        accel_free(v);
         if (ok != 4) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
     }
     size_t stage_bytes = (size_t)(2 * world + 2) * s->chunk;
@@ -521,7 +522,7 @@ static void *shm_alloc_shared(accel_pg *pg, size_t bytes) {
     }
     if (s->nblk == s->capblk) {
         size_t cap = s->capblk ? 2 * s->capblk : 16;
-        shm_block *nb = realloc(s->blk, cap * sizeof *nb);
+        shm_block *nb = accel__realloc(s->blk, s->capblk * sizeof *nb, cap * sizeof *nb);
         if (!nb) {
             accel_set_error(ACCEL_ERR_OOM, "accel_pg_alloc_shared: out of memory");
             return NULL;

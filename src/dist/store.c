@@ -27,6 +27,7 @@
  * within REFUSED_GRACE_S naming it rather than wait out the timeout. */
 #include "dist/store.h"
 
+#include "core/core_internal.h"
 #include "core/env.h"
 #include "dist/auth.h"
 
@@ -141,7 +142,7 @@ static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
     size_t held = s->bytes - (e ? e->len : 0);
     if (len > MAX_BYTES - held || (!e && s->n_items >= MAX_ITEMS)) return false;
     if (e) {
-        free(e->val);
+        accel_free(e->val);
         e->val = val;
         e->len = len;
         s->bytes = held + len;
@@ -149,12 +150,12 @@ static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
     }
     if (s->n_items == s->cap_items) {
         size_t cap = s->cap_items ? s->cap_items * 2 : 64;
-        kv *n = realloc(s->items, cap * sizeof *n);
+        kv *n = accel__realloc(s->items, s->cap_items * sizeof *n, cap * sizeof *n);
         if (!n) return false;
         s->items = n;
         s->cap_items = cap;
     }
-    char *k = strdup(key);
+    char *k = accel_strdup(key);
     if (!k) return false;
     s->items[s->n_items++] = (kv){k, val, len};
     s->bytes = held + len;
@@ -167,7 +168,7 @@ static bool reserve(char **buf, size_t *cap, size_t need) {
     if (need <= *cap) return true;
     size_t c = *cap ? *cap : 256;
     while (c < need) c *= 2;
-    char *n = realloc(*buf, c);
+    char *n = accel__realloc(*buf, *cap, c);
     if (!n) return false;
     *buf = n;
     *cap = c;
@@ -203,8 +204,8 @@ static bool flush_out(conn *c) {
 
 static void drop_conn(accel__store *s, size_t i) {
     close(s->conns[i].fd);
-    free(s->conns[i].in);
-    free(s->conns[i].out);
+    accel_free(s->conns[i].in);
+    accel_free(s->conns[i].out);
     s->conns[i] = s->conns[--s->n_conns];
 }
 
@@ -256,12 +257,12 @@ static void note_refused(accel__store *s, const conn *c, int32_t rank) {
         if (s->n_refused >= MAX_REFUSED) return;
         /* The list: at most MAX_REFUSED entries of at most 8 bytes ("1048575 "). */
         size_t had = list ? list->len - 1 : 0;
-        char *l = malloc(had + 9);
+        char *l = accel_malloc(had + 9);
         if (!l) return;
         if (had) memcpy(l, list->val, had);
         int m = snprintf(l + had, 9, "%d ", (int)rank);
         if (!put_kv(s, "refused", l, had + (size_t)m + 1)) {
-            free(l);
+            accel_free(l);
             return;
         }
         s->n_refused++;
@@ -269,10 +270,10 @@ static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     snprintf(key, sizeof key, "refused/%d", (int)rank);
     inet_ntop(AF_INET, &c->peer.sin_addr, ip, sizeof ip);
     int n = snprintf(val, sizeof val, "%s:%d", ip, ntohs(c->peer.sin_port));
-    char *v = malloc((size_t)n + 1);
+    char *v = accel_malloc((size_t)n + 1);
     if (!v) return;
     memcpy(v, val, (size_t)n + 1);
-    if (!put_kv(s, key, v, (size_t)n + 1)) free(v);
+    if (!put_kv(s, key, v, (size_t)n + 1)) accel_free(v);
 }
 
 /* The client's answer to our challenge: a valid proof -> authenticated, and
@@ -309,11 +310,11 @@ static bool serve_request(accel__store *s, conn *c) {
     memcpy(&vlen, c->in + 5 + klen, 8);
     const char *val = c->in + 13 + klen;
     if (op == OP_SET) {
-        void *v = malloc(vlen ? vlen : 1);
+        void *v = accel_malloc(vlen ? vlen : 1);
         if (!v) return false;
         memcpy(v, val, vlen);
         if (!put_kv(s, key, v, vlen)) {
-            free(v);
+            accel_free(v);
             return false;
         }
         uint8_t z = 0;
@@ -333,11 +334,11 @@ static bool serve_request(accel__store *s, conn *c) {
         kv *e = find_kv(s, key);
         if (e && e->len == 8) memcpy(&cur, e->val, 8);
         cur += delta;
-        int64_t *nv = malloc(8);
+        int64_t *nv = accel_malloc(8);
         if (!nv) return false;
         *nv = cur;
         if (!put_kv(s, key, nv, 8)) {
-            free(nv);
+            accel_free(nv);
             return false;
         }
         return reply(c, &cur, 8);
@@ -430,7 +431,7 @@ static bool accept_new(accel__store *s) {
         if ((old = oldest_unauthed(s, &unauthed)) >= 0 && unauthed >= MAX_UNAUTHED) drop_conn(s, (size_t)old);
         if (s->n_conns == s->cap_conns) {
             size_t cap = s->cap_conns ? 2 * s->cap_conns : 64;
-            conn *n = realloc(s->conns, cap * sizeof *n);
+            conn *n = accel__realloc(s->conns, s->cap_conns * sizeof *n, cap * sizeof *n);
             if (!n) {
                 close(fd);
                 return true;
@@ -466,7 +467,7 @@ static void *server_main(void *arg) {
     for (;;) {
         size_t n = s->n_conns + 2;
         if (n > cap_pf) {
-            struct pollfd *np = realloc(pf, n * sizeof *np);
+            struct pollfd *np = accel__realloc(pf, cap_pf * sizeof *np, n * sizeof *np);
             if (!np) break;
             pf = np;
             cap_pf = n;
@@ -494,7 +495,7 @@ static void *server_main(void *arg) {
         if (ready > 0 && (pf[1].revents & POLLIN) && !accept_new(s)) listen_paused_until = now + 0.1;
     }
     while (s->n_conns) drop_conn(s, s->n_conns - 1);
-    free(pf);
+    accel_free(pf);
     return NULL;
 }
 
@@ -619,12 +620,12 @@ static accel_status connect_client(accel__store *s, const char *addr, int port, 
 
 accel__store *accel__store_open(const char *addr, int port, bool serve, const char *secret, int rank,
                                 double timeout_s) {
-    accel__store *s = calloc(1, sizeof *s);
+    accel__store *s = accel_calloc(1, sizeof *s);
     if (!s) { accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory"); return NULL; }
     s->fd = s->listen_fd = s->wake[0] = s->wake[1] = -1;
     s->timeout_s = timeout_s;
     s->rank = rank;
-    s->secret = strdup(secret ? secret : "");
+    s->secret = accel_strdup(secret ? secret : "");
     s->port = port;
     if (!s->secret || (serve && start_server(s, addr, port) != ACCEL_OK) ||
         connect_client(s, addr, s->port, s->secret) != ACCEL_OK) {
@@ -647,13 +648,13 @@ void accel__store_close(accel__store *s) {
     if (s->wake[1] >= 0) close(s->wake[1]);
     if (s->listen_fd >= 0) close(s->listen_fd);
     for (size_t i = 0; i < s->n_items; i++) {
-        free(s->items[i].key);
-        free(s->items[i].val);
+        accel_free(s->items[i].key);
+        accel_free(s->items[i].val);
     }
-    free(s->items);
-    free(s->conns);
-    free(s->secret);
-    free(s);
+    accel_free(s->items);
+    accel_free(s->conns);
+    accel_free(s->secret);
+    accel_free(s);
 }
 
 static accel_status request(accel__store *s, uint8_t op, const char *key, const void *val, size_t len) {
@@ -694,11 +695,11 @@ static accel_status try_get(accel__store *s, const char *key, bool *found, void 
     if (!f) return ACCEL_OK;
     uint64_t n;
     if (!read_all(s->fd, &n, 8) || n > STORE_MAX_VAL) return lost();
-    char *v = malloc(n + 1);
+    char *v = accel_malloc(n + 1);
     if (!v) return accel_set_error(ACCEL_ERR_OOM, "accel store: out of memory");
-    if (!read_all(s->fd, v, n)) { free(v); return lost(); }
+    if (!read_all(s->fd, v, n)) { accel_free(v); return lost(); }
     v[n] = 0;
-    if (val) *val = v; else free(v);
+    if (val) *val = v; else accel_free(v);
     if (len) *len = n;
     return ACCEL_OK;
 }
@@ -791,7 +792,7 @@ static accel_status check_refused(accel__store *s, refusal *r, const char *prefi
             long k = strtol(p, &end, 10);
             if (end == p) break;
             if (unclaimed_missing(s, r, prefix, (int)k, next, world, &yes) != ACCEL_OK) {
-                free(list);
+                accel_free(list);
                 return accel_last_status();
             }
             if (yes) {
@@ -800,14 +801,14 @@ static accel_status check_refused(accel__store *s, refusal *r, const char *prefi
                 snprintf(r->from, sizeof r->from, "?");
             }
         }
-        free(list);
+        accel_free(list);
         if (!yes) return ACCEL_OK;
         char key[32];
         void *from = NULL;
         snprintf(key, sizeof key, "refused/%d", r->rank);
         if (try_get(s, key, &found, &from, NULL) != ACCEL_OK) return accel_last_status();
         if (found) snprintf(r->from, sizeof r->from, "%s", (char *)from);
-        free(from);
+        accel_free(from);
     }
     if (now) return refused_error(r, world, what, ACCEL_ERR_TIMEOUT, " (timed out)");
     if (fail_fast && accel_now_seconds() - r->seen >= REFUSED_GRACE_S)

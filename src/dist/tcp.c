@@ -346,7 +346,7 @@ static void *gate_main(void *arg) {
 static accel_status gate_start(gate *g, int listen_fd, const char *secret) {
     g->listen_fd = listen_fd;
     g->secret = secret;
-    g->st = malloc(MAX_STRANGERS * sizeof *g->st);
+    g->st = accel_malloc(MAX_STRANGERS * sizeof *g->st);
     if (!g->st) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     if (pipe2(g->pipe, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(g->stop, O_CLOEXEC) != 0)
         return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: pipe: %s", strerror(errno));
@@ -372,7 +372,7 @@ static void gate_stop(gate *g) {
         if (g->stop[i] >= 0) close(g->stop[i]);
     }
     if (g->listen_fd >= 0) close(g->listen_fd);
-    free(g->st);
+    accel_free(g->st);
 }
 
 /* ---------------------------------------------------------------- failure notices */
@@ -481,11 +481,11 @@ static void report_ranks(accel_pg *pg, const bool *waits, const accel__site *sit
 static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from, const char *heard_msg,
                                   uint32_t heard_len) {
     int w = pg->size;
-    bool *waits = calloc((size_t)w, sizeof *waits);
-    accel__site *site = malloc((size_t)w * sizeof *site);
+    bool *waits = accel_calloc((size_t)w, sizeof *waits);
+    accel__site *site = accel_malloc((size_t)w * sizeof *site);
     if (!waits || !site) {
-        free(waits);
-        free(site);
+        accel_free(waits);
+        accel_free(site);
         return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
     }
     memcpy(site, s->peer_site, (size_t)w * sizeof *site);
@@ -505,8 +505,8 @@ static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from, co
         if (tleft <= 0 || poll(&pf, 1, (int)(tleft * 1000) + 1) <= 0) break;
         while (read_notice(s, &n, msg)) {
             if (n.kind == NOTICE_DEAD) {
-                free(waits);
-                free(site);
+                accel_free(waits);
+                accel_free(site);
                 return adopt_dead(pg, &n, msg);
             }
             if (n.kind == NOTICE_WAITING && n.reporter >= 0 && n.reporter < w && !waits[n.reporter]) {
@@ -524,8 +524,8 @@ static accel_status timeout_round(accel_pg *pg, tcp_state *s, int heard_from, co
         missing++;
     }
     report_ranks(pg, waits, site, ranks, sizeof ranks);
-    free(waits);
-    free(site);
+    accel_free(waits);
+    accel_free(site);
     if (!missing)
         return accel_set_error(ACCEL_ERR_TIMEOUT, "accel dist: %s timed out after %g s on rank %d: every rank is "
                                "waiting (mismatched collectives?): %s (ACCEL_DIST_TIMEOUT sets the limit)",
@@ -814,7 +814,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
     tcp_state *s = pg->impl;
     begin(s, accel__gatherv_tag(bytes, pg->size, root));
     int w = pg->size, r = pg->rank;
-    size_t *off = malloc((size_t)(w + 1) * sizeof *off);
+    size_t *off = accel_malloc((size_t)(w + 1) * sizeof *off);
     if (!off) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
     off[0] = 0;
     for (int k = 0; k < w; k++) off[k + 1] = off[k] + bytes[k];
@@ -825,7 +825,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             st = xfer(pg, s, root, send, bytes[r], -1, NULL, 0);
         } else {
             if (bytes[r]) memmove(rb + off[r], send, bytes[r]);
-            io_op *ops = malloc((size_t)w * sizeof *ops);
+            io_op *ops = accel_malloc((size_t)w * sizeof *ops);
             int n = 0;
             if (!ops) st = accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
             for (int k = 0; ops && k < w; k++)
@@ -833,7 +833,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             /* all senders at once, so a timeout names every rank that did not send */
             for (int i = 0; st == ACCEL_OK && i < n; i += MAX_OPS)
                 st = run_ops(pg, s, ops + i, n - i < MAX_OPS ? n - i : MAX_OPS);
-            free(ops);
+            accel_free(ops);
         }
     } else {
         if (bytes[r]) memmove(rb + off[r], send, bytes[r]);
@@ -842,7 +842,7 @@ static accel_status tcp_all_gatherv(accel_pg *pg, const void *send, void *recv, 
             st = ring_step(pg, s, rb + off[sk], bytes[sk], rb + off[rk], bytes[rk], NULL);
         }
     }
-    free(off);
+    accel_free(off);
     return st;
 }
 
@@ -875,14 +875,14 @@ static void tcp_finalize(accel_pg *pg) {
     for (int k = 0; s->fd && k < pg->size; k++)
         if (s->fd[k] >= 0) close(s->fd[k]);
     gate_stop(&s->g);
-    free(s->fd);
-    free(s->sent_seq);
-    free(s->recv_seq);
-    free(s->peer_site);
-    free(s->addr);
-    free(s->secret);
+    accel_free(s->fd);
+    accel_free(s->sent_seq);
+    accel_free(s->recv_seq);
+    accel_free(s->peer_site);
+    accel_free(s->addr);
+    accel_free(s->secret);
     accel_free(s->scratch);
-    free(s);
+    accel_free(s);
     pg->impl = NULL;
 }
 
@@ -1040,19 +1040,19 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
     if (w > MAX_OPS)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_dist_init: the tcp backend supports at most %d ranks "
                                "(WORLD_SIZE=%d)", MAX_OPS, w);
-    tcp_state *s = calloc(1, sizeof *s);
+    tcp_state *s = accel_calloc(1, sizeof *s);
     if (!s) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     pg->impl = s;
     s->g.listen_fd = s->g.pipe[0] = s->g.pipe[1] = s->g.stop[0] = s->g.stop[1] = -1;
-    s->fd = malloc((size_t)w * sizeof *s->fd);
+    s->fd = accel_malloc((size_t)w * sizeof *s->fd);
     for (int k = 0; s->fd && k < w; k++) s->fd[k] = -1;
-    s->addr = calloc((size_t)w, sizeof *s->addr);
-    s->sent_seq = calloc((size_t)w, sizeof *s->sent_seq);
-    s->recv_seq = calloc((size_t)w, sizeof *s->recv_seq);
-    s->peer_site = calloc((size_t)w, sizeof *s->peer_site);
+    s->addr = accel_calloc((size_t)w, sizeof *s->addr);
+    s->sent_seq = accel_calloc((size_t)w, sizeof *s->sent_seq);
+    s->recv_seq = accel_calloc((size_t)w, sizeof *s->recv_seq);
+    s->peer_site = accel_calloc((size_t)w, sizeof *s->peer_site);
     s->site = &pg->site;
     const char *sec = getenv("ACCEL_JOB_SECRET");
-    s->secret = strdup(sec ? sec : "");
+    s->secret = accel_strdup(sec ? sec : "");
     long kb;
     if (accel__env_long("ACCEL_TCP_CHUNK_KB", 256, 4, 1L << 20, &kb) != ACCEL_OK) return accel_last_status();
     s->chunk = (size_t)kb << 10;
@@ -1082,17 +1082,17 @@ static accel_status tcp_init(accel_pg *pg, accel__store *store) {
         snprintf(key, sizeof key, "tcp/addr/%d", k);
         if (accel__store_get(store, key, &v, NULL) != ACCEL_OK) return accel_last_status();
         int ok = sscanf(v, "%63s %d", kip, &port);
-        free(v);
+        accel_free(v);
         s->addr[k].sin_family = AF_INET;
         s->addr[k].sin_port = htons((uint16_t)port);
         if (ok != 2 || inet_pton(AF_INET, kip, &s->addr[k].sin_addr) != 1)
             return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: rank %d published a bad address", k);
     }
     double deadline = accel_now_seconds() + pg->timeout_s;
-    uint8_t (*want)[ACCEL__MAC_LEN] = malloc((size_t)(me + 1) * sizeof *want); /* [me]: what each acceptance proves */
+    uint8_t (*want)[ACCEL__MAC_LEN] = accel_malloc((size_t)(me + 1) * sizeof *want); /* [me]: what each acceptance proves */
     if (!want) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
     accel_status st = form_mesh(pg, s, deadline, want);
-    free(want);
+    accel_free(want);
     return st;
 }
 

@@ -135,9 +135,10 @@ done:
 
 /* ------------------------------------------------------------ opening */
 
-static _Thread_local char **g_names;
-static int cmp_name_idx(const void *a, const void *b) {
-    return strcmp(g_names[*(const int *)a], g_names[*(const int *)b]);
+/* qsort_r's comparison of two indices into the name array ctx. */
+static int cmp_name_idx(const void *a, const void *b, void *ctx) {
+    char *const *names = ctx;
+    return strcmp(names[*(const int *)a], names[*(const int *)b]);
 }
 
 static bool ends_with(const char *s, const char *suf) {
@@ -275,8 +276,7 @@ accel_checkpoint *accel_checkpoint_open(const char *path) {
     ck->by_name = accel_malloc(sizeof(int) * ((size_t)ck->ix.n_names + 1));
     if (!ck->open || !ck->by_name) return ck_fail(ck);
     for (int i = 0; i < ck->ix.n_names; i++) ck->by_name[i] = i;
-    g_names = ck->ix.names;
-    qsort(ck->by_name, (size_t)ck->ix.n_names, sizeof(int), cmp_name_idx);
+    qsort_r(ck->by_name, (size_t)ck->ix.n_names, sizeof(int), cmp_name_idx, ck->ix.names);
     return ck;
 }
 

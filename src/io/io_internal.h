@@ -52,6 +52,11 @@ accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, 
  * the pytorch_model.bin family). */
 bool accel__is_weights_file(accel_weights_format format, const char *name);
 
+/* config.json of m into dir with torch_dtype dt, by m's family f
+ * (family_config.c): m is a root whose f->config_dtype said it has one. */
+struct accel__family;
+accel_status accel__family_config_save(const struct accel__family *f, const accel_module *m, const char *dir,
+                                       accel_dtype dt);
 /* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
 const char *accel__file_kind(mode_t mode);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming

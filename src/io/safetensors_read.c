@@ -67,9 +67,10 @@ static int cmp_begin(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static _Thread_local const accel_st_info *g_sort_info; /* qsort has no context argument */
-static int cmp_name_idx(const void *a, const void *b) {
-    return strcmp(g_sort_info[*(const int *)a].name, g_sort_info[*(const int *)b].name);
+/* qsort_r's comparison of two indices into the accel_st_info array ctx, by name. */
+static int cmp_name_idx(const void *a, const void *b, void *ctx) {
+    const accel_st_info *info = ctx;
+    return strcmp(info[*(const int *)a].name, info[*(const int *)b].name);
 }
 
 static accel_status parse_metadata(accel_safetensors *st, json_t *meta) {
@@ -236,8 +237,7 @@ static accel_status parse_header(accel_safetensors *st, json_t *root) {
     st->by_name = accel_malloc(sizeof(int) * (size_t)(st->n ? st->n : 1));
     if (!st->by_name) return accel_last_status();
     for (int i = 0; i < st->n; i++) st->by_name[i] = i;
-    g_sort_info = st->info;
-    qsort(st->by_name, (size_t)st->n, sizeof(int), cmp_name_idx);
+    qsort_r(st->by_name, (size_t)st->n, sizeof(int), cmp_name_idx, st->info);
     for (int i = 1; i < st->n; i++)
         if (strcmp(st->info[st->by_name[i]].name, st->info[st->by_name[i - 1]].name) == 0)
             return accel_set_error(ACCEL_ERR_FORMAT, "%s: tensor '%s' appears twice", st->path,

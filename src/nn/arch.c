@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "family.h"
 #include "nn_internal.h"
 
 /* One family's module ops: its class names over the shared forwards. */
@@ -124,11 +125,19 @@ const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", \"gpt2\"";
 }
 
-const char *accel_module_decoder_layer_class(const accel_module *m) {
-    for (; m; m = m->parent) {
-        const accel__arch *a = accel__arch_of_module(m);
-        if (a) return a->layer.type_name;
-        if (accel__bert_layer_class(m)) return accel__bert_layer_class(m); /* the encoder's block */
-    }
-    return NULL;
+/* ---- the decoder-only families' row of the family table (family.h) */
+
+static const char *decoder_layer_class(const accel_module *m) {
+    const accel__arch *a = accel__arch_of_module(m);
+    return a ? a->layer.type_name : NULL;
 }
+
+static bool decoder_config_dtype(const accel_module *m, accel_dtype *dt) {
+    const accel__arch *a = accel__arch_of_module(m);
+    if (!a || m->ops != &a->causal_lm) return false; /* only the causal LM root has a config.json */
+    *dt = ((const accel_llama_config *)m->impl)->torch_dtype;
+    return true;
+}
+
+const accel__family accel__decoder_family = {"decoder", decoder_layer_class, accel__decoder_checkpoint_layers,
+                                             decoder_config_dtype};

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "accel/bert.h"
+#include "family.h"
 #include "nn_internal.h"
 
 accel_bert_config accel_bert_config_default(void) {
@@ -241,12 +242,15 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     return root;
 }
 
-const char *accel__bert_layer_class(const accel_module *m) {
+static const char *layer_class(const accel_module *m) {
     return m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
 }
 
-const accel_bert_config *accel__bert_root_config(const accel_module *m) {
-    return m && m->ops == &ROOT_OPS ? m->impl : NULL;
+/* The root (BertForSequenceClassification) has the config.json. */
+static bool config_dtype(const accel_module *m, accel_dtype *dt) {
+    if (!m || m->ops != &ROOT_OPS) return false;
+    *dt = ((const accel_bert_config *)m->impl)->torch_dtype;
+    return true;
 }
 
 const accel_bert_config *accel_bert_config_of(const accel_module *m) {
@@ -380,13 +384,15 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
-bool accel__bert_checkpoint_layers(accel_module *m, bool enable) {
+static bool checkpoint_layers(accel_module *m, bool enable) {
     if (!m || (m->ops != &ROOT_OPS && m->ops != &MODEL_OPS)) return false;
     if (m->ops == &ROOT_OPS) m = m->children[ROOT_BERT];
     accel_module *layers = m->children[MODEL_ENCODER]->children[0];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
 }
+
+const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype};
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
     if (m && m->ops == &ROOT_OPS) return m->children[ROOT_BERT];

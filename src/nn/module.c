@@ -3,6 +3,7 @@
 
 #include "accel/nn.h"
 #include "core/link.h"
+#include "family.h"
 #include "nn_internal.h"
 
 accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
@@ -340,7 +341,9 @@ accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn 
 
 accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable) {
     if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_set_gradient_checkpointing: module is NULL");
-    if (accel__decoder_checkpoint_layers(m, enable) || accel__bert_checkpoint_layers(m, enable)) return ACCEL_OK;
+    /* a model checkpoints its blocks (the family table), any other module itself */
+    const accel__family *f = accel__family_of(m);
+    if (f && f->checkpoint_layers(m, enable)) return ACCEL_OK;
     if (!m->ops->forward)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "accel_module_set_gradient_checkpointing: %s has no single-tensor forward to "
@@ -367,12 +370,14 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
-void accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {
-    if (!m) return;
+accel_status accel_module_set_hook(accel_module *m, const accel_module_hook *hook) {
+    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_set_hook: m is NULL");
     free_hook(m);
-    if (!hook) return;
+    if (!hook) return ACCEL_OK;
     m->hook = accel_malloc(sizeof *m->hook);
-    if (m->hook) *m->hook = *hook;
+    if (!m->hook) return accel_last_status();
+    *m->hook = *hook;
+    return ACCEL_OK;
 }
 
 void accel_module_train(accel_module *m, bool training) {

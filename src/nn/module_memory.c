@@ -114,8 +114,8 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
         int64_t off = round_up(cursor[t->dtype], align_elems);
         cursor[t->dtype] = off + accel_numel(t);
         size_t es = accel_dtype_size(t->dtype);
-        accel_tensor_rebind(t, (char *)b->params + off * (int64_t)es, true);
-        ok = bind_grad(t, (char *)b->grads + off * (int64_t)es);
+        ok = accel_tensor_rebind(t, (char *)b->params + off * (int64_t)es, true) == ACCEL_OK &&
+             bind_grad(t, (char *)b->grads + off * (int64_t)es);
         b->tensors[b->n] = t;
         b->offsets[b->n] = off;
         b->n++;
@@ -138,9 +138,13 @@ void accel_flat_params_free(accel_flat_params *fp) {
         for (int i = 0; i < b->n; i++) {
             accel_tensor *t = b->tensors[i];
             void *own = accel__device_alloc(t->device, accel_nbytes(t), false, "accel_flat_params_free");
-            /* out of memory: better no data than a dangling pointer */
-            accel_tensor_rebind(t, own, own != NULL);
+            /* out of memory or a failed copy: better no data than a dangling pointer */
+            if (own && accel_tensor_rebind(t, own, true) != ACCEL_OK) {
+                accel__device_free(t->device, own);
+                own = NULL;
+            }
             if (own) t->flags |= ACCEL_TF_OWNS_DATA;
+            else (void)accel_tensor_rebind(t, NULL, false); /* a live contiguous persistent tensor: cannot fail */
             /* The grad view points into the buffer freed below: give the
              * parameter a gradient of its own. */
             accel_tensor *g = t->grad;

@@ -38,17 +38,8 @@ accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn 
 
 /* Sets gradient checkpointing on every decoder layer of m when m is a causal
  * LM root or its model of the architecture table (LlamaForCausalLM,
- * Qwen2Model, ...: true), else does nothing (false). */
+ * Qwen2Model, ...: true), else does nothing (false): the decoder row of the
+ * family table (family.h). */
 bool accel__decoder_checkpoint_layers(accel_module *m, bool enable);
-
-/* "BertLayer" when m is a BERT model's root, BertModel or layer (bert.c),
- * else NULL: accel_module_decoder_layer_class's answer for BERT. */
-const char *accel__bert_layer_class(const accel_module *m);
-/* m's config when m is a BertForSequenceClassification built by
- * accel_bert_new, else NULL (no error: a question, not a check). */
-const struct accel_bert_config *accel__bert_root_config(const accel_module *m);
-/* Sets gradient checkpointing on every BertLayer when m is a BERT root or its
- * BertModel (true), else does nothing (false). */
-bool accel__bert_checkpoint_layers(accel_module *m, bool enable);
 
 #endif

@@ -3,7 +3,7 @@
 #ifndef ACCEL_OPS_NN_INTERNAL_H
 #define ACCEL_OPS_NN_INTERNAL_H
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "op_internal.h"
 
 /* Where a backward's kernel writes the f32 gradient of an input t (a

@@ -3,16 +3,7 @@
 
 #include "op_internal.h"
 
-static _Thread_local bool tl_reference;
 static _Thread_local accel_dtype tl_autocast = ACCEL_F32;
-
-bool accel_set_reference_kernels(bool on) {
-    bool prev = tl_reference;
-    tl_reference = on;
-    return prev;
-}
-
-bool accel_reference_kernels(void) { return tl_reference; }
 
 accel_dtype accel_autocast_begin(accel_dtype dt) {
     accel_dtype prev = tl_autocast;

@@ -2,7 +2,7 @@
 #ifndef ACCEL_OPS_UTIL_H
 #define ACCEL_OPS_UTIL_H
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "op_internal.h"
 
 /* A contiguous f32 tensor with t's values: t itself when it already is one,

@@ -3,7 +3,7 @@
 #define ACCEL_OPTIM_INTERNAL_H
 
 #include "accel/optim.h"
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "core/core_internal.h"
 #include "core/link.h"
 

@@ -2,7 +2,7 @@
  * each, through the generic strided loads in any dtype (they serve as their
  * own reference versions: metrics tensors are small next to a step's). The
  * scalar rules (accel__round_to, accel__cmp_f/i) are shared with the CUDA kernels. */
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 
 accel_status accel__cpuk_compare(accel_k_compare *k) {

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "cpu_kernels.h"
 
 static int cpu_count(void) { return 1; }

@@ -10,11 +10,11 @@
 
 #include <math.h>
 
-#include "backends/kernels.h"
+#include "core/kernels.h"
 #include "core/core_internal.h"
 #include "core/dtype_elem.h"
 
-/* The CPU kernels of the table (backends/kernels.h), one per entry:
+/* The CPU kernels of the table (core/kernels.h), one per entry:
  * accel_status accel__cpuk_<name>(accel_k_<...> *args). Each one's plain
  * reference version sits beside its fast one in the same file, selected by
  * accel_reference_kernels(). */
@@ -25,8 +25,7 @@ ACCEL_KERNELS(ACCEL__CPU_KERNEL_DECL)
 /* The machine's RAM (the CPU backend's mem_info). */
 accel_status accel__cpu_mem_info(size_t *free_bytes, size_t *total_bytes);
 
-/* Whether the reference kernels are selected on this thread (accel_set_reference_kernels). */
-bool accel_reference_kernels(void);
+/* Whether the reference kernels are selected on this thread: accel_reference_kernels() of core.h. */
 
 /* Sizes above which a kernel uses OpenMP threads. */
 #define ACCEL_CPU_PAR_THRESHOLD 32768
@@ -106,12 +105,12 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
  * f32 accumulation; beta 0 ignores what C holds. One thread. */
 void accel__cpu_gemm_bf16w_nt(int64_t M, int64_t n, int64_t K, float alpha, const float *A, int64_t lda,
                               const uint16_t *W, int64_t ldw, float beta, float *C, int64_t ldc);
-/* The fast paths of the swiglu kernels (backends/kernels.h): contiguous
+/* The fast paths of the swiglu kernels (core/kernels.h): contiguous
  * operands of f32, bf16 or f16 each. */
 void accel__cpu_swiglu(const accel_k_swiglu *k);
 void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k);
 /* The fast path of the rope kernel: x and y f32, bf16 or f16, the last dim
- * of x contiguous (backends/kernels.h). */
+ * of x contiguous (core/kernels.h). */
 void accel__cpu_rope(const accel_k_rope *k);
 /* The rows of cross_entropy_fused given the count of counted targets (all
  * targets already checked), on nt threads with C floats of scratch each;

@@ -3,7 +3,7 @@
  * calls. Without it oneDNN supports nothing (gemm.c then uses OpenBLAS) and
  * a call that needs it fails naming why the plug-in did not load. */
 #include "backends/cpu/dnnl_hooks.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 static const accel__dnnl_hooks *dnnl(void) { return accel__plugin_hooks_named("dnnl"); }
 

@@ -1,4 +1,4 @@
-/* The oneDNN GEMM provider as a plug-in (core/plugin.h): gemm_dnnl.c is
+/* The oneDNN GEMM provider as a plug-in (backends/plugin.h): gemm_dnnl.c is
  * libaccel-dnnl.so, so that oneDNN (a C++ library whose loading costs ~15 ms
  * of relocations and static constructors) is mapped by the first GEMM that
  * asks about it, never by `accel --help` or `accel launch`. The core's

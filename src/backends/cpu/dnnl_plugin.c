@@ -1,7 +1,7 @@
-/* The dnnl plug-in's entry (core/plugin.h, dnnl_hooks.h): registers no
+/* The dnnl plug-in's entry (backends/plugin.h, dnnl_hooks.h): registers no
  * device; hands gemm_dnnl.c's functions to the core. */
 #include "backends/cpu/dnnl_hooks.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 static const accel__dnnl_hooks hooks = {
     .gemm = accel__onednn_gemm,

@@ -415,7 +415,8 @@ accel_status accel__gemm_choices_share(accel_pg *pg) {
     }
     accel_status st = accel_pg_broadcast_bytes(pg, root ? (void **)&sent : (void **)&text, &len, 0);
     const char *why = st ? NULL : root ? (text ? NULL : "out of memory on rank 0") : install_received(text, len);
-    free(text);
+    if (root) free(text); /* json_dumps' */
+    else accel_free(text); /* the broadcast's */
     char failed[256] = "";
     if (st) snprintf(failed, sizeof failed, "%s", accel_last_error()); /* the broadcast's, kept across the all_reduce */
     /* every rank learns whether one could not take the table, and every rank

@@ -2,7 +2,7 @@
  * dropout's mask_scale): they pick the fast f32 loop or the reference one of
  * pointwise_kernels.c. Kept apart from that file because it is compiled once
  * per ISA variant (cpu_variants.h) and these entries return a status. */
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 
 static bool dense_f32(const accel_tensor *t) { return t->dtype == ACCEL_F32 && accel_is_contiguous(t); }

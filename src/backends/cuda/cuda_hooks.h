@@ -1,5 +1,5 @@
 /* The cuda plug-in's test hooks (plain C: no CUDA headers), reached with
- * accel__plugin_hooks(ACCEL_DEV_CUDA) (core/plugin.h): the tests of the
+ * accel__plugin_hooks(ACCEL_DEV_CUDA) (backends/plugin.h): the tests of the
  * kernels and of ZeRO-3 on a GPU read the backend's internals through them,
  * since the backend lives in libaccel-cuda.so, not in the program. */
 #ifndef ACCEL_BACKENDS_CUDA_HOOKS_H

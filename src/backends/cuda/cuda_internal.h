@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "backends/fp8.h"
 
 #ifdef __cplusplus
@@ -46,7 +46,7 @@ accel_status accel__cuda_vm_map(int index, void *p, size_t bytes);
 accel_status accel__cuda_vm_unmap(int index, void *p, size_t bytes);
 
 /* The kernels this backend has (the table in cuda_backend.c lists them):
- * today every entry of backends/kernels.h. An entry added there later stays
+ * today every entry of core/kernels.h. An entry added there later stays
  * NULL here until its kernel exists (the op then names it as missing). */
 #define ACCEL__CUDA_KERNELS(X)                                                             \
     X(copy, accel_k_copy) X(fill, accel_k_fill) X(accumulate, accel_k_accumulate)           \

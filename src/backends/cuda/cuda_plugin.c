@@ -1,4 +1,4 @@
-/* The cuda plug-in's entry (core/plugin.h): libaccel-cuda.so holds the CUDA
+/* The cuda plug-in's entry (backends/plugin.h): libaccel-cuda.so holds the CUDA
  * device backend and the NCCL process-group backend, and registers both
  * through the core's tables when the loader calls accel_backend_cuda_init:
  * the device backend only when a GPU is present (cuda_backend.c), nccl
@@ -8,7 +8,7 @@
 #include "backends/cuda/cuda_env.h"
 #include "backends/cuda/cuda_hooks.h"
 #include "cuda_internal.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 /* fp8 needs compute capability 8.9 (Ada Lovelace, Hopper) and later. */
 static accel_status fp8_check(int index, const char *op) {

@@ -21,7 +21,7 @@
  * headers, checks that each pointer belongs to this device, calls the CPU
  * kernel, and restores the caller's tensors.
  *
- * A plug-in, libaccel-hostless.so (core/plugin.h), so that every run of
+ * A plug-in, libaccel-hostless.so (backends/plugin.h), so that every run of
  * the tests goes through the loading path the accelerator backends take.
  * Its devices are registered by accel__hostless_register(n), or at start-up
  * with ACCEL_TEST_DEVICES=n in the environment (tests run whole binaries on
@@ -35,12 +35,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "backends/backend.h"
+#include "backends/registry.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/hostless/hostless.h"
 #include "backends/vm_pool.h"
 #include "core/env.h"
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 enum { HOSTLESS_MAX = 8 };
 
@@ -498,7 +498,7 @@ static accel_status hook_register(int n) {
     return accel__backend_register(&hostless_backend);
 }
 
-/* ---- the plug-in's entry (core/plugin.h) */
+/* ---- the plug-in's entry (backends/plugin.h) */
 
 static const accel__hostless_hooks hooks = {
     .register_devices = hook_register,

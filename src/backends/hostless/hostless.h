@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/backend.h" /* accel__hostless_memory */
+#include "backends/registry.h" /* accel__hostless_memory */
 
 typedef struct accel__hostless_host_counts {
     int64_t allocs, frees; /* host_alloc / host_free calls that succeeded, since start-up */
@@ -50,7 +50,7 @@ int64_t accel__hostless_vm_idle_releases(void);
 void accel__hostless_vm_lag_fences(bool on);
 /* The plug-in's side of the hooks above and of backend.h's
  * accel__hostless_register / _memory_stats / _reset_peak: the hostless
- * backend is a plug-in (libaccel-hostless.so, core/plugin.h) whose init
+ * backend is a plug-in (libaccel-hostless.so, backends/plugin.h) whose init
  * hands this table to the loader; the functions of those names live in the
  * core (backends/hostless_hooks.c) and forward here. */
 typedef struct accel__hostless_hooks {

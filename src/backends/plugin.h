@@ -18,14 +18,14 @@
  *   accel_status accel_backend_NAME_init(const accel__plugin_host *host,
  *                                        accel__plugin_info *info);
  *
- * The loader (core/plugin.c) reads the abi symbol first and refuses a
+ * The loader (backends/plugin.c) reads the abi symbol first and refuses a
  * plug-in built for another ABI or another layout of the shared tables;
  * then it calls init once, which registers the plug-in's device backend
  * (accel__backend_register) and process-group backends
  * (accel__pg_backend_register) through `host` and fills `info`.
  *
  * A plug-in links no part of accel: every core function it calls reaches the
- * core through `host` (core/plugin_shims.c defines them by those names
+ * core through `host` (backends/plugin_shims.c defines them by those names
  * inside a plug-in), so it works the same with libaccel.so, with a program
  * linking libaccel.a, and under RTLD_LOCAL. Built with -DACCEL_BACKENDS_STATIC
  * (the static library with its backends linked in), the same sources are
@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "backends/backend.h"
+#include "core/backend.h"
 #include "backends/cpu/cpu_kernels.h" /* accel__cpu_mem_info */
 #include "backends/cpu/dnnl_hooks.h"  /* the tables in ACCEL__PLUGIN_LAYOUT */
 #include "backends/cpu/gemm.h"        /* accel__gemm_test_scratchpad_bytes */
@@ -125,7 +125,8 @@ typedef struct accel__plugin_abi {
     X(accel_status, accel__env_bool, (const char *name, bool dflt, bool *out), (name, dflt, out))        \
     X(accel__cpu_isa_level, accel__cpu_isa_cap, (void), ())                                             \
     X(size_t, accel__gemm_test_scratchpad_bytes, (void), ())                                            \
-    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))
+    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))                            \
+    X(accel_status, accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))
 
 #define ACCEL__PLUGIN_HOST_VOIDS(X)                                                                   \
     X(accel_clear_error, (void), ())                                                                  \
@@ -138,8 +139,7 @@ typedef struct accel__plugin_abi {
     X(accel__poll_pause, (unsigned spins, double elapsed_s), (spins, elapsed_s))                      \
     X(accel__reduce, (accel_dtype dt, accel_reduce_op op, int world, int nsrc, const void *const *srcs, int ndst, \
                       void *const *dsts, size_t n), (dt, op, world, nsrc, srcs, ndst, dsts, n))       \
-    X(accel__site_describe, (const accel__site *s, char *out, size_t n), (s, out, n))                \
-    X(accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))
+    X(accel__site_describe, (const accel__site *s, char *out, size_t n), (s, out, n))
 
 typedef struct accel__plugin_host {
 #define ACCEL__HOST_FIELD(ret, name, params, args) ret(*name) params;
@@ -178,12 +178,10 @@ void accel__plugin_shims_init(const accel__plugin_host *host);
 
 typedef accel_status (*accel__plugin_init_fn)(const accel__plugin_host *host, accel__plugin_info *info);
 
-/* ---- the loader (core/plugin.c) */
+/* ---- the loader (backends/plugin.c) */
 
-/* Loads the plug-in serving device type t, once (later calls return what the
- * first found); ACCEL_OK when it loaded and initialised, whether or not it
- * found a device. Never sets the thread's error: the reason is kept. */
-accel_status accel__plugin_load_type(accel_device_type t);
+/* accel__plugin_load_type, accel__plugin_unavailable_reason: core/backend.h
+ * (the registry calls them). */
 /* Loads the plug-in that provides process-group backend `pg_name` ("nccl");
  * false when no plug-in provides it or it did not load. */
 bool accel__plugin_load_pg(const char *pg_name);
@@ -191,10 +189,6 @@ bool accel__plugin_load_pg(const char *pg_name);
  * type), loading it; NULL when it did not load (accel__plugin_reason_named). */
 const void *accel__plugin_hooks_named(const char *name);
 const char *accel__plugin_reason_named(const char *name);
-/* Why device type t has no device ("" when it has one): the plug-in's reason,
- * or why the plug-in did not load ("libaccel-cuda.so: not found in ...").
- * Loads it (accel__plugin_load_type) first. */
-const char *accel__plugin_unavailable_reason(accel_device_type t);
 /* Why the plug-in providing pg backend `pg_name` is missing ("" if loaded). */
 const char *accel__plugin_pg_reason(const char *pg_name);
 /* The hooks the plug-in serving t gave (NULL if none or not loaded). */
@@ -205,8 +199,5 @@ void accel__plugins_describe(FILE *out);
 /* Opens the plug-in file at `path` serving type t and initialises it, as
  * the search does; for tests of the checks. *why gets the reason on error. */
 accel_status accel__plugin_open(const char *path, accel_device_type t, char *why, size_t why_len);
-
-/* The error-setting entry the host table carries (core/status.c). */
-accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap);
 
 #endif

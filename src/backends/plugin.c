@@ -1,7 +1,7 @@
-/* The backend plug-in loader (core/plugin.h): finds libaccel-<name>.so,
+/* The backend plug-in loader (backends/plugin.h): finds libaccel-<name>.so,
  * checks its version symbol, calls its init with the host table, and keeps
  * why it did not load for accel env and the failing call's error. */
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 #include <dlfcn.h>
 #include <limits.h>

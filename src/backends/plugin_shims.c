@@ -1,11 +1,11 @@
-/* Inside a backend plug-in (core/plugin.h): the core functions the backend
+/* Inside a backend plug-in (backends/plugin.h): the core functions the backend
  * calls, by their own names, forwarded through the host table the loader
  * passed to init. Compiled into each plug-in, never into the core (nor into
  * the static library's built-in backends, which call the core directly).
  *
  * Hidden: a plug-in exports its two entry symbols only (cmake/plugin.map),
  * so these never interpose on the core's functions of the same names. */
-#include "core/plugin.h"
+#include "backends/plugin.h"
 
 static const accel__plugin_host *g_host;
 

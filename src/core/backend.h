@@ -1,4 +1,7 @@
-/* The device backend interface (internal; the one header a new backend implements).
+/* The device backend interface (internal; the one header a new backend
+ * implements). Core defines it and keeps the registry; src/backends
+ * implements it and registers itself (registry.c, plugin.c): no file of
+ * src/core includes a header of src/backends.
  *
  * A backend is one folder of src/backends/ (cpu/, hostless/, later cuda/, npu/)
  * that fills one `accel_backend` table and registers it. Everything above
@@ -9,7 +12,7 @@
  * Devices. A device is (type, index) (`accel_device` in core.h), named as
  * PyTorch and Accelerate name them: "cpu", "cuda:0", "npu:1", "meta". A
  * backend serves one device type and `device_count()` devices of it. `cpu` is
- * always registered; every other backend is a plug-in (core/plugin.h),
+ * always registered; every other backend is a plug-in (backends/plugin.h),
  * loaded the first time its device type is asked for, which registers
  * itself when its devices are present. `meta` has no backend: it has no memory and runs no kernel (ops compute shapes only).
  *
@@ -33,11 +36,11 @@
  *
  * Writing a backend: docs/architecture.md, "Writing a backend plug-in".
  */
-#ifndef ACCEL_BACKENDS_BACKEND_H
-#define ACCEL_BACKENDS_BACKEND_H
+#ifndef ACCEL_CORE_BACKEND_H
+#define ACCEL_CORE_BACKEND_H
 
 #include "accel/core.h"
-#include "backends/kernels.h"
+#include "core/kernels.h"
 
 /* ---------------------------------------------------------------- memory */
 
@@ -149,20 +152,6 @@ const accel_backend *accel__backend_for(accel_device d, const char *op);
 /* Every registered backend, in registration order; returns the count. */
 int accel__backends(const accel_backend **out, int max);
 
-/* The registered test backend with non-host pointers (src/backends/hostless):
- * registers `n` devices "hostless:0".."hostless:n-1". Also done at start-up
- * when the environment has ACCEL_TEST_DEVICES=n. Returns an error if a
- * different count was registered before. */
-accel_status accel__hostless_register(int n);
-/* Device memory of hostless:index in bytes (persistent allocations and
- * mapped virtual memory; the step pools are not counted): now, and the most
- * since the last accel__hostless_reset_peak (tests measure ZeRO-3 with it). */
-typedef struct accel__hostless_memory {
-    size_t in_use, peak;
-} accel__hostless_memory;
-accel__hostless_memory accel__hostless_memory_stats(int index);
-void accel__hostless_reset_peak(int index);
-
 /* The error of an absent kernel: "<op>: kernel <name> is not implemented on <device>". */
 accel_status accel__kernel_missing(const char *op, const char *kernel, accel_device d);
 
@@ -179,7 +168,22 @@ accel_status accel__kernel_missing(const char *op, const char *kernel, accel_dev
 /* The kernel table of dev (NULL and error set when dev has no backend). */
 const accel_kernel_table *accel__kernel_table_of(accel_device dev, const char *op);
 
-/* The CPU backend's table (the reference every other backend is tested against). */
-extern const accel_backend accel__cpu_backend;
+/* ---- defined by the backends layer, called by the registry (device.c)
+ *
+ * Core defines the interface and keeps the registry but names no backend: as
+ * SQLite's core calls sqlite3_os_init, which each OS layer defines, the
+ * registry calls these, which src/backends defines (registry.c, plugin.c). */
+
+/* Registers the built-in backends (the CPU's; the hostless test devices when
+ * ACCEL_TEST_DEVICES=n). Called once, at the registry's first use. */
+void accel__backends_init(void);
+/* Loads the plug-in serving device type t, once (later calls return what the
+ * first found); ACCEL_OK when it loaded and initialised, whether or not it
+ * found a device. Never sets the thread's error: the reason is kept. */
+accel_status accel__plugin_load_type(accel_device_type t);
+/* Why device type t has no device ("" when it has one): the plug-in's reason,
+ * or why the plug-in did not load ("libaccel-cuda.so: not found in ...").
+ * Loads it (accel__plugin_load_type) first. */
+const char *accel__plugin_unavailable_reason(accel_device_type t);
 
 #endif
