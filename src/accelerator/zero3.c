@@ -4,14 +4,21 @@
  * keeps only its piece of every unit's parameters (zparams, the masters the
  * optimizer updates), gradients (zgrad) and optimizer state.
  *
- * The full buffer is reserved address space whose pages are dropped while a
- * unit is released, so the tensors (and the views autograd saved in forward)
- * keep their addresses: a unit's forward hook all-gathers its parameters back
- * in place, its post-forward drops them again (reshard_after_forward) and
- * records a node on its output whose backward gathers them once more, before
- * any of the unit's own backward nodes run. When every leaf of a unit has its
+ * The full buffers are reserved address space of the model's device (its
+ * backend's vm_* entries: mmap'd pages on the cpu, CUDA's
+ * cuMemAddressReserve/cuMemMap on a GPU): a unit's range gets memory when
+ * it is gathered and gives it back when it is released, so the tensors (and
+ * the views autograd saved in forward) keep their addresses: a unit's forward
+ * hook maps its range and all-gathers its parameters back in place, its
+ * post-forward unmaps it again (reshard_after_forward) and records a node on
+ * its output whose backward gathers them once more, before any of the unit's
+ * own backward nodes run. Its gradients' range is mapped (and zeroed) from
+ * its backward until its reduction: when every leaf of a unit has its
  * gradient, the unit's gradients are reduce-scattered (AVG) asynchronously,
- * and added to zgrad when backward ends; the full gradient pages are dropped.
+ * added to zgrad, and the range unmapped. So between uses a unit's full
+ * parameters and gradients occupy no memory, and a rank holds its shards
+ * plus the units in use (params/N + one or two units gathered), on the host
+ * and on a device alike.
  * The next unit in execution order is prefetched asynchronously while the
  * current one computes (backward: before the current unit's backward, or
  * with BACKWARD_POST once its gradients exist; forward with
@@ -27,19 +34,14 @@
  * is a few pages whatever its size.
  *
  * A model on a device the host cannot address (cuda, hostless) keeps all of
- * it in device memory through its backend: the full buffers, the shard, the
- * gradient shard (and so the optimizer state). Its full buffers are reserved
- * device address space (the backend's vm_* entries, CUDA's
- * cuMemAddressReserve/cuMemMap), the device twin of the host's reserved
- * pages: a unit's range gets device memory when it is gathered and gives it
- * back when it is released, its gradients' range from its backward until its
- * reduction; so between uses a unit's full parameters and gradients occupy
- * no device memory, and a rank holds its shards plus the units in use
- * (params/N + one or two units gathered). Unmapped memory is not readable:
- * a parameter of a released unit may be held (its header, its address) but
- * not read or written until its unit is gathered again (the checkpoint and
- * save functions gather unit by unit; accel_accelerator_clear gives each
- * tensor memory of its own back, unit by unit). The collectives move device memory when the
+ * it in device memory: the full buffers, the shard, the gradient shard (and
+ * so the optimizer state). Unmapped memory is not readable there (the cpu's
+ * reads as zeros, backend.h): a parameter of a released unit may be held
+ * (its header, its address) but not read or written until its unit is
+ * gathered again (the checkpoint and save functions gather unit by unit;
+ * accel_accelerator_clear gives each tensor memory of its own back, unit by
+ * unit). What differs on such a device is how its bytes reach the group and
+ * the casts: the collectives move device memory when the
  * group takes it (NCCL), else go through host copies (staging.c's helpers,
  * into host buffers made at layout); bf16 gathers land in a device buffer,
  * also made at layout, that a cast widens into the unit's range. A step
@@ -70,10 +72,6 @@
 #include "core/host_stage.h"
 #include "core/prepared.h"
 
-/* ---------------------------------------------------------------- host memory
- * The only raw host-memory code of stage 3: a model on a device takes the
- * device functions below instead. */
-
 static int64_t page_elems(void) {
     long p = sysconf(_SC_PAGESIZE);
     return (p > 0 ? p : 4096) / (int64_t)sizeof(float);
@@ -81,58 +79,40 @@ static int64_t page_elems(void) {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Zero-filled address range of n floats; pages take memory only once touched. */
-static float *host_reserve(int64_t n) {
-    void *p = mmap(NULL, (size_t)n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        accel_set_error(ACCEL_ERR_OOM, "ZeRO-3: cannot reserve %lld floats", (long long)n);
-        return NULL;
-    }
-    return p;
-}
-
-static void host_unreserve(float *p, int64_t n) {
-    if (p) munmap(p, (size_t)n * sizeof(float));
-}
-
-/* Gives the pages of [p, p + n) back; they read as zeros afterwards. p and n are page-aligned. */
-static void host_drop(float *p, int64_t n) {
-    if (n) madvise(p, (size_t)n * sizeof(float), MADV_DONTNEED);
-}
-
-/* ---------------------------------------------------------------- device memory
+/* ---------------------------------------------------------------- memory
  * Why reserved addresses, not buffers allocated at each gather with the
  * parameters rebound to them: the tensors keep their data pointers, so the
  * views autograd saved in forward (read again in backward after the
  * re-gather), the prepared-weight registry's byte ranges and any parameter a
  * user holds stay valid across releases; only the memory behind them comes
- * and goes, as on the host. */
+ * and goes. One path for every device: its backend's vm_* entries. */
 
 static accel_device model_device(const accel__model *pm) { return pm->fp->buffers[ACCEL_F32].device; }
 
-/* The model lives on a device the host cannot address. */
+/* The model lives on a device the host cannot address: its bytes reach the
+ * group and the casts through the device's functions (not its memory: that
+ * is the same path everywhere). */
 static bool on_device(const accel__model *pm) { return accel__needs_staging(model_device(pm)); }
 
-static const accel_backend_mem *device_mem(const accel__model *pm) { return &accel__backend_of(model_device(pm))->mem; }
+static const accel_backend_mem *vm(const accel__model *pm) { return &accel__backend_of(model_device(pm))->mem; }
 
-/* The alignment of a unit's range, in elements: the host's page, or the device's mapping granule. */
+/* The alignment of a unit's range, in elements: the device's mapping granule (a page on the cpu). */
 static int64_t granule_elems(const accel__model *pm) {
-    if (!on_device(pm)) return page_elems();
-    return (int64_t)(device_mem(pm)->vm_granularity(model_device(pm).index) / sizeof(float));
+    return (int64_t)(vm(pm)->vm_granularity(model_device(pm).index) / sizeof(float));
 }
 
-/* Device memory behind [p, p + n) floats of a full buffer, unless *mapped says it is there. */
-static accel_status device_map(const accel__model *pm, float *p, int64_t n, bool *mapped) {
+/* Memory behind [p, p + n) floats of a full buffer, unless *mapped says it is there. */
+static accel_status range_map(const accel__model *pm, float *p, int64_t n, bool *mapped) {
     if (*mapped) return ACCEL_OK;
-    accel_status st = device_mem(pm)->vm_map(model_device(pm).index, p, (size_t)n * sizeof(float));
+    accel_status st = vm(pm)->vm_map(model_device(pm).index, p, (size_t)n * sizeof(float));
     *mapped = st == ACCEL_OK;
     return st;
 }
 
-static accel_status device_unmap(const accel__model *pm, float *p, int64_t n, bool *mapped) {
+static accel_status range_unmap(const accel__model *pm, float *p, int64_t n, bool *mapped) {
     if (!*mapped) return ACCEL_OK;
     *mapped = false;
-    return device_mem(pm)->vm_unmap(model_device(pm).index, p, (size_t)n * sizeof(float));
+    return vm(pm)->vm_unmap(model_device(pm).index, p, (size_t)n * sizeof(float));
 }
 
 /* A 1-d header over n elements of dtype dt at device pointer p of the model's device. */
@@ -141,17 +121,15 @@ static accel_tensor *device_view(accel_tensor *h, const accel__model *pm, void *
     return h;
 }
 
-/* A full buffer of n floats (n a multiple of granule_elems): reserved host
- * memory, or reserved device address space; no memory behind either yet. */
+/* A full buffer of n floats (n a multiple of granule_elems): reserved
+ * address space with no memory behind it yet. */
 static float *full_alloc(const accel__model *pm, int64_t n) {
-    if (!on_device(pm)) return host_reserve(n);
-    return device_mem(pm)->vm_reserve(model_device(pm).index, (size_t)n * sizeof(float));
+    return vm(pm)->vm_reserve(model_device(pm).index, (size_t)n * sizeof(float));
 }
 
-/* On a device, every unit's range of p must be unmapped by now. */
+/* Every unit's range of p must be unmapped by now. */
 static void full_free(const accel__model *pm, float *p, int64_t n) {
-    if (p && on_device(pm)) device_mem(pm)->vm_release(model_device(pm).index, p, (size_t)n * sizeof(float));
-    else host_unreserve(p, n);
+    if (p) vm(pm)->vm_release(model_device(pm).index, p, (size_t)n * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- the shard
@@ -446,14 +424,14 @@ static int64_t unit_span(const accel_accelerator *acc, const accel__model *pm, c
     return round_up(u->shard * acc->shard_world, granule_elems(pm));
 }
 
-/* Device memory behind the parameters and gradients of units [0, nu) in a
- * device model's new full buffers, for relayout to move the weights in. */
+/* Memory behind the parameters and gradients of units [0, nu) in the new
+ * full buffers, for relayout to move the weights in. */
 static accel_status map_all(const accel_accelerator *acc, accel__model *pm, float *params, float *grads, int nu) {
     accel_status st = ACCEL_OK;
     for (int k = 0; k < nu && !st; k++) {
         accel__unit *u = &pm->units[k];
-        st = device_map(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
-        if (!st) st = device_map(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
+        st = range_map(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+        if (!st) st = range_map(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
     }
     return st;
 }
@@ -462,14 +440,14 @@ static accel_status map_all(const accel_accelerator *acc, accel__model *pm, floa
 static void unmap_all(const accel_accelerator *acc, accel__model *pm, float *params, float *grads, int nu) {
     for (int k = 0; k < nu; k++) {
         accel__unit *u = &pm->units[k];
-        device_unmap(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
-        device_unmap(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
+        range_unmap(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+        range_unmap(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
     }
 }
 
-/* Moves the f32 buffer into reserved memory (host pages, or device address
- * space with every unit's range mapped for the move), unit after unit, each
- * unit's range aligned to whole pages / mapping granules. */
+/* Moves the f32 buffer into reserved address space (every unit's range
+ * mapped for the move), unit after unit, each unit's range aligned to whole
+ * mapping granules. */
 static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int n = b->n, nu = 0;
@@ -511,7 +489,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
         if (params) full_free(pm, params, numel);
         goto fail;
     }
-    if (on_device(pm) && map_all(acc, pm, params, grads, nu)) {
+    if (map_all(acc, pm, params, grads, nu)) {
         unmap_all(acc, pm, params, grads, nu);
         full_free(pm, params, numel);
         full_free(pm, grads, numel);
@@ -605,7 +583,7 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
                                    "accel_accelerator_prepare: ZeRO stage 3 shards f32 parameters (mixed precision "
                                    "keeps f32 masters); this model has %s parameters",
                                    accel_dtype_name(pm->fp->buffers[d].dtype));
-    if (on_device(pm) && !device_mem(pm)->vm_map) {
+    if (!vm(pm)->vm_map) {
         char d[32];
         return accel_set_error(ACCEL_ERR_DEVICE,
                                "accel_accelerator_prepare: ZeRO stage 3 on %s needs its backend's virtual memory "
@@ -641,14 +619,14 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
  * gather's collective. A gradient mapping is owed (pm->owing) and carried by
  * the next agreement: the prefetch gather that follows it in backward, else
  * one of its own. On a failure every rank undoes that mapping and returns
- * the failed rank's status, its message naming the rank. Models on the host
- * map nothing (their pages come when touched) and agree on nothing. */
+ * the failed rank's status, its message naming the rank (a mapping on the
+ * cpu fails only when the host is out of memory, but then alike). */
 
 static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st) {
     if (pm->owing && !st) st = pm->owed;
     pm->owing = false;
     pm->owed = ACCEL_OK;
-    if (!on_device(pm) || acc->shard_world == 1) return st;
+    if (acc->shard_world == 1) return st;
     char why[512];
     snprintf(why, sizeof why, "%s", st ? accel_last_error() : "");
     int32_t v = st ? (int32_t)((acc->rank + 1) << 8 | (int)st) : 0;
@@ -663,27 +641,22 @@ static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status
 
 /* ---------------------------------------------------------------- gather / release */
 
-/* Memory behind unit u's full parameters, for a gather to write: the host's
- * reserved pages come when touched, a device's range is mapped. */
+/* Memory behind unit u's full parameters, for a gather to write. */
 static accel_status params_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    if (!on_device(pm)) return ACCEL_OK;
-    return device_map(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+    return range_map(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
 }
 
-/* Unit u's full parameters give their memory back: pages on the host, the mapping on a device. */
+/* Unit u's full parameters give their memory back. */
 static accel_status params_drop(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    if (on_device(pm)) return device_unmap(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
-    host_drop(full_params(pm) + u->lo, unit_span(acc, pm, u));
-    return ACCEL_OK;
+    return range_unmap(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
 }
 
 /* Zeroed memory behind unit u's full gradients, for its backward to
- * accumulate into: the host's dropped pages read as zeros; a device's range
- * is mapped and zeroed once, when its backward starts. */
+ * accumulate into: mapped and zeroed once, when its backward starts. */
 static accel_status grads_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    if (!on_device(pm) || u->grads_mapped) return ACCEL_OK;
+    if (u->grads_mapped) return ACCEL_OK;
     int64_t n = unit_span(acc, pm, u);
-    accel_status st = device_map(pm, full_grads(pm) + u->lo, n, &u->grads_mapped);
+    accel_status st = range_map(pm, full_grads(pm) + u->lo, n, &u->grads_mapped);
     accel_tensor h;
     return st ? st : accel_zero_(device_view(&h, pm, full_grads(pm) + u->lo, ACCEL_F32, n));
 }
@@ -693,13 +666,9 @@ static accel_status grads_map(const accel_accelerator *acc, accel__model *pm, ac
 static accel_status grads_drop(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     int64_t n = unit_span(acc, pm, u);
     float *g = full_grads(pm) + u->lo;
-    if (!on_device(pm)) {
-        host_drop(g, n);
-        return ACCEL_OK;
-    }
     accel_tensor h;
     if (u->persistent) return accel_zero_(device_view(&h, pm, g, ACCEL_F32, n));
-    return device_unmap(pm, g, n, &u->grads_mapped);
+    return range_unmap(pm, g, n, &u->grads_mapped);
 }
 
 static float *my_piece(const accel_accelerator *acc, float *full, const accel__unit *u) {
@@ -807,19 +776,11 @@ static accel_status start_gather(accel_accelerator *acc, accel__model *pm, accel
 
 static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st);
 
-/* Leaves the unit GATHERING: finish_gather completes it (on one process, a
- * device copy made here). The ranks agree on the mapping (and on a mapping
- * owed, pm->owing) before the collective, so a rank whose device is full
- * fails with the others instead of leaving them in the all-gather. */
+/* Leaves the unit GATHERING (its range mapped): finish_gather completes it
+ * (on one process, a device copy made here). */
 static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
-    accel_status st = take_gather_buffers(acc, pm, u);
-    if (!st) st = params_map(acc, pm, u);
-    if ((st = agree(acc, pm, st))) {
-        params_drop(acc, pm, u);
-        pm->gathering = -1;
-        return st;
-    }
+    accel_status st = ACCEL_OK;
     const void *send = gather_send(pm, u, &st);
     void *recv = u->gather16 ? pm->zland16 : (void *)(full_params(pm) + u->lo);
     if (!st) st = start_gather(acc, pm, u, send, recv, dt, u->shard);
@@ -850,12 +811,23 @@ static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, acce
 static bool gathers_bf16(const accel__model *pm) { return pm->zsend16 != NULL; }
 
 /* Starts unit u's all-gather (a no-op unless released): in bf16 when `exact`
- * is false and the run is bf16 (half the traffic), else the f32 masters. */
+ * is false and the run is bf16 (half the traffic), else the f32 masters.
+ * The unit's range is mapped first, and the ranks agree on the mapping (and
+ * on a mapping owed, pm->owing) before the collective, so a rank whose
+ * memory is full fails with the others instead of leaving them in the
+ * all-gather. */
 static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, bool exact) {
     if (u->state != ACCEL__UNIT_RELEASED) return ACCEL_OK;
     const float *mine = pm->zparams + u->zoff;
     float *dst = full_params(pm) + u->lo;
     u->gather16 = !exact && gathers_bf16(pm);
+    accel_status st = on_device(pm) ? take_gather_buffers(acc, pm, u) : ACCEL_OK;
+    if (!st) st = params_map(acc, pm, u);
+    if ((st = agree(acc, pm, st))) {
+        params_drop(acc, pm, u);
+        pm->gathering = -1;
+        return st;
+    }
     if (on_device(pm)) return device_launch_gather(acc, pm, u);
     if (u->gather16) host_narrow_bf16(pm->zsend16 + u->zoff, mine, u->shard);
     if (acc->shard_world == 1) {
@@ -951,7 +923,7 @@ static accel_status pre_backward(accel_node *n, accel_tensor *g) {
     accel__model *pm = accel__find_model(c->acc, c->model);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
     accel__unit *u = &pm->units[c->unit];
-    if (on_device(pm) && !u->grads_mapped) {
+    if (!u->grads_mapped) {
         pm->owing = true;
         pm->owed = grads_map(c->acc, pm, u);
     }
@@ -1099,7 +1071,7 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
         accel_work_free(u->reduce);
         u->reduce = NULL;
     }
-    bool unmapped = on_device(pm) && !u->grads_mapped; /* grads_map failed: no memory behind the piece */
+    bool unmapped = !u->grads_mapped; /* grads_map failed: no memory behind the piece */
     if (!st && unmapped) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
     /* even after a failure here, so the other machines' ranks are not left
      * waiting; but never over unmapped memory (a fault on the device): they
@@ -1136,7 +1108,7 @@ static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *p
 static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int k) {
     accel__unit *u = &pm->units[k];
     accel_status st = release(acc, pm, u);
-    bool mapping = on_device(pm) && !u->grads_mapped; /* a unit whose backward never ran reduces zeros */
+    bool mapping = !u->grads_mapped; /* a unit whose backward never ran reduces zeros */
     accel_status gst = grads_map(acc, pm, u);
     if (mapping) gst = agree(acc, pm, gst); /* so no rank alone skips the reduce-scatter */
     if (gst) grads_drop(acc, pm, u);
@@ -1323,7 +1295,7 @@ static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
             loss.st = st;
             snprintf(loss.why, sizeof loss.why, "%s", accel_last_error());
         }
-        bool there = !on_device(pm) || u->params_mapped;
+        bool there = u->params_mapped;
         for (int t = u->first; t < u->first + u->count; t++) {
             if (!oom && own_storage(pm, b->tensors[t], there)) continue;
             oom = true;
@@ -1334,7 +1306,7 @@ static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
     }
     b->n = kept;
     if (!kept) {
-        if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
+        unmap_all(acc, pm, b->params, b->grads, pm->n_units);
         full_free(pm, b->params, b->numel);
         full_free(pm, b->grads, b->numel);
     }
