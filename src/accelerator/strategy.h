@@ -13,7 +13,9 @@
  *
  * The accelerator picks one at accel_accelerator_new (accel__strategy_of) and
  * every model it prepares keeps that pointer (accel__model.strat); the rest
- * of src/accelerator calls through it and never asks which one it is.
+ * of src/accelerator calls through it and never asks which one it is. A
+ * strategy's per-model state is its own (DDP's buckets, struct accel__ddp;
+ * ZeRO's shards and units, accel__model.strat_state: zero_state.h).
  * Mixed precision (the autocast hook, model.c) and fp8 scaling
  * (fp8_scaling.c) sit beside the strategies: model.c installs them the same
  * way under each.

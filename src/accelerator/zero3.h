@@ -8,8 +8,9 @@
 #include "zero_state.h"
 
 /* zero3.c: ZeRO-3 / FSDP FULL_SHARD */
-/* Lays the flat f32 buffer out unit by unit (each page-aligned, padded to
- * 16 x world) in reserved memory whose pages can be dropped. */
+/* Lays the flat f32 buffer out unit by unit (each aligned to the device's
+ * mapping granule, padded to 16 x world) in the backend's reserved address
+ * space (its vm_* entries), whose ranges are mapped and unmapped per unit. */
 accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm);
 /* After rank 0's weights reached every rank: keeps this rank's pieces, drops
  * the full parameters, hooks the unit modules (after any autocast hook). */
