@@ -1094,8 +1094,8 @@ static accel_status add_to_shard(accel_accelerator *acc, accel__model *pm, const
 }
 
 /* Waits for unit u's reduce-scatter, averages this rank's piece across the
- * machines under hybrid sharding, adds it into the gradient shard and gives
- * the full gradient pages back (zeroes them on a device). */
+ * machines under hybrid sharding, adds it into the gradient shard and unmaps
+ * the unit's full gradients (zeroes the persistent unit's). */
 static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = ACCEL_OK;
     if (u->reduce) {

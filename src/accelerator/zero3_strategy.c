@@ -22,8 +22,8 @@ static bool zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
     return true;
 }
 
-/* The full gradient buffers are dropped after each reduction (touching them
- * would bring the pages back): the shard only. */
+/* The full gradient buffers are unmapped after each reduction (touching them
+ * would fault on a device, or bring the pages back on the cpu): the shard only. */
 static void zero3_zero_grad(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
