@@ -20,6 +20,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* stage 3's prefetch count */
+#include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "check.h"
 #include "params_host.h"
 
@@ -181,7 +182,7 @@ static void train_through(accel_accelerator *acc, accel_device dev, accel_optim_
     if (kind == ACCEL_OPTIM_ADAMW) check_state_home(opt, state_home, what); /* (SGD without momentum keeps none) */
     if (sharded_params) { /* the prefetch settings (ACCEL_FSDP_*_PREFETCH in the environment) reach the device path */
         bool prefetching = acc->fsdp.forward_prefetch || acc->fsdp.backward_prefetch;
-        int64_t started = accel__find_model(acc, model)->prefetches;
+        int64_t started = accel__zero_of(accel__find_model(acc, model))->prefetches;
         CHECK_MSG(prefetching == (started > 0), "%s: %lld prefetch gathers, forward_prefetch %d backward_prefetch %d",
                   what, (long long)started, (int)acc->fsdp.forward_prefetch, (int)acc->fsdp.backward_prefetch);
     }

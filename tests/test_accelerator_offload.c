@@ -35,6 +35,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the optimizer's state home and its byte counter */
+#include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "check.h"
 #include "params_host.h"
 
@@ -385,30 +386,30 @@ static void test_param_shard_file(void) {
     if (!acc) return;
     accel_optimizer *o;
     accel_module *m = prepared(acc, 3, 1024, 512, ACCEL_OPTIM_ADAMW, &o);
-    accel__model *pm = accel__find_model(acc, m);
-    CHECK(pm && pm->zpath && pm->zparams);
-    if (!pm || !pm->zpath || !pm->zparams) {
+    accel__zero_model *zm = accel__zero_of(accel__find_model(acc, m));
+    CHECK(zm && zm->zpath && zm->zparams);
+    if (!zm || !zm->zpath || !zm->zparams) {
         release(acc, o, m);
         return;
     }
     char want[300], file[512];
     snprintf(want, sizeof want, "%s/accel_param_shard_rank%d_", DIR_, R);
-    snprintf(file, sizeof file, "%s", pm->zpath);
+    snprintf(file, sizeof file, "%s", zm->zpath);
     CHECK_MSG(strstr(file, want) == file, "shard file %s, want %s*", file, want);
     CHECK_MSG(access(file, F_OK) != 0, "shard file %s has a name while prepared (a killed rank would leave it)", file);
     struct stat sb;
-    CHECK(fstat(pm->zfd, &sb) == 0 && sb.st_size >= pm->zn * (int64_t)sizeof(float) && sb.st_nlink == 0);
+    CHECK(fstat(zm->zfd, &sb) == 0 && sb.st_size >= zm->zn * (int64_t)sizeof(float) && sb.st_nlink == 0);
     for (int k = 0; k < 2; k++) {
         accel_tensor *loss = loss_of(m, 1024, k, R);
         CHECK(accel_accelerator_backward(acc, loss) == ACCEL_OK);
-        int64_t pages, in = resident_pages(pm->zparams, pm->zn * (int64_t)sizeof(float), &pages);
-        CHECK_MSG(in <= 2 * pm->n_units, "after backward %lld of the shard's %lld pages are resident", (long long)in,
+        int64_t pages, in = resident_pages(zm->zparams, zm->zn * (int64_t)sizeof(float), &pages);
+        CHECK_MSG(in <= 2 * zm->n_units, "after backward %lld of the shard's %lld pages are resident", (long long)in,
                   (long long)pages);
         CHECK(accel_accelerator_optimizer_step(acc, o) == ACCEL_OK);
         CHECK(accel_accelerator_zero_grad(acc, o) == ACCEL_OK);
         accel_step_reset();
-        in = resident_pages(pm->zparams, pm->zn * (int64_t)sizeof(float), &pages);
-        CHECK_MSG(pages > 100 && in <= 2 * pm->n_units,
+        in = resident_pages(zm->zparams, zm->zn * (int64_t)sizeof(float), &pages);
+        CHECK_MSG(pages > 100 && in <= 2 * zm->n_units,
                   "after step %d %lld of the shard's %lld pages are resident", k, (long long)in, (long long)pages);
     }
     accel_accelerator_clear(acc);
@@ -564,8 +565,8 @@ static void test_launcher_flags(const char *dir, bool param) {
     accel_module *m = prepared(acc, 5, 6, 24, ACCEL_OPTIM_ADAMW, &o);
     train(acc, m, o, 6, 0, 1, NULL);
     char real[4096];
-    accel__model *pm = accel__find_model(acc, m);
-    const char *path = param ? (pm ? pm->zpath : NULL) : accel__optimizer_state_path(o);
+    accel__zero_model *zm = accel__zero_of(accel__find_model(acc, m));
+    const char *path = param ? (zm ? zm->zpath : NULL) : accel__optimizer_state_path(o);
     bool in_dir = path && realpath(dir, real) && strstr(path, real) == path;
     CHECK_MSG(in_dir, "%s file %s, want one under %s", param ? "shard" : "state", path ? path : "(none)", dir);
     if (R == 0)

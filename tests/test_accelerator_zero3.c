@@ -18,12 +18,16 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the wrap units a policy made */
+#include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "check.h"
 #include "tiny_llama.h"
 
 static int N, R;
 static int S; /* the ranks a unit is sharded over: N, or this machine's under HYBRID_SHARD */
 static accel_accelerator *A;
+
+/* The ZeRO state (units, shard) of the first model A prepared. */
+static accel__zero_model *zero0(void) { return accel__zero_of(&A->models[0]); }
 
 /* 5 -> 7 -> 7 -> 3: three units of 42, 56 and 24 parameters. */
 static accel_module *mlp(uint64_t seed) {
@@ -202,9 +206,9 @@ static int64_t PEAK_PARAMS, PEAK_GRADS;
 static int GATHERED[16], N_PROBES; /* at each probe, in backward order: units not released */
 
 static void wait_for_gathers(accel_module *m) {
-    accel__model *pm = accel__find_model(A, m);
-    for (int k = 0; k < pm->n_units; k++)
-        if (pm->units[k].gather) CHECK(accel_work_wait(pm->units[k].gather) == ACCEL_OK);
+    accel__zero_model *zm = accel__zero_of(accel__find_model(A, m));
+    for (int k = 0; k < zm->n_units; k++)
+        if (zm->units[k].gather) CHECK(accel_work_wait(zm->units[k].gather) == ACCEL_OK);
 }
 
 static accel_status probe_backward(accel_node *n, accel_tensor *g) {
@@ -212,9 +216,9 @@ static accel_status probe_backward(accel_node *n, accel_tensor *g) {
     int64_t p = resident_param_bytes(PROBED), q = resident_grad_bytes(PROBED);
     PEAK_PARAMS = p > PEAK_PARAMS ? p : PEAK_PARAMS;
     PEAK_GRADS = q > PEAK_GRADS ? q : PEAK_GRADS;
-    accel__model *pm = accel__find_model(A, PROBED);
+    accel__zero_model *zm = accel__zero_of(accel__find_model(A, PROBED));
     int gathered = 0;
-    for (int k = 0; k < pm->n_units; k++) gathered += pm->units[k].state != ACCEL__UNIT_RELEASED;
+    for (int k = 0; k < zm->n_units; k++) gathered += zm->units[k].state != ACCEL__UNIT_RELEASED;
     if (N_PROBES < 16) GATHERED[N_PROBES++] = gathered;
     return accel_grad_accumulate(n->inputs[0], g);
 }
@@ -241,8 +245,8 @@ static int64_t state_floats(accel_optimizer *o) {
 static int64_t persistent_bytes(void) {
     long page = sysconf(_SC_PAGESIZE);
     int64_t b = 0;
-    for (int k = 0; k < A->models[0].n_units; k++) {
-        const accel__unit *u = &A->models[0].units[k];
+    for (int k = 0; k < zero0()->n_units; k++) {
+        const accel__unit *u = &zero0()->units[k];
         if (u->persistent) b += (u->shard * S * 4 + page - 1) / page * page;
     }
     return b;
@@ -286,10 +290,10 @@ static void check_equivalence(bool is_llama, int want_units) {
     accel_optimizer *zo = optimizer(z), *ro = optimizer(ref);
     int64_t total = accel_module_num_params(ref);
     CHECK(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK);
-    CHECK_MSG(A->models[0].n_units == want_units, "%s, wrap policy %d: %d units, want %d", what, (int)A->fsdp.wrap,
-              A->models[0].n_units, want_units);
+    CHECK_MSG(zero0()->n_units == want_units, "%s, wrap policy %d: %d units, want %d", what, (int)A->fsdp.wrap,
+              zero0()->n_units, want_units);
     /* bf16 runs gather bf16: each rank's piece rounded into the send buffer */
-    CHECK((A->models[0].zsend16 != NULL) == (accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16));
+    CHECK((zero0()->zsend16 != NULL) == (accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16));
     int64_t kept = persistent_bytes();
     CHECK_MSG(resident_param_bytes(z) == kept, "%s: full parameters resident after prepare", what);
     double plain = bf16_plain_loss(ref, is_llama);
@@ -421,7 +425,7 @@ static void test_llama_wrap_policies(void) {
     accel_clear_error();
     snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "Foo,LlamaDecoderLayer");
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
-    CHECK(A->models[0].n_units == 3);
+    CHECK(zero0()->n_units == 3);
     done(m, saved);
 }
 
@@ -436,7 +440,7 @@ static void test_other_family_units(void) {
     c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 4, c.max_position_embeddings = 16;
     accel_module *llama = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK_MSG(accel_accelerator_prepare_model(A, llama) == ACCEL_OK, "%s", accel_last_error());
-    int llama_units = A->models[0].n_units; /* embed_tokens, 3 layers, norm, lm_head (+ root) */
+    int llama_units = zero0()->n_units; /* embed_tokens, 3 layers, norm, lm_head (+ root) */
     accel_accelerator_clear(A);
     accel_module_free(llama);
     snprintf(c.model_type, sizeof c.model_type, "qwen3");
@@ -444,12 +448,12 @@ static void test_other_family_units(void) {
     CHECK(m && !strcmp(accel_module_decoder_layer_class(m), "Qwen3DecoderLayer"));
     CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());
     /* a layer not taken for a block would split into its projections and norms */
-    CHECK_MSG(A->models[0].n_units == llama_units, "%d units, %d for the Llama", A->models[0].n_units, llama_units);
+    CHECK_MSG(zero0()->n_units == llama_units, "%d units, %d for the Llama", zero0()->n_units, llama_units);
     accel_accelerator_clear(A);
     A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
     A->fsdp.wrap_cls[0] = 0; /* unset */
     CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(A->models[0].n_units == 4); /* three layers and the root */
+    CHECK(zero0()->n_units == 4); /* three layers and the root */
     done(m, saved);
 }
 
@@ -482,9 +486,9 @@ static void test_persistence_threshold(void) {
     accel_module *m = tiny_llama(2);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
     int persistent = -1;
-    for (int k = 0; k < A->models[0].n_units; k++)
-        if (A->models[0].units[k].persistent) persistent = k;
-    CHECK(persistent >= 0 && A->models[0].units[persistent].count == 5);
+    for (int k = 0; k < zero0()->n_units; k++)
+        if (zero0()->units[k].persistent) persistent = k;
+    CHECK(persistent >= 0 && zero0()->units[persistent].count == 5);
     CHECK(persistent_bytes() > 0);
     done(m, saved);
 }
@@ -529,8 +533,8 @@ static void test_backward_memory(void) {
     accel_module *m = accel_sequential_new(12, l);
     int64_t unit_bytes = (256 * 256 + 256) * 4, total = 6 * unit_bytes;
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
-    CHECK(A->models[0].n_units == 6);
-    CHECK(A->models[0].zn * S >= 6 * (256 * 256 + 256) && A->models[0].zn * S < 6 * (256 * 256 + 256 + 16 * S));
+    CHECK(zero0()->n_units == 6);
+    CHECK(zero0()->zn * S >= 6 * (256 * 256 + 256) && zero0()->zn * S < 6 * (256 * 256 + 256 + 16 * S));
     PROBED = m;
     float xs[2 * 256];
     for (int i = 0; i < 2 * 256; i++) xs[i] = (float)sin(i * 0.1 + R);
@@ -600,30 +604,30 @@ static void test_prefetch_schedule(void) {
     for (int i = 0; i < 6; i++) u[i] = probed_unit(i % 2 == 0);
     accel_module *m = accel_sequential_new(6, u);
     CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_OK);
-    accel__model *pm = &A->models[0];
-    CHECK(pm->n_units == 6);
+    accel__zero_model *zm = accel__zero_of(&A->models[0]);
+    CHECK(zm->n_units == 6);
     PROBED = m;
     float xs[2 * 32];
     for (int i = 0; i < 2 * 32; i++) xs[i] = (float)cos(i * 0.3 + R);
     for (int pass = 0; pass < 2; pass++) { /* the second knows the execution order: it prefetches */
         accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 32), xs));
-        pm->prefetches = 0; /* forward's (ACCEL_FSDP_FORWARD_PREFETCH) not counted */
+        zm->prefetches = 0; /* forward's (ACCEL_FSDP_FORWARD_PREFETCH) not counted */
         N_PROBES = 0;
         CHECK(accel_accelerator_backward(A, accel_sum(y, 0, NULL, false)) == ACCEL_OK);
         accel_step_reset();
     }
     int want_count = 0;
     for (int k = 5; k >= 0; k--) { /* backward order: unit k's probe, then its prefetch of unit k - 1 */
-        int64_t numel = k ? pm->units[k - 1].numel : 0;
+        int64_t numel = k ? zm->units[k - 1].numel : 0;
         bool fetched = k && strcmp(mode, "none") && (bucket < 0 || numel <= bucket);
         want_count += fetched;
         int want_ahead = fetched && !strcmp(mode, "pre");
         CHECK_MSG(GATHERED[5 - k] == 1 + want_ahead, "%s:%lld, unit %d: %d other units gathered in its backward, "
                   "want %d", mode, (long long)bucket, k, GATHERED[5 - k] - 1, want_ahead);
     }
-    CHECK(pm->units[0].numel == 8352 && pm->units[1].numel == 1056);
-    CHECK_MSG(pm->prefetches == want_count, "%s:%lld: %lld prefetches in backward, want %d", mode, (long long)bucket,
-              (long long)pm->prefetches, want_count);
+    CHECK(zm->units[0].numel == 8352 && zm->units[1].numel == 1056);
+    CHECK_MSG(zm->prefetches == want_count, "%s:%lld: %lld prefetches in backward, want %d", mode, (long long)bucket,
+              (long long)zm->prefetches, want_count);
     done(m, saved);
 }
 

@@ -30,6 +30,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h" /* the wrap units FSDP made */
+#include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "check.h"
 
 #define MODEL "data/hf_arch_qwen2"
@@ -71,9 +72,9 @@ static double fine_tune(accel_optim_kind kind, accel_optim_hparams h, const char
     accel_optimizer *opt = model ? accel_optimizer_new_module(kind, model, &h) : NULL;
     CHECK_MSG(opt && accel_accelerator_prepare(acc, model, opt) == ACCEL_OK, "%s", accel_last_error());
     if (opt && accel_accelerator_zero_stage(acc) == 3) { /* a unit per Qwen2DecoderLayer, and the root's */
-        const accel__model *pm = accel__find_model(acc, model);
+        const accel__zero_model *zm = accel__zero_of(accel__find_model(acc, model));
         int64_t layers = accel_llama_config_of(model)->num_hidden_layers;
-        CHECK_MSG(pm && pm->n_units == layers + 1, "%d FSDP units, want %lld", pm ? pm->n_units : -1,
+        CHECK_MSG(zm && zm->n_units == layers + 1, "%d FSDP units, want %lld", zm ? zm->n_units : -1,
                   (long long)layers + 1);
     }
     double worst = 0;

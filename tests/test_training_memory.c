@@ -14,6 +14,7 @@
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "accelerator/accelerator_internal.h" /* the shard sizes */
+#include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "backends/cpu/gemm.h"
 #include "core/prepared.h" /* the forms' bytes */
 #include "check.h"
@@ -258,8 +259,8 @@ static void check_zero3_rank(accel_accelerator *acc, bool checkpointing) {
     accel_rank_memory r;
     accel_dtype dt = bf16 ? ACCEL_BF16 : ACCEL_F32;
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, total, largest, world, dt, act, &r) == ACCEL_OK);
-    const accel__model *pm = accel__find_model(acc, m);
-    double shard = 4.0 * (double)pm->zn, weights = shard + (bf16 ? shard / 2 : 0), adam = (double)state_bytes(opt);
+    const accel__zero_model *zm = accel__zero_of(accel__find_model(acc, m));
+    double shard = 4.0 * (double)zm->zn, weights = shard + (bf16 ? shard / 2 : 0), adam = (double)state_bytes(opt);
     fprintf(stderr,
             "rank %d%s: step arena peak %zu, estimate %lld; shard %.0f/%lld weights, %.0f/%lld grads, Adam %.0f/%lld\n",
             rank, checkpointing ? " checkpointed" : "", peak, (long long)act, weights, (long long)r.weights, shard,

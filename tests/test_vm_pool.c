@@ -9,10 +9,12 @@
  * with ACCEL_VM_SYNC_UNMAP=1 (unmaps wait for their work). Injected device
  * failures (an unmap, a fence record, hostless.h) are reported, and leave no
  * range mapped that the pool counts unmapped, nor a handle pooled that may
- * still be mapped or in use. */
+ * still be mapped or in use. The cpu's entries (ZeRO-3's host memory) take
+ * the same pool over mmap'd pages: memory only while mapped, zeros after. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,6 +288,50 @@ static void test_failed_trim_is_reported(void) {
     CHECK(stats().held == 0);
 }
 
+/* Whether the page at p is resident (mincore). */
+static bool resident_page(void *p) {
+    unsigned char v = 0;
+    CHECK(mincore(p, 1, &v) == 0);
+    return v & 1;
+}
+
+/* The cpu's entries: a page granule; a reserved range faults until mapped;
+ * a mapped range takes memory when written and gives it back at its unmap
+ * (reading zeros afterwards, without a fault); misuse is refused by the
+ * pool's rules, naming the cpu. */
+static void test_cpu_entries(void) {
+    const accel_device cpu = ACCEL_CPU_DEVICE;
+    const accel_backend_mem *m = &accel__backend_of(cpu)->mem;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    CHECK(m->vm_granularity(0) == pg);
+    accel__vm_stats s0 = accel__vm_stats_of(cpu);
+    char *r = m->vm_reserve(0, 4 * pg);
+    CHECK_MSG(r != NULL, "%s", accel_last_error());
+    if (!r) return;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        (void)((volatile char *)r)[0]; /* never mapped: PROT_NONE */
+        _exit(0);
+    }
+    int ws = 0;
+    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+    CHECK(!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)); /* it faulted (a signal; under ASan its exit status) */
+    CHECK(m->vm_map(0, r, 2 * pg) == ACCEL_OK);
+    CHECK(accel__vm_stats_of(cpu).mapped - s0.mapped == 2 * pg);
+    memset(r, 0x5A, 2 * pg);
+    CHECK(resident_page(r) && resident_page(r + pg));
+    check_refused(m->vm_map(0, r + pg, 2 * pg), ACCEL_ERR_STATE, "cpu:", "overlaps the mapped range");
+    CHECK(m->vm_unmap(0, r, 2 * pg) == ACCEL_OK);
+    CHECK(!resident_page(r) && !resident_page(r + pg));
+    CHECK(r[0] == 0 && r[2 * pg - 1] == 0);
+    CHECK(accel__vm_stats_of(cpu).mapped == s0.mapped);
+    check_refused(m->vm_unmap(0, r, pg), ACCEL_ERR_STATE, "cpu:", "nothing is mapped there");
+    accel_clear_error();
+    m->vm_release(0, r, 4 * pg);
+    CHECK(accel_last_status() == ACCEL_OK);
+}
+
 int main(void) {
     CHECK(accel__hostless_register(1) == ACCEL_OK);
     mem = &accel__backend_of(DEV)->mem;
@@ -304,6 +350,7 @@ int main(void) {
     RUN(test_unmap_goes_on_after_another_failure);
     RUN(test_unrecorded_fence_waits_for_the_stream);
     RUN(test_failed_trim_is_reported);
+    RUN(test_cpu_entries);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -14,28 +14,6 @@
 
 typedef struct accel__strategy accel__strategy; /* strategy.h */
 
-/* A ZeRO wrap unit: a range [lo, lo + world * shard) of the flat f32 buffer
- * whose piece [lo + rank * shard, + shard) this rank owns, stored at zoff of
- * the shard. Stages 1-2 have one unit covering the buffer; stage 3 (zero3.c)
- * one per wrapped module (a transformer block, an embedding, ...), whose
- * parameters are gathered around its forward and backward only. */
-typedef enum { ACCEL__UNIT_RELEASED, ACCEL__UNIT_GATHERING, ACCEL__UNIT_GATHERED } accel__unit_state;
-
-typedef struct accel__unit {
-    int64_t lo, shard, zoff;
-    int first, count;      /* its tensors in the f32 buffer's tensor list */
-    int64_t numel;         /* their elements (no padding): what stage3_prefetch_bucket_size bounds */
-    bool is_root;          /* stays gathered from forward to the end of backward */
-    bool persistent;       /* the tensors under persistence_threshold: always gathered, re-gathered after a step */
-    accel__unit_state state;
-    accel_work *gather;    /* in flight while GATHERING */
-    bool gather16;         /* that gather moves bf16 (widened to f32 in place when it finishes) */
-    bool params_mapped, grads_mapped; /* a device model: device memory is behind its full parameters / gradients */
-    accel_work *reduce;    /* the gradient reduce-scatter in flight */
-    bool grads_staged;     /* a device reduce-scatter through host memory: in the model's zstage_grads */
-    int pending;           /* leaves whose gradient this backward has not finished */
-} accel__unit;
-
 /* A prepared model (model.c). */
 typedef struct accel__model {
     accel_module *m;
@@ -47,36 +25,10 @@ typedef struct accel__model {
     void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
     void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
     struct accel__ddp *ddps; /* DDP's buckets (private to ddp.c), NULL on one process or unbucketed */
-    /* ZeRO (zero.c): the f32 flat buffer is padded to a multiple of 16 x world
-     * and split evenly; this rank owns [zlo, zhi) of it (stages 1-2). */
-    int64_t zlo, zhi;
-    int n_units;
-    accel__unit *units;
-    int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
-    float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] (memory of zdev) */
-    float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates; memory of zdev) */
-    accel_device zdev;     /* where the shards (and so the optimizer's step) live: the f32 buffer's device, or the
-                            * cpu under stage 3's offload_param for a model on a device (zero3.c) */
-    char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
-    int zfd;               /* its descriptor, while zpath is set */
-    uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] (device memory) */
-    /* Stage 3 on a device: buffers for the largest unit, made at layout so a
-     * step allocates nothing; one device gather and one reduction use them at a time. */
-    void *zland16;         /* under bf16: the device buffer a gather lands in [world * shard] */
-    void *zstage_send, *zstage_recv; /* host copies of a gather's sides, for a group that takes host memory only */
-    float *zstage_grads;   /* host copy of a reduce-scatter's gradients [world * shard], likewise */
-    int gathering;         /* the unit whose device gather holds zland16 / zstage_send / zstage_recv, or -1 */
-    int *order, n_order;   /* stage 3: units in forward execution order (recorded on the first forward) */
-    int64_t prefetches;    /* stage 3: prefetch all-gathers started (tests observe the schedule) */
-    bool order_done;
-    int unhooked;          /* stage 3: 1 + a unit whose gradient came while it was not gathered, else 0 */
-    int reducing;          /* stage 3: the unit whose reduce-scatter is in flight, or -1 */
-    accel_status reduce_status; /* stage 3: the first failure of this backward's reductions */
-    bool owing;            /* stage 3 on a device: a mapping ran that the ranks have not agreed on yet ... */
-    accel_status owed;     /* ... and its failure on this rank (zero3.c "Agreeing on a failed mapping") */
-    int n_hooked;          /* stage 3: the modules whose forward gathers a unit */
-    accel_module **hooked;
-    int *hooked_unit;
+    /* The strategy's own state of this model (its layout makes it, its
+     * release frees it; NULL under DDP, whose buckets are above): ZeRO's
+     * shards and units (zero_state.h). */
+    void *strat_state;
     struct accel__fp8_state *fp8; /* mixed_precision='fp8': its metas and reduction buffer (fp8_scaling.h) */
 } accel__model;
 
@@ -247,42 +199,8 @@ void accel__zero_groups_free(accel_accelerator *acc);
 /* Hybrid sharding: a piece of the gradient shard, averaged in place with the
  * same piece on the other machines (collective over replica_pg; no-op without). */
 accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n);
-/* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
- * (accel_free each) back the tensors. Returns the count or -1. */
-int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
-/* Restores consolidated state into this rank's shard (local). */
-accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
-/* Optimizer i's state kinds (0, 1 or 2) and their names ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
-int accel__zero_kinds(accel_accelerator *acc, int i);
-const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k);
-/* This rank's optimizer state laid out like its parameter shard: local[k]
- * [zn] for each kind (accel_free each; NULL past the kinds) and the most steps
- * a run of this rank took (local: no collective). */
-accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step);
-/* Restores optimizer i from shard-shaped state local[k] [zn] taken `step`
- * steps, and its scalar entries ("step", "param_groups.*"). Local. */
-accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
-                                    float *const local[2], double step);
-
-/* zero3_checkpoint.c: checkpoints of stage-3 models (docs/accelerator.md
- * "Checkpoints under ZeRO-3"). The save/load functions are collective: every
- * rank calls them, in the same order, even after a local failure (`failed`:
- * the rank only joins the collectives). */
-/* True when optimizer i (re-targeted to a stage-3 model) saves SHARDED_STATE_DICT. */
-bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i);
-/* save_state's optimizer i under SHARDED_STATE_DICT: dir/optimizer_<i>/
- * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT the
- * consolidated optimizer[_<i>].safetensors is written as under stage 2. */
-accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed);
-/* load_state's optimizer i: whichever format dir holds, onto this world
- * size (resharding when it differs). Local reads, no collective. *found is
- * false (and nothing done) when dir holds no optimizer_<i>/: the
- * consolidated file is then loaded as under stage 2. */
-accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
-/* An error naming what to do when dir holds model i sharded (a model that is not stage 3 is loading it). */
-accel_status accel__zero3_refuse_sharded(const char *dir, int i);
-/* accel merge-weights: true when dir is a SHARDED_STATE_DICT model directory
- * or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
+/* zero3_checkpoint.c, for accel merge-weights: true when dir is a SHARDED_STATE_DICT: true when dir is a SHARDED_STATE_DICT
+ * model directory or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
  * writes that model whole (Hugging Face names, tied aliases included) into
  * out_dir/model.safetensors and says how many tensors; remove deletes sub's
  * files of the format, then sub. */

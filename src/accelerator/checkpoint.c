@@ -403,7 +403,7 @@ typedef struct opt_slot {
 
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
-    if (os->acc->zopts[os->i]) return accel__zero_load_state(os->acc, os->i, n, st);
+    if (os->acc->zopts[os->i]) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
@@ -429,6 +429,17 @@ static accel_status save_model_file(const char *path, accel_module *m) {
     accel_free(ts);
     accel_state_dict_free(sd);
     return s;
+}
+
+/* A model loading the plain format: an error when dir holds model i in a
+ * strategy's own format instead (another strategy wrote it). */
+static accel_status refuse_foreign(const char *dir, int i) {
+    for (int k = 0; k < ACCEL__STAGES; k++) {
+        const accel__strategy *s = accel__strategy_of(k);
+        accel_status st = s->refuse_foreign ? s->refuse_foreign(dir, i) : ACCEL_OK;
+        if (st) return st;
+    }
+    return ACCEL_OK;
 }
 
 static accel_status load_model_file(const char *path, accel_module *m) {
@@ -598,16 +609,19 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
      * joins, even after a local failure), then written in the per-tensor
      * vocabulary DDP uses, so the file loads at any world size. */
     for (int i = 0; i < acc->n_opts; i++) {
-        if (accel__zero3_sharded_optimizer(acc, i)) { /* every rank its shard */
-            accel_status s2 = accel__zero3_save_optimizer_state(acc, i, tmp, s != ACCEL_OK);
+        bool own = false;
+        if (acc->zopts[i] && acc->strat->save_optimizer) { /* a format of the strategy's own */
+            accel_status s2 = acc->strat->save_optimizer(acc, i, tmp, s != ACCEL_OK, &own);
             if (!s) s = s2;
+        }
+        if (own) {
             KILL_POINT("save: optimizer file written");
             accel_progress_update(bar, 1);
             continue;
         }
         accel_named_state *st = NULL;
         float *bufs[2] = {NULL, NULL};
-        int n = acc->zopts[i] ? accel__zero_state(acc, i, &st, bufs)
+        int n = acc->zopts[i] ? acc->strat->optimizer_state(acc, i, &st, bufs)
                               : acc->rank == 0 ? accel_optimizer_state(acc->opts[i], &st) : 0;
         numbered(path, sizeof path, tmp, "optimizer", i);
         if (!s && n < 0) s = accel_last_status();
@@ -740,12 +754,12 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         if (acc->models[i].strat->load_state) s = acc->models[i].strat->load_state(acc, i, dir);
-        else if (!(s = accel__zero3_refuse_sharded(dir, i))) s = load_model_file(path, acc->models[i].m);
+        else if (!(s = refuse_foreign(dir, i))) s = load_model_file(path, acc->models[i].m);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
         bool sharded = false;
-        if (acc->zopts[i]) s = accel__zero3_load_optimizer_state(acc, i, dir, &sharded);
+        if (acc->zopts[i] && acc->strat->load_optimizer) s = acc->strat->load_optimizer(acc, i, dir, &sharded);
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
         if (!s && !sharded) s = load_file(path, &os, load_opt);

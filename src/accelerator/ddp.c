@@ -1,6 +1,7 @@
 /* The DDP strategy (strategy.h): gradient buffers the local ranks share, and
  * a bucketed all-reduce overlapping backward. ZeRO-1 takes its backward as
  * is, ZeRO-2 its shared gradient memory (zero.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,6 +280,37 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm) {
     return first;
 }
 
+/* ---------------------------------------------------------------- clipping */
+
+/* Every rank holds the full (averaged) gradients: the norm over the model's
+ * flat buffers, no collective. */
+double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
+    (void)acc;
+    double combined = 0;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+        accel_flat_buffer *b = &pm->fp->buffers[d];
+        if (!b->n) continue;
+        if (b->dtype != ACCEL_F32) {
+            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
+                            accel_dtype_name(b->dtype));
+            return NAN;
+        }
+        accel_tensor h;
+        double part = accel_grad_norm_partial(accel__flat_view(&h, b, b->grads, 0, b->numel), norm_type);
+        combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
+    }
+    double total = accel_grad_norm_finish(combined, norm_type);
+    double coef = accel_clip_coef(total, max_norm);
+    float c = (float)coef; /* as accel_clip_grad_norm */
+    if (coef < 1.0)
+        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+            accel_flat_buffer *b = &pm->fp->buffers[d];
+            accel_tensor h;
+            if (b->n && accel__grad_scale(accel__flat_view(&h, b, b->grads, 0, b->numel), c)) return NAN;
+        }
+    return total;
+}
+
 /* ---------------------------------------------------------------- the strategy */
 
 static accel_status ddp_layout(accel_accelerator *acc, accel__model *pm) {
@@ -295,6 +327,7 @@ static accel_status ddp_shard_range(accel_accelerator *acc, accel__model *pm, in
 const accel__strategy accel__strategy_ddp = {
     .name = "ddp",
     .stage = 0,
+    .fp8 = true,
     .layout = ddp_layout,
     .start = accel__ddp_start,
     .release = accel__ddp_release,
@@ -302,4 +335,5 @@ const accel__strategy accel__strategy_ddp = {
     .grad_ready = accel__ddp_grad_ready,
     .end_backward = accel__ddp_end_backward,
     .shard_range = ddp_shard_range,
+    .clip = accel__ddp_clip,
 };

@@ -75,7 +75,7 @@ static accel_device pick_device(const accel_accelerator_opts *o, bool cpu_env, i
  * the cpu, a GPU below 8.9 (Accelerate falls back to fp16 there; accel
  * refuses). */
 static accel_status accept_fp8(const accel_accelerator_opts *o, bool cpu_env, const accel__zero_cfg *zc) {
-    if (zc->stage)
+    if (!accel__strategy_of(zc->stage)->fp8)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
                                "accel_accelerator_new: fp8 mixed precision with ZeRO stage %d (DeepSpeed / FSDP) is "
                                "not supported; use fp8 with DDP or a single process",

@@ -13,7 +13,9 @@
  *
  * The accelerator picks one at accel_accelerator_new (accel__strategy_of) and
  * every model it prepares keeps that pointer (accel__model.strat); the rest
- * of src/accelerator calls through it and never asks which one it is.
+ * of src/accelerator calls through it and never asks which one it is. A
+ * strategy's per-model state is its own (DDP's buckets, struct accel__ddp;
+ * ZeRO's shards and units, accel__model.strat_state: zero_state.h).
  * Mixed precision (the autocast hook, model.c) and fp8 scaling
  * (fp8_scaling.c) sit beside the strategies: model.c installs them the same
  * way under each.
@@ -30,6 +32,7 @@ struct accel__strategy {
     const char *name; /* "ddp", "zero1", "zero2", "zero3" */
     int stage;        /* what accel_accelerator_zero_stage reports: 0 (DDP), 1, 2, 3 */
     bool shards;      /* the flat buffers are padded to 16 x world elements, so every shard starts 64-byte aligned */
+    bool fp8;         /* runs mixed_precision='fp8' (its scaling metas reduced beside whole gradients: DDP only) */
 
     /* Model, in the order model.c calls them at prepare. layout: after the
      * flatten, before rank 0's weights are broadcast (shard bounds, shared
@@ -60,6 +63,16 @@ struct accel__strategy {
     accel_status (*after_step)(accel_accelerator *acc, accel__model *pm);
     /* zero_grad of a re-targeted optimizer: the model's gradients, full and shard. */
     void (*zero_grad)(accel_accelerator *acc, accel__model *pm);
+    /* The gradients the optimizer step reads. grad_shard: the f32 gradient
+     * shard this rank holds, as a 1-d header in *h (returned); NULL (or no
+     * entry) where the rank holds the model's full flat gradient buffers
+     * (fp16's unscale goes over whichever, the ranks agreeing on inf when
+     * sharded). clip: clip_grad_norm over what this rank holds: the global
+     * norm (reduced over the group holding the other parts: the shard group;
+     * none when every rank holds everything), every part scaled by
+     * min(1, max_norm / norm); the norm, or NAN with the error set. */
+    accel_tensor *(*grad_shard)(accel__model *pm, accel_tensor *h);
+    double (*clip)(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
     /* accel_accelerator_zero_shard: this rank's range of the f32 flat buffer. */
     accel_status (*shard_range)(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi);
 
@@ -71,6 +84,26 @@ struct accel__strategy {
     accel_status (*save_model)(accel_accelerator *acc, accel__model *pm, const char *dir, int64_t max_shard_bytes,
                                bool failed);
     accel_dtype (*saved_dtype)(const accel_accelerator *acc);
+    /* An error naming what to do when dir holds model i in this strategy's
+     * own format (which its load_state reads) and a strategy without that
+     * load_state is loading it; NULL where the strategy writes the plain
+     * format. */
+    accel_status (*refuse_foreign)(const char *dir, int i);
+
+    /* Checkpoints of optimizer i, when prepare_optimizer re-targeted it
+     * (acc->zopts[i]; the user's optimizer saves itself otherwise).
+     * optimizer_state: its state consolidated into the user's per-tensor
+     * vocabulary (collective; *bufs, accel_free each, back the tensors),
+     * the count or -1; rank 0 writes it as optimizer[_<i>].safetensors, the
+     * file DDP writes. load_optimizer_state: such state back into this
+     * rank's shard (local). save_optimizer / load_optimizer (NULL: none): a
+     * format of the strategy's own, written instead when it sets *own
+     * (collective, joined after a local failure: `failed`), read when dir
+     * holds it (*own; local). */
+    int (*optimizer_state)(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
+    accel_status (*load_optimizer_state)(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+    accel_status (*save_optimizer)(accel_accelerator *acc, int i, const char *dir, bool failed, bool *own);
+    accel_status (*load_optimizer)(accel_accelerator *acc, int i, const char *dir, bool *own);
 };
 
 extern const accel__strategy accel__strategy_ddp;   /* ddp.c */
@@ -78,7 +111,8 @@ extern const accel__strategy accel__strategy_zero1; /* zero.c */
 extern const accel__strategy accel__strategy_zero2; /* zero.c */
 extern const accel__strategy accel__strategy_zero3; /* zero3.c */
 
-/* The strategy of a ZeRO stage (0: DDP), 0..3. strategy.c */
+/* The strategy of a ZeRO stage (0: DDP), 0 .. ACCEL__STAGES - 1. strategy.c */
+enum { ACCEL__STAGES = 4 };
 const accel__strategy *accel__strategy_of(int stage);
 
 /* ddp.c: the pieces ZeRO-1/2 compose with. share_grads: the flat gradient
@@ -91,13 +125,33 @@ void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
 bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm);
 bool accel__ddp_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
 accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm);
+/* clip over the full flat buffers (no collective). */
+double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
 
 /* zero.c: the pieces ZeRO-3 composes with (the sharded optimizer). */
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
 void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate);
-/* The single unit stages 1-2 shard (no gradient shard: stage 2 adds it);
- * frees what it made. */
+/* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
+ * (accel_free each) back the tensors. Returns the count or -1. */
+int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
+/* Restores consolidated state into this rank's shard (local). */
+accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+/* Optimizer i's state kinds (0, 1 or 2) and their names ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
+int accel__zero_kinds(accel_accelerator *acc, int i);
+const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k);
+/* This rank's optimizer state laid out like its parameter shard: local[k]
+ * [zn] for each kind (accel_free each; NULL past the kinds) and the most steps
+ * a run of this rank took (local: no collective). */
+accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step);
+/* Restores optimizer i from shard-shaped state local[k] [zn] taken `step`
+ * steps, and its scalar entries ("step", "param_groups.*"). Local. */
+accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                    float *const local[2], double step);
+/* grad_shard and clip of every ZeRO stage: the gradient shard when there is one (zgrad), else as DDP. */
+accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h);
+double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
+/* The ZeRO state (zero_state.h) with the single unit stages 1-2 shard (no
+ * gradient shard: stage 2 adds it); accel__zero_model_free frees it. */
 accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm);
-void accel__zero_units_free(accel__model *pm);
 
 #endif

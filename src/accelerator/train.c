@@ -62,23 +62,17 @@ static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {
     return -1;
 }
 
-/* The n f32 gradients at g (memory of dev) as a 1-d tensor header. */
-static accel_tensor *grad_view(accel_tensor *h, void *g, int64_t n, accel_device dev) {
-    accel__tensor_header(h, g, ACCEL_F32, 1, &n, dev);
-    return h;
-}
-
-/* grads *= inv on their device; true when a result is inf or nan (or the kernel failed). */
-static bool unscale(void *g, int64_t n, accel_device dev, float inv) {
-    accel_tensor h;
-    accel_tensor *found = accel_empty_on(ACCEL_F32, 0, NULL, dev);
-    accel_k_unscale k = {.g = grad_view(&h, g, n, dev), .found = found, .inv = inv};
-    if (!found || ACCEL_KERNEL("accel_accelerator_unscale_gradients", dev, unscale, &k)) return true;
+/* g *= inv on its device; true when a result is inf or nan (or the kernel failed). */
+static bool unscale(accel_tensor *g, float inv) {
+    accel_tensor *found = accel_empty_on(ACCEL_F32, 0, NULL, g->device);
+    accel_k_unscale k = {.g = g, .found = found, .inv = inv};
+    if (!found || ACCEL_KERNEL("accel_accelerator_unscale_gradients", g->device, unscale, &k)) return true;
     return accel_item(found) != 0.0;
 }
 
-/* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. Under
- * ZeRO-2 each rank holds only its gradient shard, so the ranks agree on inf. */
+/* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. A rank
+ * that holds only a gradient shard (the strategy's grad_shard) cannot tell
+ * alone, so the ranks agree on inf. */
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return ACCEL_OK;
@@ -86,14 +80,15 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     bool inf = false, sharded = false;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
-        if (pm->zgrad) {
+        accel_tensor h;
+        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) {
             sharded = true;
-            inf |= unscale(pm->zgrad, pm->zn, pm->zdev, inv);
+            inf |= unscale(&h, inv);
             continue;
         }
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
             accel_flat_buffer *b = &pm->fp->buffers[d];
-            if (b->n && b->dtype == ACCEL_F32) inf |= unscale(b->grads, b->numel, b->device, inv);
+            if (b->n && b->dtype == ACCEL_F32) inf |= unscale(accel__flat_view(&h, b, b->grads, 0, b->numel), inv);
         }
     }
     if (sharded) {
@@ -189,26 +184,6 @@ accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_s
     return st;
 }
 
-/* ZeRO-2: the global norm from every rank's shard (sum of |g|^p, or max), then each clips its own. */
-static double clip_shard(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
-        if (d != ACCEL_F32 && pm->fp->buffers[d].n) {
-            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
-                            accel_dtype_name(pm->fp->buffers[d].dtype));
-            return NAN;
-        }
-    accel_tensor h;
-    accel_tensor *g = grad_view(&h, pm->zgrad, pm->zn, pm->zdev);
-    double part = accel_grad_norm_partial(g, norm_type);
-    /* over the shard group: under hybrid sharding the other machines hold the same shards */
-    if (accel_pg_all_reduce(acc->shard_pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
-        return NAN;
-    double total = accel_grad_norm_finish(part, norm_type);
-    double coef = accel_clip_coef(total, max_norm);
-    if (coef < 1.0 && accel__grad_scale(g, (float)coef)) return NAN;
-    return total;
-}
-
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model, double max_norm,
                                         double norm_type) {
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
@@ -217,28 +192,5 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         return NAN;
     }
     accel_accelerator_unscale_gradients(acc);
-    if (pm->zgrad) return clip_shard(acc, pm, max_norm, norm_type);
-    double combined = 0;
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
-        accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (!b->n) continue;
-        if (b->dtype != ACCEL_F32) {
-            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
-                            accel_dtype_name(b->dtype));
-            return NAN;
-        }
-        accel_tensor h;
-        double part = accel_grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
-        combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
-    }
-    double total = accel_grad_norm_finish(combined, norm_type);
-    double coef = accel_clip_coef(total, max_norm);
-    float c = (float)coef; /* as accel_clip_grad_norm */
-    if (coef < 1.0)
-        for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
-            accel_flat_buffer *b = &pm->fp->buffers[d];
-            accel_tensor h;
-            if (b->n && accel__grad_scale(grad_view(&h, b->grads, b->numel, b->device), c)) return NAN;
-        }
-    return total;
+    return pm->strat->clip(acc, pm, max_norm, norm_type);
 }

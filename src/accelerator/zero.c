@@ -23,31 +23,43 @@
 
 #include "accelerator_internal.h"
 #include "strategy.h"
+#include "zero_state.h"
 
 static const char *KIND_NAMES[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}};
 
 /* ---------------------------------------------------------------- model */
 
-accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm) {
-    pm->zdev = pm->fp->buffers[ACCEL_F32].device;
-    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    int64_t shard = b->n ? b->numel / acc->shard_world : 0;
-    pm->units = accel_calloc(1, sizeof *pm->units);
-    if (!pm->units) return accel_last_status();
-    pm->n_units = 1;
-    pm->units[0] = (accel__unit){.shard = shard, .count = b->n, .state = ACCEL__UNIT_GATHERED};
-    pm->zlo = (int64_t)acc->shard_rank * shard;
-    pm->zhi = pm->zlo + shard;
-    pm->zn = shard;
+accel_status accel__zero_model_new(accel__model *pm) {
+    accel__zero_model *zm = accel_calloc(1, sizeof *zm);
+    if (!zm) return accel_last_status();
+    zm->zdev = pm->fp->buffers[ACCEL_F32].device;
+    pm->strat_state = zm;
     return ACCEL_OK;
 }
 
-void accel__zero_units_free(accel__model *pm) {
-    accel_free(pm->units);
-    accel__device_free(pm->fp->buffers[ACCEL_F32].device, pm->zgrad);
-    pm->units = NULL;
-    pm->zgrad = NULL;
-    pm->n_units = 0;
+void accel__zero_model_free(accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (!zm) return;
+    accel_free(zm->units);
+    accel__device_free(pm->fp->buffers[ACCEL_F32].device, zm->zgrad);
+    accel_free(zm);
+    pm->strat_state = NULL;
+}
+
+accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = accel__zero_model_new(pm);
+    if (st) return st;
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    int64_t shard = b->n ? b->numel / acc->shard_world : 0;
+    zm->units = accel_calloc(1, sizeof *zm->units);
+    if (!zm->units) return accel_last_status();
+    zm->n_units = 1;
+    zm->units[0] = (accel__unit){.shard = shard, .count = b->n, .state = ACCEL__UNIT_GATHERED};
+    zm->zlo = (int64_t)acc->shard_rank * shard;
+    zm->zhi = zm->zlo + shard;
+    zm->zn = shard;
+    return ACCEL_OK;
 }
 
 static accel_status zero1_layout(accel_accelerator *acc, accel__model *pm) {
@@ -59,16 +71,17 @@ static accel_status zero1_layout(accel_accelerator *acc, accel__model *pm) {
 static accel_status zero2_layout(accel_accelerator *acc, accel__model *pm) {
     accel_status st = accel__zero_units(acc, pm);
     if (st) return st;
-    if (pm->ddp && pm->zn) {
-        pm->zgrad = accel__device_alloc(pm->zdev, (size_t)pm->zn * sizeof(float), true, "accel_accelerator_prepare");
-        if (!pm->zgrad) return accel_last_status();
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (pm->ddp && zm->zn) {
+        zm->zgrad = accel__device_alloc(zm->zdev, (size_t)zm->zn * sizeof(float), true, "accel_accelerator_prepare");
+        if (!zm->zgrad) return accel_last_status();
     }
     return accel__ddp_share_grads(acc, pm, true);
 }
 
 static void zero12_release(accel_accelerator *acc, accel__model *pm) {
     accel__ddp_release(acc, pm);
-    accel__zero_units_free(pm);
+    accel__zero_model_free(pm);
 }
 
 /* Start of this rank's piece of unit u in the flat buffer. */
@@ -78,34 +91,39 @@ static int64_t piece_lo(const accel_accelerator *acc, const accel__unit *u) {
 
 /* Where flat-buffer element pos lives in this rank's shard, or -1 (another rank's). */
 static int64_t shard_pos(const accel_accelerator *acc, const accel__model *pm, int64_t pos) {
-    for (int k = 0; k < pm->n_units; k++) {
-        int64_t lo = piece_lo(acc, &pm->units[k]);
-        if (pos >= lo && pos < lo + pm->units[k].shard) return pm->units[k].zoff + (pos - lo);
+    accel__zero_model *zm = accel__zero_of(pm);
+    for (int k = 0; k < zm->n_units; k++) {
+        int64_t lo = piece_lo(acc, &zm->units[k]);
+        if (pos >= lo && pos < lo + zm->units[k].shard) return zm->units[k].zoff + (pos - lo);
     }
     return -1;
 }
 
 /* The shard's gradients, wherever this stage keeps them (memory of pm->zdev). */
 static float *shard_grad(accel__model *pm) {
-    return pm->zgrad ? pm->zgrad : (float *)pm->fp->buffers[ACCEL_F32].grads + pm->zlo;
+    accel__zero_model *zm = accel__zero_of(pm);
+    return zm->zgrad ? zm->zgrad : (float *)pm->fp->buffers[ACCEL_F32].grads + zm->zlo;
 }
 
 /* The shard's parameters: stage 3's own buffer, else this rank's range of the flat buffer. */
 static float *shard_params(accel__model *pm) {
-    return pm->zparams ? pm->zparams : (float *)pm->fp->buffers[ACCEL_F32].params + pm->zlo;
+    accel__zero_model *zm = accel__zero_of(pm);
+    return zm->zparams ? zm->zparams : (float *)pm->fp->buffers[ACCEL_F32].params + zm->zlo;
 }
 
 /* n elements at position pos of the shard (from shard_params or shard_grad) as a header in *h. */
 static accel_tensor *shard_view(accel_tensor *h, accel__model *pm, float *shard, int64_t pos, int64_t n) {
-    accel__tensor_header(h, shard + pos, ACCEL_F32, 1, &n, pm->zdev);
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel__tensor_header(h, shard + pos, ACCEL_F32, 1, &n, zm->zdev);
     return h;
 }
 
 /* Every rank's shard of `local` into its place in `full` (collective). */
 static accel_status gather_shards(accel_accelerator *acc, accel__model *pm, const float *local, float *full) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
-    for (int k = 0; k < pm->n_units && !st; k++) {
-        const accel__unit *u = &pm->units[k];
+    for (int k = 0; k < zm->n_units && !st; k++) {
+        const accel__unit *u = &zm->units[k];
         if (acc->shard_world > 1) {
             /* the collective reports its receive buffer written (dist.c) */
             st = accel_pg_all_gather(acc->shard_pg, local + u->zoff, full + u->lo, (size_t)u->shard, ACCEL_F32);
@@ -130,19 +148,21 @@ accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, i
  * the machines. */
 static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *pm, accel_tensor *full,
                                          accel_tensor *mine) {
+    accel__zero_model *zm = accel__zero_of(pm);
     void *stage = pm->grad_stage[ACCEL_F32];
     ACCEL_ASSERT(stage || !accel__needs_staging(full->device));
     float *host = accel__stage_to_host(full, stage, true);
     if (!host) return accel_last_status();
     accel_status st =
-        accel_pg_reduce_scatter(acc->shard_pg, host, host + pm->zlo, (size_t)accel_numel(mine), ACCEL_F32,
+        accel_pg_reduce_scatter(acc->shard_pg, host, host + zm->zlo, (size_t)accel_numel(mine), ACCEL_F32,
                                 ACCEL_REDUCE_AVG);
-    if (!st) st = accel__zero_replica_average(acc, host + pm->zlo, accel_numel(mine));
-    return accel__stage_end(mine, host + pm->zlo, st, true, false);
+    if (!st) st = accel__zero_replica_average(acc, host + zm->zlo, accel_numel(mine));
+    return accel__stage_end(mine, host + zm->zlo, st, true, false);
 }
 
 /* Stage 2's reduction after backward (while gradients accumulate, none). */
 static accel_status zero2_end_backward(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     if (!accel__model_syncs(acc, pm)) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
@@ -150,17 +170,17 @@ static accel_status zero2_end_backward(accel_accelerator *acc, accel__model *pm)
         if (!b->n) continue;
         accel_tensor full, mine, shard;
         accel__flat_view(&full, b, b->grads, 0, b->numel);
-        if (d != ACCEL_F32 || !pm->zgrad) {
+        if (d != ACCEL_F32 || !zm->zgrad) {
             st = accel__staged_all_reduce(acc->dp_pg, &full, ACCEL_REDUCE_AVG);
             continue;
         }
         /* Added to the shard (several reductions per step, e.g.
          * sync_each_batch, accumulate there), then the full buffer restarts
          * from zero so the next reduction only carries new gradients. */
-        accel__flat_view(&mine, b, b->grads, pm->zlo, pm->zhi - pm->zlo);
+        accel__flat_view(&mine, b, b->grads, zm->zlo, zm->zhi - zm->zlo);
         st = reduce_scatter_block(acc, pm, &full, &mine);
         if (st) break;
-        accel_k_accumulate k = {.out = shard_view(&shard, pm, pm->zgrad, 0, pm->zn), .in = &mine};
+        accel_k_accumulate k = {.out = shard_view(&shard, pm, zm->zgrad, 0, zm->zn), .in = &mine};
         st = ACCEL_KERNEL("accel_accelerator_backward", b->device, accumulate, &k);
         if (!st) st = accel_zero_(&full);
     }
@@ -168,14 +188,16 @@ static accel_status zero2_end_backward(accel_accelerator *acc, accel__model *pm)
 }
 
 static accel_status zero12_after_step(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     if (!b->n || acc->shard_world == 1) return ACCEL_OK;
     accel_tensor mine, full;
-    return accel__staged_all_gather(acc->shard_pg, accel__flat_view(&mine, b, b->params, pm->zlo, pm->zhi - pm->zlo),
+    return accel__staged_all_gather(acc->shard_pg, accel__flat_view(&mine, b, b->params, zm->zlo, zm->zhi - zm->zlo),
                                     accel__flat_view(&full, b, b->params, 0, b->numel));
 }
 
 static void zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
@@ -183,14 +205,48 @@ static void zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
         if (b->n) accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
     }
     accel_tensor h;
-    if (pm->zgrad) accel_zero_(shard_view(&h, pm, pm->zgrad, 0, pm->zn));
+    if (zm->zgrad) accel_zero_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
 }
 
 static accel_status zero12_shard_range(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi) {
+    accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
-    *lo = pm->zlo;
-    *hi = pm->zhi;
+    *lo = zm->zlo;
+    *hi = zm->zhi;
     return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- gradients */
+
+accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (!zm->zgrad) return NULL;
+    int64_t n = zm->zn;
+    accel__tensor_header(h, zm->zgrad, ACCEL_F32, 1, &n, zm->zdev);
+    return h;
+}
+
+/* A gradient shard (stage 2 on > 1 process, stage 3): the global norm from
+ * every rank's shard (sum of |g|^p, or max), then each clips its own.
+ * Without one, every rank holds the full averaged gradients, as under DDP. */
+double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
+    accel_tensor h;
+    accel_tensor *g = accel__zero_grad_shard(pm, &h);
+    if (!g) return accel__ddp_clip(acc, pm, max_norm, norm_type);
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
+        if (d != ACCEL_F32 && pm->fp->buffers[d].n) {
+            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
+                            accel_dtype_name(pm->fp->buffers[d].dtype));
+            return NAN;
+        }
+    double part = accel_grad_norm_partial(g, norm_type);
+    /* over the shard group: under hybrid sharding the other machines hold the same shards */
+    if (accel_pg_all_reduce(acc->shard_pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
+        return NAN;
+    double total = accel_grad_norm_finish(part, norm_type);
+    double coef = accel_clip_coef(total, max_norm);
+    if (coef < 1.0 && accel__grad_scale(g, (float)coef)) return NAN;
+    return total;
 }
 
 /* ---------------------------------------------------------------- optimizer */
@@ -257,6 +313,7 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
     }
     if (!pm) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the optimizer has no parameters", fn);
     z->m = pm->m;
+    accel__zero_model *zm = accel__zero_of(pm);
     /* Walk the flat buffer in order: consecutive tensors of one group form a
      * run (the alignment padding between them has zero grads and stays zero). */
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
@@ -284,7 +341,7 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
     }
     /* Clip to each unit's piece of this rank; drop empty runs. A run may
      * span several units (stage 3), so the clipped runs get arrays of their own. */
-    int cap = z->n_runs + pm->n_units;
+    int cap = z->n_runs + zm->n_units;
     int64_t *lo_ = accel_calloc((size_t)cap, sizeof *lo_), *hi_ = accel_calloc((size_t)cap, sizeof *hi_);
     int *group_ = accel_calloc((size_t)cap, sizeof *group_);
     if (!lo_ || !hi_ || !group_) {
@@ -295,8 +352,8 @@ static accel_status plan(accel_accelerator *acc, accel_optimizer *opt, accel__zo
     }
     int k = 0;
     for (int r = 0; r < z->n_runs; r++)
-        for (int u = 0; u < pm->n_units; u++) {
-            int64_t plo = piece_lo(acc, &pm->units[u]), phi = plo + pm->units[u].shard;
+        for (int u = 0; u < zm->n_units; u++) {
+            int64_t plo = piece_lo(acc, &zm->units[u]), phi = plo + zm->units[u].shard;
             int64_t lo = z->run_lo[r] > plo ? z->run_lo[r] : plo;
             int64_t hi = z->run_hi[r] < phi ? z->run_hi[r] : phi;
             if (lo >= hi) continue;
@@ -363,7 +420,7 @@ static int state_snapshot(accel_optimizer *opt, accel_named_state **out) {
  * CPUOffload does); elsewhere it stays with the shard, in host memory. */
 static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *opt, const accel__zopt *z) {
     const accel__offload_cfg *c = &acc->offload;
-    bool staged = accel__needs_staging(accel__find_model(acc, z->m)->zdev); /* the shard is on a device */
+    bool staged = accel__needs_staging(accel__zero_of(accel__find_model(acc, z->m))->zdev); /* the shard is on a device */
     bool to_host = c->optimizer == ACCEL__OFFLOAD_CPU || (c->fsdp_params && acc->strat->stage < 3);
     accel__state_home home = c->optimizer == ACCEL__OFFLOAD_NVME ? ACCEL__HOME_FILE
                              : staged && to_host                 ? ACCEL__HOME_HOST
@@ -440,7 +497,8 @@ accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = acc->zopts[i];
     accel__model *pm = accel__find_model(acc, z->m);
-    int64_t shard = pm->zn;
+    accel__zero_model *zm = accel__zero_of(pm);
+    int64_t shard = zm->zn;
     accel_named_state *st = NULL;
     int n = accel_optimizer_state(opt, &st), nk = max_kinds(opt);
     accel_status s = n < 0 ? accel_last_status() : ACCEL_OK;
@@ -557,7 +615,8 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = acc->zopts[i];
     accel__model *pm = accel__find_model(acc, z->m);
-    int64_t shard = pm->zn;
+    accel__zero_model *zm = accel__zero_of(pm);
+    int64_t shard = zm->zn;
     int nk = max_kinds(opt);
     float *local[2] = {NULL, NULL};
     accel_named_state *res = accel_calloc((size_t)(n + 1), sizeof *res); /* its scalar entries */
@@ -596,11 +655,11 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
             break;
         }
         int64_t lo = z->user_off[u], hi = lo + numel;
-        for (int v = 0; v < pm->n_units; v++) {
-            int64_t plo = piece_lo(acc, &pm->units[v]), phi = plo + pm->units[v].shard;
+        for (int v = 0; v < zm->n_units; v++) {
+            int64_t plo = piece_lo(acc, &zm->units[v]), phi = plo + zm->units[v].shard;
             int64_t a = lo > plo ? lo : plo, c = hi < phi ? hi : phi;
             if (a < c && !s)
-                s = accel__tensor_read_bytes(t, (size_t)(a - lo) * sizeof(float), local[k] + pm->units[v].zoff + (a - plo),
+                s = accel__tensor_read_bytes(t, (size_t)(a - lo) * sizeof(float), local[k] + zm->units[v].zoff + (a - plo),
                                              (size_t)(c - a) * sizeof(float));
         }
     }
@@ -678,6 +737,10 @@ const accel__strategy accel__strategy_zero1 = {
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,
     .shard_range = zero12_shard_range,
+    .grad_shard = accel__zero_grad_shard,
+    .clip = accel__zero_clip,
+    .optimizer_state = accel__zero_state,
+    .load_optimizer_state = accel__zero_load_state,
 };
 
 static accel_status no_start(accel_accelerator *acc, accel__model *pm) {
@@ -710,4 +773,8 @@ const accel__strategy accel__strategy_zero2 = {
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,
     .shard_range = zero12_shard_range,
+    .grad_shard = accel__zero_grad_shard,
+    .clip = accel__zero_clip,
+    .optimizer_state = accel__zero_state,
+    .load_optimizer_state = accel__zero_load_state,
 };

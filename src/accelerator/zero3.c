@@ -4,14 +4,21 @@
  * keeps only its piece of every unit's parameters (zparams, the masters the
  * optimizer updates), gradients (zgrad) and optimizer state.
  *
- * The full buffer is reserved address space whose pages are dropped while a
- * unit is released, so the tensors (and the views autograd saved in forward)
- * keep their addresses: a unit's forward hook all-gathers its parameters back
- * in place, its post-forward drops them again (reshard_after_forward) and
- * records a node on its output whose backward gathers them once more, before
- * any of the unit's own backward nodes run. When every leaf of a unit has its
+ * The full buffers are reserved address space of the model's device (its
+ * backend's vm_* entries: mmap'd pages on the cpu, CUDA's
+ * cuMemAddressReserve/cuMemMap on a GPU): a unit's range gets memory when
+ * it is gathered and gives it back when it is released, so the tensors (and
+ * the views autograd saved in forward) keep their addresses: a unit's forward
+ * hook maps its range and all-gathers its parameters back in place, its
+ * post-forward unmaps it again (reshard_after_forward) and records a node on
+ * its output whose backward gathers them once more, before any of the unit's
+ * own backward nodes run. Its gradients' range is mapped (and zeroed) from
+ * its backward until its reduction: when every leaf of a unit has its
  * gradient, the unit's gradients are reduce-scattered (AVG) asynchronously,
- * and added to zgrad when backward ends; the full gradient pages are dropped.
+ * added to zgrad, and the range unmapped. So between uses a unit's full
+ * parameters and gradients occupy no memory, and a rank holds its shards
+ * plus the units in use (params/N + one or two units gathered), on the host
+ * and on a device alike.
  * The next unit in execution order is prefetched asynchronously while the
  * current one computes (backward: before the current unit's backward, or
  * with BACKWARD_POST once its gradients exist; forward with
@@ -27,19 +34,14 @@
  * is a few pages whatever its size.
  *
  * A model on a device the host cannot address (cuda, hostless) keeps all of
- * it in device memory through its backend: the full buffers, the shard, the
- * gradient shard (and so the optimizer state). Its full buffers are reserved
- * device address space (the backend's vm_* entries, CUDA's
- * cuMemAddressReserve/cuMemMap), the device twin of the host's reserved
- * pages: a unit's range gets device memory when it is gathered and gives it
- * back when it is released, its gradients' range from its backward until its
- * reduction; so between uses a unit's full parameters and gradients occupy
- * no device memory, and a rank holds its shards plus the units in use
- * (params/N + one or two units gathered). Unmapped memory is not readable:
- * a parameter of a released unit may be held (its header, its address) but
- * not read or written until its unit is gathered again (the checkpoint and
- * save functions gather unit by unit; accel_accelerator_clear gives each
- * tensor memory of its own back, unit by unit). The collectives move device memory when the
+ * it in device memory: the full buffers, the shard, the gradient shard (and
+ * so the optimizer state). Unmapped memory is not readable there (the cpu's
+ * reads as zeros, backend.h): a parameter of a released unit may be held
+ * (its header, its address) but not read or written until its unit is
+ * gathered again (the checkpoint and save functions gather unit by unit;
+ * accel_accelerator_clear gives each tensor memory of its own back, unit by
+ * unit). What differs on such a device is how its bytes reach the group and
+ * the casts: the collectives move device memory when the
  * group takes it (NCCL), else go through host copies (staging.c's helpers,
  * into host buffers made at layout); bf16 gathers land in a device buffer,
  * also made at layout, that a cast widens into the unit's range. A step
@@ -70,10 +72,6 @@
 #include "core/host_stage.h"
 #include "core/prepared.h"
 
-/* ---------------------------------------------------------------- host memory
- * The only raw host-memory code of stage 3: a model on a device takes the
- * device functions below instead. */
-
 static int64_t page_elems(void) {
     long p = sysconf(_SC_PAGESIZE);
     return (p > 0 ? p : 4096) / (int64_t)sizeof(float);
@@ -81,58 +79,40 @@ static int64_t page_elems(void) {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Zero-filled address range of n floats; pages take memory only once touched. */
-static float *host_reserve(int64_t n) {
-    void *p = mmap(NULL, (size_t)n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        accel_set_error(ACCEL_ERR_OOM, "ZeRO-3: cannot reserve %lld floats", (long long)n);
-        return NULL;
-    }
-    return p;
-}
-
-static void host_unreserve(float *p, int64_t n) {
-    if (p) munmap(p, (size_t)n * sizeof(float));
-}
-
-/* Gives the pages of [p, p + n) back; they read as zeros afterwards. p and n are page-aligned. */
-static void host_drop(float *p, int64_t n) {
-    if (n) madvise(p, (size_t)n * sizeof(float), MADV_DONTNEED);
-}
-
-/* ---------------------------------------------------------------- device memory
+/* ---------------------------------------------------------------- memory
  * Why reserved addresses, not buffers allocated at each gather with the
  * parameters rebound to them: the tensors keep their data pointers, so the
  * views autograd saved in forward (read again in backward after the
  * re-gather), the prepared-weight registry's byte ranges and any parameter a
  * user holds stay valid across releases; only the memory behind them comes
- * and goes, as on the host. */
+ * and goes. One path for every device: its backend's vm_* entries. */
 
 static accel_device model_device(const accel__model *pm) { return pm->fp->buffers[ACCEL_F32].device; }
 
-/* The model lives on a device the host cannot address. */
+/* The model lives on a device the host cannot address: its bytes reach the
+ * group and the casts through the device's functions (not its memory: that
+ * is the same path everywhere). */
 static bool on_device(const accel__model *pm) { return accel__needs_staging(model_device(pm)); }
 
-static const accel_backend_mem *device_mem(const accel__model *pm) { return &accel__backend_of(model_device(pm))->mem; }
+static const accel_backend_mem *vm(const accel__model *pm) { return &accel__backend_of(model_device(pm))->mem; }
 
-/* The alignment of a unit's range, in elements: the host's page, or the device's mapping granule. */
+/* The alignment of a unit's range, in elements: the device's mapping granule (a page on the cpu). */
 static int64_t granule_elems(const accel__model *pm) {
-    if (!on_device(pm)) return page_elems();
-    return (int64_t)(device_mem(pm)->vm_granularity(model_device(pm).index) / sizeof(float));
+    return (int64_t)(vm(pm)->vm_granularity(model_device(pm).index) / sizeof(float));
 }
 
-/* Device memory behind [p, p + n) floats of a full buffer, unless *mapped says it is there. */
-static accel_status device_map(const accel__model *pm, float *p, int64_t n, bool *mapped) {
+/* Memory behind [p, p + n) floats of a full buffer, unless *mapped says it is there. */
+static accel_status range_map(const accel__model *pm, float *p, int64_t n, bool *mapped) {
     if (*mapped) return ACCEL_OK;
-    accel_status st = device_mem(pm)->vm_map(model_device(pm).index, p, (size_t)n * sizeof(float));
+    accel_status st = vm(pm)->vm_map(model_device(pm).index, p, (size_t)n * sizeof(float));
     *mapped = st == ACCEL_OK;
     return st;
 }
 
-static accel_status device_unmap(const accel__model *pm, float *p, int64_t n, bool *mapped) {
+static accel_status range_unmap(const accel__model *pm, float *p, int64_t n, bool *mapped) {
     if (!*mapped) return ACCEL_OK;
     *mapped = false;
-    return device_mem(pm)->vm_unmap(model_device(pm).index, p, (size_t)n * sizeof(float));
+    return vm(pm)->vm_unmap(model_device(pm).index, p, (size_t)n * sizeof(float));
 }
 
 /* A 1-d header over n elements of dtype dt at device pointer p of the model's device. */
@@ -141,17 +121,15 @@ static accel_tensor *device_view(accel_tensor *h, const accel__model *pm, void *
     return h;
 }
 
-/* A full buffer of n floats (n a multiple of granule_elems): reserved host
- * memory, or reserved device address space; no memory behind either yet. */
+/* A full buffer of n floats (n a multiple of granule_elems): reserved
+ * address space with no memory behind it yet. */
 static float *full_alloc(const accel__model *pm, int64_t n) {
-    if (!on_device(pm)) return host_reserve(n);
-    return device_mem(pm)->vm_reserve(model_device(pm).index, (size_t)n * sizeof(float));
+    return vm(pm)->vm_reserve(model_device(pm).index, (size_t)n * sizeof(float));
 }
 
-/* On a device, every unit's range of p must be unmapped by now. */
+/* Every unit's range of p must be unmapped by now. */
 static void full_free(const accel__model *pm, float *p, int64_t n) {
-    if (p && on_device(pm)) device_mem(pm)->vm_release(model_device(pm).index, p, (size_t)n * sizeof(float));
-    else host_unreserve(p, n);
+    if (p) vm(pm)->vm_release(model_device(pm).index, p, (size_t)n * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- the shard
@@ -161,7 +139,8 @@ static void full_free(const accel__model *pm, float *p, int64_t n) {
 
 /* A device model whose shards live in host memory (offload_param). */
 static bool shard_on_host(const accel__model *pm) {
-    return on_device(pm) && !accel__needs_staging(pm->zdev);
+    accel__zero_model *zm = accel__zero_of(pm);
+    return on_device(pm) && !accel__needs_staging(zm->zdev);
 }
 
 /* Shard-sized memory (zeroed) where pm->zdev says: the model's device, or
@@ -184,44 +163,48 @@ static accel_status copy_floats(accel_device to, void *dst, accel_device from, c
 }
 
 static int64_t shard_bytes(const accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     int64_t page = page_elems() * (int64_t)sizeof(float);
-    return round_up((pm->zn ? pm->zn : 1) * (int64_t)sizeof(float), page);
+    return round_up((zm->zn ? zm->zn : 1) * (int64_t)sizeof(float), page);
 }
 
 /* <nvme_path>/accel_param_shard_rank<R>_<pid>_<XXXXXX>.swp, its space reserved, mapped over pm->zparams. */
 static accel_status shard_map_file(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     char tag[32];
     snprintf(tag, sizeof tag, "rank%d", acc->rank);
     int64_t bytes = shard_bytes(pm);
-    pm->zfd = accel__swap_create(acc->offload.param_path, "accel_param_shard", tag, "offload_param",
-                                 "parameter shard", &pm->zpath);
-    if (pm->zfd < 0) return accel_last_status();
-    accel_status st = accel__swap_reserve(pm->zfd, pm->zpath, 0, bytes, "offload_param", "parameter shard");
+    zm->zfd = accel__swap_create(acc->offload.param_path, "accel_param_shard", tag, "offload_param",
+                                 "parameter shard", &zm->zpath);
+    if (zm->zfd < 0) return accel_last_status();
+    accel_status st = accel__swap_reserve(zm->zfd, zm->zpath, 0, bytes, "offload_param", "parameter shard");
     if (st) return st;
-    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pm->zfd, 0);
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, zm->zfd, 0);
     if (p == MAP_FAILED)
         return accel_set_error(ACCEL_ERR_IO, "offload_param: cannot map the parameter shard file %s (%lld bytes): %s",
-                               pm->zpath, (long long)bytes, strerror(errno));
-    pm->zparams = p; /* zeros, as posix_fallocate left them */
+                               zm->zpath, (long long)bytes, strerror(errno));
+    zm->zparams = p; /* zeros, as posix_fallocate left them */
     return ACCEL_OK;
 }
 
 static accel_status shard_alloc(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     if (acc->offload.param == ACCEL__OFFLOAD_NVME) return shard_map_file(acc, pm);
-    pm->zparams = shard_mem_alloc(pm, (size_t)(pm->zn ? pm->zn : 1) * sizeof(float));
-    return pm->zparams ? ACCEL_OK : accel_last_status();
+    zm->zparams = shard_mem_alloc(pm, (size_t)(zm->zn ? zm->zn : 1) * sizeof(float));
+    return zm->zparams ? ACCEL_OK : accel_last_status();
 }
 
 static void shard_free(accel__model *pm) {
-    if (!pm->zpath) {
-        shard_mem_free(pm, pm->zparams);
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (!zm->zpath) {
+        shard_mem_free(pm, zm->zparams);
     } else {
-        if (pm->zparams) munmap(pm->zparams, (size_t)shard_bytes(pm));
-        if (pm->zfd >= 0) close(pm->zfd); /* unlinked when created */
-        accel_free(pm->zpath);
-        pm->zpath = NULL;
+        if (zm->zparams) munmap(zm->zparams, (size_t)shard_bytes(pm));
+        if (zm->zfd >= 0) close(zm->zfd); /* unlinked when created */
+        accel_free(zm->zpath);
+        zm->zpath = NULL;
     }
-    pm->zparams = NULL;
+    zm->zparams = NULL;
 }
 
 /* Under offload_param nvme, elements [at, at + n) of the shard leave memory:
@@ -230,16 +213,17 @@ static void shard_free(accel__model *pm) {
  * pages at the ends whole. They come back from the file on their next use.
  * A failed write-back keeps them (dropping them would lose the updates). */
 static accel_status shard_evict(accel__model *pm, int64_t at, int64_t n) {
-    if (!pm->zpath || n <= 0) return ACCEL_OK;
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (!zm->zpath || n <= 0) return ACCEL_OK;
     int64_t page = page_elems() * (int64_t)sizeof(float);
     int64_t lo = at * (int64_t)sizeof(float) / page * page;
     int64_t hi = round_up((at + n) * (int64_t)sizeof(float), page);
-    char *base = (char *)pm->zparams;
+    char *base = (char *)zm->zparams;
     if (msync(base + lo, (size_t)(hi - lo), MS_SYNC))
         return accel_set_error(ACCEL_ERR_IO, "offload_param: writing bytes %lld to %lld of the parameter shard file %s "
-                               "back failed: %s", (long long)lo, (long long)hi, pm->zpath, strerror(errno));
+                               "back failed: %s", (long long)lo, (long long)hi, zm->zpath, strerror(errno));
     madvise(base + lo, (size_t)(hi - lo), MADV_DONTNEED);
-    posix_fadvise(pm->zfd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+    posix_fadvise(zm->zfd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
     return ACCEL_OK;
 }
 
@@ -446,38 +430,41 @@ static int64_t unit_span(const accel_accelerator *acc, const accel__model *pm, c
     return round_up(u->shard * acc->shard_world, granule_elems(pm));
 }
 
-/* Device memory behind the parameters and gradients of units [0, nu) in a
- * device model's new full buffers, for relayout to move the weights in. */
+/* Memory behind the parameters and gradients of units [0, nu) in the new
+ * full buffers, for relayout to move the weights in. */
 static accel_status map_all(const accel_accelerator *acc, accel__model *pm, float *params, float *grads, int nu) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
     for (int k = 0; k < nu && !st; k++) {
-        accel__unit *u = &pm->units[k];
-        st = device_map(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
-        if (!st) st = device_map(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
+        accel__unit *u = &zm->units[k];
+        st = range_map(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+        if (!st) st = range_map(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
     }
     return st;
 }
 
 /* Takes every mapping of units [0, nu) away (the buffers are then released). */
 static void unmap_all(const accel_accelerator *acc, accel__model *pm, float *params, float *grads, int nu) {
+    accel__zero_model *zm = accel__zero_of(pm);
     for (int k = 0; k < nu; k++) {
-        accel__unit *u = &pm->units[k];
-        device_unmap(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
-        device_unmap(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
+        accel__unit *u = &zm->units[k];
+        range_unmap(pm, params + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+        range_unmap(pm, grads + u->lo, unit_span(acc, pm, u), &u->grads_mapped);
     }
 }
 
-/* Moves the f32 buffer into reserved memory (host pages, or device address
- * space with every unit's range mapped for the move), unit after unit, each
- * unit's range aligned to whole pages / mapping granules. */
+/* Moves the f32 buffer into reserved address space (every unit's range
+ * mapped for the move), unit after unit, each unit's range aligned to whole
+ * mapping granules. */
 static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan *p) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int n = b->n, nu = 0;
     int *unit_of_mod = accel_calloc((size_t)(p->n_mods + 1), sizeof *unit_of_mod);
     accel_tensor **tensors = accel_calloc((size_t)(n + 1), sizeof *tensors);
     int64_t *offsets = accel_calloc((size_t)(n + 1), sizeof *offsets);
-    pm->units = accel_calloc((size_t)(p->n_mods + 1), sizeof *pm->units);
-    if (!unit_of_mod || !tensors || !offsets || !pm->units) goto fail;
+    zm->units = accel_calloc((size_t)(p->n_mods + 1), sizeof *zm->units);
+    if (!unit_of_mod || !tensors || !offsets || !zm->units) goto fail;
     /* Units numbered by their first tensor, in buffer order. */
     for (int i = 0; i < p->n_mods; i++) unit_of_mod[i] = -1;
     for (int t = 0; t < n; t++) {
@@ -487,7 +474,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
     int64_t page = granule_elems(pm), pad = 16 * (int64_t)acc->shard_world, cursor = 0, zoff = 0;
     int k = 0;
     for (int u = 0; u < nu; u++) {
-        accel__unit *un = &pm->units[u];
+        accel__unit *un = &zm->units[u];
         un->lo = round_up(cursor, page);
         un->first = k;
         int64_t end = un->lo;
@@ -511,7 +498,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
         if (params) full_free(pm, params, numel);
         goto fail;
     }
-    bool moved = !(on_device(pm) && map_all(acc, pm, params, grads, nu));
+    bool moved = !map_all(acc, pm, params, grads, nu);
     for (int t = 0; t < n && moved; t++)
         moved = !accel_tensor_rebind(tensors[t], params + offsets[t], true) &&
                 !accel_tensor_rebind(tensors[t]->grad, grads + offsets[t], true);
@@ -522,7 +509,7 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
             (void)accel_tensor_rebind(b->tensors[t], (float *)b->params + b->offsets[t], false);
             (void)accel_tensor_rebind(b->tensors[t]->grad, (float *)b->grads + b->offsets[t], false);
         }
-        if (on_device(pm)) unmap_all(acc, pm, params, grads, nu);
+        unmap_all(acc, pm, params, grads, nu);
         full_free(pm, params, numel);
         full_free(pm, grads, numel);
         goto fail;
@@ -536,22 +523,22 @@ static accel_status relayout(accel_accelerator *acc, accel__model *pm, unit_plan
     b->tensors = tensors;
     b->offsets = offsets;
     b->numel = numel;
-    pm->n_units = nu;
-    pm->zn = zoff;
+    zm->n_units = nu;
+    zm->zn = zoff;
     /* The hook points: every module of the plan, to its unit. */
-    pm->hooked = accel_calloc((size_t)(p->n_mods + 1), sizeof *pm->hooked);
-    pm->hooked_unit = accel_calloc((size_t)(p->n_mods + 1), sizeof *pm->hooked_unit);
-    if (!pm->hooked || !pm->hooked_unit) goto fail_late;
+    zm->hooked = accel_calloc((size_t)(p->n_mods + 1), sizeof *zm->hooked);
+    zm->hooked_unit = accel_calloc((size_t)(p->n_mods + 1), sizeof *zm->hooked_unit);
+    if (!zm->hooked || !zm->hooked_unit) goto fail_late;
     for (int i = 0; i < p->n_mods; i++) {
         int u = unit_of_mod[find_root(p->parent, i)];
         if (u < 0) continue;
         if (!p->mods[i]) { /* the persistent unit: no hook */
-            pm->units[u].persistent = true;
+            zm->units[u].persistent = true;
             continue;
         }
-        pm->hooked[pm->n_hooked] = p->mods[i];
-        pm->hooked_unit[pm->n_hooked++] = u;
-        if (p->mods[i] == pm->m) pm->units[u].is_root = true;
+        zm->hooked[zm->n_hooked] = p->mods[i];
+        zm->hooked_unit[zm->n_hooked++] = u;
+        if (p->mods[i] == pm->m) zm->units[u].is_root = true;
     }
     accel_free(unit_of_mod);
     return ACCEL_OK;
@@ -559,8 +546,8 @@ fail:
     accel_free(tensors);
     accel_free(offsets);
     accel_free(unit_of_mod);
-    accel_free(pm->units);
-    pm->units = NULL;
+    accel_free(zm->units);
+    zm->units = NULL;
     return accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
 fail_late: /* the buffer is ours now: release() takes it back */
     accel_free(unit_of_mod);
@@ -569,9 +556,10 @@ fail_late: /* the buffer is ours now: release() takes it back */
 
 /* The largest unit's piece, in elements. */
 static int64_t largest_shard(const accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     int64_t n = 1;
-    for (int k = 0; k < pm->n_units; k++)
-        if (pm->units[k].shard > n) n = pm->units[k].shard;
+    for (int k = 0; k < zm->n_units; k++)
+        if (zm->units[k].shard > n) n = zm->units[k].shard;
     return n;
 }
 
@@ -582,57 +570,60 @@ static int64_t largest_shard(const accel__model *pm) {
  * gather sends straight from the host shard, and a reduced piece that the
  * group left in device memory comes to the host through zstage_send. */
 static accel_status device_buffers_alloc(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     size_t piece = (size_t)largest_shard(pm), full = piece * (size_t)acc->shard_world;
     const char *op = "accel_accelerator_prepare";
-    if (pm->zsend16 && !(pm->zland16 = accel__device_alloc(model_device(pm), full * sizeof(uint16_t), false, op)))
+    if (zm->zsend16 && !(zm->zland16 = accel__device_alloc(model_device(pm), full * sizeof(uint16_t), false, op)))
         return accel_last_status();
     bool staged = acc->shard_world > 1 && !accel__pg_takes_device(acc->shard_pg, model_device(pm));
-    if (staged != shard_on_host(pm) && !(pm->zstage_send = accel__stage_alloc(model_device(pm), piece * sizeof(float), op)))
+    if (staged != shard_on_host(pm) && !(zm->zstage_send = accel__stage_alloc(model_device(pm), piece * sizeof(float), op)))
         return accel_last_status();
     if (!staged) return ACCEL_OK;
-    pm->zstage_recv = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
-    pm->zstage_grads = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
-    return pm->zstage_recv && pm->zstage_grads ? ACCEL_OK : accel_last_status();
+    zm->zstage_recv = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
+    zm->zstage_grads = accel__stage_alloc(model_device(pm), full * sizeof(float), op);
+    return zm->zstage_recv && zm->zstage_grads ? ACCEL_OK : accel_last_status();
 }
 
 static void device_buffers_free(accel__model *pm) {
-    accel__device_free(model_device(pm), pm->zland16);
-    accel__stage_free(model_device(pm), pm->zstage_send);
-    accel__stage_free(model_device(pm), pm->zstage_recv);
-    accel__stage_free(model_device(pm), pm->zstage_grads);
-    pm->zland16 = pm->zstage_send = pm->zstage_recv = NULL;
-    pm->zstage_grads = NULL;
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel__device_free(model_device(pm), zm->zland16);
+    accel__stage_free(model_device(pm), zm->zstage_send);
+    accel__stage_free(model_device(pm), zm->zstage_recv);
+    accel__stage_free(model_device(pm), zm->zstage_grads);
+    zm->zland16 = zm->zstage_send = zm->zstage_recv = NULL;
+    zm->zstage_grads = NULL;
 }
 
 accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
         if (d != ACCEL_F32 && pm->fp->buffers[d].n)
             return accel_set_error(ACCEL_ERR_DTYPE,
                                    "accel_accelerator_prepare: ZeRO stage 3 shards f32 parameters (mixed precision "
                                    "keeps f32 masters); this model has %s parameters",
                                    accel_dtype_name(pm->fp->buffers[d].dtype));
-    if (on_device(pm) && !device_mem(pm)->vm_map) {
+    if (!vm(pm)->vm_map) {
         char d[32];
         return accel_set_error(ACCEL_ERR_DEVICE,
                                "accel_accelerator_prepare: ZeRO stage 3 on %s needs its backend's virtual memory "
                                "(vm_map and the other vm_* entries) to release unit parameters; it has none",
                                accel_device_str(model_device(pm), d, sizeof d));
     }
-    pm->gathering = -1;
+    zm->gathering = -1;
     unit_plan p = {0};
     accel_status st = plan_units(acc, pm, &p);
     if (!st) st = relayout(acc, pm, &p);
     plan_free(&p);
     if (st) return st;
     /* offload_param on a device: the shards, and so the optimizer's step, on the host */
-    if (on_device(pm) && acc->offload.param != ACCEL__OFFLOAD_NONE) pm->zdev = ACCEL_CPU_DEVICE;
+    if (on_device(pm) && acc->offload.param != ACCEL__OFFLOAD_NONE) zm->zdev = ACCEL_CPU_DEVICE;
     if ((st = shard_alloc(acc, pm))) return st;
-    size_t zn = (size_t)(pm->zn ? pm->zn : 1);
-    pm->zgrad = shard_mem_alloc(pm, zn * sizeof(float));
-    pm->order = accel_calloc((size_t)(pm->n_units + 1), sizeof *pm->order);
-    pm->reducing = -1;
-    if (!pm->zgrad || !pm->order) return accel_last_status();
-    if (acc->mp == ACCEL_MP_BF16 && !(pm->zsend16 = shard_mem_alloc(pm, zn * sizeof(uint16_t))))
+    size_t zn = (size_t)(zm->zn ? zm->zn : 1);
+    zm->zgrad = shard_mem_alloc(pm, zn * sizeof(float));
+    zm->order = accel_calloc((size_t)(zm->n_units + 1), sizeof *zm->order);
+    zm->reducing = -1;
+    if (!zm->zgrad || !zm->order) return accel_last_status();
+    if (acc->mp == ACCEL_MP_BF16 && !(zm->zsend16 = shard_mem_alloc(pm, zn * sizeof(uint16_t))))
         return accel_last_status();
     return on_device(pm) ? device_buffers_alloc(acc, pm) : ACCEL_OK;
 }
@@ -647,14 +638,15 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
  * gather's collective. A gradient mapping is owed (pm->owing) and carried by
  * the next agreement: the prefetch gather that follows it in backward, else
  * one of its own. On a failure every rank undoes that mapping and returns
- * the failed rank's status, its message naming the rank. Models on the host
- * map nothing (their pages come when touched) and agree on nothing. */
+ * the failed rank's status, its message naming the rank (a mapping on the
+ * cpu fails only when the host is out of memory, but then alike). */
 
 static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st) {
-    if (pm->owing && !st) st = pm->owed;
-    pm->owing = false;
-    pm->owed = ACCEL_OK;
-    if (!on_device(pm) || acc->shard_world == 1) return st;
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (zm->owing && !st) st = zm->owed;
+    zm->owing = false;
+    zm->owed = ACCEL_OK;
+    if (acc->shard_world == 1) return st;
     char why[512];
     snprintf(why, sizeof why, "%s", st ? accel_last_error() : "");
     int32_t v = st ? (int32_t)((acc->rank + 1) << 8 | (int)st) : 0;
@@ -669,27 +661,22 @@ static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status
 
 /* ---------------------------------------------------------------- gather / release */
 
-/* Memory behind unit u's full parameters, for a gather to write: the host's
- * reserved pages come when touched, a device's range is mapped. */
+/* Memory behind unit u's full parameters, for a gather to write. */
 static accel_status params_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    if (!on_device(pm)) return ACCEL_OK;
-    return device_map(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
+    return range_map(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
 }
 
-/* Unit u's full parameters give their memory back: pages on the host, the mapping on a device. */
+/* Unit u's full parameters give their memory back. */
 static accel_status params_drop(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    if (on_device(pm)) return device_unmap(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
-    host_drop(full_params(pm) + u->lo, unit_span(acc, pm, u));
-    return ACCEL_OK;
+    return range_unmap(pm, full_params(pm) + u->lo, unit_span(acc, pm, u), &u->params_mapped);
 }
 
 /* Zeroed memory behind unit u's full gradients, for its backward to
- * accumulate into: the host's dropped pages read as zeros; a device's range
- * is mapped and zeroed once, when its backward starts. */
+ * accumulate into: mapped and zeroed once, when its backward starts. */
 static accel_status grads_map(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
-    if (!on_device(pm) || u->grads_mapped) return ACCEL_OK;
+    if (u->grads_mapped) return ACCEL_OK;
     int64_t n = unit_span(acc, pm, u);
-    accel_status st = device_map(pm, full_grads(pm) + u->lo, n, &u->grads_mapped);
+    accel_status st = range_map(pm, full_grads(pm) + u->lo, n, &u->grads_mapped);
     accel_tensor h;
     return st ? st : accel_zero_(device_view(&h, pm, full_grads(pm) + u->lo, ACCEL_F32, n));
 }
@@ -699,13 +686,9 @@ static accel_status grads_map(const accel_accelerator *acc, accel__model *pm, ac
 static accel_status grads_drop(const accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     int64_t n = unit_span(acc, pm, u);
     float *g = full_grads(pm) + u->lo;
-    if (!on_device(pm)) {
-        host_drop(g, n);
-        return ACCEL_OK;
-    }
     accel_tensor h;
     if (u->persistent) return accel_zero_(device_view(&h, pm, g, ACCEL_F32, n));
-    return device_unmap(pm, g, n, &u->grads_mapped);
+    return range_unmap(pm, g, n, &u->grads_mapped);
 }
 
 static float *my_piece(const accel_accelerator *acc, float *full, const accel__unit *u) {
@@ -743,20 +726,21 @@ static void unit_written(accel__model *pm, const accel__unit *u, int64_t n) {
 static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u);
 
 static accel_status device_finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     int64_t n = u->shard * acc->shard_world;
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
     accel_status st = ACCEL_OK;
-    bool staged = u->gather != NULL && pm->zstage_recv != NULL;
+    bool staged = u->gather != NULL && zm->zstage_recv != NULL;
     if (u->gather) {
         st = accel_work_wait(u->gather);
         accel_work_free(u->gather);
         u->gather = NULL;
     }
     accel_tensor full, landed;
-    device_view(&landed, pm, u->gather16 ? pm->zland16 : (void *)(full_params(pm) + u->lo), dt, n);
-    if (staged) st = accel__stage_end(&landed, pm->zstage_recv, st, true, false);
+    device_view(&landed, pm, u->gather16 ? zm->zland16 : (void *)(full_params(pm) + u->lo), dt, n);
+    if (staged) st = accel__stage_end(&landed, zm->zstage_recv, st, true, false);
     if (!st && u->gather16) st = accel_copy_(device_view(&full, pm, full_params(pm) + u->lo, ACCEL_F32, n), &landed);
-    pm->gathering = -1;
+    zm->gathering = -1;
     u->state = st ? ACCEL__UNIT_RELEASED : ACCEL__UNIT_GATHERED;
     accel_status est = shard_evict(pm, u->zoff, u->shard); /* offload_param nvme: the gather has read the piece */
     return st ? st : est;
@@ -764,9 +748,10 @@ static accel_status device_finish_gather(accel_accelerator *acc, accel__model *p
 
 /* The gather buffers for unit u: a gather in flight on another unit finishes first. */
 static accel_status take_gather_buffers(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
-    if (pm->gathering >= 0 && &pm->units[pm->gathering] != u) st = finish_gather(acc, pm, &pm->units[pm->gathering]);
-    pm->gathering = (int)(u - pm->units);
+    if (zm->gathering >= 0 && &zm->units[zm->gathering] != u) st = finish_gather(acc, pm, &zm->units[zm->gathering]);
+    zm->gathering = (int)(u - zm->units);
     return st;
 }
 
@@ -774,9 +759,10 @@ static accel_status take_gather_buffers(accel_accelerator *acc, accel__model *pm
  * pm->zdev): the shard's piece, or under bf16 that piece rounded to bf16 in
  * zsend16 (a cast on the device, a loop over the host shard under offload_param). */
 static const void *gather_send(accel__model *pm, const accel__unit *u, accel_status *st) {
-    float *mine = pm->zparams + u->zoff;
+    accel__zero_model *zm = accel__zero_of(pm);
+    float *mine = zm->zparams + u->zoff;
     if (!u->gather16) return mine;
-    uint16_t *mine16 = pm->zsend16 + u->zoff;
+    uint16_t *mine16 = zm->zsend16 + u->zoff;
     if (shard_on_host(pm)) {
         host_narrow_bf16(mine16, mine, u->shard);
     } else {
@@ -793,17 +779,18 @@ static const void *gather_send(accel__model *pm, const accel__unit *u, accel_sta
  * recv, in place from this rank's block of it when the shard is on the host. */
 static accel_status start_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, const void *send, void *recv,
                                  accel_dtype dt, int64_t n) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_device dev = model_device(pm);
     size_t bytes = (size_t)n * accel_dtype_size(dt);
-    if (acc->shard_world == 1) return accel__copy_bytes(dev, recv, pm->zdev, send, bytes);
-    if (pm->zstage_recv) {
+    if (acc->shard_world == 1) return accel__copy_bytes(dev, recv, zm->zdev, send, bytes);
+    if (zm->zstage_recv) {
         accel_tensor sv;
-        if (!shard_on_host(pm) && !(send = accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, n), pm->zstage_send, true)))
+        if (!shard_on_host(pm) && !(send = accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, n), zm->zstage_send, true)))
             return accel_last_status();
-        recv = pm->zstage_recv;
+        recv = zm->zstage_recv;
     } else if (shard_on_host(pm)) {
         void *block = (char *)recv + (size_t)acc->shard_rank * bytes;
-        accel_status st = accel__copy_bytes(dev, block, pm->zdev, send, bytes);
+        accel_status st = accel__copy_bytes(dev, block, zm->zdev, send, bytes);
         if (st) return st;
         send = block;
     }
@@ -813,24 +800,17 @@ static accel_status start_gather(accel_accelerator *acc, accel__model *pm, accel
 
 static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st);
 
-/* Leaves the unit GATHERING: finish_gather completes it (on one process, a
- * device copy made here). The ranks agree on the mapping (and on a mapping
- * owed, pm->owing) before the collective, so a rank whose device is full
- * fails with the others instead of leaving them in the all-gather. */
+/* Leaves the unit GATHERING (its range mapped): finish_gather completes it
+ * (on one process, a device copy made here). */
 static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
-    accel_status st = take_gather_buffers(acc, pm, u);
-    if (!st) st = params_map(acc, pm, u);
-    if ((st = agree(acc, pm, st))) {
-        params_drop(acc, pm, u);
-        pm->gathering = -1;
-        return st;
-    }
+    accel_status st = ACCEL_OK;
     const void *send = gather_send(pm, u, &st);
-    void *recv = u->gather16 ? pm->zland16 : (void *)(full_params(pm) + u->lo);
+    void *recv = u->gather16 ? zm->zland16 : (void *)(full_params(pm) + u->lo);
     if (!st) st = start_gather(acc, pm, u, send, recv, dt, u->shard);
     if (st) {
-        pm->gathering = -1;
+        zm->gathering = -1;
         return st;
     }
     u->state = ACCEL__UNIT_GATHERING;
@@ -853,20 +833,32 @@ static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, acce
 
 /* Whether a gather for compute moves bf16 (FSDP's MixedPrecision(param_dtype=
  * bf16)): the forward and backward then see the masters rounded to bf16. */
-static bool gathers_bf16(const accel__model *pm) { return pm->zsend16 != NULL; }
+static bool gathers_bf16(const accel__model *pm) { return accel__zero_of(pm)->zsend16 != NULL; }
 
 /* Starts unit u's all-gather (a no-op unless released): in bf16 when `exact`
- * is false and the run is bf16 (half the traffic), else the f32 masters. */
+ * is false and the run is bf16 (half the traffic), else the f32 masters.
+ * The unit's range is mapped first, and the ranks agree on the mapping (and
+ * on a mapping owed, pm->owing) before the collective, so a rank whose
+ * memory is full fails with the others instead of leaving them in the
+ * all-gather. */
 static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, bool exact) {
+    accel__zero_model *zm = accel__zero_of(pm);
     if (u->state != ACCEL__UNIT_RELEASED) return ACCEL_OK;
-    const float *mine = pm->zparams + u->zoff;
+    const float *mine = zm->zparams + u->zoff;
     float *dst = full_params(pm) + u->lo;
     u->gather16 = !exact && gathers_bf16(pm);
+    accel_status st = on_device(pm) ? take_gather_buffers(acc, pm, u) : ACCEL_OK;
+    if (!st) st = params_map(acc, pm, u);
+    if ((st = agree(acc, pm, st))) {
+        params_drop(acc, pm, u);
+        zm->gathering = -1;
+        return st;
+    }
     if (on_device(pm)) return device_launch_gather(acc, pm, u);
-    if (u->gather16) host_narrow_bf16(pm->zsend16 + u->zoff, mine, u->shard);
+    if (u->gather16) host_narrow_bf16(zm->zsend16 + u->zoff, mine, u->shard);
     if (acc->shard_world == 1) {
         if (u->gather16) {
-            memcpy(bf16_landing(dst, u->shard), pm->zsend16 + u->zoff, (size_t)u->shard * sizeof(uint16_t));
+            memcpy(bf16_landing(dst, u->shard), zm->zsend16 + u->zoff, (size_t)u->shard * sizeof(uint16_t));
             host_widen_bf16(dst, u->shard);
         } else {
             memcpy(dst, mine, (size_t)u->shard * sizeof(float));
@@ -876,7 +868,7 @@ static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, acce
         return shard_evict(pm, u->zoff, u->shard);
     }
     if (u->gather16)
-        u->gather = accel_pg_all_gather_async(acc->shard_pg, pm->zsend16 + u->zoff,
+        u->gather = accel_pg_all_gather_async(acc->shard_pg, zm->zsend16 + u->zoff,
                                               bf16_landing(dst, u->shard * acc->shard_world), (size_t)u->shard,
                                               ACCEL_BF16);
     else
@@ -914,29 +906,32 @@ static accel_status release(accel_accelerator *acc, accel__model *pm, accel__uni
 
 /* The unit that runs `step` places after u in forward order (-1 before u), or NULL. */
 static accel__unit *order_neighbour(accel__model *pm, int u, int step) {
-    if (!pm->order_done) return NULL;
-    for (int i = 0; i < pm->n_order; i++)
-        if (pm->order[i] == u) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (!zm->order_done) return NULL;
+    for (int i = 0; i < zm->n_order; i++)
+        if (zm->order[i] == u) {
             int j = i + step;
-            return j >= 0 && j < pm->n_order ? &pm->units[pm->order[j]] : NULL;
+            return j >= 0 && j < zm->n_order ? &zm->units[zm->order[j]] : NULL;
         }
     return NULL;
 }
 
 static void record_order(accel__model *pm, int u) {
-    if (pm->order_done) return;
-    for (int i = 0; i < pm->n_order; i++)
-        if (pm->order[i] == u) return;
-    pm->order[pm->n_order++] = u;
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (zm->order_done) return;
+    for (int i = 0; i < zm->n_order; i++)
+        if (zm->order[i] == u) return;
+    zm->order[zm->n_order++] = u;
 }
 
 /* Starts the all-gather of `next`, the unit that runs after the current one,
  * ahead of its use: unless it is there already, or has more elements than
  * stage3_prefetch_bucket_size (0 turns prefetching off). */
 static accel_status prefetch(accel_accelerator *acc, accel__model *pm, accel__unit *next) {
+    accel__zero_model *zm = accel__zero_of(pm);
     if (!next || next->state != ACCEL__UNIT_RELEASED) return ACCEL_OK;
     if (acc->fsdp.prefetch_bucket >= 0 && next->numel > acc->fsdp.prefetch_bucket) return ACCEL_OK;
-    pm->prefetches++;
+    zm->prefetches++;
     return launch_gather(acc, pm, next, false);
 }
 
@@ -955,16 +950,17 @@ typedef struct hook_ctx {
 static accel_status pre_backward(accel_node *n, accel_tensor *g) {
     hook_ctx *c = n->ctx;
     accel__model *pm = accel__find_model(c->acc, c->model);
+    accel__zero_model *zm = accel__zero_of(pm);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "ZeRO-3: backward after the model was released");
-    accel__unit *u = &pm->units[c->unit];
-    if (on_device(pm) && !u->grads_mapped) {
-        pm->owing = true;
-        pm->owed = grads_map(c->acc, pm, u);
+    accel__unit *u = &zm->units[c->unit];
+    if (!u->grads_mapped) {
+        zm->owing = true;
+        zm->owed = grads_map(c->acc, pm, u);
     }
     accel_status st = gather(c->acc, pm, u, false);
     bool pre = c->acc->fsdp.backward_prefetch && !c->acc->fsdp.backward_post;
     if (!st && pre) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, -1));
-    if (pm->owing) { /* no gather started to carry it */
+    if (zm->owing) { /* no gather started to carry it */
         accel_status ast = agree(c->acc, pm, ACCEL_OK);
         if (!st) st = ast;
     }
@@ -976,9 +972,10 @@ static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
     hook_ctx *c = ctx;
     accel_status st = c->chained.pre_forward ? c->chained.pre_forward(m, x, c->chained.ctx) : ACCEL_OK;
     accel__model *pm = accel__find_model(c->acc, c->model);
+    accel__zero_model *zm = accel__zero_of(pm);
     if (st || !pm) return st;
     record_order(pm, c->unit);
-    st = gather(c->acc, pm, &pm->units[c->unit], false);
+    st = gather(c->acc, pm, &zm->units[c->unit], false);
     if (!st && c->acc->fsdp.forward_prefetch) st = prefetch(c->acc, pm, order_neighbour(pm, c->unit, 1));
     return st;
 }
@@ -986,9 +983,10 @@ static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
 static accel_status hook_post(accel_module *m, accel_tensor **y, void *ctx) {
     hook_ctx *c = ctx;
     accel__model *pm = accel__find_model(c->acc, c->model);
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
     if (pm && *y) {
-        accel__unit *u = &pm->units[c->unit];
+        accel__unit *u = &zm->units[c->unit];
         accel_tensor *in = *y, *out = accel_alias(in);
         if (!out) return accel_last_status();
         accel_node *node = accel_tape_record("zero3_pre_backward", pre_backward, out, 1, &in);
@@ -1009,16 +1007,17 @@ static void hook_free(void *ctx) {
 }
 
 static accel_status install_hooks(accel_accelerator *acc, accel__model *pm) {
-    for (int i = 0; i < pm->n_hooked; i++) {
-        accel_module *m = pm->hooked[i];
+    accel__zero_model *zm = accel__zero_of(pm);
+    for (int i = 0; i < zm->n_hooked; i++) {
+        accel_module *m = zm->hooked[i];
         hook_ctx *c = accel_calloc(1, sizeof *c);
         if (!c) return accel_last_status();
-        *c = (hook_ctx){acc, pm->m, pm->hooked_unit[i], {0}};
+        *c = (hook_ctx){acc, pm->m, zm->hooked_unit[i], {0}};
         if (m->hook) { /* ours now: it runs (and is freed) through ours */
             c->chained = *m->hook;
             m->hook->free_ctx = NULL;
         }
-        m->gradient_checkpointing |= acc->fsdp.activation_checkpointing && !pm->units[pm->hooked_unit[i]].is_root;
+        m->gradient_checkpointing |= acc->fsdp.activation_checkpointing && !zm->units[zm->hooked_unit[i]].is_root;
         accel_module_hook h = {hook_pre, hook_post, hook_free, c};
         accel_module_set_hook(m, &h);
         if (!m->hook) {
@@ -1031,8 +1030,9 @@ static accel_status install_hooks(accel_accelerator *acc, accel__model *pm) {
 
 /* Takes our hooks off, giving each module back the hook it had. */
 static void remove_hooks(accel__model *pm) {
-    for (int i = 0; i < pm->n_hooked; i++) {
-        accel_module *m = pm->hooked[i];
+    accel__zero_model *zm = accel__zero_of(pm);
+    for (int i = 0; i < zm->n_hooked; i++) {
+        accel_module *m = zm->hooked[i];
         if (!m->hook || m->hook->pre_forward != hook_pre) continue;
         hook_ctx *c = m->hook->ctx;
         accel_module_hook prev = c->chained;
@@ -1042,30 +1042,33 @@ static void remove_hooks(accel__model *pm) {
 }
 
 accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
-    for (int k = 0; k < pm->n_units && !st; k++) {
-        accel__unit *u = &pm->units[k];
-        st = copy_floats(pm->zdev, pm->zparams + u->zoff, model_device(pm), my_piece(acc, full_params(pm), u), u->shard);
+    for (int k = 0; k < zm->n_units && !st; k++) {
+        accel__unit *u = &zm->units[k];
+        st = copy_floats(zm->zdev, zm->zparams + u->zoff, model_device(pm), my_piece(acc, full_params(pm), u), u->shard);
         accel_status rst = release(acc, pm, u);
         if (!st) st = rst;
         if (!st) st = grads_drop(acc, pm, u);
     }
-    if (!st) st = shard_evict(pm, 0, pm->zn);
+    if (!st) st = shard_evict(pm, 0, zm->zn);
     return st ? st : install_hooks(acc, pm);
 }
 
 /* ---------------------------------------------------------------- backward */
 
 void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
-    for (int k = 0; k < pm->n_units; k++) pm->units[k].pending = pm->units[k].count;
-    pm->reducing = -1;
-    pm->reduce_status = ACCEL_OK;
+    accel__zero_model *zm = accel__zero_of(pm);
+    for (int k = 0; k < zm->n_units; k++) zm->units[k].pending = zm->units[k].count;
+    zm->reducing = -1;
+    zm->reduce_status = ACCEL_OK;
 }
 
 /* This rank's averaged piece of unit u's gradients, where the group left
  * it: in the full buffer, or in the host copy of a staged reduction. */
 static float *reduced_piece(const accel_accelerator *acc, accel__model *pm, const accel__unit *u) {
-    if (u->grads_staged) return pm->zstage_grads + (int64_t)acc->shard_rank * u->shard;
+    accel__zero_model *zm = accel__zero_of(pm);
+    if (u->grads_staged) return zm->zstage_grads + (int64_t)acc->shard_rank * u->shard;
     return my_piece(acc, full_grads(pm), u);
 }
 
@@ -1073,31 +1076,32 @@ static float *reduced_piece(const accel_accelerator *acc, accel__model *pm, cons
  * buffer by now, or in its host copy). A host shard (offload_param) adds on
  * the host, from a host copy of a piece the group left on the device. */
 static accel_status add_to_shard(accel_accelerator *acc, accel__model *pm, const accel__unit *u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     float *mine = my_piece(acc, full_grads(pm), u);
     if (!on_device(pm)) {
-        host_add(pm->zgrad + u->zoff, mine, u->shard);
+        host_add(zm->zgrad + u->zoff, mine, u->shard);
         return ACCEL_OK;
     }
     if (shard_on_host(pm)) {
         const float *piece = reduced_piece(acc, pm, u);
         accel_status st = u->grads_staged ? ACCEL_OK
-                                          : copy_floats(ACCEL_CPU_DEVICE, pm->zstage_send, model_device(pm), mine, u->shard);
-        if (!u->grads_staged) piece = pm->zstage_send;
-        if (!st) host_add(pm->zgrad + u->zoff, piece, u->shard);
+                                          : copy_floats(ACCEL_CPU_DEVICE, zm->zstage_send, model_device(pm), mine, u->shard);
+        if (!u->grads_staged) piece = zm->zstage_send;
+        if (!st) host_add(zm->zgrad + u->zoff, piece, u->shard);
         return st;
     }
     accel_status st = u->grads_staged ? accel__copy_bytes(model_device(pm), mine, ACCEL_CPU_DEVICE, reduced_piece(acc, pm, u),
                                                          (size_t)u->shard * sizeof(float))
                                      : ACCEL_OK;
     accel_tensor out, in;
-    accel_k_accumulate k = {.out = device_view(&out, pm, pm->zgrad + u->zoff, ACCEL_F32, u->shard),
+    accel_k_accumulate k = {.out = device_view(&out, pm, zm->zgrad + u->zoff, ACCEL_F32, u->shard),
                             .in = device_view(&in, pm, mine, ACCEL_F32, u->shard)};
     return st ? st : ACCEL_KERNEL("accel_accelerator_backward", model_device(pm), accumulate, &k);
 }
 
 /* Waits for unit u's reduce-scatter, averages this rank's piece across the
- * machines under hybrid sharding, adds it into the gradient shard and gives
- * the full gradient pages back (zeroes them on a device). */
+ * machines under hybrid sharding, adds it into the gradient shard and unmaps
+ * the unit's full gradients (zeroes the persistent unit's). */
 static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel_status st = ACCEL_OK;
     if (u->reduce) {
@@ -1105,7 +1109,7 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
         accel_work_free(u->reduce);
         u->reduce = NULL;
     }
-    bool unmapped = on_device(pm) && !u->grads_mapped; /* grads_map failed: no memory behind the piece */
+    bool unmapped = !u->grads_mapped; /* grads_map failed: no memory behind the piece */
     if (!st && unmapped) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_OOM;
     /* even after a failure here, so the other machines' ranks are not left
      * waiting; but never over unmapped memory (a fault on the device): they
@@ -1122,15 +1126,16 @@ static accel_status finish_reduce(accel_accelerator *acc, accel__model *pm, acce
  * device memory reduces a host copy of the unit's gradients (zstage_grads:
  * one reduction is in flight at a time). */
 static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     float *full = full_grads(pm) + u->lo;
     size_t n = (size_t)u->shard;
-    if (pm->zstage_grads) {
+    if (zm->zstage_grads) {
         accel_tensor g;
         u->grads_staged = true;
-        if (!accel__stage_to_host(device_view(&g, pm, full, ACCEL_F32, u->shard * acc->shard_world), pm->zstage_grads,
+        if (!accel__stage_to_host(device_view(&g, pm, full, ACCEL_F32, u->shard * acc->shard_world), zm->zstage_grads,
                                   true))
             return NULL;
-        full = pm->zstage_grads;
+        full = zm->zstage_grads;
     }
     return accel_pg_reduce_scatter_async(acc->shard_pg, full, full + (int64_t)acc->shard_rank * u->shard, n,
                                          ACCEL_F32, ACCEL_REDUCE_AVG);
@@ -1140,18 +1145,19 @@ static accel_work *launch_reduce_scatter(accel_accelerator *acc, accel__model *p
  * starts. At most one reduction is in flight, so at most two units' full
  * gradients exist at a time. */
 static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int k) {
-    accel__unit *u = &pm->units[k];
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel__unit *u = &zm->units[k];
     accel_status st = release(acc, pm, u);
-    bool mapping = on_device(pm) && !u->grads_mapped; /* a unit whose backward never ran reduces zeros */
+    bool mapping = !u->grads_mapped; /* a unit whose backward never ran reduces zeros */
     accel_status gst = grads_map(acc, pm, u);
     if (mapping) gst = agree(acc, pm, gst); /* so no rank alone skips the reduce-scatter */
     if (gst) grads_drop(acc, pm, u);
     if (!st) st = gst;
     u->pending = 0;
-    if (pm->reducing >= 0) {
-        accel_status st2 = finish_reduce(acc, pm, &pm->units[pm->reducing]);
+    if (zm->reducing >= 0) {
+        accel_status st2 = finish_reduce(acc, pm, &zm->units[zm->reducing]);
         if (!st) st = st2;
-        pm->reducing = -1;
+        zm->reducing = -1;
     }
     if (acc->shard_world == 1) {
         accel_status st2 = finish_reduce(acc, pm, u);
@@ -1162,24 +1168,25 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
         u->grads_staged = false;
         return st ? st : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
     }
-    pm->reducing = k;
+    zm->reducing = k;
     return st;
 }
 
 bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf) {
+    accel__zero_model *zm = accel__zero_of(pm);
     const float *p = accel__device_ptr(leaf), *base = full_params(pm);
     if (p < base || p >= base + pm->fp->buffers[ACCEL_F32].numel) return false;
     int64_t pos = p - base;
-    for (int k = pm->n_units - 1; k >= 0; k--) {
-        accel__unit *u = &pm->units[k];
+    for (int k = zm->n_units - 1; k >= 0; k--) {
+        accel__unit *u = &zm->units[k];
         if (pos < u->lo) continue;
-        if (u->state != ACCEL__UNIT_GATHERED && !pm->unhooked) pm->unhooked = k + 1;
+        if (u->state != ACCEL__UNIT_GATHERED && !zm->unhooked) zm->unhooked = k + 1;
         if (u->pending > 0 && --u->pending == 0) {
             accel_status st = launch_reduce(acc, pm, k);
             /* BACKWARD_POST: the unit's gradients exist, the one before it comes next */
             if (!st && acc->fsdp.backward_prefetch && acc->fsdp.backward_post)
                 st = prefetch(acc, pm, order_neighbour(pm, k, -1));
-            if (st && !pm->reduce_status) pm->reduce_status = st;
+            if (st && !zm->reduce_status) zm->reduce_status = st;
         }
         break;
     }
@@ -1189,9 +1196,10 @@ bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const acc
 /* A unit used without its hooks running (a module called around
  * accel_module_call / enter / exit) computed with released parameters. */
 static accel_status unhooked_error(accel__model *pm, int u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     char path[256] = "(root)";
-    for (int i = 0; i < pm->n_hooked; i++)
-        if (pm->hooked_unit[i] == u && pm->hooked[i] != pm->m) accel_module_path(pm->hooked[i], path, sizeof path);
+    for (int i = 0; i < zm->n_hooked; i++)
+        if (zm->hooked_unit[i] == u && zm->hooked[i] != pm->m) accel_module_path(zm->hooked[i], path, sizeof path);
     return accel_set_error(ACCEL_ERR_STATE,
                            "accel_accelerator_backward: ZeRO-3 unit \"%s\" was used without its forward hooks "
                            "running (its module is not called through accel_module_call or accel_module_enter/exit), "
@@ -1200,30 +1208,32 @@ static accel_status unhooked_error(accel__model *pm, int u) {
 }
 
 accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm) {
-    accel_status first = pm->reduce_status;
-    for (int k = 0; k < pm->n_units; k++) { /* units whose leaves got no gradient: same order everywhere */
-        if (pm->units[k].pending <= 0) continue;
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel_status first = zm->reduce_status;
+    for (int k = 0; k < zm->n_units; k++) { /* units whose leaves got no gradient: same order everywhere */
+        if (zm->units[k].pending <= 0) continue;
         accel_status st = launch_reduce(acc, pm, k);
         if (!first) first = st;
     }
-    if (pm->reducing >= 0) {
-        accel_status st = finish_reduce(acc, pm, &pm->units[pm->reducing]);
+    if (zm->reducing >= 0) {
+        accel_status st = finish_reduce(acc, pm, &zm->units[zm->reducing]);
         if (!first) first = st;
-        pm->reducing = -1;
+        zm->reducing = -1;
     }
-    for (int k = 0; k < pm->n_units; k++) { /* a prefetch that found no use: no gather outlives backward */
-        accel_status st = pm->units[k].state == ACCEL__UNIT_RELEASED ? ACCEL_OK : release(acc, pm, &pm->units[k]);
+    for (int k = 0; k < zm->n_units; k++) { /* a prefetch that found no use: no gather outlives backward */
+        accel_status st = zm->units[k].state == ACCEL__UNIT_RELEASED ? ACCEL_OK : release(acc, pm, &zm->units[k]);
         if (!first) first = st;
     }
-    pm->order_done = true;
-    if (!first && pm->unhooked) first = unhooked_error(pm, pm->unhooked - 1);
+    zm->order_done = true;
+    if (!first && zm->unhooked) first = unhooked_error(pm, zm->unhooked - 1);
     return first;
 }
 
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
-    accel_status first = shard_evict(pm, 0, pm->zn); /* the step wrote it */
-    for (int k = 0; k < pm->n_units; k++) {
-        accel__unit *u = &pm->units[k];
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel_status first = shard_evict(pm, 0, zm->zn); /* the step wrote it */
+    for (int k = 0; k < zm->n_units; k++) {
+        accel__unit *u = &zm->units[k];
         accel_status st = release(acc, pm, u);
         if (!st && u->persistent) { /* the updated shards, to every rank now */
             u->state = ACCEL__UNIT_RELEASED;
@@ -1240,10 +1250,11 @@ accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm) {
  * weights. (A reduction or earlier gather that failed leaves the masters
  * as they are: the gather here still brings them.) */
 static accel_status gather_masters(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+    accel__zero_model *zm = accel__zero_of(pm);
     if (u->reduce) finish_reduce(acc, pm, u);
     if (u->state == ACCEL__UNIT_GATHERING) finish_gather(acc, pm, u);
     u->state = ACCEL__UNIT_RELEASED; /* a unit gathered in bf16 comes back as its f32 masters */
-    return pm->zparams ? gather(acc, pm, u, true) : ACCEL_OK;
+    return zm->zparams ? gather(acc, pm, u, true) : ACCEL_OK;
 }
 
 /* Tensor t of the flat buffer into memory of its own on the model's device,
@@ -1317,19 +1328,20 @@ static void report_clear_loss(accel_accelerator *acc, const clear_loss *loss) {
  * of a unit not gathered get no data. Every unit is still gathered, on
  * every rank: the gathers are collectives. */
 static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int kept = 0;
     bool oom = false;
     clear_loss loss = {.unit = -1};
-    for (int k = 0; k < pm->n_units; k++) {
-        accel__unit *u = &pm->units[k];
+    for (int k = 0; k < zm->n_units; k++) {
+        accel__unit *u = &zm->units[k];
         accel_status st = gather_masters(acc, pm, u);
         if (st && !loss.st) {
             loss.unit = k;
             loss.st = st;
             snprintf(loss.why, sizeof loss.why, "%s", accel_last_error());
         }
-        bool there = !on_device(pm) || u->params_mapped;
+        bool there = u->params_mapped;
         for (int t = u->first; t < u->first + u->count; t++) {
             if (!oom && own_storage(pm, b->tensors[t], there)) continue;
             oom = true;
@@ -1340,7 +1352,7 @@ static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
     }
     b->n = kept;
     if (!kept) {
-        if (on_device(pm)) unmap_all(acc, pm, b->params, b->grads, pm->n_units);
+        unmap_all(acc, pm, b->params, b->grads, zm->n_units);
         full_free(pm, b->params, b->numel);
         full_free(pm, b->grads, b->numel);
     }
@@ -1349,27 +1361,29 @@ static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
 }
 
 void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     remove_hooks(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    accel_free(pm->hooked);
-    accel_free(pm->hooked_unit);
-    accel_free(pm->order);
-    pm->hooked = NULL;
-    pm->hooked_unit = NULL;
-    pm->order = NULL;
-    pm->n_hooked = pm->n_order = 0;
-    pm->order_done = false;
-    if (pm->units && b->params) to_own_storage(acc, pm); /* the full weights */
+    accel_free(zm->hooked);
+    accel_free(zm->hooked_unit);
+    accel_free(zm->order);
+    zm->hooked = NULL;
+    zm->hooked_unit = NULL;
+    zm->order = NULL;
+    zm->n_hooked = zm->n_order = 0;
+    zm->order_done = false;
+    if (zm->units && b->params) to_own_storage(acc, pm); /* the full weights */
     shard_free(pm);
-    shard_mem_free(pm, pm->zsend16);
-    shard_mem_free(pm, pm->zgrad);
-    pm->zsend16 = NULL;
-    pm->zgrad = NULL;
+    shard_mem_free(pm, zm->zsend16);
+    shard_mem_free(pm, zm->zgrad);
+    zm->zsend16 = NULL;
+    zm->zgrad = NULL;
     device_buffers_free(pm);
 }
 
 accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {
-    accel__unit *un = &pm->units[u];
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel__unit *un = &zm->units[u];
     accel_status st = un->state == ACCEL__UNIT_GATHERING ? finish_gather(acc, pm, un) : ACCEL_OK;
     un->state = ACCEL__UNIT_RELEASED; /* the f32 masters, even where a bf16 gather left rounded values */
     accel_status st2 = gather(acc, pm, un, true);
@@ -1377,5 +1391,6 @@ accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, 
 }
 
 accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm, int u) {
-    return release(acc, pm, &pm->units[u]);
+    accel__zero_model *zm = accel__zero_of(pm);
+    return release(acc, pm, &zm->units[u]);
 }

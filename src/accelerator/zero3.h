@@ -5,10 +5,12 @@
 #define ACCEL_ACCELERATOR_ZERO3_H
 
 #include "accelerator_internal.h"
+#include "zero_state.h"
 
 /* zero3.c: ZeRO-3 / FSDP FULL_SHARD */
-/* Lays the flat f32 buffer out unit by unit (each page-aligned, padded to
- * 16 x world) in reserved memory whose pages can be dropped. */
+/* Lays the flat f32 buffer out unit by unit (each aligned to the device's
+ * mapping granule, padded to 16 x world) in the backend's reserved address
+ * space (its vm_* entries), whose ranges are mapped and unmapped per unit. */
 accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm);
 /* After rank 0's weights reached every rank: keeps this rank's pieces, drops
  * the full parameters, hooks the unit modules (after any autocast hook). */
@@ -43,5 +45,17 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
 accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc);
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed);
+/* save_state's optimizer i under SHARDED_STATE_DICT: dir/optimizer_<i>/
+ * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT the
+ * consolidated optimizer[_<i>].safetensors is written as under stage 2. */
+accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed);
+/* load_state's optimizer i: whichever format dir holds, onto this world
+ * size (resharding when it differs). Local reads, no collective. *found is
+ * false (and nothing done) when dir holds no optimizer_<i>/: the
+ * consolidated file is then loaded as under stage 2. */
+accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
+/* refuse_foreign: an error naming what to do when dir holds model i
+ * sharded (a model that is not stage 3 is loading it). */
+accel_status accel__zero3_refuse_sharded(const char *dir, int i);
 
 #endif

@@ -83,6 +83,7 @@ static void names_free(names *nm) {
 }
 
 static accel_status names_of(accel__model *pm, names *nm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = flat(pm);
     memset(nm, 0, sizeof *nm);
     nm->sd = accel_module_state_dict(pm->m);
@@ -96,10 +97,10 @@ static accel_status names_of(accel__model *pm, names *nm) {
     for (int e = 0; e < nm->sd->n; e++) {
         const accel_state_entry *se = &nm->sd->entries[e];
         nm->unit_of_entry[e] = -1;
-        for (int k = 0; k < pm->n_units && !se->is_tied_alias; k++)
-            for (int j = 0; j < pm->units[k].count; j++)
-                if (b->tensors[pm->units[k].first + j] == se->t) {
-                    nm->of_tensor[pm->units[k].first + j] = se->name;
+        for (int k = 0; k < zm->n_units && !se->is_tied_alias; k++)
+            for (int j = 0; j < zm->units[k].count; j++)
+                if (b->tensors[zm->units[k].first + j] == se->t) {
+                    nm->of_tensor[zm->units[k].first + j] = se->name;
                     nm->unit_of_entry[e] = k;
                 }
     }
@@ -122,10 +123,11 @@ typedef accel_status (*read_fn)(void *src, const char *name, const accel_tensor 
 /* This rank's pieces of every unit, zero padding included, read from src. */
 static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src,
                                float *dst) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = flat(pm);
-    memset(dst, 0, (size_t)pm->zn * sizeof(float));
-    for (int k = 0; k < pm->n_units; k++) {
-        const accel__unit *u = &pm->units[k];
+    memset(dst, 0, (size_t)zm->zn * sizeof(float));
+    for (int k = 0; k < zm->n_units; k++) {
+        const accel__unit *u = &zm->units[k];
         int64_t plo = u->lo + (int64_t)acc->shard_rank * u->shard, phi = plo + u->shard;
         for (int j = 0; j < u->count; j++) {
             int t = u->first + j;
@@ -141,7 +143,8 @@ static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const n
 
 /* This rank's parameter shard [zn] as a header on its device (the host under offload_param). */
 static accel_tensor *shard_tensor(accel_tensor *h, accel__model *pm) {
-    accel__tensor_header(h, pm->zparams, ACCEL_F32, 1, &pm->zn, pm->zdev);
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel__tensor_header(h, zm->zparams, ACCEL_F32, 1, &zm->zn, zm->zdev);
     return h;
 }
 
@@ -157,10 +160,11 @@ static accel_status load_shard(accel_accelerator *acc, accel__model *pm, const n
  * full; every other unit is released, so the next forward gathers the new shards. */
 static accel_status refresh_gathered(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd,
                                      void *src) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = flat(pm);
     accel_status st = ACCEL_OK;
-    for (int k = 0; k < pm->n_units && !st; k++) {
-        accel__unit *u = &pm->units[k];
+    for (int k = 0; k < zm->n_units && !st; k++) {
+        accel__unit *u = &zm->units[k];
         if (!u->persistent) {
             st = accel__zero3_release_unit(acc, pm, k);
             continue;
@@ -433,12 +437,13 @@ static accel_status read_sharded(void *src, const char *name, const accel_tensor
 /* Tensors "unit_<k><suffix>" viewing this rank's piece of every unit in src [zn]. */
 static accel_status add_unit_views(const accel__model *pm, float *src, const char *suffix, int *n, char **names,
                                    accel_tensor **ts) {
-    for (int k = 0; k < pm->n_units; k++) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    for (int k = 0; k < zm->n_units; k++) {
         char name[128];
         snprintf(name, sizeof name, "unit_%d%s", k, suffix);
-        int64_t len = pm->units[k].shard;
+        int64_t len = zm->units[k].shard;
         names[*n] = accel_strdup(name);
-        ts[*n] = accel_tensor_wrap(src + pm->units[k].zoff, ACCEL_F32, 1, &len, ACCEL_CPU_DEVICE);
+        ts[*n] = accel_tensor_wrap(src + zm->units[k].zoff, ACCEL_F32, 1, &len, ACCEL_CPU_DEVICE);
         if (!names[(*n)++] || !ts[*n - 1]) return accel_last_status();
     }
     return ACCEL_OK;
@@ -456,7 +461,8 @@ static void free_views(int n, char **names, accel_tensor **ts) {
 /* srcs[k] [zn] as "unit_<j>.<suffix k>" (suffixes NULL: one source, "unit_<j>") into dir/shard_<rank>. */
 static accel_status write_rank_file(accel_accelerator *acc, accel__model *pm, const char *dir, int n_src,
                                     float *const *srcs, const char *const *suffixes) {
-    int cap = pm->n_units * (n_src ? n_src : 1) + 1, n = 0;
+    accel__zero_model *zm = accel__zero_of(pm);
+    int cap = zm->n_units * (n_src ? n_src : 1) + 1, n = 0;
     char **names = accel_calloc((size_t)cap, sizeof *names), file[64], path[2 * PATHN];
     accel_tensor **ts = accel_calloc((size_t)cap, sizeof *ts);
     accel_status st = names && ts ? ACCEL_OK : accel_last_status();
@@ -480,6 +486,7 @@ static json_t *shape_json(const accel_tensor *t) {
 
 /* Rank 0's index: the units, where each named parameter lies, what every rank's file holds. */
 static json_t *model_index_json(accel_accelerator *acc, accel__model *pm, const names *nm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = flat(pm);
     json_t *root = json_object(), *sd = json_array(), *units = json_array(), *files = json_array();
     json_object_set_new(root, "format", json_string(MODEL_FORMAT));
@@ -497,18 +504,18 @@ static json_t *model_index_json(accel_accelerator *acc, accel__model *pm, const 
         } else if (k < 0) {
             json_object_set_new(o, "replicated", json_true());
         } else {
-            int t = pm->units[k].first;
+            int t = zm->units[k].first;
             while (b->tensors[t] != se->t) t++;
             json_object_set_new(o, "unit", json_integer(k));
-            json_object_set_new(o, "offset", json_integer(b->offsets[t] - pm->units[k].lo));
+            json_object_set_new(o, "offset", json_integer(b->offsets[t] - zm->units[k].lo));
             json_object_set_new(o, "shape", shape_json(se->t));
         }
         json_array_append_new(sd, o);
     }
-    for (int k = 0; k < pm->n_units; k++) {
+    for (int k = 0; k < zm->n_units; k++) {
         json_t *u = json_object();
-        json_object_set_new(u, "shard", json_integer(pm->units[k].shard));
-        json_object_set_new(u, "numel", json_integer(pm->units[k].shard * acc->shard_world));
+        json_object_set_new(u, "shard", json_integer(zm->units[k].shard));
+        json_object_set_new(u, "numel", json_integer(zm->units[k].shard * acc->shard_world));
         json_array_append_new(units, u);
     }
     for (int r = 0; r < acc->shard_world; r++) {
@@ -517,8 +524,8 @@ static json_t *model_index_json(accel_accelerator *acc, accel__model *pm, const 
         shard_name(file, sizeof file, r);
         json_object_set_new(f, "file", json_string(file));
         json_object_set_new(f, "rank", json_integer(r));
-        for (int k = 0; k < pm->n_units; k++) {
-            const accel__unit *u = &pm->units[k];
+        for (int k = 0; k < zm->n_units; k++) {
+            const accel__unit *u = &zm->units[k];
             int64_t lo = (int64_t)r * u->shard, hi = lo + u->shard;
             json_t *rg = json_object(), *covers = json_array();
             char tensor[32];
@@ -601,10 +608,11 @@ typedef struct gathering {
 } gathering;
 
 static int unit_of(accel__model *pm, const accel_tensor *t) {
+    accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = flat(pm);
-    for (int k = 0; k < pm->n_units; k++)
-        for (int j = 0; j < pm->units[k].count; j++)
-            if (b->tensors[pm->units[k].first + j] == t) return k;
+    for (int k = 0; k < zm->n_units; k++)
+        for (int j = 0; j < zm->units[k].count; j++)
+            if (b->tensors[zm->units[k].first + j] == t) return k;
     return -1;
 }
 
@@ -617,7 +625,7 @@ static accel_status hold(gathering *g, int u) {
     if (g->held >= 0 && g->held != u && g->held_was_released) st = accel__zero3_release_unit(g->acc, g->pm, g->held);
     if (g->held != u) g->held = -1;
     if (u < 0 || g->held == u) return st;
-    g->held_was_released = g->pm->units[u].state == ACCEL__UNIT_RELEASED;
+    g->held_was_released = accel__zero_of(g->pm)->units[u].state == ACCEL__UNIT_RELEASED;
     accel_status st2 = accel__zero3_gather_unit(g->acc, g->pm, u);
     g->held = st2 ? -1 : u;
     return st ? st : st2;
@@ -802,13 +810,6 @@ accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const 
 
 /* ---------------------------------------------------------------- optimizer */
 
-bool accel__zero3_sharded_optimizer(const accel_accelerator *acc, int i) {
-    if (!acc->zopts[i] || acc->fsdp.full_state_dict) return false;
-    for (int m = 0; m < acc->n_models; m++)
-        if (acc->models[m].m == acc->zopts[i]->m) return acc->models[m].strat == &accel__strategy_zero3;
-    return false;
-}
-
 static accel__model *optimizer_model(accel_accelerator *acc, int i) { return accel__find_model(acc, acc->zopts[i]->m); }
 
 /* "step", "param_groups.*": the optimizer's scalar entries as a JSON object. */
@@ -961,6 +962,7 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
     *found = accel__is_dir(sub);
     if (!*found) return ACCEL_OK;
     accel__model *pm = optimizer_model(acc, i);
+    accel__zero_model *zm = accel__zero_of(pm);
     optim_index oi;
     sharded_index ix = {0};
     names nm = {0};
@@ -975,7 +977,7 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
         char suffix[64];
         shard_files fs;
         snprintf(suffix, sizeof suffix, ".%s", accel__zero_kind_name(acc, i, k));
-        local[k] = accel_calloc((size_t)(pm->zn ? pm->zn : 1), sizeof(float));
+        local[k] = accel_calloc((size_t)(zm->zn ? zm->zn : 1), sizeof(float));
         st = local[k] ? files_init(&fs, &ix, sub, suffix) : accel_last_status();
         if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, local[k]);
         if (local[k]) files_close(&fs);

@@ -6,13 +6,13 @@
 #include "strategy.h"
 
 static accel_status zero3_layout(accel_accelerator *acc, accel__model *pm) {
-    pm->zdev = pm->fp->buffers[ACCEL_F32].device;
-    return accel__zero3_layout(acc, pm);
+    accel_status st = accel__zero_model_new(pm);
+    return st ? st : accel__zero3_layout(acc, pm);
 }
 
 static void zero3_release(accel_accelerator *acc, accel__model *pm) {
-    accel__zero3_release(acc, pm);
-    accel__zero_units_free(pm);
+    if (accel__zero_of(pm)) accel__zero3_release(acc, pm);
+    accel__zero_model_free(pm);
 }
 
 /* Every backward, accumulating or not: stage 3 keeps no full gradients
@@ -22,14 +22,15 @@ static bool zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
     return true;
 }
 
-/* The full gradient buffers are dropped after each reduction (touching them
- * would bring the pages back): the shard only. */
+/* The full gradient buffers are unmapped after each reduction (touching them
+ * would fault on a device, or bring the pages back on the cpu): the shard only. */
 static void zero3_zero_grad(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
     accel_tensor h;
-    int64_t n = pm->zn;
-    if (!pm->zgrad) return;
-    accel__tensor_header(&h, pm->zgrad, ACCEL_F32, 1, &n, pm->zdev);
+    int64_t n = zm->zn;
+    if (!zm->zgrad) return;
+    accel__tensor_header(&h, zm->zgrad, ACCEL_F32, 1, &n, zm->zdev);
     accel_zero_(&h);
 }
 
@@ -37,6 +38,13 @@ static accel_status zero3_shard_range(accel_accelerator *acc, accel__model *pm, 
     (void)acc, (void)pm, (void)lo, (void)hi;
     return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_shard: under ZeRO stage 3 a rank's shard is "
                            "one piece per wrap unit, not one range");
+}
+
+/* SHARDED_STATE_DICT: every rank its shard under dir/optimizer_<i>/; under
+ * FULL_STATE_DICT the consolidated file, as under stage 2. */
+static accel_status zero3_save_optimizer(accel_accelerator *acc, int i, const char *dir, bool failed, bool *own) {
+    *own = !acc->fsdp.full_state_dict;
+    return *own ? accel__zero3_save_optimizer_state(acc, i, dir, failed) : ACCEL_OK;
 }
 
 const accel__strategy accel__strategy_zero3 = {
@@ -54,8 +62,15 @@ const accel__strategy accel__strategy_zero3 = {
     .after_step = accel__zero3_after_step,
     .zero_grad = zero3_zero_grad,
     .shard_range = zero3_shard_range,
+    .grad_shard = accel__zero_grad_shard,
+    .clip = accel__zero_clip,
     .save_state = accel__zero3_save_model_state,
     .load_state = accel__zero3_load_model_state,
     .save_model = accel__zero3_save_model,
     .saved_dtype = accel__zero3_saved_dtype,
+    .refuse_foreign = accel__zero3_refuse_sharded,
+    .optimizer_state = accel__zero_state,
+    .load_optimizer_state = accel__zero_load_state,
+    .save_optimizer = zero3_save_optimizer,
+    .load_optimizer = accel__zero3_load_optimizer_state,
 };

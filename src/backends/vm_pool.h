@@ -1,5 +1,5 @@
 /* Virtual memory with pooled physical memory, shared by the backends that
- * have virtual memory (cuda, hostless): the bookkeeping and the rules behind
+ * have virtual memory (cpu, cuda, hostless): the bookkeeping and the rules behind
  * backend.h's vm_* entries, on top of a backend's primitives (accel__vm_ops).
  * Internal.
  *

@@ -78,11 +78,12 @@ typedef struct accel_backend_mem {
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
     /* Virtual memory: memory that comes and goes behind fixed addresses, as
-     * CUDA's cuMemAddressReserve/cuMemMap do. ZeRO-3 keeps its full
-     * parameters and gradients there: a released unit's range holds no
-     * memory, while the tensors (and the views autograd saved) keep their
-     * addresses for the next gather. Optional as a set: a backend fills all
-     * five or none (ZeRO-3 then refuses models on its devices).
+     * CUDA's cuMemAddressReserve/cuMemMap do (the cpu: mmap'd pages).
+     * ZeRO-3 keeps its full parameters and gradients there, on every
+     * device: a released unit's range holds no memory, while the tensors
+     * (and the views autograd saved) keep their addresses for the next
+     * gather. Optional as a set: a backend fills all five or none (ZeRO-3
+     * then refuses models on its devices).
      * vm_granularity: a power of two; every size and address below is a
      * multiple of it.
      * vm_reserve: an address range of `bytes` with no memory behind it;
@@ -93,10 +94,12 @@ typedef struct accel_backend_mem {
      * device is full.
      * vm_unmap: [p, p + bytes), exactly a range one vm_map mapped, gives its
      * memory back once the work enqueued before it on the calling thread's
-     * stream is done; touching it afterwards is an illegal access (a fault).
-     * A range that breaks these rules (misaligned, not reserved, mapped
-     * twice, not exactly mapped) is an error naming it. cuda and hostless
-     * pool the physical memory and check the rules in backends/vm_pool.h. */
+     * stream is done; touching it afterwards is an illegal access (a fault
+     * on a device; the cpu's unmapped pages read as zeros and take memory
+     * again when written). A range that breaks these rules (misaligned,
+     * not reserved, mapped twice, not exactly mapped) is an error naming
+     * it. cpu, cuda and hostless pool the physical memory and check the
+     * rules in backends/vm_pool.h. */
     size_t (*vm_granularity)(int index);
     void *(*vm_reserve)(int index, size_t bytes);
     void (*vm_release)(int index, void *p, size_t bytes);
