@@ -382,6 +382,69 @@ static void test_autocast_and_low_precision(void) {
     accel_step_reset();
 }
 
+/* Bits of a bf16 tensor equal to the f32 values f rounded (accel_convert). */
+static bool bf16_equals_rounded(const accel_tensor *t, const float *f, int64_t n) {
+    uint16_t *r = malloc(sizeof(uint16_t) * (size_t)n);
+    accel_convert(r, ACCEL_BF16, f, ACCEL_F32, (size_t)n);
+    bool same = t->dtype == ACCEL_BF16 && memcmp(r, t->data, sizeof(uint16_t) * (size_t)n) == 0;
+    free(r);
+    return same;
+}
+
+/* A bf16 C from the CPU's gemm kernel (oneDNN writing it where it
+ * multiplies bf16, else an f32 C of the call rounded), and through
+ * accel_linear under autocast: the output and a bf16 input's first
+ * gradient are the f32 results of the same GEMMs rounded, bit for bit, on
+ * whatever provider and ISA this run takes. */
+static void test_linear_lowp_out(void) {
+    if (accel_default_device().type != ACCEL_DEV_CPU) return; /* other backends take an f32 C */
+    const int64_t M = 256, N = 384, K = 512;
+    accel_tensor *x0 = gc_randn(31, ACCEL_SHAPE(M, K)), *w = gc_randn(32, ACCEL_SHAPE(N, K));
+    accel_tensor *r = accel_to_dtype(randn(33, ACCEL_SHAPE(M, N)), ACCEL_BF16);
+    accel_tensor *x = accel_to_dtype(x0, ACCEL_BF16); /* a non-leaf bf16 input */
+    size_t used = accel_arena_used(accel_step_arena());
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *y = accel_linear(x, w, NULL);
+    accel_autocast_end(prev);
+    CHECK_MSG(y && y->dtype == ACCEL_BF16, "%s", accel_last_error());
+    /* the step keeps y (and, where OpenBLAS multiplies, x's f32 operand:
+     * accel__mm_operand), no f32 result (4 bytes an element of y) */
+    size_t operand = accel__gemm_native(ACCEL_BF16) ? 0 : (size_t)(M * K) * sizeof(float);
+    CHECK(accel_arena_used(accel_step_arena()) - used < (size_t)(M * N) * 3 + operand);
+    CHECK(accel_backward(accel_sum_all(accel_mul(y, r))) == ACCEL_OK && x0->grad);
+    /* the GEMMs on f32 results: Y = X Wb^T, dX = R Wb */
+    accel_tensor *wb = accel_to_dtype(w, ACCEL_BF16);
+    float *fy = malloc(sizeof(float) * (size_t)(M * N)), *fdx = malloc(sizeof(float) * (size_t)(M * K));
+    CHECK(accel__gemm(false, true, M, N, K, 1.0f, x->data, ACCEL_BF16, K, wb->data, ACCEL_BF16, K, 0.0f, fy, N) ==
+          ACCEL_OK);
+    CHECK(accel__gemm(false, false, M, K, N, 1.0f, r->data, ACCEL_BF16, N, wb->data, ACCEL_BF16, K, 0.0f, fdx, K) ==
+          ACCEL_OK);
+    CHECK(bf16_equals_rounded(y, fy, M * N));
+    accel_tensor *dx = accel_to_dtype(x0->grad, ACCEL_BF16); /* x0's f32 gradient holds x's bf16 one */
+    CHECK(dx && bf16_equals_rounded(dx, fdx, M * K));
+
+    /* the kernel: beta and a bias take the f32 C of the call, rounded once */
+    accel_tensor *c = accel_to_dtype(randn(34, ACCEL_SHAPE(M, N)), ACCEL_BF16), *bias = randn(35, ACCEL_SHAPE(N));
+    accel_tensor *c32 = accel_to_dtype(c, ACCEL_F32);
+    for (int v = 0; v < 3; v++) {
+        accel_k_gemm k = {.c = c, .a = x, .b = wb, .bias = v == 2 ? bias : NULL, .trans_b = true, .M = M, .N = N,
+                          .K = K, .lda = K, .ldb = K, .ldc = N, .alpha = 1.0f, .beta = v == 0 ? 0.0f : 0.5f,
+                          .b_weight = v == 0};
+        accel_k_gemm k32 = k;
+        k32.c = c32;
+        k32.b_weight = false;
+        CHECK_MSG(accel__cpu_backend.kernels.gemm(&k32) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(accel__cpu_backend.kernels.gemm(&k) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(bf16_equals_rounded(c, c32->data, M * N), "variant %d", v);
+        accel_convert(c32->data, ACCEL_F32, c->data, ACCEL_BF16, (size_t)(M * N)); /* the next variant's C */
+    }
+    free(fy);
+    free(fdx);
+    accel_tensor_free(x0);
+    accel_tensor_free(w);
+    accel_step_reset();
+}
+
 /* Step-arena bytes a linear + matmul backward (x [64, 512], W [512, 512], f32
  * leaves) allocates when the forward ran under autocast dtype ac. */
 static size_t backward_arena_bytes(accel_dtype ac) {
@@ -458,6 +521,7 @@ int main(void) {
     RUN(test_linear_gradcheck);
     RUN(test_linear_vs_torch);
     RUN(test_autocast_and_low_precision);
+    RUN(test_linear_lowp_out);
     RUN(test_autocast_cpu_backward_converts_nothing);
     RUN(test_errors_and_meta);
     accel_thread_cleanup();

@@ -88,10 +88,6 @@ static double gbuf_native(double e, accel_dtype dt, bool has_grad) {
     return dt == ACCEL_F32 ? gbuf(e, dt, has_grad) : grad_copy(e, dt, has_grad);
 }
 
-/* An op's output in dtype dt that its kernel writes through an f32 scratch
- * unless dt is f32 (the GEMM ops). */
-static double out_via_f32(double e, accel_dtype dt) { return e * esz(dt) + (dt == ACCEL_F32 ? 0 : 4 * e); }
-
 /* ------------------------------------------------------------ one training step */
 
 typedef struct dims {
@@ -106,9 +102,13 @@ typedef struct ledger {
     double call; /* the most one GEMM call takes for itself (given back at its end) */
 } ledger;
 
-/* One GEMM call's own f32 panels of e elements in all, where it widens them. */
-static void gemm_call(ledger *l, double e) {
-    if (l->k->widens_per_call && 4 * e > l->call) l->call = 4 * e;
+/* One GEMM call's own memory, given back at its end: its f32 panels of e
+ * elements in all where it widens its operands, and an f32 C of c elements
+ * where its C is bf16/f16 (c 0: an f32 C) and oneDNN does not write that
+ * dtype itself (the CPU's gemm kernel: backends/cpu/gemm.c). */
+static void gemm_call(ledger *l, double e, double c) {
+    double own = (l->k->widens_per_call ? 4 * e : 0) + (l->k->native && !l->k->widens_per_call ? 0 : 4 * c);
+    if (own > l->call) l->call = own;
 }
 
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
@@ -118,18 +118,20 @@ static void gemm_call(ledger *l, double e) {
 static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    l->bytes += out_via_f32(n * out, odt) + mm_operand(l->k, n * in, xdt, true);
-    gemm_call(l, n * in + in * out); /* Y = X W^T */
+    l->bytes += n * out * esz(odt) + mm_operand(l->k, n * in, xdt, true);
+    gemm_call(l, n * in + in * out, odt == ACCEL_F32 ? 0 : n * out); /* Y = X W^T, written in odt */
     return odt;
 }
 
 /* accel_linear backward: the output gradient of dtype odt read by the GEMMs,
- * the input's gradient (the weight's adds into its persistent one). */
+ * the input's gradient (the weight's adds into its persistent one; a
+ * low-precision input's first one written by the GEMM in its dtype). */
 static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad) {
     double n = l->d->n;
-    l->bytes += mm_grad(l->k, n * out, odt) + gbuf(n * in, xdt, x_has_grad);
-    gemm_call(l, n * out + in * out); /* dX = dY W */
-    gemm_call(l, n * out + n * in);   /* dW = dY^T X */
+    bool native_dx = xdt != ACCEL_F32 && !x_has_grad;
+    l->bytes += mm_grad(l->k, n * out, odt) + (native_dx ? gbuf_native(n * in, xdt, false) : gbuf(n * in, xdt, x_has_grad));
+    gemm_call(l, n * out + in * out, native_dx ? n * in : 0); /* dX = dY W */
+    gemm_call(l, n * out + n * in, 0);                        /* dW = dY^T X */
 }
 
 /* accel_rms_norm forward of x [n, C] f32 (an embedding's or an add's output):

@@ -208,7 +208,13 @@ static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *g = accel__mm_grad(grad_out, x, w);
     if (!g) return accel_last_status();
     accel__gbuf gx, gw, gbias;
-    if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
+    /* A bf16/f16 input's first gradient (the attention output's, SwiGLU's
+     * under autocast) is written by the CPU's gemm in its dtype (kernels.h),
+     * the values the f32 result converted by accel_grad_accumulate held. */
+    accel_tensor *in0 = node->inputs[0];
+    bool native_dx = in0 && in0->device.type == ACCEL_DEV_CPU && !in0->grad;
+    if (!(native_dx ? accel__gbuf_begin_native(&gx, in0) : accel__gbuf_begin(&gx, in0)) ||
+        !accel__gbuf_begin(&gw, node->inputs[1]) ||
         !accel__gbuf_begin(&gbias, node->inputs[2]))
         return accel_last_status();
     accel_status st = ACCEL_OK;
@@ -259,7 +265,10 @@ accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
     int64_t R = accel__prod(x->shape, 0, x->ndim - 1);
     accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
     if (!ux || !uw) return NULL;
-    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
+    /* The CPU's gemm writes a bf16/f16 result itself (kernels.h: accel_k_gemm);
+     * elsewhere the f32 result is converted. */
+    accel_tensor *c = out->dtype == ACCEL_F32 || dev.type == ACCEL_DEV_CPU ? out
+                                                                          : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
     if (!c) return NULL;
     /* The bias in the compute dtype (rounded as autocast rounds it), added in
      * f32 by the GEMM's epilogue. */

@@ -14,9 +14,9 @@ static accel_status missing(const char *fn) {
 
 accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                               float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
-                              float *C, int64_t ldc) {
+                              void *C, accel_dtype c_dt, int64_t ldc) {
     const accel__dnnl_hooks *h = dnnl();
-    return h ? h->gemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+    return h ? h->gemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc)
              : missing("accel__dnnl_gemm");
 }
 
@@ -31,10 +31,10 @@ accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, in
 }
 
 accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, float *C,
-                                     int64_t ldc, bool *ran) {
+                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, void *C,
+                                     accel_dtype c_dt, int64_t ldc, bool *ran) {
     const accel__dnnl_hooks *h = dnnl();
-    return h ? h->gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, packed, beta, C, ldc, ran)
+    return h ? h->gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, packed, beta, C, c_dt, ldc, ran)
              : missing("accel__dnnl_gemm_packed");
 }
 

@@ -554,7 +554,7 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
     if (!a || !b) st = accel_last_status();
 #ifdef ACCEL_HAVE_DNNL
     else if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
-        st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+        st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ACCEL_F32, ldc);
 #endif
     else accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     accel_arena_rewind(arena, mark);
@@ -659,10 +659,10 @@ static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
     for (int r = -1; ok && ran && r < FORM_REPS; r++)
         for (int v = 0; v < 2 && ok && ran; v++) {
             double t0 = seconds_now();
-            ok = v ? accel__dnnl_gemm_packed(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, P, 0.0f, C, N, &ran) ==
-                         ACCEL_OK
-                   : accel__dnnl_gemm(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C, N) ==
-                         ACCEL_OK;
+            ok = v ? accel__dnnl_gemm_packed(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, P, 0.0f, C, ACCEL_F32, N,
+                                             &ran) == ACCEL_OK
+                   : accel__dnnl_gemm(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C,
+                                      ACCEL_F32, N) == ACCEL_OK;
             if (r >= 0) s[v][r] = seconds_now() - t0;
         }
     free(A), free(B), free(C), free(P);
@@ -726,11 +726,11 @@ static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_
     return dt != ACCEL_F32 || mode_now() != ACCEL__GEMM_AUTO || form_faster(trans_a, trans_b, M, N, K);
 }
 
-/* accel__gemm_weight on W's form in oneDNN's layout; *ran false (ACCEL_OK)
- * where that does not apply. */
+/* accel__gemm_weight on W's form in oneDNN's layout, C of dtype c_dt (f32,
+ * or W's); *ran false (ACCEL_OK) where that does not apply. */
 static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                      const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
-                                     int64_t ldw, float beta, float *C, int64_t ldc, bool *ran) {
+                                     int64_t ldw, float beta, void *C, accel_dtype c_dt, int64_t ldc, bool *ran) {
     *ran = false;
     accel_dtype dt = W->dtype;
     if (a_dt != dt || !sizes_fit(M, N, K, lda, ldw, ldc) || !whole_weight(W, trans_b, N, K, w_off, ldw))
@@ -741,7 +741,7 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
     accel_tensor *form;
     st = accel__prepared_get(W, &key, dt, fill_dnnl_form, &form);
     if (st != ACCEL_OK || !form) return st;
-    return accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form->data, beta, C, ldc, ran);
+    return accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form->data, beta, C, c_dt, ldc, ran);
 }
 #endif
 
@@ -760,7 +760,8 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
                                 int64_t ldw, float beta, float *C, int64_t ldc) {
 #ifdef ACCEL_HAVE_DNNL
     bool ran;
-    accel_status st = dnnl_weight_gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, W, w_off, ldw, beta, C, ldc, &ran);
+    accel_status st =
+        dnnl_weight_gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, W, w_off, ldw, beta, C, ACCEL_F32, ldc, &ran);
     if (st != ACCEL_OK || ran) return st;
 #endif
     const char *B = (const char *)W->data + (size_t)w_off * accel_dtype_size(W->dtype);
@@ -790,24 +791,92 @@ static accel_status bias_check(const accel_tensor *bias, int64_t N) {
     return ACCEL_OK;
 }
 
-/* The bias epilogue runs first: C = beta C + bias, then the GEMM with beta 1
+/* The kernel with an f32 C at c (leading dim ldc; k->c's own is ignored).
+ * The bias epilogue runs first: C = beta C + bias, then the GEMM with beta 1
  * adds alpha op(A) op(B) onto it, so no provider needs an epilogue of its
  * own and C is read and written once more at most (docs/cpu.md). */
-accel_status accel__cpuk_gemm(accel_k_gemm *k) {
+static accel_status gemm_f32_c(const accel_k_gemm *k, float *c, int64_t ldc) {
     const char *a = (const char *)k->a->data + (size_t)k->a_off * accel_dtype_size(k->a->dtype);
-    float *c = (float *)k->c->data + k->c_off, beta = k->beta;
+    float beta = k->beta;
     if (k->bias) {
         accel_status st = bias_check(k->bias, k->N);
         if (st != ACCEL_OK) return st;
-        bias_into_rows(c, k->ldc, k->M, k->N, k->bias->data, beta);
+        bias_into_rows(c, ldc, k->M, k->N, k->bias->data, beta);
         beta = 1.0f;
     }
     if (k->b_weight)
         return accel__gemm_weight(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->a->dtype, k->lda, k->b,
-                                  k->b_off, k->ldb, beta, c, k->ldc);
+                                  k->b_off, k->ldb, beta, c, ldc);
     const char *b = (const char *)k->b->data + (size_t)k->b_off * accel_dtype_size(k->b->dtype);
     return accel__gemm(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->a->dtype, k->lda, b, k->b->dtype,
-                       k->ldb, beta, c, k->ldc);
+                       k->ldb, beta, c, ldc);
+}
+
+/* Whether oneDNN writes k's C, of dtype dt (bf16/f16), itself: A and B
+ * are dt too, oneDNN multiplies dt on this CPU for the shape (no operands
+ * widened per call), beta is 0 and there is no bias. */
+static bool dnnl_writes_lowp(const accel_k_gemm *k, accel_dtype dt) {
+#ifdef ACCEL_HAVE_DNNL
+    const char *impl;
+    return !k->bias && k->beta == 0.0f && k->a->dtype == dt && k->b->dtype == dt && k->K > 0 &&
+           sizes_fit(k->M, k->N, k->K, k->lda, k->ldb, k->ldc) &&
+           accel__gemm_provider_for(dt, k->trans_a, k->trans_b, k->M, k->N, k->K) == ACCEL__GEMM_PROVIDER_DNNL &&
+           dnnl_probe(dt, &impl);
+#else
+    (void)k, (void)dt;
+    return false;
+#endif
+}
+
+/* k with a bf16/f16 C (a linear's output under autocast, a fresh input
+ * gradient: kernels.h). Where oneDNN multiplies that dtype it writes C
+ * itself, which saves writing an f32 C, reading it back and converting it
+ * (~10% of a forward GEMM's CPU time at N >= K on Zen 5); elsewhere the
+ * GEMM runs on an f32 C in the step arena (C widened into it when beta is
+ * not 0), rounded into C after, as the op converting its f32 result did. */
+static accel_status gemm_lowp_c(const accel_k_gemm *k) {
+    accel_dtype dt = k->c->dtype;
+    size_t cs = accel_dtype_size(dt);
+    char *c = (char *)k->c->data + (size_t)k->c_off * cs;
+    if (k->M <= 0 || k->N <= 0) return ACCEL_OK;
+#ifdef ACCEL_HAVE_DNNL
+    if (dnnl_writes_lowp(k, dt)) {
+        const char *a = (const char *)k->a->data + (size_t)k->a_off * cs;
+        bool ran = false;
+        accel_status st = k->b_weight ? dnnl_weight_gemm(k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, dt,
+                                                         k->lda, k->b, k->b_off, k->ldb, 0.0f, c, dt, k->ldc, &ran)
+                                      : ACCEL_OK;
+        if (st != ACCEL_OK || ran) return st;
+        const char *b = (const char *)k->b->data + (size_t)k->b_off * cs;
+        return accel__dnnl_gemm(dt, k->trans_a, k->trans_b, k->M, k->N, k->K, k->alpha, a, k->lda, b, k->ldb, 0.0f, c,
+                                dt, k->ldc);
+    }
+#endif
+    accel_arena *arena = accel_step_arena();
+    accel_arena_mark mark = accel_arena_mark_now(arena);
+    float *f = accel_arena_alloc(arena, (size_t)(k->M * k->N) * sizeof(float), 64);
+    accel_status st = f ? ACCEL_OK : accel_last_status();
+    bool dense = k->ldc == k->N;
+    if (st == ACCEL_OK && k->beta != 0.0f) {
+        if (dense) accel__cpu_convert(f, ACCEL_F32, c, dt, k->M * k->N);
+        else
+            for (int64_t r = 0; r < k->M; r++)
+                accel__cpu_convert(f + r * k->N, ACCEL_F32, c + (size_t)(r * k->ldc) * cs, dt, k->N);
+    }
+    if (st == ACCEL_OK) st = gemm_f32_c(k, f, k->N);
+    if (st == ACCEL_OK) {
+        if (dense) accel__cpu_convert(c, dt, f, ACCEL_F32, k->M * k->N);
+        else
+            for (int64_t r = 0; r < k->M; r++)
+                accel__cpu_convert(c + (size_t)(r * k->ldc) * cs, dt, f + r * k->N, ACCEL_F32, k->N);
+    }
+    accel_arena_rewind(arena, mark);
+    return st;
+}
+
+accel_status accel__cpuk_gemm(accel_k_gemm *k) {
+    if (k->c->dtype == ACCEL_BF16 || k->c->dtype == ACCEL_F16) return gemm_lowp_c(k);
+    return gemm_f32_c(k, (float *)k->c->data + k->c_off, k->ldc);
 }
 
 accel_status accel__cpuk_bias_rows(accel_k_bias_rows *k) {

@@ -268,13 +268,16 @@ const char *accel__gemm_choices_describe(char *buf, size_t size);
 /* oneDNN's "major.minor.patch+hash" into out ("none" where its plug-in does not load). */
 void accel__dnnl_version(char *out, size_t n);
 
-/* C [M, N] f32 = alpha op(A) op(B) + beta C with A and B of dtype dt (f32,
- * bf16 or f16), f32 accumulation, on a cached oneDNN matmul primitive.
+/* C [M, N] = alpha op(A) op(B) + beta C with A and B of dtype dt (f32,
+ * bf16 or f16), f32 accumulation, on a cached oneDNN matmul primitive. C is
+ * of dtype c_dt: f32, or dt itself (the f32 accumulators rounded once by
+ * oneDNN: round to nearest even, as accel__cpu_convert; on AVX512-BF16 and
+ * AMX with vcvtneps2bf16, which also flushes bf16 denormals to zero).
  * ACCEL_OK, or an error naming the shape and oneDNN's status (a dtype the
  * CPU has no implementation for: ACCEL_ERR_UNSUPPORTED). Thread-safe. */
 accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                               float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
-                              float *C, int64_t ldc);
+                              void *C, accel_dtype c_dt, int64_t ldc);
 
 /* Weights in oneDNN's layout. The layout of op(B) [K, N] of dtype dt (B
  * stored dense, [N, K] when trans_b) is the one oneDNN's matmul picks for
@@ -297,8 +300,8 @@ accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, in
  * its reference loop for that layout at this M: the caller then runs the
  * plain B. */
 accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, float *C,
-                                     int64_t ldc, bool *ran);
+                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, void *C,
+                                     accel_dtype c_dt, int64_t ldc, bool *ran);
 
 /* oneDNN's implementation name for a dense GEMM of that signature (e.g.
  * "brg:avx512_core_amx", "ref:any"), creating its primitive; NULL (error

@@ -47,6 +47,7 @@ typedef struct dnnl_key {
     uint32_t alpha_bits, beta_bits;
     int32_t threads;
     int32_t dtype;
+    int32_t c_dtype; /* C's: f32, or (a linear's bf16/f16 output) dtype's */
     int32_t trans_a, trans_b;
     int32_t kind; /* entry_kind */
 } dnnl_key;
@@ -134,7 +135,8 @@ static dnnl_status_t describe(const dnnl_key *k, dnnl_entry *e) {
     dnnl_dims_t c_str = {k->ldc, 1};
     dnnl_status_t s = dnnl_memory_desc_init_by_strides(&e->a_md, 2, a_dims, dt, a_str);
     if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&e->b_md, 2, b_dims, dt, b_str);
-    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&e->c_md, 2, c_dims, dnnl_f32, c_str);
+    if (s == dnnl_success)
+        s = dnnl_memory_desc_init_by_strides(&e->c_md, 2, c_dims, (dnnl_data_type_t)k->c_dtype, c_str);
     return s;
 }
 
@@ -385,13 +387,13 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
 /* C = alpha op(A) op(B) + beta C on the matmul entry e, op(B) in the
  * layout b. */
 static accel_status execute_matmul(const dnnl_entry *e, const dnnl_memory_desc_t *b, const void *A, const void *B,
-                                   float *C) {
+                                   void *C) {
     exec_arg args[3] = {{DNNL_ARG_SRC, &e->a_md, A}, {DNNL_ARG_WEIGHTS, b, B}, {DNNL_ARG_DST, &e->c_md, C}};
     return execute(e, 3, args, "matmul execution");
 }
 
 static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, int64_t lda, int64_t ldb, float beta, int64_t ldc) {
+                         float alpha, int64_t lda, int64_t ldb, float beta, int64_t ldc, accel_dtype c_dt) {
     dnnl_key k;
     memset(&k, 0, sizeof k);
     k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
@@ -400,6 +402,7 @@ static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     /* oneDNN plans its blocking for the threads it will have. */
     k.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     k.dtype = (int32_t)dnnl_dtype(dt);
+    k.c_dtype = (int32_t)dnnl_dtype(c_dt);
     k.trans_a = trans_a, k.trans_b = trans_b;
     k.kind = KIND_MATMUL;
     return k;
@@ -407,9 +410,9 @@ static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
 
 accel_status accel__onednn_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                               float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
-                              float *C, int64_t ldc) {
+                              void *C, accel_dtype c_dt, int64_t ldc) {
     if (M <= 0 || N <= 0) return ACCEL_OK;
-    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc);
+    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc, c_dt);
     dnnl_entry local;
     const dnnl_entry *e = entry_get(&k, alpha, beta, NULL, &local);
     if (!e) return accel_last_status();
@@ -423,7 +426,7 @@ accel_status accel__onednn_gemm(accel_dtype dt, bool trans_a, bool trans_b, int6
 /* The key of the weight layout of (dt, trans_b, N, K): a LAYOUT_M-row NN
  * or NT matmul of a dense B, on no particular thread count. */
 static dnnl_key layout_key(accel_dtype dt, bool trans_b, int64_t N, int64_t K) {
-    dnnl_key k = make_key(dt, false, trans_b, LAYOUT_M, N, K, 1.0f, K, trans_b ? K : N, 0.0f, N);
+    dnnl_key k = make_key(dt, false, trans_b, LAYOUT_M, N, K, 1.0f, K, trans_b ? K : N, 0.0f, N, ACCEL_F32);
     k.threads = 0;
     k.kind = KIND_LAYOUT;
     return k;
@@ -469,13 +472,13 @@ accel_status accel__onednn_weight_pack(accel_dtype dt, bool trans_b, int64_t N, 
 }
 
 accel_status accel__onednn_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, float *C,
-                                     int64_t ldc, bool *ran) {
+                                     float alpha, const void *A, int64_t lda, const void *packed, float beta, void *C,
+                                     accel_dtype c_dt, int64_t ldc, bool *ran) {
     *ran = false;
     const dnnl_entry *lay;
     accel_status st = layout_get(dt, trans_b, N, K, &lay);
     if (st != ACCEL_OK || !lay || !lay->layout_bytes || M <= 0 || N <= 0) return st;
-    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, alpha, lda, trans_b ? K : N, beta, ldc);
+    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, alpha, lda, trans_b ? K : N, beta, ldc, c_dt);
     k.kind = KIND_MATMUL_PACKED;
     dnnl_entry local;
     const dnnl_entry *e = entry_get(&k, alpha, beta, &lay->w_md, &local);
@@ -489,7 +492,7 @@ accel_status accel__onednn_gemm_packed(accel_dtype dt, bool trans_a, bool trans_
 }
 
 const char *accel__onednn_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
-    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, 1.0f, trans_a ? M : K, trans_b ? K : N, 0.0f, N);
+    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, 1.0f, trans_a ? M : K, trans_b ? K : N, 0.0f, N, ACCEL_F32);
     dnnl_entry local;
     const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, NULL, &local);
     if (!e) return NULL;
@@ -503,7 +506,7 @@ bool accel__onednn_supports(accel_dtype dt, char *impl, size_t size) {
     /* A primitive description only: it names the implementation. */
     pthread_once(&engine_once, engine_create);
     if (engine_status != dnnl_success) return false;
-    dnnl_key k = make_key(dt, false, true, 256, 256, 256, 1.0f, 256, 256, 0.0f, 256);
+    dnnl_key k = make_key(dt, false, true, 256, 256, 256, 1.0f, 256, 256, 0.0f, 256, ACCEL_F32);
     dnnl_entry e;
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
