@@ -1,6 +1,7 @@
 /* SentencePiece tokenizer.model files against the sentencepiece library
  * (fixtures of tools/gen_sentencepiece_fixtures.py: BPE as Llama 2 and Gemma,
- * Unigram with and without byte fallback, trained by sentencepiece on a
+ * Unigram with and without byte fallback, Unigram with the nmt_nfkc
+ * precompiled charsmap, trained by sentencepiece on a
  * generated multilingual corpus): ids exactly, with and without BOS, decode of
  * the reference's ids and of random ids (control, unknown, bytes making
  * invalid UTF-8), decode(encode(x)) == x where the reference round-trips,
@@ -20,7 +21,7 @@
 #include "sibling_exe.h"
 #include "tokenizer/tok_internal.h"
 
-static const char *const MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf"};
+static const char *const MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf", "nfkc"};
 
 static bool ids_equal(const int64_t *got, int64_t n, json_t *want, int64_t first) {
     size_t off = first >= 0;
@@ -238,8 +239,11 @@ static void check_appended(const char *model, const void *extra, size_t n_extra,
 #define APPEND(model, bytes, code, needle) check_appended(model, bytes, sizeof bytes - 1, code, needle)
 
 static void test_refusals(void) {
-    /* normalizer_spec { precompiled_charsmap: "xy" }: the nmt_nfkc rules are not implemented */
-    APPEND("unigram", "\x1a\x04\x12\x02xy", ACCEL_ERR_UNSUPPORTED, "normalizer_spec.precompiled_charsmap is set");
+    /* a broken normalizer_spec.precompiled_charsmap: too short, a trie past its end or not of whole units;
+     * a denormalizer's is not implemented */
+    APPEND("unigram", "\x1a\x04\x12\x02xy", ACCEL_ERR_FORMAT, "precompiled_charsmap is broken: 2 bytes");
+    APPEND("unigram", "\x1a\x0a\x12\x08\x08\x00\x00\x00" "abcd", ACCEL_ERR_FORMAT, "a trie of 8 bytes");
+    APPEND("unigram", "\x1a\x0a\x12\x08\x03\x00\x00\x00" "abcd", ACCEL_ERR_FORMAT, "a trie of 3 bytes");
     APPEND("unigram", "\x2a\x04\x12\x02xy", ACCEL_ERR_UNSUPPORTED, "denormalizer_spec.precompiled_charsmap is set");
     /* trainer_spec { model_type: WORD }, { treat_whitespace_as_suffix: true } */
     APPEND("llama2", "\x12\x02\x18\x03", ACCEL_ERR_UNSUPPORTED, "model_type 3 (WORD) is not supported");
@@ -327,6 +331,32 @@ static void test_fuzz(void) {
         free(out.p);
         tok_spm_free(m);
     }
+    free(f);
+    free(b);
+    /* byte flips inside the precompiled charsmap (a trie and strings read with every index checked) */
+    b = read_all("data/sentencepiece/nfkc/tokenizer.model", &n);
+    CHECK(b && n > 200000);
+    if (!b) return;
+    f = malloc(n);
+    static const char nfkc_text[] = "ＡＢＣ ﬁ ① Ⅻ \u3000x\t\ty ｶﾞ é ǅ 😀 \xc3 end";
+    int loaded_flipped = 0;
+    for (int round = 0; round < 300; round++) {
+        memcpy(f, b, n);
+        for (int j = 0; j < 8; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            f[n - 1 - x % 240000] = (uint8_t)(x >> 40); /* the charsmap is the file's bulk, at its end */
+        }
+        tok_spm *m = tok_spm_parse("flip", f, n);
+        if (!m) continue;
+        loaded_flipped++;
+        tok_ids ids = {0};
+        tok_buf out = {0};
+        CHECK(tok_spm_encode(m, nfkc_text, sizeof nfkc_text - 1, &ids) && tok_spm_decode(m, ids.v, ids.n, true, &out));
+        free(ids.v);
+        free(out.p);
+        tok_spm_free(m);
+    }
+    CHECK(loaded_flipped > 0);
     free(f);
     free(b);
 }

@@ -16,9 +16,9 @@ with the options of a real family:
               fallback, character_coverage 0.98 (rare characters are unknown)
   unigram_bf  Unigram with byte_fallback, user-defined and control pieces,
               whitespace kept
-
-(sentencepiece's default nmt_nfkc normalization writes a precompiled_charsmap,
-which accel refuses: tests/test_sentencepiece.c adds one to a fixture.)
+  nfkc        Unigram with sentencepiece's default normalization, nmt_nfkc:
+              a precompiled_charsmap (NFKC and whitespace rules, as T5's and
+              ALBERT's models have)
 
 For each: tests/data/sentencepiece/<name>/tokenizer.model and expected.json:
   {"bos": id, "cases": [...], "decode_cases": [...]}
@@ -60,6 +60,7 @@ MODELS = {
     "unigram_bf": dict(model_type="unigram", vocab_size=800, normalization_rule_name="identity", byte_fallback=True,
                        remove_extra_whitespaces=False, user_defined_symbols=["<mask>", "@@"],
                        control_symbols=["<ctrl>"]),
+    "nfkc": dict(model_type="unigram", vocab_size=400),
 }
 
 # text the test corpus lacks: a control piece, user-defined pieces, runs of blanks

@@ -19,14 +19,14 @@
  * a continuing_subword_prefix on BPE, ...), makes the load fail naming the JSON field:
  * a tokenizer is never silently approximated. Chat templates are not read.
  *
- * A SentencePiece `tokenizer.model` (Llama 2, Mistral, Gemma) is run as the
- * sentencepiece library runs it, ids for ids: BPE by piece scores or Unigram by
- * Viterbi, user-defined pieces, byte_fallback, add_dummy_prefix,
+ * A SentencePiece `tokenizer.model` (Llama 2, Mistral, Gemma, T5-style Unigram) is
+ * run as the sentencepiece library runs it, ids for ids: BPE by piece scores or
+ * Unigram by Viterbi, user-defined pieces, byte_fallback, the precompiled charsmap
+ * (normalization rules such as the default nmt_nfkc), add_dummy_prefix,
  * remove_extra_whitespaces, escape_whitespaces. Its special tokens are its CONTROL
  * pieces; add_special_tokens puts BOS first (LlamaTokenizer's and GemmaTokenizer's
  * add_bos_token); control pieces in the text are text, as in sentencepiece. A
- * model with a precompiled_charsmap (normalization rules such as sentencepiece's
- * default nmt_nfkc), a WORD or CHAR model, or treat_whitespace_as_suffix is
+ * WORD or CHAR model, treat_whitespace_as_suffix or a denormalizer's charsmap is
  * refused naming the field.
  *
  * OWNERSHIP: a tokenizer is immutable once loaded; encode/decode may run on several

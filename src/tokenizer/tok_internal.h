@@ -222,6 +222,13 @@ typedef struct tok_spm {
     bool byte_fallback;
     int32_t byte_id[256];        /* <0xXX> pieces (all 256 when byte_fallback) */
     bool add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
+    /* normalizer_spec.precompiled_charsmap (rules such as nmt_nfkc), n_cmap == 0: none.
+     * cmap: a darts-clone double-array trie over the input's bytes whose values
+     * are offsets into cmap_norm, the replacement strings (NUL-terminated). */
+    uint32_t *cmap;
+    size_t n_cmap;
+    char *cmap_norm;
+    size_t cmap_norm_len;
     char *unk_surface;           /* what decode writes for the unknown piece */
     float min_score, max_score;  /* over NORMAL pieces, from FLT_MAX / FLT_MIN as sentencepiece */
 } tok_spm;

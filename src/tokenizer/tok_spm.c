@@ -1,9 +1,10 @@
 /* SentencePiece encode and decode (tok_internal.h's tok_spm), step for step as
  * the sentencepiece library (normalizer.cc, bpe_model.cc, unigram_model.cc's
  * EncodeOptimized, sentencepiece_processor.cc) so the ids are its ids:
- *   text -> normalize (user-defined pieces kept whole; every invalid UTF-8 byte
- *           U+FFFD; the dummy prefix, extra whitespace removal and ' ' -> U+2581
- *           as normalizer_spec says) -> BPE or Unigram -> ids (unknown runs
+ *   text -> normalize (user-defined pieces kept whole; the precompiled charsmap's
+ *           rules, longest first; every other invalid UTF-8 byte U+FFFD; the
+ *           dummy prefix, extra whitespace removal and ' ' -> U+2581 as
+ *           normalizer_spec says) -> BPE or Unigram -> ids (unknown runs
  *           merged into one unknown id, or spelled as <0xXX> bytes with
  *           byte_fallback)
  *   ids  -> pieces (control ones invisible, the unknown one unk_surface, byte
@@ -41,12 +42,44 @@ static size_t one_char_len(const char *s, size_t n) {
     return k < n ? k : n;
 }
 
-/* Normalizer::NormalizePrefix without a charsmap: a user-defined piece, a
- * character, or U+FFFD for one invalid byte. *text / *tn: the normalized
- * prefix; returns the bytes of s it consumed. */
+/* The longest rule of the precompiled charsmap at s[0..n): its length (0: none)
+ * and *value, the offset of its replacement. darts-clone's commonPrefixSearch,
+ * with every index checked against the trie's size (a broken trie ends the
+ * match). A unit: bits 0-7 label, 8 has_leaf, 9 offset shift, 10-31 offset;
+ * a leaf unit's bits 0-30 are its value. */
+static size_t charsmap_prefix(const tok_spm *m, const char *s, size_t n, uint32_t *value) {
+    const uint32_t *a = m->cmap;
+    size_t pos = 0, best = 0;
+    uint32_t unit = a[0];
+    pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)s[i];
+        pos ^= c;
+        if (pos >= m->n_cmap) break;
+        unit = a[pos];
+        if ((unit & ((1u << 31) | 0xFF)) != c) break;
+        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+        if (pos >= m->n_cmap) break;
+        if ((unit >> 8) & 1) {
+            best = i + 1;
+            *value = a[pos] & ((1u << 31) - 1);
+        }
+    }
+    return best;
+}
+
+/* Normalizer::NormalizePrefix: a user-defined piece as it is, else the longest
+ * charsmap rule's replacement, else a character as it is, or U+FFFD for one
+ * invalid byte. *text / *tn: the normalized prefix; returns the bytes of s it
+ * consumed. */
 static size_t norm_prefix(const tok_spm *m, const char *s, size_t n, const char **text, size_t *tn) {
     size_t k = user_prefix(m, s, n);
-    uint32_t cp;
+    uint32_t cp, v = 0;
+    if (!k && m->n_cmap && (k = charsmap_prefix(m, s, n, &v))) {
+        *text = v < m->cmap_norm_len ? m->cmap_norm + v : "";
+        *tn = strlen(*text); /* cmap_norm ends with a NUL */
+        return k;
+    }
     if (!k && !(k = tok_utf8_next(s, n, &cp))) {
         *text = REPLACEMENT, *tn = 3;
         return 1;

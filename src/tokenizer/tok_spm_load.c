@@ -14,8 +14,8 @@
  * error naming the byte offset. Then the checks sentencepiece's
  * ModelInterface makes (one unknown piece, no duplicate, all 256 byte pieces
  * with byte_fallback), and refusals of what tok_spm.c does not implement:
- * a precompiled_charsmap (the nmt_nfkc normalization rules), WORD / CHAR
- * models, treat_whitespace_as_suffix. Nothing is silently ignored that would
+ * a denormalizer's precompiled_charsmap, WORD / CHAR models,
+ * treat_whitespace_as_suffix. Nothing is silently ignored that would
  * change ids or text. */
 #include <errno.h>
 #include <fcntl.h>
@@ -140,7 +140,8 @@ typedef struct spec {
     uint64_t model_type; /* 1 UNIGRAM (default), 2 BPE, 3 WORD, 4 CHAR */
     bool suffix, byte_fallback;
     char *unk_surface, *bos_piece, *eos_piece;
-    bool charsmap, denorm_charsmap;
+    pb charsmap;          /* normalizer_spec's precompiled_charsmap (empty: none) */
+    bool denorm_charsmap; /* denormalizer_spec has one */
 } spec;
 
 static bool read_trainer(pb *r, spec *sp) {
@@ -162,8 +163,8 @@ static bool read_trainer(pb *r, spec *sp) {
     return done;
 }
 
-/* normalizer_spec (tm set) or denormalizer_spec (tm NULL: only its charsmap matters). */
-static bool read_normalizer(pb *r, tok_spm *tm, bool *charsmap) {
+/* normalizer_spec (tm set) or denormalizer_spec (tm NULL: only whether it has a charsmap matters). */
+static bool read_normalizer(pb *r, tok_spm *tm, pb *charsmap) {
     uint32_t f, w;
     bool done;
     while (next_field(r, &f, &w, &done)) {
@@ -171,7 +172,7 @@ static bool read_normalizer(pb *r, tok_spm *tm, bool *charsmap) {
         pb s;
         if (f == 2) {
             ok = want_wire(r, "precompiled_charsmap", w, 2) && sub(r, &s);
-            if (ok) *charsmap = s.end > s.p; /* the last occurrence wins, as protobuf merges */
+            if (ok) *charsmap = s; /* the last occurrence wins, as protobuf merges */
         } else if (tm && f == 3) {
             ok = read_bool(r, "normalizer_spec.add_dummy_prefix", w, &tm->add_dummy_prefix);
         } else if (tm && f == 4) {
@@ -220,7 +221,7 @@ static bool read_model(pb *r, tok_spm *m, spec *sp) {
     bool done;
     size_t cap = 0;
     while (next_field(r, &f, &w, &done)) {
-        pb s;
+        pb s, dn = {0};
         bool ok = true;
         if (f >= 1 && f <= 5 && f != 4) ok = want_wire(r, "a ModelProto field", w, 2) && sub(r, &s);
         if (!ok) return false;
@@ -233,12 +234,37 @@ static bool read_model(pb *r, tok_spm *m, spec *sp) {
             break;
         case 2: ok = read_trainer(&s, sp); break;
         case 3: ok = read_normalizer(&s, m, &sp->charsmap); break;
-        case 5: ok = read_normalizer(&s, NULL, &sp->denorm_charsmap); break;
+        case 5:
+            ok = read_normalizer(&s, NULL, &dn);
+            sp->denorm_charsmap = dn.end > dn.p;
+            break;
         default: ok = skip(r, w);
         }
         if (!ok) return false;
     }
     return done;
+}
+
+/* precompiled_charsmap (sentencepiece's Normalizer::DecodePrecompiledCharsMap): a
+ * little-endian uint32 byte size of a darts-clone double-array trie, the trie's
+ * 32-bit units, then the normalized strings (NUL-terminated) its values point into. */
+static bool read_charsmap(pb *r, tok_spm *m) {
+    size_t n = (size_t)(r->end - r->p);
+    uint32_t trie = n > 4 ? (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24 : 0;
+    if (n <= 4 || trie > n - 4 || trie % 4 || !trie)
+        return pfail(r, ACCEL_ERR_FORMAT,
+                     "normalizer_spec.precompiled_charsmap is broken: %zu bytes, a trie of %u bytes (a non-zero multiple "
+                     "of 4 that fits)", n, trie);
+    m->n_cmap = trie / 4;
+    m->cmap_norm_len = n - 4 - trie;
+    if (!(m->cmap = malloc(m->n_cmap * sizeof *m->cmap)) || !(m->cmap_norm = malloc(m->cmap_norm_len + 1)))
+        return pfail(r, ACCEL_ERR_OOM, "out of memory");
+    const uint8_t *u = r->p + 4;
+    for (size_t i = 0; i < m->n_cmap; i++, u += 4)
+        m->cmap[i] = (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
+    memcpy(m->cmap_norm, u, m->cmap_norm_len);
+    m->cmap_norm[m->cmap_norm_len] = 0; /* a last string without its NUL ends at the blob's end */
+    return true;
 }
 
 /* "<0xXX>" with two upper-case hex digits, as sentencepiece's PieceToByte; -1 otherwise. */
@@ -275,10 +301,11 @@ static bool build(pb *r, tok_spm *m, spec *sp) {
         return pfail(r, ACCEL_ERR_UNSUPPORTED, "trainer_spec.model_type %llu (%s) is not supported: UNIGRAM (1) and BPE (2) are",
                      (unsigned long long)sp->model_type,
                      sp->model_type == 3 ? "WORD" : sp->model_type == 4 ? "CHAR" : "not a ModelType");
-    if (sp->charsmap || sp->denorm_charsmap)
+    if (sp->denorm_charsmap)
         return pfail(r, ACCEL_ERR_UNSUPPORTED,
-                     "%s_spec.precompiled_charsmap is set (normalization rules such as nmt_nfkc), which accel's "
-                     "SentencePiece reader does not implement", sp->charsmap ? "normalizer" : "denormalizer");
+                     "denormalizer_spec.precompiled_charsmap is set (decode-time normalization rules), which accel's "
+                     "SentencePiece reader does not implement");
+    if (sp->charsmap.end > sp->charsmap.p && !read_charsmap(&sp->charsmap, m)) return false;
     if (sp->suffix)
         return pfail(r, ACCEL_ERR_UNSUPPORTED,
                      "trainer_spec.treat_whitespace_as_suffix is set, which accel's SentencePiece reader does not implement");
@@ -396,6 +423,8 @@ void tok_spm_free(tok_spm *m) {
     free(m->pc);
     tok_strmap_free(&m->pieces);
     tok_strmap_free(&m->reserved);
+    free(m->cmap);
+    free(m->cmap_norm);
     free(m->trie_piece);
     tok_pairmap_free(&m->trie_child);
     free(m->unk_surface);
