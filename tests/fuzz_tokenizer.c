@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
 enum { N_FAMILIES = sizeof FAMILIES / sizeof *FAMILIES };
 
-static const char *const SPM_MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf"};
+static const char *const SPM_MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf", "nfkc"};
 enum { N_SPM = sizeof SPM_MODELS / sizeof *SPM_MODELS };
 
 /* The SentencePiece fixtures, loaded once (ACCEL_FUZZ_SENTENCEPIECE: their folder,
