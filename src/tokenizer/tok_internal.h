@@ -199,6 +199,14 @@ typedef struct tok_added {
 /* SentencePiece.Type */
 enum { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, SPM_UNUSED = 5, SPM_BYTE = 6 };
 
+/* A byte trie: node 0 is the root, piece[node] the piece ending there (-1
+ * none), child (node, byte) -> the child node (in the pair map's `id`). */
+typedef struct tok_spm_trie {
+    int32_t *piece;
+    size_t n, cap;
+    tok_pairmap child;
+} tok_spm_trie;
+
 typedef struct tok_spm {
     bool unigram;                /* trainer_spec.model_type UNIGRAM; else BPE */
     struct tok_spm_piece {
@@ -210,13 +218,10 @@ typedef struct tok_spm {
     int32_t n;                   /* ids 0 .. n-1 */
     tok_strmap pieces;           /* NORMAL, USER_DEFINED, UNUSED text -> id */
     tok_strmap reserved;         /* UNKNOWN, CONTROL, BYTE text -> id (looked up first) */
-    /* A byte trie of `pieces` (as sentencepiece's double-array trie: finding the
-     * pieces that start at a position costs the longest match): node 0 is the
-     * root, trie_piece[node] the piece ending there (-1 none), trie_child
-     * (node, byte) -> child node (in the pair map's `id`). */
-    int32_t *trie_piece;
-    size_t n_trie, cap_trie;
-    tok_pairmap trie_child;
+    /* Byte tries (as sentencepiece's double-array tries: finding the pieces
+     * that start at a position costs the longest match) of `pieces`, and of
+     * the USER_DEFINED ones alone (matched first, by normalizer and BPE). */
+    tok_spm_trie trie, user;
     int32_t unk;                 /* the UNKNOWN piece (one, required) */
     int32_t bos, eos;            /* trainer_spec's bos_piece / eos_piece when CONTROL, else -1 */
     bool byte_fallback;
@@ -236,8 +241,8 @@ typedef struct tok_spm {
 /* NULL + an error naming `name` and the field or byte offset on anything
  * malformed, truncated or unsupported. tok_spm_load reads the file first. */
 tok_spm *tok_spm_parse(const char *name, const uint8_t *p, size_t n);
-/* The trie node under `node` for byte c; -1 when none. */
-int32_t tok_spm_trie_child(const tok_spm *m, int32_t node, uint8_t c);
+/* The node under `node` for byte c; -1 when none. */
+int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c);
 tok_spm *tok_spm_load(const char *path);
 void tok_spm_free(tok_spm *m); /* NULL is a no-op */
 /* Appends sentencepiece's ids of s[0..n) (any bytes: each invalid UTF-8 byte

@@ -19,8 +19,8 @@
 static const char SPACE[] = "\xE2\x96\x81"; /* U+2581 LOWER ONE EIGHTH BLOCK */
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
-int32_t tok_spm_trie_child(const tok_spm *m, int32_t node, uint8_t c) {
-    const struct tok_pair_slot *e = tok_pairmap_get(&m->trie_child, node, c);
+int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
+    const struct tok_pair_slot *e = tok_pairmap_get(&t->child, node, c);
     return e ? e->id : -1;
 }
 
@@ -29,8 +29,8 @@ int32_t tok_spm_trie_child(const tok_spm *m, int32_t node, uint8_t c) {
 static size_t user_prefix(const tok_spm *m, const char *s, size_t n) {
     size_t best = 0;
     int32_t cur = 0;
-    for (size_t k = 0; k < n && (cur = tok_spm_trie_child(m, cur, (uint8_t)s[k])) >= 0; k++)
-        if (m->trie_piece[cur] >= 0 && m->pc[m->trie_piece[cur]].type == SPM_USER_DEFINED) best = k + 1;
+    for (size_t k = 0; k < n && (cur = tok_spm_trie_child(&m->user, cur, (uint8_t)s[k])) >= 0; k++)
+        if (m->user.piece[cur] >= 0) best = k + 1;
     return best;
 }
 
@@ -271,8 +271,8 @@ static bool unigram_encode(const tok_spm *m, const char *s, size_t n, tok_ids *o
         bool single = false;
         /* every piece starting at a, by the trie (its end is a character boundary of the valid text) */
         int32_t cur = 0;
-        for (size_t e = a; e < n && (cur = tok_spm_trie_child(m, cur, (uint8_t)s[e])) >= 0;) {
-            int32_t id = m->trie_piece[cur];
+        for (size_t e = a; e < n && (cur = tok_spm_trie_child(&m->trie, cur, (uint8_t)s[e])) >= 0;) {
+            int32_t id = m->trie.piece[cur];
             e++;
             if (id < 0 || m->pc[id].type == SPM_UNUSED) continue;
             /* a user-defined piece always wins: length * max_score - 0.1. Sums in float: the

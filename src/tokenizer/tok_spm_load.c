@@ -275,24 +275,30 @@ static int piece_byte(const char *s, size_t n) {
     return hi && lo && s[3] && s[4] ? (int)((hi - hex) * 16 + (lo - hex)) : -1;
 }
 
-static bool trie_node(tok_spm *m) {
-    if (m->n_trie >= INT32_MAX || !tok_grow(&m->trie_piece, &m->cap_trie, m->n_trie, sizeof *m->trie_piece)) return false;
-    m->trie_piece[m->n_trie++] = -1;
+static bool trie_node(tok_spm_trie *t) {
+    if (t->n >= INT32_MAX || !tok_grow(&t->piece, &t->cap, t->n, sizeof *t->piece)) return false;
+    t->piece[t->n++] = -1;
     return true;
 }
 
-static bool trie_insert(tok_spm *m, const char *s, size_t n, int32_t id) {
+static bool trie_insert(tok_spm_trie *t, const char *s, size_t n, int32_t id) {
+    if (!t->n && !trie_node(t)) return false; /* the root */
     int32_t cur = 0;
     for (size_t i = 0; i < n; i++) {
-        int32_t next = tok_spm_trie_child(m, cur, (uint8_t)s[i]);
+        int32_t next = tok_spm_trie_child(t, cur, (uint8_t)s[i]);
         if (next < 0) {
-            next = (int32_t)m->n_trie;
-            if (!trie_node(m) || !tok_pairmap_put(&m->trie_child, cur, (uint8_t)s[i], 0, next)) return false;
+            next = (int32_t)t->n;
+            if (!trie_node(t) || !tok_pairmap_put(&t->child, cur, (uint8_t)s[i], 0, next)) return false;
         }
         cur = next;
     }
-    m->trie_piece[cur] = id;
+    t->piece[cur] = id;
     return true;
+}
+
+static void trie_free(tok_spm_trie *t) {
+    free(t->piece);
+    tok_pairmap_free(&t->child);
 }
 
 /* The maps and checks of sentencepiece's ModelInterface::InitializePieces, and the refusals. */
@@ -316,7 +322,6 @@ static bool build(pb *r, tok_spm *m, spec *sp) {
     m->min_score = FLT_MAX;
     m->max_score = FLT_MIN;
     for (int b = 0; b < 256; b++) m->byte_id[b] = -1;
-    if (!trie_node(m)) return pfail(r, ACCEL_ERR_OOM, "out of memory"); /* the root */
     for (int32_t i = 0; i < m->n; i++) {
         struct tok_spm_piece *pc = &m->pc[i];
         if (!pc->len) return pfail(r, ACCEL_ERR_FORMAT, "piece %d is empty", i);
@@ -326,7 +331,8 @@ static bool build(pb *r, tok_spm *m, spec *sp) {
         tok_strmap *map = normal ? &m->pieces : &m->reserved;
         if (tok_strmap_get(map, pc->text, pc->len) >= 0)
             return pfail(r, ACCEL_ERR_FORMAT, "piece %d \"%.80s\" is already defined", i, pc->text);
-        if (!tok_strmap_put(map, pc->text, pc->len, i) || (normal && !trie_insert(m, pc->text, pc->len, i)))
+        if (!tok_strmap_put(map, pc->text, pc->len, i) || (normal && !trie_insert(&m->trie, pc->text, pc->len, i)) ||
+            (pc->type == SPM_USER_DEFINED && !trie_insert(&m->user, pc->text, pc->len, i)))
             return pfail(r, ACCEL_ERR_OOM, "out of memory");
         if (pc->type == SPM_NORMAL) {
             if (pc->score < m->min_score) m->min_score = pc->score;
@@ -425,8 +431,8 @@ void tok_spm_free(tok_spm *m) {
     tok_strmap_free(&m->reserved);
     free(m->cmap);
     free(m->cmap_norm);
-    free(m->trie_piece);
-    tok_pairmap_free(&m->trie_child);
+    trie_free(&m->trie);
+    trie_free(&m->user);
     free(m->unk_surface);
     free(m);
 }
