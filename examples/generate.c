@@ -1,6 +1,7 @@
 /* examples/generate.c DIR [options] — generation from a prompt's text or ids.
  *
- *   --prompt TEXT            the prompt as text: DIR's tokenizer.json encodes it (with the
+ *   --prompt TEXT            the prompt as text: DIR's tokenizer.json (or else its
+ *                            SentencePiece tokenizer.model) encodes it (with the
  *                            tokenizer's special tokens, e.g. BOS) and decodes the result,
  *                            printed as text="..." (special tokens skipped)
  *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt)

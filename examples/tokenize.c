@@ -1,6 +1,7 @@
 /* Tokenize a corpus with a model's own tokenizer, for training:
  *     tokenize MODEL_DIR [FILE|-] [--no-special] > ids.txt
- * MODEL_DIR holds tokenizer.json (or name the file itself). Each line of FILE
+ * MODEL_DIR holds tokenizer.json or a SentencePiece tokenizer.model (or name
+ * the file itself). Each line of FILE
  * (standard input by default) is one document: its ids, with the tokenizer's
  * special tokens (BOS, [CLS] ... [SEP]) unless --no-special, go to standard
  * output as one line of space-separated numbers, the format examples/finetune

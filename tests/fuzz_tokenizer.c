@@ -1,11 +1,14 @@
 /* Fuzz target: the tokenizer.json loader and the encode/decode pipeline.
  *
  * Input: a byte string. If it starts with 'J', the rest is loaded as a
- * tokenizer.json (from memory); a tokenizer it accepts encodes and decodes a
- * fixed multilingual text. Otherwise the input is text: each fixture
- * tokenizer of tests/data/tokenizers encodes it (invalid UTF-8 must be refused,
- * nothing else) and decodes the ids; the byte-level gpt2 pipeline, which has
- * no normalizer, must give the text back byte for byte (special tokens kept).
+ * tokenizer.json (from memory); if with 'S', as a SentencePiece
+ * tokenizer.model: a tokenizer it accepts encodes and decodes a fixed
+ * multilingual text. Otherwise the input is text: each fixture tokenizer of
+ * tests/data/tokenizers encodes it (invalid UTF-8 must be refused, nothing
+ * else) and decodes the ids; the byte-level gpt2 pipeline, which has no
+ * normalizer, must give the text back byte for byte (special tokens kept).
+ * Each SentencePiece fixture of tests/data/sentencepiece encodes any bytes
+ * (as sentencepiece, invalid UTF-8 included) and decodes its ids.
  *
  * Built as fuzz_safetensors.c is (tests/tokenizer.cmake): a libFuzzer target
  * with clang, else a replay driver over a seed folder (tests/fuzz_replay.h). */
@@ -21,6 +24,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
 enum { N_FAMILIES = sizeof FAMILIES / sizeof *FAMILIES };
+
+static const char *const SPM_MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf", "nfkc"};
+enum { N_SPM = sizeof SPM_MODELS / sizeof *SPM_MODELS };
+
+/* The SentencePiece fixtures, loaded once (ACCEL_FUZZ_SENTENCEPIECE: their folder,
+ * default data/sentencepiece). */
+static accel_tokenizer **spm_fixtures(void) {
+    static accel_tokenizer *t[N_SPM];
+    static bool loaded;
+    if (loaded) return t;
+    loaded = true;
+    const char *dir = getenv("ACCEL_FUZZ_SENTENCEPIECE");
+    for (int i = 0; i < N_SPM; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir ? dir : "data/sentencepiece", SPM_MODELS[i]);
+        if (!(t[i] = accel_tokenizer_load(path))) {
+            fprintf(stderr, "fuzz_tokenizer: %s\n", accel_last_error());
+            abort();
+        }
+    }
+    return t;
+}
+
+/* A model that loaded encodes any bytes to ids in its vocabulary, which decode. */
+static void spm_round_trip(const tok_spm *m, const char *text, size_t n) {
+    tok_ids ids = {0};
+    tok_buf out = {0};
+    if (!tok_spm_encode(m, text, n, &ids)) abort(); /* out of memory: not on these sizes */
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.v[i] < 0 || ids.v[i] >= m->n) {
+            fprintf(stderr, "fuzz_tokenizer: SentencePiece id %lld outside the vocabulary\n", (long long)ids.v[i]);
+            abort();
+        }
+    if (!tok_spm_decode(m, ids.v, ids.n, true, &out)) abort();
+    free(ids.v);
+    free(out.p);
+}
 
 /* The fixtures, loaded once (ACCEL_FUZZ_TOKENIZERS: their folder, default data/tokenizers). */
 static accel_tokenizer **fixtures(void) {
@@ -70,6 +110,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         accel_clear_error();
         return 0;
     }
+    if (size > 0 && data[0] == 'S') {
+        tok_spm *m = tok_spm_parse("fuzz/tokenizer.model", data + 1, size - 1);
+        static const char text[] = "Hello wörld 東京 😀 12345 <s> <mask> \t\n  end \xff\xc3";
+        if (m) spm_round_trip(m, text, sizeof text - 1);
+        tok_spm_free(m);
+        accel_clear_error();
+        return 0;
+    }
+    accel_tokenizer **sp = spm_fixtures();
+    for (int i = 0; i < N_SPM; i++) spm_round_trip(sp[i]->spm, (const char *)data, size);
     accel_tokenizer **t = fixtures();
     for (int i = 0; i < N_FAMILIES; i++) {
         size_t len = 0;

@@ -11,11 +11,12 @@
  * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
  * q/k norms over the whole projection), GPT-2 (learned positions, LayerNorm,
  * Conv1D; tied, and untied with unscaled attention and inputs up to
- * n_positions exactly). Inputs run past
+ * n_positions exactly, and one with room for 32 new tokens). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
- * with gradient checkpointing on every decoder layer), greedy decoding of 16
- * tokens (32 for Gemma, Gemma2, Granite; KV cache) identical; loaded by
+ * with gradient checkpointing on every decoder layer), greedy decoding of 32
+ * tokens (KV cache; GPT-2's gpt2 and gpt2_untied 29 and 21, where their
+ * learned positions end, gpt2_long 32) identical; loaded by
  * accel_llama_from_pretrained (its no-split class from the table) and by
  * name; the module type names and the decoder layer class are transformers';
  * save_pretrained writes a config.json (family, rope_scaling, windows) that
@@ -51,6 +52,7 @@ static const struct {
     {"olmo2", "Olmo2ForCausalLM", "Olmo2DecoderLayer"},
     {"gpt2", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_untied", "GPT2LMHeadModel", "GPT2Block"},
+    {"gpt2_long", "GPT2LMHeadModel", "GPT2Block"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {

@@ -1,5 +1,6 @@
 /*
- * accel/tokenizer.h — Hugging Face tokenizers from a model's own tokenizer.json.
+ * accel/tokenizer.h — Hugging Face tokenizers from a model's own tokenizer.json or
+ * SentencePiece tokenizer.model.
  *
  * The pipeline is the `tokenizers` library's, stage by stage:
  *     text -> split on added tokens -> normalizer -> pre-tokenizer -> model -> post-processor -> ids
@@ -16,8 +17,17 @@
  *   decoders        ByteLevel ByteFallback Fuse Strip Replace WordPiece Metaspace Sequence
  * Any other component, and any option of these that is not implemented (BPE dropout,
  * a continuing_subword_prefix on BPE, ...), makes the load fail naming the JSON field:
- * a tokenizer is never silently approximated. SentencePiece `tokenizer.model` files and
- * chat templates are not read.
+ * a tokenizer is never silently approximated. Chat templates are not read.
+ *
+ * A SentencePiece `tokenizer.model` (Llama 2, Mistral, Gemma, T5-style Unigram) is
+ * run as the sentencepiece library runs it, ids for ids: BPE by piece scores or
+ * Unigram by Viterbi, user-defined pieces, byte_fallback, the precompiled charsmap
+ * (normalization rules such as the default nmt_nfkc), add_dummy_prefix,
+ * remove_extra_whitespaces, escape_whitespaces. Its special tokens are its CONTROL
+ * pieces; add_special_tokens puts BOS first (LlamaTokenizer's and GemmaTokenizer's
+ * add_bos_token); control pieces in the text are text, as in sentencepiece. A
+ * WORD or CHAR model, treat_whitespace_as_suffix or a denormalizer's charsmap is
+ * refused naming the field.
  *
  * OWNERSHIP: a tokenizer is immutable once loaded; encode/decode may run on several
  * threads at once. Returned id arrays and strings are malloc'd: free() them.
@@ -37,20 +47,24 @@ extern "C" {
 
 typedef struct accel_tokenizer accel_tokenizer;
 
-/* path: a tokenizer.json, or a directory holding one. NULL + error naming the file
- * and the field on anything malformed or unsupported. */
+/* path: a tokenizer.json, a SentencePiece model (a name ending in ".model"), or a
+ * directory holding tokenizer.json or else tokenizer.model (transformers' order).
+ * NULL + error naming the file and the field (or byte offset) on anything
+ * malformed or unsupported. */
 accel_tokenizer *accel_tokenizer_load(const char *path);
 void accel_tokenizer_free(accel_tokenizer *t); /* NULL is a no-op */
 
 /* text: n bytes of UTF-8 (invalid UTF-8 is ACCEL_ERR_INVALID_ARG naming the byte
- * offset). add_special_tokens applies the post-processor's template (BOS, [CLS] ...
+ * offset; a SentencePiece model takes it as sentencepiece does, each invalid byte
+ * U+FFFD). add_special_tokens applies the post-processor's template (BOS, [CLS] ...
  * [SEP]), as tokenizers' encode(text, add_special_tokens=...). *ids gets a malloc'd
  * array (NULL when empty) and *n_ids its length. */
 accel_status accel_tokenizer_encode(const accel_tokenizer *t, const char *text, size_t n,
                                     bool add_special_tokens, int64_t **ids, int64_t *n_ids);
 /* tokenizers' decode(ids, skip_special_tokens): *text gets a malloc'd NUL-terminated
  * string (invalid byte sequences become U+FFFD as the reference does), *len its
- * length (may be NULL). An id outside the vocabulary is ACCEL_ERR_INVALID_ARG naming it. */
+ * length (may be NULL). SentencePiece: sentencepiece's DecodeIds; with
+ * skip_special_tokens false the control pieces are written as their text. An id outside the vocabulary is ACCEL_ERR_INVALID_ARG naming it. */
 accel_status accel_tokenizer_decode(const accel_tokenizer *t, const int64_t *ids, int64_t n,
                                     bool skip_special_tokens, char **text, size_t *len);
 

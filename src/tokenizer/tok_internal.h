@@ -190,8 +190,71 @@ typedef struct tok_added {
     bool special, single_word, lstrip, rstrip, normalized;
 } tok_added;
 
+/* ------------------------------------------------------------ SentencePiece */
+
+/* A SentencePiece tokenizer.model (sentencepiece_model.proto's ModelProto), as
+ * the sentencepiece library runs it: tok_spm_load.c reads it, tok_spm.c
+ * normalizes, encodes (BPE by piece scores, Unigram by Viterbi) and decodes. */
+
+/* SentencePiece.Type */
+enum { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, SPM_UNUSED = 5, SPM_BYTE = 6 };
+
+/* A byte trie: node 0 is the root, piece[node] the piece ending there (-1
+ * none), child (node, byte) -> the child node (in the pair map's `id`). */
+typedef struct tok_spm_trie {
+    int32_t *piece;
+    size_t n, cap;
+    tok_pairmap child;
+} tok_spm_trie;
+
+typedef struct tok_spm {
+    bool unigram;                /* trainer_spec.model_type UNIGRAM; else BPE */
+    struct tok_spm_piece {
+        char *text;              /* NUL-terminated (a piece holds no NUL) */
+        size_t len;
+        float score;
+        uint8_t type;            /* SPM_* */
+    } *pc;                       /* id -> piece */
+    int32_t n;                   /* ids 0 .. n-1 */
+    tok_strmap pieces;           /* NORMAL, USER_DEFINED, UNUSED text -> id */
+    tok_strmap reserved;         /* UNKNOWN, CONTROL, BYTE text -> id (looked up first) */
+    /* Byte tries (as sentencepiece's double-array tries: finding the pieces
+     * that start at a position costs the longest match) of `pieces`, and of
+     * the USER_DEFINED ones alone (matched first, by normalizer and BPE). */
+    tok_spm_trie trie, user;
+    int32_t unk;                 /* the UNKNOWN piece (one, required) */
+    int32_t bos, eos;            /* trainer_spec's bos_piece / eos_piece when CONTROL, else -1 */
+    bool byte_fallback;
+    int32_t byte_id[256];        /* <0xXX> pieces (all 256 when byte_fallback) */
+    bool add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
+    /* normalizer_spec.precompiled_charsmap (rules such as nmt_nfkc), n_cmap == 0: none.
+     * cmap: a darts-clone double-array trie over the input's bytes whose values
+     * are offsets into cmap_norm, the replacement strings (NUL-terminated). */
+    uint32_t *cmap;
+    size_t n_cmap;
+    char *cmap_norm;
+    size_t cmap_norm_len;
+    char *unk_surface;           /* what decode writes for the unknown piece */
+    float min_score, max_score;  /* over NORMAL pieces, from FLT_MAX / FLT_MIN as sentencepiece */
+} tok_spm;
+
+/* NULL + an error naming `name` and the field or byte offset on anything
+ * malformed, truncated or unsupported. tok_spm_load reads the file first. */
+tok_spm *tok_spm_parse(const char *name, const uint8_t *p, size_t n);
+/* The node under `node` for byte c; -1 when none. */
+int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c);
+tok_spm *tok_spm_load(const char *path);
+void tok_spm_free(tok_spm *m); /* NULL is a no-op */
+/* Appends sentencepiece's ids of s[0..n) (any bytes: each invalid UTF-8 byte
+ * becomes U+FFFD, as sentencepiece's normalizer does). False: out of memory. */
+bool tok_spm_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out);
+/* sentencepiece's DecodeIds (ids checked by the caller); with render_control,
+ * CONTROL pieces write their text instead of nothing. */
+bool tok_spm_decode(const tok_spm *m, const int64_t *ids, size_t n, bool render_control, tok_buf *out);
+
 struct accel_tokenizer {
     char *path;
+    tok_spm *spm;                     /* a tokenizer.model: the fields below are unused */
     tok_model model;
     tok_normalizer *normalizer;       /* NULL: none */
     tok_pretokenizer *pretokenizer;

@@ -125,9 +125,15 @@ void tok_strmap_free(tok_strmap *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* Both halves of the key reach the low bits (a product alone leaves bits
+ * below 32 blind to `a`: every pair with the same `b` collided in maps of up
+ * to 4096 slots). */
 static size_t pair_hash(int32_t a, int32_t b, size_t cap) {
     uint64_t h = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 20) & (cap - 1);
+    h ^= h >> 32;
+    h *= 0xD6E8FEB86659FD93ull;
+    h ^= h >> 32;
+    return (size_t)h & (cap - 1);
 }
 
 static bool pairmap_grow(tok_pairmap *m) {

@@ -12,6 +12,27 @@ bool tok_is_letter(uint32_t c);
 bool tok_is_joining_mark(uint32_t c);
 bool tok_is_numeric(uint32_t c);
 
+/* A SentencePiece tokenizer.model as an accel_tokenizer. */
+static accel_tokenizer *load_spm(const char *path) {
+    tok_spm *m = tok_spm_load(path);
+    if (!m) return NULL;
+    accel_tokenizer *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(path))) {
+        free(t);
+        tok_spm_free(m);
+        accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", path);
+        return NULL;
+    }
+    t->spm = m;
+    t->vocab_size = m->n;
+    return t;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
 accel_tokenizer *accel_tokenizer_load(const char *path) {
     if (!path) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tokenizer_load: NULL path");
@@ -19,22 +40,35 @@ accel_tokenizer *accel_tokenizer_load(const char *path) {
     }
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        size_t n = strlen(path) + sizeof "/tokenizer.json";
-        char *file = malloc(n);
-        if (!file) {
+        /* a snapshot's tokenizer.json, else its SentencePiece tokenizer.model (as transformers prefers) */
+        size_t n = strlen(path) + sizeof "/tokenizer.model" + sizeof "/tokenizer.json";
+        char *json = malloc(n), *model = malloc(n);
+        if (!json || !model) {
+            free(json);
+            free(model);
             accel_set_error(ACCEL_ERR_OOM, "accel_tokenizer_load: out of memory");
             return NULL;
         }
-        snprintf(file, n, "%s/tokenizer.json", path);
-        accel_tokenizer *t = tok_load_json(file);
-        free(file);
+        snprintf(json, n, "%s/tokenizer.json", path);
+        snprintf(model, n, "%s/tokenizer.model", path);
+        accel_tokenizer *t;
+        if (stat(json, &sb) != 0 && stat(model, &sb) == 0) {
+            t = load_spm(model);
+        } else {
+            t = tok_load_json(json);
+            if (!t && accel_last_status() == ACCEL_ERR_IO && stat(json, &sb) != 0)
+                accel_set_error(ACCEL_ERR_IO, "%s: neither %s nor %s exists", path, json, model);
+        }
+        free(json);
+        free(model);
         return t;
     }
-    return tok_load_json(path);
+    return ends_with(path, ".model") ? load_spm(path) : tok_load_json(path);
 }
 
 void accel_tokenizer_free(accel_tokenizer *t) {
     if (!t) return;
+    tok_spm_free(t->spm);
     tok_free_parts(t);
     free(t);
 }
@@ -161,6 +195,21 @@ static bool post_process(const tok_post *pp, tok_ids *ids) {
     return ok;
 }
 
+/* SentencePiece: its ids, after BOS with special tokens (LlamaTokenizer's and
+ * GemmaTokenizer's add_bos_token); invalid UTF-8 is sentencepiece's business. */
+static accel_status encode_spm(const tok_spm *m, const char *text, size_t n, bool add_special_tokens, int64_t **ids,
+                               int64_t *n_ids) {
+    tok_ids out = {0};
+    bool ok = !(add_special_tokens && m->bos >= 0) || tok_ids_push(&out, m->bos);
+    if (!ok || !tok_spm_encode(m, text, n, &out)) {
+        free(out.v);
+        return accel_set_error(ACCEL_ERR_OOM, "accel_tokenizer_encode: out of memory");
+    }
+    *ids = out.v;
+    *n_ids = (int64_t)out.n;
+    return ACCEL_OK;
+}
+
 accel_status accel_tokenizer_encode(const accel_tokenizer *t, const char *text, size_t n, bool add_special_tokens,
                                     int64_t **ids, int64_t *n_ids) {
     if (!t || (!text && n) || !ids || !n_ids)
@@ -168,6 +217,7 @@ accel_status accel_tokenizer_encode(const accel_tokenizer *t, const char *text, 
                                !t ? "tokenizer" : !ids || !n_ids ? "output" : "text");
     *ids = NULL;
     *n_ids = 0;
+    if (t->spm) return encode_spm(t->spm, text, n, add_special_tokens, ids, n_ids);
     size_t bad = tok_utf8_invalid_at(text, n);
     if (bad < n)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tokenizer_encode: the text is not UTF-8: byte %zu (0x%02X)",
@@ -194,12 +244,14 @@ accel_status accel_tokenizer_encode(const accel_tokenizer *t, const char *text, 
 
 const char *accel_tokenizer_id_to_token(const accel_tokenizer *t, int64_t id) {
     if (!t || id < 0 || id >= t->vocab_size) return NULL;
+    if (t->spm) return t->spm->pc[id].text;
     if (t->added_token[id]) return t->added_token[id];
     return id < t->model.n_token ? t->model.token[id] : NULL;
 }
 
 bool accel_tokenizer_is_special(const accel_tokenizer *t, int64_t id) {
     const char *tok = accel_tokenizer_id_to_token(t, id);
+    if (tok && t->spm) return t->spm->pc[id].type == SPM_CONTROL;
     if (!tok || !t->added_token[id]) return false;
     int64_t k = tok_strmap_get(&t->added_map, tok, strlen(tok));
     return k >= 0 && t->added[k].special;
@@ -225,7 +277,9 @@ accel_status accel_tokenizer_decode(const accel_tokenizer *t, const int64_t *ids
         if (!(skip_special_tokens && accel_tokenizer_is_special(t, ids[i]))) tokens[k++] = (char *)tok;
     }
     tok_buf out = {0};
-    bool ok = tok_decode_tokens(t->decoder, tokens, k, &out);
+    /* SentencePiece decodes ids (byte pieces need their neighbours); its special tokens are CONTROL pieces */
+    bool ok = t->spm ? tok_spm_decode(t->spm, ids, (size_t)n, !skip_special_tokens, &out) && tok_buf_put(&out, "", 0)
+                     : tok_decode_tokens(t->decoder, tokens, k, &out);
     free(tokens);
     if (!ok) {
         free(out.p);
@@ -240,6 +294,10 @@ int64_t accel_tokenizer_vocab_size(const accel_tokenizer *t) { return t ? t->voc
 
 int64_t accel_tokenizer_token_to_id(const accel_tokenizer *t, const char *token) {
     if (!t || !token) return -1;
+    if (t->spm) {
+        int64_t id = tok_strmap_get(&t->spm->reserved, token, strlen(token));
+        return id >= 0 ? id : tok_strmap_get(&t->spm->pieces, token, strlen(token));
+    }
     int64_t k = tok_strmap_get(&t->added_map, token, strlen(token));
     if (k >= 0) return t->added[k].id;
     return tok_strmap_get(&t->model.vocab, token, strlen(token));

@@ -1,0 +1,81 @@
+#!/bin/bash
+# First-token latency and greedy decode tokens/s per architecture family:
+# accel's examples/generate vs transformers' generate (bench/families_peer.py),
+# the same checkpoint, prompt and thread count, runs interleaved (accel then
+# transformers for each family in every round) so both sides see the same load.
+#
+#     bash bench/families.sh [BUILD_DIR] [ROUNDS]        (defaults build, 3)
+#
+# The checkpoints: bench/families_peer.py make (one per family: hidden 512,
+# intermediate 1024, 4 layers, 8 heads, vocabulary 32000, transformers' random
+# init, f32), written to a temporary folder. Prompt 1..8, NEW new tokens
+# (default 32). accel's first token: generate's prompt_ms, its first call in the
+# process (cold); transformers': generate(max_new_tokens=1) after a warm-up
+# generate. tokens/s: new tokens after the first over their time, on both sides.
+# Env: THREADS (2), NEW, OUT (default bench/results/families.md; bench/results/<kind>/families.md
+# on another CPU kind). Writes medians there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+ROUNDS=${2:-3}
+THREADS=${THREADS:-2}
+NEW=${NEW:-32}
+PROMPT=1,2,3,4,5,6,7,8
+FAMILIES="llama mistral qwen2 qwen3 gemma gemma2 granite phi3 olmo2 gpt2"
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE
+if [ "$B" = build ]; then cmake --build build -j2 --target generate >/dev/null; fi
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+python3 bench/families_peer.py make "$T/models" > "$T/params" 2>/dev/null
+
+median() { sort -n | awk '{a[NR]=$1} END {if (NR % 2) printf "%.1f", a[(NR+1)/2]; else printf "%.1f", (a[NR/2]+a[NR/2+1])/2}'; }
+
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+for r in $(seq "$ROUNDS"); do
+  echo "== round $r/$ROUNDS" >&2
+  for f in $FAMILIES; do
+    cat "$T/models/$f/model.safetensors" > /dev/null # the page cache warm for both
+    "$B/bin/generate" "$T/models/$f" --ids "$PROMPT" --new-tokens "$NEW" > "$T/out" 2>&1 || { cat "$T/out" >&2; exit 1; }
+    sed -n 's/.*prompt_ms=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$f.a_first"
+    sed -n 's/.*decode_tokens_per_s=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$f.a_tps"
+    sed -n 's/^generated_ids=\[\(.*\)\]/\1/p' "$T/out" | tr -d ' ' > "$T/$f.a_ids"
+    python3 bench/families_peer.py decode "$T/models/$f" --ids "$PROMPT" --new-tokens "$NEW" > "$T/out" 2>/dev/null ||
+      { cat "$T/out" >&2; exit 1; }
+    sed -n 's/^first_token_ms=\([0-9.]*\)/\1/p' "$T/out" >> "$T/$f.p_first"
+    sed -n 's/^decode_tokens_per_s=\([0-9.]*\)/\1/p' "$T/out" >> "$T/$f.p_tps"
+    sed -n 's/^generated_ids=\[\(.*\)\]/\1/p' "$T/out" | tr -d ' ' > "$T/$f.p_ids"
+  done
+done
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+out=${OUT:-bench/results/families.md}
+{
+  echo "# First token and greedy decode per family: accel vs transformers"
+  echo
+  echo "> Measured $(date -u '+%Y-%m-%d %H:%M UTC') on the shared 2-core box while other engineers were"
+  echo "> building and testing: load average before $LOAD0, after $LOAD1 (1/5/15 min). Wall-clock"
+  echo "> figures swing with the load; the same-round ratios are the robust figures."
+  echo
+  echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores); $THREADS threads each"
+  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
+  echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
+  echo
+  echo "Checkpoints: \`bench/families_peer.py make\` (hidden 512, intermediate 1024, 4 layers, 8 heads,"
+  echo "vocabulary 32000, f32, transformers' random init); prompt 1..8, $NEW new tokens, greedy, KV cache;"
+  echo "$ROUNDS interleaved rounds, medians. accel's first token is its first generate call in the process"
+  echo "(cold); transformers' is measured after a warm-up generate. Command: \`bash bench/families.sh build $ROUNDS\`."
+  echo
+  echo "| family | parameters | accel first token ms | transformers first token ms | accel tokens/s | transformers tokens/s | accel / transformers tokens/s | same tokens |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for f in $FAMILIES; do
+    af=$(median < "$T/$f.a_first"); pf=$(median < "$T/$f.p_first")
+    at=$(median < "$T/$f.a_tps"); pt=$(median < "$T/$f.p_tps")
+    same=$(cmp -s "$T/$f.a_ids" "$T/$f.p_ids" && echo yes || echo no)
+    echo "| $f | $(awk -v f="$f" '$1 == f {print $2}' "$T/params") | $af | $pf | $at | $pt | $(awk -v a="$at" -v p="$pt" 'BEGIN{printf "%.2fx", a/p}') | $same |"
+  done
+  echo
+  echo "Per run (accel tokens/s / transformers tokens/s, in order):"
+  echo
+  for f in $FAMILIES; do echo "- $f: $(tr '\n' ' ' < "$T/$f.a_tps")/ $(tr '\n' ' ' < "$T/$f.p_tps")"; done
+} > "$out"
+cat "$out"

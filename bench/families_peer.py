@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Peer and model maker of bench/families.sh: transformers on each architecture
+family accel builds from config.json.
+
+    families_peer.py make OUT_DIR
+        writes OUT_DIR/<family>/ (config.json + model.safetensors, f32, random
+        weights of transformers' own init, seed 0) for every family of FAMILIES:
+        hidden 512, intermediate 1024, 4 layers, 8 heads (4 key/value heads where
+        the family has GQA), head_dim 64, vocabulary 32000.
+    families_peer.py decode DIR [--ids 1,2,...] [--new-tokens 32]
+        AutoModelForCausalLM.from_pretrained(DIR) in f32, one warm-up generate,
+        then greedy generate with the KV cache as bench/bigmodel_peer.py decode
+        does; prints generated_ids, first_token_ms (the prompt's forward and the
+        first token: generate(max_new_tokens=1)) and decode_tokens_per_s (new
+        tokens after the first over their time).
+"""
+import argparse
+import os
+import time
+
+COMMON = dict(vocab_size=32000, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+              num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=256,
+              bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+FAMILIES = {
+    "llama": {},
+    "mistral": dict(sliding_window=32),
+    "qwen2": {},
+    "qwen3": {},
+    "gemma": dict(tie_word_embeddings=True),
+    "gemma2": dict(tie_word_embeddings=True, sliding_window=32),
+    "granite": dict(embedding_multiplier=6.0, attention_multiplier=0.02, residual_multiplier=0.4, logits_scaling=4.0),
+    "phi3": dict(num_key_value_heads=8),
+    "olmo2": dict(num_key_value_heads=8),
+    "gpt2": None,  # GPT2Config's own keys below
+}
+GPT2 = dict(vocab_size=32000, n_embd=512, n_inner=1024, n_layer=4, n_head=8, n_positions=256,
+            bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def make(out):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    for name, extra in FAMILIES.items():
+        kw = GPT2 if extra is None else {**COMMON, **extra}
+        cfg = AutoConfig.for_model("gpt2" if extra is None else name, **kw)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+        model.generation_config.eos_token_id = None
+        model.save_pretrained(os.path.join(out, name), safe_serialization=True)
+        print(name, sum(p.numel() for p in model.parameters()), "parameters")
+
+
+def decode(d, prompt, new_tokens):
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    ids = torch.tensor([[int(t) for t in prompt.split(",")]])
+    kw = dict(do_sample=False, attention_mask=torch.ones_like(ids), pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
+        t0 = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+        t1 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
+        t2 = time.perf_counter()
+    n_new = out.shape[1] - ids.shape[1]
+    print(f"generated_ids={out[0].tolist()}")
+    print(f"first_token_ms={(t1 - t0) * 1e3:.1f}")
+    print(f"decode_tokens_per_s={(n_new - 1) / ((t2 - t1) - (t1 - t0)):.1f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["make", "decode"])
+    ap.add_argument("dir")
+    ap.add_argument("--ids", default="1,2,3,4,5,6,7,8")
+    ap.add_argument("--new-tokens", type=int, default=32)
+    a = ap.parse_args()
+    if a.mode == "make":
+        make(a.dir)
+    else:
+        decode(a.dir, a.ids, a.new_tokens)
+
+
+if __name__ == "__main__":
+    main()

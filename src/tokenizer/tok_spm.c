@@ -1,0 +1,369 @@
+/* SentencePiece encode and decode (tok_internal.h's tok_spm), step for step as
+ * the sentencepiece library (normalizer.cc, bpe_model.cc, unigram_model.cc's
+ * EncodeOptimized, sentencepiece_processor.cc) so the ids are its ids:
+ *   text -> normalize (user-defined pieces kept whole; the precompiled charsmap's
+ *           rules, longest first; every other invalid UTF-8 byte U+FFFD; the
+ *           dummy prefix, extra whitespace removal and ' ' -> U+2581 as
+ *           normalizer_spec says) -> BPE or Unigram -> ids (unknown runs
+ *           merged into one unknown id, or spelled as <0xXX> bytes with
+ *           byte_fallback)
+ *   ids  -> pieces (control ones invisible, the unknown one unk_surface, byte
+ *           pieces gathered and read as UTF-8 with U+FFFD per bad byte) -> text
+ *           (U+2581 -> ' ', the first piece's leading one dropped) */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+
+static const char SPACE[] = "\xE2\x96\x81"; /* U+2581 LOWER ONE EIGHTH BLOCK */
+static const char REPLACEMENT[] = "\xEF\xBF\xBD";
+
+int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
+    const struct tok_pair_slot *e = tok_pairmap_get(&t->child, node, c);
+    return e ? e->id : -1;
+}
+
+/* The length of the longest user-defined piece at s[0..n), 0 when none
+ * (sentencepiece's PrefixMatcher over the USER_DEFINED pieces). */
+static size_t user_prefix(const tok_spm *m, const char *s, size_t n) {
+    size_t best = 0;
+    int32_t cur = 0;
+    for (size_t k = 0; k < n && (cur = tok_spm_trie_child(&m->user, cur, (uint8_t)s[k])) >= 0; k++)
+        if (m->user.piece[cur] >= 0) best = k + 1;
+    return best;
+}
+
+/* One UTF-8 character's byte length from its first byte, as sentencepiece's
+ * OneCharLen (the text is valid UTF-8 by then), clipped to n. */
+static size_t one_char_len(const char *s, size_t n) {
+    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    size_t k = len[(uint8_t)s[0] >> 4];
+    return k < n ? k : n;
+}
+
+/* The longest rule of the precompiled charsmap at s[0..n): its length (0: none)
+ * and *value, the offset of its replacement. darts-clone's commonPrefixSearch,
+ * with every index checked against the trie's size (a broken trie ends the
+ * match). A unit: bits 0-7 label, 8 has_leaf, 9 offset shift, 10-31 offset;
+ * a leaf unit's bits 0-30 are its value. */
+static size_t charsmap_prefix(const tok_spm *m, const char *s, size_t n, uint32_t *value) {
+    const uint32_t *a = m->cmap;
+    size_t pos = 0, best = 0;
+    uint32_t unit = a[0];
+    pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)s[i];
+        pos ^= c;
+        if (pos >= m->n_cmap) break;
+        unit = a[pos];
+        if ((unit & ((1u << 31) | 0xFF)) != c) break;
+        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+        if (pos >= m->n_cmap) break;
+        if ((unit >> 8) & 1) {
+            best = i + 1;
+            *value = a[pos] & ((1u << 31) - 1);
+        }
+    }
+    return best;
+}
+
+/* Normalizer::NormalizePrefix: a user-defined piece as it is, else the longest
+ * charsmap rule's replacement, else a character as it is, or U+FFFD for one
+ * invalid byte. *text / *tn: the normalized prefix; returns the bytes of s it
+ * consumed. */
+static size_t norm_prefix(const tok_spm *m, const char *s, size_t n, const char **text, size_t *tn) {
+    size_t k = user_prefix(m, s, n);
+    uint32_t cp, v = 0;
+    if (!k && m->n_cmap && (k = charsmap_prefix(m, s, n, &v))) {
+        *text = v < m->cmap_norm_len ? m->cmap_norm + v : "";
+        *tn = strlen(*text); /* cmap_norm ends with a NUL */
+        return k;
+    }
+    if (!k && !(k = tok_utf8_next(s, n, &cp))) {
+        *text = REPLACEMENT, *tn = 3;
+        return 1;
+    }
+    *text = s, *tn = k;
+    return k;
+}
+
+static bool put_escaped(const tok_spm *m, tok_buf *out, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(m->escape_whitespaces && s[i] == ' ' ? tok_buf_put(out, SPACE, 3) : tok_buf_put(out, s + i, 1))) return false;
+    return true;
+}
+
+/* Normalizer::Normalize. */
+static bool normalize(const tok_spm *m, const char *s, size_t n, tok_buf *out) {
+    const char *t;
+    size_t tn, pos = 0;
+    if (m->remove_extra_whitespaces)
+        while (pos < n) {
+            size_t k = norm_prefix(m, s + pos, n - pos, &t, &tn);
+            if (tn != 1 || *t != ' ') break;
+            pos += k;
+        }
+    if (pos == n) return true;
+    if (m->add_dummy_prefix && !put_escaped(m, out, " ", 1)) return false;
+    bool prev_space = m->remove_extra_whitespaces;
+    while (pos < n) {
+        pos += norm_prefix(m, s + pos, n - pos, &t, &tn);
+        while (prev_space && tn && *t == ' ') t++, tn--;
+        if (tn) {
+            if (!put_escaped(m, out, t, tn)) return false;
+            prev_space = t[tn - 1] == ' ';
+        }
+        if (!m->remove_extra_whitespaces) prev_space = false;
+    }
+    if (m->remove_extra_whitespaces) {
+        const char *sp = m->escape_whitespaces ? SPACE : " ";
+        size_t sn = strlen(sp);
+        while (out->n >= sn && !memcmp(out->p + out->n - sn, sp, sn)) out->n -= sn;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ model output -> ids */
+
+/* The ids of the model's pieces, as SentencePieceProcessor's
+ * PopulateSentencePieceText: an unknown piece spelled in bytes with
+ * byte_fallback, else a run of unknown pieces one unknown id. */
+typedef struct emit {
+    tok_ids *out;
+    bool prev_unk;
+} emit;
+
+static bool emit_piece(const tok_spm *m, emit *e, const char *w, size_t n, int32_t id) {
+    bool unk = m->pc[id].type == SPM_UNKNOWN, ok = true;
+    if (m->pc[id].type == SPM_CONTROL) ok = tok_ids_push(e->out, id);
+    else if (unk && m->byte_fallback)
+        for (size_t i = 0; ok && i < n; i++) ok = tok_ids_push(e->out, m->byte_id[(uint8_t)w[i]]);
+    else if (!(unk && e->prev_unk)) ok = tok_ids_push(e->out, id);
+    e->prev_unk = unk;
+    return ok;
+}
+
+/* ModelInterface::PieceToId: reserved pieces first, then the others, else unknown. */
+static int32_t piece_to_id(const tok_spm *m, const char *s, size_t n) {
+    int64_t id = tok_strmap_get(&m->reserved, s, n);
+    if (id < 0) id = tok_strmap_get(&m->pieces, s, n);
+    return id < 0 ? m->unk : (int32_t)id;
+}
+
+/* ------------------------------------------------------------ BPE (bpe_model.cc) */
+
+typedef struct sym {
+    size_t a, n;            /* bytes of the normalized text; n == 0: merged away */
+    ptrdiff_t prev, next;   /* -1: none */
+    bool freeze;    /* a user-defined piece: never merged */
+} sym;
+
+typedef struct pair {
+    ptrdiff_t left, right;
+    float score;
+    size_t size;
+} pair;
+
+/* The agenda's order: the higher score first, then the leftmost. */
+static bool before(const pair *x, const pair *y) { return x->score > y->score || (x->score == y->score && x->left < y->left); }
+
+typedef struct heap {
+    pair *v;
+    size_t n, cap;
+} heap;
+
+static bool heap_push(heap *h, pair p) {
+    if (!tok_grow(&h->v, &h->cap, h->n, sizeof *h->v)) return false;
+    size_t i = h->n++;
+    for (; i && before(&p, &h->v[(i - 1) / 2]); i = (i - 1) / 2) h->v[i] = h->v[(i - 1) / 2];
+    h->v[i] = p;
+    return true;
+}
+
+static pair heap_pop(heap *h) {
+    pair top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
+        if (!before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+typedef struct bpe {
+    const tok_spm *m;
+    const char *s;
+    sym *sy;
+    heap agenda;
+    tok_strmap split; /* an UNUSED piece made by a merge -> its left part's length */
+} bpe;
+
+/* MaybeAddNewSymbolPair. */
+static bool maybe_pair(bpe *b, ptrdiff_t l, ptrdiff_t r) {
+    if (l < 0 || r < 0 || b->sy[l].freeze || b->sy[r].freeze) return true;
+    const char *p = b->s + b->sy[l].a;
+    size_t n = b->sy[l].n + b->sy[r].n;
+    int64_t id = tok_strmap_get(&b->m->pieces, p, n);
+    if (id < 0) return true;
+    if (b->m->pc[id].type == SPM_UNUSED && !tok_strmap_put(&b->split, p, n, (int64_t)b->sy[l].n)) return false;
+    return heap_push(&b->agenda, (pair){l, r, b->m->pc[id].score, n});
+}
+
+/* The resegment of bpe_model.cc: an UNUSED piece is replaced by the two it was made of. */
+static bool resegment(bpe *b, emit *e, const char *w, size_t n) {
+    int32_t id = piece_to_id(b->m, w, n);
+    int64_t left = b->m->pc[id].type == SPM_UNUSED ? tok_strmap_get(&b->split, w, n) : -1;
+    if (left < 0) return emit_piece(b->m, e, w, n, id);
+    return resegment(b, e, w, (size_t)left) && resegment(b, e, w + left, n - (size_t)left);
+}
+
+static bool bpe_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) {
+    bpe b = {.m = m, .s = s, .sy = malloc((n + 1) * sizeof *b.sy)};
+    bool ok = b.sy != NULL;
+    ptrdiff_t ns = 0;
+    for (size_t a = 0; ok && a < n; ns++) {
+        size_t k = user_prefix(m, s + a, n - a);
+        b.sy[ns] = (sym){a, k ? k : one_char_len(s + a, n - a), ns - 1, -1, k > 0};
+        if (ns) b.sy[ns - 1].next = ns;
+        a += b.sy[ns].n;
+    }
+    for (ptrdiff_t i = 1; ok && i < ns; i++) ok = maybe_pair(&b, i - 1, i);
+    while (ok && b.agenda.n) {
+        pair top = heap_pop(&b.agenda);
+        sym *l = &b.sy[top.left], *r = &b.sy[top.right];
+        if (!l->n || !r->n || l->n + r->n != top.size) continue; /* stale */
+        l->n += r->n;
+        l->next = r->next;
+        if (r->next >= 0) b.sy[r->next].prev = top.left;
+        r->n = 0;
+        ok = maybe_pair(&b, l->prev, top.left) && maybe_pair(&b, top.left, b.sy[top.left].next);
+    }
+    emit e = {out, false};
+    for (ptrdiff_t i = 0; ok && ns && i >= 0; i = b.sy[i].next) ok = resegment(&b, &e, s + b.sy[i].a, b.sy[i].n);
+    free(b.sy);
+    free(b.agenda.v);
+    tok_strmap_free(&b.split);
+    return ok;
+}
+
+/* ------------------------------------------------------------ Unigram (EncodeOptimized) */
+
+typedef struct node {
+    int32_t id;    /* the piece ending here on the best path */
+    float score;   /* the best path's score up to here */
+    int64_t start; /* where that piece starts; -1: no path yet */
+} node;
+
+static bool unigram_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) {
+    node *best = malloc((n + 1) * sizeof *best);
+    if (!best) return false;
+    for (size_t i = 0; i <= n; i++) best[i] = (node){-1, 0.0f, -1};
+    const float unk_score = m->min_score - 10.0f; /* kUnkPenalty */
+    for (size_t a = 0; a < n;) {
+        const float here = best[a].score;
+        size_t mblen = one_char_len(s + a, n - a);
+        bool single = false;
+        /* every piece starting at a, by the trie (its end is a character boundary of the valid text) */
+        int32_t cur = 0;
+        for (size_t e = a; e < n && (cur = tok_spm_trie_child(&m->trie, cur, (uint8_t)s[e])) >= 0;) {
+            int32_t id = m->trie.piece[cur];
+            e++;
+            if (id < 0 || m->pc[id].type == SPM_UNUSED) continue;
+            /* a user-defined piece always wins: length * max_score - 0.1. Sums in float: the
+             * sentencepiece wheels' ids (ties such as "0" "00" / "00" "0" follow the rounding) */
+            float score = m->pc[id].type == SPM_USER_DEFINED ? (float)((float)(e - a) * m->max_score - 0.1) : m->pc[id].score;
+            float cand = score + here;
+            if (best[e].start < 0 || cand > best[e].score) best[e] = (node){id, cand, (int64_t)a};
+            if (e - a == mblen) single = true;
+        }
+        if (!single) {
+            float cand = unk_score + here;
+            node *t = &best[a + mblen];
+            if (t->start < 0 || cand > t->score) *t = (node){m->unk, cand, (int64_t)a};
+        }
+        a += mblen;
+    }
+    /* back from the end: the pieces in reverse */
+    size_t k = 0;
+    for (size_t e = n; e > 0; e = (size_t)best[e].start) k++;
+    size_t *ends = malloc((k + 1) * sizeof *ends), i = k;
+    bool ok = ends != NULL;
+    for (size_t e = n; ok && e > 0; e = (size_t)best[e].start) ends[--i] = e;
+    emit em = {out, false};
+    for (i = 0; ok && i < k; i++) {
+        size_t e = ends[i], a = (size_t)best[e].start;
+        ok = emit_piece(m, &em, s + a, e - a, best[e].id);
+    }
+    free(ends);
+    free(best);
+    return ok;
+}
+
+bool tok_spm_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) {
+    tok_buf norm = {0};
+    bool ok = normalize(m, s, n, &norm);
+    if (ok && norm.n) ok = m->unigram ? unigram_encode(m, norm.p, norm.n, out) : bpe_encode(m, norm.p, norm.n, out);
+    free(norm.p);
+    return ok;
+}
+
+/* ------------------------------------------------------------ decode */
+
+/* Byte pieces ids[0..n) as UTF-8: each character whole, each invalid byte U+FFFD. */
+static bool put_bytes(const tok_spm *m, const int64_t *ids, size_t n, tok_buf *out) {
+    if (!n) return true;
+    uint8_t *b = malloc(n);
+    if (!b) return false;
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)strtol(m->pc[ids[i]].text + 3, NULL, 16); /* "<0xXX>" */
+    bool ok = true;
+    for (size_t i = 0; ok && i < n;) {
+        uint32_t cp;
+        size_t k = tok_utf8_next((const char *)b + i, n - i, &cp);
+        ok = k ? tok_buf_put(out, b + i, k) : tok_buf_put(out, REPLACEMENT, 3);
+        i += k ? k : 1;
+    }
+    free(b);
+    return ok;
+}
+
+bool tok_spm_decode(const tok_spm *m, const int64_t *ids, size_t n, bool render_control, tok_buf *out) {
+    /* the leading U+2581 of the first piece is the dummy prefix (or, with extra
+     * whitespace removed, of every piece until text appears) */
+    bool strip = m->add_dummy_prefix || m->remove_extra_whitespaces, bos_ws = true, bos_ws_seen = false;
+    size_t byte_start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && m->pc[ids[i]].type == SPM_BYTE) continue;
+        if (!put_bytes(m, ids + byte_start, i - byte_start, out)) return false;
+        byte_start = i + 1;
+        if (i == n) break;
+        const struct tok_spm_piece *pc = &m->pc[ids[i]];
+        if (bos_ws_seen || out->n) bos_ws = false;
+        bos_ws_seen = false;
+        if (pc->type == SPM_CONTROL) {
+            if (render_control && !tok_buf_put(out, pc->text, pc->len)) return false;
+            continue;
+        }
+        if (pc->type == SPM_UNKNOWN) {
+            if (!tok_buf_put(out, m->unk_surface, strlen(m->unk_surface))) return false;
+            continue;
+        }
+        const char *p = pc->text;
+        size_t k = pc->len;
+        if (bos_ws && strip && k >= 3 && !memcmp(p, SPACE, 3)) {
+            p += 3, k -= 3;
+            bos_ws_seen = !m->remove_extra_whitespaces;
+        }
+        for (size_t j = 0; j < k;) {
+            bool sp = j + 3 <= k && !memcmp(p + j, SPACE, 3);
+            if (!(sp ? tok_buf_put(out, " ", 1) : tok_buf_put(out, p + j, 1))) return false;
+            j += sp ? 3 : 1;
+        }
+    }
+    return true;
+}
