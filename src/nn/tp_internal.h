@@ -1,0 +1,22 @@
+/* Tensor parallelism inside src/nn (not public API): what the decoder's
+ * plan needs beyond accel/parallel.h. */
+#ifndef ACCEL_NN_TP_INTERNAL_H
+#define ACCEL_NN_TP_INTERNAL_H
+
+#include "accel/parallel.h"
+
+/* A Linear whose output rows [start, start + local) this rank uses while it
+ * keeps the whole weight, replicated on every rank of the group: the K/V
+ * projections when a model has fewer KV heads than tp ranks (Megatron
+ * replicates those heads). The weight goes through accel_tp_copy_to_region
+ * before its rows are taken, so its gradient is the sum of every rank's
+ * part: the whole gradient, the same on every rank. */
+#define ACCEL__TP_REPLICA_ROWS ((accel_tp_style)100)
+
+/* One module of a plan: m parallelized with style over pg, its split
+ * dimension cut into slice `part` of `parts` equal ones (for
+ * ACCEL__TP_REPLICA_ROWS: the rows used, the weight kept whole). */
+accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
+                                       const char *path);
+
+#endif
