@@ -11,34 +11,7 @@
 #include "accel/parallel.h"
 #include "check.h"
 #include "dist_group.h"
-
-/* |a - b| <= 1e-5 max(1, |b|) over n floats; one CHECK naming what. */
-static void close_all(const char *what, const float *a, const float *b, int64_t n) {
-    int64_t bad = -1;
-    for (int64_t i = 0; i < n && bad < 0; i++)
-        if (!(fabs((double)a[i] - b[i]) <= 1e-5 * fmax(1.0, fabs((double)b[i])))) bad = i;
-    CHECK_MSG(bad < 0, "%s: element %lld is %.9g, want %.9g", what, (long long)bad, bad < 0 ? 0 : a[bad],
-              bad < 0 ? 0 : b[bad]);
-}
-
-/* Persistent tensors (they outlive accel_step_reset) from host values. */
-static accel_tensor *pf32(int ndim, const int64_t *shape, const float *v) {
-    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, ACCEL_CPU_DEVICE);
-    accel_tensor_from_host(t, v);
-    return t;
-}
-
-static accel_tensor *pi64(int ndim, const int64_t *shape, const int64_t *v) {
-    accel_tensor *t = accel_tensor_new(ACCEL_I64, ndim, shape, ACCEL_CPU_DEVICE);
-    accel_tensor_from_host(t, v);
-    return t;
-}
-
-static float *floats_of(const accel_tensor *t) {
-    float *f = malloc((size_t)accel_numel(t) * sizeof *f);
-    accel_to_floats(t, f);
-    return f;
-}
+#include "tp_fixture.h"
 
 /* ---- the collectives */
 
@@ -149,27 +122,6 @@ static accel_tensor *lm_loss(accel_module *m, accel_tensor *ids, accel_tensor *l
     if (accel_module_tp_info(m->children[3], NULL, &pg, &start, NULL))
         return accel_tp_cross_entropy(logits, labels, start, -100, pg);
     return accel_cross_entropy(logits, labels, -100);
-}
-
-/* Every gradient of the parallel model against the slice of the reference's. */
-static void grads_match(accel_module *tp, accel_module *ref) {
-    accel_state_dict *sd = accel_module_state_dict(tp);
-    for (int i = 0; sd && i < sd->n; i++) {
-        accel_tensor *a = sd->entries[i].t, *b = accel_module_get_tensor(ref, sd->entries[i].name);
-        CHECK_MSG(a->grad && b && b->grad, "%s has no gradient", sd->entries[i].name);
-        if (!a->grad || !b || !b->grad) continue;
-        accel_tp_style style;
-        int64_t start = 0;
-        int dim = -1; /* the dim cut, -1 when whole */
-        if (accel_module_tp_info(sd->entries[i].owner, &style, NULL, &start, NULL))
-            dim = style == ACCEL_TP_ROWWISE ? (a->ndim == 2 ? 1 : -1) : 0;
-        accel_tensor *want = dim < 0 ? b->grad : accel_slice(b->grad, dim, start, start + a->shape[dim], 1);
-        CHECK(accel_same_shape(a->grad, want));
-        float *x = floats_of(a->grad), *y = floats_of(want);
-        close_all(sd->entries[i].name, x, y, accel_numel(want));
-        free(x), free(y);
-    }
-    accel_state_dict_free(sd);
 }
 
 static void test_user_model(accel_pg *pg, int rank, int world) {

@@ -104,6 +104,23 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full);
 
+/* The decoder families' own plan (Megatron-LM's) on a causal LM built by
+ * accel_llama_new or loaded: in every layer q_proj, k_proj, v_proj, gate_proj
+ * and up_proj column-parallel, o_proj and down_proj row-parallel, so each rank
+ * computes heads / tp query heads and kv_heads / tp key/value heads; with
+ * fewer key/value heads than ranks (tp a multiple of kv_heads) each is
+ * replicated on tp / kv_heads ranks: k_proj and v_proj stay whole on every
+ * rank, each using its head's rows, their gradients summed over pg.
+ * embed_tokens is vocab-parallel and lm_head column-parallel (kept tied when
+ * tied): accel_llama_forward then returns this rank's vocabulary columns of
+ * the logits [B, T, V / tp] (rows [rank V / tp, (rank + 1) V / tp)), and
+ * accel_llama_loss takes them through accel_tp_cross_entropy. Refused,
+ * naming the size: heads, intermediate_size or vocab_size not multiples of
+ * tp, kv_heads neither a multiple nor a divisor of tp; and families without a
+ * plan yet (GPT-2, Phi-3's fused projections, Qwen3's and OLMo 2's q/k
+ * norms). No KV cache under tp (generation is refused). */
+accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg);
+
 #ifdef __cplusplus
 }
 #endif

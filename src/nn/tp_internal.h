@@ -19,4 +19,8 @@
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
                                        const char *path);
 
+/* Sets the query and key/value heads a decoder layer computes (llama.c's
+ * layer; the whole config's until the plan cuts them). */
+void accel__decoder_layer_set_heads(accel_module *layer, int64_t heads, int64_t kv_heads);
+
 #endif

@@ -86,9 +86,10 @@ static bool is_tp(const accel_module *m) {
     return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || m->ops == &REPLICA_OPS;
 }
 
+/* Replicated rows hold whole tensors: not a slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
-    if (!m || !is_tp(m)) return false;
+    if (!m || !is_tp(m) || m->ops == &REPLICA_OPS) return false;
     const tp_impl *t = m->impl;
     if (style) *style = t->style;
     if (pg) *pg = t->pg;
