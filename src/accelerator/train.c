@@ -217,6 +217,12 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         return NAN;
     }
     accel_accelerator_unscale_gradients(acc);
+    bool tp = acc->mesh.size[ACCEL__MESH_TP] > 1;
+    if (pm->zgrad && tp) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_clip_grad_norm: a ZeRO-sharded gradient of a "
+                        "tensor-parallel model: clipping it is not built (zero_stage 0 clips under tp)");
+        return NAN;
+    }
     if (pm->zgrad) return clip_shard(acc, pm, max_norm, norm_type);
     double combined = 0;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
@@ -228,9 +234,10 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
             return NAN;
         }
         accel_tensor h;
-        double part = accel_grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
+        double part = tp ? 0 : accel_grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
         combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
     }
+    if (tp && isnan(combined = accel__tp_grad_norm_partial(acc, model, norm_type))) return NAN;
     double total = accel_grad_norm_finish(combined, norm_type);
     double coef = accel_clip_coef(total, max_norm);
     float c = (float)coef; /* as accel_clip_grad_norm */

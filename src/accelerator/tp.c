@@ -1,0 +1,86 @@
+/* Tensor parallelism under the accelerator (opts.parallelism.tp_size > 1):
+ * the mesh's tp group, the plan applied to a model at prepare (the
+ * decoder families' own, or the user's accel_module_parallelize over
+ * accel_accelerator_tp_group), the gradient norm that counts tp-sharded
+ * parameters over the tp group and replicated ones once. DDP and ZeRO run
+ * over the data-parallel groups only (dp_pg, shard_pg, replica_pg: the
+ * mesh's, which leave tp out), so each tp rank averages its own slices. */
+#include <math.h>
+
+#include "accel/parallel.h"
+#include "accelerator_internal.h"
+
+#define TP(acc) ((acc)->mesh.size[ACCEL__MESH_TP])
+
+accel_pg *accel_accelerator_tp_group(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return NULL;
+    return accel__mesh_group(&acc->mesh, ACCEL__MESH_TP);
+}
+
+/* Whether any module of m's tree is tensor-parallel; *foreign the first one
+ * parallelized over another group than pg. */
+static bool find_tp(accel_module *m, accel_pg *pg, accel_module **foreign) {
+    accel_pg *g;
+    bool any = accel_module_tp_info(m, NULL, &g, NULL, NULL);
+    if (any && g != pg && !*foreign) *foreign = m;
+    for (int i = 0; i < m->n_children; i++) any |= find_tp(m->children[i], pg, foreign);
+    return any;
+}
+
+accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
+    static const char *FN = "accel_accelerator_prepare";
+    if (TP(acc) == 1) return ACCEL_OK;
+    if (acc->mp == ACCEL_MP_FP8)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
+                               "Linears are not tensor-parallel yet", FN, TP(acc));
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    if (!tp) return accel_last_status();
+    accel_module *foreign = NULL;
+    if (find_tp(m, tp, &foreign)) {
+        char path[256];
+        if (foreign)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is parallelized over another group than the "
+                                   "accelerator's tp group (accel_accelerator_tp_group)", FN,
+                                   accel_module_path(foreign, path, sizeof path));
+        return ACCEL_OK; /* the user's plan, applied already */
+    }
+    bool decoder = accel_llama_config_of(m) != NULL;
+    accel_clear_error();
+    if (decoder) return accel_llama_parallelize(m, tp);
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: opts.parallelism.tp_size is %d, but the model (%s) has no "
+                           "tensor-parallel plan of its own: parallelize it first with accel_module_parallelize("
+                           "model, plan, n, accel_accelerator_tp_group(acc))", FN, TP(acc), m->ops->type_name);
+}
+
+/* Per-parameter partial norms of m's gradients, tp-sharded ones combined
+ * over the tp group. */
+double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    if (!sd) return NAN;
+    bool inf = isinf(norm_type);
+    double part[2] = {0, 0}; /* replicated, sharded */
+    for (int i = 0; i < sd->n; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        if (e->is_buffer || e->is_tied_alias || !e->t->grad) continue;
+        accel_tp_style style;
+        /* a row-parallel bias is whole on every rank: replicated */
+        bool sharded = accel_module_tp_info(e->owner, &style, NULL, NULL, NULL) &&
+                       (style != ACCEL_TP_ROWWISE || e->t->ndim == 2);
+        double p = accel_grad_norm_partial(e->t->grad, norm_type);
+        part[sharded] = inf ? fmax(part[sharded], p) : part[sharded] + p;
+    }
+    accel_state_dict_free(sd);
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    if (!tp || accel_pg_all_reduce(tp, &part[1], 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
+        return NAN;
+    return inf ? fmax(part[0], part[1]) : part[0] + part[1];
+}
+
+void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world) {
+    const accel__mesh *m = &acc->mesh;
+    /* the batch a rank gets depends on its data-parallel coordinates only:
+     * every rank of a tp group (and of a cp group, which splits the
+     * sequence of that batch) sees the same one */
+    *world = m->size[ACCEL__MESH_DP_REPLICATE] * m->size[ACCEL__MESH_DP_SHARD];
+    *rank = m->coord[ACCEL__MESH_DP_REPLICATE] * m->size[ACCEL__MESH_DP_SHARD] + m->coord[ACCEL__MESH_DP_SHARD];
+}
