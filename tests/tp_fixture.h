@@ -38,26 +38,32 @@ static inline float *floats_of(const accel_tensor *t) {
     return f;
 }
 
-/* Every gradient of the parallel model against the slice of the reference's. */
-static inline void grads_match(accel_module *tp, accel_module *ref) {
+/* Every parameter (grads: its gradient) of the parallel model against the
+ * slice of the reference's. */
+static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
     accel_state_dict *sd = accel_module_state_dict(tp);
     for (int i = 0; sd && i < sd->n; i++) {
         if (sd->entries[i].is_buffer) continue;
         accel_tensor *a = sd->entries[i].t, *b = accel_module_get_tensor(ref, sd->entries[i].name);
-        CHECK_MSG(a->grad && b && b->grad, "%s has no gradient", sd->entries[i].name);
-        if (!a->grad || !b || !b->grad) continue;
+        if (grads) {
+            CHECK_MSG(a->grad && b && b->grad, "%s has no gradient", sd->entries[i].name);
+            if (!a->grad || !b || !b->grad) continue;
+            a = a->grad, b = b->grad;
+        }
         accel_tp_style style;
         int64_t start = 0;
         int dim = -1; /* the dim cut, -1 when whole */
         if (accel_module_tp_info(sd->entries[i].owner, &style, NULL, &start, NULL))
             dim = style == ACCEL_TP_ROWWISE ? (a->ndim == 2 ? 1 : -1) : 0;
-        accel_tensor *want = dim < 0 ? b->grad : accel_slice(b->grad, dim, start, start + a->shape[dim], 1);
-        CHECK(accel_same_shape(a->grad, want));
-        float *x = floats_of(a->grad), *y = floats_of(want);
+        accel_tensor *want = dim < 0 ? b : accel_slice(b, dim, start, start + a->shape[dim], 1);
+        CHECK(accel_same_shape(a, want));
+        float *x = floats_of(a), *y = floats_of(want);
         close_all(sd->entries[i].name, x, y, accel_numel(want));
         free(x), free(y);
     }
     accel_state_dict_free(sd);
 }
+
+static inline void grads_match(accel_module *tp, accel_module *ref) { tp_match(tp, ref, true); }
 
 #endif
