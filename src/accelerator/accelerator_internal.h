@@ -249,6 +249,14 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
 /* This rank's place among the ranks that get different batches
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
 void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
+/* The whole tensors of sd's tp-sharded entries, gathered over the tp group
+ * (collective): *whole[i] the whole tensor of entry i (a tied alias shares
+ * its first name's), NULL for the entries not sharded; *whole NULL without
+ * tp. Freed with accel__tp_gather_state_free. */
+accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_dict *sd, accel_tensor ***whole);
+/* ACCEL_ERR_UNSUPPORTED naming fn and what is not built under tp, else ACCEL_OK. */
+accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what);
+void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole);
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out);
 /* The mesh (from par, or under HYBRID_SHARD from the machines), shard_pg and
  * replica_pg (collective: subgroups are split off the world). */

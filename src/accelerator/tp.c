@@ -6,6 +6,7 @@
  * over the data-parallel groups only (dp_pg, shard_pg, replica_pg: the
  * mesh's, which leave tp out), so each tp rank averages its own slices. */
 #include <math.h>
+#include <string.h>
 
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
@@ -83,4 +84,73 @@ void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world) {
      * sequence of that batch) sees the same one */
     *world = m->size[ACCEL__MESH_DP_REPLICATE] * m->size[ACCEL__MESH_DP_SHARD];
     *rank = m->coord[ACCEL__MESH_DP_REPLICATE] * m->size[ACCEL__MESH_DP_SHARD] + m->coord[ACCEL__MESH_DP_SHARD];
+}
+
+/* The whole tensor t (this rank's slice of `dim`, tp ranks' slices in rank
+ * order), gathered over the tp group into a new tensor (collective). */
+static accel_tensor *gather_whole(accel_pg *tp, accel_tensor *t, int dim) {
+    int n = accel_pg_size(tp);
+    int64_t shape[2] = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1};
+    size_t es = accel_dtype_size(t->dtype), numel = (size_t)accel_numel(t);
+    accel_tensor *whole = accel_tensor_new(t->dtype, t->ndim, (int64_t[]){dim ? shape[0] : shape[0] * n,
+                                                                         dim ? shape[1] * n : shape[1]},
+                                           ACCEL_CPU_DEVICE);
+    char *recv = accel_malloc(numel * (size_t)n * es + 1);
+    accel_tensor *c = accel_is_contiguous(t) ? t : NULL;
+    bool ok = whole && recv && (c || (c = accel_tensor_new(t->dtype, t->ndim, t->shape, ACCEL_CPU_DEVICE)));
+    ok = ok && (c == t || accel_copy_(c, t) == ACCEL_OK) &&
+         accel_pg_all_gather(tp, c->data, recv, numel, t->dtype) == ACCEL_OK;
+    if (ok && dim == 0) memcpy(whole->data, recv, numel * (size_t)n * es);
+    /* columns: rank r's [rows, cols] block goes to columns [r cols, (r + 1) cols) of every row */
+    size_t row = (size_t)shape[1] * es;
+    for (int64_t i = 0; ok && dim == 1 && i < shape[0]; i++)
+        for (int r = 0; r < n; r++)
+            memcpy((char *)whole->data + ((size_t)i * (size_t)n + (size_t)r) * row,
+                   recv + (size_t)r * numel * es + (size_t)i * row, row);
+    if (c != t) accel_tensor_free(c);
+    accel_free(recv);
+    if (!ok) accel_tensor_free(whole);
+    return ok ? whole : NULL;
+}
+
+accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_dict *sd, accel_tensor ***out) {
+    *out = NULL;
+    if (acc->mesh.size[ACCEL__MESH_TP] == 1) return ACCEL_OK;
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    accel_tensor **whole = tp ? accel_calloc((size_t)sd->n + 1, sizeof *whole) : NULL;
+    if (!whole) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < sd->n && !st; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        accel_tp_style style;
+        if (e->is_tied_alias) { /* the whole tensor of the name it aliases */
+            for (int j = 0; j < i; j++)
+                if (sd->entries[j].t == e->t) whole[i] = whole[j];
+            continue;
+        }
+        if (!accel_module_tp_info(e->owner, &style, NULL, NULL, NULL) || (style == ACCEL_TP_ROWWISE && e->t->ndim != 2))
+            continue;
+        if (e->t->device.type != ACCEL_DEV_CPU)
+            st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s is not on the cpu: gathering tensor-parallel slices "
+                                 "runs on host memory", e->name);
+        else if (!(whole[i] = gather_whole(tp, e->t, style == ACCEL_TP_ROWWISE)))
+            st = accel_last_status();
+    }
+    if (st) {
+        accel__tp_gather_state_free(sd, whole);
+        return st;
+    }
+    *out = whole;
+    return ACCEL_OK;
+}
+
+void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole) {
+    for (int i = 0; whole && i < sd->n; i++)
+        if (!sd->entries[i].is_tied_alias) accel_tensor_free(whole[i]);
+    accel_free(whole);
+}
+
+accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what) {
+    if (TP(acc) == 1) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.tp_size is %d: %s", fn, TP(acc), what);
 }

@@ -111,20 +111,18 @@ static const char *style_name(accel_tp_style s) {
 /* The dimension of the weight a style splits. */
 static int split_dim(accel_tp_style s) { return s == ACCEL_TP_ROWWISE ? 1 : 0; }
 
+static void replace_in(accel_module *m, const accel_tensor *old, accel_tensor *neu) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].t == old) m->tensors[i].t = neu;
+    for (int i = 0; i < m->n_children; i++) replace_in(m->children[i], old, neu);
+}
+
 /* Replaces every reference to `old` in the tree holding m by `neu` (tied
  * names keep sharing), then frees old. */
 static void replace_tensor(accel_module *m, accel_tensor *old, accel_tensor *neu) {
     accel_module *top = m;
     while (top->parent) top = top->parent;
-    accel_module *stack[256];
-    int sp = 0;
-    stack[sp++] = top;
-    while (sp) {
-        accel_module *c = stack[--sp];
-        for (int i = 0; i < c->n_tensors; i++)
-            if (c->tensors[i].t == old) c->tensors[i].t = neu;
-        for (int i = c->n_children - 1; i >= 0 && sp < 256; i--) stack[sp++] = c->children[i];
-    }
+    replace_in(top, old, neu);
     accel_tensor_free(old);
 }
 
