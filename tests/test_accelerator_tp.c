@@ -6,7 +6,8 @@
  * batch (the data-parallel ranks' batches: every rank of a tp group gets
  * its data-parallel rank's). Under ZeRO-1/2/3 over dp_shard with tp 2 the
  * losses (and, stages 1 and 2, the updated parameters) match the same way.
- * A model with no plan of its own is refused
+ * With Megatron's sequence parallelism (tp 4; dp_shard 2 x tp 2, with
+ * clipping) the same holds. A model with no plan of its own is refused
  * until the user parallelizes it over accel_accelerator_tp_group. */
 #include <stdlib.h>
 
@@ -18,7 +19,7 @@
 
 enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 
-static struct { int tp, dp_shard, zero_stage; double clip; char dir[64]; } CFG;
+static struct { int tp, dp_shard, zero_stage; double clip; bool sp; char dir[64]; } CFG;
 
 /* save_model writes the whole weights, gathered from the tp group: they
  * equal the one-process model's after the same steps (ZeRO-3's gather under
@@ -64,7 +65,7 @@ static void refuses_plainless(accel_accelerator *acc) {
     accel_module *m = accel_sequential_new(2, l);
     CHECK(accel_accelerator_prepare_model(acc, m) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "has no tensor-parallel plan of its own");
-    accel_tp_plan_entry plan[] = {{"0", ACCEL_TP_COLWISE}, {"1", ACCEL_TP_ROWWISE}};
+    accel_tp_plan_entry plan[] = {{"0", ACCEL_TP_COLWISE, false}, {"1", ACCEL_TP_ROWWISE, false}};
     CHECK(accel_module_parallelize(m, plan, 2, accel_accelerator_tp_group(acc)) == ACCEL_OK);
     CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
     CHECK(accel_accelerator_unprepare_model(acc, m) == ACCEL_OK);
@@ -76,7 +77,8 @@ static int body(int rank, int world) {
     o.mixed_precision = "no";
     o.zero_stage = CFG.zero_stage;
     o.gradient_clipping = CFG.clip;
-    o.parallelism = (accel_parallelism_opts){.tp_size = CFG.tp, .dp_shard_size = CFG.dp_shard};
+    o.parallelism = (accel_parallelism_opts){.tp_size = CFG.tp, .dp_shard_size = CFG.dp_shard,
+                                             .sequence_parallelism = CFG.sp ? ACCEL_TRUE : 0};
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
@@ -148,27 +150,29 @@ out:
     return check_summary();
 }
 
-static void run(int world, int tp, int dp_shard, int zero_stage, double clip) {
-    CFG.tp = tp, CFG.dp_shard = dp_shard, CFG.zero_stage = zero_stage, CFG.clip = clip;
+static void run(int world, int tp, int dp_shard, int zero_stage, double clip, bool sp) {
+    CFG.tp = tp, CFG.dp_shard = dp_shard, CFG.zero_stage = zero_stage, CFG.clip = clip, CFG.sp = sp;
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_tp_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "tp %d x dp_shard %d, zero %d: rank %d failed", tp, dp_shard, zero_stage,
-                  r);
+        CHECK_MSG(dist_exited_ok(status[r]), "tp %d x dp_shard %d, zero %d%s: rank %d failed", tp, dp_shard,
+                  zero_stage, sp ? ", sequence parallel" : "", r);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(system(cmd) == 0);
 }
 
 int main(void) {
-    run(2, 2, 1, 0, 0);
-    run(4, 4, 1, 0, 0);
-    run(4, 2, 2, 0, 0.05);
-    run(4, 2, 2, 1, 0);
-    run(4, 2, 2, 2, 0);
-    run(4, 2, 2, 3, 0);
+    run(2, 2, 1, 0, 0, false);
+    run(4, 4, 1, 0, 0, false);
+    run(4, 2, 2, 0, 0.05, false);
+    run(4, 2, 2, 1, 0, false);
+    run(4, 2, 2, 2, 0, false);
+    run(4, 2, 2, 3, 0, false);
+    run(4, 4, 1, 0, 0.05, true);
+    run(4, 2, 2, 0, 0.05, true);
     return check_summary();
 }

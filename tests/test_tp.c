@@ -131,10 +131,10 @@ static void test_user_model(accel_pg *pg, int rank, int world) {
     accel_tensor *labels = pi64(ACCEL_SHAPE(B, T), lv);
     accel_module *ref = tiny_lm(), *tp = tiny_lm();
     accel_tp_plan_entry plan[] = {
-        {"embed", ACCEL_TP_VOCAB_EMBEDDING},
-        {"fc1", ACCEL_TP_COLWISE},
-        {"fc2", ACCEL_TP_ROWWISE},
-        {"head", ACCEL_TP_COLWISE},
+        {"embed", ACCEL_TP_VOCAB_EMBEDDING, false},
+        {"fc1", ACCEL_TP_COLWISE, false},
+        {"fc2", ACCEL_TP_ROWWISE, false},
+        {"head", ACCEL_TP_COLWISE, false},
     };
     CHECK_MSG(accel_module_parallelize(tp, plan, 4, pg) == ACCEL_OK, "%s", accel_last_error());
     CHECK(accel_module_get_tensor(tp, "fc1.weight")->shape[0] == H / world);
@@ -158,17 +158,17 @@ static void test_user_model(accel_pg *pg, int rank, int world) {
 
     /* refusals name the problem and leave the model as it was */
     accel_module *fresh = tiny_lm();
-    accel_tp_plan_entry nothing[] = {{"fc9", ACCEL_TP_COLWISE}};
+    accel_tp_plan_entry nothing[] = {{"fc9", ACCEL_TP_COLWISE, false}};
     CHECK(accel_module_parallelize(fresh, nothing, 1, pg) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "plan entry 0 (\"fc9\") matches no module");
-    accel_tp_plan_entry wrong[] = {{"fc1", ACCEL_TP_COLWISE}, {"embed", ACCEL_TP_ROWWISE}};
+    accel_tp_plan_entry wrong[] = {{"fc1", ACCEL_TP_COLWISE, false}, {"embed", ACCEL_TP_ROWWISE, false}};
     CHECK(accel_module_parallelize(fresh, wrong, 2, pg) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "embed is a Embedding: ACCEL_TP_ROWWISE takes a Linear");
     CHECK(accel_module_get_tensor(fresh, "fc1.weight")->shape[0] == H);
     if (world > 1) {
         accel_module *odd = accel_module_new(&MLP_OPS, NULL);
         accel_module_add_child(odd, "fc", accel_linear_new(C, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32));
-        accel_tp_plan_entry one[] = {{"f*", ACCEL_TP_COLWISE}};
+        accel_tp_plan_entry one[] = {{"f*", ACCEL_TP_COLWISE, false}};
         CHECK(accel_module_parallelize(odd, one, 1, pg) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), "splits out_features 3, which");
         accel_module_free(odd);
@@ -188,10 +188,10 @@ static void test_tied(accel_pg *pg, int world) {
     accel_module *ref = tiny_lm(), *tp = tiny_lm();
     CHECK(accel_module_tie(ref, "head.weight", "embed.weight") == ACCEL_OK);
     CHECK(accel_module_tie(tp, "head.weight", "embed.weight") == ACCEL_OK);
-    accel_tp_plan_entry half[] = {{"embed", ACCEL_TP_VOCAB_EMBEDDING}};
+    accel_tp_plan_entry half[] = {{"embed", ACCEL_TP_VOCAB_EMBEDDING, false}};
     CHECK(accel_module_parallelize(tp, half, 1, pg) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "parallelizes only one of them");
-    accel_tp_plan_entry plan[] = {{"embed", ACCEL_TP_VOCAB_EMBEDDING}, {"head", ACCEL_TP_COLWISE}};
+    accel_tp_plan_entry plan[] = {{"embed", ACCEL_TP_VOCAB_EMBEDDING, false}, {"head", ACCEL_TP_COLWISE, false}};
     CHECK_MSG(accel_module_parallelize(tp, plan, 2, pg) == ACCEL_OK, "%s", accel_last_error());
     CHECK(accel_module_get_tensor(tp, "head.weight") == accel_module_get_tensor(tp, "embed.weight"));
     CHECK(accel_module_get_tensor(tp, "head.weight")->shape[0] == VOCAB / world);

@@ -3,7 +3,9 @@
  * key/value heads: split over 2 ranks, replicated over 4; tied embeddings)
  * with the loss and every gradient of each step within 1e-5 of the same
  * model on one process, for Llama, Gemma2 (windows, soft-capping) and
- * Granite (multipliers); and the refusals. */
+ * Granite (multipliers), each also under Megatron's sequence parallelism
+ * (the norms on T / tp positions, their gradients summed by
+ * accel_module_tp_reduce_grads); and the refusals. */
 #include "check.h"
 #include "dist_group.h"
 #include "tiny_llama.h"
@@ -11,9 +13,9 @@
 
 enum { B = 2, T = 8, STEPS = 5 };
 
-static void family_matches(accel_pg *pg, const char *family) {
+static void family_matches(accel_pg *pg, const char *family, bool sp) {
     accel_module *ref = tiny_family(11, family), *tp = tiny_family(11, family);
-    accel_status st = accel_llama_parallelize(tp, pg);
+    accel_status st = accel_llama_parallelize(tp, pg, sp);
     CHECK_MSG(st == ACCEL_OK, "%s: %s", family, accel_last_error());
     if (st != ACCEL_OK) goto out;
     int world = accel_pg_size(pg);
@@ -34,8 +36,9 @@ static void family_matches(accel_pg *pg, const char *family) {
         accel_step_reset();
         accel_tensor *lt = accel_llama_loss(tp, ids);
         CHECK_MSG(lt && accel_backward(lt) == ACCEL_OK, "%s: %s", family, accel_last_error());
-        if (lt) CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s step %d: loss %.9g, want %.9g",
-                          family, s, accel_item(lt), want);
+        if (sp) CHECK(accel_module_tp_reduce_grads(tp, pg) == ACCEL_OK); /* the norms' partial gradients */
+        if (lt) CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s%s step %d: loss %.9g, want %.9g",
+                          family, sp ? " (sp)" : "", s, accel_item(lt), want);
         grads_match(tp, ref);
         accel_step_reset();
         CHECK(accel_optimizer_step(o_ref) == ACCEL_OK && accel_optimizer_step(o_tp) == ACCEL_OK);
@@ -60,7 +63,7 @@ out:
 
 static void refusals(accel_pg *pg) {
     accel_module *m = tiny_family(1, "gpt2");
-    CHECK(accel_llama_parallelize(m, pg) == ACCEL_ERR_UNSUPPORTED);
+    CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "gpt2 models (Conv1D projections) have no tensor-parallel plan yet");
     accel_module_free(m);
     if (accel_pg_size(pg) < 4) return;
@@ -69,7 +72,7 @@ static void refusals(accel_pg *pg) {
     c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 24, c.num_hidden_layers = 1;
     c.num_attention_heads = 6, c.num_key_value_heads = 6;
     m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
-    CHECK(accel_llama_parallelize(m, pg) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp 4");
     CHECK(accel_module_get_tensor(m, "model.layers.0.self_attn.q_proj.weight")->shape[0] == 24); /* untouched */
     accel_module_free(m);
@@ -82,7 +85,8 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "granite"};
-    for (int f = 0; f < 3; f++) family_matches(pg, families[f]);
+    for (int f = 0; f < 3; f++) family_matches(pg, families[f], false);
+    for (int f = 0; f < 3; f++) family_matches(pg, families[f], true);
     refusals(pg);
     accel_dist_finalize();
     return check_summary();

@@ -17,8 +17,8 @@
  * with its heads split) needs one all-reduce forward and one backward.
  *
  *     accel_tp_plan_entry plan[] = {
- *         {"fc1", ACCEL_TP_COLWISE},      // [.., C] -> [.., H / tp]
- *         {"fc2", ACCEL_TP_ROWWISE},      // [.., H / tp] -> [.., C], all-reduced
+ *         {"fc1", ACCEL_TP_COLWISE, false},      // [.., C] -> [.., H / tp]
+ *         {"fc2", ACCEL_TP_ROWWISE, false},      // [.., H / tp] -> [.., C], all-reduced
  *     };
  *     accel_module_parallelize(mlp, plan, 2, tp_group);  // every rank of tp_group
  *
@@ -59,6 +59,18 @@ accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg);
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
                                      int64_t ignore_index, accel_pg *pg);
 
+/* Megatron's sequence parallelism: between the tensor-parallel regions the
+ * activations [B, T, ...] are split along the sequence (dim 1), each rank
+ * holding T / tp positions, so the norms and residual adds run on 1 / tp of
+ * them. gather_seq: [B, T / tp, ...] -> [B, T, ...] (the ranks' slices in
+ * rank order) forward, a reduce-scatter of the gradient backward (it enters
+ * a column-parallel region); scatter_seq: [B, T, ...] partial sums ->
+ * [B, T / tp, ...], this rank's slice of the sum over pg (a row-parallel
+ * region's exit; T must be a multiple of the group's size), an all-gather
+ * of the gradient backward. */
+accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg);
+accel_tensor *accel_tp_scatter_seq(accel_tensor *x, accel_pg *pg);
+
 /* ---------------------------------------------------------------- parallelize_module */
 
 typedef enum accel_tp_style {
@@ -80,6 +92,13 @@ typedef struct accel_tp_plan_entry {
      * any run of characters within one dotted name ("layers.*.mlp.up_proj"). */
     const char *pattern;
     accel_tp_style style;
+    /* Sequence parallelism: COLWISE takes its input split along the
+     * sequence (accel_tp_gather_seq instead of the copy), ROWWISE and
+     * VOCAB_EMBEDDING give their output split (accel_tp_scatter_seq instead
+     * of the all-reduce). The parameters outside the tp regions (norms, a
+     * row-parallel bias) then see 1 / tp of the positions: their gradients
+     * are summed by accel_module_tp_reduce_grads. */
+    bool sequence_parallel;
 } accel_tp_plan_entry;
 
 /* Parallelizes every module of root whose path matches a plan entry (the
@@ -96,6 +115,15 @@ typedef struct accel_tp_plan_entry {
  * same seed or checkpoint). pg must outlive root. */
 accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_entry *plan, int n_entries,
                                       accel_pg *pg);
+
+/* Sums over pg the gradient of every parameter of root that is whole on
+ * every rank (not a tp slice): under sequence parallelism each rank's holds
+ * its positions' part only (Megatron's all-reduce of the sequence-parallel
+ * gradients). Call it after the backward pass (after the last one of an
+ * accumulation) and before clipping and the step; the accelerator does.
+ * Collective over pg. Without sequence parallelism it is not needed (those
+ * gradients are whole already) and would multiply them by the group's size. */
+accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg);
 
 /* How a module was parallelized: true with *style, the group and the slice
  * [*start, *start + local) of the split dimension (rows for COLWISE and
@@ -118,8 +146,13 @@ bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg
  * naming the size: heads, intermediate_size or vocab_size not multiples of
  * tp, kv_heads neither a multiple nor a divisor of tp; and families without a
  * plan yet (GPT-2, Phi-3's fused projections, Qwen3's and OLMo 2's q/k
- * norms). No KV cache under tp (generation is refused). */
-accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg);
+ * norms). No KV cache under tp (generation is refused).
+ * sequence_parallel: Megatron's sequence parallelism on top (every entry of
+ * the plan with .sequence_parallel): the residual stream, norms and
+ * embeddings' output hold T / tp positions (T, the ids' length, a multiple
+ * of tp), the lm_head gathers them; accel_module_tp_reduce_grads after each
+ * backward (the accelerator calls it). */
+accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool sequence_parallel);
 
 #ifdef __cplusplus
 }

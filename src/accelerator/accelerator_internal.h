@@ -248,6 +248,10 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
 double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type);
 /* This rank's place among the ranks that get different batches
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
+/* Sequence parallelism: after a backward that syncs gradients, the
+ * replicated parameters' gradients summed over the tp group
+ * (accel_module_tp_reduce_grads); nothing otherwise. */
+accel_status accel__tp_after_backward(accel_accelerator *acc);
 void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
 /* The whole tensors of sd's tp-sharded entries, gathered over the tp group
  * (collective): *whole[i] the whole tensor of entry i (a tied alias shares

@@ -10,6 +10,7 @@
 
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
+#include "strategy.h"
 
 #define TP(acc) ((acc)->mesh.size[ACCEL__MESH_TP])
 
@@ -34,6 +35,9 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     if (acc->mp == ACCEL_MP_FP8)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
                                "Linears are not tensor-parallel yet", FN, TP(acc));
+    if (acc->par.sequence_parallel && acc->strat->stage > 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.sequence_parallelism with ZeRO stage %d: "
+                               "sequence parallelism runs with DDP (zero_stage 0) only yet", FN, acc->strat->stage);
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
     accel_module *foreign = NULL;
@@ -47,7 +51,7 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     }
     bool decoder = accel_llama_config_of(m) != NULL;
     accel_clear_error();
-    if (decoder) return accel_llama_parallelize(m, tp);
+    if (decoder) return accel_llama_parallelize(m, tp, acc->par.sequence_parallel);
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: opts.parallelism.tp_size is %d, but the model (%s) has no "
                            "tensor-parallel plan of its own: parallelize it first with accel_module_parallelize("
                            "model, plan, n, accel_accelerator_tp_group(acc))", FN, TP(acc), m->ops->type_name);
@@ -153,4 +157,13 @@ void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whol
 accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what) {
     if (TP(acc) == 1) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.tp_size is %d: %s", fn, TP(acc), what);
+}
+
+accel_status accel__tp_after_backward(accel_accelerator *acc) {
+    if (TP(acc) == 1 || !acc->par.sequence_parallel || !acc->sync_gradients) return ACCEL_OK;
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    if (!tp) return accel_last_status();
+    for (int i = 0; i < acc->n_models; i++)
+        if (!acc->models[i].no_sync && accel_module_tp_reduce_grads(acc->models[i].m, tp)) return accel_last_status();
+    return ACCEL_OK;
 }

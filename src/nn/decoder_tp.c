@@ -4,7 +4,9 @@
  * (whose logits accel_llama_loss takes through the vocab-parallel
  * cross-entropy). With fewer key/value heads than ranks each key/value head
  * is replicated on tp / kv_heads ranks, as Megatron does: k_proj and v_proj
- * stay whole and each rank uses its head's rows (tp_internal.h). */
+ * stay whole and each rank uses its head's rows (tp_internal.h). Under
+ * sequence parallelism every entry takes the sequence-split activations:
+ * the layers' norms and residual adds see T / tp positions. */
 #include <stdio.h>
 
 #include "arch.h"
@@ -32,7 +34,7 @@ static accel_status plan_check(const accel__arch *a, const accel_llama_config *c
     return ACCEL_OK;
 }
 
-accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg) {
+accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool sequence_parallel) {
     const accel_llama_config *c = llama ? accel_llama_config_of(llama) : NULL;
     if (!llama || !pg)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: %s is NULL",
@@ -44,15 +46,15 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg) {
     int64_t Hkv = c->num_key_value_heads;
     bool replicate_kv = Hkv < tp;
     static const accel_tp_plan_entry SPLIT_KV[] = {
-        {"model.embed_tokens", ACCEL_TP_VOCAB_EMBEDDING},
-        {"model.layers.*.self_attn.q_proj", ACCEL_TP_COLWISE},
-        {"model.layers.*.self_attn.k_proj", ACCEL_TP_COLWISE},
-        {"model.layers.*.self_attn.v_proj", ACCEL_TP_COLWISE},
-        {"model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE},
-        {"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE},
-        {"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE},
-        {"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE},
-        {"lm_head", ACCEL_TP_COLWISE},
+        {"model.embed_tokens", ACCEL_TP_VOCAB_EMBEDDING, false},
+        {"model.layers.*.self_attn.q_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.self_attn.k_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.self_attn.v_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, false},
+        {"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, false},
+        {"lm_head", ACCEL_TP_COLWISE, false},
     };
     /* A model without layers has no pattern of theirs to match. */
     accel_tp_plan_entry plan[9];
@@ -60,7 +62,8 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg) {
     for (int e = 0; e < 9; e++) {
         bool layer = e >= 1 && e <= 7, kv = e == 2 || e == 3;
         if ((layer && c->num_hidden_layers == 0) || (kv && replicate_kv)) continue;
-        plan[n++] = SPLIT_KV[e];
+        plan[n] = SPLIT_KV[e];
+        plan[n++].sequence_parallel = sequence_parallel;
     }
     if (accel_module_parallelize(llama, plan, n, pg)) return accel_last_status();
     accel_module *layers = accel_module_find(llama, "model.layers");
@@ -72,7 +75,7 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg) {
             accel_module *m = accel_module_find(layer, kv ? "self_attn.v_proj" : "self_attn.k_proj");
             /* rank r's query heads all read kv head r / (tp / Hkv) */
             if (!m || accel__tp_parallelize_one(m, ACCEL__TP_REPLICA_ROWS, pg, (int)(rank / (tp / Hkv)), (int)Hkv,
-                                                path))
+                                                sequence_parallel, path))
                 return accel_last_status();
         }
         accel__decoder_layer_set_heads(layer, c->num_attention_heads / tp, replicate_kv ? 1 : Hkv / tp);

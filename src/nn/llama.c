@@ -329,7 +329,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     const accel_llama_config *c = li->cfg;
     const accel__arch *a = li->arch;
     accel_module **p = attn->children;
-    int64_t T = x->shape[1];
+    int64_t T = x->shape[1]; /* under sequence parallelism x holds T / tp positions: q the whole T */
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     accel_tensor *q, *k, *v;
     if (gpt2) {
@@ -343,6 +343,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     } else {
         int64_t rd = accel__rotary_dim(c);
         project_qkv(p, a, c, x, &q, &k, &v);
+        if (q) T = q->shape[1];
         if (a->qk_norm_full) { /* over all heads at once, before the split */
             q = accel_module_call(p[ATTN_Q_NORM], q);
             k = accel_module_call(p[ATTN_K_NORM], k);
@@ -372,7 +373,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                           ? explicit_attention(q, k, v, pos, W, scale, cap)
                           : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
-    int64_t shape[3] = {x->shape[0], x->shape[1], li->heads * c->head_dim};
+    int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
     return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
 }

@@ -13,11 +13,12 @@
  * part: the whole gradient, the same on every rank. */
 #define ACCEL__TP_REPLICA_ROWS ((accel_tp_style)100)
 
-/* One module of a plan: m parallelized with style over pg, its split
+/* One module of a plan: m parallelized with style over pg (sp: sequence
+ * parallel, as the plan entry's field), its split
  * dimension cut into slice `part` of `parts` equal ones (for
  * ACCEL__TP_REPLICA_ROWS: the rows used, the weight kept whole). */
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
-                                       const char *path);
+                                       bool sp, const char *path);
 
 /* Sets the query and key/value heads a decoder layer computes (llama.c's
  * layer; the whole config's until the plan cuts them). */

@@ -12,15 +12,26 @@ typedef struct tp_impl {
     accel_tp_style style;
     accel_pg *pg;
     int64_t start, local, full; /* the split dimension: this rank's [start, start + local) of full */
+    bool sp;                    /* sequence parallelism: activations outside split along dim 1 */
 } tp_impl;
+
+/* Into a column-parallel region: the replicated input, or the whole
+ * sequence gathered from its slices. */
+static accel_tensor *enter(const tp_impl *t, accel_tensor *x) {
+    return t->sp ? accel_tp_gather_seq(x, t->pg) : accel_tp_copy_to_region(x, t->pg);
+}
+
+/* Out of a row-parallel region: the sum, or this rank's sequence slice of it. */
+static accel_tensor *leave(const tp_impl *t, accel_tensor *y) {
+    return t->sp ? accel_tp_scatter_seq(y, t->pg) : accel_tp_reduce_from_region(y, t->pg);
+}
 
 /* ---- forwards */
 
 /* x [.., in] replicated -> [.., out / tp]: this rank's output features. */
 static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
-    return accel_linear(accel_tp_copy_to_region(x, t->pg), accel__module_tensor(m, "weight"),
-                        accel__module_tensor(m, "bias"));
+    return accel_linear(enter(t, x), accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"));
 }
 
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
@@ -28,8 +39,8 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
 static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     if (x && x->ndim && x->shape[x->ndim - 1] == t->full && t->local != t->full)
-        x = accel_slice(accel_tp_copy_to_region(x, t->pg), x->ndim - 1, t->start, t->start + t->local, 1);
-    accel_tensor *y = accel_tp_reduce_from_region(accel_linear(x, accel__module_tensor(m, "weight"), NULL), t->pg);
+        x = accel_slice(enter(t, x), x->ndim - 1, t->start, t->start + t->local, 1);
+    accel_tensor *y = leave(t, accel_linear(x, accel__module_tensor(m, "weight"), NULL));
     accel_tensor *b = accel__module_tensor(m, "bias");
     return b && y ? accel_add(y, b) : y;
 }
@@ -62,7 +73,7 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
         mk[i] = mine ? 1.0f : 0.0f;
     }
     accel_tensor *e = accel_embedding(local, w);
-    return accel_tp_reduce_from_region(accel_mul(e, accel_to_dtype(mask, w->dtype)), t->pg);
+    return leave(t, accel_mul(e, accel_to_dtype(mask, w->dtype)));
 }
 
 /* The whole weight through copy_to_region, then this rank's rows. */
@@ -74,7 +85,7 @@ static accel_tensor *replica_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     accel_tensor *b = accel__module_tensor(m, "bias");
     accel_tensor *w = replica_rows(accel__module_tensor(m, "weight"), t);
-    return accel_linear(accel_tp_copy_to_region(x, t->pg), w, b ? replica_rows(b, t) : NULL);
+    return accel_linear(enter(t, x), w, b ? replica_rows(b, t) : NULL);
 }
 
 static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, NULL};
@@ -170,13 +181,15 @@ static accel_status check_one(accel_module *m, accel_tp_style style, int parts, 
 /* Makes m (checked) the style's module; cut: its weight (and a COLWISE
  * bias) are replaced by this rank's slice, else they already are that slice
  * (a tied tensor cut by another module) or stay whole (replicated rows). */
-static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts, bool cut_w) {
+static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts, bool cut_w,
+                              bool sp) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     int d = split_dim(style);
     int64_t full = cut_w || style == ACCEL__TP_REPLICA_ROWS ? w->shape[d] : w->shape[d] * parts;
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.style = style, .pg = pg, .local = full / parts, .start = full / parts * part, .full = full};
+    *t = (tp_impl){.style = style, .pg = pg, .local = full / parts, .start = full / parts * part, .full = full,
+                   .sp = sp};
     if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tensor *nw = cut(w, d, t->start, t->local), *nb = nw && cut_b ? cut(b, 0, t->start, t->local) : NULL;
@@ -197,9 +210,9 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
 }
 
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
-                                       const char *path) {
+                                       bool sp, const char *path) {
     if (check_one(m, style, parts, path)) return accel_last_status();
-    return apply_one(m, style, pg, part, parts, true);
+    return apply_one(m, style, pg, part, parts, true, sp);
 }
 
 /* ---- plans */
@@ -312,12 +325,38 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
         accel_tensor *wt = accel__module_tensor(w.mods[k], "weight");
         bool cut_before = false;
         for (int j = 0; j < k; j++) cut_before = cut_before || done[j] == wt;
-        st = apply_one(w.mods[k], plan[w.entry[k]].style, pg, rank, parts, !cut_before);
+        st = apply_one(w.mods[k], plan[w.entry[k]].style, pg, rank, parts, !cut_before, plan[w.entry[k]].sequence_parallel);
         done[k] = accel__module_tensor(w.mods[k], "weight");
     }
     accel_free(done);
     accel_free(w.hits);
     accel_free(w.mods);
     accel_free(w.entry);
+    return st;
+}
+
+accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg) {
+    if (!root || !pg)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_tp_reduce_grads: %s is NULL",
+                               root ? "process group" : "module");
+    accel_state_dict *sd = accel_module_state_dict(root);
+    if (!sd) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < sd->n && !st; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        accel_tp_style style;
+        accel_tensor *g = e->t->grad;
+        if (e->is_buffer || e->is_tied_alias || !g) continue;
+        /* slices are this rank's own; replicated rows were summed by their copy */
+        if ((accel_module_tp_info(e->owner, &style, NULL, NULL, NULL) && (style != ACCEL_TP_ROWWISE || e->t->ndim == 2)) ||
+            e->owner->ops == &REPLICA_OPS)
+            continue;
+        if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
+            st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s is not a "
+                                 "contiguous cpu tensor", e->name);
+        else
+            st = accel_pg_all_reduce(pg, g->data, (size_t)accel_numel(g), g->dtype, ACCEL_REDUCE_SUM);
+    }
+    accel_state_dict_free(sd);
     return st;
 }

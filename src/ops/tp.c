@@ -175,3 +175,94 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
     }
     return out;
 }
+
+/* ------------------------------------------------------------------ sequence parallelism */
+
+/* x [B, T, ...] contiguous: outer B rows of `row` bytes (T ... elements). */
+static void seq_dims(const accel_tensor *x, int64_t *outer, size_t *row) {
+    *outer = x->shape[0];
+    *row = (size_t)(accel_numel(x) / (x->shape[0] ? x->shape[0] : 1)) * accel_dtype_size(x->dtype);
+}
+
+/* [B, T/n, ...] -> [B, T, ...]: the ranks' slices of dim 1, in rank order. */
+static accel_tensor *seq_all_gather(accel_tensor *x, accel_pg *pg) {
+    int n = accel_pg_size(pg);
+    accel_tensor *c = accel__contig(x);
+    int64_t shape[ACCEL_MAX_DIMS], B;
+    size_t row;
+    if (!c) return NULL;
+    memcpy(shape, c->shape, sizeof shape);
+    shape[1] *= n;
+    seq_dims(c, &B, &row);
+    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
+    char *recv = out ? accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64) : NULL;
+    if (!recv || accel_pg_all_gather(pg, c->data, recv, (size_t)accel_numel(c), c->dtype) != ACCEL_OK) return NULL;
+    /* recv [n][B][row] -> out [B][n][row] */
+    for (int64_t b = 0; b < B; b++)
+        for (int r = 0; r < n; r++)
+            memcpy((char *)out->data + ((size_t)b * (size_t)n + (size_t)r) * row,
+                   recv + ((size_t)r * (size_t)B + (size_t)b) * row, row);
+    return out;
+}
+
+/* [B, T, ...] -> [B, T/n, ...]: this rank's slice of dim 1 of the sum over pg. */
+static accel_tensor *seq_reduce_scatter(accel_tensor *x, accel_pg *pg) {
+    int n = accel_pg_size(pg);
+    accel_tensor *c = accel__contig(x);
+    int64_t shape[ACCEL_MAX_DIMS], B;
+    size_t row;
+    if (!c) return NULL;
+    memcpy(shape, c->shape, sizeof shape);
+    shape[1] /= n;
+    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
+    if (!out) return NULL;
+    seq_dims(out, &B, &row);
+    char *send = accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64);
+    if (!send) return NULL;
+    /* c [B][n][row] -> send [n][B][row] */
+    for (int64_t b = 0; b < B; b++)
+        for (int r = 0; r < n; r++)
+            memcpy(send + ((size_t)r * (size_t)B + (size_t)b) * row,
+                   (const char *)c->data + ((size_t)b * (size_t)n + (size_t)r) * row, row);
+    if (accel_pg_reduce_scatter(pg, send, out->data, (size_t)accel_numel(out), c->dtype, ACCEL_REDUCE_SUM) !=
+        ACCEL_OK)
+        return NULL;
+    return out;
+}
+
+static bool seq_args(const char *op, accel_tensor *x, accel_pg *pg, bool scatter) {
+    if (!tp_args(op, x, pg)) return false;
+    if (x->ndim < 2 || (scatter && x->shape[1] % accel_pg_size(pg))) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: x %s: needs [B, T, ...]%s", op, accel_shape_str(x, b, sizeof b),
+                        scatter ? " with T a multiple of the group's size (sequence parallelism splits T)" : "");
+        return false;
+    }
+    return true;
+}
+
+static accel_status gather_seq_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *s = seq_reduce_scatter(g, n->ctx);
+    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
+}
+
+static accel_status scatter_seq_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *s = seq_all_gather(g, n->ctx);
+    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
+}
+
+accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg) {
+    if (!seq_args("accel_tp_gather_seq", x, pg, false)) return NULL;
+    accel_tensor *out = seq_all_gather(x, pg);
+    accel_node *n = out ? accel_tape_record("tp_gather_seq", gather_seq_backward, out, 1, &x) : NULL;
+    if (n) n->ctx = pg;
+    return out;
+}
+
+accel_tensor *accel_tp_scatter_seq(accel_tensor *x, accel_pg *pg) {
+    if (!seq_args("accel_tp_scatter_seq", x, pg, true)) return NULL;
+    accel_tensor *out = seq_reduce_scatter(x, pg);
+    accel_node *n = out ? accel_tape_record("tp_scatter_seq", scatter_seq_backward, out, 1, &x) : NULL;
+    if (n) n->ctx = pg;
+    return out;
+}
