@@ -51,6 +51,17 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     if (!accel_tensor_check(ids, "VocabParallelEmbedding", "ids")) return NULL;
+    if (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32) {
+        accel_set_error(ACCEL_ERR_DTYPE, "VocabParallelEmbedding: ids must be int64 or int32, got %s",
+                        accel_dtype_name(ids->dtype));
+        return NULL;
+    }
+    if (ids->device.type != ACCEL_DEV_CPU) {
+        char d[32];
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "VocabParallelEmbedding: ids on %s: tensor parallelism runs on cpu "
+                        "tensors", accel_device_str(ids->device, d, sizeof d));
+        return NULL;
+    }
     accel_tensor *i64 = accel_contiguous(accel_to_dtype(ids, ACCEL_I64));
     if (!i64) return NULL;
     int64_t n = accel_numel(i64), mshape[ACCEL_MAX_DIMS];
