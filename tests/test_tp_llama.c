@@ -3,7 +3,8 @@
  * key/value heads: split over 2 ranks, replicated over 4; tied embeddings)
  * with the loss and every gradient of each step within 1e-5 of the same
  * model on one process, for Llama, Gemma2 (windows, soft-capping) and
- * Granite (multipliers), each also under Megatron's sequence parallelism
+ * Granite (multipliers), Qwen3 (per-head q/k norms, whole on every rank),
+ * each also under Megatron's sequence parallelism
  * (the norms on T / tp positions, their gradients summed by
  * accel_module_tp_reduce_grads); and the refusals. */
 #include "check.h"
@@ -84,9 +85,9 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "granite"};
-    for (int f = 0; f < 3; f++) family_matches(pg, families[f], false);
-    for (int f = 0; f < 3; f++) family_matches(pg, families[f], true);
+    const char *families[] = {"llama", "gemma2", "granite", "qwen3"};
+    for (int f = 0; f < 4; f++) family_matches(pg, families[f], false);
+    for (int f = 0; f < 4; f++) family_matches(pg, families[f], true);
     refusals(pg);
     accel_dist_finalize();
     return check_summary();

@@ -145,8 +145,9 @@ bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg
  * accel_llama_loss takes them through accel_tp_cross_entropy. Refused,
  * naming the size: heads, intermediate_size or vocab_size not multiples of
  * tp, kv_heads neither a multiple nor a divisor of tp; and families without a
- * plan yet (GPT-2, Phi-3's fused projections, Qwen3's and OLMo 2's q/k
- * norms). No KV cache under tp (generation is refused).
+ * plan yet (GPT-2, Phi-3's fused projections, OLMo 2's q/k norms over all
+ * the heads). Qwen3's per-head q/k norms stay whole on every rank, their
+ * gradients summed over pg. No KV cache under tp (generation is refused).
  * sequence_parallel: Megatron's sequence parallelism on top (every entry of
  * the plan with .sequence_parallel): the residual stream, norms and
  * embeddings' output hold T / tp positions (T, the ids' length, a multiple

@@ -16,11 +16,12 @@
 /* Why the model cannot run over tp ranks (an error), or ACCEL_OK. */
 static accel_status plan_check(const accel__arch *a, const accel_llama_config *c, int tp) {
     static const char *FN = "accel_llama_parallelize";
-    if (a->blocks == ACCEL__BLOCKS_GPT2 || a->fused_qkv || a->fused_gate_up || a->qk_norm || a->qk_norm_full)
+    if (a->blocks == ACCEL__BLOCKS_GPT2 || a->fused_qkv || a->fused_gate_up || a->qk_norm_full ||
+        (a->qk_norm && a->gemma_blocks))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (%s) have no tensor-parallel plan yet", FN,
                                a->model_type, a->blocks == ACCEL__BLOCKS_GPT2 ? "Conv1D projections"
                                : a->fused_qkv || a->fused_gate_up ? "fused projections"
-                                                                  : "q/k norms over the heads");
+                                                                  : "q/k norms over all the heads");
     int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads;
     const char *bad = H % tp ? "num_attention_heads"
                       : Hkv % tp && tp % Hkv ? "num_key_value_heads (nor a divisor of tp)"
@@ -78,6 +79,11 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
                                                 sequence_parallel, path))
                 return accel_last_status();
         }
+        /* Qwen3's per-head q/k norms: whole on every rank, each normalizing its heads */
+        for (int kq = 0; a->qk_norm && kq < 2; kq++)
+            if (accel__tp_replica_norm(accel_module_find(layer, kq ? "self_attn.k_norm" : "self_attn.q_norm"), pg,
+                                       c->rms_norm_eps))
+                return accel_last_status();
         accel__decoder_layer_set_heads(layer, c->num_attention_heads / tp, replicate_kv ? 1 : Hkv / tp);
     }
     return ACCEL_OK;

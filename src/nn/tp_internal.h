@@ -13,6 +13,12 @@
  * part: the whole gradient, the same on every rank. */
 #define ACCEL__TP_REPLICA_ROWS ((accel_tp_style)100)
 
+/* An RMSNorm whose weight, whole on every rank, normalizes this rank's
+ * heads only (Qwen3's q_norm / k_norm over head_dim): its weight goes
+ * through accel_tp_copy_to_region, so its gradient is every rank's part
+ * summed. Replaces m's ops and impl (the norm's eps given). */
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps);
+
 /* One module of a plan: m parallelized with style over pg (sp: sequence
  * parallel, as the plan entry's field), its split
  * dimension cut into slice `part` of `parts` equal ones (for

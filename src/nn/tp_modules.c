@@ -13,6 +13,7 @@ typedef struct tp_impl {
     accel_pg *pg;
     int64_t start, local, full; /* the split dimension: this rank's [start, start + local) of full */
     bool sp;                    /* sequence parallelism: activations outside split along dim 1 */
+    double eps;                 /* a replicated norm's */
 } tp_impl;
 
 /* Into a column-parallel region: the replicated input, or the whole
@@ -99,19 +100,28 @@ static accel_tensor *replica_forward(accel_module *m, accel_tensor *x) {
     return accel_linear(enter(t, x), w, b ? replica_rows(b, t) : NULL);
 }
 
+static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
+    const tp_impl *t = m->impl;
+    return accel_rms_norm(x, accel_tp_copy_to_region(accel__module_tensor(m, "weight"), t->pg), t->eps);
+}
+
 static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, NULL};
 static const accel_module_ops ROWWISE_OPS = {"RowwiseParallelLinear", rowwise_forward, NULL};
 static const accel_module_ops VOCAB_OPS = {"VocabParallelEmbedding", vocab_forward, NULL};
 static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", replica_forward, NULL};
+static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, NULL};
+
+/* Modules whose whole parameters get their gradients summed in the graph. */
+static bool is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS; }
 
 static bool is_tp(const accel_module *m) {
-    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || m->ops == &REPLICA_OPS;
+    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || is_replica(m);
 }
 
 /* Replicated rows hold whole tensors: not a slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
-    if (!m || !is_tp(m) || m->ops == &REPLICA_OPS) return false;
+    if (!m || !is_tp(m) || is_replica(m)) return false;
     const tp_impl *t = m->impl;
     if (style) *style = t->style;
     if (pg) *pg = t->pg;
@@ -224,6 +234,16 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
                                        bool sp, const char *path) {
     if (check_one(m, style, parts, path)) return accel_last_status();
     return apply_one(m, style, pg, part, parts, true, sp);
+}
+
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps) {
+    tp_impl *t = accel_malloc(sizeof *t);
+    if (!t) return accel_last_status();
+    *t = (tp_impl){.pg = pg, .eps = eps};
+    accel_free(m->impl); /* the norm's own (its eps): the norms' ops free theirs so */
+    m->ops = &REPLICA_NORM_OPS;
+    m->impl = t;
+    return ACCEL_OK;
 }
 
 /* ---- plans */
@@ -360,7 +380,7 @@ accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg) {
         if (e->is_buffer || e->is_tied_alias || !g) continue;
         /* slices are this rank's own; replicated rows were summed by their copy */
         if ((accel_module_tp_info(e->owner, &style, NULL, NULL, NULL) && (style != ACCEL_TP_ROWWISE || e->t->ndim == 2)) ||
-            e->owner->ops == &REPLICA_OPS)
+            is_replica(e->owner))
             continue;
         if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
             st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s is not a "
