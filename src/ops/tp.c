@@ -7,6 +7,12 @@
 
 #include "accel/parallel.h"
 #include "ops_util.h"
+#include "tp_stats.h"
+
+/* Bytes this thread gave the tp collectives (tp_stats.h). */
+static _Thread_local uint64_t tp_bytes;
+
+uint64_t accel__tp_bytes(void) { return tp_bytes; }
 
 static bool tp_args(const char *op, accel_tensor *x, accel_pg *pg) {
     if (!accel__op_begin(op, 1, &x, &(accel_device){0})) return false;
@@ -27,9 +33,9 @@ static bool tp_args(const char *op, accel_tensor *x, accel_pg *pg) {
 static accel_tensor *summed_copy(accel_tensor *t, accel_pg *pg) {
     accel_tensor *c = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
     if (!c || accel_copy_(c, t) != ACCEL_OK) return NULL;
-    if (accel_pg_size(pg) > 1 &&
-        accel_pg_all_reduce(pg, c->data, (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK)
-        return NULL;
+    if (accel_pg_size(pg) == 1) return c;
+    if (accel_pg_all_reduce(pg, c->data, (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    tp_bytes += accel_nbytes(c);
     return c;
 }
 
@@ -142,6 +148,7 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
         mx[i] = m;
     }
     if (accel_pg_all_reduce(pg, mx, (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK) return NULL;
+    tp_bytes += (size_t)N * 4 * sizeof *mx;
     for (int64_t i = 0; i < N; i++) {
         double s = 0;
         for (int64_t j = 0; j < Vl; j++) s += exp((double)x[i * Vl + j] - mx[i]);
@@ -197,6 +204,7 @@ static accel_tensor *seq_all_gather(accel_tensor *x, accel_pg *pg) {
     accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
     char *recv = out ? accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64) : NULL;
     if (!recv || accel_pg_all_gather(pg, c->data, recv, (size_t)accel_numel(c), c->dtype) != ACCEL_OK) return NULL;
+    tp_bytes += accel_nbytes(c);
     /* recv [n][B][row] -> out [B][n][row] */
     for (int64_t b = 0; b < B; b++)
         for (int r = 0; r < n; r++)
@@ -227,6 +235,7 @@ static accel_tensor *seq_reduce_scatter(accel_tensor *x, accel_pg *pg) {
     if (accel_pg_reduce_scatter(pg, send, out->data, (size_t)accel_numel(out), c->dtype, ACCEL_REDUCE_SUM) !=
         ACCEL_OK)
         return NULL;
+    tp_bytes += accel_nbytes(c);
     return out;
 }
 
