@@ -53,8 +53,9 @@ accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg);
  * columns [vocab_start, vocab_start + V / tp) of the full logits; targets as
  * accel_cross_entropy takes them (full vocabulary ids, or ignore_index).
  * Returns the mean over the targets != ignore_index of the full cross-entropy
- * on every rank, from three reductions of [N] numbers: the full [N, V] logits
- * are never gathered. The gradient is each rank's own columns of softmax -
+ * on every rank, from two all-reduces (the rows' maxima, then their sums of
+ * exponentials, target logits and owner counts): the [N, V] logits are never
+ * gathered. The gradient is each rank's own columns of softmax -
  * one-hot. A target that no rank's columns hold fails on every rank. */
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
                                      int64_t ignore_index, accel_pg *pg);
