@@ -10,7 +10,7 @@
  * Rank 0 prints
  *     impl=accel tp=P sp=0|1 world=N step_ms_median=... tp_bytes_per_step=... peak_rss_mb=...
  * step_ms_median: the slowest rank's median; tp_bytes_per_step: what this
- * rank handed to the tensor-parallel collectives in one step (src/ops/tp_stats.h:
+ * rank (process) handed to the tensor-parallel collectives in one step (src/ops/tp_stats.h:
  * all-reduce buffers, all-gather / reduce-scatter inputs; DDP's gradient
  * all-reduce not counted); peak_rss_mb: rank 0's. */
 #include <stdlib.h>

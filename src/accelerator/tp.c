@@ -10,6 +10,7 @@
 
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
+#include "nn/tp_internal.h"
 #include "strategy.h"
 
 #define TP(acc) ((acc)->mesh.size[ACCEL__MESH_TP])
@@ -49,9 +50,8 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
                                    accel_module_path(foreign, path, sizeof path));
         return ACCEL_OK; /* the user's plan, applied already */
     }
-    bool decoder = accel_llama_config_of(m) != NULL;
-    accel_clear_error();
-    if (decoder) return accel_llama_parallelize(m, tp, acc->par.sequence_parallel);
+    int own = accel__tp_own_plan(m, tp, acc->par.sequence_parallel);
+    if (own) return own > 0 ? ACCEL_OK : accel_last_status();
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: opts.parallelism.tp_size is %d, but the model (%s) has no "
                            "tensor-parallel plan of its own: parallelize it first with accel_module_parallelize("
                            "model, plan, n, accel_accelerator_tp_group(acc))", FN, TP(acc), m->ops->type_name);

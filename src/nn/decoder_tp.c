@@ -88,3 +88,9 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
     }
     return ACCEL_OK;
 }
+
+int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel) {
+    const accel__arch *a = accel__arch_of_module(m);
+    if (!a || m->ops != &a->causal_lm) return 0;
+    return accel_llama_parallelize(m, pg, sequence_parallel) == ACCEL_OK ? 1 : -1;
+}

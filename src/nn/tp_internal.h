@@ -26,6 +26,12 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps);
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
                                        bool sp, const char *path);
 
+/* Applies the model's own tensor-parallel plan when it has one (a causal LM
+ * of the architecture table: accel_llama_parallelize): 1 applied, 0 no plan
+ * of its own (nothing done, no error), -1 refused (the error set). The
+ * accelerator asks this, naming no family. */
+int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel);
+
 /* Sets the query and key/value heads a decoder layer computes (llama.c's
  * layer; the whole config's until the plan cuts them). */
 void accel__decoder_layer_set_heads(accel_module *layer, int64_t heads, int64_t kv_heads);

@@ -3,16 +3,20 @@
  * cross-entropy. The group is the caller's (an accel_pg): this layer knows
  * nothing of meshes or accelerators. The reductions run on host memory. */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "accel/parallel.h"
 #include "ops_util.h"
 #include "tp_stats.h"
 
-/* Bytes this thread gave the tp collectives (tp_stats.h). */
-static _Thread_local uint64_t tp_bytes;
+/* Bytes this process gave the tp collectives (tp_stats.h): one counter for
+ * every thread (a group's collectives come from one thread, groups may not). */
+static _Atomic uint64_t tp_bytes;
 
-uint64_t accel__tp_bytes(void) { return tp_bytes; }
+uint64_t accel__tp_bytes(void) { return atomic_load_explicit(&tp_bytes, memory_order_relaxed); }
+
+static void count(size_t bytes) { atomic_fetch_add_explicit(&tp_bytes, bytes, memory_order_relaxed); }
 
 static bool tp_args(const char *op, accel_tensor *x, accel_pg *pg) {
     if (!accel__op_begin(op, 1, &x, &(accel_device){0})) return false;
@@ -35,7 +39,7 @@ static accel_tensor *summed_copy(accel_tensor *t, accel_pg *pg) {
     if (!c || accel_copy_(c, t) != ACCEL_OK) return NULL;
     if (accel_pg_size(pg) == 1) return c;
     if (accel_pg_all_reduce(pg, c->data, (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
-    tp_bytes += accel_nbytes(c);
+    count(accel_nbytes(c));
     return c;
 }
 
@@ -148,7 +152,7 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
         mx[i] = m;
     }
     if (accel_pg_all_reduce(pg, mx, (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK) return NULL;
-    tp_bytes += (size_t)N * 4 * sizeof *mx;
+    count((size_t)N * 4 * sizeof *mx);
     for (int64_t i = 0; i < N; i++) {
         double s = 0;
         for (int64_t j = 0; j < Vl; j++) s += exp((double)x[i * Vl + j] - mx[i]);
@@ -204,7 +208,7 @@ static accel_tensor *seq_all_gather(accel_tensor *x, accel_pg *pg) {
     accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
     char *recv = out ? accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64) : NULL;
     if (!recv || accel_pg_all_gather(pg, c->data, recv, (size_t)accel_numel(c), c->dtype) != ACCEL_OK) return NULL;
-    tp_bytes += accel_nbytes(c);
+    count(accel_nbytes(c));
     /* recv [n][B][row] -> out [B][n][row] */
     for (int64_t b = 0; b < B; b++)
         for (int r = 0; r < n; r++)
@@ -235,7 +239,7 @@ static accel_tensor *seq_reduce_scatter(accel_tensor *x, accel_pg *pg) {
     if (accel_pg_reduce_scatter(pg, send, out->data, (size_t)accel_numel(out), c->dtype, ACCEL_REDUCE_SUM) !=
         ACCEL_OK)
         return NULL;
-    tp_bytes += accel_nbytes(c);
+    count(accel_nbytes(c));
     return out;
 }
 

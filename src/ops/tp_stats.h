@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-/* Bytes the calling thread has handed to the tp collectives so far: each
+/* Bytes the process has handed to the tp collectives so far: each
  * all-reduce's buffer, each all-gather's and reduce-scatter's input
  * (this rank's payload, not what the algorithm moves on the wire). */
 uint64_t accel__tp_bytes(void);
