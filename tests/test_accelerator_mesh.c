@@ -250,12 +250,21 @@ static int parallelism_body(int rank, int world) {
                  "pp_schedule \"zb\"");
     refused_opts((accel_parallelism_opts){.dp_replicate_size = 2, .dp_shard_size = 2}, "HYBRID_SHARD",
                  ACCEL_ERR_INVALID_ARG, "HYBRID_SHARD and opts.parallelism's sizes both");
-    refused_opts((accel_parallelism_opts){.tp_size = 4}, NULL, ACCEL_ERR_UNSUPPORTED,
-                 "opts.parallelism.tp_size = 4: tensor parallelism is not built yet");
+    /* tp splits the data-parallel group: consecutive ranks share a tp group */
+    o.zero_stage = 0;
+    o.parallelism = (accel_parallelism_opts){.dp_shard_size = 2, .tp_size = 2};
+    acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (acc) {
+        accel_pg *tp = accel_accelerator_tp_group(acc);
+        CHECK(tp && accel_pg_size(tp) == 2 && accel_pg_rank(tp) == rank % 2);
+        CHECK(accel_pg_size(acc->dp_pg) == 2 && accel_pg_rank(acc->dp_pg) == rank / 2);
+        accel_accelerator_free(acc);
+    }
     refused_opts((accel_parallelism_opts){.pp_size = 2, .dp_shard_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
                  "pp_size = 2: pipeline parallelism is not built yet");
     refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .sequence_parallelism = ACCEL_TRUE}, NULL,
-                 ACCEL_ERR_UNSUPPORTED, "sequence_parallelism");
+                 ACCEL_ERR_INVALID_ARG, "sequence_parallelism needs tp_size > 1");
     accel_dist_finalize();
     accel_thread_cleanup();
     return check_failures_ > failed_before ? 1 : 0;

@@ -12,6 +12,7 @@
  *   data.h         datasets, data loaders, Accelerate's batch sharding
  *   io.h           safetensors, sharded checkpoints, HF config.json
  *   dist.h         process groups and collectives
+ *   parallel.h     tensor parallelism: parallel layers and collectives as ops
  *   bigmodel.h     module sizes, device maps, dispatch, offload, generation
  *   bert.h         BERT: encoder, sequence classification, config.json, save/load
  *   accelerator.h  the Accelerator
@@ -29,6 +30,7 @@
 #include "data.h"
 #include "io.h"
 #include "dist.h"
+#include "parallel.h"
 #include "bigmodel.h"
 #include "bert.h"
 #include "accelerator.h"

@@ -258,6 +258,14 @@ double accel_accelerator_loss_scale(const accel_accelerator *acc);
 /* The ZeRO stage in effect (0: plain DDP) and the clipping norm applied in
  * optimizer_step (0: none). */
 int accel_accelerator_zero_stage(const accel_accelerator *acc);
+/* The tensor-parallel group of this rank (opts.parallelism.tp_size ranks,
+ * consecutive: docs/parallelism.md), owned by the accelerator; a group of
+ * one without tp. Made on the first call (a collective over every rank:
+ * all call it, in the same order). A model of your own is parallelized over
+ * it before prepare: accel_module_parallelize(model, plan, n,
+ * accel_accelerator_tp_group(acc)) (accel/parallel.h); the decoder families
+ * get their own plan at prepare. NULL + error for a NULL accelerator. */
+accel_pg *accel_accelerator_tp_group(accel_accelerator *acc);
 double accel_accelerator_gradient_clipping(const accel_accelerator *acc);
 /* This rank's shard [*lo, *hi) of the prepared model's flat f32 parameter
  * buffer (*padded: its padded length). Without ZeRO the whole buffer; under

@@ -191,6 +191,29 @@ typedef struct accel__zero_cfg {
 accel_status accel__zero_config(const accel_accelerator_opts *o, accel__zero_cfg *out);
 /* The offload settings against the accelerator's device (known after the config is read). */
 accel_status accel__offload_check_device(const accel_accelerator *acc);
+/* Tensor parallelism (tp.c). Before a model is flattened: the decoder
+ * families' plan applied over the tp group, or the user's checked to be over
+ * it; nothing when tp_size is 1. */
+accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
+/* The combined partial gradient norm of m (accel_grad_norm_partial's sum or
+ * max), the tp-sharded parameters' reduced over the tp group (collective
+ * over it), the replicated ones counted once. NAN + error on failure. */
+double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type);
+/* This rank's place among the ranks that get different batches
+ * (dp_replicate x dp_shard): the ranks of a tp group share one. */
+/* Sequence parallelism: after a backward that syncs gradients, the
+ * replicated parameters' gradients summed over the tp group
+ * (accel_module_tp_reduce_grads); nothing otherwise. */
+accel_status accel__tp_after_backward(accel_accelerator *acc);
+void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
+/* The whole tensors of sd's tp-sharded entries, gathered over the tp group
+ * (collective): *whole[i] the whole tensor of entry i (a tied alias shares
+ * its first name's), NULL for the entries not sharded; *whole NULL without
+ * tp. Freed with accel__tp_gather_state_free. */
+accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_dict *sd, accel_tensor ***whole);
+/* ACCEL_ERR_UNSUPPORTED naming fn and what is not built under tp, else ACCEL_OK. */
+accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what);
+void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole);
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out);
 /* The mesh (from par, or under HYBRID_SHARD from the machines), shard_pg and
  * replica_pg (collective: subgroups are split off the world). */

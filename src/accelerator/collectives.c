@@ -84,6 +84,7 @@ static accel_tensor *first_rows(accel_tensor *g, int64_t rows) {
 }
 
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
+    if (acc && accel__tp_refused(acc, "accel_accelerator_gather_for_metrics", "gather_for_metrics is not built yet under tensor parallelism (the ranks of a tp group hold one batch)")) return NULL;
     accel_tensor *g = accel_accelerator_gather(acc, t);
     return g ? first_rows(g, metrics_remainder(acc)) : NULL;
 }
@@ -128,6 +129,7 @@ accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int 
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: needs n >= 1 tensors and an outs array (n %d, ts %s, outs %s)",
                                fn, n, ts ? "set" : "NULL", outs ? "set" : "NULL");
     for (int i = 0; i < n; i++) outs[i] = NULL;
+    if (accel__tp_refused(acc, fn, "gather_for_metrics is not built yet under tensor parallelism (the ranks of a tp group hold one batch)")) return ACCEL_ERR_UNSUPPORTED;
     accel_tensor **c = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *c, 8);
     if (!c) return accel_last_status();
     for (int i = 0; i < n; i++) {

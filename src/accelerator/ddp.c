@@ -285,7 +285,9 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm) {
 /* Every rank holds the full (averaged) gradients: the norm over the model's
  * flat buffers, no collective. */
 double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
-    (void)acc;
+    /* Under tensor parallelism a rank holds slices of some parameters: the
+     * norm sums them over the tp group and counts replicated ones once. */
+    bool tp = acc->mesh.size[ACCEL__MESH_TP] > 1;
     double combined = 0;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
@@ -296,9 +298,10 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
             return NAN;
         }
         accel_tensor h;
-        double part = accel_grad_norm_partial(accel__flat_view(&h, b, b->grads, 0, b->numel), norm_type);
+        double part = tp ? 0 : accel_grad_norm_partial(accel__flat_view(&h, b, b->grads, 0, b->numel), norm_type);
         combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
     }
+    if (tp && isnan(combined = accel__tp_grad_norm_partial(acc, pm->m, norm_type))) return NAN;
     double total = accel_grad_norm_finish(combined, norm_type);
     double coef = accel_clip_coef(total, max_norm);
     float c = (float)coef; /* as accel_clip_grad_norm */

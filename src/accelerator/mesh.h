@@ -10,8 +10,9 @@
  * The accelerator builds one mesh (zero_config.c accel__zero_groups):
  * dp_shard is the group ZeRO shards over, dp_replicate the one the shards are
  * averaged across (HYBRID_SHARD: DDP over dp_replicate composed with the
- * sharding over dp_shard). pp, cp and tp are sized 1 until a strategy uses
- * them. A dimension's group is made when a strategy first asks for it. */
+ * sharding over dp_shard); tp is the tensor-parallel group (tp.c). pp and cp
+ * are sized 1 until a strategy uses them. A dimension's group is made when a
+ * strategy first asks for it. */
 #ifndef ACCEL_ACCELERATOR_MESH_H
 #define ACCEL_ACCELERATOR_MESH_H
 

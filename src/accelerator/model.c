@@ -59,13 +59,14 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
 
 /* ---------------------------------------------------------------- prepare */
 
-/* Every rank starts from rank 0's parameters and buffers. */
+/* Every rank starts from its data-parallel rank 0's parameters and buffers
+ * (the same slices: the ranks of a tp group hold different ones). */
 static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
     accel_status st = ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
-        if (b->n) st = accel__staged_broadcast(acc->pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
+        if (b->n) st = accel__staged_broadcast(acc->dp_pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
     }
     if (st) return st;
     accel_state_dict *sd = accel_module_state_dict(pm->m);
@@ -78,7 +79,7 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
                                  sd->entries[i].name);
             break;
         }
-        st = accel__staged_broadcast(acc->pg, t, 0);
+        st = accel__staged_broadcast(acc->dp_pg, t, 0);
     }
     accel_state_dict_free(sd);
     return st;
@@ -98,6 +99,7 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
+    if (accel__tp_prepare(acc, pm->m)) return accel_last_status();
     if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
         return accel_last_status();
     pm->strat = acc->strat;
@@ -106,7 +108,7 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
         accel__model_release(acc, pm);
         return accel_last_status();
     }
-    pm->ddp = acc->world > 1;
+    pm->ddp = accel_pg_size(acc->dp_pg) > 1;
     accel_status st = pm->strat->layout(acc, pm);
     if (!st && pm->ddp) st = broadcast_weights(acc, pm);
     if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);

@@ -502,8 +502,9 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
     accel_status st = check_owner(acc, *links, dataloader_detached, __func__, "data loader", &mine);
     if (st || mine) return st;
     if (acc->n_dls == ACCEL__MAX_PREPARED) return too_many("data loaders");
-    st = accel_dataloader_shard(dl, acc->world, acc->rank, acc->o.split_batches,
-                               !acc->o.no_even_batches);
+    int data_rank, data_world;
+    accel__tp_data_rank(acc, &data_rank, &data_world);
+    st = accel_dataloader_shard(dl, data_world, data_rank, acc->o.split_batches, !acc->o.no_even_batches);
     if (st) return st;
     if (acc->world > 1) {
         /* synchronize_rng_states: every rank shuffles with rank 0's seed. */

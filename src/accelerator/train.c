@@ -19,6 +19,7 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
     accel_status st = accel_backward(l);
     if (fp8) accel__fp8_log_end(fp8_prev);
     accel_status st2 = accel__backward_end(acc);
+    if (!st && !st2) st2 = accel__tp_after_backward(acc);
     /* fp8: after TE's backward, the gradients' amaxes reduced and their
      * scales updated, for the Linears this backward ran */
     for (int i = 0; !st && !st2 && i < acc->n_models; i++)

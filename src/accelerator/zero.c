@@ -233,6 +233,11 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
     accel_tensor h;
     accel_tensor *g = accel__zero_grad_shard(pm, &h);
     if (!g) return accel__ddp_clip(acc, pm, max_norm, norm_type);
+    if (acc->mesh.size[ACCEL__MESH_TP] > 1) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_clip_grad_norm: a ZeRO-sharded gradient of a "
+                        "tensor-parallel model: clipping it is not built (zero_stage 0 and 1 clip under tp)");
+        return NAN;
+    }
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
         if (d != ACCEL_F32 && pm->fp->buffers[d].n) {
             accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",

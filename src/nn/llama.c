@@ -7,6 +7,7 @@
 #include "accel/nn.h"
 #include "arch.h"
 #include "nn_internal.h"
+#include "tp_internal.h"
 
 accel_llama_config accel_llama_config_default(void) {
     accel_llama_config c;
@@ -242,6 +243,7 @@ typedef struct layer_impl {
     const accel__arch *arch;
     int index;
     bool windowed; /* attends to the last cfg->sliding_window keys only */
+    int64_t heads, kv_heads; /* the query and key/value heads this rank computes (all but under tp) */
 } layer_impl;
 
 /* Child indices, fixed by construction order (transformers' order). */
@@ -327,7 +329,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     const accel_llama_config *c = li->cfg;
     const accel__arch *a = li->arch;
     accel_module **p = attn->children;
-    int64_t T = x->shape[1];
+    int64_t T = x->shape[1]; /* under sequence parallelism x holds T / tp positions: q the whole T */
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     accel_tensor *q, *k, *v;
     if (gpt2) {
@@ -341,13 +343,14 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     } else {
         int64_t rd = accel__rotary_dim(c);
         project_qkv(p, a, c, x, &q, &k, &v);
+        if (q) T = q->shape[1];
         if (a->qk_norm_full) { /* over all heads at once, before the split */
             q = accel_module_call(p[ATTN_Q_NORM], q);
             k = accel_module_call(p[ATTN_K_NORM], k);
         }
-        q = split_heads(q, c->num_attention_heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
-        k = split_heads(k, c->num_key_value_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
-        v = split_heads(v, c->num_key_value_heads, c->head_dim, NULL);
+        q = split_heads(q, li->heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
+        k = split_heads(k, li->kv_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
+        v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
         double scaling = accel__rope_inv_freq(c, pos + T, inv);
@@ -370,7 +373,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                           ? explicit_attention(q, k, v, pos, W, scale, cap)
                           : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
-    int64_t shape[3] = {x->shape[0], x->shape[1], c->num_attention_heads * c->head_dim};
+    int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
     return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
 }
@@ -543,11 +546,19 @@ accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llam
     li->cfg = c;
     li->arch = a;
     li->index = index;
+    li->heads = c->num_attention_heads;
+    li->kv_heads = c->num_key_value_heads;
     li->windowed = c->sliding_window > 0 &&
                    (a->window == ACCEL__WINDOW_EVEN ? index % 2 == 0 : index >= c->max_window_layers);
     accel_module *layer = accel_module_new(&a->layer, li);
     if (!layer) accel_free(li);
     return layer;
+}
+
+void accel__decoder_layer_set_heads(accel_module *layer, int64_t heads, int64_t kv_heads) {
+    layer_impl *li = layer->impl;
+    li->heads = heads;
+    li->kv_heads = kv_heads;
 }
 
 static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
@@ -665,6 +676,11 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
                         (long long)pos, (long long)(pos + T - 1), (long long)c->max_position_embeddings);
         return NULL;
     }
+    if (cache && accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, NULL, NULL, NULL)) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: a KV cache on a tensor-parallel model: "
+                        "generation under tp is not built");
+        return NULL;
+    }
     if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
                   pos + T > cache->max_len)) {
         accel_set_error(ACCEL_ERR_SHAPE,
@@ -708,6 +724,11 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     accel_tensor *labels = accel_concat(2, (accel_tensor *[]){accel_slice(ids, 1, 1, T, 1), pad}, 1);
     /* logits [B, T, V] with labels [B, T]: no reshape between the head and
      * the loss, so the loss's gradient becomes the head's output gradient as
-     * it is (no copy of [B T, V]). */
+     * it is (no copy of [B T, V]). Under tp the logits are this rank's
+     * vocabulary columns (decoder_tp.c). */
+    accel_pg *tp;
+    int64_t v0;
+    if (accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, &tp, &v0, NULL))
+        return accel_tp_cross_entropy(logits, labels, v0, -100, tp);
     return accel_cross_entropy(logits, labels, -100);
 }

@@ -1,0 +1,89 @@
+/* bench_tp_step: the Llama training step of bench_ddp_step under tensor
+ * parallelism through the Accelerator (under `accel launch --num_processes N`):
+ *
+ *     bench_tp_step --tp P [--sp] [--steps N] [--warmup W] [--batch B] [--seq T]
+ *                   [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]
+ *
+ * The mesh is dp_shard N / P x tp P (DDP over the data-parallel ranks). Per
+ * step: accel_llama_loss on this rank's data-parallel batch (ids seeded by
+ * the data-parallel rank), accel_accelerator_backward, AdamW step, zero_grad.
+ * Rank 0 prints
+ *     impl=accel tp=P sp=0|1 world=N step_ms_median=... tp_bytes_per_step=... peak_rss_mb=...
+ * step_ms_median: the slowest rank's median; tp_bytes_per_step: what this
+ * rank (process) handed to the tensor-parallel collectives in one step (src/ops/tp_stats.h:
+ * all-reduce buffers, all-gather / reduce-scatter inputs; DDP's gradient
+ * all-reduce not counted); peak_rss_mb: rank 0's. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "accel/accel.h"
+#include "bench_util.h"
+#include "ops/tp_stats.h"
+
+static void fail(const char *what) {
+    fprintf(stderr, "bench_tp_step: %s: %s\n", what, accel_last_error());
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    int tp = 1;
+    bool sp = false;
+    char *rest[64];
+    int n = 0;
+    for (int i = 0; i < argc && n < 64; i++) {
+        if (!strcmp(argv[i], "--tp") && i + 1 < argc) tp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sp")) sp = true;
+        else rest[n++] = argv[i];
+    }
+    bench_llama_args a;
+    if (bench_llama_parse("bench_tp_step", "", n, rest, &a)) return 2;
+    int world = accel_dist_world_size();
+    if (tp < 1 || world % tp) {
+        fprintf(stderr, "bench_tp_step: --tp %d does not divide the %d processes\n", tp, world);
+        return 2;
+    }
+    accel_accelerator_opts ao = accel_accelerator_opts_default();
+    ao.parallelism = (accel_parallelism_opts){.tp_size = tp, .dp_shard_size = world / tp,
+                                              .sequence_parallelism = sp ? ACCEL_TRUE : 0};
+    accel_accelerator *acc = accel_accelerator_new(&ao);
+    if (!acc) fail("accel_accelerator_new");
+    int rank = accel_accelerator_process_index(acc);
+    accel_set_seed(acc, 0, false);
+    accel_llama_config cfg = bench_llama_config(&a);
+    accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    if (!model || accel_accelerator_prepare_model(acc, model)) fail("the model");
+    accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &hp);
+    if (!opt || accel_accelerator_prepare_optimizer(acc, opt)) fail("the optimizer");
+    accel_tensor *ids = bench_llama_ids(&a, 12345u + 7919u * (uint64_t)(rank / tp), ACCEL_CPU_DEVICE);
+    if (!ids) fail("ids");
+    int total = a.warmup + a.steps;
+    double *t = calloc((size_t)total, sizeof *t);
+    uint64_t bytes = 0;
+    if (!t || accel_accelerator_wait_for_everyone(acc)) fail("start");
+    for (int it = 0; it < total; it++) {
+        uint64_t b0 = accel__tp_bytes();
+        double t0 = accel_now_seconds();
+        accel_tensor *loss = accel_llama_loss(model, ids);
+        if (!loss || accel_accelerator_backward(acc, loss) || accel_accelerator_optimizer_step(acc, opt) ||
+            accel_accelerator_zero_grad(acc, opt))
+            fail("the step");
+        accel_step_reset();
+        t[it] = accel_now_seconds() - t0;
+        bytes = accel__tp_bytes() - b0;
+    }
+    double mine = bench_median(t + a.warmup, a.steps), slowest = mine;
+    if (accel_pg_all_reduce(accel_dist_default_group(), &slowest, 1, ACCEL_F64, ACCEL_REDUCE_MAX)) fail("reduce");
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (rank == 0)
+        printf("impl=accel tp=%d sp=%d world=%d step_ms_median=%.1f tp_bytes_per_step=%llu peak_rss_mb=%.1f\n", tp,
+               sp, world, slowest * 1e3, (unsigned long long)bytes, ru.ru_maxrss / 1024.0);
+    free(t);
+    accel_tensor_free(ids);
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    return 0;
+}

@@ -1,0 +1,39 @@
+/* Tensor parallelism inside src/nn (not public API): what the decoder's
+ * plan needs beyond accel/parallel.h. */
+#ifndef ACCEL_NN_TP_INTERNAL_H
+#define ACCEL_NN_TP_INTERNAL_H
+
+#include "accel/parallel.h"
+
+/* A Linear whose output rows [start, start + local) this rank uses while it
+ * keeps the whole weight, replicated on every rank of the group: the K/V
+ * projections when a model has fewer KV heads than tp ranks (Megatron
+ * replicates those heads). The weight goes through accel_tp_copy_to_region
+ * before its rows are taken, so its gradient is the sum of every rank's
+ * part: the whole gradient, the same on every rank. */
+#define ACCEL__TP_REPLICA_ROWS ((accel_tp_style)100)
+
+/* An RMSNorm whose weight, whole on every rank, normalizes this rank's
+ * heads only (Qwen3's q_norm / k_norm over head_dim): its weight goes
+ * through accel_tp_copy_to_region, so its gradient is every rank's part
+ * summed. Replaces m's ops and impl (the norm's eps given). */
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps);
+
+/* One module of a plan: m parallelized with style over pg (sp: sequence
+ * parallel, as the plan entry's field), its split
+ * dimension cut into slice `part` of `parts` equal ones (for
+ * ACCEL__TP_REPLICA_ROWS: the rows used, the weight kept whole). */
+accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
+                                       bool sp, const char *path);
+
+/* Applies the model's own tensor-parallel plan when it has one (a causal LM
+ * of the architecture table: accel_llama_parallelize): 1 applied, 0 no plan
+ * of its own (nothing done, no error), -1 refused (the error set). The
+ * accelerator asks this, naming no family. */
+int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel);
+
+/* Sets the query and key/value heads a decoder layer computes (llama.c's
+ * layer; the whole config's until the plan cuts them). */
+void accel__decoder_layer_set_heads(accel_module *layer, int64_t heads, int64_t kv_heads);
+
+#endif

@@ -1,0 +1,281 @@
+/* Tensor-parallel collectives as differentiable ops (accel/parallel.h):
+ * Megatron's copy-to / reduce-from tp region pair and the vocabulary-parallel
+ * cross-entropy. The group is the caller's (an accel_pg): this layer knows
+ * nothing of meshes or accelerators. The reductions run on host memory. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "accel/parallel.h"
+#include "ops_util.h"
+#include "tp_stats.h"
+
+/* Bytes this process gave the tp collectives (tp_stats.h): one counter for
+ * every thread (a group's collectives come from one thread, groups may not). */
+static _Atomic uint64_t tp_bytes;
+
+uint64_t accel__tp_bytes(void) { return atomic_load_explicit(&tp_bytes, memory_order_relaxed); }
+
+static void count(size_t bytes) { atomic_fetch_add_explicit(&tp_bytes, bytes, memory_order_relaxed); }
+
+static bool tp_args(const char *op, accel_tensor *x, accel_pg *pg) {
+    if (!accel__op_begin(op, 1, &x, &(accel_device){0})) return false;
+    if (!pg) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", op);
+        return false;
+    }
+    if (x->device.type != ACCEL_DEV_CPU) {
+        char d[32];
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tensor on %s: tensor-parallel collectives run on cpu tensors",
+                        op, accel_device_str(x->device, d, sizeof d));
+        return false;
+    }
+    return true;
+}
+
+/* A contiguous copy of t (its dtype) summed over pg: a new step tensor. */
+static accel_tensor *summed_copy(accel_tensor *t, accel_pg *pg) {
+    accel_tensor *c = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+    if (!c || accel_copy_(c, t) != ACCEL_OK) return NULL;
+    if (accel_pg_size(pg) == 1) return c;
+    if (accel_pg_all_reduce(pg, c->data, (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    count(accel_nbytes(c));
+    return c;
+}
+
+/* ------------------------------------------------------------------ copy to region */
+
+static accel_status copy_to_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *s = summed_copy(g, n->ctx);
+    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
+}
+
+accel_tensor *accel_tp_copy_to_region(accel_tensor *x, accel_pg *pg) {
+    if (!tp_args("accel_tp_copy_to_region", x, pg)) return NULL;
+    accel_tensor *out = accel_view_raw(x, x->ndim, x->shape, x->stride, 0);
+    if (!out) return NULL;
+    accel_node *n = accel_tape_record("tp_copy_to_region", copy_to_backward, out, 1, &x);
+    if (n) n->ctx = pg;
+    return out;
+}
+
+/* ------------------------------------------------------------------ reduce from region */
+
+static accel_status pass_backward(accel_node *n, accel_tensor *g) { return accel_grad_accumulate(n->inputs[0], g); }
+
+accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg) {
+    if (!tp_args("accel_tp_reduce_from_region", x, pg)) return NULL;
+    accel_tensor *out = summed_copy(x, pg);
+    if (!out) return NULL;
+    accel_tape_record("tp_reduce_from_region", pass_backward, out, 1, &x);
+    return out;
+}
+
+/* ------------------------------------------------------------------ vocab-parallel cross-entropy */
+
+/* What the backward needs: the local logits (f32), each row's log-sum-exp
+ * over the whole vocabulary, the targets and their count. */
+typedef struct vce_saved {
+    const float *x;   /* [N, Vl] */
+    const float *lse; /* [N] */
+    const int64_t *t; /* [N] */
+    int64_t N, Vl, start, ignore;
+    double count;
+} vce_saved;
+
+static accel_status vce_backward(accel_node *n, accel_tensor *grad_out) {
+    const vce_saved *s = n->ctx;
+    accel_tensor *dx = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->N, s->Vl), ACCEL_CPU_DEVICE);
+    if (!dx) return accel_last_status();
+    float *d = dx->data;
+    double scale = accel_item(grad_out) / s->count;
+    for (int64_t i = 0; i < s->N; i++) {
+        float *row = d + i * s->Vl;
+        if (s->t[i] == s->ignore) {
+            memset(row, 0, (size_t)s->Vl * sizeof *row);
+            continue;
+        }
+        const float *xr = s->x + i * s->Vl;
+        for (int64_t j = 0; j < s->Vl; j++) row[j] = (float)(scale * exp((double)xr[j] - s->lse[i]));
+        int64_t local = s->t[i] - s->start;
+        if (local >= 0 && local < s->Vl) row[local] -= (float)scale;
+    }
+    accel_tensor *x = n->inputs[0];
+    return accel_grad_accumulate(x, accel_reshape(dx, x->ndim, x->shape));
+}
+
+/* Targets as [N] host i64, checked to be [N] or the logits' shape less the last dim. */
+static const int64_t *vce_targets(const char *op, accel_tensor *logits, accel_tensor *targets, int64_t N) {
+    bool fits = targets->ndim == 1 && targets->shape[0] == N;
+    if (!fits && targets->ndim == logits->ndim - 1) {
+        fits = true;
+        for (int i = 0; i < targets->ndim; i++) fits = fits && targets->shape[i] == logits->shape[i];
+    }
+    if (targets->dtype != ACCEL_I64 && targets->dtype != ACCEL_I32) {
+        accel_set_error(ACCEL_ERR_DTYPE, "%s: targets must be int64 or int32, got %s", op,
+                        accel_dtype_name(targets->dtype));
+        return NULL;
+    }
+    if (!fits) {
+        accel__shape_error2(op, logits, targets, "do not fit (logits [..., V/tp]; targets [...] or [N])");
+        return NULL;
+    }
+    accel_tensor *tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(N), ACCEL_CPU_DEVICE);
+    if (!tt || accel_copy_(tt, accel_reshape(targets, 1, &N)) != ACCEL_OK) return NULL;
+    return tt->data;
+}
+
+accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
+                                     int64_t ignore_index, accel_pg *pg) {
+    static const char *OP = "accel_tp_cross_entropy";
+    if (!tp_args(OP, logits, pg) || !accel__op_check_float(OP, logits, "logits") ||
+        !accel_tensor_check(targets, OP, "targets"))
+        return NULL;
+    int64_t Vl = logits->ndim ? logits->shape[logits->ndim - 1] : 0;
+    if (logits->ndim < 1 || Vl == 0 || vocab_start < 0) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: logits need a non-empty last (vocabulary) dim and vocab_start >= 0 "
+                        "(got %d dims, vocab_start %lld)", OP, logits->ndim, (long long)vocab_start);
+        return NULL;
+    }
+    int64_t N = accel_numel(logits) / Vl;
+    const int64_t *t = vce_targets(OP, logits, targets, N);
+    accel_tensor *xf = t ? accel__dense_f32(logits) : NULL;
+    /* [0, N): row max (MAX); [N, 4N): sum of exp(x - max), target logit, owner count (SUM) */
+    float *mx = accel_arena_alloc(accel_step_arena(), (size_t)N * 4 * sizeof *mx, 64);
+    float *lse = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *lse, 64);
+    if (!xf || !mx || !lse) return NULL;
+    float *se = mx + N, *tl = mx + 2 * N, *own = mx + 3 * N;
+    const float *x = xf->data;
+    for (int64_t i = 0; i < N; i++) {
+        float m = -INFINITY;
+        for (int64_t j = 0; j < Vl; j++) m = fmaxf(m, x[i * Vl + j]);
+        mx[i] = m;
+    }
+    if (accel_pg_all_reduce(pg, mx, (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK) return NULL;
+    count((size_t)N * 4 * sizeof *mx);
+    for (int64_t i = 0; i < N; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < Vl; j++) s += exp((double)x[i * Vl + j] - mx[i]);
+        int64_t local = t[i] - vocab_start;
+        bool mine = t[i] != ignore_index && local >= 0 && local < Vl;
+        se[i] = (float)s;
+        tl[i] = mine ? x[i * Vl + local] : 0.0f;
+        own[i] = mine ? 1.0f : 0.0f;
+    }
+    if (accel_pg_all_reduce(pg, se, (size_t)N * 3, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    double total = 0, count = 0;
+    for (int64_t i = 0; i < N; i++) {
+        lse[i] = mx[i] + logf(se[i]);
+        if (t[i] == ignore_index) continue;
+        if (own[i] != 1.0f)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: target %lld (row %lld) is in no rank's vocabulary "
+                                   "slice (outside [0, V))", OP, (long long)t[i], (long long)i), NULL;
+        total += lse[i] - tl[i];
+        count += 1;
+    }
+    accel_tensor *out = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
+    if (!out) return NULL;
+    *(float *)out->data = (float)(total / count); /* 0 / 0: nan, as accel_cross_entropy */
+    accel_node *n = accel_tape_record("tp_cross_entropy", vce_backward, out, 1, &logits);
+    if (n) {
+        vce_saved *s = accel_arena_alloc(accel_step_arena(), sizeof *s, 64);
+        if (!s) return NULL;
+        *s = (vce_saved){.x = x, .lse = lse, .t = t, .N = N, .Vl = Vl, .start = vocab_start,
+                         .ignore = ignore_index, .count = count};
+        n->ctx = s;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ sequence parallelism */
+
+/* x [B, T, ...] contiguous: outer B rows of `row` bytes (T ... elements). */
+static void seq_dims(const accel_tensor *x, int64_t *outer, size_t *row) {
+    *outer = x->shape[0];
+    *row = (size_t)(accel_numel(x) / (x->shape[0] ? x->shape[0] : 1)) * accel_dtype_size(x->dtype);
+}
+
+/* [B, T/n, ...] -> [B, T, ...]: the ranks' slices of dim 1, in rank order. */
+static accel_tensor *seq_all_gather(accel_tensor *x, accel_pg *pg) {
+    int n = accel_pg_size(pg);
+    accel_tensor *c = accel__contig(x);
+    int64_t shape[ACCEL_MAX_DIMS], B;
+    size_t row;
+    if (!c) return NULL;
+    memcpy(shape, c->shape, sizeof shape);
+    shape[1] *= n;
+    seq_dims(c, &B, &row);
+    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
+    char *recv = out ? accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64) : NULL;
+    if (!recv || accel_pg_all_gather(pg, c->data, recv, (size_t)accel_numel(c), c->dtype) != ACCEL_OK) return NULL;
+    count(accel_nbytes(c));
+    /* recv [n][B][row] -> out [B][n][row] */
+    for (int64_t b = 0; b < B; b++)
+        for (int r = 0; r < n; r++)
+            memcpy((char *)out->data + ((size_t)b * (size_t)n + (size_t)r) * row,
+                   recv + ((size_t)r * (size_t)B + (size_t)b) * row, row);
+    return out;
+}
+
+/* [B, T, ...] -> [B, T/n, ...]: this rank's slice of dim 1 of the sum over pg. */
+static accel_tensor *seq_reduce_scatter(accel_tensor *x, accel_pg *pg) {
+    int n = accel_pg_size(pg);
+    accel_tensor *c = accel__contig(x);
+    int64_t shape[ACCEL_MAX_DIMS], B;
+    size_t row;
+    if (!c) return NULL;
+    memcpy(shape, c->shape, sizeof shape);
+    shape[1] /= n;
+    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
+    if (!out) return NULL;
+    seq_dims(out, &B, &row);
+    char *send = accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64);
+    if (!send) return NULL;
+    /* c [B][n][row] -> send [n][B][row] */
+    for (int64_t b = 0; b < B; b++)
+        for (int r = 0; r < n; r++)
+            memcpy(send + ((size_t)r * (size_t)B + (size_t)b) * row,
+                   (const char *)c->data + ((size_t)b * (size_t)n + (size_t)r) * row, row);
+    if (accel_pg_reduce_scatter(pg, send, out->data, (size_t)accel_numel(out), c->dtype, ACCEL_REDUCE_SUM) !=
+        ACCEL_OK)
+        return NULL;
+    count(accel_nbytes(c));
+    return out;
+}
+
+static bool seq_args(const char *op, accel_tensor *x, accel_pg *pg, bool scatter) {
+    if (!tp_args(op, x, pg)) return false;
+    if (x->ndim < 2 || (scatter && x->shape[1] % accel_pg_size(pg))) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: x %s: needs [B, T, ...]%s", op, accel_shape_str(x, b, sizeof b),
+                        scatter ? " with T a multiple of the group's size (sequence parallelism splits T)" : "");
+        return false;
+    }
+    return true;
+}
+
+static accel_status gather_seq_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *s = seq_reduce_scatter(g, n->ctx);
+    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
+}
+
+static accel_status scatter_seq_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *s = seq_all_gather(g, n->ctx);
+    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
+}
+
+accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg) {
+    if (!seq_args("accel_tp_gather_seq", x, pg, false)) return NULL;
+    accel_tensor *out = seq_all_gather(x, pg);
+    accel_node *n = out ? accel_tape_record("tp_gather_seq", gather_seq_backward, out, 1, &x) : NULL;
+    if (n) n->ctx = pg;
+    return out;
+}
+
+accel_tensor *accel_tp_scatter_seq(accel_tensor *x, accel_pg *pg) {
+    if (!seq_args("accel_tp_scatter_seq", x, pg, true)) return NULL;
+    accel_tensor *out = seq_reduce_scatter(x, pg);
+    accel_node *n = out ? accel_tape_record("tp_scatter_seq", scatter_seq_backward, out, 1, &x) : NULL;
+    if (n) n->ctx = pg;
+    return out;
+}

@@ -1,0 +1,235 @@
+/* Tensor parallelism (accel/parallel.h) on 2 and 4 forked processes: the
+ * copy-to / reduce-from collectives and their gradients against what they
+ * must be, the vocabulary-parallel cross-entropy against accel_cross_entropy
+ * on the whole logits, and a user's model (vocab-parallel embedding,
+ * column- and row-parallel MLP, column-parallel head) whose loss and every
+ * gradient equal, within 1e-5, those of the same model on one process. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "accel/accel.h"
+#include "accel/parallel.h"
+#include "check.h"
+#include "dist_group.h"
+#include "tp_fixture.h"
+
+/* ---- the collectives */
+
+static void test_copy_and_reduce(accel_pg *pg, int rank, int world) {
+    /* copy: forward x itself; backward the sum of every rank's gradient */
+    float xv[6] = {1, -2, 3, 0.5f, 4, -1}, cv[6];
+    for (int i = 0; i < 6; i++) cv[i] = (float)(i + 1) * (float)(rank + 1);
+    accel_tensor *x = pf32(ACCEL_SHAPE(2, 3), xv);
+    accel_requires_grad_(x, true);
+    accel_tensor *c = pf32(ACCEL_SHAPE(2, 3), cv);
+    accel_tensor *y = accel_tp_copy_to_region(x, pg);
+    CHECK_MSG(y != NULL, "%s", accel_last_error());
+    float *yf = floats_of(y);
+    close_all("copy_to_region forward", yf, xv, 6);
+    CHECK(accel_backward(accel_sum_all(accel_mul(y, c))) == ACCEL_OK);
+    float want[6], *gx = floats_of(x->grad);
+    for (int i = 0; i < 6; i++) want[i] = (float)(i + 1) * (float)(world * (world + 1) / 2);
+    close_all("copy_to_region backward", gx, want, 6);
+    free(yf), free(gx);
+    accel_step_reset();
+
+    /* reduce: forward the sum of every rank's x; backward the gradient as it is */
+    accel_tensor *xr = pf32(ACCEL_SHAPE(2, 3), cv); /* (i + 1)(rank + 1) */
+    accel_requires_grad_(xr, true);
+    accel_tensor *r = accel_tp_reduce_from_region(xr, pg);
+    CHECK_MSG(r != NULL, "%s", accel_last_error());
+    float *rf = floats_of(r);
+    close_all("reduce_from_region forward", rf, want, 6);
+    CHECK(accel_backward(accel_sum_all(accel_mul(r, x))) == ACCEL_OK);
+    float *gr = floats_of(xr->grad);
+    close_all("reduce_from_region backward", gr, xv, 6);
+    free(rf), free(gr);
+    accel_step_reset();
+    accel_tensor_free(x), accel_tensor_free(c), accel_tensor_free(xr);
+}
+
+/* The vocab-parallel loss and gradient against the whole logits' (bf16 too:
+ * the gradient in the logits' dtype, compared after rounding). */
+static void test_vocab_cross_entropy(accel_pg *pg, int rank, int world) {
+    enum { N = 6, V = 12 };
+    int64_t Vl = V / world;
+    float full[N * V];
+    for (int i = 0; i < N * V; i++) full[i] = (float)sin(0.37 * i) * 3.0f;
+    int64_t tv[N] = {0, 11, -100, 5, 7, 3};
+    accel_tensor *lf = pf32(ACCEL_SHAPE(N, V), full);
+    accel_requires_grad_(lf, true);
+    accel_tensor *t = pi64(ACCEL_SHAPE(N), tv);
+    accel_tensor *ref = accel_cross_entropy(lf, t, -100);
+    CHECK(accel_backward(ref) == ACCEL_OK);
+    float ref_loss = (float)accel_item(ref), *ref_g = floats_of(lf->grad);
+    accel_step_reset();
+
+    float part[N * V];
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < Vl; j++) part[i * Vl + j] = full[i * V + rank * Vl + j];
+    accel_tensor *ll = pf32(ACCEL_SHAPE(N, Vl), part);
+    accel_requires_grad_(ll, true);
+    accel_tensor *loss = accel_tp_cross_entropy(ll, t, rank * Vl, -100, pg);
+    CHECK_MSG(loss != NULL, "%s", accel_last_error());
+    if (loss) {
+        CHECK_CLOSE(accel_item(loss), ref_loss, 1e-5, 1e-6);
+        CHECK(accel_backward(loss) == ACCEL_OK);
+        float *g = floats_of(ll->grad), want[N * V];
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl; j++) want[i * Vl + j] = ref_g[i * V + rank * Vl + j];
+        close_all("vocab cross-entropy gradient", g, want, N * Vl);
+        free(g);
+    }
+    accel_step_reset();
+    /* a target past the vocabulary fails on every rank, naming it */
+    int64_t bad[N] = {0, 1, 2, V, 4, 5};
+    accel_tensor *tb = pi64(ACCEL_SHAPE(N), bad);
+    CHECK(accel_tp_cross_entropy(ll, tb, rank * Vl, -100, pg) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "target 12 (row 3) is in no rank's vocabulary slice");
+    accel_step_reset();
+    free(ref_g);
+    accel_tensor_free(lf), accel_tensor_free(t), accel_tensor_free(ll), accel_tensor_free(tb);
+}
+
+/* ---- a user's model */
+
+enum { VOCAB = 16, C = 8, H = 24, B = 2, T = 5 };
+
+/* embed -> fc1 -> gelu -> fc2 (+ residual) -> head */
+static accel_tensor *mlp_forward(accel_module *m, accel_tensor *ids) {
+    accel_module **p = m->children;
+    accel_tensor *h = accel_module_call(p[0], ids);
+    accel_tensor *u = accel_module_call(p[2], accel_gelu(accel_module_call(p[1], h), true));
+    return accel_module_call(p[3], accel_add(h, u));
+}
+
+static const accel_module_ops MLP_OPS = {"TinyLM", mlp_forward, NULL};
+
+static accel_module *tiny_lm(void) {
+    accel_manual_seed(7);
+    accel_module *m = accel_module_new(&MLP_OPS, NULL);
+    accel_module_add_child(m, "embed", accel_embedding_new(VOCAB, C, ACCEL_CPU_DEVICE, ACCEL_F32));
+    accel_module_add_child(m, "fc1", accel_linear_new(C, H, true, ACCEL_CPU_DEVICE, ACCEL_F32));
+    accel_module_add_child(m, "fc2", accel_linear_new(H, C, true, ACCEL_CPU_DEVICE, ACCEL_F32));
+    accel_module_add_child(m, "head", accel_linear_new(C, VOCAB, false, ACCEL_CPU_DEVICE, ACCEL_F32));
+    return m;
+}
+
+static accel_tensor *lm_loss(accel_module *m, accel_tensor *ids, accel_tensor *labels) {
+    accel_tensor *logits = accel_module_call(m, ids);
+    accel_pg *pg;
+    int64_t start;
+    if (accel_module_tp_info(m->children[3], NULL, &pg, &start, NULL))
+        return accel_tp_cross_entropy(logits, labels, start, -100, pg);
+    return accel_cross_entropy(logits, labels, -100);
+}
+
+static void test_user_model(accel_pg *pg, int rank, int world) {
+    int64_t idv[B * T], lv[B * T];
+    for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 3) % VOCAB, lv[i] = i % 4 == 3 ? -100 : (i * 5 + 1) % VOCAB;
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv);
+    accel_tensor *labels = pi64(ACCEL_SHAPE(B, T), lv);
+    accel_module *ref = tiny_lm(), *tp = tiny_lm();
+    accel_tp_plan_entry plan[] = {
+        {"embed", ACCEL_TP_VOCAB_EMBEDDING, false},
+        {"fc1", ACCEL_TP_COLWISE, false},
+        {"fc2", ACCEL_TP_ROWWISE, false},
+        {"head", ACCEL_TP_COLWISE, false},
+    };
+    CHECK_MSG(accel_module_parallelize(tp, plan, 4, pg) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_module_get_tensor(tp, "fc1.weight")->shape[0] == H / world);
+    CHECK(accel_module_get_tensor(tp, "fc2.weight")->shape[1] == H / world);
+    CHECK(accel_module_get_tensor(tp, "fc2.bias")->shape[0] == C);
+    CHECK(accel_module_get_tensor(tp, "embed.weight")->shape[0] == VOCAB / world);
+
+    accel_tensor *lr = lm_loss(ref, ids, labels);
+    CHECK(lr && accel_backward(lr) == ACCEL_OK);
+    float ref_loss = lr ? (float)accel_item(lr) : NAN;
+    accel_step_reset();
+    accel_tensor *lt = lm_loss(tp, ids, labels);
+    CHECK_MSG(lt != NULL, "%s", accel_last_error());
+    if (lt) {
+        CHECK_CLOSE(accel_item(lt), ref_loss, 1e-5, 1e-5);
+        CHECK(accel_backward(lt) == ACCEL_OK);
+        grads_match(tp, ref);
+    }
+    accel_step_reset();
+    (void)rank;
+
+    /* refusals name the problem and leave the model as it was */
+    accel_module *fresh = tiny_lm();
+    accel_tp_plan_entry nothing[] = {{"fc9", ACCEL_TP_COLWISE, false}};
+    CHECK(accel_module_parallelize(fresh, nothing, 1, pg) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "plan entry 0 (\"fc9\") matches no module");
+    accel_tp_plan_entry wrong[] = {{"fc1", ACCEL_TP_COLWISE, false}, {"embed", ACCEL_TP_ROWWISE, false}};
+    CHECK(accel_module_parallelize(fresh, wrong, 2, pg) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "embed is a Embedding: ACCEL_TP_ROWWISE takes a Linear");
+    CHECK(accel_module_get_tensor(fresh, "fc1.weight")->shape[0] == H);
+    if (world > 1) {
+        accel_module *odd = accel_module_new(&MLP_OPS, NULL);
+        accel_module_add_child(odd, "fc", accel_linear_new(C, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32));
+        accel_tp_plan_entry one[] = {{"f*", ACCEL_TP_COLWISE, false}};
+        CHECK(accel_module_parallelize(odd, one, 1, pg) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "splits out_features 3, which");
+        accel_module_free(odd);
+    }
+    CHECK(accel_module_parallelize(tp, plan + 1, 1, pg) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "fc1 is already parallelized");
+    accel_module_free(fresh), accel_module_free(ref), accel_module_free(tp);
+    accel_tensor_free(ids), accel_tensor_free(labels);
+}
+
+/* A head tied to the embedding stays tied: one slice, both gradients in it. */
+static void test_tied(accel_pg *pg, int world) {
+    int64_t idv[B * T], lv[B * T];
+    for (int i = 0; i < B * T; i++) idv[i] = (i * 3 + 1) % VOCAB, lv[i] = (i * 11 + 2) % VOCAB;
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv);
+    accel_tensor *labels = pi64(ACCEL_SHAPE(B, T), lv);
+    accel_module *ref = tiny_lm(), *tp = tiny_lm();
+    CHECK(accel_module_tie(ref, "head.weight", "embed.weight") == ACCEL_OK);
+    CHECK(accel_module_tie(tp, "head.weight", "embed.weight") == ACCEL_OK);
+    accel_tp_plan_entry half[] = {{"embed", ACCEL_TP_VOCAB_EMBEDDING, false}};
+    CHECK(accel_module_parallelize(tp, half, 1, pg) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "parallelizes only one of them");
+    accel_tp_plan_entry plan[] = {{"embed", ACCEL_TP_VOCAB_EMBEDDING, false}, {"head", ACCEL_TP_COLWISE, false}};
+    CHECK_MSG(accel_module_parallelize(tp, plan, 2, pg) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_module_get_tensor(tp, "head.weight") == accel_module_get_tensor(tp, "embed.weight"));
+    CHECK(accel_module_get_tensor(tp, "head.weight")->shape[0] == VOCAB / world);
+    accel_tensor *lr = lm_loss(ref, ids, labels);
+    CHECK(lr && accel_backward(lr) == ACCEL_OK);
+    float ref_loss = lr ? (float)accel_item(lr) : NAN;
+    accel_step_reset();
+    accel_tensor *lt = lm_loss(tp, ids, labels);
+    CHECK(lt && accel_backward(lt) == ACCEL_OK);
+    if (lt) CHECK_CLOSE(accel_item(lt), ref_loss, 1e-5, 1e-5);
+    grads_match(tp, ref);
+    accel_step_reset();
+    accel_module_free(ref), accel_module_free(tp);
+    accel_tensor_free(ids), accel_tensor_free(labels);
+}
+
+static int body(int rank, int world) {
+    if (accel_dist_init() != ACCEL_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 1;
+    }
+    accel_pg *pg = accel_dist_default_group();
+    test_copy_and_reduce(pg, rank, world);
+    test_vocab_cross_entropy(pg, rank, world);
+    test_user_model(pg, rank, world);
+    test_tied(pg, world);
+    accel_dist_finalize();
+    return check_summary();
+}
+
+int main(void) {
+    int worlds[] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        dist_group g = {.world = worlds[k], .one_machine = true, .timeout = "60", .kill_after_s = 120};
+        int status[DIST_GROUP_MAX];
+        dist_group_run(&g, body, status);
+        for (int r = 0; r < g.world; r++)
+            CHECK_MSG(dist_exited_ok(status[r]), "world %d: rank %d failed", g.world, r);
+    }
+    return check_summary();
+}

@@ -1,0 +1,69 @@
+/* tests/tp_fixture.h — comparing a tensor-parallel model with the same
+ * model on one process (test_tp, test_tp_llama). */
+#ifndef ACCEL_TESTS_TP_FIXTURE_H
+#define ACCEL_TESTS_TP_FIXTURE_H
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "accel/accel.h"
+#include "accel/parallel.h"
+#include "check.h"
+
+/* |a - b| <= 1e-5 max(1, |b|) over n floats; one CHECK naming what. */
+static inline void close_all(const char *what, const float *a, const float *b, int64_t n) {
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++)
+        if (!(fabs((double)a[i] - b[i]) <= 1e-5 * fmax(1.0, fabs((double)b[i])))) bad = i;
+    CHECK_MSG(bad < 0, "%s: element %lld is %.9g, want %.9g", what, (long long)bad, bad < 0 ? 0 : a[bad],
+              bad < 0 ? 0 : b[bad]);
+}
+
+/* Persistent tensors (they outlive accel_step_reset) from host values. */
+static inline accel_tensor *pf32(int ndim, const int64_t *shape, const float *v) {
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, ndim, shape, ACCEL_CPU_DEVICE);
+    accel_tensor_from_host(t, v);
+    return t;
+}
+
+static inline accel_tensor *pi64(int ndim, const int64_t *shape, const int64_t *v) {
+    accel_tensor *t = accel_tensor_new(ACCEL_I64, ndim, shape, ACCEL_CPU_DEVICE);
+    accel_tensor_from_host(t, v);
+    return t;
+}
+
+static inline float *floats_of(const accel_tensor *t) {
+    float *f = malloc((size_t)accel_numel(t) * sizeof *f);
+    accel_to_floats(t, f);
+    return f;
+}
+
+/* Every parameter (grads: its gradient) of the parallel model against the
+ * slice of the reference's. */
+static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
+    accel_state_dict *sd = accel_module_state_dict(tp);
+    for (int i = 0; sd && i < sd->n; i++) {
+        if (sd->entries[i].is_buffer) continue;
+        accel_tensor *a = sd->entries[i].t, *b = accel_module_get_tensor(ref, sd->entries[i].name);
+        if (grads) {
+            CHECK_MSG(a->grad && b && b->grad, "%s has no gradient", sd->entries[i].name);
+            if (!a->grad || !b || !b->grad) continue;
+            a = a->grad, b = b->grad;
+        }
+        accel_tp_style style;
+        int64_t start = 0;
+        int dim = -1; /* the dim cut, -1 when whole */
+        if (accel_module_tp_info(sd->entries[i].owner, &style, NULL, &start, NULL))
+            dim = style == ACCEL_TP_ROWWISE ? (a->ndim == 2 ? 1 : -1) : 0;
+        accel_tensor *want = dim < 0 ? b : accel_slice(b, dim, start, start + a->shape[dim], 1);
+        CHECK(accel_same_shape(a, want));
+        float *x = floats_of(a), *y = floats_of(want);
+        close_all(sd->entries[i].name, x, y, accel_numel(want));
+        free(x), free(y);
+    }
+    accel_state_dict_free(sd);
+}
+
+static inline void grads_match(accel_module *tp, accel_module *ref) { tp_match(tp, ref, true); }
+
+#endif
