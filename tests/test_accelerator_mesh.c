@@ -249,8 +249,6 @@ static int parallelism_body(int rank, int world) {
                  ACCEL_ERR_INVALID_ARG, "HYBRID_SHARD and opts.parallelism's sizes both");
     refused_opts((accel_parallelism_opts){.tp_size = 4}, NULL, ACCEL_ERR_UNSUPPORTED,
                  "opts.parallelism.tp_size = 4: tensor parallelism is not built yet");
-    refused_opts((accel_parallelism_opts){.pp_size = 2, .dp_shard_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
-                 "pp_size = 2: pipeline parallelism is not built yet");
     refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .sequence_parallelism = ACCEL_TRUE}, NULL,
                  ACCEL_ERR_UNSUPPORTED, "sequence_parallelism");
     accel_dist_finalize();
