@@ -1,14 +1,17 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED` under `accel launch` (PP x DP
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM` under `accel launch` (PP x DP
  * processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
  * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
- * 4 micro-batches, trained 5 SGD steps; every rank also trains the same model
+ * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
+ * accelerator's gradient_accumulation_steps), trained 5 SGD steps with the
+ * gradients clipped at 0.5; every rank also trains the same model
  * alone on the whole batch (all replicas' rows). Each step the loss (this
  * replica's rows) and every gradient of the stage's own parameters must equal
  * the single process's within 1e-5, the other stages' parameters must have no
- * gradient, and the weights after the last step must agree. Prints
- * "pipeline pp=.. dp=.. <schedule> ok" on rank 0.
+ * gradient, the clipped global norm (max 0.5) must be the single process's,
+ * and the weights after the last step must agree. Prints
+ * "pipeline pp=.. dp=.. <schedule> accum=.. ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
@@ -89,12 +92,13 @@ static bool all_zero(const accel_tensor *g) {
 
 /* ---------------------------------------------------------------- several processes */
 
-static int run_mesh(int pp, int dp, const char *sched, bool tied) {
+static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
     o.parallelism.num_micro_batches = 4;
     o.parallelism.pp_schedule = sched;
+    o.gradient_accumulation_steps = accum;
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
         fprintf(stderr, "accelerator: %s\n", accel_last_error());
@@ -107,17 +111,23 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied) {
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
-    double worst = 0;
+    double worst = 0, first_norm = 0;
     for (int s = 0; s < STEPS; s++) {
-        double loss = 0;
-        CHECK(accel_accelerator_pipeline_step(acc, model, batch(s, replica * ROWS, ROWS), &loss, &rep) == ACCEL_OK);
-        /* one process: the replica's loss, and the gradients of the mean over every replica's rows */
-        bool was = accel_set_grad_enabled(false);
-        double ref_loss = accel_item(accel_llama_loss(ref, batch(s, replica * ROWS, ROWS)));
-        accel_set_grad_enabled(was);
-        CHECK(accel_backward(accel_llama_loss(ref, batch(s, 0, dp * ROWS))) == ACCEL_OK);
-        CHECK_MSG(fabs(loss - ref_loss) <= 1e-5, "rank %d step %d: loss %.9g, one process %.9g", rank, s, loss,
-                  ref_loss);
+        for (int a = 0; a < accum; a++) { /* accumulation: one batch per micro-step, averaged */
+            int b = s * accum + a;
+            double loss = 0;
+            CHECK(accel_accelerator_accumulate(acc) == ACCEL_OK);
+            CHECK(accel_accelerator_pipeline_step(acc, model, batch(b, replica * ROWS, ROWS), &loss, &rep) ==
+                  ACCEL_OK);
+            /* one process: the replica's loss, and the gradients of the mean over every replica's rows */
+            bool was = accel_set_grad_enabled(false);
+            double ref_loss = accel_item(accel_llama_loss(ref, batch(b, replica * ROWS, ROWS)));
+            accel_set_grad_enabled(was);
+            CHECK(accel_backward(accel_mul_scalar(accel_llama_loss(ref, batch(b, 0, dp * ROWS)), 1.0 / accum)) ==
+                  ACCEL_OK);
+            CHECK_MSG(fabs(loss - ref_loss) <= 1e-5, "rank %d batch %d: loss %.9g, one process %.9g", rank, b, loss,
+                      ref_loss);
+        }
         for (int i = 0; i < sd->n; i++) {
             accel_state_entry *e = &sd->entries[i];
             const char *name = e->name;
@@ -132,6 +142,14 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied) {
                           rank, rep.stage, name);
             }
         }
+        /* the global norm over every stage's gradients (the tied embedding's once), then clipped alike */
+        accel_tensor **rp = NULL;
+        int rn = accel_module_parameters(ref, &rp);
+        double norm = accel_accelerator_clip_grad_norm(acc, model, 0.5, 2.0), ref_norm = accel_clip_grad_norm(rn, rp, 0.5, 2.0);
+        free(rp);
+        if (s == 0) first_norm = norm;
+        CHECK_MSG(fabs(norm - ref_norm) <= 1e-5 * ref_norm, "rank %d step %d: gradient norm %.9g, one process %.9g",
+                  rank, s, norm, ref_norm);
         CHECK(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK);
         CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
         CHECK(accel_optimizer_step(ref_opt) == ACCEL_OK);
@@ -149,8 +167,8 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied) {
     int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
     CHECK_MSG(rep.peak_in_flight == want, "rank %d stage %d: %d micro-batches in flight, not %d", rank, rep.stage,
               rep.peak_in_flight, want);
-    fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d\n", rank,
-            rep.stage, rep.first_layer, rep.end_layer, worst, rep.peak_in_flight);
+    fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d, first "
+            "norm %.4g\n", rank, rep.stage, rep.first_layer, rep.end_layer, worst, rep.peak_in_flight, first_norm);
     accel_state_dict_free(sd);
     accel_state_dict_free(ref_sd);
     accel_optimizer_free(opt);
@@ -158,7 +176,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied) {
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
-    if (rank == 0 && !check_failures_) printf("pipeline pp=%d dp=%d %s ok\n", pp, dp, sched);
+    if (rank == 0 && !check_failures_) printf("pipeline pp=%d dp=%d %s accum=%d ok\n", pp, dp, sched, accum);
     return check_summary();
 }
 
@@ -223,7 +241,7 @@ static void test_one_stage_micro_batches(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5) return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0);
+    if (argc == 6) return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]));
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     return check_summary();

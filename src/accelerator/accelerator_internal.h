@@ -224,6 +224,12 @@ void accel__model_release(accel_accelerator *acc, accel__model *pm);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);
 
+/* pipeline.c: a stage's partial gradient norm (sum |g|^p, or max |g|) made
+ * the pp group's, every stage's parameters counted once (a tied embedding's
+ * on stage 0 only); `local` as it is with one stage. NAN + error on failure.
+ * Collective over the pp group. */
+double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type);
+
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {
     int stage;               /* 0, 1, 2, 3 */

@@ -40,6 +40,7 @@
  * micro-batch's backward; a tied lm_head's gradient (the embedding's, used
  * on the first and the last stage) is summed over the pp group on sync
  * steps. Every stage holds the whole model; only its layers get gradients. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -295,4 +296,21 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     free(ops);
     free(first_layer);
     return st;
+}
+
+double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type) {
+    if (acc->par.size[ACCEL__MESH_PP] == 1) return local;
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    if (!pg) return NAN;
+    bool inf = isinf(norm_type);
+    const accel_llama_config *c = accel_llama_config_of(model);
+    accel_clear_error(); /* not a decoder: nothing tied to discount */
+    /* the last stage's copy of a tied embedding's gradient equals stage 0's (sum_tied): counted once */
+    if (!inf && c && c->tie_word_embeddings && accel_pg_rank(pg) == accel_pg_size(pg) - 1) {
+        accel_tensor *w = accel_module_get_tensor(model, "model.embed_tokens.weight");
+        if (w && w->grad) local = fmax(0.0, local - accel_grad_norm_partial(w->grad, norm_type));
+    }
+    if (accel_pg_all_reduce(pg, &local, 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM) != ACCEL_OK)
+        return NAN;
+    return local;
 }

@@ -231,6 +231,8 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         double part = accel_grad_norm_partial(grad_view(&h, b->grads, b->numel, b->device), norm_type);
         combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
     }
+    combined = accel__pipeline_norm_partial(acc, model, combined, norm_type); /* over the stages (pipeline.c) */
+    if (isnan(combined)) return NAN;
     double total = accel_grad_norm_finish(combined, norm_type);
     double coef = accel_clip_coef(total, max_norm);
     float c = (float)coef; /* as accel_clip_grad_norm */
