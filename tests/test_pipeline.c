@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -162,6 +163,29 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum) {
             CHECK_MSG(max_abs_diff(e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
                       STEPS);
     }
+    /* save_model gathers every stage's layers: rank 0's checkpoint is the whole trained model */
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/accel_pipeline_%d_%s_%d_%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getppid(), sched, pp, dp);
+    CHECK(accel_accelerator_save_model(acc, model, dir, NULL) == ACCEL_OK);
+    if (rank == 0) {
+        accel_dispatched *disp = NULL;
+        accel_module *back = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &disp);
+        CHECK_MSG(back != NULL, "%s", accel_last_error());
+        accel_state_dict *bsd = back ? accel_module_state_dict(back) : NULL;
+        for (int i = 0; bsd && i < bsd->n && i < ref_sd->n; i++)
+            if (!ref_sd->entries[i].is_buffer && !ref_sd->entries[i].is_tied_alias)
+                CHECK_MSG(max_abs_diff(bsd->entries[i].t, ref_sd->entries[i].t) <= 1e-5, "saved %s differs",
+                          ref_sd->entries[i].name);
+        accel_state_dict_free(bsd);
+        accel_dispatched_free(disp);
+        accel_module_free(back);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+    CHECK(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "checkpoints of a pipeline");
     CHECK(rep.stages == pp && rep.micro_batches == 4);
     /* 1F1B holds at most pp - stage micro-batches' inputs, GPipe all of them */
     int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);

@@ -229,6 +229,13 @@ accel_status accel__backward_end(accel_accelerator *acc);
  * on stage 0 only); `local` as it is with one stage. NAN + error on failure.
  * Collective over the pp group. */
 double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type);
+/* pipeline.c: every stage's parameters from the stage that trains them to
+ * every rank of the pp group (save_model then writes the whole model from
+ * rank 0). Collective over the pp group; no-op with one stage. */
+accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model);
+/* pipeline.c: ACCEL_ERR_UNSUPPORTED naming fn when pp_size > 1 (a checkpoint
+ * of rank 0's optimizer state would lose the other stages'), else ACCEL_OK. */
+accel_status accel__pipeline_refuse_checkpoint(const accel_accelerator *acc, const char *fn);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {

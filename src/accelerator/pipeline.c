@@ -41,6 +41,7 @@
  * on the first and the last stage) is summed over the pp group on sync
  * steps. Every stage holds the whole model; only its layers get gradients. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -313,4 +314,51 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     if (accel_pg_all_reduce(pg, &local, 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM) != ACCEL_OK)
         return NAN;
     return local;
+}
+
+/* The pp rank (stage) whose layers hold state-dict entry `name`. */
+static int owner_stage(const char *name, const int *first_layer, int stages) {
+    int layer;
+    if (sscanf(name, "model.layers.%d.", &layer) == 1) {
+        int st = 0;
+        while (st + 1 < stages && layer >= first_layer[st + 1]) st++;
+        return st;
+    }
+    return strncmp(name, "model.embed_tokens.", 19) ? stages - 1 : 0; /* the norm, lm_head: the last */
+}
+
+accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model) {
+    int stages = acc->par.size[ACCEL__MESH_PP];
+    if (stages == 1) return ACCEL_OK;
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    if (!pg) return accel_last_status();
+    int *first_layer = malloc(((size_t)stages + 1) * sizeof *first_layer);
+    accel_state_dict *sd = first_layer ? accel_module_state_dict(model) : NULL;
+    accel_status st = sd ? accel__decoder_stage_split(model, stages, NULL, first_layer,
+                                                       "accel_accelerator_save_model")
+                         : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_model: out of memory");
+    for (int i = 0; !st && i < sd->n; i++) {
+        accel_state_entry *e = &sd->entries[i];
+        if (e->is_buffer || e->is_tied_alias || !e->t->data) continue;
+        size_t bytes = (size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype);
+        int owner = owner_stage(e->name, first_layer, stages);
+        void *h = malloc(bytes ? bytes : 1);
+        if (!h) st = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_model: out of memory");
+        if (!st && accel_pg_rank(pg) == owner) st = accel_tensor_to_host(e->t, h);
+        if (!st) st = accel_pg_broadcast(pg, h, bytes, ACCEL_U8, owner);
+        if (!st && accel_pg_rank(pg) != owner) st = accel_tensor_from_host(e->t, h);
+        free(h);
+    }
+    accel_state_dict_free(sd);
+    free(first_layer);
+    return st;
+}
+
+accel_status accel__pipeline_refuse_checkpoint(const accel_accelerator *acc, const char *fn) {
+    int p = acc->par.size[ACCEL__MESH_PP];
+    if (p > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: checkpoints of a pipeline (pp_size = %d) are not built "
+                               "yet: rank 0's optimizer state would stand for every stage's (save_model writes the "
+                               "whole model)", fn, p);
+    return ACCEL_OK;
 }
