@@ -1,10 +1,12 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED ACCUM` under `accel launch` (PP x DP
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST` under `accel launch` (PP x DP
  * processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
  * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
  * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
- * accelerator's gradient_accumulation_steps), trained 5 SGD steps with the
+ * accelerator's gradient_accumulation_steps), FIRST layers on stage 0 when
+ * not 0 (accel_accelerator_pipeline_set_layers; else the balanced split),
+ * trained 5 SGD steps with the
  * gradients clipped at 0.5; every rank also trains the same model
  * alone on the whole batch (all replicas' rows). Each step the loss (this
  * replica's rows) and every gradient of the stage's own parameters must equal
@@ -93,7 +95,7 @@ static bool all_zero(const accel_tensor *g) {
 
 /* ---------------------------------------------------------------- several processes */
 
-static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum) {
+static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
@@ -109,6 +111,13 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum) {
     accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
     accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
     CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_OK);
+    if (pp == 4) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
+        double l;
+        CHECK(accel_accelerator_pipeline_set_layers(acc, 2, 2) == ACCEL_OK);
+        CHECK(accel_accelerator_pipeline_step(acc, model, batch(0, 0, ROWS), &l, NULL) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "leave 0 for 2 other stages");
+    }
+    CHECK(accel_accelerator_pipeline_set_layers(acc, first_stage_layers, 0) == ACCEL_OK);
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
@@ -187,6 +196,11 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum) {
     CHECK(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "checkpoints of a pipeline");
     CHECK(rep.stages == pp && rep.micro_batches == 4);
+    if (first_stage_layers) /* Megatron's explicit first stage; the others share the rest */
+        CHECK_MSG(rep.stage == 0 ? rep.end_layer == first_stage_layers
+                                 : rep.end_layer - rep.first_layer == (LAYERS - first_stage_layers) / (pp - 1),
+                  "stage %d: layers [%d, %d) with %d on the first stage", rep.stage, rep.first_layer, rep.end_layer,
+                  first_stage_layers);
     /* 1F1B holds at most pp - stage micro-batches' inputs, GPipe all of them */
     int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
     CHECK_MSG(rep.peak_in_flight == want, "rank %d stage %d: %d micro-batches in flight, not %d", rank, rep.stage,
@@ -265,7 +279,8 @@ static void test_one_stage_micro_batches(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 6) return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]));
+    if (argc == 7)
+        return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]));
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     return check_summary();

@@ -418,6 +418,13 @@ typedef struct accel_pipeline_report {
 } accel_pipeline_report;
 accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_module *model, accel_tensor *ids,
                                              double *loss, accel_pipeline_report *report);
+/* An explicit split instead of the balanced one, as Megatron's
+ * decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers: the
+ * first and last stages' layer counts (0: not given), the other stages
+ * sharing the remaining layers evenly (else pipeline_step fails naming the
+ * counts). Set it on every rank alike, before the first pipeline_step. */
+accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int first_stage_layers,
+                                                   int last_stage_layers);
 
 /* ---------------------------------------------------------------- collectives
  * Results are step tensors. 0-d inputs become 1-d. */

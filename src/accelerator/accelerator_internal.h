@@ -140,6 +140,9 @@ typedef struct accel__parallelism {
     int micro_batches;      /* pipeline micro-batches per step (>= 1) */
     bool pp_gpipe;          /* GPipe's schedule, else 1F1B */
     bool sequence_parallel; /* Megatron's sequence parallelism inside the tp group */
+    /* accel_accelerator_pipeline_set_layers (pipeline.c): the first and last
+     * stages' layer counts, 0: the balanced split */
+    int pp_first_layers, pp_last_layers;
 } accel__parallelism;
 
 struct accel_accelerator {

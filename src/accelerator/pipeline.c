@@ -221,6 +221,41 @@ static accel_status sum_tied(pp_run *r) {
     return st;
 }
 
+/* The stages' layer ranges (first_layer[0..stages]): Megatron's explicit
+ * first / last stage sizes with the other stages sharing the rest evenly,
+ * else the balanced split. */
+static accel_status stage_split(const accel_accelerator *acc, accel_module *model, int stages, int *first_layer,
+                                const char *fn) {
+    int first = acc->par.pp_first_layers, last = acc->par.pp_last_layers;
+    accel_module *layers = accel__decoder_layers(model);
+    if ((!first && !last) || stages == 1 || !layers)
+        return accel__decoder_stage_split(model, stages, NULL, first_layer, fn);
+    int L = layers->n_children, others = stages - (first > 0) - (last > 0), rest = L - first - last;
+    if (others == 0 ? rest != 0 : rest < others || rest % others)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d layers with %d on the first stage and %d on the last "
+                               "(0: not given) leave %d for %d other stage%s: they must share them evenly, at least "
+                               "one each", fn, L, first, last, rest, others, others == 1 ? "" : "s");
+    int *counts = malloc((size_t)stages * sizeof *counts);
+    if (!counts) return accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
+    for (int s = 0; s < stages; s++) counts[s] = others ? rest / others : 0;
+    if (first) counts[0] = first;
+    if (last) counts[stages - 1] = last;
+    accel_status st = accel__decoder_stage_split(model, stages, counts, first_layer, fn);
+    free(counts);
+    return st;
+}
+
+accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int first_stage_layers,
+                                                   int last_stage_layers) {
+    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: accelerator is NULL");
+    if (first_stage_layers < 0 || last_stage_layers < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: layer counts must be "
+                               ">= 0 (0: not given), got %d and %d", first_stage_layers, last_stage_layers);
+    acc->par.pp_first_layers = first_stage_layers;
+    acc->par.pp_last_layers = last_stage_layers;
+    return ACCEL_OK;
+}
+
 static accel_status check(accel_accelerator *acc, accel_module *model, accel_tensor *ids, double *loss,
                           accel__model **pm) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": accelerator is NULL");
@@ -263,7 +298,7 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     int *ops = malloc(2 * (size_t)r.m * sizeof *ops);
     r.held = calloc((size_t)r.m, sizeof *r.held);
     accel_status st = first_layer && ops && r.held ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, FN ": out of memory");
-    if (!st) st = accel__decoder_stage_split(model, r.stages, NULL, first_layer, FN);
+    if (!st) st = stage_split(acc, model, r.stages, first_layer, FN);
     const accel_llama_config *c = accel_llama_config_of(model);
     if (!st) {
         r.lo = first_layer[r.stage];
@@ -334,8 +369,7 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
     if (!pg) return accel_last_status();
     int *first_layer = malloc(((size_t)stages + 1) * sizeof *first_layer);
     accel_state_dict *sd = first_layer ? accel_module_state_dict(model) : NULL;
-    accel_status st = sd ? accel__decoder_stage_split(model, stages, NULL, first_layer,
-                                                       "accel_accelerator_save_model")
+    accel_status st = sd ? stage_split(acc, model, stages, first_layer, "accel_accelerator_save_model")
                          : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_model: out of memory");
     for (int i = 0; !st && i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
