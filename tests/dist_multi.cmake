@@ -70,6 +70,14 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_mpi_collectives_2_nosan PROPERTIES TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_DIST_BACKEND=mpi")
+  # point to point (MPI_Isend/Irecv under the group timeout) on 2 and 4 ranks
+  foreach(n 2 4)
+    add_test(NAME dist_mpi_p2p_${n}_nosan
+             COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${n} $<TARGET_FILE:test_dist_p2p>
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(dist_mpi_p2p_${n}_nosan PROPERTIES TIMEOUT 120
+                         ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_DIST_BACKEND=mpi")
+  endforeach()
   add_test(NAME dist_mpi_debug_mismatch_2_nosan
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:test_dist_faults> mismatch
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})

@@ -261,8 +261,6 @@ static int parallelism_body(int rank, int world) {
         CHECK(accel_pg_size(acc->dp_pg) == 2 && accel_pg_rank(acc->dp_pg) == rank / 2);
         accel_accelerator_free(acc);
     }
-    refused_opts((accel_parallelism_opts){.pp_size = 2, .dp_shard_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
-                 "pp_size = 2: pipeline parallelism is not built yet");
     refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .sequence_parallelism = ACCEL_TRUE}, NULL,
                  ACCEL_ERR_INVALID_ARG, "sequence_parallelism needs tp_size > 1");
     accel_dist_finalize();

@@ -380,6 +380,60 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
 /* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 
+/* ---------------------------------------------------------------- pipeline parallelism
+ * With opts.parallelism.pp_size = p (Megatron's pp_degree) the ranks of each
+ * pp group (same dp/cp/tp coordinates) are the p stages of a decoder model
+ * built by accel_llama_new: stage s runs a contiguous range of its layers,
+ * balanced by parameter count (the embeddings count on stage 0, the final
+ * norm and an untied lm_head on the last); stage 0 also embeds, the last
+ * stage also runs the final norm, lm_head and the loss.
+ *
+ *     opts.parallelism = (accel_parallelism_opts){.pp_size = 2, .num_micro_batches = 4,
+ *                                                 .pp_schedule = "1f1b"};
+ *     ... prepare(model, opt, dl) as usual ...
+ *     for each batch ids [B, T]:                         // the same on every stage
+ *         double loss;
+ *         accel_accelerator_pipeline_step(acc, model, ids, &loss, NULL);
+ *         accel_accelerator_optimizer_step(acc, opt);    // as after accelerator_backward
+ *         accel_accelerator_zero_grad(acc, opt);
+ *
+ * pipeline_step is forward + backward of the batch in num_micro_batches
+ * micro-batches of B / m rows (B must be a multiple of m), scheduled GPipe
+ * (pp_schedule "gpipe") or 1F1B (default): it replaces the forward, the loss
+ * and accelerator_backward of a plain step. loss gets the batch's mean
+ * causal-LM loss (transformers' ForCausalLMLoss, labels = ids shifted) on
+ * every stage. The gradients accumulate over the micro-batches (each loss
+ * scaled by 1/m, by 1/gradient_accumulation_steps and the fp16 scale, as
+ * accelerator_backward scales), so after the step they equal one process's
+ * over the whole batch; DDP over the data-parallel replicas of each stage
+ * reduces them in the last micro-batch; a tied lm_head's gradient is summed
+ * between the first and last stage on sync steps. Collective over the whole
+ * job (every rank calls it with its batch). Each stage recomputes a
+ * micro-batch's forward in its backward (Megatron's full recomputation): a
+ * stage holds only the inputs of the micro-batches in flight, at most m
+ * under GPipe and p - s under 1F1B. With pp_size = 1 it is gradient
+ * accumulation over the micro-batches on one stage. Every stage holds the
+ * whole model; only its own layers get nonzero gradients. Not with fp8 or
+ * ZeRO (stages 1-3; refused). report (NULL: none) gets this stage's figures. */
+typedef struct accel_pipeline_report {
+    int stage, stages;           /* this rank's stage of `stages` */
+    int first_layer, end_layer;  /* its layers [first_layer, end_layer) */
+    int micro_batches;
+    double wall_s;               /* the step on this stage */
+    double busy_s;               /* of which computing (the rest: waiting for the neighbours) */
+    int peak_in_flight;          /* micro-batches forwarded and not yet backwarded, at most */
+    size_t peak_held_bytes;      /* their saved inputs (hidden states; 0 on stage 0, which keeps ids) */
+} accel_pipeline_report;
+accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_module *model, accel_tensor *ids,
+                                             double *loss, accel_pipeline_report *report);
+/* An explicit split instead of the balanced one, as Megatron's
+ * decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers: the
+ * first and last stages' layer counts (0: not given), the other stages
+ * sharing the remaining layers evenly (else pipeline_step fails naming the
+ * counts). Set it on every rank alike, before the first pipeline_step. */
+accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int first_stage_layers,
+                                                   int last_stage_layers);
+
 /* ---------------------------------------------------------------- collectives
  * Results are step tensors. 0-d inputs become 1-d. */
 
@@ -600,6 +654,7 @@ accel_status accel_find_executable_batch_size(accel_batch_size_fn fn, void *ctx,
 #define accel_accelerator_prepare_optimizer(...) ACCEL_AT_CALL_SITE(accel_accelerator_prepare_optimizer(__VA_ARGS__))
 #define accel_accelerator_prepare_dataloader(...) ACCEL_AT_CALL_SITE(accel_accelerator_prepare_dataloader(__VA_ARGS__))
 #define accel_accelerator_backward(...) ACCEL_AT_CALL_SITE(accel_accelerator_backward(__VA_ARGS__))
+#define accel_accelerator_pipeline_step(...) ACCEL_AT_CALL_SITE(accel_accelerator_pipeline_step(__VA_ARGS__))
 #define accel_accelerator_optimizer_step(...) ACCEL_AT_CALL_SITE(accel_accelerator_optimizer_step(__VA_ARGS__))
 #define accel_accelerator_clip_grad_norm(...) ACCEL_AT_CALL_SITE(accel_accelerator_clip_grad_norm(__VA_ARGS__))
 #define accel_accelerator_gather(...) ACCEL_AT_CALL_SITE(accel_accelerator_gather(__VA_ARGS__))

@@ -165,6 +165,34 @@ bool accel_work_done(accel_work *w);
 /* Waits if still running, then frees. NULL is a no-op. */
 void accel_work_free(accel_work *w);
 
+/* ------------------------------------------------------------ point to point
+ * Between two ranks of a group (the pipeline's activations and gradients):
+ * not collective, only the two ranks call. Messages from one rank to another
+ * arrive in the order they were sent; any dtype; count elements on both
+ * sides. The receiver's count and dtype must be the sender's: a difference
+ * fails the receive naming both calls ("rank 1's recv(f32, 4) from rank 0 at
+ * t.c:9 got rank 0's send(f32, 8) at t.c:5"), and the sender at its next
+ * call to that peer (tcp: at once). A peer that is the caller itself or not
+ * a rank of the group is refused (ACCEL_ERR_INVALID_ARG).
+ *
+ * accel_pg_send may return before the receiver takes the data (a message up
+ * to the backend's chunk - ACCEL_SHM_CHUNK_KB, the socket buffer on tcp -
+ * is buffered) or wait until it does, as MPI_Send: two ranks that send to
+ * each other use accel_pg_send_recv, which progresses both directions at
+ * once (MPI_Sendrecv), so an exchange never deadlocks. Every wait is bounded
+ * by ACCEL_DIST_TIMEOUT; a dead peer fails naming it; a failure breaks the
+ * group as for the collectives. A synchronous call: it first waits for the
+ * group's asynchronous collectives. Backends: shm, tcp, mpi (a hierarchical
+ * group over its flat tcp ring); self has no peer; nccl refuses. */
+accel_status accel_pg_send(accel_pg *pg, const void *buf, size_t count, accel_dtype dt, int dst);
+accel_status accel_pg_recv(accel_pg *pg, void *buf, size_t count, accel_dtype dt, int src);
+/* Sends send[send_count] to dst while receiving recv[recv_count] from src
+ * (both dt). dst or src may be -1: no send, no receive (MPI_PROC_NULL), so a
+ * pipeline's first and last stages make the same call as the others. dst and
+ * src may be the same peer. */
+accel_status accel_pg_send_recv(accel_pg *pg, const void *send, size_t send_count, int dst, void *recv,
+                                size_t recv_count, int src, accel_dtype dt);
+
 /* ------------------------------------------------------------ call sites
  * Mismatch and timeout reports name each rank's call and where it was made
  * ("#3 all_reduce(f32, 1024) at train.c:42"), always, not only in debug
@@ -204,6 +232,10 @@ void accel_dist_allow_other_call_sites(void);
 #define accel_pg_all_gather_async(...) ACCEL_AT_CALL_SITE(accel_pg_all_gather_async(__VA_ARGS__))
 #define accel_pg_reduce_scatter_async(...) ACCEL_AT_CALL_SITE(accel_pg_reduce_scatter_async(__VA_ARGS__))
 #define accel_dist_finalize() ACCEL_AT_CALL_SITE(accel_dist_finalize())
+/* point to point: the site names the call in mismatch and timeout reports */
+#define accel_pg_send(...) ACCEL_AT_CALL_SITE(accel_pg_send(__VA_ARGS__))
+#define accel_pg_recv(...) ACCEL_AT_CALL_SITE(accel_pg_recv(__VA_ARGS__))
+#define accel_pg_send_recv(...) ACCEL_AT_CALL_SITE(accel_pg_send_recv(__VA_ARGS__))
 #endif
 
 /* ------------------------------------------------------------ build info

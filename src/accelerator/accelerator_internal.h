@@ -92,6 +92,9 @@ typedef struct accel__parallelism {
     int micro_batches;      /* pipeline micro-batches per step (>= 1) */
     bool pp_gpipe;          /* GPipe's schedule, else 1F1B */
     bool sequence_parallel; /* Megatron's sequence parallelism inside the tp group */
+    /* accel_accelerator_pipeline_set_layers (pipeline.c): the first and last
+     * stages' layer counts, 0: the balanced split */
+    int pp_first_layers, pp_last_layers;
 } accel__parallelism;
 
 struct accel_accelerator {
@@ -176,6 +179,19 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm);
 void accel__model_release(accel_accelerator *acc, accel__model *pm);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);
+
+/* pipeline.c: a stage's partial gradient norm (sum |g|^p, or max |g|) made
+ * the pp group's, every stage's parameters counted once (a tied embedding's
+ * on stage 0 only); `local` as it is with one stage. NAN + error on failure.
+ * Collective over the pp group. */
+double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type);
+/* pipeline.c: every stage's parameters from the stage that trains them to
+ * every rank of the pp group (save_model then writes the whole model from
+ * rank 0). Collective over the pp group; no-op with one stage. */
+accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model);
+/* pipeline.c: ACCEL_ERR_UNSUPPORTED naming fn when pp_size > 1 (a checkpoint
+ * of rank 0's optimizer state would lose the other stages'), else ACCEL_OK. */
+accel_status accel__pipeline_refuse_checkpoint(const accel_accelerator *acc, const char *fn);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {

@@ -654,6 +654,7 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
     if (accel__tp_refused(acc, "accel_accelerator_save_state",
                           "checkpoints of tensor-parallel models are not built yet (accel_accelerator_save_model writes the whole weights)")) return accel_last_status();
+    if (accel__pipeline_refuse_checkpoint(acc, "accel_accelerator_save_state")) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -742,6 +743,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
     if (accel__tp_refused(acc, "accel_accelerator_load_state",
                           "checkpoints of tensor-parallel models are not built yet (accel_accelerator_save_model writes the whole weights)")) return accel_last_status();
+    if (accel__pipeline_refuse_checkpoint(acc, "accel_accelerator_load_state")) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);

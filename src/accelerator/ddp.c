@@ -286,7 +286,8 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm) {
  * flat buffers, no collective. */
 double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
     /* Under tensor parallelism a rank holds slices of some parameters: the
-     * norm sums them over the tp group and counts replicated ones once. */
+     * norm sums them over the tp group and counts replicated ones once;
+     * under pipeline parallelism a stage trains its layers only. */
     bool tp = acc->mesh.size[ACCEL__MESH_TP] > 1;
     double combined = 0;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
@@ -302,6 +303,8 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
         combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
     }
     if (tp && isnan(combined = accel__tp_grad_norm_partial(acc, pm->m, norm_type))) return NAN;
+    /* under pipeline parallelism, summed over the stages (pipeline.c) */
+    if (isnan(combined = accel__pipeline_norm_partial(acc, pm->m, combined, norm_type))) return NAN;
     double total = accel_grad_norm_finish(combined, norm_type);
     double coef = accel_clip_coef(total, max_norm);
     float c = (float)coef; /* as accel_clip_grad_norm */

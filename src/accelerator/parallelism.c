@@ -77,9 +77,7 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                    out->size[ACCEL__MESH_CP], out->size[ACCEL__MESH_TP], (long long)total, world);
     }
     if (not_built(p->cp_size, "cp_size", "context parallelism") ||
-        not_built(p->sp_size, "sp_size", "sequence parallelism") ||
-        not_built(p->pp_size, "pp_size", "pipeline parallelism") ||
-        not_built(p->num_micro_batches, "num_micro_batches", "pipeline parallelism"))
+        not_built(p->sp_size, "sp_size", "sequence parallelism"))
         return ACCEL_ERR_UNSUPPORTED;
     if (out->sequence_parallel && out->size[ACCEL__MESH_TP] == 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.sequence_parallelism needs tp_size > 1 "

@@ -251,6 +251,7 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     int64_t max = 0;
     accel_status st = shard_bytes(&o, &max);
     accel__model *pm = accel__find_model(acc, model);
+    if (!st && pm) st = accel__pipeline_gather_weights(acc, model); /* pp: the stages' layers to every rank */
     bool gathered = pm && pm->strat->save_model; /* the strategy writes the weights (ZeRO-3 gathers them) */
     if (!st && gathered && acc->mesh.size[ACCEL__MESH_TP] > 1)
         st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: a ZeRO-3 model under tensor "

@@ -125,8 +125,11 @@ typedef struct accel__plugin_abi {
     X(accel_status, accel__env_bool, (const char *name, bool dflt, bool *out), (name, dflt, out))        \
     X(accel__cpu_isa_level, accel__cpu_isa_cap, (void), ())                                             \
     X(size_t, accel__gemm_test_scratchpad_bytes, (void), ())                                            \
-    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))                            \
-    X(accel_status, accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))
+    X(accel_arena_mark, accel_arena_mark_now, (const accel_arena *a), (a))                             \
+    X(accel_status, accel_arena_rewind, (accel_arena *a, accel_arena_mark m), (a, m))                \
+    X(bool, accel__p2p_matches, (const accel__site *sent, const accel__site *expected), (sent, expected)) \
+    X(accel_status, accel__p2p_mismatch, (const accel_pg *pg, const accel__site *sent,                  \
+                                          const accel__site *expected), (pg, sent, expected))
 
 #define ACCEL__PLUGIN_HOST_VOIDS(X)                                                                   \
     X(accel_clear_error, (void), ())                                                                  \

@@ -55,6 +55,8 @@ typedef struct accel__stream_ops {
     void (*release)(accel_pg *pg, void *ticket);
 } accel__stream_ops;
 
+struct accel__p2p_msg;
+
 typedef struct accel__backend {
     const char *name;
     /* Collective over the store: set up pg->impl. */
@@ -86,6 +88,9 @@ typedef struct accel__backend {
      * parent): sets sub->be, impl, rank and size, with no store. NULL: dist.c
      * makes the subgroup over a store with a backend of its own choice. */
     accel_status (*split)(accel_pg *parent, int color, int key, accel_pg *sub);
+    /* Optional (NULL => point to point is refused naming the backend): see
+     * "point to point" below. */
+    accel_status (*p2p)(accel_pg *pg, const struct accel__p2p_msg *tx, const struct accel__p2p_msg *rx);
 } accel__backend;
 
 extern const accel__backend accel__backend_self;
@@ -204,6 +209,44 @@ uint16_t accel__op_tag(accel__slot slot, uint64_t a, uint64_t b);
 uint16_t accel__gatherv_tag(const size_t *bytes, int world, int root);
 /* A 16-bit digest of a record's call (kind, dtype, count), not of its site. */
 uint16_t accel__call_digest(const accel__site *site);
+
+/* ---------------------------------------------------------------- point to point (p2p.c)
+ *
+ * One side of a point-to-point transfer. Its record (site) is the call:
+ * kind ACCEL__SITE_SEND or _RECV, dtype, count, call site, and - in seq,
+ * which a collective uses for its number - the peer's rank. The sender's
+ * record travels before its first byte; the receiver checks it with
+ * accel__p2p_matches before it takes any data, and on a difference fails
+ * with accel__p2p_mismatch (and tells the sender as the backend can).
+ *
+ * The slot sends tx->bytes to tx->peer while it receives rx->bytes from
+ * rx->peer (a peer of -1: that side is absent), progressing both together,
+ * so that two ranks sending to each other never deadlock. Only the two ranks
+ * call; a collective's sequence (pg->site.seq, the backends' epochs) does not
+ * move. Waits: no progress for pg->timeout_s is ACCEL_ERR_TIMEOUT naming the
+ * peer, a dead peer ACCEL_ERR_DIST naming it. pg->op_desc describes the call. */
+enum { ACCEL__SITE_SEND = 0x40, ACCEL__SITE_RECV = 0x41 };
+/* A backend that tags what travels (tcp's op_hdr) tags a point-to-point
+ * message with the last of accel__op_tag's 8 slots, which no collective uses. */
+#define ACCEL__P2P_TAG ((uint16_t)(7u << 13))
+typedef struct accel__p2p_msg {
+    int peer;
+    char *buf;
+    size_t bytes;
+    accel__site site;
+} accel__p2p_msg;
+/* The sender's record `sent` is the message the receiver's `expected` waits for. */
+bool accel__p2p_matches(const accel__site *sent, const accel__site *expected);
+/* The receiver's error for a message (or a collective's record) `sent` from
+ * peer that is not its `expected`: names both calls. */
+accel_status accel__p2p_mismatch(const accel_pg *pg, const accel__site *sent, const accel__site *expected);
+/* "send(f32, 8) to rank 1 at t.c:5" (accel__site_describe's, for these kinds). */
+void accel__p2p_describe(const accel__site *s, char *out, size_t n);
+/* dist.c's bracket of a point-to-point call: enter refuses a broken group and
+ * waits for the group's asynchronous work (a backend serves one thread at a
+ * time); leave marks the group broken after a failure (st) and returns st. */
+accel_status accel__pg_p2p_enter(accel_pg *pg);
+accel_status accel__pg_p2p_leave(accel_pg *pg, accel_status st);
 
 /* The largest ACCEL_DIST_TIMEOUT (11.6 days): every deadline in ms then fits
  * an int (poll) and a time_t. */

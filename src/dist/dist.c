@@ -286,6 +286,10 @@ static void note_call(accel_pg *pg, const call *c) {
 }
 
 void accel__site_describe(const accel__site *s, char *out, size_t n) {
+    if (s->kind == ACCEL__SITE_SEND || s->kind == ACCEL__SITE_RECV) {
+        accel__p2p_describe(s, out, n);
+        return;
+    }
     if (s->seq == 0) {
         snprintf(out, n, "no collective yet");
         return;
@@ -898,6 +902,15 @@ accel_status accel_pg_all_gather_bytes(accel_pg *pg, const void *data, size_t le
     call c = {.kind = K_ALL_GATHER_BYTES, .send = data, .count = len, .data_out = out, .lens_out = lens};
     return run_sync(pg, &c, "accel_pg_all_gather_bytes");
 }
+
+/* Point to point (p2p.c) runs on the calling thread as a synchronous
+ * collective does, outside the call records: only two ranks take part. */
+accel_status accel__pg_p2p_enter(accel_pg *pg) {
+    if (pg->broken != ACCEL_OK) return refuse_broken(pg);
+    drain(pg);
+    return ACCEL_OK;
+}
+accel_status accel__pg_p2p_leave(accel_pg *pg, accel_status st) { return note_failure(pg, st); }
 
 int accel_pg_rank(const accel_pg *pg) { return pg ? pg->rank : 0; }
 int accel_pg_size(const accel_pg *pg) { return pg ? pg->size : 1; }

@@ -199,6 +199,13 @@ static accel_status hier_barrier(accel_pg *pg) {
     FLAT(pg, h, barrier(pg));
 }
 
+/* Point to point on the flat ring's connections (one per pair, across
+ * machines or not): the two ranks alone take part. */
+static accel_status hier_p2p(accel_pg *pg, const accel__p2p_msg *tx, const accel__p2p_msg *rx) {
+    hier_state *h = pg->impl;
+    FLAT(pg, h, p2p(pg, tx, rx));
+}
+
 static void *hier_alloc_shared(accel_pg *pg, size_t bytes) {
     accel_pg *node = ((hier_state *)pg->impl)->node;
     return node->be->alloc_shared(node, bytes);
@@ -235,6 +242,7 @@ const accel__backend accel__backend_hier = {
     .reduce_scatter = hier_reduce_scatter,
     .alloc_shared = hier_alloc_shared,
     .free_shared = hier_free_shared,
+    .p2p = hier_p2p,
 };
 
 /* Whether pg's ranks form M > 1 machines of L > 1 consecutive ranks each

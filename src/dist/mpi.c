@@ -321,6 +321,63 @@ static accel_status mpi_split(accel_pg *parent, int color, int key, accel_pg *su
     return ACCEL_OK;
 }
 
+/* ---------------------------------------------------------------- point to point */
+
+enum { TAG_P2P_HEAD = 0x7a0, TAG_P2P_DATA = 0x7a1 };
+
+/* Posts the bytes of m in pieces that fit an int: req[] gets one request each. */
+static int post_pieces(accel_pg *pg, const accel__p2p_msg *m, bool out, MPI_Request *req) {
+    int n = 0;
+    for (size_t o = 0; o < m->bytes; o += PIECE, n++) {
+        int len = (int)(m->bytes - o < PIECE ? m->bytes - o : PIECE);
+        int rc = out ? MPI_Isend(m->buf + o, len, MPI_BYTE, m->peer, TAG_P2P_DATA, comm_of(pg), &req[n])
+                     : MPI_Irecv(m->buf + o, len, MPI_BYTE, m->peer, TAG_P2P_DATA, comm_of(pg), &req[n]);
+        if (rc != MPI_SUCCESS) {
+            mpi_fail(pg, rc);
+            return -1;
+        }
+    }
+    return n;
+}
+
+/* The sender's record (a fixed-size message) and then the data, both
+ * directions posted before any wait, so an exchange cannot deadlock. The
+ * receiver checks the record before it waits for the data; a mismatch
+ * leaves the data requests abandoned (the group is broken). */
+static accel_status mpi_p2p(accel_pg *pg, const accel__p2p_msg *tx, const accel__p2p_msg *rx) {
+    size_t pieces = (tx->bytes + PIECE - 1) / PIECE + (rx->bytes + PIECE - 1) / PIECE;
+    MPI_Request *req = accel_malloc((pieces + 2) * sizeof *req);
+    if (!req) return accel_set_error(ACCEL_ERR_OOM, "accel dist (mpi): out of memory");
+    accel__site theirs;
+    int n = 0, head_in = -1;
+    accel_status st = ACCEL_OK;
+    if (rx->peer >= 0) {
+        int rc = MPI_Irecv(&theirs, (int)sizeof theirs, MPI_BYTE, rx->peer, TAG_P2P_HEAD, comm_of(pg), &req[n]);
+        if (rc != MPI_SUCCESS) st = mpi_fail(pg, rc);
+        head_in = n++;
+    }
+    if (!st && tx->peer >= 0) {
+        int rc = MPI_Isend(&tx->site, (int)sizeof tx->site, MPI_BYTE, tx->peer, TAG_P2P_HEAD, comm_of(pg), &req[n]);
+        if (rc != MPI_SUCCESS) st = mpi_fail(pg, rc);
+        n++;
+        int k = st ? -1 : post_pieces(pg, tx, true, req + n);
+        if (k < 0) st = accel_last_status();
+        else n += k;
+    }
+    if (!st && head_in >= 0) {
+        st = finish(pg, MPI_SUCCESS, &req[head_in]);
+        if (!st && !accel__p2p_matches(&theirs, &rx->site)) st = accel__p2p_mismatch(pg, &theirs, &rx->site);
+        int k = st ? -1 : post_pieces(pg, rx, false, req + n);
+        if (!st && k < 0) st = accel_last_status();
+        else if (!st) n += k;
+    }
+    for (int i = 0; !st && i < n; i++)
+        if (i != head_in) st = finish(pg, MPI_SUCCESS, &req[i]);
+    if (st) ((mpi_state *)pg->impl)->world->abandoned = true;
+    accel_free(req);
+    return st;
+}
+
 const accel__backend accel__backend_mpi = {
     .name = "mpi",
     .init = mpi_init,
@@ -331,6 +388,7 @@ const accel__backend accel__backend_mpi = {
     .all_gatherv = mpi_all_gatherv,
     .reduce_scatter = mpi_reduce_scatter,
     .split = mpi_split,
+    .p2p = mpi_p2p,
 };
 
 #else

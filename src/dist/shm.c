@@ -9,6 +9,8 @@
  *   [ctrl: header + one 128-byte line per rank (arrival epoch, zero-copy
  *    offset, pid, the collective it is in: accel__site)]
  *   [staging: 2 sets x world slots of `chunk` bytes, + 2 result slots]
+ *   [point to point: world x world channels (sender, receiver), each a
+ *    control line and one slot of `chunk` bytes, sparse until used]
  *   [heap: world regions of heap_per_rank bytes, sparse until allocated]
  *
  * Synchronisation is a barrier on per-rank epoch counters (C11 atomics, no
@@ -76,6 +78,21 @@ typedef struct shm_ctrl {
     shm_rank r[];
 } shm_ctrl;
 
+/* The channel from one rank to another (point to point): a one-slot queue
+ * of chunks. The sender fills the slot when it is empty (taken == sent) and
+ * publishes it (sent++); the receiver takes it (taken++). A message's first
+ * chunk carries the sender's record (head), which the receiver checks first;
+ * on a difference it writes its own (refuser) and sets refused, which the
+ * sender's next wait on the channel reports. */
+typedef struct shm_chan {
+    _Alignas(128) _Atomic uint64_t sent;
+    _Atomic uint64_t taken;
+    _Atomic uint32_t refused;
+    uint32_t first; /* the chunk in the slot begins a message */
+    accel__site head;
+    accel__site refuser;
+} shm_chan;
+
 typedef struct shm_block {
     size_t off, len; /* within this rank's heap region */
 } shm_block;
@@ -87,6 +104,8 @@ typedef struct shm_state {
     shm_ctrl *ctrl;
     size_t chunk;          /* bytes per staging slot */
     char *stage;
+    shm_chan *chan;        /* world x world, [from * world + to] */
+    char *chan_slot;       /* their slots, chunk bytes each, in the same order */
     size_t heap_off;       /* offset of heap region 0 in the segment */
     size_t heap_per_rank;
     uint64_t epoch;
@@ -307,7 +326,9 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
         if (ok != 4) return accel_set_error(ACCEL_ERR_DIST, "accel_dist_init: bad shm/info from rank 0");
     }
     size_t stage_bytes = (size_t)(2 * world + 2) * s->chunk;
-    s->heap_off = round_up(ctrl_bytes + stage_bytes, 1u << 21);
+    size_t nchan = (size_t)world * (size_t)world;
+    size_t chan_bytes = round_up(nchan * sizeof(shm_chan), 4096) + nchan * s->chunk;
+    s->heap_off = round_up(ctrl_bytes + stage_bytes + chan_bytes, 1u << 21);
     s->map_bytes = s->heap_off + (size_t)world * s->heap_per_rank;
     if (me == 0) {
         s->fd = memfd_create("accel-shm", MFD_CLOEXEC);
@@ -332,6 +353,8 @@ static accel_status shm_init(accel_pg *pg, accel__store *store) {
     }
     s->ctrl = (shm_ctrl *)s->base;
     s->stage = s->base + ctrl_bytes;
+    s->chan = (shm_chan *)(s->stage + stage_bytes); /* zero-filled by ftruncate: every channel empty */
+    s->chan_slot = (char *)s->chan + round_up(nchan * sizeof(shm_chan), 4096);
     if (me == 0) {
         s->ctrl->magic = SHM_MAGIC;
         s->ctrl->world = world;
@@ -553,6 +576,129 @@ static void shm_free_shared(accel_pg *pg, void *ptr) {
     accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_pg_free_shared: %p was not returned by accel_pg_alloc_shared", ptr);
 }
 
+/* ---------------------------------------------------------------- point to point */
+
+/* One direction of a transfer in progress: chunks moved so far of the message. */
+typedef struct p2p_side {
+    const accel__p2p_msg *m;
+    shm_chan *c;
+    char *slot;
+    size_t off;
+    bool begun, done;
+} p2p_side;
+
+static p2p_side p2p_open(shm_state *s, int world, int from, int to, const accel__p2p_msg *m) {
+    size_t i = (size_t)from * (size_t)world + (size_t)to;
+    return (p2p_side){.m = m, .c = &s->chan[i], .slot = s->chan_slot + i * s->chunk, .done = m->peer < 0};
+}
+
+/* The receiver refused this channel's message: the sender's error naming both. */
+static accel_status p2p_refused(accel_pg *pg, const p2p_side *x) {
+    accel__site theirs;
+    memcpy(&theirs, &x->c->refuser, sizeof theirs);
+    char mine[128], d[128];
+    accel__p2p_describe(&x->m->site, mine, sizeof mine);
+    accel__p2p_describe(&theirs, d, sizeof d);
+    return accel_set_error(ACCEL_ERR_DIST, "accel dist: mismatched point-to-point (seen by rank %d): rank %d "
+                           "refused an earlier message of this rank's (it waits in %s), so rank %d's %s cannot go "
+                           "(a receive's count and dtype must be the send's)", pg->rank, x->m->peer, d, pg->rank,
+                           mine);
+}
+
+/* Moves what can move now without waiting; true when something did. */
+static bool p2p_send_step(shm_state *s, p2p_side *x) {
+    uint64_t sent = atomic_load_explicit(&x->c->sent, memory_order_relaxed);
+    if (x->done || atomic_load_explicit(&x->c->taken, memory_order_acquire) != sent) return false;
+    size_t n = x->m->bytes - x->off < s->chunk ? x->m->bytes - x->off : s->chunk;
+    if (n) memcpy(x->slot, x->m->buf + x->off, n);
+    x->c->first = !x->begun;
+    if (!x->begun) memcpy(&x->c->head, &x->m->site, sizeof x->m->site);
+    atomic_store_explicit(&x->c->sent, sent + 1, memory_order_release);
+    x->begun = true;
+    x->off += n;
+    x->done = x->off == x->m->bytes;
+    return true;
+}
+
+/* As p2p_send_step; a message that is not the expected one fails (error set, *bad). */
+static bool p2p_recv_step(accel_pg *pg, shm_state *s, p2p_side *x, bool *bad) {
+    uint64_t taken = atomic_load_explicit(&x->c->taken, memory_order_relaxed);
+    if (x->done || atomic_load_explicit(&x->c->sent, memory_order_acquire) == taken) return false;
+    if (!x->begun) {
+        accel__site head;
+        memcpy(&head, &x->c->head, sizeof head);
+        if (!x->c->first || !accel__p2p_matches(&head, &x->m->site)) {
+            memcpy(&x->c->refuser, &x->m->site, sizeof x->m->site);
+            atomic_store_explicit(&x->c->refused, 1, memory_order_release);
+            accel__p2p_mismatch(pg, &head, &x->m->site);
+            *bad = true;
+            return false;
+        }
+    }
+    size_t n = x->m->bytes - x->off < s->chunk ? x->m->bytes - x->off : s->chunk;
+    if (n) memcpy(x->m->buf + x->off, x->slot, n);
+    atomic_store_explicit(&x->c->taken, taken + 1, memory_order_release);
+    x->begun = true;
+    x->off += n;
+    x->done = x->off == x->m->bytes;
+    return true;
+}
+
+/* Why rank `peer` holds this one up: dead (ACCEL_ERR_DIST) or, past the
+ * timeout with no progress, not there (ACCEL_ERR_TIMEOUT); ACCEL_OK to go on. */
+static accel_status p2p_peer_check(accel_pg *pg, shm_state *s, int peer, bool timed_out) {
+    pid_t pid = atomic_load(&s->ctrl->r[peer].pid);
+    accel__site last;
+    memcpy(&last, &s->ctrl->r[peer].site, sizeof last);
+    char d[128];
+    accel__site_describe(&last, d, sizeof d);
+    if (!pid_alive(pid))
+        return accel_set_error(ACCEL_ERR_DIST, "accel dist: rank %d (pid %d) died while rank %d waited in %s (rank "
+                               "%d was last seen in %s)", peer, (int)pid, pg->rank, pg->op_desc, peer, d);
+    if (timed_out)
+        return accel_set_error(ACCEL_ERR_TIMEOUT, "accel dist: %s timed out after %g s on rank %d: rank %d did not "
+                               "take part (it is in, or was last seen in, %s) (ACCEL_DIST_TIMEOUT sets the limit)",
+                               pg->op_desc, pg->timeout_s, pg->rank, peer, d);
+    return ACCEL_OK;
+}
+
+static accel_status shm_p2p(accel_pg *pg, const accel__p2p_msg *tx, const accel__p2p_msg *rx) {
+    shm_state *s = pg->impl;
+    int world = pg->size, me = pg->rank;
+    shm_rank *mine = &s->ctrl->r[me];
+    /* Where this rank is, for a peer's report: the receive when there is one. */
+    memcpy(&mine->site, rx->peer >= 0 ? &rx->site : &tx->site, sizeof mine->site);
+    s->site_seq = 0; /* the next collective publishes its record again */
+    p2p_side out = p2p_open(s, world, me, tx->peer, tx), in = p2p_open(s, world, rx->peer, me, rx);
+    double last = 0, next_check = 0;
+    for (unsigned spins = 0; !out.done || !in.done; spins++) {
+        if (!out.done && atomic_load_explicit(&out.c->refused, memory_order_acquire)) return p2p_refused(pg, &out);
+        bool bad = false, moved = p2p_send_step(s, &out);
+        moved = p2p_recv_step(pg, s, &in, &bad) || moved;
+        if (bad) return accel_last_status();
+        if (moved) {
+            spins = 0;
+            last = 0;
+            continue;
+        }
+        if (spins < 4096) {
+            cpu_relax();
+            continue;
+        }
+        double now = accel_now_seconds();
+        if (last == 0) last = next_check = now;
+        if (now - last < 0.002) sched_yield();
+        else nap_us(now - last < 0.1 ? 20 : 200);
+        if (now < next_check) continue;
+        next_check = now + 0.1;
+        bool timed_out = now - last > pg->timeout_s;
+        if ((!in.done && p2p_peer_check(pg, s, in.m->peer, timed_out) != ACCEL_OK) ||
+            (!out.done && p2p_peer_check(pg, s, out.m->peer, timed_out) != ACCEL_OK))
+            return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
 const accel__backend accel__backend_shm = {
     .name = "shm",
     .init = shm_init,
@@ -564,4 +710,5 @@ const accel__backend accel__backend_shm = {
     .reduce_scatter = shm_reduce_scatter,
     .alloc_shared = shm_alloc_shared,
     .free_shared = shm_free_shared,
+    .p2p = shm_p2p,
 };

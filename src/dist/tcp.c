@@ -585,6 +585,10 @@ typedef struct io_op {
     size_t len, done;
     op_hdr hdr; /* sent or received first when hdr_len > 0 */
     size_t hdr_len, hdr_done;
+    /* Point to point: the header goes with every message (the caller sets a
+     * send's); a receive checks the sender's against *expect. */
+    bool p2p;
+    const accel__site *expect;
 } io_op;
 
 #define MAX_OPS 1024
@@ -598,7 +602,9 @@ static void begin(tcp_state *s, uint16_t tag) {
 
 static void attach_header(tcp_state *s, io_op *o) {
     uint32_t *mark = o->out ? &s->sent_seq[o->peer] : &s->recv_seq[o->peer];
-    o->hdr_done = o->hdr_len = 0;
+    o->hdr_done = 0;
+    o->hdr_len = o->p2p ? sizeof o->hdr : 0;
+    if (o->p2p) return; /* outside the collectives' sequence: the marks stay */
     if (*mark == s->seq) return;
     *mark = s->seq;
     o->hdr_len = sizeof o->hdr;
@@ -646,6 +652,17 @@ static accel_status op_mismatch(accel_pg *pg, tcp_state *s, int peer, const op_h
     return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
 }
 
+/* A point-to-point receive got another message than it expects (or a
+ * collective's header): fail, and tell every rank as op_mismatch does, so
+ * the sender learns at once. */
+static accel_status p2p_mismatch(accel_pg *pg, tcp_state *s, const io_op *o) {
+    accel__p2p_mismatch(pg, &o->hdr.site, o->expect);
+    char msg[MAX_NOTICE_MSG];
+    snprintf(msg, sizeof msg, "%s", accel_last_error());
+    send_notices(pg, s, NOTICE_DEAD, pg->rank, msg, strlen(msg));
+    return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
+}
+
 /* Progresses every op until all are done. Timeout: no progress for
  * pg->timeout_s. */
 static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
@@ -662,7 +679,11 @@ static accel_status run_ops(accel_pg *pg, tcp_state *s, io_op *ops, int nops) {
                 ssize_t r = io_once(s->fd[o->peer], o);
                 if (r > 0) {
                     progress = true;
-                    if (checking && o->hdr_done == o->hdr_len) {
+                    if (checking && o->hdr_done == o->hdr_len && o->p2p) {
+                        s->peer_site[o->peer] = o->hdr.site;
+                        if (o->hdr.tag != ACCEL__P2P_TAG || !accel__p2p_matches(&o->hdr.site, o->expect))
+                            return p2p_mismatch(pg, s, o);
+                    } else if (checking && o->hdr_done == o->hdr_len) {
                         s->peer_site[o->peer] = o->hdr.site;
                         if (o->hdr.seq != s->seq || o->hdr.tag != s->tag || accel__sites_differ(&o->hdr.site, s->site))
                             return op_mismatch(pg, s, o->peer, &o->hdr);
@@ -865,6 +886,22 @@ static accel_status tcp_barrier(accel_pg *pg) {
             if (run_ops(pg, s, ops, n) != ACCEL_OK) return accel_last_status();
         }
     return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- point to point */
+
+/* On the pair's connection, as any collective's bytes: every message with
+ * its header (the sender's record), both directions progressed together. */
+static accel_status tcp_p2p(accel_pg *pg, const accel__p2p_msg *tx, const accel__p2p_msg *rx) {
+    tcp_state *s = pg->impl;
+    io_op ops[2];
+    int n = 0;
+    if (tx->peer >= 0)
+        ops[n++] = (io_op){.peer = tx->peer, .out = true, .p = tx->buf, .len = tx->bytes, .p2p = true,
+                           .hdr = {0, ACCEL__P2P_TAG, 0, tx->site}};
+    if (rx->peer >= 0) ops[n++] = (io_op){.peer = rx->peer, .p = rx->buf, .len = rx->bytes, .p2p = true,
+                                          .expect = &rx->site};
+    return run_ops(pg, s, ops, n);
 }
 
 /* ---------------------------------------------------------------- init */
@@ -1105,4 +1142,5 @@ const accel__backend accel__backend_tcp = {
     .broadcast = tcp_broadcast,
     .all_gatherv = tcp_all_gatherv,
     .reduce_scatter = tcp_reduce_scatter,
+    .p2p = tcp_p2p,
 };

@@ -6,6 +6,7 @@
 
 #include "accel/nn.h"
 #include "arch.h"
+#include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "tp_internal.h"
 
@@ -474,24 +475,46 @@ static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int
     return p ? accel_module_call(wpe, p) : NULL;
 }
 
-/* LlamaModel / GPT2Model: embeddings (scaled: Gemma, Granite; GPT-2: plus
- * learned positions), layers, final norm, inside the model's hooks. */
+/* The embeddings of ids [B, T] (scaled: Gemma, Granite; GPT-2: plus learned
+ * positions): [B, T, C]. */
+static accel_tensor *embed(accel_module *model, const accel_llama_config *c, const accel__arch *a,
+                           accel_tensor *ids, int64_t pos) {
+    accel_module **mp = model->children;
+    int64_t T = ids ? ids->shape[1] : 0;
+    accel_tensor *h = accel_module_call(mp[MODEL_EMBED], ids); /* [B, T, C] */
+    if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
+    if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
+    if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
+    return h;
+}
+
+/* Layers [lo, hi) of the stack, then the final norm when `norm`. */
+static accel_tensor *run_layers(accel_module *model, const accel__arch *a, accel_tensor *h, int lo, int hi, bool norm,
+                                int64_t pos, accel_kv_cache *cache) {
+    int li = layers_index(a);
+    accel_module *layers = model->children[li];
+    for (int i = lo; i < hi && h; i++) h = layer_forward(layers->children[i], h, pos, cache);
+    return norm ? accel_module_call(model->children[li + 1], h) : h; /* the final norm, after the layers */
+}
+
+/* LlamaModel / GPT2Model: embeddings, layers, final norm, inside the model's hooks. */
 static accel_tensor *model_forward(accel_module *model, const accel_llama_config *c, const accel__arch *a,
                                    accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
-    accel_module **mp = model->children;
-    int64_t T = h ? h->shape[1] : 0;
-    h = accel_module_call(mp[MODEL_EMBED], h); /* [B, T, C] */
-    if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
-    if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
-    if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
-    int li = layers_index(a);
-    accel_module *layers = mp[li];
-    for (int i = 0; i < layers->n_children && h; i++)
-        h = layer_forward(layers->children[i], h, pos, cache);
-    h = accel_module_call(mp[li + 1], h); /* the final norm, after the layers */
+    h = h ? embed(model, c, a, h, pos) : NULL;
+    h = run_layers(model, a, h, 0, c->num_hidden_layers, true, pos, cache);
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
+}
+
+/* lm_head (Gemma2: capped, Granite: scaled): [B, T, C] -> logits [B, T, V]. */
+static accel_tensor *lm_head(accel_module *llama, const accel_llama_config *c, const accel__arch *a, accel_tensor *h) {
+    accel_tensor *logits = accel_module_call(llama->children[ROOT_LM_HEAD], h); /* [B, T, V] */
+    if (a->softcap && c->final_logit_softcapping > 0) /* Gemma2: cap tanh(logits / cap) */
+        logits = accel_mul_scalar(accel_tanh(accel_mul_scalar(logits, 1.0 / c->final_logit_softcapping)),
+                                  c->final_logit_softcapping);
+    if (a->multipliers) logits = accel_mul_scalar(logits, 1.0 / c->logits_scaling); /* Granite */
+    return logits;
 }
 
 /* accel_module_call runs the hooks and the checkpointing around it. */
@@ -696,11 +719,7 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     if (accel_module_enter(llama, &h) != ACCEL_OK) return NULL;
     const accel__arch *a = root_arch(llama);
     h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
-    accel_tensor *logits = accel_module_call(llama->children[ROOT_LM_HEAD], h); /* [B, T, V] */
-    if (a->softcap && c->final_logit_softcapping > 0) /* Gemma2: cap tanh(logits / cap) */
-        logits = accel_mul_scalar(accel_tanh(accel_mul_scalar(logits, 1.0 / c->final_logit_softcapping)),
-                                  c->final_logit_softcapping);
-    if (a->multipliers) logits = accel_mul_scalar(logits, 1.0 / c->logits_scaling); /* Granite */
+    accel_tensor *logits = lm_head(llama, c, a, h);
     if (accel_module_exit(llama, &logits) != ACCEL_OK || !logits) return NULL;
     if (cache) cache->len += T;
     return logits;
@@ -714,7 +733,10 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
                         accel_shape_str(ids, b, sizeof b));
         return NULL;
     }
-    accel_tensor *logits = accel_llama_forward(llama, ids, NULL);
+    return accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
+}
+
+accel_tensor *accel__causal_lm_loss(accel_module *llama, accel_tensor *logits, accel_tensor *ids) {
     if (!logits) return NULL;
     /* transformers' ForCausalLMLoss: labels = ids shifted left, padded with
      * ignore_index at the end, so the logits need no slicing. */
@@ -731,4 +753,25 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     if (accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, &tp, &v0, NULL))
         return accel_tp_cross_entropy(logits, labels, v0, -100, tp);
     return accel_cross_entropy(logits, labels, -100);
+}
+
+/* ---------------------------------------------------------------- pipeline stages (decoder_pipeline.c) */
+
+accel_module *accel__decoder_layers(accel_module *llama) {
+    const accel__arch *a = root_arch(llama);
+    return a ? llama->children[ROOT_MODEL]->children[layers_index(a)] : NULL;
+}
+
+accel_tensor *accel__decoder_stage_forward(accel_module *llama, accel_tensor *x, int lo, int hi, bool first,
+                                           bool last) {
+    const accel__arch *a = root_arch(llama);
+    const accel_llama_config *c = llama->impl;
+    accel_module *model = llama->children[ROOT_MODEL];
+    accel_tensor *h = x;
+    if (accel_module_enter(llama, &h) != ACCEL_OK || accel_module_enter(model, &h) != ACCEL_OK) return NULL;
+    if (first && h) h = embed(model, c, a, h, 0);
+    h = run_layers(model, a, h, lo, hi, last, 0, NULL);
+    if (accel_module_exit(model, &h) != ACCEL_OK) return NULL;
+    if (last && h) h = lm_head(llama, c, a, h);
+    return accel_module_exit(llama, &h) == ACCEL_OK ? h : NULL;
 }

@@ -1,0 +1,138 @@
+/* bench_pipeline: the pipeline's idle fraction per schedule beside the
+ * theoretical bubble (p - 1) / (m + p - 1), and the inputs each stage holds
+ * (1F1B: at most p - s micro-batches; GPipe: m). Run under
+ * `accel launch --num_processes P` (P stages, pp_size = P):
+ *
+ *     bench_pipeline [--schedule 1f1b|gpipe] [--micro-batches M] [--steps N] [--batch B] [--seq T]
+ *                    [--hidden C] [--layers L] [--vocab V]
+ *
+ * A Llama (f32, untied, L layers split over the stages by parameter count)
+ * trained with SGD through accel_accelerator_pipeline_step. Per step each
+ * stage reports (accel_pipeline_report) its wall time and its busy time (its
+ * forwards, recomputes and backwards); idle = 1 - busy / wall. Rank 0 prints,
+ * after the first (warm-up) step, the medians over steps:
+ *     schedule=1f1b p=2 m=4 bubble_theory=0.200 idle_mean=... step_ms=...
+ *     stage=s layers=[a,b) idle=... busy_ms=... peak_in_flight=k held_kib=...
+ * The stages' own work differs (stage 0 embeds, the last runs lm_head and
+ * the loss, every backward recomputes its forward), which the theory, with
+ * equal stages, does not count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+
+static void fail(const char *what) {
+    fprintf(stderr, "bench_pipeline: %s: %s\n", what, accel_last_error());
+    exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int main(int argc, char **argv) {
+    const char *sched = "1f1b";
+    int m = 8, steps = 6, layers = 8;
+    int64_t B = 16, T = 64, C = 256, V = 4096;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--schedule")) sched = v;
+        else if (!strcmp(k, "--micro-batches")) m = atoi(v);
+        else if (!strcmp(k, "--steps")) steps = atoi(v);
+        else if (!strcmp(k, "--batch")) B = atoll(v);
+        else if (!strcmp(k, "--seq")) T = atoll(v);
+        else if (!strcmp(k, "--hidden")) C = atoll(v);
+        else if (!strcmp(k, "--layers")) layers = atoi(v);
+        else if (!strcmp(k, "--vocab")) V = atoll(v);
+        else {
+            fprintf(stderr, "bench_pipeline: unknown option %s\n", k);
+            return 2;
+        }
+    }
+    if (steps < 2) steps = 2;
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.pp_size = accel_dist_world_size();
+    o.parallelism.num_micro_batches = m;
+    o.parallelism.pp_schedule = sched;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) fail("accelerator");
+    int p = accel_accelerator_num_processes(acc), rank = accel_accelerator_process_index(acc);
+    accel_manual_seed(1);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = V;
+    c.hidden_size = C;
+    c.intermediate_size = 3 * C;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = T;
+    c.tie_word_embeddings = false;
+    c.torch_dtype = ACCEL_F32;
+    accel_module *model = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.01);
+    accel_optimizer *opt = model ? accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h) : NULL;
+    if (!opt || accel_accelerator_prepare(acc, model, opt) != ACCEL_OK) fail("model");
+    int64_t *ids = malloc((size_t)(B * T) * sizeof *ids);
+    /* per step and stage: wall, busy */
+    double *wall = calloc((size_t)steps * (size_t)p, sizeof *wall), *busy = calloc((size_t)steps * (size_t)p,
+                                                                                   sizeof *busy);
+    accel_pipeline_report rep = {0};
+    accel_pg *world = accel_dist_default_group();
+    for (int s = 0; s < steps; s++) {
+        for (int64_t i = 0; i < B * T; i++) ids[i] = (i * 2654435761u + (uint64_t)s * 97) % (uint64_t)V;
+        double loss;
+        if (accel_accelerator_pipeline_step(acc, model, accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids), &loss,
+                                            &rep) != ACCEL_OK ||
+            accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK || accel_accelerator_zero_grad(acc, opt) != ACCEL_OK)
+            fail("step");
+        accel_step_reset();
+        double mine[2] = {rep.wall_s, rep.busy_s}, all[2 * 64];
+        if (p > 64 || accel_pg_all_gather(world, mine, all, 2, ACCEL_F64) != ACCEL_OK) fail("gather");
+        for (int k = 0; k < p; k++) {
+            wall[s * p + k] = all[2 * k];
+            busy[s * p + k] = all[2 * k + 1];
+        }
+    }
+    /* every stage's layers, in-flight peak and held bytes, to rank 0 */
+    double info[4] = {rep.first_layer, rep.end_layer, rep.peak_in_flight, (double)rep.peak_held_bytes}, infos[4 * 64];
+    if (accel_pg_all_gather(world, info, infos, 4, ACCEL_F64) != ACCEL_OK) fail("gather");
+    if (rank == 0) {
+        int n = steps - 1; /* the first step warms up */
+        double *v = malloc((size_t)n * sizeof *v), idle_mean = 0, step_ms;
+        for (int s = 1; s < steps; s++) {
+            double w = 0;
+            for (int k = 0; k < p; k++) w = wall[s * p + k] > w ? wall[s * p + k] : w;
+            v[s - 1] = w;
+        }
+        step_ms = median(v, n) * 1e3;
+        printf("stage lines: idle = 1 - busy / wall per step, medians over %d steps after a warm-up\n", n);
+        for (int k = 0; k < p; k++) {
+            for (int s = 1; s < steps; s++) v[s - 1] = 1 - busy[s * p + k] / wall[s * p + k];
+            double idle = median(v, n);
+            for (int s = 1; s < steps; s++) v[s - 1] = busy[s * p + k];
+            idle_mean += idle / p;
+            printf("stage=%d layers=[%d,%d) idle=%.3f busy_ms=%.1f peak_in_flight=%d held_kib=%.0f\n", k,
+                   (int)infos[4 * k], (int)infos[4 * k + 1], idle, median(v, n) * 1e3, (int)infos[4 * k + 2],
+                   infos[4 * k + 3] / 1024);
+        }
+        printf("schedule=%s p=%d m=%d bubble_theory=%.3f idle_mean=%.3f step_ms=%.1f batch=%lld seq=%lld "
+               "hidden=%lld layers=%d\n",
+               sched, p, m, (double)(p - 1) / (m + p - 1), idle_mean, step_ms, (long long)B, (long long)T,
+               (long long)C, layers);
+        free(v);
+    }
+    free(wall);
+    free(busy);
+    free(ids);
+    accel_optimizer_free(opt);
+    accel_accelerator_free(acc);
+    accel_module_free(model);
+    return 0;
+}

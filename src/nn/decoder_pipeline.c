@@ -1,0 +1,75 @@
+/* src/nn/decoder_pipeline.c — where a decoder model is cut into pipeline
+ * stages (decoder_pipeline.h). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "accel/core.h"
+#include "nn/decoder_pipeline.h"
+
+/* Parameters of the module at path (0 when it has none or is absent). */
+static int64_t params_at(accel_module *root, const char *path) {
+    accel_module *m = accel_module_find(root, path);
+    return m ? accel_module_num_params(m) : 0;
+}
+
+accel_status accel__decoder_stage_split(accel_module *llama, int stages, const int *explicit_layers,
+                                        int *first_layer, const char *who) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!layers || !accel_module_find(llama, "model.embed_tokens"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pipeline stages cut a decoder model built by "
+                               "accel_llama_new (llama-style: model.embed_tokens, model.layers, model.norm, "
+                               "lm_head); this model is not one (GPT-2's tree is not cut yet)", who);
+    int L = layers->n_children;
+    if (stages < 1 || L < stages)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d pipeline stages for a model of %d layers: every "
+                               "stage needs at least one layer", who, stages, L);
+    first_layer[0] = 0;
+    if (explicit_layers) {
+        for (int s = 0; s < stages; s++) {
+            if (explicit_layers[s] < 1)
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: stage %d is given %d layers (each stage needs "
+                                       "at least one)", who, s, explicit_layers[s]);
+            first_layer[s + 1] = first_layer[s] + explicit_layers[s];
+            if (first_layer[s + 1] > L) break;
+        }
+        if (first_layer[stages] != L)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the stages' layer counts do not add up to the "
+                                   "model's %d layers", who, L);
+        return ACCEL_OK;
+    }
+    /* cost[i]: layer i's parameters, the ends' on the first and last layer */
+    int64_t *pre = malloc(((size_t)L + 1) * sizeof *pre);
+    int64_t *best = malloc((size_t)(stages + 1) * ((size_t)L + 1) * sizeof *best);
+    int *cut = malloc((size_t)(stages + 1) * ((size_t)L + 1) * sizeof *cut);
+    if (!pre || !best || !cut) {
+        free(pre);
+        free(best);
+        free(cut);
+        return accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", who);
+    }
+    /* the head's own parameters: the root's beyond the model's (a tied head has none) */
+    int64_t first_extra = params_at(llama, "model.embed_tokens");
+    int64_t last_extra = params_at(llama, "model.norm") + accel_module_num_params(llama) - params_at(llama, "model");
+    pre[0] = 0;
+    for (int i = 0; i < L; i++)
+        pre[i + 1] = pre[i] + accel_module_num_params(layers->children[i]) + (i == 0 ? first_extra : 0) +
+                     (i == L - 1 ? last_extra : 0);
+    /* best[k][j]: the smallest largest stage over layers [0, j) in k stages; cut[k][j] its last cut */
+#define AT(k, j) ((size_t)(k) * ((size_t)L + 1) + (size_t)(j))
+    for (int j = 0; j <= L; j++) best[AT(1, j)] = pre[j], cut[AT(1, j)] = 0;
+    for (int k = 2; k <= stages; k++)
+        for (int j = k; j <= L; j++) {
+            best[AT(k, j)] = INT64_MAX;
+            for (int i = k - 1; i < j; i++) {
+                int64_t v = best[AT(k - 1, i)] > pre[j] - pre[i] ? best[AT(k - 1, i)] : pre[j] - pre[i];
+                if (v < best[AT(k, j)]) best[AT(k, j)] = v, cut[AT(k, j)] = i;
+            }
+        }
+    first_layer[stages] = L;
+    for (int k = stages; k > 1; k--) first_layer[k - 1] = cut[AT(k, first_layer[k])];
+#undef AT
+    free(pre);
+    free(best);
+    free(cut);
+    return ACCEL_OK;
+}

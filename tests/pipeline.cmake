@@ -1,0 +1,36 @@
+# Pipeline parallelism (test_pipeline.c): pp = 2 and 4 with each schedule,
+# untied and tied embeddings, pp x dp = 2 x 2, and 2 x 2 with gradient
+# accumulation over 2 batches, and an explicit split (3 layers on stage 0),
+# against one process.
+# ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
+# stages in several chunks, so a send waits for its receiver.
+if(TARGET accel_cli)
+  foreach(cfg "2;1;1f1b;0;1;0" "2;1;gpipe;1;1;0" "4;1;1f1b;1;1;0" "4;1;gpipe;0;1;0" "2;2;1f1b;1;1;0"
+              "2;2;gpipe;0;1;0" "2;2;1f1b;1;2;0" "2;1;1f1b;1;1;3")
+    list(GET cfg 0 pp)
+    list(GET cfg 1 dp)
+    list(GET cfg 2 sched)
+    list(GET cfg 3 tied)
+    list(GET cfg 4 accum)
+    list(GET cfg 5 first)
+    math(EXPR n "${pp} * ${dp}")
+    add_test(NAME pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first}
+             COMMAND $<TARGET_FILE:accel_cli> launch --num_processes ${n} $<TARGET_FILE:test_pipeline>
+                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first}
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first} PROPERTIES TIMEOUT 180
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_SHM_CHUNK_KB=4"
+      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} ${sched} accum=${accum} ok\n"
+      FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
+  endforeach()
+endif()
+# examples/pipeline_llama.c: 2 stages (1F1B and GPipe) print the loss one process prints
+if(TARGET accel_cli AND TARGET pipeline_llama)
+  foreach(sched 1f1b gpipe)
+    add_test(NAME pipeline_example_2_${sched}
+             COMMAND bash -c "one=$($<TARGET_FILE:pipeline_llama> ${sched} | sed 's/.*loss=//') && two=$($<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:pipeline_llama> ${sched} | grep '^stages=2 schedule=${sched} stage0_layers=' | sed 's/.*loss=//') && echo \"1 process: $one, 2 stages: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]"
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(pipeline_example_2_${sched} PROPERTIES TIMEOUT 120
+                         ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
+  endforeach()
+endif()

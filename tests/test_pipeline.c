@@ -1,0 +1,287 @@
+/* Pipeline parallelism (accel_accelerator_pipeline_step).
+ *
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST` under `accel launch` (PP x DP
+ * processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
+ * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
+ * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
+ * accelerator's gradient_accumulation_steps), FIRST layers on stage 0 when
+ * not 0 (accel_accelerator_pipeline_set_layers; else the balanced split),
+ * trained 5 SGD steps with the
+ * gradients clipped at 0.5; every rank also trains the same model
+ * alone on the whole batch (all replicas' rows). Each step the loss (this
+ * replica's rows) and every gradient of the stage's own parameters must equal
+ * the single process's within 1e-5, the other stages' parameters must have no
+ * gradient, the clipped global norm (max 0.5) must be the single process's,
+ * and the weights after the last step must agree. Prints
+ * "pipeline pp=.. dp=.. <schedule> accum=.. ok" on rank 0.
+ *
+ * Run plainly (ctest's pipeline): one process - the stage split (balanced by
+ * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
+ * plain step, and the refusals of pipeline_step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "nn/decoder_pipeline.h"
+
+#define LAYERS 4
+#define T 12
+#define ROWS 16 /* per replica: 4 micro-batches of 4 rows */
+#define STEPS 5
+
+static accel_module *tiny(bool tied, int64_t vocab, int64_t hidden) {
+    accel_manual_seed(7);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = vocab;
+    c.hidden_size = hidden;
+    c.intermediate_size = 2 * hidden;
+    c.num_hidden_layers = LAYERS;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 32;
+    c.tie_word_embeddings = tied;
+    c.torch_dtype = ACCEL_F32;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+static accel_optimizer *sgd(accel_module *m) {
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    h.momentum = 0.9;
+    return accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+}
+
+/* Rows [row0, row0 + rows) of step s's batch: deterministic token ids. */
+static accel_tensor *batch(int s, int row0, int rows) {
+    int64_t ids[64 * T];
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < T; t++) ids[r * T + t] = ((row0 + r) * 7 + t * 3 + s * 11 + (row0 + r) * t) % 40;
+    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(rows, T), ids);
+}
+
+/* Whether parameter `name` is stage (first_layer, end_layer)'s. */
+static bool owned(const char *name, const accel_pipeline_report *rep, bool tied) {
+    int layer;
+    if (sscanf(name, "model.layers.%d.", &layer) == 1) return layer >= rep->first_layer && layer < rep->end_layer;
+    bool first = rep->stage == 0, last = rep->stage == rep->stages - 1;
+    if (!strcmp(name, "model.embed_tokens.weight")) return first || (tied && last);
+    return last; /* model.norm.weight, lm_head.weight */
+}
+
+static double max_abs_diff(const accel_tensor *a, const accel_tensor *b) {
+    int64_t n = accel_numel(a);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    accel_tensor_to_host(a, x);
+    accel_tensor_to_host(b, y);
+    double d = 0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)x[i] - y[i]));
+    free(x);
+    free(y);
+    return d;
+}
+
+static bool all_zero(const accel_tensor *g) {
+    if (!g) return true;
+    int64_t n = accel_numel(g);
+    float *x = malloc((size_t)n * sizeof *x);
+    accel_tensor_to_host(g, x);
+    bool z = true;
+    for (int64_t i = 0; i < n; i++) z = z && x[i] == 0;
+    free(x);
+    return z;
+}
+
+/* ---------------------------------------------------------------- several processes */
+
+static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.pp_size = pp;
+    o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
+    o.parallelism.num_micro_batches = 4;
+    o.parallelism.pp_schedule = sched;
+    o.gradient_accumulation_steps = accum;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "accelerator: %s\n", accel_last_error());
+        return 2;
+    }
+    int rank = accel_accelerator_process_index(acc), replica = rank % dp; /* ranks: pp-major, then dp */
+    accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
+    accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
+    CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_OK);
+    if (pp == 4) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
+        double l;
+        CHECK(accel_accelerator_pipeline_set_layers(acc, 2, 2) == ACCEL_OK);
+        CHECK(accel_accelerator_pipeline_step(acc, model, batch(0, 0, ROWS), &l, NULL) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "leave 0 for 2 other stages");
+    }
+    CHECK(accel_accelerator_pipeline_set_layers(acc, first_stage_layers, 0) == ACCEL_OK);
+    accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
+    CHECK(sd->n == ref_sd->n);
+    accel_pipeline_report rep = {0};
+    double worst = 0, first_norm = 0;
+    for (int s = 0; s < STEPS; s++) {
+        for (int a = 0; a < accum; a++) { /* accumulation: one batch per micro-step, averaged */
+            int b = s * accum + a;
+            double loss = 0;
+            CHECK(accel_accelerator_accumulate(acc) == ACCEL_OK);
+            CHECK(accel_accelerator_pipeline_step(acc, model, batch(b, replica * ROWS, ROWS), &loss, &rep) ==
+                  ACCEL_OK);
+            /* one process: the replica's loss, and the gradients of the mean over every replica's rows */
+            bool was = accel_set_grad_enabled(false);
+            double ref_loss = accel_item(accel_llama_loss(ref, batch(b, replica * ROWS, ROWS)));
+            accel_set_grad_enabled(was);
+            CHECK(accel_backward(accel_mul_scalar(accel_llama_loss(ref, batch(b, 0, dp * ROWS)), 1.0 / accum)) ==
+                  ACCEL_OK);
+            CHECK_MSG(fabs(loss - ref_loss) <= 1e-5, "rank %d batch %d: loss %.9g, one process %.9g", rank, b, loss,
+                      ref_loss);
+        }
+        for (int i = 0; i < sd->n; i++) {
+            accel_state_entry *e = &sd->entries[i];
+            const char *name = e->name;
+            if (e->is_buffer || e->is_tied_alias) continue;
+            if (owned(name, &rep, tied)) {
+                double d = max_abs_diff(e->t->grad, ref_sd->entries[i].t->grad);
+                worst = fmax(worst, d);
+                CHECK_MSG(d <= 1e-5, "rank %d (stage %d) step %d: %s's gradient differs by %.3g", rank, rep.stage,
+                          s, name, d);
+            } else {
+                CHECK_MSG(all_zero(e->t->grad), "rank %d (stage %d): %s (another stage's) has a gradient",
+                          rank, rep.stage, name);
+            }
+        }
+        /* the global norm over every stage's gradients (the tied embedding's once), then clipped alike */
+        accel_tensor **rp = NULL;
+        int rn = accel_module_parameters(ref, &rp);
+        double norm = accel_accelerator_clip_grad_norm(acc, model, 0.5, 2.0), ref_norm = accel_clip_grad_norm(rn, rp, 0.5, 2.0);
+        free(rp);
+        if (s == 0) first_norm = norm;
+        CHECK_MSG(fabs(norm - ref_norm) <= 1e-5 * ref_norm, "rank %d step %d: gradient norm %.9g, one process %.9g",
+                  rank, s, norm, ref_norm);
+        CHECK(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK);
+        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
+        CHECK(accel_optimizer_step(ref_opt) == ACCEL_OK);
+        accel_optimizer_zero_grad(ref_opt);
+        accel_step_reset();
+    }
+    for (int i = 0; i < sd->n; i++) {
+        accel_state_entry *e = &sd->entries[i];
+        if (!e->is_buffer && !e->is_tied_alias && owned(e->name, &rep, tied))
+            CHECK_MSG(max_abs_diff(e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
+                      STEPS);
+    }
+    /* save_model gathers every stage's layers: rank 0's checkpoint is the whole trained model */
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/accel_pipeline_%d_%s_%d_%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getppid(), sched, pp, dp);
+    CHECK(accel_accelerator_save_model(acc, model, dir, NULL) == ACCEL_OK);
+    if (rank == 0) {
+        accel_dispatched *disp = NULL;
+        accel_module *back = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &disp);
+        CHECK_MSG(back != NULL, "%s", accel_last_error());
+        accel_state_dict *bsd = back ? accel_module_state_dict(back) : NULL;
+        for (int i = 0; bsd && i < bsd->n && i < ref_sd->n; i++)
+            if (!ref_sd->entries[i].is_buffer && !ref_sd->entries[i].is_tied_alias)
+                CHECK_MSG(max_abs_diff(bsd->entries[i].t, ref_sd->entries[i].t) <= 1e-5, "saved %s differs",
+                          ref_sd->entries[i].name);
+        accel_state_dict_free(bsd);
+        accel_dispatched_free(disp);
+        accel_module_free(back);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+    CHECK(accel_accelerator_save_state(acc, dir, NULL, 0) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "checkpoints of a pipeline");
+    CHECK(rep.stages == pp && rep.micro_batches == 4);
+    if (first_stage_layers) /* Megatron's explicit first stage; the others share the rest */
+        CHECK_MSG(rep.stage == 0 ? rep.end_layer == first_stage_layers
+                                 : rep.end_layer - rep.first_layer == (LAYERS - first_stage_layers) / (pp - 1),
+                  "stage %d: layers [%d, %d) with %d on the first stage", rep.stage, rep.first_layer, rep.end_layer,
+                  first_stage_layers);
+    /* 1F1B holds at most pp - stage micro-batches' inputs, GPipe all of them */
+    int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
+    CHECK_MSG(rep.peak_in_flight == want, "rank %d stage %d: %d micro-batches in flight, not %d", rank, rep.stage,
+              rep.peak_in_flight, want);
+    fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d, first "
+            "norm %.4g\n", rank, rep.stage, rep.first_layer, rep.end_layer, worst, rep.peak_in_flight, first_norm);
+    accel_state_dict_free(sd);
+    accel_state_dict_free(ref_sd);
+    accel_optimizer_free(opt);
+    accel_optimizer_free(ref_opt);
+    accel_accelerator_free(acc);
+    accel_module_free(model);
+    accel_module_free(ref);
+    if (rank == 0 && !check_failures_) printf("pipeline pp=%d dp=%d %s accum=%d ok\n", pp, dp, sched, accum);
+    return check_summary();
+}
+
+/* ---------------------------------------------------------------- one process */
+
+static void test_split(void) {
+    int first[5];
+    /* vocab 512 x hidden 32: the tied embedding (16 K) outweighs a layer (~10 K) */
+    accel_module *tied = tiny(true, 512, 32), *untied = tiny(false, 512, 32);
+    CHECK(accel__decoder_stage_split(tied, 2, NULL, first, "t") == ACCEL_OK);
+    CHECK_MSG(first[0] == 0 && first[1] == 1 && first[2] == 4, "tied: stage 1 from layer %d", first[1]);
+    CHECK(accel__decoder_stage_split(untied, 2, NULL, first, "t") == ACCEL_OK);
+    CHECK_MSG(first[1] == 2 && first[2] == 4, "untied: stage 1 from layer %d", first[1]);
+    CHECK(accel__decoder_stage_split(untied, 4, NULL, first, "t") == ACCEL_OK);
+    CHECK(first[1] == 1 && first[2] == 2 && first[3] == 3 && first[4] == 4);
+    CHECK(accel__decoder_stage_split(untied, 2, (int[]){3, 1}, first, "t") == ACCEL_OK && first[1] == 3);
+    CHECK(accel__decoder_stage_split(untied, 2, (int[]){3, 2}, first, "t") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "do not add up to the model's 4 layers");
+    CHECK(accel__decoder_stage_split(untied, 2, (int[]){4, 0}, first, "t") == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel__decoder_stage_split(untied, 5, NULL, first, "t") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "5 pipeline stages for a model of 4 layers");
+    accel_module_free(tied);
+    accel_module_free(untied);
+}
+
+/* pp = 1, 4 micro-batches: the gradients of one plain step over the batch. */
+static void test_one_stage_micro_batches(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.num_micro_batches = 4;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc != NULL);
+    accel_module *model = tiny(true, 40, 32), *ref = tiny(true, 40, 32);
+    accel_optimizer *opt = sgd(model);
+    CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_OK);
+    double loss = 0;
+    accel_pipeline_report rep;
+    accel_status st = accel_accelerator_pipeline_step(acc, model, batch(0, 0, ROWS), &loss, &rep);
+    CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
+    CHECK(rep.stages == 1 && rep.first_layer == 0 && rep.end_layer == LAYERS && rep.peak_in_flight == 1);
+    accel_tensor *l = accel_llama_loss(ref, batch(0, 0, ROWS));
+    CHECK_CLOSE(loss, accel_item(l), 1e-6, 1e-6);
+    CHECK(accel_backward(l) == ACCEL_OK);
+    accel_tensor **p = NULL, **q = NULL;
+    int n = accel_module_parameters(model, &p);
+    accel_module_parameters(ref, &q);
+    double worst = 0;
+    for (int i = 0; i < n; i++) worst = fmax(worst, max_abs_diff(p[i]->grad, q[i]->grad));
+    CHECK_MSG(worst <= 1e-6, "micro-batched gradients differ by %.3g", worst);
+    /* refusals */
+    CHECK(accel_accelerator_pipeline_step(acc, model, batch(0, 0, 6), &loss, NULL) == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "a batch of 6 rows does not split into 4 micro-batches");
+    CHECK(accel_accelerator_pipeline_step(acc, ref, batch(0, 0, 4), &loss, NULL) == ACCEL_ERR_STATE);
+    accel_clear_error(); /* a NULL tensor keeps an earlier error (it usually comes from a failed op) */
+    CHECK(accel_accelerator_pipeline_step(acc, model, NULL, &loss, NULL) == ACCEL_ERR_INVALID_ARG);
+    free(p);
+    free(q);
+    accel_optimizer_free(opt);
+    accel_accelerator_free(acc);
+    accel_module_free(model);
+    accel_module_free(ref);
+    accel_step_reset();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 7)
+        return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]));
+    RUN(test_split);
+    RUN(test_one_stage_micro_batches);
+    return check_summary();
+}
