@@ -64,7 +64,7 @@ static int exchange(accel_pg *pg, accel_dtype dt, size_t count) {
 static const char *g_backend; /* the backend the group must have chosen */
 
 static int collectives_body(int rank, int world) {
-    (void)rank;
+    (void)world;
     if (accel_dist_init() != ACCEL_OK) return 10;
     accel_pg *pg = accel_dist_default_group();
     if (strcmp(accel_pg_backend(pg), g_backend) != 0) return 11;

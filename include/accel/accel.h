@@ -29,6 +29,7 @@
 #include "data.h"
 #include "io.h"
 #include "dist.h"
+#include "cp.h"
 #include "bigmodel.h"
 #include "bert.h"
 #include "accelerator.h"
