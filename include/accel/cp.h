@@ -74,6 +74,19 @@ accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float
 accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets,
                                      int64_t ignore_index);
 
+/* ---------------------------------------------------------------- decoders
+ * The causal LMs of accel_llama_new (nn.h) run context-parallel on the
+ * calling thread while a group is set: accel_llama_forward takes this rank's
+ * chunks of the ids ([B, 2c]) and gives their logits; accel_llama_loss takes
+ * the whole batch ([B, T], the same on every rank of pg), keeps this rank's
+ * chunks of the ids and of the shifted labels, and returns the unsharded
+ * mean loss (accel_cp_cross_entropy). Refused under cp: a KV cache, sliding
+ * windows, soft-capping, GPT-2's learned positions. pg NULL turns it off;
+ * the caller keeps pg alive while set. Thread-local. */
+void accel_cp_set_group(accel_pg *pg, accel_cp_strategy strategy);
+/* The group set on this thread (NULL when off); *strategy when not NULL. */
+accel_pg *accel_cp_group(accel_cp_strategy *strategy);
+
 /* This rank's chunks of a [B, T] batch (i64 token ids or labels, or any
  * dtype): [B, 2c], chunks rank and 2*cp-1-rank. T % (2*cp) != 0 is refused
  * naming both. A step tensor, not differentiable. Every rank of a cp group
