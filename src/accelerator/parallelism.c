@@ -77,8 +77,6 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                    out->size[ACCEL__MESH_CP], out->size[ACCEL__MESH_TP], (long long)total, world);
     }
     if (not_built(p->tp_size, "tp_size", "tensor parallelism") ||
-        not_built(p->cp_size, "cp_size", "context parallelism") ||
-        not_built(p->sp_size, "sp_size", "sequence parallelism") ||
         not_built(p->pp_size, "pp_size", "pipeline parallelism") ||
         not_built(p->num_micro_batches, "num_micro_batches", "pipeline parallelism") ||
         not_built(out->sequence_parallel ? 2 : 0, "sequence_parallelism", "Megatron's sequence parallelism"))
