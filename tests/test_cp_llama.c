@@ -36,7 +36,7 @@ static float *grads(accel_module *m, int64_t *n_out) {
         if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + o);
     for (int i = 0; i < n; i++)
         if (ps[i]->grad) accel_zero_(ps[i]->grad);
-    free(ps);
+    accel_free(ps);
     *n_out = total;
     return g;
 }

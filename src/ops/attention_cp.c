@@ -12,36 +12,71 @@
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
  *              group -> global order [B, H/cp, T, D]; causal sdpa; the output
  *              goes back the reverse way. */
+#include <string.h>
+
 #include "accel/cp.h"
 #include "nn_internal.h"
 
-/* [cp, B, h, 2c, D] blocks of rank-ordered local sequences -> [B, h, T, D] in
- * global order: global chunk g is rank g's first half for g < cp, else rank
- * (2cp-1-g)'s second half. */
-static accel_tensor *to_global(accel_tensor *blocks, int cp, int64_t c) {
-    accel_tensor *chunks[128];
-    for (int g = 0; g < 2 * cp; g++) {
-        int r = g < cp ? g : 2 * cp - 1 - g;
-        int64_t lo = g < cp ? 0 : c;
-        accel_tensor *b = accel_squeeze(accel_slice(blocks, 0, r, r + 1, 1), 0);
-        chunks[g] = b ? accel_slice(b, 2, lo, lo + c, 1) : NULL;
-        if (!chunks[g]) return NULL;
-    }
-    return accel_concat(2 * cp, chunks, 2);
+/* Rank-ordered blocks [cp, B, h, 2c, D] (block r: rank r's chunks r and
+ * 2cp-1-r) <-> the sequence in global order [B, h, T, D]: one copy of rows
+ * each way. A single op (not 2cp slices and a concat) so that its backward,
+ * the copy the other way, allocates one gradient instead of one of the whole
+ * tensor per chunk. */
+typedef struct reorder_dims {
+    int cp;
+    int64_t BH, c, D;
+} reorder_dims;
+
+static void move_chunks(const reorder_dims *d, const char *src, char *dst, bool to_global, size_t es) {
+    int64_t T = 2 * d->cp * d->c;
+    size_t row = (size_t)(d->c * d->D) * es;
+    for (int r = 0; r < d->cp; r++)
+        for (int64_t bh = 0; bh < d->BH; bh++)
+            for (int half = 0; half < 2; half++) {
+                int64_t g = half == 0 ? r : 2 * d->cp - 1 - r;
+                size_t b = (size_t)(((r * d->BH + bh) * 2 * d->c + half * d->c) * d->D) * es;
+                size_t q = (size_t)((bh * T + g * d->c) * d->D) * es;
+                if (to_global) memcpy(dst + q, src + b, row);
+                else memcpy(dst + b, src + q, row);
+            }
 }
 
-/* [B, h, T, D] in global order -> [cp, B, h, 2c, D], block r holding rank
- * r's chunks r and 2cp-1-r: the inverse of to_global. */
-static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
-    accel_tensor *blocks[64];
-    for (int r = 0; r < cp; r++) {
-        accel_tensor *two[2] = {accel_slice(x, 2, r * c, (r + 1) * c, 1),
-                                accel_slice(x, 2, (2 * cp - 1 - r) * c, (2 * cp - r) * c, 1)};
-        if (!two[0] || !two[1]) return NULL;
-        blocks[r] = accel_unsqueeze(accel_concat(2, two, 2), 0);
-        if (!blocks[r]) return NULL;
+static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_global);
+
+static accel_status reorder_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *gx = reorder(g, n->ctx, !n->iarg[0]);
+    return gx ? accel_grad_accumulate(n->inputs[0], gx) : accel_last_status();
+}
+
+/* to_global: x [cp, B, h, 2c, D] -> [B, h, T, D]; else the reverse. */
+static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_global) {
+    accel_tensor *xc = x ? accel__contig(x) : NULL;
+    if (!xc) return NULL;
+    int64_t B = to_global ? x->shape[1] : x->shape[0], h = d->BH / B;
+    int64_t gshape[4] = {B, h, 2 * d->cp * d->c, d->D}, bshape[5] = {d->cp, B, h, 2 * d->c, d->D};
+    accel_tensor *out = accel__op_out(x->dtype, to_global ? 4 : 5, to_global ? gshape : bshape, x->device);
+    reorder_dims *dc = out ? accel_arena_alloc(accel_step_arena(), sizeof *dc, 64) : NULL;
+    if (!dc) return NULL;
+    *dc = *d;
+    move_chunks(d, xc->data, out->data, to_global, accel_dtype_size(x->dtype));
+    accel_node *n = accel_tape_record(to_global ? "cp_to_global" : "cp_to_blocks", reorder_backward, out, 1, &x);
+    if (n) {
+        n->ctx = dc;
+        n->iarg[0] = to_global;
     }
-    return accel_concat(cp, blocks, 0);
+    return out;
+}
+
+static accel_tensor *to_global(accel_tensor *blocks, int cp, int64_t c) {
+    if (!blocks) return NULL;
+    reorder_dims d = {cp, blocks->shape[1] * blocks->shape[2], c, blocks->shape[4]};
+    return reorder(blocks, &d, true);
+}
+
+static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
+    if (!x) return NULL;
+    reorder_dims d = {cp, x->shape[0] * x->shape[1], c, x->shape[3]};
+    return reorder(x, &d, false);
 }
 
 static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
@@ -108,8 +143,9 @@ accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k,
                                       "sequence 2c must be even and the same in q, k and v)");
         return NULL;
     }
-    if (2 * cp > 128) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp %d: at most 64 ranks", OP, cp);
+    if (dev.type != ACCEL_DEV_CPU) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: runs on cpu tensors (these are on %s)", OP,
+                        accel_device_type_name(dev.type));
         return NULL;
     }
     if (strategy == ACCEL_CP_ALLGATHER) return allgather_attention(pg, q, k, v, scale, cp, rank, T2 / 2);
