@@ -4,7 +4,8 @@
  * 1e-5 (f32): cp 2 on 2 processes and cp 4 on 4 with each strategy (DDP
  * over the cp ranks), sp 2 x dp_shard 2 (Ulysses), and cp 2 x dp_shard 2
  * under ZeRO-3 on 4, where each dp_shard rank trains on its own batch. Every
- * rank of a cp group passes the same whole batch to accel_llama_loss. */
+ * rank of a cp group passes the same whole batch to accel_llama_loss; a
+ * prepared data loader gives the ranks of a cp group the same batches. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,25 @@ static int body(int rank, int world) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
         return 10;
     }
+    /* a prepared data loader: the ranks of a cp group get the same batches, the dp indices others */
+    int64_t rows[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    accel_dataset *ds = accel_tensor_dataset_new(1, (accel_tensor *[]){accel_from_data(ACCEL_I64, ACCEL_SHAPE(8, 1), rows)});
+    accel_dataloader_opts dlo = accel_dataloader_opts_default();
+    dlo.batch_size = 1;
+    accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
+    accel_batch b;
+    int64_t first[8] = {-1};
+    if (accel_accelerator_prepare(acc, dl) != ACCEL_OK || !accel_dataloader_next(dl, &b)) return 15;
+    first[0] = (int64_t)accel_item(b.fields[0]);
+    int64_t all[8];
+    accel_pg_all_gather(accel_dist_default_group(), first, all, 1, ACCEL_I64);
+    for (int r = 0; r < world; r++)
+        if (all[r] != all[r / cp * cp] || (r % cp == 0 && r > 0 && all[r] == all[0])) {
+            fprintf(stderr, "rank %d: first batches by rank: %lld %lld %lld %lld\n", rank, (long long)all[0],
+                    (long long)all[1 % world], (long long)all[2 % world], (long long)all[3 % world]);
+            return 16;
+        }
+    accel_step_reset();
     accel_module *m = tiny();
     accel_optimizer *opt = sgd(m);
     if (accel_accelerator_prepare(acc, m, opt, NULL, NULL) != ACCEL_OK) {
@@ -120,6 +140,8 @@ static int body(int rank, int world) {
     accel_module_free(m);
     accel_module_free(ref);
     accel_accelerator_free(acc);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
     accel_thread_cleanup();
     return bad ? 20 : 0;
 }

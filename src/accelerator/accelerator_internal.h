@@ -374,5 +374,10 @@ accel_status accel__custom_load(accel_accelerator *acc, const char *dir);
 accel_status accel__cp_setup(accel_accelerator *acc);
 void accel__cp_teardown(accel_accelerator *acc);
 double accel__cp_grad_factor(const accel_accelerator *acc);
+/* The data loader's shards under cp: the ranks of a cp group get the same
+ * batches (each keeps its own chunks of the sequence), so *n (the world)
+ * becomes world / cp and *i this rank's index with its cp coordinate
+ * removed. Unchanged without cp. */
+void accel__cp_data_shard(const accel_accelerator *acc, int *n, int *i);
 
 #endif

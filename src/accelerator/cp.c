@@ -7,7 +7,11 @@
  * losses over the global token count, accel_cp_cross_entropy), so the
  * gradient of one sequence is the SUM of the cp ranks' gradients. DDP and
  * ZeRO average over dp_pg / dp_shard x cp (torch's dp_shard_cp), which
- * divides by cp once too many: the loss is multiplied by cp before backward. */
+ * divides by cp once too many: the loss is multiplied by cp before backward.
+ *
+ * Data: the ranks of a cp group are given the same batches (a prepared data
+ * loader shards over the other dimensions); accel_llama_loss keeps each
+ * rank's chunks of the sequence. */
 #include "accel/cp.h"
 #include "accelerator_internal.h"
 
@@ -27,4 +31,11 @@ void accel__cp_teardown(accel_accelerator *acc) {
 
 double accel__cp_grad_factor(const accel_accelerator *acc) {
     return acc->cp_pg ? (double)accel_pg_size(acc->cp_pg) : 1.0;
+}
+
+void accel__cp_data_shard(const accel_accelerator *acc, int *n, int *i) {
+    if (!acc->cp_pg) return;
+    int cp = acc->mesh.size[ACCEL__MESH_CP], tp = acc->mesh.size[ACCEL__MESH_TP];
+    *n = acc->world / cp;
+    *i = acc->rank / (cp * tp) * tp + acc->rank % tp; /* ranks are row-major over (..., cp, tp) */
 }

@@ -489,8 +489,9 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
     accel_status st = check_owner(acc, *links, dataloader_detached, __func__, "data loader", &mine);
     if (st || mine) return st;
     if (acc->n_dls == ACCEL__MAX_PREPARED) return too_many("data loaders");
-    st = accel_dataloader_shard(dl, acc->world, acc->rank, acc->o.split_batches,
-                               !acc->o.no_even_batches);
+    int n_shards = acc->world, shard = acc->rank;
+    accel__cp_data_shard(acc, &n_shards, &shard); /* the ranks of a cp group read the same batches */
+    st = accel_dataloader_shard(dl, n_shards, shard, acc->o.split_batches, !acc->o.no_even_batches);
     if (st) return st;
     if (acc->world > 1) {
         /* synchronize_rng_states: every rank shuffles with rank 0's seed. */
