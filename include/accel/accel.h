@@ -30,6 +30,7 @@
 #include "data.h"
 #include "io.h"
 #include "dist.h"
+#include "cp.h"
 #include "parallel.h"
 #include "bigmodel.h"
 #include "bert.h"

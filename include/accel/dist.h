@@ -129,6 +129,15 @@ accel_status accel_pg_gather(accel_pg *pg, const void *send, void *recv, size_t 
                              accel_dtype dt, int root);
 accel_status accel_pg_barrier(accel_pg *pg);
 
+/* All-to-all (torch's all_to_all_single with even splits): send[world * count]
+ * holds one block of count elements per rank; block k goes to rank k, and
+ * recv[world * count] receives, as its block k, rank k's block `rank`. Any
+ * dtype; send and recv must not overlap. Native on shm (one exchange through
+ * the shared segment); elsewhere world rooted all_gatherv rounds (the k-th
+ * gathers every rank's block k onto rank k), with the same errors, timeout
+ * and dead-peer reports as every collective. */
+accel_status accel_pg_all_to_all(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt);
+
 /* Objects as byte blobs. broadcast_bytes: on root (*data, *len) are the input
  * (unchanged); elsewhere *data receives an accel_malloc'd (accel_free()) copy and *len its
  * length. all_gather_bytes: *out receives an accel_malloc'd (accel_free()) concatenation
@@ -225,6 +234,7 @@ void accel_dist_allow_other_call_sites(void);
 #define accel_pg_reduce_scatter(...) ACCEL_AT_CALL_SITE(accel_pg_reduce_scatter(__VA_ARGS__))
 #define accel_pg_gather(...) ACCEL_AT_CALL_SITE(accel_pg_gather(__VA_ARGS__))
 #define accel_pg_barrier(...) ACCEL_AT_CALL_SITE(accel_pg_barrier(__VA_ARGS__))
+#define accel_pg_all_to_all(...) ACCEL_AT_CALL_SITE(accel_pg_all_to_all(__VA_ARGS__))
 #define accel_pg_broadcast_bytes(...) ACCEL_AT_CALL_SITE(accel_pg_broadcast_bytes(__VA_ARGS__))
 #define accel_pg_all_gather_bytes(...) ACCEL_AT_CALL_SITE(accel_pg_all_gather_bytes(__VA_ARGS__))
 #define accel_pg_all_reduce_async(...) ACCEL_AT_CALL_SITE(accel_pg_all_reduce_async(__VA_ARGS__))

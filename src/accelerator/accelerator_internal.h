@@ -146,6 +146,10 @@ struct accel_accelerator {
      * gradients (DDP's all-reduce). The world's group unless tp or pp split
      * it; the mesh's. */
     accel_pg *dp_pg;
+    /* Context parallelism (cp.c): the cp group, the mesh's, set as the
+     * thread's (accel_cp_set_group) while the accelerator lives; NULL when
+     * cp_size (sp_size) is 1. */
+    accel_pg *cp_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
     accel__offload_cfg offload;
@@ -318,5 +322,15 @@ const char *accel__default_project_dir(void);
  * and load_state call these). */
 accel_status accel__custom_save(accel_accelerator *acc, const char *dir);
 accel_status accel__custom_load(accel_accelerator *acc, const char *dir);
+
+/* Context parallelism (cp.c). setup: after accel__zero_groups, the cp group
+ * of the mesh (collective over the world when cp > 1) set as the thread's
+ * with the strategy; teardown unsets it. grad_factor: what the loss is
+ * multiplied by before backward: the cp size, since the data-parallel
+ * average (over dp_pg, which includes cp) divides by it while the ranks'
+ * shares of one sequence's loss must be summed. */
+accel_status accel__cp_setup(accel_accelerator *acc);
+void accel__cp_teardown(accel_accelerator *acc);
+double accel__cp_grad_factor(const accel_accelerator *acc);
 
 #endif

@@ -8,11 +8,12 @@
  * machine's, for HSDP) and a dp_replicate group takes one rank of each.
  *
  * The accelerator builds one mesh (zero_config.c accel__zero_groups):
- * dp_shard is the group ZeRO shards over, dp_replicate the one the shards are
- * averaged across (HYBRID_SHARD: DDP over dp_replicate composed with the
- * sharding over dp_shard); tp is the tensor-parallel group (tp.c). pp and cp
- * are sized 1 until a strategy uses them. A dimension's group is made when a
- * strategy first asks for it. */
+ * dp_shard (flattened with cp: the cp ranks hold the same parameters) is the
+ * group ZeRO shards over, dp_replicate the one the shards are averaged
+ * across (HYBRID_SHARD: DDP over dp_replicate composed with the sharding over
+ * dp_shard); tp is the tensor-parallel group (tp.c), cp the sequence split of
+ * context parallelism (cp.c), pp the pipeline's stages (pipeline.c). A
+ * dimension's group is made when a strategy first asks for it. */
 #ifndef ACCEL_ACCELERATOR_MESH_H
 #define ACCEL_ACCELERATOR_MESH_H
 

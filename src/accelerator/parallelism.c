@@ -14,14 +14,6 @@ static accel_status check_size(int v, const char *field) {
     return ACCEL_OK;
 }
 
-/* A dimension the library cannot run yet: refused, never ignored. */
-static accel_status not_built(int v, const char *field, const char *what) {
-    if (v > 1)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d: %s is not built yet", field, v,
-                               what);
-    return ACCEL_OK;
-}
-
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out) {
     const accel_parallelism_opts *p = &o->parallelism;
     memset(out, 0, sizeof *out);
@@ -76,9 +68,6 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                    out->size[ACCEL__MESH_DP_SHARD], sp > 1 ? "sp_size" : "cp_size",
                                    out->size[ACCEL__MESH_CP], out->size[ACCEL__MESH_TP], (long long)total, world);
     }
-    if (not_built(p->cp_size, "cp_size", "context parallelism") ||
-        not_built(p->sp_size, "sp_size", "sequence parallelism"))
-        return ACCEL_ERR_UNSUPPORTED;
     if (out->sequence_parallel && out->size[ACCEL__MESH_TP] == 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.sequence_parallelism needs tp_size > 1 "
                                "(Megatron's sequence parallelism splits the tp group's activations)");

@@ -185,7 +185,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     /* every rank multiplies on rank 0's GEMM choices (docs/cpu.md "Measured choice") */
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
     if (accel__offload_check_device(acc) || accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par) ||
-        accel__zero_groups(acc, zc.hybrid, &acc->par))
+        accel__zero_groups(acc, zc.hybrid, &acc->par) || accel__cp_setup(acc))
         return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;
@@ -195,6 +195,7 @@ void accel_accelerator_free(accel_accelerator *acc) {
     if (!acc) return;
     accel__tracking_detach(acc);
     accel_accelerator_clear(acc);
+    accel__cp_teardown(acc);
     accel__zero_groups_free(acc);
     accel__fp8_log_free(&acc->fp8_backward);
     accel_free(acc->project_dir);

@@ -12,6 +12,7 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
     accel_tensor *l = loss;
     if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
+    if (acc->cp_pg) l = accel_mul_scalar(l, accel__cp_grad_factor(acc));
     if (!l) return accel_last_status();
     accel__backward_begin(acc);
     const bool fp8 = acc->mp == ACCEL_MP_FP8;

@@ -629,8 +629,11 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel
     }
     /* the ranks a shard spreads over (a machine's under hybrid), then each
      * shard rank's counterparts in the other replicas */
-    if (!st && ((size[ACCEL__MESH_DP_SHARD] != acc->world &&
-                 !(within = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_SHARD))) ||
+    /* ZeRO shards over dp_shard x cp (torch's dp_shard_cp): the cp ranks
+     * hold the same parameters, so they share the shards too */
+    const unsigned shard_dims = ACCEL__MESH_BIT(ACCEL__MESH_DP_SHARD) | ACCEL__MESH_BIT(ACCEL__MESH_CP);
+    const int shard_world = size[ACCEL__MESH_DP_SHARD] * size[ACCEL__MESH_CP];
+    if (!st && ((shard_world != acc->world && !(within = accel__mesh_group_over(&acc->mesh, shard_dims))) ||
                 (size[ACCEL__MESH_DP_REPLICATE] > 1 &&
                  !(across = accel__mesh_group(&acc->mesh, ACCEL__MESH_DP_REPLICATE)))))
         st = accel_last_status();
@@ -652,8 +655,8 @@ accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel
         return accel_set_error(ACCEL_ERR_DIST, FN ": the data-parallel group: %s", why);
     }
     acc->shard_pg = within ? within : acc->pg;
-    acc->shard_rank = acc->mesh.coord[ACCEL__MESH_DP_SHARD];
-    acc->shard_world = acc->mesh.size[ACCEL__MESH_DP_SHARD];
+    acc->shard_rank = acc->mesh.coord[ACCEL__MESH_DP_SHARD] * size[ACCEL__MESH_CP] + acc->mesh.coord[ACCEL__MESH_CP];
+    acc->shard_world = shard_world;
     acc->replica_pg = across;
     return ACCEL_OK;
 }

@@ -77,6 +77,11 @@ typedef struct accel__backend {
      * keeps block `rank`). send[world*count] -> recv[count]. */
     accel_status (*reduce_scatter)(accel_pg *pg, const void *send, void *recv, size_t count,
                                    accel_dtype dt, accel_reduce_op op);
+    /* Optional (NULL => dist.c runs world rooted all_gatherv calls, the k-th
+     * gathering block k of every rank onto rank k). send[world*block] ->
+     * recv[world*block], block k of send to rank k, block k of recv from
+     * rank k; bytes, so any dtype; send and recv never overlap. */
+    accel_status (*all_to_all)(accel_pg *pg, const void *send, void *recv, size_t block);
     /* Optional (NULL => accel_malloc + zero fill; no zero-copy). */
     void *(*alloc_shared)(accel_pg *pg, size_t bytes);
     void (*free_shared)(accel_pg *pg, void *ptr);
@@ -203,6 +208,8 @@ struct accel_pg {
 typedef enum accel__slot {
     ACCEL__SLOT_BARRIER = 1, ACCEL__SLOT_ALL_REDUCE, ACCEL__SLOT_BROADCAST, ACCEL__SLOT_ALL_GATHERV,
     ACCEL__SLOT_REDUCE_SCATTER,
+    ACCEL__SLOT_ALL_TO_ALL = 6,
+    ACCEL__SLOT_P2P = 7, /* the last of the 3 bits: point-to-point messages (ACCEL__P2P_TAG) */
 } accel__slot;
 uint16_t accel__op_tag(accel__slot slot, uint64_t a, uint64_t b);
 /* The tag of all_gatherv(bytes[world], root). */
@@ -228,7 +235,7 @@ uint16_t accel__call_digest(const accel__site *site);
 enum { ACCEL__SITE_SEND = 0x40, ACCEL__SITE_RECV = 0x41 };
 /* A backend that tags what travels (tcp's op_hdr) tags a point-to-point
  * message with the last of accel__op_tag's 8 slots, which no collective uses. */
-#define ACCEL__P2P_TAG ((uint16_t)(7u << 13))
+#define ACCEL__P2P_TAG ((uint16_t)((unsigned)ACCEL__SLOT_P2P << 13))
 typedef struct accel__p2p_msg {
     int peer;
     char *buf;

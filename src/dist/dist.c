@@ -194,13 +194,14 @@ bool accel_dist_debug_mode(void) {
 /* ---------------------------------------------------------------- calls */
 
 typedef enum call_kind {
-    K_ALL_REDUCE, K_BROADCAST, K_ALL_GATHER, K_ALL_GATHERV, K_REDUCE_SCATTER, K_GATHER, K_BARRIER,
-    K_BROADCAST_BYTES, K_ALL_GATHER_BYTES,
+    K_ALL_REDUCE, K_BROADCAST, K_ALL_GATHER, K_ALL_GATHERV, K_REDUCE_SCATTER, K_GATHER,
+    K_ALL_TO_ALL, /* typed kinds above, before K_BARRIER */
+    K_BARRIER, K_BROADCAST_BYTES, K_ALL_GATHER_BYTES,
 } call_kind;
 
 static const char *const KIND_NAME[] = {"all_reduce", "broadcast", "all_gather", "all_gatherv",
-                                        "reduce_scatter", "gather", "barrier", "broadcast_bytes",
-                                        "all_gather_bytes"};
+                                        "reduce_scatter", "gather", "all_to_all", "barrier",
+                                        "broadcast_bytes", "all_gather_bytes"};
 
 typedef struct call {
     call_kind kind;
@@ -371,6 +372,25 @@ static accel_status debug_check(accel_pg *pg, const call *c) {
     return st;
 }
 
+/* ---------------------------------------------------------------- all_to_all
+ * The backend's own exchange when it has one (shm); else the generic
+ * fallback: world rooted all_gatherv calls, the k-th gathering every rank's
+ * block k onto rank k, straight into its recv (no temporary, world rounds of
+ * latency instead of one). */
+static accel_status run_all_to_all(accel_pg *pg, const void *send, void *recv, size_t block) {
+    const accel__backend *be = pg->be;
+    if (be->all_to_all) return be->all_to_all(pg, send, recv, block);
+    int world = pg->size;
+    size_t *bytes = malloc((size_t)world * sizeof *bytes);
+    if (!bytes) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+    for (int k = 0; k < world; k++) bytes[k] = block;
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < world && st == ACCEL_OK; k++)
+        st = be->all_gatherv(pg, (const char *)send + (size_t)k * block, recv, bytes, k);
+    free(bytes);
+    return st;
+}
+
 static accel_status run_call(accel_pg *pg, const call *c) {
     const accel__backend *be = pg->be;
     int world = pg->size;
@@ -401,6 +421,7 @@ static accel_status run_call(accel_pg *pg, const call *c) {
         accel_free(tmp);
         return st;
     }
+    case K_ALL_TO_ALL: return run_all_to_all(pg, c->send, c->buf, c->count * es);
     case K_BROADCAST_BYTES: {
         uint64_t len = pg->rank == c->root ? *c->len_io : 0;
         if (be->broadcast(pg, &len, sizeof len, c->root) != ACCEL_OK) return accel_last_status();
@@ -448,6 +469,7 @@ static size_t written_bytes(const accel_pg *pg, const call *c) {
     switch (c->kind) {
     case K_ALL_GATHER:
     case K_GATHER:
+    case K_ALL_TO_ALL:
         return n * (size_t)pg->size * es;
     case K_ALL_GATHERV:
         n = 0;
@@ -542,6 +564,16 @@ static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
         if ((c->count && !c->send) || !c->buf)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: send or recv buffer is NULL", fn);
         break;
+    case K_ALL_TO_ALL: {
+        size_t span = c->count * (size_t)pg->size * accel_dtype_size(c->dt);
+        if (c->count && (!c->send || !c->buf))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: send or recv buffer is NULL", fn);
+        if (c->count && (const char *)c->send < (const char *)c->buf + span &&
+            (const char *)c->buf < (const char *)c->send + span)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: send and recv overlap (%zu bytes each); "
+                                   "all_to_all does not run in place", fn, span);
+        break;
+    }
     case K_BROADCAST_BYTES:
         if (!c->data_out || !c->len_io || (pg->rank == c->root && *c->len_io && !*c->data_out))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: data or len is NULL", fn);
@@ -889,6 +921,10 @@ accel_work *accel_pg_reduce_scatter_async(accel_pg *pg, const void *send, void *
 accel_status accel_pg_gather(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt, int root) {
     call c = {.kind = K_GATHER, .send = send, .buf = recv, .count = count, .dt = dt, .root = root};
     return run_sync(pg, &c, "accel_pg_gather");
+}
+accel_status accel_pg_all_to_all(accel_pg *pg, const void *send, void *recv, size_t count, accel_dtype dt) {
+    call c = {.kind = K_ALL_TO_ALL, .send = send, .buf = recv, .count = count, .dt = dt};
+    return run_sync(pg, &c, "accel_pg_all_to_all");
 }
 accel_status accel_pg_barrier(accel_pg *pg) {
     call c = {.kind = K_BARRIER};

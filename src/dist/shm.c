@@ -519,6 +519,29 @@ static accel_status shm_reduce_scatter(accel_pg *pg, const void *send, void *rec
     return ACCEL_OK;
 }
 
+/* Per chunk: my blocks for the others into my slot (sub-slot k for rank k),
+ * barrier, then block `me` of every peer's slot into my recv. The next chunk
+ * uses the other set, so no rank overwrites a slot a peer still reads. */
+static accel_status shm_all_to_all(accel_pg *pg, const void *send, void *recv, size_t block) {
+    shm_state *s = pg->impl;
+    int world = pg->size, me = pg->rank;
+    size_t sub = s->chunk / (size_t)world / 64 * 64;
+    s->tag = accel__op_tag(ACCEL__SLOT_ALL_TO_ALL, block, (uint64_t)world);
+    const char *sb = send;
+    char *rb = recv;
+    if (block) memcpy(rb + (size_t)me * block, sb + (size_t)me * block, block);
+    for (size_t j0 = 0; j0 < block; j0 += sub) {
+        size_t cn = block - j0 < sub ? block - j0 : sub;
+        for (int k = 0; k < world; k++)
+            if (k != me) memcpy(slot(s, s->set, world, me) + (size_t)k * sub, sb + (size_t)k * block + j0, cn);
+        if (sync_ranks(pg) != ACCEL_OK) return accel_last_status();
+        for (int k = 0; k < world; k++)
+            if (k != me) memcpy(rb + (size_t)k * block + j0, slot(s, s->set, world, k) + (size_t)me * sub, cn);
+        s->set ^= 1;
+    }
+    return ACCEL_OK;
+}
+
 /* ---------------------------------------------------------------- shared heap */
 
 static void *shm_alloc_shared(accel_pg *pg, size_t bytes) {
@@ -708,6 +731,7 @@ const accel__backend accel__backend_shm = {
     .broadcast = shm_broadcast,
     .all_gatherv = shm_all_gatherv,
     .reduce_scatter = shm_reduce_scatter,
+    .all_to_all = shm_all_to_all,
     .alloc_shared = shm_alloc_shared,
     .free_shared = shm_free_shared,
     .p2p = shm_p2p,

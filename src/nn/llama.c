@@ -6,6 +6,7 @@
 
 #include "accel/nn.h"
 #include "arch.h"
+#include "decoder_cp.h"
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "tp_internal.h"
@@ -308,6 +309,19 @@ static accel_tensor *rope(accel_tensor *x, int64_t pos, const float *inv, double
     return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
 }
 
+/* rope of this rank's two chunks x [B, H, 2c, D] under context parallelism
+ * over cp, each at its global positions (accel/cp.h). */
+static accel_tensor *rope_cp(accel_tensor *x, accel_pg *cp, const float *inv, double scaling, int64_t rd) {
+    int64_t c = x ? x->shape[2] / 2 : 0;
+    accel_tensor *r[2];
+    for (int half = 0; half < 2; half++) {
+        int64_t pos = accel_cp_position(half * c, c, accel_pg_size(cp), accel_pg_rank(cp));
+        r[half] = x ? rope(accel_slice(x, 2, half * c, (half + 1) * c, 1), pos, inv, scaling, rd) : NULL;
+        if (!r[half]) return NULL;
+    }
+    return accel_concat(2, r, 2);
+}
+
 /* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D]: one projection each,
  * or slices of the fused qkv_proj's [q | k | v]. */
 static void project_qkv(accel_module **p, const accel__arch *a, const accel_llama_config *c, accel_tensor *x,
@@ -332,6 +346,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     accel_module **p = attn->children;
     int64_t T = x->shape[1]; /* under sequence parallelism x holds T / tp positions: q the whole T */
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
+    accel_pg *cp = accel_cp_group(NULL); /* context parallel: x holds this rank's two chunks */
     accel_tensor *q, *k, *v;
     if (gpt2) {
         /* c_attn: [B, T, 3 H D] = q | k | v (GPT-2 has as many kv heads as heads) */
@@ -354,9 +369,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
-        double scaling = accel__rope_inv_freq(c, pos + T, inv);
-        q = rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
-        k = rope(k, pos, inv, scaling, rd);
+        double scaling = accel__rope_inv_freq(c, cp ? accel__decoder_cp_seq_len(T) : pos + T, inv);
+        q = cp ? rope_cp(q, cp, inv, scaling, rd) : rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
+        k = cp ? rope_cp(k, cp, inv, scaling, rd) : rope(k, pos, inv, scaling, rd);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
@@ -370,9 +385,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
-    accel_tensor *o = (W || cap > 0) && x->device.type != ACCEL_DEV_META
-                          ? explicit_attention(q, k, v, pos, W, scale, cap)
-                          : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
+    accel_tensor *o = cp                                                 ? accel__decoder_cp_attention(q, k, v, scale)
+                      : (W || cap > 0) && x->device.type != ACCEL_DEV_META ? explicit_attention(q, k, v, pos, W, scale, cap)
+                                                                           : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
@@ -713,6 +728,8 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
                         (long long)cache->max_len, (long long)T, (long long)ids->shape[0]);
         return NULL;
     }
+    if (accel_cp_group(NULL) && accel__decoder_cp_check(c, accel__arch_find(c->model_type), cache, ids) != ACCEL_OK)
+        return NULL;
     /* The root's hooks run too: the Accelerator's autocast, a dispatch's
      * return of the logits to the device of the ids. */
     accel_tensor *h = ids;
@@ -733,6 +750,7 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
                         accel_shape_str(ids, b, sizeof b));
         return NULL;
     }
+    if (accel_cp_group(NULL)) return accel__decoder_cp_loss(llama, ids);
     return accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
 }
 

@@ -18,10 +18,12 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
 }
 
 /* The fused forward saved the gradient for g = 1: with that g (the loss's
- * own backward) it becomes the logits' gradient as it is, else it is scaled. */
+ * own backward) it becomes the logits' gradient as it is, else its scaled
+ * copy does (gradient accumulation, a loss scale, context parallelism's
+ * loss share): one logits-sized buffer, not a second for the accumulation. */
 static accel_status ce_fused_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *x = node->inputs[0], *dx = node->saved[0];
-    if (accel_item(grad_out) != 1.0) return accel_grad_accumulate(x, accel_mul(dx, grad_out));
+    if (accel_item(grad_out) != 1.0 && !(dx = accel_mul(dx, grad_out))) return accel_last_status();
     if (!x->grad && x->dtype == dx->dtype && (x->grad_fn || (x->flags & ACCEL_TF_ARENA))) {
         x->grad = dx;
         return ACCEL_OK;

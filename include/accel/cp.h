@@ -1,0 +1,99 @@
+/*
+ * accel/cp.h — context parallelism: one sequence split across the ranks of a
+ * process group (the `cp` mesh dimension), as torchtitan's context parallel
+ * and DeepSpeed Ulysses.
+ *
+ * Layout (load-balanced for causal attention): a sequence of T positions is
+ * cut into 2*cp chunks of c = T / (2*cp); rank i holds chunks i and
+ * 2*cp-1-i, in that order, as its local sequence of 2c positions. Every
+ * rank then does the same attention work (chunk i sees i+1 chunks of keys,
+ * chunk 2*cp-1-i sees 2*cp-i: 2*cp+1 in all).
+ *
+ *     // every rank of pg holds q [B, H, 2c, D], k and v [B, Hkv, 2c, D]: its chunks
+ *     accel_tensor *o = accel_cp_attention(pg, q, k, v, ACCEL_CP_ALLGATHER, 0);
+ *     // o [B, H, 2c, D]: rows of the causal attention over the whole sequence
+ *
+ * Every rank of pg calls these ops in the same order with the same shapes
+ * (they are collectives, forward and backward). CPU tensors only.
+ */
+#ifndef ACCEL_CP_H
+#define ACCEL_CP_H
+
+#include "accel/autograd.h"
+#include "accel/dist.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum accel_cp_strategy {
+    /* K and V all-gathered along the sequence; each rank's queries attend
+     * causally to the keys before them; the backward reduce-scatters dK, dV. */
+    ACCEL_CP_ALLGATHER = 0,
+    /* Ulysses: all-to-all from sequence-sharded to head-sharded (H/cp heads
+     * over the whole sequence), plain causal attention, all-to-all back.
+     * H % cp == 0; kv heads are split too when Hkv % cp == 0, else repeated
+     * to H first. */
+    ACCEL_CP_ALLTOALL,
+} accel_cp_strategy;
+
+/* Differentiable collectives over pg (world ranks).
+ * all_gather: x [...] -> [world, ...], block k being rank k's x; the
+ * backward reduce-scatters (sums) the gradient back to each rank's block.
+ * all_to_all: x [world, ...] -> [world, ...], block k of the output being
+ * rank k's block `rank`; the backward is the all_to_all of the gradient. */
+accel_tensor *accel_cp_all_gather(accel_pg *pg, accel_tensor *x);
+accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x);
+
+/* Causal attention over the whole sequence from the local chunks (layout
+ * above): q [B, H, 2c, D], k and v [B, Hkv, 2c, D] (H % Hkv == 0);
+ * scale <= 0 means 1/sqrt(D). Output [B, H, 2c, D], the rows of this rank's
+ * chunks; differentiable in q, k, v. Sliding windows are not supported (the
+ * decoder refuses them under cp). */
+accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
+                                 accel_cp_strategy strategy, double scale);
+
+/* The global position of local position t (0 <= t < 2c) of `rank` among
+ * `cp` ranks with chunks of c: what RoPE needs. */
+int64_t accel_cp_position(int64_t t, int64_t c, int cp, int rank);
+
+/* RoPE (accel_rope_freqs) on this rank's chunks x [B, H, 2c, D]: each chunk
+ * rotated at its global positions. inv_freq [D/2], attention_scaling as
+ * accel_rope_freqs's. */
+accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float *inv_freq,
+                                  double attention_scaling);
+
+/* Cross-entropy over the sharded sequence, equal to the unsharded one:
+ * logits [..., C] and targets as accel_cross_entropy's, this rank's tokens.
+ * The sum of this rank's token losses over the global count of targets !=
+ * ignore_index (all-reduced over pg) is this rank's share; the result, a
+ * 0-dim f32, is the sum of the shares (all-reduced): the unsharded mean on
+ * every rank. Its backward gives each rank the gradient of its own share
+ * only, so the gradients of the ranks' replicas of a parameter add up (SUM
+ * over pg) to the unsharded gradient. Collective over pg (forward only). */
+accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets,
+                                     int64_t ignore_index);
+
+/* ---------------------------------------------------------------- decoders
+ * The causal LMs of accel_llama_new (nn.h) run context-parallel on the
+ * calling thread while a group is set: accel_llama_forward takes this rank's
+ * chunks of the ids ([B, 2c]) and gives their logits; accel_llama_loss takes
+ * the whole batch ([B, T], the same on every rank of pg), keeps this rank's
+ * chunks of the ids and of the shifted labels, and returns the unsharded
+ * mean loss (accel_cp_cross_entropy). Refused under cp: a KV cache, sliding
+ * windows, soft-capping, GPT-2's learned positions. pg NULL turns it off;
+ * the caller keeps pg alive while set. Thread-local. */
+void accel_cp_set_group(accel_pg *pg, accel_cp_strategy strategy);
+/* The group set on this thread (NULL when off); *strategy when not NULL. */
+accel_pg *accel_cp_group(accel_cp_strategy *strategy);
+
+/* This rank's chunks of a [B, T] batch (i64 token ids or labels, or any
+ * dtype): [B, 2c], chunks rank and 2*cp-1-rank. T % (2*cp) != 0 is refused
+ * naming both. A step tensor, not differentiable. Every rank of a cp group
+ * gets the same batch and keeps its own chunks. */
+accel_tensor *accel_cp_shard(const accel_tensor *batch, int cp, int rank);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_CP_H */

@@ -1,0 +1,168 @@
+/* Context parallelism's differentiable collectives and sequence layout
+ * (accel/cp.h): all_gather (backward: reduce-scatter) and all_to_all
+ * (backward: all_to_all), on contiguous cpu tensors, and the load-balanced
+ * chunk layout (rank i: chunks i and 2*cp-1-i). */
+#include <string.h>
+
+#include "accel/cp.h"
+#include "nn_internal.h"
+
+/* x on the cpu (the collectives move host bytes). */
+static bool cpu_only(const char *op, const accel_tensor *x) {
+    if (x->device.type == ACCEL_DEV_CPU) return true;
+    accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: context-parallel collectives run on cpu tensors (this one is on %s)",
+                    op, accel_device_type_name(x->device.type));
+    return false;
+}
+
+static bool check_pg(const char *op, accel_pg *pg) {
+    if (pg) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", op);
+    return false;
+}
+
+/* ---------------------------------------------------------------- all_gather */
+
+static accel_status gather_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *x = n->inputs[0], *gc = accel__contig(g);
+    accel_tensor *gx = gc ? accel_empty_on(gc->dtype, x->ndim, x->shape, x->device) : NULL;
+    if (!gx) return accel_last_status();
+    accel_status st = accel_pg_reduce_scatter(n->ctx, gc->data, gx->data, (size_t)accel_numel(x), gc->dtype,
+                                              ACCEL_REDUCE_SUM);
+    return st == ACCEL_OK ? accel_grad_accumulate(x, gx) : st;
+}
+
+accel_tensor *accel_cp_all_gather(accel_pg *pg, accel_tensor *x) {
+    static const char *OP = "accel_cp_all_gather";
+    accel_device dev;
+    if (!check_pg(OP, pg) || !accel__op_begin(OP, 1, &x, &dev) || !cpu_only(OP, x)) return NULL;
+    if (x->ndim >= ACCEL_MAX_DIMS) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: x has %d dims; the result would have more than %d", OP, x->ndim,
+                        ACCEL_MAX_DIMS);
+        return NULL;
+    }
+    int64_t shape[ACCEL_MAX_DIMS] = {accel_pg_size(pg)};
+    memcpy(shape + 1, x->shape, (size_t)x->ndim * sizeof *shape);
+    accel_tensor *xc = accel__contig(x), *out = xc ? accel__op_out(x->dtype, x->ndim + 1, shape, dev) : NULL;
+    if (!out) return NULL;
+    if (accel_pg_all_gather(pg, xc->data, out->data, (size_t)accel_numel(x), x->dtype) != ACCEL_OK) return NULL;
+    accel_node *n = accel_tape_record("cp_all_gather", gather_backward, out, 1, &x);
+    if (n) n->ctx = pg;
+    return out;
+}
+
+/* ---------------------------------------------------------------- all_to_all */
+
+static accel_tensor *all_to_all(accel_pg *pg, accel_tensor *x) {
+    accel_tensor *xc = accel__contig(x), *out = xc ? accel__op_out(x->dtype, x->ndim, x->shape, x->device) : NULL;
+    if (!out) return NULL;
+    size_t block = (size_t)(accel_numel(x) / accel_pg_size(pg));
+    return accel_pg_all_to_all(pg, xc->data, out->data, block, x->dtype) == ACCEL_OK ? out : NULL;
+}
+
+/* all_to_all is its own adjoint: block k of the output came from rank k's
+ * block `rank`, so its gradient goes back there the same way. */
+static accel_status a2a_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *gx = all_to_all(n->ctx, g);
+    return gx ? accel_grad_accumulate(n->inputs[0], gx) : accel_last_status();
+}
+
+accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x) {
+    static const char *OP = "accel_cp_all_to_all";
+    accel_device dev;
+    if (!check_pg(OP, pg) || !accel__op_begin(OP, 1, &x, &dev) || !cpu_only(OP, x)) return NULL;
+    if (x->ndim == 0 || x->shape[0] != accel_pg_size(pg)) {
+        char s[96];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: x of shape %s must have the group size (%d) as its first dim", OP,
+                        accel_shape_str(x, s, sizeof s), accel_pg_size(pg));
+        return NULL;
+    }
+    accel_tensor *out = all_to_all(pg, x);
+    if (!out) return NULL;
+    accel_node *n = accel_tape_record("cp_all_to_all", a2a_backward, out, 1, &x);
+    if (n) n->ctx = pg;
+    return out;
+}
+
+/* ---------------------------------------------------------------- loss */
+
+/* The share's gradient is the loss's: each rank back-propagates its own share. */
+static accel_status share_backward(accel_node *n, accel_tensor *g) { return accel_grad_accumulate(n->inputs[0], g); }
+
+accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets, int64_t ignore_index) {
+    static const char *OP = "accel_cp_cross_entropy";
+    if (!check_pg(OP, pg) || !accel_tensor_check(targets, OP, "targets") ||
+        !accel_tensor_check(logits, OP, "logits") || !cpu_only(OP, logits))
+        return NULL;
+    int64_t nt = accel_numel(targets), counts[1] = {0};
+    int64_t *ids = accel_arena_alloc(accel_step_arena(), (size_t)(nt ? nt : 1) * sizeof *ids, 64);
+    if (!ids || accel_to_int64s(targets, ids) != ACCEL_OK) return NULL;
+    for (int64_t i = 0; i < nt; i++) counts[0] += ids[i] != ignore_index;
+    int64_t local = counts[0];
+    accel_tensor *ce = accel_cross_entropy(logits, targets, ignore_index); /* mean over my targets */
+    if (!ce || accel_pg_all_reduce(pg, counts, 1, ACCEL_I64, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    /* no target here: a share of 0 that still reaches the logits (the mean of none is NaN) */
+    accel_tensor *share = local ? accel_mul_scalar(ce, (double)local / (double)counts[0])
+                                : accel_mul_scalar(accel_sum_all(logits), 0.0);
+    if (!share) return NULL;
+    if (share->dtype != ACCEL_F32) share = accel_to_dtype(share, ACCEL_F32);
+    accel_tensor *sc = share ? accel__contig(share) : NULL;
+    accel_tensor *out = sc ? accel__op_out(ACCEL_F32, 0, NULL, sc->device) : NULL;
+    if (!out) return NULL;
+    *(float *)out->data = *(const float *)sc->data;
+    if (accel_pg_all_reduce(pg, out->data, 1, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    accel_tape_record("cp_loss_share", share_backward, out, 1, &share);
+    return out;
+}
+
+/* ---------------------------------------------------------------- layout */
+
+accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float *inv_freq,
+                                  double attention_scaling) {
+    static const char *OP = "accel_cp_rope_freqs";
+    if (!accel_tensor_check(x, OP, "x")) return NULL;
+    if (cp < 1 || rank < 0 || rank >= cp || x->ndim != 4 || x->shape[2] % 2 != 0) {
+        char s[96];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: x of shape %s, rank %d of cp %d: [B, H, 2c, D] expected", OP,
+                        accel_shape_str(x, s, sizeof s), rank, cp);
+        return NULL;
+    }
+    int64_t c = x->shape[2] / 2;
+    accel_tensor *r[2];
+    for (int half = 0; half < 2; half++) {
+        accel_tensor *part = accel_contiguous(accel_slice(x, 2, half * c, (half + 1) * c, 1));
+        r[half] = part ? accel_rope_freqs(part, accel_cp_position(half * c, c, cp, rank), inv_freq,
+                                          attention_scaling) : NULL;
+        if (!r[half]) return NULL;
+    }
+    return accel_concat(2, r, 2);
+}
+
+int64_t accel_cp_position(int64_t t, int64_t c, int cp, int rank) {
+    int64_t chunk = t < c ? rank : 2 * (int64_t)cp - 1 - rank;
+    return chunk * c + t % c;
+}
+
+accel_tensor *accel_cp_shard(const accel_tensor *batch, int cp, int rank) {
+    static const char *OP = "accel_cp_shard";
+    if (!accel_tensor_check(batch, OP, "batch")) return NULL;
+    if (cp < 1 || rank < 0 || rank >= cp) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rank %d of cp %d", OP, rank, cp);
+        return NULL;
+    }
+    if (batch->ndim != 2 || batch->shape[1] % (2 * cp) != 0) {
+        char s[96];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: batch of shape %s: [B, T] with T divisible by 2*cp = %d expected", OP,
+                        accel_shape_str(batch, s, sizeof s), 2 * cp);
+        return NULL;
+    }
+    int64_t c = batch->shape[1] / (2 * cp);
+    accel_tensor *b = (accel_tensor *)batch;
+    accel_tensor *parts[2] = {accel_slice(b, 1, rank * c, (rank + 1) * c, 1),
+                              accel_slice(b, 1, (2 * cp - 1 - rank) * c, (2 * cp - rank) * c, 1)};
+    if (!parts[0] || !parts[1]) return NULL;
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *out = accel_concat(2, parts, 1);
+    accel_set_grad_enabled(prev);
+    return out;
+}

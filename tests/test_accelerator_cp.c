@@ -1,0 +1,181 @@
+/* Context parallelism through the Accelerator (opts.parallelism.cp_size /
+ * cp_comm_strategy, sp_size) on forked processes: 5 SGD steps of a GQA Llama
+ * give the losses and the weights (so the gradients) of one process within
+ * 1e-5 (f32): cp 2 on 2 processes and cp 4 on 4 with each strategy (DDP
+ * over the cp ranks), sp 2 x dp_shard 2 (Ulysses), and cp 2 x dp_shard 2
+ * under ZeRO-3 on 4, where each dp_shard rank trains on its own batch. Every
+ * rank of a cp group passes the same whole batch to accel_llama_loss; a
+ * prepared data loader gives the ranks of a cp group the same batches. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "dist_group.h"
+
+#define STEPS 5
+#define MAX_DP 2
+
+static accel_parallelism_opts g_par;
+static int g_zero_stage;
+
+static accel_module *tiny(void) {
+    accel_manual_seed(7);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 37, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.max_position_embeddings = 64;
+    c.torch_dtype = ACCEL_F32;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+/* The whole batch [2, T] of data-parallel index d at step s. */
+static accel_tensor *batch(int s, int d, int64_t T) {
+    int64_t ids[2 * 16];
+    for (int64_t i = 0; i < 2 * T; i++) ids[i] = (i * 11 + s * 5 + d * 17 + 3) % 37;
+    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, T), ids);
+}
+
+static accel_optimizer *sgd(accel_module *m) {
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.5);
+    return accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+}
+
+/* One process: each step the mean of the dp batches' losses (what DDP's
+ * average of their gradients trains on). loss[s][d]: batch d's loss. */
+static accel_module *reference(int dp, int64_t T, double loss[STEPS][MAX_DP]) {
+    accel_module *m = tiny();
+    accel_optimizer *o = sgd(m);
+    for (int s = 0; s < STEPS; s++) {
+        accel_tensor *sum = NULL;
+        for (int d = 0; d < dp; d++) {
+            accel_tensor *l = accel_llama_loss(m, batch(s, d, T));
+            loss[s][d] = accel_item(l);
+            sum = sum ? accel_add(sum, l) : l;
+        }
+        accel_backward(accel_mul_scalar(sum, 1.0 / dp));
+        accel_optimizer_step(o);
+        accel_optimizer_zero_grad(o);
+        accel_step_reset();
+    }
+    accel_optimizer_free(o);
+    return m;
+}
+
+static int body(int rank, int world) {
+    int cp = g_par.cp_size > 1 ? g_par.cp_size : g_par.sp_size, dp = world / cp, d = rank / cp;
+    int64_t T = 4 * cp;
+    double want[STEPS][MAX_DP];
+    accel_module *ref = reference(dp, T, want); /* before the accelerator sets the thread's cp group */
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.parallelism = g_par;
+    o.zero_stage = g_zero_stage;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 10;
+    }
+    /* a prepared data loader: the ranks of a cp group get the same batches, the dp indices others */
+    int64_t rows[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    accel_dataset *ds = accel_tensor_dataset_new(1, (accel_tensor *[]){accel_from_data(ACCEL_I64, ACCEL_SHAPE(8, 1), rows)});
+    accel_dataloader_opts dlo = accel_dataloader_opts_default();
+    dlo.batch_size = 1;
+    accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
+    accel_batch b;
+    int64_t first[8] = {-1};
+    if (accel_accelerator_prepare(acc, dl) != ACCEL_OK || !accel_dataloader_next(dl, &b)) return 15;
+    first[0] = (int64_t)accel_item(b.fields[0]);
+    int64_t all[8];
+    accel_pg_all_gather(accel_dist_default_group(), first, all, 1, ACCEL_I64);
+    for (int r = 0; r < world; r++)
+        if (all[r] != all[r / cp * cp] || (r % cp == 0 && r > 0 && all[r] == all[0])) {
+            fprintf(stderr, "rank %d: first batches by rank: %lld %lld %lld %lld\n", rank, (long long)all[0],
+                    (long long)all[1 % world], (long long)all[2 % world], (long long)all[3 % world]);
+            return 16;
+        }
+    accel_step_reset();
+    accel_module *m = tiny();
+    accel_optimizer *opt = sgd(m);
+    if (accel_accelerator_prepare(acc, m, opt, NULL, NULL) != ACCEL_OK) {
+        fprintf(stderr, "rank %d: prepare: %s\n", rank, accel_last_error());
+        return 11;
+    }
+    int bad = 0;
+    for (int s = 0; s < STEPS; s++) {
+        accel_tensor *l = accel_llama_loss(m, batch(s, d, T));
+        if (!l || accel_accelerator_backward(acc, l) != ACCEL_OK || accel_accelerator_optimizer_step(acc, opt) ||
+            accel_accelerator_zero_grad(acc, opt)) {
+            fprintf(stderr, "rank %d step %d: %s\n", rank, s, accel_last_error());
+            return 12;
+        }
+        double got = accel_item(l);
+        if (!(fabs(got - want[s][d]) <= 1e-5 * (1 + fabs(want[s][d])))) {
+            fprintf(stderr, "rank %d step %d: loss %.9g, one process %.9g\n", rank, s, got, want[s][d]);
+            bad++;
+        }
+        accel_step_reset();
+    }
+    accel_accelerator_clear(acc); /* ZeRO-3: the full weights back in m */
+    accel_tensor **pa, **pb;
+    int n = accel_module_parameters(m, &pa);
+    accel_module_parameters(ref, &pb);
+    for (int i = 0; i < n; i++) {
+        int64_t k = accel_numel(pa[i]);
+        float *a = malloc((size_t)k * sizeof *a), *b = malloc((size_t)k * sizeof *b);
+        accel_to_floats(pa[i], a);
+        accel_to_floats(pb[i], b);
+        for (int64_t j = 0; j < k; j++)
+            if (!(fabsf(a[j] - b[j]) <= 1e-5f * (1 + fabsf(b[j])))) {
+                fprintf(stderr, "rank %d: after %d steps %s[%lld] = %.9g, one process %.9g\n", rank, STEPS,
+                        pa[i]->name ? pa[i]->name : "?", (long long)j, a[j], b[j]);
+                bad++;
+                break;
+            }
+        free(a);
+        free(b);
+    }
+    accel_free(pa);
+    accel_free(pb);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+    accel_module_free(ref);
+    accel_accelerator_free(acc);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+    accel_thread_cleanup();
+    return bad ? 20 : 0;
+}
+
+static void run(int world, accel_parallelism_opts p, int zero_stage) {
+    g_par = p;
+    g_zero_stage = zero_stage;
+    dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 150};
+    int st[DIST_GROUP_MAX];
+    dist_group_run(&g, body, st);
+    for (int r = 0; r < world; r++)
+        CHECK_MSG(dist_exited_ok(st[r]), "%d processes, cp %d sp %d dp_shard %d %s, zero %d: rank %d status %#x",
+                  world, p.cp_size, p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "",
+                  zero_stage, r, st[r]);
+}
+
+static void test_cp2(void) {
+    run(2, (accel_parallelism_opts){.cp_size = 2}, 0);
+    run(2, (accel_parallelism_opts){.cp_size = 2, .cp_comm_strategy = "alltoall"}, 0);
+}
+static void test_cp4(void) {
+    run(4, (accel_parallelism_opts){.cp_size = 4, .cp_comm_strategy = "allgather"}, 0);
+    run(4, (accel_parallelism_opts){.cp_size = 4, .cp_comm_strategy = "alltoall"}, 0);
+}
+static void test_sp2_dp_shard2(void) { run(4, (accel_parallelism_opts){.sp_size = 2, .dp_shard_size = 2}, 0); }
+static void test_cp2_dp_shard2_zero3(void) {
+    run(4, (accel_parallelism_opts){.cp_size = 2, .dp_shard_size = 2}, 3);
+}
+
+int main(void) {
+    setenv("OMP_NUM_THREADS", "1", 0);
+    RUN(test_cp2);
+    RUN(test_cp4);
+    RUN(test_sp2_dp_shard2);
+    RUN(test_cp2_dp_shard2_zero3);
+    return check_summary();
+}

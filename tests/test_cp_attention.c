@@ -1,0 +1,221 @@
+/* accel_cp_attention on 1, 2 and 4 forked ranks (shm; 2 ranks over tcp too,
+ * where all_to_all is the generic fallback), both strategies, MHA, GQA and
+ * MQA: each rank's output rows and its gradients of q, k, v equal the rows of
+ * the unsharded causal attention (accel_sdpa on the whole sequence, computed
+ * on every rank from the same seeds) within 1e-5; RoPE at the shards'
+ * positions and the sharded cross-entropy (value and dlogits) equal to the
+ * unsharded ones. Also the layout helpers (accel_cp_position,
+ * accel_cp_shard) and the refusals (heads not divisible
+ * by cp under all-to-all, an odd local sequence). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "accel/cp.h"
+#include "check.h"
+#include "dist_group.h"
+#include "gradcheck.h"
+
+static int R, N;
+
+/* The local rows (positions of this rank's chunks along dim 2) of a
+ * contiguous host array [B, h, T, D]. */
+static float *shard_rows(const float *x, int64_t B, int64_t h, int64_t T, int64_t D) {
+    int64_t c = T / (2 * N), T2 = 2 * c;
+    float *o = malloc((size_t)(B * h * T2 * D) * sizeof *o);
+    for (int64_t bh = 0; bh < B * h; bh++)
+        for (int64_t t = 0; t < T2; t++)
+            memcpy(o + (bh * T2 + t) * D, x + (bh * T + accel_cp_position(t, c, N, R)) * D, (size_t)D * sizeof *o);
+    return o;
+}
+
+static float *host(const accel_tensor *t) {
+    float *v = malloc((size_t)accel_numel(t) * sizeof *v);
+    accel_to_floats(t, v);
+    return v;
+}
+
+static accel_tensor *leaf(const float *v, int64_t B, int64_t h, int64_t T, int64_t D) {
+    accel_tensor *t = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(B, h, T, D), ACCEL_CPU_DEVICE);
+    accel_tensor_from_host(t, v);
+    accel_requires_grad_(t, true);
+    return t;
+}
+
+static int64_t worst_at(const float *a, const float *b, int64_t n, double tol) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabsf(a[i] - b[i]) <= tol * (1 + fabsf(b[i])))) return i;
+    return -1;
+}
+
+/* One case; returns the number of failed comparisons (printed). */
+static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D) {
+    const char *name = s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall";
+    accel_tensor *q = gc_randn(1, ACCEL_SHAPE(B, H, T, D)), *k = gc_randn(2, ACCEL_SHAPE(B, Hkv, T, D)),
+                 *v = gc_randn(3, ACCEL_SHAPE(B, Hkv, T, D)), *gy = gc_randn(4, ACCEL_SHAPE(B, H, T, D));
+    /* the unsharded reference, on every rank */
+    accel_tensor *y = accel_sdpa(q, k, v, true, 0.0);
+    accel_backward_with(y, gy);
+    float *ref[4] = {host(y), host(q->grad), host(k->grad), host(v->grad)};
+    float *full_in[4] = {host(q), host(k), host(v), host(gy)};
+    accel_step_reset();
+    int64_t T2 = T / N, hin[4] = {H, Hkv, Hkv, H}, hs[4] = {H, H, Hkv, Hkv}; /* q k v gy; y dq dk dv */
+    float *loc[4];
+    for (int i = 0; i < 4; i++) loc[i] = shard_rows(full_in[i], B, hin[i], T, D);
+    accel_tensor *ql = leaf(loc[0], B, H, T2, D), *kl = leaf(loc[1], B, Hkv, T2, D),
+                 *vl = leaf(loc[2], B, Hkv, T2, D);
+    accel_tensor *gyl = accel_from_floats(ACCEL_SHAPE(B, H, T2, D), loc[3]);
+    accel_tensor *yl = accel_cp_attention(pg, ql, kl, vl, s, 0.0);
+    int bad = 0;
+    if (!yl || accel_backward_with(yl, gyl) != ACCEL_OK) {
+        fprintf(stderr, "rank %d %s H=%lld Hkv=%lld: %s\n", R, name, (long long)H, (long long)Hkv, accel_last_error());
+        bad = 1;
+    } else {
+        const accel_tensor *got[4] = {yl, ql->grad, kl->grad, vl->grad};
+        const char *what[4] = {"output", "dq", "dk", "dv"};
+        for (int i = 0; i < 4; i++) {
+            float *want = shard_rows(ref[i], B, hs[i], T, D), *g = host(got[i]);
+            int64_t at = worst_at(g, want, B * hs[i] * T2 * D, 1e-5);
+            if (at >= 0) {
+                fprintf(stderr, "rank %d of %d, %s H=%lld Hkv=%lld: %s[%lld] = %.8g, unsharded %.8g\n", R, N, name,
+                        (long long)H, (long long)Hkv, what[i], (long long)at, g[at], want[at]);
+                bad++;
+            }
+            free(want);
+            free(g);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        free(ref[i]);
+        free(full_in[i]);
+        free(loc[i]);
+    }
+    accel_tensor *all[] = {q, k, v, gy, ql, kl, vl};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) accel_tensor_free(all[i]);
+    accel_step_reset();
+    return bad;
+}
+
+/* RoPE at the shards' global positions and the sharded loss, against the
+ * unsharded ones; returns the number of failed comparisons. */
+static int rope_and_loss(accel_pg *pg) {
+    int bad = 0;
+    int64_t B = 2, H = 3, T = 4 * N, D = 8, V = 11;
+    float inv[4];
+    for (int i = 0; i < 4; i++) inv[i] = (float)pow(10000.0, -2.0 * i / (double)D);
+    accel_tensor *x = gc_randn(5, ACCEL_SHAPE(B, H, T, D));
+    float *ref = host(accel_rope_freqs(x, 0, inv, 1.0)), *xin = host(x);
+    float *want = shard_rows(ref, B, H, T, D), *loc = shard_rows(xin, B, H, T, D);
+    accel_tensor *xl = accel_from_floats(ACCEL_SHAPE(B, H, T / N, D), loc);
+    float *got = host(accel_cp_rope_freqs(xl, N, R, inv, 1.0));
+    if (worst_at(got, want, B * H * (T / N) * D, 1e-6) >= 0) {
+        fprintf(stderr, "rank %d of %d: rope rows differ\n", R, N);
+        bad++;
+    }
+    free(ref), free(xin), free(want), free(loc), free(got);
+    accel_tensor_free(x);
+    accel_step_reset();
+    /* the loss: targets with ignored positions, unevenly spread over the ranks */
+    accel_tensor *lg = gc_randn(6, ACCEL_SHAPE(B, T, V));
+    int64_t *tg = malloc((size_t)(B * T) * sizeof *tg);
+    for (int64_t i = 0; i < B * T; i++) tg[i] = i % 5 == 1 || i < 3 ? -100 : (i * 7) % V;
+    accel_tensor *tgt = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), tg);
+    accel_tensor *l = accel_cross_entropy(lg, tgt, -100);
+    double lref = accel_item(l);
+    accel_backward(l);
+    float *gref = host(lg->grad), *lin = host(lg);
+    accel_step_reset();
+    float *lloc = shard_rows(lin, B, 1, T, V), *gwant = shard_rows(gref, B, 1, T, V);
+    accel_tensor *ll = leaf(lloc, B, 1, T / N, V), *lgl = accel_reshape(ll, 3, (int64_t[]){B, T / N, V});
+    tgt = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), tg);
+    accel_tensor *lcp = accel_cp_cross_entropy(pg, lgl, accel_cp_shard(tgt, N, R), -100);
+    if (!lcp || fabs(accel_item(lcp) - lref) > 1e-5 * (1 + fabs(lref)) || accel_backward(lcp) != ACCEL_OK) {
+        fprintf(stderr, "rank %d of %d: loss %.8g, unsharded %.8g (%s)\n", R, N, lcp ? accel_item(lcp) : NAN, lref,
+                accel_last_error());
+        bad++;
+    } else {
+        float *g = host(ll->grad);
+        int64_t at = worst_at(g, gwant, B * (T / N) * V, 1e-5);
+        if (at >= 0) {
+            fprintf(stderr, "rank %d of %d: dlogits[%lld] = %.8g, unsharded %.8g\n", R, N, (long long)at, g[at],
+                    gwant[at]);
+            bad++;
+        }
+        free(g);
+    }
+    free(tg), free(gref), free(lin), free(lloc), free(gwant);
+    accel_tensor_free(lg);
+    accel_tensor_free(ll);
+    accel_step_reset();
+    return bad;
+}
+
+static int body(int rank, int world) {
+    if (accel_dist_init() != ACCEL_OK) return 10;
+    accel_pg *pg = accel_dist_default_group();
+    R = rank, N = world;
+    int bad = 0;
+    for (int s = 0; s < 2; s++) {
+        bad += one_case(pg, (accel_cp_strategy)s, 2, 4, 4, 8 * world, 8); /* MHA */
+        bad += one_case(pg, (accel_cp_strategy)s, 1, 8, 4, 4 * world, 16); /* GQA (Hkv % cp == 0 up to 4) */
+        bad += one_case(pg, (accel_cp_strategy)s, 2, 4, 1, 2 * world, 8); /* MQA: kv heads repeated under alltoall */
+    }
+    bad += rope_and_loss(pg);
+    /* refusals, before any collective: the ranks stay in step */
+    accel_tensor *q3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 3, 4, 8)), *k3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 3, 4, 8));
+    if (world > 1 && world != 3) {
+        if (accel_cp_attention(pg, q3, k3, k3, ACCEL_CP_ALLTOALL, 0) || accel_last_status() != ACCEL_ERR_SHAPE ||
+            !strstr(accel_last_error(), "3 query heads")) bad++;
+    }
+    accel_tensor *odd = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 2, 3, 8));
+    if (accel_cp_attention(pg, odd, odd, odd, ACCEL_CP_ALLGATHER, 0) || !strstr(accel_last_error(), "even")) bad++;
+    accel_clear_error();
+    accel_step_reset();
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return bad ? 20 : 0;
+}
+
+static void run(int world, bool shm) {
+    dist_group g = {.world = world, .one_machine = shm, .timeout = "60", .kill_after_s = 120};
+    int st[DIST_GROUP_MAX];
+    dist_group_run(&g, body, st);
+    for (int r = 0; r < world; r++)
+        CHECK_MSG(dist_exited_ok(st[r]), "%d ranks (%s): rank %d status %#x", world, shm ? "shm" : "tcp", r, st[r]);
+}
+
+/* Forked like the others (a process that ran OpenMP must not fork a group). */
+static void test_one_process(void) { run(1, true); }
+static void test_two_shm(void) { run(2, true); }
+static void test_four_shm(void) { run(4, true); }
+static void test_two_tcp(void) { run(2, false); }
+
+static void test_layout(void) {
+    /* cp 2, c 3: rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2 */
+    CHECK(accel_cp_position(0, 3, 2, 0) == 0 && accel_cp_position(2, 3, 2, 0) == 2);
+    CHECK(accel_cp_position(3, 3, 2, 0) == 9 && accel_cp_position(5, 3, 2, 0) == 11);
+    CHECK(accel_cp_position(0, 3, 2, 1) == 3 && accel_cp_position(3, 3, 2, 1) == 6);
+    int64_t ids[2 * 12];
+    for (int i = 0; i < 24; i++) ids[i] = i;
+    accel_tensor *b = accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 12), ids);
+    accel_tensor *s = accel_cp_shard(b, 2, 1);
+    CHECK(s && s->shape[0] == 2 && s->shape[1] == 6);
+    int64_t got[12], want[12] = {3, 4, 5, 6, 7, 8, 15, 16, 17, 18, 19, 20};
+    if (s) {
+        accel_to_int64s(s, got);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+    }
+    CHECK(!accel_cp_shard(b, 5, 0) && strstr(accel_last_error(), "2*cp = 10"));
+    accel_clear_error();
+    accel_step_reset();
+}
+
+int main(void) {
+    setenv("OMP_NUM_THREADS", "1", 0);
+    RUN(test_one_process);
+    RUN(test_two_shm);
+    RUN(test_four_shm);
+    RUN(test_two_tcp);
+    RUN(test_layout);
+    return check_summary();
+}

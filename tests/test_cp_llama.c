@@ -1,0 +1,134 @@
+/* A Llama model (GQA, two layers) under context parallelism on 2 and 4
+ * forked ranks, each strategy: accel_llama_loss of the whole batch with the
+ * thread's cp group set equals the unsharded loss, and every parameter's
+ * gradient summed over the cp ranks equals the unsharded gradient, within
+ * 1e-5. Also the refusals: a KV cache and a sliding window under cp. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "dist_group.h"
+
+static accel_llama_config tiny(void) {
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 37;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 64;
+    c.torch_dtype = ACCEL_F32;
+    return c;
+}
+
+static accel_cp_strategy g_strategy;
+
+/* The flat gradients of every parameter (accel_module_parameters order). */
+static float *grads(accel_module *m, int64_t *n_out) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
+    float *g = calloc((size_t)total, sizeof *g);
+    for (int i = 0, o = 0; i < n; o += (int)accel_numel(ps[i]), i++)
+        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + o);
+    for (int i = 0; i < n; i++)
+        if (ps[i]->grad) accel_zero_(ps[i]->grad);
+    accel_free(ps);
+    *n_out = total;
+    return g;
+}
+
+static int body(int rank, int world) {
+    if (accel_dist_init() != ACCEL_OK) return 10;
+    accel_pg *pg = accel_dist_default_group();
+    accel_manual_seed(7);
+    accel_llama_config c = tiny();
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    if (!m) return 11;
+    int64_t B = 2, T = 4 * world, ids[2 * 16];
+    for (int64_t i = 0; i < B * T; i++) ids[i] = (i * 11 + 3) % c.vocab_size;
+    accel_tensor *x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids);
+    accel_tensor *l = accel_llama_loss(m, x);
+    double want = l ? accel_item(l) : NAN;
+    if (!l || accel_backward(l) != ACCEL_OK) return 12;
+    int64_t n;
+    float *g_ref = grads(m, &n);
+    accel_step_reset();
+
+    accel_cp_set_group(pg, g_strategy);
+    x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids);
+    l = accel_llama_loss(m, x);
+    double got = l ? accel_item(l) : NAN;
+    int bad = 0;
+    if (!l || accel_backward(l) != ACCEL_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 13;
+    }
+    if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)))) {
+        fprintf(stderr, "rank %d of %d: loss %.9g, unsharded %.9g\n", rank, world, got, want);
+        bad++;
+    }
+    float *g = grads(m, &n);
+    if (accel_pg_all_reduce(pg, g, (size_t)n, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return 14;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabsf(g[i] - g_ref[i]) <= 1e-5f * (1 + fabsf(g_ref[i])))) {
+            fprintf(stderr, "rank %d of %d: grad[%lld] = %.9g summed over cp, unsharded %.9g\n", rank, world,
+                    (long long)i, g[i], g_ref[i]);
+            bad++;
+            break;
+        }
+    free(g);
+    free(g_ref);
+    accel_step_reset();
+    /* refusals (no collective is issued) */
+    x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids);
+    accel_kv_cache *cache = accel_kv_cache_new(&c, B, 16, ACCEL_CPU_DEVICE);
+    if (accel_llama_forward(m, accel_cp_shard(x, world, rank), cache) || !strstr(accel_last_error(), "KV cache")) {
+        fprintf(stderr, "rank %d: a cache under cp: %s\n", rank, accel_last_error());
+        bad++;
+    }
+    accel_kv_cache_free(cache);
+    accel_module_free(m);
+    accel_llama_config w = tiny();
+    snprintf(w.model_type, sizeof w.model_type, "mistral");
+    w.sliding_window = 4;
+    m = accel_llama_new(&w, ACCEL_CPU_DEVICE);
+    if (!m || accel_llama_loss(m, x) || !strstr(accel_last_error(), "sliding_window 4")) {
+        fprintf(stderr, "rank %d: a sliding window under cp: %s\n", rank, accel_last_error());
+        bad++;
+    }
+    accel_module_free(m);
+    accel_clear_error();
+    accel_cp_set_group(NULL, ACCEL_CP_ALLGATHER);
+    accel_step_reset();
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return bad ? 20 : 0;
+}
+
+static void run(int world, accel_cp_strategy s) {
+    g_strategy = s;
+    dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 120};
+    int st[DIST_GROUP_MAX];
+    dist_group_run(&g, body, st);
+    for (int r = 0; r < world; r++)
+        CHECK_MSG(dist_exited_ok(st[r]), "%d ranks, %s: rank %d status %#x", world,
+                  s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall", r, st[r]);
+}
+
+static void test_two_allgather(void) { run(2, ACCEL_CP_ALLGATHER); }
+static void test_two_alltoall(void) { run(2, ACCEL_CP_ALLTOALL); }
+static void test_four_allgather(void) { run(4, ACCEL_CP_ALLGATHER); }
+static void test_four_alltoall(void) { run(4, ACCEL_CP_ALLTOALL); }
+
+int main(void) {
+    setenv("OMP_NUM_THREADS", "1", 0);
+    RUN(test_two_allgather);
+    RUN(test_two_alltoall);
+    RUN(test_four_allgather);
+    RUN(test_four_alltoall);
+    return check_summary();
+}
