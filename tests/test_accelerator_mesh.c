@@ -239,7 +239,7 @@ static int parallelism_body(int rank, int world) {
                                           .dp_replicate_size = 1 << 30, .cp_size = 1 << 30},
                  NULL, ACCEL_ERR_INVALID_ARG, "more than the 4 processes of the job");
     refused_opts((accel_parallelism_opts){.dp_replicate_size = -2}, NULL, ACCEL_ERR_INVALID_ARG,
-                 "opts.parallelism.dp_replicate_size must be >= 1 (got -2)");
+                 "opts.parallelism.dp_replicate_size must be >= 1, or 0 for not set (got -2)");
     refused_opts((accel_parallelism_opts){.cp_size = 2, .sp_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
                  "mutually exclusive");
     refused_opts((accel_parallelism_opts){.cp_size = 2, .dp_replicate_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
@@ -259,6 +259,30 @@ static int parallelism_body(int rank, int world) {
         accel_pg *tp = accel_accelerator_tp_group(acc);
         CHECK(tp && accel_pg_size(tp) == 2 && accel_pg_rank(tp) == rank % 2);
         CHECK(accel_pg_size(acc->dp_pg) == 2 && accel_pg_rank(acc->dp_pg) == rank / 2);
+        accel_accelerator_free(acc);
+    }
+    refused_opts((accel_parallelism_opts){.sp_size = 2, .dp_replicate_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
+                 "sp_size = 2 with dp_replicate_size = 2 and dp_shard_size = 1");
+    refused_opts((accel_parallelism_opts){.cp_size = 2, .pp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
+                 "cp_size = 2 with pp_size = 2: context parallelism under pipeline parallelism is not built");
+    refused_opts((accel_parallelism_opts){.sp_size = 2, .tp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
+                 "sp_size = 2 with tp_size = 2: context parallelism under tensor parallelism is not built");
+    refused_opts((accel_parallelism_opts){.tp_size = 2, .pp_size = 2, .sequence_parallelism = ACCEL_TRUE}, NULL,
+                 ACCEL_ERR_UNSUPPORTED, "sequence_parallelism with pp_size = 2");
+    /* the ranks of a pp or cp group hold one batch: gather_for_metrics is refused, not counted twice */
+    const accel_parallelism_opts split[] = {{.pp_size = 2, .dp_shard_size = 2}, {.cp_size = 2, .dp_shard_size = 2}};
+    const char *why[] = {"opts.parallelism.pp_size is 2: gather_for_metrics is not built yet under pipeline",
+                         "opts.parallelism.cp_size is 2: gather_for_metrics is not built yet under context"};
+    for (int k = 0; k < 2; k++) {
+        o.parallelism = split[k];
+        acc = accel_accelerator_new(&o);
+        CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+        if (!acc) continue;
+        accel_tensor *t = accel_full(ACCEL_F32, ACCEL_SHAPE(3), rank);
+        CHECK(accel_accelerator_gather_for_metrics(acc, t) == NULL);
+        CHECK(accel_last_status() == ACCEL_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(accel_last_error(), why[k]);
+        accel_tensor_free(t);
         accel_accelerator_free(acc);
     }
     refused_opts((accel_parallelism_opts){.dp_shard_size = 4, .sequence_parallelism = ACCEL_TRUE}, NULL,

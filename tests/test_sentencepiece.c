@@ -266,6 +266,9 @@ static void test_refusals(void) {
     APPEND("llama2", "\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", ACCEL_ERR_FORMAT, "a varint longer than 10 bytes");
     APPEND("llama2", "\x0a\xff\xff\xff\xff\x0f", ACCEL_ERR_FORMAT, "runs past the end of its message");
     APPEND("llama2", "\x0a\x02\x15\x00", ACCEL_ERR_FORMAT, "a score runs past its piece");
+    /* a NaN and an infinite score (sentencepiece: "score is NaN or Inf") */
+    APPEND("llama2", "\x0a\x08\x0a\x01q\x15\x00\x00\xc0\x7f", ACCEL_ERR_FORMAT, "a piece's score is NaN or infinite");
+    APPEND("unigram", "\x0a\x08\x0a\x01q\x15\x00\x00\x80\xff", ACCEL_ERR_FORMAT, "a piece's score is NaN or infinite");
     APPEND("llama2", "\xf8", ACCEL_ERR_FORMAT, "a varint runs past the end of its message");
     /* no pieces; no unknown piece; byte_fallback with bytes missing */
     tok_spm *m = tok_spm_parse("empty", (const uint8_t *)"", 0);

@@ -17,7 +17,7 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   target_link_libraries(fuzz_tokenizer_libfuzzer PRIVATE accel PkgConfig::PCRE2 PkgConfig::UTF8PROC PkgConfig::JANSSON)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus_tokenizer)
   add_test(NAME fuzz_tokenizer_libfuzzer
-    COMMAND fuzz_tokenizer_libfuzzer -max_total_time=20 -rss_limit_mb=1024 -max_len=4096
+    COMMAND fuzz_tokenizer_libfuzzer -max_total_time=20 -rss_limit_mb=1024 -max_len=32768
             ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus_tokenizer ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz_seeds_tokenizer
     WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(fuzz_tokenizer_libfuzzer PROPERTIES TIMEOUT 120)

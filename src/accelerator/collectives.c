@@ -83,8 +83,25 @@ static accel_tensor *first_rows(accel_tensor *g, int64_t rows) {
     return accel_slice(g, 0, 0, rows, 1);
 }
 
+/* The ranks of a tp, pp or cp group hold one batch between them: gathering
+ * over the world would count it once per rank. Refused until the gather runs
+ * over the data-parallel coordinates only. */
+static accel_status metrics_refused(const accel_accelerator *acc, const char *fn) {
+    static const struct { accel__mesh_dim d; const char *field, *what; } DIMS[] = {
+        {ACCEL__MESH_TP, "tp_size", "tensor"}, {ACCEL__MESH_PP, "pp_size", "pipeline"},
+        {ACCEL__MESH_CP, "cp_size", "context"},
+    };
+    for (size_t k = 0; k < sizeof DIMS / sizeof *DIMS; k++)
+        if (acc->mesh.size[DIMS[k].d] > 1)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.%s is %d: gather_for_metrics is not "
+                                   "built yet under %s parallelism (the ranks of a %s group hold one batch between "
+                                   "them)", fn, DIMS[k].field, acc->mesh.size[DIMS[k].d], DIMS[k].what,
+                                   accel__mesh_dim_name(DIMS[k].d));
+    return ACCEL_OK;
+}
+
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
-    if (acc && accel__tp_refused(acc, "accel_accelerator_gather_for_metrics", "gather_for_metrics is not built yet under tensor parallelism (the ranks of a tp group hold one batch)")) return NULL;
+    if (acc && metrics_refused(acc, "accel_accelerator_gather_for_metrics")) return NULL;
     accel_tensor *g = accel_accelerator_gather(acc, t);
     return g ? first_rows(g, metrics_remainder(acc)) : NULL;
 }
@@ -129,7 +146,7 @@ accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int 
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: needs n >= 1 tensors and an outs array (n %d, ts %s, outs %s)",
                                fn, n, ts ? "set" : "NULL", outs ? "set" : "NULL");
     for (int i = 0; i < n; i++) outs[i] = NULL;
-    if (accel__tp_refused(acc, fn, "gather_for_metrics is not built yet under tensor parallelism (the ranks of a tp group hold one batch)")) return ACCEL_ERR_UNSUPPORTED;
+    if (metrics_refused(acc, fn)) return ACCEL_ERR_UNSUPPORTED;
     accel_tensor **c = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *c, 8);
     if (!c) return accel_last_status();
     for (int i = 0; i < n; i++) {

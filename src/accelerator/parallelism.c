@@ -10,7 +10,8 @@
 
 static accel_status check_size(int v, const char *field) {
     if (v < 0)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.%s must be >= 1 (got %d)", field, v);
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.%s must be >= 1, or 0 for "
+                               "not set (got %d)", field, v);
     return ACCEL_OK;
 }
 
@@ -39,11 +40,27 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
     if (cp > 1 && sp > 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.cp_size = %d and sp_size = %d: context "
                                "and sequence parallelism are mutually exclusive (set one of them to 1)", cp, sp);
-    if (cp > 1 && OR1(p->dp_replicate_size) > 1 && OR1(p->dp_shard_size) == 1)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.cp_size = %d with dp_replicate_size = %d "
+    /* sp is cp with the all-to-all exchange: the same mesh dimension, the same rules */
+    int seq = cp > 1 ? cp : sp;
+    const char *seq_field = cp > 1 ? "cp_size" : "sp_size";
+    if (seq > 1 && OR1(p->dp_replicate_size) > 1 && OR1(p->dp_shard_size) == 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.%s = %d with dp_replicate_size = %d "
                                "and dp_shard_size = 1: context parallelism composes with dp_shard (FSDP + CP) or "
-                               "dp_shard x dp_replicate (HSDP + CP), not with pure replication", cp,
+                               "dp_shard x dp_replicate (HSDP + CP), not with pure replication", seq_field, seq,
                                p->dp_replicate_size);
+    /* Compositions not built: refused rather than run wrong (the sequence
+     * split does not reach the pipeline's stages, nor the vocabulary-parallel
+     * loss; a sequence-parallel tp region's activations are not what the
+     * next stage receives). */
+    if (seq > 1 && OR1(p->pp_size) > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with pp_size = %d: context "
+                               "parallelism under pipeline parallelism is not built", seq_field, seq, p->pp_size);
+    if (seq > 1 && OR1(p->tp_size) > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with tp_size = %d: context "
+                               "parallelism under tensor parallelism is not built", seq_field, seq, p->tp_size);
+    if (p->sequence_parallelism == ACCEL_TRUE && OR1(p->pp_size) > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.sequence_parallelism with pp_size = %d: "
+                               "Megatron's sequence parallelism under pipeline parallelism is not built", p->pp_size);
     out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
     out->size[ACCEL__MESH_PP] = OR1(p->pp_size);
     out->size[ACCEL__MESH_DP_REPLICATE] = OR1(p->dp_replicate_size);

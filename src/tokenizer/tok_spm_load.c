@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,9 @@ static bool read_piece(pb *r, struct tok_spm_piece *pc) {
                 uint32_t bits = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
                 memcpy(&pc->score, &bits, sizeof pc->score);
                 r->p += 4;
+                /* as sentencepiece: a NaN or infinite score is refused */
+                if (!isfinite(pc->score))
+                    ok = pfail(r, ACCEL_ERR_FORMAT, "byte %zu: a piece's score is NaN or infinite", off(r) - 4);
             }
         } else if (f == 3) {
             ok = want_wire(r, "pieces.type", w, 0) && varint(r, &t);
