@@ -385,6 +385,11 @@ static void test_estimate_memory_mesh(void) {
         CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
         CHECK_STR_CONTAINS(ERR, BAD[i][4]);
     }
+    /* four sizes of 2^20 each: 2^80 processes, refused (their product once wrapped past 64 bits) */
+    const char *d[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "1048576", "--pp_size", "20",
+                       "--dp_replicate_size", "1048576", "--dp_shard_size", "1048576", NULL};
+    CHECK(run(d, NULL) != 0);
+    CHECK_STR_CONTAINS(ERR, "processes (at most 2^20)");
 }
 
 int main(void) {

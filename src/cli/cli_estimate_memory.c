@@ -293,18 +293,19 @@ static bool resolve_mesh(rank_request *q, bool nproc_given) {
         }
         q->mesh[MESH_DP_SHARD] = nproc_given ? (int)(q->nproc / rest) : 1;
     }
-    int64_t total = rest * q->mesh[MESH_DP_SHARD];
+    /* each size is at most 2^20, so rest (three of them) fits 64 bits but
+     * four may not: the product in double, checked before it is used */
+    double total = (double)rest * q->mesh[MESH_DP_SHARD];
     if (nproc_given && total != q->nproc) {
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: tp %d x pp %d x dp_replicate %d x dp_shard %d = %lld, not "
+        fprintf(stderr, "accel estimate-memory: error: tp %d x pp %d x dp_replicate %d x dp_shard %d = %.0f, not "
                         "--num_processes %d\n", q->mesh[MESH_TP], q->mesh[MESH_PP], q->mesh[MESH_DP_REPLICATE],
-                q->mesh[MESH_DP_SHARD], (long long)total, q->nproc);
+                q->mesh[MESH_DP_SHARD], total, q->nproc);
         return false;
     }
     if (total > 1 << 20) {
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: the mesh makes %lld processes (at most 2^20)\n",
-                (long long)total);
+        fprintf(stderr, "accel estimate-memory: error: the mesh makes %.0f processes (at most 2^20)\n", total);
         return false;
     }
     q->nproc = (int)total;
