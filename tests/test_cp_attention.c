@@ -195,6 +195,10 @@ static void test_layout(void) {
     CHECK(accel_cp_position(0, 3, 2, 0) == 0 && accel_cp_position(2, 3, 2, 0) == 2);
     CHECK(accel_cp_position(3, 3, 2, 0) == 9 && accel_cp_position(5, 3, 2, 0) == 11);
     CHECK(accel_cp_position(0, 3, 2, 1) == 3 && accel_cp_position(3, 3, 2, 1) == 6);
+    /* out of range: -1 and an error naming the numbers, never a division by zero */
+    CHECK(accel_cp_position(1, 0, 2, 0) == -1);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_cp_position: position 1 of rank 0 among 2 with chunks of 0");
+    CHECK(accel_cp_position(6, 3, 2, 0) == -1 && accel_cp_position(0, 3, 2, 2) == -1 && accel_cp_position(-1, 3, 2, 0) == -1);
     int64_t ids[2 * 12];
     for (int i = 0; i < 24; i++) ids[i] = i;
     accel_tensor *b = accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 12), ids);

@@ -54,7 +54,8 @@ accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k,
                                  accel_cp_strategy strategy, double scale);
 
 /* The global position of local position t (0 <= t < 2c) of `rank` among
- * `cp` ranks with chunks of c: what RoPE needs. */
+ * `cp` ranks with chunks of c: what RoPE needs. -1 + error for arguments out
+ * of those ranges. */
 int64_t accel_cp_position(int64_t t, int64_t c, int cp, int rank);
 
 /* RoPE (accel_rope_freqs) on this rank's chunks x [B, H, 2c, D]: each chunk

@@ -139,6 +139,12 @@ accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float
 }
 
 int64_t accel_cp_position(int64_t t, int64_t c, int cp, int rank) {
+    if (c < 1 || cp < 1 || rank < 0 || rank >= cp || t < 0 || t >= 2 * c) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_cp_position: position %lld of rank %d among %d with chunks of "
+                        "%lld (needs chunks >= 1, 0 <= rank < cp, 0 <= position < 2 x chunk)", (long long)t, rank, cp,
+                        (long long)c);
+        return -1;
+    }
     int64_t chunk = t < c ? rank : 2 * (int64_t)cp - 1 - rank;
     return chunk * c + t % c;
 }
