@@ -61,8 +61,9 @@ struct accel__strategy {
     /* After the shard's optimizer step: every rank's updated parameters
      * where the next forward reads them (collective). */
     accel_status (*after_step)(accel_accelerator *acc, accel__model *pm);
-    /* zero_grad of a re-targeted optimizer: the model's gradients, full and shard. */
-    void (*zero_grad)(accel_accelerator *acc, accel__model *pm);
+    /* zero_grad of a re-targeted optimizer: the model's gradients, full and
+     * shard. Its status: a device that fails the clearing. */
+    accel_status (*zero_grad)(accel_accelerator *acc, accel__model *pm);
     /* The gradients the optimizer step reads. grad_shard: the f32 gradient
      * shard this rank holds, as a 1-d header in *h (returned); NULL (or no
      * entry) where the rank holds the model's full flat gradient buffers

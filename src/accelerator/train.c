@@ -144,7 +144,7 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
     if (!acc->sync_gradients) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     if (acc->mp == ACCEL_MP_FP16) {
-        accel_accelerator_unscale_gradients(acc);
+        (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
         acc->skipped[i] = acc->found_inf;
         if (!acc->found_inf) st = step(acc, i);
         update_scale(acc);
@@ -162,14 +162,15 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
     if (i < 0) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_grad: the optimizer was not prepared");
     if (!acc->sync_gradients) return ACCEL_OK;
     /* Under ZeRO the optimizer sees only its shard: clear the model's whole gradient buffers. */
+    accel_status st;
     if (acc->zopts[i]) {
         accel__model *pm = accel__find_model(acc, acc->zopts[i]->m);
-        pm->strat->zero_grad(acc, pm);
+        st = pm->strat->zero_grad(acc, pm);
     } else {
-        accel_optimizer_zero_grad(opt);
+        st = accel_optimizer_zero_grad(opt);
     }
     acc->unscaled = false;
-    return ACCEL_OK;
+    return st;
 }
 
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
@@ -193,6 +194,6 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_clip_grad_norm: the model was not prepared");
         return NAN;
     }
-    accel_accelerator_unscale_gradients(acc);
+    (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
     return pm->strat->clip(acc, pm, max_norm, norm_type);
 }

@@ -196,16 +196,18 @@ static accel_status zero12_after_step(accel_accelerator *acc, accel__model *pm) 
                                     accel__flat_view(&full, b, b->params, 0, b->numel));
 }
 
-static void zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
+static accel_status zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+    accel_status st = ACCEL_OK;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
-        if (b->n) accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
+        if (b->n) st = accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
     }
     accel_tensor h;
-    if (zm->zgrad) accel_zero_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
+    if (!st && zm->zgrad) st = accel_zero_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
+    return st;
 }
 
 static accel_status zero12_shard_range(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi) {
@@ -439,11 +441,12 @@ static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *o
     return accel__optimizer_set_offload(opt, &o);
 }
 
-/* The optimizer's own segments and state again, after a failed prepare. */
-static void restore_user(accel_optimizer *opt, const accel__zopt *z, int n_prior, const accel_named_state *prior) {
-    if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK &&
-        n_prior > 0)
-        accel_optimizer_load_state(opt, n_prior, prior);
+/* The optimizer's own segments and state again, after a failed prepare.
+ * Its status: out of memory, the optimizer may be left without its state. */
+static accel_status restore_user(accel_optimizer *opt, const accel__zopt *z, int n_prior,
+                                 const accel_named_state *prior) {
+    accel_status st = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
+    return !st && n_prior > 0 ? accel_optimizer_load_state(opt, n_prior, prior) : st;
 }
 
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
@@ -458,8 +461,11 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     if (!st && (st = offload_optimizer(acc, opt, z))) { /* e.g. no room under nvme_path: nothing changed */
         char why[1024];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        restore_user(opt, z, n_prior, prior);
-        accel_set_error(st, "accel_accelerator_prepare: %s", why);
+        if (restore_user(opt, z, n_prior, prior))
+            accel_set_error(st, "accel_accelerator_prepare: %s; and the optimizer's own parameters and state could "
+                            "not be restored (%s)", why, accel_last_error());
+        else
+            accel_set_error(st, "accel_accelerator_prepare: %s", why);
     }
     if (!st) {
         acc->zopts[i] = z;
@@ -716,8 +722,14 @@ void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolida
      * fails (a broken group) the user's parameters come back with fresh state. */
     int n = accel__zero_state(acc, i, &st, bufs);
     accel__optimizer_set_offload(opt, NULL); /* the state file goes: the user's optimizer holds its state again */
-    if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK && n >= 0)
-        accel_optimizer_load_state(opt, n, st);
+    accel_status rs = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
+    if (!rs && n >= 0) rs = accel_optimizer_load_state(opt, n, st);
+    if (rs) { /* out of memory: said, as the release returns nothing */
+        accel_set_error(accel_last_status(),
+                        "accel_accelerator_clear: rank %d: optimizer %d could not get its own parameters and state "
+                        "back (%s)", acc->rank, i, accel_last_error());
+        fprintf(stderr, "accel: warning: %s\n", accel_last_error());
+    }
     if (n >= 0) accel_named_state_free(st, n);
     accel_free(bufs[0]);
     accel_free(bufs[1]);
