@@ -258,6 +258,18 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
 
 /* ---------------------------------------------------------------- optimizer */
 
+/* A prepared optimizer re-targeted to its model's shard (acc->strat_opt[i]). */
+typedef struct accel__zopt {
+    accel_module *m;
+    int n_user;                 /* the user's tensor segments, restored on release */
+    accel_tensor **user_params;
+    int *user_groups;
+    int64_t *user_off;          /* element offset of each in the flat f32 buffer */
+    int n_runs;                 /* shard segments: runs of one group clipped to [zlo, zhi) */
+    int64_t *run_lo, *run_hi;
+    int *run_group;
+} accel__zopt;
+
 static void zopt_free(accel__zopt *z) {
     if (!z) return;
     accel_free(z->user_params);
@@ -449,6 +461,11 @@ static accel_status restore_user(accel_optimizer *opt, const accel__zopt *z, int
     return !st && n_prior > 0 ? accel_optimizer_load_state(opt, n_prior, prior) : st;
 }
 
+accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i) {
+    const accel__zopt *z = acc->strat_opt[i];
+    return z ? accel__find_model(acc, z->m) : NULL;
+}
+
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = accel_calloc(1, sizeof *z);
@@ -468,10 +485,10 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
             accel_set_error(st, "accel_accelerator_prepare: %s", why);
     }
     if (!st) {
-        acc->zopts[i] = z;
+        acc->strat_opt[i] = z;
         /* Whatever state the optimizer had (it may have stepped before prepare) moves to the shard. */
         st = accel__zero_load_state(acc, i, n_prior, prior);
-        if (st) acc->zopts[i] = NULL; /* the user's layout cannot come back without its state */
+        if (st) acc->strat_opt[i] = NULL; /* the user's layout cannot come back without its state */
     }
     if (n_prior >= 0) accel_named_state_free(prior, n_prior);
     if (st) zopt_free(z);
@@ -506,7 +523,7 @@ const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k) { return
 
 accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step) {
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel__zero_model *zm = accel__zero_of(pm);
     int64_t shard = zm->zn;
@@ -541,7 +558,7 @@ accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local
 
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]) {
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     bufs[0] = bufs[1] = NULL;
@@ -624,7 +641,7 @@ static double scalar_of(const accel_named_state *e) {
 accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
     const char *fn = "accel_accelerator_load_state";
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel__zero_model *zm = accel__zero_of(pm);
     int64_t shard = zm->zn;
@@ -684,7 +701,7 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
 accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
                                     float *const local[2], double step) {
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
     accel_status s = res ? ACCEL_OK : accel_last_status();
@@ -708,11 +725,11 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
 }
 
 void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate) {
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     if (!z) return;
     if (!consolidate) { /* the optimizer is being freed */
         zopt_free(z);
-        acc->zopts[i] = NULL;
+        acc->strat_opt[i] = NULL;
         return;
     }
     accel_optimizer *opt = acc->opts[i];
@@ -734,7 +751,7 @@ void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolida
     accel_free(bufs[0]);
     accel_free(bufs[1]);
     zopt_free(z);
-    acc->zopts[i] = NULL;
+    acc->strat_opt[i] = NULL;
 }
 
 /* ---------------------------------------------------------------- the strategies */
@@ -750,6 +767,7 @@ const accel__strategy accel__strategy_zero1 = {
     .grad_ready = accel__ddp_grad_ready,
     .end_backward = accel__ddp_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
+    .optimizer_model = accel__zero_optimizer_model,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,
@@ -786,6 +804,7 @@ const accel__strategy accel__strategy_zero2 = {
     .grad_ready = not_mine,
     .end_backward = zero2_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
+    .optimizer_model = accel__zero_optimizer_model,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,

@@ -58,6 +58,7 @@ const accel__strategy accel__strategy_zero3 = {
     .grad_ready = accel__zero3_grad_ready,
     .end_backward = accel__zero3_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
+    .optimizer_model = accel__zero_optimizer_model,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = accel__zero3_after_step,
     .zero_grad = zero3_zero_grad,
