@@ -44,7 +44,7 @@ static void *gets(void *p) {
     accel_tensor *w = p;
     for (int i = 0; i < g_calls; i++) {
         accel_tensor *form;
-        if (accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form) != ACCEL_OK || !form) {
+        if (accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form, NULL) != ACCEL_OK || !form) {
             fprintf(stderr, "bench_prepared_get: get failed: %s\n", accel_last_error());
             exit(1);
         }

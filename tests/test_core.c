@@ -67,6 +67,12 @@ static void test_errors(void) {
     accel_clear_error();
     CHECK(accel_device_parse("cuda:1", &d) == ACCEL_OK && d.index == 1);
     CHECK(!accel_device_available(d));
+    /* a message that wraps the pending one (as the release paths' errors do) */
+    accel_set_error(ACCEL_ERR_IO, "inner %d", 7);
+    CHECK(accel_set_error(ACCEL_ERR_DEVICE, "outer (%s) done", accel_last_error()) == ACCEL_ERR_DEVICE);
+    CHECK(strcmp(accel_last_error(), "outer (inner 7) done") == 0);
+    CHECK(accel_last_status() == ACCEL_ERR_DEVICE);
+    accel_clear_error();
 }
 
 /* Shapes from files: a product past int64 is an error, never a wrapped size. */

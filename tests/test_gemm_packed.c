@@ -306,13 +306,17 @@ static void test_form_of_a_form(void) {
     fill(xv, ROWS * IN, 42);
     accel_tensor *copy = NULL;
     const accel__form_key cast = {.kind = ACCEL__FORM_CAST, .dt = ACCEL_F32};
-    CHECK(accel__prepared_get(owner, &cast, ACCEL_F32, copy_fill, &copy) == ACCEL_OK);
+    bool built = true;
+    CHECK(accel__prepared_get(owner, &cast, ACCEL_F32, copy_fill, &copy, &built) == ACCEL_OK);
     if (!cache_on()) {
-        CHECK(copy == NULL);
+        CHECK(copy == NULL && !built);
         accel_tensor_free(owner);
         return;
     }
-    CHECK(copy != NULL);
+    CHECK(copy != NULL && built);
+    accel_tensor *again = NULL; /* current: handed out again, not rebuilt */
+    CHECK(accel__prepared_get(owner, &cast, ACCEL_F32, copy_fill, &again, &built) == ACCEL_OK);
+    CHECK(again == copy && !built);
     uint64_t b0 = builds();
     CHECK(accel__gemm_weight(false, true, ROWS, HID, IN, 1.0f, xv, ACCEL_F32, IN, copy, 0, IN, 0.0f, y_form, HID) ==
           ACCEL_OK);

@@ -54,7 +54,7 @@ static void *get_form(void *p) {
     getter *g = p;
     atomic_store(&g->tid, (int)syscall(SYS_gettid));
     accel_tensor *form = NULL;
-    g->st = accel__prepared_get(g->w, &KEY, ACCEL_F32, fill_copy, &form);
+    g->st = accel__prepared_get(g->w, &KEY, ACCEL_F32, fill_copy, &form, NULL);
     g->first = form ? ((const float *)accel__host_ptr(form, "get_form"))[0] : -1.0f;
     accel_step_reset(); /* a form of a detached entry is freed here */
     accel_thread_cleanup();
@@ -74,7 +74,7 @@ static void move_by_reassigning(accel_tensor *w, accel_tensor *other) {
     void *mine = w->data;
     w->data = other->data;
     accel_tensor *form = NULL;
-    CHECK(accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form) == ACCEL_OK);
+    CHECK(accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form, NULL) == ACCEL_OK);
     CHECK(form && ((const float *)accel__host_ptr(form, "move"))[0] == 2.0f);
     accel__prepared_release(w); /* the entry of other's bytes */
     w->data = mine;
@@ -159,7 +159,7 @@ static void *hammer(void *p) {
     hammer_arg *a = p;
     for (int i = 0; i < GETS; i++) {
         accel_tensor *form = NULL;
-        if (accel__prepared_get(a->w, &KEY, ACCEL_F32, fill_copy, &form) != ACCEL_OK) a->bad++;
+        if (accel__prepared_get(a->w, &KEY, ACCEL_F32, fill_copy, &form, NULL) != ACCEL_OK) a->bad++;
         if (i % 64 == 63) accel_step_reset();
     }
     accel_step_reset();
@@ -174,7 +174,7 @@ static void *mover(void *p) {
     for (int k = 1; !atomic_load(&g_stop); k++) {
         __atomic_store_n(&wo[0]->data, bytes[k & 1], __ATOMIC_RELAXED);
         accel_tensor *form = NULL;
-        (void)accel__prepared_get(wo[0], &KEY, ACCEL_F32, fill_copy, &form);
+        (void)accel__prepared_get(wo[0], &KEY, ACCEL_F32, fill_copy, &form, NULL);
         accel_step_reset();
     }
     accel_thread_cleanup();
@@ -212,7 +212,7 @@ static void *ask(void *p) {
     for (int i = 0; !atomic_load_explicit(&g_stop, memory_order_relaxed); i++) {
         (void)accel__tensor_version(a->w);
         accel_tensor *form = NULL;
-        if (i % 8 == 0 && accel__prepared_get(a->w, &KEY, ACCEL_F32, fill_copy, &form) != ACCEL_OK) a->bad++;
+        if (i % 8 == 0 && accel__prepared_get(a->w, &KEY, ACCEL_F32, fill_copy, &form, NULL) != ACCEL_OK) a->bad++;
         if (i % 64 == 63) accel_step_reset();
     }
     accel_step_reset();
@@ -232,7 +232,7 @@ static void test_versions_while_detaching(void) {
     for (int k = 1; k <= DETACHES; k++) { /* each move seen by a get: the entry is detached, then freed */
         __atomic_store_n(&w->data, bytes[k & 1], __ATOMIC_RELAXED);
         accel_tensor *form = NULL;
-        if (accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form) != ACCEL_OK) bad++;
+        if (accel__prepared_get(w, &KEY, ACCEL_F32, fill_copy, &form, NULL) != ACCEL_OK) bad++;
         accel_step_reset();
     }
     atomic_store(&g_stop, true);

@@ -32,18 +32,6 @@ typedef struct accel__model {
     struct accel__fp8_state *fp8; /* mixed_precision='fp8': its metas and reduction buffer (fp8_scaling.h) */
 } accel__model;
 
-/* A prepared optimizer re-targeted to its model's shard (zero.c). */
-typedef struct accel__zopt {
-    accel_module *m;
-    int n_user;                 /* the user's tensor segments, restored on release */
-    accel_tensor **user_params;
-    int *user_groups;
-    int64_t *user_off;          /* element offset of each in the flat f32 buffer */
-    int n_runs;                 /* shard segments: runs of one group clipped to [zlo, zhi) */
-    int64_t *run_lo, *run_hi;
-    int *run_group;
-} accel__zopt;
-
 /* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /
  * fsdp_reshard_after_forward; defaults as FSDP's: BACKWARD_PRE, false, true;
  * DeepSpeed's stage3_prefetch_bucket_size). */
@@ -110,7 +98,9 @@ struct accel_accelerator {
     accel__model models[ACCEL__MAX_PREPARED];
     int n_models;
     accel_optimizer *opts[ACCEL__MAX_PREPARED];
-    accel__zopt *zopts[ACCEL__MAX_PREPARED]; /* NULL unless ZeRO re-targeted it */
+    /* optimizer i's state private to the strategy, NULL while the optimizer
+     * is the user's as it was (strategy.h: prepare_optimizer, optimizer_model) */
+    void *strat_opt[ACCEL__MAX_PREPARED];
     bool skipped[ACCEL__MAX_PREPARED];
     int n_opts;
     accel_lr_scheduler *scheds[ACCEL__MAX_PREPARED];

@@ -403,7 +403,7 @@ typedef struct opt_slot {
 
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
-    if (os->acc->zopts[os->i]) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
+    if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
@@ -610,7 +610,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
      * vocabulary DDP uses, so the file loads at any world size. */
     for (int i = 0; i < acc->n_opts; i++) {
         bool own = false;
-        if (acc->zopts[i] && acc->strat->save_optimizer) { /* a format of the strategy's own */
+        if (accel__optimizer_model(acc, i) && acc->strat->save_optimizer) { /* a format of the strategy's own */
             accel_status s2 = acc->strat->save_optimizer(acc, i, tmp, s != ACCEL_OK, &own);
             if (!s) s = s2;
         }
@@ -621,7 +621,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         }
         accel_named_state *st = NULL;
         float *bufs[2] = {NULL, NULL};
-        int n = acc->zopts[i] ? acc->strat->optimizer_state(acc, i, &st, bufs)
+        int n = accel__optimizer_model(acc, i) ? acc->strat->optimizer_state(acc, i, &st, bufs)
                               : acc->rank == 0 ? accel_optimizer_state(acc->opts[i], &st) : 0;
         numbered(path, sizeof path, tmp, "optimizer", i);
         if (!s && n < 0) s = accel_last_status();
@@ -765,7 +765,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
         bool sharded = false;
-        if (acc->zopts[i] && acc->strat->load_optimizer) s = acc->strat->load_optimizer(acc, i, dir, &sharded);
+        if (accel__optimizer_model(acc, i) && acc->strat->load_optimizer) s = acc->strat->load_optimizer(acc, i, dir, &sharded);
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
         if (!s && !sharded) s = load_file(path, &os, load_opt);

@@ -2,6 +2,7 @@
  * a bucketed all-reduce overlapping backward. ZeRO-1 takes its backward as
  * is, ZeRO-2 its shared gradient memory (zero.c). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,10 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
     return ACCEL_OK;
 }
 
+/* The gradients back from the shared segments into their own buffers. A
+ * copy that fails (a device's error) leaves those buffers' gradients stale:
+ * the release goes on (the segments must go), the error says so, and a
+ * warning too, as the release returns nothing. */
 static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
@@ -122,10 +127,19 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
         pm->grad_stage[d] = NULL;
         if (!pm->orig_grads[d]) continue;
         size_t es = accel_dtype_size(b->dtype);
-        accel__copy_bytes(b->device, pm->orig_grads[d], ACCEL_CPU_DEVICE, b->grads, (size_t)b->numel * es);
+        if (accel__copy_bytes(b->device, pm->orig_grads[d], ACCEL_CPU_DEVICE, b->grads, (size_t)b->numel * es)) {
+            char dev[32];
+            accel_set_error(accel_last_status(),
+                            "DDP release: rank %d: the %s gradients could not be copied back to %s (%s): they "
+                            "hold what they held before they were shared",
+                            acc->rank, accel_dtype_name(b->dtype), accel_device_str(b->device, dev, sizeof dev),
+                            accel_last_error());
+            fprintf(stderr, "accel: warning: %s\n", accel_last_error());
+        }
+        /* views of a contiguous persistent buffer, as share_grads made them: cannot fail */
         for (int i = 0; i < b->n; i++)
-            accel_tensor_rebind(b->tensors[i]->grad, (char *)pm->orig_grads[d] + b->offsets[i] * (int64_t)es,
-                                false);
+            (void)accel_tensor_rebind(b->tensors[i]->grad, (char *)pm->orig_grads[d] + b->offsets[i] * (int64_t)es,
+                                      false);
         accel_pg_free_shared(acc->dp_pg, b->grads);
         b->grads = pm->orig_grads[d];
         pm->orig_grads[d] = NULL;

@@ -122,7 +122,7 @@ void accel__model_release(accel_accelerator *acc, accel__model *pm) {
     pm->fp8 = NULL;
     if (!pm->fp) return;
     pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
-    if (acc->mp != ACCEL_MP_NO) accel_module_set_hook(pm->m, NULL);
+    if (acc->mp != ACCEL_MP_NO) (void)accel_module_set_hook(pm->m, NULL); /* a removal, of a module: cannot fail */
     accel_flat_params_free(pm->fp);
     pm->fp = NULL;
 }

@@ -152,7 +152,7 @@ static accel_status backward(pp_run *r, int i) {
     }
     if (st) return st;
     double t0 = accel_now_seconds();
-    if (!r->first) accel_requires_grad_(x, true);
+    if (!r->first) (void)accel_requires_grad_(x, true); /* x is a live tensor (st is OK): cannot fail */
     /* DDP reduces in the last backward of the step only */
     bool no_sync = r->pm->no_sync;
     r->pm->no_sync = no_sync || i != r->m - 1;

@@ -370,7 +370,7 @@ static void remove_at(void *array, int *n, int i, size_t size) {
 
 static void forget_model(accel_accelerator *acc, accel__model *pm) {
     for (int i = 0; i < acc->n_opts; i++)
-        if (acc->zopts[i] && acc->zopts[i]->m == pm->m) acc->strat->release_optimizer(acc, i, true);
+        if (accel__optimizer_model(acc, i) == pm) acc->strat->release_optimizer(acc, i, true);
     accel__model_release(acc, pm);
     remove_at(acc->models, &acc->n_models, (int)(pm - acc->models), sizeof *pm);
 }
@@ -378,9 +378,9 @@ static void forget_model(accel_accelerator *acc, accel__model *pm) {
 /* consolidate: give a ZeRO-sharded optimizer its full state back (collective);
  * false when the optimizer is being freed. */
 static void forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
-    if (acc->zopts[i]) acc->strat->release_optimizer(acc, i, consolidate);
+    if (acc->strat_opt[i]) acc->strat->release_optimizer(acc, i, consolidate);
     int n = acc->n_opts;
-    remove_at(acc->zopts, &n, i, sizeof acc->zopts[0]);
+    remove_at(acc->strat_opt, &n, i, sizeof acc->strat_opt[0]);
     n = acc->n_opts;
     remove_at(acc->skipped, &n, i, sizeof acc->skipped[0]);
     remove_at(acc->opts, &acc->n_opts, i, sizeof acc->opts[0]);
@@ -475,7 +475,7 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     if (acc->n_opts == ACCEL__MAX_PREPARED) return too_many("optimizers");
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
-    acc->zopts[acc->n_opts] = NULL;
+    acc->strat_opt[acc->n_opts] = NULL;
     if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) return st;
     acc->n_opts++;
     if ((st = accel__link_add(links, optimizer_detached, acc))) forget_optimizer(acc, acc->n_opts - 1, true);

@@ -53,16 +53,21 @@ struct accel__strategy {
     accel_status (*end_backward)(accel_accelerator *acc, accel__model *pm);
 
     /* Optimizer i, at prepare: NULL keeps the user's optimizer as it is;
-     * else it is re-targeted to the model's shard (acc->zopts[i]).
-     * release_optimizer gives it back its own segments, with the
-     * consolidated state when consolidate (collective), else only forgets. */
+     * else it is re-targeted to the model's shard (its state the strategy's
+     * own, in acc->strat_opt[i]). release_optimizer gives it back its own
+     * segments, with the consolidated state when consolidate (collective),
+     * else only forgets. optimizer_model: the prepared model optimizer i
+     * was re-targeted to, NULL (or no entry) while it is the user's as it
+     * was: what the rest of the Accelerator asks (accel__optimizer_model). */
     accel_status (*prepare_optimizer)(accel_accelerator *acc, int i);
     void (*release_optimizer)(accel_accelerator *acc, int i, bool consolidate);
+    accel__model *(*optimizer_model)(accel_accelerator *acc, int i);
     /* After the shard's optimizer step: every rank's updated parameters
      * where the next forward reads them (collective). */
     accel_status (*after_step)(accel_accelerator *acc, accel__model *pm);
-    /* zero_grad of a re-targeted optimizer: the model's gradients, full and shard. */
-    void (*zero_grad)(accel_accelerator *acc, accel__model *pm);
+    /* zero_grad of a re-targeted optimizer: the model's gradients, full and
+     * shard. Its status: a device that fails the clearing. */
+    accel_status (*zero_grad)(accel_accelerator *acc, accel__model *pm);
     /* The gradients the optimizer step reads. grad_shard: the f32 gradient
      * shard this rank holds, as a 1-d header in *h (returned); NULL (or no
      * entry) where the rank holds the model's full flat gradient buffers
@@ -91,7 +96,7 @@ struct accel__strategy {
     accel_status (*refuse_foreign)(const char *dir, int i);
 
     /* Checkpoints of optimizer i, when prepare_optimizer re-targeted it
-     * (acc->zopts[i]; the user's optimizer saves itself otherwise).
+     * (accel__optimizer_model; the user's optimizer saves itself otherwise).
      * optimizer_state: its state consolidated into the user's per-tensor
      * vocabulary (collective; *bufs, accel_free each, back the tensors),
      * the count or -1; rank 0 writes it as optimizer[_<i>].safetensors, the
@@ -110,6 +115,11 @@ extern const accel__strategy accel__strategy_ddp;   /* ddp.c */
 extern const accel__strategy accel__strategy_zero1; /* zero.c */
 extern const accel__strategy accel__strategy_zero2; /* zero.c */
 extern const accel__strategy accel__strategy_zero3; /* zero3.c */
+
+/* The strategy's optimizer_model of optimizer i (NULL without one). */
+static inline accel__model *accel__optimizer_model(accel_accelerator *acc, int i) {
+    return acc->strat->optimizer_model ? acc->strat->optimizer_model(acc, i) : NULL;
+}
 
 /* The strategy of a ZeRO stage (0: DDP), 0 .. ACCEL__STAGES - 1. strategy.c */
 enum { ACCEL__STAGES = 4 };
@@ -131,6 +141,7 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
 /* zero.c: the pieces ZeRO-3 composes with (the sharded optimizer). */
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
 void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate);
+accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i);
 /* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
  * (accel_free each) back the tensors. Returns the count or -1. */
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);

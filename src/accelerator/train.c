@@ -116,9 +116,10 @@ static void update_scale(accel_accelerator *acc) {
 
 /* gradient_clipping (DeepSpeed config): the optimizer's model under ZeRO, else every prepared model. */
 static accel_status clip_for(accel_accelerator *acc, int i) {
+    accel__model *om = accel__optimizer_model(acc, i);
     for (int m = 0; m < acc->n_models; m++) {
         accel__model *pm = &acc->models[m];
-        if (acc->zopts[i] && acc->zopts[i]->m != pm->m) continue;
+        if (om && om != pm) continue;
         if (isnan(accel_accelerator_clip_grad_norm(acc, pm->m, acc->clip, 2.0))) return accel_last_status();
     }
     return ACCEL_OK;
@@ -128,9 +129,8 @@ static accel_status clip_for(accel_accelerator *acc, int i) {
 static accel_status step(accel_accelerator *acc, int i) {
     accel_status st = acc->clip > 0 ? clip_for(acc, i) : ACCEL_OK;
     if (!st) st = accel_optimizer_step(acc->opts[i]);
-    if (acc->zopts[i]) {
-        /* every rank gathers, even after a local failure, so the collectives stay matched */
-        accel__model *pm = accel__find_model(acc, acc->zopts[i]->m);
+    accel__model *pm = accel__optimizer_model(acc, i);
+    if (pm) { /* every rank gathers, even after a local failure, so the collectives stay matched */
         accel_status st2 = pm->strat->after_step(acc, pm);
         if (!st) st = st2;
     }
@@ -144,7 +144,7 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
     if (!acc->sync_gradients) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     if (acc->mp == ACCEL_MP_FP16) {
-        accel_accelerator_unscale_gradients(acc);
+        (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
         acc->skipped[i] = acc->found_inf;
         if (!acc->found_inf) st = step(acc, i);
         update_scale(acc);
@@ -162,14 +162,15 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
     if (i < 0) return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_zero_grad: the optimizer was not prepared");
     if (!acc->sync_gradients) return ACCEL_OK;
     /* Under ZeRO the optimizer sees only its shard: clear the model's whole gradient buffers. */
-    if (acc->zopts[i]) {
-        accel__model *pm = accel__find_model(acc, acc->zopts[i]->m);
-        pm->strat->zero_grad(acc, pm);
+    accel_status st;
+    accel__model *pm = accel__optimizer_model(acc, i);
+    if (pm) {
+        st = pm->strat->zero_grad(acc, pm);
     } else {
-        accel_optimizer_zero_grad(opt);
+        st = accel_optimizer_zero_grad(opt);
     }
     acc->unscaled = false;
-    return ACCEL_OK;
+    return st;
 }
 
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
@@ -193,6 +194,6 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_clip_grad_norm: the model was not prepared");
         return NAN;
     }
-    accel_accelerator_unscale_gradients(acc);
+    (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
     return pm->strat->clip(acc, pm, max_norm, norm_type);
 }

@@ -196,16 +196,18 @@ static accel_status zero12_after_step(accel_accelerator *acc, accel__model *pm) 
                                     accel__flat_view(&full, b, b->params, 0, b->numel));
 }
 
-static void zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
+static accel_status zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+    accel_status st = ACCEL_OK;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
-        if (b->n) accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
+        if (b->n) st = accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
     }
     accel_tensor h;
-    if (zm->zgrad) accel_zero_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
+    if (!st && zm->zgrad) st = accel_zero_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
+    return st;
 }
 
 static accel_status zero12_shard_range(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi) {
@@ -255,6 +257,18 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
 }
 
 /* ---------------------------------------------------------------- optimizer */
+
+/* A prepared optimizer re-targeted to its model's shard (acc->strat_opt[i]). */
+typedef struct accel__zopt {
+    accel_module *m;
+    int n_user;                 /* the user's tensor segments, restored on release */
+    accel_tensor **user_params;
+    int *user_groups;
+    int64_t *user_off;          /* element offset of each in the flat f32 buffer */
+    int n_runs;                 /* shard segments: runs of one group clipped to [zlo, zhi) */
+    int64_t *run_lo, *run_hi;
+    int *run_group;
+} accel__zopt;
 
 static void zopt_free(accel__zopt *z) {
     if (!z) return;
@@ -439,11 +453,17 @@ static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *o
     return accel__optimizer_set_offload(opt, &o);
 }
 
-/* The optimizer's own segments and state again, after a failed prepare. */
-static void restore_user(accel_optimizer *opt, const accel__zopt *z, int n_prior, const accel_named_state *prior) {
-    if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK &&
-        n_prior > 0)
-        accel_optimizer_load_state(opt, n_prior, prior);
+/* The optimizer's own segments and state again, after a failed prepare.
+ * Its status: out of memory, the optimizer may be left without its state. */
+static accel_status restore_user(accel_optimizer *opt, const accel__zopt *z, int n_prior,
+                                 const accel_named_state *prior) {
+    accel_status st = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
+    return !st && n_prior > 0 ? accel_optimizer_load_state(opt, n_prior, prior) : st;
+}
+
+accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i) {
+    const accel__zopt *z = acc->strat_opt[i];
+    return z ? accel__find_model(acc, z->m) : NULL;
 }
 
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
@@ -458,14 +478,17 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     if (!st && (st = offload_optimizer(acc, opt, z))) { /* e.g. no room under nvme_path: nothing changed */
         char why[1024];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        restore_user(opt, z, n_prior, prior);
-        accel_set_error(st, "accel_accelerator_prepare: %s", why);
+        if (restore_user(opt, z, n_prior, prior))
+            accel_set_error(st, "accel_accelerator_prepare: %s; and the optimizer's own parameters and state could "
+                            "not be restored (%s)", why, accel_last_error());
+        else
+            accel_set_error(st, "accel_accelerator_prepare: %s", why);
     }
     if (!st) {
-        acc->zopts[i] = z;
+        acc->strat_opt[i] = z;
         /* Whatever state the optimizer had (it may have stepped before prepare) moves to the shard. */
         st = accel__zero_load_state(acc, i, n_prior, prior);
-        if (st) acc->zopts[i] = NULL; /* the user's layout cannot come back without its state */
+        if (st) acc->strat_opt[i] = NULL; /* the user's layout cannot come back without its state */
     }
     if (n_prior >= 0) accel_named_state_free(prior, n_prior);
     if (st) zopt_free(z);
@@ -500,7 +523,7 @@ const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k) { return
 
 accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local[2], int64_t *step) {
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel__zero_model *zm = accel__zero_of(pm);
     int64_t shard = zm->zn;
@@ -535,7 +558,7 @@ accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local
 
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]) {
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     bufs[0] = bufs[1] = NULL;
@@ -618,7 +641,7 @@ static double scalar_of(const accel_named_state *e) {
 accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
     const char *fn = "accel_accelerator_load_state";
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel__zero_model *zm = accel__zero_of(pm);
     int64_t shard = zm->zn;
@@ -678,7 +701,7 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
 accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
                                     float *const local[2], double step) {
     accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     accel__model *pm = accel__find_model(acc, z->m);
     accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
     accel_status s = res ? ACCEL_OK : accel_last_status();
@@ -702,11 +725,11 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
 }
 
 void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate) {
-    accel__zopt *z = acc->zopts[i];
+    accel__zopt *z = acc->strat_opt[i];
     if (!z) return;
     if (!consolidate) { /* the optimizer is being freed */
         zopt_free(z);
-        acc->zopts[i] = NULL;
+        acc->strat_opt[i] = NULL;
         return;
     }
     accel_optimizer *opt = acc->opts[i];
@@ -716,13 +739,19 @@ void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolida
      * fails (a broken group) the user's parameters come back with fresh state. */
     int n = accel__zero_state(acc, i, &st, bufs);
     accel__optimizer_set_offload(opt, NULL); /* the state file goes: the user's optimizer holds its state again */
-    if (accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups) == ACCEL_OK && n >= 0)
-        accel_optimizer_load_state(opt, n, st);
+    accel_status rs = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
+    if (!rs && n >= 0) rs = accel_optimizer_load_state(opt, n, st);
+    if (rs) { /* out of memory: said, as the release returns nothing */
+        accel_set_error(accel_last_status(),
+                        "accel_accelerator_clear: rank %d: optimizer %d could not get its own parameters and state "
+                        "back (%s)", acc->rank, i, accel_last_error());
+        fprintf(stderr, "accel: warning: %s\n", accel_last_error());
+    }
     if (n >= 0) accel_named_state_free(st, n);
     accel_free(bufs[0]);
     accel_free(bufs[1]);
     zopt_free(z);
-    acc->zopts[i] = NULL;
+    acc->strat_opt[i] = NULL;
 }
 
 /* ---------------------------------------------------------------- the strategies */
@@ -738,6 +767,7 @@ const accel__strategy accel__strategy_zero1 = {
     .grad_ready = accel__ddp_grad_ready,
     .end_backward = accel__ddp_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
+    .optimizer_model = accel__zero_optimizer_model,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,
@@ -774,6 +804,7 @@ const accel__strategy accel__strategy_zero2 = {
     .grad_ready = not_mine,
     .end_backward = zero2_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
+    .optimizer_model = accel__zero_optimizer_model,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,

@@ -1019,10 +1019,10 @@ static accel_status install_hooks(accel_accelerator *acc, accel__model *pm) {
         }
         m->gradient_checkpointing |= acc->fsdp.activation_checkpointing && !zm->units[zm->hooked_unit[i]].is_root;
         accel_module_hook h = {hook_pre, hook_post, hook_free, c};
-        accel_module_set_hook(m, &h);
-        if (!m->hook) {
+        accel_status st = accel_module_set_hook(m, &h);
+        if (st) { /* out of memory: m has no hook now; c still holds the one it had, and frees it */
             hook_free(c);
-            return accel_last_status();
+            return st;
         }
     }
     return ACCEL_OK;
@@ -1036,8 +1036,13 @@ static void remove_hooks(accel__model *pm) {
         if (!m->hook || m->hook->pre_forward != hook_pre) continue;
         hook_ctx *c = m->hook->ctx;
         accel_module_hook prev = c->chained;
-        c->chained.free_ctx = NULL;
-        accel_module_set_hook(m, prev.pre_forward || prev.post_forward || prev.free_ctx ? &prev : NULL);
+        if (prev.pre_forward || prev.post_forward || prev.free_ctx) {
+            *m->hook = prev; /* in the hook's own allocation: a set_hook would allocate, and could fail */
+            accel_free(c);
+        } else {
+            /* removing allocates nothing: with m not NULL it cannot fail */
+            (void)accel_module_set_hook(m, NULL);
+        }
     }
 }
 
@@ -1266,12 +1271,12 @@ static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
     accel_device dev = model_device(pm);
     void *own = accel__device_alloc(dev, accel_nbytes(t), !copy, "accel_accelerator_clear");
     accel_tensor *g = own ? accel_tensor_new(t->dtype, t->ndim, t->shape, dev) : NULL;
-    if (!g || accel_zero_(g) || (copy && accel__copy_bytes(dev, own, dev, accel__device_ptr(t), accel_nbytes(t)))) {
+    if (!g || accel_zero_(g) || (copy && accel__copy_bytes(dev, own, dev, accel__device_ptr(t), accel_nbytes(t))) ||
+        accel_tensor_rebind(t, own, false)) {
         accel_tensor_free(g);
         accel__device_free(dev, own);
         return false;
     }
-    accel_tensor_rebind(t, own, false);
     t->flags |= ACCEL_TF_OWNS_DATA;
     accel_tensor_free(t->grad); /* a view of the full gradient buffer */
     t->grad = g;
@@ -1296,7 +1301,8 @@ static void no_own_storage(accel_flat_buffer *b, int t, bool there, int *kept, c
     accel_tensor_free(x->grad); /* a view of the full gradient buffer */
     x->grad = NULL;
     if (!there) {
-        accel_tensor_rebind(x, NULL, false);
+        /* a parameter of the flat buffer, contiguous and persistent: cannot fail */
+        (void)accel_tensor_rebind(x, NULL, false);
         loss->tensors++;
         return;
     }

@@ -810,8 +810,6 @@ accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const 
 
 /* ---------------------------------------------------------------- optimizer */
 
-static accel__model *optimizer_model(accel_accelerator *acc, int i) { return accel__find_model(acc, acc->zopts[i]->m); }
-
 /* "step", "param_groups.*": the optimizer's scalar entries as a JSON object. */
 static json_t *scalars_json(accel_optimizer *opt) {
     accel_named_state *st = NULL;
@@ -827,7 +825,7 @@ static json_t *scalars_json(accel_optimizer *opt) {
 static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
     json_t *root = json_object(), *kinds = json_array();
     char model[64];
-    snprintf(model, sizeof model, "pytorch_model_fsdp_%d", model_index(acc, optimizer_model(acc, i)));
+    snprintf(model, sizeof model, "pytorch_model_fsdp_%d", model_index(acc, accel__zero_optimizer_model(acc, i)));
     for (int k = 0; k < accel__zero_kinds(acc, i); k++) json_array_append_new(kinds, json_string(accel__zero_kind_name(acc, i, k)));
     json_object_set_new(root, "format", json_string(OPTIM_FORMAT));
     json_object_set_new(root, "version", json_integer(1));
@@ -855,7 +853,7 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
     for (int k = 0; k < nk; k++) kinds[k] = accel__zero_kind_name(acc, i, k);
     if (!st && !failed) st = accel__mkdir(sub);
     if (!st && !failed && on_first_machine(acc))
-        st = write_rank_file(acc, optimizer_model(acc, i), sub, nk, local, kinds);
+        st = write_rank_file(acc, accel__zero_optimizer_model(acc, i), sub, nk, local, kinds);
     if (!st && !failed && acc->rank == 0) st = save_json(sub, INDEX, optim_index_json(acc, i, step));
     accel_free(local[0]);
     accel_free(local[1]);
@@ -961,7 +959,7 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
     optim_subdir(sub, sizeof sub, dir, i);
     *found = accel__is_dir(sub);
     if (!*found) return ACCEL_OK;
-    accel__model *pm = optimizer_model(acc, i);
+    accel__model *pm = accel__zero_optimizer_model(acc, i);
     accel__zero_model *zm = accel__zero_of(pm);
     optim_index oi;
     sharded_index ix = {0};

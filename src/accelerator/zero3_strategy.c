@@ -24,14 +24,14 @@ static bool zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
 
 /* The full gradient buffers are unmapped after each reduction (touching them
  * would fault on a device, or bring the pages back on the cpu): the shard only. */
-static void zero3_zero_grad(accel_accelerator *acc, accel__model *pm) {
+static accel_status zero3_zero_grad(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     (void)acc;
     accel_tensor h;
     int64_t n = zm->zn;
-    if (!zm->zgrad) return;
+    if (!zm->zgrad) return ACCEL_OK;
     accel__tensor_header(&h, zm->zgrad, ACCEL_F32, 1, &n, zm->zdev);
-    accel_zero_(&h);
+    return accel_zero_(&h);
 }
 
 static accel_status zero3_shard_range(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi) {
@@ -58,6 +58,7 @@ const accel__strategy accel__strategy_zero3 = {
     .grad_ready = accel__zero3_grad_ready,
     .end_backward = accel__zero3_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
+    .optimizer_model = accel__zero_optimizer_model,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = accel__zero3_after_step,
     .zero_grad = zero3_zero_grad,

@@ -225,7 +225,7 @@ accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const c
 /* Removes d's hooks and gives its offloaded tensors back to meta. */
 static void release_model(accel_dispatched *d) {
     for (int i = 0; i < d->n_hooked; i++)
-        if (is_ours(d->hooked[i], d)) accel_module_set_hook(d->hooked[i], NULL);
+        if (is_ours(d->hooked[i], d)) (void)accel_module_set_hook(d->hooked[i], NULL); /* a removal: cannot fail */
     accel_free(d->hooked);
     d->hooked = NULL;
     d->n_hooked = d->cap_hooked = 0;

@@ -439,7 +439,7 @@ static accel_status entry_for(accel_tensor *owner, accel__prepared **out) {
 
 /* The form `key` of e (its build lock held). */
 static accel_status form_get(accel__prepared *e, const accel__form_key *key, accel_dtype form_dt,
-                             accel__form_fill fill, accel_tensor **out) {
+                             accel__form_fill fill, accel_tensor **out, bool *built) {
     uint64_t v = atomic_load(&e->version);
     form *f = form_slot(e, key);
     if (!f) return ACCEL_OK;
@@ -449,6 +449,7 @@ static accel_status form_get(accel__prepared *e, const accel__form_key *key, acc
         if (f->t && in_current_step(f)) return ACCEL_OK; /* this step's tape may read the old values */
         accel_status st = form_build(f, e->owner, key, form_dt, fill, v);
         if (st != ACCEL_OK) return st;
+        if (built) *built = true;
     }
     form_handed_out(f);
     *out = f->t;
@@ -477,14 +478,15 @@ bool accel__prepared_set_enabled(bool on) {
 }
 
 accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
-                                 accel__form_fill fill, accel_tensor **out) {
+                                 accel__form_fill fill, accel_tensor **out, bool *built) {
     *out = NULL;
+    if (built) *built = false;
     if (!enabled() || !owner || !trackable(owner)) return ACCEL_OK;
     accel__prepared *e;
     accel_status st = entry_for(owner, &e);
     if (st != ACCEL_OK || !e) return st;
     pthread_mutex_lock(&e->build);
-    st = form_get(e, key, form_dt, fill, out);
+    st = form_get(e, key, form_dt, fill, out, built);
     pthread_mutex_unlock(&e->build);
     entry_put(e);
     return st;

@@ -77,12 +77,14 @@ typedef accel_status (*accel__form_fill)(accel_tensor *dst, accel_tensor *src, c
 
 /* The form `key` of owner (dtype form_dt), built with fill when absent or
  * older than owner's storage: into *out, a persistent tensor owned by owner,
- * valid until owner's storage is written. *out is NULL (ACCEL_OK) when
+ * valid until owner's storage is written; *built (when not NULL) true when
+ * this call ran fill (the form's bytes are new: a fill that leaves them to
+ * its caller, as fp8's cached cast, learns it here). *out is NULL (ACCEL_OK) when
  * owner cannot hold forms (not a contiguous persistent tensor with storage)
  * or when the stale form may still be read by the current step's tape and
  * no other slot is free: the caller then converts into the step arena. */
 accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key, accel_dtype form_dt,
-                                 accel__form_fill fill, accel_tensor **out);
+                                 accel__form_fill fill, accel_tensor **out, bool *built);
 
 /* Frees t's forms and stops tracking t (its storage is being replaced or
  * freed). Called by core/tensor.c. */

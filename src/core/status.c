@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "accel/core.h"
 #include "core/core_internal.h" /* accel__set_errorv */
@@ -20,9 +21,13 @@ void accel_clear_error(void) {
     tl_message[0] = '\0';
 }
 
+/* Formatted aside first: an argument may be accel_last_error() itself (a
+ * message that wraps the one before), which vsnprintf must not overlap. */
 static void set_message(accel_status st, const char *fmt, va_list ap) {
+    char m[sizeof tl_message];
+    vsnprintf(m, sizeof m, fmt, ap);
     tl_status = st;
-    vsnprintf(tl_message, sizeof tl_message, fmt, ap);
+    memcpy(tl_message, m, sizeof m);
 }
 
 accel_status accel_set_error(accel_status st, const char *fmt, ...) {

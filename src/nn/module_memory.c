@@ -30,7 +30,10 @@ static bool bind_grad(accel_tensor *t, void *g) {
     accel_tensor *view = accel_tensor_wrap(g, t->dtype, t->ndim, t->shape, t->device);
     if (!view) return false;
     if (t->grad) {
-        accel_copy_(view, t->grad);
+        if (accel_copy_(view, t->grad)) { /* a device's failure: t keeps its own gradient */
+            accel_tensor_free(view);
+            return false;
+        }
         if (!(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
     }
     t->grad = view;

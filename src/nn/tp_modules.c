@@ -170,7 +170,7 @@ static accel_tensor *cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
         accel_tensor_free(s);
         return NULL;
     }
-    accel_requires_grad_(s, w->requires_grad);
+    (void)accel_requires_grad_(s, w->requires_grad); /* s is a live tensor: cannot fail */
     return s;
 }
 

@@ -191,12 +191,10 @@ static int bias_into(const char *op, accel_tensor *c, accel_tensor *b, int64_t R
     return ACCEL_KERNEL(op, c->device, bias_rows, &k) == ACCEL_OK ? 1 : -1;
 }
 
-/* The registry's fill of an fp8 form: nothing to copy (the cached cast
- * writes it), only that the bytes are new. */
-static _Thread_local bool tl_form_new;
-static accel_status fp8_form_new(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
+/* The registry's fill of an fp8 form: nothing (the cached cast writes its
+ * bytes; accel__prepared_get's `built` tells it they are new). */
+static accel_status fp8_form_fill(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
     (void)dst, (void)src, (void)key;
-    tl_form_new = true;
     return ACCEL_OK;
 }
 
@@ -223,16 +221,16 @@ static accel_status cached_weight(accel_tensor *w, accel_tensor *wf, accel_tenso
     const accel__form_key kq = {.kind = ACCEL__FORM_FP8, .dt = ACCEL_U8, .tag = u},
                           kt = {.kind = ACCEL__FORM_FP8_T, .dt = ACCEL_U8, .tag = u};
     accel_tensor *fq, *ft;
-    tl_form_new = false;
-    accel_status st = accel__prepared_get(w, &kq, ACCEL_U8, fp8_form_new, &fq);
-    if (st == ACCEL_OK && fq) st = accel__prepared_get(w, &kt, ACCEL_U8, fp8_form_new, &ft);
+    bool new_q = false, new_t = false;
+    accel_status st = accel__prepared_get(w, &kq, ACCEL_U8, fp8_form_fill, &fq, &new_q);
+    if (st == ACCEL_OK && fq) st = accel__prepared_get(w, &kt, ACCEL_U8, fp8_form_fill, &ft, &new_t);
     if (st != ACCEL_OK || !fq || !ft) return st;
     const int64_t O = w->shape[0], I = w->shape[1];
     accel_tensor *t = accel_view_raw(ft, 2, (int64_t[]){I, O}, (int64_t[]){O, 1}, 0); /* its bytes as [I, O] */
     accel_tensor *row = accel_view_raw(c->state, 1, (int64_t[]){ACCEL__FP8_CACHE_WORDS}, (int64_t[]){1},
                                        (int64_t)i * ACCEL__FP8_CACHE_WORDS);
     if (!t || !row) return accel_last_status();
-    st = accel__fp8_quantize_cached(fq, t, inv, 1, wf, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, row, tl_form_new);
+    st = accel__fp8_quantize_cached(fq, t, inv, 1, wf, meta, ACCEL__FP8_W, ACCEL_FP8_E4M3, row, new_q || new_t);
     if (st != ACCEL_OK) return st;
     u->arena = a, u->gen = accel_arena_generation(a);
     *q = fq, *q_t = t, *done = true;

@@ -123,7 +123,7 @@ static accel_status prepared_operand(accel_tensor *t, accel_dtype dt, bool widen
     accel__form_key key = {.kind = widen ? ACCEL__FORM_ROUNDED_F32 : ACCEL__FORM_CAST, .dt = dt};
     *form = NULL;
     if (t->dtype != ACCEL_F32 || dt == ACCEL_F32 || (t->flags & ACCEL_TF_ARENA)) return ACCEL_OK;
-    return accel__prepared_get(t, &key, widen ? ACCEL_F32 : dt, fill_mm_form, form);
+    return accel__prepared_get(t, &key, widen ? ACCEL_F32 : dt, fill_mm_form, form, NULL);
 }
 
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {

@@ -739,7 +739,7 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
     if (!dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st)) return st;
     accel__form_key key = {.kind = trans_b ? ACCEL__FORM_DNNL_NT : ACCEL__FORM_DNNL_NN, .dt = dt};
     accel_tensor *form;
-    st = accel__prepared_get(W, &key, dt, fill_dnnl_form, &form);
+    st = accel__prepared_get(W, &key, dt, fill_dnnl_form, &form, NULL);
     if (st != ACCEL_OK || !form) return st;
     return accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form->data, beta, C, c_dt, ldc, ran);
 }
