@@ -226,6 +226,9 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
  * replicated parameters' gradients summed over the tp group
  * (accel_module_tp_reduce_grads); nothing otherwise. */
 accel_status accel__tp_after_backward(accel_accelerator *acc);
+/* sliced[j]: whether ts[j] (n tensors of m) is a tp slice (its gradient
+ * norm sums over the tp group) rather than whole on every tp rank. */
+accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced);
 void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
 /* The whole tensors of sd's tp-sharded entries, gathered over the tp group
  * (collective): *whole[i] the whole tensor of entry i (a tied alias shares

@@ -96,6 +96,18 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
     return inf ? fmax(part[0], part[1]) : part[0] + part[1];
 }
 
+accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    if (!sd) return accel_last_status();
+    for (int j = 0; j < n; j++) {
+        sliced[j] = false;
+        for (int i = 0; i < sd->n && !sliced[j]; i++)
+            sliced[j] = sd->entries[i].t == ts[j] && entry_split(&sd->entries[i], NULL, NULL, NULL);
+    }
+    accel_state_dict_free(sd);
+    return ACCEL_OK;
+}
+
 void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world) {
     const accel__mesh *m = &acc->mesh;
     /* the batch a rank gets depends on its data-parallel coordinates only:
