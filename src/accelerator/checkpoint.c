@@ -414,15 +414,16 @@ static accel_status load_sched(void *s, int n, const accel_named_state *st) {
 
 /* ---------------------------------------------------------------- model */
 
-/* Model m's file, written by rank 0; under tp every rank calls it, for the
- * gather of the whole tensors over its tp group (collective), so the file is
- * a one-process model's. */
-static accel_status save_model_file(accel_accelerator *acc, const char *path, accel_module *m) {
+/* Model m's file, written by rank 0 (with write); under tp every rank calls
+ * it, even after a failure (write false), for the gather of the whole
+ * tensors over its tp group (collective), so the file is a one-process
+ * model's. */
+static accel_status save_model_file(accel_accelerator *acc, const char *path, accel_module *m, bool write) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     accel_tensor **whole = NULL;
     accel_status gst = accel__tp_gather_state(acc, sd, &whole);
-    if (gst || acc->rank != 0) {
+    if (gst || acc->rank != 0 || !write) {
         accel__tp_gather_state_free(sd, whole);
         accel_state_dict_free(sd);
         return gst;
@@ -603,9 +604,10 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         if (strat->save_state) { /* collective: every rank its shards, or its part of the gathers */
             accel_status s2 = strat->save_state(acc, i, tmp, s != ACCEL_OK);
             if (!s) s = s2;
-        } else if ((acc->rank == 0 || tp > 1) && !s) {
+        } else if (tp > 1 || (acc->rank == 0 && !s)) {
             numbered(path, sizeof path, tmp, "model", i);
-            s = save_model_file(acc, path, acc->models[i].m);
+            accel_status s2 = save_model_file(acc, path, acc->models[i].m, !s);
+            if (!s) s = s2;
         }
         KILL_POINT("save: model file written");
         accel_progress_update(bar, 1);
