@@ -129,6 +129,10 @@ static int body(int rank, int world) {
         CHECK(accel_backward(accel_mul_scalar(total, 1.0 / dp)) == ACCEL_OK);
         CHECK_MSG(fabs(mine - want) <= 1e-5 * fmax(1, fabs(want)), "rank %d step %d: loss %.9g, want %.9g", rank, s,
                   mine, want);
+        if (CFG.zero_stage == 3 && s == 0) { /* ZeRO-3's gradient shard under tp: its norm is not built */
+            CHECK(isnan(accel_accelerator_clip_grad_norm(acc, tp, 1.0, 2.0)));
+            CHECK_STR_CONTAINS(accel_last_error(), "a ZeRO-3-sharded gradient of a tensor-parallel model");
+        }
         if (CFG.clip > 0) { /* the norm must be above the limit, so clipping is tested */
             double norm = accel_clip_grad_norm(n_ref, ps, CFG.clip, 2.0);
             CHECK_MSG(norm > 2 * CFG.clip, "the reference gradient norm %g does not exceed the clip %g", norm,
