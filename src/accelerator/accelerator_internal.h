@@ -4,6 +4,7 @@
 
 #include "accel/accelerator.h"
 #include "accel/dist.h"
+#include "accel/io.h"
 #include "backends/fp8.h"
 #include "ops/fp8_linear.h"
 #include "data/data_internal.h"
@@ -215,12 +216,27 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
  * replicated parameters' gradients summed over the tp group
  * (accel_module_tp_reduce_grads); nothing otherwise. */
 accel_status accel__tp_after_backward(accel_accelerator *acc);
+/* sliced[j]: whether ts[j] (n tensors of m) is a tp slice (its gradient
+ * norm sums over the tp group) rather than whole on every tp rank. */
+accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced);
 void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
 /* The whole tensors of sd's tp-sharded entries, gathered over the tp group
  * (collective): *whole[i] the whole tensor of entry i (a tied alias shares
  * its first name's), NULL for the entries not sharded; *whole NULL without
  * tp. Freed with accel__tp_gather_state_free. */
 accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_dict *sd, accel_tensor ***whole);
+/* load_state of a model entry under tp: when e is a tp slice (*sliced),
+ * this rank's slice of the whole tensor f holds under e's name (the
+ * plan's cut), copied into e's tensor; nothing when it is not. */
+accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced);
+/* save_state of a DDP optimizer under tp (collective over the tp group):
+ * the state st (accel_optimizer_state of opt, n entries) of every
+ * tp-sliced parameter replaced by the whole, gathered over the tp group,
+ * flat as a one-process optimizer lists it. Nothing without tp. */
+accel_status accel__tp_gather_optimizer(accel_accelerator *acc, accel_optimizer *opt, int n, accel_named_state *st);
+/* load_state's inverse: each whole state of a tp-sliced parameter replaced
+ * by this rank's slice (the plan's cut of the parameter's shape). */
+accel_status accel__tp_slice_optimizer(accel_accelerator *acc, accel_optimizer *opt, int n, accel_named_state *st);
 /* ACCEL_ERR_UNSUPPORTED naming fn and what is not built under tp, else ACCEL_OK. */
 accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what);
 void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole);

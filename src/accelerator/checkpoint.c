@@ -404,6 +404,8 @@ typedef struct opt_slot {
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
     if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
+    /* under tp: this rank's slices of the whole states (load_named's tensors, owned) */
+    if (accel__tp_slice_optimizer(os->acc, os->acc->opts[os->i], n, (accel_named_state *)st)) return accel_last_status();
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
@@ -412,9 +414,20 @@ static accel_status load_sched(void *s, int n, const accel_named_state *st) {
 
 /* ---------------------------------------------------------------- model */
 
-static accel_status save_model_file(const char *path, accel_module *m) {
+/* Model m's file, written by rank 0 (with write); under tp every rank calls
+ * it, even after a failure (write false), for the gather of the whole
+ * tensors over its tp group (collective), so the file is a one-process
+ * model's. */
+static accel_status save_model_file(accel_accelerator *acc, const char *path, accel_module *m, bool write) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
+    accel_tensor **whole = NULL;
+    accel_status gst = accel__tp_gather_state(acc, sd, &whole);
+    if (gst || acc->rank != 0 || !write) {
+        accel__tp_gather_state_free(sd, whole);
+        accel_state_dict_free(sd);
+        return gst;
+    }
     const char **names = accel_calloc((size_t)(sd->n ? sd->n : 1), sizeof *names);
     accel_tensor **ts = accel_calloc((size_t)(sd->n ? sd->n : 1), sizeof *ts);
     accel_status s = names && ts ? ACCEL_OK : accel_last_status();
@@ -422,11 +435,12 @@ static accel_status save_model_file(const char *path, accel_module *m) {
     for (int i = 0; i < sd->n && !s; i++) {
         if (sd->entries[i].is_tied_alias) continue; /* shared tensors de-duplicated */
         names[k] = sd->entries[i].name;
-        ts[k++] = sd->entries[i].t;
+        ts[k++] = whole && whole[i] ? whole[i] : sd->entries[i].t;
     }
     if (!s) s = accel_safetensors_save(path, k, names, ts, 0, NULL);
     accel_free(names);
     accel_free(ts);
+    accel__tp_gather_state_free(sd, whole);
     accel_state_dict_free(sd);
     return s;
 }
@@ -454,7 +468,9 @@ static accel_status load_model_file(const char *path, accel_module *m) {
                                 sd->entries[i].name);
             break;
         }
-        s = accel_safetensors_load_into(f, sd->entries[i].name, sd->entries[i].t);
+        bool sliced; /* a tp slice: cut from the whole tensor */
+        if (!(s = accel__tp_load_entry(f, &sd->entries[i], &sliced)) && !sliced)
+            s = accel_safetensors_load_into(f, sd->entries[i].name, sd->entries[i].t);
     }
     accel_state_dict_free(sd);
     accel_safetensors_close(f);
@@ -582,14 +598,16 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     char path[3 * PATHN];
     accel_status s = ACCEL_OK;
     accel_progress *bar = files_bar(acc, "save_state");
+    int tp = acc->mesh.size[ACCEL__MESH_TP]; /* > 1: every rank joins the gathers of the whole tensors */
     for (int i = 0; i < acc->n_models; i++) {
         const accel__strategy *strat = acc->models[i].strat;
         if (strat->save_state) { /* collective: every rank its shards, or its part of the gathers */
             accel_status s2 = strat->save_state(acc, i, tmp, s != ACCEL_OK);
             if (!s) s = s2;
-        } else if (acc->rank == 0 && !s) {
+        } else if (tp > 1 || (acc->rank == 0 && !s)) {
             numbered(path, sizeof path, tmp, "model", i);
-            s = save_model_file(path, acc->models[i].m);
+            accel_status s2 = save_model_file(acc, path, acc->models[i].m, !s);
+            if (!s) s = s2;
         }
         KILL_POINT("save: model file written");
         accel_progress_update(bar, 1);
@@ -622,9 +640,11 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         accel_named_state *st = NULL;
         float *bufs[2] = {NULL, NULL};
         int n = accel__optimizer_model(acc, i) ? acc->strat->optimizer_state(acc, i, &st, bufs)
-                              : acc->rank == 0 ? accel_optimizer_state(acc->opts[i], &st) : 0;
+                : acc->rank == 0 || tp > 1     ? accel_optimizer_state(acc->opts[i], &st)
+                                               : 0;
         numbered(path, sizeof path, tmp, "optimizer", i);
         if (!s && n < 0) s = accel_last_status();
+        else if (!accel__optimizer_model(acc, i) && accel__tp_gather_optimizer(acc, acc->opts[i], n, st) && !s) s = accel_last_status();
         else if (!s && acc->rank == 0) s = save_named(path, n, st);
         if (n >= 0) accel_named_state_free(st, n);
         accel_free(bufs[0]);
@@ -652,8 +672,10 @@ static accel_status commit(const char *tmp, const char *dir, int world) {
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    if (accel__tp_refused(acc, "accel_accelerator_save_state",
-                          "checkpoints of tensor-parallel models are not built yet (accel_accelerator_save_model writes the whole weights)")) return accel_last_status();
+    if (acc->strat->stage > 0 && accel__tp_refused(acc, "accel_accelerator_save_state",
+                                                   "checkpoints under ZeRO are not built yet with tensor parallelism "
+                                                   "(accel_accelerator_save_model writes the whole weights)"))
+        return accel_last_status();
     if (accel__pipeline_refuse_checkpoint(acc, "accel_accelerator_save_state")) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
@@ -741,8 +763,10 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
-    if (accel__tp_refused(acc, "accel_accelerator_load_state",
-                          "checkpoints of tensor-parallel models are not built yet (accel_accelerator_save_model writes the whole weights)")) return accel_last_status();
+    if (acc->strat->stage > 0 && accel__tp_refused(acc, "accel_accelerator_load_state",
+                                                   "checkpoints under ZeRO are not built yet with tensor parallelism "
+                                                   "(accel_accelerator_save_model writes the whole weights)"))
+        return accel_last_status();
     if (accel__pipeline_refuse_checkpoint(acc, "accel_accelerator_load_state")) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;

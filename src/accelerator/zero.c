@@ -228,16 +228,45 @@ accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h) {
     return h;
 }
 
+/* Stage 2 under tp: the partial norms of the shard g ([zlo, zhi) of the f32
+ * flat buffer) over the whole parameters' pieces (part[0]) and the tp
+ * slices' (part[1]); padding between parameters holds no gradient. */
+static accel_status tp_shard_partial(accel__model *pm, accel_tensor *g, double norm_type, double *part) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    bool *sliced = accel_malloc((size_t)b->n + 1);
+    if (!sliced || accel__tp_sliced(pm->m, b->tensors, b->n, sliced)) {
+        accel_free(sliced);
+        return accel_last_status();
+    }
+    for (int j = 0; j < b->n; j++) {
+        int64_t lo = b->offsets[j] > zm->zlo ? b->offsets[j] : zm->zlo;
+        int64_t hi = b->offsets[j] + accel_numel(b->tensors[j]);
+        if (hi > zm->zhi) hi = zm->zhi;
+        if (lo >= hi) continue;
+        accel_tensor h;
+        int64_t n = hi - lo;
+        accel__tensor_header(&h, (float *)g->data + (lo - zm->zlo), ACCEL_F32, 1, &n, g->device);
+        double p = accel_grad_norm_partial(&h, norm_type);
+        part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
+    }
+    accel_free(sliced);
+    return ACCEL_OK;
+}
+
 /* A gradient shard (stage 2 on > 1 process, stage 3): the global norm from
- * every rank's shard (sum of |g|^p, or max), then each clips its own.
- * Without one, every rank holds the full averaged gradients, as under DDP. */
+ * every rank's shard (sum of |g|^p, or max), then each clips its own; under
+ * tp (stage 2) the tp slices' part also summed over the tp group, the whole
+ * parameters' part counted once. Without a shard, every rank holds the full
+ * averaged gradients, as under DDP. */
 double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
     accel_tensor h;
     accel_tensor *g = accel__zero_grad_shard(pm, &h);
     if (!g) return accel__ddp_clip(acc, pm, max_norm, norm_type);
-    if (acc->mesh.size[ACCEL__MESH_TP] > 1) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_clip_grad_norm: a ZeRO-sharded gradient of a "
-                        "tensor-parallel model: clipping it is not built (zero_stage 0 and 1 clip under tp)");
+    bool tp = acc->mesh.size[ACCEL__MESH_TP] > 1;
+    if (tp && pm->strat->stage == 3) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_clip_grad_norm: a ZeRO-3-sharded gradient of a "
+                        "tensor-parallel model: clipping it is not built (zero_stage 0, 1 and 2 clip under tp)");
         return NAN;
     }
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
@@ -246,11 +275,16 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
                             accel_dtype_name(pm->fp->buffers[d].dtype));
             return NAN;
         }
-    double part = accel_grad_norm_partial(g, norm_type);
+    /* part[0] whole parameters', part[1] tp slices' (all of it without tp) */
+    double part[2] = {0, tp ? 0 : accel_grad_norm_partial(g, norm_type)};
+    if (tp && tp_shard_partial(pm, g, norm_type, part)) return NAN;
+    accel_reduce_op op = isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM;
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
-    if (accel_pg_all_reduce(acc->shard_pg, &part, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
-        return NAN;
-    double total = accel_grad_norm_finish(part, norm_type);
+    if (accel_pg_all_reduce(acc->shard_pg, part, 2, ACCEL_F64, op)) return NAN;
+    /* the slices of the tp ranks make the whole parameters; the whole ones are the same on each */
+    if (tp && accel_pg_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, ACCEL_F64, op)) return NAN;
+    double total = accel_grad_norm_finish(op == ACCEL_REDUCE_MAX ? fmax(part[0], part[1]) : part[0] + part[1],
+                                          norm_type);
     double coef = accel_clip_coef(total, max_norm);
     if (coef < 1.0 && accel__grad_scale(g, (float)coef)) return NAN;
     return total;

@@ -26,6 +26,11 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps);
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
                                        bool sp, const char *path);
 
+/* A new tensor holding rows (dim 0) or columns (dim 1) [start, start + n)
+ * of w (1-D or 2-D), on w's device, requiring grad as w does: a plan's cut
+ * of a whole weight, and load_state's of a whole checkpoint tensor. */
+accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n);
+
 /* Applies the model's own tensor-parallel plan when it has one (a causal LM
  * of the architecture table: accel_llama_parallelize): 1 applied, 0 no plan
  * of its own (nothing done, no error), -1 refused (the error set). The

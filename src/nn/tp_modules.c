@@ -158,8 +158,7 @@ static void replace_tensor(accel_module *m, accel_tensor *old, accel_tensor *neu
     accel_tensor_free(old);
 }
 
-/* A new parameter holding rows (dim 0) or columns (dim 1) [start, start + n) of w. */
-static accel_tensor *cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
+accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
     int64_t shape[2] = {w->shape[0], w->ndim == 2 ? w->shape[1] : 0};
     shape[dim] = n;
     accel_tensor *s = accel_tensor_new(w->dtype, w->ndim, shape, w->device);
@@ -213,7 +212,8 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
                    .sp = sp};
     if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
         bool cut_b = b && style == ACCEL_TP_COLWISE;
-        accel_tensor *nw = cut(w, d, t->start, t->local), *nb = nw && cut_b ? cut(b, 0, t->start, t->local) : NULL;
+        accel_tensor *nw = accel__tp_cut(w, d, t->start, t->local),
+                     *nb = nw && cut_b ? accel__tp_cut(b, 0, t->start, t->local) : NULL;
         if (!nw || (cut_b && !nb)) {
             accel_tensor_free(nw);
             accel_free(t);
