@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
         perror("tokenize: standard output");
         rc = 1;
     }
-    if (!rc) fprintf(stderr, "tokenize: %lld lines, %lld ids, %.1f MB/s\n", lines, total, s > 0 ? bytes / s / 1e6 : 0.0);
+    if (!rc) fprintf(stderr, "tokenize: %lld lines, %lld ids, %.2f MB/s\n", lines, total, s > 0 ? bytes / s / 1e6 : 0.0);
     free(line);
     if (in != stdin) fclose(in);
     accel_tokenizer_free(t);

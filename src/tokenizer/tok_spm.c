@@ -20,8 +20,18 @@ static const char SPACE[] = "\xE2\x96\x81"; /* U+2581 LOWER ONE EIGHTH BLOCK */
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
 int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
-    const struct tok_pair_slot *e = tok_pairmap_get(&t->child, node, c);
-    return e ? e->id : -1;
+    if (!node) return t->root[c];
+    /* below the root a node has few children (pieces share their first bytes,
+     * then branch out thinly): a scan of the sorted labels, halving first when many */
+    uint32_t lo = t->first[node], hi = t->first[node + 1];
+    while (hi - lo > 8) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->label[mid] <= c) lo = mid;
+        else hi = mid;
+    }
+    for (; lo < hi && t->label[lo] <= c; lo++)
+        if (t->label[lo] == c) return t->next[lo];
+    return -1;
 }
 
 /* The length of the longest user-defined piece at s[0..n), 0 when none
