@@ -249,8 +249,6 @@ typedef struct tok_spm {
 /* NULL + an error naming `name` and the field or byte offset on anything
  * malformed, truncated or unsupported. tok_spm_load reads the file first. */
 tok_spm *tok_spm_parse(const char *name, const uint8_t *p, size_t n);
-/* The node under `node` for byte c in a frozen trie; -1 when none. */
-int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c);
 tok_spm *tok_spm_load(const char *path);
 void tok_spm_free(tok_spm *m); /* NULL is a no-op */
 /* Appends sentencepiece's ids of s[0..n) (any bytes: each invalid UTF-8 byte
