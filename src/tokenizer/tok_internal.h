@@ -202,14 +202,18 @@ enum { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, S
 /* A byte trie: node 0 is the root, piece[node] the piece ending there (-1
  * none). Built through `child` ((node, byte) -> the child node, in the pair
  * map's `id`), then frozen by tok_spm_trie_freeze into the layout encode walks
- * (a hash per byte cost more than sentencepiece's double array): the root's
- * children as a table by byte, every other node's as its slice
- * first[node] .. first[node + 1] of label / next, sorted by label. */
+ * (a hash per byte cost more than sentencepiece's double array): the
+ * children of the root and of every node with more than TOK_SPM_WIDE of them
+ * as a table by byte (wide[node]: its block of 256 in table, else -1), every
+ * other node's as its slice first[node] .. first[node + 1] of label / next,
+ * sorted by label. */
+#define TOK_SPM_WIDE 16
 typedef struct tok_spm_trie {
     int32_t *piece;
     size_t n, cap;
     tok_pairmap child;  /* building only: freed by tok_spm_trie_freeze */
-    int32_t root[256];  /* the root's child per byte, -1 none (set by the freeze) */
+    int32_t *wide;      /* [n] */
+    int32_t *table;     /* [256 per wide node]: the child per byte, -1 none */
     uint32_t *first;    /* [n + 1] */
     uint8_t *label;     /* [n - 1]: the byte into each child */
     int32_t *next;      /* [n - 1]: the child node */

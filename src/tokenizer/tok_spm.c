@@ -21,15 +21,9 @@ static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
 /* The node under `node` for byte c; -1 when none. */
 static inline int32_t trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
-    if (!node) return t->root[c];
-    /* below the root a node has few children (pieces share their first bytes,
-     * then branch out thinly): a scan of the sorted labels, halving first when many */
+    if (t->wide[node] >= 0) return t->table[(size_t)t->wide[node] * 256 + c];
+    /* at most TOK_SPM_WIDE sorted labels: a scan */
     uint32_t lo = t->first[node], hi = t->first[node + 1];
-    while (hi - lo > 8) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (t->label[mid] <= c) lo = mid;
-        else hi = mid;
-    }
     for (; lo < hi && t->label[lo] <= c; lo++)
         if (t->label[lo] == c) return t->next[lo];
     return -1;

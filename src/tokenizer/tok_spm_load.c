@@ -299,15 +299,14 @@ static bool trie_insert(tok_spm_trie *t, const char *s, size_t n, int32_t id) {
 
 /* The pair map's edges as the frozen layout of tok_internal.h; the map is freed. */
 static bool trie_freeze(tok_spm_trie *t) {
-    for (int c = 0; c < 256; c++) t->root[c] = -1;
-    if (!t->n) return true;
+    if (!t->n && !trie_node(t)) return false; /* the root: encode looks there first */
     t->first = calloc(t->n + 1, sizeof *t->first);
     t->label = malloc(t->n * sizeof *t->label);
     t->next = malloc(t->n * sizeof *t->next);
     if (!t->first || !t->label || !t->next) return false;
     const tok_pairmap *pm = &t->child;
     /* counts, then starts (first[node + 1] the end of node's slice), then the
-     * edges in the map's order, then each slice sorted by label (insertion: slices are short) */
+     * edges in the map's order, then each slice sorted by label (insertion: most are short, none over 256) */
     for (size_t j = 0; j < pm->cap; j++)
         if (pm->slot[j].a >= 0) t->first[pm->slot[j].a + 1]++;
     for (size_t v = 0; v < t->n; v++) t->first[v + 1] += t->first[v];
@@ -319,9 +318,18 @@ static bool trie_freeze(tok_spm_trie *t) {
         if (e->a < 0) continue;
         t->label[fill[e->a]] = (uint8_t)e->b;
         t->next[fill[e->a]++] = e->id;
-        if (!e->a) t->root[e->b] = e->id;
     }
     free(fill);
+    /* the wide nodes' tables (the root always: every walk starts there) */
+    size_t nwide = 0;
+    if (!(t->wide = malloc(t->n * sizeof *t->wide))) return false;
+    for (size_t v = 0; v < t->n; v++)
+        t->wide[v] = !v || t->first[v + 1] - t->first[v] > TOK_SPM_WIDE ? (int32_t)nwide++ : -1;
+    if (!(t->table = malloc(nwide * 256 * sizeof *t->table))) return false;
+    for (size_t i = 0; i < nwide * 256; i++) t->table[i] = -1;
+    for (size_t v = 0; v < t->n; v++)
+        for (uint32_t i = t->first[v]; t->wide[v] >= 0 && i < t->first[v + 1]; i++)
+            t->table[(size_t)t->wide[v] * 256 + t->label[i]] = t->next[i];
     for (size_t v = 0; v < t->n; v++)
         for (uint32_t i = t->first[v] + 1; i < t->first[v + 1]; i++) {
             uint8_t l = t->label[i];
@@ -337,6 +345,8 @@ static bool trie_freeze(tok_spm_trie *t) {
 static void trie_free(tok_spm_trie *t) {
     free(t->piece);
     free(t->first);
+    free(t->wide);
+    free(t->table);
     free(t->label);
     free(t->next);
     tok_pairmap_free(&t->child);
