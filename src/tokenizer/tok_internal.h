@@ -200,11 +200,23 @@ typedef struct tok_added {
 enum { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, SPM_UNUSED = 5, SPM_BYTE = 6 };
 
 /* A byte trie: node 0 is the root, piece[node] the piece ending there (-1
- * none), child (node, byte) -> the child node (in the pair map's `id`). */
+ * none). Built through `child` ((node, byte) -> the child node, in the pair
+ * map's `id`), then frozen by tok_spm_trie_freeze into the layout encode walks
+ * (a hash per byte cost more than sentencepiece's double array): the
+ * children of the root and of every node with more than TOK_SPM_WIDE of them
+ * as a table by byte (wide[node]: its block of 256 in table, else -1), every
+ * other node's as its slice first[node] .. first[node + 1] of label / next,
+ * sorted by label. */
+#define TOK_SPM_WIDE 16
 typedef struct tok_spm_trie {
     int32_t *piece;
     size_t n, cap;
-    tok_pairmap child;
+    tok_pairmap child;  /* building only: freed by tok_spm_trie_freeze */
+    int32_t *wide;      /* [n] */
+    int32_t *table;     /* [256 per wide node]: the child per byte, -1 none */
+    uint32_t *first;    /* [n + 1] */
+    uint8_t *label;     /* [n - 1]: the byte into each child */
+    int32_t *next;      /* [n - 1]: the child node */
 } tok_spm_trie;
 
 typedef struct tok_spm {
@@ -241,8 +253,6 @@ typedef struct tok_spm {
 /* NULL + an error naming `name` and the field or byte offset on anything
  * malformed, truncated or unsupported. tok_spm_load reads the file first. */
 tok_spm *tok_spm_parse(const char *name, const uint8_t *p, size_t n);
-/* The node under `node` for byte c; -1 when none. */
-int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c);
 tok_spm *tok_spm_load(const char *path);
 void tok_spm_free(tok_spm *m); /* NULL is a no-op */
 /* Appends sentencepiece's ids of s[0..n) (any bytes: each invalid UTF-8 byte

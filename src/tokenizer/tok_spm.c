@@ -19,9 +19,14 @@
 static const char SPACE[] = "\xE2\x96\x81"; /* U+2581 LOWER ONE EIGHTH BLOCK */
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
-int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
-    const struct tok_pair_slot *e = tok_pairmap_get(&t->child, node, c);
-    return e ? e->id : -1;
+/* The node under `node` for byte c; -1 when none. */
+static inline int32_t trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
+    if (t->wide[node] >= 0) return t->table[(size_t)t->wide[node] * 256 + c];
+    /* at most TOK_SPM_WIDE sorted labels: a scan */
+    uint32_t lo = t->first[node], hi = t->first[node + 1];
+    for (; lo < hi && t->label[lo] <= c; lo++)
+        if (t->label[lo] == c) return t->next[lo];
+    return -1;
 }
 
 /* The length of the longest user-defined piece at s[0..n), 0 when none
@@ -29,7 +34,7 @@ int32_t tok_spm_trie_child(const tok_spm_trie *t, int32_t node, uint8_t c) {
 static size_t user_prefix(const tok_spm *m, const char *s, size_t n) {
     size_t best = 0;
     int32_t cur = 0;
-    for (size_t k = 0; k < n && (cur = tok_spm_trie_child(&m->user, cur, (uint8_t)s[k])) >= 0; k++)
+    for (size_t k = 0; k < n && (cur = trie_child(&m->user, cur, (uint8_t)s[k])) >= 0; k++)
         if (m->user.piece[cur] >= 0) best = k + 1;
     return best;
 }
@@ -156,6 +161,7 @@ static int32_t piece_to_id(const tok_spm *m, const char *s, size_t n) {
 typedef struct sym {
     size_t a, n;            /* bytes of the normalized text; n == 0: merged away */
     ptrdiff_t prev, next;   /* -1: none */
+    int32_t node;           /* the trie node of the text; -1: no piece starts so */
     bool freeze;    /* a user-defined piece: never merged */
 } sym;
 
@@ -163,6 +169,7 @@ typedef struct pair {
     ptrdiff_t left, right;
     float score;
     size_t size;
+    int32_t node; /* the merged text's trie node */
 } pair;
 
 /* The agenda's order: the higher score first, then the leftmost. */
@@ -204,15 +211,24 @@ typedef struct bpe {
     tok_strmap split; /* an UNUSED piece made by a merge -> its left part's length */
 } bpe;
 
-/* MaybeAddNewSymbolPair. */
+/* The trie node of s[0..n) walked on from `node`; -1 when it leaves the trie. */
+static int32_t walk(const tok_spm_trie *t, int32_t node, const char *s, size_t n) {
+    for (size_t i = 0; i < n && node >= 0; i++) node = trie_child(t, node, (uint8_t)s[i]);
+    return node;
+}
+
+/* MaybeAddNewSymbolPair: is the two symbols' text a piece? (The trie walked
+ * on from the left one's node over the right one's bytes: the pieces map's
+ * answer for the price of the right symbol's bytes.) */
 static bool maybe_pair(bpe *b, ptrdiff_t l, ptrdiff_t r) {
     if (l < 0 || r < 0 || b->sy[l].freeze || b->sy[r].freeze) return true;
     const char *p = b->s + b->sy[l].a;
     size_t n = b->sy[l].n + b->sy[r].n;
-    int64_t id = tok_strmap_get(&b->m->pieces, p, n);
+    int32_t node = walk(&b->m->trie, b->sy[l].node, b->s + b->sy[r].a, b->sy[r].n);
+    int32_t id = node >= 0 ? b->m->trie.piece[node] : -1;
     if (id < 0) return true;
     if (b->m->pc[id].type == SPM_UNUSED && !tok_strmap_put(&b->split, p, n, (int64_t)b->sy[l].n)) return false;
-    return heap_push(&b->agenda, (pair){l, r, b->m->pc[id].score, n});
+    return heap_push(&b->agenda, (pair){l, r, b->m->pc[id].score, n, node});
 }
 
 /* The resegment of bpe_model.cc: an UNUSED piece is replaced by the two it was made of. */
@@ -229,7 +245,8 @@ static bool bpe_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) 
     ptrdiff_t ns = 0;
     for (size_t a = 0; ok && a < n; ns++) {
         size_t k = user_prefix(m, s + a, n - a);
-        b.sy[ns] = (sym){a, k ? k : one_char_len(s + a, n - a), ns - 1, -1, k > 0};
+        b.sy[ns] = (sym){a, k ? k : one_char_len(s + a, n - a), ns - 1, -1, -1, k > 0};
+        b.sy[ns].node = walk(&m->trie, 0, s + a, b.sy[ns].n);
         if (ns) b.sy[ns - 1].next = ns;
         a += b.sy[ns].n;
     }
@@ -239,6 +256,7 @@ static bool bpe_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) 
         sym *l = &b.sy[top.left], *r = &b.sy[top.right];
         if (!l->n || !r->n || l->n + r->n != top.size) continue; /* stale */
         l->n += r->n;
+        l->node = top.node;
         l->next = r->next;
         if (r->next >= 0) b.sy[r->next].prev = top.left;
         r->n = 0;
@@ -271,7 +289,7 @@ static bool unigram_encode(const tok_spm *m, const char *s, size_t n, tok_ids *o
         bool single = false;
         /* every piece starting at a, by the trie (its end is a character boundary of the valid text) */
         int32_t cur = 0;
-        for (size_t e = a; e < n && (cur = tok_spm_trie_child(&m->trie, cur, (uint8_t)s[e])) >= 0;) {
+        for (size_t e = a; e < n && (cur = trie_child(&m->trie, cur, (uint8_t)s[e])) >= 0;) {
             int32_t id = m->trie.piece[cur];
             e++;
             if (id < 0 || m->pc[id].type == SPM_UNUSED) continue;

@@ -289,7 +289,8 @@ static bool trie_insert(tok_spm_trie *t, const char *s, size_t n, int32_t id) {
     if (!t->n && !trie_node(t)) return false; /* the root */
     int32_t cur = 0;
     for (size_t i = 0; i < n; i++) {
-        int32_t next = tok_spm_trie_child(t, cur, (uint8_t)s[i]);
+        const struct tok_pair_slot *e = tok_pairmap_get(&t->child, cur, (uint8_t)s[i]);
+        int32_t next = e ? e->id : -1;
         if (next < 0) {
             next = (int32_t)t->n;
             if (!trie_node(t) || !tok_pairmap_put(&t->child, cur, (uint8_t)s[i], 0, next)) return false;
@@ -300,8 +301,58 @@ static bool trie_insert(tok_spm_trie *t, const char *s, size_t n, int32_t id) {
     return true;
 }
 
+/* The pair map's edges as the frozen layout of tok_internal.h; the map is freed. */
+static bool trie_freeze(tok_spm_trie *t) {
+    if (!t->n && !trie_node(t)) return false; /* the root: encode looks there first */
+    t->first = calloc(t->n + 1, sizeof *t->first);
+    t->label = malloc(t->n * sizeof *t->label);
+    t->next = malloc(t->n * sizeof *t->next);
+    if (!t->first || !t->label || !t->next) return false;
+    const tok_pairmap *pm = &t->child;
+    /* counts, then starts (first[node + 1] the end of node's slice), then the
+     * edges in the map's order, then each slice sorted by label (insertion: most are short, none over 256) */
+    for (size_t j = 0; j < pm->cap; j++)
+        if (pm->slot[j].a >= 0) t->first[pm->slot[j].a + 1]++;
+    for (size_t v = 0; v < t->n; v++) t->first[v + 1] += t->first[v];
+    uint32_t *fill = malloc(t->n * sizeof *fill);
+    if (!fill) return false;
+    memcpy(fill, t->first, t->n * sizeof *fill);
+    for (size_t j = 0; j < pm->cap; j++) {
+        const struct tok_pair_slot *e = &pm->slot[j];
+        if (e->a < 0) continue;
+        t->label[fill[e->a]] = (uint8_t)e->b;
+        t->next[fill[e->a]++] = e->id;
+    }
+    free(fill);
+    /* the wide nodes' tables (the root always: every walk starts there) */
+    size_t nwide = 0;
+    if (!(t->wide = malloc(t->n * sizeof *t->wide))) return false;
+    for (size_t v = 0; v < t->n; v++)
+        t->wide[v] = !v || t->first[v + 1] - t->first[v] > TOK_SPM_WIDE ? (int32_t)nwide++ : -1;
+    if (!(t->table = malloc(nwide * 256 * sizeof *t->table))) return false;
+    for (size_t i = 0; i < nwide * 256; i++) t->table[i] = -1;
+    for (size_t v = 0; v < t->n; v++)
+        for (uint32_t i = t->first[v]; t->wide[v] >= 0 && i < t->first[v + 1]; i++)
+            t->table[(size_t)t->wide[v] * 256 + t->label[i]] = t->next[i];
+    for (size_t v = 0; v < t->n; v++)
+        for (uint32_t i = t->first[v] + 1; i < t->first[v + 1]; i++) {
+            uint8_t l = t->label[i];
+            int32_t x = t->next[i];
+            uint32_t k = i;
+            for (; k > t->first[v] && t->label[k - 1] > l; k--) t->label[k] = t->label[k - 1], t->next[k] = t->next[k - 1];
+            t->label[k] = l, t->next[k] = x;
+        }
+    tok_pairmap_free(&t->child);
+    return true;
+}
+
 static void trie_free(tok_spm_trie *t) {
     free(t->piece);
+    free(t->first);
+    free(t->wide);
+    free(t->table);
+    free(t->label);
+    free(t->next);
     tok_pairmap_free(&t->child);
 }
 
@@ -354,6 +405,7 @@ static bool build(pb *r, tok_spm *m, spec *sp) {
             m->byte_id[b] = i;
         }
     }
+    if (!trie_freeze(&m->trie) || !trie_freeze(&m->user)) return pfail(r, ACCEL_ERR_OOM, "out of memory");
     if (m->unk < 0) return pfail(r, ACCEL_ERR_FORMAT, "no piece of type UNKNOWN");
     for (int b = 0; sp->byte_fallback && b < 256; b++)
         if (m->byte_id[b] < 0) return pfail(r, ACCEL_ERR_FORMAT, "byte_fallback is set but piece <0x%02X> is missing", b);
