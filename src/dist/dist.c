@@ -381,13 +381,13 @@ static accel_status run_all_to_all(accel_pg *pg, const void *send, void *recv, s
     const accel__backend *be = pg->be;
     if (be->all_to_all) return be->all_to_all(pg, send, recv, block);
     int world = pg->size;
-    size_t *bytes = malloc((size_t)world * sizeof *bytes);
-    if (!bytes) return accel_set_error(ACCEL_ERR_OOM, "accel dist: out of memory");
+    size_t *bytes = accel_malloc((size_t)world * sizeof *bytes);
+    if (!bytes) return accel_last_status();
     for (int k = 0; k < world; k++) bytes[k] = block;
     accel_status st = ACCEL_OK;
     for (int k = 0; k < world && st == ACCEL_OK; k++)
         st = be->all_gatherv(pg, (const char *)send + (size_t)k * block, recv, bytes, k);
-    free(bytes);
+    accel_free(bytes);
     return st;
 }
 
