@@ -269,12 +269,20 @@ static void test_one_stage_micro_batches(void) {
     CHECK(accel_accelerator_pipeline_step(acc, ref, batch(0, 0, 4), &loss, NULL) == ACCEL_ERR_STATE);
     accel_clear_error(); /* a NULL tensor keeps an earlier error (it usually comes from a failed op) */
     CHECK(accel_accelerator_pipeline_step(acc, model, NULL, &loss, NULL) == ACCEL_ERR_INVALID_ARG);
+    /* a prepared model of no family: no stage hooks in the family table */
+    accel_module *lin = accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optimizer *lin_opt = sgd(lin);
+    CHECK(accel_accelerator_prepare(acc, lin, lin_opt) == ACCEL_OK);
+    CHECK(accel_accelerator_pipeline_step(acc, lin, batch(0, 0, 4), &loss, NULL) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "this model is of no family");
     free(p);
     free(q);
     accel_optimizer_free(opt);
+    accel_optimizer_free(lin_opt);
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
+    accel_module_free(lin);
     accel_step_reset();
 }
 
