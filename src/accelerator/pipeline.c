@@ -261,6 +261,9 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
     if (first_stage_layers < 0 || last_stage_layers < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: layer counts must be "
                                ">= 0 (0: not given), got %d and %d", first_stage_layers, last_stage_layers);
+    if (acc->par.size[ACCEL__MESH_PP] > 1 && acc->n_models > 0)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_pipeline_set_layers: a model is prepared already "
+                               "and its stage kept only its layers: set the split before accel_accelerator_prepare");
     acc->par.pp_first_layers = first_stage_layers;
     acc->par.pp_last_layers = last_stage_layers;
     return ACCEL_OK;
@@ -358,19 +361,83 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     return local;
 }
 
+/* Whether this stage keeps parameter entry e: its part's, and a tied input
+ * embedding on the last stage too (its lm_head). */
+static bool kept(const accel__family_stages *h, accel_module *model, const accel_state_entry *e,
+                 const int *first_layer, int stage, int stages) {
+    if (h->owner(e->name, first_layer, stages) == stage) return true;
+    return stage == stages - 1 && e->t == h->tied_embedding(model);
+}
+
+/* The stage's split and hooks for fn: *first_layer accel_malloc'd. */
+static const accel__family_stages *split_of(accel_accelerator *acc, accel_module *model, int stages,
+                                            int **first_layer, const char *fn) {
+    const accel__family_stages *h = hooks_of(model, fn);
+    *first_layer = h ? accel_malloc(((size_t)stages + 1) * sizeof **first_layer) : NULL;
+    if (*first_layer && !stage_split(acc, model, stages, *first_layer, fn)) return h;
+    accel_free(*first_layer);
+    *first_layer = NULL;
+    return NULL;
+}
+
+accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn) {
+    int stages = acc->par.size[ACCEL__MESH_PP];
+    if (stages == 1) return ACCEL_OK;
+    if (acc->strat->stage != 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO stage %d is not built with pipeline parallelism "
+                               "(pp_size %d); use DDP (zero_stage 0)", fn, acc->strat->stage, stages);
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    int *first_layer;
+    const accel__family_stages *h = pg ? split_of(acc, model, stages, &first_layer, fn) : NULL;
+    accel_state_dict *sd = h ? accel_module_state_dict(model) : NULL;
+    if (!sd) {
+        if (h) accel_free(first_layer);
+        return accel_last_status();
+    }
+    for (int i = 0; i < sd->n; i++) {
+        accel_state_entry *e = &sd->entries[i];
+        if (!e->is_buffer && !e->is_tied_alias && !kept(h, model, e, first_layer, accel_pg_rank(pg), stages))
+            accel_tensor_to_meta(e->t);
+    }
+    accel_state_dict_free(sd);
+    accel_free(first_layer);
+    return ACCEL_OK;
+}
+
+accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
+    if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
+    int n = accel_optimizer_num_segments(opt), kept_n = 0;
+    accel_tensor **params = accel_malloc((size_t)(n ? n : 1) * sizeof *params);
+    int *groups = accel_malloc((size_t)(n ? n : 1) * sizeof *groups);
+    accel_status st = params && groups ? ACCEL_OK : accel_last_status();
+    for (int i = 0; !st && i < n; i++) {
+        int g;
+        accel_tensor *p = accel_optimizer_segment_param(opt, i, &g);
+        if (!p) st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare_optimizer: segment %d of the "
+                                     "optimizer has no parameter tensor (already re-targeted)", i);
+        else if (p->device.type != ACCEL_DEV_META) params[kept_n] = p, groups[kept_n++] = g;
+    }
+    /* only this stage's parameters: the others were released at the model's prepare */
+    if (!st && kept_n < n) st = accel_optimizer_set_segments(opt, kept_n, params, NULL, NULL, groups);
+    accel_free(params);
+    accel_free(groups);
+    return st;
+}
+
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model) {
     int stages = acc->par.size[ACCEL__MESH_PP];
     if (stages == 1) return ACCEL_OK;
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     if (!pg) return accel_last_status();
-    const accel__family_stages *hooks = hooks_of(model, "accel_accelerator_save_model");
-    int *first_layer = hooks ? accel_malloc(((size_t)stages + 1) * sizeof *first_layer) : NULL;
-    accel_state_dict *sd = first_layer ? accel_module_state_dict(model) : NULL;
-    accel_status st = sd ? stage_split(acc, model, stages, first_layer, "accel_accelerator_save_model")
-                         : accel_last_status();
+    int *first_layer;
+    const accel__family_stages *hooks = split_of(acc, model, stages, &first_layer, "accel_accelerator_save_model");
+    accel_state_dict *sd = hooks ? accel_module_state_dict(model) : NULL;
+    accel_status st = sd ? ACCEL_OK : accel_last_status();
     for (int i = 0; !st && i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
-        if (e->is_buffer || e->is_tied_alias || !e->t->data) continue;
+        if (e->is_buffer || e->is_tied_alias) continue;
+        /* another stage's, released at prepare: here until accel__pipeline_release after the save */
+        if (e->t->device.type == ACCEL_DEV_META && (st = accel_tensor_to_device_(e->t, acc->device))) break;
         size_t bytes = (size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype);
         int owner = hooks->owner(e->name, first_layer, stages);
         void *h = accel_malloc(bytes ? bytes : 1);

@@ -60,4 +60,8 @@ extern const accel__family accel__bert_family;    /* bert.c */
  * for a module of no family (a Linear built alone, a user's module). */
 const accel__family *accel__family_of(const accel_module *m);
 
+/* module_memory.c: accel_module_flatten over the parameters not on meta (a
+ * pipeline stage's own, the other stages' released to meta at prepare). */
+accel_flat_params *accel__module_flatten_present(accel_module *root, int64_t align_elems, int64_t pad_multiple);
+
 #endif
