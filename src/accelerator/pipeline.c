@@ -39,7 +39,9 @@
  * DDP (over acc->dp_pg, which excludes pp) reduces only in the last
  * micro-batch's backward; a tied lm_head's gradient (the embedding's, used
  * on the first and the last stage) is summed over the pp group on sync
- * steps. Every stage holds the whole model; only its layers get gradients. */
+ * steps. A stage holds only its part of the model (accel__pipeline_release
+ * at prepare: the other stages' parameters on meta, the flat buffers and the
+ * optimizer over what it kept). */
 #include <math.h>
 #include <string.h>
 
