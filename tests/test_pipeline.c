@@ -110,14 +110,15 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     int rank = accel_accelerator_process_index(acc), replica = rank % dp; /* ranks: pp-major, then dp */
     accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
     accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
-    CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_OK);
     if (pp == 4) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
-        double l;
         CHECK(accel_accelerator_pipeline_set_layers(acc, 2, 2) == ACCEL_OK);
-        CHECK(accel_accelerator_pipeline_step(acc, model, batch(0, 0, ROWS), &l, NULL) == ACCEL_ERR_INVALID_ARG);
+        CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), "leave 0 for 2 other stages");
     }
     CHECK(accel_accelerator_pipeline_set_layers(acc, first_stage_layers, 0) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt) == ACCEL_OK, "%s", accel_last_error());
+    /* the split is fixed at prepare: the stage kept only its part */
+    CHECK(accel_accelerator_pipeline_set_layers(acc, 1, 0) == ACCEL_ERR_STATE);
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
@@ -172,11 +173,33 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
             CHECK_MSG(max_abs_diff(e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
                       STEPS);
     }
+    { /* memory divided: this stage's parameters (hence its gradients) and optimizer state only */
+        int64_t held = 0, own = 0, all = 0, in_opt = 0;
+        for (int i = 0; i < sd->n; i++) {
+            accel_state_entry *e = &sd->entries[i];
+            if (e->is_buffer || e->is_tied_alias) continue;
+            all += accel_numel(e->t);
+            if (owned(e->name, &rep, tied)) own += accel_numel(e->t);
+            if (e->t->device.type != ACCEL_DEV_META) held += accel_numel(e->t);
+        }
+        for (int i = 0; i < accel_optimizer_num_segments(opt); i++)
+            in_opt += accel_numel(accel_optimizer_segment_param(opt, i, NULL));
+        CHECK_MSG(held == own && in_opt == own && (pp == 1 || own < all),
+                  "rank %d stage %d: %lld parameters held, %lld in the optimizer, %lld its part's, %lld in all",
+                  rank, rep.stage, (long long)held, (long long)in_opt, (long long)own, (long long)all);
+        fprintf(stderr, "rank %d stage %d: parameters + gradients + SGD momentum %lld bytes, %.3f of one "
+                "process's %lld\n", rank, rep.stage, (long long)(3 * 4 * own), (double)own / (double)all,
+                (long long)(3 * 4 * all));
+    }
     /* save_model gathers every stage's layers: rank 0's checkpoint is the whole trained model */
     char dir[256];
     snprintf(dir, sizeof dir, "%s/accel_pipeline_%d_%s_%d_%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              (int)getppid(), sched, pp, dp);
     CHECK(accel_accelerator_save_model(acc, model, dir, NULL) == ACCEL_OK);
+    for (int i = 0; i < sd->n; i++) /* and the other stages' parameters went again */
+        if (!sd->entries[i].is_buffer && !sd->entries[i].is_tied_alias)
+            CHECK_MSG((sd->entries[i].t->device.type == ACCEL_DEV_META) != owned(sd->entries[i].name, &rep, tied),
+                      "rank %d: %s after save_model", rank, sd->entries[i].name);
     if (rank == 0) {
         accel_dispatched *disp = NULL;
         accel_module *back = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &disp);
@@ -269,12 +292,20 @@ static void test_one_stage_micro_batches(void) {
     CHECK(accel_accelerator_pipeline_step(acc, ref, batch(0, 0, 4), &loss, NULL) == ACCEL_ERR_STATE);
     accel_clear_error(); /* a NULL tensor keeps an earlier error (it usually comes from a failed op) */
     CHECK(accel_accelerator_pipeline_step(acc, model, NULL, &loss, NULL) == ACCEL_ERR_INVALID_ARG);
+    /* a prepared model of no family: no stage hooks in the family table */
+    accel_module *lin = accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optimizer *lin_opt = sgd(lin);
+    CHECK(accel_accelerator_prepare(acc, lin, lin_opt) == ACCEL_OK);
+    CHECK(accel_accelerator_pipeline_step(acc, lin, batch(0, 0, 4), &loss, NULL) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "this model is of no family");
     free(p);
     free(q);
     accel_optimizer_free(opt);
+    accel_optimizer_free(lin_opt);
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
+    accel_module_free(lin);
     accel_step_reset();
 }
 

@@ -412,9 +412,10 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * micro-batch's forward in its backward (Megatron's full recomputation): a
  * stage holds only the inputs of the micro-batches in flight, at most m
  * under GPipe and p - s under 1F1B. With pp_size = 1 it is gradient
- * accumulation over the micro-batches on one stage. Every stage holds the
- * whole model; only its own layers get nonzero gradients. Not with fp8 or
- * ZeRO (stages 1-3; refused). report (NULL: none) gets this stage's figures. */
+ * accumulation over the micro-batches on one stage. A stage holds only its
+ * part of the model: prepare moved the other stages' parameters to meta and
+ * re-targeted the prepared optimizer to the stage's (prepare the model with
+ * or before its optimizer). Not with fp8 or ZeRO (stages 1-3; refused). report (NULL: none) gets this stage's figures. */
 typedef struct accel_pipeline_report {
     int stage, stages;           /* this rank's stage of `stages` */
     int first_layer, end_layer;  /* its layers [first_layer, end_layer) */
@@ -429,8 +430,9 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
 /* An explicit split instead of the balanced one, as Megatron's
  * decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers: the
  * first and last stages' layer counts (0: not given), the other stages
- * sharing the remaining layers evenly (else pipeline_step fails naming the
- * counts). Set it on every rank alike, before the first pipeline_step. */
+ * sharing the remaining layers evenly (else prepare fails naming the
+ * counts). Set it on every rank alike, before accel_accelerator_prepare: the
+ * split is fixed there (a stage keeps only its part), and refused after. */
 accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int first_stage_layers,
                                                    int last_stage_layers);
 

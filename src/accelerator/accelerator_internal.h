@@ -184,6 +184,14 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
  * every rank of the pp group (save_model then writes the whole model from
  * rank 0). Collective over the pp group; no-op with one stage. */
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model);
+/* pipeline.c: with pp_size > 1, moves the parameters of the other stages'
+ * parts of model to meta (this stage keeps its own: memory divided between
+ * the stages); before the flat buffers at prepare, and after save_model's
+ * gather. Refuses a model whose family is not cut, and ZeRO, naming fn. */
+accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn);
+/* pipeline.c: with pp_size > 1, re-targets opt to the parameters this stage
+ * kept (those not on meta), freeing the others' optimizer state. */
+accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt);
 /* pipeline.c: ACCEL_ERR_UNSUPPORTED naming fn when pp_size > 1 (a checkpoint
  * of rank 0's optimizer state would lose the other stages'), else ACCEL_OK. */
 accel_status accel__pipeline_refuse_checkpoint(const accel_accelerator *acc, const char *fn);

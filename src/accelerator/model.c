@@ -8,6 +8,7 @@
 
 #include "accelerator_internal.h"
 #include "fp8_scaling.h"
+#include "nn/family.h"
 #include "nn/fp8_modules.h"
 #include "ops/fp8_linear.h"
 #include "strategy.h"
@@ -99,11 +100,15 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (accel__tp_prepare(acc, pm->m)) return accel_last_status();
+    if (accel__tp_prepare(acc, pm->m) || accel__pipeline_release(acc, pm->m, "accel_accelerator_prepare"))
+        return accel_last_status();
     if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
         return accel_last_status();
     pm->strat = acc->strat;
-    pm->fp = accel_module_flatten(pm->m, 16, pm->strat->shards ? 16 * (int64_t)acc->world : 1);
+    int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;
+    /* pp: the stage's own parameters (the others are on meta) */
+    pm->fp = acc->par.size[ACCEL__MESH_PP] > 1 ? accel__module_flatten_present(pm->m, 16, pad)
+                                               : accel_module_flatten(pm->m, 16, pad);
     if (!pm->fp) {
         accel__model_release(acc, pm);
         return accel_last_status();

@@ -2,7 +2,7 @@
  * dimension: accel_accelerator_pipeline_step (accel/accelerator.h).
  *
  * The ranks of a pp group (mesh.h: the same coordinates but along pp) are the
- * stages of one model (nn/decoder_pipeline.h: stage s runs a range of
+ * stages of one model (nn/family.h, the family's stage hooks: stage s runs a range of
  * layers; stage 0 the embeddings too, the last the final norm, lm_head and
  * the loss). A batch ids [B, T] - the same on every stage of a group, as the
  * data loader shards by dp rank only - is cut into m micro-batches of B / m
@@ -39,14 +39,14 @@
  * DDP (over acc->dp_pg, which excludes pp) reduces only in the last
  * micro-batch's backward; a tied lm_head's gradient (the embedding's, used
  * on the first and the last stage) is summed over the pp group on sync
- * steps. Every stage holds the whole model; only its layers get gradients. */
+ * steps. A stage holds only its part of the model (accel__pipeline_release
+ * at prepare: the other stages' parameters on meta, the flat buffers and the
+ * optimizer over what it kept). */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "accelerator_internal.h"
-#include "nn/decoder_pipeline.h"
+#include "nn/family.h"
 #include "strategy.h"
 
 #define FN "accel_accelerator_pipeline_step"
@@ -54,6 +54,7 @@
 typedef struct pp_run {
     accel_accelerator *acc;
     accel_module *model;
+    const accel__family_stages *hooks; /* the model's family's (nn/family.h) */
     accel__model *pm;
     accel_pg *pg;             /* the pp group (NULL: one stage) */
     int stage, stages, m, lo, hi;
@@ -62,7 +63,7 @@ typedef struct pp_run {
     int64_t rows, T, C;       /* a micro-batch: [rows, T] ids, [rows, T, C] hidden states */
     accel_dtype dt;           /* of the hidden states */
     size_t numel;             /* rows T C */
-    void **held;              /* [m]: saved inputs (stages > 0), malloc'd */
+    void **held;              /* [m]: saved inputs (stages > 0), accel_malloc'd */
     int in_flight;
     void *out_buf;            /* the pending outgoing message's bytes */
     int out_peer;             /* -1: none pending */
@@ -109,8 +110,7 @@ static accel_status forward(pp_run *r, int i) {
         x = micro_ids(r, i);
         if (r->out_peer >= 0) st = exchange(r, NULL, -1);
     } else {
-        r->held[i] = malloc(r->numel * accel_dtype_size(r->dt));
-        if (!r->held[i]) return accel_set_error(ACCEL_ERR_OOM, FN ": out of memory for a micro-batch's input");
+        if (!(r->held[i] = accel_malloc(r->numel * accel_dtype_size(r->dt)))) return accel_last_status();
         st = exchange(r, r->held[i], r->stage - 1);
         x = st ? NULL : hidden_from(r, r->held[i]);
     }
@@ -120,9 +120,9 @@ static accel_status forward(pp_run *r, int i) {
         if (r->in_flight > r->rep.peak_in_flight) r->rep.peak_in_flight = r->in_flight;
         double t0 = accel_now_seconds();
         bool was = accel_set_grad_enabled(false);
-        accel_tensor *y = accel__decoder_stage_forward(r->model, x, r->lo, r->hi, r->first, r->last);
+        accel_tensor *y = r->hooks->forward(r->model, x, r->lo, r->hi, r->first, r->last);
         if (r->last) {
-            accel_tensor *loss = accel__causal_lm_loss(r->model, y, micro_ids(r, i));
+            accel_tensor *loss = r->hooks->loss(r->model, y, micro_ids(r, i));
             if (loss) r->loss_sum += accel_item(loss);
             else st = accel_last_status();
         } else {
@@ -139,13 +139,13 @@ static accel_status backward(pp_run *r, int i) {
     accel_tensor *grad = NULL, *x = r->first ? micro_ids(r, i) : hidden_from(r, r->held[i]);
     if (!x) st = accel_last_status();
     if (!st && !r->last) {
-        void *g = malloc(r->numel * accel_dtype_size(r->dt));
-        if (!g) st = accel_set_error(ACCEL_ERR_OOM, FN ": out of memory for a gradient");
+        void *g = accel_malloc(r->numel * accel_dtype_size(r->dt));
+        if (!g) st = accel_last_status();
         else {
             st = exchange(r, g, r->stage + 1);
             grad = st ? NULL : hidden_from(r, g);
             if (!st && !grad) st = accel_last_status();
-            free(g);
+            accel_free(g);
         }
     } else if (!st && r->out_peer >= 0) {
         st = exchange(r, NULL, -1);
@@ -157,10 +157,10 @@ static accel_status backward(pp_run *r, int i) {
     bool no_sync = r->pm->no_sync;
     r->pm->no_sync = no_sync || i != r->m - 1;
     accel__backward_begin(r->acc);
-    accel_tensor *y = accel__decoder_stage_forward(r->model, x, r->lo, r->hi, r->first, r->last);
+    accel_tensor *y = r->hooks->forward(r->model, x, r->lo, r->hi, r->first, r->last);
     if (r->last) {
         double scale = 1.0 / r->m / r->acc->accum_steps * (r->acc->mp == ACCEL_MP_FP16 ? r->acc->scale : 1.0);
-        accel_tensor *loss = accel_mul_scalar(accel__causal_lm_loss(r->model, y, micro_ids(r, i)), scale);
+        accel_tensor *loss = accel_mul_scalar(r->hooks->loss(r->model, y, micro_ids(r, i)), scale);
         st = loss ? accel_backward(loss) : accel_last_status();
     } else {
         st = y ? accel_backward_with(y, grad) : accel_last_status();
@@ -173,7 +173,7 @@ static accel_status backward(pp_run *r, int i) {
                                        : accel_set_error(ACCEL_ERR_STATE, FN ": stage %d's input got no gradient",
                                                          r->stage);
     if (!r->first) {
-        free(r->held[i]);
+        accel_free(r->held[i]);
         r->held[i] = NULL;
     }
     r->in_flight--;
@@ -202,14 +202,12 @@ static int schedule(const pp_run *r, bool gpipe, int *ops) {
  * gradients of it are summed over the pp group (the middle stages, which do
  * not use it, add zeros and keep none). */
 static accel_status sum_tied(pp_run *r) {
-    const accel_llama_config *c = accel_llama_config_of(r->model);
-    if (!c || !c->tie_word_embeddings || r->stages == 1) return ACCEL_OK;
-    accel_tensor *w = accel_module_get_tensor(r->model, "model.embed_tokens.weight");
-    if (!w) return accel_last_status();
+    accel_tensor *w = r->stages == 1 ? NULL : r->hooks->tied_embedding(r->model);
+    if (!w) return ACCEL_OK;
     bool mine = r->first || r->last;
     size_t n = (size_t)accel_numel(w), bytes = n * accel_dtype_size(w->dtype);
-    void *h = calloc(1, bytes ? bytes : 1);
-    if (!h) return accel_set_error(ACCEL_ERR_OOM, FN ": out of memory");
+    void *h = accel_calloc(1, bytes ? bytes : 1);
+    if (!h) return accel_last_status();
     accel_status st = mine && w->grad ? accel_tensor_to_host(w->grad, h) : ACCEL_OK;
     if (!st) st = accel_pg_all_reduce(r->pg, h, n, w->dtype, ACCEL_REDUCE_SUM);
     if (!st && mine && !w->grad) { /* a stage whose part gave none (cannot happen after a backward) */
@@ -217,8 +215,21 @@ static accel_status sum_tied(pp_run *r) {
         if (!z || accel_zero_(z) != ACCEL_OK || accel_grad_accumulate(w, z) != ACCEL_OK) st = accel_last_status();
     }
     if (!st && mine) st = accel_tensor_from_host(w->grad, h);
-    free(h);
+    accel_free(h);
     return st;
+}
+
+/* The stage hooks of model's family (nn/family.h); NULL with an error naming
+ * fn when the model's family is not cut into stages. */
+static const accel__family_stages *hooks_of(accel_module *model, const char *fn) {
+    const accel__family *f = accel__family_of(model);
+    if (!f || !f->stages) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pipeline stages cut the models of a family with stage hooks "
+                        "(nn/family.h: the decoder families); this model is %s%s", fn,
+                        f ? "of the family " : "of no family", f ? f->name : "");
+        return NULL;
+    }
+    return f->stages;
 }
 
 /* The stages' layer ranges (first_layer[0..stages]): Megatron's explicit
@@ -226,22 +237,23 @@ static accel_status sum_tied(pp_run *r) {
  * else the balanced split. */
 static accel_status stage_split(const accel_accelerator *acc, accel_module *model, int stages, int *first_layer,
                                 const char *fn) {
-    int first = acc->par.pp_first_layers, last = acc->par.pp_last_layers;
-    accel_module *layers = accel__decoder_layers(model);
-    if ((!first && !last) || stages == 1 || !layers)
-        return accel__decoder_stage_split(model, stages, NULL, first_layer, fn);
-    int L = layers->n_children, others = stages - (first > 0) - (last > 0), rest = L - first - last;
+    const accel__family_stages *h = hooks_of(model, fn);
+    if (!h) return accel_last_status();
+    int first = acc->par.pp_first_layers, last = acc->par.pp_last_layers, L = h->n_layers(model, fn);
+    if (L < 0) return accel_last_status();
+    if ((!first && !last) || stages == 1) return h->split(model, stages, NULL, first_layer, fn);
+    int others = stages - (first > 0) - (last > 0), rest = L - first - last;
     if (others == 0 ? rest != 0 : rest < others || rest % others)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d layers with %d on the first stage and %d on the last "
                                "(0: not given) leave %d for %d other stage%s: they must share them evenly, at least "
                                "one each", fn, L, first, last, rest, others, others == 1 ? "" : "s");
-    int *counts = malloc((size_t)stages * sizeof *counts);
-    if (!counts) return accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
+    int *counts = accel_malloc((size_t)stages * sizeof *counts);
+    if (!counts) return accel_last_status();
     for (int s = 0; s < stages; s++) counts[s] = others ? rest / others : 0;
     if (first) counts[0] = first;
     if (last) counts[stages - 1] = last;
-    accel_status st = accel__decoder_stage_split(model, stages, counts, first_layer, fn);
-    free(counts);
+    accel_status st = h->split(model, stages, counts, first_layer, fn);
+    accel_free(counts);
     return st;
 }
 
@@ -251,6 +263,9 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
     if (first_stage_layers < 0 || last_stage_layers < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: layer counts must be "
                                ">= 0 (0: not given), got %d and %d", first_stage_layers, last_stage_layers);
+    if (acc->par.size[ACCEL__MESH_PP] > 1 && acc->n_models > 0)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_pipeline_set_layers: a model is prepared already "
+                               "and its stage kept only its layers: set the split before accel_accelerator_prepare");
     acc->par.pp_first_layers = first_stage_layers;
     acc->par.pp_last_layers = last_stage_layers;
     return ACCEL_OK;
@@ -263,7 +278,7 @@ static accel_status check(accel_accelerator *acc, accel_module *model, accel_ten
     if (!accel_tensor_check(ids, FN, "ids")) return accel_last_status();
     if (!(*pm = accel__find_model(acc, model)))
         return accel_set_error(ACCEL_ERR_STATE, FN ": the model was not prepared by this accelerator");
-    if (!accel_llama_config_of(model)) return accel_last_status();
+    if (!hooks_of(model, FN)) return accel_last_status();
     if (ids->ndim != 2 || ids->shape[1] < 2 || (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32)) {
         char b[64];
         return accel_set_error(ACCEL_ERR_SHAPE, FN ": ids must be [B, T>=2] int64/int32, got %s %s",
@@ -288,28 +303,26 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
                                              double *loss, accel_pipeline_report *report) {
     accel__model *pm = NULL;
     if (check(acc, model, ids, loss, &pm) != ACCEL_OK) return accel_last_status();
-    pp_run r = {.acc = acc, .model = model, .pm = pm, .ids = ids, .m = acc->par.micro_batches, .out_peer = -1};
+    pp_run r = {.acc = acc, .model = model, .hooks = hooks_of(model, FN), .pm = pm, .ids = ids,
+                .m = acc->par.micro_batches, .out_peer = -1};
     r.stages = acc->par.size[ACCEL__MESH_PP];
     if (r.stages > 1 && !(r.pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP))) return accel_last_status();
     r.stage = r.pg ? accel_pg_rank(r.pg) : 0;
     r.first = r.stage == 0;
     r.last = r.stage == r.stages - 1;
-    int *first_layer = malloc(((size_t)r.stages + 1) * sizeof *first_layer);
-    int *ops = malloc(2 * (size_t)r.m * sizeof *ops);
-    r.held = calloc((size_t)r.m, sizeof *r.held);
-    accel_status st = first_layer && ops && r.held ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, FN ": out of memory");
+    int *first_layer = accel_malloc(((size_t)r.stages + 1) * sizeof *first_layer);
+    int *ops = accel_malloc(2 * (size_t)r.m * sizeof *ops);
+    r.held = accel_calloc((size_t)r.m, sizeof *r.held);
+    accel_status st = first_layer && ops && r.held ? ACCEL_OK : accel_last_status();
     if (!st) st = stage_split(acc, model, r.stages, first_layer, FN);
-    const accel_llama_config *c = accel_llama_config_of(model);
     if (!st) {
         r.lo = first_layer[r.stage];
         r.hi = first_layer[r.stage + 1];
         r.rows = ids->shape[0] / r.m;
         r.T = ids->shape[1];
-        r.C = c->hidden_size;
-        r.dt = accel_module_get_tensor(model, "model.embed_tokens.weight")->dtype;
+        r.hooks->hidden(model, &r.C, &r.dt);
         r.numel = (size_t)(r.rows * r.T * r.C);
-        r.out_buf = malloc(r.numel * accel_dtype_size(r.dt));
-        if (!r.out_buf) st = accel_set_error(ACCEL_ERR_OOM, FN ": out of memory");
+        if (!(r.out_buf = accel_malloc(r.numel * accel_dtype_size(r.dt)))) st = accel_last_status();
     }
     double t0 = accel_now_seconds();
     int n = st ? 0 : schedule(&r, acc->par.pp_gpipe, ops);
@@ -326,11 +339,11 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
                                           .peak_in_flight = r.rep.peak_in_flight};
         report->peak_held_bytes = r.first ? 0 : (size_t)report->peak_in_flight * r.numel * accel_dtype_size(r.dt);
     }
-    for (int i = 0; r.held && i < r.m; i++) free(r.held[i]);
-    free(r.held);
-    free(r.out_buf);
-    free(ops);
-    free(first_layer);
+    for (int i = 0; r.held && i < r.m; i++) accel_free(r.held[i]);
+    accel_free(r.held);
+    accel_free(r.out_buf);
+    accel_free(ops);
+    accel_free(first_layer);
     return st;
 }
 
@@ -339,11 +352,10 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     if (!pg) return NAN;
     bool inf = isinf(norm_type);
-    const accel_llama_config *c = accel_llama_config_of(model);
-    accel_clear_error(); /* not a decoder: nothing tied to discount */
+    const accel__family *f = accel__family_of(model);
     /* the last stage's copy of a tied embedding's gradient equals stage 0's (sum_tied): counted once */
-    if (!inf && c && c->tie_word_embeddings && accel_pg_rank(pg) == accel_pg_size(pg) - 1) {
-        accel_tensor *w = accel_module_get_tensor(model, "model.embed_tokens.weight");
+    if (!inf && f && f->stages && accel_pg_rank(pg) == accel_pg_size(pg) - 1) {
+        accel_tensor *w = f->stages->tied_embedding(model);
         if (w && w->grad) local = fmax(0.0, local - accel_grad_norm_partial(w->grad, norm_type));
     }
     if (accel_pg_all_reduce(pg, &local, 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM) != ACCEL_OK)
@@ -351,15 +363,67 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     return local;
 }
 
-/* The pp rank (stage) whose layers hold state-dict entry `name`. */
-static int owner_stage(const char *name, const int *first_layer, int stages) {
-    int layer;
-    if (sscanf(name, "model.layers.%d.", &layer) == 1) {
-        int st = 0;
-        while (st + 1 < stages && layer >= first_layer[st + 1]) st++;
-        return st;
+/* Whether this stage keeps parameter entry e: its part's, and a tied input
+ * embedding on the last stage too (its lm_head). */
+static bool kept(const accel__family_stages *h, accel_module *model, const accel_state_entry *e,
+                 const int *first_layer, int stage, int stages) {
+    if (h->owner(e->name, first_layer, stages) == stage) return true;
+    return stage == stages - 1 && e->t == h->tied_embedding(model);
+}
+
+/* The stage's split and hooks for fn: *first_layer accel_malloc'd. */
+static const accel__family_stages *split_of(accel_accelerator *acc, accel_module *model, int stages,
+                                            int **first_layer, const char *fn) {
+    const accel__family_stages *h = hooks_of(model, fn);
+    *first_layer = h ? accel_malloc(((size_t)stages + 1) * sizeof **first_layer) : NULL;
+    if (*first_layer && !stage_split(acc, model, stages, *first_layer, fn)) return h;
+    accel_free(*first_layer);
+    *first_layer = NULL;
+    return NULL;
+}
+
+accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn) {
+    int stages = acc->par.size[ACCEL__MESH_PP];
+    if (stages == 1) return ACCEL_OK;
+    if (acc->strat->stage != 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO stage %d is not built with pipeline parallelism "
+                               "(pp_size %d); use DDP (zero_stage 0)", fn, acc->strat->stage, stages);
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    int *first_layer;
+    const accel__family_stages *h = pg ? split_of(acc, model, stages, &first_layer, fn) : NULL;
+    accel_state_dict *sd = h ? accel_module_state_dict(model) : NULL;
+    if (!sd) {
+        if (h) accel_free(first_layer);
+        return accel_last_status();
     }
-    return strncmp(name, "model.embed_tokens.", 19) ? stages - 1 : 0; /* the norm, lm_head: the last */
+    for (int i = 0; i < sd->n; i++) {
+        accel_state_entry *e = &sd->entries[i];
+        if (!e->is_buffer && !e->is_tied_alias && !kept(h, model, e, first_layer, accel_pg_rank(pg), stages))
+            accel_tensor_to_meta(e->t);
+    }
+    accel_state_dict_free(sd);
+    accel_free(first_layer);
+    return ACCEL_OK;
+}
+
+accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
+    if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
+    int n = accel_optimizer_num_segments(opt), kept_n = 0;
+    accel_tensor **params = accel_malloc((size_t)(n ? n : 1) * sizeof *params);
+    int *groups = accel_malloc((size_t)(n ? n : 1) * sizeof *groups);
+    accel_status st = params && groups ? ACCEL_OK : accel_last_status();
+    for (int i = 0; !st && i < n; i++) {
+        int g;
+        accel_tensor *p = accel_optimizer_segment_param(opt, i, &g);
+        if (!p) st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare_optimizer: segment %d of the "
+                                     "optimizer has no parameter tensor (already re-targeted)", i);
+        else if (p->device.type != ACCEL_DEV_META) params[kept_n] = p, groups[kept_n++] = g;
+    }
+    /* only this stage's parameters: the others were released at the model's prepare */
+    if (!st && kept_n < n) st = accel_optimizer_set_segments(opt, kept_n, params, NULL, NULL, groups);
+    accel_free(params);
+    accel_free(groups);
+    return st;
 }
 
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model) {
@@ -367,24 +431,26 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
     if (stages == 1) return ACCEL_OK;
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     if (!pg) return accel_last_status();
-    int *first_layer = malloc(((size_t)stages + 1) * sizeof *first_layer);
-    accel_state_dict *sd = first_layer ? accel_module_state_dict(model) : NULL;
-    accel_status st = sd ? stage_split(acc, model, stages, first_layer, "accel_accelerator_save_model")
-                         : accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_model: out of memory");
+    int *first_layer;
+    const accel__family_stages *hooks = split_of(acc, model, stages, &first_layer, "accel_accelerator_save_model");
+    accel_state_dict *sd = hooks ? accel_module_state_dict(model) : NULL;
+    accel_status st = sd ? ACCEL_OK : accel_last_status();
     for (int i = 0; !st && i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
-        if (e->is_buffer || e->is_tied_alias || !e->t->data) continue;
+        if (e->is_buffer || e->is_tied_alias) continue;
+        /* another stage's, released at prepare: here until accel__pipeline_release after the save */
+        if (e->t->device.type == ACCEL_DEV_META && (st = accel_tensor_to_device_(e->t, acc->device))) break;
         size_t bytes = (size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype);
-        int owner = owner_stage(e->name, first_layer, stages);
-        void *h = malloc(bytes ? bytes : 1);
-        if (!h) st = accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_model: out of memory");
+        int owner = hooks->owner(e->name, first_layer, stages);
+        void *h = accel_malloc(bytes ? bytes : 1);
+        if (!h) st = accel_last_status();
         if (!st && accel_pg_rank(pg) == owner) st = accel_tensor_to_host(e->t, h);
         if (!st) st = accel_pg_broadcast(pg, h, bytes, ACCEL_U8, owner);
         if (!st && accel_pg_rank(pg) != owner) st = accel_tensor_from_host(e->t, h);
-        free(h);
+        accel_free(h);
     }
     accel_state_dict_free(sd);
-    free(first_layer);
+    accel_free(first_layer);
     return st;
 }
 

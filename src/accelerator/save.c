@@ -285,6 +285,10 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     }
     if (!st && acc->rank == 0) st = write_config(acc, model, pm, tmp);
     st = accel__ranks_agree(acc, st, "accel_accelerator_save_model");
+    if (pm) { /* pp: the other stages' parameters gathered above go again */
+        accel_status rel = accel__pipeline_release(acc, model, "accel_accelerator_save_model");
+        if (!st) st = rel;
+    }
     if (acc->rank == 0) {
         if (!st) st = accel__staged_commit(tmp, dir, "accel_accelerator_save_model");
         if (st) accel__staged_abort(tmp);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "decoder_pipeline.h"
 #include "family.h"
 #include "nn_internal.h"
 
@@ -140,4 +141,4 @@ static bool decoder_config_dtype(const accel_module *m, accel_dtype *dt) {
 }
 
 const accel__family accel__decoder_family = {"decoder", decoder_layer_class, accel__decoder_checkpoint_layers,
-                                             decoder_config_dtype};
+                                             decoder_config_dtype, &accel__decoder_stages};

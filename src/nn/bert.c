@@ -392,7 +392,7 @@ static bool checkpoint_layers(accel_module *m, bool enable) {
     return true;
 }
 
-const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype};
+const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype, NULL};
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
     if (m && m->ops == &ROOT_OPS) return m->children[ROOT_BERT];

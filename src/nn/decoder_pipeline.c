@@ -1,7 +1,8 @@
 /* src/nn/decoder_pipeline.c — where a decoder model is cut into pipeline
  * stages (decoder_pipeline.h). */
 #include <stdint.h>
-#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "accel/core.h"
 #include "nn/decoder_pipeline.h"
@@ -12,14 +13,22 @@ static int64_t params_at(accel_module *root, const char *path) {
     return m ? accel_module_num_params(m) : 0;
 }
 
+static int n_layers(accel_module *llama, const char *who) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!layers || !accel_module_find(llama, "model.embed_tokens")) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pipeline stages cut a decoder model built by accel_llama_new "
+                        "(llama-style: model.embed_tokens, model.layers, model.norm, lm_head); this model is not "
+                        "one (GPT-2's tree is not cut yet)", who);
+        return -1;
+    }
+    return layers->n_children;
+}
+
 accel_status accel__decoder_stage_split(accel_module *llama, int stages, const int *explicit_layers,
                                         int *first_layer, const char *who) {
+    int L = n_layers(llama, who);
+    if (L < 0) return accel_last_status();
     accel_module *layers = accel__decoder_layers(llama);
-    if (!layers || !accel_module_find(llama, "model.embed_tokens"))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pipeline stages cut a decoder model built by "
-                               "accel_llama_new (llama-style: model.embed_tokens, model.layers, model.norm, "
-                               "lm_head); this model is not one (GPT-2's tree is not cut yet)", who);
-    int L = layers->n_children;
     if (stages < 1 || L < stages)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d pipeline stages for a model of %d layers: every "
                                "stage needs at least one layer", who, stages, L);
@@ -38,13 +47,13 @@ accel_status accel__decoder_stage_split(accel_module *llama, int stages, const i
         return ACCEL_OK;
     }
     /* cost[i]: layer i's parameters, the ends' on the first and last layer */
-    int64_t *pre = malloc(((size_t)L + 1) * sizeof *pre);
-    int64_t *best = malloc((size_t)(stages + 1) * ((size_t)L + 1) * sizeof *best);
-    int *cut = malloc((size_t)(stages + 1) * ((size_t)L + 1) * sizeof *cut);
+    int64_t *pre = accel_malloc(((size_t)L + 1) * sizeof *pre);
+    int64_t *best = accel_malloc((size_t)(stages + 1) * ((size_t)L + 1) * sizeof *best);
+    int *cut = accel_malloc((size_t)(stages + 1) * ((size_t)L + 1) * sizeof *cut);
     if (!pre || !best || !cut) {
-        free(pre);
-        free(best);
-        free(cut);
+        accel_free(pre);
+        accel_free(best);
+        accel_free(cut);
         return accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", who);
     }
     /* the head's own parameters: the root's beyond the model's (a tied head has none) */
@@ -68,8 +77,33 @@ accel_status accel__decoder_stage_split(accel_module *llama, int stages, const i
     first_layer[stages] = L;
     for (int k = stages; k > 1; k--) first_layer[k - 1] = cut[AT(k, first_layer[k])];
 #undef AT
-    free(pre);
-    free(best);
-    free(cut);
+    accel_free(pre);
+    accel_free(best);
+    accel_free(cut);
     return ACCEL_OK;
 }
+
+static void hidden(accel_module *llama, int64_t *C, accel_dtype *dt) {
+    *C = accel_llama_config_of(llama)->hidden_size;
+    *dt = accel_module_get_tensor(llama, "model.embed_tokens.weight")->dtype;
+}
+
+static int owner(const char *name, const int *first_layer, int stages) {
+    int layer;
+    if (sscanf(name, "model.layers.%d.", &layer) == 1) {
+        int s = 0;
+        while (s + 1 < stages && layer >= first_layer[s + 1]) s++;
+        return s;
+    }
+    return strncmp(name, "model.embed_tokens.", 19) ? stages - 1 : 0; /* the norm, lm_head: the last */
+}
+
+static accel_tensor *tied_embedding(accel_module *llama) {
+    const accel_llama_config *c = accel_llama_config_of(llama);
+    return c && c->tie_word_embeddings ? accel_module_get_tensor(llama, "model.embed_tokens.weight") : NULL;
+}
+
+const accel__family_stages accel__decoder_stages = {n_layers,         accel__decoder_stage_split,
+                                                    accel__decoder_stage_forward, accel__causal_lm_loss,
+                                                    hidden,           owner,
+                                                    tied_embedding};

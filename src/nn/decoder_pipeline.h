@@ -9,6 +9,11 @@
 #define ACCEL_NN_DECODER_PIPELINE_H
 
 #include "accel/nn.h"
+#include "family.h"
+
+/* decoder_pipeline.c: the decoder families' stage hooks (family.h), the
+ * functions below behind the family table's row. */
+extern const accel__family_stages accel__decoder_stages;
 
 /* llama.c: the decoder layers' ModuleList of a causal LM root built by
  * accel_llama_new, else NULL (no error). */

@@ -3,6 +3,7 @@
 
 #include "accel/nn.h"
 #include "core/link.h"
+#include "family.h"
 #include "core/core_internal.h"
 #include "nn_internal.h"
 
@@ -49,8 +50,8 @@ static void flat_detached(void *owner, void *root) {
     fp->root = NULL;
 }
 
-accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
-                                        int64_t pad_multiple) {
+/* skip_meta: parameters on meta are left out (a pipeline stage's others). */
+static accel_flat_params *flatten(accel_module *root, int64_t align_elems, int64_t pad_multiple, bool skip_meta) {
     if (align_elems < 1 || pad_multiple < 1) {
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "accel_module_flatten: align_elems (%lld) and pad_multiple (%lld) must be >= 1",
@@ -60,6 +61,12 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
     accel_tensor **ps;
     int n = accel__module_unique_tensors(root, true, &ps);
     if (n < 0) return NULL;
+    if (skip_meta) {
+        int kept = 0;
+        for (int i = 0; i < n; i++)
+            if (ps[i]->device.type != ACCEL_DEV_META) ps[kept++] = ps[i];
+        n = kept;
+    }
     accel_device dev = n ? ps[0]->device : ACCEL_CPU_DEVICE;
     for (int i = 0; i < n; i++) {
         const char *why = ps[i]->device.type == ACCEL_DEV_META ? "on meta"
@@ -131,6 +138,14 @@ accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems,
         return NULL;
     }
     return fp;
+}
+
+accel_flat_params *accel_module_flatten(accel_module *root, int64_t align_elems, int64_t pad_multiple) {
+    return flatten(root, align_elems, pad_multiple, false);
+}
+
+accel_flat_params *accel__module_flatten_present(accel_module *root, int64_t align_elems, int64_t pad_multiple) {
+    return flatten(root, align_elems, pad_multiple, true);
 }
 
 void accel_flat_params_free(accel_flat_params *fp) {
