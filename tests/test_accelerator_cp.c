@@ -104,6 +104,14 @@ static int body(int rank, int world) {
         return 11;
     }
     if (!accel_llama_cp_group(m, NULL)) return 17;
+    /* a model without a context-parallel forward would train on the cp ranks' one batch cp times over */
+    accel_module *lin = accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    if (accel_accelerator_prepare(acc, lin) != ACCEL_ERR_UNSUPPORTED ||
+        !strstr(accel_last_error(), "no context-parallel forward")) {
+        fprintf(stderr, "rank %d: a Linear under cp: %s\n", rank, accel_last_error());
+        return 19;
+    }
+    accel_module_free(lin);
     accel_module *ref = reference(dp, T, want); /* on this thread, beside the cp model */
     int bad = 0;
     for (int s = 0; s < STEPS; s++) {
