@@ -127,6 +127,38 @@ static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
     return reorder(x, &d, false);
 }
 
+/* ---- the first `keys` positions of every (b, h) row of x [B, h, T, D], as a
+ * contiguous [B, h, keys, D]: the key prefix a query chunk attends to. Its
+ * backward adds into x's gradient in place (accel__gbuf), so the two chunks'
+ * prefixes share one whole-sequence gradient where slices would allocate one
+ * each and a third to add them. The copy is the one accel_sdpa makes of a
+ * strided slice (a contiguous input it reads as it is). */
+static accel_status prefix_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *x = n->inputs[0], *gc = accel__contig_as(g, ACCEL_F32);
+    accel__gbuf gb;
+    if (!gc || !accel__gbuf_begin_zeroed(&gb, x)) return accel_last_status();
+    if (!gb.dst) return ACCEL_OK; /* x needs no gradient */
+    int64_t BH = x->shape[0] * x->shape[1], row = x->shape[2] * x->shape[3], pre = g->shape[2] * g->shape[3];
+    float *dst = gb.dst->data;
+    const float *src = gc->data;
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t i = 0; i < pre; i++) dst[bh * row + i] += src[bh * pre + i];
+    return accel__gbuf_end(&gb);
+}
+
+static accel_tensor *key_prefix(accel_tensor *x, int64_t keys) {
+    accel_tensor *xc = accel__contig(x);
+    int64_t B = x->shape[0], h = x->shape[1], T = x->shape[2], D = x->shape[3];
+    accel_tensor *out = xc ? accel__op_out(x->dtype, 4, (int64_t[]){B, h, keys, D}, x->device) : NULL;
+    if (!out) return NULL;
+    size_t es = accel_dtype_size(x->dtype);
+    for (int64_t bh = 0; bh < B * h; bh++)
+        memcpy((char *)out->data + (size_t)(bh * keys * D) * es, (const char *)xc->data + (size_t)(bh * T * D) * es,
+               (size_t)(keys * D) * es);
+    accel_tape_record("cp_key_prefix", prefix_backward, out, 1, &x);
+    return out;
+}
+
 static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                          double scale, int cp, int rank, int64_t c) {
     accel_tensor *kg = gather_global(pg, k, cp, c, false);
@@ -136,7 +168,7 @@ static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_te
     for (int half = 0; half < 2; half++) {
         int64_t g = half == 0 ? rank : 2 * cp - 1 - rank, keys = (g + 1) * c;
         accel_tensor *qh = accel_slice(q, 2, half * c, (half + 1) * c, 1);
-        accel_tensor *kh = accel_slice(kg, 2, 0, keys, 1), *vh = accel_slice(vg, 2, 0, keys, 1);
+        accel_tensor *kh = key_prefix(kg, keys), *vh = kh ? key_prefix(vg, keys) : NULL;
         out[half] = qh && kh && vh ? accel_sdpa(qh, kh, vh, true, scale) : NULL;
         if (!out[half]) return NULL;
     }
