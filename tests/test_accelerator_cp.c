@@ -113,6 +113,37 @@ static int body(int rank, int world) {
     }
     accel_module_free(lin);
     accel_module *ref = reference(dp, T, want); /* on this thread, beside the cp model */
+    /* a second accelerator, without cp, beside the first: its model runs unsharded */
+    accel_accelerator_opts o2 = accel_accelerator_opts_default();
+    o2.mixed_precision = "no";
+    accel_accelerator *acc2 = accel_accelerator_new(&o2);
+    accel_module *m2 = tiny();
+    if (!acc2 || accel_accelerator_prepare(acc2, m2) != ACCEL_OK || accel_llama_cp_group(m2, NULL)) {
+        fprintf(stderr, "rank %d: a second accelerator: %s\n", rank, accel_last_error());
+        return 21;
+    }
+    /* its logits of the whole batch are a plain model's (under cp the ids would be taken as chunks) */
+    accel_module *m3 = tiny();
+    accel_tensor *y2 = accel_llama_forward(m2, batch(0, d, T), NULL), *y3 = accel_llama_forward(m3, batch(0, d, T), NULL);
+    int64_t ny = y2 && y3 ? accel_numel(y3) : 0;
+    float *f2 = malloc((size_t)(ny ? ny : 1) * sizeof *f2), *f3 = malloc((size_t)(ny ? ny : 1) * sizeof *f3);
+    int differ = !ny || accel_numel(y2) != ny;
+    if (!differ) {
+        accel_to_floats(y2, f2);
+        accel_to_floats(y3, f3);
+        for (int64_t i = 0; i < ny && !differ; i++) differ = !(fabsf(f2[i] - f3[i]) <= 1e-6f * (1 + fabsf(f3[i])));
+    }
+    free(f2);
+    free(f3);
+    accel_module_free(m3);
+    if (differ) {
+        fprintf(stderr, "rank %d: the second accelerator's model: logits differ from a plain model's (%s)\n", rank,
+                accel_last_error());
+        return 22;
+    }
+    accel_step_reset();
+    accel_accelerator_free(acc2);
+    accel_module_free(m2);
     int bad = 0;
     for (int s = 0; s < STEPS; s++) {
         accel_tensor *l = accel_llama_loss(m, batch(s, d, T));
