@@ -45,7 +45,10 @@ int main(int argc, char **argv) {
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     int64_t *ids = malloc((size_t)T * sizeof *ids);
     for (int64_t i = 0; i < T; i++) ids[i] = (i * 7919) % c.vocab_size;
-    if (cp > 1) accel_cp_set_group(pg, s);
+    if (cp > 1 && accel_llama_context_parallelize(m, pg, s) != ACCEL_OK) {
+        fprintf(stderr, "bench_cp_memory: %s\n", accel_last_error());
+        return 1;
+    }
     accel_step_reset();
     double t0 = accel_now_seconds();
     accel_tensor *l = accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, T), ids));
@@ -55,7 +58,6 @@ int main(int argc, char **argv) {
     }
     double dt = accel_now_seconds() - t0;
     int64_t peak[1] = {(int64_t)accel_arena_peak(accel_step_arena())}, mine = peak[0];
-    accel_cp_set_group(NULL, ACCEL_CP_ALLGATHER);
     accel_pg_all_reduce(pg, peak, 1, ACCEL_I64, ACCEL_REDUCE_MAX);
     if (accel_pg_rank(pg) == 0)
         printf("cp=%d strategy=%s seq=%lld layers=%d loss=%.6f peak_bytes_rank0=%lld peak_bytes_max=%lld step_s=%.2f\n",

@@ -5,7 +5,11 @@
  * over the cp ranks), sp 2 x dp_shard 2 (Ulysses), and cp 2 x dp_shard 2
  * under ZeRO-3 on 4, where each dp_shard rank trains on its own batch. Every
  * rank of a cp group passes the same whole batch to accel_llama_loss; a
- * prepared data loader gives the ranks of a cp group the same batches. */
+ * prepared data loader gives the ranks of a cp group the same batches.
+ * The cp group lives on the prepared model, not the thread: the one-process
+ * reference trains on the same thread while the accelerator's model is
+ * context-parallel, and the model, once its accelerator is freed, runs
+ * unsharded (its loss and gradients are the reference's). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,7 +69,6 @@ static int body(int rank, int world) {
     int cp = g_par.cp_size > 1 ? g_par.cp_size : g_par.sp_size, dp = world / cp, d = rank / cp;
     int64_t T = 4 * cp;
     double want[STEPS][MAX_DP];
-    accel_module *ref = reference(dp, T, want); /* before the accelerator sets the thread's cp group */
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
     o.parallelism = g_par;
@@ -100,6 +103,47 @@ static int body(int rank, int world) {
         fprintf(stderr, "rank %d: prepare: %s\n", rank, accel_last_error());
         return 11;
     }
+    if (!accel_llama_cp_group(m, NULL)) return 17;
+    /* a model without a context-parallel forward would train on the cp ranks' one batch cp times over */
+    accel_module *lin = accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    if (accel_accelerator_prepare(acc, lin) != ACCEL_ERR_UNSUPPORTED ||
+        !strstr(accel_last_error(), "no context-parallel forward")) {
+        fprintf(stderr, "rank %d: a Linear under cp: %s\n", rank, accel_last_error());
+        return 19;
+    }
+    accel_module_free(lin);
+    accel_module *ref = reference(dp, T, want); /* on this thread, beside the cp model */
+    /* a second accelerator, without cp, beside the first: its model runs unsharded */
+    accel_accelerator_opts o2 = accel_accelerator_opts_default();
+    o2.mixed_precision = "no";
+    accel_accelerator *acc2 = accel_accelerator_new(&o2);
+    accel_module *m2 = tiny();
+    if (!acc2 || accel_accelerator_prepare(acc2, m2) != ACCEL_OK || accel_llama_cp_group(m2, NULL)) {
+        fprintf(stderr, "rank %d: a second accelerator: %s\n", rank, accel_last_error());
+        return 21;
+    }
+    /* its logits of the whole batch are a plain model's (under cp the ids would be taken as chunks) */
+    accel_module *m3 = tiny();
+    accel_tensor *y2 = accel_llama_forward(m2, batch(0, d, T), NULL), *y3 = accel_llama_forward(m3, batch(0, d, T), NULL);
+    int64_t ny = y2 && y3 ? accel_numel(y3) : 0;
+    float *f2 = malloc((size_t)(ny ? ny : 1) * sizeof *f2), *f3 = malloc((size_t)(ny ? ny : 1) * sizeof *f3);
+    int differ = !ny || accel_numel(y2) != ny;
+    if (!differ) {
+        accel_to_floats(y2, f2);
+        accel_to_floats(y3, f3);
+        for (int64_t i = 0; i < ny && !differ; i++) differ = !(fabsf(f2[i] - f3[i]) <= 1e-6f * (1 + fabsf(f3[i])));
+    }
+    free(f2);
+    free(f3);
+    accel_module_free(m3);
+    if (differ) {
+        fprintf(stderr, "rank %d: the second accelerator's model: logits differ from a plain model's (%s)\n", rank,
+                accel_last_error());
+        return 22;
+    }
+    accel_step_reset();
+    accel_accelerator_free(acc2);
+    accel_module_free(m2);
     int bad = 0;
     for (int s = 0; s < STEPS; s++) {
         accel_tensor *l = accel_llama_loss(m, batch(s, d, T));
@@ -137,9 +181,42 @@ static int body(int rank, int world) {
     accel_free(pa);
     accel_free(pb);
     accel_optimizer_free(opt);
+    accel_accelerator_free(acc);
+    /* the model outlives its accelerator and runs unsharded: its loss and
+     * gradient on one batch are the reference's (a cp rank's would be a share) */
+    accel_step_reset();
+    accel_tensor *la = accel_llama_loss(m, batch(0, d, T));
+    accel_tensor *lb = la && !accel_backward(la) ? accel_llama_loss(ref, batch(0, d, T)) : NULL;
+    if (accel_llama_cp_group(m, NULL) || !lb || accel_backward(lb)) {
+        fprintf(stderr, "rank %d: after the accelerator: %s\n", rank, accel_last_error());
+        return 18;
+    }
+    if (!(fabs(accel_item(la) - accel_item(lb)) <= 1e-5 * (1 + fabs(accel_item(lb))))) bad++;
+    n = accel_module_parameters(m, &pa);
+    accel_module_parameters(ref, &pb);
+    for (int i = 0; i < n; i++) {
+        if (!pa[i]->grad || !pb[i]->grad) {
+            bad++;
+            break;
+        }
+        int64_t k = accel_numel(pa[i]);
+        float *a = malloc((size_t)k * sizeof *a), *b = malloc((size_t)k * sizeof *b);
+        accel_to_floats(pa[i]->grad, a);
+        accel_to_floats(pb[i]->grad, b);
+        for (int64_t j = 0; j < k; j++)
+            if (!(fabsf(a[j] - b[j]) <= 1e-5f * (1 + fabsf(b[j])))) {
+                fprintf(stderr, "rank %d: after the accelerator, grad %s[%lld] = %.9g, one process %.9g\n", rank,
+                        pa[i]->name ? pa[i]->name : "?", (long long)j, a[j], b[j]);
+                bad++;
+                break;
+            }
+        free(a);
+        free(b);
+    }
+    accel_free(pa);
+    accel_free(pb);
     accel_module_free(m);
     accel_module_free(ref);
-    accel_accelerator_free(acc);
     accel_dataloader_free(dl);
     accel_dataset_free(ds);
     accel_thread_cleanup();

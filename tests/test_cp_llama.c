@@ -1,8 +1,10 @@
 /* A Llama model (GQA, two layers) under context parallelism on 2 and 4
  * forked ranks, each strategy: accel_llama_loss of the whole batch with the
- * thread's cp group set equals the unsharded loss, and every parameter's
- * gradient summed over the cp ranks equals the unsharded gradient, within
- * 1e-5. Also the refusals: a KV cache and a sliding window under cp. */
+ * model context-parallel (accel_llama_context_parallelize) equals the
+ * unsharded loss, and every parameter's gradient summed over the cp ranks
+ * equals the unsharded gradient, within 1e-5. The group is the model's: a
+ * second model on the same thread runs unsharded meanwhile. Also the
+ * refusals: a KV cache (until cp is undone) and a sliding window under cp. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +60,10 @@ static int body(int rank, int world) {
     float *g_ref = grads(m, &n);
     accel_step_reset();
 
-    accel_cp_set_group(pg, g_strategy);
+    if (accel_llama_context_parallelize(m, pg, g_strategy) != ACCEL_OK || accel_llama_cp_group(m, NULL) != pg) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 15;
+    }
     x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids);
     l = accel_llama_loss(m, x);
     double got = l ? accel_item(l) : NAN;
@@ -72,6 +77,25 @@ static int body(int rank, int world) {
         bad++;
     }
     float *g = grads(m, &n);
+    /* a plain model beside it: the same weights (seed), the whole sequence's logits unsharded */
+    accel_manual_seed(7);
+    accel_module *plain = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_tensor *lp = plain ? accel_llama_loss(plain, accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids)) : NULL;
+    int64_t n_plain;
+    float *g_plain = lp && !accel_backward(lp) ? grads(plain, &n_plain) : NULL;
+    if (!g_plain || accel_llama_cp_group(plain, NULL) || fabs(accel_item(lp) - want) > 1e-6 * (1 + fabs(want))) {
+        fprintf(stderr, "rank %d: a plain model beside the cp one: %s\n", rank, accel_last_error());
+        bad++;
+    }
+    for (int64_t i = 0; g_plain && i < n; i++)
+        if (!(fabsf(g_plain[i] - g_ref[i]) <= 1e-6f * (1 + fabsf(g_ref[i])))) { /* a cp rank's gradient is its share only */
+            fprintf(stderr, "rank %d: the plain model's grad[%lld] = %.9g, unsharded %.9g\n", rank, (long long)i,
+                    g_plain[i], g_ref[i]);
+            bad++;
+            break;
+        }
+    free(g_plain);
+    accel_module_free(plain);
     if (accel_pg_all_reduce(pg, g, (size_t)n, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return 14;
     for (int64_t i = 0; i < n; i++)
         if (!(fabsf(g[i] - g_ref[i]) <= 1e-5f * (1 + fabsf(g_ref[i])))) {
@@ -86,8 +110,15 @@ static int body(int rank, int world) {
     /* refusals (no collective is issued) */
     x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids);
     accel_kv_cache *cache = accel_kv_cache_new(&c, B, 16, ACCEL_CPU_DEVICE);
-    if (accel_llama_forward(m, accel_cp_shard(x, world, rank), cache) || !strstr(accel_last_error(), "KV cache")) {
+    if (accel_llama_forward(m, accel_cp_shard(x, world, rank), cache) || !strstr(accel_last_error(), "KV cache") ||
+        !strstr(accel_last_error(), "context-parallel model")) {
         fprintf(stderr, "rank %d: a cache under cp: %s\n", rank, accel_last_error());
+        bad++;
+    }
+    /* undone, the model generates with its cache */
+    if (accel_llama_context_parallelize(m, NULL, ACCEL_CP_ALLGATHER) || accel_llama_cp_group(m, NULL) ||
+        !accel_llama_forward(m, x, cache)) {
+        fprintf(stderr, "rank %d: a cache once cp is undone: %s\n", rank, accel_last_error());
         bad++;
     }
     accel_kv_cache_free(cache);
@@ -96,13 +127,13 @@ static int body(int rank, int world) {
     snprintf(w.model_type, sizeof w.model_type, "mistral");
     w.sliding_window = 4;
     m = accel_llama_new(&w, ACCEL_CPU_DEVICE);
-    if (!m || accel_llama_loss(m, x) || !strstr(accel_last_error(), "sliding_window 4")) {
+    if (!m || accel_llama_context_parallelize(m, pg, g_strategy) != ACCEL_ERR_UNSUPPORTED ||
+        !strstr(accel_last_error(), "sliding_window 4") || accel_llama_cp_group(m, NULL)) {
         fprintf(stderr, "rank %d: a sliding window under cp: %s\n", rank, accel_last_error());
         bad++;
     }
     accel_module_free(m);
     accel_clear_error();
-    accel_cp_set_group(NULL, ACCEL_CP_ALLGATHER);
     accel_step_reset();
     accel_dist_finalize();
     accel_thread_cleanup();

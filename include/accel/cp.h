@@ -21,6 +21,7 @@
 
 #include "accel/autograd.h"
 #include "accel/dist.h"
+#include "accel/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,17 +77,23 @@ accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_t
                                      int64_t ignore_index);
 
 /* ---------------------------------------------------------------- decoders
- * The causal LMs of accel_llama_new (nn.h) run context-parallel on the
- * calling thread while a group is set: accel_llama_forward takes this rank's
- * chunks of the ids ([B, 2c]) and gives their logits; accel_llama_loss takes
- * the whole batch ([B, T], the same on every rank of pg), keeps this rank's
- * chunks of the ids and of the shifted labels, and returns the unsharded
- * mean loss (accel_cp_cross_entropy). Refused under cp: a KV cache, sliding
- * windows, soft-capping, GPT-2's learned positions. pg NULL turns it off;
- * the caller keeps pg alive while set. Thread-local. */
-void accel_cp_set_group(accel_pg *pg, accel_cp_strategy strategy);
-/* The group set on this thread (NULL when off); *strategy when not NULL. */
-accel_pg *accel_cp_group(accel_cp_strategy *strategy);
+ * The causal LMs of accel_llama_new (nn.h) run context-parallel once given
+ * a group: accel_llama_forward takes this rank's chunks of the ids ([B, 2c])
+ * and gives their logits; accel_llama_loss takes the whole batch ([B, T],
+ * the same on every rank of pg), keeps this rank's chunks of the ids and of
+ * the shifted labels, and returns the unsharded mean loss
+ * (accel_cp_cross_entropy). The group and strategy are recorded on the model
+ * (as accel_llama_parallelize records tp's), so two models in one process,
+ * or on two threads, each run with their own. Refused here, naming it:
+ * sliding windows, soft-capping, GPT-2's learned positions; refused by
+ * accel_llama_forward: a KV cache (generation: undo cp first). pg NULL undoes
+ * it (strategy ignored); the caller keeps pg alive while set. The
+ * Accelerator applies its cp group at accel_accelerator_prepare and undoes
+ * it when it lets the model go (accel_accelerator_free). */
+accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, accel_cp_strategy strategy);
+/* The cp group recorded on the model (NULL when it runs unsharded, or is not
+ * a causal LM of accel_llama_new: then with an error); *strategy when not NULL. */
+accel_pg *accel_llama_cp_group(accel_module *llama, accel_cp_strategy *strategy);
 
 /* This rank's chunks of a [B, T] batch (i64 token ids or labels, or any
  * dtype): [B, 2c], chunks rank and 2*cp-1-rank. T % (2*cp) != 0 is refused

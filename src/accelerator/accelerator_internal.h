@@ -137,9 +137,9 @@ struct accel_accelerator {
      * gradients (DDP's all-reduce). The world's group unless tp or pp split
      * it; the mesh's. */
     accel_pg *dp_pg;
-    /* Context parallelism (cp.c): the cp group, the mesh's, set as the
-     * thread's (accel_cp_set_group) while the accelerator lives; NULL when
-     * cp_size (sp_size) is 1. */
+    /* Context parallelism (cp.c): the cp group, the mesh's, recorded on the
+     * prepared decoder models (accel_llama_context_parallelize) while they
+     * are the accelerator's; NULL when cp_size (sp_size) is 1. */
     accel_pg *cp_pg;
     int shard_rank, shard_world;
     accel__fsdp_cfg fsdp;
@@ -344,7 +344,10 @@ accel_status accel__custom_load(accel_accelerator *acc, const char *dir);
  * average (over dp_pg, which includes cp) divides by it while the ranks'
  * shares of one sequence's loss must be summed. */
 accel_status accel__cp_setup(accel_accelerator *acc);
-void accel__cp_teardown(accel_accelerator *acc);
+/* The cp group onto a decoder model at prepare (others are refused under
+ * cp); undone when the accelerator lets it go. */
+accel_status accel__cp_prepare(accel_accelerator *acc, accel_module *m);
+void accel__cp_release(accel_accelerator *acc, accel_module *m);
 double accel__cp_grad_factor(const accel_accelerator *acc);
 
 #endif

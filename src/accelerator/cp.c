@@ -1,7 +1,8 @@
 /* Context parallelism in the Accelerator (opts.parallelism.cp_size /
- * cp_comm_strategy, sp_size): the mesh's cp group becomes the thread's
- * (accel/cp.h), so the decoder models run their sequence sharded over it,
- * and the backward compensates the data-parallel average for it.
+ * cp_comm_strategy, sp_size): the mesh's cp group is recorded on each
+ * prepared decoder model (accel_llama_context_parallelize), so it runs its
+ * sequence sharded over it, and undone when the accelerator lets the model
+ * go; the backward compensates the data-parallel average for it.
  *
  * Gradients: each cp rank back-propagates its share of the loss (its tokens'
  * losses over the global token count, accel_cp_cross_entropy), so the
@@ -14,19 +15,28 @@
  * rank's chunks of the sequence. */
 #include "accel/cp.h"
 #include "accelerator_internal.h"
+#include "nn/decoder_cp.h"
 
 accel_status accel__cp_setup(accel_accelerator *acc) {
     acc->cp_pg = NULL;
     if (acc->par.size[ACCEL__MESH_CP] <= 1) return ACCEL_OK;
     acc->cp_pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_CP);
     if (!acc->cp_pg) return accel_propagate_error(accel_last_status(), "accel_accelerator_new: the cp group");
-    accel_cp_set_group(acc->cp_pg, acc->par.cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER);
     return ACCEL_OK;
 }
 
-void accel__cp_teardown(accel_accelerator *acc) {
-    if (acc->cp_pg && accel_cp_group(NULL) == acc->cp_pg) accel_cp_set_group(NULL, ACCEL_CP_ALLGATHER);
-    acc->cp_pg = NULL;
+accel_status accel__cp_prepare(accel_accelerator *acc, accel_module *m) {
+    if (!acc->cp_pg) return ACCEL_OK;
+    int own = accel__cp_own_plan(m, acc->cp_pg, acc->par.cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER);
+    if (own) return own > 0 ? ACCEL_OK : accel_last_status();
+    /* the batch is the same on every cp rank: another model would train on it cp times over */
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_prepare: opts.parallelism.cp_size %d: the "
+                           "model (%s) has no context-parallel forward of its own (the decoder causal LMs have)",
+                           accel_pg_size(acc->cp_pg), m->ops->type_name);
+}
+
+void accel__cp_release(accel_accelerator *acc, accel_module *m) {
+    if (acc->cp_pg && accel__cp_model_group(m) == acc->cp_pg) accel__cp_own_plan(m, NULL, ACCEL_CP_ALLGATHER);
 }
 
 double accel__cp_grad_factor(const accel_accelerator *acc) {

@@ -100,7 +100,8 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (accel__tp_prepare(acc, pm->m) || accel__pipeline_release(acc, pm->m, "accel_accelerator_prepare"))
+    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) ||
+        accel__pipeline_release(acc, pm->m, "accel_accelerator_prepare"))
         return accel_last_status();
     if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
         return accel_last_status();
@@ -125,6 +126,7 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
 void accel__model_release(accel_accelerator *acc, accel__model *pm) {
     accel__fp8_state_free(pm->fp8);
     pm->fp8 = NULL;
+    accel__cp_release(acc, pm->m);
     if (!pm->fp) return;
     pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
     if (acc->mp != ACCEL_MP_NO) (void)accel_module_set_hook(pm->m, NULL); /* a removal, of a module: cannot fail */

@@ -195,7 +195,6 @@ void accel_accelerator_free(accel_accelerator *acc) {
     if (!acc) return;
     accel__tracking_detach(acc);
     accel_accelerator_clear(acc);
-    accel__cp_teardown(acc);
     accel__zero_groups_free(acc);
     accel__fp8_log_free(&acc->fp8_backward);
     accel_free(acc->project_dir);

@@ -1,50 +1,83 @@
 /* The decoder models (llama.c) under context parallelism (accel/cp.h): the
- * thread's cp group, what the models refuse under it, RoPE at the chunks'
+ * cp group recorded on a model's root, what the models refuse under it, RoPE at the chunks'
  * global positions, and the loss over the sharded sequence. llama.c calls
  * these at three places (forward's checks, attention, the loss). */
 #include "decoder_cp.h"
 #include "nn_internal.h"
 
-static _Thread_local accel_pg *tl_pg;
-static _Thread_local accel_cp_strategy tl_strategy;
-
-void accel_cp_set_group(accel_pg *pg, accel_cp_strategy strategy) {
-    tl_pg = pg;
-    tl_strategy = strategy;
-}
-
-accel_pg *accel_cp_group(accel_cp_strategy *strategy) {
-    if (strategy) *strategy = tl_strategy;
-    return tl_pg;
-}
-
-accel_status accel__decoder_cp_check(const accel_llama_config *c, const accel__arch *a, const accel_kv_cache *cache,
-                                     const accel_tensor *ids) {
-    static const char *WHO = "accel_llama_forward under context parallelism";
-    if (cache) return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a KV cache (generation) is not sharded; "
-                                      "accel_cp_set_group(NULL, 0) first", WHO);
+accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, accel_cp_strategy strategy) {
+    static const char *FN = "accel_llama_context_parallelize";
+    if (!llama) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model is NULL", FN);
+    const accel_llama_config *c = accel_llama_config_of(llama);
+    if (!c) return accel_propagate_error(accel_last_status(), FN);
+    accel__decoder_root *root = llama->impl;
+    if (!pg) {
+        root->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
+        return ACCEL_OK;
+    }
+    const accel__arch *a = accel__arch_find(c->model_type);
+    if (strategy != ACCEL_CP_ALLGATHER && strategy != ACCEL_CP_ALLTOALL)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: strategy %d is not ACCEL_CP_ALLGATHER or "
+                               "ACCEL_CP_ALLTOALL", FN, (int)strategy);
     if (a->blocks == ACCEL__BLOCKS_GPT2)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: GPT-2's learned position embeddings are not supported", WHO);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: GPT-2's learned position embeddings are not supported",
+                               FN);
     if (c->sliding_window > 0)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window %lld: the sharded attention is causal "
-                               "over the whole sequence only", WHO, (long long)c->sliding_window);
+                               "over the whole sequence only", FN, (long long)c->sliding_window);
     if (a->softcap && c->attn_logit_softcapping > 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention logit soft-capping (%g) is not supported", WHO,
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention logit soft-capping (%g) is not supported", FN,
                                c->attn_logit_softcapping);
+    root->cp = (accel__decoder_cp){pg, strategy};
+    return ACCEL_OK;
+}
+
+accel_pg *accel_llama_cp_group(accel_module *llama, accel_cp_strategy *strategy) {
+    const accel_llama_config *c = llama ? accel_llama_config_of(llama) : NULL;
+    if (!c) {
+        if (!llama) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_cp_group: model is NULL");
+        return NULL;
+    }
+    const accel__decoder_cp *cp = accel__decoder_cp_of(c);
+    if (strategy) *strategy = cp->strategy;
+    return cp->pg;
+}
+
+static bool is_root(const accel_module *m) {
+    const accel__arch *a = accel__arch_of_module(m);
+    return a && m->ops == &a->causal_lm;
+}
+
+int accel__cp_own_plan(accel_module *m, accel_pg *pg, accel_cp_strategy strategy) {
+    if (!is_root(m)) return 0;
+    return accel_llama_context_parallelize(m, pg, strategy) == ACCEL_OK ? 1 : -1;
+}
+
+accel_pg *accel__cp_model_group(const accel_module *m) {
+    return is_root(m) ? accel__decoder_cp_of(m->impl)->pg : NULL;
+}
+
+accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids) {
+    static const char *WHO = "accel_llama_forward on a context-parallel model";
+    if (cache) return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a KV cache (generation) is not sharded; "
+                                      "accel_llama_context_parallelize(model, NULL, 0) first", WHO);
     if (ids->shape[1] % 2 != 0)
         return accel_set_error(ACCEL_ERR_SHAPE, "%s: ids hold %lld positions: a rank's two chunks (accel_cp_shard) "
                                "are an even number", WHO, (long long)ids->shape[1]);
     return ACCEL_OK;
 }
 
-int64_t accel__decoder_cp_seq_len(int64_t local_T) { return local_T * accel_pg_size(tl_pg); }
-
-accel_tensor *accel__decoder_cp_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, double scale) {
-    return accel_cp_attention(tl_pg, q, k, v, tl_strategy, scale);
+int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T) {
+    return local_T * accel_pg_size(cp->pg);
 }
 
-accel_tensor *accel__decoder_cp_loss(accel_module *llama, accel_tensor *ids) {
-    int cp = accel_pg_size(tl_pg), rank = accel_pg_rank(tl_pg);
+accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
+                                          accel_tensor *v, double scale) {
+    return accel_cp_attention(cp->pg, q, k, v, cp->strategy, scale);
+}
+
+accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids) {
+    int cp = accel_pg_size(g->pg), rank = accel_pg_rank(g->pg);
     int64_t B = ids->shape[0], T = ids->shape[1];
     /* the labels of the whole sequence (ids shifted left, -100 at the end), then my chunks of both */
     accel_tensor *pad = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, 1), ids->device);
@@ -54,5 +87,5 @@ accel_tensor *accel__decoder_cp_loss(accel_module *llama, accel_tensor *ids) {
     accel_tensor *my_ids = labels ? accel_cp_shard(ids, cp, rank) : NULL;
     accel_tensor *my_labels = my_ids ? accel_cp_shard(labels, cp, rank) : NULL;
     accel_tensor *logits = my_labels ? accel_llama_forward(llama, my_ids, NULL) : NULL;
-    return logits ? accel_cp_cross_entropy(tl_pg, logits, my_labels, -100) : NULL;
+    return logits ? accel_cp_cross_entropy(g->pg, logits, my_labels, -100) : NULL;
 }

@@ -1,5 +1,6 @@
 /* The decoder models' hooks for context parallelism (decoder_cp.c), called
- * by llama.c while accel_cp_group() is set (accel/cp.h). */
+ * by llama.c on a model given a cp group by accel_llama_context_parallelize
+ * (accel/cp.h). The group lives in the model's root, not in the thread. */
 #ifndef ACCEL_NN_DECODER_CP_H
 #define ACCEL_NN_DECODER_CP_H
 
@@ -7,17 +8,43 @@
 #include "accel/nn.h"
 #include "arch.h"
 
-/* ACCEL_OK when the model of config c and row a can run sharded on ids
- * [B, 2c]; else the refusal naming what cannot (a cache, sliding windows,
- * soft-capping, GPT-2). */
-accel_status accel__decoder_cp_check(const accel_llama_config *c, const accel__arch *a, const accel_kv_cache *cache,
-                                     const accel_tensor *ids);
-/* The whole sequence's length when this rank holds local_T positions. */
-int64_t accel__decoder_cp_seq_len(int64_t local_T);
-/* accel_cp_attention over the thread's group with its strategy. */
-accel_tensor *accel__decoder_cp_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, double scale);
-/* accel_llama_loss of the whole batch ids [B, T]: this rank's chunks of ids
- * and labels, the unsharded mean loss. */
-accel_tensor *accel__decoder_cp_loss(accel_module *llama, accel_tensor *ids);
+/* A model's context-parallel setting: pg NULL when it runs unsharded. */
+typedef struct accel__decoder_cp {
+    accel_pg *pg; /* the caller's, kept alive while set */
+    accel_cp_strategy strategy;
+} accel__decoder_cp;
+
+/* The impl of a causal LM root built by accel_llama_new: its resolved
+ * config first (what accel_llama_config_of returns, and what its layers
+ * point at), then its cp setting, which the layers read through that
+ * pointer (accel__decoder_cp_of). */
+typedef struct accel__decoder_root {
+    accel_llama_config cfg;
+    accel__decoder_cp cp;
+} accel__decoder_root;
+
+/* The cp setting of the root whose config is c (a root's cfg member). */
+static inline const accel__decoder_cp *accel__decoder_cp_of(const accel_llama_config *c) {
+    return &((const accel__decoder_root *)(const void *)c)->cp;
+}
+
+/* ACCEL_OK when the model can run sharded on ids [B, 2c]: no KV cache, an
+ * even number of positions; else the refusal naming what cannot. */
+accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids);
+/* The whole sequence's length when this rank of cp holds local_T positions. */
+int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
+/* accel_cp_attention over cp's group with its strategy. */
+accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
+                                          accel_tensor *v, double scale);
+/* accel_llama_loss of the whole batch ids [B, T] on a model under cp: this
+ * rank's chunks of ids and labels, the unsharded mean loss. */
+accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids);
+
+/* The accelerator's (src/accelerator/cp.c): accel_llama_context_parallelize
+ * on m when m is a causal LM root of accel_llama_new: 1 applied (or undone,
+ * pg NULL), 0 not such a model (no error), -1 refused (the error set). */
+int accel__cp_own_plan(accel_module *m, accel_pg *pg, accel_cp_strategy strategy);
+/* The group recorded on m, NULL when none or m is not such a root (no error). */
+accel_pg *accel__cp_model_group(const accel_module *m);
 
 #endif

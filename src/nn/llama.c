@@ -346,7 +346,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     accel_module **p = attn->children;
     int64_t T = x->shape[1]; /* under sequence parallelism x holds T / tp positions: q the whole T */
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
-    accel_pg *cp = accel_cp_group(NULL); /* context parallel: x holds this rank's two chunks */
+    /* context parallel: x holds this rank's two chunks */
+    const accel__decoder_cp *cp = accel__decoder_cp_of(c)->pg ? accel__decoder_cp_of(c) : NULL;
     accel_tensor *q, *k, *v;
     if (gpt2) {
         /* c_attn: [B, T, 3 H D] = q | k | v (GPT-2 has as many kv heads as heads) */
@@ -369,9 +370,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
-        double scaling = accel__rope_inv_freq(c, cp ? accel__decoder_cp_seq_len(T) : pos + T, inv);
-        q = cp ? rope_cp(q, cp, inv, scaling, rd) : rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
-        k = cp ? rope_cp(k, cp, inv, scaling, rd) : rope(k, pos, inv, scaling, rd);
+        double scaling = accel__rope_inv_freq(c, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
+        q = cp ? rope_cp(q, cp->pg, inv, scaling, rd) : rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
+        k = cp ? rope_cp(k, cp->pg, inv, scaling, rd) : rope(k, pos, inv, scaling, rd);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
@@ -385,7 +386,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
-    accel_tensor *o = cp                                                 ? accel__decoder_cp_attention(q, k, v, scale)
+    accel_tensor *o = cp                                                 ? accel__decoder_cp_attention(cp, q, k, v, scale)
                       : (W || cap > 0) && x->device.type != ACCEL_DEV_META ? explicit_attention(q, k, v, pos, W, scale, cap)
                                                                            : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
@@ -642,17 +643,20 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_new: config is NULL");
         return NULL;
     }
-    accel_llama_config *c = accel_malloc(sizeof *c);
-    if (!c) return NULL;
+    /* the root's impl: the config its layers point at, and its cp setting (decoder_cp.h) */
+    accel__decoder_root *r = accel_malloc(sizeof *r);
+    if (!r) return NULL;
+    r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
+    accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
-        accel_free(c);
+        accel_free(r);
         return NULL;
     }
     const accel__arch *a = accel__arch_find(c->model_type);
     snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);
-    accel_module *root = accel_module_new(&a->causal_lm, c);
+    accel_module *root = accel_module_new(&a->causal_lm, r);
     if (!root) {
-        accel_free(c);
+        accel_free(r);
         return NULL;
     }
     if (a->blocks == ACCEL__BLOCKS_GPT2) { /* GPT-2's own tree (gpt2.c) */
@@ -728,8 +732,7 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
                         (long long)cache->max_len, (long long)T, (long long)ids->shape[0]);
         return NULL;
     }
-    if (accel_cp_group(NULL) && accel__decoder_cp_check(c, accel__arch_find(c->model_type), cache, ids) != ACCEL_OK)
-        return NULL;
+    if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
     /* The root's hooks run too: the Accelerator's autocast, a dispatch's
      * return of the logits to the device of the ids. */
     accel_tensor *h = ids;
@@ -750,7 +753,8 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
                         accel_shape_str(ids, b, sizeof b));
         return NULL;
     }
-    if (accel_cp_group(NULL)) return accel__decoder_cp_loss(llama, ids);
+    const accel__decoder_cp *cp = root_arch(llama) ? accel__decoder_cp_of(llama->impl) : NULL;
+    if (cp && cp->pg) return accel__decoder_cp_loss(llama, cp, ids);
     return accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
 }
 

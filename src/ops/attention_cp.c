@@ -67,10 +67,58 @@ static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_glo
     return out;
 }
 
-static accel_tensor *to_global(accel_tensor *blocks, int cp, int64_t c) {
-    if (!blocks) return NULL;
-    reorder_dims d = {cp, blocks->shape[1] * blocks->shape[2], c, blocks->shape[4]};
-    return reorder(blocks, &d, true);
+/* ---- a collective and the reorder to global order as one op
+ * all_gather: x [B, h, 2c, D] -> every rank's [cp, B, h, 2c, D] -> [B, h, T, D];
+ * all_to_all: x [cp, B, h, 2c, D] -> [cp, B, h, 2c, D] -> [B, h, T, D].
+ * The rank-ordered blocks live in a heap scratch for the length of the call,
+ * forward and backward, not in the step arena: there the all-gathered K and
+ * V would be held twice per layer (the blocks and the reordered copy) until
+ * the step ends, and their gradients twice more, a fixed cost per rank of
+ * the whole sequence's length whatever cp is. The backward reorders the
+ * gradient into the scratch and sends it back: reduce-scatter (the sum of
+ * the ranks' gradients of my block) or all_to_all (its own adjoint). */
+typedef struct gather_ctx {
+    accel_pg *pg;
+    reorder_dims d;
+    bool a2a;
+} gather_ctx;
+
+static accel_status gather_global_backward(accel_node *n, accel_tensor *g) {
+    const gather_ctx *gc = n->ctx;
+    accel_tensor *x = n->inputs[0], *gcontig = accel__contig(g);
+    size_t es = accel_dtype_size(g->dtype), block = (size_t)(accel_numel(g) / gc->d.cp);
+    char *scratch = gcontig ? accel_malloc(block * gc->d.cp * es) : NULL;
+    accel_tensor *gx = scratch ? accel_empty_on(g->dtype, x->ndim, x->shape, x->device) : NULL;
+    accel_status st = gx ? ACCEL_OK : accel_last_status();
+    if (!st) {
+        move_chunks(&gc->d, gcontig->data, scratch, false, es);
+        st = gc->a2a ? accel_pg_all_to_all(gc->pg, scratch, gx->data, block, g->dtype)
+                     : accel_pg_reduce_scatter(gc->pg, scratch, gx->data, block, g->dtype, ACCEL_REDUCE_SUM);
+    }
+    accel_free(scratch);
+    return st ? st : accel_grad_accumulate(x, gx);
+}
+
+static accel_tensor *gather_global(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a) {
+    accel_tensor *xc = x ? accel__contig(x) : NULL;
+    if (!xc) return NULL;
+    int o = a2a ? 1 : 0; /* x's B, h, 2c, D start at dim o */
+    int64_t B = x->shape[o], h = x->shape[o + 1], D = x->shape[o + 3];
+    size_t es = accel_dtype_size(x->dtype), block = (size_t)(B * h * 2 * c * D);
+    accel_tensor *out = accel__op_out(x->dtype, 4, (int64_t[]){B, h, 2 * cp * c, D}, x->device);
+    gather_ctx *ctx = out ? accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64) : NULL;
+    char *scratch = ctx ? accel_malloc(block * (size_t)cp * es) : NULL;
+    if (!scratch) return NULL;
+    *ctx = (gather_ctx){pg, {cp, B * h, c, D}, a2a};
+    accel_status st = a2a ? accel_pg_all_to_all(pg, xc->data, scratch, block, x->dtype)
+                          : accel_pg_all_gather(pg, xc->data, scratch, block, x->dtype);
+    if (!st) move_chunks(&ctx->d, scratch, out->data, true, es);
+    accel_free(scratch);
+    if (st) return NULL;
+    accel_node *n = accel_tape_record(a2a ? "cp_all_to_all_global" : "cp_all_gather_global", gather_global_backward,
+                                      out, 1, &x);
+    if (n) n->ctx = ctx;
+    return out;
 }
 
 static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
@@ -79,16 +127,48 @@ static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
     return reorder(x, &d, false);
 }
 
+/* ---- the first `keys` positions of every (b, h) row of x [B, h, T, D], as a
+ * contiguous [B, h, keys, D]: the key prefix a query chunk attends to. Its
+ * backward adds into x's gradient in place (accel__gbuf), so the two chunks'
+ * prefixes share one whole-sequence gradient where slices would allocate one
+ * each and a third to add them. The copy is the one accel_sdpa makes of a
+ * strided slice (a contiguous input it reads as it is). */
+static accel_status prefix_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *x = n->inputs[0], *gc = accel__contig_as(g, ACCEL_F32);
+    accel__gbuf gb;
+    if (!gc || !accel__gbuf_begin_zeroed(&gb, x)) return accel_last_status();
+    if (!gb.dst) return ACCEL_OK; /* x needs no gradient */
+    int64_t BH = x->shape[0] * x->shape[1], row = x->shape[2] * x->shape[3], pre = g->shape[2] * g->shape[3];
+    float *dst = gb.dst->data;
+    const float *src = gc->data;
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int64_t i = 0; i < pre; i++) dst[bh * row + i] += src[bh * pre + i];
+    return accel__gbuf_end(&gb);
+}
+
+static accel_tensor *key_prefix(accel_tensor *x, int64_t keys) {
+    accel_tensor *xc = accel__contig(x);
+    int64_t B = x->shape[0], h = x->shape[1], T = x->shape[2], D = x->shape[3];
+    accel_tensor *out = xc ? accel__op_out(x->dtype, 4, (int64_t[]){B, h, keys, D}, x->device) : NULL;
+    if (!out) return NULL;
+    size_t es = accel_dtype_size(x->dtype);
+    for (int64_t bh = 0; bh < B * h; bh++)
+        memcpy((char *)out->data + (size_t)(bh * keys * D) * es, (const char *)xc->data + (size_t)(bh * T * D) * es,
+               (size_t)(keys * D) * es);
+    accel_tape_record("cp_key_prefix", prefix_backward, out, 1, &x);
+    return out;
+}
+
 static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                          double scale, int cp, int rank, int64_t c) {
-    accel_tensor *kg = to_global(accel_cp_all_gather(pg, k), cp, c);
-    accel_tensor *vg = kg ? to_global(accel_cp_all_gather(pg, v), cp, c) : NULL;
+    accel_tensor *kg = gather_global(pg, k, cp, c, false);
+    accel_tensor *vg = kg ? gather_global(pg, v, cp, c, false) : NULL;
     if (!vg) return NULL;
     accel_tensor *out[2];
     for (int half = 0; half < 2; half++) {
         int64_t g = half == 0 ? rank : 2 * cp - 1 - rank, keys = (g + 1) * c;
         accel_tensor *qh = accel_slice(q, 2, half * c, (half + 1) * c, 1);
-        accel_tensor *kh = accel_slice(kg, 2, 0, keys, 1), *vh = accel_slice(vg, 2, 0, keys, 1);
+        accel_tensor *kh = key_prefix(kg, keys), *vh = kh ? key_prefix(vg, keys) : NULL;
         out[half] = qh && kh && vh ? accel_sdpa(qh, kh, vh, true, scale) : NULL;
         if (!out[half]) return NULL;
     }
@@ -100,7 +180,7 @@ static accel_tensor *heads_to_me(accel_pg *pg, accel_tensor *x, int cp, int64_t 
     int64_t B = x->shape[0], h = x->shape[1], D = x->shape[3];
     accel_tensor *r = accel_reshape(x, 5, (int64_t[]){B, cp, h / cp, 2 * c, D});
     accel_tensor *p = r ? accel_permute(r, (int[]){1, 0, 2, 3, 4}) : NULL; /* [cp, B, h/cp, 2c, D] */
-    return p ? to_global(accel_cp_all_to_all(pg, p), cp, c) : NULL;
+    return p ? gather_global(pg, p, cp, c, true) : NULL;
 }
 
 static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
