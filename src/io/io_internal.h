@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "accel/core.h"
@@ -59,6 +60,10 @@ accel_status accel__family_config_save(const struct accel__family *f, const acce
                                        accel_dtype dt);
 /* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
 const char *accel__file_kind(mode_t mode);
+/* path opened for reading (O_CLOEXEC; a FIFO does not block the open), with
+ * its fstat in *sb: a regular file, else -1 and an error naming the path and
+ * what it is instead of `what` ("a JSON file"). The caller closes the fd. */
+int accel__open_regular(const char *path, const char *what, struct stat *sb);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming
  * the file, line and column. Caller json_decref()s. */
 json_t *accel__json_load_file(const char *path);

@@ -139,22 +139,28 @@ static char *read_whole(int fd, size_t expect, size_t *len) {
     return NULL;
 }
 
-json_t *accel__json_load_file(const char *path) {
+int accel__open_regular(const char *path, const char *what, struct stat *sb) {
     /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) accel_set_error(ACCEL_ERR_IO, "%s: no such file", path);
         else accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
-    struct stat sb;
-    const char *why = fstat(fd, &sb) != 0 ? strerror(errno) : NULL;
-    if (why || !S_ISREG(sb.st_mode)) {
+    const char *why = fstat(fd, sb) != 0 ? strerror(errno) : NULL;
+    if (why || !S_ISREG(sb->st_mode)) {
         if (why) accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, why);
-        else accel_set_error(ACCEL_ERR_IO, "%s: is %s, not a JSON file", path, accel__file_kind(sb.st_mode));
+        else accel_set_error(ACCEL_ERR_IO, "%s: is %s, not %s", path, accel__file_kind(sb->st_mode), what);
         close(fd);
-        return NULL;
+        return -1;
     }
+    return fd;
+}
+
+json_t *accel__json_load_file(const char *path) {
+    struct stat sb;
+    int fd = accel__open_regular(path, "a JSON file", &sb);
+    if (fd < 0) return NULL;
     /* The whole file in a few read()s, parsed from memory: json_loadfd reads one
      * byte per syscall (a 50 MB DeepSpeed config took tens of seconds). */
     size_t len = 0;

@@ -442,22 +442,13 @@ tok_spm *tok_spm_parse(const char *name, const uint8_t *p, size_t n) {
 }
 
 tok_spm *tok_spm_load(const char *path) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT) accel_set_error(ACCEL_ERR_IO, "%s: no such file", path);
-        else accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, strerror(errno));
-        return NULL;
-    }
     struct stat sb;
+    int fd = accel__open_regular(path, "a tokenizer.model", &sb);
+    if (fd < 0) return NULL;
     uint8_t *buf = NULL;
     tok_spm *m = NULL;
     size_t n = 0;
-    if (fstat(fd, &sb) != 0) {
-        accel_set_error(ACCEL_ERR_IO, "%s: cannot be read: %s", path, strerror(errno));
-    } else if (!S_ISREG(sb.st_mode)) {
-        accel_set_error(ACCEL_ERR_IO, "%s: is %s, not a tokenizer.model", path, accel__file_kind(sb.st_mode));
-    } else if ((uint64_t)sb.st_size > SPM_MAX_FILE) {
+    if ((uint64_t)sb.st_size > SPM_MAX_FILE) {
         accel_set_error(ACCEL_ERR_FORMAT, "%s: %lld bytes, more than a tokenizer.model may have (%u MiB)", path,
                         (long long)sb.st_size, SPM_MAX_FILE >> 20);
     } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
