@@ -9,7 +9,7 @@ accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, 
     static const char *FN = "accel_llama_context_parallelize";
     if (!llama) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model is NULL", FN);
     const accel_llama_config *c = accel_llama_config_of(llama);
-    if (!c) return accel_propagate_error(accel_last_status(), FN);
+    if (!c) return accel_propagate_error(accel_last_status(), "%s", FN);
     accel__decoder_root *root = llama->impl;
     if (!pg) {
         root->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
