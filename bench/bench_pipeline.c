@@ -21,6 +21,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "../tests/pipeline_model.h" /* the model the pipeline's tests train, at the bench's sizes */
 
 static void fail(const char *what) {
     fprintf(stderr, "bench_pipeline: %s: %s\n", what, accel_last_error());
@@ -64,18 +65,9 @@ int main(int argc, char **argv) {
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) fail("accelerator");
     int p = accel_accelerator_num_processes(acc), rank = accel_accelerator_process_index(acc);
-    accel_manual_seed(1);
-    accel_llama_config c = accel_llama_config_default();
-    c.vocab_size = V;
-    c.hidden_size = C;
-    c.intermediate_size = 3 * C;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = 8;
-    c.num_key_value_heads = 8;
-    c.max_position_embeddings = T;
-    c.tie_word_embeddings = false;
-    c.torch_dtype = ACCEL_F32;
-    accel_module *model = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_module *model = pipeline_llama((pipeline_model){.seed = 1, .vocab = V, .hidden = C, .ffn = 3 * C,
+                                                          .positions = T, .layers = layers, .heads = 8,
+                                                          .kv_heads = 8, .tied = false});
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.01);
     accel_optimizer *opt = model ? accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h) : NULL;
     if (!opt || accel_accelerator_prepare(acc, model, opt) != ACCEL_OK) fail("model");

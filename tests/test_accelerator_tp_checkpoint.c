@@ -11,6 +11,7 @@
 #include "accel/accelerator.h"
 #include "accel/io.h"
 #include "check.h"
+#include "checkpoint_whole.h"
 #include "dist_group.h"
 #include "tiny_llama.h"
 #include "tp_fixture.h"
@@ -39,33 +40,6 @@ static void same_files(const char *a, const char *b) {
     }
     if (fa) accel_safetensors_close(fa);
     if (fb) accel_safetensors_close(fb);
-}
-
-/* The checkpoint's files are a one-process one's: whole weights, moments as long as the whole parameter. */
-static void whole_in_files(accel_module *whole) {
-    char path[128];
-    path_in(path, sizeof path, "ckpt/model.safetensors");
-    accel_safetensors *f = accel_safetensors_open(path);
-    path_in(path, sizeof path, "ckpt/optimizer.safetensors");
-    accel_safetensors *o = accel_safetensors_open(path);
-    CHECK_MSG(f && o, "%s", accel_last_error());
-    accel_state_dict *sd = accel_module_state_dict(whole);
-    for (int i = 0, seg = 0; f && o && i < sd->n; i++) {
-        const accel_state_entry *e = &sd->entries[i];
-        if (e->is_tied_alias) continue;
-        const accel_st_info *w = accel_safetensors_find(f, e->name);
-        bool shape = w && w->ndim == e->t->ndim;
-        for (int d = 0; shape && d < w->ndim; d++) shape = w->shape[d] == e->t->shape[d];
-        CHECK_MSG(shape, "%s is not the whole tensor", e->name);
-        if (e->is_buffer) continue;
-        char name[96];
-        snprintf(name, sizeof name, "state.%d.exp_avg_sq", seg++);
-        const accel_st_info *m = accel_safetensors_find(o, name);
-        CHECK_MSG(m && m->ndim == 1 && m->shape[0] == accel_numel(e->t), "%s (%s)", name, e->name);
-    }
-    accel_state_dict_free(sd);
-    if (f) accel_safetensors_close(f);
-    if (o) accel_safetensors_close(o);
 }
 
 static int body(int rank, int world) {
@@ -143,7 +117,7 @@ static int body(int rank, int world) {
         CHECK(lf && fwrite(got, sizeof got, 1, lf) == 1);
         if (lf) fclose(lf);
         accel_module *whole = tiny_llama(11);
-        whole_in_files(whole);
+        check_whole_checkpoint(ckpt, whole);
         accel_module_free(whole);
     }
     for (int s = 0; s < AFTER && CFG.ph != FIRST; s++) {

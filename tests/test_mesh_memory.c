@@ -2,13 +2,14 @@
  * (src/bigmodel/mesh_memory.h, `accel estimate-memory --tp_size --pp_size`):
  * the tiny Llama's bytes counted by hand, weight by weight, for tensor
  * parallelism (heads split, one key/value head replicated when there are
- * fewer than tp), pipeline stages (the tied lm_head a copy on the last one),
- * both, and the refusals. */
+ * fewer than tp), pipeline stages (the tied lm_head a copy on the last one;
+ * the runtime's balanced split of the layers), both, and the refusals. */
 #include <string.h>
 
 #include "accel/accel.h"
 #include "bigmodel/mesh_memory.h"
 #include "check.h"
+#include "nn/decoder_pipeline.h"
 #include "tiny_llama.h"
 
 /* The tiny Llama (tiny_llama.h): hidden 16, 4 heads of 4, 2 kv heads,
@@ -79,8 +80,29 @@ static void test_unsplittable(void) {
     CHECK(accel__mesh_param_bytes(m, &c, 2, 1, &b) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "transformer.h.0.");
     CHECK_STR_CONTAINS(accel_last_error(), "no tensor-parallel split is modelled");
-    /* its layers are found for the pipeline split all the same */
-    CHECK(accel__mesh_param_bytes(m, &c, 1, 2, &b) == ACCEL_OK && b.n_layers == 1);
+    /* nor is it cut into pipeline stages: refused as the runtime refuses it */
+    CHECK(accel__mesh_param_bytes(m, &c, 1, 2, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "GPT-2's tree is not cut yet");
+    accel_module_free(m);
+}
+
+/* The stages' layers are the runtime's balanced split (accel__decoder_stage_split, which pipeline.c runs), not
+ * an even one: with a vocabulary of 512 x 32 the tied embedding (16 K parameters) outweighs a layer (~10 K), so
+ * of 4 layers stage 0 gets 1 and the last stage 3 (an even split: 2 and 2). */
+static void test_runtime_split(void) {
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 512, c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 4;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.max_position_embeddings = 32, c.tie_word_embeddings = true;
+    c.torch_dtype = ACCEL_F32;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    int first[3];
+    CHECK(accel__decoder_stage_split(m, 2, NULL, first, "t") == ACCEL_OK && first[1] == 1);
+    accel__mesh_bytes b;
+    CHECK_MSG(accel__mesh_param_bytes(m, &c, 1, 2, &b) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(b.stage == 1 && b.first_layer == first[1] && b.n_layers == 4 - first[1],
+              "stage %d holds layers [%d, %d)", b.stage, b.first_layer, b.first_layer + b.n_layers);
+    int64_t layer = accel_module_num_params(accel_module_find(m, "model.layers.0"));
+    CHECK_MSG(b.param_bytes == (3 * layer + 32 + 512 * 32) * 4, "%lld", (long long)b.param_bytes); /* + norm, copy */
     accel_module_free(m);
 }
 
@@ -88,5 +110,6 @@ int main(void) {
     RUN(test_tensor_parallel);
     RUN(test_pipeline);
     RUN(test_unsplittable);
+    RUN(test_runtime_split);
     return check_summary();
 }

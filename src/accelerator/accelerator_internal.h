@@ -31,7 +31,19 @@ typedef struct accel__model {
      * shards and units (zero_state.h). */
     void *strat_state;
     struct accel__fp8_state *fp8; /* mixed_precision='fp8': its metas and reduction buffer (fp8_scaling.h) */
+    /* pp_size > 1: the stages' layer ranges, first_layer[0..pp_size], agreed
+     * by every rank at prepare (pipeline.c; accel_malloc'd, freed by
+     * accel__model_release); NULL with one stage. */
+    int *pp_split;
 } accel__model;
+
+/* pp_size > 1: a prepared optimizer's parameters as it was built, before its
+ * stage kept its own (pipeline.c): the numbering of its state in a
+ * checkpoint, the one-process one. */
+typedef struct accel__pp_opt {
+    int n;
+    accel_tensor *params[]; /* [n], borrowed: the model's (the other stages' on meta) */
+} accel__pp_opt;
 
 /* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /
  * fsdp_reshard_after_forward; defaults as FSDP's: BACKWARD_PRE, false, true;
@@ -103,6 +115,7 @@ struct accel_accelerator {
      * is the user's as it was (strategy.h: prepare_optimizer, optimizer_model) */
     void *strat_opt[ACCEL__MAX_PREPARED];
     bool skipped[ACCEL__MAX_PREPARED];
+    accel__pp_opt *pp_opt[ACCEL__MAX_PREPARED]; /* optimizer i's whole numbering under pp (owned), else NULL */
     int n_opts;
     accel_lr_scheduler *scheds[ACCEL__MAX_PREPARED];
     int n_scheds;
@@ -184,17 +197,29 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
  * every rank of the pp group (save_model then writes the whole model from
  * rank 0). Collective over the pp group; no-op with one stage. */
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model);
-/* pipeline.c: with pp_size > 1, moves the parameters of the other stages'
- * parts of model to meta (this stage keeps its own: memory divided between
- * the stages); before the flat buffers at prepare, and after save_model's
- * gather. Refuses a model whose family is not cut, and ZeRO, naming fn. */
+/* pipeline.c: with pp_size > 1, the stages' split of pm's model (the
+ * family's balanced one, or accel_accelerator_pipeline_set_layers'),
+ * compared over every rank (a difference fails on all of them, naming two
+ * splits) and kept in pm->pp_split; then the parameters of the other stages'
+ * parts move to meta (this stage keeps its own: memory divided between the
+ * stages), before the flat buffers. Refuses a model whose family is not cut,
+ * and ZeRO. Collective. */
+accel_status accel__pipeline_prepare_model(accel_accelerator *acc, accel__model *pm);
+/* pipeline.c: with pp_size > 1, the other stages' parameters of a prepared
+ * model to meta again (after save_model's or save_state's gather). */
 accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn);
-/* pipeline.c: with pp_size > 1, re-targets opt to the parameters this stage
- * kept (those not on meta), freeing the others' optimizer state. */
-accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt);
-/* pipeline.c: ACCEL_ERR_UNSUPPORTED naming fn when pp_size > 1 (a checkpoint
- * of rank 0's optimizer state would lose the other stages'), else ACCEL_OK. */
-accel_status accel__pipeline_refuse_checkpoint(const accel_accelerator *acc, const char *fn);
+/* pipeline.c: with pp_size > 1, re-targets optimizer i to the parameters its
+ * stage kept (those not on meta), freeing the others' optimizer state, and
+ * records its whole numbering in acc->pp_opt[i] (NULL with one stage). */
+accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, int i);
+/* pipeline.c, pp_size > 1, collective over the pp group: optimizer i's
+ * state as one process's (the whole numbering, every stage's entries) on
+ * stage 0, which returns their count and *out (accel_named_state_free it);
+ * the other stages send theirs and return 0, *out NULL. -1 + error. */
+int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_state **out);
+/* pipeline.c, pp_size > 1: loads into optimizer i this stage's part of a
+ * one-process state st[0..n) (the others' entries skipped). */
+accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {

@@ -404,6 +404,8 @@ typedef struct opt_slot {
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
     if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
+    /* under pp: this stage's part of the whole state */
+    if (os->acc->pp_opt[os->i]) return accel__pipeline_load_optimizer(os->acc, os->i, n, st);
     /* under tp: this rank's slices of the whole states (load_named's tensors, owned) */
     if (accel__tp_slice_optimizer(os->acc, os->acc->opts[os->i], n, (accel_named_state *)st)) return accel_last_status();
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
@@ -417,31 +419,33 @@ static accel_status load_sched(void *s, int n, const accel_named_state *st) {
 /* Model m's file, written by rank 0 (with write); under tp every rank calls
  * it, even after a failure (write false), for the gather of the whole
  * tensors over its tp group (collective), so the file is a one-process
- * model's. */
+ * model's; under pp likewise for the gather of every stage's parameters
+ * (released again after). */
 static accel_status save_model_file(accel_accelerator *acc, const char *path, accel_module *m, bool write) {
-    accel_state_dict *sd = accel_module_state_dict(m);
-    if (!sd) return accel_last_status();
+    accel_status pst = accel__pipeline_gather_weights(acc, m);
+    accel_state_dict *sd = pst ? NULL : accel_module_state_dict(m);
     accel_tensor **whole = NULL;
-    accel_status gst = accel__tp_gather_state(acc, sd, &whole);
-    if (gst || acc->rank != 0 || !write) {
-        accel__tp_gather_state_free(sd, whole);
-        accel_state_dict_free(sd);
-        return gst;
+    accel_status s = sd ? accel__tp_gather_state(acc, sd, &whole) : accel_last_status();
+    if (!s && acc->rank == 0 && write) {
+        const char **names = accel_calloc((size_t)(sd->n ? sd->n : 1), sizeof *names);
+        accel_tensor **ts = accel_calloc((size_t)(sd->n ? sd->n : 1), sizeof *ts);
+        s = names && ts ? ACCEL_OK : accel_last_status();
+        int k = 0;
+        for (int i = 0; i < sd->n && !s; i++) {
+            if (sd->entries[i].is_tied_alias) continue; /* shared tensors de-duplicated */
+            names[k] = sd->entries[i].name;
+            ts[k++] = whole && whole[i] ? whole[i] : sd->entries[i].t;
+        }
+        if (!s) s = accel_safetensors_save(path, k, names, ts, 0, NULL);
+        accel_free(names);
+        accel_free(ts);
     }
-    const char **names = accel_calloc((size_t)(sd->n ? sd->n : 1), sizeof *names);
-    accel_tensor **ts = accel_calloc((size_t)(sd->n ? sd->n : 1), sizeof *ts);
-    accel_status s = names && ts ? ACCEL_OK : accel_last_status();
-    int k = 0;
-    for (int i = 0; i < sd->n && !s; i++) {
-        if (sd->entries[i].is_tied_alias) continue; /* shared tensors de-duplicated */
-        names[k] = sd->entries[i].name;
-        ts[k++] = whole && whole[i] ? whole[i] : sd->entries[i].t;
-    }
-    if (!s) s = accel_safetensors_save(path, k, names, ts, 0, NULL);
-    accel_free(names);
-    accel_free(ts);
-    accel__tp_gather_state_free(sd, whole);
+    if (sd) accel__tp_gather_state_free(sd, whole);
     accel_state_dict_free(sd);
+    if (acc->par.size[ACCEL__MESH_PP] > 1) { /* the other stages' parameters go again */
+        accel_status rel = accel__pipeline_release(acc, m, "accel_accelerator_save_state");
+        if (!s) s = rel;
+    }
     return s;
 }
 
@@ -456,13 +460,14 @@ static accel_status refuse_foreign(const char *dir, int i) {
     return ACCEL_OK;
 }
 
-static accel_status load_model_file(const char *path, accel_module *m) {
+/* pp: a stage loads its part (the other stages' parameters are on meta). */
+static accel_status load_model_file(const char *path, accel_module *m, bool pp) {
     accel_safetensors *f = accel_safetensors_open(path);
     if (!f) return accel_last_status();
     accel_state_dict *sd = accel_module_state_dict(m);
     accel_status s = sd ? ACCEL_OK : accel_last_status();
     for (int i = 0; sd && i < sd->n && !s; i++) {
-        if (sd->entries[i].is_tied_alias) continue;
+        if (sd->entries[i].is_tied_alias || (pp && sd->entries[i].t->device.type == ACCEL_DEV_META)) continue;
         if (!accel_safetensors_find(f, sd->entries[i].name)) {
             s = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s has no tensor %s", path,
                                 sd->entries[i].name);
@@ -598,13 +603,14 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
     char path[3 * PATHN];
     accel_status s = ACCEL_OK;
     accel_progress *bar = files_bar(acc, "save_state");
-    int tp = acc->mesh.size[ACCEL__MESH_TP]; /* > 1: every rank joins the gathers of the whole tensors */
+    /* > 1: every rank joins the gathers of the whole tensors (tp) or of every stage's (pp) */
+    int tp = acc->mesh.size[ACCEL__MESH_TP], pp = acc->par.size[ACCEL__MESH_PP];
     for (int i = 0; i < acc->n_models; i++) {
         const accel__strategy *strat = acc->models[i].strat;
         if (strat->save_state) { /* collective: every rank its shards, or its part of the gathers */
             accel_status s2 = strat->save_state(acc, i, tmp, s != ACCEL_OK);
             if (!s) s = s2;
-        } else if (tp > 1 || (acc->rank == 0 && !s)) {
+        } else if (tp > 1 || pp > 1 || (acc->rank == 0 && !s)) {
             numbered(path, sizeof path, tmp, "model", i);
             accel_status s2 = save_model_file(acc, path, acc->models[i].m, !s);
             if (!s) s = s2;
@@ -640,6 +646,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         accel_named_state *st = NULL;
         float *bufs[2] = {NULL, NULL};
         int n = accel__optimizer_model(acc, i) ? acc->strat->optimizer_state(acc, i, &st, bufs)
+                : acc->pp_opt[i]               ? accel__pipeline_optimizer_state(acc, i, &st)
                 : acc->rank == 0 || tp > 1     ? accel_optimizer_state(acc->opts[i], &st)
                                                : 0;
         numbered(path, sizeof path, tmp, "optimizer", i);
@@ -676,7 +683,6 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
                                                    "checkpoints under ZeRO are not built yet with tensor parallelism "
                                                    "(accel_accelerator_save_model writes the whole weights)"))
         return accel_last_status();
-    if (accel__pipeline_refuse_checkpoint(acc, "accel_accelerator_save_state")) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -767,7 +773,6 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
                                                    "checkpoints under ZeRO are not built yet with tensor parallelism "
                                                    "(accel_accelerator_save_model writes the whole weights)"))
         return accel_last_status();
-    if (accel__pipeline_refuse_checkpoint(acc, "accel_accelerator_load_state")) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
@@ -784,7 +789,8 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         if (acc->models[i].strat->load_state) s = acc->models[i].strat->load_state(acc, i, dir);
-        else if (!(s = refuse_foreign(dir, i))) s = load_model_file(path, acc->models[i].m);
+        else if (!(s = refuse_foreign(dir, i)))
+            s = load_model_file(path, acc->models[i].m, acc->par.size[ACCEL__MESH_PP] > 1);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {

@@ -100,11 +100,12 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) ||
-        accel__pipeline_release(acc, pm->m, "accel_accelerator_prepare"))
+    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_prepare_model(acc, pm))
         return accel_last_status();
-    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
+    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm))) {
+        accel__model_release(acc, pm); /* the pipeline's split, the cp group */
         return accel_last_status();
+    }
     pm->strat = acc->strat;
     int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;
     /* pp: the stage's own parameters (the others are on meta) */
@@ -124,6 +125,8 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
 }
 
 void accel__model_release(accel_accelerator *acc, accel__model *pm) {
+    accel_free(pm->pp_split);
+    pm->pp_split = NULL;
     accel__fp8_state_free(pm->fp8);
     pm->fp8 = NULL;
     accel__cp_release(acc, pm->m);

@@ -39,9 +39,12 @@
  * DDP (over acc->dp_pg, which excludes pp) reduces only in the last
  * micro-batch's backward; a tied lm_head's gradient (the embedding's, used
  * on the first and the last stage) is summed over the pp group on sync
- * steps. A stage holds only its part of the model (accel__pipeline_release
- * at prepare: the other stages' parameters on meta, the flat buffers and the
- * optimizer over what it kept). */
+ * steps. A stage holds only its part of the model (accel__pipeline_prepare_model
+ * at prepare: the split every rank agrees on, the other stages' parameters
+ * on meta, the flat buffers and the optimizer over what it kept). A step's
+ * buffers (saved inputs, messages, the schedule) live in the step arena: a
+ * steady step allocates nothing. Checkpoints are one process's (the end of
+ * this file). */
 #include <math.h>
 #include <string.h>
 
@@ -62,14 +65,22 @@ typedef struct pp_run {
     accel_tensor *ids;        /* [B, T] */
     int64_t rows, T, C;       /* a micro-batch: [rows, T] ids, [rows, T, C] hidden states */
     accel_dtype dt;           /* of the hidden states */
-    size_t numel;             /* rows T C */
-    void **held;              /* [m]: saved inputs (stages > 0), accel_malloc'd */
-    int in_flight;
-    void *out_buf;            /* the pending outgoing message's bytes */
+    size_t numel, bytes;      /* rows T C, and their bytes */
+    /* The step's buffers, in the step arena (a steady step allocates nothing):
+     * held: [slots][bytes], the saved inputs (stages > 0), micro-batch i's in
+     * slot i % slots - the micro-batches in flight are consecutive and at most
+     * slots of them (m under GPipe, p - s under 1F1B); grad_buf: the incoming
+     * gradient; out_buf: the pending outgoing message. */
+    char *held;
+    void *grad_buf, *out_buf;
+    int slots, in_flight;
     int out_peer;             /* -1: none pending */
     double loss_sum, busy_s;
     accel_pipeline_report rep;
 } pp_run;
+
+/* Micro-batch i's saved input: [bytes]. */
+static void *held_slot(const pp_run *r, int i) { return r->held + (size_t)(i % r->slots) * r->bytes; }
 
 /* ids rows of micro-batch i: [rows, T]. */
 static accel_tensor *micro_ids(pp_run *r, int i) {
@@ -110,9 +121,8 @@ static accel_status forward(pp_run *r, int i) {
         x = micro_ids(r, i);
         if (r->out_peer >= 0) st = exchange(r, NULL, -1);
     } else {
-        if (!(r->held[i] = accel_malloc(r->numel * accel_dtype_size(r->dt)))) return accel_last_status();
-        st = exchange(r, r->held[i], r->stage - 1);
-        x = st ? NULL : hidden_from(r, r->held[i]);
+        st = exchange(r, held_slot(r, i), r->stage - 1);
+        x = st ? NULL : hidden_from(r, held_slot(r, i));
     }
     if (!st && !x) st = accel_last_status();
     if (!st) {
@@ -136,17 +146,12 @@ static accel_status forward(pp_run *r, int i) {
 
 static accel_status backward(pp_run *r, int i) {
     accel_status st = ACCEL_OK;
-    accel_tensor *grad = NULL, *x = r->first ? micro_ids(r, i) : hidden_from(r, r->held[i]);
+    accel_tensor *grad = NULL, *x = r->first ? micro_ids(r, i) : hidden_from(r, held_slot(r, i));
     if (!x) st = accel_last_status();
     if (!st && !r->last) {
-        void *g = accel_malloc(r->numel * accel_dtype_size(r->dt));
-        if (!g) st = accel_last_status();
-        else {
-            st = exchange(r, g, r->stage + 1);
-            grad = st ? NULL : hidden_from(r, g);
-            if (!st && !grad) st = accel_last_status();
-            accel_free(g);
-        }
+        st = exchange(r, r->grad_buf, r->stage + 1);
+        grad = st ? NULL : hidden_from(r, r->grad_buf);
+        if (!st && !grad) st = accel_last_status();
     } else if (!st && r->out_peer >= 0) {
         st = exchange(r, NULL, -1);
     }
@@ -172,11 +177,7 @@ static accel_status backward(pp_run *r, int i) {
     if (!st && !r->first) st = x->grad ? post(r, x->grad, r->stage - 1)
                                        : accel_set_error(ACCEL_ERR_STATE, FN ": stage %d's input got no gradient",
                                                          r->stage);
-    if (!r->first) {
-        accel_free(r->held[i]);
-        r->held[i] = NULL;
-    }
-    r->in_flight--;
+    r->in_flight--; /* its slot is free: x copied the saved input */
     return st;
 }
 
@@ -198,6 +199,11 @@ static int schedule(const pp_run *r, bool gpipe, int *ops) {
     return n;
 }
 
+/* bytes of the step arena (64-byte aligned): the step's buffers, freed by
+ * accel_step_reset; once the arena has grown to a step's size, a step of the
+ * same shapes allocates nothing. */
+static void *step_buffer(size_t bytes) { return accel_arena_alloc(accel_step_arena(), bytes ? bytes : 1, 64); }
+
 /* A tied lm_head's weight is the embedding's: stage 0's and the last stage's
  * gradients of it are summed over the pp group (the middle stages, which do
  * not use it, add zeros and keep none). */
@@ -206,8 +212,9 @@ static accel_status sum_tied(pp_run *r) {
     if (!w) return ACCEL_OK;
     bool mine = r->first || r->last;
     size_t n = (size_t)accel_numel(w), bytes = n * accel_dtype_size(w->dtype);
-    void *h = accel_calloc(1, bytes ? bytes : 1);
+    void *h = step_buffer(bytes);
     if (!h) return accel_last_status();
+    memset(h, 0, bytes);
     accel_status st = mine && w->grad ? accel_tensor_to_host(w->grad, h) : ACCEL_OK;
     if (!st) st = accel_pg_all_reduce(r->pg, h, n, w->dtype, ACCEL_REDUCE_SUM);
     if (!st && mine && !w->grad) { /* a stage whose part gave none (cannot happen after a backward) */
@@ -215,7 +222,6 @@ static accel_status sum_tied(pp_run *r) {
         if (!z || accel_zero_(z) != ACCEL_OK || accel_grad_accumulate(w, z) != ACCEL_OK) st = accel_last_status();
     }
     if (!st && mine) st = accel_tensor_from_host(w->grad, h);
-    accel_free(h);
     return st;
 }
 
@@ -241,7 +247,7 @@ static accel_status stage_split(const accel_accelerator *acc, accel_module *mode
     if (!h) return accel_last_status();
     int first = acc->par.pp_first_layers, last = acc->par.pp_last_layers, L = h->n_layers(model, fn);
     if (L < 0) return accel_last_status();
-    if ((!first && !last) || stages == 1) return h->split(model, stages, NULL, first_layer, fn);
+    if (!first && !last) return h->split(model, stages, NULL, first_layer, fn);
     int others = stages - (first > 0) - (last > 0), rest = L - first - last;
     if (others == 0 ? rest != 0 : rest < others || rest % others)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d layers with %d on the first stage and %d on the last "
@@ -310,22 +316,26 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     r.stage = r.pg ? accel_pg_rank(r.pg) : 0;
     r.first = r.stage == 0;
     r.last = r.stage == r.stages - 1;
-    int *first_layer = accel_malloc(((size_t)r.stages + 1) * sizeof *first_layer);
-    int *ops = accel_malloc(2 * (size_t)r.m * sizeof *ops);
-    r.held = accel_calloc((size_t)r.m, sizeof *r.held);
-    accel_status st = first_layer && ops && r.held ? ACCEL_OK : accel_last_status();
-    if (!st) st = stage_split(acc, model, r.stages, first_layer, FN);
-    if (!st) {
-        r.lo = first_layer[r.stage];
-        r.hi = first_layer[r.stage + 1];
-        r.rows = ids->shape[0] / r.m;
-        r.T = ids->shape[1];
-        r.hooks->hidden(model, &r.C, &r.dt);
-        r.numel = (size_t)(r.rows * r.T * r.C);
-        if (!(r.out_buf = accel_malloc(r.numel * accel_dtype_size(r.dt)))) st = accel_last_status();
+    if (r.stages > 1) { /* the split every rank agreed on at prepare */
+        r.lo = pm->pp_split[r.stage];
+        r.hi = pm->pp_split[r.stage + 1];
+    } else if ((r.hi = r.hooks->n_layers(model, FN)) < 0) {
+        return accel_last_status();
     }
+    r.rows = ids->shape[0] / r.m;
+    r.T = ids->shape[1];
+    r.hooks->hidden(model, &r.C, &r.dt);
+    r.numel = (size_t)(r.rows * r.T * r.C);
+    r.bytes = r.numel * accel_dtype_size(r.dt);
+    r.slots = acc->par.pp_gpipe || r.stages - r.stage > r.m ? r.m : r.stages - r.stage;
+    int *ops = step_buffer(2 * (size_t)r.m * sizeof *ops);
+    r.out_buf = step_buffer(r.bytes);
+    r.grad_buf = r.last ? NULL : step_buffer(r.bytes);
+    r.held = r.first ? NULL : step_buffer((size_t)r.slots * r.bytes);
+    if (!ops || !r.out_buf || (!r.last && !r.grad_buf) || (!r.first && !r.held)) return accel_last_status();
     double t0 = accel_now_seconds();
-    int n = st ? 0 : schedule(&r, acc->par.pp_gpipe, ops);
+    int n = schedule(&r, acc->par.pp_gpipe, ops);
+    accel_status st = ACCEL_OK;
     for (int k = 0; k < n && !st; k++) st = ops[k] >= 0 ? forward(&r, ops[k]) : backward(&r, -1 - ops[k]);
     if (!st && r.out_peer >= 0) st = exchange(&r, NULL, -1); /* the last gradient to the stage before */
     if (!st && acc->sync_gradients) st = sum_tied(&r);
@@ -337,13 +347,8 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
                                           .end_layer = r.hi, .micro_batches = r.m,
                                           .wall_s = accel_now_seconds() - t0, .busy_s = r.busy_s,
                                           .peak_in_flight = r.rep.peak_in_flight};
-        report->peak_held_bytes = r.first ? 0 : (size_t)report->peak_in_flight * r.numel * accel_dtype_size(r.dt);
+        report->peak_held_bytes = r.first ? 0 : (size_t)report->peak_in_flight * r.bytes;
     }
-    for (int i = 0; r.held && i < r.m; i++) accel_free(r.held[i]);
-    accel_free(r.held);
-    accel_free(r.out_buf);
-    accel_free(ops);
-    accel_free(first_layer);
     return st;
 }
 
@@ -371,68 +376,141 @@ static bool kept(const accel__family_stages *h, accel_module *model, const accel
     return stage == stages - 1 && e->t == h->tied_embedding(model);
 }
 
-/* The stage's split and hooks for fn: *first_layer accel_malloc'd. */
-static const accel__family_stages *split_of(accel_accelerator *acc, accel_module *model, int stages,
-                                            int **first_layer, const char *fn) {
-    const accel__family_stages *h = hooks_of(model, fn);
-    *first_layer = h ? accel_malloc(((size_t)stages + 1) * sizeof **first_layer) : NULL;
-    if (*first_layer && !stage_split(acc, model, stages, *first_layer, fn)) return h;
-    accel_free(*first_layer);
-    *first_layer = NULL;
-    return NULL;
+/* The split model was prepared with (pp_size > 1; agreed by every rank at
+ * prepare), or NULL + error naming fn. */
+static const int *split_of(accel_accelerator *acc, accel_module *model, const char *fn) {
+    const accel__model *pm = accel__find_model(acc, model);
+    if (!pm || !pm->pp_split)
+        accel_set_error(ACCEL_ERR_STATE, "%s: the model was not prepared by this accelerator under pipeline "
+                        "parallelism (its stages' split is fixed at prepare)", fn);
+    return pm ? pm->pp_split : NULL;
 }
 
-accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn) {
+/* Moves the parameters this stage does not keep to meta. */
+static accel_status release_others(accel_accelerator *acc, accel_module *model, const int *split, accel_pg *pg,
+                                   const char *fn) {
+    const accel__family_stages *h = hooks_of(model, fn);
+    accel_state_dict *sd = h ? accel_module_state_dict(model) : NULL;
+    if (!sd) return accel_last_status();
+    int stages = acc->par.size[ACCEL__MESH_PP];
+    for (int i = 0; i < sd->n; i++) {
+        accel_state_entry *e = &sd->entries[i];
+        if (!e->is_buffer && !e->is_tied_alias && !kept(h, model, e, split, accel_pg_rank(pg), stages))
+            accel_tensor_to_meta(e->t);
+    }
+    accel_state_dict_free(sd);
+    return ACCEL_OK;
+}
+
+/* "3 + 1": the stages' layer counts of first_layer[0..stages]. */
+static void split_str(const int32_t *first_layer, int stages, char *out, size_t n) {
+    size_t at = 0;
+    out[0] = 0;
+    for (int s = 0; s < stages && at < n; s++)
+        at += (size_t)snprintf(out + at, n - at, "%s%d", s ? " + " : "", (int)(first_layer[s + 1] - first_layer[s]));
+}
+
+/* Every rank's split compared (all-gathered over the world, so the dp
+ * replicas' pp groups agree too): the same on every rank, else an error on
+ * every rank naming two that differ, or the rank whose own split failed
+ * (mine: this rank's status; its error stays its own). The split is set
+ * per rank and a model may be built differently on each, so a rank's
+ * split alone proves nothing: stages that disagreed would exchange hidden
+ * states of the wrong layers. */
+static accel_status agree_split(accel_accelerator *acc, int stage, const int *split, int stages, accel_status mine,
+                                const char *fn) {
+    size_t k = (size_t)stages + 3, world = (size_t)acc->world; /* a record: stage, failed, first_layer[0..stages] */
+    int32_t *all = accel_malloc((world + 1) * k * sizeof *all), *rec = all ? all + world * k : NULL;
+    if (!all) return accel_last_status();
+    rec[0] = stage;
+    rec[1] = mine != ACCEL_OK;
+    for (int s = 0; s <= stages; s++) rec[2 + s] = mine ? 0 : split[s];
+    accel_status st = accel_pg_all_gather(acc->pg, rec, all, k, ACCEL_I32);
+    size_t bad = world, differs = world;
+    for (size_t r = 0; r < world && !st; r++) {
+        if (all[r * k + 1] && bad == world) bad = r;
+        if (memcmp(all + r * k + 2, all + 2, (k - 2) * sizeof *all) && differs == world) differs = r;
+    }
+    if (!st && mine) {
+        st = mine;
+    } else if (!st && bad < world) {
+        st = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rank %zu (pipeline stage %d) could not split the model's "
+                             "layers over the %d stages (its error is reported there)", fn, bad,
+                             (int)all[bad * k], stages);
+    } else if (!st && differs < world) {
+        char a[256], b[256];
+        split_str(all + 2, stages, a, sizeof a);
+        split_str(all + differs * k + 2, stages, b, sizeof b);
+        st = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the ranks split the model's layers differently over the %d "
+                             "pipeline stages: rank 0 (stage %d) as %s, rank %zu (stage %d) as %s; give every rank "
+                             "the same accel_accelerator_pipeline_set_layers and the same model", fn, stages,
+                             (int)all[0], a, differs, (int)all[differs * k], b);
+    }
+    accel_free(all);
+    return st;
+}
+
+accel_status accel__pipeline_prepare_model(accel_accelerator *acc, accel__model *pm) {
+    static const char fn[] = "accel_accelerator_prepare";
     int stages = acc->par.size[ACCEL__MESH_PP];
     if (stages == 1) return ACCEL_OK;
     if (acc->strat->stage != 0)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO stage %d is not built with pipeline parallelism "
                                "(pp_size %d); use DDP (zero_stage 0)", fn, acc->strat->stage, stages);
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
-    int *first_layer;
-    const accel__family_stages *h = pg ? split_of(acc, model, stages, &first_layer, fn) : NULL;
-    accel_state_dict *sd = h ? accel_module_state_dict(model) : NULL;
-    if (!sd) {
-        if (h) accel_free(first_layer);
-        return accel_last_status();
-    }
-    for (int i = 0; i < sd->n; i++) {
-        accel_state_entry *e = &sd->entries[i];
-        if (!e->is_buffer && !e->is_tied_alias && !kept(h, model, e, first_layer, accel_pg_rank(pg), stages))
-            accel_tensor_to_meta(e->t);
-    }
-    accel_state_dict_free(sd);
-    accel_free(first_layer);
-    return ACCEL_OK;
+    int *split = pg ? accel_malloc(((size_t)stages + 1) * sizeof *split) : NULL;
+    if (!split) return accel_last_status();
+    accel_status st = agree_split(acc, accel_pg_rank(pg), split, stages, stage_split(acc, pm->m, stages, split, fn),
+                                  fn);
+    if (!st) st = release_others(acc, pm->m, split, pg, fn);
+    if (st) accel_free(split);
+    else pm->pp_split = split;
+    return st;
 }
 
-accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
+accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn) {
     if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    const int *split = pg ? split_of(acc, model, fn) : NULL;
+    return split ? release_others(acc, model, split, pg, fn) : accel_last_status();
+}
+
+accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, int i) {
+    acc->pp_opt[i] = NULL;
+    if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
+    accel_optimizer *opt = acc->opts[i];
     int n = accel_optimizer_num_segments(opt), kept_n = 0;
+    accel__pp_opt *po = accel_malloc(sizeof *po + (size_t)n * sizeof po->params[0]);
     accel_tensor **params = accel_malloc((size_t)(n ? n : 1) * sizeof *params);
     int *groups = accel_malloc((size_t)(n ? n : 1) * sizeof *groups);
-    accel_status st = params && groups ? ACCEL_OK : accel_last_status();
-    for (int i = 0; !st && i < n; i++) {
+    accel_status st = po && params && groups ? ACCEL_OK : accel_last_status();
+    for (int k = 0; !st && k < n; k++) {
         int g;
-        accel_tensor *p = accel_optimizer_segment_param(opt, i, &g);
+        accel_tensor *p = accel_optimizer_segment_param(opt, k, &g);
         if (!p) st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare_optimizer: segment %d of the "
-                                     "optimizer has no parameter tensor (already re-targeted)", i);
-        else if (p->device.type != ACCEL_DEV_META) params[kept_n] = p, groups[kept_n++] = g;
+                                     "optimizer has no parameter tensor (already re-targeted)", k);
+        else if ((po->params[k] = p)->device.type != ACCEL_DEV_META) params[kept_n] = p, groups[kept_n++] = g;
     }
     /* only this stage's parameters: the others were released at the model's prepare */
     if (!st && kept_n < n) st = accel_optimizer_set_segments(opt, kept_n, params, NULL, NULL, groups);
     accel_free(params);
     accel_free(groups);
-    return st;
+    if (st) {
+        accel_free(po);
+        return st;
+    }
+    po->n = n;
+    acc->pp_opt[i] = po;
+    return ACCEL_OK;
 }
 
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model) {
     int stages = acc->par.size[ACCEL__MESH_PP];
     if (stages == 1) return ACCEL_OK;
+    static const char fn[] = "accel_accelerator_save_model";
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
-    if (!pg) return accel_last_status();
-    int *first_layer;
-    const accel__family_stages *hooks = split_of(acc, model, stages, &first_layer, "accel_accelerator_save_model");
+    const int *split = pg ? split_of(acc, model, fn) : NULL;
+    const accel__family_stages *hooks = split ? hooks_of(model, fn) : NULL;
     accel_state_dict *sd = hooks ? accel_module_state_dict(model) : NULL;
     accel_status st = sd ? ACCEL_OK : accel_last_status();
     for (int i = 0; !st && i < sd->n; i++) {
@@ -441,7 +519,7 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
         /* another stage's, released at prepare: here until accel__pipeline_release after the save */
         if (e->t->device.type == ACCEL_DEV_META && (st = accel_tensor_to_device_(e->t, acc->device))) break;
         size_t bytes = (size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype);
-        int owner = hooks->owner(e->name, first_layer, stages);
+        int owner = hooks->owner(e->name, split, stages);
         void *h = accel_malloc(bytes ? bytes : 1);
         if (!h) st = accel_last_status();
         if (!st && accel_pg_rank(pg) == owner) st = accel_tensor_to_host(e->t, h);
@@ -450,15 +528,246 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
         accel_free(h);
     }
     accel_state_dict_free(sd);
-    accel_free(first_layer);
     return st;
 }
 
-accel_status accel__pipeline_refuse_checkpoint(const accel_accelerator *acc, const char *fn) {
-    int p = acc->par.size[ACCEL__MESH_PP];
-    if (p > 1)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: checkpoints of a pipeline (pp_size = %d) are not built "
-                               "yet: rank 0's optimizer state would stand for every stage's (save_model writes the "
-                               "whole model)", fn, p);
+/* ---------------------------------------------------------------- checkpoints
+ * A pipeline's checkpoint is a one-process one: save_state gathers the whole
+ * model (accel__pipeline_gather_weights) and the whole optimizer state, in
+ * the numbering of the optimizer as it was built (acc->pp_opt: every
+ * parameter, the other stages' too), to rank 0; load_state gives each stage
+ * its part of both. */
+
+/* The segment of opt whose parameter is p, or -1. */
+static int segment_of(const accel_optimizer *opt, const accel_tensor *p) {
+    for (int k = 0; k < accel_optimizer_num_segments(opt); k++)
+        if (accel_optimizer_segment_param(opt, k, NULL) == p) return k;
+    return -1;
+}
+
+/* The stage that writes p's optimizer state: the one whose part holds it
+ * (stage 0 for a tied embedding, which the last stage holds too), by its name
+ * in the prepared model it belongs to; stage 0 for a parameter of no
+ * prepared model (every stage holds it). */
+static int owner_of(accel_accelerator *acc, accel_state_dict *const *sds, const accel_tensor *p) {
+    for (int m = 0; m < acc->n_models; m++)
+        for (int j = 0; j < sds[m]->n; j++)
+            if (sds[m]->entries[j].t == p && !sds[m]->entries[j].is_tied_alias)
+                return hooks_of(acc->models[m].m, "accel_accelerator_save_state")
+                    ->owner(sds[m]->entries[j].name, acc->models[m].pp_split, acc->par.size[ACCEL__MESH_PP]);
+    return 0;
+}
+
+/* Keeps the entries of st[0..n) (optimizer i's, this stage's numbering) that
+ * this stage writes, renamed to the optimizer's whole numbering, in st[0..k);
+ * frees the others. Returns k, or -1 + error (every entry freed). */
+static int keep_own(accel_accelerator *acc, int i, int stage, accel_named_state *st, int n) {
+    accel_state_dict *sds[ACCEL__MAX_PREPARED] = {0};
+    accel_status bad = ACCEL_OK;
+    for (int m = 0; m < acc->n_models; m++)
+        if (!(sds[m] = accel_module_state_dict(acc->models[m].m))) bad = accel_last_status();
+    int k = 0;
+    for (int j = 0; j < n; j++) {
+        int seg, at = 0;
+        bool keep = stage == 0; /* "step", "param_groups.*": the same on every stage */
+        char *name = NULL;
+        if (!bad && sscanf(st[j].name, "state.%d.%n", &seg, &at) == 1 && at) {
+            accel_tensor *p = accel_optimizer_segment_param(acc->opts[i], seg, NULL);
+            const accel__pp_opt *po = acc->pp_opt[i];
+            int g = 0;
+            while (g < po->n && po->params[g] != p) g++;
+            keep = g < po->n && owner_of(acc, sds, p) == stage;
+            if (keep && (name = accel_malloc(strlen(st[j].name) + 16)))
+                snprintf(name, strlen(st[j].name) + 16, "state.%d.%s", g, st[j].name + at);
+            else if (keep) bad = accel_last_status();
+        }
+        if (!keep || bad) {
+            accel_free(st[j].name);
+            accel_tensor_free(st[j].t);
+            continue;
+        }
+        if (name) {
+            accel_free(st[j].name);
+            st[j].name = name;
+        }
+        st[k++] = st[j];
+    }
+    for (int m = 0; m < acc->n_models; m++) accel_state_dict_free(sds[m]);
+    if (bad) {
+        accel_named_state_free(st, k);
+        return -1;
+    }
+    return k;
+}
+
+/* Named state on the wire, entry after entry: int64 name length, the name,
+ * int64 dtype (-1: a scalar, its double follows), else int64 numel and the
+ * tensor's bytes. A message is an int64 entry count and its entries. */
+static size_t wire_size(const accel_named_state *e) {
+    size_t n = 2 * sizeof(int64_t) + strlen(e->name);
+    return n + (e->t ? sizeof(int64_t) + (size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype) : sizeof(double));
+}
+
+static char *put(char *at, const void *src, size_t n) {
+    memcpy(at, src, n);
+    return at + n;
+}
+
+/* The message of st[0..n) (accel_malloc'd, *bytes long), or NULL + error. */
+static char *wire_pack(const accel_named_state *st, int n, int64_t *bytes) {
+    size_t size = sizeof(int64_t);
+    for (int j = 0; j < n; j++) size += wire_size(&st[j]);
+    char *msg = accel_malloc(size), *at = msg;
+    if (!msg) return NULL;
+    at = put(at, &(int64_t){n}, sizeof(int64_t));
+    for (int j = 0; j < n; j++) {
+        int64_t len = (int64_t)strlen(st[j].name), dt = st[j].t ? (int64_t)st[j].t->dtype : -1;
+        at = put(put(put(at, &len, sizeof len), st[j].name, (size_t)len), &dt, sizeof dt);
+        if (!st[j].t) {
+            at = put(at, &st[j].value, sizeof(double));
+            continue;
+        }
+        int64_t numel = accel_numel(st[j].t);
+        at = put(at, &numel, sizeof numel);
+        if (accel_tensor_to_host(st[j].t, at) != ACCEL_OK) {
+            accel_free(msg);
+            return NULL;
+        }
+        at += (size_t)numel * accel_dtype_size(st[j].t->dtype);
+    }
+    *bytes = (int64_t)size;
+    return msg;
+}
+
+/* Reads n bytes at *at into dst, unless the message (ending at end) is shorter. */
+static bool take(const char **at, const char *end, void *dst, size_t n) {
+    if ((size_t)(end - *at) < n) return false;
+    memcpy(dst, *at, n);
+    *at += n;
+    return true;
+}
+
+/* Appends message msg[0..bytes) from stage `from` to out[*n..], room for
+ * which the caller made (its count: the message's first int64). */
+static accel_status wire_unpack(const char *msg, int64_t bytes, accel_named_state *out, int *n, int from) {
+    const char *at = msg + sizeof(int64_t), *end = msg + bytes;
+    int64_t count;
+    memcpy(&count, msg, sizeof count);
+    for (int64_t j = 0; j < count; j++) {
+        int64_t len, dt, numel = 1;
+        bool ok = take(&at, end, &len, sizeof len) && len >= 0 && len < end - at;
+        accel_named_state *e = &out[*n];
+        *e = (accel_named_state){0};
+        if (ok && (e->name = accel_malloc((size_t)len + 1))) {
+            (*n)++;
+            ok = take(&at, end, e->name, (size_t)len) && take(&at, end, &dt, sizeof dt);
+            e->name[len] = 0;
+        } else if (ok) {
+            return accel_last_status();
+        }
+        if (ok && dt < 0) {
+            ok = take(&at, end, &e->value, sizeof e->value);
+        } else if (ok) {
+            ok = dt < ACCEL_DTYPE_COUNT && take(&at, end, &numel, sizeof numel) && numel >= 0 &&
+                 (size_t)numel * accel_dtype_size((accel_dtype)dt) <= (size_t)(end - at);
+            if (ok && !(e->t = accel_tensor_new((accel_dtype)dt, 1, &numel, ACCEL_CPU_DEVICE)))
+                return accel_last_status();
+            if (ok && accel_tensor_from_host(e->t, at) != ACCEL_OK) return accel_last_status();
+            if (ok) at += (size_t)numel * accel_dtype_size((accel_dtype)dt);
+        }
+        if (!ok)
+            return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_save_state: pipeline stage %d's optimizer "
+                                   "state arrived cut short (entry %lld)", from, (long long)j);
+    }
     return ACCEL_OK;
+}
+
+int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_state **out) {
+    *out = NULL;
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    if (!pg) return -1;
+    int stage = accel_pg_rank(pg), stages = accel_pg_size(pg);
+    accel_named_state *st = NULL;
+    int n = accel_optimizer_state(acc->opts[i], &st);
+    if (n >= 0 && (n = keep_own(acc, i, stage, st, n)) < 0) st = NULL; /* freed */
+    if (stage > 0) { /* this stage's entries to stage 0; a size of -1 says it failed */
+        int64_t bytes = -1;
+        char *msg = n >= 0 ? wire_pack(st, n, &bytes) : NULL;
+        accel_status s = accel_pg_send(pg, &bytes, 1, ACCEL_I64, 0);
+        if (!s && msg) s = accel_pg_send(pg, msg, (size_t)bytes, ACCEL_U8, 0);
+        accel_free(msg);
+        if (n >= 0) accel_named_state_free(st, n);
+        return msg && !s ? 0 : -1;
+    }
+    /* stage 0: every stage's message (each is received, whatever failed, so none waits) */
+    char **msgs = accel_calloc((size_t)stages, sizeof *msgs);
+    int64_t *sizes = accel_calloc((size_t)stages, sizeof *sizes), total = n;
+    accel_status s = n >= 0 && msgs && sizes ? ACCEL_OK : accel_last_status();
+    for (int from = 1; from < stages; from++) {
+        int64_t bytes = -1;
+        accel_status r = accel_pg_recv(pg, &bytes, 1, ACCEL_I64, from);
+        if (!r && bytes < (int64_t)sizeof(int64_t))
+            r = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_save_state: pipeline stage %d could not list its "
+                                "optimizer state (its error is reported there)", from);
+        if (!r && !(msgs && sizes && (msgs[from] = accel_malloc((size_t)bytes)))) r = accel_last_status();
+        if (!r) r = accel_pg_recv(pg, msgs[from], (size_t)bytes, ACCEL_U8, from);
+        if (!r) {
+            int64_t count;
+            memcpy(&count, msgs[from], sizeof count);
+            sizes[from] = bytes;
+            total += count;
+        }
+        if (!s) s = r;
+    }
+    accel_named_state *all = s ? NULL : accel_calloc((size_t)(total ? total : 1), sizeof *all);
+    if (!s && !all) s = accel_last_status();
+    int k = 0;
+    if (!s) { /* stage 0's entries, then the others' in stage order */
+        memcpy(all, st, (size_t)n * sizeof *st);
+        k = n;
+        accel_free(st);
+        st = NULL;
+    }
+    for (int from = 1; !s && from < stages; from++) s = wire_unpack(msgs[from], sizes[from], all, &k, from);
+    for (int from = 0; msgs && from < stages; from++) accel_free(msgs[from]);
+    accel_free(msgs);
+    accel_free(sizes);
+    if (st) accel_named_state_free(st, n);
+    if (s) {
+        accel_named_state_free(all, k);
+        return -1;
+    }
+    *out = all;
+    return k;
+}
+
+accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
+    accel_optimizer *opt = acc->opts[i];
+    const accel__pp_opt *po = acc->pp_opt[i];
+    accel_named_state *mine = accel_calloc((size_t)(n ? n : 1), sizeof *mine); /* names owned, tensors borrowed */
+    accel_status s = mine ? ACCEL_OK : accel_last_status();
+    int k = 0;
+    for (int j = 0; j < n && !s; j++) {
+        int g, at = 0;
+        size_t len = strlen(st[j].name) + 16;
+        if (sscanf(st[j].name, "state.%d.%n", &g, &at) == 1 && at) {
+            if (g < 0 || g >= po->n) {
+                s = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s: the "
+                                    "optimizer has %d parameters", st[j].name, po->n);
+                break;
+            }
+            int seg = segment_of(opt, po->params[g]);
+            if (seg < 0) continue; /* another stage's parameter */
+            if ((mine[k].name = accel_malloc(len))) snprintf(mine[k].name, len, "state.%d.%s", seg, st[j].name + at);
+        } else {
+            mine[k].name = accel_strdup(st[j].name);
+        }
+        if (!mine[k].name) s = accel_last_status();
+        mine[k].t = st[j].t;
+        mine[k++].value = st[j].value;
+    }
+    if (!s) s = accel_optimizer_load_state(opt, k, mine);
+    for (int j = 0; j < k; j++) accel_free(mine[j].name);
+    accel_free(mine);
+    return s;
 }

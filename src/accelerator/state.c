@@ -379,6 +379,9 @@ static void forget_model(accel_accelerator *acc, accel__model *pm) {
 static void forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
     if (acc->strat_opt[i]) acc->strat->release_optimizer(acc, i, consolidate);
     int n = acc->n_opts;
+    accel_free(acc->pp_opt[i]);
+    remove_at(acc->pp_opt, &n, i, sizeof acc->pp_opt[0]);
+    n = acc->n_opts;
     remove_at(acc->strat_opt, &n, i, sizeof acc->strat_opt[0]);
     n = acc->n_opts;
     remove_at(acc->skipped, &n, i, sizeof acc->skipped[0]);
@@ -476,7 +479,7 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     acc->opts[acc->n_opts] = opt;
     acc->strat_opt[acc->n_opts] = NULL;
     if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) return st;
-    if ((st = accel__pipeline_prepare_optimizer(acc, opt))) return st;
+    if ((st = accel__pipeline_prepare_optimizer(acc, acc->n_opts))) return st;
     acc->n_opts++;
     if ((st = accel__link_add(links, optimizer_detached, acc))) forget_optimizer(acc, acc->n_opts - 1, true);
     return st;

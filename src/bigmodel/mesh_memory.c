@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "accel/core.h"
+#include "nn/decoder_pipeline.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -26,6 +27,13 @@ static int layer_of(const char *name) {
             if ((at == name || at[-1] == '.') && *digits >= '0' && *digits <= '9') return atoi(digits);
         }
     return -1;
+}
+
+/* The stage of layer li under first_layer[0..pp]. */
+static int stage_of(const int *first_layer, int pp, int64_t li) {
+    int s = 0;
+    while (s + 1 < pp && li >= first_layer[s + 1]) s++;
+    return s;
 }
 
 /* Rows of an output-split weight a rank keeps: q/k/v by heads. */
@@ -72,11 +80,19 @@ accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *
     if (tp < 1 || pp < 1 || pp > L)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "tp_size %d and pp_size %d must be >= 1, pp_size at most the "
                                "%lld decoder layers", tp, pp, (long long)L);
+    /* the stages' layers as the runtime splits them (pipeline.c: balanced by parameter count) */
+    int *split = accel_malloc(((size_t)pp + 1) * sizeof *split);
+    if (!split) return accel_last_status();
+    split[0] = 0, split[pp] = (int)L;
+    if (pp > 1 && accel__decoder_stage_split(m, pp, NULL, split, "--pp_size") != ACCEL_OK) {
+        accel_free(split);
+        return accel_last_status();
+    }
     accel_state_dict *sd = accel_module_state_dict(m);
-    if (!sd) return accel_last_status();
     int64_t *stage = accel_calloc((size_t)pp, sizeof *stage), *largest = accel_calloc((size_t)pp, sizeof *largest);
     int64_t *layer = accel_calloc((size_t)L, sizeof *layer), embed = 0, head = 0;
-    accel_status st = stage && largest && layer ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, "the mesh's sizes: out of memory");
+    accel_status st = sd && stage && largest && layer ? ACCEL_OK
+                                                      : accel_set_error(ACCEL_ERR_OOM, "the mesh's sizes: out of memory");
     for (int i = 0; !st && i < sd->n; i++) {
         const accel_state_entry *e = &sd->entries[i];
         char mod[64];
@@ -89,14 +105,14 @@ accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *
         if (li >= L) li = (int)L - 1; /* not a config the model was built from: counted on the last layer */
         int64_t b = rank_bytes(e, cfg, tp, li >= 0);
         if (b < 0) st = ACCEL_ERR_UNSUPPORTED;
-        else if (li >= 0) layer[li] += b, stage[(int64_t)li * pp / L] += b;
+        else if (li >= 0) layer[li] += b, stage[stage_of(split, pp, li)] += b;
         else if (is_embed) embed += b, stage[0] += b;
         else if (is_head) head += b, stage[pp - 1] += b;
         else stage[pp - 1] += b; /* the final norm */
     }
     if (!st) {
         for (int64_t i = 0; i < L; i++) {
-            int64_t *big = &largest[i * pp / L];
+            int64_t *big = &largest[stage_of(split, pp, i)];
             if (layer[i] > *big) *big = layer[i];
         }
         if (embed > largest[0]) largest[0] = embed;
@@ -104,15 +120,12 @@ accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *
         int worst = 0;
         for (int s = 1; s < pp; s++)
             if (stage[s] > stage[worst]) worst = s;
-        int64_t first = 0;
-        while (first * pp / L < worst) first++;
-        int64_t last = first;
-        while (last < L && last * pp / L == worst) last++;
-        *out = (accel__mesh_bytes){stage[worst], largest[worst], worst, (int)first, (int)(last - first)};
+        *out = (accel__mesh_bytes){stage[worst], largest[worst], worst, split[worst], split[worst + 1] - split[worst]};
     }
     accel_free(stage);
     accel_free(largest);
     accel_free(layer);
+    accel_free(split);
     accel_state_dict_free(sd);
     return st;
 }

@@ -9,10 +9,14 @@
  *   the vocabulary; norms whole. Key/value heads: ceil(kv_heads / tp) a rank
  *   (fewer heads than tp: one, replicated, as Megatron does); every split
  *   rounds up.
- * - pipeline parallelism: decoder layer i on stage i * pp / L (contiguous,
- *   sizes differing by at most one); the embedding on the first stage, the
- *   final norm and lm_head on the last, and a tied lm_head there as a copy of
- *   the embedding when pp > 1 (Megatron's shared word embeddings).
+ * - pipeline parallelism: the stages' layers as the runtime splits them
+ *   (accel__decoder_stage_split, nn/decoder_pipeline.h: contiguous ranges
+ *   minimising the largest stage's parameter count, the embedding counted on
+ *   the first stage, the final norm and an untied lm_head on the last); the
+ *   embedding on the first stage, the final norm and lm_head on the last, and
+ *   a tied lm_head there as a copy of the embedding when pp > 1 (Megatron's
+ *   shared word embeddings). A tree the runtime does not cut (GPT-2's) is
+ *   refused when pp > 1, as the runtime refuses it.
  * Layers are found by name (model.layers.<i>, GPT-2's transformer.h.<i>); a
  * 2-D layer weight of no kind above (GPT-2's Conv1D) is refused when tp > 1.
  * The rank reported is the one holding the most bytes. */
@@ -32,7 +36,8 @@ typedef struct accel__mesh_bytes {
 
 /* m: built from cfg (on meta is enough: only shapes are read). tp, pp >= 1;
  * pp <= num_hidden_layers. Errors: ACCEL_ERR_INVALID_ARG naming the size, or
- * ACCEL_ERR_UNSUPPORTED naming a 2-D weight of a layer it cannot split. */
+ * ACCEL_ERR_UNSUPPORTED naming a 2-D weight of a layer it cannot split or,
+ * with pp > 1, a model the pipeline does not cut. */
 accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *cfg, int tp, int pp,
                                      accel__mesh_bytes *out);
 

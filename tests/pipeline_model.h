@@ -1,0 +1,42 @@
+/* The Llama the pipeline's tests and benchmark train (tests/test_pipeline.c,
+ * tests/test_pipeline_checkpoint.c, bench/bench_pipeline.c), and the tests'
+ * token batches. A model of the given sizes, f32 on the cpu, built after
+ * accel_manual_seed(seed): the same on every rank. The caller owns it. */
+#ifndef ACCEL_TESTS_PIPELINE_MODEL_H
+#define ACCEL_TESTS_PIPELINE_MODEL_H
+
+#include "accel/accel.h"
+
+typedef struct pipeline_model {
+    uint64_t seed;
+    int64_t vocab, hidden, ffn, positions;
+    int layers, heads, kv_heads;
+    bool tied;
+} pipeline_model;
+
+static inline accel_module *pipeline_llama(pipeline_model p) {
+    accel_manual_seed(p.seed);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = p.vocab;
+    c.hidden_size = p.hidden;
+    c.intermediate_size = p.ffn;
+    c.num_hidden_layers = p.layers;
+    c.num_attention_heads = p.heads;
+    c.num_key_value_heads = p.kv_heads;
+    c.max_position_embeddings = p.positions;
+    c.tie_word_embeddings = p.tied;
+    c.torch_dtype = ACCEL_F32;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+/* Rows [row0, row0 + rows) of step s's batch [rows, t] of ids below vocab:
+ * deterministic, different rows and steps different. */
+static inline accel_tensor *pipeline_batch(int s, int row0, int rows, int t, int vocab) {
+    int64_t ids[64 * 16];
+    if (rows * t > 64 * 16) return NULL;
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < t; k++) ids[r * t + k] = ((row0 + r) * 7 + k * 3 + s * 11 + (row0 + r) * k) % vocab;
+    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(rows, t), ids);
+}
+
+#endif
