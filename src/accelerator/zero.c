@@ -143,9 +143,9 @@ accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, i
 
 /* Stage 2: the f32 gradients reduce-scattered (AVG) in place, so this rank's
  * block [zlo, zhi) of `full` holds its averaged shard. On a staged device the
- * group works on the shared host buffer ddp.c made (accel__ddp_grad_stage), and only the
- * block comes back. Under hybrid sharding the block is then averaged across
- * the machines. */
+ * group works on the shared host buffer ddp.c made (accel__ddp_grad_stage),
+ * and only the block comes back. Under hybrid sharding the block is then
+ * averaged across the machines. */
 static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *pm, accel_tensor *full,
                                          accel_tensor *mine) {
     accel__zero_model *zm = accel__zero_of(pm);

@@ -64,7 +64,7 @@ static int g_n;
 static int g_loaded_threads[64]; /* thread counts whose file was read */
 static int g_n_loaded;
 static bool g_env_read;
-static bool g_fixed;       /* the table is rank 0's (accel__gemm_choices_share): no file is read */
+static bool g_fixed;       /* the table was sent or installed whole (accel__gemm_choices_*): no file is read */
 static int g_measure_env;  /* ACCEL_GEMM_MEASURE: -1 unset, 0 never, 1 re-measure */
 static char g_dir[1024];   /* the cache directory; "" when the cache is off */
 static accel__gemm_timer g_timer;
@@ -268,7 +268,7 @@ static void cache_save(int threads) {
     json_decref(j);
 }
 
-/* ---- the whole table: with a checkpoint, from rank 0 */
+/* ---- the whole table: with a checkpoint, from rank 0 (carried by src/accelerator/gemm_choices.c) */
 
 /* Every thread count's choices, {"tables": [table_json, ...]} (this
  * process's thread count always, its file read first); NULL when out of
