@@ -26,7 +26,7 @@
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "io/checkpoint_marker.h"
-#include "io/checksum.h"
+#include "core/checksum.h"
 
 static double now(void) {
     struct timespec ts;

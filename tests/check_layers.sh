@@ -15,10 +15,29 @@ out=$(grep -rn '#include "[a-z_]*/' "$src/core" | grep -v '"core/\|"accel/core.h
 [ -z "$out" ] || fail "src/core includes a header above it:
 $out"
 
-# 2. the backends include nothing of the layers that use them (the known knots into dist,
-#    io and tracking are listed in docs/architecture.md)
+# 2. the backends include nothing of the layers that use them (the known knots into io
+#    and tracking are listed in docs/architecture.md); dist only where the plug-in
+#    contract carries the process-group interface (plugin.h, plugin.c)
 out=$(grep -rnE '#include "(autograd|ops|nn|optim|data|tokenizer|accelerator|bigmodel|cli)/|#include "accel/(autograd|ops|nn|bert|optim|data|tokenizer|accelerator|bigmodel)\.h"' "$src/backends" || true)
 [ -z "$out" ] || fail "src/backends includes a layer above it:
+$out"
+out=$(grep -rnE '#include "(dist/|accel/dist\.h")' "$src/backends" | grep -vE '^[^:]*/backends/plugin\.[ch]:' || true)
+[ -z "$out" ] || fail "src/backends includes dist outside the plug-in contract (plugin.h, plugin.c):
+$out"
+
+# 2b. the knots untied stay untied: autograd below ops (ops record on the tape;
+#     the autocast dtype is autograd's), tracking below io (CRC-32C is core's)
+out=$(grep -rnE '#include "(ops/|accel/ops\.h")' "$src/autograd" || true)
+[ -z "$out" ] || fail "src/autograd includes ops (the layer above it):
+$out"
+out=$(grep -rnE '#include "(io/|accel/io\.h")' "$src/tracking" || true)
+[ -z "$out" ] || fail "src/tracking includes io (the layer above it):
+$out"
+
+# 2c. a prepared model (accel__model) holds no strategy's state: DDP's shared
+#     gradient memory is struct accel__ddp's (ddp.c), ZeRO's accel__zero_model's
+out=$(grep -HnwE 'orig_grads|grad_stage' "$src/accelerator/accelerator_internal.h" | code || true)
+[ -z "$out" ] || fail "accel__model holds a strategy's state (keep it in the strategy's own struct):
 $out"
 
 # 3. no model family named in generic code: the family table (src/nn/family.h) answers
@@ -55,5 +74,5 @@ for v in $names; do
     printf '%s\n' "$table" | grep -q "\`$v\`\|[ ,]$v[,\` ]" || fail "_Thread_local $v is not in docs/architecture.md's table"
 done
 
-[ "$bad" = 0 ] && echo "layers hold: core includes no layer above it, the backends none of their users, no model named in generic code, dist allocates through accel_malloc, $(echo $names | wc -w) thread-locals all documented"
+[ "$bad" = 0 ] && echo "layers hold: core includes no layer above it, the backends none of their users (dist only in the plug-in contract), autograd not ops, tracking not io, accel__model no strategy state, no model named in generic code, dist allocates through accel_malloc, $(echo $names | wc -w) thread-locals all documented"
 exit "$bad"

@@ -1,4 +1,4 @@
-/* CRC-32C (src/io/checksum.c): the known check value, the fast path equal to
+/* CRC-32C (src/core/checksum.c): the known check value, the fast path equal to
  * the table at every length and alignment around its block boundaries, the
  * running form equal to one call, and whole files. Holds on every CPU: where
  * SSE4.2 is missing both sides run the table. */
@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "io/checksum.h"
+#include "core/checksum.h"
 
 static void test_check_value(void) {
     CHECK(accel__crc32c("123456789", 9) == 0xE3069283u);

@@ -11,19 +11,11 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "cli_run.h"
 #include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX], CFG[PATH_MAX + 64];
 static char OUT[1 << 16], ERR[1 << 16];
-
-static void slurp(const char *path, char *buf, size_t n) {
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t r = fread(buf, 1, n - 1, f);
-    buf[r] = 0;
-    fclose(f);
-}
 
 static void spit(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -31,30 +23,14 @@ static void spit(const char *path, const char *text) {
     fclose(f);
 }
 
-/* Runs accel with args, stdin from `input` (or /dev/null). */
+static const cli_io IO = {TMP, OUT, ERR, sizeof OUT, sizeof ERR};
+
+/* Runs accel with args, stdin from `input` (or nothing). */
 static int run(const char *const *args, const char *input) {
-    char o[PATH_MAX + 16], e[PATH_MAX + 16], in[PATH_MAX + 16];
-    snprintf(o, sizeof o, "%s/out", TMP);
-    snprintf(e, sizeof e, "%s/err", TMP);
+    char in[PATH_MAX + 16];
     snprintf(in, sizeof in, "%s/in", TMP);
     spit(in, input ? input : "");
-    const char *argv[32] = {ACCEL};
-    for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fi = open(in, O_RDONLY);
-        dup2(fi, 0);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(ACCEL, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    slurp(o, OUT, sizeof OUT);
-    slurp(e, ERR, sizeof ERR);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return cli_run(&IO, ACCEL, args, NULL, in);
 }
 
 static void test_default_and_update(void) {
@@ -64,7 +40,7 @@ static void test_default_and_update(void) {
     snprintf(path, sizeof path, "%s/accelerate/default_config.yaml", TMP);
     CHECK_STR_CONTAINS(OUT, "accelerate configuration saved at");
     CHECK_STR_CONTAINS(OUT, path);
-    slurp(path, buf, sizeof buf);
+    cli_slurp(path, buf, sizeof buf);
     CHECK(strcmp(buf, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: 'NO'\n"
                       "enable_cpu_affinity: false\nmixed_precision: bf16\nnum_processes: 1\nuse_cpu: true\n") == 0);
     CHECK(run(d, NULL) == 1); /* never overwrites */
@@ -74,7 +50,7 @@ static void test_default_and_update(void) {
     const char *u[] = {"config", "update", "--config-file", CFG, NULL};
     CHECK(run(u, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "Successfully updated the configuration file at");
-    slurp(CFG, buf, sizeof buf);
+    cli_slurp(CFG, buf, sizeof buf);
     CHECK(strcmp(buf, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MULTI_CPU\n"
                       "enable_cpu_affinity: false\nmixed_precision: fp16\nnum_processes: 2\nuse_cpu: false\n") == 0);
     const char *missing[] = {"config", "update", "--config_file", "/nonexistent.yaml", NULL};
@@ -92,7 +68,7 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(OUT, "Accelerate's own `accelerate launch` starts one process for a MULTI_CPU config without "
                             "mpirun");
     char buf[4096];
-    slurp(CFG, buf, sizeof buf);
+    cli_slurp(CFG, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "distributed_type: MULTI_CPU\n");
     CHECK_STR_CONTAINS(buf, "num_processes: 4\n");
     CHECK_STR_CONTAINS(buf, "mixed_precision: bf16\n");
@@ -101,7 +77,7 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(buf, "tpu_env: []\n");
     /* fp8 (issue #14): cluster.py's TE questions, then a launch that reads the file back */
     CHECK(run(a, "0\nmulti-CPU\n\nno\nno\nno\nno\n2\nfp8\nte\nyes\n1\n\nE4M3\n16\n\nyes\nno\nno\nyes\n") == 0);
-    slurp(CFG, buf, sizeof buf);
+    cli_slurp(CFG, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "mixed_precision: fp8\n");
     CHECK_STR_CONTAINS(buf, "  backend: TE\n");
     CHECK_STR_CONTAINS(buf, "  amax_history_length: 16\n");
@@ -117,14 +93,14 @@ static void test_interactive(void) {
     /* a bad answer is asked again; DeepSpeed stage 3 */
     CHECK(run(a, "0\n1\n1\nmaybe\nno\nno\nyes\n3\n2\n2\nno\n") == 0);
     CHECK_STR_CONTAINS(OUT, "Please enter yes or no.");
-    slurp(CFG, buf, sizeof buf);
+    cli_slurp(CFG, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "distributed_type: DEEPSPEED\n");
     CHECK_STR_CONTAINS(buf, "  zero_stage: 3\n");
     CHECK_STR_CONTAINS(buf, "  gradient_accumulation_steps: 2\n");
     CHECK(run(a, "0\n1\n") == 1); /* input ends */
     /* mpirun: Accelerate's mpirun_config, ~ expanded as os.path.expanduser */
     CHECK(run(a, "0\nmulti-CPU\n\nno\nyes\n~/hosts\nno\nno\n2\nno\n") == 0);
-    slurp(CFG, buf, sizeof buf);
+    cli_slurp(CFG, buf, sizeof buf);
     char want[PATH_MAX + 64];
     snprintf(want, sizeof want, "mpirun_config:\n  mpirun_hostfile: %s/hosts\n", getenv("HOME") ? getenv("HOME") : "~");
     CHECK_STR_CONTAINS(buf, want);
@@ -294,10 +270,8 @@ static void test_env_fields(void) {
 
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
-    snprintf(TMP, sizeof TMP, "/tmp/accel_test_config_XXXXXX");
-    CHECK(mkdtemp(TMP) != NULL);
+    if (!cli_scratch("config", TMP, sizeof TMP)) return 1;
     snprintf(CFG, sizeof CFG, "%s/cfg.yaml", TMP);
-    setenv("HF_HOME", TMP, 1);
     RUN(test_env_fields); /* first: no default config yet */
     CHECK_STR_CONTAINS(OUT, "");
     RUN(test_default_and_update);
@@ -305,8 +279,6 @@ int main(void) {
     RUN(test_rejections);
     RUN(test_accelerate_yaml_and_json);
     RUN(test_config_limits);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
+    cli_scratch_remove(TMP);
     return check_summary();
 }

@@ -17,42 +17,16 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "cli_run.h"
 #include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], WORKER[PATH_MAX + 32], TMP[PATH_MAX];
 static char OUT[1 << 16], ERR[1 << 16];
 
-static void slurp(const char *path, char *buf, size_t n) {
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t r = fread(buf, 1, n - 1, f);
-    buf[r] = 0;
-    fclose(f);
-}
+static const cli_io IO = {TMP, OUT, ERR, sizeof OUT, sizeof ERR};
 
 /* Runs argv with extra "K=V" env entries; stdout/stderr into OUT/ERR. */
-static int run(const char *const *argv, const char *const *env) {
-    char o[PATH_MAX + 16], e[PATH_MAX + 16];
-    snprintf(o, sizeof o, "%s/out", TMP);
-    snprintf(e, sizeof e, "%s/err", TMP);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    slurp(o, OUT, sizeof OUT);
-    slurp(e, ERR, sizeof ERR);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+static int run(const char *const *argv, const char *const *env) { return cli_run(&IO, NULL, argv, env, NULL); }
 
 /* Every pid recorded by the workers is gone. */
 static bool no_survivors(void) {
@@ -60,7 +34,7 @@ static bool no_survivors(void) {
     for (int r = 0; r < 4; r++) {
         char path[PATH_MAX + 32], buf[32];
         snprintf(path, sizeof path, "%s/rank%d.pid", TMP, r);
-        slurp(path, buf, sizeof buf);
+        cli_slurp(path, buf, sizeof buf);
         if (!buf[0]) continue;
         pid_t pid = atoi(buf);
         if (kill(pid, 0) == 0) {
@@ -112,7 +86,7 @@ static pid_t start(const char *const *argv, const char *const *env) {
 static pid_t rank_pid(int r) {
     char path[PATH_MAX + 32], buf[32];
     snprintf(path, sizeof path, "%s/rank%d.pid", TMP, r);
-    slurp(path, buf, sizeof buf);
+    cli_slurp(path, buf, sizeof buf);
     return buf[0] && strchr(buf, '\n') ? atoi(buf) : 0;
 }
 
@@ -145,7 +119,7 @@ static void test_launcher_sigkill_wrapper(void) {
     CHECK_MSG(!alive, "a wrapped trainer outlived the SIGKILLed launcher by 5 s");
     CHECK(no_survivors());
     /* the watchdog removed the launcher's temporary error-file directory */
-    slurp(record, dir, sizeof dir);
+    cli_slurp(record, dir, sizeof dir);
     dir[strcspn(dir, "\n")] = 0;
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
@@ -364,7 +338,7 @@ static void test_error_file_reported(void) {
     CHECK_STR_CONTAINS(ERR, "  error_file: /");
     CHECK_STR_CONTAINS(ERR, "  exception : ValueError: bad thing\n");
     char path[PATH_MAX] = "";
-    slurp(record, path, sizeof path);
+    cli_slurp(record, path, sizeof path);
     path[strcspn(path, "\n")] = 0;
     CHECK_MSG(path[0] && access(path, F_OK) != 0, "'%s' outlived the launcher", path);
     char *slash = strrchr(path, '/');
@@ -427,7 +401,7 @@ static void test_tee_logs(void) {
     if (d) closedir(d);
     char path[PATH_MAX + 400], buf[4096];
     snprintf(path, sizeof path, "%s/rank1.stdout", run_dir);
-    slurp(path, buf, sizeof buf);
+    cli_slurp(path, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "RANK=1\n");
     CHECK_STR_CONTAINS(run_dir, "/logs/");
 }
@@ -727,11 +701,8 @@ static void test_several_machines_need_secret(void) {
 
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
-    snprintf(TMP, sizeof TMP, "/tmp/accel_test_launch_XXXXXX");
-    CHECK(mkdtemp(TMP) != NULL);
+    if (!cli_scratch("launch", TMP, sizeof TMP)) return 1;
     snprintf(PIDENV, sizeof PIDENV, "ACCEL_TEST_PIDDIR=%s", TMP);
-    /* an isolated HF_HOME: no default config of the machine leaks in */
-    setenv("HF_HOME", TMP, 1);
     RUN(test_env_contract);
     RUN(test_config_numbers);
     RUN(test_flag_errors);
@@ -761,8 +732,6 @@ int main(void) {
     RUN(test_fp8_flag_errors);
     RUN(test_fp8_reaches_accelerator);
     RUN(test_python_interpreter);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
+    cli_scratch_remove(TMP);
     return check_summary();
 }

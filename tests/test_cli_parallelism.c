@@ -16,19 +16,11 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "cli_run.h"
 #include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], WORKER[PATH_MAX + 32], TMP[PATH_MAX];
 static char OUT[1 << 17], ERR[1 << 16];
-
-static void slurp(const char *path, char *buf, size_t n) {
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t r = fread(buf, 1, n - 1, f);
-    buf[r] = 0;
-    fclose(f);
-}
 
 static const char *write_file(const char *name, const char *text) {
     static char path[4][PATH_MAX + 32];
@@ -41,38 +33,14 @@ static const char *write_file(const char *name, const char *text) {
     return p;
 }
 
-/* Runs accel with args (NULL-terminated) and extra "K=V" env entries; stdout/stderr into OUT/ERR;
- * stdin from TMP/in (what run_answering wrote; empty otherwise). */
-static int run(const char *const *args, const char *const *env) {
-    char o[PATH_MAX + 16], e[PATH_MAX + 16], in[PATH_MAX + 16];
-    snprintf(o, sizeof o, "%s/out", TMP);
-    snprintf(e, sizeof e, "%s/err", TMP);
-    snprintf(in, sizeof in, "%s/in", TMP);
-    const char *argv[48] = {ACCEL};
-    for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fi = open(in, O_RDONLY | O_CREAT, 0644);
-        dup2(fi, 0);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
-        execv(ACCEL, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    slurp(o, OUT, sizeof OUT);
-    slurp(e, ERR, sizeof ERR);
-    unlink(in);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+static const cli_io IO = {TMP, OUT, ERR, sizeof OUT, sizeof ERR};
+
+/* Runs accel with args (NULL-terminated) and extra "K=V" env entries; stdout/stderr into OUT/ERR. */
+static int run(const char *const *args, const char *const *env) { return cli_run(&IO, ACCEL, args, env, NULL); }
 
 /* run with these answers on stdin (`accel config`'s questions). */
 static int run_answering(const char *const *args, const char *answers) {
-    write_file("in", answers);
-    return run(args, NULL);
+    return cli_run(&IO, ACCEL, args, NULL, write_file("in", answers));
 }
 
 static void all_in_out(const char *const *want, size_t n) {
@@ -246,7 +214,7 @@ static void test_config_round_trip(void) {
     const char *u[] = {"config", "update", "--config_file", cfg, NULL};
     CHECK(run(u, NULL) == 0);
     char buf[4096];
-    slurp(cfg, buf, sizeof buf);
+    cli_slurp(cfg, buf, sizeof buf);
     CHECK_MSG(!strcmp(buf, "compute_environment: LOCAL_MACHINE\ndebug: false\ndistributed_type: MEGATRON_LM\n"
                            "enable_cpu_affinity: false\nmegatron_lm_config:\n  megatron_lm_gradient_clipping: 1.0\n"
                            "  megatron_lm_num_micro_batches: 4\n  megatron_lm_pp_degree: 2\n"
@@ -255,7 +223,7 @@ static void test_config_round_trip(void) {
               "%s", buf);
     CHECK(run(u, NULL) == 0); /* a fixed point */
     char again[4096];
-    slurp(cfg, again, sizeof again);
+    cli_slurp(cfg, again, sizeof again);
     CHECK(!strcmp(buf, again));
     const char *e[] = {"env", "--config_file", cfg, NULL};
     CHECK(run(e, NULL) == 0);
@@ -291,7 +259,7 @@ static void test_config_wizard(void) {
      * all, no mixed precision */
     CHECK(run_answering(a, "0\nmulti-GPU\n\nno\nno\nno\nyes\n2\n\n2\n4\n\nno\n0.5\n8\n\nno\n") == 0);
     CHECK_STR_CONTAINS(OUT, "Do you want to use Megatron-LM ? [yes/NO]: ");
-    slurp(path, buf, sizeof buf);
+    cli_slurp(path, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "distributed_type: MEGATRON_LM\n");
     CHECK_STR_CONTAINS(buf, "megatron_lm_config:\n  megatron_lm_gradient_clipping: 0.5\n  megatron_lm_num_micro_batches: "
                             "4\n  megatron_lm_pp_degree: 2\n  megatron_lm_recompute_activations: true\n"
@@ -303,7 +271,7 @@ static void test_config_wizard(void) {
     CHECK_STR_CONTAINS(OUT, "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=False\n");
     /* multi-CPU, FSDP (FULL_SHARD), the parallelism config: 2 x 2 x cp 2 all-to-all on 8 processes */
     CHECK(run_answering(a, "0\nmulti-CPU\n\nno\nno\nno\nyes\n\nyes\n2\n2\n\n2\nalltoall\n8\nno\n") == 0);
-    slurp(path, buf, sizeof buf);
+    cli_slurp(path, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "parallelism_config:\n  parallelism_config_cp_comm_strategy: alltoall\n"
                             "  parallelism_config_cp_size: 2\n  parallelism_config_dp_replicate_size: 2\n"
                             "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 1\n");
@@ -394,9 +362,7 @@ static void test_estimate_memory_mesh(void) {
 
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
-    snprintf(TMP, sizeof TMP, "/tmp/accel_test_parallelism_XXXXXX");
-    CHECK(mkdtemp(TMP) != NULL);
-    setenv("HF_HOME", TMP, 1); /* no default config of the machine leaks in */
+    if (!cli_scratch("parallelism", TMP, sizeof TMP)) return 1;
     RUN(test_parallelism_flags_env);
     RUN(test_megatron_flags_env);
     RUN(test_flag_errors);
@@ -406,8 +372,6 @@ int main(void) {
     RUN(test_config_wizard);
     RUN(test_reaches_accelerator);
     RUN(test_estimate_memory_mesh);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
+    cli_scratch_remove(TMP);
     return check_summary();
 }

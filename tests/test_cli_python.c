@@ -12,18 +12,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cli_run.h"
+#include "sibling_exe.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
 static char OUT[1 << 16], ERR[1 << 16];
 static int skipped;
-
-static void slurp(const char *path, char *buf, size_t n) {
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    buf[fread(buf, 1, n - 1, f)] = 0;
-    fclose(f);
-}
 
 static const char *spit(const char *name, const char *text) {
     static char path[PATH_MAX + 64];
@@ -34,25 +28,10 @@ static const char *spit(const char *name, const char *text) {
     return path;
 }
 
+static const cli_io IO = {TMP, OUT, ERR, sizeof OUT, sizeof ERR};
+
 /* Runs argv (argv[0] searched on PATH); stdout/stderr into OUT/ERR. */
-static int run(const char *const *argv) {
-    char o[PATH_MAX + 16], e[PATH_MAX + 16];
-    snprintf(o, sizeof o, "%s/out", TMP);
-    snprintf(e, sizeof e, "%s/err", TMP);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    slurp(o, OUT, sizeof OUT);
-    slurp(e, ERR, sizeof ERR);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+static int run(const char *const *argv) { return cli_run(&IO, NULL, argv, NULL, NULL); }
 
 /* python3 on PATH (what accel launch uses without --python, $PYTHON, $VIRTUAL_ENV) can import `modules`. */
 static bool python_has(const char *modules) {
@@ -103,22 +82,12 @@ static void test_accelerate_world(void) {
 }
 
 int main(void) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 1;
-    self[n] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(ACCEL, sizeof ACCEL, "%s/accel", self);
-    snprintf(TMP, sizeof TMP, "/tmp/accel_test_python_XXXXXX");
-    if (!mkdtemp(TMP)) return 1;
-    setenv("HF_HOME", TMP, 1); /* no default config of the machine */
+    if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !cli_scratch("python", TMP, sizeof TMP)) return 1;
     unsetenv("PYTHON");
     unsetenv("VIRTUAL_ENV");
     RUN(test_python_flag);
     RUN(test_accelerate_world);
-    char rm[PATH_MAX + 16];
-    snprintf(rm, sizeof rm, "rm -rf %s", TMP);
-    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);
+    cli_scratch_remove(TMP);
     int rc = check_summary();
     return rc ? rc : skipped ? 77 : 0;
 }

@@ -22,6 +22,7 @@
 #include "accel/dist.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gemm.h"
+#include "accelerator/gemm_choices.h"
 #include "check.h"
 
 /* The fake timer: seconds per provider, and how often it was asked. */

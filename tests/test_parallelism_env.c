@@ -40,12 +40,24 @@ static accel_status read_env(accel_accelerator_opts *o, accel__parallelism_env *
     return accel__parallelism_env_read(o, pe);
 }
 
-static void refused(const char *why1, const char *why2) {
+static void refused(const char *why) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     accel__parallelism_env pe;
-    CHECK_MSG(read_env(&o, &pe) == ACCEL_ERR_INVALID_ARG, "accepted (expected: %s)", why1);
-    CHECK_STR_CONTAINS(accel_last_error(), why1);
-    if (why2) CHECK_STR_CONTAINS(accel_last_error(), why2);
+    CHECK_MSG(read_env(&o, &pe) == ACCEL_ERR_INVALID_ARG, "accepted (expected: %s)", why);
+    CHECK_STR_CONTAINS(accel_last_error(), why);
+}
+
+/* A variable set to a bad value, refused naming it (then unset again). */
+typedef struct bad_var {
+    const char *name, *value, *why;
+} bad_var;
+
+static void refused_each(const bad_var *bad, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        setenv(bad[i].name, bad[i].value, 1);
+        refused(bad[i].why);
+        unsetenv(bad[i].name);
+    }
 }
 
 static void test_parallelism_config_vars(void) {
@@ -97,27 +109,23 @@ static void test_parallelism_config_vars(void) {
 static void test_parallelism_config_refusals(void) {
     clear_env();
     setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "maybe", 1);
-    refused("ACCELERATE_USE_PARALLELISM_CONFIG=maybe is not a boolean", NULL);
+    refused("ACCELERATE_USE_PARALLELISM_CONFIG=maybe is not a boolean");
     setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true", 1);
-    static const char *const BAD[] = {"0", "-2", "x", "", " 2", "2.0", "1048577"};
-    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
-        setenv("PARALLELISM_CONFIG_TP_SIZE", BAD[i], 1);
-        char want[96];
-        snprintf(want, sizeof want, "PARALLELISM_CONFIG_TP_SIZE='%s' is not a size", BAD[i]);
-        refused(want, NULL);
-    }
-    unsetenv("PARALLELISM_CONFIG_TP_SIZE");
-    setenv("ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE", "two", 1);
-    refused("ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE='two' is not a size", NULL);
-    unsetenv("ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE");
-    setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "ring", 1);
-    refused("PARALLELISM_CONFIG_CP_COMM_STRATEGY='ring' must be 'allgather' or 'alltoall'", NULL);
-    unsetenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY");
-    setenv("PARALLELISM_CONFIG_CP_BACKEND", "deepspeed", 1);
-    refused("PARALLELISM_CONFIG_CP_BACKEND='deepspeed' must be 'torch'", NULL);
-    unsetenv("PARALLELISM_CONFIG_CP_BACKEND");
-    setenv("PARALLELISM_CONFIG_SP_BACKEND", "torch", 1);
-    refused("PARALLELISM_CONFIG_SP_BACKEND='torch' must be 'deepspeed'", NULL);
+    static const bad_var BAD[] = {
+        {"PARALLELISM_CONFIG_TP_SIZE", "0", "PARALLELISM_CONFIG_TP_SIZE='0' is not a size"},
+        {"PARALLELISM_CONFIG_TP_SIZE", "-2", "PARALLELISM_CONFIG_TP_SIZE='-2' is not a size"},
+        {"PARALLELISM_CONFIG_TP_SIZE", "x", "PARALLELISM_CONFIG_TP_SIZE='x' is not a size"},
+        {"PARALLELISM_CONFIG_TP_SIZE", "", "PARALLELISM_CONFIG_TP_SIZE='' is not a size"},
+        {"PARALLELISM_CONFIG_TP_SIZE", " 2", "PARALLELISM_CONFIG_TP_SIZE=' 2' is not a size"},
+        {"PARALLELISM_CONFIG_TP_SIZE", "2.0", "PARALLELISM_CONFIG_TP_SIZE='2.0' is not a size"},
+        {"PARALLELISM_CONFIG_TP_SIZE", "1048577", "PARALLELISM_CONFIG_TP_SIZE='1048577' is not a size"},
+        {"ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE", "two", "ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE='two' is not a size"},
+        {"PARALLELISM_CONFIG_CP_COMM_STRATEGY", "ring",
+         "PARALLELISM_CONFIG_CP_COMM_STRATEGY='ring' must be 'allgather' or 'alltoall'"},
+        {"PARALLELISM_CONFIG_CP_BACKEND", "deepspeed", "PARALLELISM_CONFIG_CP_BACKEND='deepspeed' must be 'torch'"},
+        {"PARALLELISM_CONFIG_SP_BACKEND", "torch", "PARALLELISM_CONFIG_SP_BACKEND='torch' must be 'deepspeed'"},
+    };
+    refused_each(BAD, sizeof BAD / sizeof *BAD);
     clear_env();
 }
 
@@ -167,25 +175,20 @@ static void test_megatron_vars(void) {
 static void test_megatron_refusals(void) {
     clear_env();
     setenv("ACCELERATE_USE_MEGATRON_LM", "true", 1);
-    setenv("MEGATRON_LM_PP_DEGREE", "0", 1);
-    refused("MEGATRON_LM_PP_DEGREE='0' is not a size", NULL);
-    unsetenv("MEGATRON_LM_PP_DEGREE");
-    setenv("MEGATRON_LM_NUM_MICRO_BATCHES", "many", 1);
-    refused("MEGATRON_LM_NUM_MICRO_BATCHES='many' is not a size", NULL);
-    unsetenv("MEGATRON_LM_NUM_MICRO_BATCHES");
-    setenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "sometimes", 1);
-    refused("MEGATRON_LM_RECOMPUTE_ACTIVATIONS=sometimes is not a boolean", NULL);
-    unsetenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS");
-    static const char *const NORMS[] = {"-1", "nan", "inf", "", "1.0x"};
-    for (size_t i = 0; i < sizeof NORMS / sizeof *NORMS; i++) {
-        setenv("MEGATRON_LM_GRADIENT_CLIPPING", NORMS[i], 1);
-        char want[96];
-        snprintf(want, sizeof want, "MEGATRON_LM_GRADIENT_CLIPPING='%s' is not a gradient norm", NORMS[i]);
-        refused(want, NULL);
-    }
+    static const bad_var BAD[] = {
+        {"MEGATRON_LM_PP_DEGREE", "0", "MEGATRON_LM_PP_DEGREE='0' is not a size"},
+        {"MEGATRON_LM_NUM_MICRO_BATCHES", "many", "MEGATRON_LM_NUM_MICRO_BATCHES='many' is not a size"},
+        {"MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "sometimes", "MEGATRON_LM_RECOMPUTE_ACTIVATIONS=sometimes is not a boolean"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "-1", "MEGATRON_LM_GRADIENT_CLIPPING='-1' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "nan", "MEGATRON_LM_GRADIENT_CLIPPING='nan' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "inf", "MEGATRON_LM_GRADIENT_CLIPPING='inf' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "", "MEGATRON_LM_GRADIENT_CLIPPING='' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "1.0x", "MEGATRON_LM_GRADIENT_CLIPPING='1.0x' is not a gradient norm"},
+    };
+    refused_each(BAD, sizeof BAD / sizeof *BAD);
     setenv("MEGATRON_LM_GRADIENT_CLIPPING", "1.0", 1);
     setenv("ACCEL_GRADIENT_CLIPPING", "2", 1);
-    refused("MEGATRON_LM_GRADIENT_CLIPPING='1.0' and ACCEL_GRADIENT_CLIPPING='2' disagree", NULL);
+    refused("MEGATRON_LM_GRADIENT_CLIPPING='1.0' and ACCEL_GRADIENT_CLIPPING='2' disagree");
     unsetenv("MEGATRON_LM_GRADIENT_CLIPPING"); /* Megatron's default gives way to the launcher's clipping */
     accel_accelerator_opts o = accel_accelerator_opts_default();
     accel__parallelism_env pe;
@@ -196,16 +199,16 @@ static void test_megatron_refusals(void) {
     o = accel_accelerator_opts_default();
     CHECK(read_env(&o, &pe) == ACCEL_OK && o.gradient_clipping == 0);
     setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0.5", 1);
-    refused("MEGATRON_LM_GRADIENT_CLIPPING='0.5' and the DeepSpeed config (ACCEL_DEEPSPEED_CONFIG_FILE) both set", NULL);
+    refused("MEGATRON_LM_GRADIENT_CLIPPING='0.5' and the DeepSpeed config (ACCEL_DEEPSPEED_CONFIG_FILE) both set");
     unsetenv("ACCEL_DEEPSPEED_CONFIG_FILE");
     setenv("ACCEL_GRADIENT_CLIPPING", "lots", 1);
-    refused("ACCEL_GRADIENT_CLIPPING=\"lots\" is not a norm >= 0", NULL);
+    refused("ACCEL_GRADIENT_CLIPPING=\"lots\" is not a norm >= 0");
     unsetenv("ACCEL_GRADIENT_CLIPPING");
     unsetenv("MEGATRON_LM_GRADIENT_CLIPPING");
     setenv("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER", "true", 1);
     setenv("ACCEL_ZERO_STAGE", "3", 1);
     refused("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=true (ZeRO-1 over the data-parallel ranks) and ACCEL_ZERO_STAGE "
-            "both choose the sharding", NULL);
+            "both choose the sharding");
     unsetenv("ACCEL_ZERO_STAGE");
     /* tp from both: the same size is one size; different sizes are refused naming both */
     setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true", 1);
@@ -214,9 +217,38 @@ static void test_megatron_refusals(void) {
     o = accel_accelerator_opts_default();
     CHECK(read_env(&o, &pe) == ACCEL_OK && o.parallelism.tp_size == 2);
     setenv("MEGATRON_LM_TP_DEGREE", "4", 1);
-    refused("PARALLELISM_CONFIG_TP_SIZE=2 and MEGATRON_LM_TP_DEGREE=4 disagree on the tensor-parallel size", NULL);
+    refused("PARALLELISM_CONFIG_TP_SIZE=2 and MEGATRON_LM_TP_DEGREE=4 disagree on the tensor-parallel size");
     setenv("ACCEL_MEGATRON_LM_TP_DEGREE", "8", 1);
-    refused("PARALLELISM_CONFIG_TP_SIZE=2 and ACCEL_MEGATRON_LM_TP_DEGREE=8 disagree", NULL);
+    refused("PARALLELISM_CONFIG_TP_SIZE=2 and ACCEL_MEGATRON_LM_TP_DEGREE=8 disagree");
+    clear_env();
+}
+
+/* The mesh's product, one computation for the options and the variables
+ * (parallelism.c): sizes that multiply past what an int holds are refused as
+ * such however they arrive (never multiplied in a type they overflow), the
+ * others named against the world. */
+static void test_mesh_product(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    accel__parallelism par;
+    o.parallelism = (accel_parallelism_opts){.dp_replicate_size = 1 << 30, .dp_shard_size = 1 << 30, .tp_size = 1 << 30};
+    accel_clear_error();
+    CHECK(accel__parallelism_config(&o, 4, &par) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "the sizes multiply to 1.24e+27, more than the 4 processes of the job");
+    o.parallelism = (accel_parallelism_opts){.dp_shard_size = 2, .tp_size = 3};
+    CHECK(accel__parallelism_config(&o, 4, &par) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "dp_shard_size 2 x cp_size 1 x tp_size 3 = 6, not the 4 processes of the job");
+    o.parallelism = (accel_parallelism_opts){.dp_shard_size = 2, .tp_size = 2};
+    CHECK_MSG(accel__parallelism_config(&o, 4, &par) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(par.set && par.size[ACCEL__MESH_DP_SHARD] == 2 && par.size[ACCEL__MESH_TP] == 2);
+    /* Megatron's data-parallel size from the same product: what tp x pp leave of 8 */
+    clear_env();
+    setenv("ACCELERATE_USE_MEGATRON_LM", "true", 1);
+    setenv("MEGATRON_LM_TP_DEGREE", "2", 1);
+    o = accel_accelerator_opts_default();
+    accel__parallelism_env pe;
+    CHECK(read_env(&o, &pe) == ACCEL_OK);
+    CHECK_MSG(accel__parallelism_env_resolve(&o, &pe, 8, &par) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(par.size[ACCEL__MESH_DP_SHARD] == 4 && par.size[ACCEL__MESH_TP] == 2);
     clear_env();
 }
 
@@ -316,6 +348,7 @@ int main(void) {
     RUN(test_parallelism_config_refusals);
     RUN(test_megatron_vars);
     RUN(test_megatron_refusals);
+    RUN(test_mesh_product);
     RUN(test_end_to_end);
     return check_summary();
 }

@@ -19,24 +19,10 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "sibling_exe.h"
+#include "tok_cases.h"
 #include "tokenizer/tok_internal.h"
 
 static const char *const MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf", "nfkc"};
-
-static bool ids_equal(const int64_t *got, int64_t n, json_t *want, int64_t first) {
-    size_t off = first >= 0;
-    if ((size_t)n != json_array_size(want) + off || (off && got[0] != first)) return false;
-    for (int64_t i = (int64_t)off; i < n; i++)
-        if (got[i] != json_integer_value(json_array_get(want, (size_t)i - off))) return false;
-    return true;
-}
-
-static int64_t *ids_of(json_t *a, int64_t *n) {
-    *n = (int64_t)json_array_size(a);
-    int64_t *v = malloc(((size_t)*n + 1) * sizeof *v);
-    for (int64_t i = 0; i < *n; i++) v[i] = json_integer_value(json_array_get(a, (size_t)i));
-    return v;
-}
 
 /* A case's text: "text", or "hex" for bytes that are not UTF-8 (malloc'd). */
 static char *text_of(json_t *c, size_t *n) {
@@ -88,21 +74,10 @@ static void check_model(const char *name) {
         size_t n;
         char *text = text_of(c, &n), *out = NULL;
         json_t *want = json_object_get(c, "ids");
-        for (int special = 0; special <= 1; special++) {
-            int64_t *ids = NULL, k = 0;
-            accel_status st = accel_tokenizer_encode(t, text, n, special, &ids, &k);
-            bool ok = st == ACCEL_OK && ids_equal(ids, k, want, special ? bos : -1);
-            CHECK_MSG(ok, "%s: encode(\"%.60s\", add_special_tokens=%d): %s", name, text, special,
-                      st ? accel_last_error() : "ids differ");
-            if (!ok && failures++ < 3) {
-                fprintf(stderr, "  got :");
-                for (int64_t j = 0; j < k && j < 40; j++) fprintf(stderr, " %lld", (long long)ids[j]);
-                fprintf(stderr, "\n  want: %s\n", json_dumps(want, JSON_COMPACT));
-            }
-            free(ids);
-        }
+        for (int special = 0; special <= 1; special++)
+            tok_check_encode(t, name, text, n, special, want, special ? bos : -1, &failures);
         /* the reference's ids decode to the reference's text; where that is the input, it round-trips */
-        int64_t m, *ref = ids_of(want, &m);
+        int64_t m, *ref = tok_ids_of(want, &m);
         json_t *dec = json_object_get(c, "decoded");
         size_t len = 0;
         CHECK_MSG(decodes_to(t, ref, m, true, json_string_value(dec), json_string_length(dec), &out, &len),
@@ -118,7 +93,7 @@ static void check_model(const char *name) {
     }
     CHECK(round_trips > 40);
     json_array_foreach(json_object_get(root, "decode_cases"), i, c) {
-        int64_t m, *ids = ids_of(json_object_get(c, "ids"), &m);
+        int64_t m, *ids = tok_ids_of(json_object_get(c, "ids"), &m);
         json_t *dec = json_object_get(c, "decoded");
         char *out = NULL;
         size_t len = 0;
@@ -373,14 +348,7 @@ static void test_generate_text(void) {
         CHECK(!"generate is built next to the tests");
         return;
     }
-    CHECK(mkdtemp(dir) != NULL);
-    accel_llama_config cfg = accel_llama_config_default();
-    cfg.vocab_size = 1000, cfg.hidden_size = 32, cfg.intermediate_size = 64, cfg.num_hidden_layers = 2;
-    cfg.num_attention_heads = 4, cfg.num_key_value_heads = 2, cfg.max_position_embeddings = 64;
-    cfg.torch_dtype = ACCEL_F32;
-    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
-    CHECK_MSG(m && accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
-    accel_module_free(m);
+    CHECK_MSG(tok_tiny_model(dir, 1000), "%s: %s", dir, accel_last_error());
     /* the prompt's ids: BOS, then the fixture's ids of "Hello world" */
     accel_tokenizer *t = accel_tokenizer_load("data/sentencepiece/llama2");
     int64_t *ids = NULL, n = 0;
@@ -393,11 +361,8 @@ static void test_generate_text(void) {
     snprintf(cmd, sizeof cmd,
              "cp data/sentencepiece/llama2/tokenizer.model %s/ && %s %s --prompt 'Hello world' --new-tokens 3 2>&1; "
              "rc=$?; rm -rf %s; exit $rc", dir, gen, dir, dir);
-    FILE *p = popen(cmd, "r");
-    char out[8192] = {0};
-    size_t k = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[k] = 0;
-    CHECK(p && pclose(p) == 0);
+    char out[8192];
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "text=\"Hello world");
 }

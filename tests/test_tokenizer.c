@@ -12,21 +12,9 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "sibling_exe.h"
+#include "tok_cases.h"
 
 static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
-
-static bool ids_equal(const int64_t *got, int64_t n, json_t *want) {
-    if ((size_t)n != json_array_size(want)) return false;
-    for (int64_t i = 0; i < n; i++)
-        if (got[i] != json_integer_value(json_array_get(want, (size_t)i))) return false;
-    return true;
-}
-
-static void print_ids(const char *what, const int64_t *ids, int64_t n) {
-    fprintf(stderr, "  %s:", what);
-    for (int64_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %lld", (long long)ids[i]);
-    fprintf(stderr, "\n");
-}
 
 static void check_family(const char *name) {
     char path[256];
@@ -44,36 +32,23 @@ static void check_family(const char *name) {
     json_array_foreach(cases, i, c) {
         const char *text = json_string_value(json_object_get(c, "text"));
         size_t n = json_string_length(json_object_get(c, "text"));
-        for (int special = 1; special >= 0; special--) {
-            int64_t *ids = NULL, n_ids = 0;
-            json_t *want = json_object_get(c, special ? "ids" : "ids_plain");
-            accel_status st = accel_tokenizer_encode(t, text, n, special, &ids, &n_ids);
-            bool ok = st == ACCEL_OK && ids_equal(ids, n_ids, want);
-            CHECK_MSG(ok, "%s: encode(\"%.60s\", add_special_tokens=%d): %s", name, text, special,
-                      st ? accel_last_error() : "ids differ");
-            if (!ok && failures++ < 3) {
-                print_ids("got ", ids, n_ids);
-                fprintf(stderr, "  want: %s\n", json_dumps(want, JSON_COMPACT));
-            }
-            if (special) { /* decode what the reference encoded */
-                json_t *ref = json_object_get(c, "ids");
-                int64_t m = (int64_t)json_array_size(ref), *rid = malloc(((size_t)m + 1) * sizeof *rid);
-                for (int64_t k = 0; k < m; k++) rid[k] = json_integer_value(json_array_get(ref, (size_t)k));
-                for (int skip = 0; skip <= 1; skip++) {
-                    char *out = NULL;
-                    size_t len = 0;
-                    json_t *e = json_object_get(c, skip ? "decoded_skip" : "decoded");
-                    const char *exp = json_string_value(e);
-                    st = accel_tokenizer_decode(t, rid, m, skip, &out, &len);
-                    CHECK_MSG(st == ACCEL_OK && out && len == json_string_length(e) && !memcmp(out, exp, len),
-                              "%s: decode(skip_special_tokens=%d) of \"%.60s\": got \"%.80s\", want \"%.80s\"", name,
-                              skip, text, out ? out : accel_last_error(), exp);
-                    free(out);
-                }
-                free(rid);
-            }
-            free(ids);
+        for (int special = 1; special >= 0; special--)
+            tok_check_encode(t, name, text, n, special, json_object_get(c, special ? "ids" : "ids_plain"), -1,
+                             &failures);
+        /* decode what the reference encoded */
+        int64_t m, *rid = tok_ids_of(json_object_get(c, "ids"), &m);
+        for (int skip = 0; skip <= 1; skip++) {
+            char *out = NULL;
+            size_t len = 0;
+            json_t *e = json_object_get(c, skip ? "decoded_skip" : "decoded");
+            const char *exp = json_string_value(e);
+            accel_status st = accel_tokenizer_decode(t, rid, m, skip, &out, &len);
+            CHECK_MSG(st == ACCEL_OK && out && len == json_string_length(e) && !memcmp(out, exp, len),
+                      "%s: decode(skip_special_tokens=%d) of \"%.60s\": got \"%.80s\", want \"%.80s\"", name, skip,
+                      text, out ? out : accel_last_error(), exp);
+            free(out);
         }
+        free(rid);
     }
     json_decref(root);
     accel_tokenizer_free(t);
@@ -244,7 +219,7 @@ static void check_small(const char *parts, const char *merges, const char *text,
     bool same = n == n_want;
     for (int64_t i = 0; same && i < n; i++) same = ids[i] == want[i];
     CHECK_MSG(same, "\"%s\" with %s / %s", text, parts, merges);
-    if (!same) print_ids("got", ids, n);
+    if (!same) tok_print_ids("got", ids, n);
     free(ids);
     accel_tokenizer_free(t);
 }
@@ -322,7 +297,7 @@ static void test_normalized_added(void) {
     CHECK(t && accel_tokenizer_encode(t, "NewWord newword", 15, false, &ids, &n) == ACCEL_OK);
     bool same = n == 2 && ids[0] == 1200 && ids[1] == 1200;
     CHECK(same);
-    if (!same) print_ids("got", ids, n);
+    if (!same) tok_print_ids("got", ids, n);
     free(ids);
     accel_tokenizer_free(t);
 }
@@ -350,35 +325,19 @@ static void test_generate_text(void) {
         CHECK(!"generate is built next to the tests");
         return;
     }
-    CHECK(mkdtemp(dir) != NULL);
-    accel_llama_config cfg = accel_llama_config_default();
-    cfg.vocab_size = 902, cfg.hidden_size = 32, cfg.intermediate_size = 64, cfg.num_hidden_layers = 2;
-    cfg.num_attention_heads = 4, cfg.num_key_value_heads = 2, cfg.max_position_embeddings = 64;
-    cfg.torch_dtype = ACCEL_F32;
-    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
-    CHECK_MSG(m && accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
-    accel_module_free(m);
+    CHECK_MSG(tok_tiny_model(dir, 902), "%s: %s", dir, accel_last_error());
     snprintf(cmd, sizeof cmd, "cp data/tokenizers/llama3/tokenizer.json %s/ && %s %s --prompt 'Hello world' --new-tokens 3 2>&1",
              dir, gen, dir);
-    FILE *p = popen(cmd, "r");
-    char out[8192] = {0};
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    CHECK(p && pclose(p) == 0);
+    char out[8192];
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
     /* BOS then the fixture's ids of "Hello world", then 3 new ids; the text starts with the prompt */
     CHECK_STR_CONTAINS(out, "generated_ids=[0, 40, 69, 76, 76, 79, 423, ");
     CHECK_STR_CONTAINS(out, "text=\"Hello world");
     snprintf(cmd, sizeof cmd, "%s %s --prompt \"$(printf 'bad \\377')\" 2>&1; rc=$?; rm -rf %s; exit $rc", gen, dir, dir);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    CHECK(p && pclose(p) != 0);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0); /* ran, and failed */
     CHECK_STR_CONTAINS(out, "generate: --prompt: accel_tokenizer_encode: the text is not UTF-8: byte 4");
     snprintf(cmd, sizeof cmd, "%s %s/missing --prompt hi 2>&1", gen, dir); /* dir is gone by now */
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    CHECK(p && pclose(p) != 0);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0); /* ran, and failed */
     CHECK_STR_CONTAINS(out, "/missing: no such file");
 }
 

@@ -52,6 +52,13 @@ struct accel_node {
 bool accel_set_grad_enabled(bool enabled);
 bool accel_is_grad_enabled(void);
 
+/* Thread-local autocast dtype: ACCEL_F32 means off. Returns the previous one.
+ * Ops read it (ops.h); here beside grad mode because activation
+ * checkpointing replays a forward under the autocast it first ran in. */
+accel_dtype accel_autocast_begin(accel_dtype dt);
+void accel_autocast_end(accel_dtype previous);
+accel_dtype accel_autocast_dtype(void);
+
 /* Marks a tensor as a leaf that requires grad. Fails on a dead or expired tensor. */
 accel_status accel_requires_grad_(accel_tensor *t, bool requires);
 

@@ -14,10 +14,10 @@
  *
  * Dtypes: float ops accept f32, bf16 and f16. Mixed inputs promote as PyTorch
  * does (bf16 + f32 -> f32). Low-precision inputs are computed in f32 and the
- * result rounded to the output dtype. Under autocast (accel_autocast_begin)
- * matmul/linear/attention cast their float inputs to the autocast dtype
- * (output in that dtype, f32 accumulation), while norms, softmax and losses
- * compute and return f32.
+ * result rounded to the output dtype. Under autocast (accel_autocast_begin,
+ * autograd.h) matmul/linear/attention cast their float inputs to the
+ * autocast dtype (output in that dtype, f32 accumulation), while norms,
+ * softmax and losses compute and return f32.
  */
 #ifndef ACCEL_OPS_H
 #define ACCEL_OPS_H
@@ -28,13 +28,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---------------------------------------------------------------- autocast */
-
-/* Thread-local autocast dtype: ACCEL_F32 means off. Returns the previous one. */
-accel_dtype accel_autocast_begin(accel_dtype dt);
-void accel_autocast_end(accel_dtype previous);
-accel_dtype accel_autocast_dtype(void);
 
 /* ---------------------------------------------------------------- pointwise */
 

@@ -22,10 +22,9 @@ typedef struct accel__model {
     const accel__strategy *strat; /* the accelerator's, chosen at accel_accelerator_new */
     bool no_sync;          /* inside no_sync */
     bool ddp;              /* world > 1 */
-    /* Gradient buffers the local ranks share (ddp.c; DDP and ZeRO-1/2 on > 1 process) */
-    void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
-    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
-    struct accel__ddp *ddps; /* DDP's buckets (private to ddp.c), NULL on one process or unbucketed */
+    /* DDP's state (private to ddp.c): the gradient memory the local ranks
+     * share (DDP and ZeRO-1/2) and the buckets; NULL on one process */
+    struct accel__ddp *ddps;
     /* The strategy's own state of this model (its layout makes it, its
      * release frees it; NULL under DDP, whose buckets are above): ZeRO's
      * shards and units (zero_state.h). */
@@ -273,7 +272,13 @@ accel_status accel__tp_slice_optimizer(accel_accelerator *acc, accel_optimizer *
 /* ACCEL_ERR_UNSUPPORTED naming fn and what is not built under tp, else ACCEL_OK. */
 accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what);
 void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole);
+/* parallelism.c: the mesh's sizes from o->parallelism, checked (a product
+ * past INT_MAX, then the rules, then a product that is not the world,
+ * refused naming the fields); the product of the model-parallel sizes tp x
+ * pp x cp x sp (0: 1), in double (never overflows), for Megatron's
+ * data-parallel size (parallelism_env.c). */
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out);
+double accel__parallelism_model_size(const accel_parallelism_opts *p);
 /* The mesh (from par, or under HYBRID_SHARD from the machines), shard_pg and
  * replica_pg (collective: subgroups are split off the world). */
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel__parallelism *par);

@@ -26,7 +26,7 @@
 #include "accel/io.h"
 #include "accelerator_internal.h"
 #include "strategy.h"
-#include "backends/cpu/gemm.h"
+#include "gemm_choices.h"
 #include "core/core_internal.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"

@@ -28,8 +28,12 @@ typedef struct accel__leaf {
     int bucket;
 } accel__leaf;
 
-/* A model's DDP state (accel__model.ddps): its buckets, made at start on > 1 process. */
+/* A model's DDP state (accel__model.ddps), on > 1 process: the gradient
+ * memory the local ranks share (made at layout, also under ZeRO-1/2) and the
+ * buckets (made at start). */
 struct accel__ddp {
+    void *orig_grads[ACCEL_DTYPE_COUNT]; /* flatten's own grad buffers, while shared ones are used */
+    void *grad_stage[ACCEL_DTYPE_COUNT]; /* device gradients: their host staging buffer (group-shared memory) */
     int n_buckets;
     accel__bucket *buckets;
     int n_leaves;
@@ -38,6 +42,13 @@ struct accel__ddp {
 };
 
 /* ---------------------------------------------------------------- buckets */
+
+/* pm's DDP state, made by the first of layout and start that asks; NULL
+ * when out of memory. */
+static struct accel__ddp *state_of(accel__model *pm) {
+    if (!pm->ddps) pm->ddps = accel_calloc(1, sizeof *pm->ddps);
+    return pm->ddps;
+}
 
 static int leaf_cmp(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)((const accel__leaf *)a)->t, y = (uintptr_t)((const accel__leaf *)b)->t;
@@ -50,7 +61,7 @@ static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
     accel_flat_params *fp = pm->fp;
     int n_params = 0;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) n_params += fp->buffers[d].n;
-    struct accel__ddp *z = pm->ddps = accel_calloc(1, sizeof *pm->ddps);
+    struct accel__ddp *z = state_of(pm);
     if (!z) return accel_last_status();
     z->buckets = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *z->buckets);
     z->leaves = accel_calloc((size_t)(n_params ? n_params : 1), sizeof *z->leaves);
@@ -89,6 +100,8 @@ static accel_status build_buckets(accel_accelerator *acc, accel__model *pm) {
  * in place (host_copy: ZeRO-2's reduce-scatter, zero.c, reads the host copy). */
 accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bool host_copy) {
     if (!pm->ddp) return ACCEL_OK;
+    struct accel__ddp *z = state_of(pm);
+    if (!z) return accel_last_status();
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
@@ -98,7 +111,7 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
         void *sh = accel_pg_alloc_shared(acc->dp_pg, bytes ? bytes : 1);
         if (!sh) return accel_last_status();
         if (accel__needs_staging(b->device)) {
-            pm->grad_stage[d] = sh;
+            z->grad_stage[d] = sh;
             continue;
         }
         accel_status st = accel__copy_bytes(ACCEL_CPU_DEVICE, sh, b->device, b->grads, bytes);
@@ -107,7 +120,7 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
             return st;
         }
         /* recorded first: on a failed rebind, release's unshare_grads re-points them all */
-        pm->orig_grads[d] = b->grads;
+        z->orig_grads[d] = b->grads;
         b->grads = sh;
         for (int i = 0; i < b->n; i++)
             if ((st = accel_tensor_rebind(b->tensors[i]->grad, (char *)sh + b->offsets[i] * (int64_t)es, false)))
@@ -121,13 +134,14 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
  * the release goes on (the segments must go), the error says so, and a
  * warning too, as the release returns nothing. */
 static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+    struct accel__ddp *z = pm->ddps;
+    for (int d = 0; z && d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
-        if (pm->grad_stage[d]) accel_pg_free_shared(acc->dp_pg, pm->grad_stage[d]);
-        pm->grad_stage[d] = NULL;
-        if (!pm->orig_grads[d]) continue;
+        if (z->grad_stage[d]) accel_pg_free_shared(acc->dp_pg, z->grad_stage[d]);
+        z->grad_stage[d] = NULL;
+        if (!z->orig_grads[d]) continue;
         size_t es = accel_dtype_size(b->dtype);
-        if (accel__copy_bytes(b->device, pm->orig_grads[d], ACCEL_CPU_DEVICE, b->grads, (size_t)b->numel * es)) {
+        if (accel__copy_bytes(b->device, z->orig_grads[d], ACCEL_CPU_DEVICE, b->grads, (size_t)b->numel * es)) {
             char dev[32];
             accel_set_error(accel_last_status(),
                             "DDP release: rank %d: the %s gradients could not be copied back to %s (%s): they "
@@ -138,11 +152,11 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
         }
         /* views of a contiguous persistent buffer, as share_grads made them: cannot fail */
         for (int i = 0; i < b->n; i++)
-            (void)accel_tensor_rebind(b->tensors[i]->grad, (char *)pm->orig_grads[d] + b->offsets[i] * (int64_t)es,
+            (void)accel_tensor_rebind(b->tensors[i]->grad, (char *)z->orig_grads[d] + b->offsets[i] * (int64_t)es,
                                       false);
         accel_pg_free_shared(acc->dp_pg, b->grads);
-        b->grads = pm->orig_grads[d];
-        pm->orig_grads[d] = NULL;
+        b->grads = z->orig_grads[d];
+        z->orig_grads[d] = NULL;
     }
 }
 
@@ -150,7 +164,7 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
  * their range of the host staging buffer. */
 static void *bucket_host(const accel__model *pm, const accel__bucket *bk) {
     const accel_flat_buffer *b = &pm->fp->buffers[bk->buffer];
-    char *stage = pm->grad_stage[bk->buffer];
+    char *stage = pm->ddps->grad_stage[bk->buffer];
     return stage ? stage + (size_t)bk->lo * accel_dtype_size(b->dtype) : NULL;
 }
 
@@ -164,8 +178,10 @@ static accel_tensor *bucket_grads(accel_tensor *h, const accel__model *pm, const
  * address (share_grads gave it no staging buffer): its all-reduce is then
  * ordered on the group's stream, overlapping the rest of backward. */
 static bool reduced_on_device(const accel__model *pm, const accel__bucket *bk) {
-    return accel__needs_staging(pm->fp->buffers[bk->buffer].device) && !pm->grad_stage[bk->buffer];
+    return accel__needs_staging(pm->fp->buffers[bk->buffer].device) && !pm->ddps->grad_stage[bk->buffer];
 }
+
+void *accel__ddp_grad_stage(const accel__model *pm, int d) { return pm->ddps ? pm->ddps->grad_stage[d] : NULL; }
 
 /* Waits for every bucket's all-reduce; *first gets the first failure (a
  * bucket whose all-reduce was never issued included), whose message is the
@@ -217,7 +233,7 @@ void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
 
 /* The bucketed all-reduce runs in this backward (on > 1 process, gradients not accumulating). */
 static bool bucketed(const accel_accelerator *acc, const accel__model *pm) {
-    return accel__model_syncs(acc, pm) && pm->ddps;
+    return accel__model_syncs(acc, pm) && pm->ddps && pm->ddps->buckets;
 }
 
 /* The buffer bucket bk's all-reduce reads: its device memory, which must

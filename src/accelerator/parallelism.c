@@ -1,6 +1,7 @@
 /* The device mesh's sizes from the options' ParallelismConfig fields
  * (accel_parallelism_opts): checked here, before any group is made, so a bad
  * size fails accel_accelerator_new on every rank alike, naming the field. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,15 @@ static accel_status check_size(int v, const char *field) {
     return ACCEL_OK;
 }
 
+/* A size as the mesh takes it: 0 (not set) is 1. */
+static int or1(int v) { return v > 0 ? v : 1; }
+
+/* In double: sizes up to INT_MAX cannot overflow it, and a product that
+ * fits an int (the only one that can equal a world) is exact. */
+double accel__parallelism_model_size(const accel_parallelism_opts *p) {
+    return (double)or1(p->tp_size) * or1(p->pp_size) * or1(p->cp_size) * or1(p->sp_size);
+}
+
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out) {
     const accel_parallelism_opts *p = &o->parallelism;
     memset(out, 0, sizeof *out);
@@ -25,6 +35,12 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
     };
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
         if (check_size(sizes[k].v, sizes[k].field)) return ACCEL_ERR_INVALID_ARG;
+    /* every size's product, first: a mesh larger than any job is refused as
+     * such, whatever else is wrong with it */
+    double all = accel__parallelism_model_size(p) * or1(p->dp_replicate_size) * or1(p->dp_shard_size);
+    if (all > INT_MAX)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism: the sizes multiply to %.3g, more than "
+                               "the %d processes of the job", all, world);
     if (p->cp_comm_strategy && strcmp(p->cp_comm_strategy, "allgather") && strcmp(p->cp_comm_strategy, "alltoall"))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                FN ": opts.parallelism.cp_comm_strategy \"%s\" is not \"allgather\" or \"alltoall\"",
@@ -35,15 +51,14 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
     if (p->sequence_parallelism != 0 && p->sequence_parallelism != ACCEL_TRUE && p->sequence_parallelism != ACCEL_FALSE)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.sequence_parallelism must be ACCEL_TRUE, "
                                "ACCEL_FALSE or 0 (got %d)", p->sequence_parallelism);
-#define OR1(x) ((x) ? (x) : 1)
-    int cp = OR1(p->cp_size), sp = OR1(p->sp_size);
+    int cp = or1(p->cp_size), sp = or1(p->sp_size);
     if (cp > 1 && sp > 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.cp_size = %d and sp_size = %d: context "
                                "and sequence parallelism are mutually exclusive (set one of them to 1)", cp, sp);
     /* sp is cp with the all-to-all exchange: the same mesh dimension, the same rules */
     int seq = cp > 1 ? cp : sp;
     const char *seq_field = cp > 1 ? "cp_size" : "sp_size";
-    if (seq > 1 && OR1(p->dp_replicate_size) > 1 && OR1(p->dp_shard_size) == 1)
+    if (seq > 1 && or1(p->dp_replicate_size) > 1 && or1(p->dp_shard_size) == 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.%s = %d with dp_replicate_size = %d "
                                "and dp_shard_size = 1: context parallelism composes with dp_shard (FSDP + CP) or "
                                "dp_shard x dp_replicate (HSDP + CP), not with pure replication", seq_field, seq,
@@ -52,42 +67,38 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
      * split does not reach the pipeline's stages, nor the vocabulary-parallel
      * loss; a sequence-parallel tp region's activations are not what the
      * next stage receives). */
-    if (seq > 1 && OR1(p->pp_size) > 1)
+    if (seq > 1 && or1(p->pp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with pp_size = %d: context "
                                "parallelism under pipeline parallelism is not built", seq_field, seq, p->pp_size);
-    if (seq > 1 && OR1(p->tp_size) > 1)
+    if (seq > 1 && or1(p->tp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with tp_size = %d: context "
                                "parallelism under tensor parallelism is not built", seq_field, seq, p->tp_size);
     /* tp x pp: each stage's layers are released to meta at prepare while
      * the tp plan slices them; the two have not been made to agree (a
      * 4-process run crashed), nor the tied embedding's norm across them */
-    if (OR1(p->tp_size) > 1 && OR1(p->pp_size) > 1)
+    if (or1(p->tp_size) > 1 && or1(p->pp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.tp_size = %d with pp_size = %d: tensor "
                                "parallelism under pipeline parallelism is not built", p->tp_size, p->pp_size);
     out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
-    out->size[ACCEL__MESH_PP] = OR1(p->pp_size);
-    out->size[ACCEL__MESH_DP_REPLICATE] = OR1(p->dp_replicate_size);
-    out->size[ACCEL__MESH_DP_SHARD] = out->set ? OR1(p->dp_shard_size) : world;
+    out->size[ACCEL__MESH_PP] = or1(p->pp_size);
+    out->size[ACCEL__MESH_DP_REPLICATE] = or1(p->dp_replicate_size);
+    out->size[ACCEL__MESH_DP_SHARD] = out->set ? or1(p->dp_shard_size) : world;
     /* Ulysses' sequence parallelism splits the sequence as context
      * parallelism does, exchanging heads all-to-all: one mesh dimension. */
     out->size[ACCEL__MESH_CP] = cp > 1 ? cp : sp;
-    out->size[ACCEL__MESH_TP] = OR1(p->tp_size);
+    out->size[ACCEL__MESH_TP] = or1(p->tp_size);
     out->cp_alltoall = sp > 1 || (p->cp_comm_strategy && !strcmp(p->cp_comm_strategy, "alltoall"));
-    out->micro_batches = OR1(p->num_micro_batches);
+    out->micro_batches = or1(p->num_micro_batches);
     out->pp_gpipe = p->pp_schedule && !strcmp(p->pp_schedule, "gpipe");
     out->sequence_parallel = p->sequence_parallelism == ACCEL_TRUE;
-#undef OR1
-    if (out->set) {
-        int64_t total = 1;
-        for (int d = 0; d < ACCEL__MESH_DIMS; d++) total *= out->size[d];
-        if (total != world)
-            return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                   FN ": opts.parallelism: pp_size %d x dp_replicate_size %d x dp_shard_size %d x "
-                                   "%s %d x tp_size %d = %lld, not the %d processes of the job",
-                                   out->size[ACCEL__MESH_PP], out->size[ACCEL__MESH_DP_REPLICATE],
-                                   out->size[ACCEL__MESH_DP_SHARD], sp > 1 ? "sp_size" : "cp_size",
-                                   out->size[ACCEL__MESH_CP], out->size[ACCEL__MESH_TP], (long long)total, world);
-    }
+    /* set: `all` is the mesh's product (cp and sp, one of them 1, are one dimension) */
+    if (out->set && all != world)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               FN ": opts.parallelism: pp_size %d x dp_replicate_size %d x dp_shard_size %d x "
+                               "%s %d x tp_size %d = %.0f, not the %d processes of the job",
+                               out->size[ACCEL__MESH_PP], out->size[ACCEL__MESH_DP_REPLICATE],
+                               out->size[ACCEL__MESH_DP_SHARD], sp > 1 ? "sp_size" : "cp_size",
+                               out->size[ACCEL__MESH_CP], out->size[ACCEL__MESH_TP], all, world);
     if (out->sequence_parallel && out->size[ACCEL__MESH_TP] == 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.sequence_parallelism needs tp_size > 1 "
                                "(Megatron's sequence parallelism splits the tp group's activations)");

@@ -5,7 +5,6 @@
  * strictly as every variable of accel (core/env.h). */
 #include "parallelism_env.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,19 +198,11 @@ accel_status accel__parallelism_env_read(accel_accelerator_opts *o, accel__paral
 accel_status accel__parallelism_env_resolve(accel_accelerator_opts *o, const accel__parallelism_env *pe, int world,
                                             accel__parallelism *out) {
     accel_parallelism_opts *p = &o->parallelism;
-#define OR1(x) ((x) > 0 ? (double)(x) : 1.0)
-    double model = OR1(p->tp_size) * OR1(p->pp_size) * OR1(p->cp_size) * OR1(p->sp_size);
+    double model = accel__parallelism_model_size(p);
     /* Megatron's data-parallel size is what the model-parallel ranks leave */
     if (pe->megatron && !p->dp_replicate_size && !p->dp_shard_size && model > 1 && fmod(world, model) == 0)
         p->dp_shard_size = (int)(world / model);
-    double all = model * OR1(p->dp_replicate_size) * OR1(p->dp_shard_size);
-#undef OR1
-    accel_status st;
-    if (all > INT_MAX) /* the mesh multiplies them in 64 bits: refused before they can overflow */
-        st = accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism: the sizes multiply to %.3g, more than "
-                             "the %d processes of the job", all, world);
-    else
-        st = accel__parallelism_config(o, world, out);
+    accel_status st = accel__parallelism_config(o, world, out);
     if (!st || !pe->from[0]) return st;
     char inner[1024];
     snprintf(inner, sizeof inner, "%s", accel_last_error());

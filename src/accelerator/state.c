@@ -14,6 +14,7 @@
 #include "parallelism_env.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
+#include "gemm_choices.h"
 #include "core/env.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {

@@ -14,8 +14,9 @@
  * The accelerator picks one at accel_accelerator_new (accel__strategy_of) and
  * every model it prepares keeps that pointer (accel__model.strat); the rest
  * of src/accelerator calls through it and never asks which one it is. A
- * strategy's per-model state is its own (DDP's buckets, struct accel__ddp;
- * ZeRO's shards and units, accel__model.strat_state: zero_state.h).
+ * strategy's per-model state is its own (DDP's shared gradient memory and
+ * buckets, struct accel__ddp; ZeRO's shards and units,
+ * accel__model.strat_state: zero_state.h).
  * Mixed precision (the autocast hook, model.c) and fp8 scaling
  * (fp8_scaling.c) sit beside the strategies: model.c installs them the same
  * way under each.
@@ -130,6 +131,9 @@ const accel__strategy *accel__strategy_of(int stage);
  * keeps a host staging copy even where the group reduces device memory,
  * for ZeRO-2's reduce-scatter). */
 accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bool host_copy);
+/* The host staging buffer share_grads made for flat gradient buffer d (a
+ * device the host cannot address), NULL where there is none. */
+void *accel__ddp_grad_stage(const accel__model *pm, int d);
 accel_status accel__ddp_start(accel_accelerator *acc, accel__model *pm);
 void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
 bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm);

@@ -143,13 +143,13 @@ accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, i
 
 /* Stage 2: the f32 gradients reduce-scattered (AVG) in place, so this rank's
  * block [zlo, zhi) of `full` holds its averaged shard. On a staged device the
- * group works on the shared host buffer ddp.c made (grad_stage), and only the
- * block comes back. Under hybrid sharding the block is then averaged across
- * the machines. */
+ * group works on the shared host buffer ddp.c made (accel__ddp_grad_stage),
+ * and only the block comes back. Under hybrid sharding the block is then
+ * averaged across the machines. */
 static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *pm, accel_tensor *full,
                                          accel_tensor *mine) {
     accel__zero_model *zm = accel__zero_of(pm);
-    void *stage = pm->grad_stage[ACCEL_F32];
+    void *stage = accel__ddp_grad_stage(pm, ACCEL_F32);
     ACCEL_ASSERT(stage || !accel__needs_staging(full->device));
     float *host = accel__stage_to_host(full, stage, true);
     if (!host) return accel_last_status();

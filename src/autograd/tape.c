@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "accel/autograd.h"
-#include "accel/ops.h"
 #include "core/backend.h"
 #include "core/core_internal.h"
 

@@ -670,24 +670,48 @@ static bool check_mesh(const long *pc, const long *mega, bool use_pc, bool use_m
     return false;
 }
 
-bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
-                               bool use_pc, bool use_mega, int procs, char *err, size_t errn) {
+/* Both sections' values (flag > config > default): each setting's text,
+ * the sizes as integers (1 where unset), Megatron's clipping norm. */
+typedef struct parallel_vals {
     char pv[NPARALLELISM][64], mv[NMEGATRON][64];
     long pc[NPARALLELISM], mega[NMEGATRON];
-    double norm = 0;
-    if (!parallel_values(PARALLELISM, NPARALLELISM, ls, pc_config, "parallelism_config", pv, pc, &norm, err, errn) ||
-        !parallel_values(MEGATRON, NMEGATRON, ls, mega_config, "megatron_lm_config", mv, mega, &norm, err, errn) ||
-        ((use_pc || use_mega) && !check_mesh(pc, mega, use_pc, use_mega, procs, err, errn)))
+    double norm;
+} parallel_vals;
+
+static bool parallel_read(const launch_settings *ls, const cv *pc_config, const cv *mega_config, parallel_vals *v,
+                          char *err, size_t errn) {
+    v->norm = 0;
+    return parallel_values(PARALLELISM, NPARALLELISM, ls, pc_config, "parallelism_config", v->pv, v->pc, &v->norm,
+                           err, errn) &&
+           parallel_values(MEGATRON, NMEGATRON, ls, mega_config, "megatron_lm_config", v->mv, v->mega, &v->norm, err,
+                           errn);
+}
+
+bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
+                               bool use_pc, bool use_mega, int procs, char *err, size_t errn) {
+    parallel_vals v;
+    if (!parallel_read(ls, pc_config, mega_config, &v, err, errn) ||
+        ((use_pc || use_mega) && !check_mesh(v.pc, v.mega, use_pc, use_mega, procs, err, errn)))
         return false;
-    if (use_pc) {
-        both_env_add(e, "ACCELERATE_USE_PARALLELISM_CONFIG", "true");
-        for (size_t i = 0; i < NPARALLELISM; i++)
-            if (i != P_CP_STRATEGY || pc[P_CP] > 1) both_env_add(e, PARALLELISM[i].env, pv[i]);
-    }
-    if (use_mega) {
-        both_env_add(e, "ACCELERATE_USE_MEGATRON_LM", "true");
-        for (size_t i = 0; i < NMEGATRON; i++)
-            if (mv[i][0]) both_env_add(e, MEGATRON[i].env, mv[i]);
+    /* each section used: its switch, then every setting that has a value
+     * (the cp comm strategy only where there is context parallelism) */
+    const struct {
+        bool on;
+        const char *use;
+        const setting *tab;
+        size_t n;
+        char (*vals)[64];
+    } sections[] = {
+        {use_pc, "ACCELERATE_USE_PARALLELISM_CONFIG", PARALLELISM, NPARALLELISM, v.pv},
+        {use_mega, "ACCELERATE_USE_MEGATRON_LM", MEGATRON, NMEGATRON, v.mv},
+    };
+    for (size_t k = 0; k < sizeof sections / sizeof *sections; k++) {
+        if (!sections[k].on) continue;
+        both_env_add(e, sections[k].use, "true");
+        for (size_t i = 0; i < sections[k].n; i++) {
+            bool idle = sections[k].tab == PARALLELISM && i == P_CP_STRATEGY && v.pc[P_CP] <= 1;
+            if (sections[k].vals[i][0] && !idle) both_env_add(e, sections[k].tab[i].env, sections[k].vals[i]);
+        }
     }
     return true;
 }
@@ -747,19 +771,15 @@ bool cfg_describe_mesh(const cv *cfg, char *out, size_t n) {
     cli_opt opts[LAUNCH_MAX_SETTINGS];
     const char *vals[LAUNCH_MAX_SETTINGS] = {0}; /* no flags: the config's values, else the defaults */
     launch_settings ls = {opts, launch_setting_opts(opts), vals};
-    char pv[NPARALLELISM][64], mv[NMEGATRON][64], err[512];
-    long pc[NPARALLELISM], mega[NMEGATRON];
-    double norm = 0;
+    char err[512];
+    parallel_vals v;
     int procs = np && np->t == CV_INT && np->i >= 1 && np->i <= INT_MAX ? (int)np->i : 0;
-    if (!parallel_values(PARALLELISM, NPARALLELISM, &ls, pcfg, "parallelism_config", pv, pc, &norm, err,
-                         sizeof err) ||
-        !parallel_values(MEGATRON, NMEGATRON, &ls, cv_get(cfg, "megatron_lm_config"), "megatron_lm_config", mv, mega,
-                         &norm, err, sizeof err) ||
-        (procs && !check_mesh(pc, mega, use_pc, use_mega, procs, err, sizeof err))) {
+    if (!parallel_read(&ls, pcfg, cv_get(cfg, "megatron_lm_config"), &v, err, sizeof err) ||
+        (procs && !check_mesh(v.pc, v.mega, use_pc, use_mega, procs, err, sizeof err))) {
         snprintf(out, n, "invalid: %s", err);
         return true;
     }
-    mesh_sizes m = mesh_of(pc, mega, use_pc, use_mega);
+    mesh_sizes m = mesh_of(v.pc, v.mega, use_pc, use_mega);
     long model = m.tp * m.pp * m.cp * m.sp;
     char dp[32];
     if (dp_derived(&m, use_mega) && procs) snprintf(dp, sizeof dp, "%ld", procs / model);

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint_marker.h"
-#include "io/checksum.h"
+#include "core/checksum.h"
 #include "io/io_internal.h"
 
 #define PATHN 4096

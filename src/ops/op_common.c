@@ -3,17 +3,6 @@
 
 #include "op_internal.h"
 
-static _Thread_local accel_dtype tl_autocast = ACCEL_F32;
-
-accel_dtype accel_autocast_begin(accel_dtype dt) {
-    accel_dtype prev = tl_autocast;
-    tl_autocast = dt;
-    return prev;
-}
-
-void accel_autocast_end(accel_dtype previous) { tl_autocast = previous; }
-accel_dtype accel_autocast_dtype(void) { return tl_autocast; }
-
 bool accel__op_begin_opt(const char *op, int n, accel_tensor *const *in, unsigned optional_mask,
                          accel_device *dev) {
     static const char *ARG[] = {"argument 1", "argument 2", "argument 3", "argument 4",

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/checksum.h"
+#include "core/checksum.h"
 #include "tracking/tracking_internal.h"
 
 /* TFRecord's masked CRC: rotate right by 15, add 0xa282ead8. */

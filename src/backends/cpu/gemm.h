@@ -205,8 +205,8 @@ void accel__gemm_library_versions(char *out, size_t n);
  * the ops hand a bf16/f16 GEMM its operands as they are or widened once
  * (accel__gemm_native): a large class measured onto OpenBLAS then widens
  * its operands per call, as ACCEL_GEMM=openblas does. The ranks of a job
- * multiply on rank 0's table (accel__gemm_choices_share), a resumed run on
- * its checkpoint's. */
+ * multiply on rank 0's table, a resumed run on its checkpoint's
+ * (accel__gemm_choices_bundle / _install). */
 typedef struct accel__gemm_class {
     int32_t dt;      /* 0 f32, 1 bf16, 2 f16 */
     int32_t ta, tb;  /* transposes */
@@ -233,24 +233,18 @@ bool accel__gemm_measure_off(void);
 int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max);
 
 /* The table, every thread count's choices ({"tables": [<a cache file's
- * JSON>, ...]}), into path, with a checkpoint; and back: a saved table
- * replaces the whole table (the saver's own thread count's choices as this
- * process's count's) and is never timed again nor added to from the cache,
- * so a resumed run multiplies as the saved one did (a missing file is no
- * error: an older checkpoint; a single table, as checkpoints held before
- * bundles, is read as this thread count's). ACCEL_OK, or an error naming
- * the file. */
-accel_status accel__gemm_choices_save(const char *path);
-accel_status accel__gemm_choices_load(const char *path);
-
-/* Collective over pg (at accelerator creation): rank 0 reads its cache and
- * sends its table; every other rank replaces its own table with it. From
- * then on no rank reads a cache file (nor times: a job's ranks never do), so
- * all multiply alike whatever their caches hold; a class rank 0 had not
- * cached takes the rule on every rank. A group of one: nothing. ACCEL_OK, or
- * an error (the broadcast's; a table this rank cannot read). */
-typedef struct accel_pg accel_pg;
-accel_status accel__gemm_choices_share(accel_pg *pg);
+ * JSON>, ...]}, this process's count's first, its cache file read), for a
+ * checkpoint or the job's other ranks (src/accelerator/gemm_choices.h);
+ * pin: from now on no cache file is read (rank 0 multiplies on what it
+ * sent, as the others do). NULL when out of memory; json_decref it. */
+struct json_t;
+struct json_t *accel__gemm_choices_bundle(bool pin);
+/* A bundle as this process's whole table: the sender's own thread count's
+ * choices as this process's count's, never timed again nor added to from
+ * the cache (also a single table, as checkpoints held before bundles: this
+ * thread count's). NULL, or why j is no bundle this process can multiply
+ * on (e.g. a provider its build lacks). */
+const char *accel__gemm_choices_install(struct json_t *j);
 
 /* Tests: seconds a candidate takes for a class, instead of timing it
  * (NULL: time for real). */

@@ -18,13 +18,15 @@
  *
  * The ranks of a job (accel_process_count() > 1) time nothing (each would
  * time under the others' load). At accelerator creation rank 0 reads its
- * cache and sends its table to the others (accel__gemm_choices_share),
- * which replace theirs with it and read no cache file after: every rank
- * multiplies alike whatever its own cache holds, and a class rank 0 had
- * not cached takes the rule everywhere. A checkpoint carries the table
- * (accel__gemm_choices_save / _load), so a resumed run multiplies as the
- * saved one did. Both carry every thread count's choices as a bundle:
- * {"tables": [<a cache file's JSON with its "threads">, ...]}. */
+ * cache and sends its table to the others, which replace theirs with it and
+ * read no cache file after: every rank multiplies alike whatever its own
+ * cache holds, and a class rank 0 had not cached takes the rule everywhere.
+ * A checkpoint carries the table, so a resumed run multiplies as the saved
+ * one did. Both carry every thread count's choices as a bundle:
+ * {"tables": [<a cache file's JSON with its "threads">, ...]}, made and
+ * installed here (accel__gemm_choices_bundle / _install); the accelerator
+ * sends and saves it (src/accelerator/gemm_choices.c), so the backend knows
+ * no process group. */
 #include "backends/cpu/gemm.h"
 
 #include <jansson.h>
@@ -37,7 +39,6 @@
 #include <time.h>
 
 #include "accel/cpu.h"
-#include "accel/dist.h"
 #include "accel/tracking.h"
 #include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
@@ -63,7 +64,7 @@ static int g_n;
 static int g_loaded_threads[64]; /* thread counts whose file was read */
 static int g_n_loaded;
 static bool g_env_read;
-static bool g_fixed;       /* the table is rank 0's (accel__gemm_choices_share): no file is read */
+static bool g_fixed;       /* the table was sent or installed whole (accel__gemm_choices_*): no file is read */
 static int g_measure_env;  /* ACCEL_GEMM_MEASURE: -1 unset, 0 never, 1 re-measure */
 static char g_dir[1024];   /* the cache directory; "" when the cache is off */
 static accel__gemm_timer g_timer;
@@ -120,7 +121,7 @@ static void cache_key(int threads, char *out, size_t n) {
     accel__gemm_library_versions(versions, sizeof versions);
     const accel_cpu_info *ci = accel_cpu_info_get();
     snprintf(out, n, "cpu=%s;features=%#x;%s;accel=%s;threads=%d", ci->model, ci->features, versions,
-             accel_build_info(ACCEL_INFO_VERSION), threads);
+             ACCEL_VERSION_STRING, threads);
 }
 
 static uint64_t fnv1a(const char *s) {
@@ -267,7 +268,7 @@ static void cache_save(int threads) {
     json_decref(j);
 }
 
-/* ---- the whole table: with a checkpoint, from rank 0 */
+/* ---- the whole table: with a checkpoint, from rank 0 (carried by src/accelerator/gemm_choices.c) */
 
 /* Every thread count's choices, {"tables": [table_json, ...]} (this
  * process's thread count always, its file read first); NULL when out of
@@ -320,14 +321,13 @@ static void install(choice *in, int n, bool replace_all) {
 static pthread_mutex_t g_parse_lock = PTHREAD_MUTEX_INITIALIZER;
 static choice g_parsed[MAX_CHOICES];
 
-accel_status accel__gemm_choices_save(const char *path) {
+json_t *accel__gemm_choices_bundle(bool pin) {
     pthread_mutex_lock(&g_lock);
     env_read();
     json_t *j = bundle_json();
+    if (pin) g_fixed = true;
     pthread_mutex_unlock(&g_lock);
-    accel_status st = j ? accel__json_save_file(path, j) : accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", path);
-    json_decref(j);
-    return st;
+    return j;
 }
 
 /* A bundle's n parsed choices as this process's: the first table (the
@@ -357,9 +357,7 @@ static void install_all(json_t *j, int n) {
     g_fixed = true;
 }
 
-/* Parses the bundle j and, when it is one, makes it this process's whole
- * table (install_all); NULL, or why it is not. */
-static const char *install_bundle(json_t *j) {
+const char *accel__gemm_choices_install(json_t *j) {
     pthread_mutex_lock(&g_parse_lock);
     int n = 0;
     const char *why = bundle_parse(j, g_parsed, &n);
@@ -370,64 +368,6 @@ static const char *install_bundle(json_t *j) {
     }
     pthread_mutex_unlock(&g_parse_lock);
     return why;
-}
-
-accel_status accel__gemm_choices_load(const char *path) {
-    if (!accel__is_file(path)) return ACCEL_OK; /* a checkpoint from before the choices were saved */
-    json_t *j = accel__json_load_file(path);
-    if (!j) return accel_last_status();
-    /* any key: the run resumes on the choices it was saved with, wherever;
-     * all of them and only them, in a job or not (what arrived from rank 0
-     * at creation, or a cache, is not what the saved run multiplied on) */
-    const char *why = install_bundle(j);
-    json_decref(j);
-    return why ? accel_set_error(ACCEL_ERR_FORMAT, "%s: not a GEMM choice table (%s)", path, why) : ACCEL_OK;
-}
-
-/* A received bundle (text[len], NUL-terminated) as this rank's table; NULL,
- * or why it cannot be. */
-static const char *install_received(const char *text, size_t len) {
-    json_error_t err;
-    json_t *j = len && text[len - 1] == 0 ? json_loads(text, 0, &err) : NULL;
-    /* e.g. rank 0's build has oneDNN and this one has not: no table this rank can multiply on */
-    const char *why = j ? install_bundle(j) : "not JSON";
-    json_decref(j);
-    return why;
-}
-
-accel_status accel__gemm_choices_share(accel_pg *pg) {
-    if (accel_pg_size(pg) < 2) return ACCEL_OK;
-    bool root = accel_pg_rank(pg) == 0;
-    /* rank 0 out of memory: sent empty (never NULL: the broadcast takes
-     * that for its own OOM), refused by all */
-    static char none[1] = "";
-    char *text = NULL, *sent = none;
-    size_t len = 0;
-    if (root) {
-        pthread_mutex_lock(&g_lock);
-        env_read();
-        json_t *j = bundle_json();
-        g_fixed = true; /* what it sends is all it multiplies on, like the others */
-        pthread_mutex_unlock(&g_lock);
-        text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        if (text) sent = text, len = strlen(text) + 1;
-    }
-    accel_status st = accel_pg_broadcast_bytes(pg, root ? (void **)&sent : (void **)&text, &len, 0);
-    const char *why = st ? NULL : root ? (text ? NULL : "out of memory on rank 0") : install_received(text, len);
-    if (root) free(text); /* json_dumps' */
-    else accel_free(text); /* the broadcast's */
-    char failed[256] = "";
-    if (st) snprintf(failed, sizeof failed, "%s", accel_last_error()); /* the broadcast's, kept across the all_reduce */
-    /* every rank learns whether one could not take the table, and every rank
-     * asks (a failed broadcast included): all fail together, none waits on the others */
-    int32_t bad = st != ACCEL_OK || why != NULL;
-    accel_status ast = accel_pg_all_reduce(pg, &bad, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
-    if (st) return accel_set_error(st, "GEMM choices from rank 0: %s", failed);
-    if (ast) return ast;
-    if (why) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: %s", why);
-    if (bad) return accel_set_error(ACCEL_ERR_FORMAT, "GEMM choices from rank 0: another rank could not take them");
-    return ACCEL_OK;
 }
 
 /* ---- timing */

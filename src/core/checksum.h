@@ -1,4 +1,4 @@
-/* src/io/checksum.h — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78),
+/* src/core/checksum.h — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78),
  * the checksum of checkpoint files (their completion marker records one per
  * file) and of TensorBoard's TFRecord framing.
  *
@@ -6,8 +6,8 @@
  * on x86-64 CPUs that have it (three interleaved streams, ~20 GB/s), else a
  * portable slice-by-8 table (~1-2 GB/s). Both give the same value.
  * Internal: prefix accel__, not installed. */
-#ifndef ACCEL_IO_CHECKSUM_H
-#define ACCEL_IO_CHECKSUM_H
+#ifndef ACCEL_CORE_CHECKSUM_H
+#define ACCEL_CORE_CHECKSUM_H
 
 #include <stddef.h>
 #include <stdint.h>

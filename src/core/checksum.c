@@ -1,4 +1,4 @@
-/* src/io/checksum.c — CRC-32C, the SSE4.2 instruction or a portable table
+/* src/core/checksum.c — CRC-32C, the SSE4.2 instruction or a portable table
  * (see checksum.h). The fast path runs three independent crc32 streams over
  * three adjacent blocks (the instruction's latency is 3 cycles, its throughput
  * 1 per cycle) and joins them with the CRC's linearity:
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/checksum.h"
+#include "core/checksum.h"
 
 #define POLY 0x82F63B78u
 #define BLOCK 4096 /* bytes per stream in the interleaved loop */
