@@ -87,6 +87,20 @@ static void test_vocab_cross_entropy(accel_pg *pg, int rank, int world) {
     CHECK(accel_tp_cross_entropy(ll, tb, rank * Vl, -100, pg) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "target 12 (row 3) is in no rank's vocabulary slice");
     accel_step_reset();
+    /* overlapping slices (rank r from r Vl / 2): the overlap named, on every rank */
+    if (world > 1) {
+        int64_t half = Vl / 2, mid[N];
+        for (int i = 0; i < N; i++) mid[i] = half;
+        accel_tensor *tm = pi64(ACCEL_SHAPE(N), mid);
+        CHECK(accel_tp_cross_entropy(ll, tm, rank * half, -100, pg) == NULL);
+        char want_msg[160];
+        snprintf(want_msg, sizeof want_msg, "target %lld (row 0) is in 2 ranks' vocabulary slices: the slices "
+                 "overlap (rank 0 holds [0, %lld), rank 1 holds [%lld, %lld))", (long long)half, (long long)Vl,
+                 (long long)half, (long long)(half + Vl));
+        CHECK_STR_CONTAINS(accel_last_error(), want_msg);
+        accel_step_reset();
+        accel_tensor_free(tm);
+    }
     free(ref_g);
     accel_tensor_free(lf), accel_tensor_free(t), accel_tensor_free(ll), accel_tensor_free(tb);
 }
