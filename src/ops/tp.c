@@ -76,39 +76,8 @@ accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg) {
 
 /* ------------------------------------------------------------------ vocab-parallel cross-entropy */
 
-/* What the backward needs: the local logits (f32), each row's log-sum-exp
- * over the whole vocabulary, the targets and their count. */
-typedef struct vce_saved {
-    const float *x;   /* [N, Vl] */
-    const float *lse; /* [N] */
-    const int64_t *t; /* [N] */
-    int64_t N, Vl, start, ignore;
-    double count;
-} vce_saved;
-
-static accel_status vce_backward(accel_node *n, accel_tensor *grad_out) {
-    const vce_saved *s = n->ctx;
-    accel_tensor *dx = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->N, s->Vl), ACCEL_CPU_DEVICE);
-    if (!dx) return accel_last_status();
-    float *d = dx->data;
-    double scale = accel_item(grad_out) / s->count;
-    for (int64_t i = 0; i < s->N; i++) {
-        float *row = d + i * s->Vl;
-        if (s->t[i] == s->ignore) {
-            memset(row, 0, (size_t)s->Vl * sizeof *row);
-            continue;
-        }
-        const float *xr = s->x + i * s->Vl;
-        for (int64_t j = 0; j < s->Vl; j++) row[j] = (float)(scale * exp((double)xr[j] - s->lse[i]));
-        int64_t local = s->t[i] - s->start;
-        if (local >= 0 && local < s->Vl) row[local] -= (float)scale;
-    }
-    accel_tensor *x = n->inputs[0];
-    return accel_grad_accumulate(x, accel_reshape(dx, x->ndim, x->shape));
-}
-
-/* Targets as [N] host i64, checked to be [N] or the logits' shape less the last dim. */
-static const int64_t *vce_targets(const char *op, accel_tensor *logits, accel_tensor *targets, int64_t N) {
+/* Targets as an [N] i64 tensor, checked to be [N] or the logits' shape less the last dim. */
+static accel_tensor *vce_targets(const char *op, accel_tensor *logits, accel_tensor *targets, int64_t N) {
     bool fits = targets->ndim == 1 && targets->shape[0] == N;
     if (!fits && targets->ndim == logits->ndim - 1) {
         fits = true;
@@ -124,8 +93,7 @@ static const int64_t *vce_targets(const char *op, accel_tensor *logits, accel_te
         return NULL;
     }
     accel_tensor *tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(N), ACCEL_CPU_DEVICE);
-    if (!tt || accel_copy_(tt, accel_reshape(targets, 1, &N)) != ACCEL_OK) return NULL;
-    return tt->data;
+    return tt && accel_copy_(tt, accel_reshape(targets, 1, &N)) == ACCEL_OK ? tt : NULL;
 }
 
 /* A target that not exactly one rank's columns hold: outside every slice,
@@ -164,51 +132,45 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
         return NULL;
     }
     int64_t N = accel_numel(logits) / Vl;
-    const int64_t *t = vce_targets(OP, logits, targets, N);
-    accel_tensor *xf = t ? accel__dense_f32(logits) : NULL;
-    /* [0, N): row max (MAX); [N, 4N): sum of exp(x - max), target logit, owner count (SUM) */
-    float *mx = accel_arena_alloc(accel_step_arena(), (size_t)N * 4 * sizeof *mx, 64);
-    float *lse = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *lse, 64);
-    if (!xf || !mx || !lse) return NULL;
-    float *se = mx + N, *tl = mx + 2 * N, *own = mx + 3 * N;
-    const float *x = xf->data;
+    accel_tensor *t = vce_targets(OP, logits, targets, N);
+    accel_tensor *x = t ? accel_reshape(accel_to_dtype(logits, ACCEL_F32), 2, (int64_t[]){N, Vl}) : NULL;
+    if (!x) return NULL;
+    /* z = x less the row's max over every rank's columns (a constant: no gradient) */
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *mx = accel_max(x, 1, true, NULL); /* [N, 1] */
+    accel_set_grad_enabled(prev);
+    if (!mx || accel_pg_all_reduce(pg, accel__device_ptr(mx), (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK)
+        return NULL;
+    count((size_t)N * sizeof(float));
+    accel_tensor *z = accel_sub(x, mx);
+    /* hit [N, Vl]: the target's column, when this rank holds it */
+    accel_tensor *cols = accel_arange(ACCEL_I64, vocab_start, vocab_start + Vl);
+    accel_tensor *hit = cols ? accel_eq(accel_unsqueeze(t, 1), cols) : NULL;
+    accel_tensor *zero = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
+    if (!z || !hit || !zero || accel_zero_(zero) != ACCEL_OK) return NULL;
+    /* each row's sum of exp(z), target z and owner count, summed over the
+     * ranks (the gradient of the sums reaches every rank's columns whole) */
+    int last = 1;
+    accel_tensor *part[3] = {accel_sum(accel_exp(z), 1, &last, false),
+                             accel_sum(accel_where(hit, z, zero), 1, &last, false),
+                             accel_to_dtype(accel_sum(hit, 1, &last, false), ACCEL_F32)};
+    accel_tensor *sums = part[0] && part[1] && part[2] ? accel_tp_reduce_from_region(accel_concat(3, part, 0), pg)
+                                                       : NULL;
+    accel_tensor *owners = sums ? accel_slice(sums, 0, 2 * N, 3 * N, 1) : NULL;
+    float *own = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *own, 64);
+    int64_t *th = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *th, 64);
+    if (!owners || !own || !th || accel_to_floats(owners, own) != ACCEL_OK || accel_to_int64s(t, th) != ACCEL_OK)
+        return NULL;
+    double n_targets = 0;
     for (int64_t i = 0; i < N; i++) {
-        float m = -INFINITY;
-        for (int64_t j = 0; j < Vl; j++) m = fmaxf(m, x[i * Vl + j]);
-        mx[i] = m;
+        if (th[i] == ignore_index) continue;
+        if (own[i] != 1.0f) return owner_error(OP, pg, th[i], i, own[i], vocab_start, Vl), NULL;
+        n_targets += 1;
     }
-    if (accel_pg_all_reduce(pg, mx, (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK) return NULL;
-    count((size_t)N * 4 * sizeof *mx);
-    for (int64_t i = 0; i < N; i++) {
-        double s = 0;
-        for (int64_t j = 0; j < Vl; j++) s += exp((double)x[i * Vl + j] - mx[i]);
-        int64_t local = t[i] - vocab_start;
-        bool mine = t[i] != ignore_index && local >= 0 && local < Vl;
-        se[i] = (float)s;
-        tl[i] = mine ? x[i * Vl + local] : 0.0f;
-        own[i] = mine ? 1.0f : 0.0f;
-    }
-    if (accel_pg_all_reduce(pg, se, (size_t)N * 3, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
-    double total = 0, count = 0;
-    for (int64_t i = 0; i < N; i++) {
-        lse[i] = mx[i] + logf(se[i]);
-        if (t[i] == ignore_index) continue;
-        if (own[i] != 1.0f) return owner_error(OP, pg, t[i], i, own[i], vocab_start, Vl), NULL;
-        total += lse[i] - tl[i];
-        count += 1;
-    }
-    accel_tensor *out = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
-    if (!out) return NULL;
-    *(float *)out->data = (float)(total / count); /* 0 / 0: nan, as accel_cross_entropy */
-    accel_node *n = accel_tape_record("tp_cross_entropy", vce_backward, out, 1, &logits);
-    if (n) {
-        vce_saved *s = accel_arena_alloc(accel_step_arena(), sizeof *s, 64);
-        if (!s) return NULL;
-        *s = (vce_saved){.x = x, .lse = lse, .t = t, .N = N, .Vl = Vl, .start = vocab_start,
-                         .ignore = ignore_index, .count = count};
-        n->ctx = s;
-    }
-    return out;
+    /* per row log(sum exp(x - max)) - (x_target - max), the ignored rows 0; their mean */
+    accel_tensor *rows = accel_sub(accel_log(accel_slice(sums, 0, 0, N, 1)), accel_slice(sums, 0, N, 2 * N, 1));
+    accel_tensor *kept = accel_to_dtype(accel_ne_scalar(t, (double)ignore_index), ACCEL_F32);
+    return accel_mul_scalar(accel_sum_all(accel_mul(rows, kept)), 1.0 / n_targets); /* 0 / 0: nan, as accel_cross_entropy */
 }
 
 /* ------------------------------------------------------------------ gathers and scatters along a dim */
