@@ -46,6 +46,34 @@ static void test_copy_and_reduce(accel_pg *pg, int rank, int world) {
     free(rf), free(gr);
     accel_step_reset();
     accel_tensor_free(x), accel_tensor_free(c), accel_tensor_free(xr);
+
+    /* gather from region: forward every rank's columns in rank order; backward its own columns */
+    float gv[4] = {(float)rank, (float)rank + 0.5f, (float)-rank, 2.0f * (float)rank};
+    accel_tensor *xg = pf32(ACCEL_SHAPE(2, 2), gv);
+    accel_requires_grad_(xg, true);
+    accel_tensor *g = accel_tp_gather_from_region(xg, pg);
+    CHECK_MSG(g && g->shape[0] == 2 && g->shape[1] == 2 * world, "%s", accel_last_error());
+    if (g) {
+        float *gf = floats_of(g), wantg[2 * 2 * 4], weights[2 * 2 * 4];
+        for (int i = 0; i < 2; i++)
+            for (int r = 0; r < world; r++)
+                for (int j = 0; j < 2; j++) {
+                    float v[4] = {(float)r, (float)r + 0.5f, (float)-r, 2.0f * (float)r};
+                    wantg[i * 2 * world + r * 2 + j] = v[i * 2 + j];
+                    weights[i * 2 * world + r * 2 + j] = (float)(i * 2 * world + r * 2 + j);
+                }
+        close_all("gather_from_region forward", gf, wantg, 4 * world);
+        accel_tensor *wt = pf32(ACCEL_SHAPE(2, 2 * world), weights);
+        CHECK(accel_backward(accel_sum_all(accel_mul(g, wt))) == ACCEL_OK);
+        float *gg = floats_of(xg->grad), wantgg[4];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) wantgg[i * 2 + j] = (float)(i * 2 * world + rank * 2 + j);
+        close_all("gather_from_region backward", gg, wantgg, 4);
+        free(gf), free(gg);
+        accel_tensor_free(wt);
+    }
+    accel_step_reset();
+    accel_tensor_free(xg);
 }
 
 /* The vocab-parallel loss and gradient against the whole logits' (bf16 too:
