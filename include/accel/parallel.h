@@ -61,7 +61,8 @@ accel_tensor *accel_tp_gather_from_region(accel_tensor *x, accel_pg *pg);
  * on every rank, from two all-reduces (the rows' maxima, then their sums of
  * exponentials, target logits and owner counts): the [N, V] logits are never
  * gathered. The gradient is each rank's own columns of softmax -
- * one-hot. A target that no rank's columns hold fails on every rank. */
+ * one-hot. A target that no rank's columns hold, or that several ranks'
+ * (overlapping slices, whose ranges the error names), fails on every rank. */
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
                                      int64_t ignore_index, accel_pg *pg);
 
