@@ -74,6 +74,20 @@ static void test_copy_and_reduce(accel_pg *pg, int rank, int world) {
     }
     accel_step_reset();
     accel_tensor_free(xg);
+
+    /* accel_tp_slice_of: two parts' ranges joined; a slice the whole does not fit refused */
+    float wv[6] = {0, 1, 2, 3, 4, 5};
+    accel_tensor *whole = pf32(ACCEL_SHAPE(6), wv);
+    accel_tp_slice sl = {.dim = 0, .n_parts = 2, .full = {4, 2}, .start = {1, 1}, .local = {2, 1}};
+    accel_tensor *cut = accel_tp_slice_of(whole, &sl);
+    CHECK_MSG(cut && cut->shape[0] == 3, "%s", accel_last_error());
+    if (cut) CHECK(accel_get(cut, (int64_t[]){0}) == 1 && accel_get(cut, (int64_t[]){1}) == 2 &&
+                   accel_get(cut, (int64_t[]){2}) == 5);
+    sl.full[1] = 3;
+    CHECK(accel_tp_slice_of(whole, &sl) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tp_slice_of: whole [6] does not fit the slice");
+    accel_step_reset();
+    accel_tensor_free(whole);
 }
 
 /* The vocab-parallel loss and gradient against the whole logits' (bf16 too:
