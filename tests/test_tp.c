@@ -46,6 +46,48 @@ static void test_copy_and_reduce(accel_pg *pg, int rank, int world) {
     free(rf), free(gr);
     accel_step_reset();
     accel_tensor_free(x), accel_tensor_free(c), accel_tensor_free(xr);
+
+    /* gather from region: forward every rank's columns in rank order; backward its own columns */
+    float gv[4] = {(float)rank, (float)rank + 0.5f, (float)-rank, 2.0f * (float)rank};
+    accel_tensor *xg = pf32(ACCEL_SHAPE(2, 2), gv);
+    accel_requires_grad_(xg, true);
+    accel_tensor *g = accel_tp_gather_from_region(xg, pg);
+    CHECK_MSG(g && g->shape[0] == 2 && g->shape[1] == 2 * world, "%s", accel_last_error());
+    if (g) {
+        float *gf = floats_of(g), wantg[2 * 2 * 4], weights[2 * 2 * 4];
+        for (int i = 0; i < 2; i++)
+            for (int r = 0; r < world; r++)
+                for (int j = 0; j < 2; j++) {
+                    float v[4] = {(float)r, (float)r + 0.5f, (float)-r, 2.0f * (float)r};
+                    wantg[i * 2 * world + r * 2 + j] = v[i * 2 + j];
+                    weights[i * 2 * world + r * 2 + j] = (float)(i * 2 * world + r * 2 + j);
+                }
+        close_all("gather_from_region forward", gf, wantg, 4 * world);
+        accel_tensor *wt = pf32(ACCEL_SHAPE(2, 2 * world), weights);
+        CHECK(accel_backward(accel_sum_all(accel_mul(g, wt))) == ACCEL_OK);
+        float *gg = floats_of(xg->grad), wantgg[4];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) wantgg[i * 2 + j] = (float)(i * 2 * world + rank * 2 + j);
+        close_all("gather_from_region backward", gg, wantgg, 4);
+        free(gf), free(gg);
+        accel_tensor_free(wt);
+    }
+    accel_step_reset();
+    accel_tensor_free(xg);
+
+    /* accel_tp_slice_of: two parts' ranges joined; a slice the whole does not fit refused */
+    float wv[6] = {0, 1, 2, 3, 4, 5};
+    accel_tensor *whole = pf32(ACCEL_SHAPE(6), wv);
+    accel_tp_slice sl = {.dim = 0, .n_parts = 2, .full = {4, 2}, .start = {1, 1}, .local = {2, 1}};
+    accel_tensor *cut = accel_tp_slice_of(whole, &sl);
+    CHECK_MSG(cut && cut->shape[0] == 3, "%s", accel_last_error());
+    if (cut) CHECK(accel_get(cut, (int64_t[]){0}) == 1 && accel_get(cut, (int64_t[]){1}) == 2 &&
+                   accel_get(cut, (int64_t[]){2}) == 5);
+    sl.full[1] = 3;
+    CHECK(accel_tp_slice_of(whole, &sl) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tp_slice_of: whole [6] does not fit the slice");
+    accel_step_reset();
+    accel_tensor_free(whole);
 }
 
 /* The vocab-parallel loss and gradient against the whole logits' (bf16 too:
@@ -87,6 +129,20 @@ static void test_vocab_cross_entropy(accel_pg *pg, int rank, int world) {
     CHECK(accel_tp_cross_entropy(ll, tb, rank * Vl, -100, pg) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "target 12 (row 3) is in no rank's vocabulary slice");
     accel_step_reset();
+    /* overlapping slices (rank r from r Vl / 2): the overlap named, on every rank */
+    if (world > 1) {
+        int64_t half = Vl / 2, mid[N];
+        for (int i = 0; i < N; i++) mid[i] = half;
+        accel_tensor *tm = pi64(ACCEL_SHAPE(N), mid);
+        CHECK(accel_tp_cross_entropy(ll, tm, rank * half, -100, pg) == NULL);
+        char want_msg[160];
+        snprintf(want_msg, sizeof want_msg, "target %lld (row 0) is in 2 ranks' vocabulary slices: the slices "
+                 "overlap (rank 0 holds [0, %lld), rank 1 holds [%lld, %lld))", (long long)half, (long long)Vl,
+                 (long long)half, (long long)(half + Vl));
+        CHECK_STR_CONTAINS(accel_last_error(), want_msg);
+        accel_step_reset();
+        accel_tensor_free(tm);
+    }
     free(ref_g);
     accel_tensor_free(lf), accel_tensor_free(t), accel_tensor_free(ll), accel_tensor_free(tb);
 }

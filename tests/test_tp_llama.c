@@ -2,12 +2,17 @@
  * on 2 and 4 forked processes: five SGD steps of the tiny model (4 heads, 2
  * key/value heads: split over 2 ranks, replicated over 4; tied embeddings)
  * with the loss and every gradient of each step within 1e-5 of the same
- * model on one process, for Llama, Gemma2 (windows, soft-capping) and
- * Granite (multipliers), Qwen3 (per-head q/k norms, whole on every rank),
- * each also under Megatron's sequence parallelism
- * (the norms on T / tp positions, their gradients summed by
- * accel_module_tp_reduce_grads); Llama under bf16 autocast, close to one
- * process within bf16's rounding; and the refusals. */
+ * model on one process, for every family: Llama, Gemma2 (windows,
+ * soft-capping), Granite (multipliers), Qwen3 (per-head q/k norms, whole on
+ * every rank), GPT-2 (Conv1D cut along its columns, c_attn per q/k/v part,
+ * learned positions, LayerNorm), Phi-3 (fused qkv_proj and gate_up_proj
+ * cut per part; over 4 ranks qkv_proj replicated) and OLMo 2 (q/k norms
+ * over every head: the mean square summed over the ranks), each also under
+ * Megatron's sequence parallelism (the norms on T / tp positions, their
+ * gradients summed by accel_module_tp_reduce_grads); then greedy generation
+ * with the KV cache giving one process's tokens (refused under sequence
+ * parallelism); Llama under bf16 and fp16 autocast, close to one process
+ * within their rounding; and the refusals. */
 #include "check.h"
 #include "dist_group.h"
 #include "tiny_llama.h"
@@ -15,16 +20,55 @@
 
 enum { B = 2, T = 8, STEPS = 5 };
 
+/* Each rank holds its slices: the heads, the MLP's features (each part of a
+ * fused projection), the vocabulary; tied embeddings stay tied. */
+static void slices_cut(accel_module *tp, const char *family, int world) {
+    bool gpt2 = !strcmp(family, "gpt2"), phi3 = !strcmp(family, "phi3");
+    const char *embed = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    CHECK(accel_module_get_tensor(tp, "lm_head.weight") == accel_module_get_tensor(tp, embed));
+    CHECK(accel_module_get_tensor(tp, embed)->shape[0] == 40 / world);
+    if (gpt2) { /* Conv1D [in, out]: q | k | v columns, 16 each */
+        CHECK(accel_module_get_tensor(tp, "transformer.h.0.attn.c_attn.weight")->shape[1] == 3 * 16 / world);
+        CHECK(accel_module_get_tensor(tp, "transformer.h.0.attn.c_attn.bias")->shape[0] == 3 * 16 / world);
+        CHECK(accel_module_get_tensor(tp, "transformer.h.1.mlp.c_proj.weight")->shape[0] == 24 / world);
+        return;
+    }
+    if (phi3) /* q | k | v rows 16 + 8 + 8; over 4 ranks the 2 kv heads replicated: the whole */
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.qkv_proj.weight")->shape[0] == (world > 2 ? 32 : 16));
+    else {
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.q_proj.weight")->shape[0] == 4 * 4 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.k_proj.weight")->shape[0] == (world > 2 ? 8 : 4));
+    }
+    if (phi3) CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.gate_up_proj.weight")->shape[0] == 48 / world);
+    CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
+}
+
+/* Greedy decoding with the KV cache: the same tokens as one process, and
+ * the prompt's last logits (gathered over the ranks) within 1e-5. */
+static void generation_matches(accel_module *tp, accel_module *ref, const char *family) {
+    enum { P = 5, NEW = 8 };
+    int64_t prompt[P] = {3, 17, 5, 9, 30}, want[P + NEW], got[P + NEW], n_want = 0, n_got = 0;
+    accel_tensor *l_ref = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){40}, ACCEL_CPU_DEVICE);
+    accel_tensor *l_tp = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){40}, ACCEL_CPU_DEVICE);
+    accel_generate_opts o = {.max_new_tokens = NEW, .prompt_logits = l_ref};
+    CHECK(accel_generate(ref, prompt, P, &o, want, &n_want) == ACCEL_OK);
+    o.prompt_logits = l_tp;
+    CHECK_MSG(accel_generate(tp, prompt, P, &o, got, &n_got) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    CHECK_MSG(n_got == n_want && n_want == P + NEW && !memcmp(got, want, sizeof got),
+              "%s: generated under tp %lld tokens, one process %lld (or other ones)", family, (long long)n_got,
+              (long long)n_want);
+    float *a = floats_of(l_tp), *b = floats_of(l_ref);
+    close_all(family, a, b, 40);
+    free(a), free(b);
+    accel_tensor_free(l_ref), accel_tensor_free(l_tp);
+}
+
 static void family_matches(accel_pg *pg, const char *family, bool sp) {
     accel_module *ref = tiny_family(11, family), *tp = tiny_family(11, family);
     accel_status st = accel_llama_parallelize(tp, pg, sp);
     CHECK_MSG(st == ACCEL_OK, "%s: %s", family, accel_last_error());
     if (st != ACCEL_OK) goto out;
-    int world = accel_pg_size(pg);
-    CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.q_proj.weight")->shape[0] == 4 * 4 / world);
-    CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.k_proj.weight")->shape[0] == (world > 2 ? 8 : 4));
-    CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
-    CHECK(accel_module_get_tensor(tp, "lm_head.weight") == accel_module_get_tensor(tp, "model.embed_tokens.weight"));
+    slices_cut(tp, family, accel_pg_size(pg));
     accel_optim_hparams h = {.lr = 0.05, .momentum = 0.9};
     accel_optimizer *o_ref = accel_optimizer_new_module(ACCEL_OPTIM_SGD, ref, &h);
     accel_optimizer *o_tp = accel_optimizer_new_module(ACCEL_OPTIM_SGD, tp, &h);
@@ -47,16 +91,20 @@ static void family_matches(accel_pg *pg, const char *family, bool sp) {
         CHECK(accel_optimizer_zero_grad(o_ref) == ACCEL_OK && accel_optimizer_zero_grad(o_tp) == ACCEL_OK);
         accel_tensor_free(ids);
     }
-    /* the logits are this rank's vocabulary columns; no generation */
+    /* the logits are this rank's vocabulary columns; generating, the whole vocabulary's */
     int64_t one[T] = {1, 2, 3, 4, 5, 6, 7, 8};
     accel_tensor *ids = pi64(ACCEL_SHAPE(1, T), one);
     accel_tensor *logits = accel_llama_forward(tp, ids, NULL);
-    CHECK(logits && logits->shape[2] == 40 / world);
-    accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(tp), 1, 16, ACCEL_CPU_DEVICE);
-    CHECK(accel_llama_forward(tp, ids, kc) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "generation under tp is not built");
-    accel_kv_cache_free(kc);
+    CHECK(logits && logits->shape[2] == 40 / accel_pg_size(pg));
     accel_step_reset();
+    if (sp) {
+        accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(tp), 1, 16, ACCEL_CPU_DEVICE);
+        CHECK(accel_llama_forward(tp, ids, kc) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "a KV cache on a model under sequence parallelism");
+        accel_kv_cache_free(kc);
+        accel_step_reset();
+    } else
+        generation_matches(tp, ref, family);
     accel_tensor_free(ids);
     accel_optimizer_free(o_ref), accel_optimizer_free(o_tp);
 out:
@@ -87,11 +135,11 @@ static double worst_grad_distance(accel_module *tp, accel_module *ref) {
     return worst;
 }
 
-/* Under bf16 autocast the ranks' partial sums are rounded before they are
- * added: the losses of 5 SGD steps within 2e-3 of one process's (relative),
- * every gradient within 5e-2 (relative L2; measured: losses within 1e-4,
- * gradients 5e-3 to 1e-2, the rounding of bf16). */
-static void bf16_close(accel_pg *pg, bool sp) {
+/* Under bf16 (fp16) autocast the ranks' partial sums are rounded before
+ * they are added: the losses of 5 SGD steps within loss_tol of one
+ * process's (relative), every gradient within grad_tol (relative L2). */
+static void autocast_close(accel_pg *pg, accel_dtype dt, bool sp, double loss_tol, double grad_tol) {
+    const char *dn = accel_dtype_name(dt);
     accel_module *ref = tiny_family(11, "llama"), *tp = tiny_family(11, "llama");
     CHECK(accel_llama_parallelize(tp, pg, sp) == ACCEL_OK);
     accel_optim_hparams h = {.lr = 0.05, .momentum = 0.9};
@@ -101,7 +149,7 @@ static void bf16_close(accel_pg *pg, bool sp) {
         int64_t idv[B * T];
         for (int i = 0; i < B * T; i++) idv[i] = (i * 5 + s * 11 + 2) % 40;
         accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv);
-        accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+        accel_dtype prev = accel_autocast_begin(dt);
         accel_tensor *lr = accel_llama_loss(ref, ids);
         CHECK(lr && accel_backward(lr) == ACCEL_OK);
         double want = lr ? accel_item(lr) : NAN;
@@ -111,9 +159,10 @@ static void bf16_close(accel_pg *pg, bool sp) {
         accel_autocast_end(prev);
         if (sp) CHECK(accel_module_tp_reduce_grads(tp, pg) == ACCEL_OK);
         double got = lt ? accel_item(lt) : NAN, d = worst_grad_distance(tp, ref);
-        CHECK_MSG(fabs(got - want) <= 2e-3 * fabs(want), "bf16%s step %d: loss %.6g, want %.6g", sp ? " sp" : "", s,
-                  got, want);
-        CHECK_MSG(d <= 5e-2, "bf16%s step %d: a gradient %.3g (relative L2) from one process's", sp ? " sp" : "", s, d);
+        CHECK_MSG(fabs(got - want) <= loss_tol * fabs(want), "%s%s step %d: loss %.6g, want %.6g", dn, sp ? " sp" : "",
+                  s, got, want);
+        CHECK_MSG(d <= grad_tol, "%s%s step %d: a gradient %.3g (relative L2) from one process's", dn, sp ? " sp" : "",
+                  s, d);
         accel_step_reset();
         CHECK(accel_optimizer_step(o_ref) == ACCEL_OK && accel_optimizer_step(o_tp) == ACCEL_OK);
         CHECK(accel_optimizer_zero_grad(o_ref) == ACCEL_OK && accel_optimizer_zero_grad(o_tp) == ACCEL_OK);
@@ -124,20 +173,37 @@ static void bf16_close(accel_pg *pg, bool sp) {
 }
 
 static void refusals(accel_pg *pg) {
-    accel_module *m = tiny_family(1, "gpt2");
-    CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "gpt2 models (Conv1D projections) have no tensor-parallel plan yet");
-    accel_module_free(m);
     if (accel_pg_size(pg) < 4) return;
     accel_manual_seed(1);
     accel_llama_config c = accel_llama_config_default();
     c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 24, c.num_hidden_layers = 1;
     c.num_attention_heads = 6, c.num_key_value_heads = 6;
-    m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp 4");
     CHECK(accel_module_get_tensor(m, "model.layers.0.self_attn.q_proj.weight")->shape[0] == 24); /* untouched */
     accel_module_free(m);
+}
+
+/* The accelerator's clipping and checkpoints read a slice as one range:
+ * GPT-2 and Phi-3, whose slices are not, are refused at prepare, whole. */
+static void accelerator_refuses_parts(int world) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.parallelism = (accel_parallelism_opts){.tp_size = world};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    const char *families[] = {"gpt2", "phi3"}, *embed[] = {"transformer.wte.weight", "model.embed_tokens.weight"};
+    for (int f = 0; acc && f < 2; f++) {
+        accel_module *m = tiny_family(1, families[f]);
+        char want[64];
+        snprintf(want, sizeof want, "opts.parallelism.tp_size with a %s model", families[f]);
+        CHECK(accel_accelerator_prepare_model(acc, m) == ACCEL_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(accel_last_error(), want);
+        CHECK(accel_module_get_tensor(m, embed[f])->shape[0] == 40);
+        accel_module_free(m);
+    }
+    accel_accelerator_free(acc);
 }
 
 static int body(int rank, int world) {
@@ -146,12 +212,18 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "granite", "qwen3"};
-    for (int f = 0; f < 4; f++) family_matches(pg, families[f], false);
-    for (int f = 0; f < 4; f++) family_matches(pg, families[f], true);
-    bf16_close(pg, false);
-    bf16_close(pg, true);
+    const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2"};
+    for (int f = 0; f < 7; f++) family_matches(pg, families[f], false);
+    for (int f = 0; f < 7; f++) family_matches(pg, families[f], true);
+    /* measured (tp 2 and 4, with and without sp): bf16 losses within 6e-5,
+     * gradients 5e-3 to 1.1e-2; fp16 (3 more mantissa bits) losses within
+     * 4e-6, gradients 1e-3 to 4e-3 */
+    autocast_close(pg, ACCEL_BF16, false, 2e-3, 5e-2);
+    autocast_close(pg, ACCEL_BF16, true, 2e-3, 5e-2);
+    autocast_close(pg, ACCEL_F16, false, 1e-4, 2e-2);
+    autocast_close(pg, ACCEL_F16, true, 1e-4, 2e-2);
     refusals(pg);
+    accelerator_refuses_parts(world);
     accel_dist_finalize();
     return check_summary();
 }

@@ -50,12 +50,9 @@ static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
             if (!a->grad || !b || !b->grad) continue;
             a = a->grad, b = b->grad;
         }
-        accel_tp_style style;
-        int64_t start = 0;
-        int dim = -1; /* the dim cut, -1 when whole */
-        if (accel_module_tp_info(sd->entries[i].owner, &style, NULL, &start, NULL))
-            dim = style == ACCEL_TP_ROWWISE ? (a->ndim == 2 ? 1 : -1) : 0;
-        accel_tensor *want = dim < 0 ? b : accel_slice(b, dim, start, start + a->shape[dim], 1);
+        accel_tp_slice s;
+        accel_tensor *want = accel_module_tp_slice(sd->entries[i].owner, sd->entries[i].t, &s) ? accel_tp_slice_of(b, &s)
+                                                                                                : b;
         CHECK(accel_same_shape(a, want));
         float *x = floats_of(a), *y = floats_of(want);
         close_all(sd->entries[i].name, x, y, accel_numel(want));

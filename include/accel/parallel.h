@@ -47,6 +47,11 @@ accel_tensor *accel_tp_copy_to_region(accel_tensor *x, accel_pg *pg);
  * forward; the gradient passed back unchanged (every rank's result is the
  * same tensor, so each rank's x gets the whole gradient). */
 accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg);
+/* Megatron's gather_from_tensor_model_parallel_region: x [..., n] -> [...,
+ * n * size(pg)], every rank's x along the last dim in rank order (a
+ * column-parallel layer's output made whole: the logits under tp when
+ * generating); backward, this rank's columns of the gradient. */
+accel_tensor *accel_tp_gather_from_region(accel_tensor *x, accel_pg *pg);
 
 /* Cross-entropy over vocabulary-parallel logits (Megatron's
  * vocab_parallel_cross_entropy): logits [..., V / tp] hold this rank's
@@ -56,7 +61,8 @@ accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg);
  * on every rank, from two all-reduces (the rows' maxima, then their sums of
  * exponentials, target logits and owner counts): the [N, V] logits are never
  * gathered. The gradient is each rank's own columns of softmax -
- * one-hot. A target that no rank's columns hold fails on every rank. */
+ * one-hot. A target that no rank's columns hold, or that several ranks'
+ * (overlapping slices, whose ranges the error names), fails on every rank. */
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
                                      int64_t ignore_index, accel_pg *pg);
 
@@ -76,11 +82,12 @@ accel_tensor *accel_tp_scatter_seq(accel_tensor *x, accel_pg *pg);
 
 typedef enum accel_tp_style {
     /* Linear: weight rows (and bias) split; input replicated, output the
-     * rank's slice of the features [.., out / tp]. */
+     * rank's slice of the features [.., out / tp]. (A transformers Conv1D,
+     * weight [in, out]: its columns.) */
     ACCEL_TP_COLWISE = 0,
     /* Linear: weight columns split, bias kept whole; input the rank's slice
      * [.., in / tp] (or the whole input, which it slices itself), output the
-     * sum over the ranks, replicated. */
+     * sum over the ranks, replicated. (A Conv1D: its weight's rows.) */
     ACCEL_TP_ROWWISE,
     /* Embedding: rows (the vocabulary) split; ids of the full vocabulary in,
      * each rank looks up the ids its rows hold, zeros for the others, and
@@ -111,6 +118,7 @@ typedef struct accel_tp_plan_entry {
  * a pattern matching nothing, a style on a module of the wrong type (COLWISE
  * and ROWWISE take a Linear, VOCAB_EMBEDDING an Embedding), a module already
  * parallelized, meta weights, a model already prepared by an accelerator.
+ * COLWISE and ROWWISE also take transformers' Conv1D (GPT-2's projections).
  * Collective over pg only in that every rank must make the call (the slices
  * are cut locally: every rank starts from the same full weights, e.g. the
  * same seed or checkpoint). pg must outlive root. */
@@ -129,9 +137,37 @@ accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg);
 /* How a module was parallelized: true with *style, the group and the slice
  * [*start, *start + local) of the split dimension (rows for COLWISE and
  * VOCAB_EMBEDDING, columns for ROWWISE) of *full (its whole size) when m is
- * a parallelized module; false (no error) otherwise. Any out pointer may be NULL. */
+ * a parallelized Linear or Embedding whose slice is that one range; false (no
+ * error) otherwise, also for the slices one range does not describe (a
+ * Conv1D's, a fused projection's parts: accel_module_tp_slice describes
+ * every parameter). Any out pointer may be NULL. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full);
+
+/* The most parts a split dimension has (a fused q | k | v projection's). */
+#define ACCEL_TP_MAX_PARTS 3
+
+/* Which elements of the whole tensor a rank's slice holds: along dimension
+ * `dim` the whole is n_parts consecutive parts of full[p] elements (a fused
+ * projection's q | k | v or gate | up; one part otherwise), and the slice is
+ * elements [start[p], start[p] + local[p]) of each part (offsets within the
+ * part), concatenated in part order. */
+typedef struct accel_tp_slice {
+    int dim;
+    int n_parts;
+    int64_t full[ACCEL_TP_MAX_PARTS], start[ACCEL_TP_MAX_PARTS], local[ACCEL_TP_MAX_PARTS];
+} accel_tp_slice;
+
+/* True with *s when t, a parameter of module m, is this rank's slice of a
+ * whole tensor (a parallelized module's weight, a column-parallel bias);
+ * false (no error) when t is whole on every rank (a row-parallel bias,
+ * replicated key/value rows, norms) or m is not parallelized. */
+bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s);
+
+/* This rank's slice s of whole (the whole tensor's shape along s->dim):
+ * a step tensor (a view for one part), differentiable. NULL + error when
+ * whole does not fit s. */
+accel_tensor *accel_tp_slice_of(accel_tensor *whole, const accel_tp_slice *s);
 
 /* The decoder families' own plan (Megatron-LM's) on a causal LM built by
  * accel_llama_new or loaded: in every layer q_proj, k_proj, v_proj, gate_proj
@@ -145,15 +181,21 @@ bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg
  * the logits [B, T, V / tp] (rows [rank V / tp, (rank + 1) V / tp)), and
  * accel_llama_loss takes them through accel_tp_cross_entropy. Refused,
  * naming the size: heads, intermediate_size or vocab_size not multiples of
- * tp, kv_heads neither a multiple nor a divisor of tp; and families without a
- * plan yet (GPT-2, Phi-3's fused projections, OLMo 2's q/k norms over all
- * the heads). Qwen3's per-head q/k norms stay whole on every rank, their
- * gradients summed over pg. No KV cache under tp (generation is refused).
+ * tp, kv_heads neither a multiple nor a divisor of tp. Every family has the
+ * plan: Qwen3's per-head q/k norms stay whole on every rank, their
+ * gradients summed over pg; OLMo 2's q/k norms over all the heads keep
+ * their weights whole too, each rank using its heads' rows, the mean square
+ * summed over pg; Phi-3's fused qkv_proj and gate_up_proj are cut per part
+ * (q, k, v; gate, up), qkv_proj kept whole when kv heads are replicated;
+ * GPT-2's Conv1D c_attn (per q/k/v part) and c_fc column-parallel, the
+ * c_projs row-parallel, wte vocab-parallel. With a KV cache
+ * (accel_llama_forward, accel_generate) the logits are gathered: [B, T, V]
+ * on every rank, each caching its own key/value heads.
  * sequence_parallel: Megatron's sequence parallelism on top (every entry of
  * the plan with .sequence_parallel): the residual stream, norms and
  * embeddings' output hold T / tp positions (T, the ids' length, a multiple
  * of tp), the lm_head gathers them; accel_module_tp_reduce_grads after each
- * backward (the accelerator calls it). */
+ * backward (the accelerator calls it); no KV cache then. */
 accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool sequence_parallel);
 
 #ifdef __cplusplus

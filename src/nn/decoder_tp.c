@@ -2,26 +2,29 @@
  * q/k/v and gate/up column-parallel, o and down row-parallel, the heads
  * split over the ranks, the vocabulary split in embed_tokens and lm_head
  * (whose logits accel_llama_loss takes through the vocab-parallel
- * cross-entropy). With fewer key/value heads than ranks each key/value head
- * is replicated on tp / kv_heads ranks, as Megatron does: k_proj and v_proj
- * stay whole and each rank uses its head's rows (tp_internal.h). Under
- * sequence parallelism every entry takes the sequence-split activations:
- * the layers' norms and residual adds see T / tp positions. */
+ * cross-entropy). Fused projections (Phi-3's qkv_proj and gate_up_proj,
+ * GPT-2's c_attn) are cut per part, each part as its own projection would
+ * be; GPT-2's Conv1D weights [in, out] are cut along their columns. With
+ * fewer key/value heads than ranks each key/value head is replicated on
+ * tp / kv_heads ranks, as Megatron does: k_proj and v_proj (Phi-3: the
+ * whole qkv_proj) stay whole and each rank uses its head's rows
+ * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's per head,
+ * OLMo 2's over every head with the mean square summed over the group.
+ * Under sequence parallelism every entry takes the sequence-split
+ * activations: the layers' norms and residual adds see T / tp positions. */
 #include <stdio.h>
 
 #include "arch.h"
+#include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "tp_internal.h"
 
 /* Why the model cannot run over tp ranks (an error), or ACCEL_OK. */
 static accel_status plan_check(const accel__arch *a, const accel_llama_config *c, int tp) {
     static const char *FN = "accel_llama_parallelize";
-    if (a->blocks == ACCEL__BLOCKS_GPT2 || a->fused_qkv || a->fused_gate_up || a->qk_norm_full ||
-        (a->qk_norm && a->gemma_blocks))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (%s) have no tensor-parallel plan yet", FN,
-                               a->model_type, a->blocks == ACCEL__BLOCKS_GPT2 ? "Conv1D projections"
-                               : a->fused_qkv || a->fused_gate_up ? "fused projections"
-                                                                  : "q/k norms over all the heads");
+    if (a->qk_norm && a->gemma_blocks) /* the replicated per-head norm is a plain RMSNorm */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (per-head q/k norms scaled by 1 + weight) have "
+                               "no tensor-parallel plan", FN, a->model_type);
     int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads;
     const char *bad = H % tp ? "num_attention_heads"
                       : Hkv % tp && tp % Hkv ? "num_key_value_heads (nor a divisor of tp)"
@@ -35,6 +38,94 @@ static accel_status plan_check(const accel__arch *a, const accel_llama_config *c
     return ACCEL_OK;
 }
 
+/* The plan's entries for the modules parallelized by pattern: the
+ * embedding, the separate projections, lm_head. */
+static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool replicate_kv, bool sp,
+                        accel_tp_plan_entry *plan) {
+    bool layers = c->num_hidden_layers > 0; /* without layers their patterns match nothing */
+    int n = 0;
+    if (a->blocks == ACCEL__BLOCKS_GPT2) { /* c_attn, fused, is cut per layer */
+        plan[n++] = (accel_tp_plan_entry){"transformer.wte", ACCEL_TP_VOCAB_EMBEDDING, sp};
+        if (layers) {
+            plan[n++] = (accel_tp_plan_entry){"transformer.h.*.attn.c_proj", ACCEL_TP_ROWWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"transformer.h.*.mlp.c_fc", ACCEL_TP_COLWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"transformer.h.*.mlp.c_proj", ACCEL_TP_ROWWISE, sp};
+        }
+    } else {
+        plan[n++] = (accel_tp_plan_entry){"model.embed_tokens", ACCEL_TP_VOCAB_EMBEDDING, sp};
+        if (layers && !a->fused_qkv) {
+            plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.q_proj", ACCEL_TP_COLWISE, sp};
+            if (!replicate_kv) {
+                plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.k_proj", ACCEL_TP_COLWISE, sp};
+                plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.v_proj", ACCEL_TP_COLWISE, sp};
+            }
+        }
+        if (layers) plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, sp};
+        if (layers && !a->fused_gate_up) {
+            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, sp};
+        }
+        if (layers) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
+    }
+    plan[n++] = (accel_tp_plan_entry){"lm_head", ACCEL_TP_COLWISE, sp};
+    return n;
+}
+
+/* A module of a layer cut by name, with its parts. */
+typedef struct layer_cut {
+    const char *name;
+    accel_tp_style style;
+    accel__tp_parts parts;
+} layer_cut;
+
+/* What layer i's modules outside the pattern plan become: the fused
+ * projections cut per part, replicated key/value rows, the q/k norms. */
+static accel_status parallelize_layer(accel_module *layer, int i, const accel__arch *a, const accel_llama_config *c,
+                                      accel_pg *pg, bool sp) {
+    int tp = accel_pg_size(pg), rank = accel_pg_rank(pg);
+    int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim, C = c->hidden_size;
+    int64_t qd = H * D, kvd = Hkv * D, I = c->intermediate_size;
+    bool replicate_kv = Hkv < tp;
+    /* this rank's key/value heads: its slice of tp, or (replicated) the one
+     * head of Hkv that its query heads all read, rank / (tp / Hkv) */
+    int kv_index = replicate_kv ? rank / (tp / (int)Hkv) : rank, kv_count = replicate_kv ? (int)Hkv : tp;
+    const char *prefix = a->blocks == ACCEL__BLOCKS_GPT2 ? "transformer.h" : "model.layers";
+    char path[96];
+    layer_cut cut[3];
+    int n = 0;
+    if (a->blocks == ACCEL__BLOCKS_GPT2) /* c_attn [C, 3C] = q | k | v (as many kv heads as heads) */
+        cut[n++] = (layer_cut){"attn.c_attn", ACCEL_TP_COLWISE,
+                                         {3, {C, C, C}, {rank, rank, rank}, {tp, tp, tp}}};
+    else if (a->fused_qkv) /* qkv_proj: q | k | v, each cut as its own projection would be */
+        cut[n++] = (layer_cut){"self_attn.qkv_proj", replicate_kv ? ACCEL__TP_REPLICA_ROWS : ACCEL_TP_COLWISE,
+                                         {3, {qd, kvd, kvd}, {rank, kv_index, kv_index}, {tp, kv_count, kv_count}}};
+    else
+        for (int kv = 0; replicate_kv && kv < 2; kv++)
+            cut[n++] = (layer_cut){kv ? "self_attn.v_proj" : "self_attn.k_proj", ACCEL__TP_REPLICA_ROWS,
+                                             {1, {kvd}, {kv_index}, {kv_count}}};
+    if (a->fused_gate_up) /* gate_up_proj: gate | up */
+        cut[n++] = (layer_cut){"mlp.gate_up_proj", ACCEL_TP_COLWISE, {2, {I, I}, {rank, rank}, {tp, tp}}};
+    for (int k = 0; k < n; k++) {
+        snprintf(path, sizeof path, "%s.%d.%s", prefix, i, cut[k].name);
+        accel_module *m = accel_module_find(layer, cut[k].name);
+        if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
+        if (accel__tp_parallelize_one(m, cut[k].style, pg, &cut[k].parts, sp, path)) return accel_last_status();
+    }
+    for (int kq = 0; (a->qk_norm || a->qk_norm_full) && kq < 2; kq++) {
+        accel_module *norm = accel_module_find(layer, kq ? "self_attn.k_norm" : "self_attn.q_norm");
+        /* Qwen3's per-head norms: whole on every rank, each normalizing its
+         * heads; OLMo 2's over every head: this rank's rows of the weight,
+         * the mean square over the group (each key/value head counted once) */
+        accel__tp_parts rows = kq ? (accel__tp_parts){1, {kvd}, {kv_index}, {kv_count}}
+                                  : (accel__tp_parts){1, {qd}, {rank}, {tp}};
+        int rep = kq && replicate_kv ? tp / (int)Hkv : 1;
+        if (accel__tp_replica_norm(norm, pg, c->rms_norm_eps, a->qk_norm_full ? &rows : NULL, rep))
+            return accel_last_status();
+    }
+    accel__decoder_layer_set_heads(layer, H / tp, replicate_kv ? 1 : Hkv / tp);
+    return ACCEL_OK;
+}
+
 accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool sequence_parallel) {
     const accel_llama_config *c = llama ? accel_llama_config_of(llama) : NULL;
     if (!llama || !pg)
@@ -42,55 +133,29 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
                                llama ? "process group" : "model");
     if (!c) return accel_last_status();
     const accel__arch *a = accel__arch_find(c->model_type);
-    int tp = accel_pg_size(pg), rank = accel_pg_rank(pg);
+    int tp = accel_pg_size(pg);
     if (plan_check(a, c, tp)) return accel_last_status();
-    int64_t Hkv = c->num_key_value_heads;
-    bool replicate_kv = Hkv < tp;
-    static const accel_tp_plan_entry SPLIT_KV[] = {
-        {"model.embed_tokens", ACCEL_TP_VOCAB_EMBEDDING, false},
-        {"model.layers.*.self_attn.q_proj", ACCEL_TP_COLWISE, false},
-        {"model.layers.*.self_attn.k_proj", ACCEL_TP_COLWISE, false},
-        {"model.layers.*.self_attn.v_proj", ACCEL_TP_COLWISE, false},
-        {"model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, false},
-        {"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, false},
-        {"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, false},
-        {"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, false},
-        {"lm_head", ACCEL_TP_COLWISE, false},
-    };
-    /* A model without layers has no pattern of theirs to match. */
-    accel_tp_plan_entry plan[9];
-    int n = 0;
-    for (int e = 0; e < 9; e++) {
-        bool layer = e >= 1 && e <= 7, kv = e == 2 || e == 3;
-        if ((layer && c->num_hidden_layers == 0) || (kv && replicate_kv)) continue;
-        plan[n] = SPLIT_KV[e];
-        plan[n++].sequence_parallel = sequence_parallel;
-    }
+    accel_tp_plan_entry plan[10];
+    int n = plan_entries(a, c, c->num_key_value_heads < tp, sequence_parallel, plan);
     if (accel_module_parallelize(llama, plan, n, pg)) return accel_last_status();
-    accel_module *layers = accel_module_find(llama, "model.layers");
-    for (int i = 0; layers && i < layers->n_children; i++) {
-        accel_module *layer = layers->children[i];
-        for (int kv = 0; replicate_kv && kv < 2; kv++) {
-            char path[64];
-            snprintf(path, sizeof path, "model.layers.%d.self_attn.%s", i, kv ? "v_proj" : "k_proj");
-            accel_module *m = accel_module_find(layer, kv ? "self_attn.v_proj" : "self_attn.k_proj");
-            /* rank r's query heads all read kv head r / (tp / Hkv) */
-            if (!m || accel__tp_parallelize_one(m, ACCEL__TP_REPLICA_ROWS, pg, (int)(rank / (tp / Hkv)), (int)Hkv,
-                                                sequence_parallel, path))
-                return accel_last_status();
-        }
-        /* Qwen3's per-head q/k norms: whole on every rank, each normalizing its heads */
-        for (int kq = 0; a->qk_norm && kq < 2; kq++)
-            if (accel__tp_replica_norm(accel_module_find(layer, kq ? "self_attn.k_norm" : "self_attn.q_norm"), pg,
-                                       c->rms_norm_eps))
-                return accel_last_status();
-        accel__decoder_layer_set_heads(layer, c->num_attention_heads / tp, replicate_kv ? 1 : Hkv / tp);
-    }
+    accel_module *layers = accel__decoder_layers(llama);
+    for (int i = 0; layers && i < layers->n_children; i++)
+        if (parallelize_layer(layers->children[i], i, a, c, pg, sequence_parallel)) return accel_last_status();
     return ACCEL_OK;
 }
 
 int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel) {
     const accel__arch *a = accel__arch_of_module(m);
     if (!a || m->ops != &a->causal_lm) return 0;
+    /* the accelerator's clipping and checkpoints read a slice as one range
+     * (accel_module_tp_info): a Conv1D's columns and a fused projection's
+     * parts are not that */
+    if (a->blocks == ACCEL__BLOCKS_GPT2 || a->fused_qkv || a->fused_gate_up)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_prepare: opts.parallelism.tp_size with a %s "
+                               "model: its tensor-parallel slices (%s) are not read by the accelerator's gradient "
+                               "clipping and checkpoints yet (accel_llama_parallelize runs it without an accelerator)",
+                               a->model_type, a->blocks == ACCEL__BLOCKS_GPT2 ? "Conv1D columns, c_attn's q | k | v parts"
+                                                                            : "qkv_proj's and gate_up_proj's parts"),
+               -1;
     return accel_llama_parallelize(m, pg, sequence_parallel) == ACCEL_OK ? 1 : -1;
 }

@@ -230,8 +230,9 @@ static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos)
     if (!x) return NULL;
     if (!accel_device_eq(c->device, x->device) && accel_tensor_to_device_(c, x->device) != ACCEL_OK)
         return NULL;
+    /* under tp x holds this rank's key/value heads: the cache's first ones */
     int64_t T = x->shape[2];
-    int64_t shape[4] = {c->shape[0], c->shape[1], T, c->shape[3]};
+    int64_t shape[4] = {c->shape[0], x->shape[1], T, c->shape[3]};
     accel_tensor *slot = accel_view_raw(c, 4, shape, c->stride, pos * c->stride[2]);
     if (!slot || accel_copy_(slot, x) != ACCEL_OK) return NULL;
     shape[2] = pos + T;
@@ -322,11 +323,13 @@ static accel_tensor *rope_cp(accel_tensor *x, accel_pg *cp, const float *inv, do
     return accel_concat(2, r, 2);
 }
 
-/* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D]: one projection each,
- * or slices of the fused qkv_proj's [q | k | v]. */
-static void project_qkv(accel_module **p, const accel__arch *a, const accel_llama_config *c, accel_tensor *x,
-                        accel_tensor **q, accel_tensor **k, accel_tensor **v) {
-    int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
+/* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D] (the layer's heads:
+ * this rank's under tp): one projection each, or slices of the fused
+ * qkv_proj's [q | k | v]. */
+static void project_qkv(accel_module **p, const layer_impl *li, accel_tensor *x, accel_tensor **q, accel_tensor **k,
+                        accel_tensor **v) {
+    int64_t qd = li->heads * li->cfg->head_dim, kvd = li->kv_heads * li->cfg->head_dim;
+    const accel__arch *a = li->arch;
     if (!a->fused_qkv) {
         *q = accel_module_call(p[ATTN_Q], x);
         *k = accel_module_call(p[ATTN_K], x);
@@ -352,14 +355,15 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     if (gpt2) {
         /* c_attn: [B, T, 3 H D] = q | k | v (GPT-2 has as many kv heads as heads) */
         accel_tensor *qkv = accel_module_call(p[ACCEL__GPT2_C_ATTN], x), *part[3] = {NULL, NULL, NULL};
-        int64_t n = c->num_attention_heads * c->head_dim, sizes[3] = {n, n, n};
+        int64_t n = li->heads * c->head_dim, sizes[3] = {n, n, n};
         if (!qkv || accel_split(qkv, 2, 3, sizes, part) != ACCEL_OK) return NULL;
-        q = split_heads(part[0], c->num_attention_heads, c->head_dim, NULL);
-        k = split_heads(part[1], c->num_attention_heads, c->head_dim, NULL);
-        v = split_heads(part[2], c->num_attention_heads, c->head_dim, NULL);
+        T = qkv->shape[1];
+        q = split_heads(part[0], li->heads, c->head_dim, NULL);
+        k = split_heads(part[1], li->heads, c->head_dim, NULL);
+        v = split_heads(part[2], li->heads, c->head_dim, NULL);
     } else {
         int64_t rd = accel__rotary_dim(c);
-        project_qkv(p, a, c, x, &q, &k, &v);
+        project_qkv(p, li, x, &q, &k, &v);
         if (q) T = q->shape[1];
         if (a->qk_norm_full) { /* over all heads at once, before the split */
             q = accel_module_call(p[ATTN_Q_NORM], q);
@@ -500,7 +504,13 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
     accel_tensor *h = accel_module_call(mp[MODEL_EMBED], ids); /* [B, T, C] */
     if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
-    if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
+    if (a->blocks == ACCEL__BLOCKS_GPT2 && h) {
+        /* under sequence parallelism h holds this rank's T / tp of the positions */
+        int64_t Tl = h->shape[1], first = pos;
+        accel_pg *tp;
+        if (Tl != T && accel_module_tp_info(mp[MODEL_EMBED], NULL, &tp, NULL, NULL)) first += accel_pg_rank(tp) * Tl;
+        h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl));
+    }
     return h;
 }
 
@@ -718,9 +728,12 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
                         (long long)pos, (long long)(pos + T - 1), (long long)c->max_position_embeddings);
         return NULL;
     }
-    if (cache && accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, NULL, NULL, NULL)) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: a KV cache on a tensor-parallel model: "
-                        "generation under tp is not built");
+    accel_pg *tp = NULL;
+    accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, &tp, NULL, NULL);
+    if (cache && tp && accel__tp_sequence_parallel(llama->children[ROOT_LM_HEAD])) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: a KV cache on a model under sequence "
+                        "parallelism: a decoding step's one position cannot be split over the tp ranks "
+                        "(parallelize it without sequence_parallel to generate)");
         return NULL;
     }
     if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
@@ -740,6 +753,8 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     const accel__arch *a = root_arch(llama);
     h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
     accel_tensor *logits = lm_head(llama, c, a, h);
+    /* generating under tp: every rank gets the whole vocabulary's logits */
+    if (cache && tp && logits) logits = accel_tp_gather_from_region(logits, tp);
     if (accel_module_exit(llama, &logits) != ACCEL_OK || !logits) return NULL;
     if (cache) cache->len += T;
     return logits;

@@ -5,26 +5,43 @@
 
 #include "accel/parallel.h"
 
-/* A Linear whose output rows [start, start + local) this rank uses while it
- * keeps the whole weight, replicated on every rank of the group: the K/V
- * projections when a model has fewer KV heads than tp ranks (Megatron
- * replicates those heads). The weight goes through accel_tp_copy_to_region
- * before its rows are taken, so its gradient is the sum of every rank's
- * part: the whole gradient, the same on every rank. */
+/* A Linear whose output rows this rank uses while it keeps the whole
+ * weight, replicated on every rank of the group: the K/V projections when
+ * a model has fewer KV heads than tp ranks (Megatron replicates those
+ * heads), Phi-3's fused qkv_proj then. The weight goes through
+ * accel_tp_copy_to_region before its rows are taken, so its gradient is the
+ * sum of every rank's part: the whole gradient, the same on every rank. */
 #define ACCEL__TP_REPLICA_ROWS ((accel_tp_style)100)
 
-/* An RMSNorm whose weight, whole on every rank, normalizes this rank's
- * heads only (Qwen3's q_norm / k_norm over head_dim): its weight goes
- * through accel_tp_copy_to_region, so its gradient is every rank's part
- * summed. Replaces m's ops and impl (the norm's eps given). */
-accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps);
+/* The slice a rank takes of a split dimension: n consecutive parts of
+ * size[p] elements (q | k | v of a fused projection; n 1: the whole
+ * dimension), of each part slice index[p] of count[p] equal ones. */
+typedef struct accel__tp_parts {
+    int n;
+    int64_t size[ACCEL_TP_MAX_PARTS];
+    int index[ACCEL_TP_MAX_PARTS], count[ACCEL_TP_MAX_PARTS];
+} accel__tp_parts;
 
-/* One module of a plan: m parallelized with style over pg (sp: sequence
- * parallel, as the plan entry's field), its split
- * dimension cut into slice `part` of `parts` equal ones (for
- * ACCEL__TP_REPLICA_ROWS: the rows used, the weight kept whole). */
-accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
-                                       bool sp, const char *path);
+/* An RMSNorm whose weight, whole on every rank, normalizes this rank's
+ * part of the activations: rows NULL, each head's own (Qwen3's q_norm /
+ * k_norm over head_dim); else this rank's rows of a norm over the whole
+ * width rows->size[0] (OLMo 2's q_norm / k_norm over every head), the sum
+ * of squares summed over the group, each row held by `rep` ranks (the
+ * replicated key/value heads). Its weight goes through
+ * accel_tp_copy_to_region, so its gradient is every rank's part summed.
+ * Replaces m's ops and impl (the norm's eps given). */
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep);
+
+/* One module of a plan: m (a Linear, Conv1D or Embedding) parallelized with
+ * style over pg (sp: sequence parallel, as the plan entry's field), its
+ * split dimension cut as `parts` says (for ACCEL__TP_REPLICA_ROWS: the rows
+ * used, the weight kept whole). */
+accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
+                                       const accel__tp_parts *parts, bool sp, const char *path);
+
+/* Whether m is a parallelized module whose activations outside the tp
+ * region are split along the sequence. */
+bool accel__tp_sequence_parallel(const accel_module *m);
 
 /* A new tensor holding rows (dim 0) or columns (dim 1) [start, start + n)
  * of w (1-D or 2-D), on w's device, requiring grad as w does: a plan's cut

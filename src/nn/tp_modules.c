@@ -1,19 +1,26 @@
-/* Tensor-parallel modules (accel/parallel.h): a Linear or Embedding whose
- * weights are cut to this rank's slice, with Megatron-LM's forwards, and
+/* Tensor-parallel modules (accel/parallel.h): a Linear, Conv1D or Embedding
+ * whose weights are cut to this rank's slice (of each part, for a fused
+ * projection), with Megatron-LM's forwards; the replicated ones (key/value
+ * rows, q/k norms) that keep whole weights and use their rows; and
  * accel_module_parallelize, which applies a plan of path patterns to a tree
  * (PyTorch's parallelize_module). */
 #include <stdio.h>
 #include <string.h>
 
+#include "core/core_internal.h"
 #include "nn_internal.h"
 #include "tp_internal.h"
 
 typedef struct tp_impl {
     accel_tp_style style;
     accel_pg *pg;
-    int64_t start, local, full; /* the split dimension: this rank's [start, start + local) of full */
-    bool sp;                    /* sequence parallelism: activations outside split along dim 1 */
-    double eps;                 /* a replicated norm's */
+    accel_tp_slice w; /* the weight's slice of the whole (the rows used, for replicated ones) */
+    bool conv1d;      /* a Conv1D: weight [in, out], so its split dims are the Linear's swapped */
+    bool sp;          /* sequence parallelism: activations outside split along dim 1 */
+    /* a replicated norm's */
+    double eps;
+    int64_t width;    /* over the whole width (0: per head, the whole weight) */
+    int rep;          /* ranks holding each of its rows */
 } tp_impl;
 
 /* Into a column-parallel region: the replicated input, or the whole
@@ -27,23 +34,109 @@ static accel_tensor *leave(const tp_impl *t, accel_tensor *y) {
     return t->sp ? accel_tp_scatter_seq(y, t->pg) : accel_tp_reduce_from_region(y, t->pg);
 }
 
+/* ---- slices */
+
+accel_tensor *accel_tp_slice_of(accel_tensor *whole, const accel_tp_slice *s) {
+    static const char *FN = "accel_tp_slice_of";
+    if (!accel_tensor_check(whole, FN, "whole")) return NULL;
+    int64_t sum = 0;
+    bool ok = s && s->n_parts >= 1 && s->n_parts <= ACCEL_TP_MAX_PARTS && s->dim >= 0 && s->dim < whole->ndim;
+    for (int p = 0; ok && p < s->n_parts; p++) {
+        ok = s->start[p] >= 0 && s->local[p] >= 0 && s->start[p] + s->local[p] <= s->full[p];
+        sum += ok ? s->full[p] : 0;
+    }
+    if (!ok || sum != whole->shape[s->dim]) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: whole %s does not fit the slice (%s)", FN,
+                        accel_shape_str(whole, b, sizeof b), !s ? "NULL" : !ok ? "its dim or parts are out of range"
+                                                                     : "the parts' sizes add up to another size");
+        return NULL;
+    }
+    accel_tensor *part[ACCEL_TP_MAX_PARTS];
+    int64_t off = 0;
+    for (int p = 0; p < s->n_parts; off += s->full[p++])
+        if (!(part[p] = accel_slice(whole, s->dim, off + s->start[p], off + s->start[p] + s->local[p], 1)))
+            return NULL;
+    return s->n_parts == 1 ? part[0] : accel_concat(s->n_parts, part, s->dim);
+}
+
+/* The slice `parts` asks for along dim. */
+static accel_tp_slice slice_from(int dim, const accel__tp_parts *parts) {
+    accel_tp_slice s = {.dim = dim, .n_parts = parts->n};
+    for (int p = 0; p < parts->n; p++) {
+        s.full[p] = parts->size[p];
+        s.local[p] = parts->size[p] / parts->count[p];
+        s.start[p] = s.local[p] * parts->index[p];
+    }
+    return s;
+}
+
+/* A new tensor of w's slice s, on w's device, requiring grad as w does. */
+static accel_tensor *cut_slice(accel_tensor *w, const accel_tp_slice *s) {
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *v = accel_tp_slice_of(w, s);
+    accel_tensor *c = v ? accel_tensor_new(w->dtype, v->ndim, v->shape, w->device) : NULL;
+    accel_status st = c ? accel_copy_(c, v) : accel_last_status();
+    accel_set_grad_enabled(prev);
+    if (st != ACCEL_OK) {
+        accel_tensor_free(c);
+        return NULL;
+    }
+    (void)accel_requires_grad_(c, w->requires_grad); /* c is a live tensor: cannot fail */
+    return c;
+}
+
+accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
+    accel_tp_slice s = {.dim = dim, .n_parts = 1, .full = {w->shape[dim]}, .start = {start}, .local = {n}};
+    return cut_slice(w, &s);
+}
+
 /* ---- forwards */
 
-/* x [.., in] replicated -> [.., out / tp]: this rank's output features. */
+/* x W^T + b (Linear) or x W + b (Conv1D); b may be NULL. */
+static accel_tensor *project(const tp_impl *t, accel_tensor *x, accel_tensor *w, accel_tensor *b) {
+    if (!t->conv1d) return accel_linear(x, w, b);
+    accel_tensor *y = accel_matmul(x, w);
+    return b && y ? accel_add(y, b) : y;
+}
+
+/* This rank's rows of a whole replicated tensor (its gradient summed over
+ * the group by the copy), along dim. */
+static accel_tensor *replica_rows(accel_tensor *w, const tp_impl *t, int dim) {
+    accel_tp_slice s = t->w;
+    s.dim = dim;
+    return w ? accel_tp_slice_of(accel_tp_copy_to_region(w, t->pg), &s) : NULL;
+}
+
+/* x [.., in] replicated -> [.., out / tp]: this rank's output features (of
+ * each part, for a fused projection), from its slice of the weight or, with
+ * replicated rows, from its rows of the whole weight. */
 static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
-    return accel_linear(enter(t, x), accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"));
+    accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
+    if (t->style == ACCEL__TP_REPLICA_ROWS) {
+        w = replica_rows(w, t, t->w.dim);
+        b = b ? replica_rows(b, t, 0) : NULL;
+    }
+    return project(t, enter(t, x), w, b);
 }
 
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
  * ranks; the bias, whole on every rank, added once after the sum. */
 static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
-    if (x && x->ndim && x->shape[x->ndim - 1] == t->full && t->local != t->full)
-        x = accel_slice(enter(t, x), x->ndim - 1, t->start, t->start + t->local, 1);
-    accel_tensor *y = leave(t, accel_linear(x, accel__module_tensor(m, "weight"), NULL));
+    int64_t start = t->w.start[0], local = t->w.local[0];
+    if (x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
+        x = accel_slice(enter(t, x), x->ndim - 1, start, start + local, 1);
+    accel_tensor *y = leave(t, project(t, x, accel__module_tensor(m, "weight"), NULL));
     accel_tensor *b = accel__module_tensor(m, "bias");
     return b && y ? accel_add(y, b) : y;
+}
+
+/* A 0-d tensor of ids' dtype and device holding v. */
+static accel_tensor *id_scalar(const accel_tensor *ids, int64_t v) {
+    accel_tensor *s = accel_empty_on(ids->dtype, 0, NULL, ids->device);
+    return s && accel_fill_(s, (double)v) == ACCEL_OK ? s : NULL;
 }
 
 /* ids [...] of the full vocabulary -> [..., D]: rows this rank holds looked
@@ -51,64 +144,46 @@ static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
 static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
+    int64_t start = t->w.start[0], end = start + t->w.local[0];
     if (!accel_tensor_check(ids, "VocabParallelEmbedding", "ids")) return NULL;
     if (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32) {
         accel_set_error(ACCEL_ERR_DTYPE, "VocabParallelEmbedding: ids must be int64 or int32, got %s",
                         accel_dtype_name(ids->dtype));
         return NULL;
     }
-    if (ids->device.type != ACCEL_DEV_CPU) {
-        char d[32];
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "VocabParallelEmbedding: ids on %s: tensor parallelism runs on cpu "
-                        "tensors", accel_device_str(ids->device, d, sizeof d));
-        return NULL;
-    }
-    accel_tensor *i64 = accel_contiguous(accel_to_dtype(ids, ACCEL_I64));
-    if (!i64) return NULL;
-    int64_t n = accel_numel(i64), mshape[ACCEL_MAX_DIMS];
-    if (ids->ndim + 1 > ACCEL_MAX_DIMS) {
-        accel_set_error(ACCEL_ERR_SHAPE, "VocabParallelEmbedding: ids have %d dims (at most %d)", ids->ndim,
-                        ACCEL_MAX_DIMS - 1);
-        return NULL;
-    }
-    memcpy(mshape, ids->shape, sizeof(int64_t) * (size_t)ids->ndim);
-    mshape[ids->ndim] = 1;
-    accel_tensor *local = accel_empty_on(ACCEL_I64, ids->ndim, ids->shape, i64->device);
-    accel_tensor *mask = accel_empty_on(ACCEL_F32, ids->ndim + 1, mshape, i64->device);
-    if (!local || !mask) return NULL;
-    const int64_t *id = i64->data;
-    int64_t *li = local->data;
-    float *mk = mask->data;
-    for (int64_t i = 0; i < n; i++) {
-        bool mine = id[i] >= t->start && id[i] < t->start + t->local;
-        li[i] = mine ? id[i] - t->start : 0;
-        mk[i] = mine ? 1.0f : 0.0f;
-    }
-    accel_tensor *e = accel_embedding(local, w);
-    return leave(t, accel_mul(e, accel_to_dtype(mask, w->dtype)));
+    /* mine: start <= id < end; the others look up row 0, masked to zeros */
+    accel_tensor *lo = accel_ge_scalar(ids, (double)start), *hi = accel_lt_scalar(ids, (double)end);
+    accel_tensor *mine = lo && hi ? accel_where(lo, hi, lo) : NULL;
+    accel_tensor *off = id_scalar(ids, start), *zero = id_scalar(ids, 0);
+    accel_tensor *local = mine && off && zero ? accel_where(mine, accel_sub(ids, off), zero) : NULL;
+    accel_tensor *e = local ? accel_embedding(local, w) : NULL;
+    accel_tensor *mask = mine ? accel_to_dtype(accel_unsqueeze(mine, ids->ndim), w->dtype) : NULL;
+    return e && mask ? leave(t, accel_mul(e, mask)) : NULL;
 }
 
-/* The whole weight through copy_to_region, then this rank's rows. */
-static accel_tensor *replica_rows(accel_tensor *w, const tp_impl *t) {
-    return w ? accel_slice(accel_tp_copy_to_region(w, t->pg), 0, t->start, t->start + t->local, 1) : NULL;
-}
-
-static accel_tensor *replica_forward(accel_module *m, accel_tensor *x) {
-    const tp_impl *t = m->impl;
-    accel_tensor *b = accel__module_tensor(m, "bias");
-    accel_tensor *w = replica_rows(accel__module_tensor(m, "weight"), t);
-    return accel_linear(enter(t, x), w, b ? replica_rows(b, t) : NULL);
-}
-
+/* Per head (the whole weight) or this rank's part of a norm over the whole
+ * width: x / rms(every rank's x) * its rows of the weight, the mean square
+ * from the group's sum of squares (each row counted by `rep` ranks). */
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
-    return accel_rms_norm(x, accel_tp_copy_to_region(accel__module_tensor(m, "weight"), t->pg), t->eps);
+    accel_tensor *w = accel__module_tensor(m, "weight");
+    if (!t->width) return accel_rms_norm(x, accel_tp_copy_to_region(w, t->pg), t->eps);
+    int last = -1;
+    accel_tensor *xf = x ? accel_to_dtype(x, ACCEL_F32) : NULL;
+    accel_tensor *ss = xf ? accel_sum(accel_mul(xf, xf), 1, &last, true) : NULL; /* [.., 1] */
+    /* summed forward, and its gradient summed backward: every rank's y used it */
+    ss = ss ? accel_tp_copy_to_region(accel_tp_reduce_from_region(ss, t->pg), t->pg) : NULL;
+    accel_tensor *inv = ss ? accel_rsqrt(accel_add_scalar(accel_mul_scalar(ss, 1.0 / ((double)t->rep * (double)t->width)),
+                                                          t->eps))
+                           : NULL;
+    accel_tensor *y = inv ? accel_mul(accel_mul(xf, inv), replica_rows(w, t, 0)) : NULL;
+    return y && accel_autocast_dtype() == ACCEL_F32 ? accel_to_dtype(y, x->dtype) : y;
 }
 
 static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, NULL};
 static const accel_module_ops ROWWISE_OPS = {"RowwiseParallelLinear", rowwise_forward, NULL};
 static const accel_module_ops VOCAB_OPS = {"VocabParallelEmbedding", vocab_forward, NULL};
-static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", replica_forward, NULL};
+static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", colwise_forward, NULL};
 static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, NULL};
 
 /* Modules whose whole parameters get their gradients summed in the graph. */
@@ -118,15 +193,33 @@ static bool is_tp(const accel_module *m) {
     return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || is_replica(m);
 }
 
-/* Replicated rows hold whole tensors: not a slice to report. */
+bool accel__tp_sequence_parallel(const accel_module *m) { return m && is_tp(m) && ((const tp_impl *)m->impl)->sp; }
+
+bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s) {
+    if (!m || !t || !is_tp(m) || is_replica(m)) return false;
+    const tp_impl *ti = m->impl;
+    accel_module *mm = (accel_module *)m; /* accel__module_tensor only reads */
+    bool weight = t == accel__module_tensor(mm, "weight");
+    /* a column-parallel bias is cut as the weight's output features; a row-parallel one is whole */
+    if (!weight && (ti->style != ACCEL_TP_COLWISE || t != accel__module_tensor(mm, "bias"))) return false;
+    if (s) {
+        *s = ti->w;
+        if (!weight) s->dim = 0;
+    }
+    return true;
+}
+
+/* Replicated rows hold whole tensors, and one range describes neither a
+ * Conv1D's columns nor a fused projection's parts: no slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
     if (!m || !is_tp(m) || is_replica(m)) return false;
     const tp_impl *t = m->impl;
+    if (t->conv1d || t->w.n_parts != 1) return false;
     if (style) *style = t->style;
     if (pg) *pg = t->pg;
-    if (start) *start = t->start;
-    if (full) *full = t->full;
+    if (start) *start = t->w.start[0];
+    if (full) *full = t->w.full[0];
     return true;
 }
 
@@ -140,8 +233,11 @@ static const char *style_name(accel_tp_style s) {
                                          : NULL;
 }
 
-/* The dimension of the weight a style splits. */
-static int split_dim(accel_tp_style s) { return s == ACCEL_TP_ROWWISE ? 1 : 0; }
+static bool is_conv1d(const accel_module *m) { return !strcmp(m->ops->type_name, "Conv1D"); }
+
+/* The dimension of the weight a style splits: a Linear's rows are its
+ * output features, a Conv1D's columns. */
+static int split_dim(accel_tp_style s, bool conv1d) { return (s == ACCEL_TP_ROWWISE) != conv1d; }
 
 static void replace_in(accel_module *m, const accel_tensor *old, accel_tensor *neu) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -158,62 +254,65 @@ static void replace_tensor(accel_module *m, accel_tensor *old, accel_tensor *neu
     accel_tensor_free(old);
 }
 
-accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
-    int64_t shape[2] = {w->shape[0], w->ndim == 2 ? w->shape[1] : 0};
-    shape[dim] = n;
-    accel_tensor *s = accel_tensor_new(w->dtype, w->ndim, shape, w->device);
-    bool prev = accel_set_grad_enabled(false);
-    accel_status st = s ? accel_copy_(s, accel_slice(w, dim, start, start + n, 1)) : accel_last_status();
-    accel_set_grad_enabled(prev);
-    if (st != ACCEL_OK) {
-        accel_tensor_free(s);
-        return NULL;
-    }
-    (void)accel_requires_grad_(s, w->requires_grad); /* s is a live tensor: cannot fail */
-    return s;
+/* The whole split dimension as one part, slice `part` of `parts`. */
+static accel__tp_parts one_part(int64_t size, int part, int parts) {
+    return (accel__tp_parts){.n = 1, .size = {size}, .index = {part}, .count = {parts}};
 }
 
-/* Why m cannot take style over `parts` ranks, as an error naming path; ACCEL_OK when it can. */
-static accel_status check_one(accel_module *m, accel_tp_style style, int parts, const char *path) {
+/* Why m cannot take style cut as `parts` says (NULL: the whole dimension,
+ * over n ranks), as an error naming path; ACCEL_OK when it can. */
+static accel_status check_one(accel_module *m, accel_tp_style style, const accel__tp_parts *parts, int n,
+                              const char *path) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     bool embedding = style == ACCEL_TP_VOCAB_EMBEDDING;
-    const char *want = embedding ? "Embedding" : "Linear", *sn = style_name(style);
+    const char *want = embedding ? "Embedding" : "Linear or Conv1D", *sn = style_name(style);
     if (!sn) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s: unknown style %d", path,
                                     (int)style);
     if (is_tp(m))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s is already parallelized (%s)", path,
                                m->ops->type_name);
-    if (strcmp(m->ops->type_name, want) != 0 || m->impl || !w || w->ndim != 2)
+    bool type_ok = embedding ? !strcmp(m->ops->type_name, "Embedding")
+                             : !strcmp(m->ops->type_name, "Linear") || is_conv1d(m);
+    if (!type_ok || m->impl || !w || w->ndim != 2)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s is a %s: %s takes a %s", path,
                                m->ops->type_name, sn, want);
     if (w->device.type == ACCEL_DEV_META || (b && b->device.type == ACCEL_DEV_META))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s has its weights on meta: "
                                "materialize or load them first (each rank cuts its slice from the whole)", path);
-    int d = split_dim(style);
-    if (w->shape[d] % parts)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s: %s splits %s %lld, which %d "
-                               "ranks cannot share equally", path, sn,
-                               d ? "in_features" : embedding ? "num_embeddings" : "out_features",
-                               (long long)w->shape[d], parts);
+    int d = split_dim(style, is_conv1d(m));
+    const char *what = d != is_conv1d(m) ? "in_features" : embedding ? "num_embeddings" : "out_features";
+    accel__tp_parts whole = one_part(w->shape[d], 0, n);
+    if (!parts) parts = &whole;
+    int64_t sum = 0;
+    for (int p = 0; p < parts->n; p++) {
+        sum += parts->size[p];
+        if (parts->size[p] % parts->count[p])
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s: %s splits %s %lld%s, which %d "
+                                   "ranks cannot share equally", path, sn, what, (long long)parts->size[p],
+                                   parts->n > 1 ? " (a part of them)" : "", parts->count[p]);
+    }
+    if (sum != w->shape[d])
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s: its parts' sizes add up to %lld, "
+                               "not its %s %lld", path, (long long)sum, what, (long long)w->shape[d]);
     return ACCEL_OK;
 }
 
 /* Makes m (checked) the style's module; cut: its weight (and a COLWISE
  * bias) are replaced by this rank's slice, else they already are that slice
  * (a tied tensor cut by another module) or stay whole (replicated rows). */
-static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts, bool cut_w,
-                              bool sp) {
+static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, const accel__tp_parts *parts,
+                              bool cut_w, bool sp) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
-    int d = split_dim(style);
-    int64_t full = cut_w || style == ACCEL__TP_REPLICA_ROWS ? w->shape[d] : w->shape[d] * parts;
+    bool conv1d = is_conv1d(m);
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.style = style, .pg = pg, .local = full / parts, .start = full / parts * part, .full = full,
+    *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
                    .sp = sp};
     if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
         bool cut_b = b && style == ACCEL_TP_COLWISE;
-        accel_tensor *nw = accel__tp_cut(w, d, t->start, t->local),
-                     *nb = nw && cut_b ? accel__tp_cut(b, 0, t->start, t->local) : NULL;
+        accel_tp_slice bs = t->w;
+        bs.dim = 0;
+        accel_tensor *nw = cut_slice(w, &t->w), *nb = nw && cut_b ? cut_slice(b, &bs) : NULL;
         if (!nw || (cut_b && !nb)) {
             accel_tensor_free(nw);
             accel_free(t);
@@ -230,16 +329,20 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
     return ACCEL_OK;
 }
 
-accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg, int part, int parts,
-                                       bool sp, const char *path) {
-    if (check_one(m, style, parts, path)) return accel_last_status();
-    return apply_one(m, style, pg, part, parts, true, sp);
+accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
+                                       const accel__tp_parts *parts, bool sp, const char *path) {
+    if (check_one(m, style, parts, accel_pg_size(pg), path)) return accel_last_status();
+    return apply_one(m, style, pg, parts, true, sp);
 }
 
-accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps) {
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep) {
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.pg = pg, .eps = eps};
+    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep};
+    if (rows) {
+        t->w = slice_from(0, rows);
+        t->width = rows->size[0];
+    }
     accel_free(m->impl); /* the norm's own (its eps): the norms' ops free theirs so */
     m->ops = &REPLICA_NORM_OPS;
     m->impl = t;
@@ -309,7 +412,9 @@ static accel_status check_ties(accel_module *root, plan_walk *w) {
             while (l < w->n_mods && w->mods[l] != sd->entries[j].owner) l++;
             bool in_i = k < w->n_mods, in_j = l < w->n_mods;
             if (!in_i && !in_j) continue;
-            if (in_i && in_j && split_dim(w->plan[w->entry[k]].style) == split_dim(w->plan[w->entry[l]].style))
+            if (in_i && in_j &&
+                split_dim(w->plan[w->entry[k]].style, is_conv1d(w->mods[k])) ==
+                    split_dim(w->plan[w->entry[l]].style, is_conv1d(w->mods[l])))
                 continue;
             st = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s and %s are tied, but the plan "
                                  "%s: a tied tensor must be cut the same way by both", sd->entries[i].name,
@@ -347,7 +452,7 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
     /* everything checked before the first cut, so a refused plan leaves the model whole */
     for (int k = 0; k < w.n_mods && st == ACCEL_OK; k++) {
         accel_module_path(w.mods[k], path, sizeof path);
-        st = check_one(w.mods[k], plan[w.entry[k]].style, parts, path);
+        st = check_one(w.mods[k], plan[w.entry[k]].style, NULL, parts, path);
     }
     /* a tied tensor is cut once: its second module finds it already this rank's slice */
     accel_tensor **done = st == ACCEL_OK ? accel_calloc((size_t)w.n_mods + 1, sizeof *done) : NULL;
@@ -356,7 +461,10 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
         accel_tensor *wt = accel__module_tensor(w.mods[k], "weight");
         bool cut_before = false;
         for (int j = 0; j < k; j++) cut_before = cut_before || done[j] == wt;
-        st = apply_one(w.mods[k], plan[w.entry[k]].style, pg, rank, parts, !cut_before, plan[w.entry[k]].sequence_parallel);
+        accel_tp_style style = plan[w.entry[k]].style;
+        int64_t size = wt->shape[split_dim(style, is_conv1d(w.mods[k]))] * (cut_before ? parts : 1);
+        accel__tp_parts one = one_part(size, rank, parts);
+        st = apply_one(w.mods[k], style, pg, &one, !cut_before, plan[w.entry[k]].sequence_parallel);
         done[k] = accel__module_tensor(w.mods[k], "weight");
     }
     accel_free(done);
@@ -375,18 +483,15 @@ accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg) {
     accel_status st = ACCEL_OK;
     for (int i = 0; i < sd->n && !st; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        accel_tp_style style;
         accel_tensor *g = e->t->grad;
         if (e->is_buffer || e->is_tied_alias || !g) continue;
         /* slices are this rank's own; replicated rows were summed by their copy */
-        if ((accel_module_tp_info(e->owner, &style, NULL, NULL, NULL) && (style != ACCEL_TP_ROWWISE || e->t->ndim == 2)) ||
-            is_replica(e->owner))
-            continue;
+        if (accel_module_tp_slice(e->owner, e->t, NULL) || is_replica(e->owner)) continue;
         if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
             st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s is not a "
                                  "contiguous cpu tensor", e->name);
         else
-            st = accel_pg_all_reduce(pg, g->data, (size_t)accel_numel(g), g->dtype, ACCEL_REDUCE_SUM);
+            st = accel_pg_all_reduce(pg, accel__device_ptr(g), (size_t)accel_numel(g), g->dtype, ACCEL_REDUCE_SUM);
     }
     accel_state_dict_free(sd);
     return st;

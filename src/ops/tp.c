@@ -1,9 +1,11 @@
 /* Tensor-parallel collectives as differentiable ops (accel/parallel.h):
- * Megatron's copy-to / reduce-from tp region pair and the vocabulary-parallel
+ * Megatron's copy-to / reduce-from / gather-from tp region ops, the
+ * sequence-parallel gather and scatter, and the vocabulary-parallel
  * cross-entropy. The group is the caller's (an accel_pg): this layer knows
  * nothing of meshes or accelerators. The reductions run on host memory. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "accel/parallel.h"
@@ -38,7 +40,8 @@ static accel_tensor *summed_copy(accel_tensor *t, accel_pg *pg) {
     accel_tensor *c = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
     if (!c || accel_copy_(c, t) != ACCEL_OK) return NULL;
     if (accel_pg_size(pg) == 1) return c;
-    if (accel_pg_all_reduce(pg, c->data, (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    if (accel_pg_all_reduce(pg, accel__device_ptr(c), (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK)
+        return NULL;
     count(accel_nbytes(c));
     return c;
 }
@@ -73,39 +76,8 @@ accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg) {
 
 /* ------------------------------------------------------------------ vocab-parallel cross-entropy */
 
-/* What the backward needs: the local logits (f32), each row's log-sum-exp
- * over the whole vocabulary, the targets and their count. */
-typedef struct vce_saved {
-    const float *x;   /* [N, Vl] */
-    const float *lse; /* [N] */
-    const int64_t *t; /* [N] */
-    int64_t N, Vl, start, ignore;
-    double count;
-} vce_saved;
-
-static accel_status vce_backward(accel_node *n, accel_tensor *grad_out) {
-    const vce_saved *s = n->ctx;
-    accel_tensor *dx = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->N, s->Vl), ACCEL_CPU_DEVICE);
-    if (!dx) return accel_last_status();
-    float *d = dx->data;
-    double scale = accel_item(grad_out) / s->count;
-    for (int64_t i = 0; i < s->N; i++) {
-        float *row = d + i * s->Vl;
-        if (s->t[i] == s->ignore) {
-            memset(row, 0, (size_t)s->Vl * sizeof *row);
-            continue;
-        }
-        const float *xr = s->x + i * s->Vl;
-        for (int64_t j = 0; j < s->Vl; j++) row[j] = (float)(scale * exp((double)xr[j] - s->lse[i]));
-        int64_t local = s->t[i] - s->start;
-        if (local >= 0 && local < s->Vl) row[local] -= (float)scale;
-    }
-    accel_tensor *x = n->inputs[0];
-    return accel_grad_accumulate(x, accel_reshape(dx, x->ndim, x->shape));
-}
-
-/* Targets as [N] host i64, checked to be [N] or the logits' shape less the last dim. */
-static const int64_t *vce_targets(const char *op, accel_tensor *logits, accel_tensor *targets, int64_t N) {
+/* Targets as an [N] i64 tensor, checked to be [N] or the logits' shape less the last dim. */
+static accel_tensor *vce_targets(const char *op, accel_tensor *logits, accel_tensor *targets, int64_t N) {
     bool fits = targets->ndim == 1 && targets->shape[0] == N;
     if (!fits && targets->ndim == logits->ndim - 1) {
         fits = true;
@@ -121,8 +93,30 @@ static const int64_t *vce_targets(const char *op, accel_tensor *logits, accel_te
         return NULL;
     }
     accel_tensor *tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(N), ACCEL_CPU_DEVICE);
-    if (!tt || accel_copy_(tt, accel_reshape(targets, 1, &N)) != ACCEL_OK) return NULL;
-    return tt->data;
+    return tt && accel_copy_(tt, accel_reshape(targets, 1, &N)) == ACCEL_OK ? tt : NULL;
+}
+
+/* A target that not exactly one rank's columns hold: outside every slice,
+ * or in `owners` of them, whose ranges it names (every rank comes here for
+ * the same row, the owner counts being summed: the gather is collective). */
+static accel_status owner_error(const char *op, accel_pg *pg, int64_t target, int64_t row, float owners,
+                                int64_t vocab_start, int64_t Vl) {
+    if (owners < 1.0f)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: target %lld (row %lld) is in no rank's vocabulary slice "
+                               "(outside [0, V))", op, (long long)target, (long long)row);
+    int n = accel_pg_size(pg);
+    int64_t mine[2] = {vocab_start, vocab_start + Vl};
+    int64_t *all = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof mine, 64);
+    if (!all || accel_pg_all_gather(pg, mine, all, 2, ACCEL_I64) != ACCEL_OK) return accel_last_status();
+    char ranges[512] = "";
+    size_t len = 0;
+    for (int r = 0; r < n && len < sizeof ranges; r++)
+        if (target >= all[2 * r] && target < all[2 * r + 1])
+            len += (size_t)snprintf(ranges + len, sizeof ranges - len, "%srank %d holds [%lld, %lld)", len ? ", " : "",
+                                    r, (long long)all[2 * r], (long long)all[2 * r + 1]);
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: target %lld (row %lld) is in %d ranks' vocabulary slices: "
+                           "the slices overlap (%s); each vocabulary column must be on exactly one rank", op,
+                           (long long)target, (long long)row, (int)owners, ranges);
 }
 
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
@@ -138,110 +132,131 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
         return NULL;
     }
     int64_t N = accel_numel(logits) / Vl;
-    const int64_t *t = vce_targets(OP, logits, targets, N);
-    accel_tensor *xf = t ? accel__dense_f32(logits) : NULL;
-    /* [0, N): row max (MAX); [N, 4N): sum of exp(x - max), target logit, owner count (SUM) */
-    float *mx = accel_arena_alloc(accel_step_arena(), (size_t)N * 4 * sizeof *mx, 64);
-    float *lse = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *lse, 64);
-    if (!xf || !mx || !lse) return NULL;
-    float *se = mx + N, *tl = mx + 2 * N, *own = mx + 3 * N;
-    const float *x = xf->data;
+    accel_tensor *t = vce_targets(OP, logits, targets, N);
+    accel_tensor *x = t ? accel_reshape(accel_to_dtype(logits, ACCEL_F32), 2, (int64_t[]){N, Vl}) : NULL;
+    if (!x) return NULL;
+    /* z = x less the row's max over every rank's columns (a constant: no gradient) */
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *mx = accel_max(x, 1, true, NULL); /* [N, 1] */
+    accel_set_grad_enabled(prev);
+    if (!mx || accel_pg_all_reduce(pg, accel__device_ptr(mx), (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK)
+        return NULL;
+    count((size_t)N * sizeof(float));
+    accel_tensor *z = accel_sub(x, mx);
+    /* hit [N, Vl]: the target's column, when this rank holds it */
+    accel_tensor *cols = accel_arange(ACCEL_I64, vocab_start, vocab_start + Vl);
+    accel_tensor *hit = cols ? accel_eq(accel_unsqueeze(t, 1), cols) : NULL;
+    accel_tensor *zero = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
+    if (!z || !hit || !zero || accel_zero_(zero) != ACCEL_OK) return NULL;
+    /* each row's sum of exp(z), target z and owner count, summed over the
+     * ranks (the gradient of the sums reaches every rank's columns whole) */
+    int last = 1;
+    accel_tensor *part[3] = {accel_sum(accel_exp(z), 1, &last, false),
+                             accel_sum(accel_where(hit, z, zero), 1, &last, false),
+                             accel_to_dtype(accel_sum(hit, 1, &last, false), ACCEL_F32)};
+    accel_tensor *sums = part[0] && part[1] && part[2] ? accel_tp_reduce_from_region(accel_concat(3, part, 0), pg)
+                                                       : NULL;
+    accel_tensor *owners = sums ? accel_slice(sums, 0, 2 * N, 3 * N, 1) : NULL;
+    float *own = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *own, 64);
+    int64_t *th = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *th, 64);
+    if (!owners || !own || !th || accel_to_floats(owners, own) != ACCEL_OK || accel_to_int64s(t, th) != ACCEL_OK)
+        return NULL;
+    double n_targets = 0;
     for (int64_t i = 0; i < N; i++) {
-        float m = -INFINITY;
-        for (int64_t j = 0; j < Vl; j++) m = fmaxf(m, x[i * Vl + j]);
-        mx[i] = m;
+        if (th[i] == ignore_index) continue;
+        if (own[i] != 1.0f) return owner_error(OP, pg, th[i], i, own[i], vocab_start, Vl), NULL;
+        n_targets += 1;
     }
-    if (accel_pg_all_reduce(pg, mx, (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK) return NULL;
-    count((size_t)N * 4 * sizeof *mx);
-    for (int64_t i = 0; i < N; i++) {
-        double s = 0;
-        for (int64_t j = 0; j < Vl; j++) s += exp((double)x[i * Vl + j] - mx[i]);
-        int64_t local = t[i] - vocab_start;
-        bool mine = t[i] != ignore_index && local >= 0 && local < Vl;
-        se[i] = (float)s;
-        tl[i] = mine ? x[i * Vl + local] : 0.0f;
-        own[i] = mine ? 1.0f : 0.0f;
+    /* per row log(sum exp(x - max)) - (x_target - max), the ignored rows 0; their mean */
+    accel_tensor *rows = accel_sub(accel_log(accel_slice(sums, 0, 0, N, 1)), accel_slice(sums, 0, N, 2 * N, 1));
+    accel_tensor *kept = accel_to_dtype(accel_ne_scalar(t, (double)ignore_index), ACCEL_F32);
+    return accel_mul_scalar(accel_sum_all(accel_mul(rows, kept)), 1.0 / n_targets); /* 0 / 0: nan, as accel_cross_entropy */
+}
+
+/* ------------------------------------------------------------------ gathers and scatters along a dim */
+
+/* One side of a gather or a scatter along `dim` over n ranks: the local
+ * tensor (contiguous), the whole one (dim n times as long), and the whole
+ * one's layout as blocks [outer, n, row]: outer the dims before `dim`, row
+ * one rank's elements after them. */
+typedef struct dim_blocks {
+    accel_tensor *local, *whole;
+    int64_t outer, row;
+} dim_blocks;
+
+/* x's side of the collective: gather, x is the local tensor (the whole one
+ * made); scatter, x is the whole one (the local made). */
+static bool blocks_of(accel_tensor *x, accel_pg *pg, int dim, bool gather, dim_blocks *b) {
+    int n = accel_pg_size(pg);
+    accel_tensor *c = accel__contig(x);
+    if (!c) return false;
+    int64_t shape[ACCEL_MAX_DIMS];
+    memcpy(shape, c->shape, sizeof(int64_t) * (size_t)c->ndim);
+    shape[dim] = gather ? shape[dim] * n : shape[dim] / n;
+    accel_tensor *made = accel_empty_on(c->dtype, c->ndim, shape, c->device);
+    if (!made) return false;
+    *b = (dim_blocks){.local = gather ? c : made, .whole = gather ? made : c, .outer = 1};
+    for (int d = 0; d < dim; d++) b->outer *= shape[d];
+    b->row = b->outer ? accel_numel(b->local) / b->outer : 0;
+    return true;
+}
+
+/* The whole tensor as [outer, n, row] (a view), or its [n, outer, row] transpose. */
+static accel_tensor *whole_blocks(const dim_blocks *b, int n, bool rank_major) {
+    accel_tensor *v = accel_reshape(b->whole, 3, (int64_t[]){b->outer, n, b->row});
+    return v && rank_major ? accel_permute(v, (const int[]){1, 0, 2}) : v;
+}
+
+/* [.., d / n, ..] -> [.., d, ..]: the ranks' x along dim, in rank order. */
+static accel_tensor *all_gather_dim(accel_tensor *x, accel_pg *pg, int dim) {
+    int n = accel_pg_size(pg);
+    dim_blocks b;
+    if (!blocks_of(x, pg, dim, true, &b)) return NULL;
+    accel_tensor *recv = accel_empty_on(x->dtype, 3, (int64_t[]){n, b.outer, b.row}, x->device); /* rank-major */
+    if (!recv || accel_pg_all_gather(pg, accel__device_ptr(b.local), accel__device_ptr(recv),
+                                     (size_t)accel_numel(b.local), x->dtype) != ACCEL_OK)
+        return NULL;
+    count(accel_nbytes(b.local));
+    accel_tensor *dst = whole_blocks(&b, n, false);
+    return dst && accel_copy_(dst, accel_permute(recv, (const int[]){1, 0, 2})) == ACCEL_OK ? b.whole : NULL;
+}
+
+/* [.., d, ..] -> [.., d / n, ..]: this rank's part of dim of the sum over pg. */
+static accel_tensor *reduce_scatter_dim(accel_tensor *x, accel_pg *pg, int dim) {
+    int n = accel_pg_size(pg);
+    dim_blocks b;
+    if (!blocks_of(x, pg, dim, false, &b)) return NULL;
+    accel_tensor *send = accel_empty_on(x->dtype, 3, (int64_t[]){n, b.outer, b.row}, x->device); /* rank-major */
+    if (!send || accel_copy_(send, whole_blocks(&b, n, true)) != ACCEL_OK ||
+        accel_pg_reduce_scatter(pg, accel__device_ptr(send), accel__device_ptr(b.local),
+                                (size_t)accel_numel(b.local), x->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK)
+        return NULL;
+    count(accel_nbytes(b.whole));
+    return b.local;
+}
+
+/* ------------------------------------------------------------------ gather from region */
+
+static accel_status gather_from_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *x = n->inputs[0];
+    int64_t w = x->shape[x->ndim - 1], r = accel_pg_rank(n->ctx);
+    return accel_grad_accumulate(x, accel_contiguous(accel_slice(g, g->ndim - 1, r * w, (r + 1) * w, 1)));
+}
+
+accel_tensor *accel_tp_gather_from_region(accel_tensor *x, accel_pg *pg) {
+    static const char *OP = "accel_tp_gather_from_region";
+    if (!tp_args(OP, x, pg)) return NULL;
+    if (x->ndim < 1) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: x is 0-d: it needs a last dim to gather along", OP);
+        return NULL;
     }
-    if (accel_pg_all_reduce(pg, se, (size_t)N * 3, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
-    double total = 0, count = 0;
-    for (int64_t i = 0; i < N; i++) {
-        lse[i] = mx[i] + logf(se[i]);
-        if (t[i] == ignore_index) continue;
-        if (own[i] != 1.0f)
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: target %lld (row %lld) is in no rank's vocabulary "
-                                   "slice (outside [0, V))", OP, (long long)t[i], (long long)i), NULL;
-        total += lse[i] - tl[i];
-        count += 1;
-    }
-    accel_tensor *out = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
-    if (!out) return NULL;
-    *(float *)out->data = (float)(total / count); /* 0 / 0: nan, as accel_cross_entropy */
-    accel_node *n = accel_tape_record("tp_cross_entropy", vce_backward, out, 1, &logits);
-    if (n) {
-        vce_saved *s = accel_arena_alloc(accel_step_arena(), sizeof *s, 64);
-        if (!s) return NULL;
-        *s = (vce_saved){.x = x, .lse = lse, .t = t, .N = N, .Vl = Vl, .start = vocab_start,
-                         .ignore = ignore_index, .count = count};
-        n->ctx = s;
-    }
+    accel_tensor *out = all_gather_dim(x, pg, x->ndim - 1);
+    accel_node *n = out ? accel_tape_record("tp_gather_from_region", gather_from_backward, out, 1, &x) : NULL;
+    if (n) n->ctx = pg;
     return out;
 }
 
 /* ------------------------------------------------------------------ sequence parallelism */
-
-/* x [B, T, ...] contiguous: outer B rows of `row` bytes (T ... elements). */
-static void seq_dims(const accel_tensor *x, int64_t *outer, size_t *row) {
-    *outer = x->shape[0];
-    *row = (size_t)(accel_numel(x) / (x->shape[0] ? x->shape[0] : 1)) * accel_dtype_size(x->dtype);
-}
-
-/* [B, T/n, ...] -> [B, T, ...]: the ranks' slices of dim 1, in rank order. */
-static accel_tensor *seq_all_gather(accel_tensor *x, accel_pg *pg) {
-    int n = accel_pg_size(pg);
-    accel_tensor *c = accel__contig(x);
-    int64_t shape[ACCEL_MAX_DIMS], B;
-    size_t row;
-    if (!c) return NULL;
-    memcpy(shape, c->shape, sizeof shape);
-    shape[1] *= n;
-    seq_dims(c, &B, &row);
-    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
-    char *recv = out ? accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64) : NULL;
-    if (!recv || accel_pg_all_gather(pg, c->data, recv, (size_t)accel_numel(c), c->dtype) != ACCEL_OK) return NULL;
-    count(accel_nbytes(c));
-    /* recv [n][B][row] -> out [B][n][row] */
-    for (int64_t b = 0; b < B; b++)
-        for (int r = 0; r < n; r++)
-            memcpy((char *)out->data + ((size_t)b * (size_t)n + (size_t)r) * row,
-                   recv + ((size_t)r * (size_t)B + (size_t)b) * row, row);
-    return out;
-}
-
-/* [B, T, ...] -> [B, T/n, ...]: this rank's slice of dim 1 of the sum over pg. */
-static accel_tensor *seq_reduce_scatter(accel_tensor *x, accel_pg *pg) {
-    int n = accel_pg_size(pg);
-    accel_tensor *c = accel__contig(x);
-    int64_t shape[ACCEL_MAX_DIMS], B;
-    size_t row;
-    if (!c) return NULL;
-    memcpy(shape, c->shape, sizeof shape);
-    shape[1] /= n;
-    accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
-    if (!out) return NULL;
-    seq_dims(out, &B, &row);
-    char *send = accel_arena_alloc(accel_step_arena(), row * (size_t)(B * n) + 1, 64);
-    if (!send) return NULL;
-    /* c [B][n][row] -> send [n][B][row] */
-    for (int64_t b = 0; b < B; b++)
-        for (int r = 0; r < n; r++)
-            memcpy(send + ((size_t)r * (size_t)B + (size_t)b) * row,
-                   (const char *)c->data + ((size_t)b * (size_t)n + (size_t)r) * row, row);
-    if (accel_pg_reduce_scatter(pg, send, out->data, (size_t)accel_numel(out), c->dtype, ACCEL_REDUCE_SUM) !=
-        ACCEL_OK)
-        return NULL;
-    count(accel_nbytes(c));
-    return out;
-}
 
 static bool seq_args(const char *op, accel_tensor *x, accel_pg *pg, bool scatter) {
     if (!tp_args(op, x, pg)) return false;
@@ -255,18 +270,18 @@ static bool seq_args(const char *op, accel_tensor *x, accel_pg *pg, bool scatter
 }
 
 static accel_status gather_seq_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *s = seq_reduce_scatter(g, n->ctx);
+    accel_tensor *s = reduce_scatter_dim(g, n->ctx, 1);
     return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
 }
 
 static accel_status scatter_seq_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *s = seq_all_gather(g, n->ctx);
+    accel_tensor *s = all_gather_dim(g, n->ctx, 1);
     return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
 }
 
 accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg) {
     if (!seq_args("accel_tp_gather_seq", x, pg, false)) return NULL;
-    accel_tensor *out = seq_all_gather(x, pg);
+    accel_tensor *out = all_gather_dim(x, pg, 1);
     accel_node *n = out ? accel_tape_record("tp_gather_seq", gather_seq_backward, out, 1, &x) : NULL;
     if (n) n->ctx = pg;
     return out;
@@ -274,7 +289,7 @@ accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg) {
 
 accel_tensor *accel_tp_scatter_seq(accel_tensor *x, accel_pg *pg) {
     if (!seq_args("accel_tp_scatter_seq", x, pg, true)) return NULL;
-    accel_tensor *out = seq_reduce_scatter(x, pg);
+    accel_tensor *out = reduce_scatter_dim(x, pg, 1);
     accel_node *n = out ? accel_tape_record("tp_scatter_seq", scatter_seq_backward, out, 1, &x) : NULL;
     if (n) n->ctx = pg;
     return out;
