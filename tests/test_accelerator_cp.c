@@ -368,8 +368,9 @@ static void run_body(int world, accel_parallelism_opts p, int zero_stage, dist_b
     int st[DIST_GROUP_MAX];
     dist_group_run(&g, body, st);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d processes, cp %d dp_shard %d, zero %d: rank %d status %#x", what,
-                  world, p.cp_size, p.dp_shard_size, zero_stage, r, st[r]);
+        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d processes, cp %d sp %d dp_shard %d %s, zero %d: rank %d status %#x",
+                  what, world, p.cp_size, p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "",
+                  zero_stage, r, st[r]);
 }
 
 /* g_dir: a checkpoint directory inside a fresh temporary one (removed after). */
@@ -388,17 +389,7 @@ static void test_resume_cp2_dp_shard2_zero3(void) {
     resume_case(4, (accel_parallelism_opts){.cp_size = 2, .dp_shard_size = 2}, 3, false);
 }
 
-static void run(int world, accel_parallelism_opts p, int zero_stage) {
-    g_par = p;
-    g_zero_stage = zero_stage;
-    dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 150};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%d processes, cp %d sp %d dp_shard %d %s, zero %d: rank %d status %#x",
-                  world, p.cp_size, p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "",
-                  zero_stage, r, st[r]);
-}
+static void run(int world, accel_parallelism_opts p, int zero_stage) { run_body(world, p, zero_stage, body, "5 steps"); }
 
 static void test_cp2(void) {
     run(2, (accel_parallelism_opts){.cp_size = 2}, 0);

@@ -37,13 +37,17 @@ typedef struct cp_mask {
  * (block r: rank r's chunks r and 2cp-1-r) and global order [B, h, T, D],
  * as views copied through the device layer (accel_copy_). */
 
+/* Block k of blocks [cp, B, h, L, D]: a view [B, h, L, D]. */
+static accel_tensor *block(accel_tensor *blocks, int64_t k) {
+    const int64_t *s = blocks->shape;
+    return accel_reshape(accel_slice(blocks, 0, k, k + 1, 1), 4, (int64_t[]){s[1], s[2], s[3], s[4]});
+}
+
 /* Chunk j (0 <= j < 2cp) of the sequence where it lies in blocks: a view
  * [B, h, c, D]. */
 static accel_tensor *block_chunk(accel_tensor *blocks, int cp, int64_t j, int64_t c) {
-    int64_t r = j < cp ? j : 2 * cp - 1 - j, half = j < cp ? 0 : 1;
-    const int64_t *s = blocks->shape;
-    accel_tensor *b = accel_reshape(accel_slice(blocks, 0, r, r + 1, 1), 4, (int64_t[]){s[1], s[2], s[3], s[4]});
-    return accel_slice(b, 2, half * c, (half + 1) * c, 1);
+    int64_t half = j < cp ? 0 : 1;
+    return accel_slice(block(blocks, j < cp ? j : 2 * cp - 1 - j), 2, half * c, (half + 1) * c, 1);
 }
 
 /* Rows [j c, (j+1) c) of x [B, h, L, D]: a view. */
@@ -74,107 +78,119 @@ static accel_status move_chunks(accel_tensor *blocks, accel_tensor *global, int 
     return st;
 }
 
-/* The reorder as an op (the all-to-all path's output going back to blocks):
- * one copy of rows each way, so that its backward, the copy the other way,
- * allocates one gradient instead of one of the whole tensor per chunk. */
-typedef struct reorder_dims {
-    int cp;
-    int64_t c;
-} reorder_dims;
-
-static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_global);
-
-static accel_status reorder_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *gx = reorder(g, n->ctx, !n->iarg[0]);
-    return gx ? accel_grad_accumulate(n->inputs[0], gx) : accel_last_status();
-}
-
-/* to_global: x [cp, B, h, 2c, D] -> [B, h, T, D]; else the reverse. */
-static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_global) {
-    accel_tensor *xc = x ? accel__contig(x) : NULL;
-    if (!xc) return NULL;
-    const int64_t *s = to_global ? x->shape + 1 : x->shape; /* B, h, 2c or T, D */
-    int64_t gshape[4] = {s[0], s[1], 2 * d->cp * d->c, s[3]}, bshape[5] = {d->cp, s[0], s[1], 2 * d->c, s[3]};
-    accel_tensor *out = accel__op_out(x->dtype, to_global ? 4 : 5, to_global ? gshape : bshape, x->device);
-    reorder_dims *dc = out ? accel_arena_alloc(accel_step_arena(), sizeof *dc, 64) : NULL;
-    if (!dc || move_chunks(to_global ? xc : out, to_global ? out : xc, d->cp, d->c, to_global) != ACCEL_OK)
-        return NULL;
-    *dc = *d;
-    accel_node *n = accel_tape_record(to_global ? "cp_to_global" : "cp_to_blocks", reorder_backward, out, 1, &x);
-    if (n) {
-        n->ctx = dc;
-        n->iarg[0] = to_global;
-    }
-    return out;
-}
-
-/* ---- a collective and the reorder to global order as one op
- * all_gather: x [B, h, 2c, D] -> every rank's [cp, B, h, 2c, D] -> [B, h, T, D];
- * all_to_all: x [cp, B, h, 2c, D] -> [cp, B, h, 2c, D] -> [B, h, T, D].
- * The rank-ordered blocks are a step-arena scratch given back before the
- * call returns (accel_arena_rewind), forward and backward: kept, the
- * all-gathered K and V would be held twice per layer (the blocks and the
- * reordered copy) until the step ends, and their gradients twice more. The
- * backward reorders the gradient into the scratch and sends it back:
- * reduce-scatter (the sum of the ranks' gradients of my block) or all_to_all
- * (its own adjoint). */
-typedef struct gather_ctx {
+/* ---- the sequence between this rank's chunks and global order, as one op
+ * each way (the collective and the reorder together):
+ *   allgather  to_global: x [B, h, 2c, D] -all_gather-> blocks [cp, B, h, 2c, D]
+ *              -> [B, h, T, D]; from_global (its adjoint): the blocks of a
+ *              [B, h, T, D] -reduce_scatter (sum)-> [B, h, 2c, D].
+ *   alltoall   to_global: x [B, H, 2c, D] -> head group k to rank k
+ *              -all_to_all-> my head group's chunks of every rank -> [B, H/cp,
+ *              T, D]; from_global: the reverse (all_to_all is its own adjoint).
+ * The send and receive blocks are step-arena scratch given back before the
+ * op returns (accel_arena_rewind): only the result stays to the step's end,
+ * and no permuted or reordered copy of q, k, v or the output does. */
+typedef struct seq_ctx {
     accel_pg *pg;
     int cp;
     int64_t c;
     bool a2a;
-} gather_ctx;
+} seq_ctx;
 
-/* to_global: local --collective--> scratch blocks -> global; else global ->
- * scratch blocks --collective--> local. The group is handed the tensors'
- * memory (cpu tensors: accel_cp_attention refuses others). */
-static accel_status exchange(const gather_ctx *g, accel_tensor *local, accel_tensor *global, bool to_global) {
+/* Head group k (of cp) of x [B, H, L, D]: a view [B, H/cp, L, D]. */
+static accel_tensor *head_group(accel_tensor *x, int cp, int k) {
+    int64_t h = x->shape[1] / cp;
+    return accel_slice(x, 1, k * h, (k + 1) * h, 1);
+}
+
+/* Between x [B, H, L, D] and blocks [cp, B, H/cp, L, D], head group k <->
+ * block k. */
+static accel_status move_heads(accel_tensor *x, accel_tensor *blocks, int cp, bool to_blocks) {
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < cp && !st; k++) {
+        accel_tensor *hg = head_group(x, cp, k), *b = block(blocks, k);
+        st = !hg || !b ? accel_last_status() : to_blocks ? accel_copy_(b, hg) : accel_copy_(hg, b);
+    }
+    return st;
+}
+
+static accel_tensor *blocks_like(const accel_tensor *x, int cp, int64_t h, int64_t rows) {
+    int64_t shape[5] = {cp, x->shape[0], h, rows, x->shape[3]};
+    return accel_empty_on(x->dtype, 5, shape, x->device);
+}
+
+/* x (this rank's chunks) -> out [B, h, T, D] in global order. */
+static accel_status to_global(const seq_ctx *g, accel_tensor *x, accel_tensor *out) {
     accel_arena *a = accel_step_arena();
     accel_arena_mark m = accel_arena_mark_now(a);
-    int64_t shape[5] = {g->cp, global->shape[0], global->shape[1], 2 * g->c, global->shape[3]};
-    accel_tensor *blocks = accel_empty_on(global->dtype, 5, shape, global->device);
-    size_t n = (size_t)(accel_numel(global) / g->cp);
-    accel_status st = blocks ? ACCEL_OK : accel_last_status();
-    if (!st && !to_global) st = move_chunks(blocks, global, g->cp, g->c, false);
-    void *lp = accel__device_ptr(local), *bp = blocks ? accel__device_ptr(blocks) : NULL;
-    if (!st && to_global)
-        st = g->a2a ? accel_pg_all_to_all(g->pg, lp, bp, n, global->dtype)
-                    : accel_pg_all_gather(g->pg, lp, bp, n, global->dtype);
-    else if (!st)
-        st = g->a2a ? accel_pg_all_to_all(g->pg, bp, lp, n, global->dtype)
-                    : accel_pg_reduce_scatter(g->pg, bp, lp, n, global->dtype, ACCEL_REDUCE_SUM);
-    if (!st && to_global) st = move_chunks(blocks, global, g->cp, g->c, true);
+    int64_t h = out->shape[1], n = accel_numel(out) / g->cp;
+    accel_tensor *send = g->a2a ? blocks_like(x, g->cp, h, 2 * g->c) : accel__contig(x);
+    accel_tensor *recv = send ? blocks_like(x, g->cp, h, 2 * g->c) : NULL;
+    accel_status st = recv ? ACCEL_OK : accel_last_status();
+    if (!st && g->a2a) st = move_heads(x, send, g->cp, true);
+    if (!st)
+        st = g->a2a ? accel_pg_all_to_all(g->pg, accel__device_ptr(send), accel__device_ptr(recv), (size_t)n, x->dtype)
+                    : accel_pg_all_gather(g->pg, accel__device_ptr(send), accel__device_ptr(recv), (size_t)n, x->dtype);
+    if (!st) st = move_chunks(recv, out, g->cp, g->c, true);
     accel_status rw = accel_arena_rewind(a, m);
     return st ? st : rw;
 }
 
-static accel_status gather_global_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *x = n->inputs[0], *gc = accel__contig(g);
-    accel_tensor *gx = gc ? accel_empty_on(gc->dtype, x->ndim, x->shape, x->device) : NULL;
-    if (!gx) return accel_last_status();
-    accel_status st = exchange(n->ctx, gx, gc, false);
-    return st ? st : accel_grad_accumulate(x, gx);
+/* y [B, h, T, D] in global order -> out (this rank's chunks): its head
+ * groups' (all_to_all), or the sum over the ranks of its rows
+ * (reduce_scatter). */
+static accel_status from_global(const seq_ctx *g, accel_tensor *y, accel_tensor *out) {
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    int64_t h = y->shape[1], n = accel_numel(y) / g->cp;
+    accel_tensor *send = blocks_like(y, g->cp, h, 2 * g->c);
+    accel_tensor *recv = send && g->a2a ? blocks_like(y, g->cp, h, 2 * g->c) : out;
+    accel_status st = send && recv ? move_chunks(send, y, g->cp, g->c, false) : accel_last_status();
+    if (!st)
+        st = g->a2a ? accel_pg_all_to_all(g->pg, accel__device_ptr(send), accel__device_ptr(recv), (size_t)n, y->dtype)
+                    : accel_pg_reduce_scatter(g->pg, accel__device_ptr(send), accel__device_ptr(out), (size_t)n,
+                                              y->dtype, ACCEL_REDUCE_SUM);
+    if (!st && g->a2a) st = move_heads(out, recv, g->cp, false);
+    accel_status rw = accel_arena_rewind(a, m);
+    return st ? st : rw;
 }
 
-static accel_tensor *gather_global(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a) {
-    accel_tensor *xc = x ? accel__contig(x) : NULL;
-    if (!xc) return NULL;
-    const int64_t *s = x->shape + (a2a ? 1 : 0); /* x's B, h, 2c, D */
-    accel_tensor *out = accel__op_out(x->dtype, 4, (int64_t[]){s[0], s[1], 2 * cp * c, s[3]}, x->device);
-    gather_ctx *ctx = out ? accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64) : NULL;
-    if (!ctx) return NULL;
-    *ctx = (gather_ctx){pg, cp, c, a2a};
-    if (exchange(ctx, xc, out, true) != ACCEL_OK) return NULL;
-    accel_node *n = accel_tape_record(a2a ? "cp_all_to_all_global" : "cp_all_gather_global", gather_global_backward,
-                                      out, 1, &x);
-    if (n) n->ctx = ctx;
-    return out;
+/* The shape on the other side: this rank's chunks [B, H or h, 2c, D] <->
+ * global order [B, h, T, D] (h = H/cp under all_to_all). */
+static accel_tensor *other_side(const seq_ctx *g, const accel_tensor *x, bool global, accel_dtype dt) {
+    int64_t H = x->shape[1], heads = !g->a2a ? H : global ? H / g->cp : H * g->cp;
+    int64_t rows = global ? 2 * g->cp * g->c : 2 * g->c;
+    return accel_empty_on(dt, 4, (int64_t[]){x->shape[0], heads, rows, x->shape[3]}, x->device);
 }
 
-static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
+static accel_status seq_backward(accel_node *n, accel_tensor *g) {
+    const seq_ctx *c = n->ctx;
+    bool to = n->iarg[0];
+    accel_tensor *gc = accel__contig(g), *gx = gc ? other_side(c, gc, !to, gc->dtype) : NULL;
+    accel_status st = gx ? (to ? from_global(c, gc, gx) : to_global(c, gc, gx)) : accel_last_status();
+    return st ? st : accel_grad_accumulate(n->inputs[0], gx);
+}
+
+/* to_global (x: this rank's chunks) or from_global (x in global order), as an
+ * op whose backward is the other. */
+static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a, bool to) {
     if (!x) return NULL;
-    reorder_dims d = {cp, c};
-    return reorder(x, &d, false);
+    accel_tensor *out = NULL;
+    seq_ctx *ctx = accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64);
+    if (ctx) {
+        *ctx = (seq_ctx){pg, cp, c, a2a};
+        out = other_side(ctx, x, to, x->dtype);
+    }
+    if (!out) return NULL;
+    bool grad = accel_set_grad_enabled(false);
+    accel_status st = to ? to_global(ctx, x, out) : from_global(ctx, accel__contig(x), out);
+    accel_set_grad_enabled(grad);
+    if (st) return NULL;
+    accel_node *n = accel_tape_record(a2a ? "cp_all_to_all_seq" : "cp_all_gather_seq", seq_backward, out, 1, &x);
+    if (n) {
+        n->ctx = ctx;
+        n->iarg[0] = to;
+    }
+    return out;
 }
 
 /* ---- allgather without a window or soft-capping: one op for both query
@@ -345,8 +361,8 @@ static accel_tensor *attend(accel_tensor *q, accel_tensor *k, accel_tensor *v, i
 static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                          const cp_mask *m, int cp, int rank, int64_t c) {
     if (!m->W && !(m->cap > 0)) return allgather_sdpa(pg, q, k, v, m->scale, cp, rank, c);
-    accel_tensor *kg = gather_global(pg, k, cp, c, false);
-    accel_tensor *vg = kg ? gather_global(pg, v, cp, c, false) : NULL;
+    accel_tensor *kg = seq_exchange(pg, k, cp, c, false, true);
+    accel_tensor *vg = kg ? seq_exchange(pg, v, cp, c, false, true) : NULL;
     if (!vg) return NULL;
     accel_tensor *out[2];
     for (int half = 0; half < 2; half++) {
@@ -357,14 +373,6 @@ static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_te
         if (!out[half]) return NULL;
     }
     return accel_concat(2, out, 2);
-}
-
-/* x [B, h, 2c, D] -> [B, h/cp, T, D]: my head group over the whole sequence. */
-static accel_tensor *heads_to_me(accel_pg *pg, accel_tensor *x, int cp, int64_t c) {
-    int64_t B = x->shape[0], h = x->shape[1], D = x->shape[3];
-    accel_tensor *r = accel_reshape(x, 5, (int64_t[]){B, cp, h / cp, 2 * c, D});
-    accel_tensor *p = r ? accel_permute(r, (int[]){1, 0, 2, 3, 4}) : NULL; /* [cp, B, h/cp, 2c, D] */
-    return p ? gather_global(pg, p, cp, c, true) : NULL;
 }
 
 static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
@@ -378,12 +386,11 @@ static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_ten
         v = vx ? accel_reshape(vx, 4, (int64_t[]){B, H, 2 * c, Dv}) : NULL;
         if (!k || !v) return NULL;
     }
-    accel_tensor *qs = heads_to_me(pg, q, cp, c), *ks = qs ? heads_to_me(pg, k, cp, c) : NULL;
-    accel_tensor *vs = ks ? heads_to_me(pg, v, cp, c) : NULL;
+    /* my head group over the whole sequence: [B, H/cp, T, D] */
+    accel_tensor *qs = seq_exchange(pg, q, cp, c, true, true), *ks = qs ? seq_exchange(pg, k, cp, c, true, true) : NULL;
+    accel_tensor *vs = ks ? seq_exchange(pg, v, cp, c, true, true) : NULL;
     accel_tensor *o = vs ? attend(qs, ks, vs, 0, m) : NULL; /* [B, H/cp, T, Dv] */
-    accel_tensor *ob = o ? accel_cp_all_to_all(pg, to_blocks(o, cp, c)) : NULL; /* [cp(head group), B, H/cp, 2c, Dv] */
-    accel_tensor *p = ob ? accel_permute(ob, (int[]){1, 0, 2, 3, 4}) : NULL;
-    return p ? accel_reshape(p, 4, (int64_t[]){B, H, 2 * c, Dv}) : NULL;
+    return seq_exchange(pg, o, cp, c, true, false);         /* [B, H, 2c, Dv] */
 }
 
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
