@@ -110,7 +110,7 @@ static accel_tensor *local_loss(accel_tensor *logits, accel_tensor *targets, int
 /* Joins an all-reduce (SUM) of vals[0..n-2] and of this rank's failure flag
  * in vals[n-1]: every rank learns at once when one failed, rather than its
  * partners waiting in the next collective until the group's timeout. False
- * (error set: this rank's own, or which ranks failed) when any did. */
+ * (error set: this rank's own, or how many others failed) when any did. */
 static bool all_reduce_or_fail(accel_pg *pg, double *vals, int n, bool failed, const char *what) {
     static const char *OP = "accel_cp_cross_entropy";
     vals[n - 1] = failed;
