@@ -272,26 +272,20 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
     return accel_transpose(h, 1, 2);
 }
 
-/* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
- * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
-static accel_tensor *rope(accel_tensor *x, int64_t pos, const float *inv, double scaling, int64_t rd) {
-    if (!x || rd == x->shape[3]) return accel_rope_freqs(x, pos, inv, scaling);
-    accel_tensor *rot = accel_rope_freqs(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, inv, scaling);
-    accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
-    return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
+/* RoPE of x [B, H, T, D] at positions pos.. or, under context parallelism
+ * over cp, of this rank's two chunks at their global positions (accel/cp.h). */
+static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling) {
+    return cp ? accel_cp_rope_freqs(x, accel_pg_size(cp), accel_pg_rank(cp), inv, scaling)
+              : accel_rope_freqs(x, pos, inv, scaling);
 }
 
-/* rope of this rank's two chunks x [B, H, 2c, D] under context parallelism
- * over cp, each at its global positions (accel/cp.h). */
-static accel_tensor *rope_cp(accel_tensor *x, accel_pg *cp, const float *inv, double scaling, int64_t rd) {
-    int64_t c = x ? x->shape[2] / 2 : 0;
-    accel_tensor *r[2];
-    for (int half = 0; half < 2; half++) {
-        int64_t pos = accel_cp_position(half * c, c, accel_pg_size(cp), accel_pg_rank(cp));
-        r[half] = x ? rope(accel_slice(x, 2, half * c, (half + 1) * c, 1), pos, inv, scaling, rd) : NULL;
-        if (!r[half]) return NULL;
-    }
-    return accel_concat(2, r, 2);
+/* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
+ * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
+static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling, int64_t rd) {
+    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling);
+    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling);
+    accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
+    return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
 }
 
 /* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D]: one projection each,
@@ -343,8 +337,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
         double scaling = accel__rope_inv_freq(c, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
-        q = cp ? rope_cp(q, cp->pg, inv, scaling, rd) : rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
-        k = cp ? rope_cp(k, cp->pg, inv, scaling, rd) : rope(k, pos, inv, scaling, rd);
+        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
+        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);

@@ -153,15 +153,8 @@ accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float
                         accel_shape_str(x, s, sizeof s), rank, cp);
         return NULL;
     }
-    int64_t c = x->shape[2] / 2;
-    accel_tensor *r[2];
-    for (int half = 0; half < 2; half++) {
-        accel_tensor *part = accel_contiguous(accel_slice(x, 2, half * c, (half + 1) * c, 1));
-        r[half] = part ? accel_rope_freqs(part, accel_cp_position(half * c, c, cp, rank), inv_freq,
-                                          attention_scaling) : NULL;
-        if (!r[half]) return NULL;
-    }
-    return accel_concat(2, r, 2);
+    int64_t c = x->shape[2] / 2, pos[2] = {accel_cp_position(0, c, cp, rank), accel_cp_position(c, c, cp, rank)};
+    return accel__rope_runs(x, 2, pos, inv_freq, attention_scaling);
 }
 
 int64_t accel_cp_position(int64_t t, int64_t c, int cp, int rank) {
