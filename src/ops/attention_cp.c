@@ -173,16 +173,15 @@ static accel_status seq_backward(accel_node *n, accel_tensor *g) {
 /* to_global (x: this rank's chunks) or from_global (x in global order), as an
  * op whose backward is the other. */
 static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a, bool to) {
-    if (!x) return NULL;
-    accel_tensor *out = NULL;
-    seq_ctx *ctx = accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64);
+    accel_tensor *xs = x && !to ? accel__contig(x) : x, *out = NULL;
+    seq_ctx *ctx = xs ? accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64) : NULL;
     if (ctx) {
         *ctx = (seq_ctx){pg, cp, c, a2a};
         out = other_side(ctx, x, to, x->dtype);
     }
     if (!out) return NULL;
     bool grad = accel_set_grad_enabled(false);
-    accel_status st = to ? to_global(ctx, x, out) : from_global(ctx, accel__contig(x), out);
+    accel_status st = to ? to_global(ctx, xs, out) : from_global(ctx, xs, out);
     accel_set_grad_enabled(grad);
     if (st) return NULL;
     accel_node *n = accel_tape_record(a2a ? "cp_all_to_all_seq" : "cp_all_gather_seq", seq_backward, out, 1, &x);
