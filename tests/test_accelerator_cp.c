@@ -23,14 +23,16 @@
 static accel_parallelism_opts g_par;
 static int g_zero_stage;
 
-static accel_module *tiny(void) {
-    accel_manual_seed(7);
+static accel_module *tiny_seed(uint64_t seed) {
+    accel_manual_seed(seed);
     accel_llama_config c = accel_llama_config_default();
     c.vocab_size = 37, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
     c.num_attention_heads = 4, c.num_key_value_heads = 2, c.max_position_embeddings = 64;
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
+
+static accel_module *tiny(void) { return tiny_seed(7); }
 
 /* The whole batch [2, T] of data-parallel index d at step s. */
 static accel_tensor *batch(int s, int d, int64_t T) {
@@ -223,17 +225,171 @@ static int body(int rank, int world) {
     return bad ? 20 : 0;
 }
 
-static void run(int world, accel_parallelism_opts p, int zero_stage) {
+/* ---------------------------------------------------------------- save_state / load_state */
+
+#define RESUME_AT 2
+static char g_dir[256];
+
+static accel_optimizer *adamw(accel_module *m) {
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.05);
+    return accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+}
+
+/* Steps [from, to) of data-parallel index d through acc; loss[s] recorded. */
+static int train(accel_accelerator *acc, accel_module *m, accel_optimizer *o, int from, int to, int d, int64_t T,
+                 double *loss) {
+    for (int s = from; s < to; s++) {
+        accel_tensor *l = accel_llama_loss(m, batch(s, d, T));
+        if (!l || accel_accelerator_backward(acc, l) != ACCEL_OK || accel_accelerator_optimizer_step(acc, o) ||
+            accel_accelerator_zero_grad(acc, o)) {
+            fprintf(stderr, "step %d: %s\n", s, accel_last_error());
+            return 1;
+        }
+        loss[s] = accel_item(l);
+        accel_step_reset();
+    }
+    return 0;
+}
+
+/* Every parameter's values, flat (after accel_accelerator_clear under ZeRO-3). */
+static float *flat_weights(accel_module *m, int64_t *n_out) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
+    float *w = malloc((size_t)total * sizeof *w);
+    for (int i = 0, o = 0; i < n; o += (int)accel_numel(ps[i]), i++) accel_to_floats(ps[i], w + o);
+    accel_free(ps);
+    *n_out = total;
+    return w;
+}
+
+/* On the cp mesh: RESUME_AT AdamW steps, save_state, the rest (run A); then
+ * a fresh accelerator and a model of other weights load that state and
+ * train the rest again (run B): B's losses and final weights are A's, bit
+ * for bit. */
+static int body_resume(int rank, int world) {
+    int cp = g_par.cp_size, d = rank / cp;
+    int64_t T = 4 * cp;
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.parallelism = g_par;
+    o.zero_stage = g_zero_stage;
+    double la[STEPS], lb[STEPS];
+    float *w[2] = {NULL, NULL};
+    int64_t n[2] = {0, 0};
+    for (int run = 0; run < 2; run++) {
+        accel_accelerator *acc = accel_accelerator_new(&o);
+        accel_module *m = tiny_seed(run == 0 ? 7 : 99);
+        accel_optimizer *opt = m ? adamw(m) : NULL;
+        if (!acc || !opt || accel_accelerator_prepare(acc, m, opt, NULL, NULL) != ACCEL_OK) {
+            fprintf(stderr, "rank %d run %d: %s\n", rank, run, accel_last_error());
+            return 10;
+        }
+        if (run == 0 && (train(acc, m, opt, 0, RESUME_AT, d, T, la) ||
+                         accel_accelerator_save_state(acc, g_dir, NULL, 0) != ACCEL_OK)) {
+            fprintf(stderr, "rank %d: save_state: %s\n", rank, accel_last_error());
+            return 11;
+        }
+        if (run == 1 && accel_accelerator_load_state(acc, g_dir, NULL) != ACCEL_OK) {
+            fprintf(stderr, "rank %d: load_state: %s\n", rank, accel_last_error());
+            return 12;
+        }
+        if (train(acc, m, opt, RESUME_AT, STEPS, d, T, run == 0 ? la : lb)) return 13;
+        accel_accelerator_clear(acc); /* ZeRO-3: the full weights back in m */
+        w[run] = flat_weights(m, &n[run]);
+        accel_optimizer_free(opt);
+        accel_accelerator_free(acc);
+        accel_module_free(m);
+    }
+    int bad = 0;
+    for (int s = RESUME_AT; s < STEPS; s++)
+        if (la[s] != lb[s]) {
+            fprintf(stderr, "rank %d step %d: resumed loss %.9g, uninterrupted %.9g\n", rank, s, lb[s], la[s]);
+            bad++;
+        }
+    if (n[0] != n[1] || memcmp(w[0], w[1], (size_t)n[0] * sizeof *w[0])) {
+        fprintf(stderr, "rank %d: the resumed weights differ from the uninterrupted run's\n", rank);
+        bad++;
+    }
+    free(w[0]);
+    free(w[1]);
+    accel_thread_cleanup();
+    return bad ? 20 : 0;
+}
+
+/* One process without cp loads the cp run's checkpoint and trains the rest
+ * (the cp mesh had one data-parallel index): its losses are those of a
+ * plain uninterrupted AdamW run of the same model within 1e-5. */
+static int body_resume_one(int rank, int world) {
+    (void)rank, (void)world;
+    int64_t T = 4 * g_par.cp_size;
+    double want[STEPS], got[STEPS];
+    accel_module *ref = tiny();
+    accel_optimizer *ro = adamw(ref);
+    for (int s = 0; s < STEPS; s++) {
+        accel_tensor *l = accel_llama_loss(ref, batch(s, 0, T));
+        want[s] = accel_item(l);
+        accel_backward(l);
+        accel_optimizer_step(ro);
+        accel_optimizer_zero_grad(ro);
+        accel_step_reset();
+    }
+    accel_optimizer_free(ro);
+    accel_module_free(ref);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    accel_module *m = tiny_seed(99);
+    accel_optimizer *opt = adamw(m);
+    if (!acc || accel_accelerator_prepare(acc, m, opt, NULL, NULL) != ACCEL_OK ||
+        accel_accelerator_load_state(acc, g_dir, NULL) != ACCEL_OK || train(acc, m, opt, RESUME_AT, STEPS, 0, T, got)) {
+        fprintf(stderr, "one process: %s\n", accel_last_error());
+        return 10;
+    }
+    int bad = 0;
+    for (int s = RESUME_AT; s < STEPS; s++)
+        if (!(fabs(got[s] - want[s]) <= 1e-5 * (1 + fabs(want[s])))) {
+            fprintf(stderr, "one process step %d: loss %.9g after loading the cp checkpoint, uninterrupted %.9g\n", s,
+                    got[s], want[s]);
+            bad++;
+        }
+    accel_optimizer_free(opt);
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    accel_thread_cleanup();
+    return bad ? 20 : 0;
+}
+
+static void run_body(int world, accel_parallelism_opts p, int zero_stage, dist_body_fn body, const char *what) {
     g_par = p;
     g_zero_stage = zero_stage;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 150};
     int st[DIST_GROUP_MAX];
     dist_group_run(&g, body, st);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%d processes, cp %d sp %d dp_shard %d %s, zero %d: rank %d status %#x",
-                  world, p.cp_size, p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "",
+        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d processes, cp %d sp %d dp_shard %d %s, zero %d: rank %d status %#x",
+                  what, world, p.cp_size, p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "",
                   zero_stage, r, st[r]);
 }
+
+/* g_dir: a checkpoint directory inside a fresh temporary one (removed after). */
+static void resume_case(int world, accel_parallelism_opts p, int zero_stage, bool one_process) {
+    char tmp[64] = "/tmp/accel_cp_resume_XXXXXX", cmd[128];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(g_dir, sizeof g_dir, "%s/ckpt", tmp);
+    run_body(world, p, zero_stage, body_resume, "resume on the same mesh");
+    if (one_process) run_body(1, p, zero_stage, body_resume_one, "resume on one process");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    CHECK(system(cmd) == 0);
+}
+
+static void test_resume_cp2(void) { resume_case(2, (accel_parallelism_opts){.cp_size = 2}, 0, true); }
+static void test_resume_cp2_dp_shard2_zero3(void) {
+    resume_case(4, (accel_parallelism_opts){.cp_size = 2, .dp_shard_size = 2}, 3, false);
+}
+
+static void run(int world, accel_parallelism_opts p, int zero_stage) { run_body(world, p, zero_stage, body, "5 steps"); }
 
 static void test_cp2(void) {
     run(2, (accel_parallelism_opts){.cp_size = 2}, 0);
@@ -254,5 +410,7 @@ int main(void) {
     RUN(test_cp4);
     RUN(test_sp2_dp_shard2);
     RUN(test_cp2_dp_shard2_zero3);
+    RUN(test_resume_cp2);
+    RUN(test_resume_cp2_dp_shard2_zero3);
     return check_summary();
 }

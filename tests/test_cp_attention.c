@@ -4,9 +4,11 @@
  * the unsharded causal attention (accel_sdpa on the whole sequence, computed
  * on every rank from the same seeds) within 1e-5; RoPE at the shards'
  * positions and the sharded cross-entropy (value and dlogits) equal to the
- * unsharded ones. Also the layout helpers (accel_cp_position,
- * accel_cp_shard) and the refusals (heads not divisible
- * by cp under all-to-all, an odd local sequence). */
+ * unsharded ones. In bf16 (q, k, v rounded on both sides) within 1e-2
+ * relative (a few bf16 ulps) of the unsharded bf16 attention. A local
+ * failure of the sharded loss on one rank fails every rank at once. Also the
+ * layout helpers (accel_cp_position, accel_cp_shard) and the refusals (heads
+ * not divisible by cp under all-to-all, an odd local sequence). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,10 +37,25 @@ static float *host(const accel_tensor *t) {
     return v;
 }
 
-static accel_tensor *leaf(const float *v, int64_t B, int64_t h, int64_t T, int64_t D) {
-    accel_tensor *t = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(B, h, T, D), ACCEL_CPU_DEVICE);
-    accel_tensor_from_host(t, v);
+/* A persistent leaf of dtype dt with the values v (rounded to dt). */
+static accel_tensor *leaf_as(accel_dtype dt, const float *v, int64_t B, int64_t h, int64_t T, int64_t D) {
+    accel_tensor *t = accel_tensor_new(dt, ACCEL_SHAPE(B, h, T, D), ACCEL_CPU_DEVICE);
+    accel_copy_(t, accel_from_floats(ACCEL_SHAPE(B, h, T, D), v));
     accel_requires_grad_(t, true);
+    return t;
+}
+
+static accel_tensor *leaf(const float *v, int64_t B, int64_t h, int64_t T, int64_t D) {
+    return leaf_as(ACCEL_F32, v, B, h, T, D);
+}
+
+/* x as a persistent leaf of dtype dt (x itself for f32; else x is freed). */
+static accel_tensor *as_dtype(accel_tensor *x, accel_dtype dt) {
+    if (dt == ACCEL_F32) return x;
+    float *v = host(x);
+    accel_tensor *t = leaf_as(dt, v, x->shape[0], x->shape[1], x->shape[2], x->shape[3]);
+    free(v);
+    accel_tensor_free(x);
     return t;
 }
 
@@ -48,11 +65,16 @@ static int64_t worst_at(const float *a, const float *b, int64_t n, double tol) {
     return -1;
 }
 
-/* One case; returns the number of failed comparisons (printed). */
-static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D) {
+/* One case in dtype dt (q, k, v and the output gradient rounded to it, on
+ * both sides), compared within tol; returns the number of failed
+ * comparisons (printed). */
+static int one_case_as(accel_pg *pg, accel_cp_strategy s, accel_dtype dt, double tol, int64_t B, int64_t H,
+                       int64_t Hkv, int64_t T, int64_t D) {
     const char *name = s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall";
-    accel_tensor *q = gc_randn(1, ACCEL_SHAPE(B, H, T, D)), *k = gc_randn(2, ACCEL_SHAPE(B, Hkv, T, D)),
-                 *v = gc_randn(3, ACCEL_SHAPE(B, Hkv, T, D)), *gy = gc_randn(4, ACCEL_SHAPE(B, H, T, D));
+    accel_tensor *q = as_dtype(gc_randn(1, ACCEL_SHAPE(B, H, T, D)), dt),
+                 *k = as_dtype(gc_randn(2, ACCEL_SHAPE(B, Hkv, T, D)), dt),
+                 *v = as_dtype(gc_randn(3, ACCEL_SHAPE(B, Hkv, T, D)), dt),
+                 *gy = as_dtype(gc_randn(4, ACCEL_SHAPE(B, H, T, D)), dt);
     /* the unsharded reference, on every rank */
     accel_tensor *y = accel_sdpa(q, k, v, true, 0.0);
     accel_backward_with(y, gy);
@@ -62,9 +84,9 @@ static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int
     int64_t T2 = T / N, hin[4] = {H, Hkv, Hkv, H}, hs[4] = {H, H, Hkv, Hkv}; /* q k v gy; y dq dk dv */
     float *loc[4];
     for (int i = 0; i < 4; i++) loc[i] = shard_rows(full_in[i], B, hin[i], T, D);
-    accel_tensor *ql = leaf(loc[0], B, H, T2, D), *kl = leaf(loc[1], B, Hkv, T2, D),
-                 *vl = leaf(loc[2], B, Hkv, T2, D);
-    accel_tensor *gyl = accel_from_floats(ACCEL_SHAPE(B, H, T2, D), loc[3]);
+    accel_tensor *ql = leaf_as(dt, loc[0], B, H, T2, D), *kl = leaf_as(dt, loc[1], B, Hkv, T2, D),
+                 *vl = leaf_as(dt, loc[2], B, Hkv, T2, D);
+    accel_tensor *gyl = accel_to_dtype(accel_from_floats(ACCEL_SHAPE(B, H, T2, D), loc[3]), dt);
     accel_tensor *yl = accel_cp_attention(pg, ql, kl, vl, s, 0.0);
     int bad = 0;
     if (!yl || accel_backward_with(yl, gyl) != ACCEL_OK) {
@@ -75,10 +97,10 @@ static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int
         const char *what[4] = {"output", "dq", "dk", "dv"};
         for (int i = 0; i < 4; i++) {
             float *want = shard_rows(ref[i], B, hs[i], T, D), *g = host(got[i]);
-            int64_t at = worst_at(g, want, B * hs[i] * T2 * D, 1e-5);
+            int64_t at = worst_at(g, want, B * hs[i] * T2 * D, tol);
             if (at >= 0) {
-                fprintf(stderr, "rank %d of %d, %s H=%lld Hkv=%lld: %s[%lld] = %.8g, unsharded %.8g\n", R, N, name,
-                        (long long)H, (long long)Hkv, what[i], (long long)at, g[at], want[at]);
+                fprintf(stderr, "rank %d of %d, %s %s H=%lld Hkv=%lld: %s[%lld] = %.8g, unsharded %.8g\n", R, N, name,
+                        accel_dtype_name(dt), (long long)H, (long long)Hkv, what[i], (long long)at, g[at], want[at]);
                 bad++;
             }
             free(want);
@@ -92,6 +114,36 @@ static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int
     }
     accel_tensor *all[] = {q, k, v, gy, ql, kl, vl};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) accel_tensor_free(all[i]);
+    accel_step_reset();
+    return bad;
+}
+
+static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D) {
+    return one_case_as(pg, s, ACCEL_F32, 1e-5, B, H, Hkv, T, D);
+}
+
+/* A target out of range on the last rank only: accel_cp_cross_entropy fails
+ * there, and every other rank fails at once, saying a partner failed (not
+ * after the group's timeout, in its next collective). Then a good call on
+ * every rank still works (the ranks stayed in step). */
+static int loss_fails_together(accel_pg *pg) {
+    int bad = 0;
+    int64_t V = 5, tg[4] = {1, 2, 3, R == N - 1 ? V : 0};
+    accel_tensor *lg = gc_randn(7, ACCEL_SHAPE(4, V));
+    accel_tensor *l = accel_cp_cross_entropy(pg, lg, accel_from_data(ACCEL_I64, ACCEL_SHAPE(4), tg), -100);
+    const char *want = R == N - 1 ? "out of range" : "1 other rank(s) of the cp group";
+    if (l || !strstr(accel_last_error(), want)) {
+        fprintf(stderr, "rank %d of %d: a partner's bad target: %s\n", R, N, l ? "no error" : accel_last_error());
+        bad++;
+    }
+    tg[3] = 0;
+    l = accel_cp_cross_entropy(pg, lg, accel_from_data(ACCEL_I64, ACCEL_SHAPE(4), tg), -100);
+    if (!l || !(fabs(accel_item(l)) > 0)) {
+        fprintf(stderr, "rank %d of %d: the next loss: %s\n", R, N, accel_last_error());
+        bad++;
+    }
+    accel_tensor_free(lg);
+    accel_clear_error();
     accel_step_reset();
     return bad;
 }
@@ -159,7 +211,10 @@ static int body(int rank, int world) {
         bad += one_case(pg, (accel_cp_strategy)s, 2, 4, 4, 8 * world, 8); /* MHA */
         bad += one_case(pg, (accel_cp_strategy)s, 1, 8, 4, 4 * world, 16); /* GQA (Hkv % cp == 0 up to 4) */
         bad += one_case(pg, (accel_cp_strategy)s, 2, 4, 1, 2 * world, 8); /* MQA: kv heads repeated under alltoall */
+        /* bf16 on both sides: within a few bf16 ulps (2^-8 relative) of the unsharded bf16 attention */
+        bad += one_case_as(pg, (accel_cp_strategy)s, ACCEL_BF16, 1e-2, 1, 8, 4, 4 * world, 16);
     }
+    if (world > 1) bad += loss_fails_together(pg);
     bad += rope_and_loss(pg);
     /* refusals, before any collective: the ranks stay in step */
     accel_tensor *q3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 3, 4, 8)), *k3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 3, 4, 8));

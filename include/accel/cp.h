@@ -49,8 +49,12 @@ accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x);
 /* Causal attention over the whole sequence from the local chunks (layout
  * above): q [B, H, 2c, D], k and v [B, Hkv, 2c, D] (H % Hkv == 0);
  * scale <= 0 means 1/sqrt(D). Output [B, H, 2c, D], the rows of this rank's
- * chunks; differentiable in q, k, v. Sliding windows are not supported (the
- * decoder refuses them under cp). */
+ * chunks; differentiable in q, k, v. f32, bf16 or f16 (and autocast), as
+ * accel_sdpa. Memory: the all-gather strategy keeps per call only what is
+ * this rank's share (its chunks' attention probabilities and gradients);
+ * the gathered K and V are a scratch of the call, gathered again by the
+ * backward. The decoders under cp also apply sliding windows and
+ * soft-capping (at the chunks' global positions) through this op. */
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                  accel_cp_strategy strategy, double scale);
 
@@ -72,7 +76,9 @@ accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float
  * 0-dim f32, is the sum of the shares (all-reduced): the unsharded mean on
  * every rank. Its backward gives each rank the gradient of its own share
  * only, so the gradients of the ranks' replicas of a parameter add up (SUM
- * over pg) to the unsharded gradient. Collective over pg (forward only). */
+ * over pg) to the unsharded gradient. Collective over pg (forward only):
+ * a failure on one rank (a target out of range, bad arguments) fails every
+ * rank of pg at once, the others saying that a partner failed. */
 accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets,
                                      int64_t ignore_index);
 
@@ -84,9 +90,11 @@ accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_t
  * the shifted labels, and returns the unsharded mean loss
  * (accel_cp_cross_entropy). The group and strategy are recorded on the model
  * (as accel_llama_parallelize records tp's), so two models in one process,
- * or on two threads, each run with their own. Refused here, naming it:
- * sliding windows, soft-capping, GPT-2's learned positions; refused by
- * accel_llama_forward: a KV cache (generation: undo cp first). pg NULL undoes
+ * or on two threads, each run with their own. Sliding windows (Mistral,
+ * Qwen2, Gemma2) and attention soft-capping (Gemma2) apply at the global
+ * positions. Refused here, naming it: GPT-2's learned positions; refused by
+ * accel_llama_forward: a KV cache (generation: undo cp first); by
+ * accel_llama_loss: a T that is not a multiple of 2*cp. pg NULL undoes
  * it (strategy ignored); the caller keeps pg alive while set. The
  * Accelerator applies its cp group at accel_accelerator_prepare and undoes
  * it when it lets the model go (accel_accelerator_free). */

@@ -1,9 +1,11 @@
 /* The decoder models (llama.c) under context parallelism (accel/cp.h): the
- * cp group recorded on a model's root, what the models refuse under it, RoPE at the chunks'
- * global positions, and the loss over the sharded sequence. llama.c calls
+ * cp group recorded on a model's root, what the models refuse under it, the
+ * attention (sliding windows and soft-capping at the chunks' global
+ * positions), and the loss over the sharded sequence. llama.c calls
  * these at three places (forward's checks, attention, the loss). */
 #include "decoder_cp.h"
 #include "nn_internal.h"
+#include "ops/attention_masked.h"
 
 accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, accel_cp_strategy strategy) {
     static const char *FN = "accel_llama_context_parallelize";
@@ -22,12 +24,6 @@ accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, 
     if (a->blocks == ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: GPT-2's learned position embeddings are not supported",
                                FN);
-    if (c->sliding_window > 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window %lld: the sharded attention is causal "
-                               "over the whole sequence only", FN, (long long)c->sliding_window);
-    if (a->softcap && c->attn_logit_softcapping > 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention logit soft-capping (%g) is not supported", FN,
-                               c->attn_logit_softcapping);
     root->cp = (accel__decoder_cp){pg, strategy};
     return ACCEL_OK;
 }
@@ -72,13 +68,19 @@ int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T) 
 }
 
 accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
-                                          accel_tensor *v, double scale) {
-    return accel_cp_attention(cp->pg, q, k, v, cp->strategy, scale);
+                                          accel_tensor *v, double scale, int64_t W, double cap) {
+    return accel__cp_attention(cp->pg, q, k, v, cp->strategy, scale, W, cap);
 }
 
 accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids) {
     int cp = accel_pg_size(g->pg), rank = accel_pg_rank(g->pg);
     int64_t B = ids->shape[0], T = ids->shape[1];
+    if (T % (2 * cp) != 0) {
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss on a context-parallel model: ids hold T = %lld positions, "
+                        "not a multiple of 2*cp = %d (cp %d ranks each hold 2 of 2*cp equal chunks)", (long long)T,
+                        2 * cp, cp);
+        return NULL;
+    }
     /* the labels of the whole sequence (ids shifted left, -100 at the end), then my chunks of both */
     accel_tensor *pad = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, 1), ids->device);
     if (!pad || accel_fill_(pad, -100) != ACCEL_OK) return NULL;

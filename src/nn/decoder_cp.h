@@ -33,9 +33,11 @@ static inline const accel__decoder_cp *accel__decoder_cp_of(const accel_llama_co
 accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids);
 /* The whole sequence's length when this rank of cp holds local_T positions. */
 int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
-/* accel_cp_attention over cp's group with its strategy. */
+/* accel_cp_attention over cp's group with its strategy, with a sliding
+ * window of W keys (0: none) and soft-capping at cap (0: none) applied on
+ * the global positions. */
 accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
-                                          accel_tensor *v, double scale);
+                                          accel_tensor *v, double scale, int64_t W, double cap);
 /* accel_llama_loss of the whole batch ids [B, T] on a model under cp: this
  * rank's chunks of ids and labels, the unsharded mean loss. */
 accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids);

@@ -9,6 +9,7 @@
 #include "decoder_cp.h"
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
+#include "ops/attention_masked.h"
 #include "tp_internal.h"
 
 accel_llama_config accel_llama_config_default(void) {
@@ -272,55 +273,20 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
     return accel_transpose(h, 1, 2);
 }
 
-/* Attention where query t (at position pos + t) sees keys (at 0..) j with
- * pos + t - W < j <= pos + t (W 0: every j <= pos + t): transformers'
- * sliding-window mask, as an additive mask over explicit scores (ops every
- * backend has). Scores are scaled by `scale` (0: 1/sqrt(D)), then soft-capped
- * to cap tanh(s / cap) when cap > 0 (Gemma2). q [B, H, T, D] (contiguous),
- * k, v [B, Hkv, S, D] -> [B, H, T, D]. */
-static accel_tensor *explicit_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                        double scale, double cap) {
-    if (!q || !k || !v) return NULL;
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
-    int64_t G = H / Hkv;
-    /* query head h uses kv head h / G: rows of one kv head's G query heads together */
-    accel_tensor *qg = accel_reshape(accel_contiguous(q), 4, (int64_t[]){B, Hkv, G * T, D});
-    float *m = accel_arena_alloc(accel_step_arena(), (size_t)(G * T * S) * sizeof *m, 64);
-    if (!qg || !m) return NULL;
-    for (int64_t r = 0; r < G * T; r++) {
-        int64_t qpos = pos + r % T;
-        for (int64_t j = 0; j < S; j++) m[r * S + j] = j <= qpos && (!W || j > qpos - W) ? 0.0f : -INFINITY;
-    }
-    accel_tensor *mask = accel_from_data(ACCEL_F32, 2, (int64_t[]){G * T, S}, m);
-    if (mask && mask->dtype != qg->dtype) mask = accel_to_dtype(mask, qg->dtype);
-    if (mask && !accel_device_eq(mask->device, qg->device)) mask = accel_to_device(mask, qg->device);
-    accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
-                                            scale > 0 ? scale : 1.0 / sqrt((double)D));
-    if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);
-    accel_tensor *o = accel_matmul(accel_softmax(accel_add(scores, mask), 3), v); /* [B, Hkv, G T, D] */
-    return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
+/* RoPE of x [B, H, T, D] at positions pos.. or, under context parallelism
+ * over cp, of this rank's two chunks at their global positions (accel/cp.h). */
+static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling) {
+    return cp ? accel_cp_rope_freqs(x, accel_pg_size(cp), accel_pg_rank(cp), inv, scaling)
+              : accel_rope_freqs(x, pos, inv, scaling);
 }
 
 /* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
  * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
-static accel_tensor *rope(accel_tensor *x, int64_t pos, const float *inv, double scaling, int64_t rd) {
-    if (!x || rd == x->shape[3]) return accel_rope_freqs(x, pos, inv, scaling);
-    accel_tensor *rot = accel_rope_freqs(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, inv, scaling);
+static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling, int64_t rd) {
+    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling);
+    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling);
     accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
     return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
-}
-
-/* rope of this rank's two chunks x [B, H, 2c, D] under context parallelism
- * over cp, each at its global positions (accel/cp.h). */
-static accel_tensor *rope_cp(accel_tensor *x, accel_pg *cp, const float *inv, double scaling, int64_t rd) {
-    int64_t c = x ? x->shape[2] / 2 : 0;
-    accel_tensor *r[2];
-    for (int half = 0; half < 2; half++) {
-        int64_t pos = accel_cp_position(half * c, c, accel_pg_size(cp), accel_pg_rank(cp));
-        r[half] = x ? rope(accel_slice(x, 2, half * c, (half + 1) * c, 1), pos, inv, scaling, rd) : NULL;
-        if (!r[half]) return NULL;
-    }
-    return accel_concat(2, r, 2);
 }
 
 /* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D] (the layer's heads:
@@ -375,24 +341,27 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
         double scaling = accel__rope_inv_freq(c, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
-        q = cp ? rope_cp(q, cp->pg, inv, scaling, rd) : rope(q, pos, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
-        k = cp ? rope_cp(k, cp->pg, inv, scaling, rd) : rope(k, pos, inv, scaling, rd);
+        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
+        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
         v = cache_append(cache->v[li->index], v, pos);
     }
-    /* the window only bites once some query is W or more positions past a key;
+    /* the window only bites once some query is W or more positions past a key
+     * (under cp: of the whole sequence, T being this rank's chunks);
      * soft-capping needs the scores (on meta, shapes only: the fused op) */
-    int64_t W = li->windowed && pos + T > c->sliding_window ? c->sliding_window : 0;
+    int64_t end = cp ? accel__decoder_cp_seq_len(cp, T) : pos + T;
+    int64_t W = li->windowed && end > c->sliding_window ? c->sliding_window : 0;
     double scale = a->multipliers                                 ? c->attention_multiplier
                    : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
-    accel_tensor *o = cp                                                 ? accel__decoder_cp_attention(cp, q, k, v, scale)
-                      : (W || cap > 0) && x->device.type != ACCEL_DEV_META ? explicit_attention(q, k, v, pos, W, scale, cap)
-                                                                           : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
+    accel_tensor *o = cp ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
+                      : (W || cap > 0) && x->device.type != ACCEL_DEV_META
+                          ? accel__masked_attention(q, k, v, pos, W, scale, cap)
+                          : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);

@@ -1,190 +1,381 @@
 /* accel_cp_attention: causal attention over a sequence split across the
  * ranks of pg in the load-balanced layout of accel/cp.h (rank r holds global
- * chunks r and 2*cp-1-r of c positions each), composed of differentiable ops
- * so that the backward follows from the forward:
+ * chunks r and 2*cp-1-r of c positions each):
  *
- *   allgather  K, V [B, Hkv, 2c, D] -all_gather-> [cp, B, Hkv, 2c, D] ->
- *              global order [B, Hkv, T, D]; local query chunk g attends
- *              causally to the first (g+1)*c keys (accel_sdpa's bottom-right
- *              causal mask then lines up: query i sees key j <= i + g*c).
- *              Backward: the all_gather's reduce-scatter of dK, dV.
+ *   allgather  K, V [B, Hkv, 2c, D] -all_gather-> [cp, B, Hkv, 2c, D]; local
+ *              query chunk g attends causally to the first (g+1)*c keys
+ *              (the bottom-right causal mask then lines up: query i sees key
+ *              j <= i + g*c). One op whose backward gathers K and V again
+ *              and reduce-scatters dK, dV, so that no whole-sequence tensor
+ *              outlives the call; with a sliding window or soft-capping
+ *              (explicit scores), composed ops over the gathered K and V.
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
- *              group -> global order [B, H/cp, T, D]; causal sdpa; the output
- *              goes back the reverse way. */
-#include <string.h>
+ *              group -> global order [B, H/cp, T, D]; causal attention; the
+ *              output goes back the reverse way (composed ops).
+ *
+ * Windows and soft-capping apply at the global positions. Scratch memory
+ * (the rank-ordered blocks, the key prefixes) is step-arena memory given
+ * back before each op returns. Tensor memory is read and written through
+ * the device layer (views and accel_copy_, the sdpa kernels); the process
+ * group is handed cpu tensors' memory (accel__device_ptr). */
+#include <math.h>
 
 #include "accel/cp.h"
+#include "attention_masked.h"
 #include "nn_internal.h"
 
-/* Rank-ordered blocks [cp, B, h, 2c, D] (block r: rank r's chunks r and
- * 2cp-1-r) <-> the sequence in global order [B, h, T, D]: one copy of rows
- * each way. A single op (not 2cp slices and a concat) so that its backward,
- * the copy the other way, allocates one gradient instead of one of the whole
- * tensor per chunk. */
-typedef struct reorder_dims {
-    int cp;
-    int64_t BH, c, D;
-} reorder_dims;
+/* What each query chunk's attention applies: the scale (<= 0: 1/sqrt(D)), a
+ * sliding window of W keys (0: none), soft-capping at cap (0: none). */
+typedef struct cp_mask {
+    double scale;
+    int64_t W;
+    double cap;
+} cp_mask;
 
-static void move_chunks(const reorder_dims *d, const char *src, char *dst, bool to_global, size_t es) {
-    int64_t T = 2 * d->cp * d->c;
-    size_t row = (size_t)(d->c * d->D) * es;
-    for (int r = 0; r < d->cp; r++)
-        for (int64_t bh = 0; bh < d->BH; bh++)
-            for (int half = 0; half < 2; half++) {
-                int64_t g = half == 0 ? r : 2 * d->cp - 1 - r;
-                size_t b = (size_t)(((r * d->BH + bh) * 2 * d->c + half * d->c) * d->D) * es;
-                size_t q = (size_t)((bh * T + g * d->c) * d->D) * es;
-                if (to_global) memcpy(dst + q, src + b, row);
-                else memcpy(dst + b, src + q, row);
-            }
+/* ---- the sequence's chunks between rank-ordered blocks [cp, B, h, 2c, D]
+ * (block r: rank r's chunks r and 2cp-1-r) and global order [B, h, T, D],
+ * as views copied through the device layer (accel_copy_). */
+
+/* Block k of blocks [cp, B, h, L, D]: a view [B, h, L, D]. */
+static accel_tensor *block(accel_tensor *blocks, int64_t k) {
+    const int64_t *s = blocks->shape;
+    return accel_reshape(accel_slice(blocks, 0, k, k + 1, 1), 4, (int64_t[]){s[1], s[2], s[3], s[4]});
 }
 
-static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_global);
-
-static accel_status reorder_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *gx = reorder(g, n->ctx, !n->iarg[0]);
-    return gx ? accel_grad_accumulate(n->inputs[0], gx) : accel_last_status();
+/* Chunk j (0 <= j < 2cp) of the sequence where it lies in blocks: a view
+ * [B, h, c, D]. */
+static accel_tensor *block_chunk(accel_tensor *blocks, int cp, int64_t j, int64_t c) {
+    int64_t half = j < cp ? 0 : 1;
+    return accel_slice(block(blocks, j < cp ? j : 2 * cp - 1 - j), 2, half * c, (half + 1) * c, 1);
 }
 
-/* to_global: x [cp, B, h, 2c, D] -> [B, h, T, D]; else the reverse. */
-static accel_tensor *reorder(accel_tensor *x, const reorder_dims *d, bool to_global) {
-    accel_tensor *xc = x ? accel__contig(x) : NULL;
-    if (!xc) return NULL;
-    int64_t B = to_global ? x->shape[1] : x->shape[0], h = d->BH / B;
-    int64_t gshape[4] = {B, h, 2 * d->cp * d->c, d->D}, bshape[5] = {d->cp, B, h, 2 * d->c, d->D};
-    accel_tensor *out = accel__op_out(x->dtype, to_global ? 4 : 5, to_global ? gshape : bshape, x->device);
-    reorder_dims *dc = out ? accel_arena_alloc(accel_step_arena(), sizeof *dc, 64) : NULL;
-    if (!dc) return NULL;
-    *dc = *d;
-    move_chunks(d, xc->data, out->data, to_global, accel_dtype_size(x->dtype));
-    accel_node *n = accel_tape_record(to_global ? "cp_to_global" : "cp_to_blocks", reorder_backward, out, 1, &x);
-    if (n) {
-        n->ctx = dc;
-        n->iarg[0] = to_global;
+/* Rows [j c, (j+1) c) of x [B, h, L, D]: a view. */
+static accel_tensor *chunk_rows(accel_tensor *x, int64_t j, int64_t c) { return accel_slice(x, 2, j * c, (j + 1) * c, 1); }
+
+/* Those rows as a contiguous tensor of dtype dt (a copy). */
+static accel_tensor *rows_as(accel_tensor *x, int64_t j, int64_t c, accel_dtype dt) {
+    accel_tensor *r = chunk_rows(x, j, c);
+    return r ? accel__contig_as(r, dt) : NULL;
+}
+
+/* Those rows of x overwritten with src. */
+static accel_status copy_rows(accel_tensor *x, int64_t j, int64_t c, const accel_tensor *src) {
+    accel_tensor *r = chunk_rows(x, j, c);
+    return r ? accel_copy_(r, src) : accel_last_status();
+}
+
+/* Copies blocks (contiguous) to global order, or back (to_global false).
+ * Views only: no node is recorded whatever needs a gradient. */
+static accel_status move_chunks(accel_tensor *blocks, accel_tensor *global, int cp, int64_t c, bool to_global) {
+    bool grad = accel_set_grad_enabled(false);
+    accel_status st = ACCEL_OK;
+    for (int64_t j = 0; j < 2 * cp && !st; j++) {
+        accel_tensor *b = block_chunk(blocks, cp, j, c), *g = chunk_rows(global, j, c);
+        st = !b || !g ? accel_last_status() : to_global ? accel_copy_(g, b) : accel_copy_(b, g);
     }
-    return out;
+    accel_set_grad_enabled(grad);
+    return st;
 }
 
-/* ---- a collective and the reorder to global order as one op
- * all_gather: x [B, h, 2c, D] -> every rank's [cp, B, h, 2c, D] -> [B, h, T, D];
- * all_to_all: x [cp, B, h, 2c, D] -> [cp, B, h, 2c, D] -> [B, h, T, D].
- * The rank-ordered blocks live in a heap scratch for the length of the call,
- * forward and backward, not in the step arena: there the all-gathered K and
- * V would be held twice per layer (the blocks and the reordered copy) until
- * the step ends, and their gradients twice more, a fixed cost per rank of
- * the whole sequence's length whatever cp is. The backward reorders the
- * gradient into the scratch and sends it back: reduce-scatter (the sum of
- * the ranks' gradients of my block) or all_to_all (its own adjoint). */
-typedef struct gather_ctx {
+/* ---- the sequence between this rank's chunks and global order, as one op
+ * each way (the collective and the reorder together):
+ *   allgather  to_global: x [B, h, 2c, D] -all_gather-> blocks [cp, B, h, 2c, D]
+ *              -> [B, h, T, D]; from_global (its adjoint): the blocks of a
+ *              [B, h, T, D] -reduce_scatter (sum)-> [B, h, 2c, D].
+ *   alltoall   to_global: x [B, H, 2c, D] -> head group k to rank k
+ *              -all_to_all-> my head group's chunks of every rank -> [B, H/cp,
+ *              T, D]; from_global: the reverse (all_to_all is its own adjoint).
+ * The send and receive blocks are step-arena scratch given back before the
+ * op returns (accel_arena_rewind): only the result stays to the step's end,
+ * and no permuted or reordered copy of q, k, v or the output does. */
+typedef struct seq_ctx {
     accel_pg *pg;
-    reorder_dims d;
+    int cp;
+    int64_t c;
     bool a2a;
-} gather_ctx;
+} seq_ctx;
 
-static accel_status gather_global_backward(accel_node *n, accel_tensor *g) {
-    const gather_ctx *gc = n->ctx;
-    accel_tensor *x = n->inputs[0], *gcontig = accel__contig(g);
-    size_t es = accel_dtype_size(g->dtype), block = (size_t)(accel_numel(g) / gc->d.cp);
-    char *scratch = gcontig ? accel_malloc(block * gc->d.cp * es) : NULL;
-    accel_tensor *gx = scratch ? accel_empty_on(g->dtype, x->ndim, x->shape, x->device) : NULL;
-    accel_status st = gx ? ACCEL_OK : accel_last_status();
-    if (!st) {
-        move_chunks(&gc->d, gcontig->data, scratch, false, es);
-        st = gc->a2a ? accel_pg_all_to_all(gc->pg, scratch, gx->data, block, g->dtype)
-                     : accel_pg_reduce_scatter(gc->pg, scratch, gx->data, block, g->dtype, ACCEL_REDUCE_SUM);
+/* Head group k (of cp) of x [B, H, L, D]: a view [B, H/cp, L, D]. */
+static accel_tensor *head_group(accel_tensor *x, int cp, int k) {
+    int64_t h = x->shape[1] / cp;
+    return accel_slice(x, 1, k * h, (k + 1) * h, 1);
+}
+
+/* Between x [B, H, L, D] and blocks [cp, B, H/cp, L, D], head group k <->
+ * block k. */
+static accel_status move_heads(accel_tensor *x, accel_tensor *blocks, int cp, bool to_blocks) {
+    accel_status st = ACCEL_OK;
+    for (int k = 0; k < cp && !st; k++) {
+        accel_tensor *hg = head_group(x, cp, k), *b = block(blocks, k);
+        st = !hg || !b ? accel_last_status() : to_blocks ? accel_copy_(b, hg) : accel_copy_(hg, b);
     }
-    accel_free(scratch);
-    return st ? st : accel_grad_accumulate(x, gx);
+    return st;
 }
 
-static accel_tensor *gather_global(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a) {
-    accel_tensor *xc = x ? accel__contig(x) : NULL;
-    if (!xc) return NULL;
-    int o = a2a ? 1 : 0; /* x's B, h, 2c, D start at dim o */
-    int64_t B = x->shape[o], h = x->shape[o + 1], D = x->shape[o + 3];
-    size_t es = accel_dtype_size(x->dtype), block = (size_t)(B * h * 2 * c * D);
-    accel_tensor *out = accel__op_out(x->dtype, 4, (int64_t[]){B, h, 2 * cp * c, D}, x->device);
-    gather_ctx *ctx = out ? accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64) : NULL;
-    char *scratch = ctx ? accel_malloc(block * (size_t)cp * es) : NULL;
-    if (!scratch) return NULL;
-    *ctx = (gather_ctx){pg, {cp, B * h, c, D}, a2a};
-    accel_status st = a2a ? accel_pg_all_to_all(pg, xc->data, scratch, block, x->dtype)
-                          : accel_pg_all_gather(pg, xc->data, scratch, block, x->dtype);
-    if (!st) move_chunks(&ctx->d, scratch, out->data, true, es);
-    accel_free(scratch);
-    if (st) return NULL;
-    accel_node *n = accel_tape_record(a2a ? "cp_all_to_all_global" : "cp_all_gather_global", gather_global_backward,
-                                      out, 1, &x);
-    if (n) n->ctx = ctx;
-    return out;
+static accel_tensor *blocks_like(const accel_tensor *x, int cp, int64_t h, int64_t rows) {
+    int64_t shape[5] = {cp, x->shape[0], h, rows, x->shape[3]};
+    return accel_empty_on(x->dtype, 5, shape, x->device);
 }
 
-static accel_tensor *to_blocks(accel_tensor *x, int cp, int64_t c) {
-    if (!x) return NULL;
-    reorder_dims d = {cp, x->shape[0] * x->shape[1], c, x->shape[3]};
-    return reorder(x, &d, false);
+/* x (this rank's chunks) -> out [B, h, T, D] in global order. */
+static accel_status to_global(const seq_ctx *g, accel_tensor *x, accel_tensor *out) {
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    int64_t h = out->shape[1], n = accel_numel(out) / g->cp;
+    accel_tensor *send = g->a2a ? blocks_like(x, g->cp, h, 2 * g->c) : accel__contig(x);
+    accel_tensor *recv = send ? blocks_like(x, g->cp, h, 2 * g->c) : NULL;
+    accel_status st = recv ? ACCEL_OK : accel_last_status();
+    if (!st && g->a2a) st = move_heads(x, send, g->cp, true);
+    if (!st)
+        st = g->a2a ? accel_pg_all_to_all(g->pg, accel__device_ptr(send), accel__device_ptr(recv), (size_t)n, x->dtype)
+                    : accel_pg_all_gather(g->pg, accel__device_ptr(send), accel__device_ptr(recv), (size_t)n, x->dtype);
+    if (!st) st = move_chunks(recv, out, g->cp, g->c, true);
+    accel_status rw = accel_arena_rewind(a, m);
+    return st ? st : rw;
 }
 
-/* ---- the first `keys` positions of every (b, h) row of x [B, h, T, D], as a
- * contiguous [B, h, keys, D]: the key prefix a query chunk attends to. Its
- * backward adds into x's gradient in place (accel__gbuf), so the two chunks'
- * prefixes share one whole-sequence gradient where slices would allocate one
- * each and a third to add them. The copy is the one accel_sdpa makes of a
- * strided slice (a contiguous input it reads as it is). */
-static accel_status prefix_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *x = n->inputs[0], *gc = accel__contig_as(g, ACCEL_F32);
-    accel__gbuf gb;
-    if (!gc || !accel__gbuf_begin_zeroed(&gb, x)) return accel_last_status();
-    if (!gb.dst) return ACCEL_OK; /* x needs no gradient */
-    int64_t BH = x->shape[0] * x->shape[1], row = x->shape[2] * x->shape[3], pre = g->shape[2] * g->shape[3];
-    float *dst = gb.dst->data;
-    const float *src = gc->data;
-    for (int64_t bh = 0; bh < BH; bh++)
-        for (int64_t i = 0; i < pre; i++) dst[bh * row + i] += src[bh * pre + i];
-    return accel__gbuf_end(&gb);
+/* y [B, h, T, D] in global order -> out (this rank's chunks): its head
+ * groups' (all_to_all), or the sum over the ranks of its rows
+ * (reduce_scatter). */
+static accel_status from_global(const seq_ctx *g, accel_tensor *y, accel_tensor *out) {
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    int64_t h = y->shape[1], n = accel_numel(y) / g->cp;
+    accel_tensor *send = blocks_like(y, g->cp, h, 2 * g->c);
+    accel_tensor *recv = send && g->a2a ? blocks_like(y, g->cp, h, 2 * g->c) : out;
+    accel_status st = send && recv ? move_chunks(send, y, g->cp, g->c, false) : accel_last_status();
+    if (!st)
+        st = g->a2a ? accel_pg_all_to_all(g->pg, accel__device_ptr(send), accel__device_ptr(recv), (size_t)n, y->dtype)
+                    : accel_pg_reduce_scatter(g->pg, accel__device_ptr(send), accel__device_ptr(out), (size_t)n,
+                                              y->dtype, ACCEL_REDUCE_SUM);
+    if (!st && g->a2a) st = move_heads(out, recv, g->cp, false);
+    accel_status rw = accel_arena_rewind(a, m);
+    return st ? st : rw;
 }
 
-static accel_tensor *key_prefix(accel_tensor *x, int64_t keys) {
-    accel_tensor *xc = accel__contig(x);
-    int64_t B = x->shape[0], h = x->shape[1], T = x->shape[2], D = x->shape[3];
-    accel_tensor *out = xc ? accel__op_out(x->dtype, 4, (int64_t[]){B, h, keys, D}, x->device) : NULL;
+/* The shape on the other side: this rank's chunks [B, H or h, 2c, D] <->
+ * global order [B, h, T, D] (h = H/cp under all_to_all). */
+static accel_tensor *other_side(const seq_ctx *g, const accel_tensor *x, bool global, accel_dtype dt) {
+    int64_t H = x->shape[1], heads = !g->a2a ? H : global ? H / g->cp : H * g->cp;
+    int64_t rows = global ? 2 * g->cp * g->c : 2 * g->c;
+    return accel_empty_on(dt, 4, (int64_t[]){x->shape[0], heads, rows, x->shape[3]}, x->device);
+}
+
+static accel_status seq_backward(accel_node *n, accel_tensor *g) {
+    const seq_ctx *c = n->ctx;
+    bool to = n->iarg[0];
+    accel_tensor *gc = accel__contig(g), *gx = gc ? other_side(c, gc, !to, gc->dtype) : NULL;
+    accel_status st = gx ? (to ? from_global(c, gc, gx) : to_global(c, gc, gx)) : accel_last_status();
+    return st ? st : accel_grad_accumulate(n->inputs[0], gx);
+}
+
+/* to_global (x: this rank's chunks) or from_global (x in global order), as an
+ * op whose backward is the other. */
+static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a, bool to) {
+    accel_tensor *xs = x && !to ? accel__contig(x) : x, *out = NULL;
+    seq_ctx *ctx = xs ? accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64) : NULL;
+    if (ctx) {
+        *ctx = (seq_ctx){pg, cp, c, a2a};
+        out = other_side(ctx, x, to, x->dtype);
+    }
     if (!out) return NULL;
-    size_t es = accel_dtype_size(x->dtype);
-    for (int64_t bh = 0; bh < B * h; bh++)
-        memcpy((char *)out->data + (size_t)(bh * keys * D) * es, (const char *)xc->data + (size_t)(bh * T * D) * es,
-               (size_t)(keys * D) * es);
-    accel_tape_record("cp_key_prefix", prefix_backward, out, 1, &x);
+    bool grad = accel_set_grad_enabled(false);
+    accel_status st = to ? to_global(ctx, xs, out) : from_global(ctx, xs, out);
+    accel_set_grad_enabled(grad);
+    if (st) return NULL;
+    accel_node *n = accel_tape_record(a2a ? "cp_all_to_all_seq" : "cp_all_gather_seq", seq_backward, out, 1, &x);
+    if (n) {
+        n->ctx = ctx;
+        n->iarg[0] = to;
+    }
     return out;
 }
 
+/* ---- allgather without a window or soft-capping: one op for both query
+ * chunks that keeps nothing of the whole sequence for the backward. The
+ * forward all-gathers K and V into a scratch, copies each chunk's key prefix
+ * [B, Hkv, (g+1)c, D] out of it for the sdpa kernel (which keeps the
+ * probabilities [B, H, c, (g+1)c], as accel_sdpa does), and gives the scratch
+ * back; the backward gathers K and V again, adds each chunk's dK, dV prefix
+ * into a scratch of the whole sequence's blocks and reduce-scatters it into
+ * this rank's dk, dv. Per layer the step keeps q, k, v's gradients and the
+ * probabilities: (2cp+1)/(4cp^2) of the unsharded ones. */
+typedef struct ag_ctx {
+    accel_pg *pg;
+    int cp;
+    int64_t c, g[2];           /* the global chunk of each local half */
+    accel_dtype dt;            /* the kernels' dtype (autocast's, at the forward) */
+    accel_k_sdpa_dims dims[2]; /* per half: Tq c, Tk (g+1)c, dense k, v */
+} ag_ctx;
+
+/* Every rank's x [B, h, 2c, D] in dtype dt: blocks [cp, B, h, 2c, D]. */
+static accel_tensor *gathered(accel_pg *pg, accel_tensor *x, int cp, accel_dtype dt) {
+    accel_tensor *xc = accel__contig_as(x, dt);
+    int64_t shape[5] = {cp, x->shape[0], x->shape[1], x->shape[2], x->shape[3]};
+    accel_tensor *b = xc ? accel_empty_on(dt, 5, shape, x->device) : NULL;
+    if (!b || accel_pg_all_gather(pg, accel__device_ptr(xc), accel__device_ptr(b), (size_t)accel_numel(xc), dt))
+        return NULL;
+    return b;
+}
+
+/* Chunks 0..g of the sequence, in order, out of blocks: [B, h, (g+1)c, D]. */
+static accel_tensor *prefix_of(accel_tensor *blocks, int cp, int64_t g, int64_t c) {
+    const int64_t *s = blocks->shape;
+    accel_tensor *p = accel_empty_on(blocks->dtype, 4, (int64_t[]){s[1], s[2], (g + 1) * c, s[4]}, blocks->device);
+    for (int64_t j = 0; p && j <= g; j++) {
+        accel_tensor *d = chunk_rows(p, j, c), *b = block_chunk(blocks, cp, j, c);
+        if (!d || !b || accel_copy_(d, b) != ACCEL_OK) return NULL;
+    }
+    return p;
+}
+
+/* view += x (a view of a scratch: through a copy of the sum). */
+static accel_status add_into(accel_tensor *view, accel_tensor *x) {
+    accel_tensor *sum = view && x ? accel_add(view, x) : NULL;
+    return sum ? accel_copy_(view, sum) : accel_last_status();
+}
+
+/* The chunks' prefixes of dK (or dV) [B, h, (g+1)c, D] added into the
+ * whole sequence's blocks. */
+static accel_status add_prefix(accel_tensor *blocks, accel_tensor *dp, int cp, int64_t g, int64_t c) {
+    accel_status st = ACCEL_OK;
+    for (int64_t j = 0; j <= g && !st; j++) st = add_into(block_chunk(blocks, cp, j, c), chunk_rows(dp, j, c));
+    return st;
+}
+
+static accel_tensor *empty_like_shape(accel_dtype dt, const accel_tensor *x, int64_t rows, bool zero) {
+    accel_tensor *t = accel_empty_on(dt, 4, (int64_t[]){x->shape[0], x->shape[1], rows, x->shape[3]}, x->device);
+    return t && zero && accel_zero_(t) != ACCEL_OK ? NULL : t;
+}
+
+/* One half's backward: dq's rows, and its dK, dV prefix added into dkb, dvb. */
+static accel_status half_backward(const ag_ctx *x, accel_node *n, int half, accel_tensor *g, accel_tensor *kb,
+                                  accel_tensor *vb, accel_tensor *dq, accel_tensor *dkb, accel_tensor *dvb) {
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    int64_t c = x->c, gi = x->g[half], Tk = (gi + 1) * c;
+    accel_tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
+    accel_tensor *gh = rows_as(g, half, c, g->dtype), *qh = rows_as(q, half, c, x->dt);
+    accel_tensor *kp = prefix_of(kb, x->cp, gi, c), *vp = kp ? prefix_of(vb, x->cp, gi, c) : NULL;
+    accel_tensor *dqh = empty_like_shape(ACCEL_F32, q, c, false), *dkp = empty_like_shape(ACCEL_F32, k, Tk, true),
+                 *dvp = empty_like_shape(ACCEL_F32, v, Tk, true);
+    accel_status st = gh && qh && vp && dqh && dkp && dvp ? ACCEL_OK : accel_last_status();
+    if (!st) {
+        accel_k_sdpa_backward kb_args = {.dq = dqh, .dk = dkp, .dv = dvp, .g = gh, .q = qh, .k = kp, .v = vp,
+                                         .p = n->saved[half], .dims = x->dims[half], .dq_beta = 0.0f};
+        st = ACCEL_KERNEL("accel_cp_attention backward", g->device, sdpa_backward, &kb_args);
+    }
+    if (!st) st = copy_rows(dq, half, c, dqh);
+    if (!st) st = add_prefix(dkb, dkp, x->cp, gi, c);
+    if (!st) st = add_prefix(dvb, dvp, x->cp, gi, c);
+    accel_status rw = accel_arena_rewind(a, m);
+    return st ? st : rw;
+}
+
+static accel_status allgather_sdpa_backward(accel_node *n, accel_tensor *g) {
+    const ag_ctx *x = n->ctx;
+    accel_tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
+    /* this rank's gradients (kept: made before the scratch) */
+    accel_tensor *dq = empty_like_shape(ACCEL_F32, q, q->shape[2], false);
+    accel_tensor *dk = empty_like_shape(ACCEL_F32, k, k->shape[2], false);
+    accel_tensor *dv = empty_like_shape(ACCEL_F32, v, v->shape[2], false);
+    if (!dq || !dk || !dv) return accel_last_status();
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    accel_tensor *kb = gathered(x->pg, k, x->cp, x->dt), *vb = kb ? gathered(x->pg, v, x->cp, x->dt) : NULL;
+    accel_tensor *dkb = vb ? accel_empty_on(ACCEL_F32, 5, kb->shape, k->device) : NULL;
+    accel_tensor *dvb = dkb ? accel_empty_on(ACCEL_F32, 5, vb->shape, v->device) : NULL;
+    accel_status st = dvb && !accel_zero_(dkb) && !accel_zero_(dvb) ? ACCEL_OK : accel_last_status();
+    for (int half = 0; half < 2 && !st; half++) st = half_backward(x, n, half, g, kb, vb, dq, dkb, dvb);
+    if (!st)
+        st = accel_pg_reduce_scatter(x->pg, accel__device_ptr(dkb), accel__device_ptr(dk), (size_t)accel_numel(dk),
+                                     ACCEL_F32, ACCEL_REDUCE_SUM);
+    if (!st)
+        st = accel_pg_reduce_scatter(x->pg, accel__device_ptr(dvb), accel__device_ptr(dv), (size_t)accel_numel(dv),
+                                     ACCEL_F32, ACCEL_REDUCE_SUM);
+    accel_status rw = accel_arena_rewind(a, m);
+    if (st || rw) return st ? st : rw;
+    if ((st = accel_grad_accumulate(q, dq)) != ACCEL_OK || (st = accel_grad_accumulate(k, dk)) != ACCEL_OK) return st;
+    return accel_grad_accumulate(v, dv);
+}
+
+/* q [B, H, 2c, D], k [B, Hkv, 2c, D], v [B, Hkv, 2c, Dv] (checked) ->
+ * [B, H, 2c, Dv]. */
+static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v, double scale,
+                                    int cp, int rank, int64_t c) {
+    static const char *OP = "accel_cp_attention";
+    accel_tensor *in[3] = {q, k, v};
+    int idt = accel__mm_dtype(OP, 3, in);
+    if (idt < 0) return NULL;
+    int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], D = q->shape[3], Dv = v->shape[3];
+    accel_tensor *out = accel__op_out((accel_dtype)idt, 4, (int64_t[]){B, H, 2 * c, Dv}, q->device);
+    ag_ctx *x = out ? accel_arena_alloc(accel_step_arena(), sizeof *x, 64) : NULL;
+    if (!x) return NULL;
+    *x = (ag_ctx){.pg = pg, .cp = cp, .c = c, .g = {rank, 2 * cp - 1 - rank}, .dt = (accel_dtype)idt};
+    accel_tensor *p[2];
+    for (int half = 0; half < 2; half++) {
+        int64_t Tk = (x->g[half] + 1) * c;
+        x->dims[half] = (accel_k_sdpa_dims){B, H, Hkv, c, Tk, D, Dv, (float)(scale > 0 ? scale : 1.0 / sqrt((double)D)),
+                                            true, {Hkv * Tk * D, Tk * D, D}, {Hkv * Tk * Dv, Tk * Dv, Dv}};
+        p[half] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, c, Tk), q->device);
+        if (!p[half]) return NULL;
+    }
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    bool grad = accel_set_grad_enabled(false);
+    accel_tensor *kb = gathered(pg, k, cp, x->dt), *vb = kb ? gathered(pg, v, cp, x->dt) : NULL;
+    accel_status st = vb ? ACCEL_OK : accel_last_status();
+    for (int half = 0; half < 2 && !st; half++) {
+        accel_tensor *qh = rows_as(q, half, c, x->dt);
+        accel_tensor *kp = prefix_of(kb, cp, x->g[half], c), *vp = kp ? prefix_of(vb, cp, x->g[half], c) : NULL;
+        accel_tensor *oh = vp && qh ? empty_like_shape(x->dt, out, c, false) : NULL;
+        accel_k_sdpa ks = {.o = oh, .p = p[half], .q = qh, .k = kp, .v = vp, .dims = x->dims[half]};
+        st = oh ? ACCEL_KERNEL(OP, q->device, sdpa, &ks) : accel_last_status();
+        if (!st) st = copy_rows(out, half, c, oh);
+    }
+    accel_set_grad_enabled(grad);
+    accel_status rw = accel_arena_rewind(a, m);
+    if (st || rw) return NULL;
+    accel_node *n = accel_tape_record("cp_allgather_sdpa", allgather_sdpa_backward, out, 3, in);
+    if (n) {
+        n->saved[0] = p[0];
+        n->saved[1] = p[1];
+        n->ctx = x;
+    }
+    return out;
+}
+
+/* The attention of queries at global positions pos.. over keys from 0: the
+ * fused causal sdpa, or the explicit scores when a window or soft-capping
+ * applies. */
+static accel_tensor *attend(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, const cp_mask *m) {
+    return m->W || m->cap > 0 ? accel__masked_attention(q, k, v, pos, m->W, m->scale, m->cap)
+                              : accel_sdpa(q, k, v, true, m->scale);
+}
+
+/* allgather with a window or soft-capping: the gathered K, V [B, Hkv, T, D]
+ * kept for the backward (composed ops), each chunk's queries over the key
+ * prefix it can see. */
 static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
-                                         double scale, int cp, int rank, int64_t c) {
-    accel_tensor *kg = gather_global(pg, k, cp, c, false);
-    accel_tensor *vg = kg ? gather_global(pg, v, cp, c, false) : NULL;
+                                         const cp_mask *m, int cp, int rank, int64_t c) {
+    if (!m->W && !(m->cap > 0)) return allgather_sdpa(pg, q, k, v, m->scale, cp, rank, c);
+    accel_tensor *kg = seq_exchange(pg, k, cp, c, false, true);
+    accel_tensor *vg = kg ? seq_exchange(pg, v, cp, c, false, true) : NULL;
     if (!vg) return NULL;
     accel_tensor *out[2];
     for (int half = 0; half < 2; half++) {
         int64_t g = half == 0 ? rank : 2 * cp - 1 - rank, keys = (g + 1) * c;
         accel_tensor *qh = accel_slice(q, 2, half * c, (half + 1) * c, 1);
-        accel_tensor *kh = key_prefix(kg, keys), *vh = kh ? key_prefix(vg, keys) : NULL;
-        out[half] = qh && kh && vh ? accel_sdpa(qh, kh, vh, true, scale) : NULL;
+        accel_tensor *kh = accel_slice(kg, 2, 0, keys, 1), *vh = accel_slice(vg, 2, 0, keys, 1);
+        out[half] = qh && kh && vh ? attend(qh, kh, vh, g * c, m) : NULL;
         if (!out[half]) return NULL;
     }
     return accel_concat(2, out, 2);
 }
 
-/* x [B, h, 2c, D] -> [B, h/cp, T, D]: my head group over the whole sequence. */
-static accel_tensor *heads_to_me(accel_pg *pg, accel_tensor *x, int cp, int64_t c) {
-    int64_t B = x->shape[0], h = x->shape[1], D = x->shape[3];
-    accel_tensor *r = accel_reshape(x, 5, (int64_t[]){B, cp, h / cp, 2 * c, D});
-    accel_tensor *p = r ? accel_permute(r, (int[]){1, 0, 2, 3, 4}) : NULL; /* [cp, B, h/cp, 2c, D] */
-    return p ? gather_global(pg, p, cp, c, true) : NULL;
-}
-
 static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
-                                        double scale, int cp, int64_t c) {
+                                        const cp_mask *m, int cp, int64_t c) {
     int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], D = q->shape[3], Dv = v->shape[3];
     if (Hkv % cp != 0) { /* too few kv heads to split: each query head gets its own copy */
         int64_t rep = H / Hkv;
@@ -194,16 +385,20 @@ static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_ten
         v = vx ? accel_reshape(vx, 4, (int64_t[]){B, H, 2 * c, Dv}) : NULL;
         if (!k || !v) return NULL;
     }
-    accel_tensor *qs = heads_to_me(pg, q, cp, c), *ks = qs ? heads_to_me(pg, k, cp, c) : NULL;
-    accel_tensor *vs = ks ? heads_to_me(pg, v, cp, c) : NULL;
-    accel_tensor *o = vs ? accel_sdpa(qs, ks, vs, true, scale) : NULL; /* [B, H/cp, T, Dv] */
-    accel_tensor *ob = o ? accel_cp_all_to_all(pg, to_blocks(o, cp, c)) : NULL; /* [cp(head group), B, H/cp, 2c, Dv] */
-    accel_tensor *p = ob ? accel_permute(ob, (int[]){1, 0, 2, 3, 4}) : NULL;
-    return p ? accel_reshape(p, 4, (int64_t[]){B, H, 2 * c, Dv}) : NULL;
+    /* my head group over the whole sequence: [B, H/cp, T, D] */
+    accel_tensor *qs = seq_exchange(pg, q, cp, c, true, true), *ks = qs ? seq_exchange(pg, k, cp, c, true, true) : NULL;
+    accel_tensor *vs = ks ? seq_exchange(pg, v, cp, c, true, true) : NULL;
+    accel_tensor *o = vs ? attend(qs, ks, vs, 0, m) : NULL; /* [B, H/cp, T, Dv] */
+    return seq_exchange(pg, o, cp, c, true, false);         /* [B, H, 2c, Dv] */
 }
 
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                  accel_cp_strategy strategy, double scale) {
+    return accel__cp_attention(pg, q, k, v, strategy, scale, 0, 0.0);
+}
+
+accel_tensor *accel__cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
+                                  accel_cp_strategy strategy, double scale, int64_t W, double cap) {
     static const char *OP = "accel_cp_attention";
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
@@ -228,21 +423,32 @@ accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k,
                         accel_device_type_name(dev.type));
         return NULL;
     }
-    if (strategy == ACCEL_CP_ALLGATHER) return allgather_attention(pg, q, k, v, scale, cp, rank, T2 / 2);
-    if (strategy != ACCEL_CP_ALLTOALL) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: unknown strategy %d", OP, (int)strategy);
-        return NULL;
-    }
     int64_t H = q->shape[1], Hkv = k->shape[1];
-    if (H % cp != 0) {
-        accel_set_error(ACCEL_ERR_SHAPE, "%s: the all-to-all strategy splits the %lld query heads over cp = %d "
-                        "ranks: %lld %% %d != 0 (use the all-gather strategy, or a cp size dividing the heads)",
-                        OP, (long long)H, cp, (long long)H, cp);
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || v->shape[1] != Hkv ||
+        k->shape[3] != q->shape[3]) {
+        accel__shape_error2(OP, q, k, "do not fit (q [B, H, 2c, D], k [B, Hkv, 2c, D] and v [B, Hkv, 2c, Dv] "
+                                      "expected)");
         return NULL;
     }
     if (Hkv == 0 || H % Hkv != 0) {
         accel__shape_error2(OP, q, k, "do not fit (query heads must be a multiple of kv heads)");
         return NULL;
     }
-    return alltoall_attention(pg, q, k, v, scale, cp, T2 / 2);
+    if (W < 0 || !(cap >= 0)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: window %lld and soft-cap %g must be >= 0", OP, (long long)W, cap);
+        return NULL;
+    }
+    const cp_mask m = {scale, W, cap};
+    if (strategy == ACCEL_CP_ALLGATHER) return allgather_attention(pg, q, k, v, &m, cp, rank, T2 / 2);
+    if (strategy != ACCEL_CP_ALLTOALL) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: unknown strategy %d", OP, (int)strategy);
+        return NULL;
+    }
+    if (H % cp != 0) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: the all-to-all strategy splits the %lld query heads over cp = %d "
+                        "ranks: %lld %% %d != 0 (use the all-gather strategy, or a cp size dividing the heads)",
+                        OP, (long long)H, cp, (long long)H, cp);
+        return NULL;
+    }
+    return alltoall_attention(pg, q, k, v, &m, cp, T2 / 2);
 }

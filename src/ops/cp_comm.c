@@ -1,7 +1,8 @@
 /* Context parallelism's differentiable collectives and sequence layout
  * (accel/cp.h): all_gather (backward: reduce-scatter) and all_to_all
- * (backward: all_to_all), on contiguous cpu tensors, and the load-balanced
- * chunk layout (rank i: chunks i and 2*cp-1-i). */
+ * (backward: all_to_all), on contiguous cpu tensors (the group is handed
+ * their memory, accel__device_ptr; nothing here reads it), the sharded
+ * loss, and the load-balanced chunk layout (rank i: chunks i and 2*cp-1-i). */
 #include <string.h>
 
 #include "accel/cp.h"
@@ -27,8 +28,8 @@ static accel_status gather_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0], *gc = accel__contig(g);
     accel_tensor *gx = gc ? accel_empty_on(gc->dtype, x->ndim, x->shape, x->device) : NULL;
     if (!gx) return accel_last_status();
-    accel_status st = accel_pg_reduce_scatter(n->ctx, gc->data, gx->data, (size_t)accel_numel(x), gc->dtype,
-                                              ACCEL_REDUCE_SUM);
+    accel_status st = accel_pg_reduce_scatter(n->ctx, accel__device_ptr(gc), accel__device_ptr(gx),
+                                              (size_t)accel_numel(x), gc->dtype, ACCEL_REDUCE_SUM);
     return st == ACCEL_OK ? accel_grad_accumulate(x, gx) : st;
 }
 
@@ -45,7 +46,9 @@ accel_tensor *accel_cp_all_gather(accel_pg *pg, accel_tensor *x) {
     memcpy(shape + 1, x->shape, (size_t)x->ndim * sizeof *shape);
     accel_tensor *xc = accel__contig(x), *out = xc ? accel__op_out(x->dtype, x->ndim + 1, shape, dev) : NULL;
     if (!out) return NULL;
-    if (accel_pg_all_gather(pg, xc->data, out->data, (size_t)accel_numel(x), x->dtype) != ACCEL_OK) return NULL;
+    if (accel_pg_all_gather(pg, accel__device_ptr(xc), accel__device_ptr(out), (size_t)accel_numel(x), x->dtype) !=
+        ACCEL_OK)
+        return NULL;
     accel_node *n = accel_tape_record("cp_all_gather", gather_backward, out, 1, &x);
     if (n) n->ctx = pg;
     return out;
@@ -57,7 +60,8 @@ static accel_tensor *all_to_all(accel_pg *pg, accel_tensor *x) {
     accel_tensor *xc = accel__contig(x), *out = xc ? accel__op_out(x->dtype, x->ndim, x->shape, x->device) : NULL;
     if (!out) return NULL;
     size_t block = (size_t)(accel_numel(x) / accel_pg_size(pg));
-    return accel_pg_all_to_all(pg, xc->data, out->data, block, x->dtype) == ACCEL_OK ? out : NULL;
+    return accel_pg_all_to_all(pg, accel__device_ptr(xc), accel__device_ptr(out), block, x->dtype) == ACCEL_OK ? out
+                                                                                                           : NULL;
 }
 
 /* all_to_all is its own adjoint: block k of the output came from rank k's
@@ -89,28 +93,50 @@ accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x) {
 /* The share's gradient is the loss's: each rank back-propagates its own share. */
 static accel_status share_backward(accel_node *n, accel_tensor *g) { return accel_grad_accumulate(n->inputs[0], g); }
 
-accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets, int64_t ignore_index) {
+/* This rank's mean loss over its targets and their count; NULL (error set)
+ * on a failure here, which the caller still reports to the group. */
+static accel_tensor *local_loss(accel_tensor *logits, accel_tensor *targets, int64_t ignore_index, int64_t *count) {
     static const char *OP = "accel_cp_cross_entropy";
-    if (!check_pg(OP, pg) || !accel_tensor_check(targets, OP, "targets") ||
-        !accel_tensor_check(logits, OP, "logits") || !cpu_only(OP, logits))
+    if (!accel_tensor_check(targets, OP, "targets") || !accel_tensor_check(logits, OP, "logits") ||
+        !cpu_only(OP, logits))
         return NULL;
-    int64_t nt = accel_numel(targets), counts[1] = {0};
+    int64_t nt = accel_numel(targets);
     int64_t *ids = accel_arena_alloc(accel_step_arena(), (size_t)(nt ? nt : 1) * sizeof *ids, 64);
     if (!ids || accel_to_int64s(targets, ids) != ACCEL_OK) return NULL;
-    for (int64_t i = 0; i < nt; i++) counts[0] += ids[i] != ignore_index;
-    int64_t local = counts[0];
-    accel_tensor *ce = accel_cross_entropy(logits, targets, ignore_index); /* mean over my targets */
-    if (!ce || accel_pg_all_reduce(pg, counts, 1, ACCEL_I64, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    for (int64_t i = 0; i < nt; i++) *count += ids[i] != ignore_index;
+    return accel_cross_entropy(logits, targets, ignore_index); /* mean over my targets */
+}
+
+/* Joins an all-reduce (SUM) of vals[0..n-2] and of this rank's failure flag
+ * in vals[n-1]: every rank learns at once when one failed, rather than its
+ * partners waiting in the next collective until the group's timeout. False
+ * (error set: this rank's own, or how many others failed) when any did. */
+static bool all_reduce_or_fail(accel_pg *pg, double *vals, int n, bool failed, const char *what) {
+    static const char *OP = "accel_cp_cross_entropy";
+    vals[n - 1] = failed;
+    int rank = accel_pg_rank(pg);
+    if (accel_pg_all_reduce(pg, vals, (size_t)n, ACCEL_F64, ACCEL_REDUCE_SUM) != ACCEL_OK) return false;
+    if (failed) return false; /* this rank's own error stands */
+    if (vals[n - 1] > 0)
+        accel_set_error(ACCEL_ERR_STATE, "%s: %.0f other rank(s) of the cp group (this is rank %d of %d) failed %s; "
+                        "their errors say why", OP, vals[n - 1], rank, accel_pg_size(pg), what);
+    return vals[n - 1] == 0;
+}
+
+accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets, int64_t ignore_index) {
+    if (!check_pg("accel_cp_cross_entropy", pg)) return NULL;
+    int64_t local = 0;
+    accel_tensor *ce = local_loss(logits, targets, ignore_index, &local);
+    double counts[2] = {(double)local};
+    if (!all_reduce_or_fail(pg, counts, 2, !ce, "computing their token losses")) return NULL;
     /* no target here: a share of 0 that still reaches the logits (the mean of none is NaN) */
-    accel_tensor *share = local ? accel_mul_scalar(ce, (double)local / (double)counts[0])
+    accel_tensor *share = local ? accel_mul_scalar(ce, (double)local / counts[0])
                                 : accel_mul_scalar(accel_sum_all(logits), 0.0);
-    if (!share) return NULL;
-    if (share->dtype != ACCEL_F32) share = accel_to_dtype(share, ACCEL_F32);
-    accel_tensor *sc = share ? accel__contig(share) : NULL;
-    accel_tensor *out = sc ? accel__op_out(ACCEL_F32, 0, NULL, sc->device) : NULL;
-    if (!out) return NULL;
-    *(float *)out->data = *(const float *)sc->data;
-    if (accel_pg_all_reduce(pg, out->data, 1, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    if (share && share->dtype != ACCEL_F32) share = accel_to_dtype(share, ACCEL_F32);
+    accel_tensor *out = share ? accel__op_out(ACCEL_F32, 0, NULL, share->device) : NULL;
+    double total[2] = {out ? accel_item(share) : 0.0};
+    if (!all_reduce_or_fail(pg, total, 2, !out, "scaling their shares") || accel_fill_(out, total[0]) != ACCEL_OK)
+        return NULL;
     accel_tape_record("cp_loss_share", share_backward, out, 1, &share);
     return out;
 }
@@ -127,15 +153,8 @@ accel_tensor *accel_cp_rope_freqs(accel_tensor *x, int cp, int rank, const float
                         accel_shape_str(x, s, sizeof s), rank, cp);
         return NULL;
     }
-    int64_t c = x->shape[2] / 2;
-    accel_tensor *r[2];
-    for (int half = 0; half < 2; half++) {
-        accel_tensor *part = accel_contiguous(accel_slice(x, 2, half * c, (half + 1) * c, 1));
-        r[half] = part ? accel_rope_freqs(part, accel_cp_position(half * c, c, cp, rank), inv_freq,
-                                          attention_scaling) : NULL;
-        if (!r[half]) return NULL;
-    }
-    return accel_concat(2, r, 2);
+    int64_t c = x->shape[2] / 2, pos[2] = {accel_cp_position(0, c, cp, rank), accel_cp_position(c, c, cp, rank)};
+    return accel__rope_runs(x, 2, pos, inv_freq, attention_scaling);
 }
 
 int64_t accel_cp_position(int64_t t, int64_t c, int cp, int rank) {

@@ -46,6 +46,13 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt);
  * f32 otherwise (exact for the widened operands). Step arena. */
 accel_tensor *accel__mm_grad(accel_tensor *grad_out, const accel_tensor *a, const accel_tensor *b);
 
+/* accel_rope_freqs over x [B, H, T, D] whose T rows are n equal runs, run i
+ * at positions pos0[i].. (context parallelism's two chunks: one op, one
+ * output and one gradient, where a rope per run would need slices and a
+ * concat). */
+accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, const float *inv_freq,
+                               double attention_scaling);
+
 /* Product of shape[from..to). */
 int64_t accel__prod(const int64_t *shape, int from, int to);
 

@@ -26,47 +26,58 @@ static accel_status rope_backward(accel_node *node, accel_tensor *grad_out) {
     return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
 }
 
-accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float *inv_freq,
+accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, const float *inv_freq,
                                double attention_scaling) {
     static const char *OP = "accel_rope";
     accel_tensor *in[1] = {x};
     accel_device dev;
     if (!accel__op_begin(OP, 1, in, &dev) || !accel__op_check_float(OP, x, "x")) return NULL;
-    if (x->ndim != 4 || x->shape[3] % 2 != 0) {
+    if (x->ndim != 4 || x->shape[3] % 2 != 0 || n < 1 || x->shape[2] % n != 0) {
         char b[96];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_rope: x must be [B, H, T, D] with D even, got %s",
-                        accel_shape_str(x, b, sizeof b));
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_rope: x must be [B, H, T, D] with D even (and T in %d equal runs), "
+                        "got %s", n, accel_shape_str(x, b, sizeof b));
         return NULL;
     }
-    if (!inv_freq || !(attention_scaling > 0.0) || !isfinite(attention_scaling) || pos_offset < 0) {
+    bool pos_ok = true;
+    for (int i = 0; i < n; i++) pos_ok = pos_ok && pos0[i] >= 0;
+    if (!inv_freq || !(attention_scaling > 0.0) || !isfinite(attention_scaling) || !pos_ok) {
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "accel_rope: inv_freq must be given, attention_scaling finite and > 0, pos_offset >= 0 "
                         "(got %s, %g, %lld)", inv_freq ? "inv_freq" : "NULL", attention_scaling,
-                        (long long)pos_offset);
+                        (long long)pos0[0]);
         return NULL;
     }
     accel_tensor *out = accel__op_out(x->dtype, 4, x->shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
-    int64_t BH = x->shape[0] * x->shape[1], T = x->shape[2], half = x->shape[3] / 2;
+    int64_t BH = x->shape[0] * x->shape[1], T = x->shape[2], half = x->shape[3] / 2, run = T / n;
     accel_tensor *freq = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(half), dev);
     accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
     accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
     accel_tensor *xs = rope_input(x);
     if (!xs || !cst || !snt || !freq || accel_tensor_from_host(freq, inv_freq) != ACCEL_OK) return NULL;
-    accel_k_rope_tables kt = {.cos = cst, .sin = snt, .inv_freq = freq, .T = T, .half = half, .pos0 = pos_offset,
-                              .scale = (float)attention_scaling};
+    for (int i = 0; i < n; i++) { /* the tables' rows of run i (contiguous views) */
+        accel_tensor *c = n == 1 ? cst : accel_slice(cst, 0, i * run, (i + 1) * run, 1);
+        accel_tensor *sn = n == 1 ? snt : accel_slice(snt, 0, i * run, (i + 1) * run, 1);
+        accel_k_rope_tables kt = {.cos = c, .sin = sn, .inv_freq = freq, .T = run, .half = half, .pos0 = pos0[i],
+                                  .scale = (float)attention_scaling};
+        if (!c || !sn || ACCEL_KERNEL(OP, dev, rope_tables, &kt) != ACCEL_OK) return NULL;
+    }
     accel_k_rope k = {.y = out, .x = xs, .cos = cst, .sin = snt, .BH = BH, .T = T, .half = half, .sign = 1.0f};
-    if (ACCEL_KERNEL(OP, dev, rope_tables, &kt) != ACCEL_OK || ACCEL_KERNEL(OP, dev, rope, &k) != ACCEL_OK)
-        return NULL;
-    accel_node *n = accel_tape_record("rope", rope_backward, out, 1, in);
-    if (n) {
-        n->saved[0] = cst;
-        n->saved[1] = snt;
-        n->iarg[0] = BH;
-        n->iarg[1] = T;
-        n->iarg[2] = half;
+    if (ACCEL_KERNEL(OP, dev, rope, &k) != ACCEL_OK) return NULL;
+    accel_node *nd = accel_tape_record("rope", rope_backward, out, 1, in);
+    if (nd) {
+        nd->saved[0] = cst;
+        nd->saved[1] = snt;
+        nd->iarg[0] = BH;
+        nd->iarg[1] = T;
+        nd->iarg[2] = half;
     }
     return out;
+}
+
+accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float *inv_freq,
+                               double attention_scaling) {
+    return accel__rope_runs(x, 1, &pos_offset, inv_freq, attention_scaling);
 }
 
 accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {

@@ -1,0 +1,25 @@
+/* Attention with the masks and score transforms the fused sdpa kernel does
+ * not have (transformers' sliding window, Gemma2's soft-capping), shared by
+ * the decoders (src/nn/llama.c) and context parallelism's sharded attention
+ * (attention_cp.c), which applies them at the chunks' global positions. */
+#ifndef ACCEL_OPS_ATTENTION_MASKED_H
+#define ACCEL_OPS_ATTENTION_MASKED_H
+
+#include "accel/cp.h"
+
+/* Attention where query t (at position pos + t) sees keys (at 0..) j with
+ * pos + t - W < j <= pos + t (W 0: every j <= pos + t): transformers'
+ * sliding-window mask, as an additive mask over explicit scores (ops every
+ * backend has). Scores are scaled by `scale` (<= 0: 1/sqrt(D)), then
+ * soft-capped to cap tanh(s / cap) when cap > 0 (Gemma2). q [B, H, T, D],
+ * k, v [B, Hkv, S, D] (H % Hkv == 0) -> [B, H, T, D]. Differentiable. */
+accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
+                                      double scale, double cap);
+
+/* accel_cp_attention with a sliding window of W keys (0: none) and
+ * soft-capping at cap (0: none), both on the global positions of the
+ * chunks: the decoders' attention under cp (src/nn/decoder_cp.c). */
+accel_tensor *accel__cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
+                                  accel_cp_strategy strategy, double scale, int64_t W, double cap);
+
+#endif
