@@ -123,6 +123,9 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         !(c->embd_pdrop >= 0 && c->embd_pdrop <= 1))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
                                who);
+    if ((c->attn_pdrop || c->resid_pdrop || c->embd_pdrop) && a->blocks != ACCEL__BLOCKS_GPT2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's "
+                               "dropouts: %s models have none", who, a->model_type);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -275,10 +278,11 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
  * pos + t - W < j <= pos + t (W 0: every j <= pos + t): transformers'
  * sliding-window mask, as an additive mask over explicit scores (ops every
  * backend has). Scores are scaled by `scale` (0: 1/sqrt(D)), then soft-capped
- * to cap tanh(s / cap) when cap > 0 (Gemma2). q [B, H, T, D] (contiguous),
- * k, v [B, Hkv, S, D] -> [B, H, T, D]. */
+ * to cap tanh(s / cap) when cap > 0 (Gemma2); the probabilities go through
+ * dropout of probability drop (GPT-2's attn_pdrop while training; 0: none).
+ * q [B, H, T, D] (contiguous), k, v [B, Hkv, S, D] -> [B, H, T, D]. */
 static accel_tensor *explicit_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                        double scale, double cap) {
+                                        double scale, double cap, double drop) {
     if (!q || !k || !v) return NULL;
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
     int64_t G = H / Hkv;
@@ -296,7 +300,9 @@ static accel_tensor *explicit_attention(accel_tensor *q, accel_tensor *k, accel_
     accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
                                             scale > 0 ? scale : 1.0 / sqrt((double)D));
     if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);
-    accel_tensor *o = accel_matmul(accel_softmax(accel_add(scores, mask), 3), v); /* [B, Hkv, G T, D] */
+    accel_tensor *probs = accel_softmax(accel_add(scores, mask), 3);
+    if (drop > 0) probs = accel_dropout(probs, drop, true, NULL);
+    accel_tensor *o = accel_matmul(probs, v); /* [B, Hkv, G T, D] */
     return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
 }
 
@@ -386,9 +392,11 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
-    accel_tensor *o = cp                                                 ? accel__decoder_cp_attention(cp, q, k, v, scale)
-                      : (W || cap > 0) && x->device.type != ACCEL_DEV_META ? explicit_attention(q, k, v, pos, W, scale, cap)
-                                                                           : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
+    double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
+    bool expl = (W || cap > 0 || drop > 0) && x->device.type != ACCEL_DEV_META;
+    accel_tensor *o = cp     ? accel__decoder_cp_attention(cp, q, k, v, scale)
+                      : expl ? explicit_attention(q, k, v, pos, W, scale, cap, drop)
+                             : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
@@ -431,6 +439,13 @@ static accel_tensor *residual(const layer_impl *li, accel_tensor *x, accel_tenso
     return accel_add(x, branch);
 }
 
+/* GPT-2's resid_dropout of a branch's output (its attention's and its MLP's
+ * c_proj) while the layer trains; the other families have none. */
+static accel_tensor *resid_dropout(accel_module *layer, const layer_impl *li, accel_tensor *branch) {
+    if (li->arch->blocks != ACCEL__BLOCKS_GPT2) return branch;
+    return accel_dropout(branch, li->cfg->resid_pdrop, layer->training, NULL);
+}
+
 /* x [B, T, C] -> [B, T, C]. */
 static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache) {
     const layer_impl *li = layer->impl;
@@ -443,10 +458,11 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
     bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
+    a = resid_dropout(layer, li, a);
     if (sandwich) a = accel_module_call(p[LAYER_POST_NORM], a);
     accel_tensor *h = residual(li, x, a);
     accel_tensor *m = accel_module_call(p[sandwich ? LAYER_PRE_FF_NORM : LAYER_POST_NORM], h);
-    m = accel_module_call(p[LAYER_MLP], m);
+    m = resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], m));
     if (sandwich) m = accel_module_call(p[LAYER_POST_FF_NORM], m);
     return residual(li, h, m);
 }
@@ -492,7 +508,7 @@ static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int
 }
 
 /* The embeddings of ids [B, T] (scaled: Gemma, Granite; GPT-2: plus learned
- * positions): [B, T, C]. */
+ * positions, then its embd_pdrop dropout while the model trains): [B, T, C]. */
 static accel_tensor *embed(accel_module *model, const accel_llama_config *c, const accel__arch *a,
                            accel_tensor *ids, int64_t pos) {
     accel_module **mp = model->children;
@@ -500,7 +516,9 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
     accel_tensor *h = accel_module_call(mp[MODEL_EMBED], ids); /* [B, T, C] */
     if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
-    if (a->blocks == ACCEL__BLOCKS_GPT2) h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T));
+    if (a->blocks == ACCEL__BLOCKS_GPT2)
+        h = accel_dropout(accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, pos, T)), c->embd_pdrop,
+                          model->training, NULL);
     return h;
 }
 
