@@ -116,19 +116,8 @@ static float *grads_of(accel_module *m, const batch *b, bool training, int64_t *
     accel_manual_seed(7);
     accel_tensor *loss = accel_bert_loss(m, b->ids, b->tt, b->mask, b->labels, NULL);
     CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
-    accel_tensor **ps = NULL;
-    int n = accel_module_parameters(m, &ps);
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
-    float *g = accel_malloc((size_t)total * sizeof *g);
-    for (int i = 0, off = 0; i < n && g; off += (int)accel_numel(ps[i]), i++) {
-        CHECK(ps[i]->grad != NULL);
-        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + off);
-        accel_zero_(ps[i]->grad);
-    }
-    accel_free(ps);
+    float *g = take_grads(m, n_out);
     accel_step_reset();
-    *n_out = total;
     return g;
 }
 

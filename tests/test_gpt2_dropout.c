@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accel/accel.h"
-#include "check.h"
+#include "nn_fixture.h"
 
 enum { C = 32, H = 4, D = C / H, V = 64, T = 8, CAP = 64 * T * 4 * C };
 
@@ -184,19 +183,8 @@ static float *grads_of(accel_module *m, accel_tensor *ids, int64_t *n_out) {
     accel_manual_seed(11);
     accel_tensor *loss = accel_llama_loss(m, ids);
     CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
-    accel_tensor **ps = NULL;
-    int n = accel_module_parameters(m, &ps);
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
-    float *g = malloc((size_t)total * sizeof *g);
-    for (int64_t i = 0, off = 0; i < n && g; off += accel_numel(ps[i]), i++) {
-        CHECK(ps[i]->grad != NULL);
-        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + off);
-        accel_zero_(ps[i]->grad);
-    }
-    accel_free(ps);
+    float *g = take_grads(m, n_out);
     accel_step_reset();
-    *n_out = total;
     return g;
 }
 
@@ -217,8 +205,8 @@ static void test_seeded_masks(void) {
     free(a);
     free(b);
     free(c);
-    free(plain);
-    free(ckpt);
+    accel_free(plain);
+    accel_free(ckpt);
     accel_tensor_free(ids);
     accel_module_free(m);
 }
