@@ -9,9 +9,10 @@
         forward on [[1, 2, 3]]; prints process_to_logits_ms (since the process
         started, imports included, like the C example).
     bigmodel_peer.py decode CKPT [--new-tokens 32] [--dtype float32|bfloat16] [--ids 1,2,3]
-        LlamaForCausalLM.from_pretrained in that dtype, greedy generate with
-        the KV cache; prints load_ms (from_pretrained), generated_ids and
-        decode_tokens_per_s (new tokens after the first / their time, the
+        LlamaForCausalLM.from_pretrained in that dtype, then
+        bench/peer_decode.py's greedy_decode (greedy generate with the KV
+        cache); prints load_ms (from_pretrained), generated_ids, first_token_ms
+        and decode_tokens_per_s (new tokens after the first / their time, the
         prompt's forward and first token taken out as examples/generate does).
         Used by bench/bench_bigmodel.sh and bench/decode.sh.
 """
@@ -19,6 +20,8 @@ import argparse
 import os
 import tempfile
 import time
+
+from peer_decode import greedy_decode  # bench/, the script's directory
 
 
 def since_process_start():
@@ -59,18 +62,7 @@ def decode(ckpt, new_tokens, dtype, prompt):
     t_load = time.perf_counter()
     model = LlamaForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
     print(f"load_ms={(time.perf_counter() - t_load) * 1e3:.1f}")
-    ids = torch.tensor([[int(t) for t in prompt.split(",")]])
-    kw = dict(do_sample=False, attention_mask=torch.ones_like(ids), pad_token_id=0, eos_token_id=None)
-    with torch.no_grad():
-        model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
-        t0 = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
-        t1 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
-        t2 = time.perf_counter()
-    n_new = out.shape[1] - ids.shape[1]
-    print(f"generated_ids={out[0].tolist()}")
-    print(f"decode_tokens_per_s={(n_new - 1) / ((t2 - t1) - (t1 - t0)):.1f}")
+    greedy_decode(model, prompt, new_tokens)
 
 
 def main():

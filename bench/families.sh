@@ -9,9 +9,10 @@
 # The checkpoints: bench/families_peer.py make (one per family: hidden 512,
 # intermediate 1024, 4 layers, 8 heads, vocabulary 32000, transformers' random
 # init, f32), written to a temporary folder. Prompt 1..8, NEW new tokens
-# (default 32). accel's first token: generate's prompt_ms, its first call in the
-# process (cold); transformers': generate(max_new_tokens=1) after a warm-up
-# generate. tokens/s: new tokens after the first over their time, on both sides.
+# (default 32). First token, warm on both sides: accel's is generate --warm-up's
+# prompt_ms (the prompt's forward after one untimed generation of 2 new tokens),
+# transformers' generate(max_new_tokens=1) after a warm-up generate of 2.
+# tokens/s: new tokens after the first over their time, on both sides.
 # Env: THREADS (2), NEW, OUT (default bench/results/families.md; bench/results/<kind>/families.md
 # on another CPU kind). Writes medians there.
 set -euo pipefail
@@ -35,7 +36,7 @@ for r in $(seq "$ROUNDS"); do
   echo "== round $r/$ROUNDS" >&2
   for f in $FAMILIES; do
     cat "$T/models/$f/model.safetensors" > /dev/null # the page cache warm for both
-    "$B/bin/generate" "$T/models/$f" --ids "$PROMPT" --new-tokens "$NEW" > "$T/out" 2>&1 || { cat "$T/out" >&2; exit 1; }
+    "$B/bin/generate" "$T/models/$f" --ids "$PROMPT" --new-tokens "$NEW" --warm-up > "$T/out" 2>&1 || { cat "$T/out" >&2; exit 1; }
     sed -n 's/.*prompt_ms=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$f.a_first"
     sed -n 's/.*decode_tokens_per_s=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$f.a_tps"
     sed -n 's/^generated_ids=\[\(.*\)\]/\1/p' "$T/out" | tr -d ' ' > "$T/$f.a_ids"
@@ -62,8 +63,8 @@ out=${OUT:-bench/results/families.md}
   echo
   echo "Checkpoints: \`bench/families_peer.py make\` (hidden 512, intermediate 1024, 4 layers, 8 heads,"
   echo "vocabulary 32000, f32, transformers' random init); prompt 1..8, $NEW new tokens, greedy, KV cache;"
-  echo "$ROUNDS interleaved rounds, medians. accel's first token is its first generate call in the process"
-  echo "(cold); transformers' is measured after a warm-up generate. Command: \`bash bench/families.sh build $ROUNDS\`."
+  echo "$ROUNDS interleaved rounds, medians. First token warm on both sides: each side's prompt forward after"
+  echo "one untimed generate of 2 new tokens in the same process. Command: \`bash bench/families.sh build $ROUNDS\`."
   echo
   echo "| family | parameters | accel first token ms | transformers first token ms | accel tokens/s | transformers tokens/s | accel / transformers tokens/s | same tokens |"
   echo "|---|---|---|---|---|---|---|---|"

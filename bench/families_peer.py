@@ -8,15 +8,16 @@ family accel builds from config.json.
         hidden 512, intermediate 1024, 4 layers, 8 heads (4 key/value heads where
         the family has GQA), head_dim 64, vocabulary 32000.
     families_peer.py decode DIR [--ids 1,2,...] [--new-tokens 32]
-        AutoModelForCausalLM.from_pretrained(DIR) in f32, one warm-up generate,
-        then greedy generate with the KV cache as bench/bigmodel_peer.py decode
-        does; prints generated_ids, first_token_ms (the prompt's forward and the
-        first token: generate(max_new_tokens=1)) and decode_tokens_per_s (new
+        AutoModelForCausalLM.from_pretrained(DIR) in f32, then
+        bench/peer_decode.py's greedy_decode (as bench/bigmodel_peer.py decode):
+        prints generated_ids, first_token_ms (warm: the prompt's forward and the
+        first token, generate(max_new_tokens=1)) and decode_tokens_per_s (new
         tokens after the first over their time).
 """
 import argparse
 import os
-import time
+
+from peer_decode import greedy_decode  # bench/, the script's directory
 
 COMMON = dict(vocab_size=32000, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
               num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=256,
@@ -54,19 +55,7 @@ def decode(d, prompt, new_tokens):
     import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
-    ids = torch.tensor([[int(t) for t in prompt.split(",")]])
-    kw = dict(do_sample=False, attention_mask=torch.ones_like(ids), pad_token_id=0, eos_token_id=None)
-    with torch.no_grad():
-        model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
-        t0 = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
-        t1 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
-        t2 = time.perf_counter()
-    n_new = out.shape[1] - ids.shape[1]
-    print(f"generated_ids={out[0].tolist()}")
-    print(f"first_token_ms={(t1 - t0) * 1e3:.1f}")
-    print(f"decode_tokens_per_s={(n_new - 1) / ((t2 - t1) - (t1 - t0)):.1f}")
+    greedy_decode(model, prompt, new_tokens)
 
 
 def main():

@@ -98,6 +98,7 @@ int main(int argc, char **argv) {
         accel_accelerator_free(acc);
         return 1;
     }
+    accel_module_train(model, true); /* from_pretrained returns eval mode (GPT-2: dropout off) */
     const accel_llama_config cfg = *accel_llama_config_of(model);
     corpus c = {0};
     int rc = read_ids(argv[2], cfg.vocab_size, &c);

@@ -118,6 +118,21 @@ if(TARGET accel_cli)
            --num_processes 2 --batch_size 2 --seq_len 16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_gpt2_batch PROPERTIES PASS_REGULAR_EXPRESSION
     "activations are modelled for the Llama block \\(RMSNorm, RoPE, gated MLP\\), not for gpt2 models")
+  # BERT: Accelerate's calculate_maximum_sizes of transformers' BertModel of those config.json files
+  # (its position_ids / token_type_ids buffers counted; BertLayer and BertEmbeddings unsplit: the
+  # embeddings are hf_bert_nlp's largest layer, with the buffers). The activations are refused.
+  add_test(NAME bigmodel_estimate_memory_bert COMMAND accel_cli estimate-memory data/hf_bert_cls --dtypes float32
+           float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   29.31 KB  │ 75.75 KB │      303.0 KB     │\n│float16│   14.66 KB  │ 37.88 KB │      151.5 KB     │")
+  add_test(NAME bigmodel_estimate_memory_bert_embeddings COMMAND accel_cli estimate-memory data/hf_bert_nlp
+           --dtypes float32 --num_processes 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_embeddings PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   159.5 KB  │230.38 KB │      921.5 KB     │.*│ ZeRO-3 \\(FULL_SHARD\\)  │114.82 KB│114.82 KB│229.63 KB│")
+  add_test(NAME bigmodel_estimate_memory_bert_batch COMMAND accel_cli estimate-memory data/hf_bert_nlp
+           --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_batch PROPERTIES PASS_REGULAR_EXPRESSION
+    "bert models get the weights, gradients and optimizer rows; the step's activations \\(--batch_size / --seq_len\\) are modelled for the decoder families only")
 endif()
 
 # 200000 members built, addressed, measured, saved and loaded: linear in the

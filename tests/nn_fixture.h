@@ -41,4 +41,23 @@ static inline void check_tensor_close(accel_safetensors *st, const char *name, a
     accel_tensor_free(want);
 }
 
+/* Every parameter's gradient of m after a backward, in parameter order, as
+ * one accel_malloc'd array of *n floats (the caller frees it); the gradients
+ * are zeroed for the next backward. */
+static inline float *take_grads(accel_module *m, int64_t *n) {
+    accel_tensor **ps = NULL;
+    int np = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < np; i++) total += accel_numel(ps[i]);
+    float *g = accel_malloc((size_t)total * sizeof *g);
+    for (int64_t i = 0, off = 0; i < np && g; off += accel_numel(ps[i]), i++) {
+        CHECK(ps[i]->grad != NULL);
+        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + off);
+        accel_zero_(ps[i]->grad);
+    }
+    accel_free(ps);
+    *n = total;
+    return g;
+}
+
 #endif

@@ -9,12 +9,14 @@
  * bare BertModel checkpoint (no "bert." prefix, no head) loads its encoder;
  * gradient checkpointing gives the same gradients; dropout acts only while
  * training; config fields accel does not implement
- * are refused naming the field. */
+ * are refused naming the field; loaded with a device map (cpu, disk, cpu
+ * offload, a strategy's map, from shards) the same logits. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "accel/bert.h"
+#include "accel/bigmodel.h"
 #include "nn_fixture.h"
 
 #define DIR "data/hf_bert_cls"
@@ -114,19 +116,8 @@ static float *grads_of(accel_module *m, const batch *b, bool training, int64_t *
     accel_manual_seed(7);
     accel_tensor *loss = accel_bert_loss(m, b->ids, b->tt, b->mask, b->labels, NULL);
     CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
-    accel_tensor **ps = NULL;
-    int n = accel_module_parameters(m, &ps);
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
-    float *g = accel_malloc((size_t)total * sizeof *g);
-    for (int i = 0, off = 0; i < n && g; off += (int)accel_numel(ps[i]), i++) {
-        CHECK(ps[i]->grad != NULL);
-        if (ps[i]->grad) accel_to_floats(ps[i]->grad, g + off);
-        accel_zero_(ps[i]->grad);
-    }
-    accel_free(ps);
+    float *g = take_grads(m, n_out);
     accel_step_reset();
-    *n_out = total;
     return g;
 }
 
@@ -431,6 +422,81 @@ static void test_refused_config_fields(void) {
           c.num_labels == 2);
 }
 
+/* One dispatched load of dir: the fixture's logits (eval mode, as
+ * from_pretrained returns it); the placement of two of its weights. */
+static void check_dispatched(const char *dir, const accel_device_map *map, const char *strategy,
+                             const accel_max_memory *mm, const accel_load_opts *lo, accel_dispatch_stats *stats,
+                             const char *what) {
+    accel_safetensors *st = open_expected();
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_bert_from_pretrained_dispatched(dir, map, strategy, mm, lo, &d);
+    CHECK_MSG(m && d && st, "%s: %s", what, accel_last_error());
+    if (m && d && st) {
+        CHECK(!m->training);
+        batch b = load_batch(st);
+        check_logits(m, st, &b, what);
+        free_batch(&b);
+        accel_dispatched_stats(d, stats);
+    }
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
+/* accel_bert_from_pretrained_dispatched: layers left on disk (read from the
+ * mapping when they run) and offloaded to host copies give the fixture's
+ * logits, from model.safetensors and from shards; a sequential map from a
+ * small cpu budget puts the rest on disk; a checkpoint without the head is
+ * refused naming the missing keys (no weights to put on disk). */
+static void test_device_map_and_offload(void) {
+    accel_device_map *map = accel_device_map_parse("bert.embeddings:cpu,bert.encoder.layer.0:disk,"
+                                                   "bert.encoder.layer.1:cpu,bert.pooler:disk,classifier:cpu");
+    CHECK_MSG(map != NULL, "%s", accel_last_error());
+    for (int offload = 0; offload < 2 && map; offload++) {
+        accel_load_opts lo = {.offload_cpu = offload};
+        accel_dispatch_stats s = {0};
+        check_dispatched(DIR, map, NULL, NULL, &lo, &s, offload ? "cpu offload + disk" : "cpu + disk");
+        /* layer 0 (16 tensors) and the pooler (2) on disk; with offload_cpu the rest as host copies */
+        CHECK_MSG(s.n_offloaded_disk == 18 && (offload ? s.n_loaded == 0 && s.n_offloaded_cpu > 0
+                                                       : s.n_loaded > 0 && s.n_offloaded_cpu == 0),
+                  "disk %lld, cpu offload %lld, loaded %lld", (long long)s.n_offloaded_disk,
+                  (long long)s.n_offloaded_cpu, (long long)s.n_loaded);
+    }
+    accel_device_map_free(map);
+    /* shards, and the map from a 48 KB cpu budget (less the largest layer, 30 KB, kept free as
+     * Accelerate does): the embeddings on the cpu, the rest on disk */
+    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/dispatch_sharded", g_tmp);
+    CHECK_MSG(m && accel_bert_save_pretrained(m, dir, 4096) == ACCEL_OK, "%s", accel_last_error());
+    accel_max_memory mm = {0};
+    CHECK(accel_max_memory_set(&mm, "cpu", "48KB") == ACCEL_OK && accel_max_memory_set(&mm, "disk", "1GB") == ACCEL_OK);
+    accel_dispatch_stats s = {0};
+    check_dispatched(dir, NULL, "sequential", &mm, NULL, &s, "sharded, sequential");
+    CHECK_MSG(s.n_loaded > 0 && s.n_offloaded_disk > 0 && s.bytes_resident <= 48000,
+              "loaded %lld (%lld bytes), disk %lld", (long long)s.n_loaded, (long long)s.bytes_resident,
+              (long long)s.n_offloaded_disk);
+    /* a checkpoint without the classifier: its keys named */
+    snprintf(dir, sizeof dir, "%s/dispatch_headless", g_tmp);
+    accel_state_dict *sd = m ? accel_module_state_dict(m) : NULL;
+    const char *names[64];
+    accel_tensor *ts[64];
+    int n = 0;
+    for (int i = 0; sd && i < sd->n && n < 64; i++)
+        if (strncmp(sd->entries[i].name, "classifier", 10)) names[n] = sd->entries[i].name, ts[n++] = sd->entries[i].t;
+    char path[200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(m && accel_bert_config_save(dir, accel_bert_config_of(m)) == ACCEL_OK &&
+          accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK);
+    accel_dispatched *d = NULL;
+    accel_module *headless = accel_bert_from_pretrained_dispatched(dir, NULL, NULL, NULL, NULL, &d);
+    CHECK(headless == NULL && d == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "missing key(s)");
+    CHECK_STR_CONTAINS(accel_last_error(), "classifier.weight");
+    accel_state_dict_free(sd);
+    accel_module_free(m);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_bert_XXXXXX");
     CHECK(mkdtemp(g_tmp) != NULL);
@@ -443,6 +509,7 @@ int main(void) {
     RUN(test_dropout_in_training_only);
     RUN(test_bad_inputs);
     RUN(test_refused_config_fields);
+    RUN(test_device_map_and_offload);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     CHECK(system(cmd) == 0);

@@ -1,12 +1,14 @@
 /* CPU detection and the per-ISA kernel variants: what is reported matches
  * the kernel's view (/proc/cpuinfo), the variant in use is the best one the
- * CPU runs, every runnable variant computes what the baseline computes, and
+ * CPU runs, every runnable variant computes what the baseline computes (its
+ * vectorised tanh within 2 ulp of libm's tanhf on a sweep of the floats), and
  * a variant the CPU cannot run is refused with an error naming it. */
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "accel/cpu.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "check.h"
+#include <float.h>
 #include <stdlib.h>
 #include "core/cpuinfo.h"
 
@@ -321,6 +323,80 @@ static void test_f16_conversions_match_the_scalar_one(void) {
     CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
 }
 
+/* ---- tanh and GELU-tanh of every variant (vec_math.h's accel__tanhf) against libm */
+
+/* |a - b| in ulps: the floats' bits as a number line (-0 and +0 both 0). */
+static int64_t ulps_apart(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    if (ia < 0) ia = INT32_MIN - ia;
+    if (ib < 0) ib = INT32_MIN - ib;
+    return llabs((int64_t)ia - ib);
+}
+
+/* The sweep: every 4093rd float (each binade, both signs, subnormals, NaNs),
+ * every float around the switch from the polynomial to the exponential
+ * (0.625) and around where tanh rounds to 1 (~9), and the special values.
+ * Returns the count (about 1.9 million); x holds TANH_SWEEP_CAP floats. */
+enum { TANH_SWEEP_CAP = 3 << 20 };
+static int tanh_sweep(float *x) {
+    int n = 0;
+    for (uint64_t b = 0; b <= 0xffffffffu; b += 4093) x[n++] = bits_f32((uint32_t)b);
+    for (float v = 0.615f; v < 0.635f && n < TANH_SWEEP_CAP - 64; v = nextafterf(v, 1.0f)) x[n++] = v, x[n++] = -v;
+    for (float v = 8.95f; v < 9.05f && n < TANH_SWEEP_CAP - 64; v = nextafterf(v, 10.0f)) x[n++] = v, x[n++] = -v;
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, FLT_MIN, -FLT_MIN, 1e-45f, -1e-45f,
+                             FLT_MAX, -FLT_MAX, 44.36f, 44.37f, 88.0f, 0.625f, -0.625f, 1e-4f, 1e-20f};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) x[n++] = special[i];
+    return n;
+}
+
+static void test_tanh_within_ulps_of_libm(void) {
+    enum { CAP = TANH_SWEEP_CAP };
+    float *x = malloc(sizeof(float) * CAP), *y = malloc(sizeof(float) * CAP), *d = malloc(sizeof(float) * CAP);
+    float *one = malloc(sizeof(float) * CAP);
+    CHECK(x && y && d && one);
+    if (!x || !y || !d || !one) return;
+    int n = tanh_sweep(x);
+    for (int i = 0; i < n; i++) one[i] = 1.0f;
+    accel__cpu_variant start = accel__cpu_variant_current();
+    for (int v = ACCEL__CPU_BASELINE; v < ACCEL__CPU_N_VARIANTS; v++) {
+        if (!accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
+        CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_OK);
+        const char *name = accel__cpu_variant_name((accel__cpu_variant)v);
+        accel__cpu_unary_f32(ACCEL_U_TANH, 0, x, y, n);
+        int64_t worst = 0;
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            float want = tanhf(x[i]);
+            bool ok = isnan(want) ? isnan(y[i]) : signbit(y[i]) == signbit(want) && ulps_apart(y[i], want) <= 2;
+            if (!isnan(want) && ulps_apart(y[i], want) > worst) worst = ulps_apart(y[i], want);
+            if (!ok && bad++ < 5) fprintf(stderr, "%s: tanh(%.9g) = %.9g, tanhf %.9g\n", name, x[i], y[i], want);
+        }
+        CHECK_MSG(bad == 0, "%s: %d of %d tanh values off", name, bad, n);
+        printf("%s: tanh of %d floats, at most %lld ulp from tanhf\n", name, n, (long long)worst);
+        /* GELU-tanh and its derivative against the scalar formulas with libm's tanhf */
+        accel__cpu_unary_f32(ACCEL_U_GELU_TANH, 0, x, y, n);
+        accel__cpu_unary_grad_f32(ACCEL_U_GELU_TANH, 0, one, x, y, d, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            float xi = x[i];
+            if (!(fabsf(xi) < 1e3f)) continue; /* x^3 overflows: inf - inf in both */
+            float want = accel__unary_f(ACCEL_U_GELU_TANH, xi, 0), dwant = accel__unary_df(ACCEL_U_GELU_TANH, xi, want, 0);
+            bool ok = fabsf(y[i] - want) <= 3e-7f * (1.0f + fabsf(xi)) && fabsf(d[i] - dwant) <= 1e-6f * (1.0f + xi * xi);
+            if (!ok && bad++ < 5)
+                fprintf(stderr, "%s: gelu_tanh(%.9g) = %.9g, grad %.9g; libm's %.9g, %.9g\n", name, xi, y[i], d[i],
+                        want, dwant);
+        }
+        CHECK_MSG(bad == 0, "%s: %d GELU-tanh values off", name, bad);
+    }
+    CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
+    free(x);
+    free(y);
+    free(d);
+    free(one);
+}
+
 static void test_unrunnable_variant_is_refused(void) {
     accel__cpu_variant before = accel__cpu_variant_current();
     for (int v = 0; v < ACCEL__CPU_N_VARIANTS; v++) {
@@ -375,6 +451,7 @@ int main(void) {
     RUN(test_best_variant_is_chosen);
     RUN(test_variants_agree);
     RUN(test_f16_conversions_match_the_scalar_one);
+    RUN(test_tanh_within_ulps_of_libm);
     RUN(test_unrunnable_variant_is_refused);
     return check_summary();
 }

@@ -100,7 +100,8 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
  * when it is the pooler's or the classifier's (a pre-trained encoder gets a
  * new head, as transformers does, and says so on stderr); any other missing
  * weight is an error naming it. dir without weights: a randomly initialised
- * model of its config. */
+ * model of its config. With a device map, cpu or disk offload:
+ * accel_bert_from_pretrained_dispatched (accel/bigmodel.h). */
 accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev);
 
 #ifdef __cplusplus

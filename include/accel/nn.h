@@ -279,8 +279,11 @@ typedef struct accel_llama_config {
     double partial_rotary_factor;
     /* GPT-2 ("gpt2": learned positions up to max_position_embeddings =
      * n_positions, LayerNorm of epsilon rms_norm_eps = layer_norm_epsilon).
-     * Its dropout probabilities are kept for config.json but not applied:
-     * accel trains without dropout, as transformers does in eval mode. */
+     * Its dropouts, as transformers' GPT-2 while the module trains
+     * (accel_module_train; none in eval): embd_pdrop on the embeddings plus
+     * positions, attn_pdrop on the attention probabilities, resid_pdrop on
+     * each block's attention and MLP outputs; masks from the default
+     * generator (accel_manual_seed). Set on another family: refused. */
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
     /* The special token ids config.json has, written back by

@@ -5,8 +5,10 @@
 #include <string.h>
 
 #include "accel/bert.h"
+#include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
+#include "bigmodel/bigmodel_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
@@ -118,4 +120,20 @@ accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
     }
     accel_checkpoint_close(ck);
     return m;
+}
+
+accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
+                                                   const char *strategy, const accel_max_memory *max_memory,
+                                                   const accel_load_opts *opts, accel_dispatched **out) {
+    if (!dir || !out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained_dispatched: NULL dir or out");
+        return NULL;
+    }
+    *out = NULL;
+    accel_bert_config cfg;
+    if (accel_bert_config_load(dir, &cfg) != ACCEL_OK) return NULL;
+    accel_init_empty_weights_begin();
+    accel_module *m = accel_bert_new(&cfg, ACCEL_CPU_DEVICE);
+    accel_init_empty_weights_end();
+    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, out);
 }

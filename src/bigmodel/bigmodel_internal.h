@@ -37,6 +37,15 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only,
 void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* from_pretrained's second half for a model m (built on meta from dir's
+ * config.json; NULL passes through): accel_load_checkpoint_and_dispatch with
+ * m's block class as no_split and its body's name as base_model_prefix (where
+ * opts leaves them unset), then m in eval mode (transformers'
+ * from_pretrained). Frees m on failure. */
+accel_module *accel__dispatch_pretrained(accel_module *m, const char *dir, const accel_device_map *map,
+                                         const char *strategy, const accel_max_memory *max_memory,
+                                         const accel_load_opts *opts, accel_dispatched **out);
+
 /* Is the string a GPU index key ("0", "12")? */
 bool accel__is_gpu_key(const char *s);
 

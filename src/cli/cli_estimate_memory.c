@@ -17,9 +17,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "cli/cli.h"
+#include "io/io_internal.h"
 #include "bigmodel/mesh_memory.h"
 #include "nn/arch.h"
 
@@ -173,8 +175,8 @@ static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const acce
 }
 
 /* The per-rank table: Adam on f32 parameters under each strategy (docs/
- * bigmodel.md "Training memory"), with the step's activations when a batch
- * is given. */
+ * bigmodel.md "Training memory"), with the step's activations of the decoder
+ * cfg when a batch is given (cfg NULL: no batch). */
 static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_t largest, const rank_request *q) {
     char rows[ACCEL_SHARD_STRATEGIES][TABLE_MAX_COLS][32];
     int nr = 0, nc = 0;
@@ -220,6 +222,20 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
     if (q->mesh[MESH_TP] > 1) printf("; 1/%d of each layer's weights and of the vocabulary", q->mesh[MESH_TP]);
     printf(" (docs/bigmodel.md \"Per mesh\")\n");
     return 0;
+}
+
+/* Whether model's config.json says model_type "bert" (its own config and
+ * model: accel/bert.h); false when it cannot be read, and the decoders'
+ * loader then says why. */
+static bool is_bert(const char *model) {
+    char *file = accel__is_dir(model) ? accel__path_join(model, "config.json") : accel_strdup(model);
+    json_t *root = file ? accel__json_load_file(file) : NULL;
+    json_t *mt = root ? json_object_get(root, "model_type") : NULL;
+    bool bert = json_is_string(mt) && !strcmp(json_string_value(mt), "bert");
+    json_decref(root);
+    accel_free(file);
+    accel_clear_error();
+    return bert;
 }
 
 /* --strategy: accel's names and FSDP's, any case. */
@@ -342,7 +358,7 @@ int accel_cli_estimate_memory(int argc, char **argv) {
             }
             if (!strcmp(argv[++i], "timm")) {
                 fprintf(stderr, "accel estimate-memory: error: timm models are not available in accel (only "
-                                "transformers Llama configs)\n");
+                                "transformers configs)\n");
                 return 1;
             }
         } else if (is_opt(a, "num_processes")) {
@@ -424,21 +440,35 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     }
     if (ndt == 0)
         for (ndt = 0; ndt < 4; ndt++) dts[ndt] = ndt;
-    accel_llama_config cfg;
-    if (accel_llama_config_load(model, &cfg) != ACCEL_OK) {
+    bool bert = is_bert(model);
+    if (bert && (q.have_batch || q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1)) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: %s: bert models get the weights, gradients and optimizer "
+                        "rows; %s\n", model, q.have_batch ? "the step's activations (--batch_size / --seq_len) are "
+                        "modelled for the decoder families only" : "tensor and pipeline parallelism of bert models are "
+                        "not implemented (--tp_size / --pp_size above 1)");
+        return 2;
+    }
+    accel_llama_config cfg = {0};
+    accel_bert_config bcfg = {0};
+    if (bert ? accel_bert_config_load(model, &bcfg) != ACCEL_OK : accel_llama_config_load(model, &cfg) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
     }
     accel_init_empty_weights_begin();
-    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    accel_module *m = bert ? accel_bert_new(&bcfg, ACCEL_CPU_DEVICE) : accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
     /* Accelerate builds AutoModel, Llama's body without lm_head (its table's
-     * weights); training (the per-rank table) also holds an untied lm_head. */
-    const char *no_split[] = {accel_module_decoder_layer_class(m)};
+     * weights), BertModel without the classifier; training (the per-rank
+     * table) also holds the head (an untied lm_head, the classifier). */
+    /* transformers' _no_split_modules: the block class, and BertModel's BertEmbeddings */
+    const char *no_split[] = {accel_module_decoder_layer_class(m), "BertEmbeddings"};
     int64_t total = 0, largest = 0, body = 0, body_largest = 0;
+    accel_module_sizes *body_sizes = NULL;
     if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
-        accel_calculate_maximum_sizes(m->children[0] /* the body: model, transformer */, no_split, 1, &body,
-                                      &body_largest) != ACCEL_OK) {
+        accel_calculate_maximum_sizes(m->children[0] /* the body: model, transformer, bert */, no_split,
+                                      bert ? 2 : 1, &body, &body_largest) != ACCEL_OK ||
+        (bert && !(body_sizes = accel_compute_module_sizes(m->children[0], NULL, false)))) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         accel_module_free(m);
         return 1;
@@ -454,10 +484,19 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
     /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
      * accel's Llama computes instead of keeping (GPT-2 has no RoPE) */
-    if (accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA)
+    if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA)
         body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
     /* and Gemma's embedding keeps its scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale) */
-    if (accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
+    if (!bert && accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
+    /* BertEmbeddings' position_ids and token_type_ids: [1, max_position_embeddings] int64 buffers each,
+     * which accel's BERT makes per forward instead; BertEmbeddings is a layer of its own (unsplit) */
+    if (bert) {
+        int64_t buffers = 2 * bcfg.max_position_embeddings * 8;
+        int64_t emb = accel_module_sizes_get(body_sizes, "embeddings") + buffers;
+        body += buffers;
+        if (emb > body_largest) body_largest = emb;
+        accel_module_sizes_free(body_sizes);
+    }
     static const double div[] = {1, 2, 4, 8};
     char rows[16][TABLE_MAX_COLS][32];
     for (int r = 0; r < ndt; r++) {
@@ -474,5 +513,5 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
     print_table(title, headers, 4, rows, ndt);
-    return per_rank ? print_rank_table(&cfg, total, largest, &q) : 0;
+    return per_rank ? print_rank_table(bert ? NULL : &cfg, total, largest, &q) : 0;
 }

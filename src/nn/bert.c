@@ -308,14 +308,18 @@ static accel_status padding_mask(accel_tensor *am, accel_device dev, accel_tenso
 static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
                                         const accel_bert_config *c) {
     accel_module **p = emb->children;
-    accel_device dev = accel__module_tensor(p[EMB_POS], "weight")->device;
     int64_t B = ids->shape[0], T = ids->shape[1];
+    /* the ids and positions made here go where the word embedding ran (its
+     * weight may be offloaded: on meta until its hook brings it in) */
+    accel_tensor *w = accel_module_call(p[EMB_WORD], ids);
+    if (!w) return NULL;
+    accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
         if (!tt || accel_zero_(tt) != ACCEL_OK) return NULL;
     }
     accel_tensor *pos = accel_to_device(accel_arange(ACCEL_I64, 0, T), dev); /* [T] */
-    accel_tensor *h = accel_add(accel_module_call(p[EMB_WORD], ids), accel_module_call(p[EMB_TYPE], tt));
+    accel_tensor *h = accel_add(w, accel_module_call(p[EMB_TYPE], tt));
     h = accel_add(h, pos ? accel_module_call(p[EMB_POS], pos) : NULL); /* [B, T, C] + [T, C] */
     h = accel_module_call(p[EMB_NORM], h);
     return accel_dropout(h, c->hidden_dropout_prob, emb->training, NULL);
@@ -346,7 +350,8 @@ static accel_tensor *attention_forward(accel_module *attn, accel_tensor *x, cons
     if (!q || !k || !v) return NULL;
     /* scores [B, H, T, T]: every query sees every key but the padding */
     accel_tensor *s = accel_mul_scalar(accel_matmul(q, accel_transpose(k, 2, 3)), 1.0 / sqrt((double)D));
-    if (f->mask) s = accel_add(s, f->mask);
+    if (f->mask && s) /* made on the ids' device; a dispatched layer may run on another */
+        s = accel_add(s, accel_device_eq(f->mask->device, s->device) ? f->mask : accel_to_device(f->mask, s->device));
     accel_tensor *probs = accel_dropout(accel_softmax(s, 3), c->attention_probs_dropout_prob, self->training, NULL);
     accel_tensor *o = accel_matmul(probs, v); /* [B, H, T, D] */
     if (!o) return NULL;
@@ -418,7 +423,7 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
     fwd *f = accel_arena_alloc(accel_step_arena(), sizeof *f, 8); /* read by checkpointed layers' recompute */
     if (!f) return NULL;
     *f = (fwd){.c = c};
-    if (padding_mask(am, accel__module_tensor(p[MODEL_POOLER]->children[0], "weight")->device, &f->mask))
+    if (padding_mask(am, ids->device, &f->mask))
         return NULL;
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;

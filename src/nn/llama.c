@@ -124,6 +124,9 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         !(c->embd_pdrop >= 0 && c->embd_pdrop <= 1))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
                                who);
+    if ((c->attn_pdrop || c->resid_pdrop || c->embd_pdrop) && a->blocks != ACCEL__BLOCKS_GPT2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's "
+                               "dropouts: %s models have none", who, a->model_type);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -358,10 +361,11 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
-    accel_tensor *o = cp ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : (W || cap > 0) && x->device.type != ACCEL_DEV_META
-                          ? accel__masked_attention(q, k, v, pos, W, scale, cap)
-                          : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
+    double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
+    bool expl = (W || cap > 0 || drop > 0) && x->device.type != ACCEL_DEV_META;
+    accel_tensor *o = cp     ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
+                      : expl ? accel__masked_attention(q, k, v, pos, W, scale, cap, drop)
+                             : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
@@ -404,6 +408,13 @@ static accel_tensor *residual(const layer_impl *li, accel_tensor *x, accel_tenso
     return accel_add(x, branch);
 }
 
+/* GPT-2's resid_dropout of a branch's output (its attention's and its MLP's
+ * c_proj) while the layer trains; the other families have none. */
+static accel_tensor *resid_dropout(accel_module *layer, const layer_impl *li, accel_tensor *branch) {
+    if (li->arch->blocks != ACCEL__BLOCKS_GPT2) return branch;
+    return accel_dropout(branch, li->cfg->resid_pdrop, layer->training, NULL);
+}
+
 /* x [B, T, C] -> [B, T, C]. */
 static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache) {
     const layer_impl *li = layer->impl;
@@ -416,10 +427,11 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
     bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
+    a = resid_dropout(layer, li, a);
     if (sandwich) a = accel_module_call(p[LAYER_POST_NORM], a);
     accel_tensor *h = residual(li, x, a);
     accel_tensor *m = accel_module_call(p[sandwich ? LAYER_PRE_FF_NORM : LAYER_POST_NORM], h);
-    m = accel_module_call(p[LAYER_MLP], m);
+    m = resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], m));
     if (sandwich) m = accel_module_call(p[LAYER_POST_FF_NORM], m);
     return residual(li, h, m);
 }
@@ -465,7 +477,7 @@ static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int
 }
 
 /* The embeddings of ids [B, T] (scaled: Gemma, Granite; GPT-2: plus learned
- * positions): [B, T, C]. */
+ * positions, then its embd_pdrop dropout while the model trains): [B, T, C]. */
 static accel_tensor *embed(accel_module *model, const accel_llama_config *c, const accel__arch *a,
                            accel_tensor *ids, int64_t pos) {
     accel_module **mp = model->children;
@@ -478,7 +490,8 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
         int64_t Tl = h->shape[1], first = pos;
         accel_pg *tp;
         if (Tl != T && accel_module_tp_info(mp[MODEL_EMBED], NULL, &tp, NULL, NULL)) first += accel_pg_rank(tp) * Tl;
-        h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl));
+        h = accel_dropout(accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl)), c->embd_pdrop,
+                          model->training, NULL);
     }
     return h;
 }

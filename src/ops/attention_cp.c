@@ -350,7 +350,7 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
  * fused causal sdpa, or the explicit scores when a window or soft-capping
  * applies. */
 static accel_tensor *attend(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, const cp_mask *m) {
-    return m->W || m->cap > 0 ? accel__masked_attention(q, k, v, pos, m->W, m->scale, m->cap)
+    return m->W || m->cap > 0 ? accel__masked_attention(q, k, v, pos, m->W, m->scale, m->cap, 0.0)
                               : accel_sdpa(q, k, v, true, m->scale);
 }
 

@@ -6,7 +6,7 @@
 #include "nn_internal.h"
 
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                      double scale, double cap) {
+                                      double scale, double cap, double drop) {
     if (!q || !k || !v) return NULL;
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
     int64_t G = H / Hkv;
@@ -24,6 +24,8 @@ accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_te
     accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
                                             scale > 0 ? scale : 1.0 / sqrt((double)D));
     if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);
-    accel_tensor *o = accel_matmul(accel_softmax(accel_add(scores, mask), 3), v); /* [B, Hkv, G T, D] */
+    accel_tensor *probs = accel_softmax(accel_add(scores, mask), 3);
+    if (drop > 0) probs = accel_dropout(probs, drop, true, NULL);
+    accel_tensor *o = accel_matmul(probs, v); /* [B, Hkv, G T, D] */
     return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
 }

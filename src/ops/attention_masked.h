@@ -11,10 +11,12 @@
  * pos + t - W < j <= pos + t (W 0: every j <= pos + t): transformers'
  * sliding-window mask, as an additive mask over explicit scores (ops every
  * backend has). Scores are scaled by `scale` (<= 0: 1/sqrt(D)), then
- * soft-capped to cap tanh(s / cap) when cap > 0 (Gemma2). q [B, H, T, D],
+ * soft-capped to cap tanh(s / cap) when cap > 0 (Gemma2); the probabilities
+ * go through dropout of probability drop (GPT-2's attn_pdrop while training;
+ * 0: none). q [B, H, T, D],
  * k, v [B, Hkv, S, D] (H % Hkv == 0) -> [B, H, T, D]. Differentiable. */
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                      double scale, double cap);
+                                      double scale, double cap, double drop);
 
 /* accel_cp_attention with a sliding window of W keys (0: none) and
  * soft-capping at cap (0: none), both on the global positions of the

@@ -150,15 +150,19 @@ ACCEL__HD static inline float accel__geluf(float x) { return 0.5f * x * (1.0f + 
 ACCEL__HD static inline float accel__gelu_gradf(float x) {
     return 0.5f * (1.0f + erff(x * ACCEL__SQRT1_2)) + x * ACCEL__INV_SQRT_2PI * expf(-0.5f * x * x);
 }
-ACCEL__HD static inline float accel__gelu_tanhf(float x) {
-    float u = ACCEL__SQRT_2_PI * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
-}
+/* GELU-tanh around t = tanh(ACCEL__GELU_TANH_ARG(x)): its value and its
+ * derivative. Macros, not functions, so that the CPU's vectorised loops
+ * (pointwise_kernels.c, with vec_math.h's accel__tanhf) share the formulas:
+ * GCC does not inline these functions into loops compiled with
+ * ACCEL__VEC_MATH's different options. */
+#define ACCEL__GELU_TANH_ARG(x) (ACCEL__SQRT_2_PI * ((x) + 0.044715f * (x) * (x) * (x)))
+#define ACCEL__GELU_TANH_OF(x, t) (0.5f * (x) * (1.0f + (t)))
+#define ACCEL__GELU_TANH_GRAD_OF(x, t) \
+    (0.5f * (1.0f + (t)) + 0.5f * (x) * (1.0f - (t) * (t)) * ACCEL__SQRT_2_PI * (1.0f + 3.0f * 0.044715f * (x) * (x)))
+
+ACCEL__HD static inline float accel__gelu_tanhf(float x) { return ACCEL__GELU_TANH_OF(x, tanhf(ACCEL__GELU_TANH_ARG(x))); }
 ACCEL__HD static inline float accel__gelu_tanh_gradf(float x) {
-    float u = ACCEL__SQRT_2_PI * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
-    return 0.5f * (1.0f + t) +
-           0.5f * x * (1.0f - t * t) * ACCEL__SQRT_2_PI * (1.0f + 3.0f * 0.044715f * x * x);
+    return ACCEL__GELU_TANH_GRAD_OF(x, tanhf(ACCEL__GELU_TANH_ARG(x)));
 }
 
 ACCEL__HD static inline float accel__unary_f(accel__unop op, float x, float p) {

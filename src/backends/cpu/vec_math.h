@@ -1,6 +1,7 @@
-/* Vectorisable float math for the CPU kernels (not public API): an expf that
- * GCC turns into AVX2 code inside `omp simd` loops, where a call to libm's
- * expf keeps the loop scalar. */
+/* Vectorisable float math for the CPU kernels (not public API): an expf and
+ * a tanhf that GCC turns into SIMD code of each kernel variant (baseline,
+ * AVX2, AVX-512: cpu_variants.h) inside `omp simd` loops, where a call to
+ * libm keeps the loop scalar. */
 #ifndef ACCEL_BACKENDS_CPU_VEC_MATH_H
 #define ACCEL_BACKENDS_CPU_VEC_MATH_H
 
@@ -46,6 +47,35 @@ ACCEL__VEC_MATH static inline float accel__expf(float x) {
     res = x > 88.7228394f ? INFINITY : res;
     res = x < -87.3365447504f ? 0.0f : res;
     return x == x ? res : x;
+}
+
+/* tanhf without a call, for `omp simd` loops (libm's scalar tanhf kept the
+ * Gemma2 soft-capping and GELU-tanh loops scalar). On |x|: below 0.625
+ * Cephes' odd polynomial x + x^3 P(x^2); above, 1 - 2 / (e^2|x| + 1) with
+ * accel__expf (no cancellation there: the result is > 0.55), rounding to 1
+ * from |x| near 9 on as tanhf does (e^2|x| saturating, or +inf); then x's
+ * sign put back, so -0 stays -0, +-inf give +-1, nan stays nan. Within 2 ulp of
+ * libm's tanhf over every float (tests/test_cpu_dispatch.c sweeps them). */
+ACCEL__VEC_MATH static inline float accel__tanhf(float x) {
+    uint32_t u, sign;
+    memcpy(&u, &x, sizeof u);
+    sign = u & 0x80000000u;
+    u &= 0x7fffffffu;
+    float a;
+    memcpy(&a, &u, sizeof a);
+    float z = a * a;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = p * z * a + a;
+    float large = 1.0f - 2.0f / (accel__expf(a + a) + 1.0f);
+    float r = a < 0.625f ? small : large;
+    memcpy(&u, &r, sizeof u);
+    u |= sign;
+    memcpy(&r, &u, sizeof r);
+    return r;
 }
 
 /* bf16 bits of f rounded to nearest even, NaN kept quiet: the same bits as
