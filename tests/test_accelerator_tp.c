@@ -50,7 +50,9 @@ static void saves_whole(accel_accelerator *acc, accel_module *tp, accel_module *
     accel_state_dict_free(sd);
     accel_safetensors_close(f);
     /* whole-tensor checkpoints under every stage (test_accelerator_tp_checkpoint) */
-    st = accel_accelerator_save_state(acc, CFG.dir, NULL, 0);
+    char state[128];
+    snprintf(state, sizeof state, "%s/state", CFG.dir);
+    st = accel_accelerator_save_state(acc, state, NULL, 0);
     CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
 }
 
