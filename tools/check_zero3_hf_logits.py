@@ -17,7 +17,7 @@ every logit matches within --tolerance (1e-4) and no weight is missing or unexpe
 
 Under tensor parallelism (--tolerance 1e-5: the bar docs/parallelism.md records):
 
-    ACCEL_TP_KEEP=1 build/tests/test_accelerator_tp          # prints "kept DIR" per mesh
+    ACCEL_TP_KEEP=1 build/bin/test_accelerator_tp            # prints "kept DIR" per mesh
     python3 tools/check_zero3_hf_logits.py DIR --tolerance 1e-5 \
         --model "tiny Llama trained 5 SGD steps, dp_shard 2 x tp 2 ZeRO-3" --verdict OUT.json
 
