@@ -3,9 +3,13 @@
  * hold whole tensors (the model's and the Adam moments' shapes are a
  * one-process checkpoint's); resumed on the same mesh from other weights,
  * the next 2 steps' losses equal the uninterrupted run's bit for bit; on
- * one process (tp = 1) they match within 1e-5; on dp_shard 2 x tp 2 the
- * loaded state, saved again, is the checkpoint's, tensor for tensor. Under
- * ZeRO with tp the checkpoint is refused by name. */
+ * one process (tp = 1) they match within 1e-5; on dp_shard 2 x tp 2 under
+ * DDP and ZeRO-1, -2 and -3 the loaded state, saved again, is the
+ * checkpoint's, tensor for tensor. A dp_shard 2 x tp 2 ZeRO-3 run (one
+ * sequence a rank: the same global batch) saves after 3 steps (whole
+ * tensors again) and after 5; resumed from the first on the same mesh its
+ * 5-step files equal those bit for bit, on tp 2 DDP and on one process
+ * within 1e-5. */
 #include <stdlib.h>
 
 #include "accel/accelerator.h"
@@ -18,10 +22,14 @@
 
 enum { SEQS = 24, T = 8, BS = 2, SAVED_AT = 3, AFTER = 2 };
 
-typedef enum { FIRST, RESUME, ONE, WIDER, ZERO } phase;
-static struct { phase ph; int tp, dp_shard; char dir[64]; } CFG;
+/* FIRST .. WIDER: the tp 2 DDP checkpoint "ckpt"; Z*: the dp_shard 2 x tp 2
+ * ZeRO-3 one, "zckpt", and the 5-step state each run saves at its end. */
+typedef enum { FIRST, RESUME, ONE, WIDER, ZFIRST, ZRESUME, ZOTHER } phase;
+static struct { phase ph; int tp, dp_shard, zero; const char *end; char dir[64]; } CFG;
 
 static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", CFG.dir, name); }
+
+static const char *FILES[] = {"model.safetensors", "optimizer.safetensors"};
 
 /* Every tensor of file b is in file a with the same dtype, shape and bytes, and the counts agree. */
 static void same_files(const char *a, const char *b) {
@@ -42,11 +50,26 @@ static void same_files(const char *a, const char *b) {
     if (fb) accel_safetensors_close(fb);
 }
 
+/* Every tensor of file b is in file a, as f32 within 1e-5 of it. */
+static void close_files(const char *a, const char *b) {
+    accel_safetensors *fa = accel_safetensors_open(a), *fb = accel_safetensors_open(b);
+    CHECK_MSG(fa && fb, "%s", accel_last_error());
+    for (int i = 0; fa && fb && i < accel_safetensors_count(fb); i++) {
+        const char *name = accel_safetensors_at(fb, i)->name;
+        accel_tensor *x = accel_safetensors_tensor(fa, name, ACCEL_F32), *y = accel_safetensors_tensor(fb, name, ACCEL_F32);
+        CHECK_MSG(x && y && accel_same_shape(x, y), "%s: %s and %s differ in shape", name, a, b);
+        if (x && y && accel_same_shape(x, y)) close_all(name, y->data, x->data, accel_numel(x));
+        accel_tensor_free(x), accel_tensor_free(y);
+    }
+    if (fa) accel_safetensors_close(fa);
+    if (fb) accel_safetensors_close(fb);
+}
+
 static int body(int rank, int world) {
     (void)world;
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
-    o.zero_stage = CFG.ph == ZERO ? 2 : 0;
+    o.zero_stage = CFG.zero;
     o.parallelism = (accel_parallelism_opts){.tp_size = CFG.tp, .dp_shard_size = CFG.dp_shard};
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
@@ -59,26 +82,21 @@ static int body(int rank, int world) {
     accel_tensor_from_host(all, ids);
     accel_dataset *ds = accel_tensor_dataset_new(1, &all);
     accel_dataloader_opts dlo = accel_dataloader_opts_default();
-    dlo.batch_size = BS;
+    dlo.batch_size = BS / CFG.dp_shard; /* the same global batch on every mesh */
     accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
     /* resumed runs start from other weights: the checkpoint must replace them */
-    accel_module *m = tiny_llama(CFG.ph == FIRST || CFG.ph == ZERO ? 11 : 99);
+    accel_module *m = tiny_llama(CFG.ph == FIRST || CFG.ph == ZFIRST ? 11 : 99);
     accel_optim_hparams h = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     CHECK(accel_accelerator_prepare_dataloader(acc, dl) == ACCEL_OK);
     CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     CHECK_MSG(accel_accelerator_prepare_optimizer(acc, opt) == ACCEL_OK, "%s", accel_last_error());
+    bool z = CFG.ph >= ZFIRST, first = CFG.ph == FIRST || CFG.ph == ZFIRST;
     char ckpt[128], again[128], losses[128];
-    path_in(ckpt, sizeof ckpt, "ckpt");
+    path_in(ckpt, sizeof ckpt, z ? "zckpt" : "ckpt");
     path_in(again, sizeof again, "again");
     path_in(losses, sizeof losses, "losses");
-    if (CFG.ph == ZERO) {
-        CHECK(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_ERR_UNSUPPORTED);
-        CHECK_STR_CONTAINS(accel_last_error(), "checkpoints under ZeRO are not built yet with tensor parallelism");
-        CHECK(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_ERR_UNSUPPORTED);
-        goto out;
-    }
-    if (CFG.ph != FIRST) {
+    if (!first) {
         accel_resume_point at;
         CHECK_MSG(accel_accelerator_load_state(acc, ckpt, &at) == ACCEL_OK, "%s", accel_last_error());
         CHECK(at.batch == SAVED_AT);
@@ -87,21 +105,20 @@ static int body(int rank, int world) {
         CHECK_MSG(accel_accelerator_save_state(acc, again, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
         if (rank == 0) {
             char a[160], b[160];
-            const char *files[] = {"model.safetensors", "optimizer.safetensors"};
             for (int i = 0; i < 2; i++) {
-                snprintf(a, sizeof a, "%s/%s", ckpt, files[i]);
-                snprintf(b, sizeof b, "%s/%s", again, files[i]);
+                snprintf(a, sizeof a, "%s/%s", ckpt, FILES[i]);
+                snprintf(b, sizeof b, "%s/%s", again, FILES[i]);
                 same_files(a, b);
             }
         }
         goto out;
     }
     double got[AFTER], want[AFTER];
-    FILE *lf = CFG.ph == FIRST ? NULL : fopen(losses, "rb");
-    CHECK(CFG.ph == FIRST || (lf && fread(want, sizeof want, 1, lf) == 1));
+    FILE *lf = z || first ? NULL : fopen(losses, "rb");
+    CHECK(z || first || (lf && fread(want, sizeof want, 1, lf) == 1));
     if (lf) fclose(lf);
-    for (int s = CFG.ph == FIRST ? 0 : SAVED_AT; s < SAVED_AT + AFTER; s++) {
-        if (CFG.ph == FIRST && s == SAVED_AT)
+    for (int s = first ? 0 : SAVED_AT; s < SAVED_AT + AFTER; s++) {
+        if (first && s == SAVED_AT)
             CHECK_MSG(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
         accel_batch b;
         CHECK(accel_dataloader_next(dl, &b));
@@ -112,20 +129,31 @@ static int body(int rank, int world) {
         CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
         accel_step_reset();
     }
-    if (CFG.ph == FIRST && rank == 0) {
-        lf = fopen(losses, "wb");
-        CHECK(lf && fwrite(got, sizeof got, 1, lf) == 1);
+    if (first && rank == 0) {
+        lf = z ? NULL : fopen(losses, "wb");
+        CHECK(z || (lf && fwrite(got, sizeof got, 1, lf) == 1));
         if (lf) fclose(lf);
         accel_module *whole = tiny_llama(11);
         check_whole_checkpoint(ckpt, whole);
         accel_module_free(whole);
     }
-    for (int s = 0; s < AFTER && CFG.ph != FIRST; s++) {
+    for (int s = 0; s < AFTER && !first && !z; s++) {
         if (CFG.ph == RESUME) /* the same mesh: the same arithmetic */
             CHECK_MSG(got[s] == want[s], "rank %d step %d: loss %.17g, uninterrupted %.17g", rank, s, got[s], want[s]);
         else
             CHECK_MSG(fabs(got[s] - want[s]) <= 1e-5 * fmax(1, fabs(want[s])), "step %d: loss %.9g, want %.9g", s,
                       got[s], want[s]);
+    }
+    if (z) { /* the 5-step state, against the uninterrupted ZeRO-3 run's */
+        char end[128], a[160], b[160];
+        path_in(end, sizeof end, CFG.end);
+        CHECK_MSG(accel_accelerator_save_state(acc, end, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+        for (int i = 0; i < 2 && rank == 0 && CFG.ph != ZFIRST; i++) {
+            snprintf(a, sizeof a, "%s/zend/%s", CFG.dir, FILES[i]);
+            snprintf(b, sizeof b, "%s/%s", end, FILES[i]);
+            if (CFG.ph == ZRESUME) same_files(a, b); /* the same mesh: the same arithmetic */
+            else close_files(a, b);
+        }
     }
 out:
     accel_accelerator_free(acc);
@@ -135,24 +163,27 @@ out:
     return check_summary();
 }
 
-static void run(phase ph, int world, int tp, int dp_shard) {
-    CFG.ph = ph, CFG.tp = tp, CFG.dp_shard = dp_shard;
+static void run(phase ph, int world, int tp, int dp_shard, int zero, const char *end) {
+    CFG.ph = ph, CFG.tp = tp, CFG.dp_shard = dp_shard, CFG.zero = zero, CFG.end = end;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (tp %d x dp_shard %d): rank %d failed", (int)ph, tp, dp_shard,
-                  r);
+        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (tp %d x dp_shard %d, zero %d): rank %d failed", (int)ph, tp,
+                  dp_shard, zero, r);
 }
 
 int main(void) {
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_tpckpt_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
-    run(FIRST, 2, 2, 1);
-    run(RESUME, 2, 2, 1);
-    run(ONE, 1, 1, 1);
-    run(WIDER, 4, 2, 2);
-    run(ZERO, 4, 2, 2);
+    run(FIRST, 2, 2, 1, 0, NULL);
+    run(RESUME, 2, 2, 1, 0, NULL);
+    run(ONE, 1, 1, 1, 0, NULL);
+    for (int zero = 0; zero <= 3; zero++) run(WIDER, 4, 2, 2, zero, NULL);
+    run(ZFIRST, 4, 2, 2, 3, "zend");
+    run(ZRESUME, 4, 2, 2, 3, "zend_same");
+    run(ZOTHER, 2, 2, 1, 0, "zend_tp");
+    run(ZOTHER, 1, 1, 1, 0, "zend_one");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(system(cmd) == 0);

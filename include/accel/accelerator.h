@@ -481,6 +481,8 @@ accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **d
  *   optimizer.safetensors (optimizer_<i>)  optim.h state vocabulary      (main)
  *   scheduler.safetensors (scheduler_<i>)                                (main)
  *   random_states_<rank>.safetensors       RNG seed/offset, step, loaders, scaler (every rank)
+ * Under tensor parallelism (any ZeRO stage) the files hold whole tensors,
+ * gathered over the tp group, and load onto any mesh (docs/parallelism.md).
  * Everything goes to a hidden temporary directory first, then replaces the
  * target in one rename: a crash mid-save leaves any previous checkpoint intact.
  * Its marker accel_checkpoint.json records every file's size and CRC-32C.
@@ -535,7 +537,8 @@ typedef struct accel_save_model_opts {
  * main process only, every rank returns the same status. A prepared model
  * saves its full weights under the HF names (DDP, mixed precision, ZeRO 1/2;
  * ZeRO-3 gathers them unit by unit into safetensors, every rank joining, and
- * refuses no_safe_serialization). A Llama also gets config.json, as
+ * refuses no_safe_serialization; under tensor parallelism the slices are
+ * gathered over the tp group too, so any mesh writes the whole model). A Llama also gets config.json, as
  * save_pretrained writes it. Crash-safe: written aside (with links to the
  * directory's other files) and swapped in with one rename, so dir holds the
  * previous model or the new one; dir may not be, or hold, the working

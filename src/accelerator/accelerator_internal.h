@@ -246,8 +246,12 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
 /* Sequence parallelism: after a backward that syncs gradients, the
  * replicated parameters' gradients summed over the tp group
- * (accel_module_tp_reduce_grads); nothing otherwise. */
+ * (accel_module_tp_reduce_grads) for each model whose gradients are whole
+ * on every rank (DDP, ZeRO-1); nothing otherwise. */
 accel_status accel__tp_after_backward(accel_accelerator *acc);
+/* The same for model pm alone, unless it runs no_sync: what a strategy that
+ * reduces into a gradient shard (ZeRO-2) calls before that reduction. */
+accel_status accel__tp_sp_reduce(accel_accelerator *acc, accel__model *pm);
 /* sliced[j]: whether ts[j] (n tensors of m) is a tp slice (its gradient
  * norm sums over the tp group) rather than whole on every tp rank. */
 accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced);
@@ -257,20 +261,22 @@ void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
  * its first name's), NULL for the entries not sharded; *whole NULL without
  * tp. Freed with accel__tp_gather_state_free. */
 accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_dict *sd, accel_tensor ***whole);
-/* load_state of a model entry under tp: when e is a tp slice (*sliced),
- * this rank's slice of the whole tensor f holds under e's name (the
- * plan's cut), copied into e's tensor; nothing when it is not. */
+/* When e is a tp slice (*sliced): this rank's slice of the whole tensor f
+ * holds under e's name (the plan's cut), a new tensor (NULL + error when
+ * it is missing or of the wrong shape); NULL, no error, when it is not. */
+accel_tensor *accel__tp_read_slice(accel_safetensors *f, const accel_state_entry *e, bool *sliced);
+/* load_state of a model entry under tp: accel__tp_read_slice's slice
+ * copied into e's tensor; nothing when e is not a slice. */
 accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced);
-/* save_state of a DDP optimizer under tp (collective over the tp group):
- * the state st (accel_optimizer_state of opt, n entries) of every
- * tp-sliced parameter replaced by the whole, gathered over the tp group,
- * flat as a one-process optimizer lists it. Nothing without tp. */
-accel_status accel__tp_gather_optimizer(accel_accelerator *acc, accel_optimizer *opt, int n, accel_named_state *st);
+/* save_state of optimizer i under tp (collective over the tp group): the
+ * state st (n entries in the user's per-tensor vocabulary: the optimizer's
+ * own, or a ZeRO strategy's consolidated) of every tp-sliced parameter
+ * replaced by the whole, gathered over the tp group, flat as a one-process
+ * optimizer lists it. Nothing without tp. */
+accel_status accel__tp_gather_optimizer(accel_accelerator *acc, int i, int n, accel_named_state *st);
 /* load_state's inverse: each whole state of a tp-sliced parameter replaced
  * by this rank's slice (the plan's cut of the parameter's shape). */
-accel_status accel__tp_slice_optimizer(accel_accelerator *acc, accel_optimizer *opt, int n, accel_named_state *st);
-/* ACCEL_ERR_UNSUPPORTED naming fn and what is not built under tp, else ACCEL_OK. */
-accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what);
+accel_status accel__tp_slice_optimizer(accel_accelerator *acc, int i, int n, accel_named_state *st);
 void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole);
 /* parallelism.c: the mesh's sizes from o->parallelism, checked (a product
  * past INT_MAX, then the rules, then a product that is not the world,
@@ -362,6 +368,16 @@ void accel__tracking_detach(accel_accelerator *acc);
 void accel__tracking_resumed(accel_accelerator *acc, const char *dir, const accel_resume_point *at);
 /* project_dir when opts give none: ACCEL_PROJECT_DIR, else ".". */
 const char *accel__default_project_dir(void);
+/* checkpoint.c: model m's file as save_state writes it, by rank 0 (with
+ * write); under tp every rank calls it, even after a failure (write
+ * false), for the gather of the whole tensors over its tp group
+ * (collective), so the file is a one-process model's. */
+accel_status accel__save_model_file(accel_accelerator *acc, const char *path, accel_module *m, bool write);
+/* save.c: model's state dict as save_model writes it into dir (max bytes a
+ * shard, fmt), by this rank when write; under tp every rank calls it, even
+ * after a failure, for the gather of the whole tensors (collective). */
+accel_status accel__write_model(accel_accelerator *acc, accel_module *model, const char *dir, int64_t max,
+                               accel_weights_format fmt, bool write);
 /* save.c: registered objects into / out of a checkpoint directory (save_state
  * and load_state call these). */
 accel_status accel__custom_save(accel_accelerator *acc, const char *dir);

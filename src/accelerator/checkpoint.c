@@ -403,11 +403,11 @@ typedef struct opt_slot {
 
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
-    if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     /* under pp: this stage's part of the whole state */
     if (os->acc->pp_opt[os->i]) return accel__pipeline_load_optimizer(os->acc, os->i, n, st);
     /* under tp: this rank's slices of the whole states (load_named's tensors, owned) */
-    if (accel__tp_slice_optimizer(os->acc, os->acc->opts[os->i], n, (accel_named_state *)st)) return accel_last_status();
+    if (accel__tp_slice_optimizer(os->acc, os->i, n, (accel_named_state *)st)) return accel_last_status();
+    if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
@@ -421,7 +421,7 @@ static accel_status load_sched(void *s, int n, const accel_named_state *st) {
  * tensors over its tp group (collective), so the file is a one-process
  * model's; under pp likewise for the gather of every stage's parameters
  * (released again after). */
-static accel_status save_model_file(accel_accelerator *acc, const char *path, accel_module *m, bool write) {
+accel_status accel__save_model_file(accel_accelerator *acc, const char *path, accel_module *m, bool write) {
     accel_status pst = accel__pipeline_gather_weights(acc, m);
     accel_state_dict *sd = pst ? NULL : accel_module_state_dict(m);
     accel_tensor **whole = NULL;
@@ -612,7 +612,7 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
             if (!s) s = s2;
         } else if (tp > 1 || pp > 1 || (acc->rank == 0 && !s)) {
             numbered(path, sizeof path, tmp, "model", i);
-            accel_status s2 = save_model_file(acc, path, acc->models[i].m, !s);
+            accel_status s2 = accel__save_model_file(acc, path, acc->models[i].m, !s);
             if (!s) s = s2;
         }
         KILL_POINT("save: model file written");
@@ -651,8 +651,10 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
                                                : 0;
         numbered(path, sizeof path, tmp, "optimizer", i);
         if (!s && n < 0) s = accel_last_status();
-        else if (!accel__optimizer_model(acc, i) && accel__tp_gather_optimizer(acc, acc->opts[i], n, st) && !s) s = accel_last_status();
-        else if (!s && acc->rank == 0) s = save_named(path, n, st);
+        /* under tp every rank joins the gathers of the whole states, even after a local failure */
+        accel_status gs = n >= 0 ? accel__tp_gather_optimizer(acc, i, n, st) : ACCEL_OK;
+        if (!s) s = gs;
+        if (!s && acc->rank == 0) s = save_named(path, n, st);
         if (n >= 0) accel_named_state_free(st, n);
         accel_free(bufs[0]);
         accel_free(bufs[1]);
@@ -679,10 +681,6 @@ static accel_status commit(const char *tmp, const char *dir, int world) {
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    if (acc->strat->stage > 0 && accel__tp_refused(acc, "accel_accelerator_save_state",
-                                                   "checkpoints under ZeRO are not built yet with tensor parallelism "
-                                                   "(accel_accelerator_save_model writes the whole weights)"))
-        return accel_last_status();
     char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -769,10 +767,6 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
-    if (acc->strat->stage > 0 && accel__tp_refused(acc, "accel_accelerator_load_state",
-                                                   "checkpoints under ZeRO are not built yet with tensor parallelism "
-                                                   "(accel_accelerator_save_model writes the whole weights)"))
-        return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);

@@ -172,12 +172,10 @@ static accel_status shard_bytes(const accel_save_model_opts *o, int64_t *out) {
     return o->max_shard_bytes ? ACCEL_OK : accel_parse_size(o->max_shard_size ? o->max_shard_size : "10GB", out);
 }
 
-/* Writes the state dict in order (write: this rank writes; under tp every
- * rank calls it for the gather of the whole tensors). safetensors cannot alias: the later names of
- * a shared tensor are dropped with Accelerate's warning; torch.save keeps them
- * all over one storage. */
-static accel_status write_model(accel_accelerator *acc, accel_module *model, const char *dir, int64_t max,
-                                accel_weights_format fmt, bool write) {
+/* safetensors cannot alias: the later names of a shared tensor are dropped
+ * with Accelerate's warning; torch.save keeps them all over one storage. */
+accel_status accel__write_model(accel_accelerator *acc, accel_module *model, const char *dir, int64_t max,
+                               accel_weights_format fmt, bool write) {
     accel_state_dict *sd = accel_module_state_dict(model);
     if (!sd) return accel_last_status();
     /* tensor parallelism: the whole tensors, gathered from the tp group (collective) */
@@ -253,9 +251,6 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     accel__model *pm = accel__find_model(acc, model);
     if (!st && pm) st = accel__pipeline_gather_weights(acc, model); /* pp: the stages' layers to every rank */
     bool gathered = pm && pm->strat->save_model; /* the strategy writes the weights (ZeRO-3 gathers them) */
-    if (!st && gathered && acc->mesh.size[ACCEL__MESH_TP] > 1)
-        st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: a ZeRO-3 model under tensor "
-                                                    "parallelism: gathering its weights is not built yet");
     if (!st && gathered && o.no_safe_serialization)
         st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: safe_serialization=False of a "
                                                     "ZeRO-3 model is not written yet: save safetensors");
@@ -278,10 +273,10 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
         accel_status st2 = pm->strat->save_model(acc, pm, tmp, max, st != ACCEL_OK);
         if (!st) st = st2;
     } else if (acc->mesh.size[ACCEL__MESH_TP] > 1) { /* every rank joins the gather, even after a failure */
-        accel_status st2 = write_model(acc, model, tmp, max, fmt, !st && acc->rank == 0);
+        accel_status st2 = accel__write_model(acc, model, tmp, max, fmt, !st && acc->rank == 0);
         if (!st) st = st2;
     } else if (!st && acc->rank == 0) {
-        st = write_model(acc, model, tmp, max, fmt, true);
+        st = accel__write_model(acc, model, tmp, max, fmt, true);
     }
     if (!st && acc->rank == 0) st = write_config(acc, model, pm, tmp);
     st = accel__ranks_agree(acc, st, "accel_accelerator_save_model");

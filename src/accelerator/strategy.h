@@ -63,6 +63,9 @@ struct accel__strategy {
     accel_status (*prepare_optimizer)(accel_accelerator *acc, int i);
     void (*release_optimizer)(accel_accelerator *acc, int i, bool consolidate);
     accel__model *(*optimizer_model)(accel_accelerator *acc, int i);
+    /* The user's parameter u of re-targeted optimizer i (what its
+     * consolidated state calls "state.<u>.*"), NULL when there is none. */
+    accel_tensor *(*user_param)(accel_accelerator *acc, int i, int u);
     /* After the shard's optimizer step: every rank's updated parameters
      * where the next forward reads them (collective). */
     accel_status (*after_step)(accel_accelerator *acc, accel__model *pm);
@@ -146,6 +149,7 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
 void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate);
 accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i);
+accel_tensor *accel__zero_user_param(accel_accelerator *acc, int i, int u);
 /* Consolidated state in the user's per-tensor vocabulary (collective); *bufs
  * (accel_free each) back the tensors. Returns the count or -1. */
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);

@@ -39,9 +39,9 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     if (acc->mp == ACCEL_MP_FP8)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
                                "Linears are not tensor-parallel yet", FN, TP(acc));
-    if (acc->par.sequence_parallel && acc->strat->stage > 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.sequence_parallelism with ZeRO stage %d: "
-                               "sequence parallelism runs with DDP (zero_stage 0) only yet", FN, acc->strat->stage);
+    if (acc->par.sequence_parallel && acc->strat->stage == 3)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.sequence_parallelism with ZeRO stage 3: "
+                               "sequence parallelism runs with DDP and ZeRO-1/2 only yet", FN);
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
     accel_module *foreign = NULL;
@@ -117,30 +117,25 @@ void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world) {
     *rank = m->coord[ACCEL__MESH_DP_REPLICATE] * m->size[ACCEL__MESH_DP_SHARD] + m->coord[ACCEL__MESH_DP_SHARD];
 }
 
-/* The whole tensor t (this rank's slice of `dim`, tp ranks' slices in rank
- * order), gathered over the tp group into a new tensor (collective); flat:
- * as one dimension (the optimizer's state of a parameter). */
-static accel_tensor *gather_whole(accel_pg *tp, accel_tensor *t, int dim, bool flat) {
-    int n = accel_pg_size(tp);
-    int64_t shape[2] = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1};
-    size_t es = accel_dtype_size(t->dtype), numel = (size_t)accel_numel(t);
-    int64_t whole_shape[2] = {dim ? shape[0] : shape[0] * n, dim ? shape[1] * n : shape[1]};
-    if (flat) whole_shape[0] = (int64_t)numel * n;
-    accel_tensor *whole = accel_tensor_new(t->dtype, flat ? 1 : t->ndim, whole_shape, ACCEL_CPU_DEVICE);
-    char *recv = accel_malloc(numel * (size_t)n * es + 1);
-    accel_tensor *c = accel_is_contiguous(t) ? t : NULL;
-    bool ok = whole && recv && (c || (c = accel_tensor_new(t->dtype, t->ndim, t->shape, ACCEL_CPU_DEVICE)));
-    ok = ok && (c == t || accel_copy_(c, t) == ACCEL_OK) &&
-         accel_pg_all_gather(tp, c->data, recv, numel, t->dtype) == ACCEL_OK;
-    if (ok && dim == 0) memcpy(whole->data, recv, numel * (size_t)n * es);
-    /* columns: rank r's [rows, cols] block goes to columns [r cols, (r + 1) cols) of every row */
-    size_t row = (size_t)shape[1] * es;
-    for (int64_t i = 0; ok && dim == 1 && i < shape[0]; i++)
-        for (int r = 0; r < n; r++)
-            memcpy((char *)whole->data + ((size_t)i * (size_t)n + (size_t)r) * row,
-                   recv + (size_t)r * numel * es + (size_t)i * row, row);
-    if (c != t) accel_tensor_free(c);
-    accel_free(recv);
+/* The whole tensor of t's slices (t: [rows] or [rows, cols], this rank's
+ * slice of `dim`), the tp ranks' slices joined in rank order, as a new
+ * tensor of shape out (out_ndim dims, as many elements) on t's device
+ * (collective over tp). Through the device layer: the staged all-gather
+ * into [tp, rows, cols], then one copy into the whole's layout. */
+static accel_tensor *gather_whole(accel_pg *tp, accel_tensor *t, int dim, int out_ndim, const int64_t *out) {
+    int64_t n = accel_pg_size(tp), rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    accel_tensor *c = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device);
+    accel_tensor *g = accel_tensor_new(t->dtype, 3, (int64_t[]){n, rows, cols}, t->device);
+    accel_tensor *whole = accel_tensor_new(t->dtype, out_ndim, out, t->device);
+    bool prev = accel_set_grad_enabled(false);
+    bool ok = c && g && whole && accel_copy_(c, t) == ACCEL_OK && accel__staged_all_gather(tp, c, g) == ACCEL_OK;
+    /* rows: whole is [n][rows][cols] as gathered; columns: [rows][n][cols] */
+    int64_t as3[3] = {dim ? rows : n, dim ? n : rows, cols};
+    accel_tensor *dst = ok ? accel_reshape(whole, 3, as3) : NULL, *src = dim ? accel_permute(g, (int[]){1, 0, 2}) : g;
+    ok = ok && dst && src && accel_copy_(dst, src) == ACCEL_OK;
+    accel_set_grad_enabled(prev);
+    accel_tensor_free(c);
+    accel_tensor_free(g);
     if (!ok) accel_tensor_free(whole);
     return ok ? whole : NULL;
 }
@@ -161,11 +156,9 @@ accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_di
             continue;
         }
         if (!entry_split(e, &dim, NULL, NULL)) continue;
-        if (e->t->device.type != ACCEL_DEV_CPU)
-            st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s is not on the cpu: gathering tensor-parallel slices "
-                                 "runs on host memory", e->name);
-        else if (!(whole[i] = gather_whole(tp, e->t, dim, false)))
-            st = accel_last_status();
+        int64_t shape[2] = {e->t->shape[0], e->t->ndim == 2 ? e->t->shape[1] : 1};
+        shape[dim] *= accel_pg_size(tp);
+        if (!(whole[i] = gather_whole(tp, e->t, dim, e->t->ndim, shape))) st = accel_last_status();
     }
     if (st) {
         accel__tp_gather_state_free(sd, whole);
@@ -183,31 +176,36 @@ void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whol
 
 /* ---- checkpoints: whole tensors in the files, this rank's slices in memory */
 
-accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced) {
+accel_tensor *accel__tp_read_slice(accel_safetensors *f, const accel_state_entry *e, bool *sliced) {
     int dim;
     int64_t start, local;
     *sliced = entry_split(e, &dim, &start, &local);
-    if (!*sliced) return ACCEL_OK;
+    if (!*sliced) return NULL;
     const char *path = accel_safetensors_path(f);
     accel_tensor *whole = accel_safetensors_tensor(f, e->name, e->t->dtype);
-    if (!whole) return accel_last_status();
+    if (!whole) return NULL;
     int64_t full;
     accel_module_tp_info(e->owner, NULL, NULL, NULL, &full);
     bool fits = whole->ndim == e->t->ndim && whole->shape[dim] == full;
     for (int d = 0; fits && d < whole->ndim; d++) fits = d == dim || whole->shape[d] == e->t->shape[d];
-    accel_status st = ACCEL_OK;
-    if (!fits) {
-        st = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s: %s has the wrong shape for this "
-                             "rank's tensor-parallel slice (rows or columns [%lld, %lld) of dimension %d)", path,
-                             e->name, (long long)start, (long long)(start + local), dim);
-    } else {
-        accel_tensor *cut = accel__tp_cut(whole, dim, start, local);
-        bool prev = accel_set_grad_enabled(false);
-        st = cut ? accel_copy_(e->t, cut) : accel_last_status();
-        accel_set_grad_enabled(prev);
-        accel_tensor_free(cut);
-    }
+    accel_tensor *cut = NULL;
+    if (!fits)
+        accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s: %s has the wrong shape for this rank's "
+                        "tensor-parallel slice (rows or columns [%lld, %lld) of dimension %d)", path, e->name,
+                        (long long)start, (long long)(start + local), dim);
+    else
+        cut = accel__tp_cut(whole, dim, start, local);
     accel_tensor_free(whole);
+    return cut;
+}
+
+accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced) {
+    accel_tensor *cut = accel__tp_read_slice(f, e, sliced);
+    if (!*sliced) return ACCEL_OK;
+    bool prev = accel_set_grad_enabled(false);
+    accel_status st = cut ? accel_copy_(e->t, cut) : accel_last_status();
+    accel_set_grad_enabled(prev);
+    accel_tensor_free(cut);
     return st;
 }
 
@@ -228,58 +226,37 @@ static void dicts_close(model_dicts *md) {
     for (int i = 0; i < md->n; i++) accel_state_dict_free(md->sd[i]);
 }
 
-/* The parameter of named state entry e ("state.<i>.<name>", a tensor) of opt
- * when it is a tp slice (with its split), else NULL; *err when segment i's
- * parameter belongs to no prepared model (its split is unknown). */
-static accel_tensor *state_split(const model_dicts *md, accel_optimizer *opt, const accel_named_state *e, int *dim,
-                                 int64_t *start, int64_t *local, bool *err) {
-    int i, at = 0;
+/* The parameter of named state entry e ("state.<u>.<name>", a tensor) of
+ * optimizer i when it is a tp slice (with its split), else NULL; *err when
+ * parameter u belongs to no prepared model (its split is unknown). u is the
+ * user's numbering: under ZeRO the strategy's re-targeted optimizer still
+ * names its consolidated state by the user's parameters (user_param). */
+static accel_tensor *state_split(accel_accelerator *acc, const model_dicts *md, int oi, const accel_named_state *e,
+                                 int *dim, int64_t *start, int64_t *local, bool *err) {
+    int u, at = 0;
     *err = false;
-    /* "state.<i>.step" is a scalar (a one-element tensor once loaded) */
-    if (!e->t || sscanf(e->name, "state.%d.%n", &i, &at) != 1 || !at || !strcmp(e->name + at, "step")) return NULL;
-    accel_tensor *p = accel_optimizer_segment_param(opt, i, NULL);
+    /* "state.<u>.step" is a scalar (a one-element tensor once loaded) */
+    if (!e->t || sscanf(e->name, "state.%d.%n", &u, &at) != 1 || !at || !strcmp(e->name + at, "step")) return NULL;
+    accel_tensor *p = accel__optimizer_model(acc, oi) ? acc->strat->user_param(acc, oi, u)
+                                                       : accel_optimizer_segment_param(acc->opts[oi], u, NULL);
     for (int m = 0; p && m < md->n; m++)
         for (int k = 0; k < md->sd[m]->n; k++)
             if (md->sd[m]->entries[k].t == p)
                 return entry_split(&md->sd[m]->entries[k], dim, start, local) ? p : NULL;
     *err = true;
     accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the optimizer's parameter %d is not a parameter of a prepared "
-                    "model: its tensor-parallel slice is unknown", e->name, i);
+                    "model: its tensor-parallel slice is unknown", e->name, u);
     return NULL;
 }
 
-accel_status accel__tp_gather_optimizer(accel_accelerator *acc, accel_optimizer *opt, int n, accel_named_state *st) {
-    if (TP(acc) == 1) return ACCEL_OK;
-    accel_pg *tp = accel_accelerator_tp_group(acc);
-    model_dicts md;
-    accel_status s = tp ? dicts_open(acc, &md) : accel_last_status();
-    for (int k = 0; k < n && !s; k++) {
-        int dim;
-        bool err;
-        accel_tensor *p = state_split(&md, opt, &st[k], &dim, NULL, NULL, &err);
-        if (err) s = accel_last_status();
-        if (!p || s) continue;
-        if (st[k].t->device.type != ACCEL_DEV_CPU || !accel_is_contiguous(st[k].t)) {
-            s = accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s is not contiguous on the cpu: gathering tensor-parallel "
-                                "slices runs on host memory", st[k].name);
-            break;
-        }
-        /* the flat state seen in its parameter's shape, so the slices join along the split */
-        accel_tensor *view = accel_tensor_wrap(st[k].t->data, st[k].t->dtype, p->ndim, p->shape, ACCEL_CPU_DEVICE);
-        accel_tensor *whole = view ? gather_whole(tp, view, dim, true) : NULL;
-        accel_tensor_free(view);
-        if (!whole) {
-            s = accel_last_status();
-            break;
-        }
-        accel_tensor_free(st[k].t);
-        st[k].t = whole;
-    }
-    if (tp) dicts_close(&md);
-    return s;
-}
+/* What replaces the state t of tp-sliced parameter p (split `dim`, this
+ * rank's [start, start + local)): a new tensor, NULL + error. */
+typedef accel_tensor *(*state_map)(accel_accelerator *acc, accel_tensor *p, const accel_named_state *t, int dim,
+                                   int64_t start, int64_t local);
 
-accel_status accel__tp_slice_optimizer(accel_accelerator *acc, accel_optimizer *opt, int n, accel_named_state *st) {
+/* Every state tensor of a tp-sliced parameter of optimizer i replaced by
+ * fn's; the other entries kept. */
+static accel_status map_sliced(accel_accelerator *acc, int oi, int n, accel_named_state *st, state_map fn) {
     if (TP(acc) == 1) return ACCEL_OK;
     model_dicts md;
     accel_status s = dicts_open(acc, &md);
@@ -287,42 +264,69 @@ accel_status accel__tp_slice_optimizer(accel_accelerator *acc, accel_optimizer *
         int dim;
         int64_t start, local;
         bool err;
-        accel_tensor *p = state_split(&md, opt, &st[k], &dim, &start, &local, &err);
-        if (err) s = accel_last_status();
-        if (!p || s) continue;
-        int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
-        shape[dim] *= TP(acc);
-        if (accel_numel(st[k].t) != shape[0] * shape[1]) {
-            s = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s has %lld "
-                                "elements; the whole parameter has %lld", st[k].name,
-                                (long long)accel_numel(st[k].t), (long long)(shape[0] * shape[1]));
-            break;
-        }
-        bool prev = accel_set_grad_enabled(false);
-        accel_tensor *whole = accel_reshape(st[k].t, p->ndim, shape);
-        accel_tensor *cut = whole ? accel__tp_cut(whole, dim, start, local) : NULL;
-        accel_set_grad_enabled(prev);
-        if (!cut) {
-            s = accel_last_status();
-            break;
-        }
+        accel_tensor *p = state_split(acc, &md, oi, &st[k], &dim, &start, &local, &err), *t = NULL;
+        if (err || (p && !(t = fn(acc, p, &st[k], dim, start, local)))) s = accel_last_status();
+        if (!t) continue;
         accel_tensor_free(st[k].t);
-        st[k].t = cut;
+        st[k].t = t;
     }
     dicts_close(&md);
     return s;
 }
 
-accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what) {
-    if (TP(acc) == 1) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.tp_size is %d: %s", fn, TP(acc), what);
+/* The flat state seen in its parameter's shape, so the slices join along the
+ * split; the whole flat again, as a one-process optimizer lists it. */
+static accel_tensor *gather_state(accel_accelerator *acc, accel_tensor *p, const accel_named_state *e, int dim,
+                                  int64_t start, int64_t local) {
+    (void)start, (void)local;
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    int64_t flat = accel_numel(e->t) * TP(acc);
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *as_p = tp ? accel_reshape(e->t, p->ndim, p->shape) : NULL;
+    accel_set_grad_enabled(prev);
+    return as_p ? gather_whole(tp, as_p, dim, 1, &flat) : NULL;
+}
+
+/* The whole flat state cut as the plan cuts its parameter. */
+static accel_tensor *slice_state(accel_accelerator *acc, accel_tensor *p, const accel_named_state *e, int dim,
+                                 int64_t start, int64_t local) {
+    int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+    shape[dim] *= TP(acc);
+    if (accel_numel(e->t) != shape[0] * shape[1]) {
+        accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s has %lld elements; the "
+                        "whole parameter has %lld", e->name, (long long)accel_numel(e->t),
+                        (long long)(shape[0] * shape[1]));
+        return NULL;
+    }
+    bool prev = accel_set_grad_enabled(false);
+    accel_tensor *whole = accel_reshape(e->t, p->ndim, shape);
+    accel_tensor *cut = whole ? accel__tp_cut(whole, dim, start, local) : NULL;
+    accel_set_grad_enabled(prev);
+    return cut;
+}
+
+accel_status accel__tp_gather_optimizer(accel_accelerator *acc, int oi, int n, accel_named_state *st) {
+    return map_sliced(acc, oi, n, st, gather_state);
+}
+
+accel_status accel__tp_slice_optimizer(accel_accelerator *acc, int oi, int n, accel_named_state *st) {
+    return map_sliced(acc, oi, n, st, slice_state);
+}
+
+accel_status accel__tp_sp_reduce(accel_accelerator *acc, accel__model *pm) {
+    if (TP(acc) == 1 || !acc->par.sequence_parallel || pm->no_sync) return ACCEL_OK;
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    return tp ? accel_module_tp_reduce_grads(pm->m, tp) : accel_last_status();
 }
 
 accel_status accel__tp_after_backward(accel_accelerator *acc) {
     if (TP(acc) == 1 || !acc->par.sequence_parallel || !acc->sync_gradients) return ACCEL_OK;
-    accel_pg *tp = accel_accelerator_tp_group(acc);
-    if (!tp) return accel_last_status();
-    for (int i = 0; i < acc->n_models; i++)
-        if (!acc->models[i].no_sync && accel_module_tp_reduce_grads(acc->models[i].m, tp)) return accel_last_status();
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        accel_tensor h;
+        /* a strategy that reduces into a gradient shard summed them before that reduction (zero.c) */
+        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) continue;
+        if (accel__tp_sp_reduce(acc, pm)) return accel_last_status();
+    }
     return ACCEL_OK;
 }

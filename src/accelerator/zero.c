@@ -164,7 +164,9 @@ static accel_status reduce_scatter_block(accel_accelerator *acc, accel__model *p
 static accel_status zero2_end_backward(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     if (!accel__model_syncs(acc, pm)) return ACCEL_OK;
-    accel_status st = ACCEL_OK;
+    /* sequence parallelism: the tp ranks' parts of the replicated parameters'
+     * gradients summed while the full buffer still holds them */
+    accel_status st = zm->zgrad ? accel__tp_sp_reduce(acc, pm) : ACCEL_OK;
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
@@ -228,10 +230,11 @@ accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h) {
     return h;
 }
 
-/* Stage 2 under tp: the partial norms of the shard g ([zlo, zhi) of the f32
- * flat buffer) over the whole parameters' pieces (part[0]) and the tp
- * slices' (part[1]); padding between parameters holds no gradient. */
-static accel_status tp_shard_partial(accel__model *pm, accel_tensor *g, double norm_type, double *part) {
+/* Under tp: the partial norms of this rank's gradient shard (zgrad: each
+ * unit's piece [lo + shard_rank shard, + shard) of the f32 flat buffer at
+ * zoff; stages 1-2 have one unit) over the whole parameters' elements
+ * (part[0]) and the tp slices' (part[1]); padding holds no gradient. */
+static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, double norm_type, double *part) {
     accel__zero_model *zm = accel__zero_of(pm);
     const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     bool *sliced = accel_malloc((size_t)b->n + 1);
@@ -239,16 +242,18 @@ static accel_status tp_shard_partial(accel__model *pm, accel_tensor *g, double n
         accel_free(sliced);
         return accel_last_status();
     }
-    for (int j = 0; j < b->n; j++) {
-        int64_t lo = b->offsets[j] > zm->zlo ? b->offsets[j] : zm->zlo;
-        int64_t hi = b->offsets[j] + accel_numel(b->tensors[j]);
-        if (hi > zm->zhi) hi = zm->zhi;
-        if (lo >= hi) continue;
-        accel_tensor h;
-        int64_t n = hi - lo;
-        accel__tensor_header(&h, (float *)g->data + (lo - zm->zlo), ACCEL_F32, 1, &n, g->device);
-        double p = accel_grad_norm_partial(&h, norm_type);
-        part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
+    for (int k = 0; k < zm->n_units; k++) {
+        const accel__unit *u = &zm->units[k];
+        int64_t plo = piece_lo(acc, u), phi = plo + u->shard;
+        for (int j = u->first; j < u->first + u->count; j++) {
+            int64_t lo = b->offsets[j] > plo ? b->offsets[j] : plo;
+            int64_t hi = b->offsets[j] + accel_numel(b->tensors[j]);
+            if (hi > phi) hi = phi;
+            if (lo >= hi) continue;
+            accel_tensor h;
+            double p = accel_grad_norm_partial(shard_view(&h, pm, zm->zgrad, u->zoff + (lo - plo), hi - lo), norm_type);
+            part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
+        }
     }
     accel_free(sliced);
     return ACCEL_OK;
@@ -256,7 +261,7 @@ static accel_status tp_shard_partial(accel__model *pm, accel_tensor *g, double n
 
 /* A gradient shard (stage 2 on > 1 process, stage 3): the global norm from
  * every rank's shard (sum of |g|^p, or max), then each clips its own; under
- * tp (stage 2) the tp slices' part also summed over the tp group, the whole
+ * tp the tp slices' part also summed over the tp group, the whole
  * parameters' part counted once. Without a shard, every rank holds the full
  * averaged gradients, as under DDP. */
 double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
@@ -264,11 +269,6 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
     accel_tensor *g = accel__zero_grad_shard(pm, &h);
     if (!g) return accel__ddp_clip(acc, pm, max_norm, norm_type);
     bool tp = acc->mesh.size[ACCEL__MESH_TP] > 1;
-    if (tp && pm->strat->stage == 3) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_clip_grad_norm: a ZeRO-3-sharded gradient of a "
-                        "tensor-parallel model: clipping it is not built (zero_stage 0, 1 and 2 clip under tp)");
-        return NAN;
-    }
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
         if (d != ACCEL_F32 && pm->fp->buffers[d].n) {
             accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
@@ -277,7 +277,7 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
         }
     /* part[0] whole parameters', part[1] tp slices' (all of it without tp) */
     double part[2] = {0, tp ? 0 : accel_grad_norm_partial(g, norm_type)};
-    if (tp && tp_shard_partial(pm, g, norm_type, part)) return NAN;
+    if (tp && tp_shard_partial(acc, pm, norm_type, part)) return NAN;
     accel_reduce_op op = isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM;
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
     if (accel_pg_all_reduce(acc->shard_pg, part, 2, ACCEL_F64, op)) return NAN;
@@ -498,6 +498,11 @@ static accel_status restore_user(accel_optimizer *opt, const accel__zopt *z, int
 accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i) {
     const accel__zopt *z = acc->strat_opt[i];
     return z ? accel__find_model(acc, z->m) : NULL;
+}
+
+accel_tensor *accel__zero_user_param(accel_accelerator *acc, int i, int u) {
+    const accel__zopt *z = acc->strat_opt[i];
+    return z && u >= 0 && u < z->n_user ? z->user_params[u] : NULL;
 }
 
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
@@ -802,6 +807,7 @@ const accel__strategy accel__strategy_zero1 = {
     .end_backward = accel__ddp_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
     .optimizer_model = accel__zero_optimizer_model,
+    .user_param = accel__zero_user_param,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,
@@ -839,6 +845,7 @@ const accel__strategy accel__strategy_zero2 = {
     .end_backward = zero2_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
     .optimizer_model = accel__zero_optimizer_model,
+    .user_param = accel__zero_user_param,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = zero12_after_step,
     .zero_grad = zero12_zero_grad,

@@ -33,21 +33,27 @@ accel_status accel__zero3_release_unit(accel_accelerator *acc, accel__model *pm,
  * them, in the same order, even after a local failure). */
 /* save_state's model i: SHARDED_STATE_DICT (every rank its shard, rank 0 the
  * index) into dir/pytorch_model_fsdp_<i>/, else FULL_STATE_DICT
- * dir/model[_<i>].safetensors gathered unit by unit. */
+ * dir/model[_<i>].safetensors gathered unit by unit. Under tensor
+ * parallelism always the latter, of whole tensors: every unit gathered on
+ * every rank, then the slices over the tp group. */
 accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed);
 /* load_state's model i: whichever format dir holds, onto this world size
- * (resharding when it differs). Local reads, no collective. */
+ * (resharding when it differs; under tp each rank reads its slices of the
+ * whole tensors). Local reads, no collective. */
 accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir);
 /* save_model of a stage-3 model: Hugging Face safetensors (max_shard_bytes
- * shards + index) written by rank 0, gathered one unit at a time. */
+ * shards + index) written by rank 0, gathered one unit at a time (under
+ * tensor parallelism every unit at once, then the slices over the tp group;
+ * the 16-bit save is refused there). */
 /* The dtype ZeRO-3's save_model writes the f32 weights in (bf16/fp16 with
  * stage3_gather_16bit_weights_on_model_save under that mixed precision). */
 accel_dtype accel__zero3_saved_dtype(const accel_accelerator *acc);
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed);
 /* save_state's optimizer i under SHARDED_STATE_DICT: dir/optimizer_<i>/
- * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT the
- * consolidated optimizer[_<i>].safetensors is written as under stage 2. */
+ * (every rank its shard, rank 0 the index). Under FULL_STATE_DICT and under
+ * tensor parallelism the consolidated optimizer[_<i>].safetensors is
+ * written as under stage 2. */
 accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool failed);
 /* load_state's optimizer i: whichever format dir holds, onto this world
  * size (resharding when it differs). Local reads, no collective. *found is

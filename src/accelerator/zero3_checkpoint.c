@@ -21,6 +21,11 @@
  * save_model writes 16-bit weights under DeepSpeed's
  * stage3_gather_16bit_weights_on_model_save, one tensor rounded at a time.
  *
+ * Under tensor parallelism the checkpoints are FULL_STATE_DICT of whole
+ * tensors whatever the setting (loadable on any mesh): every rank gathers
+ * all its units, tp.c joins the tp ranks' slices, rank 0 writes; loading
+ * reads each rank's slices of them.
+ *
  * The files go through checkpoint.c's crash-safe machinery (temporary
  * directory, completion marker listing them, one rename). */
 #include <dirent.h>
@@ -203,13 +208,33 @@ static accel_status shape_mismatch(const char *where, const char *name, int nd, 
                            "checkpoint is of another model)", where, name, a, b);
 }
 
-/* A FULL_STATE_DICT file (model.safetensors) as a source. */
+/* A FULL_STATE_DICT file (model.safetensors) as a source, with the model's
+ * names: under tp the file holds whole tensors, of which a tp-sliced
+ * parameter reads this rank's slice (tp.c cuts it as the plan does). */
+typedef struct full_src {
+    accel_safetensors *f;
+    const names *nm;
+} full_src;
+
 static accel_status read_full(void *src, const char *name, const accel_tensor *like, int64_t e0, int64_t e1,
                               float *dst) {
-    accel_safetensors *f = src;
+    const full_src *fs = src;
+    accel_safetensors *f = fs->f;
     const accel_st_info *in = accel_safetensors_find(f, name);
     if (!in)
         return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s has no tensor %s", accel_safetensors_path(f), name);
+    const accel_state_dict *sd = fs->nm->sd;
+    for (int e = 0; e < sd->n; e++) {
+        if (sd->entries[e].t != like || sd->entries[e].is_tied_alias) continue;
+        bool sliced;
+        accel_tensor *cut = accel__tp_read_slice(f, &sd->entries[e], &sliced);
+        if (!sliced) break;
+        accel_status st = cut ? accel__tensor_read_bytes(cut, (size_t)e0 * sizeof(float), dst,
+                                                         (size_t)(e1 - e0) * sizeof(float))
+                              : accel_last_status();
+        accel_tensor_free(cut);
+        return st;
+    }
     if (!same_shape(in->ndim, in->shape, like)) return shape_mismatch(accel_safetensors_path(f), name, in->ndim, in->shape, like);
     if (in->dtype != ACCEL_F32)
         return accel_set_error(ACCEL_ERR_DTYPE, FN_LOAD ": %s: %s is %s; ZeRO-3 loads f32 parameters",
@@ -671,6 +696,36 @@ static accel_status gathered_write(accel_accelerator *acc, accel__model *pm, boo
     return st ? st : end;
 }
 
+/* Under tensor parallelism the files hold whole tensors, which tp.c gathers
+ * from the tp ranks' slices, so each rank first needs its slices whole:
+ * every unit is gathered (collective over the shard group, in unit order
+ * on every rank, joined after a failure too), fn runs on every rank (write:
+ * nothing failed; it joins the tp gathers either way), and the units that
+ * were released go again. For the save a rank holds its tp part of the
+ * whole model. */
+typedef accel_status (*whole_fn)(accel_accelerator *acc, accel__model *pm, void *args, bool write);
+
+static accel_status tp_whole_write(accel_accelerator *acc, accel__model *pm, bool failed, whole_fn fn, void *args) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    bool *was_released = accel_calloc((size_t)zm->n_units + 1, sizeof *was_released);
+    accel_status st = was_released ? ACCEL_OK : accel_last_status();
+    for (int k = 0; k < zm->n_units; k++) {
+        if (was_released) was_released[k] = zm->units[k].state == ACCEL__UNIT_RELEASED;
+        accel_status s2 = accel__zero3_gather_unit(acc, pm, k);
+        if (!st) st = s2;
+    }
+    accel_status s2 = fn(acc, pm, args, !failed && !st);
+    if (!st) st = s2;
+    for (int k = 0; k < zm->n_units; k++) { /* without the record every unit goes (the persistent one stays) */
+        s2 = !was_released || was_released[k] ? accel__zero3_release_unit(acc, pm, k) : ACCEL_OK;
+        if (!st) st = s2;
+    }
+    accel_free(was_released);
+    return st;
+}
+
+static bool under_tp(const accel_accelerator *acc) { return acc->mesh.size[ACCEL__MESH_TP] > 1; }
+
 /* The dtype save_model writes the f32 tensors in. With
  * stage3_gather_16bit_weights_on_model_save, DeepSpeed's consolidated 16-bit
  * state dict: the engine module's dtype (bf16 or fp16 under that mixed
@@ -762,10 +817,21 @@ static accel_status write_module(void *a, gathering *g) {
     return st;
 }
 
+/* Under tp: save.c's writer over the whole tensors (rank 0 writes). */
+static accel_status write_whole_module(accel_accelerator *acc, accel__model *pm, void *a, bool write) {
+    module_args *ma = a;
+    return accel__write_model(acc, pm->m, ma->dir, ma->max, ACCEL_WEIGHTS_SAFETENSORS, write && acc->rank == 0);
+}
+
 accel_status accel__zero3_save_model(accel_accelerator *acc, accel__model *pm, const char *dir,
                                      int64_t max_shard_bytes, bool failed) {
     module_args a = {dir, pm, max_shard_bytes, accel__zero3_saved_dtype(acc)};
-    return gathered_write(acc, pm, failed, write_module, &a);
+    if (!under_tp(acc)) return gathered_write(acc, pm, failed, write_module, &a);
+    if (a.dtype != ACCEL_F32) /* the same on every rank: none joins a gather */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_save_model: "
+                               "stage3_gather_16bit_weights_on_model_save under tensor parallelism: the 16-bit "
+                               "save is not built there (the f32 weights are written without it)");
+    return tp_whole_write(acc, pm, failed, write_whole_module, &a);
 }
 
 typedef struct file_args {
@@ -799,11 +865,17 @@ static void full_file(char *out, size_t n, const char *dir, int i) {
     else snprintf(out, n, "%s/model_%d.safetensors", dir, i);
 }
 
+/* Under tp: checkpoint.c's model file over the whole tensors (rank 0 writes). */
+static accel_status write_whole_file(accel_accelerator *acc, accel__model *pm, void *path, bool write) {
+    return accel__save_model_file(acc, path, pm->m, write);
+}
+
 accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const char *dir, bool failed) {
     accel__model *pm = &acc->models[i];
-    if (!acc->fsdp.full_state_dict) return failed ? ACCEL_OK : save_model_sharded(acc, pm, dir);
+    if (!acc->fsdp.full_state_dict && !under_tp(acc)) return failed ? ACCEL_OK : save_model_sharded(acc, pm, dir);
     char path[PATHN + 64];
     full_file(path, sizeof path, dir, i);
+    if (under_tp(acc)) return tp_whole_write(acc, pm, failed, write_whole_file, path);
     file_args a = {path, pm->m};
     return gathered_write(acc, pm, failed, write_state_file, &a);
 }
@@ -886,8 +958,9 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
     } else {
         full_file(path, sizeof path, dir, i);
         accel_safetensors *f = accel_safetensors_open(path);
-        st = f ? load_shard(acc, pm, &nm, read_full, f) : accel_last_status();
-        if (!st) st = refresh_gathered(acc, pm, &nm, read_full, f);
+        full_src fs = {f, &nm};
+        st = f ? load_shard(acc, pm, &nm, read_full, &fs) : accel_last_status();
+        if (!st) st = refresh_gathered(acc, pm, &nm, read_full, &fs);
         if (!st) st = load_replicated(f, &nm);
         accel_safetensors_close(f);
     }

@@ -41,9 +41,10 @@ static accel_status zero3_shard_range(accel_accelerator *acc, accel__model *pm, 
 }
 
 /* SHARDED_STATE_DICT: every rank its shard under dir/optimizer_<i>/; under
- * FULL_STATE_DICT the consolidated file, as under stage 2. */
+ * FULL_STATE_DICT, and under tensor parallelism (whose checkpoints hold
+ * whole tensors), the consolidated file, as under stage 2. */
 static accel_status zero3_save_optimizer(accel_accelerator *acc, int i, const char *dir, bool failed, bool *own) {
-    *own = !acc->fsdp.full_state_dict;
+    *own = !acc->fsdp.full_state_dict && acc->mesh.size[ACCEL__MESH_TP] == 1;
     return *own ? accel__zero3_save_optimizer_state(acc, i, dir, failed) : ACCEL_OK;
 }
 
@@ -59,6 +60,7 @@ const accel__strategy accel__strategy_zero3 = {
     .end_backward = accel__zero3_end_backward,
     .prepare_optimizer = accel__zero_prepare_optimizer,
     .optimizer_model = accel__zero_optimizer_model,
+    .user_param = accel__zero_user_param,
     .release_optimizer = accel__zero_release_optimizer,
     .after_step = accel__zero3_after_step,
     .zero_grad = zero3_zero_grad,
