@@ -137,6 +137,17 @@ float accel__row_exp(float *y, const float *x, int64_t n, float m);
 /* sum of exp(x[j] - m), j < n. */
 float accel__row_sum_exp(const float *x, int64_t n, float m);
 
+/* ---- attention (attention_kernels.c) */
+
+/* Whether attention's score GEMMs (S = s Q K^T in the forward on q and k,
+ * dP = dO V^T in the backward on the output's gradient and v) read their two
+ * operands of dtypes a and b as stored, on oneDNN, for these dims: a and b
+ * the same bf16/f16 dtype that oneDNN multiplies itself for such a tile
+ * (its units, not f32 panels per call), and Tq and Tk whole query blocks.
+ * Elsewhere they run on f32 tiles through OpenBLAS. Tests derive from it
+ * which path ran. */
+bool accel__cpu_sdpa_scores_native(accel_dtype a, accel_dtype b, const accel_k_sdpa_dims *d);
+
 /* ---- the scalar functions, shared by the fast and reference paths (and the
  * CUDA kernels, which include this header: ACCEL__HD, from core/dtype_elem.h,
  * makes them device functions too) */
