@@ -150,11 +150,7 @@ static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, i
     for (int64_t r = 0; r < nq; r++) {
         float *row = p + r * ld;
         int64_t n = last_key(d, i0 + r) + 1;
-        if (n > 0) {
-            float m = accel__row_max(row, n);
-            float inv = 1.0f / accel__row_exp(row, row, n, m);
-            for (int64_t j = 0; j < n; j++) row[j] *= inv;
-        }
+        if (n > 0) accel__cpu_softmax_row(row, n);
         for (int64_t j = n < 0 ? 0 : n; j < kend; j++) row[j] = 0.0f;
     }
 }
@@ -285,14 +281,7 @@ static accel_status reference_forward(const accel_k_sdpa *a) {
 
 /* dS = P (dP - rowsum(dP P)) in place over nq rows of kend columns. */
 static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t ldp, float *dp, int64_t ldd) {
-    for (int64_t r = 0; r < nq; r++) {
-        const float *pr = p + r * ldp;
-        float *g = dp + r * ldd, s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < kend; j++) s += g[j] * pr[j];
-#pragma omp simd
-        for (int64_t j = 0; j < kend; j++) g[j] = pr[j] * (g[j] - s);
-    }
+    for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend);
 }
 
 /* One thread's scratch of the backward: dP [QB, Tk] always; the kv head's K,
