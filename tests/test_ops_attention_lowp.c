@@ -8,6 +8,12 @@
  *     before the run, k and v strided as the projections' layout, GQA, odd
  *     sizes, several query blocks, Tq < Tk, Tq > Tk, no mask, dq written or
  *     added into, dk and dv added into;
+ *     and whole query blocks (Tq, Tk multiples of 64, Tk past the 256-key
+ *     chunks), whose score GEMMs (S = s Q K^T, dP = dO V^T) run on oneDNN
+ *     from the bf16 tensors as stored where it multiplies bf16 itself;
+ *   - that path taken where accel__cpu_sdpa_scores_native says, and a failure
+ *     inside it (a oneDNN call that gets no scratchpad, on a worker thread)
+ *     returned as the kernel's error;
  *   - op level: accel_sdpa on bf16/f16 leaves with v a transposed view (as
  *     Llama's split_heads gives it): the output's and gradients' dtype and
  *     values; decoding from a KV cache view read in place; the step arena
@@ -15,9 +21,13 @@
  * The f32 path itself is checked by finite differences in test_ops_attention
  * (finite differences in bf16 would measure the rounding, not the
  * gradient). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/accel.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/gemm.h"
 #include "backends/registry.h"
 #include "check.h"
 #include "gradcheck.h"
@@ -31,6 +41,11 @@ static const sdpa_case CASES[] = {
     {1, 2, 1, 100, 230, 8, 8, true, true},    /* Tq < Tk */
     {1, 1, 1, 200, 70, 8, 12, true, false},   /* Tq > Tk: whole blocks see no key */
     {1, 4, 4, 33, 45, 16, 24, false, true},   /* no mask */
+    /* whole query blocks (the score GEMMs on bf16 operands where oneDNN has them) */
+    {2, 6, 2, 128, 128, 37, 29, true, true},  /* GQA, odd head dims, kv strided, kv heads in parallel */
+    {1, 2, 1, 128, 384, 16, 24, true, false}, /* Tq < Tk: 320 and 384 keys, past one 256-key chunk; one head at a time */
+    {1, 1, 1, 192, 64, 8, 12, true, false},   /* Tq > Tk: two blocks see no key */
+    {1, 4, 4, 64, 320, 24, 16, false, true},  /* no mask, 320 keys */
 };
 
 /* One unit in the last place at 1 of dt: 2^-7 bf16, 2^-10 f16. */
@@ -196,6 +211,77 @@ static void test_op(void) {
     }
 }
 
+/* An allocator that refuses anything over 1 GiB (ASan would abort on the
+ * size a system allocator is asked for). */
+static void *refuse_huge(void *ctx, size_t bytes, size_t align) {
+    (void)ctx;
+    void *p = NULL;
+    if (bytes > ((size_t)1 << 30) ||
+        posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
+        return NULL;
+    return p;
+}
+static void free_huge(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+/* Whole query blocks of bf16 take oneDNN's score GEMMs exactly where the
+ * library says (where oneDNN multiplies bf16 with its units; never for f32,
+ * mixed dtypes or ragged blocks). Shown by making every oneDNN call ask for
+ * 2 GiB more scratchpad than it needs, which the allocator refuses: on that
+ * path both kernels fail with the out-of-memory error of whichever worker
+ * thread met it, elsewhere no oneDNN call is made and they succeed. Then,
+ * back to normal, the same kernels run. */
+static void test_scores_path(void) {
+    const accel_backend *cpu = &accel__cpu_backend;
+    int prev_threads = accel_num_threads();
+    accel_set_num_threads(2);
+    sdpa_case c = {2, 6, 2, 128, 128, 37, 29, true, true}, ragged = c;
+    ragged.Tq = ragged.Tk = 127;
+    accel_k_sdpa_dims d = sdpa_case_dims(&c), dr = sdpa_case_dims(&ragged);
+    bool native = accel__cpu_sdpa_scores_native(ACCEL_BF16, ACCEL_BF16, &d);
+    CHECK(native == (accel__gemm_native(ACCEL_BF16) && !accel__gemm_widens_per_call(ACCEL_BF16)));
+    CHECK(!accel__cpu_sdpa_scores_native(ACCEL_BF16, ACCEL_BF16, &dr));
+    CHECK(!accel__cpu_sdpa_scores_native(ACCEL_F32, ACCEL_F32, &d));
+    CHECK(!accel__cpu_sdpa_scores_native(ACCEL_BF16, ACCEL_F16, &d));
+    int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
+    int64_t n[NIN] = {nq * c.D, nk * c.D, nk * c.Dv, nq * c.Dv};
+    accel_tensor *lp[NIN];
+    for (int i = 0; i < NIN; i++) lp[i] = leaf(60 + (uint64_t)i, ACCEL_BF16, ACCEL_SHAPE(n[i]));
+    accel_tensor *o = poisoned(ACCEL_BF16, nq * c.Dv), *p = filled(ACCEL_F32, nq * c.Tk, 0);
+    accel_tensor *dq = poisoned(ACCEL_BF16, n[Q]), *dk = filled(ACCEL_BF16, n[K], 0), *dv = filled(ACCEL_BF16, n[V], 0);
+    accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = d};
+    accel_k_sdpa_backward b = {.dq = dq, .dk = dk, .dv = dv, .g = lp[G], .q = lp[Q], .k = lp[K], .v = lp[V], .p = p,
+                               .dims = dense_dims(&c)};
+    accel__gemm_test_scratchpad((size_t)2 << 30);
+    accel_set_allocator(&(accel_allocator){refuse_huge, free_huge, NULL});
+    accel_status fs = cpu->kernels.sdpa(&f);
+    char fmsg[256];
+    snprintf(fmsg, sizeof fmsg, "%s", fs == ACCEL_OK ? "" : accel_last_error());
+    accel_status bs = cpu->kernels.sdpa_backward(&b);
+    char bmsg[256];
+    snprintf(bmsg, sizeof bmsg, "%s", bs == ACCEL_OK ? "" : accel_last_error());
+    accel_set_allocator(NULL);
+    accel__gemm_test_scratchpad(0);
+    if (native) {
+        CHECK_MSG(fs == ACCEL_ERR_OOM && strstr(fmsg, "out of memory allocating"), "forward: %d %s", (int)fs, fmsg);
+        CHECK_MSG(bs == ACCEL_ERR_OOM && strstr(bmsg, "out of memory allocating"), "backward: %d %s", (int)bs, bmsg);
+    } else {
+        CHECK_MSG(fs == ACCEL_OK && bs == ACCEL_OK, "%s %s", fmsg, bmsg);
+    }
+    accel_step_reset();
+    CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa_backward(&b) == ACCEL_OK);
+    for (int i = 0; i < NIN; i++) accel_tensor_free(lp[i]);
+    accel_tensor_free(o);
+    accel_tensor_free(p);
+    accel_tensor_free(dq);
+    accel_tensor_free(dk);
+    accel_tensor_free(dv);
+    accel_step_reset();
+    accel_set_num_threads(prev_threads);
+}
+
 /* Decoding without a graph: the kernels read a bf16/f16 KV cache view
  * (positions [0, 23) of [B, Hkv, 40, D]) in place, a few queries at the end. */
 static void test_cache_in_place(void) {
@@ -246,6 +332,7 @@ static void test_no_f32_copies(void) {
 
 int main(void) {
     RUN(test_kernels);
+    RUN(test_scores_path);
     RUN(test_op);
     RUN(test_cache_in_place);
     RUN(test_no_f32_copies);

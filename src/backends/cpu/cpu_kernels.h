@@ -128,14 +128,28 @@ void accel__cpu_sum_ref(const accel_tensor *x, unsigned mask, double scale, acce
 /* Max over dim d: values (dtype of out) and first index of the max (NaN wins). */
 void accel__cpu_max(const accel_tensor *x, int d, accel_tensor *values, int64_t *indices);
 
-/* ---- vectorised row math (softmax, attention, cross-entropy) */
+/* ---- vectorised row math (cross-entropy) */
 
 /* max of x[0..n) (-inf when n == 0; NaNs are not propagated). */
 float accel__row_max(const float *x, int64_t n);
-/* y[j] = exp(x[j] - m) for j < n (y may be x); returns the sum. */
-float accel__row_exp(float *y, const float *x, int64_t n, float m);
 /* sum of exp(x[j] - m), j < n. */
 float accel__row_sum_exp(const float *x, int64_t n, float m);
+
+/* ---- attention (attention_kernels.c) */
+
+/* Whether attention's score GEMMs (S = s Q K^T in the forward on q and k,
+ * dP = dO V^T in the backward on the output's gradient and v) read their two
+ * operands of dtypes a and b as stored, on oneDNN, for these dims: a and b
+ * the same bf16/f16 dtype that oneDNN multiplies itself for such a tile
+ * (its units, not f32 panels per call), and Tq and Tk whole query blocks.
+ * Elsewhere they run on f32 tiles through OpenBLAS. Tests derive from it
+ * which path ran. */
+bool accel__cpu_sdpa_scores_native(accel_dtype a, accel_dtype b, const accel_k_sdpa_dims *d);
+/* The rows of its softmax and of the softmax's gradient, compiled per ISA
+ * variant (attention_rows.c): row[0..n) = softmax(row[0..n)), n >= 1, in
+ * place; g[0..n) = p (g - sum(g p)) in place. */
+void accel__cpu_softmax_row(float *row, int64_t n);
+void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the
  * CUDA kernels, which include this header: ACCEL__HD, from core/dtype_elem.h,

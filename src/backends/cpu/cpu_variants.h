@@ -60,6 +60,9 @@
     X(accel__cpu_rope, (const accel_k_rope *k), (k))                                           \
     X(accel__cpu_cross_entropy_fused,                                                          \
       (const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch, double *total), \
-      (k, count, nt, scratch, total))
+      (k, count, nt, scratch, total))                                                          \
+    /* attention_rows.c */                                                                     \
+    X(accel__cpu_softmax_row, (float *row, int64_t n), (row, n))                               \
+    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))
 
 #endif

@@ -96,4 +96,19 @@ ACCEL__VEC_MATH static inline float accel__bf16_float(uint16_t h) {
     return f;
 }
 
+/* The max of x[0..n) (-inf when n == 0; NaNs not propagated) through eight
+ * running maxima: one AVX register once vectorised (a `simd
+ * reduction(max)` over a float select does not vectorise with clang). */
+ACCEL__VEC_MATH static inline float accel__vec_row_max(const float *x, int64_t n) {
+    float m8[8];
+    for (int k = 0; k < 8; k++) m8[k] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) m8[k] = x[j + k] > m8[k] ? x[j + k] : m8[k];
+    float m = -INFINITY;
+    for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
 #endif

@@ -1,0 +1,30 @@
+/* The row loops of attention's softmax and of its gradient, compiled once per
+ * ISA variant (cpu_variants.h): the exponentials of vec_math.h's accel__expf
+ * run 16 wide on AVX-512 and 8 on AVX2 with FMA, where the library's
+ * baseline compile (row_math.c) runs them 4 wide without FMA. A score row is
+ * 64 to a few thousand floats, so a dispatch per row costs nothing that
+ * shows; the exponentials were ~2% of the bf16 Llama step's CPU on Zen 5
+ * (bench/results/bf16_step_ab.md). */
+#include "cpu_kernels.h"
+#include "vec_math.h"
+
+ACCEL__VEC_MATH void accel__cpu_softmax_row(float *row, int64_t n) {
+    float m = accel__vec_row_max(row, n), s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) {
+        float e = accel__expf(row[j] - m);
+        row[j] = e;
+        s += e;
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) row[j] *= inv;
+}
+
+void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += g[j] * p[j];
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) g[j] = p[j] * (g[j] - s);
+}
