@@ -1,8 +1,11 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST` under `accel launch` (PP x DP
- * processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP` under `accel launch` (PP x
+ * DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
  * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
+ * each stage tensor-parallel over TP ranks when TP > 1 (the decoder's plan,
+ * applied before the optimizer is made; a rank's gradients are compared
+ * with its slices of the single process's),
  * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
  * accelerator's gradient_accumulation_steps), FIRST layers on stage 0 when
  * not 0 (accel_accelerator_pipeline_set_layers; else the balanced split),
@@ -13,7 +16,7 @@
  * the single process's within 1e-5, the other stages' parameters must have no
  * gradient, the clipped global norm (max 0.5) must be the single process's,
  * and the weights after the last step must agree. Prints
- * "pipeline pp=.. dp=.. <schedule> accum=.. ok" on rank 0.
+ * "pipeline pp=.. dp=.. tp=.. <schedule> accum=.. ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
@@ -26,6 +29,7 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "nn/decoder_pipeline.h"
+#include "tp_fixture.h"
 
 #define LAYERS 4
 #define T 12
@@ -95,10 +99,18 @@ static bool all_zero(const accel_tensor *g) {
 
 /* ---------------------------------------------------------------- several processes */
 
-static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers) {
+/* max_abs_diff of a against its part (tp_part) of the reference's whole b. */
+static double part_diff(const accel_state_entry *e, const accel_tensor *a, accel_tensor *b) {
+    accel_tensor *want = accel_contiguous(tp_part(e->owner, e->t, b));
+    CHECK_MSG(want && accel_same_shape(a, want), "%s: not the shape of the reference's part", e->name);
+    return want && accel_same_shape(a, want) ? max_abs_diff(a, want) : INFINITY;
+}
+
+static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
+    o.parallelism.tp_size = tp;
     o.parallelism.num_micro_batches = 4;
     o.parallelism.pp_schedule = sched;
     o.gradient_accumulation_steps = accum;
@@ -107,8 +119,13 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         fprintf(stderr, "accelerator: %s\n", accel_last_error());
         return 2;
     }
-    int rank = accel_accelerator_process_index(acc), replica = rank % dp; /* ranks: pp-major, then dp */
+    int rank = accel_accelerator_process_index(acc), replica = rank / tp % dp; /* ranks: pp-major, then dp, tp */
     accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
+    /* tp: the plan replaces the parameters with their slices, so it comes
+     * before the optimizer (which prepare then re-targets to the stage's) */
+    if (tp > 1)
+        CHECK_MSG(accel_llama_parallelize(model, accel_accelerator_tp_group(acc), false) == ACCEL_OK, "%s",
+                  accel_last_error());
     accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
     if (pp == 4) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
         CHECK(accel_accelerator_pipeline_set_layers(acc, 2, 2) == ACCEL_OK);
@@ -144,7 +161,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
             const char *name = e->name;
             if (e->is_buffer || e->is_tied_alias) continue;
             if (owned(name, &rep, tied)) {
-                double d = max_abs_diff(e->t->grad, ref_sd->entries[i].t->grad);
+                double d = part_diff(e, e->t->grad, ref_sd->entries[i].t->grad);
                 worst = fmax(worst, d);
                 CHECK_MSG(d <= 1e-5, "rank %d (stage %d) step %d: %s's gradient differs by %.3g", rank, rep.stage,
                           s, name, d);
@@ -170,7 +187,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     for (int i = 0; i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
         if (!e->is_buffer && !e->is_tied_alias && owned(e->name, &rep, tied))
-            CHECK_MSG(max_abs_diff(e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
+            CHECK_MSG(part_diff(e, e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
                       STEPS);
     }
     { /* memory divided: this stage's parameters (hence its gradients) and optimizer state only */
@@ -237,7 +254,8 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
-    if (rank == 0 && !check_failures_) printf("pipeline pp=%d dp=%d %s accum=%d ok\n", pp, dp, sched, accum);
+    if (rank == 0 && !check_failures_)
+        printf("pipeline pp=%d dp=%d tp=%d %s accum=%d ok\n", pp, dp, tp, sched, accum);
     return check_summary();
 }
 
@@ -310,8 +328,9 @@ static void test_one_stage_micro_batches(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 7)
-        return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]));
+    if (argc == 8)
+        return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]),
+                        atoi(argv[7]));
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     return check_summary();

@@ -38,6 +38,18 @@ static inline float *floats_of(const accel_tensor *t) {
     return f;
 }
 
+/* What of the reference's whole tensor b the parallel model's tensor a (of
+ * module owner) holds on this rank: its tp slice (a step tensor), or b
+ * itself when a is whole. */
+static inline accel_tensor *tp_part(const accel_module *owner, const accel_tensor *a, accel_tensor *b) {
+    accel_tp_style style;
+    int64_t start = 0;
+    int dim = -1; /* the dim cut, -1 when whole */
+    if (accel_module_tp_info(owner, &style, NULL, &start, NULL))
+        dim = style == ACCEL_TP_ROWWISE ? (a->ndim == 2 ? 1 : -1) : 0;
+    return dim < 0 ? b : accel_slice(b, dim, start, start + a->shape[dim], 1);
+}
+
 /* Every parameter (grads: its gradient) of the parallel model against the
  * slice of the reference's. */
 static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
@@ -50,12 +62,7 @@ static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
             if (!a->grad || !b || !b->grad) continue;
             a = a->grad, b = b->grad;
         }
-        accel_tp_style style;
-        int64_t start = 0;
-        int dim = -1; /* the dim cut, -1 when whole */
-        if (accel_module_tp_info(sd->entries[i].owner, &style, NULL, &start, NULL))
-            dim = style == ACCEL_TP_ROWWISE ? (a->ndim == 2 ? 1 : -1) : 0;
-        accel_tensor *want = dim < 0 ? b : accel_slice(b, dim, start, start + a->shape[dim], 1);
+        accel_tensor *want = tp_part(sd->entries[i].owner, a, b);
         CHECK(accel_same_shape(a, want));
         float *x = floats_of(a), *y = floats_of(want);
         close_all(sd->entries[i].name, x, y, accel_numel(want));

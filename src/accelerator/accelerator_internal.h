@@ -218,6 +218,11 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
  * max), the tp-sharded parameters' reduced over the tp group (collective
  * over it), the replicated ones counted once. NAN + error on failure. */
 double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type);
+/* The partial norm of parameter w's gradient (w one of m's) as
+ * accel__tp_grad_norm_partial counts it: a tp slice's summed over the tp
+ * group (collective over it), a replicated one this rank's. NAN + error on
+ * failure. */
+double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type);
 /* This rank's place among the ranks that get different batches
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
 /* Sequence parallelism: after a backward that syncs gradients, the

@@ -353,10 +353,14 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     if (!pg) return NAN;
     bool inf = isinf(norm_type);
     const accel__family *f = accel__family_of(model);
-    /* the last stage's copy of a tied embedding's gradient equals stage 0's (sum_tied): counted once */
+    /* the last stage's copy of a tied embedding's gradient equals stage 0's
+     * (sum_tied): counted once, its share taken as `local` counted it (under
+     * tp its slices' over the tp group) */
     if (!inf && f && f->stages && accel_pg_rank(pg) == accel_pg_size(pg) - 1) {
         accel_tensor *w = f->stages->tied_embedding(model);
-        if (w && w->grad) local = fmax(0.0, local - accel_grad_norm_partial(w->grad, norm_type));
+        double tied = w && w->grad ? accel__tp_param_norm_partial(acc, model, w, norm_type) : 0;
+        if (isnan(tied)) return NAN;
+        local = fmax(0.0, local - tied);
     }
     if (accel_pg_all_reduce(pg, &local, 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM) != ACCEL_OK)
         return NAN;

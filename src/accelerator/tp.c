@@ -96,6 +96,18 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
     return inf ? fmax(part[0], part[1]) : part[0] + part[1];
 }
 
+double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type) {
+    double p = accel_grad_norm_partial(w->grad, norm_type); /* a NAN still joins the sum: no rank left waiting */
+    bool sliced = false;
+    if (TP(acc) == 1) return p;
+    if (accel__tp_sliced(m, &w, 1, &sliced)) return NAN;
+    if (!sliced) return p;
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    if (!tp || accel_pg_all_reduce(tp, &p, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
+        return NAN;
+    return p;
+}
+
 accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
