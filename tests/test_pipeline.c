@@ -4,8 +4,8 @@
  * DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
  * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
  * each stage tensor-parallel over TP ranks when TP > 1 (the decoder's plan,
- * applied before the optimizer is made; a rank's gradients are compared
- * with its slices of the single process's),
+ * applied at prepare, with the optimizer made before it: a rank's gradients
+ * are compared with its slices of the single process's),
  * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
  * accelerator's gradient_accumulation_steps), FIRST layers on stage 0 when
  * not 0 (accel_accelerator_pipeline_set_layers; else the balanced split),
@@ -121,11 +121,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     }
     int rank = accel_accelerator_process_index(acc), replica = rank / tp % dp; /* ranks: pp-major, then dp, tp */
     accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
-    /* tp: the plan replaces the parameters with their slices, so it comes
-     * before the optimizer (which prepare then re-targets to the stage's) */
-    if (tp > 1)
-        CHECK_MSG(accel_llama_parallelize(model, accel_accelerator_tp_group(acc), false) == ACCEL_OK, "%s",
-                  accel_last_error());
+    /* made over the whole model: prepare re-targets it to the stage's parameters (tp: their slices) */
     accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
     if (pp == 4) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
         CHECK(accel_accelerator_pipeline_set_layers(acc, 2, 2) == ACCEL_OK);

@@ -223,6 +223,16 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
  * group (collective over it), a replicated one this rank's. NAN + error on
  * failure. */
 double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type);
+/* prepare(model, opt) under tp: the plan replaces the model's parameters
+ * with their slices (freeing the whole ones) at the model's prepare, so an
+ * optimizer made over the whole model is re-targeted to them. Before the
+ * model's prepare, *where (accel_malloc'd; NULL: nothing to re-target, as
+ * without tp or when opt holds none of m's parameters) gets the state-dict
+ * entry of m holding each segment's parameter (-1: not m's); after it,
+ * accel__tp_retarget_optimizer gives the segments whose entry changed its
+ * new tensor (fresh state), leaving opt as it was when none did. */
+accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, int **where);
+accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt, const int *where);
 /* This rank's place among the ranks that get different batches
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
 /* Sequence parallelism: after a backward that syncs gradients, the

@@ -325,6 +325,51 @@ accel_status accel__tp_slice_optimizer(accel_accelerator *acc, accel_optimizer *
     return s;
 }
 
+/* ---- an optimizer made over the whole model, prepared in the same call */
+
+accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, int **where) {
+    *where = NULL;
+    int n = accel_optimizer_num_segments(opt);
+    if (TP(acc) == 1 || n == 0) return ACCEL_OK;
+    accel_state_dict *sd = accel_module_state_dict(m);
+    int *w = sd ? accel_malloc((size_t)n * sizeof *w) : NULL;
+    accel_status st = w ? ACCEL_OK : accel_last_status();
+    bool any = false, flat = false;
+    for (int k = 0; !st && k < n; k++) {
+        accel_tensor *p = accel_optimizer_segment_param(opt, k, NULL);
+        w[k] = -1;
+        flat |= !p; /* a flat run: a strategy re-targeted it already */
+        for (int i = 0; p && i < sd->n && w[k] < 0; i++)
+            if (sd->entries[i].t == p && !sd->entries[i].is_buffer) w[k] = i;
+        any |= w[k] >= 0;
+    }
+    accel_state_dict_free(sd);
+    if (!st && any && !flat) *where = w;
+    else accel_free(w);
+    return st;
+}
+
+accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt, const int *where) {
+    int n = accel_optimizer_num_segments(opt);
+    accel_state_dict *sd = accel_module_state_dict(m);
+    accel_tensor **params = sd ? accel_malloc((size_t)n * sizeof *params) : NULL;
+    int *groups = params ? accel_malloc((size_t)n * sizeof *groups) : NULL;
+    accel_status st = groups ? ACCEL_OK : accel_last_status();
+    bool changed = false;
+    for (int k = 0; !st && k < n; k++) {
+        /* the segment's old pointer is only compared: the plan freed the tensor it names */
+        params[k] = accel_optimizer_segment_param(opt, k, &groups[k]);
+        if (where[k] < 0 || sd->entries[where[k]].t == params[k]) continue;
+        params[k] = sd->entries[where[k]].t;
+        changed = true;
+    }
+    if (!st && changed) st = accel_optimizer_set_segments(opt, n, params, NULL, NULL, groups);
+    accel_free(groups);
+    accel_free(params);
+    accel_state_dict_free(sd);
+    return st;
+}
+
 accel_status accel__tp_refused(const accel_accelerator *acc, const char *fn, const char *what) {
     if (TP(acc) == 1) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.tp_size is %d: %s", fn, TP(acc), what);
