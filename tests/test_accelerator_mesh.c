@@ -267,11 +267,9 @@ static int parallelism_body(int rank, int world) {
                  "cp_size = 2 with pp_size = 2: context parallelism under pipeline parallelism is not built");
     refused_opts((accel_parallelism_opts){.sp_size = 2, .tp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
                  "sp_size = 2 with tp_size = 2: context parallelism under tensor parallelism is not built");
-    refused_opts((accel_parallelism_opts){.tp_size = 2, .pp_size = 2, .sequence_parallelism = ACCEL_TRUE}, NULL,
-                 ACCEL_ERR_UNSUPPORTED, "sequence_parallelism with pp_size = 2: Megatron's sequence parallelism "
-                 "under pipeline parallelism is not built");
-    /* tp x pp: a tp group in each stage, each pp group the same tp rank of every stage */
-    o.parallelism = (accel_parallelism_opts){.tp_size = 2, .pp_size = 2};
+    /* tp x pp (with sequence parallelism too): a tp group in each stage, each pp group the same tp rank of
+     * every stage */
+    o.parallelism = (accel_parallelism_opts){.tp_size = 2, .pp_size = 2, .sequence_parallelism = ACCEL_TRUE};
     acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
     if (acc) {

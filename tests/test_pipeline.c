@@ -1,11 +1,12 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP` under `accel launch` (PP x
- * DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
- * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP SP` under `accel launch` (PP
+ * x DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into
+ * PP stages, DP data-parallel replicas of each (DDP over the stage's replicas),
  * each stage tensor-parallel over TP ranks when TP > 1 (the decoder's plan,
  * applied at prepare, with the optimizer made before it: a rank's gradients
- * are compared with its slices of the single process's),
+ * are compared with its slices of the single process's), with Megatron's
+ * sequence parallelism when SP is 1,
  * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
  * accelerator's gradient_accumulation_steps), FIRST layers on stage 0 when
  * not 0 (accel_accelerator_pipeline_set_layers; else the balanced split),
@@ -16,7 +17,7 @@
  * the single process's within 1e-5, the other stages' parameters must have no
  * gradient, the clipped global norm (max 0.5) must be the single process's,
  * and the weights after the last step must agree. Prints
- * "pipeline pp=.. dp=.. tp=.. <schedule> accum=.. ok" on rank 0.
+ * "pipeline pp=.. dp=.. tp=.. sp=.. <schedule> accum=.. ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
@@ -106,11 +107,13 @@ static double part_diff(const accel_state_entry *e, const accel_tensor *a, accel
     return want && accel_same_shape(a, want) ? max_abs_diff(a, want) : INFINITY;
 }
 
-static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp) {
+static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp,
+                    bool sp) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
     o.parallelism.tp_size = tp;
+    o.parallelism.sequence_parallelism = sp ? ACCEL_TRUE : 0;
     o.parallelism.num_micro_batches = 4;
     o.parallelism.pp_schedule = sched;
     o.gradient_accumulation_steps = accum;
@@ -135,6 +138,12 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
+    if (sp) { /* positions the tp ranks cannot share: refused on every rank, before any exchange */
+        double l;
+        CHECK(accel_accelerator_pipeline_step(acc, model, accel_slice(batch(0, 0, ROWS), 1, 0, T - 1, 1), &l, NULL) ==
+              ACCEL_ERR_SHAPE);
+        CHECK_STR_CONTAINS(accel_last_error(), "the 11 positions of ids over the 2 ranks of the tp group");
+    }
     double worst = 0, first_norm = 0;
     for (int s = 0; s < STEPS; s++) {
         for (int a = 0; a < accum; a++) { /* accumulation: one batch per micro-step, averaged */
@@ -241,6 +250,11 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
     CHECK_MSG(rep.peak_in_flight == want, "rank %d stage %d: %d micro-batches in flight, not %d", rank, rep.stage,
               rep.peak_in_flight, want);
+    /* each held input is a micro-batch's hidden states [4, T, 32]: a tp rank's T / tp positions under
+     * sequence parallelism */
+    size_t held_bytes = (size_t)want * 4 * (T / (sp ? tp : 1)) * 32 * sizeof(float);
+    CHECK_MSG(rep.peak_held_bytes == (rep.stage ? held_bytes : 0), "rank %d stage %d: %zu bytes held, not %zu", rank,
+              rep.stage, rep.peak_held_bytes, rep.stage ? held_bytes : 0);
     fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d, first "
             "norm %.4g\n", rank, rep.stage, rep.first_layer, rep.end_layer, worst, rep.peak_in_flight, first_norm);
     accel_state_dict_free(sd);
@@ -251,7 +265,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_module_free(model);
     accel_module_free(ref);
     if (rank == 0 && !check_failures_)
-        printf("pipeline pp=%d dp=%d tp=%d %s accum=%d ok\n", pp, dp, tp, sched, accum);
+        printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d ok\n", pp, dp, tp, sp, sched, accum);
     return check_summary();
 }
 
@@ -324,9 +338,9 @@ static void test_one_stage_micro_batches(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 8)
+    if (argc == 9)
         return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]),
-                        atoi(argv[7]));
+                        atoi(argv[7]), atoi(argv[8]) != 0);
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     return check_summary();

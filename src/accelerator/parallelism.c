@@ -50,22 +50,15 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                p->dp_replicate_size);
     /* Compositions not built: refused rather than run wrong (the sequence
      * split does not reach the pipeline's stages, nor the vocabulary-parallel
-     * loss; a sequence-parallel tp region's activations are not what the
-     * next stage receives). */
+     * loss). tp x pp runs, with Megatron's sequence parallelism too: a tp
+     * rank sends its hidden states (its positions' under sequence
+     * parallelism) to the same tp rank of the next stage. */
     if (seq > 1 && OR1(p->pp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with pp_size = %d: context "
                                "parallelism under pipeline parallelism is not built", seq_field, seq, p->pp_size);
     if (seq > 1 && OR1(p->tp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with tp_size = %d: context "
                                "parallelism under tensor parallelism is not built", seq_field, seq, p->tp_size);
-    /* tp x pp runs (each stage's tp ranks send their replicated hidden
-     * states to the same tp rank of the next stage); with Megatron's
-     * sequence parallelism what travels would be the ranks' sequence slices,
-     * and the norms' gradients would need their sum over tp after the
-     * step: pipeline_step does neither */
-    if (p->sequence_parallelism == ACCEL_TRUE && OR1(p->pp_size) > 1)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.sequence_parallelism with pp_size = %d: "
-                               "Megatron's sequence parallelism under pipeline parallelism is not built", p->pp_size);
     out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
     out->size[ACCEL__MESH_PP] = OR1(p->pp_size);
     out->size[ACCEL__MESH_DP_REPLICATE] = OR1(p->dp_replicate_size);

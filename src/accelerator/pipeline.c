@@ -45,6 +45,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "accel/parallel.h"
 #include "accelerator_internal.h"
 #include "nn/family.h"
 #include "strategy.h"
@@ -60,7 +61,8 @@ typedef struct pp_run {
     int stage, stages, m, lo, hi;
     bool first, last;
     accel_tensor *ids;        /* [B, T] */
-    int64_t rows, T, C;       /* a micro-batch: [rows, T] ids, [rows, T, C] hidden states */
+    int64_t rows, T, C;       /* a micro-batch's hidden states [rows, T, C]: T the ids' positions, a
+                               * tp rank's share of them under sequence parallelism */
     accel_dtype dt;           /* of the hidden states */
     size_t numel;             /* rows T C */
     void **held;              /* [m]: saved inputs (stages > 0), accel_malloc'd */
@@ -319,16 +321,25 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
         r.lo = first_layer[r.stage];
         r.hi = first_layer[r.stage + 1];
         r.rows = ids->shape[0] / r.m;
-        r.T = ids->shape[1];
+        int sp = acc->par.sequence_parallel ? acc->mesh.size[ACCEL__MESH_TP] : 1;
+        r.T = ids->shape[1] / sp;
+        if (ids->shape[1] % sp)
+            st = accel_set_error(ACCEL_ERR_SHAPE, FN ": sequence parallelism splits the %lld positions of ids over "
+                                 "the %d ranks of the tp group: make the sequence length a multiple of tp_size",
+                                 (long long)ids->shape[1], sp);
         r.hooks->hidden(model, &r.C, &r.dt);
         r.numel = (size_t)(r.rows * r.T * r.C);
-        if (!(r.out_buf = accel_malloc(r.numel * accel_dtype_size(r.dt)))) st = accel_last_status();
+        if (!st && !(r.out_buf = accel_malloc(r.numel * accel_dtype_size(r.dt)))) st = accel_last_status();
     }
     double t0 = accel_now_seconds();
     int n = st ? 0 : schedule(&r, acc->par.pp_gpipe, ops);
     for (int k = 0; k < n && !st; k++) st = ops[k] >= 0 ? forward(&r, ops[k]) : backward(&r, -1 - ops[k]);
     if (!st && r.out_peer >= 0) st = exchange(&r, NULL, -1); /* the last gradient to the stage before */
     if (!st && acc->sync_gradients) st = sum_tied(&r);
+    /* sequence parallelism: the parameters outside the tp regions (the norms)
+     * saw their rank's positions only, as after accelerator_backward */
+    if (!st && acc->sync_gradients && acc->par.sequence_parallel)
+        st = accel_module_tp_reduce_grads(model, accel_accelerator_tp_group(acc));
     double mean = r.loss_sum / r.m;
     if (!st && r.pg) st = accel_pg_broadcast(r.pg, &mean, 1, ACCEL_F64, r.stages - 1);
     if (!st) *loss = mean;
