@@ -420,8 +420,9 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * re-targeted the prepared optimizer to the stage's (prepare the model with
  * or before its optimizer). With tp_size > 1 each stage is tensor-parallel
  * over its tp group (a tp rank exchanges hidden states with the same tp rank
- * of the neighbouring stages); not with sequence_parallelism, fp8 or ZeRO
- * (stages 1-3; refused). report (NULL: none) gets this stage's figures. */
+ * of the neighbouring stages; under sequence parallelism its T / tp
+ * positions, so T must be a multiple of tp). Not with fp8 or ZeRO (stages
+ * 1-3; refused). report (NULL: none) gets this stage's figures. */
 typedef struct accel_pipeline_report {
     int stage, stages;           /* this rank's stage of `stages` */
     int first_layer, end_layer;  /* its layers [first_layer, end_layer) */
