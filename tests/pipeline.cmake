@@ -1,26 +1,41 @@
 # Pipeline parallelism (test_pipeline.c): pp = 2 and 4 with each schedule,
 # untied and tied embeddings, pp x dp = 2 x 2, and 2 x 2 with gradient
 # accumulation over 2 batches, and an explicit split (3 layers on stage 0),
-# against one process.
+# and tp x pp = 2 x 2 with each schedule, tied and untied, and with sequence
+# parallelism (a 7th field: tp, an 8th: sequence parallelism; 1 and 0 when
+# absent), against one process.
 # ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
 # stages in several chunks, so a send waits for its receiver.
 if(TARGET accel_cli)
   foreach(cfg "2;1;1f1b;0;1;0" "2;1;gpipe;1;1;0" "4;1;1f1b;1;1;0" "4;1;gpipe;0;1;0" "2;2;1f1b;1;1;0"
-              "2;2;gpipe;0;1;0" "2;2;1f1b;1;2;0" "2;1;1f1b;1;1;3")
+              "2;2;gpipe;0;1;0" "2;2;1f1b;1;2;0" "2;1;1f1b;1;1;3" "2;1;1f1b;1;1;0;2" "2;1;1f1b;0;1;0;2"
+              "2;1;gpipe;1;1;0;2" "2;1;gpipe;0;1;0;2" "2;1;1f1b;1;1;0;2;1" "2;1;gpipe;0;2;0;2;1")
     list(GET cfg 0 pp)
     list(GET cfg 1 dp)
     list(GET cfg 2 sched)
     list(GET cfg 3 tied)
     list(GET cfg 4 accum)
     list(GET cfg 5 first)
-    math(EXPR n "${pp} * ${dp}")
-    add_test(NAME pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first}
+    set(tp 1)
+    set(sp 0)
+    set(name pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first})
+    list(LENGTH cfg fields)
+    if(fields GREATER 6)
+      list(GET cfg 6 tp)
+      set(name pipeline_pp${pp}_dp${dp}_tp${tp}_${sched}_tied${tied}_accum${accum}_first${first})
+    endif()
+    if(fields GREATER 7)
+      list(GET cfg 7 sp)
+      set(name pipeline_pp${pp}_dp${dp}_tp${tp}_sp_${sched}_tied${tied}_accum${accum}_first${first})
+    endif()
+    math(EXPR n "${pp} * ${dp} * ${tp}")
+    add_test(NAME ${name}
              COMMAND $<TARGET_FILE:accel_cli> launch --num_processes ${n} $<TARGET_FILE:test_pipeline>
-                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first}
+                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first} ${tp} ${sp}
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-    set_tests_properties(pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first} PROPERTIES TIMEOUT 180
+    set_tests_properties(${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_SHM_CHUNK_KB=4"
-      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} ${sched} accum=${accum} ok\n"
+      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} tp=${tp} sp=${sp} ${sched} accum=${accum} ok\n"
       FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
   endforeach()
 endif()

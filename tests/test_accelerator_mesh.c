@@ -267,8 +267,17 @@ static int parallelism_body(int rank, int world) {
                  "cp_size = 2 with pp_size = 2: context parallelism under pipeline parallelism is not built");
     refused_opts((accel_parallelism_opts){.sp_size = 2, .tp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
                  "sp_size = 2 with tp_size = 2: context parallelism under tensor parallelism is not built");
-    refused_opts((accel_parallelism_opts){.tp_size = 2, .pp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
-                 "tp_size = 2 with pp_size = 2: tensor parallelism under pipeline parallelism is not built");
+    /* tp x pp (with sequence parallelism too): a tp group in each stage, each pp group the same tp rank of
+     * every stage */
+    o.parallelism = (accel_parallelism_opts){.tp_size = 2, .pp_size = 2, .sequence_parallelism = ACCEL_TRUE};
+    acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (acc) {
+        accel_pg *tp = accel_accelerator_tp_group(acc), *pp = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+        CHECK(tp && accel_pg_size(tp) == 2 && accel_pg_rank(tp) == rank % 2);
+        CHECK(pp && accel_pg_size(pp) == 2 && accel_pg_rank(pp) == rank / 2);
+        accel_accelerator_free(acc);
+    }
     /* the ranks of a pp or cp group hold one batch: gather_for_metrics is refused, not counted twice */
     const accel_parallelism_opts split[] = {{.pp_size = 2, .dp_shard_size = 2}, {.cp_size = 2, .dp_shard_size = 2}};
     const char *why[] = {"opts.parallelism.pp_size is 2: gather_for_metrics is not built yet under pipeline",

@@ -13,7 +13,8 @@
  * the same holds. save_model writes the one-process weights from every
  * mesh (ZeRO-3 gathering over both its shard and tp groups), save_state
  * succeeds under each. A model with no plan of its own is refused until the
- * user parallelizes it over accel_accelerator_tp_group. */
+ * user parallelizes it over accel_accelerator_tp_group; an optimizer made
+ * over the whole model and prepared with it is re-targeted to the slices. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +108,25 @@ static void refuses_plainless(accel_accelerator *acc) {
     accel_module_free(m);
 }
 
+/* prepare(model, opt) with the optimizer made over the whole model (as
+ * Accelerate users write it): the plan freed the whole parameters, the
+ * optimizer now steps the slices. */
+static void retargets_optimizer(accel_accelerator *acc) {
+    accel_module *m = tiny_llama(11);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &(accel_optim_hparams){.lr = 0.05});
+    CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "%s", accel_last_error());
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    CHECK(accel_optimizer_num_segments(opt) == n);
+    for (int i = 0; i < n && i < accel_optimizer_num_segments(opt); i++)
+        CHECK_MSG(accel_optimizer_segment_param(opt, i, NULL) == ps[i], "segment %d is not the prepared model's "
+                  "parameter %d", i, i);
+    accel_free(ps);
+    accel_optimizer_free(opt);
+    CHECK(accel_accelerator_unprepare_model(acc, m) == ACCEL_OK);
+    accel_module_free(m);
+}
+
 static int body(int rank, int world) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
@@ -181,7 +201,7 @@ static int body(int rank, int world) {
     accel_free(ps);
     saves_whole(acc, tp, ref);
     if (getenv("ACCEL_TP_KEEP")) keep_logits(acc, tp, rows(ids, 0), rank);
-    if (CFG.dp_shard == 1) refuses_plainless(acc);
+    if (CFG.dp_shard == 1) refuses_plainless(acc), retargets_optimizer(acc);
     accel_accelerator_free(acc);
     acc = NULL;
     accel_optimizer_free(o_tp), accel_optimizer_free(o_ref);

@@ -1,8 +1,12 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST` under `accel launch` (PP x DP
- * processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into PP
- * stages, DP data-parallel replicas of each (DDP over the stage's replicas),
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP SP` under `accel launch` (PP
+ * x DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into
+ * PP stages, DP data-parallel replicas of each (DDP over the stage's replicas),
+ * each stage tensor-parallel over TP ranks when TP > 1 (the decoder's plan,
+ * applied at prepare, with the optimizer made before it: a rank's gradients
+ * are compared with its slices of the single process's), with Megatron's
+ * sequence parallelism when SP is 1,
  * 4 micro-batches, ACCUM batches accumulated per optimizer step (the
  * accelerator's gradient_accumulation_steps), FIRST layers on stage 0 when
  * not 0 (accel_accelerator_pipeline_set_layers; else the balanced split),
@@ -16,8 +20,8 @@
  * of the steps after the first must make no allocation (a counting
  * allocator). At pp = 2 the ranks are first given different splits (3 + 1
  * and 1 + 3 layers, then one that fails on stage 1 only): prepare must fail
- * on every rank, naming them. Prints "pipeline pp=.. dp=.. <schedule>
- * accum=.. ok" on rank 0.
+ * on every rank, naming them. Prints "pipeline pp=.. dp=.. tp=.. sp=..
+ * <schedule> accum=.. ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
@@ -32,6 +36,7 @@
 #include "count_alloc.h"
 #include "nn/decoder_pipeline.h"
 #include "pipeline_model.h"
+#include "tp_fixture.h"
 
 #define LAYERS 4
 #define T 12
@@ -87,10 +92,20 @@ static bool all_zero(const accel_tensor *g) {
 
 /* ---------------------------------------------------------------- several processes */
 
-static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers) {
+/* max_abs_diff of a against its part (tp_part) of the reference's whole b. */
+static double part_diff(const accel_state_entry *e, const accel_tensor *a, accel_tensor *b) {
+    accel_tensor *want = accel_contiguous(tp_part(e->owner, e->t, b));
+    CHECK_MSG(want && accel_same_shape(a, want), "%s: not the shape of the reference's part", e->name);
+    return want && accel_same_shape(a, want) ? max_abs_diff(a, want) : INFINITY;
+}
+
+static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp,
+                    bool sp) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
+    o.parallelism.tp_size = tp;
+    o.parallelism.sequence_parallelism = sp ? ACCEL_TRUE : 0;
     o.parallelism.num_micro_batches = 4;
     o.parallelism.pp_schedule = sched;
     o.gradient_accumulation_steps = accum;
@@ -99,11 +114,12 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         fprintf(stderr, "accelerator: %s\n", accel_last_error());
         return 2;
     }
-    int rank = accel_accelerator_process_index(acc), replica = rank % dp; /* ranks: pp-major, then dp */
+    int rank = accel_accelerator_process_index(acc), replica = rank / tp % dp; /* ranks: pp-major, then dp, tp */
     accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
+    /* made over the whole model: prepare re-targets it to the stage's parameters (tp: their slices) */
     accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
     if (pp == 2) { /* each rank sets its own split: prepare compares them, failing on every rank when they differ */
-        int stage = rank / dp;
+        int stage = rank / (dp * tp);
         CHECK(accel_accelerator_pipeline_set_layers(acc, stage == 0 ? 3 : 1, 0) == ACCEL_OK);
         CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), "rank 0 (stage 0) as 3 + 1");
@@ -125,6 +141,14 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
+    if (sp) { /* positions the tp ranks cannot share: refused on every rank, before any exchange */
+        double l;
+        CHECK(accel_accelerator_pipeline_step(acc, model, accel_slice(batch(0, 0, ROWS), 1, 0, T - 1, 1), &l, NULL) ==
+              ACCEL_ERR_SHAPE);
+        char why[96];
+        snprintf(why, sizeof why, "the %d positions of ids over the %d ranks of the tp group", T - 1, tp);
+        CHECK_STR_CONTAINS(accel_last_error(), why);
+    }
     double worst = 0, first_norm = 0;
     /* allocations in the accelerator's calls of the steps after the first (which grows the step arena and
      * makes the gradients): none, the pipeline's buffers in the arena (the one process's calls not counted) */
@@ -152,7 +176,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
             const char *name = e->name;
             if (e->is_buffer || e->is_tied_alias) continue;
             if (owned(name, &rep, tied)) {
-                double d = max_abs_diff(e->t->grad, ref_sd->entries[i].t->grad);
+                double d = part_diff(e, e->t->grad, ref_sd->entries[i].t->grad);
                 worst = fmax(worst, d);
                 CHECK_MSG(d <= 1e-5, "rank %d (stage %d) step %d: %s's gradient differs by %.3g", rank, rep.stage,
                           s, name, d);
@@ -183,7 +207,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     for (int i = 0; i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
         if (!e->is_buffer && !e->is_tied_alias && owned(e->name, &rep, tied))
-            CHECK_MSG(max_abs_diff(e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
+            CHECK_MSG(part_diff(e, e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
                       STEPS);
     }
     CHECK(n_allocs > 0); /* the counting allocator is the library's */
@@ -241,6 +265,11 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
     CHECK_MSG(rep.peak_in_flight == want, "rank %d stage %d: %d micro-batches in flight, not %d", rank, rep.stage,
               rep.peak_in_flight, want);
+    /* each held input is a micro-batch's hidden states [4, T, 32]: a tp rank's T / tp positions under
+     * sequence parallelism */
+    size_t held_bytes = (size_t)want * 4 * (T / (sp ? tp : 1)) * 32 * sizeof(float);
+    CHECK_MSG(rep.peak_held_bytes == (rep.stage ? held_bytes : 0), "rank %d stage %d: %zu bytes held, not %zu", rank,
+              rep.stage, rep.peak_held_bytes, rep.stage ? held_bytes : 0);
     fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d, first "
             "norm %.4g\n", rank, rep.stage, rep.first_layer, rep.end_layer, worst, rep.peak_in_flight, first_norm);
     accel_state_dict_free(sd);
@@ -250,7 +279,8 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
-    if (rank == 0 && !check_failures_) printf("pipeline pp=%d dp=%d %s accum=%d ok\n", pp, dp, sched, accum);
+    if (rank == 0 && !check_failures_)
+        printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d ok\n", pp, dp, tp, sp, sched, accum);
     return check_summary();
 }
 
@@ -324,8 +354,9 @@ static void test_one_stage_micro_batches(void) {
 
 int main(int argc, char **argv) {
     count_alloc_install(); /* before anything allocates */
-    if (argc == 7)
-        return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]));
+    if (argc == 9)
+        return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]),
+                        atoi(argv[7]), atoi(argv[8]) != 0);
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     return check_summary();

@@ -38,6 +38,14 @@ static inline float *floats_of(const accel_tensor *t) {
     return f;
 }
 
+/* What of the reference's whole tensor b (a parameter or its gradient) the
+ * parallel model's parameter a (of module owner) holds on this rank: its tp
+ * slice or slices (a step tensor), or b itself when a is whole. */
+static inline accel_tensor *tp_part(const accel_module *owner, const accel_tensor *a, accel_tensor *b) {
+    accel_tp_slice s;
+    return accel_module_tp_slice(owner, a, &s) ? accel_tp_slice_of(b, &s) : b;
+}
+
 /* Every parameter (grads: its gradient) of the parallel model against the
  * slice of the reference's. */
 static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
@@ -50,9 +58,7 @@ static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
             if (!a->grad || !b || !b->grad) continue;
             a = a->grad, b = b->grad;
         }
-        accel_tp_slice s;
-        accel_tensor *want = accel_module_tp_slice(sd->entries[i].owner, sd->entries[i].t, &s) ? accel_tp_slice_of(b, &s)
-                                                                                                : b;
+        accel_tensor *want = tp_part(sd->entries[i].owner, sd->entries[i].t, b);
         CHECK(accel_same_shape(a, want));
         float *x = floats_of(a), *y = floats_of(want);
         close_all(sd->entries[i].name, x, y, accel_numel(want));

@@ -307,7 +307,10 @@ void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_spe
  *     accel_accelerator_prepare(acc, model, opt, train_dl, eval_dl, sched);
  *
  * Data loaders are sharded in place (their shuffle seed is rank 0's), models
- * flattened/wrapped, optimizers and schedulers registered. A data loader that
+ * flattened/wrapped, optimizers and schedulers registered. Under tensor
+ * parallelism a model's plan replaces its parameters with their slices: an
+ * optimizer made over the whole model and given after it in the same call
+ * is re-targeted to them (prepared alone later, it is not). A data loader that
  * is not prepared is not sharded (as in Accelerate): on N processes every
  * process iterates all of it, and gather_for_metrics returns every sample N
  * times. Preparing an object twice returns ACCEL_OK and does nothing; an
@@ -415,7 +418,11 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * accumulation over the micro-batches on one stage. A stage holds only its
  * part of the model: prepare moved the other stages' parameters to meta and
  * re-targeted the prepared optimizer to the stage's (prepare the model with
- * or before its optimizer). Not with fp8 or ZeRO (stages 1-3; refused). report (NULL: none) gets this stage's figures. */
+ * or before its optimizer). With tp_size > 1 each stage is tensor-parallel
+ * over its tp group (a tp rank exchanges hidden states with the same tp rank
+ * of the neighbouring stages; under sequence parallelism its T / tp
+ * positions, so T must be a multiple of tp). Not with fp8 or ZeRO (stages
+ * 1-3; refused). report (NULL: none) gets this stage's figures. */
 typedef struct accel_pipeline_report {
     int stage, stages;           /* this rank's stage of `stages` */
     int first_layer, end_layer;  /* its layers [first_layer, end_layer) */

@@ -196,14 +196,17 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
  * every rank of the pp group (save_model then writes the whole model from
  * rank 0). Collective over the pp group; no-op with one stage. */
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model);
-/* pipeline.c: with pp_size > 1, the stages' split of pm's model (the
+/* pipeline.c: with pp_size > 1, the stages' split of pm's whole model (the
  * family's balanced one, or accel_accelerator_pipeline_set_layers'),
  * compared over every rank (a difference fails on all of them, naming two
- * splits) and kept in pm->pp_split; then the parameters of the other stages'
- * parts move to meta (this stage keeps its own: memory divided between the
- * stages), before the flat buffers. Refuses a model whose family is not cut,
- * and ZeRO. Collective. */
-accel_status accel__pipeline_prepare_model(accel_accelerator *acc, accel__model *pm);
+ * splits) and kept in pm->pp_split, before the tp plan slices the model.
+ * Refuses a model whose family is not cut, and ZeRO. Collective. */
+accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *pm);
+/* pipeline.c: the parameters of the other stages' parts of pm's model (by
+ * pm->pp_split) move to meta, so this stage keeps its own (memory divided
+ * between the stages); after the tp plan, before the flat buffers. No-op
+ * with one stage. */
+accel_status accel__pipeline_keep_stage(accel_accelerator *acc, accel__model *pm);
 /* pipeline.c: with pp_size > 1, the other stages' parameters of a prepared
  * model to meta again (after save_model's or save_state's gather). */
 accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn);
@@ -242,6 +245,21 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
  * max), the tp-sharded parameters' reduced over the tp group (collective
  * over it), the replicated ones counted once. NAN + error on failure. */
 double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type);
+/* The partial norm of parameter w's gradient (w one of m's) as
+ * accel__tp_grad_norm_partial counts it: a tp slice's summed over the tp
+ * group (collective over it), a replicated one this rank's. NAN + error on
+ * failure. */
+double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type);
+/* prepare(model, opt) under tp: the plan replaces the model's parameters
+ * with their slices (freeing the whole ones) at the model's prepare, so an
+ * optimizer made over the whole model is re-targeted to them. Before the
+ * model's prepare, *where (accel_malloc'd; NULL: nothing to re-target, as
+ * without tp or when opt holds none of m's parameters) gets the state-dict
+ * entry of m holding each segment's parameter (-1: not m's); after it,
+ * accel__tp_retarget_optimizer gives the segments whose entry changed its
+ * new tensor (fresh state), leaving opt as it was when none did. */
+accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, int **where);
+accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt, const int *where);
 /* This rank's place among the ranks that get different batches
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
 /* Sequence parallelism: after a backward that syncs gradients, the

@@ -100,8 +100,12 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_prepare_model(acc, pm))
+    /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part */
+    if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
+    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_keep_stage(acc, pm)) {
+        accel__model_release(acc, pm); /* the pipeline's split, the cp group */
         return accel_last_status();
+    }
     if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm))) {
         accel__model_release(acc, pm); /* the pipeline's split, the cp group */
         return accel_last_status();

@@ -65,20 +65,15 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                p->dp_replicate_size);
     /* Compositions not built: refused rather than run wrong (the sequence
      * split does not reach the pipeline's stages, nor the vocabulary-parallel
-     * loss; a sequence-parallel tp region's activations are not what the
-     * next stage receives). */
+     * loss). tp x pp runs, with Megatron's sequence parallelism too: a tp
+     * rank sends its hidden states (its positions' under sequence
+     * parallelism) to the same tp rank of the next stage. */
     if (seq > 1 && or1(p->pp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with pp_size = %d: context "
                                "parallelism under pipeline parallelism is not built", seq_field, seq, p->pp_size);
     if (seq > 1 && or1(p->tp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with tp_size = %d: context "
                                "parallelism under tensor parallelism is not built", seq_field, seq, p->tp_size);
-    /* tp x pp: each stage's layers are released to meta at prepare while
-     * the tp plan slices them; the two have not been made to agree (a
-     * 4-process run crashed), nor the tied embedding's norm across them */
-    if (or1(p->tp_size) > 1 && or1(p->pp_size) > 1)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.tp_size = %d with pp_size = %d: tensor "
-                               "parallelism under pipeline parallelism is not built", p->tp_size, p->pp_size);
     out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
     out->size[ACCEL__MESH_PP] = or1(p->pp_size);
     out->size[ACCEL__MESH_DP_REPLICATE] = or1(p->dp_replicate_size);

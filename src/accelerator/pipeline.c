@@ -39,7 +39,7 @@
  * DDP (over acc->dp_pg, which excludes pp) reduces only in the last
  * micro-batch's backward; a tied lm_head's gradient (the embedding's, used
  * on the first and the last stage) is summed over the pp group on sync
- * steps. A stage holds only its part of the model (accel__pipeline_prepare_model
+ * steps. A stage holds only its part of the model (accel__pipeline_keep_stage
  * at prepare: the split every rank agrees on, the other stages' parameters
  * on meta, the flat buffers and the optimizer over what it kept). A step's
  * buffers (saved inputs, messages, the schedule) live in the step arena: a
@@ -48,6 +48,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "accel/parallel.h"
 #include "accelerator_internal.h"
 #include "nn/family.h"
 #include "strategy.h"
@@ -63,7 +64,8 @@ typedef struct pp_run {
     int stage, stages, m, lo, hi;
     bool first, last;
     accel_tensor *ids;        /* [B, T] */
-    int64_t rows, T, C;       /* a micro-batch: [rows, T] ids, [rows, T, C] hidden states */
+    int64_t rows, T, C;       /* a micro-batch's hidden states [rows, T, C]: T the ids' positions, a
+                               * tp rank's share of them under sequence parallelism */
     accel_dtype dt;           /* of the hidden states */
     size_t numel, bytes;      /* rows T C, and their bytes */
     /* The step's buffers, in the step arena (a steady step allocates nothing):
@@ -323,7 +325,12 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
         return accel_last_status();
     }
     r.rows = ids->shape[0] / r.m;
-    r.T = ids->shape[1];
+    int sp = acc->par.sequence_parallel ? acc->mesh.size[ACCEL__MESH_TP] : 1;
+    if (ids->shape[1] % sp)
+        return accel_set_error(ACCEL_ERR_SHAPE, FN ": sequence parallelism splits the %lld positions of ids over the "
+                               "%d ranks of the tp group: make the sequence length a multiple of tp_size",
+                               (long long)ids->shape[1], sp);
+    r.T = ids->shape[1] / sp;
     r.hooks->hidden(model, &r.C, &r.dt);
     r.numel = (size_t)(r.rows * r.T * r.C);
     r.bytes = r.numel * accel_dtype_size(r.dt);
@@ -339,6 +346,10 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     for (int k = 0; k < n && !st; k++) st = ops[k] >= 0 ? forward(&r, ops[k]) : backward(&r, -1 - ops[k]);
     if (!st && r.out_peer >= 0) st = exchange(&r, NULL, -1); /* the last gradient to the stage before */
     if (!st && acc->sync_gradients) st = sum_tied(&r);
+    /* sequence parallelism: the parameters outside the tp regions (the norms)
+     * saw their rank's positions only, as after accelerator_backward */
+    if (!st && acc->sync_gradients && acc->par.sequence_parallel)
+        st = accel_module_tp_reduce_grads(model, accel_accelerator_tp_group(acc));
     double mean = r.loss_sum / r.m;
     if (!st && r.pg) st = accel_pg_broadcast(r.pg, &mean, 1, ACCEL_F64, r.stages - 1);
     if (!st) *loss = mean;
@@ -358,10 +369,14 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     if (!pg) return NAN;
     bool inf = isinf(norm_type);
     const accel__family *f = accel__family_of(model);
-    /* the last stage's copy of a tied embedding's gradient equals stage 0's (sum_tied): counted once */
+    /* the last stage's copy of a tied embedding's gradient equals stage 0's
+     * (sum_tied): counted once, its share taken as `local` counted it (under
+     * tp its slices' over the tp group) */
     if (!inf && f && f->stages && accel_pg_rank(pg) == accel_pg_size(pg) - 1) {
         accel_tensor *w = f->stages->tied_embedding(model);
-        if (w && w->grad) local = fmax(0.0, local - accel_grad_norm_partial(w->grad, norm_type));
+        double tied = w && w->grad ? accel__tp_param_norm_partial(acc, model, w, norm_type) : 0;
+        if (isnan(tied)) return NAN;
+        local = fmax(0.0, local - tied);
     }
     if (accel_pg_all_reduce(pg, &local, 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM) != ACCEL_OK)
         return NAN;
@@ -450,7 +465,7 @@ static accel_status agree_split(accel_accelerator *acc, int stage, const int *sp
     return st;
 }
 
-accel_status accel__pipeline_prepare_model(accel_accelerator *acc, accel__model *pm) {
+accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *pm) {
     static const char fn[] = "accel_accelerator_prepare";
     int stages = acc->par.size[ACCEL__MESH_PP];
     if (stages == 1) return ACCEL_OK;
@@ -462,10 +477,15 @@ accel_status accel__pipeline_prepare_model(accel_accelerator *acc, accel__model 
     if (!split) return accel_last_status();
     accel_status st = agree_split(acc, accel_pg_rank(pg), split, stages, stage_split(acc, pm->m, stages, split, fn),
                                   fn);
-    if (!st) st = release_others(acc, pm->m, split, pg, fn);
     if (st) accel_free(split);
     else pm->pp_split = split;
     return st;
+}
+
+accel_status accel__pipeline_keep_stage(accel_accelerator *acc, accel__model *pm) {
+    if (!pm->pp_split) return ACCEL_OK;
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    return pg ? release_others(acc, pm->m, pm->pp_split, pg, "accel_accelerator_prepare") : accel_last_status();
 }
 
 accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn) {

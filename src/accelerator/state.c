@@ -535,12 +535,34 @@ static accel_status prepare_one(accel_accelerator *acc, const accel_preparable *
                            (int)p->kind);
 }
 
+/* Model objs[i]: under tensor parallelism the plan replaces its parameters
+ * with their slices, so the optimizers after it in the call, made over the
+ * whole model as Accelerate's prepare(model, optimizer) expects, are
+ * re-targeted to the slices before their own prepare (tp.c). */
+static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_preparable *objs, int i, int n) {
+    accel_module *m = objs[i].obj;
+    int **where = accel_calloc((size_t)n, sizeof *where);
+    accel_status st = where ? ACCEL_OK : accel_last_status();
+    bool fresh = !accel__find_model(acc, m);
+    for (int j = i + 1; fresh && !st && j < n; j++)
+        if (objs[j].kind == ACCEL_PREPARE_OPTIMIZER && objs[j].obj)
+            st = accel__tp_segment_entries(acc, m, objs[j].obj, &where[j]);
+    if (!st) st = accel_accelerator_prepare_model(acc, m);
+    for (int j = i + 1; !st && j < n; j++)
+        if (where[j]) st = accel__tp_retarget_optimizer(m, objs[j].obj, where[j]);
+    for (int j = 0; where && j < n; j++) accel_free(where[j]);
+    accel_free(where);
+    return st;
+}
+
 accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, const accel_preparable *objs) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: accelerator is NULL");
     if (n < 0 || (n > 0 && !objs))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: bad object list (%d objects)", n);
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < n && !st; i++) st = prepare_one(acc, &objs[i]);
+    for (int i = 0; i < n && !st; i++)
+        st = objs[i].kind == ACCEL_PREPARE_MODEL && objs[i].obj ? prepare_model_of_call(acc, objs, i, n)
+                                                                : prepare_one(acc, &objs[i]);
     return st;
 }
 

@@ -75,25 +75,51 @@ static bool entry_split(const accel_state_entry *e, int *dim, int64_t *start, in
     return true;
 }
 
+/* Adds the partial norms of the gradients of m's parameters and its
+ * descendants' into part[0] (replicated) and part[1] (tp slices). Walks the
+ * tree itself, not a state dict: clipping runs every step and a steady step
+ * allocates nothing. A tied parameter counts once: its one owned entry. */
+static void add_grad_partials(accel_module *m, double norm_type, double part[2]) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const accel_named_tensor *nt = &m->tensors[i];
+        if (nt->is_buffer || !nt->owned || !nt->t->grad) continue;
+        bool sharded = entry_split(&(accel_state_entry){.t = nt->t, .owner = m}, NULL, NULL, NULL);
+        double p = accel_grad_norm_partial(nt->t->grad, norm_type);
+        part[sharded] = isinf(norm_type) ? fmax(part[sharded], p) : part[sharded] + p;
+    }
+    for (int i = 0; i < m->n_children; i++) add_grad_partials(m->children[i], norm_type, part);
+}
+
 /* Per-parameter partial norms of m's gradients, tp-sharded ones combined
  * over the tp group. */
 double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type) {
-    accel_state_dict *sd = accel_module_state_dict(m);
-    if (!sd) return NAN;
     bool inf = isinf(norm_type);
     double part[2] = {0, 0}; /* replicated, sharded */
-    for (int i = 0; i < sd->n; i++) {
-        const accel_state_entry *e = &sd->entries[i];
-        if (e->is_buffer || e->is_tied_alias || !e->t->grad) continue;
-        bool sharded = entry_split(e, NULL, NULL, NULL);
-        double p = accel_grad_norm_partial(e->t->grad, norm_type);
-        part[sharded] = inf ? fmax(part[sharded], p) : part[sharded] + p;
-    }
-    accel_state_dict_free(sd);
+    add_grad_partials(m, norm_type, part);
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp || accel_pg_all_reduce(tp, &part[1], 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
         return NAN;
     return inf ? fmax(part[0], part[1]) : part[0] + part[1];
+}
+
+/* Whether w, a parameter of m or its descendants, is a tp slice (no
+ * allocation: a step's clipping asks it). */
+static bool owned_split(accel_module *m, const accel_tensor *w) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].t == w && m->tensors[i].owned)
+            return entry_split(&(accel_state_entry){.t = m->tensors[i].t, .owner = m}, NULL, NULL, NULL);
+    for (int i = 0; i < m->n_children; i++)
+        if (owned_split(m->children[i], w)) return true;
+    return false;
+}
+
+double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type) {
+    double p = accel_grad_norm_partial(w->grad, norm_type); /* a NAN still joins the sum: no rank left waiting */
+    if (TP(acc) == 1 || !owned_split(m, w)) return p;
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    if (!tp || accel_pg_all_reduce(tp, &p, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
+        return NAN;
+    return p;
 }
 
 accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced) {
@@ -317,6 +343,51 @@ accel_status accel__tp_sp_reduce(accel_accelerator *acc, accel__model *pm) {
     if (TP(acc) == 1 || !acc->par.sequence_parallel || pm->no_sync) return ACCEL_OK;
     accel_pg *tp = accel_accelerator_tp_group(acc);
     return tp ? accel_module_tp_reduce_grads(pm->m, tp) : accel_last_status();
+}
+
+/* ---- an optimizer made over the whole model, prepared in the same call */
+
+accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, int **where) {
+    *where = NULL;
+    int n = accel_optimizer_num_segments(opt);
+    if (TP(acc) == 1 || n == 0) return ACCEL_OK;
+    accel_state_dict *sd = accel_module_state_dict(m);
+    int *w = sd ? accel_malloc((size_t)n * sizeof *w) : NULL;
+    accel_status st = w ? ACCEL_OK : accel_last_status();
+    bool any = false, flat = false;
+    for (int k = 0; !st && k < n; k++) {
+        accel_tensor *p = accel_optimizer_segment_param(opt, k, NULL);
+        w[k] = -1;
+        flat |= !p; /* a flat run: a strategy re-targeted it already */
+        for (int i = 0; p && i < sd->n && w[k] < 0; i++)
+            if (sd->entries[i].t == p && !sd->entries[i].is_buffer) w[k] = i;
+        any |= w[k] >= 0;
+    }
+    accel_state_dict_free(sd);
+    if (!st && any && !flat) *where = w;
+    else accel_free(w);
+    return st;
+}
+
+accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt, const int *where) {
+    int n = accel_optimizer_num_segments(opt);
+    accel_state_dict *sd = accel_module_state_dict(m);
+    accel_tensor **params = sd ? accel_malloc((size_t)n * sizeof *params) : NULL;
+    int *groups = params ? accel_malloc((size_t)n * sizeof *groups) : NULL;
+    accel_status st = groups ? ACCEL_OK : accel_last_status();
+    bool changed = false;
+    for (int k = 0; !st && k < n; k++) {
+        /* the segment's old pointer is only compared: the plan freed the tensor it names */
+        params[k] = accel_optimizer_segment_param(opt, k, &groups[k]);
+        if (where[k] < 0 || sd->entries[where[k]].t == params[k]) continue;
+        params[k] = sd->entries[where[k]].t;
+        changed = true;
+    }
+    if (!st && changed) st = accel_optimizer_set_segments(opt, n, params, NULL, NULL, groups);
+    accel_free(groups);
+    accel_free(params);
+    accel_state_dict_free(sd);
+    return st;
 }
 
 accel_status accel__tp_after_backward(accel_accelerator *acc) {

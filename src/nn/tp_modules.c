@@ -474,25 +474,33 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
     return st;
 }
 
+/* accel_module_tp_reduce_grads over m and its descendants. Walks the tree
+ * itself, not a state dict: it runs every synced step, and a steady step
+ * allocates nothing. A tied parameter is summed once: its owned entry. */
+static accel_status reduce_grads_of(accel_module *m, accel_pg *pg) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const accel_named_tensor *nt = &m->tensors[i];
+        accel_tensor *g = nt->t->grad;
+        if (nt->is_buffer || !nt->owned || !g) continue;
+        /* slices are this rank's own; replicated rows were summed by their copy */
+        if (accel_module_tp_slice(m, nt->t, NULL) || is_replica(m)) continue;
+        if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s (a %s's) "
+                                   "is not a contiguous cpu tensor", nt->name, m->ops->type_name);
+        accel_status st = accel_pg_all_reduce(pg, accel__device_ptr(g), (size_t)accel_numel(g), g->dtype,
+                                              ACCEL_REDUCE_SUM);
+        if (st) return st;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        accel_status st = reduce_grads_of(m->children[i], pg);
+        if (st) return st;
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg) {
     if (!root || !pg)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_tp_reduce_grads: %s is NULL",
                                root ? "process group" : "module");
-    accel_state_dict *sd = accel_module_state_dict(root);
-    if (!sd) return accel_last_status();
-    accel_status st = ACCEL_OK;
-    for (int i = 0; i < sd->n && !st; i++) {
-        const accel_state_entry *e = &sd->entries[i];
-        accel_tensor *g = e->t->grad;
-        if (e->is_buffer || e->is_tied_alias || !g) continue;
-        /* slices are this rank's own; replicated rows were summed by their copy */
-        if (accel_module_tp_slice(e->owner, e->t, NULL) || is_replica(e->owner)) continue;
-        if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
-            st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s is not a "
-                                 "contiguous cpu tensor", e->name);
-        else
-            st = accel_pg_all_reduce(pg, accel__device_ptr(g), (size_t)accel_numel(g), g->dtype, ACCEL_REDUCE_SUM);
-    }
-    accel_state_dict_free(sd);
-    return st;
+    return reduce_grads_of(root, pg);
 }
