@@ -678,9 +678,20 @@ static accel_status commit(const char *tmp, const char *dir, int world) {
     return accel__staged_commit(tmp, dir, "accel_accelerator_save_state");
 }
 
+/* tp x pp checkpoints: each stage's optimizer state would be renumbered by
+ * the pipeline and cut by the tp plan, and the two have not been made to
+ * agree (save_model writes the whole weights under both). */
+static accel_status refuse_tp_pp(const accel_accelerator *acc, const char *fn) {
+    int tp = acc->par.size[ACCEL__MESH_TP], pp = acc->par.size[ACCEL__MESH_PP];
+    if (tp == 1 || pp == 1) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: checkpoints with tp_size %d and pp_size %d together are not "
+                           "built (accel_accelerator_save_model writes the whole weights)", fn, tp, pp);
+}
+
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
+    if (refuse_tp_pp(acc, "accel_accelerator_save_state")) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -767,6 +778,7 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
+    if (refuse_tp_pp(acc, "accel_accelerator_load_state")) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
