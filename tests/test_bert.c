@@ -18,6 +18,7 @@
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "nn_fixture.h"
+#include "refuse_huge.h"
 
 #define DIR "data/hf_bert_cls"
 
@@ -276,21 +277,6 @@ static void test_legacy_layer_norm_names(void) {
     accel_module_free(legacy);
     accel_module_free(m);
     accel_safetensors_close(st);
-}
-
-/* An allocator that refuses anything over 1 GiB: a model too big for memory
- * without asking the system for it (ASan would abort on the size). */
-static void *refuse_huge(void *ctx, size_t bytes, size_t align) {
-    (void)ctx;
-    void *p = NULL;
-    if (bytes > ((size_t)1 << 30) ||
-        posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
-        return NULL;
-    return p;
-}
-static void free_huge(void *ctx, void *p) {
-    (void)ctx;
-    free(p);
 }
 
 /* Out of memory building the model: the error names the tensor's module by

@@ -32,6 +32,7 @@
 #include "check.h"
 #include "gradcheck.h"
 #include "ops_fixture.h"
+#include "refuse_huge.h"
 #include "sdpa_case.h"
 
 static const sdpa_case CASES[] = {
@@ -209,21 +210,6 @@ static void test_op(void) {
         check_op(&CASES[i], ACCEL_BF16);
         check_op(&CASES[i], ACCEL_F16);
     }
-}
-
-/* An allocator that refuses anything over 1 GiB (ASan would abort on the
- * size a system allocator is asked for). */
-static void *refuse_huge(void *ctx, size_t bytes, size_t align) {
-    (void)ctx;
-    void *p = NULL;
-    if (bytes > ((size_t)1 << 30) ||
-        posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
-        return NULL;
-    return p;
-}
-static void free_huge(void *ctx, void *p) {
-    (void)ctx;
-    free(p);
 }
 
 /* Whole query blocks of bf16 take oneDNN's score GEMMs exactly where the
