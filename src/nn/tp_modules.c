@@ -71,8 +71,7 @@ static accel_tp_slice slice_from(int dim, const accel__tp_parts *parts) {
     return s;
 }
 
-/* A new tensor of w's slice s, on w's device, requiring grad as w does. */
-static accel_tensor *cut_slice(accel_tensor *w, const accel_tp_slice *s) {
+accel_tensor *accel__tp_cut(accel_tensor *w, const accel_tp_slice *s) {
     bool prev = accel_set_grad_enabled(false);
     accel_tensor *v = accel_tp_slice_of(w, s);
     accel_tensor *c = v ? accel_tensor_new(w->dtype, v->ndim, v->shape, w->device) : NULL;
@@ -84,11 +83,6 @@ static accel_tensor *cut_slice(accel_tensor *w, const accel_tp_slice *s) {
     }
     (void)accel_requires_grad_(c, w->requires_grad); /* c is a live tensor: cannot fail */
     return c;
-}
-
-accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
-    accel_tp_slice s = {.dim = dim, .n_parts = 1, .full = {w->shape[dim]}, .start = {start}, .local = {n}};
-    return cut_slice(w, &s);
 }
 
 /* ---- forwards */
@@ -312,7 +306,7 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tp_slice bs = t->w;
         bs.dim = 0;
-        accel_tensor *nw = cut_slice(w, &t->w), *nb = nw && cut_b ? cut_slice(b, &bs) : NULL;
+        accel_tensor *nw = accel__tp_cut(w, &t->w), *nb = nw && cut_b ? accel__tp_cut(b, &bs) : NULL;
         if (!nw || (cut_b && !nb)) {
             accel_tensor_free(nw);
             accel_free(t);
