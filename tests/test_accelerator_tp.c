@@ -16,7 +16,8 @@
  * user parallelizes it over accel_accelerator_tp_group. GPT-2 (Conv1D
  * columns, c_attn's q | k | v parts) and Phi-3 (qkv_proj's and
  * gate_up_proj's parts) at tp 2 under DDP with clipping that bites: the
- * same losses, weights and save_model. */
+ * same losses, weights and save_model, also when the user parallelized
+ * them with accel_llama_parallelize before prepare. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,9 @@
 
 enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 
-static struct { int tp, dp_shard, zero_stage; double clip; bool sp; const char *family; char dir[64]; } CFG;
+/* user: the test parallelizes the model itself (accel_llama_parallelize over
+ * accel_accelerator_tp_group) before prepare, which keeps that plan */
+static struct { int tp, dp_shard, zero_stage; double clip; bool sp, user; const char *family; char dir[64]; } CFG;
 
 /* save_model writes the whole weights, gathered from the tp group (under
  * ZeRO-3 from the shard group first): they equal the one-process model's
@@ -133,6 +136,9 @@ static int body(int rank, int world) {
     accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
     accel_module *ref = tiny_family(11, CFG.family), *tp = tiny_family(11, CFG.family);
     CHECK_MSG(accel_accelerator_prepare_dataloader(acc, dl) == ACCEL_OK, "%s", accel_last_error());
+    if (CFG.user)
+        CHECK_MSG(accel_llama_parallelize(tp, accel_accelerator_tp_group(acc), CFG.sp) == ACCEL_OK, "%s",
+                  accel_last_error());
     accel_status st = accel_accelerator_prepare_model(acc, tp);
     CHECK_MSG(st == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
     if (st != ACCEL_OK) goto out;
@@ -208,8 +214,8 @@ static void run_family(const char *family, int world, int tp, int dp_shard, int 
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s tp %d x dp_shard %d, zero %d%s: rank %d failed", family, tp,
-                  dp_shard, zero_stage, sp ? ", sequence parallel" : "", r);
+        CHECK_MSG(dist_exited_ok(status[r]), "%s%s tp %d x dp_shard %d, zero %d%s: rank %d failed", family,
+                  CFG.user ? " (parallelized by the user)" : "", tp, dp_shard, zero_stage, sp ? ", sequence parallel" : "", r);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(getenv("ACCEL_TP_KEEP") || system(cmd) == 0);
@@ -222,6 +228,10 @@ static void run(int world, int tp, int dp_shard, int zero_stage, double clip, bo
 int main(void) {
     run_family("gpt2", 2, 2, 1, 0, 0.05, false);
     run_family("phi3", 2, 2, 1, 0, 0.05, false);
+    CFG.user = true;
+    run_family("gpt2", 2, 2, 1, 0, 0.05, false);
+    run_family("phi3", 2, 2, 1, 0, 0.05, false);
+    CFG.user = false;
     run(2, 2, 1, 0, 0, false);
     run(4, 4, 1, 0, 0, false);
     run(4, 2, 2, 0, 0.05, false);
