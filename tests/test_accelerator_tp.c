@@ -9,7 +9,8 @@
  * stages 2 and 3 with clipping that bites (the norm from the gradient
  * shards); on the first step every mesh's accel_accelerator_clip_grad_norm
  * is the one-process norm. With Megatron's sequence parallelism (tp 4;
- * dp_shard 2 x tp 2 under DDP with clipping, ZeRO-1, ZeRO-2 with clipping)
+ * dp_shard 2 x tp 2 under DDP with clipping, ZeRO-1, ZeRO-2 and ZeRO-3 with
+ * clipping)
  * the same holds. save_model writes the one-process weights from every
  * mesh (ZeRO-3 gathering over both its shard and tp groups), save_state
  * succeeds under each. A model with no plan of its own is refused until the
@@ -242,5 +243,6 @@ int main(void) {
     run(4, 2, 2, 0, 0.05, true);
     run(4, 2, 2, 1, 0, true);
     run(4, 2, 2, 2, 0.05, true);
+    run(4, 2, 2, 3, 0.05, true);
     return check_summary();
 }

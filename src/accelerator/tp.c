@@ -39,9 +39,6 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     if (acc->mp == ACCEL_MP_FP8)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
                                "Linears are not tensor-parallel yet", FN, TP(acc));
-    if (acc->par.sequence_parallel && acc->strat->stage == 3)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.sequence_parallelism with ZeRO stage 3: "
-                               "sequence parallelism runs with DDP and ZeRO-1/2 only yet", FN);
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
     accel_module *foreign = NULL;
@@ -88,13 +85,15 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
     return inf ? fmax(part[0], part[1]) : part[0] + part[1];
 }
 
-accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced) {
+accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced, bool *summed) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     for (int j = 0; j < n; j++) {
-        sliced[j] = false;
-        for (int i = 0; i < sd->n && !sliced[j]; i++)
-            sliced[j] = sd->entries[i].t == ts[j] && entry_split(&sd->entries[i], NULL);
+        const accel_state_entry *e = NULL;
+        for (int i = 0; i < sd->n && !e; i++)
+            if (sd->entries[i].t == ts[j]) e = &sd->entries[i];
+        sliced[j] = e && entry_split(e, NULL);
+        if (summed) summed[j] = e && !sliced[j] && !accel__tp_is_replica(e->owner);
     }
     accel_state_dict_free(sd);
     return ACCEL_OK;
@@ -332,8 +331,13 @@ accel_status accel__tp_after_backward(accel_accelerator *acc) {
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
         accel_tensor h;
-        /* a strategy that reduces into a gradient shard summed them before that reduction (zero.c) */
-        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) continue;
+        /* a strategy that reduces into a gradient shard: ZeRO-2 summed them
+         * before that reduction; ZeRO-3's units reduced during the backward,
+         * so the replicated parameters' pieces of the shard are summed now */
+        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) {
+            if (pm->strat->stage == 3 && accel__zero_tp_sum_shard(acc, pm)) return accel_last_status();
+            continue;
+        }
         if (accel__tp_sp_reduce(acc, pm)) return accel_last_status();
     }
     return ACCEL_OK;

@@ -39,6 +39,11 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
                                        const accel__tp_parts *parts, bool sp, const char *path);
 
+/* Whether m holds whole tensors on every rank, each using its rows
+ * (replicated key/value rows, the q/k norms): their gradients are summed
+ * over the group by the forward's copy, never again. */
+bool accel__tp_is_replica(const accel_module *m);
+
 /* Whether m is a parallelized module whose activations outside the tp
  * region are split along the sequence. */
 bool accel__tp_sequence_parallel(const accel_module *m);

@@ -181,16 +181,16 @@ static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", colwise_for
 static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, NULL};
 
 /* Modules whose whole parameters get their gradients summed in the graph. */
-static bool is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS; }
+bool accel__tp_is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS; }
 
 static bool is_tp(const accel_module *m) {
-    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || is_replica(m);
+    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || accel__tp_is_replica(m);
 }
 
 bool accel__tp_sequence_parallel(const accel_module *m) { return m && is_tp(m) && ((const tp_impl *)m->impl)->sp; }
 
 bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s) {
-    if (!m || !t || !is_tp(m) || is_replica(m)) return false;
+    if (!m || !t || !is_tp(m) || accel__tp_is_replica(m)) return false;
     const tp_impl *ti = m->impl;
     accel_module *mm = (accel_module *)m; /* accel__module_tensor only reads */
     bool weight = t == accel__module_tensor(mm, "weight");
@@ -207,7 +207,7 @@ bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_t
  * Conv1D's columns nor a fused projection's parts: no slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
-    if (!m || !is_tp(m) || is_replica(m)) return false;
+    if (!m || !is_tp(m) || accel__tp_is_replica(m)) return false;
     const tp_impl *t = m->impl;
     if (t->conv1d || t->w.n_parts != 1) return false;
     if (style) *style = t->style;
@@ -480,7 +480,7 @@ accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg) {
         accel_tensor *g = e->t->grad;
         if (e->is_buffer || e->is_tied_alias || !g) continue;
         /* slices are this rank's own; replicated rows were summed by their copy */
-        if (accel_module_tp_slice(e->owner, e->t, NULL) || is_replica(e->owner)) continue;
+        if (accel_module_tp_slice(e->owner, e->t, NULL) || accel__tp_is_replica(e->owner)) continue;
         if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
             st = accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s is not a "
                                  "contiguous cpu tensor", e->name);
