@@ -247,7 +247,8 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
 /* Sequence parallelism: after a backward that syncs gradients, the
  * replicated parameters' gradients summed over the tp group
  * (accel_module_tp_reduce_grads) for each model whose gradients are whole
- * on every rank (DDP, ZeRO-1); nothing otherwise. */
+ * on every rank (DDP, ZeRO-1); under ZeRO-3 their pieces of the gradient
+ * shard (accel__zero_tp_sum_shard); ZeRO-2 sums before its reduction. */
 accel_status accel__tp_after_backward(accel_accelerator *acc);
 /* The same for model pm alone, unless it runs no_sync: what a strategy that
  * reduces into a gradient shard (ZeRO-2) calls before that reduction. */
