@@ -9,12 +9,17 @@
  * stages 2 and 3 with clipping that bites (the norm from the gradient
  * shards); on the first step every mesh's accel_accelerator_clip_grad_norm
  * is the one-process norm. With Megatron's sequence parallelism (tp 4;
- * dp_shard 2 x tp 2 under DDP with clipping, ZeRO-1, ZeRO-2 with clipping)
+ * dp_shard 2 x tp 2 under DDP with clipping, ZeRO-1, ZeRO-2 and ZeRO-3 with
+ * clipping)
  * the same holds. save_model writes the one-process weights from every
  * mesh (ZeRO-3 gathering over both its shard and tp groups), save_state
  * succeeds under each. A model with no plan of its own is refused until the
  * user parallelizes it over accel_accelerator_tp_group; an optimizer made
- * over the whole model and prepared with it is re-targeted to the slices. */
+ * over the whole model and prepared with it is re-targeted to the slices.
+ * GPT-2 (Conv1D columns, c_attn's q | k | v parts) and Phi-3 (qkv_proj's
+ * and gate_up_proj's parts) at tp 2 under DDP with clipping that bites: the
+ * same losses, weights and save_model, also when the user parallelized
+ * them with accel_llama_parallelize before prepare. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +31,9 @@
 
 enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 
-static struct { int tp, dp_shard, zero_stage; double clip; bool sp; char dir[64]; } CFG;
+/* user: the test parallelizes the model itself (accel_llama_parallelize over
+ * accel_accelerator_tp_group) before prepare, which keeps that plan */
+static struct { int tp, dp_shard, zero_stage; double clip; bool sp, user; const char *family; char dir[64]; } CFG;
 
 /* save_model writes the whole weights, gathered from the tp group (under
  * ZeRO-3 from the shard group first): they equal the one-process model's
@@ -148,12 +155,20 @@ static int body(int rank, int world) {
     accel_dataloader_opts dlo = accel_dataloader_opts_default();
     dlo.batch_size = BS;
     accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
-    accel_module *ref = tiny_llama(11), *tp = tiny_llama(11);
+    accel_module *ref = tiny_family(11, CFG.family), *tp = tiny_family(11, CFG.family);
     CHECK_MSG(accel_accelerator_prepare_dataloader(acc, dl) == ACCEL_OK, "%s", accel_last_error());
+    if (CFG.user)
+        CHECK_MSG(accel_llama_parallelize(tp, accel_accelerator_tp_group(acc), CFG.sp) == ACCEL_OK, "%s",
+                  accel_last_error());
     accel_status st = accel_accelerator_prepare_model(acc, tp);
     CHECK_MSG(st == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
     if (st != ACCEL_OK) goto out;
-    CHECK(accel_module_get_tensor(tp, "model.layers.0.mlp.up_proj.weight")->shape[0] == 24 / CFG.tp);
+    /* the plan cut the MLP's input projection (GPT-2's Conv1D [in, out]: its columns) */
+    bool gpt2 = !strcmp(CFG.family, "gpt2"), phi3 = !strcmp(CFG.family, "phi3");
+    accel_tensor *up = accel_module_get_tensor(tp, gpt2   ? "transformer.h.0.mlp.c_fc.weight"
+                                                   : phi3 ? "model.layers.0.mlp.gate_up_proj.weight"
+                                                          : "model.layers.0.mlp.up_proj.weight");
+    CHECK(up && up->shape[gpt2] == (phi3 ? 48 : 24) / CFG.tp);
     accel_optim_hparams h = {.lr = 0.05, .momentum = 0.9};
     /* after prepare: the plan replaced the parameters with their slices */
     accel_optimizer *o_tp = accel_optimizer_new_module(ACCEL_OPTIM_SGD, tp, &h);
@@ -212,22 +227,32 @@ out:
     return check_summary();
 }
 
-static void run(int world, int tp, int dp_shard, int zero_stage, double clip, bool sp) {
-    CFG.tp = tp, CFG.dp_shard = dp_shard, CFG.zero_stage = zero_stage, CFG.clip = clip, CFG.sp = sp;
+static void run_family(const char *family, int world, int tp, int dp_shard, int zero_stage, double clip, bool sp) {
+    CFG.family = family, CFG.tp = tp, CFG.dp_shard = dp_shard, CFG.zero_stage = zero_stage, CFG.clip = clip, CFG.sp = sp;
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_tp_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "tp %d x dp_shard %d, zero %d%s: rank %d failed", tp, dp_shard,
-                  zero_stage, sp ? ", sequence parallel" : "", r);
+        CHECK_MSG(dist_exited_ok(status[r]), "%s%s tp %d x dp_shard %d, zero %d%s: rank %d failed", family,
+                  CFG.user ? " (parallelized by the user)" : "", tp, dp_shard, zero_stage, sp ? ", sequence parallel" : "", r);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(getenv("ACCEL_TP_KEEP") || system(cmd) == 0);
 }
 
+static void run(int world, int tp, int dp_shard, int zero_stage, double clip, bool sp) {
+    run_family("llama", world, tp, dp_shard, zero_stage, clip, sp);
+}
+
 int main(void) {
+    run_family("gpt2", 2, 2, 1, 0, 0.05, false);
+    run_family("phi3", 2, 2, 1, 0, 0.05, false);
+    CFG.user = true;
+    run_family("gpt2", 2, 2, 1, 0, 0.05, false);
+    run_family("phi3", 2, 2, 1, 0, 0.05, false);
+    CFG.user = false;
     run(2, 2, 1, 0, 0, false);
     run(4, 4, 1, 0, 0, false);
     run(4, 2, 2, 0, 0.05, false);
@@ -238,5 +263,6 @@ int main(void) {
     run(4, 2, 2, 0, 0.05, true);
     run(4, 2, 2, 1, 0, true);
     run(4, 2, 2, 2, 0.05, true);
+    run(4, 2, 2, 3, 0.05, true);
     return check_summary();
 }

@@ -265,14 +265,18 @@ accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt,
 /* Sequence parallelism: after a backward that syncs gradients, the
  * replicated parameters' gradients summed over the tp group
  * (accel_module_tp_reduce_grads) for each model whose gradients are whole
- * on every rank (DDP, ZeRO-1); nothing otherwise. */
+ * on every rank (DDP, ZeRO-1); under ZeRO-3 their pieces of the gradient
+ * shard (accel__zero_tp_sum_shard); ZeRO-2 sums before its reduction. */
 accel_status accel__tp_after_backward(accel_accelerator *acc);
 /* The same for model pm alone, unless it runs no_sync: what a strategy that
  * reduces into a gradient shard (ZeRO-2) calls before that reduction. */
 accel_status accel__tp_sp_reduce(accel_accelerator *acc, accel__model *pm);
 /* sliced[j]: whether ts[j] (n tensors of m) is a tp slice (its gradient
- * norm sums over the tp group) rather than whole on every tp rank. */
-accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced);
+ * norm sums over the tp group) rather than whole on every tp rank;
+ * summed[j] (when not NULL): whether it is whole and of no replicated-rows
+ * module, so under sequence parallelism each tp rank holds a part of its
+ * gradient (accel_module_tp_reduce_grads' tensors). */
+accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced, bool *summed);
 void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world);
 /* The whole tensors of sd's tp-sharded entries, gathered over the tp group
  * (collective): *whole[i] the whole tensor of entry i (a tied alias shares

@@ -169,6 +169,11 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
 /* grad_shard and clip of every ZeRO stage: the gradient shard when there is one (zgrad), else as DDP. */
 accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h);
 double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
+/* ZeRO-3 under sequence parallelism, once per synced step: the pieces of
+ * this rank's gradient shard that belong to parameters whole on every tp
+ * rank (not a slice, not replicated rows: each rank's gradient a part, from
+ * its positions) summed over the tp group (collective over tp). */
+accel_status accel__zero_tp_sum_shard(accel_accelerator *acc, accel__model *pm);
 /* The ZeRO state (zero_state.h) with the single unit stages 1-2 shard (no
  * gradient shard: stage 2 adds it); accel__zero_model_free frees it. */
 accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm);

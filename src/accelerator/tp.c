@@ -39,9 +39,6 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     if (acc->mp == ACCEL_MP_FP8)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
                                "Linears are not tensor-parallel yet", FN, TP(acc));
-    if (acc->par.sequence_parallel && acc->strat->stage == 3)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.sequence_parallelism with ZeRO stage 3: "
-                               "sequence parallelism runs with DDP and ZeRO-1/2 only yet", FN);
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
     accel_module *foreign = NULL;
@@ -61,18 +58,10 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
 }
 
 /* Whether entry e is a tp slice (a row-parallel bias is whole on every
- * rank: replicated), with the split dimension and its slice
- * [*start, *start + *local). */
-static bool entry_split(const accel_state_entry *e, int *dim, int64_t *start, int64_t *local) {
-    accel_tp_style style;
-    accel_pg *pg;
-    int64_t s, full;
-    if (!accel_module_tp_info(e->owner, &style, &pg, &s, &full) || (style == ACCEL_TP_ROWWISE && e->t->ndim != 2))
-        return false;
-    if (dim) *dim = style == ACCEL_TP_ROWWISE;
-    if (start) *start = s;
-    if (local) *local = full / accel_pg_size(pg);
-    return true;
+ * rank: replicated), with which elements of the whole it holds (a Conv1D's
+ * columns, a fused projection's parts: accel_module_tp_slice). */
+static bool entry_split(const accel_state_entry *e, accel_tp_slice *s) {
+    return accel_module_tp_slice(e->owner, e->t, s);
 }
 
 /* Adds the partial norms of the gradients of m's parameters and its
@@ -83,7 +72,7 @@ static void add_grad_partials(accel_module *m, double norm_type, double part[2])
     for (int i = 0; i < m->n_tensors; i++) {
         const accel_named_tensor *nt = &m->tensors[i];
         if (nt->is_buffer || !nt->owned || !nt->t->grad) continue;
-        bool sharded = entry_split(&(accel_state_entry){.t = nt->t, .owner = m}, NULL, NULL, NULL);
+        bool sharded = accel_module_tp_slice(m, nt->t, NULL);
         double p = accel_grad_norm_partial(nt->t->grad, norm_type);
         part[sharded] = isinf(norm_type) ? fmax(part[sharded], p) : part[sharded] + p;
     }
@@ -107,7 +96,7 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
 static bool owned_split(accel_module *m, const accel_tensor *w) {
     for (int i = 0; i < m->n_tensors; i++)
         if (m->tensors[i].t == w && m->tensors[i].owned)
-            return entry_split(&(accel_state_entry){.t = m->tensors[i].t, .owner = m}, NULL, NULL, NULL);
+            return accel_module_tp_slice(m, w, NULL);
     for (int i = 0; i < m->n_children; i++)
         if (owned_split(m->children[i], w)) return true;
     return false;
@@ -122,13 +111,15 @@ double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, acc
     return p;
 }
 
-accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced) {
+accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced, bool *summed) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     for (int j = 0; j < n; j++) {
-        sliced[j] = false;
-        for (int i = 0; i < sd->n && !sliced[j]; i++)
-            sliced[j] = sd->entries[i].t == ts[j] && entry_split(&sd->entries[i], NULL, NULL, NULL);
+        const accel_state_entry *e = NULL;
+        for (int i = 0; i < sd->n && !e; i++)
+            if (sd->entries[i].t == ts[j]) e = &sd->entries[i];
+        sliced[j] = e && entry_split(e, NULL);
+        if (summed) summed[j] = e && !sliced[j] && !accel__tp_is_replica(e->owner);
     }
     accel_state_dict_free(sd);
     return ACCEL_OK;
@@ -143,22 +134,41 @@ void accel__tp_data_rank(const accel_accelerator *acc, int *rank, int *world) {
     *rank = m->coord[ACCEL__MESH_DP_REPLICATE] * m->size[ACCEL__MESH_DP_SHARD] + m->coord[ACCEL__MESH_DP_SHARD];
 }
 
-/* The whole tensor of t's slices (t: [rows] or [rows, cols], this rank's
- * slice of `dim`), the tp ranks' slices joined in rank order, as a new
- * tensor of shape out (out_ndim dims, as many elements) on t's device
- * (collective over tp). Through the device layer: the staged all-gather
- * into [tp, rows, cols], then one copy into the whole's layout. */
-static accel_tensor *gather_whole(accel_pg *tp, accel_tensor *t, int dim, int out_ndim, const int64_t *out) {
-    int64_t n = accel_pg_size(tp), rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+/* The whole tensor's size along slice s's split: its parts' sum. */
+static int64_t whole_size(const accel_tp_slice *s) {
+    int64_t w = 0;
+    for (int p = 0; p < s->n_parts; p++) w += s->full[p];
+    return w;
+}
+
+/* The whole tensor of t's slices (t: this rank's slice s, its parts
+ * concatenated along s->dim), each part joined over the tp ranks in rank
+ * order, as a new tensor of shape out (out_ndim dims, as many elements) on
+ * t's device (collective over tp). Through the device layer: the staged
+ * all-gather into [tp, pre, L, post] (L: t's size along the split, pre and
+ * post: the elements before and after it), then one copy per rank and part
+ * into the whole's [pre, W, post]. */
+static accel_tensor *gather_whole(accel_pg *tp, accel_tensor *t, const accel_tp_slice *s, int out_ndim,
+                                  const int64_t *out) {
+    int64_t n = accel_pg_size(tp), pre = 1, post = 1, L = t->shape[s->dim], W = whole_size(s);
+    for (int d = 0; d < t->ndim; d++)
+        if (d != s->dim) *(d < s->dim ? &pre : &post) *= t->shape[d];
     accel_tensor *c = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device);
-    accel_tensor *g = accel_tensor_new(t->dtype, 3, (int64_t[]){n, rows, cols}, t->device);
+    accel_tensor *g = accel_tensor_new(t->dtype, 3, (int64_t[]){n * pre, L, post}, t->device);
     accel_tensor *whole = accel_tensor_new(t->dtype, out_ndim, out, t->device);
     bool prev = accel_set_grad_enabled(false);
     bool ok = c && g && whole && accel_copy_(c, t) == ACCEL_OK && accel__staged_all_gather(tp, c, g) == ACCEL_OK;
-    /* rows: whole is [n][rows][cols] as gathered; columns: [rows][n][cols] */
-    int64_t as3[3] = {dim ? rows : n, dim ? n : rows, cols};
-    accel_tensor *dst = ok ? accel_reshape(whole, 3, as3) : NULL, *src = dim ? accel_permute(g, (int[]){1, 0, 2}) : g;
-    ok = ok && dst && src && accel_copy_(dst, src) == ACCEL_OK;
+    accel_tensor *w3 = ok ? accel_reshape(whole, 3, (int64_t[]){pre, W, post}) : NULL;
+    ok = ok && w3;
+    /* rank r's part p: its rows [loff, loff + local) of L go to rows
+     * woff + start + [0, local) of W, start = r local (the plan's equal cut) */
+    for (int64_t r = 0; ok && r < n; r++)
+        for (int p = 0, loff = 0, woff = 0; ok && p < s->n_parts; loff += (int)s->local[p], woff += (int)s->full[p++]) {
+            accel_tensor *src = accel_slice(accel_slice(g, 0, r * pre, (r + 1) * pre, 1), 1, loff, loff + s->local[p], 1);
+            int64_t at = woff + r * s->local[p];
+            accel_tensor *dst = accel_slice(w3, 1, at, at + s->local[p], 1);
+            ok = src && dst && accel_copy_(dst, src) == ACCEL_OK;
+        }
     accel_set_grad_enabled(prev);
     accel_tensor_free(c);
     accel_tensor_free(g);
@@ -175,16 +185,16 @@ accel_status accel__tp_gather_state(accel_accelerator *acc, const accel_state_di
     accel_status st = ACCEL_OK;
     for (int i = 0; i < sd->n && !st; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        int dim;
+        accel_tp_slice sl;
         if (e->is_tied_alias) { /* the whole tensor of the name it aliases */
             for (int j = 0; j < i; j++)
                 if (sd->entries[j].t == e->t) whole[i] = whole[j];
             continue;
         }
-        if (!entry_split(e, &dim, NULL, NULL)) continue;
+        if (!entry_split(e, &sl)) continue;
         int64_t shape[2] = {e->t->shape[0], e->t->ndim == 2 ? e->t->shape[1] : 1};
-        shape[dim] *= accel_pg_size(tp);
-        if (!(whole[i] = gather_whole(tp, e->t, dim, e->t->ndim, shape))) st = accel_last_status();
+        shape[sl.dim] = whole_size(&sl);
+        if (!(whole[i] = gather_whole(tp, e->t, &sl, e->t->ndim, shape))) st = accel_last_status();
     }
     if (st) {
         accel__tp_gather_state_free(sd, whole);
@@ -203,24 +213,22 @@ void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whol
 /* ---- checkpoints: whole tensors in the files, this rank's slices in memory */
 
 accel_tensor *accel__tp_read_slice(accel_safetensors *f, const accel_state_entry *e, bool *sliced) {
-    int dim;
-    int64_t start, local;
-    *sliced = entry_split(e, &dim, &start, &local);
+    accel_tp_slice sl;
+    *sliced = entry_split(e, &sl);
     if (!*sliced) return NULL;
     const char *path = accel_safetensors_path(f);
     accel_tensor *whole = accel_safetensors_tensor(f, e->name, e->t->dtype);
     if (!whole) return NULL;
-    int64_t full;
-    accel_module_tp_info(e->owner, NULL, NULL, NULL, &full);
-    bool fits = whole->ndim == e->t->ndim && whole->shape[dim] == full;
-    for (int d = 0; fits && d < whole->ndim; d++) fits = d == dim || whole->shape[d] == e->t->shape[d];
+    bool fits = whole->ndim == e->t->ndim && whole->shape[sl.dim] == whole_size(&sl);
+    for (int d = 0; fits && d < whole->ndim; d++) fits = d == sl.dim || whole->shape[d] == e->t->shape[d];
     accel_tensor *cut = NULL;
     if (!fits)
         accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s: %s has the wrong shape for this rank's "
-                        "tensor-parallel slice (rows or columns [%lld, %lld) of dimension %d)", path, e->name,
-                        (long long)start, (long long)(start + local), dim);
+                        "tensor-parallel slice (%lld of dimension %d's whole %lld, in %d part%s)", path, e->name,
+                        (long long)e->t->shape[sl.dim], sl.dim, (long long)whole_size(&sl), sl.n_parts,
+                        sl.n_parts > 1 ? "s" : "");
     else
-        cut = accel__tp_cut(whole, dim, start, local);
+        cut = accel__tp_cut(whole, &sl);
     accel_tensor_free(whole);
     return cut;
 }
@@ -258,7 +266,7 @@ static void dicts_close(model_dicts *md) {
  * user's numbering: under ZeRO the strategy's re-targeted optimizer still
  * names its consolidated state by the user's parameters (user_param). */
 static accel_tensor *state_split(accel_accelerator *acc, const model_dicts *md, int oi, const accel_named_state *e,
-                                 int *dim, int64_t *start, int64_t *local, bool *err) {
+                                 accel_tp_slice *sl, bool *err) {
     int u, at = 0;
     *err = false;
     /* "state.<u>.step" is a scalar (a one-element tensor once loaded) */
@@ -268,17 +276,17 @@ static accel_tensor *state_split(accel_accelerator *acc, const model_dicts *md, 
     for (int m = 0; p && m < md->n; m++)
         for (int k = 0; k < md->sd[m]->n; k++)
             if (md->sd[m]->entries[k].t == p)
-                return entry_split(&md->sd[m]->entries[k], dim, start, local) ? p : NULL;
+                return entry_split(&md->sd[m]->entries[k], sl) ? p : NULL;
     *err = true;
     accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the optimizer's parameter %d is not a parameter of a prepared "
                     "model: its tensor-parallel slice is unknown", e->name, u);
     return NULL;
 }
 
-/* What replaces the state t of tp-sliced parameter p (split `dim`, this
- * rank's [start, start + local)): a new tensor, NULL + error. */
-typedef accel_tensor *(*state_map)(accel_accelerator *acc, accel_tensor *p, const accel_named_state *t, int dim,
-                                   int64_t start, int64_t local);
+/* What replaces the state t of tp-sliced parameter p (this rank's slice
+ * sl of the whole): a new tensor, NULL + error. */
+typedef accel_tensor *(*state_map)(accel_accelerator *acc, accel_tensor *p, const accel_named_state *t,
+                                   const accel_tp_slice *sl);
 
 /* Every state tensor of a tp-sliced parameter of optimizer i replaced by
  * fn's; the other entries kept. */
@@ -287,11 +295,10 @@ static accel_status map_sliced(accel_accelerator *acc, int oi, int n, accel_name
     model_dicts md;
     accel_status s = dicts_open(acc, &md);
     for (int k = 0; k < n && !s; k++) {
-        int dim;
-        int64_t start, local;
+        accel_tp_slice sl;
         bool err;
-        accel_tensor *p = state_split(acc, &md, oi, &st[k], &dim, &start, &local, &err), *t = NULL;
-        if (err || (p && !(t = fn(acc, p, &st[k], dim, start, local)))) s = accel_last_status();
+        accel_tensor *p = state_split(acc, &md, oi, &st[k], &sl, &err), *t = NULL;
+        if (err || (p && !(t = fn(acc, p, &st[k], &sl)))) s = accel_last_status();
         if (!t) continue;
         accel_tensor_free(st[k].t);
         st[k].t = t;
@@ -302,22 +309,22 @@ static accel_status map_sliced(accel_accelerator *acc, int oi, int n, accel_name
 
 /* The flat state seen in its parameter's shape, so the slices join along the
  * split; the whole flat again, as a one-process optimizer lists it. */
-static accel_tensor *gather_state(accel_accelerator *acc, accel_tensor *p, const accel_named_state *e, int dim,
-                                  int64_t start, int64_t local) {
-    (void)start, (void)local;
+static accel_tensor *gather_state(accel_accelerator *acc, accel_tensor *p, const accel_named_state *e,
+                                  const accel_tp_slice *sl) {
     accel_pg *tp = accel_accelerator_tp_group(acc);
     int64_t flat = accel_numel(e->t) * TP(acc);
     bool prev = accel_set_grad_enabled(false);
     accel_tensor *as_p = tp ? accel_reshape(e->t, p->ndim, p->shape) : NULL;
     accel_set_grad_enabled(prev);
-    return as_p ? gather_whole(tp, as_p, dim, 1, &flat) : NULL;
+    return as_p ? gather_whole(tp, as_p, sl, 1, &flat) : NULL;
 }
 
 /* The whole flat state cut as the plan cuts its parameter. */
-static accel_tensor *slice_state(accel_accelerator *acc, accel_tensor *p, const accel_named_state *e, int dim,
-                                 int64_t start, int64_t local) {
+static accel_tensor *slice_state(accel_accelerator *acc, accel_tensor *p, const accel_named_state *e,
+                                 const accel_tp_slice *sl) {
+    (void)acc;
     int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
-    shape[dim] *= TP(acc);
+    shape[sl->dim] = whole_size(sl);
     if (accel_numel(e->t) != shape[0] * shape[1]) {
         accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s has %lld elements; the "
                         "whole parameter has %lld", e->name, (long long)accel_numel(e->t),
@@ -326,7 +333,7 @@ static accel_tensor *slice_state(accel_accelerator *acc, accel_tensor *p, const 
     }
     bool prev = accel_set_grad_enabled(false);
     accel_tensor *whole = accel_reshape(e->t, p->ndim, shape);
-    accel_tensor *cut = whole ? accel__tp_cut(whole, dim, start, local) : NULL;
+    accel_tensor *cut = whole ? accel__tp_cut(whole, sl) : NULL;
     accel_set_grad_enabled(prev);
     return cut;
 }
@@ -395,8 +402,13 @@ accel_status accel__tp_after_backward(accel_accelerator *acc) {
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
         accel_tensor h;
-        /* a strategy that reduces into a gradient shard summed them before that reduction (zero.c) */
-        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) continue;
+        /* a strategy that reduces into a gradient shard: ZeRO-2 summed them
+         * before that reduction; ZeRO-3's units reduced during the backward,
+         * so the replicated parameters' pieces of the shard are summed now */
+        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) {
+            if (pm->strat->stage == 3 && accel__zero_tp_sum_shard(acc, pm)) return accel_last_status();
+            continue;
+        }
         if (accel__tp_sp_reduce(acc, pm)) return accel_last_status();
     }
     return ACCEL_OK;

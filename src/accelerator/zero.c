@@ -238,7 +238,7 @@ static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, d
     accel__zero_model *zm = accel__zero_of(pm);
     const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     bool *sliced = accel_malloc((size_t)b->n + 1);
-    if (!sliced || accel__tp_sliced(pm->m, b->tensors, b->n, sliced)) {
+    if (!sliced || accel__tp_sliced(pm->m, b->tensors, b->n, sliced, NULL)) {
         accel_free(sliced);
         return accel_last_status();
     }
@@ -257,6 +257,34 @@ static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, d
     }
     accel_free(sliced);
     return ACCEL_OK;
+}
+
+accel_status accel__zero_tp_sum_shard(accel_accelerator *acc, accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    accel_pg *tp = accel_accelerator_tp_group(acc);
+    bool *sliced = tp ? accel_malloc(2 * (size_t)b->n + 1) : NULL;
+    if (!sliced || accel__tp_sliced(pm->m, b->tensors, b->n, sliced, sliced + b->n)) {
+        accel_free(sliced);
+        return accel_last_status();
+    }
+    accel_status st = ACCEL_OK;
+    /* the tp ranks of one shard rank hold the same pieces of the same layout */
+    for (int k = 0; k < zm->n_units && !st; k++) {
+        const accel__unit *u = &zm->units[k];
+        int64_t plo = piece_lo(acc, u), phi = plo + u->shard;
+        for (int j = u->first; j < u->first + u->count && !st; j++) {
+            int64_t lo = b->offsets[j] > plo ? b->offsets[j] : plo;
+            int64_t hi = b->offsets[j] + accel_numel(b->tensors[j]);
+            if (hi > phi) hi = phi;
+            if (lo >= hi || !sliced[b->n + j]) continue;
+            accel_tensor h;
+            st = accel__staged_all_reduce(tp, shard_view(&h, pm, zm->zgrad, u->zoff + (lo - plo), hi - lo),
+                                          ACCEL_REDUCE_SUM);
+        }
+    }
+    accel_free(sliced);
+    return st;
 }
 
 /* A gradient shard (stage 2 on > 1 process, stage 3): the global norm from

@@ -147,15 +147,5 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
 int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel) {
     const accel__arch *a = accel__arch_of_module(m);
     if (!a || m->ops != &a->causal_lm) return 0;
-    /* the accelerator's clipping and checkpoints read a slice as one range
-     * (accel_module_tp_info): a Conv1D's columns and a fused projection's
-     * parts are not that */
-    if (a->blocks == ACCEL__BLOCKS_GPT2 || a->fused_qkv || a->fused_gate_up)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_prepare: opts.parallelism.tp_size with a %s "
-                               "model: its tensor-parallel slices (%s) are not read by the accelerator's gradient "
-                               "clipping and checkpoints yet (accel_llama_parallelize runs it without an accelerator)",
-                               a->model_type, a->blocks == ACCEL__BLOCKS_GPT2 ? "Conv1D columns, c_attn's q | k | v parts"
-                                                                            : "qkv_proj's and gate_up_proj's parts"),
-               -1;
     return accel_llama_parallelize(m, pg, sequence_parallel) == ACCEL_OK ? 1 : -1;
 }

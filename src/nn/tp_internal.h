@@ -39,14 +39,20 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
                                        const accel__tp_parts *parts, bool sp, const char *path);
 
+/* Whether m holds whole tensors on every rank, each using its rows
+ * (replicated key/value rows, the q/k norms): their gradients are summed
+ * over the group by the forward's copy, never again. */
+bool accel__tp_is_replica(const accel_module *m);
+
 /* Whether m is a parallelized module whose activations outside the tp
  * region are split along the sequence. */
 bool accel__tp_sequence_parallel(const accel_module *m);
 
-/* A new tensor holding rows (dim 0) or columns (dim 1) [start, start + n)
- * of w (1-D or 2-D), on w's device, requiring grad as w does: a plan's cut
- * of a whole weight, and load_state's of a whole checkpoint tensor. */
-accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n);
+/* A new tensor of w's slice s (accel_tp_slice_of's elements), on w's
+ * device, requiring grad as w does: a plan's cut of a whole weight, and
+ * load_state's of a whole checkpoint tensor. NULL + error when w does not
+ * fit s. */
+accel_tensor *accel__tp_cut(accel_tensor *w, const accel_tp_slice *s);
 
 /* Applies the model's own tensor-parallel plan when it has one (a causal LM
  * of the architecture table: accel_llama_parallelize): 1 applied, 0 no plan

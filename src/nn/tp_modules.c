@@ -71,8 +71,7 @@ static accel_tp_slice slice_from(int dim, const accel__tp_parts *parts) {
     return s;
 }
 
-/* A new tensor of w's slice s, on w's device, requiring grad as w does. */
-static accel_tensor *cut_slice(accel_tensor *w, const accel_tp_slice *s) {
+accel_tensor *accel__tp_cut(accel_tensor *w, const accel_tp_slice *s) {
     bool prev = accel_set_grad_enabled(false);
     accel_tensor *v = accel_tp_slice_of(w, s);
     accel_tensor *c = v ? accel_tensor_new(w->dtype, v->ndim, v->shape, w->device) : NULL;
@@ -84,11 +83,6 @@ static accel_tensor *cut_slice(accel_tensor *w, const accel_tp_slice *s) {
     }
     (void)accel_requires_grad_(c, w->requires_grad); /* c is a live tensor: cannot fail */
     return c;
-}
-
-accel_tensor *accel__tp_cut(accel_tensor *w, int dim, int64_t start, int64_t n) {
-    accel_tp_slice s = {.dim = dim, .n_parts = 1, .full = {w->shape[dim]}, .start = {start}, .local = {n}};
-    return cut_slice(w, &s);
 }
 
 /* ---- forwards */
@@ -187,16 +181,16 @@ static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", colwise_for
 static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, NULL};
 
 /* Modules whose whole parameters get their gradients summed in the graph. */
-static bool is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS; }
+bool accel__tp_is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS; }
 
 static bool is_tp(const accel_module *m) {
-    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || is_replica(m);
+    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || accel__tp_is_replica(m);
 }
 
 bool accel__tp_sequence_parallel(const accel_module *m) { return m && is_tp(m) && ((const tp_impl *)m->impl)->sp; }
 
 bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s) {
-    if (!m || !t || !is_tp(m) || is_replica(m)) return false;
+    if (!m || !t || !is_tp(m) || accel__tp_is_replica(m)) return false;
     const tp_impl *ti = m->impl;
     accel_module *mm = (accel_module *)m; /* accel__module_tensor only reads */
     bool weight = t == accel__module_tensor(mm, "weight");
@@ -213,7 +207,7 @@ bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_t
  * Conv1D's columns nor a fused projection's parts: no slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
-    if (!m || !is_tp(m) || is_replica(m)) return false;
+    if (!m || !is_tp(m) || accel__tp_is_replica(m)) return false;
     const tp_impl *t = m->impl;
     if (t->conv1d || t->w.n_parts != 1) return false;
     if (style) *style = t->style;
@@ -312,7 +306,7 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tp_slice bs = t->w;
         bs.dim = 0;
-        accel_tensor *nw = cut_slice(w, &t->w), *nb = nw && cut_b ? cut_slice(b, &bs) : NULL;
+        accel_tensor *nw = accel__tp_cut(w, &t->w), *nb = nw && cut_b ? accel__tp_cut(b, &bs) : NULL;
         if (!nw || (cut_b && !nb)) {
             accel_tensor_free(nw);
             accel_free(t);
@@ -483,7 +477,7 @@ static accel_status reduce_grads_of(accel_module *m, accel_pg *pg) {
         accel_tensor *g = nt->t->grad;
         if (nt->is_buffer || !nt->owned || !g) continue;
         /* slices are this rank's own; replicated rows were summed by their copy */
-        if (accel_module_tp_slice(m, nt->t, NULL) || is_replica(m)) continue;
+        if (accel_module_tp_slice(m, nt->t, NULL) || accel__tp_is_replica(m)) continue;
         if (!accel_is_contiguous(g) || g->device.type != ACCEL_DEV_CPU)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_module_tp_reduce_grads: the gradient of %s (a %s's) "
                                    "is not a contiguous cpu tensor", nt->name, m->ops->type_name);
