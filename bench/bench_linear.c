@@ -357,17 +357,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_linear: cannot write %s\n", out);
         return 1;
     }
-    char cpu[512], gemm[512], load[64];
+    char cpu[512], gemm[512], load[64], omp[160];
     accel_cpu_describe(cpu, sizeof cpu);
     accel__gemm_describe(gemm, sizeof gemm);
     llama_loadavg(load, sizeof load);
-    printf("%s%sload average before: %s\n", cpu, gemm, load);
+    /* libgomp's threads spin at a barrier unless told otherwise: under load
+     * a spinning thread's CPU time counts against the call (docs/cpu.md) */
+    const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    snprintf(omp, sizeof omp, "OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n", wait ? wait : "(unset)", spin ? spin : "(unset)");
+    printf("%s%s%sload average before: %s\n", cpu, gemm, omp, load);
     if (md)
-        fprintf(md, "# accel_linear against the raw library call\n\n```\n%s%sload average before: %s\n```\n\n"
+        fprintf(md, "# accel_linear against the raw library call\n\n```\n%s%s%sload average before: %s\n```\n\n"
                     "`bench_linear --rounds %d` (bench/bench_linear.c says what each column is): per row %d "
                     "rounds after one warm-up, raw and accel in turn; ratios raw / accel are medians of the "
                     "per-round ratios (1.00: no overhead), GFLOP/s medians of each call.\n",
-                cpu, gemm, load, o.rounds, o.rounds);
+                cpu, gemm, omp, load, o.rounds, o.rounds);
     for (int t = 0; t < o.nthreads; t++)
         for (int k = 0; k < o.ndtypes; k++) section(md, &o, o.threads[t], o.dtypes[k]);
     llama_loadavg(load, sizeof load);
