@@ -430,14 +430,14 @@ static accel_status band_backward(accel_node *n, accel_tensor *g) {
     accel_status st = ACCEL_OK;
     for (int64_t b = 0; b < x->n && !st; b++) {
         accel_arena_mark m = accel_arena_mark_now(a);
-        const accel_k_sdpa_dims *d = &x->dims[b];
+        int64_t Tk = x->dims[b].Tk;
         /* the prefix's gradients so far, added to by the kernel and written back */
-        accel_tensor *kp = key_prefix(k, d->Tk, x->dt), *vp = kp ? key_prefix(v, d->Tk, x->dt) : NULL;
-        accel_tensor *dkp = vp ? key_prefix(dk, d->Tk, ACCEL_F32) : NULL;
-        accel_tensor *dvp = dkp ? key_prefix(dv, d->Tk, ACCEL_F32) : NULL;
-        st = block_backward(d, x->p[b], g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
-        if (!st) st = copy_rows(dk, 0, d->Tk, dkp);
-        if (!st) st = copy_rows(dv, 0, d->Tk, dvp);
+        accel_tensor *kp = key_prefix(k, Tk, x->dt), *vp = kp ? key_prefix(v, Tk, x->dt) : NULL;
+        accel_tensor *dkp = vp ? key_prefix(dk, Tk, ACCEL_F32) : NULL;
+        accel_tensor *dvp = dkp ? key_prefix(dv, Tk, ACCEL_F32) : NULL;
+        st = block_backward(&x->dims[b], x->p[b], g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
+        if (!st) st = copy_rows(dk, 0, Tk, dkp);
+        if (!st) st = copy_rows(dv, 0, Tk, dvp);
         accel_status rw = accel_arena_rewind(a, m);
         st = st ? st : rw;
     }
