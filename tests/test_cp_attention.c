@@ -8,7 +8,9 @@
  * relative (a few bf16 ulps) of the unsharded bf16 attention. A local
  * failure of the sharded loss on one rank fails every rank at once. Also the
  * layout helpers (accel_cp_position, accel_cp_shard) and the refusals (heads
- * not divisible by cp under all-to-all, an odd local sequence). */
+ * not divisible by cp under all-to-all, an odd local sequence). Sequences of
+ * several query blocks of the all-to-all strategy's blocked attention (the
+ * last one short), and the memory it keeps: under the [T, T] square. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +204,30 @@ static int rope_and_loss(accel_pg *pg) {
     return bad;
 }
 
+/* The all-to-all strategy's attention keeps the probabilities of its query
+ * blocks left of the diagonal only: the step arena grows by well under the
+ * [T, T] square per local head that one accel_sdpa over the whole sequence
+ * allocates (16 blocks of 64 queries at T = 1024: 17/32 of it, plus q, k, v
+ * and the output, small at D = 8). */
+static int band_memory(accel_pg *pg) {
+    int64_t B = 1, H = 4, T = 1024, D = 8, T2 = T / N, h = H / N;
+    accel_tensor *x[3];
+    for (int i = 0; i < 3; i++) x[i] = gc_randn(11 + (uint64_t)i, ACCEL_SHAPE(B, H, T2, D)); /* requires grad */
+    accel_arena *a = accel_step_arena();
+    size_t before = accel_arena_used(a);
+    accel_tensor *y = accel_cp_attention(pg, x[0], x[1], x[2], ACCEL_CP_ALLTOALL, 0.0);
+    double grown = (double)(accel_arena_used(a) - before), square = (double)(B * h * T * T) * sizeof(float);
+    int bad = 0;
+    if (!y || !(grown < 0.6 * square)) {
+        fprintf(stderr, "rank %d of %d: alltoall attention at T %lld kept %.0f bytes, the square is %.0f (%s)\n", R, N,
+                (long long)T, grown, square, y ? "" : accel_last_error());
+        bad++;
+    }
+    for (int i = 0; i < 3; i++) accel_tensor_free(x[i]);
+    accel_step_reset();
+    return bad;
+}
+
 static int body(int rank, int world) {
     if (accel_dist_init() != ACCEL_OK) return 10;
     accel_pg *pg = accel_dist_default_group();
@@ -213,7 +239,12 @@ static int body(int rank, int world) {
         bad += one_case(pg, (accel_cp_strategy)s, 2, 4, 1, 2 * world, 8); /* MQA: kv heads repeated under alltoall */
         /* bf16 on both sides: within a few bf16 ulps (2^-8 relative) of the unsharded bf16 attention */
         bad += one_case_as(pg, (accel_cp_strategy)s, ACCEL_BF16, 1e-2, 1, 8, 4, 4 * world, 16);
+        /* sequences of several query blocks (alltoall: 64 rows each), the last one short */
+        bad += one_case(pg, (accel_cp_strategy)s, 1, 4, 4, 200, 8);
+        bad += one_case(pg, (accel_cp_strategy)s, 1, 8, 2, 136, 8); /* GQA, kv heads repeated at cp 4 */
+        bad += one_case_as(pg, (accel_cp_strategy)s, ACCEL_BF16, 1e-2, 1, 8, 4, 256, 16);
     }
+    bad += band_memory(pg);
     if (world > 1) bad += loss_fails_together(pg);
     bad += rope_and_loss(pg);
     /* refusals, before any collective: the ranks stay in step */

@@ -32,7 +32,7 @@ typedef enum accel_cp_strategy {
      * causally to the keys before them; the backward reduce-scatters dK, dV. */
     ACCEL_CP_ALLGATHER = 0,
     /* Ulysses: all-to-all from sequence-sharded to head-sharded (H/cp heads
-     * over the whole sequence), plain causal attention, all-to-all back.
+     * over the whole sequence), causal attention, all-to-all back.
      * H % cp == 0; kv heads are split too when Hkv % cp == 0, else repeated
      * to H first. */
     ACCEL_CP_ALLTOALL,
@@ -53,8 +53,11 @@ accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x);
  * accel_sdpa. Memory: the all-gather strategy keeps per call only what is
  * this rank's share (its chunks' attention probabilities and gradients);
  * the gathered K and V are a scratch of the call, gathered again by the
- * backward. The decoders under cp also apply sliding windows and
- * soft-capping (at the chunks' global positions) through this op. */
+ * backward. The all-to-all strategy keeps its heads' probabilities of
+ * blocks of queries (n <= 16 of them, 64-row multiples) over the keys they
+ * see: (n+1)/(2n) of the [T, T] square per head. The decoders under cp also
+ * apply sliding windows and soft-capping (at the chunks' global positions)
+ * through this op. */
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                  accel_cp_strategy strategy, double scale);
 

@@ -11,8 +11,11 @@
  *              (explicit scores), composed ops over the gathered K and V.
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
- *              group -> global order [B, H/cp, T, D]; causal attention; the
- *              output goes back the reverse way (composed ops).
+ *              group -> global order [B, H/cp, T, D]; causal attention by
+ *              blocks of queries over their key prefixes (one op that keeps
+ *              the probabilities left of the diagonal only; with a sliding
+ *              window or soft-capping, explicit scores); the output goes
+ *              back the reverse way. Each crossing is one op.
  *
  * Windows and soft-capping apply at the global positions. Scratch memory
  * (the rank-ordered blocks, the key prefixes) is step-arena memory given
@@ -50,18 +53,21 @@ static accel_tensor *block_chunk(accel_tensor *blocks, int cp, int64_t j, int64_
     return accel_slice(block(blocks, j < cp ? j : 2 * cp - 1 - j), 2, half * c, (half + 1) * c, 1);
 }
 
-/* Rows [j c, (j+1) c) of x [B, h, L, D]: a view. */
-static accel_tensor *chunk_rows(accel_tensor *x, int64_t j, int64_t c) { return accel_slice(x, 2, j * c, (j + 1) * c, 1); }
+/* Rows [r0, r0 + n) of x [B, h, L, D]: a view. */
+static accel_tensor *rows(accel_tensor *x, int64_t r0, int64_t n) { return accel_slice(x, 2, r0, r0 + n, 1); }
 
-/* Those rows as a contiguous tensor of dtype dt (a copy). */
-static accel_tensor *rows_as(accel_tensor *x, int64_t j, int64_t c, accel_dtype dt) {
-    accel_tensor *r = chunk_rows(x, j, c);
+/* Rows [j c, (j+1) c) of x [B, h, L, D]: a view. */
+static accel_tensor *chunk_rows(accel_tensor *x, int64_t j, int64_t c) { return rows(x, j * c, c); }
+
+/* Rows [r0, r0 + n) of x as a contiguous tensor of dtype dt (a copy). */
+static accel_tensor *rows_copy(accel_tensor *x, int64_t r0, int64_t n, accel_dtype dt) {
+    accel_tensor *r = rows(x, r0, n);
     return r ? accel__contig_as(r, dt) : NULL;
 }
 
-/* Those rows of x overwritten with src. */
-static accel_status copy_rows(accel_tensor *x, int64_t j, int64_t c, const accel_tensor *src) {
-    accel_tensor *r = chunk_rows(x, j, c);
+/* Rows [r0, r0 + n) of x overwritten with src. */
+static accel_status copy_rows(accel_tensor *x, int64_t r0, int64_t n, const accel_tensor *src) {
+    accel_tensor *r = rows(x, r0, n);
     return r ? accel_copy_(r, src) : accel_last_status();
 }
 
@@ -192,6 +198,62 @@ static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t
     return out;
 }
 
+/* ---- a block of queries against the key prefix it sees, by the sdpa
+ * kernels: what both strategies' causal attention is made of. The bottom-right
+ * causal mask of a block of Tq queries over Tk keys lines the block's last
+ * query up with the prefix's last key. */
+
+/* [x's B, x's h, n, x's D] of dtype dt, zeroed or not. */
+static accel_tensor *empty_like_shape(accel_dtype dt, const accel_tensor *x, int64_t n, bool zero) {
+    accel_tensor *t = accel_empty_on(dt, 4, (int64_t[]){x->shape[0], x->shape[1], n, x->shape[3]}, x->device);
+    return t && zero && accel_zero_(t) != ACCEL_OK ? NULL : t;
+}
+
+/* Query rows [r0, r0 + d->Tq) of q (copied in dtype dt) over the key prefix
+ * kp, vp [B, Hkv, d->Tk, D] (dense, dt): the probabilities into p [B, H,
+ * Tq, Tk], the output into out's rows. */
+static accel_status block_forward(const accel_k_sdpa_dims *d, accel_tensor *p, accel_tensor *q, accel_tensor *kp,
+                                  accel_tensor *vp, accel_tensor *out, int64_t r0, accel_dtype dt) {
+    accel_tensor *qh = kp && vp ? rows_copy(q, r0, d->Tq, dt) : NULL;
+    accel_tensor *oh = qh ? empty_like_shape(dt, out, d->Tq, false) : NULL;
+    accel_k_sdpa ks = {.o = oh, .p = p, .q = qh, .k = kp, .v = vp, .dims = *d};
+    accel_status st = oh ? ACCEL_KERNEL("accel_cp_attention", q->device, sdpa, &ks) : accel_last_status();
+    return st ? st : copy_rows(out, r0, d->Tq, oh);
+}
+
+/* Its backward from the output's gradient g: dq's rows [r0, r0 + Tq)
+ * written, the prefix's gradients added into dkp, dvp (f32 [B, Hkv, Tk,
+ * D]). */
+static accel_status block_backward(const accel_k_sdpa_dims *d, accel_tensor *p, accel_tensor *g, accel_tensor *q,
+                                   accel_tensor *kp, accel_tensor *vp, accel_tensor *dq, accel_tensor *dkp,
+                                   accel_tensor *dvp, int64_t r0, accel_dtype dt) {
+    accel_tensor *gh = kp && vp && dkp && dvp ? rows_copy(g, r0, d->Tq, g->dtype) : NULL;
+    accel_tensor *qh = gh ? rows_copy(q, r0, d->Tq, dt) : NULL;
+    accel_tensor *dqh = qh ? empty_like_shape(ACCEL_F32, q, d->Tq, false) : NULL;
+    accel_k_sdpa_backward kb = {.dq = dqh, .dk = dkp, .dv = dvp, .g = gh, .q = qh, .k = kp, .v = vp, .p = p,
+                                .dims = *d, .dq_beta = 0.0f};
+    accel_status st = dqh ? ACCEL_KERNEL("accel_cp_attention backward", g->device, sdpa_backward, &kb)
+                          : accel_last_status();
+    return st ? st : copy_rows(dq, r0, d->Tq, dqh);
+}
+
+/* f32 gradients [B, h, L, D] for the node's q, k, v (dk, dv zeroed when
+ * zero_kv): made before any scratch, so they outlive its rewinds. */
+static bool grads_for(accel_node *n, bool zero_kv, accel_tensor *d[3]) {
+    for (int i = 0; i < 3; i++) {
+        const accel_tensor *x = n->inputs[i];
+        if (!(d[i] = empty_like_shape(ACCEL_F32, x, x->shape[2], i > 0 && zero_kv))) return false;
+    }
+    return true;
+}
+
+/* d added into the gradients of the node's q, k, v. */
+static accel_status accumulate_grads(accel_node *n, accel_tensor *d[3]) {
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < 3 && !st; i++) st = accel_grad_accumulate(n->inputs[i], d[i]);
+    return st;
+}
+
 /* ---- allgather without a window or soft-capping: one op for both query
  * chunks that keeps nothing of the whole sequence for the backward. The
  * forward all-gathers K and V into a scratch, copies each chunk's key prefix
@@ -244,29 +306,17 @@ static accel_status add_prefix(accel_tensor *blocks, accel_tensor *dp, int cp, i
     return st;
 }
 
-static accel_tensor *empty_like_shape(accel_dtype dt, const accel_tensor *x, int64_t rows, bool zero) {
-    accel_tensor *t = accel_empty_on(dt, 4, (int64_t[]){x->shape[0], x->shape[1], rows, x->shape[3]}, x->device);
-    return t && zero && accel_zero_(t) != ACCEL_OK ? NULL : t;
-}
-
 /* One half's backward: dq's rows, and its dK, dV prefix added into dkb, dvb. */
 static accel_status half_backward(const ag_ctx *x, accel_node *n, int half, accel_tensor *g, accel_tensor *kb,
                                   accel_tensor *vb, accel_tensor *dq, accel_tensor *dkb, accel_tensor *dvb) {
     accel_arena *a = accel_step_arena();
     accel_arena_mark m = accel_arena_mark_now(a);
     int64_t c = x->c, gi = x->g[half], Tk = (gi + 1) * c;
-    accel_tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
-    accel_tensor *gh = rows_as(g, half, c, g->dtype), *qh = rows_as(q, half, c, x->dt);
+    accel_tensor *k = n->inputs[1], *v = n->inputs[2];
     accel_tensor *kp = prefix_of(kb, x->cp, gi, c), *vp = kp ? prefix_of(vb, x->cp, gi, c) : NULL;
-    accel_tensor *dqh = empty_like_shape(ACCEL_F32, q, c, false), *dkp = empty_like_shape(ACCEL_F32, k, Tk, true),
-                 *dvp = empty_like_shape(ACCEL_F32, v, Tk, true);
-    accel_status st = gh && qh && vp && dqh && dkp && dvp ? ACCEL_OK : accel_last_status();
-    if (!st) {
-        accel_k_sdpa_backward kb_args = {.dq = dqh, .dk = dkp, .dv = dvp, .g = gh, .q = qh, .k = kp, .v = vp,
-                                         .p = n->saved[half], .dims = x->dims[half], .dq_beta = 0.0f};
-        st = ACCEL_KERNEL("accel_cp_attention backward", g->device, sdpa_backward, &kb_args);
-    }
-    if (!st) st = copy_rows(dq, half, c, dqh);
+    accel_tensor *dkp = empty_like_shape(ACCEL_F32, k, Tk, true), *dvp = empty_like_shape(ACCEL_F32, v, Tk, true);
+    accel_status st = block_backward(&x->dims[half], n->saved[half], g, n->inputs[0], kp, vp, dq, dkp, dvp, half * c,
+                                     x->dt);
     if (!st) st = add_prefix(dkb, dkp, x->cp, gi, c);
     if (!st) st = add_prefix(dvb, dvp, x->cp, gi, c);
     accel_status rw = accel_arena_rewind(a, m);
@@ -275,12 +325,9 @@ static accel_status half_backward(const ag_ctx *x, accel_node *n, int half, acce
 
 static accel_status allgather_sdpa_backward(accel_node *n, accel_tensor *g) {
     const ag_ctx *x = n->ctx;
-    accel_tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
-    /* this rank's gradients (kept: made before the scratch) */
-    accel_tensor *dq = empty_like_shape(ACCEL_F32, q, q->shape[2], false);
-    accel_tensor *dk = empty_like_shape(ACCEL_F32, k, k->shape[2], false);
-    accel_tensor *dv = empty_like_shape(ACCEL_F32, v, v->shape[2], false);
-    if (!dq || !dk || !dv) return accel_last_status();
+    accel_tensor *k = n->inputs[1], *v = n->inputs[2], *d[3]; /* this rank's dq, dk, dv */
+    if (!grads_for(n, false, d)) return accel_last_status();
+    accel_tensor *dq = d[0], *dk = d[1], *dv = d[2];
     accel_arena *a = accel_step_arena();
     accel_arena_mark m = accel_arena_mark_now(a);
     accel_tensor *kb = gathered(x->pg, k, x->cp, x->dt), *vb = kb ? gathered(x->pg, v, x->cp, x->dt) : NULL;
@@ -296,8 +343,7 @@ static accel_status allgather_sdpa_backward(accel_node *n, accel_tensor *g) {
                                      ACCEL_F32, ACCEL_REDUCE_SUM);
     accel_status rw = accel_arena_rewind(a, m);
     if (st || rw) return st ? st : rw;
-    if ((st = accel_grad_accumulate(q, dq)) != ACCEL_OK || (st = accel_grad_accumulate(k, dk)) != ACCEL_OK) return st;
-    return accel_grad_accumulate(v, dv);
+    return accumulate_grads(n, d);
 }
 
 /* q [B, H, 2c, D], k [B, Hkv, 2c, D], v [B, Hkv, 2c, Dv] (checked) ->
@@ -327,12 +373,8 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
     accel_tensor *kb = gathered(pg, k, cp, x->dt), *vb = kb ? gathered(pg, v, cp, x->dt) : NULL;
     accel_status st = vb ? ACCEL_OK : accel_last_status();
     for (int half = 0; half < 2 && !st; half++) {
-        accel_tensor *qh = rows_as(q, half, c, x->dt);
         accel_tensor *kp = prefix_of(kb, cp, x->g[half], c), *vp = kp ? prefix_of(vb, cp, x->g[half], c) : NULL;
-        accel_tensor *oh = vp && qh ? empty_like_shape(x->dt, out, c, false) : NULL;
-        accel_k_sdpa ks = {.o = oh, .p = p[half], .q = qh, .k = kp, .v = vp, .dims = x->dims[half]};
-        st = oh ? ACCEL_KERNEL(OP, q->device, sdpa, &ks) : accel_last_status();
-        if (!st) st = copy_rows(out, half, c, oh);
+        st = block_forward(&x->dims[half], p[half], q, kp, vp, out, half * c, x->dt);
     }
     accel_set_grad_enabled(grad);
     accel_status rw = accel_arena_rewind(a, m);
@@ -343,6 +385,103 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
         n->saved[1] = p[1];
         n->ctx = x;
     }
+    return out;
+}
+
+/* ---- alltoall without a window or soft-capping: causal attention of the
+ * rank's head group over the whole sequence, q [B, h, T, D], k, v [B, hkv,
+ * T, D] in global order, by blocks of query rows, each over the key prefix
+ * it sees. The step keeps each block's probabilities [B, h, rows, end] (f32):
+ * of the [T, T] square per head only the band left of the diagonal,
+ * (n+1)/(2n) of it for n blocks, where one accel_sdpa over the whole
+ * sequence allocates the whole square (the kernel writes the part left of
+ * the diagonal only, but the layout is [Tq, Tk]). Each block's key prefix is
+ * a copy in the kernels' dtype given back before the next block (the backward
+ * kernel takes dense k, v); the backward copies each block's dK, dV prefix
+ * out of the whole gradient for the kernel to add into, and back. */
+
+/* Query rows per block: multiples of the kernel's 64-query blocks, at most
+ * BLOCKS blocks. More blocks would keep a little less ((n+1)/(2n): 53% of
+ * the square at 16, 51% at 64) but copy more key prefixes and call the
+ * kernel more often (each call's shapes are new to oneDNN's primitives). */
+enum { KERNEL_QB = 64, BLOCKS = 16 };
+
+static int64_t block_rows(int64_t T) {
+    int64_t r = (T + BLOCKS - 1) / BLOCKS;
+    return r > KERNEL_QB ? (r + KERNEL_QB - 1) / KERNEL_QB * KERNEL_QB : KERNEL_QB;
+}
+
+typedef struct band_ctx {
+    int64_t rows, n;           /* query rows per block, blocks */
+    accel_dtype dt;            /* the kernels' dtype (autocast's, at the forward) */
+    accel_k_sdpa_dims *dims;   /* per block: Tq its rows, Tk the prefix, dense k, v */
+    accel_tensor **p;          /* per block: the probabilities [B, h, Tq, Tk] */
+} band_ctx;
+
+/* Keys 0..end of x [B, h, T, D]: a contiguous copy in dtype dt. */
+static accel_tensor *key_prefix(accel_tensor *x, int64_t end, accel_dtype dt) { return rows_copy(x, 0, end, dt); }
+
+static accel_status band_backward(accel_node *n, accel_tensor *g) {
+    const band_ctx *x = n->ctx;
+    accel_tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2], *d[3];
+    if (!grads_for(n, true, d)) return accel_last_status();
+    accel_tensor *dq = d[0], *dk = d[1], *dv = d[2];
+    accel_arena *a = accel_step_arena();
+    accel_status st = ACCEL_OK;
+    for (int64_t b = 0; b < x->n && !st; b++) {
+        accel_arena_mark m = accel_arena_mark_now(a);
+        int64_t Tk = x->dims[b].Tk;
+        /* the prefix's gradients so far, added to by the kernel and written back */
+        accel_tensor *kp = key_prefix(k, Tk, x->dt), *vp = kp ? key_prefix(v, Tk, x->dt) : NULL;
+        accel_tensor *dkp = vp ? key_prefix(dk, Tk, ACCEL_F32) : NULL;
+        accel_tensor *dvp = dkp ? key_prefix(dv, Tk, ACCEL_F32) : NULL;
+        st = block_backward(&x->dims[b], x->p[b], g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
+        if (!st) st = copy_rows(dk, 0, Tk, dkp);
+        if (!st) st = copy_rows(dv, 0, Tk, dvp);
+        accel_status rw = accel_arena_rewind(a, m);
+        st = st ? st : rw;
+    }
+    return st ? st : accumulate_grads(n, d);
+}
+
+/* q [B, h, T, D], k [B, hkv, T, D], v [B, hkv, T, Dv] (h % hkv == 0) ->
+ * [B, h, T, Dv]. */
+static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, double scale) {
+    accel_tensor *in[3] = {q, k, v};
+    int idt = accel__mm_dtype("accel_cp_attention", 3, in);
+    if (idt < 0) return NULL;
+    int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], T = q->shape[2], D = q->shape[3], Dv = v->shape[3];
+    accel_arena *a = accel_step_arena();
+    accel_tensor *out = accel__op_out((accel_dtype)idt, 4, (int64_t[]){B, H, T, Dv}, q->device);
+    band_ctx *x = out ? accel_arena_alloc(a, sizeof *x, 64) : NULL;
+    if (!x) return NULL;
+    int64_t rows = block_rows(T), n = (T + rows - 1) / rows;
+    *x = (band_ctx){.rows = rows, .n = n, .dt = (accel_dtype)idt,
+                    .dims = accel_arena_alloc(a, (size_t)n * sizeof *x->dims, 64),
+                    .p = accel_arena_alloc(a, (size_t)n * sizeof *x->p, 64)};
+    if (!x->dims || !x->p) return NULL;
+    float s = (float)(scale > 0 ? scale : 1.0 / sqrt((double)D));
+    bool grad = accel_set_grad_enabled(false);
+    accel_status st = ACCEL_OK;
+    for (int64_t b = 0; b < n && !st; b++) {
+        int64_t r0 = b * rows, nq = T - r0 < rows ? T - r0 : rows, Tk = r0 + nq;
+        x->dims[b] = (accel_k_sdpa_dims){B, H, Hkv, nq, Tk, D, Dv, s, true, {Hkv * Tk * D, Tk * D, D},
+                                         {Hkv * Tk * Dv, Tk * Dv, Dv}};
+        x->p[b] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, nq, Tk), q->device);
+        if (!x->p[b]) {
+            st = accel_last_status();
+            break;
+        }
+        accel_arena_mark m = accel_arena_mark_now(a);
+        accel_tensor *kp = key_prefix(k, Tk, x->dt), *vp = kp ? key_prefix(v, Tk, x->dt) : NULL;
+        st = block_forward(&x->dims[b], x->p[b], q, kp, vp, out, r0, x->dt);
+        accel_status rw = accel_arena_rewind(a, m);
+        st = st ? st : rw;
+    }
+    accel_set_grad_enabled(grad);
+    if (st) return NULL;
+    accel_node *nd = accel_tape_record("cp_alltoall_sdpa", band_backward, out, 3, in);
+    if (nd) nd->ctx = x;
     return out;
 }
 
@@ -388,8 +527,9 @@ static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_ten
     /* my head group over the whole sequence: [B, H/cp, T, D] */
     accel_tensor *qs = seq_exchange(pg, q, cp, c, true, true), *ks = qs ? seq_exchange(pg, k, cp, c, true, true) : NULL;
     accel_tensor *vs = ks ? seq_exchange(pg, v, cp, c, true, true) : NULL;
-    accel_tensor *o = vs ? attend(qs, ks, vs, 0, m) : NULL; /* [B, H/cp, T, Dv] */
-    return seq_exchange(pg, o, cp, c, true, false);         /* [B, H, 2c, Dv] */
+    /* o [B, H/cp, T, Dv]: explicit scores when the kernel lacks the mask or the soft-cap */
+    accel_tensor *o = !vs ? NULL : m->W || m->cap > 0 ? attend(qs, ks, vs, 0, m) : band_sdpa(qs, ks, vs, m->scale);
+    return seq_exchange(pg, o, cp, c, true, false); /* [B, H, 2c, Dv] */
 }
 
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
