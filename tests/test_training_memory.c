@@ -17,6 +17,7 @@
 #include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "backends/cpu/gemm.h"
 #include "core/prepared.h" /* the forms' bytes */
+#include "nn/arch.h"        /* the families' rows */
 #include "check.h"
 
 enum { LAYERS = 4, HIDDEN = 128, FFN = 256, VOCAB = 256, BATCH = 4, SEQ = 64 };
@@ -119,6 +120,59 @@ static void test_bf16_other_gemm_path(void) {
     check_dtype(ACCEL_BF16, "bf16 (bf16 operands, 64 KB scratchpad a call)");
     accel__gemm_test_scratchpad(0);
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+}
+
+/* A small random model of family `type` (its XConfig() defaults, at the
+ * test's sizes): sliding windows short enough to bite and Gemma2's
+ * soft-capping on (the explicit attention path), GPT-2's dropouts on. */
+static accel_llama_config family_config(const char *type) {
+    const accel__arch *a = accel__arch_find(type);
+    CHECK(a != NULL);
+    accel_llama_config c = a->defaults;
+    c.vocab_size = VOCAB;
+    c.hidden_size = HIDDEN;
+    c.intermediate_size = FFN;
+    c.num_hidden_layers = LAYERS;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = a->blocks == ACCEL__BLOCKS_GPT2 ? 0 : 2;
+    c.head_dim = 0;
+    c.max_position_embeddings = SEQ;
+    if (a->window == ACCEL__WINDOW_ALL || a->window == ACCEL__WINDOW_EVEN) c.sliding_window = 16;
+    return c;
+}
+
+static size_t family_peak(const accel_llama_config *c, bool checkpointing, accel_dtype dt) {
+    accel_manual_seed(11);
+    accel_module *m = accel_llama_new(c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s: %s", c->model_type, accel_last_error());
+    if (!m) return 0;
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    step_peak(m, dt);
+    size_t peak = step_peak(m, dt);
+    accel_module_free(m);
+    return peak;
+}
+
+/* Every family of the architecture table (nn/arch.h), f32, plain and
+ * checkpointed: the step arena's peak against accel_llama_activation_bytes
+ * of the family's config within 10%, as Llama's above. */
+static void test_families(void) {
+    for (size_t i = 0; accel__arch_at(i); i++) {
+        const char *type = accel__arch_at(i)->model_type;
+        accel_llama_config c = family_config(type);
+        for (int x = 0; x < 4; x++) {
+            bool ck = x & 1;
+            accel_dtype dt = x & 2 ? ACCEL_BF16 : ACCEL_F32;
+            size_t peak = family_peak(&c, ck, dt);
+            accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck};
+            accel_activation_bytes b;
+            CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s: %s", type, accel_last_error());
+            fprintf(stderr, "%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", type, accel_dtype_name(dt),
+                    ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
+            CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "%s %s%s: estimate %lld bytes vs measured %zu", type,
+                      accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
+        }
+    }
 }
 
 static int64_t state_bytes(accel_optimizer *opt) {
@@ -303,6 +357,7 @@ int main(void) {
     RUN(test_prepared_copies);
     RUN(test_sharded_rows);
     RUN(test_refusals);
+    RUN(test_families);
     accel_thread_cleanup();
     return check_summary();
 }
