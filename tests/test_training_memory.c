@@ -13,6 +13,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "accel/bert.h"
 #include "accelerator/accelerator_internal.h" /* the shard sizes */
 #include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "backends/cpu/gemm.h"
@@ -173,6 +174,74 @@ static void test_families(void) {
                       accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
         }
     }
+}
+
+/* BERT (accel/bert.h) at the test's sizes, its dropouts on. */
+static accel_bert_config bert_config(void) {
+    accel_bert_config c = accel_bert_config_default();
+    c.vocab_size = VOCAB;
+    c.hidden_size = HIDDEN;
+    c.intermediate_size = FFN;
+    c.num_hidden_layers = LAYERS;
+    c.num_attention_heads = 4;
+    c.max_position_embeddings = SEQ;
+    c.num_labels = 3;
+    return c;
+}
+
+/* The step arena's peak of a steady accel_bert_loss step: a padded batch
+ * (its last positions 0 in attention_mask), two segments. */
+static size_t bert_peak(bool checkpointing, accel_dtype dt) {
+    accel_manual_seed(11);
+    accel_bert_config c = bert_config();
+    accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (!m) return 0;
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    size_t peak = 0;
+    for (int step = 0; step < 2; step++) {
+        accel_step_reset();
+        int64_t ids[BATCH * SEQ], tt[BATCH * SEQ], am[BATCH * SEQ], labels[BATCH];
+        for (int i = 0; i < BATCH * SEQ; i++) {
+            ids[i] = (i * 37 + 5) % VOCAB;
+            tt[i] = i % SEQ >= SEQ / 2;
+            am[i] = i % SEQ < SEQ - 1 - i / SEQ;
+        }
+        for (int b = 0; b < BATCH; b++) labels[b] = b % 3;
+        accel_dtype prev = accel_autocast_begin(dt);
+        accel_tensor *loss = accel_bert_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), ids),
+                                             accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), tt),
+                                             accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), am),
+                                             accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), labels), NULL);
+        accel_autocast_end(prev);
+        CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "bert step: %s", accel_last_error());
+        peak = accel_arena_peak(accel_step_arena());
+    }
+    accel_step_reset();
+    accel_module_free(m);
+    return peak;
+}
+
+/* BERT's step against accel_bert_activation_bytes, as the families'. */
+static void test_bert(void) {
+    accel_bert_config c = bert_config();
+    for (int x = 0; x < 4; x++) {
+        bool ck = x & 1;
+        accel_dtype dt = x & 2 ? ACCEL_BF16 : ACCEL_F32;
+        size_t peak = bert_peak(ck, dt);
+        accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck};
+        accel_activation_bytes b;
+        CHECK_MSG(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_OK, "bert: %s", accel_last_error());
+        fprintf(stderr, "bert %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", accel_dtype_name(dt),
+                ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "bert %s%s: estimate %lld bytes vs measured %zu",
+                  accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
+    }
+    accel_activation_opts o = {.batch_size = 1, .seq_len = SEQ + 1, .autocast = ACCEL_F32};
+    accel_activation_bytes b;
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 65 is more than max_position_embeddings (64)");
+    accel_clear_error();
 }
 
 static int64_t state_bytes(accel_optimizer *opt) {
@@ -358,6 +427,7 @@ int main(void) {
     RUN(test_sharded_rows);
     RUN(test_refusals);
     RUN(test_families);
+    RUN(test_bert);
     accel_thread_cleanup();
     return check_summary();
 }

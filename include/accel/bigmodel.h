@@ -191,6 +191,13 @@ typedef struct accel_activation_bytes {
  * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out);
+/* The same for a BertForSequenceClassification of cfg (accel/bert.h)
+ * trained with accel_bert_loss on padded batches with token_type_ids (its
+ * dropouts acting): every layer attends through explicit [B, H, T, T]
+ * scores. seq_len at most max_position_embeddings. */
+struct accel_bert_config;
+accel_status accel_bert_activation_bytes(const struct accel_bert_config *cfg, const accel_activation_opts *o,
+                                         accel_activation_bytes *out);
 
 typedef enum accel_shard_strategy {
     ACCEL_SHARD_DDP,   /* NO_SHARD */

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "backends/cpu/gemm.h"
 #include "nn/arch.h"
@@ -100,6 +101,7 @@ typedef struct dims {
  * order src/nn/llama.c (and gpt2.c, layers.c) run it. */
 typedef struct fam {
     bool gpt2;          /* LayerNorm, fused c_attn split into q/k/v, no RoPE, gelu MLP, learned positions */
+    bool layer_norm;    /* LayerNorm (GPT-2, BERT): a mean beside rstd */
     bool gemma;         /* scaled embedding, norms x * (1 + w) through f32 views, gelu(gate) * up */
     bool sandwich;      /* Gemma2: the attention's and the MLP's outputs normalised too */
     bool norm_outputs;  /* OLMo 2: the two norms on the branches' outputs, none before them */
@@ -218,7 +220,7 @@ static void dropout_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += f32_c
  * x * (1 + w) runs through f32 views of its input and (in f32) output that
  * record nodes of their own; the [w] weight sums are not counted. */
 static accel_dtype norm_fwd(ledger *l, double e, double rows, accel_dtype xdt) {
-    l->bytes += f32_contig(e, xdt, true) + 4 * e + 4 * rows * (l->f->gpt2 ? 2 : 1);
+    l->bytes += f32_contig(e, xdt, true) + 4 * e + 4 * rows * (l->f->layer_norm ? 2 : 1);
     return ACCEL_F32;
 }
 
@@ -501,7 +503,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                 .V = (double)cfg->vocab_size, .H = heads, .D = hd, .Hkv = kv};
     d->n = d->B * d->T;
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
-    *f = (fam){.gpt2 = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
+    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
                .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
                .cap = a->softcap ? cfg->attn_logit_softcapping : 0,
@@ -513,6 +515,113 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     return true;
 }
 
+/* ------------------------------------------------------------ BERT's step
+ * accel_bert_loss of a BertForSequenceClassification (src/nn/bert.c) on a
+ * padded batch (the additive mask exists: a batch without padding makes
+ * none, 4 B*H*T*T bytes a layer fewer), token_type_ids given; its dropouts
+ * act (a training step). */
+
+/* One BertLayer: self-attention over explicit scores, BertSelfOutput, the
+ * intermediate gelu, BertOutput. */
+static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c) {
+    const dims *d = fwd->d;
+    const step_kind *k = fwd->k;
+    double n = d->n, eC = n * d->C, eI = n * d->I, E = d->B * d->H * d->T * d->T;
+    double ph = c->hidden_dropout_prob, pa = c->attention_probs_dropout_prob;
+    accel_dtype s = mm_dtype(k);
+    /* forward: q, k, v (with bias) split into heads as views */
+    accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
+    fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
+    gemm_call(fwd, 2 * eC, s == ACCEL_F32 ? 0 : E);
+    accel_dtype sc = unary_fwd(fwd, E, s);
+    sc = binary_fwd(fwd, E, sc, ACCEL_F32);
+    fwd->bytes += 4 * E + f32_contig(E, sc, true);
+    if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
+    /* P V: the output, P in s, v's view dense in s; its transpose made dense for the reshape */
+    fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false) + dense(eC, s, false);
+    gemm_call(fwd, E + eC, s == ACCEL_F32 ? 0 : eC);
+    /* BertSelfOutput: dense, dropout, + the layer input, LayerNorm */
+    accel_dtype o = linear_fwd(fwd, d->C, d->C, s);
+    if (ph > 0) dropout_fwd(fwd, eC, o);
+    add_fwd(fwd, o);
+    accel_dtype a = norm_fwd(fwd, eC, n, ACCEL_F32);
+    /* intermediate: dense, gelu; BertOutput: dense, dropout, + a, LayerNorm */
+    accel_dtype i = linear_fwd(fwd, d->C, d->I, a);
+    accel_dtype gi = unary_fwd(fwd, eI, i);
+    accel_dtype m = linear_fwd(fwd, d->I, d->C, gi);
+    if (ph > 0) dropout_fwd(fwd, eC, m);
+    add_fwd(fwd, m);
+    norm_fwd(fwd, eC, n, ACCEL_F32);
+
+    /* backward, in reverse from the output's gradient */
+    norm_bwd(bwd, eC, ACCEL_F32, false);
+    bwd->bytes += grad_copy(eC, m, false) + grad_copy(eC, a, false); /* add: the branch's, a's */
+    if (ph > 0) dropout_bwd(bwd, eC, m);
+    proj_bwd(bwd, d->I, d->C, m, gi, false, true);
+    unary_bwd(bwd, eI, i);
+    proj_bwd(bwd, d->C, d->I, i, a, true, true);
+    norm_bwd(bwd, eC, ACCEL_F32, false);
+    bwd->bytes += grad_copy(eC, o, false) + grad_copy(eC, ACCEL_F32, false); /* add: the branch's, the input's */
+    if (ph > 0) dropout_bwd(bwd, eC, o);
+    proj_bwd(bwd, d->C, d->C, o, s, false, true);
+    /* the reshape's gradient into the transposed view, its dense transpose into P V's output */
+    bwd->bytes += grad_copy(eC, s, false) + dense(eC, s, false) + grad_copy(eC, s, false);
+    /* P V: the output gradient read, P's and v's view's gradients */
+    bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
+    gemm_call(bwd, eC + E, 0);
+    if (pa > 0) dropout_bwd(bwd, E, ACCEL_F32);
+    bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
+    bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
+    unary_bwd(bwd, E, s);                                              /* the scale */
+    /* q k^T: the output gradient read, q's and k^T's views' (k^T's then made
+     * dense into k's view) */
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
+                  grad_copy(eC, q, false);
+    gemm_call(bwd, E + eC, 0);
+    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q);
+    proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
+    proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
+    proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
+}
+
+/* Outside the layers: the batch (ids, token types, mask, labels), the
+ * embeddings (word + type + position, LayerNorm, dropout), the pooler
+ * (tanh(dense(h[:, 0]))), the classifier's dropout and head, the loss. */
+static void bert_outer_step(ledger *l, const accel_bert_config *c) {
+    const dims *d = l->d;
+    double n = d->n, eC = n * d->C, BC = d->B * d->C, ph = c->hidden_dropout_prob;
+    double pc = c->classifier_dropout >= 0 ? c->classifier_dropout : ph, L = (double)c->num_labels;
+    l->bytes += 8 * n + 8 * n + 8 * n + 8 * d->B;    /* ids, token_type_ids, attention_mask, labels */
+    l->bytes += 8 * n + 4 * n + 4 * n;               /* the mask read as int64, as floats, as a tensor */
+    l->bytes += 8 * d->T + 4 * d->T * d->C;          /* positions, their rows */
+    l->bytes += 4 * eC + 4 * eC + 4 * eC + 4 * eC;   /* word and type rows, the two adds */
+    accel_dtype e = norm_fwd(l, eC, n, ACCEL_F32);
+    if (ph > 0) dropout_fwd(l, eC, e), dropout_bwd(l, eC, e);
+    norm_bwd(l, eC, ACCEL_F32, false);
+    /* the adds' backward: both inputs' gradients, the positions' summed over B */
+    l->bytes += 2 * 4 * eC + 2 * 4 * d->T * d->C;
+    /* the pooler of the first position (a view across T, made dense; its
+     * gradient a zeroed [B, T, C] copied into the last layer's output's),
+     * tanh, dropout, the classifier: B rows */
+    dims db = *d;
+    db.n = d->B;
+    ledger r = {l->k, &db, l->f, 0, l->call};
+    r.bytes += mm_operand(l->k, BC, ACCEL_F32, false);
+    accel_dtype p = linear_fwd(&r, d->C, d->C, ACCEL_F32);
+    unary_fwd(&r, BC, p);
+    if (pc > 0) dropout_fwd(&r, BC, p), dropout_bwd(&r, BC, p);
+    accel_dtype y = linear_fwd(&r, d->C, L, p);
+    r.bytes += 4 * d->B * L * 3; /* cross-entropy's f32 logits, lse, gradient */
+    proj_bwd(&r, d->C, L, y, p, false, true);
+    unary_bwd(&r, BC, p);
+    proj_bwd(&r, d->C, d->C, p, ACCEL_F32, false, true);
+    l->bytes += r.bytes + 4 * eC + grad_copy(eC, ACCEL_F32, false) + grad_copy(BC, ACCEL_F32, false);
+    l->call = r.call;
+}
+
 /* Bytes as int64, or false when they reach 2^62 (a config or batch no step
  * could hold, named in the caller's error). */
 static bool to_bytes(double b, int64_t *out) {
@@ -521,27 +630,60 @@ static bool to_bytes(double b, int64_t *out) {
     return true;
 }
 
-accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
-                                          accel_activation_bytes *out) {
-    static const char *FN = "accel_llama_activation_bytes";
-    if (!cfg || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", FN, cfg ? "out" : "cfg");
+/* The options' checks of both entry points (fn names the caller). */
+static accel_status check_opts(const char *fn, const void *cfg, const accel_activation_opts *o,
+                               accel_activation_bytes *out) {
+    if (!cfg || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", fn, cfg ? "out" : "cfg");
     if (!o) /* the one options struct without defaults: the shape of a step is the question */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: options are NULL: batch_size and seq_len have no default",
-                               FN);
+                               fn);
     memset(out, 0, sizeof *out);
     if (o->batch_size < 1 || o->seq_len < 2)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: batch_size %lld and seq_len %lld: need batch_size >= 1 and seq_len >= 2 (the "
                                "loss shifts the labels by one)",
-                               FN, (long long)o->batch_size, (long long)o->seq_len);
+                               fn, (long long)o->batch_size, (long long)o->seq_len);
     if (o->autocast != ACCEL_F32 && o->autocast != ACCEL_BF16 && o->autocast != ACCEL_F16)
         return accel_set_error(ACCEL_ERR_DTYPE, "%s: autocast must be float32 (none), bfloat16 or float16, got %s",
-                               FN, accel_dtype_name(o->autocast));
+                               fn, accel_dtype_name(o->autocast));
+    return ACCEL_OK;
+}
+
+static step_kind kind_of(const accel_activation_opts *o) {
+    return (step_kind){o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
+                       accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3,
+                       (double)accel_num_threads()};
+}
+
+/* The step's peak from its ledgers: two kinds of layer (lf/lb[0] for L - n1
+ * layers, [1] for n1) and what lies outside them. false when a figure
+ * reaches 2^62 bytes. Checkpointed, a layer leaves its output (f32) and,
+ * once its backward has run, its input's gradient slot; the recompute of
+ * one layer at a time sits on top, the largest at most. ZeRO-3's node on a
+ * layer's output copies that output's gradient. On top, one GEMM call's own
+ * panels at a time (the largest). */
+static bool compose(const ledger lf[2], const ledger lb[2], const ledger *outer, double L, double n1,
+                    const accel_activation_opts *o, const dims *d, accel_activation_bytes *out) {
+    double layer[2] = {lf[0].bytes + lb[0].bytes, lf[1].bytes + lb[1].bytes};
+    int big = n1 > 0 && (n1 == L || layer[1] > layer[0]);
+    double kept_ck = 2 * 4 * d->n * d->C, z3 = o->zero3 ? 4 * d->n * d->C : 0;
+    double kept_all = o->checkpointing ? L * kept_ck : (L - n1) * layer[0] + n1 * layer[1];
+    double call = outer->call;
+    for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].call, lb[e].call));
+    double peak = outer->bytes + kept_all + L * z3 + (o->checkpointing && L > 0 ? layer[big] : 0) + call;
+    double kept = (o->checkpointing ? kept_ck : layer[big]) + z3;
+    return to_bytes(peak, &out->peak) && to_bytes(lf[big].bytes, &out->layer_forward) &&
+           to_bytes(lb[big].bytes, &out->layer_backward) && to_bytes(kept, &out->kept_per_layer) &&
+           to_bytes(outer->bytes, &out->outer);
+}
+
+accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
+                                          accel_activation_bytes *out) {
+    static const char *FN = "accel_llama_activation_bytes";
     dims d;
     fam f;
-    if (!resolve(cfg, &d, &f, o)) return accel_last_status();
-    step_kind k = {o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
-                   accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3, (double)accel_num_threads()};
+    if (check_opts(FN, cfg, o, out) != ACCEL_OK || !resolve(cfg, &d, &f, o)) return accel_last_status();
+    step_kind k = kind_of(o);
     /* the two kinds of layer (attention through sdpa or explicit scores) */
     ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
     for (int e = 0; e < 2; e++) {
@@ -552,29 +694,40 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     const accel__arch *a = accel__arch_find(cfg->model_type);
     double n_explicit = 0;
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++) n_explicit += explicit_layer(cfg, a, i, o->seq_len);
-    double L = (double)cfg->num_hidden_layers, n_sdpa = L - n_explicit;
-    int big = n_explicit > 0 && (!n_sdpa || lf[1].bytes + lb[1].bytes > lf[0].bytes + lb[0].bytes); /* the largest */
-    double layer[2] = {lf[0].bytes + lb[0].bytes, lf[1].bytes + lb[1].bytes};
-    /* Checkpointed, a layer leaves its output (f32) and, once its backward
-     * has run, its input's gradient slot; the recompute of one layer at a
-     * time sits on top, the largest at most. ZeRO-3's node on a layer's
-     * output copies that output's gradient. */
-    double kept_ck = 2 * 4 * d.n * d.C, z3 = o->zero3 ? 4 * d.n * d.C : 0;
-    double kept_all = o->checkpointing ? L * kept_ck : n_sdpa * layer[0] + n_explicit * layer[1];
-    /* and on top, one GEMM call's own panels at a time (the largest) */
-    double call = outer.call;
-    for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].call, lb[e].call));
-    double peak = outer.bytes + kept_all + L * z3 + (o->checkpointing && L > 0 ? layer[big] : 0) + call;
-    double kept = (o->checkpointing ? kept_ck : layer[big]) + z3;
-    if (!to_bytes(peak, &out->peak) || !to_bytes(lf[big].bytes, &out->layer_forward) ||
-        !to_bytes(lb[big].bytes, &out->layer_backward) || !to_bytes(kept, &out->kept_per_layer) ||
-        !to_bytes(outer.bytes, &out->outer))
+    if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, n_explicit, o, &d, out))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
                                "(hidden_size %lld, intermediate_size %lld, vocab_size %lld, %lld layers)",
                                FN, (long long)o->batch_size, (long long)o->seq_len, (long long)cfg->hidden_size,
                                (long long)cfg->intermediate_size, (long long)cfg->vocab_size,
                                (long long)cfg->num_hidden_layers);
+    return ACCEL_OK;
+}
+
+accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const accel_activation_opts *o,
+                                         accel_activation_bytes *out) {
+    static const char *FN = "accel_bert_activation_bytes";
+    if (check_opts(FN, cfg, o, out) != ACCEL_OK || accel_bert_config_check(cfg, FN) != ACCEL_OK)
+        return accel_last_status();
+    if (o->seq_len > cfg->max_position_embeddings)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is more than max_position_embeddings (%lld)",
+                               FN, (long long)o->seq_len, (long long)cfg->max_position_embeddings);
+    double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
+    dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
+              .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H};
+    d.n = d.B * d.T;
+    fam f = {.layer_norm = true};
+    step_kind k = kind_of(o);
+    ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
+    lf[0] = lb[0] = lf[1] = lb[1] = (ledger){&k, &d, &f, 0, 0};
+    bert_layer_step(&lf[0], &lb[0], cfg);
+    bert_outer_step(&outer, cfg);
+    if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, 0, o, &d, out))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
+                               "(hidden_size %lld, intermediate_size %lld, %lld layers)",
+                               FN, (long long)o->batch_size, (long long)o->seq_len, (long long)cfg->hidden_size,
+                               (long long)cfg->intermediate_size, (long long)cfg->num_hidden_layers);
     return ACCEL_OK;
 }
 
