@@ -184,8 +184,9 @@ typedef struct accel_activation_bytes {
 } accel_activation_bytes;
 
 /* The step arena of a steady-state training step (parameter gradients already
- * allocated, as after the first step or under an Accelerator) of the Llama
- * cfg on this machine's CPU (whether its GEMM multiplies autocast's dtype
+ * allocated, as after the first step or under an Accelerator) of the decoder
+ * cfg (any family of the architecture table: its own blocks, windows,
+ * soft-capping, GPT-2's dropouts while training) on this machine's CPU (whether its GEMM multiplies autocast's dtype
  * itself is read from it). Errors: bad cfg or options, sizes past 2^62 bytes.
  * The one options pointer of the API that may not be NULL: the batch and
  * sequence sizes have no default. */

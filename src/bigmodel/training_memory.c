@@ -1,4 +1,5 @@
-/* Training memory of accel's Llama, counted from what its ops allocate
+/* Training memory of accel's models (every decoder family of the
+ * architecture table, nn/arch.h, and BERT), counted from what their ops allocate
  * (docs/bigmodel.md "Training memory"): the step arena's high-water mark over
  * one training step (activations), and the persistent per-rank bytes of each
  * sharding strategy (weights, gradients, Adam state, ZeRO-3's gathered units).
