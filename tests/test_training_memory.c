@@ -7,9 +7,12 @@
  * options refused by name. Under `accel launch --use_fsdp` (ZeRO-3 on N
  * processes) instead: each rank's step arena peak, parameter and gradient
  * shards and Adam state against the ZeRO-3 row, within 10%; prints
- * "training memory zero3 world=N mp=M" on rank 0. */
+ * "training memory zero3 world=N mp=M" on rank 0. With `families LO HI`:
+ * the same step checks for rows LO..HI-1 of the architecture table (every
+ * decoder family, small and random); with `bert`: for BERT. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
@@ -154,11 +157,15 @@ static size_t family_peak(const accel_llama_config *c, bool checkpointing, accel
     return peak;
 }
 
-/* Every family of the architecture table (nn/arch.h), f32, plain and
- * checkpointed: the step arena's peak against accel_llama_activation_bytes
- * of the family's config within 10%, as Llama's above. */
+/* Rows [lo, hi) of the architecture table (nn/arch.h), f32 and bf16 (this
+ * CPU's path), plain and checkpointed: the step arena's peak against
+ * accel_llama_activation_bytes of the family's config within 10%, as
+ * Llama's above. */
+static size_t g_rows[2];
+
 static void test_families(void) {
-    for (size_t i = 0; accel__arch_at(i); i++) {
+    CHECK_MSG(accel__arch_at(g_rows[0]) != NULL, "no row %zu in the architecture table", g_rows[0]);
+    for (size_t i = g_rows[0]; i < g_rows[1] && accel__arch_at(i); i++) {
         const char *type = accel__arch_at(i)->model_type;
         accel_llama_config c = family_config(type);
         for (int x = 0; x < 4; x++) {
@@ -417,8 +424,22 @@ static int zero3_main(void) {
     return check_summary();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (getenv("ACCEL_FSDP_SHARDING_STRATEGY") || getenv("ACCEL_ZERO_STAGE")) return zero3_main();
+    /* `families LO HI`: rows LO..HI-1 of the architecture table; `bert`: BERT's
+     * step (separate runs: each family takes eight steps) */
+    if (argc == 4 && !strcmp(argv[1], "families")) {
+        g_rows[0] = (size_t)strtoul(argv[2], NULL, 10);
+        g_rows[1] = (size_t)strtoul(argv[3], NULL, 10);
+        RUN(test_families);
+        accel_thread_cleanup();
+        return check_summary();
+    }
+    if (argc == 2 && !strcmp(argv[1], "bert")) {
+        RUN(test_bert);
+        accel_thread_cleanup();
+        return check_summary();
+    }
     RUN(test_f32);
     RUN(test_bf16_autocast);
     RUN(test_bf16_other_gemm_path);
@@ -426,8 +447,6 @@ int main(void) {
     RUN(test_prepared_copies);
     RUN(test_sharded_rows);
     RUN(test_refusals);
-    RUN(test_families);
-    RUN(test_bert);
     accel_thread_cleanup();
     return check_summary();
 }

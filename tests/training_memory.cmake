@@ -13,6 +13,15 @@ if(TARGET accel_cli)
   set_tests_properties(training_memory_zero3_2 training_memory_zero3_bf16_2 PROPERTIES
     TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
 endif()
+# every family's step against its estimate (the architecture table's rows in
+# two runs, the second open-ended so that a new row is covered), and BERT's
+add_test(NAME training_memory_families_0 COMMAND test_training_memory families 0 5
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME training_memory_families_5 COMMAND test_training_memory families 5 1000
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME training_memory_bert COMMAND test_training_memory bert WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+set_tests_properties(training_memory_families_0 training_memory_families_5 training_memory_bert PROPERTIES
+  TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
 if(TARGET accel_cli)
   # the per-rank table with the step's activations (f32: the same figure on every CPU)
   add_test(NAME training_memory_cli
