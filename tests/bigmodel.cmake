@@ -104,6 +104,12 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_gemma2 PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │")
+  # Phi-3 with partial_rotary_factor 0.5: transformers' rotary buffers hold rotary_dim / 2 = 2 floats
+  # each (Accelerate: 24.25 KB / 56.64 KB; they were counted as head_dim / 2, 56.66 KB)
+  add_test(NAME bigmodel_estimate_memory_phi3 COMMAND accel_cli estimate-memory data/hf_arch_phi3 --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_phi3 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.25 KB  │ 56.64 KB │     226.56 KB     │")
   add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION

@@ -483,10 +483,14 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     }
     accel_module_free(m);
     if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
-    /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
-     * accel's Llama computes instead of keeping (GPT-2 has no RoPE) */
-    if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA)
-        body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
+    /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (rotary_dim / 2 f32 each: the
+     * head_dim rotated, Phi-3's partial_rotary_factor of it), which accel's Llama computes instead of keeping
+     * (GPT-2 has no RoPE) */
+    if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA) {
+        accel_llama_config rc = cfg;
+        if (!rc.head_dim) rc.head_dim = cfg.hidden_size / cfg.num_attention_heads;
+        body += 2 * (accel__rotary_dim(&rc) / 2) * 4;
+    }
     /* and Gemma's embedding keeps its scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale) */
     if (!bert && accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
     /* BertEmbeddings' position_ids and token_type_ids: [1, max_position_embeddings] int64 buffers each,
