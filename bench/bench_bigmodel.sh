@@ -5,7 +5,11 @@
 #     examples/dispatch vs Accelerate + transformers (bench/bigmodel_peer.py:
 #     init_empty_weights + load_checkpoint_and_dispatch + one forward), with
 #     the seed's map on cpu,cpu and cpu,disk;
-#   - greedy decode tokens/s, accel's examples/generate vs transformers' generate.
+#   - greedy decode, accel's examples/generate vs transformers' generate, warm on
+#     both sides as bench/families.sh: generate --warm-up and bench/peer_decode.py
+#     each run one untimed generation of 2 new tokens in the process first; first
+#     token (accel prompt_ms, the peer's generate(max_new_tokens=1)) and tokens/s.
+# (Start to first logits is cold on both sides: a process start is the question.)
 # Medians of RUNS runs (warm page cache: the checkpoint is read once first).
 # Writes bench/results/bigmodel.md. Usage: bash bench/bench_bigmodel.sh [BUILD_DIR] [RUNS]
 # OMP_WAIT_POLICY defaults to PASSIVE for both sides (torch's libgomp honours it
@@ -38,6 +42,7 @@ run_many() {
     awk '/^TIME/ {printf "%.1f %.1f\n", $2 * 1000, $3 / 1024}' "$T/err" >> "$T/$name.time"
     sed -n 's/.*process_to_logits_ms=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$name.ttl"
     sed -n 's/.*decode_tokens_per_s=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$name.tps"
+    sed -n 's/.*\(prompt_ms\|first_token_ms\)=\([0-9.]*\).*/\2/p' "$T/out" >> "$T/$name.first"
   done
 }
 col() { awk -v c="$2" '{print $c}' "$T/$1.time" | median; }
@@ -45,12 +50,12 @@ med() { median < "$T/$1.$2"; }
 
 run_many accel_cpu "$BIN/dispatch" "$CKPT" --devices cpu,cpu
 run_many accel_disk "$BIN/dispatch" "$CKPT" --devices cpu,disk
-run_many accel_decode "$BIN/generate" "$CKPT" --ids 1,2,3 --new-tokens $NEW
+run_many accel_decode "$BIN/generate" "$CKPT" --ids 1,2,3 --new-tokens $NEW --warm-up
 PRUNS=$RUNS; [ "$PRUNS" -gt 3 ] && PRUNS=3 # the peer is slow; 3 runs are enough for a median
 RUNS=$PRUNS
 run_many peer_cpu python3 bench/bigmodel_peer.py first-logits "$CKPT" --devices cpu,cpu
 run_many peer_disk python3 bench/bigmodel_peer.py first-logits "$CKPT" --devices cpu,disk
-run_many peer_decode python3 bench/bigmodel_peer.py decode "$CKPT" --new-tokens $NEW
+run_many peer_decode python3 bench/bigmodel_peer.py decode "$CKPT" --ids 1,2,3 --new-tokens $NEW
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a / b}'; }
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -76,10 +81,13 @@ mkdir -p bench/results
   echo "Speed-up to first logits: cpu,cpu $(ratio "$(med peer_cpu ttl)" "$(med accel_cpu ttl)")x," \
        "cpu,disk $(ratio "$(med peer_disk ttl)" "$(med accel_disk ttl)")x (goal: 10x)."
   echo
-  echo "| greedy decode, $NEW new tokens, all on cpu | tokens/s | peak RSS (MB) |"
-  echo "|---|---|---|"
-  echo "| accel examples/generate | $(med accel_decode tps) | $(col accel_decode 2) |"
-  echo "| transformers generate | $(med peer_decode tps) | $(col peer_decode 2) |"
+  echo "Greedy decode, prompt 1,2,3, warm on both sides (one untimed generation of 2 new tokens in the"
+  echo "process first: generate --warm-up, bench/peer_decode.py); first token: the prompt's forward."
+  echo
+  echo "| greedy decode, $NEW new tokens, all on cpu | first token ms | tokens/s | peak RSS (MB) |"
+  echo "|---|---|---|---|"
+  echo "| accel examples/generate --warm-up | $(med accel_decode first) | $(med accel_decode tps) | $(col accel_decode 2) |"
+  echo "| transformers generate | $(med peer_decode first) | $(med peer_decode tps) | $(col peer_decode 2) |"
 } > "$OUT"
 sed -i "s/^Medians: accel .* see command\./Medians: accel ${2:-5} runs, peer $PRUNS runs./" "$OUT"
 cat "$OUT"

@@ -10,9 +10,13 @@
 # vocab 32000, 8 heads, randn * 0.02, f32 safetensors) with LAYERS layers
 # (default 4); bf16 runs load the same f32 file in bf16 (accel: --dtype
 # bfloat16; transformers: from_pretrained(dtype=torch.bfloat16)). Each run
-# decodes NEW tokens (default 32) after an 8-token prompt; tokens/s counts the
-# new tokens after the first over their time (the prompt's forward taken out,
-# as both programs measure it). Env: THREADS (2), LAYERS, NEW, OMP_WAIT_POLICY
+# decodes NEW tokens (default 32) after an 8-token prompt, warm on both sides as
+# bench/families.sh: accel's generate --warm-up and the peer's
+# bench/peer_decode.py each run one untimed generation of 2 new tokens in the
+# same process first. First token: accel's prompt_ms (the prompt's forward to
+# its logits), the peer's first_token_ms (generate(max_new_tokens=1)); tokens/s
+# counts the new tokens after the first over their time (the prompt's forward
+# taken out, as both programs measure it). Env: THREADS (2), LAYERS, NEW, OMP_WAIT_POLICY
 # (PASSIVE for both sides, as bench_bigmodel.sh), QUIET_WAIT (seconds to wait
 # for a 90%-idle CPU before each run, default 0). Writes bench/results/decode.md.
 # About 2 minutes at the defaults on the 2-vCPU box under load.
@@ -42,6 +46,7 @@ run() {
   local name=$1; shift
   python3 bench/metered_run.py "$T/out" "${QUIET_WAIT:-0}" "$@" 2>/dev/null || { cat "$T/out" >&2; exit 1; }
   sed -n 's/.*decode_tokens_per_s=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$name.tps"
+  sed -n 's/.*\(prompt_ms\|first_token_ms\)=\([0-9.]*\).*/\2/p' "$T/out" >> "$T/$name.first"
   sed -n 's/.*load_ms=\([0-9.]*\).*/\1/p' "$T/out" >> "$T/$name.load"
   awk '{print $2}' "$T/out.meta" >> "$T/$name.cpu"
   awk '{print $4}' "$T/out.meta" >> "$T/loads"
@@ -52,7 +57,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$ROUNDS"); do
   echo "== round $r/$ROUNDS" >&2
   for dt in float32 bfloat16; do
-    run "accel_$dt" "$BIN/generate" "$CKPT" --ids "$PROMPT" --new-tokens "$NEW" --dtype "$dt"
+    run "accel_$dt" "$BIN/generate" "$CKPT" --ids "$PROMPT" --new-tokens "$NEW" --dtype "$dt" --warm-up
     run "peer_$dt" python3 bench/bigmodel_peer.py decode "$CKPT" --ids "$PROMPT" --new-tokens "$NEW" --dtype "$dt"
   done
 done
@@ -75,14 +80,17 @@ mkdir -p bench/results
   echo "Checkpoint: examples/save_fake_llama --layers $LAYERS (hidden 512, intermediate 1024, vocab 32000,"
   echo "8 heads, f32 safetensors, $(du -m "$CKPT/model.safetensors" | cut -f1) MB; bf16 runs load it in bf16). Prompt $PROMPT,"
   echo "$NEW new tokens, greedy, KV cache; $THREADS threads each (OMP_NUM_THREADS, torch's default from it),"
-  echo "OMP_WAIT_POLICY=$OMP_WAIT_POLICY. $ROUNDS interleaved rounds; medians."
+  echo "OMP_WAIT_POLICY=$OMP_WAIT_POLICY. $ROUNDS interleaved rounds; medians. Warm on both sides: each"
+  echo "process runs one untimed generation of 2 new tokens first (accel: generate --warm-up; transformers:"
+  echo "bench/peer_decode.py's warm-up generate); first token: the prompt's forward (accel prompt_ms,"
+  echo "transformers generate(max_new_tokens=1))."
   echo "Command: \`bash bench/decode.sh $B $ROUNDS\`; peer: \`bench/bigmodel_peer.py decode\` (torch $(python3 -c 'import torch; print(torch.__version__)'),"
   echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)'))."
   echo
-  echo "| dtype | accel tokens/s | transformers tokens/s | accel / transformers | accel load ms | transformers load ms | process CPU s (accel / transformers) | same tokens |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| dtype | accel first token ms | transformers first token ms | accel tokens/s | transformers tokens/s | accel / transformers tokens/s | accel load ms | transformers load ms | process CPU s (accel / transformers) | same tokens |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   for dt in float32 bfloat16; do
-    echo "| $dt | $(med "accel_$dt" tps) | $(med "peer_$dt" tps) | $(ratio "$(med "accel_$dt" tps)" "$(med "peer_$dt" tps)")x |" \
+    echo "| $dt | $(med "accel_$dt" first) | $(med "peer_$dt" first) | $(med "accel_$dt" tps) | $(med "peer_$dt" tps) | $(ratio "$(med "accel_$dt" tps)" "$(med "peer_$dt" tps)")x |" \
          "$(med "accel_$dt" load) | $(med "peer_$dt" load) | $(med "accel_$dt" cpu) / $(med "peer_$dt" cpu) | $(same "$dt") |"
   done
   echo

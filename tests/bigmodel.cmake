@@ -104,23 +104,31 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_gemma2 PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │")
+  # Phi-3 with partial_rotary_factor 0.5: transformers' rotary buffers hold rotary_dim / 2 = 2 floats
+  # each (Accelerate: 24.25 KB / 56.64 KB; they were counted as head_dim / 2, 56.66 KB)
+  add_test(NAME bigmodel_estimate_memory_phi3 COMMAND accel_cli estimate-memory data/hf_arch_phi3 --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_phi3 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.25 KB  │ 56.64 KB │     226.56 KB     │")
   add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   24.25 KB  │ 56.66 KB │     226.62 KB     │")
   # GPT-2 (GPT2Block not split, no RoPE buffers): Accelerate's calculate_maximum_sizes of transformers'
-  # GPT2Model of that config.json gives 112.5 KB / 216.0 KB. Its step's activations are not modelled: refused.
+  # GPT2Model of that config.json gives 112.5 KB / 216.0 KB. With a batch, its own step's activations
+  # (tests/test_training_memory.c measures them; f32: the same figure on every CPU).
   add_test(NAME bigmodel_estimate_memory_gpt2 COMMAND accel_cli estimate-memory data/hf_arch_gpt2 --dtypes float32
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_gpt2 PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   112.5 KB  │ 216.0 KB │      864.0 KB     │")
   add_test(NAME bigmodel_estimate_memory_gpt2_batch COMMAND accel_cli estimate-memory data/hf_arch_gpt2
            --num_processes 2 --batch_size 2 --seq_len 16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_gpt2_batch PROPERTIES PASS_REGULAR_EXPRESSION
-    "activations are modelled for the Llama block \\(RMSNorm, RoPE, gated MLP\\), not for gpt2 models")
+  set_tests_properties(bigmodel_estimate_memory_gpt2_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+    PASS_REGULAR_EXPRESSION
+    "│    DDP \\(NO_SHARD\\)    │216.0 KB│ 216.0 KB│ 432.0 KB│   0 bytes    │  1.25 MB  │2.09 MB│.*│ ZeRO-3 \\(FULL_SHARD\\)  │108.0 KB│ 108.0 KB│ 216.0 KB│   450.0 KB   │  1.38 MB  │2.24 MB│")
   # BERT: Accelerate's calculate_maximum_sizes of transformers' BertModel of those config.json files
   # (its position_ids / token_type_ids buffers counted; BertLayer and BertEmbeddings unsplit: the
-  # embeddings are hf_bert_nlp's largest layer, with the buffers). The activations are refused.
+  # embeddings are hf_bert_nlp's largest layer, with the buffers).
   add_test(NAME bigmodel_estimate_memory_bert COMMAND accel_cli estimate-memory data/hf_bert_cls --dtypes float32
            float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert PROPERTIES PASS_REGULAR_EXPRESSION
@@ -129,10 +137,17 @@ if(TARGET accel_cli)
            --dtypes float32 --num_processes 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_embeddings PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   159.5 KB  │230.38 KB │      921.5 KB     │.*│ ZeRO-3 \\(FULL_SHARD\\)  │114.82 KB│114.82 KB│229.63 KB│")
+  # BERT's step activations (accel_bert_activation_bytes; f32: the same figure on every CPU), and a
+  # sequence longer than its positions refused
   add_test(NAME bigmodel_estimate_memory_bert_batch COMMAND accel_cli estimate-memory data/hf_bert_nlp
            --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert_batch PROPERTIES PASS_REGULAR_EXPRESSION
-    "bert models get the weights, gradients and optimizer rows; the step's activations \\(--batch_size / --seq_len\\) are modelled for the decoder families only")
+  set_tests_properties(bigmodel_estimate_memory_bert_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+    PASS_REGULAR_EXPRESSION
+    "per rank \\(batch 2 x 8, f32\\).*│    DDP \\(NO_SHARD\\)    │229.63 KB│229.63 KB│459.27 KB│   0 bytes    │  300.7 KB │1.19 MB│")
+  add_test(NAME bigmodel_estimate_memory_bert_long COMMAND accel_cli estimate-memory data/hf_bert_nlp
+           --batch_size 2 --seq_len 65 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_long PROPERTIES PASS_REGULAR_EXPRESSION
+    "accel_bert_activation_bytes: seq_len 65 is more than max_position_embeddings \\(64\\)")
 endif()
 
 # 200000 members built, addressed, measured, saved and loaded: linear in the

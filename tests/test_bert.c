@@ -10,7 +10,10 @@
  * gradient checkpointing gives the same gradients; dropout acts only while
  * training; config fields accel does not implement
  * are refused naming the field; loaded with a device map (cpu, disk, cpu
- * offload, a strategy's map, from shards) the same logits. */
+ * offload, a strategy's map, from shards) the same logits; the head-less
+ * BertModel and gamma/beta-named checkpoints users find load through both
+ * loaders. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -432,8 +435,8 @@ static void check_dispatched(const char *dir, const accel_device_map *map, const
 /* accel_bert_from_pretrained_dispatched: layers left on disk (read from the
  * mapping when they run) and offloaded to host copies give the fixture's
  * logits, from model.safetensors and from shards; a sequential map from a
- * small cpu budget puts the rest on disk; a checkpoint without the head is
- * refused naming the missing keys (no weights to put on disk). */
+ * small cpu budget puts the rest on disk; a checkpoint without an encoder
+ * weight is refused naming it. */
 static void test_device_map_and_offload(void) {
     accel_device_map *map = accel_device_map_parse("bert.embeddings:cpu,bert.encoder.layer.0:disk,"
                                                    "bert.encoder.layer.1:cpu,bert.pooler:disk,classifier:cpu");
@@ -462,25 +465,113 @@ static void test_device_map_and_offload(void) {
     CHECK_MSG(s.n_loaded > 0 && s.n_offloaded_disk > 0 && s.bytes_resident <= 48000,
               "loaded %lld (%lld bytes), disk %lld", (long long)s.n_loaded, (long long)s.bytes_resident,
               (long long)s.n_offloaded_disk);
-    /* a checkpoint without the classifier: its keys named */
-    snprintf(dir, sizeof dir, "%s/dispatch_headless", g_tmp);
+    /* a checkpoint without an encoder weight: its key named */
+    snprintf(dir, sizeof dir, "%s/dispatch_no_query", g_tmp);
     accel_state_dict *sd = m ? accel_module_state_dict(m) : NULL;
     const char *names[64];
     accel_tensor *ts[64];
     int n = 0;
     for (int i = 0; sd && i < sd->n && n < 64; i++)
-        if (strncmp(sd->entries[i].name, "classifier", 10)) names[n] = sd->entries[i].name, ts[n++] = sd->entries[i].t;
+        if (strcmp(sd->entries[i].name, "bert.encoder.layer.1.attention.self.query.weight"))
+            names[n] = sd->entries[i].name, ts[n++] = sd->entries[i].t;
     char path[200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(m && accel_bert_config_save(dir, accel_bert_config_of(m)) == ACCEL_OK &&
           accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK);
     accel_dispatched *d = NULL;
-    accel_module *headless = accel_bert_from_pretrained_dispatched(dir, NULL, NULL, NULL, NULL, &d);
-    CHECK(headless == NULL && d == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "missing key(s)");
-    CHECK_STR_CONTAINS(accel_last_error(), "classifier.weight");
+    accel_module *partial = accel_bert_from_pretrained_dispatched(dir, NULL, NULL, NULL, NULL, &d);
+    CHECK(partial == NULL && d == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "missing key(s) (not in the checkpoint): "
+                                           "['bert.encoder.layer.1.attention.self.query.weight']");
     accel_state_dict_free(sd);
     accel_module_free(m);
+}
+
+/* m's hidden states and pooler output against the fixture's. */
+static void check_encoder(accel_module *m, accel_safetensors *st, const batch *b, const char *what) {
+    accel_tensor *pooled = NULL;
+    accel_tensor *h = accel_bert_encode(m, b->ids, b->tt, b->mask, &pooled);
+    CHECK_MSG(h && pooled, "%s: %s", what, accel_last_error());
+    if (h && pooled) {
+        check_tensor_close(st, "hidden", h, 0, 1e-5);
+        check_tensor_close(st, "pooled", pooled, 0, 1e-5);
+    }
+    accel_step_reset();
+}
+
+/* The classifier a head-less checkpoint leaves new: materialised on the cpu
+ * (also where the map said disk: no file holds it), weight N(0, 0.02) as
+ * transformers' _init_weights (std within 30% over its 96 values), bias 0. */
+static void check_new_classifier(accel_module *m, const char *what) {
+    accel_tensor *w = accel_module_get_tensor(m, "classifier.weight"),
+                 *bias = accel_module_get_tensor(m, "classifier.bias");
+    CHECK_MSG(w && bias && w->device.type == ACCEL_DEV_CPU && bias->device.type == ACCEL_DEV_CPU, "%s", what);
+    if (!w || !bias || w->device.type != ACCEL_DEV_CPU || bias->device.type != ACCEL_DEV_CPU) return;
+    float wv[96], bv[3];
+    CHECK(accel_numel(w) == 96 && accel_to_floats(w, wv) == ACCEL_OK && accel_to_floats(bias, bv) == ACCEL_OK);
+    double ss = 0;
+    for (int i = 0; i < 96; i++) ss += (double)wv[i] * wv[i];
+    double sd = sqrt(ss / 96);
+    CHECK_MSG(sd > 0.7 * 0.02 && sd < 1.3 * 0.02, "%s: classifier weight std %g, not initializer_range 0.02", what, sd);
+    CHECK_MSG(bv[0] == 0 && bv[1] == 0 && bv[2] == 0, "%s: classifier bias not zero", what);
+}
+
+/* The checkpoints users find, as tools/gen_hf_bert_fixtures.py writes them
+ * from the fixture's weights: hf_bert_base, a BertModel's (names without
+ * "bert.", no classifier), and hf_bert_legacy, LayerNorm weights named
+ * gamma/beta. accel_bert_from_pretrained and
+ * accel_bert_from_pretrained_dispatched (all on cpu, and with a map putting
+ * the encoder and the classifier on disk) take both: the fixture's hidden
+ * states and pooler output from the first, its logits from the second; the
+ * missing classifier newly initialised and counted as missing. */
+static void test_user_checkpoints_both_loaders(void) {
+    accel_safetensors *st = open_expected();
+    if (!st) return;
+    batch b = load_batch(st);
+    accel_device_map *map = accel_device_map_parse("bert.embeddings:cpu,bert.encoder:disk,bert.pooler:cpu,"
+                                                   "classifier:disk");
+    CHECK_MSG(map != NULL, "%s", accel_last_error());
+    static const char *const DIRS[] = {"data/hf_bert_base", "data/hf_bert_legacy"};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        const char *dir = DIRS[legacy];
+        accel_module *m = accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+        CHECK_MSG(m != NULL, "%s: %s", dir, accel_last_error());
+        if (m) {
+            accel_module_train(m, false);
+            if (legacy) check_logits(m, st, &b, "legacy, from_pretrained");
+            else check_encoder(m, st, &b, "base, from_pretrained");
+        }
+        accel_module_free(m);
+        for (int mapped = 0; mapped < 2; mapped++) {
+            accel_dispatched *d = NULL;
+            m = accel_bert_from_pretrained_dispatched(dir, mapped ? map : NULL, NULL, NULL, NULL, &d);
+            CHECK_MSG(m && d, "%s%s, dispatched: %s", dir, mapped ? " (disk map)" : "", accel_last_error());
+            if (!m || !d) continue;
+            accel_dispatch_stats s;
+            accel_dispatched_stats(d, &s);
+            CHECK_MSG(s.n_missing == (legacy ? 0 : 2) && s.n_unexpected == 0, "%s: %d missing, %d unexpected", dir,
+                      s.n_missing, s.n_unexpected);
+            if (mapped) CHECK(s.n_offloaded_disk > 0);
+            if (mapped && !legacy) /* no file holds the new head: it lives on the main device */
+                CHECK(accel_dispatched_placement(d, "classifier.weight") &&
+                      !strcmp(accel_dispatched_placement(d, "classifier.weight"), "cpu"));
+            if (legacy) {
+                check_logits(m, st, &b, mapped ? "legacy, dispatched with disk" : "legacy, dispatched");
+            } else {
+                check_encoder(m, st, &b, mapped ? "base, dispatched with disk" : "base, dispatched");
+                check_new_classifier(m, dir);
+                /* the new head runs: logits of the right shape */
+                accel_tensor *y = accel_bert_classify(m, b.ids, b.tt, b.mask);
+                CHECK_MSG(y && y->ndim == 2 && y->shape[1] == 3, "%s", accel_last_error());
+                accel_step_reset();
+            }
+            accel_dispatched_free(d);
+            accel_module_free(m);
+        }
+    }
+    accel_device_map_free(map);
+    free_batch(&b);
+    accel_safetensors_close(st);
 }
 
 int main(void) {
@@ -496,6 +587,7 @@ int main(void) {
     RUN(test_bad_inputs);
     RUN(test_refused_config_fields);
     RUN(test_device_map_and_offload);
+    RUN(test_user_checkpoints_both_loaders);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     CHECK(system(cmd) == 0);

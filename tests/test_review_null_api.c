@@ -4,6 +4,7 @@
  * accessors, accel_batches_*, accel_optimizer_kind, accel_get_max_layer_size)
  * or divided by zero (accel_batch_sampler_shard_len with 0 processes). */
 #include "accel/accel.h"
+#include "accel/bert.h"
 #include "check.h"
 #include "tiny_llama.h"
 
@@ -186,6 +187,9 @@ static void test_null_options(void) {
     accel_activation_bytes ab;
     CHECK(accel_llama_activation_bytes(&cfg, NULL, &ab) == ACCEL_ERR_INVALID_ARG &&
           invalid("accel_llama_activation_bytes: options are NULL: batch_size and seq_len have no default"));
+    accel_bert_config bcfg = accel_bert_config_default();
+    CHECK(accel_bert_activation_bytes(&bcfg, NULL, &ab) == ACCEL_ERR_INVALID_ARG &&
+          invalid("accel_bert_activation_bytes: options are NULL: batch_size and seq_len have no default"));
     accel_step_reset();
 }
 

@@ -7,16 +7,21 @@
  * options refused by name. Under `accel launch --use_fsdp` (ZeRO-3 on N
  * processes) instead: each rank's step arena peak, parameter and gradient
  * shards and Adam state against the ZeRO-3 row, within 10%; prints
- * "training memory zero3 world=N mp=M" on rank 0. */
+ * "training memory zero3 world=N mp=M" on rank 0. With `families LO HI`:
+ * the same step checks for rows LO..HI-1 of the architecture table (every
+ * decoder family, small and random); with `bert`: for BERT. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "accel/bert.h"
 #include "accelerator/accelerator_internal.h" /* the shard sizes */
 #include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "backends/cpu/gemm.h"
 #include "core/prepared.h" /* the forms' bytes */
+#include "nn/arch.h"        /* the families' rows */
 #include "check.h"
 
 enum { LAYERS = 4, HIDDEN = 128, FFN = 256, VOCAB = 256, BATCH = 4, SEQ = 64 };
@@ -119,6 +124,131 @@ static void test_bf16_other_gemm_path(void) {
     check_dtype(ACCEL_BF16, "bf16 (bf16 operands, 64 KB scratchpad a call)");
     accel__gemm_test_scratchpad(0);
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+}
+
+/* A small random model of family `type` (its XConfig() defaults, at the
+ * test's sizes): sliding windows short enough to bite and Gemma2's
+ * soft-capping on (the explicit attention path), GPT-2's dropouts on. */
+static accel_llama_config family_config(const char *type) {
+    const accel__arch *a = accel__arch_find(type);
+    CHECK(a != NULL);
+    accel_llama_config c = a->defaults;
+    c.vocab_size = VOCAB;
+    c.hidden_size = HIDDEN;
+    c.intermediate_size = FFN;
+    c.num_hidden_layers = LAYERS;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = a->blocks == ACCEL__BLOCKS_GPT2 ? 0 : 2;
+    c.head_dim = 0;
+    c.max_position_embeddings = SEQ;
+    if (a->window == ACCEL__WINDOW_ALL || a->window == ACCEL__WINDOW_EVEN) c.sliding_window = 16;
+    return c;
+}
+
+static size_t family_peak(const accel_llama_config *c, bool checkpointing, accel_dtype dt) {
+    accel_manual_seed(11);
+    accel_module *m = accel_llama_new(c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s: %s", c->model_type, accel_last_error());
+    if (!m) return 0;
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    step_peak(m, dt);
+    size_t peak = step_peak(m, dt);
+    accel_module_free(m);
+    return peak;
+}
+
+/* Rows [lo, hi) of the architecture table (nn/arch.h), f32 and bf16 (this
+ * CPU's path), plain and checkpointed: the step arena's peak against
+ * accel_llama_activation_bytes of the family's config within 10%, as
+ * Llama's above. */
+static size_t g_rows[2];
+
+static void test_families(void) {
+    CHECK_MSG(accel__arch_at(g_rows[0]) != NULL, "no row %zu in the architecture table", g_rows[0]);
+    for (size_t i = g_rows[0]; i < g_rows[1] && accel__arch_at(i); i++) {
+        const char *type = accel__arch_at(i)->model_type;
+        accel_llama_config c = family_config(type);
+        for (int x = 0; x < 4; x++) {
+            bool ck = x & 1;
+            accel_dtype dt = x & 2 ? ACCEL_BF16 : ACCEL_F32;
+            size_t peak = family_peak(&c, ck, dt);
+            accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck};
+            accel_activation_bytes b;
+            CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s: %s", type, accel_last_error());
+            fprintf(stderr, "%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", type, accel_dtype_name(dt),
+                    ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
+            CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "%s %s%s: estimate %lld bytes vs measured %zu", type,
+                      accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
+        }
+    }
+}
+
+/* BERT (accel/bert.h) at the test's sizes, its dropouts on. */
+static accel_bert_config bert_config(void) {
+    accel_bert_config c = accel_bert_config_default();
+    c.vocab_size = VOCAB;
+    c.hidden_size = HIDDEN;
+    c.intermediate_size = FFN;
+    c.num_hidden_layers = LAYERS;
+    c.num_attention_heads = 4;
+    c.max_position_embeddings = SEQ;
+    c.num_labels = 3;
+    return c;
+}
+
+/* The step arena's peak of a steady accel_bert_loss step: a padded batch
+ * (its last positions 0 in attention_mask), two segments. */
+static size_t bert_peak(bool checkpointing, accel_dtype dt) {
+    accel_manual_seed(11);
+    accel_bert_config c = bert_config();
+    accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (!m) return 0;
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    size_t peak = 0;
+    for (int step = 0; step < 2; step++) {
+        accel_step_reset();
+        int64_t ids[BATCH * SEQ], tt[BATCH * SEQ], am[BATCH * SEQ], labels[BATCH];
+        for (int i = 0; i < BATCH * SEQ; i++) {
+            ids[i] = (i * 37 + 5) % VOCAB;
+            tt[i] = i % SEQ >= SEQ / 2;
+            am[i] = i % SEQ < SEQ - 1 - i / SEQ;
+        }
+        for (int b = 0; b < BATCH; b++) labels[b] = b % 3;
+        accel_dtype prev = accel_autocast_begin(dt);
+        accel_tensor *loss = accel_bert_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), ids),
+                                             accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), tt),
+                                             accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), am),
+                                             accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), labels), NULL);
+        accel_autocast_end(prev);
+        CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "bert step: %s", accel_last_error());
+        peak = accel_arena_peak(accel_step_arena());
+    }
+    accel_step_reset();
+    accel_module_free(m);
+    return peak;
+}
+
+/* BERT's step against accel_bert_activation_bytes, as the families'. */
+static void test_bert(void) {
+    accel_bert_config c = bert_config();
+    for (int x = 0; x < 4; x++) {
+        bool ck = x & 1;
+        accel_dtype dt = x & 2 ? ACCEL_BF16 : ACCEL_F32;
+        size_t peak = bert_peak(ck, dt);
+        accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck};
+        accel_activation_bytes b;
+        CHECK_MSG(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_OK, "bert: %s", accel_last_error());
+        fprintf(stderr, "bert %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", accel_dtype_name(dt),
+                ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "bert %s%s: estimate %lld bytes vs measured %zu",
+                  accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
+    }
+    accel_activation_opts o = {.batch_size = 1, .seq_len = SEQ + 1, .autocast = ACCEL_F32};
+    accel_activation_bytes b;
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 65 is more than max_position_embeddings (64)");
+    accel_clear_error();
 }
 
 static int64_t state_bytes(accel_optimizer *opt) {
@@ -294,8 +424,22 @@ static int zero3_main(void) {
     return check_summary();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (getenv("ACCEL_FSDP_SHARDING_STRATEGY") || getenv("ACCEL_ZERO_STAGE")) return zero3_main();
+    /* `families LO HI`: rows LO..HI-1 of the architecture table; `bert`: BERT's
+     * step (separate runs: each family takes eight steps) */
+    if (argc == 4 && !strcmp(argv[1], "families")) {
+        g_rows[0] = (size_t)strtoul(argv[2], NULL, 10);
+        g_rows[1] = (size_t)strtoul(argv[3], NULL, 10);
+        RUN(test_families);
+        accel_thread_cleanup();
+        return check_summary();
+    }
+    if (argc == 2 && !strcmp(argv[1], "bert")) {
+        RUN(test_bert);
+        accel_thread_cleanup();
+        return check_summary();
+    }
     RUN(test_f32);
     RUN(test_bf16_autocast);
     RUN(test_bf16_other_gemm_path);

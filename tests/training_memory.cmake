@@ -13,6 +13,15 @@ if(TARGET accel_cli)
   set_tests_properties(training_memory_zero3_2 training_memory_zero3_bf16_2 PROPERTIES
     TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
 endif()
+# every family's step against its estimate (the architecture table's rows in
+# two runs, the second open-ended so that a new row is covered), and BERT's
+add_test(NAME training_memory_families_0 COMMAND test_training_memory families 0 5
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME training_memory_families_5 COMMAND test_training_memory families 5 1000
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME training_memory_bert COMMAND test_training_memory bert WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+set_tests_properties(training_memory_families_0 training_memory_families_5 training_memory_bert PROPERTIES
+  TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
 if(TARGET accel_cli)
   # the per-rank table with the step's activations (f32: the same figure on every CPU)
   add_test(NAME training_memory_cli
@@ -26,6 +35,12 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(training_memory_cli_checkpointed PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" PASS_REGULAR_EXPRESSION
     "checkpointed\\).*│ZeRO-3 \\(FULL_SHARD\\)│162.54 MB│162.54 MB│325.08 MB│   250.0 MB   │ 304.79 MB │1.18 GB│")
+  # another family's step (f32): Gemma2's own (was counted as Llama's); GPT-2's and BERT's: bigmodel.cmake
+  add_test(NAME training_memory_cli_gemma2
+           COMMAND accel_cli estimate-memory data/hf_arch_gemma2 --batch_size 2 --seq_len 16 --strategy NO_SHARD
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(training_memory_cli_gemma2 PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" PASS_REGULAR_EXPRESSION
+    "│DDP \\(NO_SHARD\\)│57.12 KB│ 57.12 KB│114.25 KB│   0 bytes    │ 896.39 KB │1.1 MB│")
   # fp16, as bf16, adds the weights' autocast copies: P bytes of f32 panels on a CPU without f16 units, P/2 with
   add_test(NAME training_memory_cli_fp16_copies
            COMMAND accel_cli estimate-memory data/llama_seed_config --mixed_precision fp16 --strategy NO_SHARD

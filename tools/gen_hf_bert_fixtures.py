@@ -27,6 +27,16 @@ random with a large std (0.15; LayerNorm weights 1 + 0.1 N(0, 1), biases
 0.1 N(0, 1)) so that every term shows in the outputs.
 OUT_DIR/hf_bert_nlp/config.json: the tiny BERT of the nlp_example test (the
 vocabulary of tests/data/tokenizers/bert, 2 labels).
+Two checkpoints of hf_bert_cls's weights as users find them, for the loaders
+(tests/test_bert.c: both from_pretrained paths take both; no expected file of
+their own, hf_bert_cls's holds their outputs):
+OUT_DIR/hf_bert_base/: the body alone, BertModel.save_pretrained (names
+    without "bert.", no classifier), as the Hub's bert-base-uncased; its
+    last_hidden_state and pooler_output are hf_bert_cls's hidden and pooled.
+OUT_DIR/hf_bert_legacy/: the whole model with every LayerNorm's weight and
+    bias named gamma and beta, as the original Google BERT checkpoints
+    (transformers renames them on load); its logits are hf_bert_cls's. Checked
+    here: transformers loads both to those outputs.
 """
 import os
 import sys
@@ -98,6 +108,37 @@ def check_saved(path):
         sys.exit(1)
 
 
+def legacy_names(sd):
+    """LayerNorm.weight / .bias as gamma / beta (the reverse of transformers' legacy renames)."""
+    out = {}
+    for k, t in sd.items():
+        if ".LayerNorm." in k:
+            k = k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        out[k] = t.contiguous()
+    return out
+
+
+def user_checkpoints(model, out_dir, cls_dir):
+    """hf_bert_base and hf_bert_legacy (see the module docstring), each checked with transformers."""
+    from transformers import BertModel
+    base = os.path.join(out_dir, "hf_bert_base")
+    model.bert.save_pretrained(base, safe_serialization=True)
+    legacy = os.path.join(out_dir, "hf_bert_legacy")
+    os.makedirs(legacy, exist_ok=True)
+    model.config.save_pretrained(legacy)
+    save_file(legacy_names(model.state_dict()), os.path.join(legacy, "model.safetensors"), metadata={"format": "pt"})
+    e = load_file(os.path.join(cls_dir, "expected.safetensors"))
+    kw = dict(input_ids=e["ids"], token_type_ids=e["token_type_ids"], attention_mask=e["attention_mask"])
+    with torch.no_grad():
+        b = BertModel.from_pretrained(base, dtype=torch.float32).eval()(**kw)
+        y = BertForSequenceClassification.from_pretrained(legacy, dtype=torch.float32).eval()(**kw).logits
+    for what, got, want in [("base hidden", b.last_hidden_state, e["hidden"]), ("base pooled", b.pooler_output,
+                            e["pooled"]), ("legacy logits", y, e["logits"])]:
+        err = float((got - want).abs().max())
+        assert err <= 1e-5, f"{what}: transformers' load differs by {err}"
+    return base, legacy
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
         check_saved(sys.argv[2])
@@ -110,7 +151,7 @@ def main():
     save_file(expected(model, 99), os.path.join(d, "expected.safetensors"))
     nlp = os.path.join(out_dir, "hf_bert_nlp")
     BertConfig(**NLP).save_pretrained(nlp)
-    for x in (d, nlp):
+    for x in (d, nlp) + user_checkpoints(model, out_dir, d):
         print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")
 
 

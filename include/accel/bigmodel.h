@@ -184,13 +184,21 @@ typedef struct accel_activation_bytes {
 } accel_activation_bytes;
 
 /* The step arena of a steady-state training step (parameter gradients already
- * allocated, as after the first step or under an Accelerator) of the Llama
- * cfg on this machine's CPU (whether its GEMM multiplies autocast's dtype
+ * allocated, as after the first step or under an Accelerator) of the decoder
+ * cfg (any family of the architecture table: its own blocks, windows,
+ * soft-capping, GPT-2's dropouts while training) on this machine's CPU (whether its GEMM multiplies autocast's dtype
  * itself is read from it). Errors: bad cfg or options, sizes past 2^62 bytes.
  * The one options pointer of the API that may not be NULL: the batch and
  * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out);
+/* The same for a BertForSequenceClassification of cfg (accel/bert.h)
+ * trained with accel_bert_loss on padded batches with token_type_ids (its
+ * dropouts acting): every layer attends through explicit [B, H, T, T]
+ * scores. seq_len at most max_position_embeddings. */
+struct accel_bert_config;
+accel_status accel_bert_activation_bytes(const struct accel_bert_config *cfg, const accel_activation_opts *o,
+                                         accel_activation_bytes *out);
 
 typedef enum accel_shard_strategy {
     ACCEL_SHARD_DDP,   /* NO_SHARD */
@@ -363,7 +371,9 @@ const char *accel_dispatched_placement(const accel_dispatched *d, const char *te
 accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, the model built on meta, then
  * accel_load_checkpoint_and_dispatch(dir, map, strategy, max_memory, opts)
- * (no_split defaults to the family's decoder layer class). The model comes
+ * (no_split defaults to the family's decoder layer class; checkpoint names
+ * read through transformers' legacy renames, LayerNorm.gamma/beta as
+ * weight/bias, as every from_pretrained does). The model comes
  * back in eval mode, as transformers' from_pretrained returns it (GPT-2's
  * dropout off): accel_module_train(m, true) before training. *out gets the
  * dispatch state (free it and the model in either order). NULL + error. */
@@ -375,10 +385,16 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
  * config.json (model_type "bert"), the BertForSequenceClassification built
  * on meta, then accel_load_checkpoint_and_dispatch as above (no_split
  * BertLayer, base_model_prefix "bert": a bare BertModel checkpoint's names
- * load too). Every weight must be in the checkpoint: a missing head
- * (pooler, classifier) or the Google checkpoints' LayerNorm gamma/beta names,
- * which accel_bert_from_pretrained accepts, are an error naming the
- * missing keys here. Returns the model in eval mode; NULL + error. */
+ * load too). It takes what accel_bert_from_pretrained takes: the original
+ * Google checkpoints' LayerNorm gamma/beta names (transformers' legacy
+ * renames, which every from_pretrained applies), and a checkpoint without
+ * the head (a BertModel's): the missing pooler / classifier weights are
+ * newly initialised (weight N(0, initializer_range), bias 0) on the device
+ * they map to, or the main device where the map says disk or cpu offload (no
+ * file holds them), named in a warning and counted in
+ * accel_dispatch_stats.n_missing (an error with opts->strict). Any other
+ * missing weight is an error naming it. Returns the model in eval mode;
+ * NULL + error. */
 accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
                                                    const char *strategy, const accel_max_memory *max_memory,
                                                    const accel_load_opts *opts, accel_dispatched **out);

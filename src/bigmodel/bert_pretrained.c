@@ -103,6 +103,19 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
     return st;
 }
 
+/* The dispatched load's init_missing (bigmodel_internal.h): a head tensor
+ * the checkpoint lacks (a BertModel's, a pre-training checkpoint's) is
+ * materialised on dev and initialised as accel_bert_new's Linear does and
+ * transformers' _init_weights: weight N(0, initializer_range), bias 0. */
+static int init_head(accel_tensor *t, const char *name, accel_device dev, accel_dtype dt, void *ctx) {
+    const accel_bert_config *c = ctx;
+    if (!is_head(name)) return 0;
+    if (accel_tensor_materialize(t, dev, dt) != ACCEL_OK) return -1;
+    size_t n = strlen(name);
+    bool weight = n > 7 && !strcmp(name + n - 7, ".weight");
+    return !weight || accel_rng_normal_(accel_default_rng(), t, 0.0, c->initializer_range) == ACCEL_OK ? 1 : -1;
+}
+
 accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
     if (!dir) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained: dir is NULL");
@@ -135,5 +148,7 @@ accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel
     accel_init_empty_weights_begin();
     accel_module *m = accel_bert_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
-    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, out);
+    /* the config lives in the root (accel_bert_config_of) for as long as the load */
+    accel__pretrained_load pl = {init_head, m ? (void *)accel_bert_config_of(m) : NULL};
+    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, &pl, out);
 }

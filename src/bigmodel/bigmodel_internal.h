@@ -37,14 +37,42 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only,
 void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* What from_pretrained adds to load_checkpoint_in_model (transformers'
+ * loading, not Accelerate's). Checkpoint names are read through transformers'
+ * "legacy" renames first (LayerNorm.gamma / LayerNorm.beta, the original
+ * Google BERT checkpoints' names, as LayerNorm.weight / LayerNorm.bias);
+ * init_missing, when set, is offered each model tensor the checkpoint lacks
+ * that is still on meta, with the device and dtype it would have been loaded
+ * to (a tensor mapped to disk or offloaded: the main device, as it has no
+ * file to be read from): it returns 1 when it materialised and initialised
+ * it there (a task head the checkpoint was not trained with, which
+ * transformers initialises and names in a warning), 0 when the tensor must
+ * come from the checkpoint, -1 on an error it set. */
+typedef struct accel__pretrained_load {
+    int (*init_missing)(accel_tensor *t, const char *name, accel_device dev, accel_dtype dt, void *ctx);
+    void *ctx;
+} accel__pretrained_load;
+
+/* accel_load_checkpoint_in_model / accel_load_checkpoint_and_dispatch with
+ * from_pretrained's additions (pl NULL: the public calls, Accelerate's). */
+accel_dispatched *accel__load_checkpoint_in_model(accel_module *root, const char *checkpoint,
+                                                  const accel_device_map *map, const accel_load_opts *opts,
+                                                  const accel__pretrained_load *pl);
+accel_dispatched *accel__load_checkpoint_and_dispatch(accel_module *root, const char *checkpoint,
+                                                      const accel_device_map *map, const char *strategy,
+                                                      const accel_max_memory *max_memory,
+                                                      const accel_load_opts *opts, const accel__pretrained_load *pl);
+
 /* from_pretrained's second half for a model m (built on meta from dir's
- * config.json; NULL passes through): accel_load_checkpoint_and_dispatch with
+ * config.json; NULL passes through): accel__load_checkpoint_and_dispatch with
  * m's block class as no_split and its body's name as base_model_prefix (where
- * opts leaves them unset), then m in eval mode (transformers'
+ * opts leaves them unset) and the legacy renames, init_missing (may be NULL)
+ * for the tensors the checkpoint may lack, then m in eval mode (transformers'
  * from_pretrained). Frees m on failure. */
 accel_module *accel__dispatch_pretrained(accel_module *m, const char *dir, const accel_device_map *map,
                                          const char *strategy, const accel_max_memory *max_memory,
-                                         const accel_load_opts *opts, accel_dispatched **out);
+                                         const accel_load_opts *opts, const accel__pretrained_load *pl,
+                                         accel_dispatched **out);
 
 /* Is the string a GPU index key ("0", "12")? */
 bool accel__is_gpu_key(const char *s);

@@ -13,6 +13,7 @@
  * module that owns the weight (Accelerate's per-submodule hooks). */
 #include <string.h>
 
+#include "bigmodel/bigmodel_internal.h"
 #include "bigmodel/offload_internal.h"
 
 typedef struct hook_ctx {
@@ -207,13 +208,20 @@ accel_dispatched *accel_load_checkpoint_and_dispatch(accel_module *root, const c
                                                      const accel_device_map *map, const char *strategy,
                                                      const accel_max_memory *max_memory,
                                                      const accel_load_opts *opts) {
+    return accel__load_checkpoint_and_dispatch(root, checkpoint, map, strategy, max_memory, opts, NULL);
+}
+
+accel_dispatched *accel__load_checkpoint_and_dispatch(accel_module *root, const char *checkpoint,
+                                                      const accel_device_map *map, const char *strategy,
+                                                      const accel_max_memory *max_memory,
+                                                      const accel_load_opts *opts, const accel__pretrained_load *pl) {
     accel_device_map *built = NULL;
     if (!map && strategy) {
         built = accel_device_map_from_string(root, strategy, max_memory, opts ? opts->map_opts : NULL);
         if (!built) return NULL;
         map = built;
     }
-    accel_dispatched *d = accel_load_checkpoint_in_model(root, checkpoint, map, opts);
+    accel_dispatched *d = accel__load_checkpoint_in_model(root, checkpoint, map, opts, pl);
     accel_device_map_free(built);
     if (d && accel_dispatch_model(root, d) != ACCEL_OK) {
         accel_dispatched_free(d);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigmodel/bigmodel_internal.h"
 #include "bigmodel/offload_internal.h"
 #include "tracking/tracking_internal.h"
 #include "core/core_internal.h"
@@ -235,6 +236,13 @@ static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, 
     return ACCEL_OK;
 }
 
+/* Where init_missing materialised a tensor planned for disk or a host copy
+ * (the main device): its placement says so. */
+static void placed_on(accel_dispatched *d, const char *name, accel_device dev) {
+    for (int i = 0; i < d->n_placed; i++)
+        if (!strcmp(d->placed[i].name, name)) accel_device_str(dev, d->placed[i].where, sizeof d->placed[i].where);
+}
+
 /* Reads one checkpoint tensor into its place. */
 static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
                              const char *checkpoint, const accel_load_opts *o) {
@@ -315,10 +323,45 @@ static void list_free(name_list *l) {
     free(l->s);
 }
 
+/* transformers' "legacy" renames (conversion_mapping.py): the name with
+ * "LayerNorm.gamma" / "LayerNorm.beta" read as LayerNorm.weight / .bias, in
+ * buf; NULL when name has neither (or does not fit buf). */
+static const char *legacy_name(const char *name, char *buf, size_t n) {
+    static const char *const FROM[] = {"LayerNorm.gamma", "LayerNorm.beta"}, *const TO[] = {"weight", "bias"};
+    for (int i = 0; i < 2; i++) {
+        const char *at = strstr(name, FROM[i]);
+        if (!at) continue;
+        size_t keep = (size_t)(at - name) + strlen("LayerNorm."), tail = strlen(at + strlen(FROM[i]));
+        if (keep + strlen(TO[i]) + tail + 1 > n) return NULL;
+        snprintf(buf, n, "%.*s%s%s", (int)keep, name, TO[i], at + strlen(FROM[i]));
+        return buf;
+    }
+    return NULL;
+}
+
+/* The state-dict entry a checkpoint name loads into: the name itself (with
+ * from_pretrained: after the legacy renames), else "<base_model_prefix>.<name>"
+ * (a checkpoint of the body); NULL when neither is in the model. */
+static const entry_key *entry_for(const char *name, const entry_key *by_name, int n, const accel_load_opts *o,
+                                  const accel__pretrained_load *pl) {
+    char renamed[1024], full[1280];
+    const char *key = pl ? legacy_name(name, renamed, sizeof renamed) : NULL;
+    if (!key) key = name;
+    entry_key k = {.name = key};
+    const entry_key *hit = bsearch(&k, by_name, (size_t)n, sizeof k, cmp_key_name);
+    if (!hit && o && o->base_model_prefix && *o->base_model_prefix &&
+        (size_t)snprintf(full, sizeof full, "%s.%s", o->base_model_prefix, key) < sizeof full) {
+        k.name = full;
+        hit = bsearch(&k, by_name, (size_t)n, sizeof k, cmp_key_name);
+    }
+    return hit;
+}
+
 static accel_status load_all(accel_dispatched *d, const char *checkpoint, const accel_state_dict *sd,
-                             plan *plans, const int *plan_of, int np, const accel_load_opts *o) {
+                             plan *plans, const int *plan_of, int np, const accel_load_opts *o,
+                             const accel__pretrained_load *pl) {
     bool strict = o && o->strict;
-    name_list unexpected = {0}, missing = {0};
+    name_list unexpected = {0}, missing = {0}, fresh = {0};
     accel_status st = ACCEL_OK;
     entry_key *by_name = sorted_entries(sd, cmp_key_name);
     if (!by_name) return accel_last_status();
@@ -327,21 +370,8 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
         accel_progress_new(nck, &(accel_progress_opts){.desc = "Loading weights", .unit = "tensor", .delay = 1});
     for (int i = 0; i < nck && st == ACCEL_OK; i++) {
         accel_progress_update(bar, 1);
-        entry_key key = {.name = accel_checkpoint_name(d->ck, i)};
-        const char *name = key.name;
-        const entry_key *hit = bsearch(&key, by_name, (size_t)sd->n, sizeof key, cmp_key_name);
-        if (!hit && o && o->base_model_prefix && *o->base_model_prefix) { /* a checkpoint of the body */
-            size_t n = strlen(o->base_model_prefix) + strlen(name) + 2;
-            char *full = malloc(n);
-            if (!full) {
-                st = accel_set_error(ACCEL_ERR_OOM, "accel_load_checkpoint_in_model: out of memory");
-                break;
-            }
-            snprintf(full, n, "%s.%s", o->base_model_prefix, name);
-            key.name = full;
-            hit = bsearch(&key, by_name, (size_t)sd->n, sizeof key, cmp_key_name);
-            free(full);
-        }
+        const char *name = accel_checkpoint_name(d->ck, i);
+        const entry_key *hit = entry_for(name, by_name, sd->n, o, pl);
         plan *p = hit ? &plans[plan_of[hit->i]] : NULL;
         if (!p) {
             list_add(&unexpected, name);
@@ -358,20 +388,31 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
     }
     accel_progress_close(bar);
     if (st == ACCEL_OK) {
-        for (int k = 0; k < np; k++) {
-            if (plans[k].loaded) continue;
-            list_add(&missing, plans[k].name);
-            if (plans[k].t->device.type == ACCEL_DEV_META || plans[k].kind != PLACE_RESIDENT) strict = true;
+        for (int k = 0; k < np && st == ACCEL_OK; k++) {
+            plan *p = &plans[k];
+            if (p->loaded) continue;
+            int made = 0;
+            if (pl && pl->init_missing && p->t->device.type == ACCEL_DEV_META) {
+                accel_dtype dt = o && o->has_dtype && accel_dtype_is_float(p->t->dtype) ? o->dtype : p->t->dtype;
+                made = pl->init_missing(p->t, p->name, p->kind == PLACE_RESIDENT ? p->dev : d->main, dt, pl->ctx);
+                if (made < 0) st = accel_last_status();
+                if (made > 0 && p->kind != PLACE_RESIDENT) placed_on(d, p->name, d->main);
+            }
+            list_add(made ? &fresh : &missing, p->name);
+            if (!made && (p->t->device.type == ACCEL_DEV_META || p->kind != PLACE_RESIDENT)) strict = true;
         }
+    }
+    if (st == ACCEL_OK) {
         d->stats.n_unexpected = unexpected.n;
-        d->stats.n_missing = missing.n;
-        const char *u = list_str(&unexpected), *m = list_str(&missing);
-        if (strict && (unexpected.n || missing.n)) {
+        d->stats.n_missing = missing.n + fresh.n;
+        const char *u = list_str(&unexpected), *m = list_str(&missing), *nw = list_str(&fresh);
+        if (strict && (unexpected.n || missing.n || fresh.n)) {
             char *msg = NULL;
             size_t ml = 0;
             FILE *f = open_memstream(&msg, &ml);
             if (f) {
                 if (missing.n) fprintf(f, " missing key(s) (not in the checkpoint): [%s]", m);
+                if (fresh.n) fprintf(f, " missing key(s) newly initialised: [%s]", nw);
                 if (unexpected.n) fprintf(f, " unexpected key(s): [%s]", u);
                 fclose(f);
             }
@@ -387,17 +428,28 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
                 warn(o, "Some weights of the model were not initialized from the checkpoint at %s and keep their "
                         "current values: [%s]",
                      checkpoint, m);
+            if (fresh.n)
+                warn(o, "Some weights of the model were not initialized from the checkpoint at %s and are newly "
+                        "initialized: [%s]; train the model before using its predictions",
+                     checkpoint, nw);
         }
     }
     accel_free(by_name);
     list_free(&unexpected);
     list_free(&missing);
+    list_free(&fresh);
     return st;
 }
 
 accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char *checkpoint,
                                                  const accel_device_map *map,
                                                  const accel_load_opts *opts) {
+    return accel__load_checkpoint_in_model(root, checkpoint, map, opts, NULL);
+}
+
+accel_dispatched *accel__load_checkpoint_in_model(accel_module *root, const char *checkpoint,
+                                                  const accel_device_map *map, const accel_load_opts *opts,
+                                                  const accel__pretrained_load *pl) {
     if (!root || !checkpoint) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_load_checkpoint_in_model: NULL model or checkpoint");
         return NULL;
@@ -445,7 +497,7 @@ accel_dispatched *accel_load_checkpoint_in_model(accel_module *root, const char 
     if (!plans || !plan_of || !d->placed) goto fail;
     int np = 0;
     if (make_plans(d, sd, d->map, opts && opts->offload_cpu, plans, &np, plan_of) != ACCEL_OK) goto fail;
-    st = load_all(d, checkpoint, sd, plans, plan_of, np, opts);
+    st = load_all(d, checkpoint, sd, plans, plan_of, np, opts, pl);
     if (st != ACCEL_OK) goto fail;
     /* Shards that no disk-offloaded weight reads from are unmapped now. */
     for (int s = 0; s < accel_checkpoint_num_shards(d->ck); s++) {

@@ -43,14 +43,16 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
 
 accel_module *accel__dispatch_pretrained(accel_module *m, const char *dir, const accel_device_map *map,
                                          const char *strategy, const accel_max_memory *max_memory,
-                                         const accel_load_opts *opts, accel_dispatched **out) {
+                                         const accel_load_opts *opts, const accel__pretrained_load *pl,
+                                         accel_dispatched **out) {
     if (!m) return NULL;
+    const accel__pretrained_load none = {0}; /* the legacy renames only */
     const char *no_split[] = {accel_module_decoder_layer_class(m)};
     accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.map_opts) lo.map_opts = &mo;
     if (!lo.base_model_prefix) lo.base_model_prefix = m->children[0]->name; /* "model", "transformer", "bert" */
-    accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo);
+    accel_dispatched *d = accel__load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo, pl ? pl : &none);
     if (!d) {
         accel_module_free(m);
         return NULL;
@@ -73,5 +75,5 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
     accel_init_empty_weights_begin();
     accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
-    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, out);
+    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, NULL, out);
 }

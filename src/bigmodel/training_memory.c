@@ -1,4 +1,5 @@
-/* Training memory of accel's Llama, counted from what its ops allocate
+/* Training memory of accel's models (every decoder family of the
+ * architecture table, nn/arch.h, and BERT), counted from what their ops allocate
  * (docs/bigmodel.md "Training memory"): the step arena's high-water mark over
  * one training step (activations), and the persistent per-rank bytes of each
  * sharding strategy (weights, gradients, Adam state, ZeRO-3's gathered units).
@@ -20,6 +21,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "backends/cpu/gemm.h"
 #include "nn/arch.h"
@@ -93,11 +95,31 @@ static double gbuf_native(double e, accel_dtype dt, bool has_grad) {
 typedef struct dims {
     double n;             /* tokens B*T */
     double B, T, C, Q, K, I, V, H, D;
+    double Hkv;
 } dims;
+
+/* What the family's row (nn/arch.h) and config change in the step, in the
+ * order src/nn/llama.c (and gpt2.c, layers.c) run it. */
+typedef struct fam {
+    bool gpt2;          /* LayerNorm, fused c_attn split into q/k/v, no RoPE, gelu MLP, learned positions */
+    bool layer_norm;    /* LayerNorm (GPT-2, BERT): a mean beside rstd */
+    bool gemma;         /* scaled embedding, norms x * (1 + w) through f32 views, gelu(gate) * up */
+    bool sandwich;      /* Gemma2: the attention's and the MLP's outputs normalised too */
+    bool norm_outputs;  /* OLMo 2: the two norms on the branches' outputs, none before them */
+    bool qk_norm;       /* Qwen3: RMSNorm over each head of q and k */
+    bool qk_norm_full;  /* OLMo 2: RMSNorm over the whole q and k projections */
+    bool fused_qkv, fused_gate_up; /* Phi-3: one projection each, sliced */
+    bool multipliers;   /* Granite: embedding, residual branches and logits scaled */
+    double cap;         /* Gemma2's attn_logit_softcapping (0: none) */
+    bool final_cap;     /* Gemma2's final_logit_softcapping */
+    double attn_pdrop, resid_pdrop, embd_pdrop; /* GPT-2's dropouts (a training step) */
+    bool qkv_bias, o_bias, mlp_bias; /* the Linears with a bias */
+} fam;
 
 typedef struct ledger {
     const step_kind *k;
     const dims *d;
+    const fam *f;
     double bytes;
     double call; /* the most one GEMM call takes for itself (given back at its end) */
 } ledger;
@@ -114,7 +136,8 @@ static void gemm_call(ledger *l, double e, double c) {
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
  * [out, in] f32: its operand is a prepared form outside the arena (one per
  * weight, made once per step: core/prepared.h; accel_rank_memory.prepared).
- * Returns the output dtype. */
+ * A bias adds nothing in the arena (its gradient is persistent). Returns the
+ * output dtype. */
 static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
@@ -134,11 +157,84 @@ static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_
     gemm_call(l, n * out + n * in, 0);                        /* dW = dY^T X */
 }
 
-/* accel_rms_norm forward of x [n, C] f32 (an embedding's or an add's output):
- * the output (f32, also under autocast) and rstd [n]. */
-static accel_dtype rms_norm_fwd(ledger *l) {
-    l->bytes += f32_contig(l->d->n * l->d->C, ACCEL_F32, true) + 4 * l->d->n * l->d->C + 4 * l->d->n;
+/* A binary op (accel_add, accel_mul) of dense e-element operands of dtypes
+ * a and b: the output in their promotion, computed in f32 where it is not. */
+static accel_dtype binary_fwd(ledger *l, double e, accel_dtype a, accel_dtype b) {
+    accel_dtype o = a == ACCEL_F32 || b == ACCEL_F32 ? ACCEL_F32 : a;
+    l->bytes += e * esz(o) + f32_contig(e, a, true) + f32_contig(e, b, true) + (o == ACCEL_F32 ? 0 : 4 * e);
+    return o;
+}
+
+/* A layer's projection: a Linear, or GPT-2's Conv1D (layers.c: x W, then +
+ * bias, an add whose output is f32; in backward the product's gradient is
+ * the add's copy). Returns the output dtype. */
+static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt) {
+    accel_dtype odt = linear_fwd(l, in, out, xdt);
+    return l->f->gpt2 ? binary_fwd(l, l->d->n * out, odt, ACCEL_F32) : odt;
+}
+
+/* Its backward; `bias`: a Linear's bias, whose gradient (column sums) reads
+ * a low-precision output gradient made f32. */
+static void proj_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad, bool bias) {
+    accel_dtype mm = odt;
+    if (l->f->gpt2) {
+        mm = mm_dtype(l->k);
+        l->bytes += grad_copy(l->d->n * out, mm, false);
+    } else if (bias) {
+        l->bytes += f32_contig(l->d->n * out, odt, true);
+    }
+    linear_bwd(l, in, out, mm, xdt, x_has_grad);
+}
+
+/* A pointwise op of src/ops/pointwise.c's unary() (mul_scalar, tanh, gelu)
+ * on e dense elements of dtype dt: its output in dt, and where dt is not f32
+ * the input made f32 and an f32 result copied out. Returns dt. */
+static accel_dtype unary_fwd(ledger *l, double e, accel_dtype dt) {
+    l->bytes += e * esz(dt) + (dt == ACCEL_F32 ? 0 : 8 * e);
+    return dt;
+}
+
+/* Its backward: the f32 gradient, the output gradient, input and output
+ * made f32 where they are not, then the first gradient of the input (a copy
+ * in its dtype). */
+static void unary_bwd(ledger *l, double e, accel_dtype dt) {
+    l->bytes += 4 * e + 3 * f32_contig(e, dt, true) + grad_copy(e, dt, false);
+}
+
+/* accel_mul's backward from the output gradient (dtype o): for each input
+ * g * (the other), itself an accel_mul, then the input's first gradient, a
+ * copy in its dtype. */
+static void mul_bwd(ledger *l, double e, accel_dtype a, accel_dtype b, accel_dtype o) {
+    binary_fwd(l, e, o, b);
+    binary_fwd(l, e, o, a);
+    l->bytes += grad_copy(e, a, false) + grad_copy(e, b, false);
+}
+
+/* accel_dropout of e elements of dtype dt with p > 0 in a training step: its
+ * output and u8 mask; the backward's f32 gradient and the input's copy. */
+static void dropout_fwd(ledger *l, double e, accel_dtype dt) { l->bytes += e * esz(dt) + e + (dt == ACCEL_F32 ? 0 : 8 * e); }
+static void dropout_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += f32_contig(e, dt, true) + 4 * e + grad_copy(e, dt, false); }
+
+/* The family's norm forward of e = rows * w elements (f32 input: an embedding's
+ * or an add's output, or a projection's): the output (f32, also under
+ * autocast) and its row statistics (rstd; LayerNorm also the mean). Gemma's
+ * x * (1 + w) runs through f32 views of its input and (in f32) output that
+ * record nodes of their own; the [w] weight sums are not counted. */
+static accel_dtype norm_fwd(ledger *l, double e, double rows, accel_dtype xdt) {
+    l->bytes += f32_contig(e, xdt, true) + 4 * e + 4 * rows * (l->f->layer_norm ? 2 : 1);
     return ACCEL_F32;
+}
+
+/* Its backward from the output's gradient (already made by the consumer):
+ * the input's gradient (written directly, or added where it has one), and
+ * Gemma's views: the input view's own gradient then its copy (or add) into
+ * the input, and in f32 the output view's gradient copied into the output. */
+static void norm_bwd(ledger *l, double e, accel_dtype xdt, bool x_has_grad) {
+    if (!l->f->gemma) {
+        l->bytes += gbuf(e, xdt, x_has_grad);
+        return;
+    }
+    l->bytes += 4 * e + grad_copy(e, xdt, x_has_grad) + (l->k->ac == ACCEL_F32 ? 4 * e : 0);
 }
 
 /* accel_rope forward of a head-split projection [B, h, T, D] of dtype dt
@@ -163,73 +259,215 @@ static void add_fwd(ledger *l, accel_dtype ydt) {
     l->bytes += 4 * e + f32_contig(e, ydt, true);
 }
 
-/* What one decoder layer's forward and backward allocate (ops in the order
- * of src/nn/llama.c layer_body; dtypes as they flow under autocast). */
-static void layer_step(ledger *fwd, ledger *bwd) {
+/* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
+ * transposed view when q_view), k, v (k likewise; v a transposed view), to
+ * its output [B, H, T, D] in the mm dtype s: accel_sdpa, or where a window
+ * bites, scores are soft-capped or GPT-2's attention dropout acts
+ * (`explicit_`), accel__masked_attention's explicit scores
+ * (src/ops/attention_masked.c): mask, Q K^T, scale, cap, add, softmax,
+ * dropout, P V. Forward into fwd, backward into bwd (the gradients of q, k
+ * and v as their views hold them). */
+static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v, bool q_view,
+                           bool explicit_) {
     const dims *d = fwd->d;
     const step_kind *k = fwd->k;
-    double n = d->n, eC = n * d->C, eQ = n * d->Q, eK = n * d->K, eI = n * d->I;
-    /* forward: input_layernorm, q/k/v projections, RoPE on q and k */
-    accel_dtype n1 = rms_norm_fwd(fwd);
-    accel_dtype q = linear_fwd(fwd, d->C, d->Q, n1), kk = linear_fwd(fwd, d->C, d->K, n1),
-                v = linear_fwd(fwd, d->C, d->K, n1);
-    rope_fwd(fwd, eQ, q);
-    rope_fwd(fwd, eK, kk);
-    /* sdpa: the output (its kernel writes s itself); q and k dense (RoPE's
-     * outputs), v a transposed view, each dense in s; the f32 probabilities
-     * [B, H, T, T] kept for the backward */
+    double eQ = d->n * d->Q, eK = d->n * d->K;
     accel_dtype s = mm_dtype(k);
-    fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, true) + contig_as(eK, kk, s, true) + contig_as(eK, v, s, false) +
-                  4 * d->B * d->H * d->T * d->T;
+    if (!explicit_) {
+        /* the output (its kernel writes s itself); q and k dense, v a transposed
+         * view, each dense in s; the f32 probabilities [B, H, T, T] kept */
+        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, !q_view) + contig_as(eK, kk, s, !q_view) +
+                      contig_as(eK, v, s, false) + 4 * d->B * d->H * d->T * d->T;
+        /* backward: the output gradient as it is, the gradients of q, k, v in their dtype */
+        bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) +
+                      gbuf_native(eK, v, false);
+        return;
+    }
+    double E = d->B * d->H * d->T * d->T, GT_S = d->H / d->Hkv * d->T * d->T;
+    /* forward: q made contiguous (a copy of GPT-2's view; an alias node of
+     * RoPE's output); the mask [G T, S] in the arena, as a tensor, in q's dtype */
+    fwd->bytes += dense(eQ, q, !q_view) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
+    /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
+    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
+    gemm_call(fwd, eQ + eK, s == ACCEL_F32 ? 0 : E);
+    int n_unary = 1 + (fwd->f->cap > 0 ? 3 : 0); /* the scale; cap * tanh(x / cap) */
+    for (int i = 0; i < n_unary; i++) unary_fwd(fwd, E, s);
+    accel_dtype sc = binary_fwd(fwd, E, s, s);          /* + mask (broadcast over B, Hkv) */
+    fwd->bytes += 4 * E + f32_contig(E, sc, true);       /* softmax: f32 (also under autocast) */
+    bool drop = fwd->f->attn_pdrop > 0;
+    if (drop) dropout_fwd(fwd, E, ACCEL_F32);
+    /* P V: the output in s, P in s, v a transposed view made dense in s */
+    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, false);
+    gemm_call(fwd, E + eK, s == ACCEL_F32 ? 0 : eQ);
+    /* backward: the reshape of P V's output copies its gradient; P V's: the
+     * output gradient read, P's and v's gradients */
+    bwd->bytes += grad_copy(eQ, s, false) + mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
+    gemm_call(bwd, eQ + eK, 0);
+    if (drop) dropout_bwd(bwd, E, ACCEL_F32);
+    bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
+    bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
+    for (int i = 0; i < n_unary; i++) unary_bwd(bwd, E, s);
+    /* Q K^T: the output gradient read, q's (through its reshape view, the
+     * contiguous node, into q: three gradients) and k^T's (then its dense
+     * transpose, into k) */
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + 2 * grad_copy(eQ, q, false) + gbuf(eK, kk, false) +
+                  dense(eK, kk, false) + grad_copy(eK, kk, false);
+    gemm_call(bwd, E + eK, 0);
+}
+
+/* What one decoder layer's forward and backward allocate (ops in the order
+ * of src/nn/llama.c layer_body; dtypes as they flow under autocast). */
+static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
+    const dims *d = fwd->d;
+    const fam *f = fwd->f;
+    double n = d->n, eC = n * d->C, eQ = n * d->Q, eK = n * d->K, eI = n * d->I;
+    /* forward: the attention's input (its norm's output; OLMo 2: the layer's input) */
+    accel_dtype n1 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, n, ACCEL_F32);
+    accel_dtype q, kk, v;
+    if (f->gpt2) { /* c_attn [n, 3C], split: each part's reshape copies (a view across the columns) */
+        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
+        fwd->bytes += dense(eQ, q, false) + 2 * dense(eK, q, false);
+    } else if (f->fused_qkv) { /* qkv_proj [n, Q + 2K], each slice made contiguous */
+        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
+        fwd->bytes += dense(eQ, q, false) + 2 * dense(eK, q, false);
+    } else {
+        q = proj_fwd(fwd, d->C, d->Q, n1);
+        kk = proj_fwd(fwd, d->C, d->K, n1);
+        v = proj_fwd(fwd, d->C, d->K, n1);
+    }
+    accel_dtype qr = q, kr = kk; /* what RoPE reads */
+    if (f->qk_norm_full) qr = norm_fwd(fwd, eQ, n, q), kr = norm_fwd(fwd, eK, n, kk);
+    if (f->qk_norm) qr = norm_fwd(fwd, eQ, n * d->H, q), kr = norm_fwd(fwd, eK, n * d->Hkv, kk);
+    if (!f->gpt2) {
+        rope_fwd(fwd, eQ, qr);
+        rope_fwd(fwd, eK, kr);
+    }
+    accel_dtype s = mm_dtype(fwd->k);
+    ledger abwd = {bwd->k, d, f, 0, 0}; /* the attention's backward, added in its place below */
+    attention_step(fwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
     /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies */
     fwd->bytes += dense(eQ, s, false);
-    accel_dtype o = linear_fwd(fwd, d->Q, d->C, s);
-    add_fwd(fwd, o);
-    accel_dtype n2 = rms_norm_fwd(fwd);
-    accel_dtype g = linear_fwd(fwd, d->C, d->I, n2), u = linear_fwd(fwd, d->C, d->I, n2);
-    accel_dtype sw = g; /* accel_swiglu: one fused output, its inputs kept as they are */
-    fwd->bytes += eI * esz(sw);
-    accel_dtype m = linear_fwd(fwd, d->I, d->C, sw);
-    add_fwd(fwd, m);
+    accel_dtype o = proj_fwd(fwd, d->Q, d->C, s);
+    bool drop = f->resid_pdrop > 0;
+    if (drop) dropout_fwd(fwd, eC, o);
+    accel_dtype a = o; /* the attention branch */
+    if (f->sandwich || f->norm_outputs) a = norm_fwd(fwd, eC, n, o);
+    if (f->multipliers) a = unary_fwd(fwd, eC, a);
+    add_fwd(fwd, a);
+    accel_dtype n2 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, n, ACCEL_F32);
+    accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
+    if (f->gpt2) { /* c_fc, gelu_new */
+        g = proj_fwd(fwd, d->C, d->I, n2);
+        h = unary_fwd(fwd, eI, g);
+    } else if (f->fused_gate_up) { /* gate_up_proj [n, 2I], each half made contiguous, SwiGLU */
+        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2);
+        fwd->bytes += 2 * dense(eI, g, false) + eI * esz(g);
+        h = g;
+    } else {
+        g = proj_fwd(fwd, d->C, d->I, n2);
+        u = proj_fwd(fwd, d->C, d->I, n2);
+        if (f->gemma) h = binary_fwd(fwd, eI, unary_fwd(fwd, eI, g), u); /* gelu(gate) * up */
+        else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
+    }
+    accel_dtype m = proj_fwd(fwd, d->I, d->C, h);
+    if (drop) dropout_fwd(fwd, eC, m);
+    accel_dtype mb = m; /* the MLP branch */
+    if (f->sandwich || f->norm_outputs) mb = norm_fwd(fwd, eC, n, m);
+    if (f->multipliers) mb = unary_fwd(fwd, eC, mb);
+    add_fwd(fwd, mb);
 
     /* backward, in reverse. The output's gradient came from above. */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, m, false); /* add: h, mlp output */
-    linear_bwd(bwd, d->I, d->C, m, sw, false);                                  /* down_proj */
-    bwd->bytes += dense(eI, sw, true) + gbuf_native(eI, g, false) + gbuf_native(eI, u, false); /* swiglu */
-    linear_bwd(bwd, d->C, d->I, u, n2, false); /* up_proj: the norm's output gets its gradient */
-    linear_bwd(bwd, d->C, d->I, g, n2, true);  /* gate_proj adds into it */
-    /* post_attention_layernorm adds into h's gradient: nothing new */
-    /* add: the layer input's, the attention output's */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, o, false);
-    linear_bwd(bwd, d->Q, d->C, o, s, false);                                /* o_proj */
-    /* the reshape's view, the transpose's dense gradient, sdpa's output's */
+    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, mb, false); /* add: h, the MLP branch */
+    if (f->multipliers) unary_bwd(bwd, eC, mb);
+    if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, m, false);
+    if (drop) dropout_bwd(bwd, eC, m);
+    proj_bwd(bwd, d->I, d->C, m, h, false, f->mlp_bias); /* down_proj / c_proj */
+    if (f->gpt2) {
+        unary_bwd(bwd, eI, g);
+        proj_bwd(bwd, d->C, d->I, g, n2, false, false);
+    } else if (f->fused_gate_up) {
+        /* SwiGLU's output gradient and its inputs'; each contiguous half's
+         * gradient copied into its slice view, which makes a zeroed [n, 2I]
+         * gradient, the first copied into gate_up's output, the second added */
+        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * grad_copy(eI, g, false) +
+                      2 * 2 * eI * esz(g) + grad_copy(2 * eI, g, false);
+        proj_bwd(bwd, d->C, 2 * d->I, g, n2, false, f->mlp_bias);
+    } else {
+        if (f->gemma) {
+            mul_bwd(bwd, eI, g, u, h);
+            unary_bwd(bwd, eI, g);
+        } else {
+            bwd->bytes += dense(eI, h, true) + gbuf_native(eI, g, false) + gbuf_native(eI, u, false); /* swiglu */
+        }
+        proj_bwd(bwd, d->C, d->I, u, n2, false, f->mlp_bias); /* up_proj: the norm's output gets its gradient */
+        proj_bwd(bwd, d->C, d->I, g, n2, true, f->mlp_bias);  /* gate_proj adds into it */
+    }
+    /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
+    if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
+    /* add: the layer input's, the attention branch's */
+    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, a, false);
+    if (f->multipliers) unary_bwd(bwd, eC, a);
+    if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
+    if (drop) dropout_bwd(bwd, eC, o);
+    proj_bwd(bwd, d->Q, d->C, o, s, false, f->o_bias); /* o_proj / c_proj */
+    /* the reshape's view, the transpose's dense gradient, the attention output's */
     bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, false) + grad_copy(eQ, s, false);
-    /* sdpa: the output gradient as it is, the gradients of q, k, v in their dtype */
-    bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) + gbuf_native(eK, v, false);
-    rope_bwd(bwd, eK, kk);
-    rope_bwd(bwd, eQ, q);
+    bwd->bytes += abwd.bytes;
+    if (abwd.call > bwd->call) bwd->call = abwd.call;
+    if (!f->gpt2) {
+        rope_bwd(bwd, eK, kr);
+        rope_bwd(bwd, eQ, qr);
+    }
     split_heads_bwd(bwd, eK, v);
     split_heads_bwd(bwd, eK, kk);
     split_heads_bwd(bwd, eQ, q);
-    linear_bwd(bwd, d->C, d->K, v, n1, false); /* v_proj: the norm's output gets its gradient */
-    linear_bwd(bwd, d->C, d->K, kk, n1, true);
-    linear_bwd(bwd, d->C, d->Q, q, n1, true);
-    /* input_layernorm adds into the layer input's gradient: nothing new */
+    if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, copied on */
+        norm_bwd(bwd, eK, kk, false);
+        norm_bwd(bwd, eQ, q, false);
+        bwd->bytes += grad_copy(eK, kk, false) + grad_copy(eQ, q, false);
+    }
+    if (f->gpt2 || f->fused_qkv) {
+        /* each of q, k, v's slice view's gradient: a zeroed [n, Q + 2K] made
+         * for each, the first copied into the projection's output, the others
+         * added (Phi-3's contiguous slices: their copies before) */
+        double e3 = eQ + 2 * eK;
+        bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false) + (f->fused_qkv ? grad_copy(e3, q, false) : 0);
+        proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs, f->qkv_bias);
+    } else {
+        proj_bwd(bwd, d->C, d->K, v, n1, f->norm_outputs, f->qkv_bias); /* v_proj: the norm's output gets its gradient */
+        proj_bwd(bwd, d->C, d->K, kk, n1, true, f->qkv_bias);
+        proj_bwd(bwd, d->C, d->Q, q, n1, true, f->qkv_bias);
+    }
+    /* the attention's input norm into the layer input's gradient */
+    if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
 }
 
-/* The step outside the layers: ids, embedding, final norm, lm_head, the
- * loss (labels; the fused cross-entropy keeps the logits' gradient) and
- * their backward. */
+/* The step outside the layers: ids, embedding (scaled; GPT-2's positions
+ * added, dropped out), final norm, lm_head (capped, scaled), the loss
+ * (labels; the fused cross-entropy keeps the logits' gradient) and their
+ * backward. */
 static void outer_step(ledger *l) {
     const dims *d = l->d;
-    double n = d->n;
+    const fam *f = l->f;
+    double n = d->n, eC = n * d->C;
     l->bytes += 8 * n;                  /* ids [B, T] i64 */
-    l->bytes += 4 * n * d->C;           /* embedding output (f32 weight) */
-    accel_dtype hn = rms_norm_fwd(l);   /* model.norm */
+    l->bytes += 4 * eC;                 /* embedding output (f32 weight) */
+    if (f->gemma) unary_fwd(l, eC, ACCEL_F32), unary_bwd(l, eC, ACCEL_F32);
+    if (f->multipliers) unary_fwd(l, eC, ACCEL_F32), unary_bwd(l, eC, ACCEL_F32);
+    if (f->gpt2) {
+        /* positions [T] i64, wpe's rows [T, C], their broadcast add, and in
+         * backward: both inputs' gradients (the positions' summed over B) */
+        l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + grad_copy(eC, ACCEL_F32, false) + 2 * 4 * d->T * d->C;
+        if (f->embd_pdrop > 0) dropout_fwd(l, eC, ACCEL_F32), dropout_bwd(l, eC, ACCEL_F32);
+    }
+    accel_dtype hn = norm_fwd(l, eC, n, ACCEL_F32);   /* model.norm / ln_f */
     accel_dtype lo = linear_fwd(l, d->C, d->V, hn);
     double nV = n * d->V;
+    if (f->final_cap) /* cap * tanh(logits / cap) */
+        for (int i = 0; i < 3; i++) unary_fwd(l, nV, lo), unary_bwd(l, nV, lo);
+    if (f->multipliers) unary_fwd(l, nV, lo), unary_bwd(l, nV, lo); /* / logits_scaling */
     if (l->k->zero3) /* the gradients of the embedding's, the norm's and the head's outputs, copied */
-        l->bytes += grad_copy(2 * n * d->C, ACCEL_F32, false) + grad_copy(nV, lo, false);
+        l->bytes += grad_copy(2 * eC, ACCEL_F32, false) + grad_copy(nV, lo, false);
     accel_dtype loss_in = lo;
     if (l->k->f32_logits && lo != ACCEL_F32) { /* accel_to_dtype, and its backward's copy */
         l->bytes += 4 * nV + grad_copy(nV, lo, false);
@@ -241,25 +479,148 @@ static void outer_step(ledger *l) {
     else /* f16: f32 logits and lse; the backward's gradient */
         l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
     linear_bwd(l, d->C, d->V, lo, hn, false); /* lm_head: the norm's output gets its gradient */
-    l->bytes += gbuf(n * d->C, ACCEL_F32, false); /* model.norm: the last layer's output gradient */
+    norm_bwd(l, eC, ACCEL_F32, false);        /* model.norm: the last layer's output gradient */
     /* the embedding's backward adds into its weight's gradient */
 }
 
-static bool resolve(const accel_llama_config *cfg, dims *d, const accel_activation_opts *o) {
+/* Whether decoder layer i attends through explicit scores in a training step
+ * of T positions (src/nn/llama.c attention_body): its window bites, scores
+ * are soft-capped, or GPT-2's attention dropout acts. */
+static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, int64_t i, int64_t T) {
+    bool windowed = c->sliding_window > 0 &&
+                    (a->window == ACCEL__WINDOW_EVEN ? i % 2 == 0 : i >= c->max_window_layers);
+    return (windowed && T > c->sliding_window) || (a->softcap && c->attn_logit_softcapping > 0) ||
+           (a->blocks == ACCEL__BLOCKS_GPT2 && c->attn_pdrop > 0);
+}
+
+static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_activation_opts *o) {
     if (accel_llama_config_check(cfg, "accel_llama_activation_bytes") != ACCEL_OK) return false;
-    if (accel__arch_find(cfg->model_type)->blocks != ACCEL__BLOCKS_LLAMA) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_activation_bytes: the step's activations are modelled "
-                        "for the Llama block (RMSNorm, RoPE, gated MLP), not for %s models", cfg->model_type);
-        return false;
-    }
+    const accel__arch *a = accel__arch_find(cfg->model_type);
     double heads = (double)cfg->num_attention_heads;
     double kv = (double)(cfg->num_key_value_heads ? cfg->num_key_value_heads : cfg->num_attention_heads);
     double hd = (double)(cfg->head_dim ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads);
     *d = (dims){.B = (double)o->batch_size, .T = (double)o->seq_len, .C = (double)cfg->hidden_size,
                 .Q = heads * hd, .K = kv * hd, .I = (double)cfg->intermediate_size,
-                .V = (double)cfg->vocab_size, .H = heads, .D = hd};
+                .V = (double)cfg->vocab_size, .H = heads, .D = hd, .Hkv = kv};
     d->n = d->B * d->T;
+    bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
+    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
+               .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
+               .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
+               .cap = a->softcap ? cfg->attn_logit_softcapping : 0,
+               .final_cap = a->softcap && cfg->final_logit_softcapping > 0,
+               .attn_pdrop = gpt2 ? cfg->attn_pdrop : 0, .resid_pdrop = gpt2 ? cfg->resid_pdrop : 0,
+               .embd_pdrop = gpt2 ? cfg->embd_pdrop : 0,
+               .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias),
+               .o_bias = a->attention_bias && cfg->attention_bias, .mlp_bias = a->mlp_bias && cfg->mlp_bias};
     return true;
+}
+
+/* ------------------------------------------------------------ BERT's step
+ * accel_bert_loss of a BertForSequenceClassification (src/nn/bert.c) on a
+ * padded batch (the additive mask exists: a batch without padding makes
+ * none, 4 B*H*T*T bytes a layer fewer), token_type_ids given; its dropouts
+ * act (a training step). */
+
+/* One BertLayer: self-attention over explicit scores, BertSelfOutput, the
+ * intermediate gelu, BertOutput. */
+static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c) {
+    const dims *d = fwd->d;
+    const step_kind *k = fwd->k;
+    double n = d->n, eC = n * d->C, eI = n * d->I, E = d->B * d->H * d->T * d->T;
+    double ph = c->hidden_dropout_prob, pa = c->attention_probs_dropout_prob;
+    accel_dtype s = mm_dtype(k);
+    /* forward: q, k, v (with bias) split into heads as views */
+    accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
+    fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
+    gemm_call(fwd, 2 * eC, s == ACCEL_F32 ? 0 : E);
+    accel_dtype sc = unary_fwd(fwd, E, s);
+    sc = binary_fwd(fwd, E, sc, ACCEL_F32);
+    fwd->bytes += 4 * E + f32_contig(E, sc, true);
+    if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
+    /* P V: the output, P in s, v's view dense in s; its transpose made dense for the reshape */
+    fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false) + dense(eC, s, false);
+    gemm_call(fwd, E + eC, s == ACCEL_F32 ? 0 : eC);
+    /* BertSelfOutput: dense, dropout, + the layer input, LayerNorm */
+    accel_dtype o = linear_fwd(fwd, d->C, d->C, s);
+    if (ph > 0) dropout_fwd(fwd, eC, o);
+    add_fwd(fwd, o);
+    accel_dtype a = norm_fwd(fwd, eC, n, ACCEL_F32);
+    /* intermediate: dense, gelu; BertOutput: dense, dropout, + a, LayerNorm */
+    accel_dtype i = linear_fwd(fwd, d->C, d->I, a);
+    accel_dtype gi = unary_fwd(fwd, eI, i);
+    accel_dtype m = linear_fwd(fwd, d->I, d->C, gi);
+    if (ph > 0) dropout_fwd(fwd, eC, m);
+    add_fwd(fwd, m);
+    norm_fwd(fwd, eC, n, ACCEL_F32);
+
+    /* backward, in reverse from the output's gradient */
+    norm_bwd(bwd, eC, ACCEL_F32, false);
+    bwd->bytes += grad_copy(eC, m, false) + grad_copy(eC, a, false); /* add: the branch's, a's */
+    if (ph > 0) dropout_bwd(bwd, eC, m);
+    proj_bwd(bwd, d->I, d->C, m, gi, false, true);
+    unary_bwd(bwd, eI, i);
+    proj_bwd(bwd, d->C, d->I, i, a, true, true);
+    norm_bwd(bwd, eC, ACCEL_F32, false);
+    bwd->bytes += grad_copy(eC, o, false) + grad_copy(eC, ACCEL_F32, false); /* add: the branch's, the input's */
+    if (ph > 0) dropout_bwd(bwd, eC, o);
+    proj_bwd(bwd, d->C, d->C, o, s, false, true);
+    /* the reshape's gradient into the transposed view, its dense transpose into P V's output */
+    bwd->bytes += grad_copy(eC, s, false) + dense(eC, s, false) + grad_copy(eC, s, false);
+    /* P V: the output gradient read, P's and v's view's gradients */
+    bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
+    gemm_call(bwd, eC + E, 0);
+    if (pa > 0) dropout_bwd(bwd, E, ACCEL_F32);
+    bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
+    bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
+    unary_bwd(bwd, E, s);                                              /* the scale */
+    /* q k^T: the output gradient read, q's and k^T's views' (k^T's then made
+     * dense into k's view) */
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
+                  grad_copy(eC, q, false);
+    gemm_call(bwd, E + eC, 0);
+    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q);
+    proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
+    proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
+    proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
+}
+
+/* Outside the layers: the batch (ids, token types, mask, labels), the
+ * embeddings (word + type + position, LayerNorm, dropout), the pooler
+ * (tanh(dense(h[:, 0]))), the classifier's dropout and head, the loss. */
+static void bert_outer_step(ledger *l, const accel_bert_config *c) {
+    const dims *d = l->d;
+    double n = d->n, eC = n * d->C, BC = d->B * d->C, ph = c->hidden_dropout_prob;
+    double pc = c->classifier_dropout >= 0 ? c->classifier_dropout : ph, L = (double)c->num_labels;
+    l->bytes += 8 * n + 8 * n + 8 * n + 8 * d->B;    /* ids, token_type_ids, attention_mask, labels */
+    l->bytes += 8 * n + 4 * n + 4 * n;               /* the mask read as int64, as floats, as a tensor */
+    l->bytes += 8 * d->T + 4 * d->T * d->C;          /* positions, their rows */
+    l->bytes += 4 * eC + 4 * eC + 4 * eC + 4 * eC;   /* word and type rows, the two adds */
+    accel_dtype e = norm_fwd(l, eC, n, ACCEL_F32);
+    if (ph > 0) dropout_fwd(l, eC, e), dropout_bwd(l, eC, e);
+    norm_bwd(l, eC, ACCEL_F32, false);
+    /* the adds' backward: both inputs' gradients, the positions' summed over B */
+    l->bytes += 2 * 4 * eC + 2 * 4 * d->T * d->C;
+    /* the pooler of the first position (a view across T, made dense; its
+     * gradient a zeroed [B, T, C] copied into the last layer's output's),
+     * tanh, dropout, the classifier: B rows */
+    dims db = *d;
+    db.n = d->B;
+    ledger r = {l->k, &db, l->f, 0, l->call};
+    r.bytes += mm_operand(l->k, BC, ACCEL_F32, false);
+    accel_dtype p = linear_fwd(&r, d->C, d->C, ACCEL_F32);
+    unary_fwd(&r, BC, p);
+    if (pc > 0) dropout_fwd(&r, BC, p), dropout_bwd(&r, BC, p);
+    accel_dtype y = linear_fwd(&r, d->C, L, p);
+    r.bytes += 4 * d->B * L * 3; /* cross-entropy's f32 logits, lse, gradient */
+    proj_bwd(&r, d->C, L, y, p, false, true);
+    unary_bwd(&r, BC, p);
+    proj_bwd(&r, d->C, d->C, p, ACCEL_F32, false, true);
+    l->bytes += r.bytes + 4 * eC + grad_copy(eC, ACCEL_F32, false) + grad_copy(BC, ACCEL_F32, false);
+    l->call = r.call;
 }
 
 /* Bytes as int64, or false when they reach 2^62 (a config or batch no step
@@ -270,47 +631,104 @@ static bool to_bytes(double b, int64_t *out) {
     return true;
 }
 
-accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
-                                          accel_activation_bytes *out) {
-    static const char *FN = "accel_llama_activation_bytes";
-    if (!cfg || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", FN, cfg ? "out" : "cfg");
+/* The options' checks of both entry points (fn names the caller). */
+static accel_status check_opts(const char *fn, const void *cfg, const accel_activation_opts *o,
+                               accel_activation_bytes *out) {
+    if (!cfg || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", fn, cfg ? "out" : "cfg");
     if (!o) /* the one options struct without defaults: the shape of a step is the question */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: options are NULL: batch_size and seq_len have no default",
-                               FN);
+                               fn);
     memset(out, 0, sizeof *out);
     if (o->batch_size < 1 || o->seq_len < 2)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: batch_size %lld and seq_len %lld: need batch_size >= 1 and seq_len >= 2 (the "
                                "loss shifts the labels by one)",
-                               FN, (long long)o->batch_size, (long long)o->seq_len);
+                               fn, (long long)o->batch_size, (long long)o->seq_len);
     if (o->autocast != ACCEL_F32 && o->autocast != ACCEL_BF16 && o->autocast != ACCEL_F16)
         return accel_set_error(ACCEL_ERR_DTYPE, "%s: autocast must be float32 (none), bfloat16 or float16, got %s",
-                               FN, accel_dtype_name(o->autocast));
+                               fn, accel_dtype_name(o->autocast));
+    return ACCEL_OK;
+}
+
+static step_kind kind_of(const accel_activation_opts *o) {
+    return (step_kind){o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
+                       accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3,
+                       (double)accel_num_threads()};
+}
+
+/* The step's peak from its ledgers: two kinds of layer (lf/lb[0] for L - n1
+ * layers, [1] for n1) and what lies outside them. false when a figure
+ * reaches 2^62 bytes. Checkpointed, a layer leaves its output (f32) and,
+ * once its backward has run, its input's gradient slot; the recompute of
+ * one layer at a time sits on top, the largest at most. ZeRO-3's node on a
+ * layer's output copies that output's gradient. On top, one GEMM call's own
+ * panels at a time (the largest). */
+static bool compose(const ledger lf[2], const ledger lb[2], const ledger *outer, double L, double n1,
+                    const accel_activation_opts *o, const dims *d, accel_activation_bytes *out) {
+    double layer[2] = {lf[0].bytes + lb[0].bytes, lf[1].bytes + lb[1].bytes};
+    int big = n1 > 0 && (n1 == L || layer[1] > layer[0]);
+    double kept_ck = 2 * 4 * d->n * d->C, z3 = o->zero3 ? 4 * d->n * d->C : 0;
+    double kept_all = o->checkpointing ? L * kept_ck : (L - n1) * layer[0] + n1 * layer[1];
+    double call = outer->call;
+    for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].call, lb[e].call));
+    double peak = outer->bytes + kept_all + L * z3 + (o->checkpointing && L > 0 ? layer[big] : 0) + call;
+    double kept = (o->checkpointing ? kept_ck : layer[big]) + z3;
+    return to_bytes(peak, &out->peak) && to_bytes(lf[big].bytes, &out->layer_forward) &&
+           to_bytes(lb[big].bytes, &out->layer_backward) && to_bytes(kept, &out->kept_per_layer) &&
+           to_bytes(outer->bytes, &out->outer);
+}
+
+accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
+                                          accel_activation_bytes *out) {
+    static const char *FN = "accel_llama_activation_bytes";
     dims d;
-    if (!resolve(cfg, &d, o)) return accel_last_status();
-    step_kind k = {o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
-                   accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3, (double)accel_num_threads()};
-    ledger lf = {&k, &d, 0, 0}, lb = {&k, &d, 0, 0}, outer = {&k, &d, 0, 0};
-    layer_step(&lf, &lb);
+    fam f;
+    if (check_opts(FN, cfg, o, out) != ACCEL_OK || !resolve(cfg, &d, &f, o)) return accel_last_status();
+    step_kind k = kind_of(o);
+    /* the two kinds of layer (attention through sdpa or explicit scores) */
+    ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
+    for (int e = 0; e < 2; e++) {
+        lf[e] = lb[e] = (ledger){&k, &d, &f, 0, 0};
+        layer_step(&lf[e], &lb[e], e);
+    }
     outer_step(&outer);
-    double L = (double)cfg->num_hidden_layers, layer = lf.bytes + lb.bytes;
-    /* Checkpointed, a layer leaves its output (f32) and, once its backward
-     * has run, its input's gradient slot; the recompute of one layer at a
-     * time sits on top, the last (layer 0) on the most. ZeRO-3's node on a
-     * layer's output copies that output's gradient. */
-    double kept = (o->checkpointing ? 2 * 4 * d.n * d.C : layer) + (o->zero3 ? 4 * d.n * d.C : 0);
-    /* and on top, one GEMM call's own panels at a time (the largest) */
-    double call = fmax(fmax(lf.call, lb.call), outer.call);
-    double peak = outer.bytes + L * kept + (o->checkpointing && L > 0 ? layer : 0) + call;
-    if (!to_bytes(peak, &out->peak) || !to_bytes(lf.bytes, &out->layer_forward) ||
-        !to_bytes(lb.bytes, &out->layer_backward) || !to_bytes(kept, &out->kept_per_layer) ||
-        !to_bytes(outer.bytes, &out->outer))
+    const accel__arch *a = accel__arch_find(cfg->model_type);
+    double n_explicit = 0;
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) n_explicit += explicit_layer(cfg, a, i, o->seq_len);
+    if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, n_explicit, o, &d, out))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
                                "(hidden_size %lld, intermediate_size %lld, vocab_size %lld, %lld layers)",
                                FN, (long long)o->batch_size, (long long)o->seq_len, (long long)cfg->hidden_size,
                                (long long)cfg->intermediate_size, (long long)cfg->vocab_size,
                                (long long)cfg->num_hidden_layers);
+    return ACCEL_OK;
+}
+
+accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const accel_activation_opts *o,
+                                         accel_activation_bytes *out) {
+    static const char *FN = "accel_bert_activation_bytes";
+    if (check_opts(FN, cfg, o, out) != ACCEL_OK || accel_bert_config_check(cfg, FN) != ACCEL_OK)
+        return accel_last_status();
+    if (o->seq_len > cfg->max_position_embeddings)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is more than max_position_embeddings (%lld)",
+                               FN, (long long)o->seq_len, (long long)cfg->max_position_embeddings);
+    double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
+    dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
+              .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H};
+    d.n = d.B * d.T;
+    fam f = {.layer_norm = true};
+    step_kind k = kind_of(o);
+    ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
+    lf[0] = lb[0] = lf[1] = lb[1] = (ledger){&k, &d, &f, 0, 0};
+    bert_layer_step(&lf[0], &lb[0], cfg);
+    bert_outer_step(&outer, cfg);
+    if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, 0, o, &d, out))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
+                               "(hidden_size %lld, intermediate_size %lld, %lld layers)",
+                               FN, (long long)o->batch_size, (long long)o->seq_len, (long long)cfg->hidden_size,
+                               (long long)cfg->intermediate_size, (long long)cfg->num_hidden_layers);
     return ACCEL_OK;
 }
 

@@ -8,8 +8,9 @@
  * accel's addition: --num_processes N, --batch_size B --seq_len T,
  * --mixed_precision, --activation_checkpointing and --strategy add the
  * per-rank training memory of each sharding strategy: weights, gradients,
- * Adam state, ZeRO-3's gathered units and the step's activations
- * (docs/bigmodel.md "Training memory"). */
+ * Adam state, ZeRO-3's gathered units and the step's activations, counted
+ * for the config's family (every decoder row of the architecture table,
+ * BERT) (docs/bigmodel.md "Training memory"). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -175,9 +176,10 @@ static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const acce
 }
 
 /* The per-rank table: Adam on f32 parameters under each strategy (docs/
- * bigmodel.md "Training memory"), with the step's activations of the decoder
- * cfg when a batch is given (cfg NULL: no batch). */
-static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_t largest, const rank_request *q) {
+ * bigmodel.md "Training memory"), with the step's activations when a batch
+ * is given: of the BERT bcfg when set, else of the decoder cfg (any family). */
+static int print_rank_table(const accel_llama_config *cfg, const accel_bert_config *bcfg, int64_t total,
+                            int64_t largest, const rank_request *q) {
     char rows[ACCEL_SHARD_STRATEGIES][TABLE_MAX_COLS][32];
     int nr = 0, nc = 0;
     for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++) {
@@ -188,7 +190,8 @@ static int print_rank_table(const accel_llama_config *cfg, int64_t total, int64_
         o.zero3 = s == ACCEL_SHARD_ZERO3;
         accel_activation_bytes ab = {0};
         accel_rank_memory r;
-        if ((q->have_batch && accel_llama_activation_bytes(cfg, &o, &ab) != ACCEL_OK) ||
+        if ((q->have_batch && (bcfg ? accel_bert_activation_bytes(bcfg, &o, &ab)
+                                    : accel_llama_activation_bytes(cfg, &o, &ab)) != ACCEL_OK) ||
             accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->mesh[MESH_DP_SHARD],
                                        q->act.autocast, ab.peak, &r) != ACCEL_OK) {
             fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
@@ -441,12 +444,10 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (ndt == 0)
         for (ndt = 0; ndt < 4; ndt++) dts[ndt] = ndt;
     bool bert = is_bert(model);
-    if (bert && (q.have_batch || q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1)) {
+    if (bert && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1)) {
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: %s: bert models get the weights, gradients and optimizer "
-                        "rows; %s\n", model, q.have_batch ? "the step's activations (--batch_size / --seq_len) are "
-                        "modelled for the decoder families only" : "tensor and pipeline parallelism of bert models are "
-                        "not implemented (--tp_size / --pp_size above 1)");
+        fprintf(stderr, "accel estimate-memory: error: %s: tensor and pipeline parallelism of bert models are not "
+                        "implemented (--tp_size / --pp_size above 1)\n", model);
         return 2;
     }
     accel_llama_config cfg = {0};
@@ -482,10 +483,14 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     }
     accel_module_free(m);
     if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
-    /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (head_dim / 2 f32 each), which
-     * accel's Llama computes instead of keeping (GPT-2 has no RoPE) */
-    if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA)
-        body += 2 * (cfg.head_dim ? cfg.head_dim : cfg.hidden_size / cfg.num_attention_heads) / 2 * 4;
+    /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (rotary_dim / 2 f32 each: the
+     * head_dim rotated, Phi-3's partial_rotary_factor of it), which accel's Llama computes instead of keeping
+     * (GPT-2 has no RoPE) */
+    if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA) {
+        accel_llama_config rc = cfg;
+        if (!rc.head_dim) rc.head_dim = cfg.hidden_size / cfg.num_attention_heads;
+        body += 2 * (accel__rotary_dim(&rc) / 2) * 4;
+    }
     /* and Gemma's embedding keeps its scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale) */
     if (!bert && accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
     /* BertEmbeddings' position_ids and token_type_ids: [1, max_position_embeddings] int64 buffers each,
@@ -513,5 +518,5 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
     print_table(title, headers, 4, rows, ndt);
-    return per_rank ? print_rank_table(bert ? NULL : &cfg, total, largest, &q) : 0;
+    return per_rank ? print_rank_table(&cfg, bert ? &bcfg : NULL, total, largest, &q) : 0;
 }
