@@ -340,7 +340,10 @@ void accel_kv_cache_reset(accel_kv_cache *c);
 accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
 const accel_llama_config *accel_llama_config_of(accel_module *llama);
 /* ids [B, T] (i64) -> logits [B, T, V] (f32 unless autocast). cache may be NULL;
- * with a cache, positions continue from accel_kv_cache_len and the cache grows. */
+ * with a cache, positions continue from accel_kv_cache_len and the cache grows.
+ * Tensor-parallel (accel_llama_parallelize), the logits are this rank's
+ * vocabulary columns without a cache, the whole vocabulary's with one (every
+ * rank in step); with a cache sequence parallelism does not split T. */
 accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache);
 /* Mean next-token cross-entropy of ids [B, T] (labels = ids shifted, as
  * transformers does with labels=input_ids). */

@@ -44,10 +44,6 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
  * over the group by the forward's copy, never again. */
 bool accel__tp_is_replica(const accel_module *m);
 
-/* Whether m is a parallelized module whose activations outside the tp
- * region are split along the sequence. */
-bool accel__tp_sequence_parallel(const accel_module *m);
-
 /* Whether this thread's sequence-parallel modules split the sequence (on:
  * the default) or run as plain tensor parallelism, their activations whole
  * on every rank (off: generation with a KV cache, whose decoding steps have

@@ -199,8 +199,6 @@ static bool is_tp(const accel_module *m) {
     return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || accel__tp_is_replica(m);
 }
 
-bool accel__tp_sequence_parallel(const accel_module *m) { return m && is_tp(m) && ((const tp_impl *)m->impl)->sp; }
-
 bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s) {
     if (!m || !t || !is_tp(m) || accel__tp_is_replica(m)) return false;
     const tp_impl *ti = m->impl;
