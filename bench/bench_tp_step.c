@@ -7,7 +7,13 @@
  * The mesh is dp_shard N / P x tp P (DDP over the data-parallel ranks). Per
  * step: accel_llama_loss on this rank's data-parallel batch (ids seeded by
  * the data-parallel rank), accel_accelerator_backward, AdamW step, zero_grad.
- * Rank 0 prints
+ * Every rank prints what it holds, counted exactly from the tensors after
+ * the last step:
+ *     rank R param_bytes=... grad_bytes=... optim_bytes=... act_peak_bytes=...
+ * (its parameters, their gradients and AdamW's state, each tensor counted
+ * once; act_peak_bytes: the step arena's high-water mark over the last
+ * step's loss and backward, the activations and their gradients). Rank 0
+ * then prints
  *     impl=accel tp=P sp=0|1 world=N step_ms_median=... tp_bytes_per_step=... peak_rss_mb=...
  * step_ms_median: the slowest rank's median; tp_bytes_per_step: what this
  * rank (process) handed to the tensor-parallel collectives in one step (src/ops/tp_stats.h:
@@ -24,6 +30,30 @@
 static void fail(const char *what) {
     fprintf(stderr, "bench_tp_step: %s: %s\n", what, accel_last_error());
     exit(1);
+}
+
+/* The bytes of the n tensors (grads: their gradients), a tensor held twice
+ * (tied) counted once. */
+static int64_t tensor_bytes(accel_tensor **t, int n, bool grads) {
+    int64_t b = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) seen = t[j] == t[i];
+        accel_tensor *x = grads ? t[i]->grad : t[i];
+        if (!seen && x) b += (int64_t)accel_nbytes(x);
+    }
+    return b;
+}
+
+static int64_t optimizer_bytes(accel_optimizer *opt) {
+    accel_named_state *st;
+    int n = accel_optimizer_state(opt, &st);
+    if (n < 0) fail("accel_optimizer_state");
+    int64_t b = 0;
+    for (int i = 0; i < n; i++)
+        if (st[i].t) b += (int64_t)accel_nbytes(st[i].t);
+    accel_named_state_free(st, n);
+    return b;
 }
 
 int main(int argc, char **argv) {
@@ -61,18 +91,28 @@ int main(int argc, char **argv) {
     int total = a.warmup + a.steps;
     double *t = calloc((size_t)total, sizeof *t);
     uint64_t bytes = 0;
+    size_t act = 0;
+    int64_t grad_bytes = 0;
+    accel_tensor **params = NULL;
+    int np = accel_module_parameters(model, &params);
+    if (np <= 0) fail("accel_module_parameters");
     if (!t || accel_accelerator_wait_for_everyone(acc)) fail("start");
     for (int it = 0; it < total; it++) {
         uint64_t b0 = accel__tp_bytes();
         double t0 = accel_now_seconds();
         accel_tensor *loss = accel_llama_loss(model, ids);
-        if (!loss || accel_accelerator_backward(acc, loss) || accel_accelerator_optimizer_step(acc, opt) ||
-            accel_accelerator_zero_grad(acc, opt))
-            fail("the step");
+        if (!loss || accel_accelerator_backward(acc, loss)) fail("the step");
+        act = accel_arena_peak(accel_step_arena());
+        grad_bytes = tensor_bytes(params, np, true);
+        if (accel_accelerator_optimizer_step(acc, opt) || accel_accelerator_zero_grad(acc, opt)) fail("the step");
         accel_step_reset();
         t[it] = accel_now_seconds() - t0;
         bytes = accel__tp_bytes() - b0;
     }
+    printf("rank %d param_bytes=%lld grad_bytes=%lld optim_bytes=%lld act_peak_bytes=%zu\n", rank,
+           (long long)tensor_bytes(params, np, false), (long long)grad_bytes, (long long)optimizer_bytes(opt), act);
+    fflush(stdout);
+    accel_free(params);
     double mine = bench_median(t + a.warmup, a.steps), slowest = mine;
     if (accel_pg_all_reduce(accel_dist_default_group(), &slowest, 1, ACCEL_F64, ACCEL_REDUCE_MAX)) fail("reduce");
     struct rusage ru;

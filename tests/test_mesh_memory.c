@@ -1,8 +1,8 @@
 /* A transformer's parameters on one rank of a tp x pp mesh
  * (src/bigmodel/mesh_memory.h, `accel estimate-memory --tp_size --pp_size`):
  * the tiny Llama's bytes counted by hand, weight by weight, for tensor
- * parallelism (heads split, one key/value head replicated when there are
- * fewer than tp), pipeline stages (the tied lm_head a copy on the last one;
+ * parallelism (heads split, the key/value projections whole when there are
+ * fewer key/value heads than tp), pipeline stages (the tied lm_head a copy on the last one;
  * the runtime's balanced split of the layers), both, and the refusals. */
 #include <string.h>
 
@@ -41,12 +41,12 @@ static void test_tensor_parallel(void) {
     b = mesh(m, 2, 1);
     CHECK_MSG(b.param_bytes == 2 * layer2 + 20 * 16 * 4 + NORM, "%lld", (long long)b.param_bytes);
     CHECK(b.largest_unit == layer2);
-    /* tp 4: 2 kv heads over 4 ranks: one each (replicated), as Megatron */
-    int layer4 = (4 * 16 + 2 * 4 * 16 + 16 * 4 + 2 * 6 * 16 + 16 * 6 + 2 * 16) * 4;
+    /* tp 4: 2 kv heads over 4 ranks: k_proj and v_proj whole on every rank (the plan's replicated rows) */
+    int layer4 = (4 * 16 + 2 * 8 * 16 + 16 * 4 + 2 * 6 * 16 + 16 * 6 + 2 * 16) * 4;
     b = mesh(m, 4, 1);
     CHECK_MSG(b.param_bytes == 2 * layer4 + 10 * 16 * 4 + NORM, "%lld", (long long)b.param_bytes);
-    /* tp 3: every split rounds up (heads 2, kv 1, ffn 8, inputs of o 6, vocab 14) */
-    int layer3 = (8 * 16 + 2 * 4 * 16 + 16 * 6 + 2 * 8 * 16 + 16 * 8 + 2 * 16) * 4;
+    /* tp 3: every split rounds up (heads 2, ffn 8, inputs of o 6, vocab 14); kv whole (2 < 3) */
+    int layer3 = (8 * 16 + 2 * 8 * 16 + 16 * 6 + 2 * 8 * 16 + 16 * 8 + 2 * 16) * 4;
     b = mesh(m, 3, 1);
     CHECK_MSG(b.param_bytes == 2 * layer3 + 14 * 16 * 4 + NORM, "%lld", (long long)b.param_bytes);
     accel_module_free(m);

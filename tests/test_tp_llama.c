@@ -10,8 +10,9 @@
  * over every head: the mean square summed over the ranks), each also under
  * Megatron's sequence parallelism (the norms on T / tp positions, their
  * gradients summed by accel_module_tp_reduce_grads); then greedy generation
- * with the KV cache giving one process's tokens (refused under sequence
- * parallelism); Llama under bf16 and fp16 autocast, close to one process
+ * with the KV cache giving one process's tokens (32 of them, GPT-2 8), also
+ * under sequence parallelism (run unsplit), from a cache sized for the
+ * rank's key/value heads; Llama under bf16 and fp16 autocast, close to one process
  * within their rounding; and the refusals. */
 #include "check.h"
 #include "dist_group.h"
@@ -43,24 +44,53 @@ static void slices_cut(accel_module *tp, const char *family, int world) {
     CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
 }
 
-/* Greedy decoding with the KV cache: the same tokens as one process, and
- * the prompt's last logits (gathered over the ranks) within 1e-5. */
-static void generation_matches(accel_module *tp, accel_module *ref, const char *family) {
-    enum { P = 5, NEW = 8 };
-    int64_t prompt[P] = {3, 17, 5, 9, 30}, want[P + NEW], got[P + NEW], n_want = 0, n_got = 0;
+/* Greedy decoding with the KV cache: the same tokens as one process (32 new
+ * ones; GPT-2 8, its 16 learned positions the limit), and the prompt's last
+ * logits (gathered over the ranks) within 1e-5. Under sequence parallelism
+ * the prompt's 5 positions are not a multiple of tp, nor is a decoding
+ * step's one: the tp regions run unsplit. */
+static void generation_matches(accel_module *tp, accel_module *ref, const char *family, bool sp) {
+    enum { P = 5, MAX_NEW = 32 };
+    int64_t prompt[P] = {3, 17, 5, 9, 30}, want[P + MAX_NEW], got[P + MAX_NEW], n_want = 0, n_got = 0;
+    int64_t n_new = strcmp(family, "gpt2") ? MAX_NEW : 8;
     accel_tensor *l_ref = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){40}, ACCEL_CPU_DEVICE);
     accel_tensor *l_tp = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){40}, ACCEL_CPU_DEVICE);
-    accel_generate_opts o = {.max_new_tokens = NEW, .prompt_logits = l_ref};
+    accel_generate_opts o = {.max_new_tokens = n_new, .prompt_logits = l_ref};
     CHECK(accel_generate(ref, prompt, P, &o, want, &n_want) == ACCEL_OK);
     o.prompt_logits = l_tp;
-    CHECK_MSG(accel_generate(tp, prompt, P, &o, got, &n_got) == ACCEL_OK, "%s: %s", family, accel_last_error());
-    CHECK_MSG(n_got == n_want && n_want == P + NEW && !memcmp(got, want, sizeof got),
-              "%s: generated under tp %lld tokens, one process %lld (or other ones)", family, (long long)n_got,
-              (long long)n_want);
+    CHECK_MSG(accel_generate(tp, prompt, P, &o, got, &n_got) == ACCEL_OK, "%s%s: %s", family, sp ? " (sp)" : "",
+              accel_last_error());
+    CHECK_MSG(n_got == n_want && n_want == P + n_new && !memcmp(got, want, (size_t)n_want * sizeof *got),
+              "%s%s: generated under tp %lld tokens, one process %lld (or other ones)", family, sp ? " (sp)" : "",
+              (long long)n_got, (long long)n_want);
     float *a = floats_of(l_tp), *b = floats_of(l_ref);
     close_all(family, a, b, 40);
     free(a), free(b);
     accel_tensor_free(l_ref), accel_tensor_free(l_tp);
+}
+
+/* The model's own cache holds this rank's key/value heads: 2 (GPT-2 4) over
+ * the ranks, or over 4 ranks of 2 the one replicated head; a whole model's
+ * cache is bigger (the rank uses its first heads), and a rank's cache is
+ * refused by the whole model. */
+static void cache_sized(accel_module *tp, accel_module *ref, const char *family, int world) {
+    enum { LEN = 16, D = 4, LAYERS = 2 };
+    int64_t kv = strcmp(family, "gpt2") ? 2 : 4, mine = kv >= world ? kv / world : 1;
+    accel_kv_cache *kc = accel_llama_kv_cache_new(tp, 1, LEN, ACCEL_CPU_DEVICE);
+    accel_kv_cache *whole = accel_kv_cache_new(accel_llama_config_of(ref), 1, LEN, ACCEL_CPU_DEVICE);
+    CHECK_MSG(kc && accel_kv_cache_bytes(kc) == LAYERS * 2 * mine * LEN * D * 4, "%s: a rank's cache of %lld bytes",
+              family, (long long)accel_kv_cache_bytes(kc));
+    CHECK(accel_kv_cache_bytes(whole) == LAYERS * 2 * kv * LEN * D * 4);
+    int64_t one[1] = {3};
+    accel_tensor *ids = pi64(ACCEL_SHAPE(1, 1), one);
+    bool prev = accel_set_grad_enabled(false);
+    CHECK(accel_llama_forward(ref, ids, kc) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "key/value heads");
+    CHECK_MSG(accel_llama_forward(tp, ids, whole) != NULL, "%s: %s", family, accel_last_error()); /* its first heads */
+    accel_set_grad_enabled(prev);
+    accel_step_reset();
+    accel_tensor_free(ids);
+    accel_kv_cache_free(kc), accel_kv_cache_free(whole);
 }
 
 static void family_matches(accel_pg *pg, const char *family, bool sp) {
@@ -97,14 +127,8 @@ static void family_matches(accel_pg *pg, const char *family, bool sp) {
     accel_tensor *logits = accel_llama_forward(tp, ids, NULL);
     CHECK(logits && logits->shape[2] == 40 / accel_pg_size(pg));
     accel_step_reset();
-    if (sp) {
-        accel_kv_cache *kc = accel_kv_cache_new(accel_llama_config_of(tp), 1, 16, ACCEL_CPU_DEVICE);
-        CHECK(accel_llama_forward(tp, ids, kc) == NULL);
-        CHECK_STR_CONTAINS(accel_last_error(), "a KV cache on a model under sequence parallelism");
-        accel_kv_cache_free(kc);
-        accel_step_reset();
-    } else
-        generation_matches(tp, ref, family);
+    generation_matches(tp, ref, family, sp);
+    if (!sp) cache_sized(tp, ref, family, accel_pg_size(pg));
     accel_tensor_free(ids);
     accel_optimizer_free(o_ref), accel_optimizer_free(o_tp);
 out:

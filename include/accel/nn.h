@@ -316,12 +316,21 @@ const char *accel_module_decoder_layer_class(const accel_module *m);
 accel_status accel_llama_config_check(const accel_llama_config *cfg, const char *who);
 
 /* KV cache for generation: per layer K and V [B, Hkv, max_len, D], made on
- * dev; a layer's pair moves (once) to the device its layer runs on. */
+ * dev; a layer's pair moves (once) to the device its layer runs on.
+ * accel_kv_cache_new sizes Hkv for the config's whole model;
+ * accel_llama_kv_cache_new for the heads the model computes on this rank
+ * (under tensor parallelism num_key_value_heads / tp, or the one replicated
+ * head when there are fewer key/value heads than ranks). A model takes a
+ * cache of at least its heads (a whole-model cache's first ones). The caller
+ * frees it (accel_kv_cache_free). */
 typedef struct accel_kv_cache accel_kv_cache;
 accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch, int64_t max_len,
                                    accel_device dev);
+accel_kv_cache *accel_llama_kv_cache_new(accel_module *llama, int64_t batch, int64_t max_len, accel_device dev);
 void accel_kv_cache_free(accel_kv_cache *c);
 int64_t accel_kv_cache_len(const accel_kv_cache *c);
+/* The bytes its K and V tensors hold (0 for NULL). */
+int64_t accel_kv_cache_bytes(const accel_kv_cache *c);
 void accel_kv_cache_reset(accel_kv_cache *c);
 
 /* LlamaForCausalLM: children "model" (embed_tokens, layers.N, norm) and
@@ -331,7 +340,10 @@ void accel_kv_cache_reset(accel_kv_cache *c);
 accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
 const accel_llama_config *accel_llama_config_of(accel_module *llama);
 /* ids [B, T] (i64) -> logits [B, T, V] (f32 unless autocast). cache may be NULL;
- * with a cache, positions continue from accel_kv_cache_len and the cache grows. */
+ * with a cache, positions continue from accel_kv_cache_len and the cache grows.
+ * Tensor-parallel (accel_llama_parallelize), the logits are this rank's
+ * vocabulary columns without a cache, the whole vocabulary's with one (every
+ * rank in step); with a cache sequence parallelism does not split T. */
 accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache);
 /* Mean next-token cross-entropy of ids [B, T] (labels = ids shifted, as
  * transformers does with labels=input_ids). */

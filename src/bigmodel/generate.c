@@ -229,7 +229,7 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
                                (long long)vocab);
     }
     accel_device dev = ids_device(llama);
-    accel_kv_cache *cache = accel_kv_cache_new(cfg, 1, n_prompt + opts->max_new_tokens, dev);
+    accel_kv_cache *cache = accel_llama_kv_cache_new(llama, 1, n_prompt + opts->max_new_tokens, dev);
     float *buf = accel_malloc(sizeof(float) * (size_t)vocab);
     if (!cache || !buf) {
         accel_kv_cache_free(cache);

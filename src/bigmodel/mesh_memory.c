@@ -36,13 +36,17 @@ static int stage_of(const int *first_layer, int pp, int64_t li) {
     return s;
 }
 
-/* Rows of an output-split weight a rank keeps: q/k/v by heads. */
+/* Rows of an output-split weight a rank keeps: q/k/v by heads. With fewer
+ * key/value heads than tp the plan keeps k_proj and v_proj (Phi-3: the
+ * whole qkv_proj) whole on every rank, each using its head's rows
+ * (src/nn/decoder_tp.c): the whole rows. */
 static int64_t split_rows(const char *mod, int64_t rows, const accel_llama_config *c, int tp) {
     int64_t heads = c->num_attention_heads, kv = c->num_key_value_heads ? c->num_key_value_heads : heads;
     int64_t hd = c->head_dim ? c->head_dim : c->hidden_size / heads;
+    bool replicated = kv < tp;
     if (!strcmp(mod, "q_proj")) return ceil_div(heads, tp) * hd;
-    if (!strcmp(mod, "k_proj") || !strcmp(mod, "v_proj")) return ceil_div(kv, tp) * hd;
-    if (!strcmp(mod, "qkv_proj")) return (ceil_div(heads, tp) + 2 * ceil_div(kv, tp)) * hd;
+    if (!strcmp(mod, "k_proj") || !strcmp(mod, "v_proj")) return replicated ? rows : ceil_div(kv, tp) * hd;
+    if (!strcmp(mod, "qkv_proj")) return replicated ? rows : (ceil_div(heads, tp) + 2 * ceil_div(kv, tp)) * hd;
     return ceil_div(rows, tp);
 }
 

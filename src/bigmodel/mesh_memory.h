@@ -7,8 +7,9 @@
  *   split along their outputs, their biases too; o_proj and down_proj along
  *   their inputs, their biases whole; the embedding and lm_head split along
  *   the vocabulary; norms whole. Key/value heads: ceil(kv_heads / tp) a rank
- *   (fewer heads than tp: one, replicated, as Megatron does); every split
- *   rounds up.
+ *   (fewer heads than tp: k_proj and v_proj, Phi-3's whole qkv_proj, kept
+ *   whole on every rank, as accel's plan keeps them, each rank using its
+ *   head's rows; Megatron would keep the one head); every split rounds up.
  * - pipeline parallelism: the stages' layers as the runtime splits them
  *   (accel__decoder_stage_split, nn/decoder_pipeline.h: contiguous ranges
  *   minimising the largest stage's parameter count, the embedding counted on

@@ -171,9 +171,40 @@ accel_status accel_llama_config_check(const accel_llama_config *cfg, const char 
 
 struct accel_kv_cache {
     int n_layers;
-    int64_t batch, max_len, len;
-    accel_tensor **k, **v; /* [n_layers], each [B, Hkv, max_len, D] */
+    int64_t batch, max_len, len, kv_heads;
+    accel_tensor **k, **v; /* [n_layers], each [B, kv_heads, max_len, D] */
 };
+
+/* A cache of n_layers layers, each K and V [batch, kv_heads, max_len, D] of
+ * c's dtype on dev (c resolved). */
+static accel_kv_cache *kv_cache_make(const accel_llama_config *c, int64_t kv_heads, int64_t batch, int64_t max_len,
+                                     accel_device dev, const char *who) {
+    if (batch <= 0 || max_len <= 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: batch %lld and max_len %lld must be > 0", who, (long long)batch,
+                        (long long)max_len);
+        return NULL;
+    }
+    accel_kv_cache *kc = accel_calloc(1, sizeof *kc);
+    if (!kc) return NULL;
+    kc->n_layers = (int)c->num_hidden_layers;
+    kc->batch = batch;
+    kc->max_len = max_len;
+    kc->kv_heads = kv_heads;
+    kc->k = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->k);
+    kc->v = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->v);
+    bool ok = kc->k && kc->v;
+    int64_t shape[4] = {batch, kv_heads, max_len, c->head_dim};
+    for (int i = 0; i < kc->n_layers && ok; i++) {
+        kc->k[i] = accel_tensor_new(c->torch_dtype, 4, shape, dev);
+        kc->v[i] = accel_tensor_new(c->torch_dtype, 4, shape, dev);
+        ok = kc->k[i] && kc->v[i];
+    }
+    if (!ok) {
+        accel_kv_cache_free(kc);
+        return NULL;
+    }
+    return kc;
+}
 
 accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch, int64_t max_len,
                                    accel_device dev) {
@@ -183,30 +214,13 @@ accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch,
         return NULL;
     }
     if (resolve_config(cfg, &c, "accel_kv_cache_new")) return NULL;
-    if (batch <= 0 || max_len <= 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_kv_cache_new: batch %lld and max_len %lld must be > 0",
-                        (long long)batch, (long long)max_len);
-        return NULL;
-    }
-    accel_kv_cache *kc = accel_calloc(1, sizeof *kc);
-    if (!kc) return NULL;
-    kc->n_layers = (int)c.num_hidden_layers;
-    kc->batch = batch;
-    kc->max_len = max_len;
-    kc->k = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->k);
-    kc->v = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->v);
-    bool ok = kc->k && kc->v;
-    int64_t shape[4] = {batch, c.num_key_value_heads, max_len, c.head_dim};
-    for (int i = 0; i < kc->n_layers && ok; i++) {
-        kc->k[i] = accel_tensor_new(c.torch_dtype, 4, shape, dev);
-        kc->v[i] = accel_tensor_new(c.torch_dtype, 4, shape, dev);
-        ok = kc->k[i] && kc->v[i];
-    }
-    if (!ok) {
-        accel_kv_cache_free(kc);
-        return NULL;
-    }
-    return kc;
+    return kv_cache_make(&c, c.num_key_value_heads, batch, max_len, dev, "accel_kv_cache_new");
+}
+
+int64_t accel_kv_cache_bytes(const accel_kv_cache *kc) {
+    int64_t n = 0;
+    for (int i = 0; kc && i < kc->n_layers; i++) n += (int64_t)(accel_nbytes(kc->k[i]) + accel_nbytes(kc->v[i]));
+    return n;
 }
 
 void accel_kv_cache_free(accel_kv_cache *kc) {
@@ -252,6 +266,20 @@ typedef struct layer_impl {
     bool windowed; /* attends to the last cfg->sliding_window keys only */
     int64_t heads, kv_heads; /* the query and key/value heads this rank computes (all but under tp) */
 } layer_impl;
+
+/* The key/value heads llama's layers compute on this rank: the config's,
+ * under tp this rank's (kv_heads / tp, or the one replicated head). */
+static int64_t rank_kv_heads(accel_module *llama, const accel_llama_config *c) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!layers || !layers->n_children) return c->num_key_value_heads;
+    return ((const layer_impl *)layers->children[0]->impl)->kv_heads;
+}
+
+accel_kv_cache *accel_llama_kv_cache_new(accel_module *llama, int64_t batch, int64_t max_len, accel_device dev) {
+    const accel_llama_config *c = accel_llama_config_of(llama);
+    if (!c) return NULL;
+    return kv_cache_make(c, rank_kv_heads(llama, c), batch, max_len, dev, "accel_llama_kv_cache_new");
+}
 
 /* Child indices, fixed by construction order (transformers' order). */
 enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
@@ -712,33 +740,36 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     }
     accel_pg *tp = NULL;
     accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, &tp, NULL, NULL);
-    if (cache && tp && accel__tp_sequence_parallel(llama->children[ROOT_LM_HEAD])) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: a KV cache on a model under sequence "
-                        "parallelism: a decoding step's one position cannot be split over the tp ranks "
-                        "(parallelize it without sequence_parallel to generate)");
-        return NULL;
-    }
+    int64_t kv_heads = rank_kv_heads(llama, c);
     if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
-                  pos + T > cache->max_len)) {
+                  pos + T > cache->max_len || cache->kv_heads < kv_heads)) {
         accel_set_error(ACCEL_ERR_SHAPE,
-                        "accel_llama_forward: KV cache (layers %d, batch %lld, %lld of %lld used) "
-                        "cannot take %lld more positions for batch %lld",
-                        cache->n_layers, (long long)cache->batch, (long long)pos,
-                        (long long)cache->max_len, (long long)T, (long long)ids->shape[0]);
+                        "accel_llama_forward: KV cache (layers %d, batch %lld, %lld key/value heads, %lld of %lld "
+                        "used) cannot take %lld more positions for batch %lld of %d layers of %lld key/value heads",
+                        cache->n_layers, (long long)cache->batch, (long long)cache->kv_heads, (long long)pos,
+                        (long long)cache->max_len, (long long)T, (long long)ids->shape[0], (int)c->num_hidden_layers,
+                        (long long)kv_heads);
         return NULL;
     }
     if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
+    /* Generating under sequence parallelism: a decoding step's one position
+     * cannot be split over the ranks, so the tp regions run whole on every
+     * rank, without the sequence's scatter and gather (Megatron and vLLM
+     * generate without it); the same weights, the same results. */
+    bool split = cache && tp ? accel__tp_sequence_split(false) : true;
     /* The root's hooks run too: the Accelerator's autocast, a dispatch's
      * return of the logits to the device of the ids. */
-    accel_tensor *h = ids;
-    if (accel_module_enter(llama, &h) != ACCEL_OK) return NULL;
-    const accel__arch *a = root_arch(llama);
-    h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
-    accel_tensor *logits = lm_head(llama, c, a, h);
-    /* generating under tp: every rank gets the whole vocabulary's logits */
-    if (cache && tp && logits) logits = accel_tp_gather_from_region(logits, tp);
-    if (accel_module_exit(llama, &logits) != ACCEL_OK || !logits) return NULL;
-    if (cache) cache->len += T;
+    accel_tensor *h = ids, *logits = NULL;
+    if (accel_module_enter(llama, &h) == ACCEL_OK) {
+        const accel__arch *a = root_arch(llama);
+        h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
+        logits = lm_head(llama, c, a, h);
+        /* generating under tp: every rank gets the whole vocabulary's logits */
+        if (cache && tp && logits) logits = accel_tp_gather_from_region(logits, tp);
+        if (accel_module_exit(llama, &logits) != ACCEL_OK) logits = NULL;
+    }
+    accel__tp_sequence_split(split);
+    if (logits && cache) cache->len += T;
     return logits;
 }
 

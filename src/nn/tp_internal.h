@@ -44,9 +44,12 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
  * over the group by the forward's copy, never again. */
 bool accel__tp_is_replica(const accel_module *m);
 
-/* Whether m is a parallelized module whose activations outside the tp
- * region are split along the sequence. */
-bool accel__tp_sequence_parallel(const accel_module *m);
+/* Whether this thread's sequence-parallel modules split the sequence (on:
+ * the default) or run as plain tensor parallelism, their activations whole
+ * on every rank (off: generation with a KV cache, whose decoding steps have
+ * one position, as Megatron and vLLM generate without sequence
+ * parallelism). Returns the previous setting, for the caller to restore. */
+bool accel__tp_sequence_split(bool on);
 
 /* A new tensor of w's slice s (accel_tp_slice_of's elements), on w's
  * device, requiring grad as w does: a plan's cut of a whole weight, and

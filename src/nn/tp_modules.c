@@ -23,15 +23,27 @@ typedef struct tp_impl {
     int rep;          /* ranks holding each of its rows */
 } tp_impl;
 
+/* Set while this thread generates with a KV cache (accel__tp_sequence_split):
+ * the modules run as if planned without sequence parallelism. */
+static _Thread_local bool tl_no_seq_split;
+
+bool accel__tp_sequence_split(bool on) {
+    bool prev = !tl_no_seq_split;
+    tl_no_seq_split = !on;
+    return prev;
+}
+
+static bool splits_seq(const tp_impl *t) { return t->sp && !tl_no_seq_split; }
+
 /* Into a column-parallel region: the replicated input, or the whole
  * sequence gathered from its slices. */
 static accel_tensor *enter(const tp_impl *t, accel_tensor *x) {
-    return t->sp ? accel_tp_gather_seq(x, t->pg) : accel_tp_copy_to_region(x, t->pg);
+    return splits_seq(t) ? accel_tp_gather_seq(x, t->pg) : accel_tp_copy_to_region(x, t->pg);
 }
 
 /* Out of a row-parallel region: the sum, or this rank's sequence slice of it. */
 static accel_tensor *leave(const tp_impl *t, accel_tensor *y) {
-    return t->sp ? accel_tp_scatter_seq(y, t->pg) : accel_tp_reduce_from_region(y, t->pg);
+    return splits_seq(t) ? accel_tp_scatter_seq(y, t->pg) : accel_tp_reduce_from_region(y, t->pg);
 }
 
 /* ---- slices */
@@ -186,8 +198,6 @@ bool accel__tp_is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS
 static bool is_tp(const accel_module *m) {
     return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || accel__tp_is_replica(m);
 }
-
-bool accel__tp_sequence_parallel(const accel_module *m) { return m && is_tp(m) && ((const tp_impl *)m->impl)->sp; }
 
 bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s) {
     if (!m || !t || !is_tp(m) || accel__tp_is_replica(m)) return false;
