@@ -20,7 +20,6 @@
 #include "checkpoint_whole.h"
 #include "dist_group.h"
 #include "tiny_llama.h"
-#include "tp_fixture.h"
 
 enum { SEQS = 24, T = 8, BS = 2, SAVED_AT = 3, AFTER = 2 };
 
@@ -33,38 +32,18 @@ static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%
 
 static const char *FILES[] = {"model.safetensors", "optimizer.safetensors"};
 
-/* Every tensor of file b is in file a with the same dtype, shape and bytes, and the counts agree. */
+/* File b equals file a byte for byte. */
 static void same_files(const char *a, const char *b) {
-    accel_safetensors *fa = accel_safetensors_open(a), *fb = accel_safetensors_open(b);
-    CHECK_MSG(fa && fb, "%s", accel_last_error());
-    if (fa && fb) {
-        CHECK(accel_safetensors_count(fa) == accel_safetensors_count(fb));
-        for (int i = 0; i < accel_safetensors_count(fb); i++) {
-            const char *name = accel_safetensors_at(fb, i)->name;
-            accel_tensor *x = accel_safetensors_tensor(fa, name, -1), *y = accel_safetensors_tensor(fb, name, -1);
-            bool same = x && y && x->dtype == y->dtype && accel_same_shape(x, y) &&
-                        memcmp(x->data, y->data, accel_nbytes(x)) == 0;
-            CHECK_MSG(same, "%s: %s differs from %s", name, b, a);
-            accel_tensor_free(x), accel_tensor_free(y);
-        }
-    }
-    if (fa) accel_safetensors_close(fa);
-    if (fb) accel_safetensors_close(fb);
+    bool same;
+    checkpoint_file_diff(a, b, &same);
+    CHECK_MSG(same, "%s differs from %s", b, a);
 }
 
-/* Every tensor of file b is in file a, as f32 within 1e-5 of it. */
+/* Every tensor of file b is in file a, within 1e-5 of it. */
 static void close_files(const char *a, const char *b) {
-    accel_safetensors *fa = accel_safetensors_open(a), *fb = accel_safetensors_open(b);
-    CHECK_MSG(fa && fb, "%s", accel_last_error());
-    for (int i = 0; fa && fb && i < accel_safetensors_count(fb); i++) {
-        const char *name = accel_safetensors_at(fb, i)->name;
-        accel_tensor *x = accel_safetensors_tensor(fa, name, ACCEL_F32), *y = accel_safetensors_tensor(fb, name, ACCEL_F32);
-        CHECK_MSG(x && y && accel_same_shape(x, y), "%s: %s and %s differ in shape", name, a, b);
-        if (x && y && accel_same_shape(x, y)) close_all(name, y->data, x->data, accel_numel(x));
-        accel_tensor_free(x), accel_tensor_free(y);
-    }
-    if (fa) accel_safetensors_close(fa);
-    if (fb) accel_safetensors_close(fb);
+    bool same;
+    double d = checkpoint_file_diff(a, b, &same);
+    CHECK_MSG(d <= 1e-5, "%s differs from %s by %.3g", b, a, d);
 }
 
 static int body(int rank, int world) {

@@ -292,12 +292,16 @@ accel_tensor *accel__tp_read_slice(accel_safetensors *f, const accel_state_entry
 accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced);
 /* save_state of optimizer i under tp (collective over the tp group): the
  * state st (n entries in the user's per-tensor vocabulary: the optimizer's
- * own, or a ZeRO strategy's consolidated) of every tp-sliced parameter
- * replaced by the whole, gathered over the tp group, flat as a one-process
- * optimizer lists it. Nothing without tp. */
+ * own, a ZeRO strategy's consolidated, or under pp the whole numbering
+ * accel__pipeline_optimizer_state collected on stage 0, whose tp group then
+ * gathers every stage's slices; the other stages pass none) of every
+ * tp-sliced parameter replaced by the whole, gathered over the tp group,
+ * flat as a one-process optimizer lists it. Nothing without tp. */
 accel_status accel__tp_gather_optimizer(accel_accelerator *acc, int i, int n, accel_named_state *st);
 /* load_state's inverse: each whole state of a tp-sliced parameter replaced
- * by this rank's slice (the plan's cut of the parameter's shape). */
+ * by this rank's slice (the plan's cut of the parameter's shape); under pp
+ * in the whole numbering, every stage's (accel__pipeline_load_optimizer
+ * then keeps this stage's). */
 accel_status accel__tp_slice_optimizer(accel_accelerator *acc, int i, int n, accel_named_state *st);
 void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whole);
 /* parallelism.c: the mesh's sizes from o->parallelism, checked (a product

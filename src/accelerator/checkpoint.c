@@ -403,10 +403,11 @@ typedef struct opt_slot {
 
 static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
+    /* under tp: this rank's slices of the whole states (load_named's tensors, owned); under tp x pp every
+     * stage's are cut, in the file's numbering, before the pipeline keeps this stage's */
+    if (accel__tp_slice_optimizer(os->acc, os->i, n, (accel_named_state *)st)) return accel_last_status();
     /* under pp: this stage's part of the whole state */
     if (os->acc->pp_opt[os->i]) return accel__pipeline_load_optimizer(os->acc, os->i, n, st);
-    /* under tp: this rank's slices of the whole states (load_named's tensors, owned) */
-    if (accel__tp_slice_optimizer(os->acc, os->i, n, (accel_named_state *)st)) return accel_last_status();
     if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
@@ -678,20 +679,9 @@ static accel_status commit(const char *tmp, const char *dir, int world) {
     return accel__staged_commit(tmp, dir, "accel_accelerator_save_state");
 }
 
-/* tp x pp checkpoints: each stage's optimizer state would be renumbered by
- * the pipeline and cut by the tp plan, and the two have not been made to
- * agree (save_model writes the whole weights under both). */
-static accel_status refuse_tp_pp(const accel_accelerator *acc, const char *fn) {
-    int tp = acc->par.size[ACCEL__MESH_TP], pp = acc->par.size[ACCEL__MESH_PP];
-    if (tp == 1 || pp == 1) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: checkpoints with tp_size %d and pp_size %d together are not "
-                           "built (accel_accelerator_save_model writes the whole weights)", fn, tp, pp);
-}
-
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
                                           size_t out_n) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: accelerator is NULL");
-    if (refuse_tp_pp(acc, "accel_accelerator_save_state")) return accel_last_status();
     char root[PATHN], dir[PATHN + 64], tmp[2 * PATHN + 160];
     accel_status s = ACCEL_OK;
     bool automatic = acc->o.automatic_checkpoint_naming;
@@ -778,7 +768,6 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
-    if (refuse_tp_pp(acc, "accel_accelerator_load_state")) return accel_last_status();
     char dir[PATHN + 64], path[2 * PATHN];
     accel_status s = ACCEL_OK;
     if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);

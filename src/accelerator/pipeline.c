@@ -556,7 +556,10 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
  * model (accel__pipeline_gather_weights) and the whole optimizer state, in
  * the numbering of the optimizer as it was built (acc->pp_opt: every
  * parameter, the other stages' too), to rank 0; load_state gives each stage
- * its part of both. */
+ * its part of both. Under tp x pp a pp group is one tp rank's: its stage 0
+ * collects that rank's slices, which the stage-0 tp group then joins into
+ * whole states (tp.c, accel__tp_gather_optimizer); load_state cuts them to
+ * the rank's slices before keeping the stage's. */
 
 /* The segment of opt whose parameter is p, or -1. */
 static int segment_of(const accel_optimizer *opt, const accel_tensor *p) {

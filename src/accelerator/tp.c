@@ -264,15 +264,22 @@ static void dicts_close(model_dicts *md) {
  * optimizer i when it is a tp slice (with its split), else NULL; *err when
  * parameter u belongs to no prepared model (its split is unknown). u is the
  * user's numbering: under ZeRO the strategy's re-targeted optimizer still
- * names its consolidated state by the user's parameters (user_param). */
+ * names its consolidated state by the user's parameters (user_param); under
+ * pp the optimizer as it was built (acc->pp_opt: the other stages'
+ * parameters too, on meta here, whose slice is known all the same), in
+ * which a pp checkpoint numbers it (a u beyond it: no slice here, the
+ * pipeline's load names it). */
 static accel_tensor *state_split(accel_accelerator *acc, const model_dicts *md, int oi, const accel_named_state *e,
                                  accel_tp_slice *sl, bool *err) {
     int u, at = 0;
     *err = false;
     /* "state.<u>.step" is a scalar (a one-element tensor once loaded) */
     if (!e->t || sscanf(e->name, "state.%d.%n", &u, &at) != 1 || !at || !strcmp(e->name + at, "step")) return NULL;
-    accel_tensor *p = accel__optimizer_model(acc, oi) ? acc->strat->user_param(acc, oi, u)
-                                                       : accel_optimizer_segment_param(acc->opts[oi], u, NULL);
+    const accel__pp_opt *po = acc->pp_opt[oi];
+    if (po && (u < 0 || u >= po->n)) return NULL;
+    accel_tensor *p = po                              ? po->params[u]
+                      : accel__optimizer_model(acc, oi) ? acc->strat->user_param(acc, oi, u)
+                                                        : accel_optimizer_segment_param(acc->opts[oi], u, NULL);
     for (int m = 0; p && m < md->n; m++)
         for (int k = 0; k < md->sd[m]->n; k++)
             if (md->sd[m]->entries[k].t == p)
