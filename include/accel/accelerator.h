@@ -80,7 +80,10 @@ typedef struct accel_parallelism_opts {
     int sp_size;                  /* DeepSpeed-style (Ulysses) sequence parallelism */
     int pp_size;                  /* pipeline stages (Megatron's pp_degree) */
     int num_micro_batches;        /* pipeline micro-batches per step; 0: 1 */
-    const char *pp_schedule;      /* "1f1b" (the default) or "gpipe" */
+    const char *pp_schedule;      /* "1f1b" (the default), "gpipe" or "interleaved" (the default when
+                                   * pp_virtual_stages > 1) */
+    int pp_virtual_stages;        /* interleaved 1F1B: model chunks per stage (Megatron's
+                                   * virtual_pipeline_model_parallel_size); 0: 1 */
     int sequence_parallelism;     /* tri-state: Megatron's sequence parallelism inside the tp group */
 } accel_parallelism_opts;
 
@@ -425,12 +428,15 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * 1-3; refused). report (NULL: none) gets this stage's figures. */
 typedef struct accel_pipeline_report {
     int stage, stages;           /* this rank's stage of `stages` */
-    int first_layer, end_layer;  /* its layers [first_layer, end_layer) */
+    int first_layer, end_layer;  /* its layers [first_layer, end_layer) (interleaved: its first chunk's; chunk
+                                  * j's are j x stages x (end_layer - first_layer) later) */
+    int virtual_stages;          /* its chunks (1 but under interleaved 1F1B) */
     int micro_batches;
     double wall_s;               /* the step on this stage */
     double busy_s;               /* of which computing (the rest: waiting for the neighbours) */
     int peak_in_flight;          /* micro-batches forwarded and not yet backwarded, at most */
-    size_t peak_held_bytes;      /* their saved inputs (hidden states; 0 on stage 0, which keeps ids) */
+    size_t peak_held_bytes;      /* their saved inputs (hidden states; 0 on stage 0, which keeps ids);
+                                  * interleaved: the buffers of saved inputs and arrived gradients */
 } accel_pipeline_report;
 accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_module *model, accel_tensor *ids,
                                              double *loss, accel_pipeline_report *report);
