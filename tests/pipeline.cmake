@@ -4,8 +4,9 @@
 # and tp x pp = 2 x 2 with each schedule, tied and untied, and with sequence
 # parallelism (a 7th field: tp, an 8th: sequence parallelism; 1 and 0 when
 # absent), and interleaved 1F1B with 2 and 3 virtual stages per stage at pp =
-# 2, 2 at pp = 4 and at pp x dp = 2 x 2, tied and untied (a 9th field: the
-# virtual stages, 1 when absent; a layer per chunk), against one process.
+# 2, 2 at pp = 4, at pp x dp = 2 x 2 and at tp x pp = 2 x 2 with sequence
+# parallelism, tied and untied (a 9th field: the virtual stages, 1 when
+# absent; a layer per chunk), against one process.
 # ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
 # stages in several chunks, so a send waits for its receiver.
 if(TARGET accel_cli)
@@ -13,7 +14,8 @@ if(TARGET accel_cli)
               "2;2;gpipe;0;1;0" "2;2;1f1b;1;2;0" "2;1;1f1b;1;1;3" "2;1;1f1b;1;1;0;2" "2;1;1f1b;0;1;0;2"
               "2;1;gpipe;1;1;0;2" "2;1;gpipe;0;1;0;2" "2;1;1f1b;1;1;0;2;1" "2;1;gpipe;0;2;0;2;1"
               "2;1;interleaved;1;1;0;1;0;2" "2;1;interleaved;0;1;0;1;0;3" "2;1;interleaved;0;1;0;1;0;2"
-              "2;1;interleaved;1;1;0;1;0;3" "4;1;interleaved;1;1;0;1;0;2" "2;2;interleaved;0;2;0;1;0;2")
+              "2;1;interleaved;1;1;0;1;0;3" "4;1;interleaved;1;1;0;1;0;2" "2;2;interleaved;0;2;0;1;0;2"
+              "2;1;interleaved;1;1;0;2;1;2")
     list(GET cfg 0 pp)
     list(GET cfg 1 dp)
     list(GET cfg 2 sched)
@@ -35,7 +37,7 @@ if(TARGET accel_cli)
     endif()
     if(fields GREATER 8)
       list(GET cfg 8 virt)
-      set(name pipeline_pp${pp}_dp${dp}_${sched}_v${virt}_tied${tied}_accum${accum})
+      set(name pipeline_pp${pp}_dp${dp}_tp${tp}_sp${sp}_${sched}_v${virt}_tied${tied}_accum${accum})
     endif()
     math(EXPR n "${pp} * ${dp} * ${tp}")
     add_test(NAME ${name}

@@ -405,7 +405,9 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  *
  * pipeline_step is forward + backward of the batch in num_micro_batches
  * micro-batches of B / m rows (B must be a multiple of m), scheduled GPipe
- * (pp_schedule "gpipe") or 1F1B (default): it replaces the forward, the loss
+ * (pp_schedule "gpipe"), 1F1B (default) or interleaved 1F1B ("interleaved",
+ * with pp_virtual_stages = v: the layers cut into p v equal chunks, stage s
+ * holding chunks s, s + p, ...; m a multiple of p): it replaces the forward, the loss
  * and accelerator_backward of a plain step. loss gets the batch's mean
  * causal-LM loss (transformers' ForCausalLMLoss, labels = ids shifted) on
  * every stage. The gradients accumulate over the micro-batches (each loss
@@ -417,7 +419,8 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * job (every rank calls it with its batch). Each stage recomputes a
  * micro-batch's forward in its backward (Megatron's full recomputation): a
  * stage holds only the inputs of the micro-batches in flight, at most m
- * under GPipe and p - s under 1F1B. With pp_size = 1 it is gradient
+ * under GPipe and p - s under 1F1B (interleaved: Megatron's warm-up + 1
+ * (chunk, micro-batch) pairs, (p - s - 1) 2 + (v - 1) p + 1). With pp_size = 1 it is gradient
  * accumulation over the micro-batches on one stage. A stage holds only its
  * part of the model: prepare moved the other stages' parameters to meta and
  * re-targeted the prepared optimizer to the stage's (prepare the model with
