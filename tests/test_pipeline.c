@@ -379,14 +379,18 @@ static void check_plan(int p, int v, int m, int *slots_2p) {
     }
     for (int r = 0; r < p; r++)
         for (int t = 0; t < plan[r].n_ticks; t++) {
-            int k = plan[r].tick_op[t], next = (r + 1) % p, prev = (r + p - 1) % p;
-            const accel__pp_op *o = k >= 0 ? &plan[r].ops[k] : NULL;
-            int c = o ? o->chunk * p + r : -1;
-            CHECK_MSG((o && !o->backward && c < p * v - 1) == (plan[next].hidden_in[t] >= 0),
+            int next = (r + 1) % p, prev = (r + p - 1) % p;
+            CHECK_MSG((plan[r].sends[t] == 0) == (plan[next].hidden_in[t] >= 0),
                       "p %d v %d m %d: rank %d's hidden state after tick %d", p, v, m, r, t);
-            CHECK_MSG((o && o->backward && c > 0) == (plan[prev].grad_in[t] >= 0),
+            CHECK_MSG((plan[r].sends[t] == 1) == (plan[prev].grad_in[t] >= 0),
                       "p %d v %d m %d: rank %d's gradient after tick %d", p, v, m, r, t);
         }
+    for (int r = 0; r < p; r++) { /* every forward but the last chunk's sends once, every backward but chunk 0's */
+        int hidden = 0, grads = 0;
+        for (int t = 0; t < plan[r].n_ticks; t++) hidden += plan[r].sends[t] == 0, grads += plan[r].sends[t] == 1;
+        CHECK_MSG(hidden == m * v - (r == p - 1 ? m : 0) && grads == m * v - (r == 0 ? m : 0),
+                  "p %d v %d m %d rank %d: %d hidden states and %d gradients sent", p, v, m, r, hidden, grads);
+    }
     accel_step_reset();
 }
 

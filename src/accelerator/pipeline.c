@@ -244,10 +244,11 @@ static int schedule(const pp_run *r, bool gpipe, int *ops) {
 static void *step_buffer(size_t bytes) { return accel_arena_alloc(accel_step_arena(), bytes ? bytes : 1, 64); }
 
 /* ---------------------------------------------------------------- interleaved 1F1B
- * virt chunks per stage (pipeline_schedule.h): the plan's ticks; after each,
- * the hidden state this stage made goes to the next stage and the gradient to
- * the previous one (round the ring: the last stage feeds stage 0's next
- * chunk), while what the neighbours made arrives in the plan's slots. */
+ * virt chunks per stage (pipeline_schedule.h): the plan's ticks; after the
+ * last tick of an op, the hidden state this stage made goes to the next stage
+ * or the gradient to the previous one (round the ring: the last stage feeds
+ * stage 0's next chunk), while what the neighbours made arrives in the
+ * plan's slots. */
 
 static accel_status run_interleaved(pp_run *r) {
     accel__pp_plan plan;
@@ -257,8 +258,8 @@ static accel_status run_interleaved(pp_run *r) {
     int chunks = r->stages * r->virt, next = (r->stage + 1) % r->stages, prev = (r->stage + r->stages - 1) % r->stages;
     accel_status st = ACCEL_OK;
     for (int t = 0; t < plan.n_ticks && !st; t++) {
-        int k = plan.tick_op[t], to_next = -1, to_prev = -1;
-        if (k >= 0) {
+        int k = plan.tick_op[t];
+        if (k >= 0) { /* the op whole; out_buf keeps its output until it goes out, after its last tick */
             const accel__pp_op *o = &plan.ops[k];
             int c = o->chunk * r->stages + r->stage;
             pp_chunk ch = {r->split[c], r->split[c + 1], c == 0, c == chunks - 1};
@@ -267,10 +268,9 @@ static accel_status run_interleaved(pp_run *r) {
             if (!x || (o->backward && !ch.last && !grad)) st = accel_last_status();
             else if (o->backward) st = run_backward(r, &ch, x, grad, o->micro, k == plan.n_ops - 1);
             else st = run_forward(r, &ch, x, o->micro);
-            if (!o->backward && !ch.last) to_next = next;
-            if (o->backward && !ch.first) to_prev = prev;
         }
-        int h = plan.hidden_in[t], g = plan.grad_in[t];
+        int h = plan.hidden_in[t], g = plan.grad_in[t], to_next = plan.sends[t] == 0 ? next : -1;
+        int to_prev = plan.sends[t] == 1 ? prev : -1;
         if (!st) st = accel_pg_send_recv(r->pg, r->out_buf, r->numel, to_next, h >= 0 ? held_slot(r, h) : NULL,
                                          h >= 0 ? r->numel : 0, h >= 0 ? prev : -1, r->dt);
         if (!st) st = accel_pg_send_recv(r->pg, r->out_buf, r->numel, to_prev, g >= 0 ? held_slot(r, g) : NULL,

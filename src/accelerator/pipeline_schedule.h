@@ -14,14 +14,17 @@
  * and one backward in turn, then the remaining backwards. At most warm-up +
  * 1 (chunk, micro-batch) pairs are in flight on rank r.
  *
- * The plan runs that order as every rank runs it: in ticks, each rank doing
- * its next op at a tick when its input arrived at an earlier one; after a
- * tick's ops, each rank sends what its op made (a hidden state to the next
- * rank, a gradient to the previous) and receives what its neighbours' ops
- * made - two exchanges, one each way round the ring, which every rank makes
- * in the same order, so none waits on a rank that waits on it, and a pair of
- * ranks (p = 2: each is the other's next and previous) sees its messages in
- * the order they were sent. Every rank computes the whole plan alike (it is
+ * The plan runs that order as every rank runs it: in ticks (a forward lasts
+ * one, a backward, which recomputes the forward first, three), each rank
+ * starting its next op at a tick when it is free and the op's input arrived
+ * at an earlier one; after each tick, a rank whose op ended then sends what
+ * it made (a hidden state to the next rank, a gradient to the previous) and
+ * receives what its neighbours' ops that ended then made - two exchanges,
+ * one each way round the ring, which every rank makes tick after tick in the
+ * same order, so none waits on a rank that waits on it, and a pair of ranks
+ * (p = 2: each is the other's next and previous) sees its messages in the
+ * order they were sent. A rank runs an op whole when it starts; the
+ * exchanges of the ticks it spans follow. Every rank computes the whole plan alike (it is
  * a function of p, v, m) and keeps its own part. A received message waits in
  * a slot (a buffer of one micro-batch's hidden states) until the backward
  * that uses it last; slots are reused as they free. */
@@ -44,7 +47,9 @@ typedef struct accel__pp_plan {
     int n_ops;          /* 2 m v: the rank's ops in order */
     accel__pp_op *ops;  /* [n_ops] */
     int n_ticks;        /* the whole pipeline's */
-    int *tick_op;       /* [n_ticks]: the op the rank runs at tick t, -1: none (waiting) */
+    int *tick_op;       /* [n_ticks]: the op the rank starts at tick t, -1: none (busy or waiting) */
+    int *sends;         /* [n_ticks]: after tick t the rank sends its ended op's hidden state to the next rank (0),
+                         * its gradient to the previous (1), or nothing (-1) */
     int *hidden_in;     /* [n_ticks]: the slot the hidden state from the previous rank arrives in after tick t, -1: none */
     int *grad_in;       /* [n_ticks]: the slot the gradient from the next rank arrives in after tick t, -1: none */
     int slots;          /* slots live at once, at most */
