@@ -50,11 +50,16 @@ if(TARGET accel_cli)
       FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
   endforeach()
 endif()
-# examples/pipeline_llama.c: 2 stages (1F1B and GPipe) print the loss one process prints
+# examples/pipeline_llama.c: 2 stages (1F1B, GPipe and interleaved 1F1B) print the loss one
+# process prints (interleaved: against one process's 1F1B, as it needs 2 stages)
 if(TARGET accel_cli AND TARGET pipeline_llama)
-  foreach(sched 1f1b gpipe)
+  foreach(sched 1f1b gpipe interleaved)
+    set(one_sched ${sched})
+    if(sched STREQUAL "interleaved")
+      set(one_sched 1f1b)
+    endif()
     add_test(NAME pipeline_example_2_${sched}
-             COMMAND bash -c "one=$($<TARGET_FILE:pipeline_llama> ${sched} | sed 's/.*loss=//') && two=$($<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:pipeline_llama> ${sched} | grep '^stages=2 schedule=${sched} stage0_layers=' | sed 's/.*loss=//') && echo \"1 process: $one, 2 stages: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]"
+             COMMAND bash -c "one=$($<TARGET_FILE:pipeline_llama> ${one_sched} | sed 's/.*loss=//') && two=$($<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:pipeline_llama> ${sched} | grep '^stages=2 schedule=${sched} stage0_layers=' | sed 's/.*loss=//') && echo \"1 process: $one, 2 stages: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]"
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(pipeline_example_2_${sched} PROPERTIES TIMEOUT 120
                          ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")

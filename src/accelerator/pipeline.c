@@ -11,7 +11,10 @@
  *   GPipe  every forward, then every backward;
  *   1F1B   stage s runs min(p - 1 - s, m) forwards ("warm-up"), then one
  *          forward and one backward in turn, then the remaining backwards
- *          (Megatron's non-interleaved schedule).
+ *          (Megatron's non-interleaved schedule);
+ *   interleaved 1F1B  with v chunks of the model per stage (virtual stages:
+ *          stage s holds chunks s, s + p, ...), Megatron's interleaved
+ *          order, planned in ticks (pipeline_schedule.h) and run below.
  *
  * Between stages travel the hidden states [B/m, T, C] (forward) and their
  * gradients (backward), point to point (accel_pg_send_recv): a stage's
