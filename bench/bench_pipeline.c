@@ -1,18 +1,22 @@
 /* bench_pipeline: the pipeline's idle fraction per schedule beside the
- * theoretical bubble (p - 1) / (m + p - 1), and the inputs each stage holds
- * (1F1B: at most p - s micro-batches; GPipe: m). Run under
+ * theoretical bubble (p - 1) / (m + p - 1) (interleaved 1F1B with v chunks
+ * per stage: (p - 1) / (v m + p - 1)), and the inputs each stage holds
+ * (1F1B: at most p - s micro-batches; GPipe: m; interleaved: Megatron's
+ * warm-up + 1 (chunk, micro-batch) pairs). Run under
  * `accel launch --num_processes P` (P stages, pp_size = P):
  *
- *     bench_pipeline [--schedule 1f1b|gpipe] [--micro-batches M] [--steps N] [--batch B] [--seq T]
- *                    [--hidden C] [--layers L] [--vocab V]
+ *     bench_pipeline [--schedule 1f1b|gpipe|interleaved] [--virtual-stages V] [--micro-batches M] [--steps N]
+ *                    [--batch B] [--seq T] [--hidden C] [--layers L] [--vocab V]
  *
- * A Llama (f32, untied, L layers split over the stages by parameter count)
- * trained with SGD through accel_accelerator_pipeline_step. Per step each
+ * A Llama (f32, untied, L layers split over the stages by parameter count;
+ * interleaved: into P x V equal chunks) trained with SGD through
+ * accel_accelerator_pipeline_step. Per step each
  * stage reports (accel_pipeline_report) its wall time and its busy time (its
  * forwards, recomputes and backwards); idle = 1 - busy / wall. Rank 0 prints,
  * after the first (warm-up) step, the medians over steps:
  *     schedule=1f1b p=2 m=4 bubble_theory=0.200 idle_mean=... step_ms=...
- *     stage=s layers=[a,b) idle=... busy_ms=... peak_in_flight=k held_kib=...
+ *     stage=s layers=[a,b) chunks=v idle=... busy_ms=... peak_in_flight=k held_kib=...
+ * (interleaved: [a,b) is the stage's first chunk, the others p (b - a) layers apart)
  * The stages' own work differs (stage 0 embeds, the last runs lm_head and
  * the loss, every backward recomputes its forward), which the theory, with
  * equal stages, does not count. */
@@ -40,12 +44,13 @@ static double median(double *v, int n) {
 
 int main(int argc, char **argv) {
     const char *sched = "1f1b";
-    int m = 8, steps = 6, layers = 8;
+    int m = 8, steps = 6, layers = 8, virt = 0;
     int64_t B = 16, T = 64, C = 256, V = 4096;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--schedule")) sched = v;
         else if (!strcmp(k, "--micro-batches")) m = atoi(v);
+        else if (!strcmp(k, "--virtual-stages")) virt = atoi(v);
         else if (!strcmp(k, "--steps")) steps = atoi(v);
         else if (!strcmp(k, "--batch")) B = atoll(v);
         else if (!strcmp(k, "--seq")) T = atoll(v);
@@ -62,6 +67,7 @@ int main(int argc, char **argv) {
     o.parallelism.pp_size = accel_dist_world_size();
     o.parallelism.num_micro_batches = m;
     o.parallelism.pp_schedule = sched;
+    o.parallelism.pp_virtual_stages = virt;
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) fail("accelerator");
     int p = accel_accelerator_num_processes(acc), rank = accel_accelerator_process_index(acc);
@@ -110,13 +116,14 @@ int main(int argc, char **argv) {
             double idle = median(v, n);
             for (int s = 1; s < steps; s++) v[s - 1] = busy[s * p + k];
             idle_mean += idle / p;
-            printf("stage=%d layers=[%d,%d) idle=%.3f busy_ms=%.1f peak_in_flight=%d held_kib=%.0f\n", k,
-                   (int)infos[4 * k], (int)infos[4 * k + 1], idle, median(v, n) * 1e3, (int)infos[4 * k + 2],
-                   infos[4 * k + 3] / 1024);
+            printf("stage=%d layers=[%d,%d) chunks=%d idle=%.3f busy_ms=%.1f peak_in_flight=%d held_kib=%.0f\n",
+                   k, (int)infos[4 * k], (int)infos[4 * k + 1], rep.virtual_stages, idle, median(v, n) * 1e3,
+                   (int)infos[4 * k + 2], infos[4 * k + 3] / 1024);
         }
-        printf("schedule=%s p=%d m=%d bubble_theory=%.3f idle_mean=%.3f step_ms=%.1f batch=%lld seq=%lld "
+        int vs = rep.virtual_stages;
+        printf("schedule=%s p=%d v=%d m=%d bubble_theory=%.3f idle_mean=%.3f step_ms=%.1f batch=%lld seq=%lld "
                "hidden=%lld layers=%d\n",
-               sched, p, m, (double)(p - 1) / (m + p - 1), idle_mean, step_ms, (long long)B, (long long)T,
+               sched, p, vs, m, (double)(p - 1) / (vs * m + p - 1), idle_mean, step_ms, (long long)B, (long long)T,
                (long long)C, layers);
         free(v);
     }

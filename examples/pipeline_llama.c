@@ -1,6 +1,8 @@
 /* Pipeline parallelism: a small Llama trained over `pp_size` stages (one per
  * process) with 4 micro-batches per step, 1F1B by default:
- *     accel launch --num_processes 2 build/bin/pipeline_llama [gpipe]
+ *     accel launch --num_processes 2 build/bin/pipeline_llama [gpipe|interleaved]
+ * (interleaved: 2 chunks of the 4 layers per stage, Megatron's virtual stages;
+ * 2 or 4 processes, as the micro-batches must be a multiple of the stages)
  * Every stage gets the same batch; the loss (the batch's mean) is the same on
  * every stage. Prints, from the main process:
  *     stages=2 schedule=1f1b stage0_layers=[0,2) step=9 loss=...
@@ -16,7 +18,9 @@ int main(int argc, char **argv) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = accel_dist_world_size(); /* every process a stage */
     o.parallelism.num_micro_batches = 4;
-    o.parallelism.pp_schedule = argc > 1 && !strcmp(argv[1], "gpipe") ? "gpipe" : "1f1b";
+    bool interleaved = argc > 1 && !strcmp(argv[1], "interleaved");
+    o.parallelism.pp_schedule = argc > 1 && !strcmp(argv[1], "gpipe") ? "gpipe" : interleaved ? "interleaved" : "1f1b";
+    o.parallelism.pp_virtual_stages = interleaved ? 2 : 0;
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
         fprintf(stderr, "pipeline_llama: %s\n", accel_last_error());

@@ -3,13 +3,19 @@
 # accumulation over 2 batches, and an explicit split (3 layers on stage 0),
 # and tp x pp = 2 x 2 with each schedule, tied and untied, and with sequence
 # parallelism (a 7th field: tp, an 8th: sequence parallelism; 1 and 0 when
-# absent), against one process.
+# absent), and interleaved 1F1B with 2 and 3 virtual stages per stage at pp =
+# 2, 2 at pp = 4, at pp x dp = 2 x 2 and at tp x pp = 2 x 2 with sequence
+# parallelism, tied and untied (a 9th field: the virtual stages, 1 when
+# absent; a layer per chunk), against one process.
 # ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
 # stages in several chunks, so a send waits for its receiver.
 if(TARGET accel_cli)
   foreach(cfg "2;1;1f1b;0;1;0" "2;1;gpipe;1;1;0" "4;1;1f1b;1;1;0" "4;1;gpipe;0;1;0" "2;2;1f1b;1;1;0"
               "2;2;gpipe;0;1;0" "2;2;1f1b;1;2;0" "2;1;1f1b;1;1;3" "2;1;1f1b;1;1;0;2" "2;1;1f1b;0;1;0;2"
-              "2;1;gpipe;1;1;0;2" "2;1;gpipe;0;1;0;2" "2;1;1f1b;1;1;0;2;1" "2;1;gpipe;0;2;0;2;1")
+              "2;1;gpipe;1;1;0;2" "2;1;gpipe;0;1;0;2" "2;1;1f1b;1;1;0;2;1" "2;1;gpipe;0;2;0;2;1"
+              "2;1;interleaved;1;1;0;1;0;2" "2;1;interleaved;0;1;0;1;0;3" "2;1;interleaved;0;1;0;1;0;2"
+              "2;1;interleaved;1;1;0;1;0;3" "4;1;interleaved;1;1;0;1;0;2" "2;2;interleaved;0;2;0;1;0;2"
+              "2;1;interleaved;1;1;0;2;1;2")
     list(GET cfg 0 pp)
     list(GET cfg 1 dp)
     list(GET cfg 2 sched)
@@ -18,6 +24,7 @@ if(TARGET accel_cli)
     list(GET cfg 5 first)
     set(tp 1)
     set(sp 0)
+    set(virt 1)
     set(name pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first})
     list(LENGTH cfg fields)
     if(fields GREATER 6)
@@ -28,10 +35,14 @@ if(TARGET accel_cli)
       list(GET cfg 7 sp)
       set(name pipeline_pp${pp}_dp${dp}_tp${tp}_sp_${sched}_tied${tied}_accum${accum}_first${first})
     endif()
+    if(fields GREATER 8)
+      list(GET cfg 8 virt)
+      set(name pipeline_pp${pp}_dp${dp}_tp${tp}_sp${sp}_${sched}_v${virt}_tied${tied}_accum${accum})
+    endif()
     math(EXPR n "${pp} * ${dp} * ${tp}")
     add_test(NAME ${name}
              COMMAND $<TARGET_FILE:accel_cli> launch --num_processes ${n} $<TARGET_FILE:test_pipeline>
-                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first} ${tp} ${sp}
+                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first} ${tp} ${sp} ${virt}
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_SHM_CHUNK_KB=4"
@@ -39,11 +50,16 @@ if(TARGET accel_cli)
       FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
   endforeach()
 endif()
-# examples/pipeline_llama.c: 2 stages (1F1B and GPipe) print the loss one process prints
+# examples/pipeline_llama.c: 2 stages (1F1B, GPipe and interleaved 1F1B) print the loss one
+# process prints (interleaved: against one process's 1F1B, as it needs 2 stages)
 if(TARGET accel_cli AND TARGET pipeline_llama)
-  foreach(sched 1f1b gpipe)
+  foreach(sched 1f1b gpipe interleaved)
+    set(one_sched ${sched})
+    if(sched STREQUAL "interleaved")
+      set(one_sched 1f1b)
+    endif()
     add_test(NAME pipeline_example_2_${sched}
-             COMMAND bash -c "one=$($<TARGET_FILE:pipeline_llama> ${sched} | sed 's/.*loss=//') && two=$($<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:pipeline_llama> ${sched} | grep '^stages=2 schedule=${sched} stage0_layers=' | sed 's/.*loss=//') && echo \"1 process: $one, 2 stages: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]"
+             COMMAND bash -c "one=$($<TARGET_FILE:pipeline_llama> ${one_sched} | sed 's/.*loss=//') && two=$($<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:pipeline_llama> ${sched} | grep '^stages=2 schedule=${sched} stage0_layers=' | sed 's/.*loss=//') && echo \"1 process: $one, 2 stages: $two\" && [ -n \"$one\" ] && [ \"$one\" = \"$two\" ]"
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(pipeline_example_2_${sched} PROPERTIES TIMEOUT 120
                          ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")

@@ -1,6 +1,6 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP SP` under `accel launch` (PP
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP SP VIRT` under `accel launch` (PP
  * x DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into
  * PP stages, DP data-parallel replicas of each (DDP over the stage's replicas),
  * each stage tensor-parallel over TP ranks when TP > 1 (the decoder's plan,
@@ -20,18 +20,23 @@
  * of the steps after the first must make no allocation (a counting
  * allocator). At pp = 2 the ranks are first given different splits (3 + 1
  * and 1 + 3 layers, then one that fails on stage 1 only): prepare must fail
- * on every rank, naming them. Prints "pipeline pp=.. dp=.. tp=.. sp=..
- * <schedule> accum=.. ok" on rank 0.
+ * on every rank, naming them. With SCHEDULE interleaved, VIRT chunks per
+ * stage (Megatron's virtual stages) of a model of PP x VIRT layers, 8
+ * micro-batches at PP = 4; an explicit split and a model of one layer more
+ * are refused. Prints "pipeline pp=.. dp=.. tp=.. sp=.. <schedule> accum=..
+ * ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
- * plain step, and the refusals of pipeline_step. */
+ * plain step, the refusals of pipeline_step, the interleaved plan and the
+ * refusals of its options. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
+#include "accelerator/pipeline_schedule.h"
 #include "check.h"
 #include "count_alloc.h"
 #include "nn/decoder_pipeline.h"
@@ -43,11 +48,13 @@
 #define ROWS 16 /* per replica: 4 micro-batches of 4 rows */
 #define STEPS 5
 
-static accel_module *tiny(bool tied, int64_t vocab, int64_t hidden) {
+static accel_module *tiny_of(bool tied, int64_t vocab, int64_t hidden, int layers) {
     return pipeline_llama((pipeline_model){.seed = 7, .vocab = vocab, .hidden = hidden, .ffn = 2 * hidden,
-                                           .positions = 32, .layers = LAYERS, .heads = 4, .kv_heads = 2,
+                                           .positions = 32, .layers = layers, .heads = 4, .kv_heads = 2,
                                            .tied = tied});
 }
+
+static accel_module *tiny(bool tied, int64_t vocab, int64_t hidden) { return tiny_of(tied, vocab, hidden, LAYERS); }
 
 static accel_optimizer *sgd(accel_module *m) {
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
@@ -58,10 +65,16 @@ static accel_optimizer *sgd(accel_module *m) {
 /* Rows [row0, row0 + rows) of step s's batch. */
 static accel_tensor *batch(int s, int row0, int rows) { return pipeline_batch(s, row0, rows, T, 40); }
 
-/* Whether parameter `name` is stage (first_layer, end_layer)'s. */
+/* Whether parameter `name` is the stage's: layers [first_layer, end_layer),
+ * and under interleaved 1F1B those of its chunks after the first, stages x
+ * the chunk's layers apart. */
 static bool owned(const char *name, const accel_pipeline_report *rep, bool tied) {
-    int layer;
-    if (sscanf(name, "model.layers.%d.", &layer) == 1) return layer >= rep->first_layer && layer < rep->end_layer;
+    int layer, period = rep->stages * (rep->end_layer - rep->first_layer);
+    if (sscanf(name, "model.layers.%d.", &layer) == 1 && rep->virtual_stages == 1)
+        return layer >= rep->first_layer && layer < rep->end_layer;
+    if (sscanf(name, "model.layers.%d.", &layer) == 1)
+        return layer / period < rep->virtual_stages && layer % period >= rep->first_layer &&
+               layer % period < rep->end_layer;
     bool first = rep->stage == 0, last = rep->stage == rep->stages - 1;
     if (!strcmp(name, "model.embed_tokens.weight")) return first || (tied && last);
     return last; /* model.norm.weight, lm_head.weight */
@@ -100,14 +113,17 @@ static double part_diff(const accel_state_entry *e, const accel_tensor *a, accel
 }
 
 static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp,
-                    bool sp) {
+                    bool sp, int virt) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
     o.parallelism.tp_size = tp;
     o.parallelism.sequence_parallelism = sp ? ACCEL_TRUE : 0;
-    o.parallelism.num_micro_batches = 4;
+    /* interleaved at pp 4: 8 micro-batches, past Megatron's all-forwards-first m = pp */
+    int micro = virt > 1 && pp == 4 ? 8 : 4;
+    o.parallelism.num_micro_batches = micro;
     o.parallelism.pp_schedule = sched;
+    o.parallelism.pp_virtual_stages = virt;
     o.gradient_accumulation_steps = accum;
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
@@ -115,10 +131,22 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         return 2;
     }
     int rank = accel_accelerator_process_index(acc), replica = rank / tp % dp; /* ranks: pp-major, then dp, tp */
-    accel_module *model = tiny(tied, 40, 32), *ref = tiny(tied, 40, 32);
+    /* interleaved: a layer per chunk */
+    int layers = virt > 1 ? pp * virt : LAYERS;
+    accel_module *model = tiny_of(tied, 40, 32, layers), *ref = tiny_of(tied, 40, 32, layers);
     /* made over the whole model: prepare re-targets it to the stage's parameters (tp: their slices) */
     accel_optimizer *opt = sgd(model), *ref_opt = sgd(ref);
-    if (pp == 2) { /* each rank sets its own split: prepare compares them, failing on every rank when they differ */
+    if (virt > 1) { /* equal chunks only: no explicit split, and the layers must fill pp x virt chunks */
+        CHECK(accel_accelerator_pipeline_set_layers(acc, 1, 0) == ACCEL_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(accel_last_error(), "an explicit first or last stage is not built with it");
+        accel_module *odd = tiny_of(tied, 40, 32, layers + 1);
+        CHECK(accel_accelerator_prepare(acc, odd) == ACCEL_ERR_INVALID_ARG);
+        char why[160];
+        snprintf(why, sizeof why, "interleaved 1F1B cuts the model's %d layers into pp_size %d x pp_virtual_stages "
+                 "%d = %d chunks", layers + 1, pp, virt, layers);
+        CHECK_STR_CONTAINS(accel_last_error(), why);
+        accel_module_free(odd);
+    } else if (pp == 2) { /* each rank sets its own split: prepare compares them, failing on every rank when they differ */
         int stage = rank / (dp * tp);
         CHECK(accel_accelerator_pipeline_set_layers(acc, stage == 0 ? 3 : 1, 0) == ACCEL_OK);
         CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_ERR_INVALID_ARG);
@@ -129,7 +157,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), stage == 0 ? "(pipeline stage 1) could not split" : "leave -1 for 1");
     }
-    if (pp == 4) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
+    if (pp == 4 && virt == 1) { /* 2 + 2 of the 4 layers on the ends leave none for the 2 middle stages: refused on every rank */
         CHECK(accel_accelerator_pipeline_set_layers(acc, 2, 2) == ACCEL_OK);
         CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), "leave 0 for 2 other stages");
@@ -255,21 +283,27 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         CHECK(system(cmd) == 0);
     }
-    CHECK(rep.stages == pp && rep.micro_batches == 4);
+    CHECK(rep.stages == pp && rep.micro_batches == micro && rep.virtual_stages == virt);
     if (first_stage_layers) /* Megatron's explicit first stage; the others share the rest */
         CHECK_MSG(rep.stage == 0 ? rep.end_layer == first_stage_layers
                                  : rep.end_layer - rep.first_layer == (LAYERS - first_stage_layers) / (pp - 1),
                   "stage %d: layers [%d, %d) with %d on the first stage", rep.stage, rep.first_layer, rep.end_layer,
                   first_stage_layers);
-    /* 1F1B holds at most pp - stage micro-batches' inputs, GPipe all of them */
-    int want = !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
+    /* 1F1B holds at most pp - stage micro-batches' inputs, GPipe all of them; interleaved 1F1B Megatron's
+     * warm-up + 1 (chunk, micro-batch) pairs: (pp - stage - 1) 2 + (virt - 1) pp + 1, at most micro x virt */
+    int interleaved_want = (pp - rep.stage - 1) * 2 + (virt - 1) * pp + 1;
+    int want = virt > 1 ? (interleaved_want < micro * virt ? interleaved_want : micro * virt)
+               : !strcmp(sched, "gpipe") ? 4 : (pp - rep.stage < 4 ? pp - rep.stage : 4);
     CHECK_MSG(rep.peak_in_flight == want, "rank %d stage %d: %d micro-batches in flight, not %d", rank, rep.stage,
               rep.peak_in_flight, want);
-    /* each held input is a micro-batch's hidden states [4, T, 32]: a tp rank's T / tp positions under
-     * sequence parallelism */
-    size_t held_bytes = (size_t)want * 4 * (T / (sp ? tp : 1)) * 32 * sizeof(float);
-    CHECK_MSG(rep.peak_held_bytes == (rep.stage ? held_bytes : 0), "rank %d stage %d: %zu bytes held, not %zu", rank,
-              rep.stage, rep.peak_held_bytes, rep.stage ? held_bytes : 0);
+    /* each held input is a micro-batch's hidden states [ROWS / micro, T, 32]: a tp rank's T / tp positions under
+     * sequence parallelism. Interleaved: the plan's slots (check_plan bounds them) */
+    accel__pp_plan plan = {0};
+    CHECK(virt == 1 || accel__pp_interleaved_plan(pp, virt, micro, rep.stage, &plan) == ACCEL_OK);
+    size_t held_bytes = (size_t)(virt > 1 ? plan.slots : rep.stage ? want : 0) * (ROWS / micro) *
+                        (T / (sp ? tp : 1)) * 32 * sizeof(float);
+    CHECK_MSG(rep.peak_held_bytes == held_bytes, "rank %d stage %d: %zu bytes held, not %zu", rank, rep.stage,
+              rep.peak_held_bytes, held_bytes);
     fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d, first "
             "norm %.4g\n", rank, rep.stage, rep.first_layer, rep.end_layer, worst, rep.peak_in_flight, first_norm);
     accel_state_dict_free(sd);
@@ -304,6 +338,87 @@ static void test_split(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "5 pipeline stages for a model of 4 layers");
     accel_module_free(tied);
     accel_module_free(untied);
+}
+
+/* The interleaved plan (pipeline_schedule.h) for p ranks x v chunks x m
+ * micro-batches: each rank forwards and backwards every (chunk, micro-batch)
+ * once, a backward after its forward, within Megatron's in-flight bound;
+ * every op's input slot is set where it receives one; at most two slots per
+ * pair in flight (its input and its gradient), as many whatever m beyond 2 p
+ * (slots_2p: rank r's at m = 2 p, 0: not known yet); and what a rank sends
+ * after a tick is what its neighbour expects then (the same tick count on
+ * every rank). */
+static void check_plan(int p, int v, int m, int *slots_2p) {
+    accel__pp_plan plan[8];
+    for (int r = 0; r < p; r++) {
+        CHECK_MSG(accel__pp_interleaved_plan(p, v, m, r, &plan[r]) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(plan[r].n_ops == 2 * m * v && plan[r].n_ticks == plan[0].n_ticks);
+        int seen[2][4 * 16] = {{0}};
+        for (int k = 0; k < plan[r].n_ops; k++) {
+            const accel__pp_op *o = &plan[r].ops[k];
+            int at = o->chunk * m + o->micro, c = o->chunk * p + r;
+            CHECK(o->backward ? seen[0][at] == 1 : seen[0][at] == 0);
+            seen[o->backward][at]++;
+            CHECK((c == 0) == (o->in_slot < 0) && o->in_slot < plan[r].slots);
+            CHECK((o->backward && c < p * v - 1) == (o->grad_slot >= 0) && o->grad_slot < plan[r].slots);
+        }
+        for (int at = 0; at < v * m; at++) CHECK(seen[0][at] == 1 && seen[1][at] == 1);
+        CHECK_MSG(plan[r].peak_in_flight == accel__pp_interleaved_in_flight(p, v, m, r) &&
+                  plan[r].peak_in_flight <= m * v, "p %d v %d m %d rank %d: %d in flight", p, v, m, r,
+                  plan[r].peak_in_flight);
+        CHECK_MSG(plan[r].slots <= 2 * plan[r].peak_in_flight, "p %d v %d m %d rank %d: %d slots for %d in flight",
+                  p, v, m, r, plan[r].slots, plan[r].peak_in_flight);
+        if (m == 2 * p) slots_2p[r] = plan[r].slots;
+        CHECK_MSG(m <= 2 * p || plan[r].slots == slots_2p[r], "p %d v %d m %d rank %d: %d slots, %d at m = %d", p, v,
+                  m, r, plan[r].slots, slots_2p[r], 2 * p);
+    }
+    for (int r = 0; r < p; r++)
+        for (int t = 0; t < plan[r].n_ticks; t++) {
+            int next = (r + 1) % p, prev = (r + p - 1) % p;
+            CHECK_MSG((plan[r].sends[t] == 0) == (plan[next].hidden_in[t] >= 0),
+                      "p %d v %d m %d: rank %d's hidden state after tick %d", p, v, m, r, t);
+            CHECK_MSG((plan[r].sends[t] == 1) == (plan[prev].grad_in[t] >= 0),
+                      "p %d v %d m %d: rank %d's gradient after tick %d", p, v, m, r, t);
+        }
+    for (int r = 0; r < p; r++) { /* every forward but the last chunk's sends once, every backward but chunk 0's */
+        int hidden = 0, grads = 0;
+        for (int t = 0; t < plan[r].n_ticks; t++) hidden += plan[r].sends[t] == 0, grads += plan[r].sends[t] == 1;
+        CHECK_MSG(hidden == m * v - (r == p - 1 ? m : 0) && grads == m * v - (r == 0 ? m : 0),
+                  "p %d v %d m %d rank %d: %d hidden states and %d gradients sent", p, v, m, r, hidden, grads);
+    }
+    accel_step_reset();
+}
+
+static void test_interleaved_plan(void) {
+    for (int p = 2; p <= 4; p++)
+        for (int v = 2; v <= 4; v++) {
+            int slots_2p[4] = {0};
+            for (int m = p; m <= 4 * p; m += p) check_plan(p, v, m, slots_2p);
+        }
+    /* Megatron's bound: rank 0 of 2 x 2 chunks x 4 micro-batches warms up with (2 - 1) 2 + (2 - 1) 2 = 4
+     * forwards, then a fifth before its first backward; with m = p every forward comes first */
+    CHECK(accel__pp_interleaved_in_flight(2, 2, 4, 0) == 5 && accel__pp_interleaved_in_flight(2, 2, 4, 1) == 3);
+    CHECK(accel__pp_interleaved_in_flight(2, 2, 2, 1) == 4);
+    accel__pp_plan plan;
+    CHECK(accel__pp_interleaved_plan(2, 2, 3, 0, &plan) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "micro-batches a multiple of the ranks");
+}
+
+/* The interleaved schedule's options, refused naming the field. */
+static void test_interleaved_refusals(void) {
+    struct { accel_parallelism_opts p; const char *why; } bad[] = {
+        {{.pp_schedule = "interleaved", .num_micro_batches = 4}, "needs pp_size >= 2 and pp_virtual_stages >= 2"},
+        {{.pp_virtual_stages = 2, .pp_schedule = "1f1b"}, "pp_virtual_stages = 2 with pp_schedule \"1f1b\""},
+        {{.pp_size = 2, .pp_virtual_stages = 2, .num_micro_batches = 3}, "num_micro_batches = 3 is not a multiple of"},
+        {{.pp_size = 2, .pp_virtual_stages = -1}, "pp_virtual_stages must be >= 1"},
+        {{.pp_schedule = "zb"}, "is not \"1f1b\", \"gpipe\" or \"interleaved\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        accel_accelerator_opts o = accel_accelerator_opts_default();
+        o.parallelism = bad[i].p;
+        CHECK(accel_accelerator_new(&o) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), bad[i].why);
+    }
 }
 
 /* pp = 1, 4 micro-batches: the gradients of one plain step over the batch. */
@@ -354,10 +469,12 @@ static void test_one_stage_micro_batches(void) {
 
 int main(int argc, char **argv) {
     count_alloc_install(); /* before anything allocates */
-    if (argc == 9)
+    if (argc == 10)
         return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]),
-                        atoi(argv[7]), atoi(argv[8]) != 0);
+                        atoi(argv[7]), atoi(argv[8]) != 0, atoi(argv[9]));
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
+    RUN(test_interleaved_plan);
+    RUN(test_interleaved_refusals);
     return check_summary();
 }

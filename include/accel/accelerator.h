@@ -80,7 +80,10 @@ typedef struct accel_parallelism_opts {
     int sp_size;                  /* DeepSpeed-style (Ulysses) sequence parallelism */
     int pp_size;                  /* pipeline stages (Megatron's pp_degree) */
     int num_micro_batches;        /* pipeline micro-batches per step; 0: 1 */
-    const char *pp_schedule;      /* "1f1b" (the default) or "gpipe" */
+    const char *pp_schedule;      /* "1f1b" (the default), "gpipe" or "interleaved" (the default when
+                                   * pp_virtual_stages > 1) */
+    int pp_virtual_stages;        /* interleaved 1F1B: model chunks per stage (Megatron's
+                                   * virtual_pipeline_model_parallel_size); 0: 1 */
     int sequence_parallelism;     /* tri-state: Megatron's sequence parallelism inside the tp group */
 } accel_parallelism_opts;
 
@@ -402,7 +405,9 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  *
  * pipeline_step is forward + backward of the batch in num_micro_batches
  * micro-batches of B / m rows (B must be a multiple of m), scheduled GPipe
- * (pp_schedule "gpipe") or 1F1B (default): it replaces the forward, the loss
+ * (pp_schedule "gpipe"), 1F1B (default) or interleaved 1F1B ("interleaved",
+ * with pp_virtual_stages = v: the layers cut into p v equal chunks, stage s
+ * holding chunks s, s + p, ...; m a multiple of p): it replaces the forward, the loss
  * and accelerator_backward of a plain step. loss gets the batch's mean
  * causal-LM loss (transformers' ForCausalLMLoss, labels = ids shifted) on
  * every stage. The gradients accumulate over the micro-batches (each loss
@@ -414,7 +419,8 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * job (every rank calls it with its batch). Each stage recomputes a
  * micro-batch's forward in its backward (Megatron's full recomputation): a
  * stage holds only the inputs of the micro-batches in flight, at most m
- * under GPipe and p - s under 1F1B. With pp_size = 1 it is gradient
+ * under GPipe and p - s under 1F1B (interleaved: Megatron's warm-up + 1
+ * (chunk, micro-batch) pairs, (p - s - 1) 2 + (v - 1) p + 1). With pp_size = 1 it is gradient
  * accumulation over the micro-batches on one stage. A stage holds only its
  * part of the model: prepare moved the other stages' parameters to meta and
  * re-targeted the prepared optimizer to the stage's (prepare the model with
@@ -425,12 +431,15 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
  * 1-3; refused). report (NULL: none) gets this stage's figures. */
 typedef struct accel_pipeline_report {
     int stage, stages;           /* this rank's stage of `stages` */
-    int first_layer, end_layer;  /* its layers [first_layer, end_layer) */
+    int first_layer, end_layer;  /* its layers [first_layer, end_layer) (interleaved: its first chunk's; chunk
+                                  * j's are j x stages x (end_layer - first_layer) later) */
+    int virtual_stages;          /* its chunks (1 but under interleaved 1F1B) */
     int micro_batches;
     double wall_s;               /* the step on this stage */
     double busy_s;               /* of which computing (the rest: waiting for the neighbours) */
     int peak_in_flight;          /* micro-batches forwarded and not yet backwarded, at most */
-    size_t peak_held_bytes;      /* their saved inputs (hidden states; 0 on stage 0, which keeps ids) */
+    size_t peak_held_bytes;      /* their saved inputs (hidden states; 0 on stage 0, which keeps ids);
+                                  * interleaved: the buffers of saved inputs and arrived gradients */
 } accel_pipeline_report;
 accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_module *model, accel_tensor *ids,
                                              double *loss, accel_pipeline_report *report);

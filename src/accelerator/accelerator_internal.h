@@ -30,8 +30,9 @@ typedef struct accel__model {
      * shards and units (zero_state.h). */
     void *strat_state;
     struct accel__fp8_state *fp8; /* mixed_precision='fp8': its metas and reduction buffer (fp8_scaling.h) */
-    /* pp_size > 1: the stages' layer ranges, first_layer[0..pp_size], agreed
-     * by every rank at prepare (pipeline.c; accel_malloc'd, freed by
+    /* pp_size > 1: the chunks' layer ranges, first_layer[0..pp_size x
+     * pp_virtual] (chunk c is stage c mod pp_size's), agreed by every rank at
+     * prepare (pipeline.c; accel_malloc'd, freed by
      * accel__model_release); NULL with one stage. */
     int *pp_split;
 } accel__model;
@@ -91,6 +92,7 @@ typedef struct accel__parallelism {
     bool cp_alltoall;       /* K/V exchanged all-to-all over heads (Ulysses; sp_size), else all-gathered */
     int micro_batches;      /* pipeline micro-batches per step (>= 1) */
     bool pp_gpipe;          /* GPipe's schedule, else 1F1B */
+    int pp_virtual;         /* model chunks per stage (>= 1): > 1 is interleaved 1F1B */
     bool sequence_parallel; /* Megatron's sequence parallelism inside the tp group */
     /* accel_accelerator_pipeline_set_layers (pipeline.c): the first and last
      * stages' layer counts, 0: the balanced split */

@@ -31,7 +31,7 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
     const struct { int v; const char *field; } sizes[] = {
         {p->dp_replicate_size, "dp_replicate_size"}, {p->dp_shard_size, "dp_shard_size"}, {p->tp_size, "tp_size"},
         {p->cp_size, "cp_size"}, {p->sp_size, "sp_size"}, {p->pp_size, "pp_size"},
-        {p->num_micro_batches, "num_micro_batches"},
+        {p->num_micro_batches, "num_micro_batches"}, {p->pp_virtual_stages, "pp_virtual_stages"},
     };
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
         if (check_size(sizes[k].v, sizes[k].field)) return ACCEL_ERR_INVALID_ARG;
@@ -45,9 +45,26 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                FN ": opts.parallelism.cp_comm_strategy \"%s\" is not \"allgather\" or \"alltoall\"",
                                p->cp_comm_strategy);
-    if (p->pp_schedule && strcmp(p->pp_schedule, "1f1b") && strcmp(p->pp_schedule, "gpipe"))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.pp_schedule \"%s\" is not \"1f1b\" or "
-                               "\"gpipe\"", p->pp_schedule);
+    if (p->pp_schedule && strcmp(p->pp_schedule, "1f1b") && strcmp(p->pp_schedule, "gpipe") &&
+        strcmp(p->pp_schedule, "interleaved"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.pp_schedule \"%s\" is not \"1f1b\", "
+                               "\"gpipe\" or \"interleaved\"", p->pp_schedule);
+    /* Interleaved 1F1B (Megatron's virtual pipeline, torch's ScheduleInterleaved1F1B): virtual stages imply it, as
+     * Megatron's virtual_pipeline_model_parallel_size does */
+    int pp = or1(p->pp_size), v = or1(p->pp_virtual_stages), m = or1(p->num_micro_batches);
+    bool interleaved = p->pp_schedule ? !strcmp(p->pp_schedule, "interleaved") : v > 1;
+    if (!interleaved && v > 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.pp_virtual_stages = %d with pp_schedule "
+                               "\"%s\": virtual stages are the interleaved schedule's (pp_schedule \"interleaved\")",
+                               v, p->pp_schedule);
+    if (interleaved && (v < 2 || pp < 2))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.pp_schedule \"interleaved\" needs "
+                               "pp_size >= 2 and pp_virtual_stages >= 2 (the model chunks of each stage), got %d and "
+                               "%d", pp, v);
+    if (interleaved && m % pp)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.num_micro_batches = %d is not a multiple "
+                               "of pp_size = %d: interleaved 1F1B runs the micro-batches in groups of pp_size "
+                               "(Megatron's rule)", m, pp);
     if (p->sequence_parallelism != 0 && p->sequence_parallelism != ACCEL_TRUE && p->sequence_parallelism != ACCEL_FALSE)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": opts.parallelism.sequence_parallelism must be ACCEL_TRUE, "
                                "ACCEL_FALSE or 0 (got %d)", p->sequence_parallelism);
@@ -85,6 +102,7 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
     out->cp_alltoall = sp > 1 || (p->cp_comm_strategy && !strcmp(p->cp_comm_strategy, "alltoall"));
     out->micro_batches = or1(p->num_micro_batches);
     out->pp_gpipe = p->pp_schedule && !strcmp(p->pp_schedule, "gpipe");
+    out->pp_virtual = interleaved ? v : 1;
     out->sequence_parallel = p->sequence_parallelism == ACCEL_TRUE;
     /* set: `all` is the mesh's product (cp and sp, one of them 1, are one dimension) */
     if (out->set && all != world)

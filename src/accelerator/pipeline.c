@@ -11,7 +11,10 @@
  *   GPipe  every forward, then every backward;
  *   1F1B   stage s runs min(p - 1 - s, m) forwards ("warm-up"), then one
  *          forward and one backward in turn, then the remaining backwards
- *          (Megatron's non-interleaved schedule).
+ *          (Megatron's non-interleaved schedule);
+ *   interleaved 1F1B  with v chunks of the model per stage (virtual stages:
+ *          stage s holds chunks s, s + p, ...), Megatron's interleaved
+ *          order, planned in ticks (pipeline_schedule.h) and run below.
  *
  * Between stages travel the hidden states [B/m, T, C] (forward) and their
  * gradients (backward), point to point (accel_pg_send_recv): a stage's
@@ -51,6 +54,7 @@
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
 #include "nn/family.h"
+#include "pipeline_schedule.h"
 #include "strategy.h"
 
 #define FN "accel_accelerator_pipeline_step"
@@ -62,7 +66,9 @@ typedef struct pp_run {
     accel__model *pm;
     accel_pg *pg;             /* the pp group (NULL: one stage) */
     int stage, stages, m, lo, hi;
-    bool first, last;
+    int virt;                 /* model chunks per stage: > 1 under interleaved 1F1B */
+    const int *split;         /* the chunks' layer ranges, first_layer[0..stages x virt] */
+    bool first, last;         /* this stage holds the embeddings / the head and the loss */
     accel_tensor *ids;        /* [B, T] */
     int64_t rows, T, C;       /* a micro-batch's hidden states [rows, T, C]: T the ids' positions, a
                                * tp rank's share of them under sequence parallelism */
@@ -71,8 +77,10 @@ typedef struct pp_run {
     /* The step's buffers, in the step arena (a steady step allocates nothing):
      * held: [slots][bytes], the saved inputs (stages > 0), micro-batch i's in
      * slot i % slots - the micro-batches in flight are consecutive and at most
-     * slots of them (m under GPipe, p - s under 1F1B); grad_buf: the incoming
-     * gradient; out_buf: the pending outgoing message. */
+     * slots of them (m under GPipe, p - s under 1F1B); under interleaved 1F1B
+     * the plan's slots (pipeline_schedule.h: saved inputs and gradients that
+     * arrived); grad_buf: the incoming gradient; out_buf: the outgoing
+     * message (pending until the next exchange but under interleaved 1F1B). */
     char *held;
     void *grad_buf, *out_buf;
     int slots, in_flight;
@@ -98,16 +106,14 @@ static accel_status exchange(pp_run *r, void *buf, int peer) {
     return st;
 }
 
-/* t's values become the pending message to peer. */
-static accel_status post(pp_run *r, accel_tensor *t, int peer) {
+/* t's values become the outgoing message (out_buf). */
+static accel_status put_out(pp_run *r, accel_tensor *t) {
     if (!t) return accel_last_status();
     if (accel_numel(t) != (int64_t)r->numel || t->dtype != r->dt)
         return accel_set_error(ACCEL_ERR_SHAPE, FN ": stage %d made %lld %s values where %zu %s were expected",
                                r->stage, (long long)accel_numel(t), accel_dtype_name(t->dtype), r->numel,
                                accel_dtype_name(r->dt));
-    if (accel_tensor_to_host(accel_contiguous(t), r->out_buf) != ACCEL_OK) return accel_last_status();
-    r->out_peer = peer;
-    return ACCEL_OK;
+    return accel_tensor_to_host(accel_contiguous(t), r->out_buf);
 }
 
 /* A step tensor [rows, T, C] holding the bytes at src. */
@@ -115,6 +121,72 @@ static accel_tensor *hidden_from(pp_run *r, const void *src) {
     accel_tensor *x = accel_empty_on(r->dt, 3, (int64_t[]){r->rows, r->T, r->C}, r->acc->device);
     return x && accel_tensor_from_host(x, src) == ACCEL_OK ? x : NULL;
 }
+
+/* A part of the model a stage runs: layers [lo, hi), the embeddings before
+ * them (first) or the final norm, lm_head and loss after them (last). */
+typedef struct pp_chunk {
+    int lo, hi;
+    bool first, last;
+} pp_chunk;
+
+/* Micro-batch i's forward through ch without a graph, x its input (ids for
+ * the first chunk): the last chunk adds its loss to loss_sum, another's
+ * output becomes out_buf's. */
+static accel_status run_forward(pp_run *r, const pp_chunk *ch, accel_tensor *x, int i) {
+    accel_status st = ACCEL_OK;
+    r->in_flight++;
+    if (r->in_flight > r->rep.peak_in_flight) r->rep.peak_in_flight = r->in_flight;
+    double t0 = accel_now_seconds();
+    bool was = accel_set_grad_enabled(false);
+    accel_tensor *y = r->hooks->forward(r->model, x, ch->lo, ch->hi, ch->first, ch->last);
+    if (ch->last) {
+        accel_tensor *loss = r->hooks->loss(r->model, y, micro_ids(r, i));
+        if (loss) r->loss_sum += accel_item(loss);
+        else st = accel_last_status();
+    } else {
+        st = put_out(r, y);
+    }
+    accel_set_grad_enabled(was);
+    r->busy_s += accel_now_seconds() - t0;
+    return st;
+}
+
+/* Micro-batch i's backward through ch: its forward again with grad on, then
+ * back from the loss (the last chunk) or from grad, the gradient of its
+ * output; the gradient of x (not the first chunk's ids) becomes out_buf's.
+ * reduce: the stage's last backward of the step, where DDP reduces. */
+static accel_status run_backward(pp_run *r, const pp_chunk *ch, accel_tensor *x, accel_tensor *grad, int i,
+                                 bool reduce) {
+    double t0 = accel_now_seconds();
+    if (!ch->first) (void)accel_requires_grad_(x, true); /* x is a live tensor: cannot fail */
+    bool no_sync = r->pm->no_sync;
+    r->pm->no_sync = no_sync || !reduce;
+    accel__backward_begin(r->acc);
+    accel_tensor *y = r->hooks->forward(r->model, x, ch->lo, ch->hi, ch->first, ch->last);
+    accel_status st;
+    if (ch->last) {
+        double scale = 1.0 / r->m / r->acc->accum_steps * (r->acc->mp == ACCEL_MP_FP16 ? r->acc->scale : 1.0);
+        accel_tensor *loss = accel_mul_scalar(r->hooks->loss(r->model, y, micro_ids(r, i)), scale);
+        st = loss ? accel_backward(loss) : accel_last_status();
+    } else {
+        st = y ? accel_backward_with(y, grad) : accel_last_status();
+    }
+    accel_status end = accel__backward_end(r->acc);
+    r->pm->no_sync = no_sync;
+    if (!st) st = end;
+    r->busy_s += accel_now_seconds() - t0;
+    if (!st && !ch->first) st = x->grad ? put_out(r, x->grad)
+                                        : accel_set_error(ACCEL_ERR_STATE, FN ": stage %d's input got no gradient",
+                                                          r->stage);
+    r->in_flight--; /* its slot is free: x copied the saved input */
+    return st;
+}
+
+/* ---------------------------------------------------------------- GPipe and 1F1B
+ * One chunk per stage; a stage's outgoing message waits in out_buf for its
+ * next exchange (exchange). */
+
+static pp_chunk stage_chunk(const pp_run *r) { return (pp_chunk){r->lo, r->hi, r->first, r->last}; }
 
 static accel_status forward(pp_run *r, int i) {
     accel_status st = ACCEL_OK;
@@ -127,22 +199,9 @@ static accel_status forward(pp_run *r, int i) {
         x = st ? NULL : hidden_from(r, held_slot(r, i));
     }
     if (!st && !x) st = accel_last_status();
-    if (!st) {
-        r->in_flight++;
-        if (r->in_flight > r->rep.peak_in_flight) r->rep.peak_in_flight = r->in_flight;
-        double t0 = accel_now_seconds();
-        bool was = accel_set_grad_enabled(false);
-        accel_tensor *y = r->hooks->forward(r->model, x, r->lo, r->hi, r->first, r->last);
-        if (r->last) {
-            accel_tensor *loss = r->hooks->loss(r->model, y, micro_ids(r, i));
-            if (loss) r->loss_sum += accel_item(loss);
-            else st = accel_last_status();
-        } else {
-            st = post(r, y, r->stage + 1);
-        }
-        accel_set_grad_enabled(was);
-        r->busy_s += accel_now_seconds() - t0;
-    }
+    pp_chunk ch = stage_chunk(r);
+    if (!st) st = run_forward(r, &ch, x, i);
+    if (!st && !r->last) r->out_peer = r->stage + 1;
     return st;
 }
 
@@ -158,28 +217,9 @@ static accel_status backward(pp_run *r, int i) {
         st = exchange(r, NULL, -1);
     }
     if (st) return st;
-    double t0 = accel_now_seconds();
-    if (!r->first) (void)accel_requires_grad_(x, true); /* x is a live tensor (st is OK): cannot fail */
-    /* DDP reduces in the last backward of the step only */
-    bool no_sync = r->pm->no_sync;
-    r->pm->no_sync = no_sync || i != r->m - 1;
-    accel__backward_begin(r->acc);
-    accel_tensor *y = r->hooks->forward(r->model, x, r->lo, r->hi, r->first, r->last);
-    if (r->last) {
-        double scale = 1.0 / r->m / r->acc->accum_steps * (r->acc->mp == ACCEL_MP_FP16 ? r->acc->scale : 1.0);
-        accel_tensor *loss = accel_mul_scalar(r->hooks->loss(r->model, y, micro_ids(r, i)), scale);
-        st = loss ? accel_backward(loss) : accel_last_status();
-    } else {
-        st = y ? accel_backward_with(y, grad) : accel_last_status();
-    }
-    accel_status end = accel__backward_end(r->acc);
-    r->pm->no_sync = no_sync;
-    if (!st) st = end;
-    r->busy_s += accel_now_seconds() - t0;
-    if (!st && !r->first) st = x->grad ? post(r, x->grad, r->stage - 1)
-                                       : accel_set_error(ACCEL_ERR_STATE, FN ": stage %d's input got no gradient",
-                                                         r->stage);
-    r->in_flight--; /* its slot is free: x copied the saved input */
+    pp_chunk ch = stage_chunk(r);
+    st = run_backward(r, &ch, x, grad, i, i == r->m - 1);
+    if (!st && !r->first) r->out_peer = r->stage - 1;
     return st;
 }
 
@@ -205,6 +245,42 @@ static int schedule(const pp_run *r, bool gpipe, int *ops) {
  * accel_step_reset; once the arena has grown to a step's size, a step of the
  * same shapes allocates nothing. */
 static void *step_buffer(size_t bytes) { return accel_arena_alloc(accel_step_arena(), bytes ? bytes : 1, 64); }
+
+/* ---------------------------------------------------------------- interleaved 1F1B
+ * virt chunks per stage (pipeline_schedule.h): the plan's ticks; after the
+ * last tick of an op, the hidden state this stage made goes to the next stage
+ * or the gradient to the previous one (round the ring: the last stage feeds
+ * stage 0's next chunk), while what the neighbours made arrives in the
+ * plan's slots. */
+
+static accel_status run_interleaved(pp_run *r) {
+    accel__pp_plan plan;
+    if (accel__pp_interleaved_plan(r->stages, r->virt, r->m, r->stage, &plan)) return accel_last_status();
+    r->slots = plan.slots;
+    if (!(r->held = step_buffer((size_t)plan.slots * r->bytes))) return accel_last_status();
+    int chunks = r->stages * r->virt, next = (r->stage + 1) % r->stages, prev = (r->stage + r->stages - 1) % r->stages;
+    accel_status st = ACCEL_OK;
+    for (int t = 0; t < plan.n_ticks && !st; t++) {
+        int k = plan.tick_op[t];
+        if (k >= 0) { /* the op whole; out_buf keeps its output until it goes out, after its last tick */
+            const accel__pp_op *o = &plan.ops[k];
+            int c = o->chunk * r->stages + r->stage;
+            pp_chunk ch = {r->split[c], r->split[c + 1], c == 0, c == chunks - 1};
+            accel_tensor *x = ch.first ? micro_ids(r, o->micro) : hidden_from(r, held_slot(r, o->in_slot));
+            accel_tensor *grad = o->backward && !ch.last ? hidden_from(r, held_slot(r, o->grad_slot)) : NULL;
+            if (!x || (o->backward && !ch.last && !grad)) st = accel_last_status();
+            else if (o->backward) st = run_backward(r, &ch, x, grad, o->micro, k == plan.n_ops - 1);
+            else st = run_forward(r, &ch, x, o->micro);
+        }
+        int h = plan.hidden_in[t], g = plan.grad_in[t], to_next = plan.sends[t] == 0 ? next : -1;
+        int to_prev = plan.sends[t] == 1 ? prev : -1;
+        if (!st) st = accel_pg_send_recv(r->pg, r->out_buf, r->numel, to_next, h >= 0 ? held_slot(r, h) : NULL,
+                                         h >= 0 ? r->numel : 0, h >= 0 ? prev : -1, r->dt);
+        if (!st) st = accel_pg_send_recv(r->pg, r->out_buf, r->numel, to_prev, g >= 0 ? held_slot(r, g) : NULL,
+                                         g >= 0 ? r->numel : 0, g >= 0 ? next : -1, r->dt);
+    }
+    return st;
+}
 
 /* A tied lm_head's weight is the embedding's: stage 0's and the last stage's
  * gradients of it are summed over the pp group (the middle stages, which do
@@ -240,27 +316,45 @@ static const accel__family_stages *hooks_of(accel_module *model, const char *fn)
     return f->stages;
 }
 
-/* The stages' layer ranges (first_layer[0..stages]): Megatron's explicit
- * first / last stage sizes with the other stages sharing the rest evenly,
- * else the balanced split. */
-static accel_status stage_split(const accel_accelerator *acc, accel_module *model, int stages, int *first_layer,
+/* The chunks the model is cut into: a chunk per stage, or pp_virtual_stages
+ * per stage under interleaved 1F1B (chunk c is stage c mod pp_size's). */
+static int n_chunks(const accel_accelerator *acc) { return acc->par.size[ACCEL__MESH_PP] * acc->par.pp_virtual; }
+
+/* The stage whose chunks hold state-dict entry name of model (split: its
+ * chunks' layer ranges). */
+static int owner_stage(const accel_accelerator *acc, const accel__family_stages *h, const char *name,
+                       const int *split) {
+    return h->owner(name, split, n_chunks(acc)) % acc->par.size[ACCEL__MESH_PP];
+}
+
+/* The chunks' layer ranges (first_layer[0..chunks]): under interleaved 1F1B
+ * equal chunks (Megatron's num_layers_per_virtual_pipeline_stage); else
+ * Megatron's explicit first / last stage sizes with the other stages sharing
+ * the rest evenly, or the balanced split. */
+static accel_status stage_split(const accel_accelerator *acc, accel_module *model, int chunks, int *first_layer,
                                 const char *fn) {
     const accel__family_stages *h = hooks_of(model, fn);
     if (!h) return accel_last_status();
     int first = acc->par.pp_first_layers, last = acc->par.pp_last_layers, L = h->n_layers(model, fn);
     if (L < 0) return accel_last_status();
-    if (!first && !last) return h->split(model, stages, NULL, first_layer, fn);
+    int v = acc->par.pp_virtual, stages = acc->par.size[ACCEL__MESH_PP];
+    if (v == 1 && !first && !last) return h->split(model, chunks, NULL, first_layer, fn);
+    if (v > 1 && L % chunks)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: interleaved 1F1B cuts the model's %d layers into pp_size "
+                               "%d x pp_virtual_stages %d = %d chunks of as many layers (Megatron's "
+                               "num_layers_per_virtual_pipeline_stage): %d is not a multiple of %d", fn, L, stages, v,
+                               chunks, L, chunks);
     int others = stages - (first > 0) - (last > 0), rest = L - first - last;
-    if (others == 0 ? rest != 0 : rest < others || rest % others)
+    if (v == 1 && (others == 0 ? rest != 0 : rest < others || rest % others))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d layers with %d on the first stage and %d on the last "
                                "(0: not given) leave %d for %d other stage%s: they must share them evenly, at least "
                                "one each", fn, L, first, last, rest, others, others == 1 ? "" : "s");
-    int *counts = accel_malloc((size_t)stages * sizeof *counts);
+    int *counts = accel_malloc((size_t)chunks * sizeof *counts);
     if (!counts) return accel_last_status();
-    for (int s = 0; s < stages; s++) counts[s] = others ? rest / others : 0;
+    for (int s = 0; s < chunks; s++) counts[s] = v > 1 ? L / chunks : others ? rest / others : 0;
     if (first) counts[0] = first;
-    if (last) counts[stages - 1] = last;
-    accel_status st = h->split(model, stages, counts, first_layer, fn);
+    if (last) counts[chunks - 1] = last;
+    accel_status st = h->split(model, chunks, counts, first_layer, fn);
     accel_free(counts);
     return st;
 }
@@ -274,6 +368,10 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
     if (acc->par.size[ACCEL__MESH_PP] > 1 && acc->n_models > 0)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_pipeline_set_layers: a model is prepared already "
                                "and its stage kept only its layers: set the split before accel_accelerator_prepare");
+    if (acc->par.pp_virtual > 1 && (first_stage_layers || last_stage_layers))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_accelerator_pipeline_set_layers: interleaved 1F1B "
+                               "(pp_virtual_stages %d) cuts the layers into equal chunks; an explicit first or last "
+                               "stage is not built with it", acc->par.pp_virtual);
     acc->par.pp_first_layers = first_stage_layers;
     acc->par.pp_last_layers = last_stage_layers;
     return ACCEL_OK;
@@ -318,7 +416,9 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     r.stage = r.pg ? accel_pg_rank(r.pg) : 0;
     r.first = r.stage == 0;
     r.last = r.stage == r.stages - 1;
-    if (r.stages > 1) { /* the split every rank agreed on at prepare */
+    r.virt = acc->par.pp_virtual;
+    r.split = pm->pp_split;
+    if (r.stages > 1) { /* the split every rank agreed on at prepare (interleaved: the stage's first chunk) */
         r.lo = pm->pp_split[r.stage];
         r.hi = pm->pp_split[r.stage + 1];
     } else if ((r.hi = r.hooks->n_layers(model, FN)) < 0) {
@@ -334,17 +434,20 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     r.hooks->hidden(model, &r.C, &r.dt);
     r.numel = (size_t)(r.rows * r.T * r.C);
     r.bytes = r.numel * accel_dtype_size(r.dt);
-    r.slots = acc->par.pp_gpipe || r.stages - r.stage > r.m ? r.m : r.stages - r.stage;
-    int *ops = step_buffer(2 * (size_t)r.m * sizeof *ops);
-    r.out_buf = step_buffer(r.bytes);
-    r.grad_buf = r.last ? NULL : step_buffer(r.bytes);
-    r.held = r.first ? NULL : step_buffer((size_t)r.slots * r.bytes);
-    if (!ops || !r.out_buf || (!r.last && !r.grad_buf) || (!r.first && !r.held)) return accel_last_status();
     double t0 = accel_now_seconds();
-    int n = schedule(&r, acc->par.pp_gpipe, ops);
-    accel_status st = ACCEL_OK;
-    for (int k = 0; k < n && !st; k++) st = ops[k] >= 0 ? forward(&r, ops[k]) : backward(&r, -1 - ops[k]);
-    if (!st && r.out_peer >= 0) st = exchange(&r, NULL, -1); /* the last gradient to the stage before */
+    accel_status st = (r.out_buf = step_buffer(r.bytes)) ? ACCEL_OK : accel_last_status();
+    if (!st && r.virt > 1) {
+        st = run_interleaved(&r);
+    } else if (!st) {
+        r.slots = acc->par.pp_gpipe || r.stages - r.stage > r.m ? r.m : r.stages - r.stage;
+        int *ops = step_buffer(2 * (size_t)r.m * sizeof *ops);
+        r.grad_buf = r.last ? NULL : step_buffer(r.bytes);
+        r.held = r.first ? NULL : step_buffer((size_t)r.slots * r.bytes);
+        if (!ops || (!r.last && !r.grad_buf) || (!r.first && !r.held)) return accel_last_status();
+        int n = schedule(&r, acc->par.pp_gpipe, ops);
+        for (int k = 0; k < n && !st; k++) st = ops[k] >= 0 ? forward(&r, ops[k]) : backward(&r, -1 - ops[k]);
+        if (!st && r.out_peer >= 0) st = exchange(&r, NULL, -1); /* the last gradient to the stage before */
+    }
     if (!st && acc->sync_gradients) st = sum_tied(&r);
     /* sequence parallelism: the parameters outside the tp regions (the norms)
      * saw their rank's positions only, as after accelerator_backward */
@@ -355,10 +458,12 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     if (!st) *loss = mean;
     if (report && !st) {
         *report = (accel_pipeline_report){.stage = r.stage, .stages = r.stages, .first_layer = r.lo,
-                                          .end_layer = r.hi, .micro_batches = r.m,
+                                          .end_layer = r.hi, .virtual_stages = r.virt, .micro_batches = r.m,
                                           .wall_s = accel_now_seconds() - t0, .busy_s = r.busy_s,
                                           .peak_in_flight = r.rep.peak_in_flight};
-        report->peak_held_bytes = r.first ? 0 : (size_t)report->peak_in_flight * r.bytes;
+        /* interleaved: the plan's slots, on stage 0 too (its later chunks' inputs) */
+        report->peak_held_bytes = r.virt > 1 ? (size_t)r.slots * r.bytes
+                                             : r.first ? 0 : (size_t)report->peak_in_flight * r.bytes;
     }
     return st;
 }
@@ -383,12 +488,12 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     return local;
 }
 
-/* Whether this stage keeps parameter entry e: its part's, and a tied input
+/* Whether this stage keeps parameter entry e: its chunks', and a tied input
  * embedding on the last stage too (its lm_head). */
-static bool kept(const accel__family_stages *h, accel_module *model, const accel_state_entry *e,
-                 const int *first_layer, int stage, int stages) {
-    if (h->owner(e->name, first_layer, stages) == stage) return true;
-    return stage == stages - 1 && e->t == h->tied_embedding(model);
+static bool kept(const accel_accelerator *acc, const accel__family_stages *h, accel_module *model,
+                 const accel_state_entry *e, const int *first_layer, int stage) {
+    if (owner_stage(acc, h, e->name, first_layer) == stage) return true;
+    return stage == acc->par.size[ACCEL__MESH_PP] - 1 && e->t == h->tied_embedding(model);
 }
 
 /* The split model was prepared with (pp_size > 1; agreed by every rank at
@@ -407,10 +512,9 @@ static accel_status release_others(accel_accelerator *acc, accel_module *model, 
     const accel__family_stages *h = hooks_of(model, fn);
     accel_state_dict *sd = h ? accel_module_state_dict(model) : NULL;
     if (!sd) return accel_last_status();
-    int stages = acc->par.size[ACCEL__MESH_PP];
     for (int i = 0; i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
-        if (!e->is_buffer && !e->is_tied_alias && !kept(h, model, e, split, accel_pg_rank(pg), stages))
+        if (!e->is_buffer && !e->is_tied_alias && !kept(acc, h, model, e, split, accel_pg_rank(pg)))
             accel_tensor_to_meta(e->t);
     }
     accel_state_dict_free(sd);
@@ -418,10 +522,10 @@ static accel_status release_others(accel_accelerator *acc, accel_module *model, 
 }
 
 /* "3 + 1": the stages' layer counts of first_layer[0..stages]. */
-static void split_str(const int32_t *first_layer, int stages, char *out, size_t n) {
+static void split_str(const int32_t *first_layer, int chunks, char *out, size_t n) {
     size_t at = 0;
     out[0] = 0;
-    for (int s = 0; s < stages && at < n; s++)
+    for (int s = 0; s < chunks && at < n; s++)
         at += (size_t)snprintf(out + at, n - at, "%s%d", s ? " + " : "", (int)(first_layer[s + 1] - first_layer[s]));
 }
 
@@ -432,14 +536,14 @@ static void split_str(const int32_t *first_layer, int stages, char *out, size_t 
  * per rank and a model may be built differently on each, so a rank's
  * split alone proves nothing: stages that disagreed would exchange hidden
  * states of the wrong layers. */
-static accel_status agree_split(accel_accelerator *acc, int stage, const int *split, int stages, accel_status mine,
+static accel_status agree_split(accel_accelerator *acc, int stage, const int *split, int chunks, accel_status mine,
                                 const char *fn) {
-    size_t k = (size_t)stages + 3, world = (size_t)acc->world; /* a record: stage, failed, first_layer[0..stages] */
+    size_t k = (size_t)chunks + 3, world = (size_t)acc->world; /* a record: stage, failed, first_layer[0..chunks] */
     int32_t *all = accel_malloc((world + 1) * k * sizeof *all), *rec = all ? all + world * k : NULL;
     if (!all) return accel_last_status();
     rec[0] = stage;
     rec[1] = mine != ACCEL_OK;
-    for (int s = 0; s <= stages; s++) rec[2 + s] = mine ? 0 : split[s];
+    for (int s = 0; s <= chunks; s++) rec[2 + s] = mine ? 0 : split[s];
     accel_status st = accel_pg_all_gather(acc->pg, rec, all, k, ACCEL_I32);
     size_t bad = world, differs = world;
     for (size_t r = 0; r < world && !st; r++) {
@@ -450,15 +554,16 @@ static accel_status agree_split(accel_accelerator *acc, int stage, const int *sp
         st = mine;
     } else if (!st && bad < world) {
         st = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rank %zu (pipeline stage %d) could not split the model's "
-                             "layers over the %d stages (its error is reported there)", fn, bad,
-                             (int)all[bad * k], stages);
+                             "layers into %d chunks (its error is reported there)", fn, bad,
+                             (int)all[bad * k], chunks);
     } else if (!st && differs < world) {
         char a[256], b[256];
-        split_str(all + 2, stages, a, sizeof a);
-        split_str(all + differs * k + 2, stages, b, sizeof b);
-        st = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the ranks split the model's layers differently over the %d "
-                             "pipeline stages: rank 0 (stage %d) as %s, rank %zu (stage %d) as %s; give every rank "
-                             "the same accel_accelerator_pipeline_set_layers and the same model", fn, stages,
+        split_str(all + 2, chunks, a, sizeof a);
+        split_str(all + differs * k + 2, chunks, b, sizeof b);
+        st = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the ranks split the model's layers differently into %d "
+                             "chunks (a chunk per pipeline stage and virtual stage): rank 0 (stage %d) as %s, rank "
+                             "%zu (stage %d) as %s; give every rank the same accel_accelerator_pipeline_set_layers "
+                             "and the same model", fn, chunks,
                              (int)all[0], a, differs, (int)all[differs * k], b);
     }
     accel_free(all);
@@ -473,9 +578,9 @@ accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *p
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO stage %d is not built with pipeline parallelism "
                                "(pp_size %d); use DDP (zero_stage 0)", fn, acc->strat->stage, stages);
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
-    int *split = pg ? accel_malloc(((size_t)stages + 1) * sizeof *split) : NULL;
+    int chunks = n_chunks(acc), *split = pg ? accel_malloc(((size_t)chunks + 1) * sizeof *split) : NULL;
     if (!split) return accel_last_status();
-    accel_status st = agree_split(acc, accel_pg_rank(pg), split, stages, stage_split(acc, pm->m, stages, split, fn),
+    accel_status st = agree_split(acc, accel_pg_rank(pg), split, chunks, stage_split(acc, pm->m, chunks, split, fn),
                                   fn);
     if (st) accel_free(split);
     else pm->pp_split = split;
@@ -539,7 +644,7 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
         /* another stage's, released at prepare: here until accel__pipeline_release after the save */
         if (e->t->device.type == ACCEL_DEV_META && (st = accel_tensor_to_device_(e->t, acc->device))) break;
         size_t bytes = (size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype);
-        int owner = hooks->owner(e->name, split, stages);
+        int owner = owner_stage(acc, hooks, e->name, split);
         void *h = accel_malloc(bytes ? bytes : 1);
         if (!h) st = accel_last_status();
         if (!st && accel_pg_rank(pg) == owner) st = accel_tensor_to_host(e->t, h);
@@ -576,8 +681,8 @@ static int owner_of(accel_accelerator *acc, accel_state_dict *const *sds, const 
     for (int m = 0; m < acc->n_models; m++)
         for (int j = 0; j < sds[m]->n; j++)
             if (sds[m]->entries[j].t == p && !sds[m]->entries[j].is_tied_alias)
-                return hooks_of(acc->models[m].m, "accel_accelerator_save_state")
-                    ->owner(sds[m]->entries[j].name, acc->models[m].pp_split, acc->par.size[ACCEL__MESH_PP]);
+                return owner_stage(acc, hooks_of(acc->models[m].m, "accel_accelerator_save_state"),
+                                   sds[m]->entries[j].name, acc->models[m].pp_split);
     return 0;
 }
 
