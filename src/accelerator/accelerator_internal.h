@@ -265,10 +265,8 @@ accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt,
 /* This rank's place among the ranks that get different batches
  * (dp_replicate x dp_shard): the ranks of a tp group share one. */
 /* Sequence parallelism: after a backward that syncs gradients, the
- * replicated parameters' gradients summed over the tp group
- * (accel_module_tp_reduce_grads) for each model whose gradients are whole
- * on every rank (DDP, ZeRO-1); under ZeRO-3 their pieces of the gradient
- * shard (accel__zero_tp_sum_shard); ZeRO-2 sums before its reduction. */
+ * replicated parameters' gradients summed over the tp group, for each
+ * model where its strategy holds them (accel__strategy.sp_reduce). */
 accel_status accel__tp_after_backward(accel_accelerator *acc);
 /* The same for model pm alone, unless it runs no_sync: what a strategy that
  * reduces into a gradient shard (ZeRO-2) calls before that reduction. */

@@ -371,5 +371,6 @@ const accel__strategy accel__strategy_ddp = {
     .grad_ready = accel__ddp_grad_ready,
     .end_backward = accel__ddp_end_backward,
     .shard_range = ddp_shard_range,
+    .sp_reduce = accel__tp_sp_reduce,
     .clip = accel__ddp_clip,
 };

@@ -81,6 +81,13 @@ struct accel__strategy {
      * none when every rank holds everything), every part scaled by
      * min(1, max_norm / norm); the norm, or NAN with the error set. */
     accel_tensor *(*grad_shard)(accel__model *pm, accel_tensor *h);
+    /* Megatron's sequence parallelism, after a backward that syncs: the
+     * gradients of the parameters outside the tp regions (each tp rank's
+     * from its positions only) summed over the tp group where this strategy
+     * holds them: the whole gradients (accel__tp_sp_reduce), or the pieces
+     * of the gradient shard (ZeRO-3); nothing
+     * where the strategy summed them before its own reduction (ZeRO-2). */
+    accel_status (*sp_reduce)(accel_accelerator *acc, accel__model *pm);
     double (*clip)(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
     /* accel_accelerator_zero_shard: this rank's range of the f32 flat buffer. */
     accel_status (*shard_range)(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi);
@@ -169,11 +176,8 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
 /* grad_shard and clip of every ZeRO stage: the gradient shard when there is one (zgrad), else as DDP. */
 accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h);
 double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
-/* ZeRO-3 under sequence parallelism, once per synced step: the pieces of
- * this rank's gradient shard that belong to parameters whole on every tp
- * rank (not a slice, not replicated rows: each rank's gradient a part, from
- * its positions) summed over the tp group (collective over tp). */
-accel_status accel__zero_tp_sum_shard(accel_accelerator *acc, accel__model *pm);
+/* The sp_reduce of ZeRO-3 (stages 1-2 have theirs in zero.c). */
+accel_status accel__zero3_sp_reduce(accel_accelerator *acc, accel__model *pm);
 /* The ZeRO state (zero_state.h) with the single unit stages 1-2 shard (no
  * gradient shard: stage 2 adds it); accel__zero_model_free frees it. */
 accel_status accel__zero_units(accel_accelerator *acc, accel__model *pm);

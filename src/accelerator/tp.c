@@ -406,17 +406,7 @@ accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt,
 
 accel_status accel__tp_after_backward(accel_accelerator *acc) {
     if (TP(acc) == 1 || !acc->par.sequence_parallel || !acc->sync_gradients) return ACCEL_OK;
-    for (int i = 0; i < acc->n_models; i++) {
-        accel__model *pm = &acc->models[i];
-        accel_tensor h;
-        /* a strategy that reduces into a gradient shard: ZeRO-2 summed them
-         * before that reduction; ZeRO-3's units reduced during the backward,
-         * so the replicated parameters' pieces of the shard are summed now */
-        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) {
-            if (pm->strat->stage == 3 && accel__zero_tp_sum_shard(acc, pm)) return accel_last_status();
-            continue;
-        }
-        if (accel__tp_sp_reduce(acc, pm)) return accel_last_status();
-    }
+    for (int i = 0; i < acc->n_models; i++)
+        if (acc->models[i].strat->sp_reduce(acc, &acc->models[i])) return accel_last_status();
     return ACCEL_OK;
 }

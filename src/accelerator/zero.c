@@ -41,6 +41,7 @@ void accel__zero_model_free(accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     if (!zm) return;
     accel_free(zm->units);
+    accel_free(zm->tp_flags);
     accel__device_free(pm->fp->buffers[ACCEL_F32].device, zm->zgrad);
     accel_free(zm);
     pm->strat_state = NULL;
@@ -234,14 +235,26 @@ accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h) {
  * unit's piece [lo + shard_rank shard, + shard) of the f32 flat buffer at
  * zoff; stages 1-2 have one unit) over the whole parameters' elements
  * (part[0]) and the tp slices' (part[1]); padding holds no gradient. */
+/* The f32 buffer's tensors' tp flags (zero_state.h: tp_flags), made on the
+ * first call: clipping and sequence parallelism ask them every step, and a
+ * steady step allocates nothing. */
+static const bool *tp_flags(accel__model *pm) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    if (zm->tp_flags) return zm->tp_flags;
+    bool *f = accel_malloc(2 * (size_t)b->n + 1);
+    if (f && accel__tp_sliced(pm->m, b->tensors, b->n, f, f + b->n)) {
+        accel_free(f);
+        return NULL;
+    }
+    return zm->tp_flags = f;
+}
+
 static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, double norm_type, double *part) {
     accel__zero_model *zm = accel__zero_of(pm);
     const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
-    bool *sliced = accel_malloc((size_t)b->n + 1);
-    if (!sliced || accel__tp_sliced(pm->m, b->tensors, b->n, sliced, NULL)) {
-        accel_free(sliced);
-        return accel_last_status();
-    }
+    const bool *sliced = tp_flags(pm);
+    if (!sliced) return accel_last_status();
     for (int k = 0; k < zm->n_units; k++) {
         const accel__unit *u = &zm->units[k];
         int64_t plo = piece_lo(acc, u), phi = plo + u->shard;
@@ -255,19 +268,19 @@ static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, d
             part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
         }
     }
-    accel_free(sliced);
     return ACCEL_OK;
 }
 
-accel_status accel__zero_tp_sum_shard(accel_accelerator *acc, accel__model *pm) {
+/* ZeRO-3 under sequence parallelism, once per synced step: the pieces of
+ * this rank's gradient shard that belong to parameters whole on every tp
+ * rank (not a slice, not replicated rows: each rank's gradient a part, from
+ * its positions) summed over the tp group (collective over tp). */
+static accel_status tp_sum_shard(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     accel_pg *tp = accel_accelerator_tp_group(acc);
-    bool *sliced = tp ? accel_malloc(2 * (size_t)b->n + 1) : NULL;
-    if (!sliced || accel__tp_sliced(pm->m, b->tensors, b->n, sliced, sliced + b->n)) {
-        accel_free(sliced);
-        return accel_last_status();
-    }
+    const bool *sliced = tp ? tp_flags(pm) : NULL;
+    if (!sliced) return accel_last_status();
     accel_status st = ACCEL_OK;
     /* the tp ranks of one shard rank hold the same pieces of the same layout */
     for (int k = 0; k < zm->n_units && !st; k++) {
@@ -283,8 +296,19 @@ accel_status accel__zero_tp_sum_shard(accel_accelerator *acc, accel__model *pm) 
                                           ACCEL_REDUCE_SUM);
         }
     }
-    accel_free(sliced);
     return st;
+}
+
+/* sp_reduce of stages 1-2: ZeRO-1's gradients are whole; ZeRO-2 with a
+ * shard summed them before its reduce-scatter (zero2_end_backward). */
+static accel_status zero12_sp_reduce(accel_accelerator *acc, accel__model *pm) {
+    return accel__zero_of(pm)->zgrad ? ACCEL_OK : accel__tp_sp_reduce(acc, pm);
+}
+
+/* sp_reduce of stage 3: its units reduce-scattered during the backward, so
+ * the pieces of the shard are summed now; one process holds whole gradients. */
+accel_status accel__zero3_sp_reduce(accel_accelerator *acc, accel__model *pm) {
+    return accel__zero_of(pm)->zgrad ? tp_sum_shard(acc, pm) : accel__tp_sp_reduce(acc, pm);
 }
 
 /* A gradient shard (stage 2 on > 1 process, stage 3): the global norm from
@@ -841,6 +865,7 @@ const accel__strategy accel__strategy_zero1 = {
     .zero_grad = zero12_zero_grad,
     .shard_range = zero12_shard_range,
     .grad_shard = accel__zero_grad_shard,
+    .sp_reduce = zero12_sp_reduce,
     .clip = accel__zero_clip,
     .optimizer_state = accel__zero_state,
     .load_optimizer_state = accel__zero_load_state,
@@ -879,6 +904,7 @@ const accel__strategy accel__strategy_zero2 = {
     .zero_grad = zero12_zero_grad,
     .shard_range = zero12_shard_range,
     .grad_shard = accel__zero_grad_shard,
+    .sp_reduce = zero12_sp_reduce,
     .clip = accel__zero_clip,
     .optimizer_state = accel__zero_state,
     .load_optimizer_state = accel__zero_load_state,

@@ -66,6 +66,7 @@ const accel__strategy accel__strategy_zero3 = {
     .zero_grad = zero3_zero_grad,
     .shard_range = zero3_shard_range,
     .grad_shard = accel__zero_grad_shard,
+    .sp_reduce = accel__zero3_sp_reduce,
     .clip = accel__zero_clip,
     .save_state = accel__zero3_save_model_state,
     .load_state = accel__zero3_load_model_state,

@@ -38,6 +38,8 @@ typedef struct accel__zero_model {
     int n_units;
     accel__unit *units;
     int64_t zn;            /* elements of this rank's shard (the sum of its unit pieces) */
+    bool *tp_flags;        /* under tp, per tensor j of the f32 buffer: [j] it is a tp slice, [n + j] its gradient
+                            * is summed over tp under sequence parallelism (accel__tp_sliced); made on first use */
     float *zgrad;          /* stage 2 on > 1 process, stage 3: the averaged gradient shard [zn] (memory of zdev) */
     float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates; memory of zdev) */
     accel_device zdev;     /* where the shards (and so the optimizer's step) live: the f32 buffer's device, or the
