@@ -364,6 +364,7 @@ const accel__strategy accel__strategy_ddp = {
     .name = "ddp",
     .stage = 0,
     .fp8 = true,
+    .pipeline = true,
     .layout = ddp_layout,
     .start = accel__ddp_start,
     .release = accel__ddp_release,

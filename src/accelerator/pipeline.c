@@ -398,7 +398,7 @@ static accel_status check(accel_accelerator *acc, accel_module *model, accel_ten
     if (acc->mp == ACCEL_MP_FP8)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fp8 mixed precision is not built with pipeline "
                                "parallelism (its scaling state follows each forward, which a stage recomputes)");
-    if ((*pm)->strat->stage != 0)
+    if (!(*pm)->strat->pipeline)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ZeRO stage %d is not built with pipeline_step (its "
                                "gradient and parameter sharding would see one stage's gradients per micro-batch); "
                                "use DDP (zero_stage 0)", (*pm)->strat->stage);
@@ -574,7 +574,7 @@ accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *p
     static const char fn[] = "accel_accelerator_prepare";
     int stages = acc->par.size[ACCEL__MESH_PP];
     if (stages == 1) return ACCEL_OK;
-    if (acc->strat->stage != 0)
+    if (!acc->strat->pipeline)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO stage %d is not built with pipeline parallelism "
                                "(pp_size %d); use DDP (zero_stage 0)", fn, acc->strat->stage, stages);
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);

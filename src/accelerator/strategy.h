@@ -34,6 +34,8 @@ struct accel__strategy {
     int stage;        /* what accel_accelerator_zero_stage reports: 0 (DDP), 1, 2, 3 */
     bool shards;      /* the flat buffers are padded to 16 x world elements, so every shard starts 64-byte aligned */
     bool fp8;         /* runs mixed_precision='fp8' (its scaling metas reduced beside whole gradients: DDP only) */
+    bool pipeline;    /* runs under pipeline parallelism (DDP only: a sharding strategy's gradient and parameter
+                       * sharding would see one stage's gradients per micro-batch) */
 
     /* Model, in the order model.c calls them at prepare. layout: after the
      * flatten, before rank 0's weights are broadcast (shard bounds, shared
