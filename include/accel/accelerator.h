@@ -343,15 +343,22 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
 accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_lr_scheduler *s);
 accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_dataloader *dl);
 /* free_memory / clear: un-prepares every model and forgets every prepared
- * object, resets step and the scaler state. */
-void accel_accelerator_clear(accel_accelerator *acc);
+ * object, resets step and the scaler state. Collective under ZeRO (every
+ * rank calls it): a sharded optimizer gets its consolidated state back, a
+ * ZeRO-3 model its full parameters. The whole clear runs whatever fails
+ * (nothing stays prepared, acc can be cleared again or freed); the status is
+ * the first release that failed, its error naming what was lost (an
+ * optimizer back with fresh state, a ZeRO-3 unit back as zeros). */
+accel_status accel_accelerator_clear(accel_accelerator *acc);
 /* unwrap_model: the plain model, to save or inspect (Accelerate calls it at
  * every checkpoint). prepare works in place, so this is `model` itself, and it
  * stays prepared. NULL + error when acc or model is NULL. */
 accel_module *accel_accelerator_unwrap_model(const accel_accelerator *acc, accel_module *model);
 /* Un-prepares a model: removes the accelerator's forward hook and flat-buffer
  * wiring (it keeps its current weights and stays usable; its gradients are no
- * longer all-reduced). ACCEL_ERR_STATE when acc did not prepare it. */
+ * longer all-reduced). ACCEL_ERR_STATE when acc did not prepare it; a release
+ * that failed as in accel_accelerator_clear (the model is un-prepared all
+ * the same). */
 accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_module *model);
 
 /* Autocast for code outside the model's forward (accelerator.autocast()):

@@ -2,6 +2,8 @@
 #ifndef ACCEL_ACCELERATOR_INTERNAL_H
 #define ACCEL_ACCELERATOR_INTERNAL_H
 
+#include <stdio.h>
+
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "accel/io.h"
@@ -12,6 +14,23 @@
 #include "mesh.h"
 
 #define ACCEL__MAX_PREPARED 8
+
+/* The first failure of a sequence that goes on after a failure (a release
+ * must free everything it holds, whatever failed before): note each step's
+ * status; the first failure's status and message become the thread's error
+ * again at the end (accel__first_error_return), whatever later steps left. */
+typedef struct accel__first_error {
+    accel_status st;
+    char msg[1024];
+} accel__first_error;
+static inline void accel__first_error_note(accel__first_error *f, accel_status st) {
+    if (!st || f->st) return;
+    f->st = st;
+    snprintf(f->msg, sizeof f->msg, "%s", accel_last_error());
+}
+static inline accel_status accel__first_error_return(const accel__first_error *f) {
+    return f->st ? accel_set_error(f->st, "%s", f->msg) : ACCEL_OK;
+}
 
 typedef struct accel__strategy accel__strategy; /* strategy.h */
 
@@ -182,10 +201,11 @@ accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
 bool accel__module_params_sharded(const accel_module *m);
 
 /* model.c: prepare a model (fp8's conversion, flatten, rank 0's weights, the
- * autocast hook, its strategy's layout and start) and release it; the
+ * autocast hook, its strategy's layout and start) and release it (always
+ * let go; the status is its strategy release's first failure); the
  * backward's strategy calls for every prepared model (grad_ready among them). */
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm);
-void accel__model_release(accel_accelerator *acc, accel__model *pm);
+accel_status accel__model_release(accel_accelerator *acc, accel__model *pm);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);
 

@@ -131,10 +131,11 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
 
 /* The gradients back from the shared segments into their own buffers. A
  * copy that fails (a device's error) leaves those buffers' gradients stale:
- * the release goes on (the segments must go), the error says so, and a
- * warning too, as the release returns nothing. */
-static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
+ * the release goes on (the segments must go) and returns the first such
+ * failure, saying so. */
+static accel_status unshare_grads(accel_accelerator *acc, accel__model *pm) {
     struct accel__ddp *z = pm->ddps;
+    accel__first_error first = {0};
     for (int d = 0; z && d < ACCEL_DTYPE_COUNT; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (z->grad_stage[d]) accel_pg_free_shared(acc->dp_pg, z->grad_stage[d]);
@@ -148,7 +149,7 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
                             "hold what they held before they were shared",
                             acc->rank, accel_dtype_name(b->dtype), accel_device_str(b->device, dev, sizeof dev),
                             accel_last_error());
-            fprintf(stderr, "accel: warning: %s\n", accel_last_error());
+            accel__first_error_note(&first, accel_last_status());
         }
         /* views of a contiguous persistent buffer, as share_grads made them: cannot fail */
         for (int i = 0; i < b->n; i++)
@@ -158,6 +159,7 @@ static void unshare_grads(accel_accelerator *acc, accel__model *pm) {
         b->grads = z->orig_grads[d];
         z->orig_grads[d] = NULL;
     }
+    return accel__first_error_return(&first);
 }
 
 /* A bucket's gradients as the group reads them: in place on the cpu, else
@@ -183,12 +185,11 @@ static bool reduced_on_device(const accel__model *pm, const accel__bucket *bk) {
 
 void *accel__ddp_grad_stage(const accel__model *pm, int d) { return pm->ddps ? pm->ddps->grad_stage[d] : NULL; }
 
-/* Waits for every bucket's all-reduce; *first gets the first failure (a
- * bucket whose all-reduce was never issued included), whose message is the
- * thread's error on return. */
-static void wait_all(accel__model *pm, accel_status *first) {
+/* Waits for every bucket's all-reduce; returns the first failure (a bucket
+ * whose all-reduce was never issued included), with its message. */
+static accel_status wait_all(accel__model *pm) {
     struct accel__ddp *z = pm->ddps;
-    char first_msg[1024] = "";
+    accel__first_error first = {0};
     for (int i = 0; z && i < z->n_buckets; i++) {
         accel__bucket *bk = &z->buckets[i];
         accel_status st = bk->launch_st;
@@ -204,12 +205,9 @@ static void wait_all(accel__model *pm, accel_status *first) {
             accel_work_free(bk->work);
             bk->work = NULL;
         }
-        if (st && !*first) {
-            *first = st;
-            snprintf(first_msg, sizeof first_msg, "%s", accel_last_error());
-        }
+        accel__first_error_note(&first, st);
     }
-    if (first_msg[0]) accel_set_error(*first, "%s", first_msg);
+    return accel__first_error_return(&first);
 }
 
 /* On > 1 process: the buckets. */
@@ -217,16 +215,19 @@ accel_status accel__ddp_start(accel_accelerator *acc, accel__model *pm) {
     return pm->ddp ? build_buckets(acc, pm) : ACCEL_OK;
 }
 
-void accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
-    accel_status ignored = ACCEL_OK;
-    wait_all(pm, &ignored);
-    unshare_grads(acc, pm);
+/* Buckets still in flight are waited for so their memory can go (there are
+ * none after a backward's end, which waits for them and reports their
+ * failures); what the release reports is what the model loses here. */
+accel_status accel__ddp_release(accel_accelerator *acc, accel__model *pm) {
+    (void)wait_all(pm);
+    accel_status st = unshare_grads(acc, pm);
     if (pm->ddps) {
         accel_free(pm->ddps->buckets);
         accel_free(pm->ddps->leaves);
         accel_free(pm->ddps);
         pm->ddps = NULL;
     }
+    return st;
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -303,11 +304,9 @@ bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm) {
 
 accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm) {
     if (!bucketed(acc, pm)) return ACCEL_OK;
-    accel_status first = ACCEL_OK;
     /* Buckets whose parameters got no gradient this pass go last, in order. */
     launch_ready(acc, pm, true);
-    wait_all(pm, &first);
-    return first;
+    return wait_all(pm);
 }
 
 /* ---------------------------------------------------------------- clipping */

@@ -97,48 +97,51 @@ static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
     return st;
 }
 
+/* A failed prepare undone: the prepare's failure stays the error reported,
+ * whatever the release adds. */
+static accel_status undo_prepare(accel_accelerator *acc, accel__model *pm, accel_status st) {
+    accel__first_error first = {0};
+    accel__first_error_note(&first, st);
+    accel__first_error_note(&first, accel__model_release(acc, pm));
+    return accel__first_error_return(&first);
+}
+
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
     /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part */
     if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
-    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_keep_stage(acc, pm)) {
-        accel__model_release(acc, pm); /* the pipeline's split, the cp group */
-        return accel_last_status();
-    }
-    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm))) {
-        accel__model_release(acc, pm); /* the pipeline's split, the cp group */
-        return accel_last_status();
-    }
+    /* undone: the pipeline's split, the cp group */
+    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_keep_stage(acc, pm))
+        return undo_prepare(acc, pm, accel_last_status());
+    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
+        return undo_prepare(acc, pm, accel_last_status());
     pm->strat = acc->strat;
     int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;
     /* pp: the stage's own parameters (the others are on meta) */
     pm->fp = acc->par.size[ACCEL__MESH_PP] > 1 ? accel__module_flatten_present(pm->m, 16, pad)
                                                : accel_module_flatten(pm->m, 16, pad);
-    if (!pm->fp) {
-        accel__model_release(acc, pm);
-        return accel_last_status();
-    }
+    if (!pm->fp) return undo_prepare(acc, pm, accel_last_status());
     pm->ddp = accel_pg_size(acc->dp_pg) > 1;
     accel_status st = pm->strat->layout(acc, pm);
     if (!st && pm->ddp) st = broadcast_weights(acc, pm);
     if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);
     if (!st) st = pm->strat->start(acc, pm); /* after the autocast hook: stage 3 chains to it */
-    if (st) accel__model_release(acc, pm);
-    return st;
+    return st ? undo_prepare(acc, pm, st) : ACCEL_OK;
 }
 
-void accel__model_release(accel_accelerator *acc, accel__model *pm) {
+accel_status accel__model_release(accel_accelerator *acc, accel__model *pm) {
     accel_free(pm->pp_split);
     pm->pp_split = NULL;
     accel__fp8_state_free(pm->fp8);
     pm->fp8 = NULL;
     accel__cp_release(acc, pm->m);
-    if (!pm->fp) return;
-    pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
+    if (!pm->fp) return ACCEL_OK;
+    accel_status st = pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
     if (acc->mp != ACCEL_MP_NO) (void)accel_module_set_hook(pm->m, NULL); /* a removal, of a module: cannot fail */
     accel_flat_params_free(pm->fp);
     pm->fp = NULL;
+    return st;
 }
 
 /* ---------------------------------------------------------------- backward */

@@ -195,7 +195,9 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
 void accel_accelerator_free(accel_accelerator *acc) {
     if (!acc) return;
     accel__tracking_detach(acc);
-    accel_accelerator_clear(acc);
+    /* a free returns nothing: what the releases lost is said on stderr
+     * (accel_accelerator_clear first returns it) */
+    if (accel_accelerator_clear(acc)) fprintf(stderr, "accel: warning: accel_accelerator_free: %s\n", accel_last_error());
     accel__zero_groups_free(acc);
     accel__fp8_log_free(&acc->fp8_backward);
     accel_free(acc->project_dir);
@@ -368,17 +370,22 @@ static void remove_at(void *array, int *n, int i, size_t size) {
  * freeing the object first calls the *_detached function below, freeing the
  * accelerator first removes the links. */
 
-static void forget_model(accel_accelerator *acc, accel__model *pm) {
+/* Both forget whatever their releases lose and return the first loss (with
+ * its message): the object is the user's again either way. */
+static accel_status forget_model(accel_accelerator *acc, accel__model *pm) {
+    accel__first_error first = {0};
     for (int i = 0; i < acc->n_opts; i++)
-        if (accel__optimizer_model(acc, i) == pm) acc->strat->release_optimizer(acc, i, true);
-    accel__model_release(acc, pm);
+        if (accel__optimizer_model(acc, i) == pm)
+            accel__first_error_note(&first, acc->strat->release_optimizer(acc, i, true));
+    accel__first_error_note(&first, accel__model_release(acc, pm));
     remove_at(acc->models, &acc->n_models, (int)(pm - acc->models), sizeof *pm);
+    return accel__first_error_return(&first);
 }
 
 /* consolidate: give a ZeRO-sharded optimizer its full state back (collective);
  * false when the optimizer is being freed. */
-static void forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
-    if (acc->strat_opt[i]) acc->strat->release_optimizer(acc, i, consolidate);
+static accel_status forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
+    accel_status st = acc->strat_opt[i] ? acc->strat->release_optimizer(acc, i, consolidate) : ACCEL_OK;
     int n = acc->n_opts;
     accel_free(acc->pp_opt[i]);
     remove_at(acc->pp_opt, &n, i, sizeof acc->pp_opt[0]);
@@ -387,6 +394,7 @@ static void forget_optimizer(accel_accelerator *acc, int i, bool consolidate) {
     n = acc->n_opts;
     remove_at(acc->skipped, &n, i, sizeof acc->skipped[0]);
     remove_at(acc->opts, &acc->n_opts, i, sizeof acc->opts[0]);
+    return st;
 }
 
 static int index_of(void *const *objs, int n, const void *obj) {
@@ -395,10 +403,13 @@ static int index_of(void *const *objs, int n, const void *obj) {
     return -1;
 }
 
+/* The model is being freed: what its release loses goes with it, except an
+ * optimizer's state it could not consolidate (the optimizer lives on), which
+ * a free cannot return: printed as a warning. */
 static void model_detached(void *owner, void *obj) {
     accel_accelerator *acc = owner;
     accel__model *pm = accel__find_model(acc, obj);
-    if (pm) forget_model(acc, pm);
+    if (pm && forget_model(acc, pm)) fprintf(stderr, "accel: warning: accel_module_free: %s\n", accel_last_error());
 }
 
 bool accel__module_params_sharded(const accel_module *m) {
@@ -409,7 +420,7 @@ bool accel__module_params_sharded(const accel_module *m) {
 static void optimizer_detached(void *owner, void *obj) {
     accel_accelerator *acc = owner;
     int i = index_of((void *const *)acc->opts, acc->n_opts, obj);
-    if (i >= 0) forget_optimizer(acc, i, false);
+    if (i >= 0) (void)forget_optimizer(acc, i, false); /* no consolidation: cannot fail */
 }
 
 static void dataloader_detached(void *owner, void *obj) {
@@ -464,8 +475,10 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
         return st;
     }
     acc->n_models++;
-    if ((st = accel__link_add(&model->links, model_detached, acc))) forget_model(acc, pm);
-    return st;
+    accel__first_error first = {0};
+    accel__first_error_note(&first, accel__link_add(&model->links, model_detached, acc));
+    if (first.st) accel__first_error_note(&first, forget_model(acc, pm));
+    return accel__first_error_return(&first);
 }
 
 accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
@@ -482,8 +495,10 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) return st;
     if ((st = accel__pipeline_prepare_optimizer(acc, acc->n_opts))) return st;
     acc->n_opts++;
-    if ((st = accel__link_add(links, optimizer_detached, acc))) forget_optimizer(acc, acc->n_opts - 1, true);
-    return st;
+    accel__first_error first = {0};
+    accel__first_error_note(&first, accel__link_add(links, optimizer_detached, acc));
+    if (first.st) accel__first_error_note(&first, forget_optimizer(acc, acc->n_opts - 1, true));
+    return accel__first_error_return(&first);
 }
 
 accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_lr_scheduler *s) {
@@ -566,16 +581,17 @@ accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, cons
     return st;
 }
 
-void accel_accelerator_clear(accel_accelerator *acc) {
-    if (!acc) return;
+accel_status accel_accelerator_clear(accel_accelerator *acc) {
+    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_clear: accelerator is NULL");
+    accel__first_error first = {0};
     /* Optimizers first: a ZeRO optimizer's state is consolidated from its model's flat buffers. */
     while (acc->n_opts) {
         accel__link_remove(accel__optimizer_links(acc->opts[0]), acc);
-        forget_optimizer(acc, 0, true);
+        accel__first_error_note(&first, forget_optimizer(acc, 0, true));
     }
     while (acc->n_models) {
         accel__link_remove(&acc->models[0].m->links, acc);
-        forget_model(acc, &acc->models[0]);
+        accel__first_error_note(&first, forget_model(acc, &acc->models[0]));
     }
     for (int i = 0; i < acc->n_scheds; i++) accel__link_remove(accel__scheduler_links(acc->scheds[i]), acc);
     for (int i = 0; i < acc->n_dls; i++) accel__link_remove(accel__dataloader_links(acc->dls[i]), acc);
@@ -585,6 +601,7 @@ void accel_accelerator_clear(accel_accelerator *acc) {
     acc->scale = acc->mp == ACCEL_MP_FP16 ? acc->o.init_scale : 1.0;
     acc->growth_tracker = 0;
     acc->unscaled = acc->found_inf = false;
+    return first.st ? accel_set_error(first.st, "accel_accelerator_clear: %s", first.msg) : ACCEL_OK;
 }
 
 accel_module *accel_accelerator_unwrap_model(const accel_accelerator *acc, accel_module *model) {
@@ -598,8 +615,8 @@ accel_status accel_accelerator_unprepare_model(accel_accelerator *acc, accel_mod
     if (!pm)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_unprepare_model: the model was not prepared");
     accel__link_remove(&model->links, acc);
-    forget_model(acc, pm);
-    return ACCEL_OK;
+    accel_status st = forget_model(acc, pm);
+    return st ? accel_set_error(st, "accel_accelerator_unprepare_model: %s", accel_last_error()) : ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- autocast */

@@ -42,10 +42,12 @@ struct accel__strategy {
      * gradient memory). start: once every rank holds rank 0's weights and the
      * autocast hook is on (buckets; stage 3 keeps its pieces and hooks its
      * units). release: undoes both, whatever part of them ran (collective
-     * under stage 3: the full parameters come back into the flat buffer). */
+     * under stage 3: the full parameters come back into the flat buffer);
+     * it frees everything whatever fails, and returns the first failure
+     * (what the model lost: stale gradients, a unit back as zeros). */
     accel_status (*layout)(accel_accelerator *acc, accel__model *pm);
     accel_status (*start)(accel_accelerator *acc, accel__model *pm);
-    void (*release)(accel_accelerator *acc, accel__model *pm);
+    accel_status (*release)(accel_accelerator *acc, accel__model *pm);
 
     /* Backward. begin: true when the model wants grad_ready for its leaves
      * during this backward. grad_ready: true when leaf is the model's (its
@@ -59,11 +61,12 @@ struct accel__strategy {
      * else it is re-targeted to the model's shard (its state the strategy's
      * own, in acc->strat_opt[i]). release_optimizer gives it back its own
      * segments, with the consolidated state when consolidate (collective),
-     * else only forgets. optimizer_model: the prepared model optimizer i
+     * else only forgets; like release it always lets go, and returns the
+     * first failure (the state could not be consolidated). optimizer_model: the prepared model optimizer i
      * was re-targeted to, NULL (or no entry) while it is the user's as it
      * was: what the rest of the Accelerator asks (accel__optimizer_model). */
     accel_status (*prepare_optimizer)(accel_accelerator *acc, int i);
-    void (*release_optimizer)(accel_accelerator *acc, int i, bool consolidate);
+    accel_status (*release_optimizer)(accel_accelerator *acc, int i, bool consolidate);
     accel__model *(*optimizer_model)(accel_accelerator *acc, int i);
     /* The user's parameter u of re-targeted optimizer i (what its
      * consolidated state calls "state.<u>.*"), NULL when there is none. */
@@ -147,7 +150,7 @@ accel_status accel__ddp_share_grads(accel_accelerator *acc, accel__model *pm, bo
  * device the host cannot address), NULL where there is none. */
 void *accel__ddp_grad_stage(const accel__model *pm, int d);
 accel_status accel__ddp_start(accel_accelerator *acc, accel__model *pm);
-void accel__ddp_release(accel_accelerator *acc, accel__model *pm);
+accel_status accel__ddp_release(accel_accelerator *acc, accel__model *pm);
 bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm);
 bool accel__ddp_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
 accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm);
@@ -156,7 +159,7 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
 
 /* zero.c: the pieces ZeRO-3 composes with (the sharded optimizer). */
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
-void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate);
+accel_status accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate);
 accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i);
 accel_tensor *accel__zero_user_param(accel_accelerator *acc, int i, int u);
 /* Consolidated state in the user's per-tensor vocabulary (collective); *bufs

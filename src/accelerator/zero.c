@@ -80,9 +80,10 @@ static accel_status zero2_layout(accel_accelerator *acc, accel__model *pm) {
     return accel__ddp_share_grads(acc, pm, true);
 }
 
-static void zero12_release(accel_accelerator *acc, accel__model *pm) {
-    accel__ddp_release(acc, pm);
+static accel_status zero12_release(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = accel__ddp_release(acc, pm);
     accel__zero_model_free(pm);
+    return st;
 }
 
 /* Start of this rank's piece of unit u in the flat buffer. */
@@ -815,34 +816,41 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
     return s;
 }
 
-void accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate) {
+accel_status accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate) {
     accel__zopt *z = acc->strat_opt[i];
-    if (!z) return;
+    if (!z) return ACCEL_OK;
     if (!consolidate) { /* the optimizer is being freed */
         zopt_free(z);
         acc->strat_opt[i] = NULL;
-        return;
+        return ACCEL_OK;
     }
     accel_optimizer *opt = acc->opts[i];
     float *bufs[2];
     accel_named_state *st = NULL;
     /* The full state is gathered while the flat buffers still exist; if that
-     * fails (a broken group) the user's parameters come back with fresh state. */
+     * fails (a broken group) the user's parameters come back with fresh
+     * state, and the release says so. */
+    accel__first_error first = {0};
     int n = accel__zero_state(acc, i, &st, bufs);
+    if (n < 0)
+        accel__first_error_note(&first, accel_set_error(accel_last_status(),
+                                                        "ZeRO release: rank %d: optimizer %d's state could not be "
+                                                        "consolidated (%s): it comes back with fresh state",
+                                                        acc->rank, i, accel_last_error()));
     accel__optimizer_set_offload(opt, NULL); /* the state file goes: the user's optimizer holds its state again */
     accel_status rs = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
     if (!rs && n >= 0) rs = accel_optimizer_load_state(opt, n, st);
-    if (rs) { /* out of memory: said, as the release returns nothing */
-        accel_set_error(accel_last_status(),
-                        "accel_accelerator_clear: rank %d: optimizer %d could not get its own parameters and state "
-                        "back (%s)", acc->rank, i, accel_last_error());
-        fprintf(stderr, "accel: warning: %s\n", accel_last_error());
-    }
+    if (rs) /* out of memory */
+        accel__first_error_note(&first, accel_set_error(accel_last_status(),
+                                                        "ZeRO release: rank %d: optimizer %d could not get its own "
+                                                        "parameters and state back (%s)",
+                                                        acc->rank, i, accel_last_error()));
     if (n >= 0) accel_named_state_free(st, n);
     accel_free(bufs[0]);
     accel_free(bufs[1]);
     zopt_free(z);
     acc->strat_opt[i] = NULL;
+    return accel__first_error_return(&first);
 }
 
 /* ---------------------------------------------------------------- the strategies */

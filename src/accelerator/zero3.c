@@ -1310,16 +1310,15 @@ static void no_own_storage(accel_flat_buffer *b, int t, bool there, int *kept, c
     b->tensors[(*kept)++] = x;
 }
 
-/* What clear lost, as the error it leaves (accel_accelerator_clear returns
- * nothing, so a warning on stderr too): a unit whose gather failed, on every
- * rank alike, comes back as zeros (or, out of memory, without data). */
-static void report_clear_loss(accel_accelerator *acc, const clear_loss *loss) {
-    if (!loss->st && !loss->tensors) return;
-    accel_set_error(loss->st ? loss->st : ACCEL_ERR_OOM,
-                    "accel_accelerator_clear: rank %d: ZeRO-3 unit %d could not be gathered (%s): its parameters "
-                    "came back as zeros, %d tensor(s) without data",
-                    acc->rank, loss->unit, loss->st ? loss->why : "out of device memory", loss->tensors);
-    fprintf(stderr, "accel: warning: %s\n", accel_last_error());
+/* What the release lost, as its error (accel_accelerator_clear returns
+ * it): a unit whose gather failed, on every rank alike, comes back as zeros
+ * (or, out of memory, without data). */
+static accel_status report_clear_loss(accel_accelerator *acc, const clear_loss *loss) {
+    if (!loss->st && !loss->tensors) return ACCEL_OK;
+    return accel_set_error(loss->st ? loss->st : ACCEL_ERR_OOM,
+                           "ZeRO-3 release: rank %d: unit %d could not be gathered (%s): its parameters came back "
+                           "as zeros, %d tensor(s) without data",
+                           acc->rank, loss->unit, loss->st ? loss->why : "out of device memory", loss->tensors);
 }
 
 /* The full weights back into memory of each tensor's own, for
@@ -1328,12 +1327,12 @@ static void report_clear_loss(accel_accelerator *acc, const clear_loss *loss) {
  * beside the tensors' own memory (parameters and gradients: 2P + L; every
  * unit gathered and then a plain copy of both full buffers made 4P). A unit
  * that a broken group (or a failed mapping) could not gather comes back as
- * zeros, and clear says so (report_clear_loss). Out of memory, the tensors
+ * zeros, and the release says so (report_clear_loss). Out of memory, the tensors
  * not yet moved stay in their gathered units (no_own_storage: the reserved
  * memory then stays, the flat buffer forgets it and keeps only them), those
  * of a unit not gathered get no data. Every unit is still gathered, on
  * every rank: the gathers are collectives. */
-static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
+static accel_status to_own_storage(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     int kept = 0;
@@ -1363,10 +1362,10 @@ static void to_own_storage(accel_accelerator *acc, accel__model *pm) {
         full_free(pm, b->grads, b->numel);
     }
     b->params = b->grads = NULL;
-    report_clear_loss(acc, &loss);
+    return report_clear_loss(acc, &loss);
 }
 
-void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
+accel_status accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     remove_hooks(pm);
     accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
@@ -1378,13 +1377,14 @@ void accel__zero3_release(accel_accelerator *acc, accel__model *pm) {
     zm->order = NULL;
     zm->n_hooked = zm->n_order = 0;
     zm->order_done = false;
-    if (zm->units && b->params) to_own_storage(acc, pm); /* the full weights */
+    accel_status st = zm->units && b->params ? to_own_storage(acc, pm) : ACCEL_OK; /* the full weights */
     shard_free(pm);
     shard_mem_free(pm, zm->zsend16);
     shard_mem_free(pm, zm->zgrad);
     zm->zsend16 = NULL;
     zm->zgrad = NULL;
     device_buffers_free(pm);
+    return st;
 }
 
 accel_status accel__zero3_gather_unit(accel_accelerator *acc, accel__model *pm, int u) {

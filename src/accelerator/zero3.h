@@ -15,8 +15,10 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm);
 /* After rank 0's weights reached every rank: keeps this rank's pieces, drops
  * the full parameters, hooks the unit modules (after any autocast hook). */
 accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm);
-/* Gathers every unit back (collective), unhooks, returns a plain flat buffer. */
-void accel__zero3_release(accel_accelerator *acc, accel__model *pm);
+/* Gathers every unit back (collective), unhooks, returns a plain flat
+ * buffer; the first unit it could not gather is its error (the buffer is
+ * plain all the same, that unit's parameters zeros). */
+accel_status accel__zero3_release(accel_accelerator *acc, accel__model *pm);
 void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm);
 /* True when leaf belongs to pm (its unit's gradient may then start reducing). */
 bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);

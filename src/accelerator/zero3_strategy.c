@@ -10,9 +10,10 @@ static accel_status zero3_layout(accel_accelerator *acc, accel__model *pm) {
     return st ? st : accel__zero3_layout(acc, pm);
 }
 
-static void zero3_release(accel_accelerator *acc, accel__model *pm) {
-    if (accel__zero_of(pm)) accel__zero3_release(acc, pm);
+static accel_status zero3_release(accel_accelerator *acc, accel__model *pm) {
+    accel_status st = accel__zero_of(pm) ? accel__zero3_release(acc, pm) : ACCEL_OK;
     accel__zero_model_free(pm);
+    return st;
 }
 
 /* Every backward, accumulating or not: stage 3 keeps no full gradients
