@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) return 1;
-    accel_accelerator_clear(acc);
+    if (accel_accelerator_clear(acc)) return fprintf(stderr, "%s\n", accel_last_error()), 1;
     accel_optimizer_free(opt);
     accel_module_free(m);
     accel_accelerator_free(acc);

@@ -62,7 +62,7 @@ static void run_make(run *r, const char *project_dir, int total_limit) {
 }
 
 static void run_free(run *r) {
-    accel_accelerator_clear(r->acc);
+    CHECK_MSG(accel_accelerator_clear(r->acc) == ACCEL_OK, "%s", accel_last_error());
     accel_lr_scheduler_free(r->sched);
     accel_optimizer_free(r->opt);
     accel_module_free(r->model);

@@ -55,7 +55,7 @@ static void run_make(run *r, uint64_t seed) {
 }
 
 static void run_free(accel_accelerator *acc, run *r) {
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_lr_scheduler_free(r->sched);
     accel_optimizer_free(r->opt);
     accel_module_free(r->model);

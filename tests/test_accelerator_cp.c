@@ -161,7 +161,8 @@ static int body(int rank, int world) {
         }
         accel_step_reset();
     }
-    accel_accelerator_clear(acc); /* ZeRO-3: the full weights back in m */
+    /* ZeRO-3: the full weights back in m */
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_tensor **pa, **pb;
     int n = accel_module_parameters(m, &pa);
     accel_module_parameters(ref, &pb);
@@ -296,7 +297,8 @@ static int body_resume(int rank, int world) {
             return 12;
         }
         if (train(acc, m, opt, RESUME_AT, STEPS, d, T, run == 0 ? la : lb)) return 13;
-        accel_accelerator_clear(acc); /* ZeRO-3: the full weights back in m */
+        /* ZeRO-3: the full weights back in m */
+        CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
         w[run] = flat_weights(m, &n[run]);
         accel_optimizer_free(opt);
         accel_accelerator_free(acc);

@@ -113,7 +113,7 @@ static void run_equivalence(accel_accelerator *acc, int accum, bool split) {
     }
     CHECK(synced == steps);
     CHECK(accel_last_status() == ACCEL_OK);
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_accelerator_set_gradient_accumulation_steps(acc, 1);
     accel_optimizer_free(opt);
     accel_optimizer_free(ropt);
@@ -167,7 +167,7 @@ static void gather_epoch(int64_t n, int64_t bs, bool split, bool drop_last, bool
         for (int64_t i = 0; i < n; i++) ok &= seen[i] == 1;
         CHECK(ok);
     }
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_dataloader_free(dl);
     accel_dataset_free(ds);
     free(seen);
@@ -284,7 +284,7 @@ static void test_scheduler_and_clip(void) {
         CHECK(accel_lr_scheduler_last_epoch(s) == (int64_t)N * ((micro + 1) / 2));
     }
     CHECK_CLOSE(accel_optimizer_get_lr(opt, 0), 0.5 / (1.0 + 2.0 * N), 1e-12, 0);
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_accelerator_set_gradient_accumulation_steps(A, 1);
     accel_lr_scheduler_free(s);
     accel_optimizer_free(opt);

@@ -186,7 +186,7 @@ static void train_through(accel_accelerator *acc, accel_device dev, accel_optim_
         CHECK_MSG(prefetching == (started > 0), "%s: %lld prefetch gathers, forward_prefetch %d backward_prefetch %d",
                   what, (long long)started, (int)acc->fsdp.forward_prefetch, (int)acc->fsdp.backward_prefetch);
     }
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     out->n = params_to_host(model, out->w[STEPS], MAXW);
     accel_optimizer_free(opt);
     accel_module_free(model);
@@ -364,7 +364,8 @@ static void checkpoint_resume(accel_accelerator *acc, const char *what) {
     train_steps(acc, model, opt, 1, 2);
     float want[64], got[64], saved[64];
     int64_t n_saved = accel_accelerator_zero_stage(acc) == 3 ? saved_model_weights(acc, model, dir, saved) : 0;
-    accel_accelerator_clear(acc); /* a ZeRO-3 model gets its full weights back */
+    /* a ZeRO-3 model gets its full weights back */
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     int64_t n = params_to_host(model, want, 64);
     CHECK(R != 0 || accel_accelerator_zero_stage(acc) < 3 || n_saved == n);
     for (int64_t k = 0; k < n_saved; k++)
@@ -379,7 +380,7 @@ static void checkpoint_resume(accel_accelerator *acc, const char *what) {
     CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK);
     CHECK_MSG(accel_accelerator_load_state(acc, dir, NULL) == ACCEL_OK, "%s: %s", what, accel_last_error());
     train_steps(acc, model, opt, 1, 2);
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     CHECK(params_to_host(model, got, 64) == n);
     for (int64_t k = 0; k < n; k++)
         CHECK_MSG(got[k] == want[k], "%s param %lld: %.9g vs %.9g", what, (long long)k, got[k], want[k]);

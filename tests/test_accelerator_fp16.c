@@ -64,7 +64,7 @@ static void test_fp16_scaler(void) {
         if (step == 5) CHECK(accel_accelerator_loss_scale(A) == 65536.0);
         accel_step_reset();
     }
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_lr_scheduler_free(s);
     accel_optimizer_free(opt);
     accel_module_free(m);
@@ -94,7 +94,7 @@ static void test_fp16_unscale_matches_f32(void) {
     accel_accelerator_zero_grad(A, opt);
     accel_free(ps);
     accel_step_reset();
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(opt);
     accel_module_free(m);
 }

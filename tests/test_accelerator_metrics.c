@@ -81,7 +81,7 @@ static void metrics_epoch(int64_t n, int64_t bs) {
     /* reduce_scalar sums the ranks' counts: at least every real sample's (even_batches pads) */
     double all = accel_accelerator_reduce_scalar(A, correct_local, "sum");
     CHECK(all >= (double)want_correct && all == floor(all));
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_dataloader_free(dl);
     accel_dataset_free(ds);
     free(seen);

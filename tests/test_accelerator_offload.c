@@ -157,7 +157,8 @@ static int64_t run(accel_accelerator *acc, accel_optim_kind kind, double *losses
     accel_optimizer *o;
     accel_module *m = prepared(acc, 7, 6, 24, kind, &o);
     train(acc, m, o, 6, 0, 4, losses);
-    accel_accelerator_clear(acc); /* gives a ZeRO-3 model its full weights back (released units hold none) */
+    /* gives a ZeRO-3 model its full weights back (released units hold none) */
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     int64_t n = params_to_host(m, w, cap);
     accel_optimizer_free(o);
     accel_module_free(m);
@@ -243,7 +244,7 @@ static void test_state_home(void) {
         }
         CHECK(tensors > 0);
         accel_named_state_free(st, n);
-        accel_accelerator_clear(acc); /* un-prepared: the file goes */
+        CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error()); /* un-prepared: the file goes */
         CHECK(accel__optimizer_state_path(o) == NULL);
         accel_accelerator_free(acc);
         accel_optimizer_free(o);
@@ -412,7 +413,7 @@ static void test_param_shard_file(void) {
         CHECK_MSG(pages > 100 && in <= 2 * zm->n_units,
                   "after step %d %lld of the shard's %lld pages are resident", k, (long long)in, (long long)pages);
     }
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     release(acc, o, m);
 }
 

@@ -184,7 +184,7 @@ static void test_equivalence(double user_clip) {
                accel_accelerator_gradient_accumulation_steps(A), accel_accelerator_gradient_clipping(A));
     fflush(stdout);
     /* clear(): the user's optimizer gets its per-tensor segments and the whole state back */
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     CHECK(accel_optimizer_num_segments(z.opt) == 4);
     CHECK(state_floats(z.opt) == full);
     accel_named_state *sa, *sb;
@@ -230,7 +230,7 @@ static void test_checkpoint_resume(void) {
     CHECK(accel_accelerator_save_state(A, dir, NULL, 0) == ACCEL_OK);
     for (int64_t s = 2; s < 5; s++) acc_step(&a, s, 0.5);
     params_of(a.model, want);
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     run_free(&a);
 
     run_make(&b, 77); /* other weights: all restored */
@@ -239,7 +239,7 @@ static void test_checkpoint_resume(void) {
     for (int64_t s = 2; s < 5; s++) acc_step(&b, s, 0.5);
     params_of(b.model, got);
     CHECK(memcmp(want, got, sizeof want) == 0);
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     run_free(&b);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {
@@ -281,7 +281,7 @@ static void test_state_from_before_prepare(void) {
     int64_t n = state_values(r.opt, before, 132);
     CHECK(n == 132); /* exp_avg and exp_avg_sq of 66 parameters */
     CHECK(accel_accelerator_prepare(A, r.model, r.opt, NULL, r.sched) == ACCEL_OK);
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     CHECK(state_values(r.opt, after, 132) == n);
     CHECK_MSG(memcmp(before, after, sizeof before) == 0, "the state of the step before prepare was lost");
     run_free(&r);

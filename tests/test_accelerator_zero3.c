@@ -313,7 +313,7 @@ static void check_equivalence(bool is_llama, int want_units) {
               "ranks", what, (long long)mine, (long long)full, S);
     CHECK(total > 0);
     /* clear(): full weights back in the model, the optimizer's per-tensor state back too */
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     double d = rel_diff(z, ref);
     CHECK_MSG(d <= tolerance(), "%s, wrap policy %d, optimizer %d: weights differ from DDP by %.3g (relative)", what,
               (int)A->fsdp.wrap, (int)KIND, d);
@@ -381,7 +381,7 @@ static void test_activation_checkpointing(void) {
         CHECK(accel_accelerator_prepare(A, m[run], o, NULL, NULL) == ACCEL_OK);
         CHECK(accel_module_find(m[run], "model.layers.1")->gradient_checkpointing == (run == 0));
         for (int s = 0; s < 3; s++) loss[run][s] = acc_step(m[run], o, true, s);
-        accel_accelerator_clear(A);
+        CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
         accel_optimizer_free(o);
     }
     A->fsdp.activation_checkpointing = true;
@@ -402,7 +402,7 @@ static accel__fsdp_cfg default_units(void) {
 
 /* Ends a test of the prepared model m: unprepared, freed, A's settings back. */
 static void done(accel_module *m, accel__fsdp_cfg saved) {
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_module_free(m);
     A->fsdp = saved;
 }
@@ -444,7 +444,7 @@ static void test_other_family_units(void) {
     accel_module *llama = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK_MSG(accel_accelerator_prepare_model(A, llama) == ACCEL_OK, "%s", accel_last_error());
     int llama_units = zero0()->n_units; /* embed_tokens, 3 layers, norm, lm_head (+ root) */
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_module_free(llama);
     snprintf(c.model_type, sizeof c.model_type, "qwen3");
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
@@ -452,7 +452,7 @@ static void test_other_family_units(void) {
     CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());
     /* a layer not taken for a block would split into its projections and norms */
     CHECK_MSG(zero0()->n_units == llama_units, "%d units, %d for the Llama", zero0()->n_units, llama_units);
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
     A->fsdp.wrap_cls[0] = 0; /* unset */
     CHECK_MSG(accel_accelerator_prepare_model(A, m) == ACCEL_OK, "%s", accel_last_error());

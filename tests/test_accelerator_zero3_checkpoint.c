@@ -97,7 +97,7 @@ static run start(bool is_llama, uint64_t seed, int hidden) {
 }
 
 static void finish(run *r) {
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(r->o);
     accel_module_free(r->m);
 }
@@ -220,7 +220,7 @@ static run trained_and_saved(const char *model, const char *shards, const char *
     CHECK(accel_accelerator_save_model(A, r.m, model, NULL) == ACCEL_OK);
     if (shards) CHECK(accel_accelerator_save_model(A, r.m, shards, "12KB") == ACCEL_OK);
     CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
-    accel_accelerator_clear(A);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     return r;
 }
 

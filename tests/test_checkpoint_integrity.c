@@ -66,7 +66,7 @@ static void run_make(run *r, int stage, const char *sdt, bool automatic) {
 }
 
 static void run_free(run *r) {
-    accel_accelerator_clear(r->acc);
+    CHECK_MSG(accel_accelerator_clear(r->acc) == ACCEL_OK, "%s", accel_last_error());
     accel_lr_scheduler_free(r->sched);
     accel_optimizer_free(r->opt);
     accel_module_free(r->model);

@@ -378,7 +378,7 @@ static void lrun_make(lrun *r, uint64_t seed) {
 }
 
 static void lrun_free(accel_accelerator *acc, lrun *r) {
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(r->opt);
     accel_module_free(r->m);
     accel_tensor_free(r->x);

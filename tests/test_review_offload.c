@@ -169,7 +169,7 @@ static void test_two_accelerators_one_dir(void) {
             }
         if (order == 0) { /* un-prepared, then the weights; the accelerators first */
             for (int k = 0; k < 2; k++) {
-                accel_accelerator_clear(acc[k]);
+                CHECK_MSG(accel_accelerator_clear(acc[k]) == ACCEL_OK, "%s", accel_last_error());
                 CHECK(params_to_host(m[k], got, 512) == nw);
                 CHECK_MSG(!memcmp(got, want[k], (size_t)nw * sizeof(float)), "accelerator %d's weights differ", k);
                 accel_accelerator_free(acc[k]);

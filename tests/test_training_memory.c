@@ -400,7 +400,7 @@ static void check_zero3_rank(accel_accelerator *acc, bool checkpointing) {
     CHECK_MSG(rel((double)r.weights, weights) <= 0.10 && rel((double)r.grads, shard) <= 0.10 &&
                   rel((double)r.optimizer, adam) <= 0.10,
               "rank %d: shards or Adam state off the estimate", rank);
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(opt);
     accel_module_free(m);
 }

@@ -157,7 +157,7 @@ static void test_memory_and_allocations(void) {
         CHECK_MSG(m.peak <= shards + 6 * unit, "step peak: %.0f device bytes, want <= %.0f (the shards + 3 units' "
                   "parameters and gradients)", m.peak, shards + 6 * unit);
     }
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(opt);
     accel_module_free(model);
     accel_accelerator_free(acc);

@@ -153,7 +153,7 @@ static void train(cfg c, run_out *out, const char *what) {
         out->peak = fmax(out->peak, top);
     }
     check_state_on(opt, c.offload_param || c.fsdp_offload_params ? ACCEL_DEV_CPU : ACCEL_DEV_HOSTLESS, what);
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     out->w = malloc(NP * sizeof(float));
     CHECK(params_to_host(model, out->w, NP) == NP);
     accel_optimizer_free(opt);
@@ -250,7 +250,7 @@ static void steps_then_weights(accel_accelerator *acc, accel_module *model, acce
                                float *loss, float *w, const char *what) {
     accel_device dev = accel_accelerator_device(acc);
     for (int s = from; s < to; s++) micro_step(acc, model, opt, dev, s, false, &loss[s - from], what);
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     CHECK(params_to_host(model, w, NP) == NP);
 }
 
@@ -367,7 +367,7 @@ static void test_map_failure_on_one_rank(void) {
     CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
     good_step(acc, model, opt, dev, 4);
 
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(opt);
     accel_module_free(model);
     accel_accelerator_free(acc);
@@ -392,7 +392,7 @@ static void test_clear_is_incremental(void) {
     good_step(acc, model, opt, dev, 0);
     size_t before = in_use();
     accel__hostless_reset_peak(0);
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     double rise = (double)accel__hostless_memory_stats(0).peak - (double)before;
     double allowed = 2 * PARAM_BYTES + 2 * (UNIT_BYTES + 64 * 1024.0);
     if (R == 0) printf("clear world=%d: peak %.0f device bytes above the shards (allowed %.0f; params %.0f)\n", N, rise,
@@ -420,15 +420,16 @@ static void test_clear_reports_failed_gather(void) {
     accel_clear_error();
     if (R == who) accel__hostless_vm_fail_next(1);
     double t0 = seconds();
-    accel_accelerator_clear(acc);
+    accel_status st = accel_accelerator_clear(acc);
     accel__hostless_vm_fail_next(0);
     char want[32];
     snprintf(want, sizeof want, "rank %d", who);
+    CHECK_MSG(st != ACCEL_OK && st == accel_last_status(), "clear: status %d", (int)st);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clear");
     CHECK_STR_CONTAINS(accel_last_error(), want);
     CHECK_STR_CONTAINS(accel_last_error(), "zeros");
     CHECK_MSG(seconds() - t0 < 15, "clear: rank %d took %.1f s (the group's timeout is 60 s)", R, seconds() - t0);
-    accel_clear_error();
+    CHECK(accel_accelerator_clear(acc) == ACCEL_OK); /* nothing left prepared */
     float *w = malloc(NP * sizeof(float));
     CHECK(params_to_host(model, w, NP) == NP);
     free(w);
@@ -466,7 +467,7 @@ static void tied_run(const char *wrap, float loss[STEPS], float *w) {
         CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
         accel_step_reset();
     }
-    accel_accelerator_clear(acc);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     CHECK(params_to_host(model, w, 2 * (H * H + H) + H) == 2 * (H * H + H) + H);
     accel_optimizer_free(opt);
     accel_module_free(model);

@@ -143,7 +143,7 @@ static void check_training(accel_accelerator *acc) {
         EXPECT(fabsf(a - e) <= 1e-5f * (1 + fabsf(e)), "training: %s is %.7f on %d processes, %.7f on one",
                i ? "bias" : "weight", a, N, e);
     }
-    accel_accelerator_clear(acc);
+    EXPECT(accel_accelerator_clear(acc) == ACCEL_OK, "clear");
     accel_free(ps);
     accel_free(rps);
     accel_optimizer_free(opt);
