@@ -233,7 +233,9 @@ typedef struct accel_accelerator accel_accelerator;
  * rendezvous failure. */
 accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts);
 /* Un-prepares (models get their own parameter memory back), then tears the
- * process group down. NULL is a no-op. */
+ * process group down. NULL is a no-op. A release that fails (see
+ * accel_accelerator_clear, which returns it: call it first to check) is
+ * printed as a warning on stderr. */
 void accel_accelerator_free(accel_accelerator *acc);
 
 /* ---------------------------------------------------------------- state */
