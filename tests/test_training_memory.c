@@ -77,14 +77,32 @@ static int64_t estimate(accel_dtype dt, bool checkpointing) { return estimate_as
 
 static double rel(double est, double measured) { return fabs(est - measured) / measured; }
 
-/* The second step is the steady one: the first also allocates each
- * parameter's gradient (persistent) through arena scratch. */
+/* The f32 bytes of m's parameters. */
+static int64_t param_bytes(accel_module *m) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += accel_numel(ps[i]) * (int64_t)sizeof(float);
+    accel_free(ps);
+    return bytes;
+}
+
+/* The second step is the steady one. The first makes each parameter's
+ * (persistent) gradient and writes it in place as the later ones do: its
+ * arena peak is the steady one, not a weight-sized scratch per parameter
+ * above it (the whole model's f32 size, which it was). */
 static void check_dtype(accel_dtype dt, const char *what) {
     size_t peak[2];
     for (int ck = 0; ck < 2; ck++) {
         accel_module *m = llama(ck);
-        step_peak(m, dt);
+        size_t first = step_peak(m, dt);
         peak[ck] = step_peak(m, dt);
+        int64_t pb = param_bytes(m);
+        fprintf(stderr, "%s%s: first step's arena peak %zu, steady %zu (parameters %lld bytes)\n", what,
+                ck ? " checkpointed" : "", first, peak[ck], (long long)pb);
+        CHECK_MSG(first <= peak[ck] + (size_t)pb / 8, "%s%s: the first step's arena peak %zu is %zu above the "
+                  "steady %zu (parameters: %lld bytes)", what, ck ? " checkpointed" : "", first, first - peak[ck],
+                  peak[ck], (long long)pb);
         accel_module_free(m);
         int64_t est = estimate(dt, ck);
         fprintf(stderr, "%s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", what,

@@ -2,7 +2,8 @@
 # tools/strategy_compare.sh: behaviour preserved between two builds of accel.
 # Builds tools/strategy_trace.c against each build's shared library, runs it
 # under DDP, ZeRO-1, ZeRO-2, ZeRO-3 (sharded and full state dict) and hybrid
-# ZeRO-3, with and without bf16, on 1, 2 and 4 processes, and compares every
+# ZeRO-3, with and without bf16, on 1, 2 and 4 processes (or the counts in
+# STRATEGY_COMPARE_NPROCS, e.g. "1 2 3 4"), and compares every
 # rank's 20 losses (hex floats: bit for bit) and every file save_state and
 # save_model wrote (cmp: byte for byte).
 #
@@ -50,14 +51,14 @@ zero3_full ACCEL_ZERO_STAGE=3 ACCEL_FSDP_STATE_DICT_TYPE=FULL_STATE_DICT
 zero3_bf16 ACCEL_ZERO_STAGE=3 ACCEL_MIXED_PRECISION=bf16
 hsdp ACCEL_FSDP_SHARDING_STRATEGY=HYBRID_SHARD'
 echo "$cases" | while read -r name envs; do
-    for n in 1 2 4; do
+    for n in ${STRATEGY_COMPARE_NPROCS:-1 2 4}; do
         for b in base new; do
             eval dir=\$$b
             out="$work/$b/$name-$n"
             rm -rf "$out" && mkdir -p "$out"
-            # hybrid: two processes a machine on 4 (two machines), one on 2
+            # hybrid: two processes a machine on 4 (two machines), one on 2 and 3
             lw=$n
-            [ "$name" = hsdp ] && lw=$(( n > 2 ? 2 : 1 ))
+            [ "$name" = hsdp ] && lw=$(( n > 2 && n % 2 == 0 ? 2 : 1 ))
             ( export $envs; run_group "$n" "$lw" "$work/trace_$b" "$out" ) \
                 > "$out.log" 2>&1 || { echo "FAIL $name n=$n: $b run failed (see $out.log)"; echo x >> "$work/failed"; }
             grep '^loss ' "$out.log" | sort > "$out.losses"

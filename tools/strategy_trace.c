@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
     accel_optimizer *optim = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h);
     if (!model || !optim || accel_accelerator_prepare(acc, model, optim, NULL) != ACCEL_OK) goto fail;
-    /* this rank's rows of the batch: ROWS / world each (world divides 64 for 1, 2, 4) */
+    /* this rank's rows of the batch: ROWS / world each (all 64 on 1, 2 and 4; 63 on 3) */
     int per = ROWS / world;
     float xs[ROWS * IN], ys[ROWS];
     for (int r = 0; r < per; r++) {

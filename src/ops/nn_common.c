@@ -31,6 +31,19 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
         g->dst = t->grad;
         return true;
     }
+    /* A persistent leaf (a parameter) without a gradient yet (its first
+     * backward): the zeroed persistent gradient accel_grad_accumulate would
+     * make, added into in place, as every later step does. Through a scratch
+     * it cost a weight-sized f32 arena buffer per parameter on the first
+     * step (the whole model's size at the arena's peak), for the same bits:
+     * the scratch was added into those zeros. */
+    if (!gr && t->dtype == ACCEL_F32) {
+        t->grad = accel_tensor_new(ACCEL_F32, t->ndim, t->shape, t->device);
+        if (!t->grad) return false;
+        g->dst = t->grad;
+        g->beta = 1.0f;
+        return true;
+    }
     g->tmp = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
     if (!g->tmp) return false;
     g->dst = g->tmp;
