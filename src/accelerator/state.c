@@ -197,7 +197,8 @@ void accel_accelerator_free(accel_accelerator *acc) {
     accel__tracking_detach(acc);
     /* a free returns nothing: what the releases lost is said on stderr
      * (accel_accelerator_clear first returns it) */
-    if (accel_accelerator_clear(acc)) fprintf(stderr, "accel: warning: accel_accelerator_free: %s\n", accel_last_error());
+    if (accel_accelerator_clear(acc))
+        fprintf(stderr, "accel: warning: accel_accelerator_free: %s\n", accel_last_error());
     accel__zero_groups_free(acc);
     accel__fp8_log_free(&acc->fp8_backward);
     accel_free(acc->project_dir);
@@ -403,9 +404,9 @@ static int index_of(void *const *objs, int n, const void *obj) {
     return -1;
 }
 
-/* The model is being freed: what its release loses goes with it, except an
- * optimizer's state it could not consolidate (the optimizer lives on), which
- * a free cannot return: printed as a warning. */
+/* The model is being freed, and a free returns nothing: a release that
+ * fails (an optimizer re-targeted to it, which lives on, could not get its
+ * consolidated state back) is printed as a warning. */
 static void model_detached(void *owner, void *obj) {
     accel_accelerator *acc = owner;
     accel__model *pm = accel__find_model(acc, obj);
@@ -475,7 +476,7 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
         return st;
     }
     acc->n_models++;
-    accel__first_error first = {0};
+    accel__first_error first = {0}; /* the link's failure, whatever the undoing adds */
     accel__first_error_note(&first, accel__link_add(&model->links, model_detached, acc));
     if (first.st) accel__first_error_note(&first, forget_model(acc, pm));
     return accel__first_error_return(&first);
@@ -495,7 +496,7 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) return st;
     if ((st = accel__pipeline_prepare_optimizer(acc, acc->n_opts))) return st;
     acc->n_opts++;
-    accel__first_error first = {0};
+    accel__first_error first = {0}; /* the link's failure, whatever the undoing adds */
     accel__first_error_note(&first, accel__link_add(links, optimizer_detached, acc));
     if (first.st) accel__first_error_note(&first, forget_optimizer(acc, acc->n_opts - 1, true));
     return accel__first_error_return(&first);

@@ -62,9 +62,10 @@ struct accel__strategy {
      * own, in acc->strat_opt[i]). release_optimizer gives it back its own
      * segments, with the consolidated state when consolidate (collective),
      * else only forgets; like release it always lets go, and returns the
-     * first failure (the state could not be consolidated). optimizer_model: the prepared model optimizer i
-     * was re-targeted to, NULL (or no entry) while it is the user's as it
-     * was: what the rest of the Accelerator asks (accel__optimizer_model). */
+     * first failure (the state could not be consolidated). optimizer_model:
+     * the prepared model optimizer i was re-targeted to, NULL (or no entry)
+     * while it is the user's as it was: what the rest of the Accelerator asks
+     * (accel__optimizer_model). */
     accel_status (*prepare_optimizer)(accel_accelerator *acc, int i);
     accel_status (*release_optimizer)(accel_accelerator *acc, int i, bool consolidate);
     accel__model *(*optimizer_model)(accel_accelerator *acc, int i);
