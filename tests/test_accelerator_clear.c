@@ -9,7 +9,8 @@
  *     fresh; a ZeRO-3 model alone: its unit could not be gathered, zeros);
  *     nothing stays prepared (a second clear is ACCEL_OK), the optimizer
  *     still steps on its own, and accel_accelerator_free is safe (no leak:
- *     LeakSanitizer checks rank 0 at exit). */
+ *     LeakSanitizer checks rank 0 at exit);
+ *   - a NULL accelerator is refused by name. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,8 +132,15 @@ static void test_clear_after_a_dead_peer(void) {
     }
 }
 
+static void test_null(void) {
+    CHECK(accel_accelerator_clear(NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clear: accelerator is NULL");
+    accel_clear_error();
+}
+
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);
+    RUN(test_null);
     RUN(test_clean_clear);
     RUN(test_clear_after_a_dead_peer);
     return check_summary();

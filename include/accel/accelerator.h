@@ -350,7 +350,8 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
  * ZeRO-3 model its full parameters. The whole clear runs whatever fails
  * (nothing stays prepared, acc can be cleared again or freed); the status is
  * the first release that failed, its error naming what was lost (an
- * optimizer back with fresh state, a ZeRO-3 unit back as zeros). */
+ * optimizer back with fresh state, a ZeRO-3 unit back as zeros).
+ * ACCEL_ERR_INVALID_ARG when acc is NULL. */
 accel_status accel_accelerator_clear(accel_accelerator *acc);
 /* unwrap_model: the plain model, to save or inspect (Accelerate calls it at
  * every checkpoint). prepare works in place, so this is `model` itself, and it
