@@ -8,7 +8,8 @@
 # parallelism, tied and untied (a 9th field: the virtual stages, 1 when
 # absent; a layer per chunk), and pp x dp = 2 x 2 under ZeRO-1 and ZeRO-2
 # over each stage's dp ranks with 1F1B, GPipe and interleaved 1F1B (a 10th
-# field: the ZeRO stage, 0 when absent), against one process.
+# field: the ZeRO stage, 0 when absent; ZeRO-3 refused at prepare), against
+# one process.
 # ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
 # stages in several chunks, so a send waits for its receiver.
 if(TARGET accel_cli)

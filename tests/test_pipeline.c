@@ -21,7 +21,7 @@
  * other stages' parameters must have no gradient, the clipped global norm
  * (max 0.5) must be the single process's, and the weights after each step
  * must agree; under ZeRO a rank's optimizer state is its shard of the stage's
- * (padded / DP elements); the accelerator's calls
+ * (padded / DP elements), and ZeRO-3 is refused at prepare; the accelerator's calls
  * of the steps after the first must make no allocation (a counting
  * allocator). At pp = 2 the ranks are first given different splits (3 + 1
  * and 1 + 3 layers, then one that fails on stage 1 only): prepare must fail
@@ -352,6 +352,16 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
+    if (zero == 2 && !strcmp(sched, "1f1b")) { /* ZeRO-3 is refused at prepare, on every rank, saying why */
+        o.zero_stage = 3;
+        accel_accelerator *z3 = accel_accelerator_new(&o);
+        accel_module *m3 = tiny(tied, 40, 32);
+        CHECK_MSG(z3 && accel_accelerator_prepare(z3, m3) == ACCEL_ERR_UNSUPPORTED, "%s", accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), "ZeRO stage 3 is not built with pipeline parallelism (pp_size 2: its "
+                           "parameters are gathered and its gradients reduce-scattered unit by unit");
+        accel_accelerator_free(z3);
+        accel_module_free(m3);
+    }
     if (rank == 0 && !check_failures_)
         printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d zero=%d ok\n", pp, dp, tp, sp, sched, accum, zero);
     return check_summary();
