@@ -371,14 +371,16 @@ static void test_estimate_memory_mesh(void) {
  * 4.25 MB, Adam twice that; ZeRO-1 over dp_shard 2 halves the optimizer. */
 static void test_estimate_memory_pipeline(void) {
     const char *cfg = write_file("pp_config.json",
-                                 "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": "
-                                 "2048, \"hidden_size\": 128, \"intermediate_size\": 384, \"num_hidden_layers\": 8, "
-                                 "\"num_attention_heads\": 8, \"num_key_value_heads\": 8, \"max_position_embeddings\": 32, "
-                                 "\"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}");
+                                 "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+                                 "\"vocab_size\": 2048, \"hidden_size\": 128, \"intermediate_size\": 384, "
+                                 "\"num_hidden_layers\": 8, \"num_attention_heads\": 8, \"num_key_value_heads\": 8, "
+                                 "\"max_position_embeddings\": 32, \"tie_word_embeddings\": false, "
+                                 "\"torch_dtype\": \"float32\"}");
     static const struct { const char *args[6]; const char *want[4]; } CASES[] = {
         {{"--num_micro_batches", "4"},
          {"pp 2, 4 micro-batches of 4 x 32 (1F1B), DDP over dp_shard 1, per rank",
-          "│  0  │ 0-3  │4.25 MB│ 4.25 MB │ 8.51 MB │    2    │  0 bytes  │", "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 8.51 MB │    1    │  64.0 KB  │",
+          "│  0  │ 0-3  │4.25 MB│ 4.25 MB │ 8.51 MB │    2    │  0 bytes  │",
+          "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 8.51 MB │    1    │  64.0 KB  │",
           "inputs [4, 32, 128] float32 (65536 bytes each)"}},
         {{"--megatron_lm_num_micro_batches", "4", "--pp_schedule", "gpipe"},
          {"(GPipe)", "│  0  │ 0-3  │4.25 MB│ 4.25 MB │ 8.51 MB │    4    │  0 bytes  │",

@@ -43,7 +43,7 @@ typedef struct accel__model {
 typedef struct accel__pp_opt {
     int n;
     accel_tensor **params; /* [n], borrowed: the model's (the other stages' on meta) */
-    int *groups;           /* [n]: their param groups (the optimizer as built, restored by accel__pipeline_unprepare_optimizer) */
+    int *groups;           /* [n]: their param groups (accel__pipeline_unprepare_optimizer restores both) */
 } accel__pp_opt;
 
 /* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /

@@ -45,8 +45,8 @@
  * a tied lm_head's gradient (the embedding's, used on the first and the last
  * stage) is summed over the pp group on sync steps, and then the strategy
  * reduces after the schedule instead (reduce_grads): a reduce-scatter leaves
- * no whole gradient to sum. A stage holds only its part of the model (accel__pipeline_keep_stage
- * at prepare: the split every rank agrees on, the other stages' parameters
+ * no whole gradient to sum. A stage holds only its part of the model
+ * (accel__pipeline_keep_stage at prepare: the split every rank agrees on, the other stages' parameters
  * on meta, the flat buffers and the optimizer over what it kept). A step's
  * buffers (saved inputs, messages, the schedule) live in the step arena: a
  * steady step allocates nothing. Checkpoints are one process's (the end of
@@ -664,7 +664,7 @@ accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, int i) {
 void accel__pipeline_unprepare_optimizer(accel_accelerator *acc, int i) {
     accel__pp_opt *po = acc->pp_opt[i];
     if (!po) return;
-    /* the segments as built: fewer than it had, so out of memory only; said, as the undo returns nothing */
+    /* back to every parameter, as built (out of memory only); said, as the undo returns nothing */
     if (accel_optimizer_set_segments(acc->opts[i], po->n, po->params, NULL, NULL, po->groups))
         fprintf(stderr, "accel: warning: accel_accelerator_prepare_optimizer: the optimizer keeps only this pipeline "
                 "stage's parameters (%s)\n", accel_last_error());
