@@ -6,7 +6,10 @@
 # absent), and interleaved 1F1B with 2 and 3 virtual stages per stage at pp =
 # 2, 2 at pp = 4, at pp x dp = 2 x 2 and at tp x pp = 2 x 2 with sequence
 # parallelism, tied and untied (a 9th field: the virtual stages, 1 when
-# absent; a layer per chunk), against one process.
+# absent; a layer per chunk), and pp x dp = 2 x 2 under ZeRO-1 and ZeRO-2
+# over each stage's dp ranks with 1F1B, GPipe and interleaved 1F1B (a 10th
+# field: the ZeRO stage, 0 when absent; ZeRO-3 refused at prepare), against
+# one process.
 # ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
 # stages in several chunks, so a send waits for its receiver.
 if(TARGET accel_cli)
@@ -15,7 +18,8 @@ if(TARGET accel_cli)
               "2;1;gpipe;1;1;0;2" "2;1;gpipe;0;1;0;2" "2;1;1f1b;1;1;0;2;1" "2;1;gpipe;0;2;0;2;1"
               "2;1;interleaved;1;1;0;1;0;2" "2;1;interleaved;0;1;0;1;0;3" "2;1;interleaved;0;1;0;1;0;2"
               "2;1;interleaved;1;1;0;1;0;3" "4;1;interleaved;1;1;0;1;0;2" "2;2;interleaved;0;2;0;1;0;2"
-              "2;1;interleaved;1;1;0;2;1;2")
+              "2;1;interleaved;1;1;0;2;1;2" "2;2;1f1b;1;1;0;1;0;1;1" "2;2;1f1b;1;2;0;1;0;1;2"
+              "2;2;gpipe;0;1;0;1;0;1;2" "2;2;interleaved;0;1;0;1;0;2;1" "2;2;interleaved;1;1;0;1;0;2;2")
     list(GET cfg 0 pp)
     list(GET cfg 1 dp)
     list(GET cfg 2 sched)
@@ -25,6 +29,7 @@ if(TARGET accel_cli)
     set(tp 1)
     set(sp 0)
     set(virt 1)
+    set(zero 0)
     set(name pipeline_pp${pp}_dp${dp}_${sched}_tied${tied}_accum${accum}_first${first})
     list(LENGTH cfg fields)
     if(fields GREATER 6)
@@ -39,14 +44,18 @@ if(TARGET accel_cli)
       list(GET cfg 8 virt)
       set(name pipeline_pp${pp}_dp${dp}_tp${tp}_sp${sp}_${sched}_v${virt}_tied${tied}_accum${accum})
     endif()
+    if(fields GREATER 9)
+      list(GET cfg 9 zero)
+      set(name pipeline_pp${pp}_dp${dp}_zero${zero}_${sched}_v${virt}_tied${tied}_accum${accum})
+    endif()
     math(EXPR n "${pp} * ${dp} * ${tp}")
     add_test(NAME ${name}
              COMMAND $<TARGET_FILE:accel_cli> launch --num_processes ${n} $<TARGET_FILE:test_pipeline>
-                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first} ${tp} ${sp} ${virt}
+                     ${pp} ${dp} ${sched} ${tied} ${accum} ${first} ${tp} ${sp} ${virt} ${zero}
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_SHM_CHUNK_KB=4"
-      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} tp=${tp} sp=${sp} ${sched} accum=${accum} ok\n"
+      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} tp=${tp} sp=${sp} ${sched} accum=${accum} zero=${zero} ok\n"
       FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
   endforeach()
 endif()

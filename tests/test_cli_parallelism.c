@@ -344,7 +344,7 @@ static void test_estimate_memory_mesh(void) {
         {"--tp_size", "2", "--megatron_lm_tp_degree", "4", "--tp_size 2 and --megatron_lm_tp_degree 4 disagree"},
         {"--pp_size", "21", "--strategy", "DDP", "pp_size at most the 20 decoder layers"},
         {"--tp_size", "0", "--strategy", "DDP", "argument --tp_size: expected a count >= 1"},
-        {"--tp_size", "2", "--batch_size", "1", "the activations of tensor or pipeline parallelism are not modelled"},
+        {"--tp_size", "2", "--batch_size", "1", "the activations of tensor parallelism are not modelled"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         const char *c[] = {"estimate-memory", "data/llama_seed_config", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3],
@@ -360,6 +360,67 @@ static void test_estimate_memory_mesh(void) {
     CHECK_STR_CONTAINS(ERR, "processes (at most 2^20)");
 }
 
+/* `accel estimate-memory --pp_size P --batch_size B --seq_len T` per stage, on bench/bench_pipeline.c's model
+ * (8 layers, hidden 128, vocab 2048, untied; f32) and batch (16 x 32, 4 micro-batches: 4 x 32 x 128 f32 =
+ * 64 KiB a micro-batch input): the stages' layers, micro-batches in flight and held inputs are those
+ * bench_pipeline measured (bench/results/pipeline.md: peak_in_flight, held_kib) and test_pipeline checks
+ * against accel_pipeline_report (1F1B 2 / 1 in flight, 0 / 64 KiB held; GPipe 4 / 4, 0 / 256 KiB;
+ * interleaved 1F1B with 2 virtual stages 5 / 3, 192 / 320 KiB - the plan's slots; pp 4 1F1B layers 0,
+ * 1-3, 4-6, 7, 0 / 192 / 128 / 64 KiB). A stage's weights at pp 2: 4 layers of 213248 f32 (4 x 128 x 128 +
+ * 3 x 128 x 384 + 2 x 128) and the 2048 x 128 embedding (stage 0) or lm_head and final norm (the last):
+ * 4.25 MB, Adam twice that; ZeRO-1 over dp_shard 2 halves the optimizer. */
+static void test_estimate_memory_pipeline(void) {
+    const char *cfg = write_file("pp_config.json",
+                                 "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+                                 "\"vocab_size\": 2048, \"hidden_size\": 128, \"intermediate_size\": 384, "
+                                 "\"num_hidden_layers\": 8, \"num_attention_heads\": 8, \"num_key_value_heads\": 8, "
+                                 "\"max_position_embeddings\": 32, \"tie_word_embeddings\": false, "
+                                 "\"torch_dtype\": \"float32\"}");
+    static const struct { const char *args[6]; const char *want[4]; } CASES[] = {
+        {{"--num_micro_batches", "4"},
+         {"pp 2, 4 micro-batches of 4 x 32 (1F1B), DDP over dp_shard 1, per rank",
+          "│  0  │ 0-3  │4.25 MB│ 4.25 MB │ 8.51 MB │    2    │  0 bytes  │",
+          "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 8.51 MB │    1    │  64.0 KB  │",
+          "inputs [4, 32, 128] float32 (65536 bytes each)"}},
+        {{"--megatron_lm_num_micro_batches", "4", "--pp_schedule", "gpipe"},
+         {"(GPipe)", "│  0  │ 0-3  │4.25 MB│ 4.25 MB │ 8.51 MB │    4    │  0 bytes  │",
+          "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 8.51 MB │    4    │  256.0 KB │"}},
+        {{"--num_micro_batches", "4", "--pp_virtual_stages", "2"},
+         {"pp 2 x 2 virtual, 4 micro-batches of 4 x 32 (interleaved 1F1B)",
+          "│  0  │0-1, 4-5│4.25 MB│ 4.25 MB │ 8.51 MB │    5    │  192.0 KB │",
+          "│  1  │2-3, 6-7│4.25 MB│ 4.25 MB │ 8.51 MB │    3    │  320.0 KB │"}},
+        {{"--num_micro_batches", "4", "--strategy", "ZERO1", "--dp_shard_size", "2"},
+         {"ZeRO-1 over dp_shard 2", "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 4.25 MB │    1    │  64.0 KB  │"}},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        const char *c[16] = {"estimate-memory", cfg, "--pp_size", "2", "--batch_size", "16", "--seq_len", "32"};
+        int n = 8;
+        for (int k = 0; k < 6 && CASES[i].args[k]; k++) c[n++] = CASES[i].args[k];
+        CHECK_MSG(run(c, NULL) == 0, "case %zu: %s", i, ERR);
+        for (int k = 0; k < 4 && CASES[i].want[k]; k++) CHECK_STR_CONTAINS(OUT, CASES[i].want[k]);
+    }
+    const char *four[] = {"estimate-memory", cfg, "--pp_size", "4", "--batch_size", "16", "--seq_len", "32",
+                          "--num_micro_batches", "4", NULL};
+    CHECK(run(four, NULL) == 0);
+    const char *want4[] = {"│  0  │  0   │", "│    4    │  0 bytes  │", "│  1  │ 1-3  │", "│    3    │  192.0 KB │",
+                           "│  2  │ 4-6  │", "│    2    │  128.0 KB │", "│  3  │  7   │", "│    1    │  64.0 KB  │"};
+    all_in_out(want4, sizeof want4 / sizeof *want4);
+    static const char *const BAD[][5] = {
+        {"--pp_size", "3", "--pp_virtual_stages", "2", "8 layers into pp_size 3 x pp_virtual_stages 2 = 6 chunks"},
+        {"--pp_size", "2", "--num_micro_batches", "3", "a batch of 16 rows does not split into 3 micro-batches"},
+        {"--pp_size", "2", "--strategy", "ZERO3", "ZeRO-3 is not built with pipeline parallelism"},
+        {"--pp_size", "2", "--pp_schedule", "zb", "argument --pp_schedule: invalid choice: 'zb'"},
+        {"--pp_size", "2", "--pp_schedule", "interleaved", "virtual stages are the interleaved schedule's"},
+        {"--pp_size", "1", "--num_micro_batches", "4", "shape the pipeline's per-stage table"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *c[] = {"estimate-memory", cfg, BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3], "--batch_size", "16",
+                           "--seq_len", "32", NULL};
+        CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
+        CHECK_STR_CONTAINS(ERR, BAD[i][4]);
+    }
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL) || !sibling_exe("test_dist_faults", WORKER, sizeof WORKER)) return 1;
     if (!cli_scratch("parallelism", TMP, sizeof TMP)) return 1;
@@ -372,6 +433,7 @@ int main(void) {
     RUN(test_config_wizard);
     RUN(test_reaches_accelerator);
     RUN(test_estimate_memory_mesh);
+    RUN(test_estimate_memory_pipeline);
     cli_scratch_remove(TMP);
     return check_summary();
 }

@@ -1,8 +1,10 @@
 /* Pipeline parallelism (accel_accelerator_pipeline_step).
  *
- * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP SP VIRT` under `accel launch` (PP
- * x DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into
- * PP stages, DP data-parallel replicas of each (DDP over the stage's replicas),
+ * `test_pipeline PP DP SCHEDULE TIED ACCUM FIRST TP SP VIRT ZERO` under `accel launch`
+ * (PP x DP x TP processes; tests/pipeline.cmake): a 4-layer tiny Llama, split into
+ * PP stages, DP data-parallel replicas of each (DDP over the stage's replicas,
+ * or with ZERO 1 or 2 ZeRO-1 / ZeRO-2 over them as dp_shard: the stage's
+ * optimizer state, and gradients under ZeRO-2, sharded over its DP ranks),
  * each stage tensor-parallel over TP ranks when TP > 1 (the decoder's plan,
  * applied at prepare, with the optimizer made before it: a rank's gradients
  * are compared with its slices of the single process's), with Megatron's
@@ -14,9 +16,12 @@
  * gradients clipped at 0.5; every rank also trains the same model
  * alone on the whole batch (all replicas' rows). Each step the loss (this
  * replica's rows) and every gradient of the stage's own parameters must equal
- * the single process's within 1e-5, the other stages' parameters must have no
- * gradient, the clipped global norm (max 0.5) must be the single process's,
- * and the weights after the last step must agree; the accelerator's calls
+ * the single process's within 1e-5 (under ZeRO-2, whose reduce-scatter
+ * leaves no whole gradient, the parameters after each step instead), the
+ * other stages' parameters must have no gradient, the clipped global norm
+ * (max 0.5) must be the single process's, and the weights after each step
+ * must agree; under ZeRO a rank's optimizer state is its shard of the stage's
+ * (padded / DP elements), and ZeRO-3 is refused at prepare; the accelerator's calls
  * of the steps after the first must make no allocation (a counting
  * allocator). At pp = 2 the ranks are first given different splits (3 + 1
  * and 1 + 3 layers, then one that fails on stage 1 only): prepare must fail
@@ -112,11 +117,28 @@ static double part_diff(const accel_state_entry *e, const accel_tensor *a, accel
     return want && accel_same_shape(a, want) ? max_abs_diff(a, want) : INFINITY;
 }
 
+/* Floats of optimizer state this rank holds. */
+static int64_t state_floats(accel_optimizer *o) {
+    accel_named_state *st;
+    int n = accel_optimizer_state(o, &st);
+    int64_t f = 0;
+    for (int i = 0; i < n; i++)
+        if (st[i].t) f += accel_numel(st[i].t);
+    accel_named_state_free(st, n);
+    return f;
+}
+
 static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp,
-                    bool sp, int virt) {
+                    bool sp, int virt, int zero) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
-    o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
+    if (zero) { /* ZeRO shards over each stage's replicas: dp_shard */
+        o.zero_stage = zero;
+        o.parallelism.dp_replicate_size = 1;
+        o.parallelism.dp_shard_size = dp;
+    } else {
+        o.parallelism.dp_replicate_size = dp; /* DDP over each stage's replicas */
+    }
     o.parallelism.tp_size = tp;
     o.parallelism.sequence_parallelism = sp ? ACCEL_TRUE : 0;
     /* interleaved at pp 4: 8 micro-batches, past Megatron's all-forwards-first m = pp */
@@ -203,12 +225,12 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
             accel_state_entry *e = &sd->entries[i];
             const char *name = e->name;
             if (e->is_buffer || e->is_tied_alias) continue;
-            if (owned(name, &rep, tied)) {
+            if (owned(name, &rep, tied) && zero < 2) {
                 double d = part_diff(e, e->t->grad, ref_sd->entries[i].t->grad);
                 worst = fmax(worst, d);
                 CHECK_MSG(d <= 1e-5, "rank %d (stage %d) step %d: %s's gradient differs by %.3g", rank, rep.stage,
                           s, name, d);
-            } else {
+            } else if (!owned(name, &rep, tied)) {
                 CHECK_MSG(all_zero(e->t->grad), "rank %d (stage %d): %s (another stage's) has a gradient",
                           rank, rep.stage, name);
             }
@@ -231,12 +253,13 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         CHECK(accel_optimizer_step(ref_opt) == ACCEL_OK);
         accel_optimizer_zero_grad(ref_opt);
         accel_step_reset();
-    }
-    for (int i = 0; i < sd->n; i++) {
-        accel_state_entry *e = &sd->entries[i];
-        if (!e->is_buffer && !e->is_tied_alias && owned(e->name, &rep, tied))
-            CHECK_MSG(part_diff(e, e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after %d steps", rank, e->name,
-                      STEPS);
+        /* the stage's weights after the step (under ZeRO its shards' updates, all-gathered over the stage's ranks) */
+        for (int i = 0; i < sd->n; i++) {
+            accel_state_entry *e = &sd->entries[i];
+            if (!e->is_buffer && !e->is_tied_alias && owned(e->name, &rep, tied))
+                CHECK_MSG(part_diff(e, e->t, ref_sd->entries[i].t) <= 1e-5, "rank %d: %s after step %d", rank,
+                          e->name, s);
+        }
     }
     CHECK(n_allocs > 0); /* the counting allocator is the library's */
     CHECK_MSG(steady == 0, "rank %d stage %d: %ld allocations in steps 2 to %d", rank, rep.stage, steady, STEPS);
@@ -249,14 +272,30 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
             if (owned(e->name, &rep, tied)) own += accel_numel(e->t);
             if (e->t->device.type != ACCEL_DEV_META) held += accel_numel(e->t);
         }
-        for (int i = 0; i < accel_optimizer_num_segments(opt); i++)
-            in_opt += accel_numel(accel_optimizer_segment_param(opt, i, NULL));
+        int64_t lo, hi, padded, mine = state_floats(opt); /* SGD: a momentum float per element of its part */
+        CHECK(accel_accelerator_zero_shard(acc, model, &lo, &hi, &padded) == ACCEL_OK);
+        if (zero) { /* the optimizer steps the rank's shard, padded / dp elements of the stage's part */
+            in_opt = own;
+            int64_t tensors = 0;
+            for (int i = 0; i < sd->n; i++)
+                tensors += !sd->entries[i].is_buffer && !sd->entries[i].is_tied_alias && owned(sd->entries[i].name,
+                                                                                               &rep, tied);
+            /* the part aligned to 16 elements a tensor, padded to 16 x world */
+            CHECK_MSG(hi - lo == padded / dp && lo == replica * (padded / dp) && mine <= hi - lo &&
+                      padded >= own && padded < own + 16 * (tensors + pp * dp * tp),
+                      "rank %d stage %d: shard [%lld, %lld) of %lld, %lld state floats, its part %lld", rank,
+                      rep.stage, (long long)lo, (long long)hi, (long long)padded, (long long)mine, (long long)own);
+        } else {
+            for (int i = 0; i < accel_optimizer_num_segments(opt); i++)
+                in_opt += accel_numel(accel_optimizer_segment_param(opt, i, NULL));
+            CHECK(mine == own);
+        }
         CHECK_MSG(held == own && in_opt == own && (pp == 1 || own < all),
                   "rank %d stage %d: %lld parameters held, %lld in the optimizer, %lld its part's, %lld in all",
                   rank, rep.stage, (long long)held, (long long)in_opt, (long long)own, (long long)all);
-        fprintf(stderr, "rank %d stage %d: parameters + gradients + SGD momentum %lld bytes, %.3f of one "
-                "process's %lld\n", rank, rep.stage, (long long)(3 * 4 * own), (double)own / (double)all,
-                (long long)(3 * 4 * all));
+        fprintf(stderr, "rank %d stage %d: parameters + gradients %lld bytes, SGD momentum %lld, %.3f and %.3f of "
+                "one process's %lld each\n", rank, rep.stage, (long long)(2 * 4 * own), (long long)(4 * mine),
+                (double)own / (double)all, (double)mine / (double)all, (long long)(4 * all));
     }
     /* save_model gathers every stage's layers: rank 0's checkpoint is the whole trained model */
     char dir[256];
@@ -313,8 +352,18 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_accelerator_free(acc);
     accel_module_free(model);
     accel_module_free(ref);
+    if (zero == 2 && !strcmp(sched, "1f1b")) { /* ZeRO-3 is refused at prepare, on every rank, saying why */
+        o.zero_stage = 3;
+        accel_accelerator *z3 = accel_accelerator_new(&o);
+        accel_module *m3 = tiny(tied, 40, 32);
+        CHECK_MSG(z3 && accel_accelerator_prepare(z3, m3) == ACCEL_ERR_UNSUPPORTED, "%s", accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), "ZeRO stage 3 is not built with pipeline parallelism (pp_size 2: its "
+                           "parameters are gathered and its gradients reduce-scattered unit by unit");
+        accel_accelerator_free(z3);
+        accel_module_free(m3);
+    }
     if (rank == 0 && !check_failures_)
-        printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d ok\n", pp, dp, tp, sp, sched, accum);
+        printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d zero=%d ok\n", pp, dp, tp, sp, sched, accum, zero);
     return check_summary();
 }
 
@@ -469,9 +518,9 @@ static void test_one_stage_micro_batches(void) {
 
 int main(int argc, char **argv) {
     count_alloc_install(); /* before anything allocates */
-    if (argc == 10)
+    if (argc == 11)
         return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]),
-                        atoi(argv[7]), atoi(argv[8]) != 0, atoi(argv[9]));
+                        atoi(argv[7]), atoi(argv[8]) != 0, atoi(argv[9]), atoi(argv[10]));
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     RUN(test_interleaved_plan);

@@ -9,7 +9,11 @@
  * loss) within 1e-5. The same under interleaved 1F1B (pp = 2, 2 chunks of a
  * layer per stage: stage 0 holds layers 0 and 2 and the embedding, stage 1
  * layers 1 and 3 and the tied head): its files are a one-process checkpoint
- * too, resumed bit for bit on its mesh and within 1e-5 on one process. */
+ * too, resumed bit for bit on its mesh and within 1e-5 on one process. And
+ * under ZeRO over each stage's dp ranks (dp_shard): pp = 2 x dp = 2 with
+ * ZeRO-1 (1F1B) and ZeRO-2 (interleaved) write a one-process checkpoint
+ * too (each stage's optimizer shards consolidated), resumed bit for bit on
+ * their mesh and within 1e-5 on one process. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -22,7 +26,7 @@
 enum { LAYERS = 4, T = 12, ROWS = 8, MICRO = 4, SAVED_AT = 2, AFTER = 3, VOCAB = 40 };
 
 typedef enum { FIRST, RESUME, ONE, WIDER, DP } phase;
-static struct { phase ph; int pp, dp, virt; char dir[64]; } CFG;
+static struct { phase ph; int pp, dp, virt, zero; char dir[64]; } CFG;
 
 static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", CFG.dir, name); }
 
@@ -34,9 +38,11 @@ static accel_module *model_of(uint64_t seed) {
 static int body(int rank, int world) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
-    o.parallelism = (accel_parallelism_opts){.pp_size = CFG.pp, .dp_replicate_size = CFG.dp,
+    o.parallelism = (accel_parallelism_opts){.pp_size = CFG.pp, .dp_replicate_size = CFG.zero ? 1 : CFG.dp,
+                                             .dp_shard_size = CFG.zero ? CFG.dp : 0,
                                              .num_micro_batches = MICRO, .pp_virtual_stages = CFG.virt,
                                              .pp_schedule = CFG.virt > 1 ? "interleaved" : "1f1b"};
+    o.zero_stage = CFG.zero ? CFG.zero : -1; /* ZeRO over each stage's dp ranks (dp_shard), else DDP */
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
@@ -47,6 +53,7 @@ static int body(int rank, int world) {
     accel_optim_hparams h = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_zero_stage(acc) == CFG.zero);
     char ckpt[128], losses[128];
     path_in(ckpt, sizeof ckpt, "ckpt");
     path_in(losses, sizeof losses, "losses");
@@ -94,27 +101,33 @@ static int body(int rank, int world) {
     return check_summary();
 }
 
-static void run(phase ph, int pp, int dp, int virt) {
-    CFG.ph = ph, CFG.pp = pp, CFG.dp = dp, CFG.virt = virt;
+static void run(phase ph, int pp, int dp, int virt, int zero) {
+    CFG.ph = ph, CFG.pp = pp, CFG.dp = dp, CFG.virt = virt, CFG.zero = zero;
     dist_group g = {.world = pp * dp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < g.world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (pp %d x dp %d, %d virtual): rank %d failed", (int)ph, pp, dp,
-                  virt, r);
+        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (pp %d x dp %d, %d virtual, ZeRO %d): rank %d failed", (int)ph,
+                  pp, dp, virt, zero, r);
 }
 
 int main(void) {
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_ppckpt_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
-    run(FIRST, 2, 1, 1);
-    run(RESUME, 2, 1, 1);
-    run(ONE, 1, 1, 1);
-    run(WIDER, 4, 1, 1);
-    run(DP, 2, 2, 1);
-    run(FIRST, 2, 1, 2); /* interleaved: its own checkpoint and losses */
-    run(RESUME, 2, 1, 2);
-    run(ONE, 1, 1, 1);
+    run(FIRST, 2, 1, 1, 0);
+    run(RESUME, 2, 1, 1, 0);
+    run(ONE, 1, 1, 1, 0);
+    run(WIDER, 4, 1, 1, 0);
+    run(DP, 2, 2, 1, 0);
+    run(FIRST, 2, 1, 2, 0); /* interleaved: its own checkpoint and losses */
+    run(RESUME, 2, 1, 2, 0);
+    run(ONE, 1, 1, 1, 0);
+    run(FIRST, 2, 2, 1, 1); /* ZeRO-1 over each stage's 2 ranks */
+    run(RESUME, 2, 2, 1, 1);
+    run(ONE, 1, 1, 1, 0);
+    run(FIRST, 2, 2, 2, 2); /* ZeRO-2, interleaved */
+    run(RESUME, 2, 2, 2, 2);
+    run(ONE, 1, 1, 1, 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(system(cmd) == 0);

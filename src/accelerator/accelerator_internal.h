@@ -61,7 +61,8 @@ typedef struct accel__model {
  * checkpoint, the one-process one. */
 typedef struct accel__pp_opt {
     int n;
-    accel_tensor *params[]; /* [n], borrowed: the model's (the other stages' on meta) */
+    accel_tensor **params; /* [n], borrowed: the model's (the other stages' on meta) */
+    int *groups;           /* [n]: their param groups (accel__pipeline_unprepare_optimizer restores both) */
 } accel__pp_opt;
 
 /* Stage 3's schedule (FSDP's fsdp_backward_prefetch / fsdp_forward_prefetch /
@@ -214,6 +215,15 @@ accel_status accel__backward_end(accel_accelerator *acc);
  * on stage 0 only); `local` as it is with one stage. NAN + error on failure.
  * Collective over the pp group. */
 double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type);
+/* pipeline.c: the pieces of accel__pipeline_norm_partial for a strategy that
+ * holds the gradients otherwise (ZeRO-2's shard). tied_copy: the parameter
+ * of model whose gradient on this stage copies another stage's (a tied
+ * lm_head on the last stage of several: stage 0's embedding, summed over the
+ * stages), which a norm over the stages leaves out here; NULL where none.
+ * norm_reduce: a stage's partial norm without it, *local, summed (max under
+ * inf) over the pp group in place; as it is with one stage. */
+accel_tensor *accel__pipeline_tied_copy(const accel_accelerator *acc, accel_module *model);
+accel_status accel__pipeline_norm_reduce(accel_accelerator *acc, double *local, double norm_type);
 /* pipeline.c: every stage's parameters from the stage that trains them to
  * every rank of the pp group (save_model then writes the whole model from
  * rank 0). Collective over the pp group; no-op with one stage. */
@@ -222,7 +232,8 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
  * family's balanced one, or accel_accelerator_pipeline_set_layers'),
  * compared over every rank (a difference fails on all of them, naming two
  * splits) and kept in pm->pp_split, before the tp plan slices the model.
- * Refuses a model whose family is not cut, and ZeRO. Collective. */
+ * Refuses a model whose family is not cut, and a strategy without the
+ * table's pipeline flag (ZeRO-3). Collective. */
 accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *pm);
 /* pipeline.c: the parameters of the other stages' parts of pm's model (by
  * pm->pp_split) move to meta, so this stage keeps its own (memory divided
@@ -234,13 +245,19 @@ accel_status accel__pipeline_keep_stage(accel_accelerator *acc, accel__model *pm
 accel_status accel__pipeline_release(accel_accelerator *acc, accel_module *model, const char *fn);
 /* pipeline.c: with pp_size > 1, re-targets optimizer i to the parameters its
  * stage kept (those not on meta), freeing the others' optimizer state, and
- * records its whole numbering in acc->pp_opt[i] (NULL with one stage). */
+ * records its whole numbering in acc->pp_opt[i] (NULL with one stage).
+ * Before the strategy's prepare_optimizer, which shards what the stage
+ * kept (ZeRO-1/2); unprepare gives the optimizer every parameter again, with
+ * fresh state, and forgets the numbering (after the strategy's failed). */
 accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, int i);
-/* pipeline.c, pp_size > 1, collective over the pp group: optimizer i's
- * state as one process's (the whole numbering, every stage's entries) on
- * stage 0, which returns their count and *out (accel_named_state_free it);
+void accel__pipeline_unprepare_optimizer(accel_accelerator *acc, int i);
+/* pipeline.c, pp_size > 1, collective over the pp group (and the stage's
+ * shard group under ZeRO, which consolidates the stage's state first):
+ * optimizer i's state as one process's (the whole numbering, every stage's
+ * entries) on stage 0, which returns their count and *out
+ * (accel_named_state_free it; *bufs, accel_free each, back ZeRO's tensors);
  * the other stages send theirs and return 0, *out NULL. -1 + error. */
-int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_state **out);
+int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
 /* pipeline.c, pp_size > 1: loads into optimizer i this stage's part of a
  * one-process state st[0..n) (the others' entries skipped). */
 accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st);

@@ -646,10 +646,10 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
         }
         accel_named_state *st = NULL;
         float *bufs[2] = {NULL, NULL};
-        int n = accel__optimizer_model(acc, i) ? acc->strat->optimizer_state(acc, i, &st, bufs)
-                : acc->pp_opt[i]               ? accel__pipeline_optimizer_state(acc, i, &st)
-                : acc->rank == 0 || tp > 1     ? accel_optimizer_state(acc->opts[i], &st)
-                                               : 0;
+        int n = acc->pp_opt[i]                   ? accel__pipeline_optimizer_state(acc, i, &st, bufs)
+                : accel__optimizer_model(acc, i) ? acc->strat->optimizer_state(acc, i, &st, bufs)
+                : acc->rank == 0 || tp > 1       ? accel_optimizer_state(acc->opts[i], &st)
+                                                 : 0;
         numbered(path, sizeof path, tmp, "optimizer", i);
         if (!s && n < 0) s = accel_last_status();
         /* under tp every rank joins the gathers of the whole states, even after a local failure */

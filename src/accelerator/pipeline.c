@@ -39,11 +39,14 @@
  * accumulation and fp16 factors, as accel_accelerator_backward does), so the
  * gradients accumulated over the m backwards are the batch's; the reported
  * loss, the mean over the micro-batches, is broadcast from the last stage.
- * DDP (over acc->dp_pg, which excludes pp) reduces only in the last
- * micro-batch's backward; a tied lm_head's gradient (the embedding's, used
- * on the first and the last stage) is summed over the pp group on sync
- * steps. A stage holds only its part of the model (accel__pipeline_keep_stage
- * at prepare: the split every rank agrees on, the other stages' parameters
+ * The strategy (DDP, ZeRO-1 or ZeRO-2, over the stage's data-parallel group:
+ * dp_pg and shard_pg exclude pp) reduces only in the last micro-batch's
+ * backward, so ZeRO-2 reduce-scatters the step's accumulated gradients once;
+ * a tied lm_head's gradient (the embedding's, used on the first and the last
+ * stage) is summed over the pp group on sync steps, and then the strategy
+ * reduces after the schedule instead (reduce_grads): a reduce-scatter leaves
+ * no whole gradient to sum. A stage holds only its part of the model
+ * (accel__pipeline_keep_stage at prepare: the split every rank agrees on, the other stages' parameters
  * on meta, the flat buffers and the optimizer over what it kept). A step's
  * buffers (saved inputs, messages, the schedule) live in the step arena: a
  * steady step allocates nothing. Checkpoints are one process's (the end of
@@ -58,6 +61,9 @@
 #include "strategy.h"
 
 #define FN "accel_accelerator_pipeline_step"
+/* Why a strategy without the table's pipeline flag (ZeRO-3) is refused. */
+#define NOT_PP "its parameters are gathered and its gradients reduce-scattered unit by unit around every " \
+               "forward and backward, which a stage runs for each micro-batch and again to recompute it"
 
 typedef struct pp_run {
     accel_accelerator *acc;
@@ -69,6 +75,7 @@ typedef struct pp_run {
     int virt;                 /* model chunks per stage: > 1 under interleaved 1F1B */
     const int *split;         /* the chunks' layer ranges, first_layer[0..stages x virt] */
     bool first, last;         /* this stage holds the embeddings / the head and the loss */
+    bool tied;                /* a tied lm_head over several stages: the reduction waits for sum_tied */
     accel_tensor *ids;        /* [B, T] */
     int64_t rows, T, C;       /* a micro-batch's hidden states [rows, T, C]: T the ids' positions, a
                                * tp rank's share of them under sequence parallelism */
@@ -154,13 +161,14 @@ static accel_status run_forward(pp_run *r, const pp_chunk *ch, accel_tensor *x, 
 /* Micro-batch i's backward through ch: its forward again with grad on, then
  * back from the loss (the last chunk) or from grad, the gradient of its
  * output; the gradient of x (not the first chunk's ids) becomes out_buf's.
- * reduce: the stage's last backward of the step, where DDP reduces. */
+ * reduce: the stage's last backward of the step, where the strategy
+ * reduces (unless a tied embedding makes it wait: reduce_grads). */
 static accel_status run_backward(pp_run *r, const pp_chunk *ch, accel_tensor *x, accel_tensor *grad, int i,
                                  bool reduce) {
     double t0 = accel_now_seconds();
     if (!ch->first) (void)accel_requires_grad_(x, true); /* x is a live tensor: cannot fail */
     bool no_sync = r->pm->no_sync;
-    r->pm->no_sync = no_sync || !reduce;
+    r->pm->no_sync = no_sync || !reduce || r->tied;
     accel__backward_begin(r->acc);
     accel_tensor *y = r->hooks->forward(r->model, x, ch->lo, ch->hi, ch->first, ch->last);
     accel_status st;
@@ -284,7 +292,8 @@ static accel_status run_interleaved(pp_run *r) {
 
 /* A tied lm_head's weight is the embedding's: stage 0's and the last stage's
  * gradients of it are summed over the pp group (the middle stages, which do
- * not use it, add zeros and keep none). */
+ * not use it, add zeros and keep none), before the data-parallel reduction
+ * (reduce_grads). */
 static accel_status sum_tied(pp_run *r) {
     accel_tensor *w = r->stages == 1 ? NULL : r->hooks->tied_embedding(r->model);
     if (!w) return ACCEL_OK;
@@ -301,6 +310,14 @@ static accel_status sum_tied(pp_run *r) {
     }
     if (!st && mine) st = accel_tensor_from_host(w->grad, h);
     return st;
+}
+
+/* With a tied embedding, the step's data-parallel reduction, after sum_tied:
+ * the strategy's, as at the end of a backward (DDP's all-reduce, ZeRO-2's
+ * reduce-scatter into its shard; none while gradients accumulate). */
+static accel_status reduce_grads(pp_run *r) {
+    accel__backward_begin(r->acc);
+    return accel__backward_end(r->acc);
 }
 
 /* The stage hooks of model's family (nn/family.h); NULL with an error naming
@@ -399,9 +416,8 @@ static accel_status check(accel_accelerator *acc, accel_module *model, accel_ten
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": fp8 mixed precision is not built with pipeline "
                                "parallelism (its scaling state follows each forward, which a stage recomputes)");
     if (!(*pm)->strat->pipeline)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ZeRO stage %d is not built with pipeline_step (its "
-                               "gradient and parameter sharding would see one stage's gradients per micro-batch); "
-                               "use DDP (zero_stage 0)", (*pm)->strat->stage);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ZeRO stage %d is not built with pipeline_step (" NOT_PP
+                               "); use DDP or ZeRO stage 1 or 2", (*pm)->strat->stage);
     return ACCEL_OK;
 }
 
@@ -418,6 +434,7 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     r.last = r.stage == r.stages - 1;
     r.virt = acc->par.pp_virtual;
     r.split = pm->pp_split;
+    r.tied = r.stages > 1 && r.hooks->tied_embedding(model);
     if (r.stages > 1) { /* the split every rank agreed on at prepare (interleaved: the stage's first chunk) */
         r.lo = pm->pp_split[r.stage];
         r.hi = pm->pp_split[r.stage + 1];
@@ -449,10 +466,11 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
         if (!st && r.out_peer >= 0) st = exchange(&r, NULL, -1); /* the last gradient to the stage before */
     }
     if (!st && acc->sync_gradients) st = sum_tied(&r);
+    if (!st && r.tied) st = reduce_grads(&r);
     /* sequence parallelism: the parameters outside the tp regions (the norms)
-     * saw their rank's positions only, as after accelerator_backward */
-    if (!st && acc->sync_gradients && acc->par.sequence_parallel)
-        st = accel_module_tp_reduce_grads(model, accel_accelerator_tp_group(acc));
+     * saw their rank's positions only, as after accelerator_backward (where
+     * the strategy holds them: ZeRO-2 summed them before its reduce-scatter) */
+    if (!st && acc->sync_gradients && acc->par.sequence_parallel) st = pm->strat->sp_reduce(acc, pm);
     double mean = r.loss_sum / r.m;
     if (!st && r.pg) st = accel_pg_broadcast(r.pg, &mean, 1, ACCEL_F64, r.stages - 1);
     if (!st) *loss = mean;
@@ -468,24 +486,31 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
     return st;
 }
 
-double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type) {
-    if (acc->par.size[ACCEL__MESH_PP] == 1) return local;
-    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
-    if (!pg) return NAN;
-    bool inf = isinf(norm_type);
+accel_tensor *accel__pipeline_tied_copy(const accel_accelerator *acc, accel_module *model) {
+    int stages = acc->par.size[ACCEL__MESH_PP];
     const accel__family *f = accel__family_of(model);
+    if (stages == 1 || acc->mesh.coord[ACCEL__MESH_PP] != stages - 1 || !f || !f->stages) return NULL;
+    return f->stages->tied_embedding(model);
+}
+
+accel_status accel__pipeline_norm_reduce(accel_accelerator *acc, double *local, double norm_type) {
+    if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
+    accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+    return pg ? accel_pg_all_reduce(pg, local, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM)
+              : accel_last_status();
+}
+
+double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type) {
     /* the last stage's copy of a tied embedding's gradient equals stage 0's
      * (sum_tied): counted once, its share taken as `local` counted it (under
      * tp its slices' over the tp group) */
-    if (!inf && f && f->stages && accel_pg_rank(pg) == accel_pg_size(pg) - 1) {
-        accel_tensor *w = f->stages->tied_embedding(model);
-        double tied = w && w->grad ? accel__tp_param_norm_partial(acc, model, w, norm_type) : 0;
+    accel_tensor *w = isinf(norm_type) ? NULL : accel__pipeline_tied_copy(acc, model);
+    if (w && w->grad) {
+        double tied = accel__tp_param_norm_partial(acc, model, w, norm_type);
         if (isnan(tied)) return NAN;
         local = fmax(0.0, local - tied);
     }
-    if (accel_pg_all_reduce(pg, &local, 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM) != ACCEL_OK)
-        return NAN;
-    return local;
+    return accel__pipeline_norm_reduce(acc, &local, norm_type) ? NAN : local;
 }
 
 /* Whether this stage keeps parameter entry e: its chunks', and a tied input
@@ -576,7 +601,8 @@ accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *p
     if (stages == 1) return ACCEL_OK;
     if (!acc->strat->pipeline)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: ZeRO stage %d is not built with pipeline parallelism "
-                               "(pp_size %d); use DDP (zero_stage 0)", fn, acc->strat->stage, stages);
+                               "(pp_size %d: " NOT_PP "); use DDP or ZeRO stage 1 or 2", fn, acc->strat->stage,
+                               stages);
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     int chunks = n_chunks(acc), *split = pg ? accel_malloc(((size_t)chunks + 1) * sizeof *split) : NULL;
     if (!split) return accel_last_status();
@@ -605,16 +631,22 @@ accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, int i) {
     if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
     accel_optimizer *opt = acc->opts[i];
     int n = accel_optimizer_num_segments(opt), kept_n = 0;
-    accel__pp_opt *po = accel_malloc(sizeof *po + (size_t)n * sizeof po->params[0]);
+    /* the record, then its params [n] and groups [n] in one block */
+    accel__pp_opt *po = accel_malloc(sizeof *po + (size_t)n * (sizeof po->params[0] + sizeof po->groups[0]));
     accel_tensor **params = accel_malloc((size_t)(n ? n : 1) * sizeof *params);
     int *groups = accel_malloc((size_t)(n ? n : 1) * sizeof *groups);
     accel_status st = po && params && groups ? ACCEL_OK : accel_last_status();
+    if (po) {
+        po->params = (accel_tensor **)(po + 1);
+        po->groups = (int *)(po->params + n);
+    }
     for (int k = 0; !st && k < n; k++) {
         int g;
         accel_tensor *p = accel_optimizer_segment_param(opt, k, &g);
         if (!p) st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare_optimizer: segment %d of the "
                                      "optimizer has no parameter tensor (already re-targeted)", k);
-        else if ((po->params[k] = p)->device.type != ACCEL_DEV_META) params[kept_n] = p, groups[kept_n++] = g;
+        else if ((po->params[k] = p, po->groups[k] = g, p->device.type != ACCEL_DEV_META))
+            params[kept_n] = p, groups[kept_n++] = g;
     }
     /* only this stage's parameters: the others were released at the model's prepare */
     if (!st && kept_n < n) st = accel_optimizer_set_segments(opt, kept_n, params, NULL, NULL, groups);
@@ -627,6 +659,17 @@ accel_status accel__pipeline_prepare_optimizer(accel_accelerator *acc, int i) {
     po->n = n;
     acc->pp_opt[i] = po;
     return ACCEL_OK;
+}
+
+void accel__pipeline_unprepare_optimizer(accel_accelerator *acc, int i) {
+    accel__pp_opt *po = acc->pp_opt[i];
+    if (!po) return;
+    /* back to every parameter, as built (out of memory only); said, as the undo returns nothing */
+    if (accel_optimizer_set_segments(acc->opts[i], po->n, po->params, NULL, NULL, po->groups))
+        fprintf(stderr, "accel: warning: accel_accelerator_prepare_optimizer: the optimizer keeps only this pipeline "
+                "stage's parameters (%s)\n", accel_last_error());
+    accel_free(po);
+    acc->pp_opt[i] = NULL;
 }
 
 accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module *model) {
@@ -666,10 +709,20 @@ accel_status accel__pipeline_gather_weights(accel_accelerator *acc, accel_module
  * whole states (tp.c, accel__tp_gather_optimizer); load_state cuts them to
  * the rank's slices before keeping the stage's. */
 
-/* The segment of opt whose parameter is p, or -1. */
-static int segment_of(const accel_optimizer *opt, const accel_tensor *p) {
-    for (int k = 0; k < accel_optimizer_num_segments(opt); k++)
-        if (accel_optimizer_segment_param(opt, k, NULL) == p) return k;
+/* Parameter k of optimizer i in the stage's numbering (its state's
+ * "state.<k>.*"): its segment k's, or under ZeRO, whose segments are runs of
+ * the shard, the parameter k it was re-targeted from (user_param); NULL past
+ * the last. */
+static accel_tensor *stage_param(accel_accelerator *acc, int i, int k) {
+    if (accel__optimizer_model(acc, i)) return acc->strat->user_param(acc, i, k);
+    return accel_optimizer_segment_param(acc->opts[i], k, NULL);
+}
+
+/* p's number in the stage's numbering of optimizer i, or -1. */
+static int stage_index(accel_accelerator *acc, int i, const accel_tensor *p) {
+    accel_tensor *q;
+    for (int k = 0; (q = stage_param(acc, i, k)); k++)
+        if (q == p) return k;
     return -1;
 }
 
@@ -700,7 +753,7 @@ static int keep_own(accel_accelerator *acc, int i, int stage, accel_named_state 
         bool keep = stage == 0; /* "step", "param_groups.*": the same on every stage */
         char *name = NULL;
         if (!bad && sscanf(st[j].name, "state.%d.%n", &seg, &at) == 1 && at) {
-            accel_tensor *p = accel_optimizer_segment_param(acc->opts[i], seg, NULL);
+            accel_tensor *p = stage_param(acc, i, seg);
             const accel__pp_opt *po = acc->pp_opt[i];
             int g = 0;
             while (g < po->n && po->params[g] != p) g++;
@@ -810,13 +863,16 @@ static accel_status wire_unpack(const char *msg, int64_t bytes, accel_named_stat
     return ACCEL_OK;
 }
 
-int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_state **out) {
+int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]) {
     *out = NULL;
+    bufs[0] = bufs[1] = NULL;
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     if (!pg) return -1;
     int stage = accel_pg_rank(pg), stages = accel_pg_size(pg);
     accel_named_state *st = NULL;
-    int n = accel_optimizer_state(acc->opts[i], &st);
+    /* under ZeRO the stage's state consolidated over its shard group (collective), in the stage's numbering */
+    int n = accel__optimizer_model(acc, i) ? acc->strat->optimizer_state(acc, i, &st, bufs)
+                                           : accel_optimizer_state(acc->opts[i], &st);
     if (n >= 0 && (n = keep_own(acc, i, stage, st, n)) < 0) st = NULL; /* freed */
     if (stage > 0) { /* this stage's entries to stage 0; a size of -1 says it failed */
         int64_t bytes = -1;
@@ -825,6 +881,9 @@ int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_s
         if (!s && msg) s = accel_pg_send(pg, msg, (size_t)bytes, ACCEL_U8, 0);
         accel_free(msg);
         if (n >= 0) accel_named_state_free(st, n);
+        accel_free(bufs[0]);
+        accel_free(bufs[1]);
+        bufs[0] = bufs[1] = NULL;
         return msg && !s ? 0 : -1;
     }
     /* stage 0: every stage's message (each is received, whatever failed, so none waits) */
@@ -863,6 +922,9 @@ int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_s
     if (st) accel_named_state_free(st, n);
     if (s) {
         accel_named_state_free(all, k);
+        accel_free(bufs[0]);
+        accel_free(bufs[1]);
+        bufs[0] = bufs[1] = NULL;
         return -1;
     }
     *out = all;
@@ -884,7 +946,7 @@ accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n
                                     "optimizer has %d parameters", st[j].name, po->n);
                 break;
             }
-            int seg = segment_of(opt, po->params[g]);
+            int seg = stage_index(acc, i, po->params[g]);
             if (seg < 0) continue; /* another stage's parameter */
             if ((mine[k].name = accel_malloc(len))) snprintf(mine[k].name, len, "state.%d.%s", seg, st[j].name + at);
         } else {
@@ -894,7 +956,9 @@ accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n
         mine[k].t = st[j].t;
         mine[k++].value = st[j].value;
     }
-    if (!s) s = accel_optimizer_load_state(opt, k, mine);
+    /* under ZeRO into the shard of the stage's state */
+    if (!s) s = accel__optimizer_model(acc, i) ? acc->strat->load_optimizer_state(acc, i, k, mine)
+                                               : accel_optimizer_load_state(opt, k, mine);
     for (int j = 0; j < k; j++) accel_free(mine[j].name);
     accel_free(mine);
     return s;

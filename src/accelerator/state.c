@@ -493,8 +493,12 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
     acc->strat_opt[acc->n_opts] = NULL;
-    if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) return st;
+    /* the stage's parameters first (pp), then the strategy's shard of them (ZeRO) */
     if ((st = accel__pipeline_prepare_optimizer(acc, acc->n_opts))) return st;
+    if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) {
+        accel__pipeline_unprepare_optimizer(acc, acc->n_opts);
+        return st;
+    }
     acc->n_opts++;
     accel__first_error first = {0}; /* the link's failure, whatever the undoing adds */
     accel__first_error_note(&first, accel__link_add(links, optimizer_detached, acc));

@@ -34,8 +34,9 @@ struct accel__strategy {
     int stage;        /* what accel_accelerator_zero_stage reports: 0 (DDP), 1, 2, 3 */
     bool shards;      /* the flat buffers are padded to 16 x world elements, so every shard starts 64-byte aligned */
     bool fp8;         /* runs mixed_precision='fp8' (its scaling metas reduced beside whole gradients: DDP only) */
-    bool pipeline;    /* runs under pipeline parallelism (DDP only: a sharding strategy's gradient and parameter
-                       * sharding would see one stage's gradients per micro-batch) */
+    bool pipeline;    /* runs under pipeline parallelism: DDP and ZeRO-1/2, whose shards are a stage's (its dp
+                       * group's) and whose reduction waits for the step's last micro-batch; not ZeRO-3, whose
+                       * per-unit gathers and reduce-scatters would run for every micro-batch's recompute */
 
     /* Model, in the order model.c calls them at prepare. layout: after the
      * flatten, before rank 0's weights are broadcast (shard bounds, shared

@@ -251,24 +251,51 @@ static const bool *tp_flags(accel__model *pm) {
     return zm->tp_flags = f;
 }
 
-static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, double norm_type, double *part) {
+/* The partial norm of tensor j's elements in this rank's gradient shard
+ * (zgrad; 0 where it holds none of them). */
+static double piece_partial(accel_accelerator *acc, accel__model *pm, int j, double norm_type) {
     accel__zero_model *zm = accel__zero_of(pm);
+    const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    double part = 0;
+    for (int k = 0; k < zm->n_units; k++) {
+        const accel__unit *u = &zm->units[k];
+        if (j < u->first || j >= u->first + u->count) continue;
+        int64_t plo = piece_lo(acc, u), phi = plo + u->shard;
+        int64_t lo = b->offsets[j] > plo ? b->offsets[j] : plo;
+        int64_t hi = b->offsets[j] + accel_numel(b->tensors[j]);
+        if (hi > phi) hi = phi;
+        if (lo >= hi) continue;
+        accel_tensor h;
+        double p = accel_grad_norm_partial(shard_view(&h, pm, zm->zgrad, u->zoff + (lo - plo), hi - lo), norm_type);
+        part = isinf(norm_type) ? fmax(part, p) : part + p;
+    }
+    return part;
+}
+
+static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, double norm_type, double *part) {
     const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
     const bool *sliced = tp_flags(pm);
     if (!sliced) return accel_last_status();
-    for (int k = 0; k < zm->n_units; k++) {
-        const accel__unit *u = &zm->units[k];
-        int64_t plo = piece_lo(acc, u), phi = plo + u->shard;
-        for (int j = u->first; j < u->first + u->count; j++) {
-            int64_t lo = b->offsets[j] > plo ? b->offsets[j] : plo;
-            int64_t hi = b->offsets[j] + accel_numel(b->tensors[j]);
-            if (hi > phi) hi = phi;
-            if (lo >= hi) continue;
-            accel_tensor h;
-            double p = accel_grad_norm_partial(shard_view(&h, pm, zm->zgrad, u->zoff + (lo - plo), hi - lo), norm_type);
-            part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
-        }
+    for (int j = 0; j < b->n; j++) {
+        double p = piece_partial(acc, pm, j, norm_type);
+        part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
     }
+    return ACCEL_OK;
+}
+
+/* Under pipeline parallelism, the last stage's pieces of a tied lm_head
+ * (accel__pipeline_tied_copy: stage 0 counts that gradient) taken out of
+ * part (sums only: a max counts it harmlessly twice). */
+static accel_status drop_tied_copy(accel_accelerator *acc, accel__model *pm, double norm_type, double *part) {
+    const accel_tensor *w = isinf(norm_type) ? NULL : accel__pipeline_tied_copy(acc, pm->m);
+    const accel_flat_buffer *b = &pm->fp->buffers[ACCEL_F32];
+    const bool *sliced = w && acc->mesh.size[ACCEL__MESH_TP] > 1 ? tp_flags(pm) : NULL;
+    if (w && acc->mesh.size[ACCEL__MESH_TP] > 1 && !sliced) return accel_last_status();
+    for (int j = 0; w && j < b->n; j++)
+        if (b->tensors[j] == w) {
+            int at = sliced ? sliced[j] : 1;
+            part[at] = fmax(0.0, part[at] - piece_partial(acc, pm, j, norm_type));
+        }
     return ACCEL_OK;
 }
 
@@ -315,7 +342,8 @@ accel_status accel__zero3_sp_reduce(accel_accelerator *acc, accel__model *pm) {
 /* A gradient shard (stage 2 on > 1 process, stage 3): the global norm from
  * every rank's shard (sum of |g|^p, or max), then each clips its own; under
  * tp the tp slices' part also summed over the tp group, the whole
- * parameters' part counted once. Without a shard, every rank holds the full
+ * parameters' part counted once; under pp summed over the stages, a tied
+ * lm_head's gradient once. Without a shard, every rank holds the full
  * averaged gradients, as under DDP. */
 double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
     accel_tensor h;
@@ -330,14 +358,15 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
         }
     /* part[0] whole parameters', part[1] tp slices' (all of it without tp) */
     double part[2] = {0, tp ? 0 : accel_grad_norm_partial(g, norm_type)};
-    if (tp && tp_shard_partial(acc, pm, norm_type, part)) return NAN;
+    if ((tp && tp_shard_partial(acc, pm, norm_type, part)) || drop_tied_copy(acc, pm, norm_type, part)) return NAN;
     accel_reduce_op op = isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM;
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
     if (accel_pg_all_reduce(acc->shard_pg, part, 2, ACCEL_F64, op)) return NAN;
     /* the slices of the tp ranks make the whole parameters; the whole ones are the same on each */
     if (tp && accel_pg_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, ACCEL_F64, op)) return NAN;
-    double total = accel_grad_norm_finish(op == ACCEL_REDUCE_MAX ? fmax(part[0], part[1]) : part[0] + part[1],
-                                          norm_type);
+    double stages = op == ACCEL_REDUCE_MAX ? fmax(part[0], part[1]) : part[0] + part[1];
+    if (accel__pipeline_norm_reduce(acc, &stages, norm_type)) return NAN;
+    double total = accel_grad_norm_finish(stages, norm_type);
     double coef = accel_clip_coef(total, max_norm);
     if (coef < 1.0 && accel__grad_scale(g, (float)coef)) return NAN;
     return total;
@@ -859,6 +888,7 @@ const accel__strategy accel__strategy_zero1 = {
     .name = "zero1",
     .stage = 1,
     .shards = true,
+    .pipeline = true,
     .layout = zero1_layout,
     .start = accel__ddp_start,
     .release = zero12_release,
@@ -898,6 +928,7 @@ const accel__strategy accel__strategy_zero2 = {
     .name = "zero2",
     .stage = 2,
     .shards = true,
+    .pipeline = true,
     .layout = zero2_layout,
     .start = no_start,
     .release = zero12_release,

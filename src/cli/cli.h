@@ -8,6 +8,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "accel/nn.h"
 
 int accel_cli_launch(int argc, char **argv);
 int accel_cli_config(int argc, char **argv);
@@ -15,6 +18,25 @@ int accel_cli_env(int argc, char **argv);
 int accel_cli_estimate_memory(int argc, char **argv);
 int accel_cli_test(int argc, char **argv);
 int accel_cli_merge_weights(int argc, char **argv);
+
+/* ---------------------------------------------------------------- estimate-memory
+ * cli_estimate_memory.c: Accelerate's convert_bytes and create_ascii_table
+ * (nc columns of rows[nr]). cli_estimate_pipeline.c: the per-stage table of
+ * a pipeline (pp > 1, tp 1) with a batch; m built from the config (on meta
+ * is enough); 0, or 1 after printing the error. */
+enum { CLI_TABLE_MAX_COLS = 8 };
+void cli_convert_bytes(double size, bool is_int, char *out, size_t n);
+void cli_print_table(const char *title, const char *const *headers, int nc, char rows[][CLI_TABLE_MAX_COLS][32],
+                     int nr);
+typedef struct cli_pipeline_request {
+    int pp, virt, micro;  /* pp_size, pp_virtual_stages (> 1: interleaved 1F1B), num_micro_batches */
+    bool gpipe;           /* else 1F1B (virt 1) */
+    int64_t batch, seq;   /* a data-parallel rank's batch [batch, seq] */
+    int strategy;         /* accel_shard_strategy over dp_shard: DDP, ZeRO-1 or ZeRO-2 */
+    int dp_shard;
+    accel_dtype autocast; /* as accel_activation_opts.autocast */
+} cli_pipeline_request;
+int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q);
 
 /* ---------------------------------------------------------------- options
  * Long options are spelled with underscores in the table; `--foo-bar` is

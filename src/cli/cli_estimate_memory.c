@@ -35,7 +35,8 @@ static void usage(FILE *f) {
                "                             [--batch_size B --seq_len T] [--mixed_precision {no,fp16,bf16}]\n"
                "                             [--activation_checkpointing] [--strategy {DDP,ZERO1,ZERO2,ZERO3}]\n"
                "                             [--tp_size T] [--pp_size P] [--dp_shard_size S] [--dp_replicate_size R]\n"
-               "                             model_name\n\n"
+               "                             [--num_micro_batches M] [--pp_schedule {1f1b,gpipe,interleaved}]\n"
+               "                             [--pp_virtual_stages V] model_name\n\n"
                "Model size estimator for fitting a model onto device memory. model_name is a local\n"
                "directory with a config.json (or the config.json itself). --num_processes N (or any of\n"
                "the options after it) adds the per-rank memory of training with Adam under DDP, ZeRO-1,\n"
@@ -47,12 +48,15 @@ static void usage(FILE *f) {
                "--parallelism_config_tp_size, --megatron_lm_tp_degree, --megatron_lm_pp_degree, ...): the\n"
                "rank of that device mesh holding the most: its share of the layers (pipeline stages),\n"
                "of each layer's weights (tensor parallelism), ZeRO's shards over dp_shard\n"
-               "(docs/bigmodel.md \"Per mesh\"; no activations with tp or pp above 1).\n");
+               "(docs/bigmodel.md \"Per mesh\"; no activations with tp above 1). With pp above 1 and a batch,\n"
+               "each stage's row: its parameters, gradients, optimizer state and the micro-batch inputs\n"
+               "its schedule holds (--num_micro_batches M, also --megatron_lm_num_micro_batches;\n"
+               "--pp_schedule; --pp_virtual_stages V > 1: interleaved 1F1B).\n");
 }
 
 /* convert_bytes: powers of 1024, f"{round(size, 2)} {unit}" (Python prints a
  * rounded float with at least one decimal, an int without). */
-static void convert_bytes(double size, bool is_int, char *out, size_t n) {
+void cli_convert_bytes(double size, bool is_int, char *out, size_t n) {
     static const char *units[] = {"bytes", "KB", "MB", "GB", "TB", "PB"};
     for (int u = 0; u < 6; u++) {
         if (size < 1024.0 || u == 5) { /* PB however large */
@@ -99,13 +103,11 @@ static void make_row(const char *l, const char *mid, const char *r, const int *w
     fputs("\n", stdout);
 }
 
-enum { TABLE_MAX_COLS = 8 };
-
 /* Accelerate's create_ascii_table: nc columns, each as wide as its widest
  * cell; a title wider than the columns widens the last one. */
-static void print_table(const char *title, const char *const *headers, int nc, char rows[][TABLE_MAX_COLS][32],
+void cli_print_table(const char *title, const char *const *headers, int nc, char rows[][CLI_TABLE_MAX_COLS][32],
                         int nr) {
-    int w[TABLE_MAX_COLS], sum = 0;
+    int w[CLI_TABLE_MAX_COLS], sum = 0;
     for (int c = 0; c < nc; c++) {
         w[c] = (int)strlen(headers[c]);
         for (int r = 0; r < nr; r++)
@@ -123,7 +125,7 @@ static void print_table(const char *title, const char *const *headers, int nc, c
     put_centered(title, sep2 - 2);
     fputs("│\n", stdout);
     make_row("├", "┬", "┤", w, nc, diff);
-    int sepw[TABLE_MAX_COLS];
+    int sepw[CLI_TABLE_MAX_COLS];
     memcpy(sepw, w, sizeof w);
     w[nc - 1] += diff;
     fputs("│", stdout);
@@ -156,6 +158,8 @@ typedef struct rank_request {
     int mesh[MESH_SIZES];            /* the sizes given (0: not given) */
     const char *mesh_flag[MESH_SIZES]; /* the flag that gave each, for the errors */
     accel__mesh_bytes rank;          /* the rank holding the most, when a size is given */
+    int micro, virt;                 /* --num_micro_batches, --pp_virtual_stages (0: not given) */
+    const char *schedule;            /* --pp_schedule, NULL: not given */
 } rank_request;
 
 static const char *const STRATEGY_LABELS[ACCEL_SHARD_STRATEGIES] = {
@@ -165,13 +169,13 @@ static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const acce
                      bool act) {
     int c = 0;
     snprintf(row[c++], 32, "%s", STRATEGY_LABELS[s]);
-    convert_bytes((double)r->weights, true, row[c++], 32);
-    convert_bytes((double)r->grads, true, row[c++], 32);
-    convert_bytes((double)r->optimizer, true, row[c++], 32);
-    convert_bytes((double)r->gathered, true, row[c++], 32);
-    if (copies) convert_bytes((double)r->prepared, true, row[c++], 32);
-    if (act) convert_bytes((double)r->activations, true, row[c++], 32);
-    convert_bytes((double)r->total, true, row[c++], 32);
+    cli_convert_bytes((double)r->weights, true, row[c++], 32);
+    cli_convert_bytes((double)r->grads, true, row[c++], 32);
+    cli_convert_bytes((double)r->optimizer, true, row[c++], 32);
+    cli_convert_bytes((double)r->gathered, true, row[c++], 32);
+    if (copies) cli_convert_bytes((double)r->prepared, true, row[c++], 32);
+    if (act) cli_convert_bytes((double)r->activations, true, row[c++], 32);
+    cli_convert_bytes((double)r->total, true, row[c++], 32);
     *nc = c;
 }
 
@@ -180,7 +184,7 @@ static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const acce
  * is given: of the BERT bcfg when set, else of the decoder cfg (any family). */
 static int print_rank_table(const accel_llama_config *cfg, const accel_bert_config *bcfg, int64_t total,
                             int64_t largest, const rank_request *q) {
-    char rows[ACCEL_SHARD_STRATEGIES][TABLE_MAX_COLS][32];
+    char rows[ACCEL_SHARD_STRATEGIES][CLI_TABLE_MAX_COLS][32];
     int nr = 0, nc = 0;
     for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++) {
         if (q->strategy >= 0 && s != q->strategy) continue;
@@ -208,12 +212,12 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
                  q->act.checkpointing ? ", checkpointed" : "");
     /* bf16 and fp16 add the weights' autocast copies (accel_rank_memory.prepared) */
-    const char *head[TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
+    const char *head[CLI_TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
     int h = 5;
     if (q->act.autocast != ACCEL_F32) head[h++] = "Weight copies";
     if (q->have_batch) head[h++] = "Activations";
     head[h++] = "Total";
-    print_table(title, head, nc, rows, nr);
+    cli_print_table(title, head, nc, rows, nr);
     if (!q->mesh_flag[MESH_TP] && !q->mesh_flag[MESH_PP] && !q->mesh_flag[MESH_DP_SHARD] &&
         !q->mesh_flag[MESH_DP_REPLICATE])
         return 0;
@@ -396,6 +400,20 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                                 "from DDP/NO_SHARD, ZERO1, ZERO2/SHARD_GRAD_OP, ZERO3/FULL_SHARD)\n", v);
                 return 2;
             }
+        } else if (is_opt(a, "num_micro_batches") || is_opt(a, "megatron_lm_num_micro_batches") ||
+                   is_opt(a, "pp_virtual_stages")) {
+            int64_t v = count_arg(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20);
+            if (v < 0) return 2;
+            *(is_opt(a, "pp_virtual_stages") ? &q.virt : &q.micro) = (int)v;
+        } else if (is_opt(a, "pp_schedule")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(v, "1f1b") && strcmp(v, "gpipe") && strcmp(v, "interleaved")) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument --pp_schedule: invalid choice: '%s' (choose "
+                                "from '1f1b', 'gpipe', 'interleaved')\n", v);
+                return 2;
+            }
+            q.schedule = v;
         } else if (mesh_index(a) >= 0) {
             int k = mesh_index(a);
             int64_t v = count_arg(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20);
@@ -435,10 +453,28 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (!q.nproc && !mesh) q.nproc = 1;
     if (mesh && !resolve_mesh(&q, q.nproc > 0)) return 2;
     if (!mesh) q.mesh[MESH_DP_SHARD] = q.nproc; /* ZeRO shards over every process */
-    if (q.have_batch && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1)) {
+    if (q.have_batch && q.mesh[MESH_TP] > 1) {
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: the activations of tensor or pipeline parallelism are not "
-                        "modelled: give --batch_size / --seq_len without --tp_size / --pp_size above 1\n");
+        fprintf(stderr, "accel estimate-memory: error: the activations of tensor parallelism are not modelled: give "
+                        "--batch_size / --seq_len without --tp_size above 1\n");
+        return 2;
+    }
+    /* the pipeline's per-stage table: pp above 1 with a batch */
+    bool pipeline = q.have_batch && q.mesh[MESH_PP] > 1;
+    bool interleaved = q.schedule ? !strcmp(q.schedule, "interleaved") : q.virt > 1;
+    const char *pp_bad = (q.micro || q.virt || q.schedule) && !pipeline
+                             ? "--num_micro_batches, --pp_schedule and --pp_virtual_stages shape the pipeline's "
+                               "per-stage table: give them with --pp_size above 1 and --batch_size / --seq_len"
+                         : interleaved != (q.virt > 1)
+                             ? "virtual stages are the interleaved schedule's: give --pp_virtual_stages above 1 "
+                               "with --pp_schedule interleaved (or alone)"
+                         : pipeline && q.strategy == ACCEL_SHARD_ZERO3
+                             ? "ZeRO-3 is not built with pipeline parallelism (its units are gathered around every "
+                               "micro-batch's forward and backward): --strategy DDP, ZERO1 or ZERO2"
+                             : NULL;
+    if (pp_bad) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: %s\n", pp_bad);
         return 2;
     }
     if (ndt == 0)
@@ -481,7 +517,6 @@ int accel_cli_estimate_memory(int argc, char **argv) {
         accel_module_free(m);
         return 1;
     }
-    accel_module_free(m);
     if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
     /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (rotary_dim / 2 f32 each: the
      * head_dim rotated, Phi-3's partial_rotary_factor of it), which accel's Llama computes instead of keeping
@@ -503,20 +538,30 @@ int accel_cli_estimate_memory(int argc, char **argv) {
         accel_module_sizes_free(body_sizes);
     }
     static const double div[] = {1, 2, 4, 8};
-    char rows[16][TABLE_MAX_COLS][32];
+    char rows[16][CLI_TABLE_MAX_COLS][32];
     for (int r = 0; r < ndt; r++) {
         int k = dts[r];
         snprintf(rows[r][0], 32, "%s", DTYPES[k]);
-        convert_bytes((double)body_largest / div[k], k == 0, rows[r][1], 32);
-        convert_bytes((double)body / div[k], k == 0, rows[r][2], 32);
+        cli_convert_bytes((double)body_largest / div[k], k == 0, rows[r][1], 32);
+        cli_convert_bytes((double)body / div[k], k == 0, rows[r][2], 32);
         /* Training using Adam: max(model, optimizer, gradients, step) */
-        if (k == 0) convert_bytes(4.0 * (double)body, true, rows[r][3], 32);
-        else if (k == 1) convert_bytes(2.0 * (double)body, true, rows[r][3], 32);
+        if (k == 0) cli_convert_bytes(4.0 * (double)body, true, rows[r][3], 32);
+        else if (k == 1) cli_convert_bytes(2.0 * (double)body, true, rows[r][3], 32);
         else snprintf(rows[r][3], 32, "N/A");
     }
     char title[600];
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
-    print_table(title, headers, 4, rows, ndt);
-    return per_rank ? print_rank_table(&cfg, bert ? &bcfg : NULL, total, largest, &q) : 0;
+    cli_print_table(title, headers, 4, rows, ndt);
+    /* under pp the activations are the stages' (the pipeline's table), not the whole model's */
+    rank_request whole = q;
+    whole.have_batch = q.have_batch && !pipeline;
+    int rc = per_rank ? print_rank_table(&cfg, bert ? &bcfg : NULL, total, largest, &whole) : 0;
+    cli_pipeline_request pq = {.pp = q.mesh[MESH_PP], .virt = q.virt ? q.virt : 1, .micro = q.micro ? q.micro : 1,
+                               .gpipe = q.schedule && !strcmp(q.schedule, "gpipe"), .batch = q.act.batch_size,
+                               .seq = q.act.seq_len, .strategy = q.strategy >= 0 ? q.strategy : ACCEL_SHARD_DDP,
+                               .dp_shard = q.mesh[MESH_DP_SHARD], .autocast = q.act.autocast};
+    if (!rc && pipeline) rc = cli_pipeline_table(m, &pq);
+    accel_module_free(m);
+    return rc;
 }
