@@ -1,0 +1,161 @@
+/* Context parallelism composed with tensor parallelism through the
+ * Accelerator, on 4 forked processes: tp 2 x cp 2 (each cp_comm_strategy),
+ * tp 2 x sp 2 (Ulysses' sp_size) and each of them with Megatron's sequence
+ * parallelism on the tp side. The tp group splits the heads (and the
+ * key/value heads), the cp group the sequence into load-balanced chunks; the
+ * attention's cp exchange runs over the rank's heads only, RoPE at the
+ * chunks' global positions, the loss is the vocab-parallel one over the
+ * rank's chunks. Every rank gets the same batches from the prepared data
+ * loader (no data-parallel dimension). For 5 SGD steps each rank's loss and
+ * every gradient (this rank's tp slice of it) equal, within 1e-5 (f32), the
+ * same model on one process stepping on the same batch, and the first
+ * step's accel_accelerator_clip_grad_norm is the one-process norm; Llama
+ * (grouped-query attention) and Gemma-2 (a sliding window that bites on
+ * layer 0, soft-capped scores and logits). save_model writes the
+ * one-process weights. tp x cp under ZeRO-3 (sharding over the cp ranks)
+ * gives the one-process losses. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "dist_group.h"
+#include "tiny_llama.h"
+#include "tp_fixture.h"
+
+enum { SEQS = 12, T = 8, BS = 2, STEPS = 5 };
+
+static struct {
+    const char *family, *strategy;
+    int cp, sp, zero_stage;
+    bool seq_par;
+    char dir[64];
+} CFG;
+
+static void sequences(int64_t *ids) {
+    for (int i = 0; i < SEQS * T; i++) ids[i] = (i * 7 + i / T * 5 + 3) % 40;
+}
+
+/* save_model gathers the tp slices (the cp ranks hold the same weights):
+ * the one-process model's after the same steps. */
+static void saves_whole(accel_accelerator *acc, accel_module *m, accel_module *ref) {
+    CHECK_MSG(accel_accelerator_save_model(acc, m, CFG.dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", CFG.dir);
+    accel_safetensors *f = accel_safetensors_open(path);
+    CHECK_MSG(f != NULL, "%s", accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(ref);
+    for (int i = 0; f && i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) continue;
+        accel_tensor *got = accel_safetensors_tensor(f, sd->entries[i].name, ACCEL_F32);
+        CHECK_MSG(got && accel_same_shape(got, sd->entries[i].t), "%s", sd->entries[i].name);
+        if (got && accel_same_shape(got, sd->entries[i].t))
+            close_all(sd->entries[i].name, got->data, sd->entries[i].t->data, accel_numel(got));
+        accel_tensor_free(got);
+    }
+    accel_state_dict_free(sd);
+    accel_safetensors_close(f);
+}
+
+static int body(int rank, int world) {
+    (void)world;
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.zero_stage = CFG.zero_stage;
+    o.parallelism = (accel_parallelism_opts){.tp_size = 2, .cp_size = CFG.cp, .sp_size = CFG.sp,
+                                             .cp_comm_strategy = CFG.strategy,
+                                             .sequence_parallelism = CFG.seq_par ? ACCEL_TRUE : 0};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 1;
+    }
+    int64_t ids[SEQS * T];
+    sequences(ids);
+    accel_tensor *all = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){SEQS, T}, ACCEL_CPU_DEVICE);
+    accel_tensor_from_host(all, ids);
+    accel_dataset *ds = accel_tensor_dataset_new(1, &all);
+    accel_dataloader_opts dlo = accel_dataloader_opts_default();
+    dlo.batch_size = BS;
+    accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
+    accel_module *ref = tiny_family(11, CFG.family), *m = tiny_family(11, CFG.family);
+    accel_optim_hparams h = {.lr = 0.05, .momentum = 0.9};
+    accel_optimizer *o_ref = accel_optimizer_new_module(ACCEL_OPTIM_SGD, ref, &h);
+    /* made over the whole model, re-targeted to the tp slices by prepare */
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+    accel_status st = accel_accelerator_prepare(acc, dl, m, opt);
+    CHECK_MSG(st == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
+    if (st != ACCEL_OK) goto out;
+    /* both plans applied: this rank's heads (2 of 4 query heads, 1 of 2 key/value heads) and its cp group */
+    accel_tensor *k_proj = accel_module_get_tensor(m, "model.layers.0.self_attn.k_proj.weight");
+    CHECK(k_proj && k_proj->shape[0] == 1 * 4 && accel_llama_cp_group(m, NULL) != NULL);
+    accel_tensor **ps;
+    int n_ref = accel_module_parameters(ref, &ps);
+    for (int s = 0; s < STEPS; s++) {
+        accel_batch b;
+        CHECK(accel_dataloader_next(dl, &b));
+        /* no data-parallel dimension: every rank's batch is batch s */
+        int64_t got_ids[BS * T] = {0};
+        CHECK(accel_numel(b.fields[0]) == BS * T && accel_to_int64s(b.fields[0], got_ids) == ACCEL_OK);
+        CHECK(!memcmp(got_ids, ids + (int64_t)s * BS * T, sizeof got_ids));
+        accel_tensor *want_ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BS, T), ids + (int64_t)s * BS * T);
+        accel_tensor *loss = accel_llama_loss(m, b.fields[0]);
+        CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "rank %d step %d: %s", rank, s,
+                  accel_last_error());
+        accel_tensor *l_ref = accel_llama_loss(ref, want_ids);
+        CHECK(accel_backward(l_ref) == ACCEL_OK);
+        double mine = loss ? accel_item(loss) : NAN, want = accel_item(l_ref);
+        CHECK_MSG(fabs(mine - want) <= 1e-5 * fmax(1, fabs(want)), "rank %d step %d: loss %.9g, one process %.9g",
+                  rank, s, mine, want);
+        if (CFG.zero_stage == 0) grads_match(m, ref); /* ZeRO-3 holds a shard of them */
+        if (s == 0) { /* the global norm (a limit it does not reach: nothing clipped) */
+            double got = accel_accelerator_clip_grad_norm(acc, m, 1e30, 2.0);
+            double norm = accel_clip_grad_norm(n_ref, ps, 1e30, 2.0);
+            CHECK_MSG(fabs(got - norm) <= 1e-5 * norm, "rank %d: the gradient norm is %.9g, one process's %.9g (%s)",
+                      rank, got, norm, isnan(got) ? accel_last_error() : "");
+        }
+        CHECK_MSG(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(accel_optimizer_step(o_ref) == ACCEL_OK);
+        CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK && accel_optimizer_zero_grad(o_ref) == ACCEL_OK);
+        accel_step_reset();
+    }
+    accel_free(ps);
+    saves_whole(acc, m, ref);
+out:
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt), accel_optimizer_free(o_ref);
+    accel_module_free(ref), accel_module_free(m);
+    accel_dataloader_free(dl), accel_dataset_free(ds), accel_tensor_free(all);
+    accel_thread_cleanup();
+    return check_summary();
+}
+
+static void run(const char *family, int cp, int sp, const char *strategy, bool seq_par, int zero_stage) {
+    CFG.family = family, CFG.cp = cp, CFG.sp = sp, CFG.strategy = strategy, CFG.seq_par = seq_par;
+    CFG.zero_stage = zero_stage;
+    snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_cp_tp_XXXXXX");
+    CHECK(mkdtemp(CFG.dir) != NULL);
+    dist_group g = {.world = 4, .one_machine = true, .timeout = "60", .kill_after_s = 240};
+    int status[DIST_GROUP_MAX];
+    dist_group_run(&g, body, status);
+    for (int r = 0; r < 4; r++)
+        CHECK_MSG(dist_exited_ok(status[r]), "%s tp 2 x %s 2 %s%s, zero %d: rank %d failed (status %#x)", family,
+                  sp ? "sp" : "cp", strategy ? strategy : "", seq_par ? ", sequence parallel" : "", zero_stage, r,
+                  status[r]);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
+    CHECK(system(cmd) == 0);
+}
+
+int main(void) {
+    setenv("OMP_NUM_THREADS", "1", 0);
+    static const char *const families[] = {"llama", "gemma2"};
+    for (int f = 0; f < 2; f++)
+        for (int seq_par = 0; seq_par < 2; seq_par++) {
+            run(families[f], 2, 0, "allgather", seq_par, 0);
+            run(families[f], 2, 0, "alltoall", seq_par, 0);
+            run(families[f], 0, 2, NULL, seq_par, 0);
+        }
+    run("llama", 2, 0, "allgather", false, 3);
+    return check_summary();
+}
