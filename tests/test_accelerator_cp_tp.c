@@ -12,8 +12,10 @@
  * step's accel_accelerator_clip_grad_norm is the one-process norm; Llama
  * (grouped-query attention) and Gemma-2 (a sliding window that bites on
  * layer 0, soft-capped scores and logits). save_model writes the
- * one-process weights. tp x cp under ZeRO-3 (sharding over the cp ranks)
- * gives the one-process losses. */
+ * one-process weights, save_state succeeds. Under ZeRO-1, -2 and -3
+ * (sharding over the cp ranks; ZeRO-3 with sequence parallelism) the 5
+ * steps' losses are the one-process ones. Under all-to-all a model with one
+ * head per tp rank is refused at prepare, naming the heads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +57,24 @@ static void saves_whole(accel_accelerator *acc, accel_module *m, accel_module *r
     }
     accel_state_dict_free(sd);
     accel_safetensors_close(f);
+    char state[128];
+    snprintf(state, sizeof state, "%s/state", CFG.dir);
+    CHECK_MSG(accel_accelerator_save_state(acc, state, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+}
+
+/* Under all-to-all a model of 2 heads has one per tp rank: nothing to
+ * split over cp 2, refused at prepare naming it. */
+static void refuses_odd_heads(accel_accelerator *acc) {
+    accel_manual_seed(5);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 1;
+    c.num_attention_heads = 2, c.num_key_value_heads = 2, c.max_position_embeddings = 16;
+    c.torch_dtype = ACCEL_F32;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK(accel_accelerator_prepare_model(acc, m) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "splits this rank's 1 query heads (num_attention_heads 2, split over the "
+                                           "tp group) over the cp group's 2 ranks");
+    accel_module_free(m);
 }
 
 static int body(int rank, int world) {
@@ -107,7 +127,7 @@ static int body(int rank, int world) {
         double mine = loss ? accel_item(loss) : NAN, want = accel_item(l_ref);
         CHECK_MSG(fabs(mine - want) <= 1e-5 * fmax(1, fabs(want)), "rank %d step %d: loss %.9g, one process %.9g",
                   rank, s, mine, want);
-        if (CFG.zero_stage == 0) grads_match(m, ref); /* ZeRO-3 holds a shard of them */
+        if (CFG.zero_stage == 0) grads_match(m, ref); /* ZeRO holds a shard of them */
         if (s == 0) { /* the global norm (a limit it does not reach: nothing clipped) */
             double got = accel_accelerator_clip_grad_norm(acc, m, 1e30, 2.0);
             double norm = accel_clip_grad_norm(n_ref, ps, 1e30, 2.0);
@@ -121,6 +141,7 @@ static int body(int rank, int world) {
     }
     accel_free(ps);
     saves_whole(acc, m, ref);
+    if (CFG.sp || (CFG.strategy && !strcmp(CFG.strategy, "alltoall"))) refuses_odd_heads(acc);
 out:
     accel_accelerator_free(acc);
     accel_optimizer_free(opt), accel_optimizer_free(o_ref);
@@ -156,6 +177,6 @@ int main(void) {
             run(families[f], 2, 0, "alltoall", seq_par, 0);
             run(families[f], 0, 2, NULL, seq_par, 0);
         }
-    run("llama", 2, 0, "allgather", false, 3);
+    for (int zero = 1; zero <= 3; zero++) run("llama", 2, 0, zero == 2 ? "alltoall" : "allgather", zero == 3, zero);
     return check_summary();
 }

@@ -25,6 +25,15 @@ accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, 
     if (a->blocks == ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: GPT-2's learned position embeddings are not supported",
                                FN);
+    /* Ulysses gives each cp rank a group of this rank's heads (under tp its
+     * heads / tp): refused here rather than at the first forward */
+    int64_t heads = accel__decoder_rank_heads(llama), cp = accel_pg_size(pg);
+    if (strategy == ACCEL_CP_ALLTOALL && heads % cp)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the all-to-all strategy splits this rank's %lld query "
+                               "heads (num_attention_heads %lld%s) over the cp group's %lld ranks: not a multiple "
+                               "(use ACCEL_CP_ALLGATHER, cp_comm_strategy \"allgather\", or a cp size dividing "
+                               "them)", FN, (long long)heads, (long long)c->num_attention_heads,
+                               heads != c->num_attention_heads ? ", split over the tp group" : "", (long long)cp);
     root->cp = (accel__decoder_cp){pg, strategy};
     return ACCEL_OK;
 }

@@ -45,6 +45,10 @@ accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_ten
 accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids,
                                      accel_pg *tp, int64_t vocab_start);
 
+/* llama.c: the query heads llama's layers compute on this rank (the
+ * config's; under tp heads / tp). */
+int64_t accel__decoder_rank_heads(accel_module *llama);
+
 /* The accelerator's (src/accelerator/cp.c): accel_llama_context_parallelize
  * on m when m is a causal LM root of accel_llama_new: 1 applied (or undone,
  * pg NULL), 0 not such a model (no error), -1 refused (the error set). */

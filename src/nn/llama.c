@@ -275,6 +275,12 @@ static int64_t rank_kv_heads(accel_module *llama, const accel_llama_config *c) {
     return ((const layer_impl *)layers->children[0]->impl)->kv_heads;
 }
 
+int64_t accel__decoder_rank_heads(accel_module *llama) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!layers || !layers->n_children) return ((const accel_llama_config *)llama->impl)->num_attention_heads;
+    return ((const layer_impl *)layers->children[0]->impl)->heads;
+}
+
 accel_kv_cache *accel_llama_kv_cache_new(accel_module *llama, int64_t batch, int64_t max_len, accel_device dev) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
