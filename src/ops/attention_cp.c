@@ -12,10 +12,11 @@
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
  *              group -> global order [B, H/cp, T, D]; causal attention by
- *              blocks of queries over their key prefixes (one op that keeps
- *              the probabilities left of the diagonal only; with a sliding
- *              window or soft-capping, explicit scores); the output goes
- *              back the reverse way. Each crossing is one op.
+ *              blocks of queries over the band of keys each sees (one op
+ *              that keeps the probabilities of the band only: by the sdpa
+ *              kernels, or with a sliding window or soft-capping by explicit
+ *              f32 scores); the output goes back the reverse way. Each
+ *              crossing is one op.
  *
  * Windows and soft-capping apply at the global positions. Scratch memory
  * (the rank-ordered blocks, the key prefixes) is step-arena memory given
