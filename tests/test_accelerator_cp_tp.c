@@ -38,30 +38,6 @@ static void sequences(int64_t *ids) {
     for (int i = 0; i < SEQS * T; i++) ids[i] = (i * 7 + i / T * 5 + 3) % 40;
 }
 
-/* save_model gathers the tp slices (the cp ranks hold the same weights):
- * the one-process model's after the same steps. */
-static void saves_whole(accel_accelerator *acc, accel_module *m, accel_module *ref) {
-    CHECK_MSG(accel_accelerator_save_model(acc, m, CFG.dir, NULL) == ACCEL_OK, "%s", accel_last_error());
-    char path[128];
-    snprintf(path, sizeof path, "%s/model.safetensors", CFG.dir);
-    accel_safetensors *f = accel_safetensors_open(path);
-    CHECK_MSG(f != NULL, "%s", accel_last_error());
-    accel_state_dict *sd = accel_module_state_dict(ref);
-    for (int i = 0; f && i < sd->n; i++) {
-        if (sd->entries[i].is_tied_alias) continue;
-        accel_tensor *got = accel_safetensors_tensor(f, sd->entries[i].name, ACCEL_F32);
-        CHECK_MSG(got && accel_same_shape(got, sd->entries[i].t), "%s", sd->entries[i].name);
-        if (got && accel_same_shape(got, sd->entries[i].t))
-            close_all(sd->entries[i].name, got->data, sd->entries[i].t->data, accel_numel(got));
-        accel_tensor_free(got);
-    }
-    accel_state_dict_free(sd);
-    accel_safetensors_close(f);
-    char state[128];
-    snprintf(state, sizeof state, "%s/state", CFG.dir);
-    CHECK_MSG(accel_accelerator_save_state(acc, state, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
-}
-
 /* Under all-to-all a model of 2 heads has one per tp rank: nothing to
  * split over cp 2, refused at prepare naming it. */
 static void refuses_odd_heads(accel_accelerator *acc) {
@@ -140,7 +116,7 @@ static int body(int rank, int world) {
         accel_step_reset();
     }
     accel_free(ps);
-    saves_whole(acc, m, ref);
+    saves_whole(acc, m, ref, CFG.dir); /* the cp ranks hold the same weights */
     if (CFG.sp || (CFG.strategy && !strcmp(CFG.strategy, "alltoall"))) refuses_odd_heads(acc);
 out:
     accel_accelerator_free(acc);
