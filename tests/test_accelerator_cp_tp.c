@@ -11,7 +11,9 @@
  * same model on one process stepping on the same batch, and the first
  * step's accel_accelerator_clip_grad_norm is the one-process norm; Llama
  * (grouped-query attention) and Gemma-2 (a sliding window that bites on
- * layer 0, soft-capped scores and logits). save_model writes the
+ * layer 0, soft-capped scores and logits) in each of these meshes, Phi-3
+ * (fused projections) in two of them.
+ * save_model writes the
  * one-process weights, save_state succeeds. Under ZeRO-1, -2 and -3
  * (sharding over the cp ranks; ZeRO-3 with sequence parallelism) the 5
  * steps' losses are the one-process ones. Under all-to-all a model with one
@@ -82,9 +84,12 @@ static int body(int rank, int world) {
     accel_status st = accel_accelerator_prepare(acc, dl, m, opt);
     CHECK_MSG(st == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
     if (st != ACCEL_OK) goto out;
-    /* both plans applied: this rank's heads (2 of 4 query heads, 1 of 2 key/value heads) and its cp group */
-    accel_tensor *k_proj = accel_module_get_tensor(m, "model.layers.0.self_attn.k_proj.weight");
-    CHECK(k_proj && k_proj->shape[0] == 1 * 4 && accel_llama_cp_group(m, NULL) != NULL);
+    /* both plans applied: this rank's heads (2 of 4 query heads, 1 of 2 key/value heads, of head_dim 4:
+     * Phi-3's fused q | k | v rows of them) and its cp group */
+    bool fused = !strcmp(CFG.family, "phi3");
+    accel_tensor *kw = accel_module_get_tensor(m, fused ? "model.layers.0.self_attn.qkv_proj.weight"
+                                                        : "model.layers.0.self_attn.k_proj.weight");
+    CHECK(kw && kw->shape[0] == (fused ? 2 + 1 + 1 : 1) * 4 && accel_llama_cp_group(m, NULL) != NULL);
     accel_tensor **ps;
     int n_ref = accel_module_parameters(ref, &ps);
     for (int s = 0; s < STEPS; s++) {
@@ -153,6 +158,9 @@ int main(void) {
             run(families[f], 2, 0, "alltoall", seq_par, 0);
             run(families[f], 0, 2, NULL, seq_par, 0);
         }
+    /* Phi-3's fused projections cut per part */
+    run("phi3", 2, 0, "alltoall", true, 0);
+    run("phi3", 2, 0, "allgather", false, 0);
     for (int zero = 1; zero <= 3; zero++) run("llama", 2, 0, zero == 2 ? "alltoall" : "allgather", zero == 3, zero);
     return check_summary();
 }
