@@ -6,9 +6,10 @@
  * attention's cp exchange runs over the rank's heads only, RoPE at the
  * chunks' global positions, the loss is the vocab-parallel one over the
  * rank's chunks. Every rank gets the same batches from the prepared data
- * loader (no data-parallel dimension). For 5 SGD steps each rank's loss and
+ * loader (no data-parallel dimension), and on 8 processes dp_shard 2 x cp 2
+ * x tp 2 each data-parallel rank its own. For 5 SGD steps each rank's loss and
  * every gradient (this rank's tp slice of it) equal, within 1e-5 (f32), the
- * same model on one process stepping on the same batch, and the first
+ * same model on one process stepping on the global batch, and the first
  * step's accel_accelerator_clip_grad_norm is the one-process norm; Llama
  * (grouped-query attention) and Gemma-2 (a sliding window that bites on
  * layer 0, soft-capped scores and logits) in each of these meshes, Phi-3
@@ -27,7 +28,7 @@
 #include "tiny_llama.h"
 #include "tp_fixture.h"
 
-enum { SEQS = 12, T = 8, BS = 2, STEPS = 5 };
+enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 
 static struct {
     const char *family, *strategy;
@@ -56,11 +57,12 @@ static void refuses_odd_heads(accel_accelerator *acc) {
 }
 
 static int body(int rank, int world) {
-    (void)world;
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
     o.zero_stage = CFG.zero_stage;
+    int seq = CFG.cp ? CFG.cp : CFG.sp, dp = world / (2 * seq), dp_rank = rank / (2 * seq);
     o.parallelism = (accel_parallelism_opts){.tp_size = 2, .cp_size = CFG.cp, .sp_size = CFG.sp,
+                                             .dp_shard_size = dp,
                                              .cp_comm_strategy = CFG.strategy,
                                              .sequence_parallelism = CFG.seq_par ? ACCEL_TRUE : 0};
     accel_accelerator *acc = accel_accelerator_new(&o);
@@ -95,17 +97,25 @@ static int body(int rank, int world) {
     for (int s = 0; s < STEPS; s++) {
         accel_batch b;
         CHECK(accel_dataloader_next(dl, &b));
-        /* no data-parallel dimension: every rank's batch is batch s */
+        /* data-parallel rank r's batch is batch s dp + r, the same on the ranks of its tp and cp groups */
+        const int64_t *my_rows = ids + (int64_t)(s * dp + dp_rank) * BS * T;
         int64_t got_ids[BS * T] = {0};
         CHECK(accel_numel(b.fields[0]) == BS * T && accel_to_int64s(b.fields[0], got_ids) == ACCEL_OK);
-        CHECK(!memcmp(got_ids, ids + (int64_t)s * BS * T, sizeof got_ids));
-        accel_tensor *want_ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BS, T), ids + (int64_t)s * BS * T);
+        CHECK(!memcmp(got_ids, my_rows, sizeof got_ids));
         accel_tensor *loss = accel_llama_loss(m, b.fields[0]);
         CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "rank %d step %d: %s", rank, s,
                   accel_last_error());
-        accel_tensor *l_ref = accel_llama_loss(ref, want_ids);
-        CHECK(accel_backward(l_ref) == ACCEL_OK);
-        double mine = loss ? accel_item(loss) : NAN, want = accel_item(l_ref);
+        /* one process: the mean of the global batch's dp losses (what DDP's average trains on) */
+        accel_tensor *total = NULL;
+        double want = NAN;
+        for (int r = 0; r < dp; r++) {
+            accel_tensor *l = accel_llama_loss(ref, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BS, T),
+                                                                    ids + (int64_t)(s * dp + r) * BS * T));
+            if (r == dp_rank) want = accel_item(l);
+            total = total ? accel_add(total, l) : l;
+        }
+        CHECK(accel_backward(accel_mul_scalar(total, 1.0 / dp)) == ACCEL_OK);
+        double mine = loss ? accel_item(loss) : NAN;
         CHECK_MSG(fabs(mine - want) <= 1e-5 * fmax(1, fabs(want)), "rank %d step %d: loss %.9g, one process %.9g",
                   rank, s, mine, want);
         if (CFG.zero_stage == 0) grads_match(m, ref); /* ZeRO holds a shard of them */
@@ -132,21 +142,26 @@ out:
     return check_summary();
 }
 
-static void run(const char *family, int cp, int sp, const char *strategy, bool seq_par, int zero_stage) {
+static void run_on(int world, const char *family, int cp, int sp, const char *strategy, bool seq_par,
+                   int zero_stage) {
     CFG.family = family, CFG.cp = cp, CFG.sp = sp, CFG.strategy = strategy, CFG.seq_par = seq_par;
     CFG.zero_stage = zero_stage;
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_cp_tp_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
-    dist_group g = {.world = 4, .one_machine = true, .timeout = "60", .kill_after_s = 240};
+    dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
-    for (int r = 0; r < 4; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s tp 2 x %s 2 %s%s, zero %d: rank %d failed (status %#x)", family,
-                  sp ? "sp" : "cp", strategy ? strategy : "", seq_par ? ", sequence parallel" : "", zero_stage, r,
-                  status[r]);
+    for (int r = 0; r < world; r++)
+        CHECK_MSG(dist_exited_ok(status[r]), "%s %d processes, tp 2 x %s 2 %s%s, zero %d: rank %d failed (status %#x)",
+                  family, world, sp ? "sp" : "cp", strategy ? strategy : "", seq_par ? ", sequence parallel" : "",
+                  zero_stage, r, status[r]);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(system(cmd) == 0);
+}
+
+static void run(const char *family, int cp, int sp, const char *strategy, bool seq_par, int zero_stage) {
+    run_on(4, family, cp, sp, strategy, seq_par, zero_stage);
 }
 
 int main(void) {
@@ -161,6 +176,8 @@ int main(void) {
     /* Phi-3's fused projections cut per part */
     run("phi3", 2, 0, "alltoall", true, 0);
     run("phi3", 2, 0, "allgather", false, 0);
+    /* with a data-parallel dimension: dp_shard 2 x cp 2 x tp 2 on 8 processes, DDP over dp_shard x cp */
+    run_on(8, "llama", 2, 0, "alltoall", true, 0);
     for (int zero = 1; zero <= 3; zero++) run("llama", 2, 0, zero == 2 ? "alltoall" : "allgather", zero == 3, zero);
     return check_summary();
 }
