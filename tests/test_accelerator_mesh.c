@@ -265,8 +265,18 @@ static int parallelism_body(int rank, int world) {
                  "sp_size = 2 with dp_replicate_size = 2 and dp_shard_size = 1");
     refused_opts((accel_parallelism_opts){.cp_size = 2, .pp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
                  "cp_size = 2 with pp_size = 2: context parallelism under pipeline parallelism is not built");
-    refused_opts((accel_parallelism_opts){.sp_size = 2, .tp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
-                 "sp_size = 2 with tp_size = 2: context parallelism under tensor parallelism is not built");
+    /* cp x tp (Ulysses' sp_size the same dimension): tp the consecutive ranks, cp one rank of each tp group, the
+     * data-parallel group (what DDP averages over) the cp ranks, tp left out */
+    o.parallelism = (accel_parallelism_opts){.sp_size = 2, .tp_size = 2};
+    acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (acc) {
+        accel_pg *tp = accel_accelerator_tp_group(acc), *cp = accel__mesh_group(&acc->mesh, ACCEL__MESH_CP);
+        CHECK(tp && accel_pg_size(tp) == 2 && accel_pg_rank(tp) == rank % 2);
+        CHECK(cp && accel_pg_size(cp) == 2 && accel_pg_rank(cp) == rank / 2);
+        CHECK(accel_pg_size(acc->dp_pg) == 2 && accel_pg_rank(acc->dp_pg) == rank / 2);
+        accel_accelerator_free(acc);
+    }
     /* tp x pp (with sequence parallelism too): a tp group in each stage, each pp group the same tp rank of
      * every stage */
     o.parallelism = (accel_parallelism_opts){.tp_size = 2, .pp_size = 2, .sequence_parallelism = ACCEL_TRUE};

@@ -38,35 +38,6 @@ enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
  * accel_accelerator_tp_group) before prepare, which keeps that plan */
 static struct { int tp, dp_shard, zero_stage; double clip; bool sp, user; const char *family; char dir[64]; } CFG;
 
-/* save_model writes the whole weights, gathered from the tp group (under
- * ZeRO-3 from the shard group first): they equal the one-process model's
- * after the same steps; save_state works (its files:
- * test_accelerator_tp_checkpoint). */
-static void saves_whole(accel_accelerator *acc, accel_module *tp, accel_module *ref) {
-    accel_status st = accel_accelerator_save_model(acc, tp, CFG.dir, NULL);
-    CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
-    char path[128];
-    snprintf(path, sizeof path, "%s/model.safetensors", CFG.dir);
-    accel_safetensors *f = accel_safetensors_open(path);
-    CHECK_MSG(f != NULL, "%s", accel_last_error());
-    accel_state_dict *sd = accel_module_state_dict(ref);
-    for (int i = 0; f && i < sd->n; i++) {
-        if (sd->entries[i].is_tied_alias) continue;
-        accel_tensor *got = accel_safetensors_tensor(f, sd->entries[i].name, ACCEL_F32);
-        CHECK_MSG(got && accel_same_shape(got, sd->entries[i].t), "%s", sd->entries[i].name);
-        if (got && accel_same_shape(got, sd->entries[i].t))
-            close_all(sd->entries[i].name, got->data, sd->entries[i].t->data, accel_numel(got));
-        accel_tensor_free(got);
-    }
-    accel_state_dict_free(sd);
-    accel_safetensors_close(f);
-    /* whole-tensor checkpoints under every stage (test_accelerator_tp_checkpoint) */
-    char state[128];
-    snprintf(state, sizeof state, "%s/state", CFG.dir);
-    st = accel_accelerator_save_state(acc, state, NULL, 0);
-    CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
-}
-
 /* ACCEL_TP_KEEP=1: each run's save_model folder is kept (its path printed)
  * with accel_logits.safetensors beside the weights: ids [BS, T] and the tp
  * model's logits for them [BS, T, V], the ranks' vocabulary columns gathered
@@ -254,7 +225,7 @@ static int body(int rank, int world) {
         accel_step_reset();
     }
     accel_free(ps);
-    saves_whole(acc, tp, ref);
+    saves_whole(acc, tp, ref, CFG.dir);
     if (getenv("ACCEL_TP_KEEP")) keep_logits(acc, tp, rows(ids, 0), rank);
     if (CFG.dp_shard == 1) refuses_plainless(acc), retargets_optimizer(acc);
     accel_accelerator_free(acc);

@@ -1,9 +1,11 @@
 /* tests/tp_fixture.h — comparing a tensor-parallel model with the same
- * model on one process (test_tp, test_tp_llama). */
+ * model on one process (test_tp, test_tp_llama, test_accelerator_tp,
+ * test_accelerator_cp_tp). */
 #ifndef ACCEL_TESTS_TP_FIXTURE_H
 #define ACCEL_TESTS_TP_FIXTURE_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "accel/accel.h"
@@ -68,5 +70,33 @@ static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
 }
 
 static inline void grads_match(accel_module *tp, accel_module *ref) { tp_match(tp, ref, true); }
+
+/* save_model of the parallel model m (prepared by acc) into dir writes whole
+ * tensors equal to ref's, the one-process model after the same steps
+ * (gathered over the tp group; under ZeRO-3 over the shard group first), and
+ * save_state into dir/state succeeds (its files: test_accelerator_tp_checkpoint). */
+static inline void saves_whole(accel_accelerator *acc, accel_module *m, accel_module *ref, const char *dir) {
+    accel_status st = accel_accelerator_save_model(acc, m, dir, NULL);
+    CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    accel_safetensors *f = accel_safetensors_open(path);
+    CHECK_MSG(f != NULL, "%s", accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(ref);
+    for (int i = 0; f && i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) continue;
+        accel_tensor *got = accel_safetensors_tensor(f, sd->entries[i].name, ACCEL_F32);
+        CHECK_MSG(got && accel_same_shape(got, sd->entries[i].t), "%s", sd->entries[i].name);
+        if (got && accel_same_shape(got, sd->entries[i].t))
+            close_all(sd->entries[i].name, got->data, sd->entries[i].t->data, accel_numel(got));
+        accel_tensor_free(got);
+    }
+    accel_state_dict_free(sd);
+    accel_safetensors_close(f);
+    char state[128];
+    snprintf(state, sizeof state, "%s/state", dir);
+    st = accel_accelerator_save_state(acc, state, NULL, 0);
+    CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
+}
 
 #endif

@@ -57,7 +57,8 @@ accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x);
  * blocks of queries (n <= 16 of them, 64-row multiples) over the keys they
  * see: (n+1)/(2n) of the [T, T] square per head. The decoders under cp also
  * apply sliding windows and soft-capping (at the chunks' global positions)
- * through this op. */
+ * through this op; under the all-to-all strategy they keep the same blocks'
+ * probabilities, over a window's band of keys when windowed. */
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                  accel_cp_strategy strategy, double scale);
 

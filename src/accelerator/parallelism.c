@@ -80,17 +80,16 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                "and dp_shard_size = 1: context parallelism composes with dp_shard (FSDP + CP) or "
                                "dp_shard x dp_replicate (HSDP + CP), not with pure replication", seq_field, seq,
                                p->dp_replicate_size);
-    /* Compositions not built: refused rather than run wrong (the sequence
-     * split does not reach the pipeline's stages, nor the vocabulary-parallel
-     * loss). tp x pp runs, with Megatron's sequence parallelism too: a tp
-     * rank sends its hidden states (its positions' under sequence
-     * parallelism) to the same tp rank of the next stage. */
+    /* A composition not built: refused rather than run wrong (the sequence
+     * split does not reach the pipeline's stages). tp x pp runs, with
+     * Megatron's sequence parallelism too: a tp rank sends its hidden states
+     * (its positions' under sequence parallelism) to the same tp rank of the
+     * next stage. cp x tp runs (the tp group splits the heads, the cp group
+     * the sequence; under sequence parallelism the tp ranks split the cp
+     * rank's chunks further). */
     if (seq > 1 && or1(p->pp_size) > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with pp_size = %d: context "
                                "parallelism under pipeline parallelism is not built", seq_field, seq, p->pp_size);
-    if (seq > 1 && or1(p->tp_size) > 1)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with tp_size = %d: context "
-                               "parallelism under tensor parallelism is not built", seq_field, seq, p->tp_size);
     out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
     out->size[ACCEL__MESH_PP] = or1(p->pp_size);
     out->size[ACCEL__MESH_DP_REPLICATE] = or1(p->dp_replicate_size);

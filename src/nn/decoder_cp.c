@@ -6,6 +6,7 @@
 #include "decoder_cp.h"
 #include "nn_internal.h"
 #include "ops/attention_masked.h"
+#include "ops/cp_loss.h"
 
 accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, accel_cp_strategy strategy) {
     static const char *FN = "accel_llama_context_parallelize";
@@ -24,6 +25,15 @@ accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, 
     if (a->blocks == ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: GPT-2's learned position embeddings are not supported",
                                FN);
+    /* Ulysses gives each cp rank a group of this rank's heads (under tp its
+     * heads / tp): refused here rather than at the first forward */
+    int64_t heads = accel__decoder_rank_heads(llama), cp = accel_pg_size(pg);
+    if (strategy == ACCEL_CP_ALLTOALL && heads % cp)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the all-to-all strategy splits this rank's %lld query "
+                               "heads (num_attention_heads %lld%s) over the cp group's %lld ranks: not a multiple "
+                               "(use ACCEL_CP_ALLGATHER, cp_comm_strategy \"allgather\", or a cp size dividing "
+                               "them)", FN, (long long)heads, (long long)c->num_attention_heads,
+                               heads != c->num_attention_heads ? ", split over the tp group" : "", (long long)cp);
     root->cp = (accel__decoder_cp){pg, strategy};
     return ACCEL_OK;
 }
@@ -72,7 +82,8 @@ accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_ten
     return accel__cp_attention(cp->pg, q, k, v, cp->strategy, scale, W, cap);
 }
 
-accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids) {
+accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids,
+                                     accel_pg *tp, int64_t vocab_start) {
     int cp = accel_pg_size(g->pg), rank = accel_pg_rank(g->pg);
     int64_t B = ids->shape[0], T = ids->shape[1];
     if (T % (2 * cp) != 0) {
@@ -89,5 +100,5 @@ accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_c
     accel_tensor *my_ids = labels ? accel_cp_shard(ids, cp, rank) : NULL;
     accel_tensor *my_labels = my_ids ? accel_cp_shard(labels, cp, rank) : NULL;
     accel_tensor *logits = my_labels ? accel_llama_forward(llama, my_ids, NULL) : NULL;
-    return logits ? accel_cp_cross_entropy(g->pg, logits, my_labels, -100) : NULL;
+    return logits ? accel__cp_cross_entropy(g->pg, logits, my_labels, -100, tp, vocab_start) : NULL;
 }

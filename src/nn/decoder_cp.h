@@ -39,8 +39,15 @@ int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
 accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
                                           accel_tensor *v, double scale, int64_t W, double cap);
 /* accel_llama_loss of the whole batch ids [B, T] on a model under cp: this
- * rank's chunks of ids and labels, the unsharded mean loss. */
-accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids);
+ * rank's chunks of ids and labels, the unsharded mean loss. tp (NULL: none):
+ * the group of a vocab-parallel lm_head whose logits are this rank's columns
+ * from vocab_start (cp x tp). */
+accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids,
+                                     accel_pg *tp, int64_t vocab_start);
+
+/* llama.c: the query heads llama's layers compute on this rank (the
+ * config's; under tp heads / tp). */
+int64_t accel__decoder_rank_heads(accel_module *llama);
 
 /* The accelerator's (src/accelerator/cp.c): accel_llama_context_parallelize
  * on m when m is a causal LM root of accel_llama_new: 1 applied (or undone,

@@ -275,6 +275,12 @@ static int64_t rank_kv_heads(accel_module *llama, const accel_llama_config *c) {
     return ((const layer_impl *)layers->children[0]->impl)->kv_heads;
 }
 
+int64_t accel__decoder_rank_heads(accel_module *llama) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!layers || !layers->n_children) return ((const accel_llama_config *)llama->impl)->num_attention_heads;
+    return ((const layer_impl *)layers->children[0]->impl)->heads;
+}
+
 accel_kv_cache *accel_llama_kv_cache_new(accel_module *llama, int64_t batch, int64_t max_len, accel_device dev) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
@@ -773,6 +779,12 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     return logits;
 }
 
+/* Whether llama's logits are vocabulary-parallel (a tp plan's lm_head):
+ * then *tp its group and *v0 the first of this rank's columns. */
+static bool vocab_parallel(accel_module *llama, accel_pg **tp, int64_t *v0) {
+    return accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, tp, v0, NULL);
+}
+
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     if (!accel_tensor_check(ids, "accel_llama_loss", "ids")) return NULL;
     if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type == ACCEL_DEV_META) {
@@ -782,7 +794,12 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
         return NULL;
     }
     const accel__decoder_cp *cp = root_arch(llama) ? accel__decoder_cp_of(llama->impl) : NULL;
-    if (cp && cp->pg) return accel__decoder_cp_loss(llama, cp, ids);
+    if (cp && cp->pg) {
+        accel_pg *tp = NULL;
+        int64_t v0 = 0;
+        vocab_parallel(llama, &tp, &v0);
+        return accel__decoder_cp_loss(llama, cp, ids, tp, v0);
+    }
     return accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
 }
 
@@ -800,8 +817,7 @@ accel_tensor *accel__causal_lm_loss(accel_module *llama, accel_tensor *logits, a
      * vocabulary columns (decoder_tp.c). */
     accel_pg *tp;
     int64_t v0;
-    if (accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, &tp, &v0, NULL))
-        return accel_tp_cross_entropy(logits, labels, v0, -100, tp);
+    if (vocab_parallel(llama, &tp, &v0)) return accel_tp_cross_entropy(logits, labels, v0, -100, tp);
     return accel_cross_entropy(logits, labels, -100);
 }
 

@@ -12,10 +12,11 @@
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
  *              group -> global order [B, H/cp, T, D]; causal attention by
- *              blocks of queries over their key prefixes (one op that keeps
- *              the probabilities left of the diagonal only; with a sliding
- *              window or soft-capping, explicit scores); the output goes
- *              back the reverse way. Each crossing is one op.
+ *              blocks of queries over the band of keys each sees (one op
+ *              that keeps the probabilities of the band only: by the sdpa
+ *              kernels, or with a sliding window or soft-capping by explicit
+ *              f32 scores); the output goes back the reverse way. Each
+ *              crossing is one op.
  *
  * Windows and soft-capping apply at the global positions. Scratch memory
  * (the rank-ordered blocks, the key prefixes) is step-arena memory given
@@ -388,17 +389,23 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
     return out;
 }
 
-/* ---- alltoall without a window or soft-capping: causal attention of the
- * rank's head group over the whole sequence, q [B, h, T, D], k, v [B, hkv,
- * T, D] in global order, by blocks of query rows, each over the key prefix
- * it sees. The step keeps each block's probabilities [B, h, rows, end] (f32):
- * of the [T, T] square per head only the band left of the diagonal,
- * (n+1)/(2n) of it for n blocks, where one accel_sdpa over the whole
- * sequence allocates the whole square (the kernel writes the part left of
- * the diagonal only, but the layout is [Tq, Tk]). Each block's key prefix is
- * a copy in the kernels' dtype given back before the next block (the backward
- * kernel takes dense k, v); the backward copies each block's dK, dV prefix
- * out of the whole gradient for the kernel to add into, and back. */
+/* ---- alltoall: causal attention of the rank's head group over the whole
+ * sequence, q [B, h, T, D], k, v [B, hkv, T, D] in global order, by blocks
+ * of query rows, each over the band of keys it sees: the prefix up to its
+ * last row, from its first row's window start under a sliding window. The
+ * step keeps each block's probabilities [B, h, rows, band] (f32): of the
+ * [T, T] square per head only the band left of the diagonal, (n+1)/(2n) of
+ * it for n blocks without a window, about rows + W columns per row with one,
+ * where one accel_sdpa over the whole sequence allocates the whole square
+ * (the kernel writes the part left of the diagonal only, but the layout is
+ * [Tq, Tk]). Without a window or soft-capping a block runs the sdpa kernels
+ * (the band's keys a copy in the kernels' dtype given back before the next
+ * block: the backward kernel takes dense k, v; the backward copies each
+ * block's dK, dV band out of the whole gradient for the kernel to add into,
+ * and back). With them (which the kernels lack) a block computes explicit
+ * f32 scores over its band with the window's mask, soft-capped, and keeps
+ * the same probabilities only: its backward recomputes the scores where the
+ * soft-cap's derivative needs them, rather than keeping them. */
 
 /* Query rows per block: multiples of the kernel's 64-query blocks, at most
  * BLOCKS blocks. More blocks would keep a little less ((n+1)/(2n): 53% of
@@ -414,12 +421,80 @@ static int64_t block_rows(int64_t T) {
 typedef struct band_ctx {
     int64_t rows, n;           /* query rows per block, blocks */
     accel_dtype dt;            /* the kernels' dtype (autocast's, at the forward) */
-    accel_k_sdpa_dims *dims;   /* per block: Tq its rows, Tk the prefix, dense k, v */
+    cp_mask m;                 /* explicit blocks when m.W or m.cap */
+    int64_t *k0;               /* per block: its band's first key */
+    accel_k_sdpa_dims *dims;   /* per block: Tq its rows, Tk its band, dense k, v */
     accel_tensor **p;          /* per block: the probabilities [B, h, Tq, Tk] */
 } band_ctx;
 
-/* Keys 0..end of x [B, h, T, D]: a contiguous copy in dtype dt. */
-static accel_tensor *key_prefix(accel_tensor *x, int64_t end, accel_dtype dt) { return rows_copy(x, 0, end, dt); }
+static bool explicit_band(const band_ctx *x) { return x->m.W || x->m.cap > 0; }
+
+/* Keys k0 .. k0 + n - 1 of x [B, h, T, D]: a contiguous copy in dtype dt. */
+static accel_tensor *key_band(accel_tensor *x, int64_t k0, int64_t n, accel_dtype dt) { return rows_copy(x, k0, n, dt); }
+
+/* Block b's query (or output gradient) rows of x [B, H, T, D] as f32 [B,
+ * hkv, G rows, D]: the G query heads of a kv head together, as the explicit
+ * scores take them (accel__masked_attention). */
+static accel_tensor *grouped_rows(const band_ctx *x, int64_t b, accel_tensor *t, int64_t hkv) {
+    const accel_k_sdpa_dims *d = &x->dims[b];
+    accel_tensor *r = rows_copy(t, b * x->rows, d->Tq, ACCEL_F32);
+    return r ? accel_reshape(r, 4, (int64_t[]){d->B, hkv, d->H / hkv * d->Tq, t->shape[3]}) : NULL;
+}
+
+/* Block b's scores over its band (qg [B, hkv, G rows, D], kb [B, hkv, Tk,
+ * D]), scaled and soft-capped, unmasked. */
+static accel_tensor *band_scores(const band_ctx *x, int64_t b, accel_tensor *qg, accel_tensor *kb) {
+    accel_tensor *s = accel_mul_scalar(accel_matmul(qg, accel_transpose(kb, 2, 3)), x->dims[b].scale);
+    return x->m.cap > 0 ? accel_mul_scalar(accel_tanh(accel_mul_scalar(s, 1.0 / x->m.cap)), x->m.cap) : s;
+}
+
+/* Block b's probabilities as [B, hkv, G rows, Tk] (a view of x->p[b]). */
+static accel_tensor *grouped_p(const band_ctx *x, int64_t b, int64_t hkv) {
+    const accel_k_sdpa_dims *d = &x->dims[b];
+    return accel_reshape(x->p[b], 4, (int64_t[]){d->B, hkv, d->H / hkv * d->Tq, d->Tk});
+}
+
+/* An explicit block: its probabilities into x->p[b], its output rows into out. */
+static accel_status explicit_forward(const band_ctx *x, int64_t b, accel_tensor *q, accel_tensor *k, accel_tensor *v,
+                                     accel_tensor *out) {
+    const accel_k_sdpa_dims *d = &x->dims[b];
+    int64_t r0 = b * x->rows, hkv = d->Hkv;
+    accel_tensor *qg = grouped_rows(x, b, q, hkv), *kb = qg ? key_band(k, x->k0[b], d->Tk, ACCEL_F32) : NULL;
+    accel_tensor *vb = kb ? key_band(v, x->k0[b], d->Tk, ACCEL_F32) : NULL;
+    accel_tensor *mask = vb ? accel__window_mask(d->H / hkv * d->Tq, d->Tq, d->Tk, r0, x->k0[b], x->m.W) : NULL;
+    accel_tensor *p = mask ? accel_softmax(accel_add(band_scores(x, b, qg, kb), mask), 3) : NULL;
+    accel_tensor *pv = p ? grouped_p(x, b, hkv) : NULL;
+    if (!pv || accel_copy_(pv, p) != ACCEL_OK) return accel_last_status();
+    accel_tensor *o = accel_matmul(p, vb); /* [B, hkv, G rows, Dv] */
+    o = o ? accel_reshape(o, 4, (int64_t[]){d->B, d->H, d->Tq, d->Dv}) : NULL;
+    return o ? copy_rows(out, r0, d->Tq, o) : accel_last_status();
+}
+
+/* Its backward from the output's gradient g: dq's rows written, the band's
+ * dK, dV added into dk, dv (f32). dS = P (dP - rowsum(dP P)), times the
+ * soft-cap's derivative 1 - tanh^2 = 1 - (capped score / cap)^2. */
+static accel_status explicit_backward(const band_ctx *x, int64_t b, accel_tensor *g, accel_tensor *q, accel_tensor *k,
+                                      accel_tensor *v, accel_tensor *dq, accel_tensor *dk, accel_tensor *dv) {
+    const accel_k_sdpa_dims *d = &x->dims[b];
+    int64_t r0 = b * x->rows, hkv = d->Hkv, k0 = x->k0[b];
+    accel_tensor *gg = grouped_rows(x, b, g, hkv), *qg = gg ? grouped_rows(x, b, q, hkv) : NULL;
+    accel_tensor *kb = qg ? key_band(k, k0, d->Tk, ACCEL_F32) : NULL;
+    accel_tensor *vb = kb ? key_band(v, k0, d->Tk, ACCEL_F32) : NULL;
+    accel_tensor *p = vb ? grouped_p(x, b, hkv) : NULL;
+    accel_status st = p ? add_into(rows(dv, k0, d->Tk), accel_matmul(accel_transpose(p, 2, 3), gg))
+                        : accel_last_status();
+    accel_tensor *dp = st ? NULL : accel_matmul(gg, accel_transpose(vb, 2, 3));
+    accel_tensor *ds = dp ? accel_mul(p, accel_sub(dp, accel_sum(accel_mul(dp, p), 1, (int[]){3}, true))) : NULL;
+    if (ds && x->m.cap > 0) {
+        accel_tensor *t = accel_mul_scalar(band_scores(x, b, qg, kb), 1.0 / x->m.cap);
+        ds = accel_mul(ds, accel_add_scalar(accel_neg(accel_mul(t, t)), 1.0));
+    }
+    accel_tensor *dqb = ds ? accel_mul_scalar(accel_matmul(ds, kb), d->scale) : NULL;
+    dqb = dqb ? accel_reshape(dqb, 4, (int64_t[]){d->B, d->H, d->Tq, d->D}) : NULL;
+    if (!st) st = dqb ? copy_rows(dq, r0, d->Tq, dqb) : accel_last_status();
+    if (!st) st = add_into(rows(dk, k0, d->Tk), accel_mul_scalar(accel_matmul(accel_transpose(ds, 2, 3), qg), d->scale));
+    return st;
+}
 
 static accel_status band_backward(accel_node *n, accel_tensor *g) {
     const band_ctx *x = n->ctx;
@@ -428,25 +503,33 @@ static accel_status band_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *dq = d[0], *dk = d[1], *dv = d[2];
     accel_arena *a = accel_step_arena();
     accel_status st = ACCEL_OK;
+    bool grad = accel_set_grad_enabled(false);
+    accel_dtype ac = accel_autocast_begin(ACCEL_F32); /* the explicit blocks' ops in f32 */
     for (int64_t b = 0; b < x->n && !st; b++) {
         accel_arena_mark m = accel_arena_mark_now(a);
-        int64_t Tk = x->dims[b].Tk;
-        /* the prefix's gradients so far, added to by the kernel and written back */
-        accel_tensor *kp = key_prefix(k, Tk, x->dt), *vp = kp ? key_prefix(v, Tk, x->dt) : NULL;
-        accel_tensor *dkp = vp ? key_prefix(dk, Tk, ACCEL_F32) : NULL;
-        accel_tensor *dvp = dkp ? key_prefix(dv, Tk, ACCEL_F32) : NULL;
-        st = block_backward(&x->dims[b], x->p[b], g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
-        if (!st) st = copy_rows(dk, 0, Tk, dkp);
-        if (!st) st = copy_rows(dv, 0, Tk, dvp);
+        int64_t Tk = x->dims[b].Tk, k0 = x->k0[b];
+        if (explicit_band(x)) {
+            st = explicit_backward(x, b, g, q, k, v, dq, dk, dv);
+        } else {
+            /* the band's gradients so far, added to by the kernel and written back */
+            accel_tensor *kp = key_band(k, k0, Tk, x->dt), *vp = kp ? key_band(v, k0, Tk, x->dt) : NULL;
+            accel_tensor *dkp = vp ? key_band(dk, k0, Tk, ACCEL_F32) : NULL;
+            accel_tensor *dvp = dkp ? key_band(dv, k0, Tk, ACCEL_F32) : NULL;
+            st = block_backward(&x->dims[b], x->p[b], g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
+            if (!st) st = copy_rows(dk, k0, Tk, dkp);
+            if (!st) st = copy_rows(dv, k0, Tk, dvp);
+        }
         accel_status rw = accel_arena_rewind(a, m);
         st = st ? st : rw;
     }
+    accel_autocast_end(ac);
+    accel_set_grad_enabled(grad);
     return st ? st : accumulate_grads(n, d);
 }
 
 /* q [B, h, T, D], k [B, hkv, T, D], v [B, hkv, T, Dv] (h % hkv == 0) ->
- * [B, h, T, Dv]. */
-static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, double scale) {
+ * [B, h, T, Dv], the window and soft-cap of m applied. */
+static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, const cp_mask *m) {
     accel_tensor *in[3] = {q, k, v};
     int idt = accel__mm_dtype("accel_cp_attention", 3, in);
     if (idt < 0) return NULL;
@@ -456,15 +539,20 @@ static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v
     band_ctx *x = out ? accel_arena_alloc(a, sizeof *x, 64) : NULL;
     if (!x) return NULL;
     int64_t rows = block_rows(T), n = (T + rows - 1) / rows;
-    *x = (band_ctx){.rows = rows, .n = n, .dt = (accel_dtype)idt,
+    *x = (band_ctx){.rows = rows, .n = n, .dt = (accel_dtype)idt, .m = *m,
+                    .k0 = accel_arena_alloc(a, (size_t)n * sizeof *x->k0, 64),
                     .dims = accel_arena_alloc(a, (size_t)n * sizeof *x->dims, 64),
                     .p = accel_arena_alloc(a, (size_t)n * sizeof *x->p, 64)};
-    if (!x->dims || !x->p) return NULL;
-    float s = (float)(scale > 0 ? scale : 1.0 / sqrt((double)D));
+    if (!x->k0 || !x->dims || !x->p) return NULL;
+    float s = (float)(m->scale > 0 ? m->scale : 1.0 / sqrt((double)D));
     bool grad = accel_set_grad_enabled(false);
+    accel_dtype ac = accel_autocast_begin(ACCEL_F32);
     accel_status st = ACCEL_OK;
     for (int64_t b = 0; b < n && !st; b++) {
-        int64_t r0 = b * rows, nq = T - r0 < rows ? T - r0 : rows, Tk = r0 + nq;
+        /* the band: keys up to the block's last row, from its first row's window start */
+        int64_t r0 = b * rows, nq = T - r0 < rows ? T - r0 : rows, k0 = m->W && r0 >= m->W ? r0 - m->W + 1 : 0;
+        int64_t Tk = r0 + nq - k0;
+        x->k0[b] = k0;
         x->dims[b] = (accel_k_sdpa_dims){B, H, Hkv, nq, Tk, D, Dv, s, true, {Hkv * Tk * D, Tk * D, D},
                                          {Hkv * Tk * Dv, Tk * Dv, Dv}};
         x->p[b] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, nq, Tk), q->device);
@@ -472,12 +560,17 @@ static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v
             st = accel_last_status();
             break;
         }
-        accel_arena_mark m = accel_arena_mark_now(a);
-        accel_tensor *kp = key_prefix(k, Tk, x->dt), *vp = kp ? key_prefix(v, Tk, x->dt) : NULL;
-        st = block_forward(&x->dims[b], x->p[b], q, kp, vp, out, r0, x->dt);
-        accel_status rw = accel_arena_rewind(a, m);
+        accel_arena_mark mk = accel_arena_mark_now(a);
+        if (explicit_band(x)) {
+            st = explicit_forward(x, b, q, k, v, out);
+        } else {
+            accel_tensor *kp = key_band(k, k0, Tk, x->dt), *vp = kp ? key_band(v, k0, Tk, x->dt) : NULL;
+            st = block_forward(&x->dims[b], x->p[b], q, kp, vp, out, r0, x->dt);
+        }
+        accel_status rw = accel_arena_rewind(a, mk);
         st = st ? st : rw;
     }
+    accel_autocast_end(ac);
     accel_set_grad_enabled(grad);
     if (st) return NULL;
     accel_node *nd = accel_tape_record("cp_alltoall_sdpa", band_backward, out, 3, in);
@@ -527,8 +620,8 @@ static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_ten
     /* my head group over the whole sequence: [B, H/cp, T, D] */
     accel_tensor *qs = seq_exchange(pg, q, cp, c, true, true), *ks = qs ? seq_exchange(pg, k, cp, c, true, true) : NULL;
     accel_tensor *vs = ks ? seq_exchange(pg, v, cp, c, true, true) : NULL;
-    /* o [B, H/cp, T, Dv]: explicit scores when the kernel lacks the mask or the soft-cap */
-    accel_tensor *o = !vs ? NULL : m->W || m->cap > 0 ? attend(qs, ks, vs, 0, m) : band_sdpa(qs, ks, vs, m->scale);
+    /* o [B, H/cp, T, Dv] */
+    accel_tensor *o = vs ? band_sdpa(qs, ks, vs, m) : NULL;
     return seq_exchange(pg, o, cp, c, true, false); /* [B, H, 2c, Dv] */
 }
 

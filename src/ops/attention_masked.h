@@ -18,6 +18,12 @@
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                       double scale, double cap, double drop);
 
+/* The additive mask [rows, S] (f32, a step tensor on the cpu) of query row
+ * r, at position pos + r % T (rows: T positions of one or more heads), over
+ * the keys at positions k0 .. k0 + S - 1: 0 where it sees the key (at or
+ * before it, and within W of it when W), -inf elsewhere. */
+accel_tensor *accel__window_mask(int64_t rows, int64_t T, int64_t S, int64_t pos, int64_t k0, int64_t W);
+
 /* accel_cp_attention with a sliding window of W keys (0: none) and
  * soft-capping at cap (0: none), both on the global positions of the
  * chunks: the decoders' attention under cp (src/nn/decoder_cp.c). */

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "accel/cp.h"
+#include "accel/parallel.h"
+#include "cp_loss.h"
 #include "nn_internal.h"
 
 /* x on the cpu (the collectives move host bytes). */
@@ -94,8 +96,11 @@ accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x) {
 static accel_status share_backward(accel_node *n, accel_tensor *g) { return accel_grad_accumulate(n->inputs[0], g); }
 
 /* This rank's mean loss over its targets and their count; NULL (error set)
- * on a failure here, which the caller still reports to the group. */
-static accel_tensor *local_loss(accel_tensor *logits, accel_tensor *targets, int64_t ignore_index, int64_t *count) {
+ * on a failure here, which the caller still reports to the group. Under tp
+ * the logits are this rank's vocabulary columns from vocab_start: the
+ * vocab-parallel loss, the same on every rank of tp. */
+static accel_tensor *local_loss(accel_tensor *logits, accel_tensor *targets, int64_t ignore_index, accel_pg *tp,
+                                int64_t vocab_start, int64_t *count) {
     static const char *OP = "accel_cp_cross_entropy";
     if (!accel_tensor_check(targets, OP, "targets") || !accel_tensor_check(logits, OP, "logits") ||
         !cpu_only(OP, logits))
@@ -104,7 +109,9 @@ static accel_tensor *local_loss(accel_tensor *logits, accel_tensor *targets, int
     int64_t *ids = accel_arena_alloc(accel_step_arena(), (size_t)(nt ? nt : 1) * sizeof *ids, 64);
     if (!ids || accel_to_int64s(targets, ids) != ACCEL_OK) return NULL;
     for (int64_t i = 0; i < nt; i++) *count += ids[i] != ignore_index;
-    return accel_cross_entropy(logits, targets, ignore_index); /* mean over my targets */
+    /* mean over my targets */
+    return tp ? accel_tp_cross_entropy(logits, targets, vocab_start, ignore_index, tp)
+              : accel_cross_entropy(logits, targets, ignore_index);
 }
 
 /* Joins an all-reduce (SUM) of vals[0..n-2] and of this rank's failure flag
@@ -124,9 +131,14 @@ static bool all_reduce_or_fail(accel_pg *pg, double *vals, int n, bool failed, c
 }
 
 accel_tensor *accel_cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets, int64_t ignore_index) {
+    return accel__cp_cross_entropy(pg, logits, targets, ignore_index, NULL, 0);
+}
+
+accel_tensor *accel__cp_cross_entropy(accel_pg *pg, accel_tensor *logits, accel_tensor *targets,
+                                      int64_t ignore_index, accel_pg *tp, int64_t vocab_start) {
     if (!check_pg("accel_cp_cross_entropy", pg)) return NULL;
     int64_t local = 0;
-    accel_tensor *ce = local_loss(logits, targets, ignore_index, &local);
+    accel_tensor *ce = local_loss(logits, targets, ignore_index, tp, vocab_start, &local);
     double counts[2] = {(double)local};
     if (!all_reduce_or_fail(pg, counts, 2, !ce, "computing their token losses")) return NULL;
     /* no target here: a share of 0 that still reaches the logits (the mean of none is NaN) */
