@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "accel/parallel.h"
+#include "nn_internal.h"
 #include "ops_util.h"
 #include "tp_stats.h"
 
@@ -119,6 +120,63 @@ static accel_status owner_error(const char *op, accel_pg *pg, int64_t target, in
                            (long long)target, (long long)row, (int)owners, ranges);
 }
 
+/* A new cpu step tensor of n elements of dt from host memory. */
+static accel_tensor *host_tensor(accel_dtype dt, int64_t n, const void *data) {
+    accel_tensor *t = accel_empty_on(dt, 1, &n, ACCEL_CPU_DEVICE);
+    return t && accel_tensor_from_host(t, data) == ACCEL_OK ? t : NULL;
+}
+
+/* saved: x [N, Vl] f32 (the logits themselves when they are contiguous f32),
+ * lse [N] over every rank's columns, targets [N] as this rank's columns
+ * (another rank's: outside [0, Vl), no one-hot; ignored rows: INT64_MIN),
+ * count (i64, 0-d) the counted rows. One pass writes the logits' gradient. */
+static accel_status vce_backward(accel_node *node, accel_tensor *grad_out) {
+    accel__gbuf gx;
+    if (!accel__gbuf_begin(&gx, node->inputs[0])) return accel_last_status();
+    if (!gx.dst) return ACCEL_OK;
+    accel_tensor *g = accel__f32_contig(grad_out);
+    if (!g) return accel_last_status();
+    accel_k_cross_entropy_backward k = {.dx = gx.dst, .g = g, .x = node->saved[0], .lse = node->saved[1],
+                                        .targets = node->saved[2], .count = node->saved[3], .N = node->iarg[0],
+                                        .C = node->iarg[1], .ignore = INT64_MIN, .beta = gx.beta};
+    accel_status st = ACCEL_KERNEL("accel_tp_cross_entropy backward", g->device, cross_entropy_backward, &k);
+    return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
+}
+
+/* Whether row target th is one of this rank's columns [v0, v0 + Vl). */
+static bool holds(int64_t th, int64_t v0, int64_t Vl) { return th >= v0 && th < v0 + Vl; }
+
+/* Per row of x [N, Vl] (f32 contiguous, this rank's columns from v0): lse,
+ * the logsumexp over these columns (the cross_entropy kernel, every row
+ * given a column of its own: its target here, else 0), and xt, the target's
+ * logit where this rank holds it, else 0. col: N i64 of host scratch. */
+static accel_status vce_local(accel_tensor *x, const int64_t *th, int64_t N, int64_t Vl, int64_t v0, int64_t *col,
+                              float *lse, float *xt) {
+    for (int64_t i = 0; i < N; i++) col[i] = holds(th[i], v0, Vl) ? th[i] - v0 : 0;
+    accel_tensor *cols = host_tensor(ACCEL_I64, N, col), *lse_t = accel_empty_on(ACCEL_F32, 1, &N, ACCEL_CPU_DEVICE);
+    accel_tensor *loss = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE); /* unused: lse is asked for */
+    accel_tensor *counted = accel_empty_on(ACCEL_I64, 0, NULL, ACCEL_CPU_DEVICE);
+    if (!cols || !lse_t || !loss || !counted) return accel_last_status();
+    accel_k_cross_entropy k = {.out = loss, .lse = lse_t, .count = counted, .x = x, .targets = cols, .N = N, .C = Vl,
+                               .ignore = -1};
+    if (ACCEL_KERNEL("accel_tp_cross_entropy", x->device, cross_entropy, &k) != ACCEL_OK) return accel_last_status();
+    /* x[i, col[i]]: x as an [N Vl, 1] table looked up at i Vl + col[i] */
+    for (int64_t i = 0; i < N; i++) col[i] += i * Vl;
+    accel_tensor *at = host_tensor(ACCEL_I64, N, col);
+    accel_tensor *hit = at ? accel_embedding(at, accel_reshape(x, 2, (int64_t[]){N * Vl, 1})) : NULL;
+    if (!hit || accel_to_floats(lse_t, lse) != ACCEL_OK || accel_to_floats(hit, xt) != ACCEL_OK)
+        return accel_last_status();
+    for (int64_t i = 0; i < N; i++) xt[i] = holds(th[i], v0, Vl) ? xt[i] : 0.0f;
+    return ACCEL_OK;
+}
+
+/* Fused, as Megatron's _VocabParallelCrossEntropy: each row's logsumexp and
+ * target logit here (vce_local, one pass over the logits); the logsumexps'
+ * max over the ranks, then the sums of exp(lse - max), target logits and
+ * owner counts ([N] then [3 N] floats all-reduced); the loss from those on
+ * the host. What the backward keeps is the logits themselves (when f32 and
+ * contiguous) and [N] rows of numbers: the gradient is the one logits-sized
+ * tensor it makes. */
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
                                      int64_t ignore_index, accel_pg *pg) {
     static const char *OP = "accel_tp_cross_entropy";
@@ -132,45 +190,57 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
         return NULL;
     }
     int64_t N = accel_numel(logits) / Vl;
+    size_t n = (size_t)(N ? N : 1);
+    accel_arena *a = accel_step_arena();
+    int64_t *th = accel_arena_alloc(a, n * sizeof *th, 64), *col = accel_arena_alloc(a, n * sizeof *col, 64);
+    /* part: [N] sums of exp(lse - max), [N] target logits, [N] owners; mx [N] */
+    float *part = accel_arena_alloc(a, 3 * n * sizeof *part, 64), *mx = accel_arena_alloc(a, n * sizeof *mx, 64);
     accel_tensor *t = vce_targets(OP, logits, targets, N);
-    accel_tensor *x = t ? accel_reshape(accel_to_dtype(logits, ACCEL_F32), 2, (int64_t[]){N, Vl}) : NULL;
-    if (!x) return NULL;
-    /* z = x less the row's max over every rank's columns (a constant: no gradient) */
-    bool prev = accel_set_grad_enabled(false);
-    accel_tensor *mx = accel_max(x, 1, true, NULL); /* [N, 1] */
+    if (!t || !th || !col || !part || !mx || accel_to_int64s(t, th) != ACCEL_OK) return NULL;
+    bool prev = accel_set_grad_enabled(false); /* the op records one node of its own */
+    accel_tensor *x = accel_reshape(accel__f32_contig(logits), 2, (int64_t[]){N, Vl});
+    accel_status st = x ? ACCEL_OK : accel_last_status();
+    if (st == ACCEL_OK && N) st = vce_local(x, th, N, Vl, vocab_start, col, mx, part + N);
     accel_set_grad_enabled(prev);
-    if (!mx || accel_pg_all_reduce(pg, accel__device_ptr(mx), (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK)
-        return NULL;
-    count((size_t)N * sizeof(float));
-    accel_tensor *z = accel_sub(x, mx);
-    /* hit [N, Vl]: the target's column, when this rank holds it */
-    accel_tensor *cols = accel_arange(ACCEL_I64, vocab_start, vocab_start + Vl);
-    accel_tensor *hit = cols ? accel_eq(accel_unsqueeze(t, 1), cols) : NULL;
-    accel_tensor *zero = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
-    if (!z || !hit || !zero || accel_zero_(zero) != ACCEL_OK) return NULL;
-    /* each row's sum of exp(z), target z and owner count, summed over the
-     * ranks (the gradient of the sums reaches every rank's columns whole) */
-    int last = 1;
-    accel_tensor *part[3] = {accel_sum(accel_exp(z), 1, &last, false),
-                             accel_sum(accel_where(hit, z, zero), 1, &last, false),
-                             accel_to_dtype(accel_sum(hit, 1, &last, false), ACCEL_F32)};
-    accel_tensor *sums = part[0] && part[1] && part[2] ? accel_tp_reduce_from_region(accel_concat(3, part, 0), pg)
-                                                       : NULL;
-    accel_tensor *owners = sums ? accel_slice(sums, 0, 2 * N, 3 * N, 1) : NULL;
-    float *own = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *own, 64);
-    int64_t *th = accel_arena_alloc(accel_step_arena(), (size_t)(N ? N : 1) * sizeof *th, 64);
-    if (!owners || !own || !th || accel_to_floats(owners, own) != ACCEL_OK || accel_to_int64s(t, th) != ACCEL_OK)
-        return NULL;
-    double n_targets = 0;
+    if (st != ACCEL_OK) return NULL;
+    float *lse = part; /* this rank's logsumexps, then the whole rows' */
+    memcpy(lse, mx, (size_t)N * sizeof *lse);
+    if (accel_pg_all_reduce(pg, mx, (size_t)N, ACCEL_F32, ACCEL_REDUCE_MAX) != ACCEL_OK) return NULL;
     for (int64_t i = 0; i < N; i++) {
-        if (th[i] == ignore_index) continue;
-        if (own[i] != 1.0f) return owner_error(OP, pg, th[i], i, own[i], vocab_start, Vl), NULL;
-        n_targets += 1;
+        part[i] = expf(lse[i] - mx[i]);
+        part[2 * N + i] = holds(th[i], vocab_start, Vl) ? 1.0f : 0.0f;
     }
-    /* per row log(sum exp(x - max)) - (x_target - max), the ignored rows 0; their mean */
-    accel_tensor *rows = accel_sub(accel_log(accel_slice(sums, 0, 0, N, 1)), accel_slice(sums, 0, N, 2 * N, 1));
-    accel_tensor *kept = accel_to_dtype(accel_ne_scalar(t, (double)ignore_index), ACCEL_F32);
-    return accel_mul_scalar(accel_sum_all(accel_mul(rows, kept)), 1.0 / n_targets); /* 0 / 0: nan, as accel_cross_entropy */
+    if (accel_pg_all_reduce(pg, part, 3 * (size_t)N, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return NULL;
+    count(4 * (size_t)N * sizeof(float));
+    double total = 0;
+    int64_t n_targets = 0;
+    for (int64_t i = 0; i < N; i++) {
+        lse[i] = mx[i] + logf(part[i]);
+        bool counted = th[i] != ignore_index;
+        if (counted && part[2 * N + i] != 1.0f)
+            return owner_error(OP, pg, th[i], i, part[2 * N + i], vocab_start, Vl), NULL;
+        total += counted ? (double)lse[i] - part[N + i] : 0.0;
+        n_targets += counted;
+        /* the backward's targets: this rank's column (off its columns: another rank's target) */
+        col[i] = counted ? th[i] - vocab_start : INT64_MIN;
+    }
+    accel_tensor *out = accel_empty_on(ACCEL_F32, 0, NULL, ACCEL_CPU_DEVICE);
+    accel_tensor *n_t = accel_empty_on(ACCEL_I64, 0, NULL, ACCEL_CPU_DEVICE);
+    accel_tensor *lse_t = host_tensor(ACCEL_F32, N, lse), *tb = host_tensor(ACCEL_I64, N, col);
+    /* all targets ignored: 0 / 0 = nan, as accel_cross_entropy */
+    if (!out || !n_t || !lse_t || !tb || accel_fill_(out, n_targets ? total / (double)n_targets : NAN) != ACCEL_OK ||
+        accel_fill_(n_t, (double)n_targets) != ACCEL_OK)
+        return NULL;
+    accel_node *node = accel_tape_record("tp_cross_entropy", vce_backward, out, 1, &logits);
+    if (node) {
+        node->saved[0] = x;
+        node->saved[1] = lse_t;
+        node->saved[2] = tb;
+        node->saved[3] = n_t;
+        node->iarg[0] = N;
+        node->iarg[1] = Vl;
+    }
+    return out;
 }
 
 /* ------------------------------------------------------------------ gathers and scatters along a dim */
