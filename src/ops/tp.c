@@ -36,23 +36,69 @@ static bool tp_args(const char *op, accel_tensor *x, accel_pg *pg) {
     return true;
 }
 
-/* A contiguous copy of t (its dtype) summed over pg: a new step tensor. */
-static accel_tensor *summed_copy(accel_tensor *t, accel_pg *pg) {
-    accel_tensor *c = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
-    if (!c || accel_copy_(c, t) != ACCEL_OK) return NULL;
-    if (accel_pg_size(pg) == 1) return c;
-    if (accel_pg_all_reduce(pg, accel__device_ptr(c), (size_t)accel_numel(c), c->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK)
-        return NULL;
-    count(accel_nbytes(c));
-    return c;
+/* ------------------------------------------------------------------ collectives into a result */
+
+/* A collective over pg from `in` into `out`, a contiguous tensor made by the
+ * caller (its shape the collective's result's): the sum (dim unused), or
+ * along dim a gather or a reduce-scatter. */
+typedef accel_status (*collective_fn)(accel_tensor *in, accel_pg *pg, int dim, accel_tensor *out);
+
+static accel_status sum_into(accel_tensor *in, accel_pg *pg, int dim, accel_tensor *out) {
+    (void)dim;
+    if (accel_copy_(out, in) != ACCEL_OK) return accel_last_status();
+    if (accel_pg_size(pg) == 1) return ACCEL_OK;
+    accel_status st = accel_pg_all_reduce(pg, accel__device_ptr(out), (size_t)accel_numel(out), out->dtype,
+                                          ACCEL_REDUCE_SUM);
+    if (st == ACCEL_OK) count(accel_nbytes(out));
+    return st;
+}
+
+/* fn with its staging (contiguous copies, send and receive buffers) between
+ * a mark and a rewind of the step arena: freed as soon as the result is in
+ * out (made before the mark), so a step keeps the collectives' results,
+ * which the tape saves, and not their buffers. */
+static accel_status staged(collective_fn fn, accel_tensor *in, accel_pg *pg, int dim, accel_tensor *out) {
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    bool prev = accel_set_grad_enabled(false); /* nothing recorded on the tape in memory the rewind frees */
+    accel_status st = fn(in, pg, dim, out);
+    accel_set_grad_enabled(prev);
+    accel_arena_rewind(a, m);
+    return st;
+}
+
+/* A new step tensor: x's dtype and shape, dim scaled by mul / div, the
+ * result of fn over x (staged). */
+static accel_tensor *collective(collective_fn fn, accel_tensor *x, accel_pg *pg, int dim, int64_t mul, int64_t div) {
+    int64_t shape[ACCEL_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    if (x->ndim) shape[dim] = shape[dim] * mul / div;
+    accel_tensor *out = accel_empty_on(x->dtype, x->ndim, shape, x->device);
+    return out && staged(fn, x, pg, dim, out) == ACCEL_OK ? out : NULL;
+}
+
+/* Backward of a collective op: x gets fn over the gradient g (x's shape),
+ * written straight into its first gradient when x is an intermediate that
+ * has none (the gradient an accumulate would have copied g into), else
+ * staged and added (or converted) into it. */
+static accel_status collective_grad(accel_node *n, accel_tensor *g, collective_fn fn, int dim) {
+    accel_tensor *x = n->inputs[0];
+    if (!x->requires_grad) return ACCEL_OK;
+    bool first = !x->grad && (x->grad_fn || (x->flags & ACCEL_TF_ARENA));
+    if (first && !(x->grad = accel_empty_on(x->dtype, x->ndim, x->shape, x->device))) return accel_last_status();
+    bool direct = first && x->dtype == g->dtype;
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    accel_tensor *out = direct ? x->grad : accel_empty_on(g->dtype, x->ndim, x->shape, x->device);
+    accel_status st = out ? staged(fn, g, n->ctx, dim, out) : accel_last_status();
+    if (st == ACCEL_OK && !direct) st = first ? accel_copy_(x->grad, out) : accel_grad_accumulate(x, out);
+    accel_arena_rewind(a, m);
+    return st;
 }
 
 /* ------------------------------------------------------------------ copy to region */
 
-static accel_status copy_to_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *s = summed_copy(g, n->ctx);
-    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
-}
+static accel_status copy_to_backward(accel_node *n, accel_tensor *g) { return collective_grad(n, g, sum_into, 0); }
 
 accel_tensor *accel_tp_copy_to_region(accel_tensor *x, accel_pg *pg) {
     if (!tp_args("accel_tp_copy_to_region", x, pg)) return NULL;
@@ -69,7 +115,7 @@ static accel_status pass_backward(accel_node *n, accel_tensor *g) { return accel
 
 accel_tensor *accel_tp_reduce_from_region(accel_tensor *x, accel_pg *pg) {
     if (!tp_args("accel_tp_reduce_from_region", x, pg)) return NULL;
-    accel_tensor *out = summed_copy(x, pg);
+    accel_tensor *out = collective(sum_into, x, pg, 0, 1, 1);
     if (!out) return NULL;
     accel_tape_record("tp_reduce_from_region", pass_backward, out, 1, &x);
     return out;
@@ -245,64 +291,35 @@ accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets
 
 /* ------------------------------------------------------------------ gathers and scatters along a dim */
 
-/* One side of a gather or a scatter along `dim` over n ranks: the local
- * tensor (contiguous), the whole one (dim n times as long), and the whole
- * one's layout as blocks [outer, n, row]: outer the dims before `dim`, row
- * one rank's elements after them. */
-typedef struct dim_blocks {
-    accel_tensor *local, *whole;
-    int64_t outer, row;
-} dim_blocks;
+/* A whole tensor along `dim` over n ranks is blocks [outer, n, row]: outer
+ * the dims before dim, row one rank's elements from dim on. The collectives
+ * move them rank-major, [n, outer, row]. */
 
-/* x's side of the collective: gather, x is the local tensor (the whole one
- * made); scatter, x is the whole one (the local made). */
-static bool blocks_of(accel_tensor *x, accel_pg *pg, int dim, bool gather, dim_blocks *b) {
+/* whole [.., d, ..] = the ranks' x [.., d / n, ..] along dim, in rank order. */
+static accel_status gather_into(accel_tensor *x, accel_pg *pg, int dim, accel_tensor *whole) {
     int n = accel_pg_size(pg);
-    accel_tensor *c = accel__contig(x);
-    if (!c) return false;
-    int64_t shape[ACCEL_MAX_DIMS];
-    memcpy(shape, c->shape, sizeof(int64_t) * (size_t)c->ndim);
-    shape[dim] = gather ? shape[dim] * n : shape[dim] / n;
-    accel_tensor *made = accel_empty_on(c->dtype, c->ndim, shape, c->device);
-    if (!made) return false;
-    *b = (dim_blocks){.local = gather ? c : made, .whole = gather ? made : c, .outer = 1};
-    for (int d = 0; d < dim; d++) b->outer *= shape[d];
-    b->row = b->outer ? accel_numel(b->local) / b->outer : 0;
-    return true;
+    int64_t outer = accel__prod(whole->shape, 0, dim), row = outer ? accel_numel(whole) / outer / n : 0;
+    accel_tensor *c = accel__contig(x), *recv = accel_empty_on(x->dtype, 3, (int64_t[]){n, outer, row}, x->device);
+    if (!c || !recv || accel_pg_all_gather(pg, accel__device_ptr(c), accel__device_ptr(recv), (size_t)accel_numel(c),
+                                           x->dtype) != ACCEL_OK)
+        return accel_last_status();
+    count(accel_nbytes(c));
+    accel_tensor *dst = accel_reshape(whole, 3, (int64_t[]){outer, n, row});
+    return dst ? accel_copy_(dst, accel_permute(recv, (const int[]){1, 0, 2})) : accel_last_status();
 }
 
-/* The whole tensor as [outer, n, row] (a view), or its [n, outer, row] transpose. */
-static accel_tensor *whole_blocks(const dim_blocks *b, int n, bool rank_major) {
-    accel_tensor *v = accel_reshape(b->whole, 3, (int64_t[]){b->outer, n, b->row});
-    return v && rank_major ? accel_permute(v, (const int[]){1, 0, 2}) : v;
-}
-
-/* [.., d / n, ..] -> [.., d, ..]: the ranks' x along dim, in rank order. */
-static accel_tensor *all_gather_dim(accel_tensor *x, accel_pg *pg, int dim) {
+/* local [.., d / n, ..] = this rank's part along dim of the sum over pg of x [.., d, ..]. */
+static accel_status scatter_into(accel_tensor *x, accel_pg *pg, int dim, accel_tensor *local) {
     int n = accel_pg_size(pg);
-    dim_blocks b;
-    if (!blocks_of(x, pg, dim, true, &b)) return NULL;
-    accel_tensor *recv = accel_empty_on(x->dtype, 3, (int64_t[]){n, b.outer, b.row}, x->device); /* rank-major */
-    if (!recv || accel_pg_all_gather(pg, accel__device_ptr(b.local), accel__device_ptr(recv),
-                                     (size_t)accel_numel(b.local), x->dtype) != ACCEL_OK)
-        return NULL;
-    count(accel_nbytes(b.local));
-    accel_tensor *dst = whole_blocks(&b, n, false);
-    return dst && accel_copy_(dst, accel_permute(recv, (const int[]){1, 0, 2})) == ACCEL_OK ? b.whole : NULL;
-}
-
-/* [.., d, ..] -> [.., d / n, ..]: this rank's part of dim of the sum over pg. */
-static accel_tensor *reduce_scatter_dim(accel_tensor *x, accel_pg *pg, int dim) {
-    int n = accel_pg_size(pg);
-    dim_blocks b;
-    if (!blocks_of(x, pg, dim, false, &b)) return NULL;
-    accel_tensor *send = accel_empty_on(x->dtype, 3, (int64_t[]){n, b.outer, b.row}, x->device); /* rank-major */
-    if (!send || accel_copy_(send, whole_blocks(&b, n, true)) != ACCEL_OK ||
-        accel_pg_reduce_scatter(pg, accel__device_ptr(send), accel__device_ptr(b.local),
-                                (size_t)accel_numel(b.local), x->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK)
-        return NULL;
-    count(accel_nbytes(b.whole));
-    return b.local;
+    int64_t outer = accel__prod(x->shape, 0, dim), row = outer ? accel_numel(x) / outer / n : 0;
+    accel_tensor *c = accel__contig(x), *send = accel_empty_on(x->dtype, 3, (int64_t[]){n, outer, row}, x->device);
+    accel_tensor *blocks = c ? accel_reshape(c, 3, (int64_t[]){outer, n, row}) : NULL;
+    if (!blocks || !send || accel_copy_(send, accel_permute(blocks, (const int[]){1, 0, 2})) != ACCEL_OK ||
+        accel_pg_reduce_scatter(pg, accel__device_ptr(send), accel__device_ptr(local), (size_t)accel_numel(local),
+                                x->dtype, ACCEL_REDUCE_SUM) != ACCEL_OK)
+        return accel_last_status();
+    count(accel_nbytes(c));
+    return ACCEL_OK;
 }
 
 /* ------------------------------------------------------------------ gather from region */
@@ -320,7 +337,7 @@ accel_tensor *accel_tp_gather_from_region(accel_tensor *x, accel_pg *pg) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: x is 0-d: it needs a last dim to gather along", OP);
         return NULL;
     }
-    accel_tensor *out = all_gather_dim(x, pg, x->ndim - 1);
+    accel_tensor *out = collective(gather_into, x, pg, x->ndim - 1, accel_pg_size(pg), 1);
     accel_node *n = out ? accel_tape_record("tp_gather_from_region", gather_from_backward, out, 1, &x) : NULL;
     if (n) n->ctx = pg;
     return out;
@@ -339,19 +356,13 @@ static bool seq_args(const char *op, accel_tensor *x, accel_pg *pg, bool scatter
     return true;
 }
 
-static accel_status gather_seq_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *s = reduce_scatter_dim(g, n->ctx, 1);
-    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
-}
+static accel_status gather_seq_backward(accel_node *n, accel_tensor *g) { return collective_grad(n, g, scatter_into, 1); }
 
-static accel_status scatter_seq_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *s = all_gather_dim(g, n->ctx, 1);
-    return s ? accel_grad_accumulate(n->inputs[0], s) : accel_last_status();
-}
+static accel_status scatter_seq_backward(accel_node *n, accel_tensor *g) { return collective_grad(n, g, gather_into, 1); }
 
 accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg) {
     if (!seq_args("accel_tp_gather_seq", x, pg, false)) return NULL;
-    accel_tensor *out = all_gather_dim(x, pg, 1);
+    accel_tensor *out = collective(gather_into, x, pg, 1, accel_pg_size(pg), 1);
     accel_node *n = out ? accel_tape_record("tp_gather_seq", gather_seq_backward, out, 1, &x) : NULL;
     if (n) n->ctx = pg;
     return out;
@@ -359,7 +370,7 @@ accel_tensor *accel_tp_gather_seq(accel_tensor *x, accel_pg *pg) {
 
 accel_tensor *accel_tp_scatter_seq(accel_tensor *x, accel_pg *pg) {
     if (!seq_args("accel_tp_scatter_seq", x, pg, true)) return NULL;
-    accel_tensor *out = reduce_scatter_dim(x, pg, 1);
+    accel_tensor *out = collective(scatter_into, x, pg, 1, 1, accel_pg_size(pg));
     accel_node *n = out ? accel_tape_record("tp_scatter_seq", scatter_seq_backward, out, 1, &x) : NULL;
     if (n) n->ctx = pg;
     return out;
