@@ -3,7 +3,10 @@
  * must be, the vocabulary-parallel cross-entropy against accel_cross_entropy
  * on the whole logits, and a user's model (vocab-parallel embedding,
  * column- and row-parallel MLP, column-parallel head) whose loss and every
- * gradient equal, within 1e-5, those of the same model on one process. */
+ * gradient equal, within 1e-5, those of the same model on one process. And
+ * the step memory the ops keep against the bytes their shapes give: the
+ * fused loss its gradient, the sequence-parallel gather and scatter their
+ * results (their staging freed). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -147,6 +150,80 @@ static void test_vocab_cross_entropy(accel_pg *pg, int rank, int world) {
     accel_tensor_free(lf), accel_tensor_free(t), accel_tensor_free(ll), accel_tensor_free(tb);
 }
 
+/* ---- step memory: what the ops keep, against the bytes the shapes give
+ * (the ops' headers, tape nodes and [N] row numbers within SLACK). A loss
+ * composed of ops again (it kept ~14 [N, V / tp] tensors) or collectives
+ * whose staging stays in the step arena (a whole send or receive buffer
+ * each) go past the bounds. */
+
+enum { SLACK = 8192 };
+
+/* An arena tensor requiring grad (an intermediate's stand-in: its gradient
+ * is made in the step arena, as lm_head's output's is). */
+static accel_tensor *arena_leaf(int ndim, const int64_t *shape) {
+    accel_tensor *t = accel_empty(ACCEL_F32, ndim, shape);
+    int64_t n = accel_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)sin(0.11 * (double)i) * 2.0f;
+    accel_tensor_from_host(t, v);
+    free(v);
+    accel_requires_grad_(t, true);
+    return t;
+}
+
+/* What the step arena took from `used0` to its high-water mark. */
+static size_t arena_gain(size_t used0) { return accel_arena_peak(accel_step_arena()) - used0; }
+
+static void test_step_memory(accel_pg *pg, int rank, int world) {
+    accel_arena *a = accel_step_arena();
+    /* the vocabulary-parallel loss and its backward: the logits' gradient, [N, VL] f32 */
+    enum { N = 64, VL = 256 };
+    accel_step_reset();
+    accel_tensor *logits = arena_leaf(ACCEL_SHAPE(N, VL));
+    int64_t tv[N];
+    for (int i = 0; i < N; i++) tv[i] = i % 5 == 4 ? -100 : (i * 37) % (VL * world);
+    accel_tensor *t = accel_from_data(ACCEL_I64, ACCEL_SHAPE(N), tv);
+    size_t used0 = accel_arena_used(a), grad = (size_t)N * VL * sizeof(float);
+    accel_tensor *loss = accel_tp_cross_entropy(logits, t, rank * VL, -100, pg);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    size_t gain = arena_gain(used0);
+    CHECK_MSG(gain >= grad && gain <= grad + 128 * N + SLACK, "vocab-parallel loss: the step arena took %zu bytes, "
+              "want the gradient's %zu + [N] rows (%d) + headers", gain, grad, 128 * N);
+    CHECK(logits->grad && logits->grad->dtype == ACCEL_F32);
+
+    /* sequence parallelism: x [SB, ST, SC] per rank gathered and scattered
+     * back, and the backward. Kept: the results and gradients, 2 whole + 3
+     * local; the staging of one collective at a time on top (a whole buffer) */
+    enum { SB = 2, ST = 16, SC = 64 };
+    accel_step_reset();
+    accel_tensor *x = arena_leaf(ACCEL_SHAPE(SB, ST, SC));
+    accel_tensor *seed = accel_ones(ACCEL_F32, ACCEL_SHAPE(SB, ST, SC));
+    size_t local = (size_t)SB * ST * SC * sizeof(float), whole = local * (size_t)world;
+    used0 = accel_arena_used(a);
+    accel_tensor *y = accel_tp_gather_seq(x, pg);
+    size_t kept = accel_arena_used(a) - used0;
+    CHECK_MSG(y && kept >= whole && kept <= whole + SLACK, "gather_seq kept %zu bytes for a %zu-byte result", kept,
+              whole);
+    accel_tensor *z = accel_tp_scatter_seq(y, pg);
+    kept = accel_arena_used(a) - used0;
+    CHECK_MSG(z && kept <= whole + local + SLACK, "scatter_seq: %zu bytes kept for results of %zu", kept,
+              whole + local);
+    CHECK_MSG(accel_backward_with(z, seed) == ACCEL_OK, "%s", accel_last_error());
+    kept = accel_arena_used(a) - used0;
+    CHECK_MSG(kept >= 2 * whole + 3 * local && kept <= 2 * whole + 3 * local + SLACK,
+              "sequence-parallel round trip: %zu bytes kept, want %zu (y, z and their gradients, x's) + headers", kept,
+              2 * whole + 3 * local);
+    CHECK_MSG(arena_gain(used0) <= kept + whole + SLACK, "sequence-parallel round trip: peak %zu bytes over %zu kept",
+              arena_gain(used0), kept);
+    /* z = x summed over the ranks: its gradient, the seed gathered and scattered back, is world */
+    float *gx = x->grad ? floats_of(x->grad) : NULL, want[SB * ST * SC];
+    for (int i = 0; i < SB * ST * SC; i++) want[i] = (float)world;
+    if (gx) close_all("sequence-parallel round trip gradient", gx, want, SB * ST * SC);
+    CHECK(gx != NULL);
+    free(gx);
+    accel_step_reset();
+}
+
 /* ---- a user's model */
 
 enum { VOCAB = 16, C = 8, H = 24, B = 2, T = 5 };
@@ -272,6 +349,7 @@ static int body(int rank, int world) {
     accel_pg *pg = accel_dist_default_group();
     test_copy_and_reduce(pg, rank, world);
     test_vocab_cross_entropy(pg, rank, world);
+    test_step_memory(pg, rank, world);
     test_user_model(pg, rank, world);
     test_tied(pg, world);
     accel_dist_finalize();

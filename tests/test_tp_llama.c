@@ -12,7 +12,8 @@
  * gradients summed by accel_module_tp_reduce_grads); then greedy generation
  * with the KV cache giving one process's tokens (32 of them, GPT-2 8), also
  * under sequence parallelism (run unsplit), from a cache sized for the
- * rank's key/value heads; Llama under bf16 and fp16 autocast, close to one process
+ * rank's key/value heads; Llama with activation checkpointing, with and
+ * without sequence parallelism; Llama under bf16 and fp16 autocast, close to one process
  * within their rounding; and the refusals. */
 #include "check.h"
 #include "dist_group.h"
@@ -93,9 +94,10 @@ static void cache_sized(accel_module *tp, accel_module *ref, const char *family,
     accel_kv_cache_free(kc), accel_kv_cache_free(whole);
 }
 
-static void family_matches(accel_pg *pg, const char *family, bool sp) {
+static void family_matches(accel_pg *pg, const char *family, bool sp, bool ckpt) {
     accel_module *ref = tiny_family(11, family), *tp = tiny_family(11, family);
     accel_status st = accel_llama_parallelize(tp, pg, sp);
+    if (st == ACCEL_OK && ckpt) st = accel_module_set_gradient_checkpointing(tp, true);
     CHECK_MSG(st == ACCEL_OK, "%s: %s", family, accel_last_error());
     if (st != ACCEL_OK) goto out;
     slices_cut(tp, family, accel_pg_size(pg));
@@ -216,8 +218,11 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2"};
-    for (int f = 0; f < 7; f++) family_matches(pg, families[f], false);
-    for (int f = 0; f < 7; f++) family_matches(pg, families[f], true);
+    for (int f = 0; f < 7; f++) family_matches(pg, families[f], false, false);
+    for (int f = 0; f < 7; f++) family_matches(pg, families[f], true, false);
+    /* the layers recomputed in the backward: the shared region entries (q/k/v, gate/up) re-made */
+    family_matches(pg, "llama", false, true);
+    family_matches(pg, "llama", true, true);
     /* measured (tp 2 and 4, with and without sp): bf16 losses within 6e-5,
      * gradients 5e-3 to 1.1e-2; fp16 (3 more mantissa bits) losses within
      * 4e-6, gradients 1e-3 to 4e-3 */

@@ -58,10 +58,12 @@ accel_tensor *accel_tp_gather_from_region(accel_tensor *x, accel_pg *pg);
  * columns [vocab_start, vocab_start + V / tp) of the full logits; targets as
  * accel_cross_entropy takes them (full vocabulary ids, or ignore_index).
  * Returns the mean over the targets != ignore_index of the full cross-entropy
- * on every rank, from two all-reduces (the rows' maxima, then their sums of
- * exponentials, target logits and owner counts): the [N, V] logits are never
- * gathered. The gradient is each rank's own columns of softmax -
- * one-hot. A target that no rank's columns hold, or that several ranks'
+ * on every rank, from two all-reduces (the maxima of the rows' logsumexps
+ * over each rank's columns, then the sums of exp(lse - max), target logits
+ * and owner counts): the [N, V] logits are never gathered. Fused: it keeps
+ * the logits (an f32 copy when they are not contiguous f32) and [N] numbers
+ * per row, and its backward writes the gradient, each rank's own columns of
+ * (softmax - one-hot) / count, in one pass. A target that no rank's columns hold, or that several ranks'
  * (overlapping slices, whose ranges the error names), fails on every rank. */
 accel_tensor *accel_tp_cross_entropy(accel_tensor *logits, accel_tensor *targets, int64_t vocab_start,
                                      int64_t ignore_index, accel_pg *pg);

@@ -7,6 +7,7 @@
  * step arena's chunks under that lock (accel__step_arena_overlaps: the
  * registry of storage versions keeps step memory out of it). */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,6 +28,8 @@ struct accel_arena {
     size_t below;      /* bytes used in the chunks after head */
     size_t peak;       /* high-water of accel_arena_used since the last reset */
     uint32_t gen;
+    uint64_t watch;    /* the current watch's id (accel__arena_watch) */
+    size_t watch_low;  /* the lowest position a rewind or reset went to since */
     bool step;         /* a thread's step arena (accel_step_arena) */
     struct accel_arena *next_live; /* registry of all arenas (freed at exit) */
     struct accel_arena *prev_live;
@@ -154,7 +157,17 @@ accel_status accel_arena_rewind(accel_arena *a, accel_arena_mark m) {
     }
     a->head->used = m.used;
     a->below = m.below;
+    if (m.below + m.used < a->watch_low) a->watch_low = m.below + m.used;
     return ACCEL_OK;
+}
+
+uint64_t accel__arena_watch(accel_arena *a) {
+    a->watch_low = SIZE_MAX;
+    return ++a->watch;
+}
+
+bool accel__arena_kept(const accel_arena *a, uint64_t watch, size_t pos) {
+    return watch == a->watch && a->watch_low >= pos;
 }
 
 size_t accel_arena_capacity(const accel_arena *a) {
@@ -169,6 +182,7 @@ uint32_t accel_arena_generation(const accel_arena *a) { return a ? a->gen : 0; }
 void accel_arena_reset(accel_arena *a) {
     if (!a) return;
     a->gen++;
+    a->watch_low = 0;
     size_t want = a->peak;
     a->below = a->peak = 0;
     if (a->head->next || want > a->head->cap) {

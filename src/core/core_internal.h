@@ -69,6 +69,14 @@ void accel__device_free(accel_device dev, void *p);
  * it (accel_thread_cleanup). NULL + error on failure (the arena is rewound). */
 accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y);
 void accel__bounce_free(void);
+/* Watching an arena for what a rewind frees: accel__arena_watch starts a
+ * watch (ending the one before) and returns its id; accel__arena_kept is
+ * true while that watch is the current one and no rewind or reset since has
+ * gone below position pos (an accel_arena_used value): the memory below pos
+ * holds what it held. One watch at a time per arena, for a cache of the
+ * step tensors last made (tp_modules.c's shared region entry). */
+uint64_t accel__arena_watch(accel_arena *a);
+bool accel__arena_kept(const accel_arena *a, uint64_t watch, size_t pos);
 /* Whether [p, p + n) lies inside the calling thread's step arena (false when
  * it has none yet): lock-free, for the registry of storage versions, whose
  * tracked storages never lie in step memory (accel__step_arena_overlaps). */

@@ -308,7 +308,11 @@ typedef struct accel_k_cross_entropy {
     int64_t N, C, ignore;
 } accel_k_cross_entropy;
 
-/* dx (+)= (softmax(x) - onehot(t)) * g / count on counted rows (0 elsewhere). */
+/* dx (+)= (exp(x - lse) - onehot(t)) * g / count on counted rows (0
+ * elsewhere): softmax(x) - onehot(t) with cross_entropy's lse. A target
+ * outside [0, C) (not ignore) adds no one-hot: the vocabulary-parallel
+ * cross-entropy passes the logsumexp over every rank's columns and, for a
+ * row whose target another rank holds, a target off this rank's columns. */
 typedef struct accel_k_cross_entropy_backward {
     ACCEL_KERNEL_TENSORS(6, *dx, *g, *x, *lse, *targets, *count);
     int64_t N, C, ignore;

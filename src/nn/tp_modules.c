@@ -35,10 +35,36 @@ bool accel__tp_sequence_split(bool on) {
 
 static bool splits_seq(const tp_impl *t) { return t->sp && !tl_no_seq_split; }
 
+/* The last region entry of this thread, for the next module that enters
+ * from the same tensor: q/k/v_proj and gate/up_proj read one input, and as
+ * Megatron's fused projections they share one entry, so one sequence gather
+ * (one reduce-scatter of the summed gradient) or one gradient all-reduce
+ * instead of one per module, and one whole input and gradient kept. Valid
+ * for a step tensor x while the step arena keeps the memory below `pos`
+ * (no rewind or reset since went below it: x and its entry are the same
+ * tensors), under the same group, split and grad mode. */
+typedef struct region_entry {
+    const accel_tensor *x;
+    accel_tensor *in;
+    const accel_pg *pg;
+    uint64_t watch;
+    size_t pos;
+    bool seq, grad;
+} region_entry;
+
+static _Thread_local region_entry tl_entry;
+
 /* Into a column-parallel region: the replicated input, or the whole
- * sequence gathered from its slices. */
+ * sequence gathered from its slices (shared, see tl_entry). */
 static accel_tensor *enter(const tp_impl *t, accel_tensor *x) {
-    return splits_seq(t) ? accel_tp_gather_seq(x, t->pg) : accel_tp_copy_to_region(x, t->pg);
+    accel_arena *a = accel_step_arena();
+    bool seq = splits_seq(t), grad = accel_is_grad_enabled();
+    if (x && (x->flags & ACCEL_TF_ARENA) && tl_entry.x == x && tl_entry.pg == t->pg && tl_entry.seq == seq &&
+        tl_entry.grad == grad && accel__arena_kept(a, tl_entry.watch, tl_entry.pos))
+        return tl_entry.in;
+    accel_tensor *in = seq ? accel_tp_gather_seq(x, t->pg) : accel_tp_copy_to_region(x, t->pg);
+    if (in) tl_entry = (region_entry){x, in, t->pg, accel__arena_watch(a), accel_arena_used(a), seq, grad};
+    return in;
 }
 
 /* Out of a row-parallel region: the sum, or this rank's sequence slice of it. */

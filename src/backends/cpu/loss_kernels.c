@@ -20,7 +20,10 @@ static double ce_row(const float *x, int64_t C, int64_t t, float *lse, bool ref)
     return (double)*lse - x[t];
 }
 
-/* d (+)= (softmax(x) - onehot(t)) * scale for one row; lse its logsumexp. */
+/* d (+)= (softmax(x) - onehot(t)) * scale for one row; lse its logsumexp
+ * (of the whole row: a vocabulary-parallel rank passes the logsumexp over
+ * every rank's columns, and t outside [0, C), no one-hot, for a row whose
+ * target another rank holds). */
 ACCEL__VEC_MATH static void ce_row_grad(const float *x, float *d, int64_t C, int64_t t, float lse,
                                         float scale, float beta) {
     if (beta == 0.0f) {
@@ -30,7 +33,7 @@ ACCEL__VEC_MATH static void ce_row_grad(const float *x, float *d, int64_t C, int
 #pragma omp simd
         for (int64_t j = 0; j < C; j++) d[j] += accel__expf(x[j] - lse) * scale;
     }
-    d[t] -= scale;
+    if (t >= 0 && t < C) d[t] -= scale;
 }
 
 /* *count = the targets that are not ignore; an error names the first one
