@@ -167,6 +167,11 @@ accel_status accel_llama_config_check(const accel_llama_config *cfg, const char 
     return resolve_config(cfg, &c, who ? who : "accel_llama_config_check");
 }
 
+/* Child indices, fixed by construction order (transformers' order; GPT-2's
+ * wte is its model's child 0 too: ACCEL__GPT2_WTE). */
+enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
+enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
+
 /* ---- KV cache */
 
 struct accel_kv_cache {
@@ -176,9 +181,9 @@ struct accel_kv_cache {
 };
 
 /* A cache of n_layers layers, each K and V [batch, kv_heads, max_len, D] of
- * c's dtype on dev (c resolved). */
-static accel_kv_cache *kv_cache_make(const accel_llama_config *c, int64_t kv_heads, int64_t batch, int64_t max_len,
-                                     accel_device dev, const char *who) {
+ * dtype dt on dev (c resolved). */
+static accel_kv_cache *kv_cache_make(const accel_llama_config *c, accel_dtype dt, int64_t kv_heads, int64_t batch,
+                                     int64_t max_len, accel_device dev, const char *who) {
     if (batch <= 0 || max_len <= 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: batch %lld and max_len %lld must be > 0", who, (long long)batch,
                         (long long)max_len);
@@ -195,8 +200,8 @@ static accel_kv_cache *kv_cache_make(const accel_llama_config *c, int64_t kv_hea
     bool ok = kc->k && kc->v;
     int64_t shape[4] = {batch, kv_heads, max_len, c->head_dim};
     for (int i = 0; i < kc->n_layers && ok; i++) {
-        kc->k[i] = accel_tensor_new(c->torch_dtype, 4, shape, dev);
-        kc->v[i] = accel_tensor_new(c->torch_dtype, 4, shape, dev);
+        kc->k[i] = accel_tensor_new(dt, 4, shape, dev);
+        kc->v[i] = accel_tensor_new(dt, 4, shape, dev);
         ok = kc->k[i] && kc->v[i];
     }
     if (!ok) {
@@ -214,7 +219,7 @@ accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch,
         return NULL;
     }
     if (resolve_config(cfg, &c, "accel_kv_cache_new")) return NULL;
-    return kv_cache_make(&c, c.num_key_value_heads, batch, max_len, dev, "accel_kv_cache_new");
+    return kv_cache_make(&c, c.torch_dtype, c.num_key_value_heads, batch, max_len, dev, "accel_kv_cache_new");
 }
 
 int64_t accel_kv_cache_bytes(const accel_kv_cache *kc) {
@@ -275,15 +280,19 @@ static int64_t rank_kv_heads(accel_module *llama, const accel_llama_config *c) {
     return ((const layer_impl *)layers->children[0]->impl)->kv_heads;
 }
 
+/* The cache holds the keys and values in the dtype the layers compute them
+ * in: the weights' (the embedding's stands for them all), which a load's
+ * dtype override makes differ from the config's torch_dtype. A cache of the
+ * config's f32 beside bf16 weights made attention's output f32, and with it
+ * the residual stream and every GEMM after it (each widening its bf16
+ * weight per call): transformers' cache holds what the layers give it. */
 accel_kv_cache *accel_llama_kv_cache_new(accel_module *llama, int64_t batch, int64_t max_len, accel_device dev) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
-    return kv_cache_make(c, rank_kv_heads(llama, c), batch, max_len, dev, "accel_llama_kv_cache_new");
+    accel_dtype dt = accel__module_tensor(llama->children[ROOT_MODEL]->children[MODEL_EMBED], "weight")->dtype;
+    return kv_cache_make(c, dt, rank_kv_heads(llama, c), batch, max_len, dev, "accel_llama_kv_cache_new");
 }
 
-/* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
-enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
 /* the norms: input_layernorm and post_attention_layernorm (with norm_outputs
  * post_attention_layernorm and post_feedforward_layernorm; with sandwich_norms
  * also pre_ and post_feedforward_layernorm) */
