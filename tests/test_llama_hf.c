@@ -11,6 +11,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "check.h"
+#include "nn/arch.h" /* accel__llama_forward_last */
 
 static const char *FIXTURES[] = {"basic", "gqa", "tied", "rope", "sharded"};
 
@@ -61,6 +62,29 @@ static double logits_err(accel_module *m, const expected *e) {
     return err;
 }
 
+/* max |the head on the last position only - expected logits there|: the
+ * generation's forward (accel__llama_forward_last), logits [B, 1, V]; 1e30
+ * when it fails or gives another shape. */
+static double last_logits_err(accel_module *m, const expected *e) {
+    accel_tensor *y = accel__llama_forward_last(m, accel_alias(e->ids), NULL);
+    int64_t B = e->logits->shape[0], T = e->logits->shape[1], V = e->logits->shape[2];
+    double err = 1e30;
+    if (y && y->ndim == 3 && y->shape[0] == B && y->shape[1] == 1 && y->shape[2] == V) {
+        float *a = malloc(sizeof(float) * (size_t)(B * V)), *b = malloc(sizeof(float) * (size_t)(B * T * V));
+        accel_to_floats(y, a);
+        accel_to_floats(e->logits, b);
+        err = 0;
+        for (int64_t i = 0; i < B; i++)
+            for (int64_t j = 0; j < V; j++) err = fmax(err, fabs((double)a[i * V + j] - b[(i * T + T - 1) * V + j]));
+        free(a);
+        free(b);
+    } else {
+        fprintf(stderr, "last-position forward failed: %s\n", y ? "not [B, 1, V]" : accel_last_error());
+    }
+    accel_step_reset();
+    return err;
+}
+
 static void check_greedy(accel_module *m, const expected *e, const char *name) {
     int64_t np = e->prompt->shape[1], ng = e->greedy->shape[1];
     int64_t prompt[16], want[32], got[32], n_out = 0;
@@ -87,6 +111,8 @@ static void run_fixture(const char *name, const char *map_spec, bool offload_cpu
     if (m) {
         double err = logits_err(m, &e);
         CHECK_MSG(err <= 1e-4, "%s map=%s: max logits error %g", name, map_spec ? map_spec : "none", err);
+        err = last_logits_err(m, &e);
+        CHECK_MSG(err <= 1e-4, "%s map=%s: max last-position logits error %g", name, map_spec ? map_spec : "none", err);
         check_greedy(m, &e, name);
         accel_dispatch_stats s;
         accel_dispatched_stats(d, &s);

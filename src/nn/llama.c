@@ -730,7 +730,8 @@ const accel_llama_config *accel_llama_config_of(accel_module *llama) {
     return llama->impl;
 }
 
-accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+/* accel_llama_forward; `last`: the logits of the last position only, [B, 1, V]. */
+static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, bool last) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c || !accel_tensor_check(ids, "accel_llama_forward", "ids")) return NULL;
     if (ids->ndim != 2 || (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32)) {
@@ -772,6 +773,7 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     if (accel_module_enter(llama, &h) == ACCEL_OK) {
         const accel__arch *a = root_arch(llama);
         h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
+        if (last && h && h->shape[1] > 1) h = accel_slice(h, 1, h->shape[1] - 1, h->shape[1], 1);
         logits = lm_head(llama, c, a, h);
         /* generating under tp: every rank gets the whole vocabulary's logits */
         if (cache && tp && logits) logits = accel_tp_gather_from_region(logits, tp);
@@ -780,6 +782,14 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     accel__tp_sequence_split(split);
     if (logits && cache) cache->len += T;
     return logits;
+}
+
+accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+    return forward(llama, ids, cache, false);
+}
+
+accel_tensor *accel__llama_forward_last(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+    return forward(llama, ids, cache, true);
 }
 
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
