@@ -174,7 +174,38 @@ static void test_strategy_maps(void) {
     }
 }
 
-/* bf16 on disk, computed in f32: converted per forward into scratch buffers */
+/* An f32 checkpoint loaded in bf16 keeps its config's torch_dtype (float32),
+ * but the KV cache holds what the bf16 layers compute: bf16 keys and values,
+ * so a forward through the cache gives the forward's own bf16 logits. A cache
+ * of the config's f32 made attention's output f32 there, and with it the
+ * residual stream, the MLPs and the head (each bf16 weight widened to f32 per
+ * call: 5x the bf16 first token's time, other tokens than transformers'). */
+static void check_bf16_cache(accel_module *m, const expected *e) {
+    const accel_llama_config *c = accel_llama_config_of(m);
+    CHECK(c->torch_dtype == ACCEL_F32);
+    int64_t B = e->ids->shape[0], T = e->ids->shape[1];
+    accel_kv_cache *kc = accel_llama_kv_cache_new(m, B, T, ACCEL_CPU_DEVICE);
+    CHECK(kc && accel_kv_cache_bytes(kc) ==
+                    c->num_hidden_layers * 2 * B * c->num_key_value_heads * T * c->head_dim * (int64_t)sizeof(uint16_t));
+    accel_tensor *ids = accel_alias(e->ids);
+    accel_tensor *plain = accel_llama_forward(m, ids, NULL), *cached = accel_llama_forward(m, ids, kc);
+    CHECK_MSG(plain && cached, "%s", accel_last_error());
+    if (plain && cached) {
+        CHECK(plain->dtype == ACCEL_BF16);
+        CHECK_MSG(cached->dtype == ACCEL_BF16, "logits through the cache are %s", accel_dtype_name(cached->dtype));
+        int64_t n = accel_numel(plain);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        CHECK(a && b && accel_same_shape(plain, cached) && accel_to_floats(plain, a) == ACCEL_OK &&
+              accel_to_floats(cached, b) == ACCEL_OK && memcmp(a, b, sizeof(float) * (size_t)n) == 0);
+        free(a);
+        free(b);
+    }
+    accel_step_reset();
+    accel_kv_cache_free(kc);
+}
+
+/* f32 on disk, loaded in bf16: bf16 weights, logits close to the f32 ones,
+ * and a KV cache of bf16 (above) */
 static void test_dtype_cast_load(void) {
     expected e;
     CHECK(expected_open("data/hf_llama_basic", &e));
@@ -187,48 +218,7 @@ static void test_dtype_cast_load(void) {
         CHECK(w && w->dtype == ACCEL_BF16 && w->device.type == ACCEL_DEV_CPU);
         double err = logits_err(m, &e);
         CHECK_MSG(err < 0.1 && err > 1e-6, "bf16 logits error %g", err); /* close, not identical */
-    }
-    accel_dispatched_free(d);
-    accel_module_free(m);
-    expected_close(&e);
-    accel_clear_error();
-}
-
-/* An f32 checkpoint loaded in bf16 keeps its config's torch_dtype (float32),
- * but the KV cache holds what the bf16 layers compute: bf16 keys and values,
- * so a forward through the cache gives the forward's own bf16 logits. A cache
- * of the config's f32 made attention's output f32 there, and with it the
- * residual stream, the MLPs and the head (each bf16 weight widened to f32 per
- * call: 5x the bf16 first token's time, other tokens than transformers'). */
-static void test_dtype_cast_cache(void) {
-    expected e;
-    CHECK(expected_open("data/hf_llama_basic", &e));
-    accel_load_opts lo = {.has_dtype = true, .dtype = ACCEL_BF16};
-    accel_dispatched *d = NULL;
-    accel_module *m = accel_llama_from_pretrained("data/hf_llama_basic", NULL, NULL, NULL, &lo, &d);
-    CHECK_MSG(m, "%s", accel_last_error());
-    if (m) {
-        const accel_llama_config *c = accel_llama_config_of(m);
-        CHECK(c->torch_dtype == ACCEL_F32);
-        int64_t B = e.ids->shape[0], T = e.ids->shape[1];
-        accel_kv_cache *kc = accel_llama_kv_cache_new(m, B, T, ACCEL_CPU_DEVICE);
-        CHECK(kc && accel_kv_cache_bytes(kc) == c->num_hidden_layers * 2 * B * c->num_key_value_heads * T *
-                                                    c->head_dim * (int64_t)sizeof(uint16_t));
-        accel_tensor *ids = accel_alias(e.ids);
-        accel_tensor *plain = accel_llama_forward(m, ids, NULL), *cached = accel_llama_forward(m, ids, kc);
-        CHECK_MSG(plain && cached, "%s", accel_last_error());
-        if (plain && cached) {
-            CHECK(plain->dtype == ACCEL_BF16);
-            CHECK_MSG(cached->dtype == ACCEL_BF16, "logits through the cache are %s", accel_dtype_name(cached->dtype));
-            int64_t n = accel_numel(plain);
-            float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
-            CHECK(a && b && accel_same_shape(plain, cached) && accel_to_floats(plain, a) == ACCEL_OK &&
-                  accel_to_floats(cached, b) == ACCEL_OK && memcmp(a, b, sizeof(float) * (size_t)n) == 0);
-            free(a);
-            free(b);
-        }
-        accel_step_reset();
-        accel_kv_cache_free(kc);
+        check_bf16_cache(m, &e);
     }
     accel_dispatched_free(d);
     accel_module_free(m);
@@ -283,7 +273,6 @@ int main(void) {
     RUN(test_fixtures_cpu_offload);
     RUN(test_strategy_maps);
     RUN(test_dtype_cast_load);
-    RUN(test_dtype_cast_cache);
     RUN(test_save_pretrained_roundtrip);
     accel_thread_cleanup();
     return check_summary();
