@@ -8,11 +8,11 @@
         norm + lm_head on B; "disk" needs an offload folder: a temp dir), one
         forward on [[1, 2, 3]]; prints process_to_logits_ms (since the process
         started, imports included, like the C example).
-    bigmodel_peer.py decode CKPT [--new-tokens 32] [--dtype float32|bfloat16] [--ids 1,2,3]
+    bigmodel_peer.py decode CKPT [--new-tokens 32] [--dtype float32|bfloat16] [--ids 1,2,3] [--first-reps N]
         LlamaForCausalLM.from_pretrained in that dtype, then
         bench/peer_decode.py's greedy_decode (greedy generate with the KV
-        cache); prints load_ms (from_pretrained), generated_ids, first_token_ms
-        and decode_tokens_per_s (new tokens after the first / their time, the
+        cache); prints load_ms (from_pretrained), generated_ids, first_token_ms,
+        first_token_cpu_ms (medians of N first tokens) and decode_tokens_per_s (new tokens after the first / their time, the
         prompt's forward and first token taken out as examples/generate does).
         Used by bench/bench_bigmodel.sh and bench/decode.sh.
 """
@@ -55,14 +55,14 @@ def first_logits(ckpt, devices):
     print(f"process_to_logits_ms={t * 1e3:.1f}")
 
 
-def decode(ckpt, new_tokens, dtype, prompt):
+def decode(ckpt, new_tokens, dtype, prompt, first_reps):
     import torch
     from transformers import LlamaForCausalLM
 
     t_load = time.perf_counter()
     model = LlamaForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
     print(f"load_ms={(time.perf_counter() - t_load) * 1e3:.1f}")
-    greedy_decode(model, prompt, new_tokens)
+    greedy_decode(model, prompt, new_tokens, first_reps)
 
 
 def main():
@@ -73,11 +73,12 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--ids", default="1,2,3")
+    ap.add_argument("--first-reps", type=int, default=1)
     a = ap.parse_args()
     if a.mode == "first-logits":
         first_logits(a.ckpt, a.devices)
     else:
-        decode(a.ckpt, a.new_tokens, a.dtype, a.ids)
+        decode(a.ckpt, a.new_tokens, a.dtype, a.ids, a.first_reps)
 
 
 if __name__ == "__main__":

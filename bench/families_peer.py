@@ -7,12 +7,13 @@ family accel builds from config.json.
         weights of transformers' own init, seed 0) for every family of FAMILIES:
         hidden 512, intermediate 1024, 4 layers, 8 heads (4 key/value heads where
         the family has GQA), head_dim 64, vocabulary 32000.
-    families_peer.py decode DIR [--ids 1,2,...] [--new-tokens 32]
-        AutoModelForCausalLM.from_pretrained(DIR) in f32, then
+    families_peer.py decode DIR [--ids 1,2,...] [--new-tokens 32] [--dtype float32|bfloat16] [--first-reps N]
+        AutoModelForCausalLM.from_pretrained(DIR) in that dtype (default f32), then
         bench/peer_decode.py's greedy_decode (as bench/bigmodel_peer.py decode):
         prints generated_ids, first_token_ms (warm: the prompt's forward and the
-        first token, generate(max_new_tokens=1)) and decode_tokens_per_s (new
-        tokens after the first over their time).
+        first token, generate(max_new_tokens=1); the median of N, beside its
+        CPU time first_token_cpu_ms) and decode_tokens_per_s (new tokens after
+        the first over their time).
 """
 import argparse
 import os
@@ -51,11 +52,11 @@ def make(out):
         print(name, sum(p.numel() for p in model.parameters()), "parameters")
 
 
-def decode(d, prompt, new_tokens):
+def decode(d, prompt, new_tokens, dtype, first_reps):
     import torch
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
-    greedy_decode(model, prompt, new_tokens)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype)).eval()
+    greedy_decode(model, prompt, new_tokens, first_reps)
 
 
 def main():
@@ -64,11 +65,13 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--ids", default="1,2,3,4,5,6,7,8")
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--first-reps", type=int, default=1)
     a = ap.parse_args()
     if a.mode == "make":
         make(a.dir)
     else:
-        decode(a.dir, a.ids, a.new_tokens)
+        decode(a.dir, a.ids, a.new_tokens, a.dtype, a.first_reps)
 
 
 if __name__ == "__main__":

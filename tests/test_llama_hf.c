@@ -11,6 +11,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "check.h"
+#include "nn/arch.h" /* accel__llama_forward_last */
 
 static const char *FIXTURES[] = {"basic", "gqa", "tied", "rope", "sharded"};
 
@@ -61,6 +62,29 @@ static double logits_err(accel_module *m, const expected *e) {
     return err;
 }
 
+/* max |the head on the last position only - expected logits there|: the
+ * generation's forward (accel__llama_forward_last), logits [B, 1, V]; 1e30
+ * when it fails or gives another shape. */
+static double last_logits_err(accel_module *m, const expected *e) {
+    accel_tensor *y = accel__llama_forward_last(m, accel_alias(e->ids), NULL);
+    int64_t B = e->logits->shape[0], T = e->logits->shape[1], V = e->logits->shape[2];
+    double err = 1e30;
+    if (y && y->ndim == 3 && y->shape[0] == B && y->shape[1] == 1 && y->shape[2] == V) {
+        float *a = malloc(sizeof(float) * (size_t)(B * V)), *b = malloc(sizeof(float) * (size_t)(B * T * V));
+        accel_to_floats(y, a);
+        accel_to_floats(e->logits, b);
+        err = 0;
+        for (int64_t i = 0; i < B; i++)
+            for (int64_t j = 0; j < V; j++) err = fmax(err, fabs((double)a[i * V + j] - b[(i * T + T - 1) * V + j]));
+        free(a);
+        free(b);
+    } else {
+        fprintf(stderr, "last-position forward failed: %s\n", y ? "not [B, 1, V]" : accel_last_error());
+    }
+    accel_step_reset();
+    return err;
+}
+
 static void check_greedy(accel_module *m, const expected *e, const char *name) {
     int64_t np = e->prompt->shape[1], ng = e->greedy->shape[1];
     int64_t prompt[16], want[32], got[32], n_out = 0;
@@ -87,6 +111,8 @@ static void run_fixture(const char *name, const char *map_spec, bool offload_cpu
     if (m) {
         double err = logits_err(m, &e);
         CHECK_MSG(err <= 1e-4, "%s map=%s: max logits error %g", name, map_spec ? map_spec : "none", err);
+        err = last_logits_err(m, &e);
+        CHECK_MSG(err <= 1e-4, "%s map=%s: max last-position logits error %g", name, map_spec ? map_spec : "none", err);
         check_greedy(m, &e, name);
         accel_dispatch_stats s;
         accel_dispatched_stats(d, &s);
@@ -148,7 +174,38 @@ static void test_strategy_maps(void) {
     }
 }
 
-/* bf16 on disk, computed in f32: converted per forward into scratch buffers */
+/* An f32 checkpoint loaded in bf16 keeps its config's torch_dtype (float32),
+ * but the KV cache holds what the bf16 layers compute: bf16 keys and values,
+ * so a forward through the cache gives the forward's own bf16 logits. A cache
+ * of the config's f32 made attention's output f32 there, and with it the
+ * residual stream, the MLPs and the head (each bf16 weight widened to f32 per
+ * call: 5x the bf16 first token's time, other tokens than transformers'). */
+static void check_bf16_cache(accel_module *m, const expected *e) {
+    const accel_llama_config *c = accel_llama_config_of(m);
+    CHECK(c->torch_dtype == ACCEL_F32);
+    int64_t B = e->ids->shape[0], T = e->ids->shape[1];
+    accel_kv_cache *kc = accel_llama_kv_cache_new(m, B, T, ACCEL_CPU_DEVICE);
+    CHECK(kc && accel_kv_cache_bytes(kc) ==
+                    c->num_hidden_layers * 2 * B * c->num_key_value_heads * T * c->head_dim * (int64_t)sizeof(uint16_t));
+    accel_tensor *ids = accel_alias(e->ids);
+    accel_tensor *plain = accel_llama_forward(m, ids, NULL), *cached = accel_llama_forward(m, ids, kc);
+    CHECK_MSG(plain && cached, "%s", accel_last_error());
+    if (plain && cached) {
+        CHECK(plain->dtype == ACCEL_BF16);
+        CHECK_MSG(cached->dtype == ACCEL_BF16, "logits through the cache are %s", accel_dtype_name(cached->dtype));
+        int64_t n = accel_numel(plain);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        CHECK(a && b && accel_same_shape(plain, cached) && accel_to_floats(plain, a) == ACCEL_OK &&
+              accel_to_floats(cached, b) == ACCEL_OK && memcmp(a, b, sizeof(float) * (size_t)n) == 0);
+        free(a);
+        free(b);
+    }
+    accel_step_reset();
+    accel_kv_cache_free(kc);
+}
+
+/* f32 on disk, loaded in bf16: bf16 weights, logits close to the f32 ones,
+ * and a KV cache of bf16 (above) */
 static void test_dtype_cast_load(void) {
     expected e;
     CHECK(expected_open("data/hf_llama_basic", &e));
@@ -161,6 +218,7 @@ static void test_dtype_cast_load(void) {
         CHECK(w && w->dtype == ACCEL_BF16 && w->device.type == ACCEL_DEV_CPU);
         double err = logits_err(m, &e);
         CHECK_MSG(err < 0.1 && err > 1e-6, "bf16 logits error %g", err); /* close, not identical */
+        check_bf16_cache(m, &e);
     }
     accel_dispatched_free(d);
     accel_module_free(m);

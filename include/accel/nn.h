@@ -317,6 +317,9 @@ accel_status accel_llama_config_check(const accel_llama_config *cfg, const char 
 
 /* KV cache for generation: per layer K and V [B, Hkv, max_len, D], made on
  * dev; a layer's pair moves (once) to the device its layer runs on.
+ * accel_kv_cache_new's is of the config's torch_dtype; accel_llama_kv_cache_new's
+ * of the model's weights (what its layers compute k and v in: bf16 for an f32
+ * checkpoint loaded with a bf16 dtype override).
  * accel_kv_cache_new sizes Hkv for the config's whole model;
  * accel_llama_kv_cache_new for the heads the model computes on this rank
  * (under tensor parallelism num_key_value_heads / tp, or the one replicated

@@ -153,7 +153,8 @@ int64_t accel_sample_logits(const accel_tensor *logits, const accel_generate_opt
     return tok;
 }
 
-/* Logits of the last position of y [1, T, V] as a [V] view (on y's device). */
+/* Logits of the last position of y [1, T, V] (T = 1: the head ran on the
+ * last position alone) as a [V] view (on y's device). */
 static accel_tensor *last_logits(accel_tensor *y, int64_t vocab) {
     if (y->ndim != 3 || y->shape[0] != 1 || y->shape[2] != vocab) {
         char b[64];
@@ -186,7 +187,7 @@ static accel_tensor *ids_tensor(const int64_t *ids, int64_t n, accel_device dev)
  * opts->prompt_logits on the first step). */
 static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, int64_t vocab,
                                 const accel_generate_opts *opts, bool first, float *buf) {
-    accel_tensor *y = ids ? accel_llama_forward(llama, ids, cache) : NULL;
+    accel_tensor *y = ids ? accel__llama_forward_last(llama, ids, cache) : NULL;
     accel_tensor *row = y ? last_logits(y, vocab) : NULL;
     if (!row) return accel_last_status();
     if (first && opts->prompt_logits && accel_copy_(opts->prompt_logits, row) != ACCEL_OK)

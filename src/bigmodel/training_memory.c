@@ -96,6 +96,7 @@ typedef struct dims {
     double n;             /* tokens B*T */
     double B, T, C, Q, K, I, V, H, D;
     double Hkv;
+    double R;             /* the rotary dims of a head: D, or D * partial_rotary_factor */
 } dims;
 
 /* What the family's row (nn/arch.h) and config change in the step, in the
@@ -237,14 +238,32 @@ static void norm_bwd(ledger *l, double e, accel_dtype xdt, bool x_has_grad) {
     l->bytes += 4 * e + grad_copy(e, xdt, x_has_grad) + (l->k->ac == ACCEL_F32 ? 4 * e : 0);
 }
 
-/* accel_rope forward of a head-split projection [B, h, T, D] of dtype dt
- * (a transposed view, read in place) with e = n*h*D elements: the cos/sin
- * tables [T, D/2] and the output, written in dt. */
-static void rope_fwd(ledger *l, double e, accel_dtype dt) { l->bytes += 2 * 4 * l->d->T * l->d->D / 2 + e * esz(dt); }
+/* RoPE of a head-split projection x [B, h, T, D] of dtype dt (a transposed
+ * view, read in place) with e = n*h*D elements (src/nn/llama.c rope()):
+ * accel_rope's cos/sin tables [T, R/2] and its output, written in dt. With a
+ * partial rotary dim R < D (Phi-3's partial_rotary_factor) it rotates the
+ * first R dims only, yet costs more than a whole rotation: that slice made
+ * contiguous, rotated (an output of e R/D), then concatenated with the
+ * unrotated rest into a new output of all e. */
+static void rope_fwd(ledger *l, double e, accel_dtype dt) {
+    const dims *d = l->d;
+    double er = e * d->R / d->D;
+    l->bytes += 2 * 4 * d->T * d->R / 2 + er * esz(dt);
+    if (d->R < d->D) l->bytes += er * esz(dt) + e * esz(dt);
+}
 
-/* accel_rope backward: the output gradient read as it is, the input view's
- * gradient in its dtype. */
-static void rope_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += gbuf_native(e, dt, false); }
+/* Its backward: the rotated part's input gradient in its dtype. With R < D
+ * also: the concatenation's (each part's slice of the output gradient made
+ * dense, then copied as that part's first gradient: 2 e), the contiguous
+ * copy's (its gradient copied into the slice view's), and the two slices'
+ * (each a zeroed gradient of x's shape, the first copied as x's, the second
+ * added into it: 3 e). */
+static void rope_bwd(ledger *l, double e, accel_dtype dt) {
+    const dims *d = l->d;
+    double er = e * d->R / d->D;
+    l->bytes += gbuf_native(er, dt, false);
+    if (d->R < d->D) l->bytes += (2 * e + er + 3 * e) * esz(dt);
+}
 
 /* The backward of split_heads (reshape then transpose of a projection output
  * of dtype dt): the transpose's dense gradient, the copies into the
@@ -502,6 +521,9 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     *d = (dims){.B = (double)o->batch_size, .T = (double)o->seq_len, .C = (double)cfg->hidden_size,
                 .Q = heads * hd, .K = kv * hd, .I = (double)cfg->intermediate_size,
                 .V = (double)cfg->vocab_size, .H = heads, .D = hd, .Hkv = kv};
+    accel_llama_config rc = *cfg; /* head_dim resolved, for the rotary dims */
+    rc.head_dim = (int64_t)hd;
+    d->R = (double)accel__rotary_dim(&rc);
     d->n = d->B * d->T;
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
@@ -715,7 +737,7 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
                                FN, (long long)o->seq_len, (long long)cfg->max_position_embeddings);
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
     dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
-              .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H};
+              .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};
     d.n = d.B * d.T;
     fam f = {.layer_norm = true};
     step_kind k = kind_of(o);

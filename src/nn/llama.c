@@ -167,6 +167,11 @@ accel_status accel_llama_config_check(const accel_llama_config *cfg, const char 
     return resolve_config(cfg, &c, who ? who : "accel_llama_config_check");
 }
 
+/* Child indices, fixed by construction order (transformers' order; GPT-2's
+ * wte is its model's child 0 too: ACCEL__GPT2_WTE). */
+enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
+enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
+
 /* ---- KV cache */
 
 struct accel_kv_cache {
@@ -176,9 +181,9 @@ struct accel_kv_cache {
 };
 
 /* A cache of n_layers layers, each K and V [batch, kv_heads, max_len, D] of
- * c's dtype on dev (c resolved). */
-static accel_kv_cache *kv_cache_make(const accel_llama_config *c, int64_t kv_heads, int64_t batch, int64_t max_len,
-                                     accel_device dev, const char *who) {
+ * dtype dt on dev (c resolved). */
+static accel_kv_cache *kv_cache_make(const accel_llama_config *c, accel_dtype dt, int64_t kv_heads, int64_t batch,
+                                     int64_t max_len, accel_device dev, const char *who) {
     if (batch <= 0 || max_len <= 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: batch %lld and max_len %lld must be > 0", who, (long long)batch,
                         (long long)max_len);
@@ -195,8 +200,8 @@ static accel_kv_cache *kv_cache_make(const accel_llama_config *c, int64_t kv_hea
     bool ok = kc->k && kc->v;
     int64_t shape[4] = {batch, kv_heads, max_len, c->head_dim};
     for (int i = 0; i < kc->n_layers && ok; i++) {
-        kc->k[i] = accel_tensor_new(c->torch_dtype, 4, shape, dev);
-        kc->v[i] = accel_tensor_new(c->torch_dtype, 4, shape, dev);
+        kc->k[i] = accel_tensor_new(dt, 4, shape, dev);
+        kc->v[i] = accel_tensor_new(dt, 4, shape, dev);
         ok = kc->k[i] && kc->v[i];
     }
     if (!ok) {
@@ -214,7 +219,7 @@ accel_kv_cache *accel_kv_cache_new(const accel_llama_config *cfg, int64_t batch,
         return NULL;
     }
     if (resolve_config(cfg, &c, "accel_kv_cache_new")) return NULL;
-    return kv_cache_make(&c, c.num_key_value_heads, batch, max_len, dev, "accel_kv_cache_new");
+    return kv_cache_make(&c, c.torch_dtype, c.num_key_value_heads, batch, max_len, dev, "accel_kv_cache_new");
 }
 
 int64_t accel_kv_cache_bytes(const accel_kv_cache *kc) {
@@ -281,15 +286,19 @@ int64_t accel__decoder_rank_heads(accel_module *llama) {
     return ((const layer_impl *)layers->children[0]->impl)->heads;
 }
 
+/* The cache holds the keys and values in the dtype the layers compute them
+ * in: the weights' (the embedding's stands for them all), which a load's
+ * dtype override makes differ from the config's torch_dtype. A cache of the
+ * config's f32 beside bf16 weights made attention's output f32, and with it
+ * the residual stream and every GEMM after it (each widening its bf16
+ * weight per call): transformers' cache holds what the layers give it. */
 accel_kv_cache *accel_llama_kv_cache_new(accel_module *llama, int64_t batch, int64_t max_len, accel_device dev) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
-    return kv_cache_make(c, rank_kv_heads(llama, c), batch, max_len, dev, "accel_llama_kv_cache_new");
+    accel_dtype dt = accel__module_tensor(llama->children[ROOT_MODEL]->children[MODEL_EMBED], "weight")->dtype;
+    return kv_cache_make(c, dt, rank_kv_heads(llama, c), batch, max_len, dev, "accel_llama_kv_cache_new");
 }
 
-/* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_MODEL = 0, ROOT_LM_HEAD = 1 };
-enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
 /* the norms: input_layernorm and post_attention_layernorm (with norm_outputs
  * post_attention_layernorm and post_feedforward_layernorm; with sandwich_norms
  * also pre_ and post_feedforward_layernorm) */
@@ -727,7 +736,8 @@ const accel_llama_config *accel_llama_config_of(accel_module *llama) {
     return llama->impl;
 }
 
-accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+/* accel_llama_forward; `last`: the logits of the last position only, [B, 1, V]. */
+static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, bool last) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c || !accel_tensor_check(ids, "accel_llama_forward", "ids")) return NULL;
     if (ids->ndim != 2 || (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32)) {
@@ -769,6 +779,7 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
     if (accel_module_enter(llama, &h) == ACCEL_OK) {
         const accel__arch *a = root_arch(llama);
         h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
+        if (last && h && h->shape[1] > 1) h = accel_slice(h, 1, h->shape[1] - 1, h->shape[1], 1);
         logits = lm_head(llama, c, a, h);
         /* generating under tp: every rank gets the whole vocabulary's logits */
         if (cache && tp && logits) logits = accel_tp_gather_from_region(logits, tp);
@@ -783,6 +794,14 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
  * then *tp its group and *v0 the first of this rank's columns. */
 static bool vocab_parallel(accel_module *llama, accel_pg **tp, int64_t *v0) {
     return accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, tp, v0, NULL);
+}
+
+accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+    return forward(llama, ids, cache, false);
+}
+
+accel_tensor *accel__llama_forward_last(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
+    return forward(llama, ids, cache, true);
 }
 
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
