@@ -105,6 +105,17 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
  * f32 accumulation; beta 0 ignores what C holds. One thread. */
 void accel__cpu_gemm_bf16w_nt(int64_t M, int64_t n, int64_t K, float alpha, const float *A, int64_t lda,
                               const uint16_t *W, int64_t ldw, float beta, float *C, int64_t ldc);
+/* The coefficients of one Adam / AdamW step (optim_kernels.c computes them
+ * from accel_k_adam as PyTorch does): p = p * decay - step_size * m /
+ * (sqrt(v) / bc2_sqrt + eps) after m += w1 (g' - m), v = v b2 + w2 g'^2,
+ * g' = g + l2 p. decay is 1 - lr wd for AdamW (l2 0), l2 is wd for Adam
+ * (decay 1). */
+typedef struct accel__adam_coef {
+    float step_size, bc2_sqrt, w1, b2, w2, eps, decay, l2;
+} accel__adam_coef;
+/* The update of n contiguous parameters and their moments (optim_update.c,
+ * per ISA variant; OpenMP threads when large). */
+void accel__cpu_adam_update(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n);
 /* The fast paths of the swiglu kernels (core/kernels.h): contiguous
  * operands of f32, bf16 or f16 each. */
 void accel__cpu_swiglu(const accel_k_swiglu *k);

@@ -63,6 +63,10 @@
       (k, count, nt, scratch, total))                                                          \
     /* attention_rows.c */                                                                     \
     X(accel__cpu_softmax_row, (float *row, int64_t n), (row, n))                               \
-    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))
+    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))           \
+    /* optim_update.c */                                                                       \
+    X(accel__cpu_adam_update,                                                                  \
+      (const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n),    \
+      (c, p, m, v, g, n))
 
 #endif
