@@ -77,6 +77,13 @@ void accel__cpu_copy_strided(void *dst, const accel_tensor *src);
  * layout's strides (operands 0 and 1). */
 void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float *a, const float *b,
                            float *out);
+/* out[0..n) = a op b on dense operands of n elements, one f32 (f) and one
+ * bf16/f16 (lo, dtype lo_dt; the first operand when lo_first): lo widened a
+ * block at a time on the stack instead of into an f32 copy of it (the
+ * residual adds of an autocast step: the f32 stream plus a bf16 branch). The
+ * values of accel__cpu_binary_f32 on the widened operand, bit for bit. */
+void accel__cpu_binary_f32_lowp(accel__binop op, const float *f, const void *lo, accel_dtype lo_dt, bool lo_first,
+                                float *out, int64_t n);
 /* Reference: element by element; out of any dtype, a/b any dtype and strides
  * (broadcast). Float outputs are computed in f32, integer outputs in int64. */
 void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tensor *a,
