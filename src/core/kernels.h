@@ -97,8 +97,8 @@ typedef struct accel_k_binary {
  * other f32, all three contiguous and of out's shape (no broadcast); -1 when
  * the op must hand the kernel f32 operands. */
 static inline int accel__binary_lowp_operand(const accel_tensor *out, const accel_tensor *a, const accel_tensor *b) {
-    if (out->dtype != ACCEL_F32 || !accel_same_shape(out, a) || !accel_same_shape(out, b) || !accel_is_contiguous(out) ||
-        !accel_is_contiguous(a) || !accel_is_contiguous(b))
+    if (out->dtype != ACCEL_F32 || !accel_same_shape(out, a) || !accel_same_shape(out, b) ||
+        !accel_is_contiguous(out) || !accel_is_contiguous(a) || !accel_is_contiguous(b))
         return -1;
     bool a_lo = a->dtype == ACCEL_BF16 || a->dtype == ACCEL_F16, b_lo = b->dtype == ACCEL_BF16 || b->dtype == ACCEL_F16;
     return a_lo && b->dtype == ACCEL_F32 ? 0 : b_lo && a->dtype == ACCEL_F32 ? 1 : -1;
