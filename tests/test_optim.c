@@ -84,6 +84,9 @@ static void test_adam_adamw(void) {
  * scalar rules give element by element, on a segment long enough for the
  * threads and with a tail no vector fills; the suite runs this under every
  * ISA cap (tests/gemm.cmake). Adam (L2) and AdamW, three steps. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* the rules unfused, as the kernel computes them (clang would fuse under -mfma) */
+#endif
 static void test_adam_bits(void) {
     enum { N = 100003 };
     static float p[N], g[N], want[N], m[N], v[N];

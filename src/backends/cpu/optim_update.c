@@ -1,13 +1,18 @@
 /* The Adam / AdamW update loop, compiled once per ISA variant
  * (cpu_variants.h): sqrt and the two divisions of every parameter run 16
  * wide on AVX-512 and 8 on AVX2, where the library's baseline compile runs
- * them 4 wide. The library builds as ISO C11, so the compiler fuses no
- * multiply-add: every variant computes each element with the same IEEE
- * operations in the same order and gives the same bits (test_optim checks
- * the kernel against a scalar loop under every ISA cap). AdamW was ~2% of
- * the bf16 Llama step's CPU on Zen 5, its baseline loop bound by the
- * divisions rather than memory (bench/results/bf16_step_ab.md). */
+ * them 4 wide. No multiply-add is fused (GCC fuses none in ISO C mode;
+ * clang's default would, in the variants with FMA, hence the pragma): every
+ * variant computes each element with the same IEEE operations in the same
+ * order and gives the same bits (test_optim checks the kernel against a
+ * scalar loop under every ISA cap). AdamW was ~2% of the bf16 Llama step's
+ * CPU on Zen 5, its baseline loop bound by the divisions rather than memory
+ * (bench/results/bf16_step_ab.md). */
 #include "cpu_kernels.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 void accel__cpu_adam_update(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n) {
     const float step_size = c->step_size, bc2_sqrt = c->bc2_sqrt, w1 = c->w1, b2 = c->b2, w2 = c->w2;
