@@ -3,8 +3,9 @@
  * replaces (values and input gradients, f32 and bf16), the fast kernels
  * against the reference ones in every CPU variant this machine runs, finite
  * differences, errors and meta; RoPE read from the q/k projection's layout in
- * its dtype (fast vs reference, strided vs contiguous); and the vectorised
- * bf16 conversions of the copy kernel against accel_f32_to_bf16, bit for bit. */
+ * its dtype (fast vs reference, strided vs contiguous); the vectorised
+ * bf16 conversions of the copy kernel against accel_f32_to_bf16, bit for bit;
+ * and f32 op bf16/f16 reading the bf16/f16 operand as stored. */
 #include "accel/accel.h"
 #include "check.h"
 #include "core/cpuinfo.h"
@@ -274,6 +275,40 @@ static void conversions(const char *variant) {
     accel_step_reset();
 }
 
+/* ---- f32 op bf16/f16 without the f32 copy (the residual adds) */
+
+/* An f32 tensor and a bf16/f16 one of its shape: add, sub, mul and div in
+ * both orders give the bits the ops give on the bf16/f16 operand widened
+ * first (and the reference kernels), and no f32 copy of that operand is made
+ * (the step arena grows by the output alone). 300001 elements: the OpenMP
+ * threads and a tail no block fills. */
+static void binary_lowp(accel_dtype dt, const char *variant) {
+    enum { n = 300001 };
+    accel_tensor *f = gc_randn(70, ACCEL_SHAPE(n)), *src = gc_randn(71, ACCEL_SHAPE(n));
+    accel_tensor *lo = accel_to_dtype(src, dt), *wide = accel_to_dtype(lo, ACCEL_F32);
+    accel_tensor *(*ops[4])(accel_tensor *, accel_tensor *) = {accel_add, accel_sub, accel_mul, accel_div};
+    CHECK(f && lo && wide);
+    for (int op = 0; op < 4 && wide; op++)
+        for (int lo_first = 0; lo_first < 2; lo_first++) {
+            accel_tensor *x = lo_first ? lo : f, *y = lo_first ? f : lo;
+            size_t used = accel_arena_used(accel_step_arena());
+            accel_tensor *got = ops[op](x, y);
+            size_t grew = accel_arena_used(accel_step_arena()) - used;
+            accel_tensor *want = ops[op](lo_first ? wide : f, lo_first ? f : wide);
+            bool prev = accel_set_reference_kernels(true);
+            accel_tensor *ref = ops[op](x, y);
+            accel_set_reference_kernels(prev);
+            CHECK_MSG(got && got->dtype == ACCEL_F32 && mismatches(got, want, 0.0, 0.0, "vs widened") == 0 &&
+                          mismatches(got, ref, 0.0, 0.0, "vs reference") == 0,
+                      "%s %s op %d lo_first %d", variant, accel_dtype_name(dt), op, lo_first);
+            CHECK_MSG(grew < (size_t)n * 4 + 4096, "%s %s op %d: the arena grew by %zu bytes (an f32 copy?)", variant,
+                      accel_dtype_name(dt), op, grew);
+        }
+    accel_step_reset();
+    accel_tensor_free(f);
+    accel_tensor_free(src);
+}
+
 /* ---- RoPE on the projection's layout */
 
 /* y = rope(q) with q the [B, T, H * D] projection p (rounded to dt) seen as
@@ -345,6 +380,8 @@ int main(void) {
         ce_fast_vs_ref(ACCEL_F32, name);
         ce_fast_vs_ref(ACCEL_BF16, name);
         conversions(name);
+        binary_lowp(ACCEL_BF16, name);
+        binary_lowp(ACCEL_F16, name);
     }
     CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
     return check_summary();

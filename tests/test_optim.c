@@ -79,6 +79,47 @@ static void test_adam_adamw(void) {
                (float[]){4.826812744e-01f, -1.246120930e+00f, 1.981773973e+00f, 1.267693192e-01f});
 }
 
+/* The update loop (optim_update.c, compiled per ISA variant: 16 wide on
+ * AVX-512, 8 on AVX2, 4 in the baseline) gives, bit for bit, what PyTorch's
+ * scalar rules give element by element, on a segment long enough for the
+ * threads and with a tail no vector fills; the suite runs this under every
+ * ISA cap (tests/gemm.cmake). Adam (L2) and AdamW, three steps. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* the rules unfused, as the kernel computes them (clang would fuse under -mfma) */
+#endif
+static void test_adam_bits(void) {
+    enum { N = 100003 };
+    static float p[N], g[N], want[N], m[N], v[N];
+    for (int kind = ACCEL_OPTIM_ADAM; kind <= ACCEL_OPTIM_ADAMW; kind++) {
+        bool adamw = kind == ACCEL_OPTIM_ADAMW;
+        accel_optim_hparams h = accel_optim_defaults((accel_optim_kind)kind, 3e-3);
+        h.weight_decay = 0.05;
+        for (int i = 0; i < N; i++) {
+            p[i] = want[i] = (float)((int)((int64_t)i * 7919 % 2003) - 1001) * 1e-3f;
+            m[i] = v[i] = 0.0f;
+        }
+        accel_optimizer *opt = flat_opt((accel_optim_kind)kind, p, g, N, &h);
+        CHECK(opt != NULL);
+        for (int s = 1; s <= 3; s++) {
+            for (int i = 0; i < N; i++) g[i] = (float)((int)((int64_t)i * 104729 % 4001) - 2000) * 2.5e-4f * (float)s;
+            CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+            const float step_size = (float)(h.lr / (1.0 - pow(h.beta1, s)));
+            const float bc2_sqrt = (float)sqrt(1.0 - pow(h.beta2, s));
+            const float w1 = (float)(1.0 - h.beta1), b2 = (float)h.beta2, w2 = (float)(1.0 - h.beta2);
+            const float decay = adamw ? (float)(1.0 - h.lr * h.weight_decay) : 1.0f;
+            const float l2 = adamw ? 0.0f : (float)h.weight_decay;
+            for (int i = 0; i < N; i++) {
+                float gi = g[i] + l2 * want[i], pi = want[i] * decay;
+                m[i] += w1 * (gi - m[i]);
+                v[i] = v[i] * b2 + w2 * gi * gi;
+                want[i] = pi + -step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + (float)h.eps));
+            }
+        }
+        CHECK(memcmp(p, want, sizeof p) == 0);
+        accel_optimizer_free(opt);
+    }
+}
+
 /* The flat (ZeRO shard) form: two shards updated by two optimizers give the
  * same result as one optimizer over the whole buffer. */
 static void test_flat_shards(void) {
@@ -369,6 +410,7 @@ static void test_flat_on_device(void) {
 int main(void) {
     RUN(test_sgd);
     RUN(test_adam_adamw);
+    RUN(test_adam_bits);
     RUN(test_flat_shards);
     RUN(test_errors);
     RUN(test_clip);

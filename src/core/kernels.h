@@ -83,12 +83,26 @@ typedef enum accel__unop {
 } accel__unop;
 
 /* out (contiguous) = a op b, a and b broadcast to out's shape (any strides).
- * Fast path: all f32. Other dtypes: float outputs computed in f32, integer
- * outputs in int64. */
+ * Fast path: all f32, and on the CPU also f32 with one bf16/f16 operand
+ * (accel__binary_lowp_operand). Other dtypes: float outputs computed in f32,
+ * integer outputs in int64. */
 typedef struct accel_k_binary {
     ACCEL_KERNEL_TENSORS(3, *out, *a, *b);
     accel__binop op;
 } accel_k_binary;
+
+/* Which operand of an f32 binary op the CPU's fast path reads as bf16/f16
+ * itself (0: a, 1: b), widening it a block at a time instead of the op
+ * making an f32 copy of it first: out f32, that operand bf16 or f16 and the
+ * other f32, all three contiguous and of out's shape (no broadcast); -1 when
+ * the op must hand the kernel f32 operands. */
+static inline int accel__binary_lowp_operand(const accel_tensor *out, const accel_tensor *a, const accel_tensor *b) {
+    if (out->dtype != ACCEL_F32 || !accel_same_shape(out, a) || !accel_same_shape(out, b) ||
+        !accel_is_contiguous(out) || !accel_is_contiguous(a) || !accel_is_contiguous(b))
+        return -1;
+    bool a_lo = a->dtype == ACCEL_BF16 || a->dtype == ACCEL_F16, b_lo = b->dtype == ACCEL_BF16 || b->dtype == ACCEL_F16;
+    return a_lo && b->dtype == ACCEL_F32 ? 0 : b_lo && a->dtype == ACCEL_F32 ? 1 : -1;
+}
 
 /* out (contiguous) = f(x) elementwise, p the scalar of *_SCALAR / POW. Fast
  * path: x contiguous f32 and out f32; otherwise any float dtypes/strides.

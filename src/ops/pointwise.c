@@ -59,10 +59,13 @@ static accel_tensor *binary(const char *op, const char *name, accel__binop bop, 
     if (!out || dev.type == ACCEL_DEV_META) return out;
     if (accel_numel(out) > 0) {
         accel_k_binary k = {.out = out, .a = a, .b = b, .op = bop};
+        /* The CPU reads one bf16/f16 operand beside an f32 one itself (an
+         * autocast step's residual adds: no f32 copy of the branch). */
+        int lo = dev.type == ACCEL_DEV_CPU ? accel__binary_lowp_operand(out, a, b) : -1;
         if (!accel_reference_kernels() && accel_dtype_is_float(dt)) {
             /* f32 operands are read in place (any strides); others converted once. */
-            k.a = a->dtype == ACCEL_F32 ? a : accel__dense_f32(a);
-            k.b = b->dtype == ACCEL_F32 ? b : accel__dense_f32(b);
+            k.a = a->dtype == ACCEL_F32 || lo == 0 ? a : accel__dense_f32(a);
+            k.b = b->dtype == ACCEL_F32 || lo == 1 ? b : accel__dense_f32(b);
             k.out = dt == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, ndim, shape, dev);
             if (!k.a || !k.b || !k.out) return NULL;
         }

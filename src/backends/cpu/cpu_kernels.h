@@ -77,6 +77,13 @@ void accel__cpu_copy_strided(void *dst, const accel_tensor *src);
  * layout's strides (operands 0 and 1). */
 void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float *a, const float *b,
                            float *out);
+/* out[0..n) = a op b on dense operands of n elements, one f32 (f) and one
+ * bf16/f16 (lo, dtype lo_dt; the first operand when lo_first): lo widened a
+ * block at a time on the stack instead of into an f32 copy of it (the
+ * residual adds of an autocast step: the f32 stream plus a bf16 branch). The
+ * values of accel__cpu_binary_f32 on the widened operand, bit for bit. */
+void accel__cpu_binary_f32_lowp(accel__binop op, const float *f, const void *lo, accel_dtype lo_dt, bool lo_first,
+                                float *out, int64_t n);
 /* Reference: element by element; out of any dtype, a/b any dtype and strides
  * (broadcast). Float outputs are computed in f32, integer outputs in int64. */
 void accel__cpu_binary_ref(accel__binop op, accel_tensor *out, const accel_tensor *a,
@@ -105,6 +112,17 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
  * f32 accumulation; beta 0 ignores what C holds. One thread. */
 void accel__cpu_gemm_bf16w_nt(int64_t M, int64_t n, int64_t K, float alpha, const float *A, int64_t lda,
                               const uint16_t *W, int64_t ldw, float beta, float *C, int64_t ldc);
+/* The coefficients of one Adam / AdamW step (optim_kernels.c computes them
+ * from accel_k_adam as PyTorch does): p = p * decay - step_size * m /
+ * (sqrt(v) / bc2_sqrt + eps) after m += w1 (g' - m), v = v b2 + w2 g'^2,
+ * g' = g + l2 p. decay is 1 - lr wd for AdamW (l2 0), l2 is wd for Adam
+ * (decay 1). */
+typedef struct accel__adam_coef {
+    float step_size, bc2_sqrt, w1, b2, w2, eps, decay, l2;
+} accel__adam_coef;
+/* The update of n contiguous parameters and their moments (optim_update.c,
+ * per ISA variant; OpenMP threads when large). */
+void accel__cpu_adam_update(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n);
 /* The fast paths of the swiglu kernels (core/kernels.h): contiguous
  * operands of f32, bf16 or f16 each. */
 void accel__cpu_swiglu(const accel_k_swiglu *k);

@@ -30,6 +30,10 @@
     X(accel__cpu_binary_f32,                                                                   \
       (accel__binop op, const accel__layout *l, const float *a, const float *b, float *out),   \
       (op, l, a, b, out))                                                                      \
+    X(accel__cpu_binary_f32_lowp,                                                              \
+      (accel__binop op, const float *f, const void *lo, accel_dtype lo_dt, bool lo_first, float *out, \
+       int64_t n),                                                                             \
+      (op, f, lo, lo_dt, lo_first, out, n))                                                    \
     X(accel__cpu_binary_ref,                                                                   \
       (accel__binop op, accel_tensor *out, const accel_tensor *a, const accel_tensor *b),      \
       (op, out, a, b))                                                                         \
@@ -63,6 +67,10 @@
       (k, count, nt, scratch, total))                                                          \
     /* attention_rows.c */                                                                     \
     X(accel__cpu_softmax_row, (float *row, int64_t n), (row, n))                               \
-    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))
+    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))           \
+    /* optim_update.c */                                                                       \
+    X(accel__cpu_adam_update,                                                                  \
+      (const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n),    \
+      (c, p, m, v, g, n))
 
 #endif

@@ -1,5 +1,6 @@
-/* Optimizer updates (SGD, Adam/AdamW with PyTorch's rules) and the partial
- * gradient norm of gradient clipping. */
+/* Optimizer updates (SGD, Adam/AdamW with PyTorch's rules: Adam's loop is
+ * optim_update.c's, per ISA variant) and the partial gradient norm of
+ * gradient clipping. */
 #include <math.h>
 
 #include "cpu_kernels.h"
@@ -27,26 +28,17 @@ accel_status accel__cpuk_sgd(accel_k_sgd *k) {
 accel_status accel__cpuk_adam(accel_k_adam *k) {
     const double t = (double)k->step;
     const double bc1 = 1.0 - pow(k->beta1, t), bc2 = 1.0 - pow(k->beta2, t);
-    const float step_size = (float)(k->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    const float w1 = (float)(1.0 - k->beta1), b2 = (float)k->beta2, w2 = (float)(1.0 - k->beta2);
-    const float eps = (float)k->eps, wd = (float)k->weight_decay;
-    /* Branch-free so the loop vectorises: AdamW decays the parameter
-     * (p *= 1 - lr*wd), Adam adds wd*p to the gradient (L2). */
-    const float decay = k->decoupled ? (float)(1.0 - k->lr * k->weight_decay) : 1.0f;
-    const float l2 = k->decoupled ? 0.0f : wd;
-    float *p = k->p->data, *m = k->m->data, *v = k->v->data;
-    const float *g = k->g->data;
-    const int64_t n = accel_numel(k->p);
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i];
-        float gi = g[i] + l2 * pi;
-        pi *= decay;
-        m[i] += w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
-        v[i] = v[i] * b2 + w2 * gi * gi;
-        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-        p[i] = pi + -step_size * (m[i] / denom);
-    }
+    const accel__adam_coef c = {
+        .step_size = (float)(k->lr / bc1),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .w1 = (float)(1.0 - k->beta1),
+        .b2 = (float)k->beta2,
+        .w2 = (float)(1.0 - k->beta2),
+        .eps = (float)k->eps,
+        .decay = k->decoupled ? (float)(1.0 - k->lr * k->weight_decay) : 1.0f,
+        .l2 = k->decoupled ? 0.0f : (float)k->weight_decay,
+    };
+    accel__cpu_adam_update(&c, k->p->data, k->m->data, k->v->data, k->g->data, accel_numel(k->p));
     return ACCEL_OK;
 }
 

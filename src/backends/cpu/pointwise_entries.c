@@ -10,6 +10,13 @@ static bool dense_f32(const accel_tensor *t) { return t->dtype == ACCEL_F32 && a
 accel_status accel__cpuk_binary(accel_k_binary *k) {
     accel_tensor *out = k->out, *a = k->a, *b = k->b;
     if (accel_numel(out) == 0) return ACCEL_OK;
+    int lo = accel_reference_kernels() ? -1 : accel__binary_lowp_operand(out, a, b);
+    if (lo >= 0) {
+        bool lo_first = lo == 0;
+        accel__cpu_binary_f32_lowp(k->op, lo_first ? b->data : a->data, lo_first ? a->data : b->data,
+                                   lo_first ? a->dtype : b->dtype, lo_first, out->data, accel_numel(out));
+        return ACCEL_OK;
+    }
     if (accel_reference_kernels() || a->dtype != ACCEL_F32 || b->dtype != ACCEL_F32 || out->dtype != ACCEL_F32) {
         accel__cpu_binary_ref(k->op, out, a, b);
         return ACCEL_OK;

@@ -54,6 +54,23 @@ void accel__cpu_binary_f32(accel__binop op, const accel__layout *l, const float 
                    ib, out + r * n, n);
 }
 
+/* Elements a block widens at a time (on the stack, in L1). */
+enum { LOWP_BLOCK = 1024 };
+
+void accel__cpu_binary_f32_lowp(accel__binop op, const float *f, const void *lo, accel_dtype lo_dt, bool lo_first,
+                                float *out, int64_t n) {
+    int64_t nb = (n + LOWP_BLOCK - 1) / LOWP_BLOCK;
+    size_t es = accel_dtype_size(lo_dt);
+#pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * LOWP_BLOCK, m = s + LOWP_BLOCK < n ? LOWP_BLOCK : n - s;
+        float w[LOWP_BLOCK];
+        accel__cpu_to_f32(w, (const char *)lo + (size_t)s * es, lo_dt, m);
+        if (lo_first) binary_row(op, w, 1, f + s, 1, out + s, m);
+        else binary_row(op, f + s, 1, w, 1, out + s, m);
+    }
+}
+
 /* Integer arithmetic wraps as in PyTorch (two's complement), without signed-overflow UB. */
 static int64_t int_op(accel__binop op, int64_t x, int64_t y) {
     uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
