@@ -272,10 +272,13 @@ static void split_heads_bwd(ledger *l, double e, accel_dtype dt) {
     l->bytes += dense(e, dt, false) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
 }
 
-/* accel_add forward of f32 x and y of dtype ydt: the f32 output, y made f32. */
+/* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape): the
+ * f32 output; a bf16/f16 y is read as it is (the CPU's
+ * accel__binary_lowp_operand), any other y made f32. */
 static void add_fwd(ledger *l, accel_dtype ydt) {
     double e = l->d->n * l->d->C;
-    l->bytes += 4 * e + f32_contig(e, ydt, true);
+    bool lowp = ydt == ACCEL_BF16 || ydt == ACCEL_F16;
+    l->bytes += 4 * e + (lowp ? 0 : f32_contig(e, ydt, true));
 }
 
 /* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
