@@ -74,6 +74,8 @@ out=${OUT:-$default_out}
   echo "> figures swing with the load; the same-round ratios are the robust figures."
   echo
   echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores); $THREADS threads each"
+  # the GEMM paths the library chose (a binary copied without its plug-ins falls back: visible here)
+  "$B/bin/accel" env 2>/dev/null | sed -n 's/^- \(CPU kernels\|GEMM f32\|GEMM bf16\)\(:[^;]*\).*/\1\2  /p'
   echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
   echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
   echo
