@@ -55,3 +55,5 @@ bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size) {
     const accel__dnnl_hooks *h = dnnl();
     return h && h->supports(dt, impl, size);
 }
+
+const char *accel__dnnl_unavailable(void) { return dnnl() ? NULL : accel__plugin_reason_named("dnnl"); }

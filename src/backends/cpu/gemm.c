@@ -396,6 +396,8 @@ static void describe_f32(int mode, char *out, size_t n) {
     if (entries)
         snprintf(out, n, "openblas; dnnl (%s) on %d measured shape%s (docs/cpu.md)", impl, entries,
                  entries == 1 ? "" : "s");
+    else if (mode == ACCEL__GEMM_AUTO && accel__gemm_have_dnnl() && accel__dnnl_unavailable())
+        snprintf(out, n, "openblas (the oneDNN plug-in did not load: %s)", accel__dnnl_unavailable());
     else
         snprintf(out, n, "openblas%s", mode == ACCEL__GEMM_OPENBLAS ? " (ACCEL_GEMM=openblas)" : "");
 }
@@ -410,6 +412,8 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
     else if (mode == ACCEL__GEMM_AUTO && can && auto_dnnl_lowp(dt)) snprintf(out, n, "dnnl (%s)", impl);
     else if (mode == ACCEL__GEMM_OPENBLAS) snprintf(out, n, "openblas on f32 operands (ACCEL_GEMM=openblas)");
     else if (!accel__gemm_have_dnnl()) snprintf(out, n, "openblas on f32 operands (oneDNN not built in)");
+    else if (accel__dnnl_unavailable())
+        snprintf(out, n, "openblas on f32 operands (the oneDNN plug-in did not load: %s)", accel__dnnl_unavailable());
     else if (!can) snprintf(out, n, "openblas on f32 operands (oneDNN has no %s matmul here)", name);
     else if (!cpu_has_units(dt)) snprintf(out, n, "openblas on f32 operands (no %s units)", name);
     else snprintf(out, n, "openblas on f32 operands (oneDNN would run %s)", impl);

@@ -310,4 +310,9 @@ const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t
  * once per dtype. */
 bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size);
 
+/* NULL when the oneDNN plug-in (libaccel-dnnl.so) is loaded, else why it did
+ * not load (a static string of the plug-in loader): `accel env` names it
+ * rather than blaming the CPU. */
+const char *accel__dnnl_unavailable(void);
+
 #endif
