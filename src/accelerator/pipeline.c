@@ -20,7 +20,11 @@
  * gradients (backward), point to point (accel_pg_send_recv): a stage's
  * outgoing message is sent together with the next receive it makes, as
  * Megatron's send_forward_recv_backward pairs them, so neighbours that send
- * to each other at once never deadlock.
+ * to each other at once never deadlock. Under tp a pp group is one tp rank of
+ * every stage, under cp one cp rank: a cp rank's stages run its two chunks
+ * of the sequence (T / cp positions, accel_cp_shard of ids on the first
+ * stage), their attention exchanging over the stage's cp group, and the last
+ * stage's loss is the whole sequence's (the family's loss hook).
  *
  * Recompute: a forward runs without a graph and keeps only the stage's input
  * (ids on stage 0); the micro-batch's backward runs its forward again with
@@ -36,7 +40,7 @@
  * prepared weights hold. What the schedule bounds is the saved inputs.)
  *
  * The loss of micro-batch i is scaled by 1/m (and by the accelerator's
- * accumulation and fp16 factors, as accel_accelerator_backward does), so the
+ * accumulation, fp16 and cp factors, as accel_accelerator_backward does), so the
  * gradients accumulated over the m backwards are the batch's; the reported
  * loss, the mean over the micro-batches, is broadcast from the last stage.
  * The strategy (DDP, ZeRO-1 or ZeRO-2, over the stage's data-parallel group:
