@@ -28,8 +28,16 @@
  * on every rank, naming them. With SCHEDULE interleaved, VIRT chunks per
  * stage (Megatron's virtual stages) of a model of PP x VIRT layers, 8
  * micro-batches at PP = 4; an explicit split and a model of one layer more
- * are refused. Prints "pipeline pp=.. dp=.. tp=.. sp=.. <schedule> accum=..
- * ok" on rank 0.
+ * are refused. With three more fields CP STRATEGY FAMILY (PP x DP x CP x TP
+ * processes), each stage's sequence is split over CP ranks (context
+ * parallelism: STRATEGY allgather or alltoall as cp_comm_strategy, sp as
+ * Ulysses' sp_size; the replicas then dp_shard ranks, DDP or ZeRO over
+ * dp_shard x cp), the ranks of a cp group given the same rows, for FAMILY
+ * llama or gemma2 (pipeline_model.h: its window bites at T = 12): the same
+ * checks against one process, the held bytes a cp rank's T / CP positions',
+ * and a sequence that 2 CP does not divide refused by name. Prints "pipeline
+ * pp=.. dp=.. tp=.. sp=.. <schedule> accum=.. zero=.. cp=.. <strategy>
+ * <family> ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
