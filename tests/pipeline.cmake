@@ -55,7 +55,45 @@ if(TARGET accel_cli)
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${name} PROPERTIES TIMEOUT 180
       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_SHM_CHUNK_KB=4"
-      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} tp=${tp} sp=${sp} ${sched} accum=${accum} zero=${zero} ok\n"
+      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} tp=${tp} sp=${sp} ${sched} accum=${accum} zero=${zero} cp=1 allgather llama ok\n"
+      FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
+  endforeach()
+endif()
+# Context parallelism under pipeline parallelism (test_pipeline.c's 11th to 13th
+# fields: cp size, strategy allgather / alltoall or sp for Ulysses' sp_size,
+# family llama or gemma2): cp 2 x pp 2 on 4 processes with each schedule and
+# strategy, Llama and Gemma-2 (its sliding window of 4 bites at T = 12), and
+# tp 2 x cp 2 x pp 2 (sequence parallel) and dp_shard 2 x cp 2 x pp 2 (DDP,
+# and ZeRO-2 over dp_shard x cp) on 8. Fields: pp dp sched tied tp sp virt
+# zero cp strategy family.
+if(TARGET accel_cli)
+  foreach(cfg "2;1;1f1b;1;1;0;1;0;2;allgather;llama" "2;1;1f1b;0;1;0;1;0;2;alltoall;llama"
+              "2;1;gpipe;0;1;0;1;0;2;allgather;llama" "2;1;gpipe;1;1;0;1;0;2;alltoall;llama"
+              "2;1;interleaved;1;1;0;2;0;2;allgather;llama" "2;1;interleaved;0;1;0;2;0;2;alltoall;llama"
+              "2;1;1f1b;0;1;0;1;0;2;sp;llama" "2;1;1f1b;1;1;0;1;0;2;allgather;gemma2"
+              "2;1;gpipe;0;1;0;1;0;2;sp;gemma2" "2;1;interleaved;1;1;0;2;0;2;alltoall;gemma2"
+              "2;1;1f1b;1;2;1;1;0;2;alltoall;llama" "2;2;gpipe;0;1;0;1;0;2;allgather;llama"
+              "2;2;interleaved;1;1;0;2;2;2;alltoall;gemma2")
+    list(GET cfg 0 pp)
+    list(GET cfg 1 dp)
+    list(GET cfg 2 sched)
+    list(GET cfg 3 tied)
+    list(GET cfg 4 tp)
+    list(GET cfg 5 sp)
+    list(GET cfg 6 virt)
+    list(GET cfg 7 zero)
+    list(GET cfg 8 cp)
+    list(GET cfg 9 strategy)
+    list(GET cfg 10 family)
+    set(name pipeline_cp${cp}_${strategy}_pp${pp}_dp${dp}_tp${tp}_sp${sp}_zero${zero}_${sched}_v${virt}_tied${tied}_${family})
+    math(EXPR n "${pp} * ${dp} * ${tp} * ${cp}")
+    add_test(NAME ${name}
+             COMMAND $<TARGET_FILE:accel_cli> launch --num_processes ${n} $<TARGET_FILE:test_pipeline>
+                     ${pp} ${dp} ${sched} ${tied} 1 0 ${tp} ${sp} ${virt} ${zero} ${cp} ${strategy} ${family}
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 300
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_SHM_CHUNK_KB=4"
+      PASS_REGULAR_EXPRESSION "pipeline pp=${pp} dp=${dp} tp=${tp} sp=${sp} ${sched} accum=1 zero=${zero} cp=${cp} ${strategy} ${family} ok\n"
       FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
   endforeach()
 endif()

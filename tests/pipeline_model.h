@@ -5,6 +5,9 @@
 #ifndef ACCEL_TESTS_PIPELINE_MODEL_H
 #define ACCEL_TESTS_PIPELINE_MODEL_H
 
+#include <stdio.h>
+#include <string.h>
+
 #include "accel/accel.h"
 
 typedef struct pipeline_model {
@@ -12,6 +15,9 @@ typedef struct pipeline_model {
     int64_t vocab, hidden, ffn, positions;
     int layers, heads, kv_heads;
     bool tied;
+    /* NULL or "llama": a Llama; "gemma2": Gemma-2 with a sliding window of 4
+     * keys on its even layers, attention and final logit soft-capping */
+    const char *family;
 } pipeline_model;
 
 static inline accel_module *pipeline_llama(pipeline_model p) {
@@ -25,6 +31,9 @@ static inline accel_module *pipeline_llama(pipeline_model p) {
     c.num_key_value_heads = p.kv_heads;
     c.max_position_embeddings = p.positions;
     c.tie_word_embeddings = p.tied;
+    if (p.family) snprintf(c.model_type, sizeof c.model_type, "%s", p.family);
+    if (p.family && !strcmp(p.family, "gemma2"))
+        c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }

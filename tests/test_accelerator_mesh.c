@@ -263,8 +263,18 @@ static int parallelism_body(int rank, int world) {
     }
     refused_opts((accel_parallelism_opts){.sp_size = 2, .dp_replicate_size = 2}, NULL, ACCEL_ERR_INVALID_ARG,
                  "sp_size = 2 with dp_replicate_size = 2 and dp_shard_size = 1");
-    refused_opts((accel_parallelism_opts){.cp_size = 2, .pp_size = 2}, NULL, ACCEL_ERR_UNSUPPORTED,
-                 "cp_size = 2 with pp_size = 2: context parallelism under pipeline parallelism is not built");
+    /* cp x pp: a cp group in each stage (consecutive ranks), each pp group the same cp rank of every stage, the
+     * data-parallel group the stage's cp ranks */
+    o.parallelism = (accel_parallelism_opts){.cp_size = 2, .pp_size = 2};
+    acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (acc) {
+        accel_pg *cp = accel__mesh_group(&acc->mesh, ACCEL__MESH_CP), *pp = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
+        CHECK(cp && accel_pg_size(cp) == 2 && accel_pg_rank(cp) == rank % 2);
+        CHECK(pp && accel_pg_size(pp) == 2 && accel_pg_rank(pp) == rank / 2);
+        CHECK(accel_pg_size(acc->dp_pg) == 2 && accel_pg_rank(acc->dp_pg) == rank % 2);
+        accel_accelerator_free(acc);
+    }
     /* cp x tp (Ulysses' sp_size the same dimension): tp the consecutive ranks, cp one rank of each tp group, the
      * data-parallel group (what DDP averages over) the cp ranks, tp left out */
     o.parallelism = (accel_parallelism_opts){.sp_size = 2, .tp_size = 2};

@@ -28,8 +28,16 @@
  * on every rank, naming them. With SCHEDULE interleaved, VIRT chunks per
  * stage (Megatron's virtual stages) of a model of PP x VIRT layers, 8
  * micro-batches at PP = 4; an explicit split and a model of one layer more
- * are refused. Prints "pipeline pp=.. dp=.. tp=.. sp=.. <schedule> accum=..
- * ok" on rank 0.
+ * are refused. With three more fields CP STRATEGY FAMILY (PP x DP x CP x TP
+ * processes), each stage's sequence is split over CP ranks (context
+ * parallelism: STRATEGY allgather or alltoall as cp_comm_strategy, sp as
+ * Ulysses' sp_size; the replicas then dp_shard ranks, DDP or ZeRO over
+ * dp_shard x cp), the ranks of a cp group given the same rows, for FAMILY
+ * llama or gemma2 (pipeline_model.h: its window bites at T = 12): the same
+ * checks against one process, the held bytes a cp rank's T / CP positions',
+ * and a sequence that 2 CP does not divide refused by name. Prints "pipeline
+ * pp=.. dp=.. tp=.. sp=.. <schedule> accum=.. zero=.. cp=.. <strategy>
+ * <family> ok" on rank 0.
  *
  * Run plainly (ctest's pipeline): one process - the stage split (balanced by
  * parameter count, explicit, refused), pp = 1 with micro-batches equal to a
@@ -53,10 +61,12 @@
 #define ROWS 16 /* per replica: 4 micro-batches of 4 rows */
 #define STEPS 5
 
+static const char *g_family; /* pipeline_model's family: NULL (Llama) or "gemma2" */
+
 static accel_module *tiny_of(bool tied, int64_t vocab, int64_t hidden, int layers) {
     return pipeline_llama((pipeline_model){.seed = 7, .vocab = vocab, .hidden = hidden, .ffn = 2 * hidden,
                                            .positions = 32, .layers = layers, .heads = 4, .kv_heads = 2,
-                                           .tied = tied});
+                                           .tied = tied, .family = g_family});
 }
 
 static accel_module *tiny(bool tied, int64_t vocab, int64_t hidden) { return tiny_of(tied, vocab, hidden, LAYERS); }
@@ -129,11 +139,17 @@ static int64_t state_floats(accel_optimizer *o) {
 }
 
 static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int first_stage_layers, int tp,
-                    bool sp, int virt, int zero) {
+                    bool sp, int virt, int zero, int cp, const char *cp_strategy) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
-    if (zero) { /* ZeRO shards over each stage's replicas: dp_shard */
-        o.zero_stage = zero;
+    if (cp > 1 && !strcmp(cp_strategy, "sp")) { /* Ulysses: sp_size, cp with the all-to-all exchange */
+        o.parallelism.sp_size = cp;
+    } else if (cp > 1) {
+        o.parallelism.cp_size = cp;
+        o.parallelism.cp_comm_strategy = cp_strategy;
+    }
+    if (zero || cp > 1) { /* ZeRO shards over each stage's replicas: dp_shard (x cp); cp composes with dp_shard */
+        o.zero_stage = zero ? zero : -1;
         o.parallelism.dp_replicate_size = 1;
         o.parallelism.dp_shard_size = dp;
     } else {
@@ -152,7 +168,8 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         fprintf(stderr, "accelerator: %s\n", accel_last_error());
         return 2;
     }
-    int rank = accel_accelerator_process_index(acc), replica = rank / tp % dp; /* ranks: pp-major, then dp, tp */
+    /* ranks: pp-major, then dp, cp, tp; the ranks of a cp group share the replica's batch */
+    int rank = accel_accelerator_process_index(acc), replica = rank / (tp * cp) % dp, cp_rank = rank / tp % cp;
     /* interleaved: a layer per chunk */
     int layers = virt > 1 ? pp * virt : LAYERS;
     accel_module *model = tiny_of(tied, 40, 32, layers), *ref = tiny_of(tied, 40, 32, layers);
@@ -169,7 +186,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         CHECK_STR_CONTAINS(accel_last_error(), why);
         accel_module_free(odd);
     } else if (pp == 2) { /* each rank sets its own split: prepare compares them, failing on every rank when they differ */
-        int stage = rank / (dp * tp);
+        int stage = rank / (dp * cp * tp);
         CHECK(accel_accelerator_pipeline_set_layers(acc, stage == 0 ? 3 : 1, 0) == ACCEL_OK);
         CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_ERR_INVALID_ARG);
         CHECK_STR_CONTAINS(accel_last_error(), "rank 0 (stage 0) as 3 + 1");
@@ -191,12 +208,17 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
-    if (sp) { /* positions the tp ranks cannot share: refused on every rank, before any exchange */
+    if (sp || cp > 1) { /* positions the tp or cp ranks cannot share: refused on every rank, before any exchange
+                         * (at cp 2 x tp 2 a multiple of 2 cp leaves the tp ranks an even share: only cp's refusal) */
         double l;
-        CHECK(accel_accelerator_pipeline_step(acc, model, accel_slice(batch(0, 0, ROWS), 1, 0, T - 1, 1), &l, NULL) ==
+        int bad = cp > 1 ? T - 2 : T - 1;
+        CHECK(accel_accelerator_pipeline_step(acc, model, accel_slice(batch(0, 0, ROWS), 1, 0, bad, 1), &l, NULL) ==
               ACCEL_ERR_SHAPE);
-        char why[96];
-        snprintf(why, sizeof why, "the %d positions of ids over the %d ranks of the tp group", T - 1, tp);
+        char why[128];
+        if (cp > 1)
+            snprintf(why, sizeof why, "splits the %d positions of ids into 2*cp = %d equal chunks", bad, 2 * cp);
+        else
+            snprintf(why, sizeof why, "the %d positions of ids over the %d ranks of the tp group", bad, tp);
         CHECK_STR_CONTAINS(accel_last_error(), why);
     }
     double worst = 0, first_norm = 0;
@@ -274,15 +296,16 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         }
         int64_t lo, hi, padded, mine = state_floats(opt); /* SGD: a momentum float per element of its part */
         CHECK(accel_accelerator_zero_shard(acc, model, &lo, &hi, &padded) == ACCEL_OK);
-        if (zero) { /* the optimizer steps the rank's shard, padded / dp elements of the stage's part */
+        if (zero) { /* the optimizer steps the rank's shard, padded / (dp cp) elements of the stage's part */
             in_opt = own;
             int64_t tensors = 0;
             for (int i = 0; i < sd->n; i++)
                 tensors += !sd->entries[i].is_buffer && !sd->entries[i].is_tied_alias && owned(sd->entries[i].name,
                                                                                                &rep, tied);
             /* the part aligned to 16 elements a tensor, padded to 16 x world */
-            CHECK_MSG(hi - lo == padded / dp && lo == replica * (padded / dp) && mine <= hi - lo &&
-                      padded >= own && padded < own + 16 * (tensors + pp * dp * tp),
+            int shards = dp * cp, shard = replica * cp + cp_rank; /* ZeRO shards over dp_shard x cp */
+            CHECK_MSG(hi - lo == padded / shards && lo == shard * (padded / shards) && mine <= hi - lo &&
+                      padded >= own && padded < own + 16 * (tensors + pp * dp * cp * tp),
                       "rank %d stage %d: shard [%lld, %lld) of %lld, %lld state floats, its part %lld", rank,
                       rep.stage, (long long)lo, (long long)hi, (long long)padded, (long long)mine, (long long)own);
         } else {
@@ -340,7 +363,7 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel__pp_plan plan = {0};
     CHECK(virt == 1 || accel__pp_interleaved_plan(pp, virt, micro, rep.stage, &plan) == ACCEL_OK);
     size_t held_bytes = (size_t)(virt > 1 ? plan.slots : rep.stage ? want : 0) * (ROWS / micro) *
-                        (T / (sp ? tp : 1)) * 32 * sizeof(float);
+                        (T / cp / (sp ? tp : 1)) * 32 * sizeof(float);
     CHECK_MSG(rep.peak_held_bytes == held_bytes, "rank %d stage %d: %zu bytes held, not %zu", rank, rep.stage,
               rep.peak_held_bytes, held_bytes);
     fprintf(stderr, "rank %d stage %d layers [%d, %d): largest gradient difference %.3g, in flight %d, first "
@@ -363,7 +386,8 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
         accel_module_free(m3);
     }
     if (rank == 0 && !check_failures_)
-        printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d zero=%d ok\n", pp, dp, tp, sp, sched, accum, zero);
+        printf("pipeline pp=%d dp=%d tp=%d sp=%d %s accum=%d zero=%d cp=%d %s %s ok\n", pp, dp, tp, sp, sched, accum,
+               zero, cp, cp_strategy, g_family ? g_family : "llama");
     return check_summary();
 }
 
@@ -518,9 +542,12 @@ static void test_one_stage_micro_batches(void) {
 
 int main(int argc, char **argv) {
     count_alloc_install(); /* before anything allocates */
-    if (argc == 11)
+    if (argc == 11 || argc == 14) {
+        g_family = argc == 14 && strcmp(argv[13], "llama") ? argv[13] : NULL;
         return run_mesh(atoi(argv[1]), atoi(argv[2]), argv[3], atoi(argv[4]) != 0, atoi(argv[5]), atoi(argv[6]),
-                        atoi(argv[7]), atoi(argv[8]) != 0, atoi(argv[9]), atoi(argv[10]));
+                        atoi(argv[7]), atoi(argv[8]) != 0, atoi(argv[9]), atoi(argv[10]), argc == 14 ? atoi(argv[11]) : 1,
+                        argc == 14 ? argv[12] : "allgather");
+    }
     RUN(test_split);
     RUN(test_one_stage_micro_batches);
     RUN(test_interleaved_plan);

@@ -13,7 +13,10 @@
  * under ZeRO over each stage's dp ranks (dp_shard): pp = 2 x dp = 2 with
  * ZeRO-1 (1F1B) and ZeRO-2 (interleaved) write a one-process checkpoint
  * too (each stage's optimizer shards consolidated), resumed bit for bit on
- * their mesh and within 1e-5 on one process. */
+ * their mesh and within 1e-5 on one process. And under context parallelism
+ * over each stage's 2 cp ranks (pp = 2 x cp = 2, all-gather with 1F1B and
+ * all-to-all with interleaved 1F1B): a one-process checkpoint, resumed bit
+ * for bit on its mesh and within 1e-5 on one process. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -26,7 +29,7 @@
 enum { LAYERS = 4, T = 12, ROWS = 8, MICRO = 4, SAVED_AT = 2, AFTER = 3, VOCAB = 40 };
 
 typedef enum { FIRST, RESUME, ONE, WIDER, DP } phase;
-static struct { phase ph; int pp, dp, virt, zero; char dir[64]; } CFG;
+static struct { phase ph; int pp, dp, virt, zero, cp; const char *cp_strategy; char dir[64]; } CFG;
 
 static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", CFG.dir, name); }
 
@@ -41,7 +44,8 @@ static int body(int rank, int world) {
     o.parallelism = (accel_parallelism_opts){.pp_size = CFG.pp, .dp_replicate_size = CFG.zero ? 1 : CFG.dp,
                                              .dp_shard_size = CFG.zero ? CFG.dp : 0,
                                              .num_micro_batches = MICRO, .pp_virtual_stages = CFG.virt,
-                                             .pp_schedule = CFG.virt > 1 ? "interleaved" : "1f1b"};
+                                             .pp_schedule = CFG.virt > 1 ? "interleaved" : "1f1b",
+                                             .cp_size = CFG.cp, .cp_comm_strategy = CFG.cp_strategy};
     o.zero_stage = CFG.zero ? CFG.zero : -1; /* ZeRO over each stage's dp ranks (dp_shard), else DDP */
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
@@ -59,7 +63,8 @@ static int body(int rank, int world) {
     path_in(losses, sizeof losses, "losses");
     if (CFG.ph != FIRST)
         CHECK_MSG(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
-    int replica = rank % CFG.dp, rows = ROWS / CFG.dp; /* ranks: pp-major, then dp */
+    /* ranks: pp-major, then dp, cp (a cp group's ranks train on the same rows) */
+    int replica = rank / CFG.cp % CFG.dp, rows = ROWS / CFG.dp;
     double got[AFTER], want[AFTER];
     for (int s = CFG.ph == FIRST ? 0 : SAVED_AT; s < SAVED_AT + AFTER; s++) {
         if (CFG.ph == FIRST && s == SAVED_AT)
@@ -101,15 +106,18 @@ static int body(int rank, int world) {
     return check_summary();
 }
 
-static void run(phase ph, int pp, int dp, int virt, int zero) {
-    CFG.ph = ph, CFG.pp = pp, CFG.dp = dp, CFG.virt = virt, CFG.zero = zero;
-    dist_group g = {.world = pp * dp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
+static void run_cp(phase ph, int pp, int dp, int virt, int zero, int cp, const char *cp_strategy) {
+    CFG.ph = ph, CFG.pp = pp, CFG.dp = dp, CFG.virt = virt, CFG.zero = zero, CFG.cp = cp;
+    CFG.cp_strategy = cp_strategy;
+    dist_group g = {.world = pp * dp * cp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < g.world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (pp %d x dp %d, %d virtual, ZeRO %d): rank %d failed", (int)ph,
-                  pp, dp, virt, zero, r);
+        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (pp %d x dp %d x cp %d, %d virtual, ZeRO %d): rank %d failed",
+                  (int)ph, pp, dp, cp, virt, zero, r);
 }
+
+static void run(phase ph, int pp, int dp, int virt, int zero) { run_cp(ph, pp, dp, virt, zero, 1, NULL); }
 
 int main(void) {
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_ppckpt_XXXXXX");
@@ -127,6 +135,12 @@ int main(void) {
     run(ONE, 1, 1, 1, 0);
     run(FIRST, 2, 2, 2, 2); /* ZeRO-2, interleaved */
     run(RESUME, 2, 2, 2, 2);
+    run(ONE, 1, 1, 1, 0);
+    run_cp(FIRST, 2, 1, 1, 0, 2, "allgather"); /* cp 2 in each stage */
+    run_cp(RESUME, 2, 1, 1, 0, 2, "allgather");
+    run(ONE, 1, 1, 1, 0);
+    run_cp(FIRST, 2, 1, 2, 0, 2, "alltoall"); /* interleaved, Ulysses' exchange */
+    run_cp(RESUME, 2, 1, 2, 0, 2, "alltoall");
     run(ONE, 1, 1, 1, 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);

@@ -80,16 +80,12 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                "and dp_shard_size = 1: context parallelism composes with dp_shard (FSDP + CP) or "
                                "dp_shard x dp_replicate (HSDP + CP), not with pure replication", seq_field, seq,
                                p->dp_replicate_size);
-    /* A composition not built: refused rather than run wrong (the sequence
-     * split does not reach the pipeline's stages). tp x pp runs, with
-     * Megatron's sequence parallelism too: a tp rank sends its hidden states
-     * (its positions' under sequence parallelism) to the same tp rank of the
-     * next stage. cp x tp runs (the tp group splits the heads, the cp group
-     * the sequence; under sequence parallelism the tp ranks split the cp
-     * rank's chunks further). */
-    if (seq > 1 && or1(p->pp_size) > 1)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": opts.parallelism.%s = %d with pp_size = %d: context "
-                               "parallelism under pipeline parallelism is not built", seq_field, seq, p->pp_size);
+    /* cp (and sp) compose with pp: a cp rank of stage s sends its chunks'
+     * hidden states to the same cp rank of stage s + 1 (pipeline.c), as a tp
+     * rank does to the same tp rank (its positions' under sequence
+     * parallelism); cp x tp splits the heads over tp and the sequence over
+     * cp, the tp ranks splitting a cp rank's chunks further under sequence
+     * parallelism. */
     out->set = p->dp_replicate_size || p->dp_shard_size || p->tp_size || p->cp_size || p->sp_size || p->pp_size;
     out->size[ACCEL__MESH_PP] = or1(p->pp_size);
     out->size[ACCEL__MESH_DP_REPLICATE] = or1(p->dp_replicate_size);

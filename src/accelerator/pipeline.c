@@ -20,7 +20,11 @@
  * gradients (backward), point to point (accel_pg_send_recv): a stage's
  * outgoing message is sent together with the next receive it makes, as
  * Megatron's send_forward_recv_backward pairs them, so neighbours that send
- * to each other at once never deadlock.
+ * to each other at once never deadlock. Under tp a pp group is one tp rank of
+ * every stage, under cp one cp rank: a cp rank's stages run its two chunks
+ * of the sequence (T / cp positions, accel_cp_shard of ids on the first
+ * stage), their attention exchanging over the stage's cp group, and the last
+ * stage's loss is the whole sequence's (the family's loss hook).
  *
  * Recompute: a forward runs without a graph and keeps only the stage's input
  * (ids on stage 0); the micro-batch's backward runs its forward again with
@@ -36,7 +40,7 @@
  * prepared weights hold. What the schedule bounds is the saved inputs.)
  *
  * The loss of micro-batch i is scaled by 1/m (and by the accelerator's
- * accumulation and fp16 factors, as accel_accelerator_backward does), so the
+ * accumulation, fp16 and cp factors, as accel_accelerator_backward does), so the
  * gradients accumulated over the m backwards are the batch's; the reported
  * loss, the mean over the micro-batches, is broadcast from the last stage.
  * The strategy (DDP, ZeRO-1 or ZeRO-2, over the stage's data-parallel group:
@@ -54,6 +58,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "accel/cp.h"
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
 #include "nn/family.h"
@@ -76,8 +81,10 @@ typedef struct pp_run {
     const int *split;         /* the chunks' layer ranges, first_layer[0..stages x virt] */
     bool first, last;         /* this stage holds the embeddings / the head and the loss */
     bool tied;                /* a tied lm_head over several stages: the reduction waits for sum_tied */
-    accel_tensor *ids;        /* [B, T] */
-    int64_t rows, T, C;       /* a micro-batch's hidden states [rows, T, C]: T the ids' positions, a
+    accel_tensor *ids;        /* [B, T]: the loss's labels */
+    accel_tensor *in_ids;     /* the first chunk's input: ids, or under cp this rank's chunks of them
+                               * (accel_cp_shard) [B, T / cp] */
+    int64_t rows, T, C;       /* a micro-batch's hidden states [rows, T, C]: T the positions of in_ids, a
                                * tp rank's share of them under sequence parallelism */
     accel_dtype dt;           /* of the hidden states */
     size_t numel, bytes;      /* rows T C, and their bytes */
@@ -99,10 +106,16 @@ typedef struct pp_run {
 /* Micro-batch i's saved input: [bytes]. */
 static void *held_slot(const pp_run *r, int i) { return r->held + (size_t)(i % r->slots) * r->bytes; }
 
-/* ids rows of micro-batch i: [rows, T]. */
-static accel_tensor *micro_ids(pp_run *r, int i) {
-    return accel_slice(r->ids, 0, (int64_t)i * r->rows, (int64_t)(i + 1) * r->rows, 1);
+/* Rows of micro-batch i of ids [B, ...]: [rows, ...]. */
+static accel_tensor *micro_rows(pp_run *r, accel_tensor *ids, int i) {
+    return accel_slice(ids, 0, (int64_t)i * r->rows, (int64_t)(i + 1) * r->rows, 1);
 }
+
+/* Micro-batch i's ids, whole (for the loss): [rows, T]. */
+static accel_tensor *micro_ids(pp_run *r, int i) { return micro_rows(r, r->ids, i); }
+
+/* Micro-batch i's input to the first chunk: [rows, T / cp]. */
+static accel_tensor *micro_in(pp_run *r, int i) { return micro_rows(r, r->in_ids, i); }
 
 /* Receives count elements of the hidden states' dtype from peer into buf,
  * sending the pending message (if any) at the same time. */
@@ -173,7 +186,9 @@ static accel_status run_backward(pp_run *r, const pp_chunk *ch, accel_tensor *x,
     accel_tensor *y = r->hooks->forward(r->model, x, ch->lo, ch->hi, ch->first, ch->last);
     accel_status st;
     if (ch->last) {
-        double scale = 1.0 / r->m / r->acc->accum_steps * (r->acc->mp == ACCEL_MP_FP16 ? r->acc->scale : 1.0);
+        /* under cp x cp_grad_factor: the dp group's average spans the cp ranks, whose gradients add up (cp.c) */
+        double scale = 1.0 / r->m / r->acc->accum_steps * (r->acc->mp == ACCEL_MP_FP16 ? r->acc->scale : 1.0) *
+                       accel__cp_grad_factor(r->acc);
         accel_tensor *loss = accel_mul_scalar(r->hooks->loss(r->model, y, micro_ids(r, i)), scale);
         st = loss ? accel_backward(loss) : accel_last_status();
     } else {
@@ -200,7 +215,7 @@ static accel_status forward(pp_run *r, int i) {
     accel_status st = ACCEL_OK;
     accel_tensor *x;
     if (r->first) {
-        x = micro_ids(r, i);
+        x = micro_in(r, i);
         if (r->out_peer >= 0) st = exchange(r, NULL, -1);
     } else {
         st = exchange(r, held_slot(r, i), r->stage - 1);
@@ -215,7 +230,7 @@ static accel_status forward(pp_run *r, int i) {
 
 static accel_status backward(pp_run *r, int i) {
     accel_status st = ACCEL_OK;
-    accel_tensor *grad = NULL, *x = r->first ? micro_ids(r, i) : hidden_from(r, held_slot(r, i));
+    accel_tensor *grad = NULL, *x = r->first ? micro_in(r, i) : hidden_from(r, held_slot(r, i));
     if (!x) st = accel_last_status();
     if (!st && !r->last) {
         st = exchange(r, r->grad_buf, r->stage + 1);
@@ -274,7 +289,7 @@ static accel_status run_interleaved(pp_run *r) {
             const accel__pp_op *o = &plan.ops[k];
             int c = o->chunk * r->stages + r->stage;
             pp_chunk ch = {r->split[c], r->split[c + 1], c == 0, c == chunks - 1};
-            accel_tensor *x = ch.first ? micro_ids(r, o->micro) : hidden_from(r, held_slot(r, o->in_slot));
+            accel_tensor *x = ch.first ? micro_in(r, o->micro) : hidden_from(r, held_slot(r, o->in_slot));
             accel_tensor *grad = o->backward && !ch.last ? hidden_from(r, held_slot(r, o->grad_slot)) : NULL;
             if (!x || (o->backward && !ch.last && !grad)) st = accel_last_status();
             else if (o->backward) st = run_backward(r, &ch, x, grad, o->micro, k == plan.n_ops - 1);
@@ -442,12 +457,23 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
         return accel_last_status();
     }
     r.rows = ids->shape[0] / r.m;
+    /* context parallelism: every stage runs this cp rank's two chunks of the
+     * sequence (the load-balanced split), which its layers attend over the cp
+     * group; the last stage's loss is the whole sequence's (decoder_cp.c) */
+    int cp = acc->cp_pg ? accel_pg_size(acc->cp_pg) : 1;
+    if (cp > 1 && ids->shape[1] % (2 * cp))
+        return accel_set_error(ACCEL_ERR_SHAPE, FN ": context parallelism (cp group of %d ranks) splits the %lld "
+                               "positions of ids into 2*cp = %d equal chunks: make the sequence length a multiple of "
+                               "%d", cp, (long long)ids->shape[1], 2 * cp, 2 * cp);
+    r.in_ids = cp > 1 ? accel_cp_shard(ids, cp, accel_pg_rank(acc->cp_pg)) : ids;
+    if (!r.in_ids) return accel_last_status();
     int sp = acc->par.sequence_parallel ? acc->mesh.size[ACCEL__MESH_TP] : 1;
-    if (ids->shape[1] % sp)
-        return accel_set_error(ACCEL_ERR_SHAPE, FN ": sequence parallelism splits the %lld positions of ids over the "
-                               "%d ranks of the tp group: make the sequence length a multiple of tp_size",
-                               (long long)ids->shape[1], sp);
-    r.T = ids->shape[1] / sp;
+    if (r.in_ids->shape[1] % sp)
+        return accel_set_error(ACCEL_ERR_SHAPE, FN ": sequence parallelism splits the %lld positions of ids%s over "
+                               "the %d ranks of the tp group: make the sequence length a multiple of tp_size%s",
+                               (long long)r.in_ids->shape[1], cp > 1 ? " that a cp rank holds" : "", sp,
+                               cp > 1 ? " x cp_size" : "");
+    r.T = r.in_ids->shape[1] / sp;
     r.hooks->hidden(model, &r.C, &r.dt);
     r.numel = (size_t)(r.rows * r.T * r.C);
     r.bytes = r.numel * accel_dtype_size(r.dt);

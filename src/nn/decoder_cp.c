@@ -4,6 +4,7 @@
  * positions), and the loss over the sharded sequence. llama.c calls
  * these at three places (forward's checks, attention, the loss). */
 #include "decoder_cp.h"
+#include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "ops/attention_masked.h"
 #include "ops/cp_loss.h"
@@ -82,23 +83,21 @@ accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_ten
     return accel__cp_attention(cp->pg, q, k, v, cp->strategy, scale, W, cap);
 }
 
-accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids,
-                                     accel_pg *tp, int64_t vocab_start) {
-    int cp = accel_pg_size(g->pg), rank = accel_pg_rank(g->pg);
-    int64_t B = ids->shape[0], T = ids->shape[1];
+accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids) {
+    int cp = accel_pg_size(g->pg);
+    int64_t T = ids->shape[1];
     if (T % (2 * cp) != 0) {
         accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss on a context-parallel model: ids hold T = %lld positions, "
                         "not a multiple of 2*cp = %d (cp %d ranks each hold 2 of 2*cp equal chunks)", (long long)T,
                         2 * cp, cp);
         return NULL;
     }
-    /* the labels of the whole sequence (ids shifted left, -100 at the end), then my chunks of both */
-    accel_tensor *pad = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, 1), ids->device);
-    if (!pad || accel_fill_(pad, -100) != ACCEL_OK) return NULL;
-    accel_tensor *ids64 = ids->dtype == ACCEL_I64 ? ids : accel_to_dtype(ids, ACCEL_I64);
-    accel_tensor *labels = ids64 ? accel_concat(2, (accel_tensor *[]){accel_slice(ids64, 1, 1, T, 1), pad}, 1) : NULL;
-    accel_tensor *my_ids = labels ? accel_cp_shard(ids, cp, rank) : NULL;
-    accel_tensor *my_labels = my_ids ? accel_cp_shard(labels, cp, rank) : NULL;
-    accel_tensor *logits = my_labels ? accel_llama_forward(llama, my_ids, NULL) : NULL;
-    return logits ? accel__cp_cross_entropy(g->pg, logits, my_labels, -100, tp, vocab_start) : NULL;
+    accel_tensor *my_ids = accel_cp_shard(ids, cp, accel_pg_rank(g->pg));
+    return my_ids ? accel__causal_lm_loss(llama, accel_llama_forward(llama, my_ids, NULL), ids) : NULL;
+}
+
+accel_tensor *accel__decoder_cp_labels_loss(const accel__decoder_cp *g, accel_tensor *logits, accel_tensor *labels,
+                                            accel_pg *tp, int64_t vocab_start) {
+    accel_tensor *mine = accel_cp_shard(labels, accel_pg_size(g->pg), accel_pg_rank(g->pg));
+    return mine ? accel__cp_cross_entropy(g->pg, logits, mine, -100, tp, vocab_start) : NULL;
 }

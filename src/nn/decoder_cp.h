@@ -38,12 +38,16 @@ int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
  * the global positions. */
 accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
                                           accel_tensor *v, double scale, int64_t W, double cap);
-/* accel_llama_loss of the whole batch ids [B, T] on a model under cp: this
- * rank's chunks of ids and labels, the unsharded mean loss. tp (NULL: none):
- * the group of a vocab-parallel lm_head whose logits are this rank's columns
- * from vocab_start (cp x tp). */
-accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids,
-                                     accel_pg *tp, int64_t vocab_start);
+/* accel_llama_loss of the whole batch ids [B, T] on a model under cp: the
+ * forward of this rank's chunks of ids, then accel__causal_lm_loss. */
+accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids);
+/* The unsharded mean loss from this rank's logits [B, 2c, V] of its chunks
+ * (accel_cp_shard) and the whole sequence's labels [B, T] (i64, -100
+ * ignored), of which it keeps the same chunks. tp (NULL: none): the group of
+ * a vocab-parallel lm_head whose logits are this rank's columns from
+ * vocab_start (cp x tp). */
+accel_tensor *accel__decoder_cp_labels_loss(const accel__decoder_cp *cp, accel_tensor *logits, accel_tensor *labels,
+                                            accel_pg *tp, int64_t vocab_start);
 
 /* llama.c: the query heads llama's layers compute on this rank (the
  * config's; under tp heads / tp). */

@@ -26,7 +26,9 @@ accel_tensor *accel__decoder_stage_forward(accel_module *llama, accel_tensor *x,
                                            bool last);
 /* llama.c: transformers' ForCausalLMLoss of llama's logits [B, T, V] for ids
  * [B, T] (labels: ids shifted left; mean over B (T - 1) tokens; under tp the
- * logits are this rank's vocabulary columns and the loss the parallel one).
+ * logits are this rank's vocabulary columns and the loss the parallel one;
+ * under cp they are this rank's chunks of the positions, accel_cp_shard of
+ * ids, and the loss the whole sequence's, collective over the cp group).
  * NULL logits: NULL. */
 accel_tensor *accel__causal_lm_loss(accel_module *llama, accel_tensor *logits, accel_tensor *ids);
 

@@ -813,12 +813,7 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
         return NULL;
     }
     const accel__decoder_cp *cp = root_arch(llama) ? accel__decoder_cp_of(llama->impl) : NULL;
-    if (cp && cp->pg) {
-        accel_pg *tp = NULL;
-        int64_t v0 = 0;
-        vocab_parallel(llama, &tp, &v0);
-        return accel__decoder_cp_loss(llama, cp, ids, tp, v0);
-    }
+    if (cp && cp->pg) return accel__decoder_cp_loss(llama, cp, ids);
     return accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
 }
 
@@ -829,15 +824,20 @@ accel_tensor *accel__causal_lm_loss(accel_module *llama, accel_tensor *logits, a
     int64_t B = ids->shape[0], T = ids->shape[1];
     accel_tensor *pad = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, 1), ids->device);
     if (!pad || accel_fill_(pad, -100) != ACCEL_OK) return NULL;
-    accel_tensor *labels = accel_concat(2, (accel_tensor *[]){accel_slice(ids, 1, 1, T, 1), pad}, 1);
+    accel_tensor *ids64 = ids->dtype == ACCEL_I64 ? ids : accel_to_dtype(ids, ACCEL_I64);
+    accel_tensor *labels = ids64 ? accel_concat(2, (accel_tensor *[]){accel_slice(ids64, 1, 1, T, 1), pad}, 1) : NULL;
+    if (!labels) return NULL;
     /* logits [B, T, V] with labels [B, T]: no reshape between the head and
      * the loss, so the loss's gradient becomes the head's output gradient as
      * it is (no copy of [B T, V]). Under tp the logits are this rank's
-     * vocabulary columns (decoder_tp.c). */
-    accel_pg *tp;
-    int64_t v0;
-    if (vocab_parallel(llama, &tp, &v0)) return accel_tp_cross_entropy(logits, labels, v0, -100, tp);
-    return accel_cross_entropy(logits, labels, -100);
+     * vocabulary columns (decoder_tp.c); under cp this rank's chunks of the
+     * positions, the labels' chunks kept to match (decoder_cp.c). */
+    accel_pg *tp = NULL;
+    int64_t v0 = 0;
+    bool vp = vocab_parallel(llama, &tp, &v0);
+    const accel__decoder_cp *cp = accel__decoder_cp_of(llama->impl);
+    if (cp->pg) return accel__decoder_cp_labels_loss(cp, logits, labels, tp, v0);
+    return vp ? accel_tp_cross_entropy(logits, labels, v0, -100, tp) : accel_cross_entropy(logits, labels, -100);
 }
 
 /* ---------------------------------------------------------------- pipeline stages (decoder_pipeline.c) */
