@@ -408,8 +408,9 @@ static void test_cache_in_place(void) {
 }
 
 /* Under autocast the forward allocates the bf16 output, the f32
- * probabilities and the kernel's per-thread tiles (a head's K and V, a
- * block's Q and O, in f32), nothing the size of q, k, v or the output in
+ * probabilities and the kernel's per-thread tiles (on the f32 tiles a
+ * head's K and V, a block's Q and O, in f32; on the native path less: a
+ * block's P in bf16 and O in f32), nothing the size of q, k, v or the output in
  * f32 (an f32 copy of q alone is 4x the tiles here). */
 static void test_no_f32_copies(void) {
     int prev_threads = accel_num_threads();
