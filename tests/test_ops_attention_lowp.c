@@ -1,9 +1,14 @@
 /* accel_sdpa in bf16 and f16, as autocast hands it the projections: the CPU
- * kernels read q, k, v and dO and write O, dq, dk, dv in their dtype a tile
- * at a time (f32 scores, softmax and accumulation). The reference is the f32
- * path on the same rounded values: the kernels feed the same f32 numbers to
- * the same GEMMs, so every result is the f32 one rounded once (within one
- * unit in the last place of the dtype; P, kept in f32, within f32 noise).
+ * kernels read q, k, v and dO and write O, dq, dk, dv in their dtype (f32
+ * scores, softmax and accumulation). The reference is the f32 path on the
+ * same rounded values. On the f32 tiles the kernels feed the same f32
+ * numbers to the same GEMMs, so every result is the f32 one rounded once
+ * (within one unit in the last place of the dtype; P, kept in f32, within
+ * f32 noise). On the native path (accel__cpu_sdpa_native: oneDNN
+ * multiplying the dtype, whole query blocks) P and dS are also rounded to
+ * the dtype for the GEMMs that take them, and each result may move further
+ * by what those roundings can add up to, computed per element from the
+ * values (rounding_bounds).
  *   - kernel level: forward and backward kernels with outputs poisoned (NaN)
  *     before the run, k and v strided as the projections' layout, GQA, odd
  *     sizes, several query blocks, Tq < Tk, Tq > Tk, no mask, dq written or
@@ -52,6 +57,69 @@ static const sdpa_case CASES[] = {
 /* One unit in the last place at 1 of dt: 2^-7 bf16, 2^-10 f16. */
 static double ulp(accel_dtype dt) { return dt == ACCEL_BF16 ? 1.0 / 128 : 1.0 / 1024; }
 
+/* What the native path's roundings of P and dS can add to each result's
+ * error, per element of O [B, H, Tq, Dv], dQ [B, H, Tq, D], dK and dV
+ * (k's and v's layout). */
+typedef struct sdpa_bounds {
+    float *o, *dq, *dk, *dv;
+} sdpa_bounds;
+
+static sdpa_bounds bounds_new(const sdpa_case *c) {
+    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
+    sdpa_bounds b = {calloc((size_t)(nq * c->Dv), 4), calloc((size_t)(nq * c->D), 4), calloc((size_t)(nk * c->D), 4),
+                     calloc((size_t)(nk * c->Dv), 4)};
+    CHECK(b.o && b.dq && b.dk && b.dv);
+    return b;
+}
+
+static void bounds_free(sdpa_bounds *b) {
+    free(b->o);
+    free(b->dq);
+    free(b->dk);
+    free(b->dv);
+}
+
+/* A value x rounded to dt is off by at most u |x| + eta (u = 2^-8 bf16,
+ * 2^-11 f16; eta = 2^-25, half f16's subnormal spacing, more than bf16's).
+ * O = P V and dV = P^T dO take each P_ij off by at most e_ij = u P_ij + eta,
+ * so O_i moves by at most sum_j e_ij |V_j| and dV_j by sum_i e_ij |dO_i|;
+ * dQ = s dS K and dK = s dS^T Q likewise with u |dS_ij| + eta, dS = P (dP -
+ * rowsum(P dP)), dP = dO V^T. q, g and p dense as the kernels read them,
+ * k and v (and dK, dV) at d's strides. */
+static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const float *q, const float *k,
+                            const float *v, const float *g, const float *p, sdpa_bounds *b) {
+    double u = dt == ACCEL_BF16 ? 1.0 / 256 : 1.0 / 2048, eta = ldexp(1.0, -25);
+    double *dp = malloc(sizeof(double) * (size_t)d->Tk);
+    CHECK(dp != NULL);
+    for (int64_t bh = 0; bh < d->B * d->H; bh++) {
+        int64_t kvo = bh / d->H * d->ks[0] + bh % d->H / (d->H / d->Hkv) * d->ks[1];
+        int64_t vvo = bh / d->H * d->vs[0] + bh % d->H / (d->H / d->Hkv) * d->vs[1];
+        for (int64_t i = 0; i < d->Tq; i++) {
+            int64_t r = bh * d->Tq + i, n = d->causal ? i + d->Tk - d->Tq + 1 : d->Tk;
+            n = n < 0 ? 0 : n > d->Tk ? d->Tk : n;
+            const float *pi = p + r * d->Tk;
+            double rs = 0.0;
+            for (int64_t j = 0; j < n; j++) {
+                dp[j] = 0.0;
+                for (int64_t e = 0; e < d->Dv; e++) dp[j] += (double)g[r * d->Dv + e] * v[vvo + j * d->vs[2] + e];
+                rs += pi[j] * dp[j];
+            }
+            for (int64_t j = 0; j < n; j++) {
+                double ep = u * pi[j] + eta, es = d->scale * (u * fabs(pi[j] * (dp[j] - rs)) + eta);
+                for (int64_t e = 0; e < d->Dv; e++) {
+                    b->o[r * d->Dv + e] += (float)(ep * fabs(v[vvo + j * d->vs[2] + e]));
+                    b->dv[vvo + j * d->vs[2] + e] += (float)(ep * fabs(g[r * d->Dv + e]));
+                }
+                for (int64_t e = 0; e < d->D; e++) {
+                    b->dq[r * d->D + e] += (float)(es * fabs(k[kvo + j * d->ks[2] + e]));
+                    b->dk[kvo + j * d->ks[2] + e] += (float)(es * fabs(q[r * d->D + e]));
+                }
+            }
+        }
+    }
+    free(dp);
+}
+
 /* A persistent tensor of dt with n random values (seed) and its f32 twin
  * holding the same (rounded) values. */
 static void rounded_pair(uint64_t seed, int64_t n, accel_dtype dt, accel_tensor **lp, accel_tensor **f32) {
@@ -71,10 +139,27 @@ static accel_tensor *filled(accel_dtype dt, int64_t n, int byte) {
 
 static accel_tensor *poisoned(accel_dtype dt, int64_t n) { return filled(dt, n, 0xFF); }
 
-static void check_rounded(const char *what, const sdpa_case *c, accel_dtype dt, accel_tensor *got, accel_tensor *want) {
-    CHECK_MSG(fx_compare(what, got, want, ulp(dt), 1e-6) == 0, "%s, Tq %lld Tk %lld D %lld causal %d", accel_dtype_name(dt),
-              (long long)c->Tq, (long long)c->Tk, (long long)c->D, c->causal);
+/* got within one rounding to dt of want (and f32 noise), plus extra[i] for
+ * element i where extra is given (the native path's bounds). */
+static void check_rounded(const char *what, const sdpa_case *c, accel_dtype dt, accel_tensor *got, accel_tensor *want,
+                          const float *extra) {
+    int64_t n = accel_numel(want), bad = 0;
+    float *g = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
+    CHECK(g && w && accel_same_shape(got, want));
+    accel_to_floats(got, g);
+    accel_to_floats(want, w);
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)g[i] - w[i]) <= 1e-6 + ulp(dt) * fabs((double)w[i]) + (extra ? extra[i] : 0.0f))) {
+            if (!bad) fprintf(stderr, "%s: elem %lld: %.9g vs %.9g (f32 path)\n", what, (long long)i, g[i], w[i]);
+            bad++;
+        }
+    free(g);
+    free(w);
+    CHECK_MSG(bad == 0, "%s: %s, Tq %lld Tk %lld D %lld causal %d: %lld off", what, accel_dtype_name(dt),
+              (long long)c->Tq, (long long)c->Tk, (long long)c->D, c->causal, (long long)bad);
 }
+
+static const float *floats(const accel_tensor *t) { return t->data; }
 
 enum { Q, K, V, G, NIN };
 
@@ -97,7 +182,13 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = sdpa_case_dims(c)};
     accel_k_sdpa f32 = {.o = o32, .p = p32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = f.dims};
     CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa(&f32) == ACCEL_OK);
-    check_rounded("sdpa output", c, dt, o, o32);
+    /* the forward's bounds with k, v as it reads them; the backward's dense */
+    bool native = accel__cpu_sdpa_native(dt, &f.dims);
+    sdpa_bounds fb = bounds_new(c), bb = bounds_new(c);
+    accel_k_sdpa_dims bd = dense_dims(c);
+    rounding_bounds(&f.dims, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), floats(p32), &fb);
+    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), floats(p32), &bb);
+    check_rounded("sdpa output", c, dt, o, o32, native ? fb.o : NULL);
     CHECK(fx_compare("sdpa probabilities", p, p32, 1e-6, 1e-7) == 0);
     /* backward, twice: dq poisoned (overwritten), then dq added into; dk, dv added into */
     for (int beta = 0; beta < 2; beta++) {
@@ -112,14 +203,15 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
             }
         }
         accel_k_sdpa_backward b = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = lp[G], .q = lp[Q], .k = lp[K],
-                                   .v = lp[V], .p = p32, .dims = dense_dims(c), .dq_beta = (float)beta};
+                                   .v = lp[V], .p = p32, .dims = bd, .dq_beta = (float)beta};
         accel_k_sdpa_backward b32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q], .k = hi[K],
                                      .v = hi[V], .p = p32, .dims = b.dims, .dq_beta = (float)beta};
         /* the backward reads k and v dense: the forward's strided ones are another layout of the same values */
         CHECK(cpu->kernels.sdpa_backward(&b) == ACCEL_OK && cpu->kernels.sdpa_backward(&b32) == ACCEL_OK);
         const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
+        const float *extra[3] = {bb.dq, bb.dk, bb.dv};
         for (int i = 0; i < 3; i++) {
-            check_rounded(names[i], c, dt, dx[i], dx32[i]);
+            check_rounded(names[i], c, dt, dx[i], dx32[i], native ? extra[i] : NULL);
             accel_tensor_free(dx[i]);
             accel_tensor_free(dx32[i]);
         }
@@ -132,6 +224,8 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     accel_tensor_free(o32);
     accel_tensor_free(p);
     accel_tensor_free(p32);
+    bounds_free(&fb);
+    bounds_free(&bb);
     accel_step_reset();
 }
 
@@ -188,15 +282,30 @@ static void check_op(const sdpa_case *c, accel_dtype dt) {
     w32 = accel_tensor_clone_persistent(accel_to_dtype(w, ACCEL_F32), ACCEL_CPU_DEVICE);
     accel_step_reset();
     run lo = op_run(in, w, c), hi = op_run(in32, w32, c);
+    /* the native path's bounds: P from the f32 kernel, v in its stored layout */
+    accel_k_sdpa_dims d = dense_dims(c);
+    d.vs[0] = c->Tk * c->Hkv * c->Dv, d.vs[1] = c->Dv, d.vs[2] = c->Hkv * c->Dv;
+    int64_t nq = c->B * c->H * c->Tq;
+    accel_tensor *o32 = poisoned(ACCEL_F32, nq * c->Dv), *p32 = filled(ACCEL_F32, nq * c->Tk, 0);
+    accel_k_sdpa f = {.o = o32, .p = p32, .q = in32[0], .k = in32[1], .v = in32[2], .dims = d};
+    CHECK(accel__cpu_backend.kernels.sdpa(&f) == ACCEL_OK);
+    bool native = accel__cpu_sdpa_native(dt, &d);
+    sdpa_bounds bd = bounds_new(c);
+    rounding_bounds(&d, dt, floats(in32[0]), floats(in32[1]), floats(in32[2]), floats(w32), floats(p32), &bd);
     CHECK(lo.o->dtype == dt);
-    check_rounded("accel_sdpa output", c, dt, lo.o, hi.o);
+    check_rounded("accel_sdpa output", c, dt, lo.o, hi.o, native ? bd.o : NULL);
     const char *names[3] = {"accel_sdpa q grad", "accel_sdpa k grad", "accel_sdpa v grad"};
+    const float *extra[3] = {bd.dq, bd.dk, bd.dv};
     for (int i = 0; i < 3; i++) {
         CHECK_MSG(lo.g[i] && lo.g[i]->dtype == dt, "%s: dtype", names[i]);
-        check_rounded(names[i], c, dt, lo.g[i], hi.g[i]);
+        check_rounded(names[i], c, dt, lo.g[i], hi.g[i], native ? extra[i] : NULL);
     }
     run_free(&lo);
     run_free(&hi);
+    bounds_free(&bd);
+    accel_tensor_free(o32);
+    accel_tensor_free(p32);
+    accel_step_reset();
     for (int i = 0; i < 3; i++) {
         accel_tensor_free(in[i]);
         accel_tensor_free(in32[i]);
@@ -212,12 +321,13 @@ static void test_op(void) {
     }
 }
 
-/* Whole query blocks of bf16 take oneDNN's score GEMMs exactly where the
- * library says (where oneDNN multiplies bf16 with its units; never for f32,
- * mixed dtypes or ragged blocks). Shown by making every oneDNN call ask for
- * 2 GiB more scratchpad than it needs, which the allocator refuses: on that
- * path both kernels fail with the out-of-memory error of whichever worker
- * thread met it, elsewhere no oneDNN call is made and they succeed. Then,
+/* Whole query blocks of bf16 take the native path (every tile GEMM on
+ * oneDNN) exactly where the library says (where oneDNN multiplies bf16 with
+ * its units; never for f32, mixed dtypes or ragged blocks). Shown by making
+ * every oneDNN call ask for 2 GiB more scratchpad than it needs, which the
+ * allocator refuses: on that path both kernels fail with the out-of-memory
+ * error of whichever worker thread met it, elsewhere no oneDNN call is made
+ * and they succeed (a forward with v of another dtype always does). Then,
  * back to normal, the same kernels run. */
 static void test_scores_path(void) {
     const accel_backend *cpu = &accel__cpu_backend;
@@ -226,11 +336,10 @@ static void test_scores_path(void) {
     sdpa_case c = {2, 6, 2, 128, 128, 37, 29, true, true}, ragged = c;
     ragged.Tq = ragged.Tk = 127;
     accel_k_sdpa_dims d = sdpa_case_dims(&c), dr = sdpa_case_dims(&ragged);
-    bool native = accel__cpu_sdpa_scores_native(ACCEL_BF16, ACCEL_BF16, &d);
+    bool native = accel__cpu_sdpa_native(ACCEL_BF16, &d);
     CHECK(native == (accel__gemm_native(ACCEL_BF16) && !accel__gemm_widens_per_call(ACCEL_BF16)));
-    CHECK(!accel__cpu_sdpa_scores_native(ACCEL_BF16, ACCEL_BF16, &dr));
-    CHECK(!accel__cpu_sdpa_scores_native(ACCEL_F32, ACCEL_F32, &d));
-    CHECK(!accel__cpu_sdpa_scores_native(ACCEL_BF16, ACCEL_F16, &d));
+    CHECK(!accel__cpu_sdpa_native(ACCEL_BF16, &dr));
+    CHECK(!accel__cpu_sdpa_native(ACCEL_F32, &d));
     int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
     int64_t n[NIN] = {nq * c.D, nk * c.D, nk * c.Dv, nq * c.Dv};
     accel_tensor *lp[NIN];
@@ -240,8 +349,14 @@ static void test_scores_path(void) {
     accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = d};
     accel_k_sdpa_backward b = {.dq = dq, .dk = dk, .dv = dv, .g = lp[G], .q = lp[Q], .k = lp[K], .v = lp[V], .p = p,
                                .dims = dense_dims(&c)};
+    accel_tensor *v16 = filled(ACCEL_F16, n[V], 0);
+    accel_k_sdpa mixed = f;
+    mixed.v = v16;
     accel__gemm_test_scratchpad((size_t)2 << 30);
     accel_set_allocator(&(accel_allocator){refuse_huge, free_huge, NULL});
+    accel_status ms = cpu->kernels.sdpa(&mixed);
+    char mmsg[256];
+    snprintf(mmsg, sizeof mmsg, "%s", ms == ACCEL_OK ? "" : accel_last_error());
     accel_status fs = cpu->kernels.sdpa(&f);
     char fmsg[256];
     snprintf(fmsg, sizeof fmsg, "%s", fs == ACCEL_OK ? "" : accel_last_error());
@@ -250,6 +365,7 @@ static void test_scores_path(void) {
     snprintf(bmsg, sizeof bmsg, "%s", bs == ACCEL_OK ? "" : accel_last_error());
     accel_set_allocator(NULL);
     accel__gemm_test_scratchpad(0);
+    CHECK_MSG(ms == ACCEL_OK, "bf16 q, k with f16 v: %s", mmsg);
     if (native) {
         CHECK_MSG(fs == ACCEL_ERR_OOM && strstr(fmsg, "out of memory allocating"), "forward: %d %s", (int)fs, fmsg);
         CHECK_MSG(bs == ACCEL_ERR_OOM && strstr(bmsg, "out of memory allocating"), "backward: %d %s", (int)bs, bmsg);
@@ -259,6 +375,7 @@ static void test_scores_path(void) {
     accel_step_reset();
     CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa_backward(&b) == ACCEL_OK);
     for (int i = 0; i < NIN; i++) accel_tensor_free(lp[i]);
+    accel_tensor_free(v16);
     accel_tensor_free(o);
     accel_tensor_free(p);
     accel_tensor_free(dq);
@@ -282,7 +399,7 @@ static void test_cache_in_place(void) {
                                        accel_to_dtype(v, ACCEL_F32), true, 0.0);
         CHECK(o && o->dtype == dt);
         sdpa_case c = {2, 6, 3, 3, 23, 16, 16, true, true};
-        check_rounded("accel_sdpa on a cache view", &c, dt, o, o32);
+        check_rounded("accel_sdpa on a cache view", &c, dt, o, o32, NULL);
         accel_step_reset();
         accel_tensor_free(q);
         accel_tensor_free(kc);
@@ -291,8 +408,9 @@ static void test_cache_in_place(void) {
 }
 
 /* Under autocast the forward allocates the bf16 output, the f32
- * probabilities and the kernel's per-thread tiles (a head's K and V, a
- * block's Q and O, in f32), nothing the size of q, k, v or the output in
+ * probabilities and the kernel's per-thread tiles (on the f32 tiles a
+ * head's K and V, a block's Q and O, in f32; on the native path less: a
+ * block's P in bf16 and O in f32), nothing the size of q, k, v or the output in
  * f32 (an f32 copy of q alone is 4x the tiles here). */
 static void test_no_f32_copies(void) {
     int prev_threads = accel_num_threads();

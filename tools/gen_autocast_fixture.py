@@ -19,6 +19,11 @@ them) and "<tag>.loss" [1], and for the two bf16 runs the f32 gradient of every 
 "f32.loss" (no autocast, float64 math rounded to f32) let the test show that its tolerances
 separate the autocast results from f32 ones.
 
+Also tests/data/llama_autocast_64.safetensors: the same model and tags but for the f16 runs, on
+ids [2, 64] (seed 3): whole 64-query blocks, the sequences on which accel's CPU attention runs
+its GEMMs in bf16 on P and dS rounded to bf16 where oneDNN multiplies bf16 (docs/cpu.md, "The
+tile GEMMs in bf16/f16").
+
 Run: python3 tools/gen_autocast_fixture.py   (needs torch, transformers, safetensors)
 """
 import contextlib
@@ -31,8 +36,7 @@ from transformers import LlamaConfig
 
 from gen_llama_fixtures import seeded_llama
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
-                   "llama_autocast.safetensors")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
 
 CONFIG = dict(vocab_size=32, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -77,22 +81,29 @@ def autocast_step(model, ids, dtype, tag, tensors, attn32, grads):
         tensors[tag + ".g." + n] = f32(p.grad)
 
 
-def main():
+def write(name, seq, f16):
     model = build()
-    ids = torch.randint(0, CONFIG["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, CONFIG["vocab_size"], (2, seq), generator=torch.Generator().manual_seed(3))
     tensors = {"w." + n: f32(p) for n, p in model.state_dict().items()}
     tensors["ids"] = ids.to(torch.int64)
     autocast_step(model, ids, torch.bfloat16, "bf16", tensors, attn32=False, grads=True)
     autocast_step(model, ids, torch.bfloat16, "bf16_attn32", tensors, attn32=True, grads=True)
-    autocast_step(model, ids, torch.float16, "f16", tensors, attn32=False, grads=False)
-    autocast_step(model, ids, torch.float16, "f16_attn32", tensors, attn32=True, grads=False)
+    if f16:
+        autocast_step(model, ids, torch.float16, "f16", tensors, attn32=False, grads=False)
+        autocast_step(model, ids, torch.float16, "f16_attn32", tensors, attn32=True, grads=False)
     with torch.no_grad():
         out = model.double()(input_ids=ids, labels=ids)
     tensors["f32.logits"] = f32(out.logits)
     tensors["f32.loss"] = f32(out.loss.reshape(1))
     meta = {"format": "pt", **{k: repr(v) for k, v in CONFIG.items()}}
-    save_file(tensors, OUT, metadata=meta)
-    print(f"{OUT}: {os.path.getsize(OUT)} bytes")
+    out = os.path.join(DATA, name)
+    save_file(tensors, out, metadata=meta)
+    print(f"{out}: {os.path.getsize(out)} bytes")
+
+
+def main():
+    write("llama_autocast.safetensors", 12, f16=True)
+    write("llama_autocast_64.safetensors", 64, f16=False)
 
 
 if __name__ == "__main__":

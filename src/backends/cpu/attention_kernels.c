@@ -1,19 +1,25 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
- * aligned causal mask, computed in f32. q, k, v, the output, the output's
- * gradient and dq, dk, dv are each f32, bf16 or f16: a bf16/f16 tensor is
- * read and written a tile at a time (one head's keys and values, one block of
- * queries) through per-thread f32 scratch with the vectorised conversions of
- * fused_kernels.c, never as a whole-tensor f32 copy; f32 tensors are used in
- * place. The forward keeps the softmax probabilities P [B, H, Tq, Tk] (f32)
- * for the backward (under the causal mask only the blocks left of the
- * diagonal are written and read). Heads run in parallel by kv head (its K
- * and V read once for the H / Hkv query heads that share them, forward and
- * backward alike), one OpenMP thread per kv head calling the single-threaded
- * sgemm on blocks of queries; with too few kv heads the forward runs query
- * heads in parallel instead, and with too few heads of either kind they run
- * one after another and each GEMM is split across the threads. The score
- * GEMMs of bf16/f16 operands (S = s Q K^T, dP = dO V^T) run on oneDNN from
- * the tensors as stored where it multiplies their dtype itself (below). */
+ * aligned causal mask: f32 scores, softmax and accumulation. q, k, v, the
+ * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16.
+ * Two paths for the six tile GEMMs of a block of queries:
+ *   - the native path (below, "the tile GEMMs on bf16/f16 operands"), where
+ *     oneDNN multiplies the operands' bf16/f16 dtype itself on this CPU and
+ *     the blocks are whole: every GEMM in that dtype reading q, k, v and dO
+ *     as stored, P and dS rounded to it for the GEMMs that take them;
+ *   - the f32 tiles elsewhere: a bf16/f16 tensor is read and written a tile
+ *     at a time (one head's keys and values, one block of queries) through
+ *     per-thread f32 scratch with the vectorised conversions of
+ *     fused_kernels.c, never as a whole-tensor f32 copy, f32 tensors in
+ *     place, on OpenBLAS's sgemm.
+ * Gradients are accumulated in f32 tiles on both. The forward keeps the
+ * softmax probabilities P [B, H, Tq, Tk] (f32) for the backward (under the
+ * causal mask only the blocks left of the diagonal are written and read).
+ * Heads run in parallel by kv head (its K and V read once for the H / Hkv
+ * query heads that share them, forward and backward alike), one OpenMP
+ * thread per kv head calling single-threaded GEMMs on blocks of queries;
+ * with too few kv heads the forward runs query heads in parallel instead,
+ * and with too few heads of either kind they run one after another and
+ * each GEMM is split across the threads. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -82,43 +88,85 @@ static int64_t scratch_of(const accel_tensor *t, int64_t n) {
     return t && t->dtype != ACCEL_F32 ? n : 0;
 }
 
-/* ---- the score GEMMs on bf16/f16 operands as stored
+/* ---- the tile GEMMs on bf16/f16 operands as stored
  *
- * S = s Q K^T and dP = dO V^T multiply two tensors of one bf16/f16 dtype:
- * each product of two such values is exact in f32, so a GEMM of that dtype
- * with f32 accumulation (oneDNN on AVX512-BF16 or AMX) gives the values the
- * f32 tiles give, up to the order of the additions, with no tile widened for
- * them. It runs only on whole query blocks (Tq and Tk multiples of QB) and
- * in chunks of at most KC keys, so each is a QB x (64 .. KC) GEMM: oneDNN
- * makes and keeps a primitive per shape and leading dims (~0.1-1 ms of JIT
- * each, in a table of 512 that the linear layers share), and decode's or
- * ragged blocks' shapes, new at every length, would fill it. The other four
- * tile GEMMs multiply f32 values (P, dS) and stay f32. */
+ * Where oneDNN multiplies the operands' bf16/f16 dtype itself (its units,
+ * not f32 panels per call), all six tile GEMMs run on it in that dtype with
+ * f32 accumulation, reading q, k, v and dO as stored (none of them widened):
+ * S = s Q K^T and dP = dO V^T multiply two tensors of that dtype, and each
+ * product of two such values is exact in f32, so they give the f32 tiles'
+ * values up to the order of the additions; O = P V, dV += P^T dO,
+ * dQ = s dS K and dK += s dS^T Q take P and dS rounded once to the dtype
+ * (as PyTorch's CPU flash attention and FlashAttention do), the softmax,
+ * its gradient and every accumulator staying f32 (P kept for the backward
+ * is the f32 one). The GEMMs run only on whole query blocks (Tq and Tk
+ * multiples of QB) and with the keys cut into chunks of at most KC, so
+ * each is a QB x (64 .. KC) x D(v) GEMM with leading dims fixed per
+ * sequence length: oneDNN makes and keeps a primitive per shape and
+ * leading dims (~0.1-1 ms of JIT each, in a table of 512 that the linear
+ * layers share), and decode's or ragged blocks' shapes, new at every
+ * length, would fill it. Everywhere else the tiles are f32 on OpenBLAS. */
 enum { KC = 256 };
 
-/* Whether a score GEMM of dtypes a and b with K-long rows runs on oneDNN
- * from the operands as stored. */
-static bool scores_native(accel_dtype a, accel_dtype b, int64_t K) {
-    return a == b && a != ACCEL_F32 && !accel__gemm_widens_per_call(a) &&
-           accel__gemm_provider_for(a, false, true, QB, KC, K) == ACCEL__GEMM_PROVIDER_DNNL;
+bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d) {
+    return d->Tq % QB == 0 && d->Tk % QB == 0 && dt != ACCEL_F32 && !accel__gemm_widens_per_call(dt) &&
+           accel__gemm_provider_for(dt, false, true, QB, KC, d->D) == ACCEL__GEMM_PROVIDER_DNNL;
 }
 
-bool accel__cpu_sdpa_scores_native(accel_dtype a, accel_dtype b, const accel_k_sdpa_dims *d) {
-    return d->Tq % QB == 0 && d->Tk % QB == 0 && scores_native(a, b, d->D);
+/* The dtype every operand of a tile GEMM shares on the native path, or
+ * ACCEL_F32 (the f32 tiles) when they differ or the path is not taken. */
+static accel_dtype native_dtype(const accel_tensor *const *t, int n, const accel_k_sdpa_dims *d) {
+    for (int i = 1; i < n; i++)
+        if (t[i]->dtype != t[0]->dtype) return ACCEL_F32;
+    return accel__cpu_sdpa_native(t[0]->dtype, d) ? t[0]->dtype : ACCEL_F32;
 }
 
-/* C [QB, kend] (row stride ldc) = alpha A B^T, A [QB, K] and B [kend, K]
- * of dtype dt (row strides lda, ldb), on oneDNN, KC columns at a time. */
-static accel_status scores_gemm(accel_dtype dt, int64_t kend, int64_t K, float alpha, const void *A, int64_t lda,
-                                const void *B, int64_t ldb, float *C, int64_t ldc) {
+/* Which dim of a tile GEMM runs over the block's kend keys (cut into KC
+ * chunks); the others are the block's QB queries and a head dim n:
+ *   KEYS_N  C [QB, kend]  = alpha A [QB, n] B [kend, n]^T        (S, dP)
+ *   KEYS_K  C [QB, n]     = alpha A [QB, kend] B [kend, n] + beta C   (O, dQ)
+ *   KEYS_M  C [kend, n]  += alpha A [QB, kend]^T B [QB, n]       (dV, dK; beta 1) */
+typedef enum keys_dim { KEYS_N, KEYS_K, KEYS_M } keys_dim;
+
+/* One of those on oneDNN, A and B of dtype dt (row strides lda, ldb), C f32
+ * (row stride ldc). */
+static accel_status tiles_gemm(keys_dim kd, accel_dtype dt, int64_t kend, int64_t n, float alpha, const void *A,
+                               int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     size_t es = accel_dtype_size(dt);
     for (int64_t j = 0; j < kend; j += KC) {
-        int64_t n = kend - j < KC ? kend - j : KC;
-        accel_status st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, false, true, QB, n, K, alpha, A, dt, lda,
-                                         (const char *)B + (size_t)(j * ldb) * es, dt, ldb, 0.0f, C + j, ldc);
+        int64_t c = kend - j < KC ? kend - j : KC;
+        /* A's chunk starts j columns in (KEYS_K, KEYS_M), B's j rows down (KEYS_N, KEYS_K) */
+        const char *a = (const char *)A + (size_t)(kd == KEYS_N ? 0 : j) * es;
+        const char *b = (const char *)B + (size_t)(kd == KEYS_M ? 0 : j * ldb) * es;
+        accel_status st;
+        if (kd == KEYS_N)
+            st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, false, true, QB, c, n, alpha, a, dt, lda, b, dt, ldb, beta,
+                                C + j, ldc);
+        else if (kd == KEYS_K)
+            st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, false, false, QB, n, c, alpha, a, dt, lda, b, dt, ldb,
+                                j ? 1.0f : beta, C, ldc);
+        else
+            st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, true, false, c, n, QB, alpha, a, dt, lda, b, dt, ldb, beta,
+                                C + j * ldc, ldc);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
+}
+
+/* dst [QB, kend] of dtype dt = src [QB, kend] rounded to nearest even, both
+ * with row stride ld. */
+static void round_block(void *dst, accel_dtype dt, const float *src, int64_t kend, int64_t ld) {
+    size_t es = accel_dtype_size(dt);
+    if (kend == ld) {
+        accel__cpu_from_f32(dst, dt, src, QB * ld);
+        return;
+    }
+    for (int64_t r = 0; r < QB; r++) accel__cpu_from_f32((char *)dst + (size_t)(r * ld) * es, dt, src + r * ld, kend);
+}
+
+/* Floats that n elements of dtype dt take (scratch is counted in floats). */
+static int64_t floats_of(accel_dtype dt, int64_t n) {
+    return ((int64_t)accel_dtype_size(dt) * n + 3) / 4;
 }
 
 /* The first error of a parallel loop (each thread's error state is its
@@ -155,21 +203,30 @@ static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, i
     }
 }
 
-/* One thread's scratch of the forward: the head's K [Tk, D] and V [Tk, Dv],
- * a block's Q [QB, D] and O [QB, Dv], each only when that tensor is not f32. */
+/* One thread's scratch of the forward: on the f32 tiles, the head's K
+ * [Tk, D] and V [Tk, Dv] and a block's Q [QB, D], each only when that
+ * tensor is not f32; on the native path (lp, the operands' dtype) instead a
+ * block's P rounded to lp [QB, Tk]; a block's O [QB, Dv] when O is not f32. */
 typedef struct fwd_scratch {
     float *k, *v, *q, *o;
+    void *pl;
 } fwd_scratch;
 
-static int64_t fwd_scratch_floats(const accel_k_sdpa *a) {
+static int64_t fwd_scratch_floats(const accel_k_sdpa *a, accel_dtype lp) {
     const accel_k_sdpa_dims *d = &a->dims;
-    return scratch_of(a->k, d->Tk * d->D) + scratch_of(a->v, d->Tk * d->Dv) + scratch_of(a->q, QB * d->D) +
-           scratch_of(a->o, QB * d->Dv);
+    int64_t o = scratch_of(a->o, QB * d->Dv);
+    if (lp != ACCEL_F32) return floats_of(lp, QB * d->Tk) + o;
+    return scratch_of(a->k, d->Tk * d->D) + scratch_of(a->v, d->Tk * d->Dv) + scratch_of(a->q, QB * d->D) + o;
 }
 
-static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, float *base) {
+static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, accel_dtype lp, float *base) {
     const accel_k_sdpa_dims *d = &a->dims;
-    fwd_scratch s;
+    fwd_scratch s = {0};
+    if (lp != ACCEL_F32) {
+        s.pl = base;
+        s.o = base + floats_of(lp, QB * d->Tk);
+        return s;
+    }
     s.k = base;
     s.v = s.k + scratch_of(a->k, d->Tk * d->D);
     s.q = s.v + scratch_of(a->v, d->Tk * d->Dv);
@@ -177,34 +234,48 @@ static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, float *base) {
     return s;
 }
 
-/* One (batch, head) bh on its kv head's K kh [Tk, D] and V vh [Tk, Dv]: P
- * [Tq, Tk] (only each block's [0, kend) columns are written) and O [Tq, Dv].
- * With k_lp (K as stored, rows of ks[2]: scores_native) the scores are
- * multiplied from q and K as stored and kh is unused. */
-static accel_status head_forward(const accel_k_sdpa *a, int64_t bh, tile kh, const void *k_lp, tile vh,
+/* The keys and values of one kv head: f32 tiles (kh, vh), or on the native
+ * path where they are stored (k, v: rows ks[2] and vs[2] apart). */
+typedef struct kv_head {
+    tile kh, vh;
+    const void *k, *v;
+} kv_head;
+
+/* S = s Q K^T, P = softmax(S) (into pb, row stride Tk) and O = P V for
+ * the query block at element qoff of q, nq rows, keys [0, kend). */
+static accel_status block_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t i0, int64_t nq, int64_t kend,
+                                  int64_t qoff, const kv_head *kv, float *pb, tile ob, fwd_scratch s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    if (lp == ACCEL_F32) {
+        tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s.q);
+        accel__sgemm(false, true, nq, kend, d->D, d->scale, qb.p, qb.ld, kv->kh.p, kv->kh.ld, 0.0f, pb, d->Tk);
+        masked_softmax(d, i0, nq, kend, pb, d->Tk);
+        accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, kv->vh.p, kv->vh.ld, 0.0f, ob.p, ob.ld);
+        return ACCEL_OK;
+    }
+    accel_status st = tiles_gemm(KEYS_N, lp, kend, d->D, d->scale, elem_ptr(a->q, qoff), d->D, kv->k, d->ks[2], 0.0f,
+                                 pb, d->Tk);
+    if (st != ACCEL_OK) return st;
+    masked_softmax(d, i0, nq, kend, pb, d->Tk);
+    round_block(s.pl, lp, pb, kend, d->Tk);
+    return tiles_gemm(KEYS_K, lp, kend, d->Dv, 1.0f, s.pl, d->Tk, kv->v, d->vs[2], 0.0f, ob.p, ob.ld);
+}
+
+/* One (batch, head) bh on its kv head: P [Tq, Tk] (only each block's
+ * [0, kend) columns are written) and O [Tq, Dv]. */
+static accel_status head_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t bh, const kv_head *kv,
                                  fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     float *ph = (float *)a->p->data + bh * d->Tq * d->Tk;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
         int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
         int64_t qoff = (bh * d->Tq + i0) * d->D, ooff = (bh * d->Tq + i0) * d->Dv;
-        float *pb = ph + i0 * d->Tk;
         tile ob = tile_at(a->o, ooff, d->Dv, s.o, d->Dv);
         if (kend <= 0) { /* no query of the block sees a key */
             memset(ob.p, 0, (size_t)(nq * d->Dv) * sizeof(float));
         } else {
-            /* S = s Q K^T */
-            if (k_lp) {
-                accel_status st = scores_gemm(a->q->dtype, kend, d->D, d->scale, elem_ptr(a->q, qoff), d->D, k_lp,
-                                              d->ks[2], pb, d->Tk);
-                if (st != ACCEL_OK) return st;
-            } else {
-                tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s.q);
-                accel__sgemm(false, true, nq, kend, d->D, d->scale, qb.p, qb.ld, kh.p, kh.ld, 0.0f, pb, d->Tk);
-            }
-            masked_softmax(d, i0, nq, kend, pb, d->Tk);
-            /* O = P V */
-            accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, vh.p, vh.ld, 0.0f, ob.p, ob.ld);
+            accel_status st = block_forward(a, lp, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
+            if (st != ACCEL_OK) return st;
         }
         tile_store(a->o, ooff, nq, d->Dv, ob);
     }
@@ -212,16 +283,22 @@ static accel_status head_forward(const accel_k_sdpa *a, int64_t bh, tile kh, con
 }
 
 /* Query heads [bh0, bh0 + n) of one kv head: its K and V are read (widened
- * to f32 when they are bf16/f16) once for all n; K not at all when the
- * scores are multiplied from it as stored (lp). */
-static accel_status heads_forward(const accel_k_sdpa *a, int64_t bh0, int64_t n, bool lp, fwd_scratch s) {
+ * to f32 when they are bf16/f16) once for all n, or used as stored on the
+ * native path. */
+static accel_status heads_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t bh0, int64_t n, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    int64_t b = bh0 / d->H, hk = bh0 % d->H / (d->H / d->Hkv), koff = b * d->ks[0] + hk * d->ks[1];
-    tile kh = lp ? (tile){NULL, d->ks[2]} : tile_load(a->k, koff, d->Tk, d->D, d->ks[2], s.k),
-         vh = tile_load(a->v, b * d->vs[0] + hk * d->vs[1], d->Tk, d->Dv, d->vs[2], s.v);
-    const void *k_lp = lp ? elem_ptr(a->k, koff) : NULL;
+    int64_t b = bh0 / d->H, hk = bh0 % d->H / (d->H / d->Hkv);
+    int64_t koff = b * d->ks[0] + hk * d->ks[1], voff = b * d->vs[0] + hk * d->vs[1];
+    kv_head kv = {{NULL, d->ks[2]}, {NULL, d->vs[2]}, NULL, NULL};
+    if (lp == ACCEL_F32) {
+        kv.kh = tile_load(a->k, koff, d->Tk, d->D, d->ks[2], s.k);
+        kv.vh = tile_load(a->v, voff, d->Tk, d->Dv, d->vs[2], s.v);
+    } else {
+        kv.k = elem_ptr(a->k, koff);
+        kv.v = elem_ptr(a->v, voff);
+    }
     for (int64_t i = 0; i < n; i++) {
-        accel_status st = head_forward(a, bh0 + i, kh, k_lp, vh, s);
+        accel_status st = head_forward(a, lp, bh0 + i, &kv, s);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
@@ -284,98 +361,150 @@ static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t 
     for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend);
 }
 
-/* One thread's scratch of the backward: dP [QB, Tk] always; the kv head's K,
- * V, dK, dV [Tk, D(v)] and a block's Q, dO, dQ [QB, D(v)] when that tensor is
- * not f32. */
+/* One thread's scratch of the backward: dP [QB, Tk] always; the kv head's
+ * dK, dV [Tk, D(v)] and a block's dQ [QB, D] when that tensor is not f32;
+ * on the f32 tiles the kv head's K, V [Tk, D(v)] and a block's Q, dO
+ * [QB, D(v)] when that tensor is not f32, on the native path (lp) instead
+ * a block's P, then dS, rounded to lp [QB, Tk]. */
 typedef struct bwd_scratch {
     float *dp, *k, *v, *dk, *dv, *q, *g, *dq;
+    void *pl;
 } bwd_scratch;
 
-static int64_t bwd_scratch_floats(const accel_k_sdpa_backward *a) {
+static int64_t bwd_scratch_floats(const accel_k_sdpa_backward *a, accel_dtype lp) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv;
-    return QB * d->Tk + scratch_of(a->k, kd) + scratch_of(a->v, kv) + scratch_of(a->dk, kd) +
-           scratch_of(a->dv, kv) + scratch_of(a->q, QB * d->D) + scratch_of(a->g, QB * d->Dv) +
-           scratch_of(a->dq, QB * d->D);
+    int64_t n = QB * d->Tk + scratch_of(a->dk, kd) + scratch_of(a->dv, kv) + scratch_of(a->dq, QB * d->D);
+    if (lp != ACCEL_F32) return n + floats_of(lp, QB * d->Tk);
+    return n + scratch_of(a->k, kd) + scratch_of(a->v, kv) + scratch_of(a->q, QB * d->D) +
+           scratch_of(a->g, QB * d->Dv);
 }
 
-static bwd_scratch bwd_scratch_at(const accel_k_sdpa_backward *a, float *base) {
+static bwd_scratch bwd_scratch_at(const accel_k_sdpa_backward *a, accel_dtype lp, float *base) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv;
-    bwd_scratch s;
+    bool f32 = lp == ACCEL_F32;
+    bwd_scratch s = {0};
     s.dp = base;
-    s.k = s.dp + QB * d->Tk;
-    s.v = s.k + scratch_of(a->k, kd);
-    s.dk = s.v + scratch_of(a->v, kv);
+    s.dk = s.dp + QB * d->Tk;
     s.dv = s.dk + scratch_of(a->dk, kd);
-    s.q = s.dv + scratch_of(a->dv, kv);
+    s.dq = s.dv + scratch_of(a->dv, kv);
+    float *rest = s.dq + scratch_of(a->dq, QB * d->D);
+    if (!f32) {
+        s.pl = rest;
+        return s;
+    }
+    s.k = rest;
+    s.v = s.k + scratch_of(a->k, kd);
+    s.q = s.v + scratch_of(a->v, kv);
     s.g = s.q + scratch_of(a->q, QB * d->D);
-    s.dq = s.g + scratch_of(a->g, QB * d->Dv);
     return s;
 }
 
-/* The gradients of query block i0 (nq rows, keys [0, kend)) of head bh.
- * With v_lp (V as stored: scores_native) dP is multiplied from dO and V as
- * stored and vh is unused. dP's rows are Tk apart whatever kend (one leading
- * dim per sequence length for oneDNN's primitives). */
-static accel_status block_backward(const accel_k_sdpa_backward *a, int64_t bh, int64_t i0, int64_t nq, tile kh,
-                                   tile vh, const void *v_lp, tile dkh, tile dvh, const bwd_scratch *s) {
+/* A kv head's gradient accumulators, f32: dK and dV [Tk, D(v)]. */
+typedef struct kv_grads {
+    tile dkh, dvh;
+} kv_grads;
+
+/* The gradients of query block i0 (nq rows, keys [0, kend), its P at pb)
+ * of head bh on the f32 tiles. dP's rows are Tk apart whatever kend. */
+static void block_backward_f32(const accel_k_sdpa_backward *a, int64_t bh, int64_t i0, int64_t nq, int64_t kend,
+                               const float *pb, const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    int64_t kend = block_keys(d, i0, nq), qoff = (bh * d->Tq + i0) * d->D, goff = (bh * d->Tq + i0) * d->Dv;
+    int64_t qoff = (bh * d->Tq + i0) * d->D, goff = (bh * d->Tq + i0) * d->Dv;
+    tile gob = tile_load(a->g, goff, nq, d->Dv, d->Dv, s->g);
+    if (a->dv) /* dV[0:kend] += P^T dO */
+        accel__sgemm(true, false, kend, d->Dv, nq, 1.0f, pb, d->Tk, gob.p, gob.ld, 1.0f, gr->dvh.p, gr->dvh.ld);
+    if (!a->dq && !a->dk) return;
+    /* dP = dO V^T, then dS */
+    accel__sgemm(false, true, nq, kend, d->Dv, 1.0f, gob.p, gob.ld, kv->vh.p, kv->vh.ld, 0.0f, s->dp, d->Tk);
+    softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, d->Tk);
+    if (a->dq) { /* dQ = s dS K (+ dQ) */
+        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, nq, d->D, d->D, s->dq)
+                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
+        accel__sgemm(false, false, nq, d->D, kend, d->scale, s->dp, d->Tk, kv->kh.p, kv->kh.ld, a->dq_beta, dqb.p,
+                     dqb.ld);
+        tile_store(a->dq, qoff, nq, d->D, dqb);
+    }
+    if (a->dk) { /* dK[0:kend] += s dS^T Q */
+        tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s->q);
+        accel__sgemm(true, false, kend, d->D, nq, d->scale, s->dp, d->Tk, qb.p, qb.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
+    }
+}
+
+/* The same on the native path (nq = QB): dO, Q, K, V read as stored, P
+ * and dS rounded to lp for the GEMMs that take them. */
+static accel_status block_backward_lp(const accel_k_sdpa_backward *a, accel_dtype lp, int64_t bh, int64_t i0,
+                                      int64_t kend, const float *pb, const kv_head *kv, const kv_grads *gr,
+                                      const bwd_scratch *s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t qoff = (bh * d->Tq + i0) * d->D;
+    const void *go = elem_ptr(a->g, (bh * d->Tq + i0) * d->Dv);
+    accel_status st = ACCEL_OK;
+    if (a->dv) { /* dV[0:kend] += P^T dO */
+        round_block(s->pl, lp, pb, kend, d->Tk);
+        st = tiles_gemm(KEYS_M, lp, kend, d->Dv, 1.0f, s->pl, d->Tk, go, d->Dv, 1.0f, gr->dvh.p, gr->dvh.ld);
+    }
+    if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
+    /* dP = dO V^T, then dS, rounded */
+    st = tiles_gemm(KEYS_N, lp, kend, d->Dv, 1.0f, go, d->Dv, kv->v, d->Dv, 0.0f, s->dp, d->Tk);
+    if (st != ACCEL_OK) return st;
+    softmax_grad_rows(QB, kend, pb, d->Tk, s->dp, d->Tk);
+    round_block(s->pl, lp, s->dp, kend, d->Tk);
+    if (a->dq) { /* dQ = s dS K (+ dQ) */
+        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, QB, d->D, d->D, s->dq)
+                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
+        st = tiles_gemm(KEYS_K, lp, kend, d->D, d->scale, s->pl, d->Tk, kv->k, d->D, a->dq_beta, dqb.p, dqb.ld);
+        if (st != ACCEL_OK) return st;
+        tile_store(a->dq, qoff, QB, d->D, dqb);
+    }
+    if (a->dk) /* dK[0:kend] += s dS^T Q */
+        st = tiles_gemm(KEYS_M, lp, kend, d->D, d->scale, s->pl, d->Tk, elem_ptr(a->q, qoff), d->D, 1.0f, gr->dkh.p,
+                        gr->dkh.ld);
+    return st;
+}
+
+/* The gradients of query block i0 (nq rows) of head bh. */
+static accel_status block_backward(const accel_k_sdpa_backward *a, accel_dtype lp, int64_t bh, int64_t i0, int64_t nq,
+                                   const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t kend = block_keys(d, i0, nq), qoff = (bh * d->Tq + i0) * d->D;
     if (kend <= 0) { /* no key: dQ is zero, nothing reaches dK, dV */
         if (a->dq && a->dq_beta == 0.0f) memset(elem_ptr(a->dq, qoff), 0, (size_t)(nq * d->D) * accel_dtype_size(a->dq->dtype));
         return ACCEL_OK;
     }
     const float *pb = (const float *)a->p->data + (bh * d->Tq + i0) * d->Tk;
-    tile gob = {NULL, d->Dv};
-    if (a->dv || !v_lp) gob = tile_load(a->g, goff, nq, d->Dv, d->Dv, s->g);
-    if (a->dv) /* dV[0:kend] += P^T dO */
-        accel__sgemm(true, false, kend, d->Dv, nq, 1.0f, pb, d->Tk, gob.p, gob.ld, 1.0f, dvh.p, dvh.ld);
-    if (!a->dq && !a->dk) return ACCEL_OK;
-    /* dP = dO V^T, then dS */
-    if (v_lp) {
-        accel_status st = scores_gemm(a->g->dtype, kend, d->Dv, 1.0f, elem_ptr(a->g, goff), d->Dv, v_lp, d->Dv,
-                                      s->dp, d->Tk);
-        if (st != ACCEL_OK) return st;
-    } else {
-        accel__sgemm(false, true, nq, kend, d->Dv, 1.0f, gob.p, gob.ld, vh.p, vh.ld, 0.0f, s->dp, d->Tk);
-    }
-    softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, d->Tk);
-    if (a->dq) { /* dQ = s dS K (+ dQ) */
-        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, nq, d->D, d->D, s->dq)
-                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
-        accel__sgemm(false, false, nq, d->D, kend, d->scale, s->dp, d->Tk, kh.p, kh.ld, a->dq_beta, dqb.p, dqb.ld);
-        tile_store(a->dq, qoff, nq, d->D, dqb);
-    }
-    if (a->dk) { /* dK[0:kend] += s dS^T Q */
-        tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s->q);
-        accel__sgemm(true, false, kend, d->D, nq, d->scale, s->dp, d->Tk, qb.p, qb.ld, 1.0f, dkh.p, dkh.ld);
-    }
+    if (lp != ACCEL_F32) return block_backward_lp(a, lp, bh, i0, kend, pb, kv, gr, s);
+    block_backward_f32(a, bh, i0, nq, kend, pb, kv, gr, s);
     return ACCEL_OK;
 }
 
 /* The gradients of the G query heads of kv head `kvb` (= b * Hkv + kv), block
  * by block of queries as in the forward. dK and dV of the kv head are
- * accumulated in f32 over the G heads and written once. V is not widened
- * when dP is multiplied from it as stored (lp). */
-static accel_status kv_backward(const accel_k_sdpa_backward *a, int64_t kvb, bool lp, const bwd_scratch *s) {
+ * accumulated in f32 over the G heads and written once. K and V are widened
+ * on the f32 tiles, read as stored on the native path. */
+static accel_status kv_backward(const accel_k_sdpa_backward *a, accel_dtype lp, int64_t kvb, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
     int64_t koff = kvb * d->Tk * d->D, voff = kvb * d->Tk * d->Dv;
-    tile kh = tile_load(a->k, koff, d->Tk, d->D, d->D, s->k);
-    tile vh = lp ? (tile){NULL, d->Dv} : tile_load(a->v, voff, d->Tk, d->Dv, d->Dv, s->v);
-    const void *v_lp = lp ? elem_ptr(a->v, voff) : NULL;
-    tile dkh = {NULL, d->D}, dvh = {NULL, d->Dv};
-    if (a->dk) dkh = tile_load(a->dk, koff, d->Tk, d->D, d->D, s->dk);
-    if (a->dv) dvh = tile_load(a->dv, voff, d->Tk, d->Dv, d->Dv, s->dv);
+    kv_head kvh = {{NULL, d->D}, {NULL, d->Dv}, NULL, NULL};
+    if (lp == ACCEL_F32) {
+        kvh.kh = tile_load(a->k, koff, d->Tk, d->D, d->D, s->k);
+        kvh.vh = tile_load(a->v, voff, d->Tk, d->Dv, d->Dv, s->v);
+    } else {
+        kvh.k = elem_ptr(a->k, koff);
+        kvh.v = elem_ptr(a->v, voff);
+    }
+    kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}};
+    if (a->dk) gr.dkh = tile_load(a->dk, koff, d->Tk, d->D, d->D, s->dk);
+    if (a->dv) gr.dvh = tile_load(a->dv, voff, d->Tk, d->Dv, d->Dv, s->dv);
     accel_status st = ACCEL_OK;
     for (int64_t gi = 0; gi < G && st == ACCEL_OK; gi++)
         for (int64_t i0 = 0; i0 < d->Tq && st == ACCEL_OK; i0 += QB)
-            st = block_backward(a, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, kh, vh, v_lp, dkh,
-                                dvh, s);
+            st = block_backward(a, lp, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, &kvh, &gr, s);
     if (st != ACCEL_OK) return st;
-    if (a->dk) tile_store(a->dk, koff, d->Tk, d->D, dkh);
-    if (a->dv) tile_store(a->dv, voff, d->Tk, d->Dv, dvh);
+    if (a->dk) tile_store(a->dk, koff, d->Tk, d->D, gr.dkh);
+    if (a->dv) tile_store(a->dv, voff, d->Tk, d->Dv, gr.dvh);
     return ACCEL_OK;
 }
 
@@ -396,10 +525,12 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
     /* A unit of work is the G query heads of a kv head (its K and V read
      * once), or one query head when too few kv heads would keep the
      * threads busy and enough query heads would. */
-    int64_t G = d->H / d->Hkv, per = fwd_scratch_floats(k);
+    const accel_tensor *ops[3] = {k->q, k->k, k->v};
+    accel_dtype lp = native_dtype(ops, 3, d);
+    int64_t G = d->H / d->Hkv, per = fwd_scratch_floats(k, lp);
     int64_t heads = heads_parallel(d->B * d->Hkv) || !heads_parallel(d->B * d->H) ? G : 1;
     int64_t units = d->B * d->H / heads;
-    bool par = heads_parallel(units), lp = accel__cpu_sdpa_scores_native(k->q->dtype, k->k->dtype, d);
+    bool par = heads_parallel(units);
     int nt = par ? accel_num_threads() : 1;
     float *scratch = thread_scratch(nt, per);
     if (!scratch) return accel_last_status();
@@ -408,19 +539,21 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
         for (int64_t i = 0; i < units; i++)
-            keep_error(&err, heads_forward(k, i * heads, heads, lp,
-                                           fwd_scratch_at(k, scratch + omp_get_thread_num() * per)));
+            keep_error(&err, heads_forward(k, lp, i * heads, heads,
+                                           fwd_scratch_at(k, lp, scratch + omp_get_thread_num() * per)));
     } else {
         for (int64_t i = 0; i < units && err.st == ACCEL_OK; i++)
-            keep_error(&err, heads_forward(k, i * heads, heads, lp, fwd_scratch_at(k, scratch)));
+            keep_error(&err, heads_forward(k, lp, i * heads, heads, fwd_scratch_at(k, lp, scratch)));
     }
     return raise_error(&err);
 }
 
 accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
     const accel_k_sdpa_dims *d = &k->dims;
-    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_floats(k);
-    bool par = heads_parallel(nkv), lp = accel__cpu_sdpa_scores_native(k->g->dtype, k->v->dtype, d);
+    const accel_tensor *ops[4] = {k->g, k->q, k->k, k->v};
+    accel_dtype lp = native_dtype(ops, 4, d);
+    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_floats(k, lp);
+    bool par = heads_parallel(nkv);
     int nt = par ? accel_num_threads() : 1;
     float *scratch = thread_scratch(nt, per);
     if (!scratch) return accel_last_status();
@@ -429,12 +562,12 @@ accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
         for (int64_t i = 0; i < nkv; i++) {
-            bwd_scratch s = bwd_scratch_at(k, scratch + omp_get_thread_num() * per);
-            keep_error(&err, kv_backward(k, i, lp, &s));
+            bwd_scratch s = bwd_scratch_at(k, lp, scratch + omp_get_thread_num() * per);
+            keep_error(&err, kv_backward(k, lp, i, &s));
         }
     } else {
-        bwd_scratch s = bwd_scratch_at(k, scratch);
-        for (int64_t i = 0; i < nkv && err.st == ACCEL_OK; i++) keep_error(&err, kv_backward(k, i, lp, &s));
+        bwd_scratch s = bwd_scratch_at(k, lp, scratch);
+        for (int64_t i = 0; i < nkv && err.st == ACCEL_OK; i++) keep_error(&err, kv_backward(k, lp, i, &s));
     }
     return raise_error(&err);
 }

@@ -155,14 +155,14 @@ float accel__row_sum_exp(const float *x, int64_t n, float m);
 
 /* ---- attention (attention_kernels.c) */
 
-/* Whether attention's score GEMMs (S = s Q K^T in the forward on q and k,
- * dP = dO V^T in the backward on the output's gradient and v) read their two
- * operands of dtypes a and b as stored, on oneDNN, for these dims: a and b
- * the same bf16/f16 dtype that oneDNN multiplies itself for such a tile
- * (its units, not f32 panels per call), and Tq and Tk whole query blocks.
- * Elsewhere they run on f32 tiles through OpenBLAS. Tests derive from it
- * which path ran. */
-bool accel__cpu_sdpa_scores_native(accel_dtype a, accel_dtype b, const accel_k_sdpa_dims *d);
+/* Whether attention's six tile GEMMs run on oneDNN in dtype dt for these
+ * dims, when q, k, v (and dO) are all of dt: dt bf16/f16 and oneDNN
+ * multiplies it itself for such a tile (its units, not f32 panels per
+ * call), and Tq and Tk whole query blocks. The GEMMs then read q, k, v and
+ * dO as stored and take P and dS rounded to dt; elsewhere they run on f32
+ * tiles through OpenBLAS. Tests derive from it which path ran and which
+ * bounds hold. */
+bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d);
 /* The rows of its softmax and of the softmax's gradient, compiled per ISA
  * variant (attention_rows.c): row[0..n) = softmax(row[0..n)), n >= 1, in
  * place; g[0..n) = p (g - sum(g p)) in place. */

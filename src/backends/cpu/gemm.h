@@ -132,8 +132,8 @@ int accel__gemm_weight_forms(accel_dtype dt);
  * (gemm_choice.c, below), the above being the rule it starts from; the
  * rest depends only on the mode, the CPU and the shape.
  * Kernels that call accel__sgemm themselves (attention's per-head blocks)
- * stay on OpenBLAS, but for attention's bf16/f16 score GEMMs
- * (accel__cpu_sdpa_scores_native). */
+ * stay on OpenBLAS, but for attention's bf16/f16 tiles where oneDNN
+ * multiplies the dtype (accel__cpu_sdpa_native). */
 typedef enum accel__gemm_mode {
     ACCEL__GEMM_AUTO,
     ACCEL__GEMM_OPENBLAS,
