@@ -4,7 +4,10 @@
  * accel_accelerator_tp_group), the gradient norm that counts tp-sharded
  * parameters over the tp group and replicated ones once. DDP and ZeRO run
  * over the data-parallel groups only (dp_pg, shard_pg, replica_pg: the
- * mesh's, which leave tp out), so each tp rank averages its own slices. */
+ * mesh's, which leave tp out), so each tp rank averages its own slices.
+ * Under mixed_precision fp8 the plan runs first and fp8's conversion then
+ * meets the parallel Linears (nn/fp8_modules.h); their amaxes are reduced
+ * over every rank, tp included (fp8_scaling.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,9 +39,6 @@ static bool find_tp(accel_module *m, accel_pg *pg, accel_module **foreign) {
 accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     static const char *FN = "accel_accelerator_prepare";
     if (TP(acc) == 1) return ACCEL_OK;
-    if (acc->mp == ACCEL_MP_FP8)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
-                               "Linears are not tensor-parallel yet", FN, TP(acc));
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
     accel_module *foreign = NULL;
