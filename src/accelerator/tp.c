@@ -373,14 +373,21 @@ accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, 
         accel_tensor *p = accel_optimizer_segment_param(opt, k, NULL);
         w[k] = -1;
         flat |= !p; /* a flat run: a strategy re-targeted it already */
-        for (int i = 0; p && i < sd->n && w[k] < 0; i++)
-            if (sd->entries[i].t == p && !sd->entries[i].is_buffer) w[k] = i;
+        for (int i = 0, q = 0; p && i < sd->n && w[k] < 0; q += !sd->entries[i++].is_buffer)
+            if (sd->entries[i].t == p && !sd->entries[i].is_buffer) w[k] = q;
         any |= w[k] >= 0;
     }
     accel_state_dict_free(sd);
     if (!st && any && !flat) *where = w;
     else accel_free(w);
     return st;
+}
+
+/* The q-th parameter (buffers not counted) of sd's entries, NULL past the last. */
+static accel_tensor *nth_param(const accel_state_dict *sd, int q) {
+    for (int i = 0; i < sd->n; i++)
+        if (!sd->entries[i].is_buffer && q-- == 0) return sd->entries[i].t;
+    return NULL;
 }
 
 accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt, const int *where) {
@@ -393,8 +400,9 @@ accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt,
     for (int k = 0; !st && k < n; k++) {
         /* the segment's old pointer is only compared: the plan freed the tensor it names */
         params[k] = accel_optimizer_segment_param(opt, k, &groups[k]);
-        if (where[k] < 0 || sd->entries[where[k]].t == params[k]) continue;
-        params[k] = sd->entries[where[k]].t;
+        accel_tensor *now = where[k] < 0 ? NULL : nth_param(sd, where[k]);
+        if (!now || now == params[k]) continue;
+        params[k] = now;
         changed = true;
     }
     if (!st && changed) st = accel_optimizer_set_segments(opt, n, params, NULL, NULL, groups);
