@@ -35,7 +35,8 @@
  *     it reached the bf16 output, each row rounded to bf16: u sum_i |c_ij|;
  *     under sequence parallelism each rank sums its rows and the ranks sum
  *     those, another order: 2 (R + tp) 2^-24 sum_i |c_ij| more.
- * A Linear whose slice is not a multiple of 16 stays bf16 (no meta). */
+ * A Linear whose slice is not a multiple of 16 stays bf16 (no meta). A
+ * Llama under the Accelerator's own plan follows (see its section). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +53,7 @@
 
 enum { B = 2, T = 16, D = 32, F = 128, STEPS = 4, LEN = 4, N_Y = B * T * D, META = ACCEL__FP8_META_ROWS(LEN) * ACCEL__FP8_SLOTS };
 
-/* The parameters in state-dict order, and their sizes. */
+/* The MLP's parameters in state-dict order, and its two metas. */
 static const char *const PARAM[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
 static const char *const META_NAME[2] = {"0.fp8_meta", "2.fp8_meta"};
 
@@ -63,7 +64,7 @@ typedef struct trace {
     float grad[STEPS][4][F * D];         /* PARAM's gradients */
     float meta[STEPS][2][META];          /* after the step's backward */
     int ok;                              /* the run finished */
-    /* the Llama's (llama_ref_body) */
+    /* the Llama's (llama_body with tp 1) */
     double llama_loss[STEPS];
     float attn_meta[4][META];            /* layer 0's q, k, v, o after the first forward */
     int llama_metas, llama_ok;
