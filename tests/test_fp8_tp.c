@@ -44,6 +44,7 @@
 #include <sys/mman.h>
 
 #include "accel/accelerator.h"
+#include "accel/dist.h"
 #include "accel/parallel.h"
 #include "backends/fp8.h"
 #include "check.h"
@@ -64,14 +65,14 @@ typedef struct trace {
     float grad[STEPS][4][F * D];         /* PARAM's gradients */
     float meta[STEPS][2][META];          /* after the step's backward */
     int ok;                              /* the run finished */
-    /* the Llama's (llama_body with tp 1) */
-    double llama_loss[STEPS];
-    float attn_meta[4][META];            /* layer 0's q, k, v, o after the first forward */
-    int llama_metas, llama_ok;
+    /* the Llama's (llama_body with tp 1), on dp 1 and 2 batches of B rows */
+    double llama_loss[2][STEPS];
+    float attn_meta[2][4][META];         /* layer 0's q, k, v, o after the first forward */
+    int llama_metas, llama_ok[2];
 } trace;
 
 static trace *g_ref;
-static struct { int tp; bool sp; } CFG;
+static struct { int tp, dp; bool sp; } CFG; /* dp: dp_shard_size (the Llama's) */
 
 /* Uniform in [-1, 1) from a counter: the same on every process. */
 static float hashed(uint64_t k) {
@@ -110,13 +111,13 @@ static accel_module *mlp_new(void) {
     return accel_sequential_new(3, kids);
 }
 
-static accel_accelerator *fp8_accelerator(int tp, bool sp) {
+static accel_accelerator *fp8_accelerator(int tp, int dp, bool sp) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.cpu = true;
     o.mixed_precision = "fp8";
     o.fp8_amax_history_len = LEN;
     o.fp8_amax_compute_algo = "max";
-    o.parallelism = (accel_parallelism_opts){.tp_size = tp, .sequence_parallelism = sp ? ACCEL_TRUE : 0};
+    o.parallelism = (accel_parallelism_opts){.tp_size = tp, .dp_shard_size = dp, .sequence_parallelism = sp ? ACCEL_TRUE : 0};
     accel_accelerator *acc = accel_accelerator_new(&o);
     CHECK_MSG(acc != NULL, "%s", accel_last_error());
     return acc;
@@ -150,7 +151,7 @@ static void magnitudes(accel_module *m, float *mag) {
 
 static int ref_body(int rank, int world) {
     (void)rank, (void)world;
-    accel_accelerator *acc = fp8_accelerator(1, false);
+    accel_accelerator *acc = fp8_accelerator(1, 1, false);
     accel_module *m = mlp_new();
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &(accel_optim_hparams){.lr = 0.05, .momentum = 0.9});
     CHECK_MSG(acc && accel_accelerator_prepare_model(acc, m) == ACCEL_OK &&
@@ -280,7 +281,7 @@ static void odd_slice_stays_bf16(accel_accelerator *acc) {
 
 static int tp_body(int rank, int world) {
     (void)world;
-    accel_accelerator *acc = fp8_accelerator(CFG.tp, CFG.sp);
+    accel_accelerator *acc = fp8_accelerator(CFG.tp, 1, CFG.sp);
     accel_module *m = mlp_new(), *ref = mlp_new();
     accel_tp_plan_entry plan[] = {{"0", ACCEL_TP_COLWISE, CFG.sp}, {"2", ACCEL_TP_ROWWISE, CFG.sp}};
     accel_status st = acc ? accel_module_parallelize(m, plan, 2, accel_accelerator_tp_group(acc)) : ACCEL_ERR_STATE;
@@ -314,13 +315,16 @@ static int tp_body(int rank, int world) {
  * Hidden 64, 4 heads of 16, 2 key/value heads (replicated rows at tp 4),
  * ffn 64, vocab 64 (an untied, vocabulary-parallel lm_head), 2 layers: every
  * Linear's slice is a multiple of 16 at tp 2 and 4, so all 15 convert as on
- * one process. Bit for bit the first forward's layer-0 attention metas
+ * one process, at tp 2, tp 4, tp 4 with sequence parallelism and dp_shard 2
+ * x tp 2 under DDP (against one process on both data-parallel batches as
+ * one: the amaxes MAX-reduced over dp and tp are the whole batch's and
+ * weights'). Bit for bit the first forward's layer-0 attention metas
  * match one process's: q/k/v read the input norm's rows (whole, or
  * gathered under sp) and o the attention of this rank's heads, exact
  * slices; past the first row-parallel sum the inputs differ by summation
  * order and so, by the rounding of an amax, may the scales, and the loss
  * is held within LLAMA_TOL (relative), as bf16 tp is in docs/parallelism.md
- * (measured here: up to 4.5e-4; bf16 at tp 2: 3e-5). The optimizer is made
+ * (measured here: up to 4.5e-4, dp x tp 2e-4; bf16 at tp 2: 3e-5). The optimizer is made
  * over the whole model and prepared with it (Accelerate's prepare(model,
  * optimizer)), re-targeted to the slices: fp8's metas, buffers the prepare
  * adds, once made that re-targeting point at the wrong tensors (the loss
@@ -338,10 +342,14 @@ static accel_module *llama_new(void) {
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
-static accel_tensor *llama_ids(int s) {
-    int64_t v[B * LT];
-    for (int i = 0; i < B * LT; i++) v[i] = (int64_t)((i * 7 + s * 13 + i / LT * 5 + 3) % LV);
-    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, LT), v);
+/* Rows [r0, r0 + nb) of step s's batch [dp B, LT]. */
+static accel_tensor *llama_ids(int s, int r0, int nb) {
+    int64_t v[2 * B * LT];
+    for (int k = 0; k < nb * LT; k++) {
+        int i = r0 * LT + k;
+        v[k] = (int64_t)((i * 7 + s * 13 + i / LT * 5 + 3) % LV);
+    }
+    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(nb, LT), v);
 }
 
 static accel_tensor *attn_meta(accel_module *m, int k) {
@@ -358,11 +366,13 @@ static int count_metas(accel_module *m) {
     return n;
 }
 
-/* STEPS SGD steps of the Llama on one process (ref) or as a tp rank. */
+/* STEPS SGD steps of the Llama on one process (ref: the dp batches as one)
+ * or as a rank of dp_shard x tp (DDP: its data-parallel rank's batch, the
+ * loss compared as the mean over the ranks). */
 static int llama_body(int rank, int world) {
-    (void)world;
     const bool ref = CFG.tp == 1;
-    accel_accelerator *acc = fp8_accelerator(CFG.tp, CFG.sp);
+    const int d = CFG.dp - 1, r0 = ref ? 0 : rank / CFG.tp * B, nb = ref ? CFG.dp * B : B;
+    accel_accelerator *acc = fp8_accelerator(CFG.tp, ref ? 1 : CFG.dp, CFG.sp);
     accel_module *m = llama_new();
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &(accel_optim_hparams){.lr = 0.05});
     accel_status st = acc ? accel_accelerator_prepare(acc, m, opt) : ACCEL_ERR_STATE;
@@ -372,42 +382,45 @@ static int llama_body(int rank, int world) {
                             count_metas(m), g_ref->llama_metas);
     static float got[META];
     for (int s = 0; s < STEPS && !st && check_failures_ == 0; s++) {
-        accel_tensor *loss = accel_llama_loss(m, llama_ids(s));
+        accel_tensor *loss = accel_llama_loss(m, llama_ids(s, r0, nb));
         CHECK_MSG(loss != NULL, "rank %d: %s", rank, accel_last_error());
         if (!loss) break;
-        double l = accel_item(loss);
-        if (ref) g_ref->llama_loss[s] = l;
+        double l = accel_item(loss), want = g_ref->llama_loss[d][s];
+        if (!ref && CFG.dp > 1) { /* the mean of the data-parallel batches' losses */
+            CHECK(accel_pg_all_reduce(accel_dist_default_group(), &l, 1, ACCEL_F64, ACCEL_REDUCE_SUM) == ACCEL_OK);
+            l /= world;
+        }
+        if (ref) g_ref->llama_loss[d][s] = l;
         else
-            CHECK_MSG(fabs(l - g_ref->llama_loss[s]) <= LLAMA_TOL * fabs(g_ref->llama_loss[s]),
-                      "llama tp %d%s step %d: loss %.9g, one process %.9g", CFG.tp, CFG.sp ? " sp" : "", s, l,
-                      g_ref->llama_loss[s]);
+            CHECK_MSG(fabs(l - want) <= LLAMA_TOL * fabs(want), "llama dp %d x tp %d%s step %d: loss %.9g, one process "
+                      "%.9g", CFG.dp, CFG.tp, CFG.sp ? " sp" : "", s, l, want);
         for (int k = 0; k < 4 && s == 0; k++) {
             if (ref) {
-                to_host(attn_meta(m, k), g_ref->attn_meta[k]);
+                to_host(attn_meta(m, k), g_ref->attn_meta[d][k]);
                 continue;
             }
             to_host(attn_meta(m, k), got);
-            CHECK_MSG(!memcmp(got, g_ref->attn_meta[k], sizeof got), "llama tp %d%s: layer 0's %s meta differs from "
-                      "one process's after the first forward", CFG.tp, CFG.sp ? " sp" : "", ATTN[k]);
+            CHECK_MSG(!memcmp(got, g_ref->attn_meta[d][k], sizeof got), "llama dp %d x tp %d%s: layer 0's %s meta "
+                      "differs from one process's after the first forward", CFG.dp, CFG.tp, CFG.sp ? " sp" : "", ATTN[k]);
         }
         CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
         CHECK(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK && accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
         accel_step_reset();
     }
-    if (ref) g_ref->llama_ok = check_failures_ == 0 && g_ref->llama_metas == 15;
+    if (ref) g_ref->llama_ok[d] = check_failures_ == 0 && g_ref->llama_metas == 15;
     accel_accelerator_free(acc);
     accel_optimizer_free(opt);
     accel_module_free(m);
     return check_summary();
 }
 
-static void run(int world, dist_body_fn body, int tp, bool sp) {
-    CFG.tp = tp, CFG.sp = sp;
+static void run(int world, dist_body_fn body, int tp, int dp, bool sp) {
+    CFG.tp = tp, CFG.dp = dp, CFG.sp = sp;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "fp8 tp %d%s: rank %d failed", tp, sp ? ", sequence parallel" : "", r);
+        CHECK_MSG(dist_exited_ok(status[r]), "fp8 dp %d x tp %d%s: rank %d failed", dp, tp, sp ? ", sequence parallel" : "", r);
 }
 
 int main(void) {
@@ -415,21 +428,25 @@ int main(void) {
     g_ref = mmap(NULL, sizeof *g_ref, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(g_ref != MAP_FAILED);
     if (g_ref == MAP_FAILED) return check_summary();
-    run(1, ref_body, 1, false);
+    run(1, ref_body, 1, 1, false);
     CHECK_MSG(g_ref->ok, "the one-process fp8 run failed");
     if (g_ref->ok) {
-        run(2, tp_body, 2, false);
-        run(4, tp_body, 4, false);
-        run(2, tp_body, 2, true);
-        run(4, tp_body, 4, true);
+        run(2, tp_body, 2, 1, false);
+        run(4, tp_body, 4, 1, false);
+        run(2, tp_body, 2, 1, true);
+        run(4, tp_body, 4, 1, true);
     }
-    run(1, llama_body, 1, false);
-    CHECK_MSG(g_ref->llama_ok, "the one-process fp8 Llama failed or converted %d Linears, not 15", g_ref->llama_metas);
-    if (g_ref->llama_ok) {
-        run(2, llama_body, 2, false);
-        run(4, llama_body, 4, false);
-        run(4, llama_body, 4, true);
+    run(1, llama_body, 1, 1, false);
+    run(1, llama_body, 1, 2, false);
+    for (int d = 0; d < 2; d++)
+        CHECK_MSG(g_ref->llama_ok[d], "the one-process fp8 Llama (%d batches) failed or converted %d Linears, not 15",
+                  d + 1, g_ref->llama_metas);
+    if (g_ref->llama_ok[0]) {
+        run(2, llama_body, 2, 1, false);
+        run(4, llama_body, 4, 1, false);
+        run(4, llama_body, 4, 1, true);
     }
+    if (g_ref->llama_ok[1]) run(4, llama_body, 2, 2, false);
     munmap(g_ref, sizeof *g_ref);
     return check_summary();
 }
