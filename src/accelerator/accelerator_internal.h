@@ -293,8 +293,10 @@ double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, acc
  * with their slices (freeing the whole ones) at the model's prepare, so an
  * optimizer made over the whole model is re-targeted to them. Before the
  * model's prepare, *where (accel_malloc'd; NULL: nothing to re-target, as
- * without tp or when opt holds none of m's parameters) gets the state-dict
- * entry of m holding each segment's parameter (-1: not m's); after it,
+ * without tp or when opt holds none of m's parameters) gets the parameter
+ * of m's state dict holding each segment's parameter, counted among the
+ * parameters only (-1: not m's): prepare adds buffers (fp8's metas under
+ * mixed_precision fp8), which would shift an entry's index; after it,
  * accel__tp_retarget_optimizer gives the segments whose entry changed its
  * new tensor (fresh state), leaving opt as it was when none did. */
 accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, int **where);

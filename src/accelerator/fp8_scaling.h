@@ -1,7 +1,9 @@
 /* mixed_precision='fp8' in the Accelerator: TransformerEngine's recipe
  * (DelayedScaling) from the options and the environment, and its
  * reduce_and_update_fp8_tensors across ranks (reduce_amax, on by default,
- * over the data-parallel group). Internal. */
+ * over every rank of the job: the data-parallel ranks, and the tensor-
+ * parallel ones, whose slices' amaxes MAX to the whole tensor's, as TE's
+ * amax reduction group and Megatron's dp x tp group). Internal. */
 #ifndef ACCEL_ACCELERATOR_FP8_SCALING_H
 #define ACCEL_ACCELERATOR_FP8_SCALING_H
 

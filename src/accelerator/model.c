@@ -18,7 +18,7 @@
 typedef struct autocast_ctx {
     accel_dtype dt, prev;
     const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
-    accel_pg *pg;                            /* fp8: the amaxes are reduced over it */
+    accel_pg *pg;                            /* fp8: the amaxes are reduced over it (every rank: dp and tp) */
     accel__fp8_state *fp8_state;             /* fp8: the model's metas, and the log of those the forward ran */
     accel__fp8_log *log_prev;
     accel__fp8_cache *cache_prev;

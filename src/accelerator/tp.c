@@ -4,7 +4,10 @@
  * accel_accelerator_tp_group), the gradient norm that counts tp-sharded
  * parameters over the tp group and replicated ones once. DDP and ZeRO run
  * over the data-parallel groups only (dp_pg, shard_pg, replica_pg: the
- * mesh's, which leave tp out), so each tp rank averages its own slices. */
+ * mesh's, which leave tp out), so each tp rank averages its own slices.
+ * Under mixed_precision fp8 the plan runs first and fp8's conversion then
+ * meets the parallel Linears (nn/fp8_modules.h); their amaxes are reduced
+ * over every rank, tp included (fp8_scaling.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,9 +39,6 @@ static bool find_tp(accel_module *m, accel_pg *pg, accel_module **foreign) {
 accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     static const char *FN = "accel_accelerator_prepare";
     if (TP(acc) == 1) return ACCEL_OK;
-    if (acc->mp == ACCEL_MP_FP8)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mixed_precision fp8 with opts.parallelism.tp_size %d: fp8 "
-                               "Linears are not tensor-parallel yet", FN, TP(acc));
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
     accel_module *foreign = NULL;
@@ -373,14 +373,21 @@ accel_status accel__tp_segment_entries(accel_accelerator *acc, accel_module *m, 
         accel_tensor *p = accel_optimizer_segment_param(opt, k, NULL);
         w[k] = -1;
         flat |= !p; /* a flat run: a strategy re-targeted it already */
-        for (int i = 0; p && i < sd->n && w[k] < 0; i++)
-            if (sd->entries[i].t == p && !sd->entries[i].is_buffer) w[k] = i;
+        for (int i = 0, q = 0; p && i < sd->n && w[k] < 0; q += !sd->entries[i++].is_buffer)
+            if (sd->entries[i].t == p && !sd->entries[i].is_buffer) w[k] = q;
         any |= w[k] >= 0;
     }
     accel_state_dict_free(sd);
     if (!st && any && !flat) *where = w;
     else accel_free(w);
     return st;
+}
+
+/* The q-th parameter (buffers not counted) of sd's entries, NULL past the last. */
+static accel_tensor *nth_param(const accel_state_dict *sd, int q) {
+    for (int i = 0; i < sd->n; i++)
+        if (!sd->entries[i].is_buffer && q-- == 0) return sd->entries[i].t;
+    return NULL;
 }
 
 accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt, const int *where) {
@@ -393,8 +400,9 @@ accel_status accel__tp_retarget_optimizer(accel_module *m, accel_optimizer *opt,
     for (int k = 0; !st && k < n; k++) {
         /* the segment's old pointer is only compared: the plan freed the tensor it names */
         params[k] = accel_optimizer_segment_param(opt, k, &groups[k]);
-        if (where[k] < 0 || sd->entries[where[k]].t == params[k]) continue;
-        params[k] = sd->entries[where[k]].t;
+        accel_tensor *now = where[k] < 0 ? NULL : nth_param(sd, where[k]);
+        if (!now || now == params[k]) continue;
+        params[k] = now;
         changed = true;
     }
     if (!st && changed) st = accel_optimizer_set_segments(opt, n, params, NULL, NULL, groups);

@@ -18,7 +18,12 @@ static const accel__fp8_ops *ops_of(accel_device d) {
     return b ? b->fp8 : NULL;
 }
 
+static atomic_bool g_cpu_reference;
+
+bool accel__fp8_cpu_reference_set(bool on) { return atomic_exchange(&g_cpu_reference, on); }
+
 accel_status accel__fp8_device_check(accel_device d, const char *op) {
+    if (d.type == ACCEL_DEV_CPU && atomic_load(&g_cpu_reference)) return ACCEL_OK;
     char dev[32];
     accel_device_str(d, dev, sizeof dev);
     const accel__fp8_ops *k = ops_of(d);

@@ -139,6 +139,13 @@ extern "C" {
  * <device> (...)" naming why (fp8.c). */
 accel_status accel__fp8_device_check(accel_device d, const char *op);
 
+/* Tests only: while on, accel__fp8_device_check accepts the cpu, so the
+ * Accelerator's fp8 path (prepare, its hooks, the amax reductions) runs the
+ * CPU reference end to end, as a GPU runs its kernels. Process-wide; off by
+ * default; no option or variable reaches it (the cpu stays refused to
+ * users). Returns the previous setting. */
+bool accel__fp8_cpu_reference_set(bool on);
+
 /* ---- The fp8 Linear's primitives (fp8.c): on the cpu the software reference
  * (the conversions above, a GEMM in double on the decoded values), on a CUDA
  * device the backend's kernels (the GPU's conversions, cuBLASLt's fp8 GEMM).

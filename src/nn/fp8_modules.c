@@ -5,13 +5,21 @@
 
 #include "nn_internal.h"
 #include "ops/fp8_linear.h"
+#include "tp_internal.h"
 
 static const char META_NAME[] = "fp8_meta";
 
+/* A Linear, or a tensor-parallel one judged by the slice its GEMM reads
+ * (as TransformerEngine's parallel Linears: a weight whose whole dims are
+ * multiples of 16 but whose slice's are not stays bf16). */
 static bool fp8_eligible(accel_module *m) {
-    if (strcmp(m->ops->type_name, "Linear") != 0) return false;
     accel_tensor *w = accel__module_tensor(m, "weight");
-    return w && w->ndim == 2 && w->shape[0] % 16 == 0 && w->shape[1] % 16 == 0 && w->device.type != ACCEL_DEV_META;
+    int64_t s[2];
+    if (!accel__tp_linear_gemm_shape(m, s)) {
+        if (strcmp(m->ops->type_name, "Linear") != 0 || !w || w->ndim != 2) return false;
+        s[0] = w->shape[0], s[1] = w->shape[1];
+    }
+    return s[0] % 16 == 0 && s[1] % 16 == 0 && w->device.type != ACCEL_DEV_META;
 }
 
 accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r) {

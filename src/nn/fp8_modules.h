@@ -7,7 +7,8 @@
 #include "backends/fp8.h"
 
 /* Accelerate's convert_model for TransformerEngine: every Linear of the
- * tree whose weight dims are both multiples of 16 gets its fp8 meta, the
+ * tree whose weight dims are both multiples of 16 (a tensor-parallel
+ * Linear's: the slice its GEMM reads, nn/tp_internal.h) gets its fp8 meta, the
  * buffer "fp8_meta" (backends/fp8.h: scales, scale_invs, amax history of
  * r.history_len steps) on its weight's device, so the scaling state is in
  * the state_dict and the checkpoints as TE's _extra_state is. Linears that

@@ -36,10 +36,13 @@ static bool check_dims(const char *fn, int64_t a, int64_t b) {
 
 /* ---- Linear */
 
-static accel_tensor *linear_forward(accel_module *m, accel_tensor *x) {
-    accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
+accel_tensor *accel__linear_apply(accel_module *m, accel_tensor *x, accel_tensor *w, accel_tensor *b) {
     accel_tensor *fp8 = accel__fp8_linear_meta(m); /* mixed_precision='fp8' (nn/fp8_modules.h) */
     return fp8 ? accel__fp8_linear(x, w, b, fp8, *accel__fp8_autocast()) : accel_linear(x, w, b);
+}
+
+static accel_tensor *linear_forward(accel_module *m, accel_tensor *x) {
+    return accel__linear_apply(m, x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"));
 }
 
 static const accel_module_ops LINEAR_OPS = {"Linear", linear_forward, NULL};

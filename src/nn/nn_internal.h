@@ -15,6 +15,10 @@ int accel__module_unique_tensors(accel_module *root, bool params_only, accel_ten
  * init_std <= 0 is PyTorch's default kaiming-uniform. */
 accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_device dev,
                                    accel_dtype dt, double init_std);
+/* y = x w^T + b for Linear-like module m (a Linear, a tensor-parallel one
+ * with w and b its slices or rows): the fp8 Linear with m's meta under an
+ * fp8 autocast when m was converted (nn/fp8_modules.h), else accel_linear. */
+accel_tensor *accel__linear_apply(accel_module *m, accel_tensor *x, accel_tensor *w, accel_tensor *b);
 /* RMSNorm module with the given ops (type name "RMSNorm", "LlamaRMSNorm", ...). */
 accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
                                     accel_device dev, accel_dtype dt);

@@ -39,6 +39,13 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
                                        const accel__tp_parts *parts, bool sp, const char *path);
 
+/* The weight [out, in] the GEMM of tensor-parallel Linear m reads: its
+ * slice (column- or row-parallel) or the rows it uses (replicated rows);
+ * false when m is not a tensor-parallel Linear (a Conv1D's, an Embedding,
+ * a norm, a plain module). mixed_precision='fp8' converts m when both are
+ * multiples of 16 (nn/fp8_modules.h). */
+bool accel__tp_linear_gemm_shape(const accel_module *m, int64_t shape[2]);
+
 /* Whether m holds whole tensors on every rank, each using its rows
  * (replicated key/value rows, the q/k norms): their gradients are summed
  * over the group by the forward's copy, never again. */

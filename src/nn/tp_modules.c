@@ -125,9 +125,11 @@ accel_tensor *accel__tp_cut(accel_tensor *w, const accel_tp_slice *s) {
 
 /* ---- forwards */
 
-/* x W^T + b (Linear) or x W + b (Conv1D); b may be NULL. */
-static accel_tensor *project(const tp_impl *t, accel_tensor *x, accel_tensor *w, accel_tensor *b) {
-    if (!t->conv1d) return accel_linear(x, w, b);
+/* x W^T + b (Linear: in fp8 when converted, as a plain Linear) or x W + b
+ * (Conv1D); b may be NULL. */
+static accel_tensor *project(accel_module *m, accel_tensor *x, accel_tensor *w, accel_tensor *b) {
+    const tp_impl *t = m->impl;
+    if (!t->conv1d) return accel__linear_apply(m, x, w, b);
     accel_tensor *y = accel_matmul(x, w);
     return b && y ? accel_add(y, b) : y;
 }
@@ -150,7 +152,7 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
         w = replica_rows(w, t, t->w.dim);
         b = b ? replica_rows(b, t, 0) : NULL;
     }
-    return project(t, enter(t, x), w, b);
+    return project(m, enter(t, x), w, b);
 }
 
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
@@ -160,7 +162,7 @@ static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
     int64_t start = t->w.start[0], local = t->w.local[0];
     if (x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
         x = accel_slice(enter(t, x), x->ndim - 1, start, start + local, 1);
-    accel_tensor *y = leave(t, project(t, x, accel__module_tensor(m, "weight"), NULL));
+    accel_tensor *y = leave(t, project(m, x, accel__module_tensor(m, "weight"), NULL));
     accel_tensor *b = accel__module_tensor(m, "bias");
     return b && y ? accel_add(y, b) : y;
 }
@@ -235,6 +237,19 @@ bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_t
     if (s) {
         *s = ti->w;
         if (!weight) s->dim = 0;
+    }
+    return true;
+}
+
+bool accel__tp_linear_gemm_shape(const accel_module *m, int64_t shape[2]) {
+    if (!m || (m->ops != &COLWISE_OPS && m->ops != &ROWWISE_OPS && m->ops != &REPLICA_OPS)) return false;
+    const tp_impl *t = m->impl;
+    const accel_tensor *w = accel__module_tensor((accel_module *)m, "weight"); /* only reads */
+    if (t->conv1d || !w || w->ndim != 2) return false;
+    shape[0] = w->shape[0], shape[1] = w->shape[1];
+    if (m->ops == &REPLICA_OPS) { /* the rows it uses of the whole weight */
+        shape[t->w.dim] = 0;
+        for (int p = 0; p < t->w.n_parts; p++) shape[t->w.dim] += t->w.local[p];
     }
     return true;
 }
