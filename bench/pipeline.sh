@@ -24,8 +24,9 @@
 # PEER=0 (skip part 2), PEER_ROUNDS (3), PEER_STEPS (9: 1 warm-up + 8 timed),
 # TORCH_NO_RECOMPUTE=1 (also run torch without recomputation, its default),
 # LOG_DIR (keep part 2's logs there), REPORT_ONLY=1 (rebuild part 2's report
-# from LOG_DIR). Part 2 with the defaults takes about 4 minutes on a quiet
-# 2-core machine, 7 under load 15-20.
+# from LOG_DIR). Part 2 with TORCH_NO_RECOMPUTE=1 (54 runs) took 31 minutes
+# under load 12-39 (2026-12-03); on a quiet machine most of a run is torch's
+# start-up (about 8 s), so about 7 minutes (estimated, not measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-5}
