@@ -9,7 +9,7 @@
 #     bash bench/collect_results.sh
 set -euo pipefail
 cd "$(dirname "$0")"
-TOPICS="llama_step llama_step_bf16 llama_step_profile matmul matmul_packed linear_raw ddp launchers zero device_layer dist hier rendezvous bigmodel decode families families_bf16 callsite checkpoint_checksums json_load tokenizer startup startup_launch pipeline pipeline_torch tp tp_torch"
+TOPICS="llama_step llama_step_bf16 llama_step_profile matmul matmul_packed linear_raw ddp launchers zero device_layer dist hier rendezvous bigmodel decode families families_bf16 callsite checkpoint_checksums json_load tokenizer startup startup_launch"
 # Prints the sections of the files in directory $1: the known topics in their
 # order, then any other file, each heading one level down.
 sections() {

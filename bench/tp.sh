@@ -20,7 +20,8 @@
 # batch flags; default bench/results/tp.md's: 2 layers, hidden 256, 8 heads,
 # ffn 768, vocab 4096, batch 4 x seq 128 per data-parallel rank), LOG_DIR
 # (keep the logs there), REPORT_ONLY=1 (rebuild the report from LOG_DIR).
-# About 3 minutes on a quiet 2-core machine, 10 under load 15-20.
+# The 42 runs took 25 minutes under load 20-36 (2026-12-03); on a quiet
+# machine most of a run is torch's start-up, so about 7 (estimated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
