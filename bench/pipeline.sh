@@ -73,6 +73,7 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
   [ -x "$BIN" ] && [ -x "$ACCEL" ] || { echo "pipeline.sh: build bench_pipeline and accel_cli in $BUILD_DIR" >&2; exit 1; }
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "$load_before" > "$LOG/load_before"
+  # shellcheck disable=SC2034  # r: the round run() files the logs under
   for r in $(seq 1 "$ROUNDS"); do
     for m in 4 8; do
       for s in gpipe 1f1b interleaved; do

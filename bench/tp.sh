@@ -44,6 +44,7 @@ dp2_tp2_sp 4 2 1"
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
   [ -x "$BIN" ] && [ -x "$ACCEL" ] || { echo "tp.sh: build bench_tp_step and accel_cli in $BUILD_DIR" >&2; exit 1; }
   cut -d' ' -f1-3 /proc/loadavg > "$LOG/load_before"
+  # shellcheck disable=SC2034  # r: the round run() files the logs under
   for r in $(seq 1 "$ROUNDS"); do
     while read -r name n tp sp; do
       flags=(--tp "$tp")
