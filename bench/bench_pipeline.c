@@ -93,7 +93,8 @@ int main(int argc, char **argv) {
                                                           .positions = T, .layers = layers, .heads = 8,
                                                           .kv_heads = 8, .tied = false});
     /* before prepare, which keeps only this stage's part of the model */
-    if (model && save_dir && rank == 0 && accel_save_pretrained(model, save_dir, 0) != ACCEL_OK) fail("--save-pretrained");
+    if (model && save_dir && rank == 0 && accel_save_pretrained(model, save_dir, 0) != ACCEL_OK)
+        fail("--save-pretrained");
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.01);
     accel_optimizer *opt = model ? accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, &h) : NULL;
     if (!opt || accel_accelerator_prepare(acc, model, opt) != ACCEL_OK) fail("model");

@@ -14,7 +14,8 @@
  * once; act_peak_bytes: the step arena's high-water mark over the last
  * step's loss and backward, the activations and their gradients). Rank 0
  * then prints
- *     impl=accel tp=P sp=0|1 world=N step_ms_median=... cpu_ms_median=... tp_bytes_per_step=... peak_rss_mb=... loss0=...
+ *     impl=accel tp=P sp=0|1 world=N step_ms_median=... cpu_ms_median=... tp_bytes_per_step=...
+ *         peak_rss_mb=... loss0=...
  * step_ms_median: the slowest rank's median; cpu_ms_median: rank 0's process
  * CPU time per step, median (bench/tp_peer.py prints the same for PyTorch);
  * loss0: rank 0's loss of the first step (the initial weights: every mesh's
