@@ -70,7 +70,8 @@ PSTEPS=${PEER_STEPS:-9}
 . bench/metered_rounds.sh  # run NAME CMD...: $LOG/NAME.$r and its .meta
 WEIGHTS="$LOG/weights"
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
-  [ -x "$BIN" ] && [ -x "$ACCEL" ] || { echo "pipeline.sh: build bench_pipeline and accel_cli in $BUILD_DIR" >&2; exit 1; }
+  [ -x "$BIN" ] && [ -x "$ACCEL" ] ||
+    { echo "pipeline.sh: build bench_pipeline and accel_cli in $BUILD_DIR" >&2; exit 1; }
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "$load_before" > "$LOG/load_before"
   # shellcheck disable=SC2034  # r: the round run() files the logs under

@@ -165,7 +165,8 @@ def main():
         timed = range(1, args.steps)
         for s in range(p):
             lo, hi = bounds[s], bounds[s + 1]
-            print(f"stage={s} layers=[{lo},{hi}) chunks={v} cpu_ms={statistics.median(cpus[k][s] for k in timed) * 1e3:.1f} "
+            cpu_ms = statistics.median(cpus[k][s] for k in timed) * 1e3
+            print(f"stage={s} layers=[{lo},{hi}) chunks={v} cpu_ms={cpu_ms:.1f} "
                   f"idle_cpu={statistics.median(1 - cpus[k][s] / walls[k][s] for k in timed):.3f}")
         print(f"impl=torch schedule={args.schedule} p={p} v={v} m={args.micro_batches} "
               f"bubble_theory={(p - 1) / (v * args.micro_batches + p - 1):.3f} "

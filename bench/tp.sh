@@ -91,7 +91,8 @@ L = ["# Tensor parallelism beside PyTorch DTensor (CPU, gloo)", "",
      "SequenceParallel norms, PrepareModuleInput from Shard(1), row-parallel outputs to Shard(1)); over dp the "
      "gradients averaged in one all-reduce as DDP does. Both train the same weights (accel's first run writes "
      "its initial model with `--save-pretrained`, a transformers checkpoint, which torch loads) on the same ids "
-     f"(bench_llama_ids' LCG per dp rank). {rounds} rounds, accel and torch alternating run by run, each 1 warm-up + {steps} "
+     f"(bench_llama_ids' LCG per dp rank). {rounds} rounds, accel and torch alternating run by run, each 1 "
+     f"warm-up + {steps} "
      "timed steps: step ms = the slowest rank's median step (forward, loss, backward, dp all-reduce, AdamW, "
      "zero_grad), median over the rounds; CPU ms = rank 0's process CPU per step, median.", "",
      "| mesh (processes) | accel step ms | torch step ms | accel / torch step | accel CPU ms | torch CPU ms | "
