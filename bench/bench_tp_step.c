@@ -2,7 +2,7 @@
  * parallelism through the Accelerator (under `accel launch --num_processes N`):
  *
  *     bench_tp_step --tp P [--sp] [--steps N] [--warmup W] [--batch B] [--seq T]
- *                   [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]
+ *                   [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V] [--save-pretrained DIR]
  *
  * The mesh is dp_shard N / P x tp P (DDP over the data-parallel ranks). Per
  * step: accel_llama_loss on this rank's data-parallel batch (ids seeded by
@@ -14,11 +14,17 @@
  * once; act_peak_bytes: the step arena's high-water mark over the last
  * step's loss and backward, the activations and their gradients). Rank 0
  * then prints
- *     impl=accel tp=P sp=0|1 world=N step_ms_median=... tp_bytes_per_step=... peak_rss_mb=...
- * step_ms_median: the slowest rank's median; tp_bytes_per_step: what this
+ *     impl=accel tp=P sp=0|1 world=N step_ms_median=... cpu_ms_median=... tp_bytes_per_step=...
+ *         peak_rss_mb=... loss0=...
+ * step_ms_median: the slowest rank's median; cpu_ms_median: rank 0's process
+ * CPU time per step, median (bench/tp_peer.py prints the same for PyTorch);
+ * loss0: rank 0's loss of the first step (the initial weights: every mesh's
+ * equals one process's); tp_bytes_per_step: what this
  * rank (process) handed to the tensor-parallel collectives in one step (src/ops/tp_stats.h:
  * all-reduce buffers, all-gather / reduce-scatter inputs; DDP's gradient
- * all-reduce not counted); peak_rss_mb: rank 0's. */
+ * all-reduce not counted); peak_rss_mb: rank 0's. --save-pretrained DIR:
+ * rank 0 first writes the initial weights there as a transformers checkpoint
+ * (accel_save_pretrained), which bench/tp_peer.py --load trains too. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -59,11 +65,13 @@ static int64_t optimizer_bytes(accel_optimizer *opt) {
 int main(int argc, char **argv) {
     int tp = 1;
     bool sp = false;
+    const char *save_dir = NULL;
     char *rest[64];
     int n = 0;
     for (int i = 0; i < argc && n < 64; i++) {
         if (!strcmp(argv[i], "--tp") && i + 1 < argc) tp = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sp")) sp = true;
+        else if (!strcmp(argv[i], "--save-pretrained") && i + 1 < argc) save_dir = argv[++i];
         else rest[n++] = argv[i];
     }
     bench_llama_args a;
@@ -82,6 +90,8 @@ int main(int argc, char **argv) {
     accel_set_seed(acc, 0, false);
     accel_llama_config cfg = bench_llama_config(&a);
     accel_module *model = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    /* before prepare, which keeps only this rank's shards */
+    if (model && save_dir && rank == 0 && accel_save_pretrained(model, save_dir, 0)) fail("--save-pretrained");
     if (!model || accel_accelerator_prepare_model(acc, model)) fail("the model");
     accel_optim_hparams hp = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 1e-4);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &hp);
@@ -89,24 +99,27 @@ int main(int argc, char **argv) {
     accel_tensor *ids = bench_llama_ids(&a, 12345u + 7919u * (uint64_t)(rank / tp), ACCEL_CPU_DEVICE);
     if (!ids) fail("ids");
     int total = a.warmup + a.steps;
-    double *t = calloc((size_t)total, sizeof *t);
+    double *t = calloc((size_t)total, sizeof *t), *cpu = calloc((size_t)total, sizeof *cpu), loss0 = 0;
     uint64_t bytes = 0;
     size_t act = 0;
     int64_t grad_bytes = 0;
     accel_tensor **params = NULL;
     int np = accel_module_parameters(model, &params);
     if (np <= 0) fail("accel_module_parameters");
-    if (!t || accel_accelerator_wait_for_everyone(acc)) fail("start");
+    if (!t || !cpu || accel_accelerator_wait_for_everyone(acc)) fail("start");
     for (int it = 0; it < total; it++) {
         uint64_t b0 = accel__tp_bytes();
-        double t0 = accel_now_seconds();
+        long faults;
+        double t0 = accel_now_seconds(), c0 = bench_cpu_seconds(&faults);
         accel_tensor *loss = accel_llama_loss(model, ids);
         if (!loss || accel_accelerator_backward(acc, loss)) fail("the step");
+        if (it == 0) loss0 = accel_item(loss);
         act = accel_arena_peak(accel_step_arena());
         grad_bytes = tensor_bytes(params, np, true);
         if (accel_accelerator_optimizer_step(acc, opt) || accel_accelerator_zero_grad(acc, opt)) fail("the step");
         accel_step_reset();
         t[it] = accel_now_seconds() - t0;
+        cpu[it] = bench_cpu_seconds(&faults) - c0;
         bytes = accel__tp_bytes() - b0;
     }
     printf("rank %d param_bytes=%lld grad_bytes=%lld optim_bytes=%lld act_peak_bytes=%zu\n", rank,
@@ -118,9 +131,12 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     if (rank == 0)
-        printf("impl=accel tp=%d sp=%d world=%d step_ms_median=%.1f tp_bytes_per_step=%llu peak_rss_mb=%.1f\n", tp,
-               sp, world, slowest * 1e3, (unsigned long long)bytes, ru.ru_maxrss / 1024.0);
+        printf("impl=accel tp=%d sp=%d world=%d step_ms_median=%.1f cpu_ms_median=%.1f tp_bytes_per_step=%llu "
+               "peak_rss_mb=%.1f loss0=%.6f\n",
+               tp, sp, world, slowest * 1e3, bench_median(cpu + a.warmup, a.steps) * 1e3, (unsigned long long)bytes,
+               ru.ru_maxrss / 1024.0, loss0);
     free(t);
+    free(cpu);
     accel_tensor_free(ids);
     accel_accelerator_free(acc);
     accel_optimizer_free(opt);

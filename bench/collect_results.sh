@@ -3,7 +3,8 @@
 # script writes into bench/results/ (llama_step.sh, bench_matmul, ddp.sh, launchers.sh, zero.sh,
 # device_layer.sh, dist_bench.sh, hier_bench.sh, rendezvous.sh, bench_bigmodel.sh, decode.sh,
 # families.sh, bench_callsite, bench_checkpoint_io, json_load.sh, tokenizer.sh,
-# startup.sh; startup_launch.md came from startup_cpu.py, now startup.py's CPU column); one section per CPU kind from
+# startup.sh, pipeline.sh (pipeline.md and its torch peer's pipeline_torch.md), tp.sh (tp_torch.md, beside
+# bench_tp_step's tp.md); startup_launch.md came from startup_cpu.py, now startup.py's CPU column); one section per CPU kind from
 # bench/results/<kind>/ (its KIND file names the kind).
 #     bash bench/collect_results.sh
 set -euo pipefail
