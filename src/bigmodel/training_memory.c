@@ -96,6 +96,7 @@ typedef struct dims {
     double n;             /* tokens B*T */
     double ns;            /* tokens of the residual stream on this rank: n, or n / tp under sequence parallelism */
     bool tp;              /* one rank of tensor parallelism: Q, K, I, V, H, Hkv are this rank's share */
+    double Kw, Qw;        /* with fewer key/value heads than tp: the whole k and q widths (replicated rows), else 0 */
     double B, T, C, Q, K, I, V, H, D;
     double Hkv;
     double R;             /* the rotary dims of a head: D, or D * partial_rotary_factor */
@@ -329,6 +330,37 @@ static void tp_norm_bwd(ledger *l, double e, double rows, accel_dtype xdt) {
     l->bytes += (l->k->ac == ACCEL_F32 ? 4 * e : 0) + 10 * 4 * e + 20 * 4 * rows + gbuf(e, xdt, false);
 }
 
+/* The replicated key/value rows (fewer key/value heads than tp ranks):
+ * k_proj's and v_proj's whole weights (Phi-3's whole qkv_proj) stay on every
+ * rank, and each step takes this rank's rows of them through
+ * accel_tp_copy_to_region: slices of the weight, which a projection reads
+ * as a step operand (made dense in the autocast dtype, not a prepared
+ * form); Phi-3's three parts concatenated into one [Q + 2 K, C] f32 weight.
+ * Backward: the rows' weight gradient in the step (f32), Phi-3's concat
+ * handing each part its slice (dense, then copied as the part's first), and
+ * each slice's backward a zeroed gradient of the whole weight, the first
+ * copied into the region view's gradient, the others added (the whole
+ * weight's gradient then takes their sum, staged). */
+static void replica_fwd(ledger *l) {
+    const dims *d = l->d;
+    if (d->Kw == 0) return;
+    if (l->f->fused_qkv)
+        l->bytes += 4 * (d->Q + 2 * d->K) * d->C + mm_operand(l->k, (d->Q + 2 * d->K) * d->C, ACCEL_F32, true);
+    else
+        l->bytes += 2 * mm_operand(l->k, d->K * d->C, ACCEL_F32, false);
+}
+
+static void replica_bwd(ledger *l) {
+    const dims *d = l->d;
+    if (d->Kw == 0) return;
+    if (l->f->fused_qkv) {
+        double r = (d->Q + 2 * d->K) * d->C, whole = (d->Qw + 2 * d->Kw) * d->C;
+        l->bytes += 4 * r + 2 * 4 * r + 3 * 4 * whole + 4 * whole;
+    } else {
+        l->bytes += 2 * (4 * d->K * d->C + 2 * 4 * d->Kw * d->C);
+    }
+}
+
 /* A row-parallel projection (o_proj, down_proj, GPT-2's c_proj) of x [n, in]
  * (this rank's part) to the stream's C: one process's proj_fwd, or the
  * rank's partial sum [B, T, C] (no bias), then out of the region the sum
@@ -434,6 +466,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         kk = proj_fwd(fwd, d->C, d->K, n1);
         v = proj_fwd(fwd, d->C, d->K, n1);
     }
+    replica_fwd(fwd);
     accel_dtype qr = q, kr = kk; /* what RoPE reads */
     if (f->qk_norm_full && d->tp) qr = tp_norm_fwd(fwd, eQ, n, q), kr = tp_norm_fwd(fwd, eK, n, kk);
     else if (f->qk_norm_full) qr = norm_fwd(fwd, eQ, n, q), kr = norm_fwd(fwd, eK, n, kk);
@@ -545,6 +578,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         proj_bwd(bwd, d->C, d->Q, q, n1, true, f->qkv_bias);
     }
     enter_bwd(bwd, f->norm_outputs);
+    replica_bwd(bwd);
     /* the attention's input norm into the layer input's gradient */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
 }
@@ -661,6 +695,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
         d->tp = true;
         d->H = heads / tp;
         d->Hkv = kv < tp ? 1 : kv / tp;
+        d->Kw = kv < tp ? kv * hd : 0, d->Qw = kv < tp ? heads * hd : 0;
         d->Q = d->H * hd, d->K = d->Hkv * hd;
         d->I /= tp, d->V /= tp;
         if (o->sequence_parallel) d->ns = d->B * (double)(o->seq_len / tp);
