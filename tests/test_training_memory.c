@@ -406,6 +406,21 @@ static void test_refusals(void) {
     o.autocast = ACCEL_F32;
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads must be a multiple of num_key_value_heads");
+    /* tensor parallelism: sizes its plan refuses, sequence parallelism without tp or over an odd split */
+    c = config();
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = 63, .autocast = ACCEL_F32, .tp_size = 3};
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp_size 3");
+    o.tp_size = 2, o.sequence_parallel = true;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 63 is not a multiple of tp_size 2: sequence parallelism splits");
+    o.tp_size = 1;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "sequence parallelism needs tp_size above 1");
+    accel_bert_config bc = accel_bert_config_default();
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = 8, .autocast = ACCEL_F32, .tp_size = 2};
+    CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "BERT has no tensor-parallel plan");
     accel_rank_memory r;
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, 100, 200, 2, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, INT64_MAX / 2, 0, 1, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);

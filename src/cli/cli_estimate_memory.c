@@ -50,7 +50,7 @@ static void usage(FILE *f) {
                "of each layer's weights (tensor parallelism), ZeRO's shards over dp_shard\n"
                "(docs/bigmodel.md \"Per mesh\"), with a batch its activations on one tp rank; with\n"
                "--sequence_parallelism (--megatron_lm_sequence_parallelism) Megatron's split of the norms'\n"
-               "and residual adds' along the sequence. With pp above 1 (tp 1) and a batch,\n"
+               "and residual adds' along the sequence. With pp above 1 and a batch,\n"
                "each stage's row: its parameters, gradients, optimizer state and the micro-batch inputs\n"
                "its schedule holds (--num_micro_batches M, also --megatron_lm_num_micro_batches;\n"
                "--pp_schedule; --pp_virtual_stages V > 1: interleaved 1F1B).\n");
@@ -470,13 +470,17 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     const char *tp_bad = q.act.sequence_parallel && q.act.tp_size < 2
                              ? "--sequence_parallelism splits the sequence over the tp ranks: give it with --tp_size "
                                "above 1"
-                         : q.have_batch && q.mesh[MESH_TP] > 1 && q.mesh[MESH_PP] > 1
-                             ? "the per-stage table of a pipeline with tensor parallelism is not modelled: give "
-                               "--batch_size / --seq_len with --tp_size or --pp_size above 1, not both"
                              : NULL;
     if (tp_bad) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s\n", tp_bad);
+        return 2;
+    }
+    if (q.have_batch && q.act.sequence_parallel && q.act.seq_len % q.act.tp_size) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: --seq_len %lld is not a multiple of --tp_size %d: sequence "
+                        "parallelism splits the sequence over the tp ranks\n", (long long)q.act.seq_len,
+                q.act.tp_size);
         return 2;
     }
     /* the pipeline's per-stage table: pp above 1 with a batch */
@@ -580,7 +584,8 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     cli_pipeline_request pq = {.pp = q.mesh[MESH_PP], .virt = q.virt ? q.virt : 1, .micro = q.micro ? q.micro : 1,
                                .gpipe = q.schedule && !strcmp(q.schedule, "gpipe"), .batch = q.act.batch_size,
                                .seq = q.act.seq_len, .strategy = q.strategy >= 0 ? q.strategy : ACCEL_SHARD_DDP,
-                               .dp_shard = q.mesh[MESH_DP_SHARD], .autocast = q.act.autocast};
+                               .dp_shard = q.mesh[MESH_DP_SHARD], .autocast = q.act.autocast,
+                               .tp = q.mesh[MESH_TP], .sp = q.act.sequence_parallel, .cfg = &cfg};
     if (!rc && pipeline) rc = cli_pipeline_table(m, &pq);
     accel_module_free(m);
     return rc;
