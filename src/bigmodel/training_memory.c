@@ -269,10 +269,11 @@ static void rope_bwd(ledger *l, double e, accel_dtype dt) {
 }
 
 /* The backward of split_heads (reshape then transpose of a projection output
- * of dtype dt): the transpose's dense gradient, the copies into the
- * reshape's and the projection's gradients. */
-static void split_heads_bwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += dense(e, dt, false) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
+ * of dtype dt into `heads` heads): the transpose's dense gradient (none with
+ * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head), the
+ * copies into the reshape's and the projection's gradients. */
+static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads) {
+    l->bytes += dense(e, dt, heads == 1) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
 }
 
 /* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape: the
@@ -404,9 +405,11 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     accel_dtype s = mm_dtype(k);
     if (!explicit_) {
         /* the output (its kernel writes s itself); q and k dense, v a transposed
-         * view, each dense in s; the f32 probabilities [B, H, T, T] kept */
-        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, !q_view) + contig_as(eK, kk, s, !q_view) +
-                      contig_as(eK, v, s, false) + 4 * d->B * d->H * d->T * d->T;
+         * view (dense with one head), each dense in s; the f32 probabilities
+         * [B, H, T, T] kept */
+        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, !q_view || d->H == 1) +
+                      contig_as(eK, kk, s, !q_view || d->Hkv == 1) + contig_as(eK, v, s, d->Hkv == 1) +
+                      4 * d->B * d->H * d->T * d->T;
         /* backward: the output gradient as it is, the gradients of q, k, v in their dtype */
         bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) +
                       gbuf_native(eK, v, false);
@@ -415,7 +418,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     double E = d->B * d->H * d->T * d->T, GT_S = d->H / d->Hkv * d->T * d->T;
     /* forward: q made contiguous (a copy of GPT-2's view; an alias node of
      * RoPE's output); the mask [G T, S] in the arena, as a tensor, in q's dtype */
-    fwd->bytes += dense(eQ, q, !q_view) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
+    fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
     /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
     fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
     gemm_call(fwd, eQ + eK, s == ACCEL_F32 ? 0 : E);
@@ -426,7 +429,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     bool drop = fwd->f->attn_pdrop > 0;
     if (drop) dropout_fwd(fwd, E, ACCEL_F32);
     /* P V: the output in s, P in s, v a transposed view made dense in s */
-    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, false);
+    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1);
     gemm_call(fwd, E + eK, s == ACCEL_F32 ? 0 : eQ);
     /* backward: the reshape of P V's output copies its gradient; P V's: the
      * output gradient read, P's and v's gradients */
@@ -478,8 +481,8 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     accel_dtype s = mm_dtype(fwd->k);
     ledger abwd = {bwd->k, d, f, 0, 0}; /* the attention's backward, added in its place below */
     attention_step(fwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
-    /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies */
-    fwd->bytes += dense(eQ, s, false);
+    /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies (one head: dense already) */
+    fwd->bytes += dense(eQ, s, d->H == 1);
     accel_dtype o = row_fwd(fwd, d->Q, s, f->o_bias);
     bool drop = f->resid_pdrop > 0;
     if (drop) dropout_fwd(fwd, eC, o);
@@ -546,16 +549,16 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (drop) dropout_bwd(bwd, eC, o);
     row_bwd(bwd, d->Q, o, s, f->o_bias); /* o_proj / c_proj */
     /* the reshape's view, the transpose's dense gradient, the attention output's */
-    bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, false) + grad_copy(eQ, s, false);
+    bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, d->H == 1) + grad_copy(eQ, s, false);
     bwd->bytes += abwd.bytes;
     if (abwd.call > bwd->call) bwd->call = abwd.call;
     if (!f->gpt2) {
         rope_bwd(bwd, eK, kr);
         rope_bwd(bwd, eQ, qr);
     }
-    split_heads_bwd(bwd, eK, v);
-    split_heads_bwd(bwd, eK, kk);
-    split_heads_bwd(bwd, eQ, q);
+    split_heads_bwd(bwd, eK, v, d->Hkv);
+    split_heads_bwd(bwd, eK, kk, d->Hkv);
+    split_heads_bwd(bwd, eQ, q, d->H);
     if (f->qk_norm_full && d->tp) {
         tp_norm_bwd(bwd, eK, n, kk);
         tp_norm_bwd(bwd, eQ, n, q);
@@ -779,7 +782,7 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
                   grad_copy(eC, q, false);
     gemm_call(bwd, E + eC, 0);
-    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q);
+    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
