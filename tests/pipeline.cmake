@@ -9,7 +9,9 @@
 # absent; a layer per chunk), and pp x dp = 2 x 2 under ZeRO-1 and ZeRO-2
 # over each stage's dp ranks with 1F1B, GPipe and interleaved 1F1B (a 10th
 # field: the ZeRO stage, 0 when absent; ZeRO-3 refused at prepare), against
-# one process.
+# one process; and dp x tp x pp = 2 x 2 x 2 on 8 processes (1F1B tied, GPipe
+# with sequence parallelism untied, interleaved 1F1B with 2 virtual stages and
+# sequence parallelism).
 # ACCEL_SHM_CHUNK_KB=4: the hidden states (6 KiB a micro-batch) cross the
 # stages in several chunks, so a send waits for its receiver.
 if(TARGET accel_cli)
@@ -19,7 +21,8 @@ if(TARGET accel_cli)
               "2;1;interleaved;1;1;0;1;0;2" "2;1;interleaved;0;1;0;1;0;3" "2;1;interleaved;0;1;0;1;0;2"
               "2;1;interleaved;1;1;0;1;0;3" "4;1;interleaved;1;1;0;1;0;2" "2;2;interleaved;0;2;0;1;0;2"
               "2;1;interleaved;1;1;0;2;1;2" "2;2;1f1b;1;1;0;1;0;1;1" "2;2;1f1b;1;2;0;1;0;1;2"
-              "2;2;gpipe;0;1;0;1;0;1;2" "2;2;interleaved;0;1;0;1;0;2;1" "2;2;interleaved;1;1;0;1;0;2;2")
+              "2;2;gpipe;0;1;0;1;0;1;2" "2;2;interleaved;0;1;0;1;0;2;1" "2;2;interleaved;1;1;0;1;0;2;2"
+              "2;2;1f1b;1;1;0;2" "2;2;gpipe;0;1;0;2;1" "2;2;interleaved;1;1;0;2;1;2")
     list(GET cfg 0 pp)
     list(GET cfg 1 dp)
     list(GET cfg 2 sched)

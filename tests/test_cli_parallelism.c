@@ -344,7 +344,9 @@ static void test_estimate_memory_mesh(void) {
         {"--tp_size", "2", "--megatron_lm_tp_degree", "4", "--tp_size 2 and --megatron_lm_tp_degree 4 disagree"},
         {"--pp_size", "21", "--strategy", "DDP", "pp_size at most the 20 decoder layers"},
         {"--tp_size", "0", "--strategy", "DDP", "argument --tp_size: expected a count >= 1"},
-        {"--tp_size", "2", "--batch_size", "1", "the activations of tensor parallelism are not modelled"},
+        {"--sequence_parallelism", "true", "--strategy", "DDP", "--sequence_parallelism splits the sequence over "
+                                                                    "the tp ranks: give it with --tp_size above 1"},
+        {"--tp_size", "3", "--batch_size", "1", "num_attention_heads"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         const char *c[] = {"estimate-memory", "data/llama_seed_config", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3],
@@ -353,6 +355,23 @@ static void test_estimate_memory_mesh(void) {
         CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
         CHECK_STR_CONTAINS(ERR, BAD[i][4]);
     }
+    /* the activations of one tp rank (f32: the same figure on every CPU; tests/test_training_memory.c checks
+     * the estimate against measured steps of every family): tp 2 holds less than one process (1.12 GB), Megatron's
+     * sequence parallelism less again; a sequence it cannot split, and tp x pp with a batch, refused by name */
+    const char *e[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "2", "--batch_size", "8",
+                       "--seq_len", "64", "--strategy", "DDP", NULL, NULL};
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 823.26 MB │1.44 GB│");
+    CHECK_STR_CONTAINS(OUT, "1/2 of each layer's weights and of the vocabulary, activations of one tp rank (");
+    e[10] = "--megatron_lm_sequence_parallelism";
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "per rank (batch 8 x 64, f32, sequence parallel)");
+    CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 742.22 MB │  1.36 GB  │");
+    e[7] = "63";
+    CHECK(run(e, NULL) != 0);
+    CHECK_STR_CONTAINS(ERR, "--seq_len 63 is not a multiple of --tp_size 2: sequence parallelism splits the "
+                            "sequence over the tp ranks");
+
     /* four sizes of 2^20 each: 2^80 processes, refused (their product once wrapped past 64 bits) */
     const char *d[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "1048576", "--pp_size", "20",
                        "--dp_replicate_size", "1048576", "--dp_shard_size", "1048576", NULL};
@@ -368,7 +387,10 @@ static void test_estimate_memory_mesh(void) {
  * interleaved 1F1B with 2 virtual stages 5 / 3, 192 / 320 KiB - the plan's slots; pp 4 1F1B layers 0,
  * 1-3, 4-6, 7, 0 / 192 / 128 / 64 KiB). A stage's weights at pp 2: 4 layers of 213248 f32 (4 x 128 x 128 +
  * 3 x 128 x 384 + 2 x 128) and the 2048 x 128 embedding (stage 0) or lm_head and final norm (the last):
- * 4.25 MB, Adam twice that; ZeRO-1 over dp_shard 2 halves the optimizer. */
+ * 4.25 MB, Adam twice that; ZeRO-1 over dp_shard 2 halves the optimizer. Each stage tensor-parallel over
+ * tp 2: half of each layer's projections (4 x 128 x 64 + 3 x 128 x 192, the norms whole) and of the
+ * vocabulary: 2.13 MB; the held inputs whole on each tp rank, or with sequence parallelism their T / 2
+ * positions (test_pipeline checks the bytes a stage holds per micro-batch at tp 2, with and without). */
 static void test_estimate_memory_pipeline(void) {
     const char *cfg = write_file("pp_config.json",
                                  "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
@@ -391,6 +413,12 @@ static void test_estimate_memory_pipeline(void) {
           "│  1  │2-3, 6-7│4.25 MB│ 4.25 MB │ 8.51 MB │    3    │  320.0 KB │"}},
         {{"--num_micro_batches", "4", "--strategy", "ZERO1", "--dp_shard_size", "2"},
          {"ZeRO-1 over dp_shard 2", "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 4.25 MB │    1    │  64.0 KB  │"}},
+        {{"--num_micro_batches", "4", "--tp_size", "2"},
+         {"pp 2, tp 2, 4 micro-batches", "│  0  │ 0-3  │2.13 MB│ 2.13 MB │ 4.26 MB │    2    │  0 bytes  │",
+          "│  1  │ 4-7  │2.13 MB│ 2.13 MB │ 4.26 MB │    1    │  64.0 KB  │"}},
+        {{"--num_micro_batches", "4", "--megatron_lm_tp_degree", "2", "--megatron_lm_sequence_parallelism", "true"},
+         {"pp 2, tp 2 sequence parallel,", "│  1  │ 4-7  │2.13 MB│ 2.13 MB │ 4.26 MB │    1    │  32.0 KB  │",
+          "inputs [4, 16, 128] float32 (32768 bytes each)"}},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const char *c[16] = {"estimate-memory", cfg, "--pp_size", "2", "--batch_size", "16", "--seq_len", "32"};

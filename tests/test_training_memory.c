@@ -406,6 +406,21 @@ static void test_refusals(void) {
     o.autocast = ACCEL_F32;
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads must be a multiple of num_key_value_heads");
+    /* tensor parallelism: sizes its plan refuses, sequence parallelism without tp or over an odd split */
+    c = config();
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = 63, .autocast = ACCEL_F32, .tp_size = 3};
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp_size 3");
+    o.tp_size = 2, o.sequence_parallel = true;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 63 is not a multiple of tp_size 2: sequence parallelism splits");
+    o.tp_size = 1;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "sequence parallelism needs tp_size above 1");
+    accel_bert_config bc = accel_bert_config_default();
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = 8, .autocast = ACCEL_F32, .tp_size = 2};
+    CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "BERT has no tensor-parallel plan");
     accel_rank_memory r;
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, 100, 200, 2, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, INT64_MAX / 2, 0, 1, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
@@ -478,8 +493,81 @@ static int zero3_main(void) {
     return check_summary();
 }
 
+/* One family's steady training step on this rank of the tensor-parallel
+ * group (its plan applied by prepare; sp: Megatron's sequence parallelism),
+ * plain and checkpointed: the step arena's peak against
+ * accel_llama_activation_bytes with .tp_size and .sequence_parallel, within
+ * 10% as one process's. Returns how many comparisons ran. */
+static int check_tp_family(accel_accelerator *acc, const char *type, bool sp) {
+    int tp = accel_pg_size(accel_accelerator_tp_group(acc)), rank = accel_accelerator_process_index(acc);
+    accel_dtype dt = accel_accelerator_mixed_precision(acc) == ACCEL_MP_BF16 ? ACCEL_BF16 : ACCEL_F32;
+    accel_llama_config c = family_config(type);
+    int runs = 0;
+    for (int ck = 0; ck < 2; ck++) {
+        accel_manual_seed(11);
+        accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+        CHECK_MSG(m != NULL, "%s: %s", type, accel_last_error());
+        if (!m) return runs;
+        CHECK(accel_module_set_gradient_checkpointing(m, ck) == ACCEL_OK);
+        CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s: %s", type, accel_last_error());
+        size_t peak = 0;
+        for (int step = 0; step < 2; step++) {
+            accel_step_reset();
+            int64_t v[BATCH * SEQ];
+            for (int i = 0; i < BATCH * SEQ; i++) v[i] = (i * 37 + 5) % VOCAB;
+            accel_tensor *loss = accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), v));
+            CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s step: %s", type,
+                      accel_last_error());
+            peak = accel_arena_peak(accel_step_arena());
+            accel_step_reset();
+        }
+        accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck,
+                                   .accelerator = true, .tp_size = tp, .sequence_parallel = sp};
+        accel_activation_bytes b;
+        CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s: %s", type, accel_last_error());
+        fprintf(stderr, "rank %d tp %d%s %s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", rank, tp,
+                sp ? " sp" : "", type, accel_dtype_name(dt), ck ? " checkpointed" : "", peak, (long long)b.peak,
+                100.0 * ((double)b.peak - peak) / peak);
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "rank %d tp %d%s %s %s%s: estimate %lld bytes vs "
+                  "measured %zu", rank, tp, sp ? " sp" : "", type, accel_dtype_name(dt), ck ? " checkpointed" : "",
+                  (long long)b.peak, peak);
+        runs++;
+        CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
+        accel_module_free(m);
+    }
+    return runs;
+}
+
+/* `tp LO HI [sp]` under `accel launch --parallelism_config_tp_size N`: rows
+ * LO..HI-1 of the architecture table on each rank; prints "training memory
+ * tp=N sp=S mp=M families=K" on rank 0. */
+static int tp_main(size_t lo, size_t hi, bool sp) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.sequence_parallelism = sp ? ACCEL_TRUE : 0;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "error: %s\n", accel_last_error());
+        return 1;
+    }
+    int tp = accel_pg_size(accel_accelerator_tp_group(acc)), families = 0;
+    CHECK_MSG(tp > 1, "tp mode: launch with --parallelism_config_tp_size above 1 (tp group of %d)", tp);
+    CHECK_MSG(accel__arch_at(lo) != NULL, "no row %zu in the architecture table", lo);
+    for (size_t i = lo; i < hi && accel__arch_at(i); i++)
+        families += check_tp_family(acc, accel__arch_at(i)->model_type, sp) == 2;
+    if (accel_accelerator_process_index(acc) == 0)
+        printf("training memory tp=%d sp=%d mp=%s families=%d\n", tp, sp,
+               accel_mixed_precision_name(accel_accelerator_mixed_precision(acc)), families);
+    fflush(stdout);
+    accel_accelerator_free(acc);
+    accel_thread_cleanup();
+    return check_summary();
+}
+
 int main(int argc, char **argv) {
     if (getenv("ACCEL_FSDP_SHARDING_STRATEGY") || getenv("ACCEL_ZERO_STAGE")) return zero3_main();
+    if ((argc == 4 || argc == 5) && !strcmp(argv[1], "tp"))
+        return tp_main((size_t)strtoul(argv[2], NULL, 10), (size_t)strtoul(argv[3], NULL, 10),
+                       argc == 5 && !strcmp(argv[4], "sp"));
     /* `families LO HI`: rows LO..HI-1 of the architecture table; `bert`: BERT's
      * step (separate runs: each family takes eight steps) */
     if (argc == 4 && !strcmp(argv[1], "families")) {

@@ -12,6 +12,30 @@ if(TARGET accel_cli)
   set_tests_properties(training_memory_zero3_bf16_2 PROPERTIES PASS_REGULAR_EXPRESSION "training memory zero3 world=2 mp=bf16\n")
   set_tests_properties(training_memory_zero3_2 training_memory_zero3_bf16_2 PROPERTIES
     TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+  # one tp rank's step arena peak against accel_llama_activation_bytes (.tp_size, .sequence_parallel) for
+  # every family of the architecture table (each has a tp plan), plain and checkpointed, within 10% as one
+  # process's: tp 2 and tp 4 (its 2 key/value heads replicated, one head a rank), f32 and bf16, each with
+  # and without Megatron's sequence parallelism
+  foreach(cfg "2;no;" "2;no;sp" "2;bf16;" "2;bf16;sp" "4;no;" "4;no;sp" "4;bf16;" "4;bf16;sp")
+    list(GET cfg 0 n)
+    list(GET cfg 1 mp)
+    list(GET cfg 2 sp)
+    set(name training_memory_tp${n})
+    if(mp STREQUAL "bf16")
+      set(name ${name}_bf16)
+    endif()
+    set(sp_flag 0)
+    if(sp)
+      set(name ${name}_sp)
+      set(sp_flag 1)
+    endif()
+    add_test(NAME ${name} COMMAND ${_tm} --num_processes ${n} --use_parallelism_config --parallelism_config_tp_size
+             ${n} --mixed_precision ${mp} $<TARGET_FILE:test_training_memory> tp 0 1000 ${sp}
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION
+      "training memory tp=${n} sp=${sp_flag} mp=${mp} families=[1-9][0-9]*\n" TIMEOUT 300
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+  endforeach()
 endif()
 # every family's step against its estimate (the architecture table's rows in
 # two runs, the second open-ended so that a new row is covered), and BERT's

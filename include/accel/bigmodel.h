@@ -169,6 +169,10 @@ typedef struct accel_activation_opts {
     bool zero3;           /* ZeRO-3 with the default wrap (the embedding, each decoder layer, the final
                            * norm, lm_head): each unit's output gradient is copied once more by the
                            * node that gathers the unit for its backward */
+    int tp_size;          /* one rank of tensor parallelism over tp_size ranks (accel_llama_parallelize's
+                           * plan: heads, the MLP's hidden and the vocabulary split); 0 or 1: none */
+    bool sequence_parallel; /* with tp_size > 1: Megatron's sequence parallelism (the norms' and
+                             * residual adds' activations split along the sequence) */
 } accel_activation_opts;
 
 /* Bytes of the step arena (the CPU step tensors: activations, their

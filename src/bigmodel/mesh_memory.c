@@ -78,6 +78,10 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
     return numel * el; /* norms, buffers: whole on every rank */
 }
 
+int64_t accel__mesh_entry_bytes(const accel_state_entry *e, const accel_llama_config *cfg, int tp) {
+    return rank_bytes(e, cfg, tp, layer_of(e->name) >= 0);
+}
+
 accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *cfg, int tp, int pp,
                                      accel__mesh_bytes *out) {
     int64_t L = cfg->num_hidden_layers;

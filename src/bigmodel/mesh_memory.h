@@ -42,4 +42,8 @@ typedef struct accel__mesh_bytes {
 accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *cfg, int tp, int pp,
                                      accel__mesh_bytes *out);
 
+/* One state-dict entry's bytes on a rank of tp (1: its own), split as above;
+ * -1 (error set) for a 2-D weight of a layer with no split modelled. */
+int64_t accel__mesh_entry_bytes(const accel_state_entry *e, const accel_llama_config *cfg, int tp);
+
 #endif

@@ -94,6 +94,9 @@ static double gbuf_native(double e, accel_dtype dt, bool has_grad) {
 
 typedef struct dims {
     double n;             /* tokens B*T */
+    double ns;            /* tokens of the residual stream on this rank: n, or n / tp under sequence parallelism */
+    bool tp;              /* one rank of tensor parallelism: Q, K, I, V, H, Hkv are this rank's share */
+    double Kw, Qw;        /* with fewer key/value heads than tp: the whole k and q widths (replicated rows), else 0 */
     double B, T, C, Q, K, I, V, H, D;
     double Hkv;
     double R;             /* the rotary dims of a head: D, or D * partial_rotary_factor */
@@ -266,19 +269,124 @@ static void rope_bwd(ledger *l, double e, accel_dtype dt) {
 }
 
 /* The backward of split_heads (reshape then transpose of a projection output
- * of dtype dt): the transpose's dense gradient, the copies into the
- * reshape's and the projection's gradients. */
-static void split_heads_bwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += dense(e, dt, false) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
+ * of dtype dt into `heads` heads): the transpose's dense gradient (none with
+ * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head), the
+ * copies into the reshape's and the projection's gradients. */
+static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads) {
+    l->bytes += dense(e, dt, heads == 1) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
 }
 
-/* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape): the
+/* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape: the
+ * residual stream's [B, T, C], T / tp under sequence parallelism): the
  * f32 output; a bf16/f16 y is read as it is (the CPU's
  * accel__binary_lowp_operand), any other y made f32. */
 static void add_fwd(ledger *l, accel_dtype ydt) {
-    double e = l->d->n * l->d->C;
+    double e = l->d->ns * l->d->C;
     bool lowp = ydt == ACCEL_BF16 || ydt == ACCEL_F16;
     l->bytes += 4 * e + (lowp ? 0 : f32_contig(e, ydt, true));
+}
+
+/* ------------------------------------------------------------ tensor parallelism
+ * One rank of accel_llama_parallelize's plan (src/nn/tp_modules.c): the
+ * column-parallel Linears (q/k/v, gate/up, lm_head) and everything between
+ * them and the row-parallel ones (o, down) hold this rank's heads and
+ * columns (the dims' Q, K, I, V, H, Hkv); the regions' boundaries hold whole
+ * [B, T, C] tensors; the norms and residual adds outside them hold the
+ * stream, whole under plain tp, T / tp positions under sequence parallelism
+ * (dims.ns). Nothing here without tp. */
+
+/* Into a column-parallel region from x (f32, the stream's: a norm's output,
+ * OLMo 2's residual sum): a view of it under plain tp (accel_tp_copy_to_region),
+ * under sequence parallelism the gathered [B, T, C] (accel_tp_gather_seq),
+ * which the region's Linears save. The Linears that read it share the one
+ * entry (q/k/v, gate/up). */
+static void enter_fwd(ledger *l) {
+    if (l->d->tp && l->d->ns < l->d->n) l->bytes += 4 * l->d->n * l->d->C;
+}
+
+/* Its backward: the Linears' gradient of the region's input is a new
+ * whole [B, T, C] (counted by them: the input never has one before), and
+ * the collective then writes x's, the stream's, unless x has one already
+ * (its sum is staged and freed). */
+static void enter_bwd(ledger *l, bool x_has_grad) {
+    if (l->d->tp && !x_has_grad) l->bytes += 4 * l->d->ns * l->d->C;
+}
+
+/* OLMo 2's q/k norm over every head under tp (TensorParallelRMSNorm,
+ * src/nn/tp_modules.c), of this rank's e = rows * w elements of dtype xdt,
+ * composed of ops: x made f32 (an alias when it is), x * x, its row sums,
+ * their all-reduce, scale, + eps, rsqrt ([rows] each), x * rstd, * the
+ * weight's rows (f32 out). */
+static accel_dtype tp_norm_fwd(ledger *l, double e, double rows, accel_dtype xdt) {
+    l->bytes += f32_contig(e, xdt, true) + 3 * 4 * e + 5 * 4 * rows;
+    return ACCEL_F32;
+}
+
+/* Its backward: the f32 alias's copy (f32 autocast returns y as x's dtype),
+ * each product's two gradient products and the first gradients' copies
+ * (10 f32 e: the weight's, rstd's and x * x's from their products, x's
+ * from both of its uses, the row sums' expanded), the [rows] chain, and x's
+ * gradient (the alias's copy, or the cast back to its dtype). */
+static void tp_norm_bwd(ledger *l, double e, double rows, accel_dtype xdt) {
+    l->bytes += (l->k->ac == ACCEL_F32 ? 4 * e : 0) + 10 * 4 * e + 20 * 4 * rows + gbuf(e, xdt, false);
+}
+
+/* The replicated key/value rows (fewer key/value heads than tp ranks):
+ * k_proj's and v_proj's whole weights (Phi-3's whole qkv_proj) stay on every
+ * rank, and each step takes this rank's rows of them through
+ * accel_tp_copy_to_region: slices of the weight, which a projection reads
+ * as a step operand (made dense in the autocast dtype, not a prepared
+ * form); Phi-3's three parts concatenated into one [Q + 2 K, C] f32 weight.
+ * Backward: the rows' weight gradient in the step (f32), Phi-3's concat
+ * handing each part its slice (dense, then copied as the part's first), and
+ * each slice's backward a zeroed gradient of the whole weight, the first
+ * copied into the region view's gradient, the others added (the whole
+ * weight's gradient then takes their sum, staged). */
+static void replica_fwd(ledger *l) {
+    const dims *d = l->d;
+    if (d->Kw == 0) return;
+    if (l->f->fused_qkv)
+        l->bytes += 4 * (d->Q + 2 * d->K) * d->C + mm_operand(l->k, (d->Q + 2 * d->K) * d->C, ACCEL_F32, true);
+    else
+        l->bytes += 2 * mm_operand(l->k, d->K * d->C, ACCEL_F32, false);
+}
+
+static void replica_bwd(ledger *l) {
+    const dims *d = l->d;
+    if (d->Kw == 0) return;
+    if (l->f->fused_qkv) {
+        double r = (d->Q + 2 * d->K) * d->C, whole = (d->Qw + 2 * d->Kw) * d->C;
+        l->bytes += 4 * r + 2 * 4 * r + 3 * 4 * whole + 4 * whole;
+    } else {
+        l->bytes += 2 * (4 * d->K * d->C + 2 * 4 * d->Kw * d->C);
+    }
+}
+
+/* A row-parallel projection (o_proj, down_proj, GPT-2's c_proj) of x [n, in]
+ * (this rank's part) to the stream's C: one process's proj_fwd, or the
+ * rank's partial sum [B, T, C] (no bias), then out of the region the sum
+ * (accel_tp_reduce_from_region) or this rank's positions of it
+ * (accel_tp_scatter_seq), a new tensor in its dtype, and the bias (whole)
+ * added after. Returns the branch's dtype. */
+static accel_dtype row_fwd(ledger *l, double in, accel_dtype xdt, bool bias) {
+    if (!l->d->tp) return proj_fwd(l, in, l->d->C, xdt);
+    accel_dtype odt = linear_fwd(l, in, l->d->C, xdt);
+    l->bytes += l->d->ns * l->d->C * esz(odt);
+    return l->f->gpt2 || bias ? binary_fwd(l, l->d->ns * l->d->C, odt, ACCEL_F32) : odt;
+}
+
+/* Its backward from the branch's gradient: the bias add's copy into the
+ * exit's output, the exit's (the reduce's pass-back copy, the scatter's
+ * gather) into the partial sum: whole, in its dtype; then the Linear's. */
+static void row_bwd(ledger *l, double in, accel_dtype odt, accel_dtype xdt, bool bias) {
+    if (!l->d->tp) {
+        proj_bwd(l, in, l->d->C, odt, xdt, false, bias);
+        return;
+    }
+    accel_dtype mm = mm_dtype(l->k);
+    if (l->f->gpt2 || bias) l->bytes += grad_copy(l->d->ns * l->d->C, mm, false);
+    l->bytes += l->d->n * l->d->C * esz(mm);
+    linear_bwd(l, in, l->d->C, mm, xdt, false);
 }
 
 /* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
@@ -297,9 +405,11 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     accel_dtype s = mm_dtype(k);
     if (!explicit_) {
         /* the output (its kernel writes s itself); q and k dense, v a transposed
-         * view, each dense in s; the f32 probabilities [B, H, T, T] kept */
-        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, !q_view) + contig_as(eK, kk, s, !q_view) +
-                      contig_as(eK, v, s, false) + 4 * d->B * d->H * d->T * d->T;
+         * view (dense with one head), each dense in s; the f32 probabilities
+         * [B, H, T, T] kept */
+        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, !q_view || d->H == 1) +
+                      contig_as(eK, kk, s, !q_view || d->Hkv == 1) + contig_as(eK, v, s, d->Hkv == 1) +
+                      4 * d->B * d->H * d->T * d->T;
         /* backward: the output gradient as it is, the gradients of q, k, v in their dtype */
         bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) +
                       gbuf_native(eK, v, false);
@@ -308,7 +418,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     double E = d->B * d->H * d->T * d->T, GT_S = d->H / d->Hkv * d->T * d->T;
     /* forward: q made contiguous (a copy of GPT-2's view; an alias node of
      * RoPE's output); the mask [G T, S] in the arena, as a tensor, in q's dtype */
-    fwd->bytes += dense(eQ, q, !q_view) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
+    fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
     /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
     fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
     gemm_call(fwd, eQ + eK, s == ACCEL_F32 ? 0 : E);
@@ -319,7 +429,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     bool drop = fwd->f->attn_pdrop > 0;
     if (drop) dropout_fwd(fwd, E, ACCEL_F32);
     /* P V: the output in s, P in s, v a transposed view made dense in s */
-    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, false);
+    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1);
     gemm_call(fwd, E + eK, s == ACCEL_F32 ? 0 : eQ);
     /* backward: the reshape of P V's output copies its gradient; P V's: the
      * output gradient read, P's and v's gradients */
@@ -342,9 +452,11 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
 static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     const dims *d = fwd->d;
     const fam *f = fwd->f;
-    double n = d->n, eC = n * d->C, eQ = n * d->Q, eK = n * d->K, eI = n * d->I;
+    double n = d->n, eQ = n * d->Q, eK = n * d->K, eI = n * d->I;
+    double eC = d->ns * d->C; /* the stream's [B, T, C] (T / tp under sequence parallelism) */
     /* forward: the attention's input (its norm's output; OLMo 2: the layer's input) */
-    accel_dtype n1 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, n, ACCEL_F32);
+    accel_dtype n1 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
+    enter_fwd(fwd);
     accel_dtype q, kk, v;
     if (f->gpt2) { /* c_attn [n, 3C], split: each part's reshape copies (a view across the columns) */
         q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
@@ -357,8 +469,10 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         kk = proj_fwd(fwd, d->C, d->K, n1);
         v = proj_fwd(fwd, d->C, d->K, n1);
     }
+    replica_fwd(fwd);
     accel_dtype qr = q, kr = kk; /* what RoPE reads */
-    if (f->qk_norm_full) qr = norm_fwd(fwd, eQ, n, q), kr = norm_fwd(fwd, eK, n, kk);
+    if (f->qk_norm_full && d->tp) qr = tp_norm_fwd(fwd, eQ, n, q), kr = tp_norm_fwd(fwd, eK, n, kk);
+    else if (f->qk_norm_full) qr = norm_fwd(fwd, eQ, n, q), kr = norm_fwd(fwd, eK, n, kk);
     if (f->qk_norm) qr = norm_fwd(fwd, eQ, n * d->H, q), kr = norm_fwd(fwd, eK, n * d->Hkv, kk);
     if (!f->gpt2) {
         rope_fwd(fwd, eQ, qr);
@@ -367,16 +481,17 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     accel_dtype s = mm_dtype(fwd->k);
     ledger abwd = {bwd->k, d, f, 0, 0}; /* the attention's backward, added in its place below */
     attention_step(fwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
-    /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies */
-    fwd->bytes += dense(eQ, s, false);
-    accel_dtype o = proj_fwd(fwd, d->Q, d->C, s);
+    /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies (one head: dense already) */
+    fwd->bytes += dense(eQ, s, d->H == 1);
+    accel_dtype o = row_fwd(fwd, d->Q, s, f->o_bias);
     bool drop = f->resid_pdrop > 0;
     if (drop) dropout_fwd(fwd, eC, o);
     accel_dtype a = o; /* the attention branch */
-    if (f->sandwich || f->norm_outputs) a = norm_fwd(fwd, eC, n, o);
+    if (f->sandwich || f->norm_outputs) a = norm_fwd(fwd, eC, d->ns, o);
     if (f->multipliers) a = unary_fwd(fwd, eC, a);
     add_fwd(fwd, a);
-    accel_dtype n2 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, n, ACCEL_F32);
+    accel_dtype n2 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
+    enter_fwd(fwd);
     accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
     if (f->gpt2) { /* c_fc, gelu_new */
         g = proj_fwd(fwd, d->C, d->I, n2);
@@ -391,10 +506,10 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         if (f->gemma) h = binary_fwd(fwd, eI, unary_fwd(fwd, eI, g), u); /* gelu(gate) * up */
         else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
     }
-    accel_dtype m = proj_fwd(fwd, d->I, d->C, h);
+    accel_dtype m = row_fwd(fwd, d->I, h, f->mlp_bias);
     if (drop) dropout_fwd(fwd, eC, m);
     accel_dtype mb = m; /* the MLP branch */
-    if (f->sandwich || f->norm_outputs) mb = norm_fwd(fwd, eC, n, m);
+    if (f->sandwich || f->norm_outputs) mb = norm_fwd(fwd, eC, d->ns, m);
     if (f->multipliers) mb = unary_fwd(fwd, eC, mb);
     add_fwd(fwd, mb);
 
@@ -403,7 +518,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (f->multipliers) unary_bwd(bwd, eC, mb);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, m, false);
     if (drop) dropout_bwd(bwd, eC, m);
-    proj_bwd(bwd, d->I, d->C, m, h, false, f->mlp_bias); /* down_proj / c_proj */
+    row_bwd(bwd, d->I, m, h, f->mlp_bias); /* down_proj / c_proj */
     if (f->gpt2) {
         unary_bwd(bwd, eI, g);
         proj_bwd(bwd, d->C, d->I, g, n2, false, false);
@@ -424,6 +539,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         proj_bwd(bwd, d->C, d->I, u, n2, false, f->mlp_bias); /* up_proj: the norm's output gets its gradient */
         proj_bwd(bwd, d->C, d->I, g, n2, true, f->mlp_bias);  /* gate_proj adds into it */
     }
+    enter_bwd(bwd, f->norm_outputs);
     /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
     /* add: the layer input's, the attention branch's */
@@ -431,19 +547,23 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (f->multipliers) unary_bwd(bwd, eC, a);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
     if (drop) dropout_bwd(bwd, eC, o);
-    proj_bwd(bwd, d->Q, d->C, o, s, false, f->o_bias); /* o_proj / c_proj */
+    row_bwd(bwd, d->Q, o, s, f->o_bias); /* o_proj / c_proj */
     /* the reshape's view, the transpose's dense gradient, the attention output's */
-    bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, false) + grad_copy(eQ, s, false);
+    bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, d->H == 1) + grad_copy(eQ, s, false);
     bwd->bytes += abwd.bytes;
     if (abwd.call > bwd->call) bwd->call = abwd.call;
     if (!f->gpt2) {
         rope_bwd(bwd, eK, kr);
         rope_bwd(bwd, eQ, qr);
     }
-    split_heads_bwd(bwd, eK, v);
-    split_heads_bwd(bwd, eK, kk);
-    split_heads_bwd(bwd, eQ, q);
-    if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, copied on */
+    split_heads_bwd(bwd, eK, v, d->Hkv);
+    split_heads_bwd(bwd, eK, kk, d->Hkv);
+    split_heads_bwd(bwd, eQ, q, d->H);
+    if (f->qk_norm_full && d->tp) {
+        tp_norm_bwd(bwd, eK, n, kk);
+        tp_norm_bwd(bwd, eQ, n, q);
+        bwd->bytes += grad_copy(eK, kk, false) + grad_copy(eQ, q, false);
+    } else if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, copied on */
         norm_bwd(bwd, eK, kk, false);
         norm_bwd(bwd, eQ, q, false);
         bwd->bytes += grad_copy(eK, kk, false) + grad_copy(eQ, q, false);
@@ -454,12 +574,14 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
          * added (Phi-3's contiguous slices: their copies before) */
         double e3 = eQ + 2 * eK;
         bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false) + (f->fused_qkv ? grad_copy(e3, q, false) : 0);
-        proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs, f->qkv_bias);
-    } else {
-        proj_bwd(bwd, d->C, d->K, v, n1, f->norm_outputs, f->qkv_bias); /* v_proj: the norm's output gets its gradient */
+        proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs && !d->tp, f->qkv_bias);
+    } else { /* v_proj: the norm's output (the region's input) gets its gradient */
+        proj_bwd(bwd, d->C, d->K, v, n1, f->norm_outputs && !d->tp, f->qkv_bias);
         proj_bwd(bwd, d->C, d->K, kk, n1, true, f->qkv_bias);
         proj_bwd(bwd, d->C, d->Q, q, n1, true, f->qkv_bias);
     }
+    enter_bwd(bwd, f->norm_outputs);
+    replica_bwd(bwd);
     /* the attention's input norm into the layer input's gradient */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
 }
@@ -471,9 +593,17 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
 static void outer_step(ledger *l) {
     const dims *d = l->d;
     const fam *f = l->f;
-    double n = d->n, eC = n * d->C;
+    double n = d->n, eC = d->ns * d->C, eW = n * d->C; /* the stream's [B, T, C]; a whole one */
     l->bytes += 8 * n;                  /* ids [B, T] i64 */
-    l->bytes += 4 * eC;                 /* embedding output (f32 weight) */
+    l->bytes += 4 * eC;                 /* embedding output (f32 weight): under tp the sum's, or its positions */
+    if (d->tp) {
+        /* the vocabulary-parallel embedding: its ids' masks (3 bool), the
+         * local ids (i64: the shifted ids, the masked ones), the mask as f32,
+         * the lookup and the masked lookup (whole [B, T, C]); backward: the
+         * exit's gradient into the masked lookup, g * mask, the lookup's copy */
+        l->bytes += 3 * n + 2 * 8 * n + 4 * n + 2 * 4 * eW;
+        l->bytes += 3 * 4 * eW;
+    }
     if (f->gemma) unary_fwd(l, eC, ACCEL_F32), unary_bwd(l, eC, ACCEL_F32);
     if (f->multipliers) unary_fwd(l, eC, ACCEL_F32), unary_bwd(l, eC, ACCEL_F32);
     if (f->gpt2) {
@@ -482,7 +612,8 @@ static void outer_step(ledger *l) {
         l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + grad_copy(eC, ACCEL_F32, false) + 2 * 4 * d->T * d->C;
         if (f->embd_pdrop > 0) dropout_fwd(l, eC, ACCEL_F32), dropout_bwd(l, eC, ACCEL_F32);
     }
-    accel_dtype hn = norm_fwd(l, eC, n, ACCEL_F32);   /* model.norm / ln_f */
+    accel_dtype hn = norm_fwd(l, eC, d->ns, ACCEL_F32); /* model.norm / ln_f */
+    enter_fwd(l);                                      /* lm_head's region (its vocabulary columns) */
     accel_dtype lo = linear_fwd(l, d->C, d->V, hn);
     double nV = n * d->V;
     if (f->final_cap) /* cap * tanh(logits / cap) */
@@ -496,11 +627,18 @@ static void outer_step(ledger *l) {
         loss_in = ACCEL_F32;
     }
     l->bytes += 8 * d->B + 8 * n + 8 * n; /* the pad column, labels, targets as [n] i64 */
-    if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) /* fused: the logits' gradient, per-thread rows */
+    if (d->tp) {
+        /* accel_tp_cross_entropy: the logits made f32 (a copy unless they
+         * are), their gradient (written directly when f32, else an f32 one
+         * copied); rows of numbers: targets (3 [n] i64 and the lookup's
+         * index), [n] f32 sums (5) and the looked-up target logits */
+        l->bytes += f32_contig(nV, loss_in, true) + gbuf(nV, loss_in, false) + 4 * 8 * n + 6 * 4 * n;
+    } else if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) /* fused: the logits' gradient, per-thread rows */
         l->bytes += nV * esz(loss_in) + l->k->threads * 4 * d->V;
     else /* f16: f32 logits and lse; the backward's gradient */
         l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
-    linear_bwd(l, d->C, d->V, lo, hn, false); /* lm_head: the norm's output gets its gradient */
+    linear_bwd(l, d->C, d->V, lo, hn, false); /* lm_head: the norm's output (the region's input) gets its gradient */
+    enter_bwd(l, false);
     norm_bwd(l, eC, ACCEL_F32, false);        /* model.norm: the last layer's output gradient */
     /* the embedding's backward adds into its weight's gradient */
 }
@@ -527,7 +665,44 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     accel_llama_config rc = *cfg; /* head_dim resolved, for the rotary dims */
     rc.head_dim = (int64_t)hd;
     d->R = (double)accel__rotary_dim(&rc);
-    d->n = d->B * d->T;
+    d->n = d->ns = d->B * d->T;
+    int tp = o->tp_size > 1 ? o->tp_size : 1;
+    if (o->tp_size < 0 || (o->sequence_parallel && tp == 1)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: tp_size %d%s: tp_size is 0 or 1 (no "
+                        "tensor parallelism) or the ranks' count%s", o->tp_size,
+                        o->sequence_parallel ? " with sequence_parallel" : "",
+                        o->sequence_parallel ? "; sequence parallelism needs tp_size above 1" : "");
+        return false;
+    }
+    if (o->sequence_parallel && o->seq_len % tp) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: seq_len %lld is not a multiple of "
+                        "tp_size %d: sequence parallelism splits the sequence over the tp ranks",
+                        (long long)o->seq_len, tp);
+        return false;
+    }
+    /* the sizes accel_llama_parallelize splits (src/nn/decoder_tp.c refuses the others) */
+    const char *uneven = tp == 1                                      ? NULL
+                         : cfg->num_attention_heads % tp               ? "num_attention_heads"
+                         : fmod(kv, tp) != 0 && fmod(tp, kv) != 0       ? "num_key_value_heads (nor a divisor of tp)"
+                         : cfg->intermediate_size % tp                 ? "intermediate_size"
+                         : cfg->vocab_size % tp                        ? "vocab_size"
+                                                                       : NULL;
+    if (uneven) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: %s is not a multiple of tp_size %d (heads "
+                        "%lld, kv heads %.0f, intermediate_size %lld, vocab_size %lld): the tensor-parallel plan "
+                        "refuses it", uneven, tp, (long long)cfg->num_attention_heads, kv,
+                        (long long)cfg->intermediate_size, (long long)cfg->vocab_size);
+        return false;
+    }
+    if (tp > 1) { /* this rank's heads (one replicated key/value head with fewer than tp), columns, vocabulary */
+        d->tp = true;
+        d->H = heads / tp;
+        d->Hkv = kv < tp ? 1 : kv / tp;
+        d->Kw = kv < tp ? kv * hd : 0, d->Qw = kv < tp ? heads * hd : 0;
+        d->Q = d->H * hd, d->K = d->Hkv * hd;
+        d->I /= tp, d->V /= tp;
+        if (o->sequence_parallel) d->ns = d->B * (double)(o->seq_len / tp);
+    }
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
                .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
@@ -607,7 +782,7 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
                   grad_copy(eC, q, false);
     gemm_call(bwd, E + eC, 0);
-    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q);
+    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
@@ -692,7 +867,7 @@ static bool compose(const ledger lf[2], const ledger lb[2], const ledger *outer,
                     const accel_activation_opts *o, const dims *d, accel_activation_bytes *out) {
     double layer[2] = {lf[0].bytes + lb[0].bytes, lf[1].bytes + lb[1].bytes};
     int big = n1 > 0 && (n1 == L || layer[1] > layer[0]);
-    double kept_ck = 2 * 4 * d->n * d->C, z3 = o->zero3 ? 4 * d->n * d->C : 0;
+    double kept_ck = 2 * 4 * d->ns * d->C, z3 = o->zero3 ? 4 * d->ns * d->C : 0;
     double kept_all = o->checkpointing ? L * kept_ck : (L - n1) * layer[0] + n1 * layer[1];
     double call = outer->call;
     for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].call, lb[e].call));
@@ -738,10 +913,14 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     if (o->seq_len > cfg->max_position_embeddings)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is more than max_position_embeddings (%lld)",
                                FN, (long long)o->seq_len, (long long)cfg->max_position_embeddings);
+    if (o->tp_size > 1 || o->sequence_parallel)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tp_size %d%s: BERT has no tensor-parallel plan (only the "
+                               "decoder families: accel_llama_parallelize)", FN, o->tp_size,
+                               o->sequence_parallel ? " with sequence_parallel" : "");
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
     dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
               .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};
-    d.n = d.B * d.T;
+    d.n = d.ns = d.B * d.T;
     fam f = {.layer_norm = true};
     step_kind k = kind_of(o);
     ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};

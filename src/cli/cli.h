@@ -22,8 +22,9 @@ int accel_cli_merge_weights(int argc, char **argv);
 /* ---------------------------------------------------------------- estimate-memory
  * cli_estimate_memory.c: Accelerate's convert_bytes and create_ascii_table
  * (nc columns of rows[nr]). cli_estimate_pipeline.c: the per-stage table of
- * a pipeline (pp > 1, tp 1) with a batch; m built from the config (on meta
- * is enough); 0, or 1 after printing the error. */
+ * a pipeline (pp > 1) with a batch, each stage tensor-parallel over tp
+ * ranks; m built from cfg (on meta is enough); 0, or 1 after printing the
+ * error. */
 enum { CLI_TABLE_MAX_COLS = 8 };
 void cli_convert_bytes(double size, bool is_int, char *out, size_t n);
 void cli_print_table(const char *title, const char *const *headers, int nc, char rows[][CLI_TABLE_MAX_COLS][32],
@@ -35,6 +36,9 @@ typedef struct cli_pipeline_request {
     int strategy;         /* accel_shard_strategy over dp_shard: DDP, ZeRO-1 or ZeRO-2 */
     int dp_shard;
     accel_dtype autocast; /* as accel_activation_opts.autocast */
+    int tp;               /* each stage's tp ranks (1: none) */
+    bool sp;              /* Megatron's sequence parallelism: T / tp positions between the stages */
+    const accel_llama_config *cfg; /* m's config, for the tp split (bigmodel/mesh_memory.h) */
 } cli_pipeline_request;
 int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q);
 

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
                "                             [--activation_checkpointing] [--strategy {DDP,ZERO1,ZERO2,ZERO3}]\n"
                "                             [--tp_size T] [--pp_size P] [--dp_shard_size S] [--dp_replicate_size R]\n"
                "                             [--num_micro_batches M] [--pp_schedule {1f1b,gpipe,interleaved}]\n"
-               "                             [--pp_virtual_stages V] model_name\n\n"
+               "                             [--pp_virtual_stages V] [--sequence_parallelism] model_name\n\n"
                "Model size estimator for fitting a model onto device memory. model_name is a local\n"
                "directory with a config.json (or the config.json itself). --num_processes N (or any of\n"
                "the options after it) adds the per-rank memory of training with Adam under DDP, ZeRO-1,\n"
@@ -48,7 +48,9 @@ static void usage(FILE *f) {
                "--parallelism_config_tp_size, --megatron_lm_tp_degree, --megatron_lm_pp_degree, ...): the\n"
                "rank of that device mesh holding the most: its share of the layers (pipeline stages),\n"
                "of each layer's weights (tensor parallelism), ZeRO's shards over dp_shard\n"
-               "(docs/bigmodel.md \"Per mesh\"; no activations with tp above 1). With pp above 1 and a batch,\n"
+               "(docs/bigmodel.md \"Per mesh\"), with a batch its activations on one tp rank; with\n"
+               "--sequence_parallelism (--megatron_lm_sequence_parallelism) Megatron's split of the norms'\n"
+               "and residual adds' along the sequence. With pp above 1 and a batch,\n"
                "each stage's row: its parameters, gradients, optimizer state and the micro-batch inputs\n"
                "its schedule holds (--num_micro_batches M, also --megatron_lm_num_micro_batches;\n"
                "--pp_schedule; --pp_virtual_stages V > 1: interleaved 1F1B).\n");
@@ -207,10 +209,10 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
                        q->nproc == 1 ? "" : "es");
     if (q->have_batch)
-        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %lld, %s%s)", (long long)q->act.batch_size,
+        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %lld, %s%s%s)", (long long)q->act.batch_size,
                  (long long)q->act.seq_len,
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
-                 q->act.checkpointing ? ", checkpointed" : "");
+                 q->act.checkpointing ? ", checkpointed" : "", q->act.sequence_parallel ? ", sequence parallel" : "");
     /* bf16 and fp16 add the weights' autocast copies (accel_rank_memory.prepared) */
     const char *head[CLI_TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
     int h = 5;
@@ -226,7 +228,12 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     if (q->mesh[MESH_PP] > 1)
         printf("; the rank of pipeline stage %d (decoder layers %d-%d)", q->rank.stage, q->rank.first_layer,
                q->rank.first_layer + q->rank.n_layers - 1);
-    if (q->mesh[MESH_TP] > 1) printf("; 1/%d of each layer's weights and of the vocabulary", q->mesh[MESH_TP]);
+    if (q->mesh[MESH_TP] > 1)
+        printf("; 1/%d of each layer's weights and of the vocabulary%s", q->mesh[MESH_TP],
+               !q->have_batch                ? ""
+               : q->act.sequence_parallel ? ", activations of one tp rank with the norms' and residual adds' split "
+                                            "along the sequence"
+                                          : ", activations of one tp rank");
     printf(" (docs/bigmodel.md \"Per mesh\")\n");
     return 0;
 }
@@ -426,6 +433,12 @@ int accel_cli_estimate_memory(int argc, char **argv) {
             }
             q.mesh[k] = (int)v;
             q.mesh_flag[k] = a;
+        } else if (is_opt(a, "sequence_parallelism") || is_opt(a, "megatron_lm_sequence_parallelism")) {
+            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} */
+            const char *v = i + 1 < argc ? argv[i + 1] : "";
+            bool value = !strcasecmp(v, "true") || !strcasecmp(v, "false");
+            i += value;
+            q.act.sequence_parallel = !value || !strcasecmp(v, "true");
         } else if (is_opt(a, "trust_remote_code")) {
             /* nothing runs remote code here */
         } else if (a[0] == '-' || model) {
@@ -453,10 +466,21 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (!q.nproc && !mesh) q.nproc = 1;
     if (mesh && !resolve_mesh(&q, q.nproc > 0)) return 2;
     if (!mesh) q.mesh[MESH_DP_SHARD] = q.nproc; /* ZeRO shards over every process */
-    if (q.have_batch && q.mesh[MESH_TP] > 1) {
+    q.act.tp_size = q.mesh[MESH_TP];
+    const char *tp_bad = q.act.sequence_parallel && q.act.tp_size < 2
+                             ? "--sequence_parallelism splits the sequence over the tp ranks: give it with --tp_size "
+                               "above 1"
+                             : NULL;
+    if (tp_bad) {
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: the activations of tensor parallelism are not modelled: give "
-                        "--batch_size / --seq_len without --tp_size above 1\n");
+        fprintf(stderr, "accel estimate-memory: error: %s\n", tp_bad);
+        return 2;
+    }
+    if (q.have_batch && q.act.sequence_parallel && q.act.seq_len % q.act.tp_size) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: --seq_len %lld is not a multiple of --tp_size %d: sequence "
+                        "parallelism splits the sequence over the tp ranks\n", (long long)q.act.seq_len,
+                q.act.tp_size);
         return 2;
     }
     /* the pipeline's per-stage table: pp above 1 with a batch */
@@ -560,7 +584,8 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     cli_pipeline_request pq = {.pp = q.mesh[MESH_PP], .virt = q.virt ? q.virt : 1, .micro = q.micro ? q.micro : 1,
                                .gpipe = q.schedule && !strcmp(q.schedule, "gpipe"), .batch = q.act.batch_size,
                                .seq = q.act.seq_len, .strategy = q.strategy >= 0 ? q.strategy : ACCEL_SHARD_DDP,
-                               .dp_shard = q.mesh[MESH_DP_SHARD], .autocast = q.act.autocast};
+                               .dp_shard = q.mesh[MESH_DP_SHARD], .autocast = q.act.autocast,
+                               .tp = q.mesh[MESH_TP], .sp = q.act.sequence_parallel, .cfg = &cfg};
     if (!rc && pipeline) rc = cli_pipeline_table(m, &pq);
     accel_module_free(m);
     return rc;

@@ -20,6 +20,7 @@
 
 #include "accel/bigmodel.h"
 #include "accelerator/pipeline_schedule.h"
+#include "bigmodel/mesh_memory.h"
 #include "cli/cli.h"
 #include "nn/family.h"
 
@@ -49,7 +50,11 @@ static accel_status stage_params(accel_module *m, const accel__family_stages *h,
     for (int i = 0; i < sd->n; i++) {
         const accel_state_entry *e = &sd->entries[i];
         if (e->is_buffer || e->is_tied_alias) continue;
-        int64_t b = accel_numel(e->t) * (int64_t)accel_dtype_size(e->t->dtype);
+        int64_t b = accel__mesh_entry_bytes(e, q->cfg, q->tp); /* this tp rank's slice */
+        if (b < 0) {
+            accel_state_dict_free(sd);
+            return accel_last_status();
+        }
         bytes[h->owner(e->name, first, chunks) % q->pp] += b;
         if (e->t == tied) bytes[q->pp - 1] += b; /* the last stage's lm_head */
     }
@@ -99,7 +104,8 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     int64_t bytes[1024] = {0}, C;
     accel_dtype dt;
     f->stages->hidden(m, &C, &dt);
-    int64_t micro_bytes = q->batch / q->micro * q->seq * C * (int64_t)accel_dtype_size(dt);
+    /* the hidden states between stages: whole on every tp rank, or its T / tp positions */
+    int64_t micro_bytes = q->batch / q->micro * (q->sp ? q->seq / q->tp : q->seq) * C * (int64_t)accel_dtype_size(dt);
     if (q->pp * q->virt > 1024 || stage_params(m, f->stages, q, first, bytes)) {
         fprintf(stderr, WHO ": error: %s\n", q->pp * q->virt > 1024 ? "more than 1024 pipeline chunks"
                                                                     : accel_last_error());
@@ -127,8 +133,10 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
         cli_convert_bytes((double)r.activations, true, row[6], 32);
         cli_convert_bytes((double)r.total, true, row[7], 32);
     }
-    char title[256], virt[32] = "";
-    if (q->virt > 1) snprintf(virt, sizeof virt, " x %d virtual", q->virt);
+    char title[256], virt[64] = "";
+    int at = q->virt > 1 ? snprintf(virt, sizeof virt, " x %d virtual", q->virt) : 0;
+    if (q->tp > 1)
+        snprintf(virt + at, sizeof virt - (size_t)at, ", tp %d%s", q->tp, q->sp ? " sequence parallel" : "");
     snprintf(title, sizeof title, "Pipeline stages: pp %d%s, %d micro-batches of %lld x %lld (%s), %s over dp_shard "
              "%d, per rank", q->pp, virt, q->micro, (long long)(q->batch / q->micro), (long long)q->seq,
              q->virt > 1 ? "interleaved 1F1B" : q->gpipe ? "GPipe" : "1F1B",
@@ -138,7 +146,7 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     cli_print_table(title, head, COLS, rows, nr);
     printf("Held inputs: each stage's saved micro-batch inputs [%lld, %lld, %lld] %s (%lld bytes each); the "
            "recompute of one micro-batch's chunk comes on top (docs/bigmodel.md \"Per mesh\")\n",
-           (long long)(q->batch / q->micro), (long long)q->seq, (long long)C, accel_dtype_name(dt),
-           (long long)micro_bytes);
+           (long long)(q->batch / q->micro), (long long)(q->sp ? q->seq / q->tp : q->seq), (long long)C,
+           accel_dtype_name(dt), (long long)micro_bytes);
     return 0;
 }
