@@ -28,7 +28,8 @@
 
 /* The dtypes of a step: the autocast dtype (f32 = none) and whether the CPU
  * GEMM multiplies that dtype itself (oneDNN on AMX / AVX512-BF16) or on f32
- * panels made once per op (accel__mm_operand). Parameters are f32. */
+ * panels made once per activation (accel__mm_operand, core/step_casts.h).
+ * Parameters are f32. */
 typedef struct step_kind {
     accel_dtype ac;
     bool native;
@@ -137,14 +138,19 @@ static void gemm_call(ledger *l, double e, double c) {
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
  * [out, in] f32: its operand is a prepared form outside the arena (one per
  * weight, made once per step: core/prepared.h; accel_rank_memory.prepared).
- * A bias adds nothing in the arena (its gradient is persistent). Returns the
- * output dtype. */
-static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
+ * A bias adds nothing in the arena (its gradient is persistent). `shared`:
+ * an earlier projection of the same x made x's operand, which this one
+ * reads (core/step_casts.h). Returns the output dtype. */
+static accel_dtype linear_fwd_of(ledger *l, double in, double out, accel_dtype xdt, bool shared) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    l->bytes += n * out * esz(odt) + mm_operand(l->k, n * in, xdt, true);
+    l->bytes += n * out * esz(odt) + (shared ? 0 : mm_operand(l->k, n * in, xdt, true));
     gemm_call(l, n * in + in * out, odt == ACCEL_F32 ? 0 : n * out); /* Y = X W^T, written in odt */
     return odt;
+}
+
+static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
+    return linear_fwd_of(l, in, out, xdt, false);
 }
 
 /* accel_linear backward: the output gradient of dtype odt read by the GEMMs,
@@ -169,8 +175,8 @@ static accel_dtype binary_fwd(ledger *l, double e, accel_dtype a, accel_dtype b)
 /* A layer's projection: a Linear, or GPT-2's Conv1D (layers.c: x W, then +
  * bias, an add whose output is f32; in backward the product's gradient is
  * the add's copy). Returns the output dtype. */
-static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt) {
-    accel_dtype odt = linear_fwd(l, in, out, xdt);
+static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt, bool shared) {
+    accel_dtype odt = linear_fwd_of(l, in, out, xdt, shared);
     return l->f->gpt2 ? binary_fwd(l, l->d->n * out, odt, ACCEL_F32) : odt;
 }
 
@@ -347,15 +353,15 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     accel_dtype n1 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, n, ACCEL_F32);
     accel_dtype q, kk, v;
     if (f->gpt2) { /* c_attn [n, 3C], split: each part's reshape copies (a view across the columns) */
-        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
+        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1, false);
         fwd->bytes += dense(eQ, q, false) + 2 * dense(eK, q, false);
     } else if (f->fused_qkv) { /* qkv_proj [n, Q + 2K], each slice made contiguous */
-        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
+        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1, false);
         fwd->bytes += dense(eQ, q, false) + 2 * dense(eK, q, false);
     } else {
-        q = proj_fwd(fwd, d->C, d->Q, n1);
-        kk = proj_fwd(fwd, d->C, d->K, n1);
-        v = proj_fwd(fwd, d->C, d->K, n1);
+        q = proj_fwd(fwd, d->C, d->Q, n1, false); /* k and v read q's operand */
+        kk = proj_fwd(fwd, d->C, d->K, n1, true);
+        v = proj_fwd(fwd, d->C, d->K, n1, true);
     }
     accel_dtype qr = q, kr = kk; /* what RoPE reads */
     if (f->qk_norm_full) qr = norm_fwd(fwd, eQ, n, q), kr = norm_fwd(fwd, eK, n, kk);
@@ -369,7 +375,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     attention_step(fwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
     /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies */
     fwd->bytes += dense(eQ, s, false);
-    accel_dtype o = proj_fwd(fwd, d->Q, d->C, s);
+    accel_dtype o = proj_fwd(fwd, d->Q, d->C, s, false);
     bool drop = f->resid_pdrop > 0;
     if (drop) dropout_fwd(fwd, eC, o);
     accel_dtype a = o; /* the attention branch */
@@ -379,19 +385,19 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     accel_dtype n2 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, n, ACCEL_F32);
     accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
     if (f->gpt2) { /* c_fc, gelu_new */
-        g = proj_fwd(fwd, d->C, d->I, n2);
+        g = proj_fwd(fwd, d->C, d->I, n2, false);
         h = unary_fwd(fwd, eI, g);
     } else if (f->fused_gate_up) { /* gate_up_proj [n, 2I], each half made contiguous, SwiGLU */
-        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2);
+        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2, false);
         fwd->bytes += 2 * dense(eI, g, false) + eI * esz(g);
         h = g;
     } else {
-        g = proj_fwd(fwd, d->C, d->I, n2);
-        u = proj_fwd(fwd, d->C, d->I, n2);
+        g = proj_fwd(fwd, d->C, d->I, n2, false);
+        u = proj_fwd(fwd, d->C, d->I, n2, true); /* gate's operand */
         if (f->gemma) h = binary_fwd(fwd, eI, unary_fwd(fwd, eI, g), u); /* gelu(gate) * up */
         else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
     }
-    accel_dtype m = proj_fwd(fwd, d->I, d->C, h);
+    accel_dtype m = proj_fwd(fwd, d->I, d->C, h, false);
     if (drop) dropout_fwd(fwd, eC, m);
     accel_dtype mb = m; /* the MLP branch */
     if (f->sandwich || f->norm_outputs) mb = norm_fwd(fwd, eC, n, m);
@@ -557,8 +563,8 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     accel_dtype s = mm_dtype(k);
     /* forward: q, k, v (with bias) split into heads as views */
     accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
-    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
-    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true); /* k and v read q's operand */
+    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true);
     /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
     fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
     gemm_call(fwd, 2 * eC, s == ACCEL_F32 ? 0 : E);
