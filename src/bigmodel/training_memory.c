@@ -75,8 +75,15 @@ static double mm_grad(const step_kind *k, double e, accel_dtype gdt) {
 }
 
 /* accel_grad_accumulate: the first gradient of a step tensor is a copy in
- * its dtype; later ones add in place. */
+ * its dtype; later ones add in place. (Where the backward hands over a
+ * buffer of its own, accel__grad_move, the first gradient takes it: no copy,
+ * nothing counted.) */
 static double grad_copy(double e, accel_dtype dt, bool has_grad) { return has_grad ? 0 : e * esz(dt); }
+
+/* accel_add's backward of an f32 input and a branch of dtype b, neither with
+ * a gradient yet: one of them takes the output's gradient over, the other's
+ * is a copy in its dtype (a bf16 branch's: the conversion). */
+static double add_bwd(double e, accel_dtype b) { return grad_copy(e, b, false); }
 
 /* accel__gbuf_begin + _end: an f32 input without a gradient gets its own,
  * written directly; a low-precision one gets an f32 scratch that is then
@@ -202,10 +209,10 @@ static accel_dtype unary_fwd(ledger *l, double e, accel_dtype dt) {
 }
 
 /* Its backward: the f32 gradient, the output gradient, input and output
- * made f32 where they are not, then the first gradient of the input (a copy
- * in its dtype). */
+ * made f32 where they are not, then the first gradient of the input (the
+ * f32 gradient itself for an f32 input, else a copy in its dtype). */
 static void unary_bwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += 4 * e + 3 * f32_contig(e, dt, true) + grad_copy(e, dt, false);
+    l->bytes += 4 * e + 3 * f32_contig(e, dt, true) + (dt == ACCEL_F32 ? 0 : grad_copy(e, dt, false));
 }
 
 /* accel_mul's backward from the output gradient (dtype o): for each input
@@ -272,11 +279,9 @@ static void rope_bwd(ledger *l, double e, accel_dtype dt) {
 }
 
 /* The backward of split_heads (reshape then transpose of a projection output
- * of dtype dt): the transpose's dense gradient, the copies into the
- * reshape's and the projection's gradients. */
-static void split_heads_bwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += dense(e, dt, false) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
-}
+ * of dtype dt): the transpose's dense gradient, which the reshape's and then
+ * the projection's output take over. */
+static void split_heads_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += dense(e, dt, false); }
 
 /* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape): the
  * f32 output; a bf16/f16 y is read as it is (the CPU's
@@ -405,7 +410,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     add_fwd(fwd, mb);
 
     /* backward, in reverse. The output's gradient came from above. */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, mb, false); /* add: h, the MLP branch */
+    bwd->bytes += add_bwd(eC, mb); /* add: h, the MLP branch */
     if (f->multipliers) unary_bwd(bwd, eC, mb);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, m, false);
     if (drop) dropout_bwd(bwd, eC, m);
@@ -433,13 +438,14 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
     /* add: the layer input's, the attention branch's */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, a, false);
+    bwd->bytes += add_bwd(eC, a);
     if (f->multipliers) unary_bwd(bwd, eC, a);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
     if (drop) dropout_bwd(bwd, eC, o);
     proj_bwd(bwd, d->Q, d->C, o, s, false, f->o_bias); /* o_proj / c_proj */
-    /* the reshape's view, the transpose's dense gradient, the attention output's */
-    bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, false) + grad_copy(eQ, s, false);
+    /* the transpose's dense gradient (the reshape's view and the attention
+     * output take theirs over) */
+    bwd->bytes += dense(eQ, s, false);
     bwd->bytes += abwd.bytes;
     if (abwd.call > bwd->call) bwd->call = abwd.call;
     if (!f->gpt2) {
@@ -449,10 +455,9 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     split_heads_bwd(bwd, eK, v);
     split_heads_bwd(bwd, eK, kk);
     split_heads_bwd(bwd, eQ, q);
-    if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, copied on */
+    if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, taken on */
         norm_bwd(bwd, eK, kk, false);
         norm_bwd(bwd, eQ, q, false);
-        bwd->bytes += grad_copy(eK, kk, false) + grad_copy(eQ, q, false);
     }
     if (f->gpt2 || f->fused_qkv) {
         /* each of q, k, v's slice view's gradient: a zeroed [n, Q + 2K] made
@@ -590,17 +595,18 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
 
     /* backward, in reverse from the output's gradient */
     norm_bwd(bwd, eC, ACCEL_F32, false);
-    bwd->bytes += grad_copy(eC, m, false) + grad_copy(eC, a, false); /* add: the branch's, a's */
+    bwd->bytes += add_bwd(eC, m); /* add: the branch's, a's */
     if (ph > 0) dropout_bwd(bwd, eC, m);
     proj_bwd(bwd, d->I, d->C, m, gi, false, true);
     unary_bwd(bwd, eI, i);
     proj_bwd(bwd, d->C, d->I, i, a, true, true);
     norm_bwd(bwd, eC, ACCEL_F32, false);
-    bwd->bytes += grad_copy(eC, o, false) + grad_copy(eC, ACCEL_F32, false); /* add: the branch's, the input's */
+    bwd->bytes += add_bwd(eC, o); /* add: the branch's, the input's */
     if (ph > 0) dropout_bwd(bwd, eC, o);
     proj_bwd(bwd, d->C, d->C, o, s, false, true);
-    /* the reshape's gradient into the transposed view, its dense transpose into P V's output */
-    bwd->bytes += grad_copy(eC, s, false) + dense(eC, s, false) + grad_copy(eC, s, false);
+    /* the reshape's gradient taken by the transposed view, its dense
+     * transpose by P V's output */
+    bwd->bytes += dense(eC, s, false);
     /* P V: the output gradient read, P's and v's view's gradients */
     bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
     gemm_call(bwd, eC + E, 0);

@@ -85,6 +85,14 @@ bool accel__arena_kept(const accel_arena *a, int slot, uint64_t watch, size_t po
 bool accel__in_own_step_arena(const void *p, size_t n);
 /* Whether [p, p + n) overlaps any thread's step arena (takes the arenas' lock). */
 bool accel__step_arena_overlaps(const void *p, size_t n);
+/* accel_grad_accumulate(t, g) for a g that is the caller's to give away: a
+ * step tensor whose elements no other tensor's gradient holds and that
+ * nothing reads afterwards but through t->grad (a copy the backward made, or
+ * the gradient of its node's output, which it then drops). t's first
+ * gradient takes g over (t->grad = g) instead of copying it, where g is
+ * dense step memory of t's shape, dtype and device and t is not a persistent
+ * leaf; otherwise g is accumulated as accel_grad_accumulate does. */
+accel_status accel__grad_move(accel_tensor *t, accel_tensor *g);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);
