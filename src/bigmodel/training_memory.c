@@ -191,9 +191,9 @@ static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt, b
  * a low-precision output gradient made f32. */
 static void proj_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad, bool bias) {
     accel_dtype mm = odt;
-    if (l->f->gpt2) {
+    if (l->f->gpt2) { /* the product takes the add's (f32) gradient, or copies it in its dtype */
         mm = mm_dtype(l->k);
-        l->bytes += grad_copy(l->d->n * out, mm, false);
+        l->bytes += mm == ACCEL_F32 ? 0 : grad_copy(l->d->n * out, mm, false);
     } else if (bias) {
         l->bytes += f32_contig(l->d->n * out, odt, true);
     }
@@ -268,14 +268,14 @@ static void rope_fwd(ledger *l, double e, accel_dtype dt) {
 /* Its backward: the rotated part's input gradient in its dtype. With R < D
  * also: the concatenation's (each part's slice of the output gradient made
  * dense, then copied as that part's first gradient: 2 e), the contiguous
- * copy's (its gradient copied into the slice view's), and the two slices'
+ * copy's (its gradient taken by the slice view), and the two slices'
  * (each a zeroed gradient of x's shape, the first copied as x's, the second
  * added into it: 3 e). */
 static void rope_bwd(ledger *l, double e, accel_dtype dt) {
     const dims *d = l->d;
     double er = e * d->R / d->D;
     l->bytes += gbuf_native(er, dt, false);
-    if (d->R < d->D) l->bytes += (2 * e + er + 3 * e) * esz(dt);
+    if (d->R < d->D) l->bytes += (2 * e + 3 * e) * esz(dt);
 }
 
 /* The backward of split_heads (reshape then transpose of a projection output
@@ -332,19 +332,18 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     /* P V: the output in s, P in s, v a transposed view made dense in s */
     fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, false);
     gemm_call(fwd, E + eK, s == ACCEL_F32 ? 0 : eQ);
-    /* backward: the reshape of P V's output copies its gradient; P V's: the
-     * output gradient read, P's and v's gradients */
-    bwd->bytes += grad_copy(eQ, s, false) + mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
+    /* backward: the reshape of P V's output passes its gradient on; P V's:
+     * the output gradient read, P's and v's gradients */
+    bwd->bytes += mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
     gemm_call(bwd, eQ + eK, 0);
     if (drop) dropout_bwd(bwd, E, ACCEL_F32);
     bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
-    bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
+    bwd->bytes += add_bwd(E, sc == s ? ACCEL_F32 : s); /* add: the scores take its gradient (a copy if its dtype differs) */
     for (int i = 0; i < n_unary; i++) unary_bwd(bwd, E, s);
-    /* Q K^T: the output gradient read, q's (through its reshape view, the
-     * contiguous node, into q: three gradients) and k^T's (then its dense
-     * transpose, into k) */
-    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + 2 * grad_copy(eQ, q, false) + gbuf(eK, kk, false) +
-                  dense(eK, kk, false) + grad_copy(eK, kk, false);
+    /* Q K^T: the output gradient read, q's (its reshape view and the
+     * contiguous node pass it on into q) and k^T's (its dense transpose,
+     * taken by k) */
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false);
     gemm_call(bwd, E + eK, 0);
 }
 
@@ -420,10 +419,10 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         proj_bwd(bwd, d->C, d->I, g, n2, false, false);
     } else if (f->fused_gate_up) {
         /* SwiGLU's output gradient and its inputs'; each contiguous half's
-         * gradient copied into its slice view, which makes a zeroed [n, 2I]
+         * gradient taken by its slice view, which makes a zeroed [n, 2I]
          * gradient, the first copied into gate_up's output, the second added */
-        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * grad_copy(eI, g, false) +
-                      2 * 2 * eI * esz(g) + grad_copy(2 * eI, g, false);
+        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * 2 * eI * esz(g) +
+                      grad_copy(2 * eI, g, false);
         proj_bwd(bwd, d->C, 2 * d->I, g, n2, false, f->mlp_bias);
     } else {
         if (f->gemma) {
@@ -462,9 +461,9 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (f->gpt2 || f->fused_qkv) {
         /* each of q, k, v's slice view's gradient: a zeroed [n, Q + 2K] made
          * for each, the first copied into the projection's output, the others
-         * added (Phi-3's contiguous slices: their copies before) */
+         * added (Phi-3's contiguous slices pass theirs on) */
         double e3 = eQ + 2 * eK;
-        bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false) + (f->fused_qkv ? grad_copy(e3, q, false) : 0);
+        bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false);
         proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs, f->qkv_bias);
     } else {
         proj_bwd(bwd, d->C, d->K, v, n1, f->norm_outputs, f->qkv_bias); /* v_proj: the norm's output gets its gradient */
@@ -490,7 +489,7 @@ static void outer_step(ledger *l) {
     if (f->gpt2) {
         /* positions [T] i64, wpe's rows [T, C], their broadcast add, and in
          * backward: both inputs' gradients (the positions' summed over B) */
-        l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + grad_copy(eC, ACCEL_F32, false) + 2 * 4 * d->T * d->C;
+        l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + 2 * 4 * d->T * d->C; /* the tokens' takes the add's */
         if (f->embd_pdrop > 0) dropout_fwd(l, eC, ACCEL_F32), dropout_bwd(l, eC, ACCEL_F32);
     }
     accel_dtype hn = norm_fwd(l, eC, n, ACCEL_F32);   /* model.norm / ln_f */
