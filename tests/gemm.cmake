@@ -1,7 +1,8 @@
 # The GEMM providers (src/backends/cpu/gemm.h, docs/cpu.md): ACCEL_GEMM read
 # from the environment (and refused when it names no mode), and the tests
 # whose numerics run through the GEMM once more on each provider forced (weight_cache:
-# the prepared weights bit-identical on both paths; ops_attention_lowp: attention's
+# the prepared weights bit-identical on both paths, step_casts: the step tensors' shared conversions
+# of either kind; ops_attention_lowp: attention's
 # score GEMMs on bf16 operands where oneDNN has them, else on f32 tiles), so
 # the oneDNN path (bf16 operands kept through the ops included) runs on CPUs
 # whose auto choice is OpenBLAS. The plain runs (the glob) use auto.
@@ -17,7 +18,7 @@ foreach(m ${_gemm_env_modes})
 endforeach()
 list(REMOVE_ITEM _gemm_env_modes bogus)
 foreach(m ${_gemm_env_modes})
-  foreach(t llama_numerics llama_autocast llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc weight_cache
+  foreach(t llama_numerics llama_autocast llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc weight_cache step_casts
             training_memory ops_attention_lowp)
     add_test(NAME ${t}_gemm_${m} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${t}_gemm_${m} PROPERTIES TIMEOUT 300

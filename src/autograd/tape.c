@@ -141,6 +141,25 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
     return st;
 }
 
+/* Whether t's first gradient may be g's own elements (core_internal.h:
+ * accel__grad_move): none yet, not a persistent leaf's (its gradient is
+ * persistent), g dense step memory of t's shape, dtype and device. */
+static bool can_take(const accel_tensor *t, const accel_tensor *g) {
+    uintptr_t lo, hi;
+    return t->requires_grad && !t->grad && !(is_leaf(t) && !(t->flags & ACCEL_TF_ARENA)) && g->dtype == t->dtype &&
+           accel_same_shape(t, g) && accel_is_contiguous(g) && accel_device_eq(g->device, t->device) &&
+           accel__tensor_span(g, &lo, &hi) && accel__in_own_step_arena((const void *)lo, hi - lo);
+}
+
+accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
+    if (!accel_tensor_check(t, "accel_grad_accumulate", "t") ||
+        !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
+        return accel_last_status();
+    if (!can_take(t, g)) return accel_grad_accumulate(t, g);
+    t->grad = g;
+    return ACCEL_OK;
+}
+
 static void fire_ready(accel_tensor *leaf) {
     if (tl_ready_fn) tl_ready_fn(leaf, tl_ready_ctx);
 }

@@ -28,7 +28,8 @@
 
 /* The dtypes of a step: the autocast dtype (f32 = none) and whether the CPU
  * GEMM multiplies that dtype itself (oneDNN on AMX / AVX512-BF16) or on f32
- * panels made once per op (accel__mm_operand). Parameters are f32. */
+ * panels made once per activation (accel__mm_operand, core/step_casts.h).
+ * Parameters are f32. */
 typedef struct step_kind {
     accel_dtype ac;
     bool native;
@@ -74,8 +75,15 @@ static double mm_grad(const step_kind *k, double e, accel_dtype gdt) {
 }
 
 /* accel_grad_accumulate: the first gradient of a step tensor is a copy in
- * its dtype; later ones add in place. */
+ * its dtype; later ones add in place. (Where the backward hands over a
+ * buffer of its own, accel__grad_move, the first gradient takes it: no copy,
+ * nothing counted.) */
 static double grad_copy(double e, accel_dtype dt, bool has_grad) { return has_grad ? 0 : e * esz(dt); }
+
+/* accel_add's backward of an f32 input and a branch of dtype b, neither with
+ * a gradient yet: one of them takes the output's gradient over, the other's
+ * is a copy in its dtype (a bf16 branch's: the conversion). */
+static double add_bwd(double e, accel_dtype b) { return grad_copy(e, b, false); }
 
 /* accel__gbuf_begin + _end: an f32 input without a gradient gets its own,
  * written directly; a low-precision one gets an f32 scratch that is then
@@ -140,14 +148,19 @@ static void gemm_call(ledger *l, double e, double c) {
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
  * [out, in] f32: its operand is a prepared form outside the arena (one per
  * weight, made once per step: core/prepared.h; accel_rank_memory.prepared).
- * A bias adds nothing in the arena (its gradient is persistent). Returns the
- * output dtype. */
-static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
+ * A bias adds nothing in the arena (its gradient is persistent). `shared`:
+ * an earlier projection of the same x made x's operand, which this one
+ * reads (core/step_casts.h). Returns the output dtype. */
+static accel_dtype linear_fwd_of(ledger *l, double in, double out, accel_dtype xdt, bool shared) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    l->bytes += n * out * esz(odt) + mm_operand(l->k, n * in, xdt, true);
+    l->bytes += n * out * esz(odt) + (shared ? 0 : mm_operand(l->k, n * in, xdt, true));
     gemm_call(l, n * in + in * out, odt == ACCEL_F32 ? 0 : n * out); /* Y = X W^T, written in odt */
     return odt;
+}
+
+static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
+    return linear_fwd_of(l, in, out, xdt, false);
 }
 
 /* accel_linear backward: the output gradient of dtype odt read by the GEMMs,
@@ -172,8 +185,8 @@ static accel_dtype binary_fwd(ledger *l, double e, accel_dtype a, accel_dtype b)
 /* A layer's projection: a Linear, or GPT-2's Conv1D (layers.c: x W, then +
  * bias, an add whose output is f32; in backward the product's gradient is
  * the add's copy). Returns the output dtype. */
-static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt) {
-    accel_dtype odt = linear_fwd(l, in, out, xdt);
+static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt, bool shared) {
+    accel_dtype odt = linear_fwd_of(l, in, out, xdt, shared);
     return l->f->gpt2 ? binary_fwd(l, l->d->n * out, odt, ACCEL_F32) : odt;
 }
 
@@ -181,9 +194,9 @@ static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt) {
  * a low-precision output gradient made f32. */
 static void proj_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad, bool bias) {
     accel_dtype mm = odt;
-    if (l->f->gpt2) {
+    if (l->f->gpt2) { /* the product takes the add's (f32) gradient, or copies it in its dtype */
         mm = mm_dtype(l->k);
-        l->bytes += grad_copy(l->d->n * out, mm, false);
+        l->bytes += mm == ACCEL_F32 ? 0 : grad_copy(l->d->n * out, mm, false);
     } else if (bias) {
         l->bytes += f32_contig(l->d->n * out, odt, true);
     }
@@ -199,10 +212,10 @@ static accel_dtype unary_fwd(ledger *l, double e, accel_dtype dt) {
 }
 
 /* Its backward: the f32 gradient, the output gradient, input and output
- * made f32 where they are not, then the first gradient of the input (a copy
- * in its dtype). */
+ * made f32 where they are not, then the first gradient of the input (the
+ * f32 gradient itself for an f32 input, else a copy in its dtype). */
 static void unary_bwd(ledger *l, double e, accel_dtype dt) {
-    l->bytes += 4 * e + 3 * f32_contig(e, dt, true) + grad_copy(e, dt, false);
+    l->bytes += 4 * e + 3 * f32_contig(e, dt, true) + (dt == ACCEL_F32 ? 0 : grad_copy(e, dt, false));
 }
 
 /* accel_mul's backward from the output gradient (dtype o): for each input
@@ -258,23 +271,21 @@ static void rope_fwd(ledger *l, double e, accel_dtype dt) {
 /* Its backward: the rotated part's input gradient in its dtype. With R < D
  * also: the concatenation's (each part's slice of the output gradient made
  * dense, then copied as that part's first gradient: 2 e), the contiguous
- * copy's (its gradient copied into the slice view's), and the two slices'
+ * copy's (its gradient taken by the slice view), and the two slices'
  * (each a zeroed gradient of x's shape, the first copied as x's, the second
  * added into it: 3 e). */
 static void rope_bwd(ledger *l, double e, accel_dtype dt) {
     const dims *d = l->d;
     double er = e * d->R / d->D;
     l->bytes += gbuf_native(er, dt, false);
-    if (d->R < d->D) l->bytes += (2 * e + er + 3 * e) * esz(dt);
+    if (d->R < d->D) l->bytes += (2 * e + 3 * e) * esz(dt);
 }
 
 /* The backward of split_heads (reshape then transpose of a projection output
  * of dtype dt into `heads` heads): the transpose's dense gradient (none with
- * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head), the
- * copies into the reshape's and the projection's gradients. */
-static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads) {
-    l->bytes += dense(e, dt, heads == 1) + grad_copy(e, dt, false) + grad_copy(e, dt, false);
-}
+ * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head), which
+ * the reshape's and then the projection's output take over. */
+static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads) { l->bytes += dense(e, dt, heads == 1); }
 
 /* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape: the
  * residual stream's [B, T, C], T / tp under sequence parallelism): the
@@ -369,7 +380,7 @@ static void replica_bwd(ledger *l) {
  * (accel_tp_scatter_seq), a new tensor in its dtype, and the bias (whole)
  * added after. Returns the branch's dtype. */
 static accel_dtype row_fwd(ledger *l, double in, accel_dtype xdt, bool bias) {
-    if (!l->d->tp) return proj_fwd(l, in, l->d->C, xdt);
+    if (!l->d->tp) return proj_fwd(l, in, l->d->C, xdt, false);
     accel_dtype odt = linear_fwd(l, in, l->d->C, xdt);
     l->bytes += l->d->ns * l->d->C * esz(odt);
     return l->f->gpt2 || bias ? binary_fwd(l, l->d->ns * l->d->C, odt, ACCEL_F32) : odt;
@@ -377,14 +388,16 @@ static accel_dtype row_fwd(ledger *l, double in, accel_dtype xdt, bool bias) {
 
 /* Its backward from the branch's gradient: the bias add's copy into the
  * exit's output, the exit's (the reduce's pass-back copy, the scatter's
- * gather) into the partial sum: whole, in its dtype; then the Linear's. */
+ * gather) into the partial sum: whole, in its dtype; then the Linear's. The
+ * add's gradient is taken over where the exit's output is f32, else copied
+ * in the exit's dtype. */
 static void row_bwd(ledger *l, double in, accel_dtype odt, accel_dtype xdt, bool bias) {
     if (!l->d->tp) {
         proj_bwd(l, in, l->d->C, odt, xdt, false, bias);
         return;
     }
     accel_dtype mm = mm_dtype(l->k);
-    if (l->f->gpt2 || bias) l->bytes += grad_copy(l->d->ns * l->d->C, mm, false);
+    if ((l->f->gpt2 || bias) && mm != ACCEL_F32) l->bytes += grad_copy(l->d->ns * l->d->C, mm, false);
     l->bytes += l->d->n * l->d->C * esz(mm);
     linear_bwd(l, in, l->d->C, mm, xdt, false);
 }
@@ -431,19 +444,18 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     /* P V: the output in s, P in s, v a transposed view made dense in s */
     fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1);
     gemm_call(fwd, E + eK, s == ACCEL_F32 ? 0 : eQ);
-    /* backward: the reshape of P V's output copies its gradient; P V's: the
-     * output gradient read, P's and v's gradients */
-    bwd->bytes += grad_copy(eQ, s, false) + mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
+    /* backward: the reshape of P V's output passes its gradient on; P V's:
+     * the output gradient read, P's and v's gradients */
+    bwd->bytes += mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
     gemm_call(bwd, eQ + eK, 0);
     if (drop) dropout_bwd(bwd, E, ACCEL_F32);
     bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
-    bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
+    bwd->bytes += add_bwd(E, sc == s ? ACCEL_F32 : s); /* add: the scores take its gradient (a copy if its dtype differs) */
     for (int i = 0; i < n_unary; i++) unary_bwd(bwd, E, s);
-    /* Q K^T: the output gradient read, q's (through its reshape view, the
-     * contiguous node, into q: three gradients) and k^T's (then its dense
-     * transpose, into k) */
-    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + 2 * grad_copy(eQ, q, false) + gbuf(eK, kk, false) +
-                  dense(eK, kk, false) + grad_copy(eK, kk, false);
+    /* Q K^T: the output gradient read, q's (its reshape view and the
+     * contiguous node pass it on into q) and k^T's (its dense transpose,
+     * taken by k) */
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false);
     gemm_call(bwd, E + eK, 0);
 }
 
@@ -459,15 +471,15 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     enter_fwd(fwd);
     accel_dtype q, kk, v;
     if (f->gpt2) { /* c_attn [n, 3C], split: each part's reshape copies (a view across the columns) */
-        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
+        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1, false);
         fwd->bytes += dense(eQ, q, false) + 2 * dense(eK, q, false);
     } else if (f->fused_qkv) { /* qkv_proj [n, Q + 2K], each slice made contiguous */
-        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1);
+        q = kk = v = proj_fwd(fwd, d->C, d->Q + 2 * d->K, n1, false);
         fwd->bytes += dense(eQ, q, false) + 2 * dense(eK, q, false);
     } else {
-        q = proj_fwd(fwd, d->C, d->Q, n1);
-        kk = proj_fwd(fwd, d->C, d->K, n1);
-        v = proj_fwd(fwd, d->C, d->K, n1);
+        q = proj_fwd(fwd, d->C, d->Q, n1, false); /* k and v read q's operand */
+        kk = proj_fwd(fwd, d->C, d->K, n1, true);
+        v = proj_fwd(fwd, d->C, d->K, n1, true);
     }
     replica_fwd(fwd);
     accel_dtype qr = q, kr = kk; /* what RoPE reads */
@@ -494,15 +506,15 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     enter_fwd(fwd);
     accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
     if (f->gpt2) { /* c_fc, gelu_new */
-        g = proj_fwd(fwd, d->C, d->I, n2);
+        g = proj_fwd(fwd, d->C, d->I, n2, false);
         h = unary_fwd(fwd, eI, g);
     } else if (f->fused_gate_up) { /* gate_up_proj [n, 2I], each half made contiguous, SwiGLU */
-        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2);
+        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2, false);
         fwd->bytes += 2 * dense(eI, g, false) + eI * esz(g);
         h = g;
     } else {
-        g = proj_fwd(fwd, d->C, d->I, n2);
-        u = proj_fwd(fwd, d->C, d->I, n2);
+        g = proj_fwd(fwd, d->C, d->I, n2, false);
+        u = proj_fwd(fwd, d->C, d->I, n2, true); /* gate's operand */
         if (f->gemma) h = binary_fwd(fwd, eI, unary_fwd(fwd, eI, g), u); /* gelu(gate) * up */
         else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
     }
@@ -514,7 +526,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     add_fwd(fwd, mb);
 
     /* backward, in reverse. The output's gradient came from above. */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, mb, false); /* add: h, the MLP branch */
+    bwd->bytes += add_bwd(eC, mb); /* add: h, the MLP branch */
     if (f->multipliers) unary_bwd(bwd, eC, mb);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, m, false);
     if (drop) dropout_bwd(bwd, eC, m);
@@ -524,10 +536,10 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         proj_bwd(bwd, d->C, d->I, g, n2, false, false);
     } else if (f->fused_gate_up) {
         /* SwiGLU's output gradient and its inputs'; each contiguous half's
-         * gradient copied into its slice view, which makes a zeroed [n, 2I]
+         * gradient taken by its slice view, which makes a zeroed [n, 2I]
          * gradient, the first copied into gate_up's output, the second added */
-        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * grad_copy(eI, g, false) +
-                      2 * 2 * eI * esz(g) + grad_copy(2 * eI, g, false);
+        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * 2 * eI * esz(g) +
+                      grad_copy(2 * eI, g, false);
         proj_bwd(bwd, d->C, 2 * d->I, g, n2, false, f->mlp_bias);
     } else {
         if (f->gemma) {
@@ -543,13 +555,14 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
     /* add: the layer input's, the attention branch's */
-    bwd->bytes += grad_copy(eC, ACCEL_F32, false) + grad_copy(eC, a, false);
+    bwd->bytes += add_bwd(eC, a);
     if (f->multipliers) unary_bwd(bwd, eC, a);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
     if (drop) dropout_bwd(bwd, eC, o);
     row_bwd(bwd, d->Q, o, s, f->o_bias); /* o_proj / c_proj */
-    /* the reshape's view, the transpose's dense gradient, the attention output's */
-    bwd->bytes += grad_copy(eQ, s, false) + dense(eQ, s, d->H == 1) + grad_copy(eQ, s, false);
+    /* the transpose's dense gradient (one head: none; the reshape's view and
+     * the attention output take theirs over) */
+    bwd->bytes += dense(eQ, s, d->H == 1);
     bwd->bytes += abwd.bytes;
     if (abwd.call > bwd->call) bwd->call = abwd.call;
     if (!f->gpt2) {
@@ -562,18 +575,16 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (f->qk_norm_full && d->tp) {
         tp_norm_bwd(bwd, eK, n, kk);
         tp_norm_bwd(bwd, eQ, n, q);
-        bwd->bytes += grad_copy(eK, kk, false) + grad_copy(eQ, q, false);
-    } else if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, copied on */
+    } else if (f->qk_norm || f->qk_norm_full) { /* each norm's input gets its own gradient, taken on */
         norm_bwd(bwd, eK, kk, false);
         norm_bwd(bwd, eQ, q, false);
-        bwd->bytes += grad_copy(eK, kk, false) + grad_copy(eQ, q, false);
     }
     if (f->gpt2 || f->fused_qkv) {
         /* each of q, k, v's slice view's gradient: a zeroed [n, Q + 2K] made
          * for each, the first copied into the projection's output, the others
-         * added (Phi-3's contiguous slices: their copies before) */
+         * added (Phi-3's contiguous slices pass theirs on) */
         double e3 = eQ + 2 * eK;
-        bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false) + (f->fused_qkv ? grad_copy(e3, q, false) : 0);
+        bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false);
         proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs && !d->tp, f->qkv_bias);
     } else { /* v_proj: the norm's output (the region's input) gets its gradient */
         proj_bwd(bwd, d->C, d->K, v, n1, f->norm_outputs && !d->tp, f->qkv_bias);
@@ -609,7 +620,7 @@ static void outer_step(ledger *l) {
     if (f->gpt2) {
         /* positions [T] i64, wpe's rows [T, C], their broadcast add, and in
          * backward: both inputs' gradients (the positions' summed over B) */
-        l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + grad_copy(eC, ACCEL_F32, false) + 2 * 4 * d->T * d->C;
+        l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + 2 * 4 * d->T * d->C; /* the tokens' takes the add's */
         if (f->embd_pdrop > 0) dropout_fwd(l, eC, ACCEL_F32), dropout_bwd(l, eC, ACCEL_F32);
     }
     accel_dtype hn = norm_fwd(l, eC, d->ns, ACCEL_F32); /* model.norm / ln_f */
@@ -732,8 +743,8 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     accel_dtype s = mm_dtype(k);
     /* forward: q, k, v (with bias) split into heads as views */
     accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
-    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
-    linear_fwd(fwd, d->C, d->C, ACCEL_F32);
+    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true); /* k and v read q's operand */
+    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true);
     /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
     fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
     gemm_call(fwd, 2 * eC, s == ACCEL_F32 ? 0 : E);
@@ -759,17 +770,18 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
 
     /* backward, in reverse from the output's gradient */
     norm_bwd(bwd, eC, ACCEL_F32, false);
-    bwd->bytes += grad_copy(eC, m, false) + grad_copy(eC, a, false); /* add: the branch's, a's */
+    bwd->bytes += add_bwd(eC, m); /* add: the branch's, a's */
     if (ph > 0) dropout_bwd(bwd, eC, m);
     proj_bwd(bwd, d->I, d->C, m, gi, false, true);
     unary_bwd(bwd, eI, i);
     proj_bwd(bwd, d->C, d->I, i, a, true, true);
     norm_bwd(bwd, eC, ACCEL_F32, false);
-    bwd->bytes += grad_copy(eC, o, false) + grad_copy(eC, ACCEL_F32, false); /* add: the branch's, the input's */
+    bwd->bytes += add_bwd(eC, o); /* add: the branch's, the input's */
     if (ph > 0) dropout_bwd(bwd, eC, o);
     proj_bwd(bwd, d->C, d->C, o, s, false, true);
-    /* the reshape's gradient into the transposed view, its dense transpose into P V's output */
-    bwd->bytes += grad_copy(eC, s, false) + dense(eC, s, false) + grad_copy(eC, s, false);
+    /* the reshape's gradient taken by the transposed view, its dense
+     * transpose by P V's output */
+    bwd->bytes += dense(eC, s, false);
     /* P V: the output gradient read, P's and v's view's gradients */
     bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
     gemm_call(bwd, eC + E, 0);

@@ -28,8 +28,8 @@ struct accel_arena {
     size_t below;      /* bytes used in the chunks after head */
     size_t peak;       /* high-water of accel_arena_used since the last reset */
     uint32_t gen;
-    uint64_t watch;    /* the current watch's id (accel__arena_watch) */
-    size_t watch_low;  /* the lowest position a rewind or reset went to since */
+    uint64_t watch[ACCEL__ARENA_WATCHES];    /* each slot's current watch id (accel__arena_watch) */
+    size_t watch_low[ACCEL__ARENA_WATCHES];  /* the lowest position a rewind or reset went to since */
     bool step;         /* a thread's step arena (accel_step_arena) */
     struct accel_arena *next_live; /* registry of all arenas (freed at exit) */
     struct accel_arena *prev_live;
@@ -157,17 +157,18 @@ accel_status accel_arena_rewind(accel_arena *a, accel_arena_mark m) {
     }
     a->head->used = m.used;
     a->below = m.below;
-    if (m.below + m.used < a->watch_low) a->watch_low = m.below + m.used;
+    for (int i = 0; i < ACCEL__ARENA_WATCHES; i++)
+        if (m.below + m.used < a->watch_low[i]) a->watch_low[i] = m.below + m.used;
     return ACCEL_OK;
 }
 
-uint64_t accel__arena_watch(accel_arena *a) {
-    a->watch_low = SIZE_MAX;
-    return ++a->watch;
+uint64_t accel__arena_watch(accel_arena *a, int slot) {
+    a->watch_low[slot] = SIZE_MAX;
+    return ++a->watch[slot];
 }
 
-bool accel__arena_kept(const accel_arena *a, uint64_t watch, size_t pos) {
-    return watch == a->watch && a->watch_low >= pos;
+bool accel__arena_kept(const accel_arena *a, int slot, uint64_t watch, size_t pos) {
+    return watch == a->watch[slot] && a->watch_low[slot] >= pos;
 }
 
 size_t accel_arena_capacity(const accel_arena *a) {
@@ -182,7 +183,7 @@ uint32_t accel_arena_generation(const accel_arena *a) { return a ? a->gen : 0; }
 void accel_arena_reset(accel_arena *a) {
     if (!a) return;
     a->gen++;
-    a->watch_low = 0;
+    for (int i = 0; i < ACCEL__ARENA_WATCHES; i++) a->watch_low[i] = 0;
     size_t want = a->peak;
     a->below = a->peak = 0;
     if (a->head->next || want > a->head->cap) {

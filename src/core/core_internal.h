@@ -70,19 +70,29 @@ void accel__device_free(accel_device dev, void *p);
 accel_tensor *accel__rewind_keeping(accel_arena_mark m, const accel_tensor *y);
 void accel__bounce_free(void);
 /* Watching an arena for what a rewind frees: accel__arena_watch starts a
- * watch (ending the one before) and returns its id; accel__arena_kept is
- * true while that watch is the current one and no rewind or reset since has
- * gone below position pos (an accel_arena_used value): the memory below pos
- * holds what it held. One watch at a time per arena, for a cache of the
- * step tensors last made (tp_modules.c's shared region entry). */
-uint64_t accel__arena_watch(accel_arena *a);
-bool accel__arena_kept(const accel_arena *a, uint64_t watch, size_t pos);
+ * watch in one of the arena's slots (ending that slot's watch before) and
+ * returns its id; accel__arena_kept is true while that watch is the slot's
+ * current one and no rewind or reset since has gone below position pos (an
+ * accel_arena_used value): the memory below pos holds what it held. One
+ * watch at a time per slot, each slot a cache of the step tensors last made:
+ * tp_modules.c's shared region entry, step_casts.c's conversions. */
+enum { ACCEL__WATCH_TP_REGION = 0, ACCEL__WATCH_STEP_CASTS = 1, ACCEL__ARENA_WATCHES = 2 };
+uint64_t accel__arena_watch(accel_arena *a, int slot);
+bool accel__arena_kept(const accel_arena *a, int slot, uint64_t watch, size_t pos);
 /* Whether [p, p + n) lies inside the calling thread's step arena (false when
  * it has none yet): lock-free, for the registry of storage versions, whose
  * tracked storages never lie in step memory (accel__step_arena_overlaps). */
 bool accel__in_own_step_arena(const void *p, size_t n);
 /* Whether [p, p + n) overlaps any thread's step arena (takes the arenas' lock). */
 bool accel__step_arena_overlaps(const void *p, size_t n);
+/* accel_grad_accumulate(t, g) for a g that is the caller's to give away: a
+ * step tensor whose elements no other tensor's gradient holds and that
+ * nothing reads afterwards but through t->grad (a copy the backward made, or
+ * the gradient of its node's output, which it then drops). t's first
+ * gradient takes g over (t->grad = g) instead of copying it, where g is
+ * dense step memory of t's shape, dtype and device and t is not a persistent
+ * leaf; otherwise g is accumulated as accel_grad_accumulate does. */
+accel_status accel__grad_move(accel_tensor *t, accel_tensor *g);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);

@@ -23,6 +23,7 @@
  * takes the registry's lock under its own (it reports its form's write). */
 #include "core/prepared.h"
 #include "core/env.h"
+#include "core/step_casts.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -92,7 +93,9 @@ static int first_reaching(uintptr_t lo) {
 }
 
 void accel__storage_written(const void *p, size_t n) {
-    if (!atomic_load_explicit(&g_tracked, memory_order_acquire) || !p || !n) return;
+    if (!p || !n) return;
+    accel__step_casts_written(p, n);
+    if (!atomic_load_explicit(&g_tracked, memory_order_acquire)) return;
     uintptr_t lo = (uintptr_t)p, hi = lo + n;
     if (hi <= atomic_load_explicit(&g_env_lo, memory_order_relaxed) ||
         lo >= atomic_load_explicit(&g_env_hi, memory_order_relaxed))
@@ -104,8 +107,7 @@ void accel__storage_written(const void *p, size_t n) {
     pthread_rwlock_unlock(&g_reg_lock);
 }
 
-/* The bytes [*lo, *hi) that t's elements occupy; false when t has none. */
-static bool tensor_span(const accel_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+bool accel__tensor_span(const accel_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     if (!t || !t->data || accel_numel(t) == 0) return false;
     int64_t first = 0, last = 0;
     for (int i = 0; i < t->ndim; i++) {
@@ -121,7 +123,8 @@ static bool tensor_span(const accel_tensor *t, uintptr_t *lo, uintptr_t *hi) {
 
 void accel__tensor_written(const accel_tensor *t) {
     uintptr_t lo, hi;
-    if (atomic_load_explicit(&g_tracked, memory_order_acquire) && tensor_span(t, &lo, &hi))
+    if ((atomic_load_explicit(&g_tracked, memory_order_acquire) || accel__step_casts_held()) &&
+        accel__tensor_span(t, &lo, &hi))
         accel__storage_written((const void *)lo, hi - lo);
 }
 
@@ -456,7 +459,7 @@ static accel_status form_get(accel__prepared *e, const accel__form_key *key, acc
     return ACCEL_OK;
 }
 
-static bool enabled(void) {
+bool accel__prepared_enabled(void) {
     int on = atomic_load(&g_enabled);
     if (on < 0) {
         bool v = true;
@@ -472,7 +475,7 @@ static bool enabled(void) {
 }
 
 bool accel__prepared_set_enabled(bool on) {
-    bool was = enabled();
+    bool was = accel__prepared_enabled();
     atomic_store(&g_enabled, on);
     return was;
 }
@@ -481,7 +484,7 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
                                  accel__form_fill fill, accel_tensor **out, bool *built) {
     *out = NULL;
     if (built) *built = false;
-    if (!enabled() || !owner || !trackable(owner)) return ACCEL_OK;
+    if (!accel__prepared_enabled() || !owner || !trackable(owner)) return ACCEL_OK;
     accel__prepared *e;
     accel_status st = entry_for(owner, &e);
     if (st != ACCEL_OK || !e) return st;

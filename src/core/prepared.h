@@ -65,6 +65,9 @@ typedef struct accel__form_key {
 
 /* Reports that bytes [p, p + n) of some device's memory were written. */
 void accel__storage_written(const void *p, size_t n);
+/* The bytes [*lo, *hi) that t's elements occupy (any strides); false when t
+ * has none. */
+bool accel__tensor_span(const accel_tensor *t, uintptr_t *lo, uintptr_t *hi);
 /* accel__storage_written over every byte t's elements occupy (any strides). */
 void accel__tensor_written(const accel_tensor *t);
 
@@ -93,11 +96,13 @@ void accel__prepared_release(accel_tensor *t);
  * (accel_step_reset, accel_thread_cleanup). */
 void accel__prepared_sweep(void);
 
-/* Whether accel__prepared_get prepares forms (default: on, unless the
- * environment has ACCEL_WEIGHT_CACHE=0). Off, every call converts into the
- * step arena as before (A/B benchmarks, and the tests' uncached reference).
+/* Whether accel__prepared_get prepares forms, and core/step_casts.h
+ * remembers step tensors' conversions (default: on, unless the environment
+ * has ACCEL_WEIGHT_CACHE=0). Off, every call converts into the step arena as
+ * before (A/B benchmarks, and the tests' uncached reference).
  * Returns the previous setting. */
 bool accel__prepared_set_enabled(bool on);
+bool accel__prepared_enabled(void);
 
 /* Process-wide: bytes held in forms, and how many builds and hits so far. */
 typedef struct accel__prepared_stats {

@@ -60,10 +60,10 @@ static accel_tensor *enter(const tp_impl *t, accel_tensor *x) {
     accel_arena *a = accel_step_arena();
     bool seq = splits_seq(t), grad = accel_is_grad_enabled();
     if (x && (x->flags & ACCEL_TF_ARENA) && tl_entry.x == x && tl_entry.pg == t->pg && tl_entry.seq == seq &&
-        tl_entry.grad == grad && accel__arena_kept(a, tl_entry.watch, tl_entry.pos))
+        tl_entry.grad == grad && accel__arena_kept(a, ACCEL__WATCH_TP_REGION, tl_entry.watch, tl_entry.pos))
         return tl_entry.in;
     accel_tensor *in = seq ? accel_tp_gather_seq(x, t->pg) : accel_tp_copy_to_region(x, t->pg);
-    if (in) tl_entry = (region_entry){x, in, t->pg, accel__arena_watch(a), accel_arena_used(a), seq, grad};
+    if (in) tl_entry = (region_entry){x, in, t->pg, accel__arena_watch(a, ACCEL__WATCH_TP_REGION), accel_arena_used(a), seq, grad};
     return in;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "core/step_casts.h"
 #include "nn_internal.h"
 
 int64_t accel__prod(const int64_t *shape, int from, int to) {
@@ -139,6 +140,14 @@ static accel_status prepared_operand(accel_tensor *t, accel_dtype dt, bool widen
     return accel__prepared_get(t, &key, widen ? ACCEL_F32 : dt, fill_mm_form, form, NULL);
 }
 
+/* t's operand made in the step arena (accel__step_cast_make): rounded to dt,
+ * then widened to f32 for the ROUNDED_F32 kind. */
+static accel_tensor *step_operand(accel_tensor *t, int kind, accel_dtype dt) {
+    if (kind == ACCEL__FORM_CAST) return converted(t, dt);
+    accel_tensor *r = t->dtype == dt ? t : converted(t, dt);
+    return r ? converted(r, ACCEL_F32) : NULL;
+}
+
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
     if (accel_autocast_dtype() == ACCEL_F32) return accel__contig(t);
     /* Where the CPU GEMM provider of dt multiplies in f32 (OpenBLAS: no
@@ -153,11 +162,11 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
     accel_tensor *form;
     if (prepared_operand(t, dt, widen, &form) != ACCEL_OK) return NULL;
     if (form) return form;
-    if (widen) {
-        accel_tensor *r = t->dtype == dt ? t : converted(t, dt);
-        return r ? converted(r, ACCEL_F32) : NULL;
-    }
-    return t->dtype == dt ? accel__contig(t) : converted(t, dt);
+    if (!widen && t->dtype == dt) return accel__contig(t);
+    /* A step tensor read by several GEMMs (a layer's normed input by q, k
+     * and v) is converted by the first: the others, and every backward,
+     * read that conversion (core/step_casts.h). */
+    return accel__step_cast(t, widen ? ACCEL__FORM_ROUNDED_F32 : ACCEL__FORM_CAST, dt, step_operand);
 }
 
 accel_tensor *accel__mm_grad(accel_tensor *grad_out, const accel_tensor *a, const accel_tensor *b) {

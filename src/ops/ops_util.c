@@ -8,7 +8,12 @@ accel_tensor *accel__dense_f32(accel_tensor *t) { return accel__f32_contig(t); }
 accel_status accel__reshape_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0];
     accel_tensor *gx = accel_reshape(g, x->ndim, x->shape);
-    return gx ? accel_grad_accumulate(x, gx) : accel_last_status();
+    if (!gx) return accel_last_status();
+    /* g's elements (or their dense copy) pass to x: the output's gradient,
+     * complete and read by no later node, is dropped where x took it. */
+    accel_status st = accel__grad_move(x, gx);
+    if (x->grad == gx && gx->data == g->data) n->out->grad = NULL;
+    return st;
 }
 
 accel_tensor *accel__alias_op(const char *op, accel_tensor *a) {

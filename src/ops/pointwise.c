@@ -3,16 +3,24 @@
 
 /* ---------------------------------------------------------------- binary */
 
+/* The first input that can take g itself as its first gradient does (a
+ * residual stream's, beside its branch): the output's gradient, read by no
+ * later node, is then dropped; the other input copies (or adds) g before
+ * anything accumulates into it. */
 static accel_status add_backward(accel_node *n, accel_tensor *g) {
+    bool moved = false;
     for (int i = 0; i < 2; i++) {
         accel_tensor *x = n->inputs[i];
         if (!x->requires_grad) continue;
         accel_tensor *gx = accel_sum_to_shape(g, x->ndim, x->shape);
         if (i == 1 && n->iarg[0] == ACCEL_B_SUB) gx = accel_neg(gx);
         if (!gx) return accel_last_status();
-        accel_status st = accel_grad_accumulate(x, gx);
+        bool whole = gx == g && !moved;
+        accel_status st = whole ? accel__grad_move(x, gx) : accel_grad_accumulate(x, gx);
         if (st != ACCEL_OK) return st;
+        moved = moved || (whole && x->grad == g);
     }
+    if (moved) n->out->grad = NULL;
     return ACCEL_OK;
 }
 
@@ -108,7 +116,7 @@ static accel_status unary_backward(accel_node *n, accel_tensor *g) {
         if (!k.g || !k.x || !k.y) return accel_last_status();
     }
     accel_status st = ACCEL_KERNEL(n->op, x->device, unary_grad, &k);
-    return st == ACCEL_OK ? accel_grad_accumulate(x, dx) : st;
+    return st == ACCEL_OK ? accel__grad_move(x, dx) : st;
 }
 
 static accel_tensor *unary(const char *op, const char *name, accel__unop uop, double p,

@@ -53,7 +53,9 @@ static accel_status permute_backward(accel_node *n, accel_tensor *g) {
     int inv[ACCEL_MAX_DIMS];
     for (int i = 0; i < g->ndim; i++) inv[n->iarg[i]] = i;
     accel_tensor *gx = accel__dense(accel_permute(g, inv)); /* leaves accumulate fastest from dense */
-    return gx ? accel_grad_accumulate(n->inputs[0], gx) : accel_last_status();
+    if (!gx) return accel_last_status();
+    /* The transposed copy is the input's alone: its first gradient takes it. */
+    return gx->data != g->data ? accel__grad_move(n->inputs[0], gx) : accel_grad_accumulate(n->inputs[0], gx);
 }
 
 static accel_tensor *permute_impl(const char *op, accel_tensor *a, const int *perm) {

@@ -1,0 +1,171 @@
+/* Step tensors' conversions made once (src/core/step_casts.h): under
+ * autocast, the GEMM ops that read one activation share its conversion.
+ *   - three Linears of one input (a layer's q, k, v) save one operand, not
+ *     three, two of a later input (gate, up) one too, and their outputs and gradients are the bits of three separate
+ *     conversions (the cache off: accel__prepared_set_enabled(false));
+ *   - a write to the source (accel_copy_, accel_fill_, a view's write,
+ *     accel_tensor_increment_version) makes the next op convert again;
+ *   - an arena rewind (activation checkpointing's) or a step reset that frees
+ *     a conversion is never handed out again, even when new tensors take the
+ *     same addresses.
+ * tests/gemm.cmake runs it under each GEMM provider: OpenBLAS reads the
+ * operands rounded and widened to f32 (ROUNDED_F32), oneDNN on bf16 units the
+ * bf16 copies (CAST). */
+#include "accel/accel.h"
+#include "check.h"
+#include "core/prepared.h"
+
+enum { R = 24, IN = 16, OUT = 8 };
+
+static accel_tensor *weight(uint64_t seed) {
+    accel_tensor *w = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(OUT, IN), ACCEL_CPU_DEVICE);
+    accel_rng r;
+    CHECK(w && accel_rng_init(&r, seed) == ACCEL_OK && accel_rng_normal_(&r, w, 0.0, 0.5) == ACCEL_OK);
+    CHECK(accel_requires_grad_(w, true) == ACCEL_OK);
+    return w;
+}
+
+/* x [R, IN], values from seed (f32, not representable in bf16). */
+static accel_tensor *input(uint64_t seed) {
+    float v[R * IN];
+    for (int i = 0; i < R * IN; i++) v[i] = (float)((i * 37 + (int)seed * 11) % 97) / 13.0f - 3.3f + 1e-4f * (float)i;
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(R, IN), v);
+    CHECK(x && accel_requires_grad_(x, true) == ACCEL_OK);
+    return x;
+}
+
+static accel_tensor *saved_operand(const accel_tensor *y) { return y && y->grad_fn ? y->grad_fn->saved[0] : NULL; }
+
+static bool same_bits(const accel_tensor *a, const accel_tensor *b) {
+    float fa[R * IN], fb[R * IN];
+    return a && b && accel_numel(a) == accel_numel(b) && accel_numel(a) <= R * IN &&
+           accel_to_floats(a, fa) == ACCEL_OK && accel_to_floats(b, fb) == ACCEL_OK &&
+           !memcmp(fa, fb, sizeof(float) * (size_t)accel_numel(a));
+}
+
+typedef struct run {
+    float y[3][R * OUT];
+    float gx[R * IN], gw[3][OUT * IN];
+    bool shared, shared2;
+} run;
+
+/* q, k, v = three Linears of one x under bf16 autocast; after a rewind of
+ * scratch memory (a GEMM's own), gate and up of a second input x2; then the
+ * backward of their sum. */
+static void three_linears(accel_tensor *const w[3], run *out) {
+    accel_tensor *x = input(1), *y[3];
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    for (int i = 0; i < 3; i++) y[i] = accel_linear(x, w[i], NULL);
+    accel_arena *a = accel_step_arena();
+    accel_arena_mark m = accel_arena_mark_now(a);
+    CHECK(accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN)) && accel_arena_rewind(a, m) == ACCEL_OK);
+    accel_tensor *x2 = input(2), *g = accel_linear(x2, w[0], NULL), *u = accel_linear(x2, w[1], NULL);
+    accel_autocast_end(prev);
+    out->shared = saved_operand(y[0]) && saved_operand(y[0]) == saved_operand(y[1]) &&
+                  saved_operand(y[1]) == saved_operand(y[2]);
+    out->shared2 = saved_operand(g) && saved_operand(g) == saved_operand(u) && saved_operand(g) != saved_operand(y[0]);
+    accel_tensor *loss = accel_add(accel_sum_all(accel_add(accel_add(y[0], y[1]), y[2])), accel_sum_all(accel_mul(g, u)));
+    CHECK(loss && accel_backward(loss) == ACCEL_OK && x->grad);
+    for (int i = 0; i < 3; i++) {
+        CHECK(accel_to_floats(y[i], out->y[i]) == ACCEL_OK && w[i]->grad);
+        CHECK(accel_to_floats(w[i]->grad, out->gw[i]) == ACCEL_OK && accel_zero_(w[i]->grad) == ACCEL_OK);
+    }
+    CHECK(accel_to_floats(x->grad, out->gx) == ACCEL_OK);
+    accel_step_reset();
+}
+
+static void test_shared_and_identical(void) {
+    accel_tensor *w[3] = {weight(1), weight(2), weight(3)};
+    run *on = calloc(1, sizeof *on), *off = calloc(1, sizeof *off);
+    three_linears(w, on);
+    bool was = accel__prepared_set_enabled(false);
+    three_linears(w, off);
+    accel__prepared_set_enabled(was);
+    CHECK_MSG(on->shared, "k and v should read q's conversion of x");
+    CHECK_MSG(on->shared2, "up should read gate's conversion of x2 (a rewind before x2 freed nothing of it)");
+    CHECK_MSG(!off->shared && !off->shared2, "with the cache off every Linear converts x itself");
+    CHECK(!memcmp(on->y, off->y, sizeof on->y));
+    CHECK(!memcmp(on->gx, off->gx, sizeof on->gx));
+    CHECK(!memcmp(on->gw, off->gw, sizeof on->gw));
+    free(on);
+    free(off);
+    for (int i = 0; i < 3; i++) accel_tensor_free(w[i]);
+}
+
+/* A Linear of x after `write` changed x: it converts again, and reads the new values. */
+typedef accel_status (*writer)(accel_tensor *x);
+static accel_status write_copy(accel_tensor *x) { return accel_copy_(x, input(2)); }
+static accel_status write_fill(accel_tensor *x) { return accel_fill_(x, 0.375); }
+static accel_status write_view(accel_tensor *x) {
+    accel_tensor *row = accel_view_raw(x, ACCEL_SHAPE(IN), (const int64_t[]){1}, 5 * IN);
+    return row ? accel_fill_(row, -2.0) : accel_last_status();
+}
+static accel_status write_host(accel_tensor *x) {
+    ((float *)x->data)[7] = 123.0f;
+    return accel_tensor_increment_version(x);
+}
+
+static void check_write_forgets(writer write) {
+    accel_tensor *w = weight(4);
+    accel_set_grad_enabled(false);
+    accel_tensor *x = input(1);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *before = accel_linear(x, w, NULL);
+    CHECK(write(x) == ACCEL_OK);
+    accel_tensor *after = accel_linear(x, w, NULL);
+    /* the reference: the new values in a tensor of their own */
+    accel_tensor *fresh = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN));
+    CHECK(fresh && accel_copy_(fresh, x) == ACCEL_OK);
+    accel_tensor *want = accel_linear(fresh, w, NULL);
+    accel_autocast_end(prev);
+    accel_set_grad_enabled(true);
+    CHECK(before && after && want);
+    CHECK_MSG(same_bits(after, want), "a Linear after the write read the conversion of the old values");
+    CHECK(!same_bits(before, after));
+    accel_step_reset();
+    accel_tensor_free(w);
+}
+
+static void test_write_forgets(void) {
+    check_write_forgets(write_copy);
+    check_write_forgets(write_fill);
+    check_write_forgets(write_view);
+    check_write_forgets(write_host);
+}
+
+/* The conversion made after a mark, freed by the rewind to it: a new tensor
+ * at the old one's address (same shape, other values) converts anew. The
+ * same across a step reset. */
+static void test_rewind_and_reset_forget(void) {
+    accel_tensor *w = weight(5);
+    accel_set_grad_enabled(false);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    for (int reset = 0; reset < 2; reset++) {
+        accel_arena *a = accel_step_arena();
+        accel_arena_mark m = accel_arena_mark_now(a);
+        accel_tensor *x1 = input(1);
+        CHECK(accel_linear(x1, w, NULL) != NULL);
+        void *at = x1->data;
+        if (reset) accel_step_reset();
+        else CHECK(accel_arena_rewind(a, m) == ACCEL_OK);
+        accel_tensor *x2 = input(3);
+        CHECK_MSG(x2->data == at, "the arena should give the new input the old one's address");
+        accel_tensor *got = accel_linear(x2, w, NULL);
+        accel_tensor *fresh = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN));
+        CHECK(fresh && accel_copy_(fresh, x2) == ACCEL_OK);
+        CHECK_MSG(same_bits(got, accel_linear(fresh, w, NULL)), "a freed conversion was handed out (%s)",
+                  reset ? "reset" : "rewind");
+        accel_step_reset();
+    }
+    accel_autocast_end(prev);
+    accel_set_grad_enabled(true);
+    accel_tensor_free(w);
+}
+
+int main(void) {
+    RUN(test_shared_and_identical);
+    RUN(test_write_forgets);
+    RUN(test_rewind_and_reset_forget);
+    accel_thread_cleanup();
+    return check_summary();
+}
