@@ -117,9 +117,16 @@ int main(int argc, char **argv) {
         accel_dtype prev = accel_accelerator_autocast_begin(acc); /* accelerator.autocast() */
         accel_tensor *loss = accel_llama_loss(model, b.fields[0]);
         accel_accelerator_autocast_end(acc, prev);
-        rc |= accel_accelerator_backward(acc, loss) != ACCEL_OK;
+        /* stop at the first failure: its error is the most recent call's, reported below */
+        if (accel_accelerator_backward(acc, loss) != ACCEL_OK) {
+            rc = 1;
+            break;
+        }
         accel_accelerator_clip_grad_norm(acc, model, 1.0, 2.0);
-        rc |= accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK;
+        if (accel_accelerator_optimizer_step(acc, opt) != ACCEL_OK) {
+            rc = 1;
+            break;
+        }
         accel_accelerator_scheduler_step(acc, sched);
         accel_accelerator_zero_grad(acc, opt);
         /* the mean loss over all processes, for the progress line */

@@ -66,6 +66,31 @@ if(TARGET accel_cli)
                        PASS_REGULAR_EXPRESSION "train: 100%\\|##########\\| 3/3 \\[[0-9:]+<00:00, [0-9.]+it/s, loss=[0-9.]+, tok/s=[0-9]+\\]\nfinal_loss=[0-9.]+ saved llama_out/\n$")
 endif()
 
+# The same program, unchanged, under tensor parallelism (with Megatron's sequence
+# parallelism) and context parallelism, configured by launch flags only; and under
+# pipeline parallelism its accel_accelerator_backward is refused naming pipeline_step.
+if(TARGET accel_cli)
+  foreach(mesh "tp;--parallelism_config_tp_size;2;--megatron_lm_sequence_parallelism;true"
+               "cp;--parallelism_config_cp_size;2;--parallelism_config_cp_comm_strategy;alltoall")
+    list(GET mesh 0 name)
+    list(SUBLIST mesh 1 -1 flags)
+    add_test(NAME example_train_llama_${name}_2
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 ${flags}
+                     $<TARGET_FILE:train_llama> ${CMAKE_SOURCE_DIR}/docs/CONVENTIONS.md 3
+             WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/train_llama_${name})
+    file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/train_llama_${name})
+    set_tests_properties(example_train_llama_${name}_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+                         PASS_REGULAR_EXPRESSION "\nfinal_loss=[0-9.]+ saved llama_out/\n$")
+  endforeach()
+  add_test(NAME example_train_llama_pp_refused_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --use_megatron_lm
+                   --megatron_lm_pp_degree 2 --megatron_lm_num_micro_batches 2
+                   $<TARGET_FILE:train_llama> ${CMAKE_SOURCE_DIR}/docs/CONVENTIONS.md 3
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(example_train_llama_pp_refused_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+                       PASS_REGULAR_EXPRESSION "train_llama: accel_accelerator_backward: the accelerator has pipeline parallelism \\(pp_size 2\\): a stage holds only its layers, so train with accel_accelerator_pipeline_step")
+endif()
+
 # The Accelerator on a device the host cannot address (hostless:0, src/backends/hostless):
 # DDP and ZeRO-1/2/3 on 2 and 3 processes equal to one cpu process, collectives,
 # checkpoint resume, the refusal of parameter offload.

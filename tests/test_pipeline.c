@@ -208,6 +208,10 @@ static int run_mesh(int pp, int dp, const char *sched, bool tied, int accum, int
     accel_state_dict *sd = accel_module_state_dict(model), *ref_sd = accel_module_state_dict(ref);
     CHECK(sd->n == ref_sd->n);
     accel_pipeline_report rep = {0};
+    /* the model's own forward and accel_accelerator_backward: refused, naming pipeline_step (a
+     * stage's loss of its own forward runs on the other stages' meta layers and trains nothing) */
+    CHECK(accel_accelerator_backward(acc, accel_full(ACCEL_F32, 1, (int64_t[]){1}, 1.0)) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "train with accel_accelerator_pipeline_step");
     if (sp || cp > 1) { /* positions the tp or cp ranks cannot share: refused on every rank, before any exchange
                          * (at cp 2 x tp 2 a multiple of 2 cp leaves the tp ranks an even share: only cp's refusal) */
         double l;

@@ -9,6 +9,14 @@
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
     if (!loss) return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: loss is NULL");
+    /* Under pp a stage holds only its layers (the others are on meta): a
+     * loss of the model's own forward is no loss of the model, and would
+     * train nothing (a meta loss backpropagates without data). */
+    if (acc->par.size[ACCEL__MESH_PP] > 1)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_backward: the accelerator has pipeline parallelism "
+                               "(pp_size %d): a stage holds only its layers, so train with "
+                               "accel_accelerator_pipeline_step, which runs every micro-batch's forward and backward "
+                               "(docs/parallelism.md)", acc->par.size[ACCEL__MESH_PP]);
     accel_tensor *l = loss;
     if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
