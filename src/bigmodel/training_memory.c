@@ -14,10 +14,12 @@
  * gradient allocation of src/autograd/tape.c, src/ops/nn_common.c): it is the
  * one place to update when an op starts keeping more or fewer tensors.
  * Tensor headers, tape nodes and kernels' per-thread scratch rows (a few KB a
- * layer) are not counted, nor oneDNN's scratchpad. What one GEMM call
- * takes for itself (operands widened for the call, the scratchpad) is given
- * back at the call's end (accel__gemm), so only the largest call's panels
- * are counted, once, on top: no CPU kind's scratchpads pile up. */
+ * layer) are not counted. What one GEMM call takes for itself (operands
+ * widened for the call, oneDNN's scratchpad) is given back at the call's end
+ * (accel__gemm), so only the largest call's is counted, once, on top: no CPU
+ * kind's scratchpads pile up. The Linears' scratchpads are oneDNN's own
+ * figures (a primitive description per GEMM shape, nothing run); attention's
+ * per-head tiles' are not counted. */
 #include <math.h>
 #include <string.h>
 
@@ -137,12 +139,28 @@ typedef struct ledger {
 } ledger;
 
 /* One GEMM call's own memory, given back at its end: its f32 panels of e
- * elements in all where it widens its operands, and an f32 C of c elements
+ * elements in all where it widens its operands, an f32 C of c elements
  * where its C is bf16/f16 (c 0: an f32 C) and oneDNN does not write that
- * dtype itself (the CPU's gemm kernel: backends/cpu/gemm.c). */
-static void gemm_call(ledger *l, double e, double c) {
-    double own = (l->k->widens_per_call ? 4 * e : 0) + (l->k->native && !l->k->widens_per_call ? 0 : 4 * c);
+ * dtype itself (the CPU's gemm kernel: backends/cpu/gemm.c), and the
+ * `scratch` bytes oneDNN's primitive takes for the call. */
+static void gemm_call(ledger *l, double e, double c, double scratch) {
+    double own = (l->k->widens_per_call ? 4 * e : 0) + (l->k->native && !l->k->widens_per_call ? 0 : 4 * c) + scratch;
     if (own > l->call) l->call = own;
+}
+
+/* A Linear's GEMM C [M, N] = op(A) [M, K] op(B) [K, N] + beta C, C in the
+ * mm dtype where c_lowp (else f32): gemm_call with its operands' elements
+ * and the scratchpad oneDNN reports for its primitive where the GEMM goes
+ * there (accel__gemm_dnnl_scratchpad; compute dtype the autocast one where
+ * the GEMM multiplies it, else f32). On AVX-512 a weight gradient's
+ * (K = the step's tokens) is hundreds of KB: the checkpointed peak. */
+static void linear_call(ledger *l, bool ta, bool tb, double M, double N, double K, bool c_lowp, float beta) {
+    accel_dtype dt = l->k->native ? l->k->ac : ACCEL_F32;
+    double scratch = fmax(M, fmax(N, K)) < 0x1p31
+                         ? (double)accel__gemm_dnnl_scratchpad(dt, ta, tb, (int64_t)M, (int64_t)N, (int64_t)K, beta,
+                                                               c_lowp ? dt : ACCEL_F32)
+                         : 0;
+    gemm_call(l, M * K + K * N, c_lowp ? M * N : 0, scratch);
 }
 
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
@@ -150,28 +168,34 @@ static void gemm_call(ledger *l, double e, double c) {
  * weight, made once per step: core/prepared.h; accel_rank_memory.prepared).
  * A bias adds nothing in the arena (its gradient is persistent). `shared`:
  * an earlier projection of the same x made x's operand, which this one
- * reads (core/step_casts.h). Returns the output dtype. */
-static accel_dtype linear_fwd_of(ledger *l, double in, double out, accel_dtype xdt, bool shared) {
+ * reads (core/step_casts.h). `conv1d`: GPT-2's Conv1D, accel_matmul of x
+ * and the weight [in, out], whose f32 result is a step tensor of its own
+ * (copied into a bf16/f16 output), not the GEMM call's. Returns the output
+ * dtype. */
+static accel_dtype linear_fwd_of(ledger *l, double in, double out, accel_dtype xdt, bool shared, bool conv1d) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    l->bytes += n * out * esz(odt) + (shared ? 0 : mm_operand(l->k, n * in, xdt, true));
-    gemm_call(l, n * in + in * out, odt == ACCEL_F32 ? 0 : n * out); /* Y = X W^T, written in odt */
+    bool kept_c = conv1d && odt != ACCEL_F32;
+    l->bytes += n * out * esz(odt) + (shared ? 0 : mm_operand(l->k, n * in, xdt, true)) + (kept_c ? 4 * n * out : 0);
+    linear_call(l, false, !conv1d, n, out, in, odt != ACCEL_F32 && !kept_c, 0); /* Y = X W^T (X W), written in odt */
     return odt;
 }
 
 static accel_dtype linear_fwd(ledger *l, double in, double out, accel_dtype xdt) {
-    return linear_fwd_of(l, in, out, xdt, false);
+    return linear_fwd_of(l, in, out, xdt, false, false);
 }
 
 /* accel_linear backward: the output gradient of dtype odt read by the GEMMs,
  * the input's gradient (the weight's adds into its persistent one; a
- * low-precision input's first one written by the GEMM in its dtype). */
-static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad) {
+ * low-precision input's first one written by the GEMM in its dtype, but
+ * through accel_matmul's f32 scratch for a Conv1D). */
+static void linear_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad,
+                       bool conv1d) {
     double n = l->d->n;
-    bool native_dx = xdt != ACCEL_F32 && !x_has_grad;
+    bool native_dx = !conv1d && xdt != ACCEL_F32 && !x_has_grad;
     l->bytes += mm_grad(l->k, n * out, odt) + (native_dx ? gbuf_native(n * in, xdt, false) : gbuf(n * in, xdt, x_has_grad));
-    gemm_call(l, n * out + in * out, native_dx ? n * in : 0); /* dX = dY W */
-    gemm_call(l, n * out + n * in, 0);                        /* dW = dY^T X */
+    linear_call(l, false, conv1d, n, in, out, native_dx, xdt == ACCEL_F32 && x_has_grad); /* dX = dY W (W^T) */
+    linear_call(l, true, false, conv1d ? in : out, conv1d ? out : in, n, false, 1); /* dW, into its gradient */
 }
 
 /* A binary op (accel_add, accel_mul) of dense e-element operands of dtypes
@@ -186,7 +210,7 @@ static accel_dtype binary_fwd(ledger *l, double e, accel_dtype a, accel_dtype b)
  * bias, an add whose output is f32; in backward the product's gradient is
  * the add's copy). Returns the output dtype. */
 static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt, bool shared) {
-    accel_dtype odt = linear_fwd_of(l, in, out, xdt, shared);
+    accel_dtype odt = linear_fwd_of(l, in, out, xdt, shared, l->f->gpt2);
     return l->f->gpt2 ? binary_fwd(l, l->d->n * out, odt, ACCEL_F32) : odt;
 }
 
@@ -200,7 +224,7 @@ static void proj_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dt
     } else if (bias) {
         l->bytes += f32_contig(l->d->n * out, odt, true);
     }
-    linear_bwd(l, in, out, mm, xdt, x_has_grad);
+    linear_bwd(l, in, out, mm, xdt, x_has_grad, l->f->gpt2);
 }
 
 /* A pointwise op of src/ops/pointwise.c's unary() (mul_scalar, tanh, gelu)
@@ -244,14 +268,15 @@ static accel_dtype norm_fwd(ledger *l, double e, double rows, accel_dtype xdt) {
 
 /* Its backward from the output's gradient (already made by the consumer):
  * the input's gradient (written directly, or added where it has one), and
- * Gemma's views: the input view's own gradient then its copy (or add) into
- * the input, and in f32 the output view's gradient copied into the output. */
+ * Gemma's views: the input view's own gradient (f32), which the input takes
+ * over (an f32 input without one: accel__grad_move), adds, or converts into
+ * its dtype; in f32 the output view passes its gradient on to the output. */
 static void norm_bwd(ledger *l, double e, accel_dtype xdt, bool x_has_grad) {
     if (!l->f->gemma) {
         l->bytes += gbuf(e, xdt, x_has_grad);
         return;
     }
-    l->bytes += 4 * e + grad_copy(e, xdt, x_has_grad) + (l->k->ac == ACCEL_F32 ? 4 * e : 0);
+    l->bytes += 4 * e + (xdt == ACCEL_F32 ? 0 : grad_copy(e, xdt, x_has_grad));
 }
 
 /* RoPE of a head-split projection x [B, h, T, D] of dtype dt (a transposed
@@ -381,7 +406,7 @@ static void replica_bwd(ledger *l) {
  * added after. Returns the branch's dtype. */
 static accel_dtype row_fwd(ledger *l, double in, accel_dtype xdt, bool bias) {
     if (!l->d->tp) return proj_fwd(l, in, l->d->C, xdt, false);
-    accel_dtype odt = linear_fwd(l, in, l->d->C, xdt);
+    accel_dtype odt = linear_fwd_of(l, in, l->d->C, xdt, false, l->f->gpt2);
     l->bytes += l->d->ns * l->d->C * esz(odt);
     return l->f->gpt2 || bias ? binary_fwd(l, l->d->ns * l->d->C, odt, ACCEL_F32) : odt;
 }
@@ -399,8 +424,12 @@ static void row_bwd(ledger *l, double in, accel_dtype odt, accel_dtype xdt, bool
     accel_dtype mm = mm_dtype(l->k);
     if ((l->f->gpt2 || bias) && mm != ACCEL_F32) l->bytes += grad_copy(l->d->ns * l->d->C, mm, false);
     l->bytes += l->d->n * l->d->C * esz(mm);
-    linear_bwd(l, in, l->d->C, mm, xdt, false);
+    linear_bwd(l, in, l->d->C, mm, xdt, false, l->f->gpt2);
 }
+
+/* accel_matmul's f32 result of e elements, kept in the step and copied
+ * into its output where that is bf16/f16 (src/ops/matmul.c). */
+static double matmul_c(double e, accel_dtype s) { return s == ACCEL_F32 ? 0 : 4 * e; }
 
 /* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
  * transposed view when q_view), k, v (k likewise; v a transposed view), to
@@ -433,21 +462,25 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
      * RoPE's output); the mask [G T, S] in the arena, as a tensor, in q's dtype */
     fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
     /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
-    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
-    gemm_call(fwd, eQ + eK, s == ACCEL_F32 ? 0 : E);
+    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false) + matmul_c(E, s);
+    gemm_call(fwd, eQ + eK, 0, 0);
     int n_unary = 1 + (fwd->f->cap > 0 ? 3 : 0); /* the scale; cap * tanh(x / cap) */
     for (int i = 0; i < n_unary; i++) unary_fwd(fwd, E, s);
-    accel_dtype sc = binary_fwd(fwd, E, s, s);          /* + mask (broadcast over B, Hkv) */
+    /* + mask (in q's dtype, broadcast over B, Hkv: its f32 copy is small): the
+     * output in their promotion, the scores made f32, an f32 result copied
+     * out where the output is not f32 */
+    accel_dtype sc = q == ACCEL_F32 ? ACCEL_F32 : s;
+    fwd->bytes += E * esz(sc) + f32_contig(E, s, true) + (sc == ACCEL_F32 ? 0 : 4 * E);
     fwd->bytes += 4 * E + f32_contig(E, sc, true);       /* softmax: f32 (also under autocast) */
     bool drop = fwd->f->attn_pdrop > 0;
     if (drop) dropout_fwd(fwd, E, ACCEL_F32);
     /* P V: the output in s, P in s, v a transposed view made dense in s */
-    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1);
-    gemm_call(fwd, E + eK, s == ACCEL_F32 ? 0 : eQ);
+    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1) + matmul_c(eQ, s);
+    gemm_call(fwd, E + eK, 0, 0);
     /* backward: the reshape of P V's output passes its gradient on; P V's:
      * the output gradient read, P's and v's gradients */
     bwd->bytes += mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
-    gemm_call(bwd, eQ + eK, 0);
+    gemm_call(bwd, eQ + eK, 0, 0);
     if (drop) dropout_bwd(bwd, E, ACCEL_F32);
     bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
     bwd->bytes += add_bwd(E, sc == s ? ACCEL_F32 : s); /* add: the scores take its gradient (a copy if its dtype differs) */
@@ -456,7 +489,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
      * contiguous node pass it on into q) and k^T's (its dense transpose,
      * taken by k) */
     bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false);
-    gemm_call(bwd, E + eK, 0);
+    gemm_call(bwd, E + eK, 0, 0);
 }
 
 /* What one decoder layer's forward and backward allocate (ops in the order
@@ -648,7 +681,7 @@ static void outer_step(ledger *l) {
         l->bytes += nV * esz(loss_in) + l->k->threads * 4 * d->V;
     else /* f16: f32 logits and lse; the backward's gradient */
         l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
-    linear_bwd(l, d->C, d->V, lo, hn, false); /* lm_head: the norm's output (the region's input) gets its gradient */
+    linear_bwd(l, d->C, d->V, lo, hn, false, false); /* lm_head: the norm's output (the region's input) gets its gradient */
     enter_bwd(l, false);
     norm_bwd(l, eC, ACCEL_F32, false);        /* model.norm: the last layer's output gradient */
     /* the embedding's backward adds into its weight's gradient */
@@ -743,18 +776,20 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     accel_dtype s = mm_dtype(k);
     /* forward: q, k, v (with bias) split into heads as views */
     accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
-    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true); /* k and v read q's operand */
-    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true);
+    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false); /* k and v read q's operand */
+    linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false);
     /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
     fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
-    gemm_call(fwd, 2 * eC, s == ACCEL_F32 ? 0 : E);
+    fwd->bytes += matmul_c(E, s);
+    gemm_call(fwd, 2 * eC, 0, 0);
     accel_dtype sc = unary_fwd(fwd, E, s);
     sc = binary_fwd(fwd, E, sc, ACCEL_F32);
     fwd->bytes += 4 * E + f32_contig(E, sc, true);
     if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
     /* P V: the output, P in s, v's view dense in s; its transpose made dense for the reshape */
     fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false) + dense(eC, s, false);
-    gemm_call(fwd, E + eC, s == ACCEL_F32 ? 0 : eC);
+    fwd->bytes += matmul_c(eC, s);
+    gemm_call(fwd, E + eC, 0, 0);
     /* BertSelfOutput: dense, dropout, + the layer input, LayerNorm */
     accel_dtype o = linear_fwd(fwd, d->C, d->C, s);
     if (ph > 0) dropout_fwd(fwd, eC, o);
@@ -784,7 +819,7 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     bwd->bytes += dense(eC, s, false);
     /* P V: the output gradient read, P's and v's view's gradients */
     bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
-    gemm_call(bwd, eC + E, 0);
+    gemm_call(bwd, eC + E, 0, 0);
     if (pa > 0) dropout_bwd(bwd, E, ACCEL_F32);
     bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
     bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
@@ -793,7 +828,7 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
      * dense into k's view) */
     bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
                   grad_copy(eC, q, false);
-    gemm_call(bwd, E + eC, 0);
+    gemm_call(bwd, E + eC, 0, 0);
     for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);

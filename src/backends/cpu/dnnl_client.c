@@ -45,6 +45,13 @@ const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t
     return NULL;
 }
 
+accel_status accel__dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                    float beta, accel_dtype c_dt, size_t *bytes) {
+    const accel__dnnl_hooks *h = dnnl();
+    *bytes = 0;
+    return h ? h->scratchpad(dt, trans_a, trans_b, M, N, K, beta, c_dt, bytes) : missing("accel__dnnl_scratchpad");
+}
+
 void accel__dnnl_version(char *out, size_t n) {
     const accel__dnnl_hooks *h = dnnl();
     if (h) h->version(out, n);

@@ -15,6 +15,7 @@ typedef struct accel__dnnl_hooks {
     __typeof__(accel__dnnl_weight_pack) *weight_pack;
     __typeof__(accel__dnnl_gemm_packed) *gemm_packed;
     __typeof__(accel__dnnl_impl) *impl;
+    __typeof__(accel__dnnl_scratchpad) *scratchpad;
     __typeof__(accel__dnnl_supports) *supports;
     __typeof__(accel__dnnl_version) *version;
 } accel__dnnl_hooks;
@@ -27,6 +28,7 @@ extern __typeof__(accel__dnnl_weight_layout) accel__onednn_weight_layout;
 extern __typeof__(accel__dnnl_weight_pack) accel__onednn_weight_pack;
 extern __typeof__(accel__dnnl_gemm_packed) accel__onednn_gemm_packed;
 extern __typeof__(accel__dnnl_impl) accel__onednn_impl;
+extern __typeof__(accel__dnnl_scratchpad) accel__onednn_scratchpad;
 extern __typeof__(accel__dnnl_supports) accel__onednn_supports;
 extern __typeof__(accel__dnnl_version) accel__onednn_version;
 

@@ -9,6 +9,7 @@ static const accel__dnnl_hooks hooks = {
     .weight_pack = accel__onednn_weight_pack,
     .gemm_packed = accel__onednn_gemm_packed,
     .impl = accel__onednn_impl,
+    .scratchpad = accel__onednn_scratchpad,
     .supports = accel__onednn_supports,
     .version = accel__onednn_version,
 };

@@ -506,6 +506,25 @@ int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, i
     return auto_provider(dt, trans_a, trans_b, M, N, K, true);
 }
 
+size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float beta, accel_dtype c_dt) {
+#ifdef ACCEL_HAVE_DNNL
+    const char *impl;
+    int mode = mode_now();
+    if (mode < 0 || accel_reference_kernels() || !gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 ||
+        !sizes_fit(M, N, K, 1, 1, 1) || !dnnl_probe(ACCEL_F32, &impl))
+        return 0;
+    if (mode != ACCEL__GEMM_DNNL && !(mode == ACCEL__GEMM_AUTO && dt != ACCEL_F32 && auto_dnnl_lowp(dt))) return 0;
+    if (!dnnl_probe(dt, &impl)) dt = c_dt = ACCEL_F32; /* widened per call (accel__gemm_on) */
+    size_t bytes;
+    if (accel__dnnl_scratchpad(dt, trans_a, trans_b, M, N, K, beta, c_dt, &bytes) != ACCEL_OK) return 0;
+    return bytes + accel__gemm_test_scratchpad_bytes();
+#else
+    (void)dt, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)beta, (void)c_dt;
+    return 0;
+#endif
+}
+
 accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, accel_dtype a_dt, int64_t lda, const void *B,
                          accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc) {

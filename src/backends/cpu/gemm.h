@@ -109,6 +109,18 @@ void accel__gemm_form_set_timer(accel__gemm_form_timer fn, void *ctx);
  * accel_rank_memory_estimate). */
 int accel__gemm_weight_forms(accel_dtype dt);
 
+/* What a GEMM of compute dtype dt (C [M, N] of dtype c_dt, beta as given:
+ * accel__gemm's call on dense operands) takes from the step arena for
+ * oneDNN's scratchpad, given back at the call's end: accel__dnnl_scratchpad
+ * (and accel__gemm_test_scratchpad's extra) where the GEMM goes to oneDNN on
+ * a path known without measuring (ACCEL_GEMM=dnnl; in auto, bf16/f16 where
+ * the CPU has units for them), 0 elsewhere (OpenBLAS; f32 in auto, whose
+ * large shapes are chosen by timing them; sizes past the BLAS int). Creates
+ * at most a primitive description: for accel_llama_activation_bytes, cheap
+ * at any model size. */
+size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float beta, accel_dtype c_dt);
+
 /* ---- GEMM providers (docs/cpu.md)
  *
  * accel__gemm sends each GEMM to one provider, chosen per compute dtype and
@@ -303,6 +315,14 @@ accel_status accel__dnnl_gemm_packed(accel_dtype dt, bool trans_a, bool trans_b,
  * set) when oneDNN has none. The string is the calling thread's until its
  * next call. */
 const char *accel__dnnl_impl(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+/* The scratchpad bytes oneDNN's matmul of accel__dnnl_gemm on dense
+ * operands of that signature (alpha 1, beta, C of dtype c_dt) takes for
+ * each call, into *bytes: from a primitive description (or the primitive
+ * already made for it), never running anything. ACCEL_OK or an error
+ * naming the shape (a dtype oneDNN has no matmul for). */
+accel_status accel__dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                    float beta, accel_dtype c_dt, size_t *bytes);
 
 /* True when oneDNN implements a dt GEMM on this CPU, with the name of the
  * implementation it picks for a 256 x 256 x 256 NT product into impl.

@@ -502,6 +502,42 @@ const char *accel__onednn_impl(accel_dtype dt, bool trans_a, bool trans_b, int64
     return name;
 }
 
+accel_status accel__onednn_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                      float beta, accel_dtype c_dt, size_t *bytes) {
+    *bytes = 0;
+    if (M <= 0 || N <= 0) return ACCEL_OK;
+    pthread_once(&engine_once, engine_create);
+    if (engine_status != dnnl_success) return dnnl_error("engine creation", engine_status);
+    /* the key of accel__gemm's call on dense operands: a primitive already
+     * made for it answers; else a primitive description only (no JIT code,
+     * nothing run, nothing kept) */
+    dnnl_key k = make_key(dt, trans_a, trans_b, M, N, K, 1.0f, trans_a ? M : K, trans_b ? K : N, beta, N, c_dt);
+    const dnnl_entry *e = cache_find(&k);
+    if (e) {
+        *bytes = e->scratch_bytes;
+        return ACCEL_OK;
+    }
+    dnnl_entry d;
+    memset(&d, 0, sizeof d);
+    d.key = k;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_matmul_desc_t md;
+    dnnl_status_t s = describe(&k, &d);
+    if (s == dnnl_success) s = matmul_desc(&d, &d.b_md, &md);
+    if (s == dnnl_success) s = attributes(1.0f, beta, &attr);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
+    if (s == dnnl_success)
+        *bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (s == dnnl_success) return ACCEL_OK;
+    char sig[96], why[160];
+    signature_name(&k, sig, sizeof sig);
+    snprintf(why, sizeof why, "scratchpad query (%s)", sig);
+    return dnnl_error(why, s);
+}
+
 bool accel__onednn_supports(accel_dtype dt, char *impl, size_t size) {
     /* A primitive description only: it names the implementation. */
     pthread_once(&engine_once, engine_create);
