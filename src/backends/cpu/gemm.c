@@ -838,18 +838,15 @@ static accel_status gemm_f32_c(const accel_k_gemm *k, float *c, int64_t ldc) {
 /* Whether oneDNN writes k's C, of dtype dt (bf16/f16), itself: A and B
  * are dt too, oneDNN multiplies dt on this CPU for the shape (no operands
  * widened per call), beta is 0 and there is no bias. */
-static bool dnnl_writes_lowp(const accel_k_gemm *k, accel_dtype dt) {
 #ifdef ACCEL_HAVE_DNNL
+static bool dnnl_writes_lowp(const accel_k_gemm *k, accel_dtype dt) {
     const char *impl;
     return !k->bias && k->beta == 0.0f && k->a->dtype == dt && k->b->dtype == dt && k->K > 0 &&
            sizes_fit(k->M, k->N, k->K, k->lda, k->ldb, k->ldc) &&
            accel__gemm_provider_for(dt, k->trans_a, k->trans_b, k->M, k->N, k->K) == ACCEL__GEMM_PROVIDER_DNNL &&
            dnnl_probe(dt, &impl);
-#else
-    (void)k, (void)dt;
-    return false;
-#endif
 }
+#endif
 
 /* k with a bf16/f16 C (a linear's output under autocast, a fresh input
  * gradient: kernels.h). Where oneDNN multiplies that dtype it writes C
