@@ -467,20 +467,16 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (mesh && !resolve_mesh(&q, q.nproc > 0)) return 2;
     if (!mesh) q.mesh[MESH_DP_SHARD] = q.nproc; /* ZeRO shards over every process */
     q.act.tp_size = q.mesh[MESH_TP];
-    const char *tp_bad = q.act.sequence_parallel && q.act.tp_size < 2
-                             ? "--sequence_parallelism splits the sequence over the tp ranks: give it with --tp_size "
-                               "above 1"
-                             : NULL;
-    if (tp_bad) {
+    char tp_bad[192] = "";
+    if (q.act.sequence_parallel && q.act.tp_size < 2)
+        snprintf(tp_bad, sizeof tp_bad, "--sequence_parallelism splits the sequence over the tp ranks: give it with "
+                 "--tp_size above 1");
+    else if (q.have_batch && q.act.sequence_parallel && q.act.seq_len % q.act.tp_size)
+        snprintf(tp_bad, sizeof tp_bad, "--seq_len %lld is not a multiple of --tp_size %d: sequence parallelism "
+                 "splits the sequence over the tp ranks", (long long)q.act.seq_len, q.act.tp_size);
+    if (tp_bad[0]) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s\n", tp_bad);
-        return 2;
-    }
-    if (q.have_batch && q.act.sequence_parallel && q.act.seq_len % q.act.tp_size) {
-        usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: --seq_len %lld is not a multiple of --tp_size %d: sequence "
-                        "parallelism splits the sequence over the tp ranks\n", (long long)q.act.seq_len,
-                q.act.tp_size);
         return 2;
     }
     /* the pipeline's per-stage table: pp above 1 with a batch */
