@@ -35,6 +35,16 @@ if(TARGET accel_cli)
     set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION
       "training memory tp=${n} sp=${sp_flag} mp=${mp} families=[1-9][0-9]*\n" TIMEOUT 300
       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+    # bf16 once more on AVX2's path (gemm.cmake's _isa_levels: where this machine has it): the GEMMs on
+    # OpenBLAS with each operand widened once to f32 (accel__mm_operand), what a CPU without bf16 units runs
+    if(mp STREQUAL "bf16" AND "avx2" IN_LIST _isa_levels)
+      add_test(NAME ${name}_isa_avx2 COMMAND ${_tm} --num_processes ${n} --use_parallelism_config
+               --parallelism_config_tp_size ${n} --mixed_precision ${mp} $<TARGET_FILE:test_training_memory> tp 0 1000 ${sp}
+               WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+      set_tests_properties(${name}_isa_avx2 PROPERTIES PASS_REGULAR_EXPRESSION
+        "training memory tp=${n} sp=${sp_flag} mp=${mp} families=[1-9][0-9]*\n" TIMEOUT 300
+        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_CPU_ISA=avx2" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+    endif()
   endforeach()
 endif()
 # every family's step against its estimate (the architecture table's rows in

@@ -291,8 +291,12 @@ static void replace_in(accel_module *m, const accel_tensor *old, accel_tensor *n
 }
 
 /* Replaces every reference to `old` in the tree holding m by `neu` (tied
- * names keep sharing), then frees old. */
+ * names keep sharing), then frees old. neu takes old's role (a parameter or
+ * buffer): without it the slice is no tracked weight, so each GEMM would
+ * convert it in the step arena at every call instead of reading its
+ * prepared form (core/prepared.h), which the memory model counts outside. */
 static void replace_tensor(accel_module *m, accel_tensor *old, accel_tensor *neu) {
+    neu->flags |= old->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER);
     accel_module *top = m;
     while (top->parent) top = top->parent;
     replace_in(top, old, neu);
