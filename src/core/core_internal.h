@@ -93,6 +93,10 @@ bool accel__step_arena_overlaps(const void *p, size_t n);
  * dense step memory of t's shape, dtype and device and t is not a persistent
  * leaf; otherwise g is accumulated as accel_grad_accumulate does. */
 accel_status accel__grad_move(accel_tensor *t, accel_tensor *g);
+/* Whether a and b start at the same element of the same memory (a view
+ * returned as it was, not a copy): the ops' backwards ask it before giving a
+ * gradient away, without reading tensor data themselves. */
+bool accel__same_data(const accel_tensor *a, const accel_tensor *b);
 /* Allocates a step-arena tensor header (data not set). */
 accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape,
                                   accel_device dev);

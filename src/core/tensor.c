@@ -43,6 +43,8 @@ bool accel_is_contiguous(const accel_tensor *t) {
     return true;
 }
 
+bool accel__same_data(const accel_tensor *a, const accel_tensor *b) { return a && b && a->data == b->data; }
+
 bool accel_same_shape(const accel_tensor *a, const accel_tensor *b) {
     if (!a || !b || a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)

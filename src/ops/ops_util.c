@@ -12,7 +12,7 @@ accel_status accel__reshape_backward(accel_node *n, accel_tensor *g) {
     /* g's elements (or their dense copy) pass to x: the output's gradient,
      * complete and read by no later node, is dropped where x took it. */
     accel_status st = accel__grad_move(x, gx);
-    if (x->grad == gx && gx->data == g->data) n->out->grad = NULL;
+    if (x->grad == gx && accel__same_data(gx, g)) n->out->grad = NULL;
     return st;
 }
 

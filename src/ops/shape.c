@@ -55,7 +55,7 @@ static accel_status permute_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *gx = accel__dense(accel_permute(g, inv)); /* leaves accumulate fastest from dense */
     if (!gx) return accel_last_status();
     /* The transposed copy is the input's alone: its first gradient takes it. */
-    return gx->data != g->data ? accel__grad_move(n->inputs[0], gx) : accel_grad_accumulate(n->inputs[0], gx);
+    return !accel__same_data(gx, g) ? accel__grad_move(n->inputs[0], gx) : accel_grad_accumulate(n->inputs[0], gx);
 }
 
 static accel_tensor *permute_impl(const char *op, accel_tensor *a, const int *perm) {
