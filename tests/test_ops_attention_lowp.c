@@ -14,9 +14,9 @@
  *     sizes, several query blocks, Tq < Tk, Tq > Tk, no mask, dq written or
  *     added into, dk and dv added into;
  *     and whole query blocks (Tq, Tk multiples of 64, Tk past the 256-key
- *     chunks), whose score GEMMs (S = s Q K^T, dP = dO V^T) run on oneDNN
- *     from the bf16 tensors as stored where it multiplies bf16 itself;
- *   - that path taken where accel__cpu_sdpa_scores_native says, and a failure
+ *     chunks), whose six tile GEMMs run on oneDNN from the bf16 tensors as
+ *     stored (P and dS rounded to bf16) where it multiplies bf16 itself;
+ *   - that path taken where accel__cpu_sdpa_native says, and a failure
  *     inside it (a oneDNN call that gets no scratchpad, on a worker thread)
  *     returned as the kernel's error;
  *   - op level: accel_sdpa on bf16/f16 leaves with v a transposed view (as
