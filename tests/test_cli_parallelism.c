@@ -359,7 +359,7 @@ static void test_estimate_memory_mesh(void) {
      * the estimate against measured steps of every family): tp 2 holds less than one process (949.96 MB), Megatron's
      * sequence parallelism less again; a sequence it cannot split, and tp x pp with a batch, refused by name */
     const char *e[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "2", "--batch_size", "8",
-                       "--seq_len", "64", "--strategy", "DDP", NULL, NULL};
+                       "--seq_len", "64", "--strategy", "DDP", NULL, NULL, NULL};
     CHECK(run(e, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 703.26 MB │1.32 GB│");
     CHECK_STR_CONTAINS(OUT, "1/2 of each layer's weights and of the vocabulary, activations of one tp rank (");
@@ -367,6 +367,14 @@ static void test_estimate_memory_mesh(void) {
     CHECK(run(e, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "per rank (batch 8 x 64, f32, sequence parallel)");
     CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 642.22 MB │  1.26 GB  │");
+    e[11] = "false"; /* Accelerate's {true,false} value, read as str_to_bool reads it */
+    CHECK(run(e, NULL) == 0);
+    CHECK(!strstr(OUT, "sequence parallel"));
+    CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 703.26 MB │1.32 GB│");
+    e[11] = "on";
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "per rank (batch 8 x 64, f32, sequence parallel)");
+    e[11] = NULL;
     e[7] = "63";
     CHECK(run(e, NULL) != 0);
     CHECK_STR_CONTAINS(ERR, "--seq_len 63 is not a multiple of --tp_size 2: sequence parallelism splits the "

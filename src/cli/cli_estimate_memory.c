@@ -22,6 +22,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "cli/cli.h"
+#include "core/str_to_bool.h"
 #include "io/io_internal.h"
 #include "bigmodel/mesh_memory.h"
 #include "nn/arch.h"
@@ -434,11 +435,11 @@ int accel_cli_estimate_memory(int argc, char **argv) {
             q.mesh[k] = (int)v;
             q.mesh_flag[k] = a;
         } else if (is_opt(a, "sequence_parallelism") || is_opt(a, "megatron_lm_sequence_parallelism")) {
-            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} */
+            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} (str_to_bool's words) */
             const char *v = i + 1 < argc ? argv[i + 1] : "";
-            bool value = !strcasecmp(v, "true") || !strcasecmp(v, "false");
-            i += value;
-            q.act.sequence_parallel = !value || !strcasecmp(v, "true");
+            int b = accel__str_to_bool(v, strlen(v));
+            i += b >= 0;
+            q.act.sequence_parallel = b != 0;
         } else if (is_opt(a, "trust_remote_code")) {
             /* nothing runs remote code here */
         } else if (a[0] == '-' || model) {
