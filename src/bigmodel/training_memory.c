@@ -825,7 +825,7 @@ static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const a
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
         if (explicit_layer(cfg, a, i, o->seq_len)) {
             accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: layer %lld attends through explicit scores (%s), "
-                            "whose context-parallel memory is not modelled (runs do: measure one)", FN, cp,
+                            "whose memory under context parallelism is not modelled here (the runtime runs it: measure a step)", FN, cp,
                             (long long)i, a->softcap && cfg->attn_logit_softcapping > 0
                                               ? "attention soft-capping"
                                               : "a sliding window shorter than seq_len");
