@@ -507,7 +507,10 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     bool per_rank = q.nproc || q.have_batch || q.strategy >= 0 || mesh;
     if (!q.nproc && !mesh) q.nproc = 1;
     if (mesh && !resolve_mesh(&q, q.nproc > 0)) return 2;
-    if (!mesh) q.mesh[MESH_DP_SHARD] = q.nproc; /* ZeRO shards over every process */
+    if (!mesh) { /* ZeRO shards over every process */
+        for (int k = 0; k < MESH_SIZES; k++) q.mesh[k] = 1;
+        q.mesh[MESH_DP_SHARD] = q.nproc;
+    }
     q.act.tp_size = q.mesh[MESH_TP];
     q.act.cp_size = q.mesh[MESH_CP];
     char tp_bad[192] = "";
