@@ -421,6 +421,38 @@ static void test_refusals(void) {
     o = (accel_activation_opts){.batch_size = 1, .seq_len = 8, .autocast = ACCEL_F32, .tp_size = 2};
     CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "BERT has no tensor-parallel plan");
+    o.tp_size = 0, o.cp_size = 2;
+    CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "BERT does not run context-parallel");
+    /* context parallelism: what the runtime refuses, and the explicit scores not modelled under it */
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = 60, .autocast = ACCEL_F32, .cp_size = 4};
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 60 is not a multiple of 2 x cp_size = 8");
+    o.seq_len = SEQ, o.cp_size = -1;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "cp_size -1: cp_size is 0 or 1");
+    o.cp_size = 8, o.cp_alltoall = true; /* 4 query heads over 8 ranks */
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "the all-to-all strategy splits the rank's 4 query heads");
+    o.cp_size = 2, o.tp_size = 4; /* one query head a tp rank, not split over 2 cp ranks */
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "the all-to-all strategy splits the rank's 1 query heads");
+    o.cp_alltoall = false, o.sequence_parallel = true, o.seq_len = 12; /* 6 positions a cp rank, over tp 4 */
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "a cp rank's 6 positions (seq_len 12 / cp_size 2) are not a multiple of "
+                       "tp_size 4");
+    o = (accel_activation_opts){.batch_size = 1, .seq_len = SEQ, .autocast = ACCEL_F32, .cp_size = 2};
+    accel_llama_config fc = family_config("gpt2");
+    CHECK(accel_llama_activation_bytes(&fc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "context parallelism does not run GPT-2");
+    fc = family_config("gemma2");
+    CHECK(accel_llama_activation_bytes(&fc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "attends through explicit scores (attention soft-capping)");
+    fc = family_config("mistral"); /* its window of 16 bites at 64 positions; at 16 it does not */
+    CHECK(accel_llama_activation_bytes(&fc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "a sliding window shorter than seq_len");
+    o.seq_len = 16;
+    CHECK_MSG(accel_llama_activation_bytes(&fc, &o, &b) == ACCEL_OK, "%s", accel_last_error());
     accel_rank_memory r;
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, 100, 200, 2, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_DDP, INT64_MAX / 2, 0, 1, ACCEL_F32, 0, &r) == ACCEL_ERR_INVALID_ARG);
