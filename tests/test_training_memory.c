@@ -9,7 +9,9 @@
  * shards and Adam state against the ZeRO-3 row, within 10%; prints
  * "training memory zero3 world=N mp=M" on rank 0. With `families LO HI`:
  * the same step checks for rows LO..HI-1 of the architecture table (every
- * decoder family, small and random); with `bert`: for BERT. */
+ * decoder family, small and random); with `bert`: for BERT; with `tp LO HI
+ * [sp]` under `accel launch` with a tp and / or cp mesh: each rank's step of
+ * those rows against the estimate of one tp / cp rank. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
