@@ -387,6 +387,68 @@ static void test_estimate_memory_mesh(void) {
     CHECK_STR_CONTAINS(ERR, "processes (at most 2^20)");
 }
 
+/* `accel estimate-memory --cp_size C` (and --parallelism_config_cp_size, --cp_comm_strategy) on the seed config:
+ * the weights whole on every cp rank, ZeRO's shards over dp_shard x cp (ZeRO-1's Adam state over 4 ranks: a
+ * quarter of 2 x 325.08 MB); with a batch the activations of one cp rank's 32 of 64 positions (f32: the same
+ * figure on every CPU; tests/test_training_memory.c checks the estimate against measured cp steps), below one
+ * process's 949.96 MB, the all-gather's and the all-to-all's apart; the refusals, by name. */
+static void test_estimate_memory_cp(void) {
+    const char *a[] = {"estimate-memory", "data/llama_seed_config", "--num_processes", "4", "--cp_size", "2",
+                       "--strategy", "ZERO1", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "│ ZeRO-1 │325.08 MB│325.08 MB│162.54 MB│   0 bytes    │812.7 MB│");
+    CHECK_STR_CONTAINS(OUT, "Mesh: pp 1 x dp_replicate 1 x dp_shard 2 x cp 2 x tp 1; ZeRO shards over dp_shard x cp "
+                            "(4); the same weights on each of the 2 cp ranks (");
+    const char *e[] = {"estimate-memory", "data/llama_seed_config", "--parallelism_config_cp_size", "2",
+                       "--batch_size", "8", "--seq_len", "64", "--strategy", "DDP", NULL, NULL, NULL, NULL};
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "per rank (batch 8 x 64, f32, cp all-gather)");
+    CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│325.08 MB│325.08 MB│650.16 MB│   0 bytes    │ 530.86 MB │  1.79 GB  │");
+    e[10] = "--cp_comm_strategy", e[11] = "alltoall";
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "per rank (batch 8 x 64, f32, cp all-to-all)");
+    CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│325.08 MB│325.08 MB│650.16 MB│   0 bytes    │ 646.86 MB │ 1.9 GB │");
+    e[10] = "--tp_size", e[11] = "2"; /* composed with tp: one tp rank's heads of a cp rank's positions */
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 363.14 MB │     1013.46 MB     │");
+    static const char *const BAD[][7] = {
+        {"--cp_size", "3", "--batch_size", "1", "--seq_len", "64",
+         "--seq_len 64 is not a multiple of 2 x --cp_size = 6: each of the cp ranks holds 2 of 2 cp equal chunks"},
+        {"--cp_comm_strategy", "alltoall", "--strategy", "DDP", NULL, NULL,
+         "--cp_comm_strategy chooses how context parallelism's ranks exchange K and V: give it with --cp_size above 1"},
+        {"--cp_size", "2", "--parallelism_config_cp_comm_strategy", "ring", NULL, NULL,
+         "argument --parallelism_config_cp_comm_strategy: invalid choice: 'ring' (choose from 'allgather', 'alltoall')"},
+        {"--cp_size", "3", "--cp_comm_strategy", "alltoall", NULL, NULL,
+         "--cp_comm_strategy alltoall splits a rank's 8 query heads (num_attention_heads 8 / --tp_size 1) over "
+         "--cp_size 3: not a multiple"},
+        {"--cp_size", "0", NULL, NULL, NULL, NULL, "argument --cp_size: expected a count >= 1"},
+        {"--cp_size", "2", "--parallelism_config_cp_size", "4", NULL, NULL,
+         "--cp_size 2 and --parallelism_config_cp_size 4 disagree"},
+        {"--cp_size", "2", "--num_processes", "3", NULL, NULL,
+         "tp x pp x dp_replicate x cp = 2 does not divide --num_processes 3"},
+        {"--cp_size", "1048576", "--tp_size", "1048576", NULL, NULL, "the mesh makes 1099511627776 processes"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const char *c[] = {"estimate-memory", "data/llama_seed_config", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3],
+                           BAD[i][4], BAD[i][5], NULL};
+        CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
+        CHECK_STR_CONTAINS(ERR, BAD[i][6]);
+    }
+    /* models cp does not run, and layers whose explicit scores the estimate does not count under cp */
+    static const char *const MODELS[][2] = {
+        {"data/hf_arch_gpt2", "data/hf_arch_gpt2: context parallelism does not run GPT-2"},
+        {"data/hf_bert_base", "tensor, pipeline and context parallelism of bert models are not implemented"},
+        {"data/hf_arch_gemma2", "layer 0 attends through explicit scores (attention soft-capping), whose memory under "
+                                "context parallelism is not modelled here"},
+    };
+    for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS; i++) {
+        const char *c[] = {"estimate-memory", MODELS[i][0], "--cp_size", "2", "--batch_size", "1", "--seq_len", "16",
+                           NULL};
+        CHECK_MSG(run(c, NULL) != 0, "accepted: %s under cp", MODELS[i][0]);
+        CHECK_STR_CONTAINS(ERR, MODELS[i][1]);
+    }
+}
+
 /* `accel estimate-memory --pp_size P --batch_size B --seq_len T` per stage, on bench/bench_pipeline.c's model
  * (8 layers, hidden 128, vocab 2048, untied; f32) and batch (16 x 32, 4 micro-batches: 4 x 32 x 128 f32 =
  * 64 KiB a micro-batch input): the stages' layers, micro-batches in flight and held inputs are those
@@ -426,6 +488,11 @@ static void test_estimate_memory_pipeline(void) {
           "│  1  │ 4-7  │2.13 MB│ 2.13 MB │ 4.26 MB │    1    │  64.0 KB  │"}},
         {{"--num_micro_batches", "4", "--megatron_lm_tp_degree", "2", "--megatron_lm_sequence_parallelism", "true"},
          {"pp 2, tp 2 sequence parallel,", "│  1  │ 4-7  │2.13 MB│ 2.13 MB │ 4.26 MB │    1    │  32.0 KB  │",
+          "inputs [4, 16, 128] float32 (32768 bytes each)"}},
+        /* cp 2: a cp rank's 16 of the 32 positions (accelerator/pipeline.c: its chunks of the ids) */
+        {{"--num_micro_batches", "4", "--cp_size", "2", "--strategy", "ZERO1"},
+         {"pp 2, cp 2, 4 micro-batches of 4 x 32 (1F1B), ZeRO-1 over dp_shard x cp 2",
+          "│  1  │ 4-7  │4.25 MB│ 4.25 MB │ 4.25 MB │    1    │  32.0 KB  │",
           "inputs [4, 16, 128] float32 (32768 bytes each)"}},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
@@ -470,6 +537,7 @@ int main(void) {
     RUN(test_reaches_accelerator);
     RUN(test_estimate_memory_mesh);
     RUN(test_estimate_memory_pipeline);
+    RUN(test_estimate_memory_cp);
     cli_scratch_remove(TMP);
     return check_summary();
 }

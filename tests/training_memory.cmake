@@ -46,6 +46,39 @@ if(TARGET accel_cli)
         ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_CPU_ISA=avx2" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
     endif()
   endforeach()
+  # one rank of context parallelism (cp 2: its T / 2 positions, the all-gather's or the all-to-all's
+  # attention) against accel_llama_activation_bytes (.cp_size, .cp_alltoall) for every family whose cp step
+  # it models (not GPT-2's, nor explicit scores: it names those), plain and checkpointed, within 10% as one
+  # process's, f32 and bf16; and cp 2 x tp 2 (its key/value head repeated under the all-to-all)
+  foreach(cfg "1;no;allgather" "1;bf16;allgather" "1;no;alltoall" "1;bf16;alltoall" "2;no;allgather"
+              "2;bf16;alltoall")
+    list(GET cfg 0 tp)
+    list(GET cfg 1 mp)
+    list(GET cfg 2 st)
+    math(EXPR n "2 * ${tp}")
+    set(name training_memory_cp2)
+    if(tp GREATER 1)
+      set(name ${name}_tp${tp})
+    endif()
+    set(name ${name}_${st})
+    if(mp STREQUAL "bf16")
+      set(name ${name}_bf16)
+    endif()
+    set(cmd ${_tm} --num_processes ${n} --use_parallelism_config --parallelism_config_cp_size 2
+        --parallelism_config_cp_comm_strategy ${st} --parallelism_config_tp_size ${tp} --mixed_precision ${mp}
+        $<TARGET_FILE:test_training_memory> tp 0 1000)
+    set(expect "training memory tp=${tp} sp=0 cp=2 ${st} mp=${mp} families=[1-9][0-9]*\n")
+    add_test(NAME ${name} COMMAND ${cmd} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${expect}" TIMEOUT 300
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60" FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+    # bf16 on AVX2's path too, as the tp tests
+    if(mp STREQUAL "bf16" AND "avx2" IN_LIST _isa_levels)
+      add_test(NAME ${name}_isa_avx2 COMMAND ${cmd} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+      set_tests_properties(${name}_isa_avx2 PROPERTIES PASS_REGULAR_EXPRESSION "${expect}" TIMEOUT 300
+        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_CPU_ISA=avx2"
+        FAIL_REGULAR_EXPRESSION "CHECK failed|error:")
+    endif()
+  endforeach()
 endif()
 # every family's step against its estimate (the architecture table's rows in
 # two runs, the second open-ended so that a new row is covered), and BERT's

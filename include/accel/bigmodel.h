@@ -173,6 +173,11 @@ typedef struct accel_activation_opts {
                            * plan: heads, the MLP's hidden and the vocabulary split); 0 or 1: none */
     bool sequence_parallel; /* with tp_size > 1: Megatron's sequence parallelism (the norms' and
                              * residual adds' activations split along the sequence) */
+    int cp_size;          /* one rank of context parallelism over cp_size ranks (accel/cp.h: its
+                           * seq_len / cp_size positions, seq_len a multiple of 2 cp_size); 0 or 1:
+                           * none. Decoders only, not GPT-2 (as the runtime), and not a layer that
+                           * attends through explicit scores (a window that bites, soft-capping) */
+    bool cp_alltoall;     /* with cp_size > 1: the all-to-all (Ulysses) strategy, else all-gather */
 } accel_activation_opts;
 
 /* Bytes of the step arena (the CPU step tensors: activations, their

@@ -110,6 +110,9 @@ typedef struct dims {
     double B, T, C, Q, K, I, V, H, D;
     double Hkv;
     double R;             /* the rotary dims of a head: D, or D * partial_rotary_factor */
+    double cp;            /* context parallelism's ranks (1: none): T is this rank's 2c = T / cp positions */
+    double Tg;            /* the whole sequence (T without cp) */
+    bool a2a;             /* cp's all-to-all (Ulysses) strategy, else all-gather */
 } dims;
 
 /* What the family's row (nn/arch.h) and config change in the step, in the
@@ -431,6 +434,80 @@ static void row_bwd(ledger *l, double in, accel_dtype odt, accel_dtype xdt, bool
  * into its output where that is bf16/f16 (src/ops/matmul.c). */
 static double matmul_c(double e, accel_dtype s) { return s == ACCEL_F32 ? 0 : 4 * e; }
 
+/* ------------------------------------------------------------ context parallelism
+ * accel_cp_attention (src/ops/attention_cp.c) on this rank's 2c = T / cp
+ * positions (dims.T; dims.n its tokens): the rest of the layer is one
+ * process's on those tokens. Its collectives' scratch (the gathered blocks,
+ * the key prefixes and bands, the all-to-all's send and receive blocks) is
+ * given back before each op returns: the largest, counted as one call's own
+ * (ledger.call), is the all-gather backward's of the chunk that sees every
+ * key (rank 0's second; the other ranks' see fewer). */
+
+/* Scratch of b bytes given back at the end of its op: the largest counted. */
+static void scratch(ledger *l, double b) {
+    if (b > l->call) l->call = b;
+}
+
+/* All-gather (allgather_sdpa): q, k [B, H(kv), 2c, D] dense (RoPE's), v a
+ * transposed view. Kept: the output in s and each chunk's probabilities
+ * [B, H, c, (g+1) c] f32 for its global chunk g = r and 2cp-1-r: (2cp+1) c
+ * keys a query row. Forward scratch: K and V made dense in s, gathered into
+ * blocks of the whole sequence, both chunks' key prefixes, their query and
+ * output rows. Backward: f32 dq, dk, dv, each copied as its input's first
+ * gradient (accel_grad_accumulate); scratch: the gathered K and V again,
+ * the whole sequence's f32 dK and dV blocks, and for the chunk seeing all T
+ * keys its prefixes, their f32 gradients, its rows of the output gradient,
+ * q and dq, and the adds of the prefixes' gradients into the blocks, chunk
+ * by chunk (each an f32 sum, copied into its block). */
+static void cp_allgather_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v) {
+    const dims *d = fwd->d;
+    accel_dtype s = mm_dtype(fwd->k);
+    double eQ = d->n * d->Q, eK = d->n * d->K, c = d->T / 2, cp = d->cp;
+    double EK = d->B * d->K * d->Tg, EQc = d->B * d->Q * c; /* K (or V) of the whole sequence; one chunk's q */
+    double dense_kv = contig_as(eK, kk, s, true) + contig_as(eK, v, s, d->Hkv == 1);
+    fwd->bytes += eQ * esz(s) + 4 * d->B * d->H * c * (2 * cp + 1) * c;
+    scratch(fwd, dense_kv + 2 * EK * esz(s) + 2 * EK * (2 * cp + 1) / (2 * cp) * esz(s) + 2 * 2 * EQc * esz(s));
+    bwd->bytes += 4 * (eQ + 2 * eK) + grad_copy(eQ, q, false) + grad_copy(eK, kk, false) + grad_copy(eK, v, false);
+    scratch(bwd, dense_kv + 2 * EK * esz(s) + 2 * 4 * EK + 2 * EK * esz(s) + 2 * 4 * EK + EQc * (2 * esz(s) + 4) +
+                     2 * 4 * EK);
+}
+
+/* All-to-all (Ulysses, alltoall_attention): with fewer key/value heads than
+ * cp divides, k and v repeated to H heads first (the expanded views'
+ * reshapes copy). q, k, v each exchanged into this rank's head group over the
+ * whole sequence [B, H/cp, T, D] (as many elements as its chunks), attended
+ * by blocks of rows over the band of keys each sees (band_sdpa: the
+ * output, each block's probabilities [B, H/cp, rows, band] f32; scratch: the
+ * band's keys and values, the block's rows), and the output exchanged back.
+ * Backward: each exchange's gradient on the other side and the input's
+ * first gradient's copy; the band's f32 dq, dk, dv and their copies. */
+static void cp_alltoall_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v) {
+    const dims *d = fwd->d;
+    accel_dtype s = mm_dtype(fwd->k);
+    double eQ = d->n * d->Q, eK = d->n * d->K, T = d->Tg, B = d->B, h = d->H / d->cp, D = d->D;
+    bool rep = fmod(d->Hkv, d->cp) != 0;
+    double eKx = rep ? eQ : eK, hkv = rep ? h : d->Hkv / d->cp; /* k, v as exchanged */
+    if (rep) fwd->bytes += eQ * esz(kk) + eQ * esz(v);
+    /* the exchanges' outputs, their send and receive blocks (the largest, q's or the output's) */
+    fwd->bytes += eQ * esz(q) + eKx * (esz(kk) + esz(v));
+    /* band_sdpa's blocks of query rows (block_rows: 64-row multiples, at most 16 blocks) */
+    double rows = ceil(T / 16), probs = 0, band = 0;
+    rows = rows > 64 ? ceil(rows / 64) * 64 : 64;
+    for (double r0 = 0; r0 < T; r0 += rows) {
+        double nq = fmin(rows, T - r0), Tk = r0 + nq;
+        probs += 4 * B * h * nq * Tk;
+        band = fmax(band, 2 * B * hkv * Tk * D * esz(s) + 2 * B * h * nq * D * esz(s));
+    }
+    fwd->bytes += eQ * esz(s) + probs + eQ * esz(s); /* the band's output, the exchanged-back output */
+    scratch(fwd, fmax(2 * eQ * fmax(esz(q), esz(s)), band));
+    /* backward: the output's exchange, the band's f32 gradients, the input exchanges */
+    bwd->bytes += 2 * eQ * esz(s);
+    bwd->bytes += 4 * (eQ + 2 * eKx) + eQ * esz(q) + eKx * (esz(kk) + esz(v));
+    bwd->bytes += 2 * eQ * esz(q) + 2 * eKx * (esz(kk) + esz(v));
+    scratch(bwd, fmax(2 * eQ * fmax(esz(q), esz(s)), 2 * B * hkv * T * D * (esz(s) + 4) + B * h * rows * D * (2 * esz(s) + 4)));
+    if (rep) bwd->bytes += 2 * (4 * eK + grad_copy(eK, kk, false)); /* the repeats summed back */
+}
+
 /* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
  * transposed view when q_view), k, v (k likewise; v a transposed view), to
  * its output [B, H, T, D] in the mm dtype s: accel_sdpa, or where a window
@@ -445,6 +522,10 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     const step_kind *k = fwd->k;
     double eQ = d->n * d->Q, eK = d->n * d->K;
     accel_dtype s = mm_dtype(k);
+    if (d->cp > 1) { /* resolve refused explicit scores under cp */
+        (d->a2a ? cp_alltoall_step : cp_allgather_step)(fwd, bwd, q, kk, v);
+        return;
+    }
     if (!explicit_) {
         /* the output (its kernel writes s itself); q and k dense, v a transposed
          * view (dense with one head), each dense in s; the f32 probabilities
@@ -524,8 +605,11 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         rope_fwd(fwd, eK, kr);
     }
     accel_dtype s = mm_dtype(fwd->k);
-    ledger abwd = {bwd->k, d, f, 0, 0}; /* the attention's backward, added in its place below */
-    attention_step(fwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
+    /* the attention's forward and backward, added in their places (the backward below) */
+    ledger afwd = {fwd->k, d, f, 0, 0}, abwd = afwd;
+    attention_step(&afwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
+    fwd->bytes += afwd.bytes;
+    double fwd_at = fwd->bytes; /* the layer's forward up to its attention's end */
     /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies (one head: dense already) */
     fwd->bytes += dense(eQ, s, d->H == 1);
     accel_dtype o = row_fwd(fwd, d->Q, s, f->o_bias);
@@ -597,7 +681,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
      * the attention output take theirs over) */
     bwd->bytes += dense(eQ, s, d->H == 1);
     bwd->bytes += abwd.bytes;
-    if (abwd.call > bwd->call) bwd->call = abwd.call;
+    double bwd_at = bwd->bytes;
     if (!f->gpt2) {
         rope_bwd(bwd, eK, kr);
         rope_bwd(bwd, eQ, qr);
@@ -628,6 +712,13 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     replica_bwd(bwd);
     /* the attention's input norm into the layer input's gradient */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
+    /* cp attention's scratch is given back before the rest of the layer
+     * allocates (its forward's before the forward's tail and the whole
+     * backward, its backward's before the backward's tail): only what it
+     * passes those by counts on top of the layer */
+    double bwd_tail = bwd->bytes - bwd_at, fwd_tail = fwd->bytes - fwd_at + bwd->bytes;
+    fwd->call = fmax(fwd->call, d->cp > 1 ? afwd.call - fwd_tail : afwd.call);
+    bwd->call = fmax(bwd->call, d->cp > 1 ? abwd.call - bwd_tail : abwd.call);
 }
 
 /* The step outside the layers: ids, embedding (scaled; GPT-2's positions
@@ -671,15 +762,21 @@ static void outer_step(ledger *l) {
         loss_in = ACCEL_F32;
     }
     l->bytes += 8 * d->B + 8 * n + 8 * n; /* the pad column, labels, targets as [n] i64 */
+    if (d->cp > 1) /* the whole batch's ids and shifted labels, of which the rank keeps its chunks (the [n] above) */
+        l->bytes += 2 * 8 * d->B * d->Tg;
     if (d->tp) {
         /* accel_tp_cross_entropy: the logits made f32 (a copy unless they
          * are), their gradient (written directly when f32, else an f32 one
          * copied); rows of numbers: targets (3 [n] i64 and the lookup's
          * index), [n] f32 sums (5) and the looked-up target logits */
         l->bytes += f32_contig(nV, loss_in, true) + gbuf(nV, loss_in, false) + 4 * 8 * n + 6 * 4 * n;
-    } else if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) /* fused: the logits' gradient, per-thread rows */
+    } else if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) { /* fused: the logits' gradient, per-thread rows */
         l->bytes += nV * esz(loss_in) + l->k->threads * 4 * d->V;
-    else /* f16: f32 logits and lse; the backward's gradient */
+        if (d->cp > 1) { /* scaled by the rank's share of the loss (not 1: src/ops/loss.c), a new gradient */
+            binary_fwd(l, nV, loss_in, ACCEL_F32);
+            l->bytes += loss_in == ACCEL_F32 ? 0 : grad_copy(nV, loss_in, false);
+        }
+    } else /* f16: f32 logits and lse; the backward's gradient */
         l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
     linear_bwd(l, d->C, d->V, lo, hn, false, false); /* lm_head: the norm's output (the region's input) gets its gradient */
     enter_bwd(l, false);
@@ -695,6 +792,54 @@ static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, in
                     (a->window == ACCEL__WINDOW_EVEN ? i % 2 == 0 : i >= c->max_window_layers);
     return (windowed && T > c->sliding_window) || (a->softcap && c->attn_logit_softcapping > 0) ||
            (a->blocks == ACCEL__BLOCKS_GPT2 && c->attn_pdrop > 0);
+}
+
+/* Context parallelism's ranks into d (after tp's): this rank's 2c = T / cp
+ * positions, refused as the runtime refuses them (src/nn/decoder_cp.c,
+ * src/ops/attention_cp.c), and the layers whose explicit scores it does not
+ * model. */
+static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const accel_activation_opts *o, dims *d) {
+    static const char *FN = "accel_llama_activation_bytes";
+    int cp = o->cp_size;
+    if (a->blocks == ACCEL__BLOCKS_GPT2) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: context parallelism does not run GPT-2 (its learned "
+                        "position embeddings)", FN, cp);
+        return false;
+    }
+    if (o->seq_len % (2 * cp)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is not a multiple of 2 x cp_size = %d: each of the "
+                        "cp ranks holds 2 of 2 cp equal chunks (load-balanced causal split)", FN,
+                        (long long)o->seq_len, 2 * cp);
+        return false;
+    }
+    if (o->cp_alltoall && fmod(d->H, cp) != 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the all-to-all strategy splits the rank's %.0f query heads "
+                        "(num_attention_heads %lld%s) over cp_size %d: not a multiple (all-gather, or a cp_size "
+                        "dividing them)", FN, d->H, (long long)cfg->num_attention_heads,
+                        d->tp ? " over tp_size" : "", cp);
+        return false;
+    }
+    int tp = o->tp_size > 1 ? o->tp_size : 1;
+    if (o->sequence_parallel && (o->seq_len / cp) % tp) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: a cp rank's %lld positions (seq_len %lld / cp_size %d) are not "
+                        "a multiple of tp_size %d: sequence parallelism splits them over the tp ranks", FN,
+                        (long long)(o->seq_len / cp), (long long)o->seq_len, cp, tp);
+        return false;
+    }
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
+        if (explicit_layer(cfg, a, i, o->seq_len)) {
+            accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: layer %lld attends through explicit scores (%s), "
+                            "whose memory under context parallelism is not modelled here (the runtime runs it: measure a step)", FN, cp,
+                            (long long)i, a->softcap && cfg->attn_logit_softcapping > 0
+                                              ? "attention soft-capping"
+                                              : "a sliding window shorter than seq_len");
+            return false;
+        }
+    d->cp = cp, d->a2a = o->cp_alltoall;
+    d->T = (double)(o->seq_len / cp);
+    d->n = d->B * d->T;
+    d->ns = o->sequence_parallel ? d->n / tp : d->n;
+    return true;
 }
 
 static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_activation_opts *o) {
@@ -748,6 +893,13 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
         if (o->sequence_parallel) d->ns = d->B * (double)(o->seq_len / tp);
     }
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
+    d->cp = 1, d->Tg = d->T;
+    if (o->cp_size < 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: cp_size %d: cp_size is 0 or 1 (no "
+                        "context parallelism) or the ranks' count", o->cp_size);
+        return false;
+    }
+    if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
                .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
@@ -964,6 +1116,9 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tp_size %d%s: BERT has no tensor-parallel plan (only the "
                                "decoder families: accel_llama_parallelize)", FN, o->tp_size,
                                o->sequence_parallel ? " with sequence_parallel" : "");
+    if (o->cp_size > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: BERT does not run context-parallel (only the "
+                               "decoder families: accel_llama_context_parallelize)", FN, o->cp_size);
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
     dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
               .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};

@@ -33,11 +33,12 @@ typedef struct cli_pipeline_request {
     int pp, virt, micro;  /* pp_size, pp_virtual_stages (> 1: interleaved 1F1B), num_micro_batches */
     bool gpipe;           /* else 1F1B (virt 1) */
     int64_t batch, seq;   /* a data-parallel rank's batch [batch, seq] */
-    int strategy;         /* accel_shard_strategy over dp_shard: DDP, ZeRO-1 or ZeRO-2 */
-    int dp_shard;
+    int strategy;         /* accel_shard_strategy over dp_shard (x cp): DDP, ZeRO-1 or ZeRO-2 */
+    int dp_shard;         /* the ranks ZeRO shards over: dp_shard x cp */
     accel_dtype autocast; /* as accel_activation_opts.autocast */
     int tp;               /* each stage's tp ranks (1: none) */
     bool sp;              /* Megatron's sequence parallelism: T / tp positions between the stages */
+    int cp;               /* context parallelism's ranks (1: none): a micro-batch's inputs [B / M, T / cp] */
     const accel_llama_config *cfg; /* m's config, for the tp split (bigmodel/mesh_memory.h) */
 } cli_pipeline_request;
 int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q);

@@ -12,6 +12,7 @@
  * for the config's family (every decoder row of the architecture table,
  * BERT) (docs/bigmodel.md "Training memory"). */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ static void usage(FILE *f) {
                "                             [--batch_size B --seq_len T] [--mixed_precision {no,fp16,bf16}]\n"
                "                             [--activation_checkpointing] [--strategy {DDP,ZERO1,ZERO2,ZERO3}]\n"
                "                             [--tp_size T] [--pp_size P] [--dp_shard_size S] [--dp_replicate_size R]\n"
+               "                             [--cp_size C] [--cp_comm_strategy {allgather,alltoall}]\n"
                "                             [--num_micro_batches M] [--pp_schedule {1f1b,gpipe,interleaved}]\n"
                "                             [--pp_virtual_stages V] [--sequence_parallelism] model_name\n\n"
                "Model size estimator for fitting a model onto device memory. model_name is a local\n"
@@ -51,7 +53,12 @@ static void usage(FILE *f) {
                "of each layer's weights (tensor parallelism), ZeRO's shards over dp_shard\n"
                "(docs/bigmodel.md \"Per mesh\"), with a batch its activations on one tp rank; with\n"
                "--sequence_parallelism (--megatron_lm_sequence_parallelism) Megatron's split of the norms'\n"
-               "and residual adds' along the sequence. With pp above 1 and a batch,\n"
+               "and residual adds' along the sequence. --cp_size C (--parallelism_config_cp_size): context\n"
+               "parallelism, the whole model on each cp rank, ZeRO's shards over dp_shard x cp, with a batch the\n"
+               "activations of one cp rank's T / C positions (T a multiple of 2 C) and its attention's exchange,\n"
+               "--cp_comm_strategy (--parallelism_config_cp_comm_strategy) allgather (the default: the whole\n"
+               "sequence's K and V) or alltoall (Ulysses: its heads over the whole sequence). With pp above 1\n"
+               "and a batch,\n"
                "each stage's row: its parameters, gradients, optimizer state and the micro-batch inputs\n"
                "its schedule holds (--num_micro_batches M, also --megatron_lm_num_micro_batches;\n"
                "--pp_schedule; --pp_virtual_stages V > 1: interleaved 1F1B).\n");
@@ -151,7 +158,7 @@ void cli_print_table(const char *title, const char *const *headers, int nc, char
 
 /* The per-rank request: world size, and the activation options when a
  * batch is given (--batch_size and --seq_len). */
-enum { MESH_TP, MESH_PP, MESH_DP_SHARD, MESH_DP_REPLICATE, MESH_SIZES };
+enum { MESH_TP, MESH_PP, MESH_DP_SHARD, MESH_DP_REPLICATE, MESH_CP, MESH_SIZES };
 
 typedef struct rank_request {
     int nproc;
@@ -164,6 +171,17 @@ typedef struct rank_request {
     int micro, virt;                 /* --num_micro_batches, --pp_virtual_stages (0: not given) */
     const char *schedule;            /* --pp_schedule, NULL: not given */
 } rank_request;
+
+/* Whether any mesh size was given. */
+static bool mesh_given(const rank_request *q) {
+    for (int k = 0; k < MESH_SIZES; k++)
+        if (q->mesh_flag[k]) return true;
+    return false;
+}
+
+/* The ranks ZeRO shards over: dp_shard x cp (the cp ranks hold the same
+ * parameters: torch's dp_shard_cp, accelerator/zero_config.c). */
+static int zero_world(const rank_request *q) { return q->mesh[MESH_DP_SHARD] * q->mesh[MESH_CP]; }
 
 static const char *const STRATEGY_LABELS[ACCEL_SHARD_STRATEGIES] = {
     "DDP (NO_SHARD)", "ZeRO-1", "ZeRO-2 (SHARD_GRAD_OP)", "ZeRO-3 (FULL_SHARD)"};
@@ -199,7 +217,7 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
         accel_rank_memory r;
         if ((q->have_batch && (bcfg ? accel_bert_activation_bytes(bcfg, &o, &ab)
                                     : accel_llama_activation_bytes(cfg, &o, &ab)) != ACCEL_OK) ||
-            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, q->mesh[MESH_DP_SHARD],
+            accel_rank_memory_estimate((accel_shard_strategy)s, total, largest, zero_world(q),
                                        q->act.autocast, ab.peak, &r) != ACCEL_OK) {
             fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
             return 1;
@@ -210,10 +228,11 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
                        q->nproc == 1 ? "" : "es");
     if (q->have_batch)
-        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %lld, %s%s%s)", (long long)q->act.batch_size,
-                 (long long)q->act.seq_len,
+        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %lld, %s%s%s%s)",
+                 (long long)q->act.batch_size, (long long)q->act.seq_len,
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
-                 q->act.checkpointing ? ", checkpointed" : "", q->act.sequence_parallel ? ", sequence parallel" : "");
+                 q->act.checkpointing ? ", checkpointed" : "", q->act.sequence_parallel ? ", sequence parallel" : "",
+                 q->act.cp_size < 2 ? "" : q->act.cp_alltoall ? ", cp all-to-all" : ", cp all-gather");
     /* bf16 and fp16 add the weights' autocast copies (accel_rank_memory.prepared) */
     const char *head[CLI_TABLE_MAX_COLS] = {"Strategy", "Weights", "Gradients", "Optimizer", "Gathered units"};
     int h = 5;
@@ -221,11 +240,13 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     if (q->have_batch) head[h++] = "Activations";
     head[h++] = "Total";
     cli_print_table(title, head, nc, rows, nr);
-    if (!q->mesh_flag[MESH_TP] && !q->mesh_flag[MESH_PP] && !q->mesh_flag[MESH_DP_SHARD] &&
-        !q->mesh_flag[MESH_DP_REPLICATE])
-        return 0;
-    printf("Mesh: pp %d x dp_replicate %d x dp_shard %d x tp %d; ZeRO shards over dp_shard (%d)", q->mesh[MESH_PP],
-           q->mesh[MESH_DP_REPLICATE], q->mesh[MESH_DP_SHARD], q->mesh[MESH_TP], q->mesh[MESH_DP_SHARD]);
+    if (!mesh_given(q)) return 0;
+    bool cp = q->mesh[MESH_CP] > 1;
+    char cps[32] = "";
+    if (cp) snprintf(cps, sizeof cps, " x cp %d", q->mesh[MESH_CP]);
+    printf("Mesh: pp %d x dp_replicate %d x dp_shard %d%s x tp %d; ZeRO shards over dp_shard%s (%d)",
+           q->mesh[MESH_PP], q->mesh[MESH_DP_REPLICATE], q->mesh[MESH_DP_SHARD], cps, q->mesh[MESH_TP],
+           cp ? " x cp" : "", zero_world(q));
     if (q->mesh[MESH_PP] > 1)
         printf("; the rank of pipeline stage %d (decoder layers %d-%d)", q->rank.stage, q->rank.first_layer,
                q->rank.first_layer + q->rank.n_layers - 1);
@@ -235,6 +256,13 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
                : q->act.sequence_parallel ? ", activations of one tp rank with the norms' and residual adds' split "
                                             "along the sequence"
                                           : ", activations of one tp rank");
+    if (cp)
+        printf("; the same weights on each of the %d cp ranks%s", q->mesh[MESH_CP],
+               !q->have_batch ? ""
+               : q->act.cp_alltoall ? ", activations of one cp rank's T / cp positions (all-to-all: its heads over "
+                                      "the whole sequence in the attention)"
+                                    : ", activations of one cp rank's T / cp positions (all-gather: the whole "
+                                      "sequence's K and V in the attention)");
     printf(" (docs/bigmodel.md \"Per mesh\")\n");
     return 0;
 }
@@ -301,7 +329,8 @@ static int mesh_index(const char *a) {
         {"tp_size", MESH_TP}, {"parallelism_config_tp_size", MESH_TP}, {"megatron_lm_tp_degree", MESH_TP},
         {"pp_size", MESH_PP}, {"megatron_lm_pp_degree", MESH_PP},
         {"dp_shard_size", MESH_DP_SHARD}, {"parallelism_config_dp_shard_size", MESH_DP_SHARD},
-        {"dp_replicate_size", MESH_DP_REPLICATE}, {"parallelism_config_dp_replicate_size", MESH_DP_REPLICATE}};
+        {"dp_replicate_size", MESH_DP_REPLICATE}, {"parallelism_config_dp_replicate_size", MESH_DP_REPLICATE},
+        {"cp_size", MESH_CP}, {"parallelism_config_cp_size", MESH_CP}};
     for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
         if (is_opt(a, NAMES[i].name)) return NAMES[i].k;
     return -1;
@@ -311,27 +340,29 @@ static int mesh_index(const char *a) {
  * when not given; the processes: their product when not given). false after
  * printing the error naming the flags. */
 static bool resolve_mesh(rank_request *q, bool nproc_given) {
-    int64_t rest = (int64_t)(q->mesh[MESH_TP] ? q->mesh[MESH_TP] : 1) * (q->mesh[MESH_PP] ? q->mesh[MESH_PP] : 1) *
-                   (q->mesh[MESH_DP_REPLICATE] ? q->mesh[MESH_DP_REPLICATE] : 1);
     for (int k = 0; k < MESH_SIZES; k++)
         if (!q->mesh[k] && k != MESH_DP_SHARD) q->mesh[k] = 1;
+    /* each size is at most 2^20, so their products (up to five) are taken
+     * in double, exact to 2^53, and checked before they are used */
+    double rest = (double)q->mesh[MESH_TP] * q->mesh[MESH_PP] * q->mesh[MESH_DP_REPLICATE] * q->mesh[MESH_CP];
+    const char *cp = q->mesh[MESH_CP] > 1 ? " x cp" : "";
     if (!q->mesh[MESH_DP_SHARD]) {
-        if (nproc_given && q->nproc % rest) {
+        if (nproc_given && fmod(q->nproc, rest) != 0) {
             usage(stderr);
-            fprintf(stderr, "accel estimate-memory: error: tp x pp x dp_replicate = %lld does not divide "
-                            "--num_processes %d\n", (long long)rest, q->nproc);
+            fprintf(stderr, "accel estimate-memory: error: tp x pp x dp_replicate%s = %.0f does not divide "
+                            "--num_processes %d\n", cp, rest, q->nproc);
             return false;
         }
         q->mesh[MESH_DP_SHARD] = nproc_given ? (int)(q->nproc / rest) : 1;
     }
-    /* each size is at most 2^20, so rest (three of them) fits 64 bits but
-     * four may not: the product in double, checked before it is used */
-    double total = (double)rest * q->mesh[MESH_DP_SHARD];
+    double total = rest * q->mesh[MESH_DP_SHARD];
     if (nproc_given && total != q->nproc) {
+        char cps[32] = "";
+        if (*cp) snprintf(cps, sizeof cps, " x cp %d", q->mesh[MESH_CP]);
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: tp %d x pp %d x dp_replicate %d x dp_shard %d = %.0f, not "
+        fprintf(stderr, "accel estimate-memory: error: tp %d x pp %d x dp_replicate %d x dp_shard %d%s = %.0f, not "
                         "--num_processes %d\n", q->mesh[MESH_TP], q->mesh[MESH_PP], q->mesh[MESH_DP_REPLICATE],
-                q->mesh[MESH_DP_SHARD], total, q->nproc);
+                q->mesh[MESH_DP_SHARD], cps, total, q->nproc);
         return false;
     }
     if (total > 1 << 20) {
@@ -349,6 +380,7 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     int dts[16], ndt = 0;
     rank_request q = {.strategy = -1, .act = {.autocast = ACCEL_F32}};
     bool have_seq = false;
+    const char *cp_strategy = NULL; /* the flag that gave it */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -434,6 +466,16 @@ int accel_cli_estimate_memory(int argc, char **argv) {
             }
             q.mesh[k] = (int)v;
             q.mesh_flag[k] = a;
+        } else if (is_opt(a, "cp_comm_strategy") || is_opt(a, "parallelism_config_cp_comm_strategy")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(v, "allgather") && strcmp(v, "alltoall")) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument %s: invalid choice: '%s' (choose from "
+                                "'allgather', 'alltoall')\n", a, v);
+                return 2;
+            }
+            cp_strategy = a;
+            q.act.cp_alltoall = !strcmp(v, "alltoall");
         } else if (is_opt(a, "sequence_parallelism") || is_opt(a, "megatron_lm_sequence_parallelism")) {
             /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} (str_to_bool's words) */
             const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -461,13 +503,16 @@ int accel_cli_estimate_memory(int argc, char **argv) {
                         "need both)\n");
         return 2;
     }
-    bool mesh = q.mesh_flag[MESH_TP] || q.mesh_flag[MESH_PP] || q.mesh_flag[MESH_DP_SHARD] ||
-                q.mesh_flag[MESH_DP_REPLICATE];
+    bool mesh = mesh_given(&q);
     bool per_rank = q.nproc || q.have_batch || q.strategy >= 0 || mesh;
     if (!q.nproc && !mesh) q.nproc = 1;
     if (mesh && !resolve_mesh(&q, q.nproc > 0)) return 2;
-    if (!mesh) q.mesh[MESH_DP_SHARD] = q.nproc; /* ZeRO shards over every process */
+    if (!mesh) { /* ZeRO shards over every process */
+        for (int k = 0; k < MESH_SIZES; k++) q.mesh[k] = 1;
+        q.mesh[MESH_DP_SHARD] = q.nproc;
+    }
     q.act.tp_size = q.mesh[MESH_TP];
+    q.act.cp_size = q.mesh[MESH_CP];
     char tp_bad[192] = "";
     if (q.act.sequence_parallel && q.act.tp_size < 2)
         snprintf(tp_bad, sizeof tp_bad, "--sequence_parallelism splits the sequence over the tp ranks: give it with "
@@ -475,6 +520,13 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     else if (q.have_batch && q.act.sequence_parallel && q.act.seq_len % q.act.tp_size)
         snprintf(tp_bad, sizeof tp_bad, "--seq_len %lld is not a multiple of --tp_size %d: sequence parallelism "
                  "splits the sequence over the tp ranks", (long long)q.act.seq_len, q.act.tp_size);
+    else if (cp_strategy && q.act.cp_size < 2)
+        snprintf(tp_bad, sizeof tp_bad, "%s chooses how context parallelism's ranks exchange K and V: give it with "
+                 "--cp_size above 1", cp_strategy);
+    else if (q.have_batch && q.act.cp_size > 1 && q.act.seq_len % (2 * q.act.cp_size))
+        snprintf(tp_bad, sizeof tp_bad, "--seq_len %lld is not a multiple of 2 x --cp_size = %d: each of the cp "
+                 "ranks holds 2 of 2 cp equal chunks of the sequence (the load-balanced causal split)",
+                 (long long)q.act.seq_len, 2 * q.act.cp_size);
     if (tp_bad[0]) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s\n", tp_bad);
@@ -501,10 +553,10 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (ndt == 0)
         for (ndt = 0; ndt < 4; ndt++) dts[ndt] = ndt;
     bool bert = is_bert(model);
-    if (bert && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1)) {
+    if (bert && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1 || q.mesh[MESH_CP] > 1)) {
         usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: %s: tensor and pipeline parallelism of bert models are not "
-                        "implemented (--tp_size / --pp_size above 1)\n", model);
+        fprintf(stderr, "accel estimate-memory: error: %s: tensor, pipeline and context parallelism of bert models "
+                        "are not implemented (--tp_size / --pp_size / --cp_size above 1)\n", model);
         return 2;
     }
     accel_llama_config cfg = {0};
@@ -512,6 +564,24 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (bert ? accel_bert_config_load(model, &bcfg) != ACCEL_OK : accel_llama_config_load(model, &cfg) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
+    }
+    /* what context parallelism refuses at prepare (nn/decoder_cp.c), batch or not */
+    char cp_bad[256] = "";
+    int64_t rank_heads = cfg.num_attention_heads / q.mesh[MESH_TP];
+    if (bert || q.act.cp_size < 2)
+        ;
+    else if (accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_GPT2)
+        snprintf(cp_bad, sizeof cp_bad, "%s: context parallelism does not run GPT-2 (its learned position "
+                 "embeddings): --cp_size 1", model);
+    else if (q.act.cp_alltoall && rank_heads % q.act.cp_size)
+        snprintf(cp_bad, sizeof cp_bad, "--cp_comm_strategy alltoall splits a rank's %lld query heads "
+                 "(num_attention_heads %lld / --tp_size %d) over --cp_size %d: not a multiple (allgather, or a cp "
+                 "size dividing them)", (long long)rank_heads, (long long)cfg.num_attention_heads, q.mesh[MESH_TP],
+                 q.act.cp_size);
+    if (cp_bad[0]) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: %s\n", cp_bad);
+        return 2;
     }
     accel_init_empty_weights_begin();
     accel_module *m = bert ? accel_bert_new(&bcfg, ACCEL_CPU_DEVICE) : accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
@@ -581,8 +651,9 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     cli_pipeline_request pq = {.pp = q.mesh[MESH_PP], .virt = q.virt ? q.virt : 1, .micro = q.micro ? q.micro : 1,
                                .gpipe = q.schedule && !strcmp(q.schedule, "gpipe"), .batch = q.act.batch_size,
                                .seq = q.act.seq_len, .strategy = q.strategy >= 0 ? q.strategy : ACCEL_SHARD_DDP,
-                               .dp_shard = q.mesh[MESH_DP_SHARD], .autocast = q.act.autocast,
-                               .tp = q.mesh[MESH_TP], .sp = q.act.sequence_parallel, .cfg = &cfg};
+                               .dp_shard = zero_world(&q), .autocast = q.act.autocast,
+                               .tp = q.mesh[MESH_TP], .sp = q.act.sequence_parallel, .cp = q.mesh[MESH_CP],
+                               .cfg = &cfg};
     if (!rc && pipeline) rc = cli_pipeline_table(m, &pq);
     accel_module_free(m);
     return rc;

@@ -104,8 +104,10 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     int64_t bytes[1024] = {0}, C;
     accel_dtype dt;
     f->stages->hidden(m, &C, &dt);
-    /* the hidden states between stages: whole on every tp rank, or its T / tp positions */
-    int64_t micro_bytes = q->batch / q->micro * (q->sp ? q->seq / q->tp : q->seq) * C * (int64_t)accel_dtype_size(dt);
+    /* the hidden states between stages: a cp rank's T / cp positions (accelerator/pipeline.c: its chunks of
+     * the ids), whole on every tp rank, or their 1 / tp under sequence parallelism */
+    int64_t T = q->seq / q->cp / (q->sp ? q->tp : 1);
+    int64_t micro_bytes = q->batch / q->micro * T * C * (int64_t)accel_dtype_size(dt);
     if (q->pp * q->virt > 1024 || stage_params(m, f->stages, q, first, bytes)) {
         fprintf(stderr, WHO ": error: %s\n", q->pp * q->virt > 1024 ? "more than 1024 pipeline chunks"
                                                                     : accel_last_error());
@@ -133,20 +135,21 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
         cli_convert_bytes((double)r.activations, true, row[6], 32);
         cli_convert_bytes((double)r.total, true, row[7], 32);
     }
-    char title[256], virt[64] = "";
+    char title[256], virt[96] = "";
     int at = q->virt > 1 ? snprintf(virt, sizeof virt, " x %d virtual", q->virt) : 0;
     if (q->tp > 1)
-        snprintf(virt + at, sizeof virt - (size_t)at, ", tp %d%s", q->tp, q->sp ? " sequence parallel" : "");
-    snprintf(title, sizeof title, "Pipeline stages: pp %d%s, %d micro-batches of %lld x %lld (%s), %s over dp_shard "
+        at += snprintf(virt + at, sizeof virt - (size_t)at, ", tp %d%s", q->tp, q->sp ? " sequence parallel" : "");
+    if (q->cp > 1) snprintf(virt + at, sizeof virt - (size_t)at, ", cp %d", q->cp);
+    snprintf(title, sizeof title, "Pipeline stages: pp %d%s, %d micro-batches of %lld x %lld (%s), %s over dp_shard%s "
              "%d, per rank", q->pp, virt, q->micro, (long long)(q->batch / q->micro), (long long)q->seq,
              q->virt > 1 ? "interleaved 1F1B" : q->gpipe ? "GPipe" : "1F1B",
-             accel_shard_strategy_name((accel_shard_strategy)q->strategy), q->dp_shard);
+             accel_shard_strategy_name((accel_shard_strategy)q->strategy), q->cp > 1 ? " x cp" : "", q->dp_shard);
     const char *head[COLS] = {"Stage", "Layers", "Weights", "Gradients", "Optimizer", "In flight", "Held inputs",
                               "Total"};
     cli_print_table(title, head, COLS, rows, nr);
     printf("Held inputs: each stage's saved micro-batch inputs [%lld, %lld, %lld] %s (%lld bytes each); the "
            "recompute of one micro-batch's chunk comes on top (docs/bigmodel.md \"Per mesh\")\n",
-           (long long)(q->batch / q->micro), (long long)(q->sp ? q->seq / q->tp : q->seq), (long long)C,
+           (long long)(q->batch / q->micro), (long long)T, (long long)C,
            accel_dtype_name(dt), (long long)micro_bytes);
     return 0;
 }
