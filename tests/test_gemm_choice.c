@@ -122,6 +122,43 @@ static void test_hysteresis(void) {
     CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS);
 }
 
+/* A transposed A (dW = dY^T X) also has oneDNN's row blocks as a
+ * candidate, no other form does; a class read from a file that holds no
+ * time of a candidate offered now (a build before it) is timed again once. */
+static void test_rows_candidate(void) {
+    if (!accel__gemm_have_dnnl()) {
+        fprintf(stderr, "  (this build has no oneDNN)\n");
+        return;
+    }
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.8);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.5;
+    CHECK(accel__gemm_provider_for(ACCEL_F32, true, false, BIG_K, BIG_K, BIG_M) == ACCEL__GEMM_PROVIDER_DNNL_ROWS);
+    CHECK(g_fake.calls == 3);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL && g_fake.calls == 5); /* NT: two candidates */
+    char buf[2048];
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), ": dnnl_rows (openblas 1000.000 ms, "
+                                                                     "dnnl 800.000 ms, dnnl_rows 500.000 ms)");
+    /* a file without the row blocks' time (as one from before them: their
+     * timing failed, 0) */
+    clear_dir();
+    restart(g_dir, NULL);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.0;
+    CHECK(accel__gemm_provider_for(ACCEL_F32, true, false, BIG_K, BIG_K, BIG_M) == ACCEL__GEMM_PROVIDER_DNNL);
+    restart(g_dir, NULL); /* a new process reads it: the class is timed again, once */
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.5;
+    CHECK(accel__gemm_provider_for(ACCEL_F32, true, false, BIG_K, BIG_K, BIG_M) == ACCEL__GEMM_PROVIDER_DNNL_ROWS);
+    CHECK(g_fake.calls == 3);
+    CHECK(accel__gemm_provider_for(ACCEL_F32, true, false, BIG_K, BIG_K, BIG_M) == ACCEL__GEMM_PROVIDER_DNNL_ROWS);
+    CHECK(g_fake.calls == 3);
+    /* and not under ACCEL_GEMM_MEASURE=0: the file's choice */
+    restart(g_dir, "0");
+    CHECK(accel__gemm_provider_for(ACCEL_F32, true, false, BIG_K, BIG_K, BIG_M) == ACCEL__GEMM_PROVIDER_DNNL_ROWS);
+    CHECK(g_fake.calls == 0);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.0;
+}
+
 /* The file: read back without timing; corrupt, of another key: measured again
  * and rewritten; ACCEL_GEMM_MEASURE=0 never times. */
 static void test_cache_file(void) {
@@ -549,6 +586,7 @@ int main(int argc, char **argv) {
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
     RUN(test_winner_kept);
     RUN(test_hysteresis);
+    RUN(test_rows_candidate);
     RUN(test_cache_file);
     RUN(test_cache_off_or_unwritable);
     RUN(test_forced_mode);

@@ -166,7 +166,7 @@ static bool entry_parse(json_t *e, int threads, choice *ch) {
         return false;
     json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
     if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return false;
-    if (p == ACCEL__GEMM_PROVIDER_DNNL && !accel__gemm_have_dnnl()) return false;
+    if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) return false;
     ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
@@ -423,6 +423,15 @@ static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, i
     ch->measured_here = true;
 }
 
+/* Whether a candidate of ch was never timed: a cache file written before
+ * the candidate existed (a newer build reads its predecessor's file), which
+ * the class is timed again for (once: then it was measured here). */
+static bool untimed(const choice *ch, uint32_t candidates) {
+    for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
+        if ((candidates & (1u << p)) && ch->seconds[p] <= 0) return true;
+    return false;
+}
+
 int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force) {
     candidates |= 1u << rule;
@@ -441,7 +450,8 @@ int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
     /* measure: a class not seen (unless ACCEL_GEMM_MEASURE=0), a cached one
      * under ACCEL_GEMM_MEASURE=1 or an explicit re-measure; never inside a
      * parallel region (the timings would be of one thread among others) */
-    bool stale = i >= 0 && !g_table[i].measured_here && g_measure_env == 1;
+    bool stale = i >= 0 && !g_table[i].measured_here &&
+                 (g_measure_env == 1 || (g_measure_env != 0 && !g_fixed && untimed(&g_table[i], candidates)));
     bool want = force || stale || (i < 0 && g_measure_env != 0);
     if (want && !omp_in_parallel() && (i >= 0 || g_n < MAX_CHOICES)) {
         if (i < 0) {
