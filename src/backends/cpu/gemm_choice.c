@@ -115,13 +115,19 @@ bool accel__gemm_measure_off(void) {
 
 /* ---- the cache file */
 
-/* What the choices of `threads` threads depend on, into out. */
+/* What the choices of `threads` threads depend on, into out. The providers
+ * this build knows are part of it: a build with a new candidate (dnnl_rows)
+ * measures into a file of its own, and one without it never reads a file
+ * that names it (it would take it for malformed and measure over it). */
 static void cache_key(int threads, char *out, size_t n) {
-    char versions[256];
+    char versions[256], providers[128] = "";
     accel__gemm_library_versions(versions, sizeof versions);
+    for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS, used = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
+        used += snprintf(providers + used, sizeof providers - (size_t)used, "%s%s", used ? "," : "",
+                         accel__gemm_provider_name((accel__gemm_provider)p));
     const accel_cpu_info *ci = accel_cpu_info_get();
-    snprintf(out, n, "cpu=%s;features=%#x;%s;accel=%s;threads=%d", ci->model, ci->features, versions,
-             ACCEL_VERSION_STRING, threads);
+    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;accel=%s;threads=%d", ci->model, ci->features, versions,
+             providers, ACCEL_VERSION_STRING, threads);
 }
 
 static uint64_t fnv1a(const char *s) {
@@ -423,15 +429,6 @@ static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, i
     ch->measured_here = true;
 }
 
-/* Whether a candidate of ch was never timed: a cache file written before
- * the candidate existed (a newer build reads its predecessor's file), which
- * the class is timed again for (once: then it was measured here). */
-static bool untimed(const choice *ch, uint32_t candidates) {
-    for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
-        if ((candidates & (1u << p)) && ch->seconds[p] <= 0) return true;
-    return false;
-}
-
 int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force) {
     candidates |= 1u << rule;
@@ -450,8 +447,7 @@ int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
     /* measure: a class not seen (unless ACCEL_GEMM_MEASURE=0), a cached one
      * under ACCEL_GEMM_MEASURE=1 or an explicit re-measure; never inside a
      * parallel region (the timings would be of one thread among others) */
-    bool stale = i >= 0 && !g_table[i].measured_here &&
-                 (g_measure_env == 1 || (g_measure_env != 0 && !g_fixed && untimed(&g_table[i], candidates)));
+    bool stale = i >= 0 && !g_table[i].measured_here && g_measure_env == 1;
     bool want = force || stale || (i < 0 && g_measure_env != 0);
     if (want && !omp_in_parallel() && (i >= 0 || g_n < MAX_CHOICES)) {
         if (i < 0) {
