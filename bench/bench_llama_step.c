@@ -17,7 +17,8 @@
  * lm_head on B*T rows) runs on every GEMM provider built in (OpenBLAS,
  * oneDNN: accel__gemm_on, the step's own path and threads; oneDNN on the
  * forward and dX also with the weight's form in its layout, as the step's
- * linear layers read it, the better kept) in the step's
+ * linear layers read it, the better kept; dW, whose A is transposed, also
+ * on dnnl_rows, oneDNN on row blocks, its measured candidate) in the step's
  * dtype (f32; bf16 / f16 operands with f32 accumulation under that mixed
  * precision), best of 3 calls after a warm-up; one "gemm_shape" line each.
  * limit = the best GFLOP/s any provider reaches on any shape (named);
@@ -167,7 +168,9 @@ static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
                PIECE[g[i].piece], accel_dtype_name(dt), (long long)g[i].M, (long long)g[i].N, (long long)g[i].K,
                g[i].count);
         for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS; p < ACCEL__GEMM_N_PROVIDERS; p++) {
-            if (p == ACCEL__GEMM_PROVIDER_DNNL && !accel__gemm_have_dnnl()) continue;
+            if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) continue;
+            /* oneDNN's row blocks are a candidate of the transposed A alone (dW) */
+            if (p == ACCEL__GEMM_PROVIDER_DNNL_ROWS && !g[i].ta) continue;
             g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, NULL, c);
             double packed = p == ACCEL__GEMM_PROVIDER_DNNL ? dnnl_packed_best(dt, &g[i], a, b, c) : 0.0;
             if (packed > g[i].gflops[p]) g[i].gflops[p] = packed;

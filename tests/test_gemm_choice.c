@@ -122,6 +122,33 @@ static void test_hysteresis(void) {
     CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS);
 }
 
+/* A transposed A (dW = dY^T X) also has oneDNN's row blocks as a
+ * candidate, no other form does; the cache file's key names the providers. */
+static void test_rows_candidate(void) {
+    if (!accel__gemm_have_dnnl()) {
+        fprintf(stderr, "  (this build has no oneDNN)\n");
+        return;
+    }
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.8);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.5;
+    CHECK(accel__gemm_provider_for(ACCEL_F32, true, false, BIG_K, BIG_K, BIG_M) == ACCEL__GEMM_PROVIDER_DNNL_ROWS);
+    CHECK(g_fake.calls == 3);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL && g_fake.calls == 5); /* NT: two candidates */
+    char buf[2048];
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), ": dnnl_rows (openblas 1000.000 ms, "
+                                                                     "dnnl 800.000 ms, dnnl_rows 500.000 ms)");
+    /* the cache file's key names the providers: a build without dnnl_rows
+     * keeps a file of its own (it could not read this one) */
+    char f[512];
+    CHECK(cache_file(f, sizeof f));
+    json_t *j = json_load_file(f, 0, NULL);
+    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows;");
+    json_decref(j);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.0;
+}
+
 /* The file: read back without timing; corrupt, of another key: measured again
  * and rewritten; ACCEL_GEMM_MEASURE=0 never times. */
 static void test_cache_file(void) {
@@ -549,6 +576,7 @@ int main(int argc, char **argv) {
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
     RUN(test_winner_kept);
     RUN(test_hysteresis);
+    RUN(test_rows_candidate);
     RUN(test_cache_file);
     RUN(test_cache_off_or_unwritable);
     RUN(test_forced_mode);

@@ -39,9 +39,10 @@ typedef struct gemm_case {
     float alpha, beta;
 } gemm_case;
 
-/* accel__gemm of operands of dtypes adt/bdt against the reference loop on
- * the values they hold; the columns of C past N (padding) must stay. */
-static void check_case(const gemm_case *c, accel_dtype adt, accel_dtype bdt, uint64_t seed) {
+/* accel__gemm of operands of dtypes adt/bdt (accel__gemm_on(provider)
+ * where provider >= 0) against the reference loop on the values they hold;
+ * the columns of C past N (padding) must stay. */
+static void check_case_on(int provider, const gemm_case *c, accel_dtype adt, accel_dtype bdt, uint64_t seed) {
     int64_t M = c->M, N = c->N, K = c->K;
     int64_t ar = c->ta ? K : M, ac = c->ta ? M : K, br = c->tb ? N : K, bc = c->tb ? K : N;
     int64_t lda = ac + c->pad, ldb = bc + c->pad, ldc = N + c->pad;
@@ -52,7 +53,9 @@ static void check_case(const gemm_case *c, accel_dtype adt, accel_dtype bdt, uin
     for (int64_t i = 0; i < M * ldc; i++) C[i] = c->beta == 0.0f && i % ldc < N ? NAN : frand(&s);
     memcpy(R, C, sizeof(float) * (size_t)(M * ldc));
     accel__sgemm_ref(c->ta, c->tb, M, N, K, c->alpha, aw, lda, bw, ldb, c->beta, R, ldc);
-    accel_status st = accel__gemm(c->ta, c->tb, M, N, K, c->alpha, A, adt, lda, B, bdt, ldb, c->beta, C, ldc);
+    accel_status st = provider < 0 ? accel__gemm(c->ta, c->tb, M, N, K, c->alpha, A, adt, lda, B, bdt, ldb, c->beta, C, ldc)
+                                   : accel__gemm_on(provider, c->ta, c->tb, M, N, K, c->alpha, A, adt, lda, B, bdt, ldb,
+                                                    c->beta, C, ldc);
     CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
     int64_t bad_i = -1, bad_j = -1;
     for (int64_t i = 0; i < M && bad_i < 0; i++)
@@ -71,6 +74,10 @@ static void check_case(const gemm_case *c, accel_dtype adt, accel_dtype bdt, uin
               bad_i < 0 ? 0.0 : R[bad_i * ldc + bad_j], bad_j < N ? "product" : "padding");
     free(A), free(B), free(aw), free(bw), free(C), free(R);
     accel_step_reset();
+}
+
+static void check_case(const gemm_case *c, accel_dtype adt, accel_dtype bdt, uint64_t seed) {
+    check_case_on(-1, c, adt, bdt, seed);
 }
 
 static const int64_t SHAPES[][3] = {{1, 1, 1},   {2, 70, 50},   {3, 5, 7},   {17, 33, 9},  {37, 29, 53},
@@ -150,6 +157,37 @@ static void test_auto_choice(void) {
         CHECK(provider(ACCEL_F16) == ACCEL__GEMM_PROVIDER_OPENBLAS);
     check_all_cases(ACCEL_F32, ACCEL_F32);
     check_all_cases(ACCEL_BF16, ACCEL_BF16);
+}
+
+/* oneDNN on row blocks (ACCEL__GEMM_PROVIDER_DNNL_ROWS, a candidate of the
+ * measured choice for a transposed A): every transpose, alpha and beta,
+ * f32 and bf16, on 2 and 3 threads and on row counts that split into
+ * blocks of unequal sizes (130: 80 + 50; 2100: one block per thread; 8200:
+ * 4 per thread), and inside a parallel region (not split). */
+static void test_dnnl_rows_against_reference(void) {
+    if (!accel__gemm_have_dnnl()) {
+        fprintf(stderr, "  (this build has no oneDNN)\n");
+        return;
+    }
+    static const int64_t ROWS[][3] = {{130, 150, 70}, {2100, 20, 17}, {8200, 3, 5}, {64, 31, 129}};
+    int threads = accel_num_threads();
+    uint64_t seed = 7;
+    for (int nt = 2; nt <= 3; nt++) {
+        accel_set_num_threads(nt);
+        for (size_t s = 0; s < sizeof ROWS / sizeof ROWS[0]; s++)
+            for (int t = 0; t < 4; t++)
+                for (size_t ab = 0; ab < sizeof ALPHA_BETA / sizeof ALPHA_BETA[0]; ab++) {
+                    gemm_case c = {t & 1, t >> 1, ROWS[s][0], ROWS[s][1], ROWS[s][2], (t + ab) % 2 ? 3 : 0,
+                                   ALPHA_BETA[ab][0], ALPHA_BETA[ab][1]};
+                    check_case_on(ACCEL__GEMM_PROVIDER_DNNL_ROWS, &c, ACCEL_F32, ACCEL_F32, seed++);
+                    check_case_on(ACCEL__GEMM_PROVIDER_DNNL_ROWS, &c, ACCEL_BF16, ACCEL_BF16, seed++);
+                }
+    }
+    accel_set_num_threads(threads);
+#pragma omp parallel num_threads(2)
+#pragma omp master
+    check_case_on(ACCEL__GEMM_PROVIDER_DNNL_ROWS, &(gemm_case){true, false, 130, 40, 33, 0, 1.0f, 1.0f}, ACCEL_F32,
+                  ACCEL_F32, seed);
 }
 
 /* Many threads create and run the same few primitives at once (each GEMM
@@ -313,6 +351,7 @@ int main(int argc, char **argv) {
     RUN(test_dnnl_against_reference);
     RUN(test_reference_kernels_win);
     RUN(test_auto_choice);
+    RUN(test_dnnl_rows_against_reference);
     RUN(test_threads_share_the_cache);
     RUN(test_describe);
     RUN(test_linear_autocast_per_provider);

@@ -333,6 +333,8 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
                : auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL
                                     : ACCEL__GEMM_PROVIDER_OPENBLAS;
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
+    /* a transposed A (dW = dY^T X) also on oneDNN's row blocks (gemm.h) */
+    if (can && trans_a) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_ROWS;
     return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
 }
 
@@ -361,8 +363,13 @@ void accel__gemm_library_versions(char *out, size_t n) {
 }
 
 const char *accel__gemm_provider_name(accel__gemm_provider p) {
-    return p == ACCEL__GEMM_PROVIDER_REFERENCE ? "reference" : p == ACCEL__GEMM_PROVIDER_DNNL ? "dnnl" : "openblas";
+    return p == ACCEL__GEMM_PROVIDER_REFERENCE   ? "reference"
+           : p == ACCEL__GEMM_PROVIDER_DNNL      ? "dnnl"
+           : p == ACCEL__GEMM_PROVIDER_DNNL_ROWS ? "dnnl_rows"
+                                                 : "openblas";
 }
+
+bool accel__gemm_is_dnnl(int p) { return p == ACCEL__GEMM_PROVIDER_DNNL || p == ACCEL__GEMM_PROVIDER_DNNL_ROWS; }
 
 bool accel__gemm_native(accel_dtype dt) {
     if (dt == ACCEL_F32) return true;
@@ -541,6 +548,43 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     return accel__gemm_on(provider, trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, ldc);
 }
 
+#ifdef ACCEL_HAVE_DNNL
+/* accel__dnnl_gemm on row blocks of C (ACCEL__GEMM_PROVIDER_DNNL_ROWS):
+ * gemm_blocks' split over the OpenMP threads, each block a matmul that
+ * oneDNN plans for the one thread running it (its primitives are keyed by
+ * the threads they run on). Inside a parallel region, or with too few rows
+ * to split, the whole GEMM on the calling thread. A block's error (each
+ * thread's error state is its own) is raised on the calling thread. */
+static accel_status dnnl_rows_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                                   float *C, int64_t ldc) {
+    int nt = omp_in_parallel() ? 1 : accel_num_threads();
+    int64_t nb = nt > 1 ? gemm_blocks(M, nt) : 0;
+    if (nb < 2) return accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ACCEL_F32, ldc);
+    size_t es = accel_dtype_size(dt);
+    int64_t blk = ((M + nb - 1) / nb + 15) / 16 * 16;
+    nb = (M + blk - 1) / blk;
+    accel_status first = ACCEL_OK;
+    char msg[512] = "";
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * blk, n = M - lo < blk ? M - lo : blk;
+        /* rows [lo, lo+n) of op(A): columns of a transposed A */
+        const char *a = (const char *)A + (size_t)(trans_a ? lo : lo * lda) * es;
+        accel_status st = accel__dnnl_gemm(dt, trans_a, trans_b, n, N, K, alpha, a, lda, B, ldb, beta, C + lo * ldc,
+                                           ACCEL_F32, ldc);
+        if (st != ACCEL_OK) {
+#pragma omp critical(accel_gemm_rows_error)
+            if (first == ACCEL_OK) {
+                first = st;
+                snprintf(msg, sizeof msg, "%s", accel_last_error());
+            }
+        }
+    }
+    return first == ACCEL_OK ? ACCEL_OK : accel_set_error(first, "%s", msg);
+}
+#endif
+
 accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                             const void *A, accel_dtype a_dt, int64_t lda, const void *B, accel_dtype b_dt,
                             int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -552,7 +596,7 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
      * matmul of dt (ACCEL_GEMM=dnnl only); for K = 0 oneDNN computes
      * nothing, and the reference loop scales C by beta. */
     const char *impl;
-    if (provider != ACCEL__GEMM_PROVIDER_DNNL || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    if (!accel__gemm_is_dnnl(provider) || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
     /* The widened panels live for this call only: rewound at its end, so a
      * step's arena holds one call's panels at a time, whichever provider
      * and CPU kind (docs/cpu.md "Operand copies"). */
@@ -578,6 +622,8 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
 #ifdef ACCEL_HAVE_DNNL
     else if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
         st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ACCEL_F32, ldc);
+    else if (provider == ACCEL__GEMM_PROVIDER_DNNL_ROWS && K > 0)
+        st = dnnl_rows_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 #endif
     else accel__sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     accel_arena_rewind(arena, mark);

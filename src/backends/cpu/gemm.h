@@ -156,6 +156,14 @@ typedef enum accel__gemm_provider {
     ACCEL__GEMM_PROVIDER_REFERENCE,
     ACCEL__GEMM_PROVIDER_OPENBLAS,
     ACCEL__GEMM_PROVIDER_DNNL,
+    /* oneDNN on row blocks of C, one single-threaded matmul per block on
+     * each OpenMP thread (the split accel__sgemm makes for OpenBLAS): on a
+     * transposed A (a weight gradient dW = dY^T X) oneDNN then runs its
+     * BLAS-like gemm:jit, which packs op(A) as any panel, where its
+     * threaded brgemm reorders the transposed A (bf16 10-22% slower on
+     * the Llama step's dW shapes on Zen 5). Only a candidate of the
+     * measured choice, for trans_a GEMMs (gemm_choice.c; docs/cpu.md) */
+    ACCEL__GEMM_PROVIDER_DNNL_ROWS,
     ACCEL__GEMM_N_PROVIDERS,
 } accel__gemm_provider;
 
@@ -166,12 +174,14 @@ accel_status accel__gemm_set_mode(accel__gemm_mode mode);
 
 /* True when the library was built with oneDNN. */
 bool accel__gemm_have_dnnl(void);
+/* True when provider p is oneDNN (whole or on row blocks). */
+bool accel__gemm_is_dnnl(int p);
 
 /* The provider accel__gemm uses for compute dtype dt on this shape, or -1
  * (error set) when ACCEL_GEMM holds no valid mode. */
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
-/* The provider's name: "reference", "openblas", "dnnl". */
+/* The provider's name: "reference", "openblas", "dnnl", "dnnl_rows". */
 const char *accel__gemm_provider_name(accel__gemm_provider p);
 
 /* True when operands of dtype dt reach a GEMM provider that multiplies dt
@@ -206,10 +216,12 @@ void accel__gemm_library_versions(char *out, size_t n);
  * than one candidate (OpenBLAS, and oneDNN where it has a matmul of the
  * dtype that is no reference loop: f32 everywhere, bf16/f16 where the CPU
  * or oneDNN's emulation runs it; OpenBLAS multiplies a bf16/f16 GEMM on f32
- * panels) takes the provider its shape class (accel__gemm_class) chose:
+ * panels; with a transposed A also oneDNN on row blocks, dnnl_rows) takes
+ * the provider its shape class (accel__gemm_class) chose:
  * timed the first time the class is seen, kept in memory and in a cache
- * file per CPU model and features, library versions and thread count
- * (ACCEL_GEMM_CACHE=DIR, or off; default ~/.cache/accel). A measurement
+ * file per CPU model and features, library versions, the providers this
+ * build knows and thread count (ACCEL_GEMM_CACHE=DIR, or off; default
+ * ~/.cache/accel). A measurement
  * replaces the incumbent (the cached choice, else the rule's: the f32 table,
  * oneDNN for bf16/f16 where the CPU has units for them) only when another
  * candidate is faster by more than 10%. ACCEL_GEMM_MEASURE=0 never measures

@@ -115,13 +115,19 @@ bool accel__gemm_measure_off(void) {
 
 /* ---- the cache file */
 
-/* What the choices of `threads` threads depend on, into out. */
+/* What the choices of `threads` threads depend on, into out. The providers
+ * this build knows are part of it: a build with a new candidate (dnnl_rows)
+ * measures into a file of its own, and one without it never reads a file
+ * that names it (it would take it for malformed and measure over it). */
 static void cache_key(int threads, char *out, size_t n) {
-    char versions[256];
+    char versions[256], providers[128] = "";
     accel__gemm_library_versions(versions, sizeof versions);
+    for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS, used = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
+        used += snprintf(providers + used, sizeof providers - (size_t)used, "%s%s", used ? "," : "",
+                         accel__gemm_provider_name((accel__gemm_provider)p));
     const accel_cpu_info *ci = accel_cpu_info_get();
-    snprintf(out, n, "cpu=%s;features=%#x;%s;accel=%s;threads=%d", ci->model, ci->features, versions,
-             ACCEL_VERSION_STRING, threads);
+    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;accel=%s;threads=%d", ci->model, ci->features, versions,
+             providers, ACCEL_VERSION_STRING, threads);
 }
 
 static uint64_t fnv1a(const char *s) {
@@ -166,7 +172,7 @@ static bool entry_parse(json_t *e, int threads, choice *ch) {
         return false;
     json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
     if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return false;
-    if (p == ACCEL__GEMM_PROVIDER_DNNL && !accel__gemm_have_dnnl()) return false;
+    if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) return false;
     ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
