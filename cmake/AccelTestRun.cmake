@@ -20,17 +20,18 @@ endforeach()
 # Longest first: on a fresh build tree ctest has no timings of its own
 # (Testing/Temporary/CTestCostData.txt, which it writes after each run and
 # prefers) and starts the tests in the order they were added, so a long test
-# added late ran while the other job slot idled. COST: seconds measured in the
-# ASan+UBSan build (the longer run; the _nosan test's in the gcc build,
-# docs/testing.md); only their order counts.
+# added late ran while the other job slot idled. COST: seconds of the ASan+UBSan
+# run (the longer one; the _nosan tests' of the gcc run) on 2026-12-03, a loaded
+# machine (docs/testing.md); only their order counts.
 # Tests that this machine's configuration does not add are skipped.
 set(_accel_test_costs
-  tp_llama 38 accelerator_cp_tp 35 cuda_kernels_harness 33 ops_matmul 31 pipeline_checkpoint 28
-  training_memory_families_7 27 ops_matmul_gemm_dnnl 26 example_nlp_2 26 ops_matmul_isa_baseline 26
-  training_memory_tp4_bf16_sp_isa_avx2 24 training_memory_families_0 24 ops_matmul_isa_avx2 24
-  training_memory_tp4_bf16_isa_avx2 23 cp_attention 23 training_memory_tp4_bf16 23 ops_matmul_hostless 22
-  training_memory_tp4_bf16_sp 22 ops_matmul_gemm_openblas 22 training_memory_families_4 20 accelerator_tp 20
-  accelerator_zero3_hybrid_mpi_2x2_nosan 20 dist_auth 19)
+  training_memory_tp4_bf16_isa_avx2 85 training_memory_tp4_bf16 82 example_nlp_2 81
+  training_memory_tp4_bf16_sp_isa_avx2 72 ops_matmul_isa_baseline 68 ops_matmul_isa_avx2 67
+  ops_matmul_gemm_openblas 52 cuda_kernels_harness 52 checkpoint_integrity_2 52 training_memory_tp4_bf16_sp 50
+  cli_python 50 training_memory_tp4_sp 49 ops_matmul_hostless 48 ops_matmul_gemm_dnnl 47 tp_llama 46
+  bigmodel_hf_check_accel_nosan 46 training_memory_tp4 45 training_memory_tp2_bf16_isa_avx2 44
+  accelerator_checkpoint_kill_points 43 training_memory_tp2_bf16 42 ops_matmul 42 many_members_large_nosan 39
+  cp_attention 38)
 while(_accel_test_costs)
   list(POP_FRONT _accel_test_costs t cost)
   if(TEST ${t})
