@@ -177,11 +177,12 @@ static void small_dict(dict *d) {
     add(d, "lm_head.weight", embed);
 }
 
-/* many(): 1001 one-element tensors (long memo indices, two SETITEMS batches). */
-static void many_dict(dict *d, char names[][8]) {
+/* many(): 1001 one-element tensors (long memo indices, two SETITEMS batches).
+ * Names of 16 bytes: room for any int, as gcc -O1 -fsanitize=address counts. */
+static void many_dict(dict *d, char names[][16]) {
     for (int i = 0; i < 1001; i++) {
         float v = (float)i;
-        snprintf(names[i], 8, "p%d", i);
+        snprintf(names[i], 16, "p%d", i);
         add(d, names[i], own(d, make(ACCEL_F32, ACCEL_SHAPE(1), &v)));
     }
 }
@@ -216,7 +217,7 @@ static void test_empty_one_many_like_torch(void) {
     check_like_torch("data/torch_save/one.bin", tmp_path("one.bin"));
     accel_tensor_free(one);
     dict d = {0};
-    static char names[1001][8];
+    static char names[1001][16];
     many_dict(&d, names);
     CHECK(accel_torch_save(tmp_path("many.bin"), d.n, d.names, d.t) == ACCEL_OK);
     check_like_torch("data/torch_save/many.bin", tmp_path("many.bin"));
