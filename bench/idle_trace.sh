@@ -36,7 +36,10 @@ perf probe -q -x "$gomp" -a GOMP_parallel
 perf probe -q -x "$gomp" -a GOMP_parallel%return
 # shellcheck source=bench/perf_steps.sh
 . "$here/perf_steps.sh"
-perf_timed_steps "$bin" "$args" -e 'probe_libgomp:*' -e sched:sched_switch -e sched:sched_wakeup -e cpu-clock -F 1999
+# the sampling rate on cpu-clock alone: a global -F would sample the
+# tracepoints too, dropping most of the switches and wake-ups
+perf_timed_steps "$bin" "$args" -e 'probe_libgomp:*' -e sched:sched_switch -e sched:sched_wakeup \
+    -e 'cpu-clock/freq=1999/'
 grep -E "^(CPU|ISA|step|split_ms)" "$out/log" || true
 echo "load average (1 min) at the first timed step: $timed_load, at the end: $(cut -d' ' -f1 /proc/loadavg)"
 steps=$(grep -c "^step [0-9]*:" "$out/log")
