@@ -83,7 +83,7 @@ accel_status accel__cpuk_rms_norm(accel_k_rms_norm *k) {
     return ACCEL_OK;
 }
 
-/* The rows' blocks of the backward (at most 64, of at least 64 rows): the
+/* The rows' blocks of the backward (one per 64 rows, rounded up, at most 64): the
  * weight gradient sums each block's rows into a partial of its own, then the
  * partials in block order, so its bits depend on R alone, never on the
  * thread count (which only spreads the blocks). */
