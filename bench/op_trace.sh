@@ -34,24 +34,9 @@ for f in $(nm "$bin" | awk '$2 == "T" && $3 ~ /^accel__cpuk_/ {print $3}') accel
     esac
     perf probe -q -x "$bin" -a "$f%return"
 done
-# shellcheck disable=SC2086
-OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} "$bin" --profile $args > "$out/log" 2>&1 &
-pid=$!
-# attach once the last warm-up step has printed
-warm=$(sed -n 's/.* --warmup \([0-9]*\).*/\1/p' <<< " $args ")
-until [ "$(grep -c "(warm-up)" "$out/log" 2>/dev/null)" -ge "${warm:-1}" ]; do
-    kill -0 $pid 2>/dev/null || { cat "$out/log"; exit 1; }
-    sleep 0.05
-done
-perf record -q -e 'probe_bench_llama_step:*' -p $pid -o "$out/perf.data" > /dev/null 2>&1 &
-rec=$!
-until grep -q "^split_ms" "$out/log" 2>/dev/null; do
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.05
-done
-kill -INT $rec
-wait $rec || true
-wait $pid
+# shellcheck source=bench/perf_steps.sh
+. "$here/perf_steps.sh"
+perf_timed_steps "$bin" "$args" -e 'probe_bench_llama_step:*'
 grep -E "^(CPU|ISA|step|split_ms)" "$out/log" || true
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 perf script -i "$out/perf.data" -F tid,time,event,trace 2> /dev/null | python3 "$here/op_trace.py"

@@ -5,6 +5,7 @@
  * transposed views (row runs of memcpy). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -155,11 +156,71 @@ static void test_strided_copy(void) {
     accel_step_reset();
 }
 
+/* The step's kernels that reduce over rows give the same bits whatever the
+ * thread count (their partial sums follow the rows, not the threads): RMSNorm
+ * and LayerNorm (their weight gradients), the fused cross-entropy (its loss),
+ * the whole-tensor sum, the embedding's gradient; each run under 1, 2 and 3
+ * threads, on sizes above their OpenMP thresholds, every value compared as
+ * bits. The logits are a leaf: the GEMM providers' splits are not these
+ * kernels'. */
+enum { TB_R = 400, TB_D = 96, TB_V = 64, TB_OUT = 9 };
+
+/* Runs the ops at one thread count; out receives every result, in order
+ * (len[i] values of result i). */
+static void thread_bits_run(int threads, float *out, int *len) {
+    CHECK(accel_set_num_threads(threads) == ACCEL_OK);
+    accel_tensor *x = gc_randn(11, ACCEL_SHAPE(TB_R, TB_D)), *w = gc_randn(12, ACCEL_SHAPE(TB_D));
+    accel_tensor *b = gc_randn(13, ACCEL_SHAPE(TB_D)), *u = gc_randn(14, ACCEL_SHAPE(TB_R, TB_D));
+    accel_tensor *e = gc_randn(15, ACCEL_SHAPE(TB_V, TB_D)), *logits = gc_randn(16, ACCEL_SHAPE(TB_R, TB_V));
+    accel_requires_grad_(u, false);
+    int64_t ids[TB_R];
+    for (int i = 0; i < TB_R; i++) ids[i] = (i * 7) % TB_V;
+    accel_tensor *idt = accel_from_data(ACCEL_I64, ACCEL_SHAPE(TB_R), ids);
+    accel_tensor *ce = accel_cross_entropy(logits, idt, -100);
+    accel_tensor *rms = accel_sum_all(accel_mul(accel_rms_norm(x, w, 1e-6), u));
+    accel_tensor *ln = accel_sum_all(accel_mul(accel_layer_norm(x, w, b, 1e-5), u));
+    accel_tensor *emb = accel_sum_all(accel_mul(accel_embedding(idt, e), u));
+    accel_tensor *loss = accel_add(accel_add(ce, rms), accel_add(ln, emb));
+    CHECK(loss && accel_backward(loss) == ACCEL_OK);
+    accel_tensor *res[TB_OUT] = {ce, rms, ln, emb, x->grad, w->grad, b->grad, e->grad, logits->grad};
+    for (int i = 0; i < TB_OUT; i++) {
+        len[i] = res[i] ? (int)accel_numel(res[i]) : 0;
+        CHECK(res[i] && accel_to_floats(res[i], out) == ACCEL_OK);
+        out += len[i];
+    }
+    accel_tensor *own[] = {x, w, b, u, e, idt, logits};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) accel_tensor_free(own[i]);
+    accel_step_reset();
+}
+
+static void test_same_bits_any_threads(void) {
+    static const char *name[TB_OUT] = {"cross-entropy loss", "RMSNorm sum", "LayerNorm sum", "embedding sum",
+                                       "x grad", "w grad", "b grad", "embedding grad", "logits grad"};
+    int was = accel_num_threads(), len1[TB_OUT], len[TB_OUT];
+    size_t cap = 4 + (size_t)TB_R * TB_D + 2 * TB_D + (size_t)TB_V * TB_D + (size_t)TB_R * TB_V;
+    float *one = malloc(cap * sizeof *one), *other = malloc(cap * sizeof *other);
+    CHECK(one && other);
+    thread_bits_run(1, one, len1);
+    for (int threads = 2; threads <= 3; threads++) {
+        thread_bits_run(threads, other, len);
+        for (int k = 0, o = 0; k < TB_OUT; o += len1[k], k++) {
+            int diff = 0;
+            for (int i = o; i < o + len1[k] && len[k] == len1[k]; i++) diff += memcmp(&one[i], &other[i], 4) != 0;
+            CHECK_MSG(len[k] == len1[k] && diff == 0, "%d threads: %s: %d of %d values differ from 1 thread's bits",
+                      threads, name[k], diff, len1[k]);
+        }
+    }
+    accel_set_num_threads(was);
+    free(one);
+    free(other);
+}
+
 int main(void) {
     RUN(test_rms_norm_backward);
     RUN(test_cross_entropy_large);
     RUN(test_silu_large);
     RUN(test_strided_copy);
+    RUN(test_same_bits_any_threads);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -83,42 +83,55 @@ accel_status accel__cpuk_rms_norm(accel_k_rms_norm *k) {
     return ACCEL_OK;
 }
 
-/* One pass over x and g: each thread takes a block of rows, writes their dx
- * and adds their weight gradient into a partial of its own (the rows are in
- * L1 for both); the partials are then summed into dw by column blocks. */
+/* The rows' blocks of the backward (one per 64 rows, rounded up, at most 64): the
+ * weight gradient sums each block's rows into a partial of its own, then the
+ * partials in block order, so its bits depend on R alone, never on the
+ * thread count (which only spreads the blocks). */
+static int64_t rms_row_blocks(int64_t R) {
+    int64_t nb = (R + 63) / 64;
+    return nb < 1 ? 1 : nb > 64 ? 64 : nb;
+}
+
+/* One pass over x and g: the threads take blocks of rows, write their dx and
+ * add their weight gradient into the block's partial (the rows are in L1 for
+ * both); the partials are then summed into dw by column blocks. */
 accel_status accel__cpuk_rms_norm_backward(accel_k_rms_norm_backward *k) {
-    int64_t R = k->R, D = k->D;
+    int64_t R = k->R, D = k->D, nb = rms_row_blocks(R);
     const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data;
     const float *w = k->w ? k->w->data : NULL;
     float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
     int nt = R * D > 16384 ? accel_num_threads() : 1;
-    /* per thread: D floats of g * w scratch, then D floats of dw partial */
-    size_t per = (size_t)(dx && w) + (size_t)(dw && nt > 1);
-    float *scratch = per ? accel_arena_alloc(accel_step_arena(), (size_t)nt * per * (size_t)D * sizeof(float), 64)
+    /* D floats of g * w per thread, then D floats of dw partial per block
+     * (one block adds into dw itself); freed on return */
+    size_t n_tmp = dx && w ? (size_t)nt : 0, n_part = dw && nb > 1 ? (size_t)nb : 0;
+    accel_arena *arena = accel_step_arena();
+    accel_arena_mark mark = accel_arena_mark_now(arena);
+    float *scratch = n_tmp + n_part
+                         ? accel_arena_alloc(arena, (n_tmp + n_part) * (size_t)D * sizeof(float), 64)
                          : NULL;
-    if (per && !scratch) return accel_last_status();
+    if (n_tmp + n_part && !scratch) return accel_last_status();
+    float *part = scratch ? scratch + n_tmp * (size_t)D : NULL;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), n = omp_get_num_threads();
-        float *mine = scratch ? scratch + (size_t)t * per * (size_t)D : NULL;
-        float *tmp = dx && w ? mine : NULL;
-        float *pdw = !dw ? NULL : n == 1 ? dw : mine + (dx && w ? D : 0);
-        if (pdw && pdw != dw)
-            for (int64_t j = 0; j < D; j++) pdw[j] = 0.0f;
-        for (int64_t r = R * t / n; r < R * (t + 1) / n; r++) {
-            if (dx) rms_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D, tmp);
-            if (pdw) rms_dw_row(x + r * D, g + r * D, rstd[r], pdw, D, k->x_dt);
-        }
-        if (dw && n > 1) {
-#pragma omp barrier
-            int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16, c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
-            for (int u = 0; u < n; u++) {
-                const float *p = scratch + (size_t)u * per * (size_t)D + (dx && w ? D : 0);
-                for (int64_t j = c0; j < c1; j++) dw[j] += p[j];
+        float *tmp = n_tmp ? scratch + (size_t)omp_get_thread_num() * (size_t)D : NULL;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < nb; b++) {
+            float *pdw = !dw ? NULL : nb == 1 ? dw : part + b * D;
+            if (pdw && pdw != dw)
+                for (int64_t j = 0; j < D; j++) pdw[j] = 0.0f;
+            for (int64_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
+                if (dx) rms_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D, tmp);
+                if (pdw) rms_dw_row(x + r * D, g + r * D, rstd[r], pdw, D, k->x_dt);
             }
         }
+        if (n_part) { /* after the for's barrier: every partial is written */
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16, c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
+            for (int64_t u = 0; u < nb; u++)
+                for (int64_t j = c0; j < c1; j++) dw[j] += part[u * D + j];
+        }
     }
-    return ACCEL_OK;
+    return accel_arena_rewind(arena, mark);
 }
 
 static void ln_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
