@@ -74,14 +74,14 @@ static accel_tensor *by_checkpoint(accel_tensor *x) {
     return accel_sum_all(accel_activation_checkpoint(mul_ctx, values(0.5f), x, 0, NULL));
 }
 
-/* kinds: how many of the kinds (in enum order) a consumer runs. A checkpoint
- * whose x stopped requiring grad after the forward (and that has no
- * parameters) refuses its backward: its recompute records nothing. */
+/* kinds_end: a consumer runs the kinds before it (in enum order). A
+ * checkpoint whose x stopped requiring grad after the forward (and that has
+ * no parameters) refuses its backward: its recompute records nothing. */
 static const struct {
     const char *name;
     consumer_fn fn;
     accel_dtype dt;
-    kind kinds;
+    kind kinds_end;
 } consumers[] = {
     {"mul", by_mul, ACCEL_F32, KINDS},
     {"reshape", by_reshape, ACCEL_F32, KINDS},
@@ -108,11 +108,13 @@ static void run(int c, kind k, float *want) {
         bool step = k != PARAM;
         CHECK_MSG(x->grad && !!(x->grad->flags & ACCEL_TF_ARENA) == step, "%s, %s: the first gradient should be %s",
                   op, kn, step ? "step memory" : "persistent");
-        float got[N];
+        float got[N] = {0};
         CHECK(x->grad && accel_to_floats(x->grad, got) == ACCEL_OK);
         if (k == PARAM) memcpy(want, got, sizeof got);
-        for (int i = 0; i < N; i++) CHECK_MSG(got[i] == want[i], "%s, %s: element %d %g, not %g", op, kn, i, got[i], want[i]);
-        if (p && k != PARAM) CHECK_MSG(p->grad && !(p->grad->flags & ACCEL_TF_ARENA), "%s: the parameter's gradient", op);
+        for (int i = 0; i < N; i++)
+            CHECK_MSG(got[i] == want[i], "%s, %s: element %d %g, not %g", op, kn, i, got[i], want[i]);
+        if (p && k != PARAM)
+            CHECK_MSG(p->grad && !(p->grad->flags & ACCEL_TF_ARENA), "%s: the parameter's gradient", op);
     }
     accel_step_reset();
     if (p) accel_tensor_free(p);
@@ -120,8 +122,8 @@ static void run(int c, kind k, float *want) {
 
 static void test_first_gradient_rule(void) {
     for (int c = 0; c < (int)(sizeof consumers / sizeof consumers[0]); c++) {
-        float want[N];
-        for (kind k = PARAM; k < consumers[c].kinds; k++) run(c, k, want);
+        float want[N] = {0};
+        for (kind k = PARAM; k < consumers[c].kinds_end; k++) run(c, k, want);
     }
 }
 
