@@ -107,6 +107,10 @@ accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_
 
 static bool is_leaf(const accel_tensor *t) { return t->requires_grad && !t->grad_fn; }
 
+bool accel__grad_first_is_step(const accel_tensor *t) {
+    return t->requires_grad && !t->grad && (t->grad_fn || (t->flags & ACCEL_TF_ARENA));
+}
+
 accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
     if (!accel_tensor_check(t, "accel_grad_accumulate", "t") ||
         !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
@@ -123,18 +127,14 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
         return accel_set_error(ACCEL_ERR_DEVICE, "autograd: gradient on %s for a tensor on %s",
                                accel_device_str(g->device, b, sizeof b), accel_device_str(t->device, a, sizeof a));
     }
-    if (!t->grad) {
-        bool persistent = is_leaf(t) && !(t->flags & ACCEL_TF_ARENA);
-        if (persistent) {
-            t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device);
-        } else {
-            /* First gradient of an intermediate: a copy, not zeros + add. */
-            t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
-            if (t->grad && accel_copy_(t->grad, g) != ACCEL_OK) return accel_last_status();
-            return t->grad ? ACCEL_OK : accel_last_status();
-        }
-        if (!t->grad) return accel_last_status();
+    if (accel__grad_first_is_step(t)) {
+        /* A step tensor's first gradient: a copy, not zeros + add. */
+        t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+        if (t->grad && accel_copy_(t->grad, g) != ACCEL_OK) return accel_last_status();
+        return t->grad ? ACCEL_OK : accel_last_status();
     }
+    if (!t->grad && !(t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device)))
+        return accel_last_status();
     accel_k_accumulate k = {.out = t->grad, .in = (accel_tensor *)g};
     accel_status st = ACCEL_KERNEL("accel_grad_accumulate", t->device, accumulate, &k);
     accel__tensor_written(t->grad);
@@ -142,13 +142,13 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
 }
 
 /* Whether t's first gradient may be g's own elements (core_internal.h:
- * accel__grad_move): none yet, not a persistent leaf's (its gradient is
- * persistent), g dense step memory of t's shape, dtype and device. */
+ * accel__grad_move): t's first gradient is step memory, g dense step memory
+ * of t's shape, dtype and device. */
 static bool can_take(const accel_tensor *t, const accel_tensor *g) {
     uintptr_t lo, hi;
-    return t->requires_grad && !t->grad && !(is_leaf(t) && !(t->flags & ACCEL_TF_ARENA)) && g->dtype == t->dtype &&
-           accel_same_shape(t, g) && accel_is_contiguous(g) && accel_device_eq(g->device, t->device) &&
-           accel__tensor_span(g, &lo, &hi) && accel__in_own_step_arena((const void *)lo, hi - lo);
+    return accel__grad_first_is_step(t) && g->dtype == t->dtype && accel_same_shape(t, g) && accel_is_contiguous(g) &&
+           accel_device_eq(g->device, t->device) && accel__tensor_span(g, &lo, &hi) &&
+           accel__in_own_step_arena((const void *)lo, hi - lo);
 }
 
 accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
@@ -158,6 +158,12 @@ accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
     if (!can_take(t, g)) return accel_grad_accumulate(t, g);
     t->grad = g;
     return ACCEL_OK;
+}
+
+accel_status accel__grad_move_out(accel_node *n, accel_tensor *x, accel_tensor *gx) {
+    accel_status st = accel__grad_move(x, gx);
+    if (x->grad == gx && accel__same_data(gx, n->out->grad)) n->out->grad = NULL;
+    return st;
 }
 
 static void fire_ready(accel_tensor *leaf) {
@@ -271,7 +277,7 @@ static accel_tensor *recompute(const checkpoint_ctx *c, accel_tensor *xs) {
  * out of memory. */
 static bool grad_slot(const accel_tensor *t, accel_tensor **slot) {
     *slot = NULL;
-    if (!t || !t->requires_grad || t->grad || (is_leaf(t) && !(t->flags & ACCEL_TF_ARENA))) return true;
+    if (!t || !accel__grad_first_is_step(t)) return true;
     *slot = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
     return *slot != NULL;
 }

@@ -85,14 +85,35 @@ bool accel__arena_kept(const accel_arena *a, int slot, uint64_t watch, size_t po
 bool accel__in_own_step_arena(const void *p, size_t n);
 /* Whether [p, p + n) overlaps any thread's step arena (takes the arenas' lock). */
 bool accel__step_arena_overlaps(const void *p, size_t n);
+/* Whether t is to get its first gradient and that gradient may be step
+ * memory (written directly or taken over, not copied into a persistent
+ * buffer): t requires grad, has no gradient yet, and is either a non-leaf
+ * (an op's output: a step tensor, whose gradient only its node's backward
+ * reads, in this pass) or an arena leaf (requires_grad set by hand on a step
+ * tensor: its header is step memory too, gone at the next accel_step_reset,
+ * and its gradient with it). Never a persistent leaf (a parameter): its
+ * gradient must outlive the step, as the optimizer reads it after the
+ * backward and gradient accumulation adds into it across step resets, and
+ * it is freed with the parameter (accel_tensor_free). The tape's one rule
+ * (accel_grad_accumulate, accel__grad_move, checkpoint recomputes) and that
+ * of the backwards that write a first gradient themselves. */
+bool accel__grad_first_is_step(const accel_tensor *t);
 /* accel_grad_accumulate(t, g) for a g that is the caller's to give away: a
  * step tensor whose elements no other tensor's gradient holds and that
  * nothing reads afterwards but through t->grad (a copy the backward made, or
- * the gradient of its node's output, which it then drops). t's first
- * gradient takes g over (t->grad = g) instead of copying it, where g is
- * dense step memory of t's shape, dtype and device and t is not a persistent
- * leaf; otherwise g is accumulated as accel_grad_accumulate does. */
+ * the gradient of its node's output, which it then drops:
+ * accel__grad_move_out). t's first gradient takes g over (t->grad = g)
+ * instead of copying it, where it may be step memory
+ * (accel__grad_first_is_step) and g is dense step memory of t's shape, dtype
+ * and device; otherwise g is accumulated as accel_grad_accumulate does. */
 accel_status accel__grad_move(accel_tensor *t, accel_tensor *g);
+/* accel__grad_move(x, gx) from the backward of node n, gx being n's output
+ * gradient itself, a view of its elements or a copy the backward made: where
+ * x took the output gradient's elements, n->out->grad is dropped (NULL); it
+ * is complete, no later node reads it, and later additions into x's gradient
+ * must not show through it. The helper sees the node, accel__grad_move does
+ * not. */
+accel_status accel__grad_move_out(struct accel_node *n, accel_tensor *x, accel_tensor *gx);
 /* Whether a and b start at the same element of the same memory (a view
  * returned as it was, not a copy): the ops' backwards ask it before giving a
  * gradient away, without reading tensor data themselves. */

@@ -24,7 +24,7 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
 static accel_status ce_fused_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *x = node->inputs[0], *dx = node->saved[0];
     if (accel_item(grad_out) != 1.0 && !(dx = accel_mul(dx, grad_out))) return accel_last_status();
-    if (!x->grad && x->dtype == dx->dtype && (x->grad_fn || (x->flags & ACCEL_TF_ARENA))) {
+    if (x->dtype == dx->dtype && accel__grad_first_is_step(x)) {
         x->grad = dx;
         return ACCEL_OK;
     }

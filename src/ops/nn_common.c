@@ -26,7 +26,7 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
     }
     /* A non-leaf (or arena leaf) without a gradient yet gets an arena one, as
      * accel_grad_accumulate would allocate, written directly. */
-    if (!gr && t->dtype == ACCEL_F32 && (t->grad_fn || (t->flags & ACCEL_TF_ARENA))) {
+    if (t->dtype == ACCEL_F32 && accel__grad_first_is_step(t)) {
         t->grad = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
         if (!t->grad) return false;
         g->dst = t->grad;
@@ -74,7 +74,7 @@ bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) {
         g->beta = 1.0f;
         return true;
     }
-    if (!gr && (t->grad_fn || (t->flags & ACCEL_TF_ARENA))) {
+    if (accel__grad_first_is_step(t)) {
         t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
         g->dst = t->grad;
         return t->grad != NULL;

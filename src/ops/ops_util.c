@@ -9,11 +9,8 @@ accel_status accel__reshape_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0];
     accel_tensor *gx = accel_reshape(g, x->ndim, x->shape);
     if (!gx) return accel_last_status();
-    /* g's elements (or their dense copy) pass to x: the output's gradient,
-     * complete and read by no later node, is dropped where x took it. */
-    accel_status st = accel__grad_move(x, gx);
-    if (x->grad == gx && accel__same_data(gx, g)) n->out->grad = NULL;
-    return st;
+    /* g's elements (or their dense copy) pass to x. */
+    return accel__grad_move_out(n, x, gx);
 }
 
 accel_tensor *accel__alias_op(const char *op, accel_tensor *a) {

@@ -8,19 +8,17 @@
  * later node, is then dropped; the other input copies (or adds) g before
  * anything accumulates into it. */
 static accel_status add_backward(accel_node *n, accel_tensor *g) {
-    bool moved = false;
     for (int i = 0; i < 2; i++) {
         accel_tensor *x = n->inputs[i];
         if (!x->requires_grad) continue;
         accel_tensor *gx = accel_sum_to_shape(g, x->ndim, x->shape);
         if (i == 1 && n->iarg[0] == ACCEL_B_SUB) gx = accel_neg(gx);
         if (!gx) return accel_last_status();
-        bool whole = gx == g && !moved;
-        accel_status st = whole ? accel__grad_move(x, gx) : accel_grad_accumulate(x, gx);
+        /* g itself while the output still holds it (no input took it yet) */
+        bool whole = gx == n->out->grad;
+        accel_status st = whole ? accel__grad_move_out(n, x, gx) : accel_grad_accumulate(x, gx);
         if (st != ACCEL_OK) return st;
-        moved = moved || (whole && x->grad == g);
     }
-    if (moved) n->out->grad = NULL;
     return ACCEL_OK;
 }
 

@@ -84,7 +84,7 @@ static accel_tensor *collective(collective_fn fn, accel_tensor *x, accel_pg *pg,
 static accel_status collective_grad(accel_node *n, accel_tensor *g, collective_fn fn, int dim) {
     accel_tensor *x = n->inputs[0];
     if (!x->requires_grad) return ACCEL_OK;
-    bool first = !x->grad && (x->grad_fn || (x->flags & ACCEL_TF_ARENA));
+    bool first = accel__grad_first_is_step(x);
     if (first && !(x->grad = accel_empty_on(x->dtype, x->ndim, x->shape, x->device))) return accel_last_status();
     bool direct = first && x->dtype == g->dtype;
     accel_arena *a = accel_step_arena();
