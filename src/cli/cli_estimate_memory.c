@@ -26,6 +26,7 @@
 #include "io/io_internal.h"
 #include "bigmodel/mesh_memory.h"
 #include "nn/arch.h"
+#include "nn/tp_internal.h"
 
 static const char *const DTYPES[] = {"float32", "float16", "int8", "int4"};
 
@@ -512,6 +513,11 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (bert ? accel_bert_config_load(model, &bcfg) != ACCEL_OK : accel_llama_config_load(model, &cfg) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
+    }
+    /* a tp the runtime's plan refuses (sizes it does not divide) has no per-rank memory to estimate */
+    if (!bert && q.mesh[MESH_TP] > 1 && accel__llama_tp_check(&cfg, q.mesh[MESH_TP], q.mesh_flag[MESH_TP])) {
+        fprintf(stderr, "accel estimate-memory: error: %s: %s\n", model, accel_last_error());
+        return 2;
     }
     accel_init_empty_weights_begin();
     accel_module *m = bert ? accel_bert_new(&bcfg, ACCEL_CPU_DEVICE) : accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
