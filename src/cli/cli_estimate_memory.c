@@ -350,9 +350,11 @@ static bool resolve_mesh(rank_request *q, bool nproc_given) {
 static char **split_assignments(int argc, char **argv, int *n) {
     size_t bytes = 0;
     for (int i = 0; i < argc; i++) bytes += strlen(argv[i]) + 1;
-    char **out = malloc(2 * (size_t)argc * sizeof *out + bytes), *names = (char *)(out + 2 * (size_t)argc);
+    char **out = malloc(2 * (size_t)argc * sizeof *out + bytes);
+    if (!out) return NULL;
+    char *names = (char *)(out + 2 * (size_t)argc);
     *n = 0;
-    for (int i = 0; out && i < argc; i++) {
+    for (int i = 0; i < argc; i++) {
         const char *eq = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
         if (!eq) {
             out[(*n)++] = argv[i];
