@@ -167,6 +167,18 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
     "lm_head_2e66.json: the weights would take more than 2\\^63 bytes")
+  # A tp the runtime's plan refuses (8 heads over 3 ranks) is refused without a batch too, before any
+  # table (it printed a per-rank estimate of a mesh that cannot run).
+  add_test(NAME bigmodel_estimate_memory_tp_uneven COMMAND accel_cli estimate-memory data/llama_seed_config --tp_size 3
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_tp_uneven PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "^accel estimate-memory: error: data/llama_seed_config: --tp_size: num_attention_heads is not a multiple of tp 3")
+  # The pipeline table has a row for every stage: 70 of them, the last one (the final norm and lm_head)
+  # included (it stopped at 64 rows, silently).
+  add_test(NAME bigmodel_estimate_memory_pp_stages COMMAND accel_cli estimate-memory data/llama_bad_configs/layers_70.json
+           --pp_size 70 --batch_size 2 --seq_len 4 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_pp_stages PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "│  69 │  69  │2.34 KB│ 2.34 KB │ 4.69 KB │    1    │ 256 bytes │ +9.62 KB +│\n└")
 endif()
 add_test(NAME bigmodel_generate_layers COMMAND generate data/llama_bad_configs/layers_1e6.json
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)

@@ -12,7 +12,9 @@
  * itself at the k-th point, on top of whatever the previous kills left, until a
  * save finishes before reaching k. After every kill: load_state(NULL) succeeds
  * and gives the newest save or the one before it, whole (model and RNG state
- * from the same save), and every entry named checkpoint_<N> loads. */
+ * from the same save), and every entry named checkpoint_<N> loads. A
+ * save_state failing at every point, and one into a file, leave the previous
+ * state and nothing beside it. */
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -192,6 +194,88 @@ static void test_kill_every_point_overwrite(void) {
     rm_tree(project);
 }
 
+/* No hidden staging directory is left beside dir. */
+static bool no_leftover(const char *dir) {
+    char tmp[700];
+    const char *slash = strrchr(dir, '/');
+    snprintf(tmp, sizeof tmp, "%.*s/.tmp_%s", (int)(slash - dir), dir, slash + 1);
+    return access(tmp, F_OK) != 0;
+}
+
+/* save_state(dir) over an existing dir failing at every point (a full disk):
+ * the save reports it, dir holds the previous state, and no staged copy is
+ * left beside it (it stayed, as big as the checkpoint, holding the space). */
+static void test_save_state_fails_at_every_point(void) {
+    char project[300];
+    snprintf(project, sizeof project, "/tmp/accel_ckpt_fail_%d_dir", (int)getpid());
+    rm_tree(project);
+    run r;
+    run_make(&r, project, 0);
+    mark(&r, 0);
+    CHECK(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK);
+    int fails = 0;
+    for (long k = 1;; k++) {
+        mark(&r, (int)k);
+        points_seen = 0;
+        fail_at = k;
+        accel_status s = accel_accelerator_save_state(r.acc, project, NULL, 0);
+        fail_at = 0;
+        bool reached = points_seen >= k;
+        if (s != ACCEL_OK) {
+            fails++;
+            CHECK_STR_CONTAINS(accel_last_error(), "(injected)");
+            accel_clear_error();
+            CHECK_MSG(no_leftover(project), "fail point %ld: the staging directory is left", k);
+        }
+        CHECK_MSG(accel_accelerator_load_state(r.acc, project, NULL) == ACCEL_OK, "fail point %ld: %s", k,
+                  accel_last_error());
+        CHECK_MSG(loaded_id(&r) == (s == ACCEL_OK ? k : 0), "fail point %ld: loaded save %d after a %s save", k,
+                  loaded_id(&r), s == ACCEL_OK ? "successful" : "failed");
+        if (s == ACCEL_OK) { /* back to save 0 for the next point */
+            mark(&r, 0);
+            CHECK(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK);
+        }
+        if (!reached) break;
+    }
+    CHECK_MSG(fails >= 8, "only %d fail points", fails);
+    run_free(&r);
+    rm_tree(project);
+}
+
+/* save_state into what is no directory: refused before anything is written
+ * (it wrote the whole save beside it, failed the rename and left the copy),
+ * the file untouched; an empty name is refused. */
+static void test_save_state_into_non_directory(void) {
+    char project[300], file[340], dangling[340];
+    snprintf(project, sizeof project, "/tmp/accel_ckpt_nodir_%d", (int)getpid());
+    rm_tree(project);
+    run r;
+    run_make(&r, project, 0);
+    snprintf(file, sizeof file, "%s/notes.txt", project);
+    snprintf(dangling, sizeof dangling, "%s/gone", project);
+    CHECK(mkdir(project, 0755) == 0);
+    FILE *f = fopen(file, "w");
+    CHECK(f && fputs("keep me\n", f) >= 0 && fclose(f) == 0);
+    CHECK(symlink("nowhere", dangling) == 0);
+    points_seen = 0;
+    CHECK(accel_accelerator_save_state(r.acc, file, NULL, 0) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "should be a directory, not a file");
+    CHECK_MSG(points_seen == 0, "%ld disk changes before the refusal", points_seen);
+    CHECK(no_leftover(file));
+    char got[32] = "";
+    f = fopen(file, "r");
+    CHECK(f && fgets(got, sizeof got, f) && !strcmp(got, "keep me\n"));
+    if (f) fclose(f);
+    CHECK(accel_accelerator_save_state(r.acc, dangling, NULL, 0) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "a link that leads to no directory");
+    CHECK(no_leftover(dangling));
+    CHECK(accel_accelerator_save_state(r.acc, "", NULL, 0) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "the directory to save into is \"\"");
+    accel_clear_error();
+    run_free(&r);
+    rm_tree(project);
+}
+
 /* ---------------------------------------------------------------- save_model */
 
 /* 3 -> w -> w -> 2: six tensors, in 3 or more shards at max_shard_size "64"
@@ -259,14 +343,6 @@ static bool save_model_setup(const char *dir, int w, const char *shard, accel_ac
     ok &= f && fputs("{}", f) >= 0;
     if (f) ok &= fclose(f) == 0;
     return ok;
-}
-
-/* No hidden staging directory is left beside dir. */
-static bool no_leftover(const char *dir) {
-    char tmp[700];
-    const char *slash = strrchr(dir, '/');
-    snprintf(tmp, sizeof tmp, "%.*s/.tmp_%s", (int)(slash - dir), dir, slash + 1);
-    return access(tmp, F_OK) != 0;
 }
 
 /* Killed at every point: dir holds the previous model or the new one. */
@@ -413,6 +489,8 @@ int main(int argc, char **argv) {
     RUN(test_kill_every_point_total_limit_2);
     RUN(test_kill_every_point_total_limit_3);
     RUN(test_kill_every_point_overwrite);
+    RUN(test_save_state_fails_at_every_point);
+    RUN(test_save_state_into_non_directory);
     RUN(test_save_model_killed_at_every_point);
     RUN(test_save_model_fails_at_every_point);
     accel_thread_cleanup();

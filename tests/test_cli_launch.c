@@ -424,7 +424,8 @@ static void test_config_precedence(void) {
 
 /* Unquoted numbers in a config file are values too (review: they were dropped,
  * so `gpu_ids: 0` set no CUDA_VISIBLE_DEVICES, `gradient_clipping: 1.0` did not
- * clip and `fsdp_sharding_strategy: 2` became FULL_SHARD). */
+ * clip and `fsdp_sharding_strategy: 2` became FULL_SHARD), integers in YAML
+ * 1.1's notations. */
 static void test_config_numbers(void) {
     char cfg[PATH_MAX + 16];
     snprintf(cfg, sizeof cfg, "%s/n.yaml", TMP);
@@ -443,6 +444,16 @@ static void test_config_numbers(void) {
     fclose(f);
     CHECK(run(a, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=2\n");
+    /* integers as PyYAML (YAML 1.1) reads them: a 0-led octal, 0b, 0x, '_' (read as decimal, 010 was
+     * 10 where Accelerate takes 8; 0b10 and 0x2 were refused) */
+    f = fopen(cfg, "w");
+    fprintf(f, "distributed_type: DEEPSPEED\nnum_processes: 0b10\n"
+               "deepspeed_config:\n  zero_stage: 0x2\n  gradient_accumulation_steps: 0_10\n");
+    fclose(f);
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "WORLD_SIZE=2\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_ZERO_STAGE=2\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_ACCUMULATION_STEPS=8\n");
 }
 
 static const char *write_config(const char *name, const char *text) {

@@ -11,6 +11,7 @@
  *   MASTER_PORT= / ACCEL_DIST_TIMEOUT=      defaults used
  *   ACCEL_DISABLE_PROGRESS=maybe           read as "disable"
  *   SLURM_JOB_ID=abc (srun, no MASTER_PORT) ignored: port 29500 for every job
+ *   ACCEL_DIST_BACKEND=gloo                one process: ignored; two: a rendezvous timeout
  * And the parser itself: accel__parse_long / accel__env_* on edge values. */
 #include <fcntl.h>
 #include <limits.h>
@@ -24,6 +25,7 @@
 typedef enum surface {
     ACCELERATOR, /* accel_accelerator_new(NULL): one process */
     DIST,        /* accel_dist_init() as rank 0 of 2 on loopback (ACCEL_DIST_TIMEOUT=3: never a hang) */
+    DIST_ONE,    /* accel_dist_init() as the one process of a world of 1 */
     SRUN,        /* accel_dist_init() as task 0 of 2 of a simulated srun step, no MASTER_PORT */
     PROGRESS,    /* accel_progress_new */
     WARN_DEVICES, /* registry init: warns */
@@ -75,6 +77,8 @@ static const bad_case CASES[] = {
     {DIST, "ACCELERATE_DEBUG_MODE", "maybe", NULL},
     {DIST, "ACCEL_INSECURE_NO_SECRET", "maybe", NULL},
     {DIST, "ACCEL_DIST_BACKEND", "", NULL},
+    {DIST, "ACCEL_DIST_BACKEND", "shmm", NULL},    /* was refused only after the rendezvous: a timeout alone */
+    {DIST_ONE, "ACCEL_DIST_BACKEND", "gloo", NULL}, /* was ignored: one process ran "self" */
     {SRUN, "SLURM_NODEID", "", NULL},
     {SRUN, "SLURM_NODEID", "0x", NULL},
     {SRUN, "SLURM_JOB_ID", "abc", NULL},
@@ -106,11 +110,12 @@ static void clear_env(void) {
 static void base_env(surface where) {
     clear_env();
     setenv("ACCEL_DIST_TIMEOUT", "3", 1);
-    if (where == DIST) {
+    if (where == DIST || where == DIST_ONE) {
+        const char *world = where == DIST ? "2" : "1";
         setenv("RANK", "0", 1);
-        setenv("WORLD_SIZE", "2", 1);
+        setenv("WORLD_SIZE", world, 1);
         setenv("LOCAL_RANK", "0", 1);
-        setenv("LOCAL_WORLD_SIZE", "2", 1);
+        setenv("LOCAL_WORLD_SIZE", world, 1);
         setenv("MASTER_ADDR", "127.0.0.1", 1);
         dist_setenv_int("MASTER_PORT", dist_free_port());
         setenv("ACCEL_JOB_SECRET", "s3cret", 1);

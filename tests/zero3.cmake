@@ -144,6 +144,11 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory PROPERTIES PASS_REGULAR_EXPRESSION
     "Training using Adam on 4 processes, per rank.*│    DDP \\(NO_SHARD\\)    │325.08 MB│325.08 MB│650.16 MB│   0 bytes    │ 1.27 GB │\n│        ZeRO-1        │325.08 MB│325.08 MB│162.54 MB│   0 bytes    │ 812.7 MB│\n│ZeRO-2 \\(SHARD_GRAD_OP\\)│325.08 MB│406.35 MB│162.54 MB│   0 bytes    │893.97 MB│\n│ ZeRO-3 \\(FULL_SHARD\\)  │ 81.27 MB│ 81.27 MB│162.54 MB│   250.0 MB   │575.08 MB│")
+  # argparse's --option=value spellings (they were "unrecognized arguments")
+  add_test(NAME zero3_estimate_memory_equals COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes=4
+           --strategy=ZERO3 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory_equals PROPERTIES PASS_REGULAR_EXPRESSION
+    "Training using Adam on 4 processes, per rank.*\n│ZeRO-3 \\(FULL_SHARD\\)│81.27 MB│ 81.27 MB│162.54 MB│   250.0 MB   │575.08 MB│\n└")
   add_test(NAME zero3_estimate_memory_bad_count
            COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 0 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory_bad_count PROPERTIES

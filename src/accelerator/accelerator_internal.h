@@ -379,10 +379,11 @@ accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const
 void accel__staged_resolve(const char *dir, char *out, size_t n);
 /* "<parent of dir>/.tmp_<name of dir>" into tmp (n bytes). */
 void accel__staged_path(const char *dir, char *tmp, size_t n);
-/* Refuses (before writing anything) a dir that is or holds the working
+/* Refuses (before writing anything) an empty dir, a dir that exists and is
+ * no directory (a file, a link leading nowhere), that is or holds the working
  * directory, or that is a mount point (st_dev differs from its parent's: the
  * swap cannot cross filesystems); removes a tmp left by a crashed save,
- * makes dir's parent and tmp; with
+ * makes dir's parent and tmp (removed again when this fails); with
  * carry, every entry of an existing dir that carry(name, ctx) accepts is
  * hard-linked (copied where links are refused; directories as trees) into
  * tmp, so what the save does not rewrite survives the swap. */

@@ -300,11 +300,24 @@ static accel_status refuse_mount_point(const char *dir, const char *parent, cons
                            "save into a subdirectory of it", op, dir, parent);
 }
 
+/* Something other than a directory at dir (a file, a link leading nowhere:
+ * links to directories were resolved) would only fail the swap, once the
+ * whole save is written: said first, and nothing of it is touched. */
+static accel_status refuse_non_directory(const char *dir, const char *op) {
+    struct stat sb;
+    if (lstat(dir, &sb) != 0 || S_ISDIR(sb.st_mode)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_IO, "%s: Provided path (%s) should be a directory, not a %s", op, dir,
+                           S_ISREG(sb.st_mode) ? "file" : S_ISLNK(sb.st_mode) ? "link that leads to no directory"
+                                                                               : "device, FIFO or socket");
+}
+
 accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
                                  void *ctx, const char *op) {
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
-    accel_status s = refuse_cwd(dir, op);
+    if (!*dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the directory to save into is \"\"", op);
+    accel_status s = refuse_non_directory(dir, op);
+    if (!s) s = refuse_cwd(dir, op);
     if (!s) s = refuse_mount_point(dir, parent, op);
     if (s) return s;
     rm_rf(tmp); /* left over by a crashed save */
@@ -316,6 +329,7 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)
         chmod(tmp, sb.st_mode & 07777); /* the directory that replaces dir keeps its permissions */
         if (carry) s = carry_tree(dir, tmp, carry, ctx, op);
     }
+    if (s) rm_rf(tmp); /* ours (any leftover went above): a failed begin leaves nothing */
     return s;
 }
 
@@ -717,7 +731,11 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
         s = commit(tmp, dir, acc->world);
         if (!s && automatic && acc->o.total_limit > 0) rotate(root, acc->o.total_limit);
     }
-    if ((s = agree(acc, s))) return s;
+    if ((s = agree(acc, s))) {
+        /* a failed save (a full disk) leaves the previous checkpoint and no staged copy taking the space */
+        if (acc->rank == 0) accel__staged_abort(tmp);
+        return s;
+    }
     acc->save_iteration++;
     if (out_dir && out_n) snprintf(out_dir, out_n, "%s", given);
     return ACCEL_OK;

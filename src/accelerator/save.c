@@ -262,13 +262,7 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
     dir = real;
     accel__staged_path(dir, tmp, sizeof tmp);
-    if (!st && acc->rank == 0) {
-        struct stat sb;
-        if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-            st = accel_set_error(ACCEL_ERR_IO, "accel_accelerator_save_model: Provided path (%s) should be a "
-                                               "directory, not a file", dir);
-        else st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
-    }
+    if (!st && acc->rank == 0) st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
     if (gathered) { /* the real weights, gathered unit by unit (collective: every rank joins) */
         accel_status st2 = pm->strat->save_model(acc, pm, tmp, max, st != ACCEL_OK);
         if (!st) st = st2;

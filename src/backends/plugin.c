@@ -257,6 +257,8 @@ static int index_of_pg(const char *pg_name) {
     return -1;
 }
 
+bool accel__plugin_knows_pg(const char *pg_name) { return index_of_pg(pg_name) >= 0; }
+
 bool accel__plugin_load_pg(const char *pg_name) {
     int i = index_of_pg(pg_name);
     return i >= 0 && load_index(i) == ACCEL_OK;

@@ -188,6 +188,8 @@ typedef accel_status (*accel__plugin_init_fn)(const accel__plugin_host *host, ac
 /* Loads the plug-in that provides process-group backend `pg_name` ("nccl");
  * false when no plug-in provides it or it did not load. */
 bool accel__plugin_load_pg(const char *pg_name);
+/* Whether a plug-in the loader knows provides pg backend `pg_name` (loaded or not). */
+bool accel__plugin_knows_pg(const char *pg_name);
 /* The hooks of the plug-in called `name` ("dnnl", a provider with no device
  * type), loading it; NULL when it did not load (accel__plugin_reason_named). */
 const void *accel__plugin_hooks_named(const char *name);

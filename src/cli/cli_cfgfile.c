@@ -186,6 +186,43 @@ void cv_repr(const cv *v, bool top, char *out, size_t n) {
 
 /* ---------------------------------------------------------------- YAML read */
 
+/* v = v * base + d, false on overflow. */
+static bool push_digit(long long *v, int base, int d) {
+    return !__builtin_mul_overflow(*v, base, v) && !__builtin_add_overflow(*v, d, v);
+}
+
+/* A YAML 1.1 int as PyYAML resolves and builds it (yaml.safe_load is what
+ * Accelerate reads a config with): an optional sign, then 0b binary, 0x hex,
+ * a 0-led octal ("010" is 8), decimal, or base 60 ("1:30" is 90), '_'
+ * ignored. False when s is no int or does not fit a long long (then a
+ * string: "08", "0o17" and "1e3" are strings to PyYAML too). Read as
+ * decimal, "num_processes: 010" launched 10 processes where Accelerate
+ * launches 8, and "0x10", "1_000" were refused. */
+static bool yaml11_int(const char *s, long long *out) {
+    const char *p = s + (*s == '-' || *s == '+');
+    int base = p[0] != '0' || !p[1] ? 10 : p[1] == 'b' ? 2 : p[1] == 'x' ? 16 : 8;
+    const char *d = p + (base == 2 || base == 16 ? 2 : base == 8);
+    long long v = 0;
+    int digits = base == 8; /* the octal's leading 0 */
+    if (base == 10 && !(*p >= '1' && *p <= '9') && strcmp(p, "0")) return false;
+    bool sexagesimal = base == 10 && strchr(p, ':');
+    for (; *d && *d != ':'; d++) {
+        if (*d == '_') continue;
+        int k = *d >= '0' && *d <= '9' ? *d - '0' : *d >= 'a' && *d <= 'f' ? *d - 'a' + 10
+                : *d >= 'A' && *d <= 'F' ? *d - 'A' + 10 : 99;
+        if (k >= base || !push_digit(&v, base, k)) return false;
+        digits++;
+    }
+    while (sexagesimal && *d == ':') { /* (:[0-5]?[0-9])+ */
+        int n = 0, g = 0;
+        for (d++; n < 2 && *d >= '0' && *d <= '9'; d++, n++) g = g * 10 + (*d - '0');
+        if (!n || g > 59 || !push_digit(&v, 60, g)) return false;
+    }
+    if (*d || !digits) return false;
+    *out = *s == '-' ? -v : v;
+    return true;
+}
+
 /* PyYAML's YAML 1.1 resolution of a plain scalar. */
 static cv *resolve_plain(const char *s) {
     static const char *const T[] = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", NULL};
@@ -196,10 +233,9 @@ static cv *resolve_plain(const char *s) {
         if (!strcmp(s, F[i])) return cv_bool(false);
     if (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"))
         return cv_new(CV_NULL);
+    long long i;
+    if (yaml11_int(s, &i)) return cv_int(i);
     char *end;
-    errno = 0;
-    long long i = strtoll(s, &end, 10);
-    if (!*end && errno == 0) return cv_int(i);
     double f = strtod(s, &end);
     if (!*end && strpbrk(s, ".eE") && !strpbrk(s, "xX")) {
         cv *v = cv_new(CV_FLOAT);

@@ -27,6 +27,7 @@
 #include "io/io_internal.h"
 #include "bigmodel/mesh_memory.h"
 #include "nn/arch.h"
+#include "nn/tp_internal.h"
 
 static const char *const DTYPES[] = {"float32", "float16", "int8", "int4"};
 
@@ -375,7 +376,46 @@ static bool resolve_mesh(rank_request *q, bool nproc_given) {
 }
 
 
+/* argparse's "--option=value" as "--option" "value" (argv's pointers, the
+ * names copied after them in the one allocation; NULL when out of memory). */
+static char **split_assignments(int argc, char **argv, int *n) {
+    size_t bytes = 0;
+    for (int i = 0; i < argc; i++) bytes += strlen(argv[i]) + 1;
+    char **out = malloc(2 * (size_t)argc * sizeof *out + bytes);
+    if (!out) return NULL;
+    char *names = (char *)(out + 2 * (size_t)argc);
+    *n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *eq = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
+        if (!eq) {
+            out[(*n)++] = argv[i];
+            continue;
+        }
+        size_t len = (size_t)(eq - argv[i]);
+        memcpy(names, argv[i], len);
+        names[len] = 0;
+        out[(*n)++] = names;
+        out[(*n)++] = (char *)eq + 1;
+        names += len + 1;
+    }
+    return out;
+}
+
+static int estimate_memory(int argc, char **argv);
+
 int accel_cli_estimate_memory(int argc, char **argv) {
+    int n;
+    char **args = split_assignments(argc, argv, &n);
+    if (!args) {
+        fprintf(stderr, "accel estimate-memory: out of memory\n");
+        return 1;
+    }
+    int rc = estimate_memory(n, args);
+    free(args);
+    return rc;
+}
+
+static int estimate_memory(int argc, char **argv) {
     const char *model = NULL;
     int dts[16], ndt = 0;
     rank_request q = {.strategy = -1, .act = {.autocast = ACCEL_F32}};
@@ -564,6 +604,11 @@ int accel_cli_estimate_memory(int argc, char **argv) {
     if (bert ? accel_bert_config_load(model, &bcfg) != ACCEL_OK : accel_llama_config_load(model, &cfg) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
+    }
+    /* a tp the runtime's plan refuses (sizes it does not divide) has no per-rank memory to estimate */
+    if (!bert && q.mesh[MESH_TP] > 1 && accel__llama_tp_check(&cfg, q.mesh[MESH_TP], q.mesh_flag[MESH_TP])) {
+        fprintf(stderr, "accel estimate-memory: error: %s: %s\n", model, accel_last_error());
+        return 2;
     }
     /* what context parallelism refuses at prepare (nn/decoder_cp.c), batch or not */
     char cp_bad[256] = "";

@@ -16,6 +16,7 @@
  * in flight, and the gradients that arrived for them) - what
  * accel_pipeline_report.peak_held_bytes measures. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/bigmodel.h"
@@ -114,15 +115,20 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
         return 1;
     }
     enum { COLS = 8 };
-    char rows[64][CLI_TABLE_MAX_COLS][32];
+    char (*rows)[CLI_TABLE_MAX_COLS][32] = malloc((size_t)q->pp * sizeof *rows); /* a row per stage, every one */
+    if (!rows) {
+        fprintf(stderr, WHO ": error: the table of %d stages: out of memory\n", q->pp);
+        return 1;
+    }
     int nr = 0;
-    for (int s = 0; s < q->pp && nr < 64; s++) {
+    for (int s = 0; s < q->pp; s++) {
         accel_rank_memory r;
         int in_flight = 0, held = 0;
         if (stage_inputs(q, s, &in_flight, &held) ||
             accel_rank_memory_estimate((accel_shard_strategy)q->strategy, bytes[s], 0, q->dp_shard, q->autocast,
                                        held * micro_bytes, &r)) {
             fprintf(stderr, WHO ": error: %s\n", accel_last_error());
+            free(rows);
             return 1;
         }
         char (*row)[32] = rows[nr++];
@@ -147,6 +153,7 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     const char *head[COLS] = {"Stage", "Layers", "Weights", "Gradients", "Optimizer", "In flight", "Held inputs",
                               "Total"};
     cli_print_table(title, head, COLS, rows, nr);
+    free(rows);
     printf("Held inputs: each stage's saved micro-batch inputs [%lld, %lld, %lld] %s (%lld bytes each); the "
            "recompute of one micro-batch's chunk comes on top (docs/bigmodel.md \"Per mesh\")\n",
            (long long)(q->batch / q->micro), (long long)T, (long long)C,

@@ -176,10 +176,16 @@ static accel_status read_env(dist_env *e) {
         bool on;
         if (accel__env_bool(DEBUG_MODE_VARS[i], false, &on)) return accel_last_status();
     }
-    const char *forced = getenv("ACCEL_DIST_BACKEND"); /* its name is checked when a backend is chosen */
+    /* a name no backend has is refused here, whatever the world size (one process runs "self" without
+     * reading it); whether a known one can serve this job is checked when the backend is chosen */
+    const char *forced = getenv("ACCEL_DIST_BACKEND");
     if (forced && !*forced)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_BACKEND is set but empty (unset "
                                "it, or name a backend)");
+    if (forced && strcmp(forced, "shm") && strcmp(forced, "tcp") && strcmp(forced, "self") &&
+        !accel__plugin_knows_pg(forced))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_BACKEND='%s' names no backend "
+                               "(shm, tcp, self, or a plug-in's process group such as nccl)", forced);
     return check_job_secret(e);
 }
 

@@ -19,12 +19,11 @@
 #include "nn_internal.h"
 #include "tp_internal.h"
 
-/* Why the model cannot run over tp ranks (an error), or ACCEL_OK. */
-static accel_status plan_check(const accel__arch *a, const accel_llama_config *c, int tp) {
-    static const char *FN = "accel_llama_parallelize";
+accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const char *who) {
+    const accel__arch *a = accel__arch_find(c->model_type);
     if (a->qk_norm && a->gemma_blocks) /* the replicated per-head norm is a plain RMSNorm */
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (per-head q/k norms scaled by 1 + weight) have "
-                               "no tensor-parallel plan", FN, a->model_type);
+                               "no tensor-parallel plan", who, a->model_type);
     int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads;
     const char *bad = H % tp ? "num_attention_heads"
                       : Hkv % tp && tp % Hkv ? "num_key_value_heads (nor a divisor of tp)"
@@ -33,7 +32,7 @@ static accel_status plan_check(const accel__arch *a, const accel_llama_config *c
                                            : NULL;
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is not a multiple of tp %d (heads %lld, kv heads %lld, "
-                               "intermediate_size %lld, vocab_size %lld)", FN, bad, tp, (long long)H,
+                               "intermediate_size %lld, vocab_size %lld)", who, bad, tp, (long long)H,
                                (long long)Hkv, (long long)c->intermediate_size, (long long)c->vocab_size);
     return ACCEL_OK;
 }
@@ -134,7 +133,7 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
     if (!c) return accel_last_status();
     const accel__arch *a = accel__arch_find(c->model_type);
     int tp = accel_pg_size(pg);
-    if (plan_check(a, c, tp)) return accel_last_status();
+    if (accel__llama_tp_check(c, tp, "accel_llama_parallelize")) return accel_last_status();
     accel_tp_plan_entry plan[10];
     int n = plan_entries(a, c, c->num_key_value_heads < tp, sequence_parallel, plan);
     if (accel_module_parallelize(llama, plan, n, pg)) return accel_last_status();

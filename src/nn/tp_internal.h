@@ -64,6 +64,15 @@ bool accel__tp_sequence_split(bool on);
  * fit s. */
 accel_tensor *accel__tp_cut(accel_tensor *w, const accel_tp_slice *s);
 
+/* Why a model of config c cannot run over tp ranks under its own plan
+ * (accel_llama_parallelize): ACCEL_ERR_INVALID_ARG naming the size tp does
+ * not divide (heads, key/value heads unless tp is their multiple,
+ * intermediate_size, vocab_size), ACCEL_ERR_UNSUPPORTED for a family with
+ * no plan; each message starts with who. ACCEL_OK when it can. Read by the
+ * plan and by `accel estimate-memory --tp_size`, so the estimate refuses
+ * what the runtime refuses. */
+accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const char *who);
+
 /* Applies the model's own tensor-parallel plan when it has one (a causal LM
  * of the architecture table: accel_llama_parallelize): 1 applied, 0 no plan
  * of its own (nothing done, no error), -1 refused (the error set). The
