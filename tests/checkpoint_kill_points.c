@@ -168,16 +168,21 @@ static void test_kill_every_point_total_limit_1(void) { sweep_kills(1); }
 static void test_kill_every_point_total_limit_2(void) { sweep_kills(2); }
 static void test_kill_every_point_total_limit_3(void) { sweep_kills(3); }
 
+/* A run whose save 0 is in project (/tmp/accel_ckpt_<tag>_<pid>_dir, made new). */
+static void start_saved(run *r, char *project, size_t n, const char *tag) {
+    snprintf(project, n, "/tmp/accel_ckpt_%s_%d_dir", tag, (int)getpid());
+    rm_tree(project);
+    run_make(r, project, 0);
+    mark(r, 0);
+    CHECK(accel_accelerator_save_state(r->acc, project, NULL, 0) == ACCEL_OK);
+}
+
 /* save_state(dir) over an existing dir: killed anywhere, dir holds the old or
  * the new state. */
 static void test_kill_every_point_overwrite(void) {
     char project[300];
-    snprintf(project, sizeof project, "/tmp/accel_ckpt_kill_%d_dir", (int)getpid());
-    rm_tree(project);
     run r;
-    run_make(&r, project, 0);
-    mark(&r, 0);
-    CHECK(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK);
+    start_saved(&r, project, sizeof project, "kill");
     int newest = 0, kills = 0;
     for (long k = 1;; k++) {
         bool killed = save_killed_at(&r, k, (int)k, project);
@@ -207,12 +212,8 @@ static bool no_leftover(const char *dir) {
  * left beside it (it stayed, as big as the checkpoint, holding the space). */
 static void test_save_state_fails_at_every_point(void) {
     char project[300];
-    snprintf(project, sizeof project, "/tmp/accel_ckpt_fail_%d_dir", (int)getpid());
-    rm_tree(project);
     run r;
-    run_make(&r, project, 0);
-    mark(&r, 0);
-    CHECK(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK);
+    start_saved(&r, project, sizeof project, "fail");
     int fails = 0;
     for (long k = 1;; k++) {
         mark(&r, (int)k);
