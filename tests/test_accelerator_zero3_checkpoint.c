@@ -519,7 +519,18 @@ static int resume_phase(void) {
     size_t len = 0;
     CHECK(accel_load_bytes(losses, &want, &len) == ACCEL_OK && len == (K_STEPS + M_STEPS) * sizeof(double));
     run r = start(true, 99, 0);
+    /* A rank the checkpoint did not have keeps its own generator (as
+     * Accelerate, when a rank's random_states file is missing); it took rank
+     * 0's, which gave it rank 0's stream. */
+    char rs[700];
+    snprintf(rs, sizeof rs, "%s/random_states_%d.safetensors", ckpt, R);
+    bool saved_rank = access(rs, F_OK) == 0;
+    CHECK(accel_rng_init(accel_default_rng(), 1000 + (uint64_t)R) == ACCEL_OK);
     CHECK_MSG(accel_accelerator_load_state(A, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
+    if (!saved_rank)
+        CHECK_MSG(accel_default_rng()->seed == 1000 + (uint64_t)R && accel_default_rng()->offset == 0,
+                  "rank %d (not in the checkpoint) took another rank's generator: seed %llu offset %llu", R,
+                  (unsigned long long)accel_default_rng()->seed, (unsigned long long)accel_default_rng()->offset);
     for (int s = K_STEPS; s < K_STEPS + M_STEPS && want; s++) {
         double l = train_step(r.m, r.o, true, s), w = ((double *)want)[s];
         CHECK_MSG(fabs(l - w) <= 1e-5 * fabs(w), "step %d: loss %.9g resumed on %d processes, %.9g uninterrupted", s,

@@ -555,8 +555,11 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
     snprintf(path, sizeof path, "%s/random_states_%d.safetensors", dir, acc->rank);
     /* A complete checkpoint saved on fewer processes (a ZeRO-3 sharded one
      * loads at any world size): the ranks it did not have take rank 0's
-     * step, loaders and generator state, as Accelerate goes on without them. */
-    if (!accel__is_file(path)) snprintf(path, sizeof path, "%s/random_states_0.safetensors", dir);
+     * step, loaders and scaler (the job's, the same on every rank) and keep
+     * their own generator, as Accelerate keeps a rank's RNG when its
+     * random_states file is missing (rank 0's would give them its stream). */
+    bool own = accel__is_file(path);
+    if (!own) snprintf(path, sizeof path, "%s/random_states_0.safetensors", dir);
     char choices[3 * PATHN];
     snprintf(choices, sizeof choices, "%s/gemm_choices.json", dir);
     if (accel__gemm_choices_load(choices) != ACCEL_OK) return accel_last_status();
@@ -579,9 +582,11 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
         if ((s = accel_dataloader_set_state(acc->dls[i], &st))) break;
     }
     if (!s) {
-        accel_rng *r = accel_default_rng();
-        r->seed = (uint64_t)rng[0];
-        r->offset = (uint64_t)rng[1];
+        if (own) {
+            accel_rng *r = accel_default_rng();
+            r->seed = (uint64_t)rng[0];
+            r->offset = (uint64_t)rng[1];
+        }
         acc->step = step[0];
         acc->sync_gradients = step[1] != 0;
         acc->scale = scaler[0];
