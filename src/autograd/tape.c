@@ -300,7 +300,10 @@ static accel_status recompute_backward(const checkpoint_ctx *c, accel_tensor *x,
     accel_grad_ready_fn ready = tl_ready_fn;
     tl_ready_fn = NULL;
     accel_tensor *ys = recompute(c, xs);
-    accel_status st = ys ? accel_backward_with(ys, g) : accel_last_status();
+    /* Nothing of the recompute requires grad (x stopped requiring it after
+     * the forward and the function has no parameters): nothing to hand back,
+     * as any op's backward skips such inputs. */
+    accel_status st = !ys ? accel_last_status() : ys->requires_grad ? accel_backward_with(ys, g) : ACCEL_OK;
     tl_ready_fn = ready;
     outer.pass = tl_tape.pass;
     tl_tape = outer;
