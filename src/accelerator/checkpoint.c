@@ -730,7 +730,11 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
     accel__staged_resolve(given, dir, sizeof dir); /* a link to the directory: the directory is replaced, the link kept */
     accel__staged_path(dir, tmp, sizeof tmp);
     if (acc->rank == 0) s = accel__staged_begin(dir, tmp, NULL, NULL, "accel_accelerator_save_state");
-    if ((s = agree(acc, s))) return s;
+    bool began = acc->rank == 0 && s == ACCEL_OK;
+    if ((s = agree(acc, s))) {
+        if (began) accel__staged_abort(tmp); /* another rank failed, or the agreement itself */
+        return s;
+    }
     s = agree(acc, write_all(acc, tmp));
     if (!s && acc->rank == 0) {
         s = commit(tmp, dir, acc->world);

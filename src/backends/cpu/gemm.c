@@ -565,7 +565,7 @@ static accel_status dnnl_rows_gemm(accel_dtype dt, bool trans_a, bool trans_b, i
     int64_t blk = ((M + nb - 1) / nb + 15) / 16 * 16;
     nb = (M + blk - 1) / blk;
     accel_status first = ACCEL_OK;
-    char msg[512] = "";
+    char msg[1024] = ""; /* a block's whole message (the error buffer's size) */
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
     for (int64_t b = 0; b < nb; b++) {
         int64_t lo = b * blk, n = M - lo < blk ? M - lo : blk;
