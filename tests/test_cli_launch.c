@@ -456,6 +456,39 @@ static void test_config_numbers(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_ACCUMULATION_STEPS=8\n");
 }
 
+/* Plain scalars as PyYAML (yaml.safe_load) reads them: each row of
+ * data/yaml_scalars.tsv (tools/gen_yaml_scalars.py) as a deepspeed_config
+ * value, read back by `accel env` as its Python repr; an int beyond 64 bits
+ * is refused naming its key. (strtod made 1e3 and 1.0e3 floats where PyYAML
+ * has strings, and 99999999999999999999 was a string where PyYAML has an int.) */
+static void test_yaml_scalars(void) {
+    FILE *t = fopen("data/yaml_scalars.tsv", "r");
+    CHECK(t != NULL);
+    if (!t) return;
+    char line[512], cfg[PATH_MAX + 16], want[600];
+    snprintf(cfg, sizeof cfg, "%s/s.yaml", TMP);
+    const char *a[] = {ACCEL, "env", "--config_file", cfg, NULL};
+    int rows = 0;
+    while (fgets(line, sizeof line, t)) {
+        char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        CHECK(tab && nl);
+        if (!tab || !nl) break;
+        *tab = 0, *nl = 0;
+        FILE *f = fopen(cfg, "w");
+        fprintf(f, "distributed_type: 'NO'\nnum_processes: 1\ndeepspeed_config:\n  x: %s\n", line);
+        fclose(f);
+        CHECK(run(a, NULL) == 0);
+        if (!strcmp(tab + 1, "!range"))
+            snprintf(want, sizeof want, "`x`: %s is an integer out of range (beyond 64 bits)", line);
+        else
+            snprintf(want, sizeof want, "- deepspeed_config: {'x': %s}\n", tab + 1);
+        CHECK_MSG(strstr(OUT, want) != NULL, "scalar %s: want \"%s\" in accel env's output", line, want);
+        rows++;
+    }
+    fclose(t);
+    CHECK(rows > 100);
+}
+
 static const char *write_config(const char *name, const char *text) {
     static char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", TMP, name);
@@ -716,6 +749,7 @@ int main(void) {
     snprintf(PIDENV, sizeof PIDENV, "ACCEL_TEST_PIDDIR=%s", TMP);
     RUN(test_env_contract);
     RUN(test_config_numbers);
+    RUN(test_yaml_scalars);
     RUN(test_flag_errors);
     RUN(test_free_port_reserved);
     RUN(test_several_machines_need_secret);

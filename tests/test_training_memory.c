@@ -426,10 +426,24 @@ static void test_refusals(void) {
     o.tp_size = 0, o.cp_size = 2;
     CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "BERT does not run context-parallel");
+    o.cp_size = -1;
+    CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_bert_activation_bytes: cp_size -1: cp_size is 0 or 1");
+    o.cp_size = 1, o.cp_alltoall = true;
+    CHECK(accel_bert_activation_bytes(&bc, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "cp_alltoall with cp_size 1: the all-to-all strategy needs cp_size above 1");
     /* context parallelism: what the runtime refuses, and the explicit scores not modelled under it */
     o = (accel_activation_opts){.batch_size = 1, .seq_len = 60, .autocast = ACCEL_F32, .cp_size = 4};
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "seq_len 60 is not a multiple of 2 x cp_size = 8");
+    o.cp_size = 1 << 30; /* 2 cp is beyond int */
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 60 is not a multiple of 2 x cp_size = 2147483648");
+    o.cp_size = 0, o.cp_alltoall = true;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_activation_bytes: cp_alltoall with cp_size 0: the all-to-all "
+                       "strategy needs cp_size above 1");
+    o.cp_alltoall = false;
     o.seq_len = SEQ, o.cp_size = -1;
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "cp_size -1: cp_size is 0 or 1");

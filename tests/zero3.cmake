@@ -149,6 +149,24 @@ if(TARGET accel_cli)
            --strategy=ZERO3 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory_equals PROPERTIES PASS_REGULAR_EXPRESSION
     "Training using Adam on 4 processes, per rank.*\n│ZeRO-3 \\(FULL_SHARD\\)│81.27 MB│ 81.27 MB│162.54 MB│   250.0 MB   │575.08 MB│\n└")
+  # an on/off flag given a value by "=" is refused as argparse refuses it (the value was taken as the model)
+  add_test(NAME zero3_estimate_memory_flag_value_msg COMMAND accel_cli estimate-memory data/llama_seed_config
+           --trust_remote_code=1 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory_flag_value_msg PROPERTIES
+    PASS_REGULAR_EXPRESSION "argument --trust_remote_code: ignored explicit argument '1'")
+  add_test(NAME zero3_estimate_memory_flag_value_ckpt COMMAND accel_cli estimate-memory data/llama_seed_config
+           --activation_checkpointing=true WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory_flag_value_ckpt PROPERTIES
+    PASS_REGULAR_EXPRESSION "argument --activation_checkpointing: ignored explicit argument 'true'")
+  # --dtypes=int8 is the one value: what follows is positional (argparse's nargs="+" with "=")
+  add_test(NAME zero3_estimate_memory_dtypes_equals COMMAND accel_cli estimate-memory data/llama_seed_config
+           --dtypes=int8 float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory_dtypes_equals PROPERTIES
+    PASS_REGULAR_EXPRESSION "error: unrecognized arguments: float16")
+  add_test(NAME zero3_estimate_memory_dtypes_equals_model COMMAND accel_cli estimate-memory --dtypes=int8
+           data/llama_seed_config WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(zero3_estimate_memory_dtypes_equals_model PROPERTIES
+    PASS_REGULAR_EXPRESSION "│ int8│   15.62 MB  │ 65.65 MB │")
   add_test(NAME zero3_estimate_memory_bad_count
            COMMAND accel_cli estimate-memory data/llama_seed_config --num_processes 0 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(zero3_estimate_memory_bad_count PROPERTIES

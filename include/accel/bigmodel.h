@@ -177,7 +177,7 @@ typedef struct accel_activation_opts {
                            * seq_len / cp_size positions, seq_len a multiple of 2 cp_size); 0 or 1:
                            * none. Decoders only, not GPT-2 (as the runtime), and not a layer that
                            * attends through explicit scores (a window that bites, soft-capping) */
-    bool cp_alltoall;     /* with cp_size > 1: the all-to-all (Ulysses) strategy, else all-gather */
+    bool cp_alltoall;     /* with cp_size > 1 (refused otherwise): the all-to-all (Ulysses) strategy, else all-gather */
 } accel_activation_opts;
 
 /* Bytes of the step arena (the CPU step tensors: activations, their

@@ -806,10 +806,10 @@ static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const a
                         "position embeddings)", FN, cp);
         return false;
     }
-    if (o->seq_len % (2 * cp)) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is not a multiple of 2 x cp_size = %d: each of the "
+    if (o->seq_len % (2 * (int64_t)cp)) { /* int64: 2 cp overflows int for cp_size >= 2^30 */
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is not a multiple of 2 x cp_size = %lld: each of the "
                         "cp ranks holds 2 of 2 cp equal chunks (load-balanced causal split)", FN,
-                        (long long)o->seq_len, 2 * cp);
+                        (long long)o->seq_len, 2 * (long long)cp);
         return false;
     }
     if (o->cp_alltoall && fmod(d->H, cp) != 0) {
@@ -894,11 +894,6 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     }
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     d->cp = 1, d->Tg = d->T;
-    if (o->cp_size < 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: cp_size %d: cp_size is 0 or 1 (no "
-                        "context parallelism) or the ranks' count", o->cp_size);
-        return false;
-    }
     if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
                .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
@@ -1046,6 +1041,12 @@ static accel_status check_opts(const char *fn, const void *cfg, const accel_acti
     if (o->autocast != ACCEL_F32 && o->autocast != ACCEL_BF16 && o->autocast != ACCEL_F16)
         return accel_set_error(ACCEL_ERR_DTYPE, "%s: autocast must be float32 (none), bfloat16 or float16, got %s",
                                fn, accel_dtype_name(o->autocast));
+    if (o->cp_size < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: cp_size %d: cp_size is 0 or 1 (no context parallelism) "
+                               "or the ranks' count", fn, o->cp_size);
+    if (o->cp_alltoall && o->cp_size <= 1) /* a strategy without ranks to split over: refused, as the CLI does */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: cp_alltoall with cp_size %d: the all-to-all strategy "
+                               "needs cp_size above 1", fn, o->cp_size);
     return ACCEL_OK;
 }
 

@@ -3,6 +3,7 @@
  * to_dict() + yaml.safe_dump (sorted keys, empty dicts and None dropped). */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -187,44 +188,108 @@ void cv_repr(const cv *v, bool top, char *out, size_t n) {
 /* ---------------------------------------------------------------- YAML read */
 
 /* v = v * base + d, false on overflow. */
-static bool push_digit(long long *v, int base, int d) {
+static bool push_digit(unsigned long long *v, int base, int d) {
     return !__builtin_mul_overflow(*v, base, v) && !__builtin_add_overflow(*v, d, v);
 }
 
 /* A YAML 1.1 int as PyYAML resolves and builds it (yaml.safe_load is what
  * Accelerate reads a config with): an optional sign, then 0b binary, 0x hex,
  * a 0-led octal ("010" is 8), decimal, or base 60 ("1:30" is 90), '_'
- * ignored. False when s is no int or does not fit a long long (then a
- * string: "08", "0o17" and "1e3" are strings to PyYAML too). Read as
- * decimal, "num_processes: 010" launched 10 processes where Accelerate
+ * ignored. 1: an int, in *out; 0: no int ("08", "0o17" and "1e3" are
+ * strings to PyYAML too); -1: an int to PyYAML beyond a long long (Python's
+ * ints have no bound: taken as a string, it was a silent wrong answer). Read
+ * as decimal, "num_processes: 010" launched 10 processes where Accelerate
  * launches 8, and "0x10", "1_000" were refused. */
-static bool yaml11_int(const char *s, long long *out) {
+static int yaml11_int(const char *s, long long *out) {
     const char *p = s + (*s == '-' || *s == '+');
     int base = p[0] != '0' || !p[1] ? 10 : p[1] == 'b' ? 2 : p[1] == 'x' ? 16 : 8;
     const char *d = p + (base == 2 || base == 16 ? 2 : base == 8);
-    long long v = 0;
+    unsigned long long v = 0; /* the magnitude: -2^63 fits */
+    bool big = false;
     int digits = base == 8; /* the octal's leading 0 */
-    if (base == 10 && !(*p >= '1' && *p <= '9') && strcmp(p, "0")) return false;
+    if (base == 10 && !(*p >= '1' && *p <= '9') && strcmp(p, "0")) return 0;
     bool sexagesimal = base == 10 && strchr(p, ':');
     for (; *d && *d != ':'; d++) {
         if (*d == '_') continue;
         int k = *d >= '0' && *d <= '9' ? *d - '0' : *d >= 'a' && *d <= 'f' ? *d - 'a' + 10
                 : *d >= 'A' && *d <= 'F' ? *d - 'A' + 10 : 99;
-        if (k >= base || !push_digit(&v, base, k)) return false;
+        if (k >= base) return 0;
+        big |= !push_digit(&v, base, k);
         digits++;
     }
     while (sexagesimal && *d == ':') { /* (:[0-5]?[0-9])+ */
         int n = 0, g = 0;
         for (d++; n < 2 && *d >= '0' && *d <= '9'; d++, n++) g = g * 10 + (*d - '0');
-        if (!n || g > 59 || !push_digit(&v, 60, g)) return false;
+        if (!n || g > 59) return 0;
+        big |= !push_digit(&v, 60, g);
     }
-    if (*d || !digits) return false;
-    *out = *s == '-' ? -v : v;
-    return true;
+    if (*d || !digits) return 0;
+    if (big || v > (unsigned long long)LLONG_MAX + (*s == '-')) return -1;
+    *out = *s == '-' ? (long long)(0 - v) : (long long)v; /* 0 - v: two's complement, -2^63 included */
+    return 1;
 }
 
-/* PyYAML's YAML 1.1 resolution of a plain scalar. */
-static cv *resolve_plain(const char *s) {
+/* p past [0-9_]* (the digits and '_' from p). */
+static const char *skip_digits(const char *p) {
+    while ((*p >= '0' && *p <= '9') || *p == '_') p++;
+    return p;
+}
+
+/* A YAML 1.1 float as PyYAML resolves and builds it: only
+ *   [-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?   "1.", "1_000.5", "1.0e+3"
+ *   \.[0-9][0-9_]*([eE][-+][0-9]+)?              ".5" (no sign)
+ *   [-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*    base 60: "1:30.5" is 90.5
+ *   [-+]?\.(inf|Inf|INF), \.(nan|NaN|NAN)
+ * so "1e3", "1.0e3" (no exponent sign) and "-.5" are strings, where strtod
+ * made them floats. '_' is dropped before the value is read. */
+static bool yaml11_float(const char *s, double *out) {
+    const char *p = s + (*s == '-' || *s == '+');
+    double sign = *s == '-' ? -1 : 1;
+    if (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN")) return *out = NAN, true;
+    if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF")) return *out = sign * INFINITY, true;
+    const char *q = p;
+    bool sexagesimal = false;
+    if (*q >= '0' && *q <= '9') {
+        q = skip_digits(q);
+        while (*q == ':') { /* :[0-5]?[0-9] */
+            int n = 0;
+            for (q++; n < 2 && *q >= '0' && *q <= '9'; q++, n++) {}
+            if (!n || (n == 2 && q[-2] > '5')) return false;
+            sexagesimal = true;
+        }
+    } else if (p != s || *q != '.' || !(q[1] >= '0' && q[1] <= '9')) {
+        return false;
+    }
+    if (*q++ != '.') return false;
+    q = skip_digits(q);
+    if (!sexagesimal && (*q == 'e' || *q == 'E')) {
+        if (q[1] != '-' && q[1] != '+') return false;
+        if (!(q[2] >= '0' && q[2] <= '9')) return false;
+        for (q += 2; *q >= '0' && *q <= '9'; q++) {}
+    }
+    if (*q) return false;
+    char *plain = malloc(strlen(p) + 1), *w = plain; /* p without '_' */
+    if (!plain) cv_oom();
+    for (const char *r = p; *r; r++)
+        if (*r != '_') *w++ = *r;
+    *w = 0;
+    char *end;
+    double v = 0;
+    for (char *part = plain;; part = end + 1) { /* base 60: each part a float, as PyYAML sums them */
+        double x = strtod(part, &end);
+        if (end == part) break; /* "._": PyYAML's float('.') fails; a string here */
+        v = v * 60 + x;
+        if (*end != ':') break;
+    }
+    bool ok = *end == 0;
+    free(plain);
+    if (ok) *out = sign * v;
+    return ok;
+}
+
+/* PyYAML's YAML 1.1 resolution of a plain scalar; NULL (why in err, when
+ * err is not NULL) for an int beyond a long long. */
+static cv *resolve_plain(const char *s, char *err, size_t errn) {
     static const char *const T[] = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", NULL};
     static const char *const F[] = {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", NULL};
     for (int i = 0; T[i]; i++)
@@ -234,15 +299,19 @@ static cv *resolve_plain(const char *s) {
     if (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"))
         return cv_new(CV_NULL);
     long long i;
-    if (yaml11_int(s, &i)) return cv_int(i);
-    char *end;
-    double f = strtod(s, &end);
-    if (!*end && strpbrk(s, ".eE") && !strpbrk(s, "xX")) {
+    double f;
+    if (yaml11_float(s, &f)) {
         cv *v = cv_new(CV_FLOAT);
         v->f = f;
         return v;
     }
-    return cv_str(s);
+    switch (yaml11_int(s, &i)) {
+    case 1: return cv_int(i);
+    case -1:
+        if (err) snprintf(err, errn, "%s is an integer out of range (beyond 64 bits)", s);
+        return NULL;
+    default: return cv_str(s);
+    }
 }
 
 /* Limits on a config file: a real one is a few hundred bytes and three levels
@@ -280,7 +349,7 @@ static void merge_duplicate_keys(cv *m) {
     free(k);
 }
 
-static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, char *err, size_t errn);
+static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, const char *key, int depth, char *err, size_t errn);
 
 static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, size_t errn) {
     if (depth > CFG_MAX_DEPTH) {
@@ -317,7 +386,7 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, 
                 return NULL;
             }
         }
-        cv *v = yaml_node(p, &ev, depth, err, errn);
+        cv *v = yaml_node(p, &ev, key, depth, err, errn);
         yaml_event_delete(&ev);
         if (!v) {
             free(key);
@@ -330,10 +399,17 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, 
 }
 
 /* depth: how many collections enclose this node */
-static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, int depth, char *err, size_t errn) {
+static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, const char *key, int depth, char *err, size_t errn) {
     switch (ev->type) {
     case YAML_SCALAR_EVENT:
-        if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) return resolve_plain((char *)ev->data.scalar.value);
+        if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+            char why[256];
+            cv *v = resolve_plain((char *)ev->data.scalar.value, why, sizeof why);
+            if (!v)
+                snprintf(err, errn, "line %zu: %s%s%s%s", ev->start_mark.line + 1, key ? "`" : "", key ? key : "",
+                         key ? "`: " : "", why);
+            return v;
+        }
         return cv_str((char *)ev->data.scalar.value);
     case YAML_MAPPING_START_EVENT: return yaml_collection(p, true, depth + 1, err, errn);
     case YAML_SEQUENCE_START_EVENT: return yaml_collection(p, false, depth + 1, err, errn);
@@ -373,7 +449,7 @@ static cv *read_yaml(FILE *f, char *err, size_t errn) {
             break;
         }
         if (!root && (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT || t == YAML_SCALAR_EVENT)) {
-            root = yaml_node(&p, &ev, 0, err, errn);
+            root = yaml_node(&p, &ev, NULL, 0, err, errn);
             yaml_event_delete(&ev);
             if (!root) break;
             continue;
@@ -653,8 +729,8 @@ static bool emit_value(yaml_emitter_t *e, const cv *v) {
         return emit_scalar(e, buf, YAML_PLAIN_SCALAR_STYLE);
     case CV_STR: {
         /* A string that would read back as something else is quoted, like PyYAML ('no'). */
-        cv *r = resolve_plain(v->s);
-        bool plain = r->t == CV_STR;
+        cv *r = resolve_plain(v->s, NULL, 0); /* NULL: an int beyond 64 bits, quoted too */
+        bool plain = r && r->t == CV_STR;
         cv_free(r);
         return emit_scalar(e, v->s, plain ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
     }

@@ -377,23 +377,29 @@ static bool resolve_mesh(rank_request *q, bool nproc_given) {
 
 
 /* argparse's "--option=value" as "--option" "value" (argv's pointers, the
- * names copied after them in the one allocation; NULL when out of memory). */
-static char **split_assignments(int argc, char **argv, int *n) {
+ * names copied after them in the one allocation; NULL when out of memory).
+ * (*joined)[i] says that args[i] is the value of such an "=": it is the
+ * option's one value (argparse takes no more after it, even for --dtypes'
+ * nargs="+"), and an on/off flag refuses it. */
+static char **split_assignments(int argc, char **argv, int *n, bool **joined) {
     size_t bytes = 0;
     for (int i = 0; i < argc; i++) bytes += strlen(argv[i]) + 1;
-    char **out = malloc(2 * (size_t)argc * sizeof *out + bytes);
+    char **out = malloc(2 * (size_t)argc * (sizeof *out + sizeof **joined) + bytes);
     if (!out) return NULL;
-    char *names = (char *)(out + 2 * (size_t)argc);
+    *joined = (bool *)(out + 2 * (size_t)argc);
+    char *names = (char *)(*joined + 2 * (size_t)argc);
     *n = 0;
     for (int i = 0; i < argc; i++) {
         const char *eq = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
         if (!eq) {
+            (*joined)[*n] = false;
             out[(*n)++] = argv[i];
             continue;
         }
         size_t len = (size_t)(eq - argv[i]);
         memcpy(names, argv[i], len);
         names[len] = 0;
+        (*joined)[*n] = false, (*joined)[*n + 1] = true;
         out[(*n)++] = names;
         out[(*n)++] = (char *)eq + 1;
         names += len + 1;
@@ -401,21 +407,30 @@ static char **split_assignments(int argc, char **argv, int *n) {
     return out;
 }
 
-static int estimate_memory(int argc, char **argv);
+static int estimate_memory(int argc, char **argv, const bool *joined);
 
 int accel_cli_estimate_memory(int argc, char **argv) {
     int n;
-    char **args = split_assignments(argc, argv, &n);
+    bool *joined;
+    char **args = split_assignments(argc, argv, &n, &joined);
     if (!args) {
         fprintf(stderr, "accel estimate-memory: out of memory\n");
         return 1;
     }
-    int rc = estimate_memory(n, args);
+    int rc = estimate_memory(n, args, joined);
     free(args);
     return rc;
 }
 
-static int estimate_memory(int argc, char **argv) {
+/* argparse's refusal of a value given to an on/off flag by "=" (name: the
+ * flag's canonical spelling). */
+static int refuse_flag_value(const char *name, const char *value) {
+    usage(stderr);
+    fprintf(stderr, "accel estimate-memory: error: argument %s: ignored explicit argument '%s'\n", name, value);
+    return 2;
+}
+
+static int estimate_memory(int argc, char **argv, const bool *joined) {
     const char *model = NULL;
     int dts[16], ndt = 0;
     rank_request q = {.strategy = -1, .act = {.autocast = ACCEL_F32}};
@@ -423,14 +438,19 @@ static int estimate_memory(int argc, char **argv) {
     const char *cp_strategy = NULL; /* the flag that gave it */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        bool valued = i + 1 < argc && joined[i + 1]; /* "--a=v": argv[i + 1] is v */
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            if (valued) return refuse_flag_value("-h/--help", argv[i + 1]);
             usage(stdout);
             return 0;
         }
         if (!strcmp(a, "--dtypes")) {
-            while (i + 1 < argc && argv[i + 1][0] != '-' && dtype_index(argv[i + 1]) >= 0 && ndt < 16)
+            if (valued && dtype_index(argv[i + 1]) >= 0 && ndt < 16) /* the one value: what follows is positional */
                 dts[ndt++] = dtype_index(argv[++i]);
-            if (ndt == 0 || (i + 1 < argc && argv[i + 1][0] != '-' && model)) {
+            else
+                while (!valued && i + 1 < argc && argv[i + 1][0] != '-' && dtype_index(argv[i + 1]) >= 0 && ndt < 16)
+                    dts[ndt++] = dtype_index(argv[++i]);
+            if (ndt == 0 || (!valued && i + 1 < argc && argv[i + 1][0] != '-' && model)) {
                 usage(stderr);
                 fprintf(stderr, "accel estimate-memory: error: argument --dtypes: expected one or more of float32, "
                                 "float16, int8, int4\n");
@@ -471,6 +491,7 @@ static int estimate_memory(int argc, char **argv) {
                 return 2;
             }
         } else if (is_opt(a, "activation_checkpointing")) {
+            if (valued) return refuse_flag_value("--activation_checkpointing", argv[i + 1]);
             q.act.checkpointing = true;
         } else if (is_opt(a, "strategy")) {
             const char *v = i + 1 < argc ? argv[++i] : "";
@@ -523,6 +544,7 @@ static int estimate_memory(int argc, char **argv) {
             i += b >= 0;
             q.act.sequence_parallel = b != 0;
         } else if (is_opt(a, "trust_remote_code")) {
+            if (valued) return refuse_flag_value("--trust_remote_code", argv[i + 1]);
             /* nothing runs remote code here */
         } else if (a[0] == '-' || model) {
             usage(stderr);
