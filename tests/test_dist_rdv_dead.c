@@ -32,7 +32,7 @@ static int rank1_dies(int world) {
     if (!s || accel__claim_rank(s, 1, world) != ACCEL_OK) return 3;
     void *v = NULL;
     for (int k = 0; k < world; k += 2) { /* ranks 0 and 2 are waiting for rank 1 once these exist */
-        char key[16];
+        char key[32];
         snprintf(key, sizeof key, "host/%d", k);
         if (accel__store_get(s, key, &v, NULL) != ACCEL_OK) return 4;
         free(v);
