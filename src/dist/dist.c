@@ -1104,6 +1104,10 @@ static accel_status create_default_group(void) {
         if (st == ACCEL_OK) st = choose_backend(store, &e, &pg->be);
         if (st == ACCEL_OK) {
             st = pg->be->init(pg, store);
+            /* This rank's waits on the store are over: its connection may close
+             * without the store taking it for dead. Before the barrier, so that
+             * no rank is still telling the store when another closes it. */
+            if (st == ACCEL_OK) st = accel__store_done(store);
             /* Every rank is done with the store once all have passed this barrier. */
             if (st == ACCEL_OK) st = pg->be->barrier(pg);
             /* Several ranks per machine: shm inside each (ACCEL_DIST_BACKEND=tcp keeps the flat ring). */
@@ -1315,6 +1319,7 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
     }
     if (!st) {
         st = sub->be->init(sub, store);
+        if (!st && store) st = accel__store_done(store); /* before the barrier; one member: no store */
         if (!st) st = sub->be->barrier(sub); /* every member is done with the store after it */
         if (st) sub->be->finalize(sub);
     }

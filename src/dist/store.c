@@ -24,7 +24,15 @@
  * A refused hello (a wrong secret) is recorded under "refused/<rank>" (the
  * peer's address) and its rank appended to "refused" (the list a waiter reads
  * in one request), so that every rank waiting for any refused rank fails
- * within REFUSED_GRACE_S naming it rather than wait out the timeout. */
+ * within REFUSED_GRACE_S naming it rather than wait out the timeout.
+ *
+ * Likewise a rank whose authenticated connection closes (it exited or was
+ * killed) before it wrote "done/<rank>" (accel__store_done: its rendezvous
+ * is over) is appended to "gone", so that a wait still missing that rank
+ * fails at once naming it rather than wait out ACCEL_DIST_TIMEOUT with no
+ * launcher to notice the death. Only when no other connection claiming that
+ * rank is open (a duplicate claimer's exit is not the genuine rank's death),
+ * and a new connection claiming it takes it off the list again. */
 #include "dist/store.h"
 
 #include "core/core_internal.h"
@@ -39,6 +47,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +66,10 @@ enum { HELLO_OK = 1, HELLO_BAD_SECRET = 2, HELLO_UNPROVEN = 3 };
 #define MAX_UNAUTHED 64
 #define MAX_REFUSED 64 /* refused ranks the store records at most */
 #define HELLO_DEADLINE_S 2.0
+/* How long rank 0's store outlives a rendezvous that failed on a dead rank,
+ * at most, so that the ranks still waiting read the name of the dead one
+ * rather than lose the connection: they poll every 20 ms and close at once. */
+#define GONE_LINGER_S 5.0
 /* What the store holds at most. Rank 0 serves it for the job's lifetime (late
  * claims, claim.c), so retrying duplicates must not grow it without bound; a
  * job uses a few small keys per rank. Past a limit the request's connection
@@ -74,6 +87,7 @@ typedef struct kv {
 typedef struct conn {
     int fd;
     bool authed;
+    int32_t rank;    /* authenticated: the rank its hello claimed */
     double deadline; /* unauthenticated: dropped after this */
     struct sockaddr_in peer;         /* where it connected from (a refusal names it) */
     uint8_t nonce[ACCEL__NONCE_LEN]; /* the challenge sent to it */
@@ -99,6 +113,10 @@ struct accel__store {
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
     size_t n_refused;       /* ranks in the "refused" list */
+    /* Written by the server thread, read by accel__store_close: authenticated
+     * connections open, and whether "gone" ever listed a rank. */
+    atomic_int n_authed;
+    atomic_bool any_gone;
     conn *conns;
     size_t n_conns, cap_conns;
 };
@@ -203,6 +221,7 @@ static bool flush_out(conn *c) {
 }
 
 static void drop_conn(accel__store *s, size_t i) {
+    if (s->conns[i].authed) atomic_fetch_sub(&s->n_authed, 1);
     close(s->conns[i].fd);
     accel_free(s->conns[i].in);
     accel_free(s->conns[i].out);
@@ -234,8 +253,8 @@ static long message_size(const conn *c) {
  * one accept() saw: the peer may be gone by now (its launcher killed it once
  * it read our refusal), when getpeername() no longer knows it. */
 
-/* Whether rank is in the "refused" list. */
-static bool refused_listed(const kv *list, int32_t rank) {
+/* Whether rank is in a rank list ("refused", "gone"). */
+static bool rank_listed(const kv *list, int32_t rank) {
     for (const char *p = list ? list->val : NULL; p && *p;) {
         char *end;
         long r = strtol(p, &end, 10);
@@ -246,25 +265,31 @@ static bool refused_listed(const kv *list, int32_t rank) {
     return false;
 }
 
+/* Appends rank to the list under name unless listed; false when it cannot
+ * (out of memory or of room). Entries are at most 8 bytes ("1048575 "). */
+static bool list_rank(accel__store *s, const char *name, int32_t rank) {
+    kv *list = find_kv(s, name);
+    if (rank_listed(list, rank)) return true;
+    size_t had = list ? list->len - 1 : 0;
+    char *l = accel_malloc(had + 9);
+    if (!l) return false;
+    if (had) memcpy(l, list->val, had);
+    int m = snprintf(l + had, 9, "%d ", (int)rank);
+    if (!put_kv(s, name, l, had + (size_t)m + 1)) {
+        accel_free(l);
+        return false;
+    }
+    return true;
+}
+
 /* The record above; the list first, whenever the rank is absent from it: a
  * rank whose address could not be stored is still listed (once, however
  * often it is refused). */
 static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     char key[32], ip[INET_ADDRSTRLEN] = "?", val[INET_ADDRSTRLEN + 8];
     if (rank < 0 || rank >= (1 << 20)) return;
-    kv *list = find_kv(s, "refused");
-    if (!refused_listed(list, rank)) {
-        if (s->n_refused >= MAX_REFUSED) return;
-        /* The list: at most MAX_REFUSED entries of at most 8 bytes ("1048575 "). */
-        size_t had = list ? list->len - 1 : 0;
-        char *l = accel_malloc(had + 9);
-        if (!l) return;
-        if (had) memcpy(l, list->val, had);
-        int m = snprintf(l + had, 9, "%d ", (int)rank);
-        if (!put_kv(s, "refused", l, had + (size_t)m + 1)) {
-            accel_free(l);
-            return;
-        }
+    if (!rank_listed(find_kv(s, "refused"), rank)) {
+        if (s->n_refused >= MAX_REFUSED || !list_rank(s, "refused", rank)) return;
         s->n_refused++;
     }
     snprintf(key, sizeof key, "refused/%d", (int)rank);
@@ -274,6 +299,33 @@ static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     if (!v) return;
     memcpy(v, val, (size_t)n + 1);
     if (!put_kv(s, key, v, (size_t)n + 1)) accel_free(v);
+}
+
+/* A connection claiming rank is back (a new process for that rank, or the
+ * same one opening a store again): the rank is no longer gone. */
+static void unlist_gone(accel__store *s, int32_t rank) {
+    kv *list = find_kv(s, "gone");
+    if (!rank_listed(list, rank)) return;
+    char *l = accel_malloc(list->len), *w = l; /* never longer than the list it rewrites */
+    if (!l) return;
+    for (char *p = list->val, *end;; p = end) {
+        long r = strtol(p, &end, 10);
+        if (end == p) break;
+        if (r != rank) w += sprintf(w, "%ld ", r);
+    }
+    *w = 0;
+    if (!put_kv(s, "gone", l, (size_t)(w - l) + 1)) accel_free(l);
+}
+
+/* The authenticated connection c closed: its rank is gone unless it said it
+ * was done or another connection claiming it is still open. */
+static void note_gone(accel__store *s, const conn *c) {
+    char key[32];
+    snprintf(key, sizeof key, "done/%d", (int)c->rank);
+    if (c->rank < 0 || c->rank >= (1 << 20) || find_kv(s, key)) return;
+    for (size_t i = 0; i < s->n_conns; i++)
+        if (&s->conns[i] != c && s->conns[i].authed && s->conns[i].rank == c->rank) return;
+    if (list_rank(s, "gone", c->rank)) atomic_store(&s->any_gone, true);
 }
 
 /* The client's answer to our challenge: a valid proof -> authenticated, and
@@ -294,6 +346,9 @@ static bool serve_hello(accel__store *s, conn *c) {
         return false;
     }
     c->authed = true;
+    c->rank = rank;
+    atomic_fetch_add(&s->n_authed, 1);
+    unlist_gone(s, rank);
     code[0] = HELLO_OK;
     accel__auth_mac(s->secret, LABEL_SERVER, nc, c->nonce, &rank, 4, code + 1);
     return reply(c, code, sizeof code);
@@ -487,7 +542,10 @@ static void *server_main(void *arg) {
             short ev = pf[i + 2].revents;
             if (!ev) continue;
             bool ok = !(ev & POLLNVAL) && ((ev & (POLLIN | POLLHUP | POLLERR)) ? serve_input(s, c) : flush_out(c));
-            if (!ok) drop_conn(s, i);
+            if (!ok) {
+                if (c->authed) note_gone(s, c);
+                drop_conn(s, i);
+            }
         }
         double now = accel_now_seconds();
         for (size_t i = s->n_conns; i-- > 0;)
@@ -640,6 +698,11 @@ int accel__store_port(const accel__store *s) { return s->port; }
 void accel__store_close(accel__store *s) {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
+    /* A rank died during the rendezvous: serve on until the other ranks, which
+     * fail at their next poll naming it, have closed (bounded: one may hang). */
+    for (double until = accel_now_seconds() + GONE_LINGER_S;
+         s->serving && atomic_load(&s->any_gone) && atomic_load(&s->n_authed) > 0 && accel_now_seconds() < until;)
+        sleep_s(0.005);
     if (s->serving) {
         if (write(s->wake[1], "x", 1) != 1) { /* the thread also stops when the pipe closes */ }
         pthread_join(s->thread, NULL);
@@ -655,6 +718,12 @@ void accel__store_close(accel__store *s) {
     accel_free(s->conns);
     accel_free(s->secret);
     accel_free(s);
+}
+
+accel_status accel__store_done(accel__store *s) {
+    char key[32];
+    snprintf(key, sizeof key, "done/%d", s->rank);
+    return accel__store_set(s, key, "", 0);
 }
 
 static accel_status request(accel__store *s, uint8_t op, const char *key, const void *val, size_t len) {
@@ -824,6 +893,32 @@ static accel_status lost_after(const refusal *r, int world, const char *what) {
     return refused_error(r, world, what, ACCEL_ERR_DIST, " (and the store's rank 0 gave up on it)");
 }
 
+/* Fails the wait when a rank it still misses (at or above next, below world,
+ * no "<prefix>/<rank>") is in the store's "gone" list (note_gone). */
+static accel_status check_gone(accel__store *s, const char *prefix, int next, int world, const char *what) {
+    void *list = NULL;
+    bool found;
+    int dead = -1;
+    if (try_get(s, "gone", &found, &list, NULL) != ACCEL_OK) return accel_last_status();
+    for (char *p = list, *end; found && dead < 0; p = end) {
+        long k = strtol(p, &end, 10);
+        if (end == p) break;
+        if (k < next || k >= world) continue;
+        char key[STORE_MAX_KEY];
+        bool arrived;
+        snprintf(key, sizeof key, "%s/%ld", prefix, k);
+        if (try_get(s, key, &arrived, NULL, NULL) != ACCEL_OK) {
+            accel_free(list);
+            return accel_last_status();
+        }
+        if (!arrived) dead = (int)k;
+    }
+    accel_free(list);
+    if (dead < 0) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %d of %d closed its store connection during rendezvous "
+                           "(exited or was killed)", what, dead, world);
+}
+
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world, const char *what) {
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     int next = 0; /* ranks below `next` have arrived (keys are never deleted) */
@@ -840,6 +935,7 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
             next++;
         }
         if (next == world) return ACCEL_OK;
+        if (check_gone(s, prefix, next, world, what) != ACCEL_OK) return accel_last_status();
         bool late = accel_now_seconds() > deadline;
         if (check_refused(s, &refused, prefix, next, world, what, fail_fast, late) != ACCEL_OK)
             return lost_after(&refused, world, what);

@@ -29,6 +29,12 @@ void accel__store_close(accel__store *s);
 accel_status accel__store_set(accel__store *s, const char *key, const void *val, size_t len);
 /* Waits (up to the store timeout) until key exists; *val is malloc'd (free()). */
 accel_status accel__store_get(accel__store *s, const char *key, void **val, size_t *len);
+/* This rank's part of the rendezvous is over: its connection may close from
+ * now on without failing anyone ("done/<rank>"). A rank's authenticated
+ * connection that closes before this (exit, kill, a failed init) makes every
+ * wait still missing that rank fail at once:
+ * "<what> failed: rank 1 of 3 closed its store connection during rendezvous (exited or was killed)". */
+accel_status accel__store_done(accel__store *s);
 accel_status accel__store_add(accel__store *s, const char *key, int64_t delta, int64_t *out);
 /* Waits until "<prefix>/<k>" exists for every k < world. On timeout the error
  * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive".
