@@ -597,6 +597,7 @@ static int check_mesh_family(accel_accelerator *acc, const char *type, const mes
                   accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
         if (x->cp > 1) { /* the comparison can fail: the whole sequence's figure misses the rank's by far more */
             o.cp_size = 0;
+            o.cp_alltoall = false; /* refused without cp */
             CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK && rel((double)b.peak, (double)peak) > 0.3,
                       "%s%s: the estimate without cp, %lld bytes, is close to the cp rank's peak %zu", type,
                       ck ? " checkpointed" : "", (long long)b.peak, peak);
