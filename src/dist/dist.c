@@ -125,6 +125,15 @@ static void note_batch_script(const dist_env *e) {
                     "`srun accel launch`) to run the job's %s tasks\n", ntasks, ntasks);
 }
 
+/* The backend built into the library called name (shm, tcp, self), or NULL
+ * (a plug-in's process group, or no backend). */
+static const accel__backend *builtin_backend(const char *name) {
+    if (!strcmp(name, "shm")) return &accel__backend_shm;
+    if (!strcmp(name, "tcp")) return &accel__backend_tcp;
+    if (!strcmp(name, "self")) return &accel__backend_self;
+    return NULL;
+}
+
 static accel_status read_env(dist_env *e) {
     long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
     long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
@@ -182,8 +191,7 @@ static accel_status read_env(dist_env *e) {
     if (forced && !*forced)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_BACKEND is set but empty (unset "
                                "it, or name a backend)");
-    if (forced && strcmp(forced, "shm") && strcmp(forced, "tcp") && strcmp(forced, "self") &&
-        !accel__plugin_knows_pg(forced))
+    if (forced && !builtin_backend(forced) && !accel__plugin_knows_pg(forced))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_BACKEND='%s' names no backend "
                                "(shm, tcp, self, or a plug-in's process group such as nccl)", forced);
     return check_job_secret(e);
@@ -1013,9 +1021,8 @@ static const accel__backend *plugin_pg(const char *name) {
 }
 
 static const accel__backend *backend_by_name(const char *name) {
-    if (!strcmp(name, "shm")) return &accel__backend_shm;
-    if (!strcmp(name, "tcp")) return &accel__backend_tcp;
-    if (!strcmp(name, "self")) return &accel__backend_self;
+    const accel__backend *be = builtin_backend(name);
+    if (be) return be;
     accel__plugin_load_pg(name); /* nccl: the cuda plug-in; mpi: its own */
     return plugin_pg(name);
 }
