@@ -171,6 +171,8 @@ static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
             if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) continue;
             /* oneDNN's row blocks are a candidate of the transposed A alone (dW) */
             if (p == ACCEL__GEMM_PROVIDER_DNNL_ROWS && !g[i].ta) continue;
+            /* oneDNN's f32 matmul on widened panels: a bf16/f16 candidate (f32's is dnnl) */
+            if (p == ACCEL__GEMM_PROVIDER_DNNL_F32 && dt == ACCEL_F32) continue;
             g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, NULL, c);
             double packed = p == ACCEL__GEMM_PROVIDER_DNNL ? dnnl_packed_best(dt, &g[i], a, b, c) : 0.0;
             if (packed > g[i].gflops[p]) g[i].gflops[p] = packed;

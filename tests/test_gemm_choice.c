@@ -144,7 +144,7 @@ static void test_rows_candidate(void) {
     char f[512];
     CHECK(cache_file(f, sizeof f));
     json_t *j = json_load_file(f, 0, NULL);
-    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows;");
+    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows");
     json_decref(j);
     g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.0;
 }
@@ -325,12 +325,28 @@ static void test_choice_not_a_candidate(void) {
                              false) == ACCEL__GEMM_PROVIDER_OPENBLAS);
 }
 
+/* Whether oneDNN's f32 matmul is a candidate here (built in, its plug-in
+ * loaded): an f32 class is timed on two providers. */
+static bool dnnl_f32_here(void) {
+    clear_dir();
+    restart("off", NULL);
+    set_times(1.0, 0.5);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.1; /* never one of f32's */
+    bool here = choose_big() == ACCEL__GEMM_PROVIDER_DNNL;
+    CHECK(g_fake.calls == (here ? 2 : 0));
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.0;
+    return here;
+}
+
 /* bf16 and f16 are chosen by measurement where they have two candidates
  * (oneDNN has a matmul of the dtype: both timed, a clear winner kept, a
- * narrow one not), else keep the rule, OpenBLAS on f32 panels, untimed. How
- * the ops hand over operands (accel__gemm_native) stays the rule's. */
+ * narrow one not), else keep the rule, OpenBLAS on f32 panels. (oneDNN's
+ * f32 matmul on widened panels, timed wherever oneDNN is, loses here:
+ * test_dnnl_f32_candidate.) How the ops hand over operands
+ * (accel__gemm_native) stays the rule's. */
 static void test_low_precision_measured(void) {
     const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    int f32_timed = dnnl_f32_here(); /* dnnl_f32's timing, where it is a candidate */
     for (int d = 0; d < 2; d++) {
         accel_dtype dt = dts[d];
         const char *name = accel_dtype_name(dt);
@@ -338,17 +354,18 @@ static void test_low_precision_measured(void) {
         restart(g_dir, NULL);
         bool native = accel__gemm_native(dt); /* the rule: oneDNN multiplies dt */
         set_times(1.0, 0.5);
+        g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 10.0;
         int p = accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K);
         char buf[2048], cls[64];
         snprintf(cls, sizeof cls, "%s NT M~2^11 N~2^10 K~2^9", name);
-        if (g_fake.calls == 0) { /* one candidate: only OpenBLAS, which the rule names */
-            CHECK_MSG(!native && p == ACCEL__GEMM_PROVIDER_OPENBLAS, "%s: rule %s, got %d untimed", name,
+        if (g_fake.calls == 2 * f32_timed) { /* no oneDNN matmul of dt: OpenBLAS, which the rule names */
+            CHECK_MSG(!native && p == ACCEL__GEMM_PROVIDER_OPENBLAS, "%s: rule %s, got %d", name,
                       native ? "dnnl" : "openblas", p);
-            CHECK(strstr(accel__gemm_choices_describe(buf, sizeof buf), cls) == NULL);
+            CHECK((strstr(accel__gemm_choices_describe(buf, sizeof buf), cls) != NULL) == f32_timed);
             continue;
         }
-        CHECK_MSG(g_fake.calls == 2 && p == ACCEL__GEMM_PROVIDER_DNNL, "%s: %d timings, provider %d", name,
-                  g_fake.calls, p);
+        CHECK_MSG(g_fake.calls == 2 + f32_timed && p == ACCEL__GEMM_PROVIDER_DNNL, "%s: %d timings, provider %d",
+                  name, g_fake.calls, p);
         CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), cls);
         /* read back from the cache untimed; a narrow challenger loses, a clear one wins */
         restart(g_dir, NULL);
@@ -371,12 +388,127 @@ static void test_low_precision_measured(void) {
         accel__cpu_convert(a, dt, af, ACCEL_F32, M * K);
         accel__cpu_convert(b, dt, bf, ACCEL_F32, N * K);
         accel__sgemm_ref(false, true, M, N, K, 1.0f, af, K, bf, K, 0.0f, want, N);
-        for (int q = ACCEL__GEMM_PROVIDER_OPENBLAS; q <= ACCEL__GEMM_PROVIDER_DNNL; q++) {
+        for (int q = ACCEL__GEMM_PROVIDER_OPENBLAS; q < ACCEL__GEMM_N_PROVIDERS; q++) {
+            if (q == ACCEL__GEMM_PROVIDER_DNNL_F32 && !f32_timed) continue;
             CHECK(accel__gemm_on(q, false, true, M, N, K, 1.0f, a, dt, K, b, dt, K, 0.0f, c, N) == ACCEL_OK);
             for (int i = 0; i < M * N; i++) CHECK_MSG(c[i] == want[i], "%s on %d: %g vs %g", name, q, c[i], want[i]);
         }
     }
 }
+/* oneDNN's f32 matmul on widened panels (dnnl_f32) is a candidate of
+ * bf16/f16 classes wherever oneDNN's f32 matmul is, never of f32's: kept
+ * when it wins clearly, not when it is slower or within the margin; read
+ * back from the cache untimed (the file's key names it); a bf16 C on it
+ * (the f32 C in the step arena, rounded after) is the reference's. */
+static void test_dnnl_f32_candidate(void) {
+    if (!dnnl_f32_here()) {
+        fprintf(stderr, "  (no oneDNN f32 matmul here)\n");
+        return;
+    }
+    const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    for (int d = 0; d < 2; d++) {
+        accel_dtype dt = dts[d];
+        int rule = accel__gemm_native(dt) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+        /* within the margin of the incumbent (the rule's): kept off */
+        clear_dir();
+        restart(g_dir, NULL);
+        set_times(rule == ACCEL__GEMM_PROVIDER_OPENBLAS ? 1.0 : 2.0, rule == ACCEL__GEMM_PROVIDER_DNNL ? 1.0 : 2.0);
+        g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.95;
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == rule);
+        /* a clear winner */
+        clear_dir();
+        restart(g_dir, NULL);
+        set_times(1.0, 0.8);
+        g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.5;
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_DNNL_F32);
+        CHECK(g_fake.calls >= 2);
+        char buf[2048], f[512];
+        CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), ": dnnl_f32 (openblas 1000.000 ms, ");
+        CHECK_STR_CONTAINS(buf, "dnnl_f32 500.000 ms)");
+        CHECK(cache_file(f, sizeof f));
+        json_t *j = json_load_file(f, 0, NULL);
+        CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows,dnnl_f32");
+        json_decref(j);
+        /* read back untimed, though a timer would now pick another */
+        restart(g_dir, NULL);
+        set_times(0.1, 0.1);
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_DNNL_F32);
+        CHECK(g_fake.calls == 0);
+        /* measured again, slower: replaced */
+        restart(g_dir, "1");
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) != ACCEL__GEMM_PROVIDER_DNNL_F32);
+    }
+    /* f32 never has it (its own oneDNN matmul is dnnl) */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 2.0);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.1;
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS && g_fake.calls == 2);
+
+    /* a bf16 C (c_dt bf16, beta 0 and 1) on a class measured onto dnnl_f32:
+     * Y = X W^T, 2^26 multiply-adds */
+    enum { M = 256, N = 512, K = 512 };
+    clear_dir();
+    restart("off", NULL);
+    set_times(1.0, 1.0);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.1;
+    CHECK(accel__gemm_provider_for(ACCEL_BF16, false, true, M, N, K) == ACCEL__GEMM_PROVIDER_DNNL_F32);
+    accel_tensor *a = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(M, K), ACCEL_CPU_DEVICE);
+    accel_tensor *w = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(N, K), ACCEL_CPU_DEVICE);
+    accel_tensor *c = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(M, N), ACCEL_CPU_DEVICE);
+    static float af[M * K], wf[N * K], want[M * N], got[M * N], c0[M * N];
+    static uint16_t rounded[M * N];
+    for (int i = 0; i < M * K; i++) af[i] = (float)((i * 7 + 3) % 17 - 8) / 8.0f;
+    for (int i = 0; i < N * K; i++) wf[i] = (float)((i * 5 + 1) % 13 - 6) / 16.0f;
+    for (int i = 0; i < M * N; i++) c0[i] = (float)(i % 9 - 4);
+    accel__cpu_convert(a->data, ACCEL_BF16, af, ACCEL_F32, M * K);
+    accel__cpu_convert(w->data, ACCEL_BF16, wf, ACCEL_F32, N * K);
+    for (int beta = 0; beta <= 1; beta++) {
+        accel__cpu_convert(c->data, ACCEL_BF16, c0, ACCEL_F32, M * N); /* exact: small integers */
+        memcpy(want, c0, sizeof want);
+        /* the values are multiples of 1/128 under 2^7: every sum is exact in f32 */
+        accel__sgemm_ref(false, true, M, N, K, 1.0f, af, K, wf, K, (float)beta, want, N);
+        accel_k_gemm k = {.c = c, .a = a, .b = w, .trans_b = true, .M = M, .N = N, .K = K, .lda = K, .ldb = K,
+                          .ldc = N, .alpha = 1.0f, .beta = (float)beta, .b_weight = true};
+        size_t used = accel_arena_used(accel_step_arena());
+        CHECK_MSG(accel__cpuk_gemm(&k) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(accel_arena_used(accel_step_arena()) == used);
+        accel__cpu_convert(got, ACCEL_F32, c->data, ACCEL_BF16, M * N);
+        accel__cpu_convert(rounded, ACCEL_BF16, want, ACCEL_F32, M * N); /* rounded once, as the kernel does */
+        accel__cpu_convert(want, ACCEL_F32, rounded, ACCEL_BF16, M * N);
+        int bad = -1;
+        for (int i = 0; i < M * N && bad < 0; i++)
+            if (got[i] != want[i]) bad = i;
+        CHECK_MSG(bad < 0, "beta %d: C[%d] = %g, reference %g", beta, bad, bad < 0 ? 0.0 : got[bad],
+                  bad < 0 ? 0.0 : want[bad]);
+    }
+    accel_tensor_free(a), accel_tensor_free(w), accel_tensor_free(c);
+    accel_step_reset();
+}
+
+/* A checkpoint or rank 0's table naming a provider this build lacks (one
+ * of a newer build; oneDNN's without oneDNN) is refused, naming it; dnnl_f32
+ * is taken where oneDNN is built in. */
+static void test_install_names_lacking_provider(void) {
+    const char *bundle = "{\"tables\": [{\"key\": \"k\", \"threads\": 2, \"choices\": [{\"dtype\": "
+                         "\"bfloat16\", \"trans\": \"NT\", \"log2_m\": 11, \"log2_n\": 10, \"log2_k\": 9, "
+                         "\"provider\": \"%s\", \"seconds\": {}}]}]}";
+    char text[512];
+    snprintf(text, sizeof text, bundle, "dnnl_f64");
+    json_t *j = json_loads(text, 0, NULL);
+    const char *why = accel__gemm_choices_install(j);
+    CHECK(why != NULL);
+    CHECK_STR_CONTAINS(why ? why : "", "an entry names provider \"dnnl_f64\", which this build lacks");
+    json_decref(j);
+    snprintf(text, sizeof text, bundle, "dnnl_f32");
+    j = json_loads(text, 0, NULL);
+    why = accel__gemm_choices_install(j);
+    if (accel__gemm_have_dnnl()) CHECK_MSG(why == NULL, "%s", why);
+    else CHECK_STR_CONTAINS(why ? why : "", "an entry names provider \"dnnl_f32\", which this build lacks");
+    json_decref(j);
+    accel__gemm_choice_reset();
+}
+
 /* A run whose GEMMs are of measured classes: Y = X W^T of a 512 x 512
  * weight on 256 rows and its dW = dY^T X, 2^26 multiply-adds each. */
 typedef struct lrun {
@@ -586,6 +718,8 @@ int main(int argc, char **argv) {
     RUN(test_load_other_thread_count);
     RUN(test_choice_not_a_candidate);
     RUN(test_low_precision_measured);
+    RUN(test_dnnl_f32_candidate);
+    RUN(test_install_names_lacking_provider);
     RUN(test_resume_on_saved_choices);
     clear_dir();
     rmdir(g_dir);

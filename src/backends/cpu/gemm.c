@@ -322,6 +322,10 @@ static bool dnnl_candidate(accel_dtype dt) {
     return dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
 }
 
+/* oneDNN's f32 matmul on widened panels (ACCEL__GEMM_PROVIDER_DNNL_F32) is
+ * a candidate for dt GEMMs: dt is bf16 or f16 and oneDNN is one for f32. */
+static bool dnnl_f32_candidate(accel_dtype dt) { return dt != ACCEL_F32 && dnnl_candidate(ACCEL_F32); }
+
 /* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
  * bf16/f16 oneDNN where the CPU has units for dt) is the prior; with two
  * candidates a large shape's class is timed (gemm_choice.c; always when
@@ -335,6 +339,8 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
     /* a transposed A (dW = dY^T X) also on oneDNN's row blocks (gemm.h) */
     if (can && trans_a) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_ROWS;
+    /* bf16/f16 also as oneDNN's f32 matmul on widened panels (gemm.h) */
+    if (dnnl_f32_candidate(dt)) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_F32;
     return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
 }
 
@@ -366,10 +372,13 @@ const char *accel__gemm_provider_name(accel__gemm_provider p) {
     return p == ACCEL__GEMM_PROVIDER_REFERENCE   ? "reference"
            : p == ACCEL__GEMM_PROVIDER_DNNL      ? "dnnl"
            : p == ACCEL__GEMM_PROVIDER_DNNL_ROWS ? "dnnl_rows"
+           : p == ACCEL__GEMM_PROVIDER_DNNL_F32  ? "dnnl_f32"
                                                  : "openblas";
 }
 
-bool accel__gemm_is_dnnl(int p) { return p == ACCEL__GEMM_PROVIDER_DNNL || p == ACCEL__GEMM_PROVIDER_DNNL_ROWS; }
+bool accel__gemm_is_dnnl(int p) {
+    return p == ACCEL__GEMM_PROVIDER_DNNL || p == ACCEL__GEMM_PROVIDER_DNNL_ROWS || p == ACCEL__GEMM_PROVIDER_DNNL_F32;
+}
 
 bool accel__gemm_native(accel_dtype dt) {
     if (dt == ACCEL_F32) return true;
@@ -433,7 +442,7 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
  * class's measured choice, after out's line. */
 static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
     size_t used = strlen(out);
-    if (mode == ACCEL__GEMM_AUTO && dnnl_candidate(dt) && used < n)
+    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || dnnl_f32_candidate(dt)) && used < n)
         snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
 }
 
@@ -592,11 +601,13 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
     /* Stored shapes of the operands. */
     int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
     int64_t br = trans_b ? N : K, bc = trans_b ? K : N;
-    /* OpenBLAS multiplies f32; so does oneDNN on a CPU where it has no
-     * matmul of dt (ACCEL_GEMM=dnnl only); for K = 0 oneDNN computes
-     * nothing, and the reference loop scales C by beta. */
+    /* OpenBLAS multiplies f32, and so does dnnl_f32; so does oneDNN on a
+     * CPU where it has no matmul of dt (ACCEL_GEMM=dnnl only); for K = 0
+     * oneDNN computes nothing, and the reference loop scales C by beta. */
     const char *impl;
-    if (!accel__gemm_is_dnnl(provider) || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    if (!accel__gemm_is_dnnl(provider) || provider == ACCEL__GEMM_PROVIDER_DNNL_F32 || K <= 0 ||
+        !dnnl_probe(dt, &impl))
+        dt = ACCEL_F32;
     /* The widened panels live for this call only: rewound at its end, so a
      * step's arena holds one call's panels at a time, whichever provider
      * and CPU kind (docs/cpu.md "Operand copies"). */
@@ -620,7 +631,7 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
     ldb = b_dt == dt ? ldb : (bc ? bc : 1);
     if (!a || !b) st = accel_last_status();
 #ifdef ACCEL_HAVE_DNNL
-    else if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
+    else if ((provider == ACCEL__GEMM_PROVIDER_DNNL || provider == ACCEL__GEMM_PROVIDER_DNNL_F32) && K > 0)
         st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ACCEL_F32, ldc);
     else if (provider == ACCEL__GEMM_PROVIDER_DNNL_ROWS && K > 0)
         st = dnnl_rows_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);

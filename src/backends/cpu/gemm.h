@@ -164,6 +164,15 @@ typedef enum accel__gemm_provider {
      * the Llama step's dW shapes on Zen 5). Only a candidate of the
      * measured choice, for trans_a GEMMs (gemm_choice.c; docs/cpu.md) */
     ACCEL__GEMM_PROVIDER_DNNL_ROWS,
+    /* oneDNN's f32 matmul on bf16/f16 operands widened exactly to f32
+     * panels in the step arena for the call (as for OpenBLAS; products of
+     * two bf16 or f16 are exact in f32, accumulation f32 as oneDNN's
+     * bf16 path): on a CPU whose bf16 unit has half the f32 FMA rate (Intel
+     * AVX512-BF16 without AMX: oneDNN f32 ~1.6x its bf16), or whose
+     * OpenBLAS runs a slow fallback core, the fastest of the three. Only a
+     * candidate of the measured choice, for bf16/f16 GEMMs (gemm_choice.c;
+     * docs/cpu.md) */
+    ACCEL__GEMM_PROVIDER_DNNL_F32,
     ACCEL__GEMM_N_PROVIDERS,
 } accel__gemm_provider;
 
@@ -174,14 +183,15 @@ accel_status accel__gemm_set_mode(accel__gemm_mode mode);
 
 /* True when the library was built with oneDNN. */
 bool accel__gemm_have_dnnl(void);
-/* True when provider p is oneDNN (whole or on row blocks). */
+/* True when provider p is oneDNN (whole, on row blocks, or on f32 panels). */
 bool accel__gemm_is_dnnl(int p);
 
 /* The provider accel__gemm uses for compute dtype dt on this shape, or -1
  * (error set) when ACCEL_GEMM holds no valid mode. */
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
-/* The provider's name: "reference", "openblas", "dnnl", "dnnl_rows". */
+/* The provider's name: "reference", "openblas", "dnnl", "dnnl_rows",
+ * "dnnl_f32". */
 const char *accel__gemm_provider_name(accel__gemm_provider p);
 
 /* True when operands of dtype dt reach a GEMM provider that multiplies dt
@@ -216,7 +226,8 @@ void accel__gemm_library_versions(char *out, size_t n);
  * than one candidate (OpenBLAS, and oneDNN where it has a matmul of the
  * dtype that is no reference loop: f32 everywhere, bf16/f16 where the CPU
  * or oneDNN's emulation runs it; OpenBLAS multiplies a bf16/f16 GEMM on f32
- * panels; with a transposed A also oneDNN on row blocks, dnnl_rows) takes
+ * panels; with a transposed A also oneDNN on row blocks, dnnl_rows; for
+ * bf16/f16 also oneDNN's f32 matmul on f32 panels, dnnl_f32) takes
  * the provider its shape class (accel__gemm_class) chose:
  * timed the first time the class is seen, kept in memory and in a cache
  * file per CPU model and features, library versions, the providers this

@@ -158,21 +158,30 @@ static int find(const accel__gemm_class *c) {
     return -1;
 }
 
-/* One entry of the file into *ch; false when it is malformed. */
-static bool entry_parse(json_t *e, int threads, choice *ch) {
+/* Why an entry names no provider this build runs, for entry_parse's
+ * callers (g_lock or g_parse_lock: so the thread's own buffer). */
+static _Thread_local char g_why[96];
+
+/* One entry of the file into *ch; NULL, or why it is malformed or names a
+ * provider this build lacks (oneDNN's, without oneDNN). */
+static const char *entry_parse(json_t *e, int threads, choice *ch) {
     memset(ch, 0, sizeof *ch);
     const char *dt = json_string_value(json_object_get(e, "dtype")), *tr = json_string_value(json_object_get(e, "trans"));
     json_t *m = json_object_get(e, "log2_m"), *n = json_object_get(e, "log2_n"), *k = json_object_get(e, "log2_k");
-    int p = provider_of_name(json_string_value(json_object_get(e, "provider")));
+    const char *pname = json_string_value(json_object_get(e, "provider"));
+    int p = provider_of_name(pname);
     int d = -1;
     for (int i = 0; i < 3; i++)
         if (dt && !strcmp(dt, DT_NAMES[i])) d = i;
     if (d < 0 || !tr || strlen(tr) != 2 || !strchr("NT", tr[0]) || !strchr("NT", tr[1]) || !json_is_integer(m) ||
-        !json_is_integer(n) || !json_is_integer(k) || p <= ACCEL__GEMM_PROVIDER_REFERENCE)
-        return false;
+        !json_is_integer(n) || !json_is_integer(k) || !pname || p == ACCEL__GEMM_PROVIDER_REFERENCE)
+        return "a malformed entry";
     json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
-    if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return false;
-    if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) return false;
+    if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return "a malformed entry";
+    if (p < 0 || (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())) {
+        snprintf(g_why, sizeof g_why, "an entry names provider \"%.40s\", which this build lacks", pname);
+        return g_why;
+    }
     ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
@@ -180,7 +189,7 @@ static bool entry_parse(json_t *e, int threads, choice *ch) {
         json_t *s = json_object_get(secs, accel__gemm_provider_name((accel__gemm_provider)q));
         if (json_is_number(s) && json_number_value(s) > 0) ch->seconds[q] = json_number_value(s);
     }
-    return true;
+    return NULL;
 }
 
 /* The choices of the file's JSON j into out[*n] (at most max) as choices of
@@ -194,7 +203,9 @@ static const char *table_parse(json_t *j, const char *key, int threads, choice *
         return "it holds the choices of another CPU, library version or thread count";
     if (!json_is_array(list)) return "no \"choices\" list";
     for (size_t i = 0; i < json_array_size(list); i++) {
-        if (*n == max || !entry_parse(json_array_get(list, i), threads, &out[*n])) return "a malformed entry";
+        if (*n == max) return "more entries than a table holds";
+        const char *why = entry_parse(json_array_get(list, i), threads, &out[*n]);
+        if (why) return why;
         ++*n;
     }
     return NULL;
