@@ -169,7 +169,8 @@ typedef enum accel__gemm_provider {
      * two bf16 or f16 are exact in f32, accumulation f32 as oneDNN's
      * bf16 path): on a CPU whose bf16 unit has half the f32 FMA rate (Intel
      * AVX512-BF16 without AMX: oneDNN f32 ~1.6x its bf16), or whose
-     * OpenBLAS runs a slow fallback core, the fastest of the three. Only a
+     * OpenBLAS runs a slow fallback core, faster than OpenBLAS and oneDNN's
+     * own bf16/f16 matmul (which the measurement tells). Only a
      * candidate of the measured choice, for bf16/f16 GEMMs (gemm_choice.c;
      * docs/cpu.md) */
     ACCEL__GEMM_PROVIDER_DNNL_F32,
@@ -239,7 +240,7 @@ void accel__gemm_library_versions(char *out, size_t n);
  * (the cache, else the rule), =1 measures the cached classes again at their
  * first use. Smaller GEMMs keep the rule, and so does the question whether
  * the ops hand a bf16/f16 GEMM its operands as they are or widened once
- * (accel__gemm_native): a large class measured onto OpenBLAS then widens
+ * (accel__gemm_native): a large class measured onto OpenBLAS or dnnl_f32 widens
  * its operands per call, as ACCEL_GEMM=openblas does. The ranks of a job
  * multiply on rank 0's table, a resumed run on its checkpoint's
  * (accel__gemm_choices_bundle / _install). */
