@@ -158,10 +158,6 @@ static int find(const accel__gemm_class *c) {
     return -1;
 }
 
-/* Why an entry names no provider this build runs, for entry_parse's
- * callers (g_lock or g_parse_lock: so the thread's own buffer). */
-static _Thread_local char g_why[96];
-
 /* One entry of the file into *ch; NULL, or why it is malformed or names a
  * provider this build lacks (oneDNN's, without oneDNN). */
 static const char *entry_parse(json_t *e, int threads, choice *ch) {
@@ -178,10 +174,9 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
         return "a malformed entry";
     json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
     if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return "a malformed entry";
-    if (p < 0 || (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())) {
-        snprintf(g_why, sizeof g_why, "an entry names provider \"%.40s\", which this build lacks", pname);
-        return g_why;
-    }
+    if (p < 0) return "an entry names a provider this build does not know (a newer build's?)";
+    if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())
+        return "an entry names a oneDNN provider (dnnl, dnnl_rows or dnnl_f32) and this build has no oneDNN";
     ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
