@@ -419,8 +419,8 @@ static void test_estimate_memory_cp(void) {
         {"--cp_size", "2", "--parallelism_config_cp_comm_strategy", "ring", NULL, NULL,
          "argument --parallelism_config_cp_comm_strategy: invalid choice: 'ring' (choose from 'allgather', 'alltoall')"},
         {"--cp_size", "3", "--cp_comm_strategy", "alltoall", NULL, NULL,
-         "--cp_comm_strategy alltoall splits a rank's 8 query heads (num_attention_heads 8 / --tp_size 1) over "
-         "--cp_size 3: not a multiple"},
+         "data/llama_seed_config: --cp_size: the all-to-all strategy splits a rank's 8 query heads "
+         "(num_attention_heads 8 / tp 1) over cp 3 ranks: not a multiple"},
         {"--cp_size", "0", NULL, NULL, NULL, NULL, "argument --cp_size: expected a count >= 1"},
         {"--cp_size", "2", "--parallelism_config_cp_size", "4", NULL, NULL,
          "--cp_size 2 and --parallelism_config_cp_size 4 disagree"},
@@ -436,7 +436,8 @@ static void test_estimate_memory_cp(void) {
     }
     /* models cp does not run, and layers whose explicit scores the estimate does not count under cp */
     static const char *const MODELS[][2] = {
-        {"data/hf_arch_gpt2", "data/hf_arch_gpt2: context parallelism does not run GPT-2"},
+        {"data/hf_arch_gpt2", "data/hf_arch_gpt2: --cp_size: context parallelism does not run gpt2 models (learned "
+                              "position embeddings)"},
         {"data/hf_bert_base", "tensor, pipeline and context parallelism of bert models are not implemented"},
         {"data/hf_arch_gemma2", "layer 0 attends through explicit scores (attention soft-capping), whose memory under "
                                 "context parallelism is not modelled here"},
