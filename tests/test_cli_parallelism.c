@@ -355,6 +355,14 @@ static void test_estimate_memory_mesh(void) {
         CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
         CHECK_STR_CONTAINS(ERR, BAD[i][4]);
     }
+    /* GPT-2 runs under tp, its Conv1D weights cut as the plan cuts them (bigmodel/mesh_memory.h): a rank of
+     * tp 2 holds each of the 2 layers' 6448 parameters (c_attn [32, 48] + 48, attn.c_proj [16, 32] + 32, c_fc
+     * [32, 64] + 64, mlp.c_proj [64, 32] + 32, two LayerNorms of 64), half of wte's 900 rows (14400), wpe
+     * (32 x 32) and ln_f (64): 28384 f32, 110.88 KB (test_tp_llama checks such figures against the runtime) */
+    const char *g[] = {"estimate-memory", "data/hf_arch_gpt2", "--tp_size", "2", "--batch_size", "1", "--seq_len", "8",
+                       NULL};
+    CHECK_MSG(run(g, NULL) == 0, "GPT-2 under tp: %s", ERR);
+    CHECK_STR_CONTAINS(OUT, "│    DDP (NO_SHARD)    │110.88 KB│110.88 KB│221.75 KB│");
     /* the activations of one tp rank (f32: the same figure on every CPU; tests/test_training_memory.c checks
      * the estimate against measured steps of every family): tp 2 holds less than one process (949.96 MB), Megatron's
      * sequence parallelism less again; a sequence it cannot split, and tp x pp with a batch, refused by name */

@@ -412,7 +412,7 @@ static void test_refusals(void) {
     c = config();
     o = (accel_activation_opts){.batch_size = 1, .seq_len = 63, .autocast = ACCEL_F32, .tp_size = 3};
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp_size 3");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_activation_bytes: num_attention_heads is not a multiple of tp 3");
     o.tp_size = 2, o.sequence_parallel = true;
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "seq_len 63 is not a multiple of tp_size 2: sequence parallelism splits");

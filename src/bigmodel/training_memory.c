@@ -28,6 +28,7 @@
 #include "backends/cpu/gemm.h"
 #include "nn/arch.h"
 #include "nn/decoder_cp.h"
+#include "nn/tp_internal.h"
 
 /* The dtypes of a step: the autocast dtype (f32 = none) and whether the CPU
  * GEMM multiplies that dtype itself (oneDNN on AMX / AVX512-BF16) or on f32
@@ -858,20 +859,8 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                         (long long)o->seq_len, tp);
         return false;
     }
-    /* the sizes accel_llama_parallelize splits (src/nn/decoder_tp.c refuses the others) */
-    const char *uneven = tp == 1                                      ? NULL
-                         : cfg->num_attention_heads % tp               ? "num_attention_heads"
-                         : fmod(kv, tp) != 0 && fmod(tp, kv) != 0       ? "num_key_value_heads (nor a divisor of tp)"
-                         : cfg->intermediate_size % tp                 ? "intermediate_size"
-                         : cfg->vocab_size % tp                        ? "vocab_size"
-                                                                       : NULL;
-    if (uneven) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: %s is not a multiple of tp_size %d (heads "
-                        "%lld, kv heads %.0f, intermediate_size %lld, vocab_size %lld): the tensor-parallel plan "
-                        "refuses it", uneven, tp, (long long)cfg->num_attention_heads, kv,
-                        (long long)cfg->intermediate_size, (long long)cfg->vocab_size);
-        return false;
-    }
+    /* what accel_llama_parallelize refuses (its own check: sizes tp does not divide, families with no plan) */
+    if (tp > 1 && accel__llama_tp_check(cfg, tp, "accel_llama_activation_bytes")) return false;
     if (tp > 1) { /* this rank's heads (one replicated key/value head with fewer than tp), columns, vocabulary */
         d->tp = true;
         d->H = heads / tp;
