@@ -363,6 +363,25 @@ static void test_estimate_memory_mesh(void) {
                        NULL};
     CHECK_MSG(run(g, NULL) == 0, "GPT-2 under tp: %s", ERR);
     CHECK_STR_CONTAINS(OUT, "│    DDP (NO_SHARD)    │110.88 KB│110.88 KB│221.75 KB│");
+    /* sequence parallelism's flag takes str_to_bool's words, by "=" too; another word given by "=" is refused
+     * by name (it was taken for the model, or left over as an unrecognized argument) */
+    const char *sp[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "2", "--sequence-parallelism=yes",
+                        "--batch_size", "1", "--seq_len", "8", NULL};
+    CHECK_MSG(run(sp, NULL) == 0, "--sequence-parallelism=yes: %s", ERR);
+    CHECK_STR_CONTAINS(OUT, "per rank (batch 1 x 8, f32, sequence parallel)");
+    static const char *const SP_BAD[][3] = {
+        {"--sequence_parallelism=maybe", "data/llama_seed_config", "argument --sequence_parallelism: invalid str_to_bool "
+                                                                   "value: 'maybe'"},
+        {"data/llama_seed_config", "--sequence-parallelism=maybe", "argument --sequence_parallelism: invalid "
+                                                                   "str_to_bool value: 'maybe'"},
+        {"--megatron_lm_sequence_parallelism=2", "data/llama_seed_config", "argument "
+                                                 "--megatron_lm_sequence_parallelism: invalid str_to_bool value: '2'"},
+    };
+    for (size_t i = 0; i < sizeof SP_BAD / sizeof *SP_BAD; i++) {
+        const char *c[] = {"estimate-memory", SP_BAD[i][0], SP_BAD[i][1], "--tp_size", "2", NULL};
+        CHECK_MSG(run(c, NULL) == 2, "accepted: %s %s", SP_BAD[i][0], SP_BAD[i][1]);
+        CHECK_STR_CONTAINS(ERR, SP_BAD[i][2]);
+    }
     /* the activations of one tp rank (f32: the same figure on every CPU; tests/test_training_memory.c checks
      * the estimate against measured steps of every family): tp 2 holds less than one process (949.96 MB), Megatron's
      * sequence parallelism less again; a sequence it cannot split, and tp x pp with a batch, refused by name */

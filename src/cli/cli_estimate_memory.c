@@ -539,9 +539,17 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
             cp_strategy = a;
             q.act.cp_alltoall = !strcmp(v, "alltoall");
         } else if (is_opt(a, "sequence_parallelism") || is_opt(a, "megatron_lm_sequence_parallelism")) {
-            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} (str_to_bool's words) */
+            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} (str_to_bool's words);
+             * a value given by "=" is one of those (else it was taken for the model) */
             const char *v = i + 1 < argc ? argv[i + 1] : "";
             int b = accel__str_to_bool(v, strlen(v));
+            if (valued && b < 0) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument %s: invalid str_to_bool value: '%s'\n",
+                        is_opt(a, "sequence_parallelism") ? "--sequence_parallelism"
+                                                          : "--megatron_lm_sequence_parallelism", v);
+                return 2;
+            }
             i += b >= 0;
             q.act.sequence_parallel = b != 0;
         } else if (is_opt(a, "trust_remote_code")) {
