@@ -73,6 +73,15 @@ if(TARGET accel_cli)
   add_test(NAME cli_env_isa_cap COMMAND accel_cli env)
   set_tests_properties(cli_env_isa_cap PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=baseline"
                        PASS_REGULAR_EXPRESSION "- ISA: none\n- ISA cap: baseline \\(ACCEL_CPU_ISA")
+  # OpenBLAS's core (openblas_core.c): named on every machine, and the one
+  # the user forced said to be forced (Haswell's kernels run on any AVX2 CPU)
+  add_test(NAME cli_env_blas_core COMMAND accel_cli env)
+  set_tests_properties(cli_env_blas_core PROPERTIES PASS_REGULAR_EXPRESSION "- BLAS core: [A-Za-z0-9_]+ \\(")
+  if(_cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma ")
+    add_test(NAME cli_env_blas_core_forced COMMAND accel_cli env)
+    set_tests_properties(cli_env_blas_core_forced PROPERTIES ENVIRONMENT "OPENBLAS_CORETYPE=Haswell"
+                         PASS_REGULAR_EXPRESSION "- BLAS core: Haswell \\(AVX2 kernels, [^\n]*OPENBLAS_CORETYPE[= ][^\n]*set")
+  endif()
   add_test(NAME cli_env_isa_cap_refused COMMAND accel_cli env)
   set_tests_properties(cli_env_isa_cap_refused PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=sse9"
                        PASS_REGULAR_EXPRESSION "- ISA cap: refused \\(ACCEL_CPU_ISA=sse9: expected baseline, avx2 or avx512\\)")
