@@ -150,15 +150,15 @@ static void test_rule_switches(void) {
     CHECK(rows == (1 << 1 | 1 << 2 | 1 << 3));
     static char text[8192];
     CHECK_STR_CONTAINS(accel__gemm_choices_describe(text, sizeof text), "float32 NT M=3 N~2^9 K~2^9");
-    /* f16 where oneDNN has no f16 matmul: the ops widen it once (its GEMMs
-     * are f32 ones, above); a GEMM of two f16 operands keeps OpenBLAS, the
-     * provider `dnnl` meaning oneDNN multiplying f16 (accel__cpu_sdpa_native) */
+    /* f16 where oneDNN has no f16 matmul: oneDNN on f32 panels widened per
+     * call (ACCEL_GEMM=dnnl's path there), every M */
     char impl[256];
     if (!accel__dnnl_supports(ACCEL_F16, impl, sizeof impl)) {
-        CHECK(accel__gemm_provider_for(ACCEL_F16, false, true, 37, 29, 53) == ACCEL__GEMM_PROVIDER_OPENBLAS);
-        CHECK(!accel__gemm_native(ACCEL_F16) && !accel__gemm_widens_per_call(ACCEL_F16));
+        CHECK(accel__gemm_provider_for(ACCEL_F16, false, true, 37, 29, 53) == ACCEL__GEMM_PROVIDER_DNNL);
+        CHECK(accel__gemm_provider_for(ACCEL_F16, false, true, 1, 29, 53) == ACCEL__GEMM_PROVIDER_DNNL);
+        CHECK(accel__gemm_native(ACCEL_F16) && accel__gemm_widens_per_call(ACCEL_F16));
         char gemm[2048];
-        CHECK_STR_CONTAINS(accel__gemm_describe(gemm, sizeof gemm), "the ops' operands widened once run the f32 rule");
+        CHECK_STR_CONTAINS(accel__gemm_describe(gemm, sizeof gemm), "GEMM f16: dnnl on f32 operands widened per call");
     }
     accel__gemm_choice_set_timer(NULL, NULL);
     accel__openblas_test_core(NULL);

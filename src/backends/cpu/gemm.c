@@ -328,10 +328,20 @@ static bool dnnl_candidate(accel_dtype dt) {
  * here: the rule then gives OpenBLAS's f32 work to oneDNN. */
 static bool blas_gives_way(void) { return dnnl_candidate(ACCEL_F32) && accel__openblas_core_below(); }
 
+/* bf16/f16 where OpenBLAS gives way and oneDNN has no matmul of dt: oneDNN
+ * on f32 panels (accel__gemm_on widens dt for it), as ACCEL_GEMM=dnnl does
+ * there. dt's GEMMs then count as oneDNN's (accel__gemm_native), so the ops
+ * hand dt operands over as they are and every GEMM widens them per call
+ * (accel__gemm_widens_per_call): a GEMM of dt operands and one of the same
+ * values widened by the op run on the same provider, with the same bits. */
+static bool lowp_on_dnnl_f32(accel_dtype dt) {
+    const char *impl;
+    return dt != ACCEL_F32 && !dnnl_probe(dt, &impl) && blas_gives_way();
+}
+
 /* The provider of a dt GEMM in auto mode: the rule (for f32 the table, or
  * oneDNN where OpenBLAS gives way; for bf16/f16 oneDNN where the CPU has
- * units for dt: elsewhere the ops widen such operands once, so their GEMMs
- * are f32 ones) is the prior; with two candidates a large
+ * units for dt, or oneDNN on f32 panels: lowp_on_dnnl_f32) is the prior; with two candidates a large
  * shape's class is timed (gemm_choice.c; always when `force`) and keeps the
  * rule's choice unless another wins by a margin. Where OpenBLAS gives way,
  * decode's few f32 rows (M <= SMALL_M) are timed whatever their size:
@@ -342,7 +352,7 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     int rule = ACCEL__GEMM_PROVIDER_OPENBLAS;
     if (dt == ACCEL_F32 && can && (gives_way || f32_table_entry(trans_a, trans_b, M, N, K)))
         rule = ACCEL__GEMM_PROVIDER_DNNL;
-    else if (dt != ACCEL_F32 && auto_dnnl_lowp(dt)) rule = ACCEL__GEMM_PROVIDER_DNNL;
+    else if (dt != ACCEL_F32 && (auto_dnnl_lowp(dt) || lowp_on_dnnl_f32(dt))) rule = ACCEL__GEMM_PROVIDER_DNNL;
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
     /* a transposed A (dW = dY^T X) also on oneDNN's row blocks (gemm.h) */
     if (can && trans_a) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_ROWS;
@@ -432,6 +442,9 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
     else if (mode == ACCEL__GEMM_DNNL)
         snprintf(out, n, "dnnl on f32 operands (oneDNN has no %s matmul here; ACCEL_GEMM=dnnl)", name);
     else if (mode == ACCEL__GEMM_AUTO && can && auto_dnnl_lowp(dt)) snprintf(out, n, "dnnl (%s)", impl);
+    else if (mode == ACCEL__GEMM_AUTO && lowp_on_dnnl_f32(dt))
+        snprintf(out, n, "dnnl on f32 operands widened per call (oneDNN has no %s matmul here; OpenBLAS runs a core "
+                 "below this CPU: BLAS core)", name);
     else if (mode == ACCEL__GEMM_OPENBLAS) snprintf(out, n, "openblas on f32 operands (ACCEL_GEMM=openblas)");
     else if (!accel__gemm_have_dnnl()) snprintf(out, n, "openblas on f32 operands (oneDNN not built in)");
     else if (accel__dnnl_unavailable())
@@ -442,17 +455,13 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
     size_t used = strlen(out);
     if (mode == ACCEL__GEMM_AUTO && dt == ACCEL_BF16 && !strncmp(out, "openblas", 8) && used < n)
         snprintf(out + used, n - used, "; up to %d rows against a bf16 weight: accel's bf16-weight kernel", SMALL_M);
-    used = strlen(out);
-    /* the ops hand such a dtype over widened once: f32 GEMMs, on oneDNN */
-    if (mode == ACCEL__GEMM_AUTO && !strncmp(out, "openblas", 8) && blas_gives_way() && used < n)
-        snprintf(out + used, n - used, "; the ops' operands widened once run the f32 rule");
 }
 
 /* In auto mode, where dt has two candidates: that a large GEMM takes its
  * class's measured choice, after out's line. */
 static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
     size_t used = strlen(out);
-    if (mode == ACCEL__GEMM_AUTO && dnnl_candidate(dt) && used < n)
+    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || lowp_on_dnnl_f32(dt)) && used < n)
         snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
 }
 

@@ -136,7 +136,10 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
  *              oneDNN and the sgemv per row as measured (gemm_choice.c);
  *   bf16, f16  oneDNN matmul with f32 accumulation where the CPU has units
  *              for the dtype (AMX-BF16 or AVX512-BF16; AMX-FP16 or
- *              AVX512-FP16); without them, OpenBLAS on f32 panels, and the
+ *              AVX512-FP16); without them, OpenBLAS on f32 panels (oneDNN
+ *              on f32 panels, widened per call as under ACCEL_GEMM=dnnl,
+ *              where OpenBLAS runs a core below the CPU and oneDNN has no
+ *              matmul of the dtype), and the
  *              ops hand over operands already widened once per op
  *              (accel__gemm_native, accel__mm_operand).
  * ACCEL_GEMM=openblas sends everything to OpenBLAS; ACCEL_GEMM=dnnl sends
