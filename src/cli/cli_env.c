@@ -13,6 +13,7 @@
 #include "accel/cpu.h"
 #include "accel/dist.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/openblas_core.h"
 #include "core/cpuinfo.h"
 #include "cli/cli.h"
 #include "backends/plugin.h"
@@ -33,7 +34,8 @@ static void measure_gemm(void) {
     accel__gemm_class cls[256];
     int n = accel__gemm_choice_classes(omp_get_max_threads(), cls, 256);
     for (int i = 0; i < n; i++)
-        accel__gemm_measure(DT[cls[i].dt], cls[i].ta, cls[i].tb, 1ll << cls[i].m, 1ll << cls[i].n, 1ll << cls[i].k);
+        accel__gemm_measure(DT[cls[i].dt], cls[i].ta, cls[i].tb, cls[i].rows ? cls[i].rows : 1ll << cls[i].m,
+                            1ll << cls[i].n, 1ll << cls[i].k);
     static const int64_t W[][2] = {{512, 512}, {1536, 512}, {512, 1536}, {8192, 512}}; /* [out, in] */
     const int64_t T = 2048;
     for (int d = 0; d < 2; d++)
@@ -133,6 +135,8 @@ int accel_cli_env(int argc, char **argv) {
     printf("- Build flags: %s\n", accel_build_info(ACCEL_INFO_FLAGS));
     printf("- BLAS: %s\n", accel_build_info(ACCEL_INFO_BLAS));
     printf("- BLAS threads: %s\n", accel_build_info(ACCEL_INFO_BLAS_THREADS));
+    char core[512];
+    printf("- %s\n", accel__openblas_core_describe(core, sizeof core));
     printf("- Distributed backends: %s\n", accel_build_info(ACCEL_INFO_DIST_BACKENDS));
     /* What accel can use, not what happens to be installed: a loadable
      * libcudart is no CUDA support when the build has no CUDA backend. */

@@ -3,6 +3,7 @@
  * to the compute dtype. */
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/openblas_core.h"
 #include "backends/cpu/openblas_lazy.h"
 
 #include <limits.h>
@@ -326,22 +327,43 @@ static bool dnnl_candidate(accel_dtype dt) {
  * a candidate for dt GEMMs: dt is bf16 or f16 and oneDNN is one for f32. */
 static bool dnnl_f32_candidate(accel_dtype dt) { return dt != ACCEL_F32 && dnnl_candidate(ACCEL_F32); }
 
-/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
- * bf16/f16 oneDNN where the CPU has units for dt) is the prior; with two
- * candidates a large shape's class is timed (gemm_choice.c; always when
- * `force`) and keeps the rule's choice unless another wins by a margin. */
+/* OpenBLAS runs a core below this CPU (openblas_core.h: its SSE3 Prescott
+ * kernels on an AVX-512 Xeon it does not know) and oneDNN's f32 matmul is
+ * here: the rule then gives OpenBLAS's f32 work to oneDNN. */
+static bool blas_gives_way(void) { return dnnl_candidate(ACCEL_F32) && accel__openblas_core_below(); }
+
+/* bf16/f16 where OpenBLAS gives way and oneDNN has no matmul of dt: oneDNN
+ * on f32 panels (accel__gemm_on widens dt for it), as ACCEL_GEMM=dnnl does
+ * there. dt's GEMMs then count as oneDNN's (accel__gemm_native), so the ops
+ * hand dt operands over as they are and every GEMM widens them per call
+ * (accel__gemm_widens_per_call): a GEMM of dt operands and one of the same
+ * values widened by the op run on the same provider, with the same bits. */
+static bool lowp_on_dnnl_f32(accel_dtype dt) {
+    const char *impl;
+    return dt != ACCEL_F32 && !dnnl_probe(dt, &impl) && blas_gives_way();
+}
+
+/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, or
+ * oneDNN where OpenBLAS gives way; for bf16/f16 oneDNN where the CPU has
+ * units for dt, or oneDNN on f32 panels: lowp_on_dnnl_f32) is the prior;
+ * with two candidates a large shape's class is timed (gemm_choice.c; always when `force`) and keeps the
+ * rule's choice unless another wins by a margin. Where OpenBLAS gives way,
+ * decode's few f32 rows (M <= SMALL_M) are timed whatever their size:
+ * OpenBLAS's sgemv per row is memory bound and may keep up with oneDNN on a
+ * fallback core, which only measuring tells. */
 static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
-    bool can = dnnl_candidate(dt);
-    int rule = dt == ACCEL_F32 ? (f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
-                                                                                     : ACCEL__GEMM_PROVIDER_OPENBLAS)
-               : auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL
-                                    : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    bool can = dnnl_candidate(dt), gives_way = blas_gives_way();
+    int rule = ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (dt == ACCEL_F32 && can && (gives_way || f32_table_entry(trans_a, trans_b, M, N, K)))
+        rule = ACCEL__GEMM_PROVIDER_DNNL;
+    else if (dt != ACCEL_F32 && (auto_dnnl_lowp(dt) || lowp_on_dnnl_f32(dt))) rule = ACCEL__GEMM_PROVIDER_DNNL;
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
     /* a transposed A (dW = dY^T X) also on oneDNN's row blocks (gemm.h) */
     if (can && trans_a) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_ROWS;
     /* bf16/f16 also as oneDNN's f32 matmul on widened panels (gemm.h) */
     if (dnnl_f32_candidate(dt)) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_F32;
-    return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
+    bool skinny = dt == ACCEL_F32 && gives_way && M <= SMALL_M;
+    return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force, skinny);
 }
 
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
@@ -409,7 +431,10 @@ static void describe_f32(int mode, char *out, size_t n) {
         return;
     }
     int entries = mode == ACCEL__GEMM_AUTO && dnnl_probe(ACCEL_F32, &impl) ? f32_table_entries_here() : 0;
-    if (entries)
+    if (mode == ACCEL__GEMM_AUTO && blas_gives_way())
+        snprintf(out, n, "dnnl (%s; OpenBLAS runs a core below this CPU: BLAS core); up to %d rows the faster of it and "
+                 "OpenBLAS's sgemv per row, measured", impl, SMALL_M);
+    else if (entries)
         snprintf(out, n, "openblas; dnnl (%s) on %d measured shape%s (docs/cpu.md)", impl, entries,
                  entries == 1 ? "" : "s");
     else if (mode == ACCEL__GEMM_AUTO && accel__gemm_have_dnnl() && accel__dnnl_unavailable())
@@ -426,6 +451,9 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
     else if (mode == ACCEL__GEMM_DNNL)
         snprintf(out, n, "dnnl on f32 operands (oneDNN has no %s matmul here; ACCEL_GEMM=dnnl)", name);
     else if (mode == ACCEL__GEMM_AUTO && can && auto_dnnl_lowp(dt)) snprintf(out, n, "dnnl (%s)", impl);
+    else if (mode == ACCEL__GEMM_AUTO && lowp_on_dnnl_f32(dt))
+        snprintf(out, n, "dnnl on f32 operands widened per call (oneDNN has no %s matmul here; OpenBLAS runs a core "
+                 "below this CPU: BLAS core)", name);
     else if (mode == ACCEL__GEMM_OPENBLAS) snprintf(out, n, "openblas on f32 operands (ACCEL_GEMM=openblas)");
     else if (!accel__gemm_have_dnnl()) snprintf(out, n, "openblas on f32 operands (oneDNN not built in)");
     else if (accel__dnnl_unavailable())
@@ -442,7 +470,8 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
  * class's measured choice, after out's line. */
 static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
     size_t used = strlen(out);
-    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || dnnl_f32_candidate(dt)) && used < n)
+    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || dnnl_f32_candidate(dt) || lowp_on_dnnl_f32(dt)) &&
+        used < n)
         snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
 }
 
@@ -667,9 +696,12 @@ void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
  * interleaved: one warm-up, then the medians of FORM_REPS) and reads the
  * form only where it was faster. The verdict is kept for the process (the
  * two give the same bits: only where the weight's panels come from
- * differs). Smaller GEMMs, a full table, ACCEL_GEMM_MEASURE=0, the ranks of a
- * job (which time nothing, as gemm_choice.c says) and a first
- * use inside a parallel region keep the rule: the form. */
+ * differs). A full table, ACCEL_GEMM_MEASURE=0, the ranks of a job (which
+ * time nothing, as gemm_choice.c says) and a first use inside a parallel
+ * region keep the rule: the form. Smaller GEMMs read the plain weight:
+ * oneDNN runs them in auto only where OpenBLAS gives way (the rule, not a
+ * measurement), and a copy of every weight (two in training) is not paid for
+ * untimed (decode's M = 1 against a weight gains nothing from it). */
 #define FORM_MIN_MACS (1ll << 26)
 enum { FORM_REPS = 3, FORM_MAX = 128 };
 
@@ -760,7 +792,8 @@ static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 /* Whether this f32 GEMM, which oneDNN runs, reads its weight's form in
  * auto mode (above). */
 static bool form_faster(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS || accel__gemm_measure_off()) return true;
+    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS) return false;
+    if (accel__gemm_measure_off()) return true;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     pthread_mutex_lock(&g_form_lock);
     bool form = true;

@@ -75,7 +75,8 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
  * cache is on: oneDNN multiplies dt for this shape and the layout it picks
  * is neither W's own nor padded. Which it is depends on the CPU kind (gemm:jit
  * on AVX2 reads a plain [K, N]; brgemm on AVX-512 wants blocks), and for
- * f32 in auto mode on what the form measured (accel__gemm_form_set_timer):
+ * f32 in auto mode on what the form measured (accel__gemm_form_set_timer;
+ * no form under 2^26 multiply-adds):
  * tests derive their expected form counts from it. */
 bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
@@ -97,7 +98,8 @@ size_t accel__gemm_test_scratchpad_bytes(void);
  * (NULL: time for real). In auto mode an f32 GEMM of 2^26 multiply-adds or
  * more that oneDNN runs reads its weight's form only where the form was
  * faster (timed at the signature's first use, kept for the process; docs/cpu.md
- * "Prepared weights"); setting the timer forgets the verdicts. */
+ * "Prepared weights"), a smaller one never; setting the timer forgets the
+ * verdicts. */
 typedef double (*accel__gemm_form_timer)(void *ctx, bool form, int64_t M, int64_t N, int64_t K);
 void accel__gemm_form_set_timer(accel__gemm_form_timer fn, void *ctx);
 
@@ -128,10 +130,16 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
  * GEMM: auto, the default, | openblas | dnnl; or accel__gemm_set_mode) and
  * the CPU (accel/cpu.h):
  *   f32        OpenBLAS (accel__sgemm); in auto, oneDNN on the shapes that
- *              the table in gemm.c lists as measured faster on this CPU kind;
+ *              the table in gemm.c lists as measured faster on this CPU kind,
+ *              and on all shapes where OpenBLAS runs a core below the CPU
+ *              (openblas_core.h) but M <= 4 rows, which take the faster of
+ *              oneDNN and the sgemv per row as measured (gemm_choice.c);
  *   bf16, f16  oneDNN matmul with f32 accumulation where the CPU has units
  *              for the dtype (AMX-BF16 or AVX512-BF16; AMX-FP16 or
- *              AVX512-FP16); without them, OpenBLAS on f32 panels, and the
+ *              AVX512-FP16); without them, OpenBLAS on f32 panels (oneDNN
+ *              on f32 panels, widened per call as under ACCEL_GEMM=dnnl,
+ *              where OpenBLAS runs a core below the CPU and oneDNN has no
+ *              matmul of the dtype), and the
  *              ops hand over operands already widened once per op
  *              (accel__gemm_native, accel__mm_operand).
  * ACCEL_GEMM=openblas sends everything to OpenBLAS; ACCEL_GEMM=dnnl sends
@@ -144,7 +152,7 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
  * (gemm_choice.c, below), the above being the rule it starts from; the
  * rest depends only on the mode, the CPU and the shape.
  * Kernels that call accel__sgemm themselves (attention's per-head blocks)
- * stay on OpenBLAS, but for attention's bf16/f16 tiles where oneDNN
+ * stay on OpenBLAS, whatever its core, but for attention's bf16/f16 tiles where oneDNN
  * multiplies the dtype (accel__cpu_sdpa_native). */
 typedef enum accel__gemm_mode {
     ACCEL__GEMM_AUTO,
@@ -249,13 +257,16 @@ typedef struct accel__gemm_class {
     int32_t ta, tb;  /* transposes */
     int32_t m, n, k; /* floor(log2) of M, N, K */
     int32_t threads;
+    int32_t rows; /* a skinny class's M exactly (1..4; the cache file's "rows"), else 0 */
 } accel__gemm_class;
 
 /* The provider of this GEMM: its class's choice, measured now where the
  * class is new (or `force`: measured again whatever its size); `rule` where
- * it is too small to time, or not measured. candidates: bits (1 << provider). */
+ * it is too small to time, or not measured. candidates: bits (1 << provider).
+ * `skinny` with M <= 4: a class of M's rows exactly, timed whatever its size
+ * (decode's rows where OpenBLAS runs a fallback core: gemm.c). */
 int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
-                       uint32_t candidates, bool force);
+                       uint32_t candidates, bool force, bool skinny);
 
 /* Times a GEMM of compute dtype dt of this shape's class now on every
  * candidate (whatever its size; the mode aside) and returns the provider it

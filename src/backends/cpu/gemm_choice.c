@@ -45,7 +45,8 @@
 
 /* A GEMM this small (multiply-adds) runs on the rule's provider unmeasured:
  * under ~0.5 ms on 2 threads, where timing costs more than a choice can
- * gain (and decode's few rows, which the skinny kernels take). */
+ * gain (and decode's few rows, which the skinny kernels take), unless the
+ * caller asks for its rows to be timed (`skinny`: a class of their own). */
 #define MEASURE_MIN_MACS (1ll << 26)
 /* A challenger replaces the incumbent only when it is this much faster. */
 #define MARGIN 0.10
@@ -164,6 +165,7 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
     memset(ch, 0, sizeof *ch);
     const char *dt = json_string_value(json_object_get(e, "dtype")), *tr = json_string_value(json_object_get(e, "trans"));
     json_t *m = json_object_get(e, "log2_m"), *n = json_object_get(e, "log2_n"), *k = json_object_get(e, "log2_k");
+    json_t *rows = json_object_get(e, "rows"); /* a skinny class's M; absent for the others */
     const char *pname = json_string_value(json_object_get(e, "provider"));
     int p = provider_of_name(pname);
     int d = -1;
@@ -174,10 +176,12 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
         return "a malformed entry";
     json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
     if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return "a malformed entry";
+    json_int_t r = json_is_integer(rows) ? json_integer_value(rows) : 0;
+    if ((rows && !json_is_integer(rows)) || r < 0 || r > 4 || (r && log2_floor(r) != lm)) return "a malformed entry";
     if (p < 0) return "an entry names a provider this build does not know (a newer build's?)";
     if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())
         return "an entry names a oneDNN provider (dnnl, dnnl_rows or dnnl_f32) and this build has no oneDNN";
-    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
+    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads, (int)r};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
     for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++) {
@@ -220,11 +224,11 @@ static json_t *table_json(int threads) {
         for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++)
             if (ch->seconds[q] > 0)
                 json_object_set_new(secs, accel__gemm_provider_name((accel__gemm_provider)q), json_real(ch->seconds[q]));
-        json_array_append_new(list, json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:o}", "dtype", DT_NAMES[ch->c.dt],
-                                              "trans", tr, "log2_m", ch->c.m, "log2_n", ch->c.n, "log2_k", ch->c.k,
-                                              "provider",
-                                              accel__gemm_provider_name((accel__gemm_provider)ch->provider),
-                                              "seconds", secs));
+        json_t *e = json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:o}", "dtype", DT_NAMES[ch->c.dt], "trans", tr,
+                              "log2_m", ch->c.m, "log2_n", ch->c.n, "log2_k", ch->c.k, "provider",
+                              accel__gemm_provider_name((accel__gemm_provider)ch->provider), "seconds", secs);
+        if (e && ch->c.rows) json_object_set_new(e, "rows", json_integer(ch->c.rows));
+        json_array_append_new(list, e);
     }
     return list ? json_pack("{s:s, s:i, s:o}", "key", key, "threads", threads, "choices", list) : NULL;
 }
@@ -436,12 +440,14 @@ static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, i
 }
 
 int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
-                       uint32_t candidates, bool force) {
+                       uint32_t candidates, bool force, bool skinny) {
     candidates |= 1u << rule;
     if (candidates == 1u << rule) return rule; /* nothing to choose between */
-    if (!force && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
+    skinny = skinny && M <= 4;
+    if (!force && !skinny && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    accel__gemm_class c = {dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads};
+    accel__gemm_class c = {dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads,
+                           skinny ? (int32_t)M : 0};
     pthread_mutex_lock(&g_lock);
     env_read();
     cache_load(threads);
@@ -513,8 +519,10 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
     used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
     for (int i = 0; i < g_n && used + 1 < size; i++) {
         const choice *ch = &g_table[i];
-        w = snprintf(buf + used, size - used, "  %s %c%c M~2^%d N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
-                     ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', ch->c.m, ch->c.n, ch->c.k, ch->c.threads,
+        char m[16];
+        snprintf(m, sizeof m, ch->c.rows ? "=%d" : "~2^%d", ch->c.rows ? ch->c.rows : ch->c.m);
+        w = snprintf(buf + used, size - used, "  %s %c%c M%s N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
+                     ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', m, ch->c.n, ch->c.k, ch->c.threads,
                      ch->c.threads == 1 ? "" : "s", accel__gemm_provider_name((accel__gemm_provider)ch->provider));
         used += w > 0 ? (size_t)w : 0;
         for (int q = 0, first = 1; q < ACCEL__GEMM_N_PROVIDERS && used + 1 < size; q++)
