@@ -144,7 +144,7 @@ static void test_rows_candidate(void) {
     char f[512];
     CHECK(cache_file(f, sizeof f));
     json_t *j = json_load_file(f, 0, NULL);
-    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows;");
+    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows,dnnl_f32;");
     json_decref(j);
     g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.0;
 }

@@ -1,11 +1,14 @@
 /* accel_sdpa's blocked fast path (query blocks of 64 that skip the keys the
  * causal mask hides; heads in parallel or one after another) against the
  * reference kernels, on sequences of several blocks: partial last blocks,
- * Tq < Tk, Tq > Tk (whole blocks that see no key), GQA, and no mask. */
+ * Tq < Tk, Tq > Tk (whole blocks that see no key), GQA, and no mask; whole
+ * blocks once more on each provider of the f32 tiles this machine has. */
 #include "accel/accel.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "check.h"
 #include "gradcheck.h"
 #include "ops_fixture.h"
+#include "sdpa_tiles.h"
 
 static void check_blocked(int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, bool causal) {
     accel_tensor *q = gc_randn(1, ACCEL_SHAPE(B, H, Tq, D)), *k = gc_randn(2, ACCEL_SHAPE(B, Hkv, Tk, D)),
@@ -46,8 +49,28 @@ static void test_blocks(void) {
     check_blocked(2, 4, 4, 130, 130, 8, false);  /* no mask: every block sees all keys */
 }
 
+/* Whole query blocks on each provider of the f32 tiles this machine has
+ * (OpenBLAS, oneDNN's f32 matmul, keys in 256-key chunks), against the
+ * reference: the same tolerances. */
+static void test_each_provider(void) {
+    static const int P[] = {ACCEL__GEMM_PROVIDER_OPENBLAS, ACCEL__GEMM_PROVIDER_DNNL};
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        if (!(accel__gemm_tiles_candidates(ACCEL_F32) & 1u << P[i])) continue;
+        sdpa_tiles_force(P[i]);
+        accel_k_sdpa_dims d = {.B = 1, .H = 8, .Hkv = 2, .Tq = 128, .Tk = 320, .D = 16, .Dv = 16};
+        if (sdpa_tiles_measured())
+            CHECK_MSG(accel__cpu_sdpa_provider(ACCEL_F32, &d) == P[i], "forced %s: got %d",
+                      accel__gemm_provider_name((accel__gemm_provider)P[i]), accel__cpu_sdpa_provider(ACCEL_F32, &d));
+        check_blocked(1, 8, 2, 128, 320, 16, true);  /* Tq < Tk, past a 256-key chunk, heads in parallel */
+        check_blocked(1, 2, 1, 192, 192, 24, true);  /* three blocks, heads one after another */
+        check_blocked(2, 4, 4, 64, 256, 8, false);   /* no mask: one whole chunk */
+        sdpa_tiles_unforce();
+    }
+}
+
 int main(void) {
     RUN(test_blocks);
+    RUN(test_each_provider);
     accel_thread_cleanup();
     return check_summary();
 }
