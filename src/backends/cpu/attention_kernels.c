@@ -1,16 +1,18 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
  * aligned causal mask: f32 scores, softmax and accumulation. q, k, v, the
  * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16.
- * Two paths for the six tile GEMMs of a block of queries:
- *   - the native path (below, "the tile GEMMs on bf16/f16 operands"), where
- *     oneDNN multiplies the operands' bf16/f16 dtype itself on this CPU and
- *     the blocks are whole: every GEMM in that dtype reading q, k, v and dO
- *     as stored, P and dS rounded to it for the GEMMs that take them;
- *   - the f32 tiles elsewhere: a bf16/f16 tensor is read and written a tile
- *     at a time (one head's keys and values, one block of queries) through
- *     per-thread f32 scratch with the vectorised conversions of
- *     fused_kernels.c, never as a whole-tensor f32 copy, f32 tensors in
- *     place, on OpenBLAS's sgemm.
+ * Two paths for the six tile GEMMs of a block of queries, on the provider
+ * measured fastest for the tile class (below, "the tile GEMMs and their
+ * provider"):
+ *   - the native path, where oneDNN multiplies the operands' bf16/f16 dtype
+ *     itself and the blocks are whole: every GEMM in that dtype reading q,
+ *     k, v and dO as stored, P and dS rounded to it for the GEMMs that take
+ *     them;
+ *   - the f32 tiles elsewhere, on OpenBLAS's sgemm or oneDNN's f32 matmul:
+ *     a bf16/f16 tensor is read and written a tile at a time (one head's
+ *     keys and values, one block of queries) through per-thread f32 scratch
+ *     with the vectorised conversions of fused_kernels.c, never as a
+ *     whole-tensor f32 copy, f32 tensors in place.
  * Gradients are accumulated in f32 tiles on both. The forward keeps the
  * softmax probabilities P [B, H, Tq, Tk] (f32) for the backward (under the
  * causal mask only the blocks left of the diagonal are written and read).

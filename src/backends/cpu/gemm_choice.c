@@ -6,7 +6,8 @@
  * and the provider each one runs on, filled the first time a class is seen
  * (or at accel__gemm_measure): every candidate times the class's GEMM on
  * scratch operands of its first shape (one warm-up, then the median of
- * REPS), and the winner replaces the incumbent (the entry cached before,
+ * REPS; a class of other work, attention's tiles, times what its caller's
+ * run does: accel__gemm_choose_run), and the winner replaces the incumbent (the entry cached before,
  * else the rule's choice) only when it is faster by more than MARGIN, so
  * noise cannot flip a choice back and forth. The table is kept in memory and
  * in a JSON file per key (CPU model and usable features, OpenBLAS and oneDNN
