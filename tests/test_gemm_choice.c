@@ -237,7 +237,7 @@ static void test_real_timer(void) {
  * same log2 dims, written to the file with their op and read back untimed
  * (a file naming an op this build does not know is malformed), three
  * candidates for bf16 where oneDNN has them, carried by a checkpoint's
- * choices, and forced untimed by ACCEL_GEMM. */
+ * choices, forced untimed by ACCEL_GEMM, timed again on demand. */
 static int tiles(accel_dtype dt) { return accel__gemm_tiles_provider(dt, 64, 256, 64, false, NULL, NULL); }
 
 static void test_attention_tiles(void) {
@@ -299,6 +299,14 @@ static void test_attention_tiles(void) {
     int b16 = tiles(ACCEL_BF16);
     CHECK(tiles(ACCEL_F32) == DN && (b16 == DN || b16 == DF) && g_fake.calls == 0);
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+    /* `accel env --measure-gemm`: a class timed again, the margin against what it held */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    set_times(0.5, 1.0);
+    CHECK(accel__cpu_sdpa_measure(ACCEL_F32, 256, 64) == OB && g_fake.calls == 4);
+    CHECK(tiles(ACCEL_F32) == OB && g_fake.calls == 4);
 }
 
 /* A rank of a job (WORLD_SIZE > 1) times nothing: the rule, or the cache. */

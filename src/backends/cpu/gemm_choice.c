@@ -7,11 +7,12 @@
  * (or at accel__gemm_measure): every candidate times the class's GEMM on
  * scratch operands of its first shape (one warm-up, then the median of
  * REPS; a class of other work, attention's tiles, times what its caller's
- * run does: accel__gemm_choose_run), and the winner replaces the incumbent (the entry cached before,
- * else the rule's choice) only when it is faster by more than MARGIN, so
- * noise cannot flip a choice back and forth. The table is kept in memory and
- * in a JSON file per key (CPU model and usable features, OpenBLAS and oneDNN
- * versions, accel's version, threads): ~/.cache/accel/gemm-<hash>.json
+ * run does: accel__gemm_choose_run), and the winner replaces the incumbent
+ * (the entry cached before, else the rule's choice) only when it is faster
+ * by more than MARGIN, so noise cannot flip a choice back and forth. The
+ * table is kept in memory and in a JSON file per key (CPU model and usable
+ * features, OpenBLAS and oneDNN versions, accel's version, threads):
+ * ~/.cache/accel/gemm-<hash>.json
  * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
  * in memory only). A file that cannot be read, parsed, or that holds another
  * key, is named in a warning and measured over; one that cannot be written
@@ -188,7 +189,8 @@ static bool entry_parse(json_t *e, int threads, choice *ch) {
     if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) return false;
     int op = op_of_name(json_string_value(json_object_get(e, "op")));
     if (op < 0) return false;
-    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads, op};
+    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads,
+                                op};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
     for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++) {
@@ -554,13 +556,16 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
     used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
     for (int i = 0; i < g_n && used + 1 < size; i++) {
         const choice *ch = &g_table[i];
-        const char *pn = accel__gemm_provider_name((accel__gemm_provider)ch->provider), *ts = ch->c.threads == 1 ? "" : "s";
+        const char *pn = accel__gemm_provider_name((accel__gemm_provider)ch->provider);
+        const char *ts = ch->c.threads == 1 ? "" : "s";
         if (ch->c.op == ACCEL__GEMM_OP_SDPA_TILES)
-            w = snprintf(buf + used, size - used, "  %s attention tiles queries~2^%d keys~2^%d D~2^%d %d thread%s: %s (",
-                         DT_NAMES[ch->c.dt], ch->c.m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
+            w = snprintf(buf + used, size - used,
+                         "  %s attention tiles queries~2^%d keys~2^%d D~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
+                         ch->c.m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
         else
-            w = snprintf(buf + used, size - used, "  %s %c%c M~2^%d N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
-                         ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', ch->c.m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
+            w = snprintf(buf + used, size - used, "  %s %c%c M~2^%d N~2^%d K~2^%d %d thread%s: %s (",
+                         DT_NAMES[ch->c.dt], ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', ch->c.m, ch->c.n, ch->c.k,
+                         ch->c.threads, ts, pn);
         used += w > 0 ? (size_t)w : 0;
         for (int q = 0, first = 1; q < ACCEL__GEMM_N_PROVIDERS && used + 1 < size; q++)
             if (ch->seconds[q] > 0) {
