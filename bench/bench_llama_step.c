@@ -18,9 +18,11 @@
  * oneDNN: accel__gemm_on, the step's own path and threads; oneDNN on the
  * forward and dX also with the weight's form in its layout, as the step's
  * linear layers read it, the better kept; dW, whose A is transposed, also
- * on dnnl_rows, oneDNN on row blocks, its measured candidate) in the step's
- * dtype (f32; bf16 / f16 operands with f32 accumulation under that mixed
- * precision), best of 3 calls after a warm-up; one "gemm_shape" line each.
+ * on dnnl_rows, oneDNN on row blocks, its measured candidate; bf16 / f16
+ * also on dnnl_f32, oneDNN's f32 matmul on the operands widened) in the
+ * step's dtype (f32; bf16 / f16 operands with f32 accumulation under that
+ * mixed precision), best of 3 calls after a warm-up; one "gemm_shape" line
+ * each.
  * limit = the best GFLOP/s any provider reaches on any shape (named);
  * weighted = the step's GEMM FLOPs over the time they take with each shape
  * on its fastest provider. Then one line per timed step and the summaries

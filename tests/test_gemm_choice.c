@@ -233,6 +233,83 @@ static void test_real_timer(void) {
     accel__gemm_choice_set_timer(fake_time, &g_fake);
 }
 
+/* Attention's tile classes (op sdpa_tiles, accel__gemm_tiles_provider):
+ * chosen on the same table with the same margin, apart from a GEMM of the
+ * same log2 dims, written to the file with their op and read back untimed
+ * (a file naming an op this build does not know is malformed), three
+ * candidates for bf16 where oneDNN has them, carried by a checkpoint's
+ * choices, forced untimed by ACCEL_GEMM, timed again on demand. */
+static int tiles(accel_dtype dt) { return accel__gemm_tiles_provider(dt, 64, 256, 64, false, NULL, NULL); }
+
+static void test_attention_tiles(void) {
+    enum { OB = ACCEL__GEMM_PROVIDER_OPENBLAS, DN = ACCEL__GEMM_PROVIDER_DNNL, DF = ACCEL__GEMM_PROVIDER_DNNL_F32 };
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    set_times(0.5, 1.0); /* a GEMM of the same log2 dims: a class of its own */
+    CHECK(accel__gemm_choose(ACCEL_F32, false, false, 64, 256, 64, OB, 1u << OB | 1u << DN, true, false) == OB);
+    CHECK(g_fake.calls == 4 && tiles(ACCEL_F32) == DN && g_fake.calls == 4);
+    char buf[2048], path[512];
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf),
+                       "float32 attention tiles queries~2^6 keys~2^8 D~2^6 2 threads: dnnl (openblas 1000.000 ms, "
+                       "dnnl 500.000 ms)");
+    CHECK_STR_CONTAINS(buf, "float32 NN M~2^6 N~2^8 K~2^6 2 threads: openblas");
+    CHECK(cache_file(path, sizeof path));
+    json_t *j = json_load_file(path, 0, NULL);
+    CHECK(j && json_array_size(json_object_get(j, "choices")) == 2);
+    json_decref(j);
+    restart(g_dir, NULL); /* read back, untimed */
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 0);
+    restart(g_dir, "1"); /* timed again: OpenBLAS 5% faster than the cached oneDNN is not enough */
+    set_times(0.95, 1.0);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    /* bf16: oneDNN's f32 tiles a candidate beside OpenBLAS and the native path */
+    uint32_t c16 = accel__gemm_tiles_candidates(ACCEL_BF16);
+    CHECK((c16 & 1u << OB) && (c16 & 1u << DF));
+    set_times(1.0, 0.5);
+    g_fake.seconds[DF] = 0.2;
+    CHECK(tiles(ACCEL_BF16) == DF && g_fake.calls == 2 + __builtin_popcount(c16));
+    g_fake.seconds[DF] = 0.0;
+    /* a checkpoint's choices, over an empty cache */
+    char saved[320];
+    snprintf(saved, sizeof saved, "%s/ckpt_tiles.json", g_dir);
+    CHECK(accel__gemm_choices_save(saved) == ACCEL_OK);
+    clear_dir();
+    restart(g_dir, NULL);
+    CHECK(accel__gemm_choices_load(saved) == ACCEL_OK);
+    set_times(0.1, 1.0);
+    CHECK(tiles(ACCEL_F32) == DN && tiles(ACCEL_BF16) == DF && g_fake.calls == 0);
+    unlink(saved);
+    /* an op this build does not know: the file is malformed, measured over */
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && cache_file(path, sizeof path));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"sdpa_tiles\"/\"conv\"/' %s", path);
+    CHECK(system(cmd) == 0);
+    restart(g_dir, NULL);
+    set_times(0.5, 1.0);
+    CHECK(tiles(ACCEL_F32) == OB && g_fake.calls == 2);
+    /* forced: nothing timed */
+    restart(g_dir, NULL);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_OPENBLAS) == ACCEL_OK);
+    CHECK(tiles(ACCEL_F32) == OB && tiles(ACCEL_BF16) == OB);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
+    int b16 = tiles(ACCEL_BF16);
+    CHECK(tiles(ACCEL_F32) == DN && (b16 == DN || b16 == DF) && g_fake.calls == 0);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+    /* `accel env --measure-gemm`: a class timed again, the margin against what it held */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    set_times(0.5, 1.0);
+    CHECK(accel__cpu_sdpa_measure(ACCEL_F32, 256, 64) == OB && g_fake.calls == 4);
+    CHECK(tiles(ACCEL_F32) == OB && g_fake.calls == 4);
+}
+
 /* A rank of a job (WORLD_SIZE > 1) times nothing: the rule, or the cache. */
 static void test_ranks_do_not_time(void) {
     clear_dir();
@@ -719,6 +796,7 @@ int main(int argc, char **argv) {
     RUN(test_cache_off_or_unwritable);
     RUN(test_forced_mode);
     RUN(test_real_timer);
+    RUN(test_attention_tiles);
     RUN(test_ranks_do_not_time);
     RUN(test_checkpoint_round_trip);
     RUN(test_load_other_thread_count);

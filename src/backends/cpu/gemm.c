@@ -366,7 +366,9 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force, skinny);
 }
 
-int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+/* The mode in force after the checks every GEMM makes (ACCEL_GEMM,
+ * ACCEL_CPU_ISA), or -1 with the error set. */
+static int mode_checked(void) {
     int mode = mode_now();
     if (mode < 0) {
         char why[128];
@@ -374,13 +376,40 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
         accel_set_error(strcmp(env_value, "dnnl") ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED, "%s", why);
         return -1;
     }
-    if (accel__cpu_isa_check() != ACCEL_OK) return -1;
+    return accel__cpu_isa_check() == ACCEL_OK ? mode : -1;
+}
+
+int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    int mode = mode_checked();
+    if (mode < 0) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
     if (mode == ACCEL__GEMM_AUTO) return auto_provider(dt, trans_a, trans_b, M, N, K, false);
     /* ACCEL_GEMM=dnnl: the f32 matmul exists on every CPU */
     return mode == ACCEL__GEMM_DNNL ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
 }
 
+
+int accel__gemm_tiles_provider(accel_dtype dt, int64_t qb, int64_t keys, int64_t d, bool force, accel__gemm_run run,
+                               void *ctx) {
+    const char *impl;
+    int mode = mode_checked();
+    if (mode < 0) return -1;
+    bool lowp = dt != ACCEL_F32;
+    if (!force && (accel_reference_kernels() || mode == ACCEL__GEMM_OPENBLAS)) return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (!force && mode == ACCEL__GEMM_DNNL)
+        return !lowp || dnnl_probe(dt, &impl) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_DNNL_F32;
+    int rule = lowp && auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    accel__gemm_class c = accel__gemm_class_of(dt, false, false, qb, keys, d, ACCEL__GEMM_OP_SDPA_TILES);
+    return accel__gemm_choose_run(&c, rule, accel__gemm_tiles_candidates(dt), force, run, ctx);
+}
+
+uint32_t accel__gemm_tiles_candidates(accel_dtype dt) {
+    bool lowp = dt != ACCEL_F32;
+    uint32_t c = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (dnnl_candidate(ACCEL_F32)) c |= 1u << (lowp ? ACCEL__GEMM_PROVIDER_DNNL_F32 : ACCEL__GEMM_PROVIDER_DNNL);
+    if (lowp && dnnl_candidate(dt)) c |= 1u << ACCEL__GEMM_PROVIDER_DNNL;
+    return c;
+}
 
 void accel__gemm_library_versions(char *out, size_t n) {
     char dnnl[64] = "none";
@@ -634,8 +663,7 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
      * CPU where it has no matmul of dt (ACCEL_GEMM=dnnl only); for K = 0
      * oneDNN computes nothing, and the reference loop scales C by beta. */
     const char *impl;
-    if (!accel__gemm_is_dnnl(provider) || provider == ACCEL__GEMM_PROVIDER_DNNL_F32 || K <= 0 ||
-        !dnnl_probe(dt, &impl))
+    if (!accel__gemm_is_dnnl(provider) || provider == ACCEL__GEMM_PROVIDER_DNNL_F32 || K <= 0 || !dnnl_probe(dt, &impl))
         dt = ACCEL_F32;
     /* The widened panels live for this call only: rewound at its end, so a
      * step's arena holds one call's panels at a time, whichever provider

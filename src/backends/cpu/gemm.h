@@ -151,9 +151,8 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
  * provider is chosen by measurement where its dtype has two candidates
  * (gemm_choice.c, below), the above being the rule it starts from; the
  * rest depends only on the mode, the CPU and the shape.
- * Kernels that call accel__sgemm themselves (attention's per-head blocks)
- * stay on OpenBLAS, whatever its core, but for attention's bf16/f16 tiles where oneDNN
- * multiplies the dtype (accel__cpu_sdpa_native). */
+ * Attention's tile GEMMs take a provider of their own per tile class
+ * (accel__gemm_tiles_provider, below). */
 typedef enum accel__gemm_mode {
     ACCEL__GEMM_AUTO,
     ACCEL__GEMM_OPENBLAS,
@@ -179,8 +178,8 @@ typedef enum accel__gemm_provider {
      * AVX512-BF16 without AMX: oneDNN f32 ~1.6x its bf16), or whose
      * OpenBLAS runs a slow fallback core, faster than OpenBLAS and oneDNN's
      * own bf16/f16 matmul (which the measurement tells). Only a
-     * candidate of the measured choice, for bf16/f16 GEMMs (gemm_choice.c;
-     * docs/cpu.md) */
+     * candidate of the measured choice, for bf16/f16 GEMMs and attention's
+     * bf16/f16 tiles (gemm_choice.c; docs/cpu.md) */
     ACCEL__GEMM_PROVIDER_DNNL_F32,
     ACCEL__GEMM_N_PROVIDERS,
 } accel__gemm_provider;
@@ -257,8 +256,19 @@ typedef struct accel__gemm_class {
     int32_t ta, tb;  /* transposes */
     int32_t m, n, k; /* floor(log2) of M, N, K */
     int32_t threads;
-    int32_t rows; /* a skinny class's M exactly (1..4; the cache file's "rows"), else 0 */
+    int32_t rows;    /* a skinny class's M exactly (1..4; the cache file's "rows"), else 0 */
+    int32_t op;      /* ACCEL__GEMM_OP_*: what the class times */
 } accel__gemm_class;
+
+/* What a class of the table stands for: one GEMM of its shape, or the
+ * tile GEMMs of attention (accel__gemm_tiles_provider: m, n, k the floor
+ * log2 of the query block, the keys and the head dim; ta, tb 0). */
+enum { ACCEL__GEMM_OP_GEMM, ACCEL__GEMM_OP_SDPA_TILES };
+
+/* The class of a GEMM (op ACCEL__GEMM_OP_GEMM) of compute dtype dt and
+ * shape M x N x K, or of other work op keyed alike, on the calling thread's
+ * threads (1 inside a parallel region). */
+accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int op);
 
 /* The provider of this GEMM: its class's choice, measured now where the
  * class is new (or `force`: measured again whatever its size); `rule` where
@@ -267,6 +277,45 @@ typedef struct accel__gemm_class {
  * (decode's rows where OpenBLAS runs a fallback core: gemm.c). */
 int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force, bool skinny);
+
+/* Runs a class's representative work once on provider p (ctx: the
+ * caller's); false when it failed (its error is dropped: the candidate
+ * then counts as not timed). */
+typedef bool (*accel__gemm_run)(void *ctx, int provider);
+
+/* accel__gemm_choose for the class c (accel__gemm_class_of) whose
+ * candidates are timed on what run does (a warm-up, then the median
+ * of a few runs each), whatever its size: for work that is no single GEMM
+ * (attention's tiles). */
+int accel__gemm_choose_run(const accel__gemm_class *c, int rule, uint32_t candidates, bool force, accel__gemm_run run,
+                           void *ctx);
+
+/* ---- attention's tile GEMMs (attention_kernels.c; docs/cpu.md "The tile GEMMs")
+ *
+ * The provider of the tile GEMMs of attention on operands of dtype dt
+ * (bf16/f16 when q, k, v and dO all share it, else f32), in blocks of qb
+ * queries against up to `keys` keys of head dim d:
+ *   openblas  f32 tiles (a bf16/f16 tensor widened tile by tile) on
+ *             accel__sgemm;
+ *   dnnl      dt itself on oneDNN: f32 tiles for f32, the operands as stored
+ *             for bf16/f16 (P and dS rounded to dt);
+ *   dnnl_f32  bf16/f16 widened into f32 tiles, on oneDNN's f32 matmul.
+ * ACCEL_GEMM=openblas: openblas; =dnnl: dnnl, or dnnl_f32 for a dtype
+ * oneDNN has no matmul of here. In auto the rule (dnnl for bf16/f16 where
+ * the CPU has units for them, else openblas) is the prior of a measured
+ * choice among the candidates this build and CPU have, per class
+ * (ACCEL__GEMM_OP_SDPA_TILES: dt, qb, keys, d, threads): run(ctx, p) runs
+ * a batch of the class's tiles on p (always measured, small as each tile
+ * is; `force`: again, whatever the mode). Under accel_reference_kernels():
+ * openblas (whose accel__sgemm is the reference loop then). -1 (error set) when ACCEL_GEMM
+ * or ACCEL_CPU_ISA holds no valid setting. Outside parallel regions. */
+int accel__gemm_tiles_provider(accel_dtype dt, int64_t qb, int64_t keys, int64_t d, bool force, accel__gemm_run run,
+                               void *ctx);
+/* The candidates of that choice for operands of dt in auto mode (bits
+ * 1 << provider): openblas, and where oneDNN is loaded dnnl (f32) or
+ * dnnl_f32 (bf16/f16), and dnnl for bf16/f16 where its matmul of the dtype
+ * is no reference loop. */
+uint32_t accel__gemm_tiles_candidates(accel_dtype dt);
 
 /* Times a GEMM of compute dtype dt of this shape's class now on every
  * candidate (whatever its size; the mode aside) and returns the provider it
