@@ -150,6 +150,12 @@ static void test_rule_switches(void) {
     CHECK(rows == (1 << 1 | 1 << 2 | 1 << 3));
     static char text[8192];
     CHECK_STR_CONTAINS(accel__gemm_choices_describe(text, sizeof text), "float32 NT M=3 N~2^9 K~2^9");
+    /* attention's tiles: oneDNN (f32) and oneDNN on f32 tiles (bf16) are the
+     * incumbents (bf16: oneDNN in bf16 or on f32 tiles, never OpenBLAS),
+     * kept where nothing wins by the margin */
+    for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) g_seconds[p] = 1.0;
+    CHECK(accel__gemm_tiles_provider(ACCEL_F32, 64, 256, 64, false, NULL, NULL) == ACCEL__GEMM_PROVIDER_DNNL);
+    CHECK(accel__gemm_tiles_provider(ACCEL_BF16, 64, 256, 64, false, NULL, NULL) != ACCEL__GEMM_PROVIDER_OPENBLAS);
     /* f16 where oneDNN has no f16 matmul: oneDNN on f32 panels widened per
      * call (ACCEL_GEMM=dnnl's path there), every M */
     char impl[256];

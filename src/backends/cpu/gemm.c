@@ -399,6 +399,9 @@ int accel__gemm_tiles_provider(accel_dtype dt, int64_t qb, int64_t keys, int64_t
     if (!force && mode == ACCEL__GEMM_DNNL)
         return !lowp || dnnl_probe(dt, &impl) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_DNNL_F32;
     int rule = lowp && auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    /* OpenBLAS on a fallback core is no prior either (ACCEL_GEMM_MEASURE=0, a rank's table) */
+    if (rule == ACCEL__GEMM_PROVIDER_OPENBLAS && blas_gives_way())
+        rule = lowp ? ACCEL__GEMM_PROVIDER_DNNL_F32 : ACCEL__GEMM_PROVIDER_DNNL;
     accel__gemm_class c = accel__gemm_class_of(dt, false, false, qb, keys, d, ACCEL__GEMM_OP_SDPA_TILES);
     return accel__gemm_choose_run(&c, rule, accel__gemm_tiles_candidates(dt), force, run, ctx);
 }
