@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     if (!acc) fail("accel_accelerator_new");
     int world = accel_accelerator_num_processes(acc), rank = accel_accelerator_process_index(acc);
     if (accel_accelerator_is_main_process(acc)) {
-        char desc[512];
+        char desc[4096];
         printf("%s", accel_accelerator_describe(acc, desc, sizeof desc));
         printf("\n");
     }

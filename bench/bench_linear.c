@@ -357,7 +357,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_linear: cannot write %s\n", out);
         return 1;
     }
-    char cpu[512], gemm[512], load[64], omp[160];
+    char cpu[512], gemm[2048], load[64], omp[160];
     accel_cpu_describe(cpu, sizeof cpu);
     accel__gemm_describe(gemm, sizeof gemm);
     llama_loadavg(load, sizeof load);

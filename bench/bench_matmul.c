@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_matmul: cannot write %s\n", out_path);
         return 1;
     }
-    char cpu[512], gemm[512];
+    char cpu[512], gemm[2048];
     accel_cpu_describe(cpu, sizeof cpu);
     accel__gemm_describe(gemm, sizeof gemm);
     char load[64];

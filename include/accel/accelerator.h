@@ -277,7 +277,9 @@ double accel_accelerator_gradient_clipping(const accel_accelerator *acc);
  * stage 3 an error (a rank's shard is one piece per wrap unit). */
 accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_module *model,
                                           int64_t *lo, int64_t *hi, int64_t *padded);
-/* "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\n..." into buf. */
+/* "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\n...",
+ * then the GEMM and CPU lines, into buf: cut at n - 1 bytes as snprintf
+ * would (4096 bytes hold it all). */
 const char *accel_accelerator_describe(const accel_accelerator *acc, char *buf, size_t n);
 
 /* ---------------------------------------------------------------- process control */

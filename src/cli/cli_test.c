@@ -163,7 +163,7 @@ static int run_payload(void) {
         fprintf(stderr, "accel test: %s\n", accel_last_error());
         return 1;
     }
-    char desc[512];
+    char desc[4096]; /* the GEMM and CPU lines run to ~1.5 KB */
     accel_accelerator_print(acc, "%s", accel_accelerator_describe(acc, desc, sizeof desc));
     check_collectives(acc);
     check_main_process_first(acc);
