@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --build build -j2 >/dev/null
 BUILD_DIR=build bash bench/llama_step.sh
-./build/bin/bench_matmul bench/results/matmul.md
+bash bench/matmul.sh bench/results/matmul.md
 bash bench/ddp.sh
 bash bench/zero.sh
 bash bench/device_layer.sh
