@@ -311,9 +311,13 @@ static void rope_bwd(ledger *l, double e, accel_dtype dt) {
 
 /* The backward of split_heads (reshape then transpose of a projection output
  * of dtype dt into `heads` heads): the transpose's dense gradient (none with
- * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head), which
- * the reshape's and then the projection's output take over. */
-static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads) { l->bytes += dense(e, dt, heads == 1); }
+ * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head; none
+ * either where the rope backward wrote it in the projection's layout,
+ * in_layout: q and k under a whole-dim rotation), which the reshape's and
+ * then the projection's output take over. */
+static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads, bool in_layout) {
+    l->bytes += dense(e, dt, heads == 1 || in_layout);
+}
 
 /* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape: the
  * residual stream's [B, T, C], T / tp under sequence parallelism): the
@@ -686,9 +690,10 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
         rope_bwd(bwd, eK, kr);
         rope_bwd(bwd, eQ, qr);
     }
-    split_heads_bwd(bwd, eK, v, d->Hkv);
-    split_heads_bwd(bwd, eK, kk, d->Hkv);
-    split_heads_bwd(bwd, eQ, q, d->H);
+    bool roped = !f->gpt2 && d->R == d->D; /* src/ops/rope.c: the gradient in the input's layout */
+    split_heads_bwd(bwd, eK, v, d->Hkv, false);
+    split_heads_bwd(bwd, eK, kk, d->Hkv, roped);
+    split_heads_bwd(bwd, eQ, q, d->H, roped);
     if (f->qk_norm_full && d->tp) {
         tp_norm_bwd(bwd, eK, n, kk);
         tp_norm_bwd(bwd, eQ, n, q);
@@ -976,7 +981,7 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
                   grad_copy(eC, q, false);
     gemm_call(bwd, E + eC, 0, 0);
-    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H);
+    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H, false);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
