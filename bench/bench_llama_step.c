@@ -18,9 +18,11 @@
  * oneDNN: accel__gemm_on, the step's own path and threads; oneDNN on the
  * forward and dX also with the weight's form in its layout, as the step's
  * linear layers read it, the better kept; dW, whose A is transposed, also
- * on dnnl_rows, oneDNN on row blocks, its measured candidate) in the step's
- * dtype (f32; bf16 / f16 operands with f32 accumulation under that mixed
- * precision), best of 3 calls after a warm-up; one "gemm_shape" line each.
+ * on dnnl_rows, oneDNN on row blocks, its measured candidate; bf16 / f16
+ * also on dnnl_f32, oneDNN's f32 matmul on the operands widened) in the
+ * step's dtype (f32; bf16 / f16 operands with f32 accumulation under that
+ * mixed precision), best of 3 calls after a warm-up; one "gemm_shape" line
+ * each.
  * limit = the best GFLOP/s any provider reaches on any shape (named);
  * weighted = the step's GEMM FLOPs over the time they take with each shape
  * on its fastest provider. Then one line per timed step and the summaries
@@ -171,6 +173,8 @@ static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
             if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) continue;
             /* oneDNN's row blocks are a candidate of the transposed A alone (dW) */
             if (p == ACCEL__GEMM_PROVIDER_DNNL_ROWS && !g[i].ta) continue;
+            /* oneDNN's f32 matmul on widened panels: a bf16/f16 candidate (f32's is dnnl) */
+            if (p == ACCEL__GEMM_PROVIDER_DNNL_F32 && dt == ACCEL_F32) continue;
             g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, NULL, c);
             double packed = p == ACCEL__GEMM_PROVIDER_DNNL ? dnnl_packed_best(dt, &g[i], a, b, c) : 0.0;
             if (packed > g[i].gflops[p]) g[i].gflops[p] = packed;

@@ -1,8 +1,10 @@
 /* bench_matmul: the GEMM shapes of a Llama training step
  * (bench/llama_gemms.h), tables of medians:
  *   1. the GEMM providers per shape (src/backends/cpu/gemm.h): OpenBLAS
- *      f32, oneDNN f32 and oneDNN bf16 (bf16 operands, f32 result) through
- *      accel__gemm with the provider forced, and what auto picks here;
+ *      f32, oneDNN f32, oneDNN bf16 (bf16 operands, f32 result) and
+ *      oneDNN f32 on bf16 operands widened per call (dnnl_f32) through
+ *      accel__gemm / accel__gemm_on with the provider forced, and what auto
+ *      picks here;
  *   2. oneDNN on the forward and dX pieces with the weight plain at every
  *      call vs kept in oneDNN's layout (accel__gemm_weight), f32 (and bf16
  *      where oneDNN has a bf16 matmul).
@@ -28,18 +30,21 @@ typedef struct call_time {
     double wall, cpu;
 } call_time;
 
-/* One GEMM of the piece on dtype dt in the current mode, timed into *t:
- * accel__gemm on g->b, or with w (whose memory g->b is) accel__gemm_weight,
- * which reads w's form in oneDNN's layout where the provider is oneDNN;
- * bump: w's version moves first, so the call reorders w again. */
-static accel_status gemm_once(accel_dtype dt, const piece_gemm *g, accel_tensor *w, bool bump, float *c,
+/* One GEMM of the piece on dtype dt, timed into *t: on provider p
+ * (accel__gemm_on) where p >= 0; else in the current mode accel__gemm on
+ * g->b, or with w (whose memory g->b is) accel__gemm_weight, which reads w's
+ * form in oneDNN's layout where the provider is oneDNN; bump: w's version
+ * moves first, so the call reorders w again. */
+static accel_status gemm_once(int p, accel_dtype dt, const piece_gemm *g, accel_tensor *w, bool bump, float *c,
                               call_time *t) {
     if (bump) accel_tensor_increment_version(w);
     double w0 = accel_now_seconds(), c0 = llama_cpu_seconds();
-    accel_status st = w ? accel__gemm_weight(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, w, 0, g->ldb,
-                                             g->beta, c, g->N)
-                        : accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
-                                      g->beta, c, g->N);
+    accel_status st = p >= 0 ? accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt,
+                                              g->ldb, g->beta, c, g->N)
+                      : w ? accel__gemm_weight(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, w, 0, g->ldb,
+                                               g->beta, c, g->N)
+                          : accel__gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->a, dt, g->lda, g->b, dt, g->ldb,
+                                        g->beta, c, g->N);
     t->wall = accel_now_seconds() - w0;
     t->cpu = llama_cpu_seconds() - c0;
     accel_step_reset();
@@ -47,13 +52,14 @@ static accel_status gemm_once(accel_dtype dt, const piece_gemm *g, accel_tensor 
     return st;
 }
 
-/* Median GFLOP/s of accel__gemm in the mode on dtype dt, or 0 when it fails. */
-static double provider_gflops(accel__gemm_mode mode, accel_dtype dt, const piece_gemm *g, float *c, int reps) {
+/* Median GFLOP/s of accel__gemm in the mode on dtype dt (on provider p
+ * where p >= 0), or 0 when it fails. */
+static double provider_gflops(accel__gemm_mode mode, int p, accel_dtype dt, const piece_gemm *g, float *c, int reps) {
     if (accel__gemm_set_mode(mode) != ACCEL_OK) return 0.0;
     double t[100];
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up (creates oneDNN's primitive) */
         call_time ct;
-        if (gemm_once(dt, g, NULL, false, c, &ct) != ACCEL_OK) return 0.0;
+        if (gemm_once(p, dt, g, NULL, false, c, &ct) != ACCEL_OK) return 0.0;
         if (r >= 0) t[r] = ct.wall;
     }
     return piece_gflop(g) / llama_median(t, reps);
@@ -74,10 +80,12 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
     fprintf(md, "\n## GEMM providers per shape\n\n"
                 "accel__gemm with the provider forced (ACCEL_GEMM=openblas / dnnl), %d threads, median of %d "
                 "calls after one warm-up, GFLOP/s; oneDNN's implementation in parentheses. bf16: bf16 "
-                "operands, f32 accumulation and result. \"auto\" is the provider ACCEL_GEMM=auto picks "
-                "here for f32 / bf16. The machine is shared: expect +-15%% jitter.\n\n"
-                "| layer | piece | M x N x K | OpenBLAS f32 | oneDNN f32 | oneDNN bf16 | auto f32 / bf16 |\n"
-                "|---|---|---|---|---|---|---|\n",
+                "operands, f32 accumulation and result; bf16 on oneDNN f32 (dnnl_f32): bf16 operands widened "
+                "to f32 panels in each call, then oneDNN's f32 matmul. \"auto\" is the provider ACCEL_GEMM=auto "
+                "picks here for f32 / bf16. The machine is shared: expect +-15%% jitter.\n\n"
+                "| layer | piece | M x N x K | OpenBLAS f32 | oneDNN f32 | oneDNN bf16 | bf16 on oneDNN f32 | "
+                "auto f32 / bf16 |\n"
+                "|---|---|---|---|---|---|---|---|\n",
             accel_num_threads(), reps);
     for (int s = 0; s < nshapes; s++) {
         int64_t NIN = dims[s][0], NOUT = dims[s][1];
@@ -92,19 +100,23 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
         accel_convert(wb, ACCEL_BF16, w, ACCEL_F32, (size_t)(NIN * NOUT));
         for (int p = FWD; p <= DW; p++) {
             piece_gemm gf = piece_operands(p, R, NIN, NOUT, x, w, y), gb = piece_operands(p, R, NIN, NOUT, xb, wb, yb);
-            double ob = provider_gflops(ACCEL__GEMM_OPENBLAS, ACCEL_F32, &gf, c, reps);
-            double df = provider_gflops(ACCEL__GEMM_DNNL, ACCEL_F32, &gf, c, reps);
-            double db = provider_gflops(ACCEL__GEMM_DNNL, ACCEL_BF16, &gb, c, reps);
+            double ob = provider_gflops(ACCEL__GEMM_OPENBLAS, -1, ACCEL_F32, &gf, c, reps);
+            double df = provider_gflops(ACCEL__GEMM_DNNL, -1, ACCEL_F32, &gf, c, reps);
+            double db = provider_gflops(ACCEL__GEMM_DNNL, -1, ACCEL_BF16, &gb, c, reps);
+            double dw = accel__gemm_have_dnnl()
+                            ? provider_gflops(ACCEL__GEMM_AUTO, ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL_BF16, &gb, c, reps)
+                            : 0.0;
             accel__gemm_set_mode(ACCEL__GEMM_AUTO);
             const char *af = accel__gemm_provider_name(accel__gemm_provider_for(ACCEL_F32, gf.ta, gf.tb, gf.M, gf.N, gf.K));
             const char *ab = accel__gemm_provider_name(accel__gemm_provider_for(ACCEL_BF16, gb.ta, gb.tb, gb.M, gb.N, gb.K));
-            char dfs[96], dbs[96];
+            char dfs[96], dbs[96], dws[96];
             dnnl_cell(df, ACCEL_F32, &gf, dfs, sizeof dfs);
             dnnl_cell(db, ACCEL_BF16, &gb, dbs, sizeof dbs);
-            fprintf(md, "| %s | %s | %lld x %lld x %lld | %.1f | %s | %s | %s / %s |\n", names[s], PIECE[p],
-                    (long long)gf.M, (long long)gf.N, (long long)gf.K, ob, dfs, dbs, af, ab);
-            printf("%-14s %-24s openblas f32 %7.1f  dnnl f32 %-26s dnnl bf16 %-30s auto %s/%s\n", names[s], PIECE[p],
-                   ob, dfs, dbs, af, ab);
+            dnnl_cell(dw, ACCEL_F32, &gf, dws, sizeof dws); /* the f32 matmul runs it */
+            fprintf(md, "| %s | %s | %lld x %lld x %lld | %.1f | %s | %s | %s | %s / %s |\n", names[s], PIECE[p],
+                    (long long)gf.M, (long long)gf.N, (long long)gf.K, ob, dfs, dbs, dws, af, ab);
+            printf("%-14s %-24s openblas f32 %7.1f  dnnl f32 %-26s dnnl bf16 %-30s dnnl_f32 %-26s auto %s/%s\n",
+                   names[s], PIECE[p], ob, dfs, dbs, dws, af, ab);
         }
         free(x);
         free(xb);
@@ -137,7 +149,7 @@ static void packed_row(FILE *md, int reps, const char *name, piece p, accel_dtyp
         for (int v = PLAIN; v < WAYS && ok; v++) {
             if (v == REORDERED && !(formed = accel__prepared_stats_get().builds > b0)) continue;
             call_time ct;
-            ok = gemm_once(dt, &g, v == PLAIN ? NULL : w, v == REORDERED, c, &ct) == ACCEL_OK;
+            ok = gemm_once(-1, dt, &g, v == PLAIN ? NULL : w, v == REORDERED, c, &ct) == ACCEL_OK;
             if (r >= 0) wall[v][r] = ct.wall, cpu[v][r] = ct.cpu;
         }
     for (int v = PLAIN; v < WAYS && ok; v++)

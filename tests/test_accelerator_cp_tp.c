@@ -58,8 +58,8 @@ static void refuses_odd_heads(accel_accelerator *acc) {
     c.torch_dtype = ACCEL_F32;
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK(accel_accelerator_prepare_model(acc, m) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "splits this rank's 1 query heads (num_attention_heads 2, split over the "
-                                           "tp group) over the cp group's 2 ranks");
+    CHECK_STR_CONTAINS(accel_last_error(), "the all-to-all strategy splits a rank's 1 query heads (num_attention_heads "
+                                           "2 / tp 2) over cp 2 ranks: not a multiple");
     accel_module_free(m);
 }
 

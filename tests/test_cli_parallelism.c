@@ -355,6 +355,33 @@ static void test_estimate_memory_mesh(void) {
         CHECK_MSG(run(c, NULL) != 0, "accepted: %s %s %s %s", BAD[i][0], BAD[i][1], BAD[i][2], BAD[i][3]);
         CHECK_STR_CONTAINS(ERR, BAD[i][4]);
     }
+    /* GPT-2 runs under tp, its Conv1D weights cut as the plan cuts them (bigmodel/mesh_memory.h): a rank of
+     * tp 2 holds each of the 2 layers' 6448 parameters (c_attn [32, 48] + 48, attn.c_proj [16, 32] + 32, c_fc
+     * [32, 64] + 64, mlp.c_proj [64, 32] + 32, two LayerNorms of 64), half of wte's 900 rows (14400), wpe
+     * (32 x 32) and ln_f (64): 28384 f32, 110.88 KB (test_tp_llama checks such figures against the runtime) */
+    const char *g[] = {"estimate-memory", "data/hf_arch_gpt2", "--tp_size", "2", "--batch_size", "1", "--seq_len", "8",
+                       NULL};
+    CHECK_MSG(run(g, NULL) == 0, "GPT-2 under tp: %s", ERR);
+    CHECK_STR_CONTAINS(OUT, "│    DDP (NO_SHARD)    │110.88 KB│110.88 KB│221.75 KB│");
+    /* sequence parallelism's flag takes str_to_bool's words, by "=" too; another word given by "=" is refused
+     * by name (it was taken for the model, or left over as an unrecognized argument) */
+    const char *sp[] = {"estimate-memory", "data/llama_seed_config", "--tp_size", "2", "--sequence-parallelism=yes",
+                        "--batch_size", "1", "--seq_len", "8", NULL};
+    CHECK_MSG(run(sp, NULL) == 0, "--sequence-parallelism=yes: %s", ERR);
+    CHECK_STR_CONTAINS(OUT, "per rank (batch 1 x 8, f32, sequence parallel)");
+    static const char *const SP_BAD[][3] = {
+        {"--sequence_parallelism=maybe", "data/llama_seed_config", "argument --sequence_parallelism: invalid str_to_bool "
+                                                                   "value: 'maybe'"},
+        {"data/llama_seed_config", "--sequence-parallelism=maybe", "argument --sequence_parallelism: invalid "
+                                                                   "str_to_bool value: 'maybe'"},
+        {"--megatron_lm_sequence_parallelism=2", "data/llama_seed_config", "argument "
+                                                 "--megatron_lm_sequence_parallelism: invalid str_to_bool value: '2'"},
+    };
+    for (size_t i = 0; i < sizeof SP_BAD / sizeof *SP_BAD; i++) {
+        const char *c[] = {"estimate-memory", SP_BAD[i][0], SP_BAD[i][1], "--tp_size", "2", NULL};
+        CHECK_MSG(run(c, NULL) == 2, "accepted: %s %s", SP_BAD[i][0], SP_BAD[i][1]);
+        CHECK_STR_CONTAINS(ERR, SP_BAD[i][2]);
+    }
     /* the activations of one tp rank (f32: the same figure on every CPU; tests/test_training_memory.c checks
      * the estimate against measured steps of every family): tp 2 holds less than one process (949.96 MB), Megatron's
      * sequence parallelism less again; a sequence it cannot split, and tp x pp with a batch, refused by name */
@@ -419,8 +446,8 @@ static void test_estimate_memory_cp(void) {
         {"--cp_size", "2", "--parallelism_config_cp_comm_strategy", "ring", NULL, NULL,
          "argument --parallelism_config_cp_comm_strategy: invalid choice: 'ring' (choose from 'allgather', 'alltoall')"},
         {"--cp_size", "3", "--cp_comm_strategy", "alltoall", NULL, NULL,
-         "--cp_comm_strategy alltoall splits a rank's 8 query heads (num_attention_heads 8 / --tp_size 1) over "
-         "--cp_size 3: not a multiple"},
+         "data/llama_seed_config: --cp_size: the all-to-all strategy splits a rank's 8 query heads "
+         "(num_attention_heads 8 / tp 1) over cp 3 ranks: not a multiple"},
         {"--cp_size", "0", NULL, NULL, NULL, NULL, "argument --cp_size: expected a count >= 1"},
         {"--cp_size", "2", "--parallelism_config_cp_size", "4", NULL, NULL,
          "--cp_size 2 and --parallelism_config_cp_size 4 disagree"},
@@ -436,7 +463,8 @@ static void test_estimate_memory_cp(void) {
     }
     /* models cp does not run, and layers whose explicit scores the estimate does not count under cp */
     static const char *const MODELS[][2] = {
-        {"data/hf_arch_gpt2", "data/hf_arch_gpt2: context parallelism does not run GPT-2"},
+        {"data/hf_arch_gpt2", "data/hf_arch_gpt2: --cp_size: context parallelism does not run gpt2 models (learned "
+                              "position embeddings)"},
         {"data/hf_bert_base", "tensor, pipeline and context parallelism of bert models are not implemented"},
         {"data/hf_arch_gemma2", "layer 0 attends through explicit scores (attention soft-capping), whose memory under "
                                 "context parallelism is not modelled here"},

@@ -6,8 +6,11 @@
  * sliding window of 4 over sequences of 8 and 16) and Gemma2 (the window on
  * even layers, attention and final soft-capping). The group is the model's:
  * a second model on the same thread runs unsharded meanwhile. Also the
- * refusals: a KV cache (until cp is undone), and a sequence that is not a
- * multiple of 2*cp, named by accel_llama_loss with both numbers. */
+ * refusals: a KV cache (until cp is undone), a sequence that is not a
+ * multiple of 2*cp, named by accel_llama_loss with both numbers, and at
+ * accel_llama_context_parallelize GPT-2 and the all-to-all strategy over
+ * heads cp does not divide, which accel_llama_activation_bytes (.cp_size)
+ * refuses in the same words. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +53,45 @@ static float *grads(accel_module *m, int64_t *n_out) {
     accel_free(ps);
     *n_out = total;
     return g;
+}
+
+/* What follows "who: " in an error. */
+static const char *after_who(const char *e) {
+    const char *p = strstr(e, ": ");
+    return p ? p + 2 : e;
+}
+
+/* GPT-2 (learned positions), and 3 heads under all-to-all over 2 or 4
+ * ranks: refused by the runtime, and by the estimate in the same words
+ * after the function's name. Returns the failures. */
+static int refusals_agree(accel_pg *pg, int world) {
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        accel_llama_config c = tiny();
+        if (k == 0) snprintf(c.model_type, sizeof c.model_type, "gpt2"), c.num_key_value_heads = 4;
+        else c.hidden_size = 12, c.num_attention_heads = c.num_key_value_heads = 3;
+        accel_status want = k ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED;
+        const char *words = k ? "the all-to-all strategy splits a rank's 3 query heads (num_attention_heads 3 / tp 1)"
+                              : "context parallelism does not run gpt2 models (learned position embeddings)";
+        accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+        accel_status st = m ? accel_llama_context_parallelize(m, pg, k ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER)
+                            : accel_last_status();
+        char runtime[512];
+        snprintf(runtime, sizeof runtime, "%s", accel_last_error());
+        accel_activation_opts o = {.batch_size = 1, .seq_len = 8 * world, .autocast = ACCEL_F32, .cp_size = world,
+                                   .cp_alltoall = k};
+        accel_activation_bytes b;
+        accel_status est = accel_llama_activation_bytes(&c, &o, &b);
+        if (st != want || est != want || !strstr(runtime, words) ||
+            strcmp(after_who(runtime), after_who(accel_last_error()))) {
+            fprintf(stderr, "rank %d: %s under cp %d: runtime %d \"%s\", estimate %d \"%s\"\n", accel_pg_rank(pg),
+                    c.model_type, world, (int)st, runtime, (int)est, accel_last_error());
+            bad++;
+        }
+        accel_module_free(m);
+        accel_clear_error();
+    }
+    return bad;
 }
 
 static int body(int rank, int world) {
@@ -140,6 +182,7 @@ static int body(int rank, int world) {
     }
     accel_kv_cache_free(cache);
     accel_module_free(m);
+    if (!strcmp(g_family, "llama")) bad += refusals_agree(pg, world); /* of tiny()'s Llama sizes */
     accel_clear_error();
     accel_step_reset();
     accel_dist_finalize();

@@ -281,8 +281,9 @@ static void test_strangers_are_refused(void) {
     accel__store_close(server);
 }
 
-/* A store with room for the refused list's entry ("3 ") but not for the
- * address key: the rank is listed all the same (the list comes first). */
+/* A store with room for the refused rank's entry in the "lost" list ("r3 ")
+ * but not for the address key: the rank is listed all the same (the list
+ * comes first). */
 static void test_refused_listed_when_store_full(void) {
     accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
     CHECK_MSG(server, "store: %s", accel_last_error());
@@ -291,7 +292,7 @@ static void test_refused_listed_when_store_full(void) {
     accel__store *client = accel__store_open("127.0.0.1", port, false, SECRET, 1, 5);
     static char big[16u << 20];
     memset(big, 'x', sizeof big);
-    CHECK(client && accel__store_set(client, "slack", "ab", 3) == ACCEL_OK);
+    CHECK(client && accel__store_set(client, "slack", "abc", 4) == ACCEL_OK);
     /* fill to the last byte: a set that does not fit drops the connection */
     int k = 0;
     for (size_t sz = sizeof big; client && sz;) {
@@ -303,14 +304,14 @@ static void test_refused_listed_when_store_full(void) {
         client = accel__store_open("127.0.0.1", port, false, SECRET, 1, 5);
         sz /= 2;
     }
-    CHECK(client && accel__store_set(client, "slack", "", 0) == ACCEL_OK); /* 3 bytes free */
+    CHECK(client && accel__store_set(client, "slack", "", 0) == ACCEL_OK); /* 4 bytes free */
     accel__store *wrong = accel__store_open("127.0.0.1", port, false, "another-secret", 3, 5);
     CHECK(!wrong && strstr(accel_last_error(), "ACCEL_JOB_SECRET does not match"));
     accel_clear_error();
     void *v = NULL;
     size_t len = 0;
-    CHECK_MSG(client && accel__store_get(client, "refused", &v, &len) == ACCEL_OK && v && len == 3 &&
-                  !memcmp(v, "3 ", 3), "rank 3 not in the refused list");
+    CHECK_MSG(client && accel__store_get(client, "lost", &v, &len) == ACCEL_OK && v && len == 4 &&
+                  !memcmp(v, "r3 ", 4), "rank 3 not listed refused");
     free(v);
     accel__store_close(client);
     accel__store_close(server);

@@ -1,5 +1,5 @@
 /* A rank that dies during the rendezvous is named at once (src/dist/store.c,
- * "gone"), with no launcher watching the processes:
+ * listed gone in "lost"), with no launcher watching the processes:
  *   - 3 forked ranks; rank 1 connects to the store, claims its number, waits
  *     until ranks 0 and 2 have published theirs (both are then waiting for
  *     it) and SIGKILLs itself: ranks 0 and 2 must fail accel_dist_init with

@@ -22,6 +22,7 @@
 #include "accel/dist.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/openblas_core.h"
 #include "accelerator/gemm_choices.h"
 #include "check.h"
 
@@ -144,7 +145,7 @@ static void test_rows_candidate(void) {
     char f[512];
     CHECK(cache_file(f, sizeof f));
     json_t *j = json_load_file(f, 0, NULL);
-    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows;");
+    CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows");
     json_decref(j);
     g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_ROWS] = 0.0;
 }
@@ -223,13 +224,90 @@ static void test_real_timer(void) {
     restart("off", NULL);
     accel__gemm_choice_set_timer(NULL, NULL);
     uint32_t both = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | 1u << ACCEL__GEMM_PROVIDER_DNNL;
-    int p = accel__gemm_choose(ACCEL_F32, false, true, 96, 80, 64, ACCEL__GEMM_PROVIDER_OPENBLAS, both, true);
+    int p = accel__gemm_choose(ACCEL_F32, false, true, 96, 80, 64, ACCEL__GEMM_PROVIDER_OPENBLAS, both, true, false);
     CHECK(p == ACCEL__GEMM_PROVIDER_OPENBLAS || p == ACCEL__GEMM_PROVIDER_DNNL);
     char buf[1024];
     CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), "float32 NT M~2^6 N~2^6 K~2^6");
     CHECK_STR_CONTAINS(buf, "(openblas ");
     CHECK_STR_CONTAINS(buf, ", dnnl ");
     accel__gemm_choice_set_timer(fake_time, &g_fake);
+}
+
+/* Attention's tile classes (op sdpa_tiles, accel__gemm_tiles_provider):
+ * chosen on the same table with the same margin, apart from a GEMM of the
+ * same log2 dims, written to the file with their op and read back untimed
+ * (a file naming an op this build does not know is malformed), three
+ * candidates for bf16 where oneDNN has them, carried by a checkpoint's
+ * choices, forced untimed by ACCEL_GEMM, timed again on demand. */
+static int tiles(accel_dtype dt) { return accel__gemm_tiles_provider(dt, 64, 256, 64, false, NULL, NULL); }
+
+static void test_attention_tiles(void) {
+    enum { OB = ACCEL__GEMM_PROVIDER_OPENBLAS, DN = ACCEL__GEMM_PROVIDER_DNNL, DF = ACCEL__GEMM_PROVIDER_DNNL_F32 };
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    set_times(0.5, 1.0); /* a GEMM of the same log2 dims: a class of its own */
+    CHECK(accel__gemm_choose(ACCEL_F32, false, false, 64, 256, 64, OB, 1u << OB | 1u << DN, true, false) == OB);
+    CHECK(g_fake.calls == 4 && tiles(ACCEL_F32) == DN && g_fake.calls == 4);
+    char buf[2048], path[512];
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf),
+                       "float32 attention tiles queries~2^6 keys~2^8 D~2^6 2 threads: dnnl (openblas 1000.000 ms, "
+                       "dnnl 500.000 ms)");
+    CHECK_STR_CONTAINS(buf, "float32 NN M~2^6 N~2^8 K~2^6 2 threads: openblas");
+    CHECK(cache_file(path, sizeof path));
+    json_t *j = json_load_file(path, 0, NULL);
+    CHECK(j && json_array_size(json_object_get(j, "choices")) == 2);
+    json_decref(j);
+    restart(g_dir, NULL); /* read back, untimed */
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 0);
+    restart(g_dir, "1"); /* timed again: OpenBLAS 5% faster than the cached oneDNN is not enough */
+    set_times(0.95, 1.0);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    /* bf16: oneDNN's f32 tiles a candidate beside OpenBLAS and the native path */
+    uint32_t c16 = accel__gemm_tiles_candidates(ACCEL_BF16);
+    CHECK((c16 & 1u << OB) && (c16 & 1u << DF));
+    set_times(1.0, 0.5);
+    g_fake.seconds[DF] = 0.2;
+    CHECK(tiles(ACCEL_BF16) == DF && g_fake.calls == 2 + __builtin_popcount(c16));
+    g_fake.seconds[DF] = 0.0;
+    /* a checkpoint's choices, over an empty cache */
+    char saved[320];
+    snprintf(saved, sizeof saved, "%s/ckpt_tiles.json", g_dir);
+    CHECK(accel__gemm_choices_save(saved) == ACCEL_OK);
+    clear_dir();
+    restart(g_dir, NULL);
+    CHECK(accel__gemm_choices_load(saved) == ACCEL_OK);
+    set_times(0.1, 1.0);
+    CHECK(tiles(ACCEL_F32) == DN && tiles(ACCEL_BF16) == DF && g_fake.calls == 0);
+    unlink(saved);
+    /* an op this build does not know: the file is malformed, measured over */
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && cache_file(path, sizeof path));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"sdpa_tiles\"/\"conv\"/' %s", path);
+    CHECK(system(cmd) == 0);
+    restart(g_dir, NULL);
+    set_times(0.5, 1.0);
+    CHECK(tiles(ACCEL_F32) == OB && g_fake.calls == 2);
+    /* forced: nothing timed */
+    restart(g_dir, NULL);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_OPENBLAS) == ACCEL_OK);
+    CHECK(tiles(ACCEL_F32) == OB && tiles(ACCEL_BF16) == OB);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
+    int b16 = tiles(ACCEL_BF16);
+    CHECK(tiles(ACCEL_F32) == DN && (b16 == DN || b16 == DF) && g_fake.calls == 0);
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+    /* `accel env --measure-gemm`: a class timed again, the margin against what it held */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(tiles(ACCEL_F32) == DN && g_fake.calls == 2);
+    set_times(0.5, 1.0);
+    CHECK(accel__cpu_sdpa_measure(ACCEL_F32, 256, 64) == OB && g_fake.calls == 4);
+    CHECK(tiles(ACCEL_F32) == OB && g_fake.calls == 4);
 }
 
 /* A rank of a job (WORLD_SIZE > 1) times nothing: the rule, or the cache. */
@@ -301,7 +379,7 @@ static void test_load_other_thread_count(void) {
     int nn_rule = accel__gemm_provider_for(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K);
     int nn_other = nn_rule == ACCEL__GEMM_PROVIDER_DNNL ? ACCEL__GEMM_PROVIDER_OPENBLAS : ACCEL__GEMM_PROVIDER_DNNL;
     set_times(nn_other == ACCEL__GEMM_PROVIDER_OPENBLAS ? 0.5 : 1.0, nn_other == ACCEL__GEMM_PROVIDER_DNNL ? 0.5 : 1.0);
-    CHECK(accel__gemm_choose(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K, nn_rule, both, true) == nn_other);
+    CHECK(accel__gemm_choose(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K, nn_rule, both, true, false) == nn_other);
     set_times(0.5, 1.0); /* a timer would pick OpenBLAS for NT */
     g_fake.calls = 0;
     CHECK(accel__gemm_choices_load(saved) == ACCEL_OK);
@@ -322,15 +400,31 @@ static void test_choice_not_a_candidate(void) {
     CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL);
     uint32_t no_dnnl = 1u << ACCEL__GEMM_PROVIDER_REFERENCE | 1u << ACCEL__GEMM_PROVIDER_OPENBLAS;
     CHECK(accel__gemm_choose(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, ACCEL__GEMM_PROVIDER_OPENBLAS, no_dnnl,
-                             false) == ACCEL__GEMM_PROVIDER_OPENBLAS);
+                             false, false) == ACCEL__GEMM_PROVIDER_OPENBLAS);
+}
+
+/* Whether oneDNN's f32 matmul is a candidate here (built in, its plug-in
+ * loaded): an f32 class is timed on two providers. */
+static bool dnnl_f32_here(void) {
+    clear_dir();
+    restart("off", NULL);
+    set_times(1.0, 0.5);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.1; /* never one of f32's */
+    bool here = choose_big() == ACCEL__GEMM_PROVIDER_DNNL;
+    CHECK(g_fake.calls == (here ? 2 : 0));
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.0;
+    return here;
 }
 
 /* bf16 and f16 are chosen by measurement where they have two candidates
  * (oneDNN has a matmul of the dtype: both timed, a clear winner kept, a
- * narrow one not), else keep the rule, OpenBLAS on f32 panels, untimed. How
- * the ops hand over operands (accel__gemm_native) stays the rule's. */
+ * narrow one not), else keep the rule, OpenBLAS on f32 panels. (oneDNN's
+ * f32 matmul on widened panels, timed wherever oneDNN is, loses here:
+ * test_dnnl_f32_candidate.) How the ops hand over operands
+ * (accel__gemm_native) stays the rule's. */
 static void test_low_precision_measured(void) {
     const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    int f32_timed = dnnl_f32_here(); /* dnnl_f32's timing, where it is a candidate */
     for (int d = 0; d < 2; d++) {
         accel_dtype dt = dts[d];
         const char *name = accel_dtype_name(dt);
@@ -338,17 +432,18 @@ static void test_low_precision_measured(void) {
         restart(g_dir, NULL);
         bool native = accel__gemm_native(dt); /* the rule: oneDNN multiplies dt */
         set_times(1.0, 0.5);
+        g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 10.0;
         int p = accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K);
         char buf[2048], cls[64];
         snprintf(cls, sizeof cls, "%s NT M~2^11 N~2^10 K~2^9", name);
-        if (g_fake.calls == 0) { /* one candidate: only OpenBLAS, which the rule names */
-            CHECK_MSG(!native && p == ACCEL__GEMM_PROVIDER_OPENBLAS, "%s: rule %s, got %d untimed", name,
+        if (g_fake.calls == 2 * f32_timed) { /* no oneDNN matmul of dt: OpenBLAS, which the rule names */
+            CHECK_MSG(!native && p == ACCEL__GEMM_PROVIDER_OPENBLAS, "%s: rule %s, got %d", name,
                       native ? "dnnl" : "openblas", p);
-            CHECK(strstr(accel__gemm_choices_describe(buf, sizeof buf), cls) == NULL);
+            CHECK((strstr(accel__gemm_choices_describe(buf, sizeof buf), cls) != NULL) == f32_timed);
             continue;
         }
-        CHECK_MSG(g_fake.calls == 2 && p == ACCEL__GEMM_PROVIDER_DNNL, "%s: %d timings, provider %d", name,
-                  g_fake.calls, p);
+        CHECK_MSG(g_fake.calls == 2 + f32_timed && p == ACCEL__GEMM_PROVIDER_DNNL, "%s: %d timings, provider %d",
+                  name, g_fake.calls, p);
         CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), cls);
         /* read back from the cache untimed; a narrow challenger loses, a clear one wins */
         restart(g_dir, NULL);
@@ -371,12 +466,128 @@ static void test_low_precision_measured(void) {
         accel__cpu_convert(a, dt, af, ACCEL_F32, M * K);
         accel__cpu_convert(b, dt, bf, ACCEL_F32, N * K);
         accel__sgemm_ref(false, true, M, N, K, 1.0f, af, K, bf, K, 0.0f, want, N);
-        for (int q = ACCEL__GEMM_PROVIDER_OPENBLAS; q <= ACCEL__GEMM_PROVIDER_DNNL; q++) {
+        for (int q = ACCEL__GEMM_PROVIDER_OPENBLAS; q < ACCEL__GEMM_N_PROVIDERS; q++) {
+            if (q == ACCEL__GEMM_PROVIDER_DNNL_F32 && !f32_timed) continue;
             CHECK(accel__gemm_on(q, false, true, M, N, K, 1.0f, a, dt, K, b, dt, K, 0.0f, c, N) == ACCEL_OK);
             for (int i = 0; i < M * N; i++) CHECK_MSG(c[i] == want[i], "%s on %d: %g vs %g", name, q, c[i], want[i]);
         }
     }
 }
+/* oneDNN's f32 matmul on widened panels (dnnl_f32) is a candidate of
+ * bf16/f16 classes wherever oneDNN's f32 matmul is, never of f32's: kept
+ * when it wins clearly, not when it is slower or within the margin; read
+ * back from the cache untimed (the file's key names it); a bf16 C on it
+ * (the f32 C in the step arena, rounded after) is the reference's. */
+static void test_dnnl_f32_candidate(void) {
+    if (!dnnl_f32_here()) {
+        fprintf(stderr, "  (no oneDNN f32 matmul here)\n");
+        return;
+    }
+    const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    for (int d = 0; d < 2; d++) {
+        accel_dtype dt = dts[d];
+        int rule = accel__gemm_native(dt) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+        /* within the margin of the incumbent (the rule's): kept off */
+        clear_dir();
+        restart(g_dir, NULL);
+        set_times(rule == ACCEL__GEMM_PROVIDER_OPENBLAS ? 1.0 : 2.0, rule == ACCEL__GEMM_PROVIDER_DNNL ? 1.0 : 2.0);
+        g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.95;
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == rule);
+        /* a clear winner */
+        clear_dir();
+        restart(g_dir, NULL);
+        set_times(1.0, 0.8);
+        g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.5;
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_DNNL_F32);
+        CHECK(g_fake.calls >= 2);
+        char buf[2048], f[512];
+        CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), ": dnnl_f32 (openblas 1000.000 ms, ");
+        CHECK_STR_CONTAINS(buf, "dnnl_f32 500.000 ms)");
+        CHECK(cache_file(f, sizeof f));
+        json_t *j = json_load_file(f, 0, NULL);
+        CHECK_STR_CONTAINS(json_string_value(json_object_get(j, "key")), ";providers=openblas,dnnl,dnnl_rows,dnnl_f32");
+        json_decref(j);
+        /* read back untimed, though a timer would now pick another */
+        restart(g_dir, NULL);
+        set_times(0.1, 0.1);
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) == ACCEL__GEMM_PROVIDER_DNNL_F32);
+        CHECK(g_fake.calls == 0);
+        /* measured again, slower: replaced */
+        restart(g_dir, "1");
+        CHECK(accel__gemm_provider_for(dt, false, true, BIG_M, BIG_N, BIG_K) != ACCEL__GEMM_PROVIDER_DNNL_F32);
+    }
+    /* f32 never has it (its own oneDNN matmul is dnnl) */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 2.0);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.1;
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS && g_fake.calls == 2);
+
+    /* a bf16 C (c_dt bf16, beta 0 and 1) on a class measured onto dnnl_f32:
+     * Y = X W^T, 2^26 multiply-adds */
+    enum { M = 256, N = 512, K = 512 };
+    clear_dir();
+    restart("off", NULL);
+    set_times(1.0, 1.0);
+    g_fake.seconds[ACCEL__GEMM_PROVIDER_DNNL_F32] = 0.1;
+    CHECK(accel__gemm_provider_for(ACCEL_BF16, false, true, M, N, K) == ACCEL__GEMM_PROVIDER_DNNL_F32);
+    accel_tensor *a = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(M, K), ACCEL_CPU_DEVICE);
+    accel_tensor *w = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(N, K), ACCEL_CPU_DEVICE);
+    accel_tensor *c = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(M, N), ACCEL_CPU_DEVICE);
+    static float af[M * K], wf[N * K], want[M * N], got[M * N], c0[M * N];
+    static uint16_t rounded[M * N];
+    for (int i = 0; i < M * K; i++) af[i] = (float)((i * 7 + 3) % 17 - 8) / 8.0f;
+    for (int i = 0; i < N * K; i++) wf[i] = (float)((i * 5 + 1) % 13 - 6) / 16.0f;
+    for (int i = 0; i < M * N; i++) c0[i] = (float)(i % 9 - 4);
+    accel__cpu_convert(a->data, ACCEL_BF16, af, ACCEL_F32, M * K);
+    accel__cpu_convert(w->data, ACCEL_BF16, wf, ACCEL_F32, N * K);
+    for (int beta = 0; beta <= 1; beta++) {
+        accel__cpu_convert(c->data, ACCEL_BF16, c0, ACCEL_F32, M * N); /* exact: small integers */
+        memcpy(want, c0, sizeof want);
+        /* the values are multiples of 1/128 under 2^7: every sum is exact in f32 */
+        accel__sgemm_ref(false, true, M, N, K, 1.0f, af, K, wf, K, (float)beta, want, N);
+        accel_k_gemm k = {.c = c, .a = a, .b = w, .trans_b = true, .M = M, .N = N, .K = K, .lda = K, .ldb = K,
+                          .ldc = N, .alpha = 1.0f, .beta = (float)beta, .b_weight = true};
+        size_t used = accel_arena_used(accel_step_arena());
+        CHECK_MSG(accel__cpuk_gemm(&k) == ACCEL_OK, "%s", accel_last_error());
+        CHECK(accel_arena_used(accel_step_arena()) == used);
+        accel__cpu_convert(got, ACCEL_F32, c->data, ACCEL_BF16, M * N);
+        accel__cpu_convert(rounded, ACCEL_BF16, want, ACCEL_F32, M * N); /* rounded once, as the kernel does */
+        accel__cpu_convert(want, ACCEL_F32, rounded, ACCEL_BF16, M * N);
+        int bad = -1;
+        for (int i = 0; i < M * N && bad < 0; i++)
+            if (got[i] != want[i]) bad = i;
+        CHECK_MSG(bad < 0, "beta %d: C[%d] = %g, reference %g", beta, bad, bad < 0 ? 0.0 : got[bad],
+                  bad < 0 ? 0.0 : want[bad]);
+    }
+    accel_tensor_free(a), accel_tensor_free(w), accel_tensor_free(c);
+    accel_step_reset();
+}
+
+/* A checkpoint or rank 0's table naming a provider this build lacks (one
+ * of a newer build; oneDNN's without oneDNN) is refused with its reason; dnnl_f32
+ * is taken where oneDNN is built in. */
+static void test_install_names_lacking_provider(void) {
+    const char *bundle = "{\"tables\": [{\"key\": \"k\", \"threads\": 2, \"choices\": [{\"dtype\": "
+                         "\"bfloat16\", \"trans\": \"NT\", \"log2_m\": 11, \"log2_n\": 10, \"log2_k\": 9, "
+                         "\"provider\": \"%s\", \"seconds\": {}}]}]}";
+    char text[512];
+    snprintf(text, sizeof text, bundle, "dnnl_f64");
+    json_t *j = json_loads(text, 0, NULL);
+    const char *why = accel__gemm_choices_install(j);
+    CHECK(why != NULL);
+    CHECK_STR_CONTAINS(why ? why : "", "an entry names a provider this build does not know");
+    json_decref(j);
+    snprintf(text, sizeof text, bundle, "dnnl_f32");
+    j = json_loads(text, 0, NULL);
+    why = accel__gemm_choices_install(j);
+    if (accel__gemm_have_dnnl()) CHECK_MSG(why == NULL, "%s", why);
+    else CHECK_STR_CONTAINS(why ? why : "", "an entry names a oneDNN provider (dnnl, dnnl_rows or dnnl_f32) and "
+                                            "this build has no oneDNN");
+    json_decref(j);
+    accel__gemm_choice_reset();
+}
+
 /* A run whose GEMMs are of measured classes: Y = X W^T of a 512 x 512
  * weight on 256 rows and its dW = dY^T X, 2^26 multiply-adds each. */
 typedef struct lrun {
@@ -524,11 +735,12 @@ static int ranks_main(void) {
     /* the caches, as earlier single-process runs on each machine left them */
     restart(g_dir, NULL);
     set_times(rank == 0 ? 1.0 : 0.5, rank == 0 ? 0.5 : 1.0);
-    int mine = accel__gemm_choose(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, ACCEL__GEMM_PROVIDER_OPENBLAS, both, true);
+    int mine =
+        accel__gemm_choose(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, ACCEL__GEMM_PROVIDER_OPENBLAS, both, true, false);
     CHECK(mine == (rank == 0 ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS));
     if (rank == 1) {
         set_times(nn_other == ACCEL__GEMM_PROVIDER_OPENBLAS ? 0.5 : 1.0, nn_other == ACCEL__GEMM_PROVIDER_DNNL ? 0.5 : 1.0);
-        CHECK(accel__gemm_choose(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K, nn_rule, both, true) == nn_other);
+        CHECK(accel__gemm_choose(ACCEL_F32, false, false, BIG_M, BIG_N, BIG_K, nn_rule, both, true, false) == nn_other);
     }
     /* a new process: its own cache read (the ranks disagree here) */
     restart(g_dir, NULL);
@@ -569,6 +781,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "oneDNN not built in: OpenBLAS is the only candidate, nothing to choose\n");
         return 0;
     }
+    /* OpenBLAS taken to run this CPU's own core: the rule these tests
+     * expect (test_openblas_core.c runs a fallback core's) */
+    accel__openblas_test_core(accel__openblas_core_for(accel__cpu_vector_level_get()));
     if (argc > 1 && !strcmp(argv[1], "ranks")) return ranks_main();
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_gemm_choice_%d", (int)getpid());
     CHECK(mkdir(g_dir, 0700) == 0);
@@ -581,11 +796,14 @@ int main(int argc, char **argv) {
     RUN(test_cache_off_or_unwritable);
     RUN(test_forced_mode);
     RUN(test_real_timer);
+    RUN(test_attention_tiles);
     RUN(test_ranks_do_not_time);
     RUN(test_checkpoint_round_trip);
     RUN(test_load_other_thread_count);
     RUN(test_choice_not_a_candidate);
     RUN(test_low_precision_measured);
+    RUN(test_dnnl_f32_candidate);
+    RUN(test_install_names_lacking_provider);
     RUN(test_resume_on_saved_choices);
     clear_dir();
     rmdir(g_dir);

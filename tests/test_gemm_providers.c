@@ -14,6 +14,7 @@
 #include "accel/accel.h"
 #include "accel/cpu.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/openblas_core.h"
 #include "check.h"
 
 static float frand(uint64_t *s) {
@@ -76,15 +77,13 @@ static void check_case_on(int provider, const gemm_case *c, accel_dtype adt, acc
     accel_step_reset();
 }
 
-static void check_case(const gemm_case *c, accel_dtype adt, accel_dtype bdt, uint64_t seed) {
-    check_case_on(-1, c, adt, bdt, seed);
-}
-
 static const int64_t SHAPES[][3] = {{1, 1, 1},   {2, 70, 50},   {3, 5, 7},   {17, 33, 9},  {37, 29, 53},
                                     {64, 31, 129}, {130, 150, 70}, {5, 200, 3}, {1, 300, 257}, {4, 5, 0}};
 static const float ALPHA_BETA[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {1.5f, 0.25f}};
 
-static void check_all_cases(accel_dtype adt, accel_dtype bdt) {
+/* Every shape, transpose, alpha and beta on provider p (accel__gemm's own
+ * choice where p < 0). */
+static void check_all_cases_on(int p, accel_dtype adt, accel_dtype bdt) {
     uint64_t seed = 1;
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
         for (int t = 0; t < 4; t++)
@@ -92,9 +91,11 @@ static void check_all_cases(accel_dtype adt, accel_dtype bdt) {
                 int64_t pad = (t + ab) % 2 ? 3 : 0; /* dense and padded leading dims, in turn */
                 gemm_case c = {t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], pad,
                                ALPHA_BETA[ab][0], ALPHA_BETA[ab][1]};
-                check_case(&c, adt, bdt, seed++);
+                check_case_on(p, &c, adt, bdt, seed++);
             }
 }
+
+static void check_all_cases(accel_dtype adt, accel_dtype bdt) { check_all_cases_on(-1, adt, bdt); }
 
 static const accel_dtype DTYPES[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
 
@@ -188,6 +189,26 @@ static void test_dnnl_rows_against_reference(void) {
 #pragma omp master
     check_case_on(ACCEL__GEMM_PROVIDER_DNNL_ROWS, &(gemm_case){true, false, 130, 40, 33, 0, 1.0f, 1.0f}, ACCEL_F32,
                   ACCEL_F32, seed);
+}
+
+/* oneDNN's f32 matmul on bf16/f16 operands widened per call
+ * (ACCEL__GEMM_PROVIDER_DNNL_F32, a candidate of the measured choice), run
+ * here whatever this CPU's choice: every shape, transpose, alpha and beta
+ * against the reference loop (exact products, f32 sums), mixed operands,
+ * inside a parallel region (its panels given back: test_call_leaves_the_arena). */
+static void test_dnnl_f32_against_reference(void) {
+    if (!accel__gemm_have_dnnl()) {
+        fprintf(stderr, "  (this build has no oneDNN)\n");
+        return;
+    }
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
+    check_all_cases_on(ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL_BF16, ACCEL_BF16);
+    check_all_cases_on(ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL_F16, ACCEL_F16);
+    check_all_cases_on(ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL_BF16, ACCEL_F32);
+#pragma omp parallel num_threads(2)
+#pragma omp master
+    check_case_on(ACCEL__GEMM_PROVIDER_DNNL_F32, &(gemm_case){true, true, 130, 40, 33, 3, 1.0f, 1.0f}, ACCEL_BF16,
+                  ACCEL_BF16, 99);
 }
 
 /* Many threads create and run the same few primitives at once (each GEMM
@@ -311,6 +332,10 @@ static void test_call_leaves_the_arena(void) {
                       ACCEL_OK);
                 CHECK_MSG(accel_arena_used(arena) == used, "the weight path left %zu bytes",
                           accel_arena_used(arena) - used);
+                /* oneDNN's f32 matmul on the operands widened for the call */
+                CHECK(m == 0 || accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL_F32, false, tb, M, N, K, 1.0f, A, adt, K, B,
+                                               bdt, tb ? K : N, 0.0f, C, N) == ACCEL_OK);
+                CHECK_MSG(accel_arena_used(arena) == used, "dnnl_f32 left %zu bytes", accel_arena_used(arena) - used);
                 accel_tensor_free(w);
                 free(A), free(B), free(aw), free(bw);
                 accel_step_reset();
@@ -346,12 +371,16 @@ static int env_run(const char *want) {
 }
 
 int main(int argc, char **argv) {
+    /* OpenBLAS taken to run this CPU's own core: the rule these tests
+     * expect (test_openblas_core.c runs a fallback core's) */
+    accel__openblas_test_core(accel__openblas_core_for(accel__cpu_vector_level_get()));
     if (argc == 3 && !strcmp(argv[1], "--env")) return env_run(argv[2]);
     RUN(test_openblas_against_reference);
     RUN(test_dnnl_against_reference);
     RUN(test_reference_kernels_win);
     RUN(test_auto_choice);
     RUN(test_dnnl_rows_against_reference);
+    RUN(test_dnnl_f32_against_reference);
     RUN(test_threads_share_the_cache);
     RUN(test_describe);
     RUN(test_linear_autocast_per_provider);

@@ -3,7 +3,8 @@
  * the tiny Llama's bytes counted by hand, weight by weight, for tensor
  * parallelism (heads split, the key/value projections whole when there are
  * fewer key/value heads than tp), pipeline stages (the tied lm_head a copy on the last one;
- * the runtime's balanced split of the layers), both, and the refusals. */
+ * the runtime's balanced split of the layers), both, and the refusals; GPT-2's
+ * Conv1D weights under tensor parallelism. */
 #include <string.h>
 
 #include "accel/accel.h"
@@ -70,17 +71,20 @@ static void test_pipeline(void) {
     accel_module_free(m);
 }
 
-/* GPT-2's fused Conv1D projections have no split modelled: refused by name, not counted whole. */
-static void test_unsplittable(void) {
+/* GPT-2 (tiny_family: hidden 16, 4 heads, ffn 24, 2 layers, vocab 40, 16 positions, tied), its Conv1D
+ * weights [in, out] cut as the plan cuts them: c_attn and c_fc along their columns (c_attn per q | k | v
+ * part), their biases too; attn.c_proj and mlp.c_proj along their rows, their biases whole; wte along the
+ * vocabulary, wpe and the LayerNorms whole. Not cut into pipeline stages: refused as the runtime refuses it. */
+static void test_gpt2(void) {
     accel_module *m = tiny_family(1, "gpt2");
-    accel_llama_config c = accel_llama_config_default();
-    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
+    accel_llama_config c = *accel_llama_config_of(m);
     accel__mesh_bytes b;
-    CHECK(accel__mesh_param_bytes(m, &c, 2, 1, &b) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "transformer.h.0.");
-    CHECK_STR_CONTAINS(accel_last_error(), "no tensor-parallel split is modelled");
-    /* nor is it cut into pipeline stages: refused as the runtime refuses it */
+    /* tp 2: c_attn [16, 24] + 24, attn.c_proj [8, 16] + 16, c_fc [16, 12] + 12, mlp.c_proj [12, 16] + 16,
+     * two LayerNorms 2 x 32; wte 20 x 16, wpe 16 x 16, ln_f 32 */
+    int layer2 = (16 * 24 + 24 + 8 * 16 + 16 + 16 * 12 + 12 + 12 * 16 + 16 + 2 * 32) * 4;
+    CHECK_MSG(accel__mesh_param_bytes(m, &c, 2, 1, &b) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(b.param_bytes == 2 * layer2 + (20 * 16 + 16 * 16 + 32) * 4, "%lld", (long long)b.param_bytes);
+    CHECK(b.largest_unit == layer2);
     CHECK(accel__mesh_param_bytes(m, &c, 1, 2, &b) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "GPT-2's tree is not cut yet");
     accel_module_free(m);
@@ -109,7 +113,7 @@ static void test_runtime_split(void) {
 int main(void) {
     RUN(test_tensor_parallel);
     RUN(test_pipeline);
-    RUN(test_unsplittable);
+    RUN(test_gpt2);
     RUN(test_runtime_split);
     return check_summary();
 }

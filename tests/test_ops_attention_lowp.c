@@ -2,9 +2,10 @@
  * kernels read q, k, v and dO and write O, dq, dk, dv in their dtype (f32
  * scores, softmax and accumulation). The reference is the f32 path on the
  * same rounded values. On the f32 tiles the kernels feed the same f32
- * numbers to the same GEMMs, so every result is the f32 one rounded once
- * (within one unit in the last place of the dtype; P, kept in f32, within
- * f32 noise). On the native path (accel__cpu_sdpa_native: oneDNN
+ * numbers to GEMMs (the f32 kernels' provider or another, an order of
+ * additions apart), so every result is the f32 one rounded once (within
+ * one unit in the last place of the dtype; P, kept in f32, within f32
+ * noise). On the native path (accel__cpu_sdpa_native: oneDNN
  * multiplying the dtype, whole query blocks) P and dS are also rounded to
  * the dtype for the GEMMs that take them, and each result may move further
  * by what those roundings can add up to, computed per element from the
@@ -16,7 +17,10 @@
  *     and whole query blocks (Tq, Tk multiples of 64, Tk past the 256-key
  *     chunks), whose six tile GEMMs run on oneDNN from the bf16 tensors as
  *     stored (P and dS rounded to bf16) where it multiplies bf16 itself;
- *   - that path taken where accel__cpu_sdpa_native says, and a failure
+ *   - the whole-block cases on each provider of the tiles this machine has
+ *     (OpenBLAS's or oneDNN's f32 tiles, the native path), forced through
+ *     the measured choice (sdpa_tiles.h);
+ *   - oneDNN called where accel__cpu_sdpa_provider says, and a failure
  *     inside it (a oneDNN call that gets no scratchpad, on a worker thread)
  *     returned as the kernel's error;
  *   - op level: accel_sdpa on bf16/f16 leaves with v a transposed view (as
@@ -39,6 +43,7 @@
 #include "ops_fixture.h"
 #include "refuse_huge.h"
 #include "sdpa_case.h"
+#include "sdpa_tiles.h"
 
 static const sdpa_case CASES[] = {
     {2, 6, 2, 67, 67, 37, 29, true, true},    /* GQA, odd sizes, two query blocks, kv heads in parallel */
@@ -321,14 +326,13 @@ static void test_op(void) {
     }
 }
 
-/* Whole query blocks of bf16 take the native path (every tile GEMM on
- * oneDNN) exactly where the library says (where oneDNN multiplies bf16 with
- * its units; never for f32, mixed dtypes or ragged blocks). Shown by making
- * every oneDNN call ask for 2 GiB more scratchpad than it needs, which the
- * allocator refuses: on that path both kernels fail with the out-of-memory
- * error of whichever worker thread met it, elsewhere no oneDNN call is made
- * and they succeed (a forward with v of another dtype always does). Then,
- * back to normal, the same kernels run. */
+/* Whole query blocks run their tile GEMMs on oneDNN exactly where the
+ * library says (accel__cpu_sdpa_provider: dnnl or dnnl_f32; never for
+ * ragged blocks; mixed dtypes as f32). Shown by making every oneDNN call
+ * ask for 2 GiB more scratchpad than it needs, which the allocator
+ * refuses: on oneDNN both kernels fail with the out-of-memory error of
+ * whichever worker thread met it, on OpenBLAS no oneDNN call is made and
+ * they succeed. Then, back to normal, the same kernels run. */
 static void test_scores_path(void) {
     const accel_backend *cpu = &accel__cpu_backend;
     int prev_threads = accel_num_threads();
@@ -336,10 +340,13 @@ static void test_scores_path(void) {
     sdpa_case c = {2, 6, 2, 128, 128, 37, 29, true, true}, ragged = c;
     ragged.Tq = ragged.Tk = 127;
     accel_k_sdpa_dims d = sdpa_case_dims(&c), dr = sdpa_case_dims(&ragged);
+    /* asked before the allocator refuses anything: a class measured under it would see oneDNN fail */
+    int bf16_p = accel__cpu_sdpa_provider(ACCEL_BF16, &d), mixed_p = accel__cpu_sdpa_provider(ACCEL_F32, &d);
     bool native = accel__cpu_sdpa_native(ACCEL_BF16, &d);
-    CHECK(native == (accel__gemm_native(ACCEL_BF16) && !accel__gemm_widens_per_call(ACCEL_BF16)));
-    CHECK(!accel__cpu_sdpa_native(ACCEL_BF16, &dr));
+    CHECK(native == (bf16_p == ACCEL__GEMM_PROVIDER_DNNL));
+    CHECK(accel__cpu_sdpa_provider(ACCEL_BF16, &dr) == ACCEL__GEMM_PROVIDER_OPENBLAS);
     CHECK(!accel__cpu_sdpa_native(ACCEL_F32, &d));
+    CHECK(mixed_p == ACCEL__GEMM_PROVIDER_OPENBLAS || mixed_p == ACCEL__GEMM_PROVIDER_DNNL);
     int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
     int64_t n[NIN] = {nq * c.D, nk * c.D, nk * c.Dv, nq * c.Dv};
     accel_tensor *lp[NIN];
@@ -365,8 +372,11 @@ static void test_scores_path(void) {
     snprintf(bmsg, sizeof bmsg, "%s", bs == ACCEL_OK ? "" : accel_last_error());
     accel_set_allocator(NULL);
     accel__gemm_test_scratchpad(0);
-    CHECK_MSG(ms == ACCEL_OK, "bf16 q, k with f16 v: %s", mmsg);
-    if (native) {
+    if (mixed_p == ACCEL__GEMM_PROVIDER_DNNL)
+        CHECK_MSG(ms == ACCEL_ERR_OOM && strstr(mmsg, "out of memory allocating"), "mixed: %d %s", (int)ms, mmsg);
+    else
+        CHECK_MSG(ms == ACCEL_OK, "bf16 q, k with f16 v: %s", mmsg);
+    if (bf16_p != ACCEL__GEMM_PROVIDER_OPENBLAS) {
         CHECK_MSG(fs == ACCEL_ERR_OOM && strstr(fmsg, "out of memory allocating"), "forward: %d %s", (int)fs, fmsg);
         CHECK_MSG(bs == ACCEL_ERR_OOM && strstr(bmsg, "out of memory allocating"), "backward: %d %s", (int)bs, bmsg);
     } else {
@@ -434,8 +444,33 @@ static void test_no_f32_copies(void) {
     accel_set_num_threads(prev_threads);
 }
 
+/* The whole-block cases once more on each provider of the tile GEMMs this
+ * machine has for the dtype (OpenBLAS's f32 tiles, oneDNN's f32 tiles,
+ * oneDNN in the dtype: the native path), each against the f32 kernels
+ * with the bounds of the path taken. */
+static void test_each_provider(void) {
+    static const int P[] = {ACCEL__GEMM_PROVIDER_OPENBLAS, ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL__GEMM_PROVIDER_DNNL};
+    static const accel_dtype DT[] = {ACCEL_BF16, ACCEL_F16};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+            if (!(accel__gemm_tiles_candidates(DT[t]) & 1u << P[i])) continue;
+            sdpa_tiles_force(P[i]);
+            for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
+                accel_k_sdpa_dims d = sdpa_case_dims(&CASES[c]);
+                if (d.Tq % 64 || d.Tk % 64) continue;
+                int got = accel__cpu_sdpa_provider(DT[t], &d);
+                CHECK_MSG(!sdpa_tiles_measured() || got == P[i], "%s forced %s: got %d", accel_dtype_name(DT[t]),
+                          accel__gemm_provider_name((accel__gemm_provider)P[i]), got);
+                check_kernels(&CASES[c], DT[t]);
+            }
+            check_op(&CASES[6], DT[t]);
+            sdpa_tiles_unforce();
+        }
+}
+
 int main(void) {
     RUN(test_kernels);
+    RUN(test_each_provider);
     RUN(test_scores_path);
     RUN(test_op);
     RUN(test_cache_in_place);

@@ -14,7 +14,10 @@
  * under sequence parallelism (run unsplit), from a cache sized for the
  * rank's key/value heads; Llama with activation checkpointing, with and
  * without sequence parallelism; Llama under bf16 and fp16 autocast, close to one process
- * within their rounding; and the refusals. */
+ * within their rounding; each family's rank holding the parameter bytes
+ * `accel estimate-memory --tp_size` counts; and the refusals, which the
+ * estimate makes in the same words. */
+#include "bigmodel/mesh_memory.h"
 #include "check.h"
 #include "dist_group.h"
 #include "tiny_llama.h"
@@ -43,6 +46,22 @@ static void slices_cut(accel_module *tp, const char *family, int world) {
     }
     if (phi3) CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.gate_up_proj.weight")->shape[0] == 48 / world);
     CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
+}
+
+/* The rank holds what `accel estimate-memory --tp_size` counts for it
+ * (bigmodel/mesh_memory.h, on the whole model ref), byte for byte. */
+static void mesh_bytes_match(accel_module *tp, accel_module *ref, const char *family, int world) {
+    accel__mesh_bytes want = {0};
+    CHECK_MSG(accel__mesh_param_bytes(ref, accel_llama_config_of(ref), world, 1, &want) == ACCEL_OK, "%s: %s", family,
+              accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(tp);
+    int64_t held = 0;
+    for (int i = 0; sd && i < sd->n; i++)
+        if (!sd->entries[i].is_tied_alias)
+            held += accel_numel(sd->entries[i].t) * (int64_t)accel_dtype_size(sd->entries[i].t->dtype);
+    accel_state_dict_free(sd);
+    CHECK_MSG(held == want.param_bytes, "%s over %d ranks: a rank holds %lld bytes, the estimate counts %lld", family,
+              world, (long long)held, (long long)want.param_bytes);
 }
 
 /* Greedy decoding with the KV cache: the same tokens as one process (32 new
@@ -101,6 +120,7 @@ static void family_matches(accel_pg *pg, const char *family, bool sp, bool ckpt)
     CHECK_MSG(st == ACCEL_OK, "%s: %s", family, accel_last_error());
     if (st != ACCEL_OK) goto out;
     slices_cut(tp, family, accel_pg_size(pg));
+    mesh_bytes_match(tp, ref, family, accel_pg_size(pg));
     accel_optim_hparams h = {.lr = 0.05, .momentum = 0.9};
     accel_optimizer *o_ref = accel_optimizer_new_module(ACCEL_OPTIM_SGD, ref, &h);
     accel_optimizer *o_tp = accel_optimizer_new_module(ACCEL_OPTIM_SGD, tp, &h);
@@ -206,7 +226,14 @@ static void refusals(accel_pg *pg) {
     c.num_attention_heads = 6, c.num_key_value_heads = 6;
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp 4");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_parallelize: num_attention_heads is not a multiple of tp 4");
+    /* the estimate refuses it in the same words (accel__llama_tp_check) */
+    char runtime[512];
+    snprintf(runtime, sizeof runtime, "%s", strchr(accel_last_error(), ':'));
+    accel_activation_opts o = {.batch_size = 1, .seq_len = 8, .autocast = ACCEL_F32, .tp_size = 4};
+    accel_activation_bytes b;
+    CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_MSG(!strcmp(strchr(accel_last_error(), ':'), runtime), "the estimate: %s", accel_last_error());
     CHECK(accel_module_get_tensor(m, "model.layers.0.self_attn.q_proj.weight")->shape[0] == 24); /* untouched */
     accel_module_free(m);
 }

@@ -412,7 +412,7 @@ static void test_refusals(void) {
     c = config();
     o = (accel_activation_opts){.batch_size = 1, .seq_len = 63, .autocast = ACCEL_F32, .tp_size = 3};
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "num_attention_heads is not a multiple of tp_size 3");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_activation_bytes: num_attention_heads is not a multiple of tp 3");
     o.tp_size = 2, o.sequence_parallel = true;
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "seq_len 63 is not a multiple of tp_size 2: sequence parallelism splits");
@@ -449,10 +449,12 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "cp_size -1: cp_size is 0 or 1");
     o.cp_size = 8, o.cp_alltoall = true; /* 4 query heads over 8 ranks */
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "the all-to-all strategy splits the rank's 4 query heads");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_activation_bytes: the all-to-all strategy splits a rank's 4 query "
+                       "heads (num_attention_heads 4 / tp 1) over cp 8 ranks: not a multiple");
     o.cp_size = 2, o.tp_size = 4; /* one query head a tp rank, not split over 2 cp ranks */
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "the all-to-all strategy splits the rank's 1 query heads");
+    CHECK_STR_CONTAINS(accel_last_error(), "the all-to-all strategy splits a rank's 1 query heads (num_attention_heads 4 / "
+                       "tp 4) over cp 2 ranks");
     o.cp_alltoall = false, o.sequence_parallel = true, o.seq_len = 12; /* 6 positions a cp rank, over tp 4 */
     CHECK(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "a cp rank's 6 positions (seq_len 12 / cp_size 2) are not a multiple of "
@@ -460,7 +462,7 @@ static void test_refusals(void) {
     o = (accel_activation_opts){.batch_size = 1, .seq_len = SEQ, .autocast = ACCEL_F32, .cp_size = 2};
     accel_llama_config fc = family_config("gpt2");
     CHECK(accel_llama_activation_bytes(&fc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "context parallelism does not run GPT-2");
+    CHECK_STR_CONTAINS(accel_last_error(), "context parallelism does not run gpt2 models (learned position embeddings)");
     fc = family_config("gemma2");
     CHECK(accel_llama_activation_bytes(&fc, &o, &b) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "attends through explicit scores (attention soft-capping)");

@@ -50,6 +50,14 @@ static int64_t split_rows(const char *mod, int64_t rows, const accel_llama_confi
     return ceil_div(rows, tp);
 }
 
+/* GPT-2's Conv1D projections (weight [in, out]) as the Linear the plan cuts
+ * them as (src/nn/decoder_tp.c): c_attn the fused q | k | v, c_fc an up
+ * projection, attn.c_proj and mlp.c_proj row-parallel; NULL for another. */
+static const char *conv1d_as(const char *mod) {
+    return !strcmp(mod, "c_attn") ? "qkv_proj" : !strcmp(mod, "c_fc") ? "up_proj" : !strcmp(mod, "c_proj") ? "down_proj"
+                                                                                                           : NULL;
+}
+
 /* Bytes of one entry on a rank of tp, or -1 (error set) for a 2-D weight of a
  * layer it does not know how to split. */
 static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *c, int tp, bool in_layer) {
@@ -58,16 +66,20 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
     if (tp == 1) return numel * el;
     char mod[64];
     module_of(e->name, mod, sizeof mod);
+    bool bias = !strcmp(e->name + strlen(e->name) - 5, ".bias");
+    /* a weight's output dimension: a Linear's rows, a Conv1D's columns */
+    const char *as = conv1d_as(mod);
+    int out = as && t->ndim == 2 ? 1 : 0;
+    if (as) snprintf(mod, sizeof mod, "%s", as);
     static const char *const COLUMN[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj",
                                          "gate_up_proj"};
-    bool bias = !strcmp(e->name + strlen(e->name) - 5, ".bias");
     for (size_t i = 0; i < sizeof COLUMN / sizeof *COLUMN; i++)
         if (!strcmp(mod, COLUMN[i])) {
-            int64_t rows = t->ndim ? t->shape[0] : 1;
+            int64_t rows = t->ndim ? t->shape[out] : 1;
             return split_rows(mod, rows, c, tp) * (numel / (rows ? rows : 1)) * el;
         }
-    if (!strcmp(mod, "o_proj") || !strcmp(mod, "down_proj"))
-        return bias ? numel * el : t->shape[0] * ceil_div(t->shape[1], tp) * el;
+    if (!strcmp(mod, "o_proj") || !strcmp(mod, "down_proj")) /* split along the inputs */
+        return bias ? numel * el : numel / t->shape[1 - out] * ceil_div(t->shape[1 - out], tp) * el;
     if (!strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "lm_head"))
         return ceil_div(t->shape[0], tp) * (t->ndim > 1 ? t->shape[1] : 1) * el;
     if (in_layer && t->ndim == 2 && !e->is_buffer) {

@@ -10,6 +10,9 @@
  *   (fewer heads than tp: k_proj and v_proj, Phi-3's whole qkv_proj, kept
  *   whole on every rank, as accel's plan keeps them, each rank using its
  *   head's rows; Megatron would keep the one head); every split rounds up.
+ *   GPT-2's Conv1D weights [in, out] as the plan cuts them: c_attn (per
+ *   q | k | v part) and c_fc along their columns, their biases too; the two
+ *   c_proj along their rows, their biases whole; wpe whole.
  * - pipeline parallelism: the stages' layers as the runtime splits them
  *   (accel__decoder_stage_split, nn/decoder_pipeline.h: contiguous ranges
  *   minimising the largest stage's parameter count, the embedding counted on
@@ -19,7 +22,7 @@
  *   shared word embeddings). A tree the runtime does not cut (GPT-2's) is
  *   refused when pp > 1, as the runtime refuses it.
  * Layers are found by name (model.layers.<i>, GPT-2's transformer.h.<i>); a
- * 2-D layer weight of no kind above (GPT-2's Conv1D) is refused when tp > 1.
+ * 2-D layer weight of no kind above is refused when tp > 1.
  * The rank reported is the one holding the most bytes. */
 #ifndef ACCEL_BIGMODEL_MESH_MEMORY_H
 #define ACCEL_BIGMODEL_MESH_MEMORY_H

@@ -27,6 +27,8 @@
 #include "accel/bigmodel.h"
 #include "backends/cpu/gemm.h"
 #include "nn/arch.h"
+#include "nn/decoder_cp.h"
+#include "nn/tp_internal.h"
 
 /* The dtypes of a step: the autocast dtype (f32 = none) and whether the CPU
  * GEMM multiplies that dtype itself (oneDNN on AMX / AVX512-BF16) or on f32
@@ -805,26 +807,14 @@ static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, in
  * model. */
 static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const accel_activation_opts *o, dims *d) {
     static const char *FN = "accel_llama_activation_bytes";
-    int cp = o->cp_size;
-    if (a->blocks == ACCEL__BLOCKS_GPT2) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: context parallelism does not run GPT-2 (its learned "
-                        "position embeddings)", FN, cp);
-        return false;
-    }
+    int cp = o->cp_size, tp = o->tp_size > 1 ? o->tp_size : 1;
+    if (accel__llama_cp_check(cfg, tp, cp, o->cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER, FN)) return false;
     if (o->seq_len % (2 * (int64_t)cp)) { /* int64: 2 cp overflows int for cp_size >= 2^30 */
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is not a multiple of 2 x cp_size = %lld: each of the "
                         "cp ranks holds 2 of 2 cp equal chunks (load-balanced causal split)", FN,
                         (long long)o->seq_len, 2 * (long long)cp);
         return false;
     }
-    if (o->cp_alltoall && fmod(d->H, cp) != 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the all-to-all strategy splits the rank's %.0f query heads "
-                        "(num_attention_heads %lld%s) over cp_size %d: not a multiple (all-gather, or a cp_size "
-                        "dividing them)", FN, d->H, (long long)cfg->num_attention_heads,
-                        d->tp ? " over tp_size" : "", cp);
-        return false;
-    }
-    int tp = o->tp_size > 1 ? o->tp_size : 1;
     if (o->sequence_parallel && (o->seq_len / cp) % tp) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: a cp rank's %lld positions (seq_len %lld / cp_size %d) are not "
                         "a multiple of tp_size %d: sequence parallelism splits them over the tp ranks", FN,
@@ -874,20 +864,8 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                         (long long)o->seq_len, tp);
         return false;
     }
-    /* the sizes accel_llama_parallelize splits (src/nn/decoder_tp.c refuses the others) */
-    const char *uneven = tp == 1                                      ? NULL
-                         : cfg->num_attention_heads % tp               ? "num_attention_heads"
-                         : fmod(kv, tp) != 0 && fmod(tp, kv) != 0       ? "num_key_value_heads (nor a divisor of tp)"
-                         : cfg->intermediate_size % tp                 ? "intermediate_size"
-                         : cfg->vocab_size % tp                        ? "vocab_size"
-                                                                       : NULL;
-    if (uneven) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_activation_bytes: %s is not a multiple of tp_size %d (heads "
-                        "%lld, kv heads %.0f, intermediate_size %lld, vocab_size %lld): the tensor-parallel plan "
-                        "refuses it", uneven, tp, (long long)cfg->num_attention_heads, kv,
-                        (long long)cfg->intermediate_size, (long long)cfg->vocab_size);
-        return false;
-    }
+    /* what accel_llama_parallelize refuses (its own check: sizes tp does not divide, families with no plan) */
+    if (tp > 1 && accel__llama_tp_check(cfg, tp, "accel_llama_activation_bytes")) return false;
     if (tp > 1) { /* this rank's heads (one replicated key/value head with fewer than tp), columns, vocabulary */
         d->tp = true;
         d->H = heads / tp;

@@ -12,7 +12,9 @@
 
 #include "accel/cpu.h"
 #include "accel/dist.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/openblas_core.h"
 #include "core/cpuinfo.h"
 #include "cli/cli.h"
 #include "backends/plugin.h"
@@ -27,13 +29,18 @@ static const cli_opt OPTS[] = {
 /* `accel env --measure-gemm`: every class of the cache again, and the
  * GEMMs of a Llama step (hidden 512, ffn 1536, vocab 8192, 2048 tokens:
  * bench/bench_matmul.c's shapes) in f32 and bf16: forward NT, dX NN, dW TN
- * of each weight (a dtype with one candidate is not timed). */
+ * of each weight, and its attention's tiles (256 keys, head dim 64) (a
+ * dtype with one candidate is not timed). */
 static void measure_gemm(void) {
     static const accel_dtype DT[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
     accel__gemm_class cls[256];
     int n = accel__gemm_choice_classes(omp_get_max_threads(), cls, 256);
     for (int i = 0; i < n; i++)
-        accel__gemm_measure(DT[cls[i].dt], cls[i].ta, cls[i].tb, 1ll << cls[i].m, 1ll << cls[i].n, 1ll << cls[i].k);
+        if (cls[i].op == ACCEL__GEMM_OP_SDPA_TILES)
+            accel__cpu_sdpa_measure(DT[cls[i].dt], 1ll << cls[i].n, 1ll << cls[i].k);
+        else
+            accel__gemm_measure(DT[cls[i].dt], cls[i].ta, cls[i].tb, cls[i].rows ? cls[i].rows : 1ll << cls[i].m,
+                                1ll << cls[i].n, 1ll << cls[i].k);
     static const int64_t W[][2] = {{512, 512}, {1536, 512}, {512, 1536}, {8192, 512}}; /* [out, in] */
     const int64_t T = 2048;
     for (int d = 0; d < 2; d++)
@@ -43,6 +50,7 @@ static void measure_gemm(void) {
             accel__gemm_measure(DT[d], false, false, T, in, out); /* dX = dY W */
             accel__gemm_measure(DT[d], true, false, out, in, T);  /* dW = dY^T X */
         }
+    for (int d = 0; d < 2; d++) accel__cpu_sdpa_measure(DT[d], 256, 64);
 }
 
 /* Entries of directory `dir` named prefix + digits (any name when prefix is NULL). */
@@ -133,6 +141,8 @@ int accel_cli_env(int argc, char **argv) {
     printf("- Build flags: %s\n", accel_build_info(ACCEL_INFO_FLAGS));
     printf("- BLAS: %s\n", accel_build_info(ACCEL_INFO_BLAS));
     printf("- BLAS threads: %s\n", accel_build_info(ACCEL_INFO_BLAS_THREADS));
+    char core[512];
+    printf("- %s\n", accel__openblas_core_describe(core, sizeof core));
     printf("- Distributed backends: %s\n", accel_build_info(ACCEL_INFO_DIST_BACKENDS));
     /* What accel can use, not what happens to be installed: a loadable
      * libcudart is no CUDA support when the build has no CUDA backend. */

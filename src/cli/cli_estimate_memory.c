@@ -27,6 +27,7 @@
 #include "io/io_internal.h"
 #include "bigmodel/mesh_memory.h"
 #include "nn/arch.h"
+#include "nn/decoder_cp.h"
 #include "nn/tp_internal.h"
 
 static const char *const DTYPES[] = {"float32", "float16", "int8", "int4"};
@@ -538,9 +539,17 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
             cp_strategy = a;
             q.act.cp_alltoall = !strcmp(v, "alltoall");
         } else if (is_opt(a, "sequence_parallelism") || is_opt(a, "megatron_lm_sequence_parallelism")) {
-            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} (str_to_bool's words) */
+            /* a flag, or Accelerate's --megatron_lm_sequence_parallelism {true,false} (str_to_bool's words);
+             * a value given by "=" is one of those (else it was taken for the model) */
             const char *v = i + 1 < argc ? argv[i + 1] : "";
             int b = accel__str_to_bool(v, strlen(v));
+            if (valued && b < 0) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument %s: invalid str_to_bool value: '%s'\n",
+                        is_opt(a, "sequence_parallelism") ? "--sequence_parallelism"
+                                                          : "--megatron_lm_sequence_parallelism", v);
+                return 2;
+            }
             i += b >= 0;
             q.act.sequence_parallel = b != 0;
         } else if (is_opt(a, "trust_remote_code")) {
@@ -627,27 +636,13 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
     }
-    /* a tp the runtime's plan refuses (sizes it does not divide) has no per-rank memory to estimate */
-    if (!bert && q.mesh[MESH_TP] > 1 && accel__llama_tp_check(&cfg, q.mesh[MESH_TP], q.mesh_flag[MESH_TP])) {
+    /* a tp or cp the runtime refuses at prepare (nn/decoder_tp.c, nn/decoder_cp.c) has no per-rank memory to
+     * estimate, batch or not */
+    accel_cp_strategy exchange = q.act.cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER;
+    if (!bert && ((q.mesh[MESH_TP] > 1 && accel__llama_tp_check(&cfg, q.mesh[MESH_TP], q.mesh_flag[MESH_TP])) ||
+                  (q.act.cp_size > 1 && accel__llama_cp_check(&cfg, q.mesh[MESH_TP], q.act.cp_size, exchange,
+                                                              q.mesh_flag[MESH_CP])))) {
         fprintf(stderr, "accel estimate-memory: error: %s: %s\n", model, accel_last_error());
-        return 2;
-    }
-    /* what context parallelism refuses at prepare (nn/decoder_cp.c), batch or not */
-    char cp_bad[256] = "";
-    int64_t rank_heads = cfg.num_attention_heads / q.mesh[MESH_TP];
-    if (bert || q.act.cp_size < 2)
-        ;
-    else if (accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_GPT2)
-        snprintf(cp_bad, sizeof cp_bad, "%s: context parallelism does not run GPT-2 (its learned position "
-                 "embeddings): --cp_size 1", model);
-    else if (q.act.cp_alltoall && rank_heads % q.act.cp_size)
-        snprintf(cp_bad, sizeof cp_bad, "--cp_comm_strategy alltoall splits a rank's %lld query heads "
-                 "(num_attention_heads %lld / --tp_size %d) over --cp_size %d: not a multiple (allgather, or a cp "
-                 "size dividing them)", (long long)rank_heads, (long long)cfg.num_attention_heads, q.mesh[MESH_TP],
-                 q.act.cp_size);
-    if (cp_bad[0]) {
-        usage(stderr);
-        fprintf(stderr, "accel estimate-memory: error: %s\n", cp_bad);
         return 2;
     }
     accel_init_empty_weights_begin();

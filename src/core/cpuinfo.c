@@ -52,6 +52,10 @@ static bool amx_permission_granted(void) {
 /* r = eax, ebx, ecx, edx of cpuid(leaf, subleaf). */
 static void cpuid(unsigned leaf, unsigned sub, unsigned r[4]) { __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]); }
 
+/* Usable AVX, and AVX-512 CD + DQ, which accel's kernels do not use (so no
+ * accel_cpu_feature names them) but accel__cpu_vector_level_get needs. */
+static bool g_avx, g_avx512_cd_dq;
+
 static uint32_t detect_features(void) {
     enum { A, B, C, D };
     unsigned max = (unsigned)__get_cpuid_max(0, NULL), l1[4], l7[4] = {0}, l71[4] = {0};
@@ -64,6 +68,8 @@ static uint32_t detect_features(void) {
     bool ymm = avx && (xcr0 & XCR0_YMM) == XCR0_YMM, zmm = ymm && (xcr0 & XCR0_ZMM) == XCR0_ZMM;
     bool tile = (xcr0 & XCR0_TILE) == XCR0_TILE;
     uint32_t f = 0;
+    g_avx = ymm;
+    g_avx512_cd_dq = zmm && bit(l7[B], 28) && bit(l7[B], 17);
     if (ymm && bit(l1[C], 12)) f |= ACCEL_CPU_FMA;
     if (ymm && bit(l1[C], 29)) f |= ACCEL_CPU_F16C;
     if (ymm && bit(l7[B], 5)) f |= ACCEL_CPU_AVX2;
@@ -96,6 +102,7 @@ static void detect_model(char *out, size_t n) {
 
 #else
 
+static bool g_avx, g_avx512_cd_dq;
 static uint32_t detect_features(void) { return 0; }
 static void detect_model(char *out, size_t n) { (void)out, (void)n; }
 
@@ -189,6 +196,16 @@ accel_status accel__cpu_isa_check(void) {
 const accel_cpu_info *accel_cpu_info_get(void) {
     pthread_once(&g_once, detect);
     return &g_info;
+}
+
+accel__cpu_vector_level accel__cpu_vector_level_get(void) {
+    uint32_t f = accel_cpu_info_get()->features; /* capped */
+    uint32_t avx512 = ACCEL_CPU_AVX512F | ACCEL_CPU_AVX512BW | ACCEL_CPU_AVX512VL, avx2 = ACCEL_CPU_AVX2 | ACCEL_CPU_FMA;
+    if ((f & avx512) == avx512 && g_avx512_cd_dq) return ACCEL__VEC_AVX512;
+    if ((f & avx2) == avx2) return ACCEL__VEC_AVX2;
+    /* plain AVX is no level of the cap: any cap leaves SSE */
+    if (g_avx && g_cap == ACCEL__CPU_ISA_NONE) return ACCEL__VEC_AVX;
+    return ACCEL__VEC_SSE;
 }
 
 static bool buf_ok(const char *fn, char *buf, size_t size) {

@@ -52,4 +52,16 @@ const char *accel__cpu_isa_cap_name(accel__cpu_isa_level level);
 /* ACCEL_OK, or ACCEL_ERR_INVALID_ARG naming ACCEL_CPU_ISA, its value and why it was refused. */
 accel_status accel__cpu_isa_check(void);
 
+/* The widest x86 vector level this process may use, within the ISA cap, in
+ * the steps other libraries' kernels are built for (OpenBLAS's cores:
+ * backends/cpu/openblas_core.c): SSE (x86-64's SSE2), AVX (256-bit, no
+ * FMA), AVX2 (+ FMA), AVX-512 (F, CD, BW, DQ and VL: Skylake-SP's set). */
+typedef enum accel__cpu_vector_level {
+    ACCEL__VEC_SSE,
+    ACCEL__VEC_AVX,
+    ACCEL__VEC_AVX2,
+    ACCEL__VEC_AVX512,
+} accel__cpu_vector_level;
+accel__cpu_vector_level accel__cpu_vector_level_get(void);
+
 #endif

@@ -22,13 +22,14 @@
  * go to a fixed buffer in the connection (no allocation before the proof).
  *
  * A refused hello (a wrong secret) is recorded under "refused/<rank>" (the
- * peer's address) and its rank appended to "refused" (the list a waiter reads
- * in one request), so that every rank waiting for any refused rank fails
- * within REFUSED_GRACE_S naming it rather than wait out the timeout.
+ * peer's address) and "r<rank>" appended to "lost" (the list of refused and
+ * gone ranks a waiter reads in one request at each poll), so that every rank
+ * waiting for any refused rank fails within REFUSED_GRACE_S naming it rather
+ * than wait out the timeout.
  *
  * Likewise a rank whose authenticated connection closes (it exited or was
  * killed) before it wrote "done/<rank>" (accel__store_done: its rendezvous
- * is over) is appended to "gone", so that a wait still missing that rank
+ * is over) is listed as gone ("g<rank>" in "lost"), so that a wait still missing that rank
  * fails at once naming it rather than wait out ACCEL_DIST_TIMEOUT with no
  * launcher to notice the death. Only when no other connection claiming that
  * rank is open (a duplicate claimer's exit is not the genuine rank's death),
@@ -112,9 +113,9 @@ struct accel__store {
     int rank;               /* the rank this process claims (in its hello) */
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
-    size_t n_refused;       /* ranks in the "refused" list */
+    size_t n_refused;       /* refused ranks in the "lost" list */
     /* Written by the server thread, read by accel__store_close: authenticated
-     * connections open, and whether "gone" ever listed a rank. */
+     * connections open, and whether "lost" ever listed a gone rank. */
     atomic_int n_authed;
     atomic_bool any_gone;
     conn *conns;
@@ -248,34 +249,47 @@ static long message_size(const conn *c) {
 }
 
 /* "refused/<rank>" = "<ip>:<port>" of a peer that claimed rank with a wrong
- * secret, and rank appended to "refused" (space-separated ranks, each once).
- * Bounded: ranks below 2^20, at most MAX_REFUSED ranks. The address is the
- * one accept() saw: the peer may be gone by now (its launcher killed it once
- * it read our refusal), when getpeername() no longer knows it. */
+ * secret, and "r<rank>" appended to "lost" (space-separated tagged ranks,
+ * each once: "r3 g1 "). Bounded: ranks below 2^20, at most MAX_REFUSED
+ * refused ranks. The address is the one accept() saw: the peer may be gone
+ * by now (its launcher killed it once it read our refusal), when
+ * getpeername() no longer knows it. */
+#define REFUSED 'r'
+#define GONE 'g'
 
-/* Whether rank is in a rank list ("refused", "gone"). */
-static bool rank_listed(const kv *list, int32_t rank) {
-    for (const char *p = list ? list->val : NULL; p && *p;) {
-        char *end;
-        long r = strtol(p, &end, 10);
-        if (end == p) return false;
-        if (r == rank) return true;
-        p = end + strspn(end, " ");
+/* The next rank tagged tag in the list at *p, stepping *p past it; -1 at
+ * the list's end. */
+static long next_listed(const char **p, char tag) {
+    while (*p && **p) {
+        char t = **p, *end;
+        long r = strtol(*p + 1, &end, 10);
+        if (end == *p + 1) return -1;
+        *p = end + strspn(end, " ");
+        if (t == tag) return r;
     }
+    return -1;
+}
+
+/* Whether rank is listed with tag in "lost". */
+static bool rank_listed(accel__store *s, char tag, int32_t rank) {
+    kv *list = find_kv(s, "lost");
+    const char *p = list ? list->val : NULL;
+    for (long r; (r = next_listed(&p, tag)) >= 0;)
+        if (r == rank) return true;
     return false;
 }
 
-/* Appends rank to the list under name unless listed; false when it cannot
- * (out of memory or of room). Entries are at most 8 bytes ("1048575 "). */
-static bool list_rank(accel__store *s, const char *name, int32_t rank) {
-    kv *list = find_kv(s, name);
-    if (rank_listed(list, rank)) return true;
+/* Appends rank with tag to "lost" unless listed; false when it cannot (out
+ * of memory or of room). Entries are at most 9 bytes ("g1048575 "). */
+static bool list_rank(accel__store *s, char tag, int32_t rank) {
+    if (rank_listed(s, tag, rank)) return true;
+    kv *list = find_kv(s, "lost");
     size_t had = list ? list->len - 1 : 0;
-    char *l = accel_malloc(had + 9);
+    char *l = accel_malloc(had + 10);
     if (!l) return false;
     if (had) memcpy(l, list->val, had);
-    int m = snprintf(l + had, 9, "%d ", (int)rank);
-    if (!put_kv(s, name, l, had + (size_t)m + 1)) {
+    int m = snprintf(l + had, 10, "%c%d ", tag, (int)rank);
+    if (!put_kv(s, "lost", l, had + (size_t)m + 1)) {
         accel_free(l);
         return false;
     }
@@ -288,8 +302,8 @@ static bool list_rank(accel__store *s, const char *name, int32_t rank) {
 static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     char key[32], ip[INET_ADDRSTRLEN] = "?", val[INET_ADDRSTRLEN + 8];
     if (rank < 0 || rank >= (1 << 20)) return;
-    if (!rank_listed(find_kv(s, "refused"), rank)) {
-        if (s->n_refused >= MAX_REFUSED || !list_rank(s, "refused", rank)) return;
+    if (!rank_listed(s, REFUSED, rank)) {
+        if (s->n_refused >= MAX_REFUSED || !list_rank(s, REFUSED, rank)) return;
         s->n_refused++;
     }
     snprintf(key, sizeof key, "refused/%d", (int)rank);
@@ -304,17 +318,17 @@ static void note_refused(accel__store *s, const conn *c, int32_t rank) {
 /* A connection claiming rank is back (a new process for that rank, or the
  * same one opening a store again): the rank is no longer gone. */
 static void unlist_gone(accel__store *s, int32_t rank) {
-    kv *list = find_kv(s, "gone");
-    if (!rank_listed(list, rank)) return;
+    if (!rank_listed(s, GONE, rank)) return;
+    kv *list = find_kv(s, "lost");
     char *l = accel_malloc(list->len), *w = l; /* never longer than the list it rewrites */
     if (!l) return;
-    for (char *p = list->val, *end;; p = end) {
-        long r = strtol(p, &end, 10);
-        if (end == p) break;
-        if (r != rank) w += sprintf(w, "%ld ", r);
+    for (char *p = list->val, *end; *p; p = end + strspn(end, " ")) {
+        long r = strtol(p + 1, &end, 10);
+        if (end == p + 1) break;
+        if (*p != GONE || r != rank) w += sprintf(w, "%c%ld ", *p, r);
     }
     *w = 0;
-    if (!put_kv(s, "gone", l, (size_t)(w - l) + 1)) accel_free(l);
+    if (!put_kv(s, "lost", l, (size_t)(w - l) + 1)) accel_free(l);
 }
 
 /* The authenticated connection c closed: its rank is gone unless it said it
@@ -325,7 +339,7 @@ static void note_gone(accel__store *s, const conn *c) {
     if (c->rank < 0 || c->rank >= (1 << 20) || find_kv(s, key)) return;
     for (size_t i = 0; i < s->n_conns; i++)
         if (&s->conns[i] != c && s->conns[i].authed && s->conns[i].rank == c->rank) return;
-    if (list_rank(s, "gone", c->rank)) atomic_store(&s->any_gone, true);
+    if (list_rank(s, GONE, c->rank)) atomic_store(&s->any_gone, true);
 }
 
 /* The client's answer to our challenge: a valid proof -> authenticated, and
@@ -845,32 +859,25 @@ static accel_status unclaimed_missing(accel__store *s, refusal *r, const char *p
 
 /* Follows the refusals of missing ranks: keeps the one it follows while that
  * rank stays missing and unclaimed (its grace runs on), else takes the first
- * such rank of the store's "refused" list. Fails after the grace (fail_fast)
- * or at once when the wait has timed out (now). */
-static accel_status check_refused(accel__store *s, refusal *r, const char *prefix, int next, int world,
-                                  const char *what, bool fail_fast, bool now) {
+ * such rank refused in lost (the store's "lost" list, NULL when absent).
+ * Fails after the grace (fail_fast) or at once when the wait has timed out
+ * (now). */
+static accel_status check_refused(accel__store *s, refusal *r, const char *lost, const char *prefix, int next,
+                                  int world, const char *what, bool fail_fast, bool now) {
     bool yes = false;
     if (r->rank >= 0 && unclaimed_missing(s, r, prefix, r->rank, next, world, &yes) != ACCEL_OK)
         return accel_last_status();
     if (!yes) {
-        void *list = NULL;
         bool found;
         r->rank = -1;
-        if (try_get(s, "refused", &found, &list, NULL) != ACCEL_OK) return accel_last_status();
-        for (char *p = list, *end; found && !yes; p = end) {
-            long k = strtol(p, &end, 10);
-            if (end == p) break;
-            if (unclaimed_missing(s, r, prefix, (int)k, next, world, &yes) != ACCEL_OK) {
-                accel_free(list);
-                return accel_last_status();
-            }
+        for (long k; !yes && (k = next_listed(&lost, REFUSED)) >= 0;) {
+            if (unclaimed_missing(s, r, prefix, (int)k, next, world, &yes) != ACCEL_OK) return accel_last_status();
             if (yes) {
                 r->rank = (int)k;
                 r->seen = accel_now_seconds();
                 snprintf(r->from, sizeof r->from, "?");
             }
         }
-        accel_free(list);
         if (!yes) return ACCEL_OK;
         char key[32];
         void *from = NULL;
@@ -894,26 +901,19 @@ static accel_status lost_after(const refusal *r, int world, const char *what) {
 }
 
 /* Fails the wait when a rank it still misses (at or above next, below world,
- * no "<prefix>/<rank>") is in the store's "gone" list (note_gone). */
-static accel_status check_gone(accel__store *s, const char *prefix, int next, int world, const char *what) {
-    void *list = NULL;
-    bool found;
+ * no "<prefix>/<rank>") is listed gone in lost (the store's "lost" list,
+ * NULL when absent: note_gone). */
+static accel_status check_gone(accel__store *s, const char *lost, const char *prefix, int next, int world,
+                               const char *what) {
     int dead = -1;
-    if (try_get(s, "gone", &found, &list, NULL) != ACCEL_OK) return accel_last_status();
-    for (char *p = list, *end; found && dead < 0; p = end) {
-        long k = strtol(p, &end, 10);
-        if (end == p) break;
+    for (long k; dead < 0 && (k = next_listed(&lost, GONE)) >= 0;) {
         if (k < next || k >= world) continue;
         char key[STORE_MAX_KEY];
         bool arrived;
         snprintf(key, sizeof key, "%s/%ld", prefix, k);
-        if (try_get(s, key, &arrived, NULL, NULL) != ACCEL_OK) {
-            accel_free(list);
-            return accel_last_status();
-        }
+        if (try_get(s, key, &arrived, NULL, NULL) != ACCEL_OK) return accel_last_status();
         if (!arrived) dead = (int)k;
     }
-    accel_free(list);
     if (dead < 0) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %d of %d closed its store connection during rendezvous "
                            "(exited or was killed)", what, dead, world);
@@ -935,10 +935,18 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
             next++;
         }
         if (next == world) return ACCEL_OK;
-        if (check_gone(s, prefix, next, world, what) != ACCEL_OK) return accel_last_status();
+        /* the refused and gone ranks: one request a poll */
+        void *lost = NULL;
+        bool listed;
+        if (try_get(s, "lost", &listed, &lost, NULL) != ACCEL_OK) return accel_last_status();
+        if (check_gone(s, lost, prefix, next, world, what) != ACCEL_OK) {
+            accel_free(lost);
+            return accel_last_status();
+        }
         bool late = accel_now_seconds() > deadline;
-        if (check_refused(s, &refused, prefix, next, world, what, fail_fast, late) != ACCEL_OK)
-            return lost_after(&refused, world, what);
+        accel_status st = check_refused(s, &refused, lost, prefix, next, world, what, fail_fast, late);
+        accel_free(lost);
+        if (st != ACCEL_OK) return lost_after(&refused, world, what);
         if (late) {
             char list[512];
             size_t o = 0;

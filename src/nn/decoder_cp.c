@@ -9,6 +9,22 @@
 #include "ops/attention_masked.h"
 #include "ops/cp_loss.h"
 
+accel_status accel__llama_cp_check(const accel_llama_config *c, int tp, int cp, accel_cp_strategy strategy,
+                                   const char *who) {
+    const accel__arch *a = accel__arch_find(c->model_type);
+    if (a->blocks == ACCEL__BLOCKS_GPT2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: context parallelism does not run %s models (learned "
+                               "position embeddings)", who, a->model_type);
+    /* Ulysses gives each cp rank a group of this rank's heads */
+    int64_t heads = c->num_attention_heads / tp;
+    if (strategy == ACCEL_CP_ALLTOALL && heads % cp)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the all-to-all strategy splits a rank's %lld query heads "
+                               "(num_attention_heads %lld / tp %d) over cp %d ranks: not a multiple (use the "
+                               "all-gather strategy, or a cp size dividing them)", who, (long long)heads,
+                               (long long)c->num_attention_heads, tp, cp);
+    return ACCEL_OK;
+}
+
 accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, accel_cp_strategy strategy) {
     static const char *FN = "accel_llama_context_parallelize";
     if (!llama) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model is NULL", FN);
@@ -19,22 +35,13 @@ accel_status accel_llama_context_parallelize(accel_module *llama, accel_pg *pg, 
         root->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
         return ACCEL_OK;
     }
-    const accel__arch *a = accel__arch_find(c->model_type);
     if (strategy != ACCEL_CP_ALLGATHER && strategy != ACCEL_CP_ALLTOALL)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: strategy %d is not ACCEL_CP_ALLGATHER or "
                                "ACCEL_CP_ALLTOALL", FN, (int)strategy);
-    if (a->blocks == ACCEL__BLOCKS_GPT2)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: GPT-2's learned position embeddings are not supported",
-                               FN);
-    /* Ulysses gives each cp rank a group of this rank's heads (under tp its
-     * heads / tp): refused here rather than at the first forward */
-    int64_t heads = accel__decoder_rank_heads(llama), cp = accel_pg_size(pg);
-    if (strategy == ACCEL_CP_ALLTOALL && heads % cp)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the all-to-all strategy splits this rank's %lld query "
-                               "heads (num_attention_heads %lld%s) over the cp group's %lld ranks: not a multiple "
-                               "(use ACCEL_CP_ALLGATHER, cp_comm_strategy \"allgather\", or a cp size dividing "
-                               "them)", FN, (long long)heads, (long long)c->num_attention_heads,
-                               heads != c->num_attention_heads ? ", split over the tp group" : "", (long long)cp);
+    /* refused here rather than at the first forward; under tp the layers
+     * already compute this rank's heads / tp */
+    int tp = (int)(c->num_attention_heads / accel__decoder_rank_heads(llama));
+    if (accel__llama_cp_check(c, tp, accel_pg_size(pg), strategy, FN)) return accel_last_status();
     root->cp = (accel__decoder_cp){pg, strategy};
     return ACCEL_OK;
 }

@@ -28,6 +28,18 @@ static inline const accel__decoder_cp *accel__decoder_cp_of(const accel_llama_co
     return &((const accel__decoder_root *)(const void *)c)->cp;
 }
 
+/* Why a model of config c cannot run over cp ranks with strategy
+ * (accel_llama_context_parallelize) as one rank of tp (1: none; tp divides
+ * num_attention_heads): ACCEL_ERR_UNSUPPORTED for a family it does not run
+ * (GPT-2: learned position embeddings), ACCEL_ERR_INVALID_ARG when the
+ * all-to-all strategy cannot split the rank's query heads over cp; each
+ * message starts with who. ACCEL_OK when it can. Read by the runtime, by
+ * accel_llama_activation_bytes (.cp_size) and by `accel estimate-memory
+ * --cp_size`, so the estimates refuse what the runtime refuses, in its
+ * words (as accel__llama_tp_check, nn/tp_internal.h, for tp). */
+accel_status accel__llama_cp_check(const accel_llama_config *c, int tp, int cp, accel_cp_strategy strategy,
+                                   const char *who);
+
 /* ACCEL_OK when the model can run sharded on ids [B, 2c]: no KV cache, an
  * even number of positions; else the refusal naming what cannot. */
 accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids);

@@ -1,16 +1,18 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
  * aligned causal mask: f32 scores, softmax and accumulation. q, k, v, the
  * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16.
- * Two paths for the six tile GEMMs of a block of queries:
- *   - the native path (below, "the tile GEMMs on bf16/f16 operands"), where
- *     oneDNN multiplies the operands' bf16/f16 dtype itself on this CPU and
- *     the blocks are whole: every GEMM in that dtype reading q, k, v and dO
- *     as stored, P and dS rounded to it for the GEMMs that take them;
- *   - the f32 tiles elsewhere: a bf16/f16 tensor is read and written a tile
- *     at a time (one head's keys and values, one block of queries) through
- *     per-thread f32 scratch with the vectorised conversions of
- *     fused_kernels.c, never as a whole-tensor f32 copy, f32 tensors in
- *     place, on OpenBLAS's sgemm.
+ * Two paths for the six tile GEMMs of a block of queries, on the provider
+ * measured fastest for the tile class (below, "the tile GEMMs and their
+ * provider"):
+ *   - the native path, where oneDNN multiplies the operands' bf16/f16 dtype
+ *     itself and the blocks are whole: every GEMM in that dtype reading q,
+ *     k, v and dO as stored, P and dS rounded to it for the GEMMs that take
+ *     them;
+ *   - the f32 tiles elsewhere, on OpenBLAS's sgemm or oneDNN's f32 matmul:
+ *     a bf16/f16 tensor is read and written a tile at a time (one head's
+ *     keys and values, one block of queries) through per-thread f32 scratch
+ *     with the vectorised conversions of fused_kernels.c, never as a
+ *     whole-tensor f32 copy, f32 tensors in place.
  * Gradients are accumulated in f32 tiles on both. The forward keeps the
  * softmax probabilities P [B, H, Tq, Tk] (f32) for the backward (under the
  * causal mask only the blocks left of the diagonal are written and read).
@@ -23,6 +25,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -88,66 +91,70 @@ static int64_t scratch_of(const accel_tensor *t, int64_t n) {
     return t && t->dtype != ACCEL_F32 ? n : 0;
 }
 
-/* ---- the tile GEMMs on bf16/f16 operands as stored
+/* ---- the tile GEMMs and their provider
  *
  * Where oneDNN multiplies the operands' bf16/f16 dtype itself (its units,
- * not f32 panels per call), all six tile GEMMs run on it in that dtype with
- * f32 accumulation, reading q, k, v and dO as stored (none of them widened):
+ * not f32 panels per call) and the measured choice (below) takes it, all
+ * six tile GEMMs run on it in that dtype with f32 accumulation, reading q,
+ * k, v and dO as stored (none of them widened): the native path.
  * S = s Q K^T and dP = dO V^T multiply two tensors of that dtype, and each
  * product of two such values is exact in f32, so they give the f32 tiles'
  * values up to the order of the additions; O = P V, dV += P^T dO,
  * dQ = s dS K and dK += s dS^T Q take P and dS rounded once to the dtype
  * (as PyTorch's CPU flash attention and FlashAttention do), the softmax,
  * its gradient and every accumulator staying f32 (P kept for the backward
- * is the f32 one). The GEMMs run only on whole query blocks (Tq and Tk
- * multiples of QB) and with the keys cut into chunks of at most KC, so
- * each is a QB x (64 .. KC) x D(v) GEMM with leading dims fixed per
+ * is the f32 one). Elsewhere the tiles are f32, on OpenBLAS's sgemm or
+ * oneDNN's f32 matmul. On oneDNN the GEMMs run only on whole query blocks
+ * (Tq and Tk multiples of QB) and with the keys cut into chunks of at most
+ * KC, so each is a QB x (64 .. KC) x D(v) GEMM with leading dims fixed per
  * sequence length: oneDNN makes and keeps a primitive per shape and
  * leading dims (~0.1-1 ms of JIT each, in a table of 512 that the linear
  * layers share), and decode's or ragged blocks' shapes, new at every
- * length, would fill it. Everywhere else the tiles are f32 on OpenBLAS. */
+ * length, would fill it; those stay on OpenBLAS's f32 tiles. */
 enum { KC = 256 };
 
-bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d) {
-    return d->Tq % QB == 0 && d->Tk % QB == 0 && dt != ACCEL_F32 && !accel__gemm_widens_per_call(dt) &&
-           accel__gemm_provider_for(dt, false, true, QB, KC, d->D) == ACCEL__GEMM_PROVIDER_DNNL;
-}
+/* How a call's tile GEMMs run: dt the dtype they multiply (f32: the f32
+ * tiles, a bf16/f16 tensor widened a tile at a time; bf16/f16: the native
+ * path), on oneDNN or on accel__sgemm. */
+typedef struct tiles {
+    accel_dtype dt;
+    bool dnnl;
+} tiles;
 
-/* The dtype every operand of a tile GEMM shares on the native path, or
- * ACCEL_F32 (the f32 tiles) when they differ or the path is not taken. */
-static accel_dtype native_dtype(const accel_tensor *const *t, int n, const accel_k_sdpa_dims *d) {
-    for (int i = 1; i < n; i++)
-        if (t[i]->dtype != t[0]->dtype) return ACCEL_F32;
-    return accel__cpu_sdpa_native(t[0]->dtype, d) ? t[0]->dtype : ACCEL_F32;
+/* The tiles of provider p (accel__gemm_tiles_provider) for operands of dt. */
+static tiles tiles_of(accel_dtype dt, int p) {
+    if (p == ACCEL__GEMM_PROVIDER_DNNL) return (tiles){dt, true};
+    return (tiles){ACCEL_F32, p == ACCEL__GEMM_PROVIDER_DNNL_F32};
 }
 
 /* Which dim of a tile GEMM runs over the block's kend keys (cut into KC
- * chunks); the others are the block's QB queries and a head dim n:
- *   KEYS_N  C [QB, kend]  = alpha A [QB, n] B [kend, n]^T        (S, dP)
- *   KEYS_K  C [QB, n]     = alpha A [QB, kend] B [kend, n] + beta C   (O, dQ)
- *   KEYS_M  C [kend, n]  += alpha A [QB, kend]^T B [QB, n]       (dV, dK; beta 1) */
+ * chunks on oneDNN); the others are the block's nq queries and a head dim n:
+ *   KEYS_N  C [nq, kend]  = alpha A [nq, n] B [kend, n]^T        (S, dP)
+ *   KEYS_K  C [nq, n]     = alpha A [nq, kend] B [kend, n] + beta C   (O, dQ)
+ *   KEYS_M  C [kend, n]   = alpha A [nq, kend]^T B [nq, n] + beta C  (dV, dK) */
 typedef enum keys_dim { KEYS_N, KEYS_K, KEYS_M } keys_dim;
 
-/* One of those on oneDNN, A and B of dtype dt (row strides lda, ldb), C f32
+/* One of those on t, A and B of dtype t.dt (row strides lda, ldb), C f32
  * (row stride ldc). */
-static accel_status tiles_gemm(keys_dim kd, accel_dtype dt, int64_t kend, int64_t n, float alpha, const void *A,
+static accel_status tiles_gemm(tiles t, keys_dim kd, int64_t nq, int64_t kend, int64_t n, float alpha, const void *A,
                                int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    size_t es = accel_dtype_size(dt);
-    for (int64_t j = 0; j < kend; j += KC) {
-        int64_t c = kend - j < KC ? kend - j : KC;
+    size_t es = accel_dtype_size(t.dt);
+    int64_t chunk = t.dnnl ? KC : kend;
+    for (int64_t j = 0; j < kend; j += chunk) {
+        int64_t c = kend - j < chunk ? kend - j : chunk;
         /* A's chunk starts j columns in (KEYS_K, KEYS_M), B's j rows down (KEYS_N, KEYS_K) */
         const char *a = (const char *)A + (size_t)(kd == KEYS_N ? 0 : j) * es;
         const char *b = (const char *)B + (size_t)(kd == KEYS_M ? 0 : j * ldb) * es;
-        accel_status st;
-        if (kd == KEYS_N)
-            st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, false, true, QB, c, n, alpha, a, dt, lda, b, dt, ldb, beta,
-                                C + j, ldc);
-        else if (kd == KEYS_K)
-            st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, false, false, QB, n, c, alpha, a, dt, lda, b, dt, ldb,
-                                j ? 1.0f : beta, C, ldc);
-        else
-            st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, true, false, c, n, QB, alpha, a, dt, lda, b, dt, ldb, beta,
-                                C + j * ldc, ldc);
+        int64_t M = kd == KEYS_M ? c : nq, N = kd == KEYS_N ? c : n, K = kd == KEYS_K ? c : kd == KEYS_N ? n : nq;
+        float *cj = C + (kd == KEYS_N ? j : kd == KEYS_M ? j * ldc : 0);
+        float bj = kd == KEYS_K && j ? 1.0f : beta; /* O and dQ add the chunks up */
+        if (!t.dnnl) {
+            accel__sgemm(kd == KEYS_M, kd == KEYS_N, M, N, K, alpha, (const float *)a, lda, (const float *)b, ldb, bj,
+                         cj, ldc);
+            continue;
+        }
+        accel_status st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, kd == KEYS_M, kd == KEYS_N, M, N, K, alpha, a,
+                                         t.dt, lda, b, t.dt, ldb, bj, cj, ldc);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
@@ -187,6 +194,107 @@ static void keep_error(first_error *e, accel_status st) {
 
 static accel_status raise_error(const first_error *e) {
     return e->st == ACCEL_OK ? ACCEL_OK : accel_set_error(e->st, "%s", e->msg);
+}
+
+/* ---- the provider, measured per tile class
+ *
+ * accel__gemm_tiles_provider chooses among OpenBLAS's f32 tiles, oneDNN's
+ * f32 tiles and (bf16/f16) the native path per class (dtype, QB, log2 of
+ * Tk, log2 of D, threads) with the measured choice of the large GEMMs
+ * (gemm_choice.c: the 10% margin, the cache file, rank 0's table, a
+ * checkpoint's). One tile GEMM (2^18 to 2^22 multiply-adds) is far below
+ * what a single GEMM is timed from, so a candidate is timed on a batch of
+ * the tiles instead, run as the kernels run them: each thread, on its own
+ * operands, the six GEMMs of blocks that see all Tk keys (K, V and S of a
+ * head's size, leading dims as dense tensors have them), enough blocks for
+ * TILE_BATCH_MACS multiply-adds a thread. The tiles' conversions (widening
+ * on the f32 tiles, P and dS rounded on the native path; a few % of the
+ * op) are not timed. */
+enum { TILE_BATCH_MACS = 1 << 26 };
+
+/* A tile class's batch: operands zeroed at the first run, each thread's
+ * [QB, D] Q, [Tk, D] K, [Tk, Dv] V, [QB, Dv] dO and [QB, Tk] P (f32-sized
+ * to hold either dtype), then f32 S, O, dQ, dK, dV. */
+typedef struct tile_batch {
+    accel_dtype dt;
+    int64_t Tk, D, Dv;
+    int nt;
+    float *mem;
+} tile_batch;
+
+static int64_t batch_floats(const tile_batch *b) {
+    int64_t ops = QB * b->D + b->Tk * b->D + b->Tk * b->Dv + QB * b->Dv + QB * b->Tk;
+    return 2 * ops; /* the outputs: S as large as P, O as dO, dQ as Q, dK as K, dV as V */
+}
+
+/* One thread's blocks of the batch on t, from its memory m. */
+static accel_status batch_blocks(const tile_batch *b, tiles t, float *m) {
+    int64_t D = b->D, Dv = b->Dv, Tk = b->Tk, es = (int64_t)accel_dtype_size(t.dt);
+    char *q = (char *)m, *k = q + QB * D * es, *v = k + Tk * D * es, *g = v + Tk * Dv * es, *p = g + QB * Dv * es;
+    float *s = m + QB * D + Tk * D + Tk * Dv + QB * Dv + QB * Tk, *o = s + QB * Tk, *dq = o + QB * Dv,
+          *dk = dq + QB * D, *dv = dk + Tk * D;
+    int64_t macs = QB * Tk * 3 * (D + Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
+    accel_status st = ACCEL_OK;
+    for (int64_t r = 0; r < blocks && st == ACCEL_OK; r++) {
+        st = tiles_gemm(t, KEYS_N, QB, Tk, D, 1.0f, q, D, k, D, 0.0f, s, Tk);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, Tk, Dv, 1.0f, p, Tk, v, Dv, 0.0f, o, Dv);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, Tk, Dv, 1.0f, p, Tk, g, Dv, 1.0f, dv, Dv);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_N, QB, Tk, Dv, 1.0f, g, Dv, v, Dv, 0.0f, s, Tk);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, Tk, D, 1.0f, p, Tk, k, D, 0.0f, dq, D);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, Tk, D, 1.0f, p, Tk, q, D, 1.0f, dk, D);
+    }
+    return st;
+}
+
+/* accel__gemm_run: the batch once on provider p. */
+static bool batch_run(void *ctx, int p) {
+    tile_batch *b = ctx;
+    int64_t per = batch_floats(b);
+    if (!b->mem) b->mem = calloc((size_t)(b->nt * per), sizeof(float));
+    if (!b->mem) return false;
+    tiles t = tiles_of(b->dt, p);
+    first_error err = {ACCEL_OK, ""};
+    if (b->nt > 1) {
+        accel__blas_single_thread();
+#pragma omp parallel num_threads(b->nt)
+        keep_error(&err, batch_blocks(b, t, b->mem + omp_get_thread_num() * per));
+    } else {
+        keep_error(&err, batch_blocks(b, t, b->mem));
+    }
+    return err.st == ACCEL_OK;
+}
+
+/* The provider of the tile GEMMs of these dims, operands of dt (their
+ * common dtype, else f32): the class's measured choice (`force`: measured
+ * again), OpenBLAS for ragged blocks; -1 with the error set. */
+static int tiles_provider(accel_dtype dt, const accel_k_sdpa_dims *d, bool force) {
+    if (d->Tq <= 0 || d->Tk <= 0 || d->Tq % QB || d->Tk % QB) return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    tile_batch b = {dt, d->Tk, d->D, d->Dv, accel_num_threads(), NULL};
+    int p = accel__gemm_tiles_provider(dt, QB, d->Tk, d->D, force, batch_run, &b);
+    free(b.mem);
+    return p;
+}
+
+int accel__cpu_sdpa_provider(accel_dtype dt, const accel_k_sdpa_dims *d) { return tiles_provider(dt, d, false); }
+
+bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d) {
+    return dt != ACCEL_F32 && tiles_provider(dt, d, false) == ACCEL__GEMM_PROVIDER_DNNL;
+}
+
+int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D) {
+    accel_k_sdpa_dims d = {.Tq = QB, .Tk = (Tk + QB - 1) / QB * QB, .D = D, .Dv = D};
+    return tiles_provider(dt, &d, true);
+}
+
+/* The tiles of a call whose operands are t[0..n). */
+static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_k_sdpa_dims *d, tiles *out) {
+    accel_dtype dt = t[0]->dtype;
+    for (int i = 1; i < n; i++)
+        if (t[i]->dtype != dt) dt = ACCEL_F32;
+    int p = tiles_provider(dt, d, false);
+    if (p < 0) return accel_last_status();
+    *out = tiles_of(dt, p);
+    return ACCEL_OK;
 }
 
 /* ---- forward */
@@ -234,37 +342,53 @@ static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, accel_dtype lp, float *
     return s;
 }
 
-/* The keys and values of one kv head: f32 tiles (kh, vh), or on the native
- * path where they are stored (k, v: rows ks[2] and vs[2] apart). */
+/* The keys and values of one kv head as the tile GEMMs read them: f32
+ * tiles, or on the native path where they are stored (row strides ldk,
+ * ldv). */
 typedef struct kv_head {
-    tile kh, vh;
     const void *k, *v;
+    int64_t ldk, ldv;
 } kv_head;
+
+/* The kv head at elements koff of k and voff of v, rows ks and vs apart. */
+static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks, const accel_tensor *v, int64_t voff,
+                       int64_t vs, const accel_k_sdpa_dims *d, float *kscratch, float *vscratch) {
+    if (t.dt != ACCEL_F32) return (kv_head){elem_ptr(k, koff), elem_ptr(v, voff), ks, vs};
+    tile kh = tile_load(k, koff, d->Tk, d->D, ks, kscratch), vh = tile_load(v, voff, d->Tk, d->Dv, vs, vscratch);
+    return (kv_head){kh.p, vh.p, kh.ld, vh.ld};
+}
+
+/* Dense rows [off, off + rows * cols) of x as the tile GEMMs read them
+ * (leading dim cols): as stored on the native path, else an f32 tile. */
+static const void *tile_operand(tiles t, const accel_tensor *x, int64_t off, int64_t rows, int64_t cols,
+                                float *scratch) {
+    return t.dt == ACCEL_F32 ? tile_load(x, off, rows, cols, cols, scratch).p : elem_ptr(x, off);
+}
+
+/* P or dS [QB, kend] (row stride ld) as the GEMMs that take them read it:
+ * as it is on the f32 tiles, rounded to t.dt into lp on the native path. */
+static const void *tile_probs(tiles t, void *lp, const float *src, int64_t kend, int64_t ld) {
+    if (t.dt == ACCEL_F32) return src;
+    round_block(lp, t.dt, src, kend, ld);
+    return lp;
+}
 
 /* S = s Q K^T, P = softmax(S) (into pb, row stride Tk) and O = P V for
  * the query block at element qoff of q, nq rows, keys [0, kend). */
-static accel_status block_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t i0, int64_t nq, int64_t kend,
-                                  int64_t qoff, const kv_head *kv, float *pb, tile ob, fwd_scratch s) {
+static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, int64_t nq, int64_t kend, int64_t qoff,
+                                  const kv_head *kv, float *pb, tile ob, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    if (lp == ACCEL_F32) {
-        tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s.q);
-        accel__sgemm(false, true, nq, kend, d->D, d->scale, qb.p, qb.ld, kv->kh.p, kv->kh.ld, 0.0f, pb, d->Tk);
-        masked_softmax(d, i0, nq, kend, pb, d->Tk);
-        accel__sgemm(false, false, nq, d->Dv, kend, 1.0f, pb, d->Tk, kv->vh.p, kv->vh.ld, 0.0f, ob.p, ob.ld);
-        return ACCEL_OK;
-    }
-    accel_status st = tiles_gemm(KEYS_N, lp, kend, d->D, d->scale, elem_ptr(a->q, qoff), d->D, kv->k, d->ks[2], 0.0f,
-                                 pb, d->Tk);
+    const void *q = tile_operand(t, a->q, qoff, nq, d->D, s.q);
+    accel_status st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q, d->D, kv->k, kv->ldk, 0.0f, pb, d->Tk);
     if (st != ACCEL_OK) return st;
     masked_softmax(d, i0, nq, kend, pb, d->Tk);
-    round_block(s.pl, lp, pb, kend, d->Tk);
-    return tiles_gemm(KEYS_K, lp, kend, d->Dv, 1.0f, s.pl, d->Tk, kv->v, d->vs[2], 0.0f, ob.p, ob.ld);
+    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, kend, d->Tk), d->Tk, kv->v, kv->ldv,
+                      0.0f, ob.p, ob.ld);
 }
 
 /* One (batch, head) bh on its kv head: P [Tq, Tk] (only each block's
  * [0, kend) columns are written) and O [Tq, Dv]. */
-static accel_status head_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t bh, const kv_head *kv,
-                                 fwd_scratch s) {
+static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, const kv_head *kv, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     float *ph = (float *)a->p->data + bh * d->Tq * d->Tk;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
@@ -274,7 +398,7 @@ static accel_status head_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t 
         if (kend <= 0) { /* no query of the block sees a key */
             memset(ob.p, 0, (size_t)(nq * d->Dv) * sizeof(float));
         } else {
-            accel_status st = block_forward(a, lp, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
+            accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
             if (st != ACCEL_OK) return st;
         }
         tile_store(a->o, ooff, nq, d->Dv, ob);
@@ -285,20 +409,13 @@ static accel_status head_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t 
 /* Query heads [bh0, bh0 + n) of one kv head: its K and V are read (widened
  * to f32 when they are bf16/f16) once for all n, or used as stored on the
  * native path. */
-static accel_status heads_forward(const accel_k_sdpa *a, accel_dtype lp, int64_t bh0, int64_t n, fwd_scratch s) {
+static accel_status heads_forward(const accel_k_sdpa *a, tiles t, int64_t bh0, int64_t n, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t b = bh0 / d->H, hk = bh0 % d->H / (d->H / d->Hkv);
-    int64_t koff = b * d->ks[0] + hk * d->ks[1], voff = b * d->vs[0] + hk * d->vs[1];
-    kv_head kv = {{NULL, d->ks[2]}, {NULL, d->vs[2]}, NULL, NULL};
-    if (lp == ACCEL_F32) {
-        kv.kh = tile_load(a->k, koff, d->Tk, d->D, d->ks[2], s.k);
-        kv.vh = tile_load(a->v, voff, d->Tk, d->Dv, d->vs[2], s.v);
-    } else {
-        kv.k = elem_ptr(a->k, koff);
-        kv.v = elem_ptr(a->v, voff);
-    }
+    kv_head kv = kv_load(t, a->k, b * d->ks[0] + hk * d->ks[1], d->ks[2], a->v, b * d->vs[0] + hk * d->vs[1], d->vs[2],
+                         d, s.k, s.v);
     for (int64_t i = 0; i < n; i++) {
-        accel_status st = head_forward(a, lp, bh0 + i, &kv, s);
+        accel_status st = head_forward(a, t, bh0 + i, &kv, s);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
@@ -406,66 +523,10 @@ typedef struct kv_grads {
     tile dkh, dvh;
 } kv_grads;
 
-/* The gradients of query block i0 (nq rows, keys [0, kend), its P at pb)
- * of head bh on the f32 tiles. dP's rows are Tk apart whatever kend. */
-static void block_backward_f32(const accel_k_sdpa_backward *a, int64_t bh, int64_t i0, int64_t nq, int64_t kend,
-                               const float *pb, const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
-    const accel_k_sdpa_dims *d = &a->dims;
-    int64_t qoff = (bh * d->Tq + i0) * d->D, goff = (bh * d->Tq + i0) * d->Dv;
-    tile gob = tile_load(a->g, goff, nq, d->Dv, d->Dv, s->g);
-    if (a->dv) /* dV[0:kend] += P^T dO */
-        accel__sgemm(true, false, kend, d->Dv, nq, 1.0f, pb, d->Tk, gob.p, gob.ld, 1.0f, gr->dvh.p, gr->dvh.ld);
-    if (!a->dq && !a->dk) return;
-    /* dP = dO V^T, then dS */
-    accel__sgemm(false, true, nq, kend, d->Dv, 1.0f, gob.p, gob.ld, kv->vh.p, kv->vh.ld, 0.0f, s->dp, d->Tk);
-    softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, d->Tk);
-    if (a->dq) { /* dQ = s dS K (+ dQ) */
-        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, nq, d->D, d->D, s->dq)
-                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
-        accel__sgemm(false, false, nq, d->D, kend, d->scale, s->dp, d->Tk, kv->kh.p, kv->kh.ld, a->dq_beta, dqb.p,
-                     dqb.ld);
-        tile_store(a->dq, qoff, nq, d->D, dqb);
-    }
-    if (a->dk) { /* dK[0:kend] += s dS^T Q */
-        tile qb = tile_load(a->q, qoff, nq, d->D, d->D, s->q);
-        accel__sgemm(true, false, kend, d->D, nq, d->scale, s->dp, d->Tk, qb.p, qb.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
-    }
-}
-
-/* The same on the native path (nq = QB): dO, Q, K, V read as stored, P
- * and dS rounded to lp for the GEMMs that take them. */
-static accel_status block_backward_lp(const accel_k_sdpa_backward *a, accel_dtype lp, int64_t bh, int64_t i0,
-                                      int64_t kend, const float *pb, const kv_head *kv, const kv_grads *gr,
-                                      const bwd_scratch *s) {
-    const accel_k_sdpa_dims *d = &a->dims;
-    int64_t qoff = (bh * d->Tq + i0) * d->D;
-    const void *go = elem_ptr(a->g, (bh * d->Tq + i0) * d->Dv);
-    accel_status st = ACCEL_OK;
-    if (a->dv) { /* dV[0:kend] += P^T dO */
-        round_block(s->pl, lp, pb, kend, d->Tk);
-        st = tiles_gemm(KEYS_M, lp, kend, d->Dv, 1.0f, s->pl, d->Tk, go, d->Dv, 1.0f, gr->dvh.p, gr->dvh.ld);
-    }
-    if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
-    /* dP = dO V^T, then dS, rounded */
-    st = tiles_gemm(KEYS_N, lp, kend, d->Dv, 1.0f, go, d->Dv, kv->v, d->Dv, 0.0f, s->dp, d->Tk);
-    if (st != ACCEL_OK) return st;
-    softmax_grad_rows(QB, kend, pb, d->Tk, s->dp, d->Tk);
-    round_block(s->pl, lp, s->dp, kend, d->Tk);
-    if (a->dq) { /* dQ = s dS K (+ dQ) */
-        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, QB, d->D, d->D, s->dq)
-                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
-        st = tiles_gemm(KEYS_K, lp, kend, d->D, d->scale, s->pl, d->Tk, kv->k, d->D, a->dq_beta, dqb.p, dqb.ld);
-        if (st != ACCEL_OK) return st;
-        tile_store(a->dq, qoff, QB, d->D, dqb);
-    }
-    if (a->dk) /* dK[0:kend] += s dS^T Q */
-        st = tiles_gemm(KEYS_M, lp, kend, d->D, d->scale, s->pl, d->Tk, elem_ptr(a->q, qoff), d->D, 1.0f, gr->dkh.p,
-                        gr->dkh.ld);
-    return st;
-}
-
-/* The gradients of query block i0 (nq rows) of head bh. */
-static accel_status block_backward(const accel_k_sdpa_backward *a, accel_dtype lp, int64_t bh, int64_t i0, int64_t nq,
+/* The gradients of query block i0 (nq rows) of head bh: on the native
+ * path (nq = QB) dO and Q read as stored, P and dS rounded to t.dt for
+ * the GEMMs that take them; dP's rows are Tk apart whatever kend. */
+static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int64_t bh, int64_t i0, int64_t nq,
                                    const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t kend = block_keys(d, i0, nq), qoff = (bh * d->Tq + i0) * d->D;
@@ -474,34 +535,46 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, accel_dtype l
         return ACCEL_OK;
     }
     const float *pb = (const float *)a->p->data + (bh * d->Tq + i0) * d->Tk;
-    if (lp != ACCEL_F32) return block_backward_lp(a, lp, bh, i0, kend, pb, kv, gr, s);
-    block_backward_f32(a, bh, i0, nq, kend, pb, kv, gr, s);
-    return ACCEL_OK;
+    const void *go = tile_operand(t, a->g, (bh * d->Tq + i0) * d->Dv, nq, d->Dv, s->g);
+    accel_status st = ACCEL_OK;
+    if (a->dv) /* dV[0:kend] += P^T dO */
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, kend, d->Tk), d->Tk, go, d->Dv,
+                        1.0f, gr->dvh.p, gr->dvh.ld);
+    if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
+    /* dP = dO V^T, then dS */
+    st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go, d->Dv, kv->v, kv->ldv, 0.0f, s->dp, d->Tk);
+    if (st != ACCEL_OK) return st;
+    softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, d->Tk);
+    const void *ds = tile_probs(t, s->pl, s->dp, kend, d->Tk);
+    if (a->dq) { /* dQ = s dS K (+ dQ) */
+        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, nq, d->D, d->D, s->dq)
+                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
+        st = tiles_gemm(t, KEYS_K, nq, kend, d->D, d->scale, ds, d->Tk, kv->k, kv->ldk, a->dq_beta, dqb.p, dqb.ld);
+        if (st != ACCEL_OK) return st;
+        tile_store(a->dq, qoff, nq, d->D, dqb);
+    }
+    if (a->dk) /* dK[0:kend] += s dS^T Q */
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, d->scale, ds, d->Tk, tile_operand(t, a->q, qoff, nq, d->D, s->q),
+                        d->D, 1.0f, gr->dkh.p, gr->dkh.ld);
+    return st;
 }
 
 /* The gradients of the G query heads of kv head `kvb` (= b * Hkv + kv), block
  * by block of queries as in the forward. dK and dV of the kv head are
  * accumulated in f32 over the G heads and written once. K and V are widened
  * on the f32 tiles, read as stored on the native path. */
-static accel_status kv_backward(const accel_k_sdpa_backward *a, accel_dtype lp, int64_t kvb, const bwd_scratch *s) {
+static accel_status kv_backward(const accel_k_sdpa_backward *a, tiles t, int64_t kvb, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
     int64_t koff = kvb * d->Tk * d->D, voff = kvb * d->Tk * d->Dv;
-    kv_head kvh = {{NULL, d->D}, {NULL, d->Dv}, NULL, NULL};
-    if (lp == ACCEL_F32) {
-        kvh.kh = tile_load(a->k, koff, d->Tk, d->D, d->D, s->k);
-        kvh.vh = tile_load(a->v, voff, d->Tk, d->Dv, d->Dv, s->v);
-    } else {
-        kvh.k = elem_ptr(a->k, koff);
-        kvh.v = elem_ptr(a->v, voff);
-    }
+    kv_head kvh = kv_load(t, a->k, koff, d->D, a->v, voff, d->Dv, d, s->k, s->v);
     kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}};
     if (a->dk) gr.dkh = tile_load(a->dk, koff, d->Tk, d->D, d->D, s->dk);
     if (a->dv) gr.dvh = tile_load(a->dv, voff, d->Tk, d->Dv, d->Dv, s->dv);
     accel_status st = ACCEL_OK;
     for (int64_t gi = 0; gi < G && st == ACCEL_OK; gi++)
         for (int64_t i0 = 0; i0 < d->Tq && st == ACCEL_OK; i0 += QB)
-            st = block_backward(a, lp, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, &kvh, &gr, s);
+            st = block_backward(a, t, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, &kvh, &gr, s);
     if (st != ACCEL_OK) return st;
     if (a->dk) tile_store(a->dk, koff, d->Tk, d->D, gr.dkh);
     if (a->dv) tile_store(a->dv, voff, d->Tk, d->Dv, gr.dvh);
@@ -526,8 +599,10 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
      * once), or one query head when too few kv heads would keep the
      * threads busy and enough query heads would. */
     const accel_tensor *ops[3] = {k->q, k->k, k->v};
-    accel_dtype lp = native_dtype(ops, 3, d);
-    int64_t G = d->H / d->Hkv, per = fwd_scratch_floats(k, lp);
+    tiles t;
+    accel_status st = call_tiles(ops, 3, d, &t);
+    if (st != ACCEL_OK) return st;
+    int64_t G = d->H / d->Hkv, per = fwd_scratch_floats(k, t.dt);
     int64_t heads = heads_parallel(d->B * d->Hkv) || !heads_parallel(d->B * d->H) ? G : 1;
     int64_t units = d->B * d->H / heads;
     bool par = heads_parallel(units);
@@ -539,11 +614,11 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
         for (int64_t i = 0; i < units; i++)
-            keep_error(&err, heads_forward(k, lp, i * heads, heads,
-                                           fwd_scratch_at(k, lp, scratch + omp_get_thread_num() * per)));
+            keep_error(&err, heads_forward(k, t, i * heads, heads,
+                                           fwd_scratch_at(k, t.dt, scratch + omp_get_thread_num() * per)));
     } else {
         for (int64_t i = 0; i < units && err.st == ACCEL_OK; i++)
-            keep_error(&err, heads_forward(k, lp, i * heads, heads, fwd_scratch_at(k, lp, scratch)));
+            keep_error(&err, heads_forward(k, t, i * heads, heads, fwd_scratch_at(k, t.dt, scratch)));
     }
     return raise_error(&err);
 }
@@ -551,8 +626,10 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
 accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
     const accel_k_sdpa_dims *d = &k->dims;
     const accel_tensor *ops[4] = {k->g, k->q, k->k, k->v};
-    accel_dtype lp = native_dtype(ops, 4, d);
-    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_floats(k, lp);
+    tiles t;
+    accel_status st = call_tiles(ops, 4, d, &t);
+    if (st != ACCEL_OK) return st;
+    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_floats(k, t.dt);
     bool par = heads_parallel(nkv);
     int nt = par ? accel_num_threads() : 1;
     float *scratch = thread_scratch(nt, per);
@@ -562,12 +639,12 @@ accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
         for (int64_t i = 0; i < nkv; i++) {
-            bwd_scratch s = bwd_scratch_at(k, lp, scratch + omp_get_thread_num() * per);
-            keep_error(&err, kv_backward(k, lp, i, &s));
+            bwd_scratch s = bwd_scratch_at(k, t.dt, scratch + omp_get_thread_num() * per);
+            keep_error(&err, kv_backward(k, t, i, &s));
         }
     } else {
-        bwd_scratch s = bwd_scratch_at(k, lp, scratch);
-        for (int64_t i = 0; i < nkv && err.st == ACCEL_OK; i++) keep_error(&err, kv_backward(k, lp, i, &s));
+        bwd_scratch s = bwd_scratch_at(k, t.dt, scratch);
+        for (int64_t i = 0; i < nkv && err.st == ACCEL_OK; i++) keep_error(&err, kv_backward(k, t, i, &s));
     }
     return raise_error(&err);
 }

@@ -155,14 +155,19 @@ float accel__row_sum_exp(const float *x, int64_t n, float m);
 
 /* ---- attention (attention_kernels.c) */
 
-/* Whether attention's six tile GEMMs run on oneDNN in dtype dt for these
- * dims, when q, k, v (and dO) are all of dt: dt bf16/f16 and oneDNN
- * multiplies it itself for such a tile (its units, not f32 panels per
- * call), and Tq and Tk whole query blocks. The GEMMs then read q, k, v and
- * dO as stored and take P and dS rounded to dt; elsewhere they run on f32
- * tiles through OpenBLAS. Tests derive from it which path ran and which
- * bounds hold. */
+/* The provider attention's six tile GEMMs run on for these dims when q, k,
+ * v (and dO) are all of dt (accel__gemm_tiles_provider, gemm.h: openblas,
+ * dnnl or dnnl_f32; the class measured at its first use), openblas for
+ * ragged blocks (Tq or Tk no multiple of 64); -1 with the error set (a bad
+ * ACCEL_GEMM). Outside parallel regions. Tests derive from it which path
+ * ran and which bounds hold. */
+int accel__cpu_sdpa_provider(accel_dtype dt, const accel_k_sdpa_dims *d);
+/* Whether that is the native path: dt bf16/f16 on oneDNN in dt, the GEMMs
+ * reading q, k, v and dO as stored and taking P and dS rounded to dt. */
 bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d);
+/* The class of a Tk x D attention of dt timed again (`accel env
+ * --measure-gemm`); returns the provider kept, or -1. */
+int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
 /* The rows of its softmax and of the softmax's gradient, compiled per ISA
  * variant (attention_rows.c): row[0..n) = softmax(row[0..n)), n >= 1, in
  * place; g[0..n) = p (g - sum(g p)) in place. */

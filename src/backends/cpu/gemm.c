@@ -3,6 +3,7 @@
  * to the compute dtype. */
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/openblas_core.h"
 #include "backends/cpu/openblas_lazy.h"
 
 #include <limits.h>
@@ -322,23 +323,52 @@ static bool dnnl_candidate(accel_dtype dt) {
     return dnnl_probe(dt, &impl) && (dt == ACCEL_F32 || strncmp(impl, "ref", 3) != 0);
 }
 
-/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, for
- * bf16/f16 oneDNN where the CPU has units for dt) is the prior; with two
- * candidates a large shape's class is timed (gemm_choice.c; always when
- * `force`) and keeps the rule's choice unless another wins by a margin. */
+/* oneDNN's f32 matmul on widened panels (ACCEL__GEMM_PROVIDER_DNNL_F32) is
+ * a candidate for dt GEMMs: dt is bf16 or f16 and oneDNN is one for f32. */
+static bool dnnl_f32_candidate(accel_dtype dt) { return dt != ACCEL_F32 && dnnl_candidate(ACCEL_F32); }
+
+/* OpenBLAS runs a core below this CPU (openblas_core.h: its SSE3 Prescott
+ * kernels on an AVX-512 Xeon it does not know) and oneDNN's f32 matmul is
+ * here: the rule then gives OpenBLAS's f32 work to oneDNN. */
+static bool blas_gives_way(void) { return dnnl_candidate(ACCEL_F32) && accel__openblas_core_below(); }
+
+/* bf16/f16 where OpenBLAS gives way and oneDNN has no matmul of dt: oneDNN
+ * on f32 panels (accel__gemm_on widens dt for it), as ACCEL_GEMM=dnnl does
+ * there. dt's GEMMs then count as oneDNN's (accel__gemm_native), so the ops
+ * hand dt operands over as they are and every GEMM widens them per call
+ * (accel__gemm_widens_per_call): a GEMM of dt operands and one of the same
+ * values widened by the op run on the same provider, with the same bits. */
+static bool lowp_on_dnnl_f32(accel_dtype dt) {
+    const char *impl;
+    return dt != ACCEL_F32 && !dnnl_probe(dt, &impl) && blas_gives_way();
+}
+
+/* The provider of a dt GEMM in auto mode: the rule (for f32 the table, or
+ * oneDNN where OpenBLAS gives way; for bf16/f16 oneDNN where the CPU has
+ * units for dt, or oneDNN on f32 panels: lowp_on_dnnl_f32) is the prior;
+ * with two candidates a large shape's class is timed (gemm_choice.c; always when `force`) and keeps the
+ * rule's choice unless another wins by a margin. Where OpenBLAS gives way,
+ * decode's few f32 rows (M <= SMALL_M) are timed whatever their size:
+ * OpenBLAS's sgemv per row is memory bound and may keep up with oneDNN on a
+ * fallback core, which only measuring tells. */
 static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
-    bool can = dnnl_candidate(dt);
-    int rule = dt == ACCEL_F32 ? (f32_table_entry(trans_a, trans_b, M, N, K) && can ? ACCEL__GEMM_PROVIDER_DNNL
-                                                                                     : ACCEL__GEMM_PROVIDER_OPENBLAS)
-               : auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL
-                                    : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    bool can = dnnl_candidate(dt), gives_way = blas_gives_way();
+    int rule = ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (dt == ACCEL_F32 && can && (gives_way || f32_table_entry(trans_a, trans_b, M, N, K)))
+        rule = ACCEL__GEMM_PROVIDER_DNNL;
+    else if (dt != ACCEL_F32 && (auto_dnnl_lowp(dt) || lowp_on_dnnl_f32(dt))) rule = ACCEL__GEMM_PROVIDER_DNNL;
     uint32_t candidates = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS | (can ? 1u << ACCEL__GEMM_PROVIDER_DNNL : 0);
     /* a transposed A (dW = dY^T X) also on oneDNN's row blocks (gemm.h) */
     if (can && trans_a) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_ROWS;
-    return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
+    /* bf16/f16 also as oneDNN's f32 matmul on widened panels (gemm.h) */
+    if (dnnl_f32_candidate(dt)) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_F32;
+    bool skinny = dt == ACCEL_F32 && gives_way && M <= SMALL_M;
+    return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force, skinny);
 }
 
-int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+/* The mode in force after the checks every GEMM makes (ACCEL_GEMM,
+ * ACCEL_CPU_ISA), or -1 with the error set. */
+static int mode_checked(void) {
     int mode = mode_now();
     if (mode < 0) {
         char why[128];
@@ -346,13 +376,43 @@ int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t
         accel_set_error(strcmp(env_value, "dnnl") ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED, "%s", why);
         return -1;
     }
-    if (accel__cpu_isa_check() != ACCEL_OK) return -1;
+    return accel__cpu_isa_check() == ACCEL_OK ? mode : -1;
+}
+
+int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    int mode = mode_checked();
+    if (mode < 0) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
     if (mode == ACCEL__GEMM_AUTO) return auto_provider(dt, trans_a, trans_b, M, N, K, false);
     /* ACCEL_GEMM=dnnl: the f32 matmul exists on every CPU */
     return mode == ACCEL__GEMM_DNNL ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
 }
 
+
+int accel__gemm_tiles_provider(accel_dtype dt, int64_t qb, int64_t keys, int64_t d, bool force, accel__gemm_run run,
+                               void *ctx) {
+    const char *impl;
+    int mode = mode_checked();
+    if (mode < 0) return -1;
+    bool lowp = dt != ACCEL_F32;
+    if (!force && (accel_reference_kernels() || mode == ACCEL__GEMM_OPENBLAS)) return ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (!force && mode == ACCEL__GEMM_DNNL)
+        return !lowp || dnnl_probe(dt, &impl) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_DNNL_F32;
+    int rule = lowp && auto_dnnl_lowp(dt) ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+    /* OpenBLAS on a fallback core is no prior either (ACCEL_GEMM_MEASURE=0, a rank's table) */
+    if (rule == ACCEL__GEMM_PROVIDER_OPENBLAS && blas_gives_way())
+        rule = lowp ? ACCEL__GEMM_PROVIDER_DNNL_F32 : ACCEL__GEMM_PROVIDER_DNNL;
+    accel__gemm_class c = accel__gemm_class_of(dt, false, false, qb, keys, d, ACCEL__GEMM_OP_SDPA_TILES);
+    return accel__gemm_choose_run(&c, rule, accel__gemm_tiles_candidates(dt), force, run, ctx);
+}
+
+uint32_t accel__gemm_tiles_candidates(accel_dtype dt) {
+    bool lowp = dt != ACCEL_F32;
+    uint32_t c = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS;
+    if (dnnl_candidate(ACCEL_F32)) c |= 1u << (lowp ? ACCEL__GEMM_PROVIDER_DNNL_F32 : ACCEL__GEMM_PROVIDER_DNNL);
+    if (lowp && dnnl_candidate(dt)) c |= 1u << ACCEL__GEMM_PROVIDER_DNNL;
+    return c;
+}
 
 void accel__gemm_library_versions(char *out, size_t n) {
     char dnnl[64] = "none";
@@ -366,10 +426,13 @@ const char *accel__gemm_provider_name(accel__gemm_provider p) {
     return p == ACCEL__GEMM_PROVIDER_REFERENCE   ? "reference"
            : p == ACCEL__GEMM_PROVIDER_DNNL      ? "dnnl"
            : p == ACCEL__GEMM_PROVIDER_DNNL_ROWS ? "dnnl_rows"
+           : p == ACCEL__GEMM_PROVIDER_DNNL_F32  ? "dnnl_f32"
                                                  : "openblas";
 }
 
-bool accel__gemm_is_dnnl(int p) { return p == ACCEL__GEMM_PROVIDER_DNNL || p == ACCEL__GEMM_PROVIDER_DNNL_ROWS; }
+bool accel__gemm_is_dnnl(int p) {
+    return p == ACCEL__GEMM_PROVIDER_DNNL || p == ACCEL__GEMM_PROVIDER_DNNL_ROWS || p == ACCEL__GEMM_PROVIDER_DNNL_F32;
+}
 
 bool accel__gemm_native(accel_dtype dt) {
     if (dt == ACCEL_F32) return true;
@@ -400,7 +463,10 @@ static void describe_f32(int mode, char *out, size_t n) {
         return;
     }
     int entries = mode == ACCEL__GEMM_AUTO && dnnl_probe(ACCEL_F32, &impl) ? f32_table_entries_here() : 0;
-    if (entries)
+    if (mode == ACCEL__GEMM_AUTO && blas_gives_way())
+        snprintf(out, n, "dnnl (%s; OpenBLAS runs a core below this CPU: BLAS core); up to %d rows the faster of it and "
+                 "OpenBLAS's sgemv per row, measured", impl, SMALL_M);
+    else if (entries)
         snprintf(out, n, "openblas; dnnl (%s) on %d measured shape%s (docs/cpu.md)", impl, entries,
                  entries == 1 ? "" : "s");
     else if (mode == ACCEL__GEMM_AUTO && accel__gemm_have_dnnl() && accel__dnnl_unavailable())
@@ -417,6 +483,9 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
     else if (mode == ACCEL__GEMM_DNNL)
         snprintf(out, n, "dnnl on f32 operands (oneDNN has no %s matmul here; ACCEL_GEMM=dnnl)", name);
     else if (mode == ACCEL__GEMM_AUTO && can && auto_dnnl_lowp(dt)) snprintf(out, n, "dnnl (%s)", impl);
+    else if (mode == ACCEL__GEMM_AUTO && lowp_on_dnnl_f32(dt))
+        snprintf(out, n, "dnnl on f32 operands widened per call (oneDNN has no %s matmul here; OpenBLAS runs a core "
+                 "below this CPU: BLAS core)", name);
     else if (mode == ACCEL__GEMM_OPENBLAS) snprintf(out, n, "openblas on f32 operands (ACCEL_GEMM=openblas)");
     else if (!accel__gemm_have_dnnl()) snprintf(out, n, "openblas on f32 operands (oneDNN not built in)");
     else if (accel__dnnl_unavailable())
@@ -433,7 +502,8 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
  * class's measured choice, after out's line. */
 static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
     size_t used = strlen(out);
-    if (mode == ACCEL__GEMM_AUTO && dnnl_candidate(dt) && used < n)
+    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || dnnl_f32_candidate(dt) || lowp_on_dnnl_f32(dt)) &&
+        used < n)
         snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
 }
 
@@ -592,11 +662,12 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
     /* Stored shapes of the operands. */
     int64_t ar = trans_a ? K : M, ac = trans_a ? M : K;
     int64_t br = trans_b ? N : K, bc = trans_b ? K : N;
-    /* OpenBLAS multiplies f32; so does oneDNN on a CPU where it has no
-     * matmul of dt (ACCEL_GEMM=dnnl only); for K = 0 oneDNN computes
-     * nothing, and the reference loop scales C by beta. */
+    /* OpenBLAS multiplies f32, and so does dnnl_f32; so does oneDNN on a
+     * CPU where it has no matmul of dt (ACCEL_GEMM=dnnl only); for K = 0
+     * oneDNN computes nothing, and the reference loop scales C by beta. */
     const char *impl;
-    if (!accel__gemm_is_dnnl(provider) || K <= 0 || !dnnl_probe(dt, &impl)) dt = ACCEL_F32;
+    if (!accel__gemm_is_dnnl(provider) || provider == ACCEL__GEMM_PROVIDER_DNNL_F32 || K <= 0 || !dnnl_probe(dt, &impl))
+        dt = ACCEL_F32;
     /* The widened panels live for this call only: rewound at its end, so a
      * step's arena holds one call's panels at a time, whichever provider
      * and CPU kind (docs/cpu.md "Operand copies"). */
@@ -620,7 +691,7 @@ accel_status accel__gemm_on(int provider, bool trans_a, bool trans_b, int64_t M,
     ldb = b_dt == dt ? ldb : (bc ? bc : 1);
     if (!a || !b) st = accel_last_status();
 #ifdef ACCEL_HAVE_DNNL
-    else if (provider == ACCEL__GEMM_PROVIDER_DNNL && K > 0)
+    else if ((provider == ACCEL__GEMM_PROVIDER_DNNL || provider == ACCEL__GEMM_PROVIDER_DNNL_F32) && K > 0)
         st = accel__dnnl_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ACCEL_F32, ldc);
     else if (provider == ACCEL__GEMM_PROVIDER_DNNL_ROWS && K > 0)
         st = dnnl_rows_gemm(dt, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
@@ -656,9 +727,12 @@ void accel__gemm_test_padded_layouts(bool on) { g_pretend_padded = on; }
  * interleaved: one warm-up, then the medians of FORM_REPS) and reads the
  * form only where it was faster. The verdict is kept for the process (the
  * two give the same bits: only where the weight's panels come from
- * differs). Smaller GEMMs, a full table, ACCEL_GEMM_MEASURE=0, the ranks of a
- * job (which time nothing, as gemm_choice.c says) and a first
- * use inside a parallel region keep the rule: the form. */
+ * differs). A full table, ACCEL_GEMM_MEASURE=0, the ranks of a job (which
+ * time nothing, as gemm_choice.c says) and a first use inside a parallel
+ * region keep the rule: the form. Smaller GEMMs read the plain weight:
+ * oneDNN runs them in auto only where OpenBLAS gives way (the rule, not a
+ * measurement), and a copy of every weight (two in training) is not paid for
+ * untimed (decode's M = 1 against a weight gains nothing from it). */
 #define FORM_MIN_MACS (1ll << 26)
 enum { FORM_REPS = 3, FORM_MAX = 128 };
 
@@ -749,7 +823,8 @@ static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 /* Whether this f32 GEMM, which oneDNN runs, reads its weight's form in
  * auto mode (above). */
 static bool form_faster(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS || accel__gemm_measure_off()) return true;
+    if ((double)M * (double)N * (double)K < (double)FORM_MIN_MACS) return false;
+    if (accel__gemm_measure_off()) return true;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     pthread_mutex_lock(&g_form_lock);
     bool form = true;

@@ -75,7 +75,8 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
  * cache is on: oneDNN multiplies dt for this shape and the layout it picks
  * is neither W's own nor padded. Which it is depends on the CPU kind (gemm:jit
  * on AVX2 reads a plain [K, N]; brgemm on AVX-512 wants blocks), and for
- * f32 in auto mode on what the form measured (accel__gemm_form_set_timer):
+ * f32 in auto mode on what the form measured (accel__gemm_form_set_timer;
+ * no form under 2^26 multiply-adds):
  * tests derive their expected form counts from it. */
 bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
@@ -97,7 +98,8 @@ size_t accel__gemm_test_scratchpad_bytes(void);
  * (NULL: time for real). In auto mode an f32 GEMM of 2^26 multiply-adds or
  * more that oneDNN runs reads its weight's form only where the form was
  * faster (timed at the signature's first use, kept for the process; docs/cpu.md
- * "Prepared weights"); setting the timer forgets the verdicts. */
+ * "Prepared weights"), a smaller one never; setting the timer forgets the
+ * verdicts. */
 typedef double (*accel__gemm_form_timer)(void *ctx, bool form, int64_t M, int64_t N, int64_t K);
 void accel__gemm_form_set_timer(accel__gemm_form_timer fn, void *ctx);
 
@@ -128,10 +130,16 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
  * GEMM: auto, the default, | openblas | dnnl; or accel__gemm_set_mode) and
  * the CPU (accel/cpu.h):
  *   f32        OpenBLAS (accel__sgemm); in auto, oneDNN on the shapes that
- *              the table in gemm.c lists as measured faster on this CPU kind;
+ *              the table in gemm.c lists as measured faster on this CPU kind,
+ *              and on all shapes where OpenBLAS runs a core below the CPU
+ *              (openblas_core.h) but M <= 4 rows, which take the faster of
+ *              oneDNN and the sgemv per row as measured (gemm_choice.c);
  *   bf16, f16  oneDNN matmul with f32 accumulation where the CPU has units
  *              for the dtype (AMX-BF16 or AVX512-BF16; AMX-FP16 or
- *              AVX512-FP16); without them, OpenBLAS on f32 panels, and the
+ *              AVX512-FP16); without them, OpenBLAS on f32 panels (oneDNN
+ *              on f32 panels, widened per call as under ACCEL_GEMM=dnnl,
+ *              where OpenBLAS runs a core below the CPU and oneDNN has no
+ *              matmul of the dtype), and the
  *              ops hand over operands already widened once per op
  *              (accel__gemm_native, accel__mm_operand).
  * ACCEL_GEMM=openblas sends everything to OpenBLAS; ACCEL_GEMM=dnnl sends
@@ -143,9 +151,8 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
  * provider is chosen by measurement where its dtype has two candidates
  * (gemm_choice.c, below), the above being the rule it starts from; the
  * rest depends only on the mode, the CPU and the shape.
- * Kernels that call accel__sgemm themselves (attention's per-head blocks)
- * stay on OpenBLAS, but for attention's bf16/f16 tiles where oneDNN
- * multiplies the dtype (accel__cpu_sdpa_native). */
+ * Attention's tile GEMMs take a provider of their own per tile class
+ * (accel__gemm_tiles_provider, below). */
 typedef enum accel__gemm_mode {
     ACCEL__GEMM_AUTO,
     ACCEL__GEMM_OPENBLAS,
@@ -164,6 +171,16 @@ typedef enum accel__gemm_provider {
      * the Llama step's dW shapes on Zen 5). Only a candidate of the
      * measured choice, for trans_a GEMMs (gemm_choice.c; docs/cpu.md) */
     ACCEL__GEMM_PROVIDER_DNNL_ROWS,
+    /* oneDNN's f32 matmul on bf16/f16 operands widened exactly to f32
+     * panels in the step arena for the call (as for OpenBLAS; products of
+     * two bf16 or f16 are exact in f32, accumulation f32 as oneDNN's
+     * bf16 path): on a CPU whose bf16 unit has half the f32 FMA rate (Intel
+     * AVX512-BF16 without AMX: oneDNN f32 ~1.6x its bf16), or whose
+     * OpenBLAS runs a slow fallback core, faster than OpenBLAS and oneDNN's
+     * own bf16/f16 matmul (which the measurement tells). Only a
+     * candidate of the measured choice, for bf16/f16 GEMMs and attention's
+     * bf16/f16 tiles (gemm_choice.c; docs/cpu.md) */
+    ACCEL__GEMM_PROVIDER_DNNL_F32,
     ACCEL__GEMM_N_PROVIDERS,
 } accel__gemm_provider;
 
@@ -174,14 +191,15 @@ accel_status accel__gemm_set_mode(accel__gemm_mode mode);
 
 /* True when the library was built with oneDNN. */
 bool accel__gemm_have_dnnl(void);
-/* True when provider p is oneDNN (whole or on row blocks). */
+/* True when provider p is oneDNN (whole, on row blocks, or on f32 panels). */
 bool accel__gemm_is_dnnl(int p);
 
 /* The provider accel__gemm uses for compute dtype dt on this shape, or -1
  * (error set) when ACCEL_GEMM holds no valid mode. */
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
-/* The provider's name: "reference", "openblas", "dnnl", "dnnl_rows". */
+/* The provider's name: "reference", "openblas", "dnnl", "dnnl_rows",
+ * "dnnl_f32". */
 const char *accel__gemm_provider_name(accel__gemm_provider p);
 
 /* True when operands of dtype dt reach a GEMM provider that multiplies dt
@@ -216,7 +234,8 @@ void accel__gemm_library_versions(char *out, size_t n);
  * than one candidate (OpenBLAS, and oneDNN where it has a matmul of the
  * dtype that is no reference loop: f32 everywhere, bf16/f16 where the CPU
  * or oneDNN's emulation runs it; OpenBLAS multiplies a bf16/f16 GEMM on f32
- * panels; with a transposed A also oneDNN on row blocks, dnnl_rows) takes
+ * panels; with a transposed A also oneDNN on row blocks, dnnl_rows; for
+ * bf16/f16 also oneDNN's f32 matmul on f32 panels, dnnl_f32) takes
  * the provider its shape class (accel__gemm_class) chose:
  * timed the first time the class is seen, kept in memory and in a cache
  * file per CPU model and features, library versions, the providers this
@@ -228,7 +247,7 @@ void accel__gemm_library_versions(char *out, size_t n);
  * (the cache, else the rule), =1 measures the cached classes again at their
  * first use. Smaller GEMMs keep the rule, and so does the question whether
  * the ops hand a bf16/f16 GEMM its operands as they are or widened once
- * (accel__gemm_native): a large class measured onto OpenBLAS then widens
+ * (accel__gemm_native): a large class measured onto OpenBLAS or dnnl_f32 widens
  * its operands per call, as ACCEL_GEMM=openblas does. The ranks of a job
  * multiply on rank 0's table, a resumed run on its checkpoint's
  * (accel__gemm_choices_bundle / _install). */
@@ -237,13 +256,66 @@ typedef struct accel__gemm_class {
     int32_t ta, tb;  /* transposes */
     int32_t m, n, k; /* floor(log2) of M, N, K */
     int32_t threads;
+    int32_t rows;    /* a skinny class's M exactly (1..4; the cache file's "rows"), else 0 */
+    int32_t op;      /* ACCEL__GEMM_OP_*: what the class times */
 } accel__gemm_class;
+
+/* What a class of the table stands for: one GEMM of its shape, or the
+ * tile GEMMs of attention (accel__gemm_tiles_provider: m, n, k the floor
+ * log2 of the query block, the keys and the head dim; ta, tb 0). */
+enum { ACCEL__GEMM_OP_GEMM, ACCEL__GEMM_OP_SDPA_TILES };
+
+/* The class of a GEMM (op ACCEL__GEMM_OP_GEMM) of compute dtype dt and
+ * shape M x N x K, or of other work op keyed alike, on the calling thread's
+ * threads (1 inside a parallel region). */
+accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int op);
 
 /* The provider of this GEMM: its class's choice, measured now where the
  * class is new (or `force`: measured again whatever its size); `rule` where
- * it is too small to time, or not measured. candidates: bits (1 << provider). */
+ * it is too small to time, or not measured. candidates: bits (1 << provider).
+ * `skinny` with M <= 4: a class of M's rows exactly, timed whatever its size
+ * (decode's rows where OpenBLAS runs a fallback core: gemm.c). */
 int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
-                       uint32_t candidates, bool force);
+                       uint32_t candidates, bool force, bool skinny);
+
+/* Runs a class's representative work once on provider p (ctx: the
+ * caller's); false when it failed (its error is dropped: the candidate
+ * then counts as not timed). */
+typedef bool (*accel__gemm_run)(void *ctx, int provider);
+
+/* accel__gemm_choose for the class c (accel__gemm_class_of) whose
+ * candidates are timed on what run does (a warm-up, then the median
+ * of a few runs each), whatever its size: for work that is no single GEMM
+ * (attention's tiles). */
+int accel__gemm_choose_run(const accel__gemm_class *c, int rule, uint32_t candidates, bool force, accel__gemm_run run,
+                           void *ctx);
+
+/* ---- attention's tile GEMMs (attention_kernels.c; docs/cpu.md "The tile GEMMs")
+ *
+ * The provider of the tile GEMMs of attention on operands of dtype dt
+ * (bf16/f16 when q, k, v and dO all share it, else f32), in blocks of qb
+ * queries against up to `keys` keys of head dim d:
+ *   openblas  f32 tiles (a bf16/f16 tensor widened tile by tile) on
+ *             accel__sgemm;
+ *   dnnl      dt itself on oneDNN: f32 tiles for f32, the operands as stored
+ *             for bf16/f16 (P and dS rounded to dt);
+ *   dnnl_f32  bf16/f16 widened into f32 tiles, on oneDNN's f32 matmul.
+ * ACCEL_GEMM=openblas: openblas; =dnnl: dnnl, or dnnl_f32 for a dtype
+ * oneDNN has no matmul of here. In auto the rule (dnnl for bf16/f16 where
+ * the CPU has units for them, else openblas) is the prior of a measured
+ * choice among the candidates this build and CPU have, per class
+ * (ACCEL__GEMM_OP_SDPA_TILES: dt, qb, keys, d, threads): run(ctx, p) runs
+ * a batch of the class's tiles on p (always measured, small as each tile
+ * is; `force`: again, whatever the mode). Under accel_reference_kernels():
+ * openblas (whose accel__sgemm is the reference loop then). -1 (error set) when ACCEL_GEMM
+ * or ACCEL_CPU_ISA holds no valid setting. Outside parallel regions. */
+int accel__gemm_tiles_provider(accel_dtype dt, int64_t qb, int64_t keys, int64_t d, bool force, accel__gemm_run run,
+                               void *ctx);
+/* The candidates of that choice for operands of dt in auto mode (bits
+ * 1 << provider): openblas, and where oneDNN is loaded dnnl (f32) or
+ * dnnl_f32 (bf16/f16), and dnnl for bf16/f16 where its matmul of the dtype
+ * is no reference loop. */
+uint32_t accel__gemm_tiles_candidates(accel_dtype dt);
 
 /* Times a GEMM of compute dtype dt of this shape's class now on every
  * candidate (whatever its size; the mode aside) and returns the provider it

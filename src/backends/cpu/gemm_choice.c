@@ -6,11 +6,13 @@
  * and the provider each one runs on, filled the first time a class is seen
  * (or at accel__gemm_measure): every candidate times the class's GEMM on
  * scratch operands of its first shape (one warm-up, then the median of
- * REPS), and the winner replaces the incumbent (the entry cached before,
- * else the rule's choice) only when it is faster by more than MARGIN, so
- * noise cannot flip a choice back and forth. The table is kept in memory and
- * in a JSON file per key (CPU model and usable features, OpenBLAS and oneDNN
- * versions, accel's version, threads): ~/.cache/accel/gemm-<hash>.json
+ * REPS; a class of other work, attention's tiles, times what its caller's
+ * run does: accel__gemm_choose_run), and the winner replaces the incumbent
+ * (the entry cached before, else the rule's choice) only when it is faster
+ * by more than MARGIN, so noise cannot flip a choice back and forth. The
+ * table is kept in memory and in a JSON file per key (CPU model and usable
+ * features, OpenBLAS and oneDNN versions, accel's version, threads):
+ * ~/.cache/accel/gemm-<hash>.json
  * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
  * in memory only). A file that cannot be read, parsed, or that holds another
  * key, is named in a warning and measured over; one that cannot be written
@@ -45,7 +47,8 @@
 
 /* A GEMM this small (multiply-adds) runs on the rule's provider unmeasured:
  * under ~0.5 ms on 2 threads, where timing costs more than a choice can
- * gain (and decode's few rows, which the skinny kernels take). */
+ * gain (and decode's few rows, which the skinny kernels take), unless the
+ * caller asks for its rows to be timed (`skinny`: a class of their own). */
 #define MEASURE_MIN_MACS (1ll << 26)
 /* A challenger replaces the incumbent only when it is this much faster. */
 #define MARGIN 0.10
@@ -151,6 +154,18 @@ static int provider_of_name(const char *s) {
     return -1;
 }
 
+/* A class's "op" in the file: absent for one GEMM (files written before
+ * attention's tiles had classes), "sdpa_tiles" for those. */
+static const char *OP_NAMES[] = {"gemm", "sdpa_tiles"};
+
+/* The op named s (NULL: a GEMM), or -1. */
+static int op_of_name(const char *s) {
+    if (!s) return ACCEL__GEMM_OP_GEMM;
+    for (int i = 0; i < (int)(sizeof OP_NAMES / sizeof OP_NAMES[0]); i++)
+        if (!strcmp(s, OP_NAMES[i])) return i;
+    return -1;
+}
+
 /* The slot of c, or -1. Under the lock. */
 static int find(const accel__gemm_class *c) {
     for (int i = 0; i < g_n; i++)
@@ -158,29 +173,39 @@ static int find(const accel__gemm_class *c) {
     return -1;
 }
 
-/* One entry of the file into *ch; false when it is malformed. */
-static bool entry_parse(json_t *e, int threads, choice *ch) {
+/* One entry of the file into *ch; NULL, or why it is malformed or names a
+ * provider this build lacks (oneDNN's, without oneDNN). */
+static const char *entry_parse(json_t *e, int threads, choice *ch) {
     memset(ch, 0, sizeof *ch);
     const char *dt = json_string_value(json_object_get(e, "dtype")), *tr = json_string_value(json_object_get(e, "trans"));
     json_t *m = json_object_get(e, "log2_m"), *n = json_object_get(e, "log2_n"), *k = json_object_get(e, "log2_k");
-    int p = provider_of_name(json_string_value(json_object_get(e, "provider")));
+    json_t *rows = json_object_get(e, "rows"); /* a skinny class's M; absent for the others */
+    const char *pname = json_string_value(json_object_get(e, "provider"));
+    int p = provider_of_name(pname);
     int d = -1;
     for (int i = 0; i < 3; i++)
         if (dt && !strcmp(dt, DT_NAMES[i])) d = i;
     if (d < 0 || !tr || strlen(tr) != 2 || !strchr("NT", tr[0]) || !strchr("NT", tr[1]) || !json_is_integer(m) ||
-        !json_is_integer(n) || !json_is_integer(k) || p <= ACCEL__GEMM_PROVIDER_REFERENCE)
-        return false;
+        !json_is_integer(n) || !json_is_integer(k) || !pname || p == ACCEL__GEMM_PROVIDER_REFERENCE)
+        return "a malformed entry";
     json_int_t lm = json_integer_value(m), ln = json_integer_value(n), lk = json_integer_value(k);
-    if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return false;
-    if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl()) return false;
-    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads};
+    if (lm < 0 || lm > 62 || ln < 0 || ln > 62 || lk < 0 || lk > 62) return "a malformed entry";
+    json_int_t r = json_is_integer(rows) ? json_integer_value(rows) : 0;
+    if ((rows && !json_is_integer(rows)) || r < 0 || r > 4 || (r && log2_floor(r) != lm)) return "a malformed entry";
+    if (p < 0) return "an entry names a provider this build does not know (a newer build's?)";
+    if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())
+        return "an entry names a oneDNN provider (dnnl, dnnl_rows or dnnl_f32) and this build has no oneDNN";
+    int op = op_of_name(json_string_value(json_object_get(e, "op")));
+    if (op < 0) return "a malformed entry";
+    ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads,
+                                (int)r, op};
     ch->provider = p;
     json_t *secs = json_object_get(e, "seconds");
     for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++) {
         json_t *s = json_object_get(secs, accel__gemm_provider_name((accel__gemm_provider)q));
         if (json_is_number(s) && json_number_value(s) > 0) ch->seconds[q] = json_number_value(s);
     }
-    return true;
+    return NULL;
 }
 
 /* The choices of the file's JSON j into out[*n] (at most max) as choices of
@@ -194,7 +219,9 @@ static const char *table_parse(json_t *j, const char *key, int threads, choice *
         return "it holds the choices of another CPU, library version or thread count";
     if (!json_is_array(list)) return "no \"choices\" list";
     for (size_t i = 0; i < json_array_size(list); i++) {
-        if (*n == max || !entry_parse(json_array_get(list, i), threads, &out[*n])) return "a malformed entry";
+        if (*n == max) return "more entries than a table holds";
+        const char *why = entry_parse(json_array_get(list, i), threads, &out[*n]);
+        if (why) return why;
         ++*n;
     }
     return NULL;
@@ -214,11 +241,12 @@ static json_t *table_json(int threads) {
         for (int q = 0; q < ACCEL__GEMM_N_PROVIDERS; q++)
             if (ch->seconds[q] > 0)
                 json_object_set_new(secs, accel__gemm_provider_name((accel__gemm_provider)q), json_real(ch->seconds[q]));
-        json_array_append_new(list, json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:o}", "dtype", DT_NAMES[ch->c.dt],
-                                              "trans", tr, "log2_m", ch->c.m, "log2_n", ch->c.n, "log2_k", ch->c.k,
-                                              "provider",
-                                              accel__gemm_provider_name((accel__gemm_provider)ch->provider),
-                                              "seconds", secs));
+        json_t *e = json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:o}", "dtype", DT_NAMES[ch->c.dt], "trans", tr,
+                              "log2_m", ch->c.m, "log2_n", ch->c.n, "log2_k", ch->c.k, "provider",
+                              accel__gemm_provider_name((accel__gemm_provider)ch->provider), "seconds", secs);
+        if (e && ch->c.rows) json_object_set_new(e, "rows", json_integer(ch->c.rows));
+        if (e && ch->c.op != ACCEL__GEMM_OP_GEMM) json_object_set_new(e, "op", json_string(OP_NAMES[ch->c.op]));
+        json_array_append_new(list, e);
     }
     return list ? json_pack("{s:s, s:i, s:o}", "key", key, "threads", threads, "choices", list) : NULL;
 }
@@ -384,20 +412,38 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The median of REPS runs of the class's GEMM (shape M x N x K) on provider
- * p, after one warm-up; 0 when it failed. */
-static double time_provider(int p, accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-    size_t es = accel_dtype_size(dt);
-    void *A = calloc((size_t)(M * K), es), *B = calloc((size_t)(K * N), es);
-    float *C = calloc((size_t)(M * N), sizeof(float));
+/* A class's GEMM (shape M x N x K) on zeroed scratch operands, made at
+ * the first run. */
+typedef struct plain_gemm {
+    accel_dtype dt;
+    bool ta, tb;
+    int64_t M, N, K;
+    void *A, *B;
+    float *C;
+} plain_gemm;
+
+static bool plain_run(void *ctx, int p) {
+    plain_gemm *g = ctx;
+    size_t es = accel_dtype_size(g->dt);
+    if (!g->C) {
+        g->A = calloc((size_t)(g->M * g->K), es), g->B = calloc((size_t)(g->K * g->N), es);
+        g->C = calloc((size_t)(g->M * g->N), sizeof(float));
+    }
+    return g->A && g->B && g->C &&
+           accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
+                          g->tb ? g->K : g->N, 0.0f, g->C, g->N) == ACCEL_OK;
+}
+
+/* The median of REPS runs of run on provider p, after one warm-up; 0 when
+ * one failed. */
+static double time_provider(int p, accel__gemm_run run, void *ctx) {
     double t[REPS] = {0};
-    bool ok = A && B && C;
+    bool ok = true;
     for (int r = -1; ok && r < REPS; r++) {
         double t0 = now();
-        ok = accel__gemm_on(p, ta, tb, M, N, K, 1.0f, A, dt, ta ? M : K, B, dt, tb ? K : N, 0.0f, C, N) == ACCEL_OK;
+        ok = run(ctx, p);
         if (r >= 0) t[r] = now() - t0;
     }
-    free(A), free(B), free(C);
     if (!ok) {
         accel_clear_error();
         return 0;
@@ -412,12 +458,11 @@ static double time_provider(int p, accel_dtype dt, bool ta, bool tb, int64_t M, 
 
 /* Times every candidate of c into ch->seconds and keeps the incumbent
  * unless another is faster by more than MARGIN. */
-static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, int64_t N, int64_t K) {
+static void measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_run run, void *ctx) {
     const accel__gemm_class *c = &ch->c;
     for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) {
         if (!(candidates & (1u << p))) continue;
-        ch->seconds[p] = g_timer ? g_timer(g_timer_ctx, (accel__gemm_provider)p, c)
-                                 : time_provider(p, dt_of(c->dt), c->ta, c->tb, M, N, K);
+        ch->seconds[p] = g_timer ? g_timer(g_timer_ctx, (accel__gemm_provider)p, c) : time_provider(p, run, ctx);
     }
     int best = incumbent;
     double inc = ch->seconds[incumbent] > 0 ? ch->seconds[incumbent] : INFINITY;
@@ -429,13 +474,30 @@ static void measure(choice *ch, int incumbent, uint32_t candidates, int64_t M, i
     ch->measured_here = true;
 }
 
+accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int op) {
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    return (accel__gemm_class){dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads, 0, op};
+}
+
 int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
-                       uint32_t candidates, bool force) {
+                       uint32_t candidates, bool force, bool skinny) {
+    if ((candidates | 1u << rule) == 1u << rule) return rule; /* nothing to choose between */
+    skinny = skinny && M <= 4;
+    if (!force && !skinny && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
+    accel__gemm_class c = accel__gemm_class_of(dt, ta, tb, M, N, K, ACCEL__GEMM_OP_GEMM);
+    if (skinny) c.rows = (int32_t)M;
+    plain_gemm g = {dt, ta, tb, M, N, K, NULL, NULL, NULL};
+    int provider = accel__gemm_choose_run(&c, rule, candidates, force, plain_run, &g);
+    free(g.A), free(g.B), free(g.C);
+    return provider;
+}
+
+int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t candidates, bool force,
+                           accel__gemm_run run, void *ctx) {
     candidates |= 1u << rule;
     if (candidates == 1u << rule) return rule; /* nothing to choose between */
-    if (!force && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
-    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    accel__gemm_class c = {dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads};
+    accel__gemm_class c = *cls;
+    int threads = c.threads;
     pthread_mutex_lock(&g_lock);
     env_read();
     cache_load(threads);
@@ -456,7 +518,7 @@ int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
             g_table[i].c = c;
         }
         /* the lock is held while timing: two threads must not time at once */
-        measure(&g_table[i], provider, candidates | 1u << provider, M, N, K);
+        measure(&g_table[i], provider, candidates | 1u << provider, run, ctx);
         provider = g_table[i].provider;
         cache_save(threads);
     }
@@ -507,9 +569,17 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
     used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
     for (int i = 0; i < g_n && used + 1 < size; i++) {
         const choice *ch = &g_table[i];
-        w = snprintf(buf + used, size - used, "  %s %c%c M~2^%d N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
-                     ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', ch->c.m, ch->c.n, ch->c.k, ch->c.threads,
-                     ch->c.threads == 1 ? "" : "s", accel__gemm_provider_name((accel__gemm_provider)ch->provider));
+        const char *pn = accel__gemm_provider_name((accel__gemm_provider)ch->provider);
+        const char *ts = ch->c.threads == 1 ? "" : "s";
+        char m[16];
+        snprintf(m, sizeof m, ch->c.rows ? "=%d" : "~2^%d", ch->c.rows ? ch->c.rows : ch->c.m);
+        if (ch->c.op == ACCEL__GEMM_OP_SDPA_TILES)
+            w = snprintf(buf + used, size - used,
+                         "  %s attention tiles queries~2^%d keys~2^%d D~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
+                         ch->c.m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
+        else
+            w = snprintf(buf + used, size - used, "  %s %c%c M%s N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
+                         ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
         used += w > 0 ? (size_t)w : 0;
         for (int q = 0, first = 1; q < ACCEL__GEMM_N_PROVIDERS && used + 1 < size; q++)
             if (ch->seconds[q] > 0) {

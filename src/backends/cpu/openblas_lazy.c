@@ -37,6 +37,7 @@ typedef struct blas_fns {
     __typeof__(openblas_set_num_threads) *set_num_threads;
     __typeof__(openblas_get_num_threads) *get_num_threads;
     __typeof__(openblas_get_config) *get_config;
+    char *(*get_corename)(void); /* NULL where the library lacks it */
 } blas_fns;
 static blas_fns g_blas;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -61,6 +62,8 @@ static void load(void) {
                bind(h, (void **)&g_blas.set_num_threads, "openblas_set_num_threads") &&
                bind(h, (void **)&g_blas.get_num_threads, "openblas_get_num_threads") &&
                bind(h, (void **)&g_blas.get_config, "openblas_get_config");
+    /* optional: an OpenBLAS without it runs, its core unknown */
+    *(void **)&g_blas.get_corename = dlsym(h, "openblas_get_corename");
 }
 
 const char *accel__openblas_unavailable(void) {
@@ -97,3 +100,8 @@ void accel__cblas_sgemv(OPENBLAS_CONST enum CBLAS_ORDER order, OPENBLAS_CONST en
 void accel__openblas_set_num_threads(int num_threads) { BLAS->set_num_threads(num_threads); }
 int accel__openblas_get_num_threads(void) { return BLAS->get_num_threads(); }
 char *accel__openblas_get_config(void) { return BLAS->get_config(); }
+
+const char *accel__openblas_corename(void) {
+    if (accel__openblas_unavailable() || !g_blas.get_corename) return NULL;
+    return g_blas.get_corename();
+}

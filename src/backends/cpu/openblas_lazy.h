@@ -13,6 +13,12 @@ extern __typeof__(openblas_set_num_threads) accel__openblas_set_num_threads;
 extern __typeof__(openblas_get_num_threads) accel__openblas_get_num_threads;
 extern __typeof__(openblas_get_config) accel__openblas_get_config;
 
+/* The name of the core whose kernels OpenBLAS runs ("Haswell", "Prescott":
+ * its openblas_get_corename, chosen at load from cpuid or
+ * OPENBLAS_CORETYPE), loading it first; NULL when it cannot be loaded or
+ * has no such function. Static string of OpenBLAS's. */
+const char *accel__openblas_corename(void);
+
 /* NULL when OpenBLAS is loaded (loading it first), else why it cannot be
  * (dlerror's words): for what describes the build, which must not abort as
  * the functions above do without it. */
