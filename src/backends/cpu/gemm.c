@@ -407,10 +407,9 @@ int accel__gemm_tiles_provider(accel_dtype dt, int64_t qb, int64_t keys, int64_t
 }
 
 uint32_t accel__gemm_tiles_candidates(accel_dtype dt) {
-    bool lowp = dt != ACCEL_F32;
     uint32_t c = 1u << ACCEL__GEMM_PROVIDER_OPENBLAS;
-    if (dnnl_candidate(ACCEL_F32)) c |= 1u << (lowp ? ACCEL__GEMM_PROVIDER_DNNL_F32 : ACCEL__GEMM_PROVIDER_DNNL);
-    if (lowp && dnnl_candidate(dt)) c |= 1u << ACCEL__GEMM_PROVIDER_DNNL;
+    if (dnnl_f32_candidate(dt)) c |= 1u << ACCEL__GEMM_PROVIDER_DNNL_F32;
+    if (dnnl_candidate(dt)) c |= 1u << ACCEL__GEMM_PROVIDER_DNNL; /* f32's dnnl, or dt's own matmul */
     return c;
 }
 
@@ -502,8 +501,7 @@ static void describe_lowp(int mode, accel_dtype dt, char *out, size_t n) {
  * class's measured choice, after out's line. */
 static void describe_measured(int mode, accel_dtype dt, char *out, size_t n) {
     size_t used = strlen(out);
-    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || dnnl_f32_candidate(dt) || lowp_on_dnnl_f32(dt)) &&
-        used < n)
+    if (mode == ACCEL__GEMM_AUTO && (dnnl_candidate(dt) || dnnl_f32_candidate(dt)) && used < n)
         snprintf(out + used, n - used, "; from 2^26 multiply-adds, its shape class's measured choice (GEMM choices)");
 }
 

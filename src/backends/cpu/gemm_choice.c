@@ -481,7 +481,6 @@ accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t
 
 int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force, bool skinny) {
-    if ((candidates | 1u << rule) == 1u << rule) return rule; /* nothing to choose between */
     skinny = skinny && M <= 4;
     if (!force && !skinny && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
     accel__gemm_class c = accel__gemm_class_of(dt, ta, tb, M, N, K, ACCEL__GEMM_OP_GEMM);
