@@ -3,7 +3,8 @@
  * replaces (values and input gradients, f32 and bf16), the fast kernels
  * against the reference ones in every CPU variant this machine runs, finite
  * differences, errors and meta; RoPE read from the q/k projection's layout in
- * its dtype (fast vs reference, strided vs contiguous); the vectorised
+ * its dtype (fast vs reference, strided vs contiguous), its backward writing
+ * the strided input's gradient in that layout; the vectorised
  * bf16 conversions of the copy kernel against accel_f32_to_bf16, bit for bit;
  * and f32 op bf16/f16 reading the bf16/f16 operand as stored. */
 #include "accel/accel.h"
@@ -358,12 +359,46 @@ static void rope_fast_vs_ref(accel_dtype dt, const char *variant) {
     }
 }
 
+/* The backward writes the strided q's first gradient in q's own layout
+ * ([B, T, H, D] in memory) and the transpose passes it on without a copy:
+ * q keeps no gradient of its own after the backward. With a second reader
+ * of q recorded before the rope (its gradient added into q's strided one
+ * afterwards), the projection's gradient is that of the same graph on a
+ * contiguous copy of q, through the fast and the reference kernels. */
+static void rope_grad_in_layout(accel_dtype dt) {
+    const int64_t B = 2, T = 37, H = 3, D = 600;
+    accel_tensor *p = gc_randn(45, ACCEL_SHAPE(B, T, H * D)), *dp[3];
+    for (int run = 0; run < 3; run++) {
+        bool prev = accel_set_reference_kernels(run == 1);
+        if (p->grad) accel_zero_(p->grad);
+        accel_tensor *q = accel_transpose(accel_reshape(accel_to_dtype(accel_mul_scalar(p, 1.0), dt),
+                                                        ACCEL_SHAPE(B, T, H, D)), 1, 2);
+        accel_tensor *other = accel_mul_scalar(q, 2.0); /* recorded before the rope: its backward runs after */
+        accel_tensor *y = accel_rope(run == 2 ? accel_contiguous(q) : q, 7, 10000.0);
+        accel_tensor *loss = accel_add(gc_weighted_sum(y), gc_weighted_sum(other));
+        CHECK(loss && accel_backward(loss) == ACCEL_OK);
+        if (run < 2 && q && q->device.type == ACCEL_DEV_CPU) /* other devices' kernels write contiguous */
+            CHECK_MSG(q && !q->grad, "%s run %d: the transposed q kept a gradient (copied, not passed on)",
+                      accel_dtype_name(dt), run);
+        dp[run] = keep(p->grad);
+        accel_step_reset();
+        accel_set_reference_kernels(prev);
+    }
+    for (int run = 0; run < 2; run++)
+        CHECK_MSG(mismatches(dp[run], dp[2], 2 * ulp(dt), 1e-6, "rope dx in layout") == 0, "%s run %d",
+                  accel_dtype_name(dt), run);
+    for (int run = 0; run < 3; run++) accel_tensor_free(dp[run]);
+    accel_tensor_free(p);
+}
+
 int main(void) {
     RUN(test_swiglu_matches_unfused);
     RUN(test_swiglu_gradcheck);
     RUN(test_swiglu_errors_and_meta);
     RUN(test_ce_gradcheck);
     RUN(test_ce_fused_errors);
+    rope_grad_in_layout(ACCEL_F32);
+    rope_grad_in_layout(ACCEL_BF16);
     /* the fast paths in every CPU variant this machine runs */
     accel__cpu_variant start = accel__cpu_variant_current();
     for (int v = 0; v < ACCEL__CPU_N_VARIANTS; v++) {

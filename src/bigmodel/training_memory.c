@@ -16,8 +16,9 @@
  * Tensor headers, tape nodes and kernels' per-thread scratch rows (a few KB a
  * layer) are not counted. What one GEMM call takes for itself (operands
  * widened for the call, oneDNN's scratchpad) is given back at the call's end
- * (accel__gemm), so only the largest call's is counted, once, on top: no CPU
- * kind's scratchpads pile up. The Linears' scratchpads are oneDNN's own
+ * (accel__gemm): no CPU kind's scratchpads pile up, and a call raises the
+ * peak only by what it stands above all that its layer (or the step outside
+ * the layers) allocates after it. The Linears' scratchpads are oneDNN's own
  * figures (a primitive description per GEMM shape, nothing run); attention's
  * per-head tiles' are not counted. */
 #include <math.h>
@@ -140,17 +141,21 @@ typedef struct ledger {
     const dims *d;
     const fam *f;
     double bytes;
-    double call; /* the most one GEMM call takes for itself (given back at its end) */
+    double top; /* the highest a GEMM call (or an op's scratch) takes the arena, from the ledger's start:
+                 * the bytes allocated before it plus what it takes for itself (given back at its end) */
 } ledger;
+
+/* Scratch of b bytes that an op takes on top of what is allocated so far
+ * and gives back before it returns. */
+static void scratch(ledger *l, double b) { l->top = fmax(l->top, l->bytes + b); }
 
 /* One GEMM call's own memory, given back at its end: its f32 panels of e
  * elements in all where it widens its operands, an f32 C of c elements
  * where its C is bf16/f16 (c 0: an f32 C) and oneDNN does not write that
- * dtype itself (the CPU's gemm kernel: backends/cpu/gemm.c), and the
- * `scratch` bytes oneDNN's primitive takes for the call. */
-static void gemm_call(ledger *l, double e, double c, double scratch) {
-    double own = (l->k->widens_per_call ? 4 * e : 0) + (l->k->native && !l->k->widens_per_call ? 0 : 4 * c) + scratch;
-    if (own > l->call) l->call = own;
+ * dtype itself (the CPU's gemm kernel: backends/cpu/gemm.c), and the `own`
+ * bytes oneDNN's primitive takes for the call as its scratchpad. */
+static void gemm_call(ledger *l, double e, double c, double own) {
+    scratch(l, (l->k->widens_per_call ? 4 * e : 0) + (l->k->native && !l->k->widens_per_call ? 0 : 4 * c) + own);
 }
 
 /* A Linear's GEMM C [M, N] = op(A) [M, K] op(B) [K, N] + beta C, C in the
@@ -161,11 +166,11 @@ static void gemm_call(ledger *l, double e, double c, double scratch) {
  * (K = the step's tokens) is hundreds of KB: the checkpointed peak. */
 static void linear_call(ledger *l, bool ta, bool tb, double M, double N, double K, bool c_lowp, float beta) {
     accel_dtype dt = l->k->native ? l->k->ac : ACCEL_F32;
-    double scratch = fmax(M, fmax(N, K)) < 0x1p31
-                         ? (double)accel__gemm_dnnl_scratchpad(dt, ta, tb, (int64_t)M, (int64_t)N, (int64_t)K, beta,
-                                                               c_lowp ? dt : ACCEL_F32)
-                         : 0;
-    gemm_call(l, M * K + K * N, c_lowp ? M * N : 0, scratch);
+    double pad = fmax(M, fmax(N, K)) < 0x1p31
+                     ? (double)accel__gemm_dnnl_scratchpad(dt, ta, tb, (int64_t)M, (int64_t)N, (int64_t)K, beta,
+                                                           c_lowp ? dt : ACCEL_F32)
+                     : 0;
+    gemm_call(l, M * K + K * N, c_lowp ? M * N : 0, pad);
 }
 
 /* accel_linear forward over n tokens: x [n, in] of dtype xdt (dense), weight
@@ -313,9 +318,13 @@ static void rope_bwd(ledger *l, double e, accel_dtype dt) {
 
 /* The backward of split_heads (reshape then transpose of a projection output
  * of dtype dt into `heads` heads): the transpose's dense gradient (none with
- * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head), which
- * the reshape's and then the projection's output take over. */
-static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads) { l->bytes += dense(e, dt, heads == 1); }
+ * one head: [B, 1, T, D] transposed is dense, as a tp rank's one head; none
+ * either where the rope backward wrote it in the projection's layout,
+ * in_layout: q and k under a whole-dim rotation), which the reshape's and
+ * then the projection's output take over. */
+static void split_heads_bwd(ledger *l, double e, accel_dtype dt, double heads, bool in_layout) {
+    l->bytes += dense(e, dt, heads == 1 || in_layout);
+}
 
 /* accel_add forward of f32 x and y of dtype ydt (contiguous, x's shape: the
  * residual stream's [B, T, C], T / tp under sequence parallelism): the
@@ -441,14 +450,9 @@ static double matmul_c(double e, accel_dtype s) { return s == ACCEL_F32 ? 0 : 4 
  * positions (dims.T; dims.n its tokens): the rest of the layer is one
  * process's on those tokens. Its collectives' scratch (the gathered blocks,
  * the key prefixes and bands, the all-to-all's send and receive blocks) is
- * given back before each op returns: the largest, counted as one call's own
- * (ledger.call), is the all-gather backward's of the chunk that sees every
- * key (rank 0's second; the other ranks' see fewer). */
-
-/* Scratch of b bytes given back at the end of its op: the largest counted. */
-static void scratch(ledger *l, double b) {
-    if (b > l->call) l->call = b;
-}
+ * given back before each op returns (scratch(), as a GEMM call's own): the
+ * largest is the all-gather backward's of the chunk that sees every key
+ * (rank 0's second; the other ranks' see fewer). */
 
 /* All-gather (allgather_sdpa): q, k [B, H(kv), 2c, D] dense (RoPE's), v a
  * transposed view. Kept: the output in s and each chunk's probabilities
@@ -610,8 +614,8 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     /* the attention's forward and backward, added in their places (the backward below) */
     ledger afwd = {fwd->k, d, f, 0, 0}, abwd = afwd;
     attention_step(&afwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
+    scratch(fwd, afwd.top);
     fwd->bytes += afwd.bytes;
-    double fwd_at = fwd->bytes; /* the layer's forward up to its attention's end */
     /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies (one head: dense already) */
     fwd->bytes += dense(eQ, s, d->H == 1);
     accel_dtype o = row_fwd(fwd, d->Q, s, f->o_bias);
@@ -682,15 +686,16 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     /* the transpose's dense gradient (one head: none; the reshape's view and
      * the attention output take theirs over) */
     bwd->bytes += dense(eQ, s, d->H == 1);
+    scratch(bwd, abwd.top);
     bwd->bytes += abwd.bytes;
-    double bwd_at = bwd->bytes;
     if (!f->gpt2) {
         rope_bwd(bwd, eK, kr);
         rope_bwd(bwd, eQ, qr);
     }
-    split_heads_bwd(bwd, eK, v, d->Hkv);
-    split_heads_bwd(bwd, eK, kk, d->Hkv);
-    split_heads_bwd(bwd, eQ, q, d->H);
+    bool roped = !f->gpt2 && d->R == d->D; /* src/ops/rope.c: the gradient in the input's layout */
+    split_heads_bwd(bwd, eK, v, d->Hkv, false);
+    split_heads_bwd(bwd, eK, kk, d->Hkv, roped);
+    split_heads_bwd(bwd, eQ, q, d->H, roped);
     if (f->qk_norm_full && d->tp) {
         tp_norm_bwd(bwd, eK, n, kk);
         tp_norm_bwd(bwd, eQ, n, q);
@@ -714,13 +719,6 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     replica_bwd(bwd);
     /* the attention's input norm into the layer input's gradient */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
-    /* cp attention's scratch is given back before the rest of the layer
-     * allocates (its forward's before the forward's tail and the whole
-     * backward, its backward's before the backward's tail): only what it
-     * passes those by counts on top of the layer */
-    double bwd_tail = bwd->bytes - bwd_at, fwd_tail = fwd->bytes - fwd_at + bwd->bytes;
-    fwd->call = fmax(fwd->call, d->cp > 1 ? afwd.call - fwd_tail : afwd.call);
-    bwd->call = fmax(bwd->call, d->cp > 1 ? abwd.call - bwd_tail : abwd.call);
 }
 
 /* The step outside the layers: ids, embedding (scaled; GPT-2's positions
@@ -954,7 +952,7 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
                   grad_copy(eC, q, false);
     gemm_call(bwd, E + eC, 0, 0);
-    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H);
+    for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H, false);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
@@ -981,7 +979,7 @@ static void bert_outer_step(ledger *l, const accel_bert_config *c) {
      * tanh, dropout, the classifier: B rows */
     dims db = *d;
     db.n = d->B;
-    ledger r = {l->k, &db, l->f, 0, l->call};
+    ledger r = {l->k, &db, l->f, 0, 0};
     r.bytes += mm_operand(l->k, BC, ACCEL_F32, false);
     accel_dtype p = linear_fwd(&r, d->C, d->C, ACCEL_F32);
     unary_fwd(&r, BC, p);
@@ -991,8 +989,8 @@ static void bert_outer_step(ledger *l, const accel_bert_config *c) {
     proj_bwd(&r, d->C, L, y, p, false, true);
     unary_bwd(&r, BC, p);
     proj_bwd(&r, d->C, d->C, p, ACCEL_F32, false, true);
+    scratch(l, r.top);
     l->bytes += r.bytes + 4 * eC + grad_copy(eC, ACCEL_F32, false) + grad_copy(BC, ACCEL_F32, false);
-    l->call = r.call;
 }
 
 /* Bytes as int64, or false when they reach 2^62 (a config or batch no step
@@ -1039,16 +1037,25 @@ static step_kind kind_of(const accel_activation_opts *o) {
  * reaches 2^62 bytes. Checkpointed, a layer leaves its output (f32) and,
  * once its backward has run, its input's gradient slot; the recompute of
  * one layer at a time sits on top, the largest at most. ZeRO-3's node on a
- * layer's output copies that output's gradient. On top, one GEMM call's own
- * panels at a time (the largest). */
+ * layer's output copies that output's gradient. On top, what one GEMM call
+ * (or op's scratch) takes for itself where it stands above the end of its
+ * ledger: the bytes its layer's forward and backward (or the outer step)
+ * allocate after the call are there at the peak and it is not (given back),
+ * so only the most any call passes them by counts. Every step byte after a
+ * ledger only adds to the peak, so a call's excess over its own ledger's
+ * end bounds its excess over the step's. */
 static bool compose(const ledger lf[2], const ledger lb[2], const ledger *outer, double L, double n1,
                     const accel_activation_opts *o, const dims *d, accel_activation_bytes *out) {
     double layer[2] = {lf[0].bytes + lb[0].bytes, lf[1].bytes + lb[1].bytes};
     int big = n1 > 0 && (n1 == L || layer[1] > layer[0]);
     double kept_ck = 2 * 4 * d->ns * d->C, z3 = o->zero3 ? 4 * d->ns * d->C : 0;
     double kept_all = o->checkpointing ? L * kept_ck : (L - n1) * layer[0] + n1 * layer[1];
-    double call = outer->call;
-    for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].call, lb[e].call));
+    /* the outer step's calls (the head's) run before the layers' backward
+     * (checkpointed: before the recompute on top); a layer's forward's
+     * before its backward */
+    double bwd_all = o->checkpointing ? layer[big] : (L - n1) * lb[0].bytes + n1 * lb[1].bytes;
+    double call = fmax(0, outer->top - outer->bytes - bwd_all);
+    for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].top - layer[e], lb[e].top - lb[e].bytes));
     double peak = outer->bytes + kept_all + L * z3 + (o->checkpointing && L > 0 ? layer[big] : 0) + call;
     double kept = (o->checkpointing ? kept_ck : layer[big]) + z3;
     return to_bytes(peak, &out->peak) && to_bytes(lf[big].bytes, &out->layer_forward) &&

@@ -51,7 +51,8 @@ typedef struct accel_k_fill {
     double value;
 } accel_k_fill;
 
-/* out += in (same shape; out contiguous, any float dtypes; in any strides). */
+/* out += in (same shape; any float dtypes; in any strides; out contiguous, or
+ * on the CPU dense at any strides: a gradient made in its tensor's layout). */
 typedef struct accel_k_accumulate {
     ACCEL_KERNEL_TENSORS(2, *out, *in);
 } accel_k_accumulate;
@@ -260,7 +261,10 @@ typedef struct accel_k_rope_tables {
  * contiguous); BH = B * H. x and y of any float dtype each (read and written
  * in it, y rounded once); x at any strides (a [B, T, H, D] projection output
  * seen as [B, H, T, D] is read in place: the rotation and the head transpose
- * in one pass), y contiguous. beta 0 overwrites, 1 adds. */
+ * in one pass), y contiguous, or on the CPU at any strides with its last dim
+ * contiguous (the backward writes a transposed view's gradient in the view's
+ * own layout: the head transpose undone in the same pass). beta 0
+ * overwrites, 1 adds. */
 typedef struct accel_k_rope {
     ACCEL_KERNEL_TENSORS(4, *y, *x, *cos, *sin);
     int64_t BH, T, half;

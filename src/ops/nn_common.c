@@ -13,7 +13,32 @@ int64_t accel__prod(const int64_t *shape, int from, int to) {
     return p;
 }
 
-bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
+/* An empty step tensor of dtype dt in t's layout: t's strides where t is
+ * dense (its elements fill one block, each once: a permutation of a
+ * contiguous tensor's dims, such as a [B, T, H, D] tensor seen as [B, H, T,
+ * D]), else contiguous. As PyTorch's empty_like. */
+static accel_tensor *empty_in_layout(accel_dtype dt, const accel_tensor *t) {
+    int order[ACCEL_MAX_DIMS], n = 0;
+    for (int i = 0; i < t->ndim; i++) { /* the dims of more than one element, by stride, largest first */
+        if (t->shape[i] == 1) continue;
+        int j = n++;
+        for (; j > 0 && t->stride[order[j - 1]] < t->stride[i]; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+    int64_t numel = accel_numel(t), s = 1, stride[ACCEL_MAX_DIMS];
+    bool dense = numel > 0 && !accel_is_contiguous(t);
+    for (int j = n - 1; j >= 0 && dense; j--) {
+        dense = t->stride[order[j]] == s;
+        s *= t->shape[order[j]];
+    }
+    if (!dense) return accel_empty_on(dt, t->ndim, t->shape, t->device);
+    for (int i = 0; i < t->ndim; i++) stride[i] = t->shape[i] == 1 ? 1 : t->stride[i];
+    accel_tensor *block = accel_empty_on(dt, 1, &numel, t->device);
+    return block ? accel_view_raw(block, t->ndim, t->shape, stride, 0) : NULL;
+}
+
+/* accel__gbuf_begin; a first gradient of a step tensor in t's layout when like. */
+static bool begin_f32(accel__gbuf *g, accel_tensor *t, bool like) {
     memset(g, 0, sizeof *g);
     g->t = t;
     if (!t || !t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
@@ -27,7 +52,7 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
     /* A non-leaf (or arena leaf) without a gradient yet gets an arena one, as
      * accel_grad_accumulate would allocate, written directly. */
     if (t->dtype == ACCEL_F32 && accel__grad_first_is_step(t)) {
-        t->grad = accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
+        t->grad = like ? empty_in_layout(ACCEL_F32, t) : accel_empty_on(ACCEL_F32, t->ndim, t->shape, t->device);
         if (!t->grad) return false;
         g->dst = t->grad;
         return true;
@@ -51,6 +76,8 @@ bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) {
     return true;
 }
 
+bool accel__gbuf_begin(accel__gbuf *g, accel_tensor *t) { return begin_f32(g, t, false); }
+
 /* Fresh memory (beta 0) zeroed, to be added into (beta 1). */
 static bool zero_fresh(accel__gbuf *g) {
     if (g->dst && g->beta == 0.0f) {
@@ -62,8 +89,9 @@ static bool zero_fresh(accel__gbuf *g) {
 
 bool accel__gbuf_begin_zeroed(accel__gbuf *g, accel_tensor *t) { return accel__gbuf_begin(g, t) && zero_fresh(g); }
 
-bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) {
-    if (!t || (t->dtype != ACCEL_BF16 && t->dtype != ACCEL_F16)) return accel__gbuf_begin(g, t);
+/* accel__gbuf_begin_native; a first gradient of a step tensor in t's layout when like. */
+static bool begin_native(accel__gbuf *g, accel_tensor *t, bool like) {
+    if (!t || (t->dtype != ACCEL_BF16 && t->dtype != ACCEL_F16)) return begin_f32(g, t, like);
     memset(g, 0, sizeof *g);
     g->t = t;
     if (!t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
@@ -75,12 +103,16 @@ bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) {
         return true;
     }
     if (accel__grad_first_is_step(t)) {
-        t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
+        t->grad = like ? empty_in_layout(t->dtype, t) : accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
         g->dst = t->grad;
         return t->grad != NULL;
     }
-    return accel__gbuf_begin(g, t);
+    return begin_f32(g, t, false);
 }
+
+bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t) { return begin_native(g, t, false); }
+
+bool accel__gbuf_begin_native_layout(accel__gbuf *g, accel_tensor *t) { return begin_native(g, t, true); }
 
 bool accel__gbuf_begin_native_zeroed(accel__gbuf *g, accel_tensor *t) {
     return accel__gbuf_begin_native(g, t) && zero_fresh(g);

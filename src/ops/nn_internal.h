@@ -31,6 +31,13 @@ accel_status accel__gbuf_end(accel__gbuf *g);
 bool accel__gbuf_begin_native(accel__gbuf *g, accel_tensor *t);
 /* accel__gbuf_begin_native with accel__gbuf_begin_zeroed's zero-filled dst. */
 bool accel__gbuf_begin_native_zeroed(accel__gbuf *g, accel_tensor *t);
+/* accel__gbuf_begin_native for a kernel that writes dst at any strides: a
+ * step tensor's first gradient (beta 0) is made in t's own layout where t
+ * is dense (a transposed view's gradient is then the transpose of a
+ * contiguous block, which the view's backward passes on without a copy). A
+ * gradient at t's strides is one only a CPU kernel may be given (CUDA's
+ * write contiguous outputs); the accumulate kernel adds into it. */
+bool accel__gbuf_begin_native_layout(accel__gbuf *g, accel_tensor *t);
 
 /* The dtype matmul/linear/sdpa compute in: the autocast dtype when autocast is
  * on, else the promotion of the inputs. Errors (naming op) on non-float or

@@ -3,7 +3,8 @@
  * cat(-x2, x1), cos/sin of angle pos * inv_freq[i] duplicated over both halves.
  * The rope kernel reads x in its dtype and layout (the q/k projection's
  * [B, T, H, D] seen as [B, H, T, D]) and writes the contiguous output in x's
- * dtype: no f32 or contiguous copies around it, forward or backward. */
+ * dtype: no f32 or contiguous copies around it, forward or backward (on
+ * the CPU the backward writes x's gradient in x's own layout). */
 #include <math.h>
 
 #include "nn_internal.h"
@@ -16,8 +17,14 @@ static accel_tensor *rope_input(accel_tensor *t) {
 static accel_status rope_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *gt = rope_input(grad_out);
     if (!gt) return accel_last_status();
+    /* On the CPU a first gradient of x is written in x's own layout: for
+     * the q/k projection's [B, T, H, D] output seen as [B, H, T, D], a
+     * contiguous [B, T, H, D] block that the transpose's backward passes to
+     * the projection without a copy. */
     accel__gbuf gx;
-    if (!accel__gbuf_begin_native(&gx, node->inputs[0])) return accel_last_status();
+    bool cpu = gt->device.type == ACCEL_DEV_CPU;
+    if (!(cpu ? accel__gbuf_begin_native_layout(&gx, node->inputs[0]) : accel__gbuf_begin_native(&gx, node->inputs[0])))
+        return accel_last_status();
     if (!gx.dst) return ACCEL_OK;
     /* The inverse rotation. */
     accel_k_rope k = {.y = gx.dst, .x = gt, .cos = node->saved[0], .sin = node->saved[1], .BH = node->iarg[0],

@@ -54,8 +54,11 @@ static accel_status permute_backward(accel_node *n, accel_tensor *g) {
     for (int i = 0; i < g->ndim; i++) inv[n->iarg[i]] = i;
     accel_tensor *gx = accel__dense(accel_permute(g, inv)); /* leaves accumulate fastest from dense */
     if (!gx) return accel_last_status();
-    /* The transposed copy is the input's alone: its first gradient takes it. */
-    return !accel__same_data(gx, g) ? accel__grad_move(n->inputs[0], gx) : accel_grad_accumulate(n->inputs[0], gx);
+    /* The transposed copy is the input's alone, and so is g where its
+     * transpose is already dense (a gradient made in the output's layout,
+     * nn_internal.h): the input's first gradient takes it, the output's is
+     * dropped. */
+    return accel__grad_move_out(n, n->inputs[0], gx);
 }
 
 static accel_tensor *permute_impl(const char *op, accel_tensor *a, const int *perm) {

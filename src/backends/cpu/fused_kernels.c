@@ -245,7 +245,7 @@ void accel__cpu_rope(const accel_k_rope *k) {
     const accel_tensor *x = k->x, *y = k->y;
     int64_t H = x->shape[1], T = k->T, half = k->half, D = 2 * half, rows = k->BH * T;
     const float *cs = k->cos->data, *sn = k->sin->data;
-    size_t xes = accel_dtype_size(x->dtype);
+    size_t xes = accel_dtype_size(x->dtype), yes = accel_dtype_size(y->dtype);
     enum { HB = BLOCK / 2 };
 #pragma omp parallel for if (rows * D > 16384) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
@@ -253,12 +253,14 @@ void accel__cpu_rope(const accel_k_rope *k) {
         int64_t t = r % T, bh = r / T;
         const char *xr = (const char *)x->data +
                          (size_t)((bh / H) * x->stride[0] + (bh % H) * x->stride[1] + t * x->stride[2]) * xes;
+        char *yr = (char *)y->data +
+                   (size_t)((bh / H) * y->stride[0] + (bh % H) * y->stride[1] + t * y->stride[2]) * yes;
         for (int64_t i0 = 0; i0 < half; i0 += HB) {
             int64_t m = half - i0 < HB ? half - i0 : HB;
             const float *x1 = f32_view(xr, x->dtype, i0, m, b1), *x2 = f32_view(xr, x->dtype, half + i0, m, b2);
             rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, o1, o2, m);
-            store_block(y->data, y->dtype, r * D + i0, m, o1, k->beta, old);
-            store_block(y->data, y->dtype, r * D + half + i0, m, o2, k->beta, old);
+            store_block(yr, y->dtype, i0, m, o1, k->beta, old);
+            store_block(yr, y->dtype, half + i0, m, o2, k->beta, old);
         }
     }
 }

@@ -165,22 +165,38 @@ accel_status accel__cpuk_fill(accel_k_fill *a) {
     return ACCEL_OK;
 }
 
+/* dst (any strides: a gradient in its tensor's layout, nn_internal.h) += src. */
 accel_status accel__cpuk_accumulate(accel_k_accumulate *a) {
     accel_tensor *dst = a->out, *src = a->in;
     int64_t n = accel_numel(dst);
-    if (dst->dtype == ACCEL_F32 && src->dtype == ACCEL_F32 && accel_is_contiguous(src)) {
+    if (dst->dtype == ACCEL_F32 && src->dtype == ACCEL_F32 && accel_is_contiguous(src) && accel_is_contiguous(dst)) {
         float *d = dst->data;
         const float *s = src->data;
 #pragma omp parallel for if (n > 65536) schedule(static)
         for (int64_t i = 0; i < n; i++) d[i] += s[i];
         return ACCEL_OK;
     }
-    size_t es = accel_dtype_size(src->dtype);
+    if (dst->dtype == ACCEL_F32 && src->dtype == ACCEL_F32) { /* row by row over the merged layout */
+        const int64_t *st[2] = {dst->stride, src->stride};
+        accel__layout l;
+        accel__layout_init(&l, dst->ndim, dst->shape, 2, st);
+        int64_t rows = accel__layout_rows(&l), w = l.shape[l.ndim - 1];
+        int64_t ds = l.stride[0][l.ndim - 1], ss = l.stride[1][l.ndim - 1];
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            float *d = (float *)dst->data + accel__layout_row_offset(&l, 0, r);
+            const float *s = (const float *)src->data + accel__layout_row_offset(&l, 1, r);
+            for (int64_t j = 0; j < w; j++) d[j * ds] += s[j * ss];
+        }
+        return ACCEL_OK;
+    }
+    size_t es = accel_dtype_size(src->dtype), des = accel_dtype_size(dst->dtype);
     for (int64_t i = 0; i < n; i++) {
-        double v = accel__load_elem(dst->data, dst->dtype, (size_t)i) +
+        char *d = (char *)dst->data + linear_to_offset(dst, i) * (int64_t)des;
+        double v = accel__load_elem(d, dst->dtype, 0) +
                    accel__load_elem((const char *)src->data + linear_to_offset(src, i) * (int64_t)es,
                                     src->dtype, 0);
-        accel__store_elem(dst->data, dst->dtype, (size_t)i, v);
+        accel__store_elem(d, dst->dtype, 0, v);
     }
     return ACCEL_OK;
 }
