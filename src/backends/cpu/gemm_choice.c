@@ -12,8 +12,9 @@
  * by more than MARGIN, so noise cannot flip a choice back and forth. A
  * timing in which a candidate's run failed (no memory for its operands)
  * chooses nothing: the class keeps the incumbent untimed for the process
- * and nothing is cached (timing_failed). The table is kept in memory and in a JSON file per key (CPU model and usable
- * features, OpenBLAS and oneDNN versions, accel's version, threads):
+ * and nothing is cached (timing_failed). The table is kept in memory and
+ * in a JSON file per key (CPU model and usable features, OpenBLAS and
+ * oneDNN versions, accel's version, threads):
  * ~/.cache/accel/gemm-<hash>.json
  * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
  * in memory only). A file that cannot be read, parsed, or that holds another
@@ -431,8 +432,12 @@ static bool plain_run(void *ctx, int p) {
         g->A = calloc((size_t)(g->M * g->K), es), g->B = calloc((size_t)(g->K * g->N), es);
         g->C = calloc((size_t)(g->M * g->N), sizeof(float));
     }
-    return g->A && g->B && g->C &&
-           accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
+    if (!g->A || !g->B || !g->C) {
+        accel_set_error(ACCEL_ERR_OOM, "out of memory for a %lld x %lld x %lld GEMM's operands", (long long)g->M,
+                        (long long)g->N, (long long)g->K);
+        return false;
+    }
+    return accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
                           g->tb ? g->K : g->N, 0.0f, g->C, g->N) == ACCEL_OK;
 }
 
