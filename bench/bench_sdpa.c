@@ -7,10 +7,13 @@
  * compare CPU time).
  *
  *   bench_sdpa [--mixed_precision no|bf16|fp16] [--batch B] [--seq T] [--heads H]
- *              [--kv-heads Hkv] [--hidden C] [--steps N] [--threads N]
+ *              [--kv-heads Hkv] [--kv-seq Tk] [--hidden C] [--steps N] [--threads N]
  *
  * --kv-heads (default: --heads) gives grouped-query attention, H / Hkv query
- * heads per kv head.
+ * heads per kv head. --kv-seq (default: --seq) gives T queries against Tk
+ * keys (the mask aligned bottom-right): a long context's tile class at a
+ * short query block's cost (--warmup 0 --steps 1 times its first call, the
+ * class's timing included where the cache lacks it).
  * (bench_util.h's flags and defaults: the Llama step's heads and head dim
  * C / H; the other model flags are accepted and unused.) */
 #include <time.h>
@@ -41,11 +44,11 @@ static accel_tensor *step_copy(accel_tensor *t) {
     return c;
 }
 
-/* Takes --kv-heads N out of argv (the shared parser does not know it):
- * N, 0 when absent, -1 when it has no value. */
-static int64_t take_kv_heads(int *argc, char **argv) {
+/* Takes `flag` N out of argv (the shared parser does not know it): N, 0
+ * when absent, -1 when it has no value. */
+static int64_t take_flag(const char *flag, int *argc, char **argv) {
     for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--kv-heads")) continue;
+        if (strcmp(argv[i], flag)) continue;
         if (i + 1 >= *argc) return -1;
         int64_t n = atoll(argv[i + 1]);
         memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(*argc - i - 2));
@@ -57,12 +60,16 @@ static int64_t take_kv_heads(int *argc, char **argv) {
 
 int main(int argc, char **argv) {
     bench_llama_args a;
-    int64_t kv_heads = take_kv_heads(&argc, argv);
+    int64_t kv_heads = take_flag("--kv-heads", &argc, argv), kv_seq = take_flag("--kv-seq", &argc, argv);
     if (bench_llama_parse("bench_sdpa", "threads mixed_precision", argc, argv, &a)) return 2;
     accel_llama_config cfg = bench_llama_config(&a);
     if (kv_heads) cfg.num_key_value_heads = kv_heads;
     if (kv_heads < 0 || cfg.num_attention_heads % cfg.num_key_value_heads) {
         fprintf(stderr, "bench_sdpa: --kv-heads must divide --heads\n");
+        return 2;
+    }
+    if (kv_seq < 0 || (kv_seq && kv_seq < a.T)) {
+        fprintf(stderr, "bench_sdpa: --kv-seq must be at least --seq\n");
         return 2;
     }
     const char *mp = a.mixed_precision;
@@ -71,12 +78,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_sdpa: --mixed_precision must be no, bf16 or fp16\n");
         return 2;
     }
-    int64_t B = a.B, T = a.T, H = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads, D = a.C / a.H;
+    int64_t B = a.B, T = a.T, Tk = kv_seq ? kv_seq : a.T, H = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads,
+            D = a.C / a.H;
     int iters = a.steps, threads = a.threads;
     const char *dts = accel_dtype_name(dt);
     accel_set_num_threads(threads);
-    accel_tensor *q = projection(1, dt, B, T, H, D), *k = projection(2, dt, B, T, Hkv, D),
-                 *v = projection(3, dt, B, T, Hkv, D);
+    accel_tensor *q = projection(1, dt, B, T, H, D), *k = projection(2, dt, B, Tk, Hkv, D),
+                 *v = projection(3, dt, B, Tk, Hkv, D);
     if (!q || !k || !v) {
         fprintf(stderr, "bench_sdpa: %s\n", accel_last_error());
         return 1;
@@ -101,9 +109,9 @@ int main(int argc, char **argv) {
             fwd[it] = c1 - c0;
         }
     }
-    printf("sdpa %s B=%lld H=%lld Hkv=%lld T=%lld D=%lld threads=%d: forward+backward median wall %.2f ms, cpu %.2f ms "
-           "(forward cpu %.2f ms)\n",
-           dts, (long long)B, (long long)H, (long long)Hkv, (long long)T, (long long)D, threads,
+    printf("sdpa %s B=%lld H=%lld Hkv=%lld T=%lld Tk=%lld D=%lld threads=%d: forward+backward median wall %.2f ms, cpu "
+           "%.2f ms (forward cpu %.2f ms)\n",
+           dts, (long long)B, (long long)H, (long long)Hkv, (long long)T, (long long)Tk, (long long)D, threads,
            1e3 * bench_median(wall, iters), 1e3 * bench_median(cpu, iters), 1e3 * bench_median(fwd, iters));
     free(wall);
     free(fwd);

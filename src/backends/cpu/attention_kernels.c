@@ -205,52 +205,72 @@ static accel_status raise_error(const first_error *e) {
  * checkpoint's). One tile GEMM (2^18 to 2^22 multiply-adds) is far below
  * what a single GEMM is timed from, so a candidate is timed on a batch of
  * the tiles instead, run as the kernels run them: each thread, on its own
- * operands, the six GEMMs of blocks that see all Tk keys (K, V and S of a
- * head's size, leading dims as dense tensors have them), enough blocks for
- * TILE_BATCH_MACS multiply-adds a thread. The tiles' conversions (widening
- * on the f32 tiles, P and dS rounded on the native path; a few % of the
- * op) are not timed. */
-enum { TILE_BATCH_MACS = 1 << 26 };
+ * operands, the six GEMMs of blocks that see a window of the class's keys
+ * (K, V and S of the window's size, leading dims as dense tensors have
+ * them), enough blocks for TILE_BATCH_MACS multiply-adds a thread. The
+ * tiles' conversions (widening on the f32 tiles, P and dS rounded on the
+ * native path; a few % of the op) are not timed.
+ *
+ * The window is all Tk keys up to WINDOW_KEYS, else the first WINDOW_KEYS:
+ * a batch's memory (~5 MB a thread at D = 128) and time stay bounded
+ * whatever Tk (a whole row of 128k keys would take ~340 MB a thread, and
+ * one block of it 100x the batch's multiply-adds), while the class key
+ * (log2 of Tk) still gives long contexts choices of their own. The
+ * window's rate per multiply-add stands for the whole row's: on oneDNN a
+ * row is cut into KC-key chunks anyway, and the window runs the same
+ * QB x KC x D(v) GEMMs (whole chunks: WINDOW_KEYS is a multiple of KC),
+ * Tk / WINDOW_KEYS times fewer of them; on OpenBLAS one GEMM runs over the
+ * row, sgemm packing K, V, P and dS a panel at a time, and the window packs
+ * the same panels, its extra packings of the QB-row operands (QB x D each,
+ * under 0.1% of the multiply-adds) aside. What differs is where the
+ * operands come from: the window's K and V stay in cache where a long row
+ * streams them from memory, but each key loaded feeds QB multiply-adds,
+ * which keeps the tiles compute-bound on either provider; and S's row
+ * stride is the window's, not Tk. */
+enum { TILE_BATCH_MACS = 1 << 26, WINDOW_KEYS = 8 * KC };
 
 /* A tile class's batch: operands zeroed at the first run, each thread's
- * [QB, D] Q, [Tk, D] K, [Tk, Dv] V, [QB, Dv] dO and [QB, Tk] P (f32-sized
- * to hold either dtype), then f32 S, O, dQ, dK, dV. */
+ * [QB, D] Q, [keys, D] K, [keys, Dv] V, [QB, Dv] dO and [QB, keys] P
+ * (f32-sized to hold either dtype), then f32 S, O, dQ, dK, dV; keys the
+ * window (at most WINDOW_KEYS). mem is the library allocator's
+ * (accel_calloc), freed by the caller. */
 typedef struct tile_batch {
     accel_dtype dt;
-    int64_t Tk, D, Dv;
+    int64_t keys, D, Dv;
     int nt;
     float *mem;
 } tile_batch;
 
 static int64_t batch_floats(const tile_batch *b) {
-    int64_t ops = QB * b->D + b->Tk * b->D + b->Tk * b->Dv + QB * b->Dv + QB * b->Tk;
+    int64_t ops = QB * b->D + b->keys * b->D + b->keys * b->Dv + QB * b->Dv + QB * b->keys;
     return 2 * ops; /* the outputs: S as large as P, O as dO, dQ as Q, dK as K, dV as V */
 }
 
 /* One thread's blocks of the batch on t, from its memory m. */
 static accel_status batch_blocks(const tile_batch *b, tiles t, float *m) {
-    int64_t D = b->D, Dv = b->Dv, Tk = b->Tk, es = (int64_t)accel_dtype_size(t.dt);
-    char *q = (char *)m, *k = q + QB * D * es, *v = k + Tk * D * es, *g = v + Tk * Dv * es, *p = g + QB * Dv * es;
-    float *s = m + QB * D + Tk * D + Tk * Dv + QB * Dv + QB * Tk, *o = s + QB * Tk, *dq = o + QB * Dv,
-          *dk = dq + QB * D, *dv = dk + Tk * D;
-    int64_t macs = QB * Tk * 3 * (D + Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
+    int64_t D = b->D, Dv = b->Dv, W = b->keys, es = (int64_t)accel_dtype_size(t.dt);
+    char *q = (char *)m, *k = q + QB * D * es, *v = k + W * D * es, *g = v + W * Dv * es, *p = g + QB * Dv * es;
+    float *s = m + QB * D + W * D + W * Dv + QB * Dv + QB * W, *o = s + QB * W, *dq = o + QB * Dv, *dk = dq + QB * D,
+          *dv = dk + W * D;
+    int64_t macs = QB * W * 3 * (D + Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
     accel_status st = ACCEL_OK;
     for (int64_t r = 0; r < blocks && st == ACCEL_OK; r++) {
-        st = tiles_gemm(t, KEYS_N, QB, Tk, D, 1.0f, q, D, k, D, 0.0f, s, Tk);
-        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, Tk, Dv, 1.0f, p, Tk, v, Dv, 0.0f, o, Dv);
-        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, Tk, Dv, 1.0f, p, Tk, g, Dv, 1.0f, dv, Dv);
-        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_N, QB, Tk, Dv, 1.0f, g, Dv, v, Dv, 0.0f, s, Tk);
-        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, Tk, D, 1.0f, p, Tk, k, D, 0.0f, dq, D);
-        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, Tk, D, 1.0f, p, Tk, q, D, 1.0f, dk, D);
+        st = tiles_gemm(t, KEYS_N, QB, W, D, 1.0f, q, D, k, D, 0.0f, s, W);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, W, Dv, 1.0f, p, W, v, Dv, 0.0f, o, Dv);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, W, Dv, 1.0f, p, W, g, Dv, 1.0f, dv, Dv);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_N, QB, W, Dv, 1.0f, g, Dv, v, Dv, 0.0f, s, W);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, W, D, 1.0f, p, W, k, D, 0.0f, dq, D);
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, W, D, 1.0f, p, W, q, D, 1.0f, dk, D);
     }
     return st;
 }
 
-/* accel__gemm_run: the batch once on provider p. */
+/* accel__gemm_run: the batch once on provider p; false with the error set
+ * (no memory for the batch: the timing fails, the op goes on, gemm.h). */
 static bool batch_run(void *ctx, int p) {
     tile_batch *b = ctx;
     int64_t per = batch_floats(b);
-    if (!b->mem) b->mem = calloc((size_t)(b->nt * per), sizeof(float));
+    if (!b->mem) b->mem = accel_calloc((size_t)(b->nt * per), sizeof(float));
     if (!b->mem) return false;
     tiles t = tiles_of(b->dt, p);
     first_error err = {ACCEL_OK, ""};
@@ -261,7 +281,7 @@ static bool batch_run(void *ctx, int p) {
     } else {
         keep_error(&err, batch_blocks(b, t, b->mem));
     }
-    return err.st == ACCEL_OK;
+    return raise_error(&err) == ACCEL_OK;
 }
 
 /* The provider of the tile GEMMs of these dims, operands of dt (their
@@ -269,9 +289,9 @@ static bool batch_run(void *ctx, int p) {
  * again), OpenBLAS for ragged blocks; -1 with the error set. */
 static int tiles_provider(accel_dtype dt, const accel_k_sdpa_dims *d, bool force) {
     if (d->Tq <= 0 || d->Tk <= 0 || d->Tq % QB || d->Tk % QB) return ACCEL__GEMM_PROVIDER_OPENBLAS;
-    tile_batch b = {dt, d->Tk, d->D, d->Dv, accel_num_threads(), NULL};
+    tile_batch b = {dt, d->Tk < WINDOW_KEYS ? d->Tk : WINDOW_KEYS, d->D, d->Dv, accel_num_threads(), NULL};
     int p = accel__gemm_tiles_provider(dt, QB, d->Tk, d->D, force, batch_run, &b);
-    free(b.mem);
+    accel_free(b.mem);
     return p;
 }
 

@@ -279,8 +279,11 @@ int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, in
                        uint32_t candidates, bool force, bool skinny);
 
 /* Runs a class's representative work once on provider p (ctx: the
- * caller's); false when it failed (its error is dropped: the candidate
- * then counts as not timed). */
+ * caller's); false with the error set when it failed (no memory for its
+ * operands, a provider's error): the class's timing then fails as a whole,
+ * the error named in a warning on stderr and cleared, and the class runs
+ * on its incumbent (the cached choice, else the rule), untimed for the rest
+ * of the process unless timed on demand, and not cached. */
 typedef bool (*accel__gemm_run)(void *ctx, int provider);
 
 /* accel__gemm_choose for the class c (accel__gemm_class_of) whose
@@ -347,8 +350,8 @@ const char *accel__gemm_choices_install(struct json_t *j);
  * (NULL: time for real). */
 typedef double (*accel__gemm_timer)(void *ctx, accel__gemm_provider p, const accel__gemm_class *c);
 void accel__gemm_choice_set_timer(accel__gemm_timer fn, void *ctx);
-/* Tests: forgets the table (rank 0's too) and the files read, reads the
- * environment again. */
+/* Tests: forgets the table (rank 0's too), the classes whose timing
+ * failed and the files read, reads the environment again. */
 void accel__gemm_choice_reset(void);
 /* "GEMM choices: N measured, cached in PATH\n" and a line per class
  * (its provider and each candidate's time), into buf. Returns buf. */

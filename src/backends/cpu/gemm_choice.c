@@ -9,9 +9,12 @@
  * REPS; a class of other work, attention's tiles, times what its caller's
  * run does: accel__gemm_choose_run), and the winner replaces the incumbent
  * (the entry cached before, else the rule's choice) only when it is faster
- * by more than MARGIN, so noise cannot flip a choice back and forth. The
- * table is kept in memory and in a JSON file per key (CPU model and usable
- * features, OpenBLAS and oneDNN versions, accel's version, threads):
+ * by more than MARGIN, so noise cannot flip a choice back and forth. A
+ * timing in which a candidate's run failed (no memory for its operands)
+ * chooses nothing: the class keeps the incumbent untimed for the process
+ * and nothing is cached (timing_failed). The table is kept in memory and
+ * in a JSON file per key (CPU model and usable features, OpenBLAS and
+ * oneDNN versions, accel's version, threads):
  * ~/.cache/accel/gemm-<hash>.json
  * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
  * in memory only). A file that cannot be read, parsed, or that holds another
@@ -429,13 +432,17 @@ static bool plain_run(void *ctx, int p) {
         g->A = calloc((size_t)(g->M * g->K), es), g->B = calloc((size_t)(g->K * g->N), es);
         g->C = calloc((size_t)(g->M * g->N), sizeof(float));
     }
-    return g->A && g->B && g->C &&
-           accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
+    if (!g->A || !g->B || !g->C) {
+        accel_set_error(ACCEL_ERR_OOM, "out of memory for a %lld x %lld x %lld GEMM's operands", (long long)g->M,
+                        (long long)g->N, (long long)g->K);
+        return false;
+    }
+    return accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
                           g->tb ? g->K : g->N, 0.0f, g->C, g->N) == ACCEL_OK;
 }
 
-/* The median of REPS runs of run on provider p, after one warm-up; 0 when
- * one failed. */
+/* The median of REPS runs of run on provider p, after one warm-up; -1
+ * with the run's error set when one failed. */
 static double time_provider(int p, accel__gemm_run run, void *ctx) {
     double t[REPS] = {0};
     bool ok = true;
@@ -444,10 +451,7 @@ static double time_provider(int p, accel__gemm_run run, void *ctx) {
         ok = run(ctx, p);
         if (r >= 0) t[r] = now() - t0;
     }
-    if (!ok) {
-        accel_clear_error();
-        return 0;
-    }
+    if (!ok) return -1;
     for (int i = 1; i < REPS; i++) /* insertion sort: the median */
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
             double x = t[j];
@@ -457,12 +461,15 @@ static double time_provider(int p, accel__gemm_run run, void *ctx) {
 }
 
 /* Times every candidate of c into ch->seconds and keeps the incumbent
- * unless another is faster by more than MARGIN. */
-static void measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_run run, void *ctx) {
+ * unless another is faster by more than MARGIN; false, the error set, when
+ * a candidate's run failed (no memory for its operands, a provider's
+ * error): a timing without every candidate chooses nothing. */
+static bool measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_run run, void *ctx) {
     const accel__gemm_class *c = &ch->c;
     for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) {
         if (!(candidates & (1u << p))) continue;
         ch->seconds[p] = g_timer ? g_timer(g_timer_ctx, (accel__gemm_provider)p, c) : time_provider(p, run, ctx);
+        if (ch->seconds[p] < 0) return false;
     }
     int best = incumbent;
     double inc = ch->seconds[incumbent] > 0 ? ch->seconds[incumbent] : INFINITY;
@@ -472,6 +479,32 @@ static void measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_
             best = p;
     ch->provider = best;
     ch->measured_here = true;
+    return true;
+}
+
+/* The classes whose timing failed in this process: they run on their
+ * incumbent untimed (unless timed on demand) until the table is reset, and
+ * nothing of theirs is kept, in memory or in the file, so that the next
+ * process times them again. Under the lock. */
+static accel__gemm_class g_failed[MAX_CHOICES];
+static int g_n_failed;
+
+static bool failed_before(const accel__gemm_class *c) {
+    for (int i = 0; i < g_n_failed; i++)
+        if (!memcmp(&g_failed[i], c, sizeof *c)) return true;
+    return false;
+}
+
+/* Notes that c's timing failed (the error the run set, cleared here: the
+ * op goes on on `provider`) and says why on stderr. Under the lock. */
+static void timing_failed(const accel__gemm_class *c, int provider) {
+    fprintf(stderr,
+            "accel: warning: timing the providers of the %s %s class 2^%d x 2^%d x 2^%d (%d thread%s) failed (%s); it "
+            "runs on %s, untimed and not cached\n",
+            DT_NAMES[c->dt], OP_NAMES[c->op], c->m, c->n, c->k, c->threads, c->threads == 1 ? "" : "s",
+            accel_last_error(), accel__gemm_provider_name((accel__gemm_provider)provider));
+    accel_clear_error();
+    if (!failed_before(c) && g_n_failed < MAX_CHOICES) g_failed[g_n_failed++] = *c;
 }
 
 accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int op) {
@@ -509,17 +542,19 @@ int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t cand
      * under ACCEL_GEMM_MEASURE=1 or an explicit re-measure; never inside a
      * parallel region (the timings would be of one thread among others) */
     bool stale = i >= 0 && !g_table[i].measured_here && g_measure_env == 1;
-    bool want = force || stale || (i < 0 && g_measure_env != 0);
+    bool want = force || ((stale || (i < 0 && g_measure_env != 0)) && !failed_before(&c));
     if (want && !omp_in_parallel() && (i >= 0 || g_n < MAX_CHOICES)) {
-        if (i < 0) {
-            i = g_n++;
-            memset(&g_table[i], 0, sizeof g_table[i]);
-            g_table[i].c = c;
-        }
+        choice m = {.c = c};
+        if (i >= 0) m = g_table[i];
         /* the lock is held while timing: two threads must not time at once */
-        measure(&g_table[i], provider, candidates | 1u << provider, run, ctx);
-        provider = g_table[i].provider;
-        cache_save(threads);
+        if (measure(&m, provider, candidates | 1u << provider, run, ctx)) {
+            if (i < 0) i = g_n++;
+            g_table[i] = m;
+            provider = m.provider;
+            cache_save(threads);
+        } else {
+            timing_failed(&c, provider);
+        }
     }
     pthread_mutex_unlock(&g_lock);
     return provider;
@@ -547,6 +582,7 @@ void accel__gemm_choice_reset(void) {
     pthread_mutex_lock(&g_lock);
     g_n = 0;
     g_n_loaded = 0;
+    g_n_failed = 0;
     g_env_read = false;
     g_fixed = false;
     pthread_mutex_unlock(&g_lock);
