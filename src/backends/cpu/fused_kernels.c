@@ -230,22 +230,35 @@ void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
 
 /* ---- RoPE */
 
-/* o1 = x1 c - x2 s, o2 = x2 c + x1 s with s = sign * sin: one block of a row's halves. */
+/* o1 (+)= x1 c - x2 s, o2 (+)= x2 c + x1 s with s = sign * sin (beta 0: =,
+ * else +=): one block of a row's halves. */
 ACCEL__VEC_MATH static void rotate_block(const float *x1, const float *x2, const float *c, const float *sn, float sign,
-                                         float *o1, float *o2, int64_t n) {
+                                         float beta, float *o1, float *o2, int64_t n) {
+    if (beta == 0.0f) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float si = sign * sn[i];
-        o1[i] = x1[i] * c[i] - x2[i] * si;
-        o2[i] = x2[i] * c[i] + x1[i] * si;
+        for (int64_t i = 0; i < n; i++) {
+            float si = sign * sn[i];
+            o1[i] = x1[i] * c[i] - x2[i] * si;
+            o2[i] = x2[i] * c[i] + x1[i] * si;
+        }
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            float si = sign * sn[i];
+            o1[i] += x1[i] * c[i] - x2[i] * si;
+            o2[i] += x2[i] * c[i] + x1[i] * si;
+        }
     }
 }
 
+/* An f32 y is written in place; a bf16/f16 one through o1, o2 and
+ * store_block (beta applied there). */
 void accel__cpu_rope(const accel_k_rope *k) {
     const accel_tensor *x = k->x, *y = k->y;
     int64_t H = x->shape[1], T = k->T, half = k->half, D = 2 * half, rows = k->BH * T;
     const float *cs = k->cos->data, *sn = k->sin->data;
     size_t xes = accel_dtype_size(x->dtype);
+    bool direct = y->dtype == ACCEL_F32;
     enum { HB = BLOCK / 2 };
 #pragma omp parallel for if (rows * D > 16384) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
@@ -256,7 +269,12 @@ void accel__cpu_rope(const accel_k_rope *k) {
         for (int64_t i0 = 0; i0 < half; i0 += HB) {
             int64_t m = half - i0 < HB ? half - i0 : HB;
             const float *x1 = f32_view(xr, x->dtype, i0, m, b1), *x2 = f32_view(xr, x->dtype, half + i0, m, b2);
-            rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, o1, o2, m);
+            if (direct) {
+                float *yr = (float *)y->data + r * D + i0;
+                rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, k->beta, yr, yr + half, m);
+                continue;
+            }
+            rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, 0.0f, o1, o2, m);
             store_block(y->data, y->dtype, r * D + i0, m, o1, k->beta, old);
             store_block(y->data, y->dtype, r * D + half + i0, m, o2, k->beta, old);
         }
