@@ -3,7 +3,8 @@
  * bf16 weight, SwiGLU forward and backward, RoPE, and the cross-entropy rows
  * with their gradient. They work on blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
  * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
- * the result is rounded once into its dtype. */
+ * the result is rounded once into its dtype (RoPE's f32 output and the
+ * all-f32 SwiGLU forward are written in place, in one pass). */
 #include <omp.h>
 #include <string.h>
 #ifdef __F16C__
