@@ -391,6 +391,33 @@ static void rope_grad_in_layout(accel_dtype dt) {
     accel_tensor_free(p);
 }
 
+/* The rope backward adding into a gradient that already holds values (its
+ * kernel's beta 1; the fast path writes an f32 gradient in place): a second
+ * backward of the same loss into a leaf's gradient doubles it, bit for bit
+ * (g + g is exact), and the first matches the reference kernel's. */
+static void rope_grad_accumulates(const char *variant) {
+    accel_tensor *x = gc_randn(44, ACCEL_SHAPE(2, 3, 37, 600)), *once = NULL;
+    for (int run = 0; run < 2; run++) {
+        bool prev = accel_set_reference_kernels(run == 1);
+        for (int pass = 0; pass < 2; pass++) {
+            accel_tensor *loss = gc_weighted_sum(accel_rope(x, 7, 10000.0));
+            CHECK(loss && accel_backward(loss) == ACCEL_OK);
+            accel_step_reset();
+            if (pass == 0 && run == 0) once = keep(x->grad);
+            if (pass == 0 && run == 1)
+                CHECK_MSG(mismatches(x->grad, once, 2e-6, 1e-6, "rope dx vs reference") == 0, "%s", variant);
+        }
+        accel_tensor *twice = keep(accel_mul_scalar(once, 2.0));
+        CHECK_MSG(mismatches(x->grad, twice, 0.0, 0.0, "rope dx accumulated") == 0, "%s reference %d", variant, run);
+        accel_tensor_free(twice);
+        accel_zero_(x->grad);
+        accel_set_reference_kernels(prev);
+    }
+    accel_tensor_free(once);
+    accel_tensor_free(x);
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_swiglu_matches_unfused);
     RUN(test_swiglu_gradcheck);
@@ -412,6 +439,7 @@ int main(void) {
         rope_fast_vs_ref(ACCEL_F32, name);
         rope_fast_vs_ref(ACCEL_BF16, name);
         rope_fast_vs_ref(ACCEL_F16, name);
+        rope_grad_accumulates(name);
         ce_fast_vs_ref(ACCEL_F32, name);
         ce_fast_vs_ref(ACCEL_BF16, name);
         conversions(name);

@@ -1,7 +1,8 @@
 /* The multi-threaded, vectorised paths of the training step's kernels on
  * sizes that take them, against plain double-precision loops written here:
- * RMSNorm backward (one pass over row blocks, per-thread weight-grad partials),
- * cross-entropy with the vectorised exp, SiLU, and the strided copy of
+ * RMSNorm backward (one pass over row blocks with per-block weight-grad
+ * partials; with few rows, column slices) and its same bits under every ISA
+ * variant and thread count, cross-entropy with the vectorised exp, SiLU, and the strided copy of
  * transposed views (row runs of memcpy). */
 #include <math.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "core/cpuinfo.h"
 #include "gradcheck.h"
 #include "ops_fixture.h"
 
@@ -22,10 +24,10 @@ static float *host_copy(const accel_tensor *t) {
     return p;
 }
 
-/* One pass over the rows for dx and the weight gradient (per-thread
- * partials): with both gradients, only the weight's, only x's. */
-static void rms_norm_backward_case(bool x_grad, bool w_grad) {
-    enum { R = 96, D = 320 }; /* R*D > the OpenMP threshold; D not a multiple of the blocks */
+/* One pass over the rows for dx and the weight gradient (per-block
+ * partials), or with few rows (R <= 64) dx by rows and the weight gradient by
+ * column slices: with both gradients, only the weight's, only x's. */
+static void rms_norm_backward_case(int R, int D, bool x_grad, bool w_grad) {
     accel_tensor *x = gc_randn(1, ACCEL_SHAPE(R, D)), *w = gc_randn(2, ACCEL_SHAPE(D));
     accel_tensor *u = gc_randn(3, ACCEL_SHAPE(R, D));
     accel_requires_grad_(u, false);
@@ -56,8 +58,8 @@ static void rms_norm_backward_case(bool x_grad, bool w_grad) {
         max_dw = fmax(max_dw, fabs(accel_get(w->grad, (int64_t[]){j}) - dw[j]) / (1e-4 + fabs(dw[j])));
     CHECK(x_grad == (x->grad != NULL) && w_grad == (w->grad != NULL));
     CHECK_MSG(max_y < 1e-4, "y rel err %g", max_y);
-    CHECK_MSG(max_dx < 1e-3, "dx rel err %g (x grad %d, w grad %d)", max_dx, x_grad, w_grad);
-    CHECK_MSG(max_dw < 1e-3, "dw rel err %g (x grad %d, w grad %d)", max_dw, x_grad, w_grad);
+    CHECK_MSG(max_dx < 1e-3, "R %d: dx rel err %g (x grad %d, w grad %d)", R, max_dx, x_grad, w_grad);
+    CHECK_MSG(max_dw < 1e-3, "R %d: dw rel err %g (x grad %d, w grad %d)", R, max_dw, x_grad, w_grad);
     free(dw);
     free(xp);
     free(wp);
@@ -69,9 +71,70 @@ static void rms_norm_backward_case(bool x_grad, bool w_grad) {
 }
 
 static void test_rms_norm_backward(void) {
-    rms_norm_backward_case(true, true);
-    rms_norm_backward_case(false, true);
-    rms_norm_backward_case(true, false);
+    /* R*D > the OpenMP threshold; D not a multiple of the vector widths or of the column slices */
+    static const int RD[2][2] = {{96, 320}, {24, 1003}};
+    for (int c = 0; c < 2; c++) {
+        rms_norm_backward_case(RD[c][0], RD[c][1], true, true);
+        rms_norm_backward_case(RD[c][0], RD[c][1], false, true);
+        rms_norm_backward_case(RD[c][0], RD[c][1], true, false);
+    }
+}
+
+/* RMSNorm's row loops (norm_rows.c) sum a row in a fixed order: y, dx and
+ * dw have the same bits under every ISA variant the CPU runs and every
+ * thread count, with many rows (row blocks) and with few (column slices),
+ * with the weight and without, f32 and bf16-rounded (the kernel's x_dt). */
+static void rms_bits_run(int R, int D, bool weight, accel_dtype dt, float *out) {
+    accel_tensor *x = gc_randn(21, ACCEL_SHAPE(R, D)), *w = gc_randn(22, ACCEL_SHAPE(D));
+    accel_tensor *u = gc_randn(23, ACCEL_SHAPE(R, D));
+    accel_requires_grad_(u, false);
+    accel_tensor *xin = dt == ACCEL_F32 ? x : accel_to_dtype(x, dt);
+    accel_tensor *y = accel_rms_norm(xin, weight ? w : NULL, 1e-6);
+    CHECK(y && accel_backward(accel_sum_all(accel_mul(accel_to_dtype(y, ACCEL_F32), u))) == ACCEL_OK);
+    CHECK(accel_to_floats(accel_to_dtype(y, ACCEL_F32), out) == ACCEL_OK);
+    CHECK(x->grad && accel_to_floats(accel_to_dtype(x->grad, ACCEL_F32), out + (size_t)R * D) == ACCEL_OK);
+    if (weight) CHECK(w->grad && accel_to_floats(w->grad, out + 2 * (size_t)R * D) == ACCEL_OK);
+    accel_tensor_free(x);
+    accel_tensor_free(w);
+    accel_tensor_free(u);
+    accel_step_reset();
+}
+
+static void test_rms_norm_same_bits(void) {
+    static const int RD[2][2] = {{200, 100}, {24, 1003}};
+    int was = accel_num_threads();
+    accel__cpu_variant start = accel__cpu_variant_current();
+    int compared = 0;
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 4; k++) {
+            int R = RD[c][0], D = RD[c][1];
+            bool weight = k % 2 == 0;
+            accel_dtype dt = k < 2 ? ACCEL_F32 : ACCEL_BF16;
+            size_t n = 2 * (size_t)R * D + (size_t)D;
+            float *one = calloc(n, sizeof *one), *other = calloc(n, sizeof *other);
+            CHECK(one && other);
+            CHECK(accel__cpu_variant_use(ACCEL__CPU_BASELINE) == ACCEL_OK && accel_set_num_threads(1) == ACCEL_OK);
+            rms_bits_run(R, D, weight, dt, one);
+            for (int v = ACCEL__CPU_BASELINE; v < ACCEL__CPU_N_VARIANTS; v++)
+                for (int threads = 1; threads <= 3; threads++) {
+                    if (!accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
+                    CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_OK);
+                    CHECK(accel_set_num_threads(threads) == ACCEL_OK);
+                    memset(other, 0, n * sizeof *other);
+                    rms_bits_run(R, D, weight, dt, other);
+                    size_t diff = 0;
+                    for (size_t i = 0; i < n; i++) diff += memcmp(&one[i], &other[i], 4) != 0;
+                    CHECK_MSG(diff == 0, "R %d D %d weight %d %s, %s, %d threads: %zu of %zu values differ",
+                              R, D, weight, accel_dtype_name(dt), accel__cpu_variant_name((accel__cpu_variant)v),
+                              threads, diff, n);
+                    compared++;
+                }
+            free(one);
+            free(other);
+        }
+    printf("rms_norm: %d runs compared with the baseline's at 1 thread\n", compared);
+    CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
+    accel_set_num_threads(was);
 }
 
 static void test_cross_entropy_large(void) {
@@ -217,6 +280,7 @@ static void test_same_bits_any_threads(void) {
 
 int main(void) {
     RUN(test_rms_norm_backward);
+    RUN(test_rms_norm_same_bits);
     RUN(test_cross_entropy_large);
     RUN(test_silu_large);
     RUN(test_strided_copy);

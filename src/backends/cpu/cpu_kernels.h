@@ -123,6 +123,17 @@ typedef struct accel__adam_coef {
 /* The update of n contiguous parameters and their moments (optim_update.c,
  * per ISA variant; OpenMP threads when large). */
 void accel__cpu_adam_update(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n);
+/* RMSNorm's row loops (norm_rows.c, per ISA variant, the same bits on
+ * every one), one thread each. A row x [D] (f32; xdt the dtype the input
+ * had, whose rounding of x * rstd is kept): y = w * round(x * rstd) (w NULL:
+ * no weight) with *rstd = 1 / sqrt(mean(x^2) + eps); dx (+)= s (g w - x s
+ * mean(g w x s)) (beta 0: =, else +=; w NULL: g alone); dw[0, n) += g *
+ * round(x * s) over n columns of one row. */
+void accel__cpu_rms_norm_row(const float *x, const float *w, float *y, float *rstd, int64_t D, float eps,
+                             accel_dtype xdt);
+void accel__cpu_rms_norm_dx_row(const float *x, const float *g, const float *w, float s, float *dx, float beta,
+                                int64_t D);
+void accel__cpu_rms_norm_dw_row(const float *x, const float *g, float s, float *dw, int64_t n, accel_dtype xdt);
 /* The fast paths of the swiglu kernels (core/kernels.h): contiguous
  * operands of f32, bf16 or f16 each. */
 void accel__cpu_swiglu(const accel_k_swiglu *k);

@@ -68,6 +68,16 @@
     /* attention_rows.c */                                                                     \
     X(accel__cpu_softmax_row, (float *row, int64_t n), (row, n))                               \
     X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))           \
+    /* norm_rows.c */                                                                          \
+    X(accel__cpu_rms_norm_row,                                                                 \
+      (const float *x, const float *w, float *y, float *rstd, int64_t D, float eps, accel_dtype xdt), \
+      (x, w, y, rstd, D, eps, xdt))                                                            \
+    X(accel__cpu_rms_norm_dx_row,                                                              \
+      (const float *x, const float *g, const float *w, float s, float *dx, float beta, int64_t D), \
+      (x, g, w, s, dx, beta, D))                                                               \
+    X(accel__cpu_rms_norm_dw_row,                                                              \
+      (const float *x, const float *g, float s, float *dw, int64_t n, accel_dtype xdt),        \
+      (x, g, s, dw, n, xdt))                                                                   \
     /* optim_update.c */                                                                       \
     X(accel__cpu_adam_update,                                                                  \
       (const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n),    \

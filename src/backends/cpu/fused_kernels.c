@@ -3,7 +3,8 @@
  * bf16 weight, SwiGLU forward and backward, RoPE, and the cross-entropy rows
  * with their gradient. They work on blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
  * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
- * the result is rounded once into its dtype. */
+ * the result is rounded once into its dtype (RoPE's f32 output and the
+ * all-f32 SwiGLU forward are written in place, in one pass). */
 #include <omp.h>
 #include <string.h>
 #ifdef __F16C__
@@ -169,11 +170,25 @@ ACCEL__VEC_MATH static void silu_block(const float *x, float *s, int64_t n) {
     for (int64_t i = 0; i < n; i++) s[i] = x[i] * (1.0f / (1.0f + accel__expf(-x[i])));
 }
 
+/* out = silu(x) * u in one pass, all f32 (the same operations as
+ * silu_block then the product). */
+ACCEL__VEC_MATH static void swiglu_f32_block(const float *x, const float *u, float *out, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * (1.0f / (1.0f + accel__expf(-x[i]))) * u[i];
+}
+
 void accel__cpu_swiglu(const accel_k_swiglu *k) {
     const accel_tensor *gate = k->gate, *up = k->up, *out = k->out;
     int64_t n = accel_numel(out), nb = (n + BLOCK - 1) / BLOCK;
+    bool f32 = gate->dtype == ACCEL_F32 && up->dtype == ACCEL_F32 && out->dtype == ACCEL_F32;
 #pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
+        if (f32) {
+            int64_t off = b * BLOCK;
+            swiglu_f32_block((const float *)gate->data + off, (const float *)up->data + off, (float *)out->data + off,
+                             off + BLOCK < n ? BLOCK : n - off);
+            continue;
+        }
         float bx[BLOCK], bu[BLOCK], y[BLOCK];
         int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
         const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
@@ -230,22 +245,35 @@ void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
 
 /* ---- RoPE */
 
-/* o1 = x1 c - x2 s, o2 = x2 c + x1 s with s = sign * sin: one block of a row's halves. */
+/* o1 (+)= x1 c - x2 s, o2 (+)= x2 c + x1 s with s = sign * sin (beta 0: =,
+ * else +=): one block of a row's halves. */
 ACCEL__VEC_MATH static void rotate_block(const float *x1, const float *x2, const float *c, const float *sn, float sign,
-                                         float *o1, float *o2, int64_t n) {
+                                         float beta, float *o1, float *o2, int64_t n) {
+    if (beta == 0.0f) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float si = sign * sn[i];
-        o1[i] = x1[i] * c[i] - x2[i] * si;
-        o2[i] = x2[i] * c[i] + x1[i] * si;
+        for (int64_t i = 0; i < n; i++) {
+            float si = sign * sn[i];
+            o1[i] = x1[i] * c[i] - x2[i] * si;
+            o2[i] = x2[i] * c[i] + x1[i] * si;
+        }
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            float si = sign * sn[i];
+            o1[i] += x1[i] * c[i] - x2[i] * si;
+            o2[i] += x2[i] * c[i] + x1[i] * si;
+        }
     }
 }
 
+/* An f32 y is written in place; a bf16/f16 one through o1, o2 and
+ * store_block (beta applied there). */
 void accel__cpu_rope(const accel_k_rope *k) {
     const accel_tensor *x = k->x, *y = k->y;
     int64_t H = x->shape[1], T = k->T, half = k->half, D = 2 * half, rows = k->BH * T;
     const float *cs = k->cos->data, *sn = k->sin->data;
     size_t xes = accel_dtype_size(x->dtype), yes = accel_dtype_size(y->dtype);
+    bool direct = y->dtype == ACCEL_F32;
     enum { HB = BLOCK / 2 };
 #pragma omp parallel for if (rows * D > 16384) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
@@ -258,7 +286,12 @@ void accel__cpu_rope(const accel_k_rope *k) {
         for (int64_t i0 = 0; i0 < half; i0 += HB) {
             int64_t m = half - i0 < HB ? half - i0 : HB;
             const float *x1 = f32_view(xr, x->dtype, i0, m, b1), *x2 = f32_view(xr, x->dtype, half + i0, m, b2);
-            rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, o1, o2, m);
+            if (direct) { /* y's row is contiguous in D: rotated straight into it */
+                float *y1 = (float *)yr + i0;
+                rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, k->beta, y1, y1 + half, m);
+                continue;
+            }
+            rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, 0.0f, o1, o2, m);
             store_block(yr, y->dtype, i0, m, o1, k->beta, old);
             store_block(yr, y->dtype, half + i0, m, o2, k->beta, old);
         }

@@ -12,68 +12,25 @@ static inline float round_to(float v, accel_dtype dt) {
     return v;
 }
 
-/* sum of a[j] * b[j] (vectorised: 8 partial sums). */
-static inline float dot_f32(const float *a, const float *b, int64_t n) {
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t j = 0; j < n; j++) acc += a[j] * b[j];
-    return acc;
-}
-
-/* y[r] = w * round(x[r] * rstd[r]); rstd[r] = 1/sqrt(mean(x^2) + eps). */
-static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64_t R, int64_t D,
-                    float eps, accel_dtype xdt, bool ref) {
-#pragma omp parallel for if (!ref && R * D > 16384) schedule(static)
+/* y[r] = w * round(x[r] * rstd[r]); rstd[r] = 1/sqrt(mean(x^2) + eps): the
+ * rows of norm_rows.c, or the reference (mean(x^2) in double). */
+static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64_t R, int64_t D, float eps,
+                    accel_dtype xdt, bool ref) {
+    if (!ref) {
+#pragma omp parallel for if (R * D > 16384) schedule(static)
+        for (int64_t r = 0; r < R; r++) accel__cpu_rms_norm_row(x + r * D, w, y + r * D, rstd + r, D, eps, xdt);
+        return;
+    }
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * D;
-        float *yr = y + r * D;
-        float s;
-        if (ref) {
-            double acc = 0.0;
-            for (int64_t j = 0; j < D; j++) acc += (double)xr[j] * xr[j];
-            s = (float)(1.0 / sqrt(acc / (double)D + eps));
-        } else {
-            s = 1.0f / sqrtf(dot_f32(xr, xr, D) / (float)D + eps);
-        }
+        double acc = 0.0;
+        for (int64_t j = 0; j < D; j++) acc += (double)xr[j] * xr[j];
+        float s = (float)(1.0 / sqrt(acc / (double)D + eps));
         rstd[r] = s;
-        if (xdt == ACCEL_F32 && w) { /* the common case, vectorised */
-#pragma omp simd
-            for (int64_t j = 0; j < D; j++) yr[j] = w[j] * (xr[j] * s);
-            continue;
-        }
         for (int64_t j = 0; j < D; j++) {
             float v = round_to(xr[j] * s, xdt);
-            yr[j] = w ? w[j] * v : v;
+            y[r * D + j] = w ? w[j] * v : v;
         }
-    }
-}
-
-/* dx[r] (+)= s (gw - x s mean(gw x s)) with gw = g * w, one row. */
-static void rms_dx_row(const float *xr, const float *gr, const float *w, float s, float *d, float beta, int64_t D,
-                       float *tmp) {
-    const float *gw = gr;
-    if (w) {
-#pragma omp simd
-        for (int64_t j = 0; j < D; j++) tmp[j] = gr[j] * w[j];
-        gw = tmp;
-    }
-    float c = s * s * dot_f32(gw, xr, D) / (float)D;
-    if (beta == 0.0f) {
-#pragma omp simd
-        for (int64_t j = 0; j < D; j++) d[j] = s * gw[j] - xr[j] * (s * c);
-    } else {
-#pragma omp simd
-        for (int64_t j = 0; j < D; j++) d[j] += s * gw[j] - xr[j] * (s * c);
-    }
-}
-
-/* dw[j] += g[j] * round(x[j] * s), one row. */
-static void rms_dw_row(const float *xr, const float *gr, float s, float *dw, int64_t D, accel_dtype xdt) {
-    if (xdt == ACCEL_F32) {
-#pragma omp simd
-        for (int64_t j = 0; j < D; j++) dw[j] += gr[j] * (xr[j] * s);
-    } else {
-        for (int64_t j = 0; j < D; j++) dw[j] += gr[j] * round_to(xr[j] * s, xdt);
     }
 }
 
@@ -92,36 +49,57 @@ static int64_t rms_row_blocks(int64_t R) {
     return nb < 1 ? 1 : nb > 64 ? 64 : nb;
 }
 
+/* The weight gradient of R <= 64 rows (one block) with the threads on
+ * column slices [c0, c1) (multiples of 16 floats), the rows added in order
+ * as the one block adds them; dx by rows before it. */
+static void rms_backward_few_rows(const accel_k_rms_norm_backward *k, int nt) {
+    int64_t R = k->R, D = k->D;
+    const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data, *w = k->w ? k->w->data : NULL;
+    float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
+#pragma omp parallel num_threads(nt)
+    {
+        if (dx) {
+#pragma omp for schedule(static) nowait
+            for (int64_t r = 0; r < R; r++)
+                accel__cpu_rms_norm_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D);
+        }
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16, c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
+        for (int64_t r = 0; r < R && dw && c0 < c1; r++)
+            accel__cpu_rms_norm_dw_row(x + r * D + c0, g + r * D + c0, rstd[r], dw + c0, c1 - c0, k->x_dt);
+    }
+}
+
 /* One pass over x and g: the threads take blocks of rows, write their dx and
  * add their weight gradient into the block's partial (the rows are in L1 for
- * both); the partials are then summed into dw by column blocks. */
+ * both); the partials are then summed into dw by column blocks. With one
+ * block (R <= 64) and more than one thread, rms_backward_few_rows instead. */
 accel_status accel__cpuk_rms_norm_backward(accel_k_rms_norm_backward *k) {
     int64_t R = k->R, D = k->D, nb = rms_row_blocks(R);
     const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data;
     const float *w = k->w ? k->w->data : NULL;
     float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
     int nt = R * D > 16384 ? accel_num_threads() : 1;
-    /* D floats of g * w per thread, then D floats of dw partial per block
-     * (one block adds into dw itself); freed on return */
-    size_t n_tmp = dx && w ? (size_t)nt : 0, n_part = dw && nb > 1 ? (size_t)nb : 0;
+    if (nb == 1 && nt > 1) {
+        rms_backward_few_rows(k, nt);
+        return ACCEL_OK;
+    }
+    /* D floats of dw partial per block (one block adds into dw itself); freed on return */
+    size_t n_part = dw && nb > 1 ? (size_t)nb : 0;
     accel_arena *arena = accel_step_arena();
     accel_arena_mark mark = accel_arena_mark_now(arena);
-    float *scratch = n_tmp + n_part
-                         ? accel_arena_alloc(arena, (n_tmp + n_part) * (size_t)D * sizeof(float), 64)
-                         : NULL;
-    if (n_tmp + n_part && !scratch) return accel_last_status();
-    float *part = scratch ? scratch + n_tmp * (size_t)D : NULL;
+    float *part = n_part ? accel_arena_alloc(arena, n_part * (size_t)D * sizeof(float), 64) : NULL;
+    if (n_part && !part) return accel_last_status();
 #pragma omp parallel num_threads(nt)
     {
-        float *tmp = n_tmp ? scratch + (size_t)omp_get_thread_num() * (size_t)D : NULL;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < nb; b++) {
             float *pdw = !dw ? NULL : nb == 1 ? dw : part + b * D;
             if (pdw && pdw != dw)
                 for (int64_t j = 0; j < D; j++) pdw[j] = 0.0f;
             for (int64_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
-                if (dx) rms_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D, tmp);
-                if (pdw) rms_dw_row(x + r * D, g + r * D, rstd[r], pdw, D, k->x_dt);
+                if (dx) accel__cpu_rms_norm_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D);
+                if (pdw) accel__cpu_rms_norm_dw_row(x + r * D, g + r * D, rstd[r], pdw, D, k->x_dt);
             }
         }
         if (n_part) { /* after the for's barrier: every partial is written */
