@@ -195,8 +195,9 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
     if (p < 0) return "an entry names a provider this build does not know (a newer build's?)";
     if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())
         return "an entry names a oneDNN provider (dnnl, dnnl_rows or dnnl_f32) and this build has no oneDNN";
-    int op = op_of_name(json_string_value(json_object_get(e, "op")));
-    if (op < 0) return "a malformed entry";
+    json_t *opj = json_object_get(e, "op");
+    int op = opj && !json_is_string(opj) ? -1 : op_of_name(json_string_value(opj));
+    if (op < 0 || (r && op != ACCEL__GEMM_OP_GEMM)) return "a malformed entry"; /* rows: a GEMM's only */
     ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads,
                                 (int)r, op};
     ch->provider = p;
@@ -206,6 +207,15 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
         if (json_is_number(s) && json_number_value(s) > 0) ch->seconds[q] = json_number_value(s);
     }
     return NULL;
+}
+
+/* Whether two of the n choices are of one class (a hand-edited file: which
+ * is meant?). */
+static bool class_twice(const choice *c, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (!memcmp(&c[i].c, &c[j].c, sizeof c[i].c)) return true;
+    return false;
 }
 
 /* The choices of the file's JSON j into out[*n] (at most max) as choices of
@@ -224,7 +234,7 @@ static const char *table_parse(json_t *j, const char *key, int threads, choice *
         if (why) return why;
         ++*n;
     }
-    return NULL;
+    return class_twice(out, *n) ? "a class given twice" : NULL;
 }
 
 /* The table's choices of `threads` threads with their key, as the file
@@ -334,6 +344,9 @@ static const char *bundle_parse(json_t *j, choice *out, int *n) {
         json_t *t = json_array_get(tables, i), *th = json_object_get(t, "threads");
         if (!json_is_integer(th) || json_integer_value(th) < 1 || json_integer_value(th) > 1 << 16)
             return "a table without its \"threads\"";
+        for (size_t k = 0; k < i; k++)
+            if (json_equal(json_object_get(json_array_get(tables, k), "threads"), th))
+                return "a thread count's table given twice";
         int got;
         const char *why = table_parse(t, NULL, (int)json_integer_value(th), out + *n, MAX_CHOICES - *n, &got);
         if (why) return why;
