@@ -1,7 +1,8 @@
 /* The GEMM choice file (src/backends/cpu/gemm_choice.c) as an unlucky user
  * or an adversary leaves it: hand-edited (a class given twice, an "op" that
  * is no string, "rows" on an attention tile class, a bundle holding one
- * thread count twice), so full that `accel env` lists 256 classes, or
+ * thread count twice), so full that `accel env` lists 256 classes, its
+ * directory's name too long to keep, or
  * naming a tile class far beyond any machine's memory that `accel env
  * --measure-gemm` would time. Each is refused naming the problem, or runs
  * without a crash. Fake timings (accel__gemm_choice_set_timer) except
@@ -152,6 +153,23 @@ static void test_env_full_table(void) {
     while (cache_file(path, sizeof path)) CHECK(unlink(path) == 0);
 }
 
+/* ACCEL_GEMM_CACHE longer than the table keeps (1023 bytes): not cut to
+ * another directory's name (it was, and the file written there), but
+ * named in a warning and the choices kept in memory. */
+static void test_cache_dir_too_long(void) {
+    char dir[1400];
+    int n = snprintf(dir, sizeof dir, "%s", g_dir);
+    while (n < 1200) n += snprintf(dir + n, sizeof dir - (size_t)n, "/%0200d", 0);
+    setenv("ACCEL_GEMM_CACHE", dir, 1);
+    accel__gemm_choice_reset();
+    g_calls = 0;
+    CHECK(choose(11, 10, 9) == OB && g_calls == 2);
+    char buf[512], cmd[400];
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), "measured, not cached (");
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s -name 'gemm-*.json')\"", g_dir);
+    CHECK_MSG(system(cmd) == 0, "a choice file was written under a cut name");
+}
+
 /* A tile class whose batch no memory holds (2^40 keys of 2^40 dims, from a
  * hand-edited file that `accel env --measure-gemm` times again): timed on
  * the real timer, it is refused naming the sizes, not multiplied out of
@@ -176,8 +194,11 @@ int main(void) {
     RUN(test_malformed_entries);
     RUN(test_bundle_thread_count_twice);
     RUN(test_env_full_table);
+    RUN(test_cache_dir_too_long);
     RUN(test_tiles_beyond_memory);
-    rmdir(g_dir);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    CHECK(system(cmd) == 0);
     accel__gemm_choice_set_timer(NULL, NULL);
     return check_summary();
 }

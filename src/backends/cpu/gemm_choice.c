@@ -101,11 +101,17 @@ static void env_read(void) {
      * else take the rule. */
     if (accel_process_count() > 1) g_measure_env = 0;
     const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n = 0;
     if (d && (!strcmp(d, "off") || !strcmp(d, "0") || !*d)) g_dir[0] = 0;
-    else if (d) snprintf(g_dir, sizeof g_dir, "%s", d);
-    else if (xdg && *xdg) snprintf(g_dir, sizeof g_dir, "%s/accel", xdg);
-    else if (home && *home) snprintf(g_dir, sizeof g_dir, "%s/.cache/accel", home);
+    else if (d) n = snprintf(g_dir, sizeof g_dir, "%s", d);
+    else if (xdg && *xdg) n = snprintf(g_dir, sizeof g_dir, "%s/accel", xdg);
+    else if (home && *home) n = snprintf(g_dir, sizeof g_dir, "%s/.cache/accel", home);
     else g_dir[0] = 0;
+    if (n >= (int)sizeof g_dir) { /* cut, it would name another directory */
+        fprintf(stderr, "accel: warning: the GEMM choice cache directory %.60s... is longer than %d bytes; the "
+                        "choices live in memory only\n", g_dir, (int)sizeof g_dir - 1);
+        g_dir[0] = 0;
+    }
 }
 
 bool accel__gemm_measure_off(void) {
@@ -577,7 +583,8 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
                                           "checkpoint's\n", g_n)
             : cache_path(threads, path, sizeof path)
                 ? snprintf(buf, size, "GEMM choices: %d measured, cached in %s\n", g_n, path)
-                : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off or no HOME)\n", g_n);
+                : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off, no HOME, or a "
+                                           "directory name too long)\n", g_n);
     used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
     for (int i = 0; i < g_n && used + 1 < size; i++) {
         const choice *ch = &g_table[i];
