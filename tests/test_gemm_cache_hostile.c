@@ -7,6 +7,7 @@
  * --measure-gemm` would time. Each is refused naming the problem, or runs
  * without a crash. Fake timings (accel__gemm_choice_set_timer) except
  * where the timing itself is under test. */
+#include <glob.h>
 #include <jansson.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -51,12 +52,12 @@ static int choose(int a, int b, int c) { return choose_as(a, b, c, true); }
 
 /* The file of this process's thread count (the only one in g_dir). */
 static bool cache_file(char *out, size_t n) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "ls %s/gemm-*.json 2>/dev/null | head -1", g_dir);
-    FILE *p = popen(cmd, "r");
+    char pattern[300];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/gemm-*.json", g_dir);
     out[0] = 0;
-    if (p && fgets(out, (int)n, p)) out[strcspn(out, "\n")] = 0;
-    if (p) pclose(p);
+    if (glob(pattern, 0, NULL, &g) == 0) snprintf(out, n, "%s", g.gl_pathv[0]);
+    globfree(&g);
     return out[0] != 0;
 }
 
