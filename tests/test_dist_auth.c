@@ -14,6 +14,7 @@
  *     within the grace (a process of another job on our port must not fail
  *     this one) or has claimed its number (however late it then is);
  *     ACCEL_DIST_REFUSED_FAIL_FAST=0 names it only at the timeout;
+ *   - "lost" and "refused/<rank>" are written by the store alone;
  *   - a "store" that cannot prove the secret back is refused by the client.
  * Loopback only. */
 #include <arpa/inet.h>
@@ -317,6 +318,74 @@ static void test_refused_listed_when_store_full(void) {
     accel__store_close(server);
 }
 
+/* A client of this test's own making (the secret proven by hand, as rank
+ * `rank`) SETs key to val: true when the store drops it for that, without
+ * the reply a SET gets. */
+static bool raw_set_dropped(int port, int32_t rank, const char *key, const char *val) {
+    int fd = connect_loopback(port);
+    uint8_t challenge[ACCEL__CHALLENGE_LEN], nc[ACCEL__NONCE_LEN] = {7}, hello[4 + 4 + ACCEL__NONCE_LEN + ACCEL__MAC_LEN];
+    uint8_t answer[1 + ACCEL__MAC_LEN], reply;
+    bool ok = fd >= 0 && recv(fd, challenge, sizeof challenge, MSG_WAITALL) == (ssize_t)sizeof challenge;
+    memcpy(hello, "ACS2", 4);
+    memcpy(hello + 4, &rank, 4);
+    memcpy(hello + 8, nc, sizeof nc);
+    accel__auth_mac(SECRET, "accel store client", challenge + 4, nc, &rank, 4, hello + 8 + ACCEL__NONCE_LEN);
+    ok = ok && send(fd, hello, sizeof hello, MSG_NOSIGNAL) == (ssize_t)sizeof hello &&
+         recv(fd, answer, sizeof answer, MSG_WAITALL) == (ssize_t)sizeof answer && answer[0] == 1;
+    char req[512];
+    uint8_t op = 1;
+    uint32_t klen = (uint32_t)strlen(key);
+    uint64_t vlen = strlen(val);
+    memcpy(req, &op, 1);
+    memcpy(req + 1, &klen, 4);
+    memcpy(req + 5, key, klen);
+    memcpy(req + 5 + klen, &vlen, 8);
+    memcpy(req + 13 + klen, val, vlen);
+    ok = ok && send(fd, req, 13 + klen + vlen, MSG_NOSIGNAL) == (ssize_t)(13 + klen + vlen);
+    bool dropped = ok && recv(fd, &reply, 1, 0) <= 0;
+    if (fd >= 0) close(fd);
+    return dropped;
+}
+
+/* "lost" and "refused/<rank>" are the store's own records: a client's SET
+ * or ADD of them is refused (by the client library naming the key; by the
+ * store, from any other client, by dropping the connection), so the list the
+ * store parses is always its own. A client-written "lost" (empty, or ranks
+ * run together with no terminator) made the store's next refusal copy
+ * SIZE_MAX bytes, and a gone rank's return rewrite it past its end. */
+static void test_lost_list_is_the_stores(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 10);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    accel__store *client = accel__store_open("127.0.0.1", port, false, SECRET, 1, 5);
+    CHECK(client != NULL);
+    const char *forged[] = {"", "g5r1r1r1r1r1r1r1r1r1"};
+    for (int i = 0; client && i < 2; i++) {
+        CHECK(accel__store_set(client, "lost", forged[i], strlen(forged[i])) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "'lost' is the store's own");
+        accel_clear_error();
+    }
+    CHECK(client && accel__store_add(client, "refused/7", 1, NULL) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    /* the store refuses them from a client that does not check */
+    for (int i = 0; i < 2; i++) CHECK_MSG(raw_set_dropped(port, 2, "lost", forged[i]), "forged list %d kept", i);
+    /* what the store then parses: its list of the dropped rank 2 ("g2 "),
+     * a refusal added, rank 2 back (taken off) */
+    CHECK(accel__store_open("127.0.0.1", port, false, "another-secret", 3, 5) == NULL);
+    accel_clear_error();
+    accel__store *two = accel__store_open("127.0.0.1", port, false, SECRET, 2, 5);
+    CHECK(two != NULL);
+    void *v = NULL;
+    size_t len = 0;
+    CHECK_MSG(client && accel__store_get(client, "lost", &v, &len) == ACCEL_OK && v && len == 4 &&
+                  !memcmp(v, "r3 ", 4), "lost: '%.*s'", (int)len, v ? (char *)v : "");
+    free(v);
+    accel__store_close(two);
+    accel__store_close(client);
+    accel__store_close(server);
+}
+
 /* A wrong-secret machine's ranks 2 and 3: only rank 3 reached the store (and
  * was refused) before its launcher killed rank 2, which never connects. The
  * wait, stuck on rank 2, must still fail on rank 3's refusal, not wait out
@@ -447,6 +516,7 @@ int main(void) {
     RUN(test_captured_session_is_useless);
     RUN(test_strangers_are_refused);
     RUN(test_refused_listed_when_store_full);
+    RUN(test_lost_list_is_the_stores);
     RUN(test_refused_rank_above_a_missing_one);
     RUN(test_refused_rank_that_arrives);
     RUN(test_refused_rank_that_claims_then_is_slow);

@@ -65,7 +65,9 @@ static void test_classification(void) {
 }
 
 /* `accel env`'s line for a fallback core, this CPU's own, one accel does
- * not know, and a core the user forced. */
+ * not know, a core the user forced, and an OPENBLAS_CORETYPE OpenBLAS did
+ * not take (empty, a trailing space, no core's name: OpenBLAS warns "Core
+ * not found" and picks one itself; the line said "OPENBLAS_CORETYPE set"). */
 static void test_describe(void) {
     char buf[512];
     accel__cpu_vector_level cpu = accel__cpu_vector_level_get();
@@ -86,14 +88,28 @@ static void test_describe(void) {
         CHECK_STR_CONTAINS(buf, want);
         setenv("OPENBLAS_CORETYPE", "prescott", 1);
         accel__openblas_core_describe(buf, sizeof buf);
-        CHECK_STR_CONTAINS(buf, "OPENBLAS_CORETYPE=prescott is set");
+        CHECK_STR_CONTAINS(buf, "OPENBLAS_CORETYPE=prescott is set;");
         CHECK_STR_CONTAINS(buf, want);
+        /* a name OpenBLAS did not take (its core is another): not said to be in force */
+        const char *ignored[] = {"SkylakeX ", "", "Bogus"};
+        for (int i = 0; i < 3; i++) {
+            setenv("OPENBLAS_CORETYPE", ignored[i], 1);
+            char said[120];
+            snprintf(said, sizeof said, "OPENBLAS_CORETYPE=\"%s\" is set but not taken", ignored[i]);
+            CHECK_STR_CONTAINS(accel__openblas_core_describe(buf, sizeof buf), said);
+            CHECK_STR_CONTAINS(buf, want);
+        }
         unsetenv("OPENBLAS_CORETYPE");
         char gemm[2048];
         accel__gemm_describe(gemm, sizeof gemm);
         if (dnnl_f32())
             CHECK_STR_CONTAINS(gemm, "OpenBLAS runs a core below this CPU");
     }
+    accel__openblas_test_core(own); /* this CPU's own core, another forced (e.g. OpenBLAS's fallback for it) */
+    setenv("OPENBLAS_CORETYPE", "Katmai!", 1);
+    CHECK_STR_CONTAINS(accel__openblas_core_describe(buf, sizeof buf), "as this CPU; OPENBLAS_CORETYPE=\"Katmai!\" is set "
+                                                                       "but not taken");
+    unsetenv("OPENBLAS_CORETYPE");
     CHECK(accel__openblas_core_describe(NULL, 4) == NULL);
     accel__openblas_test_core(NULL);
 }

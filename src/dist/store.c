@@ -296,6 +296,10 @@ static bool list_rank(accel__store *s, char tag, int32_t rank) {
     return true;
 }
 
+/* Whether key is one of the records above, which the store alone writes:
+ * the list it parses must be its own ("r3 g1 ", NUL-terminated). */
+static bool store_record(const char *key) { return !strcmp(key, "lost") || !strncmp(key, "refused/", 8); }
+
 /* The record above; the list first, whenever the rank is absent from it: a
  * rank whose address could not be stored is still listed (once, however
  * often it is refused). */
@@ -378,6 +382,7 @@ static bool serve_request(accel__store *s, conn *c) {
     key[klen] = 0;
     memcpy(&vlen, c->in + 5 + klen, 8);
     const char *val = c->in + 13 + klen;
+    if (op != OP_GET && store_record(key)) return false; /* a client that skipped the library's check */
     if (op == OP_SET) {
         void *v = accel_malloc(vlen ? vlen : 1);
         if (!v) return false;
@@ -745,6 +750,9 @@ static accel_status request(accel__store *s, uint8_t op, const char *key, const 
     uint64_t vlen = len;
     if (klen > STORE_MAX_KEY || len > STORE_MAX_VAL)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel store: key or value too large ('%s')", key);
+    if (op != OP_GET && store_record(key))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel store: '%s' is the store's own record (of refused "
+                               "and gone ranks): no client writes it", key);
     if (!write_all(s->fd, &op, 1) || !write_all(s->fd, &klen, 4) || !write_all(s->fd, key, klen) ||
         !write_all(s->fd, &vlen, 8) || (len && !write_all(s->fd, val, len)))
         return accel_set_error(ACCEL_ERR_DIST, "accel store: lost the connection to rank 0 (%s)", strerror(errno));

@@ -29,9 +29,12 @@ bool accel__ckpt_fault(const char *step);
 #endif
 
 /* Atomic file writer: bytes go to "<path>.tmp"; commit fsyncs and renames it
- * over path; abort removes it. Errors name the path. */
+ * over path; abort removes it. Errors name the path. One writer of a path at
+ * a time, across processes: open waits for another's commit or abort (an
+ * flock on the tmp, held through the rename). */
 typedef struct accel__afile {
     int fd;
+    int lock; /* the tmp opened again, holding the flock */
     char *path;
     char *tmp;
 } accel__afile;

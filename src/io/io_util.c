@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,8 +11,28 @@
 #include "core/host_stage.h"
 #include "io/io_internal.h"
 
+/* fd, opened on "<path>.tmp", locked for this writer alone: another
+ * process writing path at once (two runs sharing a GEMM choice cache) would
+ * truncate and write the same file under us and rename it before we do. The
+ * lock is held through the rename (or the unlink), so a file renamed or
+ * removed while we waited is no longer the tmp: opened again. -1 with errno
+ * when it cannot be opened; unlocked where the file system has no locks. */
+static int lock_tmp(const char *tmp) {
+    for (;;) {
+        int fd = open(tmp, O_RDONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+        if (fd < 0) return -1;
+        int r;
+        while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
+        struct stat held, now;
+        if (r != 0 || (fstat(fd, &held) == 0 && stat(tmp, &now) == 0 && held.st_dev == now.st_dev &&
+                       held.st_ino == now.st_ino))
+            return fd;
+        close(fd);
+    }
+}
+
 accel_status accel__afile_open(accel__afile *f, const char *path) {
-    f->fd = -1;
+    f->fd = f->lock = -1;
     size_t n = strlen(path);
     f->path = accel_strdup(path);
     f->tmp = accel_malloc(n + 5);
@@ -23,9 +44,12 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     }
     memcpy(f->tmp, path, n);
     memcpy(f->tmp + n, ".tmp", 5);
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->lock = lock_tmp(f->tmp);
+    if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (f->fd < 0) {
         accel_status st = accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
+        if (f->lock >= 0) close(f->lock);
+        f->lock = -1;
         accel_free(f->path);
         accel_free(f->tmp);
         f->path = f->tmp = NULL;
@@ -52,7 +76,8 @@ accel_status accel__afile_write(accel__afile *f, const void *p, size_t n) {
 
 static void afile_release(accel__afile *f) {
     if (f->fd >= 0) close(f->fd);
-    f->fd = -1;
+    if (f->lock >= 0) close(f->lock); /* the next writer's turn */
+    f->fd = f->lock = -1;
     accel_free(f->path);
     accel_free(f->tmp);
     f->path = f->tmp = NULL;

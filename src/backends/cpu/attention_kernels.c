@@ -289,7 +289,19 @@ static bool batch_run(void *ctx, int p) {
  * again), OpenBLAS for ragged blocks; -1 with the error set. */
 static int tiles_provider(accel_dtype dt, const accel_k_sdpa_dims *d, bool force) {
     if (d->Tq <= 0 || d->Tk <= 0 || d->Tq % QB || d->Tk % QB) return ACCEL__GEMM_PROVIDER_OPENBLAS;
-    tile_batch b = {dt, d->Tk < WINDOW_KEYS ? d->Tk : WINDOW_KEYS, d->D, d->Dv, accel_num_threads(), NULL};
+    int64_t keys = d->Tk < WINDOW_KEYS ? d->Tk : WINDOW_KEYS;
+    tile_batch b = {dt, keys, d->D, d->Dv, accel_num_threads(), NULL};
+    /* batch_floats in double: a tile class of a hand-edited cache file
+     * (`accel env --measure-gemm`) can name dims whose batch no address
+     * space holds (2^47 bytes: x86-64's), where the int64 sizes overflow */
+    double floats = 2.0 * (((double)QB + (double)keys) * ((double)d->D + (double)d->Dv) + (double)QB * (double)keys);
+    if (floats * b.nt * sizeof(float) > 0x1p47) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "attention tiles of %lld keys (timed on %lld), head dims %lld and %lld: their timing batch "
+                        "(%d threads) fits in no memory",
+                        (long long)d->Tk, (long long)keys, (long long)d->D, (long long)d->Dv, b.nt);
+        return -1;
+    }
     int p = accel__gemm_tiles_provider(dt, QB, d->Tk, d->D, force, batch_run, &b);
     accel_free(b.mem);
     return p;

@@ -104,11 +104,17 @@ static void env_read(void) {
      * else take the rule. */
     if (accel_process_count() > 1) g_measure_env = 0;
     const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n = 0;
     if (d && (!strcmp(d, "off") || !strcmp(d, "0") || !*d)) g_dir[0] = 0;
-    else if (d) snprintf(g_dir, sizeof g_dir, "%s", d);
-    else if (xdg && *xdg) snprintf(g_dir, sizeof g_dir, "%s/accel", xdg);
-    else if (home && *home) snprintf(g_dir, sizeof g_dir, "%s/.cache/accel", home);
+    else if (d) n = snprintf(g_dir, sizeof g_dir, "%s", d);
+    else if (xdg && *xdg) n = snprintf(g_dir, sizeof g_dir, "%s/accel", xdg);
+    else if (home && *home) n = snprintf(g_dir, sizeof g_dir, "%s/.cache/accel", home);
     else g_dir[0] = 0;
+    if (n >= (int)sizeof g_dir) { /* cut, it would name another directory */
+        fprintf(stderr, "accel: warning: the GEMM choice cache directory %.60s... is longer than %d bytes; the "
+                        "choices live in memory only\n", g_dir, (int)sizeof g_dir - 1);
+        g_dir[0] = 0;
+    }
 }
 
 bool accel__gemm_measure_off(void) {
@@ -198,8 +204,9 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
     if (p < 0) return "an entry names a provider this build does not know (a newer build's?)";
     if (accel__gemm_is_dnnl(p) && !accel__gemm_have_dnnl())
         return "an entry names a oneDNN provider (dnnl, dnnl_rows or dnnl_f32) and this build has no oneDNN";
-    int op = op_of_name(json_string_value(json_object_get(e, "op")));
-    if (op < 0) return "a malformed entry";
+    json_t *opj = json_object_get(e, "op");
+    int op = opj && !json_is_string(opj) ? -1 : op_of_name(json_string_value(opj));
+    if (op < 0 || (r && op != ACCEL__GEMM_OP_GEMM)) return "a malformed entry"; /* rows: a GEMM's only */
     ch->c = (accel__gemm_class){dt_index(dt_of(d)), tr[0] == 'T', tr[1] == 'T', (int)lm, (int)ln, (int)lk, threads,
                                 (int)r, op};
     ch->provider = p;
@@ -209,6 +216,15 @@ static const char *entry_parse(json_t *e, int threads, choice *ch) {
         if (json_is_number(s) && json_number_value(s) > 0) ch->seconds[q] = json_number_value(s);
     }
     return NULL;
+}
+
+/* Whether two of the n choices are of one class (a hand-edited file: which
+ * is meant?). */
+static bool class_twice(const choice *c, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (!memcmp(&c[i].c, &c[j].c, sizeof c[i].c)) return true;
+    return false;
 }
 
 /* The choices of the file's JSON j into out[*n] (at most max) as choices of
@@ -227,7 +243,7 @@ static const char *table_parse(json_t *j, const char *key, int threads, choice *
         if (why) return why;
         ++*n;
     }
-    return NULL;
+    return class_twice(out, *n) ? "a class given twice" : NULL;
 }
 
 /* The table's choices of `threads` threads with their key, as the file
@@ -337,6 +353,9 @@ static const char *bundle_parse(json_t *j, choice *out, int *n) {
         json_t *t = json_array_get(tables, i), *th = json_object_get(t, "threads");
         if (!json_is_integer(th) || json_integer_value(th) < 1 || json_integer_value(th) > 1 << 16)
             return "a table without its \"threads\"";
+        for (size_t k = 0; k < i; k++)
+            if (json_equal(json_object_get(json_array_get(tables, k), "threads"), th))
+                return "a thread count's table given twice";
         int got;
         const char *why = table_parse(t, NULL, (int)json_integer_value(th), out + *n, MAX_CHOICES - *n, &got);
         if (why) return why;
@@ -600,7 +619,8 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
                                           "checkpoint's\n", g_n)
             : cache_path(threads, path, sizeof path)
                 ? snprintf(buf, size, "GEMM choices: %d measured, cached in %s\n", g_n, path)
-                : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off or no HOME)\n", g_n);
+                : snprintf(buf, size, "GEMM choices: %d measured, not cached (ACCEL_GEMM_CACHE=off, no HOME, or a "
+                                           "directory name too long)\n", g_n);
     used = w > 0 && (size_t)w < size ? (size_t)w : size - 1;
     for (int i = 0; i < g_n && used + 1 < size; i++) {
         const choice *ch = &g_table[i];

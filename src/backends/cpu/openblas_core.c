@@ -70,18 +70,24 @@ const char *accel__openblas_core_describe(char *buf, size_t size) {
     int level = accel__openblas_core_level(name);
     accel__cpu_vector_level cpu = accel__cpu_vector_level_get();
     const char *best = accel__openblas_core_for(cpu);
+    /* OPENBLAS_CORETYPE as OpenBLAS read it: any value set counts, empty
+     * included; one that is not the core running (case aside: OpenBLAS's
+     * own compare) was not taken, e.g. "SkylakeX " or a core the build lacks */
+    char how[200] = "";
+    if (forced && strcasecmp(forced, name))
+        snprintf(how, sizeof how, "OPENBLAS_CORETYPE=\"%.40s\" is set but not taken (no core of this OpenBLAS by that "
+                                  "name)", forced);
+    else if (forced)
+        snprintf(how, sizeof how, "OPENBLAS_CORETYPE=%s is set", forced);
     if (level < 0)
-        snprintf(buf, size, "BLAS core: %s (a core accel does not classify)", name);
+        snprintf(buf, size, "BLAS core: %s (a core accel does not classify%s%s)", name, *how ? "; " : "", how);
     else if (level >= (int)cpu)
-        snprintf(buf, size, "BLAS core: %s (%s kernels, as this CPU%s)", name, LEVEL_NAMES[level],
-                 forced && *forced ? "; OPENBLAS_CORETYPE set" : "");
-    else if (forced && *forced)
-        snprintf(buf, size, "BLAS core: %s (%s kernels, below this CPU's %s: OPENBLAS_CORETYPE=%s is set; its %s "
-                            "kernels run with OPENBLAS_CORETYPE=%s)",
-                 name, LEVEL_NAMES[level], LEVEL_NAMES[cpu], forced, LEVEL_NAMES[cpu], best);
+        snprintf(buf, size, "BLAS core: %s (%s kernels, as this CPU%s%s)", name, LEVEL_NAMES[level], *how ? "; " : "",
+                 how);
     else
-        snprintf(buf, size, "BLAS core: %s (%s kernels, below this CPU's %s: OpenBLAS does not know this CPU; its %s "
-                            "kernels run with OPENBLAS_CORETYPE=%s)",
-                 name, LEVEL_NAMES[level], LEVEL_NAMES[cpu], LEVEL_NAMES[cpu], best);
+        snprintf(buf, size, "BLAS core: %s (%s kernels, below this CPU's %s: %s; its %s kernels run with "
+                            "OPENBLAS_CORETYPE=%s)",
+                 name, LEVEL_NAMES[level], LEVEL_NAMES[cpu], *how ? how : "OpenBLAS does not know this CPU",
+                 LEVEL_NAMES[cpu], best);
     return buf;
 }
