@@ -171,10 +171,11 @@ static void test_cache_dir_too_long(void) {
     CHECK_MSG(system(cmd) == 0, "a choice file was written under a cut name");
 }
 
-/* A tile class whose batch no memory holds (2^40 keys of 2^40 dims, from a
+/* A tile class whose batch no memory holds (head dims of 2^40, from a
  * hand-edited file that `accel env --measure-gemm` times again): timed on
  * the real timer, it is refused naming the sizes, not multiplied out of
- * range. */
+ * range. Keys alone never make it so: a class is timed on a window of at
+ * most 2048 keys, so 2^62 keys of one dim are measured like 2048. */
 static void test_tiles_beyond_memory(void) {
     setenv("ACCEL_GEMM_CACHE", "off", 1);
     accel__gemm_choice_reset();
@@ -183,7 +184,7 @@ static void test_tiles_beyond_memory(void) {
     CHECK(accel__cpu_sdpa_measure(ACCEL_F32, 1ll << 40, 1ll << 40) == -1);
     CHECK_STR_CONTAINS(accel_last_error(), "attention tiles");
     accel_clear_error();
-    CHECK(accel__cpu_sdpa_measure(ACCEL_F32, 1ll << 62, 1) == -1);
+    CHECK(accel__cpu_sdpa_measure(ACCEL_F32, 1ll << 62, 1) >= 0);
     accel_clear_error();
     accel__gemm_choice_set_timer(fake_time, NULL);
 }
