@@ -1,6 +1,8 @@
 /* The atomic writer (src/io/io_util.c, accel__afile_*) on what an unlucky
  * user's directory holds at "<path>.tmp": a tmp left by a killed writer is
- * reused (the save succeeds, the file is the new text); a symbolic link to
+ * reused (the save succeeds, the file is the new text), and a writer killed
+ * while holding the tmp's lock holds up the next one only until it dies
+ * (path keeps its old text meanwhile); a symbolic link to
  * the user's file, a hard link to it, or a FIFO is refused by an error
  * naming the tmp, the file it points at untouched and path's old text kept
  * (the writer followed the link and truncated the user's file; a FIFO took
@@ -11,7 +13,10 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -61,6 +66,39 @@ static void test_stale_tmp_reused(void) {
     CHECK(access(tmp, F_OK) != 0);
 }
 
+/* A writer killed -9 mid-write, its lock on the tmp held: the next writer,
+ * already waiting, goes on once the kernel drops the dead writer's lock, and
+ * path kept its old text until then. */
+static void test_killed_writer_mid_write(void) {
+    char path[96], tmp[96], buf[256], err[512];
+    put(at(path, sizeof path, "killed.json"), "{\"v\": 1}");
+    at(tmp, sizeof tmp, "killed.json.tmp");
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t kid = fork();
+    if (kid == 0) { /* the writer: the tmp locked as accel__afile_open locks it, half written */
+        int fd = open(tmp, O_RDWR | O_CREAT, 0644);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(fd, "{\"v\": ", 7) != 7) _exit(1);
+        if (write(ready[1], "x", 1) != 1) _exit(1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    pid_t saver = fork();
+    if (saver == 0) _exit(save(path, err, sizeof err) == ACCEL_OK ? 0 : 1);
+    usleep(200 * 1000); /* the saver waits on the lock meanwhile (or has not got there yet) */
+    CHECK_MSG(!strcmp(text_of(path, buf, sizeof buf), "{\"v\": 1}"), "path now %s", buf);
+    CHECK(kill(kid, SIGKILL) == 0);
+    int st = 0;
+    CHECK(waitpid(kid, &st, 0) == kid);
+    CHECK(waitpid(saver, &st, 0) == saver);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the save after the killed writer failed");
+    CHECK_MSG(strstr(text_of(path, buf, sizeof buf), "\"v\": 2") != NULL, "got %s", buf);
+    close(ready[0]);
+    close(ready[1]);
+}
+
 /* path.tmp made by make (a link to the user's file, or a FIFO): refused,
  * the user's file and path as they were. */
 static void check_refused(const char *what, int (*make)(const char *user, const char *tmp)) {
@@ -108,6 +146,7 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_afile_hostile_%d", (int)getpid());
     CHECK(mkdir(g_dir, 0700) == 0);
     RUN(test_stale_tmp_reused);
+    RUN(test_killed_writer_mid_write);
     RUN(test_tmp_symlink_refused);
     RUN(test_tmp_hardlink_refused);
     RUN(test_tmp_fifo_refused);
