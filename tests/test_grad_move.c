@@ -81,6 +81,35 @@ static void test_add_both_hold(void) {
     accel_step_reset();
 }
 
+/* The branch is a reshape of y = x * c1, and e = x * c3 is recorded between
+ * them: the reshape's backward reads the shared gradient and must copy it
+ * into y's, not hand its elements over (x, the other holder, then adds e's
+ * part into them in place before y's node reads its gradient). */
+static void test_shared_not_passed_on(void) {
+    accel_tensor *p = leaf(0.5f), *c0 = leaf(-2), *c1 = leaf(0.75f), *c2 = leaf(1.5f), *c3 = leaf(-0.25f);
+    accel_tensor *consts[] = {c0, c1, c2, c3};
+    for (int i = 0; i < 4; i++) CHECK(accel_requires_grad_(consts[i], false) == ACCEL_OK);
+    accel_tensor *x = accel_mul(p, c0);
+    accel_tensor *y = accel_mul(x, c1);
+    accel_tensor *e = accel_mul(x, c3);
+    accel_tensor *r = accel_reshape(y, ACCEL_SHAPE(4, 6));
+    CHECK(r && r->grad_fn);
+    accel_tensor *h = accel_add(x, r);
+    CHECK(accel_backward(accel_add(accel_sum_all(accel_mul(h, c2)), accel_sum_all(e))) == ACCEL_OK);
+    float v0[N], v1[N], v2[N], v3[N], want[N];
+    host(c0, v0);
+    host(c1, v1);
+    host(c2, v2);
+    host(c3, v3);
+    for (int i = 0; i < N; i++) {
+        float gx = v2[i] + v3[i];
+        gx += v2[i] * v1[i];
+        want[i] = gx * v0[i];
+    }
+    CHECK_MSG(grad_is(p, want), "p's gradient should be (c2 + c3 + c2 c1) c0");
+    accel_step_reset();
+}
+
 /* x used by a matmul recorded before h = x + b: the matmul's backward, whose
  * GEMM would add into x's gradient in place (beta 1), must stage it while b
  * holds that gradient too. Values exact in float whatever the order. */
@@ -179,6 +208,7 @@ int main(void) {
     RUN(test_add_one_takes);
     RUN(test_add_both_hold);
     RUN(test_residual_shared);
+    RUN(test_shared_not_passed_on);
     RUN(test_add_then_gemm);
     RUN(test_add_same_input);
     RUN(test_permute_then_more);

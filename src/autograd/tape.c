@@ -18,9 +18,9 @@ static _Thread_local tape tl_tape;
 static _Thread_local bool tl_grad_disabled;
 static _Thread_local accel_grad_ready_fn tl_ready_fn;
 static _Thread_local void *tl_ready_ctx;
-/* The node whose backward runs reads a shared output gradient
- * (ACCEL_TF_GRAD_SHARED): nothing may take its elements over. */
-static _Thread_local bool tl_out_shared;
+/* The output gradient of the node whose backward runs when it is shared
+ * (ACCEL_TF_GRAD_SHARED), else NULL: nothing may take its elements over. */
+static _Thread_local const accel_tensor *tl_out_shared;
 
 bool accel_set_grad_enabled(bool enabled) {
     bool prev = !tl_grad_disabled;
@@ -158,10 +158,11 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
  * accel__grad_move): t's first gradient is step memory, g dense step memory
  * of t's shape, dtype and device. */
 static bool can_take(const accel_tensor *t, const accel_tensor *g) {
-    uintptr_t lo, hi;
-    return !tl_out_shared && accel__grad_first_is_step(t) && g->dtype == t->dtype && accel_same_shape(t, g) && accel_is_contiguous(g) &&
+    uintptr_t lo, hi, slo, shi;
+    return accel__grad_first_is_step(t) && g->dtype == t->dtype && accel_same_shape(t, g) && accel_is_contiguous(g) &&
            accel_device_eq(g->device, t->device) && accel__tensor_span(g, &lo, &hi) &&
-           accel__in_own_step_arena((const void *)lo, hi - lo);
+           accel__in_own_step_arena((const void *)lo, hi - lo) &&
+           !(tl_out_shared && accel__tensor_span(tl_out_shared, &slo, &shi) && lo < shi && slo < hi);
 }
 
 accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
@@ -234,8 +235,9 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
         accel_node *n = t->nodes[i];
         if (n->out->grad) {
             accel_tensor *g = n->out->grad;
-            bool shared = g->flags & ACCEL_TF_GRAD_SHARED, prev_shared = tl_out_shared;
-            tl_out_shared = shared;
+            bool shared = g->flags & ACCEL_TF_GRAD_SHARED;
+            const accel_tensor *prev_shared = tl_out_shared;
+            tl_out_shared = shared ? g : NULL;
             st = n->backward(n, g);
             tl_out_shared = prev_shared;
             if (st != ACCEL_OK && accel_last_status() == ACCEL_OK)
