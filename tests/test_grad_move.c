@@ -81,20 +81,24 @@ static void test_add_both_hold(void) {
     accel_step_reset();
 }
 
-/* The branch is a reshape of y = x * c1, and e = x * c3 is recorded between
- * them: the reshape's backward reads the shared gradient and must copy it
- * into y's, not hand its elements over (x, the other holder, then adds e's
- * part into them in place before y's node reads its gradient). */
-static void test_shared_not_passed_on(void) {
+/* A residual block: x = p * c0, y = x * c1, e = x * c3 recorded after y,
+ * h = x + branch with branch y (or, reshaped, its reshape, recorded after
+ * e). x and the branch hold h's gradient g. y: e's backward adds into x's
+ * (fresh memory: the branch still reads g), then y's node reads g, adds its
+ * part into x's and drops its gradient. Reshaped: the reshape's backward
+ * reads g and must copy it into y's, not hand its elements over (x, then
+ * g's one holder, adds e's part into them in place before y's node reads
+ * its gradient). The exact float sums either way. */
+static void residual_case(bool reshaped) {
     accel_tensor *p = leaf(0.5f), *c0 = leaf(-2), *c1 = leaf(0.75f), *c2 = leaf(1.5f), *c3 = leaf(-0.25f);
     accel_tensor *consts[] = {c0, c1, c2, c3};
     for (int i = 0; i < 4; i++) CHECK(accel_requires_grad_(consts[i], false) == ACCEL_OK);
     accel_tensor *x = accel_mul(p, c0);
     accel_tensor *y = accel_mul(x, c1);
     accel_tensor *e = accel_mul(x, c3);
-    accel_tensor *r = accel_reshape(y, ACCEL_SHAPE(4, 6));
-    CHECK(r && r->grad_fn);
-    accel_tensor *h = accel_add(x, r);
+    accel_tensor *branch = reshaped ? accel_reshape(y, ACCEL_SHAPE(4, 6)) : y;
+    CHECK(branch && branch->grad_fn);
+    accel_tensor *h = accel_add(x, branch);
     CHECK(accel_backward(accel_add(accel_sum_all(accel_mul(h, c2)), accel_sum_all(e))) == ACCEL_OK);
     float v0[N], v1[N], v2[N], v3[N], want[N];
     host(c0, v0);
@@ -102,13 +106,18 @@ static void test_shared_not_passed_on(void) {
     host(c2, v2);
     host(c3, v3);
     for (int i = 0; i < N; i++) {
-        float gx = v2[i] + v3[i];
-        gx += v2[i] * v1[i];
+        float gx = v2[i] + v3[i]; /* e's part into x's gradient */
+        gx += v2[i] * v1[i];      /* then y's */
         want[i] = gx * v0[i];
     }
     CHECK_MSG(grad_is(p, want), "p's gradient should be (c2 + c3 + c2 c1) c0");
+    CHECK_MSG(branch->grad == NULL, "the branch's gradient, read, should be dropped");
     accel_step_reset();
 }
+
+static void test_residual_shared(void) { residual_case(false); }
+
+static void test_shared_not_passed_on(void) { residual_case(true); }
 
 /* x used by a matmul recorded before h = x + b: the matmul's backward, whose
  * GEMM would add into x's gradient in place (beta 1), must stage it while b
@@ -127,34 +136,6 @@ static void test_add_then_gemm(void) {
     for (int i = 0; i < N; i++) want[i] = cv[i] + wv[(i % 6) * 3] + wv[(i % 6) * 3 + 1] + wv[(i % 6) * 3 + 2];
     CHECK_MSG(grad_is(b, cv), "b's gradient should be c (the GEMM's part must not show in it)");
     CHECK_MSG(grad_is(x, want), "x's gradient should be c + the row sums of w");
-    accel_step_reset();
-}
-
-/* A residual block: x = p * c0, branch = x * c1, e = x * c3 recorded between
- * them, h = x + branch. x and branch hold h's gradient g; e's backward adds
- * into x's (fresh memory: branch still reads g), then the branch's node reads
- * g, adds its part into x's and drops its gradient. The exact float sums. */
-static void test_residual_shared(void) {
-    accel_tensor *p = leaf(0.5f), *c0 = leaf(-2), *c1 = leaf(0.75f), *c2 = leaf(1.5f), *c3 = leaf(-0.25f);
-    accel_tensor *consts[] = {c0, c1, c2, c3};
-    for (int i = 0; i < 4; i++) CHECK(accel_requires_grad_(consts[i], false) == ACCEL_OK);
-    accel_tensor *x = accel_mul(p, c0);
-    accel_tensor *branch = accel_mul(x, c1);
-    accel_tensor *e = accel_mul(x, c3);
-    accel_tensor *h = accel_add(x, branch);
-    CHECK(accel_backward(accel_add(accel_sum_all(accel_mul(h, c2)), accel_sum_all(e))) == ACCEL_OK);
-    float v0[N], v1[N], v2[N], v3[N], want[N];
-    host(c0, v0);
-    host(c1, v1);
-    host(c2, v2);
-    host(c3, v3);
-    for (int i = 0; i < N; i++) {
-        float gx = v2[i] + v3[i]; /* e's part into x's shared gradient */
-        gx += v2[i] * v1[i];      /* then the branch's */
-        want[i] = gx * v0[i];
-    }
-    CHECK_MSG(grad_is(p, want), "p's gradient should be (c2 + c3 + c2 c1) c0");
-    CHECK_MSG(branch->grad == NULL, "the branch's gradient, read, should be dropped");
     accel_step_reset();
 }
 
