@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "accel/autograd.h"
-#include "accel/ops.h"
 #include "core/backend.h"
 #include "core/core_internal.h"
 
@@ -139,12 +138,19 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
     }
     if (accel__grad_is_shared(t)) {
         /* Another tensor holds these elements as its gradient: the sum goes
-         * to fresh memory (one pass, as the in-place add), t's alone. */
-        bool same = t->grad->dtype == g->dtype;
-        accel_tensor *sum = same ? accel_add(t->grad, (accel_tensor *)g) : accel_empty_on(t->grad->dtype, t->ndim, t->shape, t->device);
-        if (!sum || (!same && accel_copy_(sum, t->grad) != ACCEL_OK)) return accel_last_status();
+         * to fresh memory, t's alone. f32: one pass, the same float add as
+         * the in-place one; else a copy to add into. */
+        bool f32 = t->grad->dtype == ACCEL_F32 && g->dtype == ACCEL_F32;
+        accel_tensor *sum = accel_empty_on(t->grad->dtype, t->ndim, t->shape, t->device);
+        if (!sum) return accel_last_status();
+        accel_k_binary add = {.out = sum, .a = t->grad, .b = (accel_tensor *)g, .op = ACCEL_B_ADD};
+        accel_status st = f32 ? ACCEL_KERNEL("accel_grad_accumulate", t->device, binary, &add) : accel_copy_(sum, t->grad);
         t->grad = sum;
-        if (same) return ACCEL_OK;
+        if (st != ACCEL_OK) return st;
+        if (f32) {
+            accel__tensor_written(sum);
+            return ACCEL_OK;
+        }
     }
     if (!t->grad && !(t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device)))
         return accel_last_status();
