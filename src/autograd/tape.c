@@ -145,8 +145,8 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
         if (!sum) return accel_last_status();
         accel_k_binary add = {.out = sum, .a = t->grad, .b = (accel_tensor *)g, .op = ACCEL_B_ADD};
         accel_status st = f32 ? ACCEL_KERNEL("accel_grad_accumulate", t->device, binary, &add) : accel_copy_(sum, t->grad);
+        if (st != ACCEL_OK) return st; /* t still holds the shared buffer, unchanged */
         t->grad = sum;
-        if (st != ACCEL_OK) return st;
         if (f32) {
             accel__tensor_written(sum);
             return ACCEL_OK;

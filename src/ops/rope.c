@@ -45,8 +45,9 @@ accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, cons
                         "got %s", n, accel_shape_str(x, b, sizeof b));
         return NULL;
     }
-    /* a run's last position, pos_offset + T / n - 1, must be an int64: past
-     * it the position wrapped negative (signed overflow) */
+    /* one past a run's last position, pos_offset + T / n, must be an int64
+     * (ops.h: pos_offset + T < 2^63): past it the positions wrap negative
+     * (signed overflow) */
     bool pos_ok = true;
     int64_t bad_pos = pos0[0];
     for (int i = 0; i < n; i++)
