@@ -113,6 +113,12 @@ struct accel__store {
     int rank;               /* the rank this process claims (in its hello) */
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
+    /* The items' index by key: open addressing, linear probing, a power of
+     * two of slots, at most half full; a slot holds an item's position + 1
+     * (0: empty). A lookup scanning every key made a store of a large job's
+     * keys quadratic (65,536 keys: 17 s to set, each rank's poll a scan). */
+    size_t *slots;
+    size_t n_slots;
     size_t n_refused;       /* refused ranks in the "lost" list */
     /* Written by the server thread, read by accel__store_close: authenticated
      * connections open, and whether "lost" ever listed a gone rank. */
@@ -150,10 +156,36 @@ static bool read_all(int fd, void *p, size_t n) {
 
 /* ---------------------------------------------------------------- server */
 
+static size_t key_hash(const char *key) { /* FNV-1a */
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* key's slot in the index: the one holding it, else the empty one where it
+ * would go. The index has slots (n_slots > 0). */
+static size_t *slot_of(const accel__store *s, const char *key) {
+    size_t mask = s->n_slots - 1, i = key_hash(key) & mask;
+    while (s->slots[i] && strcmp(s->items[s->slots[i] - 1].key, key) != 0) i = (i + 1) & mask;
+    return &s->slots[i];
+}
+
 static kv *find_kv(accel__store *s, const char *key) {
-    for (size_t i = 0; i < s->n_items; i++)
-        if (strcmp(s->items[i].key, key) == 0) return &s->items[i];
-    return NULL;
+    size_t *slot = s->n_slots ? slot_of(s, key) : NULL;
+    return slot && *slot ? &s->items[*slot - 1] : NULL;
+}
+
+/* Room in the index for one more item (at most half full). */
+static bool reserve_slots(accel__store *s) {
+    if (2 * (s->n_items + 1) <= s->n_slots) return true;
+    size_t n = s->n_slots ? 2 * s->n_slots : 128;
+    size_t *slots = accel_calloc(n, sizeof *slots);
+    if (!slots) return false;
+    accel_free(s->slots);
+    s->slots = slots;
+    s->n_slots = n;
+    for (size_t i = 0; i < s->n_items; i++) *slot_of(s, s->items[i].key) = i + 1;
+    return true;
 }
 
 static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
@@ -174,9 +206,10 @@ static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
         s->items = n;
         s->cap_items = cap;
     }
-    char *k = accel_strdup(key);
+    char *k = reserve_slots(s) ? accel_strdup(key) : NULL;
     if (!k) return false;
-    s->items[s->n_items++] = (kv){k, val, len};
+    s->items[s->n_items] = (kv){k, val, len};
+    *slot_of(s, k) = ++s->n_items;
     s->bytes = held + len;
     return true;
 }
@@ -422,14 +455,23 @@ static bool serve_request(accel__store *s, conn *c) {
     return false;
 }
 
+/* Replies queued for a connection past which its requests wait: a client
+ * that sends GETs of a large value and never reads the replies grew rank 0's
+ * memory by the value's size per 16-byte request (40 GETs of 16 MiB: 636
+ * MiB) and stalled the other clients on the copies. Past it the connection's
+ * input is neither served nor read until the socket takes the replies: its
+ * requests back up in the kernel's buffers, on the client's side. */
+#define OUT_PAUSE (1u << 20)
+
 static bool serve_messages(accel__store *s, conn *c) {
-    for (;;) {
+    while (c->out_len < OUT_PAUSE) {
         long m = message_size(c);
         if (m <= 0) return m == 0;
         if (!serve_request(s, c)) return false;
         memmove(c->in, c->in + m, c->in_len - (size_t)m);
         c->in_len -= (size_t)m;
     }
+    return true;
 }
 
 /* Reads the hello into its fixed buffer (never more than it: a request may
@@ -450,10 +492,11 @@ static bool read_hello(accel__store *s, conn *c) {
 }
 
 /* Reads what arrived and serves every complete message; false drops c. The
- * input never grows past one message: a client cannot make us buffer more. */
+ * input never grows past one message, nor the queued replies far past
+ * OUT_PAUSE: a client cannot make us buffer more. */
 static bool serve_input(accel__store *s, conn *c) {
     if (!read_hello(s, c)) return false;
-    while (c->authed) {
+    while (c->authed && c->out_len < OUT_PAUSE) {
         size_t limit = 13 + STORE_MAX_KEY + STORE_MAX_VAL;
         if (c->in_len >= limit) return false; /* a valid message would have completed */
         size_t want = limit - c->in_len < 65536 ? limit - c->in_len : 65536;
@@ -551,9 +594,11 @@ static void *server_main(void *arg) {
         bool listening = accel_now_seconds() >= listen_paused_until;
         pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
         pf[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
-        for (size_t i = 0; i < s->n_conns; i++)
+        for (size_t i = 0; i < s->n_conns; i++) {
+            size_t out = s->conns[i].out_len;
             pf[i + 2] = (struct pollfd){.fd = s->conns[i].fd,
-                                        .events = (short)(POLLIN | (s->conns[i].out_len ? POLLOUT : 0))};
+                                        .events = (short)((out < OUT_PAUSE ? POLLIN : 0) | (out ? POLLOUT : 0))};
+        }
         int ready = poll(pf, n, poll_timeout_ms(s, listen_paused_until));
         if (ready < 0 && errno != EINTR) break;
         if (pf[0].revents) break;
@@ -562,7 +607,9 @@ static void *server_main(void *arg) {
             conn *c = &s->conns[i];
             short ev = pf[i + 2].revents;
             if (!ev) continue;
-            bool ok = !(ev & POLLNVAL) && ((ev & (POLLIN | POLLHUP | POLLERR)) ? serve_input(s, c) : flush_out(c));
+            /* Replies sent: the requests that waited for it are served. */
+            bool ok = !(ev & POLLNVAL) && ((ev & (POLLIN | POLLHUP | POLLERR)) ? serve_input(s, c)
+                                                                                : flush_out(c) && serve_messages(s, c) && flush_out(c));
             if (!ok) {
                 if (c->authed) note_gone(s, c);
                 drop_conn(s, i);
@@ -736,6 +783,7 @@ void accel__store_close(accel__store *s) {
         accel_free(s->items[i].val);
     }
     accel_free(s->items);
+    accel_free(s->slots);
     accel_free(s->conns);
     accel_free(s->secret);
     accel_free(s);
