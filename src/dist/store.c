@@ -96,6 +96,7 @@ typedef struct conn {
     size_t hello_len;
     char *in;
     size_t in_len, in_cap;
+    bool waiting; /* not read: its message would pass IN_BUDGET (in_room) */
     char *out;
     size_t out_len, out_cap;
 } conn;
@@ -119,6 +120,7 @@ struct accel__store {
      * keys quadratic (65,536 keys: 17 s to set, each rank's poll a scan). */
     size_t *slots;
     size_t n_slots;
+    size_t in_held; /* input buffers' bytes past IN_FREE each (in_room) */
     size_t n_refused;       /* refused ranks in the "lost" list */
     /* Written by the server thread, read by accel__store_close: authenticated
      * connections open, and whether "lost" ever listed a gone rank. */
@@ -254,7 +256,42 @@ static bool flush_out(conn *c) {
     return true;
 }
 
+/* What the connections' incomplete messages may hold, in all: each reads
+ * IN_FREE bytes of input freely (a rendezvous message is far smaller), and
+ * what grows past that, toward a message of up to STORE_MAX_VAL, counts
+ * against IN_BUDGET. Authenticated connections are not bounded in number (a
+ * job's ranks), and each held up to one whole message: 16 of them, each a
+ * 16 MiB SET one byte short, grew rank 0 by 304 MiB, without bound as more
+ * connected. A connection whose message does not fit waits, unread (its
+ * bytes stay in the kernel's buffers and its sends block), until a message
+ * completes or a connection closes. One message alone always fits. */
+#define IN_FREE (128u << 10)
+#define IN_BUDGET (64u << 20)
+
+static size_t in_counted(size_t cap) { return cap > IN_FREE ? cap - IN_FREE : 0; }
+
+/* Whether c's input buffer may grow to hold need bytes (as reserve grows it). */
+static bool in_room(const accel__store *s, const conn *c, size_t need) {
+    size_t cap = c->in_cap ? c->in_cap : 256;
+    while (cap < need) cap *= 2;
+    return s->in_held + in_counted(cap) - in_counted(c->in_cap) <= IN_BUDGET;
+}
+
+/* c's input back to IN_FREE once its large message is served; the waiting
+ * connections may then read again. */
+static void in_release(accel__store *s, conn *c) {
+    if (c->in_cap <= IN_FREE || c->in_len > IN_FREE / 2) return;
+    char *n = accel__realloc(c->in, c->in_len, IN_FREE);
+    if (!n) return;
+    s->in_held -= in_counted(c->in_cap);
+    c->in = n;
+    c->in_cap = IN_FREE;
+    for (size_t i = 0; i < s->n_conns; i++) s->conns[i].waiting = false;
+}
+
 static void drop_conn(accel__store *s, size_t i) {
+    s->in_held -= in_counted(s->conns[i].in_cap);
+    for (size_t k = 0; k < s->n_conns; k++) s->conns[k].waiting = false;
     if (s->conns[i].authed) atomic_fetch_sub(&s->n_authed, 1);
     close(s->conns[i].fd);
     accel_free(s->conns[i].in);
@@ -492,19 +529,27 @@ static bool read_hello(accel__store *s, conn *c) {
 }
 
 /* Reads what arrived and serves every complete message; false drops c. The
- * input never grows past one message, nor the queued replies far past
- * OUT_PAUSE: a client cannot make us buffer more. */
+ * input never grows past one message (nor, all connections' together, past
+ * IN_BUDGET beyond IN_FREE each), nor the queued replies far past OUT_PAUSE:
+ * a client cannot make us buffer more. */
 static bool serve_input(accel__store *s, conn *c) {
     if (!read_hello(s, c)) return false;
     while (c->authed && c->out_len < OUT_PAUSE) {
         size_t limit = 13 + STORE_MAX_KEY + STORE_MAX_VAL;
         if (c->in_len >= limit) return false; /* a valid message would have completed */
         size_t want = limit - c->in_len < 65536 ? limit - c->in_len : 65536;
+        size_t cap = c->in_cap;
+        if (c->in_len + want > cap && !in_room(s, c, c->in_len + want)) {
+            c->waiting = true;
+            break;
+        }
         if (!reserve(&c->in, &c->in_cap, c->in_len + want)) return false;
+        s->in_held += in_counted(c->in_cap) - in_counted(cap);
         ssize_t r = recv(c->fd, c->in + c->in_len, want, MSG_DONTWAIT);
         if (r > 0) {
             c->in_len += (size_t)r;
             if (!serve_messages(s, c)) return false;
+            in_release(s, c);
             continue;
         }
         if (r < 0 && errno == EINTR) continue;
@@ -596,8 +641,8 @@ static void *server_main(void *arg) {
         pf[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
         for (size_t i = 0; i < s->n_conns; i++) {
             size_t out = s->conns[i].out_len;
-            pf[i + 2] = (struct pollfd){.fd = s->conns[i].fd,
-                                        .events = (short)((out < OUT_PAUSE ? POLLIN : 0) | (out ? POLLOUT : 0))};
+            bool read = out < OUT_PAUSE && !s->conns[i].waiting;
+            pf[i + 2] = (struct pollfd){.fd = s->conns[i].fd, .events = (short)((read ? POLLIN : 0) | (out ? POLLOUT : 0))};
         }
         int ready = poll(pf, n, poll_timeout_ms(s, listen_paused_until));
         if (ready < 0 && errno != EINTR) break;
