@@ -2,7 +2,9 @@
  * user's directory holds at "<path>.tmp": a tmp left by a killed writer is
  * reused (the save succeeds, the file is the new text), and a writer killed
  * while holding the tmp's lock holds up the next one only until it dies
- * (path keeps its old text meanwhile); a symbolic link to
+ * (path keeps its old text meanwhile), one stopped mid-write only for
+ * ACCEL_WRITE_STALL_TIMEOUT seconds of no progress (an error naming path
+ * and the writer's pid), one writing on as long as it takes; a symbolic link to
  * the user's file, a hard link to it, or a FIFO is refused by an error
  * naming the tmp, the file it points at untouched and path's old text kept
  * (the writer followed the link and truncated the user's file; a FIFO took
@@ -99,6 +101,60 @@ static void test_killed_writer_mid_write(void) {
     close(ready[1]);
 }
 
+/* A writer stopped (SIGSTOP) holding the tmp's lock mid-write: the next
+ * save waits only ACCEL_WRITE_STALL_TIMEOUT seconds of no progress, then
+ * fails naming path and the stopped writer's pid, path keeping its old text;
+ * resumed, the writer commits, and a save after it goes through. A writer
+ * that keeps writing is waited for past that timeout. */
+static void test_stopped_writer(void) {
+    char path[96], buf[256], err[512], pid[32];
+    put(at(path, sizeof path, "stopped.json"), "{\"v\": 1}");
+    CHECK(setenv("ACCEL_WRITE_STALL_TIMEOUT", "0.3", 1) == 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        accel__afile f;
+        if (accel__afile_open(&f, path) != ACCEL_OK || accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK) _exit(1);
+        raise(SIGSTOP);
+        _exit(accel__afile_write(&f, "3}", 2) == ACCEL_OK && accel__afile_commit(&f) == ACCEL_OK ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(waitpid(kid, &st, WUNTRACED) == kid && WIFSTOPPED(st));
+    CHECK_MSG(save(path, err, sizeof err) != ACCEL_OK, "the save went on beside the stopped writer");
+    /* the holder's pid comes from /proc/locks (Linux); without it, "another writer" */
+    snprintf(pid, sizeof pid, access("/proc/locks", R_OK) == 0 ? "pid %d (stopped)" : "another writer", (int)kid);
+    CHECK_MSG(strstr(err, path) && strstr(err, pid) && strstr(err, "no progress"), "error: %s", err);
+    CHECK_MSG(!strcmp(text_of(path, buf, sizeof buf), "{\"v\": 1}"), "path now %s", buf);
+    CHECK(kill(kid, SIGCONT) == 0);
+    CHECK(waitpid(kid, &st, 0) == kid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_MSG(!strcmp(text_of(path, buf, sizeof buf), "{\"v\": 3}"), "path now %s", buf);
+
+    CHECK(setenv("ACCEL_WRITE_STALL_TIMEOUT", "1", 1) == 0);
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    if ((kid = fork()) == 0) { /* writes a byte every 20 ms for 3 s, then commits */
+        accel__afile f;
+        if (accel__afile_open(&f, path) != ACCEL_OK || write(ready[1], "x", 1) != 1) _exit(1);
+        for (int i = 0; i < 150; i++) {
+            if (accel__afile_write(&f, " ", 1) != ACCEL_OK) _exit(1);
+            usleep(20 * 1000);
+        }
+        _exit(accel__afile_write(&f, "{\"v\": 4}", 8) == ACCEL_OK && accel__afile_commit(&f) == ACCEL_OK ? 0 : 1);
+    }
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    CHECK_MSG(save(path, err, sizeof err) == ACCEL_OK, "a save behind a live writer failed: %s", err);
+    CHECK(waitpid(kid, &st, 0) == kid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_MSG(strstr(text_of(path, buf, sizeof buf), "\"v\": 2") != NULL, "got %s", buf);
+    close(ready[0]);
+    close(ready[1]);
+
+    CHECK(setenv("ACCEL_WRITE_STALL_TIMEOUT", "soon", 1) == 0);
+    CHECK(save(path, err, sizeof err) != ACCEL_OK);
+    CHECK_MSG(strstr(err, "ACCEL_WRITE_STALL_TIMEOUT") != NULL, "error: %s", err);
+    CHECK(unsetenv("ACCEL_WRITE_STALL_TIMEOUT") == 0);
+    unlink(path);
+}
+
 /* path.tmp made by make (a link to the user's file, or a FIFO): refused,
  * the user's file and path as they were. */
 static void check_refused(const char *what, int (*make)(const char *user, const char *tmp)) {
@@ -147,6 +203,7 @@ int main(void) {
     CHECK(mkdir(g_dir, 0700) == 0);
     RUN(test_stale_tmp_reused);
     RUN(test_killed_writer_mid_write);
+    RUN(test_stopped_writer);
     RUN(test_tmp_symlink_refused);
     RUN(test_tmp_hardlink_refused);
     RUN(test_tmp_fifo_refused);

@@ -15,7 +15,12 @@
  *     this one) or has claimed its number (however late it then is);
  *     ACCEL_DIST_REFUSED_FAIL_FAST=0 names it only at the timeout;
  *   - "lost" and "refused/<rank>" are written by the store alone;
- *   - a "store" that cannot prove the secret back is refused by the client.
+ *   - a "store" that cannot prove the secret back is refused by the client;
+ *   - a large job's 65,536 keys set and read back, one more refused;
+ *   - a client that sends GETs and never reads the replies is no longer read
+ *     (its requests wait on its side) rather than have every reply queued;
+ *   - clients' incomplete large messages are buffered up to a budget in all,
+ *     the rest left unread.
  * Loopback only. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -318,13 +323,12 @@ static void test_refused_listed_when_store_full(void) {
     accel__store_close(server);
 }
 
-/* A client of this test's own making (the secret proven by hand, as rank
- * `rank`) SETs key to val: true when the store drops it for that, without
- * the reply a SET gets. */
-static bool raw_set_dropped(int port, int32_t rank, const char *key, const char *val) {
+/* A connection of this test's own making, the secret proven by hand as rank
+ * `rank`: its fd, -1 when the store did not accept it. */
+static int raw_client(int port, int32_t rank) {
     int fd = connect_loopback(port);
     uint8_t challenge[ACCEL__CHALLENGE_LEN], nc[ACCEL__NONCE_LEN] = {7}, hello[4 + 4 + ACCEL__NONCE_LEN + ACCEL__MAC_LEN];
-    uint8_t answer[1 + ACCEL__MAC_LEN], reply;
+    uint8_t answer[1 + ACCEL__MAC_LEN];
     bool ok = fd >= 0 && recv(fd, challenge, sizeof challenge, MSG_WAITALL) == (ssize_t)sizeof challenge;
     memcpy(hello, "ACS2", 4);
     memcpy(hello + 4, &rank, 4);
@@ -332,6 +336,16 @@ static bool raw_set_dropped(int port, int32_t rank, const char *key, const char 
     accel__auth_mac(SECRET, "accel store client", challenge + 4, nc, &rank, 4, hello + 8 + ACCEL__NONCE_LEN);
     ok = ok && send(fd, hello, sizeof hello, MSG_NOSIGNAL) == (ssize_t)sizeof hello &&
          recv(fd, answer, sizeof answer, MSG_WAITALL) == (ssize_t)sizeof answer && answer[0] == 1;
+    if (!ok && fd >= 0) close(fd);
+    return ok ? fd : -1;
+}
+
+/* Such a client SETs key to val: true when the store drops it for that,
+ * without the reply a SET gets. */
+static bool raw_set_dropped(int port, int32_t rank, const char *key, const char *val) {
+    int fd = raw_client(port, rank);
+    bool ok = fd >= 0;
+    uint8_t reply;
     char req[512];
     uint8_t op = 1;
     uint32_t klen = (uint32_t)strlen(key);
@@ -516,6 +530,132 @@ static void test_client_refuses_unproven_store(void) {
     accel__store_close(c);
 }
 
+/* A large job's store: 65,536 keys (its limit) set and read back, each its
+ * own value, an overwrite at the limit kept, one key more refused (the
+ * connection dropped), the store serving on. The keys were found by a scan
+ * of every key: 17 s to set these, each poll of a waiting rank a scan. */
+static void test_many_keys(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 30);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    accel__store *c = accel__store_open("127.0.0.1", port, false, SECRET, 1, 30);
+    char key[64], val[64];
+    int n = 0;
+    for (; c && n < 65536; n++) {
+        snprintf(key, sizeof key, "rank/%d/addr", n);
+        snprintf(val, sizeof val, "10.0.%d.%d:%d", n >> 8, n & 255, 29500 + n);
+        if (accel__store_set(c, key, val, strlen(val) + 1) != ACCEL_OK) break;
+    }
+    CHECK_MSG(n == 65536, "set stopped at key %d: %s", n, accel_last_error());
+    CHECK(c && accel__store_set(c, "rank/7/addr", "moved", 6) == ACCEL_OK);
+    int bad = 0;
+    for (int i = 0; c && i < 65536; i++) {
+        void *v = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof key, "rank/%d/addr", i);
+        snprintf(val, sizeof val, i == 7 ? "moved" : "10.0.%d.%d:%d", i >> 8, i & 255, 29500 + i);
+        if (accel__store_get(c, key, &v, &len) != ACCEL_OK || len != strlen(val) + 1 || memcmp(v, val, len)) bad++;
+        free(v);
+    }
+    CHECK_MSG(bad == 0, "%d keys read back wrong", bad);
+    CHECK(c && accel__store_set(c, "one/too/many", "x", 2) != ACCEL_OK);
+    accel_clear_error();
+    accel__store_close(c);
+    c = accel__store_open("127.0.0.1", port, false, SECRET, 1, 30);
+    void *v = NULL;
+    size_t len = 0;
+    CHECK(c && accel__store_get(c, "rank/65535/addr", &v, &len) == ACCEL_OK && v && !strcmp(v, "10.0.255.255:95035"));
+    free(v);
+    accel__store_close(c);
+    accel__store_close(server);
+}
+
+/* A client that sends GETs of a large value and never reads the replies:
+ * the store stops reading its requests (its sends block) instead of queueing
+ * every reply (rank 0's memory grew by the value per request), and serves
+ * another client meanwhile. */
+static void test_flood_unread(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 30);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    accel__store *c = accel__store_open("127.0.0.1", port, false, SECRET, 2, 30);
+    static char big[1024];
+    memset(big, 'v', sizeof big);
+    char key[257], req[13 + 256];
+    memset(key, 'k', 256);
+    key[256] = 0;
+    CHECK(c && accel__store_set(c, key, big, sizeof big) == ACCEL_OK);
+    size_t n = get_request(key, req);
+    int fd = raw_client(port, 1);
+    /* each send waits up to 1 s for room: the store stopped reading once one does not fit */
+    struct timeval tv = {1, 0};
+    CHECK(fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0);
+    long sent = 0, cap = 200000; /* 200 MB of replies, were they all queued */
+    while (fd >= 0 && sent < cap && send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n) sent++;
+    CHECK_MSG(sent < cap, "the store read %ld GETs of a client that reads no reply", sent);
+    void *v = NULL;
+    size_t len = 0;
+    CHECK(c && accel__store_set(c, "other", "ok", 3) == ACCEL_OK && accel__store_get(c, "other", &v, &len) == ACCEL_OK &&
+          len == 3);
+    free(v);
+    if (fd >= 0) close(fd);
+    accel__store_close(c);
+    accel__store_close(server);
+}
+
+/* Authenticated clients that each send a 16 MiB SET one byte short: the
+ * store buffers some of them (64 MiB in all past a small allowance each),
+ * leaves the rest unread (their sends block) instead of holding every one
+ * (rank 0 grew by 19 MiB a connection, without bound), serves small requests
+ * meanwhile, and takes a 16 MiB value once they are gone. */
+static void test_partial_messages_bounded(void) {
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 30);
+    CHECK_MSG(server, "store: %s", accel_last_error());
+    if (!server) return;
+    int port = accel__store_port(server);
+    accel__store *c = accel__store_open("127.0.0.1", port, false, SECRET, 2, 30);
+    enum { N = 6 };
+    static char big[16u << 20];
+    memset(big, 'b', sizeof big);
+    char hdr[16];
+    uint8_t op = 1; /* SET */
+    uint32_t klen = 3;
+    uint64_t vlen = sizeof big;
+    memcpy(hdr, &op, 1);
+    memcpy(hdr + 1, &klen, 4);
+    memcpy(hdr + 5, "big", 3);
+    memcpy(hdr + 8, &vlen, 8);
+    int fds[N], whole = 0;
+    struct timeval tv = {1, 0}; /* a send waits up to 1 s for room */
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_client(port, 10 + i);
+        bool ok = fds[i] >= 0 && setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
+                  send(fds[i], hdr, sizeof hdr, MSG_NOSIGNAL) == (ssize_t)sizeof hdr;
+        for (size_t sent = 0; ok && sent < sizeof big - 1;) {
+            ssize_t w = send(fds[i], big + sent, sizeof big - 1 - sent, MSG_NOSIGNAL);
+            ok = w > 0;
+            sent += ok ? (size_t)w : 0;
+        }
+        whole += ok;
+    }
+    CHECK_MSG(whole < N, "the store took all %d incomplete 16 MiB messages", N);
+    void *v = NULL;
+    size_t len = 0;
+    CHECK(c && accel__store_set(c, "small", "ok", 3) == ACCEL_OK && accel__store_get(c, "small", &v, &len) == ACCEL_OK &&
+          len == 3);
+    free(v);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    v = NULL;
+    CHECK(c && accel__store_set(c, "big", big, sizeof big) == ACCEL_OK &&
+          accel__store_get(c, "big", &v, &len) == ACCEL_OK && len == sizeof big && v && !memcmp(v, big, len));
+    free(v);
+    accel__store_close(c);
+    accel__store_close(server);
+}
+
 int main(void) {
     RUN(test_hmac_rfc4231);
     RUN(test_captured_session_is_useless);
@@ -527,5 +667,8 @@ int main(void) {
     RUN(test_refused_rank_that_claims_then_is_slow);
     RUN(test_refused_fail_fast_opt_out);
     RUN(test_client_refuses_unproven_store);
+    RUN(test_many_keys);
+    RUN(test_flood_unread);
+    RUN(test_partial_messages_bounded);
     return check_summary();
 }

@@ -7,13 +7,17 @@
  *     show through it;
  *   - an input used again (its other use's gradient added later into the
  *     taken buffer) gets the exact sum;
- *   - add's second input holds the buffer its first took (no copy); a later
+ *   - add's second input holds the buffer its first took (no copy) where it
+ *     is the output of a node (a leaf keeps its own; a leaf first input
+ *     shares only where no grad-ready hook would see it early); a later
  *     addition into either holder's gradient goes to fresh memory, never
  *     showing in the other's, and once a holder's node has read it the
- *     other holds it alone (added into in place);
+ *     other holds it alone (added into in place); a backward failing before
+ *     then drops both;
  *   - a persistent leaf keeps its own persistent gradient. */
 #include "accel/accel.h"
 #include "check.h"
+#include "core/core_internal.h"
 
 enum { N = 24 };
 
@@ -69,15 +73,28 @@ static void test_add_one_takes(void) {
     accel_step_reset();
 }
 
-/* h = x + b and nothing else: both inputs hold h's gradient, one buffer. */
-static void test_add_both_hold(void) {
+/* h = x + b, x and b leaves: no node of theirs runs to end a share, so each
+ * keeps a buffer of its own. One buffer would be two gradients to the user
+ * and clip_grad_norm: zeroing x's would zero b's, scaling both would scale
+ * it twice. */
+static void test_add_leaves_own(void) {
     accel_tensor *x = leaf(1), *b = leaf(3), *c = leaf(-1);
     CHECK(accel_requires_grad_(c, false) == ACCEL_OK);
     CHECK(accel_backward(accel_sum_all(accel_mul(accel_add(x, b), c))) == ACCEL_OK);
-    float cv[N];
+    float cv[N], want[N];
     host(c, cv);
     CHECK(grad_is(x, cv) && grad_is(b, cv));
-    CHECK_MSG(x->grad == b->grad, "b should hold the gradient x took, not a copy");
+    CHECK_MSG(x->grad != b->grad && x->grad->data != b->grad->data, "two leaves should not hold one gradient buffer");
+    CHECK_MSG(!(x->grad->flags & ACCEL_TF_GRAD_SHARED) && !(b->grad->flags & ACCEL_TF_GRAD_SHARED),
+              "no gradient should stay shared after the backward");
+    accel_tensor *both[] = {x, b};
+    double total = accel_clip_grad_norm(2, both, 1.0, 2.0);
+    CHECK(total > 1.0);
+    float coef = (float)accel_clip_coef(total, 1.0);
+    for (int i = 0; i < N; i++) want[i] = cv[i] * coef;
+    CHECK_MSG(grad_is(x, want) && grad_is(b, want), "clip_grad_norm should scale each gradient once");
+    CHECK(accel_zero_(x->grad) == ACCEL_OK);
+    CHECK_MSG(grad_is(b, want), "zeroing x's gradient should leave b's");
     accel_step_reset();
 }
 
@@ -119,24 +136,86 @@ static void test_residual_shared(void) { residual_case(false); }
 
 static void test_shared_not_passed_on(void) { residual_case(true); }
 
-/* x used by a matmul recorded before h = x + b: the matmul's backward, whose
- * GEMM would add into x's gradient in place (beta 1), must stage it while b
- * holds that gradient too. Values exact in float whatever the order. */
+/* x used by a matmul recorded before h = x + b (x and b outputs of nodes,
+ * so that they share h's gradient): the matmul's backward, whose GEMM would
+ * add into x's gradient in place (beta 1), must stage it while b holds that
+ * gradient too. Values exact in float whatever the order. */
 static void test_add_then_gemm(void) {
-    accel_tensor *x = leaf(1), *b = leaf(3), *c = leaf(-1);
+    accel_tensor *xl = leaf(1), *bl = leaf(3), *c = leaf(-1), *one = leaf(1);
     float wv[18];
     for (int i = 0; i < 18; i++) wv[i] = 0.5f * (float)(i % 5) - 1;
     accel_tensor *w = accel_from_floats(ACCEL_SHAPE(6, 3), wv);
-    CHECK(w && accel_requires_grad_(c, false) == ACCEL_OK);
+    CHECK(w && accel_requires_grad_(c, false) == ACCEL_OK && accel_fill_(one, 1.0) == ACCEL_OK &&
+          accel_requires_grad_(one, false) == ACCEL_OK);
+    accel_tensor *x = accel_mul(xl, one), *b = accel_mul(bl, one);
     accel_tensor *m = accel_matmul(x, w);
     accel_tensor *h = accel_add(x, b);
     CHECK(accel_backward(accel_add(accel_sum_all(accel_mul(h, c)), accel_sum_all(m))) == ACCEL_OK);
     float cv[N], want[N];
     host(c, cv);
     for (int i = 0; i < N; i++) want[i] = cv[i] + wv[(i % 6) * 3] + wv[(i % 6) * 3 + 1] + wv[(i % 6) * 3 + 2];
-    CHECK_MSG(grad_is(b, cv), "b's gradient should be c (the GEMM's part must not show in it)");
-    CHECK_MSG(grad_is(x, want), "x's gradient should be c + the row sums of w");
+    CHECK_MSG(grad_is(bl, cv), "b's gradient should be c (the GEMM's part must not show in it)");
+    CHECK_MSG(grad_is(xl, want), "x's gradient should be c + the row sums of w");
     accel_step_reset();
+}
+
+static int n_ready, n_ready_shared;
+
+static void count_ready(accel_tensor *leaf, void *ctx) {
+    (void)ctx;
+    n_ready++;
+    n_ready_shared += accel__grad_is_shared(leaf);
+}
+
+/* h = x + z, x a leaf first used there, z = y * c a node's output: x's
+ * grad-ready hook fires right after the add's backward, before z's node has
+ * read h's gradient; it must not see a buffer z still holds. */
+static void test_leaf_hook_not_shared(void) {
+    accel_tensor *x = leaf(1), *y = leaf(2), *c = leaf(-1), *d = leaf(0.5f);
+    CHECK(accel_requires_grad_(c, false) == ACCEL_OK && accel_requires_grad_(d, false) == ACCEL_OK);
+    accel_tensor *h = accel_add(x, accel_mul(y, c));
+    n_ready = n_ready_shared = 0;
+    accel_set_grad_ready_hook(count_ready, NULL);
+    accel_status st = accel_backward(accel_sum_all(accel_mul(h, d)));
+    accel_set_grad_ready_hook(NULL, NULL);
+    CHECK(st == ACCEL_OK && n_ready == 2);
+    CHECK_MSG(n_ready_shared == 0, "a grad-ready hook should never see a shared gradient");
+    float dv[N], cv[N], want[N];
+    host(d, dv);
+    host(c, cv);
+    for (int i = 0; i < N; i++) want[i] = dv[i] * cv[i];
+    CHECK(grad_is(x, dv) && grad_is(y, want) && x->grad != y->grad);
+    accel_step_reset();
+}
+
+static int n_calls;
+
+/* The checkpointed function: x * x in the forward, NULL in the recompute. */
+static accel_tensor *fails_recompute(void *ctx, accel_tensor *x) {
+    (void)ctx;
+    return n_calls++ ? NULL : accel_mul(x, x);
+}
+
+/* A backward that fails after h = x + z shared h's gradient and before the
+ * nodes of x and z ran (the checkpoint between them fails its recompute):
+ * the error names the failure, no buffer stays held twice, and the next step
+ * runs as any. */
+static void test_share_then_failure(void) {
+    accel_tensor *p = leaf(0.5f), *c0 = leaf(-2), *c1 = leaf(0.75f), *c2 = leaf(1.5f);
+    accel_tensor *consts[] = {c0, c1, c2};
+    for (int i = 0; i < 3; i++) CHECK(accel_requires_grad_(consts[i], false) == ACCEL_OK);
+    accel_tensor *x = accel_mul(p, c0), *z = accel_mul(x, c1);
+    n_calls = 0;
+    accel_tensor *w = accel_activation_checkpoint(fails_recompute, NULL, x, 0, NULL);
+    accel_tensor *h = accel_add(x, z);
+    CHECK(w && h);
+    CHECK(accel_backward(accel_add(accel_sum_all(accel_mul(h, c2)), accel_sum_all(w))) != ACCEL_OK);
+    CHECK(strstr(accel_last_error(), "recomputed forward returned NULL"));
+    CHECK_MSG(!accel__grad_is_shared(x) && !accel__grad_is_shared(z) && (!x->grad || x->grad != z->grad),
+              "a failed backward should leave no gradient held twice");
+    accel_step_reset();
+    accel_clear_error();
+    test_add_then_gemm();
 }
 
 /* x + x: the second half adds into the buffer the first took. */
@@ -187,10 +266,12 @@ static void test_persistent_leaf(void) {
 int main(void) {
     RUN(test_reshape_then_more);
     RUN(test_add_one_takes);
-    RUN(test_add_both_hold);
+    RUN(test_add_leaves_own);
     RUN(test_residual_shared);
     RUN(test_shared_not_passed_on);
     RUN(test_add_then_gemm);
+    RUN(test_share_then_failure);
+    RUN(test_leaf_hook_not_shared);
     RUN(test_add_same_input);
     RUN(test_permute_then_more);
     RUN(test_persistent_leaf);

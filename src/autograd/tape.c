@@ -182,11 +182,27 @@ accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
 
 bool accel__grad_is_shared(const accel_tensor *t) { return t->grad && (t->grad->flags & ACCEL_TF_GRAD_SHARED); }
 
-accel_status accel__grad_share(accel_tensor *t, accel_tensor *g) {
+/* Whether t is the output of a node of the running tape: the reverse walk
+ * will run that node (unless a backward fails first) and end t's share. */
+static bool on_tape(const accel_tensor *t) {
+    const tape *tp = current_tape();
+    const accel_node *n = t->grad_fn;
+    return n && n->index < tp->n && tp->nodes[n->index] == n;
+}
+
+accel_status accel__grad_share(accel_tensor *t, accel_tensor *holder) {
     if (!accel_tensor_check(t, "accel_grad_accumulate", "t") ||
-        !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
+        !accel_tensor_check(holder, "accel_grad_accumulate", "holder") ||
+        !accel_tensor_check(holder->grad, "accel_grad_accumulate", "grad"))
         return accel_last_status();
-    if (!(g->flags & ACCEL_TF_ARENA) || !can_take(t, g)) return accel_grad_accumulate(t, g);
+    accel_tensor *g = holder->grad;
+    /* t's node, run later in this pass, ends the share. t a leaf (or a
+     * node's output from a freed graph) has none: it would keep the buffer
+     * with the holder after the pass, one gradient that the user or
+     * clip_grad_norm treat as two. A leaf holder's grad-ready hook would
+     * fire while t still reads the buffer. */
+    if (!(g->flags & ACCEL_TF_ARENA) || !on_tape(t) || (!on_tape(holder) && tl_ready_fn) || !can_take(t, g))
+        return accel_grad_accumulate(t, g);
     g->flags |= ACCEL_TF_GRAD_SHARED;
     t->grad = g;
     return ACCEL_OK;
@@ -237,8 +253,10 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
             }
         }
     }
+    int failed = -1;
     for (int i = root->index; i >= 0 && st == ACCEL_OK; i--) {
         accel_node *n = t->nodes[i];
+        failed = i;
         if (n->out->grad) {
             accel_tensor *g = n->out->grad;
             bool shared = g->flags & ACCEL_TF_GRAD_SHARED;
@@ -260,6 +278,16 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
                 in->ag_first_use = -1;
                 fire_ready(in);
             }
+        }
+    }
+    /* A failed pass leaves the nodes below unrun: their outputs drop the
+     * gradients they still share (partial sums either way), so that no
+     * buffer stays held twice: the other holder keeps it alone. */
+    for (int i = st == ACCEL_OK ? -1 : failed - 1; i >= 0; i--) {
+        accel_tensor *o = t->nodes[i]->out;
+        if (accel__grad_is_shared(o)) {
+            o->grad->flags &= ~(uint32_t)ACCEL_TF_GRAD_SHARED;
+            o->grad = NULL;
         }
     }
     /* The graph is freed, as in PyTorch; later ops record a new one. */

@@ -96,6 +96,7 @@ typedef struct conn {
     size_t hello_len;
     char *in;
     size_t in_len, in_cap;
+    bool waiting; /* not read: its message would pass IN_BUDGET (in_room) */
     char *out;
     size_t out_len, out_cap;
 } conn;
@@ -113,6 +114,13 @@ struct accel__store {
     int rank;               /* the rank this process claims (in its hello) */
     kv *items;
     size_t n_items, cap_items, bytes; /* bytes: of the values held */
+    /* The items' index by key: open addressing, linear probing, a power of
+     * two of slots, at most half full; a slot holds an item's position + 1
+     * (0: empty). A lookup scanning every key made a store of a large job's
+     * keys quadratic (65,536 keys: 17 s to set, each rank's poll a scan). */
+    size_t *slots;
+    size_t n_slots;
+    size_t in_held; /* input buffers' bytes past IN_FREE each (in_room) */
     size_t n_refused;       /* refused ranks in the "lost" list */
     /* Written by the server thread, read by accel__store_close: authenticated
      * connections open, and whether "lost" ever listed a gone rank. */
@@ -150,10 +158,36 @@ static bool read_all(int fd, void *p, size_t n) {
 
 /* ---------------------------------------------------------------- server */
 
+static size_t key_hash(const char *key) { /* FNV-1a */
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* key's slot in the index: the one holding it, else the empty one where it
+ * would go. The index has slots (n_slots > 0). */
+static size_t *slot_of(const accel__store *s, const char *key) {
+    size_t mask = s->n_slots - 1, i = key_hash(key) & mask;
+    while (s->slots[i] && strcmp(s->items[s->slots[i] - 1].key, key) != 0) i = (i + 1) & mask;
+    return &s->slots[i];
+}
+
 static kv *find_kv(accel__store *s, const char *key) {
-    for (size_t i = 0; i < s->n_items; i++)
-        if (strcmp(s->items[i].key, key) == 0) return &s->items[i];
-    return NULL;
+    size_t *slot = s->n_slots ? slot_of(s, key) : NULL;
+    return slot && *slot ? &s->items[*slot - 1] : NULL;
+}
+
+/* Room in the index for one more item (at most half full). */
+static bool reserve_slots(accel__store *s) {
+    if (2 * (s->n_items + 1) <= s->n_slots) return true;
+    size_t n = s->n_slots ? 2 * s->n_slots : 128;
+    size_t *slots = accel_calloc(n, sizeof *slots);
+    if (!slots) return false;
+    accel_free(s->slots);
+    s->slots = slots;
+    s->n_slots = n;
+    for (size_t i = 0; i < s->n_items; i++) *slot_of(s, s->items[i].key) = i + 1;
+    return true;
 }
 
 static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
@@ -174,9 +208,10 @@ static bool put_kv(accel__store *s, const char *key, void *val, size_t len) {
         s->items = n;
         s->cap_items = cap;
     }
-    char *k = accel_strdup(key);
+    char *k = reserve_slots(s) ? accel_strdup(key) : NULL;
     if (!k) return false;
-    s->items[s->n_items++] = (kv){k, val, len};
+    s->items[s->n_items] = (kv){k, val, len};
+    *slot_of(s, k) = ++s->n_items;
     s->bytes = held + len;
     return true;
 }
@@ -221,7 +256,42 @@ static bool flush_out(conn *c) {
     return true;
 }
 
+/* What the connections' incomplete messages may hold, in all: each reads
+ * IN_FREE bytes of input freely (a rendezvous message is far smaller), and
+ * what grows past that, toward a message of up to STORE_MAX_VAL, counts
+ * against IN_BUDGET. Authenticated connections are not bounded in number (a
+ * job's ranks), and each held up to one whole message: 16 of them, each a
+ * 16 MiB SET one byte short, grew rank 0 by 304 MiB, without bound as more
+ * connected. A connection whose message does not fit waits, unread (its
+ * bytes stay in the kernel's buffers and its sends block), until a message
+ * completes or a connection closes. One message alone always fits. */
+#define IN_FREE (128u << 10)
+#define IN_BUDGET (64u << 20)
+
+static size_t in_counted(size_t cap) { return cap > IN_FREE ? cap - IN_FREE : 0; }
+
+/* Whether c's input buffer may grow to hold need bytes (as reserve grows it). */
+static bool in_room(const accel__store *s, const conn *c, size_t need) {
+    size_t cap = c->in_cap ? c->in_cap : 256;
+    while (cap < need) cap *= 2;
+    return s->in_held + in_counted(cap) - in_counted(c->in_cap) <= IN_BUDGET;
+}
+
+/* c's input back to IN_FREE once its large message is served; the waiting
+ * connections may then read again. */
+static void in_release(accel__store *s, conn *c) {
+    if (c->in_cap <= IN_FREE || c->in_len > IN_FREE / 2) return;
+    char *n = accel__realloc(c->in, c->in_len, IN_FREE);
+    if (!n) return;
+    s->in_held -= in_counted(c->in_cap);
+    c->in = n;
+    c->in_cap = IN_FREE;
+    for (size_t i = 0; i < s->n_conns; i++) s->conns[i].waiting = false;
+}
+
 static void drop_conn(accel__store *s, size_t i) {
+    s->in_held -= in_counted(s->conns[i].in_cap);
+    for (size_t k = 0; k < s->n_conns; k++) s->conns[k].waiting = false;
     if (s->conns[i].authed) atomic_fetch_sub(&s->n_authed, 1);
     close(s->conns[i].fd);
     accel_free(s->conns[i].in);
@@ -422,14 +492,23 @@ static bool serve_request(accel__store *s, conn *c) {
     return false;
 }
 
+/* Replies queued for a connection past which its requests wait: a client
+ * that sends GETs of a large value and never reads the replies grew rank 0's
+ * memory by the value's size per 16-byte request (40 GETs of 16 MiB: 636
+ * MiB) and stalled the other clients on the copies. Past it the connection's
+ * input is neither served nor read until the socket takes the replies: its
+ * requests back up in the kernel's buffers, on the client's side. */
+#define OUT_PAUSE (1u << 20)
+
 static bool serve_messages(accel__store *s, conn *c) {
-    for (;;) {
+    while (c->out_len < OUT_PAUSE) {
         long m = message_size(c);
         if (m <= 0) return m == 0;
         if (!serve_request(s, c)) return false;
         memmove(c->in, c->in + m, c->in_len - (size_t)m);
         c->in_len -= (size_t)m;
     }
+    return true;
 }
 
 /* Reads the hello into its fixed buffer (never more than it: a request may
@@ -450,18 +529,27 @@ static bool read_hello(accel__store *s, conn *c) {
 }
 
 /* Reads what arrived and serves every complete message; false drops c. The
- * input never grows past one message: a client cannot make us buffer more. */
+ * input never grows past one message (nor, all connections' together, past
+ * IN_BUDGET beyond IN_FREE each), nor the queued replies far past OUT_PAUSE:
+ * a client cannot make us buffer more. */
 static bool serve_input(accel__store *s, conn *c) {
     if (!read_hello(s, c)) return false;
-    while (c->authed) {
+    while (c->authed && c->out_len < OUT_PAUSE) {
         size_t limit = 13 + STORE_MAX_KEY + STORE_MAX_VAL;
         if (c->in_len >= limit) return false; /* a valid message would have completed */
         size_t want = limit - c->in_len < 65536 ? limit - c->in_len : 65536;
+        size_t cap = c->in_cap;
+        if (c->in_len + want > cap && !in_room(s, c, c->in_len + want)) {
+            c->waiting = true;
+            break;
+        }
         if (!reserve(&c->in, &c->in_cap, c->in_len + want)) return false;
+        s->in_held += in_counted(c->in_cap) - in_counted(cap);
         ssize_t r = recv(c->fd, c->in + c->in_len, want, MSG_DONTWAIT);
         if (r > 0) {
             c->in_len += (size_t)r;
             if (!serve_messages(s, c)) return false;
+            in_release(s, c);
             continue;
         }
         if (r < 0 && errno == EINTR) continue;
@@ -551,9 +639,11 @@ static void *server_main(void *arg) {
         bool listening = accel_now_seconds() >= listen_paused_until;
         pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
         pf[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
-        for (size_t i = 0; i < s->n_conns; i++)
-            pf[i + 2] = (struct pollfd){.fd = s->conns[i].fd,
-                                        .events = (short)(POLLIN | (s->conns[i].out_len ? POLLOUT : 0))};
+        for (size_t i = 0; i < s->n_conns; i++) {
+            size_t out = s->conns[i].out_len;
+            bool read = out < OUT_PAUSE && !s->conns[i].waiting;
+            pf[i + 2] = (struct pollfd){.fd = s->conns[i].fd, .events = (short)((read ? POLLIN : 0) | (out ? POLLOUT : 0))};
+        }
         int ready = poll(pf, n, poll_timeout_ms(s, listen_paused_until));
         if (ready < 0 && errno != EINTR) break;
         if (pf[0].revents) break;
@@ -562,7 +652,9 @@ static void *server_main(void *arg) {
             conn *c = &s->conns[i];
             short ev = pf[i + 2].revents;
             if (!ev) continue;
-            bool ok = !(ev & POLLNVAL) && ((ev & (POLLIN | POLLHUP | POLLERR)) ? serve_input(s, c) : flush_out(c));
+            /* Replies sent: the requests that waited for it are served. */
+            bool ok = !(ev & POLLNVAL) && ((ev & (POLLIN | POLLHUP | POLLERR)) ? serve_input(s, c)
+                                                                                : flush_out(c) && serve_messages(s, c) && flush_out(c));
             if (!ok) {
                 if (c->authed) note_gone(s, c);
                 drop_conn(s, i);
@@ -736,6 +828,7 @@ void accel__store_close(accel__store *s) {
         accel_free(s->items[i].val);
     }
     accel_free(s->items);
+    accel_free(s->slots);
     accel_free(s->conns);
     accel_free(s->secret);
     accel_free(s);

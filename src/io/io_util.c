@@ -5,23 +5,97 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/core_internal.h"
+#include "core/env.h"
 #include "core/host_stage.h"
 #include "io/io_internal.h"
+
+/* Who holds another writer's lock on the tmp, as far as Linux says: the pid
+ * in /proc/locks's FLOCK line for the file (0 where unknown) and its state
+ * letter in /proc/<pid>/stat ('R' running, 'D' in disk I/O, 'T' stopped...;
+ * '?' where unknown). */
+typedef struct lock_holder {
+    long pid;
+    char state;
+} lock_holder;
+
+static lock_holder find_holder(const struct stat *held) {
+    lock_holder h = {0, '?'};
+    FILE *f = fopen("/proc/locks", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned maj, mnr;
+        unsigned long long ino;
+        long pid;
+        if (!strstr(line, "->") && sscanf(line, "%*d: FLOCK %*s %*s %ld %x:%x:%llu", &pid, &maj, &mnr, &ino) == 4 &&
+            maj == major(held->st_dev) && mnr == minor(held->st_dev) && ino == (unsigned long long)held->st_ino) {
+            h.pid = pid;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    if (!h.pid) return h;
+    snprintf(line, sizeof line, "/proc/%ld/stat", h.pid);
+    if ((f = fopen(line, "r"))) {
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        line[n] = 0;
+        char *e = strrchr(line, ')'); /* "pid (comm) S ...": comm may hold anything */
+        if (e && e[1] == ' ' && e[2]) h.state = e[2];
+        fclose(f);
+    }
+    return h;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Waits for the flock on fd (the tmp, held: its stat). Another writer of the
+ * path holds it while it writes, fsyncs and renames: as long as it makes
+ * progress (the tmp grows or is touched, or the holder runs or waits on the
+ * disk) the wait goes on, however long the save. One that made none for
+ * stall_s seconds (stopped by SIGSTOP or a debugger, hung) would hold this
+ * writer forever: 1 with errno ETIMEDOUT and *who then. 0 when locked, -1
+ * with errno when flock fails otherwise. */
+static int wait_lock(int fd, const struct stat *held, double stall_s, lock_holder *who) {
+    struct timespec nap = {0, 1000 * 1000};
+    struct stat seen = *held, now;
+    double since = now_s();
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR) return -1;
+        *who = find_holder(held);
+        bool moved = fstat(fd, &now) == 0 && (now.st_size != seen.st_size || now.st_mtim.tv_sec != seen.st_mtim.tv_sec ||
+                                               now.st_mtim.tv_nsec != seen.st_mtim.tv_nsec);
+        if (moved) seen = now;
+        if (moved || who->state == 'R' || who->state == 'D') since = now_s();
+        else if (now_s() - since > stall_s) {
+            errno = ETIMEDOUT;
+            return 1;
+        }
+        nanosleep(&nap, NULL);
+        if (nap.tv_nsec < 64 * 1000 * 1000) nap.tv_nsec *= 2;
+    }
+}
 
 /* fd, opened on "<path>.tmp", locked for this writer alone: another
  * process writing path at once (two runs sharing a GEMM choice cache) would
  * truncate and write the same file under us and rename it before we do. The
  * lock is held through the rename (or the unlink), so a file renamed or
  * removed while we waited is no longer the tmp: opened again. -1 with errno
- * when it cannot be opened; unlocked where the file system has no locks.
+ * when it cannot be opened (ETIMEDOUT: its holder stalled, wait_lock);
+ * unlocked where the file system has no locks.
  * Only a regular file of one link is ours to truncate: a symbolic link (not
  * followed: ELOOP) or a hard link would have us overwrite whatever it names,
  * and a FIFO would take the bytes (and, renamed over path, block its
  * readers): EEXIST for those. */
-static int lock_tmp(const char *tmp) {
+static int lock_tmp(const char *tmp, double stall_s, lock_holder *who) {
     for (;;) {
         int fd = open(tmp, O_RDONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0) return -1;
@@ -31,8 +105,11 @@ static int lock_tmp(const char *tmp) {
             errno = EEXIST;
             return -1;
         }
-        int r;
-        while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
+        int r = wait_lock(fd, &held, stall_s, who);
+        if (r > 0) {
+            close(fd);
+            return -1;
+        }
         if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino))
             return fd;
         close(fd);
@@ -52,14 +129,28 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     }
     memcpy(f->tmp, path, n);
     memcpy(f->tmp + n, ".tmp", 5);
-    f->lock = lock_tmp(f->tmp);
+    double stall_s;
+    lock_holder who = {0, '?'};
+    if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK) {
+        accel_free(f->path);
+        accel_free(f->tmp);
+        f->path = f->tmp = NULL;
+        return accel_last_status();
+    }
+    f->lock = lock_tmp(f->tmp, stall_s, &who);
     if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
     if (f->fd < 0) {
+        char holder[64] = "another writer";
+        if (who.pid) snprintf(holder, sizeof holder, "pid %ld%s", who.pid, who.state == 'T' || who.state == 't' ? " (stopped)" : "");
         accel_status st =
             errno == ELOOP || errno == EEXIST
                 ? accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
                                                 "(a symbolic link, a hard link, a FIFO...): not overwritten; remove it",
                                   f->tmp)
+            : errno == ETIMEDOUT
+                ? accel_set_error(ACCEL_ERR_TIMEOUT, "cannot write %s: %s, writing it through %s, has made no progress "
+                                                     "for %g s (ACCEL_WRITE_STALL_TIMEOUT): resume or end it; %s is left as it was",
+                                  path, holder, f->tmp, stall_s, path)
                 : accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
         if (f->lock >= 0) close(f->lock);
         f->lock = -1;

@@ -16,7 +16,7 @@ static accel_status add_backward(accel_node *n, accel_tensor *g) {
         if (!gx) return accel_last_status();
         /* g itself while the output still holds it (no input took it yet) */
         bool whole = gx == n->out->grad, taken = i == 1 && gx == n->inputs[0]->grad;
-        accel_status st = whole ? accel__grad_move_out(n, x, gx) : taken ? accel__grad_share(x, gx) : accel_grad_accumulate(x, gx);
+        accel_status st = whole ? accel__grad_move_out(n, x, gx) : taken ? accel__grad_share(x, n->inputs[0]) : accel_grad_accumulate(x, gx);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
