@@ -410,6 +410,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                       : expl ? accel__masked_attention(q, k, v, pos, W, scale, cap, drop)
                              : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
     if (!o) return NULL;
+    /* accel_sdpa's o on the CPU is [B, T, H, D] memory: this transpose and
+     * reshape are views, and o_proj's input gradient reaches the kernel as is */
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
     return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
