@@ -7,6 +7,7 @@
  * makes no f32 copy of q, k, v or the output. */
 #include <math.h>
 
+#include "attention.h"
 #include "nn_internal.h"
 
 typedef accel_k_sdpa_dims sdpa_dims;
@@ -61,8 +62,10 @@ static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
     accel_k_sdpa_backward k = {.q = node->saved[0], .k = node->saved[1], .v = node->saved[2], .p = node->saved[3],
                                .dims = *(const sdpa_dims *)node->ctx};
     const sdpa_dims *d = &k.dims;
-    /* o's gradient as it arrives: on a strided device in o's layout, read in place */
-    k.g = operand_rows(grad_out, grad_out->dtype, d->Dv, strided, k.gs);
+    /* o's gradient as it arrives (seen as [B, H, Tq, Dv]): on a strided
+     * device read in place */
+    accel_tensor *go = node->iarg[0] ? accel_transpose(grad_out, 1, 2) : grad_out;
+    k.g = go ? operand_rows(go, go->dtype, d->Dv, strided, k.gs) : NULL;
     if (!k.g) return accel_last_status();
     accel__gbuf gq, gk, gv;
     if (!grad_rows(&gq, node->inputs[0], d->D, strided, false, k.dqs) ||
@@ -99,7 +102,10 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
     return true;
 }
 
-accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
+/* accel_sdpa, its output [B, H, Tq, Dv], or with heads_last [B, Tq, H, Dv]
+ * (accel__sdpa_heads_last). */
+static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale,
+                          bool heads_last) {
     static const char *OP = "accel_sdpa";
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
@@ -111,39 +117,40 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
     if (!sdpa_shapes(q, k, v, &dims)) return NULL;
     dims.causal = causal;
     dims.scale = (float)(scale > 0.0 ? scale : 1.0 / sqrt((double)(dims.D ? dims.D : 1)));
-    int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv};
-    if (dev.type == ACCEL_DEV_META) return accel__op_out(dt, 4, oshape, dev);
+    int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv}, bthd[4] = {dims.B, dims.Tq, dims.H, dims.Dv};
+    if (dev.type == ACCEL_DEV_META) return accel__op_out(dt, 4, heads_last ? bthd : oshape, dev);
     /* On a strided device q, k and v are read where they are (the
      * projections' [B, T, H, D] seen as [B, H, T, D]) and o is written in
-     * that layout, [B, Tq, H, Dv] memory, so that the transpose and reshape
-     * before o_proj are views. Elsewhere they are dense, but for decode's
-     * k and v, read in the KV cache (no copy of the whole cache per token)
-     * when nothing is recorded for the backward. A k or v that needs no
-     * gradient while q does (a KV cache's view, written again later) is
-     * copied to be saved. The reference kernels take dense tensors. */
+     * that layout, [B, Tq, H, Dv] memory. Elsewhere they are dense, but for
+     * decode's k and v, read in the KV cache (no copy of the whole cache
+     * per token) when nothing is recorded for the backward. A k or v that
+     * needs no gradient while q does (a KV cache's view, written again
+     * later) is copied to be saved. The reference kernels take dense
+     * tensors. */
     bool ref = accel_reference_kernels(), strided = strided_on(dev) && !ref, grad = accel_needs_grad(3, in);
     bool kv_in_place = !ref && (strided || !grad);
     accel_tensor *qc = operand_rows(q, dt, dims.D, strided, dims.qs),
                  *kc = operand_rows(k, dt, dims.D, kv_in_place && (!grad || k->requires_grad), dims.ks),
                  *vc = operand_rows(v, dt, dims.Dv, kv_in_place && (!grad || v->requires_grad), dims.vs);
     if (!qc || !kc || !vc) return NULL;
-    accel_tensor *out;
+    /* o as the kernel sees it, and the tensor recorded and returned */
+    accel_tensor *o, *out;
     if (strided) {
-        int64_t bthd[4] = {dims.B, dims.Tq, dims.H, dims.Dv}, ostride[4] = {dims.Tq * dims.H * dims.Dv, dims.Dv,
-                                                                           dims.H * dims.Dv, 1};
+        int64_t ostride[4] = {dims.Tq * dims.H * dims.Dv, dims.Dv, dims.H * dims.Dv, 1};
         accel_tensor *block = accel__op_out(dt, 4, bthd, dev);
-        out = block ? accel_view_raw(block, 4, oshape, ostride, 0) : NULL;
+        o = block ? accel_view_raw(block, 4, oshape, ostride, 0) : NULL;
+        out = heads_last ? block : o;
         for (int i = 0; i < 3; i++) dims.os[i] = ostride[i];
     } else {
-        out = accel__op_out(dt, 4, oshape, dev);
+        o = out = accel__op_out(dt, 4, oshape, dev);
         accel_k_sdpa_dense_rows(dims.os, dims.H, dims.Tq, dims.Dv);
     }
-    if (!out) return NULL;
+    if (!o) return NULL;
     accel_tensor *p = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(dims.B, dims.H, dims.Tq, dims.Tk), dev);
     sdpa_dims *dc = accel_arena_alloc(accel_step_arena(), sizeof *dc, 64);
     if (!p || !dc) return NULL;
     *dc = dims;
-    accel_k_sdpa ks = {.o = out, .p = p, .q = qc, .k = kc, .v = vc, .dims = dims};
+    accel_k_sdpa ks = {.o = o, .p = p, .q = qc, .k = kc, .v = vc, .dims = dims};
     if (ACCEL_KERNEL(OP, dev, sdpa, &ks) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("sdpa", sdpa_backward, out, 3, in);
     if (n) {
@@ -152,6 +159,16 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
         n->saved[2] = vc;
         n->saved[3] = p;
         n->ctx = dc;
+        n->iarg[0] = out != o; /* the gradient arrives [B, Tq, H, Dv] */
     }
-    return out;
+    /* a dense device's heads_last: the transposed copy, recorded */
+    return heads_last && out == o ? accel_contiguous(accel_transpose(out, 1, 2)) : out;
+}
+
+accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
+    return sdpa(q, k, v, causal, scale, false);
+}
+
+accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
+    return sdpa(q, k, v, causal, scale, true);
 }
