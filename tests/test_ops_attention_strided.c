@@ -10,13 +10,16 @@
  * in place (its f32 tiles on f32 tensors, the native path) makes a
  * primitive per leading dim, whose order of additions may differ: there
  * the two agree to the rounding of the dtype. Finite differences through
- * the views; a kernel handed strides that do not fit refuses them. */
+ * the views; accel__sdpa_heads_last (the decoders') is the transposed
+ * accel_sdpa, values and gradients; a kernel handed strides that do not fit
+ * refuses them. */
 #include "accel/accel.h"
 #include "check.h"
 #include "core/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gemm.h"
 #include "gradcheck.h"
+#include "ops/attention.h"
 #include "ops_fixture.h"
 
 typedef struct shape_case {
@@ -139,6 +142,38 @@ static void test_gradcheck_views(void) {
     }
 }
 
+/* accel__sdpa_heads_last: [B, Tq, H, Dv] contiguous, the same bits as
+ * accel_sdpa's output transposed, and the same gradients for the same
+ * output gradient (there a transposed view, here as it is). */
+static void test_heads_last(void) {
+    const shape_case *c = &CASES[0];
+    accel_tensor *x[3], *g[2][3], *y[2];
+    leaves(c, x);
+    accel_tensor *gy = gc_randn(5, ACCEL_SHAPE(c->B, c->Tq, c->H, c->Dv));
+    for (int last = 0; last < 2; last++) {
+        accel_tensor *in[3];
+        views(x, c, ACCEL_F32, false, in);
+        accel_tensor *o = last ? accel__sdpa_heads_last(in[0], in[1], in[2], c->causal, 0.0)
+                               : accel_transpose(accel_sdpa(in[0], in[1], in[2], c->causal, 0.0), 1, 2);
+        CHECK(o && o->shape[1] == c->Tq && o->shape[2] == c->H && (!last || accel_is_contiguous(o)));
+        CHECK(o && accel_backward_with(o, gy) == ACCEL_OK);
+        y[last] = accel_tensor_clone_persistent(o, accel_default_device());
+        for (int i = 0; i < 3; i++) {
+            g[last][i] = accel_tensor_clone_persistent(x[i]->grad, accel_default_device());
+            accel_zero_(x[i]->grad);
+        }
+        accel_step_reset();
+    }
+    CHECK(fx_compare("heads_last output", y[1], y[0], 0, 0) == 0);
+    for (int i = 0; i < 3; i++) CHECK_MSG(fx_compare("heads_last grad", g[1][i], g[0][i], 0, 0) == 0, "input %d", i);
+    for (int l = 0; l < 2; l++) {
+        accel_tensor_free(y[l]);
+        for (int i = 0; i < 3; i++) accel_tensor_free(g[l][i]);
+    }
+    for (int i = 0; i < 3; i++) accel_tensor_free(x[i]);
+    accel_tensor_free(gy);
+}
+
 /* The kernel refuses strides that do not fit its rows (rows closer than a
  * row, a negative stride), naming the tensor, where it honours strides. */
 static void test_kernel_refuses_bad_strides(void) {
@@ -167,6 +202,7 @@ static void test_kernel_refuses_bad_strides(void) {
 int main(void) {
     RUN(test_same_bits_as_dense);
     RUN(test_gradcheck_views);
+    RUN(test_heads_last);
     RUN(test_kernel_refuses_bad_strides);
     accel_thread_cleanup();
     return check_summary();

@@ -1,6 +1,9 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
  * aligned causal mask: f32 scores, softmax and accumulation. q, k, v, the
- * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16.
+ * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16,
+ * each at its own strides over batch, head and row (kernels.h: the rows of
+ * a head contiguous; a row stride is a tile GEMM's leading dim, or the
+ * stride the rows are widened from and rounded back to). P is dense.
  * Two paths for the six tile GEMMs of a block of queries, on the provider
  * measured fastest for the tile class (below, "the tile GEMMs and their
  * provider"):
