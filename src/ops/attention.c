@@ -49,7 +49,12 @@ static bool grad_rows(accel__gbuf *g, accel_tensor *t, int64_t n, bool strided, 
     if (!(layout ? accel__gbuf_begin_native_layout(g, t) : accel__gbuf_begin_native(g, t))) return false;
     if (!g->dst) return true;
     if (zeroed && g->beta == 0.0f) {
-        if (accel_zero_(g->dst) != ACCEL_OK) return false;
+        /* fresh memory, contiguous or (in t's layout) a permutation of one
+         * dense block: zeroed as that block, one memset, where the fill
+         * kernel would walk the permuted strides element by element */
+        int64_t numel = accel_numel(g->dst), one = 1;
+        accel_tensor *block = accel_is_contiguous(g->dst) ? g->dst : accel_view_raw(g->dst, 1, &numel, &one, 0);
+        if (!block || accel_zero_(block) != ACCEL_OK) return false;
         g->beta = 1.0f;
     }
     /* dst is contiguous or in t's layout, whose rows are: rows_of fits */
