@@ -467,16 +467,16 @@ static size_t backward_arena_bytes(accel_dtype ac) {
 /* Where the CPU GEMM multiplies bf16 in f32 (OpenBLAS), under bf16 autocast
  * the operands are made once, in forward, as f32 of the rounded values: the
  * backward GEMMs convert no panel (1 MiB for W) and allocate what an f32
- * backward does, but for the output gradients: an f32 backward hands the
- * add's gradient on to y and m (accel__grad_move), a bf16 one widens a bf16
- * gradient for the sgemm (at most one [64, 512] f32, 128 KB, more than the
- * f32 run; measured 64.5 KB). */
+ * backward does, but for the output gradients: both runs hand the add's
+ * gradient on to y and m (accel__grad_move, accel__grad_share), a bf16 one
+ * then widens that bf16 gradient for the sgemm (one [64, 512] f32, 128 KB,
+ * more than the f32 run; measured 128.5 KB), far from a panel's 1 MiB. */
 static void test_autocast_cpu_backward_converts_nothing(void) {
     if (accel_default_device().type != ACCEL_DEV_CPU) return; /* other devices keep bf16 operands */
     if (accel__gemm_native(ACCEL_BF16)) return; /* oneDNN gets bf16 operands (test_gemm_providers.c) */
     accel_step_reset();
     size_t f32 = backward_arena_bytes(ACCEL_F32), bf16 = backward_arena_bytes(ACCEL_BF16);
-    CHECK(bf16 < f32 + 128 * 1024);
+    CHECK(bf16 < f32 + 192 * 1024);
 }
 
 static void test_errors_and_meta(void) {

@@ -144,6 +144,13 @@ static void test_rope_values(void) {
     CHECK(accel_rope_freqs(x, 0, &inv, 0.0) == NULL && accel_rope_freqs(x, 0, &inv, NAN) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "attention_scaling finite and > 0");
     accel_clear_error();
+    /* a position past int64 (pos_offset + t wrapped negative; UBSan: signed overflow) */
+    CHECK(accel_rope(x, INT64_MAX, 10000.0) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "pos_offset + T < 2^63");
+    accel_clear_error();
+    CHECK(accel_rope_freqs(x, INT64_MAX - 1, &inv, 1.0) == NULL);
+    accel_clear_error();
+    CHECK(accel_rope(x, INT64_MAX - 2, 10000.0) != NULL); /* T = 2: positions up to INT64_MAX - 1 */
     accel_step_reset();
 }
 

@@ -196,6 +196,7 @@ enum {
     ACCEL_TF_PARAM     = 1u << 2, /* a module parameter */
     ACCEL_TF_BUFFER    = 1u << 3, /* a module buffer (state, not trained) */
     ACCEL_TF_MMAP      = 1u << 4, /* data points into a mapped file (read-only) */
+    ACCEL_TF_GRAD_SHARED = 1u << 5, /* a step gradient two tensors hold (autograd: read-only) */
 };
 
 /* Read the fields; write none of them. dtype, device, ndim, shape, stride,

@@ -142,8 +142,8 @@ accel_tensor *accel_softmax(accel_tensor *x, int dim);
 accel_tensor *accel_log_softmax(accel_tensor *x, int dim);
 
 /* Rotary position embedding as in transformers' Llama (rotate_half layout):
- * x [B, H, T, D] (D even), position of row t is pos_offset + t,
- * inv_freq[i] = theta^(-2i/D). */
+ * x [B, H, T, D] (D even), position of row t is pos_offset + t
+ * (pos_offset >= 0, pos_offset + T < 2^63), inv_freq[i] = theta^(-2i/D). */
 accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta);
 /* The same rotation with the frequencies given: inv_freq [D/2] (host
  * memory, read during the call), and cos/sin multiplied by attention_scaling

@@ -17,6 +17,9 @@ static _Thread_local tape tl_tape;
 static _Thread_local bool tl_grad_disabled;
 static _Thread_local accel_grad_ready_fn tl_ready_fn;
 static _Thread_local void *tl_ready_ctx;
+/* The output gradient of the node whose backward runs when it is shared
+ * (ACCEL_TF_GRAD_SHARED), else NULL: nothing may take its elements over. */
+static _Thread_local const accel_tensor *tl_out_shared;
 
 bool accel_set_grad_enabled(bool enabled) {
     bool prev = !tl_grad_disabled;
@@ -133,6 +136,22 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
         if (t->grad && accel_copy_(t->grad, g) != ACCEL_OK) return accel_last_status();
         return t->grad ? ACCEL_OK : accel_last_status();
     }
+    if (accel__grad_is_shared(t)) {
+        /* Another tensor holds these elements as its gradient: the sum goes
+         * to fresh memory, t's alone. f32: one pass, the same float add as
+         * the in-place one; else a copy to add into. */
+        bool f32 = t->grad->dtype == ACCEL_F32 && g->dtype == ACCEL_F32;
+        accel_tensor *sum = accel_empty_on(t->grad->dtype, t->ndim, t->shape, t->device);
+        if (!sum) return accel_last_status();
+        accel_k_binary add = {.out = sum, .a = t->grad, .b = (accel_tensor *)g, .op = ACCEL_B_ADD};
+        accel_status st = f32 ? ACCEL_KERNEL("accel_grad_accumulate", t->device, binary, &add) : accel_copy_(sum, t->grad);
+        if (st != ACCEL_OK) return st; /* t still holds the shared buffer, unchanged */
+        t->grad = sum;
+        if (f32) {
+            accel__tensor_written(sum);
+            return ACCEL_OK;
+        }
+    }
     if (!t->grad && !(t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device)))
         return accel_last_status();
     accel_k_accumulate k = {.out = t->grad, .in = (accel_tensor *)g};
@@ -145,10 +164,11 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
  * accel__grad_move): t's first gradient is step memory, g dense step memory
  * of t's shape, dtype and device. */
 static bool can_take(const accel_tensor *t, const accel_tensor *g) {
-    uintptr_t lo, hi;
+    uintptr_t lo, hi, slo, shi;
     return accel__grad_first_is_step(t) && g->dtype == t->dtype && accel_same_shape(t, g) && accel_is_contiguous(g) &&
            accel_device_eq(g->device, t->device) && accel__tensor_span(g, &lo, &hi) &&
-           accel__in_own_step_arena((const void *)lo, hi - lo);
+           accel__in_own_step_arena((const void *)lo, hi - lo) &&
+           !(tl_out_shared && accel__tensor_span(tl_out_shared, &slo, &shi) && lo < shi && slo < hi);
 }
 
 accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
@@ -156,6 +176,18 @@ accel_status accel__grad_move(accel_tensor *t, accel_tensor *g) {
         !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
         return accel_last_status();
     if (!can_take(t, g)) return accel_grad_accumulate(t, g);
+    t->grad = g;
+    return ACCEL_OK;
+}
+
+bool accel__grad_is_shared(const accel_tensor *t) { return t->grad && (t->grad->flags & ACCEL_TF_GRAD_SHARED); }
+
+accel_status accel__grad_share(accel_tensor *t, accel_tensor *g) {
+    if (!accel_tensor_check(t, "accel_grad_accumulate", "t") ||
+        !accel_tensor_check(g, "accel_grad_accumulate", "grad"))
+        return accel_last_status();
+    if (!(g->flags & ACCEL_TF_ARENA) || !can_take(t, g)) return accel_grad_accumulate(t, g);
+    g->flags |= ACCEL_TF_GRAD_SHARED;
     t->grad = g;
     return ACCEL_OK;
 }
@@ -208,9 +240,19 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
     for (int i = root->index; i >= 0 && st == ACCEL_OK; i--) {
         accel_node *n = t->nodes[i];
         if (n->out->grad) {
-            st = n->backward(n, n->out->grad);
+            accel_tensor *g = n->out->grad;
+            bool shared = g->flags & ACCEL_TF_GRAD_SHARED;
+            const accel_tensor *prev_shared = tl_out_shared;
+            tl_out_shared = shared ? g : NULL;
+            st = n->backward(n, g);
+            tl_out_shared = prev_shared;
             if (st != ACCEL_OK && accel_last_status() == ACCEL_OK)
                 accel_set_error(st, "accel_backward: backward of '%s' failed", n->op);
+            /* n->out's gradient is read: the other holder has g alone. */
+            if (shared) {
+                g->flags &= ~(uint32_t)ACCEL_TF_GRAD_SHARED;
+                n->out->grad = NULL;
+            }
         }
         for (int k = 0; k < node_arity(n); k++) {
             accel_tensor *in = node_input(n, k);

@@ -86,9 +86,10 @@ static double mm_grad(const step_kind *k, double e, accel_dtype gdt) {
 static double grad_copy(double e, accel_dtype dt, bool has_grad) { return has_grad ? 0 : e * esz(dt); }
 
 /* accel_add's backward of an f32 input and a branch of dtype b, neither with
- * a gradient yet: one of them takes the output's gradient over, the other's
- * is a copy in its dtype (a bf16 branch's: the conversion). */
-static double add_bwd(double e, accel_dtype b) { return grad_copy(e, b, false); }
+ * a gradient yet: one of them takes the output's gradient over, the other
+ * holds it too where b is f32 (accel__grad_share: no copy), else its
+ * gradient is a copy in its dtype (a bf16 branch's: the conversion). */
+static double add_bwd(double e, accel_dtype b) { return b == ACCEL_F32 ? 0 : grad_copy(e, b, false); }
 
 /* accel__gbuf_begin + _end: an f32 input without a gradient gets its own,
  * written directly; a low-precision one gets an f32 scratch that is then

@@ -114,6 +114,19 @@ accel_status accel__grad_move(accel_tensor *t, accel_tensor *g);
  * must not show through it. The helper sees the node, accel__grad_move does
  * not. */
 accel_status accel__grad_move_out(struct accel_node *n, accel_tensor *x, accel_tensor *gx);
+/* accel_grad_accumulate(t, g) for a g that already is another step tensor's
+ * first gradient (taken over by accel__grad_move) and that t may hold too
+ * instead of a copy: add's second input beside its first (a residual stream
+ * and its branch). Where t may take g (as accel__grad_move), both hold it,
+ * flagged ACCEL_TF_GRAD_SHARED: it is read-only then, an accumulation into
+ * either holder's gradient writes fresh memory (accel_grad_accumulate; the
+ * backwards' direct writes, accel__gbuf, stage theirs), and nothing takes
+ * its elements over. Once the node of one holder has run its backward, that
+ * holder's gradient is dropped (NULL) and the flag cleared: the other holds
+ * g alone. Otherwise g is accumulated as accel_grad_accumulate does. */
+accel_status accel__grad_share(accel_tensor *t, accel_tensor *g);
+/* Whether t's gradient is shared (accel__grad_share): not to be written. */
+bool accel__grad_is_shared(const accel_tensor *t);
 /* Whether a and b start at the same element of the same memory (a view
  * returned as it was, not a copy): the ops' backwards ask it before giving a
  * gradient away, without reading tensor data themselves. */

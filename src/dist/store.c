@@ -407,7 +407,9 @@ static bool serve_request(accel__store *s, conn *c) {
         memcpy(&delta, val, 8);
         kv *e = find_kv(s, key);
         if (e && e->len == 8) memcpy(&cur, e->val, 8);
-        cur += delta;
+        /* two's complement wrap: a signed overflow would be UB (UBSan's abort
+         * took rank 0's store down with it) */
+        cur = (int64_t)((uint64_t)cur + (uint64_t)delta);
         int64_t *nv = accel_malloc(8);
         if (!nv) return false;
         *nv = cur;

@@ -35,6 +35,8 @@ accel_status accel__store_get(accel__store *s, const char *key, void **val, size
  * wait still missing that rank fail at once:
  * "<what> failed: rank 1 of 3 closed its store connection during rendezvous (exited or was killed)". */
 accel_status accel__store_done(accel__store *s);
+/* key's int64 (0 when absent or not 8 bytes) plus delta, wrapping past the
+ * int64 range; the new value in *out (NULL: not wanted). */
 accel_status accel__store_add(accel__store *s, const char *key, int64_t delta, int64_t *out);
 /* Waits until "<prefix>/<k>" exists for every k < world. On timeout the error
  * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive".

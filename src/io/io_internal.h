@@ -31,7 +31,9 @@ bool accel__ckpt_fault(const char *step);
 /* Atomic file writer: bytes go to "<path>.tmp"; commit fsyncs and renames it
  * over path; abort removes it. Errors name the path. One writer of a path at
  * a time, across processes: open waits for another's commit or abort (an
- * flock on the tmp, held through the rename). */
+ * flock on the tmp, held through the rename). A tmp that is not a regular
+ * file of one link (a symbolic link, a hard link, a FIFO) is an error, never
+ * written through. */
 typedef struct accel__afile {
     int fd;
     int lock; /* the tmp opened again, holding the flock */

@@ -16,16 +16,24 @@
  * truncate and write the same file under us and rename it before we do. The
  * lock is held through the rename (or the unlink), so a file renamed or
  * removed while we waited is no longer the tmp: opened again. -1 with errno
- * when it cannot be opened; unlocked where the file system has no locks. */
+ * when it cannot be opened; unlocked where the file system has no locks.
+ * Only a regular file of one link is ours to truncate: a symbolic link (not
+ * followed: ELOOP) or a hard link would have us overwrite whatever it names,
+ * and a FIFO would take the bytes (and, renamed over path, block its
+ * readers): EEXIST for those. */
 static int lock_tmp(const char *tmp) {
     for (;;) {
-        int fd = open(tmp, O_RDONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+        int fd = open(tmp, O_RDONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0) return -1;
+        struct stat held, now;
+        if (fstat(fd, &held) != 0 || !S_ISREG(held.st_mode) || held.st_nlink > 1) {
+            close(fd);
+            errno = EEXIST;
+            return -1;
+        }
         int r;
         while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
-        struct stat held, now;
-        if (r != 0 || (fstat(fd, &held) == 0 && stat(tmp, &now) == 0 && held.st_dev == now.st_dev &&
-                       held.st_ino == now.st_ino))
+        if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino))
             return fd;
         close(fd);
     }
@@ -45,9 +53,14 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     memcpy(f->tmp, path, n);
     memcpy(f->tmp + n, ".tmp", 5);
     f->lock = lock_tmp(f->tmp);
-    if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
     if (f->fd < 0) {
-        accel_status st = accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
+        accel_status st =
+            errno == ELOOP || errno == EEXIST
+                ? accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
+                                                "(a symbolic link, a hard link, a FIFO...): not overwritten; remove it",
+                                  f->tmp)
+                : accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
         if (f->lock >= 0) close(f->lock);
         f->lock = -1;
         accel_free(f->path);

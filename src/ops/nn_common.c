@@ -43,7 +43,7 @@ static bool begin_f32(accel__gbuf *g, accel_tensor *t, bool like) {
     g->t = t;
     if (!t || !t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
     accel_tensor *gr = t->grad;
-    if (t->dtype == ACCEL_F32 && gr && gr->dtype == ACCEL_F32 && accel_is_contiguous(gr) &&
+    if (t->dtype == ACCEL_F32 && gr && !accel__grad_is_shared(t) && gr->dtype == ACCEL_F32 && accel_is_contiguous(gr) &&
         accel_same_shape(gr, t) && accel_device_eq(gr->device, t->device)) {
         g->dst = gr;
         g->beta = 1.0f;
@@ -96,7 +96,7 @@ static bool begin_native(accel__gbuf *g, accel_tensor *t, bool like) {
     g->t = t;
     if (!t->requires_grad || t->device.type == ACCEL_DEV_META) return true;
     accel_tensor *gr = t->grad;
-    if (gr && gr->dtype == t->dtype && accel_is_contiguous(gr) && accel_same_shape(gr, t) &&
+    if (gr && !accel__grad_is_shared(t) && gr->dtype == t->dtype && accel_is_contiguous(gr) && accel_same_shape(gr, t) &&
         accel_device_eq(gr->device, t->device)) {
         g->dst = gr;
         g->beta = 1.0f;

@@ -9,7 +9,8 @@
 /* Where a backward's kernel writes the f32 gradient of an input t (a
  * contiguous f32 tensor of t's shape on t's device):
  *   - dst == NULL: t does not need a gradient (skip the work);
- *   - beta == 1: dst is t->grad itself: the kernel adds into it;
+ *   - beta == 1: dst is t->grad itself: the kernel adds into it (never a
+ *     gradient two tensors hold, accel__grad_share: that one is staged);
  *   - beta == 0: dst is fresh memory to overwrite (t->grad of a non-leaf that
  *     had none yet, or a scratch tensor that accel__gbuf_end accumulates). */
 typedef struct accel__gbuf {

@@ -5,8 +5,8 @@
 
 /* The first input that can take g itself as its first gradient does (a
  * residual stream's, beside its branch): the output's gradient, read by no
- * later node, is then dropped; the other input copies (or adds) g before
- * anything accumulates into it. */
+ * later node, is then dropped; the other input holds g too where it may
+ * (accel__grad_share: read-only until one of them is read), else adds it. */
 static accel_status add_backward(accel_node *n, accel_tensor *g) {
     for (int i = 0; i < 2; i++) {
         accel_tensor *x = n->inputs[i];
@@ -15,8 +15,8 @@ static accel_status add_backward(accel_node *n, accel_tensor *g) {
         if (i == 1 && n->iarg[0] == ACCEL_B_SUB) gx = accel_neg(gx);
         if (!gx) return accel_last_status();
         /* g itself while the output still holds it (no input took it yet) */
-        bool whole = gx == n->out->grad;
-        accel_status st = whole ? accel__grad_move_out(n, x, gx) : accel_grad_accumulate(x, gx);
+        bool whole = gx == n->out->grad, taken = i == 1 && gx == n->inputs[0]->grad;
+        accel_status st = whole ? accel__grad_move_out(n, x, gx) : taken ? accel__grad_share(x, gx) : accel_grad_accumulate(x, gx);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;

@@ -45,13 +45,21 @@ accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, cons
                         "got %s", n, accel_shape_str(x, b, sizeof b));
         return NULL;
     }
+    /* one past a run's last position, pos_offset + T / n, must be an int64
+     * (ops.h: pos_offset + T < 2^63): past it the positions wrap negative
+     * (signed overflow) */
     bool pos_ok = true;
-    for (int i = 0; i < n; i++) pos_ok = pos_ok && pos0[i] >= 0;
+    int64_t bad_pos = pos0[0];
+    for (int i = 0; i < n; i++)
+        if (pos0[i] < 0 || pos0[i] > INT64_MAX - x->shape[2] / n) {
+            pos_ok = false;
+            bad_pos = pos0[i];
+        }
     if (!inv_freq || !(attention_scaling > 0.0) || !isfinite(attention_scaling) || !pos_ok) {
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "accel_rope: inv_freq must be given, attention_scaling finite and > 0, pos_offset >= 0 "
-                        "(got %s, %g, %lld)", inv_freq ? "inv_freq" : "NULL", attention_scaling,
-                        (long long)pos0[0]);
+                        "with pos_offset + T < 2^63 (got %s, %g, %lld)", inv_freq ? "inv_freq" : "NULL",
+                        attention_scaling, (long long)bad_pos);
         return NULL;
     }
     accel_tensor *out = accel__op_out(x->dtype, 4, x->shape, dev);
