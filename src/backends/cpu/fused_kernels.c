@@ -112,6 +112,12 @@ ACCEL__VEC_MATH static void round_block(float *v, accel_dtype dt, int64_t n) {
     }
 }
 
+/* n elements between f32 and bf16/f16, on this thread. */
+static void convert_run(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n) {
+    if (dst_dt == ACCEL_F32) accel__cpu_to_f32(dst, src, src_dt, n);
+    else accel__cpu_from_f32(dst, dst_dt, src, n);
+}
+
 void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n) {
     bool half_src = src_dt == ACCEL_BF16 || src_dt == ACCEL_F16, half_dst = dst_dt == ACCEL_BF16 || dst_dt == ACCEL_F16;
     bool fast = (dst_dt == ACCEL_F32 && half_src) || (half_dst && src_dt == ACCEL_F32);
@@ -119,15 +125,21 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
         accel_convert(dst, dst_dt, src, src_dt, (size_t)n);
         return;
     }
+    /* A run too short to split converts here, outside any parallel region:
+     * inside a caller's parallel loop (strided.c converts row by row) even
+     * an if (false) region is a nested one, for which libgomp allocates and
+     * frees a team each time (~0.6 us, ten times a 64-element row's
+     * conversion). */
+    if (n <= 4 * ACCEL_CPU_PAR_THRESHOLD) {
+        convert_run(dst, dst_dt, src, src_dt, n);
+        return;
+    }
     int64_t chunk = 16384, nchunks = (n + chunk - 1) / chunk;
     size_t des = accel_dtype_size(dst_dt), ses = accel_dtype_size(src_dt);
-#pragma omp parallel for if (n > 4 * ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+#pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t s = c * chunk, m = s + chunk < n ? chunk : n - s;
-        void *d = (char *)dst + s * (int64_t)des;
-        const void *p = (const char *)src + s * (int64_t)ses;
-        if (dst_dt == ACCEL_F32) accel__cpu_to_f32(d, p, src_dt, m);
-        else accel__cpu_from_f32(d, dst_dt, p, m);
+        convert_run((char *)dst + s * (int64_t)des, dst_dt, (const char *)src + s * (int64_t)ses, src_dt, m);
     }
 }
 
