@@ -5,7 +5,7 @@
  *
  *     bench_llama_step [--steps N] [--warmup W] [--batch B] [--seq T]
  *                      [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]
- *                      [--threads P] [--profile] [--mixed_precision no|bf16|fp16]
+ *                      [--threads P] [--profile] [--paired] [--mixed_precision no|bf16|fp16]
  *
  * The step runs through an accel_accelerator (opts.mixed_precision; the
  * loss under its autocast, accel_accelerator_backward / optimizer_step /
@@ -32,7 +32,11 @@
  *         gemm_limit_gflops=... gemm_weighted_gflops=... step_over_limit=...
  *         step_over_weighted=...
  * that bench/llama_step.sh parses. --profile adds the median split of a step
- * into forward / backward / optimizer / reset.
+ * into forward / backward / optimizer / reset. --paired times the weighted
+ * limit again after each timed step (each shape on the provider found
+ * fastest) and prints the step's ratio to it, one "paired" line a step, and
+ *     paired_median weighted_gflops=... step_over_weighted=... steps=N
+ * (medians over the steps).
  *
  * FLOPs per step: "model FLOPs" as PaLM counts them (bench_llama_flops in
  * bench_util.h). The ids, the model and the timed step are bench_util.h's,
@@ -61,6 +65,8 @@ typedef struct step_gemm {
     int64_t M, N, K, lda, ldb;
     double count; /* how many of it one step runs */
     double gflops[ACCEL__GEMM_N_PROVIDERS]; /* best call per provider; 0: not run */
+    int fastest;                            /* the provider of the best figure */
+    bool fastest_packed;                    /* ... reached with the weight's form (oneDNN) */
 } step_gemm;
 
 /* The piece p of a layer x [R, NIN] -> y [R, NOUT] of weight [NOUT, NIN]. */
@@ -146,26 +152,48 @@ static double dnnl_packed_best(accel_dtype dt, const step_gemm *g, const void *a
     return best;
 }
 
-/* Times every step GEMM g[0..n) on every provider built in, in dtype dt
+/* Times every step GEMM g[0..n) on every provider built in, in o's dtype
  * (oneDNN also with the weight's form, keeping the better), printing a
- * "gemm_shape" line each; fills g[].gflops. Returns false when the operands
- * cannot be allocated. */
-static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
+ * "gemm_shape" line each; fills g[].gflops and g[].fastest. */
+/* The operands every timing of the step's GEMMs reads: a [big], b [big] in
+ * the step's dtype, c [big] f32, big the largest operand of the 12 shapes;
+ * kept for the run (the limit is timed again between the timed steps). */
+typedef struct gemm_operands {
+    accel_dtype dt;
+    void *a, *b;
+    float *c;
+} gemm_operands;
+
+static bool operands_new(gemm_operands *o, accel_dtype dt, const step_gemm *g, int n) {
     size_t big = 0, es = accel_dtype_size(dt);
     for (int i = 0; i < n; i++) {
         size_t ab = (size_t)(g[i].M * g[i].K), bb = (size_t)(g[i].K * g[i].N), cb = (size_t)(g[i].M * g[i].N);
         big = ab > big ? ab : big, big = bb > big ? bb : big, big = cb > big ? cb : big;
     }
-    float *wide = malloc(big * sizeof(float)), *c = calloc(big, sizeof(float));
-    void *a = malloc(big * es), *b = malloc(big * es);
-    bool ok = wide && c && a && b;
+    float *wide = malloc(big * sizeof(float));
+    *o = (gemm_operands){.dt = dt, .a = malloc(big * es), .b = malloc(big * es), .c = calloc(big, sizeof(float))};
+    bool ok = wide && o->a && o->b && o->c;
     if (ok) {
         for (size_t i = 0; i < big; i++) wide[i] = (float)((int)(i % 13) - 6) * 0.01f;
-        accel_convert(a, dt, wide, ACCEL_F32, big);
+        accel_convert(o->a, dt, wide, ACCEL_F32, big);
         for (size_t i = 0; i < big; i++) wide[i] = (float)((int)(i % 7) - 3) * 0.01f;
-        accel_convert(b, dt, wide, ACCEL_F32, big);
+        accel_convert(o->b, dt, wide, ACCEL_F32, big);
     }
-    for (int i = 0; i < n && ok; i++) {
+    free(wide);
+    return ok;
+}
+
+static void operands_free(gemm_operands *o) {
+    free(o->a);
+    free(o->b);
+    free(o->c);
+}
+
+static void measure_gemms(const gemm_operands *o, step_gemm *g, int n) {
+    accel_dtype dt = o->dt;
+    const void *a = o->a, *b = o->b;
+    float *c = o->c;
+    for (int i = 0; i < n; i++) {
         printf("gemm_shape layer=%s piece=%s dtype=%s MxNxK=%lldx%lldx%lld per_step=%.0f", g[i].layer,
                PIECE[g[i].piece], accel_dtype_name(dt), (long long)g[i].M, (long long)g[i].N, (long long)g[i].K,
                g[i].count);
@@ -178,6 +206,8 @@ static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
             g[i].gflops[p] = provider_best(p, dt, &g[i], a, b, NULL, c);
             double packed = p == ACCEL__GEMM_PROVIDER_DNNL ? dnnl_packed_best(dt, &g[i], a, b, c) : 0.0;
             if (packed > g[i].gflops[p]) g[i].gflops[p] = packed;
+            if (g[i].gflops[p] > g[i].gflops[g[i].fastest])
+                g[i].fastest = p, g[i].fastest_packed = packed > 0.0 && packed >= g[i].gflops[p];
             printf(" %s=%.1f%s", accel__gemm_provider_name((accel__gemm_provider)p), g[i].gflops[p],
                    packed > 0.0 && packed >= g[i].gflops[p] ? "(packed)" : "");
             /* oneDNN without a matmul of dt here multiplies f32 panels */
@@ -190,11 +220,24 @@ static bool measure_gemms(accel_dtype dt, step_gemm *g, int n) {
         printf("\n");
         fflush(stdout);
     }
-    free(wide);
-    free(c);
-    free(a);
-    free(b);
-    return ok;
+}
+
+/* The weighted limit timed again: each of g[0..n) on the provider (and
+ * form) measure_gemms found fastest, best of 3 calls as there. Between
+ * the timed steps (--paired), the step's GFLOP/s is divided by the limit
+ * measured seconds from it: this VM's speed moves by up to 45% over a run,
+ * so a limit timed once before the model is made can be from another phase
+ * than the step it divides. 0 when a call fails. */
+static double weighted_again(const gemm_operands *o, const step_gemm *g, int n) {
+    double flop = 0.0, time = 0.0;
+    for (int i = 0; i < n; i++) {
+        double gf = g[i].fastest_packed ? dnnl_packed_best(o->dt, &g[i], o->a, o->b, o->c)
+                                        : provider_best(g[i].fastest, o->dt, &g[i], o->a, o->b, NULL, o->c);
+        if (gf <= 0.0) return 0.0;
+        flop += g[i].count * gemm_gflop(&g[i]);
+        time += g[i].count * gemm_gflop(&g[i]) / gf;
+    }
+    return flop / time;
 }
 
 static void fail(const char *what) {
@@ -204,7 +247,7 @@ static void fail(const char *what) {
 
 int main(int argc, char **argv) {
     bench_llama_args a;
-    if (bench_llama_parse("bench_llama_step", "threads profile mixed_precision", argc, argv, &a)) return 2;
+    if (bench_llama_parse("bench_llama_step", "threads profile paired mixed_precision", argc, argv, &a)) return 2;
     int steps = a.steps, warmup = a.warmup, threads = a.threads;
     bool profile = a.profile;
     int64_t B = a.B, T = a.T;
@@ -220,7 +263,9 @@ int main(int argc, char **argv) {
                       : !strcmp(a.mixed_precision, "fp16") ? ACCEL_F16 : ACCEL_F32;
     step_gemm gemms[12];
     int n_gemm = step_gemms(&a, gemms);
-    if (!measure_gemms(gdt, gemms, n_gemm)) fail("GEMM operands");
+    gemm_operands ops;
+    if (!operands_new(&ops, gdt, gemms, n_gemm)) fail("GEMM operands");
+    measure_gemms(&ops, gemms, n_gemm);
     double limit = 0.0, gemm_flop = 0.0, gemm_time = 0.0;
     const step_gemm *lim_g = &gemms[0];
     int lim_p = ACCEL__GEMM_PROVIDER_OPENBLAS;
@@ -253,7 +298,9 @@ int main(int argc, char **argv) {
     double *t_fwd = calloc((size_t)total, sizeof(double)), *t_bwd = calloc((size_t)total, sizeof(double));
     double *t_opt = calloc((size_t)total, sizeof(double)), *t_rst = calloc((size_t)total, sizeof(double));
     double *t_cpu = calloc((size_t)total, sizeof(double));
-    if (!t_step || !t_fwd || !t_bwd || !t_opt || !t_rst || !t_cpu) fail("calloc");
+    double *paired = calloc((size_t)total, sizeof(double)), *paired_lim = calloc((size_t)total, sizeof(double));
+    if (!t_step || !t_fwd || !t_bwd || !t_opt || !t_rst || !t_cpu || !paired || !paired_lim) fail("calloc");
+    int n_paired = 0;
     float loss_v = 0.0f;
     for (int it = 0; it < total; it++) {
         bench_step_time st;
@@ -264,6 +311,13 @@ int main(int argc, char **argv) {
         printf("step %d%s: %.1f ms (fwd %.1f bwd %.1f opt %.1f reset %.1f) cpu %.1f ms, %ld page faults, "
                "loss %.4f\n", it, it < warmup ? " (warm-up)" : "", t_step[it] * 1e3, t_fwd[it] * 1e3,
                t_bwd[it] * 1e3, t_opt[it] * 1e3, t_rst[it] * 1e3, t_cpu[it] * 1e3, st.faults, loss_v);
+        double w_now = it >= warmup && a.paired ? weighted_again(&ops, gemms, n_gemm) : 0.0;
+        if (w_now > 0.0) {
+            paired_lim[n_paired] = w_now;
+            paired[n_paired++] = flops / t_step[it] / 1e9 / w_now;
+            printf("paired step=%d weighted_gflops=%.1f step_over_weighted=%.3f\n", it, w_now,
+                   paired[n_paired - 1]);
+        }
         fflush(stdout);
     }
     double med = bench_median(t_step + warmup, steps), tmin = t_step[warmup];
@@ -284,6 +338,12 @@ int main(int argc, char **argv) {
            "step_over_limit=%.3f step_over_weighted=%.3f loss=%.4f\n",
            a.mixed_precision, threads, tokens / med, med * 1e3, tmin * 1e3, bench_median(t_cpu + warmup, steps) * 1e3,
            gflops, limit, weighted, gflops / limit, gflops / weighted, loss_v);
+    if (n_paired)
+        printf("paired_median weighted_gflops=%.1f step_over_weighted=%.3f steps=%d\n",
+               bench_median(paired_lim, n_paired), bench_median(paired, n_paired), n_paired);
+    operands_free(&ops);
+    free(paired);
+    free(paired_lim);
     free(t_step);
     free(t_fwd);
     free(t_bwd);

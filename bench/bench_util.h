@@ -44,13 +44,13 @@ static double bench_cpu_seconds(long *minflt) {
 typedef struct bench_llama_args {
     int steps, warmup, threads;
     int64_t B, T, C, L, H, F, V, bucket_mb;
-    bool profile, no_sync;
+    bool profile, no_sync, paired;
     const char *mixed_precision; /* --mixed_precision no|bf16|fp16 (given to the Accelerator) */
 } bench_llama_args;
 
 /* Parses --steps --warmup --batch --seq --hidden --layers --heads --ffn
  * --vocab, plus the program's own flags named in `extra` (a subset of
- * "threads", "bucket-mb", "profile", "no-sync", "mixed_precision"). Returns 0, or 2 after
+ * "threads", "bucket-mb", "profile", "no-sync", "paired", "mixed_precision"). Returns 0, or 2 after
  * printing what is wrong. */
 static int bench_llama_parse(const char *prog, const char *extra, int argc, char **argv,
                              bench_llama_args *a) {
@@ -61,6 +61,7 @@ static int bench_llama_parse(const char *prog, const char *extra, int argc, char
         bool own = strncmp(f, "--", 2) == 0 && strstr(extra, f + 2) != NULL;
         if (own && !strcmp(f, "--profile")) { a->profile = true; continue; }
         if (own && !strcmp(f, "--no-sync")) { a->no_sync = true; continue; }
+        if (own && !strcmp(f, "--paired")) { a->paired = true; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "%s: %s needs a value (or is unknown)\n", prog, f);
             return 2;

@@ -73,7 +73,7 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "== round $r/$ROUNDS: accel (cpu idle before: $idle)" >&2
     echo "idle=$idle" > "$LOG/idle_accel.$r"
     # shellcheck disable=SC2086
-    "$BIN" --threads "$THREADS" --steps "$STEPS" --profile --mixed_precision "$MP" $EXTRA | tee "$LOG/accel.$r" >&2
+    "$BIN" --threads "$THREADS" --steps "$STEPS" --profile --paired --mixed_precision "$MP" $EXTRA | tee "$LOG/accel.$r" >&2
     if [ "$MP" != no ]; then
         # accel's own f32 step beside it: the goal for a CPU without bf16 units is relative to it.
         echo "== round $r/$ROUNDS: accel f32" >&2
@@ -139,6 +139,10 @@ for p in files("accel"):
                 cell = shapes.setdefault(key, {})
                 if g > cell.get(k, (0.0, ""))[0]:
                     cell[k] = (g, v[v.index("("):].replace("_", " ") if "(" in v else "")
+# The weighted limit timed again after each timed step (--paired): each
+# step's ratio to the limit of its own moment, the VM's speed moving between.
+paired = [[dict(re.findall(r"(\w+)=([^\s]+)", l)) for l in open(p) if l.startswith("paired step=")]
+          for p in files("accel")]
 a_ms = [float(a["step_ms_median"]) for a in acc]
 t_ms = [float(t["step_ms_median"]) for t in tor]
 ratio = [t / a for a, t in zip(a_ms, t_ms)]
@@ -198,7 +202,14 @@ lines = [
     + (f"; against torch.compile {statistics.median([c / a for a, c in zip(a_ms, c_ms)]):.2f}x "
        f"(CPU time {statistics.median([c / a for a, c in zip(a_cpu, c_cpu)]):.2f}x)" if com else "") + ".",
     "",
-] + ([f"**accel {mp} step / accel f32 step: {statistics.median([float(a['step_ms_median']) / float(b['step_ms_median']) for a, b in zip(acc, a32)]):.2f}x** "
+] + ([f"**Paired with the limit of its moment**: after each timed step accel timed the weighted limit again "
+      "(each shape on the provider found fastest above, best of 3 calls), and divided that step's model GFLOP/s by "
+      f"it: median **step / weighted limit {statistics.median([float(d['step_over_weighted']) for r in paired for d in r]):.2f}** "
+      f"over the {sum(map(len, paired))} timed steps (per round: "
+      + ", ".join(f"{statistics.median([float(d['step_over_weighted']) for d in r]):.2f}" for r in paired if r)
+      + f"); the limit itself measured {min(float(d['weighted_gflops']) for r in paired for d in r):.1f}-"
+      f"{max(float(d['weighted_gflops']) for r in paired for d in r):.1f} GFLOP/s between the steps.", ""]
+     if any(paired) else []) + ([f"**accel {mp} step / accel f32 step: {statistics.median([float(a['step_ms_median']) / float(b['step_ms_median']) for a, b in zip(acc, a32)]):.2f}x** "
       f"(median of the per-round ratios; in CPU time per step "
       f"{statistics.median([float(a['cpu_ms_median']) / float(b['cpu_ms_median']) for a, b in zip(acc, a32)]):.2f}x; "
       f"accel f32 per round, step / CPU ms: "

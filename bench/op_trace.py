@@ -4,7 +4,10 @@ on stdin) per step: the phases (forward accel_llama_loss, backward, optimizer
 step, zero_grad), each kernel's wall time on the thread that called it (a
 kernel inside another kernel, as a GEMM's weight conversion inside
 accel__cpuk_gemm, counts in its caller), and the copies (accel__cpuk_copy) by
-dtypes, shape and the source's stride[1] (a transpose shows it)."""
+dtypes, shape and the source's stride[1] (a transpose shows it), and the
+GEMMs (accel__cpuk_gemm) by shape, with their GFLOP/s inside the step beside
+the best the bench measured for the shape alone (the "gemm_shape" lines of
+the bench's log, argv[1])."""
 import collections
 import re
 import sys
@@ -18,6 +21,7 @@ kernel = collections.Counter()
 calls = collections.Counter()
 phase = collections.Counter()
 copies = collections.defaultdict(lambda: [0.0, 0])
+gemms = collections.defaultdict(lambda: [0.0, 0])  # (M, N, K, ta, tb, dtype) -> [seconds, calls]
 pending = {}  # tid -> the copy's arguments, from its two probes
 first = last = None
 for line in sys.stdin:
@@ -34,7 +38,8 @@ for line in sys.stdin:
     if ev == "accel__cpuk_copy":
         pending.setdefault(tid, {}).update(kv)
     if not ev.endswith("__return"):
-        stack[tid].append((ev, t, pending.pop(tid, None) if ev == "accel__cpuk_copy" else None))
+        info = pending.pop(tid, None) if ev == "accel__cpuk_copy" else kv if ev == "accel__cpuk_gemm" else None
+        stack[tid].append((ev, t, info))
         continue
     name = ev[: -len("__return")]
     st = stack[tid]
@@ -60,6 +65,10 @@ for line in sys.stdin:
                "x".join(shape), info.get("contig", ""))
         copies[key][0] += t - t0
         copies[key][1] += 1
+    if name == "accel__cpuk_gemm" and info:
+        key = tuple(int(info[k]) for k in ("M", "N", "K", "ta", "tb", "dt"))
+        gemms[key][0] += t - t0
+        gemms[key][1] += 1
 
 span = (last - first) if first is not None else 0.0
 print(f"traced span {span * 1e3:.1f} ms")
@@ -72,3 +81,30 @@ for (name, where), v in sorted(kernel.items(), key=lambda x: -x[1]):
 print("\ncopies (ms, calls): phase, from -> to dtype, shape, source stride[1]:")
 for k, v in sorted(copies.items(), key=lambda x: -x[1][0])[:25]:
     print(f"  {v[0] * 1e3:9.1f} {v[1]:6d}  {k[0]}: {k[1]} -> {k[2]} [{k[3]}] stride1={k[4]}")
+
+# The bench's own GEMM table: the best GFLOP/s any provider reached on each
+# shape called alone (piece: fwd NT, dx NN, dw TN).
+alone = {}
+for line in open(sys.argv[1]) if len(sys.argv) > 1 else []:
+    if line.startswith("gemm_shape "):
+        d = dict(re.findall(r"(\w+)=([^\s]+)", line))
+        M, N, K = (int(v) for v in d["MxNxK"].split("x"))
+        ta, tb = {"fwd": (0, 1), "dx": (0, 0), "dw": (1, 0)}[d["piece"]]
+        best = max(float(v.split("(")[0]) for k, v in d.items()
+                   if k not in ("layer", "piece", "dtype", "MxNxK", "per_step"))
+        alone[(M, N, K, ta, tb)] = best
+total = sum(v[0] for v in gemms.values())
+flop = sum(2.0 * k[0] * k[1] * k[2] * v[1] for k, v in gemms.items())
+print("\nGEMMs called from the phases (ms, calls, GFLOP/s in the step, best alone in this process, ratio):")
+for k, v in sorted(gemms.items(), key=lambda x: -x[1][0]):
+    gf = 2.0 * k[0] * k[1] * k[2] * v[1] / v[0] / 1e9
+    best = alone.get(k[:5])
+    tail = f" {best:7.1f} {gf / best:5.2f}" if best else "       -     -"
+    print(f"  {v[0] * 1e3:9.1f} {v[1]:6d} {gf:7.1f}{tail}  {k[0]}x{k[1]}x{k[2]} "
+          f"{'T' if k[3] else 'N'}{'T' if k[4] else 'N'} {DTYPES.get(k[5], k[5])}")
+if total:
+    at_best = sum(2.0 * k[0] * k[1] * k[2] * v[1] / (alone[k[:5]] * 1e9) for k, v in gemms.items() if k[:5] in alone)
+    known = sum(v[0] for k, v in gemms.items() if k[:5] in alone)
+    print(f"  all: {total * 1e3:.1f} ms at {flop / total / 1e9:.1f} GFLOP/s" +
+          (f"; the shapes the bench timed alone took {known * 1e3:.1f} ms in the step against {at_best * 1e3:.1f} ms "
+           f"at their best alone ({at_best / known:.2f})" if known else ""))
