@@ -70,44 +70,18 @@ static void *elem_ptr(const accel_tensor *t, int64_t off) {
     return (char *)t->data + off * (int64_t)accel_dtype_size(t->dtype);
 }
 
-/* Rows ahead that a strided widening asks the cache for (64-byte lines).
- * Its rows (a head's in the projections' [B, T, H, D]: D elements every
- * H D) defeat the hardware prefetchers and each row waited on memory: in
- * bench_sdpa's bf16 step (one thread, Emerald Rapids-class) the kernels'
- * widening took 3x the time the dense tensors' had taken, 1.6x with the
- * rows prefetched this far ahead (16 measured alike, 4 gained less;
- * prefetching the rows tile_store writes gained nothing). */
-enum { PREFETCH_ROWS = 8 };
-
 /* tile_at, with the scratch filled from t (read, or read then updated). */
 static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride,
                       float *scratch) {
     tile w = tile_at(t, off, stride, scratch, cols);
-    if (t->dtype == ACCEL_F32) return w;
-    if (stride == cols) {
-        accel__cpu_to_f32(scratch, elem_ptr(t, off), t->dtype, rows * cols);
-        return w;
-    }
-    int64_t bytes = cols * (int64_t)accel_dtype_size(t->dtype);
-    for (int64_t r = 0; r < rows; r++) {
-        if (r + PREFETCH_ROWS < rows) {
-            const char *ahead = elem_ptr(t, off + (r + PREFETCH_ROWS) * stride);
-            for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b);
-        }
-        accel__cpu_to_f32(scratch + r * cols, elem_ptr(t, off + r * stride), t->dtype, cols);
-    }
+    if (t->dtype != ACCEL_F32) accel__cpu_to_f32_rows(scratch, elem_ptr(t, off), t->dtype, rows, cols, stride);
     return w;
 }
 
 /* Writes a tile that tile_at gave back into t's rows (stride apart):
  * nothing to do when it is t's own memory, else its dense scratch rows. */
 static void tile_store(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, tile w) {
-    if (t->dtype == ACCEL_F32) return;
-    if (stride == cols) {
-        accel__cpu_from_f32(elem_ptr(t, off), t->dtype, w.p, rows * cols);
-        return;
-    }
-    for (int64_t r = 0; r < rows; r++) accel__cpu_from_f32(elem_ptr(t, off + r * stride), t->dtype, w.p + r * cols, cols);
+    if (t->dtype != ACCEL_F32) accel__cpu_from_f32_rows(elem_ptr(t, off), t->dtype, w.p, rows, cols, stride);
 }
 
 /* Zeroes `rows` rows of `cols` elements of t, stride apart, from off. */
