@@ -12,16 +12,14 @@ typedef struct sdpa_case {
     bool causal, kv_strided; /* kv_strided: k, v stored [B, Tk, Hkv, D] (a projection's layout) */
 } sdpa_case;
 
-/* The kernel dims of c, k and v strided as c says (the backward takes them dense). */
+/* The kernel dims of c: q and o dense, k and v strided as c says. */
 static inline accel_k_sdpa_dims sdpa_case_dims(const sdpa_case *c) {
     accel_k_sdpa_dims d = {.B = c->B, .H = c->H, .Hkv = c->Hkv, .Tq = c->Tq, .Tk = c->Tk, .D = c->D, .Dv = c->Dv,
                            .scale = 1.0f / sqrtf((float)c->D), .causal = c->causal};
+    accel_k_sdpa_dense(&d);
     if (c->kv_strided) {
         d.ks[0] = c->Tk * c->Hkv * c->D, d.ks[1] = c->D, d.ks[2] = c->Hkv * c->D;
         d.vs[0] = c->Tk * c->Hkv * c->Dv, d.vs[1] = c->Dv, d.vs[2] = c->Hkv * c->Dv;
-    } else {
-        d.ks[0] = c->Hkv * c->Tk * c->D, d.ks[1] = c->Tk * c->D, d.ks[2] = c->D;
-        d.vs[0] = c->Hkv * c->Tk * c->Dv, d.vs[1] = c->Tk * c->Dv, d.vs[2] = c->Dv;
     }
     return d;
 }

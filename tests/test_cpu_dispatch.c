@@ -1,7 +1,8 @@
 /* CPU detection and the per-ISA kernel variants: what is reported matches
  * the kernel's view (/proc/cpuinfo), the variant in use is the best one the
  * CPU runs, every runnable variant computes what the baseline computes (its
- * vectorised tanh within 2 ulp of libm's tanhf on a sweep of the floats), and
+ * vectorised tanh within 2 ulp of libm's tanhf on a sweep of the floats; its
+ * conversions of rows apart element for element as accel_convert's), and
  * a variant the CPU cannot run is refused with an error naming it. */
 #include "accel/accel.h"
 #include "accel/accelerator.h"
@@ -397,6 +398,55 @@ static void test_tanh_within_ulps_of_libm(void) {
     free(one);
 }
 
+/* ---- rows apart (sdpa's tiles of a head in the projections' layout):
+ * accel__cpu_to_f32_rows / _from_f32_rows of every variant give, row for
+ * row, the elementwise accel_convert, and write nothing between the rows */
+
+enum { ROWS = 21, COLS = 37, GAP = 50 }; /* more rows than the prefetch runs ahead, odd widths */
+
+static bool rows_exact(accel_dtype dt, int64_t stride, const char *variant) {
+    static uint16_t src[ROWS * GAP], dst[ROWS * GAP];
+    static float wide[ROWS * COLS], want[ROWS * COLS];
+    for (int i = 0; i < ROWS * GAP; i++) {
+        float x = (float)((i * 7919) % 1000 - 500) / 37.0f;
+        accel_convert(&src[i], dt, &x, ACCEL_F32, 1);
+    }
+    for (int i = 0; i < ROWS * COLS; i++) wide[i] = -1.0f;
+    accel__cpu_to_f32_rows(wide, src, dt, ROWS, COLS, stride);
+    bool ok = true;
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) {
+            accel_convert(&want[r * COLS + c], ACCEL_F32, &src[r * stride + c], dt, 1);
+            ok = ok && f32_bits(wide[r * COLS + c]) == f32_bits(want[r * COLS + c]);
+        }
+    for (int i = 0; i < ROWS * COLS; i++) wide[i] = want[i] * 1.001f; /* values that round */
+    for (int i = 0; i < ROWS * GAP; i++) dst[i] = 0xabcd;
+    accel__cpu_from_f32_rows(dst, dt, wide, ROWS, COLS, stride);
+    for (int i = 0; i < ROWS * (int)stride && i < ROWS * GAP; i++) {
+        int r = i / (int)stride, c = i % (int)stride;
+        uint16_t expect = 0xabcd;
+        if (c < COLS) accel_convert(&expect, dt, &wide[r * COLS + c], ACCEL_F32, 1);
+        ok = ok && dst[i] == expect;
+    }
+    if (!ok) fprintf(stderr, "%s: %s rows %d apart differ from accel_convert\n", variant, accel_dtype_name(dt), (int)stride);
+    return ok;
+}
+
+static void test_rows_conversions(void) {
+    accel__cpu_variant start = accel__cpu_variant_current();
+    for (int v = ACCEL__CPU_BASELINE; v < ACCEL__CPU_N_VARIANTS; v++) {
+        if (!accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
+        CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_OK);
+        const char *name = accel__cpu_variant_name((accel__cpu_variant)v);
+        for (int d = 0; d < 2; d++) {
+            accel_dtype dt = d ? ACCEL_F16 : ACCEL_BF16;
+            CHECK(rows_exact(dt, GAP, name));
+            CHECK(rows_exact(dt, COLS, name)); /* rows dense: one run */
+        }
+    }
+    CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
+}
+
 static void test_unrunnable_variant_is_refused(void) {
     accel__cpu_variant before = accel__cpu_variant_current();
     for (int v = 0; v < ACCEL__CPU_N_VARIANTS; v++) {
@@ -451,6 +501,7 @@ int main(void) {
     RUN(test_best_variant_is_chosen);
     RUN(test_variants_agree);
     RUN(test_f16_conversions_match_the_scalar_one);
+    RUN(test_rows_conversions);
     RUN(test_tanh_within_ulps_of_libm);
     RUN(test_unrunnable_variant_is_refused);
     return check_summary();

@@ -1144,6 +1144,7 @@ static void test_sdpa_backward(void) {
                 accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = &dv->c,
                                            .g = &g->c, .q = &q->c, .k = &k->c, .v = &v->c, .p = &p->c, .dims = d,
                                            .dq_beta = (float)(variant == 1)};
+                accel_k_sdpa_backward_dense(&a);
                 KRUN("sdpa_backward", sdpa_backward, accel_k_sdpa_backward, a, dt == ACCEL_F32 ? 1e-3 : tol_of(dt));
             }
 }

@@ -211,6 +211,8 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
                                    .v = lp[V], .p = p32, .dims = bd, .dq_beta = (float)beta};
         accel_k_sdpa_backward b32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q], .k = hi[K],
                                      .v = hi[V], .p = p32, .dims = b.dims, .dq_beta = (float)beta};
+        accel_k_sdpa_backward_dense(&b);
+        accel_k_sdpa_backward_dense(&b32);
         /* the backward reads k and v dense: the forward's strided ones are another layout of the same values */
         CHECK(cpu->kernels.sdpa_backward(&b) == ACCEL_OK && cpu->kernels.sdpa_backward(&b32) == ACCEL_OK);
         const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
@@ -356,6 +358,7 @@ static void test_scores_path(void) {
     accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = d};
     accel_k_sdpa_backward b = {.dq = dq, .dk = dk, .dv = dv, .g = lp[G], .q = lp[Q], .k = lp[K], .v = lp[V], .p = p,
                                .dims = dense_dims(&c)};
+    accel_k_sdpa_backward_dense(&b);
     accel_tensor *v16 = filled(ACCEL_F16, n[V], 0);
     accel_k_sdpa mixed = f;
     mixed.v = v16;

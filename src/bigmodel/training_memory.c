@@ -517,7 +517,9 @@ static void cp_alltoall_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtyp
 
 /* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
  * transposed view when q_view), k, v (k likewise; v a transposed view), to
- * its output [B, H, T, D] in the mm dtype s: accel_sdpa, or where a window
+ * its output [B, H, T, D] in the mm dtype s: accel__sdpa_heads_last (its
+ * output [B, T, H, D], the CPU kernels reading the views and writing the
+ * inputs' gradients in their layouts), or where a window
  * bites, scores are soft-capped or GPT-2's attention dropout acts
  * (`explicit_`), accel__masked_attention's explicit scores
  * (src/ops/attention_masked.c): mask, Q K^T, scale, cap, add, softmax,
@@ -534,12 +536,11 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
         return;
     }
     if (!explicit_) {
-        /* the output (its kernel writes s itself); q and k dense, v a transposed
-         * view (dense with one head), each dense in s; the f32 probabilities
+        /* the output (its kernel writes s itself); q, k and v read where
+         * they are, each copied only when not in s; the f32 probabilities
          * [B, H, T, T] kept */
-        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, !q_view || d->H == 1) +
-                      contig_as(eK, kk, s, !q_view || d->Hkv == 1) + contig_as(eK, v, s, d->Hkv == 1) +
-                      4 * d->B * d->H * d->T * d->T;
+        fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, true) + contig_as(eK, kk, s, true) +
+                      contig_as(eK, v, s, true) + 4 * d->B * d->H * d->T * d->T;
         /* backward: the output gradient as it is, the gradients of q, k, v in their dtype */
         bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) +
                       gbuf_native(eK, v, false);
@@ -617,8 +618,10 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     attention_step(&afwd, &abwd, f->gpt2 ? q : qr, f->gpt2 ? kk : kr, v, f->gpt2, explicit_attention);
     scratch(fwd, afwd.top);
     fwd->bytes += afwd.bytes;
-    /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies (one head: dense already) */
-    fwd->bytes += dense(eQ, s, d->H == 1);
+    /* [B, H, T, D] -> [B, T, H*D]: the reshape of the transposed view copies
+     * (one head: dense already; the fused attention's output is [B, T, H, D]) */
+    bool fused = !explicit_attention && d->cp <= 1;
+    fwd->bytes += dense(eQ, s, d->H == 1 || fused);
     accel_dtype o = row_fwd(fwd, d->Q, s, f->o_bias);
     bool drop = f->resid_pdrop > 0;
     if (drop) dropout_fwd(fwd, eC, o);
@@ -684,19 +687,22 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
     if (drop) dropout_bwd(bwd, eC, o);
     row_bwd(bwd, d->Q, o, s, f->o_bias); /* o_proj / c_proj */
-    /* the transpose's dense gradient (one head: none; the reshape's view and
-     * the attention output take theirs over) */
-    bwd->bytes += dense(eQ, s, d->H == 1);
+    /* the transpose's dense gradient (one head, or the fused attention's
+     * [B, T, H, D] output: none; the reshape's view and the attention
+     * output take theirs over) */
+    bwd->bytes += dense(eQ, s, d->H == 1 || fused);
     scratch(bwd, abwd.top);
     bwd->bytes += abwd.bytes;
     if (!f->gpt2) {
         rope_bwd(bwd, eK, kr);
         rope_bwd(bwd, eQ, qr);
     }
-    bool roped = !f->gpt2 && d->R == d->D; /* src/ops/rope.c: the gradient in the input's layout */
-    split_heads_bwd(bwd, eK, v, d->Hkv, false);
-    split_heads_bwd(bwd, eK, kk, d->Hkv, roped);
-    split_heads_bwd(bwd, eQ, q, d->H, roped);
+    /* the gradient in the input's layout: src/ops/rope.c's, the fused
+     * attention's of the views it reads (v; GPT-2's q and k too) */
+    bool roped = !f->gpt2 && d->R == d->D;
+    split_heads_bwd(bwd, eK, v, d->Hkv, fused);
+    split_heads_bwd(bwd, eK, kk, d->Hkv, roped || (fused && f->gpt2));
+    split_heads_bwd(bwd, eQ, q, d->H, roped || (fused && f->gpt2));
     if (f->qk_norm_full && d->tp) {
         tp_norm_bwd(bwd, eK, n, kk);
         tp_norm_bwd(bwd, eQ, n, q);

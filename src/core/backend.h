@@ -139,6 +139,11 @@ typedef struct accel_backend {
     accel_backend_mem mem;
     accel_backend_async async;
     accel_kernel_table kernels;
+    /* True when the sdpa kernels honour every tensor's strides (dims' qs, ks,
+     * vs, os and the backward's gs, dqs, dks, dvs); false: q, o, g, dq, dk,
+     * dv and the backward's k, v must be dense, only the forward's k and v
+     * strided (accel_sdpa then hands it dense tensors). */
+    bool sdpa_strided;
     /* mixed_precision='fp8' (backends/fp8.h); NULL: the device has none. */
     const struct accel__fp8_ops *fp8;
 } accel_backend;

@@ -362,18 +362,35 @@ typedef struct accel_k_mse_backward {
 /* ---------------------------------------------------------------- attention */
 
 /* Scaled dot-product attention dims: q [B, H, Tq, D], k [B, Hkv, Tk, D],
- * v [B, Hkv, Tk, Dv]; bottom-right aligned causal mask. ks/vs: element
- * strides of k and v over batch, kv head and key (the head dim contiguous). */
+ * v [B, Hkv, Tk, Dv], o [B, H, Tq, Dv]; bottom-right aligned causal mask.
+ * qs, ks, vs, os: element strides of q, k, v and o over batch, head and row
+ * (each row's D or Dv elements contiguous, rows at least a row apart), so
+ * the kernels read q, k, v as the projections left them ([B, T, H, D] seen
+ * as [B, H, T, D]) and write o in that layout. accel_k_sdpa_dense fills
+ * the strides of dense tensors. */
 typedef struct accel_k_sdpa_dims {
     int64_t B, H, Hkv, Tq, Tk, D, Dv;
     float scale;
     bool causal;
-    int64_t ks[3], vs[3];
+    int64_t qs[3], ks[3], vs[3], os[3];
 } accel_k_sdpa_dims;
 
-/* o [B, H, Tq, Dv] and the probabilities p [B, H, Tq, Tk] (f32; under the
- * causal mask only the columns a query block sees are written) from q
- * (contiguous), k and v (strides in dims). q, k, v and o are each f32, bf16
+/* The strides s[3] of a dense [B, heads, T, n] tensor. */
+static inline void accel_k_sdpa_dense_rows(int64_t s[3], int64_t heads, int64_t T, int64_t n) {
+    s[0] = heads * T * n, s[1] = T * n, s[2] = n;
+}
+
+/* d's qs, ks, vs, os: dense q, k, v and o. */
+static inline void accel_k_sdpa_dense(accel_k_sdpa_dims *d) {
+    accel_k_sdpa_dense_rows(d->qs, d->H, d->Tq, d->D);
+    accel_k_sdpa_dense_rows(d->ks, d->Hkv, d->Tk, d->D);
+    accel_k_sdpa_dense_rows(d->vs, d->Hkv, d->Tk, d->Dv);
+    accel_k_sdpa_dense_rows(d->os, d->H, d->Tq, d->Dv);
+}
+
+/* o and the probabilities p [B, H, Tq, Tk] (f32, contiguous; under the
+ * causal mask only the columns a query block sees are written) from q, k
+ * and v (all four at the strides in dims). q, k, v and o are each f32, bf16
  * or f16 (read and written in their dtype; f32 scores, softmax and
  * accumulation). */
 typedef struct accel_k_sdpa {
@@ -383,13 +400,25 @@ typedef struct accel_k_sdpa {
 
 /* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional;
  * accumulated into, zeroed by the op) from g = dO and the forward's saved
- * q, k, v (contiguous) and p (f32). dq, dk, dv, g, q, k, v are each f32,
- * bf16 or f16, contiguous; f32 accumulation. */
+ * q, k, v (at dims' qs, ks, vs) and p (f32). gs, dqs, dks, dvs: the strides
+ * of g (o's shape), dq (q's), dk (k's) and dv (v's), as in dims (dense:
+ * accel_k_sdpa_backward_dense). dq, dk, dv, g, q, k, v are each f32, bf16
+ * or f16; f32 accumulation. */
 typedef struct accel_k_sdpa_backward {
     ACCEL_KERNEL_TENSORS(8, *dq, *dk, *dv, *g, *q, *k, *v, *p);
     accel_k_sdpa_dims dims;
     float dq_beta;
+    int64_t gs[3], dqs[3], dks[3], dvs[3];
 } accel_k_sdpa_backward;
+
+/* b's gs, dqs, dks, dvs: dense g, dq, dk and dv (b->dims set). */
+static inline void accel_k_sdpa_backward_dense(accel_k_sdpa_backward *b) {
+    const accel_k_sdpa_dims *d = &b->dims;
+    accel_k_sdpa_dense_rows(b->gs, d->H, d->Tq, d->Dv);
+    accel_k_sdpa_dense_rows(b->dqs, d->H, d->Tq, d->D);
+    accel_k_sdpa_dense_rows(b->dks, d->Hkv, d->Tk, d->D);
+    accel_k_sdpa_dense_rows(b->dvs, d->Hkv, d->Tk, d->Dv);
+}
 
 /* ---------------------------------------------------------------- optimizers */
 

@@ -9,6 +9,7 @@
 #include "decoder_cp.h"
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
+#include "ops/attention.h"
 #include "ops/attention_masked.h"
 #include "tp_internal.h"
 
@@ -406,12 +407,15 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
     double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
     bool expl = (W || cap > 0 || drop > 0) && x->device.type != ACCEL_DEV_META;
+    /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
+     * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp     ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
                       : expl ? accel__masked_attention(q, k, v, pos, W, scale, cap, drop)
-                             : accel_sdpa(q, k, v, true, scale); /* [B, H, T, D] */
+                             : accel__sdpa_heads_last(q, k, v, true, scale);
+    if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
-    o = accel_reshape(accel_transpose(o, 1, 2), 3, shape);
+    o = accel_reshape(o, 3, shape);
     return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
 }
 

@@ -7,21 +7,78 @@
  * makes no f32 copy of q, k, v or the output. */
 #include <math.h>
 
+#include "attention.h"
 #include "nn_internal.h"
 
 typedef accel_k_sdpa_dims sdpa_dims;
 
+/* Whether dev's sdpa kernels honour every tensor's strides (backend.h). */
+static bool strided_on(accel_device dev) {
+    const accel_backend *be = accel__backend_of(dev);
+    return be && be->sdpa_strided;
+}
+
+/* The strides s[3] over batch, head and row of t [B, heads, T, n] as the
+ * kernels read or write it in place: t's own when its rows of n elements
+ * are contiguous, rows a row apart or more and no stride negative (a dim of
+ * one element gets a stride that fits); false otherwise. */
+static bool rows_of(const accel_tensor *t, int64_t n, int64_t s[3]) {
+    if (n > 1 && t->stride[3] != 1) return false;
+    s[0] = t->shape[0] == 1 ? 0 : t->stride[0];
+    s[1] = t->shape[1] == 1 ? 0 : t->stride[1];
+    s[2] = t->shape[2] == 1 ? n : t->stride[2];
+    return s[0] >= 0 && s[1] >= 0 && s[2] >= n;
+}
+
+/* t [B, heads, T, n] as a kernel of dtype dt reads it, its strides into s:
+ * t itself where `in_place` and rows_of allow, else a dense copy in dt
+ * (under autocast the rounding of the input). NULL on error. */
+static accel_tensor *operand_rows(accel_tensor *t, accel_dtype dt, int64_t n, bool in_place, int64_t s[3]) {
+    if (in_place && t->dtype == dt && rows_of(t, n, s)) return t;
+    accel_tensor *c = accel__contig_as(t, dt);
+    if (c) accel_k_sdpa_dense_rows(s, t->shape[1], t->shape[2], n);
+    return c;
+}
+
+/* The gradient buffer of input t [B, heads, T, n], its strides into s: on a
+ * strided device a first gradient in t's own layout (the transposed view of
+ * a projection's output gets a contiguous [B, T, heads, n] block that the
+ * transpose's backward passes on), else dense; zeroed to be added into. */
+static bool grad_rows(accel__gbuf *g, accel_tensor *t, int64_t n, bool strided, bool zeroed, int64_t s[3]) {
+    bool layout = strided && (n <= 1 || t->stride[3] == 1);
+    if (!(layout ? accel__gbuf_begin_native_layout(g, t) : accel__gbuf_begin_native(g, t))) return false;
+    if (!g->dst) return true;
+    if (zeroed && g->beta == 0.0f) {
+        /* fresh memory, contiguous or (in t's layout) a permutation of one
+         * dense block: zeroed as that block, one memset, where the fill
+         * kernel would walk the permuted strides element by element */
+        int64_t numel = accel_numel(g->dst), one = 1;
+        accel_tensor *block = accel_is_contiguous(g->dst) ? g->dst : accel_view_raw(g->dst, 1, &numel, &one, 0);
+        if (!block || accel_zero_(block) != ACCEL_OK) return false;
+        g->beta = 1.0f;
+    }
+    /* dst is contiguous or in t's layout, whose rows are: rows_of fits */
+    rows_of(g->dst, n, s);
+    return true;
+}
+
 static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
-    accel_tensor *gt = accel__contig(grad_out);
-    if (!gt) return accel_last_status();
+    bool strided = strided_on(grad_out->device);
+    accel_k_sdpa_backward k = {.q = node->saved[0], .k = node->saved[1], .v = node->saved[2], .p = node->saved[3],
+                               .dims = *(const sdpa_dims *)node->ctx};
+    const sdpa_dims *d = &k.dims;
+    /* o's gradient as it arrives (seen as [B, H, Tq, Dv]): on a strided
+     * device read in place */
+    accel_tensor *go = node->iarg[0] ? accel_transpose(grad_out, 1, 2) : grad_out;
+    k.g = go ? operand_rows(go, go->dtype, d->Dv, strided, k.gs) : NULL;
+    if (!k.g) return accel_last_status();
     accel__gbuf gq, gk, gv;
-    if (!accel__gbuf_begin_native(&gq, node->inputs[0]) || !accel__gbuf_begin_native_zeroed(&gk, node->inputs[1]) ||
-        !accel__gbuf_begin_native_zeroed(&gv, node->inputs[2]))
+    if (!grad_rows(&gq, node->inputs[0], d->D, strided, false, k.dqs) ||
+        !grad_rows(&gk, node->inputs[1], d->D, strided, true, k.dks) ||
+        !grad_rows(&gv, node->inputs[2], d->Dv, strided, true, k.dvs))
         return accel_last_status();
-    accel_k_sdpa_backward k = {.dq = gq.dst, .dk = gk.dst, .dv = gv.dst, .g = gt, .q = node->saved[0],
-                               .k = node->saved[1], .v = node->saved[2], .p = node->saved[3],
-                               .dims = *(const sdpa_dims *)node->ctx, .dq_beta = gq.beta};
-    accel_status st = ACCEL_KERNEL("sdpa backward", gt->device, sdpa_backward, &k);
+    k.dq = gq.dst, k.dk = gk.dst, k.dv = gv.dst, k.dq_beta = gq.beta;
+    accel_status st = ACCEL_KERNEL("sdpa backward", k.g->device, sdpa_backward, &k);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gq);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gk);
     return st == ACCEL_OK ? accel__gbuf_end(&gv) : st;
@@ -33,8 +90,8 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
         accel__shape_error2(OP, q, k, "do not fit (q [B, H, Tq, D], k and v [B, Hkv, Tk, D] expected)");
         return false;
     }
-    *d = (sdpa_dims){q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3],
-                     0, false, {0, 0, 0}, {0, 0, 0}};
+    *d = (sdpa_dims){.B = q->shape[0], .H = q->shape[1], .Hkv = k->shape[1], .Tq = q->shape[2], .Tk = k->shape[2],
+                     .D = q->shape[3], .Dv = v->shape[3]};
     if (k->shape[0] != d->B || k->shape[3] != d->D) {
         accel__shape_error2(OP, q, k, "do not fit (batch and head dim of q and k must match)");
         return false;
@@ -50,15 +107,10 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
     return true;
 }
 
-/* A k or v [B, Hkv, Tk, n] of dtype dt that the kernels can read in place:
- * rows of n contiguous elements, a row stride of at least n. */
-static bool strided_ok(const accel_tensor *t, accel_dtype dt, int64_t n) {
-    if (t->dtype != dt) return false;
-    if (n > 1 && t->stride[3] != 1) return false;
-    return t->stride[2] >= (n > 1 ? n : 1) && t->stride[1] >= 0 && t->stride[0] >= 0;
-}
-
-accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
+/* accel_sdpa, its output [B, H, Tq, Dv], or with heads_last [B, Tq, H, Dv]
+ * (accel__sdpa_heads_last). */
+static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale,
+                          bool heads_last) {
     static const char *OP = "accel_sdpa";
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
@@ -70,30 +122,40 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
     if (!sdpa_shapes(q, k, v, &dims)) return NULL;
     dims.causal = causal;
     dims.scale = (float)(scale > 0.0 ? scale : 1.0 / sqrt((double)(dims.D ? dims.D : 1)));
-    int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv};
-    accel_tensor *out = accel__op_out(dt, 4, oshape, dev);
-    if (!out || dev.type == ACCEL_DEV_META) return out;
-    /* Decode reads the KV cache in place (no copy of the whole cache per
-     * token) when nothing is recorded for the backward. */
-    bool in_place = !accel_reference_kernels() && !accel_needs_grad(3, in) && strided_ok(k, dt, dims.D) &&
-                    strided_ok(v, dt, dims.Dv);
-    /* Dense in dt: under autocast the rounding of the inputs. */
-    accel_tensor *qc = accel__contig_as(q, dt), *kc = in_place ? k : accel__contig_as(k, dt),
-                 *vc = in_place ? v : accel__contig_as(v, dt);
+    int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv}, bthd[4] = {dims.B, dims.Tq, dims.H, dims.Dv};
+    if (dev.type == ACCEL_DEV_META) return accel__op_out(dt, 4, heads_last ? bthd : oshape, dev);
+    /* On a strided device q, k and v are read where they are (the
+     * projections' [B, T, H, D] seen as [B, H, T, D]) and o is written in
+     * that layout, [B, Tq, H, Dv] memory. Elsewhere they are dense, but for
+     * decode's k and v, read in the KV cache (no copy of the whole cache
+     * per token) when nothing is recorded for the backward. A k or v that
+     * needs no gradient while q does (a KV cache's view, written again
+     * later) is copied to be saved. The reference kernels take dense
+     * tensors. */
+    bool ref = accel_reference_kernels(), strided = strided_on(dev) && !ref, grad = accel_needs_grad(3, in);
+    bool kv_in_place = !ref && (strided || !grad);
+    accel_tensor *qc = operand_rows(q, dt, dims.D, strided, dims.qs),
+                 *kc = operand_rows(k, dt, dims.D, kv_in_place && (!grad || k->requires_grad), dims.ks),
+                 *vc = operand_rows(v, dt, dims.Dv, kv_in_place && (!grad || v->requires_grad), dims.vs);
     if (!qc || !kc || !vc) return NULL;
-    /* Dense strides unless in place (a contiguous tensor's strides of size-1
-     * dims may be anything; the dense ones are what the backward uses). */
-    const int64_t kd[3] = {dims.Hkv * dims.Tk * dims.D, dims.Tk * dims.D, dims.D},
-                  vd[3] = {dims.Hkv * dims.Tk * dims.Dv, dims.Tk * dims.Dv, dims.Dv};
-    for (int i = 0; i < 3; i++) {
-        dims.ks[i] = in_place ? kc->stride[i] : kd[i];
-        dims.vs[i] = in_place ? vc->stride[i] : vd[i];
+    /* o as the kernel sees it, and the tensor recorded and returned */
+    accel_tensor *o, *out;
+    if (strided) {
+        int64_t ostride[4] = {dims.Tq * dims.H * dims.Dv, dims.Dv, dims.H * dims.Dv, 1};
+        accel_tensor *block = accel__op_out(dt, 4, bthd, dev);
+        o = block ? accel_view_raw(block, 4, oshape, ostride, 0) : NULL;
+        out = heads_last ? block : o;
+        for (int i = 0; i < 3; i++) dims.os[i] = ostride[i];
+    } else {
+        o = out = accel__op_out(dt, 4, oshape, dev);
+        accel_k_sdpa_dense_rows(dims.os, dims.H, dims.Tq, dims.Dv);
     }
+    if (!o) return NULL;
     accel_tensor *p = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(dims.B, dims.H, dims.Tq, dims.Tk), dev);
     sdpa_dims *dc = accel_arena_alloc(accel_step_arena(), sizeof *dc, 64);
     if (!p || !dc) return NULL;
     *dc = dims;
-    accel_k_sdpa ks = {.o = out, .p = p, .q = qc, .k = kc, .v = vc, .dims = dims};
+    accel_k_sdpa ks = {.o = o, .p = p, .q = qc, .k = kc, .v = vc, .dims = dims};
     if (ACCEL_KERNEL(OP, dev, sdpa, &ks) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("sdpa", sdpa_backward, out, 3, in);
     if (n) {
@@ -102,6 +164,16 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
         n->saved[2] = vc;
         n->saved[3] = p;
         n->ctx = dc;
+        n->iarg[0] = out != o; /* the gradient arrives [B, Tq, H, Dv] */
     }
-    return out;
+    /* a dense device's heads_last: the transposed copy, recorded */
+    return heads_last && out == o ? accel_contiguous(accel_transpose(out, 1, 2)) : out;
+}
+
+accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
+    return sdpa(q, k, v, causal, scale, false);
+}
+
+accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
+    return sdpa(q, k, v, causal, scale, true);
 }

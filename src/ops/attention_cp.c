@@ -233,6 +233,7 @@ static accel_status block_backward(const accel_k_sdpa_dims *d, accel_tensor *p, 
     accel_tensor *dqh = qh ? empty_like_shape(ACCEL_F32, q, d->Tq, false) : NULL;
     accel_k_sdpa_backward kb = {.dq = dqh, .dk = dkp, .dv = dvp, .g = gh, .q = qh, .k = kp, .v = vp, .p = p,
                                 .dims = *d, .dq_beta = 0.0f};
+    accel_k_sdpa_backward_dense(&kb);
     accel_status st = dqh ? ACCEL_KERNEL("accel_cp_attention backward", g->device, sdpa_backward, &kb)
                           : accel_last_status();
     return st ? st : copy_rows(dq, r0, d->Tq, dqh);
@@ -363,8 +364,9 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
     accel_tensor *p[2];
     for (int half = 0; half < 2; half++) {
         int64_t Tk = (x->g[half] + 1) * c;
-        x->dims[half] = (accel_k_sdpa_dims){B, H, Hkv, c, Tk, D, Dv, (float)(scale > 0 ? scale : 1.0 / sqrt((double)D)),
-                                            true, {Hkv * Tk * D, Tk * D, D}, {Hkv * Tk * Dv, Tk * Dv, Dv}};
+        x->dims[half] = (accel_k_sdpa_dims){.B = B, .H = H, .Hkv = Hkv, .Tq = c, .Tk = Tk, .D = D, .Dv = Dv,
+                                            .scale = (float)(scale > 0 ? scale : 1.0 / sqrt((double)D)), .causal = true};
+        accel_k_sdpa_dense(&x->dims[half]);
         p[half] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, c, Tk), q->device);
         if (!p[half]) return NULL;
     }
@@ -553,8 +555,9 @@ static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v
         int64_t r0 = b * rows, nq = T - r0 < rows ? T - r0 : rows, k0 = m->W && r0 >= m->W ? r0 - m->W + 1 : 0;
         int64_t Tk = r0 + nq - k0;
         x->k0[b] = k0;
-        x->dims[b] = (accel_k_sdpa_dims){B, H, Hkv, nq, Tk, D, Dv, s, true, {Hkv * Tk * D, Tk * D, D},
-                                         {Hkv * Tk * Dv, Tk * Dv, Dv}};
+        x->dims[b] = (accel_k_sdpa_dims){.B = B, .H = H, .Hkv = Hkv, .Tq = nq, .Tk = Tk, .D = D, .Dv = Dv, .scale = s,
+                                         .causal = true};
+        accel_k_sdpa_dense(&x->dims[b]);
         x->p[b] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, nq, Tk), q->device);
         if (!x->p[b]) {
             st = accel_last_status();

@@ -1,6 +1,9 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
  * aligned causal mask: f32 scores, softmax and accumulation. q, k, v, the
- * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16.
+ * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16,
+ * each at its own strides over batch, head and row (kernels.h: the rows of
+ * a head contiguous; a row stride is a tile GEMM's leading dim, or the
+ * stride the rows are widened from and rounded back to). P is dense.
  * Two paths for the six tile GEMMs of a block of queries, on the provider
  * measured fastest for the tile class (below, "the tile GEMMs and their
  * provider"):
@@ -71,19 +74,25 @@ static void *elem_ptr(const accel_tensor *t, int64_t off) {
 static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride,
                       float *scratch) {
     tile w = tile_at(t, off, stride, scratch, cols);
-    if (t->dtype == ACCEL_F32) return w;
-    if (stride == cols) {
-        accel__cpu_to_f32(scratch, elem_ptr(t, off), t->dtype, rows * cols);
-        return w;
-    }
-    for (int64_t r = 0; r < rows; r++) accel__cpu_to_f32(scratch + r * cols, elem_ptr(t, off + r * stride), t->dtype, cols);
+    if (t->dtype != ACCEL_F32) accel__cpu_to_f32_rows(scratch, elem_ptr(t, off), t->dtype, rows, cols, stride);
     return w;
 }
 
-/* Writes a dense tile (stride == cols) that tile_at gave back into t: nothing
- * to do when it is t's own memory. */
-static void tile_store(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, tile w) {
-    if (t->dtype != ACCEL_F32) accel__cpu_from_f32(elem_ptr(t, off), t->dtype, w.p, rows * cols);
+/* Writes a tile that tile_at gave back into t's rows (stride apart):
+ * nothing to do when it is t's own memory, else its dense scratch rows. */
+static void tile_store(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, tile w) {
+    if (t->dtype != ACCEL_F32) accel__cpu_from_f32_rows(elem_ptr(t, off), t->dtype, w.p, rows, cols, stride);
+}
+
+/* Zeroes `rows` rows of `cols` elements of t, stride apart, from off. */
+static void rows_zero(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride) {
+    size_t es = accel_dtype_size(t->dtype);
+    for (int64_t r = 0; r < rows; r++) memset(elem_ptr(t, off + r * stride), 0, (size_t)cols * es);
+}
+
+/* Element offset of row i of head h of batch b in a tensor of strides s. */
+static inline int64_t row_at(const int64_t s[3], int64_t b, int64_t h, int64_t i) {
+    return b * s[0] + h * s[1] + i * s[2];
 }
 
 /* Floats of scratch a tile of n elements of t needs (0 when t is f32 or absent). */
@@ -390,11 +399,19 @@ static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks,
     return (kv_head){kh.p, vh.p, kh.ld, vh.ld};
 }
 
-/* Dense rows [off, off + rows * cols) of x as the tile GEMMs read them
- * (leading dim cols): as stored on the native path, else an f32 tile. */
-static const void *tile_operand(tiles t, const accel_tensor *x, int64_t off, int64_t rows, int64_t cols,
-                                float *scratch) {
-    return t.dt == ACCEL_F32 ? tile_load(x, off, rows, cols, cols, scratch).p : elem_ptr(x, off);
+/* A tile GEMM operand: its first element and its row stride. */
+typedef struct operand {
+    const void *p;
+    int64_t ld;
+} operand;
+
+/* rows rows of cols elements of x from off, stride apart, as the tile GEMMs
+ * read them: as stored on the native path, else an f32 tile. */
+static operand tile_operand(tiles t, const accel_tensor *x, int64_t off, int64_t rows, int64_t cols, int64_t stride,
+                            float *scratch) {
+    if (t.dt != ACCEL_F32) return (operand){elem_ptr(x, off), stride};
+    tile w = tile_load(x, off, rows, cols, stride, scratch);
+    return (operand){w.p, w.ld};
 }
 
 /* P or dS [QB, kend] (row stride ld) as the GEMMs that take them read it:
@@ -410,8 +427,8 @@ static const void *tile_probs(tiles t, void *lp, const float *src, int64_t kend,
 static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, int64_t nq, int64_t kend, int64_t qoff,
                                   const kv_head *kv, float *pb, tile ob, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    const void *q = tile_operand(t, a->q, qoff, nq, d->D, s.q);
-    accel_status st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q, d->D, kv->k, kv->ldk, 0.0f, pb, d->Tk);
+    operand q = tile_operand(t, a->q, qoff, nq, d->D, d->qs[2], s.q);
+    accel_status st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pb, d->Tk);
     if (st != ACCEL_OK) return st;
     masked_softmax(d, i0, nq, kend, pb, d->Tk);
     return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, kend, d->Tk), d->Tk, kv->v, kv->ldv,
@@ -423,17 +440,18 @@ static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, in
 static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, const kv_head *kv, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     float *ph = (float *)a->p->data + bh * d->Tq * d->Tk;
+    int64_t b = bh / d->H, h = bh % d->H;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
         int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
-        int64_t qoff = (bh * d->Tq + i0) * d->D, ooff = (bh * d->Tq + i0) * d->Dv;
-        tile ob = tile_at(a->o, ooff, d->Dv, s.o, d->Dv);
+        int64_t qoff = row_at(d->qs, b, h, i0), ooff = row_at(d->os, b, h, i0);
         if (kend <= 0) { /* no query of the block sees a key */
-            memset(ob.p, 0, (size_t)(nq * d->Dv) * sizeof(float));
-        } else {
-            accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
-            if (st != ACCEL_OK) return st;
+            rows_zero(a->o, ooff, nq, d->Dv, d->os[2]);
+            continue;
         }
-        tile_store(a->o, ooff, nq, d->Dv, ob);
+        tile ob = tile_at(a->o, ooff, d->os[2], s.o, d->Dv);
+        accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
+        if (st != ACCEL_OK) return st;
+        tile_store(a->o, ooff, nq, d->Dv, d->os[2], ob);
     }
     return ACCEL_OK;
 }
@@ -444,8 +462,8 @@ static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, con
 static accel_status heads_forward(const accel_k_sdpa *a, tiles t, int64_t bh0, int64_t n, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t b = bh0 / d->H, hk = bh0 % d->H / (d->H / d->Hkv);
-    kv_head kv = kv_load(t, a->k, b * d->ks[0] + hk * d->ks[1], d->ks[2], a->v, b * d->vs[0] + hk * d->vs[1], d->vs[2],
-                         d, s.k, s.v);
+    kv_head kv = kv_load(t, a->k, row_at(d->ks, b, hk, 0), d->ks[2], a->v, row_at(d->vs, b, hk, 0), d->vs[2], d, s.k,
+                         s.v);
     for (int64_t i = 0; i < n; i++) {
         accel_status st = head_forward(a, t, bh0 + i, &kv, s);
         if (st != ACCEL_OK) return st;
@@ -492,6 +510,11 @@ static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const flo
 
 static accel_status reference_forward(const accel_k_sdpa *a) {
     const accel_k_sdpa_dims *d = &a->dims;
+    accel_k_sdpa_dims dense = *d;
+    accel_k_sdpa_dense(&dense);
+    if (memcmp(dense.qs, d->qs, sizeof d->qs) || memcmp(dense.ks, d->ks, sizeof d->ks) ||
+        memcmp(dense.vs, d->vs, sizeof d->vs) || memcmp(dense.os, d->os, sizeof d->os))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "sdpa: the reference kernels take dense q, k, v and o");
     int64_t nq = d->B * d->H * d->Tq, nkv = d->B * d->Hkv * d->Tk;
     const float *q = whole_f32(a->q, nq * d->D), *k = whole_f32(a->k, nkv * d->D), *v = whole_f32(a->v, nkv * d->Dv);
     float *o = a->o->dtype == ACCEL_F32 ? a->o->data
@@ -561,33 +584,34 @@ typedef struct kv_grads {
 static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int64_t bh, int64_t i0, int64_t nq,
                                    const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    int64_t kend = block_keys(d, i0, nq), qoff = (bh * d->Tq + i0) * d->D;
+    int64_t b = bh / d->H, h = bh % d->H, kend = block_keys(d, i0, nq), dqoff = row_at(a->dqs, b, h, i0);
     if (kend <= 0) { /* no key: dQ is zero, nothing reaches dK, dV */
-        if (a->dq && a->dq_beta == 0.0f) memset(elem_ptr(a->dq, qoff), 0, (size_t)(nq * d->D) * accel_dtype_size(a->dq->dtype));
+        if (a->dq && a->dq_beta == 0.0f) rows_zero(a->dq, dqoff, nq, d->D, a->dqs[2]);
         return ACCEL_OK;
     }
     const float *pb = (const float *)a->p->data + (bh * d->Tq + i0) * d->Tk;
-    const void *go = tile_operand(t, a->g, (bh * d->Tq + i0) * d->Dv, nq, d->Dv, s->g);
+    operand go = tile_operand(t, a->g, row_at(a->gs, b, h, i0), nq, d->Dv, a->gs[2], s->g);
     accel_status st = ACCEL_OK;
     if (a->dv) /* dV[0:kend] += P^T dO */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, kend, d->Tk), d->Tk, go, d->Dv,
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, kend, d->Tk), d->Tk, go.p, go.ld,
                         1.0f, gr->dvh.p, gr->dvh.ld);
     if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
     /* dP = dO V^T, then dS */
-    st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go, d->Dv, kv->v, kv->ldv, 0.0f, s->dp, d->Tk);
+    st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go.p, go.ld, kv->v, kv->ldv, 0.0f, s->dp, d->Tk);
     if (st != ACCEL_OK) return st;
     softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, d->Tk);
     const void *ds = tile_probs(t, s->pl, s->dp, kend, d->Tk);
     if (a->dq) { /* dQ = s dS K (+ dQ) */
-        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, qoff, nq, d->D, d->D, s->dq)
-                                      : tile_at(a->dq, qoff, d->D, s->dq, d->D);
+        int64_t ld = a->dqs[2];
+        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, dqoff, nq, d->D, ld, s->dq) : tile_at(a->dq, dqoff, ld, s->dq, d->D);
         st = tiles_gemm(t, KEYS_K, nq, kend, d->D, d->scale, ds, d->Tk, kv->k, kv->ldk, a->dq_beta, dqb.p, dqb.ld);
         if (st != ACCEL_OK) return st;
-        tile_store(a->dq, qoff, nq, d->D, dqb);
+        tile_store(a->dq, dqoff, nq, d->D, ld, dqb);
     }
-    if (a->dk) /* dK[0:kend] += s dS^T Q */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, d->scale, ds, d->Tk, tile_operand(t, a->q, qoff, nq, d->D, s->q),
-                        d->D, 1.0f, gr->dkh.p, gr->dkh.ld);
+    if (a->dk) { /* dK[0:kend] += s dS^T Q */
+        operand q = tile_operand(t, a->q, row_at(d->qs, b, h, i0), nq, d->D, d->qs[2], s->q);
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, d->scale, ds, d->Tk, q.p, q.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
+    }
     return st;
 }
 
@@ -598,19 +622,34 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
 static accel_status kv_backward(const accel_k_sdpa_backward *a, tiles t, int64_t kvb, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
-    int64_t koff = kvb * d->Tk * d->D, voff = kvb * d->Tk * d->Dv;
-    kv_head kvh = kv_load(t, a->k, koff, d->D, a->v, voff, d->Dv, d, s->k, s->v);
+    int64_t dkoff = row_at(a->dks, b, kv, 0), dvoff = row_at(a->dvs, b, kv, 0);
+    kv_head kvh = kv_load(t, a->k, row_at(d->ks, b, kv, 0), d->ks[2], a->v, row_at(d->vs, b, kv, 0), d->vs[2], d, s->k,
+                          s->v);
     kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}};
-    if (a->dk) gr.dkh = tile_load(a->dk, koff, d->Tk, d->D, d->D, s->dk);
-    if (a->dv) gr.dvh = tile_load(a->dv, voff, d->Tk, d->Dv, d->Dv, s->dv);
+    if (a->dk) gr.dkh = tile_load(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk);
+    if (a->dv) gr.dvh = tile_load(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv);
     accel_status st = ACCEL_OK;
     for (int64_t gi = 0; gi < G && st == ACCEL_OK; gi++)
         for (int64_t i0 = 0; i0 < d->Tq && st == ACCEL_OK; i0 += QB)
             st = block_backward(a, t, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, &kvh, &gr, s);
     if (st != ACCEL_OK) return st;
-    if (a->dk) tile_store(a->dk, koff, d->Tk, d->D, gr.dkh);
-    if (a->dv) tile_store(a->dv, voff, d->Tk, d->Dv, gr.dvh);
+    if (a->dk) tile_store(a->dk, dkoff, d->Tk, d->D, a->dks[2], gr.dkh);
+    if (a->dv) tile_store(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], gr.dvh);
     return ACCEL_OK;
+}
+
+/* The strides s of `what` fit the kernels: none negative, rows of n
+ * elements at least a row apart (the tile GEMMs' leading dims). */
+static bool rows_fit(const char *op, const char *what, const int64_t s[3], int64_t n) {
+    if (s[0] >= 0 && s[1] >= 0 && s[2] >= n) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s's strides (%lld, %lld, %lld) do not fit rows of %lld elements", op,
+                    what, (long long)s[0], (long long)s[1], (long long)s[2], (long long)n);
+    return false;
+}
+
+static bool fwd_strides_fit(const accel_k_sdpa_dims *d) {
+    return rows_fit("sdpa", "q", d->qs, d->D) && rows_fit("sdpa", "k", d->ks, d->D) &&
+           rows_fit("sdpa", "v", d->vs, d->Dv) && rows_fit("sdpa", "o", d->os, d->Dv);
 }
 
 /* Heads run in parallel (one serial sgemm per block) when there are enough of
@@ -626,6 +665,7 @@ static float *thread_scratch(int nt, int64_t floats) {
 
 accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
     const accel_k_sdpa_dims *d = &k->dims;
+    if (!fwd_strides_fit(d)) return accel_last_status();
     if (accel_reference_kernels()) return reference_forward(k);
     /* A unit of work is the G query heads of a kv head (its K and V read
      * once), or one query head when too few kv heads would keep the
@@ -657,6 +697,11 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
 
 accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
     const accel_k_sdpa_dims *d = &k->dims;
+    static const char *OP = "sdpa backward";
+    if (!rows_fit(OP, "q", d->qs, d->D) || !rows_fit(OP, "k", d->ks, d->D) || !rows_fit(OP, "v", d->vs, d->Dv) ||
+        !rows_fit(OP, "g", k->gs, d->Dv) || (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) ||
+        (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) || (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
+        return accel_last_status();
     const accel_tensor *ops[4] = {k->g, k->q, k->k, k->v};
     tiles t;
     accel_status st = call_tiles(ops, 4, d, &t);

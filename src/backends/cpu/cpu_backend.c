@@ -150,6 +150,7 @@ const accel_backend accel__cpu_backend = {
     .type = ACCEL_DEV_CPU,
     .device_count = cpu_count,
     .host_addressable = true,
+    .sdpa_strided = true,
     .mem = {
         .alloc = cpu_alloc,
         .free = cpu_free,

@@ -105,6 +105,13 @@ void accel__cpu_unary_grad_ref(accel__unop op, double p, accel_tensor *dx, const
 void accel__cpu_to_f32(float *dst, const void *src, accel_dtype dt, int64_t n);
 /* dst (dtype dt) = src (f32) rounded to nearest even, contiguous, one thread. */
 void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n);
+/* accel__cpu_to_f32 of `rows` rows of n elements, `stride` elements apart
+ * in src, into dense f32 rows of n at dst (one run where stride is n); the
+ * rows read ahead (prefetched) where they are apart. One thread. */
+void accel__cpu_to_f32_rows(float *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride);
+/* accel__cpu_from_f32 of dense f32 rows of n at src into `rows` rows of dt,
+ * `stride` elements apart, at dst. One thread. */
+void accel__cpu_from_f32_rows(void *dst, accel_dtype dt, const float *src, int64_t rows, int64_t n, int64_t stride);
 /* accel_convert with vectorised bf16 <-> f32 (OpenMP threads when large). */
 void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n);
 /* C[M, n] = alpha A[M, K] W[n, K]^T + beta C for a few rows M (decode): A

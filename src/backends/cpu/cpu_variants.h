@@ -52,6 +52,12 @@
     /* fused_kernels.c */                                                                      \
     X(accel__cpu_to_f32, (float *dst, const void *src, accel_dtype dt, int64_t n), (dst, src, dt, n)) \
     X(accel__cpu_from_f32, (void *dst, accel_dtype dt, const float *src, int64_t n), (dst, dt, src, n)) \
+    X(accel__cpu_to_f32_rows,                                                                  \
+      (float *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride),  \
+      (dst, src, dt, rows, n, stride))                                                         \
+    X(accel__cpu_from_f32_rows,                                                                \
+      (void *dst, accel_dtype dt, const float *src, int64_t rows, int64_t n, int64_t stride),  \
+      (dst, dt, src, rows, n, stride))                                                         \
     X(accel__cpu_convert,                                                                      \
       (void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n),         \
       (dst, dst_dt, src, src_dt, n))                                                           \

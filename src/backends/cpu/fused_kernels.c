@@ -1,5 +1,5 @@
 /* Kernels that read and write bf16 (and f16) directly, compiled per ISA
- * (cpu_variants.h): dtype conversion of contiguous runs, a few rows against a
+ * (cpu_variants.h): dtype conversion of contiguous runs and of rows apart, a few rows against a
  * bf16 weight, SwiGLU forward and backward, RoPE, and the cross-entropy rows
  * with their gradient. They work on blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
  * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
@@ -83,6 +83,41 @@ void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n)
     else accel_convert(dst, dt, src, ACCEL_F32, (size_t)n);
 }
 
+/* Rows ahead that a strided widening asks the cache for (64-byte lines).
+ * Rows apart (a head's in the projections' [B, T, H, D]: D elements every
+ * H D, which sdpa's kernels widen a tile at a time) defeat the hardware
+ * prefetchers and each row waited on memory: in bench_sdpa's bf16 step
+ * (one thread, Emerald Rapids-class) the widening took 3x the time of the
+ * same tensors dense, 1.6x with the rows prefetched this far ahead (16
+ * measured alike, 4 gained less; prefetching the rows a rounding writes
+ * gained nothing). */
+enum { PREFETCH_ROWS = 8 };
+
+void accel__cpu_to_f32_rows(float *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride) {
+    if (stride == n) {
+        accel__cpu_to_f32(dst, src, dt, rows * n);
+        return;
+    }
+    int64_t es = (int64_t)accel_dtype_size(dt), bytes = n * es;
+    const char *s = src;
+    for (int64_t r = 0; r < rows; r++) {
+        if (r + PREFETCH_ROWS < rows) {
+            const char *ahead = s + (r + PREFETCH_ROWS) * stride * es;
+            for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b);
+        }
+        accel__cpu_to_f32(dst + r * n, s + r * stride * es, dt, n);
+    }
+}
+
+void accel__cpu_from_f32_rows(void *dst, accel_dtype dt, const float *src, int64_t rows, int64_t n, int64_t stride) {
+    if (stride == n) {
+        accel__cpu_from_f32(dst, dt, src, rows * n);
+        return;
+    }
+    int64_t es = (int64_t)accel_dtype_size(dt);
+    for (int64_t r = 0; r < rows; r++) accel__cpu_from_f32((char *)dst + r * stride * es, dt, src + r * n, n);
+}
+
 /* Elements [off, off + n) of a contiguous float array of dtype dt as f32:
  * in place for f32, else widened into buf. */
 static const float *f32_view(const void *base, accel_dtype dt, int64_t off, int64_t n, float *buf) {
@@ -112,6 +147,12 @@ ACCEL__VEC_MATH static void round_block(float *v, accel_dtype dt, int64_t n) {
     }
 }
 
+/* n elements between f32 and bf16/f16, on this thread. */
+static void convert_run(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n) {
+    if (dst_dt == ACCEL_F32) accel__cpu_to_f32(dst, src, src_dt, n);
+    else accel__cpu_from_f32(dst, dst_dt, src, n);
+}
+
 void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n) {
     bool half_src = src_dt == ACCEL_BF16 || src_dt == ACCEL_F16, half_dst = dst_dt == ACCEL_BF16 || dst_dt == ACCEL_F16;
     bool fast = (dst_dt == ACCEL_F32 && half_src) || (half_dst && src_dt == ACCEL_F32);
@@ -119,15 +160,21 @@ void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dt
         accel_convert(dst, dst_dt, src, src_dt, (size_t)n);
         return;
     }
+    /* A run too short to split converts here, outside any parallel region:
+     * inside a caller's parallel loop (strided.c converts row by row) even
+     * an if (false) region is a nested one, for which libgomp allocates and
+     * frees a team each time (~0.6 us, ten times a 64-element row's
+     * conversion). */
+    if (n <= 4 * ACCEL_CPU_PAR_THRESHOLD) {
+        convert_run(dst, dst_dt, src, src_dt, n);
+        return;
+    }
     int64_t chunk = 16384, nchunks = (n + chunk - 1) / chunk;
     size_t des = accel_dtype_size(dst_dt), ses = accel_dtype_size(src_dt);
-#pragma omp parallel for if (n > 4 * ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+#pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t s = c * chunk, m = s + chunk < n ? chunk : n - s;
-        void *d = (char *)dst + s * (int64_t)des;
-        const void *p = (const char *)src + s * (int64_t)ses;
-        if (dst_dt == ACCEL_F32) accel__cpu_to_f32(d, p, src_dt, m);
-        else accel__cpu_from_f32(d, dst_dt, p, m);
+        convert_run((char *)dst + s * (int64_t)des, dst_dt, (const char *)src + s * (int64_t)ses, src_dt, m);
     }
 }
 

@@ -458,6 +458,7 @@ static const accel_backend hostless_backend = {
     .type = ACCEL_DEV_HOSTLESS,
     .device_count = hostless_count,
     .host_addressable = false,
+    .sdpa_strided = true, /* the CPU kernels */
     .mem = {
         .alloc = hostless_alloc,
         .free = hostless_free,

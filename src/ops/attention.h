@@ -1,0 +1,15 @@
+/* The fused attention's variant for the decoders (src/nn/llama.c): its
+ * output in the layout o_proj reads. */
+#ifndef ACCEL_OPS_ATTENTION_H
+#define ACCEL_OPS_ATTENTION_H
+
+#include "accel/ops.h"
+
+/* accel_sdpa's o as [B, Tq, H, Dv] (contiguous), the layout the
+ * projections' [B, T, H D] has: on a device whose sdpa kernels honour
+ * strides (backend.h: sdpa_strided) the kernel writes it so and its
+ * gradient is read as it arrives, no transposed copy either way; elsewhere
+ * the transposed copy of accel_sdpa's. Differentiable. */
+accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale);
+
+#endif
