@@ -50,12 +50,6 @@ static lock_holder find_holder(const struct stat *held) {
     return h;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Waits for the flock on fd (the tmp, held: its stat). Another writer of the
  * path holds it while it writes, fsyncs and renames: as long as it makes
  * progress (the tmp grows or is touched, or the holder runs or waits on the
@@ -66,7 +60,7 @@ static double now_s(void) {
 static int wait_lock(int fd, const struct stat *held, double stall_s, lock_holder *who) {
     struct timespec nap = {0, 1000 * 1000};
     struct stat seen = *held, now;
-    double since = now_s();
+    double since = accel_now_seconds();
     for (;;) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
         if (errno != EWOULDBLOCK && errno != EINTR) return -1;
@@ -74,8 +68,8 @@ static int wait_lock(int fd, const struct stat *held, double stall_s, lock_holde
         bool moved = fstat(fd, &now) == 0 && (now.st_size != seen.st_size || now.st_mtim.tv_sec != seen.st_mtim.tv_sec ||
                                                now.st_mtim.tv_nsec != seen.st_mtim.tv_nsec);
         if (moved) seen = now;
-        if (moved || who->state == 'R' || who->state == 'D') since = now_s();
-        else if (now_s() - since > stall_s) {
+        if (moved || who->state == 'R' || who->state == 'D') since = accel_now_seconds();
+        else if (accel_now_seconds() - since > stall_s) {
             errno = ETIMEDOUT;
             return 1;
         }

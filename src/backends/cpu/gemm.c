@@ -775,12 +775,6 @@ typedef struct form_verdict {
 
 static form_verdict g_forms[FORM_MAX];
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_seconds(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -799,12 +793,12 @@ static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
     bool ok = A && B && C && P && accel__dnnl_weight_pack(ACCEL_F32, tb, N, K, B, P) == ACCEL_OK, ran = true;
     for (int r = -1; ok && ran && r < FORM_REPS; r++)
         for (int v = 0; v < 2 && ok && ran; v++) {
-            double t0 = seconds_now();
+            double t0 = accel_now_seconds();
             ok = v ? accel__dnnl_gemm_packed(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, P, 0.0f, C, ACCEL_F32, N,
                                              &ran) == ACCEL_OK
                    : accel__dnnl_gemm(ACCEL_F32, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C,
                                       ACCEL_F32, N) == ACCEL_OK;
-            if (r >= 0) s[v][r] = seconds_now() - t0;
+            if (r >= 0) s[v][r] = accel_now_seconds() - t0;
         }
     free(A), free(B), free(C), free(P);
     if (!ok || !ran) {
