@@ -75,6 +75,34 @@ static void test_errors(void) {
     accel_clear_error();
 }
 
+/* A step whose arena grew past its chunk: the reset replaces the chunks, and
+ * a step tensor of the step that ended (here a view made before the growth,
+ * as a program makes one before its loop) is still reported when used, not
+ * read from freed memory; the next steps run as before. */
+static void test_step_tensor_after_growth(void) {
+    accel_clear_error();
+    accel_step_reset();
+    size_t cap0 = accel_arena_capacity(accel_step_arena());
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 4, 8));
+    accel_tensor *xt = accel_transpose(x, 1, 2);
+    CHECK(xt != NULL);
+    int64_t big = (int64_t)(cap0 / sizeof(float)) * 4;
+    CHECK(accel_empty(ACCEL_F32, 1, &big) != NULL); /* pushes a chunk */
+    accel_step_reset();
+    CHECK(accel_arena_capacity(accel_step_arena()) > cap0);
+    for (int round = 0; round < 3; round++) {
+        CHECK(accel_rope(xt, 0, 10000.0) == NULL);
+        CHECK(accel_last_status() == ACCEL_ERR_STATE);
+        CHECK_STR_CONTAINS(accel_last_error(), "not a live tensor");
+        accel_clear_error();
+        CHECK(isnan(accel_item(x)));
+        accel_clear_error();
+        accel_tensor *y = accel_rope(accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 2, 3, 4)), 0, 10000.0);
+        CHECK(y && accel_get(y, (int64_t[]){0, 1, 2, 3}) == 0.0);
+        accel_step_reset();
+    }
+}
+
 /* Shapes from files: a product past int64 is an error, never a wrapped size. */
 static void test_shape_overflow(void) {
     accel_clear_error();
@@ -265,6 +293,7 @@ int main(void) {
     RUN(test_dtype_names);
     RUN(test_tensors_and_views);
     RUN(test_errors);
+    RUN(test_step_tensor_after_growth);
     RUN(test_setters_report);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);

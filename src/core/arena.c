@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "accel/core.h"
 #include "core/backend.h"
@@ -24,6 +25,7 @@ typedef struct chunk {
 
 struct accel_arena {
     chunk *head;       /* chunk being filled; older chunks follow via next */
+    chunk *retired;    /* chunks a reset replaced: pages released, addresses kept (chunks_retire) */
     size_t initial;
     size_t below;      /* bytes used in the chunks after head */
     size_t peak;       /* high-water of accel_arena_used since the last reset */
@@ -73,6 +75,41 @@ static void chunks_free(chunk *c) {
     }
 }
 
+/* The chunks a reset replaces hold the headers of the step that ended:
+ * core.h promises that using one of those tensors afterwards is reported,
+ * not a crash, so their memory stays mapped with its pages given back
+ * (reading them gives zeros: a header whose magic is gone) until the arena
+ * goes. Only growth retires chunks, and the oldest are freed past RETIRED_MAX
+ * times the new chunk's size of addresses (none of it memory): a stale
+ * tensor of a step long past, in an arena that grew many times since, may
+ * still crash. Where pages cannot be given back the chunks are freed. */
+enum { RETIRED_MAX = 4 };
+
+static void chunks_retire(accel_arena *a, chunk *c) {
+#ifdef MADV_DONTNEED
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    while (c) {
+        chunk *n = c->next;
+        uintptr_t lo = ((uintptr_t)c->data + page - 1) & ~(page - 1);
+        uintptr_t hi = ((uintptr_t)c->data + c->cap) & ~(page - 1);
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        c->next = a->retired;
+        a->retired = c;
+        c = n;
+    }
+    size_t kept = 0, max = RETIRED_MAX * a->head->cap;
+    for (chunk **p = &a->retired; *p; p = &(*p)->next)
+        if ((kept += (*p)->cap) > max) {
+            chunks_free(*p);
+            *p = NULL;
+            break;
+        }
+#else
+    (void)a;
+    chunks_free(c);
+#endif
+}
+
 accel_arena *accel_arena_create(size_t initial_bytes) {
     accel_arena *a = accel_calloc(1, sizeof *a);
     if (!a) return NULL;
@@ -99,6 +136,7 @@ void accel_arena_destroy(accel_arena *a) {
     if (a->next_live) a->next_live->prev_live = a->prev_live;
     pthread_mutex_unlock(&live_lock);
     chunks_free(a->head);
+    chunks_free(a->retired);
     accel_free(a);
 }
 
@@ -197,7 +235,7 @@ void accel_arena_reset(accel_arena *a) {
         if (n) a->head = n;
         else a->head->next = NULL;
         pthread_mutex_unlock(&live_lock);
-        chunks_free(old);
+        chunks_retire(a, old);
         if (n) return;
     }
     a->head->used = 0;
@@ -272,6 +310,7 @@ __attribute__((destructor)) static void free_live_arenas(void) {
     while (a) {
         accel_arena *n = a->next_live;
         chunks_free(a->head);
+        chunks_free(a->retired);
         accel_free(a);
         a = n;
     }

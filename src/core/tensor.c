@@ -76,7 +76,7 @@ bool accel_tensor_check(const accel_tensor *t, const char *op, const char *arg) 
         return false;
     }
     if (t->magic != ACCEL_TENSOR_MAGIC) {
-        accel_set_error(ACCEL_ERR_STATE, "%s: %s is not a live tensor (freed or corrupt)", op, arg);
+        accel_set_error(ACCEL_ERR_STATE, "%s: %s is not a live tensor (freed, corrupt, or a step tensor whose step ended)", op, arg);
         return false;
     }
     if ((t->flags & ACCEL_TF_ARENA) && t->gen != accel_arena_generation(accel_step_arena())) {
