@@ -100,7 +100,8 @@ accel_tensor *accel_rope(accel_tensor *x, int64_t pos_offset, double theta) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: theta must be > 0 (got %g)", theta);
         return NULL;
     }
-    int64_t half = x && x->ndim == 4 ? x->shape[3] / 2 : 0;
+    if (!accel_tensor_check(x, "accel_rope", "argument 1")) return NULL; /* before x's shape is read */
+    int64_t half = x->ndim == 4 ? x->shape[3] / 2 : 0;
     float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(half ? half : 1) * sizeof *inv, 64);
     if (!inv) return NULL;
     for (int64_t i = 0; i < half; i++) inv[i] = (float)(1.0 / pow(theta, (double)(2 * i) / (double)(2 * half)));
