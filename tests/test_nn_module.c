@@ -109,6 +109,27 @@ static void test_tie(void) {
     accel_module_free(root); /* the tied tensor is freed once (ASan checks) */
 }
 
+/* One tensor added under a second name, or to a second module, would be
+ * freed by both owners: refused (accel_module_tie shares a tensor), and left
+ * to its owner. */
+static void test_member_owned_once(void) {
+    accel_module *m = make_block(), *other = accel_linear_new(2, 2, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor *scale = accel_module_get_tensor(m, "scale");
+    CHECK(accel_module_add_param(m, "scale2", scale) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "already a parameter");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_tie");
+    accel_clear_error();
+    CHECK(accel_module_add_param(other, "bias", scale) == NULL);
+    accel_clear_error();
+    CHECK(accel_module_add_buffer(other, "count", accel_module_get_tensor(m, "count")) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "already a buffer");
+    accel_clear_error();
+    CHECK(accel_module_get_tensor(m, "scale") == scale && scale->magic == ACCEL_TENSOR_MAGIC); /* not freed */
+    accel_module_free(other);
+    accel_module_free(m); /* each tensor freed once (ASan checks) */
+}
+
 static void test_flatten(void) {
     accel_module *root = accel_module_new(&BLOCK_OPS, NULL);
     accel_module_add_child(root, "a", make_block());
@@ -305,6 +326,7 @@ static void test_llama_tree_on_meta(void) {
 int main(void) {
     RUN(test_state_dict_order);
     RUN(test_tie);
+    RUN(test_member_owned_once);
     RUN(test_flatten);
     RUN(test_meta_and_to_empty);
     RUN(test_hooks);

@@ -189,12 +189,20 @@ accel_module *accel_module_add_child(accel_module *m, const char *name, accel_mo
 static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor *t, bool buffer) {
     const char *fn = buffer ? "accel_module_add_buffer" : "accel_module_add_param";
     bool persistent = t && t->magic == ACCEL_TENSOR_MAGIC && !(t->flags & ACCEL_TF_ARENA);
+    /* A parameter or buffer already belongs to a module (this one under
+     * another name, or another): a second owner would free it twice. A
+     * refusal leaves it to its owner. */
+    bool held = persistent && (t->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER));
     bool ok = false;
     if (!m)
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module is NULL", fn);
     else if (!persistent)
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\" is not a live persistent tensor "
                         "(NULL, freed, or a step tensor)", fn, name ? name : "(null)");
+    else if (held)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\": the tensor is already a %s of a module (\"%s\"); "
+                        "share one tensor under two names with accel_module_tie", fn, name ? name : "(null)",
+                        t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer", t->name ? t->name : "?");
     else if (!valid_local_name(fn, name))
         ;
     else if (name_taken(m, name))
@@ -203,7 +211,7 @@ static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor 
     else
         ok = true;
     if (!ok) {
-        if (persistent) accel_tensor_free(t);
+        if (persistent && !held) accel_tensor_free(t);
         return NULL;
     }
     char *nm = accel_strdup(name);
