@@ -130,6 +130,30 @@ static void test_member_owned_once(void) {
     accel_module_free(m); /* each tensor freed once (ASan checks) */
 }
 
+/* A module that is already in a tree, or that would close a cycle, is
+ * refused and left where it is: adding it would free it twice, or make every
+ * walk of the tree (free, forward, state dict) recurse until the stack ends. */
+static void test_child_in_one_tree(void) {
+    accel_module *m = make_block();
+    accel_module *fc = accel_module_find(m, "fc");
+    CHECK(accel_module_add_child(m, "self", m) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "cycle");
+    accel_clear_error();
+    CHECK(accel_module_add_child(fc, "up", m) == NULL); /* m is fc's parent */
+    CHECK_STR_CONTAINS(accel_last_error(), "ancestors");
+    accel_clear_error();
+    accel_module *seq = accel_sequential_new(1, (accel_module *[]){fc}); /* fc has a parent */
+    CHECK(seq == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "already has a parent");
+    accel_clear_error();
+    accel_module *lin = accel_linear_new(2, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel_sequential_new(2, (accel_module *[]){lin, lin}) == NULL); /* the same layer twice */
+    accel_clear_error();
+    CHECK(accel_module_find(m, "fc") == fc && accel_module_num_params(m) == 2 + 1 + 8 + 2);
+    accel_module_free(m); /* every module freed once (ASan checks) */
+}
+
 static void test_flatten(void) {
     accel_module *root = accel_module_new(&BLOCK_OPS, NULL);
     accel_module_add_child(root, "a", make_block());
@@ -327,6 +351,7 @@ int main(void) {
     RUN(test_state_dict_order);
     RUN(test_tie);
     RUN(test_member_owned_once);
+    RUN(test_child_in_one_tree);
     RUN(test_flatten);
     RUN(test_meta_and_to_empty);
     RUN(test_hooks);

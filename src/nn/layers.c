@@ -212,12 +212,21 @@ static accel_tensor *sequential_forward(accel_module *m, accel_tensor *x) {
 
 static const accel_module_ops SEQUENTIAL_OPS = {"Sequential", sequential_forward, NULL};
 
+/* children[i] when it is ours to free after a failed add; NULL when it
+ * appears earlier in the list (added, or freed, there: looked at first, as it
+ * may be freed memory) or has a parent (it belongs to that tree). */
+static accel_module *not_added(accel_module **children, int i) {
+    for (int j = 0; j < i; j++)
+        if (children[j] == children[i]) return NULL;
+    return children[i] && !children[i]->parent ? children[i] : NULL;
+}
+
 accel_module *accel_sequential_new(int n, accel_module **children) {
     accel_module *m = accel_module_new(&SEQUENTIAL_OPS, NULL);
     bool ok = m != NULL && (n == 0 || children);
     for (int i = 0; i < n && children; i++) {
         if (!ok) { /* we own the children: free the ones not added */
-            accel_module_free(children[i]);
+            accel_module_free(not_added(children, i));
             continue;
         }
         char name[16];

@@ -151,24 +151,37 @@ static bool grow(void **arr, int *cap, int n, size_t elem) {
     return true;
 }
 
+/* Is a the module m or one of m's ancestors? */
+static bool is_self_or_ancestor(const accel_module *a, const accel_module *m) {
+    for (; m; m = m->parent)
+        if (m == a) return true;
+    return false;
+}
+
 accel_module *accel_module_add_child(accel_module *m, const char *name, accel_module *child) {
-    if (!m || !child) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_add_child: %s is NULL",
-                        m ? "child" : "module");
-        accel_module_free(child);
-        return NULL;
-    }
-    if (!valid_local_name("accel_module_add_child", name) || child->parent) {
-        if (child->parent)
-            accel_set_error(ACCEL_ERR_INVALID_ARG,
-                            "accel_module_add_child: module \"%s\" already has a parent", child->name);
-        accel_module_free(child);
-        return NULL;
-    }
-    if (name_taken(m, name)) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_add_child: %s already has a member \"%s\"",
-                        m->ops->type_name, name);
-        accel_module_free(child);
+    const char *fn = "accel_module_add_child";
+    /* A child that already has a parent, or that m descends from, belongs to a
+     * tree: a refusal must not free it (its parent frees it; freeing m's own
+     * ancestor would free m), and adding it would free it twice or make a
+     * cycle that every recursive walk (free, forward, state dict) overflows. */
+    bool in_tree = child && (child->parent || (m && is_self_or_ancestor(child, m)));
+    bool ok = false;
+    if (!m || !child)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", fn, m ? "child" : "module");
+    else if (child->parent)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module %s \"%s\" already has a parent (%s)", fn,
+                        child->ops->type_name, child->name, child->parent->ops->type_name);
+    else if (in_tree)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module %s is %s itself or one of its ancestors "
+                        "(a module tree cannot hold a cycle)", fn, child->ops->type_name, m->ops->type_name);
+    else if (!valid_local_name(fn, name))
+        ;
+    else if (name_taken(m, name))
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s already has a member \"%s\"", fn, m->ops->type_name, name);
+    else
+        ok = true;
+    if (!ok) {
+        if (!in_tree) accel_module_free(child);
         return NULL;
     }
     char *nm = accel_strdup(name);
