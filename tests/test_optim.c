@@ -152,6 +152,14 @@ static void test_errors(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "bfloat16");
     accel_clear_error();
     accel_tensor_free(p);
+    /* A step tensor dies at accel_step_reset: kept as a parameter, later steps
+     * would update whatever the arena holds there then. */
+    accel_tensor *sp = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4));
+    CHECK(accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &sp, &h) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "step tensor");
+    accel_clear_error();
+    accel_step_reset();
     h.beta1 = 1.5;
     float x[2], g[2];
     CHECK(flat_opt(ACCEL_OPTIM_ADAM, x, g, 2, &h) == NULL);

@@ -108,8 +108,8 @@ accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module 
 void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are not freed */
 
 /* Adds a param group of n parameter tensors (borrowed: they must outlive the
- * optimizer). Returns the group index, or -1 + error (invalid hparams, a
- * non-f32 or non-contiguous parameter). */
+ * optimizer, so persistent ones). Returns the group index, or -1 + error
+ * (invalid hparams, a step tensor, a non-f32 or non-contiguous parameter). */
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h);
 /* Adds a param group of one flat segment: params updated from grads, both
