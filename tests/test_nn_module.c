@@ -126,6 +126,15 @@ static void test_member_owned_once(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "already a buffer");
     accel_clear_error();
     CHECK(accel_module_get_tensor(m, "scale") == scale && scale->magic == ACCEL_TENSOR_MAGIC); /* not freed */
+    /* Freeing a tensor handed to a module: the module frees it. */
+    accel_tensor_free(scale);
+    CHECK(accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "\"scale\" is a parameter of a module");
+    accel_clear_error();
+    accel_tensor_free(accel_module_get_tensor(m, "count"));
+    CHECK_STR_CONTAINS(accel_last_error(), "buffer");
+    accel_clear_error();
+    CHECK(scale->magic == ACCEL_TENSOR_MAGIC && accel_module_num_params(m) == 13);
     accel_module_free(other);
     accel_module_free(m); /* each tensor freed once (ASan checks) */
 }

@@ -260,7 +260,9 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
 accel_status accel_tensor_increment_version(accel_tensor *t);
 /* Persistent deep copy (contiguous) of any tensor, on `dev`. */
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
-/* Frees a persistent tensor (and its data if owned, and its .grad if owned). */
+/* Frees a persistent tensor (and its data if owned, and its .grad if owned).
+ * A module's parameter or buffer is refused (ACCEL_ERR_STATE): its module
+ * frees it. */
 void accel_tensor_free(accel_tensor *t);
 /* Re-point a persistent tensor at other memory (used to flatten parameters into
  * one buffer). Copies the current contents when copy is true. Frees the old

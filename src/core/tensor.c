@@ -202,10 +202,22 @@ void accel_tensor_free(accel_tensor *t) {
         accel_set_error(ACCEL_ERR_STATE, "accel_tensor_free: not a live persistent tensor");
         return;
     }
+    if (t->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER)) {
+        /* Its module frees it: freeing it here too would free it twice. */
+        accel_set_error(ACCEL_ERR_STATE,
+                        "accel_tensor_free: \"%s\" is a %s of a module, which owns it (accel_module_free frees it)",
+                        t->name ? t->name : "?", t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer");
+        return;
+    }
     if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
     free_owned(t);
     t->magic = 0;
     accel_free(t);
+}
+
+void accel__tensor_free_member(accel_tensor *t) {
+    if (t && t->magic == ACCEL_TENSOR_MAGIC) t->flags &= ~(uint32_t)(ACCEL_TF_PARAM | ACCEL_TF_BUFFER);
+    accel_tensor_free(t);
 }
 
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev) {

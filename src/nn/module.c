@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "core/core_internal.h"
 #include "core/link.h"
 #include "family.h"
 #include "nn_internal.h"
@@ -110,7 +111,7 @@ void accel_module_free(accel_module *m) {
     for (int i = 0; i < m->n_children; i++) accel_module_free(m->children[i]);
     accel_free(m->children);
     for (int i = 0; i < m->n_tensors; i++) {
-        if (m->tensors[i].owned) accel_tensor_free(m->tensors[i].t);
+        if (m->tensors[i].owned) accel__tensor_free_member(m->tensors[i].t);
         accel_free(m->tensors[i].name);
     }
     accel_free(m->tensors);
@@ -304,7 +305,7 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
         if (heir)
             heir->owned = true;
         else
-            accel_tensor_free(dst->t);
+            accel__tensor_free_member(dst->t);
     }
     dst->t = src->t;
     dst->owned = false;
