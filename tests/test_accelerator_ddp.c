@@ -275,6 +275,13 @@ static void test_scheduler_and_clip(void) {
             accel_free(ps);
             CHECK(norm > 1e-3);
             CHECK_CLOSE(sqrt(after), 1e-3, 1e-3, 1e-7);
+            /* norm_type <= 0 is no norm (it gave 0 here), max_norm < 0 would flip every gradient */
+            CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, 1.0, -2.0)));
+            CHECK_STR_CONTAINS(accel_last_error(), "norm_type must be > 0");
+            CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, -1.0, 2.0)));
+            CHECK_STR_CONTAINS(accel_last_error(), "max_norm must be >= 0");
+            accel_clear_error();
+            CHECK_CLOSE(accel_accelerator_clip_grad_norm(A, m, 1.0, 2.0), 1e-3, 1e-3, 1e-7); /* untouched */
         }
         accel_accelerator_optimizer_step(A, opt);
         accel_accelerator_scheduler_step(A, s);

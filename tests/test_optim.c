@@ -228,6 +228,25 @@ static void test_clip(void) {
     CHECK(accel_clip_coef(0.5, 1.0) == 1.0);
     CHECK(isnan(accel_clip_grad_norm(0, NULL, 1.0, -1.0)));
     accel_clear_error();
+    /* A negative max_norm would flip every gradient, a NaN one skip clipping. */
+    float gn[2] = {3.0f, -4.0f};
+    accel_tensor *pn = host_f32(gn, 2);
+    pn->grad = host_f32(gn, 2);
+    CHECK(isnan(accel_clip_grad_norm(1, &pn, -1.0, 2.0)));
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "max_norm must be >= 0 (got -1)");
+    accel_clear_error();
+    CHECK(isnan(accel_clip_grad_norm(1, &pn, NAN, 2.0)));
+    accel_clear_error();
+    CHECK(((float *)pn->grad->data)[0] == 3.0f && ((float *)pn->grad->data)[1] == -4.0f); /* untouched */
+    accel_optimizer *on = accel_optimizer_new_params(ACCEL_OPTIM_SGD, 1, &pn, NULL);
+    CHECK(isnan(accel_optimizer_clip_grad_norm(on, -0.5, 2.0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "max_norm");
+    accel_clear_error();
+    CHECK(accel_clip_grad_norm(1, &pn, 0.0, 2.0) == 5.0); /* 0: every gradient zeroed */
+    CHECK(((float *)pn->grad->data)[1] == 0.0f);
+    accel_optimizer_free(on);
+    accel_tensor_free(pn);
 }
 
 static double halve(int64_t step, void *ctx) { return *(double *)ctx / (double)(step + 1); }

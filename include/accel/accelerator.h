@@ -392,7 +392,8 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
 /* Unscales (fp16) then clips the model's gradients; returns the global norm
  * before clipping (gradients are identical on every rank after the
- * all-reduce), NAN + error on failure. */
+ * all-reduce), NAN + error on failure (norm_type as accel_clip_grad_norm's,
+ * max_norm >= 0). */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
 /* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
