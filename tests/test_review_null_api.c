@@ -61,6 +61,15 @@ static void test_accelerator_null(void) {
           invalid("accel_accelerator_gather_object"));
     CHECK(accel_accelerator_broadcast_object(NULL, &data, &len, 0) == ACCEL_ERR_INVALID_ARG &&
           invalid("accel_accelerator_broadcast_object"));
+    /* the tensor collectives read the accelerator's world size: NULL segfaulted */
+    accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3));
+    CHECK(accel_accelerator_gather(NULL, t) == NULL && invalid("accel_accelerator_gather"));
+    CHECK(accel_accelerator_gather_for_metrics(NULL, t) == NULL && invalid("accel_accelerator_gather_for_metrics"));
+    CHECK(accel_accelerator_reduce(NULL, t, "sum", 1.0) == NULL && invalid("accel_accelerator_reduce"));
+    CHECK(accel_accelerator_pad_across_processes(NULL, t, 0, 0.0, false) == NULL &&
+          invalid("accel_accelerator_pad_across_processes"));
+    CHECK(accel_accelerator_broadcast(NULL, t, 0) == NULL && invalid("accel_accelerator_broadcast"));
+    accel_step_reset();
     /* a real accelerator still answers, and describe rejects a NULL buffer */
     accel_accelerator *acc = accel_accelerator_new(NULL);
     CHECK(acc != NULL);

@@ -48,6 +48,7 @@ static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, 
 }
 
 accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) {
+    if (accel__acc_null(acc, "accel_accelerator_gather")) return NULL;
     accel_tensor *c = flat_copy(t, "accel_accelerator_gather");
     if (!c || check_shapes(acc, c, "accel_accelerator_gather")) return NULL;
     if (acc->world == 1) return c;
@@ -101,7 +102,9 @@ static accel_status metrics_refused(const accel_accelerator *acc, const char *fn
 }
 
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
-    if (acc && metrics_refused(acc, "accel_accelerator_gather_for_metrics")) return NULL;
+    if (accel__acc_null(acc, "accel_accelerator_gather_for_metrics") ||
+        metrics_refused(acc, "accel_accelerator_gather_for_metrics"))
+        return NULL;
     accel_tensor *g = accel_accelerator_gather(acc, t);
     return g ? first_rows(g, metrics_remainder(acc)) : NULL;
 }
@@ -169,6 +172,7 @@ accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int 
 
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, const char *reduction,
                                        double scale) {
+    if (accel__acc_null(acc, "accel_accelerator_reduce")) return NULL;
     accel_tensor *c = flat_copy(t, "accel_accelerator_reduce");
     if (!c || check_shapes(acc, c, "accel_accelerator_reduce")) return NULL;
     bool is_max = reduction && !strcmp(reduction, "max");
@@ -211,7 +215,9 @@ double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const c
 
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t, int dim,
                                                      double pad_index, bool pad_first) {
-    if (!accel_tensor_check(t, "accel_accelerator_pad_across_processes", "t")) return NULL;
+    if (accel__acc_null(acc, "accel_accelerator_pad_across_processes") ||
+        !accel_tensor_check(t, "accel_accelerator_pad_across_processes", "t"))
+        return NULL;
     if (dim < 0) dim += t->ndim;
     if (dim < 0 || dim >= t->ndim) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pad_across_processes: dim out of range for %d dims",
@@ -239,6 +245,7 @@ accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, acc
 }
 
 accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t, int from_process) {
+    if (accel__acc_null(acc, "accel_accelerator_broadcast")) return NULL;
     accel_tensor *c = flat_copy(t, "accel_accelerator_broadcast");
     if (!c || check_shapes(acc, c, "accel_accelerator_broadcast")) return NULL;
     if (acc->world > 1 &&
