@@ -174,6 +174,16 @@ static void test_flatten(void) {
     w->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2, 3), ACCEL_CPU_DEVICE);
     ((float *)w->grad->data)[4] = 7.0f;
 
+    /* Sizes past int64 wrapped to a small buffer the parameters were copied
+     * past (heap overflow): refused, nothing rebound. */
+    CHECK(accel_module_flatten(root, INT64_MAX, 1) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "more than 2^63 bytes");
+    CHECK(accel_module_flatten(root, 4, INT64_MAX / 2) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "pad_multiple 4611686018427387903");
+    accel_clear_error();
+    CHECK(memcmp(w->data, before, sizeof before) == 0 && ((float *)w->grad->data)[4] == 7.0f);
+
     accel_flat_params *fp = accel_module_flatten(root, 4, 16);
     CHECK(fp && fp->n_buffers == 2);
     accel_flat_buffer *b = &fp->buffers[ACCEL_F32];
