@@ -206,6 +206,9 @@ accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, ac
 /* ---- Sequential */
 
 static accel_tensor *sequential_forward(accel_module *m, accel_tensor *x) {
+    /* Checked here, not only by the first layer: with no layer, or a NULL x
+     * that stopped the loop at once, NULL (or a dead x) came back with no error. */
+    if (!accel_tensor_check(x, "accel_module_call (Sequential)", "x")) return NULL;
     for (int i = 0; i < m->n_children && x; i++) x = accel_module_call(m->children[i], x);
     return x;
 }
