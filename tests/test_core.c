@@ -184,6 +184,28 @@ static void test_arena_bad_marks(void) {
     accel_arena_destroy(b);
 }
 
+/* A size that wraps (-1 elements times 8 bytes) got a pointer to a few bytes
+ * and moved the arena's end backwards; an alignment not a power of two gave
+ * a misaligned one. Both refused, the arena unchanged. */
+static void test_arena_bad_sizes(void) {
+    accel_arena *a = accel_arena_create(1024);
+    char *first = accel_arena_alloc(a, 100, 16);
+    size_t used = accel_arena_used(a);
+    CHECK(accel_arena_alloc(a, (size_t)-1 * 8, 8) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_OOM);
+    CHECK_STR_CONTAINS(accel_last_error(), "more than an arena can hold");
+    accel_clear_error();
+    CHECK(accel_arena_alloc(a, SIZE_MAX, 64) == NULL);
+    accel_clear_error();
+    CHECK(accel_arena_alloc(a, 16, 24) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "alignment 24 is not a power of two");
+    accel_clear_error();
+    CHECK(accel_arena_used(a) == used && accel_arena_peak(a) == used);
+    CHECK((char *)accel_arena_alloc(a, 8, 0) == first + 112); /* 0: the default alignment */
+    accel_arena_destroy(a);
+}
+
 static void test_rng(void) {
     accel_rng r1, r2;
     accel_rng_init(&r1, 42);
@@ -299,6 +321,7 @@ int main(void) {
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);
     RUN(test_arena_bad_marks);
+    RUN(test_arena_bad_sizes);
     RUN(test_rng);
     RUN(test_print);
     RUN(test_null_generators);

@@ -329,6 +329,8 @@ typedef struct accel_arena accel_arena;
 
 accel_arena *accel_arena_create(size_t initial_bytes);
 void accel_arena_destroy(accel_arena *a);
+/* bytes at a multiple of align (a power of two; at least 16). NULL + error
+ * for a NULL arena, another align, or more bytes than memory holds. */
 void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align);
 /* Frees everything allocated since creation. If it grew past its first chunk,
  * it re-allocates one chunk of the high-water size, so a loop whose steps are
