@@ -275,6 +275,24 @@ static void test_null_queries(void) {
     CHECK(accel_tensor_rebind(s, other, true) == ACCEL_ERR_INVALID_ARG && s->data == before);
     accel_clear_error();
     accel_step_reset();
+    /* No memory under the elements: refused, not a segfault at the first
+     * op (wrap) or in the copy (rebind). A device nobody serves: refused. */
+    CHECK(accel_tensor_wrap(NULL, ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_wrap: data is NULL for 4 elements");
+    accel_clear_error();
+    accel_tensor *empty = accel_tensor_wrap(NULL, ACCEL_F32, ACCEL_SHAPE(0), ACCEL_CPU_DEVICE); /* no elements */
+    CHECK(empty != NULL);
+    accel_tensor_free(empty);
+    CHECK(accel_tensor_wrap(other, ACCEL_F32, ACCEL_SHAPE(2), ((accel_device){ACCEL_DEV_NPU, 0})) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_DEVICE);
+    accel_clear_error();
+    accel_tensor *own = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    void *had = own->data;
+    CHECK(accel_tensor_rebind(own, NULL, true) == ACCEL_ERR_INVALID_ARG && own->data == had);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot copy the contents to NULL");
+    accel_clear_error();
+    accel_tensor_free(own);
 }
 
 /* The setters that used to return void report their failures (docs/contract.md). */

@@ -189,9 +189,18 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
                                 accel_device dev) {
     if (!check_shape("accel_tensor_wrap", ndim, shape) || !check_dtype("accel_tensor_wrap", dt))
         return NULL;
+    /* A device without a backend, or no memory under elements: the first op
+     * on the header read through it (a NULL data segfaulted in the kernel). */
+    if (dev.type != ACCEL_DEV_META && !accel__backend_for(dev, "accel_tensor_wrap")) return NULL;
     accel_tensor *t = accel_malloc(sizeof *t);
     if (!t) return NULL;
     init_header(t, dt, ndim, shape, dev);
+    if (!data && dev.type != ACCEL_DEV_META && accel_numel(t) > 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_wrap: data is NULL for %lld elements",
+                        (long long)accel_numel(t));
+        accel_free(t);
+        return NULL;
+    }
     t->data = data;
     return t;
 }
@@ -238,6 +247,8 @@ accel_status accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
     if (!accel_is_contiguous(t) || (t->flags & ACCEL_TF_ARENA))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_tensor_rebind: only a contiguous persistent tensor can be re-pointed");
+    if (copy && !data && t->data && accel_nbytes(t) > 0) /* the copy would write through NULL */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_rebind: cannot copy the contents to NULL");
     if (copy && t->data && data != t->data &&
         accel__copy_bytes(t->device, data, t->device, t->data, accel_nbytes(t)) != ACCEL_OK)
         return accel_last_status();
