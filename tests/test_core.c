@@ -229,6 +229,24 @@ static void test_rng(void) {
     int seen = 0;
     for (int i = 0; i < 10; i++) seen |= 1 << perm[i];
     CHECK(seen == 1023);
+    /* PyTorch refuses these; they drew silently (a negative std mirrored,
+     * an inverted range sampled outside it, keep_prob 1.5 kept all). */
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4));
+    accel_tensor *mask = accel_zeros(ACCEL_U8, ACCEL_SHAPE(4));
+    uint64_t offset = r1.offset;
+    CHECK(accel_rng_normal_(&r1, x, 0, -1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "std >= 0.0");
+    CHECK(accel_rng_normal_(&r1, x, NAN, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rng_uniform_(&r1, x, 5, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "lo=5 > hi=1");
+    CHECK(accel_rng_uniform_(&r1, x, 0, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rng_bernoulli_(&r1, mask, 1.5) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "keep_prob in [0, 1]");
+    CHECK(accel_rng_bernoulli_(&r1, mask, NAN) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(r1.offset == offset && accel_item(accel_sum_all(x)) == 0.0); /* nothing drawn */
+    CHECK(accel_rng_normal_(&r1, x, 0, 0) == ACCEL_OK && accel_rng_uniform_(&r1, x, 2, 2) == ACCEL_OK);
+    CHECK(accel_rng_bernoulli_(&r1, mask, 1.0) == ACCEL_OK && accel_item(accel_sum_all(accel_to_dtype(mask, ACCEL_F32))) == 4);
     accel_step_reset();
 }
 
