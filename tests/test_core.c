@@ -40,6 +40,22 @@ static void test_tensors_and_views(void) {
     accel_tensor *c = accel_empty(ACCEL_BF16, 2, shape);
     CHECK(accel_copy_(c, v) == ACCEL_OK);
     CHECK(accel_get(c, (int64_t[]){0, 1}) == 2.0);
+    /* A view must lie in t's elements: past them it read the memory that came
+     * next (the sum of a [6] view at offset 3 of arange(6) was garbage). */
+    const char *past = "reaches past the 6 elements of t";
+    CHECK(accel_view_raw(t, 1, (int64_t[]){6}, (int64_t[]){1}, 3) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), past);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){4}, (int64_t[]){2}, 0) == NULL); /* stride too long */
+    CHECK_STR_CONTAINS(accel_last_error(), past);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){2}, (int64_t[]){1}, -1) == NULL); /* before the first */
+    CHECK(accel_view_raw(t, 1, (int64_t[]){2}, (int64_t[]){-1}, 0) == NULL);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){3}, (int64_t[]){INT64_MAX}, 0) == NULL); /* wraps int64 */
+    CHECK(accel_view_raw(t, 2, shape, NULL, 0) == NULL);
+    accel_clear_error();
+    accel_tensor *in = accel_view_raw(v, 1, (int64_t[]){2}, (int64_t[]){-1}, 5); /* [5, 4]: inside v's reach */
+    CHECK(in && accel_get(in, (int64_t[]){1}) == 4.0);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){0}, (int64_t[]){1}, 99) != NULL); /* no elements, nothing read */
     accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
     CHECK(p && ((float *)p->data)[3] == 0.0f);
     accel_tensor_free(p);

@@ -291,7 +291,9 @@ accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end);
 /* Copies host `data` (contiguous, of dtype dt) into a new step tensor. */
 accel_tensor *accel_from_data(accel_dtype dt, int ndim, const int64_t *shape, const void *data);
 accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *data);
-/* A step-arena header viewing `t`'s memory with a new shape/stride/offset (elements). */
+/* A step-arena header viewing `t`'s memory with a new shape/stride/offset
+ * (elements). Every element of the view must be one t reaches (between its
+ * lowest and highest element): else NULL + ACCEL_ERR_INVALID_ARG. */
 accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *shape,
                              const int64_t *stride, int64_t offset);
 /* Same tensor header in the arena with the same data (for returning aliases). */

@@ -423,10 +423,41 @@ accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *dat
     return accel_from_data(ACCEL_F32, ndim, shape, data);
 }
 
+/* The lowest and highest element offsets (from its first element) that a
+ * layout of ndim sizes and strides reaches, its first element at `offset`;
+ * false when one passes int64. Only for a layout with elements. */
+static bool element_span(int ndim, const int64_t *shape, const int64_t *stride, int64_t offset, int64_t *lo,
+                         int64_t *hi) {
+    *lo = *hi = offset;
+    for (int i = 0; i < ndim; i++) {
+        int64_t reach;
+        if (__builtin_mul_overflow(shape[i] - 1, stride[i], &reach)) return false;
+        if (__builtin_add_overflow(reach < 0 ? *lo : *hi, reach, reach < 0 ? lo : hi)) return false;
+    }
+    return true;
+}
+
 accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *shape,
                              const int64_t *stride, int64_t offset) {
     if (!accel_tensor_check(t, "accel_view_raw", "t") || !check_shape("accel_view_raw", ndim, shape))
         return NULL;
+    if (ndim && !stride) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_view_raw: stride is NULL");
+        return NULL;
+    }
+    /* The view must lie in the elements t reaches: past them it read and
+     * wrote whatever memory came next (a silent wrong answer, or a fault). */
+    int64_t n = 1, lo, hi, tlo, thi;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    if (n > 0 && (accel_numel(t) == 0 || !element_span(ndim, shape, stride, offset, &lo, &hi) ||
+                  !element_span(t->ndim, t->shape, t->stride, 0, &tlo, &thi) || lo < tlo || hi > thi)) {
+        char b[96];
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_view_raw: a view of shape %s at offset %lld reaches past the %lld elements of t "
+                        "(shape %s)", accel_shape_str_n(ndim, shape, b, sizeof b), (long long)offset,
+                        (long long)accel_numel(t), accel_shape_str(t, (char[96]){0}, 96));
+        return NULL;
+    }
     accel_tensor *v = accel__arena_header(t->dtype, ndim, shape, t->device);
     if (!v) return NULL;
     for (int i = 0; i < ndim; i++) v->stride[i] = stride[i];
