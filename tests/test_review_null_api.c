@@ -85,6 +85,14 @@ static void test_data_null(void) {
     CHECK(accel_batches_size(NULL, 0) == 0);
     CHECK(accel_batches_at(NULL, 0) == NULL);
     CHECK(accel_batches_push(NULL, 1, (int64_t[]){0}) == ACCEL_ERR_INVALID_ARG && invalid("accel_batches_push"));
+    /* from_order wrote through a NULL list, and called a negative n a bad batch_size */
+    CHECK(accel_batches_from_order(NULL, 10, NULL, 3, false) == ACCEL_ERR_INVALID_ARG &&
+          invalid("accel_batches_from_order"));
+    accel_batches neg;
+    accel_batches_init(&neg);
+    CHECK(accel_batches_from_order(&neg, -10, NULL, 3, false) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "n must be >= 0 (got -10)");
+    accel_clear_error();
     accel_batches b;
     accel_batches_init(&b);
     CHECK(accel_batches_push(&b, 2, (int64_t[]){4, 5}) == ACCEL_OK);
