@@ -362,6 +362,21 @@ static void test_state_roundtrip(void) {
     accel_named_state bogus = {"state.7.exp_avg", copies[0], 0};
     CHECK(accel_optimizer_load_state(opt2, 1, &bogus) == ACCEL_ERR_FORMAT);
     accel_clear_error();
+    /* Values no optimizer could have saved were kept: Adam then diverged on a
+     * beta1 of 7, a NaN step count was cast to int64. */
+    accel_named_state out_of_range[] = {
+        {"param_groups.0.beta1", NULL, 7},  {"param_groups.0.lr", NULL, -1}, {"param_groups.0.eps", NULL, NAN},
+        {"param_groups.0.weight_decay", NULL, INFINITY}, {"state.0.step", NULL, NAN}, {"state.0.step", NULL, 1.5},
+        {"step", NULL, -5},
+    };
+    for (size_t k = 0; k < sizeof out_of_range / sizeof *out_of_range; k++) {
+        CHECK(accel_optimizer_load_state(opt2, 1, &out_of_range[k]) == ACCEL_ERR_FORMAT);
+        CHECK_STR_CONTAINS(accel_last_error(), out_of_range[k].name);
+        accel_clear_error();
+    }
+    CHECK(accel_optimizer_get_lr(opt2, 0) == 0.01 && accel_optimizer_hparams(opt2, 0)->beta1 == 0.9);
+    accel_named_state lr0 = {"param_groups.0.lr", NULL, 0}; /* a schedule that ended at 0 */
+    CHECK(accel_optimizer_load_state(opt2, 1, &lr0) == ACCEL_OK && accel_optimizer_get_lr(opt2, 0) == 0);
     accel_tensor_free(wrong);
     accel_tensor_free(copies[0]);
     accel_tensor_free(copies[1]);
