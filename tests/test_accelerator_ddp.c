@@ -208,6 +208,18 @@ static void test_collectives(void) {
         CHECK(accel_get(max, &i) == (double)(i + 1 + (int64_t)N * (N - 1)));
     }
     CHECK(accel_get(t, (int64_t[]){0}) == (double)(1 + N * R)); /* input untouched */
+    /* An unknown reduction was summed and a broadcast from no process copied,
+     * silently (on one process always): both refused on any number. */
+    CHECK(accel_accelerator_reduce(A, t, "avg", 1.0) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "reduction must be \"sum\", \"mean\" or \"max\", got \"avg\"");
+    CHECK(accel_accelerator_reduce(A, t, NULL, 1.0) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "got NULL");
+    CHECK(accel_accelerator_broadcast(A, t, N) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "from_process");
+    CHECK(accel_accelerator_broadcast(A, t, -1) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
     /* pad_across_processes: rank 0 has arange(N+1), others arange(N) */
     accel_tensor *p = accel_accelerator_pad_across_processes(A, accel_arange(ACCEL_I64, 0, R == 0 ? N + 1 : N), 0,
                                                              0, false);
@@ -275,6 +287,13 @@ static void test_scheduler_and_clip(void) {
             accel_free(ps);
             CHECK(norm > 1e-3);
             CHECK_CLOSE(sqrt(after), 1e-3, 1e-3, 1e-7);
+            /* norm_type <= 0 is no norm (it gave 0 here), max_norm < 0 would flip every gradient */
+            CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, 1.0, -2.0)));
+            CHECK_STR_CONTAINS(accel_last_error(), "norm_type must be > 0");
+            CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, -1.0, 2.0)));
+            CHECK_STR_CONTAINS(accel_last_error(), "max_norm must be >= 0");
+            accel_clear_error();
+            CHECK_CLOSE(accel_accelerator_clip_grad_norm(A, m, 1.0, 2.0), 1e-3, 1e-3, 1e-7); /* untouched */
         }
         accel_accelerator_optimizer_step(A, opt);
         accel_accelerator_scheduler_step(A, s);

@@ -130,7 +130,10 @@ static void test_bf16_forward(void) {
     CHECK(y && y->dtype == ACCEL_F32);
     accel_dtype prev = accel_accelerator_autocast_begin(b);
     CHECK(accel_autocast_dtype() == ACCEL_BF16);
-    accel_accelerator_autocast_end(b, prev);
+    CHECK(accel_accelerator_autocast_end(b, (accel_dtype)99) == ACCEL_ERR_DTYPE); /* not a dtype: refused */
+    CHECK(accel_autocast_dtype() == ACCEL_BF16);
+    accel_clear_error();
+    CHECK(accel_accelerator_autocast_end(b, prev) == ACCEL_OK);
     CHECK(accel_autocast_dtype() == ACCEL_F32);
     CHECK(accel_accelerator_backward(b, accel_sum_all(y)) == ACCEL_OK);
     accel_tensor **ps;

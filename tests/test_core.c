@@ -40,6 +40,22 @@ static void test_tensors_and_views(void) {
     accel_tensor *c = accel_empty(ACCEL_BF16, 2, shape);
     CHECK(accel_copy_(c, v) == ACCEL_OK);
     CHECK(accel_get(c, (int64_t[]){0, 1}) == 2.0);
+    /* A view must lie in t's elements: past them it read the memory that came
+     * next (the sum of a [6] view at offset 3 of arange(6) was garbage). */
+    const char *past = "reaches past the 6 elements of t";
+    CHECK(accel_view_raw(t, 1, (int64_t[]){6}, (int64_t[]){1}, 3) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), past);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){4}, (int64_t[]){2}, 0) == NULL); /* stride too long */
+    CHECK_STR_CONTAINS(accel_last_error(), past);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){2}, (int64_t[]){1}, -1) == NULL); /* before the first */
+    CHECK(accel_view_raw(t, 1, (int64_t[]){2}, (int64_t[]){-1}, 0) == NULL);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){3}, (int64_t[]){INT64_MAX}, 0) == NULL); /* wraps int64 */
+    CHECK(accel_view_raw(t, 2, shape, NULL, 0) == NULL);
+    accel_clear_error();
+    accel_tensor *in = accel_view_raw(v, 1, (int64_t[]){2}, (int64_t[]){-1}, 5); /* [5, 4]: inside v's reach */
+    CHECK(in && accel_get(in, (int64_t[]){1}) == 4.0);
+    CHECK(accel_view_raw(t, 1, (int64_t[]){0}, (int64_t[]){1}, 99) != NULL); /* no elements, nothing read */
     accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
     CHECK(p && ((float *)p->data)[3] == 0.0f);
     accel_tensor_free(p);
@@ -184,6 +200,28 @@ static void test_arena_bad_marks(void) {
     accel_arena_destroy(b);
 }
 
+/* A size that wraps (-1 elements times 8 bytes) got a pointer to a few bytes
+ * and moved the arena's end backwards; an alignment not a power of two gave
+ * a misaligned one. Both refused, the arena unchanged. */
+static void test_arena_bad_sizes(void) {
+    accel_arena *a = accel_arena_create(1024);
+    char *first = accel_arena_alloc(a, 100, 16);
+    size_t used = accel_arena_used(a);
+    CHECK(accel_arena_alloc(a, (size_t)-1 * 8, 8) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_OOM);
+    CHECK_STR_CONTAINS(accel_last_error(), "more than an arena can hold");
+    accel_clear_error();
+    CHECK(accel_arena_alloc(a, SIZE_MAX, 64) == NULL);
+    accel_clear_error();
+    CHECK(accel_arena_alloc(a, 16, 24) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "alignment 24 is not a power of two");
+    accel_clear_error();
+    CHECK(accel_arena_used(a) == used && accel_arena_peak(a) == used);
+    CHECK((char *)accel_arena_alloc(a, 8, 0) == first + 112); /* 0: the default alignment */
+    accel_arena_destroy(a);
+}
+
 static void test_rng(void) {
     accel_rng r1, r2;
     accel_rng_init(&r1, 42);
@@ -207,6 +245,24 @@ static void test_rng(void) {
     int seen = 0;
     for (int i = 0; i < 10; i++) seen |= 1 << perm[i];
     CHECK(seen == 1023);
+    /* PyTorch refuses these; they drew silently (a negative std mirrored,
+     * an inverted range sampled outside it, keep_prob 1.5 kept all). */
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4));
+    accel_tensor *mask = accel_zeros(ACCEL_U8, ACCEL_SHAPE(4));
+    uint64_t offset = r1.offset;
+    CHECK(accel_rng_normal_(&r1, x, 0, -1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "std >= 0.0");
+    CHECK(accel_rng_normal_(&r1, x, NAN, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rng_uniform_(&r1, x, 5, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "lo=5 > hi=1");
+    CHECK(accel_rng_uniform_(&r1, x, 0, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_rng_bernoulli_(&r1, mask, 1.5) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "keep_prob in [0, 1]");
+    CHECK(accel_rng_bernoulli_(&r1, mask, NAN) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(r1.offset == offset && accel_item(accel_sum_all(x)) == 0.0); /* nothing drawn */
+    CHECK(accel_rng_normal_(&r1, x, 0, 0) == ACCEL_OK && accel_rng_uniform_(&r1, x, 2, 2) == ACCEL_OK);
+    CHECK(accel_rng_bernoulli_(&r1, mask, 1.0) == ACCEL_OK && accel_item(accel_sum_all(accel_to_dtype(mask, ACCEL_F32))) == 4);
     accel_step_reset();
 }
 
@@ -253,6 +309,24 @@ static void test_null_queries(void) {
     CHECK(accel_tensor_rebind(s, other, true) == ACCEL_ERR_INVALID_ARG && s->data == before);
     accel_clear_error();
     accel_step_reset();
+    /* No memory under the elements: refused, not a segfault at the first
+     * op (wrap) or in the copy (rebind). A device nobody serves: refused. */
+    CHECK(accel_tensor_wrap(NULL, ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_wrap: data is NULL for 4 elements");
+    accel_clear_error();
+    accel_tensor *empty = accel_tensor_wrap(NULL, ACCEL_F32, ACCEL_SHAPE(0), ACCEL_CPU_DEVICE); /* no elements */
+    CHECK(empty != NULL);
+    accel_tensor_free(empty);
+    CHECK(accel_tensor_wrap(other, ACCEL_F32, ACCEL_SHAPE(2), ((accel_device){ACCEL_DEV_NPU, 0})) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_DEVICE);
+    accel_clear_error();
+    accel_tensor *own = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    void *had = own->data;
+    CHECK(accel_tensor_rebind(own, NULL, true) == ACCEL_ERR_INVALID_ARG && own->data == had);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot copy the contents to NULL");
+    accel_clear_error();
+    accel_tensor_free(own);
 }
 
 /* The setters that used to return void report their failures (docs/contract.md). */
@@ -299,6 +373,7 @@ int main(void) {
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);
     RUN(test_arena_bad_marks);
+    RUN(test_arena_bad_sizes);
     RUN(test_rng);
     RUN(test_print);
     RUN(test_null_generators);

@@ -190,6 +190,15 @@ static void test_map_dataset_collate(void) {
     accel_dataloader_free(one);
     accel_dataset_free(d3);
     accel_step_reset();
+    /* A length whose index list's byte size wraps (2^61 + 1 samples: 8 bytes)
+     * is refused, not indexed past its end by a shuffled epoch. */
+    accel_dataset *huge = accel_map_dataset_new(((int64_t)1 << 61) + 1, 2, specs, square_sample, &calls);
+    CHECK(huge != NULL);
+    CHECK(accel_dataloader_new(huge, &(accel_dataloader_opts){.batch_size = 2, .shuffle = true}) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "2305843009213693953 samples is too long");
+    accel_clear_error();
+    accel_dataset_free(huge);
 }
 
 /* §9.4: batch sizes per rank with and without even_batches (2 processes). */

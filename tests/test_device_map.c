@@ -243,6 +243,9 @@ static void test_device_map_basics(void) {
     CHECK(a && strcmp(a, "hostless:0") == 0);
     CHECK(b && strcmp(b, "npu:12") == 0);
     CHECK(all && strcmp(all, "7") == 0);
+    accel_device_map_remove(m, NULL); /* names no entry (it segfaulted); NULL map: a no-op */
+    accel_device_map_remove(NULL, "a");
+    CHECK(m && m->n == 3);
     accel_device d;
     CHECK(accel_device_map_device("1", &d) == ACCEL_OK && d.type == ACCEL_DEV_CUDA && d.index == 1);
     CHECK(accel_device_map_device("cpu", &d) == ACCEL_OK && d.type == ACCEL_DEV_CPU);

@@ -307,6 +307,24 @@ static void test_split(void) {
     accel_pg_free(machine);
 }
 
+/* Free order: a group freed before the works it handed out (accel_pg_free
+ * waits for them) leaves them to wait on and free; accel_work_free read the
+ * freed group. Two works: the first freed back, the last frees the queue. */
+static void test_work_outlives_group(void) {
+    accel_pg *sub = accel_pg_split(PG, 0, R);
+    CHECK_MSG(sub != NULL, "accel_pg_split: %s", accel_last_error());
+    if (!sub) return;
+    double a = R + 1, b = 2 * (R + 1);
+    accel_work *wa = accel_pg_all_reduce_async(sub, &a, 1, ACCEL_F64, ACCEL_REDUCE_SUM);
+    accel_work *wb = accel_pg_all_reduce_async(sub, &b, 1, ACCEL_F64, ACCEL_REDUCE_SUM);
+    CHECK(wa && wb);
+    accel_pg_free(sub);
+    CHECK(accel_work_done(wa) && accel_work_wait(wa) == ACCEL_OK && accel_work_wait(wb) == ACCEL_OK);
+    CHECK(a == N * (N + 1) / 2.0 && b == N * (N + 1.0));
+    accel_work_free(wa);
+    accel_work_free(wb); /* ASan: no use of the freed group, no leak */
+}
+
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
     return h;
@@ -392,6 +410,7 @@ int main(void) {
     RUN(test_async);
     RUN(test_arg_errors);
     RUN(test_split);
+    RUN(test_work_outlives_group);
     RUN(test_hierarchy);
     accel_dist_finalize();
     CHECK(accel_dist_is_initialized()); /* one reference left */

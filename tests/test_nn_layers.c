@@ -91,7 +91,18 @@ static void test_sequential_activations(void) {
     CHECK(y && fabs(accel_item(y) - ge) < 1e-6);
     accel_module *relu = accel_relu_module_new();
     CHECK(accel_item(accel_module_call(relu, accel_neg(x))) == 0.0);
+    /* A NULL input: NULL with an error, as every op (it came back with none). */
+    accel_clear_error();
+    CHECK(accel_module_call(seq, NULL) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "Sequential");
+    accel_clear_error();
+    accel_module *empty = accel_sequential_new(0, NULL);
+    CHECK(accel_module_call(empty, x) == x); /* nn.Sequential(): the identity */
     accel_step_reset();
+    CHECK(accel_module_call(empty, x) == NULL && accel_last_status() == ACCEL_ERR_STATE); /* x's step ended */
+    accel_clear_error();
+    accel_module_free(empty);
     accel_module_free(seq);
     accel_module_free(relu);
     /* NULL children list: error, nothing leaks. */

@@ -109,6 +109,60 @@ static void test_tie(void) {
     accel_module_free(root); /* the tied tensor is freed once (ASan checks) */
 }
 
+/* One tensor added under a second name, or to a second module, would be
+ * freed by both owners: refused (accel_module_tie shares a tensor), and left
+ * to its owner. */
+static void test_member_owned_once(void) {
+    accel_module *m = make_block(), *other = accel_linear_new(2, 2, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor *scale = accel_module_get_tensor(m, "scale");
+    CHECK(accel_module_add_param(m, "scale2", scale) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "already a parameter");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_tie");
+    accel_clear_error();
+    CHECK(accel_module_add_param(other, "bias", scale) == NULL);
+    accel_clear_error();
+    CHECK(accel_module_add_buffer(other, "count", accel_module_get_tensor(m, "count")) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "already a buffer");
+    accel_clear_error();
+    CHECK(accel_module_get_tensor(m, "scale") == scale && scale->magic == ACCEL_TENSOR_MAGIC); /* not freed */
+    /* Freeing a tensor handed to a module: the module frees it. */
+    accel_tensor_free(scale);
+    CHECK(accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "\"scale\" is a parameter of a module");
+    accel_clear_error();
+    accel_tensor_free(accel_module_get_tensor(m, "count"));
+    CHECK_STR_CONTAINS(accel_last_error(), "buffer");
+    accel_clear_error();
+    CHECK(scale->magic == ACCEL_TENSOR_MAGIC && accel_module_num_params(m) == 13);
+    accel_module_free(other);
+    accel_module_free(m); /* each tensor freed once (ASan checks) */
+}
+
+/* A module that is already in a tree, or that would close a cycle, is
+ * refused and left where it is: adding it would free it twice, or make every
+ * walk of the tree (free, forward, state dict) recurse until the stack ends. */
+static void test_child_in_one_tree(void) {
+    accel_module *m = make_block();
+    accel_module *fc = accel_module_find(m, "fc");
+    CHECK(accel_module_add_child(m, "self", m) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "cycle");
+    accel_clear_error();
+    CHECK(accel_module_add_child(fc, "up", m) == NULL); /* m is fc's parent */
+    CHECK_STR_CONTAINS(accel_last_error(), "ancestors");
+    accel_clear_error();
+    accel_module *seq = accel_sequential_new(1, (accel_module *[]){fc}); /* fc has a parent */
+    CHECK(seq == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "already has a parent");
+    accel_clear_error();
+    accel_module *lin = accel_linear_new(2, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel_sequential_new(2, (accel_module *[]){lin, lin}) == NULL); /* the same layer twice */
+    accel_clear_error();
+    CHECK(accel_module_find(m, "fc") == fc && accel_module_num_params(m) == 2 + 1 + 8 + 2);
+    accel_module_free(m); /* every module freed once (ASan checks) */
+}
+
 static void test_flatten(void) {
     accel_module *root = accel_module_new(&BLOCK_OPS, NULL);
     accel_module_add_child(root, "a", make_block());
@@ -119,6 +173,16 @@ static void test_flatten(void) {
     /* A gradient from before flattening is carried into the flat buffer. */
     w->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2, 3), ACCEL_CPU_DEVICE);
     ((float *)w->grad->data)[4] = 7.0f;
+
+    /* Sizes past int64 wrapped to a small buffer the parameters were copied
+     * past (heap overflow): refused, nothing rebound. */
+    CHECK(accel_module_flatten(root, INT64_MAX, 1) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "more than 2^63 bytes");
+    CHECK(accel_module_flatten(root, 4, INT64_MAX / 2) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "pad_multiple 4611686018427387903");
+    accel_clear_error();
+    CHECK(memcmp(w->data, before, sizeof before) == 0 && ((float *)w->grad->data)[4] == 7.0f);
 
     accel_flat_params *fp = accel_module_flatten(root, 4, 16);
     CHECK(fp && fp->n_buffers == 2);
@@ -305,6 +369,8 @@ static void test_llama_tree_on_meta(void) {
 int main(void) {
     RUN(test_state_dict_order);
     RUN(test_tie);
+    RUN(test_member_owned_once);
+    RUN(test_child_in_one_tree);
     RUN(test_flatten);
     RUN(test_meta_and_to_empty);
     RUN(test_hooks);

@@ -190,6 +190,23 @@ static void test_argument_errors(void) {
     expect_error(accel_concat(1, &a, 2), ACCEL_ERR_INVALID_ARG, "accel_concat");
     expect_error(accel_to_dtype(a, (accel_dtype)99), ACCEL_ERR_DTYPE, "accel_to_dtype");
     expect_error(accel_dropout(a, -0.1, true, NULL), ACCEL_ERR_INVALID_ARG, "accel_dropout");
+    /* Autocast takes bf16 and f16 (f32: off): under int64 a Linear returned
+     * truncated integers, under -1 it failed with no error. Refused, unchanged. */
+    accel_dtype bad[] = {ACCEL_I64, ACCEL_U8, ACCEL_F64, (accel_dtype)-1, (accel_dtype)99};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        CHECK(accel_autocast_begin(bad[k]) == ACCEL_F32);
+        CHECK(accel_last_status() == ACCEL_ERR_DTYPE);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_autocast_begin: cannot autocast to");
+        accel_clear_error();
+        CHECK(accel_autocast_dtype() == ACCEL_F32);
+    }
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_autocast_end(ACCEL_I32);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_autocast_end: cannot autocast to int32");
+    accel_clear_error();
+    CHECK(accel_autocast_dtype() == ACCEL_BF16);
+    accel_autocast_end(prev);
+    CHECK(accel_autocast_dtype() == ACCEL_F32 && accel_last_status() == ACCEL_OK);
     /* a step tensor used after its step ended */
     accel_step_reset();
     expect_error(accel_add(a, a), ACCEL_ERR_STATE, "accel_add");

@@ -152,6 +152,14 @@ static void test_errors(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "bfloat16");
     accel_clear_error();
     accel_tensor_free(p);
+    /* A step tensor dies at accel_step_reset: kept as a parameter, later steps
+     * would update whatever the arena holds there then. */
+    accel_tensor *sp = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4));
+    CHECK(accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &sp, &h) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "step tensor");
+    accel_clear_error();
+    accel_step_reset();
     h.beta1 = 1.5;
     float x[2], g[2];
     CHECK(flat_opt(ACCEL_OPTIM_ADAM, x, g, 2, &h) == NULL);
@@ -220,6 +228,25 @@ static void test_clip(void) {
     CHECK(accel_clip_coef(0.5, 1.0) == 1.0);
     CHECK(isnan(accel_clip_grad_norm(0, NULL, 1.0, -1.0)));
     accel_clear_error();
+    /* A negative max_norm would flip every gradient, a NaN one skip clipping. */
+    float gn[2] = {3.0f, -4.0f};
+    accel_tensor *pn = host_f32(gn, 2);
+    pn->grad = host_f32(gn, 2);
+    CHECK(isnan(accel_clip_grad_norm(1, &pn, -1.0, 2.0)));
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "max_norm must be >= 0 (got -1)");
+    accel_clear_error();
+    CHECK(isnan(accel_clip_grad_norm(1, &pn, NAN, 2.0)));
+    accel_clear_error();
+    CHECK(((float *)pn->grad->data)[0] == 3.0f && ((float *)pn->grad->data)[1] == -4.0f); /* untouched */
+    accel_optimizer *on = accel_optimizer_new_params(ACCEL_OPTIM_SGD, 1, &pn, NULL);
+    CHECK(isnan(accel_optimizer_clip_grad_norm(on, -0.5, 2.0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "max_norm");
+    accel_clear_error();
+    CHECK(accel_clip_grad_norm(1, &pn, 0.0, 2.0) == 5.0); /* 0: every gradient zeroed */
+    CHECK(((float *)pn->grad->data)[1] == 0.0f);
+    accel_optimizer_free(on);
+    accel_tensor_free(pn);
 }
 
 static double halve(int64_t step, void *ctx) { return *(double *)ctx / (double)(step + 1); }
@@ -335,6 +362,21 @@ static void test_state_roundtrip(void) {
     accel_named_state bogus = {"state.7.exp_avg", copies[0], 0};
     CHECK(accel_optimizer_load_state(opt2, 1, &bogus) == ACCEL_ERR_FORMAT);
     accel_clear_error();
+    /* Values no optimizer could have saved were kept: Adam then diverged on a
+     * beta1 of 7, a NaN step count was cast to int64. */
+    accel_named_state out_of_range[] = {
+        {"param_groups.0.beta1", NULL, 7},  {"param_groups.0.lr", NULL, -1}, {"param_groups.0.eps", NULL, NAN},
+        {"param_groups.0.weight_decay", NULL, INFINITY}, {"state.0.step", NULL, NAN}, {"state.0.step", NULL, 1.5},
+        {"step", NULL, -5},
+    };
+    for (size_t k = 0; k < sizeof out_of_range / sizeof *out_of_range; k++) {
+        CHECK(accel_optimizer_load_state(opt2, 1, &out_of_range[k]) == ACCEL_ERR_FORMAT);
+        CHECK_STR_CONTAINS(accel_last_error(), out_of_range[k].name);
+        accel_clear_error();
+    }
+    CHECK(accel_optimizer_get_lr(opt2, 0) == 0.01 && accel_optimizer_hparams(opt2, 0)->beta1 == 0.9);
+    accel_named_state lr0 = {"param_groups.0.lr", NULL, 0}; /* a schedule that ended at 0 */
+    CHECK(accel_optimizer_load_state(opt2, 1, &lr0) == ACCEL_OK && accel_optimizer_get_lr(opt2, 0) == 0);
     accel_tensor_free(wrong);
     accel_tensor_free(copies[0]);
     accel_tensor_free(copies[1]);

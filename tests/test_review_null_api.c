@@ -61,6 +61,15 @@ static void test_accelerator_null(void) {
           invalid("accel_accelerator_gather_object"));
     CHECK(accel_accelerator_broadcast_object(NULL, &data, &len, 0) == ACCEL_ERR_INVALID_ARG &&
           invalid("accel_accelerator_broadcast_object"));
+    /* the tensor collectives read the accelerator's world size: NULL segfaulted */
+    accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3));
+    CHECK(accel_accelerator_gather(NULL, t) == NULL && invalid("accel_accelerator_gather"));
+    CHECK(accel_accelerator_gather_for_metrics(NULL, t) == NULL && invalid("accel_accelerator_gather_for_metrics"));
+    CHECK(accel_accelerator_reduce(NULL, t, "sum", 1.0) == NULL && invalid("accel_accelerator_reduce"));
+    CHECK(accel_accelerator_pad_across_processes(NULL, t, 0, 0.0, false) == NULL &&
+          invalid("accel_accelerator_pad_across_processes"));
+    CHECK(accel_accelerator_broadcast(NULL, t, 0) == NULL && invalid("accel_accelerator_broadcast"));
+    accel_step_reset();
     /* a real accelerator still answers, and describe rejects a NULL buffer */
     accel_accelerator *acc = accel_accelerator_new(NULL);
     CHECK(acc != NULL);
@@ -76,6 +85,14 @@ static void test_data_null(void) {
     CHECK(accel_batches_size(NULL, 0) == 0);
     CHECK(accel_batches_at(NULL, 0) == NULL);
     CHECK(accel_batches_push(NULL, 1, (int64_t[]){0}) == ACCEL_ERR_INVALID_ARG && invalid("accel_batches_push"));
+    /* from_order wrote through a NULL list, and called a negative n a bad batch_size */
+    CHECK(accel_batches_from_order(NULL, 10, NULL, 3, false) == ACCEL_ERR_INVALID_ARG &&
+          invalid("accel_batches_from_order"));
+    accel_batches neg;
+    accel_batches_init(&neg);
+    CHECK(accel_batches_from_order(&neg, -10, NULL, 3, false) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "n must be >= 0 (got -10)");
+    accel_clear_error();
     accel_batches b;
     accel_batches_init(&b);
     CHECK(accel_batches_push(&b, 2, (int64_t[]){4, 5}) == ACCEL_OK);

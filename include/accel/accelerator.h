@@ -392,7 +392,8 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
 /* Unscales (fp16) then clips the model's gradients; returns the global norm
  * before clipping (gradients are identical on every rank after the
- * all-reduce), NAN + error on failure. */
+ * all-reduce), NAN + error on failure (norm_type as accel_clip_grad_norm's,
+ * max_norm >= 0). */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
 /* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
@@ -480,7 +481,8 @@ accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel
  * is NULL. */
 accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int n, accel_tensor *const *ts,
                                                     accel_tensor **outs);
-/* reduction: "sum", "mean" or "max"; the result is scaled by `scale`. Input untouched. */
+/* reduction: "sum", "mean" or "max" (anything else, NULL included, is
+ * refused); the result is scaled by `scale`. Input untouched. */
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t,
                                        const char *reduction, double scale);
 /* reduce of one number (a metric's partial sum or count), in f64: "sum",
@@ -490,7 +492,8 @@ double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const c
  * the start with pad_first). */
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t,
                                                      int dim, double pad_index, bool pad_first);
-/* A copy of from_process's tensor on every rank (shapes must match). */
+/* A copy of from_process's tensor on every rank (shapes must match;
+ * from_process in [0, num_processes)). */
 accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t,
                                           int from_process);
 /* Byte blobs (gather_object / broadcast_object_list): see accel_pg_*_bytes.

@@ -54,7 +54,9 @@ bool accel_is_grad_enabled(void);
 
 /* Thread-local autocast dtype: ACCEL_F32 means off. Returns the previous one.
  * Ops read it (ops.h); here beside grad mode because activation
- * checkpointing replays a forward under the autocast it first ran in. */
+ * checkpointing replays a forward under the autocast it first ran in.
+ * Only ACCEL_BF16, ACCEL_F16 and ACCEL_F32 are taken: another dtype sets an
+ * error (ACCEL_ERR_DTYPE) and leaves the autocast dtype unchanged. */
 accel_dtype accel_autocast_begin(accel_dtype dt);
 void accel_autocast_end(accel_dtype previous);
 accel_dtype accel_autocast_dtype(void);

@@ -260,7 +260,9 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
 accel_status accel_tensor_increment_version(accel_tensor *t);
 /* Persistent deep copy (contiguous) of any tensor, on `dev`. */
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
-/* Frees a persistent tensor (and its data if owned, and its .grad if owned). */
+/* Frees a persistent tensor (and its data if owned, and its .grad if owned).
+ * A module's parameter or buffer is refused (ACCEL_ERR_STATE): its module
+ * frees it. */
 void accel_tensor_free(accel_tensor *t);
 /* Re-point a persistent tensor at other memory (used to flatten parameters into
  * one buffer). Copies the current contents when copy is true. Frees the old
@@ -289,7 +291,9 @@ accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end);
 /* Copies host `data` (contiguous, of dtype dt) into a new step tensor. */
 accel_tensor *accel_from_data(accel_dtype dt, int ndim, const int64_t *shape, const void *data);
 accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *data);
-/* A step-arena header viewing `t`'s memory with a new shape/stride/offset (elements). */
+/* A step-arena header viewing `t`'s memory with a new shape/stride/offset
+ * (elements). Every element of the view must be one t reaches (between its
+ * lowest and highest element): else NULL + ACCEL_ERR_INVALID_ARG. */
 accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *shape,
                              const int64_t *stride, int64_t offset);
 /* Same tensor header in the arena with the same data (for returning aliases). */
@@ -327,6 +331,8 @@ typedef struct accel_arena accel_arena;
 
 accel_arena *accel_arena_create(size_t initial_bytes);
 void accel_arena_destroy(accel_arena *a);
+/* bytes at a multiple of align (a power of two; at least 16). NULL + error
+ * for a NULL arena, another align, or more bytes than memory holds. */
 void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align);
 /* Frees everything allocated since creation. If it grew past its first chunk,
  * it re-allocates one chunk of the high-water size, so a loop whose steps are

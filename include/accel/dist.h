@@ -171,7 +171,8 @@ accel_status accel_work_wait(accel_work *w);
 /* true when finished (never blocks). Polls stream-ordered work, which it may
  * finish (a failure or the timeout is then wait's status). */
 bool accel_work_done(accel_work *w);
-/* Waits if still running, then frees. NULL is a no-op. */
+/* Waits if still running, then frees. NULL is a no-op. A work may outlive
+ * its group (accel_pg_free waits for it): wait on it and free it after. */
 void accel_work_free(accel_work *w);
 
 /* ------------------------------------------------------------ point to point

@@ -87,9 +87,13 @@ struct accel_module {
 /* ---- building */
 accel_module *accel_module_new(const accel_module_ops *ops, void *impl);
 void accel_module_free(accel_module *m);
-/* Takes ownership of child. Returns child (NULL on error). */
+/* Takes ownership of child (freed on error too). Returns child (NULL on
+ * error). A child that already has a parent, or that is m or one of m's
+ * ancestors (a cycle), is refused and left to the tree that holds it. */
 accel_module *accel_module_add_child(accel_module *m, const char *name, accel_module *child);
-/* Takes ownership of t; marks it a parameter (requires_grad) or buffer. */
+/* Takes ownership of t (freed on error too); marks it a parameter
+ * (requires_grad) or buffer. A tensor that already is a parameter or buffer
+ * of a module is refused and left to it (tie names with accel_module_tie). */
 accel_tensor *accel_module_add_param(accel_module *m, const char *name, accel_tensor *t);
 accel_tensor *accel_module_add_buffer(accel_module *m, const char *name, accel_tensor *t);
 /* Makes `dst_name` (full name) refer to the same tensor as `src_name`; the

@@ -108,8 +108,8 @@ accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module 
 void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are not freed */
 
 /* Adds a param group of n parameter tensors (borrowed: they must outlive the
- * optimizer). Returns the group index, or -1 + error (invalid hparams, a
- * non-f32 or non-contiguous parameter). */
+ * optimizer, so persistent ones). Returns the group index, or -1 + error
+ * (invalid hparams, a step tensor, a non-f32 or non-contiguous parameter). */
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h);
 /* Adds a param group of one flat segment: params updated from grads, both
@@ -176,6 +176,7 @@ void accel_named_state_free(accel_named_state *st, int n);
 /* torch.nn.utils.clip_grad_norm_: total = norm_type-norm of all gradients
  * (norm_type 2, 1, any p > 0, or INFINITY); every grad is multiplied by
  * min(1, max_norm / (total + 1e-6)). Parameters without a grad are skipped.
+ * max_norm must be >= 0 (a negative one would flip every gradient).
  * Returns the total norm before clipping (NAN + error on failure). */
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type);
 /* The same over the optimizer's gradients (tensor and flat segments). */

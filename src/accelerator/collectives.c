@@ -48,6 +48,7 @@ static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, 
 }
 
 accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) {
+    if (accel__acc_null(acc, "accel_accelerator_gather")) return NULL;
     accel_tensor *c = flat_copy(t, "accel_accelerator_gather");
     if (!c || check_shapes(acc, c, "accel_accelerator_gather")) return NULL;
     if (acc->world == 1) return c;
@@ -101,7 +102,9 @@ static accel_status metrics_refused(const accel_accelerator *acc, const char *fn
 }
 
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
-    if (acc && metrics_refused(acc, "accel_accelerator_gather_for_metrics")) return NULL;
+    if (accel__acc_null(acc, "accel_accelerator_gather_for_metrics") ||
+        metrics_refused(acc, "accel_accelerator_gather_for_metrics"))
+        return NULL;
     accel_tensor *g = accel_accelerator_gather(acc, t);
     return g ? first_rows(g, metrics_remainder(acc)) : NULL;
 }
@@ -167,8 +170,21 @@ accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int 
     return st;
 }
 
+/* "sum", "mean" or "max"; else false + error naming fn. Checked on one
+ * process too: anything else was summed, silently, and a typo ("avg") only
+ * showed as wrong numbers. */
+static bool check_reduction(const char *fn, const char *reduction) {
+    if (reduction && (!strcmp(reduction, "sum") || !strcmp(reduction, "mean") || !strcmp(reduction, "max")))
+        return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: reduction must be \"sum\", \"mean\" or \"max\", got %s%s%s", fn,
+                    reduction ? "\"" : "", reduction ? reduction : "NULL", reduction ? "\"" : "");
+    return false;
+}
+
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, const char *reduction,
                                        double scale) {
+    if (accel__acc_null(acc, "accel_accelerator_reduce") || !check_reduction("accel_accelerator_reduce", reduction))
+        return NULL;
     accel_tensor *c = flat_copy(t, "accel_accelerator_reduce");
     if (!c || check_shapes(acc, c, "accel_accelerator_reduce")) return NULL;
     bool is_max = reduction && !strcmp(reduction, "max");
@@ -197,12 +213,7 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
 
 double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const char *reduction) {
     static const char fn[] = "accel_accelerator_reduce_scalar";
-    if (accel__acc_null(acc, fn)) return NAN;
-    if (!reduction || (strcmp(reduction, "sum") && strcmp(reduction, "mean") && strcmp(reduction, "max"))) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: reduction must be \"sum\", \"mean\" or \"max\", got %s%s%s", fn,
-                        reduction ? "\"" : "", reduction ? reduction : "NULL", reduction ? "\"" : "");
-        return NAN;
-    }
+    if (accel__acc_null(acc, fn) || !check_reduction(fn, reduction)) return NAN;
     accel_tensor *t = accel_empty_on(ACCEL_F64, 0, NULL, ACCEL_CPU_DEVICE);
     if (!t || accel_fill_(t, v) != ACCEL_OK) return NAN;
     accel_tensor *r = accel_accelerator_reduce(acc, t, reduction, 1.0);
@@ -211,7 +222,9 @@ double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const c
 
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t, int dim,
                                                      double pad_index, bool pad_first) {
-    if (!accel_tensor_check(t, "accel_accelerator_pad_across_processes", "t")) return NULL;
+    if (accel__acc_null(acc, "accel_accelerator_pad_across_processes") ||
+        !accel_tensor_check(t, "accel_accelerator_pad_across_processes", "t"))
+        return NULL;
     if (dim < 0) dim += t->ndim;
     if (dim < 0 || dim >= t->ndim) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pad_across_processes: dim out of range for %d dims",
@@ -239,6 +252,12 @@ accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, acc
 }
 
 accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *t, int from_process) {
+    if (accel__acc_null(acc, "accel_accelerator_broadcast")) return NULL;
+    if (from_process < 0 || from_process >= acc->world) { /* on one process too, as the group refuses it on several */
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_broadcast: from_process %d is not a process of %d",
+                        from_process, acc->world);
+        return NULL;
+    }
     accel_tensor *c = flat_copy(t, "accel_accelerator_broadcast");
     if (!c || check_shapes(acc, c, "accel_accelerator_broadcast")) return NULL;
     if (acc->world > 1 &&

@@ -634,6 +634,7 @@ accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
 
 accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
-    if (accel__acc_autocast_dtype(acc) != ACCEL_F32) accel_autocast_end(previous);
-    return ACCEL_OK;
+    if (accel__acc_autocast_dtype(acc) == ACCEL_F32) return ACCEL_OK;
+    accel_autocast_end(previous);
+    return accel_autocast_dtype() == previous ? ACCEL_OK : accel_last_status(); /* refused: not an autocast dtype */
 }

@@ -202,6 +202,8 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
         accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_clip_grad_norm: the model was not prepared");
         return NAN;
     }
+    /* The strategies' norm kernels take any p: a p <= 0 gave a made-up norm. */
+    if (!accel__check_clip_args("accel_accelerator_clip_grad_norm", max_norm, norm_type)) return NAN;
     (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
     return pm->strat->clip(acc, pm, max_norm, norm_type);
 }

@@ -29,8 +29,10 @@ void accel_device_map_free(accel_device_map *m) {
     accel_free(m);
 }
 
+/* The entry of prefix, -1 when absent (a NULL prefix names none: remove
+ * with one compared it and segfaulted). */
 static int map_index(const accel_device_map *m, const char *prefix) {
-    for (int i = 0; m && i < m->n; i++)
+    for (int i = 0; m && prefix && i < m->n; i++)
         if (strcmp(m->e[i].prefix, prefix) == 0) return i;
     return -1;
 }

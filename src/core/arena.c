@@ -145,7 +145,18 @@ void *accel_arena_alloc(accel_arena *a, size_t bytes, size_t align) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_arena_alloc: arena is NULL");
         return NULL;
     }
+    if (align & (align - 1)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_arena_alloc: alignment %zu is not a power of two", align);
+        return NULL;
+    }
     if (align < 16) align = 16;
+    /* Past this, off + bytes and bytes + align wrap: a huge request (a
+     * negative count times a size) got a few bytes and wrote past them. */
+    if (bytes > SIZE_MAX / 2 || align > SIZE_MAX / 4) {
+        accel_set_error(ACCEL_ERR_OOM, "accel_arena_alloc: %zu bytes aligned to %zu is more than an arena can hold",
+                        bytes, align);
+        return NULL;
+    }
     chunk *c = a->head;
     size_t off = (c->used + align - 1) & ~(align - 1);
     if (off + bytes > c->cap) {

@@ -38,6 +38,9 @@ accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, co
  * stack header for a kernel call on a raw buffer: nothing is allocated). */
 void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
                           accel_device dev);
+/* Frees a module's parameter or buffer, which accel_tensor_free refuses (the
+ * module owns it): for the module code that drops or replaces its members. */
+void accel__tensor_free_member(accel_tensor *t);
 /* The host address of a tensor's first element when its device's memory is
  * host memory (the cpu: file mappings, batch collation, writing files read
  * and fill CPU tensors in place); NULL with an error naming `op` otherwise. */

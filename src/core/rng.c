@@ -61,13 +61,24 @@ static accel_status draw(const char *op, accel_rng *r, accel_tensor *t, accel_k_
     return st;
 }
 
+/* PyTorch's argument checks (normal_, uniform_, bernoulli_): without them a
+ * negative std, an inverted range or a probability past 1 drew values
+ * silently (mirrored, out of the range, all kept). */
 accel_status accel_rng_normal_(accel_rng *r, accel_tensor *t, double mean, double std) {
     if (!check_float(t, "accel_rng_normal_")) return accel_last_status();
+    if (!(std >= 0) || !isfinite(mean))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_rng_normal_: expects a finite mean and std >= 0.0 (got mean %g, std %g)", mean,
+                               std);
     return draw("accel_rng_normal_", r, t, ACCEL_K_RNG_NORMAL, mean, std);
 }
 
 accel_status accel_rng_uniform_(accel_rng *r, accel_tensor *t, double lo, double hi) {
     if (!check_float(t, "accel_rng_uniform_")) return accel_last_status();
+    if (!(lo <= hi) || !isfinite(hi - lo))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_rng_uniform_: expects a finite [lo, hi) range, but found lo=%g > hi=%g or an "
+                               "infinite one", lo, hi);
     return draw("accel_rng_uniform_", r, t, ACCEL_K_RNG_UNIFORM, lo, hi);
 }
 
@@ -75,6 +86,9 @@ accel_status accel_rng_bernoulli_(accel_rng *r, accel_tensor *mask, double keep_
     if (!accel_tensor_check(mask, "accel_rng_bernoulli_", "mask")) return accel_last_status();
     if ((mask->dtype != ACCEL_U8 && mask->dtype != ACCEL_BOOL) || !accel_is_contiguous(mask))
         return accel_set_error(ACCEL_ERR_DTYPE, "accel_rng_bernoulli_: mask must be contiguous u8/bool");
+    if (!(keep_prob >= 0 && keep_prob <= 1))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rng_bernoulli_: expects keep_prob in [0, 1] (got %g)",
+                               keep_prob);
     if (mask->device.type == ACCEL_DEV_META) return ACCEL_OK;
     return draw("accel_rng_bernoulli_", r, mask, ACCEL_K_RNG_BERNOULLI, keep_prob, 0);
 }

@@ -189,9 +189,18 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
                                 accel_device dev) {
     if (!check_shape("accel_tensor_wrap", ndim, shape) || !check_dtype("accel_tensor_wrap", dt))
         return NULL;
+    /* A device without a backend, or no memory under elements: the first op
+     * on the header read through it (a NULL data segfaulted in the kernel). */
+    if (dev.type != ACCEL_DEV_META && !accel__backend_for(dev, "accel_tensor_wrap")) return NULL;
     accel_tensor *t = accel_malloc(sizeof *t);
     if (!t) return NULL;
     init_header(t, dt, ndim, shape, dev);
+    if (!data && dev.type != ACCEL_DEV_META && accel_numel(t) > 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_wrap: data is NULL for %lld elements",
+                        (long long)accel_numel(t));
+        accel_free(t);
+        return NULL;
+    }
     t->data = data;
     return t;
 }
@@ -202,10 +211,22 @@ void accel_tensor_free(accel_tensor *t) {
         accel_set_error(ACCEL_ERR_STATE, "accel_tensor_free: not a live persistent tensor");
         return;
     }
+    if (t->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER)) {
+        /* Its module frees it: freeing it here too would free it twice. */
+        accel_set_error(ACCEL_ERR_STATE,
+                        "accel_tensor_free: \"%s\" is a %s of a module, which owns it (accel_module_free frees it)",
+                        t->name ? t->name : "?", t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer");
+        return;
+    }
     if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
     free_owned(t);
     t->magic = 0;
     accel_free(t);
+}
+
+void accel__tensor_free_member(accel_tensor *t) {
+    if (t && t->magic == ACCEL_TENSOR_MAGIC) t->flags &= ~(uint32_t)(ACCEL_TF_PARAM | ACCEL_TF_BUFFER);
+    accel_tensor_free(t);
 }
 
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev) {
@@ -226,6 +247,8 @@ accel_status accel_tensor_rebind(accel_tensor *t, void *data, bool copy) {
     if (!accel_is_contiguous(t) || (t->flags & ACCEL_TF_ARENA))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_tensor_rebind: only a contiguous persistent tensor can be re-pointed");
+    if (copy && !data && t->data && accel_nbytes(t) > 0) /* the copy would write through NULL */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_rebind: cannot copy the contents to NULL");
     if (copy && t->data && data != t->data &&
         accel__copy_bytes(t->device, data, t->device, t->data, accel_nbytes(t)) != ACCEL_OK)
         return accel_last_status();
@@ -400,10 +423,41 @@ accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *dat
     return accel_from_data(ACCEL_F32, ndim, shape, data);
 }
 
+/* The lowest and highest element offsets (from its first element) that a
+ * layout of ndim sizes and strides reaches, its first element at `offset`;
+ * false when one passes int64. Only for a layout with elements. */
+static bool element_span(int ndim, const int64_t *shape, const int64_t *stride, int64_t offset, int64_t *lo,
+                         int64_t *hi) {
+    *lo = *hi = offset;
+    for (int i = 0; i < ndim; i++) {
+        int64_t reach;
+        if (__builtin_mul_overflow(shape[i] - 1, stride[i], &reach)) return false;
+        if (__builtin_add_overflow(reach < 0 ? *lo : *hi, reach, reach < 0 ? lo : hi)) return false;
+    }
+    return true;
+}
+
 accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *shape,
                              const int64_t *stride, int64_t offset) {
     if (!accel_tensor_check(t, "accel_view_raw", "t") || !check_shape("accel_view_raw", ndim, shape))
         return NULL;
+    if (ndim && !stride) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_view_raw: stride is NULL");
+        return NULL;
+    }
+    /* The view must lie in the elements t reaches: past them it read and
+     * wrote whatever memory came next (a silent wrong answer, or a fault). */
+    int64_t n = 1, lo, hi, tlo, thi;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    if (n > 0 && (accel_numel(t) == 0 || !element_span(ndim, shape, stride, offset, &lo, &hi) ||
+                  !element_span(t->ndim, t->shape, t->stride, 0, &tlo, &thi) || lo < tlo || hi > thi)) {
+        char b[96];
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_view_raw: a view of shape %s at offset %lld reaches past the %lld elements of t "
+                        "(shape %s)", accel_shape_str_n(ndim, shape, b, sizeof b), (long long)offset,
+                        (long long)accel_numel(t), accel_shape_str(t, (char[96]){0}, 96));
+        return NULL;
+    }
     accel_tensor *v = accel__arena_header(t->dtype, ndim, shape, t->device);
     if (!v) return NULL;
     for (int i = 0; i < ndim; i++) v->stride[i] = stride[i];

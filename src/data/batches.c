@@ -63,10 +63,13 @@ accel_status accel_batches_push(accel_batches *b, int64_t n, const int64_t *idx)
 
 accel_status accel_batches_from_order(accel_batches *b, int64_t n, const int64_t *order,
                                       int64_t batch_size, bool drop_last) {
+    /* Each named apart: n < 0 was reported as a bad batch_size, and a NULL
+     * list was written through. */
+    if (!b) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batches_from_order: the batch list is NULL");
     if (batch_size <= 0 || n < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_batches_from_order: batch_size must be > 0 (got %lld)",
-                               (long long)batch_size);
+                               "accel_batches_from_order: %s must be %s (got %lld)", n < 0 ? "n" : "batch_size",
+                               n < 0 ? ">= 0" : "> 0", (long long)(n < 0 ? n : batch_size));
     batches_clear(b);
     int64_t buf[256];
     for (int64_t s = 0; s < n; s += batch_size) {

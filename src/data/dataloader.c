@@ -64,13 +64,21 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     accel_dataloader_opts defaults = accel_dataloader_opts_default(); /* NULL options: every default */
     accel_dataloader_opts r = resolve(o ? o : &defaults);
     if (validate(&r, "accel_dataloader_new")) return NULL;
+    int64_t n = accel_dataset_len(ds);
+    if ((uint64_t)n > SIZE_MAX / sizeof(int64_t)) {
+        /* Its index list's size would wrap around: a few bytes, which a
+         * shuffled epoch then writes n indices into. */
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_dataloader_new: a dataset of %lld samples is too long to index (its epoch's "
+                        "list of sample indices would not fit in memory)", (long long)n);
+        return NULL;
+    }
     accel_dataloader *dl = accel_calloc(1, sizeof *dl);
     if (!dl) return NULL;
     dl->ds = ds;
     dl->o = r;
     accel_batches_init(&dl->global);
     accel_batches_init(&dl->shard);
-    int64_t n = accel_dataset_len(ds);
     if (n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
         accel_free(dl);
         return NULL;

@@ -237,6 +237,9 @@ typedef struct call {
 
 struct accel_work {
     accel_pg *pg;
+    /* Host-buffer work: its queue, which outlives the group until the caller
+     * has freed every work it was handed (queue_destroy). */
+    accel__work_queue *q;
     call c;
     atomic_bool done;
     accel_status st;
@@ -258,6 +261,8 @@ struct accel__work_queue {
     pthread_cond_t done_cv; /* some work finished */
     accel_work *head, *tail, *free_list;
     int pending;
+    int held;    /* works handed to the caller and not yet freed */
+    bool closed; /* its group is gone: the last held work's accel_work_free frees it */
     bool stop;
 };
 
@@ -666,14 +671,7 @@ static bool queue_busy(accel_pg *pg) {
     return busy;
 }
 
-static void queue_destroy(accel_pg *pg) {
-    accel__work_queue *q = pg->q;
-    if (!q) return;
-    pthread_mutex_lock(&q->mu);
-    q->stop = true;
-    pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-    pthread_join(q->thread, NULL);
+static void queue_free(accel__work_queue *q) {
     while (q->free_list) {
         accel_work *w = q->free_list;
         q->free_list = w->next;
@@ -683,7 +681,26 @@ static void queue_destroy(accel_pg *pg) {
     pthread_cond_destroy(&q->cv);
     pthread_cond_destroy(&q->done_cv);
     accel_free(q);
+}
+
+/* Stops the communication thread (every queued call has run when it exits).
+ * Works the caller still holds are done but not freed: the queue they go
+ * back to stays until the last of them is freed, so a group may be freed
+ * before its works (any free order). */
+static void queue_destroy(accel_pg *pg) {
+    accel__work_queue *q = pg->q;
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    q->stop = true;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->thread, NULL);
     pg->q = NULL;
+    pthread_mutex_lock(&q->mu);
+    q->closed = true;
+    bool held = q->held > 0;
+    pthread_mutex_unlock(&q->mu);
+    if (!held) queue_free(q);
 }
 
 void accel__poll_pause(unsigned spins, double elapsed_s) {
@@ -819,6 +836,7 @@ static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
         return NULL;
     }
     w->pg = pg;
+    w->q = q;
     w->c = *c;
     w->streamed = false;
     atomic_store(&w->done, false);
@@ -830,6 +848,7 @@ static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     else q->head = w;
     q->tail = w;
     q->pending++;
+    q->held++;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     return w;
@@ -865,7 +884,7 @@ accel_status accel_work_wait(accel_work *w) {
     if (w->streamed) {
         stream_wait(w);
     } else if (!atomic_load(&w->done)) {
-        accel__work_queue *q = w->pg->q;
+        accel__work_queue *q = w->q;
         pthread_mutex_lock(&q->mu);
         while (!atomic_load(&w->done)) pthread_cond_wait(&q->done_cv, &q->mu);
         pthread_mutex_unlock(&q->mu);
@@ -883,9 +902,17 @@ void accel_work_free(accel_work *w) {
         accel_free(w);
         return;
     }
-    accel__work_queue *q = w->pg->q;
+    accel__work_queue *q = w->q; /* not w->pg->q: the group may be gone (queue_destroy) */
     pthread_mutex_lock(&q->mu);
     while (!atomic_load(&w->done)) pthread_cond_wait(&q->done_cv, &q->mu);
+    q->held--;
+    if (q->closed) { /* its group was freed first: the last work frees the queue */
+        bool last = q->held == 0;
+        pthread_mutex_unlock(&q->mu);
+        accel_free(w);
+        if (last) queue_free(q);
+        return;
+    }
     w->next = q->free_list;
     q->free_list = w;
     pthread_mutex_unlock(&q->mu);

@@ -206,18 +206,30 @@ accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, ac
 /* ---- Sequential */
 
 static accel_tensor *sequential_forward(accel_module *m, accel_tensor *x) {
+    /* Checked here, not only by the first layer: with no layer, or a NULL x
+     * that stopped the loop at once, NULL (or a dead x) came back with no error. */
+    if (!accel_tensor_check(x, "accel_module_call (Sequential)", "x")) return NULL;
     for (int i = 0; i < m->n_children && x; i++) x = accel_module_call(m->children[i], x);
     return x;
 }
 
 static const accel_module_ops SEQUENTIAL_OPS = {"Sequential", sequential_forward, NULL};
 
+/* children[i] when it is ours to free after a failed add; NULL when it
+ * appears earlier in the list (added, or freed, there: looked at first, as it
+ * may be freed memory) or has a parent (it belongs to that tree). */
+static accel_module *not_added(accel_module **children, int i) {
+    for (int j = 0; j < i; j++)
+        if (children[j] == children[i]) return NULL;
+    return children[i] && !children[i]->parent ? children[i] : NULL;
+}
+
 accel_module *accel_sequential_new(int n, accel_module **children) {
     accel_module *m = accel_module_new(&SEQUENTIAL_OPS, NULL);
     bool ok = m != NULL && (n == 0 || children);
     for (int i = 0; i < n && children; i++) {
         if (!ok) { /* we own the children: free the ones not added */
-            accel_module_free(children[i]);
+            accel_module_free(not_added(children, i));
             continue;
         }
         char name[16];

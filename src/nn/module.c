@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "core/core_internal.h"
 #include "core/link.h"
 #include "family.h"
 #include "nn_internal.h"
@@ -110,7 +111,7 @@ void accel_module_free(accel_module *m) {
     for (int i = 0; i < m->n_children; i++) accel_module_free(m->children[i]);
     accel_free(m->children);
     for (int i = 0; i < m->n_tensors; i++) {
-        if (m->tensors[i].owned) accel_tensor_free(m->tensors[i].t);
+        if (m->tensors[i].owned) accel__tensor_free_member(m->tensors[i].t);
         accel_free(m->tensors[i].name);
     }
     accel_free(m->tensors);
@@ -151,24 +152,37 @@ static bool grow(void **arr, int *cap, int n, size_t elem) {
     return true;
 }
 
+/* Is a the module m or one of m's ancestors? */
+static bool is_self_or_ancestor(const accel_module *a, const accel_module *m) {
+    for (; m; m = m->parent)
+        if (m == a) return true;
+    return false;
+}
+
 accel_module *accel_module_add_child(accel_module *m, const char *name, accel_module *child) {
-    if (!m || !child) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_add_child: %s is NULL",
-                        m ? "child" : "module");
-        accel_module_free(child);
-        return NULL;
-    }
-    if (!valid_local_name("accel_module_add_child", name) || child->parent) {
-        if (child->parent)
-            accel_set_error(ACCEL_ERR_INVALID_ARG,
-                            "accel_module_add_child: module \"%s\" already has a parent", child->name);
-        accel_module_free(child);
-        return NULL;
-    }
-    if (name_taken(m, name)) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_add_child: %s already has a member \"%s\"",
-                        m->ops->type_name, name);
-        accel_module_free(child);
+    const char *fn = "accel_module_add_child";
+    /* A child that already has a parent, or that m descends from, belongs to a
+     * tree: a refusal must not free it (its parent frees it; freeing m's own
+     * ancestor would free m), and adding it would free it twice or make a
+     * cycle that every recursive walk (free, forward, state dict) overflows. */
+    bool in_tree = child && (child->parent || (m && is_self_or_ancestor(child, m)));
+    bool ok = false;
+    if (!m || !child)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", fn, m ? "child" : "module");
+    else if (child->parent)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module %s \"%s\" already has a parent (%s)", fn,
+                        child->ops->type_name, child->name, child->parent->ops->type_name);
+    else if (in_tree)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module %s is %s itself or one of its ancestors "
+                        "(a module tree cannot hold a cycle)", fn, child->ops->type_name, m->ops->type_name);
+    else if (!valid_local_name(fn, name))
+        ;
+    else if (name_taken(m, name))
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s already has a member \"%s\"", fn, m->ops->type_name, name);
+    else
+        ok = true;
+    if (!ok) {
+        if (!in_tree) accel_module_free(child);
         return NULL;
     }
     char *nm = accel_strdup(name);
@@ -189,12 +203,20 @@ accel_module *accel_module_add_child(accel_module *m, const char *name, accel_mo
 static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor *t, bool buffer) {
     const char *fn = buffer ? "accel_module_add_buffer" : "accel_module_add_param";
     bool persistent = t && t->magic == ACCEL_TENSOR_MAGIC && !(t->flags & ACCEL_TF_ARENA);
+    /* A parameter or buffer already belongs to a module (this one under
+     * another name, or another): a second owner would free it twice. A
+     * refusal leaves it to its owner. */
+    bool held = persistent && (t->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER));
     bool ok = false;
     if (!m)
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module is NULL", fn);
     else if (!persistent)
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\" is not a live persistent tensor "
                         "(NULL, freed, or a step tensor)", fn, name ? name : "(null)");
+    else if (held)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\": the tensor is already a %s of a module (\"%s\"); "
+                        "share one tensor under two names with accel_module_tie", fn, name ? name : "(null)",
+                        t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer", t->name ? t->name : "?");
     else if (!valid_local_name(fn, name))
         ;
     else if (name_taken(m, name))
@@ -203,7 +225,7 @@ static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor 
     else
         ok = true;
     if (!ok) {
-        if (persistent) accel_tensor_free(t);
+        if (persistent && !held) accel_tensor_free(t);
         return NULL;
     }
     char *nm = accel_strdup(name);
@@ -283,7 +305,7 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
         if (heir)
             heir->owned = true;
         else
-            accel_tensor_free(dst->t);
+            accel__tensor_free_member(dst->t);
     }
     dst->t = src->t;
     dst->owned = false;

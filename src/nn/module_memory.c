@@ -9,6 +9,17 @@
 
 static int64_t round_up(int64_t x, int64_t m) { return m > 1 ? (x + m - 1) / m * m : x; }
 
+/* *x rounded up to a multiple of m, plus add; false when that, or its bytes
+ * at es each, passes int64 (an absurd align_elems or pad_multiple: it
+ * wrapped to a small buffer that the parameters were then copied past). */
+static bool grow_checked(int64_t *x, int64_t m, int64_t add, size_t es) {
+    int64_t r = *x;
+    if (m > 1 && (__builtin_add_overflow(r, m - 1, &r) || (r = r / m * m) < 0)) return false;
+    if (__builtin_add_overflow(r, add, &r) || r > INT64_MAX / (int64_t)es) return false;
+    *x = r;
+    return true;
+}
+
 /* The flat parameter and gradient memory of b, back to its device. */
 static void free_buffer_memory(accel_flat_buffer *b) {
     accel__device_free(b->device, b->params);
@@ -88,18 +99,27 @@ static accel_flat_params *flatten(accel_module *root, int64_t align_elems, int64
         return NULL;
     }
     /* Layout per dtype first, so that nothing is rebound when an allocation fails. */
-    for (int i = 0; i < n; i++) {
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
         accel_flat_buffer *b = &fp->buffers[ps[i]->dtype];
         b->dtype = ps[i]->dtype;
-        b->numel = round_up(b->numel, align_elems) + accel_numel(ps[i]);
+        ok = grow_checked(&b->numel, align_elems, accel_numel(ps[i]), accel_dtype_size(b->dtype));
         b->n++;
     }
-    bool ok = true;
+    for (int d = 0; d < ACCEL_DTYPE_COUNT && ok; d++)
+        ok = !fp->buffers[d].n || grow_checked(&fp->buffers[d].numel, pad_multiple, 0, accel_dtype_size(d));
+    if (!ok) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_module_flatten: align_elems %lld and pad_multiple %lld make a flat buffer of more "
+                        "than 2^63 bytes", (long long)align_elems, (long long)pad_multiple);
+        accel_free(fp);
+        accel_free(ps);
+        return NULL;
+    }
     for (int d = 0; d < ACCEL_DTYPE_COUNT && ok; d++) {
         accel_flat_buffer *b = &fp->buffers[d];
         if (!b->n) continue;
         fp->n_buffers++;
-        b->numel = round_up(b->numel, pad_multiple);
         size_t bytes = (size_t)b->numel * accel_dtype_size(b->dtype);
         b->device = dev;
         /* zero-filled: padding must not hold garbage (ZeRO shards) */

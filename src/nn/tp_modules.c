@@ -300,7 +300,7 @@ static void replace_tensor(accel_module *m, accel_tensor *old, accel_tensor *neu
     accel_module *top = m;
     while (top->parent) top = top->parent;
     replace_in(top, old, neu);
-    accel_tensor_free(old);
+    accel__tensor_free_member(old);
 }
 
 /* The whole split dimension as one part, slice `part` of `parts`. */

@@ -45,10 +45,16 @@ double accel_clip_coef(double total_norm, double max_norm) {
     return c < 1.0 ? c : 1.0;
 }
 
-static bool check_norm_type(const char *fn, double norm_type) {
+bool accel__check_clip_args(const char *fn, double max_norm, double norm_type) {
     if (!(norm_type > 0)) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: norm_type must be > 0 or INFINITY (got %g)", fn,
                         norm_type);
+        return false;
+    }
+    /* A negative max_norm makes the clip coefficient negative (every gradient
+     * flipped), a NaN one skips clipping: neither is a norm. */
+    if (!(max_norm >= 0)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: max_norm must be >= 0 (got %g)", fn, max_norm);
         return false;
     }
     return true;
@@ -65,7 +71,7 @@ accel_status accel__grad_scale(accel_tensor *g, float c) {
 
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type) {
     const char *fn = "accel_clip_grad_norm";
-    if (!check_norm_type(fn, norm_type)) return NAN;
+    if (!accel__check_clip_args(fn, max_norm, norm_type)) return NAN;
     if (n > 0 && !params) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: params is NULL", fn);
         return NAN;
@@ -95,7 +101,7 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_clip_grad_norm: optimizer is NULL");
         return NAN;
     }
-    if (!check_norm_type("accel_optimizer_clip_grad_norm", norm_type)) return NAN;
+    if (!accel__check_clip_args("accel_optimizer_clip_grad_norm", max_norm, norm_type)) return NAN;
     double acc = 0.0;
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;

@@ -51,6 +51,9 @@ accel_device accel__seg_device(const accel__segment *s);
 void accel__seg_tensors(accel__segment *s, accel_tensor **p, accel_tensor **g);
 /* g *= c in place on g's device (contiguous f32). */
 accel_status accel__grad_scale(accel_tensor *g, float c);
+/* The arguments of a clip_grad_norm: norm_type > 0 (or INFINITY) and
+ * max_norm >= 0; false + error naming fn otherwise. */
+bool accel__check_clip_args(const char *fn, double max_norm, double norm_type);
 /* Allocates the segment's ns zeroed state buffers where opt keeps its state
  * (offload.c); false (state freed) on failure. */
 bool accel__seg_alloc_state(accel_optimizer *opt, accel__segment *s, int ns);

@@ -1,4 +1,5 @@
 /* Optimizer state as named tensors and scalars (for checkpoints). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,12 +140,16 @@ static accel_status bad_entry(const char *name, const char *why) {
     return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: entry \"%s\": %s", name, why);
 }
 
+/* A step count from a file: a whole number >= 0 (a NaN or a fraction was
+ * cast to int64 as it came, a negative optimizer-wide count kept). */
+static bool is_count(double v) { return v >= 0 && v <= 4e18 && v == floor(v); }
+
 static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
                                        const accel_named_state *e, const char *field) {
     if (strcmp(field, "step") == 0) {
         double v;
         if (!entry_scalar(e, &v)) return accel_last_status();
-        if (v < 0) return bad_entry(e->name, "negative step");
+        if (!is_count(v)) return bad_entry(e->name, "the step must be a whole number >= 0");
         s->step = (int64_t)v;
         return ACCEL_OK;
     }
@@ -170,6 +175,12 @@ static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *
     double v;
     if (!entry_scalar(e, &v)) return accel_last_status();
     bool sgd = opt->kind == ACCEL_OPTIM_SGD;
+    /* The ranges the optimizer's constructor takes (lr may have been
+     * scheduled down to 0): a file's beta1 of 7 or lr of -1 was kept, and the
+     * next steps diverged silently. */
+    bool beta = !sgd && (strcmp(field, "beta1") == 0 || strcmp(field, "beta2") == 0);
+    if (beta ? !(v >= 0 && v < 1) : strcmp(field, "dampening") == 0 ? !isfinite(v) : !(v >= 0 && isfinite(v)))
+        return bad_entry(e->name, beta ? "a beta must be in [0, 1)" : "must be a finite number (>= 0 but dampening)");
     if (strcmp(field, "lr") == 0) h->lr = v;
     else if (strcmp(field, "weight_decay") == 0) h->weight_decay = v;
     else if (sgd && strcmp(field, "momentum") == 0) {
@@ -203,6 +214,7 @@ accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel
         if (strcmp(e->name, "step") == 0) {
             double v;
             if (!entry_scalar(e, &v)) return accel_last_status();
+            if (!is_count(v)) return bad_entry(e->name, "the step must be a whole number >= 0");
             opt->steps = (int64_t)v;
             continue;
         }

@@ -153,6 +153,29 @@ static int commit_group(accel_optimizer *opt, const accel_optim_hparams *h, int 
     return opt->n_groups++;
 }
 
+/* A parameter the optimizer can keep and update: a live, persistent,
+ * contiguous f32 tensor with data. False + error naming parameter i. */
+static bool check_param(const char *fn, int i, const accel_tensor *p) {
+    if (!accel_tensor_check(p, fn, "parameter")) return false;
+    if (p->flags & ACCEL_TF_ARENA) { /* kept and read at every step: it must outlive the step */
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s: parameter %d (\"%s\") is a step tensor, which dies at accel_step_reset; the "
+                        "optimizer keeps its parameters: give it persistent ones (accel_tensor_new, a "
+                        "module's parameters)", fn, i, p->name ? p->name : "?");
+        return false;
+    }
+    if (p->dtype != ACCEL_F32 || !accel_is_contiguous(p) || p->device.type == ACCEL_DEV_META) {
+        char d[32];
+        accel_set_error(ACCEL_ERR_DTYPE,
+                        "%s: parameter %d (\"%s\") is %s%s on %s; the optimizer needs contiguous "
+                        "float32 parameters with data (keep f32 master weights for mixed precision)",
+                        fn, i, p->name ? p->name : "?", accel_dtype_name(p->dtype),
+                        accel_is_contiguous(p) ? "" : " non-contiguous", accel_device_str(p->device, d, sizeof d));
+        return false;
+    }
+    return true;
+}
+
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h) {
     const char *fn = "accel_optimizer_add_params";
@@ -162,20 +185,8 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     }
     accel_optim_hparams rh;
     if (!resolve_hparams(fn, opt->kind, h, &rh)) return -1;
-    for (int i = 0; i < n; i++) {
-        if (!accel_tensor_check(params[i], fn, "parameter")) return -1;
-        const accel_tensor *p = params[i];
-        if (p->dtype != ACCEL_F32 || !accel_is_contiguous(p) || p->device.type == ACCEL_DEV_META) {
-            char d[32];
-            accel_set_error(ACCEL_ERR_DTYPE,
-                            "%s: parameter %d (\"%s\") is %s%s on %s; the optimizer needs contiguous "
-                            "float32 parameters with data (keep f32 master weights for mixed precision)",
-                            fn, i, p->name ? p->name : "?", accel_dtype_name(p->dtype),
-                            accel_is_contiguous(p) ? "" : " non-contiguous",
-                            accel_device_str(p->device, d, sizeof d));
-            return -1;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (!check_param(fn, i, params[i])) return -1;
     if (!reserve(opt, n)) return -1;
     for (int i = 0; i < n; i++) {
         accel__segment *s = &opt->segs[opt->n_segs + i];
