@@ -342,6 +342,16 @@ static void test_process_helpers(void) {
     fclose(f);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) remove(path);
+    /* unpaired: refused on every rank (the main process's barrier in _end
+     * would meet none), and the pair works after */
+    CHECK(accel_accelerator_main_process_first_end(A) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "not inside main_process_first");
+    accel_clear_error();
+    CHECK(accel_accelerator_main_process_first_begin(A) == ACCEL_OK);
+    CHECK(accel_accelerator_main_process_first_begin(A) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "already inside main_process_first");
+    accel_clear_error();
+    CHECK(accel_accelerator_main_process_first_end(A) == ACCEL_OK);
     /* set_seed: same seed -> same draws; device_specific offsets by rank */
     accel_set_seed(A, 42, false);
     uint64_t a = accel_rng_next_u64(accel_default_rng());

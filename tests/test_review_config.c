@@ -56,6 +56,23 @@ static void refused(accel_accelerator_opts o, const char *what, const char *need
     accel_clear_error();
 }
 
+/* Counts below their documented range: refused, naming the field (both were
+ * taken as their "off" value). */
+static void test_negative_counts(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.zero_stage = -5;
+    refused(o, "zero_stage -5", "opts.zero_stage", "(got -5)");
+    o.zero_stage = 0;
+    o.total_limit = -1;
+    refused(o, "total_limit -1", "total_limit must be >= 0", "(0 keeps every checkpoint; got -1)");
+    o.total_limit = 0;
+    o.zero_stage = -1;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(acc && accel_accelerator_zero_stage(acc) == 0, "%s", accel_last_error());
+    accel_accelerator_free(acc);
+}
+
 static void test_accumulation_steps_past_int(void) {
     refused(with_json("{\"gradient_accumulation_steps\": 4294967297, \"zero_optimization\": {\"stage\": 2}}"),
             "2^32 + 1", "gradient_accumulation_steps", "4294967297");
@@ -181,6 +198,7 @@ int main(void) {
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_review_config_XXXXXX");
     CHECK(mkdtemp(DIR_) != NULL);
     snprintf(JSON, sizeof JSON, "%s/ds.json", DIR_);
+    RUN(test_negative_counts);
     RUN(test_accumulation_steps_past_int);
     RUN(test_stage3_keys_with_stage_from_code);
     RUN(test_nan_gradient_clipping);

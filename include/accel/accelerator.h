@@ -126,7 +126,7 @@ typedef struct accel_accelerator_opts {
     /* ProjectConfiguration */
     const char *project_dir;        /* copied; NULL = ACCEL_PROJECT_DIR, else "." */
     bool automatic_checkpoint_naming;
-    int total_limit;                /* keep at most this many checkpoints (0 = all) */
+    int total_limit;                /* keep at most this many checkpoints (0 = all; < 0 refused) */
     /* DDP */
     int64_t bucket_cap_bytes;       /* 0: the DeepSpeed JSON's reduce_bucket_size, else 25 MiB */
     /* GradScalerKwargs (fp16); 0: the default */
@@ -135,7 +135,7 @@ typedef struct accel_accelerator_opts {
     double backoff_factor;          /* 0.5 */
     int64_t growth_interval;        /* 2000 */
     /* ZeRO sharding (docs/accelerator.md "Sharding (ZeRO / FSDP)"). zero_stage:
-     * 0 = from the environment/config (off when nothing is set), 1 (optimizer
+     * 0 = from the environment/config (off when nothing is set; below -1 refused), 1 (optimizer
      * state sharded), 2 (+ gradients reduce-scattered), -1 = off whatever the
      * environment says; 3 (+ parameters sharded per wrap unit, FSDP
      * FULL_SHARD). Resolution order: zero_stage,
@@ -290,7 +290,8 @@ void accel_accelerator_print(const accel_accelerator *acc, const char *fmt, ...)
 /* Barrier (no-op on one process). */
 accel_status accel_accelerator_wait_for_everyone(accel_accelerator *acc);
 /* main_process_first: others wait at begin, main waits at end; every rank
- * calls both. */
+ * calls both, paired (an end without a begin, or a second begin, is
+ * ACCEL_ERR_STATE: unpaired, the main process's barrier would meet none). */
 accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc);
 accel_status accel_accelerator_main_process_first_end(accel_accelerator *acc);
 

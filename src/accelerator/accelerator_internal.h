@@ -147,6 +147,7 @@ struct accel_accelerator {
     int accum_steps;
     int64_t step;
     bool sync_gradients;
+    bool main_first_open; /* inside main_process_first_begin .. _end (state.c) */
 
     /* GradScaler (fp16) */
     double scale;

@@ -147,6 +147,12 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
                         "accel_accelerator_new: gradient_accumulation_steps must be >= 1 (got %d)", steps);
         return NULL;
     }
+    if (o.total_limit < 0) { /* 0 keeps them all; a negative count kept them all too, silently */
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "accel_accelerator_new: total_limit must be >= 0 (0 keeps every checkpoint; got %d)",
+                        o.total_limit);
+        return NULL;
+    }
     if (o.bucket_cap_bytes < 0) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: bucket_cap_bytes must be >= 0 (got %lld)",
                         (long long)o.bucket_cap_bytes);
@@ -326,6 +332,11 @@ accel_status accel_accelerator_wait_for_everyone(accel_accelerator *acc) {
  * lines by design, so its call site is not compared across ranks. */
 accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    /* Unpaired, the main process's barrier in end would meet none on the
+     * others (a hang); every rank makes the same calls, so each refuses. */
+    if (acc->main_first_open)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: already inside main_process_first (call _end first)", __func__);
+    acc->main_first_open = true;
     if (acc->rank == 0) return ACCEL_OK;
     accel_dist_allow_other_call_sites();
     return accel_accelerator_wait_for_everyone(acc);
@@ -333,6 +344,9 @@ accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc) 
 
 accel_status accel_accelerator_main_process_first_end(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (!acc->main_first_open)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: not inside main_process_first (no _begin before it)", __func__);
+    acc->main_first_open = false;
     if (acc->rank != 0) return ACCEL_OK;
     accel_dist_allow_other_call_sites();
     return accel_accelerator_wait_for_everyone(acc);

@@ -536,6 +536,10 @@ static accel_status zero_config(const accel_accelerator_opts *o, const char *ds,
     /* DeepSpeedPlugin's zero3_save_16bit_model (`accel launch --zero3_save_16bit_model`); the JSON's value wins */
     if ((st = env_bool("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", &c->fsdp.save_16bit))) return st;
     const char *fsdp_env = env("ACCEL_FSDP_SHARDING_STRATEGY"), *zs_env = env("ACCEL_ZERO_STAGE");
+    if (o->zero_stage < -1) /* -1 is off; -5 was off too, silently */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               FN ": opts.zero_stage must be -1 (off), 0 (from the environment) or 1, 2, 3 (got %d)",
+                               o->zero_stage);
     if (o->zero_stage < 0) stage = 0;
     else if (o->zero_stage > 0) st = check_stage(o->zero_stage, "opts.zero_stage", &stage);
     else if (o->fsdp_sharding_strategy)
