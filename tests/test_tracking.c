@@ -502,6 +502,20 @@ static void test_progress_plain_lines(void) {
     CHECK_STR_CONTAINS(s, "train: 5it [");
     free(s);
 
+    /* Absurd counts saturate (no signed overflow) and still draw. */
+    p = accel_progress_new(INT64_MAX, &o);
+    accel_progress_update(p, 1);
+    accel_progress_close(p);
+    p = accel_progress_new(4, &o);
+    accel_progress_update(p, INT64_MAX);
+    accel_progress_update(p, INT64_MAX);
+    CHECK(accel_progress_count(p) == INT64_MAX);
+    accel_progress_update(p, INT64_MIN);
+    accel_progress_update(p, INT64_MIN);
+    CHECK(accel_progress_count(p) == INT64_MIN);
+    accel_progress_close(p);
+    free(read_stream(f));
+
     /* Off: the environment, the flag, a delay not reached, another rank. */
     setenv("ACCEL_DISABLE_PROGRESS", "1", 1);
     p = accel_progress_new(4, &o);

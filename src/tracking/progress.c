@@ -47,7 +47,7 @@ accel_progress *accel_progress_new(int64_t total, const accel_progress_opts *opt
 
 /* tqdm's format_interval: "mm:ss", or "h:mm:ss" from an hour on. */
 static void interval(char *out, size_t n, double s) {
-    if (!isfinite(s) || s < 0) {
+    if (!isfinite(s) || s < 0 || s >= 1e15) { /* past ~30 million years: not a long's worth, nor meaningful */
         snprintf(out, n, "?");
         return;
     }
@@ -87,7 +87,7 @@ static size_t format_line(const accel_progress *p, char *line, size_t size, doub
     int m;
     if (p->total) {
         double frac = p->n >= p->total ? 1.0 : (double)p->n / (double)p->total;
-        interval(r, sizeof r, rate > 0 ? (p->total - p->n) / rate : NAN);
+        interval(r, sizeof r, rate > 0 ? ((double)p->total - (double)p->n) / rate : NAN);
         bar(b, sizeof b, frac, p->tty);
         m = snprintf(line, size, "%s%s%3.0f%%|%s| %lld/%lld [%s<%s, %.2f%s/s%s]", p->desc, sep, frac * 100, b,
                      (long long)p->n, (long long)p->total, e, r, rate, p->unit, fields);
@@ -116,7 +116,8 @@ static void draw(accel_progress *p, double now, bool final) {
 
 void accel_progress_update(accel_progress *p, int64_t n) {
     if (!p) return;
-    p->n += n;
+    /* saturating: an absurd n pins the count, never overflows it */
+    if (__builtin_add_overflow(p->n, n, &p->n)) p->n = n > 0 ? INT64_MAX : INT64_MIN;
     if (!p->on) return;
     double now = accel_now_seconds();
     if (now - p->start < p->delay) return;
