@@ -77,7 +77,11 @@ static void test_errors(void) {
     CHECK(isnan(accel_item(t)));
     CHECK_STR_CONTAINS(accel_last_error(), "after its step ended");
     accel_clear_error();
-    accel_device d;
+    accel_device d = ACCEL_CPU_DEVICE;
+    d.index = 7; /* a served type, an index past its devices: says how many there are */
+    CHECK(accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), d) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "device cpu:7 is not available: there is 1 cpu device here");
+    accel_clear_error();
     CHECK(accel_device_parse("npu:0", &d) == ACCEL_ERR_DEVICE);
     CHECK_STR_CONTAINS(accel_last_error(), "npu:0");
     accel_clear_error();

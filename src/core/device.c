@@ -60,6 +60,10 @@ const accel_backend *accel__backend_for(accel_device d, const char *op) {
     char s[32];
     if (d.type == ACCEL_DEV_META)
         accel_set_error(ACCEL_ERR_DEVICE, "%s: meta tensors have no data", op);
+    else if (b && b->device_count() > 0) /* the type has devices: the index is out of their range */
+        accel_set_error(ACCEL_ERR_DEVICE, "%s: device %s:%d is not available: there %s %d %s device%s here", op,
+                        accel_device_type_name(d.type), d.index, b->device_count() == 1 ? "is" : "are",
+                        b->device_count(), accel_device_type_name(d.type), b->device_count() == 1 ? "" : "s");
     else {
         const char *why = accel__plugin_unavailable_reason(d.type);
         accel_set_error(ACCEL_ERR_DEVICE, "%s: device %s is not available%s%s", op, accel_device_str(d, s, sizeof s),
