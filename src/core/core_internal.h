@@ -38,6 +38,11 @@ accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, co
  * stack header for a kernel call on a raw buffer: nothing is allocated). */
 void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
                           accel_device dev);
+/* The lowest and highest element offsets that a layout of ndim sizes and
+ * strides reaches, its first element at `offset`; false when one passes
+ * int64. Only for a layout with elements. */
+bool accel__element_span(int ndim, const int64_t *shape, const int64_t *stride, int64_t offset, int64_t *lo,
+                         int64_t *hi);
 /* Frees a module's parameter or buffer, which accel_tensor_free refuses (the
  * module owns it): for the module code that drops or replaces its members. */
 void accel__tensor_free_member(accel_tensor *t);

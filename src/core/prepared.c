@@ -108,13 +108,9 @@ void accel__storage_written(const void *p, size_t n) {
 }
 
 bool accel__tensor_span(const accel_tensor *t, uintptr_t *lo, uintptr_t *hi) {
-    if (!t || !t->data || accel_numel(t) == 0) return false;
-    int64_t first = 0, last = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        int64_t reach = (t->shape[i] - 1) * t->stride[i];
-        if (reach < 0) first += reach;
-        else last += reach;
-    }
+    int64_t first, last;
+    if (!t || !t->data || accel_numel(t) == 0 || !accel__element_span(t->ndim, t->shape, t->stride, 0, &first, &last))
+        return false;
     int64_t es = (int64_t)accel_dtype_size(t->dtype);
     *lo = (uintptr_t)((const char *)t->data + first * es);
     *hi = (uintptr_t)((const char *)t->data + (last + 1) * es);

@@ -76,7 +76,8 @@ bool accel_tensor_check(const accel_tensor *t, const char *op, const char *arg) 
         return false;
     }
     if (t->magic != ACCEL_TENSOR_MAGIC) {
-        accel_set_error(ACCEL_ERR_STATE, "%s: %s is not a live tensor (freed, corrupt, or a step tensor whose step ended)", op, arg);
+        accel_set_error(ACCEL_ERR_STATE,
+                        "%s: %s is not a live tensor (freed, corrupt, or a step tensor whose step ended)", op, arg);
         return false;
     }
     if ((t->flags & ACCEL_TF_ARENA) && t->gen != accel_arena_generation(accel_step_arena())) {
@@ -423,10 +424,7 @@ accel_tensor *accel_from_floats(int ndim, const int64_t *shape, const float *dat
     return accel_from_data(ACCEL_F32, ndim, shape, data);
 }
 
-/* The lowest and highest element offsets (from its first element) that a
- * layout of ndim sizes and strides reaches, its first element at `offset`;
- * false when one passes int64. Only for a layout with elements. */
-static bool element_span(int ndim, const int64_t *shape, const int64_t *stride, int64_t offset, int64_t *lo,
+bool accel__element_span(int ndim, const int64_t *shape, const int64_t *stride, int64_t offset, int64_t *lo,
                          int64_t *hi) {
     *lo = *hi = offset;
     for (int i = 0; i < ndim; i++) {
@@ -449,8 +447,8 @@ accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *sha
      * wrote whatever memory came next (a silent wrong answer, or a fault). */
     int64_t n = 1, lo, hi, tlo, thi;
     for (int i = 0; i < ndim; i++) n *= shape[i];
-    if (n > 0 && (accel_numel(t) == 0 || !element_span(ndim, shape, stride, offset, &lo, &hi) ||
-                  !element_span(t->ndim, t->shape, t->stride, 0, &tlo, &thi) || lo < tlo || hi > thi)) {
+    if (n > 0 && (accel_numel(t) == 0 || !accel__element_span(ndim, shape, stride, offset, &lo, &hi) ||
+                  !accel__element_span(t->ndim, t->shape, t->stride, 0, &tlo, &thi) || lo < tlo || hi > thi)) {
         char b[96];
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "accel_view_raw: a view of shape %s at offset %lld reaches past the %lld elements of t "
