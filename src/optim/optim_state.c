@@ -144,6 +144,17 @@ static accel_status bad_entry(const char *name, const char *why) {
  * cast to int64 as it came, a negative optimizer-wide count kept). */
 static bool is_count(double v) { return v >= 0 && v <= 4e18 && v == floor(v); }
 
+/* Why a saved param group value of field is out of the range the
+ * optimizer's constructor takes (resolve_hparams; lr may be 0: a schedule can
+ * end there), NULL when it is in it: a file's beta1 of 7 or lr of -1 was
+ * kept, and the next steps diverged silently. */
+static const char *out_of_range(const char *field, double v, bool sgd) {
+    if (!sgd && (strcmp(field, "beta1") == 0 || strcmp(field, "beta2") == 0))
+        return v >= 0 && v < 1 ? NULL : "a beta must be in [0, 1)";
+    if (strcmp(field, "dampening") == 0) return isfinite(v) ? NULL : "dampening must be a finite number";
+    return v >= 0 && isfinite(v) ? NULL : "must be a finite number >= 0";
+}
+
 static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
                                        const accel_named_state *e, const char *field) {
     if (strcmp(field, "step") == 0) {
@@ -175,12 +186,8 @@ static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *
     double v;
     if (!entry_scalar(e, &v)) return accel_last_status();
     bool sgd = opt->kind == ACCEL_OPTIM_SGD;
-    /* The ranges the optimizer's constructor takes (lr may have been
-     * scheduled down to 0): a file's beta1 of 7 or lr of -1 was kept, and the
-     * next steps diverged silently. */
-    bool beta = !sgd && (strcmp(field, "beta1") == 0 || strcmp(field, "beta2") == 0);
-    if (beta ? !(v >= 0 && v < 1) : strcmp(field, "dampening") == 0 ? !isfinite(v) : !(v >= 0 && isfinite(v)))
-        return bad_entry(e->name, beta ? "a beta must be in [0, 1)" : "must be a finite number (>= 0 but dampening)");
+    const char *why = out_of_range(field, v, sgd);
+    if (why) return bad_entry(e->name, why);
     if (strcmp(field, "lr") == 0) h->lr = v;
     else if (strcmp(field, "weight_decay") == 0) h->weight_decay = v;
     else if (sgd && strcmp(field, "momentum") == 0) {
