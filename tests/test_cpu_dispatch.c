@@ -400,7 +400,8 @@ static void test_tanh_within_ulps_of_libm(void) {
 
 /* ---- rows apart (sdpa's tiles of a head in the projections' layout):
  * accel__cpu_to_f32_rows / _from_f32_rows of every variant give, row for
- * row, the elementwise accel_convert, and write nothing between the rows */
+ * row, the elementwise accel_convert, and write nothing between the rows;
+ * accel__cpu_copy_rows gives the rows' elements as they are */
 
 enum { ROWS = 21, COLS = 37, GAP = 50 }; /* more rows than the prefetch runs ahead, odd widths */
 
@@ -419,6 +420,10 @@ static bool rows_exact(accel_dtype dt, int64_t stride, const char *variant) {
             accel_convert(&want[r * COLS + c], ACCEL_F32, &src[r * stride + c], dt, 1);
             ok = ok && f32_bits(wide[r * COLS + c]) == f32_bits(want[r * COLS + c]);
         }
+    static uint16_t copied[ROWS * COLS];
+    accel__cpu_copy_rows(copied, src, dt, ROWS, COLS, stride);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) ok = ok && copied[r * COLS + c] == src[r * stride + c];
     for (int i = 0; i < ROWS * COLS; i++) wide[i] = want[i] * 1.001f; /* values that round */
     for (int i = 0; i < ROWS * GAP; i++) dst[i] = 0xabcd;
     accel__cpu_from_f32_rows(dst, dt, wide, ROWS, COLS, stride);

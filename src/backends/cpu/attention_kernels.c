@@ -8,9 +8,9 @@
  * measured fastest for the tile class (below, "the tile GEMMs and their
  * provider"):
  *   - the native path, where oneDNN multiplies the operands' bf16/f16 dtype
- *     itself and the blocks are whole: every GEMM in that dtype reading q,
- *     k, v and dO as stored, P and dS rounded to it for the GEMMs that take
- *     them;
+ *     itself and the blocks are whole: every GEMM in that dtype on dense
+ *     operands (q, k, v and dO as stored where their rows are contiguous,
+ *     else copied), P and dS rounded to it for the GEMMs that take them;
  *   - the f32 tiles elsewhere, on OpenBLAS's sgemm or oneDNN's f32 matmul:
  *     a bf16/f16 tensor is read and written a tile at a time (one head's
  *     keys and values, one block of queries) through per-thread f32 scratch
@@ -54,15 +54,20 @@ static inline int64_t block_keys(const accel_k_sdpa_dims *d, int64_t i0, int64_t
 /* ---- tiles: rows of a tensor as f32 */
 
 /* A tile of `rows` rows of `cols` elements of t, row r at element off + r *
- * stride, as f32 with row stride ld: t's own memory when t is f32, else the
+ * stride, as f32 with row stride ld: t's own memory when t is f32 (and,
+ * where the GEMMs need `dense` operands, its rows are contiguous), else the
  * caller's scratch (rows x cols, dense). */
 typedef struct tile {
     float *p;
     int64_t ld;
 } tile;
 
-static tile tile_at(const accel_tensor *t, int64_t off, int64_t stride, float *scratch, int64_t cols) {
-    if (t->dtype == ACCEL_F32) return (tile){(float *)t->data + off, stride};
+static bool tile_in_place(const accel_tensor *t, int64_t stride, int64_t cols, bool dense) {
+    return t->dtype == ACCEL_F32 && (!dense || stride == cols);
+}
+
+static tile tile_at(const accel_tensor *t, int64_t off, int64_t stride, float *scratch, int64_t cols, bool dense) {
+    if (tile_in_place(t, stride, cols, dense)) return (tile){(float *)t->data + off, stride};
     return (tile){scratch, cols};
 }
 
@@ -71,17 +76,17 @@ static void *elem_ptr(const accel_tensor *t, int64_t off) {
 }
 
 /* tile_at, with the scratch filled from t (read, or read then updated). */
-static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride,
-                      float *scratch) {
-    tile w = tile_at(t, off, stride, scratch, cols);
-    if (t->dtype != ACCEL_F32) accel__cpu_to_f32_rows(scratch, elem_ptr(t, off), t->dtype, rows, cols, stride);
+static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, float *scratch,
+                      bool dense) {
+    tile w = tile_at(t, off, stride, scratch, cols, dense);
+    if (w.p == scratch) accel__cpu_to_f32_rows(scratch, elem_ptr(t, off), t->dtype, rows, cols, stride);
     return w;
 }
 
 /* Writes a tile that tile_at gave back into t's rows (stride apart):
  * nothing to do when it is t's own memory, else its dense scratch rows. */
 static void tile_store(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, tile w) {
-    if (t->dtype != ACCEL_F32) accel__cpu_from_f32_rows(elem_ptr(t, off), t->dtype, w.p, rows, cols, stride);
+    if (w.p != (float *)elem_ptr(t, off)) accel__cpu_from_f32_rows(elem_ptr(t, off), t->dtype, w.p, rows, cols, stride);
 }
 
 /* Zeroes `rows` rows of `cols` elements of t, stride apart, from off. */
@@ -95,21 +100,21 @@ static inline int64_t row_at(const int64_t s[3], int64_t b, int64_t h, int64_t i
     return b * s[0] + h * s[1] + i * s[2];
 }
 
-/* Floats of scratch a tile of n elements of t needs (0 when t is f32 or absent). */
-static int64_t scratch_of(const accel_tensor *t, int64_t n) {
-    return t && t->dtype != ACCEL_F32 ? n : 0;
+/* Floats of scratch a tile of n elements of t (rows `stride` apart, of
+ * `cols`) needs: 0 when t is absent or tile_at uses it in place. */
+static int64_t scratch_of(const accel_tensor *t, int64_t n, int64_t stride, int64_t cols, bool dense) {
+    return t && !tile_in_place(t, stride, cols, dense) ? n : 0;
 }
 
 /* ---- the tile GEMMs and their provider
  *
  * Where oneDNN multiplies the operands' bf16/f16 dtype itself (its units,
  * not f32 panels per call) and the measured choice (below) takes it, all
- * six tile GEMMs run on it in that dtype with f32 accumulation, reading q,
- * k, v and dO as stored (none of them widened): the native path.
- * S = s Q K^T and dP = dO V^T multiply two tensors of that dtype, and each
- * product of two such values is exact in f32, so they give the f32 tiles'
- * values up to the order of the additions; O = P V, dV += P^T dO,
- * dQ = s dS K and dK += s dS^T Q take P and dS rounded once to the dtype
+ * six tile GEMMs run on it in that dtype with f32 accumulation: the native
+ * path. S = Q K^T and dP = dO V^T multiply two tensors of that dtype, and
+ * each product of two such values is exact in f32, so they give the f32
+ * tiles' values up to the order of the additions; O = P V, dV += P^T dO,
+ * dQ = s dS K and dK += s dS^T Q take P and s dS rounded once to the dtype
  * (as PyTorch's CPU flash attention and FlashAttention do), the softmax,
  * its gradient and every accumulator staying f32 (P kept for the backward
  * is the f32 one). Elsewhere the tiles are f32, on OpenBLAS's sgemm or
@@ -119,7 +124,19 @@ static int64_t scratch_of(const accel_tensor *t, int64_t n) {
  * sequence length: oneDNN makes and keeps a primitive per shape and
  * leading dims (~0.1-1 ms of JIT each, in a table of 512 that the linear
  * layers share), and decode's or ragged blocks' shapes, new at every
- * length, would fill it; those stay on OpenBLAS's f32 tiles. */
+ * length, would fill it; those stay on OpenBLAS's f32 tiles.
+ *
+ * The native GEMMs take dense operands and no scale: oneDNN 2.6 runs its
+ * brgemm (AMX or AVX512-BF16 tiles, ~3-4 us for a 64 x 256 x 64 product)
+ * only then, and gives anything else (rows of a [B, T, H, D] projection
+ * H D apart, a chunk of a wider row, an output scale) to gemm:jit, whose
+ * bf16 path scales and adds the output in a scalar loop: 20-90 us per tile
+ * GEMM measured (ONEDNN_VERBOSE, AMX Xeon), slower than the f32 tiles. So
+ * on the native path q, k, v and dO are read in place only where their
+ * rows are contiguous (else copied, a head's K and V once for its blocks),
+ * the keys-wide operands (S, P, dP, dS of a block) are chunk-major (chunk
+ * j, keys [j, j + c), a dense [nq, c] matrix at element nq j), and the
+ * scale s goes into the softmax (S) and into dS's rounding. */
 enum { KC = 256 };
 
 /* How a call's tile GEMMs run: dt the dtype they multiply (f32: the f32
@@ -129,6 +146,8 @@ typedef struct tiles {
     accel_dtype dt;
     bool dnnl;
 } tiles;
+
+static bool native(tiles t) { return t.dt != ACCEL_F32; }
 
 /* The tiles of provider p (accel__gemm_tiles_provider) for operands of dt. */
 static tiles tiles_of(accel_dtype dt, int p) {
@@ -144,40 +163,66 @@ static tiles tiles_of(accel_dtype dt, int p) {
 typedef enum keys_dim { KEYS_N, KEYS_K, KEYS_M } keys_dim;
 
 /* One of those on t, A and B of dtype t.dt (row strides lda, ldb), C f32
- * (row stride ldc). */
+ * (row stride ldc). On the native path the keys-wide operand (C of KEYS_N,
+ * A of KEYS_K and KEYS_M) is chunk-major, its row stride unused, alpha is
+ * 1 and the others are dense. */
 static accel_status tiles_gemm(tiles t, keys_dim kd, int64_t nq, int64_t kend, int64_t n, float alpha, const void *A,
                                int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     size_t es = accel_dtype_size(t.dt);
     int64_t chunk = t.dnnl ? KC : kend;
     for (int64_t j = 0; j < kend; j += chunk) {
         int64_t c = kend - j < chunk ? kend - j : chunk;
-        /* A's chunk starts j columns in (KEYS_K, KEYS_M), B's j rows down (KEYS_N, KEYS_K) */
-        const char *a = (const char *)A + (size_t)(kd == KEYS_N ? 0 : j) * es;
+        /* the keys-wide operand's chunk: j columns in, or the chunk-major
+         * block at nq j; the others' j rows down (B of KEYS_N, KEYS_K; C of
+         * KEYS_M) */
+        int64_t kw = native(t) ? nq * j : j, ldk = native(t) ? c : kd == KEYS_N ? ldc : lda;
+        const char *a = (const char *)A + (size_t)(kd == KEYS_N ? 0 : kw) * es;
         const char *b = (const char *)B + (size_t)(kd == KEYS_M ? 0 : j * ldb) * es;
         int64_t M = kd == KEYS_M ? c : nq, N = kd == KEYS_N ? c : n, K = kd == KEYS_K ? c : kd == KEYS_N ? n : nq;
-        float *cj = C + (kd == KEYS_N ? j : kd == KEYS_M ? j * ldc : 0);
+        float *cj = C + (kd == KEYS_N ? kw : kd == KEYS_M ? j * ldc : 0);
+        int64_t la = kd == KEYS_N ? lda : ldk, lc = kd == KEYS_N ? ldk : ldc;
         float bj = kd == KEYS_K && j ? 1.0f : beta; /* O and dQ add the chunks up */
         if (!t.dnnl) {
-            accel__sgemm(kd == KEYS_M, kd == KEYS_N, M, N, K, alpha, (const float *)a, lda, (const float *)b, ldb, bj,
-                         cj, ldc);
+            accel__sgemm(kd == KEYS_M, kd == KEYS_N, M, N, K, alpha, (const float *)a, la, (const float *)b, ldb, bj,
+                         cj, lc);
             continue;
         }
         accel_status st = accel__gemm_on(ACCEL__GEMM_PROVIDER_DNNL, kd == KEYS_M, kd == KEYS_N, M, N, K, alpha, a,
-                                         t.dt, lda, b, t.dt, ldb, bj, cj, ldc);
+                                         t.dt, la, b, t.dt, ldb, bj, cj, lc);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
 }
 
-/* dst [QB, kend] of dtype dt = src [QB, kend] rounded to nearest even, both
- * with row stride ld. */
-static void round_block(void *dst, accel_dtype dt, const float *src, int64_t kend, int64_t ld) {
-    size_t es = accel_dtype_size(dt);
-    if (kend == ld) {
-        accel__cpu_from_f32(dst, dt, src, QB * ld);
-        return;
+/* The native path's chunk-major keys-wide operands and the f32 rows (row
+ * stride ld) the softmax and its gradient work on: nq rows of kend keys. */
+
+/* rows = chunk-major cm. */
+static void chunks_to_rows(float *rows, int64_t ld, const float *cm, int64_t nq, int64_t kend) {
+    for (int64_t j = 0; j < kend; j += KC) {
+        int64_t c = kend - j < KC ? kend - j : KC;
+        const float *src = cm + nq * j;
+        for (int64_t r = 0; r < nq; r++) memcpy(rows + r * ld + j, src + r * c, (size_t)c * sizeof *rows);
     }
-    for (int64_t r = 0; r < QB; r++) accel__cpu_from_f32((char *)dst + (size_t)(r * ld) * es, dt, src + r * ld, kend);
+}
+
+/* Chunk-major cm of dtype dt = scale * rows, rounded to nearest even. */
+static void rows_to_chunks(void *cm, accel_dtype dt, const float *rows, int64_t ld, int64_t nq, int64_t kend,
+                           float scale, float *tmp) {
+    size_t es = accel_dtype_size(dt);
+    for (int64_t j = 0; j < kend; j += KC) {
+        int64_t c = kend - j < KC ? kend - j : KC;
+        char *dst = (char *)cm + (size_t)(nq * j) * es;
+        for (int64_t r = 0; r < nq; r++) {
+            const float *src = rows + r * ld + j;
+            if (scale != 1.0f) {
+#pragma omp simd
+                for (int64_t e = 0; e < c; e++) tmp[e] = scale * src[e];
+                src = tmp;
+            }
+            accel__cpu_from_f32(dst + (size_t)(r * c) * es, dt, src, c);
+        }
+    }
 }
 
 /* Floats that n elements of dtype dt take (scratch is counted in floats). */
@@ -341,62 +386,33 @@ static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_
 /* ---- forward */
 
 /* Masked softmax of nq score rows (query i0 + r) over their first kend
- * columns, in place (row stride ld). Columns past a row's last key are set
- * to 0 up to kend; a row that sees no key is all zeros. */
-static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float *p, int64_t ld) {
+ * columns: p (row stride ld) = softmax(scale s) (row stride lds; s may be
+ * p). Columns past a row's last key are set to 0 up to kend; a row that
+ * sees no key is all zeros. */
+static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float *p, int64_t ld,
+                           const float *s, int64_t lds, float scale) {
     for (int64_t r = 0; r < nq; r++) {
         float *row = p + r * ld;
         int64_t n = last_key(d, i0 + r) + 1;
-        if (n > 0) accel__cpu_softmax_row(row, n);
+        if (n > 0) accel__cpu_softmax_row(row, s + r * lds, n, scale);
         for (int64_t j = n < 0 ? 0 : n; j < kend; j++) row[j] = 0.0f;
     }
 }
 
-/* One thread's scratch of the forward: on the f32 tiles, the head's K
- * [Tk, D] and V [Tk, Dv] and a block's Q [QB, D], each only when that
- * tensor is not f32; on the native path (lp, the operands' dtype) instead a
- * block's P rounded to lp [QB, Tk]; a block's O [QB, Dv] when O is not f32. */
-typedef struct fwd_scratch {
-    float *k, *v, *q, *o;
-    void *pl;
-} fwd_scratch;
-
-static int64_t fwd_scratch_floats(const accel_k_sdpa *a, accel_dtype lp) {
-    const accel_k_sdpa_dims *d = &a->dims;
-    int64_t o = scratch_of(a->o, QB * d->Dv);
-    if (lp != ACCEL_F32) return floats_of(lp, QB * d->Tk) + o;
-    return scratch_of(a->k, d->Tk * d->D) + scratch_of(a->v, d->Tk * d->Dv) + scratch_of(a->q, QB * d->D) + o;
+/* `floats` floats of a thread's scratch at base (64-byte pieces), the
+ * pieces counted in *used; NULL for none or when only counting (base NULL). */
+static float *carve(float *base, int64_t *used, int64_t floats) {
+    float *p = base && floats ? base + *used : NULL;
+    *used += (floats + 15) / 16 * 16;
+    return p;
 }
 
-static fwd_scratch fwd_scratch_at(const accel_k_sdpa *a, accel_dtype lp, float *base) {
-    const accel_k_sdpa_dims *d = &a->dims;
-    fwd_scratch s = {0};
-    if (lp != ACCEL_F32) {
-        s.pl = base;
-        s.o = base + floats_of(lp, QB * d->Tk);
-        return s;
-    }
-    s.k = base;
-    s.v = s.k + scratch_of(a->k, d->Tk * d->D);
-    s.q = s.v + scratch_of(a->v, d->Tk * d->Dv);
-    s.o = s.q + scratch_of(a->q, QB * d->D);
-    return s;
-}
-
-/* The keys and values of one kv head as the tile GEMMs read them: f32
- * tiles, or on the native path where they are stored (row strides ldk,
- * ldv). */
-typedef struct kv_head {
-    const void *k, *v;
-    int64_t ldk, ldv;
-} kv_head;
-
-/* The kv head at elements koff of k and voff of v, rows ks and vs apart. */
-static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks, const accel_tensor *v, int64_t voff,
-                       int64_t vs, const accel_k_sdpa_dims *d, float *kscratch, float *vscratch) {
-    if (t.dt != ACCEL_F32) return (kv_head){elem_ptr(k, koff), elem_ptr(v, voff), ks, vs};
-    tile kh = tile_load(k, koff, d->Tk, d->D, ks, kscratch), vh = tile_load(v, voff, d->Tk, d->Dv, vs, vscratch);
-    return (kv_head){kh.p, vh.p, kh.ld, vh.ld};
+/* Scratch for rows x cols = n elements of operand x (rows `stride` apart)
+ * as the tile GEMMs read it: on the f32 tiles its widening unless it is
+ * f32, on the native path its dense copy unless its rows are contiguous. */
+static int64_t operand_scratch(tiles t, const accel_tensor *x, int64_t n, int64_t stride, int64_t cols) {
+    if (!native(t)) return scratch_of(x, n, stride, cols, false);
+    return x && stride != cols ? floats_of(x->dtype, n) : 0;
 }
 
 /* A tile GEMM operand: its first element and its row stride. */
@@ -406,20 +422,62 @@ typedef struct operand {
 } operand;
 
 /* rows rows of cols elements of x from off, stride apart, as the tile GEMMs
- * read them: as stored on the native path, else an f32 tile. */
+ * read them (operand_scratch): an f32 tile, or on the native path x's rows,
+ * copied dense when they are not. */
 static operand tile_operand(tiles t, const accel_tensor *x, int64_t off, int64_t rows, int64_t cols, int64_t stride,
                             float *scratch) {
-    if (t.dt != ACCEL_F32) return (operand){elem_ptr(x, off), stride};
-    tile w = tile_load(x, off, rows, cols, stride, scratch);
-    return (operand){w.p, w.ld};
+    if (!native(t)) {
+        tile w = tile_load(x, off, rows, cols, stride, scratch, false);
+        return (operand){w.p, w.ld};
+    }
+    if (stride == cols) return (operand){elem_ptr(x, off), cols};
+    accel__cpu_copy_rows(scratch, elem_ptr(x, off), x->dtype, rows, cols, stride);
+    return (operand){scratch, cols};
 }
 
-/* P or dS [QB, kend] (row stride ld) as the GEMMs that take them read it:
- * as it is on the f32 tiles, rounded to t.dt into lp on the native path. */
-static const void *tile_probs(tiles t, void *lp, const float *src, int64_t kend, int64_t ld) {
-    if (t.dt == ACCEL_F32) return src;
-    round_block(lp, t.dt, src, kend, ld);
+/* P or dS [nq, kend] (rows ld apart) as the GEMMs that take them read it:
+ * as it is on the f32 tiles, scale times it rounded to t.dt, chunk-major,
+ * into lp on the native path (tmp: KC floats). */
+static const void *tile_probs(tiles t, void *lp, const float *src, int64_t nq, int64_t kend, int64_t ld, float scale,
+                              float *tmp) {
+    if (!native(t)) return src;
+    rows_to_chunks(lp, t.dt, src, ld, nq, kend, scale, tmp);
     return lp;
+}
+
+/* One thread's scratch of the forward: the head's K [Tk, D] and V
+ * [Tk, Dv] and a block's Q [QB, D] as operand_scratch says, a block's O
+ * [QB, Dv] where it is not written in place; on the native path also a
+ * block's S [QB, Tk] (f32) and P rounded to lp [QB, Tk], chunk-major. */
+typedef struct fwd_scratch {
+    float *k, *v, *q, *o, *sc;
+    void *pl;
+} fwd_scratch;
+
+/* The scratch's floats, its pieces set from base (NULL: counted only). */
+static int64_t fwd_scratch_at(const accel_k_sdpa *a, tiles t, float *base, fwd_scratch *s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    int64_t n = 0, keys = native(t) ? QB * d->Tk : 0;
+    s->k = carve(base, &n, operand_scratch(t, a->k, d->Tk * d->D, d->ks[2], d->D));
+    s->v = carve(base, &n, operand_scratch(t, a->v, d->Tk * d->Dv, d->vs[2], d->Dv));
+    s->q = carve(base, &n, operand_scratch(t, a->q, QB * d->D, d->qs[2], d->D));
+    s->o = carve(base, &n, scratch_of(a->o, QB * d->Dv, d->os[2], d->Dv, native(t)));
+    s->sc = carve(base, &n, keys);
+    s->pl = carve(base, &n, floats_of(t.dt, keys));
+    return n;
+}
+
+/* The keys and values of one kv head as the tile GEMMs read them. */
+typedef struct kv_head {
+    const void *k, *v;
+    int64_t ldk, ldv;
+} kv_head;
+
+/* The kv head at elements koff of k and voff of v, rows ks and vs apart. */
+static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks, const accel_tensor *v, int64_t voff,
+                       int64_t vs, const accel_k_sdpa_dims *d, float *kscratch, float *vscratch) {
+    operand kh = tile_operand(t, k, koff, d->Tk, d->D, ks, kscratch), vh = tile_operand(t, v, voff, d->Tk, d->Dv, vs, vscratch);
+    return (kv_head){kh.p, vh.p, kh.ld, vh.ld};
 }
 
 /* S = s Q K^T, P = softmax(S) (into pb, row stride Tk) and O = P V for
@@ -428,11 +486,23 @@ static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, in
                                   const kv_head *kv, float *pb, tile ob, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     operand q = tile_operand(t, a->q, qoff, nq, d->D, d->qs[2], s.q);
-    accel_status st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pb, d->Tk);
-    if (st != ACCEL_OK) return st;
-    masked_softmax(d, i0, nq, kend, pb, d->Tk);
-    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, kend, d->Tk), d->Tk, kv->v, kv->ldv,
-                      0.0f, ob.p, ob.ld);
+    accel_status st;
+    if (native(t)) { /* Q K^T chunk-major; P = softmax(s S) from its rows when it is one chunk */
+        st = tiles_gemm(t, KEYS_N, nq, kend, d->D, 1.0f, q.p, q.ld, kv->k, kv->ldk, 0.0f, s.sc, 0);
+        if (st != ACCEL_OK) return st;
+        if (kend <= KC) {
+            masked_softmax(d, i0, nq, kend, pb, d->Tk, s.sc, kend, d->scale);
+        } else {
+            chunks_to_rows(pb, d->Tk, s.sc, nq, kend);
+            masked_softmax(d, i0, nq, kend, pb, d->Tk, pb, d->Tk, d->scale);
+        }
+    } else {
+        st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pb, d->Tk);
+        if (st != ACCEL_OK) return st;
+        masked_softmax(d, i0, nq, kend, pb, d->Tk, pb, d->Tk, 1.0f);
+    }
+    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, nq, kend, d->Tk, 1.0f, NULL), d->Tk,
+                      kv->v, kv->ldv, 0.0f, ob.p, ob.ld);
 }
 
 /* One (batch, head) bh on its kv head: P [Tq, Tk] (only each block's
@@ -448,7 +518,7 @@ static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, con
             rows_zero(a->o, ooff, nq, d->Dv, d->os[2]);
             continue;
         }
-        tile ob = tile_at(a->o, ooff, d->os[2], s.o, d->Dv);
+        tile ob = tile_at(a->o, ooff, d->os[2], s.o, d->Dv, native(t));
         accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
         if (st != ACCEL_OK) return st;
         tile_store(a->o, ooff, nq, d->Dv, d->os[2], ob);
@@ -456,9 +526,8 @@ static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, con
     return ACCEL_OK;
 }
 
-/* Query heads [bh0, bh0 + n) of one kv head: its K and V are read (widened
- * to f32 when they are bf16/f16) once for all n, or used as stored on the
- * native path. */
+/* Query heads [bh0, bh0 + n) of one kv head: its K and V are read once for
+ * all n (kv_load). */
 static accel_status heads_forward(const accel_k_sdpa *a, tiles t, int64_t bh0, int64_t n, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t b = bh0 / d->H, hk = bh0 % d->H / (d->H / d->Hkv);
@@ -533,44 +602,34 @@ static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t 
     for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend);
 }
 
-/* One thread's scratch of the backward: dP [QB, Tk] always; the kv head's
- * dK, dV [Tk, D(v)] and a block's dQ [QB, D] when that tensor is not f32;
- * on the f32 tiles the kv head's K, V [Tk, D(v)] and a block's Q, dO
- * [QB, D(v)] when that tensor is not f32, on the native path (lp) instead
- * a block's P, then dS, rounded to lp [QB, Tk]. */
+/* One thread's scratch of the backward: dP [QB, Tk] (f32); the kv head's
+ * dK, dV [Tk, D(v)] and a block's dQ [QB, D] where they are not
+ * accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
+ * [QB, D(v)] as operand_scratch says; on the native path also a block's
+ * dP as its GEMM writes it (f32) and P, then s dS, rounded to lp, both
+ * chunk-major [QB, Tk], and a row of KC floats for the scaling. */
 typedef struct bwd_scratch {
-    float *dp, *k, *v, *dk, *dv, *q, *g, *dq;
+    float *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc, *row;
     void *pl;
 } bwd_scratch;
 
-static int64_t bwd_scratch_floats(const accel_k_sdpa_backward *a, accel_dtype lp) {
+/* The scratch's floats, its pieces set from base (NULL: counted only). */
+static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *base, bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv;
-    int64_t n = QB * d->Tk + scratch_of(a->dk, kd) + scratch_of(a->dv, kv) + scratch_of(a->dq, QB * d->D);
-    if (lp != ACCEL_F32) return n + floats_of(lp, QB * d->Tk);
-    return n + scratch_of(a->k, kd) + scratch_of(a->v, kv) + scratch_of(a->q, QB * d->D) +
-           scratch_of(a->g, QB * d->Dv);
-}
-
-static bwd_scratch bwd_scratch_at(const accel_k_sdpa_backward *a, accel_dtype lp, float *base) {
-    const accel_k_sdpa_dims *d = &a->dims;
-    int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv;
-    bool f32 = lp == ACCEL_F32;
-    bwd_scratch s = {0};
-    s.dp = base;
-    s.dk = s.dp + QB * d->Tk;
-    s.dv = s.dk + scratch_of(a->dk, kd);
-    s.dq = s.dv + scratch_of(a->dv, kv);
-    float *rest = s.dq + scratch_of(a->dq, QB * d->D);
-    if (!f32) {
-        s.pl = rest;
-        return s;
-    }
-    s.k = rest;
-    s.v = s.k + scratch_of(a->k, kd);
-    s.q = s.v + scratch_of(a->v, kv);
-    s.g = s.q + scratch_of(a->q, QB * d->D);
-    return s;
+    int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv, n = 0, keys = native(t) ? QB * d->Tk : 0;
+    bool dense = native(t);
+    s->dp = carve(base, &n, QB * d->Tk);
+    s->dk = carve(base, &n, scratch_of(a->dk, kd, a->dks[2], d->D, dense));
+    s->dv = carve(base, &n, scratch_of(a->dv, kv, a->dvs[2], d->Dv, dense));
+    s->dq = carve(base, &n, scratch_of(a->dq, QB * d->D, a->dqs[2], d->D, dense));
+    s->k = carve(base, &n, operand_scratch(t, a->k, kd, d->ks[2], d->D));
+    s->v = carve(base, &n, operand_scratch(t, a->v, kv, d->vs[2], d->Dv));
+    s->q = carve(base, &n, operand_scratch(t, a->q, QB * d->D, d->qs[2], d->D));
+    s->g = carve(base, &n, operand_scratch(t, a->g, QB * d->Dv, a->gs[2], d->Dv));
+    s->sc = carve(base, &n, keys);
+    s->pl = carve(base, &n, floats_of(t.dt, keys));
+    s->row = carve(base, &n, native(t) ? KC : 0);
+    return n;
 }
 
 /* A kv head's gradient accumulators, f32: dK and dV [Tk, D(v)]. */
@@ -579,8 +638,8 @@ typedef struct kv_grads {
 } kv_grads;
 
 /* The gradients of query block i0 (nq rows) of head bh: on the native
- * path (nq = QB) dO and Q read as stored, P and dS rounded to t.dt for
- * the GEMMs that take them; dP's rows are Tk apart whatever kend. */
+ * path (nq = QB) P and s dS rounded to t.dt, chunk-major, for the GEMMs
+ * that take them. */
 static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int64_t bh, int64_t i0, int64_t nq,
                                    const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
@@ -593,32 +652,44 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     operand go = tile_operand(t, a->g, row_at(a->gs, b, h, i0), nq, d->Dv, a->gs[2], s->g);
     accel_status st = ACCEL_OK;
     if (a->dv) /* dV[0:kend] += P^T dO */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, kend, d->Tk), d->Tk, go.p, go.ld,
-                        1.0f, gr->dvh.p, gr->dvh.ld);
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, nq, kend, d->Tk, 1.0f, s->row),
+                        d->Tk, go.p, go.ld, 1.0f, gr->dvh.p, gr->dvh.ld);
     if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
-    /* dP = dO V^T, then dS */
-    st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go.p, go.ld, kv->v, kv->ldv, 0.0f, s->dp, d->Tk);
+    /* dP = dO V^T, then dS in its rows: on the native path the GEMM's
+     * chunk-major dP, already rows when it is one chunk */
+    float *dp = s->dp;
+    int64_t ldp = d->Tk;
+    if (native(t)) {
+        st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go.p, go.ld, kv->v, kv->ldv, 0.0f, s->sc, 0);
+        if (kend <= KC) dp = s->sc, ldp = kend;
+        else if (st == ACCEL_OK) chunks_to_rows(dp, ldp, s->sc, nq, kend);
+    } else {
+        st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go.p, go.ld, kv->v, kv->ldv, 0.0f, dp, ldp);
+    }
     if (st != ACCEL_OK) return st;
-    softmax_grad_rows(nq, kend, pb, d->Tk, s->dp, d->Tk);
-    const void *ds = tile_probs(t, s->pl, s->dp, kend, d->Tk);
+    softmax_grad_rows(nq, kend, pb, d->Tk, dp, ldp);
+    /* the scale: in dS's rounding on the native path, the GEMMs' alpha on the f32 tiles */
+    float alpha = native(t) ? 1.0f : d->scale;
+    const void *ds = tile_probs(t, s->pl, dp, nq, kend, ldp, d->scale, s->row);
     if (a->dq) { /* dQ = s dS K (+ dQ) */
         int64_t ld = a->dqs[2];
-        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, dqoff, nq, d->D, ld, s->dq) : tile_at(a->dq, dqoff, ld, s->dq, d->D);
-        st = tiles_gemm(t, KEYS_K, nq, kend, d->D, d->scale, ds, d->Tk, kv->k, kv->ldk, a->dq_beta, dqb.p, dqb.ld);
+        tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, dqoff, nq, d->D, ld, s->dq, native(t))
+                                      : tile_at(a->dq, dqoff, ld, s->dq, d->D, native(t));
+        st = tiles_gemm(t, KEYS_K, nq, kend, d->D, alpha, ds, ldp, kv->k, kv->ldk, a->dq_beta, dqb.p, dqb.ld);
         if (st != ACCEL_OK) return st;
         tile_store(a->dq, dqoff, nq, d->D, ld, dqb);
     }
     if (a->dk) { /* dK[0:kend] += s dS^T Q */
         operand q = tile_operand(t, a->q, row_at(d->qs, b, h, i0), nq, d->D, d->qs[2], s->q);
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, d->scale, ds, d->Tk, q.p, q.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, alpha, ds, ldp, q.p, q.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
     }
     return st;
 }
 
 /* The gradients of the G query heads of kv head `kvb` (= b * Hkv + kv), block
  * by block of queries as in the forward. dK and dV of the kv head are
- * accumulated in f32 over the G heads and written once. K and V are widened
- * on the f32 tiles, read as stored on the native path. */
+ * accumulated in f32 over the G heads and written once; K and V are read
+ * once (kv_load). */
 static accel_status kv_backward(const accel_k_sdpa_backward *a, tiles t, int64_t kvb, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
@@ -626,8 +697,8 @@ static accel_status kv_backward(const accel_k_sdpa_backward *a, tiles t, int64_t
     kv_head kvh = kv_load(t, a->k, row_at(d->ks, b, kv, 0), d->ks[2], a->v, row_at(d->vs, b, kv, 0), d->vs[2], d, s->k,
                           s->v);
     kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}};
-    if (a->dk) gr.dkh = tile_load(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk);
-    if (a->dv) gr.dvh = tile_load(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv);
+    if (a->dk) gr.dkh = tile_load(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk, native(t));
+    if (a->dv) gr.dvh = tile_load(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv, native(t));
     accel_status st = ACCEL_OK;
     for (int64_t gi = 0; gi < G && st == ACCEL_OK; gi++)
         for (int64_t i0 = 0; i0 < d->Tq && st == ACCEL_OK; i0 += QB)
@@ -674,7 +745,8 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
     tiles t;
     accel_status st = call_tiles(ops, 3, d, &t);
     if (st != ACCEL_OK) return st;
-    int64_t G = d->H / d->Hkv, per = fwd_scratch_floats(k, t.dt);
+    fwd_scratch fs;
+    int64_t G = d->H / d->Hkv, per = fwd_scratch_at(k, t, NULL, &fs);
     int64_t heads = heads_parallel(d->B * d->Hkv) || !heads_parallel(d->B * d->H) ? G : 1;
     int64_t units = d->B * d->H / heads;
     bool par = heads_parallel(units);
@@ -686,11 +758,14 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
         for (int64_t i = 0; i < units; i++)
-            keep_error(&err, heads_forward(k, t, i * heads, heads,
-                                           fwd_scratch_at(k, t.dt, scratch + omp_get_thread_num() * per)));
+        {
+            fwd_scratch ts;
+            fwd_scratch_at(k, t, scratch + omp_get_thread_num() * per, &ts);
+            keep_error(&err, heads_forward(k, t, i * heads, heads, ts));
+        }
     } else {
-        for (int64_t i = 0; i < units && err.st == ACCEL_OK; i++)
-            keep_error(&err, heads_forward(k, t, i * heads, heads, fwd_scratch_at(k, t.dt, scratch)));
+        fwd_scratch_at(k, t, scratch, &fs);
+        for (int64_t i = 0; i < units && err.st == ACCEL_OK; i++) keep_error(&err, heads_forward(k, t, i * heads, heads, fs));
     }
     return raise_error(&err);
 }
@@ -706,7 +781,8 @@ accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
     tiles t;
     accel_status st = call_tiles(ops, 4, d, &t);
     if (st != ACCEL_OK) return st;
-    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_floats(k, t.dt);
+    bwd_scratch s;
+    int64_t nkv = d->B * d->Hkv, per = bwd_scratch_at(k, t, NULL, &s);
     bool par = heads_parallel(nkv);
     int nt = par ? accel_num_threads() : 1;
     float *scratch = thread_scratch(nt, per);
@@ -716,11 +792,12 @@ accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
         for (int64_t i = 0; i < nkv; i++) {
-            bwd_scratch s = bwd_scratch_at(k, t.dt, scratch + omp_get_thread_num() * per);
-            keep_error(&err, kv_backward(k, t, i, &s));
+            bwd_scratch ts;
+            bwd_scratch_at(k, t, scratch + omp_get_thread_num() * per, &ts);
+            keep_error(&err, kv_backward(k, t, i, &ts));
         }
     } else {
-        bwd_scratch s = bwd_scratch_at(k, t.dt, scratch);
+        bwd_scratch_at(k, t, scratch, &s);
         for (int64_t i = 0; i < nkv && err.st == ACCEL_OK; i++) keep_error(&err, kv_backward(k, t, i, &s));
     }
     return raise_error(&err);

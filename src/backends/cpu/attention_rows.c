@@ -8,17 +8,19 @@
 #include "cpu_kernels.h"
 #include "vec_math.h"
 
-ACCEL__VEC_MATH void accel__cpu_softmax_row(float *row, int64_t n) {
-    float m = accel__vec_row_max(row, n), s = 0.0f;
+/* dst = softmax(scale src), scale > 0 (so scale max(src) is the scaled
+ * row's max); dst may be src. With scale 1 the same values as without one. */
+ACCEL__VEC_MATH void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale) {
+    float m = scale * accel__vec_row_max(src, n), s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < n; j++) {
-        float e = accel__expf(row[j] - m);
-        row[j] = e;
+        float e = accel__expf(scale * src[j] - m);
+        dst[j] = e;
         s += e;
     }
     float inv = 1.0f / s;
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) row[j] *= inv;
+    for (int64_t j = 0; j < n; j++) dst[j] *= inv;
 }
 
 void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n) {

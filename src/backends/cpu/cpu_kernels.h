@@ -109,6 +109,8 @@ void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n)
  * in src, into dense f32 rows of n at dst (one run where stride is n); the
  * rows read ahead (prefetched) where they are apart. One thread. */
 void accel__cpu_to_f32_rows(float *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride);
+/* The same rows copied as they are (dt's elements) into dense rows of n. */
+void accel__cpu_copy_rows(void *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride);
 /* accel__cpu_from_f32 of dense f32 rows of n at src into `rows` rows of dt,
  * `stride` elements apart, at dst. One thread. */
 void accel__cpu_from_f32_rows(void *dst, accel_dtype dt, const float *src, int64_t rows, int64_t n, int64_t stride);
@@ -187,9 +189,9 @@ bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d);
  * --measure-gemm`); returns the provider kept, or -1. */
 int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
 /* The rows of its softmax and of the softmax's gradient, compiled per ISA
- * variant (attention_rows.c): row[0..n) = softmax(row[0..n)), n >= 1, in
- * place; g[0..n) = p (g - sum(g p)) in place. */
-void accel__cpu_softmax_row(float *row, int64_t n);
+ * variant (attention_rows.c): dst[0..n) = softmax(scale src[0..n)), n >= 1,
+ * scale > 0, dst may be src; g[0..n) = p (g - sum(g p)) in place. */
+void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale);
 void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the

@@ -58,6 +58,9 @@
     X(accel__cpu_from_f32_rows,                                                                \
       (void *dst, accel_dtype dt, const float *src, int64_t rows, int64_t n, int64_t stride),  \
       (dst, dt, src, rows, n, stride))                                                         \
+    X(accel__cpu_copy_rows,                                                                    \
+      (void *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride),   \
+      (dst, src, dt, rows, n, stride))                                                         \
     X(accel__cpu_convert,                                                                      \
       (void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n),         \
       (dst, dst_dt, src, src_dt, n))                                                           \
@@ -72,7 +75,7 @@
       (const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch, double *total), \
       (k, count, nt, scratch, total))                                                          \
     /* attention_rows.c */                                                                     \
-    X(accel__cpu_softmax_row, (float *row, int64_t n), (row, n))                               \
+    X(accel__cpu_softmax_row, (float *dst, const float *src, int64_t n, float scale), (dst, src, n, scale)) \
     X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))           \
     /* norm_rows.c */                                                                          \
     X(accel__cpu_rms_norm_row,                                                                 \

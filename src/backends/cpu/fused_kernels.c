@@ -93,6 +93,13 @@ void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n)
  * gained nothing). */
 enum { PREFETCH_ROWS = 8 };
 
+/* Row r + PREFETCH_ROWS (of `bytes` bytes) of `rows` rows `step` bytes apart from s asked for. */
+static inline void prefetch_ahead(const char *s, int64_t r, int64_t rows, int64_t step, int64_t bytes) {
+    if (r + PREFETCH_ROWS >= rows) return;
+    const char *ahead = s + (r + PREFETCH_ROWS) * step;
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b);
+}
+
 void accel__cpu_to_f32_rows(float *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride) {
     if (stride == n) {
         accel__cpu_to_f32(dst, src, dt, rows * n);
@@ -101,11 +108,21 @@ void accel__cpu_to_f32_rows(float *dst, const void *src, accel_dtype dt, int64_t
     int64_t es = (int64_t)accel_dtype_size(dt), bytes = n * es;
     const char *s = src;
     for (int64_t r = 0; r < rows; r++) {
-        if (r + PREFETCH_ROWS < rows) {
-            const char *ahead = s + (r + PREFETCH_ROWS) * stride * es;
-            for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b);
-        }
+        prefetch_ahead(s, r, rows, stride * es, bytes);
         accel__cpu_to_f32(dst + r * n, s + r * stride * es, dt, n);
+    }
+}
+
+void accel__cpu_copy_rows(void *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride) {
+    int64_t es = (int64_t)accel_dtype_size(dt), bytes = n * es;
+    if (stride == n) {
+        memcpy(dst, src, (size_t)(rows * bytes));
+        return;
+    }
+    const char *s = src;
+    for (int64_t r = 0; r < rows; r++) {
+        prefetch_ahead(s, r, rows, stride * es, bytes);
+        memcpy((char *)dst + r * bytes, s + r * stride * es, (size_t)bytes);
     }
 }
 
