@@ -206,22 +206,13 @@ static void chunks_to_rows(float *rows, int64_t ld, const float *cm, int64_t nq,
     }
 }
 
-/* Chunk-major cm of dtype dt = scale * rows, rounded to nearest even. */
-static void rows_to_chunks(void *cm, accel_dtype dt, const float *rows, int64_t ld, int64_t nq, int64_t kend,
-                           float scale, float *tmp) {
+/* Chunk-major cm of dtype dt = rows rounded to nearest even. */
+static void rows_to_chunks(void *cm, accel_dtype dt, const float *rows, int64_t ld, int64_t nq, int64_t kend) {
     size_t es = accel_dtype_size(dt);
     for (int64_t j = 0; j < kend; j += KC) {
         int64_t c = kend - j < KC ? kend - j : KC;
         char *dst = (char *)cm + (size_t)(nq * j) * es;
-        for (int64_t r = 0; r < nq; r++) {
-            const float *src = rows + r * ld + j;
-            if (scale != 1.0f) {
-#pragma omp simd
-                for (int64_t e = 0; e < c; e++) tmp[e] = scale * src[e];
-                src = tmp;
-            }
-            accel__cpu_from_f32(dst + (size_t)(r * c) * es, dt, src, c);
-        }
+        for (int64_t r = 0; r < nq; r++) accel__cpu_from_f32(dst + (size_t)(r * c) * es, dt, rows + r * ld + j, c);
     }
 }
 
@@ -436,12 +427,11 @@ static operand tile_operand(tiles t, const accel_tensor *x, int64_t off, int64_t
 }
 
 /* P or dS [nq, kend] (rows ld apart) as the GEMMs that take them read it:
- * as it is on the f32 tiles, scale times it rounded to t.dt, chunk-major,
- * into lp on the native path (tmp: KC floats). */
-static const void *tile_probs(tiles t, void *lp, const float *src, int64_t nq, int64_t kend, int64_t ld, float scale,
-                              float *tmp) {
+ * as it is on the f32 tiles, rounded to t.dt, chunk-major, into lp on the
+ * native path. */
+static const void *tile_probs(tiles t, void *lp, const float *src, int64_t nq, int64_t kend, int64_t ld) {
     if (!native(t)) return src;
-    rows_to_chunks(lp, t.dt, src, ld, nq, kend, scale, tmp);
+    rows_to_chunks(lp, t.dt, src, ld, nq, kend);
     return lp;
 }
 
@@ -501,7 +491,7 @@ static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, in
         if (st != ACCEL_OK) return st;
         masked_softmax(d, i0, nq, kend, pb, d->Tk, pb, d->Tk, 1.0f);
     }
-    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, nq, kend, d->Tk, 1.0f, NULL), d->Tk,
+    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, nq, kend, d->Tk), d->Tk,
                       kv->v, kv->ldv, 0.0f, ob.p, ob.ld);
 }
 
@@ -597,9 +587,10 @@ static accel_status reference_forward(const accel_k_sdpa *a) {
 
 /* ---- backward */
 
-/* dS = P (dP - rowsum(dP P)) in place over nq rows of kend columns. */
-static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t ldp, float *dp, int64_t ldd) {
-    for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend);
+/* dS = scale P (dP - rowsum(dP P)) in place over nq rows of kend columns. */
+static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t ldp, float *dp, int64_t ldd,
+                              float scale) {
+    for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend, scale);
 }
 
 /* One thread's scratch of the backward: dP [QB, Tk] (f32); the kv head's
@@ -607,9 +598,9 @@ static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t 
  * accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
  * [QB, D(v)] as operand_scratch says; on the native path also a block's
  * dP as its GEMM writes it (f32) and P, then s dS, rounded to lp, both
- * chunk-major [QB, Tk], and a row of KC floats for the scaling. */
+ * chunk-major [QB, Tk]. */
 typedef struct bwd_scratch {
-    float *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc, *row;
+    float *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc;
     void *pl;
 } bwd_scratch;
 
@@ -628,7 +619,6 @@ static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *ba
     s->g = carve(base, &n, operand_scratch(t, a->g, QB * d->Dv, a->gs[2], d->Dv));
     s->sc = carve(base, &n, keys);
     s->pl = carve(base, &n, floats_of(t.dt, keys));
-    s->row = carve(base, &n, native(t) ? KC : 0);
     return n;
 }
 
@@ -652,7 +642,7 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     operand go = tile_operand(t, a->g, row_at(a->gs, b, h, i0), nq, d->Dv, a->gs[2], s->g);
     accel_status st = ACCEL_OK;
     if (a->dv) /* dV[0:kend] += P^T dO */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, nq, kend, d->Tk, 1.0f, s->row),
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, nq, kend, d->Tk),
                         d->Tk, go.p, go.ld, 1.0f, gr->dvh.p, gr->dvh.ld);
     if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
     /* dP = dO V^T, then dS in its rows: on the native path the GEMM's
@@ -667,10 +657,10 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
         st = tiles_gemm(t, KEYS_N, nq, kend, d->Dv, 1.0f, go.p, go.ld, kv->v, kv->ldv, 0.0f, dp, ldp);
     }
     if (st != ACCEL_OK) return st;
-    softmax_grad_rows(nq, kend, pb, d->Tk, dp, ldp);
-    /* the scale: in dS's rounding on the native path, the GEMMs' alpha on the f32 tiles */
+    /* the scale: in dS before its rounding on the native path, the GEMMs' alpha on the f32 tiles */
     float alpha = native(t) ? 1.0f : d->scale;
-    const void *ds = tile_probs(t, s->pl, dp, nq, kend, ldp, d->scale, s->row);
+    softmax_grad_rows(nq, kend, pb, d->Tk, dp, ldp, native(t) ? d->scale : 1.0f);
+    const void *ds = tile_probs(t, s->pl, dp, nq, kend, ldp);
     if (a->dq) { /* dQ = s dS K (+ dQ) */
         int64_t ld = a->dqs[2];
         tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, dqoff, nq, d->D, ld, s->dq, native(t))

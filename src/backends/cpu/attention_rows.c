@@ -23,10 +23,10 @@ ACCEL__VEC_MATH void accel__cpu_softmax_row(float *dst, const float *src, int64_
     for (int64_t j = 0; j < n; j++) dst[j] *= inv;
 }
 
-void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n) {
+void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float scale) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < n; j++) s += g[j] * p[j];
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) g[j] = p[j] * (g[j] - s);
+    for (int64_t j = 0; j < n; j++) g[j] = p[j] * (g[j] - s) * scale;
 }

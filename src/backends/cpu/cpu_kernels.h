@@ -190,9 +190,10 @@ bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d);
 int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
 /* The rows of its softmax and of the softmax's gradient, compiled per ISA
  * variant (attention_rows.c): dst[0..n) = softmax(scale src[0..n)), n >= 1,
- * scale > 0, dst may be src; g[0..n) = p (g - sum(g p)) in place. */
+ * scale > 0, dst may be src; g[0..n) = scale p (g - sum(g p)) in place. With
+ * scale 1 the values of the same rows without a scale. */
 void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale);
-void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n);
+void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float scale);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the
  * CUDA kernels, which include this header: ACCEL__HD, from core/dtype_elem.h,

@@ -76,7 +76,7 @@
       (k, count, nt, scratch, total))                                                          \
     /* attention_rows.c */                                                                     \
     X(accel__cpu_softmax_row, (float *dst, const float *src, int64_t n, float scale), (dst, src, n, scale)) \
-    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n), (p, g, n))           \
+    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n, float scale), (p, g, n, scale)) \
     /* norm_rows.c */                                                                          \
     X(accel__cpu_rms_norm_row,                                                                 \
       (const float *x, const float *w, float *y, float *rstd, int64_t D, float eps, accel_dtype xdt), \
