@@ -127,10 +127,18 @@ bool accel__gemm_measure_off(void) {
 
 /* ---- the cache file */
 
+/* The candidates' kernels, counted up when what a candidate runs changed so
+ * much that a timing of the old one would mislead (a cached choice stands
+ * until `accel env --measure-gemm`): 2, attention's native tiles handed to
+ * oneDNN dense and unscaled (brgemm where they had run on gemm:jit, 5-20x
+ * slower a tile). */
+enum { KERNELS = 2 };
+
 /* What the choices of `threads` threads depend on, into out. The providers
  * this build knows are part of it: a build with a new candidate (dnnl_rows)
  * measures into a file of its own, and one without it never reads a file
- * that names it (it would take it for malformed and measure over it). */
+ * that names it (it would take it for malformed and measure over it); so
+ * are the candidates' kernels (KERNELS). */
 static void cache_key(int threads, char *out, size_t n) {
     char versions[256], providers[128] = "";
     accel__gemm_library_versions(versions, sizeof versions);
@@ -138,8 +146,8 @@ static void cache_key(int threads, char *out, size_t n) {
         used += snprintf(providers + used, sizeof providers - (size_t)used, "%s%s", used ? "," : "",
                          accel__gemm_provider_name((accel__gemm_provider)p));
     const accel_cpu_info *ci = accel_cpu_info_get();
-    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;accel=%s;threads=%d", ci->model, ci->features, versions,
-             providers, ACCEL_VERSION_STRING, threads);
+    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;kernels=%d;accel=%s;threads=%d", ci->model, ci->features,
+             versions, providers, KERNELS, ACCEL_VERSION_STRING, threads);
 }
 
 static uint64_t fnv1a(const char *s) {
