@@ -94,9 +94,10 @@ static void bounds_free(sdpa_bounds *b) {
  * 2^-11 f16; eta = 2^-25, half f16's subnormal spacing, more than bf16's).
  * O = P V and dV = P^T dO take each P_ij off by at most e_ij = u P_ij + eta,
  * so O_i moves by at most sum_j e_ij |V_j| and dV_j by sum_i e_ij |dO_i|;
- * dQ = s dS K and dK = s dS^T Q likewise with u |dS_ij| + eta, dS = P (dP -
- * rowsum(P dP)), dP = dO V^T. q, g and p dense as the kernels read them,
- * k and v (and dK, dV) at d's strides. */
+ * dQ = s dS K and dK = s dS^T Q likewise with u |s dS_ij| + eta (s dS is
+ * what is rounded: eta unscaled, as f16's subnormals take s dS sooner than
+ * dS), dS = P (dP - rowsum(P dP)), dP = dO V^T. q, g and p dense as the
+ * kernels read them, k and v (and dK, dV) at d's strides. */
 static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const float *q, const float *k,
                             const float *v, const float *g, const float *p, sdpa_bounds *b) {
     double u = dt == ACCEL_BF16 ? 1.0 / 256 : 1.0 / 2048, eta = ldexp(1.0, -25);
@@ -116,7 +117,7 @@ static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const fl
                 rs += pi[j] * dp[j];
             }
             for (int64_t j = 0; j < n; j++) {
-                double ep = u * pi[j] + eta, es = d->scale * (u * fabs(pi[j] * (dp[j] - rs)) + eta);
+                double ep = u * pi[j] + eta, es = u * fabs(d->scale * pi[j] * (dp[j] - rs)) + eta;
                 for (int64_t e = 0; e < d->Dv; e++) {
                     b->o[r * d->Dv + e] += (float)(ep * fabs(v[vvo + j * d->vs[2] + e]));
                     b->dv[vvo + j * d->vs[2] + e] += (float)(ep * fabs(g[r * d->Dv + e]));
