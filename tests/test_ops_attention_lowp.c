@@ -21,11 +21,12 @@
  *     (OpenBLAS's or oneDNN's f32 tiles, the native path), forced through
  *     the measured choice (sdpa_tiles.h);
  *   - on each of those providers, 2 to 4 chunks of keys (Tk 320 to 1024,
- *     GQA, MQA, heads in parallel or not) with every tensor rows apart as
- *     in the projections' [B, T, H, D] (q, k, v and dO copied dense on the
- *     native path) or dense, o, dq, dk and dv in the dtype or f32 (on the
- *     native path f32 rows apart accumulate in scratch), dq overwritten or
- *     added into; nothing written between the rows;
+ *     GQA, MQA, Tq < Tk, Tq > Tk, heads in parallel or not) with every
+ *     tensor rows apart as in the projections' [B, T, H, D] (q, k, v and
+ *     dO copied dense on the native path) or dense, o, dq, dk and dv in the
+ *     dtype or f32 (on the native path f32 rows apart accumulate in
+ *     scratch), dq overwritten or added into; nothing written between the
+ *     rows;
  *   - oneDNN called where accel__cpu_sdpa_provider says, and a failure
  *     inside it (a oneDNN call that gets no scratchpad, on a worker thread)
  *     returned as the kernel's error;
@@ -490,6 +491,7 @@ static const sdpa_case CHUNKED[] = {
     {2, 4, 2, 128, 512, 32, 32, true, false},  /* GQA, Tq < Tk: 448 and 512 keys; kv heads in parallel */
     {1, 4, 1, 64, 1024, 16, 24, false, false}, /* MQA, no mask, four chunks: query heads in parallel */
     {1, 2, 1, 320, 320, 24, 16, true, false},  /* GQA, 64 .. 320 keys, one chunk then 256 + 64; one head at a time */
+    {1, 2, 2, 512, 320, 16, 16, true, false},  /* Tq > Tk: three blocks see no key, then 64 .. 320 keys */
 };
 
 /* The memory of a [B, heads, T, n] tensor: dense, or rows apart as in
