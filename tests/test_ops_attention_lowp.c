@@ -430,9 +430,10 @@ static void test_cache_in_place(void) {
 
 /* Under autocast the forward allocates the bf16 output, the f32
  * probabilities and the kernel's per-thread tiles (on the f32 tiles a
- * head's K and V, a block's Q and O, in f32; on the native path less: a
- * block's P in bf16 and O in f32), nothing the size of q, k, v or the output in
- * f32 (an f32 copy of q alone is 4x the tiles here). */
+ * head's K and V, a block's Q and O, in f32; on the native path, q, k and
+ * v dense here, a block's S and O in f32 and P in bf16: as much at T = 64),
+ * nothing the size of q, k, v or the output in f32 (an f32 copy of q alone
+ * is 4x the tiles here). */
 static void test_no_f32_copies(void) {
     int prev_threads = accel_num_threads();
     accel_set_num_threads(2);
