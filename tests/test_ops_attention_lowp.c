@@ -20,6 +20,13 @@
  *   - the whole-block cases on each provider of the tiles this machine has
  *     (OpenBLAS's or oneDNN's f32 tiles, the native path), forced through
  *     the measured choice (sdpa_tiles.h);
+ *   - on each of those providers, 2 to 4 chunks of keys (Tk 320 to 1024,
+ *     GQA, MQA, Tq < Tk, Tq > Tk, heads in parallel or not) with every
+ *     tensor rows apart as in the projections' [B, T, H, D] (q, k, v and
+ *     dO copied dense on the native path) or dense, o, dq, dk and dv in the
+ *     dtype or f32 (on the native path f32 rows apart accumulate in
+ *     scratch), dq overwritten or added into; nothing written between the
+ *     rows;
  *   - oneDNN called where accel__cpu_sdpa_provider says, and a failure
  *     inside it (a oneDNN call that gets no scratchpad, on a worker thread)
  *     returned as the kernel's error;
@@ -88,9 +95,10 @@ static void bounds_free(sdpa_bounds *b) {
  * 2^-11 f16; eta = 2^-25, half f16's subnormal spacing, more than bf16's).
  * O = P V and dV = P^T dO take each P_ij off by at most e_ij = u P_ij + eta,
  * so O_i moves by at most sum_j e_ij |V_j| and dV_j by sum_i e_ij |dO_i|;
- * dQ = s dS K and dK = s dS^T Q likewise with u |dS_ij| + eta, dS = P (dP -
- * rowsum(P dP)), dP = dO V^T. q, g and p dense as the kernels read them,
- * k and v (and dK, dV) at d's strides. */
+ * dQ = s dS K and dK = s dS^T Q likewise with u |s dS_ij| + eta (s dS is
+ * what is rounded: eta unscaled, as f16's subnormals take s dS sooner than
+ * dS), dS = P (dP - rowsum(P dP)), dP = dO V^T. q, g and p dense as the
+ * kernels read them, k and v (and dK, dV) at d's strides. */
 static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const float *q, const float *k,
                             const float *v, const float *g, const float *p, sdpa_bounds *b) {
     double u = dt == ACCEL_BF16 ? 1.0 / 256 : 1.0 / 2048, eta = ldexp(1.0, -25);
@@ -110,7 +118,7 @@ static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const fl
                 rs += pi[j] * dp[j];
             }
             for (int64_t j = 0; j < n; j++) {
-                double ep = u * pi[j] + eta, es = d->scale * (u * fabs(pi[j] * (dp[j] - rs)) + eta);
+                double ep = u * pi[j] + eta, es = u * fabs(d->scale * pi[j] * (dp[j] - rs)) + eta;
                 for (int64_t e = 0; e < d->Dv; e++) {
                     b->o[r * d->Dv + e] += (float)(ep * fabs(v[vvo + j * d->vs[2] + e]));
                     b->dv[vvo + j * d->vs[2] + e] += (float)(ep * fabs(g[r * d->Dv + e]));
@@ -422,9 +430,10 @@ static void test_cache_in_place(void) {
 
 /* Under autocast the forward allocates the bf16 output, the f32
  * probabilities and the kernel's per-thread tiles (on the f32 tiles a
- * head's K and V, a block's Q and O, in f32; on the native path less: a
- * block's P in bf16 and O in f32), nothing the size of q, k, v or the output in
- * f32 (an f32 copy of q alone is 4x the tiles here). */
+ * head's K and V, a block's Q and O, in f32; on the native path, q, k and
+ * v dense here, a block's S and O in f32 and P in bf16: as much at T = 64),
+ * nothing the size of q, k, v or the output in f32 (an f32 copy of q alone
+ * is 4x the tiles here). */
 static void test_no_f32_copies(void) {
     int prev_threads = accel_num_threads();
     accel_set_num_threads(2);
@@ -471,9 +480,182 @@ static void test_each_provider(void) {
         }
 }
 
+/* ---- layouts on each provider: q, k, v and dO as the projections leave
+ * them and o, dq, dk, dv in the inputs' dtype or f32, over keys in several
+ * 256-key chunks, so that a wrong offset or leading dim on any path (the
+ * native path's copies, chunk-major operands and f32 outputs accumulated
+ * in scratch) fails */
+
+/* Whole query blocks, 1 to 4 chunks of keys on oneDNN (kv_strided unused:
+ * check_layout lays every tensor out itself). */
+static const sdpa_case CHUNKED[] = {
+    {2, 4, 2, 128, 512, 32, 32, true, false},  /* GQA, Tq < Tk: 448 and 512 keys; kv heads in parallel */
+    {1, 4, 1, 64, 1024, 16, 24, false, false}, /* MQA, no mask, four chunks: query heads in parallel */
+    {1, 2, 1, 320, 320, 24, 16, true, false},  /* GQA, 64 .. 320 keys, one chunk then 256 + 64; one head at a time */
+    {1, 2, 2, 512, 320, 16, 16, true, false},  /* Tq > Tk: three blocks see no key, then 64 .. 320 keys */
+};
+
+/* The memory of a [B, heads, T, n] tensor: dense, or rows apart as in
+ * [B, T, heads + 1, n] (a projection's layout with a spare head slot, the
+ * gap between the heads' rows that nothing may write). */
+typedef struct layout {
+    bool apart;
+    int64_t B, heads, T, n, s[3], numel;
+} layout;
+
+static layout layout_of(bool apart, int64_t B, int64_t heads, int64_t T, int64_t n) {
+    int64_t slots = apart ? heads + 1 : heads;
+    layout l = {apart, B, heads, T, n, {T * slots * n, n, slots * n}, B * T * slots * n};
+    if (!apart) l.s[1] = T * n, l.s[2] = n;
+    return l;
+}
+
+/* A tensor of dt in layout l: dense [B, heads, T, n] src's values
+ * (converted) where src is given, every other byte `fill`. */
+static accel_tensor *laid_out(const layout *l, accel_dtype dt, const accel_tensor *src, int fill) {
+    accel_tensor *t = filled(dt, l->numel, fill);
+    CHECK(t != NULL);
+    size_t es = accel_dtype_size(dt), ss = src ? accel_dtype_size(src->dtype) : 0;
+    for (int64_t bh = 0; src && bh < l->B * l->heads; bh++)
+        for (int64_t i = 0; i < l->T; i++) {
+            int64_t at = bh / l->heads * l->s[0] + bh % l->heads * l->s[1] + i * l->s[2];
+            int64_t from = (bh * l->T + i) * l->n;
+            accel_convert((char *)t->data + (size_t)at * es, dt, (const char *)src->data + (size_t)from * ss,
+                          src->dtype, (size_t)l->n);
+        }
+    return t;
+}
+
+/* t (layout l) as a dense [B, heads, T, n] tensor of its dtype; checks
+ * that the gap still holds `fill` bytes. */
+static accel_tensor *gathered(const char *what, const layout *l, const accel_tensor *t, int fill) {
+    size_t es = accel_dtype_size(t->dtype), row = (size_t)l->n * es;
+    accel_tensor *d = filled(t->dtype, l->B * l->heads * l->T * l->n, 0);
+    CHECK(d != NULL);
+    int64_t bad = 0;
+    for (int64_t b = 0; b < l->B; b++)
+        for (int64_t i = 0; i < l->T; i++)
+            for (int64_t h = 0; h < (l->apart ? l->heads + 1 : l->heads); h++) {
+                const char *src = (const char *)t->data + (size_t)(b * l->s[0] + h * l->s[1] + i * l->s[2]) * es;
+                if (h < l->heads) {
+                    memcpy((char *)d->data + (size_t)(((b * l->heads + h) * l->T + i) * l->n) * es, src, row);
+                    continue;
+                }
+                for (size_t e = 0; e < row; e++) bad += (unsigned char)src[e] != (unsigned char)fill;
+            }
+    CHECK_MSG(bad == 0, "%s: %lld bytes written between the rows", what, (long long)bad);
+    return d;
+}
+
+/* The kernels on case c with q, k, v and dO of dt and o, dq, dk, dv of od,
+ * every one rows apart or dense, against the f32 kernels on the same
+ * values dense (the bounds of check_kernels); dq overwritten (poisoned
+ * first), then added into; dk, dv added into. */
+static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, bool apart) {
+    const accel_backend *cpu = &accel__cpu_backend;
+    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk, np = nq * c->Tk;
+    int64_t n[NIN] = {nq * c->D, nk * c->D, nk * c->Dv, nq * c->Dv};
+    layout L[NIN] = {layout_of(apart, c->B, c->H, c->Tq, c->D), layout_of(apart, c->B, c->Hkv, c->Tk, c->D),
+                     layout_of(apart, c->B, c->Hkv, c->Tk, c->Dv), layout_of(apart, c->B, c->H, c->Tq, c->Dv)};
+    accel_tensor *lp[NIN], *hi[NIN], *in[NIN];
+    for (int i = 0; i < NIN; i++) {
+        rounded_pair(70 + (uint64_t)i, n[i], dt, &lp[i], &hi[i]);
+        in[i] = laid_out(&L[i], dt, lp[i], 0x3c);
+    }
+    accel_k_sdpa_dims bd = dense_dims(c), d = bd;
+    memcpy(d.qs, L[Q].s, sizeof d.qs);
+    memcpy(d.ks, L[K].s, sizeof d.ks);
+    memcpy(d.vs, L[V].s, sizeof d.vs);
+    memcpy(d.os, L[G].s, sizeof d.os);
+    accel_tensor *o = laid_out(&L[G], od, NULL, 0xFF), *o32 = poisoned(ACCEL_F32, n[G]);
+    accel_tensor *p = filled(ACCEL_F32, np, 0), *p32 = filled(ACCEL_F32, np, 0);
+    accel_k_sdpa f = {.o = o, .p = p, .q = in[Q], .k = in[K], .v = in[V], .dims = d};
+    accel_k_sdpa f32 = {.o = o32, .p = p32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = bd};
+    CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa(&f32) == ACCEL_OK);
+    bool native = accel__cpu_sdpa_native(dt, &d);
+    sdpa_bounds b = bounds_new(c);
+    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), floats(p32), &b);
+    char what[96];
+    snprintf(what, sizeof what, "sdpa output (%s, %s)", accel_dtype_name(od), apart ? "rows apart" : "dense");
+    accel_tensor *got = gathered(what, &L[G], o, 0xFF);
+    check_rounded(what, c, dt, got, o32, native ? b.o : NULL);
+    accel_tensor_free(got);
+    CHECK(fx_compare("sdpa probabilities", p, p32, 1e-6, 1e-7) == 0);
+    for (int beta = 0; beta < 2; beta++) {
+        accel_tensor *dx[3], *dx32[3];
+        for (int i = 0; i < 3; i++) {
+            if (i == Q && beta == 0) {
+                dx[i] = laid_out(&L[i], od, NULL, 0xFF);
+                dx32[i] = poisoned(ACCEL_F32, n[i]);
+            } else {
+                accel_tensor *init;
+                rounded_pair(80 + (uint64_t)i, n[i], dt, &init, &dx32[i]);
+                dx[i] = laid_out(&L[i], od, init, 0x3c);
+                accel_tensor_free(init);
+            }
+        }
+        accel_k_sdpa_backward k = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = in[G], .q = in[Q], .k = in[K],
+                                   .v = in[V], .p = p32, .dims = d, .dq_beta = (float)beta};
+        memcpy(k.gs, L[G].s, sizeof k.gs);
+        memcpy(k.dqs, L[Q].s, sizeof k.dqs);
+        memcpy(k.dks, L[K].s, sizeof k.dks);
+        memcpy(k.dvs, L[V].s, sizeof k.dvs);
+        accel_k_sdpa_backward k32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q],
+                                     .k = hi[K], .v = hi[V], .p = p32, .dims = bd, .dq_beta = (float)beta};
+        accel_k_sdpa_backward_dense(&k32);
+        CHECK(cpu->kernels.sdpa_backward(&k) == ACCEL_OK && cpu->kernels.sdpa_backward(&k32) == ACCEL_OK);
+        const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
+        const float *extra[3] = {b.dq, b.dk, b.dv};
+        for (int i = 0; i < 3; i++) {
+            snprintf(what, sizeof what, "%s (%s, %s, dq_beta %d)", names[i], accel_dtype_name(od),
+                     apart ? "rows apart" : "dense", beta);
+            got = gathered(what, &L[i], dx[i], i == Q && beta == 0 ? 0xFF : 0x3c);
+            check_rounded(what, c, dt, got, dx32[i], native ? extra[i] : NULL);
+            accel_tensor_free(got);
+            accel_tensor_free(dx[i]);
+            accel_tensor_free(dx32[i]);
+        }
+    }
+    for (int i = 0; i < NIN; i++) {
+        accel_tensor_free(lp[i]);
+        accel_tensor_free(hi[i]);
+        accel_tensor_free(in[i]);
+    }
+    accel_tensor_free(o);
+    accel_tensor_free(o32);
+    accel_tensor_free(p);
+    accel_tensor_free(p32);
+    bounds_free(&b);
+    accel_step_reset();
+}
+
+/* CHUNKED on each provider of the tiles this machine has, each tensor
+ * rows apart or dense, the outputs in the dtype or f32 (on the native
+ * path f32 outputs rows apart accumulate in scratch, dense ones in place). */
+static void test_layouts(void) {
+    static const int P[] = {ACCEL__GEMM_PROVIDER_OPENBLAS, ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL__GEMM_PROVIDER_DNNL};
+    static const accel_dtype DT[] = {ACCEL_BF16, ACCEL_F16};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+            if (!(accel__gemm_tiles_candidates(DT[t]) & 1u << P[i])) continue;
+            sdpa_tiles_force(P[i]);
+            for (size_t c = 0; c < sizeof CHUNKED / sizeof CHUNKED[0]; c++)
+                for (int apart = 0; apart < 2; apart++) {
+                    accel_k_sdpa_dims d = sdpa_case_dims(&CHUNKED[c]);
+                    int got = accel__cpu_sdpa_provider(DT[t], &d);
+                    CHECK_MSG(!sdpa_tiles_measured() || got == P[i], "%s forced %s: got %d", accel_dtype_name(DT[t]),
+                              accel__gemm_provider_name((accel__gemm_provider)P[i]), got);
+                    check_layout(&CHUNKED[c], DT[t], DT[t], apart);
+                    check_layout(&CHUNKED[c], DT[t], ACCEL_F32, apart);
+                }
+            sdpa_tiles_unforce();
+        }
+}
+
 int main(void) {
     RUN(test_kernels);
     RUN(test_each_provider);
+    RUN(test_layouts);
     RUN(test_scores_path);
     RUN(test_op);
     RUN(test_cache_in_place);
