@@ -378,15 +378,22 @@ static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_
 
 /* Masked softmax of nq score rows (query i0 + r) over their first kend
  * columns: p (row stride ld) = softmax(scale s) (row stride lds; s may be
- * p). Columns past a row's last key are set to 0 up to kend; a row that
- * sees no key is all zeros. */
+ * p). Columns past a row's last key are 0 up to kend; a row that sees no key
+ * is all zeros. The masked scores are set to -inf (their exponentials are
+ * 0) and every row runs over all kend columns: a causal row's own length
+ * leaves up to 15 columns to the vector loop's scalar tail, whose
+ * exponentials took more time than the rest of the row (perf, AVX-512). */
 static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float *p, int64_t ld,
-                           const float *s, int64_t lds, float scale) {
+                           float *s, int64_t lds, float scale) {
     for (int64_t r = 0; r < nq; r++) {
-        float *row = p + r * ld;
+        float *row = p + r * ld, *sr = s + r * lds;
         int64_t n = last_key(d, i0 + r) + 1;
-        if (n > 0) accel__cpu_softmax_row(row, s + r * lds, n, scale);
-        for (int64_t j = n < 0 ? 0 : n; j < kend; j++) row[j] = 0.0f;
+        if (n <= 0) {
+            memset(row, 0, (size_t)kend * sizeof *row);
+            continue;
+        }
+        for (int64_t j = n; j < kend; j++) sr[j] = -INFINITY;
+        accel__cpu_softmax_row(row, sr, kend, scale);
     }
 }
 
