@@ -9,6 +9,7 @@
  * (`--env openblas|dnnl|bogus`: the variable is read, or refused). */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "accel/accel.h"
@@ -233,6 +234,34 @@ static void test_threads_share_the_cache(void) {
     CHECK_MSG(failures == 0, "%d failures", failures);
 }
 
+/* A thread keeps its oneDNN stream and each primitive's memory objects
+ * between calls (gemm_dnnl.c), their data handles set per call: the same
+ * signature on other operands, in threads that end and are replaced (their
+ * state freed with them), must read the new operands each time. */
+static void *same_signature_twice(void *arg) {
+    uint64_t seed = (uint64_t)(uintptr_t)arg;
+    for (int i = 0; i < 2; i++) {
+        check_case_on(ACCEL__GEMM_PROVIDER_DNNL, &(gemm_case){false, true, 37, 29, 53, 0, 1.0f, 0.0f}, ACCEL_BF16,
+                      ACCEL_BF16, seed + 10 * (uint64_t)i);
+        check_case_on(ACCEL__GEMM_PROVIDER_DNNL, &(gemm_case){true, false, 17, 33, 9, 3, 0.5f, 1.0f}, ACCEL_F32,
+                      ACCEL_F32, seed + 10 * (uint64_t)i + 1);
+    }
+    accel_thread_cleanup();
+    return NULL;
+}
+
+static void test_threads_keep_their_objects(void) {
+    if (!accel__gemm_have_dnnl()) return;
+    CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
+    same_signature_twice((void *)(uintptr_t)500);
+    for (int t = 0; t < 3; t++) { /* one at a time: check.h's counters are plain ints */
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, same_signature_twice, (void *)(uintptr_t)(600 + 100 * t)) == 0);
+        CHECK(pthread_join(th, NULL) == 0);
+    }
+    same_signature_twice((void *)(uintptr_t)900);
+}
+
 static void test_describe(void) {
     CHECK(accel__gemm_set_mode(ACCEL__GEMM_AUTO) == ACCEL_OK);
     char buf[1024];
@@ -382,6 +411,7 @@ int main(int argc, char **argv) {
     RUN(test_dnnl_rows_against_reference);
     RUN(test_dnnl_f32_against_reference);
     RUN(test_threads_share_the_cache);
+    RUN(test_threads_keep_their_objects);
     RUN(test_describe);
     RUN(test_linear_autocast_per_provider);
     RUN(test_call_leaves_the_arena);

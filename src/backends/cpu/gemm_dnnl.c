@@ -10,8 +10,9 @@
  * signature first seen in a later step, such as a gradient GEMM with beta 1
  * once the gradients exist, allocates nothing of accel's). Execution runs outside
  * the lock: a oneDNN primitive may execute on several threads at once, and
- * each call has its own stream, memory objects and scratchpad (from the
- * caller's step arena, so no call shares one with another thread).
+ * each call has its own scratchpad (from the caller's step arena, so no
+ * call shares one with another thread) and its thread's stream and memory
+ * objects (below, "a thread's stream and memory objects").
  *
  * The operands are plain row-major memory described by strides, so a
  * transposed operand is read in place as in cblas_sgemm; oneDNN packs the
@@ -343,9 +344,103 @@ typedef struct exec_arg {
     const void *p;
 } exec_arg;
 
+/* ---- a thread's stream and memory objects
+ *
+ * oneDNN allocates for every stream and memory object it makes: made and
+ * destroyed per call, they cost ~0.7 us a call (malloc and free), which
+ * showed beside attention's 1-5 us tile GEMMs (~12% of the op's samples).
+ * So a thread keeps one stream and, per pooled entry (the pool's entries
+ * live for the process), the memory objects of its last call on it; the
+ * next call sets their data handles. An entry made for one call (a full
+ * pool) makes and destroys its own. A thread's state is freed when the
+ * thread ends; the states are listed so that a leak checker at exit finds
+ * them reachable. */
+enum { MAX_ARGS = 3 };
+
+typedef struct entry_mems {
+    const dnnl_memory_desc_t *md[MAX_ARGS]; /* what m[i] was made for */
+    dnnl_memory_t m[MAX_ARGS + 1];          /* the arguments', then the scratchpad's */
+} entry_mems;
+
+typedef struct thread_dnnl {
+    dnnl_stream_t stream;
+    entry_mems mems[CACHE_ENTRIES]; /* by pool index */
+    struct thread_dnnl *prev, *next;
+} thread_dnnl;
+
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static bool thread_key_made;
+static thread_dnnl *threads_list;
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void entry_mems_free(entry_mems *em) {
+    for (int j = 0; j <= MAX_ARGS; j++)
+        if (em->m[j]) dnnl_memory_destroy(em->m[j]);
+}
+
+static void thread_dnnl_free(void *v) {
+    thread_dnnl *t = v;
+    pthread_mutex_lock(&threads_lock);
+    if (t->prev) t->prev->next = t->next;
+    else threads_list = t->next;
+    if (t->next) t->next->prev = t->prev;
+    pthread_mutex_unlock(&threads_lock);
+    for (int i = 0; i < CACHE_ENTRIES; i++) entry_mems_free(&t->mems[i]);
+    dnnl_stream_destroy(t->stream);
+    free(t);
+}
+
+static void thread_key_create(void) { thread_key_made = pthread_key_create(&thread_key, thread_dnnl_free) == 0; }
+
+/* The calling thread's state, made at its first call; NULL where it cannot
+ * be (no memory, no key): the call then makes its own objects. */
+static thread_dnnl *thread_dnnl_get(void) {
+    pthread_once(&thread_key_once, thread_key_create);
+    if (!thread_key_made) return NULL;
+    thread_dnnl *t = pthread_getspecific(thread_key);
+    if (t) return t;
+    t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    if (dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        free(t);
+        return NULL;
+    }
+    if (pthread_setspecific(thread_key, t) != 0) {
+        dnnl_stream_destroy(t->stream);
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_lock(&threads_lock);
+    t->next = threads_list;
+    if (threads_list) threads_list->prev = t;
+    threads_list = t;
+    pthread_mutex_unlock(&threads_lock);
+    return t;
+}
+
+/* *m for descriptor md and data p: kept (its handle set) when *kept says it
+ * was made for md, else made (an old one destroyed). */
+static dnnl_status_t kept_memory(dnnl_memory_t *m, const dnnl_memory_desc_t **kept, const dnnl_memory_desc_t *md,
+                                 const void *p) {
+    if (*m && *kept == md) return dnnl_memory_set_data_handle(*m, (void *)p);
+    if (*m) dnnl_memory_destroy(*m);
+    *m = NULL;
+    *kept = md;
+    return memory(m, md, p);
+}
+
+/* The scratchpad's memory of e at p (the same size at every call of e). */
+static dnnl_status_t scratch_memory(dnnl_memory_t *m, const dnnl_entry *e, void *p) {
+    if (*m) return dnnl_memory_set_data_handle(*m, p);
+    dnnl_memory_desc_t md;
+    dnnl_dims_t sd = {(int64_t)e->scratch_bytes};
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&md, 1, sd, dnnl_u8, dnnl_a);
+    return s == dnnl_success ? memory(m, &md, p) : s;
+}
+
 /* Runs e's primitive on n arguments and a scratchpad of its own. */
 static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, const char *what) {
-    enum { MAX_ARGS = 3 };
     /* The scratchpad lives for this call only (rewound below): kept until
      * the step's end, brgemm's per-call buffers (tens of KB a GEMM on
      * AVX-512) would pile up over a step's hundreds of GEMMs. */
@@ -357,29 +452,30 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
         scratch = accel_arena_alloc(arena, taken, 64);
         if (!scratch) return accel_last_status();
     }
-    dnnl_memory_desc_t scratch_md;
-    dnnl_dims_t sd = {(int64_t)e->scratch_bytes};
+    thread_dnnl *td = e >= pool && e < pool + CACHE_ENTRIES ? thread_dnnl_get() : NULL;
+    entry_mems own = {{0}, {0}}, *em = td ? &td->mems[e - pool] : &own;
     dnnl_exec_arg_t args[MAX_ARGS + 1] = {{0}};
-    dnnl_stream_t stream = NULL;
+    dnnl_stream_t stream = td ? td->stream : NULL;
     dnnl_status_t s = dnnl_success;
     int made = 0;
     for (; made < n && s == dnnl_success; made++) {
-        args[made].arg = in[made].arg;
-        s = memory(&args[made].memory, in[made].md, in[made].p);
+        s = kept_memory(&em->m[made], &em->md[made], in[made].md, in[made].p);
+        args[made] = (dnnl_exec_arg_t){in[made].arg, em->m[made]};
     }
-    if (s == dnnl_success && e->scratch_bytes) s = dnnl_memory_desc_init_by_tag(&scratch_md, 1, sd, dnnl_u8, dnnl_a);
     if (s == dnnl_success && e->scratch_bytes) {
-        args[made].arg = DNNL_ARG_SCRATCHPAD;
-        s = memory(&args[made++].memory, &scratch_md, scratch);
+        s = scratch_memory(&em->m[made], e, scratch);
+        args[made] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, em->m[made]};
+        made++;
     }
-    if (s == dnnl_success) s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
+    if (s == dnnl_success && !stream) s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     if (s == dnnl_success) {
         s = dnnl_primitive_execute(e->prim, stream, made, args);
         if (s == dnnl_success) s = dnnl_stream_wait(stream);
     }
-    if (stream) dnnl_stream_destroy(stream);
-    for (int i = 0; i < made; i++)
-        if (args[i].memory) dnnl_memory_destroy(args[i].memory);
+    if (!td) {
+        if (stream) dnnl_stream_destroy(stream);
+        entry_mems_free(&own);
+    }
     accel_arena_rewind(arena, mark);
     return s == dnnl_success ? ACCEL_OK : dnnl_error(what, s);
 }
