@@ -87,6 +87,11 @@ static void test_errors(void) {
     accel_clear_error();
     CHECK(accel_device_parse("cuda:1", &d) == ACCEL_OK && d.index == 1);
     CHECK(!accel_device_available(d));
+    /* the index is digits alone (strtol took " 1" and "+1" as 1) */
+    CHECK(accel_device_parse("cuda: 1", &d) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_device_parse("cuda:+1", &d) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "bad device index in 'cuda:+1'");
+    accel_clear_error();
     /* a message that wraps the pending one (as the release paths' errors do) */
     accel_set_error(ACCEL_ERR_IO, "inner %d", 7);
     CHECK(accel_set_error(ACCEL_ERR_DEVICE, "outer (%s) done", accel_last_error()) == ACCEL_ERR_DEVICE);

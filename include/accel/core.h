@@ -159,7 +159,8 @@ typedef struct accel_device {
 
 /* "cpu", "meta", "cuda", "cuda:1", and "<type>:N" of every registered backend
  * ("hostless:0" under ACCEL_TEST_DEVICES). Anything else (npu:0 in a build
- * without NPU, ...) is an error naming the device and what this build supports. */
+ * without NPU, ...) is an error naming the device and what this build supports;
+ * N is 0..1023 in digits alone ("cuda: 1", "cuda:+1" are refused). */
 accel_status accel_device_parse(const char *s, accel_device *out);
 /* "cpu", "meta", "cuda:0" into buf (returns buf). */
 const char *accel_device_str(accel_device d, char *buf, size_t n);
