@@ -224,7 +224,12 @@ static void test_meta_and_to_empty(void) {
     accel_module *m = make_block();
     accel_init_empty_weights_end();
     CHECK(accel_default_param_device(ACCEL_CPU_DEVICE).type == ACCEL_DEV_META);
-    accel_init_empty_weights_end();
+    CHECK(accel_init_empty_weights_end() == ACCEL_OK);
+    CHECK(accel_default_param_device(ACCEL_CPU_DEVICE).type == ACCEL_DEV_CPU);
+    /* an end with no open begin is reported (it was ignored silently) */
+    CHECK(accel_init_empty_weights_end() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "not inside init_empty_weights");
+    accel_clear_error();
     CHECK(accel_default_param_device(ACCEL_CPU_DEVICE).type == ACCEL_DEV_CPU);
     accel_tensor *w = accel_module_get_tensor(m, "fc.weight");
     CHECK(w->device.type == ACCEL_DEV_META && w->data == NULL);

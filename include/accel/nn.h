@@ -193,9 +193,10 @@ void accel_flat_params_free(accel_flat_params *fp);
 accel_status accel_module_to(accel_module *root, accel_device dev);
 /* Materialises meta tensors on dev with dtype (or their own if dt < 0), zero-filled. */
 accel_status accel_module_to_empty(accel_module *root, accel_device dev, int dt);
-/* Builds modules on the meta device while active (no weight memory). Nestable. */
+/* Builds modules on the meta device while active (no weight memory). Nestable,
+ * per thread; an end with no open begin is ACCEL_ERR_STATE. */
 void accel_init_empty_weights_begin(void);
-void accel_init_empty_weights_end(void);
+accel_status accel_init_empty_weights_end(void);
 /* The device new parameters are created on (meta inside init_empty_weights). */
 accel_device accel_default_param_device(accel_device requested);
 

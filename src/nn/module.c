@@ -634,8 +634,13 @@ static _Thread_local int tl_empty_depth;
 
 void accel_init_empty_weights_begin(void) { tl_empty_depth++; }
 
-void accel_init_empty_weights_end(void) {
-    if (tl_empty_depth > 0) tl_empty_depth--;
+accel_status accel_init_empty_weights_end(void) {
+    /* an end with no open begin was ignored silently: the caller's pairing is off */
+    if (tl_empty_depth == 0)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_init_empty_weights_end: not inside init_empty_weights "
+                               "(no accel_init_empty_weights_begin before it on this thread)");
+    tl_empty_depth--;
+    return ACCEL_OK;
 }
 
 accel_device accel_default_param_device(accel_device requested) {
