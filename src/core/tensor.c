@@ -400,6 +400,13 @@ accel_tensor *accel_ones(accel_dtype dt, int ndim, const int64_t *shape) {
 }
 
 accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end) {
+    /* end - start is computed unsigned: a span past int64 (arange(INT64_MIN,
+     * INT64_MAX)) overflowed the subtraction (undefined behaviour) */
+    if (end > start && (uint64_t)end - (uint64_t)start > (uint64_t)INT64_MAX) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_arange: [%lld, %lld) holds more than INT64_MAX elements",
+                        (long long)start, (long long)end);
+        return NULL;
+    }
     int64_t n = end > start ? end - start : 0;
     accel_tensor *host = accel_empty_on(dt, 1, &n, ACCEL_CPU_DEVICE);
     if (!host) return NULL;

@@ -23,7 +23,8 @@ accel_tensor *accel_reshape(accel_tensor *a, int ndim, const int64_t *shape) {
         s[i] = shape[i];
         if (shape[i] == -1 && infer < 0) infer = i;
         else if (shape[i] < 0) bad = true;
-        else known *= shape[i];
+        /* a product past int64 matches no tensor (it overflowed: undefined behaviour) */
+        else if (__builtin_mul_overflow(known, shape[i], &known)) bad = true;
     }
     int64_t numel = accel_numel(a);
     if (!bad && infer >= 0) {
@@ -178,10 +179,9 @@ accel_status accel_split(accel_tensor *a, int dim, int n, const int64_t *sizes, 
     if (a->ndim == 0) return accel_set_error(ACCEL_ERR_SHAPE, "%s: cannot split a 0-dim tensor", op);
     int64_t total = 0;
     bool bad = false;
-    for (int i = 0; i < n; i++) {
-        bad |= sizes[i] < 0;
-        total += sizes[i];
-    }
+    /* a sum past int64 wrapped (undefined behaviour): {INT64_MAX, INT64_MAX, 5}
+     * "added up" to 3 and its views started past the tensor */
+    for (int i = 0; i < n; i++) bad |= sizes[i] < 0 || __builtin_add_overflow(total, sizes[i], &total);
     if (bad || total != a->shape[d]) {
         char b[96], s[96];
         accel_shape_str_n(n < ACCEL_MAX_DIMS ? n : ACCEL_MAX_DIMS, sizes, s, sizeof s);
