@@ -1,4 +1,6 @@
 /* Core: dtypes, conversions, tensors, arenas, errors, RNG, printing. */
+#include <math.h>
+
 #include "accel/accel.h"
 #include "check.h"
 
@@ -371,6 +373,40 @@ static void test_setters_report(void) {
     accel_step_reset();
 }
 
+/* An integer tensor takes a value its dtype holds, truncated as a cast; a NaN
+ * or a value out of range was converted anyway (undefined in C: int32 got
+ * INT_MIN for NaN and for 1e10, silently), which PyTorch refuses. */
+static void test_integer_values_fit(void) {
+    accel_clear_error();
+    CHECK(accel_full(ACCEL_I32, ACCEL_SHAPE(2), NAN) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_full: value nan cannot be converted to int32");
+    accel_clear_error();
+    CHECK(accel_full(ACCEL_I32, ACCEL_SHAPE(2), 1e10) == NULL);
+    accel_clear_error();
+    CHECK(accel_full(ACCEL_I64, ACCEL_SHAPE(2), 0x1p63) == NULL);
+    accel_clear_error();
+    accel_tensor *u = accel_zeros(ACCEL_U8, ACCEL_SHAPE(2));
+    CHECK(accel_fill_(u, -1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_fill_: value -1 cannot be converted to uint8");
+    CHECK(accel_get(u, (int64_t[]){0}) == 0); /* unchanged */
+    accel_clear_error();
+    accel_tensor *i8 = accel_zeros(ACCEL_I8, ACCEL_SHAPE(2));
+    CHECK(accel_set(i8, (int64_t[]){1}, 128) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_set(i8, (int64_t[]){1}, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    /* what fits is taken, truncated toward zero; floats and bool take anything */
+    CHECK(accel_set(i8, (int64_t[]){1}, -128.9) == ACCEL_OK && accel_get(i8, (int64_t[]){1}) == -128);
+    accel_tensor *i64 = accel_full(ACCEL_I64, ACCEL_SHAPE(1), -0x1p63);
+    CHECK(i64 && accel_get(i64, (int64_t[]){0}) == -0x1p63);
+    accel_tensor *i32 = accel_full(ACCEL_I32, ACCEL_SHAPE(1), 2.7);
+    CHECK(i32 && accel_get(i32, (int64_t[]){0}) == 2);
+    CHECK(accel_full(ACCEL_F32, ACCEL_SHAPE(1), NAN) && accel_full(ACCEL_BOOL, ACCEL_SHAPE(1), NAN));
+    CHECK(accel_last_status() == ACCEL_OK);
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -378,6 +414,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_step_tensor_after_growth);
     RUN(test_setters_report);
+    RUN(test_integer_values_fit);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);

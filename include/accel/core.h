@@ -309,7 +309,9 @@ accel_status accel_tensor_from_host(accel_tensor *t, const void *src);
 /* Value access (any device; any dtype; any strides). */
 double accel_item(const accel_tensor *t);                 /* one-element tensor */
 double accel_get(const accel_tensor *t, const int64_t *idx);
-/* Fails on a dead or meta tensor, an index out of range, or a failed device copy. */
+/* Fails on a dead or meta tensor, an index out of range, a value an integer
+ * dtype cannot hold (NaN, inf, out of its range: ACCEL_ERR_INVALID_ARG, as
+ * PyTorch; a value in range is truncated toward zero), or a failed device copy. */
 accel_status accel_set(accel_tensor *t, const int64_t *idx, double v);
 /* Copy all elements, converted, to a contiguous float/int64 array of numel elements. */
 accel_status accel_to_floats(const accel_tensor *t, float *out);
@@ -317,6 +319,7 @@ accel_status accel_to_int64s(const accel_tensor *t, int64_t *out);
 /* Elementwise copy with dtype conversion and broadcasting-free shape equality,
  * between any two devices. No autograd. dst may be persistent. */
 accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src);
+/* v as accel_set takes it (accel_full too): an integer dtype refuses what it cannot hold. */
 accel_status accel_fill_(accel_tensor *t, double v);
 accel_status accel_zero_(accel_tensor *t);
 

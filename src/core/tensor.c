@@ -389,7 +389,28 @@ accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape) {
     return t;
 }
 
+/* Whether v converts to integer dtype dt (truncated toward zero, as a cast):
+ * C's conversion of a NaN or of a value out of the type's range is undefined
+ * (int32 got INT_MIN for NaN and 1e10, silently); PyTorch refuses them too
+ * ("value cannot be converted to type int32_t without overflow"). Floating
+ * dtypes and bool take any value. */
+static accel_status check_value_fits(accel_dtype dt, double v, const char *op) {
+    double lo, hi; /* trunc(v) in [lo, hi) */
+    switch (dt) {
+    case ACCEL_I64: lo = -0x1p63, hi = 0x1p63; break;
+    case ACCEL_I32: lo = -0x1p31, hi = 0x1p31; break;
+    case ACCEL_I16: lo = -0x1p15, hi = 0x1p15; break;
+    case ACCEL_I8: lo = -0x1p7, hi = 0x1p7; break;
+    case ACCEL_U8: lo = 0, hi = 0x1p8; break;
+    default: return ACCEL_OK;
+    }
+    if (trunc(v) >= lo && trunc(v) < hi) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: value %g cannot be converted to %s without overflow", op, v,
+                           accel_dtype_name(dt));
+}
+
 accel_tensor *accel_full(accel_dtype dt, int ndim, const int64_t *shape, double value) {
+    if (check_value_fits(dt, value, "accel_full") != ACCEL_OK) return NULL;
     accel_tensor *t = accel_empty(dt, ndim, shape);
     if (t && accel_fill_(t, value) != ACCEL_OK) return NULL;
     return t;
@@ -681,6 +702,7 @@ double accel_get(const accel_tensor *t, const int64_t *idx) {
 accel_status accel_set(accel_tensor *t, const int64_t *idx, double v) {
     int64_t off;
     if (!check_data(t, "accel_set") || !index_offset(t, idx, &off, "accel_set")) return accel_last_status();
+    if (check_value_fits(t->dtype, v, "accel_set") != ACCEL_OK) return accel_last_status();
     uint64_t b = 0;
     size_t es = accel_dtype_size(t->dtype);
     accel__store_elem(&b, t->dtype, 0, v);
@@ -744,6 +766,7 @@ accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
 
 accel_status accel_fill_(accel_tensor *t, double v) {
     if (!accel_tensor_check(t, "accel_fill_", "t")) return accel_last_status();
+    if (check_value_fits(t->dtype, v, "accel_fill_") != ACCEL_OK) return accel_last_status();
     if (t->device.type == ACCEL_DEV_META || accel_numel(t) == 0) return ACCEL_OK;
     accel_k_fill k = {.out = t, .value = v};
     accel_status st = ACCEL_KERNEL("accel_fill_", t->device, fill, &k);
