@@ -146,8 +146,11 @@ static accel_tensor *slice_impl(const char *op, accel_tensor *a, int dim, int64_
     int64_t shape[ACCEL_MAX_DIMS], stride[ACCEL_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     memcpy(stride, a->stride, sizeof stride);
-    shape[d] = (end - start + step - 1) / step;
-    stride[d] = a->stride[d] * step;
+    /* ceil((end - start) / step) without end - start + step - 1, which passed
+     * int64 for a step near INT64_MAX (signed overflow: a[0:6:INT64_MAX] came
+     * out empty instead of [a[0]]); one element needs no step in its stride */
+    shape[d] = end == start ? 0 : (end - start - 1) / step + 1;
+    stride[d] = shape[d] > 1 ? a->stride[d] * step : a->stride[d];
     accel_tensor *out = accel_view_raw(a, a->ndim, shape, stride, shape[d] ? start * a->stride[d] : 0);
     if (!out) return NULL;
     accel_node *n = accel_tape_record("slice", slice_backward, out, 1, &a);
