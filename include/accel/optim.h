@@ -109,7 +109,9 @@ void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are 
 
 /* Adds a param group of n parameter tensors (borrowed: they must outlive the
  * optimizer, so persistent ones). Returns the group index, or -1 + error
- * (invalid hparams, a step tensor, a non-f32 or non-contiguous parameter). */
+ * (invalid hparams, a step tensor, a non-f32 or non-contiguous parameter, a
+ * parameter given twice or already in one of opt's groups: it would be
+ * updated twice per step; PyTorch refuses it too). */
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h);
 /* Adds a param group of one flat segment: params updated from grads, both
