@@ -333,6 +333,21 @@ static void test_schedulers(void) {
     CHECK(accel_lr_scheduler_last_epoch(s2) == 2);
     accel_lr_scheduler_step(s2);
     CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    /* Values no scheduler saves are refused naming the entry, and nothing is
+     * loaded: a last_epoch of 1e300 was cast to int64 (undefined), -3 or 2.5
+     * kept, a base lr of -1 or inf scheduled every later lr; an entry before
+     * a bad one was loaded. */
+    accel_named_state bad[] = {{"last_epoch", NULL, 1e300},     {"last_epoch", NULL, -3},
+                               {"last_epoch", NULL, 2.5},       {"base_lrs.0", NULL, -1},
+                               {"base_lrs.1", NULL, INFINITY}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        accel_named_state two[2] = {{"last_epoch", NULL, 9}, bad[k]};
+        CHECK(accel_lr_scheduler_load_state(s2, 2, two) == ACCEL_ERR_FORMAT);
+        CHECK_STR_CONTAINS(accel_last_error(), bad[k].name);
+        accel_clear_error();
+        CHECK(accel_lr_scheduler_last_epoch(s2) == 3);
+        CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    }
     accel_named_state_free(st, n);
     accel_lr_scheduler_free(s);
     accel_lr_scheduler_free(s2);

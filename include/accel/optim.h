@@ -234,7 +234,9 @@ double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group);
 int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s);
 /* "last_epoch" and "base_lrs.<g>" scalars (free with accel_named_state_free). */
 int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out);
-/* Restores them and sets each group's lr = base * factor(last_epoch). */
+/* Restores them and sets each group's lr = base * factor(last_epoch).
+ * last_epoch must be a whole number >= 0 and a base lr finite and >= 0; a bad
+ * or unknown entry is ACCEL_ERR_FORMAT naming it, and nothing is loaded. */
 accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
                                            const accel_named_state *st);
 

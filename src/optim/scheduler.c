@@ -157,21 +157,32 @@ accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
                                            const accel_named_state *st) {
     if (!s || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_load_state: NULL argument");
-    for (int i = 0; i < n; i++) {
-        double v = st[i].t ? accel_item(st[i].t) : st[i].value;
-        int g;
-        char extra;
-        if (!st[i].name || isnan(v))
-            return accel_set_error(ACCEL_ERR_FORMAT,
-                                   "accel_lr_scheduler_load_state: entry %d has no name or no scalar", i);
-        if (strcmp(st[i].name, "last_epoch") == 0)
-            s->last_epoch = (int64_t)v;
-        else if (sscanf(st[i].name, "base_lrs.%d%c", &g, &extra) == 1 && g >= 0 && g < s->n_groups)
-            s->base_lrs[g] = v;
-        else
-            return accel_set_error(ACCEL_ERR_FORMAT,
-                                   "accel_lr_scheduler_load_state: unknown entry \"%s\"", st[i].name);
-    }
+    /* Every entry is checked before any is kept: a bad one left the entries
+     * before it loaded. The ranges are the optimizer's (accel_optimizer_load_state):
+     * a last_epoch of 1e300 was cast to int64 (undefined), -3 or 2.5 kept, and
+     * a base lr of -1 or inf scheduled every later lr from it, silently. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            double v = st[i].t ? accel_item(st[i].t) : st[i].value;
+            int g;
+            char extra;
+            bool epoch = st[i].name && strcmp(st[i].name, "last_epoch") == 0;
+            bool base = !epoch && st[i].name && sscanf(st[i].name, "base_lrs.%d%c", &g, &extra) == 1 && g >= 0 &&
+                        g < s->n_groups;
+            if (!st[i].name || isnan(v))
+                return accel_set_error(ACCEL_ERR_FORMAT,
+                                       "accel_lr_scheduler_load_state: entry %d has no name or no scalar", i);
+            if (!epoch && !base)
+                return accel_set_error(ACCEL_ERR_FORMAT, "accel_lr_scheduler_load_state: unknown entry \"%s\"",
+                                       st[i].name);
+            if (epoch ? !(v >= 0 && v <= 4e18 && v == floor(v)) : !(v >= 0 && isfinite(v)))
+                return accel_set_error(ACCEL_ERR_FORMAT, "accel_lr_scheduler_load_state: entry \"%s\" is %g: %s",
+                                       st[i].name, v,
+                                       epoch ? "last_epoch must be a whole number >= 0"
+                                             : "a base lr must be a finite number >= 0");
+            if (pass == 1 && epoch) s->last_epoch = (int64_t)v;
+            else if (pass == 1) s->base_lrs[g] = v;
+        }
     apply(s);
     return ACCEL_OK;
 }
