@@ -349,6 +349,27 @@ static void test_schedulers(void) {
         CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
     }
     accel_named_state_free(st, n);
+    /* An lr that is NaN, infinite or negative is refused, the lr unchanged:
+     * set, it made every parameter NaN at the next step (or climbed the
+     * loss), silently; 0 (a schedule's end) is taken. A lambda whose factor
+     * gives one is refused by the step, which then does not count. */
+    CHECK(accel_optimizer_set_lr(opt, 0, NAN) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "lr must be a finite number >= 0 (got nan)");
+    CHECK(accel_optimizer_set_lr(opt, -1, -0.1) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_optimizer_set_lr(opt, 1, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    CHECK(accel_optimizer_set_lr(opt, 1, 0) == ACCEL_OK && accel_optimizer_set_lr(opt, 1, 0.2 / 4) == ACCEL_OK);
+    scale = NAN;
+    CHECK(accel_lr_scheduler_step(s2) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_lr_scheduler: the factor nan at step 4");
+    accel_clear_error();
+    CHECK(accel_lr_scheduler_last_epoch(s2) == 3);
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    scale = -1;
+    CHECK(accel_lr_scheduler_lambda(opt, halve, &scale) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "the factor -1 at step 0");
+    accel_clear_error();
     accel_lr_scheduler_free(s);
     accel_lr_scheduler_free(s2);
     accel_optimizer_free(opt);

@@ -337,6 +337,11 @@ accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) 
     if (group >= opt->n_groups)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: no param group %d (%d groups)", group,
                                opt->n_groups);
+    /* 0 is a schedule's start or end; a NaN turned every parameter into NaN
+     * at the next step, a negative lr climbed the loss, silently */
+    if (!(lr >= 0 && isfinite(lr)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: lr must be a finite number >= 0 (got %g)",
+                               lr);
     for (int g = 0; g < opt->n_groups; g++)
         if (group < 0 || g == group) opt->groups[g].h.lr = lr;
     return ACCEL_OK;
