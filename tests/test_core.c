@@ -407,6 +407,20 @@ static void test_integer_values_fit(void) {
     accel_step_reset();
 }
 
+/* Materialising into a dtype that does not exist gave the tensor 0 bytes and
+ * that dtype, with ACCEL_OK (accel_module_to_empty(root, dev, 55) too). */
+static void test_materialize_checks_dtype(void) {
+    accel_tensor *m = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_META_DEVICE);
+    accel_clear_error();
+    CHECK(accel_tensor_materialize(m, ACCEL_CPU_DEVICE, (accel_dtype)55) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_materialize: invalid dtype 55");
+    CHECK(m->device.type == ACCEL_DEV_META && m->dtype == ACCEL_F32 && m->data == NULL);
+    accel_clear_error();
+    CHECK(accel_tensor_materialize(m, ACCEL_CPU_DEVICE, ACCEL_BF16) == ACCEL_OK);
+    CHECK(m->dtype == ACCEL_BF16 && m->data && accel_get(m, (int64_t[]){2}) == 0);
+    accel_tensor_free(m);
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -415,6 +429,7 @@ int main(void) {
     RUN(test_step_tensor_after_growth);
     RUN(test_setters_report);
     RUN(test_integer_values_fit);
+    RUN(test_materialize_checks_dtype);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);

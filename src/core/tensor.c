@@ -281,7 +281,9 @@ static void adopt_storage(accel_tensor *t, void *p, accel_device dev, accel_dtyp
 }
 
 accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt) {
-    if (!accel_tensor_check(t, "accel_tensor_materialize", "t")) return accel_last_status();
+    /* an invalid dtype has no element size: t got 0 bytes and that dtype, with OK */
+    if (!accel_tensor_check(t, "accel_tensor_materialize", "t") || !check_dtype("accel_tensor_materialize", dt))
+        return accel_last_status();
     const accel_backend *be = storage_backend(dev, "accel_tensor_materialize");
     if (!be) return accel_last_status();
     void *p = alloc_zeroed(be, dev, (size_t)accel_numel(t) * accel_dtype_size(dt));
