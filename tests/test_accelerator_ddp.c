@@ -310,6 +310,48 @@ static void test_scheduler_and_clip(void) {
     accel_module_free(m);
 }
 
+/* Whether the ranks' gradients of m's first parameter are equal after a
+ * backward of a loss that differs by rank (its gradients zeroed first). */
+static bool grads_synced(accel_module *m, accel_optimizer *opt) {
+    accel_optimizer_zero_grad(opt);
+    float xs[4] = {(float)R + 1, 1, 2, 3 - (float)R};
+    accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(1, 4), xs));
+    CHECK(accel_accelerator_backward(A, accel_sum_all(y)) == ACCEL_OK);
+    accel_tensor **ps;
+    accel_module_parameters(m, &ps);
+    accel_tensor *g = accel_accelerator_gather(A, ps[0]->grad);
+    int64_t n = accel_numel(ps[0]->grad);
+    bool same = g != NULL;
+    for (int64_t k = 0; g && k < (int64_t)(N - 1) * n; k++) same &= ((float *)g->data)[k] == ((float *)g->data)[n + k];
+    accel_free(ps);
+    accel_step_reset();
+    return same;
+}
+
+/* no_sync contexts nest, as DDP's do: the all-reduce resumes at the outermost
+ * end (an inner end turned it back on inside the outer context), and an end
+ * without its begin is refused (it returned OK) */
+static void test_no_sync_nests(void) {
+    accel_manual_seed(7);
+    accel_module *m = mlp();
+    accel_optimizer *opt = sgd(m, 0.1);
+    CHECK(accel_accelerator_prepare(A, m, opt) == ACCEL_OK);
+    CHECK(grads_synced(m, opt));
+    CHECK(accel_accelerator_no_sync_begin(A, m) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_begin(A, m) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_end(A, m) == ACCEL_OK);
+    CHECK(grads_synced(m, opt) == (N == 1)); /* still inside the outer no_sync */
+    CHECK(accel_accelerator_no_sync_end(A, m) == ACCEL_OK);
+    CHECK(grads_synced(m, opt));
+    CHECK(accel_accelerator_no_sync_end(A, m) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "not inside no_sync");
+    accel_clear_error();
+    CHECK(grads_synced(m, opt)); /* the refused end changed nothing */
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
 static void test_process_helpers(void) {
     accel_process_split sp = accel_accelerator_split_between_processes(A, 17);
     int64_t q = 17 / N, r = 17 % N;
@@ -377,6 +419,7 @@ int main(void) {
     RUN(test_gather_for_metrics);
     RUN(test_collectives);
     RUN(test_scheduler_and_clip);
+    RUN(test_no_sync_nests);
     RUN(test_process_helpers);
     accel_accelerator_free(A);
     accel_thread_cleanup();

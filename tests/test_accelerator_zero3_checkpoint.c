@@ -425,6 +425,15 @@ static void expect_merge_errors(const char *broken) {
     CHECK(accel__zero3_merge(sub, out, &n) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "(parameter 0.weight) are in none of its files or in several: the index "
                                            "does not cover the model");
+    /* a shape whose dims multiply past int64 (signed overflow: [2^40, 2^40, 2^40]
+     * wrapped to 0 elements), refused by the index reader naming the index */
+    ix = json_load_file(index, 0, NULL);
+    json_t *shape = json_pack("[III]", (json_int_t)1 << 40, (json_int_t)1 << 40, (json_int_t)1 << 40);
+    CHECK(ix && json_object_set_new(json_array_get(json_object_get(ix, "state_dict"), 0), "shape", shape) == 0);
+    CHECK(json_dump_file(ix, index, 0) == 0);
+    json_decref(ix);
+    CHECK(accel__zero3_merge(sub, out, &n) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "sharded_index.json: a \"shape\" has more than 2^60 elements");
 }
 
 static void test_bad_checkpoints(void) {

@@ -297,6 +297,16 @@ static void test_misuse_is_reported(void) {
     CHECK(accel_accelerator_scheduler_step(acc, s) == ACCEL_OK);
     CHECK(accel_accelerator_no_sync_begin(acc, model) == ACCEL_OK);
     CHECK(accel_accelerator_no_sync_end(acc, model) == ACCEL_OK);
+    /* no_sync is a context: an end without its begin is refused (it returned
+     * OK); contexts nest, so two begins take two ends */
+    CHECK(accel_accelerator_no_sync_end(acc, model) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "not inside no_sync");
+    CHECK(accel_accelerator_no_sync_begin(acc, model) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_begin(acc, model) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_end(acc, model) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_end(acc, model) == ACCEL_OK);
+    CHECK(accel_accelerator_no_sync_end(acc, model) == ACCEL_ERR_STATE);
+    accel_clear_error();
     /* an object has one accelerator */
     accel_accelerator *other = accel_accelerator_new(NULL);
     CHECK(accel_accelerator_prepare(other, model) == ACCEL_ERR_STATE);

@@ -1,4 +1,6 @@
 /* Core: dtypes, conversions, tensors, arenas, errors, RNG, printing. */
+#include <math.h>
+
 #include "accel/accel.h"
 #include "check.h"
 
@@ -87,6 +89,11 @@ static void test_errors(void) {
     accel_clear_error();
     CHECK(accel_device_parse("cuda:1", &d) == ACCEL_OK && d.index == 1);
     CHECK(!accel_device_available(d));
+    /* the index is digits alone (strtol took " 1" and "+1" as 1) */
+    CHECK(accel_device_parse("cuda: 1", &d) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_device_parse("cuda:+1", &d) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "bad device index in 'cuda:+1'");
+    accel_clear_error();
     /* a message that wraps the pending one (as the release paths' errors do) */
     accel_set_error(ACCEL_ERR_IO, "inner %d", 7);
     CHECK(accel_set_error(ACCEL_ERR_DEVICE, "outer (%s) done", accel_last_error()) == ACCEL_ERR_DEVICE);
@@ -366,6 +373,54 @@ static void test_setters_report(void) {
     accel_step_reset();
 }
 
+/* An integer tensor takes a value its dtype holds, truncated as a cast; a NaN
+ * or a value out of range was converted anyway (undefined in C: int32 got
+ * INT_MIN for NaN and for 1e10, silently), which PyTorch refuses. */
+static void test_integer_values_fit(void) {
+    accel_clear_error();
+    CHECK(accel_full(ACCEL_I32, ACCEL_SHAPE(2), NAN) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_full: value nan cannot be converted to int32");
+    accel_clear_error();
+    CHECK(accel_full(ACCEL_I32, ACCEL_SHAPE(2), 1e10) == NULL);
+    accel_clear_error();
+    CHECK(accel_full(ACCEL_I64, ACCEL_SHAPE(2), 0x1p63) == NULL);
+    accel_clear_error();
+    accel_tensor *u = accel_zeros(ACCEL_U8, ACCEL_SHAPE(2));
+    CHECK(accel_fill_(u, -1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_fill_: value -1 cannot be converted to uint8");
+    CHECK(accel_get(u, (int64_t[]){0}) == 0); /* unchanged */
+    accel_clear_error();
+    accel_tensor *i8 = accel_zeros(ACCEL_I8, ACCEL_SHAPE(2));
+    CHECK(accel_set(i8, (int64_t[]){1}, 128) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_set(i8, (int64_t[]){1}, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_set");
+    accel_clear_error();
+    /* what fits is taken, truncated toward zero; floats and bool take anything */
+    CHECK(accel_set(i8, (int64_t[]){1}, -128.9) == ACCEL_OK && accel_get(i8, (int64_t[]){1}) == -128);
+    accel_tensor *i64 = accel_full(ACCEL_I64, ACCEL_SHAPE(1), -0x1p63);
+    CHECK(i64 && accel_get(i64, (int64_t[]){0}) == -0x1p63);
+    accel_tensor *i32 = accel_full(ACCEL_I32, ACCEL_SHAPE(1), 2.7);
+    CHECK(i32 && accel_get(i32, (int64_t[]){0}) == 2);
+    CHECK(accel_full(ACCEL_F32, ACCEL_SHAPE(1), NAN) && accel_full(ACCEL_BOOL, ACCEL_SHAPE(1), NAN));
+    CHECK(accel_last_status() == ACCEL_OK);
+    accel_step_reset();
+}
+
+/* Materialising into a dtype that does not exist gave the tensor 0 bytes and
+ * that dtype, with ACCEL_OK (accel_module_to_empty(root, dev, 55) too). */
+static void test_materialize_checks_dtype(void) {
+    accel_tensor *m = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_META_DEVICE);
+    accel_clear_error();
+    CHECK(accel_tensor_materialize(m, ACCEL_CPU_DEVICE, (accel_dtype)55) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_materialize: invalid dtype 55");
+    CHECK(m->device.type == ACCEL_DEV_META && m->dtype == ACCEL_F32 && m->data == NULL);
+    accel_clear_error();
+    CHECK(accel_tensor_materialize(m, ACCEL_CPU_DEVICE, ACCEL_BF16) == ACCEL_OK);
+    CHECK(m->dtype == ACCEL_BF16 && m->data && accel_get(m, (int64_t[]){2}) == 0);
+    accel_tensor_free(m);
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -373,6 +428,8 @@ int main(void) {
     RUN(test_errors);
     RUN(test_step_tensor_after_growth);
     RUN(test_setters_report);
+    RUN(test_integer_values_fit);
+    RUN(test_materialize_checks_dtype);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);

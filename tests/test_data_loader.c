@@ -124,6 +124,17 @@ static void test_state_resume(void) {
             accel_step_reset();
         }
     CHECK(ng == nw && memcmp(want, got, (size_t)nw * sizeof(int64_t)) == 0);
+    /* epoch INT64_MAX has no next: its end incremented the epoch past int64
+     * (undefined); refused, the loader unchanged */
+    accel_clear_error();
+    CHECK(accel_dataloader_set_epoch(dl, INT64_MAX) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "below INT64_MAX");
+    CHECK(accel_dataloader_set_state(dl, &(accel_dataloader_state){INT64_MAX, 0, 7}) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(accel_dataloader_epoch(dl) == 2);
+    CHECK(accel_dataloader_set_epoch(dl, INT64_MAX - 1) == ACCEL_OK);
+    while (accel_dataloader_next(dl, &b)) accel_step_reset();
+    CHECK(accel_last_status() == ACCEL_OK && accel_dataloader_epoch(dl) == INT64_MAX);
     accel_dataloader_free(ref);
     accel_dataloader_free(dl);
     accel_dataset_free(ds);

@@ -266,6 +266,34 @@ static void test_device_map_basics(void) {
     CHECK(accel_get_max_memory(NULL, &out) == ACCEL_OK && out.n == 1 && out.e[0].bytes > 0);
 }
 
+/* A value is checked from its spelling when it is set (it was kept, and the
+ * load that read the map refused it long after); whether a backend serves a
+ * known type, and the machine has that device, is checked at load. */
+static void test_device_map_set_checks_values(void) {
+    static const char *const bad[] = {"gpu:9",   "garbage", "cuda:",   "cuda:x", "cuda:-1", "cuda:+1",
+                                      "cuda: 1", "cuda:1024", "99999", "cpu:0",  "mps",     "disk:0"};
+    accel_device_map *m = accel_device_map_new();
+    CHECK(accel_device_map_set(m, "a", "cpu") == ACCEL_OK);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        accel_clear_error();
+        CHECK_MSG(accel_device_map_set(m, "a", bad[i]) == ACCEL_ERR_INVALID_ARG, "'%s' was accepted", bad[i]);
+        CHECK_STR_CONTAINS(accel_last_error(), "is not a device map value");
+        CHECK_STR_CONTAINS(accel_last_error(), bad[i]);
+        CHECK_MSG(accel_device_map_set(m, "b", bad[i]) != ACCEL_OK, "'%s' was appended", bad[i]);
+    }
+    /* a refused value changes nothing: "a" keeps its device, "b" was not added */
+    CHECK(m->n == 1 && strcmp(accel_device_map_get(m, "a"), "cpu") == 0);
+    accel_clear_error();
+    static const char *const good[] = {"0", "1023", "cpu", "disk", "meta", "cuda", "cuda:99", "npu:12", "hostless:0"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        CHECK_MSG(accel_device_map_set(m, "a", good[i]) == ACCEL_OK, "'%s': %s", good[i], accel_last_error());
+    accel_device_map_free(m);
+    /* parse sets each entry: a bad one fails the whole map, naming it */
+    CHECK(accel_device_map_parse("a:cpu,b:gpu:9") == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "'b' -> 'gpu:9'");
+    accel_clear_error();
+}
+
 static void test_infer_basic(void) {
     accel_module *m = model_for_test();
     check_map(m, "0=200,1=200", NULL, "{\"linear1\": 0, \"batchnorm\": 1, \"linear2\": 1}");
@@ -442,6 +470,7 @@ int main(void) {
     RUN(test_tied_parameters);
     RUN(test_clean_device_map);
     RUN(test_device_map_basics);
+    RUN(test_device_map_set_checks_values);
     RUN(test_infer_basic);
     RUN(test_infer_tied);
     RUN(test_infer_buffers_and_fallback);

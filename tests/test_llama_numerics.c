@@ -151,6 +151,18 @@ static void test_kv_cache_matches_full(void) {
     CHECK(accel_llama_forward(m, big, kc) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "KV cache");
     accel_clear_error();
+    /* A cache of another head size is refused naming both (the first layer's
+     * copy into it refused it, naming neither); nothing is written to it. */
+    accel_llama_config other = *accel_llama_config_of(m);
+    other.head_dim *= 2;
+    accel_kv_cache *wide = accel_kv_cache_new(&other, 2, 16, accel_default_device());
+    accel_tensor *few = accel_zeros(ACCEL_I64, ACCEL_SHAPE(2, 3));
+    CHECK(wide && accel_llama_forward(m, few, wide) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_forward: KV cache");
+    CHECK(accel_kv_cache_len(wide) == 0);
+    accel_clear_error();
+    accel_kv_cache_free(wide);
     accel_set_grad_enabled(prev);
     accel_step_reset();
     accel_kv_cache_free(kc);

@@ -224,7 +224,12 @@ static void test_meta_and_to_empty(void) {
     accel_module *m = make_block();
     accel_init_empty_weights_end();
     CHECK(accel_default_param_device(ACCEL_CPU_DEVICE).type == ACCEL_DEV_META);
-    accel_init_empty_weights_end();
+    CHECK(accel_init_empty_weights_end() == ACCEL_OK);
+    CHECK(accel_default_param_device(ACCEL_CPU_DEVICE).type == ACCEL_DEV_CPU);
+    /* an end with no open begin is reported (it was ignored silently) */
+    CHECK(accel_init_empty_weights_end() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "not inside init_empty_weights");
+    accel_clear_error();
     CHECK(accel_default_param_device(ACCEL_CPU_DEVICE).type == ACCEL_DEV_CPU);
     accel_tensor *w = accel_module_get_tensor(m, "fc.weight");
     CHECK(w->device.type == ACCEL_DEV_META && w->data == NULL);
@@ -294,6 +299,83 @@ static void test_hooks(void) {
     accel_step_reset();
     accel_module_free(seq);
     CHECK(freed_ctx == 2);
+}
+
+/* Hooks that record what they were handed (a hook may read *x and *y: these
+ * count a NULL instead of reading through it); drop: they drop the tensor. */
+typedef struct seen_log {
+    int pre, post, null_x, null_y;
+    bool drop;
+} seen_log;
+
+static accel_status seen_pre(accel_module *m, accel_tensor **x, void *ctx) {
+    seen_log *l = ctx;
+    l->pre++;
+    if (!x || !*x) l->null_x++;
+    else if (l->drop) *x = NULL;
+    return ACCEL_OK;
+}
+
+static accel_status seen_post(accel_module *m, accel_tensor **y, void *ctx) {
+    seen_log *l = ctx;
+    l->post++;
+    if (!y) l->null_y++;
+    else if (l->drop) *y = NULL;
+    return ACCEL_OK;
+}
+
+/* enter/exit hand the hooks what the API promises them: an input tensor (a
+ * NULL x, or *x, reached them), an address for the output (a NULL y did); a
+ * hook that drops the tensor and says OK made the model return NULL with no
+ * error. */
+static void test_enter_exit_refuse_null(void) {
+    accel_module *m = accel_relu_module_new();
+    seen_log log = {0};
+    accel_module_hook h = {seen_pre, seen_post, NULL, &log};
+    CHECK(accel_module_set_hook(m, &h) == ACCEL_OK);
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(2), (float[]){1, -1}), *none = NULL;
+    accel_clear_error();
+    CHECK(accel_module_enter(m, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_enter (ReLU): x is NULL");
+    accel_clear_error();
+    CHECK(accel_module_enter(m, &none) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "the input tensor is NULL");
+    CHECK(accel_module_call(m, NULL) == NULL);
+    CHECK(log.pre == 0 && log.post == 0 && log.null_x == 0);
+    /* an earlier failure's NULL keeps that failure's error */
+    accel_set_error(ACCEL_ERR_DTYPE, "an earlier failure");
+    CHECK(accel_module_enter(m, &none) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "an earlier failure");
+    accel_clear_error();
+    /* exit with no address for the output: refused after the post hook ran
+     * with no output (it undoes what the pre hook set up) */
+    CHECK(accel_module_enter(m, &x) == ACCEL_OK && log.pre == 1);
+    CHECK(accel_module_exit(m, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_exit (ReLU): y is NULL");
+    CHECK(log.post == 1 && log.null_y == 0);
+    accel_clear_error();
+    /* a failed call's NULL output is what exit expects: no error */
+    CHECK(accel_module_exit(m, &none) == ACCEL_OK && log.post == 2);
+    /* hooks that drop the tensor and return OK */
+    log.drop = true;
+    accel_tensor *in = x;
+    CHECK(accel_module_enter(m, &in) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "pre_forward hook returned OK and left no input");
+    CHECK(log.pre == 2 && log.post == 3); /* the post hook undid it: no exit follows a failed enter */
+    accel_clear_error();
+    CHECK(accel_module_call(m, x) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_STATE);
+    accel_clear_error();
+    log.drop = false;
+    accel_tensor *out = x;
+    CHECK(accel_module_enter(m, &out) == ACCEL_OK);
+    log.drop = true;
+    CHECK(accel_module_exit(m, &out) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "post_forward hook returned OK and dropped the output");
+    accel_clear_error();
+    CHECK(log.null_x == 0 && log.null_y == 0);
+    accel_step_reset();
+    accel_module_free(m);
 }
 
 /* The seed config: transformers' LlamaForCausalLM(vocab 32, hidden 64,
@@ -374,6 +456,7 @@ int main(void) {
     RUN(test_flatten);
     RUN(test_meta_and_to_empty);
     RUN(test_hooks);
+    RUN(test_enter_exit_refuse_null);
     RUN(test_llama_tree_on_meta);
     accel_thread_cleanup();
     return check_summary();

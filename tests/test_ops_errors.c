@@ -141,6 +141,12 @@ static void test_shape_errors(void) {
     check_shape_error(accel_reshape(a, ACCEL_SHAPE(4, 2)), "accel_reshape", "[2, 3]", "[4, 2]");
     check_shape_error(accel_reshape(a, ACCEL_SHAPE(-1, 4)), "accel_reshape", "[2, 3]", "[-1, 4]");
     check_shape_error(accel_reshape(a, ACCEL_SHAPE(-1, -1)), "accel_reshape", "[2, 3]", "[-1, -1]");
+    /* a target whose product is past int64 (it overflowed: undefined behaviour;
+     * 2 * 467443687 * 39463029637 == 2^65 + 6 wrapped to 6 and was taken) */
+    check_shape_error(accel_reshape(a, ACCEL_SHAPE(INT64_MAX, 2)), "accel_reshape", "[2, 3]",
+                      "[9223372036854775807, 2]");
+    check_shape_error(accel_reshape(a, ACCEL_SHAPE(2, 467443687, 39463029637)), "accel_reshape", "[2, 3]",
+                      "[2, 467443687, 39463029637]");
     check_shape_error(accel_expand(a, ACCEL_SHAPE(2, 4)), "accel_expand", "[2, 3]", "[2, 4]");
     check_shape_error(accel_expand(a, ACCEL_SHAPE(3)), "accel_expand", "[2, 3]", "1 dims");
     check_shape_error(accel_concat(2, (accel_tensor *[]){a, b}, 0), "accel_concat", "[2, 3]", "[4]");
@@ -151,6 +157,17 @@ static void test_shape_errors(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "accel_split");
     CHECK_STR_CONTAINS(accel_last_error(), "[1, 1]");
     CHECK_STR_CONTAINS(accel_last_error(), "[2, 3]");
+    accel_clear_error();
+    /* sizes whose sum wraps to the dim's size (2 * INT64_MAX + 5 == 3 mod 2^64) */
+    accel_tensor *three[3];
+    CHECK(accel_split(a, 1, 3, (int64_t[]){INT64_MAX, INT64_MAX, 5}, three) == ACCEL_ERR_SHAPE);
+    CHECK(three[0] == NULL && three[1] == NULL && three[2] == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "do not add up");
+    accel_clear_error();
+    /* arange's length end - start past int64 (the subtraction overflowed) */
+    CHECK(accel_arange(ACCEL_F32, INT64_MIN, INT64_MAX) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_arange");
     accel_clear_error();
     check_shape_error(accel_sum_to_shape(a, ACCEL_SHAPE(3, 3)), "accel_sum_to_shape", "[2, 3]", "[3, 3]");
     accel_step_reset();

@@ -72,6 +72,14 @@ static void test_slice(void) {
     CHECK(has_shape(s, ACCEL_SHAPE(0, 5)));
     s = accel_slice(x, 0, -100, 100, 3); /* clamped: rows 0, 3 */
     check_values(accel_contiguous(s), (float[]){0, 1, 2, 3, 4, 15, 16, 17, 18, 19}, 10);
+    /* a step past the dim takes its first element (x[1::2**63-1], as PyTorch);
+     * end - start + step - 1 overflowed and the slice came out empty */
+    s = accel_slice(x, 0, 1, INT64_MAX, INT64_MAX);
+    CHECK(has_shape(s, ACCEL_SHAPE(1, 5)));
+    check_values(accel_contiguous(s), (float[]){5, 6, 7, 8, 9}, 5);
+    s = accel_slice(x, 1, INT64_MIN, INT64_MAX, INT64_MAX - 1);
+    CHECK(has_shape(s, ACCEL_SHAPE(4, 1)));
+    check_values(accel_contiguous(s), (float[]){0, 5, 10, 15}, 4);
     /* slice of a slice shares the base */
     accel_tensor *ss = accel_slice(accel_slice(x, 1, 1, 5, 1), 1, 1, 3, 1);
     CHECK(accel_get(ss, (int64_t[]){2, 1}) == 13);

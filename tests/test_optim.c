@@ -190,6 +190,35 @@ static void test_errors(void) {
     CHECK(accel_optim_kind_parse("AdamW") == ACCEL_OPTIM_ADAMW && accel_optim_kind_parse("lion") == -1);
 }
 
+/* A parameter given twice, in one group or in two, was updated twice per
+ * step (lr 0.1, grad 1: 1 -> 0.8 instead of 0.9, silently); PyTorch refuses
+ * it across groups. The refusal adds nothing. */
+static void test_duplicate_params(void) {
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    accel_tensor *q = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    p->name = "w";
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_clear_error();
+    CHECK(accel_optimizer_new_params(ACCEL_OPTIM_SGD, 3, (accel_tensor *[]){p, q, p}, &h) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "parameter 2 (\"w\") appears more than once");
+    accel_clear_error();
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, 1, &p, &h);
+    CHECK(opt && accel_optimizer_add_params(opt, 2, (accel_tensor *[]){q, p}, &h) == -1);
+    CHECK_STR_CONTAINS(accel_last_error(), "already in param group 0");
+    accel_clear_error();
+    CHECK(accel_optimizer_num_groups(opt) == 1 && accel_optimizer_num_segments(opt) == 1);
+    CHECK(accel_optimizer_add_params(opt, 1, &q, &h) == 1); /* q alone is new */
+    accel_fill_(p, 1.0);
+    p->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    accel_fill_(p->grad, 1.0);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    CHECK_CLOSE(accel_get(p, (int64_t[]){0}), 0.9, 1e-6, 0);
+    accel_optimizer_free(opt);
+    accel_tensor_free(p);
+    accel_tensor_free(q);
+}
+
 /* torch.nn.utils.clip_grad_norm_ on grads [3, -4, 1] and [2, -0.5], max_norm 1.5. */
 static void test_clip(void) {
     const struct { double type, total; float a0, b1; } cases[] = {
@@ -304,7 +333,43 @@ static void test_schedulers(void) {
     CHECK(accel_lr_scheduler_last_epoch(s2) == 2);
     accel_lr_scheduler_step(s2);
     CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    /* Values no scheduler saves are refused naming the entry, and nothing is
+     * loaded: a last_epoch of 1e300 was cast to int64 (undefined), -3 or 2.5
+     * kept, a base lr of -1 or inf scheduled every later lr; an entry before
+     * a bad one was loaded. */
+    accel_named_state bad[] = {{"last_epoch", NULL, 1e300},     {"last_epoch", NULL, -3},
+                               {"last_epoch", NULL, 2.5},       {"base_lrs.0", NULL, -1},
+                               {"base_lrs.1", NULL, INFINITY}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        accel_named_state two[2] = {{"last_epoch", NULL, 9}, bad[k]};
+        CHECK(accel_lr_scheduler_load_state(s2, 2, two) == ACCEL_ERR_FORMAT);
+        CHECK_STR_CONTAINS(accel_last_error(), bad[k].name);
+        accel_clear_error();
+        CHECK(accel_lr_scheduler_last_epoch(s2) == 3);
+        CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    }
     accel_named_state_free(st, n);
+    /* An lr that is NaN, infinite or negative is refused, the lr unchanged:
+     * set, it made every parameter NaN at the next step (or climbed the
+     * loss), silently; 0 (a schedule's end) is taken. A lambda whose factor
+     * gives one is refused by the step, which then does not count. */
+    CHECK(accel_optimizer_set_lr(opt, 0, NAN) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "lr must be a finite number >= 0 (got nan)");
+    CHECK(accel_optimizer_set_lr(opt, -1, -0.1) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_optimizer_set_lr(opt, 1, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    CHECK(accel_optimizer_set_lr(opt, 1, 0) == ACCEL_OK && accel_optimizer_set_lr(opt, 1, 0.2 / 4) == ACCEL_OK);
+    scale = NAN;
+    CHECK(accel_lr_scheduler_step(s2) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_lr_scheduler: the factor nan at step 4");
+    accel_clear_error();
+    CHECK(accel_lr_scheduler_last_epoch(s2) == 3);
+    CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
+    scale = -1;
+    CHECK(accel_lr_scheduler_lambda(opt, halve, &scale) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "the factor -1 at step 0");
+    accel_clear_error();
     accel_lr_scheduler_free(s);
     accel_lr_scheduler_free(s2);
     accel_optimizer_free(opt);
@@ -455,6 +520,7 @@ int main(void) {
     RUN(test_adam_bits);
     RUN(test_flat_shards);
     RUN(test_errors);
+    RUN(test_duplicate_params);
     RUN(test_clip);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);

@@ -93,6 +93,15 @@ static void test_data_null(void) {
     CHECK(accel_batches_from_order(&neg, -10, NULL, 3, false) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "n must be >= 0 (got -10)");
     accel_clear_error();
+    /* more indices than memory holds: an error at once (grown batch by batch,
+     * the list ran until the system killed the process; past 2^62 entries its
+     * capacity doubled into a negative number, forever) */
+    CHECK(accel_batches_from_order(&neg, INT64_MAX, NULL, 1, false) == ACCEL_ERR_OOM);
+    CHECK_STR_CONTAINS(accel_last_error(), "do not fit in memory");
+    CHECK(accel_batches_from_order(&neg, (int64_t)1 << 62, NULL, 1 << 20, true) == ACCEL_ERR_OOM);
+    CHECK(neg.n == 0);
+    accel_clear_error();
+    accel_batches_free(&neg);
     accel_batches b;
     accel_batches_init(&b);
     CHECK(accel_batches_push(&b, 2, (int64_t[]){4, 5}) == ACCEL_OK);

@@ -381,7 +381,9 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
 /* accumulate(model): call once per micro-batch, before forward, after the
  * batch was fetched. Advances step and sets sync_gradients (Accelerate's GradientState). */
 accel_status accel_accelerator_accumulate(accel_accelerator *acc);
-/* no_sync(model): no gradient all-reduce between begin and end. */
+/* no_sync(model): no gradient all-reduce between begin and end. They nest
+ * (the all-reduce resumes at the outermost end); an end with no open begin is
+ * ACCEL_ERR_STATE and changes nothing. */
 accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
 accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
 /* The prepared optimizer's step / zero_grad: no-ops unless sync_gradients.

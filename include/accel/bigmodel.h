@@ -43,7 +43,12 @@ typedef struct accel_device_map {
 
 accel_device_map *accel_device_map_new(void);
 void accel_device_map_free(accel_device_map *m); /* NULL is a no-op */
-/* Replaces the device of an existing prefix in place, else appends. */
+/* Replaces the device of an existing prefix in place, else appends. The value
+ * is checked here from its spelling: an integer GPU index ("0", up to 1023),
+ * "disk", "cpu", "meta", or cuda/npu/hostless with an optional ":N" (N in
+ * 0..1023); anything else ("gpu:9", "mps", "cuda:x") is ACCEL_ERR_INVALID_ARG
+ * and leaves m as it was. Whether a backend serves the type and the machine
+ * has the device is checked when the map is used (accel_load_checkpoint_in_model). */
 accel_status accel_device_map_set(accel_device_map *m, const char *prefix, const char *device);
 void accel_device_map_remove(accel_device_map *m, const char *prefix);
 /* Exact prefix -> device, NULL when absent. */
@@ -51,7 +56,8 @@ const char *accel_device_map_get(const accel_device_map *m, const char *prefix);
 /* Longest matching prefix for a tensor/module name -> device, NULL when none. */
 const char *accel_device_map_lookup(const accel_device_map *m, const char *name);
 /* Parses "a:0,b:cpu,c:cuda:1,d:hostless:0" ("" key written as ":0"; a value
- * "type:N" keeps its colon) — for tests and the CLI. */
+ * "type:N" keeps its colon) — for tests and the CLI. Each value is checked as
+ * accel_device_map_set checks it; NULL + error on the first bad one. */
 accel_device_map *accel_device_map_parse(const char *spec);
 /* Writes {"a": 0, "b": "cpu"} (integers unquoted, like Python) into buf. */
 const char *accel_device_map_str(const accel_device_map *m, char *buf, size_t n);

@@ -159,7 +159,8 @@ typedef struct accel_device {
 
 /* "cpu", "meta", "cuda", "cuda:1", and "<type>:N" of every registered backend
  * ("hostless:0" under ACCEL_TEST_DEVICES). Anything else (npu:0 in a build
- * without NPU, ...) is an error naming the device and what this build supports. */
+ * without NPU, ...) is an error naming the device and what this build supports;
+ * N is 0..1023 in digits alone ("cuda: 1", "cuda:+1" are refused). */
 accel_status accel_device_parse(const char *s, accel_device *out);
 /* "cpu", "meta", "cuda:0" into buf (returns buf). */
 const char *accel_device_str(accel_device d, char *buf, size_t n);
@@ -308,7 +309,9 @@ accel_status accel_tensor_from_host(accel_tensor *t, const void *src);
 /* Value access (any device; any dtype; any strides). */
 double accel_item(const accel_tensor *t);                 /* one-element tensor */
 double accel_get(const accel_tensor *t, const int64_t *idx);
-/* Fails on a dead or meta tensor, an index out of range, or a failed device copy. */
+/* Fails on a dead or meta tensor, an index out of range, a value an integer
+ * dtype cannot hold (NaN, inf, out of its range: ACCEL_ERR_INVALID_ARG, as
+ * PyTorch; a value in range is truncated toward zero), or a failed device copy. */
 accel_status accel_set(accel_tensor *t, const int64_t *idx, double v);
 /* Copy all elements, converted, to a contiguous float/int64 array of numel elements. */
 accel_status accel_to_floats(const accel_tensor *t, float *out);
@@ -316,6 +319,7 @@ accel_status accel_to_int64s(const accel_tensor *t, int64_t *out);
 /* Elementwise copy with dtype conversion and broadcasting-free shape equality,
  * between any two devices. No autograd. dst may be persistent. */
 accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src);
+/* v as accel_set takes it (accel_full too): an integer dtype refuses what it cannot hold. */
 accel_status accel_fill_(accel_tensor *t, double v);
 accel_status accel_zero_(accel_tensor *t);
 

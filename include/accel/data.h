@@ -171,7 +171,8 @@ int64_t accel_dataloader_len(const accel_dataloader *dl);
 bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out);
 /* The epoch used by the next (or running) epoch. */
 int64_t accel_dataloader_epoch(const accel_dataloader *dl);
-/* Sets the epoch of the next epoch (ends a running one). */
+/* Sets the epoch of the next epoch (ends a running one): >= 0 and below
+ * INT64_MAX, which has no next (as in accel_dataloader_set_state). */
 accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch);
 /* True while an epoch is running (between its first next() and its end). */
 bool accel_dataloader_active(const accel_dataloader *dl);

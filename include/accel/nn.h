@@ -105,7 +105,12 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
 accel_tensor *accel_module_call(accel_module *m, accel_tensor *x);
 /* For models with their own forward signatures: run pre/post hooks of m
  * around a custom call. enter may replace *x; exit may replace *y. Once enter
- * succeeded, call exit even when the call failed (*y NULL). */
+ * succeeded, call exit even when the call failed (*y NULL). enter refuses a
+ * NULL x and a *x that is not a live tensor (ACCEL_ERR_INVALID_ARG/_STATE,
+ * no hook run; an earlier failure's error is kept), and a pre hook that
+ * returns OK with *x NULL (ACCEL_ERR_STATE, after running the post hook with
+ * no output). exit refuses a NULL y after running the post hook with no
+ * output, and a post hook that returns OK having dropped a non-NULL *y. */
 accel_status accel_module_enter(accel_module *m, accel_tensor **x);
 accel_status accel_module_exit(accel_module *m, accel_tensor **y);
 /* Replaces m's hook (freeing the old one's ctx); NULL removes it. On failure
@@ -188,9 +193,10 @@ void accel_flat_params_free(accel_flat_params *fp);
 accel_status accel_module_to(accel_module *root, accel_device dev);
 /* Materialises meta tensors on dev with dtype (or their own if dt < 0), zero-filled. */
 accel_status accel_module_to_empty(accel_module *root, accel_device dev, int dt);
-/* Builds modules on the meta device while active (no weight memory). Nestable. */
+/* Builds modules on the meta device while active (no weight memory). Nestable,
+ * per thread; an end with no open begin is ACCEL_ERR_STATE. */
 void accel_init_empty_weights_begin(void);
-void accel_init_empty_weights_end(void);
+accel_status accel_init_empty_weights_end(void);
 /* The device new parameters are created on (meta inside init_empty_weights). */
 accel_device accel_default_param_device(accel_device requested);
 

@@ -109,7 +109,9 @@ void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are 
 
 /* Adds a param group of n parameter tensors (borrowed: they must outlive the
  * optimizer, so persistent ones). Returns the group index, or -1 + error
- * (invalid hparams, a step tensor, a non-f32 or non-contiguous parameter). */
+ * (invalid hparams, a step tensor, a non-f32 or non-contiguous parameter, a
+ * parameter given twice or already in one of opt's groups: it would be
+ * updated twice per step; PyTorch refuses it too). */
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h);
 /* Adds a param group of one flat segment: params updated from grads, both
@@ -129,7 +131,9 @@ int accel_optimizer_num_groups(const accel_optimizer *opt);
 int accel_optimizer_num_segments(const accel_optimizer *opt);
 accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt);
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group);
-accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr); /* group -1: all */
+/* group -1: all. lr must be a finite number >= 0 (0: a schedule's start or
+ * end); anything else is ACCEL_ERR_INVALID_ARG, the lr unchanged. */
+accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr);
 /* The group's hyperparameters (live: writes take effect at the next step). */
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group);
 int64_t accel_optimizer_step_count(const accel_optimizer *opt);
@@ -225,14 +229,19 @@ accel_lr_scheduler *accel_lr_scheduler_new(accel_optimizer *opt, accel_sched_kin
 accel_lr_scheduler *accel_lr_scheduler_lambda(accel_optimizer *opt, accel_lr_lambda_fn fn,
                                               void *ctx);
 void accel_lr_scheduler_free(accel_lr_scheduler *s);
-/* scheduler.step(): last_epoch += 1; lr_g = base_g * factor(last_epoch). */
+/* scheduler.step(): last_epoch += 1; lr_g = base_g * factor(last_epoch). A
+ * factor that makes an lr NaN, infinite or negative (a lambda's) is
+ * ACCEL_ERR_INVALID_ARG: no lr changes and last_epoch stays (at construction:
+ * NULL). */
 accel_status accel_lr_scheduler_step(accel_lr_scheduler *s);
 /* get_last_lr()[group]. */
 double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group);
 int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s);
 /* "last_epoch" and "base_lrs.<g>" scalars (free with accel_named_state_free). */
 int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out);
-/* Restores them and sets each group's lr = base * factor(last_epoch). */
+/* Restores them and sets each group's lr = base * factor(last_epoch).
+ * last_epoch must be a whole number >= 0 and a base lr finite and >= 0; a bad
+ * or unknown entry is ACCEL_ERR_FORMAT naming it, and nothing is loaded. */
 accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
                                            const accel_named_state *st);
 

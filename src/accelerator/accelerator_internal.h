@@ -40,6 +40,7 @@ typedef struct accel__model {
     accel_flat_params *fp;
     const accel__strategy *strat; /* the accelerator's, chosen at accel_accelerator_new */
     bool no_sync;          /* inside no_sync */
+    int no_sync_depth;     /* open no_sync_begin calls (train.c): they nest, as DDP's no_sync does */
     bool ddp;              /* world > 1 */
     /* DDP's state (private to ddp.c): the gradient memory the local ranks
      * share (DDP and ZeRO-1/2) and the buckets; NULL on one process */

@@ -51,19 +51,27 @@ accel_status accel_accelerator_accumulate(accel_accelerator *acc) {
     return ACCEL_OK;
 }
 
-static accel_status set_no_sync(accel_accelerator *acc, accel_module *model, bool on, const char *fn) {
+/* no_sync is a context (DDP's no_sync): begin and end pair, and nest (sync
+ * resumes at the outermost end, as the inner context restores the outer's
+ * off). An end without its begin is refused: it returned OK, and an end of
+ * an inner context turned the all-reduce back on inside the outer one. */
+static accel_status set_no_sync(accel_accelerator *acc, accel_module *model, int delta, const char *fn) {
     accel__model *pm = accel__find_model(acc, model);
     if (!pm) return accel_set_error(ACCEL_ERR_STATE, "%s: the model was not prepared", fn);
-    pm->no_sync = on;
+    if (pm->no_sync_depth + delta < 0)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: the model is not inside no_sync (no no_sync_begin before it)",
+                               fn);
+    pm->no_sync_depth += delta;
+    pm->no_sync = pm->no_sync_depth > 0;
     return ACCEL_OK;
 }
 
 accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model) {
-    return set_no_sync(acc, model, true, __func__);
+    return set_no_sync(acc, model, 1, __func__);
 }
 
 accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model) {
-    return set_no_sync(acc, model, false, __func__);
+    return set_no_sync(acc, model, -1, __func__);
 }
 
 static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {

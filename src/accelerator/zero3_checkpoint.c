@@ -319,7 +319,10 @@ static accel_status parse_param(sharded_index *ix, json_t *e, saved_param *p) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1ll << 40))
             return bad_index(ix, "a \"shape\" holds something that is not a dimension");
         p->shape[d] = json_integer_value(v);
-        p->numel *= p->shape[d];
+        /* dims of 2^40 each multiplied past int64 (signed overflow; [2^32, 2^32]
+         * wrapped to 0 elements) */
+        if (__builtin_mul_overflow(p->numel, p->shape[d], &p->numel) || p->numel > (1ll << 60))
+            return bad_index(ix, "a \"shape\" has more than 2^60 elements");
     }
     return ACCEL_OK;
 }

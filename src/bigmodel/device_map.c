@@ -9,6 +9,7 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "bigmodel/bigmodel_internal.h"
+#include "core/core_internal.h"
 #include "tracking/tracking_internal.h"
 
 bool accel__is_gpu_key(const char *s) {
@@ -37,10 +38,29 @@ static int map_index(const accel_device_map *m, const char *prefix) {
     return -1;
 }
 
+/* A map value is checked from its spelling when it is set: a GPU index, disk,
+ * or a device name (accel__device_name). "gpu:9" or a typo used to be kept
+ * and refused only by the load that read the map. Whether a backend serves
+ * the type and the machine has that device is known only then. */
+static accel_status check_value(const char *prefix, const char *device) {
+    if (strcmp(device, "disk") == 0) return ACCEL_OK;
+    char name[40];
+    snprintf(name, sizeof name, "%s%s", accel__is_gpu_key(device) ? "cuda:" : "", device);
+    accel_device d;
+    if (accel__device_name(name, &d) == ACCEL_OK) return ACCEL_OK;
+    char why[256];
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                           "accel_device_map_set: '%s' -> '%s' is not a device map value (an integer GPU index, "
+                           "disk, or a device name): %s",
+                           prefix, device, why);
+}
+
 accel_status accel_device_map_set(accel_device_map *m, const char *prefix, const char *device) {
     if (!m || !prefix || !device || strlen(device) >= sizeof m->e[0].device || !device[0])
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_device_map_set: bad prefix or device '%s'",
                                device ? device : "(null)");
+    if (check_value(prefix, device) != ACCEL_OK) return accel_last_status();
     int i = map_index(m, prefix);
     if (i < 0) {
         if (m->n == m->cap) {

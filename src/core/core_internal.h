@@ -18,6 +18,12 @@ void accel__cap_num_threads(int n);
  * table carries (backends/plugin.h). */
 accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap);
 
+/* The device s names, read from its spelling alone: cpu, meta, or an indexed
+ * type's name with an optional ":N" (N in 0..1023), whether or not a backend
+ * serves that type (none is loaded). ACCEL_ERR_INVALID_ARG naming s otherwise.
+ * accel_device_parse accepts a name only when its type can be served. */
+accel_status accel__device_name(const char *s, accel_device *out);
+
 /* realloc through the library's allocator (which has no realloc of its own):
  * new memory of `bytes` holding the first min(old_bytes, bytes) bytes of p,
  * which is freed. NULL + error on out of memory, p left as it was. */

@@ -1,4 +1,5 @@
 /* Device names, the backend registry, availability, the default device. */
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,29 +124,49 @@ static bool parsable(accel_device_type t) {
     return t == ACCEL_DEV_CUDA || accel__backend_of((accel_device){t, 0}) != NULL;
 }
 
+/* The indexed type whose name s starts with, followed by its end or ':'; -1 when none. */
+static int indexed_type_of(const char *s) {
+    for (int t = 0; t < ACCEL_DEV_TYPE_COUNT; t++) {
+        size_t k = strlen(TYPE_NAME[t]);
+        if (indexed((accel_device_type)t) && strncmp(s, TYPE_NAME[t], k) == 0 && (s[k] == '\0' || s[k] == ':'))
+            return t;
+    }
+    return -1;
+}
+
+/* "type" (index 0) or "type:N" for indexed type t, N in 0..1023 written in
+ * digits alone (strtol also took " 1", "+1" and "-0"). */
+static accel_status parse_indexed(const char *s, accel_device_type t, accel_device *out) {
+    const char *p = s + strlen(TYPE_NAME[t]);
+    int idx = 0;
+    if (*p == ':') {
+        char *end = NULL;
+        long v = isdigit((unsigned char)p[1]) ? strtol(p + 1, &end, 10) : -1;
+        if (v < 0 || *end || v > 1023) return accel_set_error(ACCEL_ERR_INVALID_ARG, "bad device index in '%s'", s);
+        idx = (int)v;
+    }
+    *out = (accel_device){t, idx};
+    return ACCEL_OK;
+}
+
 accel_status accel_device_parse(const char *s, accel_device *out) {
     if (!s || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_device_parse: NULL argument");
     if (strcmp(s, "cpu") == 0) { *out = ACCEL_CPU_DEVICE; return ACCEL_OK; }
     if (strcmp(s, "meta") == 0) { *out = ACCEL_META_DEVICE; return ACCEL_OK; }
-    for (int t = 0; t < ACCEL_DEV_TYPE_COUNT; t++) {
-        size_t k = strlen(TYPE_NAME[t]);
-        if (!indexed((accel_device_type)t) || strncmp(s, TYPE_NAME[t], k) != 0 ||
-            (s[k] != '\0' && s[k] != ':') || !parsable((accel_device_type)t))
-            continue;
-        int idx = 0;
-        if (s[k] == ':') {
-            char *end;
-            long v = strtol(s + k + 1, &end, 10);
-            if (end == s + k + 1 || *end || v < 0 || v > 1023)
-                return accel_set_error(ACCEL_ERR_INVALID_ARG, "bad device index in '%s'", s);
-            idx = (int)v;
-        }
-        *out = (accel_device){(accel_device_type)t, idx};
-        return ACCEL_OK;
-    }
+    int t = indexed_type_of(s);
+    if (t >= 0 && parsable((accel_device_type)t)) return parse_indexed(s, (accel_device_type)t, out);
     return accel_set_error(ACCEL_ERR_DEVICE, "unknown device '%s': accel knows cpu, meta, cuda:N%s%s", s,
                            registry_get(ACCEL_DEV_NPU) ? ", npu:N" : "",
                            registry_get(ACCEL_DEV_HOSTLESS) ? ", hostless:N (test devices)" : "");
+}
+
+accel_status accel__device_name(const char *s, accel_device *out) {
+    if (strcmp(s, "cpu") == 0) { *out = ACCEL_CPU_DEVICE; return ACCEL_OK; }
+    if (strcmp(s, "meta") == 0) { *out = ACCEL_META_DEVICE; return ACCEL_OK; }
+    int t = indexed_type_of(s);
+    if (t >= 0) return parse_indexed(s, (accel_device_type)t, out);
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "unknown device '%s': device names are cpu, meta, cuda[:N], "
+                           "npu[:N] and hostless[:N]", s);
 }
 
 bool accel_device_available(accel_device d) {

@@ -281,7 +281,9 @@ static void adopt_storage(accel_tensor *t, void *p, accel_device dev, accel_dtyp
 }
 
 accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_dtype dt) {
-    if (!accel_tensor_check(t, "accel_tensor_materialize", "t")) return accel_last_status();
+    /* an invalid dtype has no element size: t got 0 bytes and that dtype, with OK */
+    if (!accel_tensor_check(t, "accel_tensor_materialize", "t") || !check_dtype("accel_tensor_materialize", dt))
+        return accel_last_status();
     const accel_backend *be = storage_backend(dev, "accel_tensor_materialize");
     if (!be) return accel_last_status();
     void *p = alloc_zeroed(be, dev, (size_t)accel_numel(t) * accel_dtype_size(dt));
@@ -389,7 +391,28 @@ accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape) {
     return t;
 }
 
+/* Whether v converts to integer dtype dt (truncated toward zero, as a cast):
+ * C's conversion of a NaN or of a value out of the type's range is undefined
+ * (int32 got INT_MIN for NaN and 1e10, silently); PyTorch refuses them too
+ * ("value cannot be converted to type int32_t without overflow"). Floating
+ * dtypes and bool take any value. */
+static accel_status check_value_fits(accel_dtype dt, double v, const char *op) {
+    double lo, hi; /* trunc(v) in [lo, hi) */
+    switch (dt) {
+    case ACCEL_I64: lo = -0x1p63, hi = 0x1p63; break;
+    case ACCEL_I32: lo = -0x1p31, hi = 0x1p31; break;
+    case ACCEL_I16: lo = -0x1p15, hi = 0x1p15; break;
+    case ACCEL_I8: lo = -0x1p7, hi = 0x1p7; break;
+    case ACCEL_U8: lo = 0, hi = 0x1p8; break;
+    default: return ACCEL_OK;
+    }
+    if (trunc(v) >= lo && trunc(v) < hi) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: value %g cannot be converted to %s without overflow", op, v,
+                           accel_dtype_name(dt));
+}
+
 accel_tensor *accel_full(accel_dtype dt, int ndim, const int64_t *shape, double value) {
+    if (check_value_fits(dt, value, "accel_full") != ACCEL_OK) return NULL;
     accel_tensor *t = accel_empty(dt, ndim, shape);
     if (t && accel_fill_(t, value) != ACCEL_OK) return NULL;
     return t;
@@ -400,6 +423,13 @@ accel_tensor *accel_ones(accel_dtype dt, int ndim, const int64_t *shape) {
 }
 
 accel_tensor *accel_arange(accel_dtype dt, int64_t start, int64_t end) {
+    /* end - start is computed unsigned: a span past int64 (arange(INT64_MIN,
+     * INT64_MAX)) overflowed the subtraction (undefined behaviour) */
+    if (end > start && (uint64_t)end - (uint64_t)start > (uint64_t)INT64_MAX) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_arange: [%lld, %lld) holds more than INT64_MAX elements",
+                        (long long)start, (long long)end);
+        return NULL;
+    }
     int64_t n = end > start ? end - start : 0;
     accel_tensor *host = accel_empty_on(dt, 1, &n, ACCEL_CPU_DEVICE);
     if (!host) return NULL;
@@ -674,6 +704,7 @@ double accel_get(const accel_tensor *t, const int64_t *idx) {
 accel_status accel_set(accel_tensor *t, const int64_t *idx, double v) {
     int64_t off;
     if (!check_data(t, "accel_set") || !index_offset(t, idx, &off, "accel_set")) return accel_last_status();
+    if (check_value_fits(t->dtype, v, "accel_set") != ACCEL_OK) return accel_last_status();
     uint64_t b = 0;
     size_t es = accel_dtype_size(t->dtype);
     accel__store_elem(&b, t->dtype, 0, v);
@@ -737,6 +768,7 @@ accel_status accel_copy_(accel_tensor *dst, const accel_tensor *src) {
 
 accel_status accel_fill_(accel_tensor *t, double v) {
     if (!accel_tensor_check(t, "accel_fill_", "t")) return accel_last_status();
+    if (check_value_fits(t->dtype, v, "accel_fill_") != ACCEL_OK) return accel_last_status();
     if (t->device.type == ACCEL_DEV_META || accel_numel(t) == 0) return ACCEL_OK;
     accel_k_fill k = {.out = t, .value = v};
     accel_status st = ACCEL_KERNEL("accel_fill_", t->device, fill, &k);

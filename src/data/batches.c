@@ -1,6 +1,7 @@
 /* Batch lists and accelerate's BatchSamplerShard (accelerate/data_loader.py), ported
  * line for line from data_loader.py (_iter_with_split / _iter_with_no_split)
  * over a materialised epoch of global batches. */
+#include <stdint.h>
 #include <string.h>
 
 #include "accel/data.h"
@@ -31,8 +32,18 @@ const int64_t *accel_batches_at(const accel_batches *b, int64_t i) {
 /* Grows *p (cap elements of elem bytes) to hold need. *src, when not NULL and
  * pointing into the old block, follows the move: a list appended to itself
  * (Python's `x += x`) must copy from the new block, the old one is freed. */
+/* The most entries a list holds: past it the doubling in grow overflowed
+ * int64 (a negative capacity doubled forever: a hang) and its byte size wrapped. */
+#define MAX_ENTRIES ((int64_t)(SIZE_MAX / 4 / sizeof(int64_t)))
+
+static bool too_many(int64_t need) {
+    accel_set_error(ACCEL_ERR_OOM, "batch list: %lld entries do not fit in memory", (long long)need);
+    return false;
+}
+
 static bool grow(void **p, int64_t *cap, int64_t need, size_t elem, const int64_t **src) {
     if (need <= *cap) return true;
+    if (need > MAX_ENTRIES) return too_many(need);
     int64_t nc = *cap ? *cap : 16;
     while (nc < need) nc *= 2;
     void *q = accel_malloc((size_t)nc * elem);
@@ -71,6 +82,13 @@ accel_status accel_batches_from_order(accel_batches *b, int64_t n, const int64_t
                                "accel_batches_from_order: %s must be %s (got %lld)", n < 0 ? "n" : "batch_size",
                                n < 0 ? ">= 0" : "> 0", (long long)(n < 0 ? n : batch_size));
     batches_clear(b);
+    /* Reserved at once, so that a list too long for memory fails here with
+     * an error: grown batch by batch, n = 2^62 ran until the system killed
+     * the process. */
+    if ((n >= MAX_ENTRIES && !too_many(n)) ||
+        !grow((void **)&b->offsets, &b->cap_batches, n / batch_size + 2, sizeof(int64_t), NULL) ||
+        !grow((void **)&b->indices, &b->cap_indices, n + 1, sizeof(int64_t), NULL))
+        return accel_last_status();
     int64_t buf[256];
     for (int64_t s = 0; s < n; s += batch_size) {
         int64_t len = n - s < batch_size ? n - s : batch_size;

@@ -235,8 +235,10 @@ int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return null_dl(dl, 
 
 accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
     if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
-    if (epoch < 0)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_epoch: epoch must be >= 0 (got %lld)",
+    /* INT64_MAX has no next epoch: the epoch's end incremented it past int64 (undefined) */
+    if (epoch < 0 || epoch == INT64_MAX)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_dataloader_set_epoch: epoch must be >= 0 and below INT64_MAX (got %lld)",
                                (long long)epoch);
     dl->epoch = epoch;
     dl->active = false;
@@ -281,9 +283,10 @@ accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
 accel_status accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
     if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
     if (!st) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
-    if (st->epoch < 0 || st->position < 0)
+    if (st->epoch < 0 || st->epoch == INT64_MAX || st->position < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_dataloader_set_state: epoch %lld and position %lld must be >= 0",
+                               "accel_dataloader_set_state: epoch %lld and position %lld must be >= 0 (the epoch "
+                               "below INT64_MAX)",
                                (long long)st->epoch, (long long)st->position);
     dl->epoch = st->epoch;
     dl->o.seed = st->seed;

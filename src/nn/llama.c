@@ -177,8 +177,8 @@ enum { MODEL_EMBED = 0, MODEL_LAYERS = 1, MODEL_NORM = 2 };
 
 struct accel_kv_cache {
     int n_layers;
-    int64_t batch, max_len, len, kv_heads;
-    accel_tensor **k, **v; /* [n_layers], each [B, kv_heads, max_len, D] */
+    int64_t batch, max_len, len, kv_heads, head_dim;
+    accel_tensor **k, **v; /* [n_layers], each [B, kv_heads, max_len, head_dim] */
 };
 
 /* A cache of n_layers layers, each K and V [batch, kv_heads, max_len, D] of
@@ -196,6 +196,7 @@ static accel_kv_cache *kv_cache_make(const accel_llama_config *c, accel_dtype dt
     kc->batch = batch;
     kc->max_len = max_len;
     kc->kv_heads = kv_heads;
+    kc->head_dim = c->head_dim;
     kc->k = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->k);
     kc->v = accel_calloc((size_t)(kc->n_layers ? kc->n_layers : 1), sizeof *kc->v);
     bool ok = kc->k && kc->v;
@@ -761,14 +762,18 @@ static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_ca
     accel_pg *tp = NULL;
     accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, &tp, NULL, NULL);
     int64_t kv_heads = rank_kv_heads(llama, c);
+    /* head_dim too: a cache of another model's head size was refused only by
+     * the first layer's copy into it, naming neither the cache nor the model */
     if (cache && (cache->n_layers != c->num_hidden_layers || cache->batch != ids->shape[0] ||
-                  pos + T > cache->max_len || cache->kv_heads < kv_heads)) {
+                  pos + T > cache->max_len || cache->kv_heads < kv_heads || cache->head_dim != c->head_dim)) {
         accel_set_error(ACCEL_ERR_SHAPE,
-                        "accel_llama_forward: KV cache (layers %d, batch %lld, %lld key/value heads, %lld of %lld "
-                        "used) cannot take %lld more positions for batch %lld of %d layers of %lld key/value heads",
-                        cache->n_layers, (long long)cache->batch, (long long)cache->kv_heads, (long long)pos,
-                        (long long)cache->max_len, (long long)T, (long long)ids->shape[0], (int)c->num_hidden_layers,
-                        (long long)kv_heads);
+                        "accel_llama_forward: KV cache (layers %d, batch %lld, %lld key/value heads of %lld dims, "
+                        "%lld of %lld used) cannot take %lld more positions for batch %lld of %d layers of %lld "
+                        "key/value heads of %lld dims",
+                        cache->n_layers, (long long)cache->batch, (long long)cache->kv_heads,
+                        (long long)cache->head_dim, (long long)pos, (long long)cache->max_len, (long long)T,
+                        (long long)ids->shape[0], (int)c->num_hidden_layers, (long long)kv_heads,
+                        (long long)c->head_dim);
         return NULL;
     }
     if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;

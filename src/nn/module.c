@@ -1,4 +1,5 @@
 /* The module tree: building, freeing, naming, hooks, state dicts. */
+#include <stdio.h>
 #include <string.h>
 
 #include "accel/nn.h"
@@ -315,16 +316,49 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
 
 /* ---- running */
 
+/* The pre hook is handed the input to read and replace: a NULL x, a NULL *x
+ * (what an earlier failure left) or a dead tensor reached it, and a hook that
+ * read through it crashed. op names the caller's entry point. */
+static accel_status enter(accel_module *m, accel_tensor **x, const char *op) {
+    char what[96];
+    snprintf(what, sizeof what, "%s (%s)", op, m->ops->type_name);
+    if (!x) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: x is NULL (the address of the input tensor)", what);
+    if (!accel_tensor_check(*x, what, "the input tensor")) return accel_last_status();
+    if (!m->hook || !m->hook->pre_forward) return ACCEL_OK;
+    accel_status st = m->hook->pre_forward(m, x, m->hook->ctx);
+    if (st || *x) return st;
+    /* A hook that said OK and dropped the input: the forward ran on NULL and
+     * the model returned NULL with no error. The caller makes no exit call
+     * after a failed enter, so the post hook undoes the pre hook's work here,
+     * as after a failed forward. */
+    accel_tensor *none = NULL;
+    if (m->hook->post_forward) (void)m->hook->post_forward(m, &none, m->hook->ctx);
+    return accel_set_error(ACCEL_ERR_STATE, "%s: the pre_forward hook returned OK and left no input (*x NULL)", what);
+}
+
 accel_status accel_module_enter(accel_module *m, accel_tensor **x) {
     if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_enter: module is NULL");
-    if (m->hook && m->hook->pre_forward) return m->hook->pre_forward(m, x, m->hook->ctx);
-    return ACCEL_OK;
+    return enter(m, x, __func__);
 }
 
 accel_status accel_module_exit(accel_module *m, accel_tensor **y) {
     if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_exit: module is NULL");
-    if (m->hook && m->hook->post_forward) return m->hook->post_forward(m, y, m->hook->ctx);
-    return ACCEL_OK;
+    /* With no y the post hook still runs, with no output (as after a failed
+     * call), so that what the pre hook set up is undone; a NULL y reached it. */
+    accel_tensor *none = NULL, **out = y ? y : &none;
+    bool had = *out != NULL;
+    accel_status st = m->hook && m->hook->post_forward ? m->hook->post_forward(m, out, m->hook->ctx) : ACCEL_OK;
+    if (!y)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_module_exit (%s): y is NULL (the address of the output tensor; *y may be "
+                               "NULL after a failed call)",
+                               m->ops->type_name);
+    if (!st && had && !*y)
+        return accel_set_error(ACCEL_ERR_STATE,
+                               "accel_module_exit (%s): the post_forward hook returned OK and dropped the output "
+                               "(*y NULL)",
+                               m->ops->type_name);
+    return st;
 }
 
 static accel_tensor *ops_forward(void *m, accel_tensor *x) {
@@ -385,7 +419,7 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
                         m->ops->type_name);
         return NULL;
     }
-    if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
+    if (enter(m, &x, __func__) != ACCEL_OK) return NULL;
     accel_tensor *y = accel__module_run(m, ops_forward, m, x);
     /* Even after a failed forward: the post hook undoes what the pre hook set
      * up (autocast, brought-in weights), which later calls must not inherit. */
@@ -600,8 +634,13 @@ static _Thread_local int tl_empty_depth;
 
 void accel_init_empty_weights_begin(void) { tl_empty_depth++; }
 
-void accel_init_empty_weights_end(void) {
-    if (tl_empty_depth > 0) tl_empty_depth--;
+accel_status accel_init_empty_weights_end(void) {
+    /* an end with no open begin was ignored silently: the caller's pairing is off */
+    if (tl_empty_depth == 0)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_init_empty_weights_end: not inside init_empty_weights "
+                               "(no accel_init_empty_weights_begin before it on this thread)");
+    tl_empty_depth--;
+    return ACCEL_OK;
 }
 
 accel_device accel_default_param_device(accel_device requested) {

@@ -23,7 +23,8 @@ accel_tensor *accel_reshape(accel_tensor *a, int ndim, const int64_t *shape) {
         s[i] = shape[i];
         if (shape[i] == -1 && infer < 0) infer = i;
         else if (shape[i] < 0) bad = true;
-        else known *= shape[i];
+        /* a product past int64 matches no tensor (it overflowed: undefined behaviour) */
+        else if (__builtin_mul_overflow(known, shape[i], &known)) bad = true;
     }
     int64_t numel = accel_numel(a);
     if (!bad && infer >= 0) {
@@ -145,8 +146,11 @@ static accel_tensor *slice_impl(const char *op, accel_tensor *a, int dim, int64_
     int64_t shape[ACCEL_MAX_DIMS], stride[ACCEL_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     memcpy(stride, a->stride, sizeof stride);
-    shape[d] = (end - start + step - 1) / step;
-    stride[d] = a->stride[d] * step;
+    /* ceil((end - start) / step) without end - start + step - 1, which passed
+     * int64 for a step near INT64_MAX (signed overflow: a[0:6:INT64_MAX] came
+     * out empty instead of [a[0]]); one element needs no step in its stride */
+    shape[d] = end == start ? 0 : (end - start - 1) / step + 1;
+    stride[d] = shape[d] > 1 ? a->stride[d] * step : a->stride[d];
     accel_tensor *out = accel_view_raw(a, a->ndim, shape, stride, shape[d] ? start * a->stride[d] : 0);
     if (!out) return NULL;
     accel_node *n = accel_tape_record("slice", slice_backward, out, 1, &a);
@@ -178,10 +182,9 @@ accel_status accel_split(accel_tensor *a, int dim, int n, const int64_t *sizes, 
     if (a->ndim == 0) return accel_set_error(ACCEL_ERR_SHAPE, "%s: cannot split a 0-dim tensor", op);
     int64_t total = 0;
     bool bad = false;
-    for (int i = 0; i < n; i++) {
-        bad |= sizes[i] < 0;
-        total += sizes[i];
-    }
+    /* a sum past int64 wrapped (undefined behaviour): {INT64_MAX, INT64_MAX, 5}
+     * "added up" to 3 and its views started past the tensor */
+    for (int i = 0; i < n; i++) bad |= sizes[i] < 0 || __builtin_add_overflow(total, sizes[i], &total);
     if (bad || total != a->shape[d]) {
         char b[96], s[96];
         accel_shape_str_n(n < ACCEL_MAX_DIMS ? n : ACCEL_MAX_DIMS, sizes, s, sizeof s);

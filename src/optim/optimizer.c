@@ -176,6 +176,25 @@ static bool check_param(const char *fn, int i, const accel_tensor *p) {
     return true;
 }
 
+/* Parameter i must not be in the optimizer yet, nor earlier in this list:
+ * given twice it was updated twice per step, silently. PyTorch refuses it
+ * across groups ("some parameters appear in more than one parameter group")
+ * and warns within one that this will become an error. */
+static bool check_new_param(const char *fn, const accel_optimizer *opt, int i, accel_tensor *const *params) {
+    int group = -1;
+    for (int j = 0; j < i && group < 0; j++)
+        if (params[j] == params[i]) group = opt->n_groups;
+    for (int k = 0; k < opt->n_segs && group < 0; k++)
+        if (opt->segs[k].param == params[i]) group = opt->segs[k].group;
+    if (group < 0) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG,
+                    "%s: parameter %d (\"%s\") appears more than once: it is already in param group %d%s (it would "
+                    "be updated twice per step)",
+                    fn, i, params[i]->name ? params[i]->name : "?", group,
+                    group == opt->n_groups ? ", the one being added" : "");
+    return false;
+}
+
 int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const *params,
                                const accel_optim_hparams *h) {
     const char *fn = "accel_optimizer_add_params";
@@ -186,7 +205,7 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     accel_optim_hparams rh;
     if (!resolve_hparams(fn, opt->kind, h, &rh)) return -1;
     for (int i = 0; i < n; i++)
-        if (!check_param(fn, i, params[i])) return -1;
+        if (!check_param(fn, i, params[i]) || !check_new_param(fn, opt, i, params)) return -1;
     if (!reserve(opt, n)) return -1;
     for (int i = 0; i < n; i++) {
         accel__segment *s = &opt->segs[opt->n_segs + i];
@@ -318,6 +337,11 @@ accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) 
     if (group >= opt->n_groups)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: no param group %d (%d groups)", group,
                                opt->n_groups);
+    /* 0 is a schedule's start or end; a NaN turned every parameter into NaN
+     * at the next step, a negative lr climbed the loss, silently */
+    if (!(lr >= 0 && isfinite(lr)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: lr must be a finite number >= 0 (got %g)",
+                               lr);
     for (int g = 0; g < opt->n_groups; g++)
         if (group < 0 || g == group) opt->groups[g].h.lr = lr;
     return ACCEL_OK;

@@ -46,9 +46,18 @@ static double factor(const accel_lr_scheduler *s, int64_t step) {
     }
 }
 
-static void apply(accel_lr_scheduler *s) {
+/* Sets every group's lr = base * factor(last_epoch); a factor (a lambda's)
+ * that makes an lr NaN, infinite or negative is refused before any is set. */
+static accel_status apply(accel_lr_scheduler *s) {
     double f = factor(s, s->last_epoch);
+    for (int g = 0; g < s->n_groups; g++)
+        if (!(s->base_lrs[g] * f >= 0 && isfinite(s->base_lrs[g] * f)))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_lr_scheduler: the factor %g at step %lld gives group %d an lr of %g (an lr "
+                                   "must be a finite number >= 0)",
+                                   f, (long long)s->last_epoch, g, s->base_lrs[g] * f);
     for (int g = 0; g < s->n_groups; g++) accel_optimizer_set_lr(s->opt, g, s->base_lrs[g] * f);
+    return ACCEL_OK;
 }
 
 static accel_lr_scheduler *make(accel_optimizer *opt, accel_sched_kind kind, int64_t warmup,
@@ -79,7 +88,10 @@ static accel_lr_scheduler *make(accel_optimizer *opt, accel_sched_kind kind, int
     s->ctx = ctx;
     s->n_groups = opt->n_groups;
     for (int g = 0; g < s->n_groups; g++) s->base_lrs[g] = opt->groups[g].h.lr;
-    apply(s);
+    if (apply(s) != ACCEL_OK) {
+        accel_lr_scheduler_free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -114,8 +126,9 @@ void accel_lr_scheduler_free(accel_lr_scheduler *s) {
 accel_status accel_lr_scheduler_step(accel_lr_scheduler *s) {
     if (!s) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_step: scheduler is NULL");
     s->last_epoch++;
-    apply(s);
-    return ACCEL_OK;
+    if (apply(s) == ACCEL_OK) return ACCEL_OK;
+    s->last_epoch--; /* refused: the step did not happen */
+    return accel_last_status();
 }
 
 double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group) {
@@ -157,21 +170,31 @@ accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
                                            const accel_named_state *st) {
     if (!s || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_load_state: NULL argument");
-    for (int i = 0; i < n; i++) {
-        double v = st[i].t ? accel_item(st[i].t) : st[i].value;
-        int g;
-        char extra;
-        if (!st[i].name || isnan(v))
-            return accel_set_error(ACCEL_ERR_FORMAT,
-                                   "accel_lr_scheduler_load_state: entry %d has no name or no scalar", i);
-        if (strcmp(st[i].name, "last_epoch") == 0)
-            s->last_epoch = (int64_t)v;
-        else if (sscanf(st[i].name, "base_lrs.%d%c", &g, &extra) == 1 && g >= 0 && g < s->n_groups)
-            s->base_lrs[g] = v;
-        else
-            return accel_set_error(ACCEL_ERR_FORMAT,
-                                   "accel_lr_scheduler_load_state: unknown entry \"%s\"", st[i].name);
-    }
-    apply(s);
-    return ACCEL_OK;
+    /* Every entry is checked before any is kept: a bad one left the entries
+     * before it loaded. The ranges are the optimizer's (accel_optimizer_load_state):
+     * a last_epoch of 1e300 was cast to int64 (undefined), -3 or 2.5 kept, and
+     * a base lr of -1 or inf scheduled every later lr from it, silently. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            double v = st[i].t ? accel_item(st[i].t) : st[i].value;
+            int g;
+            char extra;
+            bool epoch = st[i].name && strcmp(st[i].name, "last_epoch") == 0;
+            bool base = !epoch && st[i].name && sscanf(st[i].name, "base_lrs.%d%c", &g, &extra) == 1 && g >= 0 &&
+                        g < s->n_groups;
+            if (!st[i].name || isnan(v))
+                return accel_set_error(ACCEL_ERR_FORMAT,
+                                       "accel_lr_scheduler_load_state: entry %d has no name or no scalar", i);
+            if (!epoch && !base)
+                return accel_set_error(ACCEL_ERR_FORMAT, "accel_lr_scheduler_load_state: unknown entry \"%s\"",
+                                       st[i].name);
+            if (epoch ? !(v >= 0 && v <= 4e18 && v == floor(v)) : !(v >= 0 && isfinite(v)))
+                return accel_set_error(ACCEL_ERR_FORMAT, "accel_lr_scheduler_load_state: entry \"%s\" is %g: %s",
+                                       st[i].name, v,
+                                       epoch ? "last_epoch must be a whole number >= 0"
+                                             : "a base lr must be a finite number >= 0");
+            if (pass == 1 && epoch) s->last_epoch = (int64_t)v;
+            else if (pass == 1) s->base_lrs[g] = v;
+        }
+    return apply(s);
 }
