@@ -133,6 +133,15 @@ static void test_variable_size_batch_sampler(void) {
     CHECK(accel_batch_sampler_shard_len(5, &o) == 3);
     o.process_index = 1;
     CHECK(accel_batch_sampler_shard_len(5, &o) == 2);
+    /* a negative count is refused (it came back as -5 / 2 + 1 = -1 batches, -5 under split_batches) */
+    accel_clear_error();
+    CHECK(accel_batch_sampler_shard_len(-5, &o) == 0);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "-5 batches");
+    accel_clear_error();
+    CHECK(accel_batch_sampler_shard_len(-5, &(accel_shard_opts){2, 0, true, false, 4, false}) == 0);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
     /* split_batches needs a fixed batch size that N divides */
     accel_shard_opts bad = {2, 0, true, false, 3, false};
     CHECK(accel_batch_sampler_shard(&g, &bad, &out) == ACCEL_ERR_INVALID_ARG);

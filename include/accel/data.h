@@ -79,7 +79,8 @@ typedef struct accel_shard_opts {
  * included) -> ACCEL_ERR_INVALID_ARG, as BatchSamplerShard raises ValueError. */
 accel_status accel_batch_sampler_shard(const accel_batches *global, const accel_shard_opts *o,
                                        accel_batches *out);
-/* len(BatchSamplerShard) for a batch sampler of n_global batches. */
+/* len(BatchSamplerShard) for a batch sampler of n_global batches; 0 with
+ * the error set for opts accel_batch_sampler_shard refuses or n_global < 0. */
 int64_t accel_batch_sampler_shard_len(int64_t n_global, const accel_shard_opts *o);
 
 /* ------------------------------------------------------------ datasets */

@@ -147,6 +147,11 @@ static accel_status check_opts(const accel_shard_opts *o, const char *fn) {
 int64_t accel_batch_sampler_shard_len(int64_t L, const accel_shard_opts *given) {
     accel_shard_opts r = resolve_opts(given), *o = &r;
     if (check_opts(o, "accel_batch_sampler_shard_len")) return 0; /* num_processes < 1 would divide by 0 */
+    if (L < 0) { /* a count: -5 came back as a length of -5 (split_batches) or -2 */
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_batch_sampler_shard_len: %lld batches (a count, >= 0)",
+                        (long long)L);
+        return 0;
+    }
     int64_t N = o->num_processes;
     if (o->split_batches) return L;
     if (L % N == 0) return L / N;
