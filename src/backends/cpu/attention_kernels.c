@@ -473,7 +473,8 @@ typedef struct kv_head {
 /* The kv head at elements koff of k and voff of v, rows ks and vs apart. */
 static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks, const accel_tensor *v, int64_t voff,
                        int64_t vs, const accel_k_sdpa_dims *d, float *kscratch, float *vscratch) {
-    operand kh = tile_operand(t, k, koff, d->Tk, d->D, ks, kscratch), vh = tile_operand(t, v, voff, d->Tk, d->Dv, vs, vscratch);
+    operand kh = tile_operand(t, k, koff, d->Tk, d->D, ks, kscratch);
+    operand vh = tile_operand(t, v, voff, d->Tk, d->Dv, vs, vscratch);
     return (kv_head){kh.p, vh.p, kh.ld, vh.ld};
 }
 
@@ -600,7 +601,8 @@ static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t 
     for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend, scale);
 }
 
-/* One thread's scratch of the backward: dP [QB, Tk] (f32); the kv head's
+/* One thread's scratch of the backward: dP's f32 rows [QB, Tk] (on the f32
+ * tiles, and on the native path where a row spans chunks); the kv head's
  * dK, dV [Tk, D(v)] and a block's dQ [QB, D] where they are not
  * accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
  * [QB, D(v)] as operand_scratch says; on the native path also a block's
@@ -616,7 +618,7 @@ static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *ba
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv, n = 0, keys = native(t) ? QB * d->Tk : 0;
     bool dense = native(t);
-    s->dp = carve(base, &n, QB * d->Tk);
+    s->dp = carve(base, &n, !native(t) || d->Tk > KC ? QB * d->Tk : 0);
     s->dk = carve(base, &n, scratch_of(a->dk, kd, a->dks[2], d->D, dense));
     s->dv = carve(base, &n, scratch_of(a->dv, kv, a->dvs[2], d->Dv, dense));
     s->dq = carve(base, &n, scratch_of(a->dq, QB * d->D, a->dqs[2], d->D, dense));
@@ -754,15 +756,15 @@ accel_status accel__cpuk_sdpa(accel_k_sdpa *k) {
     if (par) {
         accel__blas_single_thread();
 #pragma omp parallel for num_threads(nt) schedule(dynamic)
-        for (int64_t i = 0; i < units; i++)
-        {
+        for (int64_t i = 0; i < units; i++) {
             fwd_scratch ts;
             fwd_scratch_at(k, t, scratch + omp_get_thread_num() * per, &ts);
             keep_error(&err, heads_forward(k, t, i * heads, heads, ts));
         }
     } else {
         fwd_scratch_at(k, t, scratch, &fs);
-        for (int64_t i = 0; i < units && err.st == ACCEL_OK; i++) keep_error(&err, heads_forward(k, t, i * heads, heads, fs));
+        for (int64_t i = 0; i < units && err.st == ACCEL_OK; i++)
+            keep_error(&err, heads_forward(k, t, i * heads, heads, fs));
     }
     return raise_error(&err);
 }
