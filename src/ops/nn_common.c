@@ -181,7 +181,11 @@ static accel_tensor *step_operand(accel_tensor *t, int kind, accel_dtype dt) {
 }
 
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
-    if (accel_autocast_dtype() == ACCEL_F32) return accel__contig(t);
+    /* Without autocast, mixed operands (bf16 x f32) promote: the one of the
+     * other dtype is converted (exactly, widening), since a device's GEMM
+     * takes both operands in one dtype (cuBLASLt does). */
+    if (accel_autocast_dtype() == ACCEL_F32)
+        return t->dtype == dt ? accel__contig(t) : accel__step_cast(t, ACCEL__FORM_CAST, dt, step_operand);
     /* Where the CPU GEMM provider of dt multiplies in f32 (OpenBLAS: no
      * bf16 units, or no oneDNN), it would convert a low-precision operand
      * to an f32 panel at every call: once in forward, again in each backward
@@ -203,7 +207,11 @@ accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
 
 accel_tensor *accel__mm_grad(accel_tensor *grad_out, const accel_tensor *a, const accel_tensor *b) {
     accel_dtype dt = a->dtype;
-    if (dt != ACCEL_F32 && b->dtype == dt && a->device.type == ACCEL_DEV_CPU && accel__gemm_native(dt))
+    /* Operands in a 16-bit dtype that the GEMM multiplies itself (every
+     * accelerator; the CPU with bf16 units): the gradient is rounded to it,
+     * as autocast's backward GEMMs run in that dtype (a device's GEMM takes
+     * both operands in one dtype). */
+    if (dt != ACCEL_F32 && b->dtype == dt && (a->device.type != ACCEL_DEV_CPU || accel__gemm_native(dt)))
         return grad_out->dtype == dt ? accel__contig(grad_out) : converted(grad_out, dt);
     return accel__f32_contig(grad_out);
 }
