@@ -16,12 +16,16 @@ int main(void) {
     }
     /* build(): the toy data set, model and optimizer */
     accel_manual_seed(0);
-    float xs[64], ys[64];
-    accel_tensor *noise = accel_empty(ACCEL_F32, ACCEL_SHAPE(64, 1));
-    accel_rng_normal_(accel_default_rng(), noise, 0.0, 1.0);
+    float xs[64], ys[64], noise[64];
+    accel_tensor *t = accel_empty(ACCEL_F32, ACCEL_SHAPE(64, 1)); /* on the default device: maybe a GPU's memory */
+    if (accel_rng_normal_(accel_default_rng(), t, 0.0, 1.0) != ACCEL_OK || accel_tensor_to_host(t, noise) != ACCEL_OK) {
+        fprintf(stderr, "train_linear: %s\n", accel_last_error());
+        accel_accelerator_free(acc);
+        return 1;
+    }
     for (int i = 0; i < 64; i++) {
         xs[i] = -1.0f + 2.0f * (float)i / 63.0f;
-        ys[i] = 2.0f * xs[i] + 1.0f + 0.05f * ((float *)noise->data)[i];
+        ys[i] = 2.0f * xs[i] + 1.0f + 0.05f * noise[i];
     }
     accel_tensor *fields[2] = {accel_from_floats(ACCEL_SHAPE(64, 1), xs), accel_from_floats(ACCEL_SHAPE(64, 1), ys)};
     accel_dataset *ds = accel_tensor_dataset_new(2, fields);

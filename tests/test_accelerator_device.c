@@ -84,6 +84,51 @@ static void test_device_from_environment(void) {
     CHECK_MSG(strcmp(got, expect) == 0, "accel_accelerator_device: %s, want %s", got, expect);
 }
 
+/* Device placement, as Accelerate's prepare: a model made in host memory
+ * moves to the accelerator's device (the optimizer made over it before
+ * follows, its state too) and a prepared loader's batches come there, so a
+ * program written for the cpu trains on the device unchanged; with
+ * no_device_placement both stay on the cpu; a loader detached from the
+ * accelerator (freed) gives host batches again. */
+static void test_prepare_places_model_and_batches(void) {
+    float xs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    accel_tensor *fields[1] = {accel_from_floats(ACCEL_SHAPE(8, 1), xs)};
+    accel_dataset *ds = accel_tensor_dataset_new(1, fields);
+    for (int placed = 0; placed < 2; placed++) {
+        accel_accelerator_opts o = accel_accelerator_opts_default();
+        o.no_device_placement = !placed;
+        accel_accelerator *acc = accel_accelerator_new(&o);
+        accel_dataloader_opts lo = accel_dataloader_opts_default();
+        lo.batch_size = 2;
+        accel_dataloader *dl = accel_dataloader_new(ds, &lo);
+        accel_module *model = accel_linear_new(1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+        accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.1);
+        accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h);
+        CHECK(acc && dl && accel_accelerator_prepare(acc, model, opt, dl, NULL) == ACCEL_OK);
+        accel_device want = placed ? accel_accelerator_device(acc) : ACCEL_CPU_DEVICE;
+        accel_tensor *w = accel_module_get_tensor(model, "weight");
+        CHECK(w && accel_device_eq(w->device, want));
+        accel_batch b;
+        CHECK(accel_dataloader_next(dl, &b) && accel_device_eq(b.fields[0]->device, want));
+        float got[2];
+        CHECK(accel_tensor_to_host(b.fields[0], got) == ACCEL_OK && got[0] == xs[2 * R] && got[1] == xs[2 * R + 1]);
+        accel_tensor *loss = accel_mean_all(accel_module_call(model, b.fields[0]));
+        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK &&
+                      accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK,
+                  "a step on the placed model: %s", accel_last_error());
+        accel_step_reset();
+        accel_accelerator_free(acc);
+        accel_optimizer_free(opt);
+        accel_module_free(model);
+        accel_step_reset();
+        CHECK(accel_dataloader_set_epoch(dl, 0) == ACCEL_OK && accel_dataloader_next(dl, &b) &&
+              b.fields[0]->device.type == ACCEL_DEV_CPU);
+        accel_dataloader_free(dl);
+        accel_step_reset();
+    }
+    accel_dataset_free(ds);
+}
+
 /* An accelerator of this launch: ZeRO stage `stage` (0: DDP), its gradient
  * accumulation, mixed precision, optimizer and parameter offload devices and
  * fsdp state-dict type (0 / NULL: the defaults), on the cpu when `cpu`. */
@@ -439,6 +484,7 @@ int main(void) {
     R = accel_accelerator_process_index(A);
     DEV = accel_accelerator_device(A);
     RUN(test_device_from_environment);
+    RUN(test_prepare_places_model_and_batches);
     RUN(test_ddp_matches_cpu);
     RUN(test_collectives_on_device);
     RUN(test_checkpoint_resume);

@@ -116,6 +116,9 @@ typedef struct accel_accelerator_opts {
     /* 0: ACCEL_GRADIENT_ACCUMULATION_STEPS / ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1. */
     int gradient_accumulation_steps;
     bool cpu;                       /* force cpu (also ACCEL_USE_CPU / ACCELERATE_USE_CPU) */
+    /* device_placement=False: a prepared data loader's batches stay in host
+     * memory (default: they are moved to the accelerator's device) */
+    bool no_device_placement;
     /* DataLoaderConfiguration */
     bool split_batches;
     bool no_even_batches;           /* even_batches=False: ranks may get fewer batches */

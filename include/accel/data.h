@@ -116,8 +116,9 @@ const accel_field_spec *accel_dataset_field(const accel_dataset *ds, int f);
 
 typedef struct accel_batch {
     int n_fields;
-    accel_tensor *fields[ACCEL_BATCH_MAX_FIELDS]; /* step tensors [size, ...] on the cpu
-                                                   * (accel_to_device moves them) */
+    accel_tensor *fields[ACCEL_BATCH_MAX_FIELDS]; /* step tensors [size, ...] on the cpu, or on
+                                                   * the device of the accelerator that prepared
+                                                   * the loader (its device placement) */
     int64_t size;                 /* samples in this batch */
     const int64_t *indices;       /* dataset indices (valid until the next call) */
     int64_t index;                /* position of this batch in this rank's epoch */

@@ -10,6 +10,7 @@
 #include "fp8_scaling.h"
 #include "nn/family.h"
 #include "nn/fp8_modules.h"
+#include "nn/nn_internal.h"
 #include "ops/fp8_linear.h"
 #include "strategy.h"
 
@@ -106,9 +107,26 @@ static accel_status undo_prepare(accel_accelerator *acc, accel__model *pm, accel
     return accel__first_error_return(&first);
 }
 
+/* Device placement (Accelerate's prepare moves the model to its device): a
+ * model wholly in host memory goes to the accelerator's device, in place,
+ * so the optimizer made over it sees the move (its state follows when it is
+ * prepared). A model on meta, spread by a device map or already on a device
+ * stays where it is, as a user placed it. */
+static accel_status place_model(accel_accelerator *acc, accel_module *m) {
+    if (acc->o.no_device_placement || acc->device.type == ACCEL_DEV_CPU) return ACCEL_OK;
+    accel_tensor **ts;
+    int n = accel__module_unique_tensors(m, false, &ts);
+    if (n < 0) return accel_last_status();
+    bool host = true;
+    for (int i = 0; i < n && host; i++) host = ts[i]->device.type == ACCEL_DEV_CPU;
+    accel_free(ts);
+    return host && n > 0 ? accel_module_to(m, acc->device) : ACCEL_OK;
+}
+
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
+    if (place_model(acc, pm->m)) return accel_last_status();
     /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part */
     if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
     /* undone: the pipeline's split, the cp group */

@@ -440,6 +440,7 @@ static void optimizer_detached(void *owner, void *obj) {
 
 static void dataloader_detached(void *owner, void *obj) {
     accel_accelerator *acc = owner;
+    accel__dataloader_place(obj, ACCEL_CPU_DEVICE); /* its batches back in host memory */
     int i = index_of((void *const *)acc->dls, acc->n_dls, obj);
     if (i >= 0) remove_at(acc->dls, &acc->n_dls, i, sizeof acc->dls[0]);
 }
@@ -507,7 +508,9 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
     acc->strat_opt[acc->n_opts] = NULL;
-    /* the stage's parameters first (pp), then the strategy's shard of them (ZeRO) */
+    /* its state where prepare placed the model, then the stage's parameters (pp), then the
+     * strategy's shard of them (ZeRO) */
+    if ((st = accel__optimizer_follow_params(opt))) return st;
     if ((st = accel__pipeline_prepare_optimizer(acc, acc->n_opts))) return st;
     if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) {
         accel__pipeline_unprepare_optimizer(acc, acc->n_opts);
@@ -552,6 +555,7 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
         accel_dataloader_set_seed(dl, seed);
     }
     if ((st = accel__link_add(links, dataloader_detached, acc))) return st;
+    if (!acc->o.no_device_placement) accel__dataloader_place(dl, acc->device);
     acc->dls[acc->n_dls++] = dl;
     return ACCEL_OK;
 }
@@ -613,7 +617,10 @@ accel_status accel_accelerator_clear(accel_accelerator *acc) {
         accel__first_error_note(&first, forget_model(acc, &acc->models[0]));
     }
     for (int i = 0; i < acc->n_scheds; i++) accel__link_remove(accel__scheduler_links(acc->scheds[i]), acc);
-    for (int i = 0; i < acc->n_dls; i++) accel__link_remove(accel__dataloader_links(acc->dls[i]), acc);
+    for (int i = 0; i < acc->n_dls; i++) {
+        accel__link_remove(accel__dataloader_links(acc->dls[i]), acc);
+        accel__dataloader_place(acc->dls[i], ACCEL_CPU_DEVICE); /* its batches back in host memory */
+    }
     acc->n_scheds = acc->n_dls = 0;
     acc->step = 0;
     acc->sync_gradients = true;

@@ -10,5 +10,8 @@ accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t 
                                     accel_batch *out);
 /* The links of a data loader (core/link.h): the accelerator that prepared it. */
 accel__link **accel__dataloader_links(accel_dataloader *dl);
+/* Where the loader's batches go (Accelerate's device placement, set by the
+ * accelerator that prepares it): cpu leaves them in host memory. */
+void accel__dataloader_place(accel_dataloader *dl, accel_device dev);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "accel/data.h"
+#include "accel/ops.h"
 #include "data_internal.h"
 
 struct accel_dataloader {
@@ -17,6 +18,7 @@ struct accel_dataloader {
     int64_t *order;         /* [len] permutation (shuffle) */
     accel_batches global, shard;
     accel__link *links;     /* the accelerator that prepared it */
+    accel_device place;     /* where batches go (accel__dataloader_place); cpu: host memory */
 };
 
 accel_dataloader_opts accel_dataloader_opts_default(void) {
@@ -87,6 +89,8 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
 }
 
 accel__link **accel__dataloader_links(accel_dataloader *dl) { return &dl->links; }
+
+void accel__dataloader_place(accel_dataloader *dl, accel_device dev) { dl->place = dev; }
 
 void accel_dataloader_free(accel_dataloader *dl) {
     if (!dl) return;
@@ -225,6 +229,9 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
     if (accel__dataset_collate(dl->ds, accel_batches_size(&dl->shard, i), accel_batches_at(&dl->shard, i),
                                out))
         return false;
+    /* collated in host memory, then moved whole to the device the loader is placed on */
+    for (int f = 0; f < out->n_fields && dl->place.type != ACCEL_DEV_CPU; f++)
+        if (!(out->fields[f] = accel_to_device(out->fields[f], dl->place))) return false;
     out->indices = accel_batches_at(&dl->shard, i);
     out->index = i;
     dl->pos++;

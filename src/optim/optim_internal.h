@@ -28,6 +28,12 @@ typedef struct accel__group {
     accel_optim_hparams h;
 } accel__group;
 
+/* Moves, in place, the state of every parameter segment whose parameter
+ * is on another device than its state (the model was moved after the
+ * optimizer was made over it: the Accelerator's device placement); state
+ * under an offload stays where the offload keeps it. */
+accel_status accel__optimizer_follow_params(accel_optimizer *opt);
+
 struct accel_optimizer {
     accel_optim_kind kind;
     int n_groups, cap_groups;

@@ -304,6 +304,18 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
     return ACCEL_OK;
 }
 
+accel_status accel__optimizer_follow_params(accel_optimizer *opt) {
+    for (int i = 0; i < opt->n_segs && !opt->off; i++) {
+        accel__segment *s = &opt->segs[i];
+        for (int k = 0; k < 2 && s->param; k++)
+            if (s->state[k] && !accel_device_eq(s->state[k]->device, s->param->device)) {
+                accel_status st = accel_tensor_to_device_(s->state[k], s->param->device);
+                if (st != ACCEL_OK) return st;
+            }
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_zero_grad: optimizer is NULL");
     for (int i = 0; i < opt->n_segs; i++) {
