@@ -25,6 +25,13 @@ typedef struct fx_file {
     accel_tensor *t[FX_MAX];
 } fx_file;
 
+/* A bad id or target: refused by the op itself (cpu, hostless) or, on a
+ * device that checks them without a host wait (cuda, docs/cuda.md), by its
+ * next synchronisation, whose error names the op. r: what the op returned. */
+static inline bool refused_now_or_at_sync(const accel_tensor *r) {
+    return !r || (r->device.type == ACCEL_DEV_CUDA && accel_device_synchronize(r->device) != ACCEL_OK);
+}
+
 static inline void fx_free(fx_file *f) {
     for (int i = 0; i < f->n; i++) accel_tensor_free(f->t[i]);
     f->n = 0;
