@@ -239,10 +239,12 @@ static void test_no_heuristic_is_a_cached_plan(void) {
     heuristic_answer = CUBLAS_STATUS_NOT_SUPPORTED;
     static _Alignas(256) uint8_t qa[64], qb[64];
     accel__cuda_fp8_args f = {.c = g_c, .c_dtype = ACCEL_F32, .a = qa, .b = qb, .a_fmt = ACCEL_FP8_E4M3,
-                              .b_fmt = ACCEL_FP8_E4M3, .a_inv = g_bias, .b_inv = g_bias + 1, .M = 2, .N = 4, .K = 16,
+                              .b_fmt = ACCEL_FP8_E4M3, .a_inv = g_bias, .b_inv = g_bias + 4, .M = 2, .N = 4, .K = 16,
                               .lda = 16, .ldb = 16, .ldc = 4, .alpha = 1.0f};
     for (int i = 0; i < 2; i++) {
-        f.b_inv = g_bias + 1 + i; /* another layer's scale: the same signature */
+        /* another layer's scale: the same signature (16-byte aligned: others are copied to aligned
+         * slots on the GPU's stream first, which needs a GPU) */
+        f.b_inv = g_bias + 4 + 4 * i;
         CHECK(accel__cuda_fp8_gemm(DEV, &f) == ACCEL_ERR_UNSUPPORTED && says("no cuBLASLt fp8 algorithm"));
     }
     CHECK(n_heuristic - asked == 5 && accel__cuda_gemm_plans() - plans == 3);

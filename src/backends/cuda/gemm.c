@@ -24,6 +24,9 @@
 #include "cuda_internal.h"
 
 enum { WORKSPACE_BYTES = 32u << 20 };
+/* Past each thread's workspace: 16-byte-aligned slots for the fp8 GEMMs'
+ * scale_invs (accel__cuda_fp8_gemm). */
+enum { SCALE_SLOTS_BYTES = 256 };
 
 typedef struct lt_thread {
     cublasLtHandle_t handle;
@@ -43,7 +46,7 @@ static lt_thread *lt_of(int index) {
     lt_thread *t = &tl_lt[index];
     if (t->handle) return t;
     if (lt_check(accel__cuda_call.lt_create(&t->handle), index, "cublasLtCreate") != ACCEL_OK) return NULL;
-    if (!(t->workspace = accel__cuda_alloc(index, WORKSPACE_BYTES, 256))) {
+    if (!(t->workspace = accel__cuda_alloc(index, WORKSPACE_BYTES + SCALE_SLOTS_BYTES, 256))) {
         cublasLtDestroy(t->handle);
         t->handle = NULL;
         return NULL;
@@ -408,12 +411,35 @@ static accel_status fp8_plan_build(gemm_plan *p, const gemm_key *k, lt_thread *l
     return st;
 }
 
-accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *g) {
-    accel_status st = fp8_check(index, g);
-    if (st != ACCEL_OK || g->M == 0 || g->N == 0) return st;
+/* cuBLASLt's fp8 kernels refuse (NOT_SUPPORTED at cublasLtMatmul, though
+ * its heuristic offered them) scale pointers that are not 16-byte aligned
+ * (seen on an H200, cuBLASLt 13.1): a meta's scale_invs are adjacent floats.
+ * Such scales are copied, on the stream, into the thread's aligned slots
+ * past its workspace; the GEMM reads them there. Returns g itself or
+ * *staged. */
+static const accel__cuda_fp8_args *aligned_scales(int index, const accel__cuda_fp8_args *g, lt_thread *lt,
+                                                  cudaStream_t stream, accel__cuda_fp8_args *staged) {
+    if (((uintptr_t)g->a_inv | (uintptr_t)g->b_inv) % 16 == 0) return g;
+    float *slots = (float *)((char *)lt->workspace + WORKSPACE_BYTES);
+    *staged = *g;
+    staged->a_inv = slots, staged->b_inv = slots + 4;
+    if (accel__cuda_check(cudaMemcpyAsync(slots, g->a_inv, sizeof(float), cudaMemcpyDefault, stream), index,
+                          "fp8_gemm: scale copy") != ACCEL_OK ||
+        accel__cuda_check(cudaMemcpyAsync(slots + 4, g->b_inv, sizeof(float), cudaMemcpyDefault, stream), index,
+                          "fp8_gemm: scale copy") != ACCEL_OK)
+        return NULL;
+    return staged;
+}
+
+accel_status accel__cuda_fp8_gemm(int index, const accel__cuda_fp8_args *args) {
+    accel_status st = fp8_check(index, args);
+    if (st != ACCEL_OK || args->M == 0 || args->N == 0) return st;
     cudaStream_t stream = accel__cuda_enter(index);
     lt_thread *lt = lt_of(index);
     if (!lt) return accel_last_status();
+    accel__cuda_fp8_args staged;
+    const accel__cuda_fp8_args *g = aligned_scales(index, args, lt, stream, &staged);
+    if (!g) return accel_last_status();
     gemm_key key = fp8_key_of(index, g);
     gemm_plan local;
     gemm_plan *p = plan_get(&key, lt, NULL, g, &local);

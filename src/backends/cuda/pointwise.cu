@@ -90,6 +90,42 @@ template <typename E> static void copy_same(cudaStream_t s, accel_k_copy *a, int
                                                       view_of(a->in), n);
 }
 
+/* Same-dtype copy of views whose rows (last dim) are dense and 16-byte
+ * aligned on both sides, the heads transposes of attention ([B, T, H, D] <->
+ * [B, H, T, D]): 16 bytes a thread, one index computation per 16 bytes
+ * instead of one per element. dv, sv: the views without their last dim
+ * (offsets of rows, in elements of es bytes); chunks: 16-byte pieces a row. */
+__global__ void copy_rows_k(char *dst, kview dv, const char *src, kview sv, int64_t rows, int64_t chunks,
+                            int64_t es) {
+    GRID_STRIDE(c, rows * chunks) {
+        const int64_t r = c / chunks, k = c % chunks;
+        ((uint4 *)(dst + offset_of(dv, r) * es))[k] = ((const uint4 *)(src + offset_of(sv, r) * es))[k];
+    }
+}
+
+/* Whether out <- in (one dtype of es bytes, one shape) can copy whole rows
+ * (copy_rows_k): dense last dims of a multiple of 16 bytes, every row start
+ * 16-byte aligned. */
+static bool rows_copyable(const accel_tensor *out, const accel_tensor *in, int64_t es) {
+    const int nd = out->ndim;
+    if (nd < 2 || in->ndim != nd || out->stride[nd - 1] != 1 || in->stride[nd - 1] != 1 ||
+        (out->shape[nd - 1] * es) % 16 || !aligned16(out->data) || !aligned16(in->data))
+        return false;
+    for (int d = 0; d < nd; d++)
+        if (out->shape[d] != in->shape[d] ||
+            (d < nd - 1 && ((out->stride[d] * es) % 16 || (in->stride[d] * es) % 16)))
+            return false;
+    return true;
+}
+
+static void copy_rows(cudaStream_t s, accel_k_copy *a, int64_t n, int64_t es) {
+    kview dv = view_of(a->out), sv = view_of(a->in);
+    const int64_t row = dv.shape[dv.ndim - 1], chunks = row * es / 16;
+    dv.ndim--, sv.ndim--;
+    copy_rows_k<<<blocks_for(n / row * chunks), KTHREADS, 0, s>>>((char *)a->out->data, dv, (const char *)a->in->data,
+                                                                 sv, n / row, chunks, es);
+}
+
 __global__ void convert_k(void *dst, accel_dtype ddt, kview dv, const void *src, accel_dtype sdt, kview sv,
                           int64_t n) {
     GRID_STRIDE(i, n) accel__elem_set(dst, ddt, offset_of(dv, i), accel__elem_get(src, sdt, offset_of(sv, i)));
@@ -133,7 +169,9 @@ extern "C" accel_status accel__cudak_copy(accel_k_copy *a) {
     if (a->out->dtype == a->in->dtype && is_contig(a->out) && is_contig(a->in))
         return accel__cuda_check(cudaMemcpyAsync(a->out->data, a->in->data, (size_t)n * es, cudaMemcpyDeviceToDevice, s),
                                  index, "copy");
-    if (a->out->dtype == a->in->dtype) {
+    if (a->out->dtype == a->in->dtype && rows_copyable(a->out, a->in, (int64_t)es)) {
+        copy_rows(s, a, n, (int64_t)es);
+    } else if (a->out->dtype == a->in->dtype) {
         switch (es) {
         case 1: copy_same<uint8_t>(s, a, n); break;
         case 2: copy_same<uint16_t>(s, a, n); break;
