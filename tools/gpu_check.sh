@@ -28,7 +28,8 @@
 #       GPU: the amax reduction), a few fp8 training steps of the bench's Llama
 #       (mixed_precision='fp8', end to end), then the op tests with every
 #       tensor on cuda:0 and the seed examples with ACCEL_DEFAULT_DEVICE=cuda:0
-#       (informative), and times them; then the benchmark: the Llama training
+#       (four_lines, train_linear on one rank and on two sharing the GPU under
+#       bf16, three train_llama steps; informative), and times them; then the benchmark: the Llama training
 #       step in bf16 (the bench config and a large one: hidden 2048, 16 layers,
 #       seq 1024) by accel (bench_gpu_step) and by PyTorch on the same GPU in
 #       the same run (bench/gpu_step_peer.py), tokens/s and MFU against each
@@ -59,7 +60,7 @@ BUILD=$ROOT/build-gpu
 BUNDLE=$BUILD/bundle
 PROGRAMS="test_cuda_kernels test_cuda_staging test_zero3_device_memory test_nccl test_fp8 test_fp8_amax test_ops_pointwise test_ops_reduce test_ops_matmul test_ops_nn
           test_ops_loss test_ops_attention test_ops_shape test_llama_numerics accel train_linear four_lines
-          bench_gpu_step"
+          train_llama bench_gpu_step"
 # The benchmark's two configs: the bench config (bench_util.h's defaults) and
 # a large one that fills more of the GPU.
 BENCH_SMALL=""
@@ -313,6 +314,13 @@ run() {
     for e in four_lines train_linear; do
         step "example_${e}_cuda" 60 "$ROOT" env ACCEL_DEFAULT_DEVICE=cuda:0 "$B/$e"
     done
+    # the seed's scenarios as ctest runs them on the cpu: two ranks sharing the GPU under bf16,
+    # and a few Llama steps (progress bar, TensorBoard logs, the save: into build-gpu/example_run)
+    mkdir -p "$BUILD/example_run"
+    step example_train_linear_bf16_2_cuda 60 "$ROOT" env ACCEL_DEFAULT_DEVICE=cuda:0 "$B/accel" launch \
+        --main_process_port 0 --num_processes 2 --mixed_precision bf16 "$B/train_linear"
+    step example_train_llama_cuda 90 "$BUILD/example_run" env ACCEL_DEFAULT_DEVICE=cuda:0 "$B/accel" launch \
+        --main_process_port 0 --num_processes 1 --mixed_precision bf16 "$B/train_llama" "$ROOT/docs/CONVENTIONS.md" 3
     RESERVE=0
     bench "$B/bench_gpu_step" cuda "--steps 10 --warmup 2" "--steps 4 --warmup 1" "$ROOT/bench/results/gpu.md" \
         > "$LOGDIR/bench_table.log" 2>&1
