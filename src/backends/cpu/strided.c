@@ -165,6 +165,48 @@ accel_status accel__cpuk_fill(accel_k_fill *a) {
     return ACCEL_OK;
 }
 
+static bool is_float(accel_dtype dt) { return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16; }
+
+/* n elements of dtype dt, `stride` apart from p, as f32 into dense f. */
+static void load_f32(float *f, const char *p, accel_dtype dt, int64_t stride, int64_t n) {
+    if (stride == 1) {
+        accel__cpu_to_f32(f, p, dt, n);
+        return;
+    }
+    size_t es = accel_dtype_size(dt);
+    for (int64_t j = 0; j < n; j++) f[j] = (float)accel__load_elem(p + j * stride * (int64_t)es, dt, 0);
+}
+
+/* Float dtypes other than f32 into f32 (a bf16 leaf's gradient, a tied
+ * weight's second contribution): row by row over the merged layout, each
+ * block of a row widened to f32, added, rounded once into dst (PyTorch's
+ * grad accumulation in its opmath type), on the OpenMP threads. */
+static void accumulate_float(accel_tensor *dst, const accel_tensor *src, int64_t n) {
+    enum { B = 256 };
+    const int64_t *st[2] = {dst->stride, src->stride};
+    accel__layout l;
+    accel__layout_init(&l, dst->ndim, dst->shape, 2, st);
+    int64_t rows = accel__layout_rows(&l), w = l.shape[l.ndim - 1];
+    int64_t ds = l.stride[0][l.ndim - 1], ss = l.stride[1][l.ndim - 1];
+    size_t des = accel_dtype_size(dst->dtype), ses = accel_dtype_size(src->dtype);
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        char *d = (char *)dst->data + accel__layout_row_offset(&l, 0, r) * (int64_t)des;
+        const char *s = (const char *)src->data + accel__layout_row_offset(&l, 1, r) * (int64_t)ses;
+        for (int64_t j0 = 0; j0 < w; j0 += B) {
+            int64_t m = w - j0 < B ? w - j0 : B;
+            float fd[B], fs[B];
+            char *dj = d + j0 * ds * (int64_t)des;
+            load_f32(fd, dj, dst->dtype, ds, m);
+            load_f32(fs, s + j0 * ss * (int64_t)ses, src->dtype, ss, m);
+            for (int64_t j = 0; j < m; j++) fd[j] += fs[j];
+            if (ds == 1) accel__cpu_from_f32(dj, dst->dtype, fd, m);
+            else
+                for (int64_t j = 0; j < m; j++) accel__store_elem(dj + j * ds * (int64_t)des, dst->dtype, 0, fd[j]);
+        }
+    }
+}
+
 /* dst (any strides: a gradient in its tensor's layout, nn_internal.h) += src. */
 accel_status accel__cpuk_accumulate(accel_k_accumulate *a) {
     accel_tensor *dst = a->out, *src = a->in;
@@ -188,6 +230,10 @@ accel_status accel__cpuk_accumulate(accel_k_accumulate *a) {
             const float *s = (const float *)src->data + accel__layout_row_offset(&l, 1, r);
             for (int64_t j = 0; j < w; j++) d[j * ds] += s[j * ss];
         }
+        return ACCEL_OK;
+    }
+    if (is_float(dst->dtype) && is_float(src->dtype)) {
+        accumulate_float(dst, src, n);
         return ACCEL_OK;
     }
     size_t es = accel_dtype_size(src->dtype), des = accel_dtype_size(dst->dtype);
