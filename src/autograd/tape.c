@@ -20,6 +20,8 @@ static _Thread_local void *tl_ready_ctx;
 /* The output gradient of the node whose backward runs when it is shared
  * (ACCEL_TF_GRAD_SHARED), else NULL: nothing may take its elements over. */
 static _Thread_local const accel_tensor *tl_out_shared;
+/* The output accel_backward seeded with ones (accel__grad_is_implicit_one), while its backward runs. */
+static _Thread_local const accel_tensor *tl_seeded_one;
 
 bool accel_set_grad_enabled(bool enabled) {
     bool prev = !tl_grad_disabled;
@@ -307,8 +309,14 @@ accel_status accel_backward(accel_tensor *loss) {
     accel_tensor *seed = accel_empty_on(loss->dtype, loss->ndim, loss->shape, loss->device);
     if (!seed) return accel_last_status();
     if (accel_fill_(seed, 1.0) != ACCEL_OK) return accel_last_status();
-    return accel_backward_with(loss, seed);
+    const accel_tensor *prev = tl_seeded_one;
+    tl_seeded_one = loss;
+    accel_status st = accel_backward_with(loss, seed);
+    tl_seeded_one = prev;
+    return st;
 }
+
+bool accel__grad_is_implicit_one(const accel_tensor *t) { return t && t == tl_seeded_one; }
 
 /* ---- activation checkpointing */
 

@@ -43,6 +43,12 @@ FORWARD(vm_lag_fences, bool)
 FORWARD(vm_set_idle_cache, size_t)
 #undef FORWARD
 
+void accel__hostless_call_counts(int index, accel__hostless_calls *out) {
+    const accel__hostless_hooks *h = hooks();
+    if (h && index >= 0) h->call_counts(index, out);
+    else *out = (accel__hostless_calls){0};
+}
+
 int64_t accel__hostless_vm_idle_releases(void) {
     const accel__hostless_hooks *h = hooks();
     return h ? h->vm_idle_releases() : 0;

@@ -112,6 +112,13 @@ bool accel__step_arena_overlaps(const void *p, size_t n);
  * (accel_grad_accumulate, accel__grad_move, checkpoint recomputes) and that
  * of the backwards that write a first gradient themselves. */
 bool accel__grad_first_is_step(const accel_tensor *t);
+/* Whether t's gradient in the running backward is accel_backward's implicit
+ * seed, ones: known on the host, so a backward that would read a 0-dim
+ * gradient to see whether it is 1 (a read that waits for a device's stream)
+ * need not. */
+bool accel__grad_is_implicit_one(const accel_tensor *t);
+/* Whether t's memory is the host's (the cpu; reading it waits for nothing). */
+bool accel__host_addressable(const accel_tensor *t);
 /* accel_grad_accumulate(t, g) for a g that is the caller's to give away: a
  * step tensor whose elements no other tensor's gradient holds and that
  * nothing reads afterwards but through t->grad (a copy the backward made, or

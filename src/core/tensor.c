@@ -313,6 +313,11 @@ void accel__device_free(accel_device dev, void *p) {
     if (be && p) be->mem.free(dev.index, p);
 }
 
+bool accel__host_addressable(const accel_tensor *t) {
+    const accel_backend *be = accel__backend_of(t->device);
+    return be && be->host_addressable;
+}
+
 void *accel__host_ptr(const accel_tensor *t, const char *op) {
     const accel_backend *be = accel__backend_of(t->device);
     if (be && be->host_addressable) return t->data;

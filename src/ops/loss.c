@@ -20,10 +20,18 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
 /* The fused forward saved the gradient for g = 1: with that g (the loss's
  * own backward) it becomes the logits' gradient as it is, else its scaled
  * copy does (gradient accumulation, a loss scale, context parallelism's
- * loss share): one logits-sized buffer, not a second for the accumulation. */
+ * loss share): one logits-sized buffer, not a second for the accumulation.
+ * g is known to be 1 when it is accel_backward's seed; else it is read only
+ * where reading it is free (host memory): on a device a read would wait for
+ * the stream at every step, so g is multiplied in there. */
+static bool grad_is_one(const accel_node *node, accel_tensor *g) {
+    if (accel__grad_is_implicit_one(node->out)) return true;
+    return accel__host_addressable(g) && accel_item(g) == 1.0;
+}
+
 static accel_status ce_fused_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *x = node->inputs[0], *dx = node->saved[0];
-    if (accel_item(grad_out) != 1.0 && !(dx = accel_mul(dx, grad_out))) return accel_last_status();
+    if (!grad_is_one(node, grad_out) && !(dx = accel_mul(dx, grad_out))) return accel_last_status();
     if (x->dtype == dx->dtype && accel__grad_first_is_step(x)) {
         x->grad = dx;
         return ACCEL_OK;

@@ -85,6 +85,19 @@ static accel__hostless_memory hook_memory_stats(int index) {
 
 static void hook_reset_peak(int index) { atomic_store(&g_peak[index], atomic_load(&g_in_use[index])); }
 
+/* ---- call counters (hostless.h: accel__hostless_calls) */
+
+static _Atomic int64_t g_kernels[HOSTLESS_MAX], g_allocs[HOSTLESS_MAX], g_host_reads[HOSTLESS_MAX];
+
+static void hook_call_counts(int index, accel__hostless_calls *out) {
+    if (index < 0 || index >= HOSTLESS_MAX) {
+        *out = (accel__hostless_calls){0};
+        return;
+    }
+    *out = (accel__hostless_calls){atomic_load(&g_kernels[index]), atomic_load(&g_allocs[index]),
+                                   atomic_load(&g_host_reads[index])};
+}
+
 /* A block's size, for the counters, in a header just below it: the block
  * starts `head` bytes (>= 16, a multiple of align) into its allocation. */
 typedef struct block_head {
@@ -98,6 +111,7 @@ static void *hostless_alloc(int index, size_t bytes, size_t align) {
     block_head *h = (block_head *)(base + head) - 1;
     *h = (block_head){bytes, head};
     count_up(index, bytes);
+    atomic_fetch_add(&g_allocs[index], 1);
     return to_device_ptr(index, base + head);
 }
 
@@ -331,6 +345,7 @@ static accel_status hostless_copy_to_device(int index, void *dst, const void *sr
 static accel_status hostless_copy_to_host(int index, void *dst, const void *src, size_t n) {
     const void *h = to_host_ptr(index, src);
     if (!h) return bad_pointer(index, "copy from", src);
+    atomic_fetch_add(&g_host_reads[index], 1);
     if (n) memcpy(dst, h, n);
     return ACCEL_OK;
 }
@@ -413,8 +428,14 @@ typedef struct frame {
     accel_tensor *saved[ACCEL_KERNEL_MAX_TENSORS];
 } frame;
 
-/* Points t[i] at host copies of the headers with host data pointers. */
+/* Points t[i] at host copies of the headers with host data pointers; counts
+ * the launch on the device of the first tensor. */
 static accel_status enter(frame *f, accel_tensor **t, int n) {
+    for (int i = 0; i < n; i++)
+        if (t[i] && t[i]->device.type == ACCEL_DEV_HOSTLESS && t[i]->device.index < g_count) {
+            atomic_fetch_add(&g_kernels[t[i]->device.index], 1);
+            break;
+        }
     for (int i = 0; i < n; i++) {
         f->saved[i] = t[i];
         if (!t[i]) continue;
@@ -515,6 +536,7 @@ static const accel__hostless_hooks hooks = {
     .vm_lag_fences = hook_vm_lag_fences,
     .vm_set_idle_cache = hook_vm_set_idle_cache,
     .vm_idle_releases = hook_vm_idle_releases,
+    .call_counts = hook_call_counts,
 };
 
 static const char *unavailable(void) {

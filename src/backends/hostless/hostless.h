@@ -19,6 +19,17 @@ typedef struct accel__hostless_host_counts {
 } accel__hostless_host_counts;
 
 void accel__hostless_host_stats(accel__hostless_host_counts *out);
+
+/* What a device's callers asked of it, since start-up: the host-side
+ * figures of a training step that a GPU's would have (docs/cuda.md, "A step's
+ * host-side figures"). */
+typedef struct accel__hostless_calls {
+    int64_t kernels;    /* kernel launches (calls of the kernel table) */
+    int64_t allocs;     /* persistent allocations (mem.alloc: cudaMalloc's place) */
+    int64_t host_reads; /* device-to-host copies (copy_to_host): on a GPU the host waits for the stream */
+} accel__hostless_calls;
+
+void accel__hostless_call_counts(int index, accel__hostless_calls *out);
 /* Restarts the peak from the bytes live now. */
 void accel__hostless_host_peak_reset(void);
 /* The next n host_alloc calls fail with ACCEL_ERR_OOM (0: none), as
@@ -67,6 +78,7 @@ typedef struct accel__hostless_hooks {
     void (*vm_lag_fences)(bool on);
     void (*vm_set_idle_cache)(size_t bytes);
     int64_t (*vm_idle_releases)(void);
+    void (*call_counts)(int index, accel__hostless_calls *out);
 } accel__hostless_hooks;
 
 /* The granule is 64 KiB, or ACCEL_TEST_VM_GRANULE bytes (a power of two from
