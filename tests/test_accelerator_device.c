@@ -129,6 +129,40 @@ static void test_prepare_places_model_and_batches(void) {
     accel_dataset_free(ds);
 }
 
+/* The optimizer listed before its model in one prepare call (Accelerate
+ * takes the objects in any order), and prepared by its own call before the
+ * model's: the model's placement moves the state of the optimizers the
+ * accelerator already prepared, so the step runs on the device. */
+static void test_prepare_optimizer_before_model(void) {
+    for (int separate = 0; separate < 2; separate++) {
+        accel_accelerator_opts o = accel_accelerator_opts_default();
+        accel_accelerator *acc = accel_accelerator_new(&o);
+        accel_module *model = accel_linear_new(1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+        accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.1);
+        accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h);
+        CHECK(acc && model && opt);
+        if (separate)
+            CHECK(accel_accelerator_prepare_optimizer(acc, opt) == ACCEL_OK &&
+                  accel_accelerator_prepare_model(acc, model) == ACCEL_OK);
+        else
+            CHECK(accel_accelerator_prepare(acc, opt, model) == ACCEL_OK);
+        accel_tensor *w = accel_module_get_tensor(model, "weight");
+        CHECK(w && accel_device_eq(w->device, accel_accelerator_device(acc)));
+        float xs[2] = {1, 2};
+        accel_tensor *x = accel_to_device(accel_from_floats(ACCEL_SHAPE(2, 1), xs), accel_accelerator_device(acc));
+        accel_tensor *loss = accel_mean_all(accel_module_call(model, x));
+        CHECK_MSG(accel_accelerator_backward(acc, loss) == ACCEL_OK &&
+                      accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK,
+                  "a step with the optimizer prepared first (%s): %s", separate ? "two calls" : "one call",
+                  accel_last_error());
+        accel_step_reset();
+        accel_accelerator_free(acc);
+        accel_optimizer_free(opt);
+        accel_module_free(model);
+        accel_step_reset();
+    }
+}
+
 /* An accelerator of this launch: ZeRO stage `stage` (0: DDP), its gradient
  * accumulation, mixed precision, optimizer and parameter offload devices and
  * fsdp state-dict type (0 / NULL: the defaults), on the cpu when `cpu`. */
@@ -485,6 +519,7 @@ int main(void) {
     DEV = accel_accelerator_device(A);
     RUN(test_device_from_environment);
     RUN(test_prepare_places_model_and_batches);
+    RUN(test_prepare_optimizer_before_model);
     RUN(test_ddp_matches_cpu);
     RUN(test_collectives_on_device);
     RUN(test_checkpoint_resume);

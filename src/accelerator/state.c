@@ -491,8 +491,13 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
         return st;
     }
     acc->n_models++;
-    accel__first_error first = {0}; /* the link's failure, whatever the undoing adds */
-    accel__first_error_note(&first, accel__link_add(&model->links, model_detached, acc));
+    accel__first_error first = {0}; /* the first failure, whatever the undoing adds */
+    /* An optimizer prepared before this model (listed first in a prepare
+     * call, or its own call first) keeps its state where the parameters
+     * were: it follows them to where the placement put them. */
+    for (int i = 0; i < acc->n_opts && !first.st; i++)
+        accel__first_error_note(&first, accel__optimizer_follow_params(acc->opts[i]));
+    if (!first.st) accel__first_error_note(&first, accel__link_add(&model->links, model_detached, acc));
     if (first.st) accel__first_error_note(&first, forget_model(acc, pm));
     return accel__first_error_return(&first);
 }
