@@ -21,6 +21,7 @@
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* stage 3's prefetch count */
 #include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
+#include "backends/hostless/hostless.h" /* a device allocation made to fail */
 #include "check.h"
 #include "params_host.h"
 
@@ -133,6 +134,27 @@ static void test_prepare_places_model_and_batches(void) {
  * takes the objects in any order), and prepared by its own call before the
  * model's: the model's placement moves the state of the optimizers the
  * accelerator already prepared, so the step runs on the device. */
+/* A placement that fails half-way (the device full after the weight moved,
+ * at the bias) is undone: prepare fails naming the out-of-memory, the model
+ * is whole in host memory again, and a retry places it. On hostless only
+ * (the cpu places nothing). */
+static void test_failed_placement_is_undone(void) {
+    if (DEV.type != ACCEL_DEV_HOSTLESS) return;
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_module *m = accel_linear_new(4, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor *w = accel_module_get_tensor(m, "weight"), *b = accel_module_get_tensor(m, "bias");
+    CHECK(acc && w && b);
+    accel__hostless_alloc_fail_at(2);
+    CHECK(accel_accelerator_prepare(acc, m, NULL) != ACCEL_OK && accel_last_status() == ACCEL_ERR_OOM);
+    accel__hostless_alloc_fail_at(0);
+    CHECK(w->device.type == ACCEL_DEV_CPU && b->device.type == ACCEL_DEV_CPU);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_device_eq(w->device, DEV) && accel_device_eq(b->device, DEV));
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    accel_step_reset();
+}
+
 static void test_prepare_optimizer_before_model(void) {
     for (int separate = 0; separate < 2; separate++) {
         accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -519,6 +541,7 @@ int main(void) {
     DEV = accel_accelerator_device(A);
     RUN(test_device_from_environment);
     RUN(test_prepare_places_model_and_batches);
+    RUN(test_failed_placement_is_undone);
     RUN(test_prepare_optimizer_before_model);
     RUN(test_ddp_matches_cpu);
     RUN(test_collectives_on_device);

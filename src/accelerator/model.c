@@ -120,7 +120,13 @@ static accel_status place_model(accel_accelerator *acc, accel_module *m) {
     bool host = true;
     for (int i = 0; i < n && host; i++) host = ts[i]->device.type == ACCEL_DEV_CPU;
     accel_free(ts);
-    return host && n > 0 ? accel_module_to(m, acc->device) : ACCEL_OK;
+    if (!host || n == 0 || accel_module_to(m, acc->device) == ACCEL_OK) return ACCEL_OK;
+    /* a move that failed half-way (the device full) is undone, so that the
+     * model is whole in host memory again and a retry places it */
+    accel__first_error first = {0};
+    accel__first_error_note(&first, accel_last_status());
+    accel__first_error_note(&first, accel_module_to(m, ACCEL_CPU_DEVICE));
+    return accel__first_error_return(&first);
 }
 
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {

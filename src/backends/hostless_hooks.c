@@ -41,6 +41,7 @@ FORWARD(vm_fail_record_next, int)
 FORWARD(vm_set_limit, size_t)
 FORWARD(vm_lag_fences, bool)
 FORWARD(vm_set_idle_cache, size_t)
+FORWARD(alloc_fail_at, int)
 #undef FORWARD
 
 void accel__hostless_call_counts(int index, accel__hostless_calls *out) {

@@ -181,11 +181,13 @@ static accel_tensor *step_operand(accel_tensor *t, int kind, accel_dtype dt) {
 }
 
 accel_tensor *accel__mm_operand(accel_tensor *t, accel_dtype dt) {
-    /* Without autocast, mixed operands (bf16 x f32) promote: the one of the
-     * other dtype is converted (exactly, widening), since a device's GEMM
-     * takes both operands in one dtype (cuBLASLt does). */
+    /* Without autocast, mixed operands (bf16 x f32) promote: on a device the
+     * one of the other dtype is converted (exactly, widening), since a
+     * device's GEMM takes both operands in one dtype (cuBLASLt does); the
+     * CPU's GEMM reads mixed operands as they are (no copy). */
     if (accel_autocast_dtype() == ACCEL_F32)
-        return t->dtype == dt ? accel__contig(t) : accel__step_cast(t, ACCEL__FORM_CAST, dt, step_operand);
+        return t->dtype == dt || t->device.type == ACCEL_DEV_CPU ? accel__contig(t)
+                                                                  : accel__step_cast(t, ACCEL__FORM_CAST, dt, step_operand);
     /* Where the CPU GEMM provider of dt multiplies in f32 (OpenBLAS: no
      * bf16 units, or no oneDNN), it would convert a low-precision operand
      * to an f32 panel at every call: once in forward, again in each backward

@@ -104,7 +104,17 @@ typedef struct block_head {
     size_t bytes, head;
 } block_head;
 
+static int g_alloc_fail_at; /* allocations until the one that fails (atomic; 0: none) */
+
+static void hook_alloc_fail_at(int k) { __atomic_store_n(&g_alloc_fail_at, k, __ATOMIC_RELAXED); }
+
 static void *hostless_alloc(int index, size_t bytes, size_t align) {
+    if (__atomic_load_n(&g_alloc_fail_at, __ATOMIC_RELAXED) > 0 &&
+        __atomic_sub_fetch(&g_alloc_fail_at, 1, __ATOMIC_RELAXED) == 0) {
+        accel_set_error(ACCEL_ERR_OOM, "hostless:%d: allocation of %zu bytes: out of device memory (injected)", index,
+                        bytes);
+        return NULL;
+    }
     size_t head = align < 16 ? 16 : align;
     char *base = accel_malloc_aligned(bytes + head, head);
     if (!base) return NULL;
@@ -537,6 +547,7 @@ static const accel__hostless_hooks hooks = {
     .vm_set_idle_cache = hook_vm_set_idle_cache,
     .vm_idle_releases = hook_vm_idle_releases,
     .call_counts = hook_call_counts,
+    .alloc_fail_at = hook_alloc_fail_at,
 };
 
 static const char *unavailable(void) {

@@ -30,6 +30,10 @@ typedef struct accel__hostless_calls {
 } accel__hostless_calls;
 
 void accel__hostless_call_counts(int index, accel__hostless_calls *out);
+/* The k-th persistent allocation (mem.alloc, cudaMalloc's place) from now on
+ * fails with ACCEL_ERR_OOM, as on a full GPU (k 1: the next; 0: none): a
+ * failure half-way through moving a model. */
+void accel__hostless_alloc_fail_at(int k);
 /* Restarts the peak from the bytes live now. */
 void accel__hostless_host_peak_reset(void);
 /* The next n host_alloc calls fail with ACCEL_ERR_OOM (0: none), as
@@ -79,6 +83,7 @@ typedef struct accel__hostless_hooks {
     void (*vm_set_idle_cache)(size_t bytes);
     int64_t (*vm_idle_releases)(void);
     void (*call_counts)(int index, accel__hostless_calls *out);
+    void (*alloc_fail_at)(int k);
 } accel__hostless_hooks;
 
 /* The granule is 64 KiB, or ACCEL_TEST_VM_GRANULE bytes (a power of two from
