@@ -66,16 +66,16 @@ static size_t step_peak(accel_module *m, accel_dtype dt) {
     return peak;
 }
 
-static int64_t estimate_as(accel_dtype dt, bool checkpointing, bool accelerator, bool zero3) {
+static int64_t estimate_as(accel_dtype dt, bool checkpointing, bool zero3) {
     accel_llama_config c = config();
     accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = checkpointing,
-                               .accelerator = accelerator, .zero3 = zero3};
+                               .zero3 = zero3};
     accel_activation_bytes b;
     CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s", accel_last_error());
     return b.peak;
 }
 
-static int64_t estimate(accel_dtype dt, bool checkpointing) { return estimate_as(dt, checkpointing, false, false); }
+static int64_t estimate(accel_dtype dt, bool checkpointing) { return estimate_as(dt, checkpointing, false); }
 
 static double rel(double est, double measured) { return fabs(est - measured) / measured; }
 
@@ -504,7 +504,7 @@ static void check_zero3_rank(accel_accelerator *acc, bool checkpointing) {
         accel_accelerator_zero_grad(acc, opt);
         accel_step_reset();
     }
-    int64_t act = estimate_as(bf16 ? ACCEL_BF16 : ACCEL_F32, checkpointing, true, true);
+    int64_t act = estimate_as(bf16 ? ACCEL_BF16 : ACCEL_F32, checkpointing, true);
     accel_rank_memory r;
     accel_dtype dt = bf16 ? ACCEL_BF16 : ACCEL_F32;
     CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO3, total, largest, world, dt, act, &r) == ACCEL_OK);
@@ -562,7 +562,7 @@ static int check_mesh_family(accel_accelerator *acc, const char *type, const mes
     accel_dtype dt = accel_accelerator_mixed_precision(acc) == ACCEL_MP_BF16 ? ACCEL_BF16 : ACCEL_F32;
     accel_llama_config c = family_config(type);
     int runs = 0;
-    accel_activation_opts probe = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .accelerator = true,
+    accel_activation_opts probe = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt,
                                    .tp_size = tp, .sequence_parallel = sp, .cp_size = x->cp, .cp_alltoall = x->a2a};
     accel_activation_bytes pb;
     if (x->cp > 1 && accel_llama_activation_bytes(&c, &probe, &pb) == ACCEL_ERR_UNSUPPORTED) {

@@ -170,8 +170,6 @@ typedef struct accel_activation_opts {
     int64_t seq_len;      /* >= 2 (the loss shifts the labels by one) */
     accel_dtype autocast; /* ACCEL_F32 (no autocast), ACCEL_BF16 or ACCEL_F16 */
     bool checkpointing;   /* activation checkpointing of every decoder layer */
-    bool accelerator;     /* through an Accelerator: under autocast its hook returns the logits in f32
-                           * (Accelerate's convert_outputs_to_fp32) */
     bool zero3;           /* ZeRO-3 with the default wrap (the embedding, each decoder layer, the final
                            * norm, lm_head): each unit's output gradient is copied once more by the
                            * node that gathers the unit for its backward */

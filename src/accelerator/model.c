@@ -52,7 +52,7 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
      * scales of the Linears it ran updated */
     if (*y && fp8 && accel__fp8_reduce_and_update(c->pg, c->fp8_state, ACCEL__FP8_X, 2, *fp8, &c->fp8_state->forward))
         return accel_last_status();
-    if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype)) {
+    if (*y && (*y)->dtype != ACCEL_F32 && accel_dtype_is_float((*y)->dtype) && !accel__module_outputs_kept(m)) {
         *y = accel_to_dtype(*y, ACCEL_F32);
         if (!*y) return accel_last_status();
     }

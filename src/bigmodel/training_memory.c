@@ -39,7 +39,6 @@ typedef struct step_kind {
     accel_dtype ac;
     bool native;
     bool widens_per_call; /* native, but each GEMM widens to f32 panels for the call (accel__gemm_widens_per_call) */
-    bool f32_logits;      /* the Accelerator's autocast hook converts the logits to f32 */
     bool zero3;           /* ZeRO-3 units: one more copy of each unit output's gradient */
     double threads;
 } step_kind;
@@ -763,11 +762,9 @@ static void outer_step(ledger *l) {
     if (f->multipliers) unary_fwd(l, nV, lo), unary_bwd(l, nV, lo); /* / logits_scaling */
     if (l->k->zero3) /* the gradients of the embedding's, the norm's and the head's outputs, copied */
         l->bytes += grad_copy(2 * eC, ACCEL_F32, false) + grad_copy(nV, lo, false);
+    /* the logits go to the loss as the head gives them: an Accelerator's
+     * autocast hook leaves them 16-bit inside accel_llama_loss */
     accel_dtype loss_in = lo;
-    if (l->k->f32_logits && lo != ACCEL_F32) { /* accel_to_dtype, and its backward's copy */
-        l->bytes += 4 * nV + grad_copy(nV, lo, false);
-        loss_in = ACCEL_F32;
-    }
     l->bytes += 8 * d->B + 8 * n + 8 * n; /* the pad column, labels, targets as [n] i64 */
     if (d->cp > 1) /* the whole batch's ids and shifted labels, of which the rank keeps its chunks (the [n] above) */
         l->bytes += 2 * 8 * d->B * d->Tg;
@@ -1035,7 +1032,7 @@ static accel_status check_opts(const char *fn, const void *cfg, const accel_acti
 
 static step_kind kind_of(const accel_activation_opts *o) {
     return (step_kind){o->autocast, o->autocast != ACCEL_F32 && accel__gemm_native(o->autocast),
-                       accel__gemm_widens_per_call(o->autocast), o->accelerator, o->zero3,
+                       accel__gemm_widens_per_call(o->autocast), o->zero3,
                        (double)accel_num_threads()};
 }
 

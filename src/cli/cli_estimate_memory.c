@@ -211,9 +211,8 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     int nr = 0, nc = 0;
     for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++) {
         if (q->strategy >= 0 && s != q->strategy) continue;
-        /* training through an Accelerator; ZeRO-3's units copy their outputs' gradients */
+        /* ZeRO-3's units copy their outputs' gradients */
         accel_activation_opts o = q->act;
-        o.accelerator = true;
         o.zero3 = s == ACCEL_SHARD_ZERO3;
         accel_activation_bytes ab = {0};
         accel_rank_memory r;

@@ -821,9 +821,15 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
                         accel_shape_str(ids, b, sizeof b));
         return NULL;
     }
+    /* the logits go to the loss, not to the caller: an Accelerator's autocast
+     * hook leaves them 16-bit (no f32 copy of [B, T, V] and of its gradient;
+     * the cross-entropy reads them in f32 as the copy would have held them) */
+    accel_module *kept = accel__module_keep_outputs(llama);
     const accel__decoder_cp *cp = root_arch(llama) ? accel__decoder_cp_of(llama->impl) : NULL;
-    if (cp && cp->pg) return accel__decoder_cp_loss(llama, cp, ids);
-    return accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
+    accel_tensor *loss = cp && cp->pg ? accel__decoder_cp_loss(llama, cp, ids)
+                                      : accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
+    accel__module_keep_outputs(kept);
+    return loss;
 }
 
 accel_tensor *accel__causal_lm_loss(accel_module *llama, accel_tensor *logits, accel_tensor *ids) {

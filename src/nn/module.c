@@ -341,6 +341,16 @@ accel_status accel_module_enter(accel_module *m, accel_tensor **x) {
     return enter(m, x, __func__);
 }
 
+static _Thread_local accel_module *tl_keep_outputs;
+
+accel_module *accel__module_keep_outputs(accel_module *m) {
+    accel_module *prev = tl_keep_outputs;
+    tl_keep_outputs = m;
+    return prev;
+}
+
+bool accel__module_outputs_kept(const accel_module *m) { return m && m == tl_keep_outputs; }
+
 accel_status accel_module_exit(accel_module *m, accel_tensor **y) {
     if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_exit: module is NULL");
     /* With no y the post hook still runs, with no output (as after a failed

@@ -10,6 +10,15 @@
  * with an error; *out is freed by the caller with accel_free. */
 int accel__module_unique_tensors(accel_module *root, bool params_only, accel_tensor ***out);
 
+/* The module whose 16-bit outputs the Accelerator's autocast hook leaves in
+ * their dtype on this thread, instead of converting them to f32 (Accelerate's
+ * convert_outputs_to_fp32): a model's own loss entry point (accel_llama_loss)
+ * sets its root for its forward, whose logits go to the loss (which reads
+ * 16-bit logits in f32 itself) and to no caller. Returns the module set
+ * before, to set back. */
+accel_module *accel__module_keep_outputs(accel_module *m);
+bool accel__module_outputs_kept(const accel_module *m);
+
 /* Linear with a chosen init: init_std > 0 draws the weight from
  * normal(0, init_std) and zeros the bias (transformers' _init_weights);
  * init_std <= 0 is PyTorch's default kaiming-uniform. */
