@@ -514,6 +514,40 @@ static void test_flat_on_device(void) {
     }
 }
 
+/* A model moved to a device after its optimizer was made over it: the
+ * optimizer's state (made with the optimizer, in host memory) follows the
+ * parameters at the next step, and the updates equal the cpu's. */
+static void test_state_follows_moved_params(void) {
+    if (accel_device_count(ACCEL_DEV_HOSTLESS) < 1) CHECK(accel__hostless_register(1) == ACCEL_OK);
+    accel_device dev = {ACCEL_DEV_HOSTLESS, 0};
+    accel_tensor *pc = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+    accel_tensor *pd = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+    CHECK(accel_tensor_from_host(pc, P0) == ACCEL_OK && accel_tensor_from_host(pd, P0) == ACCEL_OK);
+    pc->requires_grad = pd->requires_grad = true;
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.05);
+    accel_optimizer *oc = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &pc, &h);
+    accel_optimizer *od = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 1, &pd, &h);
+    CHECK(oc && od && accel_tensor_to_device_(pd, dev) == ACCEL_OK); /* after the optimizer: its state is on the cpu */
+    for (int s = 0; s < 3; s++) {
+        accel_tensor *g[2] = {pc, pd};
+        for (int k = 0; k < 2; k++) {
+            accel_tensor *gk = accel_to_device(accel_from_floats(ACCEL_SHAPE(4), GRADS[s]), g[k]->device);
+            CHECK(gk && accel_grad_accumulate(g[k], gk) == ACCEL_OK);
+        }
+        CHECK(accel_optimizer_step(oc) == ACCEL_OK);
+        CHECK_MSG(accel_optimizer_step(od) == ACCEL_OK, "step %d on the moved parameter: %s", s, accel_last_error());
+        accel_optimizer_zero_grad(oc);
+        accel_optimizer_zero_grad(od);
+        accel_step_reset();
+    }
+    float a[4], b[4];
+    CHECK(accel_tensor_to_host(pc, a) == ACCEL_OK && accel_tensor_to_host(pd, b) == ACCEL_OK && !memcmp(a, b, sizeof a));
+    accel_optimizer_free(oc);
+    accel_optimizer_free(od);
+    accel_tensor_free(pc);
+    accel_tensor_free(pd);
+}
+
 int main(void) {
     RUN(test_sgd);
     RUN(test_adam_adamw);
@@ -525,6 +559,7 @@ int main(void) {
     RUN(test_schedulers);
     RUN(test_state_roundtrip);
     RUN(test_flat_on_device);
+    RUN(test_state_follows_moved_params);
     accel_thread_cleanup();
     return check_summary();
 }

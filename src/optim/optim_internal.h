@@ -30,8 +30,9 @@ typedef struct accel__group {
 
 /* Moves, in place, the state of every parameter segment whose parameter
  * is on another device than its state (the model was moved after the
- * optimizer was made over it: the Accelerator's device placement); state
- * under an offload stays where the offload keeps it. */
+ * optimizer was made over it: the Accelerator's device placement, or
+ * accel_module_to; every step checks); state under an offload stays where
+ * the offload keeps it. */
 accel_status accel__optimizer_follow_params(accel_optimizer *opt);
 
 struct accel_optimizer {

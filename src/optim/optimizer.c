@@ -280,6 +280,9 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
     accel_status ok = accel__offload_check(opt);
     if (ok) return ok;
+    /* a model moved after its optimizer was made (accel_module_to): the
+     * state follows at the next step, as PyTorch's lazily made state does */
+    if ((ok = accel__optimizer_follow_params(opt))) return ok;
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
         accel_tensor *p, *g;
