@@ -129,10 +129,27 @@ static accel_status place_model(accel_accelerator *acc, accel_module *m) {
     return accel__first_error_return(&first);
 }
 
+/* A placement that failed on one rank alone (its device full) fails the
+ * prepare on every rank, before any of the prepare's collectives: the others
+ * would go on into them without it, and its retry would meet them there.
+ * The ranks that placed keep their model on the device (a retry leaves it). */
+static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
+    if (acc->world == 1 || acc->o.no_device_placement || acc->device.type == ACCEL_DEV_CPU) return mine;
+    char why[512];
+    snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
+    int32_t v = (int32_t)mine;
+    accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
+    if (st) return st;
+    if (mine) return accel_set_error(mine, "%s", why); /* its own failure, whatever the collective left */
+    return v ? accel_set_error((accel_status)v, "accel_accelerator_prepare: another rank could not place the model "
+                               "on its device (a retry on every rank places it)") : ACCEL_OK;
+}
+
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
-    if (place_model(acc, pm->m)) return accel_last_status();
+    accel_status placed = agree_placement(acc, place_model(acc, pm->m));
+    if (placed) return placed;
     /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part */
     if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
     /* undone: the pipeline's split, the cp group */
