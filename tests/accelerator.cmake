@@ -117,6 +117,19 @@ if(TARGET accel_cli)
   endforeach()
 endif()
 
+# A model unprepared and prepared again under ZeRO 1/2/3: its optimizer is sharded again.
+if(TARGET accel_cli)
+  add_test(NAME zero_reprepare_hostless_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_zero_reprepare>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(zero_reprepare_hostless_2 PROPERTIES TIMEOUT 60
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
+  add_test(NAME zero_reprepare_cpu_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_zero_reprepare>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(zero_reprepare_cpu_2 PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30")
+endif()
+
 # Device placement failing on one rank alone: every rank's prepare fails, and a retry on every rank places the model.
 if(TARGET accel_cli)
   add_test(NAME placement_rankfail_hostless_2

@@ -475,6 +475,15 @@ static accel_status recompute_layers(accel_module *model) {
                            "asks to recompute the model's activations, and %s", inner);
 }
 
+/* Whether the optimizer's first parameter lies in the prepared model's f32 flat buffer. */
+static bool over_model(const accel__model *pm, accel_optimizer *opt) {
+    accel_tensor *p = accel_optimizer_num_segments(opt) > 0 ? accel_optimizer_segment_param(opt, 0, NULL) : NULL;
+    const accel_flat_buffer *b = pm->fp ? &pm->fp->buffers[ACCEL_F32] : NULL;
+    for (int t = 0; p && b && t < b->n; t++)
+        if (b->tensors[t] == p) return true;
+    return false;
+}
+
 accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_module *model) {
     if (!acc || !model)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_model: NULL argument");
@@ -498,6 +507,13 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
     for (int i = 0; i < acc->n_opts && !first.st; i++)
         accel__first_error_note(&first, accel__optimizer_follow_params(acc->opts[i]));
     if (!first.st) accel__first_error_note(&first, accel__link_add(&model->links, model_detached, acc));
+    /* An optimizer over this model that its strategy let go of when the model
+     * was unprepared (ZeRO: its shard given back) is sharded again: stepped
+     * whole, it read the full parameters ZeRO-3 no longer maps and the
+     * gradients ZeRO-2 reduced only in each rank's shard. */
+    for (int i = 0; i < acc->n_opts && !first.st && acc->strat->prepare_optimizer; i++)
+        if (!acc->strat_opt[i] && over_model(pm, acc->opts[i]))
+            accel__first_error_note(&first, acc->strat->prepare_optimizer(acc, i));
     if (first.st) accel__first_error_note(&first, forget_model(acc, pm));
     return accel__first_error_return(&first);
 }
