@@ -117,26 +117,25 @@ if(TARGET accel_cli)
   endforeach()
 endif()
 
-# A model unprepared and prepared again under ZeRO 1/2/3: its optimizer is sharded again.
-if(TARGET accel_cli)
-  add_test(NAME zero_reprepare_hostless_2
-           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_zero_reprepare>
+# TEST under `accel launch --num_processes 2`, 60 s, with ENV (one process group's settings);
+# HOSTLESS: on the hostless test device (ACCEL_DEFAULT_DEVICE=hostless:0), else on the cpu.
+function(accel_launch2_test name bin hostless)
+  set(env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30")
+  if(hostless)
+    set(env "${env};ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
+  endif()
+  add_test(NAME ${name}
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:${bin}>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(zero_reprepare_hostless_2 PROPERTIES TIMEOUT 60
-    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
-  add_test(NAME zero_reprepare_cpu_2
-           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_zero_reprepare>
-           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(zero_reprepare_cpu_2 PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30")
-endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT 60 ENVIRONMENT "${env}")
+endfunction()
 
-# Device placement failing on one rank alone: every rank's prepare fails, and a retry on every rank places the model.
 if(TARGET accel_cli)
-  add_test(NAME placement_rankfail_hostless_2
-           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_placement_rankfail>
-           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(placement_rankfail_hostless_2 PROPERTIES TIMEOUT 60
-    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
+  # A model unprepared and prepared again under ZeRO 1/2/3: its optimizer is sharded again.
+  accel_launch2_test(zero_reprepare_hostless_2 test_zero_reprepare ON)
+  accel_launch2_test(zero_reprepare_cpu_2 test_zero_reprepare OFF)
+  # Device placement failing on one rank alone: every rank's prepare fails, and a retry on every rank places the model.
+  accel_launch2_test(placement_rankfail_hostless_2 test_placement_rankfail ON)
 endif()
 
 # The fine-tune guide's example: a Hugging Face directory fine-tuned under DDP and FSDP, saved, generated from.
