@@ -117,8 +117,9 @@ bool accel__grad_first_is_step(const accel_tensor *t);
  * gradient to see whether it is 1 (a read that waits for a device's stream)
  * need not. */
 bool accel__grad_is_implicit_one(const accel_tensor *t);
-/* Whether t's memory is the host's (the cpu; reading it waits for nothing). */
-bool accel__host_addressable(const accel_tensor *t);
+/* Whether device d's memory is the host's (the cpu: reading it waits for
+ * nothing); false for a device no backend serves. */
+bool accel__device_host_addressable(accel_device d);
 /* accel_grad_accumulate(t, g) for a g that is the caller's to give away: a
  * step tensor whose elements no other tensor's gradient holds and that
  * nothing reads afterwards but through t->grad (a copy the backward made, or

@@ -217,7 +217,7 @@ static accel__prepared *own_entry(const accel_tensor *t) {
     return t->prepared && t->prepared->owner == t ? t->prepared : NULL;
 }
 
-/* Whether t's storage is host memory (a step arena's bytes may be its).
+/* A storage inside a step arena is host memory (accel__device_host_addressable).
  *
  * The registry keys storages by address alone, whatever their device, and
  * accel__storage_written returns before looking a write up when its bytes
@@ -228,20 +228,16 @@ static accel__prepared *own_entry(const accel_tensor *t) {
  * process; the hostless device's pointers carry a tag in bits 48..55). A
  * device storage found inside a step arena would mean a backend whose
  * addresses alias the host's: its writes could be skipped, so that is an
- * assertion, not a silent miss. */
-static bool host_address(const accel_tensor *t) {
-    const accel_backend *b = accel__backend_of(t->device);
-    return b && b->host_addressable;
-}
-
-/* t's entry, tracking t if it was not: *out NULL with ACCEL_OK when t's
+ * assertion, not a silent miss.
+ *
+ * t's entry, tracking t if it was not: *out NULL with ACCEL_OK when t's
  * storage lies in step memory (it is a step buffer whatever its header says:
  * writes there are not looked up, see accel__storage_written). */
 static accel_status track(accel_tensor *t, accel__prepared **out) {
     *out = own_entry(t);
     if (*out) return ACCEL_OK;
     if (accel__step_arena_overlaps(t->data, accel_nbytes(t))) {
-        ACCEL_ASSERT(host_address(t)); /* a device address that is a host one: see host_address */
+        ACCEL_ASSERT(accel__device_host_addressable(t->device)); /* a device address that is a host one: above */
         return ACCEL_OK;
     }
     accel__prepared *e = reg_reserve() ? entry_new(t) : NULL;

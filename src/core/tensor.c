@@ -313,14 +313,13 @@ void accel__device_free(accel_device dev, void *p) {
     if (be && p) be->mem.free(dev.index, p);
 }
 
-bool accel__host_addressable(const accel_tensor *t) {
-    const accel_backend *be = accel__backend_of(t->device);
+bool accel__device_host_addressable(accel_device d) {
+    const accel_backend *be = accel__backend_of(d);
     return be && be->host_addressable;
 }
 
 void *accel__host_ptr(const accel_tensor *t, const char *op) {
-    const accel_backend *be = accel__backend_of(t->device);
-    if (be && be->host_addressable) return t->data;
+    if (accel__device_host_addressable(t->device)) return t->data;
     char b[32];
     accel_set_error(ACCEL_ERR_DEVICE, "%s: tensor on %s is not in host memory", op,
                     accel_device_str(t->device, b, sizeof b));

@@ -26,7 +26,7 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
  * the stream at every step, so g is multiplied in there. */
 static bool grad_is_one(const accel_node *node, accel_tensor *g) {
     if (accel__grad_is_implicit_one(node->out)) return true;
-    return accel__host_addressable(g) && accel_item(g) == 1.0;
+    return accel__device_host_addressable(g->device) && accel_item(g) == 1.0;
 }
 
 static accel_status ce_fused_backward(accel_node *node, accel_tensor *grad_out) {

@@ -46,11 +46,6 @@ static accel_device seg_home_device(const accel__offload *o, const accel__segmen
     return o && o->home == ACCEL__HOME_HOST ? ACCEL_CPU_DEVICE : accel__seg_device(s);
 }
 
-static bool host_addressable(accel_device d) {
-    const accel_backend *b = accel__backend_of(d);
-    return b && b->host_addressable;
-}
-
 /* ---------------------------------------------------------------- the file */
 
 static accel_status file_error(const accel__offload *o, const char *what, int64_t elem, int err) {
@@ -149,7 +144,7 @@ void accel__offload_free(accel__offload *o) {
 static accel_device staging_device(const accel_optimizer *opt) {
     for (int i = 0; i < opt->n_segs; i++) {
         accel_device d = accel__seg_device(&opt->segs[i]);
-        if (accel__backend_of(d) && !host_addressable(d)) return d;
+        if (accel__backend_of(d) && !accel__device_host_addressable(d)) return d;
     }
     return ACCEL_CPU_DEVICE;
 }
@@ -285,7 +280,7 @@ static accel_tensor *host_header(accel_tensor *h, float *p, int64_t n) {
 /* Elements [at, at + n) of the segment's parameters p and gradients g on the
  * host: their own memory on a host device, else blocks staged from it. */
 static float *host_range(accel_tensor *t, int64_t at, int64_t n, float *block, accel_status *st) {
-    if (host_addressable(t->device)) return (float *)accel__host_ptr(t, FN) + at;
+    if (accel__device_host_addressable(t->device)) return (float *)accel__host_ptr(t, FN) + at;
     if (!*st) *st = accel__tensor_read_bytes(t, (size_t)at * sizeof(float), block, (size_t)n * sizeof(float));
     return block;
 }
@@ -293,7 +288,7 @@ static float *host_range(accel_tensor *t, int64_t at, int64_t n, float *block, a
 accel_status accel__offload_update(accel_optimizer *opt, accel__segment *s, accel_tensor *p, accel_tensor *g) {
     accel__offload *o = opt->off;
     int ns = accel__n_state(opt, &opt->groups[s->group].h);
-    bool staged = !host_addressable(p->device), in_file = o->home == ACCEL__HOME_FILE;
+    bool staged = !accel__device_host_addressable(p->device), in_file = o->home == ACCEL__HOME_FILE;
     int need = (in_file ? ns : 0) + (staged ? 2 : 0);
     if (need > o->n_blocks)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the offload buffer has %d blocks, the step needs %d (%d "
