@@ -1137,7 +1137,7 @@ static pair *mk_misaligned(accel_dtype dt, int64_t n) {
     return p;
 }
 
-/* q, k, v, o (and in the backward dO, dq, dk, dv) in each float dtype; P f32. Strided k and v
+/* q, k, v, o (and in the backward dO, dq, dk, dv) in each float dtype; lse f32. Strided k and v
  * also start one element past an aligned address. */
 static void test_sdpa(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
@@ -1147,13 +1147,11 @@ static void test_sdpa(void) {
                 accel_dtype dt = FLOATS[di];
                 accel_k_sdpa_dims d = sdpa_case_dims(c);
                 int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
-                /* P starts equal on both sides (random): the columns the CPU leaves alone past the causal
-                 * blocks must stay so, and a written column the GPU forgets keeps its random value */
-                pair *o = mk1(dt, nq * c->Dv, OUT), *p = mk1(ACCEL_F32, nq * c->Tk, ACC);
+                pair *o = mk1(dt, nq * c->Dv, OUT), *lse = mk1(ACCEL_F32, nq, OUT);
                 pair *q = mk1(dt, nq * c->D, IN);
                 pair *k = shift ? mk_misaligned(dt, nk * c->D) : mk1(dt, nk * c->D, IN);
                 pair *v = shift ? mk_misaligned(dt, nk * c->Dv) : mk1(dt, nk * c->Dv, IN);
-                accel_k_sdpa a = {.o = &o->c, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
+                accel_k_sdpa a = {.o = &o->c, .lse = &lse->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
                 KRUN("sdpa", sdpa, accel_k_sdpa, a, dt == ACCEL_F32 ? 1e-4 : tol_of(dt));
             }
 }
@@ -1173,18 +1171,15 @@ static void test_sdpa_backward(void) {
                 pair *dk = variant == 2 ? NULL : mk1(gdt, nk * c.D, ACC), *dv = mk1(gdt, nk * c.Dv, ACC);
                 pair *g = mk1(dt, nq * c.Dv, IN), *q = mk1(dt, nq * c.D, IN);
                 pair *k = mk1(dt, nk * c.D, IN), *v = mk1(dt, nk * c.Dv, IN);
-                pair *p = mk1(ACCEL_F32, nq * c.Tk, IN);
-                /* P: the CPU forward's probabilities of these q, k, v (the backward reads them) */
-                float *o = accel_malloc((size_t)(nq * c.Dv) * sizeof(float));
-                accel_tensor ot = q->c;
-                ot.data = o;
-                accel_k_sdpa fw = {.o = &ot, .p = &p->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
+                /* o and lse: the CPU forward's of these q, k, v (the backward reads them) */
+                pair *o = mk1(dt, nq * c.Dv, IN), *lse = mk1(ACCEL_F32, nq, IN);
+                accel_k_sdpa fw = {.o = &o->c, .lse = &lse->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
                 CHECK(accel__cpu_backend.kernels.sdpa(&fw) == ACCEL_OK);
-                accel_free(o);
-                sync_to_device(p);
+                sync_to_device(o);
+                sync_to_device(lse);
                 accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = &dv->c,
-                                           .g = &g->c, .q = &q->c, .k = &k->c, .v = &v->c, .p = &p->c, .dims = d,
-                                           .dq_beta = (float)(variant == 1)};
+                                           .g = &g->c, .q = &q->c, .k = &k->c, .v = &v->c, .o = &o->c,
+                                           .lse = &lse->c, .dims = d, .dq_beta = (float)(variant == 1)};
                 accel_k_sdpa_backward_dense(&a);
                 /* 16-bit: both sides round P and dS to dt for their products, the GPU dS before the
                  * scale and the CPU s dS (or, without bf16 units, neither: f32 tiles), so a gradient
