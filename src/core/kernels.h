@@ -36,7 +36,7 @@
 /* The number of tensors of kernel args struct T (its t[] array). */
 #define ACCEL_KERNEL_NTENSORS(T) ((int)(sizeof(((T *)0)->t) / sizeof(accel_tensor *)))
 /* The most tensors any kernel takes. */
-#define ACCEL_KERNEL_MAX_TENSORS 8
+#define ACCEL_KERNEL_MAX_TENSORS 9
 
 /* ---------------------------------------------------------------- memory-like */
 
@@ -388,24 +388,28 @@ static inline void accel_k_sdpa_dense(accel_k_sdpa_dims *d) {
     accel_k_sdpa_dense_rows(d->os, d->H, d->Tq, d->Dv);
 }
 
-/* o and the probabilities p [B, H, Tq, Tk] (f32, contiguous; under the
- * causal mask only the columns a query block sees are written) from q, k
- * and v (all four at the strides in dims). q, k, v and o are each f32, bf16
- * or f16 (read and written in their dtype; f32 scores, softmax and
- * accumulation). */
+/* o and the log-sum-exp lse [B, H, Tq] (f32, contiguous) of each query
+ * row's scaled scores over the keys it sees, lse_i = log sum_j exp(scale
+ * q_i . k_j) (-inf for a row that sees no key; its o row is 0), from q, k
+ * and v (all four at the strides in dims). The probabilities are never
+ * stored: the backward recomputes P_ij = exp(scale q_i . k_j - lse_i). q,
+ * k, v and o are each f32, bf16 or f16 (read and written in their dtype;
+ * f32 scores, softmax and accumulation). */
 typedef struct accel_k_sdpa {
-    ACCEL_KERNEL_TENSORS(5, *o, *p, *q, *k, *v);
+    ACCEL_KERNEL_TENSORS(5, *o, *lse, *q, *k, *v);
     accel_k_sdpa_dims dims;
 } accel_k_sdpa;
 
 /* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional;
- * accumulated into, zeroed by the op) from g = dO and the forward's saved
- * q, k, v (at dims' qs, ks, vs) and p (f32). gs, dqs, dks, dvs: the strides
- * of g (o's shape), dq (q's), dk (k's) and dv (v's), as in dims (dense:
- * accel_k_sdpa_backward_dense). dq, dk, dv, g, q, k, v are each f32, bf16
+ * accumulated into, zeroed by the op) from g = dO and the forward's q, k, v,
+ * o (at dims' qs, ks, vs, os) and lse (f32 [B, H, Tq]): P recomputed from q,
+ * k and lse, the softmax gradient's row term delta_i = sum_e g_ie o_ie (o as
+ * stored, f32 sums). gs, dqs, dks, dvs: the strides of g (o's shape), dq
+ * (q's), dk (k's) and dv (v's), as in dims (dense:
+ * accel_k_sdpa_backward_dense). dq, dk, dv, g, q, k, v, o are each f32, bf16
  * or f16; f32 accumulation. */
 typedef struct accel_k_sdpa_backward {
-    ACCEL_KERNEL_TENSORS(8, *dq, *dk, *dv, *g, *q, *k, *v, *p);
+    ACCEL_KERNEL_TENSORS(9, *dq, *dk, *dv, *g, *q, *k, *v, *o, *lse);
     accel_k_sdpa_dims dims;
     float dq_beta;
     int64_t gs[3], dqs[3], dks[3], dvs[3];
