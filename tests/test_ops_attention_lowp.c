@@ -15,7 +15,7 @@
  *     sizes, several query blocks, Tq < Tk, Tq > Tk, no mask, dq written or
  *     added into, dk and dv added into;
  *     and whole query blocks (Tq, Tk multiples of 64, Tk past the 256-key
- *     chunks), whose six tile GEMMs run on oneDNN from the bf16 tensors as
+ *     chunks), whose seven tile GEMMs run on oneDNN from the bf16 tensors as
  *     stored (P and dS rounded to bf16) where it multiplies bf16 itself;
  *   - the whole-block cases on each provider of the tiles this machine has
  *     (OpenBLAS's or oneDNN's f32 tiles, the native path), forced through
@@ -133,6 +133,40 @@ static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const fl
     free(dp);
 }
 
+/* The probabilities P [B, H, Tq, Tk] (malloc'd, 0 past each row's last
+ * key) the kernels' log-sum-exp lse [B, H, Tq] stands for: exp(scale q k^T
+ * - lse), q dense, k at d's strides, in double. */
+static float *probs_of(const accel_k_sdpa_dims *d, const float *q, const float *k, const accel_tensor *lse) {
+    const float *l = lse->data;
+    float *p = calloc((size_t)(d->B * d->H * d->Tq * d->Tk), sizeof *p);
+    CHECK(p != NULL);
+    for (int64_t bh = 0; bh < d->B * d->H; bh++) {
+        int64_t kvo = bh / d->H * d->ks[0] + bh % d->H / (d->H / d->Hkv) * d->ks[1];
+        for (int64_t i = 0; i < d->Tq; i++) {
+            int64_t r = bh * d->Tq + i, n = d->causal ? i + d->Tk - d->Tq + 1 : d->Tk;
+            n = n < 0 ? 0 : n > d->Tk ? d->Tk : n;
+            for (int64_t j = 0; j < n; j++) {
+                double dot = 0.0;
+                for (int64_t e = 0; e < d->D; e++) dot += (double)q[r * d->D + e] * k[kvo + j * d->ks[2] + e];
+                p[r * d->Tk + j] = (float)exp(d->scale * dot - l[r]);
+            }
+        }
+    }
+    return p;
+}
+
+/* The kernels' lse against the f32 kernels' (rtol, atol; -inf, a row
+ * that sees no key, only where the other is -inf too). */
+static void check_lse(const char *what, const accel_tensor *got, const accel_tensor *want, double rtol, double atol) {
+    const float *g = got->data, *w = want->data;
+    int64_t bad = 0, n = accel_numel(want);
+    for (int64_t i = 0; i < n; i++) {
+        bool ok = isinf(w[i]) ? g[i] == w[i] : fabs((double)g[i] - w[i]) <= atol + rtol * fabs((double)w[i]);
+        if (!ok && !bad++) fprintf(stderr, "%s: row %lld: %.9g vs %.9g\n", what, (long long)i, g[i], w[i]);
+    }
+    CHECK_MSG(bad == 0, "%s: %lld rows off", what, (long long)bad);
+}
+
 /* A persistent tensor of dt with n random values (seed) and its f32 twin
  * holding the same (rounded) values. */
 static void rounded_pair(uint64_t seed, int64_t n, accel_dtype dt, accel_tensor **lp, accel_tensor **f32) {
@@ -185,24 +219,28 @@ static accel_k_sdpa_dims dense_dims(const sdpa_case *c) {
 
 static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     const accel_backend *cpu = &accel__cpu_backend;
-    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk, np = nq * c->Tk;
+    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
     int64_t n[NIN] = {nq * c->D, nk * c->D, nk * c->Dv, nq * c->Dv};
     accel_tensor *lp[NIN], *hi[NIN];
     for (int i = 0; i < NIN; i++) rounded_pair(40 + (uint64_t)i, n[i], dt, &lp[i], &hi[i]);
-    /* forward: O poisoned; P zeroed on both sides (the kernel writes only the columns each block sees) */
+    /* forward: O and lse poisoned */
     accel_tensor *o = poisoned(dt, nq * c->Dv), *o32 = poisoned(ACCEL_F32, nq * c->Dv);
-    accel_tensor *p = filled(ACCEL_F32, np, 0), *p32 = filled(ACCEL_F32, np, 0);
-    accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = sdpa_case_dims(c)};
-    accel_k_sdpa f32 = {.o = o32, .p = p32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = f.dims};
+    accel_tensor *lse = poisoned(ACCEL_F32, nq), *lse32 = poisoned(ACCEL_F32, nq);
+    accel_k_sdpa f = {.o = o, .lse = lse, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = sdpa_case_dims(c)};
+    accel_k_sdpa f32 = {.o = o32, .lse = lse32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = f.dims};
     CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa(&f32) == ACCEL_OK);
     /* the forward's bounds with k, v as it reads them; the backward's dense */
     bool native = accel__cpu_sdpa_native(dt, &f.dims);
     sdpa_bounds fb = bounds_new(c), bb = bounds_new(c);
     accel_k_sdpa_dims bd = dense_dims(c);
-    rounding_bounds(&f.dims, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), floats(p32), &fb);
-    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), floats(p32), &bb);
+    float *pf = probs_of(&f.dims, floats(hi[Q]), floats(hi[K]), lse32);
+    float *pb = probs_of(&bd, floats(hi[Q]), floats(hi[K]), lse32);
+    rounding_bounds(&f.dims, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), pf, &fb);
+    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), pb, &bb);
+    free(pf);
+    free(pb);
     check_rounded("sdpa output", c, dt, o, o32, native ? fb.o : NULL);
-    CHECK(fx_compare("sdpa probabilities", p, p32, 1e-6, 1e-7) == 0);
+    check_lse("sdpa lse", lse, lse32, 1e-6, 1e-6);
     /* backward, twice: dq poisoned (overwritten), then dq added into; dk, dv added into */
     for (int beta = 0; beta < 2; beta++) {
         accel_tensor *dx[3], *dx32[3];
@@ -215,10 +253,11 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
                 rounded_pair(50 + (uint64_t)i, nd[i], dt, &dx[i], &dx32[i]);
             }
         }
+        /* both from the f32 forward's lse (each recomputes P from its q, k) */
         accel_k_sdpa_backward b = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = lp[G], .q = lp[Q], .k = lp[K],
-                                   .v = lp[V], .p = p32, .dims = bd, .dq_beta = (float)beta};
+                                   .v = lp[V], .o = o, .lse = lse32, .dims = bd, .dq_beta = (float)beta};
         accel_k_sdpa_backward b32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q], .k = hi[K],
-                                     .v = hi[V], .p = p32, .dims = b.dims, .dq_beta = (float)beta};
+                                     .v = hi[V], .o = o32, .lse = lse32, .dims = b.dims, .dq_beta = (float)beta};
         accel_k_sdpa_backward_dense(&b);
         accel_k_sdpa_backward_dense(&b32);
         /* the backward reads k and v dense: the forward's strided ones are another layout of the same values */
@@ -237,8 +276,8 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     }
     accel_tensor_free(o);
     accel_tensor_free(o32);
-    accel_tensor_free(p);
-    accel_tensor_free(p32);
+    accel_tensor_free(lse);
+    accel_tensor_free(lse32);
     bounds_free(&fb);
     bounds_free(&bb);
     accel_step_reset();
@@ -301,12 +340,14 @@ static void check_op(const sdpa_case *c, accel_dtype dt) {
     accel_k_sdpa_dims d = dense_dims(c);
     d.vs[0] = c->Tk * c->Hkv * c->Dv, d.vs[1] = c->Dv, d.vs[2] = c->Hkv * c->Dv;
     int64_t nq = c->B * c->H * c->Tq;
-    accel_tensor *o32 = poisoned(ACCEL_F32, nq * c->Dv), *p32 = filled(ACCEL_F32, nq * c->Tk, 0);
-    accel_k_sdpa f = {.o = o32, .p = p32, .q = in32[0], .k = in32[1], .v = in32[2], .dims = d};
+    accel_tensor *o32 = poisoned(ACCEL_F32, nq * c->Dv), *lse32 = poisoned(ACCEL_F32, nq);
+    accel_k_sdpa f = {.o = o32, .lse = lse32, .q = in32[0], .k = in32[1], .v = in32[2], .dims = d};
     CHECK(accel__cpu_backend.kernels.sdpa(&f) == ACCEL_OK);
     bool native = accel__cpu_sdpa_native(dt, &d);
     sdpa_bounds bd = bounds_new(c);
-    rounding_bounds(&d, dt, floats(in32[0]), floats(in32[1]), floats(in32[2]), floats(w32), floats(p32), &bd);
+    float *p32 = probs_of(&d, floats(in32[0]), floats(in32[1]), lse32);
+    rounding_bounds(&d, dt, floats(in32[0]), floats(in32[1]), floats(in32[2]), floats(w32), p32, &bd);
+    free(p32);
     CHECK(lo.o->dtype == dt);
     check_rounded("accel_sdpa output", c, dt, lo.o, hi.o, native ? bd.o : NULL);
     const char *names[3] = {"accel_sdpa q grad", "accel_sdpa k grad", "accel_sdpa v grad"};
@@ -319,7 +360,7 @@ static void check_op(const sdpa_case *c, accel_dtype dt) {
     run_free(&hi);
     bounds_free(&bd);
     accel_tensor_free(o32);
-    accel_tensor_free(p32);
+    accel_tensor_free(lse32);
     accel_step_reset();
     for (int i = 0; i < 3; i++) {
         accel_tensor_free(in[i]);
@@ -361,11 +402,11 @@ static void test_scores_path(void) {
     int64_t n[NIN] = {nq * c.D, nk * c.D, nk * c.Dv, nq * c.Dv};
     accel_tensor *lp[NIN];
     for (int i = 0; i < NIN; i++) lp[i] = leaf(60 + (uint64_t)i, ACCEL_BF16, ACCEL_SHAPE(n[i]));
-    accel_tensor *o = poisoned(ACCEL_BF16, nq * c.Dv), *p = filled(ACCEL_F32, nq * c.Tk, 0);
+    accel_tensor *o = poisoned(ACCEL_BF16, nq * c.Dv), *lse = poisoned(ACCEL_F32, nq);
     accel_tensor *dq = poisoned(ACCEL_BF16, n[Q]), *dk = filled(ACCEL_BF16, n[K], 0), *dv = filled(ACCEL_BF16, n[V], 0);
-    accel_k_sdpa f = {.o = o, .p = p, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = d};
-    accel_k_sdpa_backward b = {.dq = dq, .dk = dk, .dv = dv, .g = lp[G], .q = lp[Q], .k = lp[K], .v = lp[V], .p = p,
-                               .dims = dense_dims(&c)};
+    accel_k_sdpa f = {.o = o, .lse = lse, .q = lp[Q], .k = lp[K], .v = lp[V], .dims = d};
+    accel_k_sdpa_backward b = {.dq = dq, .dk = dk, .dv = dv, .g = lp[G], .q = lp[Q], .k = lp[K], .v = lp[V], .o = o,
+                               .lse = lse, .dims = dense_dims(&c)};
     accel_k_sdpa_backward_dense(&b);
     accel_tensor *v16 = filled(ACCEL_F16, n[V], 0);
     accel_k_sdpa mixed = f;
@@ -398,7 +439,7 @@ static void test_scores_path(void) {
     for (int i = 0; i < NIN; i++) accel_tensor_free(lp[i]);
     accel_tensor_free(v16);
     accel_tensor_free(o);
-    accel_tensor_free(p);
+    accel_tensor_free(lse);
     accel_tensor_free(dq);
     accel_tensor_free(dk);
     accel_tensor_free(dv);
@@ -428,12 +469,13 @@ static void test_cache_in_place(void) {
     }
 }
 
-/* Under autocast the forward allocates the bf16 output, the f32
- * probabilities and the kernel's per-thread tiles (on the f32 tiles a
- * head's K and V, a block's Q and O, in f32; on the native path, q, k and
- * v dense here, a block's S and O in f32 and P in bf16: as much at T = 64),
+/* Under autocast the forward allocates the bf16 output, each query row's
+ * f32 log-sum-exp and the kernel's per-thread tiles (on the f32 tiles a
+ * head's K and V, a block's Q and O and P rows, in f32; on the native path,
+ * q, k and v dense here, a block's S, P rows and O in f32 and P in bf16),
  * nothing the size of q, k, v or the output in f32 (an f32 copy of q alone
- * is 4x the tiles here). */
+ * is 4x the tiles here) and no probability matrix [B, H, T, T] (f32: 1.7x
+ * the rest here). */
 static void test_no_f32_copies(void) {
     int prev_threads = accel_num_threads();
     accel_set_num_threads(2);
@@ -445,11 +487,11 @@ static void test_no_f32_copies(void) {
     accel_tensor *o = accel_sdpa(q, k, k, true, 0.0);
     accel_autocast_end(ac);
     size_t used = accel_arena_used(accel_step_arena()) - before;
-    size_t out = (size_t)(B * H * T * D) * 2, probs = (size_t)(B * H * T * T) * 4,
-           tiles = 2 * (size_t)(2 * T * D + 2 * 64 * D) * 4, slack = 4096;
+    size_t out = (size_t)(B * H * T * D) * 2, lse = (size_t)(B * H * T) * 4,
+           tiles = 2 * (size_t)(2 * T * D + 2 * 64 * D + 3 * 64 * T) * 4, slack = 4096;
     CHECK(o && o->dtype == ACCEL_BF16);
-    CHECK_MSG(used <= out + probs + tiles + slack, "the forward took %zu bytes of the step arena, %zu expected", used,
-              out + probs + tiles);
+    CHECK_MSG(used <= out + lse + tiles + slack, "the forward took %zu bytes of the step arena, %zu expected", used,
+              out + lse + tiles);
     accel_step_reset();
     accel_tensor_free(q);
     accel_tensor_free(k);
@@ -553,7 +595,7 @@ static accel_tensor *gathered(const char *what, const layout *l, const accel_ten
  * first), then added into; dk, dv added into. */
 static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, bool apart) {
     const accel_backend *cpu = &accel__cpu_backend;
-    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk, np = nq * c->Tk;
+    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
     int64_t n[NIN] = {nq * c->D, nk * c->D, nk * c->Dv, nq * c->Dv};
     layout L[NIN] = {layout_of(apart, c->B, c->H, c->Tq, c->D), layout_of(apart, c->B, c->Hkv, c->Tk, c->D),
                      layout_of(apart, c->B, c->Hkv, c->Tk, c->Dv), layout_of(apart, c->B, c->H, c->Tq, c->Dv)};
@@ -568,19 +610,21 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
     memcpy(d.vs, L[V].s, sizeof d.vs);
     memcpy(d.os, L[G].s, sizeof d.os);
     accel_tensor *o = laid_out(&L[G], od, NULL, 0xFF), *o32 = poisoned(ACCEL_F32, n[G]);
-    accel_tensor *p = filled(ACCEL_F32, np, 0), *p32 = filled(ACCEL_F32, np, 0);
-    accel_k_sdpa f = {.o = o, .p = p, .q = in[Q], .k = in[K], .v = in[V], .dims = d};
-    accel_k_sdpa f32 = {.o = o32, .p = p32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = bd};
+    accel_tensor *lse = poisoned(ACCEL_F32, nq), *lse32 = poisoned(ACCEL_F32, nq);
+    accel_k_sdpa f = {.o = o, .lse = lse, .q = in[Q], .k = in[K], .v = in[V], .dims = d};
+    accel_k_sdpa f32 = {.o = o32, .lse = lse32, .q = hi[Q], .k = hi[K], .v = hi[V], .dims = bd};
     CHECK(cpu->kernels.sdpa(&f) == ACCEL_OK && cpu->kernels.sdpa(&f32) == ACCEL_OK);
     bool native = accel__cpu_sdpa_native(dt, &d);
     sdpa_bounds b = bounds_new(c);
-    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), floats(p32), &b);
+    float *p32 = probs_of(&bd, floats(hi[Q]), floats(hi[K]), lse32);
+    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), p32, &b);
+    free(p32);
     char what[96];
     snprintf(what, sizeof what, "sdpa output (%s, %s)", accel_dtype_name(od), apart ? "rows apart" : "dense");
     accel_tensor *got = gathered(what, &L[G], o, 0xFF);
     check_rounded(what, c, dt, got, o32, native ? b.o : NULL);
     accel_tensor_free(got);
-    CHECK(fx_compare("sdpa probabilities", p, p32, 1e-6, 1e-7) == 0);
+    check_lse("sdpa lse", lse, lse32, 1e-6, 1e-6);
     for (int beta = 0; beta < 2; beta++) {
         accel_tensor *dx[3], *dx32[3];
         for (int i = 0; i < 3; i++) {
@@ -595,13 +639,14 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
             }
         }
         accel_k_sdpa_backward k = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = in[G], .q = in[Q], .k = in[K],
-                                   .v = in[V], .p = p32, .dims = d, .dq_beta = (float)beta};
+                                   .v = in[V], .o = o, .lse = lse32, .dims = d, .dq_beta = (float)beta};
         memcpy(k.gs, L[G].s, sizeof k.gs);
         memcpy(k.dqs, L[Q].s, sizeof k.dqs);
         memcpy(k.dks, L[K].s, sizeof k.dks);
         memcpy(k.dvs, L[V].s, sizeof k.dvs);
         accel_k_sdpa_backward k32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q],
-                                     .k = hi[K], .v = hi[V], .p = p32, .dims = bd, .dq_beta = (float)beta};
+                                     .k = hi[K], .v = hi[V], .o = o32, .lse = lse32, .dims = bd,
+                                     .dq_beta = (float)beta};
         accel_k_sdpa_backward_dense(&k32);
         CHECK(cpu->kernels.sdpa_backward(&k) == ACCEL_OK && cpu->kernels.sdpa_backward(&k32) == ACCEL_OK);
         const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
@@ -623,8 +668,8 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
     }
     accel_tensor_free(o);
     accel_tensor_free(o32);
-    accel_tensor_free(p);
-    accel_tensor_free(p32);
+    accel_tensor_free(lse);
+    accel_tensor_free(lse32);
     bounds_free(&b);
     accel_step_reset();
 }

@@ -184,14 +184,15 @@ static void test_kernel_refuses_bad_strides(void) {
     if (!be || !be->sdpa_strided) return;
     accel_k_sdpa_dims d = {.B = 1, .H = 1, .Hkv = 1, .Tq = 4, .Tk = 4, .D = 8, .Dv = 8, .scale = 1.0f};
     accel_k_sdpa_dense(&d);
-    accel_tensor *q = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4, 8)), *p = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4, 4));
+    accel_tensor *q = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4, 8));
+    accel_tensor *lse = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4));
     accel_tensor *o = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4, 8));
-    accel_k_sdpa a = {.o = o, .p = p, .q = q, .k = q, .v = q, .dims = d};
+    accel_k_sdpa a = {.o = o, .lse = lse, .q = q, .k = q, .v = q, .dims = d};
     a.dims.os[2] = 4; /* rows of 8 elements 4 apart */
     accel_clear_error();
     CHECK(be->kernels.sdpa(&a) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "o's strides");
-    accel_k_sdpa_backward b = {.dq = o, .g = q, .q = q, .k = q, .v = q, .p = p, .dims = d};
+    accel_k_sdpa_backward b = {.dq = o, .g = q, .q = q, .k = q, .v = q, .o = o, .lse = lse, .dims = d};
     accel_k_sdpa_backward_dense(&b);
     b.dqs[1] = -8;
     accel_clear_error();

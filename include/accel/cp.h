@@ -51,14 +51,15 @@ accel_tensor *accel_cp_all_to_all(accel_pg *pg, accel_tensor *x);
  * scale <= 0 means 1/sqrt(D). Output [B, H, 2c, D], the rows of this rank's
  * chunks; differentiable in q, k, v. f32, bf16 or f16 (and autocast), as
  * accel_sdpa. Memory: the all-gather strategy keeps per call only what is
- * this rank's share (its chunks' attention probabilities and gradients);
- * the gathered K and V are a scratch of the call, gathered again by the
- * backward. The all-to-all strategy keeps its heads' probabilities of
- * blocks of queries (n <= 16 of them, 64-row multiples) over the keys they
- * see: (n+1)/(2n) of the [T, T] square per head. The decoders under cp also
- * apply sliding windows and soft-capping (at the chunks' global positions)
- * through this op; under the all-to-all strategy they keep the same blocks'
- * probabilities, over a window's band of keys when windowed. */
+ * this rank's share (its chunks' log-sum-exp per query row, f32, and
+ * gradients); the gathered K and V are a scratch of the call, gathered
+ * again by the backward. The all-to-all strategy keeps its heads'
+ * log-sum-exp per query row. The decoders under cp also apply sliding
+ * windows and soft-capping (at the chunks' global positions) through this
+ * op, by explicit scores: under the all-to-all strategy they keep the
+ * probabilities of blocks of queries (n <= 16 of them, 64-row multiples)
+ * over the band of keys each sees ((n+1)/(2n) of the [T, T] square per
+ * head; rows + W keys a row when windowed). */
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                  accel_cp_strategy strategy, double scale);
 

@@ -155,7 +155,9 @@ accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float 
 /* Scaled dot-product attention. q [B, H, Tq, D], k and v [B, Hkv, Tk, D] with
  * H % Hkv == 0 (grouped-query: query head h uses kv head h / (H/Hkv)).
  * causal: query i (of Tq) sees keys j <= i + (Tk - Tq) (bottom-right aligned,
- * which is what a KV cache needs). scale <= 0 means 1/sqrt(D). Output [B, H, Tq, D]. */
+ * which is what a KV cache needs). scale <= 0 means 1/sqrt(D). Output [B, H, Tq, D].
+ * Kept for the backward: each query row's log-sum-exp (f32 [B, H, Tq]), from
+ * which it recomputes the probabilities, never a [Tq, Tk] matrix. */
 accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal,
                          double scale);
 

@@ -455,11 +455,11 @@ static double matmul_c(double e, accel_dtype s) { return s == ACCEL_F32 ? 0 : 4 
  * (rank 0's second; the other ranks' see fewer). */
 
 /* All-gather (allgather_sdpa): q, k [B, H(kv), 2c, D] dense (RoPE's), v a
- * transposed view. Kept: the output in s and each chunk's probabilities
- * [B, H, c, (g+1) c] f32 for its global chunk g = r and 2cp-1-r: (2cp+1) c
- * keys a query row. Forward scratch: K and V made dense in s, gathered into
- * blocks of the whole sequence, both chunks' key prefixes, their query and
- * output rows. Backward: f32 dq, dk, dv, each copied as its input's first
+ * transposed view. Kept: the output in s (the kernel writes each chunk's
+ * rows in place) and each chunk's log-sum-exp [B, H, c] f32. Forward
+ * scratch: K and V made dense in s, gathered into blocks of the whole
+ * sequence, both chunks' key prefixes (for global chunks g = r and
+ * 2cp-1-r: (2cp+1) c keys), their query rows. Backward: f32 dq, dk, dv, each copied as its input's first
  * gradient (accel_grad_accumulate); scratch: the gathered K and V again,
  * the whole sequence's f32 dK and dV blocks, and for the chunk seeing all T
  * keys its prefixes, their f32 gradients, its rows of the output gradient,
@@ -471,8 +471,8 @@ static void cp_allgather_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dty
     double eQ = d->n * d->Q, eK = d->n * d->K, c = d->T / 2, cp = d->cp;
     double EK = d->B * d->K * d->Tg, EQc = d->B * d->Q * c; /* K (or V) of the whole sequence; one chunk's q */
     double dense_kv = contig_as(eK, kk, s, true) + contig_as(eK, v, s, d->Hkv == 1);
-    fwd->bytes += eQ * esz(s) + 4 * d->B * d->H * c * (2 * cp + 1) * c;
-    scratch(fwd, dense_kv + 2 * EK * esz(s) + 2 * EK * (2 * cp + 1) / (2 * cp) * esz(s) + 2 * 2 * EQc * esz(s));
+    fwd->bytes += eQ * esz(s) + 4 * d->B * d->H * 2 * c;
+    scratch(fwd, dense_kv + 2 * EK * esz(s) + 2 * EK * (2 * cp + 1) / (2 * cp) * esz(s) + 2 * EQc * esz(s));
     bwd->bytes += 4 * (eQ + 2 * eK) + grad_copy(eQ, q, false) + grad_copy(eK, kk, false) + grad_copy(eK, v, false);
     scratch(bwd, dense_kv + 2 * EK * esz(s) + 2 * 4 * EK + 2 * EK * esz(s) + 2 * 4 * EK + EQc * (2 * esz(s) + 4) +
                      2 * 4 * EK);
@@ -483,8 +483,9 @@ static void cp_allgather_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dty
  * reshapes copy). q, k, v each exchanged into this rank's head group over the
  * whole sequence [B, H/cp, T, D] (as many elements as its chunks), attended
  * by blocks of rows over the band of keys each sees (band_sdpa: the
- * output, each block's probabilities [B, H/cp, rows, band] f32; scratch: the
- * band's keys and values, the block's rows), and the output exchanged back.
+ * output, each block's log-sum-exp [B, H/cp, rows] f32; scratch: the
+ * band's keys and values, the block's query rows), and the output exchanged
+ * back.
  * Backward: each exchange's gradient on the other side and the input's
  * first gradient's copy; the band's f32 dq, dk, dv and their copies. */
 static void cp_alltoall_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v) {
@@ -497,14 +498,14 @@ static void cp_alltoall_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtyp
     /* the exchanges' outputs, their send and receive blocks (the largest, q's or the output's) */
     fwd->bytes += eQ * esz(q) + eKx * (esz(kk) + esz(v));
     /* band_sdpa's blocks of query rows (block_rows: 64-row multiples, at most 16 blocks) */
-    double rows = ceil(T / 16), probs = 0, band = 0;
+    double rows = ceil(T / 16), lse = 0, band = 0;
     rows = rows > 64 ? ceil(rows / 64) * 64 : 64;
     for (double r0 = 0; r0 < T; r0 += rows) {
         double nq = fmin(rows, T - r0), Tk = r0 + nq;
-        probs += 4 * B * h * nq * Tk;
-        band = fmax(band, 2 * B * hkv * Tk * D * esz(s) + 2 * B * h * nq * D * esz(s));
+        lse += 4 * B * h * nq;
+        band = fmax(band, 2 * B * hkv * Tk * D * esz(s) + B * h * nq * D * esz(s));
     }
-    fwd->bytes += eQ * esz(s) + probs + eQ * esz(s); /* the band's output, the exchanged-back output */
+    fwd->bytes += eQ * esz(s) + lse + eQ * esz(s); /* the band's output, the exchanged-back output */
     scratch(fwd, fmax(2 * eQ * fmax(esz(q), esz(s)), band));
     /* backward: the output's exchange, the band's f32 gradients, the input exchanges */
     bwd->bytes += 2 * eQ * esz(s);
@@ -536,10 +537,10 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     }
     if (!explicit_) {
         /* the output (its kernel writes s itself); q, k and v read where
-         * they are, each copied only when not in s; the f32 probabilities
-         * [B, H, T, T] kept */
+         * they are, each copied only when not in s; each query row's f32
+         * log-sum-exp [B, H, T] kept */
         fwd->bytes += eQ * esz(s) + contig_as(eQ, q, s, true) + contig_as(eK, kk, s, true) +
-                      contig_as(eK, v, s, true) + 4 * d->B * d->H * d->T * d->T;
+                      contig_as(eK, v, s, true) + 4 * d->B * d->H * d->T;
         /* backward: the output gradient as it is, the gradients of q, k, v in their dtype */
         bwd->bytes += dense(eQ, s, true) + gbuf_native(eQ, q, false) + gbuf_native(eK, kk, false) +
                       gbuf_native(eK, v, false);

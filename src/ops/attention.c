@@ -1,6 +1,8 @@
 /* accel_sdpa: scaled dot-product attention with grouped-query heads and a
  * bottom-right aligned causal mask, computed in f32 by the device's sdpa
- * kernel, which keeps the softmax probabilities (f32) for the backward.
+ * kernel, which keeps each query row's log-sum-exp (f32 [B, H, Tq]) for
+ * the backward to recompute the probabilities from: O(T) saved a layer, not
+ * the O(T^2) probability matrix.
  * Under autocast (or on bf16/f16 inputs) q, k, v, the output and the
  * gradients stay in that dtype, as torch.autocast's SDPA gives them: the
  * kernels read and write bf16/f16 themselves, a tile at a time, so the op
@@ -64,8 +66,10 @@ static bool grad_rows(accel__gbuf *g, accel_tensor *t, int64_t n, bool strided, 
 
 static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
     bool strided = strided_on(grad_out->device);
-    accel_k_sdpa_backward k = {.q = node->saved[0], .k = node->saved[1], .v = node->saved[2], .p = node->saved[3],
-                               .dims = *(const sdpa_dims *)node->ctx};
+    /* o is the node's output: the tensor the kernel wrote at dims.os (on a
+     * strided device the [B, Tq, H, Dv] block its view was cut from) */
+    accel_k_sdpa_backward k = {.q = node->saved[0], .k = node->saved[1], .v = node->saved[2], .o = node->out,
+                               .lse = node->saved[3], .dims = *(const sdpa_dims *)node->ctx};
     const sdpa_dims *d = &k.dims;
     /* o's gradient as it arrives (seen as [B, H, Tq, Dv]): on a strided
      * device read in place */
@@ -151,18 +155,18 @@ static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, boo
         accel_k_sdpa_dense_rows(dims.os, dims.H, dims.Tq, dims.Dv);
     }
     if (!o) return NULL;
-    accel_tensor *p = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(dims.B, dims.H, dims.Tq, dims.Tk), dev);
+    accel_tensor *lse = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(dims.B, dims.H, dims.Tq), dev);
     sdpa_dims *dc = accel_arena_alloc(accel_step_arena(), sizeof *dc, 64);
-    if (!p || !dc) return NULL;
+    if (!lse || !dc) return NULL;
     *dc = dims;
-    accel_k_sdpa ks = {.o = o, .p = p, .q = qc, .k = kc, .v = vc, .dims = dims};
+    accel_k_sdpa ks = {.o = o, .lse = lse, .q = qc, .k = kc, .v = vc, .dims = dims};
     if (ACCEL_KERNEL(OP, dev, sdpa, &ks) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("sdpa", sdpa_backward, out, 3, in);
     if (n) {
         n->saved[0] = qc;
         n->saved[1] = kc;
         n->saved[2] = vc;
-        n->saved[3] = p;
+        n->saved[3] = lse;
         n->ctx = dc;
         n->iarg[0] = out != o; /* the gradient arrives [B, Tq, H, Dv] */
     }

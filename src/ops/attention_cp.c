@@ -12,11 +12,11 @@
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
  *              group -> global order [B, H/cp, T, D]; causal attention by
- *              blocks of queries over the band of keys each sees (one op
- *              that keeps the probabilities of the band only: by the sdpa
- *              kernels, or with a sliding window or soft-capping by explicit
- *              f32 scores); the output goes back the reverse way. Each
- *              crossing is one op.
+ *              blocks of queries over the band of keys each sees (one op: by the sdpa
+ *              kernels, which keep each query row's log-sum-exp, or with a
+ *              sliding window or soft-capping by explicit f32 scores, which
+ *              keep the probabilities of the band); the output goes back the
+ *              reverse way. Each crossing is one op.
  *
  * Windows and soft-capping apply at the global positions. Scratch memory
  * (the rank-ordered blocks, the key prefixes) is step-arena memory given
@@ -210,32 +210,45 @@ static accel_tensor *empty_like_shape(accel_dtype dt, const accel_tensor *x, int
     return t && zero && accel_zero_(t) != ACCEL_OK ? NULL : t;
 }
 
-/* Query rows [r0, r0 + d->Tq) of q (copied in dtype dt) over the key prefix
- * kp, vp [B, Hkv, d->Tk, D] (dense, dt): the probabilities into p [B, H,
- * Tq, Tk], the output into out's rows. */
-static accel_status block_forward(const accel_k_sdpa_dims *d, accel_tensor *p, accel_tensor *q, accel_tensor *kp,
-                                  accel_tensor *vp, accel_tensor *out, int64_t r0, accel_dtype dt) {
-    accel_tensor *qh = kp && vp ? rows_copy(q, r0, d->Tq, dt) : NULL;
-    accel_tensor *oh = qh ? empty_like_shape(dt, out, d->Tq, false) : NULL;
-    accel_k_sdpa ks = {.o = oh, .p = p, .q = qh, .k = kp, .v = vp, .dims = *d};
-    accel_status st = oh ? ACCEL_KERNEL("accel_cp_attention", q->device, sdpa, &ks) : accel_last_status();
-    return st ? st : copy_rows(out, r0, d->Tq, oh);
+/* The kernels' dims of a block of Tq query rows over Tk keys of a call
+ * whose output out is [B, H, T, Dv]: q, k and v dense, o the block's rows of
+ * out (written in place, read back by the backward). */
+static accel_k_sdpa_dims block_dims(const accel_tensor *out, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D,
+                                    float scale) {
+    const int64_t *os = out->shape;
+    accel_k_sdpa_dims d = {.B = os[0], .H = os[1], .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .D = D, .Dv = os[3],
+                           .scale = scale, .causal = true};
+    accel_k_sdpa_dense(&d);
+    for (int i = 0; i < 3; i++) d.os[i] = out->stride[i];
+    return d;
 }
 
-/* Its backward from the output's gradient g: dq's rows [r0, r0 + Tq)
- * written, the prefix's gradients added into dkp, dvp (f32 [B, Hkv, Tk,
- * D]). */
-static accel_status block_backward(const accel_k_sdpa_dims *d, accel_tensor *p, accel_tensor *g, accel_tensor *q,
-                                   accel_tensor *kp, accel_tensor *vp, accel_tensor *dq, accel_tensor *dkp,
-                                   accel_tensor *dvp, int64_t r0, accel_dtype dt) {
+/* Query rows [r0, r0 + d->Tq) of q (copied in dtype dt) over the key prefix
+ * kp, vp [B, Hkv, d->Tk, D] (dense, dt): the output into out's rows, each
+ * row's log-sum-exp into lse [B, H, Tq]. */
+static accel_status block_forward(const accel_k_sdpa_dims *d, accel_tensor *lse, accel_tensor *q, accel_tensor *kp,
+                                  accel_tensor *vp, accel_tensor *out, int64_t r0, accel_dtype dt) {
+    accel_tensor *qh = kp && vp ? rows_copy(q, r0, d->Tq, dt) : NULL;
+    accel_tensor *oh = qh ? rows(out, r0, d->Tq) : NULL;
+    accel_k_sdpa ks = {.o = oh, .lse = lse, .q = qh, .k = kp, .v = vp, .dims = *d};
+    return oh ? ACCEL_KERNEL("accel_cp_attention", q->device, sdpa, &ks) : accel_last_status();
+}
+
+/* Its backward from the output's gradient g (out the forward's output):
+ * dq's rows [r0, r0 + Tq) written, the prefix's gradients added into dkp,
+ * dvp (f32 [B, Hkv, Tk, D]). */
+static accel_status block_backward(const accel_k_sdpa_dims *d, accel_tensor *lse, accel_tensor *out, accel_tensor *g,
+                                   accel_tensor *q, accel_tensor *kp, accel_tensor *vp, accel_tensor *dq,
+                                   accel_tensor *dkp, accel_tensor *dvp, int64_t r0, accel_dtype dt) {
     accel_tensor *gh = kp && vp && dkp && dvp ? rows_copy(g, r0, d->Tq, g->dtype) : NULL;
     accel_tensor *qh = gh ? rows_copy(q, r0, d->Tq, dt) : NULL;
     accel_tensor *dqh = qh ? empty_like_shape(ACCEL_F32, q, d->Tq, false) : NULL;
-    accel_k_sdpa_backward kb = {.dq = dqh, .dk = dkp, .dv = dvp, .g = gh, .q = qh, .k = kp, .v = vp, .p = p,
-                                .dims = *d, .dq_beta = 0.0f};
+    accel_tensor *oh = dqh ? rows(out, r0, d->Tq) : NULL;
+    accel_k_sdpa_backward kb = {.dq = dqh, .dk = dkp, .dv = dvp, .g = gh, .q = qh, .k = kp, .v = vp, .o = oh,
+                                .lse = lse, .dims = *d, .dq_beta = 0.0f};
     accel_k_sdpa_backward_dense(&kb);
-    accel_status st = dqh ? ACCEL_KERNEL("accel_cp_attention backward", g->device, sdpa_backward, &kb)
-                          : accel_last_status();
+    accel_status st = oh ? ACCEL_KERNEL("accel_cp_attention backward", g->device, sdpa_backward, &kb)
+                         : accel_last_status();
     return st ? st : copy_rows(dq, r0, d->Tq, dqh);
 }
 
@@ -259,12 +272,12 @@ static accel_status accumulate_grads(accel_node *n, accel_tensor *d[3]) {
 /* ---- allgather without a window or soft-capping: one op for both query
  * chunks that keeps nothing of the whole sequence for the backward. The
  * forward all-gathers K and V into a scratch, copies each chunk's key prefix
- * [B, Hkv, (g+1)c, D] out of it for the sdpa kernel (which keeps the
- * probabilities [B, H, c, (g+1)c], as accel_sdpa does), and gives the scratch
- * back; the backward gathers K and V again, adds each chunk's dK, dV prefix
+ * [B, Hkv, (g+1)c, D] out of it for the sdpa kernel (which keeps each
+ * query row's log-sum-exp [B, H, c], as accel_sdpa does), and gives the
+ * scratch back; the backward gathers K and V again, adds each chunk's dK, dV prefix
  * into a scratch of the whole sequence's blocks and reduce-scatters it into
  * this rank's dk, dv. Per layer the step keeps q, k, v's gradients and the
- * probabilities: (2cp+1)/(4cp^2) of the unsharded ones. */
+ * two chunks' log-sum-exps. */
 typedef struct ag_ctx {
     accel_pg *pg;
     int cp;
@@ -317,8 +330,8 @@ static accel_status half_backward(const ag_ctx *x, accel_node *n, int half, acce
     accel_tensor *k = n->inputs[1], *v = n->inputs[2];
     accel_tensor *kp = prefix_of(kb, x->cp, gi, c), *vp = kp ? prefix_of(vb, x->cp, gi, c) : NULL;
     accel_tensor *dkp = empty_like_shape(ACCEL_F32, k, Tk, true), *dvp = empty_like_shape(ACCEL_F32, v, Tk, true);
-    accel_status st = block_backward(&x->dims[half], n->saved[half], g, n->inputs[0], kp, vp, dq, dkp, dvp, half * c,
-                                     x->dt);
+    accel_status st = block_backward(&x->dims[half], n->saved[half], n->out, g, n->inputs[0], kp, vp, dq, dkp, dvp,
+                                     half * c, x->dt);
     if (!st) st = add_prefix(dkb, dkp, x->cp, gi, c);
     if (!st) st = add_prefix(dvb, dvp, x->cp, gi, c);
     accel_status rw = accel_arena_rewind(a, m);
@@ -361,14 +374,12 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
     ag_ctx *x = out ? accel_arena_alloc(accel_step_arena(), sizeof *x, 64) : NULL;
     if (!x) return NULL;
     *x = (ag_ctx){.pg = pg, .cp = cp, .c = c, .g = {rank, 2 * cp - 1 - rank}, .dt = (accel_dtype)idt};
-    accel_tensor *p[2];
+    accel_tensor *lse[2];
     for (int half = 0; half < 2; half++) {
-        int64_t Tk = (x->g[half] + 1) * c;
-        x->dims[half] = (accel_k_sdpa_dims){.B = B, .H = H, .Hkv = Hkv, .Tq = c, .Tk = Tk, .D = D, .Dv = Dv,
-                                            .scale = (float)(scale > 0 ? scale : 1.0 / sqrt((double)D)), .causal = true};
-        accel_k_sdpa_dense(&x->dims[half]);
-        p[half] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, c, Tk), q->device);
-        if (!p[half]) return NULL;
+        x->dims[half] = block_dims(out, Hkv, c, (x->g[half] + 1) * c, D,
+                                   (float)(scale > 0 ? scale : 1.0 / sqrt((double)D)));
+        lse[half] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, c), q->device);
+        if (!lse[half]) return NULL;
     }
     accel_arena *a = accel_step_arena();
     accel_arena_mark m = accel_arena_mark_now(a);
@@ -377,15 +388,15 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
     accel_status st = vb ? ACCEL_OK : accel_last_status();
     for (int half = 0; half < 2 && !st; half++) {
         accel_tensor *kp = prefix_of(kb, cp, x->g[half], c), *vp = kp ? prefix_of(vb, cp, x->g[half], c) : NULL;
-        st = block_forward(&x->dims[half], p[half], q, kp, vp, out, half * c, x->dt);
+        st = block_forward(&x->dims[half], lse[half], q, kp, vp, out, half * c, x->dt);
     }
     accel_set_grad_enabled(grad);
     accel_status rw = accel_arena_rewind(a, m);
     if (st || rw) return NULL;
     accel_node *n = accel_tape_record("cp_allgather_sdpa", allgather_sdpa_backward, out, 3, in);
     if (n) {
-        n->saved[0] = p[0];
-        n->saved[1] = p[1];
+        n->saved[0] = lse[0];
+        n->saved[1] = lse[1];
         n->ctx = x;
     }
     return out;
@@ -394,25 +405,24 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
 /* ---- alltoall: causal attention of the rank's head group over the whole
  * sequence, q [B, h, T, D], k, v [B, hkv, T, D] in global order, by blocks
  * of query rows, each over the band of keys it sees: the prefix up to its
- * last row, from its first row's window start under a sliding window. The
- * step keeps each block's probabilities [B, h, rows, band] (f32): of the
- * [T, T] square per head only the band left of the diagonal, (n+1)/(2n) of
- * it for n blocks without a window, about rows + W columns per row with one,
- * where one accel_sdpa over the whole sequence allocates the whole square
- * (the kernel writes the part left of the diagonal only, but the layout is
- * [Tq, Tk]). Without a window or soft-capping a block runs the sdpa kernels
- * (the band's keys a copy in the kernels' dtype given back before the next
- * block: the backward kernel takes dense k, v; the backward copies each
- * block's dK, dV band out of the whole gradient for the kernel to add into,
- * and back). With them (which the kernels lack) a block computes explicit
- * f32 scores over its band with the window's mask, soft-capped, and keeps
- * the same probabilities only: its backward recomputes the scores where the
- * soft-cap's derivative needs them, rather than keeping them. */
+ * last row, from its first row's window start under a sliding window.
+ * Without a window or soft-capping a block runs the sdpa kernels, which keep
+ * each query row's log-sum-exp [B, h, rows] (the band's keys a copy in the
+ * kernels' dtype given back before the next block: the backward kernel
+ * takes dense k, v; the backward copies each block's dK, dV band out of the
+ * whole gradient for the kernel to add into, and back). With them (which
+ * the kernels lack) a block computes explicit f32 scores over its band with
+ * the window's mask, soft-capped, and keeps its probabilities [B, h, rows,
+ * band] (f32): of the [T, T] square per head only the band left of the
+ * diagonal, about rows + W columns per row with a window; its backward
+ * recomputes the scores where the soft-cap's derivative needs them, rather
+ * than keeping them. */
 
 /* Query rows per block: multiples of the kernel's 64-query blocks, at most
- * BLOCKS blocks. More blocks would keep a little less ((n+1)/(2n): 53% of
- * the square at 16, 51% at 64) but copy more key prefixes and call the
- * kernel more often (each call's shapes are new to oneDNN's primitives). */
+ * BLOCKS blocks. More blocks would keep a little less of the explicit
+ * blocks' probabilities ((n+1)/(2n) of the square: 53% at 16, 51% at 64)
+ * but copy more key prefixes and call the kernel more often (each call's
+ * shapes are new to oneDNN's primitives). */
 enum { KERNEL_QB = 64, BLOCKS = 16 };
 
 static int64_t block_rows(int64_t T) {
@@ -426,7 +436,7 @@ typedef struct band_ctx {
     cp_mask m;                 /* explicit blocks when m.W or m.cap */
     int64_t *k0;               /* per block: its band's first key */
     accel_k_sdpa_dims *dims;   /* per block: Tq its rows, Tk its band, dense k, v */
-    accel_tensor **p;          /* per block: the probabilities [B, h, Tq, Tk] */
+    accel_tensor **p;          /* per block: lse [B, h, Tq] (kernels), else the probabilities [B, h, Tq, Tk] */
 } band_ctx;
 
 static bool explicit_band(const band_ctx *x) { return x->m.W || x->m.cap > 0; }
@@ -517,7 +527,7 @@ static accel_status band_backward(accel_node *n, accel_tensor *g) {
             accel_tensor *kp = key_band(k, k0, Tk, x->dt), *vp = kp ? key_band(v, k0, Tk, x->dt) : NULL;
             accel_tensor *dkp = vp ? key_band(dk, k0, Tk, ACCEL_F32) : NULL;
             accel_tensor *dvp = dkp ? key_band(dv, k0, Tk, ACCEL_F32) : NULL;
-            st = block_backward(&x->dims[b], x->p[b], g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
+            st = block_backward(&x->dims[b], x->p[b], n->out, g, q, kp, vp, dq, dkp, dvp, b * x->rows, x->dt);
             if (!st) st = copy_rows(dk, k0, Tk, dkp);
             if (!st) st = copy_rows(dv, k0, Tk, dvp);
         }
@@ -555,10 +565,9 @@ static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v
         int64_t r0 = b * rows, nq = T - r0 < rows ? T - r0 : rows, k0 = m->W && r0 >= m->W ? r0 - m->W + 1 : 0;
         int64_t Tk = r0 + nq - k0;
         x->k0[b] = k0;
-        x->dims[b] = (accel_k_sdpa_dims){.B = B, .H = H, .Hkv = Hkv, .Tq = nq, .Tk = Tk, .D = D, .Dv = Dv, .scale = s,
-                                         .causal = true};
-        accel_k_sdpa_dense(&x->dims[b]);
-        x->p[b] = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, nq, Tk), q->device);
+        x->dims[b] = block_dims(out, Hkv, nq, Tk, D, s);
+        x->p[b] = explicit_band(x) ? accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, nq, Tk), q->device)
+                                   : accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, H, nq), q->device);
         if (!x->p[b]) {
             st = accel_last_status();
             break;

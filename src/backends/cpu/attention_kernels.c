@@ -3,8 +3,8 @@
  * output, the output's gradient and dq, dk, dv are each f32, bf16 or f16,
  * each at its own strides over batch, head and row (kernels.h: the rows of
  * a head contiguous; a row stride is a tile GEMM's leading dim, or the
- * stride the rows are widened from and rounded back to). P is dense.
- * Two paths for the six tile GEMMs of a block of queries, on the provider
+ * stride the rows are widened from and rounded back to); lse is dense.
+ * Two paths for the seven tile GEMMs of a block of queries, on the provider
  * measured fastest for the tile class (below, "the tile GEMMs and their
  * provider"):
  *   - the native path, where oneDNN multiplies the operands' bf16/f16 dtype
@@ -16,9 +16,12 @@
  *     keys and values, one block of queries) through per-thread f32 scratch
  *     with the vectorised conversions of fused_kernels.c, never as a
  *     whole-tensor f32 copy, f32 tensors in place.
- * Gradients are accumulated in f32 tiles on both. The forward keeps the
- * softmax probabilities P [B, H, Tq, Tk] (f32) for the backward (under the
- * causal mask only the blocks left of the diagonal are written and read).
+ * Gradients are accumulated in f32 tiles on both. The forward keeps only
+ * each query row's log-sum-exp (f32 [B, H, Tq]); the backward recomputes a
+ * block's scores S = Q K^T (one more tile GEMM, 7 in all where P kept would
+ * take 6) and its probabilities exp(s S - lse) from it, as FlashAttention
+ * does: no [B, H, Tq, Tk] matrix is written in the forward and read back
+ * cold in the backward, and a layer's saved memory is O(T), not O(T^2).
  * Heads run in parallel by kv head (its K and V read once for the H / Hkv
  * query heads that share them, forward and backward alike), one OpenMP
  * thread per kv head calling single-threaded GEMMs on blocks of queries;
@@ -110,18 +113,17 @@ static int64_t scratch_of(const accel_tensor *t, int64_t n, int64_t stride, int6
  *
  * Where oneDNN multiplies the operands' bf16/f16 dtype itself (its units,
  * not f32 panels per call) and the measured choice (below) takes it, all
- * six tile GEMMs run on it in that dtype with f32 accumulation: the native
+ * seven tile GEMMs run on it in that dtype with f32 accumulation: the native
  * path. S = Q K^T and dP = dO V^T multiply two tensors of that dtype, and
  * each product of two such values is exact in f32, so they give the f32
  * tiles' values up to the order of the additions; O = P V, dV += P^T dO,
  * dQ = s dS K and dK += s dS^T Q take P and s dS rounded once to the dtype
  * (as PyTorch's CPU flash attention and FlashAttention do), the softmax,
- * its gradient and every accumulator staying f32 (P kept for the backward
- * is the f32 one). Elsewhere the tiles are f32, on OpenBLAS's sgemm or
- * oneDNN's f32 matmul. On oneDNN the GEMMs run only on whole query blocks
- * (Tq and Tk multiples of QB) and with the keys cut into chunks of at most
- * KC, so each is a QB x (64 .. KC) x D(v) GEMM with leading dims fixed per
- * sequence length: oneDNN makes and keeps a primitive per shape and
+ * its gradient and every accumulator staying f32. Elsewhere the tiles are
+ * f32, on OpenBLAS's sgemm or oneDNN's f32 matmul. On oneDNN the GEMMs run
+ * only on whole query blocks (Tq and Tk multiples of QB) and with the keys
+ * cut into chunks of at most KC, so each is a QB x (64 .. KC) x D(v) GEMM
+ * with leading dims fixed per sequence length: oneDNN makes and keeps a primitive per shape and
  * leading dims (~0.1-1 ms of JIT each, in a table of 512 that the linear
  * layers share), and decode's or ragged blocks' shapes, new at every
  * length, would fill it; those stay on OpenBLAS's f32 tiles.
@@ -250,7 +252,7 @@ static accel_status raise_error(const first_error *e) {
  * checkpoint's). One tile GEMM (2^18 to 2^22 multiply-adds) is far below
  * what a single GEMM is timed from, so a candidate is timed on a batch of
  * the tiles instead, run as the kernels run them: each thread, on its own
- * operands, the six GEMMs of blocks that see a window of the class's keys
+ * operands, the seven GEMMs of blocks that see a window of the class's keys
  * (K, V and S of the window's size, leading dims as dense tensors have
  * them), enough blocks for TILE_BATCH_MACS multiply-adds a thread. The
  * tiles' conversions (widening on the f32 tiles, P and dS rounded on the
@@ -302,6 +304,8 @@ static accel_status batch_blocks(const tile_batch *b, tiles t, float *m) {
     for (int64_t r = 0; r < blocks && st == ACCEL_OK; r++) {
         st = tiles_gemm(t, KEYS_N, QB, W, D, 1.0f, q, D, k, D, 0.0f, s, W);
         if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, W, Dv, 1.0f, p, W, v, Dv, 0.0f, o, Dv);
+        /* the backward's: S again, then the five of its gradients */
+        if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_N, QB, W, D, 1.0f, q, D, k, D, 0.0f, s, W);
         if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_M, QB, W, Dv, 1.0f, p, W, g, Dv, 1.0f, dv, Dv);
         if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_N, QB, W, Dv, 1.0f, g, Dv, v, Dv, 0.0f, s, W);
         if (st == ACCEL_OK) st = tiles_gemm(t, KEYS_K, QB, W, D, 1.0f, p, W, k, D, 0.0f, dq, D);
@@ -376,24 +380,28 @@ static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_
 
 /* ---- forward */
 
-/* Masked softmax of nq score rows (query i0 + r) over their first kend
- * columns: p (row stride ld) = softmax(scale s) (row stride lds; s may be
- * p). Columns past a row's last key are 0 up to kend; a row that sees no key
- * is all zeros. The masked scores are set to -inf (their exponentials are
- * 0) and every row runs over all kend columns (a multiple of 64 on whole
+/* The masked softmax of nq score rows (query i0 + r) over their first
+ * kend columns: p (row stride ld) = softmax(scale s) (row stride lds; s may
+ * be p) and lse[r] its log-sum-exp, or (`recompute`) p = exp(scale s -
+ * lse[r]), the same probabilities from the forward's lse. Columns past a
+ * row's last key are 0 up to kend; a row that sees no key is all zeros (its
+ * lse -inf). The masked scores are set to -inf (their exponentials are 0)
+ * and every row runs over all kend columns (a multiple of 64 on whole
  * blocks): a causal row's own length left up to 15 columns to the vector
  * loop's scalar tail (3-5% of the forward's CPU time, AVX-512). */
-static void masked_softmax(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float *p, int64_t ld,
-                           float *s, int64_t lds, float scale) {
+static void masked_rows(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float *p, int64_t ld,
+                        float *s, int64_t lds, float scale, float *lse, bool recompute) {
     for (int64_t r = 0; r < nq; r++) {
         float *row = p + r * ld, *sr = s + r * lds;
         int64_t n = last_key(d, i0 + r) + 1;
         if (n <= 0) {
             memset(row, 0, (size_t)kend * sizeof *row);
+            if (!recompute) lse[r] = -INFINITY;
             continue;
         }
         for (int64_t j = n; j < kend; j++) sr[j] = -INFINITY;
-        accel__cpu_softmax_row(row, sr, kend, scale);
+        if (recompute) accel__cpu_probs_row(row, sr, kend, scale, lse[r]);
+        else accel__cpu_softmax_row(row, sr, kend, scale, &lse[r]);
     }
 }
 
@@ -444,10 +452,11 @@ static const void *tile_probs(tiles t, void *lp, const float *src, int64_t nq, i
 
 /* One thread's scratch of the forward: the head's K [Tk, D] and V
  * [Tk, Dv] and a block's Q [QB, D] as operand_scratch says, a block's O
- * [QB, Dv] where it is not written in place; on the native path also a
- * block's S [QB, Tk] (f32) and P rounded to lp [QB, Tk], chunk-major. */
+ * [QB, Dv] where it is not written in place, its P [QB, Tk] (f32 rows);
+ * on the native path also its S [QB, Tk] (f32) and P rounded to lp
+ * [QB, Tk], chunk-major. */
 typedef struct fwd_scratch {
-    float *k, *v, *q, *o, *sc;
+    float *k, *v, *q, *o, *pr, *sc;
     void *pl;
 } fwd_scratch;
 
@@ -459,6 +468,7 @@ static int64_t fwd_scratch_at(const accel_k_sdpa *a, tiles t, float *base, fwd_s
     s->v = carve(base, &n, operand_scratch(t, a->v, d->Tk * d->Dv, d->vs[2], d->Dv));
     s->q = carve(base, &n, operand_scratch(t, a->q, QB * d->D, d->qs[2], d->D));
     s->o = carve(base, &n, scratch_of(a->o, QB * d->Dv, d->os[2], d->Dv, native(t)));
+    s->pr = carve(base, &n, QB * d->Tk);
     s->sc = carve(base, &n, keys);
     s->pl = carve(base, &n, floats_of(t.dt, keys));
     return n;
@@ -478,46 +488,57 @@ static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks,
     return (kv_head){kh.p, vh.p, kh.ld, vh.ld};
 }
 
-/* S = s Q K^T, P = softmax(S) (into pb, row stride Tk) and O = P V for
- * the query block at element qoff of q, nq rows, keys [0, kend). */
-static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, int64_t nq, int64_t kend, int64_t qoff,
-                                  const kv_head *kv, float *pb, tile ob, fwd_scratch s) {
-    const accel_k_sdpa_dims *d = &a->dims;
-    operand q = tile_operand(t, a->q, qoff, nq, d->D, d->qs[2], s.q);
+/* The probabilities P [nq, kend] (f32 rows kend apart, into pr) of the
+ * query block i0 whose queries are q, keys [0, kend): S = Q K^T (scaled by
+ * the GEMM's alpha on the f32 tiles; on the native path chunk-major into sc,
+ * the scale in the softmax), then the masked softmax with its lse
+ * (forward), or P again from lse (`recompute`: the backward's, the same
+ * GEMM on the same operands giving the forward's S). */
+static accel_status block_probs(const accel_k_sdpa_dims *d, tiles t, int64_t i0, int64_t nq, int64_t kend, operand q,
+                                const kv_head *kv, float *sc, float *pr, float *lse, bool recompute) {
+    float *rows = pr, scale = 1.0f;
     accel_status st;
-    if (native(t)) { /* Q K^T chunk-major; P = softmax(s S) from its rows when it is one chunk */
-        st = tiles_gemm(t, KEYS_N, nq, kend, d->D, 1.0f, q.p, q.ld, kv->k, kv->ldk, 0.0f, s.sc, 0);
+    if (native(t)) { /* its rows are sc itself when it is one chunk */
+        st = tiles_gemm(t, KEYS_N, nq, kend, d->D, 1.0f, q.p, q.ld, kv->k, kv->ldk, 0.0f, sc, 0);
         if (st != ACCEL_OK) return st;
-        if (kend <= KC) {
-            masked_softmax(d, i0, nq, kend, pb, d->Tk, s.sc, kend, d->scale);
-        } else {
-            chunks_to_rows(pb, d->Tk, s.sc, nq, kend);
-            masked_softmax(d, i0, nq, kend, pb, d->Tk, pb, d->Tk, d->scale);
-        }
+        if (kend <= KC) rows = sc;
+        else chunks_to_rows(pr, kend, sc, nq, kend);
+        scale = d->scale;
     } else {
-        st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pb, d->Tk);
+        st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pr, kend);
         if (st != ACCEL_OK) return st;
-        masked_softmax(d, i0, nq, kend, pb, d->Tk, pb, d->Tk, 1.0f);
     }
-    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, pb, nq, kend, d->Tk), d->Tk,
-                      kv->v, kv->ldv, 0.0f, ob.p, ob.ld);
+    masked_rows(d, i0, nq, kend, pr, kend, rows, kend, scale, lse, recompute);
+    return ACCEL_OK;
 }
 
-/* One (batch, head) bh on its kv head: P [Tq, Tk] (only each block's
- * [0, kend) columns are written) and O [Tq, Dv]. */
+/* P = softmax(s Q K^T) with its lse (nq rows from lse) and O = P V for the
+ * query block at element qoff of q, nq rows, keys [0, kend). */
+static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, int64_t nq, int64_t kend, int64_t qoff,
+                                  const kv_head *kv, float *lse, tile ob, fwd_scratch s) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    operand q = tile_operand(t, a->q, qoff, nq, d->D, d->qs[2], s.q);
+    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s.sc, s.pr, lse, false);
+    if (st != ACCEL_OK) return st;
+    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, s.pr, nq, kend, kend), kend, kv->v,
+                      kv->ldv, 0.0f, ob.p, ob.ld);
+}
+
+/* One (batch, head) bh on its kv head: lse [Tq] and O [Tq, Dv]. */
 static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, const kv_head *kv, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    float *ph = (float *)a->p->data + bh * d->Tq * d->Tk;
+    float *lh = (float *)a->lse->data + bh * d->Tq;
     int64_t b = bh / d->H, h = bh % d->H;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
         int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
         int64_t qoff = row_at(d->qs, b, h, i0), ooff = row_at(d->os, b, h, i0);
         if (kend <= 0) { /* no query of the block sees a key */
             rows_zero(a->o, ooff, nq, d->Dv, d->os[2]);
+            for (int64_t r = 0; r < nq; r++) lh[i0 + r] = -INFINITY;
             continue;
         }
         tile ob = tile_at(a->o, ooff, d->os[2], s.o, d->Dv, native(t));
-        accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, ph + i0 * d->Tk, ob, s);
+        accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, lh + i0, ob, s);
         if (st != ACCEL_OK) return st;
         tile_store(a->o, ooff, nq, d->Dv, d->os[2], ob);
     }
@@ -548,13 +569,13 @@ static float *whole_f32(const accel_tensor *t, int64_t n) {
 
 /* The reference: one query row at a time, double accumulation, on dense f32
  * q, k, v (the op hands the reference dense tensors). */
-static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const float *k, const float *v, float *p, float *o,
-                           double *sc) {
+static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const float *k, const float *v, float *lse,
+                           float *o, double *sc) {
     for (int64_t bh = 0; bh < d->B * d->H; bh++) {
         int64_t b = bh / d->H, h = bh % d->H, kvh = b * d->Hkv + h / (d->H / d->Hkv);
         for (int64_t i = 0; i < d->Tq; i++) {
             const float *qi = q + (bh * d->Tq + i) * d->D;
-            float *pi = p + (bh * d->Tq + i) * d->Tk, *oi = o + (bh * d->Tq + i) * d->Dv;
+            float *oi = o + (bh * d->Tq + i) * d->Dv;
             int64_t L = last_key(d, i);
             double m = -INFINITY, s = 0.0;
             for (int64_t j = 0; j <= L; j++) {
@@ -565,12 +586,13 @@ static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const flo
                 m = fmax(m, sc[j]);
             }
             for (int64_t j = 0; j <= L; j++) s += exp(sc[j] - m);
-            for (int64_t j = 0; j < d->Tk; j++) pi[j] = j <= L ? (float)(exp(sc[j] - m) / s) : 0.0f;
+            for (int64_t j = 0; j <= L; j++) sc[j] = exp(sc[j] - m) / s;
             for (int64_t e = 0; e < d->Dv; e++) {
                 double acc = 0.0;
-                for (int64_t j = 0; j <= L; j++) acc += (double)pi[j] * v[(kvh * d->Tk + j) * d->Dv + e];
+                for (int64_t j = 0; j <= L; j++) acc += sc[j] * v[(kvh * d->Tk + j) * d->Dv + e];
                 oi[e] = (float)acc;
             }
+            lse[bh * d->Tq + i] = L < 0 ? -INFINITY : (float)(m + log(s));
         }
     }
 }
@@ -588,7 +610,7 @@ static accel_status reference_forward(const accel_k_sdpa *a) {
                                         : accel_arena_alloc(accel_step_arena(), (size_t)(nq * d->Dv + 1) * sizeof(float), 64);
     double *sc = accel_arena_alloc(accel_step_arena(), (size_t)(d->Tk + 1) * sizeof(double), 64);
     if (!q || !k || !v || !o || !sc) return accel_last_status();
-    sdpa_reference(d, q, k, v, a->p->data, o, sc);
+    sdpa_reference(d, q, k, v, a->lse->data, o, sc);
     if (a->o->dtype != ACCEL_F32) accel__cpu_from_f32(a->o->data, a->o->dtype, o, nq * d->Dv);
     return ACCEL_OK;
 }
@@ -601,15 +623,16 @@ static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t 
     for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend, scale);
 }
 
-/* One thread's scratch of the backward: dP's f32 rows [QB, Tk] (on the f32
- * tiles, and on the native path where a row spans chunks); the kv head's
+/* One thread's scratch of the backward: the block's P, recomputed, and dP
+ * (on the f32 tiles, and on the native path where a row spans chunks), f32
+ * rows [QB, Tk]; the kv head's
  * dK, dV [Tk, D(v)] and a block's dQ [QB, D] where they are not
  * accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
  * [QB, D(v)] as operand_scratch says; on the native path also a block's
- * dP as its GEMM writes it (f32) and P, then s dS, rounded to lp, both
- * chunk-major [QB, Tk]. */
+ * S and dP as their GEMMs write them (f32) and P, then s dS, rounded to lp,
+ * both chunk-major [QB, Tk]. */
 typedef struct bwd_scratch {
-    float *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc;
+    float *pr, *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc;
     void *pl;
 } bwd_scratch;
 
@@ -618,6 +641,7 @@ static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *ba
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t kd = d->Tk * d->D, kv = d->Tk * d->Dv, n = 0, keys = native(t) ? QB * d->Tk : 0;
     bool dense = native(t);
+    s->pr = carve(base, &n, QB * d->Tk);
     s->dp = carve(base, &n, !native(t) || d->Tk > KC ? QB * d->Tk : 0);
     s->dk = carve(base, &n, scratch_of(a->dk, kd, a->dks[2], d->D, dense));
     s->dv = carve(base, &n, scratch_of(a->dv, kv, a->dvs[2], d->Dv, dense));
@@ -636,9 +660,9 @@ typedef struct kv_grads {
     tile dkh, dvh;
 } kv_grads;
 
-/* The gradients of query block i0 (nq rows) of head bh: on the native
- * path (nq = QB) P and s dS rounded to t.dt, chunk-major, for the GEMMs
- * that take them. */
+/* The gradients of query block i0 (nq rows) of head bh: P again from the
+ * forward's lse, then on the native path (nq = QB) P and s dS rounded to
+ * t.dt, chunk-major, for the GEMMs that take them. */
 static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int64_t bh, int64_t i0, int64_t nq,
                                    const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
@@ -647,12 +671,15 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
         if (a->dq && a->dq_beta == 0.0f) rows_zero(a->dq, dqoff, nq, d->D, a->dqs[2]);
         return ACCEL_OK;
     }
-    const float *pb = (const float *)a->p->data + (bh * d->Tq + i0) * d->Tk;
+    operand q = tile_operand(t, a->q, row_at(d->qs, b, h, i0), nq, d->D, d->qs[2], s->q);
+    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s->sc, s->pr, (float *)a->lse->data + bh * d->Tq + i0,
+                                  true);
+    if (st != ACCEL_OK) return st;
+    const float *pb = s->pr;
     operand go = tile_operand(t, a->g, row_at(a->gs, b, h, i0), nq, d->Dv, a->gs[2], s->g);
-    accel_status st = ACCEL_OK;
     if (a->dv) /* dV[0:kend] += P^T dO */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, nq, kend, d->Tk),
-                        d->Tk, go.p, go.ld, 1.0f, gr->dvh.p, gr->dvh.ld);
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, nq, kend, kend), kend, go.p, go.ld,
+                        1.0f, gr->dvh.p, gr->dvh.ld);
     if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
     /* dP = dO V^T, then dS in its rows: on the native path the GEMM's
      * chunk-major dP, already rows when it is one chunk */
@@ -668,7 +695,7 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     if (st != ACCEL_OK) return st;
     /* the scale: in dS before its rounding on the native path, the GEMMs' alpha on the f32 tiles */
     float alpha = native(t) ? 1.0f : d->scale;
-    softmax_grad_rows(nq, kend, pb, d->Tk, dp, ldp, native(t) ? d->scale : 1.0f);
+    softmax_grad_rows(nq, kend, pb, kend, dp, ldp, native(t) ? d->scale : 1.0f);
     const void *ds = tile_probs(t, s->pl, dp, nq, kend, ldp);
     if (a->dq) { /* dQ = s dS K (+ dQ) */
         int64_t ld = a->dqs[2];
@@ -678,10 +705,8 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
         if (st != ACCEL_OK) return st;
         tile_store(a->dq, dqoff, nq, d->D, ld, dqb);
     }
-    if (a->dk) { /* dK[0:kend] += s dS^T Q */
-        operand q = tile_operand(t, a->q, row_at(d->qs, b, h, i0), nq, d->D, d->qs[2], s->q);
+    if (a->dk) /* dK[0:kend] += s dS^T Q */
         st = tiles_gemm(t, KEYS_M, nq, kend, d->D, alpha, ds, ldp, q.p, q.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
-    }
     return st;
 }
 

@@ -9,8 +9,9 @@
 #include "vec_math.h"
 
 /* dst = softmax(scale src), scale > 0 (so scale max(src) is the scaled
- * row's max); dst may be src. With scale 1 the same values as without one. */
-ACCEL__VEC_MATH void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale) {
+ * row's max), *lse = max + log(sum); dst may be src. With scale 1 the same
+ * values as without one. */
+ACCEL__VEC_MATH void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale, float *lse) {
     float m = scale * accel__vec_row_max(src, n), s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < n; j++) {
@@ -21,6 +22,14 @@ ACCEL__VEC_MATH void accel__cpu_softmax_row(float *dst, const float *src, int64_
     float inv = 1.0f / s;
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) dst[j] *= inv;
+    *lse = m + logf(s);
+}
+
+/* dst = exp(scale src - lse): the backward's probabilities from the
+ * forward's lse (the max is in lse, so no exponent exceeds ~0). */
+ACCEL__VEC_MATH void accel__cpu_probs_row(float *dst, const float *src, int64_t n, float scale, float lse) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) dst[j] = accel__expf(scale * src[j] - lse);
 }
 
 void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float scale) {

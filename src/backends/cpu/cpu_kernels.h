@@ -188,11 +188,15 @@ bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d);
 /* The class of a Tk x D attention of dt timed again (`accel env
  * --measure-gemm`); returns the provider kept, or -1. */
 int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
-/* The rows of its softmax and of the softmax's gradient, compiled per ISA
- * variant (attention_rows.c): dst[0..n) = softmax(scale src[0..n)), n >= 1,
- * scale > 0, dst may be src; g[0..n) = scale p (g - sum(g p)) in place. With
- * scale 1 the values of the same rows without a scale. */
-void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale);
+/* The rows of its softmax, of its recomputation and of the softmax's
+ * gradient, compiled per ISA variant (attention_rows.c), n >= 1, scale > 0:
+ * dst[0..n) = softmax(scale src[0..n)) and *lse = log sum_j exp(scale
+ * src_j) (dst may be src); dst[0..n) = exp(scale src - lse), the same
+ * probabilities again from the row's lse (dst may be src); g[0..n) = scale
+ * p (g - sum(g p)) in place. With scale 1 the values of the same rows
+ * without a scale. -inf scores (masked keys) give 0. */
+void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale, float *lse);
+void accel__cpu_probs_row(float *dst, const float *src, int64_t n, float scale, float lse);
 void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float scale);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the

@@ -75,7 +75,10 @@
       (const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch, double *total), \
       (k, count, nt, scratch, total))                                                          \
     /* attention_rows.c */                                                                     \
-    X(accel__cpu_softmax_row, (float *dst, const float *src, int64_t n, float scale), (dst, src, n, scale)) \
+    X(accel__cpu_softmax_row, (float *dst, const float *src, int64_t n, float scale, float *lse),     \
+      (dst, src, n, scale, lse))                                                               \
+    X(accel__cpu_probs_row, (float *dst, const float *src, int64_t n, float scale, float lse),       \
+      (dst, src, n, scale, lse))                                                               \
     X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n, float scale), (p, g, n, scale)) \
     /* norm_rows.c */                                                                          \
     X(accel__cpu_rms_norm_row,                                                                 \
