@@ -730,6 +730,16 @@ static accel_status shared_memory(int index, const void *fn, size_t bytes, size_
 
 static unsigned tiles(int64_t n, int64_t per) { return (unsigned)((n + per - 1) / per); }
 
+/* The strides s of `what` as kernels.h promises them (and the CPU kernels
+ * check them): none negative, rows of n elements at least a row apart, so
+ * that no two rows written overlap; an error naming the tensor otherwise. */
+static bool rows_fit(const char *op, const char *what, const int64_t s[3], int64_t n) {
+    if (s[0] >= 0 && s[1] >= 0 && s[2] >= n) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s's strides (%lld, %lld, %lld) do not fit rows of %lld elements", op,
+                    what, (long long)s[0], (long long)s[1], (long long)s[2], (long long)n);
+    return false;
+}
+
 /* The 16-bit dtype (bf16 or f16) in which the tensor-core kernels can take
  * the n operands ts: all of them in it and both head dims multiples of FR
  * (at most 1024: beyond any GPU's shared memory); ACCEL_F32 (the CUDA-core
@@ -758,6 +768,9 @@ static accel_status fwd_tc(const accel_k_sdpa *k, cudaStream_t s, int index, siz
 extern "C" accel_status accel__cudak_sdpa(accel_k_sdpa *k) {
     int index = k->o->device.index;
     const accel_k_sdpa_dims *d = &k->dims;
+    if (!rows_fit("sdpa", "q", d->qs, d->D) || !rows_fit("sdpa", "k", d->ks, d->D) ||
+        !rows_fit("sdpa", "v", d->vs, d->Dv) || !rows_fit("sdpa", "o", d->os, d->Dv))
+        return accel_last_status();
     if (!d->B || !d->H || !d->Tq) return ACCEL_OK; /* Dv 0 still has an lse per row */
     cudaStream_t s = accel__cuda_enter(index);
     size_t limit = 0;
@@ -840,6 +853,12 @@ static accel_status bwd_kv(const accel_k_sdpa_backward *k, const bwd_operands &x
 extern "C" accel_status accel__cudak_sdpa_backward(accel_k_sdpa_backward *k) {
     int index = k->g->device.index;
     const accel_k_sdpa_dims *d = &k->dims;
+    static const char *OP = "sdpa_backward";
+    if (!rows_fit(OP, "q", d->qs, d->D) || !rows_fit(OP, "k", d->ks, d->D) || !rows_fit(OP, "v", d->vs, d->Dv) ||
+        !rows_fit(OP, "o", d->os, d->Dv) || !rows_fit(OP, "g", k->gs, d->Dv) ||
+        (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) || (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) ||
+        (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
+        return accel_last_status();
     if (!d->B || !d->H || !d->Tq) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
     size_t limit = 0;
