@@ -1111,13 +1111,16 @@ static void test_compare_where(void) {
 /* ---- attention */
 
 static const sdpa_case SDPA_CASES[] = {
-    {2, 6, 2, 67, 67, 37, 29, true, true},   /* grouped heads, odd sizes, two CPU query blocks, strided k/v */
+    {2, 6, 2, 67, 67, 37, 29, true, true},   /* grouped heads, odd sizes, strided k/v */
     {1, 4, 4, 5, 71, 64, 64, true, false},   /* few queries over a long cache (bottom-right mask) */
-    {1, 2, 1, 71, 5, 16, 24, true, false},   /* more queries than keys: the first rows see no key */
+    {1, 2, 1, 71, 5, 16, 24, true, false},   /* more queries than keys: the first rows see no key (lse -inf) */
     {1, 2, 1, 33, 45, 16, 24, false, true},  /* no mask */
     {1, 2, 2, 130, 130, 128, 128, true, false}, /* Llama's head dim, several tiles of each kind */
+    {2, 4, 2, 197, 203, 40, 40, false, false},  /* no mask, more than six 32-key tiles, Tq != Tk */
+    {1, 2, 1, 70, 70, 229, 231, true, false},   /* odd head dims over 224 (CUDA cores, up to 181 KiB of shared
+                                                 * memory) */
     /* bf16/f16 on tensor cores (head dims multiples of 16; the cases above with odd head dims, or
-     * D = 16 with Dv = 24, take the CUDA-core kernels in every dtype) */
+     * D = 16 with Dv = 24, or D = 40, take the CUDA-core kernels in every dtype) */
     {2, 8, 2, 67, 67, 64, 64, true, true},     /* grouped heads, odd length over two 64-query tiles, strided k/v */
     {1, 4, 2, 7, 133, 128, 128, true, true},   /* decode over a cache longer than two key tiles (Tq < Tk) */
     {2, 2, 2, 1, 65, 64, 64, true, false},     /* one query, a key tile of one key */
@@ -1125,6 +1128,7 @@ static const sdpa_case SDPA_CASES[] = {
     {1, 2, 1, 140, 37, 32, 48, true, false},   /* more queries than keys: the first 64-query tile sees no key */
     {1, 2, 1, 261, 261, 256, 256, true, false}, /* head dim 256, more than four key tiles of each kind */
     {1, 3, 1, 9, 300, 224, 224, true, true},    /* head dim 224, decode over five key tiles, strided k/v */
+    {1, 2, 1, 200, 200, 192, 192, true, false}, /* head dim 192: the largest whose key pass fits an H200 on tensor cores */
 };
 
 /* k or v of n elements one element past a 16-byte boundary (a pair of n + 1, the view moved on by
@@ -1137,50 +1141,77 @@ static pair *mk_misaligned(accel_dtype dt, int64_t n) {
     return p;
 }
 
-/* q, k, v, o (and in the backward dO, dq, dk, dv) in each float dtype; lse f32. Strided k and v
- * also start one element past an aligned address. */
+/* s: the strides of a [B, heads, T, n] tensor stored [B, T, heads, n] (the projections' layout). */
+static void heads_last(int64_t s[3], int64_t heads, int64_t T, int64_t n) {
+    s[0] = T * heads * n, s[1] = n, s[2] = heads * n;
+}
+
+/* d with q, k, v and o all stored [B, T, heads, n]. */
+static void sdpa_heads_last(accel_k_sdpa_dims *d) {
+    heads_last(d->qs, d->H, d->Tq, d->D);
+    heads_last(d->ks, d->Hkv, d->Tk, d->D);
+    heads_last(d->vs, d->Hkv, d->Tk, d->Dv);
+    heads_last(d->os, d->H, d->Tq, d->Dv);
+}
+
+/* q, k, v, o in each float dtype, lse f32; each case as it says (q, o dense) and with every operand
+ * stored [B, T, heads, n]. Strided k and v also start one element past an aligned address. Rows that
+ * see no key must come back with o 0 and lse -inf on both sides. */
 static void test_sdpa(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
         for (int di = 0; di < 3; di++)
-            for (int shift = 0; shift < (SDPA_CASES[ci].kv_strided ? 2 : 1); shift++) {
-                const sdpa_case *c = &SDPA_CASES[ci];
-                accel_dtype dt = FLOATS[di];
-                accel_k_sdpa_dims d = sdpa_case_dims(c);
-                int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
-                pair *o = mk1(dt, nq * c->Dv, OUT), *lse = mk1(ACCEL_F32, nq, OUT);
-                pair *q = mk1(dt, nq * c->D, IN);
-                pair *k = shift ? mk_misaligned(dt, nk * c->D) : mk1(dt, nk * c->D, IN);
-                pair *v = shift ? mk_misaligned(dt, nk * c->Dv) : mk1(dt, nk * c->Dv, IN);
-                accel_k_sdpa a = {.o = &o->c, .lse = &lse->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
-                KRUN("sdpa", sdpa, accel_k_sdpa, a, dt == ACCEL_F32 ? 1e-4 : tol_of(dt));
-            }
+            for (int hl = 0; hl < 2; hl++)
+                for (int shift = 0; shift < (SDPA_CASES[ci].kv_strided || hl ? 2 : 1); shift++) {
+                    const sdpa_case *c = &SDPA_CASES[ci];
+                    accel_dtype dt = FLOATS[di];
+                    accel_k_sdpa_dims d = sdpa_case_dims(c);
+                    if (hl) sdpa_heads_last(&d);
+                    int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
+                    pair *o = mk1(dt, nq * c->Dv, OUT), *lse = mk1(ACCEL_F32, nq, OUT);
+                    pair *q = mk1(dt, nq * c->D, IN);
+                    pair *k = shift ? mk_misaligned(dt, nk * c->D) : mk1(dt, nk * c->D, IN);
+                    pair *v = shift ? mk_misaligned(dt, nk * c->Dv) : mk1(dt, nk * c->Dv, IN);
+                    accel_k_sdpa a = {.o = &o->c, .lse = &lse->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
+                    KRUN("sdpa", sdpa, accel_k_sdpa, a, dt == ACCEL_F32 ? 1e-4 : tol_of(dt));
+                }
 }
 
+/* The backward from the same o and lse on both sides (the CPU forward's of these q, k, v). Every
+ * other run (alternating over cases and variants) stores every operand and gradient [B, T, heads,
+ * n], the layout the op hands a strided device. */
 static void test_sdpa_backward(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
         for (int di = 0; di < 3; di++)
-            for (int variant = 0; variant < 4; variant++) {
-                /* all grads (dq overwritten), dq added into, dv only, f32 grads of 16-bit inputs */
-                sdpa_case c = SDPA_CASES[ci];
+            for (int variant = 0; variant < 5; variant++) {
+                /* all grads (dq overwritten), dq added into (dq_beta 1), dv only, f32 grads of 16-bit inputs,
+                 * dq only (a k and v that need no gradient: the key pass does not run) */
+                const sdpa_case *c = &SDPA_CASES[ci];
                 accel_dtype dt = FLOATS[di], gdt = variant == 3 ? ACCEL_F32 : dt;
                 if (variant == 3 && dt == ACCEL_F32) continue;
-                c.kv_strided = false; /* the backward takes the saved k, v contiguous */
-                accel_k_sdpa_dims d = sdpa_case_dims(&c);
-                int64_t nq = c.B * c.H * c.Tq, nk = c.B * c.Hkv * c.Tk;
-                pair *dq = variant == 2 ? NULL : mk1(gdt, nq * c.D, variant == 1 ? ACC : OUT);
-                pair *dk = variant == 2 ? NULL : mk1(gdt, nk * c.D, ACC), *dv = mk1(gdt, nk * c.Dv, ACC);
-                pair *g = mk1(dt, nq * c.Dv, IN), *q = mk1(dt, nq * c.D, IN);
-                pair *k = mk1(dt, nk * c.D, IN), *v = mk1(dt, nk * c.Dv, IN);
-                /* o and lse: the CPU forward's of these q, k, v (the backward reads them) */
-                pair *o = mk1(dt, nq * c.Dv, IN), *lse = mk1(ACCEL_F32, nq, IN);
+                const bool hl = (ci + (size_t)variant) % 2 == 1;
+                accel_k_sdpa_dims d = sdpa_case_dims(c);
+                if (hl) sdpa_heads_last(&d);
+                int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
+                pair *dq = variant == 2 ? NULL : mk1(gdt, nq * c->D, variant == 1 ? ACC : OUT);
+                pair *dk = variant == 2 || variant == 4 ? NULL : mk1(gdt, nk * c->D, ACC);
+                pair *dv = variant == 4 ? NULL : mk1(gdt, nk * c->Dv, ACC);
+                pair *g = mk1(dt, nq * c->Dv, IN), *q = mk1(dt, nq * c->D, IN);
+                pair *k = mk1(dt, nk * c->D, IN), *v = mk1(dt, nk * c->Dv, IN);
+                pair *o = mk1(dt, nq * c->Dv, IN), *lse = mk1(ACCEL_F32, nq, IN);
                 accel_k_sdpa fw = {.o = &o->c, .lse = &lse->c, .q = &q->c, .k = &k->c, .v = &v->c, .dims = d};
                 CHECK(accel__cpu_backend.kernels.sdpa(&fw) == ACCEL_OK);
                 sync_to_device(o);
                 sync_to_device(lse);
-                accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = &dv->c,
+                accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = dv ? &dv->c : NULL,
                                            .g = &g->c, .q = &q->c, .k = &k->c, .v = &v->c, .o = &o->c,
                                            .lse = &lse->c, .dims = d, .dq_beta = (float)(variant == 1)};
                 accel_k_sdpa_backward_dense(&a);
+                if (hl) {
+                    heads_last(a.gs, c->H, c->Tq, c->Dv);
+                    heads_last(a.dqs, c->H, c->Tq, c->D);
+                    heads_last(a.dks, c->Hkv, c->Tk, c->D);
+                    heads_last(a.dvs, c->Hkv, c->Tk, c->Dv);
+                }
                 /* 16-bit: both sides round P and dS to dt for their products, the GPU dS before the
                  * scale and the CPU s dS (or, without bf16 units, neither: f32 tiles), so a gradient
                  * element may carry two roundings of each term where the other carries none */

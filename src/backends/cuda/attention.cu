@@ -1,9 +1,13 @@
 /* Scaled dot-product attention with grouped-query heads and a bottom-right
  * aligned causal mask, forward and backward, f32 softmax and accumulation
- * (the CPU's src/backends/cpu/attention_kernels.c computes the same). q, k,
- * v, the output, dO and dq, dk, dv are each f32, bf16 or f16: tiles are
- * staged in shared memory and results rounded as they are stored, so the op
- * needs no f32 copies of bf16 tensors.
+ * (the CPU's src/backends/cpu/attention_kernels.c computes the same),
+ * FlashAttention-2 style: the probabilities P are never stored, the forward
+ * keeps one log-sum-exp per query row and the backward recomputes P from it.
+ * q, k, v, o, dO and dq, dk, dv are each f32, bf16 or f16, read and written
+ * in place at their strides (dims' qs, ks, vs, os and the backward's gs, dqs,
+ * dks, dvs: the backend sets sdpa_strided): tiles are staged in shared memory
+ * and results rounded as they are stored, so the op needs no f32 or dense
+ * copies.
  *
  * Two kernel families compute the same thing:
  * - tensor cores (bf16/f16): when q, k, v (and dO) share one 16-bit dtype and
@@ -16,27 +20,32 @@
  *   whose tensor-core tiles do not fit the GPU's shared memory): the same
  *   algorithm in f32 on tiles of 32.
  *
- * Forward, flash-style: one block per (batch*head, tile of queries) keeps
- * its Q tile in shared memory, walks the key tiles the causal mask lets it
- * see (K and V tiles staged in shared memory), and keeps the softmax online
- * (running max and sum per row, O rescaled in shared memory), all in f32. The
- * table also asks for the probabilities P (the backward reads them): each
- * raw score is stored as it is computed and normalised in one pass at the
- * end. P's columns are written as the CPU writes them (a row gets the
- * columns its CPU query block of 64 sees, zeros past its own last key), so
- * the two backends' P are the same tensor.
+ * Forward: one block per (batch*head, tile of queries) keeps its Q tile in
+ * shared memory, walks the key tiles the causal mask lets it see (K and V
+ * tiles staged in shared memory), and keeps the softmax online (running max
+ * m and sum l per row, O rescaled in shared memory), all in f32. It writes O
+ * and lse = m + log l per row (scaled units; -inf for a row that sees no
+ * key, whose O is 0).
  *
- * Backward from P: a query-tile pass computes delta_i = sum_j P_ij dP_ij
- * (dP = dO V^T) and dQ = scale * P o (dP - delta) K; a key-tile pass, one
- * block per (batch*kv head, tile of keys), walks the G query heads of its
- * kv head and every query that sees its keys, and accumulates dV = P^T dO
- * and dK = scale * dS^T Q in shared memory before adding them to dk and dv
- * (no atomics: a key belongs to one block). Each pass picks its family on
- * its own; both read and write delta alike.
+ * Backward: a small kernel computes delta_i = sum_e dO_ie O_ie (the softmax
+ * gradient's row term, from O as stored); a query-tile pass walks the key
+ * tiles its queries see, recomputes S = Q K^T, P = exp(scale S - lse),
+ * dP = dO V^T and dS = P o (dP - delta), and accumulates dQ = scale dS K; a
+ * key-tile pass, one block per (batch*kv head, tile of keys), walks the G
+ * query heads of its kv head and every query tile that sees its keys,
+ * recomputes S, P, dP and dS likewise, and accumulates dV = P^T dO and
+ * dK = scale dS^T Q in shared memory before adding them to dk and dv (no
+ * atomics: a key belongs to one block). Each pass picks its family on its
+ * own.
  *
  * CUDA-core thread layout: 256 threads, TPR = 8 per row of a tile (a row's
  * threads are one aligned group of a warp, so row reductions are three
- * shuffles). Neither family has run on a GPU yet. */
+ * shuffles).
+ *
+ * Both families ran on an H200 on 2026-12-04 in the design before this one,
+ * which stored P (the forward wrote it, the backward read it). This design
+ * (lse kept, P recomputed, every operand strided) has compiled for sm_90 but
+ * has not run on a GPU. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -47,7 +56,7 @@
 
 #include "cuda_common.cuh"
 
-enum { BQ = 32, BK = 32, ATT_THREADS = 256, TPR = ATT_THREADS / BQ, CPU_QB = 64 };
+enum { BQ = 32, BK = 32, ATT_THREADS = 256, TPR = ATT_THREADS / BQ };
 
 /* Last key query i may see (inclusive); -1 when none. */
 __device__ inline int64_t last_key(const accel_k_sdpa_dims &d, int64_t i) {
@@ -56,10 +65,10 @@ __device__ inline int64_t last_key(const accel_k_sdpa_dims &d, int64_t i) {
     return l < -1 ? -1 : l < d.Tk - 1 ? l : d.Tk - 1;
 }
 
-/* P's columns [0, n) written for row i: those its CPU block of 64 queries sees. */
-__device__ inline int64_t written_keys(const accel_k_sdpa_dims &d, int64_t i) {
-    int64_t i0 = i / CPU_QB * CPU_QB, last = (i0 + CPU_QB < d.Tq ? i0 + CPU_QB : d.Tq) - 1;
-    return last_key(d, last) + 1;
+/* The first query that sees key j (last_key(i) >= j). */
+__device__ inline int64_t first_query(const accel_k_sdpa_dims &d, int64_t j) {
+    const int64_t f = d.causal ? j - (d.Tk - d.Tq) : 0;
+    return f > 0 ? f : 0;
 }
 
 /* Max and sum over the n threads of a row (an aligned group of a warp, n a
@@ -96,29 +105,60 @@ template <int n, int k> __device__ __forceinline__ float online_softmax(float (&
     return corr;
 }
 
-/* A tensor's elements as the kernels see them: data and dtype (f32, bf16 or
- * f16); p NULL for a gradient that is not wanted. */
+/* The log-sum-exp of a row from its online softmax's max mx and sum l: -inf
+ * for a row that saw no key (l 0; one that saw a key has l >= 1). */
+__device__ inline float lse_of(float mx, float l) { return l > 0.0f ? mx + logf(l) : -INFINITY; }
+
+/* P_ij = exp(s - lse_i) for key j of row i, s the scaled score, when `seen`
+ * (the mask lets the row see the key); 0 otherwise, and for every key of a
+ * row that sees none (lse -inf: exp(-inf - -inf) would be NaN). */
+__device__ inline float prob(float s, float lse, bool seen) {
+    return seen && lse != -INFINITY ? expf(s - lse) : 0.0f;
+}
+
+/* A [B, heads, T, n] tensor as the kernels see it: data, dtype (f32, bf16 or
+ * f16) and element strides over batch, head and row (a row's n elements
+ * contiguous); p NULL for a gradient that is not wanted. */
 typedef struct elems {
     void *p;
     accel_dtype dt;
+    int64_t s[3];
 } elems;
 
-static elems elems_of(const accel_tensor *t) { return t ? elems{t->data, t->dtype} : elems{NULL, ACCEL_F32}; }
+static elems elems_of(const accel_tensor *t, const int64_t s[3]) {
+    elems e = {t ? t->data : NULL, t ? t->dtype : ACCEL_F32, {s[0], s[1], s[2]}};
+    return e;
+}
 
-__device__ inline float load(elems e, int64_t i) { return load_f(e.p, e.dt, i); }
+/* The element offset of row i of head h of batch b. */
+__device__ inline int64_t row_at(const elems &e, int64_t b, int64_t h, int64_t i) {
+    return b * e.s[0] + h * e.s[1] + i * e.s[2];
+}
 
-__device__ inline void store(elems e, int64_t i, float v) {
+__device__ inline float load(const elems &e, int64_t i) { return load_f(e.p, e.dt, i); }
+
+__device__ inline void store(const elems &e, int64_t i, float v) {
     if (e.dt == ACCEL_F32) ((float *)e.p)[i] = v;
     else accel__elem_set(e.p, e.dt, i, v);
 }
 
 /* rows x cols of a matrix (element off of src, row stride `stride`) into
  * shared memory with row stride `ld`, as f32. */
-__device__ inline void stage(float *dst, int64_t ld, elems src, int64_t off, int64_t stride, int rows, int64_t cols) {
+__device__ inline void stage(float *dst, int64_t ld, const elems &src, int64_t off, int64_t stride, int rows,
+                             int64_t cols) {
     for (int64_t e = threadIdx.x; e < rows * cols; e += ATT_THREADS) {
         int64_t r = e / cols, c = e % cols;
         dst[r * ld + c] = load(src, off + r * stride + c);
     }
+}
+
+/* sum_x a[x] b[x] over n elements of shared memory, in order (the forward
+ * and the backward add a score's products alike, so the backward's P is the
+ * forward's). */
+__device__ inline float dot(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t x = 0; x < n; x++) acc += a[x] * b[x];
+    return acc;
 }
 
 /* ---- forward */
@@ -128,18 +168,18 @@ static size_t fwd_smem(const accel_k_sdpa_dims *d) {
     return sizeof(float) * (size_t)(BQ * d->D + BK * (d->D + 1) + BK * d->Dv + BQ * (BK + 1) + BQ * d->Dv);
 }
 
+/* o and lse [B*H*Tq] of the tile of queries blockIdx.y of head blockIdx.x. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    sdpa_fwd_k(elems o, float *p, elems q, elems k, elems v, accel_k_sdpa_dims d) {
+    sdpa_fwd_k(elems o, float *lse, elems q, elems k, elems v, accel_k_sdpa_dims d) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv;
     float *sq = sm, *sk = sq + BQ * D, *sv = sk + BK * (D + 1), *ss = sv + BK * Dv, *so = ss + BQ * (BK + 1);
-    const int64_t bh = blockIdx.x, b = bh / d.H, hk = bh % d.H / (d.H / d.Hkv), i0 = (int64_t)blockIdx.y * BQ;
+    const int64_t bh = blockIdx.x, b = bh / d.H, h = bh % d.H, hk = h / (d.H / d.Hkv);
+    const int64_t i0 = (int64_t)blockIdx.y * BQ;
     const int nq = (int)(d.Tq - i0 < BQ ? d.Tq - i0 : BQ);
-    const int64_t kh = b * d.ks[0] + hk * d.ks[1], vh = b * d.vs[0] + hk * d.vs[1];
     const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
     const int64_t i = i0 + r, L = r < nq ? last_key(d, i) : -1;
-    float *prow = p + (bh * d.Tq + i) * d.Tk;
-    stage(sq, D, q, (bh * d.Tq + i0) * D, D, nq, D);
+    stage(sq, D, q, row_at(q, b, h, i0), q.s[2], nq, D);
     for (int64_t e = threadIdx.x; e < BQ * Dv; e += ATT_THREADS) so[e] = 0.0f;
     __syncthreads(); /* O is read below even when no key tile runs */
     float m = -INFINITY, l = 0.0f;
@@ -147,21 +187,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         const int nk = (int)(kend - j0 < BK ? kend - j0 : BK);
         __syncthreads(); /* the previous tile's K, V and S are no longer read */
-        stage(sk, D + 1, k, kh + j0 * d.ks[2], d.ks[2], nk, D);
-        stage(sv, Dv, v, vh + j0 * d.vs[2], d.vs[2], nk, Dv);
+        stage(sk, D + 1, k, row_at(k, b, hk, j0), k.s[2], nk, D);
+        stage(sv, Dv, v, row_at(v, b, hk, j0), v.s[2], nk, Dv);
         __syncthreads();
         float sc[BK / TPR];
         for (int t = 0; t < BK / TPR; t++) {
             const int c = sub + TPR * t;
-            float s = -INFINITY;
-            if (c < nk && j0 + c <= L) {
-                const float *qr = sq + r * D, *kc = sk + c * (D + 1);
-                float acc = 0.0f;
-                for (int64_t x = 0; x < D; x++) acc += qr[x] * kc[x];
-                s = acc * d.scale;
-                prow[j0 + c] = s; /* raw score, normalised below by this same thread */
-            }
-            sc[t] = s;
+            sc[t] = c < nk && j0 + c <= L ? dot(sq + r * D, sk + c * (D + 1), D) * d.scale : -INFINITY;
         }
         const float corr = online_softmax<TPR>(sc, m, l);
         for (int t = 0; t < BK / TPR; t++) ss[r * (BK + 1) + sub + TPR * t] = sc[t];
@@ -173,135 +205,127 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
     if (r >= nq) return;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row that sees no key: O and P are 0 */
-    for (int64_t e = sub; e < Dv; e += TPR) store(o, (bh * d.Tq + i) * Dv + e, so[r * Dv + e] * inv);
-    const int64_t wk = written_keys(d, i);
-    for (int64_t j = sub; j < wk; j += TPR) prow[j] = j <= L ? expf(prow[j] - m) * inv : 0.0f;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row that sees no key: O is 0 */
+    const int64_t orow = row_at(o, b, h, i);
+    for (int64_t e = sub; e < Dv; e += TPR) store(o, orow + e, so[r * Dv + e] * inv);
+    if (sub == 0) lse[bh * d.Tq + i] = lse_of(m, l);
 }
 
 /* ---- backward */
 
-/* Shared memory of the query pass: dO [BQ][Dv], V [BK][Dv+1], K [BK][D],
- * S [BQ][BK+1], dQ [BQ][D]. */
-static size_t bwd_q_smem(const accel_k_sdpa_dims *d) {
-    return sizeof(float) * (size_t)(BQ * d->Dv + BK * (d->Dv + 1) + BK * d->D + BQ * (BK + 1) + BQ * d->D);
+/* delta [B*H*Tq] (f32): delta_i = sum_e dO_ie O_ie, which equals
+ * sum_j P_ij dP_ij without P. One warp per row. */
+enum { DELTA_ROWS = ATT_THREADS / 32 };
+
+__global__ void __launch_bounds__(ATT_THREADS) sdpa_delta_k(float *delta, elems go, elems o, accel_k_sdpa_dims d) {
+    const int64_t row = (int64_t)blockIdx.x * DELTA_ROWS + threadIdx.x / 32;
+    if (row >= d.B * d.H * d.Tq) return; /* the whole warp: its lanes share the row */
+    const int64_t bh = row / d.Tq, i = row % d.Tq, b = bh / d.H, h = bh % d.H;
+    const int64_t gr = row_at(go, b, h, i), orow = row_at(o, b, h, i);
+    float acc = 0.0f;
+    for (int64_t e = threadIdx.x % 32; e < d.Dv; e += 32) acc += load(go, gr + e) * load(o, orow + e);
+    acc = warp_sum(acc);
+    if (threadIdx.x % 32 == 0) delta[row] = acc;
 }
 
-/* P[i, j] for j <= L (P past a row's last key is not read). */
-__device__ inline float p_at(const float *prow, int64_t j, int64_t L) { return j <= L ? prow[j] : 0.0f; }
+/* Shared memory of the query pass: Q [BQ][D], dO [BQ][Dv], K [BK][D+1],
+ * V [BK][Dv+1], dS [BQ][BK+1], dQ [BQ][D]. */
+static size_t bwd_q_smem(const accel_k_sdpa_dims *d) {
+    return sizeof(float) * (size_t)(2 * BQ * d->D + BQ * d->Dv + BK * (d->D + 1) + BK * (d->Dv + 1) + BQ * (BK + 1));
+}
 
-/* delta [B*H*Tq] and, when dq is given, dq (dq_beta 0 overwrites, 1 adds).
- * q, k, v contiguous. */
+/* dq (dq_beta 0 overwrites, 1 adds) of the tile of queries blockIdx.y of
+ * head blockIdx.x. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    sdpa_bwd_q_k(elems dq, float *delta, elems go, elems k, elems v, const float *p, accel_k_sdpa_dims d,
-                 float dq_beta) {
+    sdpa_bwd_q_k(elems dq, const float *lse, const float *delta, elems go, elems q, elems k, elems v,
+                 accel_k_sdpa_dims d, float dq_beta) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv;
-    float *sg = sm, *sv = sg + BQ * Dv, *sk = sv + BK * (Dv + 1), *ss = sk + BK * D, *sdq = ss + BQ * (BK + 1);
-    const int64_t bh = blockIdx.x, b = bh / d.H, kvb = b * d.Hkv + bh % d.H / (d.H / d.Hkv);
+    float *sq = sm, *sg = sq + BQ * D, *sk = sg + BQ * Dv, *sv = sk + BK * (D + 1), *ss = sv + BK * (Dv + 1);
+    float *sdq = ss + BQ * (BK + 1);
+    const int64_t bh = blockIdx.x, b = bh / d.H, h = bh % d.H, hk = h / (d.H / d.Hkv);
     const int64_t i0 = (int64_t)blockIdx.y * BQ;
     const int nq = (int)(d.Tq - i0 < BQ ? d.Tq - i0 : BQ);
-    const int64_t kh = kvb * d.Tk * D, vh = kvb * d.Tk * Dv;
     const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
     const int64_t i = i0 + r, L = r < nq ? last_key(d, i) : -1;
-    const float *prow = p + (bh * d.Tq + i) * d.Tk;
-    stage(sg, Dv, go, (bh * d.Tq + i0) * Dv, Dv, nq, Dv);
+    const float li = r < nq ? lse[bh * d.Tq + i] : -INFINITY, dl = r < nq ? delta[bh * d.Tq + i] : 0.0f;
+    stage(sq, D, q, row_at(q, b, h, i0), q.s[2], nq, D);
+    stage(sg, Dv, go, row_at(go, b, h, i0), go.s[2], nq, Dv);
     for (int64_t e = threadIdx.x; e < BQ * D; e += ATT_THREADS) sdq[e] = 0.0f;
     __syncthreads(); /* dQ is read below even when no key tile runs */
     const int64_t kend = last_key(d, i0 + nq - 1) + 1;
-    /* Pass 1: delta_i = sum_j P_ij (dO_i . V_j). Pass 2: dQ_i = scale sum_j P_ij (dP_ij - delta_i) K_j. */
-    float dl = 0.0f;
-    for (int pass = 0; pass < (dq.p ? 2 : 1); pass++) {
-        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
-            const int nk = (int)(kend - j0 < BK ? kend - j0 : BK);
-            __syncthreads();
-            stage(sv, Dv + 1, v, vh + j0 * Dv, Dv, nk, Dv);
-            if (pass) stage(sk, D, k, kh + j0 * D, D, nk, D);
-            __syncthreads();
-            float part = 0.0f;
-            for (int t = 0; t < BK / TPR; t++) {
-                const int c = sub + TPR * t;
-                float ds = 0.0f;
-                if (c < nk && j0 + c <= L) {
-                    const float *gr = sg + r * Dv, *vc = sv + c * (Dv + 1);
-                    float dp = 0.0f;
-                    for (int64_t x = 0; x < Dv; x++) dp += gr[x] * vc[x];
-                    const float pij = p_at(prow, j0 + c, L);
-                    part += pij * dp;
-                    ds = pij * (dp - dl);
-                }
-                ss[r * (BK + 1) + c] = ds;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        const int nk = (int)(kend - j0 < BK ? kend - j0 : BK);
+        __syncthreads(); /* the previous tile's K, V and dS are no longer read */
+        stage(sk, D + 1, k, row_at(k, b, hk, j0), k.s[2], nk, D);
+        stage(sv, Dv + 1, v, row_at(v, b, hk, j0), v.s[2], nk, Dv);
+        __syncthreads();
+        for (int t = 0; t < BK / TPR; t++) {
+            const int c = sub + TPR * t;
+            float ds = 0.0f;
+            if (c < nk && j0 + c <= L) {
+                const float pij = prob(dot(sq + r * D, sk + c * (D + 1), D) * d.scale, li, true);
+                ds = pij * (dot(sg + r * Dv, sv + c * (Dv + 1), Dv) - dl);
             }
-            if (!pass) {
-                dl += row_sum<TPR>(part);
-                continue;
-            }
-            __syncwarp();
-            for (int64_t e = sub; e < D; e += TPR) {
-                float acc = sdq[r * D + e];
-                for (int c = 0; c < nk; c++) acc += ss[r * (BK + 1) + c] * sk[c * D + e];
-                sdq[r * D + e] = acc;
-            }
+            ss[r * (BK + 1) + c] = ds;
+        }
+        __syncwarp(); /* the row's dS entries come from its own TPR threads, in this warp */
+        for (int64_t e = sub; e < D; e += TPR) {
+            float acc = sdq[r * D + e];
+            for (int c = 0; c < nk; c++) acc += ss[r * (BK + 1) + c] * sk[c * (D + 1) + e];
+            sdq[r * D + e] = acc;
         }
     }
     if (r >= nq) return;
-    if (sub == 0) delta[bh * d.Tq + i] = dl;
-    if (!dq.p) return;
-    const int64_t dqr = (bh * d.Tq + i) * D;
+    const int64_t dqr = row_at(dq, b, h, i);
     for (int64_t e = sub; e < D; e += TPR) {
         float val = d.scale * sdq[r * D + e];
         store(dq, dqr + e, dq_beta == 0.0f ? val : load(dq, dqr + e) + val);
     }
 }
 
-/* Shared memory of the key pass: V [BK][Dv+1], Q [BQ][D], dO [BQ][Dv+1],
- * P and dS [BQ][BK+1] each, dK [BK][D], dV [BK][Dv]. */
+/* Shared memory of the key pass: K [BK][D+1], V [BK][Dv+1], Q [BQ][D+1],
+ * dO [BQ][Dv+1], P and dS [BQ][BK+1] each, dK [BK][D], dV [BK][Dv]. */
 static size_t bwd_kv_smem(const accel_k_sdpa_dims *d) {
-    return sizeof(float) *
-           (size_t)(BK * (d->Dv + 1) + BQ * d->D + BQ * (d->Dv + 1) + 2 * BQ * (BK + 1) + BK * d->D + BK * d->Dv);
+    return sizeof(float) * (size_t)((BK + BQ) * (d->D + 1) + (BK + BQ) * (d->Dv + 1) + 2 * BQ * (BK + 1) +
+                                    BK * d->D + BK * d->Dv);
 }
 
 /* dk, dv (each optional; added into) of the kv head b*Hkv + kv of blockIdx.x
- * for its tile of keys. Thread layout: key c = threadIdx.x / TPR of the tile. */
+ * for its tile of keys blockIdx.y. Thread layout: key c = threadIdx.x / TPR
+ * of the tile. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    sdpa_bwd_kv_k(elems dk, elems dv, const float *delta, elems go, elems q, elems v, const float *p,
+    sdpa_bwd_kv_k(elems dk, elems dv, const float *lse, const float *delta, elems go, elems q, elems k, elems v,
                   accel_k_sdpa_dims d) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv, G = d.H / d.Hkv;
-    float *sv = sm, *sq = sv + BK * (Dv + 1), *sg = sq + BQ * D, *sp = sg + BQ * (Dv + 1), *sds = sp + BQ * (BK + 1);
-    float *sdk = sds + BQ * (BK + 1), *sdv = sdk + BK * D;
+    float *sk = sm, *sv = sk + BK * (D + 1), *sq = sv + BK * (Dv + 1), *sg = sq + BQ * (D + 1);
+    float *sp = sg + BQ * (Dv + 1), *sds = sp + BQ * (BK + 1), *sdk = sds + BQ * (BK + 1), *sdv = sdk + BK * D;
     const int64_t kvb = blockIdx.x, b = kvb / d.Hkv, kv = kvb % d.Hkv, j0 = (int64_t)blockIdx.y * BK;
     const int nk = (int)(d.Tk - j0 < BK ? d.Tk - j0 : BK);
     const int c = threadIdx.x / TPR, sub = threadIdx.x % TPR;
-    stage(sv, Dv + 1, v, (kvb * d.Tk + j0) * Dv, Dv, nk, Dv);
+    const int64_t j = j0 + c;
+    stage(sk, D + 1, k, row_at(k, b, kv, j0), k.s[2], nk, D);
+    stage(sv, Dv + 1, v, row_at(v, b, kv, j0), v.s[2], nk, Dv);
     for (int64_t e = threadIdx.x; e < BK * D; e += ATT_THREADS) sdk[e] = 0.0f;
     for (int64_t e = threadIdx.x; e < BK * Dv; e += ATT_THREADS) sdv[e] = 0.0f;
-    __syncthreads();
-    /* The first query that sees key j0: last_key(i) >= j0. */
-    int64_t first = d.causal ? j0 - (d.Tk - d.Tq) : 0;
-    if (first < 0) first = 0;
     for (int64_t gi = 0; gi < G; gi++) {
-        const int64_t bh = b * d.H + kv * G + gi;
-        for (int64_t i0 = first; i0 < d.Tq; i0 += BQ) {
+        const int64_t h = kv * G + gi, bh = b * d.H + h;
+        for (int64_t i0 = first_query(d, j0); i0 < d.Tq; i0 += BQ) {
             const int nq = (int)(d.Tq - i0 < BQ ? d.Tq - i0 : BQ);
-            __syncthreads(); /* the previous tile's Q, dO, P and dS are no longer read */
-            stage(sq, D, q, (bh * d.Tq + i0) * D, D, nq, D);
-            stage(sg, Dv + 1, go, (bh * d.Tq + i0) * Dv, Dv, nq, Dv);
+            __syncthreads(); /* K, V staged; the previous tile's Q, dO, P and dS no longer read */
+            stage(sq, D + 1, q, row_at(q, b, h, i0), q.s[2], nq, D);
+            stage(sg, Dv + 1, go, row_at(go, b, h, i0), go.s[2], nq, Dv);
             __syncthreads();
-            /* P and dS of (query r, key c) for r = sub + TPR t. */
+            /* P and dS of (query rr, key c) for rr = sub + TPR t. */
             for (int t = 0; t < BQ / TPR; t++) {
                 const int rr = sub + TPR * t;
-                const int64_t i = i0 + rr, j = j0 + c;
+                const int64_t i = i0 + rr;
                 float pij = 0.0f, ds = 0.0f;
-                if (rr < nq && c < nk) {
-                    const int64_t L = last_key(d, i);
-                    pij = p_at(p + (bh * d.Tq + i) * d.Tk, j, L);
-                    if (dk.p && j <= L) {
-                        const float *gr = sg + rr * (Dv + 1), *vc = sv + c * (Dv + 1);
-                        float dp = 0.0f;
-                        for (int64_t x = 0; x < Dv; x++) dp += gr[x] * vc[x];
-                        ds = pij * (dp - delta[bh * d.Tq + i]);
-                    }
+                if (rr < nq && c < nk && j <= last_key(d, i)) {
+                    const int64_t row = bh * d.Tq + i;
+                    pij = prob(dot(sq + rr * (D + 1), sk + c * (D + 1), D) * d.scale, lse[row], true);
+                    if (dk.p) ds = pij * (dot(sg + rr * (Dv + 1), sv + c * (Dv + 1), Dv) - delta[row]);
                 }
                 sp[rr * (BK + 1) + c] = pij;
                 sds[rr * (BK + 1) + c] = ds;
@@ -314,14 +338,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
             for (int64_t e = sub; dk.p && e < D; e += TPR) {
                 float acc = sdk[c * D + e];
-                for (int rr = 0; rr < nq; rr++) acc += sds[rr * (BK + 1) + c] * sq[rr * D + e];
+                for (int rr = 0; rr < nq; rr++) acc += sds[rr * (BK + 1) + c] * sq[rr * (D + 1) + e];
                 sdk[c * D + e] = acc;
             }
         }
     }
     if (c >= nk) return;
-    const int64_t j = j0 + c;
-    const int64_t kr = (kvb * d.Tk + j) * D, vr = (kvb * d.Tk + j) * Dv;
+    const int64_t kr = row_at(dk, b, kv, j), vr = row_at(dv, b, kv, j);
     for (int64_t e = sub; dk.p && e < D; e += TPR) store(dk, kr + e, load(dk, kr + e) + d.scale * sdk[c * D + e]);
     for (int64_t e = sub; dv.p && e < Dv; e += TPR) store(dv, vr + e, load(dv, vr + e) + sdv[c * Dv + e]);
 }
@@ -380,24 +403,29 @@ __host__ __device__ inline tc_smem fwd_tc_smem_of(int D, int Dv) {
     return tc_smem_of(F_REGIONS, r);
 }
 
-/* Query pass: dO [TQ][Dv], V [TK][Dv], K [TK][D], dS [TQ][TK] (16-bit), dP
- * [TQ][TK] and dQ [TQ][D] (f32). */
-enum { QG, QV, QK, QDS, QDP, QDQ, Q_REGIONS };
+/* Query pass: Q [TQ][D], dO [TQ][Dv], K [TK][D], V [TK][Dv], dS [TQ][TK]
+ * (16-bit), S then dP [TQ][TK] (one region: P is taken from S into
+ * registers before dP is computed) and dQ [TQ][D] (f32). */
+enum { QQ, QG, QK, QV, QDS, QS, QDQ, Q_REGIONS };
 
 __host__ __device__ inline tc_smem bwd_q_tc_smem_of(int D, int Dv) {
-    const smem_region r[Q_REGIONS] = {{TQ, Dv, 2}, {TK, Dv, 2}, {TK, D, 2}, {TQ, TK, 2}, {TQ, TK, 4}, {TQ, D, 4}};
+    const smem_region r[Q_REGIONS] = {{TQ, D, 2},  {TQ, Dv, 2}, {TK, D, 2}, {TK, Dv, 2},
+                                      {TQ, TK, 2}, {TQ, TK, 4}, {TQ, D, 4}};
     return tc_smem_of(Q_REGIONS, r);
 }
 
-/* Key pass: V [TK][Dv], Q [TQ][D], dO [TQ][Dv], P and dS [TQ][TK] (16-bit),
- * dP [TQ][TK], dK [TK][D] and dV [TK][Dv] (f32). */
-enum { KV, KQ, KG, KP, KDS, KDP, KDK, KDV, K_REGIONS };
+/* Key pass: K [TK][D], V [TK][Dv], Q [TQ][D], dO [TQ][Dv], P then dS
+ * [TQ][TK] (16-bit, one region: dS is written once dV's product P^T dO has
+ * read P), S then dP [TQ][TK] (as in the query pass), dK [TK][D] and dV [TK][Dv]
+ * (f32). */
+enum { KK, KV, KQ, KG, KP, KS, KDK, KDV, K_REGIONS };
 
 __host__ __device__ inline tc_smem bwd_kv_tc_smem_of(int D, int Dv) {
-    const smem_region r[K_REGIONS] = {{TK, Dv, 2}, {TQ, D, 2},  {TQ, Dv, 2}, {TQ, TK, 2},
-                                      {TQ, TK, 2}, {TQ, TK, 4}, {TK, D, 4},  {TK, Dv, 4}};
+    const smem_region r[K_REGIONS] = {{TK, D, 2},  {TK, Dv, 2}, {TQ, D, 2}, {TQ, Dv, 2},
+                                      {TQ, TK, 2}, {TQ, TK, 4}, {TK, D, 4}, {TK, Dv, 4}};
     return tc_smem_of(K_REGIONS, r);
 }
+
 static_assert((int)F_REGIONS <= (int)MAX_REGIONS && (int)Q_REGIONS <= (int)MAX_REGIONS &&
                   (int)K_REGIONS <= (int)MAX_REGIONS,
               "regions of the kernels' shared memory");
@@ -470,10 +498,10 @@ __device__ inline void tile_mma(float *c, int ldc, const T *a, int lda, const T 
 
 /* The forward on tensor cores: as sdpa_fwd_k, with S = Q K^T and O += P V
  * on fragments (P rounded to T) and the softmax in f32, TC_TPR threads per
- * query row. */
+ * query row. q, k, v of dtype T. */
 template <typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    sdpa_fwd_tc_k(elems o, float *p, const T *q, const T *k, const T *v, accel_k_sdpa_dims d) {
+    sdpa_fwd_tc_k(elems o, float *lse, elems q, elems k, elems v, accel_k_sdpa_dims d) {
     extern __shared__ __align__(128) unsigned char tc_sm[];
     const int D = (int)d.D, Dv = (int)d.Dv;
     const tc_smem m = fwd_tc_smem_of(D, Dv);
@@ -481,33 +509,27 @@ __global__ void __launch_bounds__(TC_THREADS)
     T *sp = (T *)(tc_sm + m.off[FP]);
     float *ss = (float *)(tc_sm + m.off[FS]), *so = (float *)(tc_sm + m.off[FO]);
     const int ldq = m.ld[FQ], ldk = m.ld[FK], ldv = m.ld[FV], ldp = m.ld[FP], lds = m.ld[FS], ldo = m.ld[FO];
-    const int64_t bh = blockIdx.x, b = bh / d.H, hk = bh % d.H / (d.H / d.Hkv), i0 = (int64_t)blockIdx.y * TQ;
+    const int64_t bh = blockIdx.x, b = bh / d.H, h = bh % d.H, hk = h / (d.H / d.Hkv);
+    const int64_t i0 = (int64_t)blockIdx.y * TQ;
     const int nq = (int)(d.Tq - i0 < TQ ? d.Tq - i0 : TQ);
-    const int64_t kh = b * d.ks[0] + hk * d.ks[1], vh = b * d.vs[0] + hk * d.vs[1];
     const int r = threadIdx.x / TC_TPR, sub = threadIdx.x % TC_TPR;
     const int64_t i = i0 + r, L = r < nq ? last_key(d, i) : -1;
-    float *prow = p + (bh * d.Tq + i) * d.Tk;
-    stage_half(sq, ldq, q, (bh * d.Tq + i0) * D, D, nq, TQ, D);
+    stage_half(sq, ldq, (const T *)q.p, row_at(q, b, h, i0), q.s[2], nq, TQ, D);
     zero_f32(so, TQ * ldo);
     float mx = -INFINITY, l = 0.0f;
     const int64_t kend = last_key(d, i0 + nq - 1) + 1; /* the keys the tile's last query sees */
     for (int64_t j0 = 0; j0 < kend; j0 += TK) {
         const int nk = (int)(kend - j0 < TK ? kend - j0 : TK);
         __syncthreads(); /* Q and O staged; the previous tile's K, V and P no longer read */
-        stage_half(sk, ldk, k, kh + j0 * d.ks[2], d.ks[2], nk, TK, D);
-        stage_half(sv, ldv, v, vh + j0 * d.vs[2], d.vs[2], nk, TK, Dv);
+        stage_half(sk, ldk, (const T *)k.p, row_at(k, b, hk, j0), k.s[2], nk, TK, D);
+        stage_half(sv, ldv, (const T *)v.p, row_at(v, b, hk, j0), v.s[2], nk, TK, Dv);
         __syncthreads();
         tile_mma<wmma::row_major, wmma::col_major>(ss, lds, sq, ldq, sk, ldk, TQ / FR, TK / FR, D / FR, false);
         __syncthreads(); /* S complete */
         float sc[TK / TC_TPR];
         for (int t = 0; t < TK / TC_TPR; t++) {
             const int c = sub + TC_TPR * t;
-            float s = -INFINITY;
-            if (c < nk && j0 + c <= L) {
-                s = ss[r * lds + c] * d.scale;
-                prow[j0 + c] = s; /* raw score, normalised below by this same thread */
-            }
-            sc[t] = s;
+            sc[t] = c < nk && j0 + c <= L ? ss[r * lds + c] * d.scale : -INFINITY;
         }
         const float corr = online_softmax<TC_TPR>(sc, mx, l);
         for (int t = 0; t < TK / TC_TPR; t++) sp[r * ldp + sub + TC_TPR * t] = to_half<T>(sc[t]);
@@ -517,141 +539,137 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
     __syncthreads(); /* O's fragments come from every warp */
     if (r >= nq) return;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row that sees no key: O and P are 0 */
-    for (int e = sub; e < Dv; e += TC_TPR) store(o, (bh * d.Tq + i) * Dv + e, so[r * ldo + e] * inv);
-    const int64_t wk = written_keys(d, i);
-    for (int64_t j = sub; j < wk; j += TC_TPR) prow[j] = j <= L ? expf(prow[j] - mx) * inv : 0.0f;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row that sees no key: O is 0 */
+    const int64_t orow = row_at(o, b, h, i);
+    for (int e = sub; e < Dv; e += TC_TPR) store(o, orow + e, so[r * ldo + e] * inv);
+    if (sub == 0) lse[bh * d.Tq + i] = lse_of(mx, l);
 }
 
-/* The backward's query pass on tensor cores: as sdpa_bwd_q_k, with dP = dO
- * V^T and dQ += dS K on fragments (dS rounded to T), TC_TPR threads per
- * query row. */
+/* The backward's query pass on tensor cores: as sdpa_bwd_q_k, with S = Q K^T,
+ * dP = dO V^T and dQ += dS K on fragments (dS rounded to T), TC_TPR threads
+ * per query row, each holding its row's P of the key tile in registers
+ * while dP takes S's memory. q, k, v, dO of dtype T. */
 template <typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    sdpa_bwd_q_tc_k(elems dq, float *delta, const T *go, const T *k, const T *v, const float *p, accel_k_sdpa_dims d,
-                    float dq_beta) {
+    sdpa_bwd_q_tc_k(elems dq, const float *lse, const float *delta, elems go, elems q, elems k, elems v,
+                    accel_k_sdpa_dims d, float dq_beta) {
     extern __shared__ __align__(128) unsigned char tc_sm[];
     const int D = (int)d.D, Dv = (int)d.Dv;
     const tc_smem m = bwd_q_tc_smem_of(D, Dv);
-    T *sg = (T *)(tc_sm + m.off[QG]), *sv = (T *)(tc_sm + m.off[QV]), *sk = (T *)(tc_sm + m.off[QK]);
-    T *sds = (T *)(tc_sm + m.off[QDS]);
-    float *sdp = (float *)(tc_sm + m.off[QDP]), *sdq = (float *)(tc_sm + m.off[QDQ]);
-    const int ldg = m.ld[QG], ldv = m.ld[QV], ldk = m.ld[QK], ldds = m.ld[QDS], lddp = m.ld[QDP], lddq = m.ld[QDQ];
-    const int64_t bh = blockIdx.x, b = bh / d.H, kvb = b * d.Hkv + bh % d.H / (d.H / d.Hkv);
+    T *sq = (T *)(tc_sm + m.off[QQ]), *sg = (T *)(tc_sm + m.off[QG]), *sk = (T *)(tc_sm + m.off[QK]);
+    T *sv = (T *)(tc_sm + m.off[QV]), *sds = (T *)(tc_sm + m.off[QDS]);
+    float *ss = (float *)(tc_sm + m.off[QS]), *sdq = (float *)(tc_sm + m.off[QDQ]);
+    const int ldq = m.ld[QQ], ldg = m.ld[QG], ldk = m.ld[QK], ldv = m.ld[QV], ldds = m.ld[QDS], lds = m.ld[QS];
+    const int lddq = m.ld[QDQ];
+    const int64_t bh = blockIdx.x, b = bh / d.H, h = bh % d.H, hk = h / (d.H / d.Hkv);
     const int64_t i0 = (int64_t)blockIdx.y * TQ;
     const int nq = (int)(d.Tq - i0 < TQ ? d.Tq - i0 : TQ);
-    const int64_t kh = kvb * d.Tk * D, vh = kvb * d.Tk * Dv;
     const int r = threadIdx.x / TC_TPR, sub = threadIdx.x % TC_TPR;
     const int64_t i = i0 + r, L = r < nq ? last_key(d, i) : -1;
-    const float *prow = p + (bh * d.Tq + i) * d.Tk;
-    stage_half(sg, ldg, go, (bh * d.Tq + i0) * Dv, Dv, nq, TQ, Dv);
-    if (dq.p) zero_f32(sdq, TQ * lddq);
+    const float li = r < nq ? lse[bh * d.Tq + i] : -INFINITY, dl = r < nq ? delta[bh * d.Tq + i] : 0.0f;
+    stage_half(sq, ldq, (const T *)q.p, row_at(q, b, h, i0), q.s[2], nq, TQ, D);
+    stage_half(sg, ldg, (const T *)go.p, row_at(go, b, h, i0), go.s[2], nq, TQ, Dv);
+    zero_f32(sdq, TQ * lddq);
     const int64_t kend = last_key(d, i0 + nq - 1) + 1;
-    /* Pass 0: delta_i = sum_j P_ij dP_ij. Pass 1: dQ_i = scale sum_j P_ij (dP_ij - delta_i) K_j. */
-    float dl = 0.0f;
-    for (int pass = 0; pass < (dq.p ? 2 : 1); pass++) {
-        float part = 0.0f;
-        for (int64_t j0 = 0; j0 < kend; j0 += TK) {
-            const int nk = (int)(kend - j0 < TK ? kend - j0 : TK);
-            __syncthreads(); /* dO and dQ staged; the previous tile's V, K, dP and dS no longer read */
-            stage_half(sv, ldv, v, vh + j0 * Dv, Dv, nk, TK, Dv);
-            if (pass) stage_half(sk, ldk, k, kh + j0 * D, D, nk, TK, D);
-            __syncthreads();
-            tile_mma<wmma::row_major, wmma::col_major>(sdp, lddp, sg, ldg, sv, ldv, TQ / FR, TK / FR, Dv / FR,
-                                                       false);
-            __syncthreads(); /* dP complete */
-            for (int t = 0; t < TK / TC_TPR; t++) {
-                const int c = sub + TC_TPR * t;
-                float ds = 0.0f;
-                if (c < nk && j0 + c <= L) {
-                    const float dp = sdp[r * lddp + c], pij = prow[j0 + c];
-                    part += pij * dp;
-                    ds = pij * (dp - dl);
-                }
-                if (pass) sds[r * ldds + c] = to_half<T>(ds);
-            }
-            if (!pass) continue;
-            __syncthreads(); /* dS written */
-            tile_mma<wmma::row_major, wmma::row_major>(sdq, lddq, sds, ldds, sk, ldk, TQ / FR, D / FR, TK / FR,
-                                                       true);
+    for (int64_t j0 = 0; j0 < kend; j0 += TK) {
+        const int nk = (int)(kend - j0 < TK ? kend - j0 : TK);
+        __syncthreads(); /* Q, dO and dQ staged; the previous tile's K, V and dS no longer read */
+        stage_half(sk, ldk, (const T *)k.p, row_at(k, b, hk, j0), k.s[2], nk, TK, D);
+        stage_half(sv, ldv, (const T *)v.p, row_at(v, b, hk, j0), v.s[2], nk, TK, Dv);
+        __syncthreads();
+        tile_mma<wmma::row_major, wmma::col_major>(ss, lds, sq, ldq, sk, ldk, TQ / FR, TK / FR, D / FR, false);
+        __syncthreads(); /* S complete */
+        float pr[TK / TC_TPR];
+        for (int t = 0; t < TK / TC_TPR; t++) {
+            const int c = sub + TC_TPR * t;
+            pr[t] = prob(ss[r * lds + c] * d.scale, li, c < nk && j0 + c <= L);
         }
-        if (!pass) dl = row_sum<TC_TPR>(part);
+        __syncthreads(); /* S read: its memory takes dP */
+        tile_mma<wmma::row_major, wmma::col_major>(ss, lds, sg, ldg, sv, ldv, TQ / FR, TK / FR, Dv / FR, false);
+        __syncthreads(); /* dP complete */
+        for (int t = 0; t < TK / TC_TPR; t++) {
+            const int c = sub + TC_TPR * t;
+            sds[r * ldds + c] = to_half<T>(pr[t] * (ss[r * lds + c] - dl));
+        }
+        __syncthreads(); /* dS written */
+        tile_mma<wmma::row_major, wmma::row_major>(sdq, lddq, sds, ldds, sk, ldk, TQ / FR, D / FR, TK / FR, true);
     }
     __syncthreads(); /* dQ's fragments come from every warp */
     if (r >= nq) return;
-    if (sub == 0) delta[bh * d.Tq + i] = dl;
-    if (!dq.p) return;
-    const int64_t dqr = (bh * d.Tq + i) * D;
+    const int64_t dqr = row_at(dq, b, h, i);
     for (int e = sub; e < D; e += TC_TPR) {
         float val = d.scale * sdq[r * lddq + e];
         store(dq, dqr + e, dq_beta == 0.0f ? val : load(dq, dqr + e) + val);
     }
 }
 
-/* The backward's key pass on tensor cores: as sdpa_bwd_kv_k, with dP = dO
- * V^T, dV += P^T dO and dK += dS^T Q on fragments (P and dS rounded to T).
- * In the elementwise step thread t takes key t % TK of the tile (P's reads
- * coalesce along a row) and every TC_THREADS / TK-th query. */
+/* The backward's key pass on tensor cores: as sdpa_bwd_kv_k, with S = Q K^T,
+ * dP = dO V^T, dV += P^T dO and dK += dS^T Q on fragments (P and dS rounded
+ * to T). In the elementwise steps thread t takes key t % TK of the tile
+ * (S's reads coalesce along a row) and every KV_RSTEP-th query, holding
+ * their P in registers while dP takes S's memory. q, k, v, dO of dtype T. */
+enum { KV_RSTEP = TC_THREADS / TK };
+
 template <typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    sdpa_bwd_kv_tc_k(elems dk, elems dv, const float *delta, const T *go, const T *q, const T *v, const float *p,
+    sdpa_bwd_kv_tc_k(elems dk, elems dv, const float *lse, const float *delta, elems go, elems q, elems k, elems v,
                      accel_k_sdpa_dims d) {
     extern __shared__ __align__(128) unsigned char tc_sm[];
     const int D = (int)d.D, Dv = (int)d.Dv;
     const int64_t G = d.H / d.Hkv;
     const tc_smem m = bwd_kv_tc_smem_of(D, Dv);
-    T *sv = (T *)(tc_sm + m.off[KV]), *sq = (T *)(tc_sm + m.off[KQ]), *sg = (T *)(tc_sm + m.off[KG]);
-    T *sp = (T *)(tc_sm + m.off[KP]), *sds = (T *)(tc_sm + m.off[KDS]);
-    float *sdp = (float *)(tc_sm + m.off[KDP]), *sdk = (float *)(tc_sm + m.off[KDK]);
+    T *sk = (T *)(tc_sm + m.off[KK]), *sv = (T *)(tc_sm + m.off[KV]), *sq = (T *)(tc_sm + m.off[KQ]);
+    T *sg = (T *)(tc_sm + m.off[KG]), *sp = (T *)(tc_sm + m.off[KP]);
+    float *ss = (float *)(tc_sm + m.off[KS]), *sdk = (float *)(tc_sm + m.off[KDK]);
     float *sdv = (float *)(tc_sm + m.off[KDV]);
-    const int ldv = m.ld[KV], ldq = m.ld[KQ], ldg = m.ld[KG], ldp = m.ld[KP], ldds = m.ld[KDS], lddp = m.ld[KDP];
+    const int ldk = m.ld[KK], ldv = m.ld[KV], ldq = m.ld[KQ], ldg = m.ld[KG], ldp = m.ld[KP], lds = m.ld[KS];
     const int lddk = m.ld[KDK], lddv = m.ld[KDV];
     const int64_t kvb = blockIdx.x, b = kvb / d.Hkv, kv = kvb % d.Hkv, j0 = (int64_t)blockIdx.y * TK;
     const int nk = (int)(d.Tk - j0 < TK ? d.Tk - j0 : TK);
     const int c = threadIdx.x % TK, r0 = threadIdx.x / TK;
     const int64_t j = j0 + c;
-    stage_half(sv, ldv, v, (kvb * d.Tk + j0) * Dv, Dv, nk, TK, Dv);
+    stage_half(sk, ldk, (const T *)k.p, row_at(k, b, kv, j0), k.s[2], nk, TK, D);
+    stage_half(sv, ldv, (const T *)v.p, row_at(v, b, kv, j0), v.s[2], nk, TK, Dv);
     if (dk.p) zero_f32(sdk, TK * lddk);
     if (dv.p) zero_f32(sdv, TK * lddv);
-    /* The first query that sees key j0: last_key(i) >= j0. */
-    int64_t first = d.causal ? j0 - (d.Tk - d.Tq) : 0;
-    if (first < 0) first = 0;
     for (int64_t gi = 0; gi < G; gi++) {
-        const int64_t bh = b * d.H + kv * G + gi;
-        for (int64_t i0 = first; i0 < d.Tq; i0 += TQ) {
+        const int64_t h = kv * G + gi, bh = b * d.H + h;
+        for (int64_t i0 = first_query(d, j0); i0 < d.Tq; i0 += TQ) {
             const int nq = (int)(d.Tq - i0 < TQ ? d.Tq - i0 : TQ);
-            __syncthreads(); /* V, dK and dV staged; the previous tile's Q, dO, P and dS no longer read */
-            if (dk.p) stage_half(sq, ldq, q, (bh * d.Tq + i0) * D, D, nq, TQ, D);
-            stage_half(sg, ldg, go, (bh * d.Tq + i0) * Dv, Dv, nq, TQ, Dv);
+            __syncthreads(); /* K, V, dK and dV staged; the previous tile's Q, dO and dS no longer read */
+            stage_half(sq, ldq, (const T *)q.p, row_at(q, b, h, i0), q.s[2], nq, TQ, D);
+            stage_half(sg, ldg, (const T *)go.p, row_at(go, b, h, i0), go.s[2], nq, TQ, Dv);
             __syncthreads();
-            if (dk.p) {
-                tile_mma<wmma::row_major, wmma::col_major>(sdp, lddp, sg, ldg, sv, ldv, TQ / FR, TK / FR,
-                                                           Dv / FR, false);
-                __syncthreads(); /* dP complete */
-            }
-            for (int rr = r0; rr < TQ; rr += TC_THREADS / TK) {
+            tile_mma<wmma::row_major, wmma::col_major>(ss, lds, sq, ldq, sk, ldk, TQ / FR, TK / FR, D / FR, false);
+            __syncthreads(); /* S complete */
+            float pr[TQ / KV_RSTEP];
+            for (int u = 0; u < TQ / KV_RSTEP; u++) {
+                const int rr = r0 + KV_RSTEP * u;
                 const int64_t i = i0 + rr;
-                float pij = 0.0f, ds = 0.0f;
-                if (rr < nq && c < nk && j <= last_key(d, i)) {
-                    pij = p[(bh * d.Tq + i) * d.Tk + j];
-                    if (dk.p) ds = pij * (sdp[rr * lddp + c] - delta[bh * d.Tq + i]);
-                }
-                sp[rr * ldp + c] = to_half<T>(pij);
-                sds[rr * ldds + c] = to_half<T>(ds);
+                const bool seen = rr < nq && c < nk && j <= last_key(d, i);
+                pr[u] = seen ? prob(ss[rr * lds + c] * d.scale, lse[bh * d.Tq + i], true) : 0.0f;
+                sp[rr * ldp + c] = to_half<T>(pr[u]);
             }
-            __syncthreads(); /* P and dS written */
+            __syncthreads(); /* P written; S read: its memory takes dP */
             if (dv.p)
                 tile_mma<wmma::col_major, wmma::row_major>(sdv, lddv, sp, ldp, sg, ldg, TK / FR, Dv / FR,
                                                            TQ / FR, true);
-            if (dk.p)
-                tile_mma<wmma::col_major, wmma::row_major>(sdk, lddk, sds, ldds, sq, ldq, TK / FR, D / FR,
-                                                           TQ / FR, true);
+            if (!dk.p) continue;
+            tile_mma<wmma::row_major, wmma::col_major>(ss, lds, sg, ldg, sv, ldv, TQ / FR, TK / FR, Dv / FR, false);
+            __syncthreads(); /* dP complete; P read: its memory takes dS */
+            for (int u = 0; u < TQ / KV_RSTEP; u++) {
+                const int rr = r0 + KV_RSTEP * u;
+                const float ds = rr < nq ? pr[u] * (ss[rr * lds + c] - delta[bh * d.Tq + i0 + rr]) : 0.0f;
+                sp[rr * ldp + c] = to_half<T>(ds);
+            }
+            __syncthreads(); /* dS written */
+            tile_mma<wmma::col_major, wmma::row_major>(sdk, lddk, sp, ldp, sq, ldq, TK / FR, D / FR, TQ / FR, true);
         }
     }
     __syncthreads(); /* dK's and dV's fragments come from every warp */
     const int kc = threadIdx.x / TC_TPR, sub = threadIdx.x % TC_TPR;
     if (kc >= nk) return;
-    const int64_t kr = (kvb * d.Tk + j0 + kc) * D, vr = (kvb * d.Tk + j0 + kc) * Dv;
+    const int64_t kr = row_at(dk, b, kv, j0 + kc), vr = row_at(dv, b, kv, j0 + kc);
     for (int e = sub; dk.p && e < D; e += TC_TPR) store(dk, kr + e, load(dk, kr + e) + d.scale * sdk[kc * lddk + e]);
     for (int e = sub; dv.p && e < Dv; e += TC_TPR) store(dv, vr + e, load(dv, vr + e) + sdv[kc * lddv + e]);
 }
@@ -712,6 +730,16 @@ static accel_status shared_memory(int index, const void *fn, size_t bytes, size_
 
 static unsigned tiles(int64_t n, int64_t per) { return (unsigned)((n + per - 1) / per); }
 
+/* The strides s of `what` as kernels.h promises them (and the CPU kernels
+ * check them): none negative, rows of n elements at least a row apart, so
+ * that no two rows written overlap; an error naming the tensor otherwise. */
+static bool rows_fit(const char *op, const char *what, const int64_t s[3], int64_t n) {
+    if (s[0] >= 0 && s[1] >= 0 && s[2] >= n) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s's strides (%lld, %lld, %lld) do not fit rows of %lld elements", op,
+                    what, (long long)s[0], (long long)s[1], (long long)s[2], (long long)n);
+    return false;
+}
+
 /* The 16-bit dtype (bf16 or f16) in which the tensor-core kernels can take
  * the n operands ts: all of them in it and both head dims multiples of FR
  * (at most 1024: beyond any GPU's shared memory); ACCEL_F32 (the CUDA-core
@@ -731,15 +759,19 @@ static accel_status fwd_tc(const accel_k_sdpa *k, cudaStream_t s, int index, siz
     accel_status st = shared_memory(index, (const void *)sdpa_fwd_tc_k<T>, bytes, limit, d, "sdpa");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->H), tiles(d->Tq, TQ));
-    sdpa_fwd_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(elems_of(k->o), (float *)k->p->data, (const T *)k->q->data,
-                                                     (const T *)k->k->data, (const T *)k->v->data, *d);
+    sdpa_fwd_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(elems_of(k->o, d->os), (float *)k->lse->data,
+                                                     elems_of(k->q, d->qs), elems_of(k->k, d->ks),
+                                                     elems_of(k->v, d->vs), *d);
     return launched(index, "sdpa");
 }
 
 extern "C" accel_status accel__cudak_sdpa(accel_k_sdpa *k) {
     int index = k->o->device.index;
     const accel_k_sdpa_dims *d = &k->dims;
-    if (!d->B || !d->H || !d->Tq || !d->Dv) return ACCEL_OK;
+    if (!rows_fit("sdpa", "q", d->qs, d->D) || !rows_fit("sdpa", "k", d->ks, d->D) ||
+        !rows_fit("sdpa", "v", d->vs, d->Dv) || !rows_fit("sdpa", "o", d->os, d->Dv))
+        return accel_last_status();
+    if (!d->B || !d->H || !d->Tq) return ACCEL_OK; /* Dv 0 still has an lse per row */
     cudaStream_t s = accel__cuda_enter(index);
     size_t limit = 0;
     accel_status st = smem_limit(index, "sdpa", &limit);
@@ -753,74 +785,80 @@ extern "C" accel_status accel__cudak_sdpa(accel_k_sdpa *k) {
     size_t bytes = fwd_smem(d);
     if ((st = shared_memory(index, (const void *)sdpa_fwd_k, bytes, limit, d, "sdpa")) != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->H), tiles(d->Tq, BQ));
-    sdpa_fwd_k<<<grid, ATT_THREADS, bytes, s>>>(elems_of(k->o), (float *)k->p->data, elems_of(k->q), elems_of(k->k),
-                                                elems_of(k->v), *d);
+    sdpa_fwd_k<<<grid, ATT_THREADS, bytes, s>>>(elems_of(k->o, d->os), (float *)k->lse->data, elems_of(k->q, d->qs),
+                                                elems_of(k->k, d->ks), elems_of(k->v, d->vs), *d);
     return launched(index, "sdpa");
 }
 
+/* The backward's tensors as its kernels take them, and delta [B*H*Tq]. */
+struct bwd_operands {
+    elems dq, dk, dv, go, q, k, v, o;
+    const float *lse, *delta;
+};
+
 template <typename T>
-static accel_status bwd_q_tc(const accel_k_sdpa_backward *k, float *delta, cudaStream_t s, int index, size_t bytes,
-                             size_t limit) {
+static accel_status bwd_q_tc(const accel_k_sdpa_backward *k, const bwd_operands &x, cudaStream_t s, int index,
+                             size_t bytes, size_t limit) {
     const accel_k_sdpa_dims *d = &k->dims;
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_q_tc_k<T>, bytes, limit, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->H), tiles(d->Tq, TQ));
-    sdpa_bwd_q_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(elems_of(k->dq), delta, (const T *)k->g->data,
-                                                       (const T *)k->k->data, (const T *)k->v->data,
-                                                       (const float *)k->p->data, *d, k->dq_beta);
+    sdpa_bwd_q_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(x.dq, x.lse, x.delta, x.go, x.q, x.k, x.v, *d, k->dq_beta);
     return launched(index, "sdpa_backward");
 }
 
 template <typename T>
-static accel_status bwd_kv_tc(const accel_k_sdpa_backward *k, const float *delta, cudaStream_t s, int index,
+static accel_status bwd_kv_tc(const accel_k_sdpa_backward *k, const bwd_operands &x, cudaStream_t s, int index,
                               size_t bytes, size_t limit) {
     const accel_k_sdpa_dims *d = &k->dims;
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_kv_tc_k<T>, bytes, limit, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->Hkv), tiles(d->Tk, TK));
-    sdpa_bwd_kv_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(elems_of(k->dk), elems_of(k->dv), delta,
-                                                        (const T *)k->g->data, (const T *)k->q->data,
-                                                        (const T *)k->v->data, (const float *)k->p->data, *d);
+    sdpa_bwd_kv_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(x.dk, x.dv, x.lse, x.delta, x.go, x.q, x.k, x.v, *d);
     return launched(index, "sdpa_backward");
 }
 
-/* delta and dq: the query pass, on tensor cores when tdt is 16-bit and its tiles fit. */
-static accel_status bwd_q(const accel_k_sdpa_backward *k, float *delta, accel_dtype tdt, cudaStream_t s, int index,
-                          size_t limit) {
+/* dq: the query pass, on tensor cores when tdt is 16-bit and its tiles fit. */
+static accel_status bwd_q(const accel_k_sdpa_backward *k, const bwd_operands &x, accel_dtype tdt, cudaStream_t s,
+                          int index, size_t limit) {
     const accel_k_sdpa_dims *d = &k->dims;
     const size_t tc_bytes = tdt == ACCEL_F32 ? 0 : bwd_q_tc_smem_of((int)d->D, (int)d->Dv).bytes;
     if (tdt != ACCEL_F32 && tc_bytes <= limit)
-        return tdt == ACCEL_BF16 ? bwd_q_tc<__nv_bfloat16>(k, delta, s, index, tc_bytes, limit)
-                                 : bwd_q_tc<__half>(k, delta, s, index, tc_bytes, limit);
+        return tdt == ACCEL_BF16 ? bwd_q_tc<__nv_bfloat16>(k, x, s, index, tc_bytes, limit)
+                                 : bwd_q_tc<__half>(k, x, s, index, tc_bytes, limit);
     size_t bytes = bwd_q_smem(d);
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_q_k, bytes, limit, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->H), tiles(d->Tq, BQ));
-    sdpa_bwd_q_k<<<grid, ATT_THREADS, bytes, s>>>(elems_of(k->dq), delta, elems_of(k->g), elems_of(k->k),
-                                                  elems_of(k->v), (const float *)k->p->data, *d, k->dq_beta);
+    sdpa_bwd_q_k<<<grid, ATT_THREADS, bytes, s>>>(x.dq, x.lse, x.delta, x.go, x.q, x.k, x.v, *d, k->dq_beta);
     return launched(index, "sdpa_backward");
 }
 
 /* dk and dv: the key pass, on tensor cores when tdt is 16-bit and its tiles fit. */
-static accel_status bwd_kv(const accel_k_sdpa_backward *k, const float *delta, accel_dtype tdt, cudaStream_t s,
+static accel_status bwd_kv(const accel_k_sdpa_backward *k, const bwd_operands &x, accel_dtype tdt, cudaStream_t s,
                            int index, size_t limit) {
     const accel_k_sdpa_dims *d = &k->dims;
     const size_t tc_bytes = tdt == ACCEL_F32 ? 0 : bwd_kv_tc_smem_of((int)d->D, (int)d->Dv).bytes;
     if (tdt != ACCEL_F32 && tc_bytes <= limit)
-        return tdt == ACCEL_BF16 ? bwd_kv_tc<__nv_bfloat16>(k, delta, s, index, tc_bytes, limit)
-                                 : bwd_kv_tc<__half>(k, delta, s, index, tc_bytes, limit);
+        return tdt == ACCEL_BF16 ? bwd_kv_tc<__nv_bfloat16>(k, x, s, index, tc_bytes, limit)
+                                 : bwd_kv_tc<__half>(k, x, s, index, tc_bytes, limit);
     size_t bytes = bwd_kv_smem(d);
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_kv_k, bytes, limit, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->Hkv), tiles(d->Tk, BK));
-    sdpa_bwd_kv_k<<<grid, ATT_THREADS, bytes, s>>>(elems_of(k->dk), elems_of(k->dv), delta, elems_of(k->g),
-                                                   elems_of(k->q), elems_of(k->v), (const float *)k->p->data, *d);
+    sdpa_bwd_kv_k<<<grid, ATT_THREADS, bytes, s>>>(x.dk, x.dv, x.lse, x.delta, x.go, x.q, x.k, x.v, *d);
     return launched(index, "sdpa_backward");
 }
 
 extern "C" accel_status accel__cudak_sdpa_backward(accel_k_sdpa_backward *k) {
     int index = k->g->device.index;
     const accel_k_sdpa_dims *d = &k->dims;
+    static const char *OP = "sdpa_backward";
+    if (!rows_fit(OP, "q", d->qs, d->D) || !rows_fit(OP, "k", d->ks, d->D) || !rows_fit(OP, "v", d->vs, d->Dv) ||
+        !rows_fit(OP, "o", d->os, d->Dv) || !rows_fit(OP, "g", k->gs, d->Dv) ||
+        (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) || (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) ||
+        (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
+        return accel_last_status();
     if (!d->B || !d->H || !d->Tq) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
     size_t limit = 0;
@@ -828,12 +866,19 @@ extern "C" accel_status accel__cudak_sdpa_backward(accel_k_sdpa_backward *k) {
     if (st != ACCEL_OK) return st;
     const accel_tensor *in[4] = {k->q, k->k, k->v, k->g};
     const accel_dtype tdt = tc_dtype(d, in, 4);
-    float *delta = NULL;
-    if (k->dq || k->dk) {
-        delta = (float *)accel__cuda_step_alloc(index, (size_t)(d->B * d->H * d->Tq) * sizeof(float), 256);
+    bwd_operands x = {elems_of(k->dq, k->dqs), elems_of(k->dk, k->dks), elems_of(k->dv, k->dvs),
+                      elems_of(k->g, k->gs),   elems_of(k->q, d->qs),   elems_of(k->k, d->ks),
+                      elems_of(k->v, d->vs),   elems_of(k->o, d->os),   (const float *)k->lse->data,
+                      NULL};
+    if (k->dq || k->dk) { /* delta, which both passes read, before either runs */
+        const int64_t rows = d->B * d->H * d->Tq;
+        float *delta = (float *)accel__cuda_step_alloc(index, (size_t)rows * sizeof(float), 256);
         if (!delta) return accel_last_status();
-        if ((st = bwd_q(k, delta, tdt, s, index, limit)) != ACCEL_OK) return st;
+        sdpa_delta_k<<<tiles(rows, DELTA_ROWS), ATT_THREADS, 0, s>>>(delta, x.go, x.o, *d);
+        if ((st = launched(index, "sdpa_backward")) != ACCEL_OK) return st;
+        x.delta = delta;
     }
-    if ((!k->dk && !k->dv) || !d->Tk) return ACCEL_OK; /* no key: dK and dV have no rows (dQ was zeroed) */
-    return bwd_kv(k, delta, tdt, s, index, limit);
+    if (k->dq && (st = bwd_q(k, x, tdt, s, index, limit)) != ACCEL_OK) return st;
+    if ((!k->dk && !k->dv) || !d->Tk) return ACCEL_OK; /* no key: dK and dV have no rows */
+    return bwd_kv(k, x, tdt, s, index, limit);
 }

@@ -290,6 +290,7 @@ static const accel_backend cuda_backend = {
         ACCEL__CUDA_KERNELS(CUDA_SLOT)
 #undef CUDA_SLOT
     },
+    .sdpa_strided = true, /* attention.cu reads and writes every operand at its strides */
     .fp8 = &accel__cuda_fp8_ops,
 };
 
