@@ -115,3 +115,22 @@ if(TARGET accel_cli AND TARGET pipeline_llama)
                          ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
   endforeach()
 endif()
+# A model unprepared and prepared again between pipeline steps, its optimizer
+# staying prepared (test_pipeline_reprepare.c): pp 2 under DDP, pp 2 x
+# dp_shard 2 under ZeRO-1 and ZeRO-2; each stage's weights as without the cycles.
+if(TARGET accel_cli)
+  foreach(zero 0 1 2)
+    set(n 2)
+    if(zero GREATER 0)
+      set(n 4)
+    endif()
+    add_test(NAME pipeline_reprepare_pp2_zero${zero}
+             COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n}
+                     $<TARGET_FILE:test_pipeline_reprepare> ${zero}
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(pipeline_reprepare_pp2_zero${zero} PROPERTIES TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60"
+      PASS_REGULAR_EXPRESSION "pipeline reprepare zero=${zero} ok\n"
+      FAIL_REGULAR_EXPRESSION "FAILED|CHECK failed")
+  endforeach()
+endif()

@@ -1,9 +1,12 @@
 /* Device placement misused (hostless:0 stands in for a GPU): a prepare that
  * fails at every device allocation in turn, then retried; a loader used
- * after its accelerator is gone; a model unprepared and prepared again;
+ * after its accelerator is gone; a prepared loader whose batch cannot be
+ * moved to the device; a model unprepared and prepared again;
  * accel_llama_loss under bf16 with and without the Accelerator. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/accel.h"
@@ -84,6 +87,84 @@ static void test_prepare_fails_at_each_allocation(void) {
         }
     }
     accel_dataset_free(ds);
+}
+
+/* Allocations of at least g_fail_from bytes fail while it is not 0 (the
+ * library's allocator: the device's step pool grows through it). */
+static size_t g_fail_from;
+
+static void *failing_alloc(void *ctx, size_t bytes, size_t align) {
+    (void)ctx;
+    void *p = NULL;
+    if (g_fail_from && bytes >= g_fail_from) return NULL;
+    return posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1) ? NULL : p;
+}
+
+static void failing_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+#define WIDE (1 << 18) /* floats of a sample's second field: 1 MiB, a batch's 2 */
+
+/* A prepared loader's batch whose move to the device fails half-way (its
+ * first field moved, the device's step pool then unable to grow for the
+ * second, 2 MiB): accel_dataloader_next returns false with an error naming
+ * the loader, the batch and the device, gives no half-moved batch, and does
+ * not advance: the next call, the device able again, returns that batch,
+ * then the epoch goes on. Run in a thread of its own, whose step arena (4
+ * MiB) and device step pool (1 MiB) are fresh, so that only the pool grows
+ * for the batch. */
+static void *batch_move_fails(void *ds) {
+    accel_set_default_device(DEV); /* the thread's own: the accelerator's device */
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_dataloader_opts lo = accel_dataloader_opts_default();
+    lo.batch_size = 2;
+    accel_dataloader *dl = accel_dataloader_new(ds, &lo);
+    CHECK(acc && dl && accel_accelerator_prepare(acc, dl, NULL) == ACCEL_OK);
+    /* the thread's arena and pool made before the allocator fails */
+    CHECK(accel_step_arena() && accel_empty_on(ACCEL_F32, 1, (int64_t[]){1}, DEV));
+    accel_step_reset();
+    accel_allocator failing = {failing_alloc, failing_free, NULL};
+    accel_set_allocator(&failing);
+    g_fail_from = 2u << 20;
+    accel_batch b;
+    bool got = accel_dataloader_next(dl, &b);
+    g_fail_from = 0;
+    accel_set_allocator(NULL);
+    CHECK_MSG(!got && accel_last_status() == ACCEL_ERR_OOM, "got %d: %s", got, accel_last_error());
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_dataloader_next: batch 0 of epoch 0 could not be moved to hostless:0 "
+                                           "(field 1 of 2: out of memory");
+    CHECK(b.n_fields == 0 && !b.fields[0] && !b.fields[1]);
+    CHECK(accel_dataloader_position(dl) == 0);
+    accel_step_reset();
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(accel_dataloader_next(dl, &b) && b.index == i && b.n_fields == 2, "batch %d: %s", i,
+                  accel_last_error());
+        float y[2], x0 = -1;
+        CHECK(accel_device_eq(b.fields[0]->device, DEV) && accel_device_eq(b.fields[1]->device, DEV));
+        CHECK(accel_tensor_to_host(b.fields[0], y) == ACCEL_OK && y[0] == 2 * i && y[1] == 2 * i + 1);
+        CHECK(accel_tensor_to_host(accel_slice(accel_slice(b.fields[1], 0, 1, 2, 1), 1, WIDE - 1, WIDE, 1), &x0) ==
+              ACCEL_OK && x0 == 2 * i + 1);
+        accel_step_reset();
+    }
+    CHECK(!accel_dataloader_next(dl, &b) && accel_last_status() == ACCEL_OK); /* the epoch's end */
+    accel_accelerator_free(acc);
+    accel_dataloader_free(dl);
+    accel_thread_cleanup();
+    return NULL;
+}
+
+static void test_batch_move_fails(void) {
+    float y[4] = {0, 1, 2, 3}, *x = malloc((size_t)4 * WIDE * sizeof *x);
+    for (int i = 0; i < 4 * WIDE; i++) x[i] = (float)(i / WIDE);
+    accel_tensor *fields[2] = {accel_from_floats(ACCEL_SHAPE(4, 1), y), accel_from_floats(ACCEL_SHAPE(4, WIDE), x)};
+    accel_dataset *ds = accel_tensor_dataset_new(2, fields);
+    free(x);
+    pthread_t t;
+    CHECK(ds && pthread_create(&t, NULL, batch_move_fails, ds) == 0 && pthread_join(t, NULL) == 0);
+    accel_dataset_free(ds);
+    accel_step_reset();
 }
 
 /* unprepare and prepare again, the optimizer stepping between; a second accelerator. */
@@ -187,6 +268,7 @@ int main(void) {
     }
     accel_set_default_device(DEV);
     RUN(test_prepare_fails_at_each_allocation);
+    RUN(test_batch_move_fails);
     RUN(test_reprepare);
     RUN(test_llama_loss_bf16_accumulation);
     RUN(test_llama_loss_fp16_accumulation);

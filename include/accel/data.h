@@ -169,7 +169,9 @@ accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed);
 int64_t accel_dataloader_len(const accel_dataloader *dl);
 /* The next batch (collated in the step arena), starting an epoch if none is
  * running. Returns false at the end of the epoch (epoch += 1) or on error
- * (accel_last_status() != ACCEL_OK tells which). */
+ * (accel_last_status() != ACCEL_OK tells which). On error *out holds no batch
+ * (n_fields 0) and the loader stays at the batch that failed (its collation,
+ * or its move to a prepared loader's device): the next call makes it again. */
 bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out);
 /* The epoch used by the next (or running) epoch. */
 int64_t accel_dataloader_epoch(const accel_dataloader *dl);

@@ -582,18 +582,20 @@ static void split_str(const int32_t *first_layer, int chunks, char *out, size_t 
 
 /* Every rank's split compared (all-gathered over the world, so the dp
  * replicas' pp groups agree too): the same on every rank, else an error on
- * every rank naming two that differ, or the rank whose own split failed
- * (mine: this rank's status; its error stays its own). The split is set
- * per rank and a model may be built differently on each, so a rank's
+ * every rank naming two that differ, or the rank whose own split failed or
+ * whose stage lacks a parameter it would keep (mine: this rank's status,
+ * lacks: that it failed for the latter; its error stays its own). The split
+ * is set per rank and a model may be built differently on each, so a rank's
  * split alone proves nothing: stages that disagreed would exchange hidden
  * states of the wrong layers. */
 static accel_status agree_split(accel_accelerator *acc, int stage, const int *split, int chunks, accel_status mine,
-                                const char *fn) {
-    size_t k = (size_t)chunks + 3, world = (size_t)acc->world; /* a record: stage, failed, first_layer[0..chunks] */
+                                bool lacks, const char *fn) {
+    /* a record: stage, failed (0 no, 1 the split, 2 a kept parameter missing), first_layer[0..chunks] */
+    size_t k = (size_t)chunks + 3, world = (size_t)acc->world;
     int32_t *all = accel_malloc((world + 1) * k * sizeof *all), *rec = all ? all + world * k : NULL;
     if (!all) return accel_last_status();
     rec[0] = stage;
-    rec[1] = mine != ACCEL_OK;
+    rec[1] = mine == ACCEL_OK ? 0 : lacks ? 2 : 1;
     for (int s = 0; s <= chunks; s++) rec[2 + s] = mine ? 0 : split[s];
     accel_status st = accel_pg_all_gather(acc->pg, rec, all, k, ACCEL_I32);
     size_t bad = world, differs = world;
@@ -603,6 +605,10 @@ static accel_status agree_split(accel_accelerator *acc, int stage, const int *sp
     }
     if (!st && mine) {
         st = mine;
+    } else if (!st && bad < world && all[bad * k + 1] == 2) {
+        st = accel_set_error(ACCEL_ERR_STATE, "%s: rank %zu (pipeline stage %d) lacks parameters its stage keeps "
+                             "under this split (on meta: released by an earlier prepare under another split; its "
+                             "error is reported there)", fn, bad, (int)all[bad * k]);
     } else if (!st && bad < world) {
         st = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rank %zu (pipeline stage %d) could not split the model's "
                              "layers into %d chunks (its error is reported there)", fn, bad,
@@ -621,6 +627,34 @@ static accel_status agree_split(accel_accelerator *acc, int stage, const int *sp
     return st;
 }
 
+/* ACCEL_OK when stage holds every parameter it keeps under split, else an
+ * error naming the first it lacks (on meta; *lacks set) or why the model's
+ * entries could not be listed. A prepare releases the other stages'
+ * parameters and an unprepare does not bring them back (their values are on
+ * the stages that kept them), so a model prepared again under another split
+ * (accel_accelerator_pipeline_set_layers between) would train layers with no
+ * data: refused here, before any of them runs. */
+static accel_status holds_kept(accel_accelerator *acc, accel_module *model, const int *split, int stage,
+                               const char *fn, bool *lacks) {
+    const accel__family_stages *h = hooks_of(model, fn);
+    accel_state_dict *sd = h ? accel_module_state_dict(model) : NULL;
+    if (!sd) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < sd->n && !st; i++) {
+        accel_state_entry *e = &sd->entries[i];
+        if (e->is_buffer || e->is_tied_alias || e->t->device.type != ACCEL_DEV_META ||
+            !kept(acc, h, model, e, split, stage))
+            continue;
+        *lacks = true;
+        st = accel_set_error(ACCEL_ERR_STATE, "%s: pipeline stage %d keeps %s under this split, and it has no data "
+                             "(on meta): a prepare releases the other stages' parameters and an unprepare does not "
+                             "bring them back, so a model is prepared again only under the split it had (the same "
+                             "accel_accelerator_pipeline_set_layers); build it anew for another", fn, stage, e->name);
+    }
+    accel_state_dict_free(sd);
+    return st;
+}
+
 accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *pm) {
     static const char fn[] = "accel_accelerator_prepare";
     int stages = acc->par.size[ACCEL__MESH_PP];
@@ -632,8 +666,10 @@ accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *p
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     int chunks = n_chunks(acc), *split = pg ? accel_malloc(((size_t)chunks + 1) * sizeof *split) : NULL;
     if (!split) return accel_last_status();
-    accel_status st = agree_split(acc, accel_pg_rank(pg), split, chunks, stage_split(acc, pm->m, chunks, split, fn),
-                                  fn);
+    accel_status mine = stage_split(acc, pm->m, chunks, split, fn);
+    bool lacks = false;
+    if (!mine) mine = holds_kept(acc, pm->m, split, accel_pg_rank(pg), fn, &lacks);
+    accel_status st = agree_split(acc, accel_pg_rank(pg), split, chunks, mine, lacks, fn);
     if (st) accel_free(split);
     else pm->pp_split = split;
     return st;

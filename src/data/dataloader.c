@@ -210,6 +210,19 @@ int64_t accel_dataloader_len(const accel_dataloader *dl) {
     return accel_batch_sampler_shard_len(L, &s);
 }
 
+/* The failed move of field f of batch i (of n fields) to the loader's
+ * device, named (the backend's error alone, an allocation's size, says
+ * nothing of the loader). */
+static accel_status not_moved(const accel_dataloader *dl, int64_t i, int f, int n) {
+    char why[512], dev[32];
+    accel_status st = accel_last_status();
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    return accel_set_error(st, "accel_dataloader_next: batch %lld of epoch %lld could not be moved to %s (field %d "
+                           "of %d: %s); the loader stays at it, and the next call makes it again",
+                           (long long)i, (long long)dl->epoch, accel_device_str(dl->place, dev, sizeof dev), f, n,
+                           why);
+}
+
 bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
     /* false means the end or a failure: accel_last_status() tells which, for this call alone. */
     accel_clear_error();
@@ -226,12 +239,17 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
     }
     int64_t i = dl->pos;
     memset(out, 0, sizeof *out);
-    if (accel__dataset_collate(dl->ds, accel_batches_size(&dl->shard, i), accel_batches_at(&dl->shard, i),
-                               out))
-        return false;
+    accel_status st = accel__dataset_collate(dl->ds, accel_batches_size(&dl->shard, i),
+                                             accel_batches_at(&dl->shard, i), out);
     /* collated in host memory, then moved whole to the device the loader is placed on */
-    for (int f = 0; f < out->n_fields && dl->place.type != ACCEL_DEV_CPU; f++)
-        if (!(out->fields[f] = accel_to_device(out->fields[f], dl->place))) return false;
+    for (int f = 0; !st && f < out->n_fields && dl->place.type != ACCEL_DEV_CPU; f++)
+        if (!(out->fields[f] = accel_to_device(out->fields[f], dl->place))) st = not_moved(dl, i, f, out->n_fields);
+    if (st) {
+        /* no half batch (fields already moved, one missing): the caller gets none, and the position
+         * stays, so the next call makes this batch again; what was made is step memory */
+        memset(out, 0, sizeof *out);
+        return false;
+    }
     out->indices = accel_batches_at(&dl->shard, i);
     out->index = i;
     dl->pos++;
