@@ -181,11 +181,11 @@ static cublasStatus_t fake_heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op
 
 static _Alignas(256) float g_a[64], g_b[64], g_c[64], g_bias[16];
 
-static accel_tensor tensor(float *data, int64_t rows, int64_t cols) {
+static accel_tensor tensor(float *data, accel_dtype dt, int64_t rows, int64_t cols) {
     accel_tensor t;
     memset(&t, 0, sizeof t);
     t.magic = ACCEL_TENSOR_MAGIC;
-    t.dtype = ACCEL_F32;
+    t.dtype = dt;
     t.device = (accel_device){ACCEL_DEV_CUDA, DEV};
     t.ndim = rows ? 2 : 1;
     t.shape[0] = rows ? rows : cols;
@@ -196,10 +196,11 @@ static accel_tensor tensor(float *data, int64_t rows, int64_t cols) {
     return t;
 }
 
-/* y [M, N] = x [M, K] W[N, K]^T (+ bias), with K chosen per case so that each
- * case is a signature of its own. */
-static accel_status linear(int64_t M, int64_t N, int64_t K, bool with_bias) {
-    accel_tensor a = tensor(g_a, M, K), b = tensor(g_b, N, K), c = tensor(g_c, M, N), bias = tensor(g_bias, 0, N);
+/* y [M, N] = x [M, K] W[N, K]^T (+ bias, f32), x, W and y of dtype dt,
+ * with K chosen per case so that each case is a signature of its own. */
+static accel_status linear_of(accel_dtype dt, int64_t M, int64_t N, int64_t K, bool with_bias) {
+    accel_tensor a = tensor(g_a, dt, M, K), b = tensor(g_b, dt, N, K), c = tensor(g_c, dt, M, N);
+    accel_tensor bias = tensor(g_bias, ACCEL_F32, 0, N);
     accel_k_gemm g;
     memset(&g, 0, sizeof g);
     g.c = &c, g.a = &a, g.b = &b, g.bias = with_bias ? &bias : NULL;
@@ -207,6 +208,10 @@ static accel_status linear(int64_t M, int64_t N, int64_t K, bool with_bias) {
     g.M = M, g.N = N, g.K = K, g.lda = K, g.ldb = K, g.ldc = N;
     g.alpha = 1.0f;
     return accel__cudak_gemm(&g);
+}
+
+static accel_status linear(int64_t M, int64_t N, int64_t K, bool with_bias) {
+    return linear_of(ACCEL_F32, M, N, K, with_bias);
 }
 
 static void test_no_heuristic_is_a_cached_plan(void) {
@@ -248,6 +253,27 @@ static void test_no_heuristic_is_a_cached_plan(void) {
         CHECK(accel__cuda_fp8_gemm(DEV, &f) == ACCEL_ERR_UNSUPPORTED && says("no cuBLASLt fp8 algorithm"));
     }
     CHECK(n_heuristic - asked == 5 && accel__cuda_gemm_plans() - plans == 3);
+    /* a bf16 C: signatures of their own beside the f32 C's of the same
+     * shapes; its biased one (the bias rounded into step memory for the
+     * epilogue, the fakes' host memory) falls back as the f32 one does */
+    heuristic_answer = CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < 2; i++) {
+        accel_status st = linear_of(ACCEL_BF16, 1, 4, 8, true);
+        CHECK_MSG(st == ACCEL_OK || !says("heuristic"), "%s", accel_last_error());
+    }
+    CHECK(n_heuristic - asked == 6 && accel__cuda_gemm_plans() - plans == 4);
+    heuristic_answer = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < 2; i++) {
+        CHECK(linear_of(ACCEL_BF16, 2, 4, 16, false) == ACCEL_ERR_UNSUPPORTED);
+        CHECK_MSG(says("no cuBLASLt algorithm for M=2 N=4 K=16 bfloat16 -> bfloat16"), "%s", accel_last_error());
+    }
+    CHECK(n_heuristic - asked == 7 && accel__cuda_gemm_plans() - plans == 5);
+    /* cuBLASLt has no f32 x f32 -> bf16: refused before any plan */
+    accel_tensor a = tensor(g_a, ACCEL_F32, 2, 8), b = tensor(g_b, ACCEL_F32, 4, 8), c = tensor(g_c, ACCEL_BF16, 2, 4);
+    accel_k_gemm g = {.c = &c, .a = &a, .b = &b, .trans_b = true, .M = 2, .N = 4, .K = 8, .lda = 8, .ldb = 8,
+                      .ldc = 4, .alpha = 1.0f};
+    CHECK(accel__cudak_gemm(&g) == ACCEL_ERR_DTYPE && says("float32 x float32 -> bfloat16"));
+    CHECK(n_heuristic - asked == 7 && accel__cuda_gemm_plans() - plans == 5);
     use_real();
 }
 

@@ -713,37 +713,109 @@ static void test_gemm_views(void) {
                     }
 }
 
-/* K = 0: C = beta C (+ bias) (accel__cuda_scale_rows), beta 0 clearing what C held. */
+/* Every element of bias pair b rounded to dtype dt (both sides): a
+ * linear's bias under autocast, which accel_linear rounds to the compute
+ * dtype, and which the CUDA epilogue of a bf16/f16 C reads in C's dtype
+ * (docs/cuda.md). */
+static void round_bias(pair *b, accel_dtype dt) {
+    for (int64_t i = 0; i < b->c.shape[0]; i++) {
+        uint16_t r;
+        accel__store_elem(&r, dt, 0, accel__load_elem(accel__elem_ptr(&b->c, i), ACCEL_F32, 0));
+        set_elem(b, i, accel__load_elem(&r, dt, 0));
+    }
+}
+
+/* A bf16/f16 C written by the GEMM itself from A and B of its dtype (the
+ * backend's gemm_c16): C a strided view (ldc 2N + 1, at element 1: 2-byte
+ * aligned), beta 0 and 1, with and without the bias epilogue (its bias of
+ * C's dtype), and the shapes with M or N 1, where cuBLASLt has no bias
+ * epilogue and the bias goes into C first. The CPU rounds the f32 sum once
+ * into C; the GPU's differs by its order of summation (one rounding of C's
+ * dtype), and by one rounding more where the bias went first with beta 1. */
+static void test_gemm_c16(void) {
+    const int64_t sizes[][3] = {{1, 1, 1}, {1, 33, 9}, {17, 1, 9}, {17, 33, 9}, {64, 128, 96}, {129, 65, 257}};
+    const accel_dtype c16[] = {ACCEL_BF16, ACCEL_F16};
+    for (int s = 0; s < 6; s++)
+        for (int i = 0; i < 2; i++)
+            for (int tr = 0; tr < 4; tr += 3) /* neither, both transposed */
+                for (int beta = 0; beta < 2; beta++)
+                    for (int bias = 0; bias < 2; bias++) {
+                        int64_t M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                        bool ta = tr & 1, tb = tr & 2;
+                        int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1;
+                        pair *c = mk2(c16[i], M, N, STRIDED, beta ? ACC : OUT);
+                        pair *a = mk1(c16[i], (ta ? K : M) * lda + 7, IN), *b = mk1(c16[i], (tb ? N : K) * ldb + 2, IN);
+                        pair *bv = bias ? mk_bias(N, 0) : NULL;
+                        if (bv) round_bias(bv, c16[i]);
+                        c->c.stride[1] = c->g.stride[1] = 1; /* rows of ldc = 2N + 1 (test_gemm_views) */
+                        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .trans_a = ta,
+                                          .trans_b = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = 2 * N + 1,
+                                          .a_off = 7, .b_off = 2, .alpha = 0.75f, .beta = beta ? 1.0f : 0.0f};
+                        KRUN(bias ? "gemm 16-bit C + bias" : "gemm 16-bit C", gemm, accel_k_gemm, g, 2 * tol_of(c16[i]));
+                    }
+    /* contiguous C at element 0 (256-byte aligned), the shape of a linear's */
+    for (int i = 0; i < 2; i++) {
+        pair *c = mk2(c16[i], 48, 80, CONTIG, OUT), *a = mk2(c16[i], 48, 64, CONTIG, IN);
+        pair *b = mk2(c16[i], 80, 64, CONTIG, IN), *bv = mk_bias(80, 0);
+        round_bias(bv, c16[i]);
+        accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = &bv->c, .trans_b = true, .M = 48, .N = 80,
+                          .K = 64, .lda = 64, .ldb = 64, .ldc = 80, .alpha = 1.0f};
+        KRUN("gemm 16-bit C, a linear's", gemm, accel_k_gemm, g, tol_of(c16[i]));
+    }
+    if (g_dev.type != ACCEL_DEV_CUDA) return;
+    /* cuBLASLt has no f32 x f32 -> bf16 nor bf16 x bf16 -> f16: refused, naming the dtypes */
+    const accel_dtype ops[][2] = {{ACCEL_F32, ACCEL_BF16}, {ACCEL_BF16, ACCEL_F16}};
+    for (int i = 0; i < 2; i++) {
+        pair *c = mk2(ops[i][1], 4, 4, CONTIG, OUT), *a = mk2(ops[i][0], 4, 4, CONTIG, IN);
+        pair *b = mk2(ops[i][0], 4, 4, CONTIG, IN);
+        accel_k_gemm g = {.c = &c->g, .a = &a->g, .b = &b->g, .M = 4, .N = 4, .K = 4, .lda = 4, .ldb = 4, .ldc = 4,
+                          .alpha = 1.0f};
+        char want[64];
+        snprintf(want, sizeof want, "%s x %s -> %s", accel_dtype_name(ops[i][0]), accel_dtype_name(ops[i][0]),
+                 accel_dtype_name(ops[i][1]));
+        CHECK_MSG(g_cuda->kernels.gemm(&g) == ACCEL_ERR_DTYPE && strstr(accel_last_error(), want), "%s",
+                  accel_last_error());
+        pairs_free();
+    }
+}
+
+/* K = 0: C = beta C (+ bias) (accel__cuda_scale_rows), beta 0 clearing what
+ * C held; C of each float dtype (A and B of its dtype). */
 static void test_gemm_k0(void) {
-    for (int beta = 0; beta < 2; beta++)
-        for (int bias = 0; bias < 2; bias++) {
-            pair *c = mk2(ACCEL_F32, 5, 7, CONTIG, beta ? ACC : OUT), *a = mk1(ACCEL_F32, 8, IN), *b = mk1(ACCEL_F32, 8, IN);
-            pair *bv = bias ? mk_bias(7, 0) : NULL;
-            accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .M = 5, .N = 7, .K = 0,
-                              .lda = 1, .ldb = 7, .ldc = 7, .alpha = 1.0f, .beta = beta ? 0.5f : 0.0f};
-            KRUN("gemm K=0", gemm, accel_k_gemm, g, 0.0);
-        }
+    for (int i = 0; i < 3; i++)
+        for (int beta = 0; beta < 2; beta++)
+            for (int bias = 0; bias < 2; bias++) {
+                pair *c = mk2(FLOATS[i], 5, 7, CONTIG, beta ? ACC : OUT), *a = mk1(FLOATS[i], 8, IN);
+                pair *b = mk1(FLOATS[i], 8, IN), *bv = bias ? mk_bias(7, 0) : NULL;
+                accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .M = 5, .N = 7,
+                                  .K = 0, .lda = 1, .ldb = 7, .ldc = 7, .alpha = 1.0f, .beta = beta ? 0.5f : 0.0f};
+                KRUN("gemm K=0", gemm, accel_k_gemm, g, 0.0);
+            }
 }
 
 /* The cuBLASLt plan cache (gemm.c): a GEMM signature seen before reuses
  * its plan, on other buffers of the same alignments and with another bias,
- * with the CPU's results each time; a new leading dim, pointer alignment or
- * the bias epilogue is a signature of its own. */
+ * with the CPU's results each time; a new leading dim, pointer alignment,
+ * C dtype or the bias epilogue is a signature of its own (a bf16 C's bias
+ * epilogue too: its bias, rounded into step memory, is always 256-byte
+ * aligned). */
 static void test_gemm_plan_cache(void) {
 #ifdef ACCEL_HAVE_CUDA
     if (g_dev.type != ACCEL_DEV_CUDA) return;
     int before = cuda_hooks()->gemm_plans();
     /* M, N, K = 77, 45, 31 (a shape no other test runs); c at element 0 of
      * its buffer, a and b at offsets 0 or 1 (256- or 4-byte aligned) */
-    for (int run = 0; run < 6; run++) {
-        int bias = run >= 2 && run < 4, off = run >= 4;
-        pair *c = mk2(ACCEL_F32, 77, 45, CONTIG, OUT), *a = mk1(ACCEL_BF16, 77 * 31 + 1, IN);
+    for (int run = 0; run < 10; run++) {
+        int bias = (run >= 2 && run < 4) || run >= 8, off = run >= 4 && run < 6;
+        pair *c = mk2(run >= 6 ? ACCEL_BF16 : ACCEL_F32, 77, 45, CONTIG, OUT), *a = mk1(ACCEL_BF16, 77 * 31 + 1, IN);
         pair *b = mk1(ACCEL_BF16, 45 * 31 + 1, IN), *bv = bias ? mk_bias(45, 0) : NULL;
+        if (bv && run >= 8) round_bias(bv, ACCEL_BF16);
         accel_k_gemm g = {.c = &c->c, .a = &a->c, .b = &b->c, .bias = bv ? &bv->c : NULL, .trans_b = true, .M = 77,
                           .N = 45, .K = 31, .lda = 31, .ldb = 31, .ldc = 45, .a_off = off, .b_off = off,
                           .alpha = 1.0f};
         KRUN("gemm plan cache", gemm, accel_k_gemm, g, 1e-2);
-        static const int want[] = {1, 1, 2, 2, 3, 3}; /* plain, plain again, bias, bias again, unaligned, again */
+        /* plain, plain again, bias, bias again, unaligned, again, bf16 C, again, bf16 C and bias, again */
+        static const int want[] = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5};
         CHECK_MSG(cuda_hooks()->gemm_plans() == before + want[run], "run %d: %d plans, want %d", run,
                   cuda_hooks()->gemm_plans(), before + want[run]);
     }
@@ -1699,6 +1771,7 @@ int main(void) {
     RUN(test_swiglu);
     RUN(test_sum_max);
     RUN(test_gemm_views);
+    RUN(test_gemm_c16);
     RUN(test_gemm_k0);
     RUN(test_gemm_plan_cache);
     RUN(test_gemm_tf32);

@@ -179,15 +179,13 @@ static void linear_call(ledger *l, bool ta, bool tb, double M, double N, double 
  * A bias adds nothing in the arena (its gradient is persistent). `shared`:
  * an earlier projection of the same x made x's operand, which this one
  * reads (core/step_casts.h). `conv1d`: GPT-2's Conv1D, accel_matmul of x
- * and the weight [in, out], whose f32 result is a step tensor of its own
- * (copied into a bf16/f16 output), not the GEMM call's. Returns the output
- * dtype. */
+ * and the weight [in, out], whose bf16/f16 result its GEMM writes as a
+ * Linear's does (src/ops/matmul.c). Returns the output dtype. */
 static accel_dtype linear_fwd_of(ledger *l, double in, double out, accel_dtype xdt, bool shared, bool conv1d) {
     accel_dtype odt = mm_dtype(l->k);
     double n = l->d->n;
-    bool kept_c = conv1d && odt != ACCEL_F32;
-    l->bytes += n * out * esz(odt) + (shared ? 0 : mm_operand(l->k, n * in, xdt, true)) + (kept_c ? 4 * n * out : 0);
-    linear_call(l, false, !conv1d, n, out, in, odt != ACCEL_F32 && !kept_c, 0); /* Y = X W^T (X W), written in odt */
+    l->bytes += n * out * esz(odt) + (shared ? 0 : mm_operand(l->k, n * in, xdt, true));
+    linear_call(l, false, !conv1d, n, out, in, odt != ACCEL_F32, 0); /* Y = X W^T (X W), written in odt */
     return odt;
 }
 
@@ -441,9 +439,11 @@ static void row_bwd(ledger *l, double in, accel_dtype odt, accel_dtype xdt, bool
     linear_bwd(l, in, l->d->C, mm, xdt, false, l->f->gpt2);
 }
 
-/* accel_matmul's f32 result of e elements, kept in the step and copied
- * into its output where that is bf16/f16 (src/ops/matmul.c). */
-static double matmul_c(double e, accel_dtype s) { return s == ACCEL_F32 ? 0 : 4 * e; }
+/* The C of one of accel_matmul's GEMM calls, of c elements (one matrix of
+ * its batch), for gemm_call: its bf16/f16 result (s) is written by the GEMM
+ * (src/ops/matmul.c), through the call's f32 C where oneDNN does not write
+ * it; none for an f32 result. */
+static double matmul_c(double c, accel_dtype s) { return s == ACCEL_F32 ? 0 : c; }
 
 /* ------------------------------------------------------------ context parallelism
  * accel_cp_attention (src/ops/attention_cp.c) on this rank's 2c = T / cp
@@ -551,8 +551,8 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
      * RoPE's output); the mask [G T, S] in the arena, as a tensor, in q's dtype */
     fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
     /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
-    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false) + matmul_c(E, s);
-    gemm_call(fwd, eQ + eK, 0, 0);
+    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
+    gemm_call(fwd, eQ + eK, matmul_c(E / (d->B * d->Hkv), s), 0); /* a GEMM per batch and key/value head */
     int n_unary = 1 + (fwd->f->cap > 0 ? 3 : 0); /* the scale; cap * tanh(x / cap) */
     for (int i = 0; i < n_unary; i++) unary_fwd(fwd, E, s);
     /* + mask (in q's dtype, broadcast over B, Hkv: its f32 copy is small): the
@@ -564,8 +564,8 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     bool drop = fwd->f->attn_pdrop > 0;
     if (drop) dropout_fwd(fwd, E, ACCEL_F32);
     /* P V: the output in s, P in s, v a transposed view made dense in s */
-    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1) + matmul_c(eQ, s);
-    gemm_call(fwd, E + eK, 0, 0);
+    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1);
+    gemm_call(fwd, E + eK, matmul_c(eQ / (d->B * d->Hkv), s), 0);
     /* backward: the reshape of P V's output passes its gradient on; P V's:
      * the output gradient read, P's and v's gradients */
     bwd->bytes += mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
@@ -908,16 +908,14 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false);
     /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
     fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
-    fwd->bytes += matmul_c(E, s);
-    gemm_call(fwd, 2 * eC, 0, 0);
+    gemm_call(fwd, 2 * eC, matmul_c(E / (d->B * d->H), s), 0); /* a GEMM per batch and head */
     accel_dtype sc = unary_fwd(fwd, E, s);
     sc = binary_fwd(fwd, E, sc, ACCEL_F32);
     fwd->bytes += 4 * E + f32_contig(E, sc, true);
     if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
     /* P V: the output, P in s, v's view dense in s; its transpose made dense for the reshape */
     fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false) + dense(eC, s, false);
-    fwd->bytes += matmul_c(eC, s);
-    gemm_call(fwd, E + eC, 0, 0);
+    gemm_call(fwd, E + eC, matmul_c(eC / (d->B * d->H), s), 0);
     /* BertSelfOutput: dense, dropout, + the layer input, LayerNorm */
     accel_dtype o = linear_fwd(fwd, d->C, d->C, s);
     if (ph > 0) dropout_fwd(fwd, eC, o);

@@ -129,6 +129,15 @@ typedef struct accel_backend_async {
 
 /* ---------------------------------------------------------------- backend */
 
+/* The bf16/f16 C a backend's gemm kernel writes itself (kernels.h:
+ * accel_k_gemm), the f32 result rounded once into it; the ops give the
+ * others an f32 C and convert it. */
+typedef enum accel_gemm_c16 {
+    ACCEL_GEMM_C16_NONE, /* an f32 C only */
+    ACCEL_GEMM_C16_SAME, /* also a bf16/f16 C when A and B are of its dtype (cuBLASLt's) */
+    ACCEL_GEMM_C16_ANY,  /* also a bf16/f16 C from operands of any dtype (the CPU's) */
+} accel_gemm_c16;
+
 typedef struct accel_backend {
     const char *name;         /* the device type's name: "cpu", "cuda", "hostless" */
     accel_device_type type;   /* the accel_device.type it serves */
@@ -144,6 +153,7 @@ typedef struct accel_backend {
      * dv and the backward's k, v must be dense, only the forward's k and v
      * strided (accel_sdpa then hands it dense tensors). */
     bool sdpa_strided;
+    accel_gemm_c16 gemm_c16; /* the bf16/f16 C its gemm writes (0: none, f32 only) */
     /* mixed_precision='fp8' (backends/fp8.h); NULL: the device has none. */
     const struct accel__fp8_ops *fp8;
 } accel_backend;

@@ -197,9 +197,11 @@ typedef struct accel_k_max_backward {
 /* C = alpha op(A) op(B) + beta C (+ bias) on row-major matrices starting at
  * element offsets a_off, b_off, c_off of the tensors' data: op(A) [M, K] (A
  * stored [K, M] when trans_a), op(B) [K, N], C [M, N] with leading dims lda,
- * ldb, ldc. A and B f32/bf16/f16, C f32 (the CPU's also bf16/f16: the f32
- * result rounded once into it, as converting an f32 C would; its providers'
- * order of roundings is in docs/cpu.md); beta 0 overwrites C (NaNs ignored).
+ * ldb, ldc. A and B f32/bf16/f16, C f32, or bf16/f16 where the backend's
+ * gemm_c16 says (backend.h; the CPU's from any operands, CUDA's from A and B
+ * of C's dtype): the f32 result rounded once into it, as converting an f32 C
+ * would (the CPU providers' order of roundings is in docs/cpu.md; CUDA's
+ * bias in docs/cuda.md); beta 0 overwrites C (NaNs ignored).
  * bias (optional, NULL for none): f32 contiguous [N], added to every row of
  * C, the GEMM's epilogue (a linear's y = x W^T + b in one kernel; each
  * backend's order of the roundings is in its docs page).

@@ -185,7 +185,11 @@ accel_tensor *accel_matmul(accel_tensor *a, accel_tensor *b) {
     if (!out || dev.type == ACCEL_DEV_META) return out;
     accel_tensor *ua = accel__mm_operand(a, (accel_dtype)dt), *ub = accel__mm_operand(b, (accel_dtype)dt);
     if (!ua || !ub) return NULL;
-    accel_tensor *c = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, ondim, oshape, dev);
+    /* A bf16/f16 result is written by the device's gemm where it can
+     * (accel__gemm_writes_c); elsewhere the f32 result is converted. */
+    accel_tensor *c = accel__gemm_writes_c(dev, out->dtype, ua->dtype, ub->dtype)
+                          ? out
+                          : accel_empty_on(ACCEL_F32, ondim, oshape, dev);
     if (!c || mm_forward(&plan, ua, ub, c) != ACCEL_OK) return NULL;
     if (c != out && accel_copy_(out, c) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("matmul", matmul_backward, out, 2, in);
@@ -209,10 +213,12 @@ static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
     if (!g) return accel_last_status();
     accel__gbuf gx, gw, gbias;
     /* A bf16/f16 input's first gradient (the attention output's, SwiGLU's
-     * under autocast) is written by the CPU's gemm in its dtype (kernels.h),
-     * the values the f32 result converted by accel_grad_accumulate held. */
+     * under autocast) is written in its dtype by a gemm that writes it
+     * (accel__gemm_writes_c: the CPU's, and on a GPU from dY and W of that
+     * dtype), the values the f32 result converted by accel_grad_accumulate
+     * held. */
     accel_tensor *in0 = node->inputs[0];
-    bool native_dx = in0 && in0->device.type == ACCEL_DEV_CPU && !in0->grad;
+    bool native_dx = in0 && !in0->grad && accel__gemm_writes_c(in0->device, in0->dtype, g->dtype, w->dtype);
     if (!(native_dx ? accel__gbuf_begin_native(&gx, in0) : accel__gbuf_begin(&gx, in0)) ||
         !accel__gbuf_begin(&gw, node->inputs[1]) ||
         !accel__gbuf_begin(&gbias, node->inputs[2]))
@@ -265,10 +271,12 @@ accel_tensor *accel_linear(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
     int64_t R = accel__prod(x->shape, 0, x->ndim - 1);
     accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
     if (!ux || !uw) return NULL;
-    /* The CPU's gemm writes a bf16/f16 result itself (kernels.h: accel_k_gemm);
+    /* A bf16/f16 result is written by the device's gemm where it can
+     * (accel__gemm_writes_c: the CPU's, a GPU's from operands of that dtype);
      * elsewhere the f32 result is converted. */
-    accel_tensor *c = out->dtype == ACCEL_F32 || dev.type == ACCEL_DEV_CPU ? out
-                                                                          : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
+    accel_tensor *c = accel__gemm_writes_c(dev, out->dtype, ux->dtype, uw->dtype)
+                          ? out
+                          : accel_empty_on(ACCEL_F32, x->ndim, oshape, dev);
     if (!c) return NULL;
     /* The bias in the compute dtype (rounded as autocast rounds it), added in
      * f32 by the GEMM's epilogue. */

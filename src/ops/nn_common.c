@@ -123,6 +123,14 @@ accel_status accel__gbuf_end(accel__gbuf *g) {
     return accel_grad_accumulate(g->t, g->tmp);
 }
 
+bool accel__gemm_writes_c(accel_device dev, accel_dtype c, accel_dtype a, accel_dtype b) {
+    if (c == ACCEL_F32) return true;
+    const accel_backend *be = accel__backend_of(dev);
+    accel_gemm_c16 w = be ? be->gemm_c16 : ACCEL_GEMM_C16_NONE;
+    return (c == ACCEL_BF16 || c == ACCEL_F16) &&
+           (w == ACCEL_GEMM_C16_ANY || (w == ACCEL_GEMM_C16_SAME && a == c && b == c));
+}
+
 int accel__mm_dtype(const char *op, int n, accel_tensor *const *in) {
     accel_dtype dt = ACCEL_F32;
     bool first = true;

@@ -40,6 +40,11 @@ bool accel__gbuf_begin_native_zeroed(accel__gbuf *g, accel_tensor *t);
  * write contiguous outputs); the accumulate kernel adds into it. */
 bool accel__gbuf_begin_native_layout(accel__gbuf *g, accel_tensor *t);
 
+/* Whether dev's gemm kernel writes a C of dtype c from A and B of dtypes a
+ * and b itself (an f32 C always; a bf16/f16 C per the backend's gemm_c16,
+ * backend.h); false: the op gives it an f32 C and converts that. */
+bool accel__gemm_writes_c(accel_device dev, accel_dtype c, accel_dtype a, accel_dtype b);
+
 /* The dtype matmul/linear/sdpa compute in: the autocast dtype when autocast is
  * on, else the promotion of the inputs. Errors (naming op) on non-float or
  * float64 inputs; returns -1 then. */

@@ -253,6 +253,7 @@ static const accel_backend cuda_backend = {
     .type = ACCEL_DEV_CUDA,
     .device_count = cuda_count,
     .host_addressable = false,
+    .gemm_c16 = ACCEL_GEMM_C16_SAME,
     .mem = {
         .alloc = accel__cuda_alloc,
         .free = accel__cuda_free,

@@ -89,9 +89,10 @@ accel_status accel__cuda_check_report(int index, cudaStream_t s, accel__cuda_che
  * op, position, value and bound; the report is then cleared), else ACCEL_OK. */
 accel_status accel__cuda_check_pending(int index);
 
-/* C[M, N] (leading dim ldc, f32) = beta C (0 overwrites NaNs), + bias[N]
- * (f32, device) in every row unless NULL: a GEMM with K = 0. */
-accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta,
+/* C[M, N] (leading dim ldc, of dtype dt: f32, bf16 or f16) = beta C (0
+ * overwrites NaNs), + bias[N] (f32, device) in every row unless NULL, in
+ * f32 rounded once into C: a GEMM with K = 0. */
+accel_status accel__cuda_scale_rows(int index, void *c, accel_dtype dt, int64_t M, int64_t N, int64_t ldc, float beta,
                                     const float *bias);
 /* GEMM signatures whose cuBLASLt plan (descriptors, layouts, algorithm)
  * gemm.c keeps, over all devices (tests check repeats reuse them). */

@@ -1,6 +1,7 @@
 /* GEMM through cuBLASLt: bf16/f16 operands on tensor cores and f32
- * operands, f32 accumulation and f32 C (the table's contract), with the
- * optional bias as cuBLASLt's bias epilogue. ACCEL_ALLOW_TF32=1 in the
+ * operands, f32 accumulation, an f32 C or one of the operands' bf16/f16
+ * (the table's contract; backend.h: gemm_c16), with the optional bias as
+ * cuBLASLt's bias epilogue. ACCEL_ALLOW_TF32=1 in the
  * environment lets f32 GEMMs use TF32 tensor cores (PyTorch's
  * torch.backends.cuda.matmul.allow_tf32; off by default).
  *
@@ -82,8 +83,8 @@ static cublasStatus_t pref_align(cublasLtMatmulPreference_t pref, uint32_t first
     return s;
 }
 
-static const char *elem(const accel_tensor *t, int64_t off) {
-    return (const char *)t->data + off * (int64_t)accel_dtype_size(t->dtype);
+static char *elem(const accel_tensor *t, int64_t off) {
+    return (char *)t->data + off * (int64_t)accel_dtype_size(t->dtype);
 }
 
 /* ---- the plan cache
@@ -93,9 +94,9 @@ static const char *elem(const accel_tensor *t, int64_t off) {
  * training step repeats a few signatures. So each signature's plan (the
  * matmul descriptor, the three layouts, the algorithm) is made once and kept
  * in one table for the process, keyed by everything the plan depends on
- * (gemm_key: device, dtypes, compute type, transposes, epilogue, sizes,
- * leading dims, and the alignments of the pointers, which the heuristic's
- * choice depends on). A plan lives in the table's static storage: cuBLASLt's
+ * (gemm_key: device, dtypes of A, B and C, compute type, transposes,
+ * epilogue, sizes, leading dims, and the alignments of the pointers, which
+ * the heuristic's choice depends on). A plan lives in the table's static storage: cuBLASLt's
  * semi-opaque descriptors initialised in place (cublasLt*Init), so nothing
  * is allocated and nothing is left to free at exit. Plans are published
  * under the lock and never changed or evicted, so a thread uses the one it
@@ -107,8 +108,9 @@ static const char *elem(const accel_tensor *t, int64_t off) {
 enum { KEY_TRANS_A = 1, KEY_TRANS_B = 2, KEY_BIAS = 4, KEY_FP8 = 8 };
 
 /* Every field set (memset first): keys compare with memcmp; no padding.
- * The fp8 GEMMs' signatures (KEY_FP8) share the table: ab is A's fp8 type,
- * b_type B's, c_type C's (0 for the other GEMMs). */
+ * c_type: C's cudaDataType_t (also the bias's). The fp8 GEMMs' signatures
+ * (KEY_FP8) share the table: ab is A's fp8 type, b_type B's (0 for the
+ * other GEMMs, whose B is of ab). */
 typedef struct gemm_key {
     int32_t device, compute, ab, flags; /* cublasComputeType_t, cudaDataType_t of A and B, KEY_* */
     uint32_t align_first, align_second, align_c, align_bias; /* bytes; align_bias 0 without bias */
@@ -136,13 +138,14 @@ static plan_slot g_plans[PLAN_SLOTS];
 static int g_nplans;
 static pthread_mutex_t g_plans_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static gemm_key key_of(const accel_k_gemm *g, cudaDataType_t ab, const void *a, const void *b, const void *c,
-                       const void *bias, bool tf32) {
+static gemm_key key_of(const accel_k_gemm *g, cudaDataType_t ab, cudaDataType_t ct, const void *a, const void *b,
+                       const void *c, const void *bias, bool tf32) {
     gemm_key k;
     memset(&k, 0, sizeof k);
     k.device = g->c->device.index;
     k.compute = ab == CUDA_R_32F && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     k.ab = ab;
+    k.c_type = ct;
     k.flags = (g->trans_a ? KEY_TRANS_A : 0) | (g->trans_b ? KEY_TRANS_B : 0) | (bias ? KEY_BIAS : 0);
     k.align_first = alignment_of(b);
     k.align_second = alignment_of(a);
@@ -164,9 +167,12 @@ static size_t key_slot(const gemm_key *k) { /* FNV-1a over the key's bytes */
  * the column-major D = C^T [N, M]; its bias has one element per row of D
  * (N, one per column of our row-major C) and is broadcast along D's
  * columns, which are C's rows: C[m][n] += bias[n], the table's bias. The
- * bias is f32 (C's dtype, cuBLASLt's default for an f32 D, said
- * explicitly). cuBLASLt reads the pointer's value for its alignment when it
- * chooses an algorithm. */
+ * bias is of C's dtype: cuBLASLt's bias of a GEMM that is neither IMMA nor
+ * fp8 is of D's type (cublasLt.h: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; said
+ * explicitly), so f32 for an f32 C and the bias rounded to C's dtype for a
+ * bf16/f16 C (accel__cudak_gemm), added to the f32 sum by the epilogue
+ * before the one rounding into D. cuBLASLt reads the pointer's value for its
+ * alignment when it chooses an algorithm. */
 static cublasStatus_t desc_init(cublasLtMatmulDesc_t op, const gemm_key *k, const void *bias) {
     cublasOperation_t opb = k->flags & KEY_TRANS_B ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opa = k->flags & KEY_TRANS_A ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -175,7 +181,7 @@ static cublasStatus_t desc_init(cublasLtMatmulDesc_t op, const gemm_key *k, cons
     if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa);
     if (s || !bias) return s;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    int32_t bias_type = CUDA_R_32F;
+    int32_t bias_type = k->c_type;
     s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
     if (!s) s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
@@ -207,7 +213,7 @@ static accel_status plan_build(gemm_plan *p, const gemm_key *k, lt_thread *lt, c
      * trans_b), A^T is [K, M] (or [M, K]), C^T is [N, M]. */
     if (!s) s = cublasLtMatrixLayoutInit(&p->first, ab, tb ? k->K : k->N, tb ? k->N : k->K, k->ldb);
     if (!s) s = cublasLtMatrixLayoutInit(&p->second, ab, ta ? k->M : k->K, ta ? k->K : k->M, k->lda);
-    if (!s) s = cublasLtMatrixLayoutInit(&p->c, CUDA_R_32F, k->N, k->M, k->ldc);
+    if (!s) s = cublasLtMatrixLayoutInit(&p->c, (cudaDataType_t)k->c_type, k->N, k->M, k->ldc);
     if (!s) s = cublasLtMatmulPreferenceInit(&pref);
     if (!s) s = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     if (!s) s = pref_align(&pref, k->align_first, k->align_second, k->align_c);
@@ -276,11 +282,15 @@ static accel_status bias_check(int index, const accel_tensor *bias, int64_t N) {
     return ACCEL_OK;
 }
 
-/* C = beta C + bias, then the GEMM onto it with beta 1 and no epilogue:
- * the same sum (the CPU's way, docs/cpu.md) where cuBLASLt has no algorithm
- * with the bias epilogue for a signature. */
-static accel_status gemm_bias_first(const accel_k_gemm *g, float *c, const float *bias) {
-    accel_status st = accel__cuda_scale_rows(g->c->device.index, c, g->M, g->N, g->ldc, g->beta, bias);
+/* C = beta C + bias (summed in f32, rounded once into C), then the GEMM
+ * onto it with beta 1 and no epilogue: the same sum (the CPU's way,
+ * docs/cpu.md) where cuBLASLt has no algorithm with the bias epilogue for a
+ * signature. A bf16/f16 C holds beta C + bias rounded before the product is
+ * added to it: one rounding more than the CPU's, except when beta is 0 and
+ * the bias's values are C's dtype's (a linear's: accel_linear rounds its
+ * bias to the compute dtype), where C is the bias exactly. */
+static accel_status gemm_bias_first(const accel_k_gemm *g, char *c, const float *bias) {
+    accel_status st = accel__cuda_scale_rows(g->c->device.index, c, g->c->dtype, g->M, g->N, g->ldc, g->beta, bias);
     accel_k_gemm plain = *g;
     plain.bias = NULL;
     plain.beta = 1.0f;
@@ -289,9 +299,14 @@ static accel_status gemm_bias_first(const accel_k_gemm *g, float *c, const float
 
 accel_status accel__cudak_gemm(accel_k_gemm *g) {
     int index = g->c->device.index;
-    cudaDataType_t ab, bb;
-    if (!operand_type(g->a->dtype, &ab) || !operand_type(g->b->dtype, &bb) || ab != bb || g->c->dtype != ACCEL_F32)
-        return accel_set_error(ACCEL_ERR_DTYPE, "cuda:%d: gemm: operands %s x %s -> %s (A and B both f32, bf16 or f16; C f32)",
+    cudaDataType_t ab, bb, ct;
+    /* cuBLASLt's types with f32 compute and scale: A and B of one dtype, D
+     * (and C) f32 or, for bf16/f16 A and B, theirs */
+    if (!operand_type(g->a->dtype, &ab) || !operand_type(g->b->dtype, &bb) || !operand_type(g->c->dtype, &ct) ||
+        ab != bb || (ct != CUDA_R_32F && ct != ab))
+        return accel_set_error(ACCEL_ERR_DTYPE,
+                               "cuda:%d: gemm: operands %s x %s -> %s (A and B both f32, bf16 or f16; C f32 or, for "
+                               "bf16/f16 A and B, their dtype)",
                                index, accel_dtype_name(g->a->dtype), accel_dtype_name(g->b->dtype),
                                accel_dtype_name(g->c->dtype));
     if (g->bias && bias_check(index, g->bias, g->N) != ACCEL_OK) return accel_last_status();
@@ -299,27 +314,39 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
     if (accel__env_bool("ACCEL_ALLOW_TF32", false, &tf32) != ACCEL_OK) return accel_last_status();
     if (g->M == 0 || g->N == 0) return ACCEL_OK;
     const float *bias = g->bias ? (const float *)g->bias->data : NULL;
-    float *c = (float *)g->c->data + g->c_off;
-    if (g->K == 0) return accel__cuda_scale_rows(index, c, g->M, g->N, g->ldc, g->beta, bias);
+    char *c = elem(g->c, g->c_off);
+    if (g->K == 0) return accel__cuda_scale_rows(index, c, g->c->dtype, g->M, g->N, g->ldc, g->beta, bias);
+    bool c16 = ct != CUDA_R_32F;
     /* cuBLASLt's preferences state the alignment of A, B and C, not of the
      * bias: its heuristic may pick a kernel that reads the bias 16 bytes at
      * a time, which faults ("misaligned address", a sticky error) on a bias
      * view at a 4-byte offset (a flat ZeRO/FSDP buffer's). Such a bias goes
      * into C first instead. */
-    if (bias && alignment_of(bias) < 16) return gemm_bias_first(g, c, bias);
+    if (bias && !c16 && alignment_of(bias) < 16) return gemm_bias_first(g, c, bias);
+    /* The epilogue's bias: for a bf16/f16 C, a copy rounded to C's dtype
+     * (desc_init) in step memory, 256-byte aligned; planned with its
+     * pointer, written once the plan has an algorithm. */
+    const void *epi_bias = bias;
+    if (bias && c16 && !(epi_bias = accel__cuda_step_alloc(index, (size_t)g->N * accel_dtype_size(g->c->dtype), 256)))
+        return accel_last_status();
     cudaStream_t stream = accel__cuda_enter(index);
     lt_thread *lt = lt_of(index);
     if (!lt) return accel_last_status();
     const void *a = elem(g->a, g->a_off), *b = elem(g->b, g->b_off);
-    gemm_key key = key_of(g, ab, a, b, c, bias, tf32);
+    gemm_key key = key_of(g, ab, ct, a, b, c, epi_bias, tf32);
     gemm_plan local;
-    gemm_plan *p = plan_get(&key, lt, bias, NULL, &local);
+    gemm_plan *p = plan_get(&key, lt, epi_bias, NULL, &local);
     if (!p) return accel_last_status();
     if (!p->found && bias) return gemm_bias_first(g, c, bias);
     if (!p->found)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                               "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld (its heuristic: %s)", index,
-                               (long long)g->M, (long long)g->N, (long long)g->K, cublasLtGetStatusString(p->heuristic));
+                               "cuda:%d: gemm: no cuBLASLt algorithm for M=%lld N=%lld K=%lld %s -> %s (its heuristic: "
+                               "%s)",
+                               index, (long long)g->M, (long long)g->N, (long long)g->K, accel_dtype_name(g->a->dtype),
+                               accel_dtype_name(g->c->dtype), cublasLtGetStatusString(p->heuristic));
+    if (epi_bias != bias && accel__cuda_scale_rows(index, (void *)epi_bias, g->c->dtype, 1, g->N, g->N, 0.0f, bias) !=
+                                ACCEL_OK)
+        return accel_last_status();
     /* The bias pointer is part of the matmul descriptor, and differs from call
      * to call: a call with a bias gets its own descriptor, made in place on
      * the stack (no allocation); the cached layouts and algorithm hold. */
@@ -327,7 +354,7 @@ accel_status accel__cudak_gemm(accel_k_gemm *g) {
     cublasLtMatmulDesc_t op = &p->op;
     if (bias) {
         op = &own;
-        if (lt_check(desc_init(op, &key, bias), index, "descriptors") != ACCEL_OK) return accel_last_status();
+        if (lt_check(desc_init(op, &key, epi_bias), index, "descriptors") != ACCEL_OK) return accel_last_status();
     }
     return lt_check(cublasLtMatmul(lt->handle, op, &g->alpha, b, &p->first, a, &p->second, &g->beta, c, &p->c, c,
                                    &p->c, &p->algo, lt->workspace, WORKSPACE_BYTES, stream),

@@ -527,18 +527,27 @@ extern "C" accel_status accel__cudak_col_sum(accel_k_col_sum *k) {
     return launched(index, "col_sum");
 }
 
-/* C[M, N] (leading dim ldc) = beta C (+ bias[N] in every row): a GEMM with K = 0. */
-__global__ void scale_rows_k(float *c, int64_t M, int64_t N, int64_t ldc, float beta, const float *bias) {
+/* C[M, N] (leading dim ldc, of T's dtype) = beta C (+ bias[N] in every
+ * row), summed in f32 and rounded once into C: a GEMM with K = 0, a bias
+ * put first, a bias rounded to C's dtype (gemm.c). With beta 0 and a bias,
+ * C is the bias itself. */
+template <typename T>
+__global__ void scale_rows_k(typename T::S *c, int64_t M, int64_t N, int64_t ldc, float beta, const float *bias) {
     GRID_STRIDE(i, M * N) {
-        float *p = c + (i / N) * ldc + i % N;
-        float v = beta == 0.0f ? 0.0f : beta * *p;
-        *p = bias ? v + bias[i % N] : v;
+        typename T::S *p = c + (i / N) * ldc + i % N;
+        float v = bias ? bias[i % N] : 0.0f;
+        if (beta != 0.0f) v += beta * T::get(*p);
+        *p = T::put(v);
     }
 }
 
-extern "C" accel_status accel__cuda_scale_rows(int index, float *c, int64_t M, int64_t N, int64_t ldc, float beta,
-                                               const float *bias) {
+extern "C" accel_status accel__cuda_scale_rows(int index, void *c, accel_dtype dt, int64_t M, int64_t N, int64_t ldc,
+                                               float beta, const float *bias) {
     cudaStream_t s = accel__cuda_enter(index);
-    scale_rows_k<<<blocks_for(M * N), KTHREADS, 0, s>>>(c, M, N, ldc, beta, bias);
+    by_float_type(dt, [&](auto t) {
+        typedef decltype(t) T;
+        scale_rows_k<T><<<blocks_for(M * N), KTHREADS, 0, s>>>((typename T::S *)c, M, N, ldc, beta, bias);
+        return ACCEL_OK;
+    });
     return launched(index, "gemm");
 }
