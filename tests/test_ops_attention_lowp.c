@@ -97,11 +97,14 @@ static void bounds_free(sdpa_bounds *b) {
  * so O_i moves by at most sum_j e_ij |V_j| and dV_j by sum_i e_ij |dO_i|;
  * dQ = s dS K and dK = s dS^T Q likewise with u |s dS_ij| + eta (s dS is
  * what is rounded: eta unscaled, as f16's subnormals take s dS sooner than
- * dS), dS = P (dP - rowsum(P dP)), dP = dO V^T. q, g and p dense as the
- * kernels read them, k and v (and dK, dV) at d's strides. */
-static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const float *q, const float *k,
+ * dS), dS = P (dP - delta), dP = dO V^T. delta = dO . O is taken from the
+ * output as stored (FlashAttention's), off by at most sum_e |dO_ie| (u |O_ie|
+ * + the bound of O_ie above): dS_ij moves by P_ij times that too. q, g and p
+ * dense as the kernels read them, k and v (and dK, dV) at d's strides. */
+static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, bool native, const float *q, const float *k,
                             const float *v, const float *g, const float *p, sdpa_bounds *b) {
     double u = dt == ACCEL_BF16 ? 1.0 / 256 : 1.0 / 2048, eta = ldexp(1.0, -25);
+    double up = native ? u : 0.0, etap = native ? eta : 0.0; /* P's and dS's roundings: the native path's */
     double *dp = malloc(sizeof(double) * (size_t)d->Tk);
     CHECK(dp != NULL);
     for (int64_t bh = 0; bh < d->B * d->H; bh++) {
@@ -117,12 +120,20 @@ static void rounding_bounds(const accel_k_sdpa_dims *d, accel_dtype dt, const fl
                 for (int64_t e = 0; e < d->Dv; e++) dp[j] += (double)g[r * d->Dv + e] * v[vvo + j * d->vs[2] + e];
                 rs += pi[j] * dp[j];
             }
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t e = 0; e < d->Dv; e++)
+                    b->o[r * d->Dv + e] += (float)((up * pi[j] + etap) * fabs(v[vvo + j * d->vs[2] + e]));
+            double dl = 0.0; /* delta's error: O_i as stored */
+            for (int64_t e = 0; e < d->Dv; e++) {
+                double oe = 0.0;
+                for (int64_t j = 0; j < n; j++) oe += pi[j] * v[vvo + j * d->vs[2] + e];
+                dl += fabs(g[r * d->Dv + e]) * (u * fabs(oe) + b->o[r * d->Dv + e] + eta);
+            }
             for (int64_t j = 0; j < n; j++) {
-                double ep = u * pi[j] + eta, es = u * fabs(d->scale * pi[j] * (dp[j] - rs)) + eta;
-                for (int64_t e = 0; e < d->Dv; e++) {
-                    b->o[r * d->Dv + e] += (float)(ep * fabs(v[vvo + j * d->vs[2] + e]));
+                double ep = up * pi[j] + etap;
+                double es = up * fabs(d->scale * pi[j] * (dp[j] - rs)) + etap + fabs(d->scale) * pi[j] * dl;
+                for (int64_t e = 0; e < d->Dv; e++)
                     b->dv[vvo + j * d->vs[2] + e] += (float)(ep * fabs(g[r * d->Dv + e]));
-                }
                 for (int64_t e = 0; e < d->D; e++) {
                     b->dq[r * d->D + e] += (float)(es * fabs(k[kvo + j * d->ks[2] + e]));
                     b->dk[kvo + j * d->ks[2] + e] += (float)(es * fabs(q[r * d->D + e]));
@@ -235,11 +246,11 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     accel_k_sdpa_dims bd = dense_dims(c);
     float *pf = probs_of(&f.dims, floats(hi[Q]), floats(hi[K]), lse32);
     float *pb = probs_of(&bd, floats(hi[Q]), floats(hi[K]), lse32);
-    rounding_bounds(&f.dims, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), pf, &fb);
-    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), pb, &bb);
+    rounding_bounds(&f.dims, dt, native, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), pf, &fb);
+    rounding_bounds(&bd, dt, native, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), pb, &bb);
     free(pf);
     free(pb);
-    check_rounded("sdpa output", c, dt, o, o32, native ? fb.o : NULL);
+    check_rounded("sdpa output", c, dt, o, o32, fb.o);
     check_lse("sdpa lse", lse, lse32, 1e-6, 1e-6);
     /* backward, twice: dq poisoned (overwritten), then dq added into; dk, dv added into */
     for (int beta = 0; beta < 2; beta++) {
@@ -265,7 +276,7 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
         const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
         const float *extra[3] = {bb.dq, bb.dk, bb.dv};
         for (int i = 0; i < 3; i++) {
-            check_rounded(names[i], c, dt, dx[i], dx32[i], native ? extra[i] : NULL);
+            check_rounded(names[i], c, dt, dx[i], dx32[i], extra[i]);
             accel_tensor_free(dx[i]);
             accel_tensor_free(dx32[i]);
         }
@@ -346,15 +357,15 @@ static void check_op(const sdpa_case *c, accel_dtype dt) {
     bool native = accel__cpu_sdpa_native(dt, &d);
     sdpa_bounds bd = bounds_new(c);
     float *p32 = probs_of(&d, floats(in32[0]), floats(in32[1]), lse32);
-    rounding_bounds(&d, dt, floats(in32[0]), floats(in32[1]), floats(in32[2]), floats(w32), p32, &bd);
+    rounding_bounds(&d, dt, native, floats(in32[0]), floats(in32[1]), floats(in32[2]), floats(w32), p32, &bd);
     free(p32);
     CHECK(lo.o->dtype == dt);
-    check_rounded("accel_sdpa output", c, dt, lo.o, hi.o, native ? bd.o : NULL);
+    check_rounded("accel_sdpa output", c, dt, lo.o, hi.o, bd.o);
     const char *names[3] = {"accel_sdpa q grad", "accel_sdpa k grad", "accel_sdpa v grad"};
     const float *extra[3] = {bd.dq, bd.dk, bd.dv};
     for (int i = 0; i < 3; i++) {
         CHECK_MSG(lo.g[i] && lo.g[i]->dtype == dt, "%s: dtype", names[i]);
-        check_rounded(names[i], c, dt, lo.g[i], hi.g[i], native ? extra[i] : NULL);
+        check_rounded(names[i], c, dt, lo.g[i], hi.g[i], extra[i]);
     }
     run_free(&lo);
     run_free(&hi);
@@ -617,12 +628,12 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
     bool native = accel__cpu_sdpa_native(dt, &d);
     sdpa_bounds b = bounds_new(c);
     float *p32 = probs_of(&bd, floats(hi[Q]), floats(hi[K]), lse32);
-    rounding_bounds(&bd, dt, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), p32, &b);
+    rounding_bounds(&bd, dt, native, floats(hi[Q]), floats(hi[K]), floats(hi[V]), floats(hi[G]), p32, &b);
     free(p32);
     char what[96];
     snprintf(what, sizeof what, "sdpa output (%s, %s)", accel_dtype_name(od), apart ? "rows apart" : "dense");
     accel_tensor *got = gathered(what, &L[G], o, 0xFF);
-    check_rounded(what, c, dt, got, o32, native ? b.o : NULL);
+    check_rounded(what, c, dt, got, o32, b.o);
     accel_tensor_free(got);
     check_lse("sdpa lse", lse, lse32, 1e-6, 1e-6);
     for (int beta = 0; beta < 2; beta++) {
@@ -655,7 +666,7 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
             snprintf(what, sizeof what, "%s (%s, %s, dq_beta %d)", names[i], accel_dtype_name(od),
                      apart ? "rows apart" : "dense", beta);
             got = gathered(what, &L[i], dx[i], i == Q && beta == 0 ? 0xFF : 0x3c);
-            check_rounded(what, c, dt, got, dx32[i], native ? extra[i] : NULL);
+            check_rounded(what, c, dt, got, dx32[i], extra[i]);
             accel_tensor_free(got);
             accel_tensor_free(dx[i]);
             accel_tensor_free(dx32[i]);

@@ -617,22 +617,44 @@ static accel_status reference_forward(const accel_k_sdpa *a) {
 
 /* ---- backward */
 
-/* dS = scale P (dP - rowsum(dP P)) in place over nq rows of kend columns. */
+/* dS = scale P (dP - delta) in place over nq rows of kend columns. */
 static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t ldp, float *dp, int64_t ldd,
-                              float scale) {
-    for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend, scale);
+                              const float *delta, float scale) {
+    for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend, delta[r], scale);
+}
+
+/* delta_r = dO_r . O_r (f32 sums) for the block's nq rows: rowsum(dP P)
+ * computed from the output as stored, as FlashAttention and PyTorch's
+ * flash attention do (and the GPU kernels: the two backends agree), Dv
+ * products a row where the row sum over P takes kend. go: dO's rows as the
+ * tile GEMMs read them (f32, or the native path's dtype); o's rows widened
+ * through the scratch row. */
+static void row_deltas(const accel_k_sdpa_backward *a, tiles t, operand go, int64_t ooff, int64_t nq, float *row,
+                       float *delta) {
+    const accel_k_sdpa_dims *d = &a->dims;
+    for (int64_t r = 0; r < nq; r++) {
+        const float *g = row, *o = row + d->Dv;
+        if (native(t)) accel__cpu_to_f32(row, (const char *)go.p + (size_t)(r * go.ld) * accel_dtype_size(t.dt), t.dt,
+                                         d->Dv);
+        else g = (const float *)go.p + r * go.ld;
+        if (a->o->dtype == ACCEL_F32) o = (const float *)a->o->data + ooff + r * d->os[2];
+        else accel__cpu_to_f32(row + d->Dv, elem_ptr(a->o, ooff + r * d->os[2]), a->o->dtype, d->Dv);
+        float s = 0.0f;
+        for (int64_t e = 0; e < d->Dv; e++) s += g[e] * o[e];
+        delta[r] = s;
+    }
 }
 
 /* One thread's scratch of the backward: the block's P, recomputed, and dP
  * (on the f32 tiles, and on the native path where a row spans chunks), f32
- * rows [QB, Tk]; the kv head's
- * dK, dV [Tk, D(v)] and a block's dQ [QB, D] where they are not
+ * rows [QB, Tk]; its rows' deltas [QB] and a row of dO and of O widened
+ * [2 Dv]; the kv head's dK, dV [Tk, D(v)] and a block's dQ [QB, D] where they are not
  * accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
  * [QB, D(v)] as operand_scratch says; on the native path also a block's
  * S and dP as their GEMMs write them (f32) and P, then s dS, rounded to lp,
  * both chunk-major [QB, Tk]. */
 typedef struct bwd_scratch {
-    float *pr, *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc;
+    float *pr, *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc, *delta, *row;
     void *pl;
 } bwd_scratch;
 
@@ -650,6 +672,8 @@ static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *ba
     s->v = carve(base, &n, operand_scratch(t, a->v, kv, d->vs[2], d->Dv));
     s->q = carve(base, &n, operand_scratch(t, a->q, QB * d->D, d->qs[2], d->D));
     s->g = carve(base, &n, operand_scratch(t, a->g, QB * d->Dv, a->gs[2], d->Dv));
+    s->delta = carve(base, &n, QB);
+    s->row = carve(base, &n, 2 * d->Dv);
     s->sc = carve(base, &n, keys);
     s->pl = carve(base, &n, floats_of(t.dt, keys));
     return n;
@@ -695,7 +719,8 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     if (st != ACCEL_OK) return st;
     /* the scale: in dS before its rounding on the native path, the GEMMs' alpha on the f32 tiles */
     float alpha = native(t) ? 1.0f : d->scale;
-    softmax_grad_rows(nq, kend, pb, kend, dp, ldp, native(t) ? d->scale : 1.0f);
+    row_deltas(a, t, go, row_at(d->os, b, h, i0), nq, s->row, s->delta);
+    softmax_grad_rows(nq, kend, pb, kend, dp, ldp, s->delta, native(t) ? d->scale : 1.0f);
     const void *ds = tile_probs(t, s->pl, dp, nq, kend, ldp);
     if (a->dq) { /* dQ = s dS K (+ dQ) */
         int64_t ld = a->dqs[2];

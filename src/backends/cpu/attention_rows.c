@@ -32,10 +32,7 @@ ACCEL__VEC_MATH void accel__cpu_probs_row(float *dst, const float *src, int64_t 
     for (int64_t j = 0; j < n; j++) dst[j] = accel__expf(scale * src[j] - lse);
 }
 
-void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float scale) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += g[j] * p[j];
+void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float delta, float scale) {
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) g[j] = p[j] * (g[j] - s) * scale;
+    for (int64_t j = 0; j < n; j++) g[j] = p[j] * (g[j] - delta) * scale;
 }

@@ -193,11 +193,11 @@ int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
  * dst[0..n) = softmax(scale src[0..n)) and *lse = log sum_j exp(scale
  * src_j) (dst may be src); dst[0..n) = exp(scale src - lse), the same
  * probabilities again from the row's lse (dst may be src); g[0..n) = scale
- * p (g - sum(g p)) in place. With scale 1 the values of the same rows
+ * p (g - delta) in place, delta the row's sum(g p) (attention's: dO . O). With scale 1 the values of the same rows
  * without a scale. -inf scores (masked keys) give 0. */
 void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale, float *lse);
 void accel__cpu_probs_row(float *dst, const float *src, int64_t n, float scale, float lse);
-void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float scale);
+void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float delta, float scale);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the
  * CUDA kernels, which include this header: ACCEL__HD, from core/dtype_elem.h,

@@ -79,7 +79,8 @@
       (dst, src, n, scale, lse))                                                               \
     X(accel__cpu_probs_row, (float *dst, const float *src, int64_t n, float scale, float lse),       \
       (dst, src, n, scale, lse))                                                               \
-    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n, float scale), (p, g, n, scale)) \
+    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n, float delta, float scale),  \
+      (p, g, n, delta, scale))                                                                 \
     /* norm_rows.c */                                                                          \
     X(accel__cpu_rms_norm_row,                                                                 \
       (const float *x, const float *w, float *y, float *rstd, int64_t D, float eps, accel_dtype xdt), \
