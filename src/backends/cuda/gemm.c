@@ -35,7 +35,13 @@ typedef struct lt_thread {
 } lt_thread;
 
 /* One handle and workspace per thread and device: cuBLASLt handles are not
- * meant to be used by two threads at once. */
+ * meant to be used by two threads at once. The workspace (and the fp8 scale
+ * slots past it) serve one stream: every GEMM of a thread runs on its
+ * current stream (accel__cuda_enter), which nothing in the library switches
+ * (the backend's set_stream has no caller). A caller that switched a
+ * thread's stream with GEMMs in flight would need the workspace keyed by
+ * stream (as PyTorch keys its cuBLAS workspaces), or the new stream to wait
+ * for the old one's last GEMM. */
 static _Thread_local lt_thread tl_lt[ACCEL_CUDA_MAX_DEVICES];
 
 static accel_status lt_check(cublasStatus_t s, int index, const char *what) {
