@@ -192,8 +192,12 @@ static void test_kernel_refuses_bad_strides(void) {
     accel_clear_error();
     CHECK(be->kernels.sdpa(&a) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "o's strides");
-    accel_k_sdpa_backward b = {.dq = o, .g = q, .q = q, .k = q, .v = q, .o = o, .lse = lse, .dims = d};
+    accel_k_sdpa_backward b = {.dq = o, .g = q, .q = q, .k = q, .v = q, .lse = lse, .dims = d};
     accel_k_sdpa_backward_dense(&b);
+    accel_clear_error();
+    CHECK(be->kernels.sdpa_backward(&b) == ACCEL_ERR_INVALID_ARG); /* no o: the backward's delta needs it */
+    CHECK_STR_CONTAINS(accel_last_error(), "the forward's o and lse are required");
+    b.o = o;
     b.dqs[1] = -8;
     accel_clear_error();
     CHECK(be->kernels.sdpa_backward(&b) == ACCEL_ERR_INVALID_ARG);

@@ -854,6 +854,8 @@ extern "C" accel_status accel__cudak_sdpa_backward(accel_k_sdpa_backward *k) {
     int index = k->g->device.index;
     const accel_k_sdpa_dims *d = &k->dims;
     static const char *OP = "sdpa_backward";
+    if (!k->o || !k->lse)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the forward's o and lse are required", OP);
     if (!rows_fit(OP, "q", d->qs, d->D) || !rows_fit(OP, "k", d->ks, d->D) || !rows_fit(OP, "v", d->vs, d->Dv) ||
         !rows_fit(OP, "o", d->os, d->Dv) || !rows_fit(OP, "g", k->gs, d->Dv) ||
         (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) || (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) ||
