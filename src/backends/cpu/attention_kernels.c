@@ -299,7 +299,7 @@ static accel_status batch_blocks(const tile_batch *b, tiles t, float *m) {
     char *q = (char *)m, *k = q + QB * D * es, *v = k + W * D * es, *g = v + W * Dv * es, *p = g + QB * Dv * es;
     float *s = m + QB * D + W * D + W * Dv + QB * Dv + QB * W, *o = s + QB * W, *dq = o + QB * Dv, *dk = dq + QB * D,
           *dv = dk + W * D;
-    int64_t macs = QB * W * 3 * (D + Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
+    int64_t macs = QB * W * (4 * D + 3 * Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
     accel_status st = ACCEL_OK;
     for (int64_t r = 0; r < blocks && st == ACCEL_OK; r++) {
         st = tiles_gemm(t, KEYS_N, QB, W, D, 1.0f, q, D, k, D, 0.0f, s, W);
