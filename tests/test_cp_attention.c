@@ -15,7 +15,8 @@
  * several query blocks, both strategies, against the unsharded explicit
  * scores (f32 within 1e-5, bf16 within 1e-2); the all-to-all band keeps
  * about the window's columns per row, and with soft-capping alone the same
- * as without. */
+ * as without. The same sums under the reference kernels, whose forward
+ * writes each block's rows of the output at the output's strides. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,6 +282,15 @@ static int body(int rank, int world) {
         bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 8, 2, 136, 8, (case_mask){0, 3.0});
         bad += one_case_as(pg, st, ACCEL_BF16, 1e-2, 1, 8, 4, 256, 16, (case_mask){40, 5.0});
     }
+    /* the reference kernels (accel_set_reference_kernels, on both sides): each block of queries writes its
+     * rows of the whole output in place, at the output's strides */
+    bool ref = accel_set_reference_kernels(true);
+    for (int s = 0; s < 2; s++) {
+        bad += one_case(pg, (accel_cp_strategy)s, 2, 4, 4, 8 * world, 8);
+        bad += one_case(pg, (accel_cp_strategy)s, 1, 8, 2, 136, 8); /* several blocks under alltoall */
+        bad += one_case_as(pg, (accel_cp_strategy)s, ACCEL_BF16, 1e-2, 1, 8, 4, 4 * world, 16, NO_MASK);
+    }
+    accel_set_reference_kernels(ref);
     bad += band_memory(pg);
     if (world > 1) bad += loss_fails_together(pg);
     bad += rope_and_loss(pg);

@@ -299,7 +299,7 @@ static accel_status batch_blocks(const tile_batch *b, tiles t, float *m) {
     char *q = (char *)m, *k = q + QB * D * es, *v = k + W * D * es, *g = v + W * Dv * es, *p = g + QB * Dv * es;
     float *s = m + QB * D + W * D + W * Dv + QB * Dv + QB * W, *o = s + QB * W, *dq = o + QB * Dv, *dk = dq + QB * D,
           *dv = dk + W * D;
-    int64_t macs = QB * W * 3 * (D + Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
+    int64_t macs = QB * W * (4 * D + 3 * Dv), blocks = TILE_BATCH_MACS / macs > 1 ? TILE_BATCH_MACS / macs : 1;
     accel_status st = ACCEL_OK;
     for (int64_t r = 0; r < blocks && st == ACCEL_OK; r++) {
         st = tiles_gemm(t, KEYS_N, QB, W, D, 1.0f, q, D, k, D, 0.0f, s, W);
@@ -597,21 +597,29 @@ static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const flo
     }
 }
 
+/* The reference on dense q, k, v; o dense or at any strides that fit (the
+ * context-parallel op's blocks write their rows of the whole output in
+ * place), written from a dense f32 result. */
 static accel_status reference_forward(const accel_k_sdpa *a) {
     const accel_k_sdpa_dims *d = &a->dims;
     accel_k_sdpa_dims dense = *d;
     accel_k_sdpa_dense(&dense);
     if (memcmp(dense.qs, d->qs, sizeof d->qs) || memcmp(dense.ks, d->ks, sizeof d->ks) ||
-        memcmp(dense.vs, d->vs, sizeof d->vs) || memcmp(dense.os, d->os, sizeof d->os))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "sdpa: the reference kernels take dense q, k, v and o");
+        memcmp(dense.vs, d->vs, sizeof d->vs))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "sdpa: the reference kernels take dense q, k and v");
+    bool o_dense = !memcmp(dense.os, d->os, sizeof d->os);
     int64_t nq = d->B * d->H * d->Tq, nkv = d->B * d->Hkv * d->Tk;
     const float *q = whole_f32(a->q, nq * d->D), *k = whole_f32(a->k, nkv * d->D), *v = whole_f32(a->v, nkv * d->Dv);
-    float *o = a->o->dtype == ACCEL_F32 ? a->o->data
-                                        : accel_arena_alloc(accel_step_arena(), (size_t)(nq * d->Dv + 1) * sizeof(float), 64);
+    float *o = a->o->dtype == ACCEL_F32 && o_dense
+                   ? a->o->data
+                   : accel_arena_alloc(accel_step_arena(), (size_t)(nq * d->Dv + 1) * sizeof(float), 64);
     double *sc = accel_arena_alloc(accel_step_arena(), (size_t)(d->Tk + 1) * sizeof(double), 64);
     if (!q || !k || !v || !o || !sc) return accel_last_status();
     sdpa_reference(d, q, k, v, a->lse->data, o, sc);
-    if (a->o->dtype != ACCEL_F32) accel__cpu_from_f32(a->o->data, a->o->dtype, o, nq * d->Dv);
+    if (o == a->o->data) return ACCEL_OK;
+    for (int64_t bh = 0; bh < d->B * d->H; bh++)
+        accel__cpu_from_f32_rows(elem_ptr(a->o, row_at(d->os, bh / d->H, bh % d->H, 0)), a->o->dtype,
+                                 o + bh * d->Tq * d->Dv, d->Tq, d->Dv, d->os[2]);
     return ACCEL_OK;
 }
 
