@@ -26,18 +26,29 @@
 /* 3 steps of AdamW, each stage's weights then in w (its released ones
  * skipped: meta in both runs, which the caller checks). cycle: unprepare and
  * prepare the model again after each step. */
-static void train(int pp, int zero, bool cycle, float *w[MAXP], bool held[MAXP]) {
+/* pp stages of 2 micro-batches, under ZeRO stage `zero` (0: DDP) over each
+ * stage's 2 replicas. */
+static accel_accelerator *accelerator(int pp, int zero) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = pp;
     o.parallelism.num_micro_batches = 2;
-    if (zero) { /* ZeRO shards over each stage's replicas */
+    if (zero) {
         o.zero_stage = zero;
         o.parallelism.dp_replicate_size = 1;
         o.parallelism.dp_shard_size = 2;
     }
-    accel_accelerator *acc = accel_accelerator_new(&o);
-    accel_module *m = pipeline_llama((pipeline_model){.seed = 7, .vocab = 40, .hidden = 16, .ffn = 32,
-                                                      .positions = 16, .layers = 2, .heads = 2, .kv_heads = 1});
+    return accel_accelerator_new(&o);
+}
+
+/* The test's Llama of `layers` layers. */
+static accel_module *model(int layers) {
+    return pipeline_llama((pipeline_model){.seed = 7, .vocab = 40, .hidden = 16, .ffn = 32, .positions = 16,
+                                           .layers = layers, .heads = 2, .kv_heads = 1});
+}
+
+static void train(int pp, int zero, bool cycle, float *w[MAXP], bool held[MAXP]) {
+    accel_accelerator *acc = accelerator(pp, zero);
+    accel_module *m = model(2);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.05);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     CHECK_MSG(acc && m && opt && accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "%s", accel_last_error());
@@ -79,17 +90,8 @@ static void train(int pp, int zero, bool cycle, float *w[MAXP], bool held[MAXP])
  * 0's pipeline_step failed on a tensor with no data while stage 1 waited
  * for it); the split the model had is taken again and trains. */
 static void test_other_split_refused(int zero) {
-    accel_accelerator_opts o = accel_accelerator_opts_default();
-    o.parallelism.pp_size = 2;
-    o.parallelism.num_micro_batches = 2;
-    if (zero) {
-        o.zero_stage = zero;
-        o.parallelism.dp_replicate_size = 1;
-        o.parallelism.dp_shard_size = 2;
-    }
-    accel_accelerator *acc = accel_accelerator_new(&o);
-    accel_module *m = pipeline_llama((pipeline_model){.seed = 7, .vocab = 40, .hidden = 16, .ffn = 32,
-                                                      .positions = 16, .layers = 4, .heads = 2, .kv_heads = 1});
+    accel_accelerator *acc = accelerator(2, zero);
+    accel_module *m = model(4);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.05);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     CHECK(acc && m && opt && accel_accelerator_pipeline_set_layers(acc, 1, 0) == ACCEL_OK);
