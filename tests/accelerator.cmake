@@ -136,6 +136,7 @@ if(TARGET accel_cli)
   accel_launch2_test(zero_reprepare_cpu_2 test_zero_reprepare OFF)
   # Device placement failing on one rank alone: every rank's prepare fails, and a retry on every rank places the model.
   accel_launch2_test(placement_rankfail_hostless_2 test_placement_rankfail ON)
+  accel_launch2_test(placement_rankfail_cpu_2 test_placement_rankfail OFF)
 endif()
 
 # The fine-tune guide's example: a Hugging Face directory fine-tuned under DDP and FSDP, saved, generated from.
