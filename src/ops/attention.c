@@ -64,27 +64,15 @@ static bool grad_rows(accel__gbuf *g, accel_tensor *t, int64_t n, bool strided, 
     return true;
 }
 
-/* The kernels, called through kernel_scratch_freed. */
-static accel_status sdpa_kernel(accel_device dev, const char *op, void *args) {
-    return ACCEL_KERNEL(op, dev, sdpa, (accel_k_sdpa *)args);
-}
-
-static accel_status sdpa_backward_kernel(accel_device dev, const char *op, void *args) {
-    return ACCEL_KERNEL(op, dev, sdpa_backward, (accel_k_sdpa_backward *)args);
-}
-
-/* kernel(dev, op, args), the step-arena memory it takes given back after it
- * (the CPU kernels' per-thread tiles: a block's P rows, K and V widened,
- * ...), as the context-parallel op does around the same kernels: one call's
- * scratch at a time, not every layer's kept to the end of the step (with
- * heads in parallel, threads x (64 Tk + ...) floats a call). Everything the
- * kernels write (o, lse, the gradients) is allocated before. */
-static accel_status kernel_scratch_freed(accel_device dev, const char *op,
-                                         accel_status (*kernel)(accel_device, const char *, void *), void *args) {
-    accel_arena *a = accel_step_arena();
-    accel_arena_mark m = accel_arena_mark_now(a);
-    accel_status st = kernel(dev, op, args);
-    accel_status rw = accel_arena_rewind(a, m);
+/* The kernel call's status once the step-arena memory it took since mark
+ * m is given back (the CPU kernels' per-thread tiles: a block's P rows, K
+ * and V widened, ...), as the context-parallel op does around the same
+ * kernels: one call's scratch at a time, not every layer's kept to the end
+ * of the step (with heads in parallel, threads x (64 Tk + ...) floats a
+ * call). Everything the kernels write (o, lse, the gradients) is allocated
+ * before the mark. */
+static accel_status scratch_given_back(accel_arena_mark m, accel_status st) {
+    accel_status rw = accel_arena_rewind(accel_step_arena(), m);
     return st != ACCEL_OK ? st : rw;
 }
 
@@ -106,7 +94,8 @@ static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
         !grad_rows(&gv, node->inputs[2], d->Dv, strided, true, k.dvs))
         return accel_last_status();
     k.dq = gq.dst, k.dk = gk.dst, k.dv = gv.dst, k.dq_beta = gq.beta;
-    accel_status st = kernel_scratch_freed(k.g->device, "sdpa backward", sdpa_backward_kernel, &k);
+    accel_arena_mark m = accel_arena_mark_now(accel_step_arena());
+    accel_status st = scratch_given_back(m, ACCEL_KERNEL("sdpa backward", k.g->device, sdpa_backward, &k));
     if (st == ACCEL_OK) st = accel__gbuf_end(&gq);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gk);
     return st == ACCEL_OK ? accel__gbuf_end(&gv) : st;
@@ -184,7 +173,8 @@ static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, boo
     if (!lse || !dc) return NULL;
     *dc = dims;
     accel_k_sdpa ks = {.o = o, .lse = lse, .q = qc, .k = kc, .v = vc, .dims = dims};
-    if (kernel_scratch_freed(dev, OP, sdpa_kernel, &ks) != ACCEL_OK) return NULL;
+    accel_arena_mark m = accel_arena_mark_now(accel_step_arena());
+    if (scratch_given_back(m, ACCEL_KERNEL(OP, dev, sdpa, &ks)) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("sdpa", sdpa_backward, out, 3, in);
     if (n) {
         n->saved[0] = qc;
