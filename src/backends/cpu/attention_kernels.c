@@ -642,9 +642,12 @@ static void row_deltas(const accel_k_sdpa_backward *a, tiles t, operand go, int6
     const accel_k_sdpa_dims *d = &a->dims;
     for (int64_t r = 0; r < nq; r++) {
         const float *g = row, *o = row + d->Dv;
-        if (native(t)) accel__cpu_to_f32(row, (const char *)go.p + (size_t)(r * go.ld) * accel_dtype_size(t.dt), t.dt,
-                                         d->Dv);
-        else g = (const float *)go.p + r * go.ld;
+        if (native(t)) {
+            size_t at = (size_t)(r * go.ld) * accel_dtype_size(t.dt);
+            accel__cpu_to_f32(row, (const char *)go.p + at, t.dt, d->Dv);
+        } else {
+            g = (const float *)go.p + r * go.ld;
+        }
         if (a->o->dtype == ACCEL_F32) o = (const float *)a->o->data + ooff + r * d->os[2];
         else accel__cpu_to_f32(row + d->Dv, elem_ptr(a->o, ooff + r * d->os[2]), a->o->dtype, d->Dv);
         float s = 0.0f;
@@ -656,8 +659,8 @@ static void row_deltas(const accel_k_sdpa_backward *a, tiles t, operand go, int6
 /* One thread's scratch of the backward: the block's P, recomputed, and dP
  * (on the f32 tiles, and on the native path where a row spans chunks), f32
  * rows [QB, Tk]; its rows' deltas [QB] and a row of dO and of O widened
- * [2 Dv]; the kv head's dK, dV [Tk, D(v)] and a block's dQ [QB, D] where they are not
- * accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
+ * [2 Dv]; the kv head's dK, dV [Tk, D(v)] and a block's dQ [QB, D] where
+ * they are not accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
  * [QB, D(v)] as operand_scratch says; on the native path also a block's
  * S and dP as their GEMMs write them (f32) and P, then s dS, rounded to lp,
  * both chunk-major [QB, Tk]. */
@@ -833,8 +836,8 @@ accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
     if (!k->o || !k->lse)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the forward's o and lse are required", OP);
     if (!rows_fit(OP, "q", d->qs, d->D) || !rows_fit(OP, "k", d->ks, d->D) || !rows_fit(OP, "v", d->vs, d->Dv) ||
-        !rows_fit(OP, "o", d->os, d->Dv) || !rows_fit(OP, "g", k->gs, d->Dv) || (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) ||
-        (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) || (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
+        !rows_fit(OP, "o", d->os, d->Dv) || !rows_fit(OP, "g", k->gs, d->Dv) ||
+        (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) || (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) || (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
         return accel_last_status();
     const accel_tensor *ops[4] = {k->g, k->q, k->k, k->v};
     tiles t;
