@@ -12,11 +12,12 @@
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
  *              group -> global order [B, H/cp, T, D]; causal attention by
- *              blocks of queries over the band of keys each sees (one op: by the sdpa
- *              kernels, which keep each query row's log-sum-exp, or with a
- *              sliding window or soft-capping by explicit f32 scores, which
- *              keep the probabilities of the band); the output goes back the
- *              reverse way. Each crossing is one op.
+ *              blocks of queries over the band of keys each sees (one op:
+ *              by the sdpa kernels, which keep each query row's
+ *              log-sum-exp, or with a sliding window or soft-capping by
+ *              explicit f32 scores, which keep the probabilities of the
+ *              band); the output goes back the reverse way. Each crossing
+ *              is one op.
  *
  * Windows and soft-capping apply at the global positions. Scratch memory
  * (the rank-ordered blocks, the key prefixes) is step-arena memory given
@@ -274,9 +275,9 @@ static accel_status accumulate_grads(accel_node *n, accel_tensor *d[3]) {
  * forward all-gathers K and V into a scratch, copies each chunk's key prefix
  * [B, Hkv, (g+1)c, D] out of it for the sdpa kernel (which keeps each
  * query row's log-sum-exp [B, H, c], as accel_sdpa does), and gives the
- * scratch back; the backward gathers K and V again, adds each chunk's dK, dV prefix
- * into a scratch of the whole sequence's blocks and reduce-scatters it into
- * this rank's dk, dv. Per layer the step keeps q, k, v's gradients and the
+ * scratch back; the backward gathers K and V again, adds each chunk's dK,
+ * dV prefix into a scratch of the whole sequence's blocks and
+ * reduce-scatters it into this rank's dk, dv. Per layer the step keeps q, k, v's gradients and the
  * two chunks' log-sum-exps. */
 typedef struct ag_ctx {
     accel_pg *pg;
