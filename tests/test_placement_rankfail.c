@@ -80,7 +80,8 @@ static void test_one_rank_flatten_fails(void) {
     if (refused) accel_set_allocator(NULL);
     if (dev.type == ACCEL_DEV_CPU) {
         CHECK_MSG(st == ACCEL_ERR_OOM, "rank %d: prepare -> %d: %s", rank, (int)st, accel_last_error());
-        CHECK_MSG(refused || strstr(accel_last_error(), "another rank could not make the model's flat parameter") != NULL,
+        CHECK_MSG(refused ||
+                      strstr(accel_last_error(), "another rank could not make the model's flat parameter") != NULL,
                   "rank %d: %s", rank, accel_last_error());
         st = accel_accelerator_prepare(acc, m, NULL);
     }

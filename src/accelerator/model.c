@@ -170,9 +170,10 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* pp: the stage's own parameters (the others are on meta) */
     pm->fp = acc->par.size[ACCEL__MESH_PP] > 1 ? accel__module_flatten_present(pm->m, 16, pad)
                                                : accel_module_flatten(pm->m, 16, pad);
-    /* the flat buffers are the prepare's largest allocation: the ranks agree on them before the layout's and
-     * the broadcast's collectives */
-    accel_status made = agree(acc, pm->fp ? ACCEL_OK : accel_last_status(), "make the model's flat parameter buffers");
+    /* the flat buffers are the prepare's largest allocation: the ranks agree
+     * on them before the layout's and the broadcast's collectives */
+    accel_status made =
+        agree(acc, pm->fp ? ACCEL_OK : accel_last_status(), "make the model's flat parameter buffers");
     if (made) return undo_prepare(acc, pm, made);
     pm->ddp = accel_pg_size(acc->dp_pg) > 1;
     accel_status st = pm->strat->layout(acc, pm);

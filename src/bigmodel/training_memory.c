@@ -459,8 +459,8 @@ static double matmul_c(double c, accel_dtype s) { return s == ACCEL_F32 ? 0 : c;
  * rows in place) and each chunk's log-sum-exp [B, H, c] f32. Forward
  * scratch: K and V made dense in s, gathered into blocks of the whole
  * sequence, both chunks' key prefixes (for global chunks g = r and
- * 2cp-1-r: (2cp+1) c keys), their query rows. Backward: f32 dq, dk, dv, each copied as its input's first
- * gradient (accel_grad_accumulate); scratch: the gathered K and V again,
+ * 2cp-1-r: (2cp+1) c keys), their query rows. Backward: f32 dq, dk, dv,
+ * each copied as its input's first gradient (accel_grad_accumulate); scratch: the gathered K and V again,
  * the whole sequence's f32 dK and dV blocks, and for the chunk seeing all T
  * keys its prefixes, their f32 gradients, its rows of the output gradient,
  * q and dq, and the adds of the prefixes' gradients into the blocks, chunk

@@ -837,7 +837,8 @@ accel_status accel__cpuk_sdpa_backward(accel_k_sdpa_backward *k) {
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the forward's o and lse are required", OP);
     if (!rows_fit(OP, "q", d->qs, d->D) || !rows_fit(OP, "k", d->ks, d->D) || !rows_fit(OP, "v", d->vs, d->Dv) ||
         !rows_fit(OP, "o", d->os, d->Dv) || !rows_fit(OP, "g", k->gs, d->Dv) ||
-        (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) || (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) || (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
+        (k->dq && !rows_fit(OP, "dq", k->dqs, d->D)) || (k->dk && !rows_fit(OP, "dk", k->dks, d->D)) ||
+        (k->dv && !rows_fit(OP, "dv", k->dvs, d->Dv)))
         return accel_last_status();
     const accel_tensor *ops[4] = {k->g, k->q, k->k, k->v};
     tiles t;
